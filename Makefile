@@ -1,0 +1,72 @@
+# loglake — `make run` and `make test` are all a newcomer needs (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODE_DIR := interop/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+SYSTEM_STAMP := .cache/system-deps.installed
+PYTEST_ARGS ?=
+
+.PHONY: run test install system-deps node-deps check-java check-java-warn lint fmt proto bench clean help
+
+help:
+	@echo "make run     install everything and run the end-to-end demo on the embedded default"
+	@echo "make test    install everything (incl. test peers) and run the whole test suite"
+	@echo "make lint    ruff"
+	@echo "make proto   regenerate the committed protobuf modules from the .proto sources"
+	@echo "make bench   run every benchmark (long)"
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; loglake needs Python 3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+check-java:
+	@scripts/check-java.sh
+
+# Spark needs Java 17+; `make run` only warns (the demo does not start Spark).
+check-java-warn:
+	@scripts/check-java.sh || echo "warning: continuing without Java; Spark jobs will not run" >&2
+
+# Test peers from the package registries: brokers, BitTorrent clients (see scripts/system-deps.sh).
+$(SYSTEM_STAMP): scripts/system-deps.sh
+	@scripts/system-deps.sh
+	@mkdir -p $(dir $@) && touch $@
+
+system-deps: $(SYSTEM_STAMP)
+
+$(NODE_STAMP): $(NODE_DIR)/package.json
+	@command -v npm >/dev/null || { echo "error: npm not found; the interop tests need Node.js 18+ and npm" >&2; exit 1; }
+	cd $(NODE_DIR) && npm install --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node-deps: $(NODE_STAMP)
+
+run: install check-java-warn
+	$(BIN)/loglake demo
+
+test: install system-deps node-deps check-java
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+fmt: install
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+proto: install
+	scripts/gen-proto.sh
+
+bench: install system-deps node-deps check-java
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .cache $(NODE_DIR)/node_modules .pytest_cache

@@ -1,0 +1,239 @@
+"""The storage contract every loglake part programs against.
+
+A record is ``(stream, partition, index, timestamp_ns, key, headers, data)``. The index is
+assigned by the log, per partition, from 0, strictly increasing by one (the Ockam stream rules:
+unique, monotonic, scoped per stream and not per publisher). Readers may see gaps only at the
+front, where retention removed history.
+
+``Log`` is an ABC so another engine (NATS JetStream, later) can stand behind the stream service
+and behind every part unchanged. ``tests/log/test_conformance.py`` holds the behaviour each
+backend must show.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loglake.errors import LocalProtocolError, LoglakeError
+
+Durability = Literal["always", "batch", "none"]
+"""``always``: fsync each append before acknowledging it. ``batch`` (default): group commit,
+an append is acknowledged only after the fsync that covers it. ``none``: the OS decides."""
+
+STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class LogError(LoglakeError):
+    """Base of the storage errors."""
+
+
+class UnknownStream(LogError, KeyError):
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"unknown stream {stream!r}")
+        self.stream = stream
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0]
+
+
+class UnknownPartition(LogError, KeyError):
+    def __init__(self, stream: str, partition: int, partitions: int) -> None:
+        super().__init__(f"stream {stream!r} has partitions 0..{partitions - 1}, not {partition}")
+        self.stream, self.partition = stream, partition
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class InvalidStreamName(LogError, LocalProtocolError, ValueError):
+    pass
+
+
+class StreamExists(LogError):
+    """create_stream with a config that contradicts the existing stream (e.g. partitions)."""
+
+
+class IndexRegression(LogError, LocalProtocolError):
+    """A consumer index save lower than the stored one (Ockam: storage MUST be monotonic)."""
+
+    def __init__(self, client_id: str, stream: str, partition: int, stored: int, asked: int):
+        super().__init__(
+            f"consumer index for {client_id!r} on {stream}/{partition} is {stored}; "
+            f"refusing to move it back to {asked}"
+        )
+        self.stored, self.asked = stored, asked
+
+
+class CorruptSegment(LogError):
+    """Corruption found where the log cannot repair it (not a torn tail)."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt record at byte {offset}: {reason}")
+        self.path, self.offset, self.reason = path, offset, reason
+
+
+def check_stream_name(name: str) -> str:
+    if not isinstance(name, str) or not STREAM_NAME_RE.match(name):
+        raise InvalidStreamName(
+            f"invalid stream name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    stream: str
+    partition: int
+    index: int
+    timestamp_ns: int
+    key: bytes | None
+    headers: Headers
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What a writer hands to ``append``; the log assigns index (and timestamp if None)."""
+
+    data: bytes
+    key: bytes | None = None
+    headers: Headers = ()
+    timestamp_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    partitions: int = 1
+    durability: Durability = "batch"
+    segment_bytes: int = 64 * 1024 * 1024
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    retention_records: int | None = None
+    seal_to_lake: bool = True
+    """Write each rolled segment as Parquet under ``<data_dir>/lake/``."""
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise LocalProtocolError(f"partitions must be >= 1, got {self.partitions}")
+        if self.durability not in ("always", "batch", "none"):
+            raise LocalProtocolError(f"durability must be always|batch|none, not {self.durability!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    first_index: int
+    """Lowest index still readable (segments or lake); equals next_index when empty."""
+    next_index: int
+    """The index the next append gets."""
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    name: str
+    config: StreamConfig
+    partitions: tuple[PartitionInfo, ...] = field(default=())
+
+    @property
+    def records(self) -> int:
+        return sum(p.next_index - p.first_index for p in self.partitions)
+
+
+class Log(ABC):
+    """A set of named, partitioned, append-only streams plus durable consumer indexes."""
+
+    # -- streams ------------------------------------------------------------------------
+    @abstractmethod
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        """Create ``name``, or return the existing stream (Ockam: CREATE on an existing stream
+        answers INIT). Raises ``StreamExists`` if ``config.partitions`` contradicts it."""
+
+    @abstractmethod
+    def streams(self) -> list[str]: ...
+
+    @abstractmethod
+    def stream_info(self, name: str) -> StreamInfo: ...
+
+    def has_stream(self, name: str) -> bool:
+        return name in self.streams()
+
+    # -- writing --------------------------------------------------------------------------
+    @abstractmethod
+    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+        """Append in order; return the assigned indexes once durable per the stream's policy."""
+
+    def append(
+        self,
+        stream: str,
+        partition: int,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        timestamp_ns: int | None = None,
+    ) -> int:
+        return self.append_many(stream, partition, [Entry(data, key, headers, timestamp_ns)])[0]
+
+    # -- reading --------------------------------------------------------------------------
+    @abstractmethod
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int | None = None,
+        end: int | None = None,
+    ) -> list[Record]:
+        """Records with ``start <= index < end``, at most ``limit`` of them, in index order.
+        A start below ``first_index`` begins at ``first_index`` (Ockam: indexes returned MAY
+        NOT start at the requested one, but MUST NOT be lower). Past the end → ``[]``."""
+
+    def iter_records(
+        self, stream: str, partition: int, start: int = 0, end: int | None = None,
+        batch: int = 4096,
+    ) -> Iterator[Record]:
+        """Stream a range in bounded memory."""
+        pos = start
+        while end is None or pos < end:
+            chunk = self.read(stream, partition, pos, limit=batch, end=end)
+            if not chunk:
+                return
+            yield from chunk
+            pos = chunk[-1].index + 1
+
+    def next_index(self, stream: str, partition: int = 0) -> int:
+        return self.stream_info(stream).partitions[partition].next_index
+
+    # -- consumer indexes (the Ockam index service) ----------------------------------------
+    @abstractmethod
+    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        """The stored index, or None if this client never saved one."""
+
+    @abstractmethod
+    def save_consumer_index(
+        self, client_id: str, stream: str, partition: int, index: int
+    ) -> int:
+        """Store ``index``; return the stored value. Lower than stored → ``IndexRegression``."""
+
+    # -- maintenance ----------------------------------------------------------------------
+    def enforce_retention(self, now_ns: int | None = None) -> int:
+        """Apply each stream's retention; return how many records were dropped."""
+        return 0
+
+    def flush(self) -> None:
+        """Make everything appended so far durable."""
+
+    def close(self) -> None:
+        """Release files; the log is unusable afterwards."""
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,107 @@
+"""The one stream API every other part uses (DESIGN.md: "Every other part uses a stream through
+this one API").
+
+It is the Ockam stream service's operations — create (plain or partitioned), push, pull(index,
+limit), and the index service's get/save — as a ``typing.Protocol``. Two things satisfy it:
+``LocalStreams`` (in-process, straight on a ``Log``) and the TCP client in
+``loglake.streams.client`` (over the wire to ``loglake serve``). A part written against
+``Streams`` runs embedded in a test and against a remote node unchanged.
+
+Over the Ockam wire a message is only ``(index, data)``: anything else a part needs (keys,
+headers) travels inside ``data``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from loglake.log.api import Entry, Log, StreamConfig, UnknownStream
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    """``StreamMessage {index: uint, data: data}`` of the Ockam spec."""
+
+    index: int
+    data: bytes
+
+
+@runtime_checkable
+class Streams(Protocol):
+    def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
+        """Create (or open) a stream; return its name (random if ``name`` is None)."""
+        ...
+
+    def push(self, stream: str, data: bytes, partition: int = 0) -> int:
+        """Store ``data``; return its index once acknowledged."""
+        ...
+
+    def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]: ...
+
+    def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
+        """At most ``limit`` messages with index >= ``index``."""
+        ...
+
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
+        """The consumer's saved index; 0 when it never saved one (Ockam: "a new record MUST be
+        created with an index 0")."""
+        ...
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        """Save monotonically; a lower index leaves the stored one unchanged and returns it."""
+        ...
+
+
+class LocalStreams:
+    """``Streams`` on an in-process ``Log``."""
+
+    def __init__(self, log: Log, default_config: StreamConfig | None = None) -> None:
+        self.log = log
+        self.default_config = default_config or StreamConfig()
+
+    def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
+        import uuid
+
+        name = name or f"stream-{uuid.uuid4().hex}"
+        cfg = self.default_config
+        self.log.create_stream(
+            name,
+            StreamConfig(
+                partitions=partitions,
+                durability=cfg.durability,
+                segment_bytes=cfg.segment_bytes,
+                retention_ms=cfg.retention_ms,
+                retention_bytes=cfg.retention_bytes,
+                retention_records=cfg.retention_records,
+                seal_to_lake=cfg.seal_to_lake,
+            ),
+        )
+        return name
+
+    def push(self, stream: str, data: bytes, partition: int = 0) -> int:
+        return self.log.append(stream, partition, data)
+
+    def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
+        return self.log.append_many(stream, partition, [Entry(d) for d in datas])
+
+    def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
+        return [
+            StreamMessage(r.index, r.data)
+            for r in self.log.read(stream, partition, index, limit=limit)
+        ]
+
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
+        if not self.log.has_stream(stream):
+            raise UnknownStream(stream)
+        stored = self.log.get_consumer_index(client_id, stream, partition)
+        if stored is None:
+            return self.log.save_consumer_index(client_id, stream, partition, 0)
+        return stored
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        stored = self.log.get_consumer_index(client_id, stream, partition)
+        if stored is not None and index < stored:
+            return stored
+        return self.log.save_consumer_index(client_id, stream, partition, index)
