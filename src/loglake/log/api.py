@@ -121,7 +121,9 @@ class StreamConfig:
         if self.partitions < 1:
             raise LocalProtocolError(f"partitions must be >= 1, got {self.partitions}")
         if self.durability not in ("always", "batch", "none"):
-            raise LocalProtocolError(f"durability must be always|batch|none, not {self.durability!r}")
+            raise LocalProtocolError(
+                f"durability must be always|batch|none, not {self.durability!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,11 @@ class Log(ABC):
         NOT start at the requested one, but MUST NOT be lower). Past the end → ``[]``."""
 
     def iter_records(
-        self, stream: str, partition: int, start: int = 0, end: int | None = None,
+        self,
+        stream: str,
+        partition: int,
+        start: int = 0,
+        end: int | None = None,
         batch: int = 4096,
     ) -> Iterator[Record]:
         """Stream a range in bounded memory."""
@@ -216,9 +222,7 @@ class Log(ABC):
         """The stored index, or None if this client never saved one."""
 
     @abstractmethod
-    def save_consumer_index(
-        self, client_id: str, stream: str, partition: int, index: int
-    ) -> int:
+    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
         """Store ``index``; return the stored value. Lower than stored → ``IndexRegression``."""
 
     # -- maintenance ----------------------------------------------------------------------
