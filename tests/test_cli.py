@@ -1,0 +1,40 @@
+"""The `loglake` command: every command and subcommand answers --help, errors are readable."""
+
+from __future__ import annotations
+
+import click
+from click.testing import CliRunner
+
+from loglake import __version__
+from loglake.cli import main
+
+
+def _walk(cmd: click.Command, path: tuple[str, ...] = ()):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            yield from _walk(sub, (*path, name))
+
+
+def test_every_command_answers_help():
+    runner = CliRunner()
+    seen = 0
+    for path, cmd in _walk(main):
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage:" in result.output
+        if cmd.help:
+            assert cmd.help.split("\n")[0].strip()[:20] in " ".join(result.output.split())
+        seen += 1
+    assert seen >= 1
+
+
+def test_version():
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_unknown_command_is_a_usage_error():
+    result = CliRunner().invoke(main, ["no-such-command"])
+    assert result.exit_code == 2
+    assert "No such command" in result.output
