@@ -1,4 +1,8 @@
-"""loglake.log — the storage engine and the contract (``Log``) every part programs against."""
+"""loglake.log — the storage engine and the contract (``Log``) every part programs against.
+
+``open_log(data_dir)`` opens the embedded, crash-safe engine (``SegmentLog``); ``MemoryLog`` is
+the volatile one for tests and simulations. Both follow ``loglake.log.api``.
+"""
 
 from loglake.log.api import (
     CorruptSegment,
@@ -7,8 +11,11 @@ from loglake.log.api import (
     IndexRegression,
     InvalidStreamName,
     Log,
+    LogClosed,
     LogError,
+    LogLocked,
     PartitionInfo,
+    ReadOnlyLog,
     Record,
     StreamConfig,
     StreamExists,
@@ -17,6 +24,7 @@ from loglake.log.api import (
     UnknownStream,
 )
 from loglake.log.memory import MemoryLog
+from loglake.log.segment_log import SegmentLog, open_log
 
 __all__ = [
     "CorruptSegment",
@@ -25,13 +33,18 @@ __all__ = [
     "IndexRegression",
     "InvalidStreamName",
     "Log",
+    "LogClosed",
     "LogError",
+    "LogLocked",
     "MemoryLog",
     "PartitionInfo",
+    "ReadOnlyLog",
     "Record",
+    "SegmentLog",
     "StreamConfig",
     "StreamExists",
     "StreamInfo",
     "UnknownPartition",
     "UnknownStream",
+    "open_log",
 ]

@@ -77,8 +77,29 @@ class CorruptSegment(LogError):
         self.path, self.offset, self.reason = path, offset, reason
 
 
+class LogLocked(LogError):
+    """Another writer holds the data directory (one writer per data dir; readers use
+    ``readonly=True``)."""
+
+    def __init__(self, data_dir: str) -> None:
+        super().__init__(
+            f"data directory {data_dir} is locked by another writer; "
+            "open it with readonly=True to read it"
+        )
+        self.data_dir = data_dir
+
+
+class LogClosed(LogError, LocalProtocolError):
+    """The log was closed."""
+
+
+class ReadOnlyLog(LogError, LocalProtocolError):
+    """A write was asked of a log opened with ``readonly=True``."""
+
+
 def check_stream_name(name: str) -> str:
-    if not isinstance(name, str) or not STREAM_NAME_RE.match(name):
+    # "." and ".." match the pattern but name folders that are not the stream's own.
+    if not isinstance(name, str) or not STREAM_NAME_RE.match(name) or name in (".", ".."):
         raise InvalidStreamName(
             f"invalid stream name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -"
         )
@@ -116,6 +137,9 @@ class StreamConfig:
     retention_records: int | None = None
     seal_to_lake: bool = True
     """Write each rolled segment as Parquet under ``<data_dir>/lake/``."""
+    lake_retention_ms: int | None = None
+    """Lake files whose newest record is older than this are deleted by ``enforce_retention``;
+    None (default): the lake keeps sealed history forever."""
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

@@ -1,0 +1,141 @@
+"""Durable, monotonic consumer indexes (the Ockam index service's storage).
+
+Why this shape: a save must be durable when it returns and must survive a crash at any byte.
+The store is an append-only file ``consumers.log`` of CRC32C-framed entries (the same framing
+idea as segments: ``length:u32le crc:u32le body``), fsynced per save. On open, a writer reads
+the entries up to the first bad or torn one, keeps the latest value per key, and compacts them
+into a new file (temp name, fsync, rename, fsync the folder), so the file never grows without
+bound and a torn tail disappears. Readers (``readonly``) only read it.
+
+Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u16le stream``.
+
+The Ockam spec: "storage MUST be monotonic" — a lower save raises ``IndexRegression`` and the
+stored value stays as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from pathlib import Path
+
+from crc32c import crc32c
+
+from loglake.log.api import IndexRegression
+from loglake.log.segment import fsync_dir
+from loglake.logs import log_event
+
+logger = logging.getLogger(__name__)
+
+FILE_NAME = "consumers.log"
+_HEAD = struct.Struct("<II")
+_FIXED = struct.Struct("<QI")
+_U16 = struct.Struct("<H")
+
+Key = tuple[str, str, int]
+
+
+def encode_entry(client_id: str, stream: str, partition: int, index: int) -> bytes:
+    c, s = client_id.encode("utf-8"), stream.encode("utf-8")
+    if len(c) > 0xFFFF:
+        raise ValueError("client id longer than 65535 bytes")
+    body = _FIXED.pack(index, partition) + _U16.pack(len(c)) + c + _U16.pack(len(s)) + s
+    return _HEAD.pack(len(body), crc32c(body)) + body
+
+
+def decode_entries(buf: bytes) -> tuple[dict[Key, int], int]:
+    """Latest value per key from whole, valid entries; and the byte length they cover."""
+    out: dict[Key, int] = {}
+    pos = 0
+    while pos + _HEAD.size <= len(buf):
+        length, crc = _HEAD.unpack_from(buf, pos)
+        body = buf[pos + _HEAD.size : pos + _HEAD.size + length]
+        if len(body) != length or crc32c(body) != crc:
+            break
+        try:
+            index, partition = _FIXED.unpack_from(body, 0)
+            p = _FIXED.size
+            (clen,) = _U16.unpack_from(body, p)
+            client = body[p + 2 : p + 2 + clen].decode("utf-8")
+            p += 2 + clen
+            (slen,) = _U16.unpack_from(body, p)
+            stream = body[p + 2 : p + 2 + slen].decode("utf-8")
+            if p + 2 + slen != length:
+                break
+        except (struct.error, UnicodeDecodeError):
+            break
+        key = (client, stream, partition)
+        out[key] = max(index, out.get(key, index))
+        pos += _HEAD.size + length
+    return out, pos
+
+
+class ConsumerStore:
+    def __init__(self, data_dir: Path, readonly: bool) -> None:
+        self.path = data_dir / FILE_NAME
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self.values: dict[Key, int] = {}
+        self._load()
+        if not readonly:
+            self._compact()
+
+    def _load(self) -> None:
+        try:
+            buf = self.path.read_bytes()
+        except FileNotFoundError:
+            self.values = {}
+            return
+        self.values, used = decode_entries(buf)
+        if used != len(buf) and not self.readonly:
+            log_event(
+                logger,
+                logging.WARNING,
+                "dropped torn tail of consumer index store",
+                file=str(self.path),
+                offset=used,
+                bytes_dropped=len(buf) - used,
+            )
+
+    def _compact(self) -> None:
+        tmp = self.path.with_name(FILE_NAME + ".tmp")
+        data = b"".join(encode_entry(c, s, p, i) for (c, s, p), i in sorted(self.values.items()))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+
+    def get(self, client_id: str, stream: str, partition: int) -> int | None:
+        if self.readonly:
+            self._load()  # another process writes it
+        return self.values.get((client_id, stream, partition))
+
+    def save(self, client_id: str, stream: str, partition: int, index: int) -> int:
+        if self.readonly or self._fd is None:
+            raise PermissionError("consumer indexes are read-only in this log")
+        if index < 0:
+            raise ValueError(f"consumer index must be >= 0, got {index}")
+        key = (client_id, stream, partition)
+        with self._lock:
+            stored = self.values.get(key)
+            if stored is not None and index < stored:
+                raise IndexRegression(client_id, stream, partition, stored, index)
+            if stored == index:
+                return index
+            os.write(self._fd, encode_entry(client_id, stream, partition, index))
+            os.fdatasync(self._fd)
+            self.values[key] = index
+            return index
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

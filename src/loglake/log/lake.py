@@ -1,0 +1,140 @@
+"""Sealed history as Parquet: write a rolled segment as one lake file, read index ranges back.
+
+Why: DESIGN.md "Sealed history is kept as Parquet, so history *is* a lake table". Files follow
+``lake_schema.py`` (layout ``lake/<stream>/partition=<p>/<first>-<last>.parquet``, ``LAKE_SCHEMA``)
+and are written with pyarrow to a temporary name in the same folder, fsynced, then renamed, so a
+reader (Spark, DuckDB, pyarrow) never sees a half-written file: a name that parses as a lake file
+is always a whole one. Temporary files start with ``.`` so Hive-style readers skip them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from loglake.log.api import Record
+from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, parse_lake_file_name
+from loglake.log.record_codec import StoredRecord
+from loglake.log.segment import fsync_dir
+
+TMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True, slots=True)
+class LakeFile:
+    first: int
+    last: int
+    path: Path
+
+
+def list_lake_files(directory: Path) -> list[LakeFile]:
+    """Whole lake files of one partition folder, in index order."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        rng = parse_lake_file_name(name)
+        if rng is not None:
+            out.append(LakeFile(rng[0], rng[1], directory / name))
+    out.sort(key=lambda f: f.first)
+    return out
+
+
+def remove_temp_files(directory: Path) -> None:
+    """Leftovers of a crash during sealing (writer only)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(TMP_PREFIX):
+            os.unlink(directory / name)
+
+
+def write_lake_file(
+    directory: Path, stream: str, partition: int, records: list[StoredRecord]
+) -> LakeFile:
+    """Write ``records`` (contiguous indexes) as one Parquet file; atomic and durable."""
+    if not records:
+        raise ValueError("nothing to seal")
+    first, last = records[0].index, records[-1].index
+    n = len(records)
+    table = pa.table(
+        {
+            "stream": pa.array([stream] * n, pa.string()),
+            "partition": pa.array([partition] * n, pa.int32()),
+            "index": pa.array([r.index for r in records], pa.int64()),
+            "timestamp_ns": pa.array([r.timestamp_ns for r in records], pa.int64()),
+            "key": pa.array([r.key for r in records], pa.binary()),
+            "headers": pa.array(
+                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+                LAKE_SCHEMA.field("headers").type,
+            ),
+            "data": pa.array([r.data for r in records], pa.binary()),
+        },
+        schema=LAKE_SCHEMA,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / lake_file_name(first, last)
+    tmp = directory / f"{TMP_PREFIX}{final.name}"
+    pq.write_table(table, tmp, compression="zstd")
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    fsync_dir(directory)
+    return LakeFile(first, last, final)
+
+
+def read_lake_file(
+    lf: LakeFile, stream: str, partition: int, start: int, end: int, limit: int
+) -> list[Record]:
+    """Records of one lake file with ``start <= index < end``, at most ``limit``."""
+    lo, hi = max(start, lf.first), min(end, lf.last + 1, max(start, lf.first) + limit)
+    if lo >= hi:
+        return []
+    table = pq.read_table(
+        lf.path,
+        columns=["index", "timestamp_ns", "key", "headers", "data"],
+        filters=[("index", ">=", lo), ("index", "<", hi)],
+    )
+    cols = table.to_pydict()
+    out = [
+        Record(stream, partition, i, ts, k, tuple((h["key"], h["value"]) for h in hs), d)
+        for i, ts, k, hs, d in zip(
+            cols["index"],
+            cols["timestamp_ns"],
+            cols["key"],
+            cols["headers"],
+            cols["data"],
+            strict=True,
+        )
+    ]
+    out.sort(key=lambda r: r.index)
+    return out
+
+
+def lake_file_max_timestamp(lf: LakeFile) -> int:
+    """Newest ``timestamp_ns`` in a lake file, from the Parquet column statistics."""
+    meta = pq.ParquetFile(lf.path).metadata
+    col = LAKE_SCHEMA.get_field_index("timestamp_ns")
+    best: int | None = None
+    for rg in range(meta.num_row_groups):
+        stats = meta.row_group(rg).column(col).statistics
+        if stats is None or not stats.has_min_max:
+            best = None
+            break
+        best = stats.max if best is None else max(best, stats.max)
+    if best is None:
+        ts = pq.read_table(lf.path, columns=["timestamp_ns"]).column(0)
+        return int(pc.max(ts).as_py())
+    return int(best)

@@ -1,0 +1,294 @@
+"""One partition of a stream: its segments, its lake files, appends, reads, retention.
+
+Why here: everything that must agree about a partition's index range (the active segment, the
+sealed ones, the lake files, the group commit) changes under one lock in one object, so the
+rules of ``loglake.log.api`` hold between any two calls:
+
+- indexes are assigned from ``next_index`` in append order, one ``write`` per batch;
+- a segment rolls when the next batch would push it past ``segment_bytes``; the rolled segment is
+  fsynced, closed and, with ``seal_to_lake``, written to the lake before appends go on;
+- reads below the first live segment are served from the lake (``lake.py``);
+- retention deletes whole sealed segments whose every record is outside the window (Kafka's
+  rule), never the active one, and never a segment that should be in the lake but is not yet.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loglake.log.api import Durability, Entry, Record, StreamConfig
+from loglake.log.group_commit import GroupCommit
+from loglake.log.lake import (
+    LakeFile,
+    lake_file_max_timestamp,
+    list_lake_files,
+    read_lake_file,
+    remove_temp_files,
+    write_lake_file,
+)
+from loglake.log.record_codec import encode_entries
+from loglake.log.segment import Segment, fsync_dir, parse_segment_name
+
+
+class Partition:
+    def __init__(
+        self,
+        stream: str,
+        partition: int,
+        directory: Path,
+        lake_dir: Path,
+        config: StreamConfig,
+        readonly: bool,
+    ) -> None:
+        self.stream = stream
+        self.partition = partition
+        self.dir = directory
+        self.lake_dir = lake_dir
+        self.config = config
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self._gc = GroupCommit()
+        self._seq = 0
+        self.segments: list[Segment] = []
+        self.lake: list[LakeFile] = []
+        self._open()
+
+    # -- opening ----------------------------------------------------------------------------
+    def _bases(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(b for b in map(parse_segment_name, names) if b is not None)
+
+    def _open(self) -> None:
+        bases = self._bases()
+        if not bases and not self.readonly:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            Segment.create(self.dir, 0).close()
+            fsync_dir(self.dir)
+            bases = [0]
+        for i, b in enumerate(bases[:-1]):
+            self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
+        if bases:
+            self.segments.append(Segment.recover_active(self.dir, bases[-1], self.readonly))
+        self.lake = list_lake_files(self.lake_dir)
+        if not self.readonly:
+            remove_temp_files(self.lake_dir)
+            if self.config.seal_to_lake:
+                for seg in self.segments[:-1]:
+                    self._ensure_sealed(seg)
+
+    def refresh(self) -> None:
+        """Readers only: follow the writer (new segments, new records, deleted files)."""
+        with self._lock:
+            bases = self._bases()
+            known = {s.base: s for s in self.segments}
+            segs: list[Segment] = []
+            for i, b in enumerate(bases):
+                last = i == len(bases) - 1
+                seg = known.pop(b, None)
+                if seg is None:
+                    if last:
+                        seg = Segment.recover_active(self.dir, b, readonly=True)
+                    else:
+                        seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
+                elif last:
+                    seg.refresh_tail()
+                elif not seg.is_sealed:
+                    seg.close()
+                    seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
+                segs.append(seg)
+            for gone in known.values():
+                gone.close()
+            self.segments = segs
+            self.lake = list_lake_files(self.lake_dir)
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def next_index(self) -> int:
+        if self.segments:
+            return self.segments[-1].next_index
+        return self.lake[-1].last + 1 if self.lake else 0
+
+    @property
+    def first_index(self) -> int:
+        first = self.segments[0].base if self.segments else self.next_index
+        if self.lake and self.lake[0].first < first:
+            first = self.lake[0].first
+        return first
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def fsyncs(self) -> int:
+        return self._gc.fsyncs
+
+    # -- writing ----------------------------------------------------------------------------
+    def append_many(self, entries: Sequence[Entry], durability: Durability) -> list[int]:
+        if not entries:
+            return []
+        now = time.time_ns()
+        with self._lock:
+            active = self.segments[-1]
+            first = active.next_index
+            frames = encode_entries(entries, first, now)
+            total = sum(map(len, frames))
+            if active.size and active.size + total > self.config.segment_bytes:
+                active = self._roll(durability)
+            max_ts = max(now if e.timestamp_ns is None else e.timestamp_ns for e in entries)
+            active.write(frames, first, max_ts)
+            self._seq += 1
+            seq = self._seq
+            if durability == "always":
+                active.sync()
+                self._gc.mark_synced(seq)
+        if durability == "batch":
+            self._gc.wait_durable(seq, self._sync_newest)
+        return list(range(first, first + len(entries)))
+
+    def _sync_newest(self) -> int:
+        """For the group commit: fsync the active segment; return the write seq covered."""
+        with self._lock:
+            seq = self._seq
+            wfd = self.segments[-1].wfd
+            assert wfd is not None
+            fd = os.dup(wfd)  # survives a roll closing the segment while we fsync
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return seq
+
+    def _roll(self, durability: Durability) -> Segment:
+        old = self.segments[-1]
+        old.seal()
+        self._gc.mark_synced(self._seq)
+        new = Segment.create(self.dir, old.next_index)
+        if durability != "none":
+            fsync_dir(self.dir)
+        self.segments.append(new)
+        if self.config.seal_to_lake:
+            self._ensure_sealed(old)
+        return new
+
+    def _lake_has(self, seg: Segment) -> bool:
+        i = bisect.bisect_left([f.first for f in self.lake], seg.base)
+        return i < len(self.lake) and self.lake[i].first == seg.base
+
+    def _ensure_sealed(self, seg: Segment) -> None:
+        if seg.next_index <= seg.base or self._lake_has(seg):
+            return
+        lf = write_lake_file(self.lake_dir, self.stream, self.partition, seg.iter_all())
+        bisect.insort(self.lake, lf, key=lambda f: f.first)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self.segments and self.segments[-1].wfd is not None:
+                self.segments[-1].sync()
+                self._gc.mark_synced(self._seq)
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
+        with self._lock:
+            if self.readonly:
+                self.refresh()
+            try:
+                return self._read(start, limit, end)
+            except FileNotFoundError:
+                if not self.readonly:
+                    raise
+                self.refresh()  # the writer deleted a file under us (retention)
+                return self._read(start, limit, end)
+
+    def _read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
+        nxt = self.next_index
+        end = nxt if end is None else min(end, nxt)
+        start = max(start, self.first_index)
+        remaining = (end - start) if limit is None else min(max(0, limit), end - start)
+        out: list[Record] = []
+        pos = start
+        seg_first = self.segments[0].base if self.segments else nxt
+        if pos < seg_first and self.lake:
+            i = max(0, bisect.bisect_right([f.first for f in self.lake], pos) - 1)
+            while i < len(self.lake) and remaining > 0 and pos < min(end, seg_first):
+                lf = self.lake[i]
+                got = read_lake_file(
+                    lf, self.stream, self.partition, pos, min(end, seg_first), remaining
+                )
+                out += got
+                remaining -= len(got)
+                if got:
+                    pos = got[-1].index + 1
+                if pos <= lf.last:
+                    break
+                i += 1
+            pos = max(pos, seg_first)
+        if remaining > 0 and pos < end and self.segments:
+            i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
+            while i < len(self.segments) and remaining > 0 and pos < end:
+                seg = self.segments[i]
+                got = seg.read(pos, end, remaining)
+                out += [
+                    Record(
+                        self.stream,
+                        self.partition,
+                        r.index,
+                        r.timestamp_ns,
+                        r.key,
+                        r.headers,
+                        r.data,
+                    )
+                    for r in got
+                ]
+                remaining -= len(got)
+                pos = max(pos, seg.next_index)
+                i += 1
+        return out
+
+    # -- retention --------------------------------------------------------------------------
+    def enforce_retention(self, now_ns: int) -> int:
+        """Delete sealed segments (and expired lake files); return how many records stopped
+        being readable (how far ``first_index`` moved)."""
+        cfg = self.config
+        with self._lock:
+            before = self.first_index
+            horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
+            total = self.bytes
+            nxt = self.next_index
+            while len(self.segments) > 1:
+                seg = self.segments[0]
+                newer_records = nxt - seg.next_index
+                newer_bytes = total - seg.size
+                out = (
+                    (cfg.retention_records is not None and newer_records >= cfg.retention_records)
+                    or (cfg.retention_bytes is not None and newer_bytes >= cfg.retention_bytes)
+                    or (horizon is not None and (seg.compute_max_ts() or 0) < horizon)
+                )
+                if not out:
+                    break
+                if cfg.seal_to_lake:
+                    self._ensure_sealed(seg)
+                seg.delete()
+                self.segments.pop(0)
+                total -= seg.size
+            if cfg.lake_retention_ms is not None:
+                lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
+                while self.lake and lake_file_max_timestamp(self.lake[0]) < lake_horizon:
+                    os.unlink(self.lake[0].path)
+                    self.lake.pop(0)
+            return self.first_index - before
+
+    def close(self) -> None:
+        with self._lock:
+            for seg in self.segments:
+                if seg.wfd is not None and not self.readonly:
+                    seg.sync()
+                seg.close()

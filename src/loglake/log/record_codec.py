@@ -1,0 +1,203 @@
+"""Bytes of one stored record, as written in a segment file.
+
+Why hand-written: the format is loglake's own (no spec or library defines a segment record), it
+must be encoded a whole batch at a time with one ``write`` (``struct`` + ``crc32c``, both C),
+and decoding must tell a torn tail from a corrupt record precisely. The framing follows the
+log-structured tradition (Kafka's record batches, LevelDB's log format): a length prefix and a
+checksum over the body, so recovery can find the last whole record without any other file.
+
+Frame (all integers little-endian)::
+
+    frame   = length:u32  crc:u32  body[length]
+    crc     = CRC32C (Castagnoli, the ``crc32c`` package) of the whole body
+    body    = index:u64  timestamp_ns:i64  flags:u8
+              [key_len:u32  key]              (present iff flags & FLAG_KEY)
+              header_count:u16  { name_len:u16 name(UTF-8)  value_len:u32 value }*
+              data                            (the rest of the body)
+
+``decode_frame`` returns a record or raises ``TornRecord`` (the bytes end before the frame
+does: a torn tail) or ``CorruptRecord`` (the bytes are all there but wrong). Both are
+``RecordDecodeError``, a ``DecodeError``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from loglake.errors import DecodeError
+from loglake.log.api import Entry, Headers
+
+FRAME_HEAD = struct.Struct("<II")
+"""length, crc"""
+BODY_HEAD = struct.Struct("<QqB")
+"""index, timestamp_ns, flags"""
+U16 = struct.Struct("<H")
+U32 = struct.Struct("<I")
+FLAG_KEY = 0x01
+KNOWN_FLAGS = FLAG_KEY
+MIN_BODY = BODY_HEAD.size + U16.size
+MAX_BODY = 1 << 30
+"""Largest body accepted (1 GiB): a bigger length field is garbage, not a record."""
+MAX_HEADERS = 0xFFFF
+MAX_HEADER_NAME = 0xFFFF
+
+
+class RecordDecodeError(DecodeError):
+    """The bytes at ``offset`` are not a valid record."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"bad record at byte {offset}: {reason}")
+        self.offset, self.reason = offset, reason
+
+
+class TornRecord(RecordDecodeError):
+    """The buffer ends inside the frame (a write that did not finish)."""
+
+
+class CorruptRecord(RecordDecodeError):
+    """The frame is complete but its checksum or contents are wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A decoded record plus where it sits in its segment."""
+
+    index: int
+    timestamp_ns: int
+    key: bytes | None
+    headers: Headers
+    data: bytes
+    offset: int
+    size: int
+    """Bytes of the whole frame."""
+
+
+def encode_entries(entries: Sequence[Entry], first_index: int, now_ns: int) -> list[bytes]:
+    """Frames for ``entries`` numbered from ``first_index``; one bytes object per record so
+    the caller can note positions, then ``b"".join`` them into one write."""
+    out: list[bytes] = []
+    idx = first_index
+    pack_head = BODY_HEAD.pack
+    pack_frame = FRAME_HEAD.pack
+    for e in entries:
+        ts = now_ns if e.timestamp_ns is None else e.timestamp_ns
+        data = e.data
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        key = e.key
+        if key is None and not e.headers:
+            prefix = pack_head(idx, ts, 0) + b"\x00\x00"
+        else:
+            parts = [pack_head(idx, ts, 0 if key is None else FLAG_KEY)]
+            if key is not None:
+                key = bytes(key)
+                parts.append(U32.pack(len(key)))
+                parts.append(key)
+            parts.append(_encode_headers(e.headers))
+            prefix = b"".join(parts)
+        length = len(prefix) + len(data)
+        if length > MAX_BODY:
+            raise ValueError(f"record of {length} bytes exceeds the {MAX_BODY}-byte maximum")
+        crc = crc32c(data, crc32c(prefix))
+        out.append(pack_frame(length, crc) + prefix + data)
+        idx += 1
+    return out
+
+
+def _encode_headers(headers: Headers) -> bytes:
+    if len(headers) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers per record")
+    parts = [U16.pack(len(headers))]
+    for name, value in headers:
+        raw = name.encode("utf-8")
+        if len(raw) > MAX_HEADER_NAME:
+            raise ValueError("header name longer than 65535 bytes")
+        value = bytes(value)
+        parts += [U16.pack(len(raw)), raw, U32.pack(len(value)), value]
+    return b"".join(parts)
+
+
+def frame_length_at(buf: bytes | memoryview, pos: int) -> int:
+    """Total frame size of the record starting at ``pos`` (header only; raises if torn)."""
+    if len(buf) - pos < FRAME_HEAD.size:
+        raise TornRecord(pos, "frame header cut short")
+    length, _ = FRAME_HEAD.unpack_from(buf, pos)
+    if length < MIN_BODY or length > MAX_BODY:
+        raise CorruptRecord(pos, f"implausible body length {length}")
+    return FRAME_HEAD.size + length
+
+
+def decode_frame(buf: bytes | memoryview, pos: int = 0, base: int = 0) -> StoredRecord:
+    """Decode the record at ``buf[pos:]``; ``base`` is added to offsets in errors/results
+    (the file position of ``buf[0]``)."""
+    where = base + pos
+    avail = len(buf) - pos
+    if avail < FRAME_HEAD.size:
+        raise TornRecord(where, f"frame header needs 8 bytes, {avail} left")
+    length, crc = FRAME_HEAD.unpack_from(buf, pos)
+    if length < MIN_BODY or length > MAX_BODY:
+        raise CorruptRecord(where, f"implausible body length {length}")
+    start = pos + FRAME_HEAD.size
+    end = start + length
+    if end > len(buf):
+        raise TornRecord(where, f"body of {length} bytes cut short at {len(buf) - start}")
+    body = bytes(buf[start:end])
+    if crc32c(body) != crc:
+        raise CorruptRecord(where, "CRC32C mismatch")
+    index, ts, flags = BODY_HEAD.unpack_from(body, 0)
+    if flags & ~KNOWN_FLAGS:
+        raise CorruptRecord(where, f"unknown flags {flags:#x}")
+    p = BODY_HEAD.size
+    key: bytes | None = None
+    try:
+        if flags & FLAG_KEY:
+            (klen,) = U32.unpack_from(body, p)
+            p += 4
+            if p + klen > length:
+                raise CorruptRecord(where, "key runs past the body")
+            key = body[p : p + klen]
+            p += klen
+        (count,) = U16.unpack_from(body, p)
+        p += 2
+        headers: list[tuple[str, bytes]] = []
+        for _ in range(count):
+            (nlen,) = U16.unpack_from(body, p)
+            p += 2
+            if p + nlen > length:
+                raise CorruptRecord(where, "header name runs past the body")
+            name = body[p : p + nlen].decode("utf-8")
+            p += nlen
+            (vlen,) = U32.unpack_from(body, p)
+            p += 4
+            if p + vlen > length:
+                raise CorruptRecord(where, "header value runs past the body")
+            headers.append((name, body[p : p + vlen]))
+            p += vlen
+    except struct.error:
+        raise CorruptRecord(where, "field runs past the body") from None
+    except UnicodeDecodeError:
+        raise CorruptRecord(where, "header name is not UTF-8") from None
+    return StoredRecord(index, ts, key, tuple(headers), body[p:], where, FRAME_HEAD.size + length)
+
+
+def scan(
+    buf: bytes | memoryview, pos: int = 0, base: int = 0
+) -> tuple[list[StoredRecord], int, RecordDecodeError | None]:
+    """Decode records from ``pos`` until the buffer ends or a record fails.
+
+    Returns ``(records, end, error)``: ``end`` is the position just past the last good record
+    and ``error`` why scanning stopped early (None when the buffer ended exactly at a frame)."""
+    out: list[StoredRecord] = []
+    n = len(buf)
+    while pos < n:
+        try:
+            rec = decode_frame(buf, pos, base)
+        except RecordDecodeError as e:
+            return out, pos, e
+        out.append(rec)
+        pos += rec.size
+    return out, pos, None

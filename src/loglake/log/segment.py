@@ -1,0 +1,354 @@
+"""One segment file of a partition: ``<first_index:020d>.seg`` plus its ``.idx`` sparse index.
+
+Why: the log-structured model (STYLE.md, Kafka): a partition is a list of append-only segment
+files; only the newest (active) one is written; older ones are immutable (sealed). Recovery
+checks the active segment only: its torn or corrupt tail is cut at the last whole, CRC-valid
+record. A sealed segment was fsynced when it rolled, so any bad byte inside it is corruption and
+is reported as ``CorruptSegment`` (file, offset), never skipped.
+
+This module does file I/O but no locking; ``partition.py`` serialises access.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from loglake.log.api import CorruptSegment
+from loglake.log.record_codec import (
+    FRAME_HEAD,
+    CorruptRecord,
+    RecordDecodeError,
+    StoredRecord,
+    TornRecord,
+    decode_frame,
+    frame_length_at,
+    scan,
+)
+from loglake.log.sparse_index import ENTRY, SparseIndex, write_index_file
+from loglake.logs import log_event
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_SUFFIX = ".seg"
+INDEX_SUFFIX = ".idx"
+NAME_WIDTH = 20
+READ_CHUNK = 256 * 1024
+
+
+def segment_name(first_index: int) -> str:
+    return f"{first_index:0{NAME_WIDTH}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    stem, suffix = name[: -len(SEGMENT_SUFFIX)], name[-len(SEGMENT_SUFFIX) :]
+    if suffix != SEGMENT_SUFFIX or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def fsync_dir(path: Path | str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    """State of one segment file. ``next_index`` is one past its last record."""
+
+    def __init__(self, directory: Path, base: int, readonly: bool) -> None:
+        self.dir = directory
+        self.base = base
+        self.path = str(directory / segment_name(base))
+        self.idx_path = self.path[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+        self.readonly = readonly
+        self.size = 0
+        self.next_index = base
+        self.index: SparseIndex | None = None
+        self.max_ts: int | None = None
+        self.wfd: int | None = None
+        self.ifd: int | None = None
+        self._rfd: int | None = None
+        self.is_sealed = False
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: Path, base: int) -> Segment:
+        seg = cls(directory, base, readonly=False)
+        seg.wfd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        seg.ifd = os.open(seg.idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        seg.index = SparseIndex()
+        return seg
+
+    @classmethod
+    def recover_active(cls, directory: Path, base: int, readonly: bool) -> Segment:
+        """Open the newest segment: scan it whole, cut a torn/corrupt tail (writer only; a
+        reader just stops there), rebuild its sparse index from the scan."""
+        seg = cls(directory, base, readonly)
+        with open(seg.path, "rb") as f:
+            buf = f.read()
+        records, end, err = seg._scan_checked(buf, 0)
+        seg._adopt(records, end)
+        if err is not None and not readonly:
+            dropped = len(buf) - end
+            log_event(
+                logger,
+                logging.WARNING,
+                "truncated torn tail of active segment",
+                file=seg.path,
+                offset=end,
+                bytes_dropped=dropped,
+                reason=err.reason,
+            )
+            os.truncate(seg.path, end)
+        if not readonly:
+            seg.wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+            assert seg.index is not None
+            write_index_file(seg.idx_path, seg.index)
+            seg.ifd = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+        return seg
+
+    @classmethod
+    def sealed(cls, directory: Path, base: int, next_index: int, readonly: bool) -> Segment:
+        """A rolled segment; its index is loaded on first use."""
+        seg = cls(directory, base, readonly)
+        seg.size = os.path.getsize(seg.path)
+        seg.next_index = next_index
+        seg.is_sealed = True
+        return seg
+
+    def _scan_checked(
+        self, buf: bytes, pos: int
+    ) -> tuple[list[StoredRecord], int, RecordDecodeError | None]:
+        """``scan`` plus the rule that indexes run ``base, base+1, …`` without gaps."""
+        records, end, err = scan(buf, pos)
+        expect = self.next_index if pos else self.base
+        for i, r in enumerate(records):
+            if r.index != expect + i:
+                return (
+                    records[:i],
+                    r.offset,
+                    CorruptRecord(r.offset, f"index {r.index}, expected {expect + i}"),
+                )
+        return records, end, err
+
+    def _adopt(self, records: list[StoredRecord], end: int) -> None:
+        if self.index is None:
+            self.index = SparseIndex()
+        for r in records:
+            self.index.maybe_add(r.index, r.offset)
+            if self.max_ts is None or r.timestamp_ns > self.max_ts:
+                self.max_ts = r.timestamp_ns
+        if records:
+            self.next_index = records[-1].index + 1
+        self.size = end
+
+    def refresh_tail(self) -> bool:
+        """Readers only: pick up whole records a writer appended since the last look."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        if st.st_size <= self.size:
+            return False
+        fd = self._read_fd()
+        buf = os.pread(fd, st.st_size - self.size, self.size)
+        records, end, _ = self._scan_checked_at(buf, self.size)
+        if not records:
+            return False
+        self._adopt(records, end)
+        return True
+
+    def _scan_checked_at(
+        self, buf: bytes, base_pos: int
+    ) -> tuple[list[StoredRecord], int, RecordDecodeError | None]:
+        records, end, err = scan(buf, 0, base_pos)
+        for i, r in enumerate(records):
+            if r.index != self.next_index + i:
+                return records[:i], r.offset, CorruptRecord(r.offset, "index out of sequence")
+        return records, base_pos + end, err
+
+    # -- index -----------------------------------------------------------------------------
+    def ensure_index(self) -> SparseIndex:
+        """The sparse index; for a sealed segment, loaded from ``.idx`` or rebuilt."""
+        if self.index is not None:
+            return self.index
+        idx: SparseIndex | None = None
+        try:
+            with open(self.idx_path, "rb") as f:
+                raw = f.read()
+            if len(raw) % ENTRY.size == 0:
+                idx = SparseIndex.parse(raw, self.base, self.size)
+        except FileNotFoundError:
+            pass
+        if idx is None or not idx.indexes:
+            idx = self.rebuild_index()
+        self.index = idx
+        return idx
+
+    def rebuild_index(self) -> SparseIndex:
+        """Scan the whole (sealed) segment; any bad record in it is ``CorruptSegment``."""
+        with open(self.path, "rb") as f:
+            buf = f.read()
+        records, end, err = self._scan_checked(buf, 0)
+        if err is not None:
+            raise CorruptSegment(self.path, err.offset, err.reason)
+        expected_next = self.next_index
+        self.index = None
+        self.max_ts = None
+        self._adopt(records, end)
+        assert self.index is not None
+        if self.is_sealed and self.next_index != expected_next:
+            raise CorruptSegment(
+                self.path,
+                end,
+                f"sealed segment ends before index {self.next_index}; "
+                f"the next segment starts at {expected_next}",
+            )
+        log_event(
+            logger, logging.INFO, "rebuilt sparse index", file=self.idx_path, entries=len(records)
+        )
+        if not self.readonly:
+            write_index_file(self.idx_path, self.index)
+        return self.index
+
+    def compute_max_ts(self) -> int | None:
+        if self.max_ts is None and self.size:
+            self.rebuild_index()
+        return self.max_ts
+
+    # -- writing ---------------------------------------------------------------------------
+    def write(self, frames: list[bytes], first_index: int, max_ts: int) -> None:
+        """Append ``frames`` (records ``first_index…``) with one ``write`` call."""
+        assert self.wfd is not None and self.index is not None
+        buf = b"".join(frames)
+        pos = self.size
+        new_entries = []
+        idx = self.index
+        i = first_index
+        for fr in frames:
+            if idx.maybe_add(i, pos):
+                new_entries.append((i, pos))
+            pos += len(fr)
+            i += 1
+        view = memoryview(buf)
+        done = 0
+        while done < len(buf):  # a regular-file write is whole unless the disk is full
+            done += os.write(self.wfd, view[done:])
+        self.size = pos
+        self.next_index = i
+        if self.max_ts is None or max_ts > self.max_ts:
+            self.max_ts = max_ts
+        if new_entries and self.ifd is not None:
+            os.write(self.ifd, SparseIndex.entries_bytes(new_entries))
+
+    def sync(self) -> None:
+        if self.wfd is not None:
+            os.fdatasync(self.wfd)
+
+    def seal(self) -> None:
+        """Make the segment immutable: fsync data and index, close the write handles."""
+        if self.wfd is not None:
+            os.fdatasync(self.wfd)
+            os.close(self.wfd)
+            self.wfd = None
+        if self.ifd is not None:
+            os.fdatasync(self.ifd)
+            os.close(self.ifd)
+            self.ifd = None
+        self.is_sealed = True
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_fd(self) -> int:
+        if self._rfd is None:
+            self._rfd = os.open(self.path, os.O_RDONLY)
+        return self._rfd
+
+    def read(self, start: int, end: int, limit: int) -> list[StoredRecord]:
+        """Records with ``start <= index < end``, at most ``limit``; binary search on the
+        sparse index, then a forward read from the entry found."""
+        start = max(start, self.base)
+        end = min(end, self.next_index)
+        if start >= end or limit <= 0:
+            return []
+        idx = self.ensure_index()
+        entry_index, pos = idx.floor(start)
+        out = self._read_from(pos, start, end, limit, entry_index)
+        if out is None:  # the index pointed at the wrong record: rebuild and retry
+            self.rebuild_index()
+            entry_index, pos = self.ensure_index().floor(start)
+            out = self._read_from(pos, start, end, limit, entry_index)
+            if out is None:
+                raise CorruptSegment(self.path, pos, "sparse index disagrees with the segment")
+        return out
+
+    def _read_from(
+        self, pos: int, start: int, end: int, limit: int, entry_index: int
+    ) -> list[StoredRecord] | None:
+        fd = self._read_fd()
+        size = self.size
+        out: list[StoredRecord] = []
+        buf = b""
+        bpos = pos  # file position of buf[0]
+        off = 0
+        first = True
+        while pos < size and len(out) < limit:
+            try:
+                need = frame_length_at(buf, off)
+            except TornRecord:
+                need = FRAME_HEAD.size
+            except CorruptRecord as e:
+                raise CorruptSegment(self.path, bpos + e.offset, e.reason) from None
+            if len(buf) - off < need:
+                want = max(READ_CHUNK, need)
+                more = os.pread(fd, min(want, size - (bpos + len(buf))), bpos + len(buf))
+                if not more:
+                    raise CorruptSegment(self.path, pos, "segment ends inside a record")
+                buf = buf[off:] + more
+                bpos += off
+                off = 0
+                continue
+            try:
+                rec = decode_frame(buf, off, bpos)
+            except RecordDecodeError as e:
+                raise CorruptSegment(self.path, e.offset, e.reason) from None
+            if first:
+                first = False
+                if entry_index >= 0 and rec.index != entry_index:
+                    return None
+                if entry_index < 0 and rec.index != self.base:
+                    raise CorruptSegment(self.path, pos, f"first record has index {rec.index}")
+            off += rec.size
+            pos += rec.size
+            if rec.index >= end:
+                break
+            if rec.index >= start:
+                out.append(rec)
+        return out
+
+    def iter_all(self) -> list[StoredRecord]:
+        """Every record (for sealing to Parquet); corruption → ``CorruptSegment``."""
+        with open(self.path, "rb") as f:
+            buf = f.read(self.size)
+        records, end, err = self._scan_checked(buf, 0)
+        if err is not None or end != self.size:
+            off = err.offset if err is not None else end
+            raise CorruptSegment(self.path, off, err.reason if err else "short segment")
+        return records
+
+    def close(self) -> None:
+        for name in ("wfd", "ifd", "_rfd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+    def delete(self) -> None:
+        self.close()
+        for p in (self.path, self.idx_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)

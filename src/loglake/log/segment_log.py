@@ -1,0 +1,300 @@
+"""``SegmentLog``: the embedded, crash-safe ``Log`` on local files (issue 3 §2).
+
+Layout under ``data_dir``::
+
+    LOCK                                   flock'ed by the one writer process
+    consumers.log                          consumer indexes (consumer_store.py)
+    streams/<stream>/config.json           the stream's StreamConfig (temp + fsync + rename)
+    streams/<stream>/<p>/<first:020d>.seg  segment files of partition p (segment.py)
+    streams/<stream>/<p>/<first:020d>.idx  their sparse indexes (sparse_index.py)
+    lake/<stream>/partition=<p>/<first>-<last>.parquet   sealed history (lake.py, lake_schema.py)
+
+A stream exists once its ``config.json`` does; it is written last, after the partition folders,
+so a crash during ``create_stream`` leaves no half stream behind (a retry completes it).
+
+``readonly=True`` is for other processes reading a data dir a writer is using (Spark executors,
+CLI inspection): no lock, no file is created, changed or truncated, a torn tail is simply where
+reading stops, and every call looks again at the files to follow the writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loglake.log.api import (
+    Entry,
+    Log,
+    LogClosed,
+    LogLocked,
+    PartitionInfo,
+    ReadOnlyLog,
+    Record,
+    StreamConfig,
+    StreamExists,
+    StreamInfo,
+    UnknownPartition,
+    UnknownStream,
+    check_stream_name,
+)
+from loglake.log.consumer_store import ConsumerStore
+from loglake.log.lake_schema import lake_partition_dir
+from loglake.log.partition import Partition
+from loglake.log.segment import fsync_dir
+
+STREAMS_DIR = "streams"
+CONFIG_FILE = "config.json"
+LOCK_FILE = "LOCK"
+
+
+def config_to_json(config: StreamConfig) -> bytes:
+    return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True).encode()
+
+
+def config_from_json(raw: bytes) -> StreamConfig:
+    d = json.loads(raw)
+    names = {f.name for f in dataclasses.fields(StreamConfig)}
+    return StreamConfig(**{k: v for k, v in d.items() if k in names})
+
+
+class _Stream:
+    def __init__(self, config: StreamConfig, partitions: list[Partition]) -> None:
+        self.config = config
+        self.partitions = partitions
+
+
+class SegmentLog(Log):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        default_config: StreamConfig | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.readonly = readonly
+        self.default_config = default_config or StreamConfig()
+        self._lock = threading.RLock()
+        self._streams: dict[str, _Stream] = {}
+        self._lock_fd: int | None = None
+        self._closed = False
+        if not readonly:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            (self.data_dir / STREAMS_DIR).mkdir(exist_ok=True)
+            self._take_lock()
+        try:
+            self._consumers = ConsumerStore(self.data_dir, readonly)
+            self._load_streams()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    # -- lock -------------------------------------------------------------------------------
+    def _take_lock(self) -> None:
+        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogLocked(str(self.data_dir)) from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- streams ----------------------------------------------------------------------------
+    def _stream_dir(self, name: str) -> Path:
+        return self.data_dir / STREAMS_DIR / name
+
+    def _open_stream(self, name: str, config: StreamConfig) -> _Stream:
+        parts = [
+            Partition(
+                name,
+                p,
+                self._stream_dir(name) / str(p),
+                lake_partition_dir(self.data_dir, name, p),
+                config,
+                self.readonly,
+            )
+            for p in range(config.partitions)
+        ]
+        return _Stream(config, parts)
+
+    def _load_streams(self) -> None:
+        root = self.data_dir / STREAMS_DIR
+        try:
+            names = sorted(os.listdir(root))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name in self._streams:
+                continue
+            try:
+                raw = (root / name / CONFIG_FILE).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # half-created (crash before config.json) or foreign
+            self._streams[name] = self._open_stream(name, config_from_json(raw))
+
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        check_stream_name(name)
+        with self._lock:
+            self._check_open()
+            if self.readonly:
+                self._load_streams()
+            existing = self._streams.get(name)
+            if existing is not None:
+                if config is not None and config.partitions != existing.config.partitions:
+                    raise StreamExists(
+                        f"stream {name!r} exists with {existing.config.partitions} partitions, "
+                        f"not {config.partitions}"
+                    )
+                return self.stream_info(name)
+            if self.readonly:
+                raise ReadOnlyLog(f"cannot create stream {name!r}: the log is read-only")
+            config = config or self.default_config
+            sdir = self._stream_dir(name)
+            sdir.mkdir(parents=True, exist_ok=True)
+            stream = self._open_stream(name, config)
+            tmp = sdir / (CONFIG_FILE + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(config_to_json(config))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, sdir / CONFIG_FILE)
+            fsync_dir(sdir)
+            fsync_dir(sdir.parent)
+            self._streams[name] = stream
+            return self.stream_info(name)
+
+    def streams(self) -> list[str]:
+        with self._lock:
+            self._check_open()
+            if self.readonly:
+                self._load_streams()
+            return sorted(self._streams)
+
+    def _stream(self, name: str) -> _Stream:
+        self._check_open()
+        s = self._streams.get(name)
+        if s is None and self.readonly:
+            self._load_streams()
+            s = self._streams.get(name)
+        if s is None:
+            raise UnknownStream(name)
+        return s
+
+    def _partition(self, stream: str, partition: int) -> Partition:
+        s = self._stream(stream)
+        if not isinstance(partition, int) or not 0 <= partition < len(s.partitions):
+            raise UnknownPartition(stream, partition, len(s.partitions))
+        return s.partitions[partition]
+
+    def stream_info(self, name: str) -> StreamInfo:
+        with self._lock:
+            s = self._stream(name)
+            infos = []
+            for p in s.partitions:
+                if self.readonly:
+                    p.refresh()
+                infos.append(PartitionInfo(p.partition, p.first_index, p.next_index, p.bytes))
+            return StreamInfo(name, s.config, tuple(infos))
+
+    # -- writing ----------------------------------------------------------------------------
+    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+        if self.readonly:
+            raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
+        with self._lock:
+            part = self._partition(stream, partition)
+        return part.append_many(entries, part.config.durability)
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int | None = None,
+        end: int | None = None,
+    ) -> list[Record]:
+        with self._lock:
+            part = self._partition(stream, partition)
+        return part.read(start, limit, end)
+
+    def next_index(self, stream: str, partition: int = 0) -> int:
+        with self._lock:
+            part = self._partition(stream, partition)
+        if self.readonly:
+            part.refresh()
+        return part.next_index
+
+    # -- consumer indexes -------------------------------------------------------------------
+    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        with self._lock:
+            self._partition(stream, partition)
+        return self._consumers.get(client_id, stream, partition)
+
+    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
+        if self.readonly:
+            raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
+        with self._lock:
+            self._partition(stream, partition)
+        return self._consumers.save(client_id, stream, partition, index)
+
+    # -- maintenance ------------------------------------------------------------------------
+    def enforce_retention(self, now_ns: int | None = None) -> int:
+        if self.readonly:
+            raise ReadOnlyLog("cannot enforce retention: the log is read-only")
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        with self._lock:
+            self._check_open()
+            parts = [p for s in self._streams.values() for p in s.partitions]
+        return sum(p.enforce_retention(now_ns) for p in parts)
+
+    def flush(self) -> None:
+        if self.readonly:
+            return
+        with self._lock:
+            for s in self._streams.values():
+                for p in s.partitions:
+                    p.flush()
+
+    def fsync_count(self, stream: str, partition: int = 0) -> int:
+        """How many group-commit fsyncs a partition ran (benchmarks and tests)."""
+        return self._partition(stream, partition).fsyncs
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed("the log is closed")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for s in self._streams.values():
+                for p in s.partitions:
+                    p.close()
+            self._consumers.close()
+            self._release_lock()
+
+
+def open_log(
+    data_dir: str | os.PathLike[str],
+    *,
+    readonly: bool = False,
+    default_config: StreamConfig | None = None,
+) -> Log:
+    """Open (creating if needed) the embedded log at ``data_dir``.
+
+    One writer per data dir (a second one gets ``LogLocked``); any number of ``readonly``
+    readers, in any process, alongside it."""
+    return SegmentLog(data_dir, readonly=readonly, default_config=default_config)

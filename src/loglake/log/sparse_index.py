@@ -1,0 +1,94 @@
+"""The sparse index of one segment: record index → byte position, one entry every few KB.
+
+Why: a read by index must be a binary search, not a scan of the segment (issue 3 §2; Kafka's
+``.index`` files are the model: fixed-size entries, one per ``index.interval.bytes`` of log).
+The index is derived data: the segment is the truth, so a missing, partial or inconsistent index
+file is rebuilt from the segment, never trusted over it.
+
+File: a sequence of 16-byte entries ``index:u64le position:u64le``, strictly increasing in both
+fields. A trailing partial entry (a torn write) is ignored and cut off by the writer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from collections.abc import Iterable
+
+ENTRY = struct.Struct("<QQ")
+INTERVAL_BYTES = 4096
+"""Bytes of segment between two index entries (Kafka's default ``index.interval.bytes``)."""
+
+
+class SparseIndex:
+    """In-memory entries of one segment's index; the file is appended to as records land."""
+
+    __slots__ = ("indexes", "last_pos", "positions")
+
+    def __init__(self) -> None:
+        self.indexes: list[int] = []
+        self.positions: list[int] = []
+        self.last_pos = -INTERVAL_BYTES  # position of the newest entry
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def maybe_add(self, index: int, pos: int) -> bool:
+        """Add ``(index, pos)`` if ``pos`` is far enough from the previous entry."""
+        if pos - self.last_pos >= INTERVAL_BYTES or not self.indexes:
+            self.indexes.append(index)
+            self.positions.append(pos)
+            self.last_pos = pos
+            return True
+        return False
+
+    def floor(self, index: int) -> tuple[int, int]:
+        """``(index, position)`` of the last entry at or before ``index``; ``(-1, 0)`` when
+        none (start from the beginning of the segment)."""
+        i = bisect.bisect_right(self.indexes, index) - 1
+        if i < 0:
+            return -1, 0
+        return self.indexes[i], self.positions[i]
+
+    def truncate_to(self, size: int) -> None:
+        """Drop entries pointing at or past ``size`` (after the segment was truncated)."""
+        i = bisect.bisect_left(self.positions, size)
+        del self.indexes[i:]
+        del self.positions[i:]
+        self.last_pos = self.positions[-1] if self.positions else -INTERVAL_BYTES
+
+    def to_bytes(self) -> bytes:
+        return b"".join(ENTRY.pack(i, p) for i, p in zip(self.indexes, self.positions, strict=True))
+
+    @staticmethod
+    def entries_bytes(entries: Iterable[tuple[int, int]]) -> bytes:
+        return b"".join(ENTRY.pack(i, p) for i, p in entries)
+
+    @classmethod
+    def parse(cls, raw: bytes, base: int, segment_size: int) -> SparseIndex | None:
+        """Entries from a file's bytes, or None if they are not trustworthy (not increasing,
+        outside the segment, or before its first index). A partial last entry is ignored;
+        entries at or past ``segment_size`` are dropped (the segment was truncated)."""
+        idx = cls()
+        whole = len(raw) - len(raw) % ENTRY.size
+        prev_i, prev_p = base - 1, -1
+        for i, p in ENTRY.iter_unpack(raw[:whole]):
+            if p >= segment_size:
+                break
+            if i <= prev_i or p <= prev_p or (p == 0) != (i == base):
+                return None
+            idx.indexes.append(i)
+            idx.positions.append(p)
+            prev_i, prev_p = i, p
+        if idx.positions:
+            idx.last_pos = idx.positions[-1]
+        return idx
+
+
+def write_index_file(path: str, index: SparseIndex) -> None:
+    """Replace ``path`` with ``index`` (temp file + rename; not fsynced: it is derived data)."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(index.to_bytes())
+    os.replace(tmp, path)

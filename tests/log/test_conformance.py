@@ -1,0 +1,140 @@
+"""The ``Log`` contract (loglake.log.api), checked on every backend: ``MemoryLog`` and
+``SegmentLog``. Rules come from the Ockam stream service spec (indexes per stream/partition,
+monotonic; pull from an index returns nothing below it; consumer index storage MUST be
+monotonic) and from the docstrings of ``loglake.log.api``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from loglake.log import (
+    Entry,
+    IndexRegression,
+    InvalidStreamName,
+    Log,
+    MemoryLog,
+    StreamConfig,
+    StreamExists,
+    UnknownPartition,
+    UnknownStream,
+    open_log,
+)
+
+
+@pytest.fixture(params=["memory", "segment"])
+def log(request, tmp_path) -> Iterator[Log]:
+    lg: Log = MemoryLog() if request.param == "memory" else open_log(tmp_path / "data")
+    yield lg
+    lg.close()
+
+
+def test_indexes_start_at_zero_per_partition_and_increase_by_one(log: Log):
+    log.create_stream("s", StreamConfig(partitions=3))
+    assert log.append_many("s", 0, [Entry(b"a"), Entry(b"b"), Entry(b"c")]) == [0, 1, 2]
+    assert log.append("s", 2, b"x") == 0
+    assert log.append("s", 0, b"d") == 3
+    assert log.append_many("s", 1, []) == []
+    info = log.stream_info("s")
+    assert [(p.first_index, p.next_index) for p in info.partitions] == [(0, 4), (0, 0), (0, 1)]
+    assert info.records == 5
+
+
+def test_records_keep_every_field(log: Log):
+    log.create_stream("s")
+    log.append("s", 0, b"data", key=b"k", headers=(("h", b"1"), ("h", b"2")), timestamp_ns=42)
+    log.append("s", 0, b"", key=b"", headers=())
+    r0, r1 = log.read("s", 0, 0)
+    assert (r0.stream, r0.partition, r0.index, r0.timestamp_ns) == ("s", 0, 0, 42)
+    assert (r0.key, r0.headers, r0.data) == (b"k", (("h", b"1"), ("h", b"2")), b"data")
+    assert (r1.key, r1.headers, r1.data) == (b"", (), b"")
+    assert r1.timestamp_ns > 0  # assigned by the log
+
+
+def test_read_ranges_limits_and_past_the_end(log: Log):
+    log.create_stream("s")
+    log.append_many("s", 0, [Entry(bytes([i])) for i in range(10)])
+    assert [r.index for r in log.read("s", 0, 3, limit=4)] == [3, 4, 5, 6]
+    assert [r.index for r in log.read("s", 0, 3, end=6)] == [3, 4, 5]
+    assert [r.index for r in log.read("s", 0, 8, limit=100)] == [8, 9]
+    assert log.read("s", 0, 3, limit=0) == []
+    assert log.read("s", 0, 10) == []
+    assert log.read("s", 0, 1000, limit=5) == []
+    assert log.read("s", 0, 5, end=5) == []
+    assert [r.data for r in log.iter_records("s", 0, 2, batch=3)] == [
+        bytes([i]) for i in range(2, 10)
+    ]
+    assert log.next_index("s", 0) == 10
+
+
+def test_read_below_first_index_starts_at_first_index_after_retention(tmp_path, log: Log):
+    # Small segments so that a segment-based backend has whole segments to drop; no lake so
+    # the dropped history is really gone.
+    log.create_stream("s", StreamConfig(segment_bytes=200, retention_records=3, seal_to_lake=False))
+    for i in range(40):
+        log.append("s", 0, bytes([i]) * 20)
+    before = log.stream_info("s").partitions[0]
+    dropped = log.enforce_retention()
+    after = log.stream_info("s").partitions[0]
+    assert dropped == after.first_index - before.first_index > 0
+    assert after.next_index == 40
+    assert after.next_index - after.first_index >= 3  # at least the window is kept
+    got = log.read("s", 0, 0)
+    assert [r.index for r in got] == list(range(after.first_index, 40))
+    assert all(r.data == bytes([r.index]) * 20 for r in got)
+    assert log.append("s", 0, b"next") == 40  # indexes never restart
+
+
+def test_consumer_index_is_monotonic_and_rejects_lower_saves(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    assert log.get_consumer_index("c", "s", 0) is None
+    assert log.save_consumer_index("c", "s", 0, 5) == 5
+    assert log.save_consumer_index("c", "s", 0, 5) == 5
+    with pytest.raises(IndexRegression) as e:
+        log.save_consumer_index("c", "s", 0, 4)
+    assert (e.value.stored, e.value.asked) == (5, 4)
+    assert log.get_consumer_index("c", "s", 0) == 5
+    assert log.save_consumer_index("c", "s", 0, 9) == 9
+    assert log.get_consumer_index("c", "s", 1) is None  # per partition
+    assert log.get_consumer_index("other", "s", 0) is None  # per client
+
+
+def test_unknown_stream_and_partition_are_typed_errors(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    with pytest.raises(UnknownStream):
+        log.append("nope", 0, b"x")
+    with pytest.raises(UnknownStream):
+        log.read("nope", 0, 0)
+    with pytest.raises(UnknownStream):
+        log.stream_info("nope")
+    with pytest.raises(UnknownStream):
+        log.get_consumer_index("c", "nope", 0)
+    with pytest.raises(UnknownPartition):
+        log.append("s", 2, b"x")
+    with pytest.raises(UnknownPartition):
+        log.read("s", -1, 0)
+    with pytest.raises(UnknownPartition):
+        log.save_consumer_index("c", "s", 5, 1)
+
+
+def test_create_stream_is_idempotent(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    log.append("s", 1, b"x")
+    info = log.create_stream("s", StreamConfig(partitions=2))
+    assert info.partitions[1].next_index == 1
+    assert log.create_stream("s").config.partitions == 2
+    assert log.streams() == ["s"]
+    assert log.has_stream("s") and not log.has_stream("t")
+
+
+def test_create_stream_with_other_partitions_is_stream_exists(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    with pytest.raises(StreamExists):
+        log.create_stream("s", StreamConfig(partitions=3))
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a b", "x" * 201])
+def test_invalid_stream_names_are_rejected(log: Log, name: str):
+    with pytest.raises(InvalidStreamName):
+        log.create_stream(name)
