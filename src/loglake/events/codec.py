@@ -1,0 +1,375 @@
+"""Messages <-> Candid bytes, per method of each role.
+
+Each method takes one Candid argument and returns one Candid value (the ICRC-72/77 batch
+methods all have this shape). :data:`METHODS` names, for every method we serve, its argument and
+result types and the converters between the dataclasses of ``messages.py`` and icp_candid's
+value form. Encoding validates values first (icp-py-core encodes values @dfinity/candid
+rejects; FIELD-NOTES "Candid"); decoding maps every failure to ``ICRC16DecodeError`` (a
+``DecodeError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from icp_candid import Types
+from icp_candid import encode as _encode
+from icp_principal import Principal
+
+from loglake.events import candid_types as T
+from loglake.events.messages import (
+    Err,
+    Event,
+    EventNotification,
+    GetReplays,
+    Ok,
+    OrchestrationFilter,
+    Registration,
+    ReplayRegistration,
+    ReplayState,
+    ReplayStatus,
+    ReplayStatusUpdate,
+)
+from loglake.wire import icrc16
+from loglake.wire.icrc16 import ICRC16DecodeError, candid_decode
+
+
+def _opt(v: Any) -> list[Any]:
+    return [] if v is None else [v]
+
+
+def _unopt(v: list[Any]) -> Any:
+    return v[0] if v else None
+
+
+def _map_to(m: Any) -> list[Any]:
+    return icrc16.map_to_candid(icrc16.validate_map(list(m)))
+
+
+def _nat(x: Any, what: str) -> int:
+    if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+        raise icrc16.ICRC16Error(f"{what} must be a nat, not {x!r}")
+    return x
+
+
+# --- records ---------------------------------------------------------------------------------
+def event_to(e: Event) -> dict[str, Any]:
+    return {
+        "eventId": _nat(e.event_id, "eventId"),
+        "prevEventId": _opt(e.prev_event_id),
+        "timestamp": _nat(e.timestamp, "timestamp"),
+        "namespace": e.namespace,
+        "data": icrc16.to_candid(icrc16.validate(e.data)),
+        "source": e.source,
+        "headers": _opt(None if e.headers is None else _map_to(e.headers)),
+    }
+
+
+def event_from(v: dict[str, Any]) -> Event:
+    h = _unopt(v["headers"])
+    return Event(
+        v["eventId"],
+        _unopt(v["prevEventId"]),
+        v["timestamp"],
+        v["namespace"],
+        icrc16.from_candid(v["data"]),
+        v["source"],
+        None if h is None else icrc16.map_from_candid(h),
+    )
+
+
+def notification_to(n: EventNotification) -> dict[str, Any]:
+    return {
+        "notificationId": _nat(n.notification_id, "notificationId"),
+        "eventId": _nat(n.event_id, "eventId"),
+        "prevEventId": _opt(n.prev_event_id),
+        "timestamp": n.timestamp,
+        "namespace": n.namespace,
+        "data": icrc16.to_candid(icrc16.validate(n.data)),
+        "headers": _opt(None if n.headers is None else _map_to(n.headers)),
+        "source": n.source,
+        "filter": _opt(n.filter),
+    }
+
+
+def notification_from(v: dict[str, Any]) -> EventNotification:
+    h = _unopt(v["headers"])
+    return EventNotification(
+        v["notificationId"],
+        v["eventId"],
+        _unopt(v["prevEventId"]),
+        v["timestamp"],
+        v["namespace"],
+        icrc16.from_candid(v["data"]),
+        None if h is None else icrc16.map_from_candid(h),
+        v["source"],
+        _unopt(v["filter"]),
+    )
+
+
+def registration_to(r: Registration) -> dict[str, Any]:
+    return {"namespace": r.namespace, "config": _map_to(r.config), "memo": bytes(r.memo)}
+
+
+def registration_from(v: dict[str, Any]) -> Registration:
+    return Registration(v["namespace"], icrc16.map_from_candid(v["config"]), bytes(v["memo"]))
+
+
+def replay_registration_to(r: ReplayRegistration) -> dict[str, Any]:
+    return {
+        "namespace": r.namespace,
+        "range": [_nat(r.start, "range start"), _opt(r.end)],
+        "config": _map_to(r.config),
+        "memo": bytes(r.memo),
+    }
+
+
+def replay_registration_from(v: dict[str, Any]) -> ReplayRegistration:
+    start, end = v["range"]
+    return ReplayRegistration(
+        v["namespace"], start, _unopt(end), icrc16.map_from_candid(v["config"]), bytes(v["memo"])
+    )
+
+
+def state_to(s: ReplayState) -> dict[str, Any]:
+    return {s.tag: s.value}
+
+
+def state_from(v: dict[str, Any]) -> ReplayState:
+    ((tag, val),) = v.items()
+    return ReplayState(tag, val)
+
+
+def status_to(s: ReplayStatus) -> dict[str, Any]:
+    return {
+        "replayId": s.replay_id,
+        "namespace": s.namespace,
+        "config": _map_to(s.config),
+        "stats": _map_to(s.stats),
+        "range": [s.start, _opt(s.end)],
+        "status": state_to(s.status),
+    }
+
+
+def status_from(v: dict[str, Any]) -> ReplayStatus:
+    start, end = v["range"]
+    return ReplayStatus(
+        v["replayId"],
+        v["namespace"],
+        icrc16.map_from_candid(v["config"]),
+        icrc16.map_from_candid(v["stats"]),
+        start,
+        _unopt(end),
+        state_from(v["status"]),
+    )
+
+
+def update_to(u: ReplayStatusUpdate) -> dict[str, Any]:
+    return {"replayId": u.replay_id, "status": state_to(u.status)}
+
+
+def update_from(v: dict[str, Any]) -> ReplayStatusUpdate:
+    return ReplayStatusUpdate(v["replayId"], state_from(v["status"]))
+
+
+def filter_to(f: OrchestrationFilter) -> dict[str, Any]:
+    stats = {f.statistics: list(f.statistics_list) if f.statistics == "List" else None}
+    return {"statistics": stats, "slice": [{k: v} for k, v in f.slices]}
+
+
+def filter_from(v: dict[str, Any]) -> OrchestrationFilter:
+    ((stag, sval),) = v["statistics"].items()
+    slices = tuple(next(iter(s.items())) for s in v["slice"])
+    return OrchestrationFilter(stag, tuple(sval or ()) if stag == "List" else (), slices)
+
+
+def get_replays_to(g: GetReplays) -> dict[str, Any]:
+    return {
+        "prev": _opt(g.prev),
+        "take": _opt(g.take),
+        "filter": _opt(None if g.filter is None else filter_to(g.filter)),
+    }
+
+
+def get_replays_from(v: dict[str, Any]) -> GetReplays:
+    f = _unopt(v["filter"])
+    return GetReplays(_unopt(v["prev"]), _unopt(v["take"]), None if f is None else filter_from(f))
+
+
+# --- results ---------------------------------------------------------------------------------
+def result_to(r: Ok | Err | None, ok: Callable[[Any], Any] = lambda x: x) -> Any:
+    """A ``variant { Ok; Err }``; wrap in ``_opt`` for the ``opt variant`` batch results."""
+    if isinstance(r, Ok):
+        return {"Ok": ok(r.value)}
+    return {"Err": {r.tag: r.payload}}
+
+
+def result_from(v: dict[str, Any], ok: Callable[[Any], Any] = lambda x: x) -> Ok | Err:
+    if "Ok" in v:
+        return Ok(ok(v["Ok"]))
+    ((tag, payload),) = v["Err"].items()
+    return Err(tag, payload)
+
+
+def opt_results_to(rs: list[Ok | Err | None]) -> list[Any]:
+    return [[] if r is None else [result_to(r)] for r in rs]
+
+
+def opt_results_from(vs: list[Any]) -> list[Ok | Err | None]:
+    return [result_from(v[0]) if v else None for v in vs]
+
+
+def confirm_to(r: Any) -> Any:
+    if r is None:
+        return {"allAccepted": None}
+    return {"itemized": opt_results_to(r)}
+
+
+def confirm_from(v: Any) -> Any:
+    if "allAccepted" in v:
+        return None
+    return opt_results_from(v["itemized"])
+
+
+# --- the method table ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Method:
+    name: str
+    arg_type: Any
+    ret_type: Any
+    arg_to: Callable[[Any], Any]
+    arg_from: Callable[[Any], Any]
+    ret_to: Callable[[Any], Any]
+    ret_from: Callable[[Any], Any]
+    query: bool = False
+
+    def encode_arg(self, arg: Any) -> bytes:
+        return _encode([{"type": self.arg_type, "value": self.arg_to(arg)}])
+
+    def decode_arg(self, data: bytes) -> Any:
+        return _convert(self.arg_from, candid_decode(data, [self.arg_type])[0])
+
+    def encode_ret(self, ret: Any) -> bytes:
+        return _encode([{"type": self.ret_type, "value": self.ret_to(ret)}])
+
+    def decode_ret(self, data: bytes) -> Any:
+        return _convert(self.ret_from, candid_decode(data, [self.ret_type])[0])
+
+
+def _convert(f: Callable[[Any], Any], v: Any) -> Any:
+    try:
+        return f(v)
+    except ICRC16DecodeError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ICRC16DecodeError(f"unexpected Candid value shape: {e}") from e
+
+
+def _vec(f: Callable[[Any], Any]) -> Callable[[list[Any]], list[Any]]:
+    return lambda xs: [f(x) for x in xs]
+
+
+def _ident(x: Any) -> Any:
+    return x
+
+
+def _nats_to(xs: list[int]) -> list[int]:
+    return [_nat(x, "id") for x in xs]
+
+
+_M = [
+    # Orchestrator (ICRC-72 candidate "Orchestrator Update Methods", ICRC-77 "Methods")
+    Method(
+        "icrc72_register_publication",
+        Types.Vec(T.PublicationRegistration),
+        Types.Vec(T.PublicationRegisterResult),
+        _vec(registration_to),
+        _vec(registration_from),
+        opt_results_to,
+        opt_results_from,
+    ),
+    Method(
+        "icrc72_register_subscription",
+        Types.Vec(T.SubscriptionRegistration),
+        Types.Vec(T.SubscriptionRegisterResult),
+        _vec(registration_to),
+        _vec(registration_from),
+        opt_results_to,
+        opt_results_from,
+    ),
+    Method(
+        "icrc77_register_replay",
+        Types.Vec(T.ReplayRegistration),
+        Types.Vec(T.ReplayRegisterResult),
+        _vec(replay_registration_to),
+        _vec(replay_registration_from),
+        opt_results_to,
+        opt_results_from,
+    ),
+    Method(
+        "icrc77_cancel_replay",
+        Types.Vec(T.ReplayId),
+        Types.Vec(T.CancelReplayResult),
+        _nats_to,
+        _ident,
+        opt_results_to,
+        opt_results_from,
+    ),
+    Method(
+        "icrc77_replay_status",
+        Types.Vec(T.ReplayStatusUpdate),
+        Types.Vec(T.ReplayStatusUpdateResult),
+        _vec(update_to),
+        _vec(update_from),
+        _vec(result_to),
+        _vec(result_from),
+    ),
+    Method(
+        "icrc77_get_replays",
+        T.GetReplaysArgs,
+        Types.Vec(Types.Opt(T.ReplayStatus)),
+        get_replays_to,
+        get_replays_from,
+        lambda rs: [_opt(None if r is None else status_to(r)) for r in rs],
+        lambda vs: [None if not v else status_from(v[0]) for v in vs],
+        query=True,
+    ),
+    # Broadcaster (ICRC-72 candidate "Broadcaster Update Functions")
+    Method(
+        "icrc72_publish",
+        Types.Vec(T.Event),
+        Types.Vec(T.PublishResult),
+        _vec(event_to),
+        _vec(event_from),
+        opt_results_to,
+        opt_results_from,
+    ),
+    Method(
+        "icrc72_confirm_notifications",
+        Types.Vec(Types.Nat),
+        T.ConfirmationResult,
+        _nats_to,
+        _ident,
+        confirm_to,
+        confirm_from,
+    ),
+    # Subscriber, and every role for system namespaces (ICRC-72 "Subscriber Update Functions").
+    # The candidate writes `(vec notification) -> ()` (one-shot); we return the count accepted so
+    # an HTTP caller learns it was processed.
+    Method(
+        "icrc72_handle_notification",
+        Types.Vec(T.EventNotification),
+        Types.Nat,
+        _vec(notification_to),
+        _vec(notification_from),
+        _ident,
+        _ident,
+    ),
+]
+METHODS: dict[str, Method] = {m.name: m for m in _M}
+
+
+def principal_of(v: Any) -> Principal:
+    return v if isinstance(v, Principal) else Principal(bytes(v))

@@ -1,0 +1,142 @@
+"""Messages of ICRC-72 and ICRC-77 as small immutable dataclasses (one per thing on the wire).
+
+Field meanings follow the ICRC-72 candidate (icdevs/ICEventsWG
+``draft_proposals_current/candidate-ICRC72-20240924.md``) and ``specs/icrc-77-event-replay.txt``.
+ICRC-16 values keep the ``loglake.wire.icrc16`` form. Candid variants that are results or errors
+are :class:`Ok` / :class:`Err` (``Err.tag`` is the Candid tag, ``Err.payload`` its value); a
+batch result that is Candid ``opt`` null is Python ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from icp_principal import Principal
+
+from loglake.wire.icrc16 import Value
+
+ICRC16Map = list[tuple[str, Value]]
+
+# Header and config keys, with where each comes from.
+H_REPLAY_ID = "icrc77:replay:id"  # ICRC-77 "Published Event Headers"
+H_REPLAY_END_ID = "icrc77:replay:end_id"  # ICRC-77 "Published Event Headers" (we emit this one)
+H_REPLAY_END = "icrc77:replay:end"  # ICRC-77 comment on ReplayRegistration (accepted, not emitted)
+C_REPLAY = "icrc77:replay"  # ICRC-77 "Publication Registration Configuration"
+C_CAPABLE = "icrc77:capable"  # ICRC-77 "Publisher Capabilities Metadata"
+C_PRICING = "icrc77:pricing"  # ICRC-77 "Publisher Capabilities Metadata"
+C_SUB_FILTER = "icrc72:subscription:filter"  # ICRC-72 "Subscription Configs"
+C_SUB_SKIP = "icrc72:subscription:skip"  # ICRC-72 "Subscription Configs"
+C_SUB_STOPPED = "icrc72:subscription:stopped"  # ICRC-72 "Subscription Configs"
+C_SUBS_ALLOWED = "icrc72:publication:subscribers:allowed:list"  # ICRC-72 "Publications Configs"
+C_SUBS_DISALLOWED = "icrc72:publication:subscribers:disallowed:list"
+
+
+@dataclass(frozen=True)
+class Ok:
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Err:
+    tag: str
+    payload: Any = None
+
+    def __str__(self) -> str:
+        return self.tag if self.payload is None else f"{self.tag}: {self.payload}"
+
+
+@dataclass(frozen=True)
+class Event:
+    event_id: int
+    prev_event_id: int | None
+    timestamp: int
+    namespace: str
+    data: Value
+    source: Principal
+    headers: ICRC16Map | None = None
+
+
+@dataclass(frozen=True)
+class EventNotification:
+    notification_id: int
+    event_id: int
+    prev_event_id: int | None
+    timestamp: int
+    namespace: str
+    data: Value
+    headers: ICRC16Map | None
+    source: Principal
+    filter: str | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """``PublicationRegistration`` and ``SubscriptionRegistration`` (same shape in ICRC-72)."""
+
+    namespace: str
+    config: ICRC16Map = field(default_factory=list)
+    memo: bytes = b""
+
+
+@dataclass(frozen=True)
+class ReplayRegistration:
+    """``range = record { nat; opt nat }``: closed-open ``[start, end)``; ``end`` None = to head."""
+
+    namespace: str
+    start: int
+    end: int | None = None
+    config: ICRC16Map = field(default_factory=list)
+    memo: bytes = b""
+
+
+@dataclass(frozen=True)
+class ReplayState:
+    """``variant { pending; running; completed : nat; canceled : nat; errored : text }``."""
+
+    tag: str
+    value: int | str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.tag in ("completed", "canceled", "errored")
+
+    def __str__(self) -> str:
+        return self.tag if self.value is None else f"{self.tag}({self.value})"
+
+
+PENDING = ReplayState("pending")
+RUNNING = ReplayState("running")
+
+
+@dataclass(frozen=True)
+class ReplayStatus:
+    replay_id: int
+    namespace: str
+    config: ICRC16Map
+    stats: ICRC16Map
+    start: int
+    end: int | None
+    status: ReplayState
+
+
+@dataclass(frozen=True)
+class ReplayStatusUpdate:
+    replay_id: int
+    status: ReplayState
+
+
+@dataclass(frozen=True)
+class OrchestrationFilter:
+    statistics: str = "None"  # None | All | List
+    statistics_list: tuple[str, ...] = ()
+    slices: tuple[
+        tuple[str, Any], ...
+    ] = ()  # (BySubscriber|ByPublisher|ByBroadcaster|ByNamespace, v)
+
+
+@dataclass(frozen=True)
+class GetReplays:
+    prev: Principal | None = None
+    take: int | None = None
+    filter: OrchestrationFilter | None = None
