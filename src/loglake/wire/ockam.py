@@ -1,0 +1,227 @@
+"""Ockam routing messages and the Ockam TCP transport framing, sans-I/O.
+
+Followed (build-trust/ockam, Elixir implementation):
+- ``implementations/elixir/ockam/ockam/lib/ockam/transport/tcp/handler.ex``: right after the TCP
+  connection opens each side sends one protocol version byte ``1`` and expects ``1`` back
+  ("Header, protocol version "1" must be the first thing exchanged"); afterwards the socket runs
+  in ``{:packet, 4}`` mode: every frame is a 4-byte big-endian length then that many bytes. An
+  empty frame is ignored; a frame that does not decode stops the handler (closes the connection).
+- ``.../transport/tcp/transport_message.ex``: the frame body is the CBOR ``TCPMessage``, encoded
+  as an array ``[onward_route, return_route, payload, tracing_context?]`` (``encode_as: :list``);
+  each address is the CBOR map ``{0: type (integer), 1: value (byte string)}``; ``payload`` is a
+  byte string and ``tracing_context`` an optional text string (omitted when absent, as minicbor
+  omits trailing ``None`` fields of an array).
+- ``Ockam.Address``: type ``0`` is a local (worker) address, type ``1`` a TCP address.
+
+The frame size limit is loglake's (the reference has none): a peer announcing a larger frame is a
+protocol error and the connection should be closed.
+
+CBOR is ``cbor2`` (a kept library), not hand-written.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import cbor2
+
+from loglake.errors import DecodeError, RemoteProtocolError
+
+PROTOCOL_VERSION = 1
+"""handler.ex: ``transport.send(socket, <<1>>)``, then ``{:ok, <<1>>} = transport.recv(...)``."""
+VERSION_BYTE = bytes((PROTOCOL_VERSION,))
+
+ADDRESS_TYPE_LOCAL = 0
+"""Ockam.Address: local worker address type."""
+ADDRESS_TYPE_TCP = 1
+"""Ockam.Transport.TCPAddress type."""
+
+DEFAULT_MAX_FRAME = 32 * 1024 * 1024
+"""loglake's limit on one frame (the reference has no limit)."""
+
+_LEN = struct.Struct(">I")
+
+
+class OckamWireError(DecodeError):
+    """A TCP frame whose body is not a valid Ockam ``TCPMessage``."""
+
+
+class FrameTooLarge(RemoteProtocolError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size, self.limit = size, limit
+
+
+class BadProtocolVersion(RemoteProtocolError):
+    def __init__(self, got: int) -> None:
+        super().__init__(f"peer sent protocol version {got}, expected {PROTOCOL_VERSION}")
+        self.got = got
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """An Ockam address ``{type, value}``."""
+
+    type: int
+    value: bytes
+
+    @classmethod
+    def local(cls, name: str) -> Address:
+        return cls(ADDRESS_TYPE_LOCAL, name.encode())
+
+    @property
+    def name(self) -> str:
+        """The value as text (local addresses are UTF-8 names); invalid bytes are escaped."""
+        return self.value.decode("utf-8", "backslashreplace")
+
+    def __str__(self) -> str:
+        return f"{self.type}#{self.name}"
+
+
+Route = tuple[Address, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingMessage:
+    """An Ockam message: where it goes, where replies go, and opaque payload bytes."""
+
+    onward_route: Route
+    return_route: Route
+    payload: bytes
+    tracing_context: str | None = field(default=None)
+
+
+def route(*names: str | Address) -> Route:
+    return tuple(n if isinstance(n, Address) else Address.local(n) for n in names)
+
+
+# -- TCPMessage <-> CBOR ---------------------------------------------------------------------
+
+
+def encode_transport_message(msg: RoutingMessage) -> bytes:
+    """CBOR ``TCPMessage`` (transport_message.ex)."""
+    body: list = [
+        [{0: a.type, 1: a.value} for a in msg.onward_route],
+        [{0: a.type, 1: a.value} for a in msg.return_route],
+        msg.payload,
+    ]
+    if msg.tracing_context is not None:
+        body.append(msg.tracing_context)
+    return cbor2.dumps(body)
+
+
+def _address(term: object) -> Address:
+    if not isinstance(term, dict) or set(term) != {0, 1}:
+        raise OckamWireError(f"address must be a map {{0: type, 1: value}}, got {term!r:.80}")
+    t, v = term[0], term[1]
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 255:
+        raise OckamWireError(f"address type must be an integer 0..255, got {t!r:.40}")
+    if not isinstance(v, bytes):
+        raise OckamWireError(f"address value must be a byte string, got {type(v).__name__}")
+    return Address(t, v)
+
+
+def _route(term: object, what: str) -> Route:
+    if not isinstance(term, list):
+        raise OckamWireError(f"{what} must be an array, got {type(term).__name__}")
+    return tuple(_address(a) for a in term)
+
+
+def decode_transport_message(body: bytes) -> RoutingMessage:
+    """Strict decode of one frame body; anything else → ``OckamWireError``."""
+    stream = io.BytesIO(body)
+    try:
+        term = cbor2.CBORDecoder(stream).decode()
+    except Exception as e:  # cbor2 raises CBORDecodeError and others on garbage
+        raise OckamWireError(f"frame is not valid CBOR: {e}") from None
+    if stream.tell() != len(body):
+        raise OckamWireError(f"{len(body) - stream.tell()} trailing bytes after the TCPMessage")
+    if not isinstance(term, list) or len(term) not in (3, 4):
+        raise OckamWireError("TCPMessage must be an array of 3 or 4 items")
+    onward = _route(term[0], "onward_route")
+    ret = _route(term[1], "return_route")
+    payload = term[2]
+    if not isinstance(payload, bytes):
+        raise OckamWireError(f"payload must be a byte string, got {type(payload).__name__}")
+    tracing = term[3] if len(term) == 4 else None
+    if tracing is not None and not isinstance(tracing, str):
+        raise OckamWireError("tracing_context must be a text string")
+    return RoutingMessage(onward, ret, payload, tracing)
+
+
+def encode_frame(msg: RoutingMessage) -> bytes:
+    """``{:packet, 4}`` framing: 4-byte big-endian length + the CBOR body."""
+    body = encode_transport_message(msg)
+    return _LEN.pack(len(body)) + body
+
+
+def encode_frames(msgs: Sequence[RoutingMessage]) -> bytes:
+    parts = []
+    for m in msgs:
+        body = encode_transport_message(m)
+        parts.append(_LEN.pack(len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+class TcpConnection:
+    """Sans-I/O Ockam TCP connection (one side): version exchange, then framed messages.
+
+    ``initial_bytes()`` gives what to send first (the version byte); feed every received chunk to
+    ``receive_data`` and it returns the messages completed so far. A protocol violation (bad
+    version, frame too large, a body that is not a ``TCPMessage``) sets ``error`` to a typed
+    exception; the messages completed before it are still returned (nothing valid is lost), later
+    bytes are ignored, and the caller should close the socket — as the reference handler stops on
+    a decode error.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._version_ok = False
+        self.error: RemoteProtocolError | DecodeError | None = None
+
+    @staticmethod
+    def initial_bytes() -> bytes:
+        return VERSION_BYTE
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def receive_data(self, data: bytes) -> list[RoutingMessage]:
+        out: list[RoutingMessage] = []
+        if self.error is not None:
+            return out
+        self._buf += data
+        buf = self._buf
+        pos = 0
+        try:
+            if not self._version_ok:
+                if not buf:
+                    return out
+                if buf[0] != PROTOCOL_VERSION:
+                    raise BadProtocolVersion(buf[0])
+                pos = 1
+                self._version_ok = True
+            n = len(buf)
+            while n - pos >= 4:
+                (size,) = _LEN.unpack_from(buf, pos)
+                if size > self.max_frame:
+                    raise FrameTooLarge(size, self.max_frame)
+                if n - pos - 4 < size:
+                    break
+                start = pos + 4
+                pos = start + size
+                if size == 0:  # handler.ex: "Empty TCP payload - ignore"
+                    continue
+                out.append(decode_transport_message(bytes(buf[start:pos])))
+        except (RemoteProtocolError, DecodeError) as e:
+            self.error = e
+            buf.clear()
+            return out
+        del buf[:pos]
+        return out

@@ -1,0 +1,131 @@
+"""Ockam TCP transport: version byte, {:packet, 4} framing, CBOR TCPMessage.
+
+Vectors derived by hand from the reference (build-trust/ockam, Elixir):
+``transport/tcp/handler.ex`` (version byte 1, 4-byte big-endian length prefix) and
+``transport/tcp/transport_message.ex`` (``[onward_route, return_route, payload,
+tracing_context?]``, addresses ``{0: type, 1: value bytes}``), with CBOR per RFC 8949 (major type
+4 array = 0x80|n, 5 map = 0xa0|n, 2 bytes = 0x40|n, 3 text = 0x60|n)."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loglake.errors import DecodeError
+from loglake.wire.ockam import (
+    ADDRESS_TYPE_TCP,
+    Address,
+    BadProtocolVersion,
+    FrameTooLarge,
+    OckamWireError,
+    RoutingMessage,
+    TcpConnection,
+    decode_transport_message,
+    encode_frame,
+    encode_transport_message,
+    route,
+)
+
+MSG = RoutingMessage(route("stream_service"), route("app"), b"\x01")
+# 83                       array(3)
+#   81 a2 00 00 01 4e ...  [ {0: 0, 1: h'"stream_service"'} ]   (14 bytes -> 0x4e)
+#   81 a2 00 00 01 43 ...  [ {0: 0, 1: h'"app"'} ]
+#   41 01                  payload h'01'
+MSG_CBOR = "83" + "81a20000014e" + b"stream_service".hex() + "81a200000143" + b"app".hex() + "4101"
+
+
+def test_transport_message_vector() -> None:
+    assert encode_transport_message(MSG).hex() == MSG_CBOR
+    assert decode_transport_message(bytes.fromhex(MSG_CBOR)) == MSG
+
+
+def test_tracing_context_is_a_fourth_text_item() -> None:
+    m = RoutingMessage(route("a"), (), b"", tracing_context="t")
+    assert encode_transport_message(m).hex() == "84" + "81a200000141" + "61" + "80" + "40" + "6174"
+    assert decode_transport_message(encode_transport_message(m)) == m
+
+
+def test_frame_is_big_endian_length_then_body() -> None:
+    body = bytes.fromhex(MSG_CBOR)
+    assert encode_frame(MSG) == struct.pack(">I", len(body)) + body
+
+
+def test_version_byte_then_frames_in_any_chunking() -> None:
+    wire = (
+        TcpConnection.initial_bytes() + encode_frame(MSG) + b"\x00\x00\x00\x00" + encode_frame(MSG)
+    )
+    assert wire[0] == 1
+    for step in (1, 3, 7, len(wire)):
+        conn = TcpConnection()
+        got = []
+        for i in range(0, len(wire), step):
+            got += conn.receive_data(wire[i : i + step])
+        assert got == [MSG, MSG]  # the empty frame is ignored (handler.ex)
+        assert conn.error is None and conn.buffered == 0
+
+
+def test_bad_version_byte_is_a_protocol_error() -> None:
+    conn = TcpConnection()
+    assert conn.receive_data(b"\x02" + encode_frame(MSG)) == []
+    assert isinstance(conn.error, BadProtocolVersion)
+
+
+def test_frame_over_the_limit_is_refused_before_buffering_it() -> None:
+    conn = TcpConnection(max_frame=100)
+    assert conn.receive_data(b"\x01" + encode_frame(MSG) + struct.pack(">I", 101)) == [MSG]
+    assert isinstance(conn.error, FrameTooLarge)
+    assert conn.receive_data(b"more") == []  # dead connection ignores further bytes
+
+
+def test_messages_before_a_bad_frame_are_kept() -> None:
+    conn = TcpConnection()
+    bad = b"\xff\xff"
+    got = conn.receive_data(b"\x01" + encode_frame(MSG) + struct.pack(">I", 2) + bad)
+    assert got == [MSG]
+    assert isinstance(conn.error, OckamWireError)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("ff", "not valid CBOR"),
+        ("82" + "80" + "80", "3 or 4"),  # 2-item array
+        ("a0", "3 or 4"),  # a map, not an array
+        ("83" + "a0" + "80" + "40", "must be an array"),  # onward route is a map
+        ("83" + "81a10000" + "80" + "40", "address must be a map"),
+        ("83" + "81a200000161" + "61" + "80" + "40", "byte string"),  # value as text
+        ("83" + "81a2006161014161" + "80" + "40", "integer"),  # type as text
+        ("83" + "80" + "80" + "6161", "payload must be a byte string"),
+        ("84" + "80" + "80" + "40" + "01", "tracing_context"),
+        ("83" + "80" + "80" + "40" + "00", "trailing"),
+    ],
+)
+def test_malformed_transport_messages(body: str, why: str) -> None:
+    with pytest.raises(DecodeError, match=why):
+        decode_transport_message(bytes.fromhex(body))
+
+
+address = st.builds(Address, st.integers(0, 255), st.binary(max_size=40))
+routes = st.lists(address, max_size=4).map(tuple)
+
+
+@given(routes, routes, st.binary(max_size=300), st.none() | st.text(max_size=20))
+def test_transport_message_round_trip(onward, ret, payload, tracing) -> None:
+    m = RoutingMessage(onward, ret, payload, tracing)
+    assert decode_transport_message(encode_transport_message(m)) == m
+
+
+@given(st.binary(max_size=80))
+def test_random_frame_bodies_decode_or_raise_decode_error(body: bytes) -> None:
+    # anything but a DecodeError (or a crash) fails the test
+    with contextlib.suppress(DecodeError):
+        decode_transport_message(body)
+
+
+def test_tcp_address_type() -> None:
+    a = Address(ADDRESS_TYPE_TCP, b"127.0.0.1:4000")
+    assert encode_transport_message(RoutingMessage((a,), (), b"")).hex().startswith("8381a20001")
