@@ -302,11 +302,15 @@ class Segment:
             except TornRecord:
                 need = FRAME_HEAD.size
             except CorruptRecord as e:
+                if first and entry_index >= 0:
+                    return None  # the index pointed into the middle of something
                 raise CorruptSegment(self.path, bpos + e.offset, e.reason) from None
             if len(buf) - off < need:
                 want = max(READ_CHUNK, need)
                 more = os.pread(fd, min(want, size - (bpos + len(buf))), bpos + len(buf))
                 if not more:
+                    if first and entry_index >= 0:
+                        return None
                     raise CorruptSegment(self.path, pos, "segment ends inside a record")
                 buf = buf[off:] + more
                 bpos += off
@@ -315,6 +319,8 @@ class Segment:
             try:
                 rec = decode_frame(buf, off, bpos)
             except RecordDecodeError as e:
+                if first and entry_index >= 0:
+                    return None
                 raise CorruptSegment(self.path, e.offset, e.reason) from None
             if first:
                 first = False

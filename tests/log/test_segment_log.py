@@ -1,0 +1,426 @@
+"""Engine behaviour of ``SegmentLog`` beyond the shared contract: reopen, recovery, sparse
+indexes, rolling, retention, sealing to the lake, readonly readers and the writer lock
+(issue 3 §2)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from loglake.log import (
+    CorruptSegment,
+    Entry,
+    LogLocked,
+    ReadOnlyLog,
+    SegmentLog,
+    StreamConfig,
+    open_log,
+)
+from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name
+from loglake.log.record_codec import FRAME_HEAD
+from loglake.log.segment import segment_name
+from loglake.log.sparse_index import INTERVAL_BYTES
+
+
+def part_dir(data: Path, stream: str = "s", p: int = 0) -> Path:
+    return data / "streams" / stream / str(p)
+
+
+def seg_files(data: Path, stream: str = "s", p: int = 0) -> list[Path]:
+    return sorted(part_dir(data, stream, p).glob("*.seg"))
+
+
+def payload(i: int) -> bytes:
+    return (b"%08d" % i) * (1 + i % 7)
+
+
+def fill(log, n: int, stream: str = "s", p: int = 0, ts=None) -> None:
+    for i in range(n):
+        log.append(stream, p, payload(i), key=b"k%d" % i, timestamp_ns=ts(i) if ts else None)
+
+
+def test_reopen_keeps_records_streams_configs_and_consumer_indexes(tmp_path):
+    cfg = StreamConfig(partitions=2, durability="always", segment_bytes=4096)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 50)
+        log.append("s", 1, b"one", headers=(("h", b"v"),))
+        log.save_consumer_index("c", "s", 1, 7)
+    with open_log(tmp_path) as log:
+        assert log.streams() == ["s"]
+        assert log.stream_info("s").config == cfg
+        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(50)]
+        assert log.read("s", 1, 0)[0].headers == (("h", b"v"),)
+        assert log.get_consumer_index("c", "s", 1) == 7
+        assert log.append("s", 0, b"more") == 50
+
+
+def test_default_config_applies_to_streams_created_without_one(tmp_path):
+    with open_log(tmp_path, default_config=StreamConfig(partitions=4, durability="none")) as log:
+        assert log.create_stream("s").config.partitions == 4
+
+
+# -- recovery --------------------------------------------------------------------------------
+
+
+def _last_record_bounds(data: Path) -> tuple[Path, int, int]:
+    seg = seg_files(data)[-1]
+    raw = seg.read_bytes()
+    pos, last = 0, 0
+    while pos < len(raw):
+        (length,) = FRAME_HEAD.unpack_from(raw, pos)[:1]
+        last = pos
+        pos += FRAME_HEAD.size + length
+    return seg, last, len(raw)
+
+
+def test_torn_tail_is_truncated_at_every_byte_of_the_last_record(tmp_path, caplog):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        fill(log, 3)
+    seg, start, end = _last_record_bounds(tmp_path)
+    whole = seg.read_bytes()
+    caplog.set_level(logging.WARNING, logger="loglake.log")
+    for cut in range(start + 1, end):
+        seg.write_bytes(whole[:cut])
+        caplog.clear()
+        with open_log(tmp_path) as log:
+            assert log.next_index("s") == 2, cut
+            assert [r.data for r in log.read("s", 0, 0)] == [payload(0), payload(1)]
+        assert seg.stat().st_size == start
+        (rec,) = [r for r in caplog.records if "torn tail" in r.getMessage()]
+        assert rec.fields["file"] == str(seg)
+        assert rec.fields["offset"] == start
+        assert rec.fields["bytes_dropped"] == cut - start
+    seg.write_bytes(whole)
+
+
+def test_corrupt_last_record_is_truncated_and_appends_continue(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        fill(log, 3)
+    seg, start, end = _last_record_bounds(tmp_path)
+    raw = bytearray(seg.read_bytes())
+    raw[end - 1] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 2
+        assert seg.stat().st_size == start
+        assert log.append("s", 0, b"again") == 2
+    with open_log(tmp_path) as log:
+        assert log.read("s", 0, 2)[0].data == b"again"
+
+
+def test_corruption_inside_a_sealed_segment_is_corrupt_segment_with_file_and_offset(tmp_path):
+    cfg = StreamConfig(segment_bytes=600, seal_to_lake=False)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 40)
+    first = seg_files(tmp_path)[0]
+    assert len(seg_files(tmp_path)) > 2
+    raw = bytearray(first.read_bytes())
+    # third record of the first segment: walk the frames
+    pos = 0
+    for _ in range(2):
+        pos += FRAME_HEAD.size + FRAME_HEAD.unpack_from(raw, pos)[0]
+    raw[pos + FRAME_HEAD.size + 3] ^= 0x01
+    first.write_bytes(bytes(raw))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 40  # opening checks the active segment only
+        assert [r.index for r in log.read("s", 0, 0, limit=2)] == [0, 1]
+        with pytest.raises(CorruptSegment) as e:
+            log.read("s", 0, 0, limit=5)
+        assert e.value.path == str(first) and e.value.offset == pos
+        assert "CRC32C" in str(e.value)
+        # the corrupt segment is never skipped: a read that starts before it fails too
+        with pytest.raises(CorruptSegment):
+            list(log.iter_records("s", 0, 0))
+
+
+def test_sealed_segment_cut_short_is_corrupt_not_a_torn_tail(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=600, seal_to_lake=False))
+        fill(log, 40)
+    first = seg_files(tmp_path)[0]
+    first.write_bytes(first.read_bytes()[:-5])
+    first.with_suffix(".idx").unlink()
+    with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
+        log.read("s", 0, 0)
+    assert e.value.path == str(first)
+
+
+@pytest.mark.parametrize("damage", ["missing", "partial", "garbage"])
+def test_sparse_index_is_rebuilt_from_the_segment(tmp_path, damage):
+    big = b"x" * 1000  # one index entry every ~4 records
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=64 * 1024, seal_to_lake=False))
+        for _ in range(3):
+            log.append_many("s", 0, [Entry(big + b"%d" % i) for i in range(60)])
+    idx = seg_files(tmp_path)[0].with_suffix(".idx")
+    good = idx.read_bytes()
+    assert len(good) // 16 >= 60 * 1000 // INTERVAL_BYTES  # sparse, not one per record
+    if damage == "missing":
+        idx.unlink()
+    elif damage == "partial":
+        idx.write_bytes(good[:-5])
+    else:  # well-formed entries that point at the wrong records
+        import struct
+
+        idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 30, 5000))
+    with open_log(tmp_path) as log:
+        got = log.read("s", 0, 37, limit=3)
+        assert [r.data for r in got] == [big + b"%d" % i for i in (37, 38, 39)]
+    assert idx.read_bytes() == good
+
+
+def test_active_segment_index_is_rebuilt_on_open(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"y" * 900) for _ in range(50)])
+    idx = seg_files(tmp_path)[-1].with_suffix(".idx")
+    good = idx.read_bytes()
+    idx.write_bytes(good[:7])
+    with open_log(tmp_path) as log:
+        assert log.read("s", 0, 45, limit=1)[0].index == 45
+    assert idx.read_bytes() == good
+
+
+# -- rolling, retention, lake ------------------------------------------------------------
+
+
+def test_segments_roll_by_size_and_are_named_by_first_index(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=1000, seal_to_lake=False))
+        fill(log, 100)
+        files = seg_files(tmp_path)
+        assert len(files) > 5
+        firsts = [int(f.stem) for f in files]
+        assert files[0].name == segment_name(0) == "0" * 20 + ".seg"
+        assert firsts == sorted(firsts)
+        for f, nxt in zip(files, [*firsts[1:], 100], strict=True):
+            assert f.stat().st_size <= 1000
+            assert [r.index for r in log.read("s", 0, int(f.stem), end=nxt)] == list(
+                range(int(f.stem), nxt)
+            )
+
+
+def test_retention_by_records_bytes_and_age_drops_whole_old_segments(tmp_path):
+    base = 1_000_000_000_000
+    ms = 1_000_000
+    cfgs = {
+        "count": StreamConfig(segment_bytes=500, retention_records=10, seal_to_lake=False),
+        "bytes": StreamConfig(segment_bytes=500, retention_bytes=1500, seal_to_lake=False),
+        "age": StreamConfig(segment_bytes=500, retention_ms=50, seal_to_lake=False),
+    }
+    with open_log(tmp_path) as log:
+        for name, cfg in cfgs.items():
+            log.create_stream(name, cfg)
+            fill(log, 60, stream=name, ts=lambda i: base + i * ms)
+        now = base + 100 * ms  # records 0..49 are older than 50 ms
+        dropped = log.enforce_retention(now_ns=now)
+        infos = {n: log.stream_info(n).partitions[0] for n in cfgs}
+        assert dropped == sum(i.first_index for i in infos.values())
+        count, size, age = infos["count"], infos["bytes"], infos["age"]
+        assert 0 < count.first_index <= 50 and count.next_index == 60
+        assert size.bytes >= 1500 and size.first_index > 0
+        assert 0 < age.first_index <= 50
+        # whole segments only: every record of a dropped segment was outside the window
+        assert log.read("age", 0, 0)[0].timestamp_ns >= base  # sanity
+        assert log.read("age", 0, 0)[-1].index == 59
+        assert log.enforce_retention(now_ns=now) == 0  # idempotent
+
+
+def test_sealed_segments_go_to_the_lake_and_reads_span_lake_and_segments(tmp_path):
+    cfg = StreamConfig(segment_bytes=800, retention_records=5)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 80)
+        before = log.read("s", 0, 0)
+        assert log.enforce_retention() == 0  # the lake still holds what the segments lost
+        first_seg = int(seg_files(tmp_path)[0].stem)
+        assert first_seg > 0
+        info = log.stream_info("s").partitions[0]
+        assert (info.first_index, info.next_index) == (0, 80)
+        assert log.read("s", 0, 0) == before
+        # a range that starts in the lake and ends in a live segment
+        got = log.read("s", 0, first_seg - 3, limit=6)
+        assert [r.index for r in got] == list(range(first_seg - 3, first_seg + 3))
+        assert got == before[first_seg - 3 : first_seg + 3]
+        assert [r.index for r in log.iter_records("s", 0, 1, batch=7)] == list(range(1, 80))
+    lake = tmp_path / "lake" / "s" / "partition=0"
+    names = sorted(p.name for p in lake.iterdir())
+    assert names[0] == lake_file_name(0, int(names[0].split("-")[1].split(".")[0]))
+    assert not [n for n in names if not n.endswith(".parquet")]
+
+
+def test_lake_is_read_directly_by_pyarrow_and_duckdb(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(partitions=2, segment_bytes=700))
+        for p in (0, 1):
+            for i in range(40):
+                log.append(
+                    "s", p, payload(i), key=None if i % 2 else b"k", headers=(("n", b"%d" % i),)
+                )
+        sealed = {
+            p: log.read("s", p, 0, end=int(seg_files(tmp_path, p=p)[-1].stem)) for p in (0, 1)
+        }
+    lake = tmp_path / "lake" / "s"
+    table = pq.read_table(lake, partitioning=None)
+    assert table.schema == LAKE_SCHEMA
+    rows = sorted(table.to_pylist(), key=lambda r: (r["partition"], r["index"]))
+    expect = [r for p in (0, 1) for r in sealed[p]]
+    assert len(rows) == len(expect) > 0
+    for row, rec in zip(rows, expect, strict=True):
+        assert (row["partition"], row["index"], row["data"], row["key"]) == (
+            rec.partition,
+            rec.index,
+            rec.data,
+            rec.key,
+        )
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
+    got = duckdb.sql(
+        f"select partition, count(*), min(index), max(index), sum(octet_length(data)) "
+        f"from read_parquet('{lake}/*/*.parquet') group by all order by 1"
+    ).fetchall()
+    assert got == [
+        (p, len(sealed[p]), 0, len(sealed[p]) - 1, sum(len(r.data) for r in sealed[p]))
+        for p in (0, 1)
+    ]
+
+
+def test_lake_retention_deletes_old_lake_files(tmp_path):
+    base, ms = 1_000_000_000_000, 1_000_000
+    cfg = StreamConfig(segment_bytes=500, retention_records=5, lake_retention_ms=50)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 60, ts=lambda i: base + i * ms)
+        dropped = log.enforce_retention(now_ns=base + 100 * ms)
+        info = log.stream_info("s").partitions[0]
+        assert dropped == info.first_index > 0
+        assert log.read("s", 0, 0)[0].index == info.first_index
+        assert all(r.timestamp_ns >= base for r in log.read("s", 0, 0))
+
+
+def test_unsealed_rolled_segment_is_sealed_on_open(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=500))
+        fill(log, 30)
+    lake = tmp_path / "lake" / "s" / "partition=0"
+    files = sorted(lake.glob("*.parquet"))
+    files[-1].unlink()  # as if the process died between the roll and the seal
+    (lake / ".tmp-half").write_bytes(b"PAR1 half written")
+    with open_log(tmp_path):
+        pass
+    assert sorted(lake.iterdir()) == files
+
+
+# -- concurrency, readers, lock ------------------------------------------------------------
+
+
+def test_group_commit_shares_fsyncs_between_threads(tmp_path):
+    threads, each = 8, 100
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    acked: list[list[int]] = [[] for _ in range(threads)]
+    barrier = threading.Barrier(threads)
+
+    def run(t: int) -> None:
+        barrier.wait()
+        for i in range(each):
+            acked[t].append(log.append("s", 0, b"%d:%d" % (t, i)))
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    all_idx = sorted(i for a in acked for i in a)
+    assert all_idx == list(range(threads * each))
+    assert log.fsync_count("s") < threads * each
+    by_index = {r.index: r.data for r in log.read("s", 0, 0)}
+    for t in range(threads):
+        assert [by_index[i] for i in acked[t]] == [b"%d:%d" % (t, i) for i in range(each)]
+    log.close()
+
+
+def test_readonly_reader_follows_a_writer_and_changes_nothing(tmp_path):
+    writer = open_log(tmp_path)
+    writer.create_stream("s", StreamConfig(segment_bytes=600))
+    fill(writer, 10)
+    reader = open_log(tmp_path, readonly=True)
+    assert [r.index for r in reader.read("s", 0, 0)] == list(range(10))
+    for i in range(10, 40):
+        writer.append("s", 0, payload(i))
+    writer.create_stream("t")
+    assert [r.data for r in reader.read("s", 0, 0)] == [payload(i) for i in range(40)]
+    assert reader.streams() == ["s", "t"]
+    with pytest.raises(ReadOnlyLog):
+        reader.append("s", 0, b"x")
+    with pytest.raises(ReadOnlyLog):
+        reader.save_consumer_index("c", "s", 0, 1)
+    writer.save_consumer_index("c", "s", 0, 3)
+    assert reader.get_consumer_index("c", "s", 0) == 3
+    reader.close()
+    writer.close()
+
+
+def test_readonly_stops_at_a_torn_tail_without_touching_it(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        fill(log, 5)
+    seg = seg_files(tmp_path)[-1]
+    with open(seg, "ab") as f:
+        f.write(b"\x40\x00\x00\x00\x01\x02")  # the first bytes of a record being written
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with open_log(tmp_path, readonly=True) as ro:
+        assert [r.index for r in ro.read("s", 0, 0)] == list(range(5))
+        assert ro.stream_info("s").partitions[0].next_index == 5
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_readonly_open_of_a_missing_dir_creates_nothing(tmp_path):
+    with open_log(tmp_path / "nope", readonly=True) as ro:
+        assert ro.streams() == []
+    assert not (tmp_path / "nope").exists()
+
+
+def test_second_writer_is_refused(tmp_path):
+    with open_log(tmp_path):
+        with pytest.raises(LogLocked) as e:
+            open_log(tmp_path)
+        assert str(tmp_path) in str(e.value)
+        code = (
+            "import sys\nfrom loglake.log import open_log, LogLocked\n"
+            "try:\n    open_log(sys.argv[1])\nexcept LogLocked:\n    sys.exit(3)\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], timeout=60)
+        assert proc.returncode == 3
+    with open_log(tmp_path):  # released on close
+        pass
+
+
+def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(durability="none"))
+        seg_fd = None
+        calls: list[int] = []
+        real_write = os.write
+
+        def spy(fd, data):
+            if fd == seg_fd:
+                calls.append(len(data))
+            return real_write(fd, data)
+
+        seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+        monkeypatch.setattr(os, "write", spy)
+        log.append_many("s", 0, [Entry(b"z" * 1024) for _ in range(100)])
+        assert len(calls) == 1 and calls[0] > 100 * 1024
