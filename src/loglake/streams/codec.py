@@ -1,0 +1,221 @@
+"""Bytes ↔ stream-service messages: ``BasePayload{protocol, data}`` around a BARE body.
+
+Follows ``specs/ockam-stream-service.txt`` ("Payload BARE specs") and the reference
+``Ockam.Protocol.base_encode/2`` (build-trust/ockam, ``lib/ockam/protocol/protocol.ex``:
+``@base_schema {:struct, [protocol: :string, data: :data]}``), with each protocol's request and
+response schema declared once below.
+
+Protocol names: the spec's (``stream_create_partitions``; ``stream_index`` for both the plain
+and the partitioned index). The Elixir reference names its partitioned protocols
+``stream_create_partitioned`` and ``stream_index_partitioned`` (``stream_partitioned.ex``); those
+are accepted as aliases on input and answered under the name the request used.
+
+The plain and partitioned ``stream_index`` requests share a name; they are told apart by exact
+decoding (a plain ``GetIndex`` is ``tag, string, string``, the partitioned one has one more
+``uint``; a plain decode of partitioned bytes leaves trailing bytes and is rejected). Responses
+are ambiguous (``Index{.., some(0)}`` has the same bytes as ``PartitionIndex{.., 1, none}``), so
+``decode_response`` takes the type the caller expects.
+"""
+
+from __future__ import annotations
+
+from loglake.errors import DecodeError
+from loglake.streams.api import StreamMessage
+from loglake.streams.messages import (
+    BasePayload,
+    CreatePartitionedStreamRequest,
+    CreatePartitionedStreamResponse,
+    CreateStreamRequest,
+    Error,
+    GetIndex,
+    GetPartitionIndex,
+    Index,
+    Init,
+    PartitionIndex,
+    PartitionSummary,
+    PullRequest,
+    PullResponse,
+    PushConfirm,
+    PushRequest,
+    SaveIndex,
+    SavePartitionIndex,
+    StreamInfoRequest,
+    StreamInfoResponse,
+    StreamSummary,
+)
+from loglake.wire import bare
+from loglake.wire.bare import DATA, STRING, UINT, Array, Enum, Optional, Struct, Union
+
+# -- protocol names (spec "Protocols") -------------------------------------------------------
+STREAM_CREATE = "stream_create"
+STREAM_CREATE_PARTITIONS = "stream_create_partitions"
+STREAM_PUSH = "stream_push"
+STREAM_PULL = "stream_pull"
+STREAM_INDEX = "stream_index"
+ERROR = "error"
+LOGLAKE_STREAM_INFO = "loglake_stream_info"
+"""loglake extension (see messages.py)."""
+REF_STREAM_CREATE_PARTITIONED = "stream_create_partitioned"
+"""Reference alias (stream_partitioned.ex) of ``stream_create_partitions``."""
+REF_STREAM_INDEX_PARTITIONED = "stream_index_partitioned"
+"""Reference alias (stream_partitioned.ex) of the partitioned ``stream_index``."""
+
+# -- schemas ---------------------------------------------------------------------------------
+BASE_PAYLOAD = Struct(BasePayload, ("protocol", STRING), ("data", DATA))
+CREATE_REQUEST = Struct(CreateStreamRequest, ("stream_name", Optional(STRING)))
+INIT = Struct(Init, ("stream_name", STRING))
+CREATE_PARTITIONS_REQUEST = Struct(
+    CreatePartitionedStreamRequest, ("stream_name", Optional(STRING)), ("partitions", UINT)
+)
+CREATE_PARTITIONS_RESPONSE = Struct(
+    CreatePartitionedStreamResponse, ("stream_name", STRING), ("partition", UINT)
+)
+PUSH_REQUEST = Struct(PushRequest, ("request_id", UINT), ("data", DATA))
+STATUS = Enum("Status", ["OK", "ERROR"])
+PUSH_CONFIRM = Struct(PushConfirm, ("request_id", UINT), ("status", STATUS), ("index", UINT))
+PULL_REQUEST = Struct(PullRequest, ("request_id", UINT), ("index", UINT), ("limit", UINT))
+STREAM_MESSAGE = Struct(StreamMessage, ("index", UINT), ("data", DATA))
+PULL_RESPONSE = Struct(PullResponse, ("request_id", UINT), ("messages", Array(STREAM_MESSAGE)))
+GET_INDEX = Struct(GetIndex, ("client_id", STRING), ("stream_name", STRING))
+SAVE_INDEX = Struct(SaveIndex, ("client_id", STRING), ("stream_name", STRING), ("index", UINT))
+INDEX_REQUEST = Union("Request", [GET_INDEX, SAVE_INDEX])
+INDEX = Struct(Index, ("client_id", STRING), ("stream_name", STRING), ("index", Optional(UINT)))
+GET_PARTITION_INDEX = Struct(
+    GetPartitionIndex, ("client_id", STRING), ("stream_name", STRING), ("partition", UINT)
+)
+SAVE_PARTITION_INDEX = Struct(
+    SavePartitionIndex,
+    ("client_id", STRING),
+    ("stream_name", STRING),
+    ("partition", UINT),
+    ("index", UINT),
+)
+PARTITION_INDEX_REQUEST = Union("Request", [GET_PARTITION_INDEX, SAVE_PARTITION_INDEX])
+PARTITION_INDEX = Struct(
+    PartitionIndex,
+    ("client_id", STRING),
+    ("stream_name", STRING),
+    ("partition", UINT),
+    ("index", Optional(UINT)),
+)
+ERROR_SCHEMA = Struct(Error, ("reason", STRING))
+STREAM_INFO_REQUEST = Struct(StreamInfoRequest, ("stream_name", Optional(STRING)))
+PARTITION_SUMMARY = Struct(
+    PartitionSummary,
+    ("partition", UINT),
+    ("first_index", UINT),
+    ("next_index", UINT),
+    ("bytes", UINT),
+)
+STREAM_SUMMARY = Struct(
+    StreamSummary, ("stream_name", STRING), ("partitions", Array(PARTITION_SUMMARY))
+)
+STREAM_INFO_RESPONSE = Struct(StreamInfoResponse, ("streams", Array(STREAM_SUMMARY)))
+
+# message class -> (protocol name, schema used to encode it)
+_ENCODE: dict[type, tuple[str, bare.BareType]] = {
+    CreateStreamRequest: (STREAM_CREATE, CREATE_REQUEST),
+    Init: (STREAM_CREATE, INIT),
+    CreatePartitionedStreamRequest: (STREAM_CREATE_PARTITIONS, CREATE_PARTITIONS_REQUEST),
+    CreatePartitionedStreamResponse: (STREAM_CREATE_PARTITIONS, CREATE_PARTITIONS_RESPONSE),
+    PushRequest: (STREAM_PUSH, PUSH_REQUEST),
+    PushConfirm: (STREAM_PUSH, PUSH_CONFIRM),
+    PullRequest: (STREAM_PULL, PULL_REQUEST),
+    PullResponse: (STREAM_PULL, PULL_RESPONSE),
+    GetIndex: (STREAM_INDEX, INDEX_REQUEST),
+    SaveIndex: (STREAM_INDEX, INDEX_REQUEST),
+    Index: (STREAM_INDEX, INDEX),
+    GetPartitionIndex: (STREAM_INDEX, PARTITION_INDEX_REQUEST),
+    SavePartitionIndex: (STREAM_INDEX, PARTITION_INDEX_REQUEST),
+    PartitionIndex: (STREAM_INDEX, PARTITION_INDEX),
+    Error: (ERROR, ERROR_SCHEMA),
+    StreamInfoRequest: (LOGLAKE_STREAM_INFO, STREAM_INFO_REQUEST),
+    StreamInfoResponse: (LOGLAKE_STREAM_INFO, STREAM_INFO_RESPONSE),
+}
+
+# protocol name -> request schemas to try, in order (server side)
+_REQUESTS: dict[str, tuple[bare.BareType, ...]] = {
+    STREAM_CREATE: (CREATE_REQUEST,),
+    STREAM_CREATE_PARTITIONS: (CREATE_PARTITIONS_REQUEST,),
+    REF_STREAM_CREATE_PARTITIONED: (CREATE_PARTITIONS_REQUEST,),
+    STREAM_PUSH: (PUSH_REQUEST,),
+    STREAM_PULL: (PULL_REQUEST,),
+    STREAM_INDEX: (INDEX_REQUEST, PARTITION_INDEX_REQUEST),
+    REF_STREAM_INDEX_PARTITIONED: (PARTITION_INDEX_REQUEST,),
+    LOGLAKE_STREAM_INFO: (STREAM_INFO_REQUEST,),
+}
+
+# response class -> (accepted protocol names, schema) (client side)
+_RESPONSES: dict[type, tuple[frozenset[str], bare.BareType]] = {
+    Init: (frozenset({STREAM_CREATE}), INIT),
+    CreatePartitionedStreamResponse: (
+        frozenset({STREAM_CREATE_PARTITIONS, REF_STREAM_CREATE_PARTITIONED}),
+        CREATE_PARTITIONS_RESPONSE,
+    ),
+    PushConfirm: (frozenset({STREAM_PUSH}), PUSH_CONFIRM),
+    PullResponse: (frozenset({STREAM_PULL}), PULL_RESPONSE),
+    Index: (frozenset({STREAM_INDEX}), INDEX),
+    PartitionIndex: (frozenset({STREAM_INDEX, REF_STREAM_INDEX_PARTITIONED}), PARTITION_INDEX),
+    StreamInfoResponse: (frozenset({LOGLAKE_STREAM_INFO}), STREAM_INFO_RESPONSE),
+}
+
+
+class UnknownProtocol(DecodeError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown protocol {name!r}")
+        self.name = name
+
+
+def encode_base(protocol: str, data: bytes) -> bytes:
+    return bare.encode(BASE_PAYLOAD, BasePayload(protocol, data))
+
+
+def decode_base(payload: bytes) -> BasePayload:
+    return bare.decode(BASE_PAYLOAD, payload)
+
+
+def encode_payload(msg: object, protocol: str | None = None) -> bytes:
+    """``BasePayload{protocol, BARE(msg)}``; ``protocol`` overrides the name (for aliases)."""
+    name, schema = _ENCODE[type(msg)]
+    return encode_base(protocol or name, bare.encode(schema, msg))
+
+
+def decode_request(payload: bytes) -> tuple[str, object]:
+    """Server side: return ``(protocol name as sent, request message)``."""
+    base = decode_base(payload)
+    schemas = _REQUESTS.get(base.protocol)
+    if schemas is None:
+        raise UnknownProtocol(base.protocol)
+    err: DecodeError | None = None
+    for schema in schemas:
+        try:
+            return base.protocol, bare.decode(schema, base.data)
+        except DecodeError as e:
+            err = err or e
+    assert err is not None
+    raise err
+
+
+def decode_response(payload: bytes, expect: type) -> object:
+    """Client side: the ``expect``-ed response, or an ``Error`` (protocol ``error``)."""
+    base = decode_base(payload)
+    if base.protocol == ERROR:
+        return bare.decode(ERROR_SCHEMA, base.data)
+    names, schema = _RESPONSES[expect]
+    if base.protocol not in names:
+        raise UnknownProtocol(base.protocol)
+    return bare.decode(schema, base.data)
+
+
+# -- fast paths for the hot messages (same bytes as the generic schema; tested against it) ----
+_PUSH_PREFIX = encode_base(STREAM_PUSH, b"")[:-1]  # string "stream_push" (then data length)
+
+
+def encode_push_request(request_id: int, data: bytes) -> bytes:
+    body = bare.encode_uint(request_id) + bare.encode_uint(len(data)) + data
+    return _PUSH_PREFIX + bare.encode_uint(len(body)) + body
+
+
+def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
+    body = bare.encode_uint(request_id) + (b"\x00" if ok else b"\x01") + bare.encode_uint(index)
+    return _PUSH_PREFIX + bare.encode_uint(len(body)) + body

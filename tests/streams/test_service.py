@@ -1,0 +1,339 @@
+"""The sans-I/O stream service core, one test per rule of specs/ockam-stream-service.txt
+(section named in each test), driven with routing messages — no sockets."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from loglake.log import MemoryLog, StreamConfig
+from loglake.streams import codec
+from loglake.streams.messages import (
+    CreatePartitionedStreamRequest,
+    CreatePartitionedStreamResponse,
+    CreateStreamRequest,
+    Error,
+    GetIndex,
+    GetPartitionIndex,
+    Index,
+    Init,
+    PartitionIndex,
+    PullRequest,
+    PullResponse,
+    PushConfirm,
+    PushRequest,
+    SaveIndex,
+    SavePartitionIndex,
+    StreamInfoRequest,
+    StreamInfoResponse,
+)
+from loglake.streams.service import StreamService, worker_address
+from loglake.wire.ockam import Address, RoutingMessage, route
+
+CLIENT = route("client_1")
+
+
+class CountingLog(MemoryLog):
+    """A real MemoryLog that counts append_many calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.append_calls: list[int] = []
+
+    def append_many(self, stream, partition, entries):
+        self.append_calls.append(len(entries))
+        return super().append_many(stream, partition, entries)
+
+
+@pytest.fixture
+def log() -> CountingLog:
+    return CountingLog()
+
+
+@pytest.fixture
+def svc(log: CountingLog) -> StreamService:
+    return StreamService(log, rng=random.Random(7))
+
+
+def send(svc, dest, msg, ret=CLIENT) -> list[RoutingMessage]:
+    dest_route = route(dest) if isinstance(dest, str | Address) else dest
+    return svc.handle(RoutingMessage(dest_route, ret, codec.encode_payload(msg)))
+
+
+def one(svc, dest, msg, expect):
+    (reply,) = send(svc, dest, msg)
+    assert reply.onward_route == CLIENT
+    return reply, codec.decode_response(reply.payload, expect)
+
+
+def create(svc, name="orders", partitions=1) -> list[Address]:
+    if partitions == 1:
+        replies = send(svc, "stream_service", CreateStreamRequest(name))
+    else:
+        replies = send(svc, "stream_service", CreatePartitionedStreamRequest(name, partitions))
+    return [r.return_route[0] for r in replies]
+
+
+# -- Stream creation ---------------------------------------------------------------------------
+def test_create_answers_init_to_the_create_return_route_with_the_stream_address(svc) -> None:
+    reply, init = one(svc, "stream_service", CreateStreamRequest("orders"), Init)
+    assert init == Init("orders")
+    # "<stream_address> SHOULD be created based on the stream_name", "MAY have some prefix"
+    assert reply.return_route == route(worker_address("orders", 0))
+    assert svc.log.streams() == ["orders"]
+
+
+def test_create_without_a_name_creates_a_random_stream(svc) -> None:
+    _, a = one(svc, "stream_service", CreateStreamRequest(None), Init)
+    _, b = one(svc, "stream_service", CreateStreamRequest(None), Init)
+    assert a.stream_name.startswith("generated_") and a.stream_name != b.stream_name
+    assert sorted(svc.log.streams()) == sorted([a.stream_name, b.stream_name])
+
+
+def test_create_of_an_existing_stream_sends_init_again(svc) -> None:
+    first = create(svc, "orders")
+    again = create(svc, "orders")
+    assert first == again
+    assert svc.log.streams() == ["orders"]
+
+
+def test_create_with_empty_or_invalid_name_is_an_error(svc) -> None:
+    _, err = one(svc, "stream_service", CreateStreamRequest(""), Init)
+    assert err == Error("Empty stream name")
+    _, err = one(svc, "stream_service", CreateStreamRequest("bad/name"), Init)
+    assert isinstance(err, Error) and "invalid stream name" in err.reason
+    assert svc.log.streams() == []
+
+
+# -- Partitioned stream ------------------------------------------------------------------------
+def test_partitioned_create_answers_once_per_partition(svc) -> None:
+    replies = send(svc, "stream_service", CreatePartitionedStreamRequest("topic", 3))
+    decoded = [codec.decode_response(r.payload, CreatePartitionedStreamResponse) for r in replies]
+    assert decoded == [CreatePartitionedStreamResponse("topic", p) for p in range(3)]
+    assert [r.return_route for r in replies] == [
+        route(worker_address("topic", p)) for p in range(3)
+    ]
+    assert len(svc.log.stream_info("topic").partitions) == 3
+
+
+def test_partitioned_create_under_the_reference_name_is_answered_under_it(svc) -> None:
+    payload = codec.encode_payload(
+        CreatePartitionedStreamRequest("t", 2), "stream_create_partitioned"
+    )
+    replies = svc.handle(RoutingMessage(route("stream_service"), CLIENT, payload))
+    assert [codec.decode_base(r.payload).protocol for r in replies] == [
+        "stream_create_partitioned"
+    ] * 2
+
+
+def test_create_asking_more_partitions_than_exist_is_an_error(svc) -> None:
+    create(svc, "t", 2)
+    _, err = one(svc, "stream_service", CreatePartitionedStreamRequest("t", 5), Init)
+    assert isinstance(err, Error) and "2 partitions" in err.reason
+    assert len(create(svc, "t", 1)) == 1  # fewer: INIT for partitions 0..n-1 (reference)
+
+
+def test_partitions_are_independent_index_sequences(svc) -> None:
+    addrs = create(svc, "t", 2)
+    _, c0 = one(svc, addrs[0], PushRequest(1, b"a"), PushConfirm)
+    _, c1 = one(svc, addrs[1], PushRequest(2, b"b"), PushConfirm)
+    assert (c0.index, c1.index) == (0, 0)
+
+
+# -- Pushing -----------------------------------------------------------------------------------
+def test_push_is_confirmed_with_request_id_status_and_index(svc) -> None:
+    (addr,) = create(svc)
+    reply, confirm = one(svc, addr, PushRequest(42, b"hello"), PushConfirm)
+    assert confirm == PushConfirm(42, "OK", 0)
+    assert reply.return_route == (addr,)
+    assert svc.log.read("orders", 0, 0)[0].data == b"hello"
+
+
+def test_index_is_unique_monotonic_and_scoped_per_stream_not_publisher(svc) -> None:
+    (addr,) = create(svc)
+    got = []
+    for i in range(6):
+        ret = route(f"publisher_{i % 2}")
+        (reply,) = send(svc, addr, PushRequest(i, b"x"), ret)
+        assert reply.onward_route == ret
+        got.append(codec.decode_response(reply.payload, PushConfirm).index)
+    assert got == sorted(set(got)) == list(range(6))
+
+
+def test_same_request_id_pushed_twice_is_saved_twice(svc) -> None:
+    (addr,) = create(svc)
+    _, a = one(svc, addr, PushRequest(7, b"x"), PushConfirm)
+    _, b = one(svc, addr, PushRequest(7, b"x"), PushConfirm)
+    assert (a.request_id, b.request_id) == (7, 7) and a.index != b.index
+    assert svc.log.next_index("orders") == 2
+
+
+def test_pushes_of_one_batch_are_one_append_and_confirms_keep_order(svc, log) -> None:
+    (addr,) = create(svc)
+    msgs = [
+        RoutingMessage((addr,), CLIENT, codec.encode_push_request(i, bytes([i]))) for i in range(50)
+    ]
+    out = svc.handle_batch(msgs)
+    assert log.append_calls == [50]
+    confirms = [codec.decode_response(o[0].payload, PushConfirm) for o in out]
+    assert [(c.request_id, c.index) for c in confirms] == [(i, i) for i in range(50)]
+
+
+def test_a_pull_after_pushes_in_the_same_batch_sees_them(svc) -> None:
+    (addr,) = create(svc)
+    msgs = [RoutingMessage((addr,), CLIENT, codec.encode_push_request(i, b"m")) for i in range(3)]
+    msgs.append(RoutingMessage((addr,), CLIENT, codec.encode_payload(PullRequest(9, 0, 10))))
+    out = svc.handle_batch(msgs)
+    pulled = codec.decode_response(out[3][0].payload, PullResponse)
+    assert [m.index for m in pulled.messages] == [0, 1, 2]
+
+
+def test_storage_failure_is_confirmed_with_status_error(svc, log) -> None:
+    (addr,) = create(svc)
+
+    def broken(*a, **k):
+        from loglake.log import LogError
+
+        raise LogError("disk full")
+
+    log.append_many = broken  # type: ignore[method-assign]
+    _, confirm = one(svc, addr, PushRequest(3, b"x"), PushConfirm)
+    assert confirm == PushConfirm(3, "ERROR", 0)  # as workers/stream.ex encodes it
+
+
+# -- Pulling -----------------------------------------------------------------------------------
+@pytest.fixture
+def filled(svc):
+    (addr,) = create(svc)
+    for i in range(10):
+        send(svc, addr, PushRequest(i, f"m{i}".encode()))
+    return addr
+
+
+def test_pull_returns_at_most_limit_messages_from_index_with_the_pushed_data(svc, filled) -> None:
+    _, r = one(svc, filled, PullRequest(5, 3, 4), PullResponse)
+    assert r.request_id == 5
+    assert [(m.index, m.data) for m in r.messages] == [(i, f"m{i}".encode()) for i in range(3, 7)]
+
+
+def test_pull_index_0_starts_from_the_earliest_message(log) -> None:
+    svc = StreamService(log, StreamConfig(retention_records=8))
+    (addr,) = create(svc)
+    for i in range(10):
+        send(svc, addr, PushRequest(i, b"m"))
+    assert log.enforce_retention() == 2  # indexes 0 and 1 are gone
+    _, r = one(svc, addr, PullRequest(1, 0, 3), PullResponse)
+    assert [m.index for m in r.messages] == [2, 3, 4]  # MUST NOT be lower than requested
+
+
+def test_pull_with_limit_0_or_past_the_end_is_empty(svc, filled) -> None:
+    assert one(svc, filled, PullRequest(1, 0, 0), PullResponse)[1].messages == ()
+    assert one(svc, filled, PullRequest(1, 10, 5), PullResponse)[1].messages == ()
+    assert one(svc, filled, PullRequest(1, 2**63, 5), PullResponse)[1].messages == ()
+
+
+def test_pull_response_is_capped_in_bytes(log) -> None:
+    svc = StreamService(log, max_pull_bytes=2500)
+    (addr,) = create(svc)
+    for i in range(5):
+        send(svc, addr, PushRequest(i, b"x" * 1000))
+    _, r = one(svc, addr, PullRequest(1, 0, 100), PullResponse)
+    assert [m.index for m in r.messages] == [0, 1]
+
+
+# -- Index service -----------------------------------------------------------------------------
+def test_get_index_of_a_new_client_creates_index_0(svc) -> None:
+    create(svc)
+    reply, idx = one(svc, "stream_index_service", GetIndex("c1", "orders"), Index)
+    assert idx == Index("c1", "orders", 0)
+    assert reply.return_route == route("stream_index_service")
+    assert svc.log.get_consumer_index("c1", "orders", 0) == 0  # the record was created
+
+
+def test_save_index_is_monotonic(svc) -> None:
+    create(svc)
+    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 5), Index)[1].index == 5
+    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 3), Index)[1].index == 5
+    assert one(svc, "stream_index_service", GetIndex("c", "orders"), Index)[1].index == 5
+    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 8), Index)[1].index == 8
+
+
+def test_partitioned_index_is_per_partition(svc) -> None:
+    create(svc, "t", 3)
+    req = SavePartitionIndex("c", "t", 2, 4)
+    assert one(svc, "stream_index_service", req, PartitionIndex)[1] == PartitionIndex(
+        "c", "t", 2, 4
+    )
+    got = one(svc, "stream_index_service", GetPartitionIndex("c", "t", 1), PartitionIndex)[1]
+    assert got == PartitionIndex("c", "t", 1, 0)
+    # a plain request is partition 0 (index/service.ex: Map.get(data, :partition, 0))
+    assert one(svc, "stream_index_service", GetIndex("c", "t"), Index)[1].index == 0
+
+
+def test_index_of_an_unknown_stream_is_an_error(svc) -> None:
+    _, err = one(svc, "stream_index_service", GetIndex("c", "nope"), Index)
+    assert isinstance(err, Error) and "nope" in err.reason
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_message_to_an_unknown_stream_gets_an_error_and_stores_nothing(svc) -> None:
+    (reply,) = send(svc, worker_address("nope", 0), PushRequest(1, b"x"))
+    err = codec.decode_response(reply.payload, PushConfirm)
+    assert isinstance(err, Error) and "nope" in err.reason
+    assert svc.log.streams() == []
+    create(svc, "t", 2)
+    (reply,) = send(svc, worker_address("t", 2), PullRequest(1, 0, 1))
+    assert isinstance(codec.decode_response(reply.payload, PullResponse), Error)
+
+
+def test_malformed_payload_to_the_stream_service_gets_invalid_request(svc) -> None:
+    (reply,) = svc.handle(RoutingMessage(route("stream_service"), CLIENT, b"\x05junk"))
+    assert codec.decode_response(reply.payload, Init) == Error("Invalid request")
+    assert svc.log.streams() == []
+
+
+def test_malformed_payload_to_a_stream_gets_invalid_request_and_changes_nothing(svc) -> None:
+    (addr,) = create(svc)
+    bad = codec.encode_base("stream_push", b"\x01\x09ab")  # data length past the end
+    (reply,) = svc.handle(RoutingMessage((addr,), CLIENT, bad))
+    assert codec.decode_response(reply.payload, PushConfirm) == Error("Invalid request")
+    assert svc.log.next_index("orders") == 0
+
+
+def test_wrong_protocol_for_the_address_is_invalid_request(svc) -> None:
+    (addr,) = create(svc)
+    (reply,) = send(svc, addr, CreateStreamRequest("x"))
+    assert codec.decode_response(reply.payload, Init) == Error("Invalid request")
+    (reply,) = send(svc, "stream_service", PushRequest(1, b"x"))
+    assert codec.decode_response(reply.payload, Init) == Error("Invalid request")
+
+
+def test_malformed_index_request_is_dropped(svc) -> None:
+    create(svc)
+    bad = codec.encode_base("stream_index", b"\x07")
+    assert svc.handle(RoutingMessage(route("stream_index_service"), CLIENT, bad)) == []
+    assert svc.log.get_consumer_index("c", "orders", 0) is None
+
+
+def test_no_return_route_means_no_reply_but_the_push_is_stored(svc) -> None:
+    (addr,) = create(svc)
+    assert svc.handle(RoutingMessage((addr,), (), codec.encode_push_request(1, b"x"))) == []
+    assert svc.log.next_index("orders") == 1
+
+
+def test_unknown_address_gets_an_error(svc) -> None:
+    (reply,) = send(svc, "somebody_else", GetIndex("c", "s"))
+    assert isinstance(codec.decode_response(reply.payload, Index), Error)
+
+
+# -- loglake extension -------------------------------------------------------------------------
+def test_stream_info_lists_streams_and_partitions(svc) -> None:
+    create(svc, "a", 2)
+    (addr,) = create(svc, "b")
+    send(svc, addr, PushRequest(1, b"xyz"))
+    _, info = one(svc, "stream_service", StreamInfoRequest(None), StreamInfoResponse)
+    assert [(s.stream_name, len(s.partitions)) for s in info.streams] == [("a", 2), ("b", 1)]
+    assert info.streams[1].partitions[0].next_index == 1
+    _, err = one(svc, "stream_service", StreamInfoRequest("zzz"), StreamInfoResponse)
+    assert isinstance(err, Error)
