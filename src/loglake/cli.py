@@ -51,9 +51,16 @@ def main(verbose: int, log_json: bool) -> None:
     )
 
 
+def _has_module(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the part's package itself is absent
+        return False
+
+
 def _mount() -> None:
     for module, name in PART_COMMANDS:
-        if importlib.util.find_spec(module) is None:
+        if not _has_module(module):
             continue
         obj = importlib.import_module(module).command
         if isinstance(obj, click.Group) and name is None:
