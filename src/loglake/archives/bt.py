@@ -1,0 +1,244 @@
+"""libtorrent adapters: seed the newest archive torrent, fetch index and chosen pieces.
+
+Loopback-only settings, from FIELD-NOTES "BitTorrent" / "More on archives and BitTorrent": DHT,
+LSD, UPnP and NAT-PMP off; uTP off (slow on loopback); several connections per IP allowed (every
+peer is 127.0.0.1); ``min_reconnect_time`` low, because libtorrent drops the seed once the wanted
+pieces are done and would wait 60 s to dial it again when more pieces are wanted.
+
+Selective fetch uses piece priorities only, never file priorities (file priorities are applied
+asynchronously, override piece priorities, and park pieces of priority-0 files in a ``.parts``
+file). The magnet is first resolved to metadata in ``upload_mode`` (no piece is requested), then
+the torrent is re-added from that metadata with every piece at priority 0 except the ones asked
+for — so no byte outside the plan is downloaded (the tests assert it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import libtorrent as lt
+
+from loglake.archives.errors import ArchiveConfigError, TorrentTimeout
+
+METADATA_TIMEOUT_S = 20.0
+"""status-go manager_archive.go ``DownloadHistoryArchivesByMagnetlink``: ``time.After(20 *
+time.Second)`` for the torrent's info, then ``ErrTorrentTimedout``."""
+
+
+def session(port: int = 0, interface: str = "127.0.0.1") -> lt.session:
+    s = lt.session(
+        {
+            "listen_interfaces": f"{interface}:{port}",
+            "enable_dht": False,
+            "enable_lsd": False,
+            "enable_upnp": False,
+            "enable_natpmp": False,
+            "enable_outgoing_utp": False,
+            "enable_incoming_utp": False,
+            "allow_multiple_connections_per_ip": True,
+            "min_reconnect_time": 1,
+            "alert_mask": lt.alert.category_t.error_notification
+            | lt.alert.category_t.status_notification,
+            "user_agent": "loglake-archives",
+        }
+    )
+    return s
+
+
+def listen_port(s: lt.session, timeout: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = s.listen_port()
+        if p:
+            return p
+        time.sleep(0.05)
+    raise ArchiveConfigError("libtorrent did not start listening")
+
+
+class Seeder:
+    """Seeds one community torrent at a time (spec "Seeding message history archives": only the
+    newest torrent is seeded; status-go ``SeedHistoryArchiveTorrent`` unseeds the previous)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.session = session(port)
+        self.port = listen_port(self.session)
+        self.handle: lt.torrent_handle | None = None
+
+    @property
+    def peer(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def seed(self, metainfo: bytes, save_path: str | Path, timeout: float = 60.0) -> None:
+        self.unseed()
+        atp = lt.add_torrent_params()
+        atp.ti = lt.torrent_info(lt.bdecode(metainfo))
+        atp.save_path = str(save_path)
+        self.handle = self.session.add_torrent(atp)
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.handle.status()
+            if st.is_seeding:
+                return
+            if st.errc.value():
+                raise ArchiveConfigError(f"cannot seed: {st.errc.message()}")
+            checking = st.state in (st.checking_files, st.checking_resume_data)
+            if (
+                not checking
+                and st.progress < 1
+                and (st.state == st.downloading or time.monotonic() > deadline)
+            ):
+                raise ArchiveConfigError(
+                    f"seed files under {save_path} do not match the torrent "
+                    f"({st.progress:.0%} verified)"
+                )
+            time.sleep(0.05)
+
+    def connect(self, host: str, port: int) -> None:
+        """Dial a downloader (transmission-cli ignores 127.x peers from trackers)."""
+        if self.handle is not None:
+            self.handle.connect_peer((host, port))
+
+    def unseed(self) -> None:
+        if self.handle is not None:
+            self.session.remove_torrent(self.handle)
+            self.handle = None
+
+    def uploaded(self) -> int:
+        return self.handle.status().total_payload_upload if self.handle else 0
+
+    def close(self) -> None:
+        self.unseed()
+        del self.session
+
+
+@dataclass
+class Progress:
+    pieces_done: int
+    pieces_wanted: int
+    bytes_downloaded: int
+    peers: int
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class Fetcher:
+    """Downloads chosen pieces of a magnet's torrent into ``save_path/<name>/{data,index}``."""
+
+    def __init__(self, save_path: str | Path, port: int = 0) -> None:
+        self.save_path = Path(save_path)
+        self.session = session(port)
+        self.handle: lt.torrent_handle | None = None
+        self.info: lt.torrent_info | None = None
+        self.downloaded = 0
+        self.magnet_peers: list[tuple[str, int]] = []
+        self.trackers: list[str] = []
+        self._peers: list[tuple[str, int]] = []
+
+    def metadata(
+        self, magnet: str, timeout: float = METADATA_TIMEOUT_S, retries: int = 1
+    ) -> lt.torrent_info:
+        """Resolve the magnet to its info dict without downloading any piece."""
+        try:
+            atp = lt.parse_magnet_uri(magnet)
+        except RuntimeError as e:
+            raise ArchiveConfigError(f"bad magnet link: {e}") from e
+        self.magnet_peers = [tuple(p) for p in atp.peers]
+        self.trackers = list(atp.trackers)
+        tmp = tempfile.mkdtemp(prefix="loglake-meta-")
+        try:
+            for _attempt in range(retries + 1):
+                atp.save_path = tmp
+                atp.flags |= lt.torrent_flags.upload_mode
+                h = self.session.add_torrent(atp)
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    if h.status().has_metadata:
+                        ti = h.torrent_file()
+                        self.session.remove_torrent(h)
+                        self.info = lt.torrent_info(ti)
+                        return self.info
+                    time.sleep(0.05)
+                self.session.remove_torrent(h)
+            raise TorrentTimeout(
+                f"no peer gave the torrent's metadata within {timeout:g} s "
+                f"({retries + 1} attempt(s)); is the control node seeding {magnet[:60]}…?"
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def start(self, peers: Iterable[tuple[str, int]] = ()) -> None:
+        """Add the resolved torrent with every piece at priority 0."""
+        if self.info is None:
+            raise ArchiveConfigError("call metadata() first")
+        atp = lt.add_torrent_params()
+        atp.ti = self.info
+        atp.save_path = str(self.save_path)
+        atp.piece_priorities = [0] * self.info.num_pieces()
+        atp.trackers = self.trackers
+        self.handle = self.session.add_torrent(atp)
+        self._peers = list(peers) or self.magnet_peers
+        for p in self._peers:
+            self.handle.connect_peer(p)
+
+    def file_range(self, name: str) -> tuple[int, int]:
+        """(offset, size) of a file inside the torrent's byte stream."""
+        with warnings.catch_warnings():  # files() is marked deprecated in the 2.x binding
+            warnings.simplefilter("ignore", DeprecationWarning)
+            fs = self.info.files()
+        for i in range(fs.num_files()):
+            if Path(fs.file_path(i)).name == name:
+                return fs.file_offset(i), fs.file_size(i)
+        raise ArchiveConfigError(f"torrent has no {name!r} file (malformed archive torrent)")
+
+    def pieces_of(self, offset: int, size: int) -> range:
+        p = self.info.piece_length()
+        return range(offset // p, (offset + size + p - 1) // p)
+
+    def download(
+        self,
+        pieces: Iterable[int],
+        timeout: float = 120.0,
+        stall_timeout: float = 30.0,
+        progress: ProgressFn | None = None,
+    ) -> int:
+        """Fetch ``pieces`` (adding to what was asked before); return payload bytes so far."""
+        h = self.handle
+        want = sorted(set(pieces))
+        for i in want:
+            h.piece_priority(i, 7 if i == want[-1] else 4)
+        deadline = time.monotonic() + timeout
+        last_change, last_done = time.monotonic(), -1
+        while True:
+            st = h.status()
+            done = sum(1 for i in want if h.have_piece(i))
+            if progress:
+                progress(Progress(done, len(want), st.total_payload_download, st.num_peers))
+            if done == len(want):
+                h.flush_cache()
+                self.downloaded = st.total_payload_download
+                return self.downloaded
+            now = time.monotonic()
+            if done != last_done:
+                last_change, last_done = now, done
+            if st.num_peers == 0 and self._peers:
+                for p in self._peers:
+                    h.connect_peer(p)
+            if now > deadline or now - last_change > stall_timeout:
+                raise TorrentTimeout(
+                    f"fetched {done}/{len(want)} pieces, then no progress for "
+                    f"{now - last_change:.0f} s ({st.num_peers} peers)"
+                )
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.session.remove_torrent(self.handle)
+            self.handle = None
+        del self.session

@@ -1,0 +1,297 @@
+"""``loglake archives``: build, seed, fetch and list community history archives.
+
+Mounted by ``loglake.cli`` as ``archives``; also runnable alone (``python -m
+loglake.archives.cli``), which is how the tests start a member in another process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loglake.archives.errors import ArchiveConfigError
+from loglake.archives.layout import NS, get_layout
+from loglake.errors import LoglakeError
+
+console = Console(stderr=True)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LoglakeError as e:
+            raise click.ClickException(str(e)) from e
+
+
+def _key(key_file: str | None):
+    from loglake.archives.signing import load_private_key
+
+    raw = Path(key_file).read_text().strip() if key_file else os.environ.get("LOGLAKE_ARCHIVES_KEY")
+    if not raw:
+        raise ArchiveConfigError("give --key-file (hex secp256k1 key) or LOGLAKE_ARCHIVES_KEY")
+    return load_private_key(raw)
+
+
+def _now_ns(now: str | None) -> int:
+    if now is None:
+        return time.time_ns()
+    try:
+        return int(float(now) * NS)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(now)
+    except ValueError:
+        raise ArchiveConfigError(f"--now wants Unix seconds or ISO 8601, not {now!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp()) * NS
+
+
+def _ts(ns: int) -> str:
+    return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+_layout_opt = click.option(
+    "--layout",
+    type=click.Choice(["spec", "status-go"]),
+    default="spec",
+    show_default=True,
+    help="Byte layout: the spec's text, or what status-go writes.",
+)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Status community history archives: weekly torrents of a community's messages."""
+
+
+@command.command()
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="Key file to write.")
+def keygen(out: str) -> None:
+    """Create a control node key; print the community id (its compressed public key)."""
+    from coincurve import PrivateKey
+
+    from loglake.archives.signing import community_id
+
+    key = PrivateKey()
+    Path(out).write_text(key.to_hex() + "\n")
+    os.chmod(out, 0o600)
+    click.echo(community_id(key))
+
+
+@command.command()
+@click.option("--data-dir", type=click.Path(file_okay=False), required=True, help="loglake log.")
+@click.option(
+    "--stream", "stream", default="community", show_default=True, help="Community stream."
+)
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
+@click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
+@_layout_opt
+@click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
+@click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
+@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@click.option("--publish", "channel", help="Push the signed magnet link to this stream.")
+@click.option("--peer", "peers", multiple=True, help="host:port hint put in the magnet (x.pe).")
+def build(data_dir, stream, root, key_file, layout, now, partial, topics, channel, peers) -> None:
+    """Export the next 7-day windows of a community stream into archives (control node)."""
+    from loglake.archives.control import ControlNode
+    from loglake.archives.signing import community_id
+    from loglake.archives.store import MessageStore
+    from loglake.log import open_log
+    from loglake.streams.api import LocalStreams
+
+    key = _key(key_file)
+    lay = get_layout(layout)
+    cid = community_id(key)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    store = MessageStore(Path(root) / f"{cid}.sqlite")
+    node = ControlNode(root, key, lay, store, [lay.parse_topic(t) for t in topics] or None)
+    log = open_log(data_dir, readonly=channel is None)
+    try:
+        n = node.ingest_log(log, stream)
+        out = node.build(_now_ns(now), partial=partial)
+        table = Table(title=f"archives of {cid[:18]}… ({layout})")
+        for col in ("id", "from", "to", "offset", "size", "pieces"):
+            table.add_column(col)
+        for e in node.entries:
+            new = "new " if e in out.new else ""
+            table.add_row(
+                new + e.archive_id[:18] + "…",
+                _ts(e.metadata.from_ns),
+                _ts(e.metadata.to_ns),
+                str(e.offset),
+                str(e.size),
+                str(e.num_pieces),
+            )
+        console.print(f"ingested {n} messages; {len(out.new)} new archive(s)")
+        console.print(table)
+        if node.entries:
+            magnet = node.magnet(tuple(peers))
+            if channel:
+                idx = node.publish_magnet(
+                    LocalStreams(log), channel, int(time.time() * 1000), tuple(peers)
+                )
+                console.print(f"published on {channel} at index {idx}")
+            click.echo(magnet)
+    finally:
+        log.close()
+        store.close()
+
+
+@command.command()
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
+@click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
+@click.option("--port", type=int, default=0, help="Listen port on 127.0.0.1 (0: any).")
+@click.option("--duration", type=float, help="Seconds to seed (default: until Ctrl-C).")
+@click.option("--connect", "connects", multiple=True, help="host:port of a peer to dial.")
+def seed(root, key_file, port, duration, connects) -> None:
+    """Seed the newest archive torrent on loopback and print its magnet link."""
+    from loglake.archives.bt import Seeder
+    from loglake.archives.signing import community_id
+
+    cid = community_id(_key(key_file))
+    tfile = Path(root) / f"{cid}.torrent"
+    if not tfile.exists():
+        raise ArchiveConfigError(f"no torrent at {tfile}: run `loglake archives build` first")
+    import libtorrent as lt
+
+    from loglake.archives.torrent import magnet_link
+
+    meta = tfile.read_bytes()
+    info = lt.torrent_info(lt.bdecode(meta))
+    announce = tuple(t.url for t in info.trackers())
+    seeder = Seeder(port)
+    try:
+        seeder.seed(meta, root)
+        click.echo(magnet_link(str(info.info_hashes().v1), cid, announce, (seeder.peer,)), nl=True)
+        for c in connects:
+            host, _, p = c.rpartition(":")
+            seeder.connect(host, int(p))
+        deadline = None if duration is None else time.monotonic() + duration
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        seeder.close()
+
+
+@command.command()
+@click.option("--magnet", required=True, help="Magnet link of the archive torrent.")
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Member folder.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Member store.")
+@click.option("--community", help="Expected community id (0x…); checked against the torrent.")
+@_layout_opt
+@click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
+def fetch(magnet, root, store_path, community, layout, timeout, as_json) -> None:
+    """Fetch the index and the missing archives, then hydrate the member store."""
+    from loglake.archives.member import fetch_archives
+    from loglake.archives.store import MessageStore
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    store = MessageStore(store_path or Path(root) / "member.sqlite")
+    lay = get_layout(layout)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} pieces"),
+        TextColumn("{task.fields[bytes]} B"),
+        TextColumn("{task.fields[peers]} peers"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    ) as bar:
+        task = bar.add_task("metadata", total=None, bytes=0, peers=0)
+
+        def progress(p) -> None:
+            bar.update(
+                task,
+                description="fetching",
+                completed=p.pieces_done,
+                total=p.pieces_wanted,
+                bytes=p.bytes_downloaded,
+                peers=p.peers,
+            )
+
+        try:
+            report = fetch_archives(
+                magnet, root, store, lay, community, timeout=timeout, progress=progress
+            )
+        finally:
+            store.close()
+    out = {
+        "community": report.community,
+        "archives": report.archives,
+        "missing": [e.archive_id for e in report.missing],
+        "hydrated_messages": report.hydrated_messages,
+        "bytes_downloaded": report.bytes_downloaded,
+        "pieces": report.pieces,
+    }
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        console.print(
+            f"{report.archives} archive(s) in the index, {len(report.missing)} fetched, "
+            f"{report.hydrated_messages} messages hydrated, {report.bytes_downloaded} B downloaded"
+        )
+
+
+@command.command(name="ls")
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
+@click.option("--community", help="Community id (default: the only one under --root).")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Store to compare.")
+@_layout_opt
+def ls(root, community, store_path, layout) -> None:
+    """Show index entries: ranges, sizes, pieces, and which archives are local."""
+    from loglake.archives.store import MessageStore
+
+    lay = get_layout(layout)
+    rootp = Path(root)
+    if community is None:
+        found = [p.name for p in rootp.iterdir() if p.is_dir() and p.name.startswith("0x")]
+        if len(found) != 1:
+            raise ArchiveConfigError(f"{len(found)} communities under {root}: give --community")
+        community = found[0]
+    index_path = rootp / community / "index"
+    if not index_path.exists():
+        raise ArchiveConfigError(f"no index at {index_path}")
+    entries = lay.decode_index(index_path.read_bytes())
+    if store_path is None:
+        for cand in (rootp / "member.sqlite", rootp / f"{community}.sqlite"):
+            if cand.exists():
+                store_path = cand
+                break
+    have = set()
+    if store_path:
+        s = MessageStore(store_path)
+        have = s.archive_ids()
+        s.close()
+    table = Table(title=f"{community[:18]}… ({layout})")
+    for col in ("id", "from", "to", "offset", "size", "pieces", "local"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e.archive_id[:18] + "…",
+            _ts(e.metadata.from_ns),
+            _ts(e.metadata.to_ns),
+            str(e.offset),
+            str(e.size),
+            f"{e.first_piece}-{e.first_piece + e.num_pieces - 1}",
+            "yes" if e.archive_id in have else "no",
+        )
+    Console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    command()

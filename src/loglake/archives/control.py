@@ -1,0 +1,207 @@
+"""The control node: ingest the community stream, build archives, write the torrent folder,
+publish the signed magnet link, prune what is archived and older than 30 days.
+
+The protocol decisions live in ``builder.ArchiveBuilder`` (sans-I/O); this module is the adapter
+that owns files: ``<root>/<community id>/data`` (append-only), ``<root>/<community id>/index``
+(rewritten atomically), ``<root>/<community id>.torrent``. status-go keeps the same folder
+layout (manager_archive_file.go: ``archiveDir = DataDir + "/" + communityID``; torrent file in
+``TorrentDir``). A crash between appending to ``data`` and writing ``index`` is repaired on the
+next start by truncating ``data`` to the end of the last indexed archive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from coincurve import PrivateKey
+
+from loglake.archives.builder import RETENTION_NS, ArchiveBuilder, BuildResult, plan_windows
+from loglake.archives.errors import ArchiveConfigError, BadRecord
+from loglake.archives.layout import IndexEntry, Layout
+from loglake.archives.signing import community_id, encode_magnet_message
+from loglake.archives.store import MessageStore
+from loglake.archives.torrent import PieceHashes, Torrent
+from loglake.log.api import Log
+from loglake.logs import log_event
+from loglake.streams.api import Streams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOutcome:
+    new: list[IndexEntry]
+    torrent: Torrent | None
+    result: BuildResult
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ControlNode:
+    def __init__(
+        self,
+        root: str | Path,
+        key: PrivateKey,
+        layout: Layout,
+        store: MessageStore,
+        topics: list[bytes | str] | None = None,
+        announce: tuple[str, ...] = (),
+    ) -> None:
+        self.root = Path(root)
+        self.key = key
+        self.layout = layout
+        self.store = store
+        self.topics = topics
+        self.community_id = community_id(key)
+        self.folder = self.root / self.community_id
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.data_path = self.folder / "data"
+        self.index_path = self.folder / "index"
+        self.torrent_path = self.root / f"{self.community_id}.torrent"
+        self.builder = self._load(announce)
+
+    def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:
+        entries: list[IndexEntry] = []
+        if self.index_path.exists():
+            entries = self.layout.decode_index(self.index_path.read_bytes())
+        end = entries[-1].offset + entries[-1].size if entries else 0
+        hashes = PieceHashes(self.layout.piece_length)
+        if self.data_path.exists():
+            size = self.data_path.stat().st_size
+            if size < end:
+                raise ArchiveConfigError(f"{self.data_path} is shorter than its index says")
+            if size > end:  # torn build: bytes appended but never indexed
+                log_event(logger, logging.WARNING, "truncating unindexed data", extra=size - end)
+                with open(self.data_path, "r+b") as f:
+                    f.truncate(end)
+            with open(self.data_path, "rb") as f:
+                while chunk := f.read(self.layout.piece_length * 256):
+                    hashes.extend(chunk)
+        return ArchiveBuilder(
+            self.layout,
+            self.community_id,
+            entries,
+            hashes,
+            self.store.last_archive_end_ns(),
+            tuple(announce),
+        )
+
+    # -- ingest -----------------------------------------------------------------------------
+    def ingest_log(self, log: Log, stream: str, partition: int = 0, batch: int = 10_000) -> int:
+        """Copy new records of the community stream into the store (records that are not the
+        layout's WakuMessage are logged and skipped)."""
+        pos = int(self.store.get_meta("ingest_next_index") or 0)
+        total = 0
+        while True:
+            recs = log.read(stream, partition, pos, limit=batch)
+            if not recs:
+                return total
+            total += self._ingest([r.data for r in recs], recs[-1].index + 1)
+            pos = recs[-1].index + 1
+
+    def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
+        pos = int(self.store.get_meta("ingest_next_index") or 0)
+        total = 0
+        while True:
+            msgs = streams.pull(stream, pos, batch)
+            if not msgs:
+                return total
+            total += self._ingest([m.data for m in msgs], msgs[-1].index + 1)
+            pos = msgs[-1].index + 1
+
+    def _ingest(self, raws: list[bytes], next_index: int) -> int:
+        good = []
+        for raw in raws:
+            try:
+                good.append(self.layout.decode_record(raw))
+            except BadRecord as e:
+                log_event(logger, logging.WARNING, "skipping record", reason=str(e))
+        return self.store.add(good, next_index)
+
+    # -- build ------------------------------------------------------------------------------
+    def build(
+        self, now_ns: int, partial: bool = False, period_ns: int | None = None
+    ) -> BuildOutcome:
+        start = self.builder.end_ns
+        if start is None:
+            start = self.store.oldest_ns()
+        if start is None:
+            return BuildOutcome([], None, BuildResult([], b"", None, None))
+        kw = {} if period_ns is None else {"period_ns": period_ns}
+        windows = plan_windows(start, now_ns, partial=partial, **kw)
+        if not windows:
+            return BuildOutcome([], self._current_torrent(), BuildResult([], b"", None, start))
+        msgs = [
+            self.layout.decode_record(raw)
+            for _, _, raw in self.store.messages(windows[0][0], windows[-1][1])
+        ]
+        before = len(self.builder.entries)
+        result = self.builder.build(windows, msgs, self.topics)
+        if result.archives:
+            with open(self.data_path, "ab") as f:
+                for a in result.archives:
+                    f.write(a.body)
+                    if a.trailing_zeros:
+                        f.write(bytes(a.trailing_zeros))
+                f.flush()
+                os.fsync(f.fileno())
+            _atomic_write(self.index_path, result.index)
+            _atomic_write(self.torrent_path, result.torrent.metainfo())
+        new = self.builder.entries[before:]
+        self.store.record_archives(new, result.end_ns)
+        log_event(
+            logger,
+            logging.INFO,
+            "archives built",
+            community=self.community_id,
+            new=len(new),
+            windows=len(windows),
+            data_bytes=self.builder.data_size,
+        )
+        return BuildOutcome(new, result.torrent or self._current_torrent(), result)
+
+    def _current_torrent(self) -> Torrent | None:
+        return self.builder.torrent() if self.builder.entries else None
+
+    @property
+    def entries(self) -> list[IndexEntry]:
+        return list(self.builder.entries)
+
+    def torrent(self) -> Torrent:
+        t = self._current_torrent()
+        if t is None:
+            raise ArchiveConfigError(f"community {self.community_id} has no archives yet")
+        return t
+
+    def magnet(self, peers: tuple[str, ...] = ()) -> str:
+        return self.torrent().magnet(self.community_id, peers)
+
+    # -- publish ----------------------------------------------------------------------------
+    def magnet_message(self, clock: int, peers: tuple[str, ...] = ()) -> bytes:
+        return encode_magnet_message(clock, self.magnet(peers), self.key)
+
+    def publish_magnet(
+        self, streams: Streams, channel: str, clock: int, peers: tuple[str, ...] = ()
+    ) -> int:
+        """Push the signed ``ApplicationMetadataMessage`` to the special channel stream."""
+        streams.create_stream(channel)
+        return streams.push(channel, self.magnet_message(clock, peers))
+
+    # -- retention --------------------------------------------------------------------------
+    def prune(self, now_ns: int) -> int:
+        """Spec "Storing live messages": remove messages older than 30 days, but only those
+        already turned into archives (older than the end of the last archive)."""
+        end = self.builder.end_ns
+        if end is None:
+            return 0
+        return self.store.prune(min(now_ns - RETENTION_NS, end))

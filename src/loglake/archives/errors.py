@@ -1,0 +1,48 @@
+"""Typed errors of the archives part, split by whose fault it is (STYLE.md, the h11 model)."""
+
+from __future__ import annotations
+
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, RemoteProtocolError
+
+
+class ArchiveError(LoglakeError):
+    """Base of the archives errors."""
+
+
+class CorruptIndex(ArchiveError, DecodeError):
+    """The ``index`` file does not decode, or an entry's key is not keccak-256 of its value."""
+
+
+class CorruptArchive(ArchiveError, DecodeError):
+    """An archive region of ``data`` does not decode as the layout's ``WakuMessageArchive``."""
+
+
+class MisalignedArchive(ArchiveError, DecodeError):
+    """An archive's size or offset is not a multiple of the piece length (spec: "Ensuring
+    reproducible data pieces")."""
+
+
+class BadRecord(ArchiveError, DecodeError):
+    """A community stream record is not the layout's ``WakuMessage``."""
+
+
+class BadMagnetMessage(ArchiveError, RemoteProtocolError, DecodeError):
+    """A special-channel message is not a well-formed ``ApplicationMetadataMessage`` carrying a
+    ``CommunityMessageArchiveMagnetlink``."""
+
+
+class UnsignedMessage(BadMagnetMessage):
+    """The special-channel message has no signature."""
+
+
+class WrongSigner(BadMagnetMessage):
+    """The signature does not recover to the control node's key (spec: "Canonical message
+    histories": messages not signed by the control node MUST be ignored)."""
+
+
+class TorrentTimeout(ArchiveError, RemoteProtocolError):
+    """No peer gave the torrent's metadata or pieces in time."""
+
+
+class ArchiveConfigError(ArchiveError, LocalProtocolError):
+    """The caller asked for something impossible (unknown layout, bad key, no archives)."""

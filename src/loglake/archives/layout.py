@@ -1,0 +1,468 @@
+"""The two byte layouts of a community history archive, behind one interface.
+
+``spec`` follows specs/status-community-history-archives.txt to the letter ("Message history
+archives", "Message history archive index", "Ensuring reproducible data pieces"): the padding
+lives *inside* ``WakuMessageArchive`` (field 4) and the encoded archive is re-sized until it is a
+multiple of the piece length; the index metadata carries ``num_pieces``; messages are
+14/WAKU2-MESSAGE; times are Unix nanoseconds, like ``WakuMessage.timestamp``.
+
+``status-go`` is what status-im/status-go writes for unencrypted communities
+(protocol/communities/manager_archive_file.go: ``createHistoryArchiveTorrent``,
+``createWakuMessageArchive``; protocol/protobuf/communities.proto): no padding field, zero bytes
+appended *after* the encoded archive in ``data`` and recorded as ``size``/``padding`` in
+``WakuMessageArchiveIndexMetadata``; a window is split into chunks of at most 30,000,000 bytes of
+payload+sig (``maxArchiveSizeInBytes``), messages above that are dropped; times are Unix seconds.
+
+Both key the index by ``crypto.Keccak256Hash(encoded index metadata).String()`` = ``0x`` + hex
+(the spec names keccak-256 but no text form; status-go's is the one deployed).
+
+Everything else (windows, append-only ``data``, torrents, fetch, hydrate) is shared and does
+not know which layout it runs.
+
+Why the archive bytes are framed here instead of by ``SerializeToString`` of one big message:
+community stream records *are* encoded ``WakuMessage``s, so an archive is the metadata field
+followed by ``0x1a varint(len) record`` per message — the exact bytes protobuf writes (fields in
+number order; tests compare with the protobuf runtime) without parsing a million records again.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from Crypto.Hash import keccak
+from google.protobuf.message import DecodeError as PbDecodeError
+
+from loglake.archives.errors import (
+    ArchiveConfigError,
+    BadRecord,
+    CorruptArchive,
+    CorruptIndex,
+    MisalignedArchive,
+)
+from loglake.wire.pb import archives_spec_pb2 as spec_pb
+from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+
+PIECE_LENGTH = 100 * 1024
+"""status-go protocol/communities/manager.go: ``pieceLength = 100 * 1024`` (the spec leaves it
+"??? (TODO)")."""
+
+MAX_ARCHIVE_SIZE = 30_000_000
+"""status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
+
+NS = 1_000_000_000
+
+
+def keccak256(data: bytes) -> bytes:
+    return keccak.new(data=data, digest_bits=256).digest()
+
+
+def archive_id(encoded_index_metadata: bytes) -> str:
+    """status-go: ``crypto.Keccak256Hash(bytes).String()``, i.e. ``0x`` + 64 lowercase hex."""
+    return "0x" + keccak256(encoded_index_metadata).hex()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))
+
+
+def varint(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
+
+
+def frame_messages(tag: bytes, records: Sequence[bytes]) -> bytes:
+    """``tag varint(len) record`` for every record: a repeated embedded-message field."""
+    small = _SMALL_VARINTS
+    return b"".join(
+        [tag + (small[len(r)] if len(r) < 16384 else _varint(len(r))) + r for r in records]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveMetadata:
+    """``WakuMessageArchiveMetadata`` in layout-neutral form: times in Unix ns."""
+
+    from_ns: int
+    to_ns: int
+    content_topics: tuple[bytes | str, ...]
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One ``WakuMessageArchiveIndexMetadata`` and its key. ``size`` is the archive's bytes in
+    ``data`` including padding; ``padding`` is status-go's trailing zero count (0 for spec)."""
+
+    archive_id: str
+    metadata: ArchiveMetadata
+    offset: int
+    size: int
+    padding: int
+    encoded: bytes
+
+    @property
+    def first_piece(self) -> int:
+        return self.offset // PIECE_LENGTH
+
+    @property
+    def num_pieces(self) -> int:
+        return self.size // PIECE_LENGTH
+
+    @property
+    def pieces(self) -> range:
+        return range(self.first_piece, self.first_piece + self.num_pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedArchive:
+    """What goes into ``data``: ``body`` then ``trailing_zeros`` zero bytes."""
+
+    body: bytes
+    trailing_zeros: int
+    entry: IndexEntry
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + self.trailing_zeros
+
+    def data_bytes(self) -> bytes:
+        return self.body + bytes(self.trailing_zeros) if self.trailing_zeros else self.body
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedMessage:
+    """A community record with what windowing and hydration need."""
+
+    timestamp_ns: int
+    topic: bytes | str
+    raw: bytes
+    cap_size: int
+    """status-go's size for the 30 MB cap: ``len(payload) + len(sig)``."""
+
+
+class Layout(ABC):
+    name: str
+    piece_length: int = PIECE_LENGTH
+    max_archive_bytes: int | None = None
+    archive_version: int = 0
+
+    # -- records ----------------------------------------------------------------------------
+    @abstractmethod
+    def decode_record(self, raw: bytes) -> DecodedMessage:
+        """Parse one community-stream record (the layout's ``WakuMessage``) or ``BadRecord``."""
+
+    @abstractmethod
+    def make_record(
+        self, *, payload: bytes, topic: bytes | str, timestamp_ns: int, **extra: object
+    ) -> bytes:
+        """Encode a ``WakuMessage`` for this layout (used by tests, demos and benchmarks)."""
+
+    @abstractmethod
+    def parse_topic(self, text: str) -> bytes | str:
+        """A topic from the command line: hex for status-go, the string for spec."""
+
+    # -- archives ---------------------------------------------------------------------------
+    @abstractmethod
+    def _metadata_pb(self, meta: ArchiveMetadata): ...
+
+    @abstractmethod
+    def _metadata_from_pb(self, pb) -> ArchiveMetadata: ...
+
+    @abstractmethod
+    def encode_archive(
+        self, meta: ArchiveMetadata, records: Sequence[bytes], offset: int
+    ) -> EncodedArchive:
+        """The archive's bytes for ``data`` at ``offset`` and its index entry."""
+
+    @abstractmethod
+    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
+        """The raw ``WakuMessage`` records of the archive occupying ``region`` (``entry.size``
+        bytes read at ``entry.offset``), or ``CorruptArchive``."""
+
+    @abstractmethod
+    def _index_metadata_pb(
+        self, entry_meta: ArchiveMetadata, offset: int, size: int, padding: int
+    ): ...
+
+    @abstractmethod
+    def _entry_from_pb(self, key: str, pb, encoded: bytes) -> IndexEntry: ...
+
+    @property
+    @abstractmethod
+    def _index_cls(self): ...
+
+    # -- shared -------------------------------------------------------------------------------
+    def make_entry(self, meta: ArchiveMetadata, offset: int, size: int, padding: int) -> IndexEntry:
+        if offset % self.piece_length or size % self.piece_length or size <= 0:
+            raise MisalignedArchive(
+                f"archive at offset {offset} with size {size} is not aligned to "
+                f"{self.piece_length}-byte pieces"
+            )
+        pb = self._index_metadata_pb(meta, offset, size, padding)
+        encoded = pb.SerializeToString(deterministic=True)
+        return IndexEntry(archive_id(encoded), meta, offset, size, padding, encoded)
+
+    def encode_index(self, entries: Sequence[IndexEntry]) -> bytes:
+        index = self._index_cls()
+        for e in entries:
+            index.archives[e.archive_id].ParseFromString(e.encoded)
+        # Deterministic map order (sorted keys) so the same index always has the same bytes.
+        return index.SerializeToString(deterministic=True)
+
+    def decode_index(self, raw: bytes, data_size: int | None = None) -> list[IndexEntry]:
+        """Entries sorted by offset. Checks every key is keccak-256 of its metadata, every
+        archive is piece-aligned, archives do not overlap and (if given) fit in ``data``."""
+        index = self._index_cls()
+        try:
+            index.ParseFromString(raw)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise CorruptIndex(f"index does not decode as WakuMessageArchiveIndex: {e}") from e
+        if raw and not index.archives:
+            raise CorruptIndex("index has bytes but no archives (encrypted or not an index)")
+        out = []
+        for key, meta in index.archives.items():
+            encoded = meta.SerializeToString(deterministic=True)
+            if archive_id(encoded) != key:
+                raise CorruptIndex(f"index key {key[:18]}… is not keccak-256 of its metadata")
+            try:
+                out.append(self._entry_from_pb(key, meta, encoded))
+            except MisalignedArchive:
+                raise
+        out.sort(key=lambda e: e.offset)
+        end = 0
+        for e in out:
+            if e.offset < end:
+                raise CorruptIndex(f"archive {e.archive_id[:18]}… overlaps the previous one")
+            end = e.offset + e.size
+        if data_size is not None and end > data_size:
+            raise CorruptIndex(f"index describes {end} bytes of data, the torrent has {data_size}")
+        return out
+
+    def check_alignment(self, offset: int, size: int) -> None:
+        if offset % self.piece_length or size % self.piece_length or size <= 0:
+            raise MisalignedArchive(
+                f"archive at offset {offset}, size {size}: not a whole number of "
+                f"{self.piece_length}-byte pieces"
+            )
+
+    def chunk(self, messages: Sequence[DecodedMessage]) -> list[list[DecodedMessage]]:
+        """status-go splits a window into chunks of at most ``maxArchiveSizeInBytes`` of
+        payload+sig and drops bigger messages; the spec layout keeps one archive per window."""
+        if self.max_archive_bytes is None:
+            return [list(messages)]
+        cap = self.max_archive_bytes
+        chunks: list[list[DecodedMessage]] = []
+        cur: list[DecodedMessage] = []
+        size = 0
+        for m in messages:
+            if m.cap_size > cap:
+                continue
+            if size + m.cap_size > cap:
+                chunks.append(cur)
+                cur, size = [], 0
+            cur.append(m)
+            size += m.cap_size
+        chunks.append(cur)
+        return chunks
+
+
+class SpecLayout(Layout):
+    name = "spec"
+    archive_version = 1
+
+    def decode_record(self, raw: bytes) -> DecodedMessage:
+        m = spec_pb.WakuMessage()
+        try:
+            m.ParseFromString(raw)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise BadRecord(f"record is not a 14/WAKU2-MESSAGE: {e}") from e
+        if not m.HasField("timestamp"):
+            raise BadRecord("14/WAKU2-MESSAGE without timestamp cannot be archived")
+        return DecodedMessage(m.timestamp, m.content_topic, raw, len(m.payload))
+
+    def make_record(self, *, payload, topic, timestamp_ns, **extra) -> bytes:
+        m = spec_pb.WakuMessage(payload=payload, content_topic=str(topic), timestamp=timestamp_ns)
+        for k in ("version", "meta", "ephemeral"):
+            if extra.get(k) is not None:
+                setattr(m, k, extra[k])
+        return m.SerializeToString(deterministic=True)
+
+    def parse_topic(self, text: str) -> str:
+        return text
+
+    def _metadata_pb(self, meta):
+        return spec_pb.WakuMessageArchiveMetadata(
+            version=meta.version,
+            to=meta.to_ns,
+            contentTopic=[str(t) for t in meta.content_topics],
+            **{"from": meta.from_ns},
+        )
+
+    def _metadata_from_pb(self, pb) -> ArchiveMetadata:
+        return ArchiveMetadata(getattr(pb, "from"), pb.to, tuple(pb.contentTopic), pb.version)
+
+    def encode_archive(self, meta, records, offset) -> EncodedArchive:
+        head = b""
+        if self.archive_version:
+            head += b"\x08" + varint(self.archive_version)
+        md = self._metadata_pb(meta).SerializeToString(deterministic=True)
+        head += b"\x12" + varint(len(md)) + md
+        body = head + frame_messages(b"\x1a", records)
+        pad_field = padding_field(len(body), self.piece_length)
+        body += pad_field
+        entry = self.make_entry(meta, offset, len(body), 0)
+        return EncodedArchive(body, 0, entry)
+
+    def decode_archive(self, region, entry) -> list[bytes]:
+        self.check_alignment(entry.offset, len(region))
+        a = spec_pb.WakuMessageArchive()
+        try:
+            a.ParseFromString(region)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
+        if a.padding.strip(b"\x00"):
+            raise CorruptArchive("archive padding holds non-zero bytes")
+        return [m.SerializeToString(deterministic=True) for m in a.messages]
+
+    def _index_metadata_pb(self, meta, offset, size, padding):
+        return spec_pb.WakuMessageArchiveIndexMetadata(
+            version=self.archive_version,
+            metadata=self._metadata_pb(meta),
+            offset=offset,
+            num_pieces=size // self.piece_length,
+        )
+
+    def _entry_from_pb(self, key, pb, encoded) -> IndexEntry:
+        size = pb.num_pieces * self.piece_length
+        self.check_alignment(pb.offset, size)
+        return IndexEntry(key, self._metadata_from_pb(pb.metadata), pb.offset, size, 0, encoded)
+
+    @property
+    def _index_cls(self):
+        return spec_pb.WakuMessageArchiveIndex
+
+
+def padding_field(body_len: int, piece: int) -> bytes:
+    """The encoded ``bytes padding = 4`` field that makes ``body_len`` a multiple of ``piece``.
+
+    Spec: "its padding field MUST be filled with zero bytes and the WakuMessageArchive MUST be
+    re-encoded until its size becomes multiple of pieceLength". The field costs a tag byte and a
+    varint length, so the zero count ``n`` solves ``body_len + 1 + len(varint(n)) + n = k*piece``;
+    some gaps have no solution (a gap of 1, or where ``len(varint(n))`` jumps), then the next
+    multiple is used. An empty field is not encoded by proto3, so an aligned body gets none.
+    """
+    if body_len % piece == 0:
+        return b""
+    target = (body_len // piece + 1) * piece
+    while True:
+        gap = target - body_len
+        for vlen in range(1, 6):
+            n = gap - 1 - vlen
+            if n >= 0 and len(varint(n)) == vlen:
+                return b"\x22" + varint(n) + bytes(n)
+        target += piece
+
+
+class StatusGoLayout(Layout):
+    name = "status-go"
+    max_archive_bytes = MAX_ARCHIVE_SIZE
+    archive_version = 0  # status-go never sets WakuMessageArchive.version
+
+    def decode_record(self, raw: bytes) -> DecodedMessage:
+        m = sg_pb.WakuMessage()
+        try:
+            m.ParseFromString(raw)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise BadRecord(f"record is not a status-go WakuMessage: {e}") from e
+        return DecodedMessage(m.timestamp * NS, m.topic, raw, len(m.payload) + len(m.sig))
+
+    def make_record(self, *, payload, topic, timestamp_ns, **extra) -> bytes:
+        m = sg_pb.WakuMessage(payload=payload, topic=bytes(topic), timestamp=timestamp_ns // NS)
+        for k in ("sig", "padding", "hash"):
+            if extra.get(k) is not None:
+                setattr(m, k, extra[k])
+        if extra.get("third_party_id"):
+            m.thirdPartyId = str(extra["third_party_id"])
+        return m.SerializeToString(deterministic=True)
+
+    def parse_topic(self, text: str) -> bytes:
+        t = text[2:] if text.startswith("0x") else text
+        try:
+            return bytes.fromhex(t)
+        except ValueError:
+            raise ArchiveConfigError(f"status-go topics are hex (4 bytes), not {text!r}") from None
+
+    def _metadata_pb(self, meta):
+        return sg_pb.WakuMessageArchiveMetadata(
+            version=meta.version,
+            to=meta.to_ns // NS,
+            contentTopic=[bytes(t) for t in meta.content_topics],
+            **{"from": meta.from_ns // NS},
+        )
+
+    def _metadata_from_pb(self, pb) -> ArchiveMetadata:
+        return ArchiveMetadata(
+            getattr(pb, "from") * NS, pb.to * NS, tuple(pb.contentTopic), pb.version
+        )
+
+    def encode_archive(self, meta, records, offset) -> EncodedArchive:
+        md = self._metadata_pb(meta).SerializeToString(deterministic=True)
+        body = b"\x12" + varint(len(md)) + md + frame_messages(b"\x1a", records)
+        raw, piece = len(body), self.piece_length
+        # manager_archive_file.go: an archive above one piece always gets padding up to the
+        # next multiple — a whole extra piece when it is already aligned; one at or below one
+        # piece is padded to exactly one piece.
+        size = raw + piece - (raw % piece) if raw > piece else piece
+        padding = size - raw
+        entry = self.make_entry(meta, offset, size, padding)
+        return EncodedArchive(body, padding, entry)
+
+    def decode_archive(self, region, entry) -> list[bytes]:
+        self.check_alignment(entry.offset, len(region))
+        if entry.padding >= len(region) + 1 or entry.padding > entry.size:
+            raise CorruptArchive(f"archive {entry.archive_id[:18]}… padding exceeds its size")
+        body = region[: len(region) - entry.padding]
+        if region[len(body) :].strip(b"\x00"):
+            raise CorruptArchive("archive padding holds non-zero bytes")
+        a = sg_pb.WakuMessageArchive()
+        try:
+            a.ParseFromString(body)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
+        return [m.SerializeToString(deterministic=True) for m in a.messages]
+
+    def _index_metadata_pb(self, meta, offset, size, padding):
+        return sg_pb.WakuMessageArchiveIndexMetadata(
+            metadata=self._metadata_pb(meta), offset=offset, size=size, padding=padding
+        )
+
+    def _entry_from_pb(self, key, pb, encoded) -> IndexEntry:
+        self.check_alignment(pb.offset, pb.size)
+        if pb.padding > pb.size:
+            raise CorruptIndex(f"archive {key[:18]}… has padding {pb.padding} > size {pb.size}")
+        return IndexEntry(
+            key, self._metadata_from_pb(pb.metadata), pb.offset, pb.size, pb.padding, encoded
+        )
+
+    @property
+    def _index_cls(self):
+        return sg_pb.WakuMessageArchiveIndex
+
+
+LAYOUTS: dict[str, Layout] = {"spec": SpecLayout(), "status-go": StatusGoLayout()}
+
+
+def get_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ArchiveConfigError(f"unknown layout {name!r}: use spec or status-go") from None

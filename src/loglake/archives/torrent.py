@@ -1,0 +1,131 @@
+"""The archive torrent: a v1, multi-file metainfo over ``<community id>/{data,index}``.
+
+status-go builds it with anacrolix ``metainfo.Info{PieceLength: 100*1024}.BuildFromFilePath
+(archiveDir)`` (manager_archive_file.go): name = the folder name (the community id), files in
+path order (``data``, ``index``), no pad files, ``pieces`` = SHA-1 of each piece of the files'
+concatenation. The magnet is anacrolix ``metaInfo.Magnet(nil, &info)``:
+``magnet:?xt=urn:btih:<hex>&dn=<name>`` (+ ``tr`` for each announce URL).
+
+Why bencode is written here: libtorrent 2.x's ``create_torrent`` refuses the 102,400-byte piece
+length and inserts pad files even at powers of two, which changes the info-hash
+(FIELD-NOTES "More on archives and BitTorrent"); the info dict is four keys, and a 25-line encoder
+keeps its bytes exact and testable (tests decode it with ``libtorrent.bdecode`` and load it with
+``libtorrent.torrent_info``).
+
+Because ``data`` is append-only and every archive fills whole pieces, the SHA-1 of earlier pieces
+never changes: ``PieceHashes`` keeps them and hashes only what was appended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from loglake.archives.layout import PIECE_LENGTH
+
+
+def bencode(value: object) -> bytes:
+    out: list[bytes] = []
+    _bencode(value, out)
+    return b"".join(out)
+
+
+def _bencode(v: object, out: list[bytes]) -> None:
+    if isinstance(v, bool):
+        raise TypeError("bencode has no booleans")
+    if isinstance(v, int):
+        out.append(b"i%de" % v)
+    elif isinstance(v, (bytes, bytearray)):
+        out.append(b"%d:" % len(v))
+        out.append(bytes(v))
+    elif isinstance(v, str):
+        _bencode(v.encode(), out)
+    elif isinstance(v, (list, tuple)):
+        out.append(b"l")
+        for x in v:
+            _bencode(x, out)
+        out.append(b"e")
+    elif isinstance(v, dict):
+        out.append(b"d")
+        items = sorted(((k.encode() if isinstance(k, str) else k), x) for k, x in v.items())
+        for k, x in items:
+            _bencode(k, out)
+            _bencode(x, out)
+        out.append(b"e")
+    else:
+        raise TypeError(f"cannot bencode {type(v).__name__}")
+
+
+@dataclass
+class PieceHashes:
+    """SHA-1 of every whole piece of ``data`` seen so far (``data`` grows by whole pieces)."""
+
+    piece_length: int = PIECE_LENGTH
+    hashes: list[bytes] = field(default_factory=list)
+
+    def extend(self, appended: bytes) -> None:
+        p = self.piece_length
+        if len(appended) % p:
+            raise ValueError("data grows by whole pieces only")
+        mv = memoryview(appended)
+        sha1 = hashlib.sha1
+        self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, len(appended), p))
+
+    @property
+    def data_size(self) -> int:
+        return len(self.hashes) * self.piece_length
+
+
+def info_dict(name: str, hashes: PieceHashes, index_bytes: bytes) -> dict:
+    """The v1 info dict for ``name/data`` (whole pieces, hashed already) and ``name/index``."""
+    p = hashes.piece_length
+    mv = memoryview(index_bytes)
+    tail = [hashlib.sha1(mv[i : i + p]).digest() for i in range(0, len(index_bytes), p)]
+    files = [{"length": hashes.data_size, "path": ["data"]}]
+    files.append({"length": len(index_bytes), "path": ["index"]})
+    return {
+        "files": files,
+        "name": name,
+        "piece length": p,
+        "pieces": b"".join(hashes.hashes) + b"".join(tail),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Torrent:
+    info: bytes
+    """The bencoded info dict (its SHA-1 is the info-hash)."""
+    announce: tuple[str, ...] = ()
+
+    @property
+    def info_hash(self) -> str:
+        return hashlib.sha1(self.info).hexdigest()
+
+    def metainfo(self) -> bytes:
+        """The ``.torrent`` file: ``{announce, announce-list, info}`` (raw info bytes kept)."""
+        head = b"d"
+        if self.announce:
+            head += bencode("announce") + bencode(self.announce[0])
+            head += bencode("announce-list") + bencode([[a] for a in self.announce])
+        return head + bencode("info") + self.info + b"e"
+
+    def magnet(self, name: str, peers: tuple[str, ...] = ()) -> str:
+        """anacrolix's shape (``xt``, ``dn``, ``tr``...) plus ``x.pe`` peer hints (BEP 9), which
+        libtorrent uses to dial the seeder on loopback where there is no DHT."""
+        return magnet_link(self.info_hash, name, self.announce, peers)
+
+
+def magnet_link(
+    info_hash: str, name: str, announce: tuple[str, ...] = (), peers: tuple[str, ...] = ()
+) -> str:
+    parts = [f"xt=urn:btih:{info_hash}", f"dn={quote(name, safe='')}"]
+    parts += [f"tr={quote(a, safe='')}" for a in announce]
+    parts += [f"x.pe={p}" for p in peers]
+    return "magnet:?" + "&".join(parts)
+
+
+def build_torrent(
+    name: str, hashes: PieceHashes, index_bytes: bytes, announce: tuple[str, ...] = ()
+) -> Torrent:
+    return Torrent(bencode(info_dict(name, hashes, index_bytes)), tuple(announce))
