@@ -1,0 +1,464 @@
+"""Python clients of the Ockam stream service over the Ockam TCP transport.
+
+``StreamClient`` (blocking socket) and ``AsyncStreamClient`` (asyncio) both implement the
+``Streams`` protocol of ``loglake.streams.api`` — create_stream, push, push_many, pull,
+get_index, save_index — so a part written against ``Streams`` runs on ``LocalStreams`` in a test
+and against ``loglake serve`` unchanged. Both drive the same sans-I/O ``ClientCore``.
+
+Matching replies to requests: each request carries its own return address ``r<n>`` (a local
+address in the return route, which the service copies into the reply's onward route). That
+matches every reply, including ``error`` replies that carry no request id, so many requests can be
+in flight (``push_many`` pipelines up to ``window`` pushes). Push and pull replies are also
+checked against their ``request_id``.
+
+Stream addresses: the spec says "The client MUST use stream address from the return route"; the
+client learns each partition's worker address from the INIT replies of a CREATE, and for a stream
+it did not create asks ``loglake_stream_info`` (loglake extension) for the partition count, then
+sends the CREATE that returns the INITs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+from collections import defaultdict
+from collections.abc import Sequence
+
+from loglake.errors import LoglakeError, RemoteProtocolError
+from loglake.log.api import UnknownPartition, UnknownStream
+from loglake.streams import codec
+from loglake.streams.api import StreamMessage
+from loglake.streams.messages import (
+    CreatePartitionedStreamRequest,
+    CreatePartitionedStreamResponse,
+    CreateStreamRequest,
+    Error,
+    GetIndex,
+    GetPartitionIndex,
+    Index,
+    Init,
+    PartitionIndex,
+    PullRequest,
+    PullResponse,
+    PushConfirm,
+    SaveIndex,
+    SavePartitionIndex,
+    StreamInfoRequest,
+    StreamInfoResponse,
+    StreamSummary,
+)
+from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
+from loglake.wire.ockam import (
+    DEFAULT_MAX_FRAME,
+    Address,
+    Route,
+    RoutingMessage,
+    TcpConnection,
+    encode_frame,
+    route,
+)
+
+DEFAULT_PORT = 4000
+DEFAULT_WINDOW = 1000
+"""Pushes in flight in ``push_many``."""
+
+
+class StreamServiceError(RemoteProtocolError):
+    """The service answered ``error`` (its reason is the message)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PushFailed(StreamServiceError):
+    """A ``PushConfirm`` with status ``ERROR``."""
+
+
+_ERROR_PREFIX = codec.encode_base(codec.ERROR, b"")[:-1]  # the BARE string "error"
+_PARTITIONS_RE = re.compile(r"has partitions 0\.\.(\d+),")
+
+
+def _is_error(msg: RoutingMessage) -> bool:
+    return msg.payload.startswith(_ERROR_PREFIX)
+
+
+def _raise_error(reply: Error, stream: str | None = None, partition: int = 0):
+    """Turn an ``error`` reply into the exception ``LocalStreams`` would raise, if we can."""
+    reason = reply.reason
+    if stream is not None and reason.startswith("unknown stream"):
+        raise UnknownStream(stream)
+    m = _PARTITIONS_RE.search(reason)
+    if stream is not None and m:
+        raise UnknownPartition(stream, partition, int(m.group(1)) + 1)
+    raise StreamServiceError(reason)
+
+
+class ClientCore:
+    """Sans-I/O client: builds request frames, sorts reply frames by request token."""
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.conn = TcpConnection(max_frame)
+        self._n = 0
+        self.replies: dict[int, list[RoutingMessage]] = defaultdict(list)
+
+    @staticmethod
+    def initial_bytes() -> bytes:
+        return TcpConnection.initial_bytes()
+
+    def request(self, dest: Route, payload: bytes) -> tuple[int, bytes]:
+        self._n += 1
+        tok = self._n
+        msg = RoutingMessage(dest, (Address.local(f"r{tok}"),), payload)
+        return tok, encode_frame(msg)
+
+    def receive_data(self, data: bytes) -> None:
+        for msg in self.conn.receive_data(data):
+            tok = self._token(msg)
+            if tok is not None:
+                self.replies[tok].append(msg)
+        if self.conn.error is not None:
+            raise self.conn.error
+
+    @staticmethod
+    def _token(msg: RoutingMessage) -> int | None:
+        if not msg.onward_route:
+            return None
+        v = msg.onward_route[0].value
+        if v[:1] != b"r" or not v[1:].isdigit():
+            return None
+        return int(v[1:])
+
+
+# -- request builders shared by both clients -------------------------------------------------
+def _create_payload(name: str | None, partitions: int) -> tuple[bytes, type]:
+    if partitions == 1:
+        return codec.encode_payload(CreateStreamRequest(name)), Init
+    return (
+        codec.encode_payload(CreatePartitionedStreamRequest(name, partitions)),
+        CreatePartitionedStreamResponse,
+    )
+
+
+def _index_get(client_id: str, stream: str, partition: int) -> tuple[bytes, type]:
+    if partition == 0:
+        return codec.encode_payload(GetIndex(client_id, stream)), Index
+    return codec.encode_payload(GetPartitionIndex(client_id, stream, partition)), PartitionIndex
+
+
+def _index_save(client_id: str, stream: str, index: int, partition: int) -> tuple[bytes, type]:
+    if partition == 0:
+        return codec.encode_payload(SaveIndex(client_id, stream, index)), Index
+    return (
+        codec.encode_payload(SavePartitionIndex(client_id, stream, partition, index)),
+        PartitionIndex,
+    )
+
+
+class _Addresses:
+    """(stream, partition) → worker address, learned from INIT return routes."""
+
+    def __init__(self) -> None:
+        self.map: dict[tuple[str, int], Address] = {}
+
+    def learn(self, replies: list[RoutingMessage], expect: type) -> str:
+        name = None
+        for m in replies:
+            r = codec.decode_response(m.payload, expect)
+            if isinstance(r, Error):
+                _raise_error(r)
+            part = getattr(r, "partition", 0)
+            name = r.stream_name
+            self.map[(name, part)] = m.return_route[0]
+        assert name is not None
+        return name
+
+
+class StreamClient:
+    """Blocking client. ``with StreamClient(host, port) as c: c.push("s", b"x")``."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        timeout: float = 30.0,
+        window: int = DEFAULT_WINDOW,
+    ) -> None:
+        self.host, self.port, self.window = host, port, window
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.core = ClientCore()
+        self.addresses = _Addresses()
+        self.sock.sendall(self.core.initial_bytes())
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        try:
+            data = self.sock.recv(1 << 20)
+        except TimeoutError:
+            raise StreamServiceError("timed out waiting for the stream service") from None
+        if not data:
+            raise StreamServiceError("the stream service closed the connection")
+        self.core.receive_data(data)
+
+    def _wait(self, tok: int, count: int = 1) -> list[RoutingMessage]:
+        replies = self.core.replies
+        while len(replies.get(tok, ())) < count:
+            self._read()
+        return replies.pop(tok)
+
+    def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
+        """Send one request; wait for ``count`` replies (or the first, if it is an error)."""
+        tok, frame = self.core.request(dest, payload)
+        self.sock.sendall(frame)
+        replies = self.core.replies
+        while True:
+            got = replies.get(tok)
+            if got and (len(got) >= count or _is_error(got[0])):
+                return replies.pop(tok)
+            self._read()
+
+    def _address(self, stream: str, partition: int) -> Address:
+        addr = self.addresses.map.get((stream, partition))
+        if addr is None:
+            summary = self.info(stream)[0]
+            n = len(summary.partitions)
+            if partition >= n:
+                raise UnknownPartition(stream, partition, n)
+            self.create_stream(stream, n)
+            addr = self.addresses.map[(stream, partition)]
+        return addr
+
+    # -- Streams API -------------------------------------------------------------------------
+    def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
+        payload, expect = _create_payload(name, partitions)
+        replies = self._call(route(STREAM_SERVICE_ADDRESS), payload, partitions)
+        return self.addresses.learn(replies, expect)
+
+    def push(self, stream: str, data: bytes, partition: int = 0) -> int:
+        return self.push_many(stream, [data], partition)[0]
+
+    def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
+        dest = (self._address(stream, partition),)
+        out: list[int] = []
+        window = max(1, self.window)
+        for lo in range(0, len(datas), window):
+            chunk = datas[lo : lo + window]
+            toks = []
+            frames = []
+            for i, d in enumerate(chunk):
+                tok, frame = self.core.request(dest, codec.encode_push_request(lo + i, d))
+                toks.append(tok)
+                frames.append(frame)
+            self.sock.sendall(b"".join(frames))
+            for i, tok in enumerate(toks):
+                out.append(self._confirm(self._wait(tok)[0], lo + i, stream, partition))
+        return out
+
+    @staticmethod
+    def _confirm(reply: RoutingMessage, request_id: int, stream: str, partition: int) -> int:
+        r = codec.decode_response(reply.payload, PushConfirm)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        if r.request_id != request_id:
+            raise RemoteProtocolError(f"PushConfirm for request {r.request_id}, not {request_id}")
+        if r.status != "OK":
+            raise PushFailed(f"the stream service could not store request {request_id}")
+        return r.index
+
+    def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
+        dest = (self._address(stream, partition),)
+        reply = self._call(dest, codec.encode_payload(PullRequest(0, index, limit)))[0]
+        r = codec.decode_response(reply.payload, PullResponse)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        return list(r.messages)
+
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
+        payload, expect = _index_get(client_id, stream, partition)
+        return self._index(payload, expect, stream, partition)
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        payload, expect = _index_save(client_id, stream, index, partition)
+        return self._index(payload, expect, stream, partition)
+
+    def _index(self, payload: bytes, expect: type, stream: str, partition: int) -> int:
+        reply = self._call(route(INDEX_SERVICE_ADDRESS), payload)[0]
+        r = codec.decode_response(reply.payload, expect)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        return r.index if r.index is not None else 0
+
+    # -- loglake extension -------------------------------------------------------------------
+    def info(self, stream: str | None = None) -> list[StreamSummary]:
+        payload = codec.encode_payload(StreamInfoRequest(stream))
+        reply = self._call(route(STREAM_SERVICE_ADDRESS), payload)[0]
+        r = codec.decode_response(reply.payload, StreamInfoResponse)
+        if isinstance(r, Error):
+            _raise_error(r, stream)
+        return list(r.streams)
+
+    def list_streams(self) -> list[str]:
+        return [s.stream_name for s in self.info()]
+
+
+class AsyncStreamClient:
+    """asyncio client: ``c = await AsyncStreamClient.connect(host, port)``; many calls may run
+    concurrently on one connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, window: int):
+        self._reader, self._writer, self.window = reader, writer, window
+        self.core = ClientCore()
+        self.addresses = _Addresses()
+        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
+        self._failure: LoglakeError | None = None
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def connect(
+        cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, window: int = DEFAULT_WINDOW
+    ) -> AsyncStreamClient:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError as e:
+            raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
+        writer.write(ClientCore.initial_bytes())
+        return cls(reader, writer, window)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        self._writer.close()
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            await self._writer.wait_closed()
+
+    async def __aenter__(self) -> AsyncStreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(1 << 20)
+                if not data:
+                    raise StreamServiceError("the stream service closed the connection")
+                self.core.receive_data(data)
+                self._deliver()
+        except LoglakeError as e:
+            self._fail(e)
+        except OSError as e:
+            self._fail(StreamServiceError(f"connection failed: {e}"))
+
+    def _fail(self, e: LoglakeError) -> None:
+        self._failure = e
+        for _, fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(e)
+        self._waiters.clear()
+
+    def _deliver(self) -> None:
+        replies = self.core.replies
+        for tok in [t for t in replies if t in self._waiters]:
+            count, fut = self._waiters[tok]
+            got = replies[tok]
+            if len(got) >= count or (got and _is_error(got[0])):
+                del self._waiters[tok]
+                if not fut.done():
+                    fut.set_result(replies.pop(tok))
+
+    def _send(self, dest: Route, payload: bytes, count: int = 1) -> asyncio.Future:
+        if self._failure is not None:
+            raise self._failure
+        tok, frame = self.core.request(dest, payload)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[tok] = (count, fut)
+        self._writer.write(frame)
+        return fut
+
+    async def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
+        return await self._send(dest, payload, count)
+
+    async def _address(self, stream: str, partition: int) -> Address:
+        addr = self.addresses.map.get((stream, partition))
+        if addr is None:
+            n = len((await self.info(stream))[0].partitions)
+            if partition >= n:
+                raise UnknownPartition(stream, partition, n)
+            await self.create_stream(stream, n)
+            addr = self.addresses.map[(stream, partition)]
+        return addr
+
+    async def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
+        payload, expect = _create_payload(name, partitions)
+        replies = await self._call(route(STREAM_SERVICE_ADDRESS), payload, partitions)
+        return self.addresses.learn(replies, expect)
+
+    async def push(self, stream: str, data: bytes, partition: int = 0) -> int:
+        return (await self.push_many(stream, [data], partition))[0]
+
+    async def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
+        dest = (await self._address(stream, partition),)
+        out: list[int] = []
+        window = max(1, self.window)
+        for lo in range(0, len(datas), window):
+            futs = [
+                self._send(dest, codec.encode_push_request(lo + i, d))
+                for i, d in enumerate(datas[lo : lo + window])
+            ]
+            await self._writer.drain()
+            for i, fut in enumerate(futs):
+                reply = (await fut)[0]
+                out.append(StreamClient._confirm(reply, lo + i, stream, partition))
+        return out
+
+    async def pull(
+        self, stream: str, index: int, limit: int, partition: int = 0
+    ) -> list[StreamMessage]:
+        dest = (await self._address(stream, partition),)
+        reply = (await self._call(dest, codec.encode_payload(PullRequest(0, index, limit))))[0]
+        r = codec.decode_response(reply.payload, PullResponse)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        return list(r.messages)
+
+    async def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
+        payload, expect = _index_get(client_id, stream, partition)
+        return await self._index(payload, expect, stream, partition)
+
+    async def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        payload, expect = _index_save(client_id, stream, index, partition)
+        return await self._index(payload, expect, stream, partition)
+
+    async def _index(self, payload: bytes, expect: type, stream: str, partition: int) -> int:
+        reply = (await self._call(route(INDEX_SERVICE_ADDRESS), payload))[0]
+        r = codec.decode_response(reply.payload, expect)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        return r.index if r.index is not None else 0
+
+    async def info(self, stream: str | None = None) -> list[StreamSummary]:
+        payload = codec.encode_payload(StreamInfoRequest(stream))
+        reply = (await self._call(route(STREAM_SERVICE_ADDRESS), payload))[0]
+        r = codec.decode_response(reply.payload, StreamInfoResponse)
+        if isinstance(r, Error):
+            _raise_error(r, stream)
+        return list(r.streams)
+
+    async def list_streams(self) -> list[str]:
+        return [s.stream_name for s in await self.info()]
