@@ -1,0 +1,122 @@
+"""``loglake job NAME [options]``: run a named Spark job with progress shown.
+
+Mounted flat by ``loglake.cli`` (this module's ``command`` is a group whose subcommands become
+top-level ones). Options are checked, and typed errors raised, before Spark starts.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loglake.pipeline.errors import BadOption
+from loglake.pipeline.session import MASTER_ENV
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str, option: str = "--target-size") -> int:
+    """``128MB``, ``64m``, ``1GiB``, ``1048576`` → bytes (binary units)."""
+    m = _SIZE.match(text or "")
+    if not m:
+        raise BadOption(option, text, "expected a size like 128MB")
+    unit = (m.group(2) or "").lower()[:1]
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Spark pipeline commands."""
+
+
+@command.group()
+def job() -> None:
+    """Run a named Spark job (jobs live in loglake/pipeline/jobs/)."""
+
+
+def _spark_master_option(f):
+    return click.option(
+        "--spark-master",
+        envvar=MASTER_ENV,
+        default=None,
+        help=f"Spark master URL (default local[*]; env {MASTER_ENV}), e.g. spark://host:7077.",
+    )(f)
+
+
+@job.command("compact")
+@click.option("--data-dir", required=True, help="The loglake data directory.")
+@click.option("--stream", required=True, help="The stream whose sealed history to compact.")
+@click.option("--target-size", default="128MB", show_default=True, help="Target file size.")
+@click.option("--partitions", default=None, help="Only these log partitions, e.g. 0,2.")
+@click.option(
+    "--grace-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Keep superseded files this long for readers that listed them.",
+)
+@click.option("--row-group-size", default="8MB", show_default=True, help="Parquet row group.")
+@_spark_master_option
+def compact_command(
+    data_dir: str,
+    stream: str,
+    target_size: str,
+    partitions: str | None,
+    grace_seconds: float,
+    row_group_size: str,
+    spark_master: str | None,
+) -> None:
+    """Rewrite STREAM's sealed history into larger, index-sorted Parquet files (atomic)."""
+    from pathlib import Path
+
+    from loglake.pipeline.jobs.compact import CompactOptions, run
+
+    try:
+        parts = tuple(int(p) for p in partitions.split(",")) if partitions else None
+    except ValueError:
+        raise BadOption("--partitions", partitions, "expected numbers like 0,2") from None
+    opts = CompactOptions(
+        data_dir=str(Path(data_dir).expanduser().resolve()),
+        stream=stream,
+        target_bytes=parse_size(target_size),
+        partitions=parts,
+        grace_seconds=grace_seconds,
+        row_group_bytes=parse_size(row_group_size, "--row-group-size"),
+    )
+    console = Console(stderr=True)
+    from loglake.pipeline.session import build_session
+
+    with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
+        spark = build_session(master=spark_master, app_name="loglake-compact")
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(step: str, done: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = bar.add_task(f"{step} groups", total=max(total, 1))
+            bar.update(tasks[step], completed=done if total else 1, total=max(total, 1))
+
+        result = run(spark, opts, progress)
+    table = Table(title=f"compact {stream}")
+    for col in ("groups", "rows", "bytes in", "files before", "files after", "deleted"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(len(result.groups)),
+        f"{sum(g.rows for g in result.groups):,}",
+        f"{sum(g.bytes for g in result.groups):,}",
+        str(result.files_before),
+        str(result.files_after),
+        str(result.deleted),
+    )
+    Console().print(table)

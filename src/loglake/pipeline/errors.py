@@ -1,0 +1,38 @@
+"""Typed errors of the Spark pipeline.
+
+Every error names the option and the value that caused it (issue 7, "Bad input") and is raised
+on the driver before any Spark job starts, so nothing half-runs. They derive from
+``loglake.errors`` so the ``loglake`` CLI prints them as messages, not tracebacks.
+"""
+
+from __future__ import annotations
+
+from loglake.errors import LocalProtocolError, LoglakeError
+
+
+class PipelineError(LoglakeError):
+    """Base of the pipeline's errors."""
+
+
+class JavaNotFound(PipelineError):
+    """Spark 4 needs Java 17+; raised before the JVM is started."""
+
+
+class BadOption(PipelineError, LocalProtocolError, ValueError):
+    """An option of the ``loglake`` source, ``read()`` or a job has an unusable value."""
+
+    def __init__(self, option: str, value: object, reason: str) -> None:
+        super().__init__(f"option {option}={value!r}: {reason}")
+        self.option, self.value, self.reason = option, value, reason
+
+
+class SchemaMismatch(PipelineError, LocalProtocolError, ValueError):
+    """A DataFrame written to a stream does not fit the record schema."""
+
+
+class LakeLayoutError(PipelineError):
+    """Files under ``<data_dir>/lake`` that break the layout rules (e.g. partial overlaps)."""
+
+
+class JobFailed(PipelineError):
+    """A named job could not finish; the stream is left as it was before the job."""

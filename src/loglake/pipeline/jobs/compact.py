@@ -1,0 +1,278 @@
+"""``compact``: rewrite a stream's sealed history into larger, index-sorted Parquet files.
+
+Why: the log seals one lake file per rolled segment (64 MiB by default, far smaller when a stream
+rolls often), and a table of many small files is slow to plan and scan. This job merges runs of
+adjacent files of a partition into files of about ``target_bytes``, sorted by ``index``, written
+by Spark's native Parquet writer so it runs unchanged on ``local[*]`` or a cluster.
+
+Atomic, and readable throughout (issue 7):
+
+1. Plan from one listing: per partition, runs of contiguous visible files (``lake.py`` cover
+   rule) cut at ``target_bytes``; a run of one file is left alone.
+2. Each group is written by Spark to ``lake/<stream>/_compact-<id>/g<n>/`` (underscore folders are
+   invisible to Spark's partition discovery and to the log, which lists ``partition=<p>`` only),
+   then checked: one file, the same row count as its sources, ``index`` from first to last.
+3. ``plan.json`` then ``_SUCCESS`` are written in the job folder (the commit point).
+4. Commit: each group file is renamed to ``partition=<p>/<first>-<last>.parquet`` (the lake's own
+   naming, so the log and every reader keep reading it). A compacted file's range contains its
+   sources' ranges, so by the cover rule readers see each index once from then on; the sources
+   are deleted once the compacted file is ``grace_seconds`` old (default 0: at once; the log
+   re-lists its lake files when one disappears). A crash before ``_SUCCESS`` leaves only a
+   staging folder, removed by the next run; a crash after it is finished by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+
+from loglake.log.lake_schema import lake_file_name, lake_partition_dir
+from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.lake import (
+    LakeFile,
+    all_lake_files,
+    lake_partitions,
+    split_covered,
+    stream_lake_dir,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JOB_PREFIX = "_compact-"
+SUCCESS = "_SUCCESS"
+DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
+DEFAULT_ROW_GROUP_BYTES = 8 * 1024 * 1024
+"""Row groups small enough that an index-range read of a big file skips most of it."""
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    data_dir: str
+    stream: str
+    target_bytes: int = DEFAULT_TARGET_BYTES
+    partitions: tuple[int, ...] | None = None
+    grace_seconds: float = 0.0
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+
+    def __post_init__(self) -> None:
+        if not Path(self.data_dir).is_dir():
+            raise BadOption("data_dir", self.data_dir, "no such directory")
+        if not stream_lake_dir(self.data_dir, self.stream).is_dir():
+            raise BadOption("stream", self.stream, f"no lake folder for it in {self.data_dir}")
+        if self.target_bytes < 1024:
+            raise BadOption("target_bytes", self.target_bytes, "must be at least 1024")
+        if self.grace_seconds < 0:
+            raise BadOption("grace_seconds", self.grace_seconds, "must be >= 0")
+        known = lake_partitions(self.data_dir, self.stream)
+        for p in self.partitions or ():
+            if p not in known:
+                raise BadOption("partitions", p, f"stream {self.stream!r} has {known} in the lake")
+
+
+@dataclass
+class Group:
+    partition: int
+    first: int
+    last: int
+    sources: list[str]
+    rows: int
+    bytes: int
+    staged: str = ""
+
+
+@dataclass
+class CompactResult:
+    groups: list[Group] = field(default_factory=list)
+    files_before: int = 0
+    files_after: int = 0
+    deleted: int = 0
+    recovered: int = 0
+
+
+def _rows(path: str) -> int:
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def plan_groups(files: list[LakeFile], target_bytes: int) -> list[list[LakeFile]]:
+    """Runs of contiguous files, each cut before it would pass ``target_bytes``; runs of ≥ 2."""
+    groups: list[list[LakeFile]] = []
+    run: list[LakeFile] = []
+    size = 0
+    for f in files:
+        contiguous = bool(run) and f.first == run[-1].last + 1
+        if run and (not contiguous or size + f.size > target_bytes):
+            groups.append(run)
+            run, size = [], 0
+        run.append(f)
+        size += f.size
+    if run:
+        groups.append(run)
+    return [g for g in groups if len(g) >= 2]
+
+
+def plan(opts: CompactOptions) -> tuple[list[Group], int]:
+    out: list[Group] = []
+    total = 0
+    for p in opts.partitions or lake_partitions(opts.data_dir, opts.stream):
+        visible, _ = split_covered(all_lake_files(opts.data_dir, opts.stream, p))
+        total += len(visible)
+        for g in plan_groups(visible, opts.target_bytes):
+            out.append(
+                Group(
+                    p,
+                    g[0].first,
+                    g[-1].last,
+                    [f.path for f in g],
+                    sum(_rows(f.path) for f in g),
+                    sum(f.size for f in g),
+                )
+            )
+    return out, total
+
+
+def _write_group(spark: SparkSession, g: Group, out: Path, row_group_bytes: int) -> str:
+    from loglake.pipeline.datasource import COLUMNS, RECORD_SCHEMA
+
+    df = spark.read.schema(RECORD_SCHEMA).parquet(*g.sources).select(*COLUMNS)
+    (
+        df.repartition(1)
+        .sortWithinPartitions("index")
+        .write.mode("overwrite")
+        .option("compression", "zstd")
+        .option("parquet.block.size", str(row_group_bytes))
+        .parquet(str(out))
+    )
+    parts = [p for p in out.iterdir() if p.name.endswith(".parquet")]
+    if len(parts) != 1:
+        raise JobFailed(f"compact: group {g.partition}/{g.first}-{g.last} wrote {len(parts)} files")
+    meta = pq.ParquetFile(parts[0]).metadata
+    if meta.num_rows != g.rows:
+        raise JobFailed(
+            f"compact: group {g.partition}/{g.first}-{g.last} wrote {meta.num_rows} rows, "
+            f"its sources hold {g.rows}"
+        )
+    return str(parts[0])
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(job_dir: Path, data_dir: str, stream: str) -> int:
+    """Move a finished job's files into the lake (idempotent); return files moved."""
+    groups = [Group(**g) for g in json.loads((job_dir / "plan.json").read_text())["groups"]]
+    moved = 0
+    for g in groups:
+        dest_dir = lake_partition_dir(data_dir, stream, g.partition)
+        dest = dest_dir / lake_file_name(g.first, g.last)
+        if Path(g.staged).exists():
+            os.replace(g.staged, dest)
+            _fsync_dir(dest_dir)
+            moved += 1
+    shutil.rmtree(job_dir, ignore_errors=True)
+    return moved
+
+
+def recover(data_dir: str, stream: str) -> int:
+    """Finish jobs that reached ``_SUCCESS``; drop the staging of jobs that did not."""
+    done = 0
+    root = stream_lake_dir(data_dir, stream)
+    for job_dir in sorted(root.glob(f"{JOB_PREFIX}*")):
+        if (job_dir / SUCCESS).exists():
+            done += commit(job_dir, data_dir, stream)
+        else:
+            shutil.rmtree(job_dir, ignore_errors=True)
+    return done
+
+
+def delete_superseded(
+    data_dir: str, stream: str, grace_seconds: float, partitions=None, now: float | None = None
+) -> int:
+    """Delete files covered by a compacted file at least ``grace_seconds`` old."""
+    now = time.time() if now is None else now
+    deleted = 0
+    for p in partitions or lake_partitions(data_dir, stream):
+        _, superseded = split_covered(all_lake_files(data_dir, stream, p))
+        for old, cover in superseded:
+            if now - cover.mtime >= grace_seconds:
+                try:
+                    os.unlink(old.path)
+                    deleted += 1
+                except FileNotFoundError:
+                    pass
+    return deleted
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(step, done, total)``: the CLI draws it; tests use it to read between steps."""
+
+
+def stage(
+    spark: SparkSession, opts: CompactOptions, groups: list[Group], progress: Progress
+) -> Path | None:
+    """Write every group under a fresh job folder and mark it ``_SUCCESS``; None if no group."""
+    if not groups:
+        return None
+    job_dir = stream_lake_dir(opts.data_dir, opts.stream) / f"{JOB_PREFIX}{uuid.uuid4().hex}"
+    progress("write", 0, len(groups))
+    try:
+        for i, g in enumerate(groups):
+            g.staged = _write_group(spark, g, job_dir / f"g{i}", opts.row_group_bytes)
+            progress("write", i + 1, len(groups))
+        _write_atomic(
+            job_dir / "plan.json",
+            json.dumps({"stream": opts.stream, "groups": [asdict(g) for g in groups]}).encode(),
+        )
+        _write_atomic(job_dir / SUCCESS, b"")
+    except BaseException:
+        shutil.rmtree(job_dir, ignore_errors=True)
+        raise
+    return job_dir
+
+
+def run(
+    spark: SparkSession, opts: CompactOptions, progress: Progress | None = None
+) -> CompactResult:
+    """Recover earlier jobs, plan, stage, commit, then delete superseded files (grace)."""
+    progress = progress or (lambda step, done, total: None)
+    result = CompactResult()
+    result.recovered = recover(opts.data_dir, opts.stream)
+    result.deleted += delete_superseded(
+        opts.data_dir, opts.stream, opts.grace_seconds, opts.partitions
+    )
+    result.groups, result.files_before = plan(opts)
+    job_dir = stage(spark, opts, result.groups, progress)
+    if job_dir is not None:
+        commit(job_dir, opts.data_dir, opts.stream)
+    progress("commit", len(result.groups), len(result.groups))
+    result.deleted += delete_superseded(
+        opts.data_dir, opts.stream, opts.grace_seconds, opts.partitions
+    )
+    result.files_after = sum(
+        len(split_covered(all_lake_files(opts.data_dir, opts.stream, p))[0])
+        for p in opts.partitions or lake_partitions(opts.data_dir, opts.stream)
+    )
+    return result

@@ -1,0 +1,179 @@
+"""Options of the ``loglake`` data source and of ``read()``, parsed and checked on the driver.
+
+One parser for both entries so a bad value gets the same message wherever it is given
+(issue 7, "Bad input": name the option and the value, before any job work). Spark passes data
+source options as a case-insensitive map of strings; names here are matched case-insensitively.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loglake.log.api import STREAM_NAME_RE
+from loglake.pipeline.errors import BadOption
+from loglake.pipeline.lake import DEFAULT_SPLIT_RECORDS, lake_partitions, lake_streams
+from loglake.pipeline.livelog import DirSource, LiveSource, UrlSource, data_dir_option, parse_url
+
+EARLIEST, LATEST = "earliest", "latest"
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    low = name.lower()
+    for k, v in options.items():
+        if k.lower() == low:
+            return None if v is None else str(v)
+    return None
+
+
+def _int(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int = 0
+) -> int | None:
+    raw = _get(options, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadOption(name, raw, "expected an integer") from None
+    if value < minimum:
+        raise BadOption(name, raw, f"must be >= {minimum}")
+    return value
+
+
+@dataclass
+class SourceOptions:
+    stream: str
+    data_dir: str | None = None
+    url: str | None = None
+    partition_count: int | None = None
+    """``partitionCount`` (url only: the wire does not carry it)."""
+    partitions: tuple[int, ...] | None = None
+    """``partitions``: the log partitions to read, e.g. ``"0,2"`` (default all)."""
+    start_index: int = 0
+    end_index: int | None = None
+    split_records: int = DEFAULT_SPLIT_RECORDS
+    starting_offsets: str = EARLIEST
+    max_records_per_trigger: int | None = None
+    partition_column: str | None = None
+    partition_by: str | None = None
+    live_ranges: dict[int, list[tuple[int, int]]] | None = None
+    """Internal (``read()``): read exactly these live ranges and no lake file."""
+    raw: dict[str, str] = field(default_factory=dict)
+
+    def live(self) -> LiveSource:
+        if self.url:
+            return UrlSource(self.url, self.partition_count or 1)
+        assert self.data_dir is not None
+        return DirSource(self.data_dir)
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    stream = _get(options, "stream")
+    if not stream:
+        raise BadOption("stream", stream, "required (the stream to read or write)")
+    if not STREAM_NAME_RE.match(stream):
+        raise BadOption("stream", stream, "not a valid stream name")
+    url = _get(options, "url")
+    data_dir = _get(options, "data_dir") or _get(options, "path")
+    if url:
+        parse_url(url)
+        data_dir = data_dir_option(data_dir) if data_dir else None
+    else:
+        data_dir = data_dir_option(data_dir)
+    parts_raw = _get(options, "partitions")
+    partitions = None
+    if parts_raw:
+        try:
+            partitions = tuple(sorted({int(p) for p in parts_raw.split(",") if p.strip()}))
+        except ValueError:
+            raise BadOption(
+                "partitions", parts_raw, "expected partition numbers like 0,2"
+            ) from None
+        if any(p < 0 for p in partitions):
+            raise BadOption("partitions", parts_raw, "partition numbers are >= 0")
+    start = _int(options, "startIndex", 0) or 0
+    end = _int(options, "endIndex", None)
+    if end is not None and end < start:
+        raise BadOption("endIndex", end, f"is below startIndex={start}")
+    starting = _get(options, "startingOffsets") or EARLIEST
+    if starting not in (EARLIEST, LATEST):
+        parse_offsets_json(starting)  # validates
+    live_raw = _get(options, "_liveRanges")
+    live_ranges = None
+    if live_raw:
+        live_ranges = {int(k): [tuple(r) for r in v] for k, v in json.loads(live_raw).items()}
+    by = _get(options, "partitionBy")
+    if by is not None and by not in ("key", "round_robin") and not by.startswith("column:"):
+        raise BadOption("partitionBy", by, "expected key, round_robin or column:NAME")
+    return SourceOptions(
+        stream=stream,
+        data_dir=data_dir,
+        url=url,
+        partition_count=_int(options, "partitionCount", None, minimum=1),
+        partitions=partitions,
+        start_index=start,
+        end_index=end,
+        split_records=_int(options, "splitRecords", DEFAULT_SPLIT_RECORDS, minimum=1)
+        or DEFAULT_SPLIT_RECORDS,
+        starting_offsets=starting,
+        max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None, minimum=1),
+        partition_by=by,
+        live_ranges=live_ranges,
+        raw={str(k): str(v) for k, v in options.items()},
+    )
+
+
+def parse_offsets_json(text: str) -> dict[int, int]:
+    """``startingOffsets`` as JSON: ``{"0": 10, "1": -2}``; -2 = earliest, -1 = latest
+    (Kafka's convention, so a Spark user knows it)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadOption(
+            "startingOffsets", text, f"not earliest, latest or JSON ({e.msg} at {e.pos})"
+        ) from None
+    if not isinstance(value, dict) or not value:
+        raise BadOption("startingOffsets", text, 'expected a JSON object like {"0": 42}')
+    out: dict[int, int] = {}
+    for k, v in value.items():
+        if not str(k).isdigit():
+            raise BadOption("startingOffsets", text, f"key {k!r} is not a partition number")
+        if isinstance(v, bool) or not isinstance(v, int) or v < -2:
+            raise BadOption(
+                "startingOffsets", text, f"offset {v!r} of partition {k} is not an index"
+            )
+        out[int(k)] = v
+    return out
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Which partitions a stream has and the live log's ``(first, next)`` of each."""
+
+    stream: str
+    partitions: tuple[int, ...]
+    live: dict[int, tuple[int, int]]
+
+
+def resolve_stream(opts: SourceOptions) -> StreamLayout:
+    """Find the stream in the live log and the lake; ``BadOption('stream', ...)`` if neither."""
+    live = opts.live().partitions(opts.stream)
+    lake = lake_partitions(opts.data_dir, opts.stream) if opts.data_dir else []
+    if live is None and not lake:
+        where = f"url {opts.url}" if opts.url else f"data_dir {opts.data_dir}"
+        known = lake_streams(opts.data_dir) if opts.data_dir else []
+        hint = f" (streams in the lake: {', '.join(known)})" if known else ""
+        raise BadOption("stream", opts.stream, f"unknown stream in {where}{hint}")
+    parts = sorted(set(live or {}) | set(lake))
+    if opts.partitions is not None:
+        missing = [p for p in opts.partitions if p not in parts]
+        if missing:
+            raise BadOption(
+                "partitions",
+                ",".join(map(str, opts.partitions)),
+                f"stream {opts.stream!r} has partitions {parts}, not {missing}",
+            )
+        parts = list(opts.partitions)
+    return StreamLayout(opts.stream, tuple(parts), dict(live or {}))

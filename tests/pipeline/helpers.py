@@ -1,0 +1,92 @@
+"""Data for the pipeline tests: lake files written with pyarrow per ``lake_schema.py``, and
+streams written through the real storage engine (``loglake.log.open_log``) so they have both
+sealed lake files and a live tail."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loglake.log import Entry, StreamConfig
+from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, lake_partition_dir
+
+
+def lake_table(stream: str, partition: int, first: int, last: int, seed: int = 0) -> pa.Table:
+    rng = random.Random(seed * 1_000_003 + partition * 10_007 + first)
+    idx = list(range(first, last + 1))
+    return pa.table(
+        {
+            "stream": [stream] * len(idx),
+            "partition": [partition] * len(idx),
+            "index": idx,
+            "timestamp_ns": [1_000 + i * 10 for i in idx],
+            "key": [f"k{i % 7}".encode() if i % 3 else None for i in idx],
+            "headers": [[{"key": "h", "value": str(i).encode()}] if i % 2 else [] for i in idx],
+            "data": [rng.randbytes(24) for _ in idx],
+        },
+        schema=LAKE_SCHEMA,
+    )
+
+
+def write_lake(data_dir: Path, stream: str, partition: int, first: int, last: int) -> Path:
+    folder = lake_partition_dir(data_dir, stream, partition)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / lake_file_name(first, last)
+    pq.write_table(lake_table(stream, partition, first, last), path)
+    return path
+
+
+def make_log_stream(
+    data_dir: Path,
+    stream: str,
+    partitions: int = 2,
+    records: int = 300,
+    batch: int = 10,
+    segment_bytes: int = 4096,
+    seed: int = 1,
+) -> dict[tuple[int, int], bytes]:
+    """Append ``records`` per partition in small batches (so segments roll and seal to the lake,
+    leaving a live tail); return ``{(partition, index): data}``."""
+    from loglake.log import open_log
+
+    rng = random.Random(seed)
+    expected: dict[tuple[int, int], bytes] = {}
+    log = open_log(data_dir)
+    try:
+        log.create_stream(stream, StreamConfig(partitions=partitions, segment_bytes=segment_bytes))
+        for p in range(partitions):
+            for start in range(0, records, batch):
+                entries = [
+                    Entry(
+                        rng.randbytes(100),
+                        key=f"k{i}".encode(),
+                        headers=(("n", str(i).encode()),),
+                        timestamp_ns=10_000 + i,
+                    )
+                    for i in range(start, min(records, start + batch))
+                ]
+                for i, e in zip(log.append_many(stream, p, entries), entries, strict=True):
+                    expected[(p, i)] = e.data
+    finally:
+        log.close()
+    return expected
+
+
+def append(data_dir: Path, stream: str, partition: int, datas: list[bytes]) -> list[int]:
+    from loglake.log import open_log
+
+    log = open_log(data_dir)
+    try:
+        return log.append_many(stream, partition, [Entry(d) for d in datas])
+    finally:
+        log.close()
+
+
+def rows_of(df) -> dict[tuple[int, int], bytes]:
+    rows = df.select("partition", "index", "data").collect()
+    out = {(r["partition"], r["index"]): bytes(r["data"]) for r in rows}
+    assert len(out) == len(rows), "duplicate (partition, index) rows"
+    return out

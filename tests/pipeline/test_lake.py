@@ -1,0 +1,91 @@
+"""The lake rules of ``loglake.pipeline.lake`` (cover rule, split rule) — no Spark."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loglake.pipeline.errors import LakeLayoutError
+from loglake.pipeline.lake import (
+    IndexRange,
+    LakeFile,
+    all_lake_files,
+    chunk,
+    plan_partition,
+    split_covered,
+    subtract,
+    visible_lake_files,
+)
+
+from .helpers import write_lake
+
+
+def lf(first: int, last: int, size: int = 100) -> LakeFile:
+    return LakeFile(0, first, last, f"/x/{first}-{last}", size)
+
+
+def test_cover_rule_hides_files_inside_a_larger_one():
+    visible, superseded = split_covered([lf(0, 9), lf(10, 19), lf(0, 19), lf(20, 29)])
+    assert [(f.first, f.last) for f in visible] == [(0, 19), (20, 29)]
+    assert sorted((a.first, b.first, b.last) for a, b in superseded) == [(0, 0, 19), (10, 0, 19)]
+
+
+def test_cover_rule_rejects_partial_overlap():
+    with pytest.raises(LakeLayoutError, match="overlaps"):
+        split_covered([lf(0, 9), lf(5, 14)])
+
+
+def test_listing_ignores_foreign_files_and_applies_cover_rule(tmp_path):
+    write_lake(tmp_path, "s", 0, 0, 9)
+    write_lake(tmp_path, "s", 0, 10, 19)
+    big = write_lake(tmp_path, "s", 0, 0, 19)
+    (big.parent / ".tmp-00000000000000000020-00000000000000000029.parquet").write_bytes(b"x")
+    (big.parent / "notes.txt").write_text("not a lake file")
+    assert len(all_lake_files(tmp_path, "s", 0)) == 3
+    assert [f.path for f in visible_lake_files(tmp_path, "s", 0)] == [str(big)]
+
+
+def test_subtract_examples():
+    assert subtract(0, 100, [(10, 20), (30, 40)]) == [(0, 10), (20, 30), (40, 100)]
+    assert subtract(15, 35, [(10, 20), (30, 40)]) == [(20, 30)]
+    assert subtract(0, 10, [(0, 10)]) == []
+    assert subtract(5, 5, []) == []
+
+
+@given(
+    lo=st.integers(0, 50),
+    span=st.integers(0, 50),
+    cuts=st.lists(st.tuples(st.integers(0, 100), st.integers(1, 10)), max_size=6),
+)
+def test_subtract_is_exactly_the_uncovered_indexes(lo, span, cuts):
+    hi = lo + span
+    covered, pos = [], 0
+    for gap, length in cuts:  # sorted, non-overlapping ranges
+        covered.append((pos + gap, pos + gap + length))
+        pos += gap + length
+    want = {i for i in range(lo, hi) if not any(a <= i < b for a, b in covered)}
+    got = [i for a, b in subtract(lo, hi, covered) for i in range(a, b)]
+    assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_chunk_splits_by_split_records():
+    want = [IndexRange(3, 0, 10), IndexRange(3, 10, 20), IndexRange(3, 20, 25)]
+    assert chunk(3, 0, 25, 10) == want
+
+
+def test_plan_sends_sealed_range_to_files_and_the_rest_to_the_log():
+    files = [lf(0, 99), lf(100, 199)]
+    plan = plan_partition(0, files, log_first=0, log_next=250, lo=150, hi=None, split_records=40)
+    assert [(f.first, f.last) for f in plan.files] == [(100, 199)]
+    assert plan.live == [IndexRange(0, 200, 240), IndexRange(0, 240, 250)]
+
+
+def test_plan_range_inside_the_lake_reads_no_live_record():
+    plan = plan_partition(0, [lf(0, 99)], log_first=0, log_next=150, lo=10, hi=20)
+    assert [(f.first, f.last) for f in plan.files] == [(0, 99)] and plan.live == []
+
+
+def test_plan_without_a_readable_log_is_lake_only():
+    plan = plan_partition(0, [lf(0, 9)], log_first=None, log_next=None)
+    assert len(plan.files) == 1 and plan.live == []

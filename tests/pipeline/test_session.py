@@ -1,0 +1,71 @@
+"""The session builder's checks, without starting a JVM."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from loglake.pipeline.errors import JavaNotFound
+from loglake.pipeline.session import (
+    DEFAULT_MASTER,
+    MASTER_ENV,
+    SessionSpec,
+    check_java,
+    prepare_environment,
+    resolve_master,
+)
+
+
+def fake_java(tmp_path, version_line: str) -> str:
+    path = tmp_path / "java"
+    path.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_java_11_is_refused_with_a_clear_error(tmp_path):
+    java = fake_java(tmp_path, 'openjdk version "11.0.20" 2023-07-18')
+    with pytest.raises(JavaNotFound, match=r"Java 11 found .* needs Java 17"):
+        check_java(java)
+
+
+def test_java_8_old_version_scheme(tmp_path):
+    with pytest.raises(JavaNotFound, match="Java 8"):
+        check_java(fake_java(tmp_path, 'java version "1.8.0_392"'))
+
+
+def test_java_21_is_accepted(tmp_path):
+    assert check_java(fake_java(tmp_path, 'openjdk version "21.0.1" 2023-10-17')) == 21
+
+
+def test_missing_java(tmp_path):
+    with pytest.raises(JavaNotFound, match="Java not found"):
+        check_java(str(tmp_path / "no-java"))
+
+
+def test_installed_java_is_17_or_newer():
+    assert check_java() >= 17
+
+
+def test_master_resolution(monkeypatch):
+    monkeypatch.delenv(MASTER_ENV, raising=False)
+    assert resolve_master() == DEFAULT_MASTER == "local[*]"
+    monkeypatch.setenv(MASTER_ENV, "spark://127.0.0.1:7077")
+    assert resolve_master() == "spark://127.0.0.1:7077"
+    assert resolve_master("local[2]") == "local[2]"
+
+
+def test_defaults_fit_the_machine_and_user_conf_wins():
+    conf = SessionSpec(master="local[*]", conf={"spark.driver.memory": "8g"}).spark_conf()
+    assert conf["spark.driver.memory"] == "8g"
+    assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.sql.python.filterPushdown.enabled"] == "true"
+
+
+def test_environment_defaults_do_not_override_the_user():
+    env = {"PYSPARK_PYTHON": "/opt/py"}
+    prepare_environment(env)
+    assert env["PYSPARK_PYTHON"] == "/opt/py" and env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert os.path.isabs(env["PYSPARK_DRIVER_PYTHON"])
