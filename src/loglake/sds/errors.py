@@ -1,0 +1,43 @@
+"""Typed errors and drop reasons of the SDS part.
+
+Following the h11 split (STYLE.md): ``SdsLocalError`` is the caller's fault (empty content, a
+call the protocol forbids), ``SdsDecodeError`` is the peer's (bytes that are not an SDS message
+of this channel). A ``Participant`` never raises on remote input: it turns an ``SdsDecodeError``
+into a ``MessageDropped`` event carrying a ``DropReason`` and leaves its state unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
+
+
+class DropReason(StrEnum):
+    """Why a received message was not processed (surfaced in ``MessageDropped``)."""
+
+    MALFORMED = "malformed"  # not a protobuf SdsMessage
+    UNKNOWN_KIND = "unknown-kind"  # neither content, sync nor ephemeral (no lamport, no content)
+    MISSING_FIELD = "missing-field"  # empty message_id / sender_id / history message_id
+    OVERSIZED = "oversized"  # a field or a list over the configured limits
+    BAD_BLOOM_FILTER = "bad-bloom-filter"  # bloom filter of the wrong length
+    WRONG_CHANNEL = "wrong-channel"  # channel_id is not ours
+    OWN_MESSAGE = "own-message"  # sender_id is ours (spec: SHOULD ignore)
+    DUPLICATE = "duplicate"  # a content message already received
+
+
+class SdsError(LoglakeError):
+    """Base of the SDS errors."""
+
+
+class SdsLocalError(SdsError, LocalProtocolError):
+    """The caller asked the participant for something SDS forbids."""
+
+
+class SdsDecodeError(SdsError, DecodeError):
+    """Bytes from a peer are not a valid SDS message; ``reason`` says why."""
+
+    def __init__(self, reason: DropReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,487 @@
+"""The SDS participant: a sans-I/O state machine for one channel (spec: "Protocol Steps", SDS-R).
+
+``Participant(channel_id, participant_id, clock, options)`` takes calls — ``send``,
+``send_ephemeral``, ``make_sync``, ``receive(bytes, retrieval_hint)``, ``tick`` — and returns an
+``Output``: the bytes to broadcast and the events to surface. ``clock`` is a function returning
+milliseconds that the caller controls (a virtual clock in the simulator, wall time in an adapter);
+nothing here reads the wall clock, sleeps, or touches a socket.
+
+Behaviour follows specs/sds-scalable-data-sync.txt and, on the wire and in defaults,
+@waku/sds 0.0.8 (``src/message_channel/message_channel.ts``). Differences from @waku/sds, all
+off the wire and noted where they happen:
+
+1. A content message whose dependency is still in the incoming buffer waits for it (spec:
+   dependencies are met when they are in the *local log*); @waku/sds counts buffered messages as
+   available and delivers the dependent first. Such a dependency is not reported missing
+   (as in @waku/sds).
+2. Duplicates of content messages already in the log are dropped before any processing
+   (``DropReason.DUPLICATE``), after cancelling a queued repair response for them (SDS-R
+   suppression); @waku/sds only catches duplicates still in its incoming buffer and otherwise
+   re-runs ack review (counting a second possible ack) and re-emits "delivered".
+3. Irretrievably lost: a missing dependency not repaired within
+   ``timeout_for_lost_messages_ms`` of its detection is reported lost and then counts as met, so
+   the messages waiting on it are delivered; @waku/sds drops the waiting message instead.
+4. The bloom filter rolls over (spec: "SHOULD be rolled over ... once it reaches a predefined
+   capacity"): at capacity it is rebuilt from the newest half of the ids. @waku/sds never rolls
+   over (past 10,000 ids its filter saturates). ``bloom_rollover=False`` restores that.
+5. Sync message ids are ``sync-`` + a token derived from (participant, lamport) instead of
+   ``Math.random`` (sync ids are not persisted, spec "Periodic Sync Message").
+6. Retrieval hints: a sent message's hint is attached after the transport assigned it
+   (``set_retrieval_hint``), as @waku/sds's send callback returns it.
+7. Received messages that are not valid (see ``DropReason``) are dropped with an event before
+   any state changes; @waku/sds reports some of them as task errors after partial processing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loglake.sds.bloom import DEFAULT_CAPACITY, DEFAULT_ERROR_RATE, BloomFilter, contains
+from loglake.sds.codec import (
+    DEFAULT_LIMITS,
+    TAG_REPAIR_REQUEST,
+    Limits,
+    encode_fast,
+    encode_history_entry,
+    parse,
+    parse_entry,
+)
+from loglake.sds.errors import DropReason, SdsDecodeError, SdsLocalError
+from loglake.sds.events import (
+    EphemeralReceived,
+    MessageAcknowledged,
+    MessageDelivered,
+    MessageDropped,
+    MessagePossiblyAcknowledged,
+    MessageSent,
+    MessagesLost,
+    MessagesMissing,
+    Outgoing,
+    Output,
+    RepairRequestQueued,
+    RepairRequestReceived,
+    RepairRequestSent,
+    RepairResponseQueued,
+    RepairResponseSent,
+    SyncReceived,
+    SyncSent,
+)
+from loglake.sds.history import LocalLog, LogRecord
+from loglake.sds.messages import HistoryEntry, MessageKind, message_id_of
+from loglake.sds.repair import MAX_REPAIR_REQUESTS_PER_MESSAGE, RepairConfig, RepairManager
+
+DEFAULT_CAUSAL_HISTORY_SIZE = 200  # message_channel.ts (the spec recommends 2)
+DEFAULT_POSSIBLE_ACKS_THRESHOLD = 2  # message_channel.ts
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantOptions:
+    causal_history_size: int = DEFAULT_CAUSAL_HISTORY_SIZE
+    possible_acks_threshold: int = DEFAULT_POSSIBLE_ACKS_THRESHOLD
+    timeout_for_lost_messages_ms: int | None = None  # @waku/sds: disabled unless set
+    enable_repair: bool = True  # @waku/sds default
+    repair: RepairConfig = field(default_factory=RepairConfig)
+    max_repair_requests_per_message: int = MAX_REPAIR_REQUESTS_PER_MESSAGE
+    bloom_capacity: int = DEFAULT_CAPACITY
+    bloom_error_rate: float = DEFAULT_ERROR_RATE
+    bloom_rollover: bool = True
+    resend_unacked_ms: int | None = None  # spec "Periodic Outgoing Buffer Sweep"; None: off
+    resend_possibly_acked_ms: int | None = None
+    limits: Limits = DEFAULT_LIMITS
+
+
+@dataclass(slots=True)
+class _Unacked:
+    data: bytes
+    positions: tuple[int, ...]
+    last_sent: int
+    possible_acks: int = 0
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A content message in the incoming buffer, waiting for dependencies."""
+
+    record: LogRecord
+    content: bytes
+    waiting: set[str]
+
+
+class Participant:
+    def __init__(
+        self,
+        channel_id: str,
+        participant_id: str,
+        clock: Callable[[], int],
+        options: ParticipantOptions | None = None,
+    ) -> None:
+        if not participant_id:
+            raise SdsLocalError("participant_id must not be empty")
+        self.channel_id = channel_id
+        self.participant_id = participant_id
+        self.clock = clock
+        self.options = opts = options or ParticipantOptions()
+        # spec "Participant state": lamport initialised to the current epoch time in ms.
+        self.lamport: int = int(clock())
+        self.bloom = BloomFilter(opts.bloom_capacity, opts.bloom_error_rate)
+        self._bloom_ids: deque[tuple[str, tuple[int, ...]]] = deque()
+        self.log = LocalLog(opts.causal_history_size)
+        self._positions: dict[str, tuple[int, ...]] = {}
+        # outgoing buffer, split by state; each dict is ordered by last send time
+        self.unacked: dict[str, _Unacked] = {}
+        self.possibly_acked: dict[str, _Unacked] = {}
+        # incoming buffer
+        self.pending: dict[str, _Pending] = {}
+        self._waiters: dict[str, set[str]] = {}  # dependency id -> pending ids
+        self.missing: dict[str, tuple[HistoryEntry, int]] = {}  # id -> (entry, detected at)
+        self.lost: set[str] = set()
+        self._known_bodies: set[bytes] = set()
+        self.repair = RepairManager(participant_id, opts.repair) if opts.enable_repair else None
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _now(self, now: int | None = None) -> int:
+        return int(self.clock()) if now is None else int(now)
+
+    def _bloom_positions(self, message_id: str) -> tuple[int, ...]:
+        p = self._positions.get(message_id)
+        if p is None:
+            p = self.bloom.positions(message_id)
+        return p
+
+    def _bloom_insert(self, message_id: str, positions: tuple[int, ...]) -> None:
+        bloom = self.bloom
+        if self.options.bloom_rollover:
+            if bloom.count >= bloom.capacity:
+                keep = list(self._bloom_ids)[-(bloom.capacity // 2) :]
+                bloom.clear()
+                self._bloom_ids = deque(keep)
+                for mid, pos in keep:
+                    bloom.insert(mid, pos)
+            self._bloom_ids.append((message_id, positions))
+        bloom.insert(message_id, positions)
+
+    def _increment_lamport(self, now: int) -> int:
+        # spec "Send Message": max(timeNowInMs, current + 1) (message_channel.ts
+        # lamportTimestampIncrement)
+        self.lamport = max(now, self.lamport + 1)
+        return self.lamport
+
+    def _repair_requests(self, now: int) -> list[HistoryEntry]:
+        if self.repair is None:
+            return []
+        return self.repair.repair_requests(now, self.options.max_repair_requests_per_message)
+
+    # -- sending ----------------------------------------------------------------------------
+    def send(self, content: bytes) -> Output:
+        """Spec "Send Message": a content message, added to the log and the outgoing buffer."""
+        if not content:
+            raise SdsLocalError("only messages with content can be sent (use make_sync)")
+        now = self._now()
+        out = Output()
+        lamport = self._increment_lamport(now)
+        mid = message_id_of(bytes(content))
+        retry = self.unacked.get(mid) or self.possibly_acked.get(mid)
+        if retry is not None:
+            # message_channel.ts: the same id in the outgoing buffer is a retry; resend the
+            # same bytes rather than make a new message.
+            retry.last_sent = now
+            out.to_send.append(Outgoing(retry.data, mid, MessageKind.CONTENT, "resend"))
+            return out
+        requests = self._repair_requests(now)
+        data = encode_fast(
+            self.participant_id,
+            mid,
+            self.channel_id,
+            lamport,
+            self.log.causal_history_bytes(),
+            self.bloom._data,
+            b"".join(encode_history_entry(e, TAG_REPAIR_REQUEST) for e in requests),
+            bytes(content),
+        )
+        positions = self._bloom_positions(mid)
+        self.unacked[mid] = _Unacked(data, positions, now)
+        self._positions[mid] = positions
+        self._bloom_insert(mid, positions)
+        self.log.insert(LogRecord(lamport, mid, self.participant_id, None, data))
+        out.to_send.append(Outgoing(data, mid, MessageKind.CONTENT))
+        out.events.append(MessageSent(mid, lamport))
+        if requests:
+            out.events.append(RepairRequestSent(tuple(e.message_id for e in requests), mid))
+        return out
+
+    def set_retrieval_hint(self, message_id: str, hint: bytes | None) -> None:
+        """Attach the transport's hint for an own message (used in later causal histories)."""
+        if message_id not in self.log:
+            raise SdsLocalError(f"no message {message_id} in the local log")
+        self.log.set_hint(message_id, hint)
+
+    def send_ephemeral(self, content: bytes) -> Output:
+        """Spec "Ephemeral Messages": no lamport, causal history or bloom filter; not buffered."""
+        if not content:
+            raise SdsLocalError("an ephemeral message must have content")
+        mid = message_id_of(bytes(content))
+        data = encode_fast(
+            self.participant_id, mid, self.channel_id, None, b"", None, b"", bytes(content)
+        )
+        return Output([Outgoing(data, mid, MessageKind.EPHEMERAL, "ephemeral")])
+
+    def make_sync(self, message_id: str | None = None) -> Output:
+        """Spec "Periodic Sync Message" (+ "SDS-R Periodic Sync Message").
+
+        As @waku/sds, nothing is sent when there is neither causal history nor a repair request
+        to carry."""
+        now = self._now()
+        out = Output()
+        lamport = self._increment_lamport(now)
+        requests = self._repair_requests(now)
+        history = self.log.causal_history_bytes()
+        if not history and not requests:
+            return out
+        if message_id is None:
+            token = hashlib.sha256(f"{self.participant_id}:{lamport}".encode()).digest()[:8]
+            message_id = "sync-" + _base36(int.from_bytes(token, "big"))
+        data = encode_fast(
+            self.participant_id,
+            message_id,
+            self.channel_id,
+            lamport,
+            history,
+            self.bloom._data,
+            b"".join(encode_history_entry(e, TAG_REPAIR_REQUEST) for e in requests),
+            None,
+        )
+        out.to_send.append(Outgoing(data, message_id, MessageKind.SYNC, "sync"))
+        out.events.append(SyncSent(message_id, lamport))
+        if requests:
+            out.events.append(RepairRequestSent(tuple(e.message_id for e in requests), message_id))
+        return out
+
+    # -- receiving --------------------------------------------------------------------------
+    def receive(self, data: bytes, retrieval_hint: bytes | None = None) -> Output:
+        """Spec "Receive Message" (+ "SDS-R receive message")."""
+        out = Output()
+        limits = self.options.limits
+        mid = None
+        try:
+            pb = parse(data, limits)
+            mid = pb.message_id
+            if pb.channel_id != self.channel_id:
+                raise SdsDecodeError(DropReason.WRONG_CHANNEL, f"channel {pb.channel_id!r}")
+            if retrieval_hint is not None and len(retrieval_hint) > limits.max_hint_bytes:
+                raise SdsDecodeError(DropReason.OVERSIZED, "retrieval hint from the transport")
+            has_lamport = pb.HasField("lamport_timestamp")
+            content = pb.content
+            if not has_lamport:  # ephemeral: delivered at once, nothing else (spec)
+                if pb.sender_id == self.participant_id:
+                    raise SdsDecodeError(DropReason.OWN_MESSAGE, "own message")
+                out.events.append(EphemeralReceived(mid, pb.sender_id, content))
+                return out
+            is_content = bool(content)
+            bloom = pb.bloom_filter if pb.HasField("bloom_filter") else None
+            if bloom is not None and len(bloom) != self.bloom.n_bytes:
+                raise SdsDecodeError(
+                    DropReason.BAD_BLOOM_FILTER,
+                    f"bloom filter of {len(bloom)} bytes, expected {self.bloom.n_bytes}",
+                )
+            requests = [parse_entry(b, limits) for b in pb.repair_request]
+            log = self.log
+            if pb.sender_id == self.participant_id:
+                if self.repair is not None:
+                    self.repair.mark_received(mid)
+                raise SdsDecodeError(DropReason.OWN_MESSAGE, "own message")
+            if is_content and (mid in log.records or mid in self.pending):
+                if self.repair is not None:
+                    self.repair.mark_received(mid)  # SDS-R: someone answered; stand down
+                raise SdsDecodeError(DropReason.DUPLICATE, "already received")
+            # History entries whose exact bytes were seen before and named a message in the
+            # log are known; only the others are decoded (and checked) here.
+            known = self._known_bodies
+            fresh = [b for b in pb.causal_history if b not in known]
+            fresh_entries = [(b, parse_entry(b, limits)) for b in fresh]
+        except SdsDecodeError as e:
+            out.events.append(MessageDropped(e.reason, e.detail, mid))
+            return out
+        records = log.records
+        lost = self.lost
+        ids = []  # ids of fresh entries (acks: a known entry was reviewed when first seen)
+        absent_entries = []
+        for body, entry in fresh_entries:
+            m = entry.message_id
+            ids.append(m)
+            if m in records:
+                known.add(body)
+            elif m not in lost:
+                absent_entries.append(entry)
+
+        now = self._now()
+        sender = pb.sender_id
+        if not is_content:
+            out.events.append(SyncReceived(mid, sender))
+        repair = self.repair
+        if repair is not None:
+            repair.mark_received(mid)
+            if requests:
+                out.events.append(
+                    RepairRequestReceived(tuple(r.message_id for r in requests), sender)
+                )
+                for rid, due in repair.on_repair_requests(requests, records, now):
+                    out.events.append(RepairResponseQueued(rid, due))
+        self._review_acks(ids, bloom, out)
+        if is_content:
+            positions = self.bloom.positions(mid)
+            self._positions[mid] = positions
+            self._bloom_insert(mid, positions)
+            self.missing.pop(mid, None)
+        # dependencies: missing (to fetch/repair) or still in the incoming buffer (wait)
+        waiting = set()
+        newly_missing = []
+        for entry in absent_entries:
+            dep = entry.message_id
+            waiting.add(dep)
+            if dep in self.pending:
+                continue
+            newly_missing.append(entry)
+            if dep not in self.missing:
+                self.missing[dep] = (entry, now)
+        if newly_missing:
+            out.events.append(MessagesMissing(tuple(newly_missing)))
+            if repair is not None:
+                for rid, due in repair.mark_missing(newly_missing, now):
+                    out.events.append(RepairRequestQueued(rid, due))
+        if not is_content:
+            return out
+        rec = LogRecord(pb.lamport_timestamp, mid, sender, retrieval_hint, bytes(data))
+        if waiting:
+            self.pending[mid] = _Pending(rec, content, waiting)
+            for dep in waiting:
+                self._waiters.setdefault(dep, set()).add(mid)
+        else:
+            self._deliver(rec, content, out)
+        return out
+
+    def _review_acks(self, ids: list[str], bloom: bytes | None, out: Output) -> None:
+        """Spec "Review ACK Status"."""
+        unacked, possibly = self.unacked, self.possibly_acked
+        if not unacked and not possibly:
+            return
+        for m in ids:
+            if m in unacked or m in possibly:
+                unacked.pop(m, None) or possibly.pop(m, None)
+                out.events.append(MessageAcknowledged(m))
+        if bloom is None:
+            return
+        threshold = self.options.possible_acks_threshold
+        hits = [
+            (buf, m)
+            for buf in (unacked, possibly)
+            for m, u in buf.items()
+            if contains(bloom, u.positions)
+        ]
+        for buf, m in hits:
+            u = buf[m]
+            u.possible_acks += 1
+            if u.possible_acks < threshold:
+                out.events.append(MessagePossiblyAcknowledged(m, u.possible_acks))
+                if buf is unacked:
+                    del unacked[m]
+                    possibly[m] = u
+            else:
+                del buf[m]
+                out.events.append(MessageAcknowledged(m, by_bloom_filter=True))
+
+    def _deliver(self, rec: LogRecord, content: bytes, out: Output) -> None:
+        """Spec "Deliver Message", then wake the messages that waited on it."""
+        stack = [(rec, content)]
+        while stack:
+            rec, content = stack.pop()
+            if rec.lamport_timestamp > self.lamport:
+                self.lamport = rec.lamport_timestamp
+            if self.log.insert(rec):
+                out.events.append(
+                    MessageDelivered(
+                        rec.message_id,
+                        rec.sender_id,
+                        rec.lamport_timestamp,
+                        content,
+                        rec.retrieval_hint,
+                    )
+                )
+            self._wake(rec.message_id, stack)
+
+    def _wake(self, dep: str, stack: list[tuple[LogRecord, bytes]]) -> None:
+        for pid in sorted(self._waiters.pop(dep, ())):
+            p = self.pending.get(pid)
+            if p is None:
+                continue
+            p.waiting.discard(dep)
+            if not p.waiting:
+                del self.pending[pid]
+                stack.append((p.record, p.content))
+
+    # -- time -------------------------------------------------------------------------------
+    def tick(self, now: int | None = None) -> Output:
+        """Periodic sweeps: lost dependencies, SDS-R responses, outgoing resends."""
+        now = self._now(now)
+        out = Output()
+        timeout = self.options.timeout_for_lost_messages_ms
+        if timeout:
+            lost = []
+            for entry, since in self.missing.values():
+                if now - since <= timeout:
+                    break  # insertion order is detection order
+                lost.append(entry)
+            if lost:
+                stack: list[tuple[LogRecord, bytes]] = []
+                for entry in lost:
+                    del self.missing[entry.message_id]
+                    self.lost.add(entry.message_id)
+                    if self.repair is not None:
+                        self.repair.outgoing.remove(entry.message_id)
+                    self._wake(entry.message_id, stack)
+                out.events.append(MessagesLost(tuple(lost)))
+                for rec, content in stack:
+                    self._deliver(rec, content, out)
+        if self.repair is not None:
+            for entry in self.repair.responses_due(now):
+                rec = self.log.get(entry.message_id)
+                if rec is None:
+                    continue
+                out.to_send.append(Outgoing(rec.raw, rec.message_id, MessageKind.CONTENT, "repair"))
+                out.events.append(RepairResponseSent(rec.message_id))
+        for buf, period in (
+            (self.unacked, self.options.resend_unacked_ms),
+            (self.possibly_acked, self.options.resend_possibly_acked_ms),
+        ):
+            if not period:
+                continue
+            due = []
+            for mid, u in buf.items():
+                if u.last_sent + period > now:
+                    break
+                due.append(mid)
+            for mid in due:
+                u = buf.pop(mid)
+                u.last_sent = now
+                buf[mid] = u  # move to the end: dicts stay ordered by last send
+                out.to_send.append(Outgoing(u.data, mid, MessageKind.CONTENT, "resend"))
+        return out
+
+    # -- views ------------------------------------------------------------------------------
+    def log_ids(self) -> list[str]:
+        return self.log.ids()
+
+    def outgoing_ids(self) -> list[str]:
+        return list(self.unacked) + list(self.possibly_acked)
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    s = ""
+    while True:
+        n, r = divmod(n, 36)
+        s = digits[r] + s
+        if not n:
+            return s

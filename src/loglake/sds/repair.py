@@ -1,0 +1,209 @@
+"""SDS-R: repair request and response buffers, back-off timestamps and response groups.
+
+Spec: specs/sds-scalable-data-sync.txt, "SDS Repair (SDS-R)". Where the spec leaves ``hash``
+open this follows @waku/sds 0.0.8 (``src/message_channel/repair/utils.ts`` and ``repair.ts``):
+
+- ``hash(x)`` = the first 8 bytes of SHA-256(UTF-8 x), big-endian, as an unsigned 64-bit int;
+  ``hash(a, b)`` = ``hash(a + b)`` (plain concatenation, ``combinedHash``).
+- ``T_req = now + hash(participant_id, message_id) % (T_max - T_min) + T_min``.
+- ``T_resp = now + (hash(participant_id) XOR hash(sender_id)) * hash(message_id) % T_max``
+  (the XOR of the hashed ids: @waku/sds notes this is "not per spec" since string ids have no
+  XOR; the product is an exact big integer before the modulo).
+- response group: with ``num_response_groups <= 1`` everyone responds; otherwise
+  ``hash(participant_id, message_id) % n == hash(sender_id, message_id) % n``; an entry without
+  ``sender_id`` gets no response.
+- defaults ``T_min`` 30 s, ``T_max`` 120 s, one response group, 1,000 entries per buffer
+  (``DEFAULT_REPAIR_CONFIG``); when a buffer is full the entry with the furthest timestamp is
+  evicted (``buffers.ts``); an outgoing entry is put in at most one ``repair_request`` and then
+  kept (marked requested) until the message arrives; at most 3 entries per message
+  (``MAX_REPAIR_REQUESTS_PER_MESSAGE``).
+
+@waku/sds keeps its buffers as arrays it re-sorts on every insert; here each buffer is a dict
+plus a heap, so insert, remove and sweep are O(log n).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from loglake.sds.messages import HistoryEntry
+
+PARTICIPANTS_PER_RESPONSE_GROUP = 128  # spec "SDS-R global state"; repair.ts
+MAX_REPAIR_REQUESTS_PER_MESSAGE = 3  # spec "SDS-R send message" (RECOMMEND 3); message_channel.ts
+
+
+@dataclass(frozen=True, slots=True)
+class RepairConfig:
+    t_min_ms: int = 30_000  # repair.ts DEFAULT_REPAIR_CONFIG.tMin
+    t_max_ms: int = 120_000  # repair.ts DEFAULT_REPAIR_CONFIG.tMax
+    num_response_groups: int = 1  # repair.ts DEFAULT_REPAIR_CONFIG.numResponseGroups
+    buffer_size: int = 1000  # repair.ts DEFAULT_REPAIR_CONFIG.bufferSize
+
+    def __post_init__(self) -> None:
+        if self.t_max_ms <= self.t_min_ms or self.t_min_ms < 0:
+            raise ValueError("SDS-R needs 0 <= T_min < T_max")
+        if self.num_response_groups < 1 or self.buffer_size < 1:
+            raise ValueError("num_response_groups and buffer_size must be >= 1")
+
+
+def num_response_groups_for(num_participants: int) -> int:
+    """Spec: ``num_participants div 128 + 1``. (@waku/sds's ``updateResponseGroups`` uses
+    ``max(1, num_participants div 128)``, one group fewer from 256 participants on.)"""
+    return num_participants // PARTICIPANTS_PER_RESPONSE_GROUP + 1
+
+
+def hash64(text: str) -> int:
+    """``hashToInteger`` of utils.ts."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def combined_hash(participant_id: str, message_id: str) -> int:
+    return hash64(participant_id + message_id)
+
+
+def t_req(participant_id: str, message_id: str, now: int, cfg: RepairConfig) -> int:
+    return (
+        now
+        + combined_hash(participant_id, message_id) % (cfg.t_max_ms - cfg.t_min_ms)
+        + (cfg.t_min_ms)
+    )
+
+
+def t_resp(
+    participant_id: str, sender_id: str, message_id: str, now: int, cfg: RepairConfig
+) -> int:
+    distance = hash64(participant_id) ^ hash64(sender_id)
+    return now + (distance * hash64(message_id)) % cfg.t_max_ms
+
+
+def in_response_group(participant_id: str, sender_id: str | None, message_id: str, n: int) -> bool:
+    if not sender_id:
+        return False
+    if n <= 1:
+        return True
+    return combined_hash(participant_id, message_id) % n == combined_hash(sender_id, message_id) % n
+
+
+class _TimedBuffer:
+    """Entries keyed by message id with a due time; sweep in (due, insertion) order."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.items: dict[str, tuple[int, int, HistoryEntry]] = {}  # id -> (due, seq, entry)
+        self._heap: list[tuple[int, int, str]] = []
+        self._seq = itertools.count()
+
+    def __contains__(self, message_id: str) -> bool:
+        return message_id in self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, entry: HistoryEntry, due: int) -> bool:
+        if entry.message_id in self.items:
+            return False  # buffers.ts: keep the original timestamp
+        if len(self.items) >= self.max_size:
+            furthest = max(self.items, key=lambda k: self.items[k][:2])
+            del self.items[furthest]
+        seq = next(self._seq)
+        self.items[entry.message_id] = (due, seq, entry)
+        heapq.heappush(self._heap, (due, seq, entry.message_id))
+        return True
+
+    def remove(self, message_id: str) -> bool:
+        return self.items.pop(message_id, None) is not None
+
+    def _live_head(self) -> tuple[int, int, str] | None:
+        heap = self._heap
+        while heap:
+            _due, seq, mid = heap[0]
+            item = self.items.get(mid)
+            if item is not None and item[1] == seq:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now: int, limit: int | None = None) -> list[HistoryEntry]:
+        """Entries with due <= now, earliest first, taken off the heap (not out of ``items``)."""
+        out: list[HistoryEntry] = []
+        while limit is None or len(out) < limit:
+            head = self._live_head()
+            if head is None or head[0] > now:
+                break
+            heapq.heappop(self._heap)
+            out.append(self.items[head[2]][2])
+        return out
+
+    def next_due(self) -> int | None:
+        head = self._live_head()
+        return None if head is None else head[0]
+
+
+class OutgoingRepairBuffer(_TimedBuffer):
+    """Missing entries this participant may ask for, due at ``T_req``."""
+
+    def take_eligible(self, now: int, limit: int) -> list[HistoryEntry]:
+        # Taken entries stay in ``items`` (requested, as buffers.ts marks them) until received.
+        return self.pop_due(now, limit)
+
+
+class IncomingRepairBuffer(_TimedBuffer):
+    """Requested entries this participant may answer, due at ``T_resp``."""
+
+    def take_ready(self, now: int) -> list[HistoryEntry]:
+        ready = self.pop_due(now)
+        for e in ready:
+            del self.items[e.message_id]
+        return ready
+
+
+class RepairManager:
+    """SDS-R state of one participant; pure (times are passed in)."""
+
+    def __init__(self, participant_id: str, config: RepairConfig | None = None) -> None:
+        self.participant_id = participant_id
+        self.config = config or RepairConfig()
+        self.outgoing = OutgoingRepairBuffer(self.config.buffer_size)
+        self.incoming = IncomingRepairBuffer(self.config.buffer_size)
+
+    def mark_missing(self, entries: list[HistoryEntry], now: int) -> list[tuple[str, int]]:
+        """Queue missing dependencies; return (message_id, T_req) for each newly queued."""
+        queued = []
+        for e in entries:
+            due = t_req(self.participant_id, e.message_id, now, self.config)
+            if self.outgoing.add(e, due):
+                queued.append((e.message_id, due))
+        return queued
+
+    def mark_received(self, message_id: str) -> None:
+        """Spec "SDS-R receive message": drop it from both buffers (request and response)."""
+        self.outgoing.remove(message_id)
+        self.incoming.remove(message_id)
+
+    def repair_requests(self, now: int, limit: int = MAX_REPAIR_REQUESTS_PER_MESSAGE):
+        return self.outgoing.take_eligible(now, limit)
+
+    def on_repair_requests(
+        self, requests: list[HistoryEntry], have: set[str] | dict, now: int
+    ) -> list[tuple[str, int]]:
+        """Process a received ``repair_request``; return (message_id, T_resp) newly queued."""
+        queued = []
+        for r in requests:
+            self.outgoing.remove(r.message_id)  # someone else asks: we need not
+            if r.message_id not in have:
+                continue
+            if not in_response_group(
+                self.participant_id, r.sender_id, r.message_id, self.config.num_response_groups
+            ):
+                continue
+            assert r.sender_id is not None
+            due = t_resp(self.participant_id, r.sender_id, r.message_id, now, self.config)
+            if self.incoming.add(r, due):
+                queued.append((r.message_id, due))
+        return queued
+
+    def responses_due(self, now: int) -> list[HistoryEntry]:
+        return self.incoming.take_ready(now)

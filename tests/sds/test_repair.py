@@ -1,0 +1,125 @@
+"""SDS-R (spec "SDS Repair (SDS-R)") with @waku/sds's hash choices (repair/utils.ts, repair.ts).
+
+The (T_req, T_resp, group) vectors are from @waku/sds: ``RepairManager`` of 0.0.8 run through
+interop/node/sds_peer.mjs (command ``repair_times``), recorded here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.sds.codec import decode
+from loglake.sds.errors import DropReason
+from loglake.sds.events import (
+    MessageDelivered,
+    MessageDropped,
+    RepairRequestQueued,
+    RepairRequestReceived,
+    RepairRequestSent,
+    RepairResponseQueued,
+    RepairResponseSent,
+)
+from loglake.sds.messages import message_id_of
+from loglake.sds.repair import (
+    RepairConfig,
+    RepairManager,
+    in_response_group,
+    num_response_groups_for,
+    t_req,
+    t_resp,
+)
+
+
+@pytest.mark.parametrize(
+    ("mid", "now", "sender", "req", "resp", "group"),
+    [  # from @waku/sds, participant "alice", numResponseGroups 3, default T_min/T_max
+        ("abc", 1000, "bob", 89296, 27418, False),
+        ("def", 5, "alice", 30207, 5, True),
+        ("0123", 0, "carol", 119039, 36861, True),
+    ],
+)
+def test_backoff_and_group_match_waku_sds(mid, now, sender, req, resp, group) -> None:
+    cfg = RepairConfig(num_response_groups=3)
+    assert t_req("alice", mid, now, cfg) == req
+    assert t_resp("alice", sender, mid, now, cfg) == resp
+    assert in_response_group("alice", sender, mid, 3) is group
+
+
+def test_t_req_is_within_t_min_t_max_and_original_sender_responds_at_once() -> None:
+    cfg = RepairConfig()
+    for i in range(50):
+        d = t_req(f"p{i}", f"m{i}", 0, cfg)
+        assert cfg.t_min_ms <= d < cfg.t_max_ms
+        assert t_resp(f"p{i}", f"p{i}", f"m{i}", 7, cfg) == 7  # distance 0
+
+
+def test_sender_is_always_in_its_own_response_group() -> None:
+    for n in (1, 2, 5, 9):
+        assert all(in_response_group(f"s{i}", f"s{i}", f"m{i}", n) for i in range(20))
+    assert not in_response_group("a", None, "m", 1)  # no sender_id, no response
+
+
+def test_num_response_groups_per_spec() -> None:
+    assert [num_response_groups_for(n) for n in (1, 127, 128, 1000)] == [1, 1, 2, 8]
+
+
+def test_full_buffer_evicts_the_furthest_entry() -> None:
+    from loglake.sds.messages import HistoryEntry
+
+    rm = RepairManager("a", RepairConfig(buffer_size=2))
+    rm.outgoing.add(HistoryEntry("x"), 10)
+    rm.outgoing.add(HistoryEntry("y"), 30)
+    rm.outgoing.add(HistoryEntry("z"), 20)
+    assert set(rm.outgoing.items) == {"x", "z"}
+
+
+def test_request_response_and_suppression(make, clock) -> None:
+    a, b, c = make("a"), make("b"), make("c")
+    d1 = a.send(b"1").to_send[0].data
+    b.receive(d1)
+    d2 = a.send(b"2").to_send[0].data
+    b.receive(d2)
+    out = c.receive(d2)  # c lost d1
+    (queued,) = out.of(RepairRequestQueued)
+    assert queued.message_id == message_id_of(b"1")
+    assert 30_000 <= queued.t_req - clock.t < 120_000
+    clock.t = queued.t_req - 1
+    assert decode(c.send(b"early").to_send[0].data).repair_request == ()
+    clock.t = queued.t_req
+    o = c.send(b"3")
+    req = decode(o.to_send[0].data).repair_request
+    assert [e.message_id for e in req] == [queued.message_id] and req[0].sender_id == "a"
+    assert o.of(RepairRequestSent)
+    carrier = o.to_send[0].data
+    # the request is carried once (@waku/sds marks it requested)
+    assert decode(c.send(b"4").to_send[0].data).repair_request == ()
+
+    out_b = b.receive(carrier)
+    assert out_b.of(RepairRequestReceived)
+    (rb,) = out_b.of(RepairResponseQueued)
+    out_a = a.receive(carrier)
+    (ra,) = out_a.of(RepairResponseQueued)
+    assert ra.t_resp == clock.t  # the original sender answers first
+    rep = a.tick()
+    assert rep.of(RepairResponseSent)
+    assert rep.to_send[0].data == d1 and rep.to_send[0].reason == "repair"
+    # b sees the repair before its own T_resp: it stands down
+    assert b.receive(d1).of(MessageDropped)[0].reason is DropReason.DUPLICATE
+    clock.t = max(clock.t, rb.t_resp)
+    assert b.tick().to_send == []
+    delivered = c.receive(d1).of(MessageDelivered)
+    assert [e.content for e in delivered] == [b"1", b"2"]
+
+
+def test_receiving_a_repair_request_cancels_own_request(make, clock) -> None:
+    a, b, c = make("a"), make("b"), make("c")
+    a.send(b"1")
+    d2 = a.send(b"2").to_send[0].data
+    b.receive(d2)
+    c_out = c.receive(d2)
+    (qc,) = c_out.of(RepairRequestQueued)
+    clock.t = qc.t_req
+    carrier = c.send(b"c").to_send[0].data
+    assert len(b.repair.outgoing) == 1
+    b.receive(carrier)
+    assert len(b.repair.outgoing) == 0  # someone else asked
