@@ -51,7 +51,9 @@ function detailJson(d) {
 function open(req) {
   const ch = new MessageChannel(req.channel, req.sender, req.options ?? {});
   const state = { ch, events: [] };
-  for (const name of Object.values(MessageChannelEvent)) {
+  // RepairManager (repair.ts) emits "RepairRequestQueued"/"RepairResponseQueued" by those raw
+  // names, not the "sds:repair:*" enum values, so listen for both.
+  for (const name of [...Object.values(MessageChannelEvent), "RepairRequestQueued", "RepairResponseQueued"]) {
     ch.addEventListener(name, (ev) => state.events.push({ type: name, detail: detailJson(ev.detail) }));
   }
   channels.set(req.name, state);
