@@ -98,7 +98,7 @@ def _sg_size_for(raw: int) -> tuple[int, int]:
     md_len = len(SG._metadata_pb(meta).SerializeToString())
     head = 2 + md_len  # 0x12 len metadata
     # one message of payload n: record = 0x22 varint(n) payload; framed 0x1a varint(len)
-    for n in range(0, raw):
+    for n in range(max(0, raw - head - 40), raw):
         rec = SG.make_record(payload=b"\x07" * n, topic=TOPIC, timestamp_ns=START * NS)
         from loglake.archives.layout import varint
 

@@ -1,0 +1,167 @@
+"""Control node (ingest, build, resume, prune, publish) and member core (wait, authenticate,
+hydrate) without the network."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from coincurve import PrivateKey
+
+from loglake.archives.control import ControlNode
+from loglake.archives.errors import CorruptArchive
+from loglake.archives.layout import NS, get_layout
+from loglake.archives.member import Accepted, Ignored, MemberCore, MemberNode, unpack
+from loglake.archives.signing import community_id, encode_magnet_message
+from loglake.archives.store import MessageStore
+from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
+
+from .helpers import DAY, START, WEEK, fill_weeks, record
+
+KEY = PrivateKey(bytes.fromhex("33" * 32))
+CID = community_id(KEY)
+MAGNET = "magnet:?xt=urn:btih:" + "cd" * 20
+
+
+@pytest.fixture(params=["spec", "status-go"])
+def layout(request):
+    return get_layout(request.param)
+
+
+def test_ingest_from_log_and_streams_is_exactly_once(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(2), 50)
+    log.append("community", 0, b"\xff\xff not a waku message")
+    store = MessageStore(tmp_path / "s.sqlite")
+    node = ControlNode(tmp_path / "root", KEY, layout, store)
+    assert node.ingest_log(log, "community") == 100  # the bad record is skipped
+    assert node.ingest_log(log, "community") == 0
+    fill_weeks(log, "community", layout, range(2, 3), 10)
+    assert node.ingest_streams(LocalStreams(log), "community") == 10
+    assert store.count() == 110
+
+
+def test_build_writes_folder_named_by_community_and_resumes(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(3), 200)
+    store_path = tmp_path / "s.sqlite"
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    node.ingest_log(log, "community")
+    out = node.build(START + 2 * WEEK)
+    assert len(out.new) == 2
+    folder = tmp_path / "root" / CID
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "index"]
+    assert (tmp_path / "root" / f"{CID}.torrent").exists()
+    data_before = (folder / "data").read_bytes()
+    # a restart (new objects on the same files) continues with week 3 only
+    node.store.close()
+    node2 = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    assert node2.build(START + 2 * WEEK).new == []
+    out3 = node2.build(START + 3 * WEEK)
+    assert len(out3.new) == 1 and out3.new[0].metadata.from_ns == START + 2 * WEEK
+    data_after = (folder / "data").read_bytes()
+    assert data_after.startswith(data_before) and len(data_after) > len(data_before)
+
+
+def test_torn_build_is_truncated_on_restart(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 20)
+    store_path = tmp_path / "s.sqlite"
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    node.ingest_log(log, "community")
+    node.build(START + WEEK)
+    data = tmp_path / "root" / CID / "data"
+    good = data.read_bytes()
+    with open(data, "ab") as f:  # crash after appending, before writing index
+        f.write(b"\x01" * 1000)
+    ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    assert data.read_bytes() == good
+
+
+def test_prune_only_archived_messages_older_than_30_days(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(6), 7)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_log(log, "community")
+    now = START + 6 * WEEK
+    assert node.prune(now) == 0  # nothing archived yet: nothing removed
+    node.build(START + 2 * WEEK)  # weeks 1-2 archived
+    removed = node.prune(now)
+    # 30 days before `now` is day 12: only archived messages before day 12 go
+    assert removed == 12
+    assert node.store.oldest_ns() >= START + 12 * DAY
+    node.build(now)
+    assert node.prune(now) == 0  # week 3+ is newer than 30 days
+
+
+def test_member_waits_20_seconds_after_the_last_magnet():
+    core = MemberCore(CID)
+    t = 1_000 * NS
+    assert isinstance(core.on_message(encode_magnet_message(1, MAGNET, KEY), t), Accepted)
+    assert core.due(t + 19 * NS) is None
+    later = MAGNET + "&dn=2"
+    assert isinstance(core.on_message(encode_magnet_message(2, later, KEY), t + 10 * NS), Accepted)
+    assert core.due(t + 29 * NS) is None  # the wait restarts at the last magnet
+    assert core.due(t + 30 * NS) == later
+    core.done(later)
+    assert core.due(t + 100 * NS) is None
+
+
+def test_member_ignores_unsigned_foreign_and_stale_magnets(caplog):
+    core = MemberCore(CID)
+    other = PrivateKey(bytes.fromhex("44" * 32))
+    with caplog.at_level(logging.WARNING, logger="loglake.archives"):
+        ev = core.on_message(encode_magnet_message(9, MAGNET, other), 0)
+    assert isinstance(ev, Ignored) and "control node" in ev.reason
+    assert any("ignoring" in r.getMessage() for r in caplog.records)
+    assert isinstance(core.on_message(b"garbage", 0), Ignored)
+    assert isinstance(core.on_message(encode_magnet_message(5, MAGNET, KEY), 0), Accepted)
+    assert isinstance(core.on_message(encode_magnet_message(5, MAGNET + "x", KEY), 0), Ignored)
+    assert core.magnet == MAGNET
+
+
+def test_member_node_reads_the_special_channel_stream(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 5)
+    streams = LocalStreams(log)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_streams(streams, "community")
+    node.build(START + WEEK)
+    node.publish_magnet(streams, "special", clock=1)
+    streams.push("special", encode_magnet_message(2, MAGNET, PrivateKey()))  # an impostor
+    member = MemberNode(tmp_path / "m", MessageStore(), layout, CID, wait_ns=5 * NS)
+    events = member.poll(streams, "special", now_ns=0)
+    assert [type(e) for e in events] == [Accepted, Ignored]
+    assert member.core.due(5 * NS) == node.magnet()
+    assert member.poll(streams, "special", now_ns=NS) == []  # consumer index saved
+
+
+def test_hydrate_replaces_the_archive_time_range_only(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 10)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_log(log, "community")
+    entry = node.build(START + WEEK).new[0]
+    member = MessageStore()
+    mine_inside = layout.decode_record(record(layout, START + DAY + 7 * NS, b"not in archive"))
+    mine_outside = layout.decode_record(record(layout, START + 2 * WEEK, b"later"))
+    member.add([mine_inside, mine_outside])
+    region = (tmp_path / "root" / CID / "data").read_bytes()[
+        entry.offset : entry.offset + entry.size
+    ]
+    member.hydrate(entry, unpack(layout, entry, region))
+    raws = {raw for _, _, raw in member.messages()}
+    assert mine_inside.raw not in raws and mine_outside.raw in raws
+    assert len(member.messages(START, START + WEEK)) == 10
+    assert member.archive_ids() == {entry.archive_id}
+
+
+def test_archive_with_a_message_outside_its_range_is_rejected(tmp_path):
+    layout = get_layout("spec")
+    from loglake.archives.layout import ArchiveMetadata
+
+    meta = ArchiveMetadata(START, START + WEEK, ("t",), 1)
+    enc = layout.encode_archive(meta, [record(layout, START + 2 * WEEK)], 0)
+    with pytest.raises(CorruptArchive, match="outside"):
+        unpack(layout, enc.entry, enc.data_bytes())
