@@ -179,7 +179,9 @@ class StreamService:
                     codec.encode_push_confirm(req.request_id, idx)
                     for (_, req, _), idx in zip(items, indexes, strict=True)
                 ]
-            except LoglakeError as e:
+            except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
+                if not isinstance(e, LoglakeError):
+                    logger.exception("log.append_many raised an unexpected error")
                 log_event(
                     logger,
                     logging.ERROR,

@@ -1,0 +1,1 @@
+"""loglake.node — the process that wires the services together (``loglake serve``, ``demo``)."""

@@ -1,0 +1,180 @@
+"""``loglake stream …``: talk to a running stream service (``loglake serve``) from the shell.
+
+Every subcommand connects with ``StreamClient`` to ``--host``/``--port``, prints rich tables for
+people and, with ``--json``, one JSON document for scripts. Message data is shown as UTF-8 when it
+decodes, else as hex (``--json`` always gives ``data`` as text and ``data_hex``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from loglake.streams.client import DEFAULT_PORT, StreamClient
+
+
+def _client(ctx: click.Context) -> StreamClient:
+    obj = ctx.find_object(dict)
+    client = StreamClient(obj["host"], obj["port"])
+    ctx.call_on_close(client.close)
+    return client
+
+
+def _out(ctx: click.Context, as_json: bool, doc: object, table: Table | str) -> None:
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        Console().print(table)
+
+
+def _text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.hex()
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+partition_option = click.option(
+    "-p", "--partition", type=int, default=0, show_default=True, help="Partition number."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Stream service host.")
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Its port.")
+@click.pass_context
+def command(ctx: click.Context, host: str, port: int) -> None:
+    """Create, push to, pull from and inspect streams of a running stream service."""
+    ctx.ensure_object(dict).update(host=host, port=port)
+
+
+@command.command()
+@click.argument("name", required=False)
+@click.option("--partitions", type=int, default=1, show_default=True, help="Partition count.")
+@json_option
+@click.pass_context
+def create(ctx: click.Context, name: str | None, partitions: int, as_json: bool) -> None:
+    """Create stream NAME (a random name if omitted), or open it if it exists."""
+    c = _client(ctx)
+    name = c.create_stream(name, partitions)
+    addrs = {p: a.name for (s, p), a in sorted(c.addresses.map.items()) if s == name}
+    table = Table("partition", "worker address", title=f"stream {name}")
+    for p, a in addrs.items():
+        table.add_row(str(p), a)
+    _out(ctx, as_json, {"stream": name, "addresses": addrs}, table)
+
+
+@command.command()
+@click.argument("stream")
+@click.argument("messages", nargs=-1)
+@partition_option
+@click.option("--stdin", is_flag=True, help="Push each line of standard input.")
+@json_option
+@click.pass_context
+def push(
+    ctx: click.Context,
+    stream: str,
+    messages: tuple[str, ...],
+    partition: int,
+    stdin: bool,
+    as_json: bool,
+) -> None:
+    """Push MESSAGES (text) to STREAM; print the index each got."""
+    datas = [m.encode() for m in messages]
+    if stdin:
+        datas += [line.rstrip("\n").encode() for line in sys.stdin]
+    if not datas:
+        raise click.UsageError("nothing to push: give MESSAGES or --stdin")
+    indexes = _client(ctx).push_many(stream, datas, partition)
+    table = Table("index", "data", title=f"pushed to {stream}/{partition}")
+    for i, d in zip(indexes, datas, strict=True):
+        table.add_row(str(i), _text(d))
+    _out(ctx, as_json, {"stream": stream, "partition": partition, "indexes": indexes}, table)
+
+
+@command.command()
+@click.argument("stream")
+@partition_option
+@click.option("--index", type=int, default=0, show_default=True, help="First index to read.")
+@click.option("--limit", type=int, default=100, show_default=True, help="At most this many.")
+@json_option
+@click.pass_context
+def pull(
+    ctx: click.Context, stream: str, partition: int, index: int, limit: int, as_json: bool
+) -> None:
+    """Pull at most LIMIT messages of STREAM from INDEX on."""
+    msgs = _client(ctx).pull(stream, index, limit, partition)
+    table = Table("index", "data", title=f"{stream}/{partition} from {index}")
+    for m in msgs:
+        table.add_row(str(m.index), _text(m.data))
+    doc = [{"index": m.index, "data": _text(m.data), "data_hex": m.data.hex()} for m in msgs]
+    _out(ctx, as_json, {"stream": stream, "partition": partition, "messages": doc}, table)
+
+
+@command.command()
+@click.argument("client_id")
+@click.argument("stream")
+@partition_option
+@click.option("--save", type=int, default=None, help="Save this index (monotonic).")
+@json_option
+@click.pass_context
+def index(
+    ctx: click.Context,
+    client_id: str,
+    stream: str,
+    partition: int,
+    save: int | None,
+    as_json: bool,
+) -> None:
+    """Get (or --save) the consumer index of CLIENT_ID on STREAM."""
+    c = _client(ctx)
+    stored = (
+        c.get_index(client_id, stream, partition)
+        if save is None
+        else c.save_index(client_id, stream, save, partition)
+    )
+    doc = {"client_id": client_id, "stream": stream, "partition": partition, "index": stored}
+    text = f"consumer [bold]{client_id}[/] on {stream}/{partition}: index [bold]{stored}[/]"
+    _out(ctx, as_json, doc, text)  # type: ignore[arg-type]
+
+
+@command.command(name="list")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """List the streams with their partition count and record count."""
+    infos = _client(ctx).info()
+    table = Table("stream", "partitions", "records", title="streams")
+    doc = []
+    for s in infos:
+        records = sum(p.next_index - p.first_index for p in s.partitions)
+        table.add_row(s.stream_name, str(len(s.partitions)), str(records))
+        doc.append({"stream": s.stream_name, "partitions": len(s.partitions), "records": records})
+    _out(ctx, as_json, doc, table)
+
+
+@command.command()
+@click.argument("stream")
+@json_option
+@click.pass_context
+def info(ctx: click.Context, stream: str, as_json: bool) -> None:
+    """Show STREAM's partitions: first and next index, bytes."""
+    s = _client(ctx).info(stream)[0]
+    table = Table("partition", "first index", "next index", "bytes", title=f"stream {stream}")
+    doc = []
+    for p in s.partitions:
+        table.add_row(str(p.partition), str(p.first_index), str(p.next_index), str(p.bytes))
+        doc.append(
+            {
+                "partition": p.partition,
+                "first_index": p.first_index,
+                "next_index": p.next_index,
+                "bytes": p.bytes,
+            }
+        )
+    _out(ctx, as_json, {"stream": stream, "partitions": doc}, table)

@@ -1,0 +1,56 @@
+"""``loglake serve`` and ``loglake demo`` as processes/commands."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from loglake.node.cli import command
+from loglake.streams.client import StreamClient, StreamServiceError
+
+
+def test_help() -> None:
+    runner = CliRunner()
+    for sub in ("serve", "demo"):
+        r = runner.invoke(command, [sub, "--help"])
+        assert r.exit_code == 0 and "Usage" in r.output
+    assert "4000" in runner.invoke(command, ["serve", "--help"]).output  # default port shown
+
+
+def test_demo_walks_through_the_protocol() -> None:
+    r = CliRunner().invoke(command, ["demo"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    for text in ("created stream", "3 partitions", "pushed", "pulled", "billing", "order 4"):
+        assert text in r.output
+
+
+@pytest.mark.slow
+def test_serve_process_serves_and_stops(tmp_path, port) -> None:
+    code = "from loglake.node.cli import command; command()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--data-dir", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c = StreamClient(port=port, timeout=10)
+                break
+            except StreamServiceError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        with c:
+            c.create_stream("p", 2)
+            assert c.push("p", b"x", 1) == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    assert (tmp_path).exists() and any(tmp_path.iterdir())
