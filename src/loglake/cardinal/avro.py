@@ -1,0 +1,221 @@
+"""Avro binary for the three Cardinal shapes, byte for byte as the reference writes them.
+
+The reference marshals with hamba/avro v1.6.6 (``delivery/types.go``: ``avro.Marshal``), raw
+binary with no container. hamba writes every non-empty map/array block as a *negative* item
+count followed by the block's byte size (``writer.go: WriteBlockHeader``), in blocks of at most
+100 items (``config.go: getBlockLength``), then a zero count. fastavro's ``schemaless_writer``
+writes positive counts without sizes — valid Avro, different bytes — so the writer is written
+here (about 60 lines). The reader is written here too: it accepts both block forms (Avro spec
+"Complex Types / Maps"), bounds every length by the bytes present, and raises
+``CardinalDecodeError`` naming the message type; the tests cross-check both directions against
+fastavro's ``schemaless_writer``/``schemaless_reader`` with the spec's schemas (``*.avsc``).
+
+Map order: Go iterates maps randomly, so the reference's bytes for a multi-entry map vary run to
+run; we write keys sorted, which is one of the orders Go may produce.
+"""
+
+from __future__ import annotations
+
+from loglake.cardinal.errors import CardinalDecodeError
+from loglake.cardinal.messages import HASH_SIZE, BatchRecord
+
+BLOCK_LENGTH = 100  # hamba/avro config.go getBlockLength default
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+# -- writing ----------------------------------------------------------------------------------
+def write_long(out: bytearray, n: int) -> None:
+    z = (n << 1) if n >= 0 else ((-n) << 1) - 1
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def long_bytes(n: int) -> bytes:
+    out = bytearray()
+    write_long(out, n)
+    return bytes(out)
+
+
+def int_bytes(n: int) -> bytes:
+    """Avro ``int`` (delivery/types.go ``AvroInt``); refuses values outside int32."""
+    if not INT32_MIN <= n <= INT32_MAX:
+        raise OverflowError(f"{n} does not fit an Avro int (int32)")
+    return long_bytes(n)
+
+
+def write_bytes(out: bytearray, b: bytes) -> None:
+    write_long(out, len(b))
+    out += b
+
+
+def _write_blocks(out: bytearray, items: list, write_item) -> None:
+    for start in range(0, len(items), BLOCK_LENGTH):
+        block = bytearray()
+        chunk = items[start : start + BLOCK_LENGTH]
+        for item in chunk:
+            write_item(block, item)
+        write_long(out, -len(chunk))
+        write_long(out, len(block))
+        out += block
+    out.append(0)
+
+
+def _write_batch_record(out: bytearray, kv: tuple[str, BatchRecord]) -> None:
+    key, rec = kv
+    write_bytes(out, key.encode("utf-8", "surrogateescape"))
+    write_bytes(out, rec.value)
+    write_long(out, rec.count)
+    out.append(1 if rec.delete else 0)
+    out += rec.subbatch
+
+
+def encode_batch(
+    number: int, weight: bytes, parent: bytes, updates: dict[str, BatchRecord]
+) -> bytes:
+    """Record ``cloud.rivet.cardinal.batch``: num long, weight bytes, parent fixed(32),
+    updates map<update{value bytes, count int, delete boolean, subbatch fixed(32)}>."""
+    out = bytearray()
+    write_long(out, number)
+    write_bytes(out, weight)
+    out += parent
+    _write_blocks(out, sorted(updates.items()), _write_batch_record)
+    return bytes(out)
+
+
+def _write_string(out: bytearray, s: str) -> None:
+    write_bytes(out, s.encode("utf-8", "surrogateescape"))
+
+
+def _write_str_bytes(out: bytearray, kv: tuple[str, bytes]) -> None:
+    _write_string(out, kv[0])
+    write_bytes(out, kv[1])
+
+
+def encode_update(deletes: tuple[str, ...] | list[str], updates: dict[str, bytes]) -> bytes:
+    """Record ``update``: delete array<string>, updates map<bytes> (SubBatchMsg value)."""
+    out = bytearray()
+    _write_blocks(out, list(deletes), _write_string)
+    _write_blocks(out, sorted(updates.items()), _write_str_bytes)
+    return bytes(out)
+
+
+# -- reading ----------------------------------------------------------------------------------
+class Reader:
+    """A cursor over Avro binary that names ``what`` it is reading in every error."""
+
+    __slots__ = ("data", "pos", "what")
+
+    def __init__(self, data: bytes, what: str, pos: int = 0) -> None:
+        self.data, self.pos, self.what = data, pos, what
+
+    def fail(self, problem: str) -> CardinalDecodeError:
+        return CardinalDecodeError(self.what, problem)
+
+    def long(self, field: str = "long") -> int:
+        data, pos = self.data, self.pos
+        shift = z = 0
+        while True:
+            if pos >= len(data):
+                raise self.fail(f"{field}: varint runs past the end")
+            b = data[pos]
+            pos += 1
+            z |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift >= 70:
+                raise self.fail(f"{field}: varint longer than 10 bytes")
+        self.pos = pos
+        n = (z >> 1) ^ -(z & 1)
+        if not INT64_MIN <= n <= INT64_MAX:
+            raise self.fail(f"{field}: {n} overflows a long")
+        return n
+
+    def int(self, field: str = "int") -> int:
+        n = self.long(field)
+        if not INT32_MIN <= n <= INT32_MAX:
+            raise self.fail(f"{field}: {n} overflows an int")
+        return n
+
+    def raw(self, size: int, field: str) -> bytes:
+        end = self.pos + size
+        if size < 0 or end > len(self.data):
+            raise self.fail(f"{field}: needs {size} bytes, {len(self.data) - self.pos} left")
+        b = bytes(self.data[self.pos : end])
+        self.pos = end
+        return b
+
+    def bytes_(self, field: str) -> bytes:
+        n = self.long(field)
+        if n < 0:
+            raise self.fail(f"{field}: negative length {n}")
+        return self.raw(n, field)
+
+    def string(self, field: str) -> str:
+        return self.bytes_(field).decode("utf-8", "surrogateescape")
+
+    def boolean(self, field: str) -> bool:
+        b = self.raw(1, field)[0]
+        if b > 1:
+            raise self.fail(f"{field}: boolean byte {b} is neither 0 nor 1")
+        return b == 1
+
+    def blocks(self, field: str):
+        """Yield once per item of a map/array, whichever block form the writer used."""
+        while True:
+            count = self.long(f"{field} block count")
+            if count == 0:
+                return
+            if count < 0:
+                count = -count
+                size = self.long(f"{field} block size")
+                if size < 0 or self.pos + size > len(self.data):
+                    raise self.fail(f"{field}: block size {size} runs past the end")
+            if count > len(self.data) - self.pos:
+                raise self.fail(f"{field}: {count} items cannot fit in the bytes left")
+            for _ in range(count):
+                yield
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise self.fail(f"{len(self.data) - self.pos} trailing bytes")
+
+
+def decode_batch(data: bytes) -> tuple[int, bytes, bytes, dict[str, BatchRecord]]:
+    r = Reader(data, "Batch")
+    number = r.long("num")
+    weight = r.bytes_("weight")
+    parent = r.raw(HASH_SIZE, "parent")
+    updates: dict[str, BatchRecord] = {}
+    for _ in r.blocks("updates"):
+        key = r.string("updates key")
+        value = r.bytes_("update.value")
+        count = r.int("update.count")
+        delete = r.boolean("update.delete")
+        subbatch = r.raw(HASH_SIZE, "update.subbatch")
+        updates[key] = BatchRecord(value, count, delete, subbatch)
+    r.end()
+    return number, weight, parent, updates
+
+
+def decode_update(
+    data: bytes, what: str = "SubBatchMsg"
+) -> tuple[tuple[str, ...], dict[str, bytes]]:
+    r = Reader(data, what)
+    deletes = [r.string("delete item") for _ in r.blocks("delete")]
+    updates: dict[str, bytes] = {}
+    for _ in r.blocks("updates"):
+        key = r.string("updates key")
+        updates[key] = r.bytes_("updates value")
+    r.end()
+    return tuple(deletes), updates
+
+
+def decode_int(data: bytes, what: str, field: str) -> int:
+    r = Reader(data, what)
+    n = r.int(field)
+    r.end()
+    return n

@@ -1,0 +1,239 @@
+"""``loglake cardinal``: produce a synthetic chain, consume it as blocks and reorgs.
+
+Both commands talk to a running ``loglake serve`` (``--host/--port``, through
+``loglake.streams.client.StreamClient``) or to an embedded log (``--data-dir``). The logic
+lives in ``produce_chain``/``consume_topic`` so tests drive it without a terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+
+from loglake.cardinal.blocks import Block, ChainUpdate, ReorgEvent
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
+from loglake.cardinal.messages import ZERO_HASH
+from loglake.cardinal.ordering import Checkpoint
+from loglake.cardinal.producer import BlockPayload, Producer
+from loglake.cardinal.synthetic import ReorgStep, schema_for, synthetic_chain, topics_for
+from loglake.cardinal.transport import (
+    DEFAULT_PARTITIONS,
+    CardinalConsumer,
+    CardinalProducer,
+    StreamTransport,
+)
+from loglake.errors import LocalProtocolError
+from loglake.streams.api import LocalStreams, Streams
+
+
+@contextmanager
+def open_streams(host: str | None, port: int | None, data_dir: str | None) -> Iterator[Streams]:
+    """A ``Streams`` on a remote node or an embedded log (exactly one of the two)."""
+    if data_dir and (host or port):
+        raise LocalProtocolError("give either --data-dir or --host/--port, not both")
+    if data_dir:
+        from loglake.log import open_log
+
+        log = open_log(data_dir)
+        try:
+            yield LocalStreams(log)
+        finally:
+            log.close()
+        return
+    from loglake.streams.client import StreamClient  # lazily: only for a remote node
+
+    client = StreamClient(host or "127.0.0.1", port) if port else StreamClient(host or "127.0.0.1")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def produce_chain(
+    streams: Streams,
+    topic: str,
+    blocks: int,
+    partitions: int = DEFAULT_PARTITIONS,
+    deep_reorg: int = 0,
+    sub_items: int = 2,
+    on_step: Callable[[BlockPayload | ReorgStep], None] | None = None,
+) -> tuple[int, list[BlockPayload]]:
+    """Send a synthetic chain; return (messages sent, the canonical chain)."""
+    chain = synthetic_chain(blocks, deep_reorg=deep_reorg, sub_items=sub_items)
+    cp = CardinalProducer(StreamTransport(streams, partitions), Producer(topic, schema_for(topic)))
+    for step in chain.steps:
+        if isinstance(step, ReorgStep):
+            cp.send_reorg(step.ancestor.number, step.ancestor.hash, step.blocks)
+        else:
+            cp.send_block(step)
+        if on_step:
+            on_step(step)
+    return cp.sent, chain.canonical
+
+
+def consume_topic(
+    streams: Streams,
+    topic: str,
+    client_id: str,
+    partitions: int = DEFAULT_PARTITIONS,
+    reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
+    prefixes: tuple[str, ...] = (".*",),
+    idle_seconds: float = 0.0,
+    max_seconds: float = 3600.0,
+    on_event: Callable[[ChainUpdate | ReorgEvent], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CardinalConsumer:
+    """Consume ``topic`` (and its companion topics) from the saved checkpoint, committing after
+    every round; stop when nothing new came for ``idle_seconds`` (0: once caught up)."""
+    consumer = CardinalConsumer(
+        StreamTransport(streams, partitions),
+        topics_for(topic),
+        client_id,
+        reorg_threshold,
+        prefixes,
+        start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
+    )
+    start = last_new = clock()
+    while clock() - start < max_seconds:
+        before = dict(consumer.positions)
+        events = consumer.poll()
+        for ev in events:
+            if on_event:
+                on_event(ev)
+        if consumer.positions != before or consumer.paused:
+            consumer.commit()
+            last_new = clock()
+            continue
+        if clock() - last_new >= idle_seconds:
+            break
+        sleep(min(0.2, idle_seconds))
+    return consumer
+
+
+def _short(b: Block | object) -> str:
+    return f"#{b.number} {b.hash.hex()[:16]}"  # type: ignore[attr-defined]
+
+
+_connection = [
+    click.option("--host", default=None, help="Host of a running `loglake serve`."),
+    click.option("--port", type=int, default=None, help="Port of a running `loglake serve`."),
+    click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Use the embedded log in this folder instead of a server.",
+    ),
+    click.option(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        show_default=True,
+        help="Partitions per topic (producer and consumer must agree).",
+    ),
+]
+
+
+def _with_connection(f):
+    for opt in reversed(_connection):
+        f = opt(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Cardinal Streams: block payloads as messages over partitioned loglake streams."""
+
+
+@command.command()
+@click.option("--blocks", type=int, required=True, help="How many block payloads to produce.")
+@click.option("--topic", required=True, help="Default topic (sub-batches go to TOPIC.state).")
+@click.option("--deep-reorg", type=int, default=0, help="End with a reorg of this depth.")
+@click.option("--sub-items", type=int, default=2, show_default=True, help="Items per sub-batch.")
+@_with_connection
+def produce(blocks, topic, deep_reorg, sub_items, host, port, data_dir, partitions) -> None:
+    """Produce a synthetic chain with forks, reorgs and sub-batches."""
+    console = Console()
+    with open_streams(host, port, data_dir) as streams:
+        sent, canonical = produce_chain(streams, topic, blocks, partitions, deep_reorg, sub_items)
+    head = canonical[-1]
+    console.print(
+        f"[green]sent[/] {sent} messages for {blocks} blocks to [bold]{topic}[/]; "
+        f"canonical head #{head.number} {head.hash.hex()[:16]}"
+    )
+
+
+@command.command()
+@click.option("--topic", required=True, help="Default topic to consume (and TOPIC.state).")
+@click.option("--client-id", default="cardinal-cli", show_default=True, help="Checkpoint owner.")
+@click.option(
+    "--reorg-threshold",
+    type=int,
+    default=DEFAULT_REORG_THRESHOLD,
+    show_default=True,
+    help="Blocks kept for reorgs; older incomplete batches are evicted.",
+)
+@click.option("--prefix", "prefixes", multiple=True, help="Track only these prefix regexes.")
+@click.option(
+    "--idle-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Keep polling until nothing new came for this long.",
+)
+@click.option("--quiet", is_flag=True, help="Print only the summary.")
+@_with_connection
+def consume(
+    topic,
+    client_id,
+    reorg_threshold,
+    prefixes,
+    idle_seconds,
+    quiet,
+    host,
+    port,
+    data_dir,
+    partitions,
+) -> None:
+    """Print blocks and reorgs as they complete; resume from the saved checkpoint."""
+    console = Console()
+    counts = {"added": 0, "removed": 0, "reorgs": 0}
+
+    def show(ev: ChainUpdate | ReorgEvent) -> None:
+        if isinstance(ev, ReorgEvent):
+            counts["reorgs"] += 0 if ev.complete else 1
+            if not quiet:
+                what = "reorg complete" if ev.complete else "REORG to"
+                console.print(f"[magenta]{what}[/] #{ev.number} {ev.hash.hex()[:16]}")
+            return
+        counts["removed"] += len(ev.removed)
+        counts["added"] += len(ev.added)
+        if quiet:
+            return
+        for b in ev.removed:
+            console.print(f"[red]- {_short(b)}[/]")
+        for b in ev.added:
+            console.print(
+                f"[green]+ {_short(b)}[/] values={len(b.values)} deletes={len(b.deletes)}"
+            )
+
+    with open_streams(host, port, data_dir) as streams:
+        c = consume_topic(
+            streams,
+            topic,
+            client_id,
+            partitions,
+            reorg_threshold,
+            prefixes or (".*",),
+            idle_seconds,
+            on_event=show,
+        )
+    head = c.core.head
+    console.print(
+        f"added {counts['added']}, removed {counts['removed']}, deep reorgs {counts['reorgs']}; "
+        + (f"head #{head.number} {head.hash.hex()[:16]}" if head else "no blocks yet")
+    )

@@ -1,0 +1,36 @@
+"""Typed errors of the Cardinal part, split by whose fault it is (errors.py of loglake)."""
+
+from __future__ import annotations
+
+from loglake.errors import DecodeError, LocalProtocolError, RemoteProtocolError
+
+
+class CardinalDecodeError(DecodeError, RemoteProtocolError):
+    """A key or value does not decode as its message type requires.
+
+    ``message_type`` names the type (``Batch``, ``SubBatchMsg`` …, or ``unknown``) and ``problem``
+    says what is wrong, so a log line or a CLI message is enough to find the bad producer.
+    """
+
+    def __init__(self, message_type: str, problem: str) -> None:
+        super().__init__(f"malformed {message_type}: {problem}")
+        self.message_type = message_type
+        self.problem = problem
+
+
+class ProducerError(LocalProtocolError):
+    """The caller asked the producer for something the protocol forbids (reference
+    ``delivery/errors.go``: ErrPrefixOverlap, ErrUnknownBatch, ErrInvalidBatch,
+    ErrPrefixConflict)."""
+
+
+class UnknownAncestor(RemoteProtocolError):
+    """A Reorg names a common ancestor the consumer cannot place on its chain."""
+
+    def __init__(self, number: int, hash_: bytes, why: str) -> None:
+        super().__init__(f"reorg to unknown ancestor #{number} 0x{hash_.hex()}: {why}")
+        self.number, self.hash = number, hash_
+
+
+class CheckpointError(DecodeError):
+    """A stored checkpoint does not decode."""

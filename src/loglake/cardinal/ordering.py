@@ -1,0 +1,319 @@
+"""Ordered processing: completed blocks → chain updates in chain order, reorgs, checkpoints.
+
+Reference: ``delivery/ordering.go`` (``OrderedMessageProcessor``: ``HandlePendingBatch``,
+``prepareEmit``, ``getPendingChild``, ``prepareReorg``, ``HandleReorg``) and the resumption of
+``delivery/consumer.go``/``transports/kafka.go`` (a stored last number/hash/weight plus
+per-partition offsets). Spec: "Reorg Handling".
+
+Rules, as the reference applies them:
+
+- a block whose parent is the head extends the chain at once, along the heaviest chain of
+  already-completed descendants (``prepareEmit`` + ``getPendingChild``);
+- a block on a fork whose parent is on the chain (within the window) is held; when the heaviest
+  tip of its fork is strictly heavier than the head, the chain reorganises: the blocks above the
+  common ancestor are removed (oldest first) and the fork's path is added (``prepareReorg``);
+- a block whose parent is unknown waits for it (an orphan), within the window;
+- blocks more than ``reorg_threshold`` below the head are dropped, and so is the history kept
+  for reorgs (memory is bounded by the window);
+- a Reorg message (a reorg deeper than the threshold, on its own channel) reverts to the
+  common ancestor: it must be on the chain, or older than the window (then everything held is
+  removed); otherwise ``UnknownAncestor`` and nothing changes. The reorg channel's blocks then
+  extend the ancestor; ReorgComplete is passed on.
+
+Deviation (documented in docs/cardinal.md): the reference's ``ChainUpdate.removed`` always has
+full blocks; after a restart we hold only ``BlockRef``s of the blocks emitted before it.
+
+Resumption: ``Checkpoint`` = the chain window (``BlockRef``s, head last) + per-source offsets =
+the lowest offset of any message of a block not yet emitted (pending, queued, held on a fork or
+as an orphan), else the next unread offset. A consumer restored from it and fed everything from
+those offsets emits exactly what an uninterrupted one would have after the same point: blocks on
+the stored chain are recognised and not emitted again, and nothing needed was before the offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
+from loglake.cardinal.codec import decode
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, Consumer
+from loglake.cardinal.errors import CheckpointError, UnknownAncestor
+from loglake.cardinal.messages import ZERO_HASH, Message, Reorg
+from loglake.logs import log_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    chain: tuple[BlockRef, ...] = ()
+    """The emitted chain within the reorg window, oldest first; the head is last."""
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def head(self) -> BlockRef | None:
+        return self.chain[-1] if self.chain else None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "chain": [
+                    [b.number, b.hash.hex(), b.parent.hex(), str(b.weight)] for b in self.chain
+                ],
+                "offsets": self.offsets,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Checkpoint:
+        try:
+            d = json.loads(data)
+            chain = tuple(
+                BlockRef(int(n), bytes.fromhex(h), bytes.fromhex(p), int(w))
+                for n, h, p, w in d["chain"]
+            )
+            offsets = {str(k): int(v) for k, v in d["offsets"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"bad Cardinal checkpoint: {e}") from None
+        return cls(chain, offsets)
+
+    @classmethod
+    def starting_at(
+        cls, number: int, hash_: bytes, weight: int, parent: bytes = ZERO_HASH
+    ) -> Checkpoint:
+        """Resume after block (number, hash, weight), reading every source from its start."""
+        return cls((BlockRef(number, hash_, parent, weight),), {})
+
+
+class OrderedProcessor:
+    """Completed blocks in, ``ChainUpdate``s out (see the module docstring)."""
+
+    def __init__(
+        self, reorg_threshold: int = DEFAULT_REORG_THRESHOLD, chain: Sequence[BlockRef] = ()
+    ) -> None:
+        self.reorg_threshold = reorg_threshold
+        self._chain: list[BlockRef | Block] = list(chain)
+        self._on_chain: dict[bytes, int] = {b.hash: b.number for b in self._chain}
+        self._held: dict[bytes, Block] = {}
+        self._children: dict[bytes, dict[bytes, None]] = {}
+
+    @property
+    def head(self) -> BlockRef | None:
+        if not self._chain:
+            return None
+        b = self._chain[-1]
+        return b.ref if isinstance(b, Block) else b
+
+    @property
+    def chain(self) -> tuple[BlockRef, ...]:
+        return tuple(b.ref if isinstance(b, Block) else b for b in self._chain)
+
+    def on_chain(self, hash_: bytes) -> bool:
+        return hash_ in self._on_chain
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def held_offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self._held.values():
+            for s, o in b.offsets.items():
+                if o < out.get(s, o + 1):
+                    out[s] = o
+        return out
+
+    # -- blocks -----------------------------------------------------------------------------
+    def add(self, block: Block) -> list[ChainUpdate]:
+        h = block.hash
+        if h in self._on_chain or h in self._held:
+            return []
+        head = self._chain[-1] if self._chain else None
+        if head is not None and block.number <= head.number - self.reorg_threshold:
+            log_event(
+                log,
+                logging.INFO,
+                "dropping block older than the reorg window",
+                number=block.number,
+                hash=h.hex(),
+                head=head.number,
+            )
+            return []
+        self._held[h] = block
+        self._children.setdefault(block.parent, {})[h] = None
+        # Walk up through held blocks to the chain (or to a missing parent).
+        root = block
+        while root.parent not in self._on_chain:
+            up = self._held.get(root.parent)
+            if up is None:
+                break
+            root = up
+        if root.parent not in self._on_chain:
+            if head is None:  # bootstrap: the first block whose parent we lack is the root
+                return self._switch(None, root)
+            return []  # orphan: waits for its parent
+        return self._switch(root.parent, root)
+
+    def _heaviest_tip(self, root: Block) -> tuple[list[Block], int]:
+        """Path from ``root`` to the heaviest held descendant (first seen wins a tie)."""
+        best_path, best_w = [root], root.weight
+        stack = [(root, [root])]
+        while stack:
+            b, path = stack.pop()
+            if b.weight > best_w:
+                best_path, best_w = path, b.weight
+            for c in reversed(list(self._children.get(b.hash, ()))):
+                stack.append((self._held[c], [*path, self._held[c]]))
+        return best_path, best_w
+
+    def _switch(self, anchor: bytes | None, root: Block) -> list[ChainUpdate]:
+        path, weight = self._heaviest_tip(root)
+        head = self._chain[-1] if self._chain else None
+        removed: list[Block | BlockRef] = []
+        if anchor is not None and head is not None and anchor != head.hash:
+            if weight <= head.weight:
+                return []  # a lighter (or equal) fork: keep it for later
+            anchor_n = self._on_chain[anchor]
+            while self._chain and self._chain[-1].number > anchor_n:
+                old = self._chain.pop()
+                del self._on_chain[old.hash]
+                removed.append(old)
+                if isinstance(old, Block):  # back to a fork we may return to
+                    self._held[old.hash] = old
+                    self._children.setdefault(old.parent, {})[old.hash] = None
+            removed.reverse()
+        for b in path:
+            del self._held[b.hash]
+            kids = self._children.get(b.parent)
+            if kids is not None:
+                kids.pop(b.hash, None)
+                if not kids:
+                    del self._children[b.parent]
+            self._chain.append(b)
+            self._on_chain[b.hash] = b.number
+        self._prune()
+        return [ChainUpdate(tuple(path), tuple(removed))]
+
+    def _prune(self) -> None:
+        head_n = self._chain[-1].number
+        floor = head_n - self.reorg_threshold
+        cut = 0
+        while cut < len(self._chain) - 1 and self._chain[cut].number < floor:
+            del self._on_chain[self._chain[cut].hash]
+            cut += 1
+        if cut:
+            del self._chain[:cut]
+        old = [h for h, b in self._held.items() if b.number <= floor]
+        for h in old:
+            b = self._held.pop(h)
+            kids = self._children.get(b.parent)
+            if kids is not None:
+                kids.pop(h, None)
+                if not kids:
+                    del self._children[b.parent]
+
+    # -- reorg channel -----------------------------------------------------------------------
+    def reorg(self, number: int, hash_: bytes) -> list[ChainUpdate]:
+        """Revert to common ancestor (number, hash) of a Reorg message."""
+        if hash_ in self._on_chain:
+            if self._on_chain[hash_] != number:
+                raise UnknownAncestor(number, hash_, f"it is #{self._on_chain[hash_]} on our chain")
+            removed: list[Block | BlockRef] = []
+            while self._chain[-1].hash != hash_:
+                old = self._chain.pop()
+                del self._on_chain[old.hash]
+                removed.append(old)
+            removed.reverse()
+        elif not self._chain or number < self._chain[0].number:
+            removed = list(self._chain)
+            self._chain = [BlockRef(number, hash_, ZERO_HASH, 0)]
+            self._on_chain = {hash_: number}
+        else:
+            raise UnknownAncestor(
+                number,
+                hash_,
+                f"not on our chain #{self._chain[0].number}..#{self._chain[-1].number}",
+            )
+        # The reorg channel re-sends what follows the ancestor: forget held blocks above it.
+        for h in [h for h, b in self._held.items() if b.number > number]:
+            b = self._held.pop(h)
+            kids = self._children.get(b.parent)
+            if kids is not None:
+                kids.pop(h, None)
+                if not kids:
+                    del self._children[b.parent]
+        return [ChainUpdate((), tuple(removed))] if removed else []
+
+
+class OrderedConsumer:
+    """The whole consumer side, sans-I/O: ``Consumer`` (assembly) + ``OrderedProcessor``.
+
+    ``receive(key, value, source, offset)`` → ``ChainUpdate``s and ``ReorgEvent``s in the order
+    the application must apply them; ``checkpoint()`` → what to store to resume.
+    """
+
+    def __init__(
+        self,
+        reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
+        tracked_prefixes: Iterable[str] = (".*",),
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
+        chain = checkpoint.chain if checkpoint else ()
+        self.start_offsets = dict(checkpoint.offsets) if checkpoint else {}
+        self.consumer = Consumer(
+            reorg_threshold,
+            tracked_prefixes,
+            last_number=chain[-1].number if chain else None,
+            completed=[(b.hash, b.number) for b in chain],
+        )
+        self.ordering = OrderedProcessor(reorg_threshold, chain)
+        self.consumer.advance(chain[-1].number if chain else -1)
+        self.consumer.next_offsets.update(self.start_offsets)
+
+    def receive(
+        self, key: bytes, value: bytes, source: str = "", offset: int = -1
+    ) -> list[ChainUpdate | ReorgEvent]:
+        """Decode and apply one message. ``CardinalDecodeError``/``UnknownAncestor`` leave the
+        state as it was (the offset counts as read: a bad message is not read again)."""
+        self.consumer.note_offset(source, offset)
+        return self.handle(decode(key, value), source, offset)
+
+    def handle(
+        self, msg: Message, source: str = "", offset: int = -1
+    ) -> list[ChainUpdate | ReorgEvent]:
+        if isinstance(msg, Reorg):
+            updates: list[ChainUpdate | ReorgEvent] = list(
+                self.ordering.reorg(msg.number, msg.hash)
+            )
+            updates.extend(self.consumer.handle(msg, source, offset))  # type: ignore[arg-type]
+            return updates
+        return self._route(self.consumer.handle(msg, source, offset))
+
+    def _route(self, events: list[Block | ReorgEvent]) -> list[ChainUpdate | ReorgEvent]:
+        out: list[ChainUpdate | ReorgEvent] = []
+        for ev in events:
+            if isinstance(ev, Block):
+                updates = self.ordering.add(ev)
+                if updates:
+                    out.extend(updates)
+                    self.consumer.advance(self.ordering.head.number)  # type: ignore[union-attr]
+            else:
+                out.append(ev)
+        return out
+
+    @property
+    def head(self) -> BlockRef | None:
+        return self.ordering.head
+
+    def checkpoint(self) -> Checkpoint:
+        offsets = dict(self.consumer.next_offsets)
+        for held in (self.consumer.held_offsets(), self.ordering.held_offsets()):
+            for s, o in held.items():
+                if o < offsets.get(s, o + 1):
+                    offsets[s] = o
+        return Checkpoint(self.ordering.chain, offsets)

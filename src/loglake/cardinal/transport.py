@@ -1,0 +1,373 @@
+"""Transports: how Cardinal messages travel, and the loglake-stream transport.
+
+Spec "Transport Layer" leaves each broker's details to the transport; the reference's Kafka
+transport (``transports/kafka.go``) is what this follows on a partitioned log:
+
+- a topic is a loglake stream, its partitions the stream's partitions;
+- a message goes to the partition its *key* hashes to, as sarama's default ``HashPartitioner``
+  does for the reference producer: FNV-1a 32-bit of the key, ``int32(h) % n``, negated if
+  negative (sarama ``partitioner.go``). No hashing library here offers FNV-1a, hence the four
+  lines below;
+- a reorg past the threshold gets its own one-partition stream ``<default>-re-<ancestor hex>``
+  (``%s-re-%x``), which guarantees the in-order delivery the spec asks of the reorg channel;
+  the Reorg message also goes on the default topic, where consumers find it;
+- a consumer's position is saved through the Ockam index service (``save_index``/
+  ``get_index``, per topic and partition, under the consumer's client id), so a restarted
+  consumer resumes; the chain window it resumes from (the reference's LastHash/LastNumber/
+  LastWeight, stored by the application there) is kept in a checkpoint stream
+  ``cardinal.ckpt.<client id>``, committed by saving its index.
+
+Over the Ockam wire a stream message is only ``(index, data)``, so a record's data is the
+envelope ``varint(len(key)) key value`` (Avro long for the length).
+
+``Transport`` is the interface a JetStream transport implements later.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from loglake.cardinal import avro
+from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
+from loglake.cardinal.codec import decode, encode
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
+from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
+from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message
+from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
+from loglake.cardinal.producer import BlockPayload, Producer, reorg_channel_name
+from loglake.logs import log_event
+from loglake.streams.api import Streams
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARTITIONS = 4
+FNV32_OFFSET, FNV32_PRIME = 0x811C9DC5, 0x01000193
+
+
+def fnv1a32(data: bytes) -> int:
+    h = FNV32_OFFSET
+    for b in data:
+        h = ((h ^ b) * FNV32_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """sarama ``hashPartitioner.Partition``: ``int32(fnv1a(key)) % n``, absolute value."""
+    h = fnv1a32(key)
+    if h >= 0x80000000:
+        h -= 0x100000000
+    return abs(h) % partitions  # Go's truncated % then negation == abs(h) % n
+
+
+def envelope(key: bytes, value: bytes) -> bytes:
+    return avro.long_bytes(len(key)) + key + value
+
+
+def open_envelope(data: bytes) -> tuple[bytes, bytes]:
+    r = avro.Reader(data, "envelope")
+    n = r.long("key length")
+    if n < 0 or r.pos + n > len(data):
+        raise CardinalDecodeError("envelope", f"key length {n} does not fit {len(data)} bytes")
+    return data[r.pos : r.pos + n], data[r.pos + n :]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message as read from a transport: where from (``topic:partition``) and at which
+    offset, with its key and value."""
+
+    source: str
+    offset: int
+    key: bytes
+    value: bytes
+
+
+def source_name(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def split_source(source: str) -> tuple[str, int]:
+    topic, _, part = source.rpartition(":")
+    return topic, int(part)
+
+
+class Transport(ABC):
+    """What the Cardinal producer and consumer need from a broker."""
+
+    @abstractmethod
+    def send(self, topic: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        """Append (key, value) pairs to ``topic``, each to the partition its key selects, in
+        order within a partition."""
+
+    @abstractmethod
+    def send_channel(self, channel: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        """Append to an in-order, single-partition channel (a reorg channel)."""
+
+    @abstractmethod
+    def sources(self, topic: str) -> list[str]:
+        """The ``topic:partition`` sources of ``topic``."""
+
+    @abstractmethod
+    def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
+        """Up to ``limit`` deliveries of ``source`` from ``offset`` on."""
+
+    @abstractmethod
+    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> None: ...
+
+    @abstractmethod
+    def load_checkpoint(self, client_id: str) -> Checkpoint | None: ...
+
+
+class StreamTransport(Transport):
+    """``Transport`` on the loglake ``Streams`` protocol (``LocalStreams`` or ``StreamClient``)."""
+
+    def __init__(self, streams: Streams, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self.streams = streams
+        self.partitions = partitions
+        self._created: dict[str, int] = {}
+
+    def _ensure(self, topic: str, partitions: int) -> None:
+        if topic not in self._created:
+            self.streams.create_stream(topic, partitions)
+            self._created[topic] = partitions
+
+    def send(self, topic: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        self._ensure(topic, self.partitions)
+        by_part: dict[int, list[bytes]] = {}
+        n = self.partitions
+        for k, v in messages:
+            by_part.setdefault(partition_for(k, n), []).append(envelope(k, v))
+        for p, datas in sorted(by_part.items()):
+            self.streams.push_many(topic, datas, p)
+
+    def send_channel(self, channel: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        self._ensure(channel, 1)
+        self.streams.push_many(channel, [envelope(k, v) for k, v in messages], 0)
+
+    def sources(self, topic: str) -> list[str]:
+        self._ensure(topic, self.partitions)
+        return [source_name(topic, p) for p in range(self._created[topic])]
+
+    def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
+        topic, part = split_source(source)
+        out = []
+        for m in self.streams.pull(topic, offset, limit, part):
+            try:
+                k, v = open_envelope(m.data)
+            except CardinalDecodeError as e:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "dropping undecodable record",
+                    source=source,
+                    offset=m.index,
+                    error=str(e),
+                )
+                k, v = b"", b""
+            out.append(Delivery(source, m.index, k, v))
+        return out
+
+    @staticmethod
+    def _ckpt_stream(client_id: str) -> str:
+        return f"cardinal.ckpt.{client_id}"
+
+    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> None:
+        name = self._ckpt_stream(client_id)
+        self._ensure(name, 1)
+        idx = self.streams.push(name, checkpoint.to_bytes())
+        self.streams.save_index(client_id, name, idx + 1)  # the commit point
+        for source, offset in checkpoint.offsets.items():
+            topic, part = split_source(source)
+            self.streams.save_index(client_id, topic, offset, part)
+
+    def load_checkpoint(self, client_id: str) -> Checkpoint | None:
+        name = self._ckpt_stream(client_id)
+        self._ensure(name, 1)
+        idx = self.streams.get_index(client_id, name)
+        if idx == 0:
+            return None
+        msgs = self.streams.pull(name, idx - 1, 1)
+        if not msgs:
+            return None
+        ckpt = Checkpoint.from_bytes(msgs[0].data)
+        # The index service holds the offsets too; it only moves forward, so where the record
+        # is lower (blocks moved back onto a fork by a reorg) the record wins.
+        offsets = {}
+        for source, offset in ckpt.offsets.items():
+            topic, part = split_source(source)
+            offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
+        return Checkpoint(ckpt.chain, offsets)
+
+
+class CardinalProducer:
+    """Producer + transport: sends a block's messages to their topics (and reorg channels)."""
+
+    def __init__(self, transport: Transport, producer: Producer) -> None:
+        self.transport = transport
+        self.producer = producer
+        self.sent = 0
+
+    def _send_topics(self, topic_msgs: dict[str, list[Message]]) -> None:
+        for topic, msgs in sorted(topic_msgs.items()):
+            if msgs:
+                self.transport.send(topic, [encode(m) for m in msgs])
+                self.sent += len(msgs)
+
+    def send_block(self, block: BlockPayload) -> None:
+        self._send_topics(self.producer.block_messages(block))
+
+    def send_reorg(
+        self, ancestor_number: int, ancestor_hash: bytes, blocks: Iterable[BlockPayload]
+    ) -> str:
+        """A reorg past the threshold: the channel first, then the Reorg on the default topic."""
+        channel, msgs = self.producer.reorg_channel(ancestor_number, ancestor_hash, blocks)
+        self.transport.send_channel(channel, [encode(m) for m in msgs])
+        self.transport.send(self.producer.default_topic, [encode(msgs[0])])
+        self.sent += len(msgs) + 1
+        return channel
+
+
+class CardinalConsumer:
+    """OrderedConsumer + transport: polls every partition of the topics, follows reorg
+    channels, and checkpoints through the index service under ``client_id``."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        topics: Sequence[str],
+        client_id: str,
+        reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
+        tracked_prefixes: Iterable[str] = (".*",),
+        start: Checkpoint | None = None,
+        default_topic: str | None = None,
+    ) -> None:
+        self.transport = transport
+        self.client_id = client_id
+        self.default_topic = default_topic or topics[0]
+        ckpt = transport.load_checkpoint(client_id) or start
+        self.core = OrderedConsumer(reorg_threshold, tracked_prefixes, ckpt)
+        self.positions: dict[str, int] = {}
+        for t in topics:
+            for s in transport.sources(t):
+                self.positions[s] = 0
+        if ckpt:
+            self.positions.update(ckpt.offsets)
+        self.errors = 0
+        self._paused: dict[str, Delivery] = {}
+
+    def _feed(self, d: Delivery) -> list[ChainUpdate | ReorgEvent]:
+        try:
+            return self.core.receive(d.key, d.value, d.source, d.offset)
+        except (CardinalDecodeError, UnknownAncestor) as e:
+            self.errors += 1
+            log_event(
+                log,
+                logging.WARNING,
+                "dropping message",
+                source=d.source,
+                offset=d.offset,
+                error=str(e),
+            )
+            return []
+
+    def _follow_reorg(self, d: Delivery, limit: int) -> list[ChainUpdate | ReorgEvent]:
+        """Read a reorg channel to its ReorgComplete (spec "Reorg/Consumers")."""
+        channel = reorg_channel_name(self.default_topic, d.key[1:])
+        source = source_name(channel, 0)
+        out: list[ChainUpdate | ReorgEvent] = []
+        pos = self.positions.get(source, 0)
+        while True:
+            batch = self.transport.fetch(source, pos, limit)
+            if not batch:
+                if pos == 0:  # no channel: apply the Reorg itself
+                    out += self._feed(d)
+                else:
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "reorg channel ended before ReorgComplete",
+                        channel=channel,
+                    )
+                break
+            for m in batch:
+                out += self._feed(m)
+                pos = m.offset + 1
+            self.positions[source] = pos
+            if batch[-1].key[:1] == bytes((REORG_COMPLETE,)):
+                break
+        return out
+
+    def _is_main_reorg(self, d: Delivery) -> bool:
+        return d.key[:1] == bytes((REORG,)) and not d.source.startswith(f"{self.default_topic}-re-")
+
+    def _reorg_ready(self, d: Delivery) -> bool:
+        """A Reorg on the default topic waits until the chain has reached its ancestor (or
+        passed it by more than the window): blocks produced before the Reorg may still be in
+        other partitions, and in-order delivery holds only within one partition."""
+        try:
+            msg = decode(d.key, d.value)
+        except CardinalDecodeError:
+            return True  # let _feed log and drop it
+        head = self.core.head
+        return self.core.ordering.on_chain(msg.hash) or (
+            head is not None and head.number - self.core.ordering.reorg_threshold > msg.number
+        )
+
+    def _take_reorg(self, d: Delivery, limit: int) -> list[ChainUpdate | ReorgEvent]:
+        self.positions[d.source] = d.offset + 1
+        self.core.consumer.note_offset(d.source, d.offset)
+        return self._follow_reorg(d, limit)
+
+    def poll(self, limit: int = 64) -> list[ChainUpdate | ReorgEvent]:
+        """One round over every source, at most ``limit`` messages from each, so partitions
+        advance together (the reference bounds their spread with a drumline); returns what the
+        application must apply, in order. A source stops at a Reorg until it can be applied."""
+        out: list[ChainUpdate | ReorgEvent] = []
+        progressed = False
+        for source in list(self.positions):
+            waiting = self._paused.get(source)
+            if waiting is not None:
+                if not self._reorg_ready(waiting):
+                    continue
+                del self._paused[source]
+                out += self._take_reorg(waiting, limit)
+                progressed = True
+            batch = self.transport.fetch(source, self.positions[source], limit)
+            for d in batch:
+                progressed = True
+                if self._is_main_reorg(d):
+                    if not self._reorg_ready(d):
+                        self._paused[source] = d
+                        break
+                    out += self._take_reorg(d, limit)
+                    continue
+                self.positions[source] = d.offset + 1
+                out += self._feed(d)
+        if not progressed and self._paused:  # nothing else will come: apply the oldest
+            source, d = next(iter(self._paused.items()))
+            del self._paused[source]
+            out += self._take_reorg(d, limit)
+        return out
+
+    def run(self, max_rounds: int = 1_000_000) -> list[ChainUpdate | ReorgEvent]:
+        """Poll until a round brings nothing new (bounded by ``max_rounds``)."""
+        out: list[ChainUpdate | ReorgEvent] = []
+        for _ in range(max_rounds):
+            before = dict(self.positions)
+            out += self.poll()
+            if self.positions == before and not self._paused:
+                break
+        return out
+
+    @property
+    def paused(self) -> int:
+        """Sources stopped at a Reorg whose ancestor the chain has not reached yet."""
+        return len(self._paused)
+
+    def commit(self) -> Checkpoint:
+        ckpt = self.core.checkpoint()
+        self.transport.save_checkpoint(self.client_id, ckpt)
+        return ckpt

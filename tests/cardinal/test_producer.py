@@ -1,0 +1,98 @@
+"""Producer rules (spec "…/Producers"; reference delivery/producer.go and producer_test.go)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.cardinal.codec import decode, encode
+from loglake.cardinal.errors import ProducerError
+from loglake.cardinal.messages import Batch, BatchRecord, SubBatchHeader, SubBatchMsg
+from loglake.cardinal.producer import BlockPayload, Producer, SubBatch, reorg_channel_name
+from tests.cardinal.helpers import h
+
+UPDATES = {
+    "foo/something": b"gnihtemos/oof",
+    "bar/whatever/baz/stuff": b"data",
+    "default/thing": b"defaulttopic",
+}
+DELETES = {"foo/delete", "bar/delete/baz/thing", "default/delete"}
+
+
+def ref_producer() -> Producer:
+    return Producer("default", {"foo/": "foo", "bar/[^/]+/baz/": "bar", "state/": "state"})
+
+
+def test_reference_test_producer_counts_per_topic():
+    # producer_test.go TestProducer: 2 on foo, 2 on bar, 1 (the Batch) on default
+    p = ref_producer()
+    msgs = p.add_block(0, h(1), h(0), 0, UPDATES, DELETES, {"state/": h(0xFF)})
+    assert {t: len(m) for t, m in msgs.items()} == {"default": 1, "foo": 2, "bar": 2}
+    batch = decode(*encode(msgs["default"][0]))
+    assert isinstance(batch, Batch)
+    assert (batch.number, batch.weight, batch.parent) == (0, 0, h(0))
+    # producer_test.go expects 6: 3 matched prefixes, 1 sub-batch, 2 inline changes
+    assert len(batch.updates) == 6
+    assert batch.updates["foo/"] == BatchRecord(count=2)
+    assert batch.updates["bar/whatever/baz/"] == BatchRecord(count=1)
+    assert batch.updates["bar/delete/baz/"] == BatchRecord(count=1)
+    assert batch.updates["default/thing"] == BatchRecord(value=b"defaulttopic")
+    assert batch.updates["default/delete"] == BatchRecord(delete=True)
+    assert batch.updates["state/"] == BatchRecord(subbatch=h(0xFF))
+
+
+def test_counts_match_the_messages_that_follow():
+    p = ref_producer()
+    msgs = p.add_block(0, h(1), h(0), 0, UPDATES, DELETES, {})
+    batch = msgs["default"][-1]
+    sent = [m for t in ("foo", "bar") for m in msgs[t]]
+    for prefix, rec in batch.updates.items():
+        if rec.count:
+            assert rec.count == sum(1 for m in sent if m.key.startswith(prefix))
+
+
+def test_send_batch_header_then_deletes_then_sorted_updates():
+    p = ref_producer()
+    p.add_block(0, h(1), h(0), 0, {}, (), {"state/": h(0xFF)})
+    msgs = p.send_batch(h(0xFF), ["whatever/", "other/"], {"state/z": b"2", "state/a": b"1"})
+    assert list(msgs) == ["state"]
+    m = msgs["state"]
+    assert m[0] == SubBatchHeader(h(1), h(0xFF), 3)
+    assert m[1] == SubBatchMsg(h(1), h(0xFF), 0, ("whatever/", "other/"), {})
+    assert m[2] == SubBatchMsg(h(1), h(0xFF), 1, (), {"state/a": b"1"})
+    assert m[3] == SubBatchMsg(h(1), h(0xFF), 2, (), {"state/z": b"2"})
+
+
+def test_empty_sub_batch_still_sends_a_header():
+    p = ref_producer()
+    p.add_block(0, h(1), h(0), 0, {}, (), {"state/": h(0xFF)})
+    assert p.send_batch(h(0xFF)) == {"state": [SubBatchHeader(h(1), h(0xFF), 0)]}
+
+
+def test_unknown_sub_batch_is_refused():
+    with pytest.raises(ProducerError, match="unknown sub-batch"):
+        ref_producer().send_batch(h(0xEE))
+
+
+def test_overlapping_prefixes_are_refused():
+    with pytest.raises(ProducerError, match="overlap"):
+        Producer("d", {"foo/": "a", "foo/bar/": "b"})
+
+
+def test_prefix_conflicts_are_refused():
+    p = ref_producer()
+    with pytest.raises(ProducerError, match="conflicts"):
+        p.add_block(0, h(1), h(0), 0, {"x": b"1"}, (), {"x": h(2)})
+    with pytest.raises(ProducerError):
+        p.add_block(0, h(1), h(0), 0, {}, (), {"x": bytes(32)})
+
+
+def test_reorg_channel_is_reorg_blocks_then_complete():
+    p = ref_producer()
+    blk = BlockPayload(
+        5, h(5), h(4), 9, {"foo/a": b"1"}, frozenset(), {"state/": SubBatch(h(0xAB))}
+    )
+    channel, msgs = p.reorg_channel(4, h(4), [blk])
+    assert channel == "default-re-" + h(4).hex() == reorg_channel_name("default", h(4))
+    assert encode(msgs[0]) == (b"\x05" + h(4), b"\x08")
+    assert encode(msgs[-1]) == (b"\x06" + h(4), b"\x08")
+    assert len(msgs) == 2 + 3  # Batch, BatchMsg, SubBatchHeader
