@@ -31,7 +31,8 @@ from loglake.log.lake import (
     remove_temp_files,
     write_lake_file,
 )
-from loglake.log.record_codec import encode_entries
+from loglake.log.record_codec import encode_batch
+from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment, fsync_dir, parse_segment_name
 
 
@@ -44,6 +45,7 @@ class Partition:
         lake_dir: Path,
         config: StreamConfig,
         readonly: bool,
+        sealer: Sealer | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -51,6 +53,7 @@ class Partition:
         self.lake_dir = lake_dir
         self.config = config
         self.readonly = readonly
+        self.sealer = sealer
         self._lock = threading.RLock()
         self._gc = GroupCommit()
         self._seq = 0
@@ -82,7 +85,7 @@ class Partition:
             remove_temp_files(self.lake_dir)
             if self.config.seal_to_lake:
                 for seg in self.segments[:-1]:
-                    self._ensure_sealed(seg)
+                    self._schedule_seal(seg)
 
     def refresh(self) -> None:
         """Readers only: follow the writer (new segments, new records, deleted files)."""
@@ -139,12 +142,10 @@ class Partition:
         with self._lock:
             active = self.segments[-1]
             first = active.next_index
-            frames = encode_entries(entries, first, now)
-            total = sum(map(len, frames))
-            if active.size and active.size + total > self.config.segment_bytes:
+            buf, offsets, max_ts = encode_batch(entries, first, now)
+            if active.size and active.size + len(buf) > self.config.segment_bytes:
                 active = self._roll(durability)
-            max_ts = max(now if e.timestamp_ns is None else e.timestamp_ns for e in entries)
-            active.write(frames, first, max_ts)
+            active.write(buf, offsets, first, max_ts)
             self._seq += 1
             seq = self._seq
             if durability == "always":
@@ -176,18 +177,34 @@ class Partition:
             fsync_dir(self.dir)
         self.segments.append(new)
         if self.config.seal_to_lake:
-            self._ensure_sealed(old)
+            self._schedule_seal(old)
         return new
 
     def _lake_has(self, seg: Segment) -> bool:
         i = bisect.bisect_left([f.first for f in self.lake], seg.base)
         return i < len(self.lake) and self.lake[i].first == seg.base
 
-    def _ensure_sealed(self, seg: Segment) -> None:
-        if seg.next_index <= seg.base or self._lake_has(seg):
-            return
-        lf = write_lake_file(self.lake_dir, self.stream, self.partition, seg.iter_all())
-        bisect.insort(self.lake, lf, key=lambda f: f.first)
+    def _schedule_seal(self, seg: Segment) -> None:
+        if self.sealer is None:
+            self._seal(seg)
+        else:
+            self.sealer.submit(lambda: self._seal(seg))
+
+    def _seal(self, seg: Segment) -> None:
+        """Write a rolled segment to the lake (outside the partition lock: the segment is
+        immutable and retention does not delete it before it is sealed)."""
+        with self._lock:
+            if seg.next_index <= seg.base or self._lake_has(seg) or seg not in self.segments:
+                return
+        reader = Segment.sealed(self.dir, seg.base, seg.next_index, readonly=True)
+        try:
+            records = reader.iter_all(yield_every=64)
+        finally:
+            reader.close()
+        lf = write_lake_file(self.lake_dir, self.stream, self.partition, records)
+        with self._lock:
+            if not self._lake_has(seg):
+                bisect.insort(self.lake, lf, key=lambda f: f.first)
 
     def flush(self) -> None:
         with self._lock:
@@ -272,10 +289,8 @@ class Partition:
                     or (cfg.retention_bytes is not None and newer_bytes >= cfg.retention_bytes)
                     or (horizon is not None and (seg.compute_max_ts() or 0) < horizon)
                 )
-                if not out:
-                    break
-                if cfg.seal_to_lake:
-                    self._ensure_sealed(seg)
+                if not out or (cfg.seal_to_lake and not self._lake_has(seg)):
+                    break  # an unsealed segment waits for the sealer
                 seg.delete()
                 self.segments.pop(0)
                 total -= seg.size

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 
 from loglake.log.api import CorruptSegment
@@ -27,7 +28,7 @@ from loglake.log.record_codec import (
     frame_length_at,
     scan,
 )
-from loglake.log.sparse_index import ENTRY, SparseIndex, write_index_file
+from loglake.log.sparse_index import ENTRY, INTERVAL_BYTES, SparseIndex, write_index_file
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
@@ -222,25 +223,26 @@ class Segment:
         return self.max_ts
 
     # -- writing ---------------------------------------------------------------------------
-    def write(self, frames: list[bytes], first_index: int, max_ts: int) -> None:
-        """Append ``frames`` (records ``first_index…``) with one ``write`` call."""
+    def write(self, buf: bytes, offsets: list[int], first_index: int, max_ts: int) -> None:
+        """Append the encoded batch ``buf`` (records ``first_index…`` starting at ``offsets``
+        within it) with one ``write`` call, then note its sparse index entries."""
         assert self.wfd is not None and self.index is not None
-        buf = b"".join(frames)
-        pos = self.size
-        new_entries = []
-        idx = self.index
-        i = first_index
-        for fr in frames:
-            if idx.maybe_add(i, pos):
-                new_entries.append((i, pos))
-            pos += len(fr)
-            i += 1
+        base = self.size
         view = memoryview(buf)
         done = 0
         while done < len(buf):  # a regular-file write is whole unless the disk is full
             done += os.write(self.wfd, view[done:])
-        self.size = pos
-        self.next_index = i
+        idx = self.index
+        new_entries = []
+        due = idx.last_pos + INTERVAL_BYTES if idx.indexes else base
+        for i, off in enumerate(offsets):
+            pos = base + off
+            if pos >= due:
+                idx.maybe_add(first_index + i, pos)
+                new_entries.append((first_index + i, pos))
+                due = pos + INTERVAL_BYTES
+        self.size = base + len(buf)
+        self.next_index = first_index + len(offsets)
         if self.max_ts is None or max_ts > self.max_ts:
             self.max_ts = max_ts
         if new_entries and self.ifd is not None:
@@ -336,14 +338,30 @@ class Segment:
                 out.append(rec)
         return out
 
-    def iter_all(self) -> list[StoredRecord]:
-        """Every record (for sealing to Parquet); corruption → ``CorruptSegment``."""
+    def iter_all(self, yield_every: int = 0) -> list[StoredRecord]:
+        """Every record (for sealing to Parquet); corruption → ``CorruptSegment``.
+
+        ``yield_every`` > 0: release the GIL (``time.sleep(0)``) after that many records, so a
+        background sealer does not hold up appenders waking from their fsync."""
         with open(self.path, "rb") as f:
             buf = f.read(self.size)
-        records, end, err = self._scan_checked(buf, 0)
-        if err is not None or end != self.size:
-            off = err.offset if err is not None else end
-            raise CorruptSegment(self.path, off, err.reason if err else "short segment")
+        records: list[StoredRecord] = []
+        pos = 0
+        expect = self.base
+        while pos < len(buf):
+            try:
+                rec = decode_frame(buf, pos)
+            except RecordDecodeError as e:
+                raise CorruptSegment(self.path, e.offset, e.reason) from None
+            if rec.index != expect:
+                raise CorruptSegment(self.path, pos, f"index {rec.index}, expected {expect}")
+            records.append(rec)
+            pos += rec.size
+            expect += 1
+            if yield_every and expect % yield_every == 0:
+                time.sleep(0)
+        if expect != self.next_index:
+            raise CorruptSegment(self.path, pos, f"segment ends before index {self.next_index}")
         return records
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from loglake.log.api import (
 from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
 from loglake.log.partition import Partition
+from loglake.log.sealer import Sealer
 from loglake.log.segment import fsync_dir
 
 STREAMS_DIR = "streams"
@@ -84,6 +85,7 @@ class SegmentLog(Log):
         self._streams: dict[str, _Stream] = {}
         self._lock_fd: int | None = None
         self._closed = False
+        self._sealer = Sealer()
         if not readonly:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             (self.data_dir / STREAMS_DIR).mkdir(exist_ok=True)
@@ -92,6 +94,7 @@ class SegmentLog(Log):
             self._consumers = ConsumerStore(self.data_dir, readonly)
             self._load_streams()
         except BaseException:
+            self._sealer.stop()
             self._release_lock()
             raise
 
@@ -124,6 +127,7 @@ class SegmentLog(Log):
                 lake_partition_dir(self.data_dir, name, p),
                 config,
                 self.readonly,
+                self._sealer,
             )
             for p in range(config.partitions)
         ]
@@ -254,6 +258,7 @@ class SegmentLog(Log):
         if self.readonly:
             raise ReadOnlyLog("cannot enforce retention: the log is read-only")
         now_ns = time.time_ns() if now_ns is None else now_ns
+        self._sealer.drain()  # segments rolled so far may be deleted once in the lake
         with self._lock:
             self._check_open()
             parts = [p for s in self._streams.values() for p in s.partitions]
@@ -266,6 +271,10 @@ class SegmentLog(Log):
             for s in self._streams.values():
                 for p in s.partitions:
                     p.flush()
+
+    def wait_for_seals(self) -> None:
+        """Block until every rolled segment handed to the background sealer is in the lake."""
+        self._sealer.drain()
 
     def fsync_count(self, stream: str, partition: int = 0) -> int:
         """How many group-commit fsyncs a partition ran (benchmarks and tests)."""
@@ -280,6 +289,8 @@ class SegmentLog(Log):
             if self._closed:
                 return
             self._closed = True
+            self._sealer.drain()
+            self._sealer.stop()
             for s in self._streams.values():
                 for p in s.partitions:
                     p.close()

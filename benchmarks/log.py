@@ -1,0 +1,175 @@
+"""Benchmark of the embedded log (issue 3 §2): in-process append of 1 KB records with ``batch``
+durability against the physical limit measured in the same run — a plain file, the same bytes
+per batch, one ``write`` + one ``fdatasync`` per batch (loglake's group commit uses
+``fdatasync`` too). Target: loglake ≥ 50% of the limit.
+
+Also: single-record appends from 1 and from 8 threads (group commit shares fsyncs between
+threads), ``always`` durability, and sequential reads.
+
+    .venv/bin/python benchmarks/log.py [--records 100000] [--batch 100] [--dir /tmp/x]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from loglake.log import Entry, SegmentLog, StreamConfig
+
+RECORD = 1024
+
+
+def raw_limit(path: Path, records: int, batch: int) -> float:
+    """msgs/s of write + fdatasync per batch of ``batch`` pre-built 1 KB records."""
+    buf = os.urandom(RECORD) * batch
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    t0 = time.perf_counter()
+    for _ in range(records // batch):
+        os.write(fd, buf)
+        os.fdatasync(fd)
+    dt = time.perf_counter() - t0
+    os.close(fd)
+    os.unlink(path)
+    return (records // batch) * batch / dt
+
+
+def loglake_batches(d: Path, records: int, batch: int, durability: str, threads: int = 1):
+    log = SegmentLog(d)
+    log.create_stream("b", StreamConfig(durability=durability))  # type: ignore[arg-type]
+    data = os.urandom(RECORD)
+    entries = [Entry(data) for _ in range(batch)]
+    per_thread = records // batch // threads
+
+    def run() -> None:
+        for _ in range(per_thread):
+            log.append_many("b", 0, entries)
+
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.perf_counter() - t0
+    n = per_thread * threads * batch
+    fsyncs = log.fsync_count("b")
+    log.close()
+    return n / dt, fsyncs, log
+
+
+def loglake_singles(d: Path, records: int, threads: int, durability: str = "batch"):
+    log = SegmentLog(d)
+    log.create_stream("b", StreamConfig(durability=durability))  # type: ignore[arg-type]
+    data = os.urandom(RECORD)
+    per = records // threads
+    lat: list[float] = []
+
+    def run() -> None:
+        mine = []
+        for _ in range(per):
+            t = time.perf_counter()
+            log.append("b", 0, data)
+            mine.append(time.perf_counter() - t)
+        lat.extend(mine)
+
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.perf_counter() - t0
+    fsyncs = log.fsync_count("b")
+    log.close()
+    lat.sort()
+    p50, p99 = lat[len(lat) // 2] * 1e6, lat[int(len(lat) * 0.99)] * 1e6
+    return per * threads / dt, fsyncs, p50, p99
+
+
+def read_all(d: Path) -> float:
+    log = SegmentLog(d, readonly=True)
+    t0 = time.perf_counter()
+    n = 0
+    pos = 0
+    while True:
+        got = log.read("b", 0, pos, limit=1000)
+        if not got:
+            break
+        n += len(got)
+        pos = got[-1].index + 1
+    dt = time.perf_counter() - t0
+    log.close()
+    return n / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--singles", type=int, default=5_000)
+    ap.add_argument("--rounds", type=int, default=3, help="best of N for the batch rows")
+    ap.add_argument("--dir", type=Path, default=None, help="folder on the disk to measure")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="loglake-bench-", dir=args.dir))
+    console = Console()
+    rows: list[tuple[str, float, str]] = []
+    try:
+        limit = ll = 0.0
+        fs = 0
+        for r in range(args.rounds):  # interleave so both see the same disk weather
+            limit = max(limit, raw_limit(root / "raw.bin", args.records, args.batch))
+            d = root / f"ll{r}"
+            rate, fsyncs, _ = loglake_batches(d, args.records, args.batch, "batch")
+            if rate > ll:
+                ll, fs = rate, fsyncs
+            if r + 1 < args.rounds:
+                shutil.rmtree(d)
+        rows.append((f"plain file: write + fdatasync per {args.batch}", limit, "limit"))
+        rows.append((f"loglake append_many({args.batch}), batch durability", ll, f"{fs} fsyncs"))
+        rd = read_all(root / f"ll{args.rounds - 1}")
+        rate4, fs4, _ = loglake_batches(root / "ll4t", args.records, args.batch, "batch", 4)
+        rows.append(
+            (f"loglake append_many({args.batch}) × 4 threads, batch", rate4, f"{fs4} fsyncs")
+        )
+        for threads in (1, 8):
+            rate, fsyncs, p50, p99 = loglake_singles(root / f"s{threads}", args.singles, threads)
+            rows.append(
+                (
+                    f"loglake append(1) × {threads} threads, batch",
+                    rate,
+                    f"{fsyncs} fsyncs, p50 {p50:.0f} µs, p99 {p99:.0f} µs",
+                )
+            )
+        rate, _, p50, p99 = loglake_singles(root / "always", args.singles, 1, "always")
+        rows.append(("loglake append(1), always", rate, f"p50 {p50:.0f} µs, p99 {p99:.0f} µs"))
+        rows.append(("loglake read(limit=1000), sequential", rd, "readonly reader"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    table = Table(title=f"loglake.log, {RECORD} B records, {args.records} per batch row")
+    table.add_column("what")
+    table.add_column("msgs/s", justify="right")
+    table.add_column("MB/s", justify="right")
+    table.add_column("vs limit", justify="right")
+    table.add_column("notes")
+    for what, rate, note in rows:
+        table.add_row(
+            what, f"{rate:,.0f}", f"{rate * RECORD / 1e6:,.0f}", f"{rate / limit:.0%}", note
+        )
+    console.print(table)
+    ratio = ll / limit
+    verdict = "[green]meets[/]" if ratio >= 0.5 else "[red]misses[/]"
+    console.print(
+        f"append_many batch / plain-file limit = {ratio:.0%} ({verdict} the ≥ 50% target)"
+    )
+
+
+if __name__ == "__main__":
+    main()
