@@ -1,0 +1,101 @@
+"""The loglake binding: a stream as broadcast channel and store node (loglake.sds.channel)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.log import MemoryLog
+from loglake.sds.channel import SdsChannel, decode_hint, encode_hint
+from loglake.sds.chat import ChatSession
+from loglake.sds.events import MessageAcknowledged, MessageDelivered, MessagesMissing
+from loglake.streams.api import LocalStreams
+
+
+def test_hint_bytes_are_version_name_partition_index() -> None:
+    # the layout documented in channel.py / docs/sds.md
+    assert encode_hint("sds.c", 2, 7).hex() == "01" + "0005" + b"sds.c".hex() + "00000002" + (
+        "0000000000000007"
+    )
+    assert decode_hint(encode_hint("sds.room", 0, 2**40)) == ("sds.room", 0, 2**40)
+
+
+@pytest.mark.parametrize("hint", [None, b"", b"\x02abc", b"\x01\x00\x05sds", bytes(32)])
+def test_foreign_hints_are_not_ours(hint) -> None:
+    assert decode_hint(hint) is None
+
+
+@pytest.fixture
+def streams() -> LocalStreams:
+    return LocalStreams(MemoryLog())
+
+
+def test_messages_travel_on_the_stream_with_position_hints(streams, clock) -> None:
+    alice = SdsChannel(streams, "room", "alice", clock=clock)
+    bob = SdsChannel(streams, "room", "bob", clock=clock)
+    m = alice.send(b"hello").to_send[0]
+    (d,) = bob.poll().of(MessageDelivered)
+    assert d.content == b"hello" and decode_hint(d.retrieval_hint) == ("sds.room", 0, 0)
+    bob.send(b"hi alice")
+    out = alice.poll()
+    assert MessageAcknowledged(m.message_id) in out.of(MessageAcknowledged)
+    assert alice.participant.log_ids() == bob.participant.log_ids()
+
+
+def test_late_joiner_fetches_missing_history_by_hint(streams, clock) -> None:
+    alice = SdsChannel(streams, "room", "alice", clock=clock)
+    for i in range(5):
+        clock.advance(1)
+        alice.send(b"old %d" % i)
+    carol = SdsChannel(streams, "room", "carol", clock=clock, from_index=None)  # live tail
+    assert carol.next_index == 5
+    alice.send(b"new")
+    out = carol.poll()
+    assert out.of(MessagesMissing)
+    assert [d.content for d in out.of(MessageDelivered)] == [
+        b"old 0",
+        b"old 1",
+        b"old 2",
+        b"old 3",
+        b"old 4",
+        b"new",
+    ]
+    assert carol.participant.log_ids() == alice.participant.log_ids()
+    assert not carol.participant.missing and not carol.participant.pending
+
+
+def test_chat_session_shows_delivery_and_ack_state(streams, clock) -> None:
+    a = ChatSession(SdsChannel(streams, "room", "alice", clock=clock))
+    b = ChatSession(SdsChannel(streams, "room", "bob", clock=clock))
+    a.say("hi bob")
+    (row,) = a.take_changes()
+    assert (row.sender, row.text, row.state) == ("alice", "hi bob", "sent")
+    b.step()
+    (seen,) = b.take_changes()
+    assert (seen.sender, seen.text, seen.state) == ("alice", "hi bob", "delivered")
+    b.say("hi alice")
+    a.step()
+    rows = {r.text: r.state for r in a.ordered()}
+    assert rows == {"hi bob": "acknowledged", "hi alice": "delivered"}
+    assert [r.text for r in a.ordered()] == [r.text for r in b.ordered()]
+
+
+def test_chat_over_a_running_stream_server(clock) -> None:
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with (
+        BackgroundServer(StreamService(MemoryLog())) as srv,
+        StreamClient("127.0.0.1", srv.port) as c1,
+        StreamClient("127.0.0.1", srv.port) as c2,
+    ):
+        a = ChatSession(SdsChannel(c1, "tcp", "alice", clock=clock))
+        b = ChatSession(SdsChannel(c2, "tcp", "bob", clock=clock))
+        a.say("over tcp")
+        b.step()
+        b.say("ack")
+        a.step()
+        assert {r.text: r.state for r in a.ordered()} == {
+            "over tcp": "acknowledged",
+            "ack": "delivered",
+        }
