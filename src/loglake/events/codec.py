@@ -33,7 +33,32 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.wire import icrc16
-from loglake.wire.icrc16 import ICRC16DecodeError, candid_decode
+from loglake.wire.icrc16 import ICRC16_RAW_AWARE, ICRC16DecodeError, RawValue, candid_decode
+
+# icrc72_publish's argument: the ICRC-72 Event whose `data` may be spliced from stored bytes
+# (icrc16.RawValue); same Candid type, same type table as candid_types.Event.
+EventWire = Types.Record(
+    {
+        "eventId": T.EventIdentifier,
+        "prevEventId": Types.Opt(T.EventIdentifier),
+        "timestamp": T.Timestamp,
+        "namespace": T.Namespace,
+        "data": ICRC16_RAW_AWARE,
+        "source": Types.Principal,
+        "headers": Types.Opt(T.ICRC16Map),
+    }
+)
+# icrc72_update_publication (ICRC-72 candidate): PublicationUpdate and its result.
+PublicationUpdate = Types.Record(
+    {
+        "publication": Types.Variant({"namespace": Types.Text, "publicationId": Types.Nat}),
+        "config": Types.Tuple(Types.Text, T.ICRC16),
+        "memo": Types.Vec(Types.Nat8),
+    }
+)
+PublicationUpdateResult = Types.Opt(
+    Types.Variant({"Ok": Types.Bool, "Err": T.PublicationRegisterError})
+)
 
 
 def _opt(v: Any) -> list[Any]:
@@ -61,10 +86,58 @@ def event_to(e: Event) -> dict[str, Any]:
         "prevEventId": _opt(e.prev_event_id),
         "timestamp": _nat(e.timestamp, "timestamp"),
         "namespace": e.namespace,
-        "data": icrc16.to_candid(icrc16.validate(e.data)),
+        "data": e.data
+        if isinstance(e.data, RawValue)
+        else icrc16.to_candid(icrc16.validate(e.data)),
         "source": e.source,
         "headers": _opt(None if e.headers is None else _map_to(e.headers)),
     }
+
+
+def update_publication_to(u: tuple[str, str, Any]) -> dict[str, Any]:
+    ns, key, value = u
+    return {
+        "publication": {"namespace": ns},
+        "config": [key, icrc16.to_candid(icrc16.validate(value))],
+        "memo": b"",
+    }
+
+
+def update_publication_from(v: dict[str, Any]) -> tuple[str, str, Any]:
+    pub = v["publication"]
+    if "namespace" not in pub:
+        raise ICRC16DecodeError("loglake identifies publications by namespace")
+    key, value = v["config"]
+    return (pub["namespace"], key, icrc16.from_candid(value))
+
+
+def account_to(a: Any) -> dict[str, Any]:
+    owner, sub = a
+    return {"owner": owner, "subaccount": _opt(sub)}
+
+
+def account_from(v: dict[str, Any]) -> tuple[Principal, bytes | None]:
+    return (v["owner"], _unopt(v["subaccount"]))
+
+
+def approve_to(a: tuple[Principal, int]) -> dict[str, Any]:
+    spender, amount = a
+    return {
+        "from_subaccount": [],
+        "spender": {"owner": spender, "subaccount": []},
+        "amount": _nat(amount, "amount"),
+        "expected_allowance": [],
+        "expires_at": [],
+        "fee": [],
+        "memo": [],
+        "created_at_time": [],
+    }
+
+
+def approve_from(v: dict[str, Any]) -> tuple[Principal, int]:
+    if v["from_subaccount"] or v["spender"]["subaccount"]:
+        raise ICRC16DecodeError("the embedded ledger supports default subaccounts only")
+    return (v["spender"]["owner"], v["amount"])
 
 
 def event_from(v: dict[str, Any]) -> Event:
@@ -213,6 +286,16 @@ def result_from(v: dict[str, Any], ok: Callable[[Any], Any] = lambda x: x) -> Ok
     return Err(tag, payload)
 
 
+def status_result_to(r: Ok | Err) -> Any:
+    """``ReplayStatusUpdateResult = variant { Ok : null; Err : GenericError }``: the error
+    is the GenericError record itself (we carry it as ``Err("GenericError", record)``)."""
+    return {"Ok": None} if isinstance(r, Ok) else {"Err": r.payload}
+
+
+def status_result_from(v: dict[str, Any]) -> Ok | Err:
+    return Ok(None) if "Ok" in v else Err("GenericError", v["Err"])
+
+
 def opt_results_to(rs: list[Ok | Err | None]) -> list[Any]:
     return [[] if r is None else [result_to(r)] for r in rs]
 
@@ -323,8 +406,8 @@ _M = [
         Types.Vec(T.ReplayStatusUpdateResult),
         _vec(update_to),
         _vec(update_from),
-        _vec(result_to),
-        _vec(result_from),
+        _vec(status_result_to),
+        _vec(status_result_from),
     ),
     Method(
         "icrc77_get_replays",
@@ -338,8 +421,37 @@ _M = [
     ),
     # Broadcaster (ICRC-72 candidate "Broadcaster Update Functions")
     Method(
+        "icrc72_update_publication",
+        Types.Vec(PublicationUpdate),
+        Types.Vec(PublicationUpdateResult),
+        _vec(update_publication_to),
+        _vec(update_publication_from),
+        opt_results_to,
+        opt_results_from,
+    ),
+    # The embedded ledger (ICRC-1 / ICRC-2 standards), served by the orchestrator.
+    Method(
+        "icrc1_balance_of",
+        T.Account,
+        Types.Nat,
+        account_to,
+        account_from,
+        _ident,
+        _ident,
+        query=True,
+    ),
+    Method(
+        "icrc2_approve",
+        T.ApproveArgs,
+        T.ApproveResult,
+        approve_to,
+        approve_from,
+        result_to,
+        result_from,
+    ),
+    Method(
         "icrc72_publish",
-        Types.Vec(T.Event),
+        Types.Vec(EventWire),
         Types.Vec(T.PublishResult),
         _vec(event_to),
         _vec(event_from),

@@ -326,3 +326,53 @@ def equal(a: Value, b: Value) -> bool:
     if ta == "Float":
         return xa == xb or (math.isnan(xa) and math.isnan(xb))
     return a == b
+
+
+# --- values kept as bytes ----------------------------------------------------------------------
+def _message_prefix() -> bytes:
+    from icp_candid.candid import LEB128, TypeTable
+
+    tt = TypeTable()
+    ICRC16.buildTypeTable(tt)
+    return b"DIDL" + tt.encode() + LEB128.encode_u(1) + ICRC16.encodeType(tt)
+
+
+MESSAGE_PREFIX = _message_prefix()
+"""What :func:`encode` writes before the value bytes (magic, type table, one arg of ICRC16)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawValue:
+    """An ICRC-16 value kept as its Candid value bytes (no type table).
+
+    Why: replay republishes stored events; decoding each value only to encode it again would
+    cost more than reading it. A stored value written by :func:`encode` is
+    ``MESSAGE_PREFIX + value bytes``; the Candid encoder splices the value bytes into an
+    ``Event`` as they are (:data:`ICRC16_RAW_AWARE`).
+    """
+
+    value_bytes: bytes
+
+    @classmethod
+    def from_message(cls, msg: bytes) -> RawValue | None:
+        if msg.startswith(MESSAGE_PREFIX):
+            return cls(msg[len(MESSAGE_PREFIX) :])
+        return None
+
+    def decode(self) -> Value:
+        return decode(MESSAGE_PREFIX + self.value_bytes)
+
+
+class _RawAwareICRC16(Types.Rec().__class__):  # an icp_candid RecClass resolving to ICRC16
+    def __init__(self) -> None:
+        super().__init__()
+        self.fill(ICRC16)
+
+    def encodeValue(self, val: Any) -> bytes:  # icp_candid names it so
+        if isinstance(val, RawValue):
+            return val.value_bytes
+        return super().encodeValue(val)
+
+
+ICRC16_RAW_AWARE = _RawAwareICRC16()
+"""The ICRC16 Candid type, whose encoder also takes :class:`RawValue` (same type table)."""

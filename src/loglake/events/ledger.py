@@ -1,0 +1,149 @@
+"""An embedded ICRC-1/ICRC-2 token ledger kept in a loglake stream.
+
+Why: ICRC-77 lets publishers price replays (``icrc77:pricing``) and requires ``PaymentRequired``
+when payment is missing; payment needs a ledger. This one has the ICRC-1/ICRC-2 semantics the
+orchestrator uses — balances, a flat ``fee`` per transfer/approve, ``approve`` (allowance per
+(owner, spender)), ``transfer_from`` (spends allowance: amount + fee), ``transfer`` — with
+ICRC-1 ``Account = {owner; subaccount}``. Every operation is one record in the stream
+``loglake.ledger.<name>`` (CBOR), so the ledger is durable and auditable on the same log as
+everything else, and :meth:`Ledger.open` rebuilds balances by replaying the stream (the log is
+the source of truth; balances are derived). Block index = stream index.
+
+It is not the ICRC-1 reference ledger (no certification, archives or dedup window); a real
+deployment would point the orchestrator at one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cbor2
+
+from loglake.errors import LocalProtocolError
+from loglake.log.api import Log
+
+Account = tuple[bytes, bytes]
+"""(owner principal bytes, subaccount 32 bytes; all zero = default subaccount)."""
+DEFAULT_SUBACCOUNT = bytes(32)
+
+
+def account(owner: object, subaccount: bytes | None = None) -> Account:
+    raw = owner.bytes if hasattr(owner, "bytes") else bytes(owner)  # type: ignore[arg-type]
+    sub = subaccount or DEFAULT_SUBACCOUNT
+    if len(sub) != 32:
+        raise LedgerError("GenericError", "a subaccount is 32 bytes")
+    return (raw, sub)
+
+
+class LedgerError(LocalProtocolError):
+    """An ICRC-1/2 error variant: ``kind`` is its tag (InsufficientFunds, …)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+@dataclass
+class Ledger:
+    log: Log
+    stream: str
+    fee: int = 10
+    minter: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.balances: dict[Account, int] = {}
+        self.allowances: dict[tuple[Account, Account], int] = {}
+
+    @classmethod
+    def open(cls, log: Log, name: str = "main", fee: int = 10) -> Ledger:
+        stream = f"loglake.ledger.{name}"
+        log.create_stream(stream)
+        led = cls(log, stream, fee)
+        for rec in log.iter_records(stream, 0):
+            led._apply(cbor2.loads(rec.data))
+        return led
+
+    # -- queries ---------------------------------------------------------------------------
+    def balance_of(self, acct: Account) -> int:
+        return self.balances.get(acct, 0)
+
+    def allowance(self, owner: Account, spender: Account) -> int:
+        return self.allowances.get((owner, spender), 0)
+
+    # -- operations (each appended to the stream before it takes effect) --------------------
+    def mint(self, to: Account, amount: int, now: int) -> int:
+        return self._commit({"op": "mint", "to": list(to), "amt": amount, "ts": now})
+
+    def transfer(self, frm: Account, to: Account, amount: int, now: int) -> int:
+        self._need(frm, amount + self.fee)
+        return self._commit(
+            {
+                "op": "xfer",
+                "from": list(frm),
+                "to": list(to),
+                "amt": amount,
+                "fee": self.fee,
+                "ts": now,
+            }
+        )
+
+    def approve(self, owner: Account, spender: Account, amount: int, now: int) -> int:
+        self._need(owner, self.fee)
+        return self._commit(
+            {
+                "op": "approve",
+                "from": list(owner),
+                "spender": list(spender),
+                "amt": amount,
+                "fee": self.fee,
+                "ts": now,
+            }
+        )
+
+    def transfer_from(
+        self, spender: Account, frm: Account, to: Account, amount: int, now: int
+    ) -> int:
+        have = self.allowance(frm, spender)
+        if have < amount + self.fee:
+            raise LedgerError("InsufficientAllowance", f"allowance {have} < {amount} + fee")
+        self._need(frm, amount + self.fee)
+        return self._commit(
+            {
+                "op": "xfer",
+                "from": list(frm),
+                "to": list(to),
+                "amt": amount,
+                "fee": self.fee,
+                "spender": list(spender),
+                "ts": now,
+            }
+        )
+
+    def _need(self, acct: Account, amount: int) -> None:
+        if amount < 0:
+            raise LedgerError("GenericError", "negative amount")
+        bal = self.balance_of(acct)
+        if bal < amount:
+            raise LedgerError("InsufficientFunds", f"balance {bal} < {amount}")
+
+    def _commit(self, op: dict) -> int:
+        idx = self.log.append(self.stream, 0, cbor2.dumps(op))
+        self._apply(op)
+        return idx
+
+    def _apply(self, op: dict) -> None:
+        kind = op["op"]
+        if kind == "mint":
+            to = tuple(op["to"])
+            self.balances[to] = self.balances.get(to, 0) + op["amt"]
+        elif kind == "approve":
+            frm, sp = tuple(op["from"]), tuple(op["spender"])
+            self.balances[frm] -= op["fee"]
+            self.allowances[(frm, sp)] = op["amt"]
+        elif kind == "xfer":
+            frm, to = tuple(op["from"]), tuple(op["to"])
+            self.balances[frm] -= op["amt"] + op["fee"]
+            self.balances[to] = self.balances.get(to, 0) + op["amt"]
+            if "spender" in op:
+                key = (frm, tuple(op["spender"]))
+                self.allowances[key] -= op["amt"] + op["fee"]

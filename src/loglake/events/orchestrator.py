@@ -1,0 +1,540 @@
+"""The ICRC-72 Orchestrator with the ICRC-77 replay API (sans-I/O).
+
+Follows ``specs/icrc-77-event-replay.txt`` "Replay Life Cycle" steps 1-4 and 7-8: validate a
+registration (authorisation, publication, subscription, range, config, quotas, payment), assign
+the publication's Broadcaster and its ICRC-77-capable Publisher and a replay id, then emit the
+system message to the Broadcaster *before* the one to the Publisher (the text: Broadcasters
+"MUST be alerted to their responsibilities before the Publisher is notified"). The Publisher
+reports through ``icrc77_replay_status``; a cancel emits the remove messages and stops the
+Publisher enqueuing (sent notifications stay sent).
+
+The ICRC-72 part (publication / subscription registration, assignment of one Broadcaster per
+publication) follows the candidate's "Publisher Life Cycle"; the Motoko orchestrator
+(PanIndustrial-Org/icrc72-orchestrator-mo) assigns broadcasters the same way, one per
+namespace. Every system message is also appended to a loglake stream named for its system
+namespace, so control traffic is auditable like any other stream.
+
+Validation order, and which variant each check yields (each reached by a test):
+
+=============================  =================================================
+batch longer than max_batch    every item ``GenericBatchError``
+anonymous caller               ``Unauthorized``
+over the request rate          ``GenericError`` code 2
+unknown namespace              ``PublicationNotFound``
+caller denied by allow/deny    ``UnauthorizedSubscriber``
+caller has no subscription     ``SubscriptionNotFound``
+memo > 32 B, bad config,       ``ImproperConfig``
+from > to
+no icrc77-capable publisher    ``GenericError`` code 3
+more events than the cap       ``RangeTooLarge``
+concurrent replays quota       ``GenericError`` code 1
+price not covered              ``PaymentRequired``
+=============================  =================================================
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from icp_principal import Principal
+
+from loglake.events import sysmsg
+from loglake.events.filters import (
+    Filter,
+    ImproperConfig,
+    Skip,
+    parse_replay_config,
+    parse_subscription_config,
+)
+from loglake.events.identity import ANONYMOUS
+from loglake.events.ledger import Ledger, LedgerError, account
+from loglake.events.messages import (
+    C_CAPABLE,
+    C_PRICING,
+    C_REPLAY,
+    C_SUBS_ALLOWED,
+    C_SUBS_DISALLOWED,
+    PENDING,
+    Err,
+    GetReplays,
+    ICRC16Map,
+    Ok,
+    Registration,
+    ReplayRegistration,
+    ReplayState,
+    ReplayStatus,
+    ReplayStatusUpdate,
+)
+from loglake.events.role import Call, Role, SysEmitter
+from loglake.log.api import Log, check_stream_name
+from loglake.wire.icrc16 import Value, map_get
+
+E_QUOTA, E_RATE, E_NOT_CAPABLE, E_LEDGER = 1, 2, 3, 4
+E_NOT_ASSIGNED, E_NOT_FOUND, E_TRANSITION = 401, 404, 409
+HEAD_KEY = "loglake:publication:head"
+"""Config key a Publisher sends with ``icrc72_update_publication``: the namespace's next event
+id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
+
+
+@dataclass(frozen=True)
+class Quotas:
+    max_batch: int = 100
+    max_events_per_replay: int = 5_000_000
+    max_concurrent_per_subscriber: int = 4
+    max_concurrent_per_namespace: int = 16
+    max_requests_per_window: int = 100
+    window_ns: int = 60 * 1_000_000_000
+
+
+@dataclass
+class Publication:
+    id: int
+    namespace: str
+    publisher: Principal
+    broadcaster: Principal
+    config: ICRC16Map
+    replay: bool = False
+    capable: bool = False
+    per_event: int = 0
+    currency: str = ""
+    head: int = 0
+
+
+@dataclass
+class Subscription:
+    id: int
+    namespace: str
+    subscriber: Principal
+    config: ICRC16Map
+
+
+@dataclass
+class Replay:
+    id: int
+    subscriber: Principal
+    namespace: str
+    start: int
+    end: int | None
+    config: ICRC16Map
+    publisher: Principal
+    broadcaster: Principal
+    expected: int
+    cost: int
+    created: int
+    status: ReplayState = PENDING
+    filter: Filter | None = None
+    skip: Skip | None = None
+
+    def to_status(self) -> ReplayStatus:
+        stats: ICRC16Map = [
+            ("icrc77:replay:subscriber", {"Principal": self.subscriber}),
+            ("icrc77:replay:publisher", {"Principal": self.publisher}),
+            ("icrc77:replay:broadcaster", {"Principal": self.broadcaster}),
+            ("icrc77:replay:expected", {"Nat": self.expected}),
+            ("icrc77:replay:cost", {"Nat": self.cost}),
+            ("icrc77:replay:created", {"Nat": self.created}),
+        ]
+        return ReplayStatus(
+            self.id, self.namespace, self.config, stats, self.start, self.end, self.status
+        )
+
+
+def _generic(code: int, message: str) -> Err:
+    return Err("GenericError", {"error_code": code, "message": message})
+
+
+def _principals(v: Value | None, key: str) -> set[bytes]:
+    if v is None:
+        return set()
+    if "Array" not in v or not all("Blob" in x or "Principal" in x for x in v["Array"]):
+        raise ImproperConfig(f"{key}: expected #Array([#Blob(principal)])")
+    return {x["Blob"] if "Blob" in x else x["Principal"].bytes for x in v["Array"]}
+
+
+class Orchestrator(Role):
+    def __init__(
+        self,
+        principal: Principal,
+        log: Log,
+        broadcasters: list[Principal],
+        quotas: Quotas | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        super().__init__(principal)
+        if not broadcasters:
+            raise ValueError("an orchestrator needs at least one broadcaster")
+        self.log = log
+        self.broadcasters = list(broadcasters)
+        self.quotas = quotas or Quotas()
+        self.ledger = ledger
+        self.sys = SysEmitter(principal)
+        self.publications: dict[str, Publication] = {}
+        self.subscriptions: dict[tuple[str, bytes], Subscription] = {}
+        self.replays: dict[int, Replay] = {}
+        self._requests: dict[bytes, deque[int]] = {}
+        self._next_pub = self._next_sub = self._next_replay = 1
+        self.methods = {
+            "icrc72_register_publication": self.register_publication,
+            "icrc72_register_subscription": self.register_subscription,
+            "icrc72_update_publication": self.update_publication,
+            "icrc77_register_replay": self.register_replay,
+            "icrc77_cancel_replay": self.cancel_replay,
+            "icrc77_replay_status": self.replay_status,
+            "icrc77_get_replays": self.get_replays,
+            "icrc1_balance_of": self.icrc1_balance_of,
+            "icrc2_approve": self.icrc2_approve,
+        }
+
+    # -- the embedded ledger (ICRC-1 / ICRC-2) ---------------------------------------------------
+    def icrc1_balance_of(self, caller: Principal, acct: Any, now: int) -> int:
+        owner, sub = acct
+        return 0 if self.ledger is None else self.ledger.balance_of(account(owner, sub))
+
+    def icrc2_approve(self, caller: Principal, arg: Any, now: int) -> Ok | Err:
+        spender, amount = arg
+        if self.ledger is None:
+            return _generic(E_LEDGER, "no ledger configured")
+        try:
+            return Ok(self.ledger.approve(account(caller), account(spender), amount, now))
+        except LedgerError as e:
+            if e.kind == "InsufficientFunds":
+                return Err(
+                    "InsufficientFunds", {"balance": self.ledger.balance_of(account(caller))}
+                )
+            return _generic(E_LEDGER, str(e))
+
+    # -- system messages ---------------------------------------------------------------------
+    def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
+        n = self.sys.notification(namespace, data, now)
+        if self.log is not None:
+            from loglake.wire import icrc16
+
+            self.log.create_stream(namespace)
+            self.log.append(namespace, 0, icrc16.encode(data), timestamp_ns=now)
+        self.outbox.append(Call(target, "icrc72_handle_notification", [n]))
+
+    def _rate_ok(self, caller: Principal, now: int) -> bool:
+        q = self._requests.setdefault(caller.bytes, deque())
+        while q and q[0] <= now - self.quotas.window_ns:
+            q.popleft()
+        if len(q) >= self.quotas.max_requests_per_window:
+            return False
+        q.append(now)
+        return True
+
+    # -- ICRC-72 -----------------------------------------------------------------------------
+    def register_publication(
+        self, caller: Principal, regs: list[Registration], now: int
+    ) -> list[Ok | Err | None]:
+        if len(regs) > self.quotas.max_batch:
+            return [Err("GenericBatchError", "batch too large")] * len(regs)
+        return [self._register_publication(caller, r, now) for r in regs]
+
+    def _register_publication(self, caller: Principal, r: Registration, now: int) -> Ok | Err:
+        if caller == ANONYMOUS:
+            return Err("Unauthorized")
+        if sysmsg.is_system(r.namespace):
+            return Err("ImproperConfig", "icrc72:/icrc77: namespaces are reserved for the system")
+        try:
+            check_stream_name(r.namespace)
+            replay = map_get(r.config, C_REPLAY)
+            capable = map_get(r.config, C_CAPABLE)
+            for key, v in ((C_REPLAY, replay), (C_CAPABLE, capable)):
+                if v is not None and "Bool" not in v:
+                    raise ImproperConfig(f"{key} must be #Bool")
+            per_event, currency = self._pricing(map_get(r.config, C_PRICING))
+            _principals(map_get(r.config, C_SUBS_ALLOWED), C_SUBS_ALLOWED)
+            _principals(map_get(r.config, C_SUBS_DISALLOWED), C_SUBS_DISALLOWED)
+        except (ImproperConfig, ValueError) as e:
+            return Err("ImproperConfig", str(e))
+        existing = self.publications.get(r.namespace)
+        if existing is not None and existing.publisher != caller:
+            return Err("UnauthorizedPublisher", {"namespace": r.namespace})
+        if existing is None:
+            bc = self.broadcasters[len(self.publications) % len(self.broadcasters)]
+            pub = Publication(self._next_pub, r.namespace, caller, bc, r.config)
+            self._next_pub += 1
+            self.publications[r.namespace] = pub
+        else:
+            pub = existing
+            pub.config = r.config
+        pub.replay = bool(replay and replay["Bool"])
+        # Capability: advertised by `icrc77:capable`, or implied by `icrc77:replay` (the
+        # orchestrator aggregates publisher metadata from the registration; ICRC-77
+        # "Publisher Capabilities Metadata").
+        pub.capable = bool(capable["Bool"]) if capable is not None else pub.replay
+        pub.per_event, pub.currency = per_event, currency
+        bc = pub.broadcaster
+        self._emit(
+            bc,
+            sysmsg.broadcaster_sys(bc),
+            sysmsg.broadcaster_publication_add([(pub.namespace, caller)]),
+            now,
+        )
+        self._emit(
+            caller,
+            sysmsg.publisher_sys(caller),
+            sysmsg.publisher_broadcaster_add([(pub.id, bc)]),
+            now,
+        )
+        for s in self.subscriptions.values():
+            if s.namespace == pub.namespace:
+                self._assign_subscription(s, pub, now)
+        return Ok(pub.id)
+
+    @staticmethod
+    def _pricing(v: Value | None) -> tuple[int, str]:
+        if v is None:
+            return 0, ""
+        if "Class" not in v:
+            raise ImproperConfig(f"{C_PRICING} must be #Class([perEvent, currency])")
+        props = {p.name: p.value for p in v["Class"]}
+        per = props.get("perEvent")
+        cur = props.get("currency", {"Text": ""})
+        if per is None or "Nat" not in per or "Text" not in cur:
+            raise ImproperConfig(f"{C_PRICING}: perEvent #Nat and currency #Text required")
+        return per["Nat"], cur["Text"]
+
+    def update_publication(self, caller: Principal, updates: list[Any], now: int) -> list[Any]:
+        """``icrc72_update_publication``: only :data:`HEAD_KEY` is supported."""
+        out: list[Any] = []
+        for ns, key, value in updates:
+            pub = self.publications.get(ns)
+            if pub is None or pub.publisher != caller:
+                out.append(Err("Unauthorized"))
+            elif key == HEAD_KEY and "Nat" in value:
+                pub.head = max(pub.head, value["Nat"])
+                out.append(Ok(True))
+            else:
+                out.append(Err("ImproperConfig", f"unsupported update key {key!r}"))
+        return out
+
+    def register_subscription(
+        self, caller: Principal, regs: list[Registration], now: int
+    ) -> list[Ok | Err | None]:
+        if len(regs) > self.quotas.max_batch:
+            return [Err("GenericBatchError", "batch too large")] * len(regs)
+        return [self._register_subscription(caller, r, now) for r in regs]
+
+    def _register_subscription(self, caller: Principal, r: Registration, now: int) -> Ok | Err:
+        if caller == ANONYMOUS:
+            return Err("Unauthorized")
+        try:
+            check_stream_name(r.namespace)
+            parse_subscription_config(r.config)
+        except (ImproperConfig, ValueError) as e:
+            return Err("ImproperConfig", str(e))
+        pub = self.publications.get(r.namespace)
+        if pub is not None and not self._allowed(pub, caller):
+            return Err("UnauthorizedSubscriber", {"namespace": r.namespace})
+        key = (r.namespace, caller.bytes)
+        sub = self.subscriptions.get(key)
+        if sub is None:
+            sub = Subscription(self._next_sub, r.namespace, caller, r.config)
+            self._next_sub += 1
+            self.subscriptions[key] = sub
+        else:
+            sub.config = r.config
+        if pub is not None:
+            self._assign_subscription(sub, pub, now)
+        return Ok(sub.id)
+
+    def _assign_subscription(self, sub: Subscription, pub: Publication, now: int) -> None:
+        bc = pub.broadcaster
+        self._emit(
+            bc,
+            sysmsg.broadcaster_sys(bc),
+            sysmsg.broadcaster_subscriber_add([(sub.namespace, sub.subscriber, sub.config)]),
+            now,
+        )
+        self._emit(
+            sub.subscriber,
+            sysmsg.subscriber_sys(sub.subscriber),
+            sysmsg.subscriber_broadcaster_add([(sub.namespace, bc)]),
+            now,
+        )
+
+    @staticmethod
+    def _allowed(pub: Publication, who: Principal) -> bool:
+        allowed = _principals(map_get(pub.config, C_SUBS_ALLOWED), C_SUBS_ALLOWED)
+        denied = _principals(map_get(pub.config, C_SUBS_DISALLOWED), C_SUBS_DISALLOWED)
+        if who.bytes in denied:
+            return False
+        return not allowed or who.bytes in allowed
+
+    # -- ICRC-77 -----------------------------------------------------------------------------
+    def register_replay(
+        self, caller: Principal, regs: list[ReplayRegistration], now: int
+    ) -> list[Ok | Err | None]:
+        if len(regs) > self.quotas.max_batch:
+            return [
+                Err("GenericBatchError", f"at most {self.quotas.max_batch} registrations a call")
+            ] * len(regs)
+        return [self._register_replay(caller, r, now) for r in regs]
+
+    def _active(self, pred: Any) -> int:
+        return sum(1 for r in self.replays.values() if not r.status.final and pred(r))
+
+    def _register_replay(self, caller: Principal, r: ReplayRegistration, now: int) -> Ok | Err:
+        q = self.quotas
+        if caller == ANONYMOUS:
+            return Err("Unauthorized")
+        if not self._rate_ok(caller, now):
+            return _generic(E_RATE, f"more than {q.max_requests_per_window} requests a window")
+        pub = self.publications.get(r.namespace)
+        if pub is None:
+            return Err("PublicationNotFound")
+        if not self._allowed(pub, caller):
+            return Err("UnauthorizedSubscriber", {"namespace": r.namespace})
+        if (r.namespace, caller.bytes) not in self.subscriptions:
+            return Err("SubscriptionNotFound")
+        if len(r.memo) > 32:
+            return Err("ImproperConfig", "memo is at most 32 bytes")
+        try:
+            flt, skip = parse_replay_config(r.config)
+        except ImproperConfig as e:
+            return Err("ImproperConfig", str(e))
+        if r.end is not None and r.start > r.end:
+            return Err("ImproperConfig", f"range start {r.start} > end {r.end}")
+        if not (pub.replay and pub.capable):
+            return _generic(E_NOT_CAPABLE, "no ICRC-77 capable publisher for this namespace")
+        stop = pub.head if r.end is None else min(r.end, pub.head)
+        expected = max(0, stop - r.start)
+        if expected > q.max_events_per_replay:
+            return Err(
+                "RangeTooLarge",
+                f"{expected} events requested; at most {q.max_events_per_replay} a replay",
+            )
+        if self._active(lambda x: x.subscriber == caller) >= q.max_concurrent_per_subscriber:
+            return _generic(E_QUOTA, "too many concurrent replays for this subscriber")
+        if self._active(lambda x: x.namespace == r.namespace) >= q.max_concurrent_per_namespace:
+            return _generic(E_QUOTA, "too many concurrent replays for this namespace")
+        cost = pub.per_event * expected
+        if cost:
+            if self.ledger is None:
+                return Err("PaymentRequired", f"{cost} {pub.currency}; no ledger configured")
+            try:
+                self.ledger.transfer_from(
+                    account(self.principal), account(caller), account(pub.publisher), cost, now
+                )
+            except LedgerError as e:
+                return Err(
+                    "PaymentRequired",
+                    f"replay costs {cost} {pub.currency} ({pub.per_event} per event) plus fee "
+                    f"{self.ledger.fee}: approve the orchestrator as spender ({e})",
+                )
+        rep = Replay(
+            self._next_replay,
+            caller,
+            r.namespace,
+            r.start,
+            r.end,
+            r.config,
+            pub.publisher,
+            pub.broadcaster,
+            expected,
+            cost,
+            now,
+            PENDING,
+            flt,
+            skip,
+        )
+        self._next_replay += 1
+        self.replays[rep.id] = rep
+        bc = pub.broadcaster
+        add = sysmsg.BroadcasterReplayAdd(
+            rep.id, rep.namespace, bc, caller, flt.text if flt else None, skip, pub.publisher
+        )
+        self._emit(bc, sysmsg.broadcaster_sys(bc), sysmsg.broadcaster_replay_add([add]), now)
+        padd = sysmsg.PublisherReplayAdd(rep.id, rep.namespace, rep.start, rep.end, bc)
+        self._emit(
+            pub.publisher,
+            sysmsg.publisher_sys(pub.publisher),
+            sysmsg.publisher_replay_add([padd]),
+            now,
+        )
+        return Ok(rep.id)
+
+    def cancel_replay(self, caller: Principal, ids: list[int], now: int) -> list[Ok | Err | None]:
+        if len(ids) > self.quotas.max_batch:
+            return [Err("GenericBatchError", "batch too large")] * len(ids)
+        return [self._cancel(caller, i, now) for i in ids]
+
+    def _cancel(self, caller: Principal, rid: int, now: int) -> Ok | Err:
+        if not self._rate_ok(caller, now):
+            return _generic(E_RATE, "request rate exceeded")
+        rep = self.replays.get(rid)
+        if rep is None:
+            return Err("NotFound")
+        if rep.subscriber != caller:
+            return Err("Unauthorized")
+        if rep.status.final:
+            return Err("CannotCancel", f"replay is already {rep.status}")
+        sent = 0
+        rep.status = ReplayState("canceled", sent)
+        # Publisher first: it stops enqueuing (ICRC-77 step 8); then the broadcaster drops
+        # whatever is still in flight for this replay.
+        self._emit(
+            rep.publisher,
+            sysmsg.publisher_sys(rep.publisher),
+            sysmsg.publisher_replay_remove([rid]),
+            now,
+        )
+        self._emit(
+            rep.broadcaster,
+            sysmsg.broadcaster_sys(rep.broadcaster),
+            sysmsg.broadcaster_replay_remove([rid]),
+            now,
+        )
+        return Ok(rid)
+
+    def replay_status(
+        self, caller: Principal, updates: list[ReplayStatusUpdate], now: int
+    ) -> list[Ok | Err]:
+        return [self._status(caller, u) for u in updates]
+
+    def _status(self, caller: Principal, u: ReplayStatusUpdate) -> Ok | Err:
+        rep = self.replays.get(u.replay_id)
+        if rep is None:
+            return _generic(E_NOT_FOUND, f"no replay {u.replay_id}")
+        if rep.publisher != caller:
+            return _generic(E_NOT_ASSIGNED, "only the assigned publisher reports status")
+        cur, new = rep.status.tag, u.status.tag
+        if cur == "canceled" and new in ("canceled", "completed"):
+            # the publisher's final count for a replay we already marked canceled
+            rep.status = ReplayState("canceled", u.status.value if new != "errored" else 0)
+            return Ok(None)
+        allowed = {
+            "pending": {"running", "completed", "errored", "canceled"},
+            "running": {"running", "completed", "errored", "canceled"},
+        }
+        if new not in allowed.get(cur, set()):
+            return _generic(E_TRANSITION, f"replay {rep.id} is {rep.status}; cannot become {new}")
+        rep.status = u.status
+        return Ok(None)
+
+    def get_replays(self, caller: Principal, args: GetReplays, now: int) -> list[Any]:
+        take = min(args.take or 100, 1000)
+        out: list[Any] = []
+        for rep in sorted(self.replays.values(), key=lambda r: r.id):
+            if caller not in (rep.subscriber, rep.publisher, rep.broadcaster):
+                continue
+            if args.filter is not None and not all(
+                self._slice_ok(rep, k, v) for k, v in args.filter.slices
+            ):
+                continue
+            out.append(rep.to_status())
+            if len(out) >= take:
+                break
+        return out
+
+    @staticmethod
+    def _slice_ok(rep: Replay, kind: str, v: Any) -> bool:
+        return {
+            "BySubscriber": lambda: rep.subscriber == v,
+            "ByPublisher": lambda: rep.publisher == v,
+            "ByBroadcaster": lambda: rep.broadcaster == v,
+            "ByNamespace": lambda: rep.namespace == v,
+        }.get(kind, lambda: False)()

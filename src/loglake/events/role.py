@@ -1,0 +1,89 @@
+"""What the four sans-I/O role cores share: outgoing calls and method dispatch.
+
+A core never performs I/O. Its methods take the caller's principal, the decoded argument and
+``now`` (nanoseconds, from the adapter's clock or a test's fake clock) and return the decoded
+result; calls it wants to make to other roles are queued as :class:`Call` values in
+``outbox``. An adapter (``server.py`` over HTTP, ``network.py`` in one process) drains the outbox,
+performs the calls in order and hands replies back with :meth:`Role.on_reply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from icp_principal import Principal
+
+from loglake.errors import LocalProtocolError
+from loglake.events.messages import EventNotification
+from loglake.wire.icrc16 import Value
+
+
+class UnknownMethod(LocalProtocolError):
+    pass
+
+
+@dataclass
+class Call:
+    """A call of ``method`` on the role whose principal is ``target``."""
+
+    target: Principal
+    method: str
+    arg: Any
+    token: Any = None
+    """Opaque to adapters; returned with the reply to :meth:`Role.on_reply`."""
+
+
+@dataclass
+class SysEmitter:
+    """Numbers system notifications per namespace (event id = position in that namespace)."""
+
+    source: Principal
+    next_ids: dict[str, int] = field(default_factory=dict)
+    next_notification: int = 0
+
+    def notification(self, namespace: str, data: Value, now: int) -> EventNotification:
+        eid = self.next_ids.get(namespace, 0)
+        self.next_ids[namespace] = eid + 1
+        self.next_notification += 1
+        return EventNotification(
+            self.next_notification,
+            eid,
+            eid - 1 if eid else None,
+            now,
+            namespace,
+            data,
+            None,
+            self.source,
+            None,
+        )
+
+
+class Role:
+    """Base of the cores: ``outbox`` and a method table."""
+
+    methods: dict[str, Callable[..., Any]]
+
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+        self.outbox: list[Call] = []
+        self.methods = {}
+
+    def take_outbox(self) -> list[Call]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def dispatch(self, caller: Principal, method: str, arg: Any, now: int) -> Any:
+        try:
+            fn = self.methods[method]
+        except KeyError:
+            raise UnknownMethod(f"{type(self).__name__} has no method {method!r}") from None
+        return fn(caller, arg, now)
+
+    def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        """A queued call returned ``reply`` (or an exception object if it failed)."""
+
+    def pump(self, now: int) -> bool:
+        """Do background work (a publisher's replays); return True if anything was queued."""
+        return False

@@ -1,0 +1,284 @@
+"""Control messages over the ICRC-72 system namespaces (ICRC-77 "Control Plane").
+
+Namespaces (``specs/icrc-77-event-replay.txt``, "Control Plane via ICRC-72 System Namespaces"):
+``icrc72:broadcaster:sys:<principal>`` and ``icrc72:publisher:sys:<principal>``. For
+"Broadcaster → Subscriber" the text repeats ``icrc72:publisher:sys:<publisher_principal>``,
+which cannot reach a subscriber; we read it as a copy slip and use
+``icrc72:subscriber:sys:<subscriber_principal>``.
+
+A system notification's ``data`` is ``#Map([(key, payload)])``. ICRC-77 payload shapes:
+
+- ``icrc77:broadcaster:replay:add``: ``#Array[#Array[#Nat id, #Text namespace, #Blob relay,
+  #Blob subscriber, #Option(null)|#Text filter, #Option(null)|#Array[#Nat, #Nat] skip,
+  #Blob publisher]]``. We have no relays: ``relay`` is the broadcaster itself. The text calls
+  the skip pair ``(skipStart, skipEnd)``; we carry ICRC-72's ``[mod, offset]`` there.
+- ``icrc77:broadcaster:replay:remove``: ``#Array[#Array[#Nat id]]`` (the text's type; the prose
+  lists more fields the type does not have).
+- ``icrc77:publisher:replay:add``: ``#Array[#Array[#Nat id, #Text namespace, #Nat start,
+  #Option(#Nat end)|#Option(null), #Blob broadcaster]]``; ``…:remove``: ``#Array[#Nat id]``.
+- ``icrc77:subscriber:replay:add``: ``#Array[#Array[#Nat id, #Blob broadcaster]]``;
+  ``…:remove``: ``#Array[#Array[#Nat id]]``.
+
+ICRC-72 assignment messages: ``icrc72:publisher:broadcaster:add`` = ``#Array[#Array[#Nat
+publicationId, #Blob broadcaster]]`` (candidate "Publisher Life Cycle"). The candidate leaves the
+broadcaster's and subscriber's assignment payloads to implementations; loglake's are
+``icrc72:broadcaster:publication:add`` = ``#Array[#Array[#Text namespace, #Blob publisher]]``,
+``icrc72:broadcaster:subscriber:add`` = ``#Array[#Array[#Text namespace, #Blob subscriber,
+#Map config]]`` and ``icrc72:subscriber:broadcaster:add`` = ``#Array[#Array[#Text namespace,
+#Blob broadcaster]]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icp_principal import Principal
+
+from loglake.errors import RemoteProtocolError
+from loglake.events.filters import Skip
+from loglake.wire.icrc16 import Value
+
+BROADCASTER_REPLAY_ADD = "icrc77:broadcaster:replay:add"
+BROADCASTER_REPLAY_REMOVE = "icrc77:broadcaster:replay:remove"
+PUBLISHER_REPLAY_ADD = "icrc77:publisher:replay:add"
+PUBLISHER_REPLAY_REMOVE = "icrc77:publisher:replay:remove"
+SUBSCRIBER_REPLAY_ADD = "icrc77:subscriber:replay:add"
+SUBSCRIBER_REPLAY_REMOVE = "icrc77:subscriber:replay:remove"
+PUBLISHER_BROADCASTER_ADD = "icrc72:publisher:broadcaster:add"
+BROADCASTER_PUBLICATION_ADD = "icrc72:broadcaster:publication:add"
+BROADCASTER_SUBSCRIBER_ADD = "icrc72:broadcaster:subscriber:add"
+SUBSCRIBER_BROADCASTER_ADD = "icrc72:subscriber:broadcaster:add"
+
+
+class SysMessageError(RemoteProtocolError):
+    """A system notification whose data does not have the shape its key requires."""
+
+
+def broadcaster_sys(p: Principal) -> str:
+    return f"icrc72:broadcaster:sys:{p.to_str()}"
+
+
+def publisher_sys(p: Principal) -> str:
+    return f"icrc72:publisher:sys:{p.to_str()}"
+
+
+def subscriber_sys(p: Principal) -> str:
+    return f"icrc72:subscriber:sys:{p.to_str()}"
+
+
+def is_system(namespace: str) -> bool:
+    return namespace.startswith("icrc72:") or namespace.startswith("icrc77:")
+
+
+@dataclass(frozen=True)
+class BroadcasterReplayAdd:
+    replay_id: int
+    namespace: str
+    relay: Principal
+    subscriber: Principal
+    filter: str | None
+    skip: Skip | None
+    publisher: Principal
+
+
+@dataclass(frozen=True)
+class PublisherReplayAdd:
+    replay_id: int
+    namespace: str
+    start: int
+    end: int | None
+    broadcaster: Principal
+
+
+def message(key: str, payload: Value) -> Value:
+    return {"Map": [(key, payload)]}
+
+
+def _arr(*items: Value) -> Value:
+    return {"Array": list(items)}
+
+
+def broadcaster_replay_add(items: list[BroadcasterReplayAdd]) -> Value:
+    return message(
+        BROADCASTER_REPLAY_ADD,
+        _arr(
+            *(
+                _arr(
+                    {"Nat": i.replay_id},
+                    {"Text": i.namespace},
+                    {"Blob": i.relay.bytes},
+                    {"Blob": i.subscriber.bytes},
+                    {"Option": None} if i.filter is None else {"Text": i.filter},
+                    {"Option": None} if i.skip is None else i.skip.to_icrc16(),
+                    {"Blob": i.publisher.bytes},
+                )
+                for i in items
+            )
+        ),
+    )
+
+
+def publisher_replay_add(items: list[PublisherReplayAdd]) -> Value:
+    return message(
+        PUBLISHER_REPLAY_ADD,
+        _arr(
+            *(
+                _arr(
+                    {"Nat": i.replay_id},
+                    {"Text": i.namespace},
+                    {"Nat": i.start},
+                    {"Option": None if i.end is None else {"Nat": i.end}},
+                    {"Blob": i.broadcaster.bytes},
+                )
+                for i in items
+            )
+        ),
+    )
+
+
+def broadcaster_replay_remove(ids: list[int]) -> Value:
+    return message(BROADCASTER_REPLAY_REMOVE, _arr(*(_arr({"Nat": i}) for i in ids)))
+
+
+def publisher_replay_remove(ids: list[int]) -> Value:
+    return message(PUBLISHER_REPLAY_REMOVE, _arr(*({"Nat": i} for i in ids)))
+
+
+def subscriber_replay_add(items: list[tuple[int, Principal]]) -> Value:
+    return message(
+        SUBSCRIBER_REPLAY_ADD, _arr(*(_arr({"Nat": i}, {"Blob": b.bytes}) for i, b in items))
+    )
+
+
+def subscriber_replay_remove(ids: list[int]) -> Value:
+    return message(SUBSCRIBER_REPLAY_REMOVE, _arr(*(_arr({"Nat": i}) for i in ids)))
+
+
+def publisher_broadcaster_add(items: list[tuple[int, Principal]]) -> Value:
+    return message(
+        PUBLISHER_BROADCASTER_ADD,
+        _arr(*(_arr({"Nat": i}, {"Blob": b.bytes}) for i, b in items)),
+    )
+
+
+def broadcaster_publication_add(items: list[tuple[str, Principal]]) -> Value:
+    return message(
+        BROADCASTER_PUBLICATION_ADD,
+        _arr(*(_arr({"Text": ns}, {"Blob": p.bytes}) for ns, p in items)),
+    )
+
+
+def broadcaster_subscriber_add(items: list[tuple[str, Principal, list[Any]]]) -> Value:
+    return message(
+        BROADCASTER_SUBSCRIBER_ADD,
+        _arr(*(_arr({"Text": ns}, {"Blob": p.bytes}, {"Map": cfg}) for ns, p, cfg in items)),
+    )
+
+
+def subscriber_broadcaster_add(items: list[tuple[str, Principal]]) -> Value:
+    return message(
+        SUBSCRIBER_BROADCASTER_ADD,
+        _arr(*(_arr({"Text": ns}, {"Blob": p.bytes}) for ns, p in items)),
+    )
+
+
+# --- reading ---------------------------------------------------------------------------------
+def entries(data: Value) -> list[tuple[str, Value]]:
+    if not isinstance(data, dict) or "Map" not in data:
+        raise SysMessageError("system notification data must be #Map")
+    return list(data["Map"])
+
+
+def _items(payload: Value, key: str) -> list[Value]:
+    if not isinstance(payload, dict) or "Array" not in payload:
+        raise SysMessageError(f"{key}: payload must be #Array")
+    return payload["Array"]
+
+
+def _fields(item: Value, key: str, n: int) -> list[Value]:
+    if not isinstance(item, dict) or "Array" not in item or len(item["Array"]) != n:
+        raise SysMessageError(f"{key}: each item must be #Array of {n}")
+    return item["Array"]
+
+
+def _get(v: Value, tag: str, key: str) -> Any:
+    if not isinstance(v, dict) or tag not in v:
+        raise SysMessageError(f"{key}: expected #{tag}, got {v!r:.60}")
+    return v[tag]
+
+
+def _principal(v: Value, key: str) -> Principal:
+    raw = _get(v, "Blob", key)
+    if len(raw) > 29:
+        raise SysMessageError(f"{key}: a principal is at most 29 bytes")
+    return Principal(bytes(raw))
+
+
+def read_broadcaster_replay_add(payload: Value) -> list[BroadcasterReplayAdd]:
+    from loglake.events.filters import ImproperConfig, parse_skip
+
+    k = BROADCASTER_REPLAY_ADD
+    out = []
+    for item in _items(payload, k):
+        rid, ns, relay, sub, flt, skip, pub = _fields(item, k, 7)
+        f = None if flt == {"Option": None} else _get(flt, "Text", k)
+        try:
+            s = parse_skip(skip)
+        except ImproperConfig as e:
+            raise SysMessageError(f"{k}: {e}") from e
+        out.append(
+            BroadcasterReplayAdd(
+                _get(rid, "Nat", k),
+                _get(ns, "Text", k),
+                _principal(relay, k),
+                _principal(sub, k),
+                f,
+                s,
+                _principal(pub, k),
+            )
+        )
+    return out
+
+
+def read_publisher_replay_add(payload: Value) -> list[PublisherReplayAdd]:
+    k = PUBLISHER_REPLAY_ADD
+    out = []
+    for item in _items(payload, k):
+        rid, ns, start, end, bc = _fields(item, k, 5)
+        e = _get(end, "Option", k)
+        out.append(
+            PublisherReplayAdd(
+                _get(rid, "Nat", k),
+                _get(ns, "Text", k),
+                _get(start, "Nat", k),
+                None if e is None else _get(e, "Nat", k),
+                _principal(bc, k),
+            )
+        )
+    return out
+
+
+def read_nested_ids(payload: Value, key: str) -> list[int]:
+    return [_get(_fields(i, key, 1)[0], "Nat", key) for i in _items(payload, key)]
+
+
+def read_ids(payload: Value, key: str) -> list[int]:
+    return [_get(i, "Nat", key) for i in _items(payload, key)]
+
+
+def read_pairs(payload: Value, key: str, first: str) -> list[tuple[Any, Principal]]:
+    out = []
+    for item in _items(payload, key):
+        a, b = _fields(item, key, 2)
+        out.append((_get(a, first, key), _principal(b, key)))
+    return out
+
+
+def read_subscriber_add(payload: Value) -> list[tuple[str, Principal, list[Any]]]:
+    k = BROADCASTER_SUBSCRIBER_ADD
+    out = []
+    for item in _items(payload, k):
+        ns, sub, cfg = _fields(item, k, 3)
+        out.append((_get(ns, "Text", k), _principal(sub, k), _get(cfg, "Map", k)))
+    return out

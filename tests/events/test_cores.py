@@ -1,0 +1,338 @@
+"""The four role cores driven together in one process on a fake clock (loglake.events.network).
+
+Each test is one rule of specs/icrc-77-event-replay.txt or the ICRC-72 candidate; every message
+passes through the Candid codec on the way, as it would over HTTP.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.events.messages import (
+    C_SUBS_DISALLOWED,
+    H_REPLAY_END_ID,
+    H_REPLAY_ID,
+    Err,
+    Ok,
+    ReplayState,
+    ReplayStatusUpdate,
+)
+from loglake.events.orchestrator import Quotas
+from loglake.log.api import StreamConfig
+from loglake.wire.icrc16 import map_get
+from tests.events.world import NS, World
+
+
+def ids(sub):
+    return [n.event_id for n in sub.take()]
+
+
+def test_live_events_reach_subscribers_and_are_confirmed():
+    w = World()
+    w.register_publication()
+    w.subscribe("alice")
+    w.publish(250)
+    assert ids(w.alice) == list(range(250))
+    assert w.bc.pending == {}  # every notification confirmed (ICRC-72 confirmation flow)
+
+
+def test_late_subscriber_replays_closed_range_exactly_once_with_headers():
+    w = World()
+    w.register_publication()
+    w.publish(1000)
+    w.subscribe("bob")
+    r = w.replay("bob", 100, 350)
+    assert isinstance(r, Ok)
+    assert w.status("bob", r.value).status == ReplayState("pending")
+    w.net.run()
+    notes = w.bob.take()
+    assert [n.event_id for n in notes] == list(range(100, 350))
+    assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r.value} for n in notes)
+    assert all(map_get(n.headers, H_REPLAY_END_ID) is None for n in notes)  # request had an end
+    assert notes[0].data == {"Map": [("i", {"Nat": 100}), ("kind", {"Text": "a"})]}
+    assert w.status("bob", r.value).status == ReplayState("completed", 250)
+
+
+def test_status_goes_pending_running_completed():
+    w = World(batch_size=10)
+    w.register_publication()
+    w.publish(100)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 100).value
+    seen = []
+    while w.net.step():
+        s = w.status("bob", rid).status
+        if not seen or seen[-1] != s:
+            seen.append(s)
+    assert [s.tag for s in seen] == ["pending", "running", "completed"]
+    assert seen[-1].value == 100
+
+
+def test_open_ended_replay_carries_end_id_on_every_event():
+    w = World()
+    w.register_publication()
+    w.publish(500)
+    w.subscribe("bob")
+    rid = w.replay("bob", 420, None).value
+    w.net.run()
+    notes = w.bob.take()
+    assert [n.event_id for n in notes] == list(range(420, 500))
+    assert {map_get(n.headers, H_REPLAY_END_ID)["Nat"] for n in notes} == {499}
+    assert w.bob.replays[rid].reached_end
+
+
+def test_filter_and_skip_apply_to_replays():
+    w = World()
+    w.register_publication()
+    w.publish(300)
+    w.subscribe("bob")
+    cfg = [("filter", {"Text": 'kind == "a"'}), ("skip", {"Array": [{"Nat": 3}, {"Nat": 1}]})]
+    rid = w.replay("bob", 0, 300, cfg).value
+    w.net.run()
+    want = [i for i in range(300) if i % 2 == 0 and (i + 1) % 3 == 0]
+    assert ids(w.bob) == want
+    assert w.status("bob", rid).status == ReplayState("completed", 300)
+
+
+def test_subscription_filter_skip_and_stopped_apply_to_live_events():
+    w = World()
+    w.register_publication()
+    w.subscribe(
+        "alice",
+        [
+            ("icrc72:subscription:filter", {"Text": "i >= 10"}),
+            ("icrc72:subscription:skip", {"Array": [{"Nat": 5}]}),
+        ],
+    )
+    w.subscribe("bob", [("icrc72:subscription:stopped", {"Bool": True})])
+    w.publish(30)
+    assert ids(w.alice) == [10, 15, 20, 25]
+    assert ids(w.bob) == []
+
+
+def test_cancel_stops_enqueuing_and_sent_notifications_stay_sent():
+    w = World(batch_size=10)
+    w.register_publication()
+    w.publish(1000)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 1000).value
+    for _ in range(40):
+        w.net.step()
+    [c] = w.call("bob", "icrc77_cancel_replay", [rid])
+    assert c == Ok(rid)
+    w.net.run()
+    got = ids(w.bob)
+    st = w.status("bob", rid).status
+    assert st.tag == "canceled" and 0 < st.value < 1000
+    assert got == list(range(len(got))) and len(got) <= st.value
+    w.publish(0)
+    assert w.net.run() == 0 and ids(w.bob) == []  # nothing more arrives
+
+
+def test_replay_of_trimmed_history_errors_with_a_reason():
+    w = World()
+    w.register_publication()
+    w.pub_log.create_stream(NS, StreamConfig(retention_records=100))
+    w.publish(300)
+    w.pub_log.enforce_retention()
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 300).value
+    w.net.run()
+    st = w.status("bob", rid).status
+    assert st.tag == "errored" and "200" in st.value
+
+
+def test_subscriber_deduplicates_by_namespace_and_event_id():
+    w = World()
+    w.register_publication()
+    w.subscribe("alice")
+    w.publish(50)
+    assert len(w.alice.take()) == 50
+    w.replay("alice", 0, 50)
+    w.net.run()
+    assert w.alice.take() == [] and w.alice.duplicates == 50
+    assert w.bc.pending == {}  # duplicates are still confirmed
+
+
+def test_paid_replay_moves_tokens_and_the_ledger_survives_reopening():
+    from loglake.events.ledger import Ledger, account
+
+    w = World()
+    w.priced(per_event=2)
+    w.publish(100)
+    w.subscribe("bob")
+    w.ledger.mint(account(w.p["bob"]), 1_000, w.clock())
+    assert w.call("bob", "icrc2_approve", (w.p["orch"], 500)) == Ok(1)
+    r = w.replay("bob", 0, 100)
+    assert isinstance(r, Ok)
+    assert w.call("bob", "icrc1_balance_of", (w.p["bob"], None)) == 1_000 - 1 - 201
+    assert w.call("bob", "icrc1_balance_of", (w.p["pub"], None)) == 200
+    again = Ledger.open(w.orch_log, fee=1)
+    assert again.balances == w.ledger.balances and again.allowances == w.ledger.allowances
+
+
+# --- every ReplayRegisterError variant through a real request ---------------------------------
+def _ready(**kw) -> World:
+    w = World(**kw)
+    w.register_publication()
+    w.publish(100)
+    w.subscribe("bob")
+    return w
+
+
+def test_unauthorized_anonymous_caller():
+    from loglake.events.identity import ANONYMOUS
+
+    w = _ready()
+    assert w.replay(ANONYMOUS, 0, 10) == Err("Unauthorized")
+
+
+def test_unauthorized_subscriber_when_the_publication_denies_the_caller():
+    w = World()
+    w.register_publication(
+        [
+            ("icrc77:replay", {"Bool": True}),
+            (C_SUBS_DISALLOWED, {"Array": [{"Blob": w.p["alice"].bytes}]}),
+        ]
+    )
+    assert w.replay("alice", 0, 1) == Err("UnauthorizedSubscriber", {"namespace": NS})
+
+
+@pytest.mark.parametrize(
+    "start,end,config,memo,needle",
+    [
+        (5, 2, [], b"", "start 5 > end 2"),
+        (0, 10, [("skip", {"Array": [{"Nat": 0}]})], b"", "mod"),
+        (0, 10, [("skip", {"Array": [{"Text": "x"}]})], b"", "#Nat"),
+        (0, 10, [("filter", {"Text": "a == "})], b"", "literal"),
+        (0, 10, [("filter", {"Nat": 1})], b"", "#Text"),
+        (0, 10, [("colour", {"Text": "red"})], b"", "unsupported"),
+        (0, 10, [], b"x" * 33, "memo"),
+    ],
+)
+def test_improper_config(start, end, config, memo, needle):
+    w = _ready()
+    r = w.replay("bob", start, end, config, memo)
+    assert r.tag == "ImproperConfig" and needle in r.payload
+    assert w.orch.replays == {}  # no state changed
+
+
+def test_payment_required_without_allowance():
+    w = World()
+    w.priced(per_event=1)
+    w.publish(10)
+    w.subscribe("bob")
+    r = w.replay("bob", 0, 10)
+    assert r.tag == "PaymentRequired" and "10 icrc1:loglake" in r.payload
+    assert w.orch.replays == {}
+
+
+def test_range_too_large():
+    w = _ready(quotas=Quotas(max_events_per_replay=50))
+    r = w.replay("bob", 0, None)
+    assert r.tag == "RangeTooLarge" and "100 events" in r.payload
+    assert isinstance(w.replay("bob", 0, 50), Ok)
+
+
+def test_generic_error_for_concurrency_rate_and_capability():
+    w = _ready(quotas=Quotas(max_concurrent_per_subscriber=1, max_requests_per_window=3))
+    assert isinstance(w.replay("bob", 0, 10), Ok)
+    r = w.replay("bob", 0, 10)
+    assert r.tag == "GenericError" and r.payload["error_code"] == 1
+    w.net.run()  # the first completes: a slot frees
+    assert isinstance(w.replay("bob", 0, 10), Ok)
+    r = w.replay("bob", 0, 10)
+    assert r.tag == "GenericError" and r.payload["error_code"] == 2
+    w2 = World()
+    w2.register_publication([])  # no icrc77:replay
+    w2.subscribe("bob")
+    r = w2.replay("bob", 0, 1)
+    assert r.tag == "GenericError" and r.payload["error_code"] == 3
+
+
+def test_generic_batch_error_for_oversized_batches():
+    from loglake.events.messages import ReplayRegistration
+
+    w = _ready(quotas=Quotas(max_batch=2))
+    regs = [ReplayRegistration(NS, 0, 1)] * 3
+    out = w.call("bob", "icrc77_register_replay", regs)
+    assert [r.tag for r in out] == ["GenericBatchError"] * 3
+    assert w.orch.replays == {}
+
+
+def test_publication_and_subscription_not_found():
+    w = _ready()
+    from loglake.events.messages import ReplayRegistration
+
+    [r] = w.call("bob", "icrc77_register_replay", [ReplayRegistration("no.such.ns", 0, 1)])
+    assert r == Err("PublicationNotFound")
+    assert w.replay("alice", 0, 1) == Err("SubscriptionNotFound")
+
+
+def test_batch_results_are_one_per_item_in_order():
+    from loglake.events.messages import ReplayRegistration
+
+    w = _ready()
+    out = w.call(
+        "bob",
+        "icrc77_register_replay",
+        [
+            ReplayRegistration(NS, 0, 5),
+            ReplayRegistration(NS, 9, 2),
+            ReplayRegistration("x.y", 0, 1),
+        ],
+    )
+    assert isinstance(out[0], Ok)
+    assert [o.tag for o in out[1:]] == ["ImproperConfig", "PublicationNotFound"]
+
+
+# --- every CancelReplayError variant -------------------------------------------------------
+def test_cancel_errors():
+    w = _ready(quotas=Quotas(max_batch=3, max_requests_per_window=5))
+    w.subscribe("alice")
+    rid = w.replay("bob", 0, 100).value
+    before = w.status("bob", rid)
+    assert w.call("alice", "icrc77_cancel_replay", [rid]) == [Err("Unauthorized")]
+    assert w.status("bob", rid) == before  # another's replay is untouched
+    assert w.call("bob", "icrc77_cancel_replay", [999]) == [Err("NotFound")]
+    assert [r.tag for r in w.call("bob", "icrc77_cancel_replay", [1, 2, 3, 4])] == [
+        "GenericBatchError"
+    ] * 4
+    w.net.run()
+    [r] = w.call("bob", "icrc77_cancel_replay", [rid])
+    assert r.tag == "CannotCancel" and "completed" in r.payload
+    out = w.call("bob", "icrc77_cancel_replay", [rid] * 3)
+    assert out[-1].tag == "GenericError" and out[-1].payload["error_code"] == 2
+
+
+def test_status_updates_only_from_the_assigned_publisher():
+    w = _ready()
+    rid = w.replay("bob", 0, 10).value
+    [r] = w.call(
+        "bob", "icrc77_replay_status", [ReplayStatusUpdate(rid, ReplayState("completed", 0))]
+    )
+    assert r.tag == "GenericError" and r.payload["error_code"] == 401
+    assert w.status("bob", rid).status == ReplayState("pending")
+    [r] = w.call("pub", "icrc77_replay_status", [ReplayStatusUpdate(77, ReplayState("running"))])
+    assert r.payload["error_code"] == 404
+
+
+def test_broadcaster_answers_busy_and_the_publisher_resends():
+    w = _ready(max_unconfirmed=0)
+    rid = w.replay("bob", 0, 20).value
+    for _ in range(10):
+        w.net.step()
+    assert w.bc.stats.busy > 0 and ids(w.bob) == []
+    w.bc.max_unconfirmed = 1_000
+    w.net.run()
+    assert ids(w.bob) == list(range(20))
+    assert w.status("bob", rid).status == ReplayState("completed", 20)
+
+
+def test_notifications_from_an_unassigned_broadcaster_are_refused():
+    from loglake.events.messages import EventNotification
+
+    w = _ready()
+    n = EventNotification(1, 0, None, 0, NS, {"Nat": 1}, None, w.p["pub"], None)
+    assert w.call("alice", "icrc72_handle_notification", [n], target="bob") == 0
+    assert w.bob.rejected == 1 and w.bob.take() == []

@@ -1,0 +1,112 @@
+"""A whole ICRC-72/77 system in one process on a fake clock (shared by the core tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from icp_principal import Principal
+
+from loglake.events.broadcaster import Broadcaster
+from loglake.events.identity import Identity
+from loglake.events.ledger import Ledger
+from loglake.events.messages import C_PRICING, C_REPLAY, Ok, Registration, ReplayRegistration
+from loglake.events.network import Network
+from loglake.events.orchestrator import Orchestrator, Quotas
+from loglake.events.publisher import Publisher
+from loglake.events.subscriber import Subscriber
+from loglake.log import MemoryLog
+from loglake.wire.icrc16 import Property
+
+NS = "com.example.orders"
+
+
+@dataclass
+class FakeClock:
+    now: int = 1_700_000_000_000_000_000
+
+    def __call__(self) -> int:
+        self.now += 1_000  # every read advances 1 µs: deterministic, monotonic
+        return self.now
+
+
+def seeded(n: int) -> Identity:
+    return Identity.from_seed(bytes([n]) * 32)
+
+
+@dataclass
+class World:
+    quotas: Quotas = field(default_factory=Quotas)
+    batch_size: int = 100
+    max_unconfirmed: int = 200_000
+
+    def __post_init__(self) -> None:
+        self.clock = FakeClock()
+        self.net = Network(self.clock)
+        self.ids = {
+            name: seeded(i + 1) for i, name in enumerate(["orch", "bc", "pub", "alice", "bob"])
+        }
+        p = {k: v.principal for k, v in self.ids.items()}
+        self.p = p
+        self.orch_log, self.pub_log = MemoryLog(), MemoryLog()
+        self.ledger = Ledger.open(self.orch_log, fee=1)
+        self.orch = self.net.add(
+            Orchestrator(p["orch"], self.orch_log, [p["bc"]], self.quotas, self.ledger)
+        )
+        self.bc = self.net.add(Broadcaster(p["bc"], p["orch"], self.max_unconfirmed))
+        self.pub = self.net.add(Publisher(p["pub"], p["orch"], self.pub_log, self.batch_size))
+        self.alice = self.net.add(Subscriber(p["alice"], p["orch"]))
+        self.bob = self.net.add(Subscriber(p["bob"], p["orch"]))
+
+    def call(self, who: str | Principal, method: str, arg, target: str = "orch"):
+        caller = self.p[who] if isinstance(who, str) else who
+        out = self.net.call(caller, self.p[target], method, arg)
+        return out
+
+    def register_publication(self, config=None) -> None:
+        cfg = config if config is not None else [(C_REPLAY, {"Bool": True})]
+        self.pub.register(NS, cfg)
+        self.net._collect(self.pub)
+        self.net.run()
+        assert self.pub.registration_results[NS] == Ok(1)
+
+    def priced(self, per_event: int) -> None:
+        self.register_publication(
+            [
+                (C_REPLAY, {"Bool": True}),
+                (
+                    C_PRICING,
+                    {
+                        "Class": [
+                            Property("perEvent", {"Nat": per_event}),
+                            Property("currency", {"Text": "icrc1:loglake"}),
+                        ]
+                    },
+                ),
+            ]
+        )
+
+    def subscribe(self, who: str, config=None) -> None:
+        [r] = self.call(who, "icrc72_register_subscription", [Registration(NS, config or [])])
+        assert r.value >= 1, r
+        self.net.run()
+
+    def publish(self, n: int, start: int = 0) -> None:
+        for lo in range(start, start + n, 1000):
+            items = [
+                ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
+                for i in range(lo, min(start + n, lo + 1000))
+            ]
+            self.pub.publish(NS, items, self.clock())
+            self.net._collect(self.pub)
+            self.net.run()
+
+    def replay(self, who: str, start: int, end: int | None, config=None, memo=b""):
+        [r] = self.call(
+            who, "icrc77_register_replay", [ReplayRegistration(NS, start, end, config or [], memo)]
+        )
+        return r
+
+    def status(self, who: str, rid: int):
+        from loglake.events.messages import GetReplays
+
+        return {s.replay_id: s for s in self.call(who, "icrc77_get_replays", GetReplays())}[rid]
