@@ -43,11 +43,14 @@ class Tracker:
                         socket.inet_aton(h) + struct.pack(">H", p) for h, p in others
                     )
                     body = bencode({"interval": 2, "min interval": 1, "peers": compact})
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # clients may hang up after a "stopped" announce
 
             def log_message(self, *args) -> None:
                 pass
