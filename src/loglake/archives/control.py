@@ -141,10 +141,7 @@ class ControlNode:
         windows = plan_windows(start, now_ns, partial=partial, **kw)
         if not windows:
             return BuildOutcome([], self._current_torrent(), BuildResult([], b"", None, start))
-        msgs = [
-            self.layout.decode_record(raw)
-            for _, _, raw in self.store.messages(windows[0][0], windows[-1][1])
-        ]
+        msgs = self.store.decoded(windows[0][0], windows[-1][1])
         before = len(self.builder.entries)
         result = self.builder.build(windows, msgs, self.topics)
         if result.archives:

@@ -20,7 +20,9 @@ from pathlib import Path
 from loglake.archives.layout import DecodedMessage, IndexEntry
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+  ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0
+);
 CREATE INDEX IF NOT EXISTS messages_ts ON messages (ts_ns);
 CREATE TABLE IF NOT EXISTS archives (
   archive_id TEXT PRIMARY KEY, from_ns INTEGER, to_ns INTEGER, offset INTEGER, size INTEGER
@@ -61,17 +63,23 @@ class MessageStore:
     def add(self, messages: Iterable[DecodedMessage], next_index: int | None = None) -> int:
         """Insert messages; with ``next_index``, record the stream position in the same
         transaction (ingest is then exactly-once across restarts)."""
-        rows = [(m.timestamp_ns, m.topic, m.raw) for m in messages]
+        rows = [(m.timestamp_ns, m.topic, m.raw, m.cap_size) for m in messages]
         with self._tx():
-            self.db.executemany("INSERT INTO messages VALUES (?, ?, ?)", rows)
+            self.db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", rows)
             if next_index is not None:
                 self._set_meta("ingest_next_index", next_index)
         return len(rows)
 
-    def messages(
-        self, from_ns: int | None = None, to_ns: int | None = None
-    ) -> list[tuple[int, object, bytes]]:
-        q, args = "SELECT ts_ns, topic, raw FROM messages", []
+    def messages(self, from_ns: int | None = None, to_ns: int | None = None) -> list[tuple]:
+        """``(ts_ns, topic, raw)`` rows in time order."""
+        return [r[:3] for r in self._rows(from_ns, to_ns)]
+
+    def decoded(self, from_ns: int | None = None, to_ns: int | None = None) -> list[DecodedMessage]:
+        """Rows as ``DecodedMessage`` without parsing the records again."""
+        return [DecodedMessage(*r) for r in self._rows(from_ns, to_ns)]
+
+    def _rows(self, from_ns: int | None, to_ns: int | None) -> list[tuple]:
+        q, args = "SELECT ts_ns, topic, raw, cap FROM messages", []
         conds = []
         if from_ns is not None:
             conds.append("ts_ns >= ?")
@@ -136,8 +144,8 @@ class MessageStore:
         m = entry.metadata
         self.db.execute("DELETE FROM messages WHERE ts_ns >= ? AND ts_ns < ?", (m.from_ns, m.to_ns))
         self.db.executemany(
-            "INSERT INTO messages VALUES (?, ?, ?)",
-            [(x.timestamp_ns, x.topic, x.raw) for x in messages],
+            "INSERT INTO messages VALUES (?, ?, ?, ?)",
+            [(x.timestamp_ns, x.topic, x.raw, x.cap_size) for x in messages],
         )
         self._insert_archives([entry])
         return len(messages)
