@@ -248,14 +248,18 @@ class Pushed:
 
 
 class LoglakeReader(DataSourceReader):
+    """Batch reader; prunes by the ``partitions``/``startIndex``/``endIndex`` options only.
+
+    It deliberately does not implement ``pushFilters``: in Spark 4.3 the planner pickles the
+    data source with the pushed-down reader back into the relation, which the DataFrame it was
+    filtered from shares, so ``df.where(f).count()`` followed by ``df.count()`` returns only the
+    rows of ``f`` (reproduced here; see ``tests/pipeline/test_read.py``). Filter pushdown is
+    available as an opt-in (option ``pushFilters=true``, ``PushdownReader``) for DataFrames
+    that are not reused unfiltered."""
+
     def __init__(self, opts: SourceOptions, layout: StreamLayout) -> None:
         self.opts, self.layout = opts, layout
         self.pushed = Pushed(lo=opts.start_index, hi=opts.end_index)
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        for f in filters:
-            if not self.pushed.absorb(f):
-                yield f
 
     def partitions(self) -> Sequence[InputPartition]:
         opts, pushed = self.opts, self.pushed
@@ -280,6 +284,16 @@ class LoglakeReader(DataSourceReader):
         if partition.end <= partition.start:
             return iter(())
         return read_range(self.opts, partition, RowFilter(self.pushed.ts_lo, self.pushed.ts_hi))
+
+
+class PushdownReader(LoglakeReader):
+    """``LoglakeReader`` + ``pushFilters``: ``partition`` and ``index`` comparisons prune the
+    splits; ``timestamp_ns`` ranges prune rows and are re-checked by Spark."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            if not self.pushed.absorb(f):
+                yield f
 
 
 def _clip_chunks(p, a, b, lo, hi, split_records, live_only) -> list[RangeSplit]:
@@ -590,7 +604,8 @@ class LoglakeDataSource(DataSource):
         return opts, resolve_stream(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LoglakeReader(*self._resolve())
+        opts, layout = self._resolve()
+        return (PushdownReader if opts.push_filters else LoglakeReader)(opts, layout)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return LoglakeStreamReader(*self._resolve())

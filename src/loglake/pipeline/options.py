@@ -58,6 +58,8 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     partition_column: str | None = None
     partition_by: str | None = None
+    push_filters: bool = False
+    """``pushFilters``: opt into Spark's Python filter pushdown (see ``LoglakeReader``)."""
     live_ranges: dict[int, list[tuple[int, int]]] | None = None
     """Internal (``read()``): read exactly these live ranges and no lake file."""
     raw: dict[str, str] = field(default_factory=dict)
@@ -104,6 +106,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     live_ranges = None
     if live_raw:
         live_ranges = {int(k): [tuple(r) for r in v] for k, v in json.loads(live_raw).items()}
+    push = (_get(options, "pushFilters") or "false").lower()
+    if push not in ("true", "false"):
+        raise BadOption("pushFilters", push, "expected true or false")
     by = _get(options, "partitionBy")
     if by is not None and by not in ("key", "round_robin") and not by.startswith("column:"):
         raise BadOption("partitionBy", by, "expected key, round_robin or column:NAME")
@@ -120,6 +125,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=starting,
         max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None, minimum=1),
         partition_by=by,
+        push_filters=push == "true",
         live_ranges=live_ranges,
         raw={str(k): str(v) for k, v in options.items()},
     )

@@ -14,7 +14,8 @@ Filters applied later on the DataFrame still reach the Parquet scan (row-group s
 (``build_session``/``register`` run it): PySpark's ``DataFrameReader`` is a Python object, and the
 hook records the format and options given to it and routes ``load()`` of format ``loglake`` here.
 Why a hook: the Data Source API has no way for a Python source to delegate its scan to a native
-one. Without the hook the format still works, entirely through the Python source.
+one. Without the hook (or with option ``nativeSealed=false``) the format still works, entirely
+through the Python source.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def install_reader_hook() -> None:
     def load(self, path=None, format=None, schema=None, **kw: Any):
         fmt = format or getattr(self, "_loglake_format", None)
         collected = {**_opts(self), **{k: _to_str(v) for k, v in kw.items()}}
-        internal = any(k.lower() == LIVE_RANGES_OPTION.lower() for k in collected)
+        low = {k.lower(): v for k, v in collected.items()}
+        internal = LIVE_RANGES_OPTION.lower() in low or low.get("nativesealed") == "false"
         if str(fmt).lower() == FORMAT and not internal and isinstance(path, str | type(None)):
             if path is not None:
                 collected["data_dir"] = path
