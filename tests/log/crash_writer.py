@@ -117,7 +117,34 @@ def check(data_dir: Path, acks: list[Ack]) -> int:
             for k in range(a.n):
                 got = by_part[a.partition].get(a.first_index + k)
                 assert got == (a.writer, a.seq + k), f"acknowledged record lost: {a} +{k}"
-        return total
+    check_lake(data_dir, by_part)  # after close: every rolled segment has been sealed
+    return total
+
+
+def check_lake(data_dir: Path, by_part: dict[int, dict[int, tuple[int, int]]]) -> None:
+    """Every lake file is whole, holds exactly its named index range, and each row is the
+    record the log holds at that index."""
+    import pyarrow.parquet as pq
+
+    from loglake.log.lake_schema import LAKE_SCHEMA, lake_partition_dir, parse_lake_file_name
+
+    for p in range(PARTITIONS):
+        d = lake_partition_dir(data_dir, STREAM, p)
+        files = sorted(d.glob("*.parquet")) if d.exists() else []
+        nxt = 0
+        for f in files:
+            first, last = parse_lake_file_name(f.name) or (-1, -1)
+            assert first == nxt, f"lake gap or overlap before {f}"
+            t = pq.read_table(f, partitioning=None)
+            assert t.schema == LAKE_SCHEMA
+            rows = t.to_pylist()
+            assert [r["index"] for r in rows] == list(range(first, last + 1)), f
+            for r in rows:
+                w, s = by_part[p][r["index"]]
+                data, key, headers = expected(w, s)
+                assert (r["data"], r["key"], r["partition"]) == (data, key, p), f
+                assert [(h["key"], h["value"]) for h in r["headers"]] == list(headers)
+            nxt = last + 1
 
 
 def run_once(

@@ -1,0 +1,133 @@
+"""Consumer indexes on disk (``consumer_store.py``): durable, monotonic, crash-safe; and the
+two small derived structures the engine relies on (group commit, sparse index)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loglake.log import IndexRegression, StreamConfig, open_log
+from loglake.log.consumer_store import FILE_NAME, ConsumerStore, decode_entries, encode_entry
+from loglake.log.group_commit import GroupCommit
+from loglake.log.sparse_index import INTERVAL_BYTES, SparseIndex
+
+
+def test_consumer_indexes_survive_reopen_and_stay_monotonic(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(partitions=2))
+        log.save_consumer_index("a", "s", 0, 3)
+        log.save_consumer_index("a", "s", 0, 8)
+        log.save_consumer_index("b", "s", 1, 2)
+    with open_log(tmp_path) as log:
+        assert log.get_consumer_index("a", "s", 0) == 8
+        assert log.get_consumer_index("b", "s", 1) == 2
+        with pytest.raises(IndexRegression):
+            log.save_consumer_index("a", "s", 0, 7)
+    with open_log(tmp_path) as log:
+        assert log.get_consumer_index("a", "s", 0) == 8
+
+
+def test_store_is_compacted_on_open(tmp_path):
+    store = ConsumerStore(tmp_path, readonly=False)
+    for i in range(100):
+        store.save("c", "s", 0, i)
+    store.close()
+    assert (tmp_path / FILE_NAME).stat().st_size == 100 * len(encode_entry("c", "s", 0, 0))
+    ConsumerStore(tmp_path, readonly=False).close()
+    assert (tmp_path / FILE_NAME).read_bytes() == encode_entry("c", "s", 0, 99)
+
+
+def test_torn_tail_of_the_store_is_dropped_at_every_byte(tmp_path):
+    whole = encode_entry("c", "s", 0, 5) + encode_entry("c", "s", 0, 6)
+    first = len(encode_entry("c", "s", 0, 5))
+    for cut in range(first, len(whole)):
+        (tmp_path / FILE_NAME).write_bytes(whole[:cut])
+        store = ConsumerStore(tmp_path, readonly=False)
+        assert store.get("c", "s", 0) == 5
+        store.close()
+        assert (tmp_path / FILE_NAME).read_bytes() == whole[:first]
+
+
+def test_readonly_store_reads_without_writing(tmp_path):
+    (tmp_path / FILE_NAME).write_bytes(encode_entry("c", "s", 0, 5) + b"\x01\x02")
+    store = ConsumerStore(tmp_path, readonly=True)
+    assert store.get("c", "s", 0) == 5
+    assert (tmp_path / FILE_NAME).read_bytes().endswith(b"\x01\x02")
+
+
+@given(st.binary(max_size=200))
+def test_store_decoder_never_raises_on_garbage(raw):
+    values, used = decode_entries(raw)
+    assert 0 <= used <= len(raw)
+    assert all(isinstance(v, int) for v in values.values())
+
+
+def test_group_commit_acknowledges_only_after_a_covering_sync():
+    gc = GroupCommit()
+    written = [0]
+    started = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def slow_sync() -> int:
+        covered = written[0]
+        started.set()
+        release.wait(10)
+        order.append(f"synced {covered}")
+        return covered
+
+    written[0] = 1
+    a = threading.Thread(target=lambda: (gc.wait_durable(1, slow_sync), order.append("ack 1")))
+    a.start()
+    assert started.wait(10)
+    written[0] = 2  # write 2 lands while the fsync for 1 is running: it needs another fsync
+    b = threading.Thread(target=lambda: (gc.wait_durable(2, slow_sync), order.append("ack 2")))
+    b.start()
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert order.index("synced 1") < order.index("ack 1")
+    assert order.index("synced 2") < order.index("ack 2")
+    assert gc.fsyncs == 2 and gc.synced == 2
+
+
+def test_group_commit_waiters_share_one_sync():
+    gc = GroupCommit()
+    gc.wait_durable(3, lambda: 5)  # one fsync covering writes up to 5
+    gc.wait_durable(4, lambda: pytest.fail("4 is already covered"))
+    gc.wait_durable(5, lambda: pytest.fail("5 is already covered"))
+    assert gc.fsyncs == 1
+
+
+def test_group_commit_failed_sync_does_not_acknowledge():
+    gc = GroupCommit()
+
+    def boom() -> int:
+        raise OSError("EIO")
+
+    with pytest.raises(OSError):
+        gc.wait_durable(1, boom)
+    assert gc.synced == 0
+    gc.wait_durable(1, lambda: 1)
+    assert gc.synced == 1
+
+
+def test_sparse_index_floor_is_a_binary_search_over_sparse_entries():
+    idx = SparseIndex()
+    pos = 0
+    for i in range(1000):
+        idx.maybe_add(i, pos)
+        pos += 1000
+    assert len(idx) < 1000 // (INTERVAL_BYTES // 1000) + 2
+    assert idx.floor(-1) == (-1, 0)
+    assert idx.floor(0) == (0, 0)
+    i, p = idx.floor(777)
+    assert i <= 777 and p == i * 1000 and 777 - i < INTERVAL_BYTES // 1000 + 1
+    parsed = SparseIndex.parse(idx.to_bytes(), 0, pos)
+    assert parsed is not None and parsed.indexes == idx.indexes
+    assert SparseIndex.parse(idx.to_bytes()[16:] + idx.to_bytes()[:16], 0, pos) is None
+    short = SparseIndex.parse(idx.to_bytes(), 0, 500_000)
+    assert short is not None and max(short.positions) < 500_000
