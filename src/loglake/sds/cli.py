@@ -68,3 +68,58 @@ def chat(
                 session.apply(session.channel.sync())
             elif line.strip():
                 session.say(line.rstrip("\n"))
+
+
+@command.command()
+@click.option("--participants", default=50, show_default=True, help="Number of participants.")
+@click.option("--messages", default=40, show_default=True, help="Content messages to send.")
+@click.option("--seed", default=1, show_default=True, help="Random seed (replays a run).")
+@click.option("--loss", default=0.05, show_default=True, help="Per-link loss probability.")
+@click.option("--latency-ms", default=80.0, show_default=True, help="Median link latency.")
+@click.option("--sync-ms", default=5000, show_default=True, help="Sync interval S.")
+@click.option("--history", default=20, show_default=True, help="Causal history size.")
+@click.option("--partition", default=None, help="START_MS:END_MS:FRACTION of a healing split.")
+@click.option("--late-joiners", default=0, show_default=True)
+@click.option("--offline", default=0, show_default=True)
+@click.option("--no-store", is_flag=True, help="No store node: rely on SDS-R only.")
+def sim(
+    participants: int,
+    messages: int,
+    seed: int,
+    loss: float,
+    latency_ms: float,
+    sync_ms: int,
+    history: int,
+    partition: str | None,
+    late_joiners: int,
+    offline: int,
+    no_store: bool,
+) -> None:
+    """Simulate SDS participants on a seeded lossy network and check the targets."""
+    from loglake.sds.sim import SimConfig, simulate
+
+    part = None
+    if partition:
+        try:
+            a, b, f = partition.split(":")
+            part = (int(a), int(b), float(f))
+        except ValueError:
+            raise click.BadParameter(
+                "use START_MS:END_MS:FRACTION", param_hint="--partition"
+            ) from None
+    report = simulate(
+        SimConfig(
+            participants=participants,
+            messages=messages,
+            seed=seed,
+            loss=loss,
+            latency_median_ms=latency_ms,
+            sync_interval_ms=sync_ms,
+            causal_history_size=history,
+            partition=part,
+            late_joiners=late_joiners,
+            offline=offline,
+            store=not no_store,
+        )
+    )
+    Console().print(report.summary(), highlight=False)

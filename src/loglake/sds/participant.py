@@ -469,6 +469,14 @@ class Participant:
                 out.to_send.append(Outgoing(u.data, mid, MessageKind.CONTENT, "resend"))
         return out
 
+    def repair_request_due(self, now: int | None = None) -> bool:
+        """Spec "SDS-R Periodic Sync Message": a sync is due regardless of others' syncs when
+        the outgoing repair buffer has an eligible entry."""
+        if self.repair is None:
+            return False
+        due = self.repair.outgoing.next_due()
+        return due is not None and due <= self._now(now)
+
     # -- views ------------------------------------------------------------------------------
     def log_ids(self) -> list[str]:
         return self.log.ids()
