@@ -13,6 +13,8 @@ but is still consumed.
 
 from __future__ import annotations
 
+import bisect
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -93,28 +95,27 @@ class ArchiveBuilder:
 
         ``topics``: the community's channel topics (metadata ``contentTopic``, and only
         messages on them are exported); None = the topics seen in each window, sorted."""
-        msgs = sorted(messages, key=lambda m: m.timestamp_ns)
+        ts = operator.attrgetter("timestamp_ns")
+        msgs = sorted(messages, key=ts)
         wanted = None if topics is None else set(topics)
         out: list[EncodedArchive] = []
-        lo = 0
         for frm, to in windows:
             if self.end_ns is not None and frm < self.end_ns:
                 raise ValueError(f"window starting {frm} overlaps archived history ({self.end_ns})")
-            while lo < len(msgs) and msgs[lo].timestamp_ns < frm:
-                lo += 1
-            hi = lo
-            while hi < len(msgs) and msgs[hi].timestamp_ns < to:
-                hi += 1
-            window = [m for m in msgs[lo:hi] if wanted is None or m.topic in wanted]
-            lo = hi
+            lo = bisect.bisect_left(msgs, frm, key=ts)
+            hi = bisect.bisect_left(msgs, to, lo=lo, key=ts)
+            window = msgs[lo:hi]
+            if wanted is not None:
+                window = [m for m in window if m.topic in wanted]
             self.end_ns = to
             if not window:
                 continue
             tops = tuple(topics) if topics is not None else tuple(sorted({m.topic for m in window}))
             meta = ArchiveMetadata(frm, to, tops, self.layout.archive_version)
             for chunk in self.layout.chunk(window):
-                enc = self.layout.encode_archive(meta, [m.raw for m in chunk], self.data_size)
-                self.hashes.extend(enc.data_bytes())
+                raws = list(map(operator.attrgetter("raw"), chunk))
+                enc = self.layout.encode_archive(meta, raws, self.data_size)
+                self.hashes.extend_padded(enc.body, enc.trailing_zeros)
                 self.entries.append(enc.entry)
                 out.append(enc)
         index = self.layout.encode_index(self.entries) if self.entries else b""

@@ -79,12 +79,27 @@ def varint(n: int) -> bytes:
     return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
 
 
-def frame_messages(tag: bytes, records: Sequence[bytes]) -> bytes:
-    """``tag varint(len) record`` for every record: a repeated embedded-message field."""
-    small = _SMALL_VARINTS
-    return b"".join(
-        [tag + (small[len(r)] if len(r) < 16384 else _varint(len(r))) + r for r in records]
-    )
+_MESSAGES_PREFIX = tuple(b"\x1a" + v for v in _SMALL_VARINTS)
+
+
+def frame_parts(records: Sequence[bytes]) -> list[bytes]:
+    """``0x1a varint(len)`` and the record, for every record: field 3 (``messages``) of
+    ``WakuMessageArchive`` in both layouts. Returned as parts for one ``b"".join`` (no
+    per-record concatenation: this is the build's hot loop)."""
+    cache = _MESSAGES_PREFIX
+    lens = list(map(len, records))
+    if lens and max(lens) >= len(cache):
+        prefixes = [b"\x1a" + varint(n) for n in lens]
+    else:
+        prefixes = [cache[n] for n in lens]
+    parts: list[bytes] = [b""] * (2 * len(lens))
+    parts[0::2] = prefixes
+    parts[1::2] = records
+    return parts
+
+
+def frame_messages(records: Sequence[bytes]) -> bytes:
+    return b"".join(frame_parts(records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +273,7 @@ class Layout(ABC):
         """status-go splits a window into chunks of at most ``maxArchiveSizeInBytes`` of
         payload+sig and drops bigger messages; the spec layout keeps one archive per window."""
         if self.max_archive_bytes is None:
-            return [list(messages)]
+            return [messages if isinstance(messages, list) else list(messages)]
         cap = self.max_archive_bytes
         chunks: list[list[DecodedMessage]] = []
         cur: list[DecodedMessage] = []
@@ -316,9 +331,11 @@ class SpecLayout(Layout):
             head += b"\x08" + varint(self.archive_version)
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
         head += b"\x12" + varint(len(md)) + md
-        body = head + frame_messages(b"\x1a", records)
-        pad_field = padding_field(len(body), self.piece_length)
-        body += pad_field
+        parts = frame_parts(records)
+        body_len = len(head) + sum(map(len, parts))
+        parts.insert(0, head)
+        parts.append(padding_field(body_len, self.piece_length))
+        body = b"".join(parts)
         entry = self.make_entry(meta, offset, len(body), 0)
         return EncodedArchive(body, 0, entry)
 
@@ -416,7 +433,9 @@ class StatusGoLayout(Layout):
 
     def encode_archive(self, meta, records, offset) -> EncodedArchive:
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
-        body = b"\x12" + varint(len(md)) + md + frame_messages(b"\x1a", records)
+        parts = frame_parts(records)
+        parts.insert(0, b"\x12" + varint(len(md)) + md)
+        body = b"".join(parts)
         raw, piece = len(body), self.piece_length
         # manager_archive_file.go: an archive above one piece always gets padding up to the
         # next multiple — a whole extra piece when it is already aligned; one at or below one

@@ -72,6 +72,23 @@ class PieceHashes:
         sha1 = hashlib.sha1
         self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, len(appended), p))
 
+    def extend_padded(self, body: bytes, zeros: int) -> None:
+        """``extend(body + bytes(zeros))`` without building that copy."""
+        p = self.piece_length
+        if (len(body) + zeros) % p:
+            raise ValueError("data grows by whole pieces only")
+        full = len(body) // p * p
+        mv = memoryview(body)
+        sha1 = hashlib.sha1
+        self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, full, p))
+        rest = len(body) - full
+        if rest:
+            self.hashes.append(sha1(bytes(mv[full:]) + bytes(p - rest)).digest())
+            zeros -= p - rest
+        if zeros:
+            zero = sha1(bytes(p)).digest()
+            self.hashes.extend([zero] * (zeros // p))
+
     @property
     def data_size(self) -> int:
         return len(self.hashes) * self.piece_length
