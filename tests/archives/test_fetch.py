@@ -156,3 +156,26 @@ def test_archive_size_not_a_multiple_of_piece_length_is_rejected(tmp_path, seede
         fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
     assert store.snapshot() == before
     assert entry.size % PIECE_LENGTH == 0
+
+
+def test_member_node_follows_the_special_channel_and_hydrates(tmp_path, seeder):
+    from loglake.archives.layout import NS
+    from loglake.archives.member import MemberNode
+    from loglake.streams.api import LocalStreams
+
+    layout = get_layout("spec")
+    log = MemoryLog()
+    streams = LocalStreams(log)
+    fill_weeks(log, "community", layout, range(1), 200)
+    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
+    control.ingest_streams(streams, "community")
+    control.build(START + WEEK)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    control.publish_magnet(streams, "special", clock=1, peers=(seeder.peer,))
+    member = MemberNode(tmp_path / "member", MessageStore(), layout, CID, wait_ns=2 * NS)
+    member.poll(streams, "special", now_ns=10 * NS)
+    assert member.step(11 * NS) is None  # still inside the quiet period
+    report = member.step(12 * NS, timeout=10)
+    assert report is not None and report.hydrated_messages == 200
+    assert member.store.count() == 200
+    assert member.step(100 * NS) is None  # the same magnet is not fetched twice

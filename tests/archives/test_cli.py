@@ -1,0 +1,87 @@
+"""``loglake archives`` commands end to end: keygen, build (from an on-disk loglake log),
+publish, ls, seed (another process) and fetch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from loglake.archives.cli import command
+from loglake.archives.layout import NS, get_layout
+from loglake.archives.member import MemberCore
+from loglake.archives.store import MessageStore
+from loglake.log import open_log
+from loglake.streams.api import LocalStreams
+
+from .helpers import START, WEEK, fill_weeks
+
+
+@pytest.mark.parametrize("sub", ["", "keygen", "build", "seed", "fetch", "ls"])
+def test_help(sub):
+    r = CliRunner().invoke(command, [*([sub] if sub else []), "--help"])
+    assert r.exit_code == 0 and "Usage" in r.output
+
+
+def test_build_without_key_is_a_readable_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("LOGLAKE_ARCHIVES_KEY", raising=False)
+    r = CliRunner().invoke(command, ["build", "--data-dir", str(tmp_path), "--root", str(tmp_path)])
+    assert r.exit_code != 0 and "--key-file" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.slow
+def test_keygen_build_publish_ls_seed_fetch(tmp_path):
+    runner = CliRunner()
+    key = tmp_path / "key"
+    r = runner.invoke(command, ["keygen", "--out", str(key)])
+    assert r.exit_code == 0, r.output
+    cid = r.output.strip()
+    layout = get_layout("status-go")
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", layout, range(2), 300)
+    log.close()
+    root = tmp_path / "archives"
+    r = runner.invoke(
+        command,
+        [
+            "build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
+            "--key-file", str(key), "--layout", "status-go",
+            "--now", str((START + 2 * WEEK) // NS), "--publish", "special",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().splitlines()[-1].startswith("magnet:?xt=urn:btih:")
+    log = open_log(tmp_path / "log", readonly=True)
+    msgs = LocalStreams(log).pull("special", 0, 10)
+    log.close()
+    core = MemberCore(cid)
+    assert core.on_message(msgs[0].data, 0).message.magnet_uri.startswith("magnet:")
+    r = runner.invoke(command, ["ls", "--root", str(root), "--layout", "status-go"])
+    assert r.exit_code == 0 and "2020-01-08" in r.output and r.output.count("yes") == 2, r.output
+
+    seed = subprocess.Popen(
+        [sys.executable, "-m", "loglake.archives.cli", "seed", "--root", str(root),
+         "--key-file", str(key), "--duration", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        magnet = seed.stdout.readline().strip()
+        assert magnet.startswith("magnet:?") and "x.pe=127.0.0.1:" in magnet, seed.stderr
+        member = tmp_path / "member"
+        r = runner.invoke(
+            command,
+            ["fetch", "--magnet", magnet, "--root", str(member), "--layout", "status-go",
+             "--community", cid, "--timeout", "15", "--json"],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert '"hydrated_messages": 600' in r.output
+    finally:
+        seed.terminate()
+        seed.wait(10)
+    store = MessageStore(member / "member.sqlite")
+    assert store.count() == 600 and len(store.archive_ids()) == 2
+    store.close()
+    r = runner.invoke(command, ["ls", "--root", str(member), "--layout", "status-go"])
+    assert r.exit_code == 0 and r.output.count("yes") == 2, r.output
