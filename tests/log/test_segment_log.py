@@ -424,3 +424,29 @@ def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
         monkeypatch.setattr(os, "write", spy)
         log.append_many("s", 0, [Entry(b"z" * 1024) for _ in range(100)])
         assert len(calls) == 1 and calls[0] > 100 * 1024
+
+
+def test_readers_see_only_records_an_fsync_has_covered(tmp_path, monkeypatch):
+    """A record written but not yet fsynced is invisible: a crash could still take it back
+    and give its index to another record (batch durability)."""
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    log.append("s", 0, b"durable")
+    in_sync, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        in_sync.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    t = threading.Thread(target=log.append, args=("s", 0, b"pending"))
+    t.start()
+    assert in_sync.wait(10)
+    assert [r.data for r in log.read("s", 0, 0)] == [b"durable"]
+    release.set()
+    t.join(10)
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert [r.data for r in log.read("s", 0, 0)] == [b"durable", b"pending"]
+    log.close()

@@ -60,6 +60,10 @@ class Partition:
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
         self._open()
+        self._durable_next = self.next_index
+        """One past the newest record known to be on disk (fsynced): in-process readers of a
+        ``batch``/``always`` stream see no further, so nobody reads a record that a crash could
+        still take back and whose index could then be given to another record."""
 
     # -- opening ----------------------------------------------------------------------------
     def _bases(self) -> list[int]:
@@ -120,6 +124,15 @@ class Partition:
         return self.lake[-1].last + 1 if self.lake else 0
 
     @property
+    def visible_next(self) -> int:
+        """Readers see indexes below this: durable records only, unless the stream's policy is
+        ``none`` (nothing is ever known durable) or this is a reader of another process's
+        files (it sees whole records as they land)."""
+        if self.readonly or self.config.durability == "none":
+            return self.next_index
+        return self._durable_next
+
+    @property
     def first_index(self) -> int:
         first = self.segments[0].base if self.segments else self.next_index
         if self.lake and self.lake[0].first < first:
@@ -150,6 +163,7 @@ class Partition:
             seq = self._seq
             if durability == "always":
                 active.sync()
+                self._durable_next = active.next_index
                 self._gc.mark_synced(seq)
         if durability == "batch":
             self._gc.wait_durable(seq, self._sync_newest)
@@ -159,6 +173,7 @@ class Partition:
         """For the group commit: fsync the active segment; return the write seq covered."""
         with self._lock:
             seq = self._seq
+            nxt = self.segments[-1].next_index
             wfd = self.segments[-1].wfd
             assert wfd is not None
             fd = os.dup(wfd)  # survives a roll closing the segment while we fsync
@@ -166,11 +181,14 @@ class Partition:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+        with self._lock:
+            self._durable_next = max(self._durable_next, nxt)
         return seq
 
     def _roll(self, durability: Durability) -> Segment:
         old = self.segments[-1]
         old.seal()
+        self._durable_next = max(self._durable_next, old.next_index)
         self._gc.mark_synced(self._seq)
         new = Segment.create(self.dir, old.next_index)
         if durability != "none":
@@ -210,6 +228,7 @@ class Partition:
         with self._lock:
             if self.segments and self.segments[-1].wfd is not None:
                 self.segments[-1].sync()
+                self._durable_next = self.next_index
                 self._gc.mark_synced(self._seq)
 
     # -- reading ----------------------------------------------------------------------------
@@ -227,7 +246,8 @@ class Partition:
 
     def _read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
         nxt = self.next_index
-        end = nxt if end is None else min(end, nxt)
+        visible = self.visible_next
+        end = visible if end is None else min(end, visible)
         start = max(start, self.first_index)
         remaining = (end - start) if limit is None else min(max(0, limit), end - start)
         out: list[Record] = []
