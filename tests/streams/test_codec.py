@@ -153,3 +153,33 @@ def test_random_payloads_decode_or_raise_decode_error(buf: bytes) -> None:
 @given(st.integers(0, 2**64 - 1), st.binary(max_size=2000))
 def test_push_round_trip(rid: int, data: bytes) -> None:
     assert codec.decode_request(codec.encode_push_request(rid, data))[1] == PushRequest(rid, data)
+
+
+@given(st.binary(max_size=40))
+def test_fast_push_decoders_agree_with_the_schema(tail: bytes) -> None:
+    for payload in (codec.encode_base("stream_push", tail), tail):
+        fast = codec.decode_push_request(payload)
+        try:
+            slow = codec.decode_request(payload)[1]
+        except DecodeError:
+            slow = None
+        assert fast == (None if not isinstance(slow, PushRequest) else (slow.request_id, slow.data))
+        fast_c = codec.decode_push_confirm(payload)
+        try:
+            slow_c = codec.decode_response(payload, PushConfirm)
+        except DecodeError:
+            slow_c = None
+        expected = (
+            (slow_c.request_id, slow_c.status == "OK", slow_c.index)
+            if isinstance(slow_c, PushConfirm)
+            else None
+        )
+        assert fast_c == expected
+
+
+@given(st.integers(0, 2**64 - 1), st.binary(max_size=300), st.integers(0, 2**64 - 1))
+def test_fast_push_decoders_round_trip(rid: int, data: bytes, index: int) -> None:
+    assert codec.decode_push_request(codec.encode_push_request(rid, data)) == (rid, data)
+    assert codec.decode_push_confirm(codec.encode_push_confirm(rid, index)) == (rid, True, index)
+    err = codec.encode_payload(PushConfirm(rid, "ERROR", 0))
+    assert codec.decode_push_confirm(err) == (rid, False, 0)

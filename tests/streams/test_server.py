@@ -222,3 +222,27 @@ def test_server_on_the_embedded_log(tmp_path) -> None:
             assert c.get_index("me", "durable", 1) == 2
     finally:
         log.close()
+
+
+def test_push_to_a_worker_that_is_not_a_stream_fails_all_pushes_in_flight(client) -> None:
+    from loglake.wire.ockam import Address
+
+    client.addresses.map[("ghost", 0)] = Address.local(worker_address("ghost", 0))
+    with pytest.raises(UnknownStream):
+        client.push_many("ghost", [b"a", b"b", b"c"])
+    client.create_stream("real")
+    assert client.push("real", b"x") == 0  # the connection is still usable
+
+
+def test_async_push_error_lane(server) -> None:
+    from loglake.wire.ockam import Address
+
+    async def main() -> None:
+        async with await AsyncStreamClient.connect(port=server.port) as c:
+            c.addresses.map[("ghost", 0)] = Address.local(worker_address("ghost", 0))
+            with pytest.raises(UnknownStream):
+                await c.push_many("ghost", [b"a"] * 10)
+            await c.create_stream("real")
+            assert await c.push("real", b"x") == 0
+
+    asyncio.run(main())

@@ -129,3 +129,21 @@ def test_random_frame_bodies_decode_or_raise_decode_error(body: bytes) -> None:
 def test_tcp_address_type() -> None:
     a = Address(ADDRESS_TYPE_TCP, b"127.0.0.1:4000")
     assert encode_transport_message(RoutingMessage((a,), (), b"")).hex().startswith("8381a20001")
+
+
+@given(st.binary(max_size=300), st.binary(max_size=8))
+def test_repeated_route_shortcut_agrees_with_the_full_decoder(payload: bytes, junk: bytes) -> None:
+    conn = TcpConnection()
+    first = RoutingMessage(route("w"), route("p0"), b"first")
+    second = RoutingMessage(route("w"), route("p0"), payload)
+    wire = b"\x01" + encode_frame(first) + encode_frame(second)
+    assert conn.receive_data(wire) == [first, second]
+    # same routes, then a payload item with junk after it: must fail exactly as the full path
+    body = encode_transport_message(second) + junk
+    conn2 = TcpConnection()
+    conn2.receive_data(b"\x01" + encode_frame(first))
+    got = conn2.receive_data(struct.pack(">I", len(body)) + body)
+    if junk:
+        assert got == [] and isinstance(conn2.error, OckamWireError)
+    else:
+        assert got == [second]

@@ -7,9 +7,9 @@ and against ``loglake serve`` unchanged. Both drive the same sans-I/O ``ClientCo
 
 Matching replies to requests: each request carries its own return address ``r<n>`` (a local
 address in the return route, which the service copies into the reply's onward route). That
-matches every reply, including ``error`` replies that carry no request id, so many requests can be
-in flight (``push_many`` pipelines up to ``window`` pushes). Push and pull replies are also
-checked against their ``request_id``.
+matches every reply, including ``error`` replies that carry no request id, so many requests can
+be in flight (``push_many`` pipelines up to ``window`` pushes; pushes use one return address per
+partition and are matched by ``request_id``, see ``ClientCore``).
 
 Stream addresses: the spec says "The client MUST use stream address from the return route"; the
 client learns each partition's worker address from the INIT replies of a CREATE, and for a stream
@@ -96,13 +96,38 @@ def _raise_error(reply: Error, stream: str | None = None, partition: int = 0):
     raise StreamServiceError(reason)
 
 
+class _PushError(LoglakeError):
+    """Carries an ``error`` reply to a waiting push (internal)."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(error.reason)
+        self.error = error
+
+
+def _confirmed(confirm: tuple[bool, int], request_id: int) -> int:
+    ok, index = confirm
+    if not ok:
+        raise PushFailed(f"the stream service could not store request {request_id}")
+    return index
+
+
 class ClientCore:
-    """Sans-I/O client: builds request frames, sorts reply frames by request token."""
+    """Sans-I/O client: builds request frames, sorts reply frames by request.
+
+    Pushes use one return address per target partition (``p<lane>``) and a connection-unique
+    ``request_id``, so the routes of a push burst repeat (cheap to encode) and each confirm is
+    found by its id; an ``error`` reply on a lane fails the pushes in flight on it (it can only
+    mean the target is not a stream). Other requests get their own return address ``r<n>``.
+    """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.conn = TcpConnection(max_frame)
         self._n = 0
         self.replies: dict[int, list[RoutingMessage]] = defaultdict(list)
+        self.confirms: dict[int, tuple[bool, int]] = {}
+        self.push_errors: dict[int, Error] = {}
+        self._lanes: dict[Address, int] = {}
+        self._lane_routes: list[Route] = []
 
     @staticmethod
     def initial_bytes() -> bytes:
@@ -114,22 +139,46 @@ class ClientCore:
         msg = RoutingMessage(dest, (Address.local(f"r{tok}"),), payload)
         return tok, encode_frame(msg)
 
+    def lane(self, worker: Address) -> int:
+        lane = self._lanes.get(worker)
+        if lane is None:
+            lane = self._lanes[worker] = len(self._lane_routes)
+            self._lane_routes.append((Address.local(f"p{lane}"),))
+        return lane
+
+    def push_frames(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], bytes]:
+        """Frames pushing ``datas`` to ``worker``; returns their request ids and the bytes."""
+        dest = (worker,)
+        ret = self._lane_routes[self.lane(worker)]
+        rids = []
+        frames = []
+        for d in datas:
+            self._n += 1
+            rids.append(self._n)
+            frames.append(
+                encode_frame(RoutingMessage(dest, ret, codec.encode_push_request(self._n, d)))
+            )
+        return rids, b"".join(frames)
+
     def receive_data(self, data: bytes) -> None:
         for msg in self.conn.receive_data(data):
-            tok = self._token(msg)
-            if tok is not None:
-                self.replies[tok].append(msg)
+            if not msg.onward_route:
+                continue
+            v = msg.onward_route[0].value
+            if v[:1] == b"p" and v[1:].isdigit():
+                c = codec.decode_push_confirm(msg.payload)
+                if c is not None:
+                    self.confirms[c[0]] = (c[1], c[2])
+                    continue
+                try:
+                    r = codec.decode_response(msg.payload, PushConfirm)
+                except LoglakeError as e:
+                    r = Error(f"undecodable push reply: {e}")
+                self.push_errors[int(v[1:])] = r if isinstance(r, Error) else Error(repr(r))
+            elif v[:1] == b"r" and v[1:].isdigit():
+                self.replies[int(v[1:])].append(msg)
         if self.conn.error is not None:
             raise self.conn.error
-
-    @staticmethod
-    def _token(msg: RoutingMessage) -> int | None:
-        if not msg.onward_route:
-            return None
-        v = msg.onward_route[0].value
-        if v[:1] != b"r" or not v[1:].isdigit():
-            return None
-        return int(v[1:])
 
 
 # -- request builders shared by both clients -------------------------------------------------
@@ -216,12 +265,6 @@ class StreamClient:
             raise StreamServiceError("the stream service closed the connection")
         self.core.receive_data(data)
 
-    def _wait(self, tok: int, count: int = 1) -> list[RoutingMessage]:
-        replies = self.core.replies
-        while len(replies.get(tok, ())) < count:
-            self._read()
-        return replies.pop(tok)
-
     def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
         """Send one request; wait for ``count`` replies (or the first, if it is an error)."""
         tok, frame = self.core.request(dest, payload)
@@ -236,8 +279,7 @@ class StreamClient:
     def _address(self, stream: str, partition: int) -> Address:
         addr = self.addresses.map.get((stream, partition))
         if addr is None:
-            summary = self.info(stream)[0]
-            n = len(summary.partitions)
+            n = len(self.info(stream)[0].partitions)
             if partition >= n:
                 raise UnknownPartition(stream, partition, n)
             self.create_stream(stream, n)
@@ -254,32 +296,22 @@ class StreamClient:
         return self.push_many(stream, [data], partition)[0]
 
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
-        dest = (self._address(stream, partition),)
+        """Push in order with up to ``window`` pushes in flight; return their indexes."""
+        worker = self._address(stream, partition)
+        lane = self.core.lane(worker)
         out: list[int] = []
         window = max(1, self.window)
+        confirms, errors = self.core.confirms, self.core.push_errors
         for lo in range(0, len(datas), window):
-            chunk = datas[lo : lo + window]
-            toks = []
-            frames = []
-            for i, d in enumerate(chunk):
-                tok, frame = self.core.request(dest, codec.encode_push_request(lo + i, d))
-                toks.append(tok)
-                frames.append(frame)
-            self.sock.sendall(b"".join(frames))
-            for i, tok in enumerate(toks):
-                out.append(self._confirm(self._wait(tok)[0], lo + i, stream, partition))
+            rids, frames = self.core.push_frames(worker, datas[lo : lo + window])
+            self.sock.sendall(frames)
+            for rid in rids:
+                while rid not in confirms:
+                    if lane in errors:
+                        _raise_error(errors.pop(lane), stream, partition)
+                    self._read()
+                out.append(_confirmed(confirms.pop(rid), rid))
         return out
-
-    @staticmethod
-    def _confirm(reply: RoutingMessage, request_id: int, stream: str, partition: int) -> int:
-        r = codec.decode_response(reply.payload, PushConfirm)
-        if isinstance(r, Error):
-            _raise_error(r, stream, partition)
-        if r.request_id != request_id:
-            raise RemoteProtocolError(f"PushConfirm for request {r.request_id}, not {request_id}")
-        if r.status != "OK":
-            raise PushFailed(f"the stream service could not store request {request_id}")
-        return r.index
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         dest = (self._address(stream, partition),)
@@ -326,6 +358,7 @@ class AsyncStreamClient:
         self.core = ClientCore()
         self.addresses = _Addresses()
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
+        self._push_waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._failure: LoglakeError | None = None
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -337,6 +370,9 @@ class AsyncStreamClient:
             reader, writer = await asyncio.open_connection(host, port)
         except OSError as e:
             raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
+        writer.transport.get_extra_info("socket").setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )
         writer.write(ClientCore.initial_bytes())
         return cls(reader, writer, window)
 
@@ -367,12 +403,26 @@ class AsyncStreamClient:
 
     def _fail(self, e: LoglakeError) -> None:
         self._failure = e
-        for _, fut in self._waiters.values():
+        for _, fut in [*self._waiters.values(), *self._push_waiters.values()]:
             if not fut.done():
                 fut.set_exception(e)
         self._waiters.clear()
+        self._push_waiters.clear()
 
     def _deliver(self) -> None:
+        confirms, waiters = self.core.confirms, self._push_waiters
+        for rid in list(confirms):
+            confirm = confirms.pop(rid)
+            w = waiters.pop(rid, None)
+            if w is not None and not w[1].done():
+                w[1].set_result(confirm)
+        for lane, err in list(self.core.push_errors.items()):
+            del self.core.push_errors[lane]
+            for rid, (ln, fut) in list(waiters.items()):
+                if ln == lane:
+                    del waiters[rid]
+                    if not fut.done():
+                        fut.set_exception(_PushError(err))
         replies = self.core.replies
         for tok in [t for t in replies if t in self._waiters]:
             count, fut = self._waiters[tok]
@@ -382,17 +432,14 @@ class AsyncStreamClient:
                 if not fut.done():
                     fut.set_result(replies.pop(tok))
 
-    def _send(self, dest: Route, payload: bytes, count: int = 1) -> asyncio.Future:
+    async def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
         if self._failure is not None:
             raise self._failure
         tok, frame = self.core.request(dest, payload)
         fut = asyncio.get_running_loop().create_future()
         self._waiters[tok] = (count, fut)
         self._writer.write(frame)
-        return fut
-
-    async def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
-        return await self._send(dest, payload, count)
+        return await fut
 
     async def _address(self, stream: str, partition: int) -> Address:
         addr = self.addresses.map.get((stream, partition))
@@ -413,18 +460,30 @@ class AsyncStreamClient:
         return (await self.push_many(stream, [data], partition))[0]
 
     async def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
-        dest = (await self._address(stream, partition),)
+        worker = await self._address(stream, partition)
+        lane = self.core.lane(worker)
         out: list[int] = []
         window = max(1, self.window)
+        loop = asyncio.get_running_loop()
         for lo in range(0, len(datas), window):
-            futs = [
-                self._send(dest, codec.encode_push_request(lo + i, d))
-                for i, d in enumerate(datas[lo : lo + window])
-            ]
+            if self._failure is not None:
+                raise self._failure
+            rids, frames = self.core.push_frames(worker, datas[lo : lo + window])
+            futs = []
+            for rid in rids:
+                fut = loop.create_future()
+                self._push_waiters[rid] = (lane, fut)
+                futs.append(fut)
+            self._writer.write(frames)
             await self._writer.drain()
-            for i, fut in enumerate(futs):
-                reply = (await fut)[0]
-                out.append(StreamClient._confirm(reply, lo + i, stream, partition))
+            try:
+                for rid, fut in zip(rids, futs, strict=True):
+                    out.append(_confirmed(await fut, rid))
+            except _PushError as e:
+                _raise_error(e.error, stream, partition)
+            finally:
+                for rid in rids:
+                    self._push_waiters.pop(rid, None)
         return out
 
     async def pull(

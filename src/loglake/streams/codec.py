@@ -219,3 +219,41 @@ def encode_push_request(request_id: int, data: bytes) -> bytes:
 def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
     body = bare.encode_uint(request_id) + (b"\x00" if ok else b"\x01") + bare.encode_uint(index)
     return _PUSH_PREFIX + bare.encode_uint(len(body)) + body
+
+
+def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
+    """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
+    (the caller then takes the generic path, which reports what is wrong)."""
+    if not payload.startswith(_PUSH_PREFIX):
+        return None
+    try:
+        n, pos = bare.decode_uint(payload, len(_PUSH_PREFIX))
+        if pos + n != len(payload):
+            return None
+        rid, pos = bare.decode_uint(payload, pos)
+        size, pos = bare.decode_uint(payload, pos)
+    except DecodeError:
+        return None
+    if pos + size != len(payload):
+        return None
+    return rid, payload[pos:]
+
+
+def decode_push_confirm(payload: bytes) -> tuple[int, bool, int] | None:
+    """``(request_id, ok, index)`` if ``payload`` is exactly a ``PushConfirm``, else None."""
+    if not payload.startswith(_PUSH_PREFIX):
+        return None
+    try:
+        n, pos = bare.decode_uint(payload, len(_PUSH_PREFIX))
+        if pos + n != len(payload):
+            return None
+        rid, pos = bare.decode_uint(payload, pos)
+        if pos >= len(payload) or payload[pos] > 1:
+            return None
+        ok = payload[pos] == 0
+        index, pos = bare.decode_uint(payload, pos + 1)
+    except DecodeError:
+        return None
+    if pos != len(payload):
+        return None
+    return rid, ok, index

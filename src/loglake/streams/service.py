@@ -91,6 +91,9 @@ def worker_address(stream: str, partition: int, prefix: str = STREAM_SERVICE_ADD
     return f"{prefix}/{stream}/{partition}"
 
 
+_Pending = tuple[int, tuple[int, bytes], RoutingMessage]
+
+
 @dataclass(frozen=True, slots=True)
 class _Target:
     stream: str
@@ -124,7 +127,7 @@ class StreamService:
         self._worker_prefix = (service_address + "/").encode()
         self._rng = rng or random.SystemRandom()
         self.max_pull_bytes = max_pull_bytes
-        self._known: set[tuple[str, int]] = set()
+        self._targets: dict[bytes, _Target] = {}  # worker address value -> target
 
     # -- entry points ------------------------------------------------------------------------
     def handle(self, msg: RoutingMessage) -> list[RoutingMessage]:
@@ -132,13 +135,17 @@ class StreamService:
 
     def handle_batch(self, msgs: Sequence[RoutingMessage]) -> list[list[RoutingMessage]]:
         out: list[list[RoutingMessage]] = [[] for _ in msgs]
-        # pending pushes per target: list of (input position, PushRequest)
-        pending: dict[_Target, list[tuple[int, PushRequest, RoutingMessage]]] = {}
+        # pending pushes per target (keyed by the worker address bytes: their hash is cached):
+        # (target, [(input position, (request_id, data), message)])
+        pending: dict[bytes, tuple[_Target, list[_Pending]]] = {}
         for i, msg in enumerate(msgs):
             push = self._as_push(msg)
             if push is not None:
                 target, req = push
-                pending.setdefault(target, []).append((i, req, msg))
+                slot = pending.get(target.address.value)
+                if slot is None:
+                    slot = pending[target.address.value] = (target, [])
+                slot[1].append((i, req, msg))
                 continue
             if pending:
                 self._flush(pending, out)
@@ -153,31 +160,31 @@ class StreamService:
         return out
 
     # -- push fast path --------------------------------------------------------------------
-    def _as_push(self, msg: RoutingMessage) -> tuple[_Target, PushRequest] | None:
+    def _as_push(self, msg: RoutingMessage) -> tuple[_Target, tuple[int, bytes]] | None:
+        """A well-formed push ``(request_id, data)`` to a known stream worker, else None (the
+        generic path then answers it)."""
         if not msg.onward_route:
             return None
         dest = msg.onward_route[0]
         if dest.type != ADDRESS_TYPE_LOCAL or not dest.value.startswith(self._worker_prefix):
             return None
-        target = self._target(dest)
+        push = codec.decode_push_request(msg.payload)
+        if push is None:
+            return None
+        target = self._targets.get(dest.value) or self._target(dest)
         if target is None:
             return None
-        try:
-            _, req = codec.decode_request(msg.payload)
-        except DecodeError:
-            return None
-        if not isinstance(req, PushRequest):
-            return None
-        return target, req
+        return target, push
 
     def _flush(self, pending, out) -> None:
-        for target, items in pending.items():
-            entries = [Entry(req.data) for _, req, _ in items]
+        """Append each target's pending pushes with one ``append_many``; fill in confirms."""
+        for target, items in pending.values():
+            entries = [Entry(data) for _, (_, data), _ in items]
             try:
                 indexes = self.log.append_many(target.stream, target.partition, entries)
                 confirms = [
-                    codec.encode_push_confirm(req.request_id, idx)
-                    for (_, req, _), idx in zip(items, indexes, strict=True)
+                    codec.encode_push_confirm(rid, idx)
+                    for (_, (rid, _), _), idx in zip(items, indexes, strict=True)
                 ]
             except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
                 if not isinstance(e, LoglakeError):
@@ -192,12 +199,12 @@ class StreamService:
                     error=str(e),
                 )
                 confirms = [
-                    codec.encode_payload(PushConfirm(req.request_id, "ERROR", 0))
-                    for _, req, _ in items
+                    codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items
                 ]
+            src = (target.address,)
             for (i, _, msg), payload in zip(items, confirms, strict=True):
                 if msg.return_route:
-                    out[i] = [RoutingMessage(msg.return_route, (target.address,), payload)]
+                    out[i] = [RoutingMessage(msg.return_route, src, payload)]
 
     # -- dispatch --------------------------------------------------------------------------
     def _dispatch(self, msg: RoutingMessage) -> list[RoutingMessage]:
@@ -211,7 +218,7 @@ class StreamService:
             if dest == self._index_addr:
                 return self._on_index(msg)
             if dest.value.startswith(self._worker_prefix):
-                target = self._target(dest)
+                target = self._targets.get(dest.value) or self._target(dest)
                 if target is not None:
                     return self._on_worker(msg, target)
                 return self._error(msg, dest, f"unknown stream worker {dest.name!r}")
@@ -223,16 +230,16 @@ class StreamService:
         if not sep or not part.isdigit() or (part != "0" and part.startswith("0")):
             return None
         partition = int(part)
-        key = (name, partition)
-        if key not in self._known:
-            try:
-                info = self.log.stream_info(name)
-            except LoglakeError:
-                return None
-            if partition >= len(info.partitions):
-                return None
-            self._known.add(key)
-        return _Target(name, partition, dest)
+        try:
+            info = self.log.stream_info(name)
+        except LoglakeError:
+            return None
+        if partition >= len(info.partitions):
+            return None
+        target = _Target(name, partition, dest)
+        if len(self._targets) < 100_000:  # streams are never deleted (spec: no deletion API yet)
+            self._targets[dest.value] = target
+        return target
 
     def _reply(self, msg: RoutingMessage, src: Address, response: object, protocol=None):
         if not msg.return_route:
@@ -300,7 +307,6 @@ class StreamService:
             return self._error(msg, src, str(e))
         out = []
         for p in range(n):
-            self._known.add((name, p))
             worker = Address.local(worker_address(name, p, self.service_address))
             response = (
                 Init(name) if partitioned is None else CreatePartitionedStreamResponse(name, p)
@@ -336,7 +342,7 @@ class StreamService:
             return self._error(msg, target.address, INVALID_REQUEST)
         if isinstance(req, PushRequest):  # normally taken by the batch path
             out: list[list[RoutingMessage]] = [[]]
-            self._flush({target: [(0, req, msg)]}, out)
+            self._flush({b"": (target, [(0, (req.request_id, req.data), msg)])}, out)
             return out[0]
         if isinstance(req, PullRequest):
             return self._pull(msg, target, req)
