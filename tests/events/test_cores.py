@@ -73,10 +73,10 @@ def test_open_ended_replay_carries_end_id_on_every_event():
     w.register_publication()
     w.publish(500)
     w.subscribe("bob")
-    rid = w.replay("bob", 420, None).value
+    rid = w.replay("bob", 250, None).value  # three publisher batches of 100
     w.net.run()
     notes = w.bob.take()
-    assert [n.event_id for n in notes] == list(range(420, 500))
+    assert [n.event_id for n in notes] == list(range(250, 500))
     assert {map_get(n.headers, H_REPLAY_END_ID)["Nat"] for n in notes} == {499}
     assert w.bob.replays[rid].reached_end
 

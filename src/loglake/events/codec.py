@@ -480,7 +480,49 @@ _M = [
         _ident,
     ),
 ]
-METHODS: dict[str, Method] = {m.name: m for m in _M}
+# loglake's local methods (Candid too): a publisher's own key publishes, a subscriber's own key
+# reads its inbox. Not ICRC methods; the CLI and tests use them.
+PublishItem = Types.Record({"data": T.ICRC16, "headers": Types.Opt(T.ICRC16Map)})
+_LOCAL = {
+    "loglake_publish": Method(
+        "loglake_publish",
+        Types.Tuple(Types.Text, Types.Vec(PublishItem)),
+        Types.Vec(Types.Nat),
+        lambda a: [
+            a[0],
+            [
+                {
+                    "data": icrc16.to_candid(icrc16.validate(d)),
+                    "headers": [] if h is None else [icrc16.map_to_candid(h)],
+                }
+                for d, h in a[1]
+            ],
+        ],
+        lambda v: (
+            v[0],
+            [
+                (
+                    icrc16.from_candid(i["data"]),
+                    icrc16.map_from_candid(i["headers"][0]) if i["headers"] else None,
+                )
+                for i in v[1]
+            ],
+        ),
+        list,
+        list,
+    ),
+    "loglake_inbox": Method(
+        "loglake_inbox",
+        Types.Nat,
+        Types.Vec(T.EventNotification),
+        int,
+        int,
+        _vec(notification_to),
+        _vec(notification_from),
+    ),
+}
+
+METHODS: dict[str, Method] = {m.name: m for m in _M} | _LOCAL
 
 
 def principal_of(v: Any) -> Principal:

@@ -126,6 +126,7 @@ class Replay:
     status: ReplayState = PENDING
     filter: Filter | None = None
     skip: Skip | None = None
+    cancel_requested: bool = False
 
     def to_status(self) -> ReplayStatus:
         stats: ICRC16Map = [
@@ -472,8 +473,10 @@ class Orchestrator(Role):
             return Err("Unauthorized")
         if rep.status.final:
             return Err("CannotCancel", f"replay is already {rep.status}")
-        sent = 0
-        rep.status = ReplayState("canceled", sent)
+        if rep.cancel_requested:
+            return Err("CannotCancel", "cancel already requested")
+        # The status becomes canceled(n) when the publisher reports how many it sent.
+        rep.cancel_requested = True
         # Publisher first: it stops enqueuing (ICRC-77 step 8); then the broadcaster drops
         # whatever is still in flight for this replay.
         self._emit(
@@ -502,10 +505,6 @@ class Orchestrator(Role):
         if rep.publisher != caller:
             return _generic(E_NOT_ASSIGNED, "only the assigned publisher reports status")
         cur, new = rep.status.tag, u.status.tag
-        if cur == "canceled" and new in ("canceled", "completed"):
-            # the publisher's final count for a replay we already marked canceled
-            rep.status = ReplayState("canceled", u.status.value if new != "errored" else 0)
-            return Ok(None)
         allowed = {
             "pending": {"running", "completed", "errored", "canceled"},
             "running": {"running", "completed", "errored", "canceled"},

@@ -100,11 +100,15 @@ def procure(
     source: Principal,
     open_ended: bool,
     batch: int = 1000,
+    last_id: int | None = None,
 ) -> Iterator[Event]:
-    """ICRC-77 step 5: the events ``[start, end)`` of ``namespace`` with the replay headers."""
+    """ICRC-77 step 5: the events ``[start, end)`` of ``namespace`` with the replay headers.
+
+    ``last_id`` is the replay's last event id (for ``end_id``) when ``end`` only bounds one
+    batch of it; it defaults to ``end - 1``."""
     extra: ICRC16Map = [(H_REPLAY_ID, {"Nat": replay_id})]
     if open_ended:
-        extra.append((H_REPLAY_END_ID, {"Nat": end - 1}))
+        extra.append((H_REPLAY_END_ID, {"Nat": end - 1 if last_id is None else last_id}))
     for rec in log.iter_records(namespace, 0, start, end, batch=batch):
         yield event_of(rec, source, extra)
 
@@ -218,9 +222,11 @@ class Publisher(Role):
             for rid in sysmsg.read_ids(payload, key):
                 r = self.replays.get(rid)
                 if r is not None and not r.done:
+                    # stop enqueuing; report canceled(n) once the calls in flight are answered
                     r.canceled = True
                     r.retry.clear()
-                    self._finish(r, ReplayState("canceled", r.sent))
+                    if r.inflight == 0:
+                        self._finish(r, ReplayState("canceled", r.sent))
         else:
             raise sysmsg.SysMessageError(f"unknown publisher system key {key!r}")
 
@@ -256,6 +262,11 @@ class Publisher(Role):
         for r in list(self.replays.values()):
             if r.done:
                 continue
+            if r.canceled:
+                if r.inflight == 0:
+                    self._finish(r, ReplayState("canceled", r.sent))
+                    queued = True
+                continue
             if not r.started:
                 r.started = True
                 self.outbox.append(
@@ -282,6 +293,7 @@ class Publisher(Role):
                             self.principal,
                             r.open_ended,
                             self.batch_size,
+                            r.end - 1,
                         )
                     )
                     r.cursor = stop

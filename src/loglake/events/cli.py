@@ -1,0 +1,347 @@
+"""``loglake events``: run a role, publish, subscribe, and manage ICRC-77 replays.
+
+Every command that talks to a role signs its calls with an Ed25519 key file (``keygen``
+writes one); the caller's principal is what the orchestrator authorises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loglake.errors import LoglakeError
+from loglake.events.client import EventsClient
+from loglake.events.identity import Identity, principal_from_text
+from loglake.events.messages import (
+    C_PRICING,
+    C_REPLAY,
+    GetReplays,
+    Ok,
+    OrchestrationFilter,
+    Registration,
+    ReplayRegistration,
+    ReplayStatus,
+)
+from loglake.wire.icrc16 import Property
+
+console = Console()
+
+
+class CliError(LoglakeError):
+    pass
+
+
+def load_identity(path: str) -> Identity:
+    try:
+        seed = bytes.fromhex(Path(path).read_text().strip())
+        return Identity.from_seed(seed)
+    except (OSError, ValueError) as e:
+        raise CliError(f"cannot read key file {path}: {e}") from e
+
+
+def _config(filter_: str | None, skip: str | None, prefix: str = "") -> list:
+    cfg: list = []
+    if filter_:
+        cfg.append((f"{prefix}filter", {"Text": filter_}))
+    if skip:
+        try:
+            nums = [int(x) for x in skip.split(",")]
+        except ValueError as e:
+            raise CliError("--skip is MOD[,OFFSET]") from e
+        cfg.append((f"{prefix}skip", {"Array": [{"Nat": n} for n in nums]}))
+    return cfg
+
+
+def _unwrap(result: object, what: str) -> int:
+    if isinstance(result, Ok):
+        return result.value
+    raise CliError(f"{what} refused: {result}")
+
+
+key_opt = click.option(
+    "--key", "key", required=True, envvar="LOGLAKE_EVENTS_KEY", help="Ed25519 key file (keygen)."
+)
+url_opt = click.option(
+    "--url",
+    required=True,
+    envvar="LOGLAKE_EVENTS_URL",
+    help="The role to call, e.g. http://127.0.0.1:8701 (the orchestrator for most commands).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """ICRC-72 pub/sub with ICRC-77 event replay."""
+
+
+@command.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+def keygen(path: str) -> None:
+    """Write a new Ed25519 key (32-byte seed, hex) to PATH and print its principal."""
+    ident = Identity.generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(ident.seed.hex())
+    console.print(ident.principal.to_str())
+
+
+@command.command()
+@click.option("--key", "key", required=True, help="Ed25519 key file.")
+def whoami(key: str) -> None:
+    """Print the principal of a key file."""
+    console.print(load_identity(key).principal.to_str())
+
+
+@command.command()
+@click.option(
+    "--role",
+    type=click.Choice(["orchestrator", "broadcaster", "publisher", "subscriber"]),
+    required=True,
+)
+@key_opt
+@click.option("--port", type=int, required=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--directory", required=True, help="JSON {principal: url} of every role.")
+@click.option("--orchestrator", help="The orchestrator's principal (all roles but itself).")
+@click.option("--broadcaster", "broadcasters", multiple=True, help="(orchestrator) broadcasters.")
+@click.option("--data-dir", help="Log directory (default: in memory).")
+@click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
+@click.option("--price-per-event", type=int, default=0, help="(publisher) icrc77:pricing.")
+@click.option("--mint", multiple=True, help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.")
+@click.option("--max-events-per-replay", type=int, default=5_000_000, show_default=True)
+@click.option("--batch-size", type=int, default=500, show_default=True)
+@click.option("--throttle-ms", type=float, default=0.0, help="(publisher) pause between batches.")
+def serve(
+    role: str,
+    key: str,
+    port: int,
+    host: str,
+    directory: str,
+    orchestrator: str | None,
+    broadcasters: tuple[str, ...],
+    data_dir: str | None,
+    register_ns: str | None,
+    price_per_event: int,
+    mint: tuple[str, ...],
+    max_events_per_replay: int,
+    batch_size: int,
+    throttle_ms: float,
+) -> None:
+    """Run one role over HTTP until interrupted."""
+    from aiohttp import web
+
+    from loglake.events.broadcaster import Broadcaster
+    from loglake.events.ledger import Ledger, account
+    from loglake.events.orchestrator import Orchestrator, Quotas
+    from loglake.events.publisher import Publisher
+    from loglake.events.server import RoleServer, load_directory
+    from loglake.events.subscriber import Subscriber
+    from loglake.log import MemoryLog, open_log
+
+    ident = load_identity(key)
+    me = ident.principal
+    lg = open_log(data_dir) if data_dir else MemoryLog()
+    if role != "orchestrator" and not orchestrator:
+        raise CliError("--orchestrator is required for this role")
+    orch = principal_from_text(orchestrator) if orchestrator else me
+    if role == "orchestrator":
+        ledger = Ledger.open(lg, fee=1)
+        for m in mint:
+            who, _, amount = m.partition("=")
+            ledger.mint(account(principal_from_text(who)), int(amount), time.time_ns())
+        core = Orchestrator(
+            me,
+            lg,
+            [principal_from_text(b) for b in broadcasters],
+            Quotas(max_events_per_replay=max_events_per_replay),
+            ledger,
+        )
+    elif role == "broadcaster":
+        core = Broadcaster(me, orch)
+    elif role == "publisher":
+        core = Publisher(me, orch, lg, batch_size=batch_size)
+        if register_ns:
+            cfg: list = [(C_REPLAY, {"Bool": True})]
+            if price_per_event:
+                cfg.append(
+                    (
+                        C_PRICING,
+                        {
+                            "Class": [
+                                Property("perEvent", {"Nat": price_per_event}),
+                                Property("currency", {"Text": "icrc1:loglake"}),
+                            ]
+                        },
+                    )
+                )
+            core.register(register_ns, cfg)
+    else:
+        core = Subscriber(me, orch)
+    server = RoleServer(core, ident, load_directory(directory), throttle_s=throttle_ms / 1000)
+    console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}")
+    web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("namespace")
+@click.option("--text", "texts", multiple=True, help="Publish #Text(TEXT) (repeatable).")
+@click.option("--count", type=int, default=0, help="Publish COUNT generated #Blob events.")
+@click.option("--size", type=int, default=200, show_default=True, help="Bytes per #Blob.")
+@click.option("--batch", type=int, default=1000, show_default=True)
+def publish(url, key, namespace, texts, count, size, batch) -> None:
+    """Publish events (call the PUBLISHER's URL with the publisher's key)."""
+    c = EventsClient(url, load_identity(key))
+    items = [({"Text": t}, None) for t in texts]
+    items += [({"Blob": i.to_bytes(8, "big") * (size // 8 + 1)}, None) for i in range(count)]
+    ids: list[int] = []
+    for lo in range(0, len(items), batch):
+        ids += c.call("loglake_publish", (namespace, items[lo : lo + batch]))
+    if ids:
+        console.print(f"published {len(ids)} events: ids {ids[0]}..{ids[-1]}")
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("namespace")
+@click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
+@click.option("--skip", help="MOD[,OFFSET]: deliver id i iff (i+OFFSET) % MOD == 0.")
+@click.option("--stopped", is_flag=True, help="Register stopped (no live delivery).")
+def subscribe(url, key, namespace, filter_, skip, stopped) -> None:
+    """Register a subscription with the orchestrator."""
+    cfg = _config(filter_, skip, "icrc72:subscription:")
+    if stopped:
+        cfg.append(("icrc72:subscription:stopped", {"Bool": True}))
+    [r] = EventsClient(url, load_identity(key)).call(
+        "icrc72_register_subscription", [Registration(namespace, cfg)]
+    )
+    console.print(f"subscription {_unwrap(r, 'subscription')} on {namespace}")
+
+
+def _status(c: EventsClient, rid: int) -> ReplayStatus:
+    for s in c.call("icrc77_get_replays", GetReplays(take=1000)):
+        if s is not None and s.replay_id == rid:
+            return s
+    raise CliError(f"no replay {rid} visible to this key")
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("namespace")
+@click.option("--from", "start", type=int, required=True, help="First event id.")
+@click.option("--to", "end", type=int, default=None, help="End (exclusive); default: head.")
+@click.option("--filter", "filter_")
+@click.option("--skip", help="MOD[,OFFSET]")
+@click.option("--no-wait", is_flag=True, help="Return once registered.")
+@click.option("--timeout", type=float, default=600.0, show_default=True)
+def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> None:
+    """Register an ICRC-77 replay and show its progress until it ends."""
+    ident = load_identity(key)
+    c = EventsClient(url, ident)
+    [r] = c.call(
+        "icrc77_register_replay",
+        [ReplayRegistration(namespace, start, end, _config(filter_, skip))],
+    )
+    rid = _unwrap(r, "replay")
+    console.print(f"replay {rid} registered")
+    if no_wait:
+        return
+    st = _status(c, rid)
+    expected = next((v["Nat"] for k, v in st.stats if k == "icrc77:replay:expected"), None)
+    deadline = time.monotonic() + timeout
+    with Progress(
+        TextColumn("replay {task.fields[rid]} [bold]{task.fields[state]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("replay", total=expected, rid=rid, state=str(st.status))
+        while not st.status.final and time.monotonic() < deadline:
+            time.sleep(0.2)
+            st = _status(c, rid)
+            bar.update(task, state=str(st.status))
+        done = st.status.value if isinstance(st.status.value, int) else None
+        bar.update(task, completed=done if done is not None else 0, state=str(st.status))
+    if st.status.tag != "completed":
+        raise CliError(f"replay {rid} ended {st.status}")
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("spender")
+@click.argument("amount", type=int)
+def approve(url, key, spender, amount) -> None:
+    """ICRC-2 approve SPENDER (the orchestrator's principal) to spend AMOUNT for replays."""
+    c = EventsClient(url, load_identity(key))
+    r = c.call("icrc2_approve", (principal_from_text(spender), amount))
+    console.print(f"approved {amount} (block {_unwrap(r, 'approve')})")
+    bal = c.call("icrc1_balance_of", (load_identity(key).principal, None))
+    console.print(f"balance {bal}")
+
+
+@command.command(name="replay-status")
+@url_opt
+@key_opt
+@click.argument("replay_id", type=int)
+def replay_status(url, key, replay_id) -> None:
+    """Show one replay's status."""
+    st = _status(EventsClient(url, load_identity(key)), replay_id)
+    console.print_json(json.dumps(_row(st)))
+
+
+def _row(s: ReplayStatus) -> dict:
+    return {
+        "replayId": s.replay_id,
+        "namespace": s.namespace,
+        "range": [s.start, s.end],
+        "status": str(s.status),
+        "stats": {k: str(next(iter(v.values()))) for k, v in s.stats},
+    }
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("replay_ids", type=int, nargs=-1, required=True)
+def cancel(url, key, replay_ids) -> None:
+    """Cancel replays (sent notifications stay sent)."""
+    for rid, r in zip(
+        replay_ids,
+        EventsClient(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
+        strict=True,
+    ):
+        console.print(f"{rid}: {'canceled' if isinstance(r, Ok) else r}")
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.option("--namespace", help="Only this namespace.")
+@click.option("--take", type=int, default=100, show_default=True)
+def replays(url, key, namespace, take) -> None:
+    """List the replays this key can see."""
+    flt = OrchestrationFilter(slices=(("ByNamespace", namespace),)) if namespace else None
+    rows = EventsClient(url, load_identity(key)).call(
+        "icrc77_get_replays", GetReplays(None, take, flt)
+    )
+    t = Table("id", "namespace", "range", "status")
+    for s in rows:
+        if s is not None:
+            t.add_row(str(s.replay_id), s.namespace, f"[{s.start}, {s.end})", str(s.status))
+    console.print(t)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m loglake.events.cli`
+    command()

@@ -1,0 +1,103 @@
+"""Each events role in its own process on loopback (`python -m loglake.events.cli serve`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loglake.events.client import EventsClient
+from loglake.events.identity import Identity
+from tests.conftest import free_port
+
+ROLES = ("orchestrator", "broadcaster", "subscriber", "publisher")
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"port {port} not listening after {timeout}s")
+
+
+@dataclass
+class Cluster:
+    tmp: Path
+    namespace: str = "com.example.e2e"
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ids = {r: Identity.generate() for r in ROLES}
+        self.ports = {r: free_port() for r in ROLES}
+        self.urls = {r: f"http://127.0.0.1:{p}" for r, p in self.ports.items()}
+        self.keys: dict[str, Path] = {}
+        for r, ident in self.ids.items():
+            self.keys[r] = self.tmp / f"{r}.key"
+            self.keys[r].write_text(ident.seed.hex())
+        directory = {self.ids[r].principal.to_str(): self.urls[r] for r in ROLES}
+        self.directory = self.tmp / "directory.json"
+        self.directory.write_text(json.dumps(directory))
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def principal(self, role: str) -> str:
+        return self.ids[role].principal.to_str()
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for r in ROLES:  # orchestrator first: the others call it at start
+            args = [
+                sys.executable,
+                "-m",
+                "loglake.events.cli",
+                "serve",
+                "--role",
+                r,
+                "--key",
+                str(self.keys[r]),
+                "--port",
+                str(self.ports[r]),
+                "--directory",
+                str(self.directory),
+            ]
+            if r == "orchestrator":
+                args += ["--broadcaster", self.principal("broadcaster")]
+            else:
+                args += ["--orchestrator", self.principal("orchestrator")]
+            if r == "publisher":
+                args += ["--register", self.namespace]
+            args += self.extra.get(r, [])
+            log = open(self.tmp / f"{r}.log", "wb")  # noqa: SIM115 - closed with the process
+            self.procs[r] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            wait_port(self.ports[r], self.procs[r])
+
+    def stop(self, role: str | None = None) -> None:
+        for r in [role] if role else list(self.procs):
+            p = self.procs.pop(r, None)
+            if p is None:
+                continue
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def client(self, role: str, as_role: str | None = None, ident: Identity | None = None):
+        return EventsClient(self.urls[role], ident or self.ids[as_role or role])
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {r}\n{(self.tmp / f'{r}.log').read_text(errors='replace')[-3000:]}"
+            for r in ROLES
+            if (self.tmp / f"{r}.log").exists()
+        )

@@ -1,0 +1,211 @@
+"""End to end: orchestrator, broadcaster, publisher and subscriber each in its own process.
+
+Issue 6 "Tests": publish 10,000 events; a subscriber that joined late replays [from, to) and
+[from, null) and receives exactly the matching events, each once, with the replay headers;
+filter and skip; cancel mid-way; status pending → running → completed(n) / canceled(n) /
+errored(text); bad input (malformed Candid, bad signature, unknown namespace, from > to, huge
+range, cancelling another's replay) → the right error and no state change.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loglake.events.client import CallRejected, post_raw
+from loglake.events.identity import Identity
+from loglake.events.messages import (
+    H_REPLAY_END_ID,
+    H_REPLAY_ID,
+    Err,
+    GetReplays,
+    Ok,
+    Registration,
+    ReplayRegistration,
+    ReplayState,
+)
+from loglake.wire.icrc16 import map_get
+from tests.events.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+N = 10_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(
+        tmp_path_factory.mktemp("events-e2e"),
+        extra={
+            "publisher": ["--batch-size", "100", "--throttle-ms", "5"],
+            "orchestrator": ["--max-events-per-replay", "8000"],
+        },
+    )
+    c.start()
+    try:
+        pub = c.client("publisher")
+        deadline = time.monotonic() + 20
+        while True:  # the publisher registers at start; wait until its broadcaster is known
+            try:
+                for lo in range(0, N, 1000):
+                    items = [
+                        ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
+                        for i in range(lo, lo + 1000)
+                    ]
+                    assert pub.call("loglake_publish", (c.namespace, items)) == list(
+                        range(lo, lo + 1000)
+                    )
+                break
+            except CallRejected:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        # The late subscriber subscribes stopped: live events the publisher may still be
+        # forwarding must not reach it (its dedup would then hide their replays).
+        sub = c.client("orchestrator", "subscriber")
+        stopped = [("icrc72:subscription:stopped", {"Bool": True})]
+        [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, stopped)])
+        assert isinstance(r, Ok), r
+        time.sleep(0.3)  # let the publisher's head update and the assignments land
+        yield c
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def wait_final(c: Cluster, rid: int, timeout: float = 25.0) -> list[ReplayState]:
+    sub = c.client("orchestrator", "subscriber")
+    seen: list[ReplayState] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == rid]
+        if not seen or seen[-1] != st.status:
+            seen.append(st.status)
+        if st.status.final:
+            return seen
+        time.sleep(0.02)
+    raise AssertionError(f"replay {rid} still {seen} after {timeout}s\n{c.logs()}")
+
+
+def drain(c: Cluster, want: int | None = None, timeout: float = 10.0):
+    inbox = c.client("subscriber")
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out += inbox.call("loglake_inbox", 100_000)
+        if want is None or len(out) >= want:
+            time.sleep(0.2)  # and nothing more arrives
+            out += inbox.call("loglake_inbox", 100_000)
+            return out
+        time.sleep(0.05)
+    return out
+
+
+def register(c: Cluster, start, end, config=None, ns=None, who="subscriber"):
+    client = c.client("orchestrator", who)
+    [r] = client.call(
+        "icrc77_register_replay", [ReplayRegistration(ns or c.namespace, start, end, config or [])]
+    )
+    return r
+
+
+def test_closed_range_replay_exactly_once_with_headers(cluster):
+    r = register(cluster, 2000, 3000)
+    assert isinstance(r, Ok), r
+    states = wait_final(cluster, r.value)
+    assert states[-1] == ReplayState("completed", 1000)
+    assert states[0].tag in ("pending", "running")
+    notes = drain(cluster, 1000)
+    assert [n.event_id for n in notes] == list(range(2000, 3000))
+    assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r.value} for n in notes)
+    assert notes[5].data == {"Map": [("i", {"Nat": 2005}), ("kind", {"Text": "b"})]}
+
+
+def test_open_ended_replay_ends_at_the_head_with_end_id(cluster):
+    r = register(cluster, 9500, None)
+    assert wait_final(cluster, r.value)[-1] == ReplayState("completed", 500)
+    notes = drain(cluster, 500)
+    assert [n.event_id for n in notes] == list(range(9500, N))
+    assert {map_get(n.headers, H_REPLAY_END_ID)["Nat"] for n in notes} == {N - 1}
+
+
+def test_filter_and_skip(cluster):
+    cfg = [("filter", {"Text": 'kind == "a"'}), ("skip", {"Array": [{"Nat": 4}, {"Nat": 2}]})]
+    r = register(cluster, 3000, 9000, cfg)
+    assert wait_final(cluster, r.value)[-1] == ReplayState("completed", 6000)
+    want = [i for i in range(3000, 9000) if i % 2 == 0 and (i + 2) % 4 == 0]
+    assert [n.event_id for n in drain(cluster, len(want))] == want
+
+
+def test_status_pending_running_then_cancel_mid_way(cluster):
+    r = register(cluster, 0, 2000)
+    sub = cluster.client("orchestrator", "subscriber")
+    inbox = cluster.client("subscriber")
+    got = []
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        got += inbox.call("loglake_inbox", 100_000)
+    [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]
+    assert st.status.tag == "running"
+    assert sub.call("icrc77_cancel_replay", [r.value]) == [Ok(r.value)]
+    final = wait_final(cluster, r.value)[-1]
+    got += drain(cluster)
+    assert final.tag == "canceled" and 0 < final.value < 2000
+    ids = [n.event_id for n in got]
+    assert ids == list(range(len(ids))) and len(ids) <= final.value
+    time.sleep(0.3)
+    assert inbox.call("loglake_inbox", 100_000) == []  # nothing more is enqueued
+
+
+def test_bad_input_gets_the_right_error_and_changes_nothing(cluster):
+    sub = cluster.client("orchestrator", "subscriber")
+    before = sub.call("icrc77_get_replays", GetReplays())
+    url = cluster.urls["orchestrator"]
+    me = cluster.ids["subscriber"]
+    # malformed Candid, correctly signed
+    body = b"DIDL\x01\x6c\x99"
+    with pytest.raises(CallRejected) as e:
+        post_raw(
+            url,
+            "icrc77_register_replay",
+            body,
+            me.sign_call("icrc77_register_replay", body, time.time_ns()),
+            10,
+        )
+    assert e.value.status == 400 and "Candid" in e.value.reason
+    # a signature over other bytes
+    from loglake.events.codec import METHODS
+
+    good = METHODS["icrc77_register_replay"].encode_arg(
+        [ReplayRegistration(cluster.namespace, 0, 1)]
+    )
+    with pytest.raises(CallRejected) as e:
+        post_raw(
+            url,
+            "icrc77_register_replay",
+            good,
+            me.sign_call("icrc77_register_replay", good + b"x", time.time_ns()),
+            10,
+        )
+    assert e.value.status == 401
+    assert register(cluster, 0, 1, ns="no.such.namespace") == Err("PublicationNotFound")
+    r = register(cluster, 10, 5)
+    assert r.tag == "ImproperConfig" and "start 10 > end 5" in r.payload
+    r = register(cluster, 0, None)  # 10,000 events > --max-events-per-replay 8000
+    assert r.tag == "RangeTooLarge"
+    other = Identity.generate()
+    rid = before[-1].replay_id
+    assert cluster.client("orchestrator", ident=other).call("icrc77_cancel_replay", [rid]) == [
+        Err("Unauthorized")
+    ]
+    assert sub.call("icrc77_get_replays", GetReplays()) == before
+
+
+def test_replay_errors_when_the_broadcaster_is_gone(cluster):
+    cluster.stop("broadcaster")
+    r = register(cluster, 0, 10)
+    assert isinstance(r, Ok)
+    final = wait_final(cluster, r.value)[-1]
+    assert final.tag == "errored" and "publish failed" in final.value
