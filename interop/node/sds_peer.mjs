@@ -170,6 +170,7 @@ const handlers = {
     const pairs = [[a, b], [b, a]];
     const marks = [];
     const t0 = performance.now();
+    const c0 = process.cpuUsage();
     let done = 0;
     for (let i = 0; i < r.count; i++) {
       const [s, d] = pairs[i % 2];
@@ -179,7 +180,10 @@ const handlers = {
       d.pushIncomingMessage(Message.decode(bytes), undefined);
       await d.processTasks();
       done = i + 1;
-      if (r.marks.includes(done)) marks.push([done, performance.now() - t0]);
+      if (r.marks.includes(done)) {
+        const cpu = process.cpuUsage(c0);
+        marks.push([done, performance.now() - t0, (cpu.user + cpu.system) / 1000]);
+      }
       if (performance.now() - t0 > r.max_ms) break;
     }
     return { done, marks, total_ms: performance.now() - t0 };

@@ -241,3 +241,20 @@ def test_set_retrieval_hint_flows_into_next_history(make) -> None:
     a.set_retrieval_hint(d.message_id, b"\x01hint")
     m = decode(a.send(b"y").to_send[0].data)
     assert m.causal_history == (HistoryEntry(d.message_id, b"\x01hint", "a"),)
+
+
+def test_oversized_fields_are_dropped_state_unchanged(make) -> None:
+    from loglake.sds.codec import Limits
+
+    a = make("a")
+    b = make("b", limits=Limits(max_content_bytes=10, max_causal_history=3))
+    b.receive(a.send(b"x").to_send[0].data)
+    before = _state(b)
+    big = encode(SdsMessage("a", message_id_of(b"y" * 11), "chan", 5, content=b"y" * 11))
+    long_history = encode(
+        SdsMessage("a", "m", "chan", 5, tuple(HistoryEntry(f"h{i}") for i in range(4)), None)
+    )
+    for data in (big, long_history):
+        (ev,) = b.receive(data).events
+        assert ev.reason is DropReason.OVERSIZED
+    assert _state(b) == before

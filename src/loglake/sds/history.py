@@ -9,8 +9,8 @@ used here. Records arrive nearly in order, so inserting with ``bisect`` on a key
 append in the common case (amortised O(1) moves) and O(log n) to find the spot.
 
 Each record keeps what SDS-R needs to answer a repair ("Augmented local history log": the full
-message, here its original bytes), its causal-history encoding (so a send concatenates cached
-bytes) and its bloom filter positions.
+message, here its original bytes, for the newest ``raw_cache`` messages) and its causal-history
+encoding (so a send concatenates cached bytes).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class LogRecord:
     message_id: str
     sender_id: str
     retrieval_hint: bytes | None
-    raw: bytes
+    raw: bytes | None  # the message as received/sent, while in the repair cache
     entry_bytes: bytes = b""
 
     def __post_init__(self) -> None:
@@ -40,9 +40,14 @@ class LogRecord:
 
 
 class LocalLog:
-    def __init__(self, tail: int = 200) -> None:
+    def __init__(self, tail: int = 200, raw_cache: int = 1000) -> None:
         self._keys: list[tuple[int, str]] = []
         self.records: dict[str, LogRecord] = {}
+        # Original bytes are kept for the newest ``raw_cache`` inserted messages only: SDS-R is
+        # for recent gaps (spec: "repairing relatively recent missed dependencies"), and a
+        # message is ~37 KB with @waku/sds's defaults (most of it the bloom filter).
+        self.raw_cache = raw_cache
+        self._raw_order: deque[str] = deque()
         # The encoded causal history of the newest ``tail`` records, kept incrementally: an
         # append drops the oldest entry from the front (O(1) on a bytearray) and adds one.
         self.tail = tail
@@ -59,6 +64,10 @@ class LocalLog:
     def get(self, message_id: str) -> LogRecord | None:
         return self.records.get(message_id)
 
+    def raw(self, message_id: str) -> bytes | None:
+        rec = self.records.get(message_id)
+        return None if rec is None else rec.raw
+
     def insert(self, rec: LogRecord) -> bool:
         """Insert in order; False if the id is already there (the first one stays)."""
         if rec.message_id in self.records:
@@ -66,6 +75,12 @@ class LocalLog:
         key = (rec.lamport_timestamp, rec.message_id)
         keys = self._keys
         self.records[rec.message_id] = rec
+        if rec.raw is not None:
+            self._raw_order.append(rec.message_id)
+            if len(self._raw_order) > self.raw_cache:
+                old = self.records.get(self._raw_order.popleft())
+                if old is not None:
+                    old.raw = None
         if not keys or keys[-1] < key:
             keys.append(key)
             if self._tail_valid and self.tail > 0:

@@ -91,6 +91,7 @@ class ParticipantOptions:
     resend_unacked_ms: int | None = None  # spec "Periodic Outgoing Buffer Sweep"; None: off
     resend_possibly_acked_ms: int | None = None
     limits: Limits = DEFAULT_LIMITS
+    repair_cache_messages: int = 1000  # newest messages kept whole to answer SDS-R requests
 
 
 @dataclass(slots=True)
@@ -128,7 +129,7 @@ class Participant:
         self.lamport: int = int(clock())
         self.bloom = BloomFilter(opts.bloom_capacity, opts.bloom_error_rate)
         self._bloom_ids: deque[tuple[str, tuple[int, ...]]] = deque()
-        self.log = LocalLog(opts.causal_history_size)
+        self.log = LocalLog(opts.causal_history_size, opts.repair_cache_messages)
         self._positions: dict[str, tuple[int, ...]] = {}
         # outgoing buffer, split by state; each dict is ordered by last send time
         self.unacked: dict[str, _Unacked] = {}
@@ -299,7 +300,12 @@ class Participant:
             # History entries whose exact bytes were seen before and named a message in the
             # log are known; only the others are decoded (and checked) here.
             known = self._known_bodies
-            fresh = [b for b in pb.causal_history if b not in known]
+            bodies = list(pb.causal_history)
+            fresh_set = set(bodies).difference(known) if bodies else set()
+            if len(fresh_set) <= 1:
+                fresh = list(fresh_set)
+            else:  # keep history order (MessagesMissing lists entries in it)
+                fresh = [b for b in bodies if b in fresh_set]
             fresh_entries = [(b, parse_entry(b, limits)) for b in fresh]
         except SdsDecodeError as e:
             out.events.append(MessageDropped(e.reason, e.detail, mid))
@@ -327,7 +333,7 @@ class Participant:
                 out.events.append(
                     RepairRequestReceived(tuple(r.message_id for r in requests), sender)
                 )
-                for rid, due in repair.on_repair_requests(requests, records, now):
+                for rid, due in repair.on_repair_requests(requests, log.raw, now):
                     out.events.append(RepairResponseQueued(rid, due))
         self._review_acks(ids, bloom, out)
         if is_content:
@@ -447,7 +453,7 @@ class Participant:
         if self.repair is not None:
             for entry in self.repair.responses_due(now):
                 rec = self.log.get(entry.message_id)
-                if rec is None:
+                if rec is None or rec.raw is None:
                     continue
                 out.to_send.append(Outgoing(rec.raw, rec.message_id, MessageKind.CONTENT, "repair"))
                 out.events.append(RepairResponseSent(rec.message_id))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loglake.sds.messages import HistoryEntry
@@ -187,13 +188,13 @@ class RepairManager:
         return self.outgoing.take_eligible(now, limit)
 
     def on_repair_requests(
-        self, requests: list[HistoryEntry], have: set[str] | dict, now: int
+        self, requests: list[HistoryEntry], have: Callable[[str], object], now: int
     ) -> list[tuple[str, int]]:
         """Process a received ``repair_request``; return (message_id, T_resp) newly queued."""
         queued = []
         for r in requests:
             self.outgoing.remove(r.message_id)  # someone else asks: we need not
-            if r.message_id not in have:
+            if not have(r.message_id):
                 continue
             if not in_response_group(
                 self.participant_id, r.sender_id, r.message_id, self.config.num_response_groups

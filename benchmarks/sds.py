@@ -1,0 +1,100 @@
+"""SDS per-message cost: loglake.sds beside @waku/sds 0.0.8, driven the same way in one run.
+
+Two participants of one channel take turns: one sends a content message, the other receives and
+delivers it (``send + receive + deliver``), so both logs grow by one message per step and acks
+flow through causal histories. Reported: wall time and process CPU time (the machine is shared;
+CPU time is what the loop itself used), as the mean cost per message over the 1,000 messages
+ending at 1k, 10k and 100k messages in the log (default options: causal history 200, bloom
+filter 10,000 / 0.001, SDS-R on — the @waku/sds defaults). @waku/sds runs the same loop inside
+Node (interop/node/sds_peer.mjs ``pingpong``), capped in count and time because its cost grows
+with the log.
+
+    .venv/bin/python benchmarks/sds.py [--max 100000] [--js-max 4000] [--js-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from loglake.sds import reference
+from loglake.sds.participant import Participant, ParticipantOptions
+
+MARKS = (1_000, 10_000, 100_000)
+WINDOW = 1_000
+
+
+def run_python(max_messages: int, history: int) -> dict[int, float]:
+    clock_ms = [1_700_000_000_000]
+    opts = ParticipantOptions(causal_history_size=history)
+    a = Participant("bench", "py-a", lambda: clock_ms[0], opts)
+    b = Participant("bench", "py-b", lambda: clock_ms[0], opts)
+    pairs = ((a, b), (b, a))
+    stamps: dict[int, tuple[float, float]] = {}
+    t, c = time.perf_counter(), time.process_time()
+    for i in range(max_messages):
+        s, d = pairs[i % 2]
+        out = s.send(b"m%d" % i)
+        d.receive(out.to_send[0].data)
+        done = i + 1
+        if done % WINDOW == 0:
+            stamps[done] = (time.perf_counter() - t, time.process_time() - c)
+    assert len(a.log) == len(b.log) == max_messages
+    out: dict[int, tuple[float, float]] = {}
+    for m in MARKS:
+        if m in stamps:
+            w0, c0 = stamps.get(m - WINDOW, (0.0, 0.0))
+            out[m] = ((stamps[m][0] - w0) / WINDOW * 1e3, (stamps[m][1] - c0) / WINDOW * 1e3)
+    return out
+
+
+def run_js(max_messages: int, seconds: float) -> tuple[dict[int, tuple[float, float]], int]:
+    marks = list(range(500, max_messages + 1, 500))
+    with reference.JsSdsPeer() as js:
+        r = js.call(
+            "pingpong", channel="bench", count=max_messages, marks=marks, max_ms=seconds * 1e3
+        )
+    stamps = {int(n): (ms, cpu) for n, ms, cpu in r["marks"]}
+    windows = {}
+    for n in sorted(stamps):
+        prev = max((m for m in stamps if m < n), default=0)
+        w0, c0 = stamps.get(prev, (0.0, 0.0))
+        windows[n] = ((stamps[n][0] - w0) / (n - prev), (stamps[n][1] - c0) / (n - prev))
+    return windows, r["done"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max", type=int, default=100_000, help="messages for loglake.sds")
+    ap.add_argument("--history", type=int, default=200, help="causal history size")
+    ap.add_argument("--js-max", type=int, default=4_000, help="message cap for @waku/sds")
+    ap.add_argument("--js-seconds", type=float, default=60.0, help="time cap for @waku/sds")
+    args = ap.parse_args()
+
+    print(f"loglake.sds: {args.max} messages, causal history {args.history}")
+    py = run_python(args.max, args.history)
+    for m, (ms, cpu) in py.items():
+        verdict = "ok" if cpu <= 0.1 else "over the 0.1 ms target"
+        print(
+            f"  at {m:>7,} messages: {ms:.4f} ms/msg wall, {cpu:.4f} ms/msg CPU "
+            f"(send+receive+deliver) {verdict}"
+        )
+    if args.history != 2:
+        py2 = run_python(min(args.max, 10_000), 2)
+        for m, (ms, cpu) in py2.items():
+            print(f"  (causal history 2) at {m:>7,} messages: {ms:.4f} wall, {cpu:.4f} CPU ms/msg")
+    if not reference.available():
+        print("@waku/sds: not installed (make node-deps); skipped")
+        return 0
+    print(f"@waku/sds 0.0.8 (same loop in Node, cap {args.js_max} msgs / {args.js_seconds:.0f} s)")
+    js, done = run_js(args.js_max, args.js_seconds)
+    for n, (ms, cpu) in js.items():
+        if n in (500, 1_000, 2_000) or n % 1_000 == 0 or n == max(js):
+            print(f"  messages {n:>6,}: {ms:.3f} ms/msg wall, {cpu:.3f} CPU (mean of last 500)")
+    print(f"  reached {done} messages before the cap")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
