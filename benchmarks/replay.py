@@ -1,0 +1,224 @@
+"""Benchmark of ICRC-77 replay (issue 6, "Benchmark").
+
+Replay N events of 200-byte ``#Blob`` data (default 1,000,000) from a namespace stream in the
+embedded log (``open_log``, segment files) to one subscriber, and report events/s for:
+
+1. ``sequential read`` — ``Log.iter_records`` over the same history, doing nothing with the
+   records: the limit of anything that reads it.
+2. ``procurement (log alone)`` — the Publisher's procurement (``publisher.procure``): read each
+   record and build the ICRC-72 ``Event`` with the replay headers, data kept as stored Candid
+   bytes. Target: ≥ 50% of the sequential read.
+3. ``procurement + Candid`` — the same, plus encoding each batch as the ``icrc72_publish``
+   argument (what goes on the wire).
+4. ``end to end (in process)`` — orchestrator, broadcaster, publisher and subscriber cores in one
+   process (``events.network``), every call encoded and decoded as Candid, from
+   ``icrc77_register_replay`` to ``completed(n)`` with every event received once.
+5. ``end to end (HTTP, 4 processes)`` (``--http-count``, 0 to skip) — each role in its own
+   process on loopback, as the e2e test runs them.
+
+    .venv/bin/python benchmarks/replay.py [--count 1000000] [--e2e-count N] [--http-count N]
+
+Bounded: every phase has a count; temporary files are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loglake.events.broadcaster import Broadcaster
+from loglake.events.codec import METHODS
+from loglake.events.identity import Identity
+from loglake.events.messages import C_REPLAY, ReplayRegistration, ReplayState
+from loglake.events.network import Network
+from loglake.events.orchestrator import HEAD_KEY, Orchestrator, Quotas
+from loglake.events.publisher import Publisher, procure
+from loglake.events.subscriber import Subscriber
+from loglake.log import Entry, MemoryLog, open_log
+from loglake.wire import icrc16
+
+console = Console()
+NS = "bench.replay"
+SIZE = 200
+
+
+def build(log, n: int) -> float:
+    """Append n stored events (the Publisher's stored form) in batches; return seconds."""
+    proto = icrc16.encode({"Blob": bytes(SIZE)})
+    head = proto[:-SIZE]  # MESSAGE_PREFIX + Blob tag + length: the same for every event
+    log.create_stream(NS)
+    t = time.perf_counter()
+    batch = 10_000
+    for lo in range(0, n, batch):
+        entries = [
+            Entry(head + i.to_bytes(8, "big") * (SIZE // 8), timestamp_ns=i)
+            for i in range(lo, min(n, lo + batch))
+        ]
+        log.append_many(NS, 0, entries)
+    log.flush()
+    return time.perf_counter() - t
+
+
+def seq_read(log, n: int) -> float:
+    t = time.perf_counter()
+    count = total = 0
+    for rec in log.iter_records(NS, 0, 0, n, batch=4096):
+        count += 1
+        total += len(rec.data)
+    assert count == n, count
+    return time.perf_counter() - t
+
+
+def procurement(log, n: int, source, encode: bool) -> float:
+    m = METHODS["icrc72_publish"]
+    t = time.perf_counter()
+    count = 0
+    batch: list = []
+    for ev in procure(log, NS, 0, n, 1, source, True, 4096, n - 1):
+        count += 1
+        if encode:
+            batch.append(ev)
+            if len(batch) == 500:
+                m.encode_arg(batch)
+                batch = []
+    if encode and batch:
+        m.encode_arg(batch)
+    assert count == n
+    return time.perf_counter() - t
+
+
+def end_to_end(log, n: int) -> tuple[float, int]:
+    ids = {k: Identity.generate() for k in ("orch", "bc", "pub", "sub")}
+    p = {k: v.principal for k, v in ids.items()}
+    now = [time.time_ns()]
+
+    def clock() -> int:
+        now[0] += 1
+        return now[0]
+
+    net = Network(clock)
+    net.add(Orchestrator(p["orch"], MemoryLog(), [p["bc"]], Quotas(max_events_per_replay=10**9)))
+    net.add(Broadcaster(p["bc"], p["orch"]))
+    pub = net.add(Publisher(p["pub"], p["orch"], log, batch_size=500))
+    sub = net.add(Subscriber(p["sub"], p["orch"], keep=1000))
+    from loglake.events.messages import Registration
+
+    pub.register(NS, [(C_REPLAY, {"Bool": True})])
+    net._collect(pub)
+    net.run()
+    net.call(p["pub"], p["orch"], "icrc72_update_publication", [(NS, HEAD_KEY, {"Nat": n})])
+    net.call(
+        p["sub"],
+        p["orch"],
+        "icrc72_register_subscription",
+        [Registration(NS, [("icrc72:subscription:stopped", {"Bool": True})])],
+    )
+    net.run()
+    t = time.perf_counter()
+    [r] = net.call(p["sub"], p["orch"], "icrc77_register_replay", [ReplayRegistration(NS, 0, n)])
+    net.run()
+    dt = time.perf_counter() - t
+    orch = net.roles[p["orch"].bytes]
+    assert orch.replays[r.value].status == ReplayState("completed", n), orch.replays[r.value]
+    return dt, len(sub.seen)
+
+
+def http_end_to_end(log_dir: Path, n: int) -> float:
+    from loglake.events.client import CallRejected
+    from loglake.events.messages import GetReplays, Registration
+    from tests.events.cluster import Cluster
+
+    c = Cluster(
+        Path(tempfile.mkdtemp(prefix="replay-http-")),
+        namespace=NS,
+        extra={"publisher": ["--data-dir", str(log_dir)]},
+    )
+    try:
+        c.start()
+        deadline = time.monotonic() + 30
+        sub = c.client("orchestrator", "subscriber")
+        while True:
+            try:
+                [r] = sub.call(
+                    "icrc72_register_subscription",
+                    [Registration(NS, [("icrc72:subscription:stopped", {"Bool": True})])],
+                )
+                break
+            except CallRejected:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        time.sleep(1.0)
+        t = time.perf_counter()
+        [r] = sub.call("icrc77_register_replay", [ReplayRegistration(NS, 0, n)])
+        rid = r.value
+        inbox = c.client("subscriber")
+        got = 0
+        limit = time.monotonic() + 600
+        while time.monotonic() < limit:
+            got += len(inbox.call("loglake_inbox", 1_000_000))
+            [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == rid]
+            if st.status.final and got >= n:
+                break
+            time.sleep(0.05)
+        dt = time.perf_counter() - t
+        assert st.status == ReplayState("completed", n), st.status
+        assert got == n, got
+        return dt
+    finally:
+        c.stop()
+        shutil.rmtree(c.tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--count", type=int, default=1_000_000)
+    ap.add_argument("--e2e-count", type=int, default=None, help="default: --count")
+    ap.add_argument("--http-count", type=int, default=0, help="0 skips the HTTP run")
+    a = ap.parse_args()
+    n = a.count
+    e2e_n = min(a.e2e_count if a.e2e_count is not None else n, n)
+    tmp = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    rows = []
+    try:
+        log = open_log(tmp / "log")
+        dt = build(log, n)
+        console.print(f"history: {n:,} events × {SIZE} B data appended in {dt:.1f} s")
+        source = Identity.generate().principal
+        seq = min(seq_read(log, n) for _ in range(2))
+        rows.append(("sequential read (the limit)", n, seq))
+        proc = min(procurement(log, n, source, False) for _ in range(2))
+        rows.append(("procurement (log alone)", n, proc))
+        rows.append(("procurement + Candid encode", n, procurement(log, n, source, True)))
+        if e2e_n:
+            dt, got = end_to_end(log, e2e_n)
+            assert got == e2e_n
+            rows.append(("end to end, in process (Candid every hop)", e2e_n, dt))
+        log.close()
+        if a.http_count:
+            hn = min(a.http_count, n)
+            rows.append(("end to end, HTTP, 4 processes", hn, http_end_to_end(tmp / "log", hn)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    t = Table("path", "events", "seconds", "events/s", "vs sequential read")
+    seq_rate = n / seq
+    for name, cnt, secs in rows:
+        rate = cnt / secs
+        t.add_row(name, f"{cnt:,}", f"{secs:.2f}", f"{rate:,.0f}", f"{rate / seq_rate:.1%}")
+    console.print(t)
+    ratio = (n / proc) / seq_rate
+    verdict = "meets" if ratio >= 0.5 else "misses"
+    console.print(f"procurement is {ratio:.1%} of the sequential read: {verdict} the 50% target")
+
+
+if __name__ == "__main__":
+    main()
