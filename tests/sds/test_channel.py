@@ -99,3 +99,51 @@ def test_chat_over_a_running_stream_server(clock) -> None:
             "over tcp": "acknowledged",
             "ack": "delivered",
         }
+
+
+@pytest.mark.slow
+def test_loglake_sds_chat_command_end_to_end() -> None:
+    """`loglake sds chat` as a process, talking to a Python participant through a server."""
+    import subprocess
+    import sys
+    import time
+
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with (
+        BackgroundServer(StreamService(MemoryLog())) as srv,
+        StreamClient("127.0.0.1", srv.port) as client,
+    ):
+        bob = ChatSession(SdsChannel(client, "cli", "bob"))
+        args = ["sds", "chat", "--channel", "cli", "--id", "alice", "--port", str(srv.port)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loglake.cli", *args, "--interval", "0.1"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write("hello from cli\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 30
+            while not any(r.text == "hello from cli" for r in bob.rows.values()):
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+                bob.step()
+            bob.say("hi cli")
+            time.sleep(1.0)  # alice polls every 0.1 s
+            proc.stdin.write("/quit\n")
+            proc.stdin.flush()
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert "alice: hello from cli (sent)" in out
+    assert "alice: hello from cli (acknowledged)" in out
+    assert "bob: hi cli (delivered)" in out

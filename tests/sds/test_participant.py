@@ -258,3 +258,26 @@ def test_oversized_fields_are_dropped_state_unchanged(make) -> None:
         (ev,) = b.receive(data).events
         assert ev.reason is DropReason.OVERSIZED
     assert _state(b) == before
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(order=st.permutations(list(range(8))), history=st.sampled_from([1, 2, 200]))
+def test_any_arrival_order_converges_to_the_same_log(make, clock, order, history) -> None:
+    """Spec: all participants eventually reflect the same entries in the same order."""
+    a, b = make("a", causal_history_size=history), make("b", causal_history_size=history)
+    datas = []
+    for i in range(8):
+        clock.advance(1)
+        s, d = (a, b) if i % 3 else (b, a)
+        data = s.send(b"msg %d" % i).to_send[0].data
+        d.receive(data)
+        datas.append(data)
+    c = make("c", causal_history_size=history)
+    delivered = []
+    for i in order:
+        delivered += [e.message_id for e in c.receive(datas[i]).of(MessageDelivered)]
+    assert sorted(delivered) == sorted(a.log_ids())
+    assert c.log_ids() == a.log_ids() == b.log_ids()
+    assert not c.pending and not c.missing
