@@ -450,3 +450,56 @@ def test_readers_see_only_records_an_fsync_has_covered(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fdatasync", real)
     assert [r.data for r in log.read("s", 0, 0)] == [b"durable", b"pending"]
     log.close()
+
+
+def test_open_checks_only_the_tail_after_the_last_good_index_entry(tmp_path):
+    """Recovery scans from the newest sparse-index entry that checks out; damage before it
+    in the active segment is not truncated away (acknowledged records after it stay) but is
+    reported when read, like in a sealed segment."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"r" * 1000 + b"%d" % i) for i in range(40)])
+    seg = seg_files(tmp_path)[-1]
+    raw = bytearray(seg.read_bytes())
+    raw[FRAME_HEAD.size + 20] ^= 0x01  # inside record 0
+    seg.write_bytes(bytes(raw))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 40
+        assert seg.stat().st_size == len(raw)
+        assert log.read("s", 0, 39)[0].data == b"r" * 1000 + b"39"
+        with pytest.raises(CorruptSegment) as e:
+            log.read("s", 0, 0, limit=1)
+        assert e.value.offset == 0
+
+
+def test_a_wrong_index_entry_falls_back_to_a_full_scan(tmp_path):
+    import struct
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"q" * 1000) for _ in range(20)])
+    seg = seg_files(tmp_path)[-1]
+    idx = seg.with_suffix(".idx")
+    idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 5, 3000))  # wrong record
+    with open(seg, "ab") as f:
+        f.write(b"\x10\x00")  # and a torn tail
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 20
+        assert [r.index for r in log.read("s", 0, 3, limit=3)] == [3, 4, 5]
+    assert seg.stat().st_size == 20 * (FRAME_HEAD.size + 19 + 1000)  # the torn bytes are gone
+
+
+def test_age_retention_after_reopen_sees_every_timestamp_of_a_segment(tmp_path):
+    """Timestamps are the writer's: a segment's newest record may be at its start. A segment
+    whose tail was the only part scanned on open must not be judged by its tail alone."""
+    base, ms = 1_000_000_000_000, 1_000_000
+    cfg = StreamConfig(segment_bytes=30_000, retention_ms=50, seal_to_lake=False)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        log.append("s", 0, b"n" * 1000, timestamp_ns=base + 100 * ms)  # new, first
+        log.append_many("s", 0, [Entry(b"o" * 1000, timestamp_ns=base) for _ in range(20)])
+    with open_log(tmp_path) as log:
+        log.append_many("s", 0, [Entry(b"x" * 1000, timestamp_ns=base + 100 * ms)] * 20)
+        assert len(seg_files(tmp_path)) == 2
+        assert log.enforce_retention(now_ns=base + 120 * ms) == 0
+        assert log.read("s", 0, 0, limit=1)[0].data == b"n" * 1000

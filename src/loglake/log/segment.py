@@ -71,6 +71,8 @@ class Segment:
         self.next_index = base
         self.index: SparseIndex | None = None
         self.max_ts: int | None = None
+        self.max_ts_complete = True
+        """False when ``max_ts`` only covers the records scanned since open."""
         self.wfd: int | None = None
         self.ifd: int | None = None
         self._rfd: int | None = None
@@ -87,31 +89,63 @@ class Segment:
 
     @classmethod
     def recover_active(cls, directory: Path, base: int, readonly: bool) -> Segment:
-        """Open the newest segment: scan it whole, cut a torn/corrupt tail (writer only; a
-        reader just stops there), rebuild its sparse index from the scan."""
+        """Open the newest segment: scan its tail, cut a torn/corrupt tail (writer only; a
+        reader just stops there), and write its sparse index back (writer only).
+
+        The scan starts at the newest sparse-index entry that points at a record with the
+        entry's index (Kafka's recovery point idea: only the tail needs checking); without
+        such an entry it starts at byte 0. Damage before that point is found when read
+        (``CorruptSegment``), like in a sealed segment."""
         seg = cls(directory, base, readonly)
+        file_size = os.path.getsize(seg.path)
+        start_pos, start_index, idx = seg._resume_point(file_size)
         with open(seg.path, "rb") as f:
+            f.seek(start_pos)
             buf = f.read()
-        records, end, err = seg._scan_checked(buf, 0)
+        seg.index = idx
+        seg.size, seg.next_index = start_pos, start_index
+        seg.max_ts_complete = start_pos == 0
+        records, end, err = seg._scan_checked_at(buf, start_pos)
         seg._adopt(records, end)
         if err is not None and not readonly:
-            dropped = len(buf) - end
             log_event(
                 logger,
                 logging.WARNING,
                 "truncated torn tail of active segment",
                 file=seg.path,
                 offset=end,
-                bytes_dropped=dropped,
+                bytes_dropped=start_pos + len(buf) - end,
                 reason=err.reason,
             )
             os.truncate(seg.path, end)
         if not readonly:
             seg.wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
-            assert seg.index is not None
-            write_index_file(seg.idx_path, seg.index)
+            write_index_file(seg.idx_path, idx)
             seg.ifd = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
         return seg
+
+    def _resume_point(self, file_size: int) -> tuple[int, int, SparseIndex]:
+        """``(position, index, sparse index so far)`` to start the tail scan from."""
+        try:
+            with open(self.idx_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return 0, self.base, SparseIndex()
+        idx = SparseIndex.parse(raw[: len(raw) - len(raw) % ENTRY.size], self.base, file_size)
+        if idx is None or not idx.indexes:
+            return 0, self.base, SparseIndex()
+        last_i, last_p = idx.indexes[-1], idx.positions[-1]
+        with open(self.path, "rb") as f:
+            f.seek(last_p)
+            head = f.read(FRAME_HEAD.size)
+            try:
+                need = frame_length_at(head, 0)
+                rec = decode_frame(head + f.read(need - FRAME_HEAD.size), 0, last_p)
+            except RecordDecodeError:
+                rec = None
+        if rec is None or rec.index != last_i:
+            return 0, self.base, SparseIndex()
+        return last_p, last_i, idx
 
     @classmethod
     def sealed(cls, directory: Path, base: int, next_index: int, readonly: bool) -> Segment:
@@ -201,6 +235,7 @@ class Segment:
         expected_next = self.next_index
         self.index = None
         self.max_ts = None
+        self.max_ts_complete = True
         self._adopt(records, end)
         assert self.index is not None
         if self.is_sealed and self.next_index != expected_next:
@@ -218,7 +253,7 @@ class Segment:
         return self.index
 
     def compute_max_ts(self) -> int | None:
-        if self.max_ts is None and self.size:
+        if (self.max_ts is None or not self.max_ts_complete) and self.size:
             self.rebuild_index()
         return self.max_ts
 

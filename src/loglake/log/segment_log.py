@@ -25,7 +25,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from loglake.log.api import (
@@ -65,9 +65,21 @@ def config_from_json(raw: bytes) -> StreamConfig:
 
 
 class _Stream:
-    def __init__(self, config: StreamConfig, partitions: list[Partition]) -> None:
+    def __init__(self, config: StreamConfig, opener: Callable[[], list[Partition]]) -> None:
         self.config = config
-        self.partitions = partitions
+        self._opener = opener
+        self._partitions: list[Partition] | None = None
+
+    @property
+    def partitions(self) -> list[Partition]:
+        """Opened on first use: a reader opening a data dir pays only for what it reads."""
+        if self._partitions is None:
+            self._partitions = self._opener()
+        return self._partitions
+
+    @property
+    def opened(self) -> list[Partition]:
+        return self._partitions or []
 
 
 class SegmentLog(Log):
@@ -119,7 +131,13 @@ class SegmentLog(Log):
         return self.data_dir / STREAMS_DIR / name
 
     def _open_stream(self, name: str, config: StreamConfig) -> _Stream:
-        parts = [
+        stream = _Stream(config, lambda: self._open_partitions(name, config))
+        if not self.readonly:
+            stream.partitions  # noqa: B018 -- a writer recovers every partition on open
+        return stream
+
+    def _open_partitions(self, name: str, config: StreamConfig) -> list[Partition]:
+        return [
             Partition(
                 name,
                 p,
@@ -131,7 +149,6 @@ class SegmentLog(Log):
             )
             for p in range(config.partitions)
         ]
-        return _Stream(config, parts)
 
     def _load_streams(self) -> None:
         root = self.data_dir / STREAMS_DIR
@@ -198,8 +215,9 @@ class SegmentLog(Log):
 
     def _partition(self, stream: str, partition: int) -> Partition:
         s = self._stream(stream)
-        if not isinstance(partition, int) or not 0 <= partition < len(s.partitions):
-            raise UnknownPartition(stream, partition, len(s.partitions))
+        n = s.config.partitions
+        if not isinstance(partition, int) or not 0 <= partition < n:
+            raise UnknownPartition(stream, partition, n)
         return s.partitions[partition]
 
     def stream_info(self, name: str) -> StreamInfo:
@@ -292,7 +310,7 @@ class SegmentLog(Log):
             self._sealer.drain()
             self._sealer.stop()
             for s in self._streams.values():
-                for p in s.partitions:
+                for p in s.opened:
                     p.close()
             self._consumers.close()
             self._release_lock()
