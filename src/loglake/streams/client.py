@@ -20,10 +20,10 @@ sends the CREATE that returns the INITs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import socket
-from collections import defaultdict
 from collections.abc import Sequence
 
 from loglake.errors import LoglakeError, RemoteProtocolError
@@ -123,7 +123,7 @@ class ClientCore:
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.conn = TcpConnection(max_frame)
         self._n = 0
-        self.replies: dict[int, list[RoutingMessage]] = defaultdict(list)
+        self.replies: dict[int, list[RoutingMessage]] = collections.defaultdict(list)
         self.confirms: dict[int, tuple[bool, int]] = {}
         self.push_errors: dict[int, Error] = {}
         self._lanes: dict[Address, int] = {}
@@ -296,21 +296,33 @@ class StreamClient:
         return self.push_many(stream, [data], partition)[0]
 
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
-        """Push in order with up to ``window`` pushes in flight; return their indexes."""
+        """Push in order with up to ``window`` pushes in flight; return their indexes.
+
+        Sends in half-window chunks and sends the next chunk before waiting for the previous
+        one's confirms, so the service always has work while this side decodes confirms."""
         worker = self._address(stream, partition)
         lane = self.core.lane(worker)
         out: list[int] = []
-        window = max(1, self.window)
+        chunk = max(1, self.window // 2)
         confirms, errors = self.core.confirms, self.core.push_errors
-        for lo in range(0, len(datas), window):
-            rids, frames = self.core.push_frames(worker, datas[lo : lo + window])
-            self.sock.sendall(frames)
+        inflight: collections.deque[list[int]] = collections.deque()
+
+        def collect(rids: list[int]) -> None:
             for rid in rids:
                 while rid not in confirms:
                     if lane in errors:
                         _raise_error(errors.pop(lane), stream, partition)
                     self._read()
                 out.append(_confirmed(confirms.pop(rid), rid))
+
+        for lo in range(0, len(datas), chunk):
+            rids, frames = self.core.push_frames(worker, datas[lo : lo + chunk])
+            self.sock.sendall(frames)
+            inflight.append(rids)
+            if len(inflight) >= 2:
+                collect(inflight.popleft())
+        while inflight:
+            collect(inflight.popleft())
         return out
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:

