@@ -46,7 +46,10 @@ class Err:
         return self.tag if self.payload is None else f"{self.tag}: {self.payload}"
 
 
-@dataclass(frozen=True)
+# Event and EventNotification are built once per event on the replay path: plain slotted
+# dataclasses construct ~6x faster than frozen ones (benchmarks/replay.py). Treat them as
+# immutable all the same.
+@dataclass(slots=True)
 class Event:
     event_id: int
     prev_event_id: int | None
@@ -57,7 +60,7 @@ class Event:
     headers: ICRC16Map | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EventNotification:
     notification_id: int
     event_id: int

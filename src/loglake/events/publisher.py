@@ -109,8 +109,23 @@ def procure(
     extra: ICRC16Map = [(H_REPLAY_ID, {"Nat": replay_id})]
     if open_ended:
         extra.append((H_REPLAY_END_ID, {"Nat": end - 1 if last_id is None else last_id}))
+    prefix, plen = icrc16.MESSAGE_PREFIX, len(icrc16.MESSAGE_PREFIX)
     for rec in log.iter_records(namespace, 0, start, end, batch=batch):
-        yield event_of(rec, source, extra)
+        if rec.headers or not rec.data.startswith(prefix):
+            yield event_of(rec, source, extra)
+            continue
+        # the common case inlined: stored by icrc16.encode, no stored headers; `extra` is
+        # shared by the events of a batch and never mutated
+        i = rec.index
+        yield Event(
+            i,
+            i - 1 if i else None,
+            rec.timestamp_ns,
+            namespace,
+            RawValue(rec.data[plen:]),
+            source,
+            extra,
+        )
 
 
 @dataclass
