@@ -165,3 +165,30 @@ def test_archive_with_a_message_outside_its_range_is_rejected(tmp_path):
     enc = layout.encode_archive(meta, [record(layout, START + 2 * WEEK)], 0)
     with pytest.raises(CorruptArchive, match="outside"):
         unpack(layout, enc.entry, enc.data_bytes())
+
+
+def test_bad_special_channel_messages_leave_the_member_store_unchanged(tmp_path):
+    layout = get_layout("spec")
+    log = MemoryLog()
+    streams = LocalStreams(log)
+    streams.create_stream("special")
+    store = MessageStore()
+    store.add([layout.decode_record(record(layout, START))])
+    before = store.snapshot()
+    from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+
+    unsigned = sg_pb.ApplicationMetadataMessage(
+        payload=sg_pb.CommunityMessageArchiveMagnetlink(
+            clock=1, magnet_uri=MAGNET
+        ).SerializeToString(),
+        type=43,
+    ).SerializeToString()
+    streams.push_many(
+        "special",
+        [unsigned, encode_magnet_message(2, MAGNET, PrivateKey()), b"\x00\x01junk"],
+    )
+    member = MemberNode(tmp_path, store, layout, CID, wait_ns=0)
+    events = member.poll(streams, "special", now_ns=0)
+    assert [type(e) for e in events] == [Ignored, Ignored, Ignored]
+    assert member.step(10 * NS) is None
+    assert store.snapshot() == before

@@ -97,3 +97,14 @@ def test_wrong_type_is_rejected():
 def test_random_bytes_are_a_typed_error(raw):
     with pytest.raises(BadMagnetMessage):
         decode_magnet_message(raw, community_id(KEY))
+
+
+def test_signature_bytes_equal_eth_keys_rfc6979():
+    # libsecp256k1 (coincurve, and go-ethereum's crypto.Sign) and eth-keys all use RFC 6979
+    # deterministic nonces, so the same key and keccak-256 hash give the same 65 bytes.
+    payload = sg_pb.CommunityMessageArchiveMagnetlink(
+        clock=3, magnet_uri=MAGNET
+    ).SerializeToString()
+    ours = sign_payload(payload, KEY)
+    theirs = keys.PrivateKey(bytes.fromhex("11" * 32)).sign_msg_hash(keccak256(payload)).to_bytes()
+    assert ours == theirs
