@@ -183,3 +183,23 @@ def test_fast_push_decoders_round_trip(rid: int, data: bytes, index: int) -> Non
     assert codec.decode_push_confirm(codec.encode_push_confirm(rid, index)) == (rid, True, index)
     err = codec.encode_payload(PushConfirm(rid, "ERROR", 0))
     assert codec.decode_push_confirm(err) == (rid, False, 0)
+
+
+@given(
+    st.integers(0, 2**64 - 1),
+    st.lists(st.tuples(st.integers(0, 2**64 - 1), st.binary(max_size=300)), max_size=20),
+)
+def test_fast_pull_codec_matches_the_schema(rid: int, msgs: list[tuple[int, bytes]]) -> None:
+    generic = codec.encode_payload(PullResponse(rid, tuple(StreamMessage(i, d) for i, d in msgs)))
+    assert codec.encode_pull_response(rid, msgs) == generic
+    assert codec.decode_pull_response(generic) == codec.decode_response(generic, PullResponse)
+
+
+@given(st.binary(max_size=60))
+def test_fast_pull_decoder_rejects_what_the_schema_rejects(tail: bytes) -> None:
+    payload = codec.encode_base("stream_pull", tail)
+    try:
+        slow = codec.decode_response(payload, PullResponse)
+    except DecodeError:
+        slow = None
+    assert codec.decode_pull_response(payload) == slow

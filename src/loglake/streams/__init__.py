@@ -1,5 +1,17 @@
-"""loglake.streams — the Ockam stream service: messages, sans-I/O service, TCP server, client."""
+"""loglake.streams — the Ockam stream service: messages, service (sans-I/O), TCP server, client.
+
+Parts program against ``Streams`` (``streams/api.py``): ``LocalStreams`` in process, or
+``StreamClient`` / ``AsyncStreamClient`` against ``loglake serve``.
+"""
 
 from loglake.streams.api import LocalStreams, StreamMessage, Streams
+from loglake.streams.client import AsyncStreamClient, StreamClient, StreamServiceError
 
-__all__ = ["LocalStreams", "StreamMessage", "Streams"]
+__all__ = [
+    "AsyncStreamClient",
+    "LocalStreams",
+    "StreamClient",
+    "StreamMessage",
+    "StreamServiceError",
+    "Streams",
+]

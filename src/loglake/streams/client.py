@@ -328,7 +328,9 @@ class StreamClient:
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         dest = (self._address(stream, partition),)
         reply = self._call(dest, codec.encode_payload(PullRequest(0, index, limit)))[0]
-        r = codec.decode_response(reply.payload, PullResponse)
+        r = codec.decode_pull_response(reply.payload) or codec.decode_response(
+            reply.payload, PullResponse
+        )
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
         return list(r.messages)
@@ -503,7 +505,9 @@ class AsyncStreamClient:
     ) -> list[StreamMessage]:
         dest = (await self._address(stream, partition),)
         reply = (await self._call(dest, codec.encode_payload(PullRequest(0, index, limit))))[0]
-        r = codec.decode_response(reply.payload, PullResponse)
+        r = codec.decode_pull_response(reply.payload) or codec.decode_response(
+            reply.payload, PullResponse
+        )
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
         return list(r.messages)

@@ -257,3 +257,49 @@ def decode_push_confirm(payload: bytes) -> tuple[int, bool, int] | None:
     if pos != len(payload):
         return None
     return rid, ok, index
+
+
+_PULL_PREFIX = encode_base(STREAM_PULL, b"")[:-1]
+
+
+def encode_pull_response(request_id: int, messages: list[tuple[int, bytes]]) -> bytes:
+    """``PullResponse`` from ``(index, data)`` pairs without building dataclasses (same bytes
+    as ``encode_payload(PullResponse(...))``; tested against it)."""
+    eu = bare.encode_uint
+    parts = [eu(request_id), eu(len(messages))]
+    for index, data in messages:
+        parts.append(eu(index))
+        parts.append(eu(len(data)))
+        parts.append(data)
+    body = b"".join(parts)
+    return _PULL_PREFIX + eu(len(body)) + body
+
+
+def decode_pull_response(payload: bytes) -> PullResponse | None:
+    """Fast exact decode of a ``stream_pull`` response, else None (use ``decode_response``)."""
+    if not payload.startswith(_PULL_PREFIX):
+        return None
+    du = bare.decode_uint
+    try:
+        n, pos = du(payload, len(_PULL_PREFIX))
+        if pos + n != len(payload):
+            return None
+        rid, pos = du(payload, pos)
+        count, pos = du(payload, pos)
+        if count > len(payload) - pos:
+            return None
+        msgs = []
+        end = len(payload)
+        for _ in range(count):
+            index, pos = du(payload, pos)
+            size, pos = du(payload, pos)
+            stop = pos + size
+            if stop > end:
+                return None
+            msgs.append(StreamMessage(index, payload[pos:stop]))
+            pos = stop
+    except DecodeError:
+        return None
+    if pos != end:
+        return None
+    return PullResponse(rid, tuple(msgs))

@@ -47,7 +47,6 @@ from loglake.log.api import (
 )
 from loglake.logs import log_event
 from loglake.streams import codec
-from loglake.streams.api import StreamMessage
 from loglake.streams.messages import (
     CreatePartitionedStreamRequest,
     CreatePartitionedStreamResponse,
@@ -60,7 +59,6 @@ from loglake.streams.messages import (
     PartitionIndex,
     PartitionSummary,
     PullRequest,
-    PullResponse,
     PushConfirm,
     PushRequest,
     SaveIndex,
@@ -350,7 +348,7 @@ class StreamService:
 
     def _pull(self, msg, target: _Target, req: PullRequest):
         limit = min(req.limit, MAX_PULL_MESSAGES)
-        messages: list[StreamMessage] = []
+        messages: list[tuple[int, bytes]] = []
         if limit > 0:
             try:
                 records = self.log.read(target.stream, target.partition, req.index, limit=limit)
@@ -362,8 +360,11 @@ class StreamService:
                 size += len(r.data)
                 if size > self.max_pull_bytes and messages:
                     break
-                messages.append(StreamMessage(r.index, r.data))
-        return self._reply(msg, target.address, PullResponse(req.request_id, tuple(messages)))
+                messages.append((r.index, r.data))
+        if not msg.return_route:
+            return []
+        payload = codec.encode_pull_response(req.request_id, messages)
+        return [RoutingMessage(msg.return_route, (target.address,), payload)]
 
     # -- index service -----------------------------------------------------------------------
     def _on_index(self, msg: RoutingMessage) -> list[RoutingMessage]:
