@@ -203,6 +203,30 @@ def test_bad_input_gets_the_right_error_and_changes_nothing(cluster):
     assert sub.call("icrc77_get_replays", GetReplays()) == before
 
 
+def test_cli_replay_shows_progress_until_completed_and_lists_replays(cluster):
+    from click.testing import CliRunner
+
+    from loglake.events.cli import command
+
+    run = CliRunner().invoke
+    base = ["--url", cluster.urls["orchestrator"], "--key", str(cluster.keys["subscriber"])]
+    r = run(command, ["replay", *base, cluster.namespace, "--from", "100", "--to", "200"])
+    assert r.exit_code == 0, r.output
+    assert "completed(100)" in r.output
+    rid = int(r.output.split("replay ")[1].split()[0])
+    r = run(command, ["replays", *base, "--namespace", cluster.namespace])
+    assert r.exit_code == 0 and "completed(100)" in r.output
+    r = run(command, ["replay-status", *base, str(rid)])
+    assert r.exit_code == 0 and '"status": "completed(100)"' in r.output
+    r = run(command, ["cancel", *base, str(rid)])
+    assert r.exit_code == 0 and "CannotCancel" in r.output
+    r = run(command, ["replay", *base, "no.such.ns", "--from", "0"])
+    assert r.exit_code != 0 and "PublicationNotFound" in str(r.exception)
+    pub = ["--url", cluster.urls["publisher"], "--key", str(cluster.keys["publisher"])]
+    r = run(command, ["publish", *pub, cluster.namespace, "--text", "hello"])
+    assert r.exit_code == 0 and f"ids {N}..{N}" in r.output
+
+
 def test_replay_errors_when_the_broadcaster_is_gone(cluster):
     cluster.stop("broadcaster")
     r = register(cluster, 0, 10)
