@@ -248,10 +248,7 @@ class Layout(ABC):
             encoded = meta.SerializeToString(deterministic=True)
             if archive_id(encoded) != key:
                 raise CorruptIndex(f"index key {key[:18]}… is not keccak-256 of its metadata")
-            try:
-                out.append(self._entry_from_pb(key, meta, encoded))
-            except MisalignedArchive:
-                raise
+            out.append(self._entry_from_pb(key, meta, encoded))
         out.sort(key=lambda e: e.offset)
         end = 0
         for e in out:
@@ -447,7 +444,7 @@ class StatusGoLayout(Layout):
 
     def decode_archive(self, region, entry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))
-        if entry.padding >= len(region) + 1 or entry.padding > entry.size:
+        if entry.padding > len(region):
             raise CorruptArchive(f"archive {entry.archive_id[:18]}… padding exceeds its size")
         body = region[: len(region) - entry.padding]
         if region[len(body) :].strip(b"\x00"):

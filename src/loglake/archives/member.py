@@ -23,7 +23,6 @@ from pathlib import Path
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
 from loglake.archives.errors import (
-    ArchiveConfigError,
     BadMagnetMessage,
     CorruptArchive,
     CorruptIndex,
@@ -202,8 +201,3 @@ class MemberNode:
         )
         self.core.done(magnet)
         return report
-
-
-def check_layout_name(name: str) -> None:
-    if name not in ("spec", "status-go"):
-        raise ArchiveConfigError(f"unknown layout {name!r}")
