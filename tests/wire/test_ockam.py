@@ -147,3 +147,11 @@ def test_repeated_route_shortcut_agrees_with_the_full_decoder(payload: bytes, ju
         assert got == [] and isinstance(conn2.error, OckamWireError)
     else:
         assert got == [second]
+
+
+@given(st.binary(max_size=70000))
+def test_frame_template_gives_the_same_bytes_as_encode_frame(payload: bytes) -> None:
+    from loglake.wire.ockam import FrameTemplate
+
+    on, ret = route("stream_service/s/0"), route("p0")
+    assert FrameTemplate(on, ret).frame(payload) == encode_frame(RoutingMessage(on, ret, payload))

@@ -53,6 +53,7 @@ from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRES
 from loglake.wire.ockam import (
     DEFAULT_MAX_FRAME,
     Address,
+    FrameTemplate,
     Route,
     RoutingMessage,
     TcpConnection,
@@ -128,6 +129,7 @@ class ClientCore:
         self.push_errors: dict[int, Error] = {}
         self._lanes: dict[Address, int] = {}
         self._lane_routes: list[Route] = []
+        self._templates: list[FrameTemplate] = []
 
     @staticmethod
     def initial_bytes() -> bytes:
@@ -144,21 +146,18 @@ class ClientCore:
         if lane is None:
             lane = self._lanes[worker] = len(self._lane_routes)
             self._lane_routes.append((Address.local(f"p{lane}"),))
+            self._templates.append(FrameTemplate((worker,), self._lane_routes[lane]))
         return lane
 
     def push_frames(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], bytes]:
         """Frames pushing ``datas`` to ``worker``; returns their request ids and the bytes."""
-        dest = (worker,)
-        ret = self._lane_routes[self.lane(worker)]
-        rids = []
-        frames = []
-        for d in datas:
-            self._n += 1
-            rids.append(self._n)
-            frames.append(
-                encode_frame(RoutingMessage(dest, ret, codec.encode_push_request(self._n, d)))
-            )
-        return rids, b"".join(frames)
+        lane = self.lane(worker)
+        template = self._templates[lane]
+        frame, encode = template.frame, codec.encode_push_request
+        first = self._n + 1
+        self._n += len(datas)
+        rids = list(range(first, self._n + 1))
+        return rids, b"".join([frame(encode(rid, d)) for rid, d in zip(rids, datas, strict=True)])
 
     def receive_data(self, data: bytes) -> None:
         for msg in self.conn.receive_data(data):

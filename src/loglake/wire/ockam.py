@@ -235,6 +235,19 @@ def encode_frame(msg: RoutingMessage) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+class FrameTemplate:
+    """Frames for many payloads on the same routes (no tracing context): the array header and
+    both routes are encoded once; each frame is then length + prefix + the payload item.
+    Same bytes as ``encode_frame`` (tested)."""
+
+    def __init__(self, onward_route: Route, return_route: Route) -> None:
+        self.prefix = b"\x83" + encode_route(onward_route) + encode_route(return_route)
+
+    def frame(self, payload: bytes) -> bytes:
+        body = self.prefix + cbor2.dumps(payload)
+        return _LEN.pack(len(body)) + body
+
+
 def encode_frames(msgs: Sequence[RoutingMessage]) -> bytes:
     parts = []
     pack = _LEN.pack
