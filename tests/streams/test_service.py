@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from loglake.errors import DecodeError
 from loglake.log import MemoryLog, StreamConfig
 from loglake.streams import codec
 from loglake.streams.messages import (
@@ -337,3 +340,30 @@ def test_stream_info_lists_streams_and_partitions(svc) -> None:
     assert info.streams[1].partitions[0].next_index == 1
     _, err = one(svc, "stream_service", StreamInfoRequest("zzz"), StreamInfoResponse)
     assert isinstance(err, Error)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.sampled_from(["stream_service", "stream_index_service", worker_address("orders", 0)]),
+    st.one_of(
+        st.binary(max_size=60),
+        st.builds(
+            codec.encode_base,
+            st.sampled_from(["stream_push", "stream_pull", "stream_index", "stream_create"]),
+            st.binary(max_size=40),
+        ),
+    ),
+)
+def test_garbage_never_crashes_the_core_and_never_changes_the_log(svc, dest, payload) -> None:
+    if not svc.log.has_stream("orders"):
+        create(svc)
+    before = (svc.log.streams(), svc.log.next_index("orders"))
+    replies = svc.handle(RoutingMessage(route(dest), CLIENT, payload))
+    try:
+        req = codec.decode_request(payload)[1]
+    except DecodeError:
+        req = None
+    if req is None:  # undecodable: an error reply (or nothing, for the index service)
+        assert before == (svc.log.streams(), svc.log.next_index("orders"))
+        for r in replies:
+            assert codec.decode_base(r.payload).protocol == "error"
