@@ -33,13 +33,14 @@ def main() -> int:
     rnd = random.Random(seed)
     root = Path(tempfile.mkdtemp(prefix="loglake-crash-"))
     all_acks = []
+    seen: set[str] = set()
     t0 = time.perf_counter()
     try:
         for run in range(args.runs):
             _, acks = run_once(root, run, rnd, args.threads)
             all_acks += acks
             try:
-                stored = check(root, all_acks)
+                stored = check(root, all_acks, seen)
             except AssertionError as e:
                 print(f"FAILED after run {run} (seed {seed}): {e}")
                 return 1

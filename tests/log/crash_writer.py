@@ -36,7 +36,7 @@ def config():
 def expected(writer: int, seq: int) -> tuple[bytes, bytes, tuple[tuple[str, bytes], ...]]:
     """(data, key, headers) of record ``seq`` of ``writer``."""
     rnd = random.Random(writer * 1_000_003 + seq)
-    data = b"w%d:s%d|" % (writer, seq) + rnd.randbytes(rnd.randrange(0, 2000))
+    data = b"w%d:s%d|" % (writer, seq) + rnd.randbytes(rnd.randrange(0, 1200))
     return data, b"%d:%d" % (writer, seq), (("writer", b"%d" % writer),)
 
 
@@ -96,8 +96,9 @@ def parse_acks(out: bytes) -> list[Ack]:
     return acks
 
 
-def check(data_dir: Path, acks: list[Ack]) -> int:
-    """Reopen (running recovery) and verify; return how many records the log holds."""
+def check(data_dir: Path, acks: list[Ack], lake_seen: set[str] | None = None) -> int:
+    """Reopen (running recovery) and verify; return how many records the log holds.
+    ``lake_seen``: lake files already verified (they are immutable once named)."""
     from loglake.log import open_log
 
     with open_log(data_dir) as log:
@@ -117,11 +118,14 @@ def check(data_dir: Path, acks: list[Ack]) -> int:
             for k in range(a.n):
                 got = by_part[a.partition].get(a.first_index + k)
                 assert got == (a.writer, a.seq + k), f"acknowledged record lost: {a} +{k}"
-    check_lake(data_dir, by_part)  # after close: every rolled segment has been sealed
+    check_lake(data_dir, by_part, lake_seen if lake_seen is not None else set())
+    # ^ after close: every rolled segment has been sealed
     return total
 
 
-def check_lake(data_dir: Path, by_part: dict[int, dict[int, tuple[int, int]]]) -> None:
+def check_lake(
+    data_dir: Path, by_part: dict[int, dict[int, tuple[int, int]]], seen: set[str]
+) -> None:
     """Every lake file is whole, holds exactly its named index range, and each row is the
     record the log holds at that index."""
     import pyarrow.parquet as pq
@@ -135,6 +139,10 @@ def check_lake(data_dir: Path, by_part: dict[int, dict[int, tuple[int, int]]]) -
         for f in files:
             first, last = parse_lake_file_name(f.name) or (-1, -1)
             assert first == nxt, f"lake gap or overlap before {f}"
+            nxt = last + 1
+            if str(f) in seen:
+                continue
+            seen.add(str(f))
             t = pq.read_table(f, partitioning=None)
             assert t.schema == LAKE_SCHEMA
             rows = t.to_pylist()
@@ -144,7 +152,6 @@ def check_lake(data_dir: Path, by_part: dict[int, dict[int, tuple[int, int]]]) -
                 data, key, headers = expected(w, s)
                 assert (r["data"], r["key"], r["partition"]) == (data, key, p), f
                 assert [(h["key"], h["value"]) for h in r["headers"]] == list(headers)
-            nxt = last + 1
 
 
 def run_once(
@@ -164,7 +171,7 @@ def run_once(
         assert proc.stdout is not None
         first = proc.stdout.readline()
         assert first == b"ready\n", (first, proc.stderr.read() if proc.stderr else b"")
-        time.sleep(rnd.uniform(0.02, 0.5))
+        time.sleep(rnd.uniform(0.02, 0.4))
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -181,10 +188,11 @@ def run_cycles(data_dir: Path, runs: int, seed: int, threads: int = 3) -> tuple[
     rnd = random.Random(seed)
     all_acks: list[Ack] = []
     total = 0
+    seen: set[str] = set()
     for run in range(runs):
         _, acks = run_once(data_dir, run, rnd, threads)
         all_acks += acks
-        total = check(data_dir, all_acks)
+        total = check(data_dir, all_acks, seen)
     return sum(a.n for a in all_acks), total
 
 
