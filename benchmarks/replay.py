@@ -15,6 +15,9 @@ embedded log (``open_log``, segment files) to one subscriber, and report events/
    ``icrc77_register_replay`` to ``completed(n)`` with every event received once.
 5. ``end to end (HTTP, 4 processes)`` (``--http-count``, 0 to skip) — each role in its own
    process on loopback, as the e2e test runs them.
+6. Peer, same run: Redis Streams (Debian redis-server, redis-py) holding the same number of
+   200-byte entries (``--redis-count``, 0 to skip), replayed with ``XRANGE … COUNT 4096`` from
+   the start — the broker-side way to replay a missed range.
 
     .venv/bin/python benchmarks/replay.py [--count 1000000] [--e2e-count N] [--http-count N]
 
@@ -179,11 +182,73 @@ def http_end_to_end(log_dir: Path, n: int) -> float:
         shutil.rmtree(c.tmp, ignore_errors=True)
 
 
+def redis_peer(n: int) -> float | None:
+    import socket
+    import subprocess
+
+    if shutil.which("redis-server") is None:
+        return None
+    import redis
+
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    d = tempfile.mkdtemp(prefix="replay-redis-")
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            d,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        r = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        for lo in range(0, n, 1000):
+            pipe = r.pipeline(transaction=False)
+            for i in range(lo, min(n, lo + 1000)):
+                pipe.xadd("bench", {"d": i.to_bytes(8, "big") * (SIZE // 8)})
+            pipe.execute()
+        t = time.perf_counter()
+        count, start = 0, "-"
+        while True:
+            chunk = r.xrange("bench", min=start, count=4096)
+            if not chunk:
+                break
+            count += len(chunk)
+            start = "(" + chunk[-1][0].decode()
+        assert count == n, count
+        return time.perf_counter() - t
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--e2e-count", type=int, default=None, help="default: --count")
     ap.add_argument("--http-count", type=int, default=0, help="0 skips the HTTP run")
+    ap.add_argument("--redis-count", type=int, default=200_000, help="0 skips the Redis peer")
     a = ap.parse_args()
     n = a.count
     e2e_n = min(a.e2e_count if a.e2e_count is not None else n, n)
@@ -207,6 +272,11 @@ def main() -> None:
         if a.http_count:
             hn = min(a.http_count, n)
             rows.append(("end to end, HTTP, 4 processes", hn, http_end_to_end(tmp / "log", hn)))
+        if a.redis_count:
+            rn = a.redis_count
+            secs = redis_peer(rn)
+            if secs is not None:
+                rows.append(("peer: Redis Streams XRANGE replay", rn, secs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     t = Table("path", "events", "seconds", "events/s", "vs sequential read")
