@@ -1,7 +1,8 @@
 """SDS at scale: 1,000 simulated participants on a seeded lossy network (loglake.sds.sim).
 
-Runs two scenarios — a healthy network with 5% loss, and one with a healing partition, late
-joiners and participants going offline — and prints delivery ratio, time to acknowledgement,
+Runs three scenarios — a healthy network with 5% loss; one with a healing partition, late
+joiners and participants going offline; and one without a store node, where only SDS-R repairs
+losses — and prints delivery ratio, time to acknowledgement,
 time to detect a missing message and time to consistency against the targets (S = the sync
 interval), with the seed that replays each run. Bounded: the message count is small (every
 broadcast is received by ~1,000 participants) and each scenario stops at its settle horizon.
@@ -42,6 +43,15 @@ def main() -> int:
             partition=(20_000, 40_000, 0.3),
             late_joiners=max(1, n // 50),
             offline=max(1, n // 50),
+        ),
+        "SDS-R only (no store node), 5% loss, T_min 5 s, T_max 20 s": SimConfig(
+            participants=n,
+            messages=args.messages,
+            seed=args.seed,
+            causal_history_size=args.history,
+            store=False,
+            repair_t_min_ms=5_000,
+            repair_t_max_ms=20_000,
         ),
     }
     failed = False
