@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from loglake.log.api import Record
+from loglake.log.api import CorruptSegment, Record
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, parse_lake_file_name
 from loglake.log.record_codec import StoredRecord
 from loglake.log.segment import fsync_dir
@@ -138,3 +138,18 @@ def lake_file_max_timestamp(lf: LakeFile) -> int:
         ts = pq.read_table(lf.path, columns=["timestamp_ns"]).column(0)
         return int(pc.max(ts).as_py())
     return int(best)
+
+
+def check_lake_file(lf: LakeFile) -> None:
+    """The file's schema, row count and index column match its name (``CorruptSegment``
+    otherwise; the lake is a view of segments and is checked like one)."""
+    try:
+        pf = pq.ParquetFile(lf.path)
+        idx = pf.read(columns=["index"]).column(0).to_pylist()
+        schema_ok = pf.schema_arrow == LAKE_SCHEMA
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
+    if not schema_ok:
+        raise CorruptSegment(str(lf.path), 0, "schema differs from LAKE_SCHEMA")
+    if idx != list(range(lf.first, lf.last + 1)):
+        raise CorruptSegment(str(lf.path), 0, f"index column is not {lf.first}..{lf.last}")

@@ -25,6 +25,7 @@ from loglake.log.api import Durability, Entry, Record, StreamConfig
 from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
     LakeFile,
+    check_lake_file,
     lake_file_max_timestamp,
     list_lake_files,
     read_lake_file,
@@ -320,6 +321,19 @@ class Partition:
                     os.unlink(self.lake[0].path)
                     self.lake.pop(0)
             return self.first_index - before
+
+    def verify(self) -> tuple[int, int, int]:
+        """Read every segment whole and check every lake file's index range; return
+        ``(segments, records, lake_files)``. Damage → ``CorruptSegment``."""
+        with self._lock:
+            if self.readonly:
+                self.refresh()
+            records = 0
+            for seg in self.segments:
+                records += len(seg.iter_all())
+            for lf in self.lake:
+                check_lake_file(lf)
+            return len(self.segments), records, len(self.lake)
 
     def close(self) -> None:
         with self._lock:
