@@ -122,4 +122,4 @@ def sim(
             store=not no_store,
         )
     )
-    Console().print(report.summary(), highlight=False)
+    Console().print(report.summary(), highlight=False, soft_wrap=True)
