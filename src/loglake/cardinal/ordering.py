@@ -133,6 +133,9 @@ class OrderedProcessor:
         h = block.hash
         if h in self._on_chain or h in self._held:
             return []
+        if h == block.parent:
+            log_event(log, logging.WARNING, "block is its own parent", hash=h.hex())
+            return []
         head = self._chain[-1] if self._chain else None
         if head is not None and block.number <= head.number - self.reorg_threshold:
             log_event(
@@ -144,31 +147,70 @@ class OrderedProcessor:
                 head=head.number,
             )
             return []
+        if self._chain and h == self._chain[0].parent:
+            return self._extend_down(block)
         self._held[h] = block
         self._children.setdefault(block.parent, {})[h] = None
         # Walk up through held blocks to the chain (or to a missing parent).
         root = block
-        while root.parent not in self._on_chain:
+        for _ in range(len(self._held)):  # bounded: a hostile producer can make parent cycles
+            if root.parent in self._on_chain:
+                break
             up = self._held.get(root.parent)
             if up is None:
                 break
             root = up
+        else:
+            log_event(log, logging.WARNING, "parent links form a cycle", hash=h.hex())
+            return []
         if root.parent not in self._on_chain:
             if head is None:  # bootstrap: the first block whose parent we lack is the root
                 return self._switch(None, root)
             return []  # orphan: waits for its parent
         return self._switch(root.parent, root)
 
+    def _extend_down(self, block: Block) -> list[ChainUpdate]:
+        """``block`` is the parent of the oldest block we hold on the chain (known only from a
+        checkpoint): it is an ancestor the application already has. Take it, and any held
+        ancestors below it, onto the chain without emitting them, then weigh the forks that
+        hang off them (the reference does the same with blocks it holds from before a start)."""
+        head_n = self._chain[-1].number
+        below: list[Block] = []
+        b: Block | None = block
+        while b is not None and b.number >= head_n - self.reorg_threshold:
+            below.append(b)
+            nxt = self._held.pop(b.parent, None)
+            if nxt is not None:
+                kids = self._children.get(nxt.parent)
+                if kids is not None:
+                    kids.pop(nxt.hash, None)
+                    if not kids:
+                        del self._children[nxt.parent]
+            b = nxt
+        below.reverse()
+        self._chain[:0] = below
+        for b in below:
+            self._on_chain[b.hash] = b.number
+        out: list[ChainUpdate] = []
+        for b in below:
+            for child in list(self._children.get(b.hash, ())):
+                if child in self._held and b.hash in self._on_chain:
+                    out += self._switch(b.hash, self._held[child])
+        return out
+
     def _heaviest_tip(self, root: Block) -> tuple[list[Block], int]:
         """Path from ``root`` to the heaviest held descendant (first seen wins a tie)."""
         best_path, best_w = [root], root.weight
         stack = [(root, [root])]
+        seen = {root.hash}
         while stack:
             b, path = stack.pop()
             if b.weight > best_w:
                 best_path, best_w = path, b.weight
             for c in reversed(list(self._children.get(b.hash, ()))):
-                stack.append((self._held[c], [*path, self._held[c]]))
+                if c not in seen:
+                    seen.add(c)
+                    stack.append((self._held[c], [*path, self._held[c]]))
         return best_path, best_w
 
     def _switch(self, anchor: bytes | None, root: Block) -> list[ChainUpdate]:
