@@ -64,6 +64,7 @@ from loglake.wire.ockam import (
 DEFAULT_PORT = 4000
 DEFAULT_WINDOW = 1000
 """Pushes in flight in ``push_many``."""
+_CHUNKS_IN_FLIGHT = 4
 
 
 class StreamServiceError(RemoteProtocolError):
@@ -297,12 +298,13 @@ class StreamClient:
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
         """Push in order with up to ``window`` pushes in flight; return their indexes.
 
-        Sends in half-window chunks and sends the next chunk before waiting for the previous
-        one's confirms, so the service always has work while this side decodes confirms."""
+        Sends in quarter-window chunks and keeps up to four in flight, collecting the oldest
+        chunk's confirms before sending another: the service always has work queued (the next
+        group commit fills up while the current fsync runs) while this side decodes confirms."""
         worker = self._address(stream, partition)
         lane = self.core.lane(worker)
         out: list[int] = []
-        chunk = max(1, self.window // 2)
+        chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         confirms, errors = self.core.confirms, self.core.push_errors
         inflight: collections.deque[list[int]] = collections.deque()
 
@@ -318,7 +320,7 @@ class StreamClient:
             rids, frames = self.core.push_frames(worker, datas[lo : lo + chunk])
             self.sock.sendall(frames)
             inflight.append(rids)
-            if len(inflight) >= 2:
+            if len(inflight) >= _CHUNKS_IN_FLIGHT:
                 collect(inflight.popleft())
         while inflight:
             collect(inflight.popleft())
