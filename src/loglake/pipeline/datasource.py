@@ -49,6 +49,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -325,9 +326,14 @@ def _partition_bounds(opts: SourceOptions, layout: StreamLayout, p: int) -> tupl
 # -- streaming ------------------------------------------------------------------------------
 
 
-class LoglakeStreamReader(DataSourceStreamReader):
+class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, layout: StreamLayout) -> None:
         self.opts, self.layout = opts, layout
+        self._target: dict[str, int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record what "available now" means: every partition's current ``next_index``."""
+        self._target = {p: b[1] for p, b in self._current().items()}
 
     def _current(self) -> dict[str, tuple[int, int]]:
         layout = resolve_stream(self.opts)
@@ -350,13 +356,21 @@ class LoglakeStreamReader(DataSourceStreamReader):
             out[p] = first if v == -2 else nxt if v == -1 else max(v, first)
         return out
 
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        n = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
     def latestOffset(self, start: dict, limit=None) -> dict:
+        """Every partition's ``next_index``; with ``ReadMaxRows`` (``maxRecordsPerTrigger``)
+        at most that many records, taken from the partitions in order. ``ReadAllAvailable``
+        ignores the option, as the API requires (``Trigger.AvailableNow`` relies on it)."""
         bounds = self._current()
         end = {p: max(b[1], start.get(p, b[0])) for p, b in bounds.items()}
-        budget = self.opts.max_records_per_trigger
-        max_rows = getattr(limit, "maxRows", None)
-        if max_rows is not None:
-            budget = max_rows if budget is None else min(budget, max_rows)
+        if self._target is not None:  # Trigger.AvailableNow: never past the recorded target
+            end = {p: min(e, max(self._target.get(p, e), start.get(p, 0))) for p, e in end.items()}
+        budget = getattr(limit, "max_rows", None)
         if budget is not None:
             for p in sorted(end, key=int):
                 s = start.get(p, bounds[p][0])
@@ -364,6 +378,9 @@ class LoglakeStreamReader(DataSourceStreamReader):
                 end[p] = s + take
                 budget -= take
         return end
+
+    def reportLatestOffset(self) -> dict:
+        return {p: b[1] for p, b in self._current().items()}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         splits: list[InputPartition] = []
@@ -597,6 +614,9 @@ class LoglakeDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
+        # Called once by load(): check the options here so a bad one fails load() itself,
+        # before a streaming query starts.
+        self._resolve()
         return RECORD_SCHEMA
 
     def _resolve(self) -> tuple[SourceOptions, StreamLayout]:

@@ -1,0 +1,169 @@
+"""Structured Streaming from ``readStream.format("loglake")`` into a Parquet sink: offsets,
+``startingOffsets``, and exactly-once output across a killed and restarted query."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from loglake.pipeline.errors import BadOption
+
+from .helpers import append, make_log_stream
+
+pytestmark = pytest.mark.spark
+
+
+def run_available_now(spark, data_dir, out, cp, **options):
+    reader = spark.readStream.format("loglake").option("data_dir", str(data_dir))
+    reader = reader.option("stream", "ev")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(cp))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(300)
+    assert q.exception() is None
+
+
+def sink_rows(spark, out) -> list[tuple[int, int, bytes]]:
+    rows = spark.read.parquet(str(out)).select("partition", "index", "data").collect()
+    return sorted((r[0], r[1], bytes(r[2])) for r in rows)
+
+
+def expected_rows(expected: dict) -> list[tuple[int, int, bytes]]:
+    return sorted((p, i, d) for (p, i), d in expected.items())
+
+
+def test_restart_from_checkpoint_picks_up_new_records_once(spark, tmp_path):
+    d = tmp_path / "data"
+    expected = make_log_stream(d, "ev", partitions=2, records=60)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_available_now(spark, d, out, cp)
+    assert sink_rows(spark, out) == expected_rows(expected)
+    for p in (0, 1):
+        for i, data in zip(
+            append(d, "ev", p, [b"new-%d" % p] * 7), [b"new-%d" % p] * 7, strict=True
+        ):
+            expected[(p, i)] = data
+    run_available_now(spark, d, out, cp)
+    assert sink_rows(spark, out) == expected_rows(expected)
+
+
+def test_starting_offsets_latest_and_json(spark, tmp_path):
+    d = tmp_path / "data"
+    make_log_stream(d, "ev", partitions=2, records=30)
+    run_available_now(spark, d, tmp_path / "o1", tmp_path / "c1", startingOffsets="latest")
+    append(d, "ev", 1, [b"after"])
+    run_available_now(spark, d, tmp_path / "o1", tmp_path / "c1", startingOffsets="latest")
+    assert [(p, i) for p, i, _ in sink_rows(spark, tmp_path / "o1")] == [(1, 30)]
+    run_available_now(
+        spark, d, tmp_path / "o2", tmp_path / "c2", startingOffsets='{"0": 28, "1": -1}'
+    )
+    assert [(p, i) for p, i, _ in sink_rows(spark, tmp_path / "o2")] == [(0, 28), (0, 29)]
+
+
+def test_max_records_per_trigger_splits_batches(spark, tmp_path):
+    d = tmp_path / "data"
+    expected = make_log_stream(d, "ev", partitions=2, records=30)
+    out = tmp_path / "out"
+    q = (
+        spark.readStream.format("loglake")
+        .option("data_dir", str(d))
+        .option("stream", "ev")
+        .option("maxRecordsPerTrigger", "25")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert sink_rows(spark, out) == expected_rows(expected)
+    batches = [n for n in os.listdir(out / "_spark_metadata") if n.isdigit()]
+    assert len(batches) == 3  # 60 records, 25 per trigger
+
+
+def test_available_now_respects_max_records_per_trigger(spark, tmp_path):
+    d = tmp_path / "data"
+    expected = make_log_stream(d, "ev", partitions=2, records=30)
+    out = tmp_path / "out"
+    run_available_now(spark, d, out, tmp_path / "cp", maxRecordsPerTrigger="25")
+    assert sink_rows(spark, out) == expected_rows(expected)
+    assert len([n for n in os.listdir(out / "_spark_metadata") if n.isdigit()]) == 3
+
+
+def test_malformed_starting_offsets_fails_before_the_query_runs(spark, tmp_path):
+    d = tmp_path / "data"
+    make_log_stream(d, "ev", partitions=1, records=5)
+    reader = spark.readStream.format("loglake").option("data_dir", str(d)).option("stream", "ev")
+    with pytest.raises(BadOption, match="startingOffsets"):
+        from loglake.pipeline.options import parse_options
+
+        parse_options({"data_dir": str(d), "stream": "ev", "startingOffsets": "{0: 1}"})
+    with pytest.raises(Exception, match="startingOffsets"):
+        reader.option("startingOffsets", "{0: 1}").load()
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from loglake.pipeline import build_session
+    data_dir, out, cp = sys.argv[1:4]
+    spark = build_session(master="local[1]", conf={"spark.driver.memory": "1g"})
+    q = (spark.readStream.format("loglake").option("data_dir", data_dir).option("stream", "ev")
+         .option("maxRecordsPerTrigger", "40").load()
+         .writeStream.format("parquet").option("path", out).option("checkpointLocation", cp)
+         .trigger(processingTime="200 milliseconds").start())
+    print("started", flush=True)
+    q.awaitTermination(600)
+    """
+)
+
+
+def committed_batches(out: Path) -> int:
+    meta = out / "_spark_metadata"
+    return len([n for n in os.listdir(meta) if n.isdigit()]) if meta.is_dir() else 0
+
+
+@pytest.mark.slow
+def test_killed_query_restarts_exactly_once(spark, tmp_path):
+    d = tmp_path / "data"
+    expected = make_log_stream(d, "ev", partitions=2, records=200)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(d), str(out), str(cp)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while committed_batches(out) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, "the streaming worker died on its own"
+            time.sleep(0.2)
+        assert committed_batches(out) >= 2, "the worker made no progress in 180 s"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its JVM, mid-stream
+        proc.wait(30)
+    done_before = committed_batches(out)
+    assert done_before < 10, "the query finished before it was killed: nothing was tested"
+    for i, data in zip(append(d, "ev", 0, [b"late"] * 5), [b"late"] * 5, strict=True):
+        expected[(0, i)] = data
+    run_available_now(spark, d, out, cp)
+    assert sink_rows(spark, out) == expected_rows(expected)
