@@ -281,3 +281,61 @@ def test_any_arrival_order_converges_to_the_same_log(make, clock, order, history
     assert sorted(delivered) == sorted(a.log_ids())
     assert c.log_ids() == a.log_ids() == b.log_ids()
     assert not c.pending and not c.missing
+
+
+_ids = st.sampled_from([message_id_of(b"%d" % i) for i in range(6)] + ["x", "y"])
+_entries = st.builds(
+    HistoryEntry, _ids, st.none() | st.binary(max_size=4), st.none() | st.sampled_from(["a", "b"])
+)
+_messages = st.builds(
+    SdsMessage,
+    st.sampled_from(["a", "b", "c", "me"]),
+    _ids,
+    st.sampled_from(["chan", "chan", "other"]),
+    st.none() | st.integers(0, 2**64 - 1),
+    st.lists(_entries, max_size=4).map(tuple),
+    st.none() | st.sampled_from([bytes(18_752), b"\xff" * 18_752, bytes(10)]),
+    st.lists(_entries, max_size=3).map(tuple),
+    st.none() | st.binary(max_size=3),
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(msgs=st.lists(_messages, max_size=12), ticks=st.lists(st.integers(0, 200_000), max_size=3))
+def test_arbitrary_message_sequences_keep_the_invariants(make, clock, msgs, ticks) -> None:
+    p = make("me", timeout_for_lost_messages_ms=50_000)
+    p.send(b"own")
+    for m in msgs:
+        if m.kind is None:
+            continue
+        p.receive(encode(m), b"hint")
+        clock.advance(1000)
+    for t in ticks:
+        clock.advance(t)
+        p.tick()
+    keys = [(p.log.records[i].lamport_timestamp, i) for i in p.log_ids()]
+    assert keys == sorted(keys) and len(set(p.log_ids())) == len(keys)
+    assert not set(p.pending) & set(p.log_ids())
+    assert not set(p.missing) & set(p.log_ids())
+    for pid, pend in p.pending.items():
+        assert pend.waiting and pid not in pend.waiting
+
+
+def test_forged_dependency_cycle_is_broken_by_the_timeout(make, clock) -> None:
+    c = make("c", timeout_for_lost_messages_ms=5_000)
+    ia, ib = message_id_of(b"A"), message_id_of(b"B")
+    a = SdsMessage("x", ia, "chan", 10, (HistoryEntry(ib),), content=b"A")
+    b = SdsMessage("x", ib, "chan", 11, (HistoryEntry(ia),), content=b"B")
+    selfref = SdsMessage(
+        "x", message_id_of(b"S"), "chan", 12, (HistoryEntry(message_id_of(b"S")),), content=b"S"
+    )
+    assert c.receive(encode(selfref)).of(MessageDelivered)  # cannot wait for itself
+    c.receive(encode(a))
+    c.receive(encode(b))
+    assert set(c.pending) == {ia, ib}
+    clock.advance(5_001)
+    out = c.tick()
+    assert sorted(d.content for d in out.of(MessageDelivered)) == [b"A", b"B"]
+    assert c.log_ids() == [ia, ib, selfref.message_id] and not c.pending

@@ -13,6 +13,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 STATE_STYLE = {"sent": "yellow", "acknowledged": "green", "delivered": "cyan"}
 
@@ -52,11 +53,12 @@ def chat(
             for row in session.take_changes():
                 style = STATE_STYLE.get(row.state.split(" ")[0], "magenta")
                 console.print(
-                    f"[dim]{row.message_id[:8]}[/] [bold]{row.sender}[/]: {row.text} "
-                    f"[{style}]({row.state})[/]"
+                    f"[dim]{row.message_id[:8]}[/] [bold]{escape(row.sender)}[/]: "
+                    f"{escape(row.text)} [{style}]({row.state})[/]",
+                    soft_wrap=True,
                 )
             for notice in session.notices:
-                console.print(f"[dim]* {notice}[/]")
+                console.print(f"[dim]* {escape(notice)}[/]", soft_wrap=True)
             session.notices.clear()
             ready, _, _ = select.select([sys.stdin], [], [], interval)
             if not ready:

@@ -109,6 +109,7 @@ class _Pending:
     record: LogRecord
     content: bytes
     waiting: set[str]
+    received_at: int
 
 
 class Participant:
@@ -130,7 +131,6 @@ class Participant:
         self.bloom = BloomFilter(opts.bloom_capacity, opts.bloom_error_rate)
         self._bloom_ids: deque[tuple[str, tuple[int, ...]]] = deque()
         self.log = LocalLog(opts.causal_history_size, opts.repair_cache_messages)
-        self._positions: dict[str, tuple[int, ...]] = {}
         # outgoing buffer, split by state; each dict is ordered by last send time
         self.unacked: dict[str, _Unacked] = {}
         self.possibly_acked: dict[str, _Unacked] = {}
@@ -139,18 +139,14 @@ class Participant:
         self._waiters: dict[str, set[str]] = {}  # dependency id -> pending ids
         self.missing: dict[str, tuple[HistoryEntry, int]] = {}  # id -> (entry, detected at)
         self.lost: set[str] = set()
+        # encoded history entries seen before whose message is in the log (see receive)
         self._known_bodies: set[bytes] = set()
+        self._known_limit = max(10_000, 20 * opts.causal_history_size)
         self.repair = RepairManager(participant_id, opts.repair) if opts.enable_repair else None
 
     # -- helpers ----------------------------------------------------------------------------
     def _now(self, now: int | None = None) -> int:
         return int(self.clock()) if now is None else int(now)
-
-    def _bloom_positions(self, message_id: str) -> tuple[int, ...]:
-        p = self._positions.get(message_id)
-        if p is None:
-            p = self.bloom.positions(message_id)
-        return p
 
     def _bloom_insert(self, message_id: str, positions: tuple[int, ...]) -> None:
         bloom = self.bloom
@@ -202,9 +198,8 @@ class Participant:
             b"".join(encode_history_entry(e, TAG_REPAIR_REQUEST) for e in requests),
             bytes(content),
         )
-        positions = self._bloom_positions(mid)
+        positions = self.bloom.positions(mid)
         self.unacked[mid] = _Unacked(data, positions, now)
-        self._positions[mid] = positions
         self._bloom_insert(mid, positions)
         self.log.insert(LogRecord(lamport, mid, self.participant_id, None, data))
         out.to_send.append(Outgoing(data, mid, MessageKind.CONTENT))
@@ -314,12 +309,14 @@ class Participant:
         lost = self.lost
         ids = []  # ids of fresh entries (acks: a known entry was reviewed when first seen)
         absent_entries = []
+        if len(known) > self._known_limit:
+            known.clear()  # only recent entries recur in histories; re-learn them
         for body, entry in fresh_entries:
             m = entry.message_id
             ids.append(m)
             if m in records:
                 known.add(body)
-            elif m not in lost:
+            elif m not in lost and m != mid:  # a message cannot wait for itself
                 absent_entries.append(entry)
 
         now = self._now()
@@ -337,9 +334,7 @@ class Participant:
                     out.events.append(RepairResponseQueued(rid, due))
         self._review_acks(ids, bloom, out)
         if is_content:
-            positions = self.bloom.positions(mid)
-            self._positions[mid] = positions
-            self._bloom_insert(mid, positions)
+            self._bloom_insert(mid, self.bloom.positions(mid))
             self.missing.pop(mid, None)
         # dependencies: missing (to fetch/repair) or still in the incoming buffer (wait)
         waiting = set()
@@ -361,7 +356,7 @@ class Participant:
             return out
         rec = LogRecord(pb.lamport_timestamp, mid, sender, retrieval_hint, bytes(data))
         if waiting:
-            self.pending[mid] = _Pending(rec, content, waiting)
+            self.pending[mid] = _Pending(rec, content, waiting, now)
             for dep in waiting:
                 self._waiters.setdefault(dep, set()).add(mid)
         else:
@@ -450,6 +445,30 @@ class Participant:
                 out.events.append(MessagesLost(tuple(lost)))
                 for rec, content in stack:
                     self._deliver(rec, content, out)
+            # A message waiting longer than the timeout is delivered anyway (its absent
+            # dependencies reported lost); this also breaks dependency cycles a peer forged.
+            stuck = []
+            for pid, pend in self.pending.items():
+                if now - pend.received_at <= timeout:
+                    break  # insertion order is arrival order
+                stuck.append(pid)
+            for pid in stuck:
+                pend = self.pending.pop(pid, None)
+                if pend is None:
+                    continue  # delivered meanwhile
+                gone = []
+                for dep in pend.waiting:
+                    self._waiters.get(dep, set()).discard(pid)
+                    if dep not in self.pending:
+                        item = self.missing.pop(dep, None)
+                        self.lost.add(dep)
+                        if self.repair is not None:
+                            self.repair.outgoing.remove(dep)
+                        gone.append(item[0] if item else HistoryEntry(dep))
+                if gone:
+                    out.events.append(MessagesLost(tuple(gone)))
+                pend.waiting.clear()
+                self._deliver(pend.record, pend.content, out)
         if self.repair is not None:
             for entry in self.repair.responses_due(now):
                 rec = self.log.get(entry.message_id)
