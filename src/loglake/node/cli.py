@@ -125,6 +125,10 @@ def demo(data_dir: Path | None) -> None:
             f"[bold]5.[/] consumer 'billing' on partition 1: first get → {first}, "
             f"save 1 → {saved}, save 0 → {kept} (monotonic: unchanged)"
         )
-        rest = client.pull(name, saved + 1, 10, partition=1)
-        console.print(f"[bold]6.[/] resume after index {saved}: {[m.data.decode() for m in rest]}")
+        # the saved index is the next one to read: a restarted consumer resumes from it
+        rest = client.pull(name, saved, 10, partition=1)
+        console.print(
+            f"[bold]6.[/] consumer restarts on partition 1 and pulls from its saved index "
+            f"{saved}: {[m.data.decode() for m in rest]}"
+        )
         console.print("[bold green]demo done[/]; stopping the service")
