@@ -503,3 +503,35 @@ def test_age_retention_after_reopen_sees_every_timestamp_of_a_segment(tmp_path):
         assert len(seg_files(tmp_path)) == 2
         assert log.enforce_retention(now_ns=base + 120 * ms) == 0
         assert log.read("s", 0, 0, limit=1)[0].data == b"n" * 1000
+
+
+@pytest.mark.slow
+def test_readonly_reader_in_this_process_follows_a_writer_process(tmp_path):
+    """The Spark/CLI case: a writer process appends (and rolls, and seals) while this process
+    reads the same data dir read-only; every record read is whole and correct."""
+    import signal
+    import time
+
+    from tests.log import crash_writer as cw
+
+    proc = subprocess.Popen(
+        [sys.executable, cw.__file__, str(tmp_path), "0", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        seen = {p: 0 for p in range(cw.PARTITIONS)}
+        with open_log(tmp_path, readonly=True) as ro:
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                for p in range(cw.PARTITIONS):
+                    for r in ro.read(cw.STREAM, p, seen[p], limit=500):
+                        assert r.index == seen[p]
+                        w, s = map(int, r.key.split(b":"))
+                        assert (r.data, r.key, r.headers) == cw.expected(w, s)
+                        seen[p] += 1
+        assert sum(seen.values()) > 0
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
