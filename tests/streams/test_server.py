@@ -232,6 +232,10 @@ def test_push_to_a_worker_that_is_not_a_stream_fails_all_pushes_in_flight(client
         client.push_many("ghost", [b"a", b"b", b"c"])
     client.create_stream("real")
     assert client.push("real", b"x") == 0  # the connection is still usable
+    # the stream appears later under that name: the errors left over from the failed pushes
+    # must not fail the new ones
+    client.create_stream("ghost")
+    assert client.push_many("ghost", [b"a", b"b"]) == [0, 1]
 
 
 def test_async_push_error_lane(server) -> None:

@@ -131,6 +131,8 @@ class ClientCore:
         self._lanes: dict[Address, int] = {}
         self._lane_routes: list[Route] = []
         self._templates: list[FrameTemplate] = []
+        self.outstanding: collections.Counter[int] = collections.Counter()
+        """Pushes sent on each lane and not answered yet (confirm or error)."""
 
     @staticmethod
     def initial_bytes() -> bytes:
@@ -157,6 +159,7 @@ class ClientCore:
         frame, encode = template.frame, codec.encode_push_request
         first = self._n + 1
         self._n += len(datas)
+        self.outstanding[lane] += len(datas)
         rids = list(range(first, self._n + 1))
         return rids, b"".join([frame(encode(rid, d)) for rid, d in zip(rids, datas, strict=True)])
 
@@ -166,6 +169,7 @@ class ClientCore:
                 continue
             v = msg.onward_route[0].value
             if v[:1] == b"p" and v[1:].isdigit():
+                self.outstanding[int(v[1:])] -= 1
                 c = codec.decode_push_confirm(msg.payload)
                 if c is not None:
                     self.confirms[c[0]] = (c[1], c[2])
@@ -306,6 +310,9 @@ class StreamClient:
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         confirms, errors = self.core.confirms, self.core.push_errors
+        while self.core.outstanding[lane] > 0:  # replies left over from a failed push_many
+            self._read()
+        errors.pop(lane, None)
         inflight: collections.deque[list[int]] = collections.deque()
 
         def collect(rids: list[int]) -> None:
