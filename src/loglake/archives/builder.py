@@ -95,7 +95,8 @@ class ArchiveBuilder:
 
         ``topics``: the community's channel topics (metadata ``contentTopic``, and only
         messages on them are exported); None = the topics seen in each window, sorted."""
-        ts = operator.attrgetter("timestamp_ns")
+        # positional access: DecodedMessage or a store row laid out like it (ts, topic, raw, cap)
+        ts = operator.itemgetter(0)
         msgs = sorted(messages, key=ts)
         wanted = None if topics is None else set(topics)
         out: list[EncodedArchive] = []
@@ -106,14 +107,14 @@ class ArchiveBuilder:
             hi = bisect.bisect_left(msgs, to, lo=lo, key=ts)
             window = msgs[lo:hi]
             if wanted is not None:
-                window = [m for m in window if m.topic in wanted]
+                window = [m for m in window if m[1] in wanted]
             self.end_ns = to
             if not window:
                 continue
-            tops = tuple(topics) if topics is not None else tuple(sorted({m.topic for m in window}))
+            tops = tuple(topics) if topics is not None else tuple(sorted({m[1] for m in window}))
             meta = ArchiveMetadata(frm, to, tops, self.layout.archive_version)
             for chunk in self.layout.chunk(window):
-                raws = list(map(operator.attrgetter("raw"), chunk))
+                raws = list(map(operator.itemgetter(2), chunk))
                 enc = self.layout.encode_archive(meta, raws, self.data_size)
                 self.hashes.extend_padded(enc.body, enc.trailing_zeros)
                 self.entries.append(enc.entry)

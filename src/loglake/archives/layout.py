@@ -30,6 +30,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from Crypto.Hash import keccak
 from google.protobuf.message import DecodeError as PbDecodeError
@@ -153,9 +154,10 @@ class EncodedArchive:
         return self.body + bytes(self.trailing_zeros) if self.trailing_zeros else self.body
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedMessage:
-    """A community record with what windowing and hydration need."""
+class DecodedMessage(NamedTuple):
+    """A community record with what windowing and hydration need. A named tuple, not a frozen
+    dataclass: a million are made per weekly build, straight from store rows, and a frozen
+    dataclass costs several times more to construct."""
 
     timestamp_ns: int
     topic: bytes | str
@@ -276,13 +278,13 @@ class Layout(ABC):
         cur: list[DecodedMessage] = []
         size = 0
         for m in messages:
-            if m.cap_size > cap:
+            if m[3] > cap:  # cap_size
                 continue
-            if size + m.cap_size > cap:
+            if size + m[3] > cap:
                 chunks.append(cur)
                 cur, size = [], 0
             cur.append(m)
-            size += m.cap_size
+            size += m[3]
         chunks.append(cur)
         return chunks
 

@@ -12,6 +12,8 @@ prune is one SQLite transaction, so a failure leaves the store exactly as it was
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -75,10 +77,16 @@ class MessageStore:
         return [r[:3] for r in self._rows(from_ns, to_ns)]
 
     def decoded(self, from_ns: int | None = None, to_ns: int | None = None) -> list[DecodedMessage]:
-        """Rows as ``DecodedMessage`` without parsing the records again."""
-        return [DecodedMessage(*r) for r in self._rows(from_ns, to_ns)]
+        """Rows laid out as ``DecodedMessage`` ``(timestamp_ns, topic, raw, cap_size)``, without
+        parsing the records again. Plain tuples (what the builder reads, by position): wrapping
+        a million rows in named tuples cost a third of the control node's build."""
+        return self._rows(from_ns, to_ns)  # type: ignore[return-value]
 
     def _rows(self, from_ns: int | None, to_ns: int | None) -> list[tuple]:
+        with _gc_paused():
+            return self._select(from_ns, to_ns)
+
+    def _select(self, from_ns: int | None, to_ns: int | None) -> list[tuple]:
         q, args = "SELECT ts_ns, topic, raw, cap FROM messages", []
         conds = []
         if from_ns is not None:
@@ -166,6 +174,19 @@ class MessageStore:
 
     def _tx(self):
         return _Tx(self.db)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Bulk loads make a million tuples; each cyclic-GC pass would rescan all of them (3-5x
+    the load's cost, measured). Tuples of ints/bytes cannot form cycles, so pause it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Tx:
