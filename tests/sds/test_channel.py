@@ -147,3 +147,16 @@ def test_loglake_sds_chat_command_end_to_end() -> None:
     assert "alice: hello from cli (sent)" in out
     assert "alice: hello from cli (acknowledged)" in out
     assert "bob: hi cli (delivered)" in out
+
+
+def test_periodic_sync_after_silence_acknowledges(streams, clock) -> None:
+    alice = SdsChannel(streams, "room", "alice", clock=clock, sync_interval_ms=5_000)
+    bob = SdsChannel(streams, "room", "bob", clock=clock, sync_interval_ms=5_000)
+    m = alice.send(b"anyone?").to_send[0]
+    bob.poll()
+    assert bob.tick().to_send == []  # not silent long enough
+    clock.advance(5_000)
+    (sync,) = bob.tick().to_send
+    assert sync.kind.value == "sync"
+    assert alice.poll().of(MessageAcknowledged) == [MessageAcknowledged(m.message_id)]
+    assert bob.tick().to_send == []  # the sync itself counts as activity

@@ -84,6 +84,7 @@ class SdsChannel:
         partition: int = 0,
         from_index: int | None = 0,
         max_fetch_rounds: int = 1000,
+        sync_interval_ms: int | None = None,
     ) -> None:
         self.streams = streams
         self.stream = streams.create_stream(stream or stream_for(channel_id))
@@ -94,6 +95,11 @@ class SdsChannel:
             from_index = self._end_index()
         self.next_index = from_index
         self.fetched: set[int] = set()
+        # spec "Periodic Sync Message", with its back-off option: a sync goes out only when
+        # nothing was sent or heard on the channel for a whole interval.
+        self.clock = clock
+        self.sync_interval_ms = sync_interval_ms
+        self.last_activity = clock()
 
     def _end_index(self) -> int:
         index = 0
@@ -105,6 +111,8 @@ class SdsChannel:
         return encode_hint(self.stream, self.partition, index)
 
     def _broadcast(self, out: Output) -> Output:
+        if out.to_send:
+            self.last_activity = self.clock()
         for o in out.to_send:
             index = self.streams.push(self.stream, o.data, self.partition)
             if o.reason == "send":
@@ -121,7 +129,17 @@ class SdsChannel:
         return self._broadcast(self.participant.make_sync())
 
     def tick(self) -> Output:
-        return self._broadcast(self.participant.tick())
+        """Participant sweeps (resends, SDS-R responses, lost messages), then a periodic sync
+        if one is due (or if an SDS-R request is due, spec "SDS-R Periodic Sync Message")."""
+        out = self.participant.tick()
+        now = self.clock()
+        if self.sync_interval_ms and (
+            now - self.last_activity >= self.sync_interval_ms
+            or self.participant.repair_request_due(now)
+        ):
+            self.last_activity = now
+            out.extend(self.participant.make_sync())
+        return self._broadcast(out)
 
     def _receive(self, data: bytes, index: int, out: Output) -> None:
         got = self.participant.receive(data, self.hint(index))
@@ -138,6 +156,7 @@ class SdsChannel:
         for m in self.streams.pull(self.stream, self.next_index, limit, self.partition):
             self.next_index = m.index + 1
             self._receive(m.data, m.index, out)
+            self.last_activity = self.clock()
         self.fetch_missing(out)
         return self._broadcast(out)
 

@@ -30,8 +30,17 @@ def command() -> None:
 @click.option("--port", default=None, type=int, help="loglake serve port (default: its default).")
 @click.option("--history/--no-history", default=True, help="Replay the channel's history first.")
 @click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
+@click.option(
+    "--sync-ms", default=5000, show_default=True, help="Sync after this much silence (0: never)."
+)
 def chat(
-    channel: str, participant_id: str, host: str, port: int | None, history: bool, interval: float
+    channel: str,
+    participant_id: str,
+    host: str,
+    port: int | None,
+    history: bool,
+    interval: float,
+    sync_ms: int,
 ) -> None:
     """A minimal group chat: type a line and press Enter; /sync sends a sync, /quit leaves."""
     from loglake.sds.channel import SdsChannel
@@ -42,7 +51,13 @@ def chat(
     client = StreamClient(host, port) if port else StreamClient(host)
     with client:
         session = ChatSession(
-            SdsChannel(client, channel, participant_id, from_index=0 if history else None)
+            SdsChannel(
+                client,
+                channel,
+                participant_id,
+                from_index=0 if history else None,
+                sync_interval_ms=sync_ms or None,
+            )
         )
         console.print(
             f"[bold]sds chat[/] channel [bold]{channel}[/] as [bold]{participant_id}[/] "
