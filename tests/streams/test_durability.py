@@ -1,0 +1,68 @@
+"""Acknowledged pushes survive a SIGKILL of ``loglake serve`` (batch durability, embedded log)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from loglake.streams.client import StreamClient, StreamServiceError
+
+
+def start(data_dir, port) -> subprocess.Popen:
+    code = "from loglake.node.cli import command; command()"
+    args = ["serve", "--data-dir", str(data_dir), "--port", str(port), "--durability", "batch"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            StreamClient(port=port, timeout=5).close()
+            return proc
+        except StreamServiceError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_confirmed_pushes_survive_sigkill(tmp_path, port) -> None:
+    proc = start(tmp_path, port)
+    confirmed: dict[int, bytes] = {}
+    try:
+        with StreamClient(port=port, timeout=10, window=200) as c:
+            c.create_stream("d", 2)
+            for round_ in range(5):
+                datas = [f"{round_}:{i}".encode() * 20 for i in range(400)]
+                for idx, d in zip(c.push_many("d", datas, 1), datas, strict=True):
+                    confirmed[idx] = d
+            # more pushes in flight, then the kill: those may or may not be stored
+            c.sock.sendall(c.core.push_frames(c._address("d", 1), [b"unconfirmed"] * 300)[1])
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    proc = start(tmp_path, port)
+    try:
+        with StreamClient(port=port, timeout=10) as c:
+            got = {}
+            index = 0
+            while msgs := c.pull("d", index, 1000, 1):
+                got.update((m.index, m.data) for m in msgs)
+                index = msgs[-1].index + 1
+        assert len(confirmed) == 2000
+        for idx, data in confirmed.items():  # every acknowledged record, byte-identical
+            assert got[idx] == data
+        assert sorted(got) == list(range(len(got)))  # no holes, no partial record
+        assert all(d == b"unconfirmed" for i, d in got.items() if i not in confirmed)
+    finally:
+        proc.terminate()
+        proc.wait(30)
