@@ -365,7 +365,7 @@ def main() -> None:
     p.add_argument("--latency-count", type=int, default=2_000, help="one-by-one pushes")
     p.add_argument("--size", type=int, default=1024, help="message size in bytes")
     p.add_argument("--window", type=int, default=1000, help="messages in flight / batch size")
-    p.add_argument("--seconds", type=float, default=60.0, help="time cap per phase")
+    p.add_argument("--seconds", type=float, default=20.0, help="time cap per phase")
     p.add_argument(
         "--only",
         default="raw,inproc,loglake,nats215,nats29,redis-always,redis-everysec",
