@@ -535,3 +535,58 @@ def test_readonly_reader_in_this_process_follows_a_writer_process(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
+
+
+def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
+    import errno
+
+    from loglake.log import StorageFailed
+
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(partitions=2))
+    log.append("s", 0, b"ok")
+    real = os.fdatasync
+
+    def eio(fd):
+        raise OSError(errno.EIO, "injected EIO")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(StorageFailed):
+        log.append("s", 0, b"lost?")
+    monkeypatch.setattr(os, "fdatasync", real)
+    with pytest.raises(StorageFailed):  # no silent retry of an fsync that failed
+        log.append("s", 0, b"next")
+    assert log.append("s", 1, b"other partition") == 0
+    assert [r.data for r in log.read("s", 0, 0)] == [b"ok"]  # never covered by an fsync
+    log.close()
+    with open_log(tmp_path) as log:
+        assert log.read("s", 0, 0)[0].data == b"ok"
+        nxt = log.next_index("s")
+        assert log.append("s", 0, b"after reopen") == nxt
+
+
+def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
+    import errno
+
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(durability="none"))
+    log.append("s", 0, b"first")
+    real = os.write
+    seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+
+    def half_then_enospc(fd, data):
+        if fd == seg_fd:
+            if len(data) > 100:
+                return real(fd, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "injected ENOSPC")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", half_then_enospc)
+    with pytest.raises(OSError):
+        log.append("s", 0, b"x" * 500)
+    monkeypatch.setattr(os, "write", real)
+    assert log.append("s", 0, b"second") == 1
+    assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]
+    log.close()
+    with open_log(tmp_path) as log:
+        assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]

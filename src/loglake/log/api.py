@@ -89,6 +89,12 @@ class LogLocked(LogError):
         self.data_dir = data_dir
 
 
+class StorageFailed(LogError):
+    """The disk refused an fsync: what was written since the last good fsync may be lost,
+    so the partition refuses further appends until the log is reopened (which recovers it).
+    Retrying the fsync could report success for pages the kernel already dropped."""
+
+
 class LogClosed(LogError, LocalProtocolError):
     """The log was closed."""
 

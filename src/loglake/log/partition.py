@@ -18,10 +18,10 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loglake.log.api import Durability, Entry, Record, StreamConfig
+from loglake.log.api import Durability, Entry, Record, StorageFailed, StreamConfig
 from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
     LakeFile,
@@ -58,6 +58,7 @@ class Partition:
         self._lock = threading.RLock()
         self._gc = GroupCommit()
         self._seq = 0
+        self._failed: StorageFailed | None = None
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
         self._open()
@@ -154,6 +155,8 @@ class Partition:
             return []
         now = time.time_ns()
         with self._lock:
+            if self._failed is not None:
+                raise self._failed
             active = self.segments[-1]
             first = active.next_index
             buf, offsets, max_ts = encode_batch(entries, first, now)
@@ -163,7 +166,7 @@ class Partition:
             self._seq += 1
             seq = self._seq
             if durability == "always":
-                active.sync()
+                self._fsync(active.sync)
                 self._durable_next = active.next_index
                 self._gc.mark_synced(seq)
         if durability == "batch":
@@ -173,13 +176,15 @@ class Partition:
     def _sync_newest(self) -> int:
         """For the group commit: fsync the active segment; return the write seq covered."""
         with self._lock:
+            if self._failed is not None:
+                raise self._failed
             seq = self._seq
             nxt = self.segments[-1].next_index
             wfd = self.segments[-1].wfd
             assert wfd is not None
             fd = os.dup(wfd)  # survives a roll closing the segment while we fsync
         try:
-            os.fdatasync(fd)
+            self._fsync(lambda: os.fdatasync(fd))
         finally:
             os.close(fd)
         with self._lock:
@@ -188,7 +193,7 @@ class Partition:
 
     def _roll(self, durability: Durability) -> Segment:
         old = self.segments[-1]
-        old.seal()
+        self._fsync(old.seal)
         self._durable_next = max(self._durable_next, old.next_index)
         self._gc.mark_synced(self._seq)
         new = Segment.create(self.dir, old.next_index)
@@ -198,6 +203,19 @@ class Partition:
         if self.config.seal_to_lake:
             self._schedule_seal(old)
         return new
+
+    def _fsync(self, fn: Callable[[], None]) -> None:
+        """Run an fsync; on failure, fail the partition for good (see ``StorageFailed``)."""
+        try:
+            fn()
+        except OSError as e:
+            failed = StorageFailed(
+                f"{self.stream}/{self.partition}: fsync failed ({e}); appends are refused "
+                "until the log is reopened"
+            )
+            with self._lock:
+                self._failed = self._failed or failed
+            raise self._failed from e
 
     def _lake_has(self, seg: Segment) -> bool:
         i = bisect.bisect_left([f.first for f in self.lake], seg.base)

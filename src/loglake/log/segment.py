@@ -265,8 +265,14 @@ class Segment:
         base = self.size
         view = memoryview(buf)
         done = 0
-        while done < len(buf):  # a regular-file write is whole unless the disk is full
-            done += os.write(self.wfd, view[done:])
+        try:
+            while done < len(buf):  # a regular-file write is whole unless the disk is full
+                done += os.write(self.wfd, view[done:])
+        except OSError:
+            # e.g. ENOSPC after part of the batch landed: cut it off so the next batch does
+            # not follow a partial record (O_APPEND writes at the real end of the file).
+            os.ftruncate(self.wfd, base)
+            raise
         idx = self.index
         new_entries = []
         due = idx.last_pos + INTERVAL_BYTES if idx.indexes else base
