@@ -132,7 +132,8 @@ class BloomFilter:
         m = self.m_bits
         hash_a = abs(nim_hash(item)) % m
         hash_b = abs(nim_hash(item + " b")) % m
-        return tuple(abs(hash_a + n * hash_b) % m for n in range(self.k))
+        # hash_a, hash_b >= 0, so |hash_a + n * hash_b| needs no abs()
+        return tuple([(hash_a + n * hash_b) % m for n in range(self.k)])
 
     def insert(self, item: str, positions: Iterable[int] | None = None) -> None:
         data = self._data

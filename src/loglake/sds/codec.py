@@ -65,7 +65,12 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+
+
 def varint(n: int) -> bytes:
+    if n < 128:
+        return _SMALL_VARINTS[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
