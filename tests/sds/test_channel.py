@@ -160,3 +160,27 @@ def test_periodic_sync_after_silence_acknowledges(streams, clock) -> None:
     assert sync.kind.value == "sync"
     assert alice.poll().of(MessageAcknowledged) == [MessageAcknowledged(m.message_id)]
     assert bob.tick().to_send == []  # the sync itself counts as activity
+
+
+def test_history_survives_in_the_durable_log(tmp_path, clock) -> None:
+    """The store node is the embedded, crash-safe log: a participant joining after a restart
+    recovers the channel from it."""
+    from loglake.log import open_log
+
+    log = open_log(tmp_path)
+    try:
+        alice = SdsChannel(LocalStreams(log), "room", "alice", clock=clock)
+        for i in range(3):
+            clock.advance(1)
+            alice.send(b"kept %d" % i)
+        expected = alice.participant.log_ids()
+    finally:
+        log.close()
+    log = open_log(tmp_path)
+    try:
+        carol = SdsChannel(LocalStreams(log), "room", "carol", clock=clock)
+        out = carol.poll()
+        assert [d.content for d in out.of(MessageDelivered)] == [b"kept 0", b"kept 1", b"kept 2"]
+        assert carol.participant.log_ids() == expected
+    finally:
+        log.close()
