@@ -7,7 +7,7 @@ interop/node/sds_peer.mjs (commands ``hash_n`` / ``bloom``) and recorded here.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loglake.sds.bloom import BloomFilter, contains, hash_n, nim_hash, sizing
@@ -49,6 +49,7 @@ def test_bit_layout_is_big_endian_uint64_words() -> None:
     assert sum(bin(b).count("1") for b in data) == len(set(pos))
 
 
+@settings(deadline=None)
 @given(st.lists(st.text(min_size=1, max_size=70), max_size=30), st.text(min_size=1, max_size=70))
 def test_no_false_negatives_and_roundtrip(ids: list[str], other: str) -> None:
     f = BloomFilter()

@@ -74,6 +74,7 @@ messages = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(messages)
 def test_fast_encoder_equals_protobuf_runtime(msg: SdsMessage) -> None:
     data = encode(msg)
@@ -81,7 +82,7 @@ def test_fast_encoder_equals_protobuf_runtime(msg: SdsMessage) -> None:
     assert decode(data) == msg
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_garbage_raises_only_typed_decode_errors(data: bytes) -> None:
     try:

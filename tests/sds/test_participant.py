@@ -186,7 +186,9 @@ def test_wrong_length_bloom_filter_is_dropped_state_unchanged(make) -> None:
     assert _state(b) == before
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=300))
 def test_any_bytes_leave_state_unchanged_or_are_a_valid_message(make, data: bytes) -> None:
     a, b = make("a"), make("b")
