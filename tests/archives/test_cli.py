@@ -3,6 +3,7 @@ publish, ls, seed (another process) and fetch."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -85,3 +86,45 @@ def test_keygen_build_publish_ls_seed_fetch(tmp_path):
     store.close()
     r = runner.invoke(command, ["ls", "--root", str(member), "--layout", "status-go"])
     assert r.exit_code == 0 and r.output.count("yes") == 2, r.output
+
+
+@pytest.mark.slow
+def test_run_and_follow_processes_share_an_embedded_log(tmp_path):
+    """Control node loop (`archives run`, the log's writer) and member loop (`archives follow`,
+    a read-only view of the same log) in two processes."""
+    runner = CliRunner()
+    key = tmp_path / "key"
+    cid = runner.invoke(command, ["keygen", "--out", str(key)]).output.strip()
+    layout = get_layout("status-go")
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", layout, range(2), 300)  # 2020: every window is due
+    log.close()
+    cli = [sys.executable, "-m", "loglake.archives.cli"]
+    control = subprocess.Popen(
+        [*cli, "run", "--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "arch"),
+         "--key-file", str(key), "--layout", "status-go", "--check-every", "1",
+         "--duration", "60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    member = None
+    try:
+        for line in control.stderr:
+            if "magnet published" in line:
+                break
+        else:
+            pytest.fail("control node exited before publishing")
+        member = subprocess.Popen(
+            [*cli, "follow", "--data-dir", str(tmp_path / "log"), "--community", cid,
+             "--root", str(tmp_path / "member"), "--layout", "status-go", "--wait", "1",
+             "--poll", "0.2", "--once", "--duration", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        out, err = member.communicate(timeout=90)
+        assert member.returncode == 0, err
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["hydrated_messages"] == 600 and len(report["missing"]) == 2
+    finally:
+        for p in (member, control):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                p.wait(10)

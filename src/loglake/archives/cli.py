@@ -20,6 +20,7 @@ from rich.table import Table
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import NS, get_layout
 from loglake.errors import LoglakeError
+from loglake.log.api import UnknownStream
 
 console = Console(stderr=True)
 
@@ -245,6 +246,152 @@ def fetch(magnet, root, store_path, community, layout, timeout, as_json) -> None
             f"{report.archives} archive(s) in the index, {len(report.missing)} fetched, "
             f"{report.hydrated_messages} messages hydrated, {report.bytes_downloaded} B downloaded"
         )
+
+
+def _open_streams(data_dir: str | None, connect: str | None, readonly: bool):
+    """A ``Streams`` on the embedded log (``--data-dir``) or on ``loglake serve``
+    (``--connect host:port``), and a function that closes it."""
+    if (data_dir is None) == (connect is None):
+        raise ArchiveConfigError("give exactly one of --data-dir and --connect")
+    if connect is not None:
+        from loglake.streams.client import StreamClient
+
+        host, _, port = connect.rpartition(":")
+        client = StreamClient(host or "127.0.0.1", int(port))
+        return client, client.close
+    from loglake.log import open_log
+    from loglake.streams.api import LocalStreams
+
+    log = open_log(data_dir, readonly=readonly)
+    return LocalStreams(log), log.close
+
+
+_source_opts = [
+    click.option("--data-dir", type=click.Path(file_okay=False), help="Embedded loglake log."),
+    click.option("--connect", help="host:port of a running `loglake serve` instead."),
+]
+
+
+def _source(f):
+    for opt in reversed(_source_opts):
+        f = opt(f)
+    return f
+
+
+@command.command()
+@_source
+@click.option("--stream", default="community", show_default=True, help="Community stream.")
+@click.option("--channel", default="community-archives", show_default=True, help="Special channel.")
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
+@click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
+@_layout_opt
+@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@click.option("--port", type=int, default=0, help="Seeder port on 127.0.0.1 (0: any).")
+@click.option("--check-every", type=float, default=60.0, show_default=True, help="Seconds.")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port, check_every,
+        duration) -> None:  # fmt: skip
+    """Control node loop: ingest, build due 7-day windows, seed the newest torrent, publish its
+    signed magnet link on the special channel, prune archived messages older than 30 days."""
+    from loglake.archives.bt import Seeder
+    from loglake.archives.control import ControlNode
+    from loglake.archives.signing import community_id
+    from loglake.archives.store import MessageStore
+
+    key = _key(key_file)
+    lay = get_layout(layout)
+    cid = community_id(key)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    store = MessageStore(Path(root) / f"{cid}.sqlite")
+    node = ControlNode(root, key, lay, store, [lay.parse_topic(t) for t in topics] or None)
+    streams, close = _open_streams(data_dir, connect, readonly=False)
+    seeder = Seeder(port)
+    seeded = None
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while True:
+            now = time.time_ns()
+            try:
+                n = node.ingest_streams(streams, stream)
+            except UnknownStream:
+                n = 0  # no community message yet
+            out = node.build(now)
+            if node.entries and (out.new or seeded is None):
+                seeder.seed(node.torrent().metainfo(), root)
+                seeded = node.torrent().info_hash
+                idx = node.publish_magnet(streams, channel, now // 1_000_000, (seeder.peer,))
+                console.print(f"seeding {seeded}; magnet published on {channel} at {idx}")
+            pruned = node.prune(now)
+            console.print(f"ingested {n}, new archives {len(out.new)}, pruned {pruned}")
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            left = float("inf") if deadline is None else deadline - time.monotonic()
+            time.sleep(max(0.0, min(check_every, left)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        seeder.close()
+        close()
+        store.close()
+
+
+@command.command()
+@_source
+@click.option("--channel", default="community-archives", show_default=True, help="Special channel.")
+@click.option("--community", required=True, help="Community id (0x…): the control node's key.")
+@click.option("--root", type=click.Path(file_okay=False), required=True, help="Member folder.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Member store.")
+@_layout_opt
+@click.option("--wait", type=float, default=20.0, show_default=True, help="Quiet period, s.")
+@click.option("--poll", type=float, default=1.0, show_default=True, help="Channel poll, s.")
+@click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+@click.option("--once", is_flag=True, help="Stop after the first fetch.")
+def follow(data_dir, connect, channel, community, root, store_path, layout, wait, poll, timeout,
+           duration, once) -> None:  # fmt: skip
+    """Member loop: follow the special channel, ignore unsigned or foreign messages, wait the
+    quiet period after the last magnet link, fetch missing archives, hydrate the store."""
+    from loglake.archives.member import Accepted, MemberNode
+    from loglake.archives.store import MessageStore
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    store = MessageStore(store_path or Path(root) / "member.sqlite")
+    member = MemberNode(root, store, get_layout(layout), community, wait_ns=int(wait * NS))
+    streams, close = _open_streams(data_dir, connect, readonly=True)
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            now = time.time_ns()
+            try:
+                events = member.poll(streams, channel, now)
+            except UnknownStream:
+                events = []  # the control node has not published yet
+            for ev in events:
+                if isinstance(ev, Accepted):
+                    console.print(f"magnet clock={ev.message.clock}: waiting {wait:g} s")
+                else:
+                    console.print(f"[yellow]ignored[/yellow]: {ev.reason}")
+            report = member.step(now, timeout=timeout)
+            if report is not None:
+                click.echo(
+                    json.dumps(
+                        {
+                            "community": report.community,
+                            "archives": report.archives,
+                            "missing": [e.archive_id for e in report.missing],
+                            "hydrated_messages": report.hydrated_messages,
+                            "bytes_downloaded": report.bytes_downloaded,
+                        }
+                    )
+                )
+                if once:
+                    return
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        close()
+        store.close()
 
 
 @command.command(name="ls")

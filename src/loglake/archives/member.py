@@ -175,20 +175,21 @@ class MemberNode:
         layout: Layout,
         community_id: str,
         wait_ns: int = MEMBER_WAIT_NS,
-        client_id: str = "archives-member",
     ) -> None:
         self.root, self.store, self.layout = Path(root), store, layout
         self.core = MemberCore(community_id.lower(), wait_ns)
-        self.client_id = client_id
         self.events: list[Accepted | Ignored] = []
 
     def poll(self, streams: Streams, channel: str, now_ns: int) -> list[Accepted | Ignored]:
-        pos = streams.get_index(self.client_id, channel)
+        """Read new special-channel messages. The position is kept in the member's own store
+        (so a read-only view of the channel is enough)."""
+        key = f"channel_next_index:{channel}"
+        pos = int(self.store.get_meta(key) or 0)
         new = []
         for m in streams.pull(channel, pos, 1000):
             new.append(self.core.on_message(m.data, now_ns))
             pos = m.index + 1
-        streams.save_index(self.client_id, channel, pos)
+        self.store.set_meta(key, pos)
         self.events += new
         return new
 

@@ -58,6 +58,10 @@ class MessageStore:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if row is None else row[0]
 
+    def set_meta(self, key: str, value: object) -> None:
+        with self._tx():
+            self._set_meta(key, value)
+
     def _set_meta(self, key: str, value: object) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
 
