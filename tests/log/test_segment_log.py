@@ -590,3 +590,47 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
     log.close()
     with open_log(tmp_path) as log:
         assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-fast-path", "keyed-row-path"])
+def test_sealing_both_paths_give_the_same_rows_as_the_log(tmp_path, plain):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=3000))
+        for i in range(60):
+            if plain:
+                log.append("s", 0, payload(i), timestamp_ns=i)
+            else:
+                log.append("s", 0, payload(i), key=b"k", headers=(("h", b"%d" % i),))
+        log.wait_for_seals()
+        segs = seg_files(tmp_path)
+        sealed_upto = int(segs[-1].stem)
+        expect = log.read("s", 0, 0, end=sealed_upto)
+    rows = pq.read_table(tmp_path / "lake" / "s", partitioning=None).to_pylist()
+    assert len(rows) == sealed_upto > 0
+    for row, rec in zip(rows, expect, strict=True):
+        assert (row["index"], row["timestamp_ns"], row["key"], row["data"]) == (
+            rec.index,
+            rec.timestamp_ns,
+            rec.key,
+            rec.data,
+        )
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(rec.headers)
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-fast-path", "keyed-row-path"])
+def test_sealing_a_damaged_segment_is_corrupt_segment_and_writes_nothing(tmp_path, plain):
+    from loglake.log.lake import seal_segment
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=1 << 20, seal_to_lake=False))
+        for i in range(20):
+            log.append("s", 0, payload(i), key=None if plain else b"k")
+    seg = seg_files(tmp_path)[0]
+    raw = bytearray(seg.read_bytes())
+    raw[len(raw) // 2] ^= 0x04
+    seg.write_bytes(bytes(raw))
+    out = tmp_path / "out"
+    with pytest.raises(CorruptSegment) as e:
+        seal_segment(seg, 0, 20, out, "s", 0)
+    assert e.value.path == str(seg)
+    assert not out.exists() or not list(out.iterdir())

@@ -10,17 +10,24 @@ is always a whole one. Temporary files start with ``.`` so Hive-style readers sk
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loglake.log.api import CorruptSegment, Record
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, parse_lake_file_name
-from loglake.log.record_codec import StoredRecord
-from loglake.log.segment import fsync_dir
+from loglake.log.record_codec import (
+    PlainColumns,
+    RecordDecodeError,
+    StoredRecord,
+    plain_columns,
+)
+from loglake.log.segment import Segment, fsync_dir
 
 TMP_PREFIX = ".tmp-"
 
@@ -64,9 +71,52 @@ def write_lake_file(
     """Write ``records`` (contiguous indexes) as one Parquet file; atomic and durable."""
     if not records:
         raise ValueError("nothing to seal")
-    first, last = records[0].index, records[-1].index
+    return write_lake_table(directory, records_table(records, stream, partition))
+
+
+MAX_FAST_DATA = (1 << 31) - 1
+"""``binary`` columns have 32-bit offsets: more data than this takes the slow path."""
+
+
+def plain_table(buf: bytes, cols: PlainColumns, stream: str, partition: int) -> pa.Table | None:
+    """The lake table of plain records, built from buffers (no per-row Python objects but
+    one slice per record); None when the data is too large for one ``binary`` column."""
+    n = len(cols.index)
+    starts = np.asarray(cols.data_start, dtype=np.int64)
+    ends = np.asarray(cols.data_end, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=offsets[1:])
+    if offsets[-1] > MAX_FAST_DATA:
+        return None
+    mv = memoryview(buf)
+    data = b"".join([mv[a:b] for a, b in zip(cols.data_start, cols.data_end, strict=True)])
+    headers_type = LAKE_SCHEMA.field("headers").type
+    return pa.table(
+        {
+            "stream": pa.array([stream] * n, pa.string()),
+            "partition": pa.array(np.full(n, partition, dtype=np.int32)),
+            "index": pa.array(np.asarray(cols.index, dtype=np.int64)),
+            "timestamp_ns": pa.array(np.asarray(cols.timestamp_ns, dtype=np.int64)),
+            "key": pa.nulls(n, pa.binary()),
+            "headers": pa.ListArray.from_arrays(
+                pa.array(np.zeros(n + 1, dtype=np.int32)),
+                pa.array([], headers_type.value_type),
+                type=headers_type,
+            ),
+            "data": pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+            ),
+        },
+        schema=LAKE_SCHEMA,
+    )
+
+
+def records_table(records: list[StoredRecord], stream: str, partition: int) -> pa.Table:
+    """The lake table of any records, row by row."""
     n = len(records)
-    table = pa.table(
+    return pa.table(
         {
             "stream": pa.array([stream] * n, pa.string()),
             "partition": pa.array([partition] * n, pa.int32()),
@@ -81,6 +131,14 @@ def write_lake_file(
         },
         schema=LAKE_SCHEMA,
     )
+
+
+def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
+    """Write ``table`` (contiguous indexes, in order) as one lake file; atomic and durable."""
+    if table.num_rows == 0:
+        raise ValueError("nothing to seal")
+    idx = table.column("index")
+    first, last = idx[0].as_py(), idx[-1].as_py()
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / lake_file_name(first, last)
     tmp = directory / f"{TMP_PREFIX}{final.name}"
@@ -93,6 +151,39 @@ def write_lake_file(
     os.replace(tmp, final)
     fsync_dir(directory)
     return LakeFile(first, last, final)
+
+
+def seal_segment(
+    path: Path, first_index: int, next_index: int, directory: Path, stream: str, partition: int
+) -> LakeFile:
+    """Seal one rolled segment file into the lake. Plain records (the Ockam stream service's
+    case: data only) take a columnar fast path; others are decoded one by one. Any damage →
+    ``CorruptSegment`` (nothing is written). Yields the GIL as it goes: it runs on the
+    background sealer while appenders work."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    pause = _yield_gil
+    table = None
+    try:
+        cols = plain_columns(buf, first_index, pause)
+        if cols is not None:
+            if first_index + len(cols.index) != next_index:
+                raise CorruptSegment(str(path), len(buf), f"ends before index {next_index}")
+            table = plain_table(buf, cols, stream, partition)
+    except RecordDecodeError as e:
+        raise CorruptSegment(str(path), e.offset, e.reason) from None
+    if table is None:
+        seg = Segment.sealed(path.parent, first_index, next_index, readonly=True)
+        try:
+            table = records_table(seg.iter_all(yield_every=64), stream, partition)
+        finally:
+            seg.close()
+    pause()
+    return write_lake_table(directory, table)
+
+
+def _yield_gil() -> None:
+    time.sleep(0)
 
 
 def read_lake_file(

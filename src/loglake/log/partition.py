@@ -30,11 +30,11 @@ from loglake.log.lake import (
     list_lake_files,
     read_lake_file,
     remove_temp_files,
-    write_lake_file,
+    seal_segment,
 )
 from loglake.log.record_codec import encode_batch
 from loglake.log.sealer import Sealer
-from loglake.log.segment import Segment, fsync_dir, parse_segment_name
+from loglake.log.segment import Segment, fsync_dir, parse_segment_name, segment_name
 
 
 class Partition:
@@ -233,12 +233,14 @@ class Partition:
         with self._lock:
             if seg.next_index <= seg.base or self._lake_has(seg) or seg not in self.segments:
                 return
-        reader = Segment.sealed(self.dir, seg.base, seg.next_index, readonly=True)
-        try:
-            records = reader.iter_all(yield_every=64)
-        finally:
-            reader.close()
-        lf = write_lake_file(self.lake_dir, self.stream, self.partition, records)
+        lf = seal_segment(
+            self.dir / segment_name(seg.base),
+            seg.base,
+            seg.next_index,
+            self.lake_dir,
+            self.stream,
+            self.partition,
+        )
         with self._lock:
             if not self._lake_has(seg):
                 bisect.insort(self.lake, lf, key=lambda f: f.first)
