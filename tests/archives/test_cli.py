@@ -128,3 +128,44 @@ def test_run_and_follow_processes_share_an_embedded_log(tmp_path):
             if p is not None and p.poll() is None:
                 p.terminate()
                 p.wait(10)
+
+
+@pytest.mark.slow
+def test_run_and_follow_through_a_stream_server(tmp_path):
+    """The same loops against `loglake serve`'s stream service over TCP (``--connect``)."""
+    from loglake.log import MemoryLog
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    runner = CliRunner()
+    key = tmp_path / "key"
+    cid = runner.invoke(command, ["keygen", "--out", str(key)]).output.strip()
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 50)
+    with BackgroundServer(StreamService(log)) as srv:
+        connect = f"127.0.0.1:{srv.port}"
+        control = subprocess.Popen(
+            [sys.executable, "-m", "loglake.archives.cli", "run", "--connect", connect,
+             "--root", str(tmp_path / "arch"), "--key-file", str(key), "--check-every", "1",
+             "--duration", "60"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            for line in control.stderr:
+                if "magnet published" in line:
+                    break
+            else:
+                pytest.fail("control node exited before publishing")
+            r = runner.invoke(
+                command,
+                ["follow", "--connect", connect, "--community", cid,
+                 "--root", str(tmp_path / "member"), "--wait", "0.5", "--poll", "0.2",
+                 "--once", "--duration", "60"],
+            )  # fmt: skip
+            assert r.exit_code == 0, r.output
+            report = json.loads(r.output.strip().splitlines()[-1])
+            assert report["hydrated_messages"] == 50
+        finally:
+            control.terminate()
+            control.wait(10)
