@@ -30,6 +30,9 @@ from loglake.log.record_codec import (
 from loglake.log.segment import Segment, fsync_dir
 
 TMP_PREFIX = ".tmp-"
+LAKE_ROW_GROUP_ROWS = 8192
+"""Rows per Parquet row group: small enough that a read of a few thousand indexes touches
+one or two row groups (pruned by the ``index`` column statistics), large enough for scans."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,7 @@ def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / lake_file_name(first, last)
     tmp = directory / f"{TMP_PREFIX}{final.name}"
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=LAKE_ROW_GROUP_ROWS)
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
