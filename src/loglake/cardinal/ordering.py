@@ -24,10 +24,11 @@ Deviation (documented in docs/cardinal.md): the reference's ``ChainUpdate.remove
 full blocks; after a restart we hold only ``BlockRef``s of the blocks emitted before it.
 
 Resumption: ``Checkpoint`` = the chain window (``BlockRef``s, head last) + per-source offsets =
-the lowest offset of any message of a block not yet emitted (pending, queued, held on a fork or
-as an orphan), else the next unread offset. A consumer restored from it and fed everything from
-those offsets emits exactly what an uninterrupted one would have after the same point: blocks on
-the stored chain are recognised and not emitted again, and nothing needed was before the offsets.
+the lowest offset of any message of a block in the window (on the chain, pending, queued, held
+on a fork or as an orphan), else the next unread offset. A consumer restored from it and fed
+everything from those offsets ends where an uninterrupted one would: blocks on the stored chain
+are assembled again and recognised (their data is kept, nothing is emitted), so a later reorg
+can still remove them or return to them, and nothing needed lies before the offsets.
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ class OrderedProcessor:
     # -- blocks -----------------------------------------------------------------------------
     def add(self, block: Block) -> list[ChainUpdate]:
         h = block.hash
-        if h in self._on_chain or h in self._held:
+        if h in self._on_chain:
+            self._fill(block)
+            return []
+        if h in self._held:
             return []
         if h == block.parent:
             log_event(log, logging.WARNING, "block is its own parent", hash=h.hex())
@@ -168,6 +172,30 @@ class OrderedProcessor:
                 return self._switch(None, root)
             return []  # orphan: waits for its parent
         return self._switch(root.parent, root)
+
+    def _fill(self, block: Block) -> None:
+        """A block we hold on the chain only as a ``BlockRef`` (from a checkpoint) was
+        assembled again: keep its data, so a reorg can remove it with its data or return to it."""
+        n = self._on_chain[block.hash]
+        for i in range(len(self._chain) - 1, -1, -1):
+            if self._chain[i].number == n and self._chain[i].hash == block.hash:
+                if not isinstance(self._chain[i], Block):
+                    self._chain[i] = block
+                return
+
+    @property
+    def refs_only(self) -> int:
+        """Chain blocks known only by reference (not yet assembled again since a restart)."""
+        return sum(1 for b in self._chain if not isinstance(b, Block))
+
+    def chain_offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self._chain:
+            if isinstance(b, Block):
+                for s, o in b.offsets.items():
+                    if o < out.get(s, o + 1):
+                        out[s] = o
+        return out
 
     def _extend_down(self, block: Block) -> list[ChainUpdate]:
         """``block`` is the parent of the oldest block we hold on the chain (known only from a
@@ -308,10 +336,7 @@ class OrderedConsumer:
         chain = checkpoint.chain if checkpoint else ()
         self.start_offsets = dict(checkpoint.offsets) if checkpoint else {}
         self.consumer = Consumer(
-            reorg_threshold,
-            tracked_prefixes,
-            last_number=chain[-1].number if chain else None,
-            completed=[(b.hash, b.number) for b in chain],
+            reorg_threshold, tracked_prefixes, last_number=chain[-1].number if chain else None
         )
         self.ordering = OrderedProcessor(reorg_threshold, chain)
         self.consumer.advance(chain[-1].number if chain else -1)
@@ -354,7 +379,14 @@ class OrderedConsumer:
 
     def checkpoint(self) -> Checkpoint:
         offsets = dict(self.consumer.next_offsets)
-        for held in (self.consumer.held_offsets(), self.ordering.held_offsets()):
+        kept = [
+            self.consumer.held_offsets(),
+            self.ordering.held_offsets(),
+            self.ordering.chain_offsets(),
+        ]
+        if self.ordering.refs_only:  # chain blocks not re-read yet: keep where they started
+            kept.append(self.start_offsets)
+        for held in kept:
             for s, o in held.items():
                 if o < offsets.get(s, o + 1):
                     offsets[s] = o
