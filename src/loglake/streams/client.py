@@ -113,6 +113,15 @@ def _confirmed(confirm: tuple[bool, int], request_id: int) -> int:
     return index
 
 
+def _retrieve(futs: list[asyncio.Future]) -> None:
+    """Cancel pending futures and mark failed ones as seen (no "never retrieved" warnings)."""
+    for f in futs:
+        if not f.done():
+            f.cancel()
+        elif not f.cancelled():
+            f.exception()
+
+
 class ClientCore:
     """Sans-I/O client: builds request frames, sorts reply frames by request.
 
@@ -482,30 +491,44 @@ class AsyncStreamClient:
         return (await self.push_many(stream, [data], partition))[0]
 
     async def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
+        """Push in order, ``window`` in flight (quarter-window chunks, as ``StreamClient``)."""
         worker = await self._address(stream, partition)
         lane = self.core.lane(worker)
         out: list[int] = []
-        window = max(1, self.window)
+        chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         loop = asyncio.get_running_loop()
-        for lo in range(0, len(datas), window):
-            if self._failure is not None:
-                raise self._failure
-            rids, frames = self.core.push_frames(worker, datas[lo : lo + window])
-            futs = []
-            for rid in rids:
-                fut = loop.create_future()
-                self._push_waiters[rid] = (lane, fut)
-                futs.append(fut)
-            self._writer.write(frames)
-            await self._writer.drain()
+        inflight: collections.deque[tuple[list[int], list[asyncio.Future]]] = collections.deque()
+
+        async def collect(rids: list[int], futs: list[asyncio.Future]) -> None:
             try:
                 for rid, fut in zip(rids, futs, strict=True):
                     out.append(_confirmed(await fut, rid))
             except _PushError as e:
+                _retrieve(futs)
                 _raise_error(e.error, stream, partition)
-            finally:
+
+        try:
+            for lo in range(0, len(datas), chunk):
+                if self._failure is not None:
+                    raise self._failure
+                rids, frames = self.core.push_frames(worker, datas[lo : lo + chunk])
+                futs = []
+                for rid in rids:
+                    fut = loop.create_future()
+                    self._push_waiters[rid] = (lane, fut)
+                    futs.append(fut)
+                self._writer.write(frames)
+                inflight.append((rids, futs))
+                await self._writer.drain()
+                if len(inflight) >= _CHUNKS_IN_FLIGHT:
+                    await collect(*inflight.popleft())
+            while inflight:
+                await collect(*inflight.popleft())
+        finally:
+            for rids, futs in inflight:
                 for rid in rids:
                     self._push_waiters.pop(rid, None)
+                _retrieve(futs)
         return out
 
     async def pull(
