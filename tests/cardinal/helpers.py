@@ -41,6 +41,10 @@ class ChainModel:
         self.added: dict[bytes, int] = {}
 
     def apply(self, update) -> None:
+        if hasattr(update, "complete"):  # ReorgEvent: back to the common ancestor
+            if not update.complete and update.hash in self.chain:
+                del self.chain[self.chain.index(update.hash) + 1 :]
+            return
         for r in reversed(update.removed):
             assert self.chain and self.chain[-1] == r.hash, "removed block is not the head"
             self.chain.pop()

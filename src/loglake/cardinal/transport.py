@@ -253,8 +253,13 @@ class CardinalConsumer:
         for t in topics:
             for s in transport.sources(t):
                 self.positions[s] = 0
+        self._channels: dict[str, int] = {}  # reorg channel source -> next offset
         if ckpt:
-            self.positions.update(ckpt.offsets)
+            for source, offset in ckpt.offsets.items():
+                if source.startswith(f"{self.default_topic}-re-"):
+                    self._channels[source] = offset
+                else:
+                    self.positions[source] = offset
         self.errors = 0
         self._paused: dict[str, Delivery] = {}
 
@@ -278,7 +283,7 @@ class CardinalConsumer:
         channel = reorg_channel_name(self.default_topic, d.key[1:])
         source = source_name(channel, 0)
         out: list[ChainUpdate | ReorgEvent] = []
-        pos = self.positions.get(source, 0)
+        pos = self._channels.get(source, 0)
         while True:
             batch = self.transport.fetch(source, pos, limit)
             if not batch:
@@ -292,11 +297,15 @@ class CardinalConsumer:
                         channel=channel,
                     )
                 break
+            done = False
             for m in batch:
                 out += self._feed(m)
                 pos = m.offset + 1
-            self.positions[source] = pos
-            if batch[-1].key[:1] == bytes((REORG_COMPLETE,)):
+                if m.key[:1] == bytes((REORG_COMPLETE,)):
+                    done = True  # a redundant producer may have appended its own copy after
+                    break
+            self._channels[source] = pos
+            if done:
                 break
         return out
 
@@ -319,6 +328,9 @@ class CardinalConsumer:
     def _take_reorg(self, d: Delivery, limit: int) -> list[ChainUpdate | ReorgEvent]:
         self.positions[d.source] = d.offset + 1
         self.core.consumer.note_offset(d.source, d.offset)
+        channel = source_name(reorg_channel_name(self.default_topic, d.key[1:]), 0)
+        if self._channels.get(channel, 0) > 0:  # followed already (another producer's Reorg)
+            return []
         return self._follow_reorg(d, limit)
 
     def poll(self, limit: int = 64) -> list[ChainUpdate | ReorgEvent]:

@@ -1,0 +1,75 @@
+"""`loglake cardinal produce/consume` on the embedded log, and the commands' logic."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
+from loglake.cardinal.cli import command, consume_topic, produce_chain
+from loglake.cli import main
+from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
+from tests.cardinal.helpers import ChainModel
+
+
+def test_produce_then_consume_then_resume_with_the_cli(tmp_path):
+    data = str(tmp_path / "d")
+    r = CliRunner().invoke(
+        command,
+        ["produce", "--blocks", "30", "--topic", "t", "--data-dir", data, "--deep-reorg", "9"],
+    )
+    assert r.exit_code == 0, r.output
+    head = r.output.split("canonical head #")[1].split()
+    r = CliRunner().invoke(
+        command, ["consume", "--topic", "t", "--data-dir", data, "--reorg-threshold", "8"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "REORG to" in r.output and "reorg complete" in r.output
+    assert f"head #{head[0]} {head[1]}" in r.output
+    # a second run resumes from the saved checkpoint: nothing new to print
+    r = CliRunner().invoke(command, ["consume", "--topic", "t", "--data-dir", data])
+    assert r.exit_code == 0, r.output
+    assert "added 0, removed 0" in r.output
+    assert f"head #{head[0]} {head[1]}" in r.output
+
+
+def test_consume_logic_prints_events_in_chain_order():
+    streams = LocalStreams(MemoryLog())
+    sent, canonical = produce_chain(streams, "t", 25, partitions=2)
+    assert sent > 25
+    events = []
+    c = consume_topic(streams, "t", "me", partitions=2, on_event=events.append)
+    model = ChainModel([])
+    for ev in events:
+        assert isinstance(ev, ChainUpdate | ReorgEvent)
+        model.apply(ev)
+    assert model.chain == [b.hash for b in canonical]
+    assert c.core.head.hash == canonical[-1].hash
+
+
+def test_consume_idles_then_stops_with_an_injected_clock():
+    streams = LocalStreams(MemoryLog())
+    produce_chain(streams, "t", 3)
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    consume_topic(streams, "t", "me", idle_seconds=1.0, clock=lambda: now[0], sleep=sleep)
+    assert slept and sum(slept) >= 1.0
+
+
+def test_both_data_dir_and_port_is_a_readable_error(tmp_path):
+    r = CliRunner().invoke(
+        main, ["cardinal", "consume", "--topic", "t", "--data-dir", str(tmp_path), "--port", "1"]
+    )
+    assert r.exit_code != 0
+    assert "either --data-dir or --host/--port" in r.output
+
+
+def test_help():
+    for args in (["--help"], ["produce", "--help"], ["consume", "--help"]):
+        r = CliRunner().invoke(command, args)
+        assert r.exit_code == 0 and "Usage" in r.output
