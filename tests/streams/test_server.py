@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 import threading
@@ -153,13 +154,20 @@ def closed_by_server(s: socket.socket) -> bool:
     ],
     ids=["version", "oversized", "not-cbor", "not-tcpmessage"],
 )
-def test_bad_frames_close_only_that_connection(server, client, garbage: bytes) -> None:
+def test_bad_frames_close_only_that_connection(
+    server, client, garbage: bytes, caplog, monkeypatch
+) -> None:
+    # the main CLI's logging setup (run by other tests) stops propagation; caplog needs it
+    monkeypatch.setattr(logging.getLogger("loglake"), "propagate", True)
     client.create_stream("s")
     client.push("s", b"before")
     bad = raw(server)
-    bad.sendall(garbage)
-    assert closed_by_server(bad)
+    with caplog.at_level(logging.WARNING, logger="loglake.streams.server"):
+        bad.sendall(garbage)
+        assert closed_by_server(bad)
     bad.close()
+    closing = [r for r in caplog.records if r.getMessage().startswith("closing connection")]
+    assert closing and closing[0].fields["reason"]  # the reason is logged
     assert client.push("s", b"after") == 1  # the server is up, the other client unaffected
     assert [m.data for m in client.pull("s", 0, 10)] == [b"before", b"after"]
 
