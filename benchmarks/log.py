@@ -1,7 +1,9 @@
 """Benchmark of the embedded log (issue 3 §2): in-process append of 1 KB records with ``batch``
 durability against the physical limit measured in the same run — a plain file, the same bytes
 per batch, one ``write`` + one ``fdatasync`` per batch (loglake's group commit uses
-``fdatasync`` too). Target: loglake ≥ 50% of the limit.
+``fdatasync`` too). Target: loglake ≥ 50% of the limit. The two run interleaved, 10 batches
+of one then 10 of the other, each side timed on its own, because the disk is shared with
+whatever else runs on the machine; the ratio per round is the figure to read.
 
 Also: single-record appends from 1 and from 8 threads (group commit shares fsyncs between
 threads), ``always`` durability, and sequential reads.
@@ -98,6 +100,39 @@ def loglake_singles(d: Path, records: int, threads: int, durability: str = "batc
     return per * threads / dt, fsyncs, p50, p99
 
 
+def interleaved(
+    root: Path, records: int, batch: int, seal: bool, chunk: int = 10
+) -> tuple[float, float, int]:
+    """Plain file and loglake side by side: alternate ``chunk`` batches of each, timing each
+    side separately, so both see the same disk weather (the machine is shared). Returns
+    (plain-file msgs/s, loglake msgs/s, loglake fsyncs)."""
+    raw_path = root / f"raw-{seal}.bin"
+    fd = os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    log = SegmentLog(root / f"inter-{seal}")
+    log.create_stream("b", StreamConfig(durability="batch", seal_to_lake=seal))
+    data = os.urandom(RECORD)
+    raw_buf = data * batch
+    entries = [Entry(data) for _ in range(batch)]
+    t_raw = t_ll = 0.0
+    n = records // batch
+    for k in range(0, n, chunk):
+        todo = min(chunk, n - k)
+        t = time.perf_counter()
+        for _ in range(todo):
+            os.write(fd, raw_buf)
+            os.fdatasync(fd)
+        t_raw += time.perf_counter() - t
+        t = time.perf_counter()
+        for _ in range(todo):
+            log.append_many("b", 0, entries)
+        t_ll += time.perf_counter() - t
+    fsyncs = log.fsync_count("b")
+    log.close()
+    os.close(fd)
+    os.unlink(raw_path)
+    return n * batch / t_raw, n * batch / t_ll, fsyncs
+
+
 def read_all(d: Path) -> float:
     log = SegmentLog(d, readonly=True)
     t0 = time.perf_counter()
@@ -119,7 +154,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--singles", type=int, default=5_000)
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the main comparison")
     ap.add_argument("--dir", type=Path, default=None, help="folder on the disk to measure")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-", dir=args.dir))
@@ -127,33 +162,33 @@ def main() -> None:
     rows: list[tuple[str, float, str]] = []
     try:
         limits: list[float] = []
-        lls: list[float] = []
         ratios: list[float] = []
-        fs = 0
-        for r in range(args.rounds):  # interleave so both see the same disk weather
-            limits.append(raw_limit(root / "raw.bin", args.records, args.batch))
-            d = root / f"ll{r}"
-            rate, fs, _ = loglake_batches(d, args.records, args.batch, "batch")
-            lls.append(rate)
-            ratios.append(rate / limits[-1])
-            if r + 1 < args.rounds:
-                shutil.rmtree(d)
-        limit, ll = statistics.median(limits), statistics.median(lls)
-        rows.append(
-            (f"plain file: write + fdatasync per {args.batch}", limit, f"median of {args.rounds}")
-        )
+        for r in range(args.rounds):
+            limit, ll, fs = interleaved(root, args.records, args.batch, seal=True)
+            limits.append(limit)
+            ratios.append(ll / limit)
+            rows.append(
+                (f"round {r + 1}: plain file, write + fdatasync per {args.batch}", limit, "")
+            )
+            rows.append(
+                (
+                    f"round {r + 1}: loglake append_many({args.batch}), batch durability",
+                    ll,
+                    f"{fs} fsyncs; {ll / limit:.0%} of the plain file",
+                )
+            )
+            shutil.rmtree(root / "inter-True")
+        limit = statistics.median(limits)
+        raw_ns, ll_ns, _ = interleaved(root, args.records, args.batch, seal=False)
         rows.append(
             (
-                f"loglake append_many({args.batch}), batch durability",
-                ll,
-                f"median of {args.rounds}; {fs} fsyncs in the last",
+                "  same, seal_to_lake=False (one round)",
+                ll_ns,
+                f"{ll_ns / raw_ns:.0%} of its plain file ({raw_ns:,.0f}/s)",
             )
         )
-        noseal, _, _ = loglake_batches(
-            root / "noseal", args.records, args.batch, "batch", seal=False
-        )
-        rows.append(("  same, seal_to_lake=False", noseal, "one round"))
-        rd = read_all(root / f"ll{args.rounds - 1}")
+        loglake_batches(root / "ll-read", args.records, args.batch, "batch")
+        rd = read_all(root / "ll-read")
         rate4, fs4, _ = loglake_batches(root / "ll4t", args.records, args.batch, "batch", 4)
         rows.append(
             (f"loglake append_many({args.batch}) × 4 threads, batch", rate4, f"{fs4} fsyncs")
@@ -176,7 +211,7 @@ def main() -> None:
     table.add_column("what")
     table.add_column("msgs/s", justify="right")
     table.add_column("MB/s", justify="right")
-    table.add_column("vs limit", justify="right")
+    table.add_column("vs median plain", justify="right")
     table.add_column("notes")
     for what, rate, note in rows:
         table.add_row(
@@ -186,7 +221,7 @@ def main() -> None:
     ratio = statistics.median(ratios)
     verdict = "[green]meets[/]" if ratio >= 0.5 else "[red]misses[/]"
     console.print(
-        "append_many batch / plain-file limit, per round: "
+        "loglake append_many / plain file (same batches, interleaved), per round: "
         + ", ".join(f"{x:.0%}" for x in ratios)
         + f"; median {ratio:.0%} ({verdict} the ≥ 50% target)"
     )
