@@ -634,3 +634,18 @@ def test_sealing_a_damaged_segment_is_corrupt_segment_and_writes_nothing(tmp_pat
         seal_segment(seg, 0, 20, out, "s", 0)
     assert e.value.path == str(seg)
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_readonly_reader_survives_the_writer_deleting_segments(tmp_path):
+    writer = open_log(tmp_path)
+    writer.create_stream("s", StreamConfig(segment_bytes=500, retention_records=5))
+    fill(writer, 60)
+    reader = open_log(tmp_path, readonly=True)
+    before = reader.read("s", 0, 0)
+    assert len(before) == 60
+    writer.enforce_retention()
+    assert int(seg_files(tmp_path)[0].stem) > 0  # old segments are gone from disk
+    assert reader.read("s", 0, 0) == before  # served from the lake now
+    assert reader.stream_info("s").partitions[0].first_index == 0
+    reader.close()
+    writer.close()

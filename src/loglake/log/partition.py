@@ -102,16 +102,19 @@ class Partition:
             for i, b in enumerate(bases):
                 last = i == len(bases) - 1
                 seg = known.pop(b, None)
-                if seg is None:
-                    if last:
-                        seg = Segment.recover_active(self.dir, b, readonly=True)
-                    else:
+                try:
+                    if seg is None:
+                        if last:
+                            seg = Segment.recover_active(self.dir, b, readonly=True)
+                        else:
+                            seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
+                    elif last:
+                        seg.refresh_tail()
+                    elif not seg.is_sealed:
+                        seg.close()
                         seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
-                elif last:
-                    seg.refresh_tail()
-                elif not seg.is_sealed:
-                    seg.close()
-                    seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
+                except FileNotFoundError:
+                    continue  # deleted by the writer's retention since the listing
                 segs.append(seg)
             for gone in known.values():
                 gone.close()
