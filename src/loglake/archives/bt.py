@@ -14,6 +14,7 @@ for — so no byte outside the plan is downloaded (the tests assert it).
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 import time
@@ -44,7 +45,8 @@ def session(port: int = 0, interface: str = "127.0.0.1") -> lt.session:
             "allow_multiple_connections_per_ip": True,
             "min_reconnect_time": 1,
             "alert_mask": lt.alert.category_t.error_notification
-            | lt.alert.category_t.status_notification,
+            | lt.alert.category_t.status_notification
+            | lt.alert.category_t.storage_notification,
             "user_agent": "loglake-archives",
         }
     )
@@ -221,7 +223,7 @@ class Fetcher:
             if progress:
                 progress(Progress(done, len(want), st.total_payload_download, st.num_peers))
             if done == len(want):
-                h.flush_cache()
+                self.flush()
                 self.downloaded = st.total_payload_download
                 return self.downloaded
             now = time.monotonic()
@@ -236,6 +238,30 @@ class Fetcher:
                     f"{now - last_change:.0f} s ({st.num_peers} peers)"
                 )
             time.sleep(0.05)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every downloaded block is in the files: a piece counts as had once its
+        hash checks, which can be before the disk thread wrote it (libtorrent 2.x)."""
+        h = self.handle
+        self.session.pop_alerts()  # drain, so a full alert queue cannot drop the one we want
+        h.flush_cache()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.session.wait_for_alert(100)
+            for a in self.session.pop_alerts():
+                if isinstance(a, lt.cache_flushed_alert) and a.handle == h:
+                    return
+        raise TorrentTimeout(f"libtorrent did not flush the downloaded pieces in {timeout:g} s")
+
+    def verify(self, offset: int, region: bytes) -> bool:
+        """Whether ``region`` read at ``offset`` (piece-aligned) matches the torrent's SHA-1s."""
+        p = self.info.piece_length()
+        mv = memoryview(region)
+        for k in range(0, len(region), p):
+            want = self.info.hash_for_piece((offset + k) // p)
+            if hashlib.sha1(mv[k : k + p]).digest() != want:
+                return False
+        return True
 
     def close(self) -> None:
         if self.handle is not None:

@@ -149,8 +149,11 @@ def fetch_archives(
                 for e in missing:
                     f.seek(e.offset)
                     region = f.read(e.size)
-                    if len(region) != e.size:
-                        raise CorruptArchive(f"data ends inside archive {e.archive_id[:18]}…")
+                    if len(region) != e.size or not fetcher.verify(e.offset, region):
+                        raise CorruptArchive(
+                            f"archive {e.archive_id[:18]}… on disk does not match the "
+                            "torrent's piece hashes"
+                        )
                     unpacked.append((e, unpack(layout, e, region)))
         hydrated = store.hydrate_many(unpacked)
         return FetchReport(
