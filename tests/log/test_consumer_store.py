@@ -131,3 +131,31 @@ def test_sparse_index_floor_is_a_binary_search_over_sparse_entries():
     assert SparseIndex.parse(idx.to_bytes()[16:] + idx.to_bytes()[:16], 0, pos) is None
     short = SparseIndex.parse(idx.to_bytes(), 0, 500_000)
     assert short is not None and max(short.positions) < 500_000
+
+
+def test_damage_before_the_tail_of_the_store_is_refused_not_dropped(tmp_path):
+    from loglake.log import CorruptStore
+
+    entries = b"".join(encode_entry(f"c{i}", "s", 0, i) for i in range(5000))
+    bad = bytearray(entries)
+    bad[10] ^= 0xFF  # inside the first entry: dropping the rest would lose 4999 indexes
+    (tmp_path / FILE_NAME).write_bytes(bytes(bad))
+    with pytest.raises(CorruptStore) as e:
+        ConsumerStore(tmp_path, readonly=False)
+    assert e.value.path == str(tmp_path / FILE_NAME)
+    assert (tmp_path / FILE_NAME).read_bytes() == bytes(bad)  # left for a human to look at
+
+
+def test_damaged_stream_config_is_corrupt_store(tmp_path):
+    from loglake.log import CorruptStore
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+    cfg = tmp_path / "streams" / "s" / "config.json"
+    for garbage in (b"{not json", b'{"partitions": 0}', b"[1, 2]"):
+        cfg.write_bytes(garbage)
+        with pytest.raises(CorruptStore) as e:
+            open_log(tmp_path)
+        assert e.value.path == str(cfg)
+    with pytest.raises(CorruptStore):  # readers say so too, when they get to the stream
+        open_log(tmp_path, readonly=True).streams()

@@ -6,6 +6,7 @@ the volatile one for tests and simulations. Both follow ``loglake.log.api``.
 
 from loglake.log.api import (
     CorruptSegment,
+    CorruptStore,
     Durability,
     Entry,
     IndexRegression,
@@ -29,6 +30,7 @@ from loglake.log.segment_log import SegmentLog, open_log
 
 __all__ = [
     "CorruptSegment",
+    "CorruptStore",
     "Durability",
     "Entry",
     "IndexRegression",

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loglake.errors import LocalProtocolError, LoglakeError
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
 
 Durability = Literal["always", "batch", "none"]
 """``always``: fsync each append before acknowledging it. ``batch`` (default): group commit,
@@ -87,6 +87,15 @@ class LogLocked(LogError):
             "open it with readonly=True to read it"
         )
         self.data_dir = data_dir
+
+
+class CorruptStore(LogError, DecodeError):
+    """A metadata file of the data dir (stream config, consumer index store) is damaged in a
+    way a crash cannot cause; the log refuses to guess."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
 
 
 class StorageFailed(LogError):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from loglake.log.api import IndexRegression
+from loglake.log.api import CorruptStore, IndexRegression
 from loglake.log.segment import fsync_dir
 from loglake.logs import log_event
 
@@ -35,6 +35,8 @@ _FIXED = struct.Struct("<QI")
 _U16 = struct.Struct("<H")
 
 Key = tuple[str, str, int]
+MAX_ENTRY = _HEAD.size + _FIXED.size + 2 + 0xFFFF + 2 + 200 * 4
+"""Largest entry: client id up to 65535 bytes, stream name up to 200 characters (UTF-8)."""
 
 
 def encode_entry(client_id: str, stream: str, partition: int, index: int) -> bytes:
@@ -90,6 +92,11 @@ class ConsumerStore:
             self.values = {}
             return
         self.values, used = decode_entries(buf)
+        if len(buf) - used > MAX_ENTRY:
+            # One save is one write of one entry: a crash tears at most the last one. More
+            # bytes than that after a bad entry is damage, and dropping them would move
+            # consumer indexes back.
+            raise CorruptStore(str(self.path), f"bad entry at byte {used}, not at the tail")
         if used != len(buf) and not self.readonly:
             log_event(
                 logger,

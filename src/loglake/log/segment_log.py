@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from loglake.errors import LoglakeError
 from loglake.log.api import (
+    CorruptStore,
     Entry,
     Log,
     LogClosed,
@@ -58,10 +60,15 @@ def config_to_json(config: StreamConfig) -> bytes:
     return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True).encode()
 
 
-def config_from_json(raw: bytes) -> StreamConfig:
-    d = json.loads(raw)
-    names = {f.name for f in dataclasses.fields(StreamConfig)}
-    return StreamConfig(**{k: v for k, v in d.items() if k in names})
+def config_from_json(raw: bytes, path: str = "config.json") -> StreamConfig:
+    """A stream's config; damage → ``CorruptStore`` (it is written temp + fsync + rename, so
+    a crash never leaves it half written)."""
+    try:
+        d = json.loads(raw)
+        names = {f.name for f in dataclasses.fields(StreamConfig)}
+        return StreamConfig(**{k: v for k, v in d.items() if k in names})
+    except (ValueError, TypeError, AttributeError, LoglakeError) as e:
+        raise CorruptStore(path, f"not a stream config: {e}") from None
 
 
 class _Stream:
@@ -102,11 +109,18 @@ class SegmentLog(Log):
             self.data_dir.mkdir(parents=True, exist_ok=True)
             (self.data_dir / STREAMS_DIR).mkdir(exist_ok=True)
             self._take_lock()
+        consumers: ConsumerStore | None = None
         try:
-            self._consumers = ConsumerStore(self.data_dir, readonly)
+            consumers = ConsumerStore(self.data_dir, readonly)
+            self._consumers = consumers
             self._load_streams()
         except BaseException:
             self._sealer.stop()
+            for s in self._streams.values():
+                for p in s.opened:
+                    p.close()
+            if consumers is not None:
+                consumers.close()
             self._release_lock()
             raise
 
@@ -159,11 +173,12 @@ class SegmentLog(Log):
         for name in names:
             if name in self._streams:
                 continue
+            path = root / name / CONFIG_FILE
             try:
-                raw = (root / name / CONFIG_FILE).read_bytes()
+                raw = path.read_bytes()
             except (FileNotFoundError, NotADirectoryError):
                 continue  # half-created (crash before config.json) or foreign
-            self._streams[name] = self._open_stream(name, config_from_json(raw))
+            self._streams[name] = self._open_stream(name, config_from_json(raw, str(path)))
 
     def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
         check_stream_name(name)
