@@ -7,10 +7,11 @@ questions — which partitions with which ``[first_index, next_index)``, and the
 so the data source and ``read()`` do not care where the tail lives.
 
 Over the Ockam wire a message is only ``(index, data)`` (``StreamMessage`` in the spec), so rows
-read through ``url`` have no key, no headers and ``timestamp_ns`` = null; a remote stream's
-partition count is not on the wire either, so ``url`` reads take a ``partitions`` option. The
-remote ``next_index`` is found by a binary search of one-record pulls ("pull returns messages with
-index >= i" is monotone in ``i``): O(log n) round trips, and it does not read the data.
+read through ``url`` have no key, no headers and ``timestamp_ns`` = null. Partitions and their
+``[first_index, next_index)`` come from loglake's stream-info extension of the protocol
+(``StreamClient.info``); against a server without it, ``partitionCount`` gives the partition count
+and ``next_index`` is found by a binary search of one-record pulls ("pull returns messages with
+index >= i" is monotone in ``i``): O(log n) round trips that do not read the data.
 """
 
 from __future__ import annotations
@@ -132,6 +133,16 @@ class UrlSource:
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
         client = self._client()
         try:
+            info = getattr(client, "info", None)
+            if info is not None:  # loglake's stream-info extension: one round trip
+                try:
+                    summaries = info(stream)
+                except UnknownStream:
+                    return None
+                for s in summaries:
+                    if s.stream_name == stream:
+                        return {p.partition: (p.first_index, p.next_index) for p in s.partitions}
+                return None
             return {p: self._bounds(client, stream, p) for p in range(self.partition_count)}
         except UnknownStream:
             return None
