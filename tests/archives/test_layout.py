@@ -244,3 +244,17 @@ def test_decode_record_random_bytes_typed_error_or_valid(raw):
     for layout in (SPEC, SG):
         with contextlib.suppress(BadRecord):
             layout.decode_record(raw)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=1, max_size=300), st.integers(min_value=0, max_value=PIECE_LENGTH))
+def test_unpack_of_arbitrary_region_is_a_typed_error_or_valid(junk, padding):
+    from loglake.archives.errors import BadRecord
+    from loglake.archives.member import unpack
+
+    region = (junk * (PIECE_LENGTH // len(junk) + 1))[:PIECE_LENGTH]
+    for layout in (SPEC, SG):
+        meta = ArchiveMetadata(0, 10**18, ())
+        entry = layout.make_entry(meta, 0, PIECE_LENGTH, padding if layout is SG else 0)
+        with contextlib.suppress(CorruptArchive, MisalignedArchive, BadRecord):
+            unpack(layout, entry, region)
