@@ -194,3 +194,15 @@ def test_bad_special_channel_messages_leave_the_member_store_unchanged(tmp_path)
     # messages and archive ids unchanged (only the channel read position moved on)
     assert store.snapshot()[:2] == before[:2]
     assert store.get_meta("channel_next_index:special") == "3"
+
+
+def test_a_lost_store_does_not_re_export_archived_windows(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(2), 10)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_log(log, "community")
+    assert len(node.build(START + WEEK).new) == 1
+    fresh = ControlNode(tmp_path / "root", KEY, layout, MessageStore())  # store lost
+    fresh.ingest_log(log, "community")
+    new = fresh.build(START + 2 * WEEK).new
+    assert [e.metadata.from_ns for e in new] == [START + WEEK]

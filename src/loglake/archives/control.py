@@ -92,7 +92,10 @@ class ControlNode:
             self.community_id,
             entries,
             hashes,
-            self.store.last_archive_end_ns(),
+            # the store remembers where the last build stopped; without it (a lost store),
+            # the index does: never re-export a window that is already archived
+            self.store.last_archive_end_ns()
+            or max((e.metadata.to_ns for e in entries), default=None),
             tuple(announce),
         )
 
