@@ -138,3 +138,20 @@ def test_create_stream_with_other_partitions_is_stream_exists(log: Log):
 def test_invalid_stream_names_are_rejected(log: Log, name: str):
     with pytest.raises(InvalidStreamName):
         log.create_stream(name)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"partitions": 0},
+        {"durability": "sometimes"},
+        {"segment_bytes": 0},
+        {"retention_records": -1},
+        {"lake_retention_ms": -5},
+    ],
+)
+def test_invalid_stream_configs_are_refused(bad):
+    from loglake.errors import LocalProtocolError
+
+    with pytest.raises(LocalProtocolError):
+        StreamConfig(**bad)

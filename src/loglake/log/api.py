@@ -163,6 +163,12 @@ class StreamConfig:
             raise LocalProtocolError(
                 f"durability must be always|batch|none, not {self.durability!r}"
             )
+        if self.segment_bytes < 1:
+            raise LocalProtocolError(f"segment_bytes must be >= 1, got {self.segment_bytes}")
+        for name in ("retention_ms", "retention_bytes", "retention_records", "lake_retention_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise LocalProtocolError(f"{name} must be >= 0 or None, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
