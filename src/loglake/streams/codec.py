@@ -221,18 +221,32 @@ def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
     return _PUSH_PREFIX + bare.encode_uint(len(body)) + body
 
 
+def _uint_at(buf: bytes, pos: int) -> tuple[int, int]:
+    """``bare.decode_uint`` with the 1- and 2-octet cases inline (the common ones here)."""
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    c = buf[pos + 1]
+    if 0 < c < 0x80:
+        return (b & 0x7F) | (c << 7), pos + 2
+    return bare.decode_uint(buf, pos)
+
+
+_PUSH_PREFIX_LEN = len(_PUSH_PREFIX)
+
+
 def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
     """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
     (the caller then takes the generic path, which reports what is wrong)."""
     if not payload.startswith(_PUSH_PREFIX):
         return None
     try:
-        n, pos = bare.decode_uint(payload, len(_PUSH_PREFIX))
+        n, pos = _uint_at(payload, _PUSH_PREFIX_LEN)
         if pos + n != len(payload):
             return None
-        rid, pos = bare.decode_uint(payload, pos)
-        size, pos = bare.decode_uint(payload, pos)
-    except DecodeError:
+        rid, pos = _uint_at(payload, pos)
+        size, pos = _uint_at(payload, pos)
+    except (DecodeError, IndexError):
         return None
     if pos + size != len(payload):
         return None
@@ -244,15 +258,15 @@ def decode_push_confirm(payload: bytes) -> tuple[int, bool, int] | None:
     if not payload.startswith(_PUSH_PREFIX):
         return None
     try:
-        n, pos = bare.decode_uint(payload, len(_PUSH_PREFIX))
+        n, pos = _uint_at(payload, _PUSH_PREFIX_LEN)
         if pos + n != len(payload):
             return None
-        rid, pos = bare.decode_uint(payload, pos)
+        rid, pos = _uint_at(payload, pos)
         if pos >= len(payload) or payload[pos] > 1:
             return None
         ok = payload[pos] == 0
-        index, pos = bare.decode_uint(payload, pos + 1)
-    except DecodeError:
+        index, pos = _uint_at(payload, pos + 1)
+    except (DecodeError, IndexError):
         return None
     if pos != len(payload):
         return None
@@ -279,7 +293,7 @@ def decode_pull_response(payload: bytes) -> PullResponse | None:
     """Fast exact decode of a ``stream_pull`` response, else None (use ``decode_response``)."""
     if not payload.startswith(_PULL_PREFIX):
         return None
-    du = bare.decode_uint
+    du = _uint_at
     try:
         n, pos = du(payload, len(_PULL_PREFIX))
         if pos + n != len(payload):
@@ -298,7 +312,7 @@ def decode_pull_response(payload: bytes) -> PullResponse | None:
                 return None
             msgs.append(StreamMessage(index, payload[pos:stop]))
             pos = stop
-    except DecodeError:
+    except (DecodeError, IndexError):
         return None
     if pos != end:
         return None
