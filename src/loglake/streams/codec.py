@@ -211,14 +211,26 @@ def decode_response(payload: bytes, expect: type) -> object:
 _PUSH_PREFIX = encode_base(STREAM_PUSH, b"")[:-1]  # string "stream_push" (then data length)
 
 
+_SMALL_UINTS = [bytes((i,)) for i in range(0x80)]
+
+
+def _uint(v: int) -> bytes:
+    """``bare.encode_uint`` with the 1- and 2-octet cases inline."""
+    if v < 0x80:
+        return _SMALL_UINTS[v]
+    if v < 0x4000:
+        return bytes(((v & 0x7F) | 0x80, v >> 7))
+    return bare.encode_uint(v)
+
+
 def encode_push_request(request_id: int, data: bytes) -> bytes:
-    body = bare.encode_uint(request_id) + bare.encode_uint(len(data)) + data
-    return _PUSH_PREFIX + bare.encode_uint(len(body)) + body
+    head = _uint(request_id) + _uint(len(data))
+    return b"".join((_PUSH_PREFIX, _uint(len(head) + len(data)), head, data))
 
 
 def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
-    body = bare.encode_uint(request_id) + (b"\x00" if ok else b"\x01") + bare.encode_uint(index)
-    return _PUSH_PREFIX + bare.encode_uint(len(body)) + body
+    body = _uint(request_id) + (b"\x00" if ok else b"\x01") + _uint(index)
+    return _PUSH_PREFIX + _uint(len(body)) + body
 
 
 def _uint_at(buf: bytes, pos: int) -> tuple[int, int]:
@@ -279,7 +291,7 @@ _PULL_PREFIX = encode_base(STREAM_PULL, b"")[:-1]
 def encode_pull_response(request_id: int, messages: list[tuple[int, bytes]]) -> bytes:
     """``PullResponse`` from ``(index, data)`` pairs without building dataclasses (same bytes
     as ``encode_payload(PullResponse(...))``; tested against it)."""
-    eu = bare.encode_uint
+    eu = _uint
     parts = [eu(request_id), eu(len(messages))]
     for index, data in messages:
         parts.append(eu(index))
