@@ -367,3 +367,24 @@ def test_garbage_never_crashes_the_core_and_never_changes_the_log(svc, dest, pay
         assert before == (svc.log.streams(), svc.log.next_index("orders"))
         for r in replies:
             assert codec.decode_base(r.payload).protocol == "error"
+
+
+def test_pushes_to_several_partitions_of_a_batch_may_be_appended_in_parallel(log) -> None:
+    import concurrent.futures
+
+    svc = StreamService(log)
+    addrs = create(svc, "t", 3)
+    msgs = [
+        RoutingMessage((addrs[i % 3],), CLIENT, codec.encode_push_request(i, bytes([i])))
+        for i in range(30)
+    ]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        svc.map_targets = pool.map
+        out = svc.handle_batch(msgs)
+    assert sorted(log.append_calls) == [10, 10, 10]  # one append per partition
+    for i, o in enumerate(out):
+        confirm = codec.decode_response(o[0].payload, PushConfirm)
+        assert (confirm.request_id, confirm.index) == (i, i // 3)  # order kept per partition
+        assert o[0].return_route == (addrs[i % 3],)
+    for p in range(3):
+        assert [r.data[0] for r in log.read("t", p, 0)] == list(range(p, 30, 3))

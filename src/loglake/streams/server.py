@@ -27,6 +27,8 @@ from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection,
 
 logger = logging.getLogger(__name__)
 
+APPEND_THREADS = 8
+"""Partitions appended in parallel within one batch."""
 MAX_QUEUED_PER_CONNECTION = 20_000
 """Stop reading a connection while this many of its messages await the core (backpressure)."""
 
@@ -108,6 +110,10 @@ class StreamServer:
         self._pending: list[tuple[_Connection, list[RoutingMessage]]] = []
         self._wake = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "loglake-streams")
+        # appends to different partitions of one batch run side by side (their fsyncs overlap)
+        self._appenders = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "loglake-append")
+        if service.map_targets is map:
+            service.map_targets = self._appenders.map
         self._server: asyncio.Server | None = None
         self._task: asyncio.Task | None = None
 
@@ -163,6 +169,7 @@ class StreamServer:
         if self._server is not None:
             await self._server.wait_closed()
         self._executor.shutdown(wait=True)
+        self._appenders.shutdown(wait=True)
 
 
 class BackgroundServer:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from loglake.errors import DecodeError, LoglakeError
@@ -126,6 +126,9 @@ class StreamService:
         self._rng = rng or random.SystemRandom()
         self.max_pull_bytes = max_pull_bytes
         self._targets: dict[bytes, _Target] = {}  # worker address value -> target
+        self.map_targets: Callable[..., Iterable[list[bytes]]] = map
+        """How appends to several partitions of one batch run; an adapter may set a thread
+        pool's ``map`` (the core itself starts no threads)."""
 
     # -- entry points ------------------------------------------------------------------------
     def handle(self, msg: RoutingMessage) -> list[RoutingMessage]:
@@ -175,34 +178,44 @@ class StreamService:
         return target, push
 
     def _flush(self, pending, out) -> None:
-        """Append each target's pending pushes with one ``append_many``; fill in confirms."""
-        for target, items in pending.values():
-            entries = [Entry(data) for _, (_, data), _ in items]
-            try:
-                indexes = self.log.append_many(target.stream, target.partition, entries)
-                confirms = [
-                    codec.encode_push_confirm(rid, idx)
-                    for (_, (rid, _), _), idx in zip(items, indexes, strict=True)
-                ]
-            except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
-                if not isinstance(e, LoglakeError):
-                    logger.exception("log.append_many raised an unexpected error")
-                log_event(
-                    logger,
-                    logging.ERROR,
-                    "push failed",
-                    stream=target.stream,
-                    partition=target.partition,
-                    count=len(items),
-                    error=str(e),
-                )
-                confirms = [
-                    codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items
-                ]
+        """Append each target's pending pushes with one ``append_many``; fill in confirms.
+
+        Targets are independent partitions, so their appends go through ``map_targets``:
+        ``map`` by default, or a thread pool's ``map`` given by the server, which lets the
+        partitions' fsyncs overlap. Within a target, order is kept (one call per target)."""
+        groups = list(pending.values())
+        if len(groups) == 1:
+            results = [self._append_group(groups[0])]
+        else:
+            results = list(self.map_targets(self._append_group, groups))
+        for (target, items), confirms in zip(groups, results, strict=True):
             src = (target.address,)
             for (i, _, msg), payload in zip(items, confirms, strict=True):
                 if msg.return_route:
                     out[i] = [RoutingMessage(msg.return_route, src, payload)]
+
+    def _append_group(self, group: tuple[_Target, list[_Pending]]) -> list[bytes]:
+        target, items = group
+        entries = [Entry(data) for _, (_, data), _ in items]
+        try:
+            indexes = self.log.append_many(target.stream, target.partition, entries)
+            return [
+                codec.encode_push_confirm(rid, idx)
+                for (_, (rid, _), _), idx in zip(items, indexes, strict=True)
+            ]
+        except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
+            if not isinstance(e, LoglakeError):
+                logger.exception("log.append_many raised an unexpected error")
+            log_event(
+                logger,
+                logging.ERROR,
+                "push failed",
+                stream=target.stream,
+                partition=target.partition,
+                count=len(items),
+                error=str(e),
+            )
+            return [codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items]
 
     # -- dispatch --------------------------------------------------------------------------
     def _dispatch(self, msg: RoutingMessage) -> list[RoutingMessage]:
