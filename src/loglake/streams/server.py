@@ -4,7 +4,9 @@ Per connection a sans-I/O ``TcpConnection`` (``loglake.wire.ockam``) turns bytes
 messages; the server hands every message that arrived — from all connections — to the core in one
 ``handle_batch`` call, run on one worker thread so the event loop keeps reading while the log
 fsyncs. Everything that arrived during one fsync is the next group commit: that is how many small
-pushes share one ``append_many`` (the throughput target of issue 3 §5).
+pushes share one ``append_many`` (the throughput target of issue 3 §5). Within a batch, appends
+to different partitions run on a small thread pool (``StreamService.map_targets``) so their
+fsyncs overlap; one partition's pushes stay in one ``append_many``, in arrival order.
 
 Replies go back on the connection the request came from (each connection is its own Ockam TCP
 handler, as ``transport/tcp/handler.ex`` is one worker per socket). A connection that breaks the
