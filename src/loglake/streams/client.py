@@ -62,7 +62,7 @@ from loglake.wire.ockam import (
 )
 
 DEFAULT_PORT = 4000
-DEFAULT_WINDOW = 1000
+DEFAULT_WINDOW = 4000
 """Pushes in flight in ``push_many``."""
 _CHUNKS_IN_FLIGHT = 4
 
