@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from loglake.cardinal.blocks import Block, ReorgEvent
 from loglake.cardinal.codec import decode
 from loglake.cardinal.messages import (
+    BATCH,
+    BATCH_DELETE_MSG,
     ZERO_HASH,
     Batch,
     BatchDeleteMsg,
@@ -126,7 +128,16 @@ class Consumer:
     ) -> list[Block | ReorgEvent]:
         """Decode and handle one message. ``CardinalDecodeError`` leaves all state as it was,
         except that ``offset`` counts as read (the message is skipped on resume)."""
-        self.note_offset(source, offset)
+        if offset >= 0 and offset >= self.next_offsets.get(source, 0):
+            self.next_offsets[source] = offset + 1
+        if len(key) >= 33 and key[0] <= BATCH_DELETE_MSG:
+            # A copy of a block already complete (or of a Batch already tracked) is discarded
+            # from its key alone: decoding its value could change nothing.
+            h = key[1:33]
+            if h in self._completed or (key[0] == BATCH and h in self._pending):
+                self.stats.messages += 1
+                self.stats.duplicates += 1
+                return []
         return self.handle(decode(key, value), source, offset)
 
     def note_offset(self, source: str, offset: int) -> None:
@@ -380,7 +391,7 @@ class Consumer:
             self.stats.evicted += 1
             log_event(
                 log,
-                logging.WARNING,
+                logging.INFO,  # mostly late copies from a redundant producer
                 "evicting messages whose Batch never came",
                 hash=h.hex(),
                 messages=n,

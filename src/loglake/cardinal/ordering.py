@@ -101,6 +101,8 @@ class OrderedProcessor:
         self._chain: list[BlockRef | Block] = list(chain)
         self._on_chain: dict[bytes, int] = {b.hash: b.number for b in self._chain}
         self._held: dict[bytes, Block] = {}
+        self._connected: set[bytes] = set()  # held blocks whose ancestry reaches the chain
+        self._pruned_at = -(2**63)
         self._children: dict[bytes, dict[bytes, None]] = {}
 
     @property
@@ -155,7 +157,11 @@ class OrderedProcessor:
             return self._extend_down(block)
         self._held[h] = block
         self._children.setdefault(block.parent, {})[h] = None
-        # Walk up through held blocks to the chain (or to a missing parent).
+        p = block.parent
+        if head is not None and p not in self._on_chain and p not in self._connected:
+            return []  # an orphan, or below one: waits for its parent
+        self._mark_connected(h)
+        # Walk up through held (connected) blocks to the chain.
         root = block
         for _ in range(len(self._held)):  # bounded: a hostile producer can make parent cycles
             if root.parent in self._on_chain:
@@ -172,6 +178,27 @@ class OrderedProcessor:
                 return self._switch(None, root)
             return []  # orphan: waits for its parent
         return self._switch(root.parent, root)
+
+    def _mark_connected(self, h: bytes) -> None:
+        """``h`` (held) now descends from the chain, and so do its held descendants."""
+        stack = [h]
+        while stack:
+            x = stack.pop()
+            if x in self._connected or x not in self._held:
+                continue
+            self._connected.add(x)
+            stack.extend(self._children.get(x, ()))
+
+    def _unhold(self, h: bytes) -> Block | None:
+        b = self._held.pop(h, None)
+        self._connected.discard(h)
+        if b is not None:
+            kids = self._children.get(b.parent)
+            if kids is not None:
+                kids.pop(h, None)
+                if not kids:
+                    del self._children[b.parent]
+        return b
 
     def _fill(self, block: Block) -> None:
         """A block we hold on the chain only as a ``BlockRef`` (from a checkpoint) was
@@ -207,19 +234,15 @@ class OrderedProcessor:
         b: Block | None = block
         while b is not None and b.number >= head_n - self.reorg_threshold:
             below.append(b)
-            nxt = self._held.pop(b.parent, None)
-            if nxt is not None:
-                kids = self._children.get(nxt.parent)
-                if kids is not None:
-                    kids.pop(nxt.hash, None)
-                    if not kids:
-                        del self._children[nxt.parent]
-            b = nxt
+            b = self._unhold(b.parent)
         below.reverse()
         self._chain[:0] = below
         for b in below:
             self._on_chain[b.hash] = b.number
         out: list[ChainUpdate] = []
+        for b in below:
+            for child in list(self._children.get(b.hash, ())):
+                self._mark_connected(child)
         for b in below:
             for child in list(self._children.get(b.hash, ())):
                 if child in self._held and b.hash in self._on_chain:
@@ -256,14 +279,10 @@ class OrderedProcessor:
                 if isinstance(old, Block):  # back to a fork we may return to
                     self._held[old.hash] = old
                     self._children.setdefault(old.parent, {})[old.hash] = None
+                    self._connected.add(old.hash)
             removed.reverse()
         for b in path:
-            del self._held[b.hash]
-            kids = self._children.get(b.parent)
-            if kids is not None:
-                kids.pop(b.hash, None)
-                if not kids:
-                    del self._children[b.parent]
+            self._unhold(b.hash)
             self._chain.append(b)
             self._on_chain[b.hash] = b.number
         self._prune()
@@ -278,14 +297,10 @@ class OrderedProcessor:
             cut += 1
         if cut:
             del self._chain[:cut]
-        old = [h for h, b in self._held.items() if b.number <= floor]
-        for h in old:
-            b = self._held.pop(h)
-            kids = self._children.get(b.parent)
-            if kids is not None:
-                kids.pop(h, None)
-                if not kids:
-                    del self._children[b.parent]
+        if self._held and floor >= self._pruned_at + max(1, self.reorg_threshold // 8):
+            self._pruned_at = floor
+            for h in [h for h, b in self._held.items() if b.number <= floor]:
+                self._unhold(h)
 
     # -- reorg channel -----------------------------------------------------------------------
     def reorg(self, number: int, hash_: bytes) -> list[ChainUpdate]:
@@ -311,12 +326,11 @@ class OrderedProcessor:
             )
         # The reorg channel re-sends what follows the ancestor: forget held blocks above it.
         for h in [h for h, b in self._held.items() if b.number > number]:
-            b = self._held.pop(h)
-            kids = self._children.get(b.parent)
-            if kids is not None:
-                kids.pop(h, None)
-                if not kids:
-                    del self._children[b.parent]
+            self._unhold(h)
+        self._connected.clear()
+        for b in self._chain:
+            for child in list(self._children.get(b.hash, ())):
+                self._mark_connected(child)
         return [ChainUpdate((), tuple(removed))] if removed else []
 
 
@@ -347,8 +361,10 @@ class OrderedConsumer:
     ) -> list[ChainUpdate | ReorgEvent]:
         """Decode and apply one message. ``CardinalDecodeError``/``UnknownAncestor`` leave the
         state as it was (the offset counts as read: a bad message is not read again)."""
-        self.consumer.note_offset(source, offset)
-        return self.handle(decode(key, value), source, offset)
+        if key[:1] == b"\x05":  # Reorg: the ordered layer checks the ancestor first
+            self.consumer.note_offset(source, offset)
+            return self.handle(decode(key, value), source, offset)
+        return self._route(self.consumer.receive(key, value, source, offset))
 
     def handle(
         self, msg: Message, source: str = "", offset: int = -1
