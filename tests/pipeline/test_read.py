@@ -54,6 +54,14 @@ def test_format_entry_takes_the_same_path(spark, stream_dir):
     assert rows_of(df) == expected
 
 
+def test_small_tail_read_on_the_driver_gives_the_same_rows(spark, stream_dir):
+    d, expected = stream_dir
+    df = _load(spark, d, driverTailRecords="100000")
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan and "BatchScan loglake" not in plan
+    assert rows_of(df) == expected
+
+
 def test_python_source_alone_gives_the_same_rows(spark, stream_dir):
     d, expected = stream_dir
     df = _load(spark, d, nativeSealed="false")

@@ -621,6 +621,8 @@ class LoglakeDataSource(DataSource):
 
     def _resolve(self) -> tuple[SourceOptions, StreamLayout]:
         opts = parse_options(self.options)
+        if opts.live_ranges is not None:  # read() planned it already: no second look-up
+            return opts, StreamLayout(opts.stream, tuple(sorted(opts.live_ranges)), {})
         return opts, resolve_stream(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:

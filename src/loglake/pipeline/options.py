@@ -17,6 +17,8 @@ from loglake.pipeline.lake import DEFAULT_SPLIT_RECORDS, lake_partitions, lake_s
 from loglake.pipeline.livelog import DirSource, LiveSource, UrlSource, data_dir_option, parse_url
 
 EARLIEST, LATEST = "earliest", "latest"
+DEFAULT_DRIVER_TAIL = 0
+"""Off by default: the issue's design sends the tail through the Python source."""
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -58,6 +60,9 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     partition_column: str | None = None
     partition_by: str | None = None
+    driver_tail_records: int = DEFAULT_DRIVER_TAIL
+    """``driverTailRecords``: ``read()`` reads a live tail up to this size on the driver and
+    hands it to Spark as Arrow; a larger one goes through the Python source in parallel."""
     push_filters: bool = False
     """``pushFilters``: opt into Spark's Python filter pushdown (see ``LoglakeReader``)."""
     live_ranges: dict[int, list[tuple[int, int]]] | None = None
@@ -126,6 +131,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None, minimum=1),
         partition_by=by,
         push_filters=push == "true",
+        driver_tail_records=_int(options, "driverTailRecords", DEFAULT_DRIVER_TAIL) or 0,
         live_ranges=live_ranges,
         raw={str(k): str(v) for k, v in options.items()},
     )

@@ -83,7 +83,10 @@ def read_options(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     files = plan.files
     if files:
         frames.append(_native(spark, opts, files))
-    if plan.live:
+    live_records = sum(r.records for r in plan.live)
+    if plan.live and live_records <= opts.driver_tail_records:
+        frames.append(_driver_tail(spark, opts, plan))
+    elif plan.live:
         ranges: dict[str, list[list[int]]] = {}
         for r in plan.live:
             ranges.setdefault(str(r.partition), []).append([r.start, r.end])
@@ -95,6 +98,23 @@ def read_options(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
+
+
+def _driver_tail(spark: SparkSession, opts: SourceOptions, plan: ReadPlan) -> DataFrame:
+    """A small live tail read here and handed to Spark as Arrow: no Python worker to start."""
+    import pyarrow as pa
+
+    from loglake.pipeline.datasource import RangeSplit, _arrow_schema, read_range
+
+    target = _arrow_schema()
+    batches = [
+        b
+        for r in plan.live
+        for b in read_range(
+            opts, RangeSplit(r.partition, r.start, r.end, live_only=True), target=target
+        )
+    ]
+    return spark.createDataFrame(pa.Table.from_batches(batches, schema=target), RECORD_SCHEMA)
 
 
 def _native(spark: SparkSession, opts: SourceOptions, files) -> DataFrame:
