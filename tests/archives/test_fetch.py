@@ -179,3 +179,24 @@ def test_member_node_follows_the_special_channel_and_hydrates(tmp_path, seeder):
     assert report is not None and report.hydrated_messages == 200
     assert member.store.count() == 200
     assert member.step(100 * NS) is None  # the same magnet is not fetched twice
+
+
+def test_fetch_only_archives_of_a_time_range(tmp_path, seeder):
+    # spec "Downloading message archives", option 3: download specific archives
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(3), 600)
+    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
+    control.ingest_log(log, "community")
+    control.build(START + 3 * WEEK)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    week2 = control.entries[1]
+    store = MessageStore()
+    report = fetch_archives(
+        control.magnet((seeder.peer,)), tmp_path / "m", store, layout, CID, timeout=10,
+        since_ns=START + WEEK + 1, until_ns=START + 2 * WEEK,
+    )  # fmt: skip
+    assert [e.archive_id for e in report.missing] == [week2.archive_id]
+    index_size = (tmp_path / "control" / CID / "index").stat().st_size
+    assert week2.size <= report.bytes_downloaded <= week2.size + index_size
+    assert store.archive_ids() == {week2.archive_id} and store.count() == 600

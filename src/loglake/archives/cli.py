@@ -52,7 +52,7 @@ def _now_ns(now: str | None) -> int:
     try:
         dt = datetime.fromisoformat(now)
     except ValueError:
-        raise ArchiveConfigError(f"--now wants Unix seconds or ISO 8601, not {now!r}") from None
+        raise ArchiveConfigError(f"a time is Unix seconds or ISO 8601, not {now!r}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp()) * NS
@@ -194,8 +194,10 @@ def seed(root, key_file, port, duration, connects) -> None:
 @click.option("--community", help="Expected community id (0x…); checked against the torrent.")
 @_layout_opt
 @click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
+@click.option("--since", help="Only archives overlapping [since, until): Unix s or ISO 8601.")
+@click.option("--until", help="End of that range (default: open).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
-def fetch(magnet, root, store_path, community, layout, timeout, as_json) -> None:
+def fetch(magnet, root, store_path, community, layout, timeout, since, until, as_json) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
     from loglake.archives.member import fetch_archives
     from loglake.archives.store import MessageStore
@@ -227,7 +229,15 @@ def fetch(magnet, root, store_path, community, layout, timeout, as_json) -> None
 
         try:
             report = fetch_archives(
-                magnet, root, store, lay, community, timeout=timeout, progress=progress
+                magnet,
+                root,
+                store,
+                lay,
+                community,
+                timeout=timeout,
+                progress=progress,
+                since_ns=None if since is None else _now_ns(since),
+                until_ns=None if until is None else _now_ns(until),
             )
         finally:
             store.close()

@@ -80,10 +80,24 @@ class MemberCore:
         self.fetched.add(magnet)
 
 
-def missing_archives(entries: list[IndexEntry], have: set[str]) -> list[IndexEntry]:
-    """Archives not stored locally, oldest first (status-go sorts by ``metadata.from``)."""
+def missing_archives(
+    entries: list[IndexEntry],
+    have: set[str],
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+) -> list[IndexEntry]:
+    """Archives not stored locally, oldest first (status-go sorts by ``metadata.from``).
+
+    ``since_ns``/``until_ns`` select the spec's option 3, "Download specific archives": only
+    archives whose ``[from, to)`` overlaps ``[since, until)``."""
     return sorted(
-        (e for e in entries if e.archive_id not in have),
+        (
+            e
+            for e in entries
+            if e.archive_id not in have
+            and (since_ns is None or e.metadata.to_ns > since_ns)
+            and (until_ns is None or e.metadata.from_ns < until_ns)
+        ),
         key=lambda e: (e.metadata.from_ns, e.offset),
     )
 
@@ -119,8 +133,11 @@ def fetch_archives(
     progress: ProgressFn | None = None,
     on_index: Callable[[list[IndexEntry], list[IndexEntry]], None] | None = None,
     peers: list[tuple[str, int]] | None = None,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
 ) -> FetchReport:
-    """Resolve ``magnet``, fetch ``index`` then the missing archives' pieces, hydrate."""
+    """Resolve ``magnet``, fetch ``index`` then the missing archives' pieces (optionally only
+    those overlapping ``[since_ns, until_ns)``), hydrate."""
     fetcher = Fetcher(root)
     try:
         info = fetcher.metadata(magnet, timeout=timeout)
@@ -137,7 +154,7 @@ def fetch_archives(
         folder = Path(root) / name
         index = (folder / "index").read_bytes()
         entries = layout.decode_index(index, data_size)
-        missing = missing_archives(entries, store.archive_ids())
+        missing = missing_archives(entries, store.archive_ids(), since_ns, until_ns)
         if on_index:
             on_index(entries, missing)
         wanted = sorted({p for e in missing for p in e.pieces})
