@@ -55,3 +55,18 @@ def test_serve_process_serves_and_stops(tmp_path, port) -> None:
         proc.wait(timeout=30)
     assert proc.returncode == 0
     assert (tmp_path).exists() and any(tmp_path.iterdir())
+
+
+def test_serve_on_a_taken_port_is_a_readable_error(tmp_path) -> None:
+    import socket
+
+    from loglake.node.cli import ServeError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        args = ["serve", "--data-dir", str(tmp_path), "--port", str(taken)]
+        r = CliRunner().invoke(command, args)
+    assert isinstance(r.exception, ServeError)
+    assert f"cannot listen on 127.0.0.1:{taken}" in str(r.exception)

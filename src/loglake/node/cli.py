@@ -22,12 +22,17 @@ import platformdirs
 from rich.console import Console
 from rich.table import Table
 
+from loglake.errors import LoglakeError
 from loglake.log import StreamConfig, open_log
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
+
+
+class ServeError(LoglakeError):
+    """The service could not start (e.g. the port is taken)."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,7 +65,10 @@ def serve(data_dir: Path, host: str, port: int, durability: str) -> None:
     console = Console(stderr=True)
 
     async def main() -> None:
-        server = await StreamServer(service, host, port).start()
+        try:
+            server = await StreamServer(service, host, port).start()
+        except OSError as e:
+            raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         console.print(
             f"[bold green]loglake[/] stream service on [bold]{host}:{server.port}[/] "
             f"(data dir {data_dir}, durability {durability}); Ctrl-C to stop"
