@@ -281,6 +281,7 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
     """
     if not isinstance(data, bytes | bytearray):
         raise ICRC16DecodeError("Candid input must be bytes")
+    check_type_table(bytes(data))
     try:
         out = _candid_decode(bytes(data), types)
     except RecursionError as e:
@@ -290,6 +291,89 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
     if len(out) != len(types):
         raise ICRC16DecodeError(f"expected {len(types)} Candid values, got {len(out)}")
     return [o["value"] for o in out]
+
+
+MAX_TYPE_ENTRIES = 1024
+
+
+def _uleb(b: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if i >= len(b):
+            raise ICRC16DecodeError("truncated LEB128 in the Candid type table")
+        c = b[i]
+        i += 1
+        n |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return n, i
+        if shift > 70:
+            raise ICRC16DecodeError("LEB128 too long in the Candid type table")
+
+
+def _sleb(b: bytes, i: int) -> tuple[int, int]:
+    n, j = _uleb(b, i)
+    bits = 7 * (j - i)
+    return (n - (1 << bits) if n & (1 << (bits - 1)) else n), j
+
+
+def check_type_table(data: bytes) -> None:
+    """Reject Candid messages icp_candid would take unbounded time or memory to decode.
+
+    Why (hand-written): icp_candid loops ``length`` times for a ``vec``; when the element type
+    occupies zero bytes (``null``, ``reserved``, or a record of such), a few bytes can declare a
+    vector of 2**60 elements and exhaust memory (seen here: a fuzz test grew to 23 GB). No loglake
+    type has such a vector, so its presence in the wire type table is rejected up front; every
+    other element type takes at least one byte, which bounds any vector by the message size.
+    Candid spec, "Type definitions" / "Binary format" (type table layout).
+    """
+    if data[:4] != b"DIDL":
+        raise ICRC16DecodeError("not Candid (missing DIDL magic)")
+    n, i = _uleb(data, 4)
+    if n > MAX_TYPE_ENTRIES:
+        raise ICRC16DecodeError(f"Candid type table has {n} entries (limit {MAX_TYPE_ENTRIES})")
+    vecs: list[int] = []
+    records: dict[int, list[int]] = {}
+    for idx in range(n):
+        op, i = _sleb(data, i)
+        if op in (-18, -19):  # opt, vec
+            t, i = _sleb(data, i)
+            if op == -19:
+                vecs.append(t)
+        elif op in (-20, -21):  # record, variant
+            k, i = _uleb(data, i)
+            fields = []
+            for _ in range(k):
+                _, i = _uleb(data, i)
+                t, i = _sleb(data, i)
+                fields.append(t)
+            if op == -20:
+                records[idx] = fields
+        elif op == -22:  # func
+            for _ in range(2):
+                k, i = _uleb(data, i)
+                for _ in range(k):
+                    _, i = _sleb(data, i)
+            k, i = _uleb(data, i)
+            i += k
+        elif op == -23:  # service
+            k, i = _uleb(data, i)
+            for _ in range(k):
+                ln, i = _uleb(data, i)
+                i += ln
+                _, i = _sleb(data, i)
+        else:
+            raise ICRC16DecodeError(f"unknown Candid type opcode {op}")
+    zero = {-1, -16}  # null, reserved
+    changed = True
+    while changed:  # records whose fields are all zero-sized (fixpoint over recursion)
+        changed = False
+        for idx, fields in records.items():
+            if idx not in zero and all(f in zero for f in fields):
+                zero.add(idx)
+                changed = True
+    if any(t in zero for t in vecs):
+        raise ICRC16DecodeError("Candid vec of a zero-sized type is not accepted")
 
 
 # --- helpers for building and reading values -------------------------------------------------
