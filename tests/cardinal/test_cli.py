@@ -73,3 +73,26 @@ def test_help():
     for args in (["--help"], ["produce", "--help"], ["consume", "--help"]):
         r = CliRunner().invoke(command, args)
         assert r.exit_code == 0 and "Usage" in r.output
+
+
+def test_produce_and_consume_against_a_running_stream_server(memory_log):
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with BackgroundServer(StreamService(memory_log)) as srv:
+        port = str(srv.port)
+        r = CliRunner().invoke(
+            command, ["produce", "--blocks", "20", "--topic", "net", "--port", port]
+        )
+        assert r.exit_code == 0, r.output
+        head = r.output.split("canonical head #")[1].split()
+        r = CliRunner().invoke(
+            command, ["consume", "--topic", "net", "--port", port, "--client-id", "n1"]
+        )
+        assert r.exit_code == 0, r.output
+        assert f"head #{head[0]} {head[1]}" in r.output
+    # the checkpoint went through the server's index service into the log: its commit index
+    # and one offset per partition (0 here: the whole chain is inside the reorg window, which
+    # a restart reads again)
+    assert memory_log.get_consumer_index("n1", "cardinal.ckpt.n1", 0) >= 1
+    assert [memory_log.get_consumer_index("n1", "net", p) for p in range(4)] == [0, 0, 0, 0]

@@ -110,15 +110,16 @@ def test_restarted_consumer_resumes_from_the_index_service():
     chain = synthetic_chain(80)
     produce(streams, chain)
     model = ChainModel([])
-    first = consumer(streams)
-    for _ in range(3):
+    first = consumer(streams, threshold=8)
+    for _ in range(6):
         apply_all(model, first.poll(limit=20))
     ckpt = first.commit()
     assert 0 < len(model.chain) < len(chain.canonical)
+    assert any(o > 0 for o in ckpt.offsets.values())  # past the reorg window: not from 0
     for source, offset in ckpt.offsets.items():
         topic, _, part = source.rpartition(":")
         assert streams.get_index("c1", topic, int(part)) == offset
-    second = consumer(streams)  # loads the checkpoint saved under client id c1
+    second = consumer(streams, threshold=8)  # loads the checkpoint saved under client id c1
     assert second.core.head == first.core.head
     apply_all(model, second.run())
     assert model.chain == [b.hash for b in chain.canonical]
@@ -148,14 +149,15 @@ def test_resume_on_the_embedded_segment_log(tmp_path):
     chain = synthetic_chain(50)
     log = open_log(tmp_path / "data")
     produce(LocalStreams(log), chain)
-    first = consumer(LocalStreams(log))
+    first = consumer(LocalStreams(log), threshold=8)
     model = ChainModel([])
-    apply_all(model, first.poll(limit=15))
-    first.commit()
+    for _ in range(4):
+        apply_all(model, first.poll(limit=15))
+    assert any(o > 0 for o in first.commit().offsets.values())
     log.close()
     log = open_log(tmp_path / "data")
     try:
-        second = consumer(LocalStreams(log))
+        second = consumer(LocalStreams(log), threshold=8)
         assert second.core.head == first.core.head
         apply_all(model, second.run())
     finally:

@@ -219,6 +219,15 @@ class CardinalProducer:
     def send_block(self, block: BlockPayload) -> None:
         self._send_topics(self.producer.block_messages(block))
 
+    def send_blocks(self, blocks: Iterable[BlockPayload]) -> None:
+        """Several blocks in one append per topic partition (one durable write, not one per
+        block)."""
+        merged: dict[str, list[Message]] = {}
+        for b in blocks:
+            for topic, msgs in self.producer.block_messages(b).items():
+                merged.setdefault(topic, []).extend(msgs)
+        self._send_topics(merged)
+
     def send_reorg(
         self, ancestor_number: int, ancestor_hash: bytes, blocks: Iterable[BlockPayload]
     ) -> str:
