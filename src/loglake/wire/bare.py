@@ -1,10 +1,10 @@
 """BARE (Binary Application Record Encoding) — the codec of Ockam stream payloads.
 
 Why hand-written: the only BARE package on PyPI, ``bare`` 0.7.0, was last released in June 2020
-(unmaintained, written against an early draft of the format) and does not raise a typed error we
-can map to ``DecodeError``. BARE is small, so this module implements the subset the Ockam stream
-spec uses, strictly. It is cross-checked against an independent, maintained implementation,
-@bare-ts/lib (npm), in ``tests/streams/test_bare_ts_interop.py``.
+(unmaintained since; the BARE draft kept changing until 2024). BARE is small, so this module
+implements the subset the Ockam stream spec uses, strictly, with typed ``DecodeError``s. It is
+cross-checked against an independent, maintained implementation, @bare-ts/lib (npm), in
+``tests/streams/test_bare_ts_interop.py``.
 
 Followed:
 - the BARE specification (draft-devault-bare, §3 "Types"): ``uint`` is LEB128 (7 bits per octet,
