@@ -16,7 +16,7 @@ from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
 from loglake.archives.errors import CorruptIndex, MisalignedArchive, TorrentTimeout
 from loglake.archives.layout import PIECE_LENGTH, get_layout
-from loglake.archives.member import fetch_archives
+from loglake.archives.member_node import fetch_archives
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, build_torrent
@@ -160,7 +160,7 @@ def test_archive_size_not_a_multiple_of_piece_length_is_rejected(tmp_path, seede
 
 def test_member_node_follows_the_special_channel_and_hydrates(tmp_path, seeder):
     from loglake.archives.layout import NS
-    from loglake.archives.member import MemberNode
+    from loglake.archives.member_node import MemberNode
     from loglake.streams.api import LocalStreams
 
     layout = get_layout("spec")

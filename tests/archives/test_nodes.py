@@ -11,7 +11,8 @@ from coincurve import PrivateKey
 from loglake.archives.control import ControlNode
 from loglake.archives.errors import CorruptArchive
 from loglake.archives.layout import NS, get_layout
-from loglake.archives.member import Accepted, Ignored, MemberCore, MemberNode, unpack
+from loglake.archives.member import Accepted, Ignored, MemberCore, unpack
+from loglake.archives.member_node import MemberNode
 from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog

@@ -199,7 +199,7 @@ def seed(root, key_file, port, duration, connects) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 def fetch(magnet, root, store_path, community, layout, timeout, since, until, as_json) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
-    from loglake.archives.member import fetch_archives
+    from loglake.archives.member_node import fetch_archives
     from loglake.archives.store import MessageStore
 
     Path(root).mkdir(parents=True, exist_ok=True)
@@ -361,7 +361,8 @@ def follow(data_dir, connect, channel, community, root, store_path, layout, wait
            duration, once) -> None:  # fmt: skip
     """Member loop: follow the special channel, ignore unsigned or foreign messages, wait the
     quiet period after the last magnet link, fetch missing archives, hydrate the store."""
-    from loglake.archives.member import Accepted, MemberNode
+    from loglake.archives.member import Accepted
+    from loglake.archives.member_node import MemberNode
     from loglake.archives.store import MessageStore
 
     Path(root).mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from Crypto.Hash import keccak
 from google.protobuf.message import DecodeError as PbDecodeError
@@ -42,17 +40,19 @@ from loglake.archives.errors import (
     CorruptIndex,
     MisalignedArchive,
 )
+from loglake.archives.messages import (
+    NS,
+    PIECE_LENGTH,
+    ArchiveMetadata,
+    DecodedMessage,
+    EncodedArchive,
+    IndexEntry,
+)
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
 
-PIECE_LENGTH = 100 * 1024
-"""status-go protocol/communities/manager.go: ``pieceLength = 100 * 1024`` (the spec leaves it
-"??? (TODO)")."""
-
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
-
-NS = 1_000_000_000
 
 
 def keccak256(data: bytes) -> bytes:
@@ -101,69 +101,6 @@ def frame_parts(records: Sequence[bytes]) -> list[bytes]:
 
 def frame_messages(records: Sequence[bytes]) -> bytes:
     return b"".join(frame_parts(records))
-
-
-@dataclass(frozen=True, slots=True)
-class ArchiveMetadata:
-    """``WakuMessageArchiveMetadata`` in layout-neutral form: times in Unix ns."""
-
-    from_ns: int
-    to_ns: int
-    content_topics: tuple[bytes | str, ...]
-    version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    """One ``WakuMessageArchiveIndexMetadata`` and its key. ``size`` is the archive's bytes in
-    ``data`` including padding; ``padding`` is status-go's trailing zero count (0 for spec)."""
-
-    archive_id: str
-    metadata: ArchiveMetadata
-    offset: int
-    size: int
-    padding: int
-    encoded: bytes
-
-    @property
-    def first_piece(self) -> int:
-        return self.offset // PIECE_LENGTH
-
-    @property
-    def num_pieces(self) -> int:
-        return self.size // PIECE_LENGTH
-
-    @property
-    def pieces(self) -> range:
-        return range(self.first_piece, self.first_piece + self.num_pieces)
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedArchive:
-    """What goes into ``data``: ``body`` then ``trailing_zeros`` zero bytes."""
-
-    body: bytes
-    trailing_zeros: int
-    entry: IndexEntry
-
-    @property
-    def size(self) -> int:
-        return len(self.body) + self.trailing_zeros
-
-    def data_bytes(self) -> bytes:
-        return self.body + bytes(self.trailing_zeros) if self.trailing_zeros else self.body
-
-
-class DecodedMessage(NamedTuple):
-    """A community record with what windowing and hydration need. A named tuple, not a frozen
-    dataclass: a million are made per weekly build, straight from store rows, and a frozen
-    dataclass costs several times more to construct."""
-
-    timestamp_ns: int
-    topic: bytes | str
-    raw: bytes
-    cap_size: int
-    """status-go's size for the 30 MB cap: ``len(payload) + len(sig)``."""
 
 
 class Layout(ABC):

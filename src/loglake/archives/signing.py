@@ -15,8 +15,6 @@ coincurve (libsecp256k1) signs and recovers; its ``sign_recoverable`` output is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from coincurve import PrivateKey, PublicKey
 from google.protobuf.message import DecodeError as PbDecodeError
 
@@ -27,22 +25,13 @@ from loglake.archives.errors import (
     WrongSigner,
 )
 from loglake.archives.layout import keccak256
+from loglake.archives.messages import MagnetLinkMessage
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
 
 COMMUNITY_ARCHIVE_MAGNETLINK = 43
 """application_metadata_message.proto: ``ApplicationMetadataMessage.Type``."""
 
 SIGNATURE_LENGTH = 65
-
-
-@dataclass(frozen=True, slots=True)
-class MagnetLinkMessage:
-    """``CommunityMessageArchiveMagnetlink`` plus who signed it."""
-
-    clock: int
-    magnet_uri: str
-    signer: str = ""
-    """Recovered community id (``0x`` + compressed public key hex); empty before signing."""
 
 
 def community_id(key: PrivateKey | PublicKey | bytes) -> str:

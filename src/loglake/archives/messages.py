@@ -1,0 +1,90 @@
+"""The archives part's messages: layout-neutral dataclasses the codecs produce and consume.
+
+The bytes on the wire are the protobuf messages of ``loglake/wire/proto/archives_*.proto``
+(generated modules in ``loglake.wire.pb``); ``layout.py`` and ``signing.py`` convert between
+them and these. Times are Unix nanoseconds whatever the layout stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+PIECE_LENGTH = 100 * 1024
+"""status-go protocol/communities/manager.go: ``pieceLength = 100 * 1024`` (the spec leaves it
+"??? (TODO)")."""
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveMetadata:
+    """``WakuMessageArchiveMetadata`` in layout-neutral form: times in Unix ns."""
+
+    from_ns: int
+    to_ns: int
+    content_topics: tuple[bytes | str, ...]
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One ``WakuMessageArchiveIndexMetadata`` and its key. ``size`` is the archive's bytes in
+    ``data`` including padding; ``padding`` is status-go's trailing zero count (0 for spec)."""
+
+    archive_id: str
+    metadata: ArchiveMetadata
+    offset: int
+    size: int
+    padding: int
+    encoded: bytes
+
+    @property
+    def first_piece(self) -> int:
+        return self.offset // PIECE_LENGTH
+
+    @property
+    def num_pieces(self) -> int:
+        return self.size // PIECE_LENGTH
+
+    @property
+    def pieces(self) -> range:
+        return range(self.first_piece, self.first_piece + self.num_pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedArchive:
+    """What goes into ``data``: ``body`` then ``trailing_zeros`` zero bytes."""
+
+    body: bytes
+    trailing_zeros: int
+    entry: IndexEntry
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + self.trailing_zeros
+
+    def data_bytes(self) -> bytes:
+        return self.body + bytes(self.trailing_zeros) if self.trailing_zeros else self.body
+
+
+class DecodedMessage(NamedTuple):
+    """A community record with what windowing and hydration need. A named tuple, not a frozen
+    dataclass: a million are made per weekly build, straight from store rows, and a frozen
+    dataclass costs several times more to construct."""
+
+    timestamp_ns: int
+    topic: bytes | str
+    raw: bytes
+    cap_size: int
+    """status-go's size for the 30 MB cap: ``len(payload) + len(sig)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class MagnetLinkMessage:
+    """``CommunityMessageArchiveMagnetlink`` plus who signed it."""
+
+    clock: int
+    magnet_uri: str
+    signer: str = ""
+    """Recovered community id (``0x`` + compressed public key hex); empty before signing."""
