@@ -336,3 +336,35 @@ def test_notifications_from_an_unassigned_broadcaster_are_refused():
     n = EventNotification(1, 0, None, 0, NS, {"Nat": 1}, None, w.p["pub"], None)
     assert w.call("alice", "icrc72_handle_notification", [n], target="bob") == 0
     assert w.bob.rejected == 1 and w.bob.take() == []
+
+
+def test_subscriber_reads_both_end_header_names():
+    # ICRC-77 names the end header icrc77:replay:end (comment) and :end_id (header list).
+    from loglake.events.messages import H_REPLAY_END, EventNotification
+
+    w = _ready()
+    w.net.run()
+    for rid, key in ((51, H_REPLAY_END), (52, H_REPLAY_END_ID)):
+        hdrs = [(H_REPLAY_ID, {"Nat": rid}), (key, {"Nat": 7})]
+        n = EventNotification(rid, 7, 6, 0, NS, {"Nat": 1}, hdrs, w.p["pub"], None)
+        assert w.call("bc", "icrc72_handle_notification", [n], target="bob") == 1
+        assert w.bob.replays[rid].end_id == 7 and w.bob.replays[rid].reached_end
+
+
+def test_ledger_rules():
+    from loglake.events.ledger import Ledger, LedgerError, account
+    from loglake.log import MemoryLog
+
+    led = Ledger.open(MemoryLog(), fee=2)
+    a, b, s = account(b"\x01"), account(b"\x02"), account(b"\x03")
+    led.mint(a, 100, 0)
+    with pytest.raises(LedgerError) as e:
+        led.transfer_from(s, a, b, 10, 0)
+    assert e.value.kind == "InsufficientAllowance"
+    led.approve(a, s, 50, 0)  # costs the fee
+    assert led.balance_of(a) == 98 and led.allowance(a, s) == 50
+    led.transfer_from(s, a, b, 40, 0)  # spends 40 + fee of the allowance
+    assert (led.balance_of(a), led.balance_of(b), led.allowance(a, s)) == (56, 40, 8)
+    with pytest.raises(LedgerError) as e:
+        led.transfer(b, a, 39, 0)
+    assert e.value.kind == "InsufficientFunds"
