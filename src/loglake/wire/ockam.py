@@ -22,6 +22,7 @@ CBOR is ``cbor2`` (a kept library), not hand-written.
 from __future__ import annotations
 
 import io
+import ipaddress
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import cbor2
 
 from loglake.errors import DecodeError, RemoteProtocolError
+from loglake.wire import bare
 
 PROTOCOL_VERSION = 1
 """handler.ex: ``transport.send(socket, <<1>>)``, then ``{:ok, <<1>>} = transport.recv(...)``."""
@@ -335,3 +337,58 @@ class TcpConnection:
             return out
         del buf[:pos]
         return out
+
+
+# -- the older BARE message encoding (Ockam.Wire.Binary.V2) ---------------------------------
+# Before the CBOR TransportMessage, the Elixir implementation encoded a routing message with
+# BARE (``lib/ockam/wire/binary/v2.ex``): ``{version: uint, onward_route: []Address,
+# return_route: []Address, payload: data}`` with ``Address {type: uint, value: data}``, version 1.
+# Kept for peers and stored data of that era; the TCP transport above uses the CBOR form.
+WIRE_BINARY_VERSION = 1
+"""v2.ex: ``@version 1``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _WireBinary:
+    version: int
+    onward_route: tuple[Address, ...]
+    return_route: tuple[Address, ...]
+    payload: bytes
+
+
+def _wire_binary_schema() -> bare.Struct:
+    address = bare.Struct(Address, ("type", bare.UINT), ("value", bare.DATA))
+    return bare.Struct(
+        _WireBinary,
+        ("version", bare.UINT),
+        ("onward_route", bare.Array(address)),
+        ("return_route", bare.Array(address)),
+        ("payload", bare.DATA),
+    )
+
+
+_WIRE_BINARY = _wire_binary_schema()
+
+
+def encode_wire_binary(msg: RoutingMessage) -> bytes:
+    """``Ockam.Wire.Binary.V2.encode`` (BARE)."""
+    return bare.encode(
+        _WIRE_BINARY,
+        _WireBinary(WIRE_BINARY_VERSION, msg.onward_route, msg.return_route, msg.payload),
+    )
+
+
+def decode_wire_binary(data: bytes) -> RoutingMessage:
+    """``Ockam.Wire.Binary.V2.decode``: strict, whole input; other versions → ``DecodeError``."""
+    m = bare.decode(_WIRE_BINARY, data)
+    if m.version != WIRE_BINARY_VERSION:
+        raise OckamWireError(f"Ockam wire version {m.version}, expected {WIRE_BINARY_VERSION}")
+    return RoutingMessage(m.onward_route, m.return_route, m.payload)
+
+
+def tcp_address(host: str, port: int) -> Address:
+    """An IPv4 ``TCPAddress`` as Ockam serializes it (v2_test.exs: type 1, value = 0x00, the 4
+    address octets, the port as u16 little-endian)."""
+    return Address(
+        ADDRESS_TYPE_TCP, b"\x00" + ipaddress.IPv4Address(host).packed + port.to_bytes(2, "little")
+    )
