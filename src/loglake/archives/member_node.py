@@ -11,6 +11,7 @@ the core says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ def fetch_archives(
     try:
         info = fetcher.metadata(magnet, timeout=timeout)
         name = info.name()
+        if not re.fullmatch(r"0x[0-9a-fA-F]{2,130}", name):  # also keeps paths inside root
+            raise CorruptIndex(f"torrent name {name[:40]!r} is not a community id")
         if community_id is not None and name.lower() != community_id.lower():
             raise CorruptIndex(f"torrent is named {name!r}, not the community {community_id}")
         fetcher.start(peers or ())
@@ -69,7 +72,8 @@ def fetch_archives(
         index_pieces = fetcher.pieces_of(idx_off, idx_size)
         fetcher.download(index_pieces, progress=progress)
         folder = Path(root) / name
-        index = (folder / "index").read_bytes()
+        with open(folder / "index", "rb") as f:  # a longer, older index may be on disk
+            index = f.read(idx_size)
         entries = layout.decode_index(index, data_size)
         missing = missing_archives(entries, store.archive_ids(), since_ns, until_ns)
         if on_index:
