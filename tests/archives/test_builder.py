@@ -13,10 +13,12 @@ import warnings
 
 import libtorrent as lt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
 from loglake.archives.layout import NS, PIECE_LENGTH, get_layout
-from loglake.archives.torrent import bencode
+from loglake.archives.torrent import PieceHashes, bencode
 
 SG = get_layout("status-go")
 SPEC = get_layout("spec")
@@ -159,3 +161,18 @@ def test_status_go_chunks_a_window_at_30_mb_of_payload():
     r = ArchiveBuilder(layout, NAME).build([(START, START + WINDOW_NS)], msgs)
     sizes = [len(layout.decode_archive(a.data_bytes(), a.entry)) for a in r.archives]
     assert sizes == [3, 3, 3, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(max_size=300), max_size=60),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=0, max_value=3),
+)
+def test_piece_hashes_from_parts_equal_hashes_of_the_joined_bytes(parts, piece, extra):
+    length = sum(map(len, parts))
+    zeros = (-length) % piece + extra * piece
+    a, b = PieceHashes(piece), PieceHashes(piece)
+    a.extend_parts(list(parts), length, zeros)
+    b.extend(b"".join(parts) + bytes(zeros))
+    assert a.hashes == b.hashes

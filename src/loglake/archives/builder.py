@@ -116,7 +116,7 @@ class ArchiveBuilder:
             for chunk in self.layout.chunk(window):
                 raws = list(map(operator.itemgetter(2), chunk))
                 enc = self.layout.encode_archive(meta, raws, self.data_size)
-                self.hashes.extend_padded(enc.body, enc.trailing_zeros)
+                self.hashes.extend_parts(enc.parts, enc.length, enc.trailing_zeros)
                 self.entries.append(enc.entry)
                 out.append(enc)
         index = self.layout.encode_index(self.entries) if self.entries else b""

@@ -150,7 +150,7 @@ class ControlNode:
         if result.archives:
             with open(self.data_path, "ab") as f:
                 for a in result.archives:
-                    f.write(a.body)
+                    f.writelines(a.parts)
                     if a.trailing_zeros:
                         f.write(bytes(a.trailing_zeros))
                 f.flush()

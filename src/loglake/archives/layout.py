@@ -270,10 +270,10 @@ class SpecLayout(Layout):
         parts = frame_parts(records)
         body_len = len(head) + sum(map(len, parts))
         parts.insert(0, head)
-        parts.append(padding_field(body_len, self.piece_length))
-        body = b"".join(parts)
-        entry = self.make_entry(meta, offset, len(body), 0)
-        return EncodedArchive(body, 0, entry)
+        pad = padding_field(body_len, self.piece_length)
+        parts.append(pad)
+        entry = self.make_entry(meta, offset, body_len + len(pad), 0)
+        return EncodedArchive(parts, body_len + len(pad), 0, entry)
 
     def decode_archive(self, region, entry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))
@@ -371,15 +371,14 @@ class StatusGoLayout(Layout):
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
         parts = frame_parts(records)
         parts.insert(0, b"\x12" + varint(len(md)) + md)
-        body = b"".join(parts)
-        raw, piece = len(body), self.piece_length
+        raw, piece = sum(map(len, parts)), self.piece_length
         # manager_archive_file.go: an archive above one piece always gets padding up to the
         # next multiple — a whole extra piece when it is already aligned; one at or below one
         # piece is padded to exactly one piece.
         size = raw + piece - (raw % piece) if raw > piece else piece
         padding = size - raw
         entry = self.make_entry(meta, offset, size, padding)
-        return EncodedArchive(body, padding, entry)
+        return EncodedArchive(parts, raw, padding, entry)
 
     def decode_archive(self, region, entry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))

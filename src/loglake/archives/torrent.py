@@ -18,7 +18,9 @@ never changes: ``PieceHashes`` keeps them and hashes only what was appended.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -88,6 +90,42 @@ class PieceHashes:
         if zeros:
             zero = sha1(bytes(p)).digest()
             self.hashes.extend([zero] * (zeros // p))
+
+    def extend_parts(self, parts: list[bytes], length: int, zeros: int) -> None:
+        """``extend(b"".join(parts) + bytes(zeros))`` without building that copy: each piece is
+        joined from the parts it spans (100 KiB, still in cache when SHA-1 reads it)."""
+        p = self.piece_length
+        total = length + zeros
+        if total % p:
+            raise ValueError("data grows by whole pieces only")
+        offs = [0, *itertools.accumulate(map(len, parts))]
+        if offs[-1] != length:
+            raise ValueError("parts do not add up to the archive length")
+        sha1 = hashlib.sha1
+        zero_piece = None
+        out = self.hashes
+        lo = 0
+        for s in range(0, total, p):
+            e = s + p
+            if s >= length:  # only padding left
+                if zero_piece is None:
+                    zero_piece = sha1(bytes(p)).digest()
+                out.append(zero_piece)
+                continue
+            i0 = bisect.bisect_right(offs, s, lo=lo) - 1
+            end = min(e, length)
+            i1 = bisect.bisect_left(offs, end, lo=i0) - 1
+            if i0 == i1:
+                chunk = memoryview(parts[i0])[s - offs[i0] : end - offs[i0]]
+                buf = chunk if end == e else bytes(chunk) + bytes(e - end)
+            else:
+                pieces = [memoryview(parts[i0])[s - offs[i0] :], *parts[i0 + 1 : i1]]
+                pieces.append(memoryview(parts[i1])[: end - offs[i1]])
+                if end < e:
+                    pieces.append(bytes(e - end))
+                buf = b"".join(pieces)
+            out.append(sha1(buf).digest())
+            lo = i1
 
     @property
     def data_size(self) -> int:
