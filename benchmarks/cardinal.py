@@ -7,7 +7,7 @@ once per copy. Figures:
 - consume alone: ``OrderedConsumer.receive`` over the encoded messages held in a list (two
   producers' copies interleaved block by block) — the sans-I/O core, one core;
 - produce → stream → consume: two ``CardinalProducer``s each send every run of blocks (about
-  2,000 messages, one append per partition) into a 4-partition loglake stream (MemoryLog, and
+  200 messages, one append per partition) into a 4-partition loglake stream (MemoryLog, and
   the embedded SegmentLog with its default ``batch`` durability), then ``CardinalConsumer.run``
   until caught up; produce and consume rates separately.
 - decode only: ``codec.decode`` of the same messages, the floor under the consumer.
@@ -111,7 +111,7 @@ def main() -> None:
         t_dec = decode_only(msgs)
         t_con, added = consume_alone(msgs)
         assert added == n_blocks, (added, n_blocks)
-        chunk = max(1, 2000 // (updates + 1))  # about 2,000 messages per append
+        chunk = max(1, 200 // (updates + 1))  # copies of a block stay close together
         mp, mc, sent, added = through_streams(chain, LocalStreams(MemoryLog()), chunk)
         assert added == n_blocks and sent == len(msgs)
         with tempfile.TemporaryDirectory() as d:

@@ -119,7 +119,7 @@ def test_counts_that_never_complete_are_evicted_past_the_window(caplog):
 
 def test_early_messages_for_a_batch_that_never_comes_are_evicted(caplog):
     p = Producer("d", {"foo/": "d"})
-    c = Consumer(reorg_threshold=2)
+    c = Consumer(reorg_threshold=2, max_queued=0)
     orphan = p.add_block(1, h(99), h(0), 1, {"foo/a": b"1"})["d"]
     c.handle(orphan[0])  # the BatchMsg, its Batch never sent
     assert c.queued == 1

@@ -25,9 +25,11 @@ Rules (spec "Batch/Consumers", "SubBatchHeader/Consumers", "SubBatchMsg/Consumer
 - completed hashes are remembered within the reorg window, so late duplicates are dropped.
 
 Bounded memory: a pending block more than ``reorg_threshold`` below the window's top (the
-chain head when an ordered layer drives ``advance``, else the highest completed number), and
-messages queued for a Batch that did not come within that window, are evicted with
-a logged warning. Protocol violations with well-formed bytes (index past ItemCount, a
+chain head when an ordered layer drives ``advance``, else the highest completed number) is
+evicted with a logged warning. Messages queued for a Batch not seen yet carry no block number
+(partitions may run far apart, so their age says little): once more than ``max_queued`` are
+held, those queued before the window's floor are evicted, oldest first, with a log line.
+Protocol violations with well-formed bytes (index past ItemCount, a
 SubBatchHeader or message for nothing announced, more messages than a prefix's count) are
 logged and dropped; malformed bytes raise ``CardinalDecodeError`` from ``receive`` before any
 state changes. Neither touches another block's state.
@@ -65,6 +67,7 @@ from loglake.logs import log_event
 log = logging.getLogger(__name__)
 
 DEFAULT_REORG_THRESHOLD = 128  # the reference tests' ReorgThreshold
+DEFAULT_MAX_QUEUED = 100_000  # messages held for Batches not yet seen, before eviction starts
 
 
 @dataclass(slots=True)
@@ -107,6 +110,7 @@ class Consumer:
         tracked_prefixes: Iterable[str] = (".*",),
         last_number: int | None = None,
         completed: Iterable[tuple[bytes, int]] = (),
+        max_queued: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         self.reorg_threshold = reorg_threshold
         patterns = list(tracked_prefixes)
@@ -116,6 +120,8 @@ class Consumer:
         self._early: dict[bytes, dict[tuple, tuple[Message, str, int]]] = {}
         self._early_at: dict[bytes, int] = {}
         self._early_offsets: dict[bytes, dict[str, int]] = {}
+        self._queued = 0
+        self.max_queued = max_queued
         self._completed: dict[bytes, int] = dict(completed)  # hash -> number
         self._high = last_number if last_number is not None else -1
         self._driven = False  # True once advance() sets the window from the chain head
@@ -189,9 +195,7 @@ class Consumer:
                 high=self._high,
             )
             self.stats.dropped += 1
-            self._early.pop(b.hash, None)
-            self._early_at.pop(b.hash, None)
-            self._early_offsets.pop(b.hash, None)
+            self._drop_early(b.hash)
             return []
         pb = _Pending(b)
         if offset >= 0:
@@ -223,9 +227,8 @@ class Consumer:
             if rec.value or (not rec.count and not rec.delete and rec.subbatch == ZERO_HASH):
                 pb.values[k] = rec.value
         self._pending[b.hash] = pb
-        early = self._early.pop(b.hash, None)
-        self._early_at.pop(b.hash, None)
-        early_offsets = self._early_offsets.pop(b.hash, None)
+        early_offsets = self._early_offsets.get(b.hash)
+        early = self._drop_early(b.hash)
         if early_offsets:
             for s, o in early_offsets.items():
                 _note_offset(pb.offsets, s, o)
@@ -255,6 +258,7 @@ class Consumer:
             self.stats.duplicates += 1
             return
         q[k] = (msg, source, offset)
+        self._queued += 1
         if offset >= 0:
             _note_offset(self._early_offsets[h], source, offset)
 
@@ -384,22 +388,34 @@ class Consumer:
                 remaining=pb.remaining,
                 high=self._high,
             )
-        for h in [h for h, at in self._early_at.items() if at < floor]:
-            n = len(self._early.pop(h))
-            del self._early_at[h]
-            self._early_offsets.pop(h, None)
-            self.stats.evicted += 1
-            log_event(
-                log,
-                logging.INFO,  # mostly late copies from a redundant producer
-                "evicting messages whose Batch never came",
-                hash=h.hex(),
-                messages=n,
-                high=self._high,
-            )
-        if len(self._completed) > 4 * self.reorg_threshold + 16:
-            cut = self._high - 2 * self.reorg_threshold
+        if self._queued > self.max_queued:
+            # Messages whose Batch has not come: their block number is unknown, and partitions
+            # may run far apart, so they go only when over the cap, oldest first, and only if
+            # queued before the window's floor.
+            for h in sorted(self._early_at, key=self._early_at.__getitem__):
+                if self._queued <= self.max_queued or self._early_at[h] >= floor:
+                    break
+                q = self._drop_early(h)
+                self.stats.evicted += 1
+                log_event(
+                    log,
+                    logging.INFO,  # mostly late copies from a redundant producer
+                    "evicting messages whose Batch never came",
+                    hash=h.hex(),
+                    messages=len(q or ()),
+                    high=self._high,
+                )
+        if len(self._completed) > 8 * self.reorg_threshold + 16:
+            cut = self._high - 4 * self.reorg_threshold
             self._completed = {h: n for h, n in self._completed.items() if n >= cut}
+
+    def _drop_early(self, h: bytes) -> dict | None:
+        q = self._early.pop(h, None)
+        self._early_at.pop(h, None)
+        self._early_offsets.pop(h, None)
+        if q:
+            self._queued -= len(q)
+        return q
 
     def _reorg(self, msg: Reorg | ReorgComplete) -> ReorgEvent:
         if isinstance(msg, Reorg):
@@ -417,7 +433,7 @@ class Consumer:
 
     @property
     def queued(self) -> int:
-        return sum(len(q) for q in self._early.values())
+        return self._queued
 
     def held_offsets(self) -> dict[str, int]:
         """Lowest offset per source of any message of a block not yet complete."""
