@@ -190,3 +190,45 @@ def test_resume_never_re_emits_or_skips_a_block(blocks, partitions, rng, where):
     after = consume(second, [d for d in ds if d[1] >= first.checkpoint().offsets.get(d[0], 0)])
     model = check(blocks, [before, after])
     assert model.added == {b.hash: 1 for b in blocks[1:]}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chains(linear=True),
+    st.integers(1, 4),
+    st.integers(1, 30),
+    st.integers(2, 6),
+    st.integers(1, 5),
+)
+def test_stream_transport_with_skewed_partitions_and_a_small_window(
+    blocks, partitions, limit, threshold, chunk
+):
+    """Partitions advance unevenly (``limit`` per round); the window is tiny; two producers
+    append runs of ``chunk`` blocks each: the chain still completes, each block once."""
+    from loglake.cardinal.transport import CardinalConsumer, CardinalProducer, StreamTransport
+    from loglake.log import MemoryLog
+    from loglake.streams.api import LocalStreams
+
+    streams = LocalStreams(MemoryLog())
+    cps = [
+        CardinalProducer(StreamTransport(streams, partitions), Producer("default", REF_SCHEMA))
+        for _ in "ab"
+    ]
+    for i in range(1, len(blocks), chunk):
+        for cp in cps:
+            cp.send_blocks(blocks[i : i + chunk])
+    c = CardinalConsumer(
+        StreamTransport(streams, partitions),
+        ["default", "foo", "bar", "state"],
+        "p",
+        threshold,
+        start=Checkpoint.starting_at(0, GENESIS.hash, GENESIS.weight),
+    )
+    updates = []
+    for _ in range(10_000):
+        before = dict(c.positions)
+        updates += [u for u in c.poll(limit) if isinstance(u, ChainUpdate)]
+        if c.positions == before:
+            break
+    model = check(blocks, [updates])
+    assert model.added == {b.hash: 1 for b in blocks[1:]}
