@@ -649,3 +649,30 @@ def test_readonly_reader_survives_the_writer_deleting_segments(tmp_path):
     assert reader.stream_info("s").partitions[0].first_index == 0
     reader.close()
     writer.close()
+
+
+def test_a_long_lake_read_does_not_hold_up_appends(tmp_path, monkeypatch):
+    import loglake.log.lake as lake_mod
+
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(segment_bytes=500, retention_records=5))
+    fill(log, 60)
+    log.enforce_retention()  # the first records now live only in the lake
+    in_read, release = threading.Event(), threading.Event()
+    real = lake_mod.pq.read_table
+
+    def slow_read_table(*a, **kw):
+        in_read.set()
+        assert release.wait(10)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lake_mod.pq, "read_table", slow_read_table)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.extend(log.read("s", 0, 0, limit=3)))
+    reader.start()
+    assert in_read.wait(10)
+    assert log.append("s", 0, b"while the lake is read") == 60  # not blocked by the reader
+    release.set()
+    reader.join(10)
+    assert [r.index for r in got] == [0, 1, 2]
+    log.close()

@@ -257,61 +257,72 @@ class Partition:
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
+        """Records ``start <= index < end`` (at most ``limit``) from the lake below the first
+        live segment and from segments above it. Lake files are immutable, so they are read
+        outside the partition lock: a long read of old history does not hold up appends."""
         with self._lock:
             if self.readonly:
                 self.refresh()
-            try:
-                return self._read(start, limit, end)
-            except FileNotFoundError:
-                if not self.readonly:
-                    raise
-                self.refresh()  # the writer deleted a file under us (retention)
-                return self._read(start, limit, end)
-
-    def _read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
-        nxt = self.next_index
-        visible = self.visible_next
+            visible = self.visible_next
         end = visible if end is None else min(end, visible)
-        start = max(start, self.first_index)
-        remaining = (end - start) if limit is None else min(max(0, limit), end - start)
-        out: list[Record] = []
         pos = start
-        seg_first = self.segments[0].base if self.segments else nxt
-        if pos < seg_first and self.lake:
-            i = max(0, bisect.bisect_right([f.first for f in self.lake], pos) - 1)
-            while i < len(self.lake) and remaining > 0 and pos < min(end, seg_first):
-                lf = self.lake[i]
-                got = read_lake_file(
-                    lf, self.stream, self.partition, pos, min(end, seg_first), remaining
-                )
-                out += got
-                remaining -= len(got)
-                if got:
-                    pos = got[-1].index + 1
-                if pos <= lf.last:
+        remaining = None if limit is None else max(0, limit)
+        out: list[Record] = []
+        retried = False
+        while (remaining is None or remaining > 0) and pos < end:
+            with self._lock:
+                pos = max(pos, self.first_index)
+                seg_first = self.segments[0].base if self.segments else self.next_index
+                if pos >= seg_first or not self.lake:
+                    try:
+                        out += self._read_segments(pos, end, remaining)
+                    except FileNotFoundError:
+                        if not self.readonly or retried:
+                            raise
+                        retried = True  # the writer deleted a segment under us (retention)
+                        self.refresh()
+                        continue
                     break
-                i += 1
-            pos = max(pos, seg_first)
-        if remaining > 0 and pos < end and self.segments:
-            i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
-            while i < len(self.segments) and remaining > 0 and pos < end:
-                seg = self.segments[i]
-                got = seg.read(pos, end, remaining)
-                out += [
-                    Record(
-                        self.stream,
-                        self.partition,
-                        r.index,
-                        r.timestamp_ns,
-                        r.key,
-                        r.headers,
-                        r.data,
-                    )
-                    for r in got
-                ]
+                lf = self._lake_file_at(pos)
+            if lf is None or lf.first >= seg_first:
+                pos = seg_first  # a gap in the lake (it never held that range)
+                continue
+            want = min(end, seg_first, lf.last + 1) - max(pos, lf.first)
+            if remaining is not None:
+                want = min(want, remaining)
+            try:
+                got = read_lake_file(lf, self.stream, self.partition, pos, end, want)
+            except FileNotFoundError:
+                continue  # lake retention removed it: first_index has moved past it
+            out += got
+            if remaining is not None:
                 remaining -= len(got)
-                pos = max(pos, seg.next_index)
-                i += 1
+            pos = max(pos, lf.first) + want
+        return out
+
+    def _lake_file_at(self, pos: int) -> LakeFile | None:
+        """The first lake file holding an index >= ``pos``."""
+        i = bisect.bisect_right([f.last for f in self.lake], pos - 1)
+        return self.lake[i] if i < len(self.lake) else None
+
+    def _read_segments(self, pos: int, end: int, remaining: int | None) -> list[Record]:
+        out: list[Record] = []
+        if not self.segments:
+            return out
+        i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
+        while i < len(self.segments) and (remaining is None or remaining > 0) and pos < end:
+            seg = self.segments[i]
+            got = seg.read(pos, end, end - pos if remaining is None else remaining)
+            out += [
+                Record(
+                    self.stream, self.partition, r.index, r.timestamp_ns, r.key, r.headers, r.data
+                )
+                for r in got
+            ]
+            if remaining is not None:
+                remaining -= len(got)
+            pos = max(pos, seg.next_index)
+            i += 1
         return out
 
     # -- retention --------------------------------------------------------------------------
