@@ -111,12 +111,18 @@ class ArchiveBuilder:
             self.end_ns = to
             if not window:
                 continue
-            tops = tuple(topics) if topics is not None else tuple(sorted({m[1] for m in window}))
+            tops = (
+                tuple(topics)
+                if topics is not None
+                else tuple(sorted(set(map(operator.itemgetter(1), window))))
+            )
             meta = ArchiveMetadata(frm, to, tops, self.layout.archive_version)
             for chunk in self.layout.chunk(window):
                 raws = list(map(operator.itemgetter(2), chunk))
                 enc = self.layout.encode_archive(meta, raws, self.data_size)
-                self.hashes.extend_parts(enc.parts, enc.length, enc.trailing_zeros)
+                self.hashes.extend_parts(
+                    enc.parts, enc.length, enc.trailing_zeros, enc.part_lengths
+                )
                 self.entries.append(enc.entry)
                 out.append(enc)
         index = self.layout.encode_index(self.entries) if self.entries else b""

@@ -30,6 +30,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+import numpy as np
 from Crypto.Hash import keccak
 from google.protobuf.message import DecodeError as PbDecodeError
 
@@ -83,24 +84,33 @@ def varint(n: int) -> bytes:
 _MESSAGES_PREFIX = tuple(b"\x1a" + v for v in _SMALL_VARINTS)
 
 
-def frame_parts(records: Sequence[bytes]) -> list[bytes]:
+def frame_parts(records: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
     """``0x1a varint(len)`` and the record, for every record: field 3 (``messages``) of
-    ``WakuMessageArchive`` in both layouts. Returned as parts for one ``b"".join`` (no
-    per-record concatenation: this is the build's hot loop)."""
+    ``WakuMessageArchive`` in both layouts, as a list of buffers (no per-record concatenation:
+    this is the build's hot loop) and their lengths (numpy, for piece boundaries)."""
     cache = _MESSAGES_PREFIX
     lens = list(map(len, records))
     if lens and max(lens) >= len(cache):
         prefixes = [b"\x1a" + varint(n) for n in lens]
     else:
-        prefixes = [cache[n] for n in lens]
+        prefixes = list(map(cache.__getitem__, lens))
     parts: list[bytes] = [b""] * (2 * len(lens))
     parts[0::2] = prefixes
     parts[1::2] = records
-    return parts
+    rec = np.array(lens, dtype=np.int64)
+    part_lens = np.empty(2 * len(lens), dtype=np.int64)
+    part_lens[1::2] = rec
+    pre = np.ones_like(rec) * 2  # tag + one varint byte
+    n = rec >> 7
+    while n.any():  # one more varint byte per 7 bits
+        pre += n > 0
+        n >>= 7
+    part_lens[0::2] = pre
+    return parts, part_lens
 
 
 def frame_messages(records: Sequence[bytes]) -> bytes:
-    return b"".join(frame_parts(records))
+    return b"".join(frame_parts(records)[0])
 
 
 class Layout(ABC):
@@ -267,13 +277,14 @@ class SpecLayout(Layout):
             head += b"\x08" + varint(self.archive_version)
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
         head += b"\x12" + varint(len(md)) + md
-        parts = frame_parts(records)
-        body_len = len(head) + sum(map(len, parts))
-        parts.insert(0, head)
+        parts, lens = frame_parts(records)
+        body_len = len(head) + int(lens.sum())
         pad = padding_field(body_len, self.piece_length)
+        parts.insert(0, head)
         parts.append(pad)
+        lens = np.concatenate(([len(head)], lens, [len(pad)]))
         entry = self.make_entry(meta, offset, body_len + len(pad), 0)
-        return EncodedArchive(parts, body_len + len(pad), 0, entry)
+        return EncodedArchive(parts, body_len + len(pad), 0, entry, lens)
 
     def decode_archive(self, region, entry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))
@@ -369,16 +380,18 @@ class StatusGoLayout(Layout):
 
     def encode_archive(self, meta, records, offset) -> EncodedArchive:
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
-        parts = frame_parts(records)
-        parts.insert(0, b"\x12" + varint(len(md)) + md)
-        raw, piece = sum(map(len, parts)), self.piece_length
+        parts, lens = frame_parts(records)
+        head = b"\x12" + varint(len(md)) + md
+        parts.insert(0, head)
+        lens = np.concatenate(([len(head)], lens))
+        raw, piece = int(lens.sum()), self.piece_length
         # manager_archive_file.go: an archive above one piece always gets padding up to the
         # next multiple — a whole extra piece when it is already aligned; one at or below one
         # piece is padded to exactly one piece.
         size = raw + piece - (raw % piece) if raw > piece else piece
         padding = size - raw
         entry = self.make_entry(meta, offset, size, padding)
-        return EncodedArchive(parts, raw, padding, entry)
+        return EncodedArchive(parts, raw, padding, entry, lens)
 
     def decode_archive(self, region, entry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))

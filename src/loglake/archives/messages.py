@@ -64,6 +64,8 @@ class EncodedArchive:
     length: int
     trailing_zeros: int
     entry: IndexEntry
+    part_lengths: object = None
+    """The parts' lengths as a numpy int64 array, when the layout computed them."""
 
     @property
     def body(self) -> bytes:

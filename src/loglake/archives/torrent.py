@@ -18,11 +18,11 @@ never changes: ``PieceHashes`` keeps them and hashes only what was appended.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import itertools
 from dataclasses import dataclass, field
 from urllib.parse import quote
+
+import numpy as np
 
 from loglake.archives.layout import PIECE_LENGTH
 
@@ -91,41 +91,47 @@ class PieceHashes:
             zero = sha1(bytes(p)).digest()
             self.hashes.extend([zero] * (zeros // p))
 
-    def extend_parts(self, parts: list[bytes], length: int, zeros: int) -> None:
+    def extend_parts(self, parts: list[bytes], length: int, zeros: int, part_lengths=None) -> None:
         """``extend(b"".join(parts) + bytes(zeros))`` without building that copy: each piece is
-        joined from the parts it spans (100 KiB, still in cache when SHA-1 reads it)."""
+        joined from the parts it spans (100 KiB, still in cache when SHA-1 reads it). Piece
+        boundaries are found with numpy over the parts' lengths, not a Python loop."""
         p = self.piece_length
         total = length + zeros
         if total % p:
             raise ValueError("data grows by whole pieces only")
-        offs = [0, *itertools.accumulate(map(len, parts))]
-        if offs[-1] != length:
+        if part_lengths is None:
+            part_lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        offs = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(part_lengths, out=offs[1:])
+        if int(offs[-1]) != length:
             raise ValueError("parts do not add up to the archive length")
+        starts = np.arange(0, length, p, dtype=np.int64)
+        ends = np.minimum(starts + p, length)
+        i0s = (np.searchsorted(offs, starts, side="right") - 1).tolist()
+        i1s = (np.searchsorted(offs, ends, side="left") - 1).tolist()
+        o0s = (starts - offs[i0s]).tolist() if len(starts) else []
+        o1s = (ends - offs[i1s]).tolist() if len(starts) else []
         sha1 = hashlib.sha1
-        zero_piece = None
         out = self.hashes
-        lo = 0
-        for s in range(0, total, p):
-            e = s + p
-            if s >= length:  # only padding left
-                if zero_piece is None:
-                    zero_piece = sha1(bytes(p)).digest()
-                out.append(zero_piece)
-                continue
-            i0 = bisect.bisect_right(offs, s, lo=lo) - 1
-            end = min(e, length)
-            i1 = bisect.bisect_left(offs, end, lo=i0) - 1
+        for k, (i0, i1, o0, o1) in enumerate(zip(i0s, i1s, o0s, o1s, strict=True)):
+            short = p - (int(ends[k]) - int(starts[k]))
             if i0 == i1:
-                chunk = memoryview(parts[i0])[s - offs[i0] : end - offs[i0]]
-                buf = chunk if end == e else bytes(chunk) + bytes(e - end)
+                buf = memoryview(parts[i0])[o0:o1]
+                if short:
+                    buf = bytes(buf) + bytes(short)
             else:
-                pieces = [memoryview(parts[i0])[s - offs[i0] :], *parts[i0 + 1 : i1]]
-                pieces.append(memoryview(parts[i1])[: end - offs[i1]])
-                if end < e:
-                    pieces.append(bytes(e - end))
-                buf = b"".join(pieces)
+                chunk = [
+                    memoryview(parts[i0])[o0:],
+                    *parts[i0 + 1 : i1],
+                    memoryview(parts[i1])[:o1],
+                ]
+                if short:
+                    chunk.append(bytes(short))
+                buf = b"".join(chunk)
             out.append(sha1(buf).digest())
-            lo = i1
+        rest = total - len(starts) * p
+        if rest:
+            out.extend([sha1(bytes(p)).digest()] * (rest // p))
 
     @property
     def data_size(self) -> int:
