@@ -2,6 +2,7 @@
 // batch encoder/decoder driven by tests/events/test_candid_interop.py.
 //
 // stdin: JSON array of {op: "decode", type, hex} | {op: "encode", type, value}
+//        | {op: "principal", der} | {op: "parse_principal", text}
 // stdout: JSON array of {value} | {hex} | {error}
 // Typed JSON: {"$int": "123"} is a bigint (nat, int, nat64, int64), {"$blob": "hex"} bytes,
 // {"$principal": "text"} a principal; plain numbers are nat8..32 / int8..32 / floats.
@@ -160,7 +161,15 @@ const requests = JSON.parse(Buffer.concat(chunks).toString("utf8"));
 const out = requests.map((r) => {
   try {
     const t = TYPES[r.type];
-    if (!t) throw new Error(`unknown type ${r.type}`);
+    if (!t && (r.op === "decode" || r.op === "encode")) throw new Error(`unknown type ${r.type}`);
+    if (r.op === "principal") {
+      // self-authenticating principal of a DER public key, as text
+      const der = new Uint8Array(Buffer.from(r.der, "hex"));
+      return { text: Principal.selfAuthenticating(der).toText() };
+    }
+    if (r.op === "parse_principal") {
+      return { hex: Buffer.from(Principal.fromText(r.text).toUint8Array()).toString("hex") };
+    }
     if (r.op === "decode") {
       const [v] = IDL.decode([t], new Uint8Array(Buffer.from(r.hex, "hex")));
       return { value: typed(v) };

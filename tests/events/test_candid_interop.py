@@ -65,3 +65,19 @@ def test_dfinity_candid_rejects_what_our_validator_rejects():
     # icp-py-core would encode True as a nat; @dfinity/candid refuses it, and so do we.
     ans = _node([{"op": "encode", "type": "ICRC16", "value": {"Nat": True}}])
     assert "error" in ans[0]
+
+
+def test_principals_agree_with_dfinity_principal():
+    from loglake.events.identity import Identity, PrincipalError, principal_from_text
+
+    ids = [Identity.generate() for _ in range(5)]
+    upper = ids[0].principal.to_str().upper()
+    reqs = [{"op": "principal", "der": i.public_der.hex()} for i in ids]
+    reqs.append({"op": "parse_principal", "text": upper})
+    ans = _node(reqs)
+    for i, a in zip(ids, ans, strict=False):
+        assert a["text"] == i.principal.to_str()
+        assert principal_from_text(a["text"]) == i.principal
+    assert "error" in ans[-1]  # @dfinity/principal rejects upper case ...
+    with pytest.raises(PrincipalError):  # ... and so do we
+        principal_from_text(upper)
