@@ -9,7 +9,8 @@ once per copy. Figures:
 - produce → stream → consume: two ``CardinalProducer``s each send every run of blocks (about
   200 messages, one append per partition) into a 4-partition loglake stream (MemoryLog, and
   the embedded SegmentLog with its default ``batch`` durability), then ``CardinalConsumer.run``
-  until caught up; produce and consume rates separately.
+  until caught up; produce and consume rates separately. ``tcp``: the same through a stream
+  server on 127.0.0.1 (``BackgroundServer`` on a MemoryLog) and ``StreamClient``.
 - decode only: ``codec.decode`` of the same messages, the floor under the consumer.
 
 Target (issue 5): ≥ 50,000 messages/s consumed per core. The reference (Go) is not runnable
@@ -32,6 +33,9 @@ from loglake.cardinal.producer import BlockPayload, Producer
 from loglake.cardinal.transport import CardinalConsumer, CardinalProducer, StreamTransport
 from loglake.log import MemoryLog, open_log
 from loglake.streams.api import LocalStreams
+from loglake.streams.client import StreamClient
+from loglake.streams.server import BackgroundServer
+from loglake.streams.service import StreamService
 
 SCHEMA = {"foo/": "bench"}
 TARGET = 50_000
@@ -102,7 +106,7 @@ def main() -> None:
     print(
         f"{'updates/block':>13} {'blocks':>6} {'messages':>9} | {'decode/s':>10} "
         f"{'consume/s':>10} | {'mem prod/s':>10} {'mem cons/s':>10} | "
-        f"{'seg prod/s':>10} {'seg cons/s':>10}"
+        f"{'seg prod/s':>10} {'seg cons/s':>10} | {'tcp prod/s':>10} {'tcp cons/s':>10}"
     )
     for updates in (1, 100, 1000):
         n_blocks = max(5, budget // (updates + 1))
@@ -121,10 +125,17 @@ def main() -> None:
             finally:
                 log.close()
         assert added == n_blocks
+        with (
+            BackgroundServer(StreamService(MemoryLog())) as srv,
+            StreamClient(port=srv.port, timeout=60) as client,
+        ):
+            tp, tc, _, added = through_streams(chain, client, chunk)
+        assert added == n_blocks
         n = len(msgs)
         print(
             f"{updates:>13} {n_blocks:>6} {n:>9} | {n / t_dec:>10,.0f} {n / t_con:>10,.0f} | "
-            f"{n / mp:>10,.0f} {n / mc:>10,.0f} | {n / sp:>10,.0f} {n / sc:>10,.0f}"
+            f"{n / mp:>10,.0f} {n / mc:>10,.0f} | {n / sp:>10,.0f} {n / sc:>10,.0f} | "
+            f"{n / tp:>10,.0f} {n / tc:>10,.0f}"
         )
         if n / t_con < TARGET:
             print(f"  below the {TARGET:,} msgs/s target for consume alone")

@@ -85,10 +85,16 @@ class Checkpoint:
 
     @classmethod
     def starting_at(
-        cls, number: int, hash_: bytes, weight: int, parent: bytes = ZERO_HASH
+        cls,
+        number: int,
+        hash_: bytes,
+        weight: int,
+        parent: bytes = ZERO_HASH,
+        offsets: dict[str, int] | None = None,
     ) -> Checkpoint:
-        """Resume after block (number, hash, weight), reading every source from its start."""
-        return cls((BlockRef(number, hash_, parent, weight),), {})
+        """Resume after block (number, hash, weight) — the reference's LastEmittedNum/LastHash/
+        LastWeight — reading each ``topic:partition`` from ``offsets`` (from 0 if absent)."""
+        return cls((BlockRef(number, hash_, parent, weight),), dict(offsets or {}))
 
 
 class OrderedProcessor:
