@@ -468,6 +468,25 @@ def staging_root(data_dir: str) -> Path:
     return Path(data_dir) / "_pipeline" / "staging"
 
 
+STALE_STAGING_SECONDS = 3600.0
+
+
+def remove_stale_staging(data_dir: str, older_than: float = STALE_STAGING_SECONDS) -> None:
+    """Staging left by tasks that were still running when their write was aborted."""
+    import time
+
+    root = staging_root(data_dir)
+    if not root.is_dir():
+        return
+    now = time.time()
+    for d in root.iterdir():
+        try:
+            if now - d.stat().st_mtime > older_than:
+                shutil.rmtree(d, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+
+
 class LoglakeWriter(DataSourceArrowWriter):
     def __init__(self, opts: SourceOptions, partition_count: int, schema: StructType) -> None:
         self.opts, self.partition_count = opts, partition_count
@@ -637,6 +656,8 @@ class LoglakeDataSource(DataSource):
         if overwrite:
             raise BadOption("mode", "overwrite", "streams are append-only; use mode append")
         check_write_schema(schema, opts)
+        if opts.data_dir:
+            remove_stale_staging(opts.data_dir)
         count = opts.partition_count or (max(layout.partitions) + 1 if layout.partitions else 1)
         return LoglakeWriter(opts, count, schema)
 
