@@ -196,6 +196,7 @@ class Consumer:
             )
             self.stats.dropped += 1
             self._drop_early(b.hash)
+            self._completed[b.hash] = b.number  # its other messages are dropped on sight too
             return []
         pb = _Pending(b)
         if offset >= 0:
