@@ -158,7 +158,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="folder on the disk to measure")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="loglake-bench-", dir=args.dir))
-    console = Console()
+    console = Console(width=150)
     rows: list[tuple[str, float, str]] = []
     try:
         limits: list[float] = []
