@@ -8,6 +8,7 @@ else: partitions, topics and the two producers' copies race freely.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 from hypothesis import given, settings
@@ -232,3 +233,33 @@ def test_stream_transport_with_skewed_partitions_and_a_small_window(
             break
     model = check(blocks, [updates])
     assert model.added == {b.hash: 1 for b in blocks[1:]}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    chains(),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+    st.lists(st.tuples(st.binary(max_size=70), st.binary(max_size=70)), max_size=20),
+    st.lists(st.integers(0, 2**31 - 1), max_size=5),
+)
+def test_garbage_and_bogus_messages_change_nothing(blocks, partitions, rng, garbage, counts):
+    """Random bytes (typed errors), well-formed messages for blocks nobody announced, a
+    SubBatchHeader with a huge ItemCount for an unknown block: the chain and every block's
+    content come out as without them."""
+    from loglake.cardinal.codec import encode
+    from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
+    from loglake.cardinal.messages import BatchMsg, SubBatchHeader, SubBatchMsg
+
+    ds = deliveries(blocks, partitions, rng)
+    bogus = [encode(SubBatchHeader(_hash("x", n), _hash("y", n), n)) for n in counts]
+    bogus += [encode(SubBatchMsg(_hash("x", n), _hash("y", n), n, (), {"k": b"v"})) for n in counts]
+    bogus += [encode(BatchMsg(_hash("z", n), "foo/evil", b"!")) for n in counts]
+    for i, (k, v) in enumerate(garbage + bogus):
+        ds.insert(rng.randrange(len(ds) + 1), ("junk:0", i, k, v))
+    c = fresh()
+    updates = []
+    for s, o, k, v in ds:
+        with contextlib.suppress(CardinalDecodeError, UnknownAncestor):
+            updates += [u for u in c.receive(k, v, s, o) if isinstance(u, ChainUpdate)]
+    check(blocks, [updates])

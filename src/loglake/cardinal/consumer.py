@@ -79,7 +79,8 @@ class _Pending:
     ignored: set[str] = field(default_factory=set)  # untracked prefixes / sub-batch keys
     ignored_batches: set[bytes] = field(default_factory=set)
     waiting_headers: set[bytes] = field(default_factory=set)
-    items: dict[bytes, bytearray] = field(default_factory=dict)
+    items: dict[bytes, tuple[int, set[int]]] = field(default_factory=dict)
+    """sub-batch id -> (ItemCount, indexes received): sparse, so a huge count costs nothing"""
     early_items: dict[tuple[bytes, int], SubBatchMsg] = field(default_factory=dict)
     remaining: int = 0
     offsets: dict[str, int] = field(default_factory=dict)
@@ -320,19 +321,20 @@ class Consumer:
                         batch_id=msg.batch_id.hex(),
                     )
                 return
-            if msg.index >= len(items):
+            count, received = items
+            if msg.index >= count:
                 self._drop(
                     pb,
                     "SubBatchMsg index past ItemCount",
                     batch_id=msg.batch_id.hex(),
                     index=msg.index,
-                    item_count=len(items),
+                    item_count=count,
                 )
                 return
-            if items[msg.index]:
+            if msg.index in received:
                 self.stats.duplicates += 1
                 return
-            items[msg.index] = 1
+            received.add(msg.index)
             pb.deletes.update(msg.deletes)
             pb.values.update(msg.updates)
             pb.remaining -= 1
@@ -340,7 +342,7 @@ class Consumer:
             bid = msg.batch_id
             if bid in pb.waiting_headers:
                 pb.waiting_headers.discard(bid)
-                pb.items[bid] = bytearray(msg.item_count)
+                pb.items[bid] = (msg.item_count, set())
                 pb.remaining += msg.item_count - 1
                 early = [m for (b, _i), m in pb.early_items.items() if b == bid]
                 for m in early:
