@@ -390,3 +390,17 @@ def test_replay_reads_rolled_segments_and_sealed_history_of_the_embedded_log(tmp
     # rolled segments were sealed to the lake; iter_records serves the range from either
     assert list((tmp_path / "pub").rglob("*.parquet"))
     w.pub_log.close()
+
+
+def test_publisher_reports_progress_while_running():
+    w = World(batch_size=10)
+    w.pub.progress_every = 50
+    w.register_publication()
+    w.publish(300)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 300).value
+    sent_seen = set()
+    while w.net.step():
+        st = w.status("bob", rid)
+        sent_seen.add(dict(st.stats)["icrc77:replay:sent"]["Nat"])
+    assert {50, 100, 150} <= sent_seen and max(sent_seen) <= 300

@@ -270,7 +270,8 @@ def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> 
         while not st.status.final and time.monotonic() < deadline:
             time.sleep(0.2)
             st = _status(c, rid)
-            bar.update(task, state=str(st.status))
+            sent = next((v["Nat"] for k, v in st.stats if k == "icrc77:replay:sent"), 0)
+            bar.update(task, completed=sent, state=str(st.status))
         done = st.status.value if isinstance(st.status.value, int) else None
         bar.update(task, completed=done if done is not None else 0, state=str(st.status))
     if st.status.tag != "completed":

@@ -76,6 +76,10 @@ E_NOT_ASSIGNED, E_NOT_FOUND, E_TRANSITION = 401, 404, 409
 HEAD_KEY = "loglake:publication:head"
 """Config key a Publisher sends with ``icrc72_update_publication``: the namespace's next event
 id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
+PROGRESS_KEY = "loglake:replay:sent"
+"""Config key a Publisher sends with ``icrc72_update_publication``: ``#Array[#Nat(replayId),
+#Nat(sent)]`` while a replay runs (``ReplayState.running`` has no count); shown in the replay's
+stats as ``icrc77:replay:sent`` (the CLI's progress bar reads it)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class Replay:
     filter: Filter | None = None
     skip: Skip | None = None
     cancel_requested: bool = False
+    sent: int = 0
 
     def to_status(self) -> ReplayStatus:
         stats: ICRC16Map = [
@@ -134,6 +139,7 @@ class Replay:
             ("icrc77:replay:publisher", {"Principal": self.publisher}),
             ("icrc77:replay:broadcaster", {"Principal": self.broadcaster}),
             ("icrc77:replay:expected", {"Nat": self.expected}),
+            ("icrc77:replay:sent", {"Nat": self.sent}),
             ("icrc77:replay:cost", {"Nat": self.cost}),
             ("icrc77:replay:created", {"Nat": self.created}),
         ]
@@ -299,7 +305,7 @@ class Orchestrator(Role):
         return per["Nat"], cur["Text"]
 
     def update_publication(self, caller: Principal, updates: list[Any], now: int) -> list[Any]:
-        """``icrc72_update_publication``: only :data:`HEAD_KEY` is supported."""
+        """``icrc72_update_publication``: :data:`HEAD_KEY` and :data:`PROGRESS_KEY` only."""
         out: list[Any] = []
         for ns, key, value in updates:
             pub = self.publications.get(ns)
@@ -308,9 +314,21 @@ class Orchestrator(Role):
             elif key == HEAD_KEY and "Nat" in value:
                 pub.head = max(pub.head, value["Nat"])
                 out.append(Ok(True))
+            elif key == PROGRESS_KEY and self._progress(caller, ns, value):
+                out.append(Ok(True))
             else:
                 out.append(Err("ImproperConfig", f"unsupported update key {key!r}"))
         return out
+
+    def _progress(self, caller: Principal, ns: str, value: Value) -> bool:
+        items = value.get("Array") if isinstance(value, dict) else None
+        if not items or len(items) != 2 or not all("Nat" in i for i in items):
+            return False
+        rep = self.replays.get(items[0]["Nat"])
+        if rep is None or rep.publisher != caller or rep.namespace != ns:
+            return False
+        rep.sent = max(rep.sent, items[1]["Nat"])
+        return True
 
     def register_subscription(
         self, caller: Principal, regs: list[Registration], now: int

@@ -53,7 +53,7 @@ from loglake.events.messages import (
     ReplayState,
     ReplayStatusUpdate,
 )
-from loglake.events.orchestrator import HEAD_KEY
+from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
 from loglake.events.role import Call, Role
 from loglake.log.api import Entry, Log, Record
 from loglake.wire import icrc16
@@ -138,6 +138,7 @@ class ActiveReplay:
     broadcaster: Principal
     cursor: int
     sent: int = 0
+    reported: int = 0
     inflight: int = 0
     started: bool = False
     canceled: bool = False
@@ -153,8 +154,10 @@ class Publisher(Role):
         log: Log,
         batch_size: int = 500,
         max_inflight: int = 4,
+        progress_every: int = 5000,
     ) -> None:
         super().__init__(principal)
+        self.progress_every = progress_every
         self.orchestrator = orchestrator
         self.log = log
         self.batch_size = batch_size
@@ -351,3 +354,12 @@ class Publisher(Role):
             else:
                 self._finish(r, ReplayState("errored", f"broadcaster refused event: {res}"))
                 return
+        if r.sent - r.reported >= self.progress_every and not r.canceled:
+            r.reported = r.sent
+            self.outbox.append(
+                Call(
+                    self.orchestrator,
+                    "icrc72_update_publication",
+                    [(r.namespace, PROGRESS_KEY, {"Array": [{"Nat": r.id}, {"Nat": r.sent}]})],
+                )
+            )
