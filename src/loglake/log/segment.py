@@ -11,6 +11,7 @@ This module does file I/O but no locking; ``partition.py`` serialises access.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -276,12 +277,14 @@ class Segment:
         idx = self.index
         new_entries = []
         due = idx.last_pos + INTERVAL_BYTES if idx.indexes else base
-        for i, off in enumerate(offsets):
-            pos = base + off
-            if pos >= due:
-                idx.maybe_add(first_index + i, pos)
-                new_entries.append((first_index + i, pos))
-                due = pos + INTERVAL_BYTES
+        # the records that start at or past each due position: a bisection per entry, not
+        # a Python step per record
+        i = bisect.bisect_left(offsets, due - base)
+        while i < len(offsets):
+            pos = base + offsets[i]
+            idx.maybe_add(first_index + i, pos)
+            new_entries.append((first_index + i, pos))
+            i = bisect.bisect_left(offsets, pos + INTERVAL_BYTES - base, i + 1)
         self.size = base + len(buf)
         self.next_index = first_index + len(offsets)
         if self.max_ts is None or max_ts > self.max_ts:
