@@ -176,3 +176,28 @@ def test_piece_hashes_from_parts_equal_hashes_of_the_joined_bytes(parts, piece, 
     a.extend_parts(list(parts), length, zeros)
     b.extend(b"".join(parts) + bytes(zeros))
     assert a.hashes == b.hashes
+
+
+def _status_go_chunks(sizes, cap):
+    """The loop of manager_archive_file.go createHistoryArchiveTorrent, transcribed."""
+    chunks, cur, size = [], [], 0
+    for i, s in enumerate(sizes):
+        if s > cap:
+            continue
+        if size + s > cap:
+            chunks.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += s
+    chunks.append(cur)
+    return chunks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=120), max_size=80), st.integers(1, 100))
+def test_status_go_chunking_matches_the_reference_loop(sizes, cap):
+    layout = type(SG)()
+    layout.max_archive_bytes = cap
+    msgs = [(i, TOPIC, b"", s) for i, s in enumerate(sizes)]
+    got = [[m[0] for m in c] for c in layout.chunk(msgs)]
+    assert got == _status_go_chunks(sizes, cap)

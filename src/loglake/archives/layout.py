@@ -27,6 +27,7 @@ number order; tests compare with the protobuf runtime) without parsing a million
 
 from __future__ import annotations
 
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -220,20 +221,25 @@ class Layout(ABC):
         payload+sig and drops bigger messages; the spec layout keeps one archive per window."""
         if self.max_archive_bytes is None:
             return [messages if isinstance(messages, list) else list(messages)]
+        # manager_archive_file.go: greedy chunks whose payload+sig sum stays <= the cap. With
+        # numpy: a chunk starting at i ends at the last j with cum[j] - cum[i] <= cap.
         cap = self.max_archive_bytes
+        msgs = list(messages)
+        sizes = np.fromiter(map(operator.itemgetter(3), msgs), dtype=np.int64, count=len(msgs))
+        keep = sizes <= cap
+        if not keep.all():  # messages above the cap are dropped
+            msgs = [m for m, k in zip(msgs, keep.tolist(), strict=True) if k]
+            sizes = sizes[keep]
+        cum = np.zeros(len(msgs) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=cum[1:])
         chunks: list[list[DecodedMessage]] = []
-        cur: list[DecodedMessage] = []
-        size = 0
-        for m in messages:
-            if m[3] > cap:  # cap_size
-                continue
-            if size + m[3] > cap:
-                chunks.append(cur)
-                cur, size = [], 0
-            cur.append(m)
-            size += m[3]
-        chunks.append(cur)
-        return chunks
+        i = 0
+        while i < len(msgs):
+            j = int(np.searchsorted(cum, cum[i] + cap, side="right")) - 1
+            j = max(j, i + 1)
+            chunks.append(msgs[i:j])
+            i = j
+        return chunks or [[]]
 
 
 class SpecLayout(Layout):
