@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
     from loglake.log import open_log
 
     data_dir, run, threads = argv[0], int(argv[1]), int(argv[2])
+    os.write(1, b"opening\n")
     log = open_log(data_dir)
     log.create_stream(STREAM, config())
     os.write(1, b"ready\n")
@@ -157,8 +158,9 @@ def check_lake(
 def run_once(
     data_dir: Path, run: int, rnd: random.Random, threads: int = 3
 ) -> tuple[int, list[Ack]]:
-    """One writer life: start, wait for ``ready``, SIGKILL after a random delay, check.
-    Returns (acknowledged batches, the acks)."""
+    """One writer life: start, SIGKILL after a random delay, parse the acks. One life in four
+    is killed while it opens the log (recovery, index rewrite, store compaction, seals of
+    rolled segments); the others while appending. Returns (acknowledged batches, the acks)."""
     import signal
     import subprocess
 
@@ -170,8 +172,13 @@ def run_once(
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first == b"ready\n", (first, proc.stderr.read() if proc.stderr else b"")
-        time.sleep(rnd.uniform(0.02, 0.4))
+        assert first == b"opening\n", (first, proc.stderr.read() if proc.stderr else b"")
+        if rnd.random() < 0.25:
+            time.sleep(rnd.uniform(0.0, 0.03))
+        else:
+            ready = proc.stdout.readline()
+            assert ready == b"ready\n", (ready, proc.stderr.read() if proc.stderr else b"")
+            time.sleep(rnd.uniform(0.02, 0.4))
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=30)
     finally:

@@ -520,7 +520,8 @@ def test_readonly_reader_in_this_process_follows_a_writer_process(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        assert proc.stdout is not None and proc.stdout.readline() == b"opening\n"
+        assert proc.stdout.readline() == b"ready\n"
         seen = {p: 0 for p in range(cw.PARTITIONS)}
         with open_log(tmp_path, readonly=True) as ro:
             deadline = time.monotonic() + 1.5
