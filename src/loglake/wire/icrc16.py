@@ -281,9 +281,22 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
     """
     if not isinstance(data, bytes | bytearray):
         raise ICRC16DecodeError("Candid input must be bytes")
-    check_type_table(bytes(data))
+    data = bytes(data)
+    if len(types) == 1:
+        fast = _fast_decoder(types[0])
+        try:
+            got = fast.decode(data) if fast is not None else None
+        except RecursionError as e:
+            raise ICRC16DecodeError("Candid value nested too deeply") from e
+        except (ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
+            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
+        except Exception as e:  # struct.error and the like
+            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
+        if got is not None:
+            return got
+    check_type_table(data)
     try:
-        out = _candid_decode(bytes(data), types)
+        out = _candid_decode(data, types)
     except RecursionError as e:
         raise ICRC16DecodeError("Candid value nested too deeply") from e
     except Exception as e:  # icp_candid raises many bare types; all mean "malformed"
@@ -294,6 +307,20 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
 
 
 MAX_TYPE_ENTRIES = 1024
+_FAST: dict[int, Any] = {}
+
+
+def _fast_decoder(t: Any) -> Any:
+    """The compiled decoder of ``t`` (loglake.wire.candid_fast), cached per type object."""
+    from loglake.wire.candid_fast import FastDecoder
+
+    key = id(t)
+    if key not in _FAST:
+        try:
+            _FAST[key] = (t, FastDecoder(t))
+        except TypeError:
+            _FAST[key] = (t, None)
+    return _FAST[key][1]
 
 
 def _uleb(b: bytes, i: int) -> tuple[int, int]:
