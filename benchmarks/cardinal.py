@@ -5,7 +5,9 @@ BatchMsg, plus the Batch), two redundant producers send every block; each messag
 once per copy. Figures:
 
 - consume alone: ``OrderedConsumer.receive`` over the encoded messages held in a list (two
-  producers' copies interleaved block by block) — the sans-I/O core, one core;
+  producers' copies interleaved block by block) — the sans-I/O core, one thread; reported per
+  wall-clock second and per CPU-second of that thread (the per-core figure: the machine is
+  shared, so wall time also counts other processes' turns);
 - produce → stream → consume: two ``CardinalProducer``s each send every run of blocks (about
   200 messages, one append per partition) into a 4-partition loglake stream (MemoryLog, and
   the embedded SegmentLog with its default ``batch`` durability), then ``CardinalConsumer.run``
@@ -65,14 +67,15 @@ def start() -> Checkpoint:
     return Checkpoint.starting_at(-1, ZERO_HASH, 0)
 
 
-def consume_alone(msgs) -> tuple[float, int]:
+def consume_alone(msgs) -> tuple[float, float, int]:
+    """Wall time, CPU time of this thread (the per-core figure on a shared machine), blocks."""
     c = OrderedConsumer(checkpoint=start())
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.thread_time()
     added = 0
     for i, (k, v) in enumerate(msgs):
         for u in c.receive(k, v, "bench:0", i):
             added += len(getattr(u, "added", ()))
-    return time.perf_counter() - t, added
+    return time.perf_counter() - t, time.thread_time() - cpu, added
 
 
 def decode_only(msgs) -> float:
@@ -105,7 +108,7 @@ def main() -> None:
     budget = 20_000 if args.quick else 100_000  # messages per producer per case
     print(
         f"{'updates/block':>13} {'blocks':>6} {'messages':>9} | {'decode/s':>10} "
-        f"{'consume/s':>10} | {'mem prod/s':>10} {'mem cons/s':>10} | "
+        f"{'consume/s':>10} {'cons/cpu-s':>10} | {'mem prod/s':>10} {'mem cons/s':>10} | "
         f"{'seg prod/s':>10} {'seg cons/s':>10} | {'tcp prod/s':>10} {'tcp cons/s':>10}"
     )
     for updates in (1, 100, 1000):
@@ -113,7 +116,7 @@ def main() -> None:
         chain = blocks(n_blocks, updates)
         msgs = encoded(chain)
         t_dec = decode_only(msgs)
-        t_con, added = consume_alone(msgs)
+        t_con, cpu_con, added = consume_alone(msgs)
         assert added == n_blocks, (added, n_blocks)
         chunk = max(1, 200 // (updates + 1))  # copies of a block stay close together
         mp, mc, sent, added = through_streams(chain, LocalStreams(MemoryLog()), chunk)
@@ -133,12 +136,13 @@ def main() -> None:
         assert added == n_blocks
         n = len(msgs)
         print(
-            f"{updates:>13} {n_blocks:>6} {n:>9} | {n / t_dec:>10,.0f} {n / t_con:>10,.0f} | "
+            f"{updates:>13} {n_blocks:>6} {n:>9} | {n / t_dec:>10,.0f} {n / t_con:>10,.0f} "
+            f"{n / cpu_con:>10,.0f} | "
             f"{n / mp:>10,.0f} {n / mc:>10,.0f} | {n / sp:>10,.0f} {n / sc:>10,.0f} | "
             f"{n / tp:>10,.0f} {n / tc:>10,.0f}"
         )
-        if n / t_con < TARGET:
-            print(f"  below the {TARGET:,} msgs/s target for consume alone")
+        if n / cpu_con < TARGET:
+            print(f"  below the {TARGET:,} msgs/s per core target for consume alone")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,10 @@ class Reader:
 
     def long(self, field: str = "long") -> int:
         data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] < 0x80:  # one byte: the common case
+            b = data[pos]
+            self.pos = pos + 1
+            return (b >> 1) ^ -(b & 1)
         shift = z = 0
         while True:
             if pos >= len(data):

@@ -257,6 +257,8 @@ class OrderedProcessor:
 
     def _heaviest_tip(self, root: Block) -> tuple[list[Block], int]:
         """Path from ``root`` to the heaviest held descendant (first seen wins a tie)."""
+        if root.hash not in self._children:
+            return [root], root.weight
         best_path, best_w = [root], root.weight
         stack = [(root, [root])]
         seen = {root.hash}
