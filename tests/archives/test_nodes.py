@@ -207,3 +207,19 @@ def test_a_lost_store_does_not_re_export_archived_windows(tmp_path, layout):
     fresh.ingest_log(log, "community")
     new = fresh.build(START + 2 * WEEK).new
     assert [e.metadata.from_ns for e in new] == [START + WEEK]
+
+
+def test_crash_after_index_before_store_update_does_not_re_export(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(2), 10)
+    store_path = tmp_path / "s.sqlite"
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    node.ingest_log(log, "community")
+    node.build(START + WEEK)
+    node.build(START + 2 * WEEK)
+    # simulate the crash: the store still says the last build ended after week 1
+    node.store.set_meta("last_archive_end_ns", START + WEEK)
+    node.store.close()
+    again = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
+    assert again.build(START + 2 * WEEK).new == []
+    assert len(again.entries) == 2

@@ -92,10 +92,20 @@ class ControlNode:
             self.community_id,
             entries,
             hashes,
-            # the store remembers where the last build stopped; without it (a lost store),
-            # the index does: never re-export a window that is already archived
-            self.store.last_archive_end_ns()
-            or max((e.metadata.to_ns for e in entries), default=None),
+            # the store remembers where the last build stopped (including empty windows); the
+            # index knows the last archived window even if the store is lost or lags behind a
+            # crash: never re-export a window that is already archived
+            max(
+                (
+                    t
+                    for t in (
+                        self.store.last_archive_end_ns(),
+                        max((e.metadata.to_ns for e in entries), default=None),
+                    )
+                    if t is not None
+                ),
+                default=None,
+            ),
             tuple(announce),
         )
 
