@@ -148,6 +148,13 @@ class Partition:
     def bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    def snapshot(self) -> tuple[int, int, int]:
+        """``(first_index, next_index, bytes)`` read together under the partition lock."""
+        with self._lock:
+            if self.readonly:
+                self.refresh()
+            return self.first_index, self.next_index, self.bytes
+
     @property
     def fsyncs(self) -> int:
         return self._gc.fsyncs

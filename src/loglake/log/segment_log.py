@@ -240,9 +240,7 @@ class SegmentLog(Log):
             s = self._stream(name)
             infos = []
             for p in s.partitions:
-                if self.readonly:
-                    p.refresh()
-                infos.append(PartitionInfo(p.partition, p.first_index, p.next_index, p.bytes))
+                infos.append(PartitionInfo(p.partition, *p.snapshot()))
             return StreamInfo(name, s.config, tuple(infos))
 
     # -- writing ----------------------------------------------------------------------------
@@ -269,9 +267,7 @@ class SegmentLog(Log):
     def next_index(self, stream: str, partition: int = 0) -> int:
         with self._lock:
             part = self._partition(stream, partition)
-        if self.readonly:
-            part.refresh()
-        return part.next_index
+        return part.snapshot()[1]
 
     # -- consumer indexes -------------------------------------------------------------------
     def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
