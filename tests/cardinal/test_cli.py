@@ -16,7 +16,10 @@ def test_produce_then_consume_then_resume_with_the_cli(tmp_path):
     data = str(tmp_path / "d")
     r = CliRunner().invoke(
         command,
-        ["produce", "--blocks", "30", "--topic", "t", "--data-dir", data, "--deep-reorg", "9"],
+        [
+            *("produce", "--blocks", "30", "--topic", "t", "--data-dir", data),
+            *("--deep-reorg", "9", "--reorg-threshold", "8"),
+        ],
     )
     assert r.exit_code == 0, r.output
     head = r.output.split("canonical head #")[1].split()
@@ -96,3 +99,17 @@ def test_produce_and_consume_against_a_running_stream_server(memory_log):
     # a restart reads again)
     assert memory_log.get_consumer_index("n1", "cardinal.ckpt.n1", 0) >= 1
     assert [memory_log.get_consumer_index("n1", "net", p) for p in range(4)] == [0, 0, 0, 0]
+
+
+def test_a_shallow_fork_needs_no_reorg_channel(tmp_path):
+    data = str(tmp_path / "d")
+    r = CliRunner().invoke(
+        command,
+        ["produce", "--blocks", "30", "--topic", "t", "--data-dir", data, "--deep-reorg", "5"],
+    )  # depth 5 is within the default threshold of 128: plain blocks, the consumer reorgs
+    assert r.exit_code == 0, r.output
+    head = r.output.split("canonical head #")[1].split()
+    r = CliRunner().invoke(command, ["consume", "--topic", "t", "--data-dir", data])
+    assert r.exit_code == 0, r.output
+    assert "REORG to" not in r.output
+    assert f"head #{head[0]} {head[1]}" in r.output

@@ -96,3 +96,45 @@ def test_reorg_channel_is_reorg_blocks_then_complete():
     assert encode(msgs[0]) == (b"\x05" + h(4), b"\x08")
     assert encode(msgs[-1]) == (b"\x06" + h(4), b"\x08")
     assert len(msgs) == 2 + 3  # Batch, BatchMsg, SubBatchHeader
+
+
+def _chain(n: int, tag: str, parent: BlockPayload, weight_step: int = 10) -> list[BlockPayload]:
+    out = []
+    for _ in range(n):
+        b = BlockPayload(
+            parent.number + 1,
+            f"{tag}{parent.number + 1}".encode().rjust(32, b"\0"),
+            parent.hash,
+            parent.weight + weight_step,
+            {"foo/x": b"1"},
+        )
+        out.append(b)
+        parent = b
+    return out
+
+
+def test_chain_producer_sends_deep_reorgs_through_a_channel():
+    from loglake.cardinal.messages import Reorg, ReorgComplete
+    from loglake.cardinal.producer import ChainProducer
+
+    genesis = BlockPayload(0, h(0xAA), bytes(32), 0)
+    cp = ChainProducer(ref_producer(), reorg_threshold=3)
+    assert cp.branch([genesis]).channel is None
+    main = _chain(6, "m", genesis)
+    for b in main:
+        e = cp.branch([b])
+        assert e.channel is None and isinstance(e.topics["default"][-1], Batch)
+    # a fork from block 4 (depth 2 <= 3): plain messages
+    shallow = _chain(3, "s", main[3], weight_step=11)
+    e = cp.branch(shallow)
+    assert e.channel is None and sum(isinstance(m, Batch) for m in e.topics["default"]) == 3
+    assert cp.head == shallow[-1]
+    # a fork from block 2 (depth 5 > 3): Reorg ... ReorgComplete on the channel
+    deep = _chain(6, "d", main[1], weight_step=12)
+    e = cp.branch(deep)
+    assert e.channel == reorg_channel_name("default", main[1].hash)
+    assert e.channel_messages[0] == Reorg(main[1].hash, 2)
+    assert e.channel_messages[-1] == ReorgComplete(main[1].hash, 2)
+    assert sum(isinstance(m, Batch) for m in e.channel_messages) == 6
+    assert e.topics == {"default": [Reorg(main[1].hash, 2)]}
+    assert cp.head == deep[-1]

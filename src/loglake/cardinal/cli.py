@@ -18,7 +18,7 @@ from loglake.cardinal.blocks import Block, ChainUpdate, ReorgEvent
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint
-from loglake.cardinal.producer import BlockPayload, Producer
+from loglake.cardinal.producer import BlockPayload, ChainProducer, Producer
 from loglake.cardinal.synthetic import ReorgStep, schema_for, synthetic_chain, topics_for
 from loglake.cardinal.transport import (
     DEFAULT_PARTITIONS,
@@ -60,16 +60,18 @@ def produce_chain(
     partitions: int = DEFAULT_PARTITIONS,
     deep_reorg: int = 0,
     sub_items: int = 2,
+    reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
     on_step: Callable[[BlockPayload | ReorgStep], None] | None = None,
 ) -> tuple[int, list[BlockPayload]]:
-    """Send a synthetic chain; return (messages sent, the canonical chain)."""
+    """Send a synthetic chain; return (messages sent, the canonical chain). The producer
+    decides which branches are reorgs past ``reorg_threshold`` (``ChainProducer``)."""
     chain = synthetic_chain(blocks, deep_reorg=deep_reorg, sub_items=sub_items)
-    cp = CardinalProducer(StreamTransport(streams, partitions), Producer(topic, schema_for(topic)))
+    producer = Producer(topic, schema_for(topic))
+    cp = CardinalProducer(StreamTransport(streams, partitions), producer)
+    planner = ChainProducer(producer, reorg_threshold)
     for step in chain.steps:
-        if isinstance(step, ReorgStep):
-            cp.send_reorg(step.ancestor.number, step.ancestor.hash, step.blocks)
-        else:
-            cp.send_block(step)
+        branch = list(step.blocks) if isinstance(step, ReorgStep) else [step]
+        cp.send_emission(planner.branch(branch))
         if on_step:
             on_step(step)
     return cp.sent, chain.canonical
@@ -154,12 +156,23 @@ def command() -> None:
 @click.option("--topic", required=True, help="Default topic (sub-batches go to TOPIC.state).")
 @click.option("--deep-reorg", type=int, default=0, help="End with a reorg of this depth.")
 @click.option("--sub-items", type=int, default=2, show_default=True, help="Items per sub-batch.")
+@click.option(
+    "--reorg-threshold",
+    type=int,
+    default=DEFAULT_REORG_THRESHOLD,
+    show_default=True,
+    help="Reorgs deeper than this go through a reorg channel.",
+)
 @_with_connection
-def produce(blocks, topic, deep_reorg, sub_items, host, port, data_dir, partitions) -> None:
+def produce(
+    blocks, topic, deep_reorg, sub_items, reorg_threshold, host, port, data_dir, partitions
+) -> None:
     """Produce a synthetic chain with forks, reorgs and sub-batches."""
     console = Console()
     with open_streams(host, port, data_dir) as streams:
-        sent, canonical = produce_chain(streams, topic, blocks, partitions, deep_reorg, sub_items)
+        sent, canonical = produce_chain(
+            streams, topic, blocks, partitions, deep_reorg, sub_items, reorg_threshold
+        )
     head = canonical[-1]
     console.print(
         f"[green]sent[/] {sent} messages for {blocks} blocks to [bold]{topic}[/]; "

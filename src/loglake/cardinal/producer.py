@@ -203,3 +203,64 @@ class Producer:
                 msgs.extend(topic_msgs)
         msgs.append(self.reorg_done(ancestor_number, ancestor_hash))
         return reorg_channel_name(self.default_topic, ancestor_hash), msgs
+
+
+@dataclass(slots=True)
+class Emission:
+    """What one branch produces: messages per topic, or (a reorg past the threshold) the
+    in-order channel's messages plus the Reorg for the default topic."""
+
+    topics: TopicMessages = field(default_factory=dict)
+    channel: str | None = None
+    channel_messages: list[Message] = field(default_factory=list)
+
+
+class ChainProducer:
+    """Decides, as the spec's producer must ("Reorg/Producers"), when a branch is a reorg past
+    ``reorg_threshold``: it tracks the chain it has produced (within the window) and, for a
+    branch forking deeper than the threshold, emits Reorg … batches … ReorgComplete on a reorg
+    channel instead of the topics. Reorgs within the threshold go out as plain blocks; the
+    consumers' ordered layer handles them.
+    """
+
+    def __init__(self, producer: Producer, reorg_threshold: int) -> None:
+        self.producer = producer
+        self.reorg_threshold = reorg_threshold
+        self._chain: list[BlockPayload] = []  # produced canonical chain, oldest first
+
+    @property
+    def head(self) -> BlockPayload | None:
+        return self._chain[-1] if self._chain else None
+
+    def branch(self, blocks: list[BlockPayload]) -> Emission:
+        """Messages for ``blocks`` (a chain segment, parent first); the chain follows the
+        branch when its last block outweighs the current head."""
+        if not blocks:
+            return Emission()
+        first, head = blocks[0], self.head
+        depth = 0
+        keep = len(self._chain)
+        if head is not None and first.parent != head.hash:
+            for i in range(len(self._chain) - 1, -1, -1):
+                if self._chain[i].hash == first.parent:
+                    keep = i + 1
+                    depth = head.number - self._chain[i].number
+                    break
+            else:
+                depth = head.number - (first.number - 1)
+                keep = sum(1 for b in self._chain if b.number < first.number)
+        if depth > self.reorg_threshold:
+            channel, msgs = self.producer.reorg_channel(first.number - 1, first.parent, blocks)
+            out = Emission(channel=channel, channel_messages=msgs)
+            out.topics = {self.producer.default_topic: [msgs[0]]}
+        else:
+            out = Emission()
+            for b in blocks:
+                for topic, msgs in self.producer.block_messages(b).items():
+                    out.topics.setdefault(topic, []).extend(msgs)
+        if head is None or blocks[-1].weight > head.weight or first.parent == head.hash:
+            self._chain[keep:] = blocks
+            floor = self._chain[-1].number - self.reorg_threshold - 1
+            while len(self._chain) > 1 and self._chain[0].number < floor:
+                self._chain.pop(0)
+        return out

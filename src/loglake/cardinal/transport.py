@@ -37,7 +37,7 @@ from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
 from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
 from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
-from loglake.cardinal.producer import BlockPayload, Producer, reorg_channel_name
+from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.logs import log_event
 from loglake.streams.api import Streams
 
@@ -227,6 +227,15 @@ class CardinalProducer:
             for topic, msgs in self.producer.block_messages(b).items():
                 merged.setdefault(topic, []).extend(msgs)
         self._send_topics(merged)
+
+    def send_emission(self, emission: Emission) -> None:
+        """A ``ChainProducer.branch`` result: the reorg channel first, then the topics."""
+        if emission.channel:
+            self.transport.send_channel(
+                emission.channel, [encode(m) for m in emission.channel_messages]
+            )
+            self.sent += len(emission.channel_messages)
+        self._send_topics(emission.topics)
 
     def send_reorg(
         self, ancestor_number: int, ancestor_hash: bytes, blocks: Iterable[BlockPayload]
