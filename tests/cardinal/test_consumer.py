@@ -151,3 +151,16 @@ def test_message_under_no_announced_prefix_is_dropped(caplog):
     assert c.stats.dropped == 1
     (blk,) = c.handle(msgs[0])
     assert blk.values == {"foo/a": b"1"}
+
+
+def test_far_future_batches_cannot_grow_memory_without_bound(caplog):
+    p = Producer("d", {"foo/": "d"})
+    c = Consumer(max_pending=5)
+    with caplog.at_level(logging.WARNING):
+        for n in range(20):  # each announces a message that never comes
+            c.handle(p.add_block(10**6 + n, h(1000 + n), h(0), 1, {"foo/a": b"1"})["d"][-1])
+    assert c.pending == 5
+    assert "too many incomplete batches" in caplog.text
+    # a real block still completes
+    (blk,) = c.handle(p.add_block(1, h(1), h(0), 1, {})["d"][0])
+    assert blk.number == 1

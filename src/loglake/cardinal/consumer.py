@@ -28,7 +28,8 @@ Bounded memory: a pending block more than ``reorg_threshold`` below the window's
 chain head when an ordered layer drives ``advance``, else the highest completed number) is
 evicted with a logged warning. Messages queued for a Batch not seen yet carry no block number
 (partitions may run far apart, so their age says little): once more than ``max_queued`` are
-held, those queued before the window's floor are evicted, oldest first, with a log line.
+held, those queued before the window's floor are evicted, oldest first, with a log line. At
+most ``max_pending`` incomplete batches are held (beyond it, the highest-numbered goes).
 Protocol violations with well-formed bytes (index past ItemCount, a
 SubBatchHeader or message for nothing announced, more messages than a prefix's count) are
 logged and dropped; malformed bytes raise ``CardinalDecodeError`` from ``receive`` before any
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REORG_THRESHOLD = 128  # the reference tests' ReorgThreshold
 DEFAULT_MAX_QUEUED = 100_000  # messages held for Batches not yet seen, before eviction starts
+DEFAULT_MAX_PENDING = 10_000  # incomplete batches held at most (highest numbers go first)
 
 
 @dataclass(slots=True)
@@ -112,6 +114,7 @@ class Consumer:
         last_number: int | None = None,
         completed: Iterable[tuple[bytes, int]] = (),
         max_queued: int = DEFAULT_MAX_QUEUED,
+        max_pending: int = DEFAULT_MAX_PENDING,
     ) -> None:
         self.reorg_threshold = reorg_threshold
         patterns = list(tracked_prefixes)
@@ -123,6 +126,7 @@ class Consumer:
         self._early_offsets: dict[bytes, dict[str, int]] = {}
         self._queued = 0
         self.max_queued = max_queued
+        self.max_pending = max_pending
         self._completed: dict[bytes, int] = dict(completed)  # hash -> number
         self._high = last_number if last_number is not None else -1
         self._driven = False  # True once advance() sets the window from the chain head
@@ -230,6 +234,8 @@ class Consumer:
             if rec.value or (not rec.count and not rec.delete and rec.subbatch == ZERO_HASH):
                 pb.values[k] = rec.value
         self._pending[b.hash] = pb
+        if len(self._pending) > self.max_pending:
+            self._shed_pending()
         early_offsets = self._early_offsets.get(b.hash)
         early = self._drop_early(b.hash)
         if early_offsets:
@@ -377,6 +383,21 @@ class Consumer:
         if head_number > self._high:
             self._high = head_number
             self._evict()
+
+    def _shed_pending(self) -> None:
+        """Over ``max_pending``: drop the incomplete batch with the highest number (a producer
+        announcing far-future blocks must not grow memory without bound)."""
+        h, pb = max(self._pending.items(), key=lambda kv: kv[1].batch.number)
+        del self._pending[h]
+        self.stats.evicted += 1
+        log_event(
+            log,
+            logging.WARNING,
+            "too many incomplete batches: dropping the highest",
+            hash=h.hex(),
+            number=pb.batch.number,
+            pending=len(self._pending),
+        )
 
     def _evict(self) -> None:
         floor = self._high - self.reorg_threshold

@@ -14,7 +14,8 @@ Rules, as the reference applies them:
   common ancestor are removed (oldest first) and the fork's path is added (``prepareReorg``);
 - a block whose parent is unknown waits for it (an orphan), within the window;
 - blocks more than ``reorg_threshold`` below the head are dropped, and so is the history kept
-  for reorgs (memory is bounded by the window);
+  for reorgs (memory is bounded by the window); at most ``max_held`` blocks wait off the chain
+  (beyond it the highest-numbered orphan goes);
 - a Reorg message (a reorg deeper than the threshold, on its own channel) reverts to the
   common ancestor: it must be on the chain, or older than the window (then everything held is
   removed); otherwise ``UnknownAncestor`` and nothing changes. The reorg channel's blocks then
@@ -101,9 +102,13 @@ class OrderedProcessor:
     """Completed blocks in, ``ChainUpdate``s out (see the module docstring)."""
 
     def __init__(
-        self, reorg_threshold: int = DEFAULT_REORG_THRESHOLD, chain: Sequence[BlockRef] = ()
+        self,
+        reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
+        chain: Sequence[BlockRef] = (),
+        max_held: int = 10_000,
     ) -> None:
         self.reorg_threshold = reorg_threshold
+        self.max_held = max_held
         self._chain: list[BlockRef | Block] = list(chain)
         self._on_chain: dict[bytes, int] = {b.hash: b.number for b in self._chain}
         self._held: dict[bytes, Block] = {}
@@ -163,6 +168,10 @@ class OrderedProcessor:
             return self._extend_down(block)
         self._held[h] = block
         self._children.setdefault(block.parent, {})[h] = None
+        if len(self._held) > self.max_held:
+            self._shed_orphan()
+            if h not in self._held:
+                return []
         p = block.parent
         if head is not None and p not in self._on_chain and p not in self._connected:
             return []  # an orphan, or below one: waits for its parent
@@ -184,6 +193,21 @@ class OrderedProcessor:
                 return self._switch(None, root)
             return []  # orphan: waits for its parent
         return self._switch(root.parent, root)
+
+    def _shed_orphan(self) -> None:
+        """Over ``max_held``: drop the highest-numbered orphan (or, if none, held block)."""
+        pool = [b for x, b in self._held.items() if x not in self._connected] or list(
+            self._held.values()
+        )
+        b = max(pool, key=lambda b: b.number)
+        self._unhold(b.hash)
+        log_event(
+            log,
+            logging.WARNING,
+            "too many held blocks: dropping the highest orphan",
+            hash=b.hash.hex(),
+            number=b.number,
+        )
 
     def _mark_connected(self, h: bytes) -> None:
         """``h`` (held) now descends from the chain, and so do its held descendants."""
