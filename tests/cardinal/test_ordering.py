@@ -209,7 +209,7 @@ def test_orphans_cannot_grow_memory_without_bound():
 
     op = OrderedProcessor(chain=[Checkpoint.starting_at(0, b"g" * 32, 0).head], max_held=4)
     for n in range(10):
-        op.add(Block(5 + n, bytes([n + 1]) * 32, bytes([100 + n]) * 32, n))  # unknown parents
+        op.add(Block(5 + n, bytes([n + 1]) * 32, bytes([200 + n]) * 32, n))  # unknown parents
     assert op.held == 4
     (u,) = op.add(Block(1, b"c" * 32, b"g" * 32, 1))
     assert [b.hash for b in u.added] == [b"c" * 32]
