@@ -113,3 +113,12 @@ def test_a_shallow_fork_needs_no_reorg_channel(tmp_path):
     assert r.exit_code == 0, r.output
     assert "REORG to" not in r.output
     assert f"head #{head[0]} {head[1]}" in r.output
+
+
+def test_checkpoints_are_committed_at_most_once_per_interval_and_on_exit():
+    streams = LocalStreams(MemoryLog())
+    produce_chain(streams, "t", 60)
+    c = consume_topic(streams, "t", "me", clock=lambda: 0.0, sleep=lambda s: None)
+    assert streams.log.next_index("cardinal.ckpt.me") == 1  # many rounds, one record
+    assert streams.get_index("me", "cardinal.ckpt.me") == 1
+    assert c.core.head is not None

@@ -89,9 +89,11 @@ def consume_topic(
     on_event: Callable[[ChainUpdate | ReorgEvent], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    commit_seconds: float = 1.0,
 ) -> CardinalConsumer:
-    """Consume ``topic`` (and its companion topics) from the saved checkpoint, committing after
-    every round; stop when nothing new came for ``idle_seconds`` (0: once caught up)."""
+    """Consume ``topic`` (and its companion topics) from the saved checkpoint; commit a
+    checkpoint at most every ``commit_seconds`` (each is one record in the checkpoint stream)
+    and on the way out; stop when nothing new came for ``idle_seconds`` (0: once caught up)."""
     consumer = CardinalConsumer(
         StreamTransport(streams, partitions),
         topics_for(topic),
@@ -100,7 +102,8 @@ def consume_topic(
         prefixes,
         start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
     )
-    start = last_new = clock()
+    start = last_new = last_commit = clock()
+    dirty = False
     while clock() - start < max_seconds:
         before = dict(consumer.positions)
         events = consumer.poll()
@@ -108,12 +111,20 @@ def consume_topic(
             if on_event:
                 on_event(ev)
         if consumer.positions != before or consumer.paused:
-            consumer.commit()
+            dirty = True
             last_new = clock()
+            if last_new - last_commit >= commit_seconds:
+                consumer.commit()
+                dirty, last_commit = False, last_new
             continue
+        if dirty:
+            consumer.commit()
+            dirty, last_commit = False, clock()
         if clock() - last_new >= idle_seconds:
             break
         sleep(min(0.2, idle_seconds))
+    if dirty:
+        consumer.commit()
     return consumer
 
 
