@@ -732,3 +732,60 @@ def test_appends_reads_seals_and_retention_race_safely(tmp_path):
     assert log.next_index("s") == 2 * 150 * 3
     assert len(log.read("s", 0, 0)) == 900  # all still readable: the lake kept what went
     log.close()
+
+
+def test_lake_compaction_by_another_process_is_read_once_and_survives_removals(tmp_path):
+    """The cover rule shared with ``loglake.pipeline.lake``: a compaction writes one file
+    spanning several sealed ones, then removes them; readers see each index once throughout,
+    and lake retention removes a compacted file together with what it covers."""
+    import pyarrow as pa
+
+    from loglake.log.lake_schema import lake_partition_dir
+
+    base, ms = 1_000_000_000_000, 1_000_000
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(segment_bytes=600, retention_records=5))
+    fill(log, 60, ts=lambda i: base + i * ms)
+    log.enforce_retention(now_ns=base)
+    expect = log.read("s", 0, 0)
+    lake = lake_partition_dir(tmp_path, "s", 0)
+    small = sorted(lake.glob("*.parquet"))
+    assert len(small) >= 3
+    first, last = (int(x) for x in small[1].stem.split("-")[:1] + small[2].stem.split("-")[1:])
+    merged = pa.concat_tables([pq.read_table(p, partitioning=None) for p in small[1:3]])
+    pq.write_table(merged, lake / lake_file_name(first, last))  # the compaction's new file
+    assert log.read("s", 0, 0) == expect  # small files still there: each index once
+    reader = open_log(tmp_path, readonly=True)
+    assert reader.read("s", 0, 0) == expect
+    for p in small[1:3]:
+        p.unlink()  # the compaction's grace period is over
+    assert log.read("s", 0, 0) == expect
+    assert reader.read("s", 0, 0) == expect
+    reader.close()
+    # lake retention: everything up to the compacted file's range is older than the window
+    log.close()
+    cfg_path = tmp_path / "streams" / "s" / "config.json"
+    import json
+
+    cfg = json.loads(cfg_path.read_text())
+    cfg["lake_retention_ms"] = 1
+    cfg_path.write_text(json.dumps(cfg))
+    with open_log(tmp_path) as log:
+        log.enforce_retention(now_ns=base + (last + 2) * ms)
+        assert log.stream_info("s").partitions[0].first_index > last
+        assert not [p for p in lake.glob("*.parquet") if int(p.stem.split("-")[1]) <= last]
+
+
+def test_lake_files_that_overlap_without_containment_are_corrupt_store(tmp_path):
+    from loglake.log import CorruptStore
+    from loglake.log.lake_schema import lake_partition_dir
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=600))
+        fill(log, 40)
+    lake = lake_partition_dir(tmp_path, "s", 0)
+    b = sorted(lake.glob("*.parquet"))[1]
+    first_b, last_b = (int(x) for x in b.stem.split("-"))
+    (lake / lake_file_name(first_b - 1, last_b + 1)).write_bytes(b.read_bytes())
+    with pytest.raises(CorruptStore):
+        open_log(tmp_path)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from loglake.log.api import CorruptSegment, Record
+from loglake.log.api import CorruptSegment, CorruptStore, Record
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, parse_lake_file_name
 from loglake.log.record_codec import (
     PlainColumns,
@@ -43,7 +43,8 @@ class LakeFile:
 
 
 def list_lake_files(directory: Path) -> list[LakeFile]:
-    """Whole lake files of one partition folder, in index order."""
+    """Every well-named lake file of one partition folder, by ``(first, -last)``, covered
+    ones included (see ``visible_lake_files``)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -53,8 +54,25 @@ def list_lake_files(directory: Path) -> list[LakeFile]:
         rng = parse_lake_file_name(name)
         if rng is not None:
             out.append(LakeFile(rng[0], rng[1], directory / name))
-    out.sort(key=lambda f: f.first)
+    out.sort(key=lambda f: (f.first, -f.last))
     return out
+
+
+def visible_lake_files(files: list[LakeFile]) -> list[LakeFile]:
+    """The cover rule shared with ``loglake.pipeline.lake`` (its compaction writes a file
+    spanning several sealed ones, then removes those after a grace period): a file whose range
+    lies inside another's is hidden, so every index is read once. Ranges that overlap without
+    one holding the other are ``CorruptStore``. ``files`` sorted as ``list_lake_files`` does."""
+    visible: list[LakeFile] = []
+    for f in files:
+        if visible and f.first <= visible[-1].last:
+            if f.last <= visible[-1].last:
+                continue  # covered
+            raise CorruptStore(
+                str(f.path), f"overlaps {visible[-1].path.name} without containing it"
+            )
+        visible.append(f)
+    return visible
 
 
 def remove_temp_files(directory: Path) -> None:

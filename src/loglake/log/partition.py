@@ -15,6 +15,7 @@ rules of ``loglake.log.api`` hold between any two calls:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ from loglake.log.lake import (
     read_lake_file,
     remove_temp_files,
     seal_segment,
+    visible_lake_files,
 )
 from loglake.log.record_codec import encode_batch
 from loglake.log.sealer import Sealer
@@ -86,7 +88,7 @@ class Partition:
             self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
         if bases:
             self.segments.append(Segment.recover_active(self.dir, bases[-1], self.readonly))
-        self.lake = list_lake_files(self.lake_dir)
+        self.lake = visible_lake_files(list_lake_files(self.lake_dir))
         if not self.readonly:
             remove_temp_files(self.lake_dir)
             if self.config.seal_to_lake:
@@ -119,7 +121,7 @@ class Partition:
             for gone in known.values():
                 gone.close()
             self.segments = segs
-            self.lake = list_lake_files(self.lake_dir)
+            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -228,8 +230,9 @@ class Partition:
             raise self._failed from e
 
     def _lake_has(self, seg: Segment) -> bool:
-        i = bisect.bisect_left([f.first for f in self.lake], seg.base)
-        return i < len(self.lake) and self.lake[i].first == seg.base
+        """Some lake file holds the whole segment (its own, or a compacted one spanning it)."""
+        lf = self._lake_file_at(seg.base)
+        return lf is not None and lf.first <= seg.base and seg.next_index - 1 <= lf.last
 
     def _schedule_seal(self, seg: Segment) -> None:
         if self.sealer is None:
@@ -253,7 +256,9 @@ class Partition:
         )
         with self._lock:
             if not self._lake_has(seg):
-                bisect.insort(self.lake, lf, key=lambda f: f.first)
+                self.lake = visible_lake_files(
+                    sorted([*self.lake, lf], key=lambda f: (f.first, -f.last))
+                )
 
     def flush(self) -> None:
         with self._lock:
@@ -276,6 +281,7 @@ class Partition:
         remaining = None if limit is None else max(0, limit)
         out: list[Record] = []
         retried = False
+        lake_misses = 0
         while (remaining is None or remaining > 0) and pos < end:
             with self._lock:
                 pos = max(pos, self.first_index)
@@ -300,7 +306,14 @@ class Partition:
             try:
                 got = read_lake_file(lf, self.stream, self.partition, pos, end, want)
             except FileNotFoundError:
-                continue  # lake retention removed it: first_index has moved past it
+                # Removed since we listed it: by lake retention, or by a compaction that wrote
+                # a file covering it. Look again.
+                lake_misses += 1
+                if lake_misses > 5:
+                    raise
+                with self._lock:
+                    self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+                continue
             out += got
             if remaining is not None:
                 remaining -= len(got)
@@ -358,9 +371,14 @@ class Partition:
                 total -= seg.size
             if cfg.lake_retention_ms is not None:
                 lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
+                self.lake = visible_lake_files(list_lake_files(self.lake_dir))
                 while self.lake and lake_file_max_timestamp(self.lake[0]) < lake_horizon:
-                    os.unlink(self.lake[0].path)
-                    self.lake.pop(0)
+                    gone = self.lake.pop(0)
+                    # the files it covers go too, or they would become visible again
+                    for f in list_lake_files(self.lake_dir):
+                        if gone.first <= f.first and f.last <= gone.last:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(f.path)
             return self.first_index - before
 
     def verify(self) -> tuple[int, int, int]:
