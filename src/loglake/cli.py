@@ -20,6 +20,7 @@ from loglake.errors import LoglakeError
 # (module, command name) in help order. A part without a cli module is simply not mounted.
 PART_COMMANDS = (
     ("loglake.node.cli", None),
+    ("loglake.log.cli", "log"),
     ("loglake.streams.cli", "stream"),
     ("loglake.events.cli", "events"),
     ("loglake.cardinal.cli", "cardinal"),

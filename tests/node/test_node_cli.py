@@ -70,3 +70,44 @@ def test_serve_on_a_taken_port_is_a_readable_error(tmp_path) -> None:
         r = CliRunner().invoke(command, args)
     assert isinstance(r.exception, ServeError)
     assert f"cannot listen on 127.0.0.1:{taken}" in str(r.exception)
+
+
+@pytest.mark.slow
+def test_serve_applies_retention_and_sealed_history_stays_readable(tmp_path, port) -> None:
+    """Retention set on `serve` trims live segments of streams created over the protocol, on
+    the server's own timer; pulls from index 0 are still answered from the lake."""
+    code = "from loglake.node.cli import command; command()"
+    args = ["serve", "--data-dir", str(tmp_path), "--port", str(port)]
+    args += ["--segment-bytes", "4096", "--retention-records", "20", "--retention-interval", "0.2"]
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE)
+    payloads = [bytes([i % 256]) * 200 for i in range(300)]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c = StreamClient(port=port, timeout=10)
+                break
+            except StreamServiceError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        with c:
+            c.create_stream("r", 1)
+            c.push_many("r", payloads)
+            segs = lambda: sorted(tmp_path.rglob("*.seg"))  # noqa: E731
+            most = len(segs())
+            deadline = time.monotonic() + 30
+            while len(segs()) >= most and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert len(segs()) < most, "retention never removed a segment"
+            got = []
+            while len(got) < len(payloads):
+                batch = c.pull("r", len(got), 1000)
+                assert batch, f"history stops at {len(got)}"
+                got += batch
+            assert [m.index for m in got] == list(range(len(payloads)))
+            assert [m.data for m in got] == payloads
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0

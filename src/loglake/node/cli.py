@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import tempfile
 from pathlib import Path
@@ -23,12 +24,14 @@ from rich.console import Console
 from rich.table import Table
 
 from loglake.errors import LoglakeError
-from loglake.log import StreamConfig, open_log
+from loglake.log import Log, StreamConfig, open_log
+from loglake.logs import log_event
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
+_logger = logging.getLogger(__name__)
 
 
 class ServeError(LoglakeError):
@@ -57,11 +60,49 @@ def command() -> None:
     show_default=True,
     help="fsync policy of streams created through the service.",
 )
-def serve(data_dir: Path, host: str, port: int, durability: str) -> None:
-    """Serve the Ockam stream service (stream_service, stream_index_service) over TCP."""
+@click.option(
+    "--segment-bytes",
+    type=click.IntRange(min=4096),
+    default=StreamConfig().segment_bytes,
+    show_default=True,
+    help="Roll a partition's segment (and seal it to the lake) past this size.",
+)
+@click.option("--retention-ms", type=click.IntRange(min=0), help="Keep segments this long.")
+@click.option("--retention-bytes", type=click.IntRange(min=0), help="Keep this many bytes.")
+@click.option("--retention-records", type=click.IntRange(min=0), help="Keep this many records.")
+@click.option(
+    "--retention-interval",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds between applications of each stream's retention (age, bytes, count).",
+)
+def serve(
+    data_dir: Path,
+    host: str,
+    port: int,
+    durability: str,
+    segment_bytes: int,
+    retention_ms: int | None,
+    retention_bytes: int | None,
+    retention_records: int | None,
+    retention_interval: float,
+) -> None:
+    """Serve the Ockam stream service (stream_service, stream_index_service) over TCP.
+
+    Streams created through the service get the durability, segment size and retention given
+    here. Retention trims live segments only; sealed history stays readable from the lake.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
     log = open_log(data_dir)
-    service = StreamService(log, StreamConfig(durability=durability))  # type: ignore[arg-type]
+    config = StreamConfig(
+        durability=durability,  # type: ignore[arg-type]
+        segment_bytes=segment_bytes,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        retention_records=retention_records,
+    )
+    service = StreamService(log, config)
     console = Console(stderr=True)
 
     async def main() -> None:
@@ -78,7 +119,9 @@ def serve(data_dir: Path, host: str, port: int, durability: str) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
+        retention = asyncio.create_task(_retention_loop(log, retention_interval, stop))
         await stop.wait()
+        await retention
         await server.stop()
 
     try:
@@ -86,6 +129,22 @@ def serve(data_dir: Path, host: str, port: int, durability: str) -> None:
     finally:
         log.close()
         console.print("stopped")
+
+
+async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> None:
+    """Apply retention off the event loop every ``interval`` s until ``stop`` (the log only
+    trims when asked, so without this a server's retention settings would never act)."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+            return
+        try:
+            dropped = await asyncio.to_thread(log.enforce_retention)
+        except LoglakeError as e:  # a bad disk must not kill the service; say so
+            log_event(_logger, logging.ERROR, "retention failed", error=str(e))
+            continue
+        if dropped:
+            log_event(_logger, logging.INFO, "retention applied", dropped=dropped)
 
 
 @command.command()

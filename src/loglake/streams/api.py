@@ -14,7 +14,7 @@ headers) travels inside ``data``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from loglake.log.api import Entry, Log, StreamConfig, UnknownStream
@@ -65,19 +65,7 @@ class LocalStreams:
         import uuid
 
         name = name or f"stream-{uuid.uuid4().hex}"
-        cfg = self.default_config
-        self.log.create_stream(
-            name,
-            StreamConfig(
-                partitions=partitions,
-                durability=cfg.durability,
-                segment_bytes=cfg.segment_bytes,
-                retention_ms=cfg.retention_ms,
-                retention_bytes=cfg.retention_bytes,
-                retention_records=cfg.retention_records,
-                seal_to_lake=cfg.seal_to_lake,
-            ),
-        )
+        self.log.create_stream(name, replace(self.default_config, partitions=partitions))
         return name
 
     def push(self, stream: str, data: bytes, partition: int = 0) -> int:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
@@ -300,19 +300,7 @@ class StreamService:
                         msg, src, f"stream {name!r} exists with {have} partitions, not {n}"
                     )
             else:
-                cfg = self.default_config
-                self.log.create_stream(
-                    name,
-                    StreamConfig(
-                        partitions=n,
-                        durability=cfg.durability,
-                        segment_bytes=cfg.segment_bytes,
-                        retention_ms=cfg.retention_ms,
-                        retention_bytes=cfg.retention_bytes,
-                        retention_records=cfg.retention_records,
-                        seal_to_lake=cfg.seal_to_lake,
-                    ),
-                )
+                self.log.create_stream(name, replace(self.default_config, partitions=n))
                 log_event(logger, logging.INFO, "stream created", stream=name, partitions=n)
         except LoglakeError as e:
             return self._error(msg, src, str(e))
