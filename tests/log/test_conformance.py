@@ -155,3 +155,42 @@ def test_invalid_stream_configs_are_refused(bad):
 
     with pytest.raises(LocalProtocolError):
         StreamConfig(**bad)
+
+
+def test_truncate_before_drops_only_records_below_the_index(log: Log):
+    # Small segments and no lake: a segment-based backend drops whole segments and what it
+    # drops is gone; MemoryLog drops exactly the records below the index.
+    log.create_stream("s", StreamConfig(partitions=2, segment_bytes=200, seal_to_lake=False))
+    for i in range(40):
+        log.append("s", 0, bytes([i]) * 20)
+    log.append("s", 1, b"other")
+    assert log.truncate_before("s", 0, 0) == 0
+    dropped = log.truncate_before("s", 0, 17)
+    after = log.stream_info("s").partitions[0]
+    assert 0 < after.first_index <= 17
+    assert dropped == after.first_index
+    assert after.next_index == 40
+    got = log.read("s", 0, 0)
+    assert [r.index for r in got] == list(range(after.first_index, 40))
+    assert all(r.data == bytes([r.index]) * 20 for r in got)
+    assert log.truncate_before("s", 0, after.first_index) == 0  # nothing left below
+    assert log.stream_info("s").partitions[1].first_index == 0  # other partitions untouched
+    # past the end: everything goes, and indexes go on where they were
+    assert log.truncate_before("s", 0, 1000) == 40 - after.first_index
+    assert log.read("s", 0, 0) == []
+    end = log.stream_info("s").partitions[0]
+    assert (end.first_index, end.next_index) == (40, 40)
+    assert log.append("s", 0, b"next") == 40
+    assert [r.data for r in log.read("s", 0, 0)] == [b"next"]
+
+
+def test_truncate_before_keeps_consumer_indexes_and_types_its_errors(log: Log):
+    log.create_stream("s", StreamConfig(seal_to_lake=False))
+    log.append_many("s", 0, [Entry(b"a"), Entry(b"b")])
+    log.save_consumer_index("c", "s", 0, 1)
+    log.truncate_before("s", 0, 2)
+    assert log.get_consumer_index("c", "s", 0) == 1
+    with pytest.raises(UnknownStream):
+        log.truncate_before("nope", 0, 1)
+    with pytest.raises(UnknownPartition):
+        log.truncate_before("s", 1, 1)

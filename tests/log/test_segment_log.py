@@ -789,3 +789,52 @@ def test_lake_files_that_overlap_without_containment_are_corrupt_store(tmp_path)
     (lake / lake_file_name(first_b - 1, last_b + 1)).write_bytes(b.read_bytes())
     with pytest.raises(CorruptStore):
         open_log(tmp_path)
+
+
+def test_truncate_before_keeps_lake_history_readable_and_survives_reopen(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=800))
+        fill(log, 80)
+        before = log.read("s", 0, 0)
+        lake = tmp_path / "lake" / "s" / "partition=0"
+        segs = [int(p.stem) for p in seg_files(tmp_path)]
+        assert len(segs) > 3
+        cut = segs[2] + 1  # inside the third segment: it must stay whole
+        dropped = log.truncate_before("s", 0, cut)
+        assert dropped == segs[2]  # the first two segments' records left the live log
+        assert [int(p.stem) for p in seg_files(tmp_path)] == segs[2:]
+        lake_files = sorted(p.name for p in lake.iterdir())
+        assert lake_files  # the lake is not touched: the history stays readable there
+        assert log.read("s", 0, 0) == before
+        assert log.stream_info("s").partitions[0].first_index == 0
+    with open_log(tmp_path) as log:
+        assert [int(p.stem) for p in seg_files(tmp_path)] == segs[2:]
+        assert sorted(p.name for p in lake.iterdir()) == lake_files
+        assert log.read("s", 0, 0) == before
+        assert log.append("s", 0, b"x") == 80
+
+
+def test_truncate_before_without_lake_removes_history_for_good(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=800, seal_to_lake=False))
+        fill(log, 80)
+        before = log.read("s", 0, 0)
+        segs = [int(p.stem) for p in seg_files(tmp_path)]
+        assert log.truncate_before("s", 0, segs[3]) == segs[3]
+    assert not (tmp_path / "lake" / "s").exists() or not any((tmp_path / "lake" / "s").iterdir())
+    with open_log(tmp_path) as log:
+        assert log.stream_info("s").partitions[0].first_index == segs[3]
+        assert log.read("s", 0, 0) == before[segs[3] :]
+    with open_log(tmp_path, readonly=True) as reader, pytest.raises(ReadOnlyLog):
+        reader.truncate_before("s", 0, 50)
+
+
+def test_truncate_before_waits_for_the_sealer_before_dropping(tmp_path):
+    # A segment is dropped only once the lake holds it: truncate drains the sealer first.
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=800))
+        fill(log, 80)
+        active = int(seg_files(tmp_path)[-1].stem)
+        assert log.truncate_before("s", 0, 80) == active
+        assert [int(p.stem) for p in seg_files(tmp_path)] == [active]
+        assert [r.index for r in log.read("s", 0, 0)] == list(range(80))

@@ -275,6 +275,15 @@ class Log(ABC):
         """Apply each stream's retention; return how many records were dropped."""
         return 0
 
+    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+        """Drop records with index < ``index`` from the live log; return how many were dropped.
+
+        A backend may work at its own granularity (whole segments) but never drops a record
+        whose index is >= ``index``. Records a backend also keeps elsewhere (the lake of a
+        ``seal_to_lake`` stream) stay readable there; without ``seal_to_lake``, what is
+        dropped is gone. Consumer indexes are not changed."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement truncate_before")
+
     def flush(self) -> None:
         """Make everything appended so far durable."""
 

@@ -116,6 +116,17 @@ class MemoryLog(Log):
             self._consumers[key] = index
             return index
 
+    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+        """Exact: every record below ``index`` goes (there is no lake to keep them)."""
+        with self._lock:
+            recs = self._partition(stream, partition)
+            first = self._first[(stream, partition)]
+            cut = max(0, min(len(recs), index - first))
+            if cut:
+                del recs[:cut]
+                self._first[(stream, partition)] = first + cut
+            return cut
+
     def enforce_retention(self, now_ns: int | None = None) -> int:
         now_ns = time.time_ns() if now_ns is None else now_ns
         dropped = 0

@@ -381,6 +381,47 @@ class Partition:
                                 os.unlink(f.path)
             return self.first_index - before
 
+    def truncate_before(self, index: int) -> int:
+        """Delete whole segments whose every record is below ``index``; return how many records
+        were dropped.
+
+        - ``seal_to_lake``: a segment goes only once the lake holds it (the caller drains the
+          sealer first), and the lake is not touched, so the records stay readable there. The
+          count is the records that left the segments.
+        - otherwise: an active segment wholly below ``index`` is rolled first so that it can
+          go too, and lake files wholly below ``index`` are deleted (there are none unless a
+          tool wrote them), so nothing below the first kept segment stays readable. The count is
+          how far ``first_index`` moved.
+
+        A segment holding ``index`` is kept whole (never drop a record >= ``index``)."""
+        cfg = self.config
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            before = self.first_index
+            active = self.segments[-1]
+            if not cfg.seal_to_lake and active.size and active.next_index <= index:
+                self._roll(cfg.durability)
+            dropped = 0
+            while len(self.segments) > 1 and self.segments[0].next_index <= index:
+                seg = self.segments[0]
+                if cfg.seal_to_lake and not self._lake_has(seg):
+                    break  # not in the lake yet: keep it rather than lose it
+                seg.delete()
+                self.segments.pop(0)
+                dropped += seg.next_index - seg.base
+            if dropped and cfg.durability != "none":
+                fsync_dir(self.dir)
+            if cfg.seal_to_lake:
+                return dropped
+            keep_from = self.segments[0].base if self.segments else self.next_index
+            for f in list_lake_files(self.lake_dir):
+                if f.last < min(index, keep_from):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f.path)
+            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+            return self.first_index - before
+
     def verify(self) -> tuple[int, int, int]:
         """Read every segment whole and check every lake file's index range; return
         ``(segments, records, lake_files)``. Damage → ``CorruptSegment``."""

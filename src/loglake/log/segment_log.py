@@ -293,6 +293,17 @@ class SegmentLog(Log):
             parts = [p for s in self._streams.values() for p in s.partitions]
         return sum(p.enforce_retention(now_ns) for p in parts)
 
+    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+        """Segment-granular (see ``Partition.truncate_before``): whole segments below ``index``
+        go; the segment holding ``index`` stays whole."""
+        if self.readonly:
+            raise ReadOnlyLog("cannot truncate: the log is read-only")
+        with self._lock:
+            part = self._partition(stream, partition)
+        if part.config.seal_to_lake:
+            self._sealer.drain()  # rolled segments may go once they are in the lake
+        return part.truncate_before(index)
+
     def flush(self) -> None:
         if self.readonly:
             return
