@@ -25,6 +25,7 @@ envelope ``varint(len(key)) key value`` (Avro long for the length).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -115,7 +116,8 @@ class Transport(ABC):
         """Up to ``limit`` deliveries of ``source`` from ``offset`` on."""
 
     @abstractmethod
-    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> None: ...
+    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> bool:
+        """Store ``checkpoint``; return whether anything new was written."""
 
     @abstractmethod
     def load_checkpoint(self, client_id: str) -> Checkpoint | None: ...
@@ -128,6 +130,7 @@ class StreamTransport(Transport):
         self.streams = streams
         self.partitions = partitions
         self._created: dict[str, int] = {}
+        self._last_shape: dict[str, tuple[tuple, frozenset[str]]] = {}
 
     def _ensure(self, topic: str, partitions: int) -> None:
         if topic not in self._created:
@@ -174,14 +177,41 @@ class StreamTransport(Transport):
     def _ckpt_stream(client_id: str) -> str:
         return f"cardinal.ckpt.{client_id}"
 
-    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> None:
+    def save_checkpoint(self, client_id: str, checkpoint: Checkpoint) -> bool:
+        """Store ``checkpoint``; return whether a record was appended.
+
+        The checkpoint stream is bounded two ways. A record is appended only when the window
+        (chain) or the set of sources differs from the last record: a record with the same
+        window and older offsets is still a valid resumption point (a restart re-reads a little
+        more, and recognises those blocks), so an idle or duplicate-only round writes nothing.
+        And each record is a whole checkpoint, so only the last one is needed: on an embedded
+        log (``LocalStreams``) the records below it are dropped with ``Log.truncate_before``.
+        The per-partition offsets always go to the index service (it overwrites, not grows).
+        """
         name = self._ckpt_stream(client_id)
         self._ensure(name, 1)
-        idx = self.streams.push(name, checkpoint.to_bytes())
-        self.streams.save_index(client_id, name, idx + 1)  # the commit point
+        shape = (checkpoint.chain, frozenset(checkpoint.offsets))
+        appended = False
+        if self._last_shape.get(client_id) != shape:
+            idx = self.streams.push(name, checkpoint.to_bytes())
+            self.streams.save_index(client_id, name, idx + 1)  # the commit point
+            self._last_shape[client_id] = shape
+            self._truncate(name, idx)
+            appended = True
         for source, offset in checkpoint.offsets.items():
             topic, part = split_source(source)
             self.streams.save_index(client_id, topic, offset, part)
+        return appended
+
+    def _truncate(self, name: str, keep_from: int) -> None:
+        """Drop the checkpoint records below ``keep_from`` where the log is in-process (the
+        ``Streams`` protocol has no truncation over the wire)."""
+        log_ = getattr(self.streams, "log", None)
+        truncate = getattr(log_, "truncate_before", None)
+        if truncate is None or keep_from == 0:
+            return
+        with contextlib.suppress(NotImplementedError):
+            truncate(name, 0, keep_from)
 
     def load_checkpoint(self, client_id: str) -> Checkpoint | None:
         name = self._ckpt_stream(client_id)
@@ -193,6 +223,7 @@ class StreamTransport(Transport):
         if not msgs:
             return None
         ckpt = Checkpoint.from_bytes(msgs[0].data)
+        self._last_shape[client_id] = (ckpt.chain, frozenset(ckpt.offsets))
         # The index service holds the offsets too; it only moves forward, so where the record
         # is lower (blocks moved back onto a fork by a reorg) the record wins.
         offsets = {}
