@@ -71,6 +71,26 @@ def test_unknown_stream_raises_unknown_stream(client) -> None:
         client.get_index("c", "nope")
 
 
+def test_partitions_through_stream_info(server, client) -> None:
+    client.create_stream("p3", 3)
+    client.create_stream("p1")
+    assert client.partitions("p3") == 3
+    with StreamClient(port=server.port, timeout=10) as other:  # a client that did not create it
+        assert other.partitions("p3") == 3
+        assert other.partitions("p1") == 1
+    with pytest.raises(UnknownStream) as e:
+        client.partitions("nope")
+    assert e.value.stream == "nope"
+
+    async def main() -> None:
+        async with await AsyncStreamClient.connect(port=server.port) as c:
+            assert await c.partitions("p3") == 3
+            with pytest.raises(UnknownStream):
+                await c.partitions("nope")
+
+    asyncio.run(main())
+
+
 def test_large_pipelined_push_many(client) -> None:
     client.create_stream("big")
     datas = [i.to_bytes(4, "big") * 256 for i in range(3000)]  # 1 KB each

@@ -34,6 +34,10 @@ class Streams(Protocol):
         """Create (or open) a stream; return its name (random if ``name`` is None)."""
         ...
 
+    def partitions(self, stream: str) -> int:
+        """How many partitions ``stream`` has; ``UnknownStream`` if there is no such stream."""
+        ...
+
     def push(self, stream: str, data: bytes, partition: int = 0) -> int:
         """Store ``data``; return its index once acknowledged."""
         ...
@@ -67,6 +71,9 @@ class LocalStreams:
         name = name or f"stream-{uuid.uuid4().hex}"
         self.log.create_stream(name, replace(self.default_config, partitions=partitions))
         return name
+
+    def partitions(self, stream: str) -> int:
+        return self.log.stream_info(stream).config.partitions
 
     def push(self, stream: str, data: bytes, partition: int = 0) -> int:
         return self.log.append(stream, partition, data)

@@ -379,6 +379,10 @@ class StreamClient:
     def list_streams(self) -> list[str]:
         return [s.stream_name for s in self.info()]
 
+    def partitions(self, stream: str) -> int:
+        """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
+        return len(self.info(stream)[0].partitions)
+
 
 class AsyncStreamClient:
     """asyncio client: ``c = await AsyncStreamClient.connect(host, port)``; many calls may run
@@ -568,3 +572,7 @@ class AsyncStreamClient:
 
     async def list_streams(self) -> list[str]:
         return [s.stream_name for s in await self.info()]
+
+    async def partitions(self, stream: str) -> int:
+        """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
+        return len((await self.info(stream))[0].partitions)
