@@ -38,21 +38,40 @@ class World:
     quotas: Quotas = field(default_factory=Quotas)
     batch_size: int = 100
     max_unconfirmed: int = 200_000
+    homes: dict[str, str] = field(default_factory=dict)
+    """Subscriber name → broadcaster name serving its replays ("bc" or "bc2")."""
+    relay_replays: bool = False
+    relay_window: int = 10_000
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
         self.net = Network(self.clock)
         self.ids = {
-            name: seeded(i + 1) for i, name in enumerate(["orch", "bc", "pub", "alice", "bob"])
+            name: seeded(i + 1)
+            for i, name in enumerate(["orch", "bc", "pub", "alice", "bob", "bc2"])
         }
         p = {k: v.principal for k, v in self.ids.items()}
         self.p = p
         self.orch_log, self.pub_log = MemoryLog(), MemoryLog()
         self.ledger = Ledger.open(self.orch_log, fee=1)
+        two = bool(self.homes) or self.relay_replays
         self.orch = self.net.add(
-            Orchestrator(p["orch"], self.orch_log, [p["bc"]], self.quotas, self.ledger)
+            Orchestrator(
+                p["orch"],
+                self.orch_log,
+                [p["bc"], p["bc2"]] if two else [p["bc"]],
+                self.quotas,
+                self.ledger,
+                homes={p[s].bytes: p[b] for s, b in self.homes.items()},
+                relay_replays=self.relay_replays,
+            )
         )
-        self.bc = self.net.add(Broadcaster(p["bc"], p["orch"], self.max_unconfirmed))
+        self.bc = self.net.add(
+            Broadcaster(p["bc"], p["orch"], self.max_unconfirmed, self.relay_window)
+        )
+        self.bc2 = self.net.add(
+            Broadcaster(p["bc2"], p["orch"], self.max_unconfirmed, self.relay_window)
+        )
         self.pub = self.net.add(Publisher(p["pub"], p["orch"], self.pub_log, self.batch_size))
         self.alice = self.net.add(Subscriber(p["alice"], p["orch"]))
         self.bob = self.net.add(Subscriber(p["bob"], p["orch"]))

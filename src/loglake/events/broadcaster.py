@@ -12,13 +12,27 @@ is unknown or removed (cancel). Replay assignments arrive as ``icrc77:broadcaste
 / ``…:remove`` on ``icrc72:broadcaster:sys:<principal>`` from the orchestrator (and we tell the
 subscriber with ``icrc77:subscriber:replay:add`` / ``…:remove``).
 
+Relay tier (ICRC-77 "Control Plane": ``icrc77:broadcaster:replay_relay:add|remove``,
+``…:replay_relayer:add|remove``): when the subscriber is served by another broadcaster than the
+publication's, the orchestrator makes the publication's broadcaster the replay's *relay*.
+Events flow Publisher → relay → target broadcaster → Subscriber. The relay accepts the replay's
+events from its Publisher only, applies the replay's filter and skip (so dropped events do not
+cross the second hop), answers the Publisher ``Ok([])`` and forwards them with
+``icrc72_publish`` to the target, unchanged (headers are append-only and the target adds its own
+``received``). The target accepts a replay's events from the relay the orchestrator named in
+``replay_relayer:add`` (or from the Publisher when there is no relay). Back-pressure crosses the
+hop: the relay keeps at most ``relay_window`` forwarded events unanswered per replay and answers
+``Busy`` beyond that; events the target answers ``Busy`` are resent by the relay's ``pump``.
+
 Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notifications makes
 ``icrc72_publish`` answer ``Busy`` for events that would go to it; the Publisher retries later.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from icp_principal import Principal
 
@@ -51,6 +65,29 @@ class ReplayRoute(Route):
     namespace: str = ""
     publisher: Principal | None = None
     delivered: int = 0
+    relay: Principal | None = None
+    """The relay the events come through; ``None`` or this broadcaster: from the Publisher."""
+    relayers: set[bytes] = field(default_factory=set)
+
+
+@dataclass
+class RelayRoute:
+    """This broadcaster relays replay ``replay_id`` from ``publisher`` to ``target``."""
+
+    replay_id: int
+    namespace: str
+    target: Principal
+    publisher: Principal
+    filter: Filter | None = None
+    skip: Skip | None = None
+    inflight: int = 0
+    retry: deque[Event] = field(default_factory=deque)
+    forwarded: int = 0
+
+    def keeps(self, e: Event) -> bool:
+        if self.skip is not None and not self.skip.keeps(e.event_id):
+            return False
+        return self.filter is None or self.filter.matches(e.data)
 
 
 @dataclass
@@ -67,16 +104,26 @@ class BroadcasterStats:
     confirmed: int = 0
     dropped_replay: int = 0
     busy: int = 0
+    relayed: int = 0
+    relay_failed: int = 0
     routes: dict[str, int] = field(default_factory=dict)
 
 
 class Broadcaster(Role):
     def __init__(
-        self, principal: Principal, orchestrator: Principal, max_unconfirmed: int = 200_000
+        self,
+        principal: Principal,
+        orchestrator: Principal,
+        max_unconfirmed: int = 200_000,
+        relay_window: int = 10_000,
+        relay_batch: int = 500,
     ) -> None:
         super().__init__(principal)
         self.orchestrator = orchestrator
         self.max_unconfirmed = max_unconfirmed
+        self.relay_window = relay_window
+        self.relay_batch = relay_batch
+        self.relays: dict[int, RelayRoute] = {}
         self.sys = SysEmitter(principal)
         self.publishers: dict[str, Principal] = {}
         self.routes: dict[str, dict[bytes, Route]] = {}
@@ -116,7 +163,7 @@ class Broadcaster(Role):
             for a in sysmsg.read_broadcaster_replay_add(payload):
                 f = Filter.parse(a.filter) if a.filter is not None else None
                 self.replays[a.replay_id] = ReplayRoute(
-                    a.subscriber, f, a.skip, False, a.namespace, a.publisher
+                    a.subscriber, f, a.skip, False, a.namespace, a.publisher, relay=a.relay
                 )
                 self._to_subscriber(
                     a.subscriber,
@@ -128,6 +175,29 @@ class Broadcaster(Role):
                 r = self.replays.pop(rid, None)
                 if r is not None:
                     self._to_subscriber(r.subscriber, sysmsg.subscriber_replay_remove([rid]), now)
+        elif key == sysmsg.BROADCASTER_RELAY_ADD:
+            for ra in sysmsg.read_relay_add(payload):
+                f = Filter.parse(ra.filter) if ra.filter is not None else None
+                self.relays.setdefault(
+                    ra.replay_id,
+                    RelayRoute(ra.replay_id, ra.namespace, ra.target, ra.publisher, f, ra.skip),
+                )
+        elif key == sysmsg.BROADCASTER_RELAY_REMOVE:
+            for rid in sysmsg.read_ids(payload, key):
+                self.relays.pop(rid, None)  # in-flight forwards are answered and dropped
+        elif key == sysmsg.BROADCASTER_RELAYER_ADD:
+            ra2 = sysmsg.read_relayer_add(payload)
+            route = self.replays.get(ra2.replay_id)
+            if route is None or route.namespace != ra2.namespace:
+                raise sysmsg.SysMessageError(
+                    f"{key}: replay {ra2.replay_id} on {ra2.namespace!r} is not assigned here"
+                )
+            route.relayers.add(ra2.relay.bytes)
+        elif key == sysmsg.BROADCASTER_RELAYER_REMOVE:
+            for rid in sysmsg.read_ids(payload, key):
+                route = self.replays.get(rid)
+                if route is not None:
+                    route.relayers.clear()
         else:
             raise sysmsg.SysMessageError(f"unknown broadcaster system key {key!r}")
 
@@ -138,22 +208,35 @@ class Broadcaster(Role):
     # -- data plane ------------------------------------------------------------------------
     def publish(self, caller: Principal, events: list[Event], now: int) -> list[Ok | Err | None]:
         batches: dict[bytes, tuple[Principal, list[EventNotification]]] = {}
+        forwards: dict[int, list[Event]] = {}
         out: list[Ok | Err | None] = []
         for e in events:
-            out.append(self._publish_one(caller, e, now, batches))
+            out.append(self._publish_one(caller, e, now, batches, forwards))
         for sub, notes in batches.values():
             self.outbox.append(Call(sub, "icrc72_handle_notification", notes))
+        for rid, evs in forwards.items():
+            self._forward(self.relays[rid], evs)
         return out
 
-    def _publish_one(self, caller, e: Event, now: int, batches) -> Ok | Err:
-        if self.publishers.get(e.namespace) != caller:
-            return Err("Unauthorized")
+    def _publish_one(self, caller, e: Event, now: int, batches, forwards) -> Ok | Err:
         rid_v = map_get(e.headers, H_REPLAY_ID)
+        if rid_v is None and self.publishers.get(e.namespace) != caller:
+            return Err("Unauthorized")
         if rid_v is not None:
             if "Nat" not in rid_v:
                 return Err("ImproperId", f"{H_REPLAY_ID} must be #Nat")
-            route = self.replays.get(rid_v["Nat"])
-            if route is None or route.namespace != e.namespace or route.publisher != caller:
+            rid = rid_v["Nat"]
+            relay = self.relays.get(rid)
+            if relay is not None and relay.namespace == e.namespace and relay.publisher == caller:
+                return self._relay_one(relay, e, forwards)
+            route = self.replays.get(rid)
+            if (
+                route is None
+                or route.namespace != e.namespace
+                or not self._replay_source(route, caller)
+            ):
+                if self.publishers.get(e.namespace) != caller and not self._relayer_of(caller):
+                    return Err("Unauthorized")
                 self.stats.dropped_replay += 1
                 return Ok([])  # canceled or unknown replay: nothing more is enqueued
             targets: list[Route] = [route]
@@ -191,6 +274,65 @@ class Broadcaster(Role):
             ids.append(nid)
         self.stats.notified += len(ids)
         return Ok(ids)
+
+    def _replay_source(self, route: ReplayRoute, caller: Principal) -> bool:
+        if route.relay is None or route.relay == self.principal:
+            return route.publisher == caller
+        return caller.bytes in route.relayers
+
+    def _relayer_of(self, caller: Principal) -> bool:
+        """``caller`` was named relay of some replay here (its late events are dropped, not
+        refused)."""
+        return any(caller.bytes in r.relayers for r in self.replays.values())
+
+    # -- relay tier --------------------------------------------------------------------------
+    def _relay_one(self, relay: RelayRoute, e: Event, forwards: dict[int, list[Event]]):
+        if not relay.keeps(e):
+            return Ok([])
+        if relay.inflight + len(relay.retry) >= self.relay_window:
+            self.stats.busy += 1
+            return Err("Busy")
+        relay.inflight += 1
+        forwards.setdefault(relay.replay_id, []).append(e)
+        return Ok([])
+
+    def _forward(self, relay: RelayRoute, events: list[Event]) -> None:
+        for i in range(0, len(events), self.relay_batch):
+            chunk = events[i : i + self.relay_batch]
+            self.outbox.append(
+                Call(relay.target, "icrc72_publish", chunk, token=("relay", relay.replay_id))
+            )
+
+    def pump(self, now: int) -> bool:
+        """Resend relayed events the target answered ``Busy`` (when nothing else is queued)."""
+        queued = False
+        for relay in self.relays.values():
+            if relay.retry:
+                evs = list(relay.retry)
+                relay.retry.clear()
+                relay.inflight += len(evs)
+                self._forward(relay, evs)
+                queued = True
+        return queued
+
+    def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if not call.token or call.token[0] != "relay":
+            return
+        relay = self.relays.get(call.token[1])
+        if relay is None:
+            return  # removed (cancel): whatever was in flight is dropped
+        relay.inflight -= len(call.arg)
+        if isinstance(reply, BaseException):
+            self.stats.relay_failed += len(call.arg)
+            return
+        for e, res in zip(call.arg, reply, strict=False):
+            if isinstance(res, Ok):
+                relay.forwarded += 1
+                self.stats.relayed += 1
+            elif isinstance(res, Err) and res.tag == "Busy":
+                relay.retry.append(e)
+            else:
+                self.stats.relay_failed += 1
 
     def confirm_notifications(self, caller: Principal, ids: list[int], now: int):
         results: list[Ok | Err | None] = []

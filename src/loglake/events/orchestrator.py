@@ -14,6 +14,18 @@ publication) follows the candidate's "Publisher Life Cycle"; the Motoko orchestr
 namespace. Every system message is also appended to a loglake stream named for its system
 namespace, so control traffic is auditable like any other stream.
 
+Relay tier (ICRC-77 "Control Plane", ``replay_relay`` / ``replay_relayer``): a replay's
+*target* broadcaster is the one serving its subscriber — the subscriber's home broadcaster
+(``homes``, operator configuration), or, with ``relay_replays``, the next broadcaster after the
+publication's (isolates replay traffic from the live path, ICRC-77 step 6). When the target is
+not the publication's broadcaster, the publication's broadcaster becomes the replay's relay:
+the subscriber is told to accept the target (``icrc72:subscriber:broadcaster:add``), then the
+target gets ``icrc77:broadcaster:replay:add`` (relay = the relay) and
+``icrc77:broadcaster:replay_relayer:add``, then the relay gets
+``icrc77:broadcaster:replay_relay:add`` — all before the Publisher's
+``icrc77:publisher:replay:add``, whose broadcaster is the relay. Events flow Publisher → relay →
+target → Subscriber. Live events stay on the publication's broadcaster (one tier).
+
 Validation order, and which variant each check yields (each reached by a test):
 
 =============================  =================================================
@@ -132,12 +144,18 @@ class Replay:
     skip: Skip | None = None
     cancel_requested: bool = False
     sent: int = 0
+    relay: Principal | None = None
 
     def to_status(self) -> ReplayStatus:
         stats: ICRC16Map = [
             ("icrc77:replay:subscriber", {"Principal": self.subscriber}),
             ("icrc77:replay:publisher", {"Principal": self.publisher}),
             ("icrc77:replay:broadcaster", {"Principal": self.broadcaster}),
+            *(
+                [("icrc77:replay:relay", {"Principal": self.relay})]
+                if self.relay is not None
+                else []
+            ),
             ("icrc77:replay:expected", {"Nat": self.expected}),
             ("icrc77:replay:sent", {"Nat": self.sent}),
             ("icrc77:replay:cost", {"Nat": self.cost}),
@@ -168,10 +186,18 @@ class Orchestrator(Role):
         broadcasters: list[Principal],
         quotas: Quotas | None = None,
         ledger: Ledger | None = None,
+        homes: dict[bytes, Principal] | None = None,
+        relay_replays: bool = False,
     ) -> None:
         super().__init__(principal)
         if not broadcasters:
             raise ValueError("an orchestrator needs at least one broadcaster")
+        self.homes = dict(homes or {})
+        """Subscriber principal bytes → the broadcaster serving that subscriber's replays."""
+        for b in self.homes.values():
+            if b not in broadcasters:
+                raise ValueError(f"home broadcaster {b} is not one of the broadcasters")
+        self.relay_replays = relay_replays
         self.log = log
         self.broadcasters = list(broadcasters)
         self.quotas = quotas or Quotas()
@@ -463,10 +489,30 @@ class Orchestrator(Role):
         self._next_replay += 1
         self.replays[rep.id] = rep
         bc = pub.broadcaster
+        target = self._target(caller, bc)
+        ftext = flt.text if flt else None
+        if target != bc:
+            rep.broadcaster, rep.relay = target, bc
+            self._emit(
+                caller,
+                sysmsg.subscriber_sys(caller),
+                sysmsg.subscriber_broadcaster_add([(rep.namespace, target)]),
+                now,
+            )
         add = sysmsg.BroadcasterReplayAdd(
-            rep.id, rep.namespace, bc, caller, flt.text if flt else None, skip, pub.publisher
+            rep.id, rep.namespace, bc, caller, ftext, skip, pub.publisher
         )
-        self._emit(bc, sysmsg.broadcaster_sys(bc), sysmsg.broadcaster_replay_add([add]), now)
+        tsys = sysmsg.broadcaster_sys(target)
+        self._emit(target, tsys, sysmsg.broadcaster_replay_add([add]), now)
+        if target != bc:
+            self._emit(
+                target,
+                tsys,
+                sysmsg.broadcaster_relayer_add(sysmsg.RelayerAdd(rep.id, rep.namespace, bc)),
+                now,
+            )
+            radd = sysmsg.RelayAdd(rep.id, rep.namespace, target, pub.publisher, ftext, skip)
+            self._emit(bc, sysmsg.broadcaster_sys(bc), sysmsg.broadcaster_relay_add([radd]), now)
         padd = sysmsg.PublisherReplayAdd(rep.id, rep.namespace, rep.start, rep.end, bc)
         self._emit(
             pub.publisher,
@@ -475,6 +521,15 @@ class Orchestrator(Role):
             now,
         )
         return Ok(rep.id)
+
+    def _target(self, subscriber: Principal, publication_bc: Principal) -> Principal:
+        home = self.homes.get(subscriber.bytes)
+        if home is not None:
+            return home
+        if self.relay_replays and len(self.broadcasters) > 1:
+            i = self.broadcasters.index(publication_bc)
+            return self.broadcasters[(i + 1) % len(self.broadcasters)]
+        return publication_bc
 
     def cancel_replay(self, caller: Principal, ids: list[int], now: int) -> list[Ok | Err | None]:
         if len(ids) > self.quotas.max_batch:
@@ -503,12 +558,17 @@ class Orchestrator(Role):
             sysmsg.publisher_replay_remove([rid]),
             now,
         )
-        self._emit(
-            rep.broadcaster,
-            sysmsg.broadcaster_sys(rep.broadcaster),
-            sysmsg.broadcaster_replay_remove([rid]),
-            now,
-        )
+        tsys = sysmsg.broadcaster_sys(rep.broadcaster)
+        if rep.relay is not None:
+            self._emit(
+                rep.relay,
+                sysmsg.broadcaster_sys(rep.relay),
+                sysmsg.broadcaster_relay_remove([rid]),
+                now,
+            )
+        self._emit(rep.broadcaster, tsys, sysmsg.broadcaster_replay_remove([rid]), now)
+        if rep.relay is not None:
+            self._emit(rep.broadcaster, tsys, sysmsg.broadcaster_relayer_remove([rid]), now)
         return Ok(rid)
 
     def replay_status(
@@ -536,7 +596,7 @@ class Orchestrator(Role):
         take = min(args.take or 100, 1000)
         out: list[Any] = []
         for rep in sorted(self.replays.values(), key=lambda r: r.id):
-            if caller not in (rep.subscriber, rep.publisher, rep.broadcaster):
+            if caller not in (rep.subscriber, rep.publisher, rep.broadcaster, rep.relay):
                 continue
             if args.filter is not None and not all(
                 self._slice_ok(rep, k, v) for k, v in args.filter.slices
@@ -552,6 +612,6 @@ class Orchestrator(Role):
         return {
             "BySubscriber": lambda: rep.subscriber == v,
             "ByPublisher": lambda: rep.publisher == v,
-            "ByBroadcaster": lambda: rep.broadcaster == v,
+            "ByBroadcaster": lambda: v in (rep.broadcaster, rep.relay),
             "ByNamespace": lambda: rep.namespace == v,
         }.get(kind, lambda: False)()

@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from loglake.errors import DecodeError, LoglakeError
+from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity, SignatureError, principal_from_text, verify_call
 from loglake.events.publisher import Publisher
@@ -123,7 +124,7 @@ class RoleServer:
     async def _start(self, app: web.Application) -> None:
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         self.tasks = [asyncio.create_task(self._sender())]
-        if isinstance(self.role, Publisher):
+        if isinstance(self.role, Publisher | Broadcaster):  # replays; relay resends
             self.tasks.append(asyncio.create_task(self._pumper()))
         self._drain()
 

@@ -10,8 +10,16 @@ A system notification's ``data`` is ``#Map([(key, payload)])``. ICRC-77 payload 
 
 - ``icrc77:broadcaster:replay:add``: ``#Array[#Array[#Nat id, #Text namespace, #Blob relay,
   #Blob subscriber, #Option(null)|#Text filter, #Option(null)|#Array[#Nat, #Nat] skip,
-  #Blob publisher]]``. We have no relays: ``relay`` is the broadcaster itself. The text calls
-  the skip pair ``(skipStart, skipEnd)``; we carry ICRC-72's ``[mod, offset]`` there.
+  #Blob publisher]]``. ``relay`` is the relay broadcaster the replay's events come through
+  (the broadcaster itself when there is no relay tier). The text calls the skip pair
+  ``(skipStart, skipEnd)``; we carry ICRC-72's ``[mod, offset]`` there.
+- ``icrc77:broadcaster:replay_relay:add`` (to the relay): ``#Array[#Array[#Nat id, #Text
+  namespace, #Blob target broadcaster, #Blob publisher, #Option(null)|#Text filter,
+  #Option(null)|#Array[#Nat, #Nat] skip]]``.
+- ``icrc77:broadcaster:replay_relayer:add`` (to the target broadcaster: which relay feeds it):
+  ``#Array[#Nat id, #Text namespace, #Blob relay]`` — one flat triple, as the text types it.
+- ``icrc77:broadcaster:replay_relay:remove`` / ``…:replay_relayer:remove``: ``#Array[#Nat id]``
+  (the text's type; its prose lists fields the type does not have, as for ``replay:remove``).
 - ``icrc77:broadcaster:replay:remove``: ``#Array[#Array[#Nat id]]`` (the text's type; the prose
   lists more fields the type does not have).
 - ``icrc77:publisher:replay:add``: ``#Array[#Array[#Nat id, #Text namespace, #Nat start,
@@ -41,6 +49,10 @@ from loglake.wire.icrc16 import Value
 
 BROADCASTER_REPLAY_ADD = "icrc77:broadcaster:replay:add"
 BROADCASTER_REPLAY_REMOVE = "icrc77:broadcaster:replay:remove"
+BROADCASTER_RELAY_ADD = "icrc77:broadcaster:replay_relay:add"
+BROADCASTER_RELAY_REMOVE = "icrc77:broadcaster:replay_relay:remove"
+BROADCASTER_RELAYER_ADD = "icrc77:broadcaster:replay_relayer:add"
+BROADCASTER_RELAYER_REMOVE = "icrc77:broadcaster:replay_relayer:remove"
 PUBLISHER_REPLAY_ADD = "icrc77:publisher:replay:add"
 PUBLISHER_REPLAY_REMOVE = "icrc77:publisher:replay:remove"
 SUBSCRIBER_REPLAY_ADD = "icrc77:subscriber:replay:add"
@@ -83,6 +95,23 @@ class BroadcasterReplayAdd:
 
 
 @dataclass(frozen=True)
+class RelayAdd:
+    replay_id: int
+    namespace: str
+    target: Principal
+    publisher: Principal
+    filter: str | None
+    skip: Skip | None
+
+
+@dataclass(frozen=True)
+class RelayerAdd:
+    replay_id: int
+    namespace: str
+    relay: Principal
+
+
+@dataclass(frozen=True)
 class PublisherReplayAdd:
     replay_id: int
     namespace: str
@@ -117,6 +146,48 @@ def broadcaster_replay_add(items: list[BroadcasterReplayAdd]) -> Value:
             )
         ),
     )
+
+
+def _opt_filter(f: str | None) -> Value:
+    return {"Option": None} if f is None else {"Text": f}
+
+
+def _opt_skip(s: Skip | None) -> Value:
+    return {"Option": None} if s is None else s.to_icrc16()
+
+
+def broadcaster_relay_add(items: list[RelayAdd]) -> Value:
+    return message(
+        BROADCASTER_RELAY_ADD,
+        _arr(
+            *(
+                _arr(
+                    {"Nat": i.replay_id},
+                    {"Text": i.namespace},
+                    {"Blob": i.target.bytes},
+                    {"Blob": i.publisher.bytes},
+                    _opt_filter(i.filter),
+                    _opt_skip(i.skip),
+                )
+                for i in items
+            )
+        ),
+    )
+
+
+def broadcaster_relayer_add(item: RelayerAdd) -> Value:
+    return message(
+        BROADCASTER_RELAYER_ADD,
+        _arr({"Nat": item.replay_id}, {"Text": item.namespace}, {"Blob": item.relay.bytes}),
+    )
+
+
+def broadcaster_relay_remove(ids: list[int]) -> Value:
+    return message(BROADCASTER_RELAY_REMOVE, _arr(*({"Nat": i} for i in ids)))
+
+
+def broadcaster_relayer_remove(ids: list[int]) -> Value:
+    return message(BROADCASTER_RELAYER_REMOVE, _arr(*({"Nat": i} for i in ids)))
 
 
 def publisher_replay_add(items: list[PublisherReplayAdd]) -> Value:
@@ -239,6 +310,41 @@ def read_broadcaster_replay_add(payload: Value) -> list[BroadcasterReplayAdd]:
             )
         )
     return out
+
+
+def _read_filter_skip(flt: Value, skip: Value, k: str) -> tuple[str | None, Skip | None]:
+    from loglake.events.filters import ImproperConfig, parse_skip
+
+    f = None if flt == {"Option": None} else _get(flt, "Text", k)
+    try:
+        return f, parse_skip(skip)
+    except ImproperConfig as e:
+        raise SysMessageError(f"{k}: {e}") from e
+
+
+def read_relay_add(payload: Value) -> list[RelayAdd]:
+    k = BROADCASTER_RELAY_ADD
+    out = []
+    for item in _items(payload, k):
+        rid, ns, target, pub, flt, skip = _fields(item, k, 6)
+        f, s = _read_filter_skip(flt, skip, k)
+        out.append(
+            RelayAdd(
+                _get(rid, "Nat", k),
+                _get(ns, "Text", k),
+                _principal(target, k),
+                _principal(pub, k),
+                f,
+                s,
+            )
+        )
+    return out
+
+
+def read_relayer_add(payload: Value) -> RelayerAdd:
+    k = BROADCASTER_RELAYER_ADD
+    rid, ns, relay = _fields(payload, k, 3)
+    return RelayerAdd(_get(rid, "Nat", k), _get(ns, "Text", k), _principal(relay, k))
 
 
 def read_publisher_replay_add(payload: Value) -> list[PublisherReplayAdd]:

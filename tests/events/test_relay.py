@@ -1,0 +1,270 @@
+"""The ICRC-77 relay tier: ``icrc77:broadcaster:replay_relay:add|remove`` and
+``icrc77:broadcaster:replay_relayer:add|remove`` (specs/icrc-77-event-replay.txt, "Control Plane
+via ICRC-72 System Namespaces", lines ~137-144), driven with the sans-I/O cores on a fake clock.
+
+The payload vectors below are written from the spec's type lines, field by field:
+``replay_relay:add`` = ``#Array[#Array[#Nat, #Text, #Blob, #Blob, filter, skip]]`` (ReplayID,
+Namespace, Target Broadcaster, Publisher, Filter, Skip); ``replay_relayer:add`` =
+``#Array[#Nat, #Text, #Blob]`` (ReplayID, Namespace, relay); both removes = ``#Array[#Nat]``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.events import sysmsg
+from loglake.events.filters import Skip
+from loglake.events.messages import H_REPLAY_ID, Err, Event, Ok, ReplayState
+from loglake.wire import icrc16
+from loglake.wire.icrc16 import map_get
+from tests.events.world import NS, World, seeded
+
+P1, P2 = seeded(11).principal, seeded(12).principal
+
+
+def test_relay_add_payload_is_the_spec_shape_and_round_trips():
+    item = sysmsg.RelayAdd(7, NS, P1, P2, 'kind == "a"', Skip(3, 1))
+    v = sysmsg.broadcaster_relay_add([item])
+    assert v == {
+        "Map": [
+            (
+                "icrc77:broadcaster:replay_relay:add",
+                {
+                    "Array": [
+                        {
+                            "Array": [
+                                {"Nat": 7},
+                                {"Text": NS},
+                                {"Blob": P1.bytes},
+                                {"Blob": P2.bytes},
+                                {"Text": 'kind == "a"'},
+                                {"Array": [{"Nat": 3}, {"Nat": 1}]},
+                            ]
+                        }
+                    ]
+                },
+            )
+        ]
+    }
+    [(_, payload)] = sysmsg.entries(icrc16.decode(icrc16.encode(v)))
+    assert sysmsg.read_relay_add(payload) == [item]
+    bare = sysmsg.RelayAdd(8, NS, P1, P2, None, None)
+    [(_, payload)] = sysmsg.entries(sysmsg.broadcaster_relay_add([bare]))
+    assert payload["Array"][0]["Array"][4:] == [{"Option": None}, {"Option": None}]
+    assert sysmsg.read_relay_add(payload) == [bare]
+
+
+def test_relayer_add_is_one_flat_triple_and_removes_are_nat_arrays():
+    v = sysmsg.broadcaster_relayer_add(sysmsg.RelayerAdd(7, NS, P1))
+    assert v == {
+        "Map": [
+            (
+                "icrc77:broadcaster:replay_relayer:add",
+                {"Array": [{"Nat": 7}, {"Text": NS}, {"Blob": P1.bytes}]},
+            )
+        ]
+    }
+    [(_, payload)] = sysmsg.entries(v)
+    assert sysmsg.read_relayer_add(payload) == sysmsg.RelayerAdd(7, NS, P1)
+    for make, key in (
+        (sysmsg.broadcaster_relay_remove, "icrc77:broadcaster:replay_relay:remove"),
+        (sysmsg.broadcaster_relayer_remove, "icrc77:broadcaster:replay_relayer:remove"),
+    ):
+        assert make([7, 9]) == {"Map": [(key, {"Array": [{"Nat": 7}, {"Nat": 9}]})]}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"Nat": 1},
+        {"Array": [{"Array": [{"Nat": 1}, {"Text": NS}, {"Blob": P1.bytes}]}]},  # 3 of 6
+        {
+            "Array": [
+                {
+                    "Array": [
+                        {"Nat": 1},
+                        {"Text": NS},
+                        {"Blob": b"x" * 30},
+                        {"Blob": b""},
+                        {"Option": None},
+                        {"Option": None},
+                    ]
+                }
+            ]
+        },
+        {
+            "Array": [
+                {
+                    "Array": [
+                        {"Text": "1"},
+                        {"Text": NS},
+                        {"Blob": P1.bytes},
+                        {"Blob": P2.bytes},
+                        {"Option": None},
+                        {"Option": None},
+                    ]
+                }
+            ]
+        },
+        {
+            "Array": [
+                {
+                    "Array": [
+                        {"Nat": 1},
+                        {"Text": NS},
+                        {"Blob": P1.bytes},
+                        {"Blob": P2.bytes},
+                        {"Option": None},
+                        {"Array": [{"Nat": 0}]},
+                    ]
+                }
+            ]
+        },
+    ],
+)
+def test_malformed_relay_add_is_a_typed_error(payload):
+    with pytest.raises(sysmsg.SysMessageError):
+        sysmsg.read_relay_add(payload)
+
+
+def test_malformed_relayer_add_is_a_typed_error():
+    for bad in ({"Array": [{"Nat": 1}, {"Text": NS}]}, {"Array": [{"Array": [{"Nat": 1}]}]}):
+        with pytest.raises(sysmsg.SysMessageError):
+            sysmsg.read_relayer_add(bad)
+
+
+def _relayed(**kw) -> World:
+    w = World(homes={"bob": "bc2"}, **kw)
+    w.register_publication()
+    w.publish(1000)
+    w.subscribe("alice")
+    w.subscribe("bob")
+    w.alice.take()
+    return w
+
+
+def test_orchestrator_alerts_target_then_relay_before_the_publisher():
+    w = _relayed()
+    w.net.queue.clear()
+    rid = w.replay("bob", 10, 20).value
+    sent = [
+        (c.target, c.arg[0].namespace, sysmsg.entries(c.arg[0].data)[0][0]) for _, c in w.net.queue
+    ]
+    p = w.p
+    assert sent == [
+        (p["bob"], sysmsg.subscriber_sys(p["bob"]), sysmsg.SUBSCRIBER_BROADCASTER_ADD),
+        (p["bc2"], sysmsg.broadcaster_sys(p["bc2"]), sysmsg.BROADCASTER_REPLAY_ADD),
+        (p["bc2"], sysmsg.broadcaster_sys(p["bc2"]), sysmsg.BROADCASTER_RELAYER_ADD),
+        (p["bc"], sysmsg.broadcaster_sys(p["bc"]), sysmsg.BROADCASTER_RELAY_ADD),
+        (p["pub"], sysmsg.publisher_sys(p["pub"]), sysmsg.PUBLISHER_REPLAY_ADD),
+    ]
+    # the target's replay:add names the relay; the publisher publishes to the relay
+    [a] = sysmsg.read_broadcaster_replay_add(sysmsg.entries(w.net.queue[1][1].arg[0].data)[0][1])
+    assert (a.replay_id, a.relay, a.subscriber, a.publisher) == (rid, p["bc"], p["bob"], p["pub"])
+    [pa] = sysmsg.read_publisher_replay_add(sysmsg.entries(w.net.queue[4][1].arg[0].data)[0][1])
+    assert pa.broadcaster == p["bc"]
+    st = w.status("bob", rid)
+    stats = dict(st.stats)
+    assert stats["icrc77:replay:broadcaster"] == {"Principal": p["bc2"]}
+    assert stats["icrc77:replay:relay"] == {"Principal": p["bc"]}
+    # every system message is in the stream of its system namespace (auditable)
+    assert w.orch_log.next_index(sysmsg.broadcaster_sys(p["bc2"])) >= 2
+
+
+def test_replay_flows_publisher_relay_target_subscriber():
+    w = _relayed()
+    rid = w.replay("bob", 100, 350).value
+    w.net.run()
+    notes = w.bob.take()
+    assert [n.event_id for n in notes] == list(range(100, 350))
+    assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": rid} for n in notes)
+    assert w.bob.replays[rid].broadcaster == w.p["bc2"]  # delivered by the target
+    assert w.bc.relays[rid].forwarded == 250 and w.bc.stats.relayed == 250
+    assert w.bc2.stats.notified == 250 and w.bc2.pending == {}  # all confirmed at the target
+    assert w.bc.stats.notified == 0  # the relay notified nobody itself
+    assert w.status("bob", rid).status == ReplayState("completed", 250)
+    assert w.alice.take() == []  # a replay goes to its subscriber only
+    w.publish(5, start=1000)  # live events keep flowing on the publication's broadcaster
+    assert [n.event_id for n in w.bob.take()] == list(range(1000, 1005))
+
+
+def test_filter_and_skip_apply_at_the_relay():
+    w = _relayed()
+    cfg = [("filter", {"Text": 'kind == "a"'}), ("skip", {"Array": [{"Nat": 4}]})]
+    rid = w.replay("bob", 0, 100, cfg).value
+    w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(0, 100, 4))
+    assert w.bc.relays[rid].forwarded == 25  # dropped events did not cross the second hop
+
+
+def test_relay_replays_option_puts_every_replay_through_a_relay():
+    w = World(relay_replays=True)
+    w.register_publication()
+    w.publish(50)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, None).value
+    w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(50))
+    assert w.bc.stats.relayed == 50 and w.bc2.stats.notified == 50
+    assert w.status("bob", rid).status == ReplayState("completed", 50)
+
+
+def test_cancel_removes_relay_and_relayer_and_stops_the_flow():
+    w = _relayed(batch_size=10)
+    rid = w.replay("bob", 0, 1000).value
+    for _ in range(40):
+        w.net.step()
+    assert w.call("bob", "icrc77_cancel_replay", [rid]) == [Ok(rid)]
+    w.net.run()
+    got = [n.event_id for n in w.bob.take()]
+    st = w.status("bob", rid).status
+    assert st.tag == "canceled" and 0 < len(got) <= st.value < 1000
+    assert got == list(range(len(got)))
+    assert rid not in w.bc.relays and rid not in w.bc2.replays
+
+
+def test_target_busy_is_retried_by_the_relay():
+    w = _relayed()
+    w.bc2.max_unconfirmed = 0
+    rid = w.replay("bob", 0, 30).value
+    w.net.run(max_steps=200)
+    assert w.bob.take() == [] and w.bc2.stats.busy > 0
+    r = w.bc.relays[rid]
+    assert r.forwarded == 0 and r.inflight + len(r.retry) == 30  # held by the relay, not lost
+    w.bc2.max_unconfirmed = 1_000
+    w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(30))
+
+
+def test_relay_window_pushes_back_on_the_publisher():
+    w = _relayed(relay_window=5, batch_size=10)
+    w.bc2.max_unconfirmed = 0
+    rid = w.replay("bob", 0, 40).value
+    w.net.run(max_steps=300)
+    assert w.bc.stats.busy > 0  # the relay answered Busy to the publisher
+    assert len(w.bc.relays[rid].retry) + w.bc.relays[rid].inflight <= 5
+    w.bc2.max_unconfirmed = 1_000
+    w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(40))
+    assert w.status("bob", rid).status == ReplayState("completed", 40)
+
+
+def test_target_accepts_replayed_events_only_from_the_named_relay():
+    w = _relayed()
+    rid = w.replay("bob", 0, 1).value
+    # before anything runs, bc2 has not been told the replay: the relay is refused
+    e = Event(0, None, 0, NS, {"Nat": 1}, w.p["pub"], [(H_REPLAY_ID, {"Nat": rid})])
+    assert w.call("bc", "icrc72_publish", [e], target="bc2") == [Err("Unauthorized")]
+    w.net.run()
+    assert w.call("alice", "icrc72_publish", [e], target="bc2") == [Err("Unauthorized")]
+    # with a relay, not even the publisher may skip the relay
+    assert w.call("pub", "icrc72_publish", [e], target="bc2") == [Err("Unauthorized")]
+    assert w.bc2.replays[rid].relayers == {w.p["bc"].bytes}
+
+
+def test_relayer_add_for_a_replay_not_assigned_here_is_refused():
+    w = _relayed()
+    data = sysmsg.broadcaster_relayer_add(sysmsg.RelayerAdd(99, NS, w.p["bc"]))
+    with pytest.raises(sysmsg.SysMessageError):
+        w.bc2._apply(sysmsg.BROADCASTER_RELAYER_ADD, sysmsg.entries(data)[0][1], 0)
+    assert w.bc2.replays == {}
