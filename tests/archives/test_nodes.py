@@ -80,20 +80,78 @@ def test_torn_build_is_truncated_on_restart(tmp_path, layout):
     assert data.read_bytes() == good
 
 
-def test_prune_only_archived_messages_older_than_30_days(tmp_path, layout):
+def _live(log: MemoryLog, stream: str = "community") -> list[bytes]:
+    return [r.data for r in log.read(stream, 0, 0)]
+
+
+def _archived(node: ControlNode) -> set[bytes]:
+    data = node.data_path.read_bytes()
+    out: set[bytes] = set()
+    for e in node.entries:
+        out.update(node.layout.decode_archive(data[e.offset : e.offset + e.size], e))
+    return out
+
+
+def test_prune_truncates_only_archived_records_older_than_30_days(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(6), 7)
+    everything = _live(log)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
     node.ingest_log(log, "community")
     now = START + 6 * WEEK
-    assert node.prune(now) == 0  # nothing archived yet: nothing removed
+    assert node.prune(now).log_records == 0  # nothing archived yet: nothing removed
+    assert _live(log) == everything
     node.build(START + 2 * WEEK)  # weeks 1-2 archived
-    removed = node.prune(now)
-    # 30 days before `now` is day 12: only archived messages before day 12 go
-    assert removed == 12
+    pruned = node.prune(now)
+    # 30 days before `now` is day 12: only archived records before day 12 go, from the live
+    # stream (the source of truth) and from the working store
+    assert (pruned.log_records, pruned.store_rows, pruned.kept_from) == (12, 12, 12)
+    assert _live(log) == everything[12:]
+    assert log.read("community", 0, 0)[0].index == 12
+    assert set(everything[:12]) <= _archived(node)  # what left the live log is in archives
     assert node.store.oldest_ns() >= START + 12 * DAY
     node.build(now)
-    assert node.prune(now) == 0  # week 3+ is newer than 30 days
+    assert node.prune(now).log_records == 0  # week 3+ is newer than 30 days
+    assert _live(log) == everything[12:]
+
+
+def test_prune_never_truncates_an_unarchived_record(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(2), 7)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_log(log, "community")
+    node.build(START + 2 * WEEK)
+    # arrivals after the build: a message dated in archived week 1 (its window is closed, so
+    # it is never exported) and junk that is not a WakuMessage; then a normal week-1 record
+    late = record(layout, START + 3 * DAY, b"late")
+    log.append("community", 0, late)  # index 14
+    log.append("community", 0, b"\xff\xff not a waku message")  # index 15
+    node.ingest_log(log, "community")
+    pruned = node.prune(START + 10 * WEEK)
+    assert pruned.log_records == 14 and pruned.kept_from == 14  # the late record holds the rest
+    live = _live(log)
+    assert live[0] == late and len(live) == 2
+    assert late not in _archived(node)
+    assert node.store.count() == 1  # only the unarchived row is left in the store
+
+
+def test_store_is_rebuilt_from_stream_and_archives(tmp_path, layout):
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(3), 7)
+    everything = _live(log)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(tmp_path / "a.sqlite"))
+    node.ingest_log(log, "community")
+    node.build(START + 2 * WEEK)
+    node.store.close()
+    # the store is lost: a new one is filled from the stream and re-flagged from the archives
+    fresh = MessageStore(tmp_path / "b.sqlite")
+    node2 = ControlNode(tmp_path / "root", KEY, layout, fresh)
+    assert node2.ingest_log(log, "community") == 21
+    assert {a.archive_id for a in fresh.archives()} == {e.archive_id for e in node2.entries}
+    pruned = node2.prune(START + 10 * WEEK)
+    assert pruned.log_records == 14  # weeks 1-2, exactly what the archives hold
+    assert _live(log) == everything[14:]
+    assert node2.build(START + 2 * WEEK).new == []  # no window is exported twice
 
 
 def test_member_waits_20_seconds_after_the_last_magnet():

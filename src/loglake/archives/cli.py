@@ -332,7 +332,10 @@ def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port
                 idx = node.publish_magnet(streams, channel, now // 1_000_000, (seeder.peer,))
                 console.print(f"seeding {seeded}; magnet published on {channel} at {idx}")
             pruned = node.prune(now)
-            console.print(f"ingested {n}, new archives {len(out.new)}, pruned {pruned}")
+            console.print(
+                f"ingested {n}, new archives {len(out.new)}, truncated {pruned.log_records} "
+                f"from the live stream (store rows {pruned.store_rows})"
+            )
             if deadline is not None and time.monotonic() >= deadline:
                 return
             left = float("inf") if deadline is None else deadline - time.monotonic()

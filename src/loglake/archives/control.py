@@ -7,6 +7,16 @@ that owns files: ``<root>/<community id>/data`` (append-only), ``<root>/<communi
 layout (manager_archive_file.go: ``archiveDir = DataDir + "/" + communityID``; torrent file in
 ``TorrentDir``). A crash between appending to ``data`` and writing ``index`` is repaired on the
 next start by truncating ``data`` to the end of the last indexed archive.
+
+Where messages live: the community stream (a loglake ``Log`` stream, one partition) is the
+source of truth. The control node copies it into its ``MessageStore``, a working index for
+window queries; a build flags the rows it exported; ``prune`` truncates from the *live stream*
+the longest prefix whose records are all archived and older than 30 days (spec "Storing live
+messages"; ``Log.truncate_before``), then drops the same rows from the store. An unarchived
+message (not yet exported, or arrived after its window was archived) is never truncated and
+holds the prefix behind it. A lost or lagging store is rebuilt: ingest re-reads the stream from
+its first index, and rows older than the last archive are re-flagged by decoding the local
+archives (a row is archived iff its record is in one).
 """
 
 from __future__ import annotations
@@ -26,9 +36,19 @@ from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log.api import Log
 from loglake.logs import log_event
-from loglake.streams.api import Streams
+from loglake.streams.api import LocalStreams, Streams
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    log_records: int
+    """Records truncated from the live community stream."""
+    store_rows: int
+    """Rows dropped from the working store."""
+    kept_from: int | None
+    """The stream index the live log now keeps from (None: no live log to truncate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +89,13 @@ class ControlNode:
         self.index_path = self.folder / "index"
         self.torrent_path = self.root / f"{self.community_id}.torrent"
         self.builder = self._load(announce)
+        self._source: tuple[Log, str, int] | None = None
+        # a new or lagging store (crash after writing the index): its rows older than the last
+        # archive must be re-flagged from the archives themselves
+        last = self.store.last_archive_end_ns()
+        self._reflag_due = bool(self.builder.entries) and (
+            last is None or last < max(e.metadata.to_ns for e in self.builder.entries)
+        )
 
     def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:
         entries: list[IndexEntry] = []
@@ -112,34 +139,64 @@ class ControlNode:
     # -- ingest -----------------------------------------------------------------------------
     def ingest_log(self, log: Log, stream: str, partition: int = 0, batch: int = 10_000) -> int:
         """Copy new records of the community stream into the store (records that are not the
-        layout's WakuMessage are logged and skipped)."""
+        layout's WakuMessage are logged and skipped). ``log``/``stream``/``partition`` become
+        the live stream that ``prune`` truncates."""
+        self._source = (log, stream, partition)
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
         while True:
             recs = log.read(stream, partition, pos, limit=batch)
             if not recs:
-                return total
-            total += self._ingest([r.data for r in recs], recs[-1].index + 1)
+                break
+            total += self._ingest([(r.index, r.data) for r in recs], recs[-1].index + 1)
             pos = recs[-1].index + 1
+        self._reflag()
+        return total
 
     def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
+        """``ingest_log`` through the ``Streams`` protocol. On ``LocalStreams`` the log behind
+        it is the live stream ``prune`` truncates; a remote stream service has no truncate."""
+        self._source = (streams.log, stream, 0) if isinstance(streams, LocalStreams) else None
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
         while True:
             msgs = streams.pull(stream, pos, batch)
             if not msgs:
-                return total
-            total += self._ingest([m.data for m in msgs], msgs[-1].index + 1)
+                break
+            total += self._ingest([(m.index, m.data) for m in msgs], msgs[-1].index + 1)
             pos = msgs[-1].index + 1
+        self._reflag()
+        return total
 
-    def _ingest(self, raws: list[bytes], next_index: int) -> int:
-        good = []
-        for raw in raws:
+    def _ingest(self, recs: list[tuple[int, bytes]], next_index: int) -> int:
+        good, idxs = [], []
+        for idx, raw in recs:
             try:
                 good.append(self.layout.decode_record(raw))
+                idxs.append(idx)
             except BadRecord as e:
-                log_event(logger, logging.WARNING, "skipping record", reason=str(e))
-        return self.store.add(good, next_index)
+                log_event(logger, logging.WARNING, "skipping record", index=idx, reason=str(e))
+        return self.store.add(good, next_index, idxs)
+
+    def _reflag(self) -> None:
+        """Rebuild the store's ``archived`` flags from the local archives (once, after the
+        first ingest into a new or lagging store): a row older than the last archive's end is
+        archived iff its record is in an archive. Holds every archived record in memory."""
+        if not self._reflag_due:
+            return
+        self._reflag_due = False
+        entries = self.builder.entries
+        end = max(e.metadata.to_ns for e in entries)
+        rows = self.store.rows_before(end)
+        if rows:
+            archived: set[bytes] = set()
+            with open(self.data_path, "rb") as f:
+                for e in entries:
+                    f.seek(e.offset)
+                    archived.update(self.layout.decode_archive(f.read(e.size), e))
+            self.store.flag_archived([rid for rid, raw in rows if raw in archived])
+        self.store.record_archives(entries, self.builder.end_ns)
+        log_event(logger, logging.INFO, "store re-flagged from archives", rows=len(rows))
 
     # -- build ------------------------------------------------------------------------------
     def build(
@@ -168,7 +225,14 @@ class ControlNode:
             _atomic_write(self.index_path, result.index)
             _atomic_write(self.torrent_path, result.torrent.metainfo())
         new = self.builder.entries[before:]
-        self.store.record_archives(new, result.end_ns)
+        # the rows this build exported (its windows, its topics, status-go's size cap)
+        self.store.record_archives(
+            new,
+            result.end_ns,
+            exported=(windows[0][0], result.end_ns),
+            topics=self.topics,
+            max_cap=self.layout.max_archive_bytes,
+        )
         log_event(
             logger,
             logging.INFO,
@@ -208,10 +272,28 @@ class ControlNode:
         return streams.push(channel, self.magnet_message(clock, peers))
 
     # -- retention --------------------------------------------------------------------------
-    def prune(self, now_ns: int) -> int:
+    def prune(self, now_ns: int) -> Pruned:
         """Spec "Storing live messages": remove messages older than 30 days, but only those
-        already turned into archives (older than the end of the last archive)."""
+        already turned into archives. Truncates the live community stream (the one last
+        ingested from a ``Log`` or ``LocalStreams``) before the first record that is not both
+        archived and older than 30 days, then drops archived rows older than that from the
+        store."""
         end = self.builder.end_ns
         if end is None:
-            return 0
-        return self.store.prune(min(now_ns - RETENTION_NS, end))
+            return Pruned(0, 0, None)
+        cutoff = min(now_ns - RETENTION_NS, end)
+        dropped, kept_from = 0, None
+        if self._source is not None:
+            log, stream, partition = self._source
+            ingested = int(self.store.get_meta("ingest_next_index") or 0)
+            kept_from = self.store.removable_before(cutoff, ingested)
+            try:
+                dropped = log.truncate_before(stream, partition, kept_from)
+            except NotImplementedError as e:  # a backend without truncation: keep everything
+                log_event(logger, logging.WARNING, "live log not truncated", reason=str(e))
+                kept_from = None
+        else:
+            log_event(logger, logging.WARNING, "no live log to truncate (remote stream service)")
+        rows = self.store.prune(cutoff, archived_only=True)
+        log_event(logger, logging.INFO, "pruned", log_records=dropped, store_rows=rows)
+        return Pruned(dropped, rows, kept_from)

@@ -1,13 +1,22 @@
 """A community's message store (control node and member alike): SQLite, one file per node.
 
-Why not a loglake stream: the spec asks for two operations an append-only log does not have —
-"Control nodes SHOULD remove those messages ... once they are older than 30 days and after they
-have been turned into message archives" and members "MUST replace messages in their local
-databases with the messages extracted from archives within the same time range". status-go keeps
-a database for the same reason (protocol/communities/persistence.go: waku messages, archive ids,
-last archive end date). The live community channel stays a loglake stream; the control node
-ingests it here (tracking the next stream index in the same transaction), and each hydrate or
-prune is one SQLite transaction, so a failure leaves the store exactly as it was.
+Control node: a *working index*, not the source of truth. The community's messages live in a
+loglake stream; the control node copies them here (with their stream index, tracking the next
+index in the same transaction) because building a 7-day window needs "messages with
+``from <= timestamp < to``, in time order", which the stream (ordered by arrival) cannot answer.
+When a build covers a window, the rows it exported are flagged ``archived`` in the same
+transaction that records the archives; ``removable_before`` then gives the longest prefix of the
+stream whose records are all archived and older than the cut-off, which the control node
+truncates from the live log (spec "Storing live messages": remove messages "once they are older
+than 30 days and after they have been turned into message archives"). Everything here can be
+rebuilt from the stream and the archives (``ControlNode`` re-ingests the stream into an empty
+store and re-flags the rows found in its local archives).
+
+Member: its local database, which "MUST replace messages ... with the messages extracted from
+archives within the same time range" (hydrate), something an append-only log cannot do.
+status-go keeps a database for the same reasons (protocol/communities/persistence.go: waku
+messages, archive ids, last archive end date). Each hydrate or prune is one SQLite transaction,
+so a failure leaves the store exactly as it was.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from loglake.archives.layout import DecodedMessage, IndexEntry
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
-  ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0
+  ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0,
+  idx INTEGER, archived INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_ts ON messages (ts_ns);
 CREATE TABLE IF NOT EXISTS archives (
@@ -49,6 +59,10 @@ class MessageStore:
         if self.path != ":memory:":
             self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(_SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
+        if "idx" not in cols:  # a store written before the stream index was kept
+            self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
+            self.db.execute("ALTER TABLE messages ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self.db.close()
@@ -66,12 +80,24 @@ class MessageStore:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
 
     # -- messages ---------------------------------------------------------------------------
-    def add(self, messages: Iterable[DecodedMessage], next_index: int | None = None) -> int:
+    def add(
+        self,
+        messages: Iterable[DecodedMessage],
+        next_index: int | None = None,
+        indexes: Sequence[int] | None = None,
+    ) -> int:
         """Insert messages; with ``next_index``, record the stream position in the same
-        transaction (ingest is then exactly-once across restarts)."""
-        rows = [(m.timestamp_ns, m.topic, m.raw, m.cap_size) for m in messages]
+        transaction (ingest is then exactly-once across restarts); ``indexes``: each message's
+        stream index (control node)."""
+        msgs = list(messages)
+        idxs = indexes if indexes is not None else [None] * len(msgs)
+        rows = [
+            (m.timestamp_ns, m.topic, m.raw, m.cap_size, i) for m, i in zip(msgs, idxs, strict=True)
+        ]
         with self._tx():
-            self.db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", rows)
+            self.db.executemany(
+                "INSERT INTO messages (ts_ns, topic, raw, cap, idx) VALUES (?, ?, ?, ?, ?)", rows
+            )
             if next_index is not None:
                 self._set_meta("ingest_next_index", next_index)
         return len(rows)
@@ -127,11 +153,58 @@ class MessageStore:
     def archive_ids(self) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT archive_id FROM archives")}
 
-    def record_archives(self, entries: Sequence[IndexEntry], end_ns: int | None) -> None:
+    def record_archives(
+        self,
+        entries: Sequence[IndexEntry],
+        end_ns: int | None,
+        exported: tuple[int, int] | None = None,
+        topics: Sequence[bytes | str] | None = None,
+        max_cap: int | None = None,
+    ) -> int:
+        """Record new archives and the end of the last window; with ``exported = (from, to)``,
+        flag as archived the rows a build of that span exported (same transaction): those in
+        the span, on ``topics`` (None: all), with ``cap <= max_cap`` (status-go drops bigger
+        ones; None: no cap). Returns how many rows were flagged."""
+        flagged = 0
         with self._tx():
             self._insert_archives(entries)
             if end_ns is not None:
                 self._set_meta("last_archive_end_ns", end_ns)
+            if exported is not None:
+                q = "UPDATE messages SET archived = 1 WHERE ts_ns >= ? AND ts_ns < ?"
+                args: list = list(exported)
+                if topics is not None:
+                    q += f" AND topic IN ({','.join('?' * len(topics))})"
+                    args += list(topics)
+                if max_cap is not None:
+                    q += " AND cap <= ?"
+                    args.append(max_cap)
+                flagged = self.db.execute(q, args).rowcount
+        return flagged
+
+    def flag_archived(self, rowids: Sequence[int]) -> None:
+        with self._tx():
+            self.db.executemany(
+                "UPDATE messages SET archived = 1 WHERE rowid = ?", [(r,) for r in rowids]
+            )
+
+    def rows_before(self, to_ns: int) -> list[tuple[int, bytes]]:
+        """``(rowid, raw)`` of unflagged rows older than ``to_ns`` (re-flagging after a rebuild)."""
+        return self.db.execute(
+            "SELECT rowid, raw FROM messages WHERE archived = 0 AND ts_ns < ?", (to_ns,)
+        ).fetchall()
+
+    def removable_before(self, cutoff_ns: int, ingested: int) -> int:
+        """The stream index below which every ingested record is archived and older than
+        ``cutoff_ns``: the first row that is not (or ``ingested``, the next index to ingest,
+        when every row is). Records that are not the layout's WakuMessage were never stored
+        and hold nothing back; rows already pruned were removable."""
+        row = self.db.execute(
+            "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
+            " AND NOT (archived = 1 AND ts_ns < ?)",
+            (ingested, cutoff_ns),
+        ).fetchone()
+        return ingested if row[0] is None else row[0]
 
     def _insert_archives(self, entries: Sequence[IndexEntry]) -> None:
         self.db.executemany(
@@ -156,7 +229,7 @@ class MessageStore:
         m = entry.metadata
         self.db.execute("DELETE FROM messages WHERE ts_ns >= ? AND ts_ns < ?", (m.from_ns, m.to_ns))
         self.db.executemany(
-            "INSERT INTO messages VALUES (?, ?, ?, ?)",
+            "INSERT INTO messages (ts_ns, topic, raw, cap) VALUES (?, ?, ?, ?)",
             [(x.timestamp_ns, x.topic, x.raw, x.cap_size) for x in messages],
         )
         self._insert_archives([entry])
@@ -170,10 +243,12 @@ class MessageStore:
                 n += self._hydrate(entry, messages)
         return n
 
-    def prune(self, before_ns: int) -> int:
-        """Delete messages older than ``before_ns`` (the caller bounds it by what is archived)."""
+    def prune(self, before_ns: int, archived_only: bool = False) -> int:
+        """Delete messages older than ``before_ns`` (the caller bounds it by what is archived);
+        ``archived_only``: only rows flagged archived."""
+        q = "DELETE FROM messages WHERE ts_ns < ?" + (" AND archived = 1" if archived_only else "")
         with self._tx():
-            cur = self.db.execute("DELETE FROM messages WHERE ts_ns < ?", (before_ns,))
+            cur = self.db.execute(q, (before_ns,))
         return cur.rowcount
 
     def _tx(self):
