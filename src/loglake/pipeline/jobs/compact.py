@@ -17,8 +17,10 @@ Atomic, and readable throughout (issue 7):
    naming, so the log and every reader keep reading it). A compacted file's range contains its
    sources' ranges, so by the cover rule readers see each index once from then on; the sources
    are deleted once the compacted file is ``grace_seconds`` old (default 0: at once; the log
-   re-lists its lake files when one disappears). A crash before ``_SUCCESS`` leaves only a
-   staging folder, removed by the next run; a crash after it is finished by the next run.
+   applies the same cover rule and re-lists its lake files when one disappears, and a longer
+   grace keeps already-planned Spark scans of the old files working). A crash before
+   ``_SUCCESS`` leaves only a staging folder, removed by the next run; a crash after it is
+   finished by the next run.
 """
 
 from __future__ import annotations
