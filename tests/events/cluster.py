@@ -35,16 +35,18 @@ class Cluster:
     tmp: Path
     namespace: str = "com.example.e2e"
     extra: dict[str, list[str]] = field(default_factory=dict)
+    roles: tuple[str, ...] = ROLES
+    """Role names; ``broadcaster2`` … run more broadcasters (kind = name without digits)."""
 
     def __post_init__(self) -> None:
-        self.ids = {r: Identity.generate() for r in ROLES}
-        self.ports = {r: free_port() for r in ROLES}
+        self.ids = {r: Identity.generate() for r in self.roles}
+        self.ports = {r: free_port() for r in self.roles}
         self.urls = {r: f"http://127.0.0.1:{p}" for r, p in self.ports.items()}
         self.keys: dict[str, Path] = {}
         for r, ident in self.ids.items():
             self.keys[r] = self.tmp / f"{r}.key"
             self.keys[r].write_text(ident.seed.hex())
-        directory = {self.ids[r].principal.to_str(): self.urls[r] for r in ROLES}
+        directory = {self.ids[r].principal.to_str(): self.urls[r] for r in self.roles}
         self.directory = self.tmp / "directory.json"
         self.directory.write_text(json.dumps(directory))
         self.procs: dict[str, subprocess.Popen] = {}
@@ -54,14 +56,14 @@ class Cluster:
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        for r in ROLES:  # orchestrator first: the others call it at start
+        for r in self.roles:  # orchestrator first: the others call it at start
             args = [
                 sys.executable,
                 "-m",
                 "loglake.events.cli",
                 "serve",
                 "--role",
-                r,
+                r.rstrip("0123456789"),
                 "--key",
                 str(self.keys[r]),
                 "--port",
@@ -70,7 +72,9 @@ class Cluster:
                 str(self.directory),
             ]
             if r == "orchestrator":
-                args += ["--broadcaster", self.principal("broadcaster")]
+                for b in self.roles:
+                    if b.startswith("broadcaster"):
+                        args += ["--broadcaster", self.principal(b)]
             else:
                 args += ["--orchestrator", self.principal("orchestrator")]
             if r == "publisher":
@@ -98,6 +102,6 @@ class Cluster:
     def logs(self) -> str:
         return "\n".join(
             f"--- {r}\n{(self.tmp / f'{r}.log').read_text(errors='replace')[-3000:]}"
-            for r in ROLES
+            for r in self.roles
             if (self.tmp / f"{r}.log").exists()
         )

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -111,6 +112,18 @@ def whoami(key: str) -> None:
 @click.option("--directory", required=True, help="JSON {principal: url} of every role.")
 @click.option("--orchestrator", help="The orchestrator's principal (all roles but itself).")
 @click.option("--broadcaster", "broadcasters", multiple=True, help="(orchestrator) broadcasters.")
+@click.option(
+    "--home",
+    "homes",
+    multiple=True,
+    help="(orchestrator) SUBSCRIBER=BROADCASTER: the broadcaster serving that subscriber's "
+    "replays (a relay is assigned when it is not the publication's).",
+)
+@click.option(
+    "--relay-replays",
+    is_flag=True,
+    help="(orchestrator) send every replay through a relay to another broadcaster.",
+)
 @click.option("--data-dir", help="Log directory (default: in memory).")
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
 @click.option("--price-per-event", type=int, default=0, help="(publisher) icrc77:pricing.")
@@ -126,6 +139,8 @@ def serve(
     directory: str,
     orchestrator: str | None,
     broadcasters: tuple[str, ...],
+    homes: tuple[str, ...],
+    relay_replays: bool,
     data_dir: str | None,
     register_ns: str | None,
     price_per_event: int,
@@ -156,13 +171,18 @@ def serve(
         for m in mint:
             who, _, amount = m.partition("=")
             ledger.mint(account(principal_from_text(who)), int(amount), time.time_ns())
-        core = Orchestrator(
-            me,
-            lg,
-            [principal_from_text(b) for b in broadcasters],
-            Quotas(max_events_per_replay=max_events_per_replay),
-            ledger,
-        )
+        try:
+            core = Orchestrator(
+                me,
+                lg,
+                [principal_from_text(b) for b in broadcasters],
+                Quotas(max_events_per_replay=max_events_per_replay),
+                ledger,
+                homes=_homes(homes),
+                relay_replays=relay_replays,
+            )
+        except ValueError as e:
+            raise CliError(str(e)) from e
     elif role == "broadcaster":
         core = Broadcaster(me, orch)
     elif role == "publisher":
@@ -187,6 +207,16 @@ def serve(
     server = RoleServer(core, ident, load_directory(directory), throttle_s=throttle_ms / 1000)
     console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}")
     web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
+
+
+def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
+    out = {}
+    for it in items:
+        sub, sep, bc = it.partition("=")
+        if not sep:
+            raise CliError(f"--home expects SUBSCRIBER=BROADCASTER, got {it!r}")
+        out[principal_from_text(sub).bytes] = principal_from_text(bc)
+    return out
 
 
 @command.command()

@@ -1,0 +1,67 @@
+"""End to end through the ICRC-77 relay tier: five processes (orchestrator, two broadcasters,
+publisher, subscriber) on loopback; the orchestrator runs with ``--relay-replays``, so a replay
+flows Publisher → relay (the publication's broadcaster) → target broadcaster → Subscriber
+(specs/icrc-77-event-replay.txt, "Control Plane": ``replay_relay`` / ``replay_relayer``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loglake.events.client import CallRejected
+from loglake.events.messages import H_REPLAY_ID, GetReplays, Ok, Registration, ReplayRegistration
+from loglake.wire.icrc16 import map_get
+from tests.events.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+N = 2_000
+
+
+def test_replay_through_a_relay_broadcaster(tmp_path):
+    c = Cluster(
+        tmp_path,
+        roles=("orchestrator", "broadcaster", "broadcaster2", "subscriber", "publisher"),
+        extra={"orchestrator": ["--relay-replays"], "publisher": ["--batch-size", "200"]},
+    )
+    c.start()
+    try:
+        pub = c.client("publisher")
+        deadline = time.monotonic() + 20
+        while True:  # the publisher registers at start; wait until its broadcaster is known
+            try:
+                items = [({"Nat": i}, None) for i in range(N)]
+                assert pub.call("loglake_publish", (c.namespace, items)) == list(range(N))
+                break
+            except CallRejected:
+                assert time.monotonic() < deadline, c.logs()
+                time.sleep(0.1)
+        sub = c.client("orchestrator", "subscriber")
+        stopped = [("icrc72:subscription:stopped", {"Bool": True})]
+        [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, stopped)])
+        assert isinstance(r, Ok), r
+        time.sleep(0.3)  # the publisher's head update lands
+        [r] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")])
+        assert isinstance(r, Ok), r
+        inbox, got = c.client("subscriber"), []
+        deadline = time.monotonic() + 30
+        while len(got) < N and time.monotonic() < deadline:
+            got += inbox.call("loglake_inbox", 100_000)
+            time.sleep(0.05)
+        assert [n.event_id for n in got] == list(range(N)), c.logs()
+        assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r.value} for n in got)
+        [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]
+        stats = dict(st.stats)
+        assert stats["icrc77:replay:relay"]["Principal"].to_str() == c.principal("broadcaster")
+        assert stats["icrc77:replay:broadcaster"]["Principal"].to_str() == c.principal(
+            "broadcaster2"
+        )
+        deadline = time.monotonic() + 10
+        while not st.status.final and time.monotonic() < deadline:
+            time.sleep(0.05)
+            [st] = [
+                s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value
+            ]
+        assert (st.status.tag, st.status.value) == ("completed", N)
+    finally:
+        c.stop()
