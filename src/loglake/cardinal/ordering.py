@@ -19,7 +19,9 @@ Rules, as the reference applies them:
 - a Reorg message (a reorg deeper than the threshold, on its own channel) reverts to the
   common ancestor: it must be on the chain, or older than the window (then everything held is
   removed); otherwise ``UnknownAncestor`` and nothing changes. The reorg channel's blocks then
-  extend the ancestor; ReorgComplete is passed on.
+  extend the ancestor; ReorgComplete is passed on. A Reorg/ReorgComplete whose ancestor hash was
+  applied already (a redundant producer's copy, or read again after a restart) changes nothing:
+  the applied reorgs are kept (at most ``MAX_REORGS``) and checkpointed.
 
 Deviation (documented in docs/cardinal.md): the reference's ``ChainUpdate.removed`` always has
 full blocks; after a restart we hold only ``BlockRef``s of the blocks emitted before it.
@@ -43,10 +45,13 @@ from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
 from loglake.cardinal.codec import decode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, Consumer
 from loglake.cardinal.errors import CheckpointError, UnknownAncestor
-from loglake.cardinal.messages import ZERO_HASH, Message, Reorg
+from loglake.cardinal.messages import ZERO_HASH, Message, Reorg, ReorgComplete
 from loglake.logs import log_event
 
 log = logging.getLogger(__name__)
+
+MAX_REORGS = 32
+"""Applied reorgs remembered (and checkpointed) for recognising a repeated Reorg."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,10 @@ class Checkpoint:
     chain: tuple[BlockRef, ...] = ()
     """The emitted chain within the reorg window, oldest first; the head is last."""
     offsets: dict[str, int] = field(default_factory=dict)
+    reorgs: tuple[tuple[int, bytes, bool], ...] = ()
+    """Reorgs already applied, oldest first: (ancestor number, ancestor hash, whether their
+    ReorgComplete was seen). A Reorg/ReorgComplete read again after a restart (its offset not
+    committed yet) is recognised from this and not applied twice. At most ``MAX_REORGS``."""
 
     @property
     def head(self) -> BlockRef | None:
@@ -66,6 +75,7 @@ class Checkpoint:
                     [b.number, b.hash.hex(), b.parent.hex(), str(b.weight)] for b in self.chain
                 ],
                 "offsets": self.offsets,
+                "reorgs": [[n, h.hex(), int(done)] for n, h, done in self.reorgs],
             },
             separators=(",", ":"),
             sort_keys=True,
@@ -80,9 +90,12 @@ class Checkpoint:
                 for n, h, p, w in d["chain"]
             )
             offsets = {str(k): int(v) for k, v in d["offsets"].items()}
+            reorgs = tuple(  # absent in checkpoints written before it existed
+                (int(n), bytes.fromhex(h), bool(done)) for n, h, done in d.get("reorgs", [])
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"bad Cardinal checkpoint: {e}") from None
-        return cls(chain, offsets)
+        return cls(chain, offsets, reorgs)
 
     @classmethod
     def starting_at(
@@ -387,13 +400,18 @@ class OrderedConsumer:
         self.ordering = OrderedProcessor(reorg_threshold, chain)
         self.consumer.advance(chain[-1].number if chain else -1)
         self.consumer.next_offsets.update(self.start_offsets)
+        # ancestor hash -> (number, ReorgComplete seen); insertion order = application order
+        self._reorgs: dict[bytes, tuple[int, bool]] = {
+            h: (n, done) for n, h, done in (checkpoint.reorgs if checkpoint else ())
+        }
+        self.repeated_reorgs = 0
 
     def receive(
         self, key: bytes, value: bytes, source: str = "", offset: int = -1
     ) -> list[ChainUpdate | ReorgEvent]:
         """Decode and apply one message. ``CardinalDecodeError``/``UnknownAncestor`` leave the
         state as it was (the offset counts as read: a bad message is not read again)."""
-        if key[:1] == b"\x05":  # Reorg: the ordered layer checks the ancestor first
+        if key[:1] in (b"\x05", b"\x06"):  # Reorg(Complete): applied once, checked first
             self.consumer.note_offset(source, offset)
             return self.handle(decode(key, value), source, offset)
         return self._route(self.consumer.receive(key, value, source, offset))
@@ -401,10 +419,27 @@ class OrderedConsumer:
     def handle(
         self, msg: Message, source: str = "", offset: int = -1
     ) -> list[ChainUpdate | ReorgEvent]:
-        if isinstance(msg, Reorg):
-            updates: list[ChainUpdate | ReorgEvent] = list(
-                self.ordering.reorg(msg.number, msg.hash)
-            )
+        """Apply one decoded message.
+
+        A Reorg (or ReorgComplete) whose ancestor hash was applied already — a redundant
+        producer's copy, or the same message read again after a restart because its offset was
+        not committed — changes nothing: the reorg channel's name is keyed by that hash too
+        (``%s-re-%x``), so it is the same reorg, and its blocks are recognised when they arrive
+        again. Applying it twice would remove the new branch and add it back."""
+        if isinstance(msg, (Reorg, ReorgComplete)):
+            seen = self._reorgs.get(msg.hash)
+            complete = isinstance(msg, ReorgComplete)
+            if seen is not None and (not complete or seen[1]):
+                self.consumer.note_offset(source, offset)
+                self.repeated_reorgs += 1
+                return []
+            updates: list[ChainUpdate | ReorgEvent] = []
+            if not complete:
+                updates += self.ordering.reorg(msg.number, msg.hash)  # may raise: nothing noted
+            self._reorgs.pop(msg.hash, None)
+            self._reorgs[msg.hash] = (msg.number, complete)
+            while len(self._reorgs) > MAX_REORGS:
+                del self._reorgs[next(iter(self._reorgs))]
             updates.extend(self.consumer.handle(msg, source, offset))  # type: ignore[arg-type]
             return updates
         return self._route(self.consumer.handle(msg, source, offset))
@@ -438,4 +473,5 @@ class OrderedConsumer:
             for s, o in held.items():
                 if o < offsets.get(s, o + 1):
                     offsets[s] = o
-        return Checkpoint(self.ordering.chain, offsets)
+        reorgs = tuple((n, h, done) for h, (n, done) in self._reorgs.items())
+        return Checkpoint(self.ordering.chain, offsets, reorgs)

@@ -130,7 +130,7 @@ class StreamTransport(Transport):
         self.streams = streams
         self.partitions = partitions
         self._created: dict[str, int] = {}
-        self._last_shape: dict[str, tuple[tuple, frozenset[str]]] = {}
+        self._last_shape: dict[str, tuple[tuple, frozenset[str], tuple]] = {}
 
     def _ensure(self, topic: str, partitions: int) -> None:
         if topic not in self._created:
@@ -190,7 +190,7 @@ class StreamTransport(Transport):
         """
         name = self._ckpt_stream(client_id)
         self._ensure(name, 1)
-        shape = (checkpoint.chain, frozenset(checkpoint.offsets))
+        shape = (checkpoint.chain, frozenset(checkpoint.offsets), checkpoint.reorgs)
         appended = False
         if self._last_shape.get(client_id) != shape:
             idx = self.streams.push(name, checkpoint.to_bytes())
@@ -223,14 +223,14 @@ class StreamTransport(Transport):
         if not msgs:
             return None
         ckpt = Checkpoint.from_bytes(msgs[0].data)
-        self._last_shape[client_id] = (ckpt.chain, frozenset(ckpt.offsets))
+        self._last_shape[client_id] = (ckpt.chain, frozenset(ckpt.offsets), ckpt.reorgs)
         # The index service holds the offsets too; it only moves forward, so where the record
         # is lower (blocks moved back onto a fork by a reorg) the record wins.
         offsets = {}
         for source, offset in ckpt.offsets.items():
             topic, part = split_source(source)
             offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
-        return Checkpoint(ckpt.chain, offsets)
+        return Checkpoint(ckpt.chain, offsets, ckpt.reorgs)
 
 
 class CardinalProducer:
