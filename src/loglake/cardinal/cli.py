@@ -57,14 +57,16 @@ def produce_chain(
     streams: Streams,
     topic: str,
     blocks: int,
-    partitions: int = DEFAULT_PARTITIONS,
+    partitions: int | None = None,
     deep_reorg: int = 0,
     sub_items: int = 2,
     reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
     on_step: Callable[[BlockPayload | ReorgStep], None] | None = None,
 ) -> tuple[int, list[BlockPayload]]:
     """Send a synthetic chain; return (messages sent, the canonical chain). The producer
-    decides which branches are reorgs past ``reorg_threshold`` (``ChainProducer``)."""
+    decides which branches are reorgs past ``reorg_threshold`` (``ChainProducer``). A missing
+    topic is created with ``partitions`` (default ``DEFAULT_PARTITIONS``); an existing one keeps
+    its count (``PartitionMismatch`` if ``partitions`` is given and differs)."""
     chain = synthetic_chain(blocks, deep_reorg=deep_reorg, sub_items=sub_items)
     producer = Producer(topic, schema_for(topic))
     cp = CardinalProducer(StreamTransport(streams, partitions), producer)
@@ -81,7 +83,7 @@ def consume_topic(
     streams: Streams,
     topic: str,
     client_id: str,
-    partitions: int = DEFAULT_PARTITIONS,
+    partitions: int | None = None,
     reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
     prefixes: tuple[str, ...] = (".*",),
     idle_seconds: float = 0.0,
@@ -93,7 +95,8 @@ def consume_topic(
 ) -> CardinalConsumer:
     """Consume ``topic`` (and its companion topics) from the saved checkpoint; commit a
     checkpoint at most every ``commit_seconds`` (each is one record in the checkpoint stream)
-    and on the way out; stop when nothing new came for ``idle_seconds`` (0: once caught up)."""
+    and on the way out; stop when nothing new came for ``idle_seconds`` (0: once caught up).
+    Partition counts are read from the streams; ``partitions``, if given, is checked."""
     consumer = CardinalConsumer(
         StreamTransport(streams, partitions),
         topics_for(topic),
@@ -143,10 +146,11 @@ _connection = [
     ),
     click.option(
         "--partitions",
-        type=int,
-        default=DEFAULT_PARTITIONS,
-        show_default=True,
-        help="Partitions per topic (producer and consumer must agree).",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"Partitions per topic. Optional: a topic's count is read from the stream; the "
+        f"producer creates a missing topic with this many (default {DEFAULT_PARTITIONS}); an "
+        "existing topic with another count is an error.",
     ),
 ]
 

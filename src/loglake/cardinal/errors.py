@@ -34,3 +34,16 @@ class UnknownAncestor(RemoteProtocolError):
 
 class CheckpointError(DecodeError):
     """A stored checkpoint does not decode."""
+
+
+class PartitionMismatch(LocalProtocolError):
+    """A topic exists with another partition count than the one configured: keys would hash to
+    other partitions than the other side's (and in-order delivery within a block's partition
+    would not hold), so nothing is sent or read."""
+
+    def __init__(self, topic: str, configured: int, actual: int) -> None:
+        super().__init__(
+            f"topic {topic!r} has {actual} partitions, not the {configured} configured "
+            "(leave --partitions out to use the topic's own count)"
+        )
+        self.topic, self.configured, self.actual = topic, configured, actual

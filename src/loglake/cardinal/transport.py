@@ -35,10 +35,12 @@ from loglake.cardinal import avro
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
-from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
+from loglake.cardinal.errors import CardinalDecodeError, PartitionMismatch, UnknownAncestor
 from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
+from loglake.errors import LoglakeError
+from loglake.log.api import UnknownStream
 from loglake.logs import log_event
 from loglake.streams.api import Streams
 
@@ -109,7 +111,7 @@ class Transport(ABC):
 
     @abstractmethod
     def sources(self, topic: str) -> list[str]:
-        """The ``topic:partition`` sources of ``topic``."""
+        """The ``topic:partition`` sources of ``topic``; none while it does not exist."""
 
     @abstractmethod
     def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
@@ -124,23 +126,58 @@ class Transport(ABC):
 
 
 class StreamTransport(Transport):
-    """``Transport`` on the loglake ``Streams`` protocol (``LocalStreams`` or ``StreamClient``)."""
+    """``Transport`` on the loglake ``Streams`` protocol (``LocalStreams`` or ``StreamClient``).
 
-    def __init__(self, streams: Streams, partitions: int = DEFAULT_PARTITIONS) -> None:
+    A topic's partition count is the stream's own (``Streams.partitions``), as a Kafka client
+    reads it from the broker's metadata. ``partitions`` is what a producer creates a missing
+    topic with (``DEFAULT_PARTITIONS`` if None); when given, an existing topic with another
+    count raises ``PartitionMismatch``. A consumer never creates a topic: an absent one has no
+    sources until it appears.
+    """
+
+    def __init__(self, streams: Streams, partitions: int | None = None) -> None:
         self.streams = streams
         self.partitions = partitions
         self._created: dict[str, int] = {}
         self._last_shape: dict[str, tuple[tuple, frozenset[str], tuple]] = {}
 
     def _ensure(self, topic: str, partitions: int) -> None:
+        """Create (or open) a stream of our own: a reorg channel or a checkpoint stream."""
         if topic not in self._created:
             self.streams.create_stream(topic, partitions)
             self._created[topic] = partitions
 
+    def partitions_of(self, topic: str) -> int | None:
+        """``topic``'s partition count as the stream has it; None if there is no such stream.
+        ``PartitionMismatch`` if it differs from the configured count."""
+        n = self._created.get(topic)
+        if n is None:
+            try:
+                n = self.streams.partitions(topic)
+            except UnknownStream:
+                return None
+            if self.partitions is not None and n != self.partitions:
+                raise PartitionMismatch(topic, self.partitions, n)
+            self._created[topic] = n
+        return n
+
+    def _topic(self, topic: str) -> int:
+        """Producer side: the partition count, creating the topic if it is absent."""
+        n = self.partitions_of(topic)
+        if n is None:
+            try:
+                self.streams.create_stream(topic, self.partitions or DEFAULT_PARTITIONS)
+            except LoglakeError:  # another producer created it first (maybe otherwise)
+                if self.partitions_of(topic) is None:
+                    raise
+            n = self.partitions_of(topic)
+            if n is None:
+                raise UnknownStream(topic)
+        return n
+
     def send(self, topic: str, messages: Sequence[tuple[bytes, bytes]]) -> None:
-        self._ensure(topic, self.partitions)
+        n = self._topic(topic)
         by_part: dict[int, list[bytes]] = {}
-        n = self.partitions
         for k, v in messages:
             by_part.setdefault(partition_for(k, n), []).append(envelope(k, v))
         for p, datas in sorted(by_part.items()):
@@ -151,8 +188,8 @@ class StreamTransport(Transport):
         self.streams.push_many(channel, [envelope(k, v) for k, v in messages], 0)
 
     def sources(self, topic: str) -> list[str]:
-        self._ensure(topic, self.partitions)
-        return [source_name(topic, p) for p in range(self._created[topic])]
+        n = self.partitions_of(topic)
+        return [source_name(topic, p) for p in range(n or 0)]
 
     def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
         topic, part = split_source(source)
@@ -299,18 +336,29 @@ class CardinalConsumer:
         ckpt = transport.load_checkpoint(client_id) or start
         self.core = OrderedConsumer(reorg_threshold, tracked_prefixes, ckpt)
         self.positions: dict[str, int] = {}
-        for t in topics:
-            for s in transport.sources(t):
-                self.positions[s] = 0
+        self._start: dict[str, int] = {}  # checkpoint offsets of topic partitions
         self._channels: dict[str, int] = {}  # reorg channel source -> next offset
         if ckpt:
             for source, offset in ckpt.offsets.items():
                 if source.startswith(f"{self.default_topic}-re-"):
                     self._channels[source] = offset
                 else:
-                    self.positions[source] = offset
+                    self._start[source] = offset
+        self._missing = list(topics)
+        self._discover()
         self.errors = 0
         self._paused: dict[str, Delivery] = {}
+
+    def _discover(self) -> None:
+        """Add the partitions of topics that exist now (their count is the stream's)."""
+        still = []
+        for t in self._missing:
+            found = self.transport.sources(t)
+            if not found:
+                still.append(t)
+            for s in found:
+                self.positions[s] = self._start.get(s, 0)
+        self._missing = still
 
     def _feed(self, d: Delivery) -> list[ChainUpdate | ReorgEvent]:
         try:
@@ -386,6 +434,8 @@ class CardinalConsumer:
         """One round over every source, at most ``limit`` messages from each, so partitions
         advance together (the reference bounds their spread with a drumline); returns what the
         application must apply, in order. A source stops at a Reorg until it can be applied."""
+        if self._missing:
+            self._discover()
         out: list[ChainUpdate | ReorgEvent] = []
         progressed = False
         for source in list(self.positions):
