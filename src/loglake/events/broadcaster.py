@@ -161,6 +161,8 @@ class Broadcaster(Role):
                 self.routes.setdefault(ns, {})[sub.bytes] = Route(sub, f, s, stopped)
         elif key == sysmsg.BROADCASTER_REPLAY_ADD:
             for a in sysmsg.read_broadcaster_replay_add(payload):
+                if a.replay_id in self.replays:
+                    continue  # repeated (an orchestrator resends after a restart): keep state
                 f = Filter.parse(a.filter) if a.filter is not None else None
                 self.replays[a.replay_id] = ReplayRoute(
                     a.subscriber, f, a.skip, False, a.namespace, a.publisher, relay=a.relay

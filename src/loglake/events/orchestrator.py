@@ -26,6 +26,13 @@ target gets ``icrc77:broadcaster:replay:add`` (relay = the relay) and
 ``icrc77:publisher:replay:add``, whose broadcaster is the relay. Events flow Publisher → relay →
 target → Subscriber. Live events stay on the publication's broadcaster (one tier).
 
+Durability (``journal.py``): publications, subscriptions, heads and replays (with their
+status, cancel and progress) are journalled to ``loglake.events.orchestrator.<name>`` on the
+orchestrator's log before they take effect and rebuilt when an orchestrator is constructed on
+the same log. After a restart, the first :meth:`pump` sends the system messages of every open
+replay again (adds, or removes for a requested cancel): the receivers treat a repeated add or
+remove as a no-op, so a crash between journalling and sending loses no control message.
+
 Validation order, and which variant each check yields (each reached by a test):
 
 =============================  =================================================
@@ -61,6 +68,7 @@ from loglake.events.filters import (
     parse_subscription_config,
 )
 from loglake.events.identity import ANONYMOUS
+from loglake.events.journal import Journal, load
 from loglake.events.ledger import Ledger, LedgerError, account
 from loglake.events.messages import (
     C_CAPABLE,
@@ -188,6 +196,7 @@ class Orchestrator(Role):
         ledger: Ledger | None = None,
         homes: dict[bytes, Principal] | None = None,
         relay_replays: bool = False,
+        journal_name: str = "main",
     ) -> None:
         super().__init__(principal)
         if not broadcasters:
@@ -208,6 +217,12 @@ class Orchestrator(Role):
         self.replays: dict[int, Replay] = {}
         self._requests: dict[bytes, deque[int]] = {}
         self._next_pub = self._next_sub = self._next_replay = 1
+        self.journal: Journal | None = None
+        self._resend: list[int] = []
+        if log is not None:
+            self.journal = Journal(log, journal_name)
+            load(self, self.journal)
+            self._resend = [r.id for r in self.replays.values() if not r.status.final]
         self.methods = {
             "icrc72_register_publication": self.register_publication,
             "icrc72_register_subscription": self.register_subscription,
@@ -240,6 +255,9 @@ class Orchestrator(Role):
 
     # -- system messages ---------------------------------------------------------------------
     def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
+        log = self.log
+        if log is not None and namespace not in self.sys.next_ids and log.has_stream(namespace):
+            self.sys.next_ids[namespace] = log.next_index(namespace)  # continue after a restart
         n = self.sys.notification(namespace, data, now)
         if self.log is not None:
             from loglake.wire import icrc16
@@ -277,7 +295,7 @@ class Orchestrator(Role):
             for key, v in ((C_REPLAY, replay), (C_CAPABLE, capable)):
                 if v is not None and "Bool" not in v:
                     raise ImproperConfig(f"{key} must be #Bool")
-            per_event, currency = self._pricing(map_get(r.config, C_PRICING))
+            self._pricing(map_get(r.config, C_PRICING))
             _principals(map_get(r.config, C_SUBS_ALLOWED), C_SUBS_ALLOWED)
             _principals(map_get(r.config, C_SUBS_DISALLOWED), C_SUBS_DISALLOWED)
         except (ImproperConfig, ValueError) as e:
@@ -289,16 +307,13 @@ class Orchestrator(Role):
             bc = self.broadcasters[len(self.publications) % len(self.broadcasters)]
             pub = Publication(self._next_pub, r.namespace, caller, bc, r.config)
             self._next_pub += 1
-            self.publications[r.namespace] = pub
         else:
             pub = existing
             pub.config = r.config
-        pub.replay = bool(replay and replay["Bool"])
-        # Capability: advertised by `icrc77:capable`, or implied by `icrc77:replay` (the
-        # orchestrator aggregates publisher metadata from the registration; ICRC-77
-        # "Publisher Capabilities Metadata").
-        pub.capable = bool(capable["Bool"]) if capable is not None else pub.replay
-        pub.per_event, pub.currency = per_event, currency
+        if self.journal is not None:
+            self.journal.publication(pub, now)
+        self.configure_publication(pub)
+        self.publications[r.namespace] = pub
         bc = pub.broadcaster
         self._emit(
             bc,
@@ -316,6 +331,17 @@ class Orchestrator(Role):
             if s.namespace == pub.namespace:
                 self._assign_subscription(s, pub, now)
         return Ok(pub.id)
+
+    def configure_publication(self, pub: Publication) -> None:
+        """Derive the publication's replay settings from its (validated) config."""
+        replay = map_get(pub.config, C_REPLAY)
+        capable = map_get(pub.config, C_CAPABLE)
+        pub.replay = bool(replay and replay["Bool"])
+        # Capability: advertised by `icrc77:capable`, or implied by `icrc77:replay` (the
+        # orchestrator aggregates publisher metadata from the registration; ICRC-77
+        # "Publisher Capabilities Metadata").
+        pub.capable = bool(capable["Bool"]) if capable is not None else pub.replay
+        pub.per_event, pub.currency = self._pricing(map_get(pub.config, C_PRICING))
 
     @staticmethod
     def _pricing(v: Value | None) -> tuple[int, str]:
@@ -338,22 +364,28 @@ class Orchestrator(Role):
             if pub is None or pub.publisher != caller:
                 out.append(Err("Unauthorized"))
             elif key == HEAD_KEY and "Nat" in value:
-                pub.head = max(pub.head, value["Nat"])
+                if value["Nat"] > pub.head:
+                    if self.journal is not None:
+                        self.journal.append({"op": "head", "ns": ns, "head": value["Nat"]}, now)
+                    pub.head = value["Nat"]
                 out.append(Ok(True))
-            elif key == PROGRESS_KEY and self._progress(caller, ns, value):
+            elif key == PROGRESS_KEY and self._progress(caller, ns, value, now):
                 out.append(Ok(True))
             else:
                 out.append(Err("ImproperConfig", f"unsupported update key {key!r}"))
         return out
 
-    def _progress(self, caller: Principal, ns: str, value: Value) -> bool:
+    def _progress(self, caller: Principal, ns: str, value: Value, now: int) -> bool:
         items = value.get("Array") if isinstance(value, dict) else None
         if not items or len(items) != 2 or not all("Nat" in i for i in items):
             return False
         rep = self.replays.get(items[0]["Nat"])
         if rep is None or rep.publisher != caller or rep.namespace != ns:
             return False
-        rep.sent = max(rep.sent, items[1]["Nat"])
+        if items[1]["Nat"] > rep.sent:
+            if self.journal is not None:
+                self.journal.append({"op": "sent", "id": rep.id, "sent": items[1]["Nat"]}, now)
+            rep.sent = items[1]["Nat"]
         return True
 
     def register_subscription(
@@ -379,9 +411,11 @@ class Orchestrator(Role):
         if sub is None:
             sub = Subscription(self._next_sub, r.namespace, caller, r.config)
             self._next_sub += 1
-            self.subscriptions[key] = sub
         else:
             sub.config = r.config
+        if self.journal is not None:
+            self.journal.subscription(sub, now)
+        self.subscriptions[key] = sub
         if pub is not None:
             self._assign_subscription(sub, pub, now)
         return Ok(sub.id)
@@ -487,12 +521,21 @@ class Orchestrator(Role):
             skip,
         )
         self._next_replay += 1
+        target = self._target(caller, pub.broadcaster)
+        if target != pub.broadcaster:
+            rep.broadcaster, rep.relay = target, pub.broadcaster
+        if self.journal is not None:
+            self.journal.replay(rep, now)
         self.replays[rep.id] = rep
-        bc = pub.broadcaster
-        target = self._target(caller, bc)
+        self._emit_replay_add(rep, now)
+        return Ok(rep.id)
+
+    def _emit_replay_add(self, rep: Replay, now: int) -> None:
+        caller, target = rep.subscriber, rep.broadcaster
+        bc = rep.relay if rep.relay is not None else rep.broadcaster
+        flt, skip = rep.filter, rep.skip
         ftext = flt.text if flt else None
         if target != bc:
-            rep.broadcaster, rep.relay = target, bc
             self._emit(
                 caller,
                 sysmsg.subscriber_sys(caller),
@@ -500,7 +543,7 @@ class Orchestrator(Role):
                 now,
             )
         add = sysmsg.BroadcasterReplayAdd(
-            rep.id, rep.namespace, bc, caller, ftext, skip, pub.publisher
+            rep.id, rep.namespace, bc, caller, ftext, skip, rep.publisher
         )
         tsys = sysmsg.broadcaster_sys(target)
         self._emit(target, tsys, sysmsg.broadcaster_replay_add([add]), now)
@@ -511,16 +554,28 @@ class Orchestrator(Role):
                 sysmsg.broadcaster_relayer_add(sysmsg.RelayerAdd(rep.id, rep.namespace, bc)),
                 now,
             )
-            radd = sysmsg.RelayAdd(rep.id, rep.namespace, target, pub.publisher, ftext, skip)
+            radd = sysmsg.RelayAdd(rep.id, rep.namespace, target, rep.publisher, ftext, skip)
             self._emit(bc, sysmsg.broadcaster_sys(bc), sysmsg.broadcaster_relay_add([radd]), now)
         padd = sysmsg.PublisherReplayAdd(rep.id, rep.namespace, rep.start, rep.end, bc)
         self._emit(
-            pub.publisher,
-            sysmsg.publisher_sys(pub.publisher),
+            rep.publisher,
+            sysmsg.publisher_sys(rep.publisher),
             sysmsg.publisher_replay_add([padd]),
             now,
         )
-        return Ok(rep.id)
+
+    def pump(self, now: int) -> bool:
+        """After a restart: send the open replays' system messages again (idempotent)."""
+        if not self._resend:
+            return False
+        for rid in self._resend:
+            rep = self.replays[rid]
+            if rep.cancel_requested:
+                self._emit_replay_remove(rep, now)
+            else:
+                self._emit_replay_add(rep, now)
+        self._resend = []
+        return True
 
     def _target(self, subscriber: Principal, publication_bc: Principal) -> Principal:
         home = self.homes.get(subscriber.bytes)
@@ -549,7 +604,14 @@ class Orchestrator(Role):
         if rep.cancel_requested:
             return Err("CannotCancel", "cancel already requested")
         # The status becomes canceled(n) when the publisher reports how many it sent.
+        if self.journal is not None:
+            self.journal.append({"op": "cancel", "id": rid}, now)
         rep.cancel_requested = True
+        self._emit_replay_remove(rep, now)
+        return Ok(rid)
+
+    def _emit_replay_remove(self, rep: Replay, now: int) -> None:
+        rid = rep.id
         # Publisher first: it stops enqueuing (ICRC-77 step 8); then the broadcaster drops
         # whatever is still in flight for this replay.
         self._emit(
@@ -569,14 +631,13 @@ class Orchestrator(Role):
         self._emit(rep.broadcaster, tsys, sysmsg.broadcaster_replay_remove([rid]), now)
         if rep.relay is not None:
             self._emit(rep.broadcaster, tsys, sysmsg.broadcaster_relayer_remove([rid]), now)
-        return Ok(rid)
 
     def replay_status(
         self, caller: Principal, updates: list[ReplayStatusUpdate], now: int
     ) -> list[Ok | Err]:
-        return [self._status(caller, u) for u in updates]
+        return [self._status(caller, u, now) for u in updates]
 
-    def _status(self, caller: Principal, u: ReplayStatusUpdate) -> Ok | Err:
+    def _status(self, caller: Principal, u: ReplayStatusUpdate, now: int) -> Ok | Err:
         rep = self.replays.get(u.replay_id)
         if rep is None:
             return _generic(E_NOT_FOUND, f"no replay {u.replay_id}")
@@ -589,6 +650,10 @@ class Orchestrator(Role):
         }
         if new not in allowed.get(cur, set()):
             return _generic(E_TRANSITION, f"replay {rep.id} is {rep.status}; cannot become {new}")
+        if self.journal is not None and u.status != rep.status:
+            self.journal.append(
+                {"op": "status", "id": rep.id, "tag": new, "value": u.status.value}, now
+            )
         rep.status = u.status
         return Ok(None)
 

@@ -143,6 +143,7 @@ class ActiveReplay:
     started: bool = False
     canceled: bool = False
     done: bool = False
+    final: ReplayState | None = None
     retry: deque[Event] = field(default_factory=deque)
 
 
@@ -249,8 +250,20 @@ class Publisher(Role):
             raise sysmsg.SysMessageError(f"unknown publisher system key {key!r}")
 
     def _add_replay(self, a: sysmsg.PublisherReplayAdd, now: int) -> None:
-        if a.replay_id in self.replays:
-            return  # the same add delivered twice
+        old = self.replays.get(a.replay_id)
+        if old is not None:
+            # The same add delivered twice (an orchestrator resends open replays' adds after a
+            # restart): report the final state again if it is known — the first report may
+            # have been lost with the orchestrator.
+            if old.final is not None:
+                self.outbox.append(
+                    Call(
+                        self.orchestrator,
+                        "icrc77_replay_status",
+                        [ReplayStatusUpdate(old.id, old.final)],
+                    )
+                )
+            return
         head = self.log.next_index(a.namespace) if self.log.has_stream(a.namespace) else 0
         end = head if a.end is None else min(a.end, head)
         first = self.log.stream_info(a.namespace).partitions[0].first_index if head else 0
@@ -269,6 +282,7 @@ class Publisher(Role):
 
     def _finish(self, r: ActiveReplay, state: ReplayState) -> None:
         r.done = True
+        r.final = state
         self.outbox.append(
             Call(self.orchestrator, "icrc77_replay_status", [ReplayStatusUpdate(r.id, state)])
         )
