@@ -4,6 +4,8 @@ checks run on the driver, before Spark is involved."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.options import parse_offsets_json, parse_options, resolve_stream
@@ -77,3 +79,13 @@ def test_end_below_start(tmp_path):
 def test_bad_url(tmp_path):
     with pytest.raises(BadOption, match="url"):
         parse_options({"url": "http://x", "stream": "s"})
+
+
+@given(st.text(max_size=40) | st.from_regex(r'\{"\d":\s?-?\d{1,3}\}', fullmatch=True))
+def test_any_offsets_text_is_parsed_or_rejected_with_bad_option(text):
+    try:
+        parsed = parse_offsets_json(text)
+    except BadOption as e:
+        assert e.option == "startingOffsets" and e.value == text
+    else:
+        assert parsed and all(isinstance(k, int) and v >= -2 for k, v in parsed.items())
