@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from loglake.sds import reference
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.sds.reference
+
 from loglake.sds.participant import Participant, ParticipantOptions
+from tests.sds import reference
 
 MARKS = (1_000, 10_000, 100_000)
 WINDOW = 1_000

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.sds import reference
 from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import decode
 from loglake.sds.events import (
@@ -25,6 +24,7 @@ from loglake.sds.events import (
 from loglake.sds.messages import message_id_of
 from loglake.sds.participant import Participant, ParticipantOptions
 from loglake.sds.repair import RepairConfig
+from tests.sds import reference
 
 pytestmark = [
     pytest.mark.interop,

@@ -16,7 +16,7 @@ from typing import Any
 
 from loglake.sds.errors import SdsError
 
-NODE_DIR = Path(__file__).resolve().parents[3] / "interop" / "node"
+NODE_DIR = Path(__file__).resolve().parents[2] / "interop" / "node"
 SCRIPT = NODE_DIR / "sds_peer.mjs"
 
 
