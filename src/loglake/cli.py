@@ -2,13 +2,13 @@
 
 Each part that has commands ships ``loglake/<part>/cli.py`` exposing a ``click`` object named
 ``command`` (a group or a command); this module mounts it under the part's name. Keeping the
-commands beside their part means a part's CLI changes never touch this file.
+commands beside their part means a part's CLI changes never touch this file. A part listed here
+whose CLI fails to import fails the whole command loudly rather than vanishing from --help.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import sys
 
@@ -17,7 +17,7 @@ import click
 from loglake import __version__
 from loglake.errors import LoglakeError
 
-# (module, command name) in help order. A part without a cli module is simply not mounted.
+# (module, command name) in help order; None mounts a group's commands flat (`serve`, `job`).
 PART_COMMANDS = (
     ("loglake.node.cli", None),
     ("loglake.log.cli", "log"),
@@ -52,17 +52,8 @@ def main(verbose: int, log_json: bool) -> None:
     )
 
 
-def _has_module(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the part's package itself is absent
-        return False
-
-
 def _mount() -> None:
     for module, name in PART_COMMANDS:
-        if not _has_module(module):
-            continue
         obj = importlib.import_module(module).command
         if isinstance(obj, click.Group) and name is None:
             for sub in obj.commands.values():  # flat commands such as `serve`, `job`

@@ -11,8 +11,6 @@ import logging
 import sys
 import time
 
-_STANDARD = set(vars(logging.makeLogRecord({})))
-
 
 class _Formatter(logging.Formatter):
     def __init__(self, json_lines: bool) -> None:

@@ -96,8 +96,12 @@ def chat(
 @click.option("--sync-ms", default=5000, show_default=True, help="Sync interval S.")
 @click.option("--history", default=20, show_default=True, help="Causal history size.")
 @click.option("--partition", default=None, help="START_MS:END_MS:FRACTION of a healing split.")
-@click.option("--late-joiners", default=0, show_default=True)
-@click.option("--offline", default=0, show_default=True)
+@click.option(
+    "--late-joiners", default=0, show_default=True, help="Participants that join mid-run."
+)
+@click.option(
+    "--offline", default=0, show_default=True, help="Participants that go offline mid-run."
+)
 @click.option("--no-store", is_flag=True, help="No store node: rely on SDS-R only.")
 def sim(
     participants: int,
