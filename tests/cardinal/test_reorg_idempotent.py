@@ -164,3 +164,81 @@ def test_checkpoint_keeps_applied_reorgs_bounded_and_round_trips():
     assert Checkpoint.from_bytes(old).reorgs == ()  # written before the field existed
     with pytest.raises(CheckpointError):
         Checkpoint.from_bytes(old[:-1] + b',"reorgs":[[1,"zz",0]]}')
+
+
+@pytest.mark.parametrize("rounds", [10, 23, 24, 30, 60])  # the Reorg is read in round 24
+def test_restart_after_a_deep_reorg_over_the_stream_transport(rounds):
+    """Commit after each polling round, restart after ``rounds``: whatever the restarted
+    consumer reads again (the Reorg on the default topic included), no block of the final
+    chain is removed and none is added twice."""
+    from loglake.cardinal.synthetic import synthetic_chain, topics_for
+    from loglake.cardinal.transport import CardinalConsumer, StreamTransport
+    from loglake.log import MemoryLog
+    from loglake.streams.api import LocalStreams
+    from tests.cardinal.test_transport import produce
+
+    streams = LocalStreams(MemoryLog())
+    chain = synthetic_chain(40, deep_reorg=10)
+    produce(streams, chain)
+
+    def consumer():
+        return CardinalConsumer(
+            StreamTransport(streams),
+            topics_for("chain"),
+            "r",
+            8,
+            start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
+        )
+
+    first = consumer()
+    events = []
+    for _ in range(rounds):
+        events += first.poll(limit=3)
+        first.commit()
+    events += consumer().run()
+    model = ChainModel([])
+    for ev in events:
+        model.apply(ev)
+    final = [b.hash for b in chain.canonical]
+    assert model.chain == final
+    removed = {r.hash for u in events if isinstance(u, ChainUpdate) for r in u.removed}
+    assert not removed & set(final)
+    assert all(n == 1 for n in model.added.values())
+    assert sum(1 for e in events if isinstance(e, ReorgEvent) and not e.complete) == 1
+
+
+def test_reorg_read_again_from_older_offsets_is_recognised():
+    """Lower offsets are always a valid resumption point. Resume after a deep reorg from
+    offsets 0 everywhere (the channel's offset forgotten too), so the Reorg and its whole
+    channel are read again: the checkpoint's applied reorgs make that change nothing."""
+    from loglake.cardinal.synthetic import synthetic_chain, topics_for
+    from loglake.cardinal.transport import CardinalConsumer, StreamTransport
+    from loglake.log import MemoryLog
+    from loglake.streams.api import LocalStreams
+    from tests.cardinal.test_transport import produce
+
+    streams = LocalStreams(MemoryLog())
+    chain = synthetic_chain(40, deep_reorg=10)
+    produce(streams, chain)
+    first = CardinalConsumer(
+        StreamTransport(streams),
+        topics_for("chain"),
+        "a",
+        8,
+        start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
+    )
+    model = ChainModel([])
+    for ev in first.run():
+        model.apply(ev)
+    ckpt = first.commit()
+    assert [e for e in ckpt.reorgs if e[2]]  # the deep reorg, complete
+    rewound = Checkpoint(ckpt.chain, {}, ckpt.reorgs)
+    second = CardinalConsumer(StreamTransport(streams), topics_for("chain"), "b", 8, start=rewound)
+    again = second.run()
+    assert second.core.repeated_reorgs >= 2  # its Reorg and ReorgComplete, read again
+    assert not [e for e in again if isinstance(e, ReorgEvent)]
+    assert not [r for u in again if isinstance(u, ChainUpdate) for r in u.removed]
+    for ev in again:
+        model.apply(ev)
+    assert model.chain == [b.hash for b in chain.canonical]
+    assert second.core.head == first.core.head
