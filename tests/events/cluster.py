@@ -55,34 +55,37 @@ class Cluster:
         return self.ids[role].principal.to_str()
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for r in self.roles:  # orchestrator first: the others call it at start
-            args = [
-                sys.executable,
-                "-m",
-                "loglake.events.cli",
-                "serve",
-                "--role",
-                r.rstrip("0123456789"),
-                "--key",
-                str(self.keys[r]),
-                "--port",
-                str(self.ports[r]),
-                "--directory",
-                str(self.directory),
-            ]
-            if r == "orchestrator":
-                for b in self.roles:
-                    if b.startswith("broadcaster"):
-                        args += ["--broadcaster", self.principal(b)]
-            else:
-                args += ["--orchestrator", self.principal("orchestrator")]
-            if r == "publisher":
-                args += ["--register", self.namespace]
-            args += self.extra.get(r, [])
-            log = open(self.tmp / f"{r}.log", "wb")  # noqa: SIM115 - closed with the process
-            self.procs[r] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-            wait_port(self.ports[r], self.procs[r])
+            self.start_one(r)
+
+    def start_one(self, r: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        args = [
+            sys.executable,
+            "-m",
+            "loglake.events.cli",
+            "serve",
+            "--role",
+            r.rstrip("0123456789"),
+            "--key",
+            str(self.keys[r]),
+            "--port",
+            str(self.ports[r]),
+            "--directory",
+            str(self.directory),
+        ]
+        if r == "orchestrator":
+            for b in self.roles:
+                if b.startswith("broadcaster"):
+                    args += ["--broadcaster", self.principal(b)]
+        else:
+            args += ["--orchestrator", self.principal("orchestrator")]
+        if r == "publisher":
+            args += ["--register", self.namespace]
+        args += self.extra.get(r, [])
+        log = open(self.tmp / f"{r}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[r] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_port(self.ports[r], self.procs[r])
 
     def stop(self, role: str | None = None) -> None:
         for r in [role] if role else list(self.procs):

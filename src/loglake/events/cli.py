@@ -206,7 +206,10 @@ def serve(
         core = Subscriber(me, orch)
     server = RoleServer(core, ident, load_directory(directory), throttle_s=throttle_ms / 1000)
     console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}")
-    web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
+    try:
+        web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
+    finally:
+        lg.close()  # the orchestrator's journal and ledger, the publisher's history
 
 
 def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:

@@ -30,6 +30,7 @@ from loglake.errors import DecodeError, LoglakeError
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity, SignatureError, principal_from_text, verify_call
+from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher
 from loglake.events.role import Call, Role
 from loglake.events.subscriber import Subscriber
@@ -124,7 +125,8 @@ class RoleServer:
     async def _start(self, app: web.Application) -> None:
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         self.tasks = [asyncio.create_task(self._sender())]
-        if isinstance(self.role, Publisher | Broadcaster):  # replays; relay resends
+        if isinstance(self.role, Publisher | Broadcaster | Orchestrator):
+            # replays; relay resends; an orchestrator's resends after a restart
             self.tasks.append(asyncio.create_task(self._pumper()))
         self._drain()
 
