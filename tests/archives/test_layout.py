@@ -154,6 +154,8 @@ def test_archive_bytes_equal_protobuf_runtime_and_round_trip(layout):
         layout.make_record(payload=bytes([i]) * (i * 7), topic=topic, timestamp_ns=(START + i) * NS)
         for i in range(200)
     ]
+    # one record above 16,383 bytes: a 3-byte length varint (framing's slow path)
+    recs.append(layout.make_record(payload=b"\x07" * 20_000, topic=topic, timestamp_ns=START * NS))
     meta = ArchiveMetadata(START * NS, (START + WEEK) * NS, (topic,), layout.archive_version)
     enc = layout.encode_archive(meta, recs, 3 * PIECE_LENGTH)
     assert enc.size % PIECE_LENGTH == 0 and enc.entry.offset == 3 * PIECE_LENGTH
@@ -161,7 +163,7 @@ def test_archive_bytes_equal_protobuf_runtime_and_round_trip(layout):
     a = cls.WakuMessageArchive()
     a.ParseFromString(enc.body)
     assert a.SerializeToString(deterministic=True) == enc.body
-    assert len(a.messages) == 200
+    assert len(a.messages) == 201
     assert layout.decode_archive(enc.data_bytes(), enc.entry) == recs
 
 

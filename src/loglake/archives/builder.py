@@ -90,14 +90,17 @@ class ArchiveBuilder:
         windows: Sequence[tuple[int, int]],
         messages: Sequence[DecodedMessage],
         topics: Sequence[bytes | str] | None = None,
+        presorted: bool = False,
     ) -> BuildResult:
         """Export ``messages`` into one archive (or status-go chunks) per window.
 
         ``topics``: the community's channel topics (metadata ``contentTopic``, and only
-        messages on them are exported); None = the topics seen in each window, sorted."""
+        messages on them are exported); None = the topics seen in each window, sorted.
+        ``presorted``: the caller guarantees time order (the store's query sorts), which saves
+        a sort of every message (a tenth of the build)."""
         # positional access: DecodedMessage or a store row laid out like it (ts, topic, raw, cap)
         ts = operator.itemgetter(0)
-        msgs = sorted(messages, key=ts)
+        msgs = messages if presorted else sorted(messages, key=ts)
         wanted = None if topics is None else set(topics)
         out: list[EncodedArchive] = []
         for frm, to in windows:

@@ -213,7 +213,7 @@ class ControlNode:
             return BuildOutcome([], self._current_torrent(), BuildResult([], b"", None, start))
         msgs = self.store.decoded(windows[0][0], windows[-1][1])
         before = len(self.builder.entries)
-        result = self.builder.build(windows, msgs, self.topics)
+        result = self.builder.build(windows, msgs, self.topics, presorted=True)
         if result.archives:
             with open(self.data_path, "ab") as f:
                 for a in result.archives:

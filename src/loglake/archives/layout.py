@@ -90,22 +90,23 @@ def frame_parts(records: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
     ``WakuMessageArchive`` in both layouts, as a list of buffers (no per-record concatenation:
     this is the build's hot loop) and their lengths (numpy, for piece boundaries)."""
     cache = _MESSAGES_PREFIX
-    lens = list(map(len, records))
-    if lens and max(lens) >= len(cache):
-        prefixes = [b"\x1a" + varint(n) for n in lens]
+    n = len(records)
+    # lengths once into numpy (no list of ints); prefixes by a C-level map over the records
+    rec = np.fromiter(map(len, records), dtype=np.int64, count=n)
+    if n and int(rec.max()) >= len(cache):
+        prefixes = [b"\x1a" + varint(x) for x in rec.tolist()]
     else:
-        prefixes = list(map(cache.__getitem__, lens))
-    parts: list[bytes] = [b""] * (2 * len(lens))
+        prefixes = list(map(cache.__getitem__, map(len, records)))
+    parts: list[bytes] = [b""] * (2 * n)
     parts[0::2] = prefixes
     parts[1::2] = records
-    rec = np.array(lens, dtype=np.int64)
-    part_lens = np.empty(2 * len(lens), dtype=np.int64)
+    part_lens = np.empty(2 * n, dtype=np.int64)
     part_lens[1::2] = rec
-    pre = np.ones_like(rec) * 2  # tag + one varint byte
-    n = rec >> 7
-    while n.any():  # one more varint byte per 7 bits
-        pre += n > 0
-        n >>= 7
+    pre = np.full(n, 2, dtype=np.int64)  # tag + one varint byte
+    x = rec >> 7
+    while x.any():  # one more varint byte per 7 bits
+        pre += x > 0
+        x >>= 7
     part_lens[0::2] = pre
     return parts, part_lens
 
