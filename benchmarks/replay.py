@@ -100,8 +100,10 @@ def procurement(log, n: int, source, encode: bool) -> float:
     return time.perf_counter() - t
 
 
-def end_to_end(log, n: int) -> tuple[float, int]:
-    ids = {k: Identity.generate() for k in ("orch", "bc", "pub", "sub")}
+def end_to_end(log, n: int, relay: bool = False) -> tuple[float, int]:
+    """``relay``: two broadcasters, every replay through the relay tier (publisher → relay →
+    target broadcaster → subscriber)."""
+    ids = {k: Identity.generate() for k in ("orch", "bc", "pub", "sub", "bc2")}
     p = {k: v.principal for k, v in ids.items()}
     now = [time.time_ns()]
 
@@ -110,8 +112,11 @@ def end_to_end(log, n: int) -> tuple[float, int]:
         return now[0]
 
     net = Network(clock)
-    net.add(Orchestrator(p["orch"], MemoryLog(), [p["bc"]], Quotas(max_events_per_replay=10**9)))
+    bcs = [p["bc"], p["bc2"]] if relay else [p["bc"]]
+    quotas = Quotas(max_events_per_replay=10**9)
+    net.add(Orchestrator(p["orch"], MemoryLog(), bcs, quotas, relay_replays=relay))
     net.add(Broadcaster(p["bc"], p["orch"]))
+    net.add(Broadcaster(p["bc2"], p["orch"]))
     pub = net.add(Publisher(p["pub"], p["orch"], log, batch_size=500))
     sub = net.add(Subscriber(p["sub"], p["orch"], keep=1000))
     from loglake.events.messages import Registration
@@ -272,6 +277,9 @@ def main() -> None:
             dt, got = end_to_end(log, e2e_n)
             assert got == e2e_n
             rows.append(("end to end, in process (Candid every hop)", e2e_n, dt))
+            dt, got = end_to_end(log, e2e_n, relay=True)
+            assert got == e2e_n
+            rows.append(("end to end, in process, through a relay broadcaster", e2e_n, dt))
         log.close()
         if a.http_count:
             hn = min(a.http_count, n)
