@@ -63,6 +63,9 @@ class Checkpoint:
     """Reorgs already applied, oldest first: (ancestor number, ancestor hash, whether their
     ReorgComplete was seen). A Reorg/ReorgComplete read again after a restart (its offset not
     committed yet) is recognised from this and not applied twice. At most ``MAX_REORGS``."""
+    reverted: tuple[bytes, ...] = ()
+    """Blocks a Reorg removed whose ReorgComplete has not come yet: read again from the topics
+    after a restart, they are not added back (the reorg channel brings the new branch)."""
 
     @property
     def head(self) -> BlockRef | None:
@@ -76,6 +79,7 @@ class Checkpoint:
                 ],
                 "offsets": self.offsets,
                 "reorgs": [[n, h.hex(), int(done)] for n, h, done in self.reorgs],
+                "reverted": [h.hex() for h in self.reverted],
             },
             separators=(",", ":"),
             sort_keys=True,
@@ -93,9 +97,10 @@ class Checkpoint:
             reorgs = tuple(  # absent in checkpoints written before it existed
                 (int(n), bytes.fromhex(h), bool(done)) for n, h, done in d.get("reorgs", [])
             )
+            reverted = tuple(bytes.fromhex(h) for h in d.get("reverted", []))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"bad Cardinal checkpoint: {e}") from None
-        return cls(chain, offsets, reorgs)
+        return cls(chain, offsets, reorgs, reverted)
 
     @classmethod
     def starting_at(
@@ -405,6 +410,8 @@ class OrderedConsumer:
             h: (n, done) for n, h, done in (checkpoint.reorgs if checkpoint else ())
         }
         self.repeated_reorgs = 0
+        # blocks removed by a Reorg whose ReorgComplete has not come yet (insertion-ordered)
+        self._reverted: dict[bytes, None] = dict.fromkeys(checkpoint.reverted if checkpoint else ())
 
     def receive(
         self, key: bytes, value: bytes, source: str = "", offset: int = -1
@@ -436,6 +443,10 @@ class OrderedConsumer:
             updates: list[ChainUpdate | ReorgEvent] = []
             if not complete:
                 updates += self.ordering.reorg(msg.number, msg.hash)  # may raise: nothing noted
+                for u in updates:
+                    self._reverted.update(dict.fromkeys(b.hash for b in u.removed))  # type: ignore[union-attr]
+            else:
+                self._reverted.clear()
             self._reorgs.pop(msg.hash, None)
             self._reorgs[msg.hash] = (msg.number, complete)
             while len(self._reorgs) > MAX_REORGS:
@@ -448,6 +459,8 @@ class OrderedConsumer:
         out: list[ChainUpdate | ReorgEvent] = []
         for ev in events:
             if isinstance(ev, Block):
+                if ev.hash in self._reverted:  # the old branch, read again mid-reorg
+                    continue
                 updates = self.ordering.add(ev)
                 if updates:
                     out.extend(updates)
@@ -474,4 +487,4 @@ class OrderedConsumer:
                 if o < offsets.get(s, o + 1):
                     offsets[s] = o
         reorgs = tuple((n, h, done) for h, (n, done) in self._reorgs.items())
-        return Checkpoint(self.ordering.chain, offsets, reorgs)
+        return Checkpoint(self.ordering.chain, offsets, reorgs, tuple(self._reverted))
