@@ -268,3 +268,17 @@ def test_relayer_add_for_a_replay_not_assigned_here_is_refused():
     with pytest.raises(sysmsg.SysMessageError):
         w.bc2._apply(sysmsg.BROADCASTER_RELAYER_ADD, sysmsg.entries(data)[0][1], 0)
     assert w.bc2.replays == {}
+
+
+def test_home_broadcasters_must_be_known_and_the_cli_form_is_checked():
+    from loglake.events.cli import CliError, _homes
+    from loglake.events.orchestrator import Orchestrator
+
+    w = World()
+    with pytest.raises(ValueError, match="not one of the broadcasters"):
+        Orchestrator(w.p["orch"], None, [w.p["bc"]], homes={w.p["bob"].bytes: w.p["bc2"]})
+    assert _homes((f"{w.p['bob'].to_str()}={w.p['bc2'].to_str()}",)) == {
+        w.p["bob"].bytes: w.p["bc2"]
+    }
+    with pytest.raises(CliError):
+        _homes(("no-equals-sign",))
