@@ -443,6 +443,7 @@ class OrderedConsumer:
             updates: list[ChainUpdate | ReorgEvent] = []
             if not complete:
                 updates += self.ordering.reorg(msg.number, msg.hash)  # may raise: nothing noted
+                self._reverted.clear()  # bounded: only the latest reorg's (<= window) blocks
                 for u in updates:
                     self._reverted.update(dict.fromkeys(b.hash for b in u.removed))  # type: ignore[union-attr]
             else:
