@@ -21,7 +21,8 @@ Systems and durability (an acknowledged message is on disk when the row says "fs
   ``appendfsync always`` (group commit per event-loop cycle: equal durability) and ``everysec``.
 - the physical limit: append ``--window`` records to a plain file, then one ``fdatasync``
   (the same batch size); latency = append + fdatasync per record.
-- loglake's log in process (``append_many`` of ``--window`` records, ``batch``), no network.
+- loglake's log in process (``append_many`` of ``--window`` records, ``batch``), no network;
+  and the same with ``append_payloads``/``read_payloads``, the calls the server makes.
 
 Every phase is bounded by ``--count`` messages and ``--seconds``; rates are computed on what was
 done. Run: ``.venv/bin/python benchmarks/streams.py`` (``--help`` for options).
@@ -152,28 +153,42 @@ def bench_raw(tmp: Path, a: argparse.Namespace) -> Result:
 
 
 # -- loglake -----------------------------------------------------------------------------------
-def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace) -> Result:
+def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace, raw: bool = False) -> Result:
+    """The log alone: ``append_many`` of prebuilt ``Entry`` objects and ``read``, or with
+    ``raw`` the stream service's own calls, ``append_payloads`` of ``bytes`` and
+    ``read_payloads``."""
     from loglake.log import Entry, StreamConfig, open_log
 
     log = open_log(tmp / "inproc")
     try:
         log.create_stream("bench", StreamConfig(durability="batch"))
-        entries = [Entry(os.urandom(a.size)) for _ in range(a.window)]
+        datas = [os.urandom(a.size) for _ in range(a.window)]
+        entries = [Entry(d) for d in datas]
         budget, done = Budget(a.seconds), 0
         t = time.perf_counter()
         while done < a.count and not budget.over():
-            log.append_many("bench", 0, entries)
+            if raw:
+                log.append_payloads("bench", 0, datas)
+            else:
+                log.append_many("bench", 0, entries)
             done += a.window
         push = done / (time.perf_counter() - t)
         p50, p99 = percentiles(
-            timed_latency(lambda: log.append("bench", 0, entries[0].data), a.latency_count, 30)
+            timed_latency(lambda: log.append("bench", 0, datas[0]), a.latency_count, 30)
         )
         t = time.perf_counter()
-        n = sum(1 for _ in log.iter_records("bench", 0, 0, batch=a.window))
+        if raw:
+            n, index = 0, 0
+            while rows := log.read_payloads("bench", 0, index, a.window):
+                n += len(rows)
+                index = rows[-1][0] + 1
+        else:
+            n = sum(1 for _ in log.iter_records("bench", 0, 0, batch=a.window))
         pull = n / (time.perf_counter() - t)
     finally:
         log.close()
-    return Result("loglake log", "in process, batch", push, p50, p99, pull, "no network")
+    mode = "in process, append_payloads, batch" if raw else "in process, batch"
+    return Result("loglake log", mode, push, p50, p99, pull, "no network")
 
 
 def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -> Result:
@@ -483,7 +498,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0, help="time cap per phase")
     p.add_argument(
         "--only",
-        default="raw,inproc,loglake,loglake-w4,loglake-4p,nats215,nats29,redis-always,"
+        default="raw,inproc,inproc-raw,loglake,loglake-w4,loglake-4p,nats215,nats29,redis-always,"
         "redis-everysec,redis-always-4p",
         help="comma-separated subset of systems",
     )
@@ -497,6 +512,7 @@ def main() -> None:
     plan: list[tuple[str, Callable[[Path], Result]]] = [
         ("raw", lambda d: bench_raw(d, a)),
         ("inproc", lambda d: bench_loglake_inprocess(d, a)),
+        ("inproc-raw", lambda d: bench_loglake_inprocess(d, a, raw=True)),
         ("loglake", lambda d: bench_loglake(d, a)),
         ("loglake-w4", lambda d: bench_loglake(d, a, a.window * 4)),
         ("loglake-4p", lambda d: bench_loglake_clients(d, a, 4)),

@@ -194,3 +194,35 @@ def test_truncate_before_keeps_consumer_indexes_and_types_its_errors(log: Log):
         log.truncate_before("nope", 0, 1)
     with pytest.raises(UnknownPartition):
         log.truncate_before("s", 1, 1)
+
+
+def test_append_payloads_stores_data_only_records_like_append_many(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    assert log.append_payloads("s", 1, [b"a", b"", bytearray(b"c")]) == [0, 1, 2]
+    assert log.append_many("s", 1, [Entry(b"d")]) == [3]
+    assert log.append_payloads("s", 1, []) == []
+    got = log.read("s", 1, 0)
+    assert [(r.index, r.key, r.headers, r.data) for r in got] == [
+        (0, None, (), b"a"),
+        (1, None, (), b""),
+        (2, None, (), b"c"),
+        (3, None, (), b"d"),
+    ]
+    assert all(r.timestamp_ns > 0 for r in got)  # the log's clock
+    assert log.read("s", 0, 0) == []
+    with pytest.raises(UnknownStream):
+        log.append_payloads("nope", 0, [b"x"])
+    with pytest.raises(UnknownPartition):
+        log.append_payloads("s", 2, [b"x"])
+
+
+def test_read_payloads_is_index_and_data_of_read(log: Log):
+    log.create_stream("s")
+    log.append_many("s", 0, [Entry(b"a"), Entry(b"b", key=b"k", headers=(("h", b"v"),))])
+    log.append_payloads("s", 0, [b"c", b"d"])
+    assert log.read_payloads("s", 0, 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    assert log.read_payloads("s", 0, 1, limit=2) == [(1, b"b"), (2, b"c")]
+    assert log.read_payloads("s", 0, 4) == []
+    assert log.read_payloads("s", 0, 0, limit=0) == []
+    with pytest.raises(UnknownStream):
+        log.read_payloads("nope", 0, 0)

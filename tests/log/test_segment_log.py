@@ -255,6 +255,7 @@ def test_sealed_segments_go_to_the_lake_and_reads_span_lake_and_segments(tmp_pat
         assert [r.index for r in got] == list(range(first_seg - 3, first_seg + 3))
         assert got == before[first_seg - 3 : first_seg + 3]
         assert [r.index for r in log.iter_records("s", 0, 1, batch=7)] == list(range(1, 80))
+        assert log.read_payloads("s", 0, first_seg - 3, limit=6) == [(r.index, r.data) for r in got]
     lake = tmp_path / "lake" / "s" / "partition=0"
     names = sorted(p.name for p in lake.iterdir())
     assert names[0] == lake_file_name(0, int(names[0].split("-")[1].split(".")[0]))

@@ -215,6 +215,12 @@ class Log(ABC):
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
         """Append in order; return the assigned indexes once durable per the stream's policy."""
 
+    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+        """``append_many`` of records that are only data (no key, no headers, the log's
+        timestamp): the stream service's push path. A backend may encode these without building
+        an ``Entry`` per record; the records stored are the same."""
+        return self.append_many(stream, partition, [Entry(d) for d in datas])
+
     def append(
         self,
         stream: str,
@@ -240,6 +246,13 @@ class Log(ABC):
         """Records with ``start <= index < end``, at most ``limit`` of them, in index order.
         A start below ``first_index`` begins at ``first_index`` (Ockam: indexes returned MAY
         NOT start at the requested one, but MUST NOT be lower). Past the end → ``[]``."""
+
+    def read_payloads(
+        self, stream: str, partition: int, start: int, limit: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """``(index, data)`` of what ``read`` returns (the stream service's pull, which carries
+        nothing else): a backend may skip building a ``Record`` per row."""
+        return [(r.index, r.data) for r in self.read(stream, partition, start, limit=limit)]
 
     def iter_records(
         self,

@@ -100,24 +100,29 @@ MAX_FAST_DATA = (1 << 31) - 1
 
 
 def plain_table(buf: bytes, cols: PlainColumns, stream: str, partition: int) -> pa.Table | None:
-    """The lake table of plain records, built from buffers (no per-row Python objects but
-    one slice per record); None when the data is too large for one ``binary`` column."""
+    """The lake table of plain records, built from buffers (no per-row Python objects); None
+    when the data is too large for one ``binary`` column."""
     n = len(cols.index)
-    starts = np.asarray(cols.data_start, dtype=np.int64)
-    ends = np.asarray(cols.data_end, dtype=np.int64)
+    starts, ends = cols.data_start, cols.data_end
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=offsets[1:])
     if offsets[-1] > MAX_FAST_DATA:
         return None
-    mv = memoryview(buf)
-    data = b"".join([mv[a:b] for a, b in zip(cols.data_start, cols.data_end, strict=True)])
+    if cols.frame_size is not None and n:
+        # every frame the same size: the data is a strided block, copied out in one go
+        width = int(ends[0] - starts[0])
+        first = int(starts[0])
+        data = np.ndarray((n, width), np.uint8, buf, first, (cols.frame_size, 1)).tobytes()
+    else:
+        mv = memoryview(buf)
+        data = b"".join(map(mv.__getitem__, map(slice, starts.tolist(), ends.tolist())))
     headers_type = LAKE_SCHEMA.field("headers").type
     return pa.table(
         {
             "stream": pa.array([stream] * n, pa.string()),
             "partition": pa.array(np.full(n, partition, dtype=np.int32)),
-            "index": pa.array(np.asarray(cols.index, dtype=np.int64)),
-            "timestamp_ns": pa.array(np.asarray(cols.timestamp_ns, dtype=np.int64)),
+            "index": pa.array(cols.index),
+            "timestamp_ns": pa.array(cols.timestamp_ns),
             "key": pa.nulls(n, pa.binary()),
             "headers": pa.ListArray.from_arrays(
                 pa.array(np.zeros(n + 1, dtype=np.int32)),

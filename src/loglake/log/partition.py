@@ -34,7 +34,7 @@ from loglake.log.lake import (
     seal_segment,
     visible_lake_files,
 )
-from loglake.log.record_codec import encode_batch
+from loglake.log.record_codec import encode_batch, encode_plain
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment, fsync_dir, parse_segment_name, segment_name
 
@@ -163,7 +163,15 @@ class Partition:
 
     # -- writing ----------------------------------------------------------------------------
     def append_many(self, entries: Sequence[Entry], durability: Durability) -> list[int]:
-        if not entries:
+        return self._append(entries, durability, encode_batch)
+
+    def append_payloads(self, datas: Sequence[bytes], durability: Durability) -> list[int]:
+        """``append_many`` of data-only records, encoded without an ``Entry`` each."""
+        return self._append(datas, durability, encode_plain)
+
+    def _append(self, items: Sequence, durability: Durability, encode: Callable) -> list[int]:
+        """Encode ``items`` (entries or data) as one buffer, write it, wait per ``durability``."""
+        if not items:
             return []
         now = time.time_ns()
         with self._lock:
@@ -171,7 +179,7 @@ class Partition:
                 raise self._failed
             active = self.segments[-1]
             first = active.next_index
-            buf, offsets, max_ts = encode_batch(entries, first, now)
+            buf, offsets, max_ts = encode(items, first, now)
             if active.size and active.size + len(buf) > self.config.segment_bytes:
                 active = self._roll(durability)
             active.write(buf, offsets, first, max_ts)
@@ -183,7 +191,7 @@ class Partition:
                 self._gc.mark_synced(seq)
         if durability == "batch":
             self._gc.wait_durable(seq, self._sync_newest)
-        return list(range(first, first + len(entries)))
+        return list(range(first, first + len(items)))
 
     def _sync_newest(self) -> int:
         """For the group commit: fsync the active segment; return the write seq covered."""
@@ -268,7 +276,7 @@ class Partition:
                 self._gc.mark_synced(self._seq)
 
     # -- reading ----------------------------------------------------------------------------
-    def read(self, start: int, limit: int | None, end: int | None) -> list[Record]:
+    def read(self, start: int, limit: int | None, end: int | None, pairs: bool = False) -> list:
         """Records ``start <= index < end`` (at most ``limit``) from the lake below the first
         live segment and from segments above it. Lake files are immutable, so they are read
         outside the partition lock: a long read of old history does not hold up appends."""
@@ -288,7 +296,7 @@ class Partition:
                 seg_first = self.segments[0].base if self.segments else self.next_index
                 if pos >= seg_first or not self.lake:
                     try:
-                        out += self._read_segments(pos, end, remaining)
+                        out += self._read_segments(pos, end, remaining, pairs)
                     except FileNotFoundError:
                         if not self.readonly or retried:
                             raise
@@ -314,7 +322,7 @@ class Partition:
                 with self._lock:
                     self.lake = visible_lake_files(list_lake_files(self.lake_dir))
                 continue
-            out += got
+            out += [(r.index, r.data) for r in got] if pairs else got
             if remaining is not None:
                 remaining -= len(got)
             pos = max(pos, lf.first) + want
@@ -325,20 +333,21 @@ class Partition:
         i = bisect.bisect_right([f.last for f in self.lake], pos - 1)
         return self.lake[i] if i < len(self.lake) else None
 
-    def _read_segments(self, pos: int, end: int, remaining: int | None) -> list[Record]:
-        out: list[Record] = []
+    def _read_segments(
+        self, pos: int, end: int, remaining: int | None, pairs: bool = False
+    ) -> list:
+        out: list = []
         if not self.segments:
             return out
         i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
         while i < len(self.segments) and (remaining is None or remaining > 0) and pos < end:
             seg = self.segments[i]
-            got = seg.read(pos, end, end - pos if remaining is None else remaining)
-            out += [
-                Record(
-                    self.stream, self.partition, r.index, r.timestamp_ns, r.key, r.headers, r.data
-                )
-                for r in got
-            ]
+            got = seg.read(pos, end, end - pos if remaining is None else remaining, pairs)
+            if pairs:
+                out += got
+            else:
+                stream, partition = self.stream, self.partition
+                out += [Record(stream, partition, *row) for row in got]
             if remaining is not None:
                 remaining -= len(got)
             pos = max(pos, seg.next_index)

@@ -18,13 +18,18 @@ import os
 import time
 from pathlib import Path
 
+from crc32c import crc32c
+
 from loglake.log.api import CorruptSegment
 from loglake.log.record_codec import (
+    BODY_HEAD_NO_KEY,
     FRAME_HEAD,
+    MAX_BODY,
+    MIN_BODY,
+    PLAIN_HEAD_SIZE,
     CorruptRecord,
     RecordDecodeError,
     StoredRecord,
-    TornRecord,
     decode_frame,
     frame_length_at,
     scan,
@@ -314,72 +319,106 @@ class Segment:
             self._rfd = os.open(self.path, os.O_RDONLY)
         return self._rfd
 
-    def read(self, start: int, end: int, limit: int) -> list[StoredRecord]:
-        """Records with ``start <= index < end``, at most ``limit``; binary search on the
-        sparse index, then a forward read from the entry found."""
+    def read(self, start: int, end: int, limit: int, pairs: bool = False) -> list[tuple]:
+        """Rows ``(index, timestamp_ns, key, headers, data)`` with ``start <= index < end``, at
+        most ``limit``; with ``pairs``, ``(index, data)`` only. A binary search on the sparse
+        index, then a forward read from the entry found."""
         start = max(start, self.base)
         end = min(end, self.next_index)
         if start >= end or limit <= 0:
             return []
         idx = self.ensure_index()
         entry_index, pos = idx.floor(start)
-        out = self._read_from(pos, start, end, limit, entry_index)
+        out = self._read_from(pos, start, end, limit, entry_index, pairs)
         if out is None:  # the index pointed at the wrong record: rebuild and retry
             self.rebuild_index()
             entry_index, pos = self.ensure_index().floor(start)
-            out = self._read_from(pos, start, end, limit, entry_index)
+            out = self._read_from(pos, start, end, limit, entry_index, pairs)
             if out is None:
                 raise CorruptSegment(self.path, pos, "sparse index disagrees with the segment")
         return out
 
     def _read_from(
-        self, pos: int, start: int, end: int, limit: int, entry_index: int
-    ) -> list[StoredRecord] | None:
+        self, pos: int, start: int, end: int, limit: int, entry_index: int, pairs: bool = False
+    ) -> list[tuple] | None:
+        """Parse forward from file position ``pos`` (the record ``entry_index``, or the segment
+        start when it is -1). None when the first record is not the one the sparse index
+        promised (the caller rebuilds the index); damage → ``CorruptSegment``.
+
+        Bulk parsing: a chunk of the file is read at once and its whole frames are walked in
+        one loop; a plain record (no key, no headers) is checked (CRC over a memoryview) and
+        sliced without building an intermediate object. Others go through ``decode_frame``."""
         fd = self._read_fd()
         size = self.size
-        out: list[StoredRecord] = []
+        out: list[tuple] = []
+        add = out.append
         buf = b""
+        mv = memoryview(buf)
         bpos = pos  # file position of buf[0]
         off = 0
         first = True
-        while pos < size and len(out) < limit:
-            try:
-                need = frame_length_at(buf, off)
-            except TornRecord:
-                need = FRAME_HEAD.size
-            except CorruptRecord as e:
-                if first and entry_index >= 0:
-                    return None  # the index pointed into the middle of something
-                raise CorruptSegment(self.path, bpos + e.offset, e.reason) from None
-            if len(buf) - off < need:
-                want = max(READ_CHUNK, need)
-                more = os.pread(fd, min(want, size - (bpos + len(buf))), bpos + len(buf))
-                if not more:
-                    if first and entry_index >= 0:
+        suspect = entry_index >= 0  # a bad first record may be the index's fault
+        unpack_frame = FRAME_HEAD.unpack_from
+        unpack_body = BODY_HEAD_NO_KEY.unpack_from
+        head = PLAIN_HEAD_SIZE
+        while len(out) < limit:
+            n = len(buf)
+            while len(out) < limit and n - off >= FRAME_HEAD.size:
+                length, crc = unpack_frame(buf, off)
+                if length < MIN_BODY or length > MAX_BODY:
+                    if first and suspect:
                         return None
-                    raise CorruptSegment(self.path, pos, "segment ends inside a record")
-                buf = buf[off:] + more
-                bpos += off
-                off = 0
-                continue
-            try:
-                rec = decode_frame(buf, off, bpos)
-            except RecordDecodeError as e:
-                if first and entry_index >= 0:
-                    return None
-                raise CorruptSegment(self.path, e.offset, e.reason) from None
-            if first:
-                first = False
-                if entry_index >= 0 and rec.index != entry_index:
-                    return None
-                if entry_index < 0 and rec.index != self.base:
-                    raise CorruptSegment(self.path, pos, f"first record has index {rec.index}")
-            off += rec.size
-            pos += rec.size
-            if rec.index >= end:
+                    raise CorruptSegment(self.path, bpos + off, f"implausible body length {length}")
+                e = off + FRAME_HEAD.size + length
+                if e > n:
+                    break
+                index, ts, flags, count = unpack_body(buf, off + FRAME_HEAD.size)
+                row = None
+                if flags or count:
+                    try:
+                        rec = decode_frame(buf, off, bpos)
+                    except RecordDecodeError as err:
+                        if first and suspect:
+                            return None
+                        raise CorruptSegment(self.path, err.offset, err.reason) from None
+                    row = (rec.index, rec.timestamp_ns, rec.key, rec.headers, rec.data)
+                elif crc32c(mv[off + FRAME_HEAD.size : e]) != crc:
+                    if first and suspect:
+                        return None
+                    raise CorruptSegment(self.path, bpos + off, "CRC32C mismatch")
+                if first:
+                    first = False
+                    if suspect and index != entry_index:
+                        return None
+                    if not suspect and index != self.base:
+                        raise CorruptSegment(
+                            self.path, bpos + off, f"first record has index {index}"
+                        )
+                if index >= end:
+                    return out
+                if index >= start:
+                    if row is None:
+                        data = buf[off + head : e]
+                        add((index, data) if pairs else (index, ts, None, (), data))
+                    else:
+                        add((index, row[4]) if pairs else row)
+                off = e
+            if len(out) >= limit or bpos + off >= size:
                 break
-            if rec.index >= start:
-                out.append(rec)
+            need = FRAME_HEAD.size
+            if n - off >= FRAME_HEAD.size:
+                need += unpack_frame(buf, off)[0]
+            at = bpos + n
+            more = os.pread(fd, min(max(READ_CHUNK, need), size - at), at) if at < size else b""
+            if not more:
+                if first and suspect:
+                    return None
+                raise CorruptSegment(self.path, bpos + off, "segment ends inside a record")
+            mv.release()
+            buf = buf[off:] + more
+            mv = memoryview(buf)
+            bpos += off
+            off = 0
         return out
 
     def iter_all(self, yield_every: int = 0) -> list[StoredRecord]:

@@ -251,6 +251,13 @@ class SegmentLog(Log):
             part = self._partition(stream, partition)
         return part.append_many(entries, part.config.durability)
 
+    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+        if self.readonly:
+            raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
+        with self._lock:
+            part = self._partition(stream, partition)
+        return part.append_payloads(datas, part.config.durability)
+
     # -- reading ----------------------------------------------------------------------------
     def read(
         self,
@@ -263,6 +270,13 @@ class SegmentLog(Log):
         with self._lock:
             part = self._partition(stream, partition)
         return part.read(start, limit, end)
+
+    def read_payloads(
+        self, stream: str, partition: int, start: int, limit: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        with self._lock:
+            part = self._partition(stream, partition)
+        return part.read(start, limit, None, pairs=True)
 
     def next_index(self, stream: str, partition: int = 0) -> int:
         with self._lock:

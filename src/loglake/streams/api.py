@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
-from loglake.log.api import Entry, Log, StreamConfig, UnknownStream
+from loglake.log.api import Log, StreamConfig, UnknownStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +79,11 @@ class LocalStreams:
         return self.log.append(stream, partition, data)
 
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
-        return self.log.append_many(stream, partition, [Entry(d) for d in datas])
+        return self.log.append_payloads(stream, partition, datas)
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         return [
-            StreamMessage(r.index, r.data)
-            for r in self.log.read(stream, partition, index, limit=limit)
+            StreamMessage(i, d) for i, d in self.log.read_payloads(stream, partition, index, limit)
         ]
 
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:

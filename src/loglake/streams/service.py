@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
-    Entry,
     IndexRegression,
     Log,
     StreamConfig,
@@ -178,7 +177,7 @@ class StreamService:
         return target, push
 
     def _flush(self, pending, out) -> None:
-        """Append each target's pending pushes with one ``append_many``; fill in confirms.
+        """Append each target's pending pushes with one ``append_payloads``; fill in confirms.
 
         Targets are independent partitions, so their appends go through ``map_targets``:
         ``map`` by default, or a thread pool's ``map`` given by the server, which lets the
@@ -196,16 +195,16 @@ class StreamService:
 
     def _append_group(self, group: tuple[_Target, list[_Pending]]) -> list[bytes]:
         target, items = group
-        entries = [Entry(data) for _, (_, data), _ in items]
+        datas = [data for _, (_, data), _ in items]
         try:
-            indexes = self.log.append_many(target.stream, target.partition, entries)
+            indexes = self.log.append_payloads(target.stream, target.partition, datas)
             return [
                 codec.encode_push_confirm(rid, idx)
                 for (_, (rid, _), _), idx in zip(items, indexes, strict=True)
             ]
         except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
             if not isinstance(e, LoglakeError):
-                logger.exception("log.append_many raised an unexpected error")
+                logger.exception("log.append_payloads raised an unexpected error")
             log_event(
                 logger,
                 logging.ERROR,
@@ -352,16 +351,16 @@ class StreamService:
         messages: list[tuple[int, bytes]] = []
         if limit > 0:
             try:
-                records = self.log.read(target.stream, target.partition, req.index, limit=limit)
+                rows = self.log.read_payloads(target.stream, target.partition, req.index, limit)
             except LoglakeError as e:
                 log_event(logger, logging.ERROR, "pull failed", error=str(e))
-                records = []  # the reference answers an empty PullResponse on storage errors
+                rows = []  # the reference answers an empty PullResponse on storage errors
             size = 0
-            for r in records:
-                size += len(r.data)
+            for row in rows:
+                size += len(row[1])
                 if size > self.max_pull_bytes and messages:
                     break
-                messages.append((r.index, r.data))
+                messages.append(row)
         if not msg.return_route:
             return []
         payload = codec.encode_pull_response(req.request_id, messages)
