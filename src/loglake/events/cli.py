@@ -105,10 +105,11 @@ def whoami(key: str) -> None:
     "--role",
     type=click.Choice(["orchestrator", "broadcaster", "publisher", "subscriber"]),
     required=True,
+    help="Which ICRC-72 role this process plays.",
 )
 @key_opt
-@click.option("--port", type=int, required=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, required=True, help="HTTP port to serve the role on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--directory", required=True, help="JSON {principal: url} of every role.")
 @click.option("--orchestrator", help="The orchestrator's principal (all roles but itself).")
 @click.option("--broadcaster", "broadcasters", multiple=True, help="(orchestrator) broadcasters.")
@@ -128,8 +129,20 @@ def whoami(key: str) -> None:
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
 @click.option("--price-per-event", type=int, default=0, help="(publisher) icrc77:pricing.")
 @click.option("--mint", multiple=True, help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.")
-@click.option("--max-events-per-replay", type=int, default=5_000_000, show_default=True)
-@click.option("--batch-size", type=int, default=500, show_default=True)
+@click.option(
+    "--max-events-per-replay",
+    type=int,
+    default=5_000_000,
+    show_default=True,
+    help="(orchestrator) quota: a longer range is refused with RangeTooLarge.",
+)
+@click.option(
+    "--batch-size",
+    type=int,
+    default=500,
+    show_default=True,
+    help="(publisher) events procured and sent per replay batch.",
+)
 @click.option("--throttle-ms", type=float, default=0.0, help="(publisher) pause between batches.")
 def serve(
     role: str,
@@ -229,7 +242,7 @@ def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
 @click.option("--text", "texts", multiple=True, help="Publish #Text(TEXT) (repeatable).")
 @click.option("--count", type=int, default=0, help="Publish COUNT generated #Blob events.")
 @click.option("--size", type=int, default=200, show_default=True, help="Bytes per #Blob.")
-@click.option("--batch", type=int, default=1000, show_default=True)
+@click.option("--batch", type=int, default=1000, show_default=True, help="Events per publish call.")
 def publish(url, key, namespace, texts, count, size, batch) -> None:
     """Publish events (call the PUBLISHER's URL with the publisher's key)."""
     c = EventsClient(url, load_identity(key))
@@ -273,10 +286,16 @@ def _status(c: EventsClient, rid: int) -> ReplayStatus:
 @click.argument("namespace")
 @click.option("--from", "start", type=int, required=True, help="First event id.")
 @click.option("--to", "end", type=int, default=None, help="End (exclusive); default: head.")
-@click.option("--filter", "filter_")
+@click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
 @click.option("--skip", help="MOD[,OFFSET]")
 @click.option("--no-wait", is_flag=True, help="Return once registered.")
-@click.option("--timeout", type=float, default=600.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for the replay to end.",
+)
 def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> None:
     """Register an ICRC-77 replay and show its progress until it ends."""
     ident = load_identity(key)
@@ -363,7 +382,7 @@ def cancel(url, key, replay_ids) -> None:
 @url_opt
 @key_opt
 @click.option("--namespace", help="Only this namespace.")
-@click.option("--take", type=int, default=100, show_default=True)
+@click.option("--take", type=int, default=100, show_default=True, help="At most this many replays.")
 def replays(url, key, namespace, take) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter(slices=(("ByNamespace", namespace),)) if namespace else None
