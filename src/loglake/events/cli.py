@@ -23,6 +23,7 @@ from loglake.events.identity import Identity, principal_from_text
 from loglake.events.messages import (
     C_PRICING,
     C_REPLAY,
+    C_SUB_STOPPED,
     GetReplays,
     Ok,
     OrchestrationFilter,
@@ -266,7 +267,7 @@ def subscribe(url, key, namespace, filter_, skip, stopped) -> None:
     """Register a subscription with the orchestrator."""
     cfg = _config(filter_, skip, "icrc72:subscription:")
     if stopped:
-        cfg.append(("icrc72:subscription:stopped", {"Bool": True}))
+        cfg.append((C_SUB_STOPPED, {"Bool": True}))
     [r] = EventsClient(url, load_identity(key)).call(
         "icrc72_register_subscription", [Registration(namespace, cfg)]
     )

@@ -523,7 +523,3 @@ _LOCAL = {
 }
 
 METHODS: dict[str, Method] = {m.name: m for m in _M} | _LOCAL
-
-
-def principal_of(v: Any) -> Principal:
-    return v if isinstance(v, Principal) else Principal(bytes(v))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loglake.errors import LocalProtocolError
+from loglake.events.messages import C_SUB_FILTER, C_SUB_SKIP, C_SUB_STOPPED
 from loglake.wire.icrc16 import Value, map_get
 
 MAX_FILTER_LEN = 1024
@@ -247,8 +248,8 @@ def parse_filter(v: Value | None) -> Filter | None:
     return Filter.parse(v["Text"])
 
 
-REPLAY_FILTER_KEYS = ("filter", "icrc72:subscription:filter")
-REPLAY_SKIP_KEYS = ("skip", "icrc72:subscription:skip")
+REPLAY_FILTER_KEYS = ("filter", C_SUB_FILTER)
+REPLAY_SKIP_KEYS = ("skip", C_SUB_SKIP)
 
 
 def parse_replay_config(config: list[tuple[str, Value]]) -> tuple[Filter | None, Skip | None]:
@@ -268,9 +269,9 @@ def parse_subscription_config(
     config: list[tuple[str, Value]],
 ) -> tuple[Filter | None, Skip | None, bool]:
     """``icrc72:subscription:filter|skip|stopped`` (ICRC-72 "Subscription Configs")."""
-    f = parse_filter(map_get(config, "icrc72:subscription:filter"))
-    s = parse_skip(map_get(config, "icrc72:subscription:skip"))
-    stopped = map_get(config, "icrc72:subscription:stopped")
+    f = parse_filter(map_get(config, C_SUB_FILTER))
+    s = parse_skip(map_get(config, C_SUB_SKIP))
+    stopped = map_get(config, C_SUB_STOPPED)
     if stopped is not None and "Bool" not in stopped:
-        raise ImproperConfig("icrc72:subscription:stopped must be #Bool")
+        raise ImproperConfig(f"{C_SUB_STOPPED} must be #Bool")
     return f, s, bool(stopped and stopped["Bool"])

@@ -51,12 +51,6 @@ def principal_from_text(text: str) -> Principal:
         raise PrincipalError(f"not a principal: {text!r} ({e})") from e
 
 
-def principal_from_bytes(raw: bytes) -> Principal:
-    if not isinstance(raw, bytes | bytearray) or len(raw) > 29:
-        raise PrincipalError(f"a principal is at most 29 bytes, got {len(raw)}")
-    return Principal(bytes(raw))
-
-
 @dataclass(frozen=True)
 class Identity:
     """An Ed25519 key pair and its self-authenticating principal."""
