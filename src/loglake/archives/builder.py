@@ -108,7 +108,7 @@ class ArchiveBuilder:
                 raise ValueError(f"window starting {frm} overlaps archived history ({self.end_ns})")
             lo = bisect.bisect_left(msgs, frm, key=ts)
             hi = bisect.bisect_left(msgs, to, lo=lo, key=ts)
-            window = msgs[lo:hi]
+            window = msgs if lo == 0 and hi == len(msgs) else msgs[lo:hi]  # no 1M-ref copy
             if wanted is not None:
                 window = [m for m in window if m[1] in wanted]
             self.end_ns = to
@@ -121,7 +121,7 @@ class ArchiveBuilder:
             )
             meta = ArchiveMetadata(frm, to, tops, self.layout.archive_version)
             for chunk in self.layout.chunk(window):
-                raws = list(map(operator.itemgetter(2), chunk))
+                raws = [m[2] for m in chunk]
                 enc = self.layout.encode_archive(meta, raws, self.data_size)
                 self.hashes.extend_parts(
                     enc.parts, enc.length, enc.trailing_zeros, enc.part_lengths

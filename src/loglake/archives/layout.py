@@ -83,20 +83,23 @@ def varint(n: int) -> bytes:
 
 
 _MESSAGES_PREFIX = tuple(b"\x1a" + v for v in _SMALL_VARINTS)
+_PREFIX_ARRAY = np.empty(len(_MESSAGES_PREFIX), dtype=object)
+_PREFIX_ARRAY[:] = _MESSAGES_PREFIX
+"""The same prefixes as a numpy object array: ``_PREFIX_ARRAY[lengths]`` picks a million of
+them in one C loop (6x faster than a ``map`` of ``tuple.__getitem__``, measured)."""
 
 
 def frame_parts(records: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
     """``0x1a varint(len)`` and the record, for every record: field 3 (``messages``) of
     ``WakuMessageArchive`` in both layouts, as a list of buffers (no per-record concatenation:
     this is the build's hot loop) and their lengths (numpy, for piece boundaries)."""
-    cache = _MESSAGES_PREFIX
     n = len(records)
-    # lengths once into numpy (no list of ints); prefixes by a C-level map over the records
+    # lengths once into numpy (no list of ints); prefixes picked by numpy from a table
     rec = np.fromiter(map(len, records), dtype=np.int64, count=n)
-    if n and int(rec.max()) >= len(cache):
+    if n and int(rec.max()) >= len(_MESSAGES_PREFIX):
         prefixes = [b"\x1a" + varint(x) for x in rec.tolist()]
     else:
-        prefixes = list(map(cache.__getitem__, map(len, records)))
+        prefixes = _PREFIX_ARRAY[rec].tolist()
     parts: list[bytes] = [b""] * (2 * n)
     parts[0::2] = prefixes
     parts[1::2] = records
