@@ -54,6 +54,28 @@ MAX_REORGS = 32
 """Applied reorgs remembered (and checkpointed) for recognising a repeated Reorg."""
 
 
+def _nat(v: object, minimum: int = 0) -> int:
+    """A checkpoint number or offset: a JSON integer (not a float/bool) >= ``minimum``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _weight(w: object) -> int:
+    """A 256-bit weight, written as a decimal string (JSON numbers lose precision past 2^53)."""
+    if not isinstance(w, str) or not w.isdigit() or not w.isascii() or len(w) > 78:
+        raise ValueError(f"a weight is a decimal string of at most 78 digits, got {w!r}")
+    return int(w)
+
+
+def _hash(h: object) -> bytes:
+    """A block hash: 32 bytes as hex (Cardinal hashes are 32-byte Keccak/types.Hash values)."""
+    raw = bytes.fromhex(h)  # type: ignore[arg-type]
+    if len(raw) != 32:
+        raise ValueError(f"a block hash is 32 bytes, got {len(raw)}")
+    return raw
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     chain: tuple[BlockRef, ...] = ()
@@ -90,15 +112,17 @@ class Checkpoint:
         try:
             d = json.loads(data)
             chain = tuple(
-                BlockRef(int(n), bytes.fromhex(h), bytes.fromhex(p), int(w))
+                # number -1: "before block 0", where `cardinal consume` starts a fresh chain
+                BlockRef(_nat(n, -1), _hash(h), _hash(p), _weight(w))
                 for n, h, p, w in d["chain"]
             )
-            offsets = {str(k): int(v) for k, v in d["offsets"].items()}
+            # -1 is the consumer's "no source offset" (``receive(..., offset=-1)``)
+            offsets = {str(k): _nat(v, -1) for k, v in d["offsets"].items()}
             reorgs = tuple(  # absent in checkpoints written before it existed
-                (int(n), bytes.fromhex(h), bool(done)) for n, h, done in d.get("reorgs", [])
+                (_nat(n), _hash(h), bool(done)) for n, h, done in d.get("reorgs", [])
             )
-            reverted = tuple(bytes.fromhex(h) for h in d.get("reverted", []))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            reverted = tuple(_hash(h) for h in d.get("reverted", []))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
             raise CheckpointError(f"bad Cardinal checkpoint: {e}") from None
         return cls(chain, offsets, reorgs, reverted)
 
