@@ -6,8 +6,6 @@ whole checkpoint, so the last is sufficient to resume."""
 
 from __future__ import annotations
 
-import pytest
-
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.synthetic import synthetic_chain, topics_for
@@ -80,8 +78,6 @@ def test_records_grow_with_window_changes_only_and_resume_is_exact():
 
 def test_embedded_log_keeps_only_the_last_record():
     log = MemoryLog()
-    if "truncate_before" not in vars(MemoryLog):  # the ABC's default raises
-        pytest.skip("MemoryLog.truncate_before not available")
     streams = LocalStreams(log)
     chain = synthetic_chain(60)
     produce(streams, chain)
@@ -103,8 +99,6 @@ def test_segment_log_checkpoint_stream_is_truncated(tmp_path):
 
     log = open_log(tmp_path / "data")
     try:
-        if not hasattr(log, "truncate_before"):
-            pytest.skip("SegmentLog.truncate_before not available")
         # tiny segments, so segment-granular truncation has something to drop
         streams = LocalStreams(log, StreamConfig(segment_bytes=512, seal_to_lake=False))
         chain = synthetic_chain(60)

@@ -18,7 +18,7 @@ from loglake.cardinal.producer import BlockPayload, Producer, SubBatch
 from tests.cardinal.helpers import REF_SCHEMA, ChainModel, flat
 
 
-def test_block(number: int, nonce: int, parent: BlockPayload | None) -> BlockPayload:
+def make_block(number: int, nonce: int, parent: BlockPayload | None) -> BlockPayload:
     hash_ = f"{nonce}{number}".encode().rjust(32, b"\0")  # BytesToHash(fmt "%v%v")
     return BlockPayload(
         number=number,
@@ -37,26 +37,24 @@ def test_block(number: int, nonce: int, parent: BlockPayload | None) -> BlockPay
     )
 
 
-test_block.__test__ = False  # a builder, not a test
-
-A = test_block(0, 0, None)
-B = test_block(1, 0, A)
-C = test_block(1, 1, A)
-D = test_block(2, 1, C)
-E = test_block(2, 0, B)
-F = test_block(3, 0, E)
-G = test_block(2, 2, B)
-H = test_block(3, 1, G)
-I = test_block(4, 0, H)  # noqa: E741 - the reference's name
-J = test_block(4, 1, F)
-K = test_block(5, 0, I)
+A = make_block(0, 0, None)
+B = make_block(1, 0, A)
+C = make_block(1, 1, A)
+D = make_block(2, 1, C)
+E = make_block(2, 0, B)
+F = make_block(3, 0, E)
+G = make_block(2, 2, B)
+H = make_block(3, 1, G)
+I = make_block(4, 0, H)  # noqa: E741 - the reference's name
+J = make_block(4, 1, F)
+K = make_block(5, 0, I)
 NAMES = dict(zip("ABCDEFGHIJK", [A, B, C, D, E, F, G, H, I, J, K], strict=True))
 
 CHAIN1 = [A]
 CHAIN2 = [A]
 for n in range(1, 100):
-    CHAIN1.append(test_block(n, 1, CHAIN1[-1]))
-    CHAIN2.append(test_block(n, 2, CHAIN2[-1]))
+    CHAIN1.append(make_block(n, 1, CHAIN1[-1]))
+    CHAIN2.append(make_block(n, 2, CHAIN2[-1]))
 
 
 def run_blocks(blocks, last: BlockPayload) -> list[ChainUpdate]:
