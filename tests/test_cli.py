@@ -42,3 +42,36 @@ def test_unknown_command_is_a_usage_error():
     result = CliRunner().invoke(main, ["no-such-command"])
     assert result.exit_code == 2
     assert "No such command" in result.output
+
+
+def test_typed_error_is_one_readable_line_and_a_bug_keeps_its_traceback():
+    from loglake.clitools import TypedErrorGroup
+    from loglake.errors import LoglakeError
+
+    @click.group(cls=TypedErrorGroup)
+    def g():
+        """A group."""
+
+    @g.command()
+    def typed():
+        """Fails on purpose."""
+        raise LoglakeError("stream 'x' does not exist")
+
+    @g.command()
+    def bug():
+        """Fails like a bug."""
+        raise KeyError("oops")
+
+    r = CliRunner().invoke(g, ["typed"])
+    assert r.exit_code == 1
+    assert r.output == "Error: stream 'x' does not exist\n"
+    r = CliRunner().invoke(g, ["bug"])
+    assert isinstance(r.exception, KeyError)
+
+
+def test_a_part_run_alone_reports_typed_errors_readably(tmp_path):
+    from loglake.events.cli import command as events
+
+    r = CliRunner().invoke(events, ["whoami", "--key", str(tmp_path / "missing.key")])
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: ") and "Traceback" not in r.output

@@ -15,7 +15,7 @@ import sys
 import click
 
 from loglake import __version__
-from loglake.errors import LoglakeError
+from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 
 # (module, command name) in help order; None mounts a group's commands flat (`serve`, `job`).
 PART_COMMANDS = (
@@ -30,16 +30,7 @@ PART_COMMANDS = (
 )
 
 
-class _Main(click.Group):
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except LoglakeError as e:
-            # A typed error is the user's to read, not a traceback.
-            raise click.ClickException(str(e)) from e
-
-
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TypedErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="loglake")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.option("--log-json", is_flag=True, help="Log as JSON lines (for machines).")

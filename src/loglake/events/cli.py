@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 from loglake.errors import LoglakeError
 from loglake.events.client import EventsClient
 from loglake.events.identity import Identity, principal_from_text
@@ -78,7 +79,7 @@ url_opt = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TypedErrorGroup, context_settings=CONTEXT_SETTINGS)
 def command() -> None:
     """ICRC-72 pub/sub with ICRC-77 event replay."""
 
