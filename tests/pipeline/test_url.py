@@ -49,3 +49,15 @@ def test_unknown_remote_stream(spark, node):
     url, _ = node
     with pytest.raises(BadOption, match="unknown stream"):
         read(spark, url=url, stream="nope")
+
+
+def test_write_over_the_stream_protocol_refuses_keys_and_changes_nothing(spark, node):
+    url, port = node
+    with StreamClient(port=port) as c:
+        c.create_stream("keyed", partitions=1)
+    df = spark.createDataFrame([(b"x", b"k1"), (b"y", None)], "data binary, key binary")
+    with pytest.raises(Exception, match="carries data only") as err:
+        write(df, url=url, stream="keyed")
+    assert "key" in str(err.value)
+    with StreamClient(port=port) as c:
+        assert c.pull("keyed", 0, 10) == []

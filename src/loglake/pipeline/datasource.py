@@ -601,7 +601,28 @@ def append_staged(opts: SourceOptions, paths: list[str]) -> int:
     if opts.url:
         from loglake.pipeline.livelog import UrlSource
 
-        client = UrlSource(opts.url)._client()
+        # Over the Ockam wire a push carries data only: refuse, before anything is appended,
+        # rather than drop keys, headers or timestamps without a word.
+        carried = [
+            name
+            for name, present in (
+                ("key", any(e.key is not None for v in per_part.values() for e in v)),
+                ("headers", any(e.headers for v in per_part.values() for e in v)),
+                (
+                    "timestamp_ns",
+                    any(e.timestamp_ns is not None for v in per_part.values() for e in v),
+                ),
+            )
+            if present
+        ]
+        if carried:
+            raise BadOption(
+                "url",
+                opts.url,
+                f"a push over the stream protocol carries data only; rows have {carried} "
+                "(drop those columns, or write through data_dir)",
+            )
+        client = UrlSource(opts.url).client()
         try:
             for p, entries in sorted(per_part.items()):
                 client.push_many(opts.stream, [e.data for e in entries], partition=p)

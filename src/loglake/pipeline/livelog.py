@@ -124,14 +124,14 @@ class UrlSource:
     url: str
     partition_count: int = 1
 
-    def _client(self):
+    def client(self):
         host, port = parse_url(self.url)
         from loglake.streams.client import StreamClient  # lazily: the client is optional
 
         return StreamClient(host, port)
 
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
-        client = self._client()
+        client = self.client()
         try:
             info = getattr(client, "info", None)
             if info is not None:  # loglake's stream-info extension: one round trip
@@ -170,7 +170,7 @@ class UrlSource:
         return first, last + 1
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        client = self._client()
+        client = self.client()
         try:
             pos = start
             while pos < end:
