@@ -110,6 +110,8 @@ def test_prune_truncates_only_archived_records_older_than_30_days(tmp_path, layo
     assert log.read("community", 0, 0)[0].index == 12
     assert set(everything[:12]) <= _archived(node)  # what left the live log is in archives
     assert node.store.oldest_ns() >= START + 12 * DAY
+    # the flags of pruned rows go with them: the 2 archived rows left are flagged
+    assert node.store.db.execute("SELECT count(*) FROM archived").fetchone()[0] == 2
     node.build(now)
     assert node.prune(now).log_records == 0  # week 3+ is newer than 30 days
     assert _live(log) == everything[12:]

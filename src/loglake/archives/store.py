@@ -4,11 +4,13 @@ Control node: a *working index*, not the source of truth. The community's messag
 loglake stream; the control node copies them here (with their stream index, tracking the next
 index in the same transaction) because building a 7-day window needs "messages with
 ``from <= timestamp < to``, in time order", which the stream (ordered by arrival) cannot answer.
-When a build covers a window, the rows it exported are flagged ``archived`` in the same
-transaction that records the archives; ``removable_before`` then gives the longest prefix of the
-stream whose records are all archived and older than the cut-off, which the control node
-truncates from the live log (spec "Storing live messages": remove messages "once they are older
-than 30 days and after they have been turned into message archives"). Everything here can be
+When a build covers a window, the rowids it exported go into the ``archived`` table in the
+same transaction that records the archives (a table of integers, not a column: flagging a
+column rewrote every message row, 2.2 s of a 4.6 s build of a million messages, measured);
+``removable_before`` then gives the longest prefix of the stream whose records are all
+archived and older than the cut-off, which the control node truncates from the live log
+(spec "Storing live messages": remove messages "once they are older than 30 days and after they
+have been turned into message archives"). Everything here can be
 rebuilt from the stream and the archives (``ControlNode`` re-ingests the stream into an empty
 store and re-flags the rows found in its local archives).
 
@@ -33,8 +35,10 @@ from loglake.archives.layout import DecodedMessage, IndexEntry
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
   ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0,
-  idx INTEGER, archived INTEGER NOT NULL DEFAULT 0
+  idx INTEGER
 );
+CREATE TABLE IF NOT EXISTS archived (rowid INTEGER PRIMARY KEY);  -- rowids of messages (never
+-- VACUUMed, so they stay stable)
 CREATE INDEX IF NOT EXISTS messages_ts ON messages (ts_ns);
 CREATE TABLE IF NOT EXISTS archives (
   archive_id TEXT PRIMARY KEY, from_ns INTEGER, to_ns INTEGER, offset INTEGER, size INTEGER
@@ -62,7 +66,6 @@ class MessageStore:
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
         if "idx" not in cols:  # a store written before the stream index was kept
             self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
-            self.db.execute("ALTER TABLE messages ADD COLUMN archived INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self.db.close()
@@ -171,7 +174,10 @@ class MessageStore:
             if end_ns is not None:
                 self._set_meta("last_archive_end_ns", end_ns)
             if exported is not None:
-                q = "UPDATE messages SET archived = 1 WHERE ts_ns >= ? AND ts_ns < ?"
+                q = (
+                    "INSERT OR IGNORE INTO archived SELECT rowid FROM messages"
+                    " WHERE ts_ns >= ? AND ts_ns < ?"
+                )
                 args: list = list(exported)
                 if topics is not None:
                     q += f" AND topic IN ({','.join('?' * len(topics))})"
@@ -184,14 +190,14 @@ class MessageStore:
 
     def flag_archived(self, rowids: Sequence[int]) -> None:
         with self._tx():
-            self.db.executemany(
-                "UPDATE messages SET archived = 1 WHERE rowid = ?", [(r,) for r in rowids]
-            )
+            self.db.executemany("INSERT OR IGNORE INTO archived VALUES (?)", [(r,) for r in rowids])
 
     def rows_before(self, to_ns: int) -> list[tuple[int, bytes]]:
         """``(rowid, raw)`` of unflagged rows older than ``to_ns`` (re-flagging after a rebuild)."""
         return self.db.execute(
-            "SELECT rowid, raw FROM messages WHERE archived = 0 AND ts_ns < ?", (to_ns,)
+            "SELECT rowid, raw FROM messages WHERE ts_ns < ?"
+            " AND rowid NOT IN (SELECT rowid FROM archived)",
+            (to_ns,),
         ).fetchall()
 
     def removable_before(self, cutoff_ns: int, ingested: int) -> int:
@@ -201,7 +207,7 @@ class MessageStore:
         and hold nothing back; rows already pruned were removable."""
         row = self.db.execute(
             "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
-            " AND NOT (archived = 1 AND ts_ns < ?)",
+            " AND NOT (ts_ns < ? AND rowid IN (SELECT rowid FROM archived))",
             (ingested, cutoff_ns),
         ).fetchone()
         return ingested if row[0] is None else row[0]
@@ -246,9 +252,19 @@ class MessageStore:
     def prune(self, before_ns: int, archived_only: bool = False) -> int:
         """Delete messages older than ``before_ns`` (the caller bounds it by what is archived);
         ``archived_only``: only rows flagged archived."""
-        q = "DELETE FROM messages WHERE ts_ns < ?" + (" AND archived = 1" if archived_only else "")
+        where = "ts_ns < ?"
+        if archived_only:
+            where += " AND rowid IN (SELECT rowid FROM archived)"
         with self._tx():
-            cur = self.db.execute(q, (before_ns,))
+            self.db.execute("DROP TABLE IF EXISTS temp.gone")
+            self.db.execute(
+                f"CREATE TEMP TABLE gone AS SELECT rowid AS r FROM messages WHERE {where}",
+                (before_ns,),
+            )
+            cur = self.db.execute("DELETE FROM messages WHERE rowid IN (SELECT r FROM gone)")
+            # forget the flags of the rows that went (a reused rowid must not look archived)
+            self.db.execute("DELETE FROM archived WHERE rowid IN (SELECT r FROM gone)")
+            self.db.execute("DROP TABLE temp.gone")
         return cur.rowcount
 
     def _tx(self):
