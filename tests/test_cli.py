@@ -33,6 +33,16 @@ def test_every_command_answers_help_with_a_description():
         assert cmd.help.split("\n")[0].strip()[:20] in " ".join(result.output.split())
 
 
+def test_every_option_has_help():
+    missing = [
+        f"loglake {' '.join(path)} {p.opts[0]}"
+        for path, cmd in _walk(main)
+        for p in cmd.params
+        if isinstance(p, click.Option) and not (p.help or "").strip()
+    ]
+    assert missing == []
+
+
 def test_version():
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and __version__ in result.output

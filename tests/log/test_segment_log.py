@@ -839,3 +839,24 @@ def test_truncate_before_waits_for_the_sealer_before_dropping(tmp_path):
         assert log.truncate_before("s", 0, 80) == active
         assert [int(p.stem) for p in seg_files(tmp_path)] == [active]
         assert [r.index for r in log.read("s", 0, 0)] == list(range(80))
+
+
+def test_a_damaged_lake_file_is_corrupt_segment_naming_it(tmp_path):
+    """History served from the lake: a truncated Parquet file is a typed error naming the file,
+    not a pyarrow exception, and the live segments still read."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=800))
+        fill(log, 80)
+        segs = [int(p.stem) for p in seg_files(tmp_path)]
+        log.truncate_before("s", 0, segs[2])  # the first two segments now live only in the lake
+        lake = sorted((tmp_path / "lake" / "s" / "partition=0").iterdir())
+        victim = lake[0]
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+        with pytest.raises(CorruptSegment) as err:
+            log.read("s", 0, 0, limit=5)
+        assert str(victim) in str(err.value)
+        assert [r.index for r in log.read("s", 0, segs[2], limit=3)] == [
+            segs[2],
+            segs[2] + 1,
+            segs[2] + 2,
+        ]

@@ -71,9 +71,11 @@ def info(data_dir: Path, as_json: bool) -> None:
 @command.command()
 @data_dir_option
 @click.argument("stream")
-@click.option("--partition", "-p", type=int, default=0, show_default=True)
+@click.option("--partition", "-p", type=int, default=0, show_default=True, help="Partition.")
 @click.option("--from", "start", type=int, default=0, show_default=True, help="First index.")
-@click.option("--limit", "-n", type=int, default=20, show_default=True)
+@click.option(
+    "--limit", "-n", type=int, default=20, show_default=True, help="At most this many records."
+)
 @json_option
 def read(data_dir: Path, stream: str, partition: int, start: int, limit: int, as_json: bool):
     """Records of STREAM from an index on (read-only; spans lake and segments)."""

@@ -9,8 +9,10 @@ is always a whole one. Temporary files start with ``.`` so Hive-style readers sk
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,6 +214,18 @@ def _yield_gil() -> None:
     time.sleep(0)
 
 
+@contextlib.contextmanager
+def _typed_lake_errors(lf: LakeFile) -> Iterator[None]:
+    """A damaged lake file is ``CorruptSegment`` naming it. A missing one stays
+    ``FileNotFoundError``: readers re-list the lake when compaction or retention removed it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
+
+
 def read_lake_file(
     lf: LakeFile, stream: str, partition: int, start: int, end: int, limit: int
 ) -> list[Record]:
@@ -219,11 +233,12 @@ def read_lake_file(
     lo, hi = max(start, lf.first), min(end, lf.last + 1, max(start, lf.first) + limit)
     if lo >= hi:
         return []
-    table = pq.read_table(
-        lf.path,
-        columns=["index", "timestamp_ns", "key", "headers", "data"],
-        filters=[("index", ">=", lo), ("index", "<", hi)],
-    )
+    with _typed_lake_errors(lf):
+        table = pq.read_table(
+            lf.path,
+            columns=["index", "timestamp_ns", "key", "headers", "data"],
+            filters=[("index", ">=", lo), ("index", "<", hi)],
+        )
     cols = table.to_pydict()
     out = [
         Record(stream, partition, i, ts, k, tuple((h["key"], h["value"]) for h in hs), d)
@@ -242,7 +257,8 @@ def read_lake_file(
 
 def lake_file_max_timestamp(lf: LakeFile) -> int:
     """Newest ``timestamp_ns`` in a lake file, from the Parquet column statistics."""
-    meta = pq.ParquetFile(lf.path).metadata
+    with _typed_lake_errors(lf):
+        meta = pq.ParquetFile(lf.path).metadata
     col = LAKE_SCHEMA.get_field_index("timestamp_ns")
     best: int | None = None
     for rg in range(meta.num_row_groups):
@@ -252,7 +268,8 @@ def lake_file_max_timestamp(lf: LakeFile) -> int:
             break
         best = stats.max if best is None else max(best, stats.max)
     if best is None:
-        ts = pq.read_table(lf.path, columns=["timestamp_ns"]).column(0)
+        with _typed_lake_errors(lf):
+            ts = pq.read_table(lf.path, columns=["timestamp_ns"]).column(0)
         return int(pc.max(ts).as_py())
     return int(best)
 

@@ -140,8 +140,8 @@ async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> Non
             return
         try:
             dropped = await asyncio.to_thread(log.enforce_retention)
-        except LoglakeError as e:  # a bad disk must not kill the service; say so
-            log_event(_logger, logging.ERROR, "retention failed", error=str(e))
+        except Exception as e:  # a bad disk or lake file must not end retention; say so
+            log_event(_logger, logging.ERROR, "retention failed", error=f"{type(e).__name__}: {e}")
             continue
         if dropped:
             log_event(_logger, logging.INFO, "retention applied", dropped=dropped)
