@@ -33,3 +33,36 @@ def test_partitions_of_an_unknown_stream_is_unknown_stream(streams) -> None:
     with pytest.raises(UnknownStream) as e:
         streams.partitions("nope")
     assert e.value.stream == "nope"
+
+
+def test_truncate_before_drops_live_history_below_the_index(tmp_path) -> None:
+    from loglake.log import StreamConfig
+
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("s")
+    streams.push_many("s", [bytes([i]) for i in range(10)])
+    assert streams.truncate_before("s", 4) == 4
+    assert [m.index for m in streams.pull("s", 0, 100)] == list(range(4, 10))
+    # segment-granular on the durable log; without a lake nothing below stays readable
+    with open_log(tmp_path / "d") as log:
+        seg = LocalStreams(log, StreamConfig(segment_bytes=256, seal_to_lake=False))
+        seg.create_stream("s")
+        for _ in range(30):  # one push each: a segment rolls between appends, not inside one
+            seg.push("s", bytes(100))
+        dropped = seg.truncate_before("s", 20)
+        assert 0 < dropped <= 20
+        assert seg.pull("s", 0, 100)[0].index == dropped
+
+
+def test_a_remote_client_cannot_truncate(memory_log) -> None:
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with BackgroundServer(StreamService(memory_log)) as srv, StreamClient(port=srv.port) as c:
+        assert isinstance(c, Streams)
+        c.create_stream("s")
+        c.push("s", b"x")
+        with pytest.raises(NotImplementedError, match="no deletion API"):
+            c.truncate_before("s", 1)
+        assert [m.data for m in c.pull("s", 0, 10)] == [b"x"]

@@ -241,14 +241,12 @@ class StreamTransport(Transport):
         return appended
 
     def _truncate(self, name: str, keep_from: int) -> None:
-        """Drop the checkpoint records below ``keep_from`` where the log is in-process (the
-        ``Streams`` protocol has no truncation over the wire)."""
-        log_ = getattr(self.streams, "log", None)
-        truncate = getattr(log_, "truncate_before", None)
-        if truncate is None or keep_from == 0:
+        """Drop the checkpoint records below ``keep_from`` where the streams can (an embedded
+        log; over the wire the Ockam protocol has no deletion, so the node's retention must)."""
+        if keep_from == 0:
             return
         with contextlib.suppress(NotImplementedError):
-            truncate(name, 0, keep_from)
+            self.streams.truncate_before(name, keep_from)
 
     def load_checkpoint(self, client_id: str) -> Checkpoint | None:
         name = self._ckpt_stream(client_id)

@@ -57,6 +57,12 @@ class Streams(Protocol):
         """Save monotonically; a lower index leaves the stored one unchanged and returns it."""
         ...
 
+    def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
+        """Drop messages below ``index`` from the live stream where the implementation can
+        (``Log.truncate_before``'s rules); ``NotImplementedError`` where it cannot — the Ockam
+        protocol has no deletion API (the spec leaves "stream cleanup/deletion" as a TODO)."""
+        ...
+
 
 class LocalStreams:
     """``Streams`` on an in-process ``Log``."""
@@ -99,3 +105,6 @@ class LocalStreams:
         if stored is not None and index < stored:
             return stored
         return self.log.save_consumer_index(client_id, stream, partition, index)
+
+    def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
+        return self.log.truncate_before(stream, partition, index)

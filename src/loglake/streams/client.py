@@ -67,6 +67,12 @@ DEFAULT_WINDOW = 4000
 _CHUNKS_IN_FLIGHT = 4
 
 
+NO_REMOTE_TRUNCATE = (
+    "the Ockam stream protocol has no deletion API; trim a remote stream with the node's "
+    "retention (loglake serve --retention-*)"
+)
+
+
 class StreamServiceError(RemoteProtocolError):
     """The service answered ``error`` (its reason is the message)."""
 
@@ -383,6 +389,9 @@ class StreamClient:
         """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
         return len(self.info(stream)[0].partitions)
 
+    def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
+        raise NotImplementedError(NO_REMOTE_TRUNCATE)
+
 
 class AsyncStreamClient:
     """asyncio client: ``c = await AsyncStreamClient.connect(host, port)``; many calls may run
@@ -576,3 +585,6 @@ class AsyncStreamClient:
     async def partitions(self, stream: str) -> int:
         """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
         return len((await self.info(stream))[0].partitions)
+
+    async def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
+        raise NotImplementedError(NO_REMOTE_TRUNCATE)
