@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -60,21 +61,40 @@ def list_lake_files(directory: Path) -> list[LakeFile]:
     return out
 
 
-def visible_lake_files(files: list[LakeFile]) -> list[LakeFile]:
-    """The cover rule shared with ``loglake.pipeline.lake`` (its compaction writes a file
-    spanning several sealed ones, then removes those after a grace period): a file whose range
-    lies inside another's is hidden, so every index is read once. Ranges that overlap without
-    one holding the other are ``CorruptStore``. ``files`` sorted as ``list_lake_files`` does."""
-    visible: list[LakeFile] = []
-    for f in files:
+class _Ranged(Protocol):
+    @property
+    def first(self) -> int: ...
+    @property
+    def last(self) -> int: ...
+    @property
+    def path(self) -> Path | str: ...
+
+
+R = TypeVar("R", bound=_Ranged)
+
+
+def split_covered(files: Iterable[R]) -> tuple[list[R], list[tuple[R, R]]]:
+    """The lake's cover rule, the one place it lives (``loglake.pipeline``'s compaction writes
+    a file spanning several sealed ones, then removes those after a grace period): a file whose
+    range lies inside another's is hidden, so every index is read once. Returns ``(visible,
+    [(covered, covering), ...])``; ranges that overlap without one holding the other are
+    ``CorruptStore``."""
+    visible: list[R] = []
+    covered: list[tuple[R, R]] = []
+    for f in sorted(files, key=lambda f: (f.first, -f.last)):
         if visible and f.first <= visible[-1].last:
             if f.last <= visible[-1].last:
-                continue  # covered
+                covered.append((f, visible[-1]))
+                continue
             raise CorruptStore(
-                str(f.path), f"overlaps {visible[-1].path.name} without containing it"
+                str(f.path), f"overlaps {Path(visible[-1].path).name} without containing it"
             )
         visible.append(f)
-    return visible
+    return visible, covered
+
+
+def visible_lake_files(files: list[LakeFile]) -> list[LakeFile]:
+    return split_covered(files)[0]
 
 
 def remove_temp_files(directory: Path) -> None:

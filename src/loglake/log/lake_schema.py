@@ -49,11 +49,12 @@ def lake_file_name(first: int, last: int) -> str:
 
 
 def parse_lake_file_name(name: str) -> tuple[int, int] | None:
-    """``(first, last)`` of a lake file name, or None for anything else in the folder."""
+    """``(first, last)`` of a lake file name, or None for anything else in the folder
+    (including a name whose range is empty: no writer makes one)."""
     stem, dot, ext = name.partition(".")
     if ext != "parquet" or not dot:
         return None
     first, dash, last = stem.partition("-")
-    if not dash or not first.isdigit() or not last.isdigit():
+    if not dash or not first.isdigit() or not last.isdigit() or int(first) > int(last):
         return None
     return int(first), int(last)

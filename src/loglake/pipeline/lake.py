@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loglake.log import lake as log_lake
+from loglake.log.api import CorruptStore
 from loglake.log.lake_schema import LAKE_DIR, lake_partition_dir, parse_lake_file_name
 from loglake.pipeline.errors import LakeLayoutError
 
@@ -134,21 +136,12 @@ def all_lake_files(data_dir: Path | str, stream: str, partition: int) -> list[La
 def split_covered(
     files: Iterable[LakeFile],
 ) -> tuple[list[LakeFile], list[tuple[LakeFile, LakeFile]]]:
-    """Apply the cover rule: ``(visible, [(superseded, covering file), ...])``."""
-    visible: list[LakeFile] = []
-    superseded: list[tuple[LakeFile, LakeFile]] = []
-    for f in sorted(files, key=lambda f: (f.first, -f.last)):
-        if f.first > f.last:
-            raise LakeLayoutError(f"{f.path}: first index {f.first} > last index {f.last}")
-        if visible and f.first <= visible[-1].last:
-            if f.last <= visible[-1].last:
-                superseded.append((f, visible[-1]))
-                continue
-            raise LakeLayoutError(
-                f"{f.path} overlaps {visible[-1].path} without either containing the other"
-            )
-        visible.append(f)
-    return visible, superseded
+    """Apply the cover rule (``loglake.log.lake.split_covered``, shared with the log so both
+    read the same files): ``(visible, [(superseded, covering file), ...])``."""
+    try:
+        return log_lake.split_covered(files)
+    except CorruptStore as e:
+        raise LakeLayoutError(str(e)) from None
 
 
 def visible_lake_files(data_dir: Path | str, stream: str, partition: int) -> list[LakeFile]:
