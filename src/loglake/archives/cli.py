@@ -19,18 +19,10 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import NS, get_layout
-from loglake.errors import LoglakeError
+from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 from loglake.log.api import UnknownStream
 
 console = Console(stderr=True)
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except LoglakeError as e:
-            raise click.ClickException(str(e)) from e
 
 
 def _key(key_file: str | None):
@@ -71,7 +63,7 @@ _layout_opt = click.option(
 )
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TypedErrorGroup, context_settings=CONTEXT_SETTINGS)
 def command() -> None:
     """Status community history archives: weekly torrents of a community's messages."""
 

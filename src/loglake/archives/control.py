@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from coincurve import PrivateKey
@@ -36,7 +38,7 @@ from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log.api import Log
 from loglake.logs import log_event
-from loglake.streams.api import LocalStreams, Streams
+from loglake.streams.api import Streams
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +91,8 @@ class ControlNode:
         self.index_path = self.folder / "index"
         self.torrent_path = self.root / f"{self.community_id}.torrent"
         self.builder = self._load(announce)
-        self._source: tuple[Log, str, int] | None = None
+        # how to truncate the live community stream last ingested from (None: nothing yet)
+        self._truncate: Callable[[int], int] | None = None
         # a new or lagging store (crash after writing the index): its rows older than the last
         # archive must be re-flagged from the archives themselves
         last = self.store.last_archive_end_ns()
@@ -141,7 +144,7 @@ class ControlNode:
         """Copy new records of the community stream into the store (records that are not the
         layout's WakuMessage are logged and skipped). ``log``/``stream``/``partition`` become
         the live stream that ``prune`` truncates."""
-        self._source = (log, stream, partition)
+        self._truncate = partial(log.truncate_before, stream, partition)
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
         while True:
@@ -154,9 +157,9 @@ class ControlNode:
         return total
 
     def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
-        """``ingest_log`` through the ``Streams`` protocol. On ``LocalStreams`` the log behind
-        it is the live stream ``prune`` truncates; a remote stream service has no truncate."""
-        self._source = (streams.log, stream, 0) if isinstance(streams, LocalStreams) else None
+        """``ingest_log`` through the ``Streams`` protocol: ``prune`` truncates through it too
+        (embedded streams can; a remote stream service cannot, and ``prune`` says so)."""
+        self._truncate = partial(streams.truncate_before, stream, partition=0)
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
         while True:
@@ -283,17 +286,16 @@ class ControlNode:
             return Pruned(0, 0, None)
         cutoff = min(now_ns - RETENTION_NS, end)
         dropped, kept_from = 0, None
-        if self._source is not None:
-            log, stream, partition = self._source
+        if self._truncate is not None:
             ingested = int(self.store.get_meta("ingest_next_index") or 0)
             kept_from = self.store.removable_before(cutoff, ingested)
             try:
-                dropped = log.truncate_before(stream, partition, kept_from)
+                dropped = self._truncate(kept_from)
             except NotImplementedError as e:  # a backend without truncation: keep everything
                 log_event(logger, logging.WARNING, "live log not truncated", reason=str(e))
                 kept_from = None
         else:
-            log_event(logger, logging.WARNING, "no live log to truncate (remote stream service)")
+            log_event(logger, logging.WARNING, "no live log to truncate (nothing ingested yet)")
         rows = self.store.prune(cutoff, archived_only=True)
         log_event(logger, logging.INFO, "pruned", log_records=dropped, store_rows=rows)
         return Pruned(dropped, rows, kept_from)
