@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.archiv
 
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder
 from loglake.archives.layout import NS, PIECE_LENGTH, DecodedMessage, get_layout
+from tests.procs import free_port
 
 console = Console()
 START = 1577836800 * NS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_messages(layout, n: int, size: int) -> list[DecodedMessage]:

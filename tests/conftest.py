@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from loglake.log import MemoryLog
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.procs import free_port
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 
@@ -20,6 +19,7 @@ from loglake.archives.layout import get_layout
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
+from tests.procs import free_port
 
 from .helpers import START, WEEK, fill_weeks
 from .tracker import Tracker
@@ -28,12 +28,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.interop]
 
 KEY = PrivateKey(bytes.fromhex("66" * 32))
 CID = community_id(KEY)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loglake.events.client import EventsClient
 from loglake.events.identity import Identity
-from tests.conftest import free_port
+from tests.procs import free_port, wait_port
 
 ROLES = ("orchestrator", "broadcaster", "subscriber", "publisher")
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"port {port} not listening after {timeout}s")
 
 
 @dataclass

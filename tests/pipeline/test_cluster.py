@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,22 +25,13 @@ import pytest
 from loglake.pipeline import read
 from loglake.pipeline.jobs.compact import CompactOptions, run
 from loglake.pipeline.lake import visible_lake_files
+from tests.procs import free_port, wait_port
 
-from ..conftest import free_port
 from .helpers import make_log_stream, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def wait_port(port: int, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
 def alive_workers(ui_port: int) -> int:
@@ -101,7 +91,7 @@ def cluster(tmp_path_factory):
             "master",
         )
         deadline = time.monotonic() + 120
-        wait_port(port, deadline)
+        wait_port(port, timeout=120)
         start(
             [
                 "org.apache.spark.deploy.worker.Worker",

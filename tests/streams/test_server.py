@@ -228,7 +228,7 @@ def test_malformed_payload_gets_an_error_reply_and_the_connection_stays(server, 
 
 
 def test_client_reports_a_server_that_is_not_there() -> None:
-    from tests.conftest import free_port
+    from tests.procs import free_port
 
     with pytest.raises(StreamServiceError, match="cannot connect"):
         StreamClient(port=free_port(), timeout=2)
