@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.archiv
 
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder
 from loglake.archives.layout import NS, PIECE_LENGTH, DecodedMessage, get_layout
+from tests.archives.helpers import run_transmission
 from tests.procs import free_port
 
 console = Console()
@@ -197,55 +197,12 @@ def bench_fetch(layout, msgs, budget: float) -> list[tuple[str, float | None, st
 
 
 def transmission(tmp, meta, seeder, folder, name, mb, budget):
-    conf, out = tmp / "tconf", tmp / "transmission"
-    conf.mkdir()
-    out.mkdir()
-    port = free_port()
-    (conf / "settings.json").write_text(
-        json.dumps(
-            {
-                "dht-enabled": False,
-                "lpd-enabled": False,
-                "pex-enabled": False,
-                "utp-enabled": False,
-                "port-forwarding-enabled": False,
-                "peer-port": port,
-                "bind-address-ipv4": "127.0.0.1",
-                "rpc-enabled": False,
-            }
-        )
-    )
-    done = tmp / "tdone"
-    script = tmp / "tdone.sh"
-    script.write_text(f"#!/bin/sh\ntouch {done}\n")
-    script.chmod(0o755)
-    tfile = tmp / "t.torrent"
-    tfile.write_bytes(meta)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        ["transmission-cli", "-g", str(conf), "-w", str(out), "-p", str(port), "-f", str(script),
-         str(tfile)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        next_dial = 0.0
-        while not done.exists() and time.perf_counter() - t0 < budget and proc.poll() is None:
-            if time.perf_counter() > next_dial:
-                seeder.connect("127.0.0.1", port)
-                next_dial = time.perf_counter() + 1
-            time.sleep(0.05)
-        dt = time.perf_counter() - t0
-        if not done.exists():
-            return ("transmission-cli 3.00", None, "did not finish")
-        same = (out / name / "data").read_bytes() == (folder / "data").read_bytes()
-        return ("transmission-cli 3.00", mb / dt, "identical" if same else "DIFFER")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    got = run_transmission(meta, tmp, seeder, budget)
+    if got is None:
+        return ("transmission-cli 3.00", None, "did not finish")
+    out, dt = got
+    same = (out / name / "data").read_bytes() == (folder / "data").read_bytes()
+    return ("transmission-cli 3.00", mb / dt, "identical" if same else "DIFFER")
 
 
 def main() -> None:
@@ -282,14 +239,13 @@ def main() -> None:
         f"build / keccak-256 rate = {res['build_MB_s'] / res['keccak_MB_s']:.0%}; "
         f"build / slower hash = {res['build_MB_s'] / limit:.0%} (target ≥ 50%)"
     )
-    if args.no_control:
-        return
-    c = bench_control(layout, msgs)
-    console.print(
-        f"control node (SQLite store → files, fsync): build {c['build_s']:.2f} s = "
-        f"{c['build_MB_s']:.0f} MB/s, {c['build_msgs_s']:,.0f} msgs/s; "
-        f"store ingest {c['ingest_msgs_s']:,.0f} msgs/s"
-    )
+    if not args.no_control:
+        c = bench_control(layout, msgs)
+        console.print(
+            f"control node (SQLite store → files, fsync): build {c['build_s']:.2f} s = "
+            f"{c['build_MB_s']:.0f} MB/s, {c['build_msgs_s']:,.0f} msgs/s; "
+            f"store ingest {c['ingest_msgs_s']:,.0f} msgs/s"
+        )
     if args.no_fetch:
         return
     rows = bench_fetch(layout, msgs, args.budget)

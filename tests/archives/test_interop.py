@@ -5,10 +5,8 @@ Debian (scripts/system-deps.sh)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import time
 
 import pytest
 from coincurve import PrivateKey
@@ -21,7 +19,7 @@ from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
 from tests.procs import free_port
 
-from .helpers import START, WEEK, fill_weeks
+from .helpers import START, WEEK, fill_weeks, run_transmission
 from .tracker import Tracker
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop]
@@ -83,54 +81,11 @@ def test_aria2c_downloads_identical_files(tmp_path, tracker):
 @pytest.mark.skipif(shutil.which("transmission-cli") is None, reason="transmission-cli missing")
 def test_transmission_cli_downloads_identical_files(tmp_path):
     control = build(tmp_path)
-    tfile = tmp_path / "archive.torrent"
-    tfile.write_bytes(control.torrent().metainfo())
-    conf = tmp_path / "tconf"
-    conf.mkdir()
-    port = free_port()
-    (conf / "settings.json").write_text(
-        json.dumps(
-            {
-                "dht-enabled": False,
-                "lpd-enabled": False,
-                "pex-enabled": False,
-                "utp-enabled": False,
-                "port-forwarding-enabled": False,
-                "peer-port": port,
-                "bind-address-ipv4": "127.0.0.1",
-                "rpc-enabled": False,
-            }
-        )
-    )
-    out = tmp_path / "transmission"
-    out.mkdir()
-    done = tmp_path / "done"
-    script = tmp_path / "finished.sh"
-    script.write_text(f"#!/bin/sh\ntouch {done}\n")
-    script.chmod(0o755)
     seeder = Seeder()
-    proc = subprocess.Popen(
-        ["transmission-cli", "-g", str(conf), "-w", str(out), "-p", str(port),
-         "-f", str(script), str(tfile)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
     try:
         seeder.seed(control.torrent().metainfo(), tmp_path / "control")
-        deadline = time.monotonic() + 90
-        next_dial = 0.0
-        while not done.exists():
-            assert time.monotonic() < deadline, "transmission-cli did not finish"
-            assert proc.poll() is None, "transmission-cli exited early"
-            if time.monotonic() > next_dial:
-                seeder.connect("127.0.0.1", port)  # transmission ignores 127.x tracker peers
-                next_dial = time.monotonic() + 2
-            time.sleep(0.2)
-        assert_identical(tmp_path / "control", out)
+        got = run_transmission(control.torrent().metainfo(), tmp_path, seeder, budget=90)
+        assert got is not None, "transmission-cli did not finish"
+        assert_identical(tmp_path / "control", got[0])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
         seeder.close()
