@@ -122,6 +122,14 @@ def bench_raw(tmp: Path, a: argparse.Namespace) -> Result:
 
 
 # -- loglake -----------------------------------------------------------------------------------
+def serve_cmd(tmp: Path, port: int) -> list[str]:
+    """``loglake serve`` on ``tmp/loglake`` with the benchmark's durability (``batch``)."""
+    return [
+        sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp / "loglake"),
+        "--port", str(port), "--durability", "batch",
+    ]  # fmt: skip
+
+
 def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace, raw: bool = False) -> Result:
     """The log alone: ``append_many`` of prebuilt ``Entry`` objects and ``read``, or with
     ``raw`` the stream service's own calls, ``append_payloads`` of ``bytes`` and
@@ -166,18 +174,7 @@ def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -
     window = window or a.window
 
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-c",
-        "from loglake.node.cli import command; command()",
-        "serve",
-        "--data-dir",
-        str(tmp / "loglake"),
-        "--port",
-        str(port),
-        "--durability",
-        "batch",
-    ]
+    cmd = serve_cmd(tmp, port)
     with process(cmd, port), StreamClient(port=port, window=window) as c:
         c.create_stream("bench")
         data = os.urandom(a.size)
@@ -224,18 +221,7 @@ def bench_loglake_clients(tmp: Path, a: argparse.Namespace, clients: int = 4) ->
     from loglake.streams.client import StreamClient
 
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-c",
-        "from loglake.node.cli import command; command()",
-        "serve",
-        "--data-dir",
-        str(tmp / "loglake"),
-        "--port",
-        str(port),
-        "--durability",
-        "batch",
-    ]
+    cmd = serve_cmd(tmp, port)
     ctx = mp.get_context("spawn")
     with process(cmd, port):
         with StreamClient(port=port) as c:
