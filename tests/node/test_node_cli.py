@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -22,11 +23,31 @@ def test_help() -> None:
 
 
 def test_demo_walks_through_the_protocol() -> None:
-    r = CliRunner().invoke(command, ["demo"])
+    r = CliRunner().invoke(command, ["demo", "--no-spark"])
     assert r.exit_code == 0, r.output + repr(r.exception)
     for text in ("created stream", "3 partitions", "pushed", "pulled", "billing"):
         assert text in r.output
     assert "saved index 1: ['order 4']" in " ".join(r.output.split())
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_demo_process_ends_with_the_stream_read_by_spark() -> None:
+    """What `make run` runs: the whole demo in its own process, Spark step included."""
+    r = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = " ".join(r.stdout.split())
+    assert "read(spark, data_dir, 'demo.orders')" in out
+    # six orders pushed round-robin over three partitions: two records each
+    for p in range(3):
+        assert re.search(rf"│ {p}\s+│ 2\s+│", r.stdout), r.stdout
+    assert "demo done" in out
 
 
 @pytest.mark.slow

@@ -154,8 +154,14 @@ async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> Non
     default=None,
     help="Keep the demo's data here (default: a temporary directory, removed afterwards).",
 )
-def demo(data_dir: Path | None) -> None:
-    """Start the service, walk through create/push/pull/index, print what happened, stop."""
+@click.option(
+    "--spark/--no-spark",
+    default=True,
+    show_default=True,
+    help="End by reading the stream's history as a Spark DataFrame (local[*]; needs Java 17+).",
+)
+def demo(data_dir: Path | None, spark: bool) -> None:
+    """Start the service, walk through create/push/pull/index, read it with Spark, stop."""
     console = Console()
     with contextlib.ExitStack() as stack:
         if data_dir is None:
@@ -198,4 +204,30 @@ def demo(data_dir: Path | None) -> None:
             f"[bold]6.[/] consumer restarts on partition 1 and pulls from its saved index "
             f"{saved}: {[m.data.decode() for m in rest]}"
         )
+        if spark:
+            _demo_spark(console, data_dir, name)
         console.print("[bold green]demo done[/]; stopping the service")
+
+
+def _demo_spark(console: Console, data_dir: Path, stream: str) -> None:
+    """7. The history the service just stored, read by the pipeline while the service runs: the
+    lake is Spark's, and the live tail comes from the log read-only."""
+    from loglake.pipeline import build_session, read
+    from loglake.pipeline.errors import JavaNotFound
+
+    console.print("[bold]7.[/] reading the stream with Spark (local[*]) …")
+    try:
+        session = build_session(app_name="loglake-demo")
+    except JavaNotFound as e:
+        console.print(f"     skipped: {e}")
+        return
+    try:
+        df = read(session, str(data_dir), stream)
+        rows = df.groupBy("partition").count().orderBy("partition").collect()
+    finally:
+        session.stop()
+    console.print(f"     read(spark, data_dir, {stream!r}).groupBy('partition').count():")
+    table = Table("partition", "records")
+    for r in rows:
+        table.add_row(str(r["partition"]), str(r["count"]))
+    console.print(table)
