@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from loglake.node.cli import command
-from loglake.streams.client import StreamClient, StreamServiceError
+from loglake.streams.client import StreamClient
+from tests.procs import process
 
 
 def test_help() -> None:
@@ -50,31 +51,19 @@ def test_demo_process_ends_with_the_stream_read_by_spark() -> None:
     assert "demo done" in out
 
 
+def serve_cmd(data_dir, port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(data_dir),
+        "--port", str(port), *extra,
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_serve_process_serves_and_stops(tmp_path, port) -> None:
-    code = "from loglake.node.cli import command; command()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--data-dir", str(tmp_path), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                c = StreamClient(port=port, timeout=10)
-                break
-            except StreamServiceError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        with c:
-            c.create_stream("p", 2)
-            assert c.push("p", b"x", 1) == 0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert proc.returncode == 0
+    with process(serve_cmd(tmp_path, port), port) as proc, StreamClient(port=port) as c:
+        c.create_stream("p", 2)
+        assert c.push("p", b"x", 1) == 0
+    assert proc.returncode == 0  # SIGTERM is a clean stop
     assert (tmp_path).exists() and any(tmp_path.iterdir())
 
 
@@ -97,38 +86,22 @@ def test_serve_on_a_taken_port_is_a_readable_error(tmp_path) -> None:
 def test_serve_applies_retention_and_sealed_history_stays_readable(tmp_path, port) -> None:
     """Retention set on `serve` trims live segments of streams created over the protocol, on
     the server's own timer; pulls from index 0 are still answered from the lake."""
-    code = "from loglake.node.cli import command; command()"
-    args = ["serve", "--data-dir", str(tmp_path), "--port", str(port)]
-    args += ["--segment-bytes", "4096", "--retention-records", "20", "--retention-interval", "0.2"]
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE)
+    extra = ["--segment-bytes", "4096", "--retention-records", "20", "--retention-interval", "0.2"]
     payloads = [bytes([i % 256]) * 200 for i in range(300)]
-    try:
+    with process(serve_cmd(tmp_path, port, *extra), port) as proc, StreamClient(port=port) as c:
+        c.create_stream("r", 1)
+        c.push_many("r", payloads)
+        segs = lambda: sorted(tmp_path.rglob("*.seg"))  # noqa: E731
+        most = len(segs())
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                c = StreamClient(port=port, timeout=10)
-                break
-            except StreamServiceError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        with c:
-            c.create_stream("r", 1)
-            c.push_many("r", payloads)
-            segs = lambda: sorted(tmp_path.rglob("*.seg"))  # noqa: E731
-            most = len(segs())
-            deadline = time.monotonic() + 30
-            while len(segs()) >= most and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert len(segs()) < most, "retention never removed a segment"
-            got = []
-            while len(got) < len(payloads):
-                batch = c.pull("r", len(got), 1000)
-                assert batch, f"history stops at {len(got)}"
-                got += batch
-            assert [m.index for m in got] == list(range(len(payloads)))
-            assert [m.data for m in got] == payloads
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        while len(segs()) >= most and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(segs()) < most, "retention never removed a segment"
+        got = []
+        while len(got) < len(payloads):
+            batch = c.pull("r", len(got), 1000)
+            assert batch, f"history stops at {len(got)}"
+            got += batch
+        assert [m.index for m in got] == list(range(len(payloads)))
+        assert [m.data for m in got] == payloads
     assert proc.returncode == 0

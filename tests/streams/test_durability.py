@@ -6,31 +6,26 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from loglake.streams.client import StreamClient, StreamServiceError
+from loglake.streams.client import StreamClient
+from tests.procs import wait_port
 
 
 def start(data_dir, port) -> subprocess.Popen:
-    code = "from loglake.node.cli import command; command()"
     args = ["serve", "--data-dir", str(data_dir), "--port", str(port), "--durability", "batch"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-m", "loglake.cli", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            StreamClient(port=port, timeout=5).close()
-            return proc
-        except StreamServiceError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.1)
+    try:
+        wait_port(port, proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
 
 
 @pytest.mark.slow
