@@ -247,15 +247,25 @@ def _uint_at(buf: bytes, pos: int) -> tuple[int, int]:
 _PUSH_PREFIX_LEN = len(_PUSH_PREFIX)
 
 
-def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
-    """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
-    (the caller then takes the generic path, which reports what is wrong)."""
+def _push_body_at(payload: bytes) -> int | None:
+    """Where the body of a ``BasePayload{"stream_push", data}`` starts, if ``payload`` is
+    exactly one (its data length matches), else None."""
     if not payload.startswith(_PUSH_PREFIX):
         return None
     try:
         n, pos = _uint_at(payload, _PUSH_PREFIX_LEN)
-        if pos + n != len(payload):
-            return None
+    except (DecodeError, IndexError):
+        return None
+    return pos if pos + n == len(payload) else None
+
+
+def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
+    """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
+    (the caller then takes the generic path, which reports what is wrong)."""
+    pos = _push_body_at(payload)
+    if pos is None:
+        return None
+    try:
         rid, pos = _uint_at(payload, pos)
         size, pos = _uint_at(payload, pos)
     except (DecodeError, IndexError):
@@ -267,12 +277,10 @@ def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
 
 def decode_push_confirm(payload: bytes) -> tuple[int, bool, int] | None:
     """``(request_id, ok, index)`` if ``payload`` is exactly a ``PushConfirm``, else None."""
-    if not payload.startswith(_PUSH_PREFIX):
+    pos = _push_body_at(payload)
+    if pos is None:
         return None
     try:
-        n, pos = _uint_at(payload, _PUSH_PREFIX_LEN)
-        if pos + n != len(payload):
-            return None
         rid, pos = _uint_at(payload, pos)
         if pos >= len(payload) or payload[pos] > 1:
             return None
