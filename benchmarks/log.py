@@ -44,6 +44,17 @@ def raw_limit(path: Path, records: int, batch: int) -> float:
     return (records // batch) * batch / dt
 
 
+def timed_threads(run, threads: int) -> float:
+    """Seconds for ``threads`` threads each running ``run`` to all finish."""
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def loglake_batches(
     d: Path, records: int, batch: int, durability: str, threads: int = 1, seal: bool = True
 ):
@@ -58,13 +69,7 @@ def loglake_batches(
         for _ in range(per_thread):
             log.append_many("b", 0, entries)
 
-    ts = [threading.Thread(target=run) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    dt = time.perf_counter() - t0
+    dt = timed_threads(run, threads)
     n = per_thread * threads * batch
     fsyncs = log.fsync_count("b")
     log.close()
@@ -86,13 +91,7 @@ def loglake_singles(d: Path, records: int, threads: int, durability: str = "batc
             mine.append(time.perf_counter() - t)
         lat.extend(mine)
 
-    ts = [threading.Thread(target=run) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    dt = time.perf_counter() - t0
+    dt = timed_threads(run, threads)
     fsyncs = log.fsync_count("b")
     log.close()
     lat.sort()

@@ -122,6 +122,21 @@ def bench_raw(tmp: Path, a: argparse.Namespace) -> Result:
 
 
 # -- loglake -----------------------------------------------------------------------------------
+def race(procs, ready, start, q, timeout: float) -> float:
+    """Start producer processes, wait until each is connected (``ready``), release them together
+    (``start``) and return the seconds until the last one put its end time on ``q``."""
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=60)
+    t = time.perf_counter()
+    start.set()
+    ends = [q.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(30)
+    return max(ends) - t
+
+
 def serve_cmd(tmp: Path, port: int) -> list[str]:
     """``loglake serve`` on ``tmp/loglake`` with the benchmark's durability (``batch``)."""
     return [
@@ -234,16 +249,7 @@ def bench_loglake_clients(tmp: Path, a: argparse.Namespace, clients: int = 4) ->
             )
             for i in range(clients)
         ]
-        for p in procs:
-            p.start()
-        for _ in procs:  # every producer connected and resolved its partition
-            ready.get(timeout=60)
-        t = time.perf_counter()
-        start.set()
-        ends = [q.get(timeout=max(60.0, a.seconds * 3)) for _ in procs]
-        for p in procs:
-            p.join(30)
-        push = per * clients / (max(ends) - t)
+        push = per * clients / race(procs, ready, start, q, max(60.0, a.seconds * 3))
     mode = f"TCP, batch, {clients} producer processes × {a.window} in flight"
     return Result("loglake", mode, push, None, None, None, "fsync")
 
@@ -389,16 +395,7 @@ def bench_redis_clients(tmp: Path, a: argparse.Namespace, fsync: str, clients: i
             ctx.Process(target=_redis_pusher, args=(port, per, a.size, a.window, start, ready, q))
             for _ in range(clients)
         ]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.get(timeout=60)
-        t = time.perf_counter()
-        start.set()
-        ends = [q.get(timeout=max(60.0, a.seconds * 3)) for _ in procs]
-        for p in procs:
-            p.join(30)
-        push = per * clients / (max(ends) - t)
+        push = per * clients / race(procs, ready, start, q, max(60.0, a.seconds * 3))
     mode = f"appendfsync {fsync}, {clients} producer processes × {a.window} pipelined"
     return Result("Redis Streams 7", mode, push, None, None, None, "fsync")
 
