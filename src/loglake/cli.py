@@ -38,9 +38,7 @@ def main(verbose: int, log_json: bool) -> None:
     """loglake keeps the history of message streams and gives it back to whoever missed it."""
     from loglake.logs import configure_logging
 
-    configure_logging(
-        logging.WARNING - 10 * min(verbose, 2) if verbose else logging.WARNING, json=log_json
-    )
+    configure_logging(logging.WARNING - 10 * min(verbose, 2), json=log_json)
 
 
 def _mount() -> None:
