@@ -1,0 +1,103 @@
+"""The storage engine's file layer: every call that changes what is on disk goes through here.
+
+Why: durability is a property of the exact sequence of write / fsync / rename / unlink calls.
+With one seam, a test can put a simulated disk under the log (``tests/log/simdisk.py``: writes
+stay in a volatile page cache until fsynced, a "power loss" keeps a seeded subset of them, as
+ALICE and LazyFS model it) and inject faults (ENOSPC, EIO, short writes) without touching the
+engine's code. Callers must use ``fs.write(...)`` (looked up at call time), never
+``from loglake.log.fs import write``, so that replacing an attribute of this module takes effect.
+
+Reads that cannot change the disk (``open(..., "rb")``, ``os.path``) need not come through here,
+but ``pread``, ``listdir`` and ``stat`` do, so a simulated disk can serve them from its own view.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+open = os.open  # noqa: A001 - the os name, on purpose: fs.open(path, flags, mode) -> fd
+close = os.close
+write = os.write
+pread = os.pread
+fsync = os.fsync
+fdatasync = os.fdatasync
+ftruncate = os.ftruncate
+truncate = os.truncate
+replace = os.replace
+unlink = os.unlink
+mkdir = os.mkdir
+rmdir = os.rmdir
+listdir = os.listdir
+stat = os.stat
+
+
+def read_file(path: str | Path) -> bytes:
+    """The whole file, through ``fs.open``/``fs.pread`` so a simulated disk can serve it."""
+    fd = open(path, os.O_RDONLY)
+    try:
+        size = stat(path).st_size
+        out = bytearray()
+        while len(out) < size:
+            chunk = pread(fd, size - len(out), len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+    finally:
+        close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``write`` until every byte is written (a short write is retried, an error raised)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = write(fd, view[done:])
+        if n <= 0:
+            raise OSError(f"write returned {n}")
+        done += n
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a folder's entries (created, renamed, removed files) durable."""
+    fd = open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        close(fd)
+
+
+def makedirs_durable(path: str | Path) -> None:
+    """``mkdir -p``, then fsync every folder whose entries changed, so no created folder can
+    vanish after a crash."""
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            mkdir(d)
+        except FileExistsError:
+            pass
+        fsync_dir(d.parent)
+    if missing:
+        fsync_dir(path)
+
+
+def replace_file_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old or the new whole file:
+    write a temporary file beside it, check every byte landed, fsync it, rename it over
+    ``path``, fsync the folder."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        fsync(fd)
+    finally:
+        close(fd)
+    replace(tmp, path)
+    fsync_dir(path.parent)
