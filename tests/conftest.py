@@ -1,11 +1,44 @@
-"""Fixtures shared by every part's tests."""
+"""Fixtures shared by every part's tests, and the one rule for missing test peers."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from loglake.log import MemoryLog
 from tests.procs import free_port
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def require_peer(name: str, available: bool, hint: str = "") -> None:
+    """Every test that needs an outside peer (a node package, aria2c, transmission-cli,
+    nats-server, redis-server, …) calls this (or carries ``@pytest.mark.peer``): a missing peer
+    skips the test on a developer's machine, but fails it when ``CI=true`` (issue 17: under
+    ``make test`` in CI an interop test must never pass by not running)."""
+    if available:
+        return
+    msg = f"test peer missing: {name}" + (f" ({hint})" if hint else "")
+    if in_ci():
+        pytest.fail(f"{msg}; CI=true, so a missing peer is a failure, not a skip", pytrace=False)
+    pytest.skip(msg)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "peer(name, available, hint=''): the test needs an outside peer; when it is missing "
+        "the test is skipped, or failed under CI=true (tests/conftest.py require_peer)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers(name="peer"):
+        require_peer(*mark.args, **mark.kwargs)
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def assert_identical(control_root, downloaded_root):
         assert theirs == ours, name
 
 
-@pytest.mark.skipif(shutil.which("aria2c") is None, reason="aria2c not installed")
+@pytest.mark.peer("aria2c", shutil.which("aria2c") is not None, "apt-get install aria2")
 def test_aria2c_downloads_identical_files(tmp_path, tracker):
     control = build(tmp_path, announce=(tracker.url,))
     seeder = Seeder()
@@ -78,7 +78,11 @@ def test_aria2c_downloads_identical_files(tmp_path, tracker):
         seeder.close()
 
 
-@pytest.mark.skipif(shutil.which("transmission-cli") is None, reason="transmission-cli missing")
+@pytest.mark.peer(
+    "transmission-cli",
+    shutil.which("transmission-cli") is not None,
+    "apt-get install transmission-cli",
+)
 def test_transmission_cli_downloads_identical_files(tmp_path):
     control = build(tmp_path)
     seeder = Seeder()

@@ -18,6 +18,7 @@ from icp_candid import encode
 
 from loglake.events.candid_types import ICRC77_TYPES
 from loglake.wire.icrc16 import candid_decode
+from tests.conftest import require_peer
 from tests.events.candid_json import typed
 from tests.events.samples import candid_samples
 
@@ -26,8 +27,11 @@ NODE_DIR = Path(__file__).resolve().parents[2] / "interop" / "node"
 
 
 def _node(requests: list[dict]) -> list[dict]:
-    if shutil.which("node") is None or not (NODE_DIR / "node_modules" / "@dfinity").exists():
-        pytest.skip("node or @dfinity/candid not installed (make node-deps)")
+    require_peer(
+        "node + @dfinity/candid",
+        shutil.which("node") is not None and (NODE_DIR / "node_modules" / "@dfinity").exists(),
+        "make node-deps",
+    )
     out = subprocess.run(
         ["node", "candid_icrc77.mjs"],
         cwd=NODE_DIR,

@@ -28,7 +28,7 @@ from tests.sds import reference
 
 pytestmark = [
     pytest.mark.interop,
-    pytest.mark.skipif(not reference.available(), reason="node / @waku/sds not installed"),
+    pytest.mark.peer("node + @waku/sds", reference.available(), "make node-deps"),
 ]
 
 T0 = 1_700_000_000_000

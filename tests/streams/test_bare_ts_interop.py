@@ -41,9 +41,10 @@ SCRIPT = Path(__file__).parent / "interop" / "bare_ts_stream.mjs"
 
 pytestmark = [
     pytest.mark.interop,
-    pytest.mark.skipif(
-        shutil.which("node") is None or not (NODE_DIR / "node_modules/@bare-ts/lib").exists(),
-        reason="needs node and interop/node/node_modules (make node-deps)",
+    pytest.mark.peer(
+        "node + @bare-ts/lib",
+        shutil.which("node") is not None and (NODE_DIR / "node_modules/@bare-ts/lib").exists(),
+        "make node-deps",
     ),
 ]
 
