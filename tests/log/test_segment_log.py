@@ -5,7 +5,6 @@ indexes, rolling, retention, sealing to the lake, readonly readers and the write
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from loglake.log import (
     ReadOnlyLog,
     SegmentLog,
     StreamConfig,
+    fs,
     open_log,
 )
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name
@@ -414,7 +414,7 @@ def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
         log.create_stream("s", StreamConfig(durability="none"))
         seg_fd = None
         calls: list[int] = []
-        real_write = os.write
+        real_write = fs.write
 
         def spy(fd, data):
             if fd == seg_fd:
@@ -422,7 +422,7 @@ def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
             return real_write(fd, data)
 
         seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
-        monkeypatch.setattr(os, "write", spy)
+        monkeypatch.setattr(fs, "write", spy)
         log.append_many("s", 0, [Entry(b"z" * 1024) for _ in range(100)])
         assert len(calls) == 1 and calls[0] > 100 * 1024
 
@@ -434,21 +434,21 @@ def test_readers_see_only_records_an_fsync_has_covered(tmp_path, monkeypatch):
     log.create_stream("s")
     log.append("s", 0, b"durable")
     in_sync, release = threading.Event(), threading.Event()
-    real = os.fdatasync
+    real = fs.fdatasync
 
     def slow_fdatasync(fd):
         in_sync.set()
         assert release.wait(10)
         real(fd)
 
-    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    monkeypatch.setattr(fs, "fdatasync", slow_fdatasync)
     t = threading.Thread(target=log.append, args=("s", 0, b"pending"))
     t.start()
     assert in_sync.wait(10)
     assert [r.data for r in log.read("s", 0, 0)] == [b"durable"]
     release.set()
     t.join(10)
-    monkeypatch.setattr(os, "fdatasync", real)
+    monkeypatch.setattr(fs, "fdatasync", real)
     assert [r.data for r in log.read("s", 0, 0)] == [b"durable", b"pending"]
     log.close()
 
@@ -547,15 +547,15 @@ def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(partitions=2))
     log.append("s", 0, b"ok")
-    real = os.fdatasync
+    real = fs.fdatasync
 
     def eio(fd):
         raise OSError(errno.EIO, "injected EIO")
 
-    monkeypatch.setattr(os, "fdatasync", eio)
+    monkeypatch.setattr(fs, "fdatasync", eio)
     with pytest.raises(StorageFailed):
         log.append("s", 0, b"lost?")
-    monkeypatch.setattr(os, "fdatasync", real)
+    monkeypatch.setattr(fs, "fdatasync", real)
     with pytest.raises(StorageFailed):  # no silent retry of an fsync that failed
         log.append("s", 0, b"next")
     assert log.append("s", 1, b"other partition") == 0
@@ -573,7 +573,7 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(durability="none"))
     log.append("s", 0, b"first")
-    real = os.write
+    real = fs.write
     seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
 
     def half_then_enospc(fd, data):
@@ -583,10 +583,10 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "injected ENOSPC")
         return real(fd, data)
 
-    monkeypatch.setattr(os, "write", half_then_enospc)
+    monkeypatch.setattr(fs, "write", half_then_enospc)
     with pytest.raises(OSError):
         log.append("s", 0, b"x" * 500)
-    monkeypatch.setattr(os, "write", real)
+    monkeypatch.setattr(fs, "write", real)
     assert log.append("s", 0, b"second") == 1
     assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]
     log.close()

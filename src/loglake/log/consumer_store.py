@@ -23,8 +23,8 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from loglake.log import fs
 from loglake.log.api import CorruptStore, IndexRegression
-from loglake.log.segment import fsync_dir
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class ConsumerStore:
 
     def _load(self) -> None:
         try:
-            buf = self.path.read_bytes()
+            buf = fs.read_file(self.path)
         except FileNotFoundError:
             self.values = {}
             return
@@ -108,17 +108,9 @@ class ConsumerStore:
             )
 
     def _compact(self) -> None:
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
         data = b"".join(encode_entry(c, s, p, i) for (c, s, p), i in sorted(self.values.items()))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fs.replace_file_atomic(self.path, data)
+        self._fd = fs.open(self.path, os.O_WRONLY | os.O_APPEND)
 
     def get(self, client_id: str, stream: str, partition: int) -> int | None:
         if self.readonly:
@@ -137,12 +129,12 @@ class ConsumerStore:
                 raise IndexRegression(client_id, stream, partition, stored, index)
             if stored == index:
                 return index
-            os.write(self._fd, encode_entry(client_id, stream, partition, index))
-            os.fdatasync(self._fd)
+            fs.write_all(self._fd, encode_entry(client_id, stream, partition, index))
+            fs.fdatasync(self._fd)
             self.values[key] = index
             return index
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            fs.close(self._fd)
             self._fd = None

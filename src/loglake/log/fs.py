@@ -13,11 +13,13 @@ but ``pread``, ``listdir`` and ``stat`` do, so a simulated disk can serve them f
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-open = os.open  # noqa: A001 - the os name, on purpose: fs.open(path, flags, mode) -> fd
+open = os.open  # the os name, on purpose: fs.open(path, flags, mode) -> fd
 close = os.close
+dup = os.dup
 write = os.write
 pread = os.pread
 fsync = os.fsync
@@ -78,10 +80,8 @@ def makedirs_durable(path: str | Path) -> None:
         missing.append(p)
         p = p.parent
     for d in reversed(missing):
-        try:
+        with contextlib.suppress(FileExistsError):
             mkdir(d)
-        except FileExistsError:
-            pass
         fsync_dir(d.parent)
     if missing:
         fsync_dir(path)

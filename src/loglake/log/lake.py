@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from loglake.log import fs
 from loglake.log.api import CorruptSegment, CorruptStore, Record
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name, parse_lake_file_name
 from loglake.log.record_codec import (
@@ -30,7 +31,7 @@ from loglake.log.record_codec import (
     StoredRecord,
     plain_columns,
 )
-from loglake.log.segment import Segment, fsync_dir
+from loglake.log.segment import Segment
 
 TMP_PREFIX = ".tmp-"
 LAKE_ROW_GROUP_ROWS = 8192
@@ -40,16 +41,22 @@ one or two row groups (pruned by the ``index`` column statistics), large enough 
 
 @dataclass(frozen=True, slots=True)
 class LakeFile:
+    """One lake file: ``first``..``last`` inclusive, as in its name. ``size``/``mtime`` are
+    filled in by listings that stat (``loglake.pipeline``: compaction plans by size and ages
+    superseded files by mtime; Spark takes ``str`` paths)."""
+
     first: int
     last: int
-    path: Path
+    path: Path | str
+    size: int = 0
+    mtime: float = 0.0
 
 
 def list_lake_files(directory: Path) -> list[LakeFile]:
     """Every well-named lake file of one partition folder, by ``(first, -last)``, covered
     ones included (see ``visible_lake_files``)."""
     try:
-        names = os.listdir(directory)
+        names = fs.listdir(directory)
     except FileNotFoundError:
         return []
     out = []
@@ -97,15 +104,37 @@ def visible_lake_files(files: list[LakeFile]) -> list[LakeFile]:
     return split_covered(files)[0]
 
 
+LAKE_LOCK = ".lake.lock"
+"""Lock file of one partition folder (hidden: Spark, pyarrow and DuckDB globs skip it)."""
+
+
+@contextlib.contextmanager
+def lake_lock(directory: Path | str) -> Iterator[None]:
+    """Exclusive ``flock`` on ``<partition folder>/.lake.lock``, held by whoever removes or
+    replaces lake files of the partition in bulk (the ``compact`` job commits and deletes
+    under it; log retention may take it too), so that a compaction never commits a file over
+    sources another process removed since it planned. Advisory: sealing a new file needs no
+    lock. The lock file itself carries no data and need not be durable (plain ``os.open``)."""
+    import fcntl
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(directory) / LAKE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def remove_temp_files(directory: Path) -> None:
     """Leftovers of a crash during sealing (writer only)."""
     try:
-        names = os.listdir(directory)
+        names = fs.listdir(directory)
     except FileNotFoundError:
         return
     for name in names:
         if name.startswith(TMP_PREFIX):
-            os.unlink(directory / name)
+            fs.unlink(directory / name)
 
 
 def write_lake_file(
@@ -187,17 +216,19 @@ def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
         raise ValueError("nothing to seal")
     idx = table.column("index")
     first, last = idx[0].as_py(), idx[-1].as_py()
-    directory.mkdir(parents=True, exist_ok=True)
+    fs.makedirs_durable(directory)
     final = directory / lake_file_name(first, last)
     tmp = directory / f"{TMP_PREFIX}{final.name}"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=LAKE_ROW_GROUP_ROWS)
-    fd = os.open(tmp, os.O_RDONLY)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=LAKE_ROW_GROUP_ROWS)
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.fsync(fd)
+        fs.write_all(fd, memoryview(sink.getvalue()))
+        fs.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    fsync_dir(directory)
+        fs.close(fd)
+    fs.replace(tmp, final)
+    fs.fsync_dir(directory)
     return LakeFile(first, last, final)
 
 
@@ -208,8 +239,7 @@ def seal_segment(
     case: data only) take a columnar fast path; others are decoded one by one. Any damage →
     ``CorruptSegment`` (nothing is written). Yields the GIL as it goes: it runs on the
     background sealer while appenders work."""
-    with open(path, "rb") as f:
-        buf = f.read()
+    buf = fs.read_file(path)
     pause = _yield_gil
     table = None
     try:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from loglake.log import fs
 from loglake.log.api import Durability, Entry, Record, StorageFailed, StreamConfig
 from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
@@ -36,7 +36,7 @@ from loglake.log.lake import (
 )
 from loglake.log.record_codec import encode_batch, encode_plain
 from loglake.log.sealer import Sealer
-from loglake.log.segment import Segment, fsync_dir, parse_segment_name, segment_name
+from loglake.log.segment import Segment, parse_segment_name, segment_name
 
 
 class Partition:
@@ -72,7 +72,7 @@ class Partition:
     # -- opening ----------------------------------------------------------------------------
     def _bases(self) -> list[int]:
         try:
-            names = os.listdir(self.dir)
+            names = fs.listdir(self.dir)
         except FileNotFoundError:
             return []
         return sorted(b for b in map(parse_segment_name, names) if b is not None)
@@ -80,9 +80,9 @@ class Partition:
     def _open(self) -> None:
         bases = self._bases()
         if not bases and not self.readonly:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            fs.makedirs_durable(self.dir)
             Segment.create(self.dir, 0).close()
-            fsync_dir(self.dir)
+            fs.fsync_dir(self.dir)
             bases = [0]
         for i, b in enumerate(bases[:-1]):
             self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
@@ -202,11 +202,11 @@ class Partition:
             nxt = self.segments[-1].next_index
             wfd = self.segments[-1].wfd
             assert wfd is not None
-            fd = os.dup(wfd)  # survives a roll closing the segment while we fsync
+            fd = fs.dup(wfd)  # survives a roll closing the segment while we fsync
         try:
-            self._fsync(lambda: os.fdatasync(fd))
+            self._fsync(lambda: fs.fdatasync(fd))
         finally:
-            os.close(fd)
+            fs.close(fd)
         with self._lock:
             self._durable_next = max(self._durable_next, nxt)
         return seq
@@ -218,7 +218,7 @@ class Partition:
         self._gc.mark_synced(self._seq)
         new = Segment.create(self.dir, old.next_index)
         if durability != "none":
-            fsync_dir(self.dir)
+            fs.fsync_dir(self.dir)
         self.segments.append(new)
         if self.config.seal_to_lake:
             self._schedule_seal(old)
@@ -387,7 +387,7 @@ class Partition:
                     for f in list_lake_files(self.lake_dir):
                         if gone.first <= f.first and f.last <= gone.last:
                             with contextlib.suppress(FileNotFoundError):
-                                os.unlink(f.path)
+                                fs.unlink(f.path)
             return self.first_index - before
 
     def truncate_before(self, index: int) -> int:
@@ -420,14 +420,14 @@ class Partition:
                 self.segments.pop(0)
                 dropped += seg.next_index - seg.base
             if dropped and cfg.durability != "none":
-                fsync_dir(self.dir)
+                fs.fsync_dir(self.dir)
             if cfg.seal_to_lake:
                 return dropped
             keep_from = self.segments[0].base if self.segments else self.next_index
             for f in list_lake_files(self.lake_dir):
                 if f.last < min(index, keep_from):
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(f.path)
+                        fs.unlink(f.path)
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
             return self.first_index - before
 

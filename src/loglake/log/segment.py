@@ -20,6 +20,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from loglake.log import fs
 from loglake.log.api import CorruptSegment
 from loglake.log.record_codec import (
     BODY_HEAD_NO_KEY,
@@ -56,12 +57,19 @@ def parse_segment_name(name: str) -> int | None:
     return int(stem)
 
 
-def fsync_dir(path: Path | str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _pread_range(path: str, start: int, end: int) -> bytes:
+    """Bytes ``start..end`` of a file (fewer at its end), through ``fs``."""
+    fd = fs.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        out = bytearray()
+        while start + len(out) < end:
+            chunk = fs.pread(fd, end - start - len(out), start + len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 class Segment:
@@ -88,8 +96,8 @@ class Segment:
     @classmethod
     def create(cls, directory: Path, base: int) -> Segment:
         seg = cls(directory, base, readonly=False)
-        seg.wfd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        seg.ifd = os.open(seg.idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         seg.index = SparseIndex()
         return seg
 
@@ -103,11 +111,9 @@ class Segment:
         such an entry it starts at byte 0. Damage before that point is found when read
         (``CorruptSegment``), like in a sealed segment."""
         seg = cls(directory, base, readonly)
-        file_size = os.path.getsize(seg.path)
+        file_size = fs.stat(seg.path).st_size
         start_pos, start_index, idx = seg._resume_point(file_size)
-        with open(seg.path, "rb") as f:
-            f.seek(start_pos)
-            buf = f.read()
+        buf = _pread_range(seg.path, start_pos, file_size)
         seg.index = idx
         seg.size, seg.next_index = start_pos, start_index
         seg.max_ts_complete = start_pos == 0
@@ -123,32 +129,30 @@ class Segment:
                 bytes_dropped=start_pos + len(buf) - end,
                 reason=err.reason,
             )
-            os.truncate(seg.path, end)
+            fs.truncate(seg.path, end)
         if not readonly:
-            seg.wfd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+            seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_APPEND)
             write_index_file(seg.idx_path, idx)
-            seg.ifd = os.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+            seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
         return seg
 
     def _resume_point(self, file_size: int) -> tuple[int, int, SparseIndex]:
         """``(position, index, sparse index so far)`` to start the tail scan from."""
         try:
-            with open(self.idx_path, "rb") as f:
-                raw = f.read()
+            raw = fs.read_file(self.idx_path)
         except FileNotFoundError:
             return 0, self.base, SparseIndex()
         idx = SparseIndex.parse(raw[: len(raw) - len(raw) % ENTRY.size], self.base, file_size)
         if idx is None or not idx.indexes:
             return 0, self.base, SparseIndex()
         last_i, last_p = idx.indexes[-1], idx.positions[-1]
-        with open(self.path, "rb") as f:
-            f.seek(last_p)
-            head = f.read(FRAME_HEAD.size)
-            try:
-                need = frame_length_at(head, 0)
-                rec = decode_frame(head + f.read(need - FRAME_HEAD.size), 0, last_p)
-            except RecordDecodeError:
-                rec = None
+        head = _pread_range(self.path, last_p, last_p + FRAME_HEAD.size)
+        try:
+            need = frame_length_at(head, 0)
+            rest = _pread_range(self.path, last_p + FRAME_HEAD.size, last_p + need)
+            rec = decode_frame(head + rest, 0, last_p)
+        except RecordDecodeError:
+            rec = None
         if rec is None or rec.index != last_i:
             return 0, self.base, SparseIndex()
         return last_p, last_i, idx
@@ -157,7 +161,7 @@ class Segment:
     def sealed(cls, directory: Path, base: int, next_index: int, readonly: bool) -> Segment:
         """A rolled segment; its index is loaded on first use."""
         seg = cls(directory, base, readonly)
-        seg.size = os.path.getsize(seg.path)
+        seg.size = fs.stat(seg.path).st_size
         seg.next_index = next_index
         seg.is_sealed = True
         return seg
@@ -191,13 +195,13 @@ class Segment:
     def refresh_tail(self) -> bool:
         """Readers only: pick up whole records a writer appended since the last look."""
         try:
-            st = os.stat(self.path)
+            st = fs.stat(self.path)
         except FileNotFoundError:
             return False
         if st.st_size <= self.size:
             return False
         fd = self._read_fd()
-        buf = os.pread(fd, st.st_size - self.size, self.size)
+        buf = fs.pread(fd, st.st_size - self.size, self.size)
         records, end, _ = self._scan_checked_at(buf, self.size)
         if not records:
             return False
@@ -220,8 +224,7 @@ class Segment:
             return self.index
         idx: SparseIndex | None = None
         try:
-            with open(self.idx_path, "rb") as f:
-                raw = f.read()
+            raw = fs.read_file(self.idx_path)
             if len(raw) % ENTRY.size == 0:
                 idx = SparseIndex.parse(raw, self.base, self.size)
         except FileNotFoundError:
@@ -233,8 +236,7 @@ class Segment:
 
     def rebuild_index(self) -> SparseIndex:
         """Scan the whole (sealed) segment; any bad record in it is ``CorruptSegment``."""
-        with open(self.path, "rb") as f:
-            buf = f.read()
+        buf = fs.read_file(self.path)
         records, end, err = self._scan_checked(buf, 0)
         if err is not None:
             raise CorruptSegment(self.path, err.offset, err.reason)
@@ -273,11 +275,11 @@ class Segment:
         done = 0
         try:
             while done < len(buf):  # a regular-file write is whole unless the disk is full
-                done += os.write(self.wfd, view[done:])
+                done += fs.write(self.wfd, view[done:])
         except OSError:
             # e.g. ENOSPC after part of the batch landed: cut it off so the next batch does
             # not follow a partial record (O_APPEND writes at the real end of the file).
-            os.ftruncate(self.wfd, base)
+            fs.ftruncate(self.wfd, base)
             raise
         idx = self.index
         new_entries = []
@@ -295,28 +297,28 @@ class Segment:
         if self.max_ts is None or max_ts > self.max_ts:
             self.max_ts = max_ts
         if new_entries and self.ifd is not None:
-            os.write(self.ifd, SparseIndex.entries_bytes(new_entries))
+            fs.write_all(self.ifd, SparseIndex.entries_bytes(new_entries))
 
     def sync(self) -> None:
         if self.wfd is not None:
-            os.fdatasync(self.wfd)
+            fs.fdatasync(self.wfd)
 
     def seal(self) -> None:
         """Make the segment immutable: fsync data and index, close the write handles."""
         if self.wfd is not None:
-            os.fdatasync(self.wfd)
-            os.close(self.wfd)
+            fs.fdatasync(self.wfd)
+            fs.close(self.wfd)
             self.wfd = None
         if self.ifd is not None:
-            os.fdatasync(self.ifd)
-            os.close(self.ifd)
+            fs.fdatasync(self.ifd)
+            fs.close(self.ifd)
             self.ifd = None
         self.is_sealed = True
 
     # -- reading ---------------------------------------------------------------------------
     def _read_fd(self) -> int:
         if self._rfd is None:
-            self._rfd = os.open(self.path, os.O_RDONLY)
+            self._rfd = fs.open(self.path, os.O_RDONLY)
         return self._rfd
 
     def read(self, start: int, end: int, limit: int, pairs: bool = False) -> list[tuple]:
@@ -409,7 +411,7 @@ class Segment:
             if n - off >= FRAME_HEAD.size:
                 need += unpack_frame(buf, off)[0]
             at = bpos + n
-            more = os.pread(fd, min(max(READ_CHUNK, need), size - at), at) if at < size else b""
+            more = fs.pread(fd, min(max(READ_CHUNK, need), size - at), at) if at < size else b""
             if not more:
                 if first and suspect:
                     return None
@@ -426,8 +428,7 @@ class Segment:
 
         ``yield_every`` > 0: release the GIL (``time.sleep(0)``) after that many records, so a
         background sealer does not hold up appenders waking from their fsync."""
-        with open(self.path, "rb") as f:
-            buf = f.read(self.size)
+        buf = _pread_range(self.path, 0, self.size)
         records: list[StoredRecord] = []
         pos = 0
         expect = self.base
@@ -451,11 +452,11 @@ class Segment:
         for name in ("wfd", "ifd", "_rfd"):
             fd = getattr(self, name)
             if fd is not None:
-                os.close(fd)
+                fs.close(fd)
                 setattr(self, name, None)
 
     def delete(self) -> None:
         self.close()
         for p in (self.path, self.idx_path):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+                fs.unlink(p)

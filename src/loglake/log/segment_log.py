@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from loglake.errors import LoglakeError
+from loglake.log import fs
 from loglake.log.api import (
     CorruptStore,
     Entry,
@@ -49,7 +50,6 @@ from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
 from loglake.log.partition import Partition
 from loglake.log.sealer import Sealer
-from loglake.log.segment import fsync_dir
 
 STREAMS_DIR = "streams"
 CONFIG_FILE = "config.json"
@@ -106,8 +106,7 @@ class SegmentLog(Log):
         self._closed = False
         self._sealer = Sealer()
         if not readonly:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            (self.data_dir / STREAMS_DIR).mkdir(exist_ok=True)
+            fs.makedirs_durable(self.data_dir / STREAMS_DIR)
             self._take_lock()
         consumers: ConsumerStore | None = None
         try:
@@ -126,18 +125,18 @@ class SegmentLog(Log):
 
     # -- lock -------------------------------------------------------------------------------
     def _take_lock(self) -> None:
-        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = fs.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
+            fs.close(fd)
             raise LogLocked(str(self.data_dir)) from None
         self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            fs.close(self._lock_fd)
             self._lock_fd = None
 
     # -- streams ----------------------------------------------------------------------------
@@ -167,7 +166,7 @@ class SegmentLog(Log):
     def _load_streams(self) -> None:
         root = self.data_dir / STREAMS_DIR
         try:
-            names = sorted(os.listdir(root))
+            names = sorted(fs.listdir(root))
         except FileNotFoundError:
             return
         for name in names:
@@ -175,7 +174,7 @@ class SegmentLog(Log):
                 continue
             path = root / name / CONFIG_FILE
             try:
-                raw = path.read_bytes()
+                raw = fs.read_file(path)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # half-created (crash before config.json) or foreign
             self._streams[name] = self._open_stream(name, config_from_json(raw, str(path)))
@@ -198,16 +197,10 @@ class SegmentLog(Log):
                 raise ReadOnlyLog(f"cannot create stream {name!r}: the log is read-only")
             config = config or self.default_config
             sdir = self._stream_dir(name)
-            sdir.mkdir(parents=True, exist_ok=True)
+            fs.makedirs_durable(sdir)
             stream = self._open_stream(name, config)
-            tmp = sdir / (CONFIG_FILE + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(config_to_json(config))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, sdir / CONFIG_FILE)
-            fsync_dir(sdir)
-            fsync_dir(sdir.parent)
+            fs.replace_file_atomic(sdir / CONFIG_FILE, config_to_json(config))
+            fs.fsync_dir(sdir.parent)
             self._streams[name] = stream
             return self.stream_info(name)
 

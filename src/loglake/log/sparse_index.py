@@ -16,6 +16,8 @@ import os
 import struct
 from collections.abc import Iterable
 
+from loglake.log import fs
+
 ENTRY = struct.Struct("<QQ")
 INTERVAL_BYTES = 4096
 """Bytes of segment between two index entries (Kafka's default ``index.interval.bytes``)."""
@@ -89,6 +91,9 @@ class SparseIndex:
 def write_index_file(path: str, index: SparseIndex) -> None:
     """Replace ``path`` with ``index`` (temp file + rename; not fsynced: it is derived data)."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(index.to_bytes())
-    os.replace(tmp, path)
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fs.write_all(fd, index.to_bytes())
+    finally:
+        fs.close(fd)
+    fs.replace(tmp, path)
