@@ -28,7 +28,7 @@ from .helpers import make_log_stream, rows_of
 
 
 def lf(first, last, size):
-    return LakeFile(0, first, last, f"/x/{first}", size)
+    return LakeFile(first, last, f"/x/{first}", size)
 
 
 def test_groups_are_contiguous_runs_cut_at_the_target_size():

@@ -22,7 +22,7 @@ from .helpers import write_lake
 
 
 def lf(first: int, last: int, size: int = 100) -> LakeFile:
-    return LakeFile(0, first, last, f"/x/{first}-{last}", size)
+    return LakeFile(first, last, f"/x/{first}-{last}", size)
 
 
 def test_cover_rule_hides_files_inside_a_larger_one():

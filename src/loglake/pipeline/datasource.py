@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption, SchemaMismatch
-from loglake.pipeline.lake import chunk, subtract, visible_lake_files
+from loglake.pipeline.lake import chunk, overlaps, subtract, visible_lake_files
 from loglake.pipeline.livelog import LiveSource
 from loglake.pipeline.options import (
     EARLIEST,
@@ -160,7 +160,7 @@ def read_range(
             files = [
                 f
                 for f in visible_lake_files(opts.data_dir, opts.stream, split.partition)
-                if f.overlaps(split.start, split.end)
+                if overlaps(f, split.start, split.end)
             ]
         covered = [(f.first, f.last + 1) for f in files]
         pieces: list[tuple[int, object]] = [(f.first, f) for f in files]

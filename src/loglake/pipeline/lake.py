@@ -14,7 +14,9 @@ needs them and every reader must apply them the same way:
   chunks of at most ``split_records`` so one Spark partition reads one (log partition, index
   range). Issue 7's design note explains why: the Python source costs 3–6× a native scan.
 
-Everything here is plain Python on file names and numbers, so it is tested without Spark.
+Everything here is plain Python on file names and numbers, so it is tested without Spark. A
+lake file is the storage engine's ``loglake.log.lake.LakeFile`` (one type for both parts), with
+its size and mtime filled in and an absolute ``str`` path (Spark takes strings).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from loglake.log import lake as log_lake
 from loglake.log.api import CorruptStore
+from loglake.log.lake import LakeFile
 from loglake.log.lake_schema import LAKE_DIR, lake_partition_dir, parse_lake_file_name
 from loglake.pipeline.errors import LakeLayoutError
 
@@ -33,22 +36,9 @@ DEFAULT_SPLIT_RECORDS = 1_000_000
 PARTITION_DIR_PREFIX = "partition="
 
 
-@dataclass(frozen=True, slots=True)
-class LakeFile:
-    partition: int
-    first: int
-    last: int
-    """Inclusive, as in the file name."""
-    path: str
-    size: int
-    mtime: float = 0.0
-
-    @property
-    def records(self) -> int:
-        return self.last - self.first + 1
-
-    def overlaps(self, lo: int, hi: int | None) -> bool:
-        return self.last >= lo and (hi is None or self.first < hi)
+def overlaps(f: LakeFile, lo: int, hi: int | None) -> bool:
+    """``f`` holds some index of ``[lo, hi)`` (``hi`` None: no upper bound)."""
+    return f.last >= lo and (hi is None or f.first < hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +116,7 @@ def all_lake_files(data_dir: Path | str, stream: str, partition: int) -> list[La
             st = e.stat()
         except FileNotFoundError:  # removed by a compaction between listing and stat
             continue
-        out.append(
-            LakeFile(partition, rng[0], rng[1], os.path.abspath(e.path), st.st_size, st.st_mtime)
-        )
+        out.append(LakeFile(rng[0], rng[1], os.path.abspath(e.path), st.st_size, st.st_mtime))
     out.sort(key=lambda f: (f.first, -f.last))
     return out
 
@@ -185,7 +173,7 @@ def plan_partition(
 
     ``log_first``/``log_next`` are the live log's ``PartitionInfo`` (None when no log is
     readable: lake only)."""
-    chosen = [f for f in files if f.overlaps(lo, hi)]
+    chosen = [f for f in files if overlaps(f, lo, hi)]
     live: list[IndexRange] = []
     if log_first is not None and log_next is not None:
         a = max(lo, log_first)

@@ -12,35 +12,44 @@ Atomic, and readable throughout (issue 7):
 2. Each group is written by Spark to ``lake/<stream>/_compact-<id>/g<n>/`` (underscore folders are
    invisible to Spark's partition discovery and to the log, which lists ``partition=<p>`` only),
    then checked: one file, the same row count as its sources, ``index`` from first to last.
-3. ``plan.json`` then ``_SUCCESS`` are written in the job folder (the commit point).
+3. Durable before it counts: every staged file and folder is fsynced (Spark's writer never
+   fsyncs), then ``plan.json`` and ``_SUCCESS`` are written atomically (``loglake.log.fs``:
+   temp file, fsync, rename, folder fsync). ``_SUCCESS`` is the commit point.
 4. Commit: each group file is renamed to ``partition=<p>/<first>-<last>.parquet`` (the lake's own
-   naming, so the log and every reader keep reading it). A compacted file's range contains its
+   naming, so the log and every reader keep reading it) and the folder is fsynced, under the
+   partition's ``loglake.log.lake.lake_lock``; a group whose sources another process (log
+   retention) removed since the plan is dropped instead. A compacted file's range contains its
    sources' ranges, so by the cover rule readers see each index once from then on; the sources
-   are deleted once the compacted file is ``grace_seconds`` old (default 0: at once; the log
-   applies the same cover rule and re-lists its lake files when one disappears, and a longer
-   grace keeps already-planned Spark scans of the old files working). A crash before
-   ``_SUCCESS`` leaves only a staging folder, removed by the next run; a crash after it is
-   finished by the next run.
+   are deleted (under the same lock, folder fsynced) once the compacted file is
+   ``grace_seconds`` old (default 0: at once — safe for the log, which applies the same cover
+   rule and re-lists its lake files when one disappears; a longer grace keeps already-planned
+   Spark scans of the old files working). A crash before ``_SUCCESS`` leaves only a staging
+   folder, removed by the next run; a crash after it is finished by the next run.
+5. One job per stream at a time (``job_lock``): a second one fails with ``JobFailed`` rather
+   than take the first one's staging for a crash leftover.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
+from loglake.log import fs
+from loglake.log.lake import LakeFile, lake_lock
 from loglake.log.lake_schema import lake_file_name, lake_partition_dir
 from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.lake import (
-    LakeFile,
     all_lake_files,
     lake_partitions,
     split_covered,
@@ -52,6 +61,7 @@ if TYPE_CHECKING:
 
 JOB_PREFIX = "_compact-"
 SUCCESS = "_SUCCESS"
+JOB_LOCK = "_compact.lock"
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
 DEFAULT_ROW_GROUP_BYTES = 8 * 1024 * 1024
 """Row groups small enough that an index-range read of a big file skips most of it."""
@@ -166,34 +176,71 @@ def _write_group(spark: SparkSession, g: Group, out: Path, row_group_bytes: int)
     return str(parts[0])
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _fsync_file(path: Path | str) -> None:
+    fd = fs.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+
+
+def make_durable(job_dir: Path) -> None:
+    """Fsync every file Spark staged under ``job_dir`` and every folder that names one, up to
+    the stream's lake folder, so that once ``_SUCCESS`` exists a crash cannot take back a byte
+    of what ``commit`` will rename into the lake (Spark's writer never fsyncs)."""
+    folders = []
+    for root, _dirs, files in os.walk(job_dir):
+        for name in files:
+            _fsync_file(Path(root) / name)
+        folders.append(Path(root))
+    for folder in reversed(folders):  # deepest first: a folder's entries before its parent's
+        fs.fsync_dir(folder)
+    fs.fsync_dir(job_dir.parent)
+
+
+@contextlib.contextmanager
+def job_lock(data_dir: str, stream: str) -> Iterator[None]:
+    """One ``compact`` job per stream at a time (``flock`` on ``lake/<stream>/_compact.lock``):
+    a second job would take the first one's unfinished staging for a crash leftover and
+    remove it. A second job fails at once with ``JobFailed``."""
+    root = stream_lake_dir(data_dir, stream)
+    fd = os.open(root / JOB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            msg = f"compact: another compact job is running on stream {stream!r}"
+            raise JobFailed(msg) from None
+        yield
     finally:
         os.close(fd)
 
 
 def commit(job_dir: Path, data_dir: str, stream: str) -> int:
-    """Move a finished job's files into the lake (idempotent); return files moved."""
+    """Move a finished job's files into the lake (idempotent); return files moved.
+
+    Per group, under the partition's ``lake_lock`` (which the log's lake retention honours
+    too): the staged file is fsynced (again: cheap, and ``commit`` does not trust how it was
+    staged), its sources are checked to be all there — if another process (retention) removed
+    one since the plan, the group is dropped rather than bring those records back — then it is
+    renamed to its lake name and the partition folder is fsynced, so the file is durable
+    before anything it replaces may be deleted (``delete_superseded``)."""
     groups = [Group(**g) for g in json.loads((job_dir / "plan.json").read_text())["groups"]]
     moved = 0
     for g in groups:
+        staged = Path(g.staged)
+        if not staged.exists():
+            continue  # moved before a crash: nothing left to do
         dest_dir = lake_partition_dir(data_dir, stream, g.partition)
         dest = dest_dir / lake_file_name(g.first, g.last)
-        if Path(g.staged).exists():
-            os.replace(g.staged, dest)
-            _fsync_dir(dest_dir)
-            moved += 1
+        with lake_lock(dest_dir):
+            if not all(os.path.exists(src) for src in g.sources):
+                fs.unlink(staged)  # a source went meanwhile (retention): keep it gone
+                continue
+            _fsync_file(staged)
+            fs.replace(staged, dest)
+            fs.fsync_dir(dest_dir)
+        moved += 1
     shutil.rmtree(job_dir, ignore_errors=True)
     return moved
 
@@ -213,18 +260,28 @@ def recover(data_dir: str, stream: str) -> int:
 def delete_superseded(
     data_dir: str, stream: str, grace_seconds: float, partitions=None, now: float | None = None
 ) -> int:
-    """Delete files covered by a compacted file at least ``grace_seconds`` old."""
+    """Delete files covered by a compacted file at least ``grace_seconds`` old.
+
+    A covering file is only ever in the lake once ``commit`` made it durable, so deleting what
+    it covers loses nothing; the deletions are made durable too (folder fsync), under the
+    partition's ``lake_lock``."""
     now = time.time() if now is None else now
     deleted = 0
     for p in partitions or lake_partitions(data_dir, stream):
-        _, superseded = split_covered(all_lake_files(data_dir, stream, p))
-        for old, cover in superseded:
-            if now - cover.mtime >= grace_seconds:
-                try:
-                    os.unlink(old.path)
-                    deleted += 1
-                except FileNotFoundError:
-                    pass
+        folder = lake_partition_dir(data_dir, stream, p)
+        with lake_lock(folder):
+            _, superseded = split_covered(all_lake_files(data_dir, stream, p))
+            here = 0
+            for old, cover in superseded:
+                if now - cover.mtime >= grace_seconds:
+                    try:
+                        fs.unlink(old.path)
+                        here += 1
+                    except FileNotFoundError:
+                        pass
+            if here:
+                fs.fsync_dir(folder)
+        deleted += here
     return deleted
 
 
@@ -244,11 +301,12 @@ def stage(
         for i, g in enumerate(groups):
             g.staged = _write_group(spark, g, job_dir / f"g{i}", opts.row_group_bytes)
             progress("write", i + 1, len(groups))
-        _write_atomic(
+        make_durable(job_dir)
+        fs.replace_file_atomic(
             job_dir / "plan.json",
             json.dumps({"stream": opts.stream, "groups": [asdict(g) for g in groups]}).encode(),
         )
-        _write_atomic(job_dir / SUCCESS, b"")
+        fs.replace_file_atomic(job_dir / SUCCESS, b"")
     except BaseException:
         shutil.rmtree(job_dir, ignore_errors=True)
         raise
@@ -260,6 +318,11 @@ def run(
 ) -> CompactResult:
     """Recover earlier jobs, plan, stage, commit, then delete superseded files (grace)."""
     progress = progress or (lambda step, done, total: None)
+    with job_lock(opts.data_dir, opts.stream):
+        return _run(spark, opts, progress)
+
+
+def _run(spark: SparkSession, opts: CompactOptions, progress: Progress) -> CompactResult:
     result = CompactResult()
     result.recovered = recover(opts.data_dir, opts.stream)
     result.deleted += delete_superseded(
