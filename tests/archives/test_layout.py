@@ -32,6 +32,7 @@ from loglake.archives.layout import (
 )
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+from loglake.wire.varint import uleb_size
 
 SPEC = get_layout("spec")
 SG = get_layout("status-go")
@@ -100,9 +101,7 @@ def _sg_size_for(raw: int) -> tuple[int, int]:
     # one message of payload n: record = 0x22 varint(n) payload; framed 0x1a varint(len)
     for n in range(max(0, raw - head - 40), raw):
         rec = SG.make_record(payload=b"\x07" * n, topic=TOPIC, timestamp_ns=START * NS)
-        from loglake.archives.layout import varint
-
-        body = head + 1 + len(varint(len(rec))) + len(rec)
+        body = head + 1 + uleb_size(len(rec)) + len(rec)
         if body == raw:
             enc = SG.encode_archive(meta, [rec], 0)
             assert len(enc.body) == raw

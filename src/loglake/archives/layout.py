@@ -52,6 +52,7 @@ from loglake.archives.messages import (
 )
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+from loglake.wire.varint import encode_uleb
 
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
@@ -66,23 +67,9 @@ def archive_id(encoded_index_metadata: bytes) -> str:
     return "0x" + keccak256(encoded_index_metadata).hex()
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))
-
-
-def varint(n: int) -> bytes:
-    return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
-
-
-_MESSAGES_PREFIX = tuple(b"\x1a" + v for v in _SMALL_VARINTS)
+# protobuf varints are unsigned LEB128 (loglake.wire.varint); the ``messages`` field prefixes
+# of records below 16 KiB come from a table (frame_parts, the build's hot loop).
+_MESSAGES_PREFIX = tuple(b"\x1a" + encode_uleb(n) for n in range(1 << 14))
 _PREFIX_ARRAY = np.empty(len(_MESSAGES_PREFIX), dtype=object)
 _PREFIX_ARRAY[:] = _MESSAGES_PREFIX
 """The same prefixes as a numpy object array: ``_PREFIX_ARRAY[lengths]`` picks a million of
@@ -97,7 +84,7 @@ def frame_parts(records: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
     # lengths once into numpy (no list of ints); prefixes picked by numpy from a table
     rec = np.fromiter(map(len, records), dtype=np.int64, count=n)
     if n and int(rec.max()) >= len(_MESSAGES_PREFIX):
-        prefixes = [b"\x1a" + varint(x) for x in rec.tolist()]
+        prefixes = [b"\x1a" + encode_uleb(x) for x in rec.tolist()]
     else:
         prefixes = _PREFIX_ARRAY[rec].tolist()
     parts: list[bytes] = [b""] * (2 * n)
@@ -112,10 +99,6 @@ def frame_parts(records: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
         x >>= 7
     part_lens[0::2] = pre
     return parts, part_lens
-
-
-def frame_messages(records: Sequence[bytes]) -> bytes:
-    return b"".join(frame_parts(records)[0])
 
 
 class Layout(ABC):
@@ -284,9 +267,9 @@ class SpecLayout(Layout):
     def encode_archive(self, meta, records, offset) -> EncodedArchive:
         head = b""
         if self.archive_version:
-            head += b"\x08" + varint(self.archive_version)
+            head += b"\x08" + encode_uleb(self.archive_version)
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
-        head += b"\x12" + varint(len(md)) + md
+        head += b"\x12" + encode_uleb(len(md)) + md
         parts, lens = frame_parts(records)
         body_len = len(head) + int(lens.sum())
         pad = padding_field(body_len, self.piece_length)
@@ -341,8 +324,8 @@ def padding_field(body_len: int, piece: int) -> bytes:
         gap = target - body_len
         for vlen in range(1, 6):
             n = gap - 1 - vlen
-            if n >= 0 and len(varint(n)) == vlen:
-                return b"\x22" + varint(n) + bytes(n)
+            if n >= 0 and len(encode_uleb(n)) == vlen:
+                return b"\x22" + encode_uleb(n) + bytes(n)
         target += piece
 
 
@@ -391,7 +374,7 @@ class StatusGoLayout(Layout):
     def encode_archive(self, meta, records, offset) -> EncodedArchive:
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
         parts, lens = frame_parts(records)
-        head = b"\x12" + varint(len(md)) + md
+        head = b"\x12" + encode_uleb(len(md)) + md
         parts.insert(0, head)
         lens = np.concatenate(([len(head)], lens))
         raw, piece = int(lens.sum()), self.piece_length

@@ -18,6 +18,14 @@ from __future__ import annotations
 
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import HASH_SIZE, BatchRecord
+from loglake.wire.varint import (
+    MAX_OCTETS_64,
+    TRUNCATED,
+    VarintError,
+    decode_uleb,
+    encode_zigzag,
+    unzigzag,
+)
 
 BLOCK_LENGTH = 100  # hamba/avro config.go getBlockLength default
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -26,17 +34,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # -- writing ----------------------------------------------------------------------------------
 def write_long(out: bytearray, n: int) -> None:
-    z = (n << 1) if n >= 0 else ((-n) << 1) - 1
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
+    out += encode_zigzag(n)
 
 
-def long_bytes(n: int) -> bytes:
-    out = bytearray()
-    write_long(out, n)
-    return bytes(out)
+long_bytes = encode_zigzag
+"""Avro ``long``: zig-zag, then unsigned LEB128 (loglake.wire.varint)."""
 
 
 def int_bytes(n: int) -> bytes:
@@ -120,20 +122,13 @@ class Reader:
             b = data[pos]
             self.pos = pos + 1
             return (b >> 1) ^ -(b & 1)
-        shift = z = 0
-        while True:
-            if pos >= len(data):
-                raise self.fail(f"{field}: varint runs past the end")
-            b = data[pos]
-            pos += 1
-            z |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift >= 70:
-                raise self.fail(f"{field}: varint longer than 10 bytes")
-        self.pos = pos
-        n = (z >> 1) ^ -(z & 1)
+        try:
+            z, self.pos = decode_uleb(data, pos, MAX_OCTETS_64)
+        except VarintError as e:
+            if e.kind == TRUNCATED:
+                raise self.fail(f"{field}: varint runs past the end") from None
+            raise self.fail(f"{field}: varint longer than 10 bytes") from None
+        n = unzigzag(z)
         if not INT64_MIN <= n <= INT64_MAX:
             raise self.fail(f"{field}: {n} overflows a long")
         return n

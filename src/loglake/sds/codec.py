@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError as PbDecodeError
 from loglake.sds.errors import DropReason, SdsDecodeError
 from loglake.sds.messages import HistoryEntry, SdsMessage
 from loglake.wire.pb import sds_pb2
+from loglake.wire.varint import encode_uleb
 
 # Field tags (field_number << 3 | wire_type), sds.proto.
 TAG_SENDER_ID = b"\x0a"  # 1, length-delimited
@@ -65,22 +66,8 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
-
-
-def varint(n: int) -> bytes:
-    if n < 128:
-        return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _ld(tag: bytes, payload: bytes) -> bytes:
-    return tag + varint(len(payload)) + payload
+    return tag + encode_uleb(len(payload)) + payload
 
 
 def encode_history_entry(entry: HistoryEntry, tag: bytes = TAG_CAUSAL_HISTORY) -> bytes:
@@ -116,14 +103,14 @@ def encode_fast(
     if channel_id:
         parts.append(_ld(TAG_CHANNEL_ID, channel_id.encode()))
     if lamport_timestamp is not None:
-        parts.append(TAG_LAMPORT + varint(lamport_timestamp))
+        parts.append(TAG_LAMPORT + encode_uleb(lamport_timestamp))
     parts.append(causal_history)
     if bloom_filter is not None:
-        parts.append(TAG_BLOOM_FILTER + varint(len(bloom_filter)))
+        parts.append(TAG_BLOOM_FILTER + encode_uleb(len(bloom_filter)))
         parts.append(bloom_filter)
     parts.append(repair_request)
     if content is not None:
-        parts.append(TAG_CONTENT + varint(len(content)))
+        parts.append(TAG_CONTENT + encode_uleb(len(content)))
         parts.append(content)
     return b"".join(parts)
 

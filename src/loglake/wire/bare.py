@@ -31,10 +31,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from loglake.errors import DecodeError
+from loglake.wire import varint
+from loglake.wire.varint import VarintError, decode_uleb, encode_uleb, unzigzag, zigzag
 
-UINT_MAX = (1 << 64) - 1
+UINT_MAX = varint.UINT64_MAX
 """BARE §3.1: uint has at most 64 bits of precision."""
-UINT_MAX_OCTETS = 10
+UINT_MAX_OCTETS = varint.MAX_OCTETS_64
 """BARE §3.1: the longest uint encoding is 10 octets."""
 
 
@@ -56,42 +58,23 @@ class BareEncodeError(ValueError):
 def encode_uint(value: int) -> bytes:
     if not 0 <= value <= UINT_MAX:
         raise BareEncodeError(f"uint out of range: {value}")
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_uleb(value)
+
+
+_UINT_ERRORS = {
+    varint.TRUNCATED: "truncated uint",
+    varint.TOO_LONG: "uint longer than 10 octets",
+    varint.NON_MINIMAL: "non-minimal uint encoding",
+    varint.OVERFLOW: "uint exceeds 64 bits",
+}
 
 
 def decode_uint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Read a uint at ``pos``; return ``(value, next_pos)``."""
-    start = pos
-    end = len(buf)
-    if pos >= end:
-        raise BareDecodeError("truncated uint", pos)
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise BareDecodeError("truncated uint", start)
-        if pos - start >= UINT_MAX_OCTETS:
-            raise BareDecodeError("uint longer than 10 octets", start)
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            if b == 0 and pos - start > 1:
-                raise BareDecodeError("non-minimal uint encoding", start)
-            if value > UINT_MAX:
-                raise BareDecodeError("uint exceeds 64 bits", start)
-            return value, pos
+    try:
+        return decode_uleb(buf, pos, UINT_MAX_OCTETS, True, UINT_MAX)
+    except VarintError as e:
+        raise BareDecodeError(_UINT_ERRORS[e.kind], e.offset) from None
 
 
 def _encode_len_bytes(b: bytes) -> bytes:
@@ -140,11 +123,11 @@ class _Int(BareType):
             raise BareEncodeError(f"int needs an int, got {type(value).__name__}")
         if not -(1 << 63) <= value < (1 << 63):
             raise BareEncodeError(f"int out of range: {value}")
-        out += encode_uint((value << 1) ^ (value >> 63) if value < 0 else value << 1)
+        out += encode_uleb(zigzag(value))
 
     def dec(self, buf, pos):
         u, pos = decode_uint(buf, pos)
-        return (u >> 1) ^ -(u & 1), pos
+        return unzigzag(u), pos
 
     def __repr__(self) -> str:
         return "int"

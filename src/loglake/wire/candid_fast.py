@@ -22,31 +22,15 @@ from typing import Any
 from icp_candid import candid as C
 from icp_principal import Principal
 
+from loglake.wire.varint import decode_sleb, decode_uleb
+
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
 
-def _uleb(b: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        if c < 0x80:
-            return n, i
-        shift += 7
-
-
-def _sleb(b: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            if c & 0x40:
-                n -= 1 << shift
-            return n, i
+# Candid ``leb128``/``sleb128`` are unbounded (a ``nat`` may exceed 64 bits); a truncated one is
+# a ``VarintError`` (a ValueError), which ``icrc16.candid_decode`` reports as malformed Candid.
+_uleb = decode_uleb
+_sleb = decode_sleb
 
 
 def _take(b: bytes, i: int, n: int) -> tuple[bytes, int]:

@@ -35,6 +35,8 @@ from icp_candid import encode as _candid_encode
 from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
+from loglake.wire import varint
+from loglake.wire.varint import VarintError, decode_sleb, decode_uleb
 
 Value = dict[str, Any]
 
@@ -323,25 +325,28 @@ def _fast_decoder(t: Any) -> Any:
     return _FAST[key][1]
 
 
+_TYPE_TABLE_OCTETS = 11
+"""The longest LEB128 the type-table check reads (it always allowed up to 77 bits)."""
+
+
 def _uleb(b: bytes, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        if i >= len(b):
-            raise ICRC16DecodeError("truncated LEB128 in the Candid type table")
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return n, i
-        if shift > 70:
-            raise ICRC16DecodeError("LEB128 too long in the Candid type table")
+    try:
+        return decode_uleb(b, i, _TYPE_TABLE_OCTETS)
+    except VarintError as e:
+        raise _leb_error(e) from None
 
 
 def _sleb(b: bytes, i: int) -> tuple[int, int]:
-    n, j = _uleb(b, i)
-    bits = 7 * (j - i)
-    return (n - (1 << bits) if n & (1 << (bits - 1)) else n), j
+    try:
+        return decode_sleb(b, i, _TYPE_TABLE_OCTETS)
+    except VarintError as e:
+        raise _leb_error(e) from None
+
+
+def _leb_error(e: VarintError) -> ICRC16DecodeError:
+    if e.kind == varint.TRUNCATED:
+        return ICRC16DecodeError("truncated LEB128 in the Candid type table")
+    return ICRC16DecodeError("LEB128 too long in the Candid type table")
 
 
 def check_type_table(data: bytes) -> None:
