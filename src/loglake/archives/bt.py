@@ -111,9 +111,6 @@ class Seeder:
             self.session.remove_torrent(self.handle)
             self.handle = None
 
-    def uploaded(self) -> int:
-        return self.handle.status().total_payload_upload if self.handle else 0
-
     def close(self) -> None:
         self.unseed()
         del self.session

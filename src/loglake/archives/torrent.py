@@ -74,23 +74,6 @@ class PieceHashes:
         sha1 = hashlib.sha1
         self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, len(appended), p))
 
-    def extend_padded(self, body: bytes, zeros: int) -> None:
-        """``extend(body + bytes(zeros))`` without building that copy."""
-        p = self.piece_length
-        if (len(body) + zeros) % p:
-            raise ValueError("data grows by whole pieces only")
-        full = len(body) // p * p
-        mv = memoryview(body)
-        sha1 = hashlib.sha1
-        self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, full, p))
-        rest = len(body) - full
-        if rest:
-            self.hashes.append(sha1(bytes(mv[full:]) + bytes(p - rest)).digest())
-            zeros -= p - rest
-        if zeros:
-            zero = sha1(bytes(p)).digest()
-            self.hashes.extend([zero] * (zeros // p))
-
     def extend_parts(self, parts: list[bytes], length: int, zeros: int, part_lengths=None) -> None:
         """``extend(b"".join(parts) + bytes(zeros))`` without building that copy: each piece is
         joined from the parts it spans (100 KiB, still in cache when SHA-1 reads it). Piece
