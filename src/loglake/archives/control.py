@@ -36,6 +36,7 @@ from loglake.archives.layout import IndexEntry, Layout
 from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
+from loglake.log import fs
 from loglake.log.api import Log
 from loglake.logs import log_event
 from loglake.streams.api import Streams
@@ -58,15 +59,6 @@ class BuildOutcome:
     new: list[IndexEntry]
     torrent: Torrent | None
     result: BuildResult
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ControlNode:
@@ -225,8 +217,10 @@ class ControlNode:
                         f.write(bytes(a.trailing_zeros))
                 f.flush()
                 os.fsync(f.fileno())
-            _atomic_write(self.index_path, result.index)
-            _atomic_write(self.torrent_path, result.torrent.metainfo())
+            # temporary file, fsync, rename, folder fsync: a crash leaves the old or the new
+            # index (and torrent), and the folder fsync also makes a new ``data`` entry durable
+            fs.replace_file_atomic(self.index_path, result.index)
+            fs.replace_file_atomic(self.torrent_path, result.torrent.metainfo())
         new = self.builder.entries[before:]
         # the rows this build exported (its windows, its topics, status-go's size cap)
         self.store.record_archives(
