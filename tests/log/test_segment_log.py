@@ -25,7 +25,7 @@ from loglake.log import (
     open_log,
 )
 from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name
-from loglake.log.record_codec import FRAME_HEAD
+from loglake.log.record_codec import FRAME_HEAD, encode_batch
 from loglake.log.segment import segment_name
 from loglake.log.sparse_index import INTERVAL_BYTES
 
@@ -82,15 +82,24 @@ def _last_record_bounds(data: Path) -> tuple[Path, int, int]:
     return seg, last, len(raw)
 
 
+def _torn_write(data: Path, n: int) -> tuple[Path, int, bytes]:
+    """After ``n`` acknowledged records and a clean close, the frame an append of record ``n``
+    would write: a torn tail is a prefix of it past the fsynced bytes (the durable watermark)."""
+    seg = seg_files(data)[-1]
+    buf, _, _ = encode_batch([Entry(payload(n), key=b"k%d" % n)], n, 1)
+    return seg, seg.stat().st_size, buf
+
+
 def test_torn_tail_is_truncated_at_every_byte_of_the_last_record(tmp_path, caplog):
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        fill(log, 3)
-    seg, start, end = _last_record_bounds(tmp_path)
+        fill(log, 2)
+    seg, start, frame = _torn_write(tmp_path, 2)
     whole = seg.read_bytes()
+    end = start + len(frame)
     caplog.set_level(logging.WARNING, logger="loglake.log")
     for cut in range(start + 1, end):
-        seg.write_bytes(whole[:cut])
+        seg.write_bytes(whole + frame[: cut - start])
         caplog.clear()
         with open_log(tmp_path) as log:
             assert log.next_index("s") == 2, cut
@@ -103,7 +112,27 @@ def test_torn_tail_is_truncated_at_every_byte_of_the_last_record(tmp_path, caplo
     seg.write_bytes(whole)
 
 
-def test_corrupt_last_record_is_truncated_and_appends_continue(tmp_path):
+def test_corrupt_unsynced_last_record_is_truncated_and_appends_continue(tmp_path):
+    """A whole but bad record past the fsynced bytes is a torn write (its sectors did not all
+    reach the disk): cut, and appends go on from there."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        fill(log, 2)
+    seg, start, frame = _torn_write(tmp_path, 2)
+    bad = bytearray(frame)
+    bad[-1] ^= 0xFF
+    seg.write_bytes(seg.read_bytes() + bytes(bad))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 2
+        assert seg.stat().st_size == start
+        assert log.append("s", 0, b"again") == 2
+    with open_log(tmp_path) as log:
+        assert log.read("s", 0, 2)[0].data == b"again"
+
+
+def test_corrupt_acknowledged_last_record_is_corrupt_segment_not_a_torn_tail(tmp_path):
+    """Issue 17 §1: the last record was fsynced and acknowledged; a bad byte in it is damage,
+    reported with the file and offset, and nothing is cut (this test used to assert the cut)."""
     with open_log(tmp_path) as log:
         log.create_stream("s")
         fill(log, 3)
@@ -111,12 +140,10 @@ def test_corrupt_last_record_is_truncated_and_appends_continue(tmp_path):
     raw = bytearray(seg.read_bytes())
     raw[end - 1] ^= 0xFF
     seg.write_bytes(bytes(raw))
-    with open_log(tmp_path) as log:
-        assert log.next_index("s") == 2
-        assert seg.stat().st_size == start
-        assert log.append("s", 0, b"again") == 2
-    with open_log(tmp_path) as log:
-        assert log.read("s", 0, 2)[0].data == b"again"
+    with pytest.raises(CorruptSegment) as e:
+        open_log(tmp_path)
+    assert e.value.path == str(seg) and e.value.offset == start
+    assert seg.stat().st_size == end
 
 
 def test_corruption_inside_a_sealed_segment_is_corrupt_segment_with_file_and_offset(tmp_path):

@@ -21,6 +21,7 @@ open = os.open  # the os name, on purpose: fs.open(path, flags, mode) -> fd
 close = os.close
 dup = os.dup
 write = os.write
+pwrite = os.pwrite
 pread = os.pread
 fsync = os.fsync
 fdatasync = os.fdatasync

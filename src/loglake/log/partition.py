@@ -21,8 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loglake.log import fs
-from loglake.log.api import Durability, Entry, Record, StorageFailed, StreamConfig
+from loglake.log import fs, watermark
+from loglake.log.api import (
+    CorruptSegment,
+    Durability,
+    Entry,
+    Record,
+    StorageFailed,
+    StreamConfig,
+)
 from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
     LakeFile,
@@ -63,6 +70,10 @@ class Partition:
         self._failed: StorageFailed | None = None
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
+        self._mark: watermark.MarkWriter | None = None
+        self._mark_synced_at = 0.0
+        self._reader_mark: watermark.Mark | None = None
+        """Readers: the writer's durable watermark as last read (``refresh``)."""
         self._open()
         self._durable_next = self.next_index
         """One past the newest record known to be on disk (fsynced): in-process readers of a
@@ -84,12 +95,25 @@ class Partition:
             Segment.create(self.dir, 0).close()
             fs.fsync_dir(self.dir)
             bases = [0]
+        if self.readonly:
+            self._reader_mark = watermark.read(self.dir)
+        else:
+            self._mark = watermark.MarkWriter(self.dir)
         for i, b in enumerate(bases[:-1]):
             self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
         if bases:
-            self.segments.append(Segment.recover_active(self.dir, bases[-1], self.readonly))
+            self.segments.append(
+                Segment.recover_active(
+                    self.dir, bases[-1], self.readonly, self._durable_size_of(bases[-1])
+                )
+            )
         self.lake = visible_lake_files(list_lake_files(self.lake_dir))
         if not self.readonly:
+            # what recovery kept is now the acknowledged history: make it durable and say so
+            active = self.segments[-1]
+            self._fsync(active.sync)
+            self._publish_durable(sync=True)
+
             remove_temp_files(self.lake_dir)
             if self.config.seal_to_lake:
                 for seg in self.segments[:-1]:
@@ -122,6 +146,32 @@ class Partition:
                 gone.close()
             self.segments = segs
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+            self._reader_mark = watermark.read(self.dir)
+
+    def _durable_size_of(self, base: int) -> int:
+        """Bytes of segment ``base`` (the newest) that the watermark says are fsynced."""
+        mark = self._mark.mark if self._mark is not None else self._reader_mark
+        if mark is None or mark.base < base:
+            return 0  # no watermark (older data dir) or none since this segment was created
+        if mark.base > base and not self.readonly:
+            raise CorruptSegment(
+                str(self.dir / segment_name(mark.base)),
+                0,
+                f"segment holding acknowledged records up to index {mark.next_index - 1} "
+                "is missing",
+            )
+        return mark.size if mark.base == base else 0
+
+    def _publish_durable(self, sync: bool = False) -> None:
+        """Tell recovery and other processes' readers how far the disk is known to hold
+        (caller: under the partition lock, right after an fsync of the active segment)."""
+        if self._mark is None:
+            return
+        active = self.segments[-1]
+        self._mark.publish(active.base, active.size, active.next_index)
+        if sync:
+            self._fsync(self._mark.sync)
+            self._mark_synced_at = time.monotonic()
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -133,10 +183,17 @@ class Partition:
     @property
     def visible_next(self) -> int:
         """Readers see indexes below this: durable records only, unless the stream's policy is
-        ``none`` (nothing is ever known durable) or this is a reader of another process's
-        files (it sees whole records as they land)."""
-        if self.readonly or self.config.durability == "none":
+        ``none`` (nothing is ever known durable, so readers see whole records as they land).
+        A reader in another process caps at the writer's durable watermark (``DURABLE``); a
+        data dir written before the watermark existed has none, and its readers see every
+        whole record."""
+        if self.config.durability == "none":
             return self.next_index
+        if self.readonly:
+            mark = self._reader_mark
+            if mark is None:
+                return self.next_index
+            return min(self.next_index, max(mark.next_index, self.first_index))
         return self._durable_next
 
     @property
@@ -155,6 +212,7 @@ class Partition:
         with self._lock:
             if self.readonly:
                 self.refresh()
+                return self.first_index, self.visible_next, self.bytes
             return self.first_index, self.next_index, self.bytes
 
     @property
@@ -188,6 +246,7 @@ class Partition:
             if durability == "always":
                 self._fsync(active.sync)
                 self._durable_next = active.next_index
+                self._publish_durable()
                 self._gc.mark_synced(seq)
         if durability == "batch":
             self._gc.wait_durable(seq, self._sync_newest)
@@ -199,8 +258,9 @@ class Partition:
             if self._failed is not None:
                 raise self._failed
             seq = self._seq
-            nxt = self.segments[-1].next_index
-            wfd = self.segments[-1].wfd
+            active = self.segments[-1]
+            base, size, nxt = active.base, active.size, active.next_index
+            wfd = active.wfd
             assert wfd is not None
             fd = fs.dup(wfd)  # survives a roll closing the segment while we fsync
         try:
@@ -209,6 +269,12 @@ class Partition:
             fs.close(fd)
         with self._lock:
             self._durable_next = max(self._durable_next, nxt)
+            if self._mark is not None:
+                self._mark.publish(base, size, nxt)  # no-op if a roll published past it
+        if time.monotonic() - self._mark_synced_at >= watermark.SYNC_INTERVAL_S:
+            self._mark_synced_at = time.monotonic()
+            assert self._mark is not None
+            self._fsync(self._mark.sync)
         return seq
 
     def _roll(self, durability: Durability) -> Segment:
@@ -220,6 +286,8 @@ class Partition:
         if durability != "none":
             fs.fsync_dir(self.dir)
         self.segments.append(new)
+        if durability != "none":  # the new segment's name is durable: the watermark may name it
+            self._publish_durable()
         if self.config.seal_to_lake:
             self._schedule_seal(old)
         return new
@@ -273,6 +341,7 @@ class Partition:
             if self.segments and self.segments[-1].wfd is not None:
                 self.segments[-1].sync()
                 self._durable_next = self.next_index
+                self._publish_durable()
                 self._gc.mark_synced(self._seq)
 
     # -- reading ----------------------------------------------------------------------------
@@ -449,4 +518,10 @@ class Partition:
             for seg in self.segments:
                 if seg.wfd is not None and not self.readonly:
                     seg.sync()
+            if not self.readonly and self.segments:
+                self._durable_next = self.next_index
+                self._publish_durable(sync=True)
+            for seg in self.segments:
                 seg.close()
+            if self._mark is not None:
+                self._mark.close()

@@ -102,22 +102,38 @@ class Segment:
         return seg
 
     @classmethod
-    def recover_active(cls, directory: Path, base: int, readonly: bool) -> Segment:
-        """Open the newest segment: scan its tail, cut a torn/corrupt tail (writer only; a
-        reader just stops there), and write its sparse index back (writer only).
+    def recover_active(
+        cls, directory: Path, base: int, readonly: bool, durable_size: int = 0
+    ) -> Segment:
+        """Open the newest segment: scan its tail, cut a torn tail (writer only; a reader just
+        stops there), and write its sparse index back (writer only).
 
-        The scan starts at the newest sparse-index entry that points at a record with the
-        entry's index (Kafka's recovery point idea: only the tail needs checking); without
-        such an entry it starts at byte 0. Damage before that point is found when read
-        (``CorruptSegment``), like in a sealed segment."""
+        ``durable_size`` is how many bytes of this segment an fsync is known to have covered
+        (the partition's durable watermark, ``watermark.py``). A torn tail can only be what no
+        fsync covered, so only bytes at or past it are cut. A bad record below it, or a file
+        shorter than it, lost acknowledged data: ``CorruptSegment`` (file, offset), nothing cut.
+
+        The scan starts at the newest sparse-index entry below ``durable_size`` that points at
+        a record with the entry's index (Kafka's recovery point; the index file is never
+        fsynced, so an entry past the durable bytes could outlive the data before it); without
+        one it starts at byte 0. Damage before that point is found when read."""
         seg = cls(directory, base, readonly)
         file_size = fs.stat(seg.path).st_size
-        start_pos, start_index, idx = seg._resume_point(file_size)
+        trusted = None if readonly else durable_size
+        start_pos, start_index, idx = seg._resume_point(file_size, trusted)
         buf = _pread_range(seg.path, start_pos, file_size)
         seg.index = idx
         seg.size, seg.next_index = start_pos, start_index
         seg.max_ts_complete = start_pos == 0
         records, end, err = seg._scan_checked_at(buf, start_pos)
+        if not readonly and end < durable_size:
+            if err is not None and err.offset < durable_size:
+                raise CorruptSegment(
+                    seg.path, err.offset, f"{err.reason} (inside the {durable_size} fsynced bytes)"
+                )
+            raise CorruptSegment(
+                seg.path, end, f"segment ends before its {durable_size} fsynced bytes"
+            )
         seg._adopt(records, end)
         if err is not None and not readonly:
             log_event(
@@ -128,6 +144,7 @@ class Segment:
                 offset=end,
                 bytes_dropped=start_pos + len(buf) - end,
                 reason=err.reason,
+                durable_size=durable_size,
             )
             fs.truncate(seg.path, end)
         if not readonly:
@@ -136,8 +153,11 @@ class Segment:
             seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
         return seg
 
-    def _resume_point(self, file_size: int) -> tuple[int, int, SparseIndex]:
-        """``(position, index, sparse index so far)`` to start the tail scan from."""
+    def _resume_point(
+        self, file_size: int, durable_size: int | None
+    ) -> tuple[int, int, SparseIndex]:
+        """``(position, index, sparse index so far)`` to start the tail scan from: the newest
+        index entry below ``durable_size`` (any entry when None) that checks out."""
         try:
             raw = fs.read_file(self.idx_path)
         except FileNotFoundError:
@@ -145,6 +165,10 @@ class Segment:
         idx = SparseIndex.parse(raw[: len(raw) - len(raw) % ENTRY.size], self.base, file_size)
         if idx is None or not idx.indexes:
             return 0, self.base, SparseIndex()
+        if durable_size is not None:
+            idx.truncate_to(durable_size)
+            if not idx.indexes:
+                return 0, self.base, SparseIndex()
         last_i, last_p = idx.indexes[-1], idx.positions[-1]
         head = _pread_range(self.path, last_p, last_p + FRAME_HEAD.size)
         try:

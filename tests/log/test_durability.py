@@ -1,0 +1,170 @@
+"""Issue 17: the storage core trusts only what was fsynced and never drops an acknowledged
+record silently. One test per defect; each failed on the code of 7484460."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from loglake.log import CorruptSegment, Entry, SegmentLog, StreamConfig, fs, open_log
+from loglake.log.record_codec import encode_batch
+from loglake.log.watermark import FILE_NAME as DURABLE
+
+
+def part_dir(data: Path, stream: str = "s", p: int = 0) -> Path:
+    return data / "streams" / stream / str(p)
+
+
+def seg_files(data: Path, stream: str = "s", p: int = 0) -> list[Path]:
+    return sorted(part_dir(data, stream, p).glob("*.seg"))
+
+
+def flip(path: Path, offset: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+# -- §1 recovery cuts only the unsynced suffix ----------------------------------------------
+
+
+def test_a_flip_in_acknowledged_records_near_the_end_is_corrupt_segment_not_a_torn_tail(tmp_path):
+    """The issue's reproduction: 2,000 records with ``always``, clean close, one byte flipped
+    1 KB before the end of the active segment. It used to open with 1,993 records."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(durability="always"))
+        for i in range(2000):
+            log.append("s", 0, b"record %06d " % i + b"x" * 100)
+    (seg,) = seg_files(tmp_path)
+    size = seg.stat().st_size
+    flip(seg, size - 1024)
+    with pytest.raises(CorruptSegment) as e, open_log(tmp_path) as log:
+        assert log.next_index("s") == 2000
+        log.read("s", 0, 0)
+    assert e.value.path == str(seg)
+    assert size - 1024 - 200 < e.value.offset <= size - 1024
+    assert seg.stat().st_size == size  # nothing cut
+
+
+def test_a_bad_record_followed_by_acknowledged_ones_is_never_cut(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"y" * 300) for _ in range(100)])
+    (seg,) = seg_files(tmp_path)
+    size = seg.stat().st_size
+    (part_dir(tmp_path) / "00000000000000000000.idx").unlink()  # recovery scans from byte 0
+    flip(seg, size // 2)
+    with pytest.raises(CorruptSegment) as e:
+        open_log(tmp_path)
+    assert e.value.path == str(seg) and e.value.offset <= size // 2
+    assert seg.stat().st_size == size
+
+
+def test_a_segment_shorter_than_its_fsynced_bytes_is_corrupt(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"y" * 300) for _ in range(10)])
+    (seg,) = seg_files(tmp_path)
+    seg.write_bytes(seg.read_bytes()[:-300])
+    with pytest.raises(CorruptSegment) as e:
+        open_log(tmp_path)
+    assert e.value.path == str(seg)
+
+
+def test_power_loss_tail_after_the_fsynced_bytes_is_cut_even_if_valid_records_follow(tmp_path):
+    """Unsynced writes can reach the disk out of order: a hole then whole records, past the
+    watermark, is a torn tail (nothing in it was acknowledged)."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"a" * 100) for _ in range(10)])
+    (seg,) = seg_files(tmp_path)
+    durable = seg.stat().st_size
+    lost, _, _ = encode_batch([Entry(b"b" * 100) for _ in range(10)], 10, 1)
+    kept, _, _ = encode_batch([Entry(b"c" * 100) for _ in range(10)], 20, 1)
+    seg.write_bytes(seg.read_bytes() + bytes(len(lost)) + kept)
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 10
+        assert log.append("s", 0, b"next") == 10
+    assert seg.stat().st_size > durable
+
+
+# -- §2 the recovery point never trusts an unsynced index entry -----------------------------
+
+
+def test_recovery_point_ignores_index_entries_past_the_fsynced_bytes(tmp_path):
+    """After a power loss the never-fsynced ``.idx`` can name a record that follows a hole:
+    starting the scan there would adopt records past lost ones (indexes 10..19 unreadable,
+    20.. served)."""
+    import struct
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        log.append_many("s", 0, [Entry(b"a" * 100) for _ in range(10)])
+    (seg,) = seg_files(tmp_path)
+    durable = seg.stat().st_size
+    lost, _, _ = encode_batch([Entry(b"b" * 1000) for _ in range(10)], 10, 1)
+    kept, _, _ = encode_batch([Entry(b"c" * 1000) for _ in range(10)], 20, 1)
+    seg.write_bytes(seg.read_bytes() + bytes(len(lost)) + kept)
+    idx = seg.with_suffix(".idx")
+    idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 20, durable + len(lost)))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 10
+        assert len(log.read("s", 0, 0)) == 10
+    assert seg.stat().st_size == durable
+
+
+# -- §8 readers in other processes see only the durable prefix ------------------------------
+
+
+def test_readonly_reader_sees_only_what_an_fsync_covered(tmp_path, monkeypatch):
+    writer = SegmentLog(tmp_path)
+    writer.create_stream("s")
+    writer.append("s", 0, b"durable")
+    in_sync, release = threading.Event(), threading.Event()
+    real = fs.fdatasync
+
+    def slow_fdatasync(fd):
+        in_sync.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", slow_fdatasync)
+    t = threading.Thread(target=writer.append, args=("s", 0, b"pending"))
+    t.start()
+    try:
+        assert in_sync.wait(10)
+        with open_log(tmp_path, readonly=True) as reader:
+            assert [r.data for r in reader.read("s", 0, 0)] == [b"durable"]
+            assert reader.next_index("s") == 1
+            assert reader.stream_info("s").partitions[0].next_index == 1
+    finally:
+        release.set()
+        t.join(10)
+    monkeypatch.setattr(fs, "fdatasync", real)
+    with open_log(tmp_path, readonly=True) as reader:
+        assert [r.data for r in reader.read("s", 0, 0)] == [b"durable", b"pending"]
+    writer.close()
+
+
+def test_readonly_reader_of_a_none_stream_sees_whole_records_as_they_land(tmp_path):
+    with open_log(tmp_path) as writer:
+        writer.create_stream("s", StreamConfig(durability="none"))
+        writer.append("s", 0, b"a")
+        with open_log(tmp_path, readonly=True) as reader:
+            assert reader.next_index("s") == 1
+
+
+def test_the_watermark_survives_a_torn_slot(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        for i in range(5):
+            log.append("s", 0, b"%d" % i)
+    mark = part_dir(tmp_path) / DURABLE
+    raw = bytearray(mark.read_bytes())
+    newest = max((0, 512), key=lambda off: int.from_bytes(raw[off + 4 : off + 12], "little"))
+    raw[newest + 20] ^= 0xFF
+    mark.write_bytes(bytes(raw))
+    with open_log(tmp_path) as log:
+        assert log.next_index("s") == 5
