@@ -4,9 +4,11 @@ Replay N events of 200-byte ``#Blob`` data (default 1,000,000) from a namespace 
 embedded log (``open_log``, segment files) to one subscriber, and report events/s for:
 
 1. ``sequential read`` — ``Log.iter_records`` over the same history, doing nothing with the
-   records: the limit of anything that reads it.
-2. ``procurement (log alone)`` — the Publisher's procurement (``publisher.procure``): read each
-   record and build the ICRC-72 ``Event`` with the replay headers, data kept as stored Candid
+   records: the limit of anything that reads it. ``sequential pull`` — the same through the
+   ``Streams`` API (``LocalStreams.pull``, 4,096 a call), the road the Publisher's store takes.
+2. ``procurement (log alone)`` — the Publisher's procurement: pull each batch through
+   ``LocalStreams`` (what ``StreamsStore`` does for a ``ReadRange``) and build the ICRC-72
+   ``Event``s with the replay headers (``publisher.procure``), data kept as stored Candid
    bytes. Target: ≥ 50% of the sequential read.
 3. ``procurement + Candid`` — the same, plus encoding each batch as the ``icrc72_publish``
    argument (what goes on the wire).
@@ -39,15 +41,24 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loglake.events.broadcaster import Broadcaster
-from loglake.events.codec import METHODS
-from loglake.events.identity import Identity
-from loglake.events.messages import C_REPLAY, ReplayRegistration, ReplayState
-from loglake.events.network import Network
-from loglake.events.orchestrator import HEAD_KEY, Orchestrator, Quotas
-from loglake.events.publisher import Publisher, procure
-from loglake.events.subscriber import Subscriber
-from loglake.log import Entry, MemoryLog, open_log
+from loglake.events import (
+    C_REPLAY,
+    METHODS,
+    Broadcaster,
+    Identity,
+    InProcessNetwork,
+    Publisher,
+    Quotas,
+    ReplayRegistration,
+    ReplayState,
+    StreamsStore,
+    Subscriber,
+    open_orchestrator,
+)
+from loglake.events.orchestrator import HEAD_KEY
+from loglake.events.publisher import STORED_PLAIN, procure
+from loglake.log import MemoryLog, open_log
+from loglake.streams import LocalStreams
 from loglake.wire import icrc16
 
 console = Console()
@@ -56,18 +67,20 @@ SIZE = 200
 
 
 def build(log, n: int) -> float:
-    """Append n stored events (the Publisher's stored form) in batches; return seconds."""
+    """Append n stored events (the Publisher's stored form: ``publisher.stored_event``) in
+    batches; return seconds."""
     proto = icrc16.encode({"Blob": bytes(SIZE)})
     head = proto[:-SIZE]  # MESSAGE_PREFIX + Blob tag + length: the same for every event
+    kind = bytes([STORED_PLAIN])
     log.create_stream(NS)
     t = time.perf_counter()
     batch = 10_000
     for lo in range(0, n, batch):
-        entries = [
-            Entry(head + i.to_bytes(8, "big") * (SIZE // 8), timestamp_ns=i)
+        payloads = [
+            kind + i.to_bytes(8, "big") + head + i.to_bytes(8, "big") * (SIZE // 8)
             for i in range(lo, min(n, lo + batch))
         ]
-        log.append_many(NS, 0, entries)
+        log.append_payloads(NS, 0, payloads)
     log.flush()
     return time.perf_counter() - t
 
@@ -82,20 +95,32 @@ def seq_read(log, n: int) -> float:
     return time.perf_counter() - t
 
 
+def seq_pull(log, n: int) -> float:
+    streams = LocalStreams(log)
+    t = time.perf_counter()
+    count = total = pos = 0
+    while pos < n:
+        msgs = streams.pull(NS, pos, min(4096, n - pos))
+        count += len(msgs)
+        total += sum(len(m.data) for m in msgs)
+        pos = msgs[-1].index + 1
+    assert count == n, count
+    return time.perf_counter() - t
+
+
 def procurement(log, n: int, source, encode: bool) -> float:
     m = METHODS["icrc72_publish"]
+    streams = LocalStreams(log)
     t = time.perf_counter()
-    count = 0
-    batch: list = []
-    for ev in procure(log, NS, 0, n, 1, source, True, 4096, n - 1):
-        count += 1
+    count = pos = 0
+    while pos < n:
+        msgs = streams.pull(NS, pos, min(4096, n - pos))
+        events = procure(msgs, NS, 1, source, True, n - 1)
+        count += len(events)
+        pos = msgs[-1].index + 1
         if encode:
-            batch.append(ev)
-            if len(batch) == 500:
-                m.encode_arg(batch)
-                batch = []
-    if encode and batch:
-        m.encode_arg(batch)
+            for lo in range(0, len(events), 500):
+                m.encode_arg(events[lo : lo + 500])
     assert count == n
     return time.perf_counter() - t
 
@@ -111,13 +136,15 @@ def end_to_end(log, n: int, relay: bool = False) -> tuple[float, int]:
         now[0] += 1
         return now[0]
 
-    net = Network(clock)
+    net = InProcessNetwork(clock)
     bcs = [p["bc"], p["bc2"]] if relay else [p["bc"]]
     quotas = Quotas(max_events_per_replay=10**9)
-    net.add(Orchestrator(p["orch"], MemoryLog(), bcs, quotas, relay_replays=relay))
+    orch_store = StreamsStore(LocalStreams(MemoryLog()))
+    orch = open_orchestrator(orch_store, p["orch"], bcs, quotas, relay_replays=relay)
+    net.add(orch, orch_store)
     net.add(Broadcaster(p["bc"], p["orch"]))
     net.add(Broadcaster(p["bc2"], p["orch"]))
-    pub = net.add(Publisher(p["pub"], p["orch"], log, batch_size=500))
+    pub = net.add(Publisher(p["pub"], p["orch"], batch_size=500), StreamsStore(LocalStreams(log)))
     sub = net.add(Subscriber(p["sub"], p["orch"], keep=1000))
     from loglake.events.messages import Registration
 
@@ -270,6 +297,7 @@ def main() -> None:
         source = Identity.generate().principal
         seq = min(seq_read(log, n) for _ in range(2))
         rows.append(("sequential read (the limit)", n, seq))
+        rows.append(("sequential pull (Streams API)", n, min(seq_pull(log, n) for _ in range(2))))
         proc = min(procurement(log, n, source, False) for _ in range(2))
         rows.append(("procurement (log alone)", n, proc))
         rows.append(("procurement + Candid encode", n, procurement(log, n, source, True)))

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loglake.events.client import EventsClient
+from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity
 from tests.procs import free_port, wait_port
 
@@ -23,6 +23,9 @@ class Cluster:
     extra: dict[str, list[str]] = field(default_factory=dict)
     roles: tuple[str, ...] = ROLES
     """Role names; ``broadcaster2`` … run more broadcasters (kind = name without digits)."""
+    streams: list[str] = field(default_factory=list)
+    """Store options for the orchestrator and the publisher (e.g. ``--streams-port N`` of a
+    ``loglake serve``); default: a ``--data-dir`` per role under ``tmp``."""
 
     def __post_init__(self) -> None:
         self.ids = {r: Identity.generate() for r in self.roles}
@@ -68,7 +71,16 @@ class Cluster:
             args += ["--orchestrator", self.principal("orchestrator")]
         if r == "publisher":
             args += ["--register", self.namespace]
-        args += self.extra.get(r, [])
+        extra = self.extra.get(r, [])
+        kind = r.rstrip("0123456789")
+        if kind in ("orchestrator", "publisher") and not {"--data-dir", "--streams-port"} & {
+            *extra,
+            *self.streams,
+        }:
+            args += ["--data-dir", str(self.tmp / f"{r}-data")]  # never the user's data dir
+        if kind in ("orchestrator", "publisher"):
+            args += self.streams
+        args += extra
         log = open(self.tmp / f"{r}.log", "ab")  # noqa: SIM115 - closed with the process
         self.procs[r] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         wait_port(self.ports[r], self.procs[r])
@@ -86,7 +98,7 @@ class Cluster:
                 p.wait()
 
     def client(self, role: str, as_role: str | None = None, ident: Identity | None = None):
-        return EventsClient(self.urls[role], ident or self.ids[as_role or role])
+        return HttpEventsClient(self.urls[role], ident or self.ids[as_role or role])
 
     def logs(self) -> str:
         return "\n".join(

@@ -155,7 +155,9 @@ def test_subscriber_deduplicates_by_namespace_and_event_id():
 
 
 def test_paid_replay_moves_tokens_and_the_ledger_survives_reopening():
-    from loglake.events.ledger import Ledger, account
+    from loglake.events.ledger import account
+    from loglake.events.store import StreamsStore, open_ledger
+    from loglake.streams.api import LocalStreams
 
     w = World()
     w.priced(per_event=2)
@@ -167,7 +169,7 @@ def test_paid_replay_moves_tokens_and_the_ledger_survives_reopening():
     assert isinstance(r, Ok)
     assert w.call("bob", "icrc1_balance_of", (w.p["bob"], None)) == 1_000 - 1 - 201
     assert w.call("bob", "icrc1_balance_of", (w.p["pub"], None)) == 200
-    again = Ledger.open(w.orch_log, fee=1)
+    again = open_ledger(StreamsStore(LocalStreams(w.orch_log)), fee=1)
     assert again.balances == w.ledger.balances and again.allowances == w.ledger.allowances
 
 
@@ -353,9 +355,8 @@ def test_subscriber_reads_both_end_header_names():
 
 def test_ledger_rules():
     from loglake.events.ledger import Ledger, LedgerError, account
-    from loglake.log import MemoryLog
 
-    led = Ledger.open(MemoryLog(), fee=2)
+    led = Ledger(fee=2)
     a, b, s = account(b"\x01"), account(b"\x02"), account(b"\x03")
     led.mint(a, 100, 0)
     with pytest.raises(LedgerError) as e:
@@ -377,7 +378,7 @@ def test_replay_reads_rolled_segments_and_sealed_history_of_the_embedded_log(tmp
     from loglake.log import open_log
 
     w = World()
-    w.pub_log = w.pub.log = open_log(tmp_path / "pub")
+    w.use_pub_log(open_log(tmp_path / "pub"))
     w.pub_log.create_stream(NS, StreamConfig(segment_bytes=16 * 1024))
     w.register_publication()
     w.publish(2000)

@@ -14,10 +14,11 @@ import cbor2
 import pytest
 
 from loglake.events.journal import JournalError, stream_name
-from loglake.events.ledger import Ledger
 from loglake.events.messages import Ok, Registration, ReplayState
 from loglake.events.orchestrator import Orchestrator
+from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.log import MemoryLog, open_log
+from loglake.streams.api import LocalStreams
 from tests.events.world import NS, World
 
 
@@ -26,8 +27,10 @@ def restart(w: World, **kw) -> Orchestrator:
     old = w.orch
     w.net.queue = deque((src, c) for src, c in w.net.queue if src is not old)
     bcs = list(old.broadcasters)
+    store = StreamsStore(LocalStreams(w.orch_log))
     w.orch = w.net.add(
-        Orchestrator(w.p["orch"], w.orch_log, bcs, w.quotas, Ledger.open(w.orch_log, fee=1), **kw)
+        open_orchestrator(store, w.p["orch"], bcs, w.quotas, open_ledger(store, fee=1), **kw),
+        store,
     )
     return w.orch
 
@@ -166,4 +169,4 @@ def test_a_malformed_journal_refuses_to_start(data):
     log.append(stream_name(), 0, data)
     w = World()
     with pytest.raises(JournalError):
-        Orchestrator(w.p["orch"], log, [w.p["bc"]])
+        open_orchestrator(StreamsStore(LocalStreams(log)), w.p["orch"], [w.p["bc"]])

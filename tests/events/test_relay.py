@@ -276,7 +276,7 @@ def test_home_broadcasters_must_be_known_and_the_cli_form_is_checked():
 
     w = World()
     with pytest.raises(ValueError, match="not one of the broadcasters"):
-        Orchestrator(w.p["orch"], None, [w.p["bc"]], homes={w.p["bob"].bytes: w.p["bc2"]})
+        Orchestrator(w.p["orch"], [w.p["bc"]], homes={w.p["bob"].bytes: w.p["bc2"]})
     assert _homes((f"{w.p['bob'].to_str()}={w.p['bc2'].to_str()}",)) == {
         w.p["bob"].bytes: w.p["bc2"]
     }

@@ -8,13 +8,14 @@ from icp_principal import Principal
 
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.identity import Identity
-from loglake.events.ledger import Ledger
 from loglake.events.messages import C_PRICING, C_REPLAY, Ok, Registration, ReplayRegistration
-from loglake.events.network import Network
-from loglake.events.orchestrator import Orchestrator, Quotas
+from loglake.events.network import InProcessNetwork
+from loglake.events.orchestrator import Quotas
 from loglake.events.publisher import Publisher
+from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.events.subscriber import Subscriber
 from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
 from loglake.wire.icrc16 import Property
 
 NS = "com.example.orders"
@@ -45,7 +46,7 @@ class World:
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
-        self.net = Network(self.clock)
+        self.net = InProcessNetwork(self.clock)
         self.ids = {
             name: seeded(i + 1)
             for i, name in enumerate(["orch", "bc", "pub", "alice", "bob", "bc2"])
@@ -53,18 +54,20 @@ class World:
         p = {k: v.principal for k, v in self.ids.items()}
         self.p = p
         self.orch_log, self.pub_log = MemoryLog(), MemoryLog()
-        self.ledger = Ledger.open(self.orch_log, fee=1)
+        orch_store = StreamsStore(LocalStreams(self.orch_log))
+        self.ledger = open_ledger(orch_store, fee=1)
         two = bool(self.homes) or self.relay_replays
         self.orch = self.net.add(
-            Orchestrator(
+            open_orchestrator(
+                orch_store,
                 p["orch"],
-                self.orch_log,
                 [p["bc"], p["bc2"]] if two else [p["bc"]],
                 self.quotas,
                 self.ledger,
                 homes={p[s].bytes: p[b] for s, b in self.homes.items()},
                 relay_replays=self.relay_replays,
-            )
+            ),
+            orch_store,
         )
         self.bc = self.net.add(
             Broadcaster(p["bc"], p["orch"], self.max_unconfirmed, self.relay_window)
@@ -72,9 +75,17 @@ class World:
         self.bc2 = self.net.add(
             Broadcaster(p["bc2"], p["orch"], self.max_unconfirmed, self.relay_window)
         )
-        self.pub = self.net.add(Publisher(p["pub"], p["orch"], self.pub_log, self.batch_size))
+        self.pub = self.net.add(
+            Publisher(p["pub"], p["orch"], self.batch_size),
+            StreamsStore(LocalStreams(self.pub_log)),
+        )
         self.alice = self.net.add(Subscriber(p["alice"], p["orch"]))
         self.bob = self.net.add(Subscriber(p["bob"], p["orch"]))
+
+    def use_pub_log(self, log) -> None:
+        """The publisher's namespaces live in ``log`` from now on."""
+        self.pub_log = log
+        self.net.stores[self.p["pub"].bytes] = StreamsStore(LocalStreams(log))
 
     def call(self, who: str | Principal, method: str, arg, target: str = "orch"):
         caller = self.p[who] if isinstance(who, str) else who

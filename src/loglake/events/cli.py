@@ -2,10 +2,16 @@
 
 Every command that talks to a role signs its calls with an Ed25519 key file (``keygen``
 writes one); the caller's principal is what the orchestrator authorises.
+
+``serve`` keeps the orchestrator's journal and ledger and the publisher's namespaces in a
+durable store, through the ``Streams`` API: an embedded log in ``--data-dir`` (``LocalStreams``
+over ``open_log``; default: ``<user data dir>/events/<principal>``), or a ``loglake serve`` node
+(``--streams-host``/``--streams-port``, which several roles may share). Never in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -19,7 +25,7 @@ from rich.table import Table
 
 from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 from loglake.errors import LoglakeError
-from loglake.events.client import EventsClient
+from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity, principal_from_text
 from loglake.events.messages import (
     C_PRICING,
@@ -127,7 +133,21 @@ def whoami(key: str) -> None:
     is_flag=True,
     help="(orchestrator) send every replay through a relay to another broadcaster.",
 )
-@click.option("--data-dir", help="Log directory (default: in memory).")
+@click.option(
+    "--data-dir",
+    help="(orchestrator, publisher) embedded log directory for the role's streams; default "
+    "<user data dir>/events/<principal>. One process per directory.",
+)
+@click.option(
+    "--streams-host",
+    help="(orchestrator, publisher) keep the role's streams on this `loglake serve` node "
+    "instead of an embedded log.",
+)
+@click.option(
+    "--streams-port",
+    type=int,
+    help="Port of that node (default: loglake serve's).",
+)
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
 @click.option("--price-per-event", type=int, default=0, help="(publisher) icrc77:pricing.")
 @click.option("--mint", multiple=True, help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.")
@@ -157,6 +177,8 @@ def serve(
     homes: tuple[str, ...],
     relay_replays: bool,
     data_dir: str | None,
+    streams_host: str | None,
+    streams_port: int | None,
     register_ns: str | None,
     price_per_event: int,
     mint: tuple[str, ...],
@@ -165,66 +187,108 @@ def serve(
     throttle_ms: float,
 ) -> None:
     """Run one role over HTTP until interrupted."""
-    from aiohttp import web
-
-    from loglake.events.broadcaster import Broadcaster
-    from loglake.events.ledger import Ledger, account
-    from loglake.events.orchestrator import Orchestrator, Quotas
-    from loglake.events.publisher import Publisher
-    from loglake.events.server import RoleServer, load_directory
-    from loglake.events.subscriber import Subscriber
-    from loglake.log import MemoryLog, open_log
+    from loglake.events import (
+        Broadcaster,
+        HttpRoleServer,
+        Publisher,
+        Quotas,
+        StreamsStore,
+        Subscriber,
+        account,
+        load_directory,
+        open_ledger,
+        open_orchestrator,
+    )
 
     ident = load_identity(key)
     me = ident.principal
-    lg = open_log(data_dir) if data_dir else MemoryLog()
     if role != "orchestrator" and not orchestrator:
         raise CliError("--orchestrator is required for this role")
     orch = principal_from_text(orchestrator) if orchestrator else me
-    if role == "orchestrator":
-        ledger = Ledger.open(lg, fee=1)
-        for m in mint:
-            who, _, amount = m.partition("=")
-            ledger.mint(account(principal_from_text(who)), int(amount), time.time_ns())
-        try:
-            core = Orchestrator(
-                me,
-                lg,
-                [principal_from_text(b) for b in broadcasters],
-                Quotas(max_events_per_replay=max_events_per_replay),
-                ledger,
-                homes=_homes(homes),
-                relay_replays=relay_replays,
-            )
-        except ValueError as e:
-            raise CliError(str(e)) from e
-    elif role == "broadcaster":
-        core = Broadcaster(me, orch)
-    elif role == "publisher":
-        core = Publisher(me, orch, lg, batch_size=batch_size)
-        if register_ns:
-            cfg: list = [(C_REPLAY, {"Bool": True})]
-            if price_per_event:
-                cfg.append(
-                    (
-                        C_PRICING,
-                        {
-                            "Class": [
-                                Property("perEvent", {"Nat": price_per_event}),
-                                Property("currency", {"Text": "icrc1:loglake"}),
-                            ]
-                        },
-                    )
+    with contextlib.ExitStack() as stack:
+        store = None
+        if role in ("orchestrator", "publisher"):
+            streams, where = _open_streams(stack, me, data_dir, streams_host, streams_port)
+            store = StreamsStore(streams)
+        else:
+            where = "none (this role keeps no state)"
+        core: Any
+        if role == "orchestrator":
+            assert store is not None
+            ledger = open_ledger(store, fee=1)
+            for m in mint:
+                who, _, amount = m.partition("=")
+                ledger.mint(account(principal_from_text(who)), int(amount), time.time_ns())
+            store.perform_many(ledger.writes)  # durable before the first request
+            ledger.writes.clear()
+            try:
+                core = open_orchestrator(
+                    store,
+                    me,
+                    [principal_from_text(b) for b in broadcasters],
+                    Quotas(max_events_per_replay=max_events_per_replay),
+                    ledger,
+                    homes=_homes(homes),
+                    relay_replays=relay_replays,
                 )
-            core.register(register_ns, cfg)
-    else:
-        core = Subscriber(me, orch)
-    server = RoleServer(core, ident, load_directory(directory), throttle_s=throttle_ms / 1000)
-    console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}")
-    try:
+            except ValueError as e:
+                raise CliError(str(e)) from e
+        elif role == "broadcaster":
+            core = Broadcaster(me, orch)
+        elif role == "publisher":
+            core = Publisher(me, orch, batch_size=batch_size)
+            if register_ns:
+                cfg: list = [(C_REPLAY, {"Bool": True})]
+                if price_per_event:
+                    cfg.append(
+                        (
+                            C_PRICING,
+                            {
+                                "Class": [
+                                    Property("perEvent", {"Nat": price_per_event}),
+                                    Property("currency", {"Text": "icrc1:loglake"}),
+                                ]
+                            },
+                        )
+                    )
+                core.register(register_ns, cfg)
+        else:
+            core = Subscriber(me, orch)
+        server = HttpRoleServer(
+            core, ident, load_directory(directory), store, throttle_s=throttle_ms / 1000
+        )
+        console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}; streams: {where}")
+        from aiohttp import web
+
         web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
-    finally:
-        lg.close()  # the orchestrator's journal and ledger, the publisher's history
+
+
+def _open_streams(
+    stack: contextlib.ExitStack,
+    me: Any,
+    data_dir: str | None,
+    streams_host: str | None,
+    streams_port: int | None,
+) -> tuple[Any, str]:
+    """The durable ``Streams`` a role keeps its state in, closed with ``stack``; and where."""
+    if data_dir and (streams_host or streams_port):
+        raise CliError("give either --data-dir or --streams-host/--streams-port, not both")
+    if streams_host or streams_port:
+        from loglake.streams import StreamClient
+        from loglake.streams.client import DEFAULT_PORT
+
+        h, p = streams_host or "127.0.0.1", streams_port or DEFAULT_PORT
+        client = stack.enter_context(StreamClient(h, p))
+        return client, f"loglake serve at {h}:{p}"
+    import platformdirs
+
+    from loglake.log import open_log
+    from loglake.streams import LocalStreams
+
+    path = Path(data_dir or Path(platformdirs.user_data_dir("loglake")) / "events" / me.to_str())
+    log = open_log(path)
+    stack.callback(log.close)  # the orchestrator's journal and ledger, the publisher's history
+    return LocalStreams(log), f"embedded log in {path}"
 
 
 def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
@@ -247,7 +311,7 @@ def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
 @click.option("--batch", type=int, default=1000, show_default=True, help="Events per publish call.")
 def publish(url, key, namespace, texts, count, size, batch) -> None:
     """Publish events (call the PUBLISHER's URL with the publisher's key)."""
-    c = EventsClient(url, load_identity(key))
+    c = HttpEventsClient(url, load_identity(key))
     items = [({"Text": t}, None) for t in texts]
     items += [({"Blob": i.to_bytes(8, "big") * (size // 8 + 1)}, None) for i in range(count)]
     ids: list[int] = []
@@ -269,13 +333,13 @@ def subscribe(url, key, namespace, filter_, skip, stopped) -> None:
     cfg = _config(filter_, skip, "icrc72:subscription:")
     if stopped:
         cfg.append((C_SUB_STOPPED, {"Bool": True}))
-    [r] = EventsClient(url, load_identity(key)).call(
+    [r] = HttpEventsClient(url, load_identity(key)).call(
         "icrc72_register_subscription", [Registration(namespace, cfg)]
     )
     console.print(f"subscription {_unwrap(r, 'subscription')} on {namespace}")
 
 
-def _status(c: EventsClient, rid: int) -> ReplayStatus:
+def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
     for s in c.call("icrc77_get_replays", GetReplays(take=1000)):
         if s is not None and s.replay_id == rid:
             return s
@@ -301,7 +365,7 @@ def _status(c: EventsClient, rid: int) -> ReplayStatus:
 def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> None:
     """Register an ICRC-77 replay and show its progress until it ends."""
     ident = load_identity(key)
-    c = EventsClient(url, ident)
+    c = HttpEventsClient(url, ident)
     [r] = c.call(
         "icrc77_register_replay",
         [ReplayRegistration(namespace, start, end, _config(filter_, skip))],
@@ -339,7 +403,7 @@ def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> 
 @click.argument("amount", type=int)
 def approve(url, key, spender, amount) -> None:
     """ICRC-2 approve SPENDER (the orchestrator's principal) to spend AMOUNT for replays."""
-    c = EventsClient(url, load_identity(key))
+    c = HttpEventsClient(url, load_identity(key))
     r = c.call("icrc2_approve", (principal_from_text(spender), amount))
     console.print(f"approved {amount} (block {_unwrap(r, 'approve')})")
     bal = c.call("icrc1_balance_of", (load_identity(key).principal, None))
@@ -352,7 +416,7 @@ def approve(url, key, spender, amount) -> None:
 @click.argument("replay_id", type=int)
 def replay_status(url, key, replay_id) -> None:
     """Show one replay's status."""
-    st = _status(EventsClient(url, load_identity(key)), replay_id)
+    st = _status(HttpEventsClient(url, load_identity(key)), replay_id)
     console.print_json(json.dumps(_row(st)))
 
 
@@ -374,7 +438,7 @@ def cancel(url, key, replay_ids) -> None:
     """Cancel replays (sent notifications stay sent)."""
     for rid, r in zip(
         replay_ids,
-        EventsClient(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
+        HttpEventsClient(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
         strict=True,
     ):
         console.print(f"{rid}: {'canceled' if isinstance(r, Ok) else r}")
@@ -388,7 +452,7 @@ def cancel(url, key, replay_ids) -> None:
 def replays(url, key, namespace, take) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter(slices=(("ByNamespace", namespace),)) if namespace else None
-    rows = EventsClient(url, load_identity(key)).call(
+    rows = HttpEventsClient(url, load_identity(key)).call(
         "icrc77_get_replays", GetReplays(None, take, flt)
     )
     t = Table("id", "namespace", "range", "status")

@@ -37,7 +37,7 @@ def post_raw(url: str, method: str, body: bytes, headers: dict[str, str], timeou
         raise CallRejected(e.code, e.read().decode(errors="replace")) from None
 
 
-class EventsClient:
+class HttpEventsClient:
     def __init__(self, url: str, identity: Identity, timeout: float = 30.0) -> None:
         self.url, self.identity, self.timeout = url, identity, timeout
 

@@ -5,10 +5,13 @@ Publisher reports through ``icrc77_replay_status`` until the end; an orchestrato
 replays on restart would answer 404 to the Publisher and to the Subscriber's status queries. The
 ICRC-77 text says nothing about durability; loglake keeps the state the way it keeps its ledger
 (``ledger.py``): every state change is one CBOR record appended to the stream
-``loglake.events.orchestrator.<name>`` *before* it takes effect, and
-:func:`load` rebuilds the state by reading the stream from the start (the log is the source of
-truth; the in-memory tables are derived). ICRC-16 configs are stored as their Candid bytes
-(``icrc16.encode_map``), so a restored config is byte-for-byte the registered one.
+``loglake.events.orchestrator.<name>`` *before* it takes effect — the core queues a
+:class:`~loglake.events.actions.JournalWrite` and its adapter performs it before anything queued
+after it leaves the process — and ``Orchestrator.restore`` rebuilds the state from the stream's
+records (read by ``store.open_orchestrator``; the log is the source of truth, the in-memory
+tables are derived). This module knows record shapes only: it imports no core and no I/O.
+ICRC-16 configs are stored as their Candid bytes (``icrc16.encode_map``), so a restored config
+is byte-for-byte the registered one.
 
 Records (``op`` → fields): ``pub`` (id, ns, publisher, bc, cfg), ``sub`` (id, ns, sub, cfg),
 ``head`` (ns, head), ``replay`` (id, sub, ns, start, end, cfg, pub, bc, relay, expected, cost,
@@ -22,18 +25,14 @@ orchestrator refuses to start rather than serve a partial state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 import cbor2
-from icp_principal import Principal
 
 from loglake.errors import DecodeError
-from loglake.events.messages import ReplayState
-from loglake.log.api import Log
+from loglake.events.actions import Action, JournalWrite
 from loglake.wire import icrc16
-
-if TYPE_CHECKING:
-    from loglake.events.orchestrator import Orchestrator
 
 
 class JournalError(DecodeError):
@@ -44,26 +43,29 @@ def stream_name(name: str = "main") -> str:
     return f"loglake.events.orchestrator.{name}"
 
 
-class Journal:
-    def __init__(self, log: Log, name: str = "main") -> None:
-        self.log = log
-        self.stream = stream_name(name)
-        log.create_stream(self.stream)
+def decode_records(stream: str, records: Iterable[tuple[int, bytes]]) -> list[dict[str, Any]]:
+    """The journal's records, in order; :class:`JournalError` names the first bad one."""
+    out = []
+    for index, data in records:
+        try:
+            op = cbor2.loads(data)
+        except Exception as e:  # cbor2 raises several types; all mean a bad record
+            raise JournalError(f"{stream}[{index}]: not CBOR ({e})") from e
+        if not isinstance(op, dict) or "op" not in op:
+            raise JournalError(f"{stream}[{index}]: not a journal record")
+        out.append(op)
+    return out
 
-    def records(self) -> list[dict[str, Any]]:
-        out = []
-        for rec in self.log.iter_records(self.stream, 0):
-            try:
-                op = cbor2.loads(rec.data)
-            except Exception as e:  # cbor2 raises several types; all mean a bad record
-                raise JournalError(f"{self.stream}[{rec.index}]: not CBOR ({e})") from e
-            if not isinstance(op, dict) or "op" not in op:
-                raise JournalError(f"{self.stream}[{rec.index}]: not a journal record")
-            out.append(op)
-        return out
+
+class Journal:
+    """Turns state changes into :class:`JournalWrite` actions on ``outbox`` (no I/O here)."""
+
+    def __init__(self, outbox: list[Action], name: str = "main") -> None:
+        self.outbox = outbox
+        self.stream = stream_name(name)
 
     def append(self, op: dict[str, Any], now: int) -> None:
-        self.log.append(self.stream, 0, cbor2.dumps(op), timestamp_ns=now)
+        self.outbox.append(JournalWrite(self.stream, cbor2.dumps(op)))
 
     # -- record builders (field names are the stored format) ---------------------------------
     def publication(self, pub: Any, now: int) -> None:
@@ -110,69 +112,3 @@ class Journal:
             },
             now,
         )
-
-
-def load(orch: Orchestrator, journal: Journal) -> None:
-    """Apply every journal record to a freshly constructed orchestrator."""
-    from loglake.events.filters import parse_replay_config
-    from loglake.events.orchestrator import Publication, Replay, Subscription
-
-    for i, op in enumerate(journal.records()):
-        try:
-            kind = op["op"]
-            if kind == "pub":
-                pub = Publication(
-                    op["id"],
-                    op["ns"],
-                    Principal(op["publisher"]),
-                    Principal(op["bc"]),
-                    icrc16.decode_map(op["cfg"]),
-                )
-                old = orch.publications.get(pub.namespace)
-                if old is not None:
-                    pub.head = old.head
-                orch.configure_publication(pub)
-                orch.publications[pub.namespace] = pub
-                orch._next_pub = max(orch._next_pub, pub.id + 1)
-            elif kind == "sub":
-                s = Subscription(
-                    op["id"], op["ns"], Principal(op["sub"]), icrc16.decode_map(op["cfg"])
-                )
-                orch.subscriptions[(s.namespace, s.subscriber.bytes)] = s
-                orch._next_sub = max(orch._next_sub, s.id + 1)
-            elif kind == "head":
-                orch.publications[op["ns"]].head = op["head"]
-            elif kind == "replay":
-                cfg = icrc16.decode_map(op["cfg"])
-                flt, skip = parse_replay_config(cfg)
-                rep = Replay(
-                    op["id"],
-                    Principal(op["sub"]),
-                    op["ns"],
-                    op["start"],
-                    op["end"],
-                    cfg,
-                    Principal(op["pub"]),
-                    Principal(op["bc"]),
-                    op["expected"],
-                    op["cost"],
-                    op["created"],
-                    filter=flt,
-                    skip=skip,
-                    relay=None if op["relay"] is None else Principal(op["relay"]),
-                )
-                orch.replays[rep.id] = rep
-                orch._next_replay = max(orch._next_replay, rep.id + 1)
-            elif kind == "status":
-                orch.replays[op["id"]].status = ReplayState(op["tag"], op["value"])
-            elif kind == "cancel":
-                orch.replays[op["id"]].cancel_requested = True
-            elif kind == "sent":
-                rep = orch.replays[op["id"]]
-                rep.sent = max(rep.sent, op["sent"])
-            else:
-                raise JournalError(f"{journal.stream}[{i}]: unknown op {kind!r}")
-        except JournalError:
-            raise
-        except Exception as e:  # a record of the wrong shape: refuse, name the record
-            raise JournalError(f"{journal.stream}[{i}]: cannot apply {op!r:.120}: {e}") from e

@@ -6,8 +6,13 @@ orchestrator uses — balances, a flat ``fee`` per transfer/approve, ``approve``
 (owner, spender)), ``transfer_from`` (spends allowance: amount + fee), ``transfer`` — with
 ICRC-1 ``Account = {owner; subaccount}``. Every operation is one record in the stream
 ``loglake.ledger.<name>`` (CBOR), so the ledger is durable and auditable on the same log as
-everything else, and :meth:`Ledger.open` rebuilds balances by replaying the stream (the log is
-the source of truth; balances are derived). Block index = stream index.
+everything else, and :meth:`Ledger.restore` rebuilds balances from the stream's records (read by
+``store.open_ledger``; the log is the source of truth, balances are derived). Block index =
+stream index: the ledger is the stream's only writer, so it numbers its own blocks.
+
+Sans-I/O: an operation checks and applies itself in memory and queues one
+:class:`~loglake.events.actions.JournalWrite` on ``writes`` — the outbox of the orchestrator
+that owns the ledger, so the adapter writes the record before the reply leaves.
 
 It is not the ICRC-1 reference ledger (no certification, archives or dedup window); a real
 deployment would point the orchestrator at one.
@@ -15,12 +20,14 @@ deployment would point the orchestrator at one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 import cbor2
 
 from loglake.errors import LocalProtocolError
-from loglake.log.api import Log
+from loglake.events.actions import Action, JournalWrite
 
 Account = tuple[bytes, bytes]
 """(owner principal bytes, subaccount 32 bytes; all zero = default subaccount)."""
@@ -43,25 +50,28 @@ class LedgerError(LocalProtocolError):
         self.kind = kind
 
 
+def ledger_stream(name: str = "main") -> str:
+    return f"loglake.ledger.{name}"
+
+
 @dataclass
 class Ledger:
-    log: Log
-    stream: str
+    stream: str = ledger_stream()
     fee: int = 10
     minter: bytes = b""
+    writes: list[Action] = field(default_factory=list)
+    """Where records are queued (an orchestrator points this at its outbox)."""
 
     def __post_init__(self) -> None:
         self.balances: dict[Account, int] = {}
         self.allowances: dict[tuple[Account, Account], int] = {}
+        self.blocks = 0
 
-    @classmethod
-    def open(cls, log: Log, name: str = "main", fee: int = 10) -> Ledger:
-        stream = f"loglake.ledger.{name}"
-        log.create_stream(stream)
-        led = cls(log, stream, fee)
-        for rec in log.iter_records(stream, 0):
-            led._apply(cbor2.loads(rec.data))
-        return led
+    def restore(self, records: Iterable[bytes]) -> None:
+        """Apply the stream's records (block 0 first) to a new ledger."""
+        for data in records:
+            self._apply(cbor2.loads(data))
+            self.blocks += 1
 
     # -- queries ---------------------------------------------------------------------------
     def balance_of(self, acct: Account) -> int:
@@ -126,12 +136,13 @@ class Ledger:
         if bal < amount:
             raise LedgerError("InsufficientFunds", f"balance {bal} < {amount}")
 
-    def _commit(self, op: dict) -> int:
-        idx = self.log.append(self.stream, 0, cbor2.dumps(op))
+    def _commit(self, op: dict[str, Any]) -> int:
+        self.writes.append(JournalWrite(self.stream, cbor2.dumps(op)))
         self._apply(op)
-        return idx
+        self.blocks += 1
+        return self.blocks - 1
 
-    def _apply(self, op: dict) -> None:
+    def _apply(self, op: dict[str, Any]) -> None:
         kind = op["op"]
         if kind == "mint":
             to = tuple(op["to"])

@@ -4,7 +4,9 @@ The in-process adapter of the sans-I/O cores (the model is STYLE.md's "simulate 
 trust"): it drains each role's outbox in FIFO order, passes every argument and result through
 the same Candid codec the HTTP adapter uses (so a message that would not survive the wire fails
 here too), dispatches to the target core with the sender as caller, and feeds replies back.
-Time is whatever ``clock`` returns (tests pass a fake clock).
+Storage actions are performed at once, in order, on the role's ``StreamsStore`` (given to
+:meth:`InProcessNetwork.add`), and their results fed back before the next action of the outbox — the
+same order the HTTP adapter keeps. Time is whatever ``clock`` returns (tests pass a fake clock).
 """
 
 from __future__ import annotations
@@ -15,20 +17,27 @@ from typing import Any
 
 from icp_principal import Principal
 
+from loglake.events.actions import Call
 from loglake.events.codec import METHODS
-from loglake.events.role import Call, Role
+from loglake.events.role import Role
+from loglake.events.store import StreamsStore
 
 
-class Network:
+class InProcessNetwork:
     def __init__(self, clock: Callable[[], int]) -> None:
         self.clock = clock
         self.roles: dict[bytes, Role] = {}
+        self.stores: dict[bytes, StreamsStore] = {}
         self.queue: deque[tuple[Role, Call]] = deque()
         self.delivered = 0
         self.dropped: list[Call] = []
 
-    def add(self, role: Role) -> Role:
+    def add(self, role: Role, store: StreamsStore | None = None) -> Role:
+        """Route calls to ``role``; ``store`` performs its storage actions (a role without
+        one must not queue any)."""
         self.roles[role.principal.bytes] = role
+        if store is not None:
+            self.stores[role.principal.bytes] = store
         return role
 
     def call(self, caller: Principal, target: Principal, method: str, arg: Any) -> Any:
@@ -41,8 +50,17 @@ class Network:
         return m.decode_ret(m.encode_ret(ret))
 
     def _collect(self, role: Role) -> None:
-        for c in role.take_outbox():
-            self.queue.append((role, c))
+        work = deque(role.take_outbox())
+        while work:
+            a = work.popleft()
+            if isinstance(a, Call):
+                self.queue.append((role, a))
+                continue
+            store = self.stores.get(role.principal.bytes)
+            if store is None:
+                raise RuntimeError(f"{type(role).__name__} queued {a!r} and has no store")
+            role.on_result(a, store.perform(a), self.clock())
+            work.extendleft(reversed(role.take_outbox()))  # its consequences come first
 
     def step(self) -> bool:
         """Deliver one queued call; pump publishers when nothing is queued."""

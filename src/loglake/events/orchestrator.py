@@ -27,11 +27,13 @@ target gets ``icrc77:broadcaster:replay:add`` (relay = the relay) and
 target → Subscriber. Live events stay on the publication's broadcaster (one tier).
 
 Durability (``journal.py``): publications, subscriptions, heads and replays (with their
-status, cancel and progress) are journalled to ``loglake.events.orchestrator.<name>`` on the
-orchestrator's log before they take effect and rebuilt when an orchestrator is constructed on
-the same log. After a restart, the first :meth:`pump` sends the system messages of every open
-replay again (adds, or removes for a requested cancel): the receivers treat a repeated add or
-remove as a no-op, so a crash between journalling and sending loses no control message.
+status, cancel and progress) are journalled to ``loglake.events.orchestrator.<name>`` before
+they take effect — the core queues ``JournalWrite`` actions, and its adapter performs them before
+the reply or any later call leaves — and :meth:`Orchestrator.restore` rebuilds them from the
+stream's records (``store.open_orchestrator`` reads them). After a restart, the first
+:meth:`pump` sends the system messages of every open replay again (adds, or removes for a
+requested cancel): the receivers treat a repeated add or remove as a no-op, so a crash between
+journalling and sending loses no control message. The core performs no I/O.
 
 Validation order, and which variant each check yields (each reached by a test):
 
@@ -60,6 +62,7 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.events import sysmsg
+from loglake.events.actions import AppendEvents, Call
 from loglake.events.filters import (
     Filter,
     ImproperConfig,
@@ -68,7 +71,7 @@ from loglake.events.filters import (
     parse_subscription_config,
 )
 from loglake.events.identity import ANONYMOUS
-from loglake.events.journal import Journal, load
+from loglake.events.journal import Journal, JournalError, decode_records
 from loglake.events.ledger import Ledger, LedgerError, account
 from loglake.events.messages import (
     C_CAPABLE,
@@ -87,8 +90,9 @@ from loglake.events.messages import (
     ReplayStatus,
     ReplayStatusUpdate,
 )
-from loglake.events.role import Call, Role, SysEmitter
-from loglake.log.api import Log, check_stream_name
+from loglake.events.role import Role, SysEmitter
+from loglake.log.api import check_stream_name
+from loglake.wire import icrc16
 from loglake.wire.icrc16 import Value, map_get
 
 E_QUOTA, E_RATE, E_NOT_CAPABLE, E_LEDGER = 1, 2, 3, 4
@@ -190,7 +194,6 @@ class Orchestrator(Role):
     def __init__(
         self,
         principal: Principal,
-        log: Log,
         broadcasters: list[Principal],
         quotas: Quotas | None = None,
         ledger: Ledger | None = None,
@@ -207,22 +210,20 @@ class Orchestrator(Role):
             if b not in broadcasters:
                 raise ValueError(f"home broadcaster {b} is not one of the broadcasters")
         self.relay_replays = relay_replays
-        self.log = log
         self.broadcasters = list(broadcasters)
         self.quotas = quotas or Quotas()
         self.ledger = ledger
+        if ledger is not None:  # its records join our outbox, in the order they are made
+            self.outbox.extend(ledger.writes)
+            ledger.writes = self.outbox
         self.sys = SysEmitter(principal)
         self.publications: dict[str, Publication] = {}
         self.subscriptions: dict[tuple[str, bytes], Subscription] = {}
         self.replays: dict[int, Replay] = {}
         self._requests: dict[bytes, deque[int]] = {}
         self._next_pub = self._next_sub = self._next_replay = 1
-        self.journal: Journal | None = None
+        self.journal = Journal(self.outbox, journal_name)
         self._resend: list[int] = []
-        if log is not None:
-            self.journal = Journal(log, journal_name)
-            load(self, self.journal)
-            self._resend = [r.id for r in self.replays.values() if not r.status.final]
         self.methods = {
             "icrc72_register_publication": self.register_publication,
             "icrc72_register_subscription": self.register_subscription,
@@ -255,16 +256,92 @@ class Orchestrator(Role):
 
     # -- system messages ---------------------------------------------------------------------
     def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
-        log = self.log
-        if log is not None and namespace not in self.sys.next_ids and log.has_stream(namespace):
-            self.sys.next_ids[namespace] = log.next_index(namespace)  # continue after a restart
         n = self.sys.notification(namespace, data, now)
-        if self.log is not None:
-            from loglake.wire import icrc16
-
-            self.log.create_stream(namespace)
-            self.log.append(namespace, 0, icrc16.encode(data), timestamp_ns=now)
+        self.outbox.append(AppendEvents(namespace, [icrc16.encode(data)]))  # the audit copy
         self.outbox.append(Call(target, "icrc72_handle_notification", [n]))
+
+    # -- restart -------------------------------------------------------------------------------
+    def restore(self, records: list[tuple[int, bytes]]) -> None:
+        """Apply the journal's ``(index, data)`` records to this freshly constructed core; the
+        first :meth:`pump` then resends the open replays' system messages."""
+        stream = self.journal.stream
+        for (i, _), op in zip(records, decode_records(stream, records), strict=True):
+            try:
+                self._apply_record(op)
+            except JournalError:
+                raise
+            except Exception as e:  # a record of the wrong shape: refuse, name the record
+                raise JournalError(f"{stream}[{i}]: cannot apply {op!r:.120}: {e}") from e
+        self._resend = [r.id for r in self.replays.values() if not r.status.final]
+
+    def _apply_record(self, op: dict[str, Any]) -> None:
+        kind = op["op"]
+        if kind == "pub":
+            pub = Publication(
+                op["id"],
+                op["ns"],
+                Principal(op["publisher"]),
+                Principal(op["bc"]),
+                icrc16.decode_map(op["cfg"]),
+            )
+            old = self.publications.get(pub.namespace)
+            if old is not None:
+                pub.head = old.head
+            self.configure_publication(pub)
+            self.publications[pub.namespace] = pub
+            self._next_pub = max(self._next_pub, pub.id + 1)
+        elif kind == "sub":
+            s = Subscription(op["id"], op["ns"], Principal(op["sub"]), icrc16.decode_map(op["cfg"]))
+            self.subscriptions[(s.namespace, s.subscriber.bytes)] = s
+            self._next_sub = max(self._next_sub, s.id + 1)
+        elif kind == "head":
+            self.publications[op["ns"]].head = op["head"]
+        elif kind == "replay":
+            cfg = icrc16.decode_map(op["cfg"])
+            flt, skip = parse_replay_config(cfg)
+            rep = Replay(
+                op["id"],
+                Principal(op["sub"]),
+                op["ns"],
+                op["start"],
+                op["end"],
+                cfg,
+                Principal(op["pub"]),
+                Principal(op["bc"]),
+                op["expected"],
+                op["cost"],
+                op["created"],
+                filter=flt,
+                skip=skip,
+                relay=None if op["relay"] is None else Principal(op["relay"]),
+            )
+            self.replays[rep.id] = rep
+            self._next_replay = max(self._next_replay, rep.id + 1)
+        elif kind == "status":
+            self.replays[op["id"]].status = ReplayState(op["tag"], op["value"])
+        elif kind == "cancel":
+            self.replays[op["id"]].cancel_requested = True
+        elif kind == "sent":
+            rep = self.replays[op["id"]]
+            rep.sent = max(rep.sent, op["sent"])
+        else:
+            raise JournalError(f"{self.journal.stream}: unknown op {kind!r}")
+
+    def system_namespaces(self) -> set[str]:
+        """Every system namespace this core may emit to (for :meth:`continue_numbering`)."""
+        out = {sysmsg.broadcaster_sys(b) for b in self.broadcasters}
+        out |= {sysmsg.publisher_sys(p.publisher) for p in self.publications.values()}
+        out |= {sysmsg.subscriber_sys(s.subscriber) for s in self.subscriptions.values()}
+        for r in self.replays.values():
+            out |= {sysmsg.publisher_sys(r.publisher), sysmsg.subscriber_sys(r.subscriber)}
+        return out
+
+    def continue_numbering(self, heads: dict[str, int]) -> None:
+        """After a restart: system notifications continue from each system namespace's stream
+        head (``heads``: namespace → next index) — an event id is a stream index."""
+        for ns, head in heads.items():
+            if head:
+                self.sys.next_ids[ns] = head
 
     def _rate_ok(self, caller: Principal, now: int) -> bool:
         q = self._requests.setdefault(caller.bytes, deque())
@@ -310,8 +387,7 @@ class Orchestrator(Role):
         else:
             pub = existing
             pub.config = r.config
-        if self.journal is not None:
-            self.journal.publication(pub, now)
+        self.journal.publication(pub, now)
         self.configure_publication(pub)
         self.publications[r.namespace] = pub
         bc = pub.broadcaster
@@ -365,8 +441,7 @@ class Orchestrator(Role):
                 out.append(Err("Unauthorized"))
             elif key == HEAD_KEY and "Nat" in value:
                 if value["Nat"] > pub.head:
-                    if self.journal is not None:
-                        self.journal.append({"op": "head", "ns": ns, "head": value["Nat"]}, now)
+                    self.journal.append({"op": "head", "ns": ns, "head": value["Nat"]}, now)
                     pub.head = value["Nat"]
                 out.append(Ok(True))
             elif key == PROGRESS_KEY and self._progress(caller, ns, value, now):
@@ -383,8 +458,7 @@ class Orchestrator(Role):
         if rep is None or rep.publisher != caller or rep.namespace != ns:
             return False
         if items[1]["Nat"] > rep.sent:
-            if self.journal is not None:
-                self.journal.append({"op": "sent", "id": rep.id, "sent": items[1]["Nat"]}, now)
+            self.journal.append({"op": "sent", "id": rep.id, "sent": items[1]["Nat"]}, now)
             rep.sent = items[1]["Nat"]
         return True
 
@@ -413,8 +487,7 @@ class Orchestrator(Role):
             self._next_sub += 1
         else:
             sub.config = r.config
-        if self.journal is not None:
-            self.journal.subscription(sub, now)
+        self.journal.subscription(sub, now)
         self.subscriptions[key] = sub
         if pub is not None:
             self._assign_subscription(sub, pub, now)
@@ -524,8 +597,7 @@ class Orchestrator(Role):
         target = self._target(caller, pub.broadcaster)
         if target != pub.broadcaster:
             rep.broadcaster, rep.relay = target, pub.broadcaster
-        if self.journal is not None:
-            self.journal.replay(rep, now)
+        self.journal.replay(rep, now)
         self.replays[rep.id] = rep
         self._emit_replay_add(rep, now)
         return Ok(rep.id)
@@ -604,8 +676,7 @@ class Orchestrator(Role):
         if rep.cancel_requested:
             return Err("CannotCancel", "cancel already requested")
         # The status becomes canceled(n) when the publisher reports how many it sent.
-        if self.journal is not None:
-            self.journal.append({"op": "cancel", "id": rid}, now)
+        self.journal.append({"op": "cancel", "id": rid}, now)
         rep.cancel_requested = True
         self._emit_replay_remove(rep, now)
         return Ok(rid)
@@ -650,7 +721,7 @@ class Orchestrator(Role):
         }
         if new not in allowed.get(cur, set()):
             return _generic(E_TRANSITION, f"replay {rep.id} is {rep.status}; cannot become {new}")
-        if self.journal is not None and u.status != rep.status:
+        if u.status != rep.status:
             self.journal.append(
                 {"op": "status", "id": rep.id, "tag": new, "value": u.status.value}, now
             )

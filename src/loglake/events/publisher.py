@@ -6,8 +6,9 @@ events are appended to the stream, then sent with ``icrc72_publish`` to the Broa
 orchestrator assigned (``icrc72:publisher:broadcaster:add``, candidate "Publisher Life Cycle").
 
 ICRC-77 step 5: on ``icrc77:publisher:replay:add`` the Publisher procures ``[start, end)`` from
-the log with ``Log.iter_records`` (segments and lake alike once the storage engine seals
-history) and republishes each event through ``icrc72_publish`` with the replay headers appended
+the namespace's stream — it queues ``ReadBounds`` and ``ReadRange`` actions; its adapter pulls
+through ``Streams`` (segments and lake alike on the embedded log, or a ``loglake serve`` node) —
+and republishes each event through ``icrc72_publish`` with the replay headers appended
 (never overwriting the stored ones):
 
 - ``icrc77:replay:id = #Nat(replayId)`` on every replayed event;
@@ -24,22 +25,29 @@ to the orchestrator with ``icrc77_replay_status`` (``running`` when procurement 
 and accepted by the Broadcaster). Back-pressure: at most ``max_inflight`` publish calls per
 replay are outstanding; events the Broadcaster answers ``Busy`` are sent again later.
 
-Stored form: record ``data`` = the Candid encoding of the ICRC-16 ``data`` value
-(``icrc16.encode``), record header ``icrc72:headers`` = the Candid ``ICRC16Map`` of the event's
-headers, record timestamp = event timestamp. Replay republishes the stored value bytes without
-decoding them (``icrc16.RawValue``).
+Stored form: a stream message is only ``(index, data)`` (the Ockam wire carries nothing else),
+so ``data`` holds the whole event: ``0x00 · timestamp (u64 BE, ns) · icrc16.encode(value)``, or
+with headers ``0x01 · timestamp · len (u32 BE) · Candid ICRC16Map of the headers ·
+icrc16.encode(value)``. Replay republishes the stored value bytes without decoding them
+(``icrc16.RawValue``).
+
+The core performs no I/O: ``publish`` queues ``AppendEvents`` and sends the events once the
+adapter reports their indexes (``on_result``).
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from icp_principal import Principal
 
+from loglake.errors import DecodeError
 from loglake.events import sysmsg
+from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
 from loglake.events.messages import (
     H_REPLAY_END_ID,
     H_REPLAY_ID,
@@ -54,78 +62,99 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
-from loglake.events.role import Call, Role
-from loglake.log.api import Entry, Log, Record
+from loglake.events.role import Role
+from loglake.streams.api import StreamMessage
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import RawValue, Value
 
-HEADERS_KEY = "icrc72:headers"
+STORED_PLAIN, STORED_WITH_HEADERS = 0, 1
+"""First byte of a stored event: value only, or headers then value."""
+_TS = struct.Struct(">Q")
+_HLEN = struct.Struct(">I")
+_PREFIX = icrc16.MESSAGE_PREFIX
+_PLEN = len(_PREFIX)
 
 
-def stored_entry(data: Value, headers: ICRC16Map | None, timestamp: int) -> Entry:
-    hdrs = ((HEADERS_KEY, icrc16.encode_map(headers)),) if headers else ()
-    return Entry(icrc16.encode(data), headers=hdrs, timestamp_ns=timestamp)
+class StoredEventError(DecodeError):
+    """A namespace message that is not a stored event."""
+
+
+def stored_event(data: Value, headers: ICRC16Map | None, timestamp: int) -> bytes:
+    """The stream message ``data`` of one event (see the module docstring)."""
+    value = icrc16.encode(data)
+    if not headers:
+        return bytes([STORED_PLAIN]) + _TS.pack(timestamp) + value
+    hdrs = icrc16.encode_map(headers)
+    return bytes([STORED_WITH_HEADERS]) + _TS.pack(timestamp) + _HLEN.pack(len(hdrs)) + hdrs + value
+
+
+def _split(data: bytes) -> tuple[int, ICRC16Map | None, bytes]:
+    """``(timestamp, headers, icrc16.encode(value) bytes)`` of a stored event."""
+    try:
+        kind = data[0]
+        (ts,) = _TS.unpack_from(data, 1)
+        if kind == STORED_PLAIN:
+            return ts, None, data[9:]
+        if kind == STORED_WITH_HEADERS:
+            (hlen,) = _HLEN.unpack_from(data, 9)
+            return ts, icrc16.decode_map(data[13 : 13 + hlen]), data[13 + hlen :]
+    except (IndexError, struct.error) as e:
+        raise StoredEventError(f"truncated stored event ({len(data)} bytes)") from e
+    raise StoredEventError(f"unknown stored event kind {kind}")
 
 
 def event_of(
-    rec: Record, source: Principal, extra: ICRC16Map | None = None, raw: bool = True
+    index: int,
+    data: bytes,
+    namespace: str,
+    source: Principal,
+    extra: ICRC16Map | None = None,
+    raw: bool = True,
 ) -> Event:
-    """A stored record as an ICRC-72 Event; ``extra`` headers are appended."""
-    data: Any = RawValue.from_message(rec.data) if raw else None
-    if data is None:
-        data = icrc16.decode(rec.data)
-    headers: ICRC16Map | None = None
-    for k, v in rec.headers:
-        if k == HEADERS_KEY:
-            headers = icrc16.decode_map(v)
+    """A stored event as an ICRC-72 Event; ``extra`` headers are appended."""
+    ts, headers, value = _split(data)
+    decoded: Any = RawValue.from_message(value) if raw else None
+    if decoded is None:
+        decoded = icrc16.decode(value)
     if extra:
         headers = [*(headers or []), *extra]
-    return Event(
-        rec.index,
-        rec.index - 1 if rec.index else None,
-        rec.timestamp_ns,
-        rec.stream,
-        data,
-        source,
-        headers,
-    )
+    return Event(index, index - 1 if index else None, ts, namespace, decoded, source, headers)
 
 
 def procure(
-    log: Log,
+    messages: Iterable[StreamMessage],
     namespace: str,
-    start: int,
-    end: int,
     replay_id: int,
     source: Principal,
     open_ended: bool,
-    batch: int = 1000,
-    last_id: int | None = None,
-) -> Iterator[Event]:
-    """ICRC-77 step 5: the events ``[start, end)`` of ``namespace`` with the replay headers.
-
-    ``last_id`` is the replay's last event id (for ``end_id``) when ``end`` only bounds one
-    batch of it; it defaults to ``end - 1``."""
+    last_id: int,
+) -> list[Event]:
+    """ICRC-77 step 5: the stored events ``messages`` of ``namespace`` as Events with the replay
+    headers (``end_id`` = ``last_id``, the replay's last event id, when it was open-ended)."""
     extra: ICRC16Map = [(H_REPLAY_ID, {"Nat": replay_id})]
     if open_ended:
-        extra.append((H_REPLAY_END_ID, {"Nat": end - 1 if last_id is None else last_id}))
-    prefix, plen = icrc16.MESSAGE_PREFIX, len(icrc16.MESSAGE_PREFIX)
-    for rec in log.iter_records(namespace, 0, start, end, batch=batch):
-        if rec.headers or not rec.data.startswith(prefix):
-            yield event_of(rec, source, extra)
+        extra.append((H_REPLAY_END_ID, {"Nat": last_id}))
+    out: list[Event] = []
+    unpack = _TS.unpack_from
+    for m in messages:
+        i, d = m.index, m.data
+        if d[:1] != b"\x00" or not d.startswith(_PREFIX, 9):
+            out.append(event_of(i, d, namespace, source, extra))
             continue
-        # the common case inlined: stored by icrc16.encode, no stored headers; `extra` is
-        # shared by the events of a batch and never mutated
-        i = rec.index
-        yield Event(
-            i,
-            i - 1 if i else None,
-            rec.timestamp_ns,
-            namespace,
-            RawValue(rec.data[plen:]),
-            source,
-            extra,
+        # the common case inlined: no stored headers; `extra` is shared by the events of a
+        # batch and never mutated
+        out.append(
+            Event(
+                i,
+                i - 1 if i else None,
+                unpack(d, 1)[0],
+                namespace,
+                RawValue(d[9 + _PLEN :]),
+                source,
+                extra,
+            )
         )
+    return out
 
 
 @dataclass
@@ -152,7 +181,6 @@ class Publisher(Role):
         self,
         principal: Principal,
         orchestrator: Principal,
-        log: Log,
         batch_size: int = 500,
         max_inflight: int = 4,
         progress_every: int = 5000,
@@ -160,12 +188,14 @@ class Publisher(Role):
         super().__init__(principal)
         self.progress_every = progress_every
         self.orchestrator = orchestrator
-        self.log = log
         self.batch_size = batch_size
         self.max_inflight = max_inflight
         self.broadcasters: dict[int, Principal] = {}
         self.publication_ids: dict[str, int] = {}
         self.replays: dict[int, ActiveReplay] = {}
+        self._opening: set[int] = set()
+        """Replay ids whose stream bounds are being read (``ReadBounds`` queued)."""
+        self._removed_early: set[int] = set()
         self.registration_results: dict[str, Any] = {}
         self.methods = {"icrc72_handle_notification": self.handle_notification}
 
@@ -187,35 +217,50 @@ class Publisher(Role):
 
     def publish(
         self, namespace: str, items: list[tuple[Value, ICRC16Map | None]], now: int
-    ) -> list[int]:
-        """Append events to the namespace's stream and send them to its broadcaster."""
-        self.log.create_stream(namespace)
-        entries = [stored_entry(d, h, now) for d, h in items]
-        ids = self.log.append_many(namespace, 0, entries)
-        bc = self.broadcaster_for(namespace)
+    ) -> AppendEvents:
+        """Queue the append of events to the namespace's stream; once the adapter reports their
+        ids (:meth:`on_result`), they go to the namespace's broadcaster and the new head to the
+        orchestrator. The adapter's result for the returned action is the list of ids."""
+        payloads = [stored_event(d, h, now) for d, h in items]
+        action = AppendEvents(namespace, payloads, token=("publish", now, [h for _, h in items]))
+        self.outbox.append(action)
+        return action
+
+    def _published(self, a: AppendEvents, ids: list[int]) -> None:
+        if not ids:
+            return
+        _, now, headers = a.token
+        ns = a.stream
+        bc = self.broadcaster_for(ns)
         if bc is not None:
             events = [
                 Event(
                     i,
                     i - 1 if i else None,
                     now,
-                    namespace,
-                    RawValue(e.data[len(icrc16.MESSAGE_PREFIX) :]),
+                    ns,
+                    RawValue(_split(p)[2][_PLEN:]),
                     self.principal,
                     h,
                 )
-                for i, e, (_, h) in zip(ids, entries, items, strict=True)
+                for i, p, h in zip(ids, a.payloads, headers, strict=True)
             ]
-            self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", namespace)))
-        head = ids[-1] + 1 if ids else self.log.next_index(namespace)
+            self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", ns)))
         self.outbox.append(
             Call(
                 self.orchestrator,
                 "icrc72_update_publication",
-                [(namespace, HEAD_KEY, {"Nat": head})],
+                [(ns, HEAD_KEY, {"Nat": ids[-1] + 1})],
             )
         )
-        return ids
+
+    def on_result(self, action: StorageAction, result: Any, now: int) -> None:
+        if isinstance(action, AppendEvents):
+            self._published(action, result)
+        elif isinstance(action, ReadBounds):
+            self._opened(action.token, *result)
+        elif isinstance(action, ReadRange):
+            self._procured(action, result)
 
     # -- control plane ---------------------------------------------------------------------
     def handle_notification(
@@ -239,6 +284,8 @@ class Publisher(Role):
                 self._add_replay(a, now)
         elif key == sysmsg.PUBLISHER_REPLAY_REMOVE:
             for rid in sysmsg.read_ids(payload, key):
+                if rid in self._opening:
+                    self._removed_early.add(rid)  # its bounds are being read
                 r = self.replays.get(rid)
                 if r is not None and not r.done:
                     # stop enqueuing; report canceled(n) once the calls in flight are answered
@@ -264,9 +311,17 @@ class Publisher(Role):
                     )
                 )
             return
-        head = self.log.next_index(a.namespace) if self.log.has_stream(a.namespace) else 0
+        if a.replay_id not in self._opening:
+            self._opening.add(a.replay_id)
+            self.outbox.append(ReadBounds(a.namespace, token=a))
+
+    def _opened(self, a: sysmsg.PublisherReplayAdd, first: int, head: int) -> None:
+        """The namespace's bounds are known: the replay can start."""
+        self._opening.discard(a.replay_id)
+        if a.replay_id in self.replays:
+            return
         end = head if a.end is None else min(a.end, head)
-        first = self.log.stream_info(a.namespace).partitions[0].first_index if head else 0
+        first = first if head else 0
         r = ActiveReplay(
             a.replay_id,
             a.namespace,
@@ -277,7 +332,10 @@ class Publisher(Role):
             max(a.start, first),
         )
         self.replays[r.id] = r
-        if a.start < first:
+        if r.id in self._removed_early:
+            self._removed_early.discard(r.id)
+            self._finish(r, ReplayState("canceled", 0))
+        elif a.start < first:
             self._finish(r, ReplayState("errored", f"events before {first} are no longer kept"))
 
     def _finish(self, r: ActiveReplay, state: ReplayState) -> None:
@@ -313,32 +371,39 @@ class Publisher(Role):
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]
-                else:
-                    stop = min(r.end, r.cursor + self.batch_size)
-                    events = list(
-                        procure(
-                            self.log,
-                            r.namespace,
-                            r.cursor,
-                            stop,
-                            r.id,
-                            self.principal,
-                            r.open_ended,
-                            self.batch_size,
-                            r.end - 1,
-                        )
-                    )
-                    r.cursor = stop
-                if events:
                     r.inflight += 1
                     self.outbox.append(
                         Call(r.broadcaster, "icrc72_publish", events, token=("replay", r.id))
                     )
-                    queued = True
+                else:  # procure: read, then publish what was read (:meth:`_procured`)
+                    stop = min(r.end, r.cursor + self.batch_size)
+                    r.inflight += 1
+                    self.outbox.append(
+                        ReadRange(r.namespace, r.cursor, stop - r.cursor, token=(r.id, stop))
+                    )
+                    r.cursor = stop
+                queued = True
             if r.inflight == 0 and not r.retry and r.cursor >= r.end:
                 self._finish(r, ReplayState("completed", r.sent))
                 queued = True
         return queued
+
+    def _procured(self, a: ReadRange, messages: list[StreamMessage]) -> None:
+        rid, stop = a.token
+        r = self.replays.get(rid)
+        if r is None:
+            return
+        if r.done or r.canceled:
+            r.inflight -= 1  # read before the cancel: nothing more is enqueued
+            return
+        msgs = [m for m in messages if m.index < stop]
+        events = procure(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
+        if events:  # the read's place in flight becomes the publish call's
+            self.outbox.append(
+                Call(r.broadcaster, "icrc72_publish", events, token=("replay", r.id))
+            )
+        else:
+            r.inflight -= 1
 
     def busy(self) -> bool:
         return any(not r.done for r in self.replays.values())

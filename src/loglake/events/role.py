@@ -1,10 +1,12 @@
-"""What the four sans-I/O role cores share: outgoing calls and method dispatch.
+"""What the four sans-I/O role cores share: the outbox of actions and method dispatch.
 
-A core never performs I/O. Its methods take the caller's principal, the decoded argument and
-``now`` (nanoseconds, from the adapter's clock or a test's fake clock) and return the decoded
-result; calls it wants to make to other roles are queued as :class:`Call` values in
-``outbox``. An adapter (``server.py`` over HTTP, ``network.py`` in one process) drains the outbox,
-performs the calls in order and hands replies back with :meth:`Role.on_reply`.
+A core never performs I/O: it holds no log, stream, socket or file. Its methods take the
+caller's principal, the decoded argument and ``now`` (nanoseconds, from the adapter's clock or a
+test's fake clock) and return the decoded result; what it wants done — calls to other roles,
+appends, reads — is queued as actions (``actions.py``) in ``outbox``. An adapter (``server.py``
+over HTTP, ``network.py`` in one process) drains the outbox, performs the actions in order and
+hands results back: replies to calls with :meth:`Role.on_reply`, storage results with
+:meth:`Role.on_result`.
 """
 
 from __future__ import annotations
@@ -16,23 +18,15 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.errors import LocalProtocolError
+from loglake.events.actions import Action, Call, StorageAction
 from loglake.events.messages import EventNotification
 from loglake.wire.icrc16 import Value
+
+__all__ = ["Call", "Role", "SysEmitter", "UnknownMethod"]
 
 
 class UnknownMethod(LocalProtocolError):
     pass
-
-
-@dataclass
-class Call:
-    """A call of ``method`` on the role whose principal is ``target``."""
-
-    target: Principal
-    method: str
-    arg: Any
-    token: Any = None
-    """Opaque to adapters; returned with the reply to :meth:`Role.on_reply`."""
 
 
 @dataclass
@@ -67,11 +61,12 @@ class Role:
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
-        self.outbox: list[Call] = []
+        self.outbox: list[Action] = []
         self.methods = {}
 
-    def take_outbox(self) -> list[Call]:
-        out, self.outbox = self.outbox, []
+    def take_outbox(self) -> list[Action]:
+        out = self.outbox[:]
+        self.outbox.clear()  # the same list: a ledger may share it
         return out
 
     def dispatch(self, caller: Principal, method: str, arg: Any, now: int) -> Any:
@@ -83,6 +78,9 @@ class Role:
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
         """A queued call returned ``reply`` (or an exception object if it failed)."""
+
+    def on_result(self, action: StorageAction, result: Any, now: int) -> None:
+        """A queued storage action was performed and gave ``result``."""
 
     def pump(self, now: int) -> bool:
         """Do background work (a publisher's replays); return True if anything was queued."""

@@ -2,10 +2,19 @@
 
 The I/O adapter of the sans-I/O cores. Per request: verify the call's signature
 (``identity.verify_call``; bad → 401), decode the Candid argument (malformed → 400), dispatch to
-the core with the verified caller, encode the result. Calls the core queues (its outbox) are sent
-by one background task, in order, signed with the role's own key, to the URL the directory gives
-for the target principal; replies go back to the core (``on_reply``). A publisher is pumped by a
-second task while it has replays to procure.
+the core with the verified caller (pure CPU work on the event loop), wait until the actions the
+core queued have been performed, encode the result.
+
+Actions (``actions.py``) are performed in the order the core queued them by one task:
+storage actions run on a worker thread (``asyncio.to_thread``) through the role's
+``StreamsStore`` — an fsync never stalls the event loop, and the actions of every request queued
+meanwhile go to the store together (one group commit) — and their results go back to the core
+(``on_result``). Calls are handed, in order, to a sender task that signs them with the role's
+own key and posts them to the URL the directory gives for the target principal; replies go back
+to the core (``on_reply``). Nothing queued after a storage action — a call, or the reply to the
+request that caused it — leaves before that action is done. A publisher, broadcaster or
+orchestrator is pumped by a third task. A storage action that fails leaves the core ahead of
+its log: the server answers 503 from then on (restart it; the state is rebuilt from the log).
 
 Besides the ICRC methods, two local methods serve the CLI and tests (Candid too):
 ``loglake_publish`` (publisher; caller must be the publisher itself) and ``loglake_inbox``
@@ -15,6 +24,7 @@ Besides the ICRC methods, two local methods serve the CLI and tests (Candid too)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -27,12 +37,14 @@ import aiohttp
 from aiohttp import web
 
 from loglake.errors import DecodeError, LoglakeError
+from loglake.events.actions import Action, AppendEvents, Call
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity, SignatureError, principal_from_text, verify_call
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher
-from loglake.events.role import Call, Role
+from loglake.events.role import Role
+from loglake.events.store import StreamsStore
 from loglake.events.subscriber import Subscriber
 
 log = logging.getLogger("loglake.events.server")
@@ -45,16 +57,21 @@ class Forbidden(LoglakeError):
     pass
 
 
-class RoleServer:
+class HttpRoleServer:
     def __init__(
         self,
         role: Role,
         identity: Identity,
         directory: dict[bytes, str],
+        store: StreamsStore | None = None,
         clock: Callable[[], int] = time.time_ns,
         throttle_s: float = 0.0,
     ) -> None:
         self.throttle_s = throttle_s
+        self.store = store
+        self.batches: list[tuple[list[Action], asyncio.Future[dict[Action, Any]]]] = []
+        self.kick = asyncio.Event()
+        self.failed: BaseException | None = None
         if role.principal != identity.principal:
             raise ValueError("the role's principal must be the identity's")
         self.role, self.identity, self.directory, self.clock = role, identity, directory, clock
@@ -74,6 +91,8 @@ class RoleServer:
         if m is None or (name not in self.role.methods and name not in self._local()):
             return web.Response(status=404, text=f"no method {name}")
         body = await request.read()
+        if self.failed is not None:
+            return web.Response(status=503, text=f"storage failed; restart the role: {self.failed}")
         now = self.clock()
         try:
             hdrs = {k.lower(): v for k, v in request.headers.items()}
@@ -89,12 +108,22 @@ class RoleServer:
                 ret = self._local()[name](caller, arg, now)
             else:
                 ret = self.role.dispatch(caller, name, arg, now)
-            out = m.encode_ret(ret)
         except Forbidden as e:
+            self._drain()
             return web.Response(status=403, text=str(e))
         except LoglakeError as e:
+            self._drain()
             return web.Response(status=400, text=f"{type(e).__name__}: {e}")
-        self._drain()
+        try:
+            results = await self._drain()
+        except Exception as e:  # any storage failure: the role stops serving
+            return web.Response(status=503, text=f"storage failed: {e}")
+        if isinstance(ret, AppendEvents):  # loglake_publish: the ids the stream assigned
+            ret = results[ret]
+        try:
+            out = m.encode_ret(ret)
+        except LoglakeError as e:
+            return web.Response(status=400, text=f"{type(e).__name__}: {e}")
         return web.Response(body=out, content_type="application/candid")
 
     def _local(self) -> dict[str, Callable[..., Any]]:
@@ -105,7 +134,7 @@ class RoleServer:
             out["loglake_inbox"] = self._inbox
         return out
 
-    def _publish(self, caller: Any, arg: Any, now: int) -> list[int]:
+    def _publish(self, caller: Any, arg: Any, now: int) -> AppendEvents:
         if caller != self.role.principal:
             raise Forbidden("only the publisher itself may publish")
         ns, items = arg
@@ -116,15 +145,61 @@ class RoleServer:
             raise Forbidden("only the subscriber itself may read its inbox")
         return self.role.take(n)  # type: ignore[attr-defined]
 
-    # -- sending ---------------------------------------------------------------------------
-    def _drain(self) -> None:
-        for c in self.role.take_outbox():
-            self.queue.put_nowait(c)
+    # -- performing actions -------------------------------------------------------------------
+    def _drain(self) -> asyncio.Future[dict[Action, Any]]:
+        """Hand the core's queued actions to the performer; the future resolves (to the results
+        of the storage actions) once they and everything queued before them are performed."""
+        fut: asyncio.Future[dict[Action, Any]] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)
+        self.batches.append((self.role.take_outbox(), fut))
+        self.kick.set()
         self.wake.set()
+        return fut
 
+    async def _performer(self) -> None:
+        while True:
+            await self.kick.wait()
+            self.kick.clear()
+            while self.batches:
+                batches, self.batches = self.batches, []
+                actions = [a for acts, _ in batches for a in acts]
+                try:
+                    results = await self._perform(actions)
+                except Exception as e:  # the core is now ahead of its log
+                    log.exception("storage action failed; the role stops serving")
+                    self.failed = e
+                    for _, fut in [*batches, *self.batches]:
+                        fut.set_exception(e)
+                    self.batches = []
+                    continue
+                for _, fut in batches:
+                    fut.set_result(results)
+
+    async def _perform(self, actions: list[Action]) -> dict[Action, Any]:
+        results: dict[Action, Any] = {}
+        work = collections.deque(actions)
+        while work:
+            a = work.popleft()
+            if isinstance(a, Call):
+                self.queue.put_nowait(a)
+                continue
+            group = [a]
+            while work and not isinstance(work[0], Call):
+                group.append(work.popleft())
+            if self.store is None:
+                raise RuntimeError(f"{type(self.role).__name__} queued {a!r} and has no store")
+            got = await asyncio.to_thread(self.store.perform_many, group)
+            now = self.clock()
+            for g, r in zip(group, got, strict=True):
+                results[g] = r
+                self.role.on_result(g, r, now)
+            work.extendleft(reversed(self.role.take_outbox()))  # consequences come first
+        return results
+
+    # -- sending ---------------------------------------------------------------------------
     async def _start(self, app: web.Application) -> None:
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
-        self.tasks = [asyncio.create_task(self._sender())]
+        self.tasks = [asyncio.create_task(self._sender()), asyncio.create_task(self._performer())]
         if isinstance(self.role, Publisher | Broadcaster | Orchestrator):
             # replays; relay resends; an orchestrator's resends after a restart
             self.tasks.append(asyncio.create_task(self._pumper()))
@@ -168,13 +243,20 @@ class RoleServer:
 
     async def _pumper(self) -> None:
         while True:
-            if self.role.pump(self.clock()):
-                self._drain()
+            if self.failed is None and self.role.pump(self.clock()):
+                with contextlib.suppress(Exception):  # a failure is logged by the performer
+                    await self._drain()  # reads done before the next pump: bounded memory
                 await asyncio.sleep(self.throttle_s)
             else:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=0.05)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (the performer logs it once)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def load_directory(path: str | Path) -> dict[bytes, str]:

@@ -1,0 +1,75 @@
+"""What a role core asks its adapter to do: the actions (h11's events, in the other direction).
+
+A core never performs I/O (DESIGN.md principle 1). A method of a core changes the core's
+in-memory state and queues actions in its ``outbox``; an adapter (``network.py`` in one process,
+``server.py`` over HTTP) takes them in order and performs them:
+
+- :class:`Call` — call ``method`` on another role (a system notification to a broadcaster, a
+  publish to a broadcaster, a status report to the orchestrator …). Its reply goes back to the
+  core with ``Role.on_reply``.
+- :class:`AppendEvents` — append payloads to a stream (a namespace's events, a system
+  namespace's audit copy). Result: the indexes assigned, in order.
+- :class:`JournalWrite` — append one durable state record (the orchestrator's journal, the
+  ledger). Result: its index.
+- :class:`ReadRange` — read at most ``limit`` messages of a stream from index ``start`` (the
+  Publisher's procurement). Result: ``list[StreamMessage]``.
+- :class:`ReadBounds` — the first index still kept and the next index of a stream. Result:
+  ``(first, head)``; ``(0, 0)`` for a stream that does not exist.
+
+Storage results go back to the core with ``Role.on_result``, which may queue more actions; an
+adapter performs those before the rest of the batch, so the order of effects is the order in
+which the core asked for them. Adapters keep one rule that makes "journalled before it takes
+effect" true from outside: nothing queued after a storage action (a reply to the caller, a
+call to another role) leaves the process before that storage action has been performed.
+
+Actions compare by identity (``eq=False``): two appends of the same bytes are two appends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icp_principal import Principal
+
+
+@dataclass(eq=False)
+class Call:
+    """A call of ``method`` on the role whose principal is ``target``."""
+
+    target: Principal
+    method: str
+    arg: Any
+    token: Any = None
+    """Opaque to adapters; returned with the reply to :meth:`Role.on_reply`."""
+
+
+@dataclass(eq=False)
+class AppendEvents:
+    stream: str
+    payloads: list[bytes]
+    token: Any = None
+
+
+@dataclass(eq=False)
+class JournalWrite:
+    stream: str
+    record: bytes
+
+
+@dataclass(eq=False)
+class ReadRange:
+    stream: str
+    start: int
+    limit: int
+    token: Any = None
+
+
+@dataclass(eq=False)
+class ReadBounds:
+    stream: str
+    token: Any = None
+
+
+StorageAction = AppendEvents | JournalWrite | ReadRange | ReadBounds
+Action = Call | StorageAction

@@ -1,0 +1,181 @@
+"""The storage side of the events adapters: performs the cores' storage actions on ``Streams``.
+
+Why: events reaches the log the way every other part does, through the one stream API
+(``loglake.streams.api.Streams``): ``LocalStreams`` over an embedded log (``open_log`` in a data
+dir) or ``StreamClient`` to a ``loglake serve`` node. So a role runs unchanged on either, and
+several roles can share one node. This module is the only one in ``events`` that touches a
+``Streams``; the cores (``orchestrator``, ``publisher``, ``journal``, ``ledger`` …) only queue
+actions (``actions.py``).
+
+:class:`StreamsStore` performs actions (blocking: adapters call it off their event loop) and
+reads what a core needs at start: :func:`open_orchestrator` replays the journal, the ledger and
+the heads of the system namespaces into a fresh orchestrator core; :func:`open_ledger` replays
+a ledger stream.
+
+Over the Ockam wire a message is only ``(index, data)``: no timestamps or record headers, so
+everything a core stores travels inside ``data`` (the Publisher's stored-event form is in
+``publisher.py``). The head of a stream is found with ``pull`` alone (the Ockam protocol has no
+"length" operation): doubling probes, then a binary search — about ``2·log2(n)`` one-message
+pulls, once per replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from icp_principal import Principal
+
+from loglake.events.actions import (
+    AppendEvents,
+    JournalWrite,
+    ReadBounds,
+    ReadRange,
+    StorageAction,
+)
+from loglake.events.journal import stream_name as journal_stream
+from loglake.events.ledger import Ledger, ledger_stream
+from loglake.events.orchestrator import Orchestrator, Quotas
+from loglake.log.api import UnknownStream
+from loglake.streams.api import Streams
+
+READ_BATCH = 4096
+
+
+class StreamsStore:
+    """Performs storage actions on a ``Streams`` (blocking I/O: run it off an event loop).
+
+    Streams are created on first write (``create_stream`` is create-or-open). One store is
+    used by one thread at a time (the adapters run one batch of actions at a time)."""
+
+    def __init__(self, streams: Streams) -> None:
+        self.streams = streams
+        self._created: set[str] = set()
+
+    def _ensure(self, stream: str) -> None:
+        if stream not in self._created:
+            self.streams.create_stream(stream)
+            self._created.add(stream)
+
+    def perform(self, action: StorageAction) -> Any:
+        return self.perform_many([action])[0]
+
+    def perform_many(self, actions: Sequence[StorageAction]) -> list[Any]:
+        """Perform in order; consecutive writes to one stream go as one ``push_many`` (one
+        group commit). Returns one result per action."""
+        out: list[Any] = []
+        i, n = 0, len(actions)
+        while i < n:
+            a = actions[i]
+            if isinstance(a, AppendEvents | JournalWrite):
+                j, payloads, sizes = i, [], []
+                while j < n:
+                    b = actions[j]
+                    if not isinstance(b, AppendEvents | JournalWrite) or b.stream != a.stream:
+                        break
+                    chunk = b.payloads if isinstance(b, AppendEvents) else [b.record]
+                    payloads.extend(chunk)
+                    sizes.append(len(chunk))
+                    j += 1
+                self._ensure(a.stream)
+                ids = self.streams.push_many(a.stream, payloads) if payloads else []
+                pos = 0
+                for b, size in zip(actions[i:j], sizes, strict=True):
+                    got = ids[pos : pos + size]
+                    pos += size
+                    out.append(got if isinstance(b, AppendEvents) else got[0])
+                i = j
+            elif isinstance(a, ReadRange):
+                out.append(self.read_range(a.stream, a.start, a.limit))
+                i += 1
+            elif isinstance(a, ReadBounds):
+                out.append(self.bounds(a.stream))
+                i += 1
+            else:
+                raise TypeError(f"not a storage action: {a!r}")
+        return out
+
+    # -- reads -------------------------------------------------------------------------------
+    def exists(self, stream: str) -> bool:
+        if stream in self._created:
+            return True
+        try:
+            self.streams.partitions(stream)
+        except UnknownStream:
+            return False
+        self._created.add(stream)
+        return True
+
+    def read_range(self, stream: str, start: int, limit: int) -> list[Any]:
+        if not self.exists(stream):
+            return []
+        return self.streams.pull(stream, start, limit)
+
+    def payloads(self, stream: str) -> Iterator[tuple[int, bytes]]:
+        """Every ``(index, data)`` of ``stream`` from its start (nothing if it does not exist)."""
+        pos = 0
+        while True:
+            chunk = self.read_range(stream, pos, READ_BATCH)
+            if not chunk:
+                return
+            for m in chunk:
+                yield m.index, m.data
+            pos = chunk[-1].index + 1
+
+    def bounds(self, stream: str) -> tuple[int, int]:
+        """``(first index kept, next index)``; ``(0, 0)`` when the stream does not exist."""
+        if not self.exists(stream):
+            return 0, 0
+        first = self.streams.pull(stream, 0, 1)
+        if not first:
+            return 0, 0  # empty (or trimmed to nothing: the head is unknown, and nothing is kept)
+        lo = first[0].index  # a message exists at lo
+        step = 1
+        while self.streams.pull(stream, lo + step, 1):
+            lo += step
+            step *= 2
+        hi = lo + step  # nothing at or after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.streams.pull(stream, mid, 1):
+                lo = mid
+            else:
+                hi = mid
+        return first[0].index, hi
+
+    def head(self, stream: str) -> int:
+        return self.bounds(stream)[1]
+
+
+def open_ledger(store: StreamsStore, name: str = "main", fee: int = 10) -> Ledger:
+    """A ledger core with the balances of every record in ``loglake.ledger.<name>``."""
+    led = Ledger(ledger_stream(name), fee)
+    led.restore(data for _, data in store.payloads(led.stream))
+    return led
+
+
+def open_orchestrator(
+    store: StreamsStore,
+    principal: Principal,
+    broadcasters: list[Principal],
+    quotas: Quotas | None = None,
+    ledger: Ledger | None = None,
+    homes: dict[bytes, Principal] | None = None,
+    relay_replays: bool = False,
+    journal_name: str = "main",
+) -> Orchestrator:
+    """An orchestrator core rebuilt from its journal (``JournalError`` if a record is bad),
+    system-message numbering continuing from the system namespaces' streams."""
+    orch = Orchestrator(
+        principal,
+        broadcasters,
+        quotas,
+        ledger,
+        homes=homes,
+        relay_replays=relay_replays,
+        journal_name=journal_name,
+    )
+    records = [(i, data) for i, data in store.payloads(journal_stream(journal_name))]
+    orch.restore(records)
+    orch.continue_numbering({ns: store.head(ns) for ns in orch.system_namespaces()})
+    return orch
