@@ -8,9 +8,9 @@ once per copy. Figures:
   producers' copies interleaved block by block) — the sans-I/O core, one thread; reported per
   wall-clock second and per CPU-second of that thread (the per-core figure: the machine is
   shared, so wall time also counts other processes' turns);
-- produce → stream → consume: two ``CardinalProducer``s each send every run of blocks (about
+- produce → stream → consume: two ``StreamProducer``s each send every run of blocks (about
   200 messages, one append per partition) into a 4-partition loglake stream (MemoryLog, and
-  the embedded SegmentLog with its default ``batch`` durability), then ``CardinalConsumer.run``
+  the embedded SegmentLog with its default ``batch`` durability), then ``StreamConsumer.run``
   until caught up; produce and consume rates separately. ``tcp``: the same through a stream
   server on 127.0.0.1 (``BackgroundServer`` on a MemoryLog) and ``StreamClient``.
 - decode only: ``codec.decode`` of the same messages, the floor under the consumer.
@@ -32,7 +32,7 @@ from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Producer
-from loglake.cardinal.transport import CardinalConsumer, CardinalProducer, StreamTransport
+from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport
 from loglake.log import MemoryLog, open_log
 from loglake.streams.api import LocalStreams
 from loglake.streams.client import StreamClient
@@ -89,13 +89,13 @@ def through_streams(chain, streams, chunk: int) -> tuple[float, float, int, int]
     """Both producers send each run of ``chunk`` blocks (one append per partition each), so
     their copies sit close together in the stream, as with producers running side by side."""
     t = time.perf_counter()
-    cps = [CardinalProducer(StreamTransport(streams, 4), Producer("bench", SCHEMA)) for _ in "ab"]
+    cps = [StreamProducer(StreamTransport(streams, 4), Producer("bench", SCHEMA)) for _ in "ab"]
     for i in range(0, len(chain), chunk):
         for cp in cps:
             cp.send_blocks(chain[i : i + chunk])
     sent = sum(cp.sent for cp in cps)
     t_prod = time.perf_counter() - t
-    c = CardinalConsumer(StreamTransport(streams, 4), ["bench"], "bench", start=start())
+    c = StreamConsumer(StreamTransport(streams, 4), ["bench"], "bench", start=start())
     t = time.perf_counter()
     added = sum(len(getattr(u, "added", ())) for u in c.run())
     return t_prod, time.perf_counter() - t, sent, added

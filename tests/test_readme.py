@@ -25,3 +25,21 @@ def test_readme_example_runs(block: str, tmp_path: Path, capsys):
     code = block.replace("/tmp/lake-demo", str(tmp_path / "lake-demo"))
     exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
     assert capsys.readouterr().out.strip(), "an example should print what it did"
+
+
+def test_readme_examples_import_only_public_names():
+    """Every README example imports from a part's package (``loglake.sds``), and only names in
+    its ``__all__``: the README shows each part's public face, never a module path."""
+    import ast
+    import importlib
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    for block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("loglake") for a in node.names), block
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("loglake"):
+                assert node.module.count(".") == 1, f"not a part's package: {node.module}"
+                public = importlib.import_module(node.module).__all__
+                for alias in node.names:
+                    assert alias.name in public, f"{node.module}.{alias.name} is not public"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.synthetic import synthetic_chain, topics_for
-from loglake.cardinal.transport import CardinalConsumer, StreamTransport
+from loglake.cardinal.transport import StreamConsumer, StreamTransport
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
 from tests.cardinal.helpers import ChainModel
@@ -19,7 +19,7 @@ CKPT = "cardinal.ckpt.c1"
 
 
 def _consumer(streams, transport=None):
-    return CardinalConsumer(
+    return StreamConsumer(
         transport or StreamTransport(streams, 3),
         topics_for("chain"),
         "c1",

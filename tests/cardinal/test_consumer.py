@@ -9,7 +9,7 @@ import pytest
 
 from loglake.cardinal.blocks import Block
 from loglake.cardinal.codec import encode
-from loglake.cardinal.consumer import Consumer
+from loglake.cardinal.consumer import BlockAssembler
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import SubBatchHeader, SubBatchMsg
 from loglake.cardinal.producer import Producer
@@ -39,7 +39,7 @@ def block_messages(n: int = 1, seed: int = 0) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def feed(c: Consumer, msgs) -> list:
+def feed(c: BlockAssembler, msgs) -> list:
     out = []
     for i, (k, v) in enumerate(msgs):
         out += c.receive(k, v, "t:0", i)
@@ -48,7 +48,7 @@ def feed(c: Consumer, msgs) -> list:
 
 def test_reference_test_consumer_waits_for_the_sub_batch():
     msgs = block_messages(1)
-    c = Consumer()
+    c = BlockAssembler()
     split = next(i for i, (k, _) in enumerate(msgs) if k[0] == 1)  # first SubBatchHeader
     assert feed(c, msgs[:split]) == []
     (blk,) = feed(c, msgs[split:])
@@ -67,13 +67,13 @@ def test_shuffled_with_duplicates_emits_each_block_once(seed):
     rng.shuffle(msgs)
     msgs += msgs[: len(msgs) // 2]
     rng.shuffle(msgs)
-    out = feed(Consumer(), msgs)
+    out = feed(BlockAssembler(), msgs)
     assert sorted(b.number for b in out) == [1, 2, 3]
     assert all(len(b.values) == 4 and len(b.deletes) == 5 for b in out)
 
 
 def test_sub_batch_index_past_item_count_is_dropped_and_logged(caplog):
-    c = Consumer()
+    c = BlockAssembler()
     msgs = block_messages(1)
     body = [m for m in msgs if m[0][0] != 1 and m[0][0] != 2]  # no sub-batch yet
     feed(c, body)
@@ -89,7 +89,7 @@ def test_sub_batch_index_past_item_count_is_dropped_and_logged(caplog):
 
 def test_garbage_raises_typed_error_and_leaves_other_blocks_untouched():
     msgs = block_messages(2)
-    c = Consumer()
+    c = BlockAssembler()
     half = [m for m in msgs if m[0][1:33] == h(1)]
     other = [m for m in msgs if m[0][1:33] == h(2)]
     feed(c, half[:-1])
@@ -105,7 +105,7 @@ def test_garbage_raises_typed_error_and_leaves_other_blocks_untouched():
 def test_counts_that_never_complete_are_evicted_past_the_window(caplog):
     p = Producer("d", {"foo/": "d"})
     stuck = p.add_block(1, h(1), h(0), 1, {"foo/a": b"1", "foo/b": b"2"})["d"]
-    c = Consumer(reorg_threshold=3)
+    c = BlockAssembler(reorg_threshold=3)
     batch = next(m for m in stuck if m.__class__.__name__ == "Batch")
     c.handle(batch)
     assert c.pending == 1
@@ -119,7 +119,7 @@ def test_counts_that_never_complete_are_evicted_past_the_window(caplog):
 
 def test_early_messages_for_a_batch_that_never_comes_are_evicted(caplog):
     p = Producer("d", {"foo/": "d"})
-    c = Consumer(reorg_threshold=2, max_queued=0)
+    c = BlockAssembler(reorg_threshold=2, max_queued=0)
     orphan = p.add_block(1, h(99), h(0), 1, {"foo/a": b"1"})["d"]
     c.handle(orphan[0])  # the BatchMsg, its Batch never sent
     assert c.queued == 1
@@ -132,7 +132,7 @@ def test_early_messages_for_a_batch_that_never_comes_are_evicted(caplog):
 
 def test_tracking_a_subset_of_prefixes():
     msgs = block_messages(1)
-    c = Consumer(tracked_prefixes=["^foo/"])
+    c = BlockAssembler(tracked_prefixes=["^foo/"])
     (blk,) = feed(c, msgs)
     assert blk.values == {"foo/something": b"gnihtemos/oof"}
     assert blk.deletes == {"foo/delete"}
@@ -142,7 +142,7 @@ def test_tracking_a_subset_of_prefixes():
 def test_message_under_no_announced_prefix_is_dropped(caplog):
     p = Producer("d", {"foo/": "d"})
     msgs = p.add_block(1, h(1), h(0), 1, {"foo/a": b"1"})["d"]
-    c = Consumer()
+    c = BlockAssembler()
     c.handle(msgs[-1])  # Batch: foo/ count 1
     from loglake.cardinal.messages import BatchMsg
 
@@ -155,7 +155,7 @@ def test_message_under_no_announced_prefix_is_dropped(caplog):
 
 def test_far_future_batches_cannot_grow_memory_without_bound(caplog):
     p = Producer("d", {"foo/": "d"})
-    c = Consumer(max_pending=5)
+    c = BlockAssembler(max_pending=5)
     with caplog.at_level(logging.WARNING):
         for n in range(20):  # each announces a message that never comes
             c.handle(p.add_block(10**6 + n, h(1000 + n), h(0), 1, {"foo/a": b"1"})["d"][-1])

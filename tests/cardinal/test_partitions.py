@@ -16,8 +16,8 @@ from loglake.cardinal.producer import Producer
 from loglake.cardinal.synthetic import schema_for, synthetic_chain, topics_for
 from loglake.cardinal.transport import (
     DEFAULT_PARTITIONS,
-    CardinalConsumer,
-    CardinalProducer,
+    StreamConsumer,
+    StreamProducer,
     StreamTransport,
 )
 from loglake.errors import LocalProtocolError
@@ -49,7 +49,7 @@ def streams(request):
 
 
 def _consume(streams, partitions=None, client="c"):
-    c = CardinalConsumer(
+    c = StreamConsumer(
         StreamTransport(streams, partitions),
         topics_for("t"),
         client,
@@ -73,7 +73,7 @@ def test_producer_defaults_and_adopts_an_existing_count(streams):
     produce_chain(streams, "t", 5)  # a new topic: the default count
     assert streams.partitions("t") == DEFAULT_PARTITIONS
     streams.create_stream("u", 2)  # created elsewhere: a producer without a count uses its 2
-    cp = CardinalProducer(StreamTransport(streams), Producer("u", schema_for("u")))
+    cp = StreamProducer(StreamTransport(streams), Producer("u", schema_for("u")))
     cp.send_blocks(synthetic_chain(5).canonical[1:])
     assert streams.partitions("u") == 2
     assert sum(len(streams.pull("u", 0, 1000, p)) for p in range(2)) > 0
@@ -93,7 +93,7 @@ def test_a_configured_count_that_differs_is_a_typed_error(streams):
 
 
 def test_consumer_started_first_picks_the_topics_up_when_they_appear(streams):
-    c = CardinalConsumer(
+    c = StreamConsumer(
         StreamTransport(streams),
         topics_for("t"),
         "early",

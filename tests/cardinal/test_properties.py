@@ -206,19 +206,19 @@ def test_stream_transport_with_skewed_partitions_and_a_small_window(
 ):
     """Partitions advance unevenly (``limit`` per round); the window is tiny; two producers
     append runs of ``chunk`` blocks each: the chain still completes, each block once."""
-    from loglake.cardinal.transport import CardinalConsumer, CardinalProducer, StreamTransport
+    from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport
     from loglake.log import MemoryLog
     from loglake.streams.api import LocalStreams
 
     streams = LocalStreams(MemoryLog())
     cps = [
-        CardinalProducer(StreamTransport(streams, partitions), Producer("default", REF_SCHEMA))
+        StreamProducer(StreamTransport(streams, partitions), Producer("default", REF_SCHEMA))
         for _ in "ab"
     ]
     for i in range(1, len(blocks), chunk):
         for cp in cps:
             cp.send_blocks(blocks[i : i + chunk])
-    c = CardinalConsumer(
+    c = StreamConsumer(
         StreamTransport(streams, partitions),
         ["default", "foo", "bar", "state"],
         "p",

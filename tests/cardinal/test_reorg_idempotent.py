@@ -168,7 +168,7 @@ def test_restart_after_a_deep_reorg_over_the_stream_transport(rounds):
     consumer reads again (the Reorg on the default topic included), no block of the final
     chain is removed and none is added twice."""
     from loglake.cardinal.synthetic import synthetic_chain, topics_for
-    from loglake.cardinal.transport import CardinalConsumer, StreamTransport
+    from loglake.cardinal.transport import StreamConsumer, StreamTransport
     from loglake.log import MemoryLog
     from loglake.streams.api import LocalStreams
     from tests.cardinal.test_transport import produce
@@ -178,7 +178,7 @@ def test_restart_after_a_deep_reorg_over_the_stream_transport(rounds):
     produce(streams, chain)
 
     def consumer():
-        return CardinalConsumer(
+        return StreamConsumer(
             StreamTransport(streams),
             topics_for("chain"),
             "r",
@@ -208,7 +208,7 @@ def test_reorg_read_again_from_older_offsets_is_recognised():
     offsets 0 everywhere (the channel's offset forgotten too), so the Reorg and its whole
     channel are read again: the checkpoint's applied reorgs make that change nothing."""
     from loglake.cardinal.synthetic import synthetic_chain, topics_for
-    from loglake.cardinal.transport import CardinalConsumer, StreamTransport
+    from loglake.cardinal.transport import StreamConsumer, StreamTransport
     from loglake.log import MemoryLog
     from loglake.streams.api import LocalStreams
     from tests.cardinal.test_transport import produce
@@ -216,7 +216,7 @@ def test_reorg_read_again_from_older_offsets_is_recognised():
     streams = LocalStreams(MemoryLog())
     chain = synthetic_chain(40, deep_reorg=10)
     produce(streams, chain)
-    first = CardinalConsumer(
+    first = StreamConsumer(
         StreamTransport(streams),
         topics_for("chain"),
         "a",
@@ -229,7 +229,7 @@ def test_reorg_read_again_from_older_offsets_is_recognised():
     ckpt = first.commit()
     assert [e for e in ckpt.reorgs if e[2]]  # the deep reorg, complete
     rewound = Checkpoint(ckpt.chain, {}, ckpt.reorgs)
-    second = CardinalConsumer(StreamTransport(streams), topics_for("chain"), "b", 8, start=rewound)
+    second = StreamConsumer(StreamTransport(streams), topics_for("chain"), "b", 8, start=rewound)
     again = second.run()
     assert second.core.repeated_reorgs >= 2  # its Reorg and ReorgComplete, read again
     assert not [e for e in again if isinstance(e, ReorgEvent)]

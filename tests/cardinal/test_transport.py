@@ -14,8 +14,8 @@ from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.producer import Producer
 from loglake.cardinal.synthetic import ReorgStep, schema_for, synthetic_chain, topics_for
 from loglake.cardinal.transport import (
-    CardinalConsumer,
-    CardinalProducer,
+    StreamConsumer,
+    StreamProducer,
     StreamTransport,
     envelope,
     fnv1a32,
@@ -59,7 +59,7 @@ def test_envelope_round_trip_and_garbage():
 
 def produce(streams, chain, topic="chain", producers=2, partitions=3):
     for _ in range(producers):  # redundant producers send the same chain
-        cp = CardinalProducer(
+        cp = StreamProducer(
             StreamTransport(streams, partitions), Producer(topic, schema_for(topic))
         )
         for step in chain.steps:
@@ -70,7 +70,7 @@ def produce(streams, chain, topic="chain", producers=2, partitions=3):
 
 
 def consumer(streams, threshold=128, client="c1", partitions=3, topic="chain"):
-    return CardinalConsumer(
+    return StreamConsumer(
         StreamTransport(streams, partitions),
         topics_for(topic),
         client,

@@ -22,8 +22,8 @@ from loglake.cardinal.producer import BlockPayload, ChainProducer, Producer
 from loglake.cardinal.synthetic import ReorgStep, schema_for, synthetic_chain, topics_for
 from loglake.cardinal.transport import (
     DEFAULT_PARTITIONS,
-    CardinalConsumer,
-    CardinalProducer,
+    StreamConsumer,
+    StreamProducer,
     StreamTransport,
 )
 from loglake.errors import LocalProtocolError
@@ -69,7 +69,7 @@ def produce_chain(
     its count (``PartitionMismatch`` if ``partitions`` is given and differs)."""
     chain = synthetic_chain(blocks, deep_reorg=deep_reorg, sub_items=sub_items)
     producer = Producer(topic, schema_for(topic))
-    cp = CardinalProducer(StreamTransport(streams, partitions), producer)
+    cp = StreamProducer(StreamTransport(streams, partitions), producer)
     planner = ChainProducer(producer, reorg_threshold)
     for step in chain.steps:
         branch = list(step.blocks) if isinstance(step, ReorgStep) else [step]
@@ -92,12 +92,12 @@ def consume_topic(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     commit_seconds: float = 1.0,
-) -> CardinalConsumer:
+) -> StreamConsumer:
     """Consume ``topic`` (and its companion topics) from the saved checkpoint; commit a
     checkpoint at most every ``commit_seconds`` (each is one record in the checkpoint stream)
     and on the way out; stop when nothing new came for ``idle_seconds`` (0: once caught up).
     Partition counts are read from the streams; ``partitions``, if given, is checked."""
-    consumer = CardinalConsumer(
+    consumer = StreamConsumer(
         StreamTransport(streams, partitions),
         topics_for(topic),
         client_id,

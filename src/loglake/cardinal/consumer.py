@@ -104,7 +104,7 @@ def _note_offset(offsets: dict[str, int], source: str, offset: int) -> None:
         offsets[source] = offset
 
 
-class Consumer:
+class BlockAssembler:
     """Assembles blocks from Cardinal messages; see the module docstring for the rules."""
 
     def __init__(

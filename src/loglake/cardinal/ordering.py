@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
 from loglake.cardinal.codec import decode
-from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, Consumer
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, BlockAssembler
 from loglake.cardinal.errors import CheckpointError, UnknownAncestor
 from loglake.cardinal.messages import ZERO_HASH, Message, Reorg, ReorgComplete
 from loglake.logs import log_event
@@ -409,7 +409,7 @@ class OrderedProcessor:
 
 
 class OrderedConsumer:
-    """The whole consumer side, sans-I/O: ``Consumer`` (assembly) + ``OrderedProcessor``.
+    """The whole consumer side, sans-I/O: ``BlockAssembler`` (assembly) + ``OrderedProcessor``.
 
     ``receive(key, value, source, offset)`` → ``ChainUpdate``s and ``ReorgEvent``s in the order
     the application must apply them; ``checkpoint()`` → what to store to resume.
@@ -423,7 +423,7 @@ class OrderedConsumer:
     ) -> None:
         chain = checkpoint.chain if checkpoint else ()
         self.start_offsets = dict(checkpoint.offsets) if checkpoint else {}
-        self.consumer = Consumer(
+        self.consumer = BlockAssembler(
             reorg_threshold, tracked_prefixes, last_number=chain[-1].number if chain else None
         )
         self.ordering = OrderedProcessor(reorg_threshold, chain)

@@ -268,8 +268,9 @@ class StreamTransport(Transport):
         return Checkpoint(ckpt.chain, offsets, ckpt.reorgs)
 
 
-class CardinalProducer:
-    """Producer + transport: sends a block's messages to their topics (and reorg channels)."""
+class StreamProducer:
+    """Sends blocks to streams (I/O): a ``Producer``'s messages for each block go through the
+    transport to their topics (and reorg channels)."""
 
     def __init__(self, transport: Transport, producer: Producer) -> None:
         self.transport = transport
@@ -314,9 +315,10 @@ class CardinalProducer:
         return channel
 
 
-class CardinalConsumer:
-    """OrderedConsumer + transport: polls every partition of the topics, follows reorg
-    channels, and checkpoints through the index service under ``client_id``."""
+class StreamConsumer:
+    """Reads blocks from streams (I/O): an ``OrderedConsumer`` fed by polling every partition of
+    the topics through the transport; follows reorg channels, and checkpoints through the index
+    service under ``client_id``."""
 
     def __init__(
         self,
