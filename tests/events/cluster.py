@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity
@@ -96,6 +98,38 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def orchestrator_journal(self) -> list[dict]:
+        """The orchestrator's journal records, read while it runs (read-only, from its store)."""
+        from loglake.events.journal import decode_records, stream_name
+        from loglake.events.store import StreamsStore
+
+        opts = [*self.streams, *self.extra.get("orchestrator", [])]
+        with contextlib.ExitStack() as stack:
+            if "--streams-port" in opts:
+                from loglake.streams import StreamClient
+
+                port = int(opts[opts.index("--streams-port") + 1])
+                streams: Any = stack.enter_context(StreamClient("127.0.0.1", port))
+            else:
+                from loglake.log import open_log
+                from loglake.streams import LocalStreams
+
+                d = (
+                    opts[opts.index("--data-dir") + 1]
+                    if "--data-dir" in opts
+                    else self.tmp / "orchestrator-data"
+                )
+                log = stack.enter_context(open_log(d, readonly=True))
+                streams = LocalStreams(log)
+            stream = stream_name()
+            return decode_records(stream, StreamsStore(streams).payloads(stream))
+
+    def known_head(self, namespace: str | None = None) -> int:
+        """The head of ``namespace`` the orchestrator has journalled (0 if none yet)."""
+        ns = namespace or self.namespace
+        journal = self.orchestrator_journal()
+        return max([0, *(r["head"] for r in journal if r["op"] == "head" and r["ns"] == ns)])
 
     def client(self, role: str, as_role: str | None = None, ident: Identity | None = None):
         return HttpEventsClient(self.urls[role], ident or self.ids[as_role or role])

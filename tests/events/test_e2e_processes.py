@@ -27,6 +27,7 @@ from loglake.events.messages import (
 )
 from loglake.wire.icrc16 import map_get
 from tests.events.cluster import Cluster
+from tests.events.wait import gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 10_000
@@ -44,29 +45,27 @@ def cluster(tmp_path_factory):
     c.start()
     try:
         pub = c.client("publisher")
-        deadline = time.monotonic() + 20
-        while True:  # the publisher registers at start; wait until its broadcaster is known
-            try:
-                for lo in range(0, N, 1000):
-                    items = [
-                        ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
-                        for i in range(lo, lo + 1000)
-                    ]
-                    assert pub.call("loglake_publish", (c.namespace, items)) == list(
-                        range(lo, lo + 1000)
-                    )
-                break
-            except CallRejected:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        # the publisher registers at start; it takes a publish once its stream is open
+        wait_until(
+            lambda: pub.call("loglake_publish", (c.namespace, [])) == [],
+            what="the publisher up",
+            retry_on=(CallRejected,),
+        )
+        for lo in range(0, N, 1000):
+            items = [
+                ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
+                for i in range(lo, lo + 1000)
+            ]
+            assert pub.call("loglake_publish", (c.namespace, items)) == list(range(lo, lo + 1000))
         # The late subscriber subscribes stopped: live events the publisher may still be
         # forwarding must not reach it (its dedup would then hide their replays).
         sub = c.client("orchestrator", "subscriber")
         stopped = [("icrc72:subscription:stopped", {"Bool": True})]
         [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, stopped)])
         assert isinstance(r, Ok), r
-        time.sleep(0.3)  # let the publisher's head update and the assignments land
+        # the publisher's head update has landed (the assignments go out before any replay's
+        # system messages, in order, so they need no wait)
+        wait_until(lambda: c.known_head() == N, what=f"head {N} at the orchestrator")
         yield c
     except BaseException:
         print(c.logs())
@@ -78,28 +77,30 @@ def cluster(tmp_path_factory):
 def wait_final(c: Cluster, rid: int, timeout: float = 25.0) -> list[ReplayState]:
     sub = c.client("orchestrator", "subscriber")
     seen: list[ReplayState] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def final() -> bool:
         [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == rid]
         if not seen or seen[-1] != st.status:
             seen.append(st.status)
-        if st.status.final:
-            return seen
-        time.sleep(0.02)
-    raise AssertionError(f"replay {rid} still {seen} after {timeout}s\n{c.logs()}")
+        return st.status.final
+
+    try:
+        wait_until(final, timeout, what=f"replay {rid} final")
+    except AssertionError:
+        raise AssertionError(f"replay {rid} still {seen} after {timeout}s\n{c.logs()}") from None
+    return seen
 
 
 def drain(c: Cluster, want: int | None = None, timeout: float = 10.0):
     inbox = c.client("subscriber")
-    out = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    out = gather(
+        lambda: inbox.call("loglake_inbox", 100_000),
+        lambda got: want is None or len(got) >= want,
+        timeout,
+    )
+    if want is None or len(out) >= want:
+        time.sleep(0.2)  # not a wait for state: a quiet period, to see that nothing more arrives
         out += inbox.call("loglake_inbox", 100_000)
-        if want is None or len(out) >= want:
-            time.sleep(0.2)  # and nothing more arrives
-            out += inbox.call("loglake_inbox", 100_000)
-            return out
-        time.sleep(0.05)
     return out
 
 
@@ -143,10 +144,7 @@ def test_status_pending_running_then_cancel_mid_way(cluster):
     r = register(cluster, 0, 2000)
     sub = cluster.client("orchestrator", "subscriber")
     inbox = cluster.client("subscriber")
-    got = []
-    deadline = time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        got += inbox.call("loglake_inbox", 100_000)
+    got = gather(lambda: inbox.call("loglake_inbox", 100_000), bool, 10)
     [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]
     assert st.status.tag == "running"
     assert sub.call("icrc77_cancel_replay", [r.value]) == [Ok(r.value)]
@@ -155,8 +153,8 @@ def test_status_pending_running_then_cancel_mid_way(cluster):
     assert final.tag == "canceled" and 0 < final.value < 2000
     ids = [n.event_id for n in got]
     assert ids == list(range(len(ids))) and len(ids) <= final.value
-    time.sleep(0.3)
-    assert inbox.call("loglake_inbox", 100_000) == []  # nothing more is enqueued
+    time.sleep(0.3)  # a quiet period (not a wait for state): nothing more is enqueued
+    assert inbox.call("loglake_inbox", 100_000) == []
 
 
 def test_bad_input_gets_the_right_error_and_changes_nothing(cluster):

@@ -5,14 +5,13 @@ flows Publisher → relay (the publication's broadcaster) → target broadcaster
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from loglake.events.client import CallRejected
 from loglake.events.messages import H_REPLAY_ID, GetReplays, Ok, Registration, ReplayRegistration
 from loglake.wire.icrc16 import map_get
 from tests.events.cluster import Cluster
+from tests.events.wait import gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 2_000
@@ -27,27 +26,22 @@ def test_replay_through_a_relay_broadcaster(tmp_path):
     c.start()
     try:
         pub = c.client("publisher")
-        deadline = time.monotonic() + 20
-        while True:  # the publisher registers at start; wait until its broadcaster is known
-            try:
-                items = [({"Nat": i}, None) for i in range(N)]
-                assert pub.call("loglake_publish", (c.namespace, items)) == list(range(N))
-                break
-            except CallRejected:
-                assert time.monotonic() < deadline, c.logs()
-                time.sleep(0.1)
+        items = [({"Nat": i}, None) for i in range(N)]
+        ids = wait_until(
+            lambda: pub.call("loglake_publish", (c.namespace, items)),
+            what="the publisher up",
+            retry_on=(CallRejected,),
+        )
+        assert ids == list(range(N)), c.logs()
         sub = c.client("orchestrator", "subscriber")
         stopped = [("icrc72:subscription:stopped", {"Bool": True})]
         [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, stopped)])
         assert isinstance(r, Ok), r
-        time.sleep(0.3)  # the publisher's head update lands
+        wait_until(lambda: c.known_head() == N, what="the publisher's head update")
         [r] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")])
         assert isinstance(r, Ok), r
-        inbox, got = c.client("subscriber"), []
-        deadline = time.monotonic() + 30
-        while len(got) < N and time.monotonic() < deadline:
-            got += inbox.call("loglake_inbox", 100_000)
-            time.sleep(0.05)
+        inbox = c.client("subscriber")
+        got = gather(lambda: inbox.call("loglake_inbox", 100_000), lambda g: len(g) >= N, 30)
         assert [n.event_id for n in got] == list(range(N)), c.logs()
         assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r.value} for n in got)
         [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]
@@ -56,12 +50,16 @@ def test_replay_through_a_relay_broadcaster(tmp_path):
         assert stats["icrc77:replay:broadcaster"]["Principal"].to_str() == c.principal(
             "broadcaster2"
         )
-        deadline = time.monotonic() + 10
-        while not st.status.final and time.monotonic() < deadline:
-            time.sleep(0.05)
-            [st] = [
-                s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value
-            ]
+        st = wait_until(
+            lambda: next(
+                s
+                for s in sub.call("icrc77_get_replays", GetReplays())
+                if s.replay_id == r.value and s.status.final
+            ),
+            10,
+            what="the replay final",
+            retry_on=(StopIteration,),
+        )
         assert (st.status.tag, st.status.value) == ("completed", N)
     finally:
         c.stop()
