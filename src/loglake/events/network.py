@@ -63,8 +63,14 @@ class InProcessNetwork:
             work.extendleft(reversed(role.take_outbox()))  # its consequences come first
 
     def step(self) -> bool:
-        """Deliver one queued call; pump publishers when nothing is queued."""
+        """Deliver one queued call. When nothing is queued: collect what the roles queued on
+        their own (a publisher's ``register`` or ``publish``), else pump them."""
         if not self.queue:
+            for role in list(self.roles.values()):
+                if role.outbox:
+                    self._collect(role)
+            if self.queue:
+                return True
             progressed = False
             for role in list(self.roles.values()):
                 if role.pump(self.clock()):
