@@ -1,17 +1,26 @@
 """asyncio TCP adapter of the stream service: Ockam TCP framing in, ``StreamService`` core, out.
 
 Per connection a sans-I/O ``TcpConnection`` (``loglake.wire.ockam``) turns bytes into routing
-messages; the server hands every message that arrived — from all connections — to the core in one
-``handle_batch`` call, run on one worker thread so the event loop keeps reading while the log
-fsyncs. Everything that arrived during one fsync is the next group commit: that is how many small
-pushes share one ``append_many`` (the throughput target of issue 3 §5). Within a batch, appends
-to different partitions run on a small thread pool (``StreamService.map_targets``) so their
-fsyncs overlap; one partition's pushes stay in one ``append_many``, in arrival order.
+messages; the server hands every message that arrived — from all connections — to the core as one
+``Batch`` and performs the actions it asks for (``loglake.streams.service.perform``) on one
+worker thread, so the event loop keeps reading while the log fsyncs. Everything that arrived
+during one fsync is the next group commit: that is how many small pushes share one append (the
+throughput target of issue 3 §5). Within a batch, appends to different partitions run on a small
+thread pool so their fsyncs overlap; one partition's pushes stay in one append, in arrival order.
+
+Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
+adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
+before it in its batch are done (so a pull sees the pushes sent before it), while the next batch's
+appends go on. Its reply is sent when it is ready.
 
 Replies go back on the connection the request came from (each connection is its own Ockam TCP
-handler, as ``transport/tcp/handler.ex`` is one worker per socket). A connection that breaks the
-protocol (bad version byte, oversized or undecodable frame) is closed with its reason logged; the
-messages it sent before the bad frame are still answered, and nothing else is affected.
+handler, as ``transport/tcp/handler.ex`` is one worker per socket), and replies to one return
+route of one connection keep request order, as they would from one Ockam worker's mailbox: a
+reply waits only for earlier replies to the same return route (loglake's client gives each pull
+its own return address, so its pushes never wait for its pulls). A request the server failed to
+handle gets an ``error`` reply, never silence. A connection that breaks the protocol (bad version
+byte, oversized or undecodable frame) is closed with its reason logged; the messages it sent
+before the bad frame are still answered, and nothing else is affected.
 """
 
 from __future__ import annotations
@@ -19,18 +28,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from loglake.logs import log_event
-from loglake.streams.service import StreamService
+from loglake.streams.service import Batch, PendingRead, StreamService, perform
 from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, encode_frames
 
 logger = logging.getLogger(__name__)
 
 APPEND_THREADS = 8
 """Partitions appended in parallel within one batch."""
+READ_THREADS = 4
+"""Pulls read at the same time, beside the appends."""
 MAX_QUEUED_PER_CONNECTION = 20_000
 """Stop reading a connection while this many of its messages await the core (backpressure)."""
 
@@ -44,6 +57,9 @@ class _Connection(asyncio.Protocol):
         self.closing = False
         self.peer = "?"
         self.paused = False
+        self.slots: deque[list] | None = None
+        """While a deferred reply of this connection is outstanding: ``[return route, replies
+        or None]`` per request not yet answered, in request order."""
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
@@ -80,6 +96,49 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         log_event(logger, logging.DEBUG, "connection closed", peer=self.peer, error=exc)
 
+    def answer(self, ms: list[RoutingMessage], replies: list, pending: list[int]) -> list[list]:
+        """Send the replies of ``ms`` (one list per message, None where ``pending``: a deferred
+        read); return the slots the deferred replies will fill (``fill``)."""
+        if self.slots is None and not pending:  # the push path: nothing to wait for
+            out: list[RoutingMessage] = []
+            for r in replies:
+                out += r
+            self.send(out, len(ms))
+            return []
+        slots = self.slots if self.slots is not None else deque()
+        waiting = []
+        for m, r in zip(ms, replies, strict=True):
+            slot = [m.return_route, r]
+            slots.append(slot)
+            if r is None:
+                waiting.append(slot)
+        self.slots = slots
+        self._flush_slots()
+        return waiting
+
+    def fill(self, slot: list, replies: list[RoutingMessage]) -> None:
+        slot[1] = replies
+        self._flush_slots()
+
+    def _flush_slots(self) -> None:
+        """Send every answered request whose return route has no earlier unanswered one."""
+        assert self.slots is not None
+        out: list[RoutingMessage] = []
+        keep: deque[list] = deque()
+        blocked: set = set()
+        sent = 0
+        for slot in self.slots:
+            route, replies = slot
+            if replies is not None and route not in blocked:
+                out += replies
+                sent += 1
+            else:
+                if replies is None:
+                    blocked.add(route)
+                keep.append(slot)
+        self.slots = keep or None
+        self.send(out, sent)
+
     def send(self, msgs: list[RoutingMessage], handled: int) -> None:
         self.queued -= handled
         t = self.transport
@@ -114,8 +173,8 @@ class StreamServer:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "loglake-streams")
         # appends to different partitions of one batch run side by side (their fsyncs overlap)
         self._appenders = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "loglake-append")
-        if service.map_targets is map:
-            service.map_targets = self._appenders.map
+        # pulls run here, beside the appends, never in front of them
+        self._readers = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "loglake-read")
         self._server: asyncio.Server | None = None
         self._task: asyncio.Task | None = None
 
@@ -131,6 +190,30 @@ class StreamServer:
         self._pending.append((conn, msgs))
         self._wake.set()
 
+    def _run_batch(
+        self, msgs: list[RoutingMessage]
+    ) -> tuple[Batch, dict[int, concurrent.futures.Future]]:
+        """On the core thread: the batch's actions, performed; its pulls' reads handed to the
+        reader threads at once (``{input position: future of the replies}``)."""
+        batch = self.service.batch(msgs, defer_reads=True)
+        run = functools.partial(perform, self.service.log)
+        while batch.actions:
+            actions = batch.actions
+            if len(actions) == 1:
+                batch.feed([run(actions[0])])
+            else:
+                batch.feed(list(self._appenders.map(run, actions)))
+        reads = {p.position: self._readers.submit(self._read, p) for p in batch.deferred}
+        return batch, reads
+
+    def _read(self, pending: PendingRead) -> list[RoutingMessage]:
+        """On a reader thread: one deferred pull, performed and answered."""
+        try:
+            return pending.finish(perform(self.service.log, pending.action))
+        except Exception as e:  # finish() answers errors itself; this is a last resort
+            logger.exception("a pull failed")
+            return self.service.error_reply(pending.msg, f"internal error: {type(e).__name__}")
+
     async def _process(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -139,20 +222,29 @@ class StreamServer:
             while self._pending:
                 batch, self._pending = self._pending, []
                 msgs = [m for _, ms in batch for m in ms]
+                reads: dict[int, concurrent.futures.Future] = {}
                 try:
-                    results = await loop.run_in_executor(
-                        self._executor, self.service.handle_batch, msgs
-                    )
-                except Exception:  # the core catches per message; this is a last resort
+                    done, reads = await loop.run_in_executor(self._executor, self._run_batch, msgs)
+                    results = done.replies
+                except Exception as e:  # the core answers per message; this is a last resort
                     logger.exception("stream service batch failed")
-                    results = [[] for _ in msgs]
+                    reason = f"internal error: {type(e).__name__}"
+                    results = [self.service.error_reply(m, reason) for m in msgs]
                 k = 0
                 for conn, ms in batch:
-                    out: list[RoutingMessage] = []
-                    for _ in ms:
-                        out += results[k]
-                        k += 1
-                    conn.send(out, len(ms))
+                    end = k + len(ms)
+                    pending = [i for i in range(k, end) if i in reads] if reads else []
+                    slots = conn.answer(ms, results[k:end], pending)
+                    for i, slot in zip(pending, slots, strict=True):
+                        fut = asyncio.wrap_future(reads[i], loop=loop)
+                        fut.add_done_callback(functools.partial(self._read_done, conn, slot))
+                    k = end
+
+    @staticmethod
+    def _read_done(conn: _Connection, slot: list, fut: asyncio.Future) -> None:
+        if fut.cancelled():  # the server is stopping
+            return
+        conn.fill(slot, fut.result())  # _read never raises
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -172,6 +264,7 @@ class StreamServer:
             await self._server.wait_closed()
         self._executor.shutdown(wait=True)
         self._appenders.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
 
 
 class BackgroundServer:

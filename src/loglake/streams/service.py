@@ -23,17 +23,26 @@ Decisions where spec and reference leave room (each also in docs/streams.md):
   response; the reference sends nothing) so a client learns the stored, monotonic value.
 - ``loglake_stream_info`` (an extension) lists streams and partitions.
 
-The core owns no socket, thread or clock. ``handle_batch`` lets the server hand over everything
-one read (or several connections) produced: consecutive pushes to one partition become one
-``Log.append_many`` — one group commit — and the confirms keep request order.
+The core owns no socket, thread, clock — and no I/O: it never calls the log. ``batch(msgs)``
+returns a ``Batch`` that asks for actions (``Append``, ``Read``, ``LogCall``); an adapter performs
+them (``perform(log, action)``) wherever it likes and feeds the outcomes back, and the batch ends
+with the replies. Consecutive pushes to one partition become one ``Append`` — one group commit —
+and the confirms keep request order. A pull's ``Read`` may be left to the adapter to run on its
+own (``defer_reads``), so a cold read of old history never holds up the appends behind it
+(issue 17 item 9). Each request is handled by a generator that yields one action at a time and
+is sent its value (or thrown its error), so the protocol rules read top to bottom as before.
+``handle``/``handle_batch`` are the blocking driver (tests, embedding): they perform every
+action at once on the service's ``log``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
@@ -88,7 +97,68 @@ def worker_address(stream: str, partition: int, prefix: str = STREAM_SERVICE_ADD
     return f"{prefix}/{stream}/{partition}"
 
 
+# -- actions: what the core asks of the log, performed by an adapter ----------------------------
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append ``datas`` to one partition (``Log.append_payloads``); the value is the indexes."""
+
+    stream: str
+    partition: int
+    datas: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read at most ``limit`` messages from ``start`` (``Log.read_payloads``); the value is
+    ``[(index, data)]``. Only its own reply depends on it, so an adapter may run it off the
+    append path (see ``Batch``)."""
+
+    stream: str
+    partition: int
+    start: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogCall:
+    """Any other ``Log`` call, by method name: stream metadata (``has_stream``, ``stream_info``,
+    ``streams``), ``create_stream`` and the consumer indexes (``get_consumer_index``,
+    ``save_consumer_index``)."""
+
+    method: str
+    args: tuple
+
+
+Action = Append | Read | LogCall
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What performing an action gave: its value, or the exception it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+def perform(log: Log, action: Action) -> Outcome:
+    """The adapter's half of an action: run it on ``log`` (blocking; it may fsync). Never
+    raises: an exception is the outcome's ``error``, handed back to the core."""
+    try:
+        if type(action) is Append:
+            return Outcome(log.append_payloads(action.stream, action.partition, action.datas))
+        if type(action) is Read:
+            return Outcome(
+                log.read_payloads(action.stream, action.partition, action.start, action.limit)
+            )
+        return Outcome(getattr(log, action.method)(*action.args))
+    except Exception as e:
+        return Outcome(error=e)
+
+
 _Pending = tuple[int, tuple[int, bytes], RoutingMessage]
+_Handler = Generator[Action, Any, list[RoutingMessage]]
+"""A request's handler: yields one action at a time, is sent its value (or thrown its error),
+returns the replies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +168,82 @@ class _Target:
     address: Address
 
 
-class StreamService:
-    """Stream service, stream workers and index service on one ``Log``.
+class PendingRead:
+    """A pull whose ``Read`` the adapter performs when it likes (``Batch`` with
+    ``defer_reads``): ``finish(outcome)`` gives the replies for input message ``position``.
+    ``finish`` only encodes (no log, no shared state), so any thread may call it."""
 
-    ``handle(msg)`` → the messages to send; ``handle_batch(msgs)`` → one list per input.
-    Not thread-safe: call it from one thread at a time.
+    __slots__ = ("_handler", "_service", "action", "msg", "position")
+
+    def __init__(self, service, position, action, msg, handler) -> None:
+        self.position, self.action = position, action
+        self._service, self.msg, self._handler = service, msg, handler
+
+    def finish(self, outcome: Outcome) -> list[RoutingMessage]:
+        h = self._handler
+        try:
+            if outcome.error is None:
+                h.send(outcome.value)
+            else:
+                h.throw(outcome.error)
+        except StopIteration as stop:
+            return stop.value
+        except Exception as e:
+            return self._service._internal_error(self.msg, e)
+        raise RuntimeError("a pull handler asked for a second action")  # a bug in the core
+
+
+class _Deferred:
+    """``_drive``'s result for a handler stopped at a ``Read`` it may finish later."""
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: Read) -> None:
+        self.action = action
+
+
+class Batch:
+    """Messages in, actions out, results in, replies out — the core as a sans-I/O exchange.
+
+    ``actions`` is what to perform next: a list of independent actions (several ``Append`` to
+    different partitions may run in parallel), empty once the batch is done. ``feed(outcomes)``
+    hands back one ``Outcome`` per action, in order, and sets the next ``actions``. Then
+    ``replies`` holds one list of routing messages per input message, in input order.
+
+    With ``defer_reads``, a pull's ``Read`` is not put in ``actions``: it waits in ``deferred``
+    as a ``PendingRead``, its ``replies`` entry is None, and the adapter performs it whenever it
+    likes — after this batch's actions (so a pull sees the pushes that came before it), but
+    without holding up the next batch's appends."""
+
+    __slots__ = ("_gen", "actions", "deferred", "replies")
+
+    def __init__(self, service: StreamService, msgs: Sequence[RoutingMessage], defer_reads: bool):
+        self.replies: list[list[RoutingMessage] | None] = [[] for _ in msgs]
+        self.deferred: list[PendingRead] = []
+        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads)
+        self.actions: list[Action] = []
+        self._step(None)
+
+    def _step(self, outcomes: list[Outcome] | None) -> None:
+        try:
+            self.actions = self._gen.send(outcomes)
+        except StopIteration:
+            self.actions = []
+
+    def feed(self, outcomes: list[Outcome]) -> None:
+        if len(outcomes) != len(self.actions):
+            raise ValueError(f"{len(self.actions)} actions, {len(outcomes)} outcomes")
+        self._step(outcomes)
+
+
+class StreamService:
+    """Stream service, stream workers and index service, as a sans-I/O core.
+
+    ``batch(msgs)`` → a ``Batch``: the core never calls the log itself, it asks for actions
+    (``Append``, ``Read``, ``LogCall``) and an adapter performs them (``perform``) — the TCP
+    server on worker threads, off its event loop. ``handle(msg)`` / ``handle_batch(msgs)`` are
+    the blocking driver for tests and embedding: they perform every action at once on ``log``
+    and return the replies (one list per input). Not thread-safe: one batch at a time.
     """
 
     def __init__(
@@ -116,6 +257,7 @@ class StreamService:
         max_pull_bytes: int = DEFAULT_MAX_PULL_BYTES,
     ) -> None:
         self.log = log
+        """The log the adapter performs this core's actions on."""
         self.default_config = default_config or StreamConfig()
         self.service_address = service_address
         self.index_address = index_address
@@ -125,123 +267,168 @@ class StreamService:
         self._rng = rng or random.SystemRandom()
         self.max_pull_bytes = max_pull_bytes
         self._targets: dict[bytes, _Target] = {}  # worker address value -> target
-        self.map_targets: Callable[..., Iterable[list[bytes]]] = map
-        """How appends to several partitions of one batch run; an adapter may set a thread
-        pool's ``map`` (the core itself starts no threads)."""
+        self.map_targets: Callable[..., Iterable[Outcome]] = map
+        """How ``handle_batch`` performs several actions of one step (appends to different
+        partitions); a thread pool's ``map`` lets their fsyncs overlap."""
 
-    # -- entry points ------------------------------------------------------------------------
+    # -- blocking driver ---------------------------------------------------------------------
     def handle(self, msg: RoutingMessage) -> list[RoutingMessage]:
         return self.handle_batch([msg])[0]
 
     def handle_batch(self, msgs: Sequence[RoutingMessage]) -> list[list[RoutingMessage]]:
-        out: list[list[RoutingMessage]] = [[] for _ in msgs]
+        batch = self.batch(msgs)
+        log = self.log
+        while batch.actions:
+            actions = batch.actions
+            if len(actions) == 1:
+                batch.feed([perform(log, actions[0])])
+            else:
+                batch.feed(list(self.map_targets(functools.partial(perform, log), actions)))
+        return batch.replies  # type: ignore[return-value]  # nothing deferred
+
+    # -- the core ----------------------------------------------------------------------------
+    def batch(self, msgs: Sequence[RoutingMessage], *, defer_reads: bool = False) -> Batch:
+        """Start handling ``msgs`` (everything one read, or several connections, produced):
+        consecutive pushes to one partition become one ``Append`` — one group commit — and
+        the confirms keep request order."""
+        return Batch(self, msgs, defer_reads)
+
+    def error_reply(self, msg: RoutingMessage, reason: str) -> list[RoutingMessage]:
+        """An ``error`` reply to ``msg`` (for an adapter that could not get ``msg`` handled)."""
+        if not msg.onward_route:
+            return []
+        return self._error(msg, None, reason)
+
+    def _internal_error(self, msg: RoutingMessage, e: BaseException) -> list[RoutingMessage]:
+        logger.error("stream service failed on a message", exc_info=e)
+        return self.error_reply(msg, f"internal error: {type(e).__name__}")
+
+    def _run(self, msgs, out, deferred, defer_reads):
+        """The batch as a generator: yields lists of actions, is sent lists of outcomes."""
         # pending pushes per target (keyed by the worker address bytes: their hash is cached):
         # (target, [(input position, (request_id, data), message)])
         pending: dict[bytes, tuple[_Target, list[_Pending]]] = {}
+        prefix, targets = self._worker_prefix, self._targets
+        decode_push = codec.decode_push_request
         for i, msg in enumerate(msgs):
-            push = self._as_push(msg)
-            if push is not None:
-                target, req = push
-                slot = pending.get(target.address.value)
-                if slot is None:
-                    slot = pending[target.address.value] = (target, [])
-                slot[1].append((i, req, msg))
-                continue
+            # push fast path: a well-formed push to a known stream worker
+            if msg.onward_route:
+                dest = msg.onward_route[0]
+                if dest.type == ADDRESS_TYPE_LOCAL and dest.value.startswith(prefix):
+                    req = decode_push(msg.payload)
+                    if req is not None:
+                        target = targets.get(dest.value)
+                        if target is None:
+                            try:
+                                target = yield from self._drive(self._target(dest))
+                            except Exception as e:
+                                out[i] = self._internal_error(msg, e)
+                                continue
+                        if target is not None:
+                            slot = pending.get(dest.value)
+                            if slot is None:
+                                slot = pending[dest.value] = (target, [])
+                            slot[1].append((i, req, msg))
+                            continue
             if pending:
-                self._flush(pending, out)
+                yield from self._flush(pending, out)
                 pending = {}
+            handler = self._dispatch(msg)
             try:
-                out[i] = self._dispatch(msg)
+                replies = yield from self._drive(handler, defer_reads)
             except Exception as e:  # a bug must not kill the server; report it to the peer
-                logger.exception("stream service failed on a message")
-                out[i] = self._error(msg, None, f"internal error: {type(e).__name__}")
+                out[i] = self._internal_error(msg, e)
+                continue
+            if type(replies) is _Deferred:
+                out[i] = None
+                deferred.append(PendingRead(self, i, replies.action, msg, handler))
+            else:
+                out[i] = replies
         if pending:
-            self._flush(pending, out)
-        return out
+            yield from self._flush(pending, out)
 
-    # -- push fast path --------------------------------------------------------------------
-    def _as_push(self, msg: RoutingMessage) -> tuple[_Target, tuple[int, bytes]] | None:
-        """A well-formed push ``(request_id, data)`` to a known stream worker, else None (the
-        generic path then answers it)."""
-        if not msg.onward_route:
-            return None
-        dest = msg.onward_route[0]
-        if dest.type != ADDRESS_TYPE_LOCAL or not dest.value.startswith(self._worker_prefix):
-            return None
-        push = codec.decode_push_request(msg.payload)
-        if push is None:
-            return None
-        target = self._targets.get(dest.value) or self._target(dest)
-        if target is None:
-            return None
-        return target, push
+    def _drive(self, handler: _Handler, defer_reads: bool = False):
+        """Run one handler inside the batch: each action it yields is one step of the batch.
+        With ``defer_reads``, a ``Read`` ends the drive (``_Deferred``)."""
+        try:
+            action = next(handler)
+            while True:
+                if defer_reads and type(action) is Read:
+                    return _Deferred(action)
+                (outcome,) = yield [action]
+                if outcome.error is None:
+                    action = handler.send(outcome.value)
+                else:
+                    action = handler.throw(outcome.error)
+        except StopIteration as stop:
+            return stop.value
 
-    def _flush(self, pending, out) -> None:
-        """Append each target's pending pushes with one ``append_payloads``; fill in confirms.
-
-        Targets are independent partitions, so their appends go through ``map_targets``:
-        ``map`` by default, or a thread pool's ``map`` given by the server, which lets the
-        partitions' fsyncs overlap. Within a target, order is kept (one call per target)."""
+    # -- push ------------------------------------------------------------------------------
+    def _flush(self, pending, out):
+        """One ``Append`` per target (independent partitions: one step, so an adapter may run
+        them side by side); fill in the confirms, in request order within a target."""
         groups = list(pending.values())
-        if len(groups) == 1:
-            results = [self._append_group(groups[0])]
-        else:
-            results = list(self.map_targets(self._append_group, groups))
-        for (target, items), confirms in zip(groups, results, strict=True):
+        outcomes = yield [
+            Append(t.stream, t.partition, [data for _, (_, data), _ in items])
+            for t, items in groups
+        ]
+        for (target, items), outcome in zip(groups, outcomes, strict=True):
             src = (target.address,)
-            for (i, _, msg), payload in zip(items, confirms, strict=True):
+            for (i, _, msg), payload in zip(
+                items, self._confirms(target, items, outcome), strict=True
+            ):
                 if msg.return_route:
                     out[i] = [RoutingMessage(msg.return_route, src, payload)]
 
-    def _append_group(self, group: tuple[_Target, list[_Pending]]) -> list[bytes]:
-        target, items = group
-        datas = [data for _, (_, data), _ in items]
-        try:
-            indexes = self.log.append_payloads(target.stream, target.partition, datas)
+    def _confirms(self, target: _Target, items: list[_Pending], outcome: Outcome) -> list[bytes]:
+        e = outcome.error
+        if e is None:
             return [
                 codec.encode_push_confirm(rid, idx)
-                for (_, (rid, _), _), idx in zip(items, indexes, strict=True)
+                for (_, (rid, _), _), idx in zip(items, outcome.value, strict=True)
             ]
-        except Exception as e:  # any storage failure is a PushConfirm ERROR, never a crash
-            if not isinstance(e, LoglakeError):
-                logger.exception("log.append_payloads raised an unexpected error")
-            log_event(
-                logger,
-                logging.ERROR,
-                "push failed",
-                stream=target.stream,
-                partition=target.partition,
-                count=len(items),
-                error=str(e),
-            )
-            return [codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items]
+        # any storage failure is a PushConfirm ERROR, never a crash
+        if not isinstance(e, LoglakeError):
+            logger.error("log.append_payloads raised an unexpected error", exc_info=e)
+        log_event(
+            logger,
+            logging.ERROR,
+            "push failed",
+            stream=target.stream,
+            partition=target.partition,
+            count=len(items),
+            error=str(e),
+        )
+        return [codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items]
 
     # -- dispatch --------------------------------------------------------------------------
-    def _dispatch(self, msg: RoutingMessage) -> list[RoutingMessage]:
+    def _dispatch(self, msg: RoutingMessage) -> _Handler:
         if not msg.onward_route:
             log_event(logger, logging.WARNING, "dropped a message with an empty onward route")
             return []
         dest = msg.onward_route[0]
         if dest.type == ADDRESS_TYPE_LOCAL:
             if dest == self._service_addr:
-                return self._on_service(msg)
+                return (yield from self._on_service(msg))
             if dest == self._index_addr:
-                return self._on_index(msg)
+                return (yield from self._on_index(msg))
             if dest.value.startswith(self._worker_prefix):
-                target = self._targets.get(dest.value) or self._target(dest)
+                target = self._targets.get(dest.value)
+                if target is None:
+                    target = yield from self._target(dest)
                 if target is not None:
-                    return self._on_worker(msg, target)
+                    return (yield from self._on_worker(msg, target))
                 return self._error(msg, dest, f"unknown stream worker {dest.name!r}")
         return self._error(msg, None, f"no worker at address {dest}")
 
-    def _target(self, dest: Address) -> _Target | None:
+    def _target(self, dest: Address) -> Generator[Action, Any, _Target | None]:
         rest = dest.value[len(self._worker_prefix) :].decode("utf-8", "replace")
         name, sep, part = rest.rpartition("/")
         if not sep or not part.isdigit() or (part != "0" and part.startswith("0")):
             return None
         partition = int(part)
         try:
-            info = self.log.stream_info(name)
+            info = yield LogCall("stream_info", (name,))
         except LoglakeError:
             return None
         if partition >= len(info.partitions):
@@ -262,44 +449,45 @@ class StreamService:
         return self._reply(msg, src or msg.onward_route[0], Error(reason))
 
     # -- stream service ----------------------------------------------------------------------
-    def _on_service(self, msg: RoutingMessage) -> list[RoutingMessage]:
+    def _on_service(self, msg: RoutingMessage) -> _Handler:
         try:
             protocol, req = codec.decode_request(msg.payload)
         except DecodeError as e:
             log_event(logger, logging.WARNING, "undecodable stream service request", error=str(e))
             return self._error(msg, self._service_addr, INVALID_REQUEST)
         if isinstance(req, CreateStreamRequest):
-            return self._create(msg, req.stream_name, 1, partitioned=None)
+            return (yield from self._create(msg, req.stream_name, 1, partitioned=None))
         if isinstance(req, CreatePartitionedStreamRequest):
-            return self._create(msg, req.stream_name, req.partitions, partitioned=protocol)
+            return (yield from self._create(msg, req.stream_name, req.partitions, protocol))
         if isinstance(req, StreamInfoRequest):
-            return self._info(msg, req)
+            return (yield from self._info(msg, req))
         return self._error(msg, self._service_addr, INVALID_REQUEST)
 
-    def _new_name(self) -> str:
+    def _new_name(self) -> Generator[Action, Any, str]:
         while True:
             name = f"generated_{self._rng.getrandbits(32):08x}"
-            if not self.log.has_stream(name):
+            if not (yield LogCall("has_stream", (name,))):
                 return name
 
-    def _create(self, msg, name: str | None, n: int, partitioned: str | None):
+    def _create(self, msg, name: str | None, n: int, partitioned: str | None) -> _Handler:
         src = self._service_addr
         if name is None:
-            name = self._new_name()
+            name = yield from self._new_name()
         elif name == "":
             return self._error(msg, src, "Empty stream name")
         if not 1 <= n <= MAX_PARTITIONS:
             return self._error(msg, src, f"partitions must be 1..{MAX_PARTITIONS}, not {n}")
         try:
             check_stream_name(name)
-            if self.log.has_stream(name):
-                have = len(self.log.stream_info(name).partitions)
+            if (yield LogCall("has_stream", (name,))):
+                have = len((yield LogCall("stream_info", (name,))).partitions)
                 if n > have:
                     return self._error(
                         msg, src, f"stream {name!r} exists with {have} partitions, not {n}"
                     )
             else:
-                self.log.create_stream(name, replace(self.default_config, partitions=n))
+                config = replace(self.default_config, partitions=n)
+                yield LogCall("create_stream", (name, config))
                 log_event(logger, logging.INFO, "stream created", stream=name, partitions=n)
         except LoglakeError as e:
             return self._error(msg, src, str(e))
@@ -312,12 +500,15 @@ class StreamService:
             out += self._reply(msg, worker, response, partitioned)
         return out
 
-    def _info(self, msg, req: StreamInfoRequest):
-        names = self.log.streams() if req.stream_name is None else [req.stream_name]
+    def _info(self, msg, req: StreamInfoRequest) -> _Handler:
+        if req.stream_name is None:
+            names = yield LogCall("streams", ())
+        else:
+            names = [req.stream_name]
         summaries = []
         for name in names:
             try:
-                info = self.log.stream_info(name)
+                info = yield LogCall("stream_info", (name,))
             except UnknownStream:
                 return self._error(msg, self._service_addr, f"unknown stream {name!r}")
             summaries.append(
@@ -332,26 +523,35 @@ class StreamService:
         return self._reply(msg, self._service_addr, StreamInfoResponse(tuple(summaries)))
 
     # -- stream worker ---------------------------------------------------------------------
-    def _on_worker(self, msg: RoutingMessage, target: _Target) -> list[RoutingMessage]:
+    def _on_worker(self, msg: RoutingMessage, target: _Target) -> _Handler:
         try:
             _, req = codec.decode_request(msg.payload)
         except DecodeError as e:
             log_event(logger, logging.WARNING, "undecodable stream request", error=str(e))
             return self._error(msg, target.address, INVALID_REQUEST)
         if isinstance(req, PushRequest):  # normally taken by the batch path
-            out: list[list[RoutingMessage]] = [[]]
-            self._flush({b"": (target, [(0, (req.request_id, req.data), msg)])}, out)
-            return out[0]
+            outcome = yield from self._append_one(target, req.data)
+            payload = self._confirms(target, [(0, (req.request_id, req.data), msg)], outcome)[0]
+            if not msg.return_route:
+                return []
+            return [RoutingMessage(msg.return_route, (target.address,), payload)]
         if isinstance(req, PullRequest):
-            return self._pull(msg, target, req)
+            return (yield from self._pull(msg, target, req))
         return self._error(msg, target.address, INVALID_REQUEST)
 
-    def _pull(self, msg, target: _Target, req: PullRequest):
+    @staticmethod
+    def _append_one(target: _Target, data: bytes) -> Generator[Action, Any, Outcome]:
+        try:
+            return Outcome((yield Append(target.stream, target.partition, [data])))
+        except Exception as e:
+            return Outcome(error=e)
+
+    def _pull(self, msg, target: _Target, req: PullRequest) -> _Handler:
         limit = min(req.limit, MAX_PULL_MESSAGES)
         messages: list[tuple[int, bytes]] = []
         if limit > 0:
             try:
-                rows = self.log.read_payloads(target.stream, target.partition, req.index, limit)
+                rows = yield Read(target.stream, target.partition, req.index, limit)
             except LoglakeError as e:
                 log_event(logger, logging.ERROR, "pull failed", error=str(e))
                 rows = []  # the reference answers an empty PullResponse on storage errors
@@ -367,7 +567,7 @@ class StreamService:
         return [RoutingMessage(msg.return_route, (target.address,), payload)]
 
     # -- index service -----------------------------------------------------------------------
-    def _on_index(self, msg: RoutingMessage) -> list[RoutingMessage]:
+    def _on_index(self, msg: RoutingMessage) -> _Handler:
         try:
             protocol, req = codec.decode_request(msg.payload)
         except DecodeError as e:
@@ -378,10 +578,12 @@ class StreamService:
         if isinstance(req, GetIndex | GetPartitionIndex):
             partition = getattr(req, "partition", 0)
             try:
-                stored = self.log.get_consumer_index(req.client_id, req.stream_name, partition)
+                stored = yield LogCall(
+                    "get_consumer_index", (req.client_id, req.stream_name, partition)
+                )
                 if stored is None:  # spec: "a new record MUST be created with an index 0"
-                    stored = self.log.save_consumer_index(
-                        req.client_id, req.stream_name, partition, 0
+                    stored = yield LogCall(
+                        "save_consumer_index", (req.client_id, req.stream_name, partition, 0)
                     )
             except (UnknownStream, UnknownPartition) as e:
                 return self._error(msg, src, str(e))
@@ -389,8 +591,9 @@ class StreamService:
             partition = getattr(req, "partition", 0)
             try:
                 try:
-                    stored = self.log.save_consumer_index(
-                        req.client_id, req.stream_name, partition, req.index
+                    stored = yield LogCall(
+                        "save_consumer_index",
+                        (req.client_id, req.stream_name, partition, req.index),
                     )
                 except IndexRegression as e:  # spec: "it MUST NOT be changed"
                     stored = e.stored
