@@ -1,8 +1,9 @@
 """Adapters from a live loglake stream to Arrow batches: the part of a read that is not sealed.
 
 Two places hold live records: a local data dir (the storage engine, opened read-only with
-``loglake.log.open_log(data_dir, readonly=True)``) and a running node (the Ockam stream protocol
-through ``loglake.streams.client.StreamClient``, option ``url``). Both answer the same two
+``loglake.log.open_log(data_dir, readonly=True)``, which shows only what the writer fsynced)
+and a running node (the Ockam stream protocol through ``loglake.streams.client.StreamClient``,
+option ``url``). Both answer the same two
 questions — which partitions with which ``[first_index, next_index)``, and the records of a range —
 so the data source and ``read()`` do not care where the tail lives.
 
@@ -16,7 +17,6 @@ index >= i" is monotone in ``i``): O(log n) round trips that do not read the dat
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from loglake.log.api import Record, UnknownStream
+from loglake.log import open_log
+from loglake.log.api import Log, Record, UnknownStream
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption
 
@@ -58,13 +59,13 @@ class LiveSource(Protocol):
     ) -> Iterator[pa.RecordBatch]: ...
 
 
-def open_log_readonly(data_dir: str):
-    """The storage engine's read-only view, or None while it is not installed."""
-    try:
-        mod = importlib.import_module("loglake.log")
-        open_log = mod.open_log
-    except (ImportError, AttributeError):
-        return None
+def open_log_readonly(data_dir: str) -> Log:
+    """The storage engine's read-only view of ``data_dir``. It never takes the writer's lock,
+    and each partition shows only its durable prefix — the records below the writer's ``DURABLE``
+    watermark, i.e. covered by an fsync — so a query never reads (and a streaming query never
+    commits) a record a writer crash could still take back and whose index a later append would
+    reuse (issue 17 item 8). A stream whose policy is ``none`` is never known durable: readers
+    see its whole records as they land (``loglake.log``'s rule)."""
     return open_log(data_dir, readonly=True)
 
 
@@ -76,8 +77,6 @@ class DirSource:
 
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
         log = open_log_readonly(self.data_dir)
-        if log is None:
-            return None
         try:
             if not log.has_stream(stream):
                 return None
@@ -88,8 +87,6 @@ class DirSource:
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
         log = open_log_readonly(self.data_dir)
-        if log is None:
-            return
         try:
             buf: list[Record] = []
             for rec in log.iter_records(stream, partition, start, end, batch=READ_BATCH):

@@ -1,0 +1,82 @@
+"""The live tail as the Spark source sees it (``livelog.DirSource``, ``options.resolve_stream``):
+only what the writer fsynced (issue 17 item 8), and a broken log import is an error, not an empty
+stream (issue 18). No Spark: these are the calls the source makes on the driver and executors."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pyarrow as pa
+import pytest
+
+from loglake.log import Entry, StreamConfig, fs, open_log
+from loglake.pipeline import livelog
+from loglake.pipeline.livelog import DirSource
+from loglake.pipeline.options import parse_options, resolve_stream
+
+WAIT = 30.0
+
+
+def _rows(src: DirSource, end: int) -> list[bytes]:
+    batches = list(src.read("s", 0, 0, end))
+    return pa.Table.from_batches(batches).column("data").to_pylist() if batches else []
+
+
+def test_a_reader_does_not_see_records_appended_but_not_yet_fsynced(tmp_path, monkeypatch):
+    """A ``batch`` writer has written three records and is inside the group commit's fsync:
+    they are not acknowledged, a crash could take them back and a later append would reuse their
+    indexes, so neither the source's layout nor its reads may include them."""
+    writer = open_log(tmp_path)
+    try:
+        writer.create_stream("s", StreamConfig(durability="batch"))
+        writer.append_many("s", 0, [Entry(b"acked-%d" % i) for i in range(5)])
+        in_fsync, release = threading.Event(), threading.Event()
+        real = fs.fdatasync
+
+        def held_fdatasync(fd):
+            if threading.current_thread().name == "late-append":
+                in_fsync.set()
+                assert release.wait(WAIT), "the test never released the fsync"
+            real(fd)
+
+        monkeypatch.setattr(fs, "fdatasync", held_fdatasync)
+        late = threading.Thread(
+            target=lambda: writer.append_many("s", 0, [Entry(b"late")] * 3), name="late-append"
+        )
+        late.start()
+        try:
+            assert in_fsync.wait(WAIT), "the late append reached its fsync"
+            src = DirSource(str(tmp_path))
+            assert src.partitions("s") == {0: (0, 5)}
+            assert _rows(src, 8) == [b"acked-%d" % i for i in range(5)]
+            layout = resolve_stream(parse_options({"data_dir": str(tmp_path), "stream": "s"}))
+            assert layout.live == {0: (0, 5)}
+        finally:
+            release.set()
+            late.join(WAIT)
+        assert DirSource(str(tmp_path)).partitions("s") == {0: (0, 8)}  # acknowledged now
+        assert _rows(DirSource(str(tmp_path)), 8)[5:] == [b"late"] * 3
+    finally:
+        writer.close()
+
+
+def test_the_live_log_is_never_taken_for_absent(tmp_path, monkeypatch):
+    """The source used to import the log lazily and answer "no stream" when that failed, so a
+    broken install read as an empty stream. Now the log is a plain import (a broken one fails
+    loudly when the source loads), and an error opening it is raised, not swallowed."""
+    log = open_log(tmp_path)
+    log.create_stream("s")
+    log.append_many("s", 0, [Entry(b"x")])
+    log.close()
+    monkeypatch.setitem(sys.modules, "loglake.log", None)  # a lazy import would fail now
+    assert DirSource(str(tmp_path)).partitions("s") == {0: (0, 1)}
+    monkeypatch.setattr(livelog, "open_log", _broken_open_log)
+    with pytest.raises(OSError, match="unreadable"):
+        DirSource(str(tmp_path)).partitions("s")
+    with pytest.raises(OSError, match="unreadable"):
+        list(DirSource(str(tmp_path)).read("s", 0, 0, 1))
+
+
+def _broken_open_log(*a, **k):
+    raise OSError("data dir unreadable")
