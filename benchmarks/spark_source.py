@@ -221,13 +221,7 @@ def main() -> None:
             times["parquet"].append(timed_noop(spark.read.parquet(lake)))
             times["loglake"].append(timed_noop(read(spark, str(data_dir), STREAM)))
             times["driver_tail"].append(
-                timed_noop(
-                    spark.read.format("loglake")
-                    .option("data_dir", str(data_dir))
-                    .option("stream", STREAM)
-                    .option("driverTailRecords", str(10**9))
-                    .load()
-                )
+                timed_noop(read(spark, str(data_dir), STREAM, driver_tail_records=10**9))
             )
         native_s, loglake_s = min(times["parquet"]), min(times["loglake"])
         driver_tail_s = min(times["driver_tail"])

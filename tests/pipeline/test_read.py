@@ -1,4 +1,5 @@
-"""Batch reads: ``read()``, ``format("loglake")`` (hooked and plain Python source), pushdown."""
+"""Batch reads: ``read()`` (native sealed + Python tail), ``format("loglake")`` (the Python
+source alone), pushdown."""
 
 from __future__ import annotations
 
@@ -47,16 +48,39 @@ def test_sealed_history_goes_to_the_native_parquet_reader(spark, stream_dir):
     assert "FileScan parquet" in plan and "BatchScan loglake" in plan
 
 
-def test_format_entry_takes_the_same_path(spark, stream_dir):
+def test_format_entry_reads_every_record_through_the_registered_source(spark, stream_dir):
+    # issue 18: no patch of PySpark routes format("loglake") to the native reader any more;
+    # it is the Python source alone (same rows, slower); read() is the fast path.
     d, expected = stream_dir
     df = _load(spark, d)
-    assert "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" not in plan and "BatchScan loglake" in plan
     assert rows_of(df) == expected
+
+
+def test_nothing_in_pyspark_is_patched(spark):
+    from pyspark.sql.readwriter import DataFrameReader
+
+    for name in ("format", "option", "options", "load"):
+        assert getattr(DataFrameReader, name).__module__ == "pyspark.sql.readwriter", name
+    assert "_loglake_options" not in vars(spark.read)
+
+
+def test_read_options_is_the_fast_path_for_format_options(spark, stream_dir):
+    from loglake.pipeline.read import read_options
+
+    d, expected = stream_dir
+    opts = {"data_dir": str(d), "stream": "orders"}
+    fast = read_options(spark, opts)
+    assert "FileScan parquet" in fast._jdf.queryExecution().executedPlan().toString()
+    assert rows_of(fast) == expected
+    plain = read_options(spark, {**opts, "nativeSealed": "false"})
+    assert "FileScan parquet" not in plain._jdf.queryExecution().executedPlan().toString()
 
 
 def test_small_tail_read_on_the_driver_gives_the_same_rows(spark, stream_dir):
     d, expected = stream_dir
-    df = _load(spark, d, driverTailRecords="100000")
+    df = read(spark, str(d), "orders", driver_tail_records=100_000)
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "FileScan parquet" in plan and "BatchScan loglake" not in plan
     assert rows_of(df) == expected
@@ -141,6 +165,10 @@ def test_bad_input_is_a_typed_error_before_any_job(spark, tmp_path):
     with pytest.raises(BadOption, match="data_dir"):
         read(spark, str(tmp_path / "missing"), "orders")
     with pytest.raises(BadOption, match="'nope'"):
+        read(spark, str(tmp_path), "nope")
+    # format("loglake") checks the same options in Spark's Python planner: the message names
+    # the option, inside Spark's own exception (no job runs either)
+    with pytest.raises(Exception, match="stream='nope'"):
         spark.read.format("loglake").option("data_dir", str(tmp_path)).option(
             "stream", "nope"
         ).load()

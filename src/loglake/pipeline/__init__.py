@@ -25,9 +25,8 @@ __all__ = ["build_session", "read", "register", "write"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``loglake`` format and route its batch loads through ``read``."""
+    """Register the ``loglake`` format on ``spark`` (nothing else in Spark is changed:
+    ``read(...)`` is the fast path that sends sealed history to the native Parquet reader)."""
     from loglake.pipeline.datasource import register as _register
-    from loglake.pipeline.read import install_reader_hook
 
     _register(spark)
-    install_reader_hook()

@@ -11,9 +11,9 @@ needs ``spark.sql.python.filterPushdown.enabled``, which ``register`` sets), ``p
   pyarrow, index-filtered) and the uncovered rest from the live log (``livelog.py``), so a split
   survives a compaction that swapped files after planning. Filters on ``partition`` and ``index``
   are absorbed into the plan; ``timestamp_ns`` ranges prune rows here and are re-checked by Spark.
-  Every row of this source crosses a Python worker; ``loglake.pipeline.read`` (and
-  ``spark.read.format("loglake")`` once ``read.install_reader_hook`` ran) sends sealed files to
-  Spark's native Parquet reader instead and uses this source only for the live tail.
+  Every row of this source crosses a Python worker; ``loglake.pipeline.read`` sends sealed
+  files to Spark's native Parquet reader instead and uses this source only for the live tail
+  (``spark.read.format("loglake")`` is this source alone: nothing in Spark is patched).
 * Streaming read: offsets are ``{"<partition>": next index to read}``; ``startingOffsets`` is
   ``earliest``, ``latest`` or JSON (Kafka's -2/-1 allowed). A micro-batch ``[start, end)`` is the
   same deterministic range read as a batch split, so Spark's checkpoint + the Parquet sink's

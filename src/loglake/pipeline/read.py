@@ -10,12 +10,13 @@ one listing, so each index is read once even while the log seals or a compaction
 Filters applied later on the DataFrame still reach the Parquet scan (row-group statistics on
 ``partition``/``index``/``timestamp_ns``) and the Python source (``pushFilters``).
 
-``spark.read.format("loglake")`` takes the same path once ``install_reader_hook`` ran
-(``build_session``/``register`` run it): PySpark's ``DataFrameReader`` is a Python object, and the
-hook records the format and options given to it and routes ``load()`` of format ``loglake`` here.
-Why a hook: the Data Source API has no way for a Python source to delegate its scan to a native
-one. Without the hook (or with option ``nativeSealed=false``) the format still works, entirely
-through the Python source.
+This fast path is taken only by an explicit call — ``read(...)`` or ``read_options(spark,
+options)`` — never by patching Spark (issue 18). ``spark.read.format("loglake")`` is the
+registered Python source alone: the same rows, every one through a Python worker (~3× slower on
+sealed history). Why not route the format too: PySpark's Python Data Source API has no way for a
+source to hand its scan to a native reader, and the only way to make ``format("loglake")``
+native was replacing ``DataFrameReader.format/option/options/load`` for the whole process —
+every reader of every session, a dependence on PySpark internals, and nothing for Spark Connect.
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ def read(
     url: str | None = None,
     partition_count: int | None = None,
     split_records: int | None = None,
+    driver_tail_records: int | None = None,
 ) -> DataFrame:
-    """The records of ``stream`` (optionally some partitions and ``start <= index < end``)."""
+    """The records of ``stream`` (optionally some partitions and ``start <= index < end``):
+    sealed lake files through Spark's native Parquet reader, the live tail through the
+    ``loglake`` source (or, up to ``driver_tail_records`` records, read here on the driver)."""
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "stream": stream,
@@ -70,12 +74,17 @@ def read(
         "url": url,
         "partitionCount": partition_count,
         "splitRecords": split_records,
+        "driverTailRecords": driver_tail_records,
     }
     return read_options(spark, {k: str(v) for k, v in options.items() if v is not None})
 
 
 def read_options(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
-    """``read`` from data source options (what ``format("loglake").option(...)`` collects)."""
+    """``read`` from the ``loglake`` format's options (``docs/pipeline.md``); option
+    ``nativeSealed=false`` reads everything through the Python source instead (the reference
+    path, what ``spark.read.format("loglake")`` does)."""
+    if str(options.get("nativeSealed", "true")).lower() == "false":
+        return spark.read.format(FORMAT).options(**options).load()
     opts = parse_options(options)
     layout = resolve_stream(opts)
     plan = make_plan(opts, layout)
@@ -127,56 +136,3 @@ def _native(spark: SparkSession, opts: SourceOptions, files) -> DataFrame:
     if hi is not None and any(f.last >= hi for f in files):
         df = df.where(F.col("index") < hi)
     return df.select(*COLUMNS)
-
-
-_HOOKED = False
-
-
-def install_reader_hook() -> None:
-    """Route ``spark.read.format("loglake")...load()`` to ``read_options`` (idempotent)."""
-    global _HOOKED
-    if _HOOKED:
-        return
-    from pyspark.sql.readwriter import DataFrameReader
-
-    orig_format, orig_option = DataFrameReader.format, DataFrameReader.option
-    orig_options, orig_load = DataFrameReader.options, DataFrameReader.load
-
-    def _opts(self) -> dict[str, str]:
-        return self.__dict__.setdefault("_loglake_options", {})
-
-    def format(self, source: str):
-        self._loglake_format = str(source)
-        return orig_format(self, source)
-
-    def option(self, key: str, value: Any):
-        _opts(self)[str(key)] = _to_str(value)
-        return orig_option(self, key, value)
-
-    def options(self, **kw: Any):
-        for k, v in kw.items():
-            _opts(self)[str(k)] = _to_str(v)
-        return orig_options(self, **kw)
-
-    def load(self, path=None, format=None, schema=None, **kw: Any):
-        fmt = format or getattr(self, "_loglake_format", None)
-        collected = {**_opts(self), **{k: _to_str(v) for k, v in kw.items()}}
-        low = {k.lower(): v for k, v in collected.items()}
-        internal = LIVE_RANGES_OPTION.lower() in low or low.get("nativesealed") == "false"
-        if str(fmt).lower() == FORMAT and not internal and isinstance(path, str | type(None)):
-            if path is not None:
-                collected["data_dir"] = path
-            return read_options(self._spark, collected)
-        return orig_load(self, path, format, schema, **kw)
-
-    format.__doc__, option.__doc__ = orig_format.__doc__, orig_option.__doc__
-    options.__doc__, load.__doc__ = orig_options.__doc__, orig_load.__doc__
-    DataFrameReader.format, DataFrameReader.option = format, option  # type: ignore[method-assign]
-    DataFrameReader.options, DataFrameReader.load = options, load  # type: ignore[method-assign]
-    _HOOKED = True
-
-
-def _to_str(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
