@@ -79,7 +79,7 @@ class Seeder:
     def seed(self, metainfo: bytes, save_path: str | Path, timeout: float = 60.0) -> None:
         self.unseed()
         atp = lt.add_torrent_params()
-        atp.ti = lt.torrent_info(lt.bdecode(metainfo))
+        atp.ti = lt.torrent_info(metainfo)
         atp.save_path = str(save_path)
         self.handle = self.session.add_torrent(atp)
         deadline = time.monotonic() + timeout
@@ -140,6 +140,16 @@ class Fetcher:
         self.trackers: list[str] = []
         self._peers: list[tuple[str, int]] = []
 
+    def _info(self) -> lt.torrent_info:
+        if self.info is None:
+            raise ArchiveConfigError("call metadata() first")
+        return self.info
+
+    def _handle(self) -> lt.torrent_handle:
+        if self.handle is None:
+            raise ArchiveConfigError("call start() first")
+        return self.handle
+
     def metadata(
         self, magnet: str, timeout: float = METADATA_TIMEOUT_S, retries: int = 1
     ) -> lt.torrent_info:
@@ -148,7 +158,7 @@ class Fetcher:
             atp = lt.parse_magnet_uri(magnet)
         except RuntimeError as e:
             raise ArchiveConfigError(f"bad magnet link: {e}") from e
-        self.magnet_peers = [tuple(p) for p in atp.peers]
+        self.magnet_peers = [(str(host), int(port)) for host, port in atp.peers]
         self.trackers = list(atp.trackers)
         tmp = tempfile.mkdtemp(prefix="loglake-meta-")
         try:
@@ -160,6 +170,7 @@ class Fetcher:
                 while time.monotonic() < deadline:
                     if h.status().has_metadata:
                         ti = h.torrent_file()
+                        assert ti is not None  # has_metadata
                         self.session.remove_torrent(h)
                         self.info = lt.torrent_info(ti)
                         return self.info
@@ -174,30 +185,29 @@ class Fetcher:
 
     def start(self, peers: Iterable[tuple[str, int]] = ()) -> None:
         """Add the resolved torrent with every piece at priority 0."""
-        if self.info is None:
-            raise ArchiveConfigError("call metadata() first")
+        info = self._info()
         atp = lt.add_torrent_params()
-        atp.ti = self.info
+        atp.ti = info
         atp.save_path = str(self.save_path)
-        atp.piece_priorities = [0] * self.info.num_pieces()
+        atp.piece_priorities = [0] * info.num_pieces()
         atp.trackers = self.trackers
-        self.handle = self.session.add_torrent(atp)
+        handle = self.handle = self.session.add_torrent(atp)
         self._peers = list(peers) or self.magnet_peers
         for p in self._peers:
-            self.handle.connect_peer(p)
+            handle.connect_peer(p)
 
     def file_range(self, name: str) -> tuple[int, int]:
         """(offset, size) of a file inside the torrent's byte stream."""
         with warnings.catch_warnings():  # files() is marked deprecated in the 2.x binding
             warnings.simplefilter("ignore", DeprecationWarning)
-            fs = self.info.files()
+            fs = self._info().files()
         for i in range(fs.num_files()):
             if Path(fs.file_path(i)).name == name:
                 return fs.file_offset(i), fs.file_size(i)
         raise ArchiveConfigError(f"torrent has no {name!r} file (malformed archive torrent)")
 
     def pieces_of(self, offset: int, size: int) -> range:
-        p = self.info.piece_length()
+        p = self._info().piece_length()
         return range(offset // p, (offset + size + p - 1) // p)
 
     def download(
@@ -208,7 +218,7 @@ class Fetcher:
         progress: ProgressFn | None = None,
     ) -> int:
         """Fetch ``pieces`` (adding to what was asked before); return payload bytes so far."""
-        h = self.handle
+        h = self._handle()
         want = sorted(set(pieces))
         for i in want:
             h.piece_priority(i, 7 if i == want[-1] else 4)
@@ -216,7 +226,7 @@ class Fetcher:
         last_change, last_done = time.monotonic(), -1
         while True:
             st = h.status()
-            done = sum(1 for i in want if h.have_piece(i))
+            done = sum(h.have_piece(i) for i in want)
             if progress:
                 progress(Progress(done, len(want), st.total_payload_download, st.num_peers))
             if done == len(want):
@@ -239,7 +249,7 @@ class Fetcher:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every downloaded block is in the files: a piece counts as had once its
         hash checks, which can be before the disk thread wrote it (libtorrent 2.x)."""
-        h = self.handle
+        h = self._handle()
         self.session.pop_alerts()  # drain, so a full alert queue cannot drop the one we want
         h.flush_cache()
         deadline = time.monotonic() + timeout
@@ -252,10 +262,11 @@ class Fetcher:
 
     def verify(self, offset: int, region: bytes) -> bool:
         """Whether ``region`` read at ``offset`` (piece-aligned) matches the torrent's SHA-1s."""
-        p = self.info.piece_length()
+        info = self._info()
+        p = info.piece_length()
         mv = memoryview(region)
         for k in range(0, len(region), p):
-            want = self.info.hash_for_piece((offset + k) // p)
+            want = info.hash_for_piece((offset + k) // p)
             if hashlib.sha1(mv[k : k + p]).digest() != want:
                 return False
         return True

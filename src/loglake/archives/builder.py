@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from loglake.archives.layout import (
     NS,
     ArchiveMetadata,
-    DecodedMessage,
     EncodedArchive,
     IndexEntry,
     Layout,
 )
+from loglake.archives.messages import MessageRow
 from loglake.archives.torrent import PieceHashes, Torrent, build_torrent
 
 WINDOW_NS = 7 * 24 * 3600 * NS
@@ -88,7 +88,7 @@ class ArchiveBuilder:
     def build(
         self,
         windows: Sequence[tuple[int, int]],
-        messages: Sequence[DecodedMessage],
+        messages: Sequence[MessageRow],
         topics: Sequence[bytes | str] | None = None,
         presorted: bool = False,
     ) -> BuildResult:

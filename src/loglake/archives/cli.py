@@ -161,7 +161,7 @@ def seed(root, key_file, port, duration, connects) -> None:
     from loglake.archives.torrent import magnet_link
 
     meta = tfile.read_bytes()
-    info = lt.torrent_info(lt.bdecode(meta))
+    info = lt.torrent_info(meta)
     announce = tuple(t.url for t in info.trackers())
     seeder = Seeder(port)
     try:
@@ -264,6 +264,7 @@ def _open_streams(data_dir: str | None, connect: str | None, readonly: bool):
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams
 
+    assert data_dir is not None  # exactly one of the two, checked above
     log = open_log(data_dir, readonly=readonly)
     return LocalStreams(log), log.close
 

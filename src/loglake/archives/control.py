@@ -209,6 +209,7 @@ class ControlNode:
         msgs = self.store.decoded(windows[0][0], windows[-1][1])
         before = len(self.builder.entries)
         result = self.builder.build(windows, msgs, self.topics, presorted=True)
+        assert result.end_ns is not None  # set by every window built
         if result.archives:
             with open(self.data_path, "ab") as f:
                 for a in result.archives:
@@ -220,6 +221,7 @@ class ControlNode:
             # temporary file, fsync, rename, folder fsync: a crash leaves the old or the new
             # index (and torrent), and the folder fsync also makes a new ``data`` entry durable
             fs.replace_file_atomic(self.index_path, result.index)
+            assert result.torrent is not None  # a build with archives has a torrent
             fs.replace_file_atomic(self.torrent_path, result.torrent.metainfo())
         new = self.builder.entries[before:]
         # the rows this build exported (its windows, its topics, status-go's size cap)

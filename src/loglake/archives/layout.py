@@ -49,6 +49,7 @@ from loglake.archives.messages import (
     DecodedMessage,
     EncodedArchive,
     IndexEntry,
+    MessageRow,
 )
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
@@ -188,10 +189,10 @@ class Layout(ABC):
             out.append(self._entry_from_pb(key, meta, encoded))
         out.sort(key=lambda e: e.offset)
         end = 0
-        for e in out:
-            if e.offset < end:
-                raise CorruptIndex(f"archive {e.archive_id[:18]}… overlaps the previous one")
-            end = e.offset + e.size
+        for entry in out:
+            if entry.offset < end:
+                raise CorruptIndex(f"archive {entry.archive_id[:18]}… overlaps the previous one")
+            end = entry.offset + entry.size
         if data_size is not None and end > data_size:
             raise CorruptIndex(f"index describes {end} bytes of data, the torrent has {data_size}")
         return out
@@ -203,7 +204,7 @@ class Layout(ABC):
                 f"{self.piece_length}-byte pieces"
             )
 
-    def chunk(self, messages: Sequence[DecodedMessage]) -> list[list[DecodedMessage]]:
+    def chunk(self, messages: Sequence[MessageRow]) -> list[list[MessageRow]]:
         """status-go splits a window into chunks of at most ``maxArchiveSizeInBytes`` of
         payload+sig and drops bigger messages; the spec layout keeps one archive per window."""
         if self.max_archive_bytes is None:
@@ -219,7 +220,7 @@ class Layout(ABC):
             sizes = sizes[keep]
         cum = np.zeros(len(msgs) + 1, dtype=np.int64)
         np.cumsum(sizes, out=cum[1:])
-        chunks: list[list[DecodedMessage]] = []
+        chunks: list[list[MessageRow]] = []
         i = 0
         while i < len(msgs):
             j = int(np.searchsorted(cum, cum[i] + cap, side="right")) - 1

@@ -91,6 +91,12 @@ class DecodedMessage(NamedTuple):
     """status-go's size for the 30 MB cap: ``len(payload) + len(sig)``."""
 
 
+MessageRow = tuple[int, bytes | str, bytes, int]
+"""A message as the builder reads it, by position: ``(timestamp_ns, topic, raw, cap_size)``. A
+``DecodedMessage`` is one; so is a plain store row (``MessageStore.decoded``), which saves
+building a named tuple per message."""
+
+
 @dataclass(frozen=True, slots=True)
 class MagnetLinkMessage:
     """``CommunityMessageArchiveMagnetlink`` plus who signed it."""

@@ -77,7 +77,9 @@ def encode_magnet_message(clock: int, magnet_uri: str, key: PrivateKey) -> bytes
         clock=clock, magnet_uri=magnet_uri
     ).SerializeToString(deterministic=True)
     amm = sg_pb.ApplicationMetadataMessage(
-        signature=sign_payload(payload, key), payload=payload, type=COMMUNITY_ARCHIVE_MAGNETLINK
+        signature=sign_payload(payload, key),
+        payload=payload,
+        type=sg_pb.ApplicationMetadataMessage.COMMUNITY_ARCHIVE_MAGNETLINK,  # 43
     )
     return amm.SerializeToString(deterministic=True)
 

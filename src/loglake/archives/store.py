@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loglake.archives.layout import DecodedMessage, IndexEntry
+from loglake.archives.messages import MessageRow
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -109,17 +110,17 @@ class MessageStore:
         """``(ts_ns, topic, raw)`` rows in time order."""
         return [r[:3] for r in self._rows(from_ns, to_ns)]
 
-    def decoded(self, from_ns: int | None = None, to_ns: int | None = None) -> list[DecodedMessage]:
+    def decoded(self, from_ns: int | None = None, to_ns: int | None = None) -> list[MessageRow]:
         """Rows laid out as ``DecodedMessage`` ``(timestamp_ns, topic, raw, cap_size)``, without
         parsing the records again. Plain tuples (what the builder reads, by position): wrapping
         a million rows in named tuples cost a third of the control node's build."""
-        return self._rows(from_ns, to_ns)  # type: ignore[return-value]
+        return self._rows(from_ns, to_ns)
 
-    def _rows(self, from_ns: int | None, to_ns: int | None) -> list[tuple]:
+    def _rows(self, from_ns: int | None, to_ns: int | None) -> list[MessageRow]:
         with _gc_paused():
             return self._select(from_ns, to_ns)
 
-    def _select(self, from_ns: int | None, to_ns: int | None) -> list[tuple]:
+    def _select(self, from_ns: int | None, to_ns: int | None) -> list[MessageRow]:
         q, args = "SELECT ts_ns, topic, raw, cap FROM messages", []
         conds = []
         if from_ns is not None:

@@ -98,6 +98,7 @@ class PieceHashes:
         out = self.hashes
         for k, (i0, i1, o0, o1) in enumerate(zip(i0s, i1s, o0s, o1s, strict=True)):
             short = p - (int(ends[k]) - int(starts[k]))
+            buf: bytes | memoryview
             if i0 == i1:
                 buf = memoryview(parts[i0])[o0:o1]
                 if short:

@@ -16,6 +16,8 @@ run; we write keys sorted, which is one of the orders Go may produce.
 
 from __future__ import annotations
 
+import builtins
+
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import HASH_SIZE, BatchRecord
 from loglake.wire.varint import (
@@ -139,7 +141,7 @@ class Reader:
             raise self.fail(f"{field}: {n} overflows an int")
         return n
 
-    def raw(self, size: int, field: str) -> bytes:
+    def raw(self, size: builtins.int, field: str) -> bytes:  # (``int`` is the method above)
         end = self.pos + size
         if size < 0 or end > len(self.data):
             raise self.fail(f"{field}: needs {size} bytes, {len(self.data) - self.pos} left")

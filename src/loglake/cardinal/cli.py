@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import click
 from rich.console import Console
 
-from loglake.cardinal.blocks import Block, ChainUpdate, ReorgEvent
+from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint
@@ -131,8 +131,8 @@ def consume_topic(
     return consumer
 
 
-def _short(b: Block | object) -> str:
-    return f"#{b.number} {b.hash.hex()[:16]}"  # type: ignore[attr-defined]
+def _short(b: Block | BlockRef) -> str:
+    return f"#{b.number} {b.hash.hex()[:16]}"
 
 
 _connection = [

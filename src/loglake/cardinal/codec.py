@@ -123,10 +123,10 @@ def decode(key: bytes, value: bytes) -> Message:
     if t == BATCH:
         if len(key) != _H1:
             raise CardinalDecodeError(name, f"key must be 33 bytes, got {len(key)}")
-        number, weight, parent, updates = avro.decode_batch(value)
+        number, weight, parent, records = avro.decode_batch(value)
         if len(weight) > 32:
             raise CardinalDecodeError(name, f"weight of {len(weight)} bytes exceeds 256 bits")
-        return Batch(key[1:], number, int.from_bytes(weight, "big"), parent, updates)
+        return Batch(key[1:], number, int.from_bytes(weight, "big"), parent, records)
     if t == SUB_BATCH_HEADER:
         if len(key) != _H2:
             raise CardinalDecodeError(name, f"key must be 65 bytes, got {len(key)}")

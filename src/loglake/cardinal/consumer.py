@@ -46,6 +46,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from loglake.cardinal.blocks import Block, ReorgEvent
 from loglake.cardinal.codec import decode
@@ -64,6 +65,9 @@ from loglake.cardinal.messages import (
     SubBatchMsg,
 )
 from loglake.logs import log_event
+
+_Part = SubBatchHeader | SubBatchMsg | BatchMsg | BatchDeleteMsg
+"""The messages that make up a block after its ``Batch``."""
 
 log = logging.getLogger(__name__)
 
@@ -160,22 +164,32 @@ class BlockAssembler:
         self.stats.messages += 1
         if offset >= 0 and offset + 1 > self.next_offsets.get(source, 0):
             self.next_offsets[source] = offset + 1
+        # Dispatch on ``type(msg) is`` (cheaper than isinstance on this per-message path); the
+        # ``if TYPE_CHECKING`` asserts tell the type checker what each branch holds, at no cost.
         t = type(msg)
         if t is Reorg or t is ReorgComplete:
-            return [self._reorg(msg)]  # type: ignore[arg-type]
+            if TYPE_CHECKING:
+                assert isinstance(msg, Reorg | ReorgComplete)
+            return [self._reorg(msg)]
         if t is Ping:
             self.stats.ignored += 1
             return []
-        h = msg.hash  # type: ignore[union-attr]
+        if TYPE_CHECKING:
+            assert not isinstance(msg, Reorg | ReorgComplete | Ping)
+        h = msg.hash
         if h in self._completed:
             self.stats.duplicates += 1
             return []
         pb = self._pending.get(h)
         if t is Batch:
+            if TYPE_CHECKING:
+                assert isinstance(msg, Batch)
             if pb is not None:
                 self.stats.duplicates += 1
                 return []
             return self._start(msg, source, offset)
+        if TYPE_CHECKING:
+            assert not isinstance(msg, Batch)
         if pb is None:
             self._queue(msg, source, offset)
             return []
@@ -248,7 +262,7 @@ class BlockAssembler:
             return [self._complete(pb)]
         return []
 
-    def _queue(self, msg: Message, source: str, offset: int) -> None:
+    def _queue(self, msg: _Part, source: str, offset: int) -> None:
         h = msg.hash
         if isinstance(msg, BatchMsg):
             k: tuple = (3, msg.key)

@@ -70,7 +70,9 @@ def _weight(w: object) -> int:
 
 def _hash(h: object) -> bytes:
     """A block hash: 32 bytes as hex (Cardinal hashes are 32-byte Keccak/types.Hash values)."""
-    raw = bytes.fromhex(h)  # type: ignore[arg-type]
+    if not isinstance(h, str):
+        raise ValueError(f"a block hash is a hex string, got {h!r}")
+    raw = bytes.fromhex(h)
     if len(raw) != 32:
         raise ValueError(f"a block hash is 32 bytes, got {len(raw)}")
     return raw
@@ -466,17 +468,20 @@ class OrderedConsumer:
                 return []
             updates: list[ChainUpdate | ReorgEvent] = []
             if not complete:
-                updates += self.ordering.reorg(msg.number, msg.hash)  # may raise: nothing noted
+                reverted = self.ordering.reorg(msg.number, msg.hash)  # may raise: nothing noted
+                updates += reverted
                 self._reverted.clear()  # bounded: only the latest reorg's (<= window) blocks
-                for u in updates:
-                    self._reverted.update(dict.fromkeys(b.hash for b in u.removed))  # type: ignore[union-attr]
+                for u in reverted:
+                    self._reverted.update(dict.fromkeys(b.hash for b in u.removed))
             else:
                 self._reverted.clear()
             self._reorgs.pop(msg.hash, None)
             self._reorgs[msg.hash] = (msg.number, complete)
             while len(self._reorgs) > MAX_REORGS:
                 del self._reorgs[next(iter(self._reorgs))]
-            updates.extend(self.consumer.handle(msg, source, offset))  # type: ignore[arg-type]
+            for ev in self.consumer.handle(msg, source, offset):
+                assert isinstance(ev, ReorgEvent)  # a Reorg yields its event, never a block
+                updates.append(ev)
             return updates
         return self._route(self.consumer.handle(msg, source, offset))
 
@@ -489,7 +494,9 @@ class OrderedConsumer:
                 updates = self.ordering.add(ev)
                 if updates:
                     out.extend(updates)
-                    self.consumer.advance(self.ordering.head.number)  # type: ignore[union-attr]
+                    head = self.ordering.head
+                    assert head is not None  # blocks were just added
+                    self.consumer.advance(head.number)
             else:
                 out.append(ev)
         return out

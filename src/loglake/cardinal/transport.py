@@ -36,7 +36,7 @@ from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
 from loglake.cardinal.errors import CardinalDecodeError, PartitionMismatch, UnknownAncestor
-from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message
+from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message, Reorg
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
@@ -417,6 +417,8 @@ class StreamConsumer:
             msg = decode(d.key, d.value)
         except CardinalDecodeError:
             return True  # let _feed log and drop it
+        if not isinstance(msg, Reorg):  # (a main reorg's key says Reorg; decode agrees)
+            return True
         head = self.core.head
         return self.core.ordering.on_chain(msg.hash) or (
             head is not None and head.number - self.core.ordering.reorg_threshold > msg.number

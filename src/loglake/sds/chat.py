@@ -96,5 +96,4 @@ class ChatSession:
 
     def take_changes(self) -> list[ChatRow]:
         ids, self.changed = self.changed, []
-        seen: set[str] = set()
-        return [self.rows[i] for i in ids if not (i in seen or seen.add(i))]
+        return [self.rows[i] for i in dict.fromkeys(ids)]  # each once, first change first

@@ -453,11 +453,11 @@ class Participant:
                     break  # insertion order is arrival order
                 stuck.append(pid)
             for pid in stuck:
-                pend = self.pending.pop(pid, None)
-                if pend is None:
+                held = self.pending.pop(pid, None)
+                if held is None:
                     continue  # delivered meanwhile
                 gone = []
-                for dep in pend.waiting:
+                for dep in held.waiting:
                     self._waiters.get(dep, set()).discard(pid)
                     if dep not in self.pending:
                         item = self.missing.pop(dep, None)
@@ -467,15 +467,17 @@ class Participant:
                         gone.append(item[0] if item else HistoryEntry(dep))
                 if gone:
                     out.events.append(MessagesLost(tuple(gone)))
-                pend.waiting.clear()
-                self._deliver(pend.record, pend.content, out)
+                held.waiting.clear()
+                self._deliver(held.record, held.content, out)
         if self.repair is not None:
             for entry in self.repair.responses_due(now):
-                rec = self.log.get(entry.message_id)
-                if rec is None or rec.raw is None:
+                logged = self.log.get(entry.message_id)
+                if logged is None or logged.raw is None:
                     continue
-                out.to_send.append(Outgoing(rec.raw, rec.message_id, MessageKind.CONTENT, "repair"))
-                out.events.append(RepairResponseSent(rec.message_id))
+                out.to_send.append(
+                    Outgoing(logged.raw, logged.message_id, MessageKind.CONTENT, "repair")
+                )
+                out.events.append(RepairResponseSent(logged.message_id))
         for buf, period in (
             (self.unacked, self.options.resend_unacked_ms),
             (self.possibly_acked, self.options.resend_possibly_acked_ms),

@@ -32,6 +32,7 @@ from typing import Any
 from icp_candid import Types
 from icp_candid import decode as _candid_decode
 from icp_candid import encode as _candid_encode
+from icp_candid.candid import RecClass
 from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
@@ -479,7 +480,7 @@ class RawValue:
         return decode(MESSAGE_PREFIX + self.value_bytes)
 
 
-class _RawAwareICRC16(Types.Rec().__class__):  # an icp_candid RecClass resolving to ICRC16
+class _RawAwareICRC16(RecClass):  # an icp_candid recursive type resolving to ICRC16
     def __init__(self) -> None:
         super().__init__()
         self.fill(ICRC16)
