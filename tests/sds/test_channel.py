@@ -9,6 +9,7 @@ from loglake.sds.channel import SdsChannel, decode_hint, encode_hint
 from loglake.sds.chat import ChatSession
 from loglake.sds.events import MessageAcknowledged, MessageDelivered, MessagesMissing
 from loglake.streams.api import LocalStreams
+from tests.waiting import wait_until
 
 
 def test_hint_bytes_are_version_name_partition_index() -> None:
@@ -104,9 +105,10 @@ def test_chat_over_a_running_stream_server(clock) -> None:
 @pytest.mark.slow
 def test_loglake_sds_chat_command_end_to_end() -> None:
     """`loglake sds chat` as a process, talking to a Python participant through a server."""
+    import os
     import subprocess
     import sys
-    import time
+    import threading
 
     from loglake.streams.client import StreamClient
     from loglake.streams.server import BackgroundServer
@@ -124,25 +126,51 @@ def test_loglake_sds_chat_command_end_to_end() -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},  # each printed row arrives at once
         )
+        out_lines: list[str] = []
+        err_lines: list[str] = []
+        readers = [
+            threading.Thread(target=lambda f=f, into=into: into.extend(f), daemon=True)
+            for f, into in ((proc.stdout, out_lines), (proc.stderr, err_lines))
+        ]
+        for r in readers:
+            r.start()
+
+        def alice_running() -> None:
+            assert proc.poll() is None, f"chat exited early: {''.join(err_lines)}"
+
+        def bob_has_hello() -> bool:
+            alice_running()
+            bob.step()
+            return any(r.text == "hello from cli" for r in bob.rows.values())
+
+        def alice_printed(*rows: str) -> bool:
+            alice_running()
+            out = "".join(out_lines)
+            return all(row in out for row in rows)
+
         try:
             assert proc.stdin is not None
             proc.stdin.write("hello from cli\n")
             proc.stdin.flush()
-            deadline = time.monotonic() + 30
-            while not any(r.text == "hello from cli" for r in bob.rows.values()):
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.1)
-                bob.step()
+            wait_until(bob_has_hello, 30, "bob receiving alice's line")
             bob.say("hi cli")
-            time.sleep(1.0)  # alice polls every 0.1 s
+            wait_until(
+                lambda: alice_printed("bob: hi cli (delivered)", "hello from cli (acknowledged)"),
+                30,
+                "alice delivering bob's reply, which acknowledges her line",
+            )
             proc.stdin.write("/quit\n")
             proc.stdin.flush()
-            out, err = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        for r in readers:
+            r.join(timeout=10)
+    out, err = "".join(out_lines), "".join(err_lines)
     assert proc.returncode == 0, err
     assert "alice: hello from cli (sent)" in out
     assert "alice: hello from cli (acknowledged)" in out
