@@ -113,14 +113,19 @@ def procurement(log, n: int, source, encode: bool) -> float:
     streams = LocalStreams(log)
     t = time.perf_counter()
     count = pos = 0
+    batch: list = []
     while pos < n:
         msgs = streams.pull(NS, pos, min(4096, n - pos))
         events = procure(msgs, NS, 1, source, True, n - 1)
         count += len(events)
         pos = msgs[-1].index + 1
-        if encode:
-            for lo in range(0, len(events), 500):
-                m.encode_arg(events[lo : lo + 500])
+        if encode:  # icrc72_publish arguments of 500 events, as before
+            batch += events
+            while len(batch) >= 500:
+                m.encode_arg(batch[:500])
+                del batch[:500]
+    if encode and batch:
+        m.encode_arg(batch)
     assert count == n
     return time.perf_counter() - t
 

@@ -405,3 +405,15 @@ def test_publisher_reports_progress_while_running():
         st = w.status("bob", rid)
         sent_seen.add(dict(st.stats)["icrc77:replay:sent"]["Nat"])
     assert {50, 100, 150} <= sent_seen and max(sent_seen) <= 300
+
+
+def test_a_message_that_is_not_a_stored_event_errors_the_replay():
+    w = World()
+    w.register_publication()
+    w.publish(20)
+    w.pub_log.append(NS, 0, b"DIDL not a stored event")  # written behind the publisher's back
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 21).value
+    w.net.run()
+    st = w.status("bob", rid).status
+    assert st.tag == "errored" and "unreadable stored event" in st.value

@@ -54,9 +54,20 @@ from loglake.events.network import InProcessNetwork
 from loglake.events.orchestrator import Orchestrator, Quotas
 from loglake.events.publisher import Publisher, StoredEventError
 from loglake.events.role import Role, UnknownMethod
-from loglake.events.server import HttpRoleServer, load_directory
 from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.events.subscriber import Subscriber
+
+_LAZY = {"HttpRoleServer": "loglake.events.server", "load_directory": "loglake.events.server"}
+"""Imported on first use: they pull in aiohttp, which the cores and the client never need."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "C_CAPABLE",

@@ -397,7 +397,12 @@ class Publisher(Role):
             r.inflight -= 1  # read before the cancel: nothing more is enqueued
             return
         msgs = [m for m in messages if m.index < stop]
-        events = procure(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
+        try:
+            events = procure(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
+        except DecodeError as e:  # not an event this publisher stored: the replay cannot go on
+            r.inflight -= 1
+            self._finish(r, ReplayState("errored", f"unreadable stored event: {e}"))
+            return
         if events:  # the read's place in flight becomes the publish call's
             self.outbox.append(
                 Call(r.broadcaster, "icrc72_publish", events, token=("replay", r.id))

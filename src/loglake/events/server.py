@@ -174,6 +174,7 @@ class HttpRoleServer:
                     continue
                 for _, fut in batches:
                     fut.set_result(results)
+                self.wake.set()  # results may have made work for the pump (a replay's bounds)
 
     async def _perform(self, actions: list[Action]) -> dict[Action, Any]:
         results: dict[Action, Any] = {}
