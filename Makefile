@@ -9,12 +9,13 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test install system-deps node-deps check-java check-java-warn lint fmt proto bench clean help
+.PHONY: run test test-fast install system-deps node-deps check-java check-java-warn lint typecheck fmt proto bench clean help
 
 help:
 	@echo "make run     install everything and run the end-to-end demo on the embedded default"
 	@echo "make test    install everything (incl. test peers) and run the whole test suite"
-	@echo "make lint    ruff"
+	@echo "make test-fast  the edit loop: every test but the slow, Spark and interop ones"
+	@echo "make lint    ruff and mypy (make typecheck)"
 	@echo "make proto   regenerate the committed protobuf modules from the .proto sources"
 	@echo "make bench   run every benchmark (long)"
 
@@ -54,9 +55,16 @@ run: install check-java-warn
 test: install system-deps node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: install
+# The edit loop: no test peers, Java or Node needed (those tests are all marked slow/spark/interop).
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow and not spark and not interop" $(PYTEST_ARGS)
+
+lint: install typecheck
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: install
+	$(BIN)/python -m mypy
 
 fmt: install
 	$(BIN)/ruff check --fix src tests benchmarks
