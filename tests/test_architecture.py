@@ -1,0 +1,117 @@
+"""The import graph of docs/architecture.md, enforced: no part imports a sibling it may not.
+
+Every ``import`` in ``src/loglake`` is read with ``ast`` (function-level imports included: a
+lazy import is still a dependency) and mapped to the part it names. A new edge either fits the
+table below, or the table and docs/architecture.md change together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "loglake"
+
+COMMON = {"errors", "logs", "clitools"}
+"""Top-level modules every part may use (typed errors, structured logging, CLI helpers)."""
+
+PARTS = {"wire", "log", "streams", "events", "cardinal", "archives", "sds", "pipeline", "node"}
+EVERYTHING = PARTS | COMMON
+
+MAY_USE: dict[str, set[str]] = {
+    "wire": set(),
+    "log": {"wire"},
+    "streams": {"log", "wire"},
+    "events": {"streams", "wire"},  # storage only through Streams (issue 18); see below
+    "cardinal": {"log", "streams", "wire"},
+    "archives": {"log", "streams", "wire"},
+    "sds": {"log", "streams", "wire"},
+    "pipeline": EVERYTHING,
+    "node": EVERYTHING,
+    "cli": EVERYTHING,
+}
+"""Which parts each part may import, beyond ``COMMON`` (docs/architecture.md)."""
+
+ALLOWED_FOR_NOW: set[tuple[str, str]] = {
+    ("events", "log"),
+}
+"""Edges that break ``MAY_USE`` today and are being removed (issue 18: events moves onto the
+``Streams`` API). Whoever removes the last import of an edge deletes it here; the test fails
+when an edge listed here is no longer used, so this set only shrinks."""
+
+LOG_CONTRACT = {"loglake.log", "loglake.log.api", "loglake.log.fs"}
+"""What a protocol part may import from ``log``: its public face, the contract the ``Streams``
+API speaks (entries, stream configs, its errors) and the file layer — never the engine's
+modules (segments, partitions, the lake)."""
+PROTOCOL_PARTS = {"events", "cardinal", "archives", "sds"}
+
+
+def _part_of(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(module imported, line) for every absolute ``loglake.…`` import in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "loglake":  # ``from loglake import x``: x may be a part
+                out += [(f"loglake.{a.name}", node.lineno) for a in node.names]
+            else:
+                out.append((node.module, node.lineno))
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}:{node.lineno}: relative import (loglake uses absolute)")
+    return [(m, line) for m, line in out if m.startswith("loglake.")]
+
+
+def _edges() -> dict[tuple[str, str], list[str]]:
+    """(importer part, imported part) → where (``file:line module``)."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        part = _part_of(path)
+        for module, line in _imports(path):
+            target = module.split(".")[1]
+            if target != part and target in EVERYTHING:
+                where = f"{path.relative_to(SRC.parent)}:{line} {module}"
+                edges.setdefault((part, target), []).append(where)
+    return edges
+
+
+def test_every_module_belongs_to_a_known_part() -> None:
+    known = PARTS | COMMON | {"cli", "__init__"}
+    unknown = {_part_of(p) for p in SRC.rglob("*.py")} - known
+    assert not unknown, f"new parts {unknown}: add them to MAY_USE and docs/architecture.md"
+
+
+def test_no_part_imports_a_sibling_it_may_not() -> None:
+    bad = {
+        edge: where
+        for edge, where in _edges().items()
+        if edge[1] not in COMMON | MAY_USE.get(edge[0], set()) and edge not in ALLOWED_FOR_NOW
+    }
+    assert not bad, "imports docs/architecture.md does not allow:\n" + "\n".join(
+        f"  {a} -> {b}: {', '.join(w)}" for (a, b), w in sorted(bad.items())
+    )
+
+
+def test_common_modules_import_no_part() -> None:
+    bad = {e: w for e, w in _edges().items() if e[0] in COMMON and e[1] not in COMMON}
+    assert not bad, bad
+
+
+def test_allowed_for_now_lists_only_edges_still_in_use() -> None:
+    gone = ALLOWED_FOR_NOW - set(_edges())
+    assert not gone, f"no longer imported, remove from ALLOWED_FOR_NOW: {sorted(gone)}"
+
+
+def test_protocol_parts_use_only_the_logs_contract() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        if _part_of(path) in PROTOCOL_PARTS:
+            for module, line in _imports(path):
+                if module.split(".")[1] == "log" and module not in LOG_CONTRACT:
+                    bad.append(f"{path.relative_to(SRC.parent)}:{line} {module}")
+    assert not bad, "storage engine internals used by a protocol part:\n" + "\n".join(bad)
