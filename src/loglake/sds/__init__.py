@@ -10,7 +10,7 @@ What a user needs is exported here: ``SdsChannel`` (one participant on a loglake
 I/O), the sans-I/O ``Participant`` it drives, and the events both return.
 """
 
-from loglake.sds.channel import SdsChannel
+from loglake.sds.channel import SdsChannel, decode_hint, encode_hint
 from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
 from loglake.sds.events import (
     EphemeralReceived,
@@ -66,5 +66,7 @@ __all__ = [
     "SdsMessage",
     "SyncReceived",
     "SyncSent",
+    "decode_hint",
+    "encode_hint",
     "message_id_of",
 ]
