@@ -19,6 +19,9 @@ Followed:
   (a union ``[get: A, save: B]`` tags members by declaration order) and ``protocol.ex``
   (``@base_schema {:struct, [protocol: :string, data: :data]}``).
 
+The LEB128 and zig-zag arithmetic is ``loglake.wire.varint`` (shared with Candid, protobuf and
+Avro framing); this module adds BARE's rules on top (10 octets, minimal, 64 bits).
+
 A schema is declared once with the type objects below (``Struct`` binds a dataclass), then
 ``encode(schema, value)`` / ``decode(schema, buf)``; ``decode`` requires that the whole buffer is
 consumed (trailing bytes are an error, as ``Ockam.Bare.Extended.decode`` treats them).
