@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from loglake.log.api import Log, StreamConfig, UnknownStream
+from loglake.log.api import check_stream_name as check_stream_name  # re-exported: the name rule
 
 
 @dataclass(frozen=True, slots=True)
