@@ -91,7 +91,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.role import Role, SysEmitter
-from loglake.log.api import check_stream_name
+from loglake.streams.api import check_stream_name
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import Value, map_get
 

@@ -36,8 +36,7 @@ from loglake.events.actions import (
 from loglake.events.journal import stream_name as journal_stream
 from loglake.events.ledger import Ledger, ledger_stream
 from loglake.events.orchestrator import Orchestrator, Quotas
-from loglake.log.api import UnknownStream
-from loglake.streams.api import Streams
+from loglake.streams.api import Streams, UnknownStream
 
 READ_BATCH = 4096
 
