@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from loglake.log import CorruptSegment, Entry, SegmentLog, StreamConfig, fs, open_log
+from loglake.log import (
+    CorruptSegment,
+    Entry,
+    LogClosed,
+    SegmentLog,
+    StorageFailed,
+    StreamConfig,
+    fs,
+    open_log,
+)
 from loglake.log.record_codec import encode_batch
 from loglake.log.watermark import FILE_NAME as DURABLE
 
@@ -168,3 +177,75 @@ def test_the_watermark_survives_a_torn_slot(tmp_path):
     mark.write_bytes(bytes(raw))
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 5
+
+
+# -- §4 every fsync failure fails the partition the same way --------------------------------
+
+
+def _eio(fd):
+    raise OSError(5, "Input/output error")
+
+
+def test_a_failed_fsync_in_flush_is_storage_failed_and_fails_the_partition(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    log.create_stream("s", StreamConfig(durability="none"))
+    log.append("s", 0, b"a")
+    monkeypatch.setattr(fs, "fdatasync", _eio)
+    with pytest.raises(StorageFailed):
+        log.flush()
+    monkeypatch.undo()
+    with pytest.raises(StorageFailed):  # never retried and assumed good
+        log.append("s", 0, b"b")
+    log.close()
+
+
+def test_a_failed_fsync_in_close_is_storage_failed(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    log.create_stream("s", StreamConfig(durability="none"))
+    log.append("s", 0, b"a")
+    monkeypatch.setattr(fs, "fdatasync", _eio)
+    with pytest.raises(StorageFailed):
+        log.close()
+    monkeypatch.undo()
+    with open_log(tmp_path) as log:  # the lock was released; recovery takes over
+        assert log.next_index("s") <= 1
+
+
+# -- §5 close racing an append -------------------------------------------------------------
+
+
+def test_an_append_after_close_on_a_held_partition_is_log_closed(tmp_path):
+    log = open_log(tmp_path)
+    log.create_stream("s")
+    part = log._partition("s", 0)  # what an appender holds between lookup and write
+    log.close()
+    with pytest.raises(LogClosed):
+        part.append_many([Entry(b"x")], "batch")
+    with pytest.raises(LogClosed):
+        part.read(0, None, None)
+
+
+def test_appenders_racing_close_get_log_closed_only(tmp_path):
+    log = open_log(tmp_path)
+    log.create_stream("s", StreamConfig(partitions=2))
+    errors: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def appender(p: int) -> None:
+        started.wait()
+        try:
+            while True:
+                log.append_many("s", p % 2, [Entry(b"r" * 50)] * 5)
+        except LogClosed:
+            return
+        except BaseException as e:
+            errors.append(e)
+
+    ts = [threading.Thread(target=appender, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    started.wait()
+    log.close()
+    for t in ts:
+        t.join(10)
+    assert errors == []

@@ -26,6 +26,7 @@ from loglake.log.api import (
     CorruptSegment,
     Durability,
     Entry,
+    LogClosed,
     Record,
     StorageFailed,
     StreamConfig,
@@ -68,6 +69,7 @@ class Partition:
         self._gc = GroupCommit()
         self._seq = 0
         self._failed: StorageFailed | None = None
+        self._closed = False
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
         self._mark: watermark.MarkWriter | None = None
@@ -233,8 +235,7 @@ class Partition:
             return []
         now = time.time_ns()
         with self._lock:
-            if self._failed is not None:
-                raise self._failed
+            self._check_writable()
             active = self.segments[-1]
             first = active.next_index
             buf, offsets, max_ts = encode(items, first, now)
@@ -257,6 +258,8 @@ class Partition:
         with self._lock:
             if self._failed is not None:
                 raise self._failed
+            if self._closed:  # close() fsynced every write (or failed the partition)
+                return self._seq
             seq = self._seq
             active = self.segments[-1]
             base, size, nxt = active.base, active.size, active.next_index
@@ -291,6 +294,13 @@ class Partition:
         if self.config.seal_to_lake:
             self._schedule_seal(old)
         return new
+
+    def _check_writable(self) -> None:
+        """Caller holds the lock."""
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
 
     def _fsync(self, fn: Callable[[], None]) -> None:
         """Run an fsync; on failure, fail the partition for good (see ``StorageFailed``)."""
@@ -337,9 +347,11 @@ class Partition:
                 )
 
     def flush(self) -> None:
+        """fsync the active segment; a failure fails the partition (``StorageFailed``)."""
         with self._lock:
+            self._check_writable()
             if self.segments and self.segments[-1].wfd is not None:
-                self.segments[-1].sync()
+                self._fsync(self.segments[-1].sync)
                 self._durable_next = self.next_index
                 self._publish_durable()
                 self._gc.mark_synced(self._seq)
@@ -350,6 +362,8 @@ class Partition:
         live segment and from segments above it. Lake files are immutable, so they are read
         outside the partition lock: a long read of old history does not hold up appends."""
         with self._lock:
+            if self._closed:
+                raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
             if self.readonly:
                 self.refresh()
             visible = self.visible_next
@@ -429,6 +443,8 @@ class Partition:
         being readable (how far ``first_index`` moved)."""
         cfg = self.config
         with self._lock:
+            if self._closed:
+                raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
             before = self.first_index
             horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
             total = self.bytes
@@ -474,8 +490,7 @@ class Partition:
         A segment holding ``index`` is kept whole (never drop a record >= ``index``)."""
         cfg = self.config
         with self._lock:
-            if self._failed is not None:
-                raise self._failed
+            self._check_writable()
             before = self.first_index
             active = self.segments[-1]
             if not cfg.seal_to_lake and active.size and active.next_index <= index:
@@ -514,14 +529,26 @@ class Partition:
             return len(self.segments), records, len(self.lake)
 
     def close(self) -> None:
+        """fsync and release the files. Appends racing it get ``LogClosed``; an fsync failure
+        here is ``StorageFailed`` like anywhere else (raised after the files are released)."""
         with self._lock:
-            for seg in self.segments:
-                if seg.wfd is not None and not self.readonly:
-                    seg.sync()
-            if not self.readonly and self.segments:
-                self._durable_next = self.next_index
-                self._publish_durable(sync=True)
+            if self._closed:
+                return
+            self._closed = True
+            failed: StorageFailed | None = None
+            if not self.readonly and self._failed is None and self.segments:
+                try:
+                    for seg in self.segments:
+                        if seg.wfd is not None:
+                            self._fsync(seg.sync)
+                    self._durable_next = self.next_index
+                    self._publish_durable(sync=True)
+                    self._gc.mark_synced(self._seq)
+                except StorageFailed as e:
+                    failed = e
             for seg in self.segments:
                 seg.close()
             if self._mark is not None:
                 self._mark.close()
+        if failed is not None:
+            raise failed

@@ -39,6 +39,7 @@ from loglake.log.api import (
     PartitionInfo,
     ReadOnlyLog,
     Record,
+    StorageFailed,
     StreamConfig,
     StreamExists,
     StreamInfo,
@@ -352,11 +353,19 @@ class SegmentLog(Log):
             self._closed = True
             self._sealer.drain()
             self._sealer.stop()
-            for s in self._streams.values():
-                for p in s.opened:
-                    p.close()
-            self._consumers.close()
-            self._release_lock()
+            failed: list[BaseException] = []
+            try:
+                for s in self._streams.values():
+                    for p in s.opened:
+                        try:
+                            p.close()
+                        except StorageFailed as e:
+                            failed.append(e)
+                self._consumers.close()
+            finally:
+                self._release_lock()
+            if failed:
+                raise failed[0]
 
 
 def open_log(
