@@ -13,6 +13,8 @@ the cores' storage actions on a ``loglake.streams.Streams`` (an embedded log or 
 its streams.
 """
 
+from typing import Any
+
 from loglake.events.actions import (
     Action,
     AppendEvents,
@@ -61,7 +63,7 @@ _LAZY = {"HttpRoleServer": "loglake.events.server", "load_directory": "loglake.e
 """Imported on first use: they pull in aiohttp, which the cores and the client never need."""
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 

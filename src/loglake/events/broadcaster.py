@@ -151,7 +151,7 @@ class Broadcaster(Role):
             accepted += 1
         return accepted
 
-    def _apply(self, key: str, payload: object, now: int) -> None:
+    def _apply(self, key: str, payload: Any, now: int) -> None:
         if key == sysmsg.BROADCASTER_PUBLICATION_ADD:
             for ns, pub in sysmsg.read_pairs(payload, key, "Text"):
                 self.publishers[ns] = pub

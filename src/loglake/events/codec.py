@@ -272,7 +272,7 @@ def get_replays_from(v: dict[str, Any]) -> GetReplays:
 
 
 # --- results ---------------------------------------------------------------------------------
-def result_to(r: Ok | Err | None, ok: Callable[[Any], Any] = lambda x: x) -> Any:
+def result_to(r: Ok | Err, ok: Callable[[Any], Any] = lambda x: x) -> Any:
     """A ``variant { Ok; Err }``; wrap in ``_opt`` for the ``opt variant`` batch results."""
     if isinstance(r, Ok):
         return {"Ok": ok(r.value)}

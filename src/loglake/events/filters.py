@@ -33,7 +33,7 @@ from typing import Any
 
 from loglake.errors import LocalProtocolError
 from loglake.events.messages import C_SUB_FILTER, C_SUB_SKIP, C_SUB_STOPPED
-from loglake.wire.icrc16 import Value, map_get
+from loglake.wire.icrc16 import RawValue, Value, map_get
 
 MAX_FILTER_LEN = 1024
 
@@ -126,7 +126,9 @@ class Filter:
             raise ImproperConfig("filter: booleans compare with == or != only")
         return cls(text, tuple(path), op, lit)
 
-    def matches(self, data: Value) -> bool:
+    def matches(self, data: Value | RawValue) -> bool:
+        if isinstance(data, RawValue):  # stored bytes not decoded yet (in-process callers)
+            data = data.decode()
         v = _walk(data, self.path)
         if v is _MISSING:
             return False

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
+from icp_principal import Principal
 
 from loglake.errors import LocalProtocolError
 from loglake.events.actions import Action, JournalWrite
@@ -34,8 +35,8 @@ Account = tuple[bytes, bytes]
 DEFAULT_SUBACCOUNT = bytes(32)
 
 
-def account(owner: object, subaccount: bytes | None = None) -> Account:
-    raw = owner.bytes if hasattr(owner, "bytes") else bytes(owner)  # type: ignore[arg-type]
+def account(owner: Principal | bytes, subaccount: bytes | None = None) -> Account:
+    raw = owner if isinstance(owner, bytes) else owner.bytes
     sub = subaccount or DEFAULT_SUBACCOUNT
     if len(sub) != 32:
         raise LedgerError("GenericError", "a subaccount is 32 bytes")

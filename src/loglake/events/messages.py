@@ -14,7 +14,7 @@ from typing import Any
 
 from icp_principal import Principal
 
-from loglake.wire.icrc16 import Value
+from loglake.wire.icrc16 import RawValue, Value
 
 ICRC16Map = list[tuple[str, Value]]
 
@@ -55,7 +55,8 @@ class Event:
     prev_event_id: int | None
     timestamp: int
     namespace: str
-    data: Value
+    data: Value | RawValue
+    """Decoded, or the stored Candid value bytes (a replayed event is never decoded)."""
     source: Principal
     headers: ICRC16Map | None = None
 
@@ -67,7 +68,7 @@ class EventNotification:
     prev_event_id: int | None
     timestamp: int
     namespace: str
-    data: Value
+    data: Value | RawValue
     headers: ICRC16Map | None
     source: Principal
     filter: str | None = None

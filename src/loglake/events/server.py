@@ -184,7 +184,7 @@ class HttpRoleServer:
             if isinstance(a, Call):
                 self.queue.put_nowait(a)
                 continue
-            group = [a]
+            group: list[Action] = [a]
             while work and not isinstance(work[0], Call):
                 group.append(work.popleft())
             if self.store is None:
@@ -192,6 +192,7 @@ class HttpRoleServer:
             got = await asyncio.to_thread(self.store.perform_many, group)
             now = self.clock()
             for g, r in zip(group, got, strict=True):
+                assert not isinstance(g, Call)
                 results[g] = r
                 self.role.on_result(g, r, now)
             work.extendleft(reversed(self.role.take_outbox()))  # consequences come first

@@ -27,6 +27,7 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.events.actions import (
+    Action,
     AppendEvents,
     JournalWrite,
     ReadBounds,
@@ -59,7 +60,7 @@ class StreamsStore:
     def perform(self, action: StorageAction) -> Any:
         return self.perform_many([action])[0]
 
-    def perform_many(self, actions: Sequence[StorageAction]) -> list[Any]:
+    def perform_many(self, actions: Sequence[Action]) -> list[Any]:
         """Perform in order; consecutive writes to one stream go as one ``push_many`` (one
         group commit). Returns one result per action."""
         out: list[Any] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from icp_principal import Principal
 
@@ -75,11 +76,11 @@ class Subscriber(Role):
             accepted += 1
             confirm.append(n.notification_id)
             self._track_replay(n, caller)
-            key = (n.namespace, n.event_id)
-            if key in self.seen:
+            ident = (n.namespace, n.event_id)
+            if ident in self.seen:
                 self.duplicates += 1
                 continue
-            self.seen.add(key)
+            self.seen.add(ident)
             self.inbox.append(n)
         if confirm:
             self.outbox.append(Call(caller, "icrc72_confirm_notifications", confirm))
@@ -96,7 +97,7 @@ class Subscriber(Role):
         if end is not None and "Nat" in end:
             p.end_id = end["Nat"]
 
-    def _apply(self, caller: Principal, key: str, payload: object) -> None:
+    def _apply(self, caller: Principal, key: str, payload: Any) -> None:
         if key == sysmsg.SUBSCRIBER_BROADCASTER_ADD and caller == self.orchestrator:
             for ns, bc in sysmsg.read_pairs(payload, key, "Text"):
                 self.valid.setdefault(ns, set()).add(bc.bytes)
@@ -108,7 +109,7 @@ class Subscriber(Role):
                 self.replays.setdefault(rid, ReplayProgress(rid)).removed = True
 
     def take(self, n: int | None = None) -> list[EventNotification]:
-        out = []
+        out: list[EventNotification] = []
         while self.inbox and (n is None or len(out) < n):
             out.append(self.inbox.popleft())
         return out

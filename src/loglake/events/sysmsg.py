@@ -45,7 +45,7 @@ from icp_principal import Principal
 
 from loglake.errors import RemoteProtocolError
 from loglake.events.filters import Skip
-from loglake.wire.icrc16 import Value
+from loglake.wire.icrc16 import RawValue, Value
 
 BROADCASTER_REPLAY_ADD = "icrc77:broadcaster:replay:add"
 BROADCASTER_REPLAY_REMOVE = "icrc77:broadcaster:replay:remove"
@@ -255,7 +255,7 @@ def subscriber_broadcaster_add(items: list[tuple[str, Principal]]) -> Value:
 
 
 # --- reading ---------------------------------------------------------------------------------
-def entries(data: Value) -> list[tuple[str, Value]]:
+def entries(data: Value | RawValue) -> list[tuple[str, Value]]:
     if not isinstance(data, dict) or "Map" not in data:
         raise SysMessageError("system notification data must be #Map")
     return list(data["Map"])
