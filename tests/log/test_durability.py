@@ -3,6 +3,7 @@ record silently. One test per defect; each failed on the code of 7484460."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -249,3 +250,42 @@ def test_appenders_racing_close_get_log_closed_only(tmp_path):
     for t in ts:
         t.join(10)
     assert errors == []
+
+
+# -- §6 the consumer-index store checks every write ------------------------------------------
+
+
+def test_short_writes_never_rename_a_truncated_consumer_store(tmp_path, monkeypatch):
+    with open_log(tmp_path) as log:
+        log.create_stream("s")
+        for i in range(20):
+            log.save_consumer_index(f"client-{i}", "s", 0, 100 + i)
+    real = os.write
+
+    def short(fd, data):  # a regular file may take fewer bytes than asked (e.g. a signal)
+        return real(fd, bytes(data[:7]))
+
+    monkeypatch.setattr(os, "write", short)
+    monkeypatch.setattr(fs, "write", short)
+    with open_log(tmp_path) as log:  # compacts the store on open
+        log.save_consumer_index("late", "s", 0, 5)
+    monkeypatch.undo()
+    with open_log(tmp_path) as log:
+        assert [log.get_consumer_index(f"client-{i}", "s", 0) for i in range(20)] == [
+            100 + i for i in range(20)
+        ]
+        assert log.get_consumer_index("late", "s", 0) == 5
+
+
+def test_a_failed_consumer_save_refuses_later_saves(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    log.create_stream("s")
+    log.save_consumer_index("c", "s", 0, 1)
+    monkeypatch.setattr(fs, "fdatasync", _eio)
+    with pytest.raises(StorageFailed):
+        log.save_consumer_index("c", "s", 0, 2)
+    monkeypatch.undo()
+    with pytest.raises(StorageFailed):
+        log.save_consumer_index("c", "s", 0, 3)
+    assert log.get_consumer_index("c", "s", 0) == 1
+    log.close()

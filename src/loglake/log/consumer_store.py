@@ -24,7 +24,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from loglake.log import fs
-from loglake.log.api import CorruptStore, IndexRegression
+from loglake.log.api import CorruptStore, IndexRegression, StorageFailed
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class ConsumerStore:
         self.readonly = readonly
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._failed: StorageFailed | None = None
         self.values: dict[Key, int] = {}
         self._load()
         if not readonly:
@@ -108,6 +109,9 @@ class ConsumerStore:
             )
 
     def _compact(self) -> None:
+        """Rewrite the store as one entry per key. ``replace_file_atomic`` checks that every
+        byte was written and fsyncs before the rename: a short or failed write raises and the
+        good file stays."""
         data = b"".join(encode_entry(c, s, p, i) for (c, s, p), i in sorted(self.values.items()))
         fs.replace_file_atomic(self.path, data)
         self._fd = fs.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -129,8 +133,20 @@ class ConsumerStore:
                 raise IndexRegression(client_id, stream, partition, stored, index)
             if stored == index:
                 return index
-            fs.write_all(self._fd, encode_entry(client_id, stream, partition, index))
-            fs.fdatasync(self._fd)
+            if self._failed is not None:
+                raise self._failed
+            try:
+                fs.write_all(self._fd, encode_entry(client_id, stream, partition, index))
+                fs.fdatasync(self._fd)
+            except OSError as e:
+                # A partial entry may be on disk, and a failed fsync is never retried: refuse
+                # further saves (they would follow it) until the log is reopened, where the
+                # torn entry is dropped as the tail it is.
+                self._failed = StorageFailed(
+                    f"{self.path}: saving a consumer index failed ({e}); saves are refused "
+                    "until the log is reopened"
+                )
+                raise self._failed from e
             self.values[key] = index
             return index
 

@@ -96,9 +96,14 @@ def replace_file_atomic(path: str | Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, data)
-        fsync(fd)
-    finally:
-        close(fd)
+        try:
+            write_all(fd, data)
+            fsync(fd)
+        finally:
+            close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            unlink(tmp)
+        raise
     replace(tmp, path)
     fsync_dir(path.parent)
