@@ -1,10 +1,13 @@
-"""Waiting on a condition with a deadline, instead of sleeping a fixed time and hoping."""
+"""The events process tests' waits, on the shared ``tests.waiting.wait_until``: a call that is
+refused until a role is ready (``retry_on``), a deadline that is not a failure (``fail=False``:
+the caller asserts on what it has), and gathering an inbox until enough has arrived."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from tests.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
@@ -17,23 +20,22 @@ def wait_until(
     retry_on: tuple[type[BaseException], ...] = (),
     interval: float = 0.02,
     fail: bool = True,
-) -> T:
-    """Call ``cond`` until it returns something truthy and return that. An exception in
-    ``retry_on`` counts as "not yet". At the deadline: ``AssertionError`` naming ``what`` (or,
-    with ``fail=False``, the last value)."""
-    deadline = time.monotonic() + timeout
-    while True:
+) -> T | None:
+    """``tests.waiting.wait_until``, where an exception in ``retry_on`` counts as "not yet";
+    with ``fail=False`` the deadline returns ``None`` instead of raising."""
+
+    def pred() -> T | None:
         try:
-            value = cond()
+            return cond()
         except retry_on:
-            value = None  # type: ignore[assignment]
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            if fail:
-                raise AssertionError(f"{what} not reached within {timeout}s (last: {value!r})")
-            return value
-        time.sleep(interval)
+            return None
+
+    try:
+        return _wait_until(pred, timeout, what, interval)
+    except AssertionError:
+        if fail:
+            raise
+        return None
 
 
 def gather(fetch: Callable[[], list[Any]], enough: Callable[[list[Any]], bool], timeout: float):
