@@ -278,3 +278,10 @@ def test_signed_leb128_round_trips(n: int) -> None:
     enc = encode_sleb(n)
     assert decode_sleb(enc + b"\x00", 0) == (n, len(enc))
     assert _old_candid_fast_sleb(enc, 0) == (n, len(enc))
+
+
+@pytest.mark.parametrize("data", ["8001", "ff7f", "808001"])
+def test_max_value_applies_to_every_length(data: str) -> None:
+    with pytest.raises(VarintError) as e:
+        decode_uleb(bytes.fromhex(data), 0, max_value=100)
+    assert e.value.kind == OVERFLOW

@@ -96,7 +96,9 @@ def decode_uleb(
     if pos + 1 < end:
         c = buf[pos + 1]
         if 0 < c < 0x80:  # two octets (minimal): the next most common case, values < 16384
-            return (b & 0x7F) | (c << 7), pos + 2
+            value = (b & 0x7F) | (c << 7)
+            if max_value is None or value <= max_value:
+                return value, pos + 2
     start = pos
     stop = end if max_octets is None or start + max_octets > end else start + max_octets
     value = b & 0x7F
