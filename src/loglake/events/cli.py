@@ -282,13 +282,12 @@ def _open_streams(
         return client, f"loglake serve at {h}:{p}"
     import platformdirs
 
-    from loglake.log import open_log
     from loglake.streams import LocalStreams
 
     path = Path(data_dir or Path(platformdirs.user_data_dir("loglake")) / "events" / me.to_str())
-    log = open_log(path)
-    stack.callback(log.close)  # the orchestrator's journal and ledger, the publisher's history
-    return LocalStreams(log), f"embedded log in {path}"
+    streams = LocalStreams.open(path)
+    stack.callback(streams.close)  # the orchestrator's journal and ledger, the publisher's history
+    return streams, f"embedded log in {path}"
 
 
 def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:

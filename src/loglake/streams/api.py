@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from loglake.log.api import Log, StreamConfig, UnknownStream
 from loglake.log.api import check_stream_name as check_stream_name  # re-exported: the name rule
@@ -71,6 +72,17 @@ class LocalStreams:
     def __init__(self, log: Log, default_config: StreamConfig | None = None) -> None:
         self.log = log
         self.default_config = default_config or StreamConfig()
+
+    @classmethod
+    def open(cls, data_dir: str | Path, **log_options: Any) -> LocalStreams:
+        """``Streams`` on the embedded, crash-safe log in ``data_dir`` (``open_log``'s
+        options), so a part needs nothing from ``log`` to keep durable state; ``close()`` it."""
+        from loglake.log import open_log
+
+        return cls(open_log(data_dir, **log_options))
+
+    def close(self) -> None:
+        self.log.close()
 
     def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
         import uuid
