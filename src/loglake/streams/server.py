@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
         """While a deferred reply of this connection is outstanding: ``[return route, replies
         or None]`` per request not yet answered, in request order."""
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -70,7 +70,8 @@ class _Connection(asyncio.Protocol):
         log_event(logger, logging.DEBUG, "connection opened", peer=self.peer)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        t = self.transport
+        if self.closing or t is None:
             return
         msgs = self.wire.receive_data(data)
         if msgs:
@@ -78,7 +79,7 @@ class _Connection(asyncio.Protocol):
             self.server._enqueue(self, msgs)
             if self.queued > MAX_QUEUED_PER_CONNECTION and not self.paused:
                 self.paused = True
-                self.transport.pause_reading()
+                t.pause_reading()
         if self.wire.error is not None:
             log_event(
                 logger,
@@ -89,7 +90,7 @@ class _Connection(asyncio.Protocol):
             )
             self.closing = True
             if self.queued == 0:
-                self.transport.close()
+                t.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._conns.discard(self)

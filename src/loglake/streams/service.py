@@ -42,7 +42,7 @@ import logging
 import random
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
@@ -144,9 +144,9 @@ def perform(log: Log, action: Action) -> Outcome:
     """The adapter's half of an action: run it on ``log`` (blocking; it may fsync). Never
     raises: an exception is the outcome's ``error``, handed back to the core."""
     try:
-        if type(action) is Append:
+        if isinstance(action, Append):
             return Outcome(log.append_payloads(action.stream, action.partition, action.datas))
-        if type(action) is Read:
+        if isinstance(action, Read):
             return Outcome(
                 log.read_payloads(action.stream, action.partition, action.start, action.limit)
             )
@@ -156,6 +156,7 @@ def perform(log: Log, action: Action) -> Outcome:
 
 
 _Pending = tuple[int, tuple[int, bytes], RoutingMessage]
+_T = TypeVar("_T")
 _Handler = Generator[Action, Any, list[RoutingMessage]]
 """A request's handler: yields one action at a time, is sent its value (or thrown its error),
 returns the replies."""
@@ -320,7 +321,8 @@ class StreamService:
                         target = targets.get(dest.value)
                         if target is None:
                             try:
-                                target = yield from self._drive(self._target(dest))
+                                found = yield from self._drive(self._target(dest))
+                                target = found if isinstance(found, _Target) else None
                             except Exception as e:
                                 out[i] = self._internal_error(msg, e)
                                 continue
@@ -347,7 +349,9 @@ class StreamService:
         if pending:
             yield from self._flush(pending, out)
 
-    def _drive(self, handler: _Handler, defer_reads: bool = False):
+    def _drive(
+        self, handler: Generator[Action, Any, _T], defer_reads: bool = False
+    ) -> Generator[list[Action], list[Outcome], _T | _Deferred]:
         """Run one handler inside the batch: each action it yields is one step of the batch.
         With ``defer_reads``, a ``Read`` ends the drive (``_Deferred``)."""
         try:
