@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,9 @@ from loglake.log.lake import (
 from loglake.log.record_codec import encode_batch, encode_plain
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment, parse_segment_name, segment_name
+from loglake.logs import log_event
+
+logger = logging.getLogger(__name__)
 
 
 class Partition:
@@ -103,6 +107,7 @@ class Partition:
             self._mark = watermark.MarkWriter(self.dir)
         for i, b in enumerate(bases[:-1]):
             self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
+        self._drop_resurrected()
         if bases:
             self.segments.append(
                 Segment.recover_active(
@@ -120,6 +125,40 @@ class Partition:
             if self.config.seal_to_lake:
                 for seg in self.segments[:-1]:
                     self._schedule_seal(seg)
+
+    def _drop_resurrected(self) -> None:
+        """Retention deletes the oldest segments first; if a crash came before the folder was
+        fsynced, some of them can reappear. Such a segment ends before the next file's first
+        index, and deriving its end from that name would skip records. So a sealed segment
+        that ends before its successor starts marks a gap: it and every older one are leftovers
+        of a deletion (removed by a writer, ignored by a reader). A damaged tail is left for
+        reads to report."""
+        cut = 0
+        for i, seg in enumerate(self.segments):
+            if not seg.is_sealed or seg.checked_end:
+                continue
+            end = seg.ends_at()
+            seg.checked_end = True
+            if end is not None and end < seg.next_index:
+                cut = i + 1
+        if not cut:
+            return
+        gone, self.segments = self.segments[:cut], self.segments[cut:]
+        for seg in gone:
+            log_event(
+                logger,
+                logging.WARNING,
+                "ignoring a segment left over from a deletion a crash interrupted",
+                file=seg.path,
+                next_file_starts_at=self.segments[0].base if self.segments else None,
+                removed=not self.readonly,
+            )
+            if self.readonly:
+                seg.close()
+            else:
+                seg.delete()
+        if not self.readonly:
+            fs.fsync_dir(self.dir)
 
     def refresh(self) -> None:
         """Readers only: follow the writer (new segments, new records, deleted files)."""
@@ -147,6 +186,7 @@ class Partition:
             for gone in known.values():
                 gone.close()
             self.segments = segs
+            self._drop_resurrected()
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
             self._reader_mark = watermark.read(self.dir)
 
@@ -449,6 +489,7 @@ class Partition:
             horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
             total = self.bytes
             nxt = self.next_index
+            deleted = False
             while len(self.segments) > 1:
                 seg = self.segments[0]
                 newer_records = nxt - seg.next_index
@@ -463,6 +504,9 @@ class Partition:
                 seg.delete()
                 self.segments.pop(0)
                 total -= seg.size
+                deleted = True
+            if deleted:  # or a crash can bring the segment back (see _drop_resurrected)
+                fs.fsync_dir(self.dir)
             if cfg.lake_retention_ms is not None:
                 lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
                 self.lake = visible_lake_files(list_lake_files(self.lake_dir))
@@ -473,6 +517,7 @@ class Partition:
                         if gone.first <= f.first and f.last <= gone.last:
                             with contextlib.suppress(FileNotFoundError):
                                 fs.unlink(f.path)
+                    fs.fsync_dir(self.lake_dir)
             return self.first_index - before
 
     def truncate_before(self, index: int) -> int:
@@ -503,15 +548,19 @@ class Partition:
                 seg.delete()
                 self.segments.pop(0)
                 dropped += seg.next_index - seg.base
-            if dropped and cfg.durability != "none":
+            if dropped:
                 fs.fsync_dir(self.dir)
             if cfg.seal_to_lake:
                 return dropped
             keep_from = self.segments[0].base if self.segments else self.next_index
+            unlinked = False
             for f in list_lake_files(self.lake_dir):
                 if f.last < min(index, keep_from):
                     with contextlib.suppress(FileNotFoundError):
                         fs.unlink(f.path)
+                        unlinked = True
+            if unlinked:
+                fs.fsync_dir(self.lake_dir)
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
             return self.first_index - before
 

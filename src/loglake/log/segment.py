@@ -91,6 +91,8 @@ class Segment:
         self.ifd: int | None = None
         self._rfd: int | None = None
         self.is_sealed = False
+        self.checked_end = False
+        """``ends_at`` was compared with the name of the next segment (sealed only)."""
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -189,6 +191,16 @@ class Segment:
         seg.next_index = next_index
         seg.is_sealed = True
         return seg
+
+    def ends_at(self) -> int | None:
+        """The index after this segment's last whole record, from its own bytes (a tail scan
+        from the last index entry that checks out); None when the tail is damaged (reads will
+        report it). Used on open to check the index a sealed segment's successor implies."""
+        pos, first, _ = self._resume_point(self.size, None)
+        records, end, err = scan(_pread_range(self.path, pos, self.size), 0, pos)
+        if err is not None or end != self.size:
+            return None
+        return records[-1].index + 1 if records else first
 
     def _scan_checked(
         self, buf: bytes, pos: int
