@@ -3,6 +3,7 @@ record silently. One test per defect; each failed on the code of 7484460."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -357,3 +358,55 @@ def test_a_segment_resurrected_after_retention_is_not_read_as_reaching_the_next_
         assert [r.index for r in log.read("s", 0, 0)] == list(range(30))
         assert [r.data[:4] for r in log.read("s", 0, 0)] == [b"%04d" % i for i in range(30)]
     assert not first.exists()
+
+
+# -- §3 a failing seal is retried and reported; retention resumes without a restart --------
+
+
+def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monkeypatch):
+    import time
+
+    import loglake.log.partition as partition_mod
+    from loglake.log.cli import command
+    from loglake.log.sealer import Sealer
+
+    monkeypatch.setattr(Sealer, "retry_first_s", 0.05)
+    real = partition_mod.seal_segment
+    failures = {"left": 3}
+
+    def flaky(*args, **kwargs):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(partition_mod, "seal_segment", flaky)
+    log = open_log(tmp_path)
+    log.create_stream("s", StreamConfig(segment_bytes=500, retention_records=1))
+    for _ in range(6):
+        log.append("s", 0, b"x" * 200)
+    log.wait_for_seals()
+    (h,) = log.health()
+    assert h.seal_failure is not None and "No space left" in h.seal_failure.error
+    assert not h.ok
+    # another process's `loglake log info` sees it too
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(command, ["info", "--data-dir", str(tmp_path), "--json"])
+    (row,) = json.loads(res.output)
+    assert "No space left" in row["seal_failure"]["error"]
+    deadline = time.monotonic() + 20
+    while (log.health()[0].seal_failure is not None or failures["left"]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    log.wait_for_seals()
+    assert log.health()[0].ok
+    before = len(seg_files(tmp_path))
+    log.enforce_retention()
+    assert len(seg_files(tmp_path)) == 1 < before  # not blocked until a restart
+    assert [r.index for r in log.read("s", 0, 0)] == list(range(6))
+    log.close()
+    res = CliRunner().invoke(command, ["info", "--data-dir", str(tmp_path), "--json"])
+    assert json.loads(res.output)[0]["seal_failure"] is None

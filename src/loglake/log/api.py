@@ -182,6 +182,36 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SealFailure:
+    """A rolled segment the lake could not take yet (it is retried with back-off; retention
+    of the partition waits for it)."""
+
+    segment: str
+    """The segment file."""
+    error: str
+    attempts: int
+    since_ns: int
+    """When the first failed attempt for this segment ended (wall clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionHealth:
+    """What is wrong with one partition, for ``loglake log info`` and a metrics endpoint."""
+
+    stream: str
+    partition: int
+    storage_failed: str | None = None
+    """Why appends are refused until reopen (a failed fsync), or None."""
+    seal_failure: SealFailure | None = None
+    retention_error: str | None = None
+    """The last ``enforce_retention`` failure of this partition, or None."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.storage_failed or self.seal_failure or self.retention_error)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamInfo:
     name: str
     config: StreamConfig

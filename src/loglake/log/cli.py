@@ -8,6 +8,7 @@ with file and offset), which the main CLI prints as messages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -42,9 +43,11 @@ def info(data_dir: Path, as_json: bool) -> None:
     """Streams, partitions, index ranges, bytes and lake files (read-only)."""
     with SegmentLog(data_dir, readonly=True) as log:
         rows = []
+        health = {(h.stream, h.partition): h for h in log.health()}
         for name in log.streams():
             si = log.stream_info(name)
             for p in si.partitions:
+                seal = health[(name, p.partition)].seal_failure
                 rows.append(
                     {
                         "stream": name,
@@ -54,6 +57,7 @@ def info(data_dir: Path, as_json: bool) -> None:
                         "records": p.next_index - p.first_index,
                         "segment_bytes": p.bytes,
                         "durability": si.config.durability,
+                        "seal_failure": None if seal is None else dataclasses.asdict(seal),
                     }
                 )
     if as_json:
@@ -63,8 +67,14 @@ def info(data_dir: Path, as_json: bool) -> None:
     for col in ("stream", "partition", "first_index", "next_index", "records", "segment_bytes"):
         table.add_column(col, justify="left" if col == "stream" else "right")
     table.add_column("durability")
+    table.add_column("problem")
     for r in rows:
-        table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()))
+        seal = r.pop("seal_failure")
+        problem = (
+            f"[red]seal failing ({seal['attempts']} attempts): {seal['error']}[/]" if seal else ""
+        )
+        cells = [f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()]
+        table.add_row(*cells, problem)
     Console().print(table)
 
 

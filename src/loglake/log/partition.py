@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
+import json
 import logging
 import threading
 import time
@@ -28,7 +30,9 @@ from loglake.log.api import (
     Durability,
     Entry,
     LogClosed,
+    PartitionHealth,
     Record,
+    SealFailure,
     StorageFailed,
     StreamConfig,
 )
@@ -49,6 +53,10 @@ from loglake.log.segment import Segment, parse_segment_name, segment_name
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
+
+SEAL_FAILED_FILE = "SEAL_FAILED"
+"""JSON of the partition's current ``SealFailure`` (written by the writer, removed once the
+segment is sealed), for ``loglake log info`` in another process."""
 
 
 class Partition:
@@ -74,6 +82,8 @@ class Partition:
         self._seq = 0
         self._failed: StorageFailed | None = None
         self._closed = False
+        self.seal_failure: SealFailure | None = None
+        self.retention_error: str | None = None
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
         self._mark: watermark.MarkWriter | None = None
@@ -121,6 +131,8 @@ class Partition:
             self._fsync(active.sync)
             self._publish_durable(sync=True)
 
+            with contextlib.suppress(FileNotFoundError):
+                fs.unlink(self.dir / SEAL_FAILED_FILE)  # seals are scheduled again below
             remove_temp_files(self.lake_dir)
             if self.config.seal_to_lake:
                 for seg in self.segments[:-1]:
@@ -362,9 +374,53 @@ class Partition:
 
     def _schedule_seal(self, seg: Segment) -> None:
         if self.sealer is None:
-            self._seal(seg)
+            self._seal_reporting(seg)
         else:
-            self.sealer.submit(lambda: self._seal(seg))
+            self.sealer.submit(lambda: self._seal_reporting(seg))
+
+    def _seal_reporting(self, seg: Segment) -> None:
+        """``_seal``, keeping its failure where ``health()`` and ``loglake log info`` (the
+        ``SEAL_FAILED`` file, for readers in other processes) find it; the sealer retries."""
+        try:
+            self._seal(seg)
+        except Exception as e:
+            with self._lock:
+                old = self.seal_failure
+                same = old is not None and old.segment == seg.path
+                self.seal_failure = SealFailure(
+                    seg.path,
+                    f"{type(e).__name__}: {e}",
+                    old.attempts + 1 if same and old else 1,
+                    old.since_ns if same and old else time.time_ns(),
+                )
+                record = json.dumps(dataclasses.asdict(self.seal_failure)).encode()
+            with contextlib.suppress(OSError):  # e.g. the same full disk: the log says it too
+                fs.replace_file_atomic(self.dir / SEAL_FAILED_FILE, record)
+            raise
+        with self._lock:
+            cleared = self.seal_failure is not None and self.seal_failure.segment == seg.path
+            if cleared:
+                self.seal_failure = None
+        if cleared:
+            with contextlib.suppress(FileNotFoundError):
+                fs.unlink(self.dir / SEAL_FAILED_FILE)
+
+    def health(self) -> PartitionHealth:
+        """The partition's failures. A reader in another process sees only the seal failure
+        the writer recorded in ``SEAL_FAILED``."""
+        seal = self.seal_failure
+        if self.readonly:
+            try:
+                seal = SealFailure(**json.loads(fs.read_file(self.dir / SEAL_FAILED_FILE)))
+            except (FileNotFoundError, ValueError, TypeError):
+                seal = None
+        return PartitionHealth(
+            self.stream,
+            self.partition,
+            str(self._failed) if self._failed is not None else None,
+            seal,
+            self.retention_error,
+        )
 
     def _seal(self, seg: Segment) -> None:
         """Write a rolled segment to the lake (outside the partition lock: the segment is

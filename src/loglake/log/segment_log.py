@@ -36,6 +36,7 @@ from loglake.log.api import (
     Log,
     LogClosed,
     LogLocked,
+    PartitionHealth,
     PartitionInfo,
     ReadOnlyLog,
     Record,
@@ -319,6 +320,16 @@ class SegmentLog(Log):
             for s in self._streams.values():
                 for p in s.partitions:
                     p.flush()
+
+    def health(self) -> list[PartitionHealth]:
+        """Every opened partition's failures (seal failures being retried, a failed fsync,
+        the last retention error): for ``loglake log info`` and a metrics endpoint."""
+        with self._lock:
+            self._check_open()
+            if self.readonly:
+                self._load_streams()
+            parts = [p for s in self._streams.values() for p in s.partitions]
+        return [p.health() for p in parts]
 
     def verify(self) -> list[tuple[str, int, int, int, int]]:
         """Check every byte the log holds: each segment read whole (CRC, framing, index
