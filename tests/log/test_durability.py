@@ -410,3 +410,45 @@ def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monke
     log.close()
     res = CliRunner().invoke(command, ["info", "--data-dir", str(tmp_path), "--json"])
     assert json.loads(res.output)[0]["seal_failure"] is None
+
+
+# -- §10 retention per partition; what durability each stream uses ------------------------
+
+
+def test_one_failing_partition_does_not_stop_retention_of_the_others(tmp_path, monkeypatch):
+    from loglake.log import RetentionFailed
+    from loglake.log.partition import Partition
+
+    cfg = StreamConfig(partitions=3, segment_bytes=500, retention_records=1, seal_to_lake=False)
+    log = open_log(tmp_path)
+    log.create_stream("s", cfg)
+    for p in range(3):
+        for _ in range(10):
+            log.append("s", p, b"x" * 200)
+    real = Partition.enforce_retention
+
+    def broken_first(self, now_ns):
+        if self.partition == 0:
+            raise OSError(5, "Input/output error")
+        return real(self, now_ns)
+
+    monkeypatch.setattr(Partition, "enforce_retention", broken_first)
+    with pytest.raises(RetentionFailed) as e:
+        log.enforce_retention()
+    assert [(s, p) for s, p, _ in e.value.errors] == [("s", 0)]
+    assert e.value.dropped > 0
+    assert len(seg_files(tmp_path, p=1)) == len(seg_files(tmp_path, p=2)) == 1
+    health = {h.partition: h for h in log.health()}
+    assert "Input/output error" in health[0].retention_error and health[1].ok
+    log.close()
+
+
+def test_serve_banner_says_which_durability_each_stream_uses(tmp_path):
+    from loglake.node.cli import durability_banner
+
+    with open_log(tmp_path) as log:
+        log.create_stream("a", StreamConfig(durability="always"))
+        log.create_stream("b", StreamConfig(durability="batch"))
+        text = durability_banner(log, "none")
+    assert text.startswith("durability none for new streams")
+    assert "always: a" in text and "batch: b" in text

@@ -104,6 +104,18 @@ class StorageFailed(LogError):
     Retrying the fsync could report success for pages the kernel already dropped."""
 
 
+class RetentionFailed(LogError):
+    """``enforce_retention`` failed for some partitions; every other partition was still
+    trimmed. ``dropped`` counts what was trimmed, ``errors`` holds ``(stream, partition,
+    exception)`` per failed partition."""
+
+    def __init__(self, dropped: int, errors: list[tuple[str, int, BaseException]]) -> None:
+        first = "; ".join(f"{s}/{p}: {e}" for s, p, e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(f"retention failed for {len(errors)} partition(s): {first}{more}")
+        self.dropped, self.errors = dropped, errors
+
+
 class LogClosed(LogError, LocalProtocolError):
     """The log was closed."""
 

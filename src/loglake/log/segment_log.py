@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ from loglake.log.api import (
     PartitionInfo,
     ReadOnlyLog,
     Record,
+    RetentionFailed,
     StorageFailed,
     StreamConfig,
     StreamExists,
@@ -52,6 +54,9 @@ from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
 from loglake.log.partition import Partition
 from loglake.log.sealer import Sealer
+from loglake.logs import log_event
+
+logger = logging.getLogger(__name__)
 
 STREAMS_DIR = "streams"
 CONFIG_FILE = "config.json"
@@ -300,7 +305,26 @@ class SegmentLog(Log):
         with self._lock:
             self._check_open()
             parts = [p for s in self._streams.values() for p in s.partitions]
-        return sum(p.enforce_retention(now_ns) for p in parts)
+        dropped = 0
+        errors: list[tuple[str, int, BaseException]] = []
+        for p in parts:  # one failing partition must not stop the others
+            try:
+                dropped += p.enforce_retention(now_ns)
+                p.retention_error = None
+            except Exception as e:
+                p.retention_error = f"{type(e).__name__}: {e}"
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "retention failed for a partition",
+                    stream=p.stream,
+                    partition=p.partition,
+                    error=p.retention_error,
+                )
+                errors.append((p.stream, p.partition, e))
+        if errors:
+            raise RetentionFailed(dropped, errors)
+        return dropped
 
     def truncate_before(self, stream: str, partition: int, index: int) -> int:
         """Segment-granular (see ``Partition.truncate_before``): whole segments below ``index``

@@ -112,7 +112,7 @@ def serve(
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         console.print(
             f"[bold green]loglake[/] stream service on [bold]{host}:{server.port}[/] "
-            f"(data dir {data_dir}, durability {durability}); Ctrl-C to stop"
+            f"(data dir {data_dir}, {durability_banner(log, durability)}); Ctrl-C to stop"
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -129,6 +129,20 @@ def serve(
     finally:
         log.close()
         console.print("stopped")
+
+
+def durability_banner(log: Log, durability: str) -> str:
+    """What each stream actually uses: ``--durability`` applies to streams created from now
+    on; an existing stream keeps the policy saved with it."""
+    text = f"durability {durability} for new streams"
+    kept: dict[str, list[str]] = {}
+    for name in log.streams():
+        kept.setdefault(log.stream_info(name).config.durability, []).append(name)
+    others = {d: names for d, names in kept.items() if d != durability}
+    if others:
+        listed = "; ".join(f"{d}: {', '.join(n)}" for d, n in sorted(others.items()))
+        text += f"; existing streams keep their own ({listed})"
+    return text
 
 
 async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> None:
