@@ -10,7 +10,14 @@ import re
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from loglake.pipeline.errors import BadOption
@@ -100,7 +107,7 @@ def compact_command(
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def progress(step: str, done: int, total: int) -> None:
             if step not in tasks:

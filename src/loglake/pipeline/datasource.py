@@ -61,6 +61,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from loglake.log.lake import LakeFile
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption, SchemaMismatch
 from loglake.pipeline.lake import chunk, overlaps, subtract, visible_lake_files
@@ -163,7 +164,7 @@ def read_range(
                 if overlaps(f, split.start, split.end)
             ]
         covered = [(f.first, f.last + 1) for f in files]
-        pieces: list[tuple[int, object]] = [(f.first, f) for f in files]
+        pieces: list[tuple[int, LakeFile | tuple[int, int]]] = [(f.first, f) for f in files]
         if not split.lake_only:
             pieces += [(a, (a, b)) for a, b in subtract(split.start, split.end, covered)]
         pieces.sort(key=lambda p: p[0])
@@ -174,9 +175,8 @@ def read_range(
                     a, b = piece
                     batches = live.read(opts.stream, split.partition, a, b)
                 else:
-                    batches = _read_lake_file(
-                        piece.path, max(split.start, piece.first), min(split.end, piece.last + 1)
-                    )
+                    lo, hi = max(split.start, piece.first), min(split.end, piece.last + 1)
+                    batches = _read_lake_file(str(piece.path), lo, hi)
                 for batch in batches:
                     batch = row_filter.apply(batch)
                     if batch.num_rows:
@@ -201,12 +201,13 @@ class Pushed:
 
     def absorb(self, f: Filter) -> bool:
         """Fold ``f`` in; True if it is fully handled (Spark need not evaluate it again)."""
-        col = f.attribute[0] if len(f.attribute) == 1 else None
+        attr: tuple[str, ...] = getattr(f, "attribute", ())  # every concrete Filter has one
+        col = attr[0] if len(attr) == 1 else None
         value = getattr(f, "value", None)
         if col == "partition":
             if isinstance(f, EqualTo) and isinstance(value, int):
                 wanted = {value}
-            elif isinstance(f, In) and all(isinstance(v, int) for v in value):
+            elif isinstance(f, In) and value is not None and all(isinstance(v, int) for v in value):
                 wanted = set(value)
             else:
                 return False
@@ -631,8 +632,9 @@ def append_staged(opts: SourceOptions, paths: list[str]) -> int:
             if close:
                 close()
     else:
-        from loglake.log import open_log  # type: ignore[attr-defined]
+        from loglake.log import open_log
 
+        assert opts.data_dir is not None  # parse_options: a url or a data dir
         log = open_log(opts.data_dir)
         try:
             for p, entries in sorted(per_part.items()):

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,9 +94,10 @@ class SessionSpec:
         return {**DEFAULT_CONF, **self.conf}
 
 
-def prepare_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+def prepare_environment(env: MutableMapping[str, str] | None = None) -> MutableMapping[str, str]:
     """Set the variables Spark's launcher and executors read, unless the user set them."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -144,8 +144,8 @@ def plan(opts: CompactOptions) -> tuple[list[Group], int]:
                     p,
                     g[0].first,
                     g[-1].last,
-                    [f.path for f in g],
-                    sum(_rows(f.path) for f in g),
+                    [str(f.path) for f in g],
+                    sum(_rows(str(f.path)) for f in g),
                     sum(f.size for f in g),
                 )
             )
