@@ -172,6 +172,9 @@ class SimDisk:
         self.nodes: dict[int, _File | _Dir] = {}
         self.inodes: dict[tuple[int, int], int] = {}
         self.ops = 0
+        self.fds: set[int] = set()
+        """Descriptors opened through ``fs`` this life and not closed: closed by ``restart``
+        (the process they belonged to is gone)."""
         self.crash_op: int | None = None
         self.dead = False
         self._root_s = str(self.root)
@@ -266,7 +269,9 @@ class SimDisk:
             if dir_fd is not None or not self._inside(p):
                 return os.open(path, flags, mode, dir_fd=dir_fd)
             if not flags & (os.O_CREAT | os.O_TRUNC):
-                return os.open(p, flags, mode)
+                fd = os.open(p, flags, mode)
+                self.fds.add(fd)
+                return fd
             try:
                 before = os.lstat(p)
             except FileNotFoundError:
@@ -274,6 +279,7 @@ class SimDisk:
             if before is None or (flags & os.O_TRUNC and before.st_size):
                 self._step()
             fd = os.open(p, flags, mode)
+            self.fds.add(fd)
             if before is None:
                 node = self._new(_File, os.fstat(fd))
                 self._dir_of(p).pending.append(("link", os.path.basename(p), node.id))
@@ -287,11 +293,14 @@ class SimDisk:
         with self._lock:
             self._alive()
             os.close(fd)
+            self.fds.discard(fd)
 
     def dup(self, fd: int) -> int:
         with self._lock:
             self._alive()
-            return os.dup(fd)
+            new = os.dup(fd)
+            self.fds.add(new)
+            return new
 
     def write(self, fd: int, data) -> int:
         with self._lock:
@@ -510,6 +519,9 @@ class SimDisk:
         self._force = (file_mode, entries)
         with self._lock:
             self.dead = True
+            for fd in self.fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             report = CrashReport(self.ops)
             self.lives_ops.append(self.ops)
             old = self.root
