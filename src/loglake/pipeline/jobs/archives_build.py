@@ -1,0 +1,779 @@
+"""``archives-build``: the due 7-day archives of one community stream, or of many, on Spark.
+
+Why: the control node builds archives in one Python process, through its SQLite working store
+(issue 11 §1). This job builds the same bytes from the stream itself, with Spark doing the heavy
+work: records come through ``loglake.pipeline.read`` (sealed history by Spark's native Parquet
+reader, the live tail through the ``loglake`` source); each record is decoded by the layout's own
+``decode_record`` in executors; records are grouped by (community, 7-day window); each window is
+built in an executor by the archives part's sans-I/O ``ArchiveBuilder`` (framing, padding,
+status-go chunking, SHA-1 piece hashes) — a window's archives are padded to whole pieces, so its
+pieces and hashes do not depend on any other window. Nothing of the protocol is written here.
+
+The driver then does what only depends on order: offsets by prefix sum (``Layout.make_entry``
+at the real offset gives each keccak-256 key), the index (``Layout.encode_index``) and the
+torrent (``ArchiveBuilder.torrent``), and writes the files ``ControlNode`` writes —
+``<root>/<community id>/{data,index}`` and ``<root>/<community id>.torrent`` — plus
+``<root>/<community id>.magnet``. Windows follow ``ControlNode.build``: from the end of the last
+archive (the index, or the control node's store if it recorded a later end), else from the
+oldest valid message of the stream (``plan_windows``: full windows, catch-up builds every
+missed one; ``partial`` adds the unfinished one). So the bytes are the control node's, for both
+layouts, and a control node started on ``root`` afterwards continues from them: its builder
+resumes at the index's last window, and its store (new or lagging) is re-flagged from the
+archives at its next ingest (``ControlNode._reflag``: a row is archived iff its record is in an
+archive), so it neither rebuilds nor re-exports.
+
+Atomic and re-runnable (issue 11 §1, "a job killed midway leaves no partial archive visible"):
+
+1. Executors write each window's archive bytes to ``<root>/.archives-build/_parts-<job>/``.
+2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
+   ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
+   with ``copy_file_range``, then each window's part), ``index``, ``torrent``, ``magnet``; every
+   file and folder fsync'd.
+3. ``COMMIT`` (a JSON plan, written atomically: ``fs.replace_file_atomic``) is the commit point.
+4. Roll forward: ``data``, then ``index``, then the torrent, then the magnet are renamed into
+   place (each folder fsync'd). Between the first two renames a reader sees the old index over a
+   longer ``data``: the unindexed tail every reader ignores (``ControlNode`` truncates it).
+
+A crash before ``COMMIT`` leaves only staging, removed by the next run, which rebuilds the same
+bytes (the build is a pure function of the stream and the committed files); a crash after it is
+rolled forward by the next run. One job per ``root`` at a time (``flock``); a ``ControlNode``
+must not build the same community while the job runs (it does not take the lock).
+
+Bad input: a record that is not the layout's ``WakuMessage`` fails the job with
+``BadCommunityRecord`` naming the stream and index (nothing is written), or with
+``on_bad_record="skip"`` is skipped (as ``ControlNode`` skips it) and counted in the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import json
+import os
+import pickle
+import shutil
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
+from loglake.archives.errors import BadRecord
+from loglake.archives.layout import Layout, get_layout
+from loglake.archives.messages import IndexEntry
+from loglake.archives.torrent import PieceHashes
+from loglake.log import fs
+from loglake.pipeline.errors import BadOption, JobFailed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+STAGING_DIR = ".archives-build"
+"""Under ``root``; hidden (a dot folder), and not a community folder (those are ``0x…``)."""
+PARTS_PREFIX = "_parts-"
+COMMIT = "COMMIT"
+LOCK = ".archives-build.lock"
+ON_BAD_RECORD = ("fail", "skip")
+BAD_SAMPLE = 10
+"""Bad records named per community in the report (all are counted)."""
+
+
+class BadCommunityRecord(JobFailed, BadRecord):
+    """A community stream record is not the layout's ``WakuMessage`` (``on_bad_record=fail``)."""
+
+    def __init__(self, stream: str, index: int, reason: str, count: int = 1) -> None:
+        more = f" ({count} bad records in all)" if count > 1 else ""
+        super().__init__(
+            f"stream {stream!r} index {index}: {reason}{more}; "
+            "rerun with --on-bad-record skip to skip such records"
+        )
+        self.stream, self.index, self.reason, self.count = stream, index, reason, count
+
+
+@dataclass(frozen=True)
+class Community:
+    stream: str
+    community_id: str
+    """``0x`` + compressed public key hex: the torrent's name and the folder's."""
+
+
+@dataclass(frozen=True)
+class ArchivesBuildOptions:
+    data_dir: str
+    root: str
+    communities: tuple[Community, ...]
+    layout: str = "spec"
+    now_ns: int | None = None
+    """Build as of this time (default: now)."""
+    partial: bool = False
+    period_ns: int = WINDOW_NS
+    topics: tuple[bytes | str, ...] | None = None
+    announce: tuple[str, ...] = ()
+    on_bad_record: str = "fail"
+
+    def __post_init__(self) -> None:
+        if not Path(self.data_dir).is_dir():
+            raise BadOption("data_dir", self.data_dir, "no such directory")
+        if not self.communities:
+            raise BadOption("streams", "", "no community stream to build")
+        if self.on_bad_record not in ON_BAD_RECORD:
+            raise BadOption("on_bad_record", self.on_bad_record, "use fail or skip")
+        if self.period_ns <= 0:
+            raise BadOption("period_ns", self.period_ns, "must be positive")
+        get_layout(self.layout)  # ArchiveConfigError for an unknown layout
+        ids = [c.community_id for c in self.communities]
+        if len(set(ids)) != len(ids):
+            raise BadOption("communities", ids, "two streams share a community id")
+
+
+def match_streams(data_dir: str, pattern: str) -> list[str]:
+    """Streams of ``data_dir`` (live log and lake) whose name matches ``pattern`` (fnmatch);
+    a plain name matches itself."""
+    from loglake.log import open_log
+    from loglake.pipeline.lake import lake_streams
+
+    names = set(lake_streams(data_dir))
+    with contextlib.suppress(Exception):  # a lake-only data dir has no log to open
+        with open_log(data_dir, readonly=True) as log:
+            names |= set(log.streams())
+    return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+
+
+def communities_from_keys(
+    data_dir: str, pattern: str, key_file: str | None = None, key_dir: str | None = None
+) -> tuple[Community, ...]:
+    """Each stream matching ``pattern`` with its community id: from ``key_file`` (one stream),
+    or from ``key_dir/<stream>.key`` (a control node key, hex, as ``archives keygen`` writes)."""
+    from loglake.archives.signing import community_id, load_private_key
+
+    streams = match_streams(data_dir, pattern)
+    if not streams:
+        raise BadOption("streams", pattern, f"no stream of {data_dir} matches")
+    if key_file is not None:
+        if len(streams) != 1:
+            raise BadOption(
+                "key_file", key_file, f"one key for {len(streams)} streams: use --key-dir"
+            )
+        key = load_private_key(Path(key_file).read_text().strip())
+        return (Community(streams[0], community_id(key)),)
+    if key_dir is None:
+        raise BadOption("key_dir", None, "give --key-file (one stream) or --key-dir")
+    out = []
+    for s in streams:
+        path = Path(key_dir) / f"{s}.key"
+        if not path.exists():
+            raise BadOption("key_dir", key_dir, f"no key {path.name} for stream {s!r}")
+        out.append(Community(s, community_id(load_private_key(path.read_text().strip()))))
+    return tuple(out)
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CommunityReport:
+    stream: str
+    community_id: str
+    windows: int = 0
+    """7-day windows consumed by this build (empty ones included)."""
+    new_archives: int = 0
+    records: int = 0
+    """Records in the windows built (before topic filtering and status-go's size cap)."""
+    bad_records: int = 0
+    bad_sample: list[tuple[int, str]] = field(default_factory=list)
+    appended_bytes: int = 0
+    data_bytes: int = 0
+    info_hash: str | None = None
+    magnet: str | None = None
+
+
+@dataclass
+class ArchivesBuildReport:
+    communities: list[CommunityReport] = field(default_factory=list)
+    recovered: int = 0
+    """Committed builds of an earlier, killed run rolled forward."""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def new_archives(self) -> int:
+        return sum(c.new_archives for c in self.communities)
+
+    @property
+    def bad_records(self) -> int:
+        return sum(c.bad_records for c in self.communities)
+
+    @property
+    def appended_bytes(self) -> int:
+        return sum(c.appended_bytes for c in self.communities)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "communities": [c.__dict__ for c in self.communities],
+            "recovered": self.recovered,
+            "new_archives": self.new_archives,
+            "bad_records": self.bad_records,
+            "appended_bytes": self.appended_bytes,
+            "seconds": self.seconds,
+        }
+
+
+Progress = Callable[[str, int, int], None]
+Fault = Callable[[str], None]
+"""``fault(point)``: called between stages (``parts``, ``staged``, ``committing``); tests kill
+the job there."""
+
+
+# -- executors -------------------------------------------------------------------------------
+
+
+def _decoded_schema(layout: Layout) -> str:
+    topic = "string" if layout.name == "spec" else "binary"
+    return (
+        f"sid int, w int, ts long, idx long, topic {topic}, cap long, data binary, bad string"
+    )
+
+
+def _decode_batches(
+    layout_name: str, plan: Mapping[int, tuple[int, int, int]]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow: each record through ``layout.decode_record`` with its window number
+    (``plan[sid] = (start, period, end)``); records outside the planned windows are dropped
+    (windows are never reopened, as in ``ControlNode``); bad records get ``w = -1``."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        layout = get_layout(layout_name)
+        decode = layout.decode_record
+        topic_type = pa.string() if layout.name == "spec" else pa.binary()
+        for b in batches:
+            sids = b.column(0).to_pylist()
+            idxs = b.column(1).to_pylist()
+            datas = b.column(2)
+            keep: list[int] = []
+            ws: list[int] = []
+            tss: list[int] = []
+            tops: list[Any] = []
+            caps: list[int] = []
+            bads: list[str | None] = []
+            for i, raw in enumerate(datas.to_pylist()):
+                start, period, end = plan[sids[i]]
+                try:
+                    m = decode(raw)
+                except BadRecord as e:
+                    keep.append(i)
+                    ws.append(-1)
+                    tss.append(0)
+                    tops.append(None)
+                    caps.append(0)
+                    bads.append(str(e))
+                    continue
+                ts = m[0]
+                if ts < start or ts >= end:
+                    continue
+                keep.append(i)
+                ws.append((ts - start) // period)
+                tss.append(ts)
+                tops.append(m[1])
+                caps.append(m[3])
+                bads.append(None)
+            if not keep:
+                continue
+            take = pa.array(keep, type=pa.int32())
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([sids[i] for i in keep], type=pa.int32()),
+                    pa.array(ws, type=pa.int32()),
+                    pa.array(tss, type=pa.int64()),
+                    pa.array([idxs[i] for i in keep], type=pa.int64()),
+                    pa.array(tops, type=topic_type),
+                    pa.array(caps, type=pa.int64()),
+                    datas.take(take),
+                    pa.array(bads, type=pa.string()),
+                ],
+                names=["sid", "w", "ts", "idx", "topic", "cap", "data", "bad"],
+            )
+
+    return run
+
+
+def _oldest_batches(
+    layout_name: str,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow: the oldest valid message time per community in each batch (a build with no
+    archive yet starts at the oldest stored message, as ``ControlNode`` does)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        decode = get_layout(layout_name).decode_record
+        for b in batches:
+            oldest: dict[int, int] = {}
+            for sid, raw in zip(b.column(0).to_pylist(), b.column(2).to_pylist(), strict=True):
+                try:
+                    ts = decode(raw)[0]
+                except BadRecord:
+                    continue
+                if ts < oldest.get(sid, ts + 1):
+                    oldest[sid] = ts
+            if oldest:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(list(oldest), pa.int32()), pa.array(list(oldest.values()))],
+                    names=["sid", "ts"],
+                )
+
+    return run
+
+
+ENCODED_SCHEMA = (
+    "sid int, w int, path string, nbytes long, hashes binary, entries binary, records long, "
+    "bad long, bad_sample string"
+)
+
+
+def _encode_groups(
+    layout_name: str,
+    plan: Mapping[int, tuple[int, int, int]],
+    topics: Sequence[bytes | str] | None,
+    parts_dir: str,
+) -> Callable[[tuple[Any, ...], pa.Table], pa.Table]:
+    """applyInArrow per (community, window): ``ArchiveBuilder.build`` of that one window (its
+    own builder, so offsets are window-local and the hashes are the window's pieces), the
+    archive bytes written to a part file; returns sizes, piece hashes and the entries'
+    (metadata, local offset, size, padding). The ``w = -1`` group lists the bad records."""
+
+    def run(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
+        import pyarrow as pa
+
+        sid, w = int(key[0].as_py()), int(key[1].as_py())
+        if w < 0:
+            bad = table.sort_by("idx")
+            sample = list(
+                zip(
+                    bad.column("idx").to_pylist()[:BAD_SAMPLE],
+                    bad.column("bad").to_pylist()[:BAD_SAMPLE],
+                    strict=True,
+                )
+            )
+            return _encoded_row(sid, w, "", 0, b"", b"", 0, len(bad), json.dumps(sample))
+        layout = get_layout(layout_name)
+        t = table.sort_by([("ts", "ascending"), ("idx", "ascending")])  # the store's order
+        rows = list(
+            zip(
+                t.column("ts").to_pylist(),
+                t.column("topic").to_pylist(),
+                t.column("data").to_pylist(),
+                t.column("cap").to_pylist(),
+                strict=True,
+            )
+        )
+        start, period, end = plan[sid]
+        frm = start + w * period
+        builder = ArchiveBuilder(layout, "")
+        result = builder.build([(frm, min(frm + period, end))], rows, topics, presorted=True)
+        path = os.path.join(parts_dir, f"{sid}-{w}")
+        if result.archives:
+            with open(path, "wb") as f:
+                for a in result.archives:
+                    f.writelines(a.parts)
+                    if a.trailing_zeros:
+                        f.write(bytes(a.trailing_zeros))
+        entries = [
+            (a.entry.metadata, a.entry.offset, a.entry.size, a.entry.padding)
+            for a in result.archives
+        ]
+        return _encoded_row(
+            sid,
+            w,
+            path if result.archives else "",
+            builder.data_size,
+            b"".join(builder.hashes.hashes),
+            pickle.dumps(entries),
+            len(rows),
+            0,
+            "",
+        )
+
+    return run
+
+
+def _encoded_row(*values: Any) -> pa.Table:
+    import pyarrow as pa
+
+    names = ["sid", "w", "path", "nbytes", "hashes", "entries", "records", "bad", "bad_sample"]
+    types = [
+        pa.int32(),
+        pa.int32(),
+        pa.string(),
+        pa.int64(),
+        pa.binary(),
+        pa.binary(),
+        pa.int64(),
+        pa.int64(),
+        pa.string(),
+    ]
+    return pa.table(
+        [pa.array([v], type=t) for v, t in zip(values, types, strict=True)], names=names
+    )
+
+
+# -- driver: state of a community's files ------------------------------------------------------
+
+
+@dataclass
+class _State:
+    community: Community
+    folder: Path
+    entries: list[IndexEntry]
+    indexed_end: int
+    """End of the last indexed archive in ``data`` (bytes beyond it are a torn tail)."""
+    start_ns: int | None
+    """Where the next window starts (None: at the oldest message)."""
+
+
+def _store_end(root: Path, cid: str) -> int | None:
+    """The last window end a control node recorded in its store (``archives build`` keeps it
+    at ``<root>/<community id>.sqlite``), read-only: it may be later than the index's last
+    archive when the node consumed empty windows."""
+    path = root / f"{cid}.sqlite"
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='last_archive_end_ns'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    return None if row is None else int(row[0])
+
+
+def _load_state(root: Path, c: Community, layout: Layout) -> _State:
+    folder = root / c.community_id
+    entries: list[IndexEntry] = []
+    index_path = folder / "index"
+    if index_path.exists():
+        entries = layout.decode_index(index_path.read_bytes())
+    end = entries[-1].offset + entries[-1].size if entries else 0
+    data_path = folder / "data"
+    size = data_path.stat().st_size if data_path.exists() else 0
+    if size < end:
+        raise JobFailed(f"{data_path} holds {size} bytes, its index describes {end}")
+    ends = [t for t in (_store_end(root, c.community_id),) if t is not None]
+    ends += [max(e.metadata.to_ns for e in entries)] if entries else []
+    return _State(c, folder, entries, end, max(ends) if ends else None)
+
+
+# -- driver: staging and commit --------------------------------------------------------------
+
+
+def _copy_range(src_fd: int, dst_fd: int, count: int, src_off: int = 0) -> None:
+    """``count`` bytes of ``src_fd`` from ``src_off`` appended to ``dst_fd``, in the kernel."""
+    done = 0
+    while done < count:
+        n = os.copy_file_range(src_fd, dst_fd, count - done, src_off + done)
+        if n <= 0:
+            raise JobFailed(f"copy_file_range returned {n} with {count - done} bytes left")
+        done += n
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fs.write_all(fd, data)
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+
+
+def _targets(root: Path, cid: str) -> dict[str, Path]:
+    """Staged file name → where the commit puts it (in commit order: ``data`` first)."""
+    return {
+        "data": root / cid / "data",
+        "index": root / cid / "index",
+        "torrent": root / f"{cid}.torrent",
+        "magnet": root / f"{cid}.magnet",
+    }
+
+
+def commit_staged(root: Path, stage: Path) -> None:
+    """Roll a staged build with ``COMMIT`` forward (idempotent): rename each staged file into
+    place, in order, fsync'ing each folder; then drop the staging folder."""
+    plan = json.loads((stage / COMMIT).read_text())
+    cid = plan["community_id"]
+    fs.makedirs_durable(root / cid)
+    for name, dest in _targets(root, cid).items():
+        src = stage / name
+        if src.exists():
+            fs.replace(src, dest)
+            fs.fsync_dir(dest.parent)
+    shutil.rmtree(stage)
+    fs.fsync_dir(stage.parent)
+
+
+def recover(root: Path) -> int:
+    """Roll forward the committed builds of a killed run; drop everything else it staged."""
+    base = root / STAGING_DIR
+    if not base.is_dir():
+        return 0
+    done = 0
+    for d in sorted(base.iterdir()):
+        if d.is_dir() and not d.name.startswith(PARTS_PREFIX) and (d / COMMIT).exists():
+            commit_staged(root, d)
+            done += 1
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+    fs.fsync_dir(base)
+    return done
+
+
+@contextlib.contextmanager
+def job_lock(root: Path) -> Iterator[None]:
+    """One archives-build job per ``root`` at a time (``flock``); a second fails at once."""
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JobFailed(f"archives-build: another job is running on {root}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _stage_community(
+    root: Path,
+    st: _State,
+    layout: Layout,
+    rows: list[Any],
+    end_ns: int,
+    announce: tuple[str, ...],
+    report: CommunityReport,
+) -> Path | None:
+    """Offsets by prefix sum, index, torrent, magnet; stage the new files and ``COMMIT``.
+    None when the build adds no archive (nothing to write, as for ``ControlNode``)."""
+    cid = st.community.community_id
+    new: list[IndexEntry] = []
+    new_hashes: list[bytes] = []
+    base = st.indexed_end
+    for r in rows:
+        for meta, local, size, padding in pickle.loads(r["entries"]):
+            new.append(layout.make_entry(meta, base + local, size, padding))
+        h = r["hashes"]
+        new_hashes += [h[i : i + 20] for i in range(0, len(h), 20)]
+        base += r["nbytes"]
+    if not new:
+        return None
+    hashes = PieceHashes(layout.piece_length)
+    data_path = st.folder / "data"
+    if st.indexed_end:
+        with open(data_path, "rb") as f:  # earlier pieces, as ControlNode._load hashes them
+            left = st.indexed_end
+            while left:
+                chunk = f.read(min(left, layout.piece_length * 256))
+                hashes.extend(chunk)
+                left -= len(chunk)
+    hashes.hashes += new_hashes
+    builder = ArchiveBuilder(layout, cid, st.entries + new, hashes, end_ns, announce)
+    index = layout.encode_index(builder.entries)
+    torrent = builder.torrent(index)
+    stage = root / STAGING_DIR / cid
+    shutil.rmtree(stage, ignore_errors=True)
+    fs.makedirs_durable(stage)
+    fd = fs.open(stage / "data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if st.indexed_end:
+            src = os.open(data_path, os.O_RDONLY)
+            try:
+                _copy_range(src, fd, st.indexed_end)
+            finally:
+                os.close(src)
+        for r in rows:
+            if r["path"]:
+                src = os.open(r["path"], os.O_RDONLY)
+                try:
+                    _copy_range(src, fd, r["nbytes"])
+                finally:
+                    os.close(src)
+        if os.fstat(fd).st_size != hashes.data_size:
+            raise JobFailed(f"staged data of {cid} is not {hashes.data_size} bytes")
+        fs.fsync(fd)
+    finally:
+        fs.close(fd)
+    magnet = torrent.magnet(cid)
+    _write_file(stage / "index", index)
+    _write_file(stage / "torrent", torrent.metainfo())
+    _write_file(stage / "magnet", (magnet + "\n").encode())
+    fs.fsync_dir(stage)
+    report.new_archives = len(new)
+    report.appended_bytes = hashes.data_size - st.indexed_end
+    report.data_bytes = hashes.data_size
+    report.info_hash = torrent.info_hash
+    report.magnet = magnet
+    return stage
+
+
+# -- the job ---------------------------------------------------------------------------------
+
+
+def _records(spark: SparkSession, opts: ArchivesBuildOptions, sids: Sequence[int]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    from loglake.pipeline.read import read
+
+    out = None
+    for sid in sids:
+        c = opts.communities[sid]
+        df = read(spark, opts.data_dir, c.stream, partitions=[0]).select(
+            F.lit(sid).cast("int").alias("sid"), "index", "data"
+        )
+        out = df if out is None else out.unionByName(df)
+    assert out is not None
+    return out
+
+
+def run(
+    spark: SparkSession,
+    opts: ArchivesBuildOptions,
+    progress: Progress | None = None,
+    fault: Fault | None = None,
+) -> ArchivesBuildReport:
+    """Recover a killed run, plan windows, build them on Spark, stage, commit."""
+    root = Path(opts.root).resolve()
+    fs.makedirs_durable(root)
+    with job_lock(root):
+        return _run(spark, opts, root, progress or (lambda s, d, t: None), fault or (lambda p: None))
+
+
+def _run(
+    spark: SparkSession,
+    opts: ArchivesBuildOptions,
+    root: Path,
+    progress: Progress,
+    fault: Fault,
+) -> ArchivesBuildReport:
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    report = ArchivesBuildReport()
+    report.recovered = recover(root)
+    layout = get_layout(opts.layout)
+    now = time.time_ns() if opts.now_ns is None else opts.now_ns
+    states = [_load_state(root, c, layout) for c in opts.communities]
+    report.communities = [CommunityReport(c.stream, c.community_id) for c in opts.communities]
+    all_sids = list(range(len(states)))
+
+    # windows start at the last archive's end, else at the oldest valid message (one pass)
+    starts = {sid: st.start_ns for sid, st in enumerate(states)}
+    unknown = [sid for sid, s in starts.items() if s is None]
+    if unknown:
+        progress("oldest", 0, len(unknown))
+        oldest = (
+            _records(spark, opts, unknown)
+            .mapInArrow(_oldest_batches(opts.layout), "sid int, ts long")
+            .groupBy("sid")
+            .agg(F.min("ts").alias("ts"))
+            .collect()
+        )
+        for r in oldest:
+            starts[r["sid"]] = r["ts"]
+        progress("oldest", len(unknown), len(unknown))
+    report.seconds["oldest"] = time.perf_counter() - t0
+
+    windows: dict[int, list[tuple[int, int]]] = {}
+    plan: dict[int, tuple[int, int, int]] = {}
+    for sid in all_sids:
+        s = starts[sid]
+        if s is None:
+            continue  # no valid message at all: nothing to build
+        ws = plan_windows(s, now, period_ns=opts.period_ns, partial=opts.partial)
+        if ws:
+            windows[sid] = ws
+            plan[sid] = (s, opts.period_ns, ws[-1][1])
+            report.communities[sid].windows = len(ws)
+    if not plan:
+        report.seconds["total"] = time.perf_counter() - t0
+        return report
+
+    # executors: decode, group by (community, window), build each window, hash its pieces
+    t1 = time.perf_counter()
+    job = uuid.uuid4().hex[:12]
+    parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
+    fs.makedirs_durable(parts_dir)
+    try:
+        progress("build", 0, len(plan))
+        decoded = _records(spark, opts, sorted(plan)).mapInArrow(
+            _decode_batches(opts.layout, plan), _decoded_schema(layout)
+        )
+        rows = (
+            decoded.groupBy("sid", "w")
+            .applyInArrow(
+                _encode_groups(opts.layout, plan, opts.topics, str(parts_dir)), ENCODED_SCHEMA
+            )
+            .collect()
+        )
+        progress("build", len(plan), len(plan))
+        report.seconds["build"] = time.perf_counter() - t1
+        fault("parts")
+
+        by_sid: dict[int, list[Any]] = {}
+        for r in rows:
+            if r["w"] < 0:
+                rep = report.communities[r["sid"]]
+                rep.bad_records = r["bad"]
+                rep.bad_sample = [tuple(x) for x in json.loads(r["bad_sample"])]
+            else:
+                by_sid.setdefault(r["sid"], []).append(r)
+                report.communities[r["sid"]].records += r["records"]
+        bad = [c for c in report.communities if c.bad_records]
+        if bad and opts.on_bad_record == "fail":
+            first = bad[0]
+            index, reason = first.bad_sample[0]
+            raise BadCommunityRecord(first.stream, index, reason, sum(c.bad_records for c in bad))
+
+        # driver: prefix sums, index, torrent, magnet; stage every community, then commit
+        t2 = time.perf_counter()
+        staged = []
+        for sid, ws in windows.items():
+            wrows = sorted(by_sid.get(sid, []), key=lambda r: r["w"])
+            stage = _stage_community(
+                root, states[sid], layout, wrows, ws[-1][1], opts.announce, report.communities[sid]
+            )
+            if stage is not None:
+                payload = {"community_id": opts.communities[sid].community_id, "job": job}
+                fs.replace_file_atomic(stage / COMMIT, json.dumps(payload).encode())
+                staged.append(stage)
+            progress("stage", len(staged), len(windows))
+        report.seconds["stage"] = time.perf_counter() - t2
+        fault("staged")
+        t3 = time.perf_counter()
+        for stage in staged:
+            _commit_with_fault(root, stage, fault)
+        report.seconds["commit"] = time.perf_counter() - t3
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    for sid in all_sids:
+        rep = report.communities[sid]
+        if not rep.info_hash:  # nothing new: describe what is there
+            st = states[sid]
+            rep.data_bytes = st.indexed_end
+    report.seconds["total"] = time.perf_counter() - t0
+    return report
+
+
+def _commit_with_fault(root: Path, stage: Path, fault: Fault) -> None:
+    """``commit_staged``, with the ``committing`` fault point after the ``data`` rename (the
+    moment a reader sees the old index over a longer ``data``)."""
+    plan = json.loads((stage / COMMIT).read_text())
+    dest = _targets(root, plan["community_id"])["data"]
+    fs.makedirs_durable(dest.parent)
+    fs.replace(stage / "data", dest)
+    fs.fsync_dir(dest.parent)
+    fault("committing")
+    commit_staged(root, stage)
