@@ -452,3 +452,73 @@ def test_serve_banner_says_which_durability_each_stream_uses(tmp_path):
         text = durability_banner(log, "none")
     assert text.startswith("durability none for new streams")
     assert "always: a" in text and "batch: b" in text
+
+
+# -- §9 reads do not block appends -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability", ["batch", "none"])
+def test_a_slow_segment_read_does_not_hold_up_appends(tmp_path, monkeypatch, durability):
+    log = open_log(tmp_path)
+    log.create_stream(
+        "s", StreamConfig(segment_bytes=2000, seal_to_lake=False, durability=durability)
+    )
+    for i in range(100):
+        log.append("s", 0, b"%04d" % i + b"x" * 200)
+    reading, release = threading.Event(), threading.Event()
+    real = os.pread
+    got: list = []
+
+    def slow(fd, n, at):
+        if threading.current_thread().name == "cold-reader":
+            reading.set()
+            assert release.wait(10)
+        return real(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", slow)
+    monkeypatch.setattr(fs, "pread", slow)
+    t = threading.Thread(
+        target=lambda: got.extend(log.read("s", 0, 0)), name="cold-reader", daemon=True
+    )
+    t.start()
+    try:
+        assert reading.wait(10)
+        done = threading.Event()
+        a = threading.Thread(target=lambda: (log.append("s", 0, b"hot"), done.set()), daemon=True)
+        a.start()
+        assert done.wait(5), "an append waited for a read"
+    finally:
+        release.set()
+        t.join(10)
+    assert [r.index for r in got] == list(range(100))
+    assert log.read("s", 0, 100)[0].data == b"hot"
+    log.close()
+
+
+def test_retention_deleting_a_segment_under_a_lock_free_read(tmp_path, monkeypatch):
+    cfg = StreamConfig(segment_bytes=2000, retention_records=1, seal_to_lake=False)
+    log = open_log(tmp_path)
+    log.create_stream("s", cfg)
+    for i in range(100):
+        log.append("s", 0, b"%04d" % i + b"x" * 200)
+    reading, release = threading.Event(), threading.Event()
+    real = fs.pread
+    got: list = []
+
+    def slow(fd, n, at):
+        if threading.current_thread().name == "cold-reader" and not reading.is_set():
+            reading.set()
+            assert release.wait(10)
+        return real(fd, n, at)
+
+    monkeypatch.setattr(fs, "pread", slow)
+    t = threading.Thread(
+        target=lambda: got.extend(log.read("s", 0, 0, limit=5)), name="cold-reader"
+    )
+    t.start()
+    assert reading.wait(10)
+    assert log.enforce_retention() > 0  # deletes the segment being read
+    release.set()
+    t.join(10)
+    assert [r.data[:4] for r in got] == [b"%04d" % i for i in range(5)]
+    log.close()

@@ -455,8 +455,14 @@ class Partition:
     # -- reading ----------------------------------------------------------------------------
     def read(self, start: int, limit: int | None, end: int | None, pairs: bool = False) -> list:
         """Records ``start <= index < end`` (at most ``limit``) from the lake below the first
-        live segment and from segments above it. Lake files are immutable, so they are read
-        outside the partition lock: a long read of old history does not hold up appends."""
+        live segment and from segments above it.
+
+        Reads do not hold the partition lock while they touch the disk, so a cold read never
+        stalls appends (issue 17 §9): under the lock a read only takes a view (which segments,
+        their sizes, the visible end) and pins those segments (their read fds stay open if
+        retention deletes them meanwhile). The bytes it then reads are immutable: sealed
+        segments, lake files, and the part of the active segment below its size at that moment
+        (appends only add past it)."""
         with self._lock:
             if self._closed:
                 raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
@@ -467,23 +473,27 @@ class Partition:
         pos = start
         remaining = None if limit is None else max(0, limit)
         out: list[Record] = []
-        retried = False
-        lake_misses = 0
+        misses = 0
         while (remaining is None or remaining > 0) and pos < end:
             with self._lock:
                 pos = max(pos, self.first_index)
                 seg_first = self.segments[0].base if self.segments else self.next_index
+                view = None
                 if pos >= seg_first or not self.lake:
                     try:
-                        out += self._read_segments(pos, end, remaining, pairs)
+                        view = self._pin_view(pos, end)
                     except FileNotFoundError:
-                        if not self.readonly or retried:
-                            raise
-                        retried = True  # the writer deleted a segment under us (retention)
-                        self.refresh()
+                        misses = self._missed(misses)  # deleted by the writer since listed
                         continue
-                    break
-                lf = self._lake_file_at(pos)
+                lf = None if view is not None else self._lake_file_at(pos)
+            if view is not None:
+                try:
+                    out += self._read_segments(view, pos, end, remaining, pairs)
+                finally:
+                    with self._lock:
+                        for seg, _ in view:
+                            seg.unpin()
+                break
             if lf is None or lf.first >= seg_first:
                 pos = seg_first  # a gap in the lake (it never held that range)
                 continue
@@ -495,11 +505,8 @@ class Partition:
             except FileNotFoundError:
                 # Removed since we listed it: by lake retention, or by a compaction that wrote
                 # a file covering it. Look again.
-                lake_misses += 1
-                if lake_misses > 5:
-                    raise
                 with self._lock:
-                    self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+                    misses = self._missed(misses)
                 continue
             out += [(r.index, r.data) for r in got] if pairs else got
             if remaining is not None:
@@ -507,21 +514,58 @@ class Partition:
             pos = max(pos, lf.first) + want
         return out
 
+    def _missed(self, misses: int) -> int:
+        """A file listed a moment ago is gone (caller holds the lock): look again, up to 5
+        times."""
+        if misses >= 5:
+            raise FileNotFoundError(f"{self.dir}: files keep disappearing under a read")
+        if self.readonly:
+            self.refresh()
+        else:
+            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+        return misses + 1
+
+    def _pin_view(self, pos: int, end: int) -> list[tuple[Segment, int]]:
+        """``(segment, size now)`` of the segments holding ``pos..end``, pinned (caller holds
+        the lock)."""
+        view: list[tuple[Segment, int]] = []
+        i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
+        try:
+            for seg in self.segments[i:]:
+                if seg.base >= end:
+                    break
+                seg.pin()
+                view.append((seg, seg.size))
+        except BaseException:
+            for seg, _ in view:
+                seg.unpin()
+            raise
+        return view
+
     def _lake_file_at(self, pos: int) -> LakeFile | None:
         """The first lake file holding an index >= ``pos``."""
         i = bisect.bisect_right([f.last for f in self.lake], pos - 1)
         return self.lake[i] if i < len(self.lake) else None
 
     def _read_segments(
-        self, pos: int, end: int, remaining: int | None, pairs: bool = False
+        self,
+        view: list[tuple[Segment, int]],
+        pos: int,
+        end: int,
+        remaining: int | None,
+        pairs: bool = False,
     ) -> list:
         out: list = []
-        if not self.segments:
-            return out
-        i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
-        while i < len(self.segments) and (remaining is None or remaining > 0) and pos < end:
-            seg = self.segments[i]
-            got = seg.read(pos, end, end - pos if remaining is None else remaining, pairs)
+        for seg, size in view:
+            if (remaining is not None and remaining <= 0) or pos >= end:
+                break
+            want = end - pos if remaining is None else remaining
+            got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
+            if got is None:  # the writer's active segment has a wrong index entry
+                with self._lock:
+                    seg.rebuild_index()
+                    got = seg.read(pos, end, want, pairs, size)
+                assert got is not None
             if pairs:
                 out += got
             else:
@@ -530,7 +574,6 @@ class Partition:
             if remaining is not None:
                 remaining -= len(got)
             pos = max(pos, seg.next_index)
-            i += 1
         return out
 
     # -- retention --------------------------------------------------------------------------

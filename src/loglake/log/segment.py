@@ -15,6 +15,7 @@ import bisect
 import contextlib
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +92,13 @@ class Segment:
         self.ifd: int | None = None
         self._rfd: int | None = None
         self.is_sealed = False
+        self.pins = 0
+        """Reads in progress outside the partition lock; the read fd outlives a delete or
+        close until they end (the partition changes this under its lock)."""
+        self._close_when_unpinned = False
+        self._lock = threading.RLock()
+        """Guards loading/rebuilding the sparse index and opening the read fd, which lock-free
+        readers may do at the same time."""
         self.checked_end = False
         """``ends_at`` was compared with the name of the next segment (sealed only)."""
 
@@ -256,6 +264,13 @@ class Segment:
     # -- index -----------------------------------------------------------------------------
     def ensure_index(self) -> SparseIndex:
         """The sparse index; for a sealed segment, loaded from ``.idx`` or rebuilt."""
+        idx = self.index
+        if idx is not None:
+            return idx
+        with self._lock:
+            return self._load_index()
+
+    def _load_index(self) -> SparseIndex:
         if self.index is not None:
             return self.index
         idx: SparseIndex | None = None
@@ -271,7 +286,13 @@ class Segment:
         return idx
 
     def rebuild_index(self) -> SparseIndex:
-        """Scan the whole (sealed) segment; any bad record in it is ``CorruptSegment``."""
+        """Scan the whole (sealed) segment; any bad record in it is ``CorruptSegment``. For
+        the writer's active segment the caller holds the partition lock (appends add to the
+        index)."""
+        with self._lock:
+            return self._rebuild_index()
+
+    def _rebuild_index(self) -> SparseIndex:
         buf = fs.read_file(self.path)
         records, end, err = self._scan_checked(buf, 0)
         if err is not None:
@@ -353,31 +374,70 @@ class Segment:
 
     # -- reading ---------------------------------------------------------------------------
     def _read_fd(self) -> int:
-        if self._rfd is None:
-            self._rfd = fs.open(self.path, os.O_RDONLY)
-        return self._rfd
+        fd = self._rfd
+        if fd is None:
+            with self._lock:
+                if self._rfd is None:
+                    self._rfd = fs.open(self.path, os.O_RDONLY)
+                fd = self._rfd
+        return fd
 
-    def read(self, start: int, end: int, limit: int, pairs: bool = False) -> list[tuple]:
+    def pin(self) -> None:
+        """A read will use this segment outside the partition lock (caller holds it): open
+        the read fd now, so a delete (retention) between here and the read cannot take the
+        file away; the fd stays open until ``unpin``."""
+        self._read_fd()
+        self.pins += 1
+
+    def unpin(self) -> None:
+        self.pins -= 1
+        if self.pins == 0 and self._close_when_unpinned:
+            self._close_when_unpinned = False
+            self.close()
+
+    def read(
+        self,
+        start: int,
+        end: int,
+        limit: int,
+        pairs: bool = False,
+        size: int | None = None,
+        may_rebuild: bool = True,
+    ) -> list[tuple] | None:
         """Rows ``(index, timestamp_ns, key, headers, data)`` with ``start <= index < end``, at
         most ``limit``; with ``pairs``, ``(index, data)`` only. A binary search on the sparse
-        index, then a forward read from the entry found."""
+        index, then a forward read from the entry found.
+
+        ``size``: read no byte at or past it (the segment's size when the caller looked, under
+        the partition lock: whole records only, though an append may be writing past it). None
+        when the index proved wrong and ``may_rebuild`` is False (the writer's active segment:
+        the caller rebuilds under the partition lock)."""
         start = max(start, self.base)
         end = min(end, self.next_index)
         if start >= end or limit <= 0:
             return []
         idx = self.ensure_index()
         entry_index, pos = idx.floor(start)
-        out = self._read_from(pos, start, end, limit, entry_index, pairs)
+        out = self._read_from(pos, start, end, limit, entry_index, pairs, size)
         if out is None:  # the index pointed at the wrong record: rebuild and retry
+            if not may_rebuild:
+                return None
             self.rebuild_index()
             entry_index, pos = self.ensure_index().floor(start)
-            out = self._read_from(pos, start, end, limit, entry_index, pairs)
+            out = self._read_from(pos, start, end, limit, entry_index, pairs, size)
             if out is None:
                 raise CorruptSegment(self.path, pos, "sparse index disagrees with the segment")
         return out
 
     def _read_from(
-        self, pos: int, start: int, end: int, limit: int, entry_index: int, pairs: bool = False
+        self,
+        pos: int,
+        start: int,
+        end: int,
+        limit: int,
+        entry_index: int,
+        pairs: bool = False,
+        size: int | None = None,
     ) -> list[tuple] | None:
         """Parse forward from file position ``pos`` (the record ``entry_index``, or the segment
         start when it is -1). None when the first record is not the one the sparse index
@@ -387,7 +447,8 @@ class Segment:
         one loop; a plain record (no key, no headers) is checked (CRC over a memoryview) and
         sliced without building an intermediate object. Others go through ``decode_frame``."""
         fd = self._read_fd()
-        size = self.size
+        if size is None:
+            size = self.size
         out: list[tuple] = []
         add = out.append
         buf = b""
@@ -485,7 +546,11 @@ class Segment:
         return records
 
     def close(self) -> None:
-        for name in ("wfd", "ifd", "_rfd"):
+        """Close the write handles now, and the read fd once no read has the segment pinned
+        (an unlinked file stays readable through it)."""
+        names = ("wfd", "ifd") if self.pins else ("wfd", "ifd", "_rfd")
+        self._close_when_unpinned = self.pins > 0
+        for name in names:
             fd = getattr(self, name)
             if fd is not None:
                 fs.close(fd)

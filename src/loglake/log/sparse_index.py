@@ -39,8 +39,10 @@ class SparseIndex:
     def maybe_add(self, index: int, pos: int) -> bool:
         """Add ``(index, pos)`` if ``pos`` is far enough from the previous entry."""
         if pos - self.last_pos >= INTERVAL_BYTES or not self.indexes:
-            self.indexes.append(index)
+            # positions first: a reader without the partition lock bisects ``indexes`` and
+            # then reads ``positions[i]``, which must exist by then
             self.positions.append(pos)
+            self.indexes.append(index)
             self.last_pos = pos
             return True
         return False
