@@ -1,0 +1,136 @@
+"""``loglake job archives-build``: the command for ``jobs/archives_build.py``.
+
+Kept beside the job (``pipeline/cli.py`` only mounts it) so the job's options and report live in
+one place. Options are checked, and typed errors raised, before Spark starts.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from loglake.pipeline.errors import BadOption
+from loglake.pipeline.session import MASTER_ENV
+
+
+def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
+    """Unix seconds or ISO 8601 (UTC unless it says otherwise) → Unix ns; None stays None."""
+    if text is None:
+        return None
+    try:
+        return int(float(text) * 1_000_000_000)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadOption(option, text, "expected Unix seconds or ISO 8601") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp()) * 1_000_000_000
+
+
+@click.command("archives-build")
+@click.option("--data-dir", required=True, help="The loglake data directory.")
+@click.option(
+    "--streams",
+    required=True,
+    help="Community stream, or a pattern (fnmatch, e.g. 'community-*'): one output each.",
+)
+@click.option("--root", required=True, help="Archive folder (as `archives build --root`).")
+@click.option("--key-file", help="Control node key (hex) of the one community stream.")
+@click.option("--key-dir", help="Folder of <stream>.key control node keys (for a pattern).")
+@click.option(
+    "--layout", type=click.Choice(["spec", "status-go"]), default="spec", show_default=True
+)
+@click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
+@click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
+@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@click.option("--announce", multiple=True, help="Tracker URL put in the torrent (repeatable).")
+@click.option(
+    "--on-bad-record",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="A record that is not a WakuMessage: fail naming it, or skip and count it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the job report as JSON.")
+@click.option(
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
+    help=f"Spark master URL (default local[*]; env {MASTER_ENV}).",
+)
+def archives_build_command(
+    data_dir: str,
+    streams: str,
+    root: str,
+    key_file: str | None,
+    key_dir: str | None,
+    layout: str,
+    now: str | None,
+    partial: bool,
+    topics: tuple[str, ...],
+    announce: tuple[str, ...],
+    on_bad_record: str,
+    as_json: bool,
+    spark_master: str | None,
+) -> None:
+    """Build the due 7-day archives of community streams on Spark (byte-identical to
+    `loglake archives build`), staged and committed atomically."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loglake.archives.layout import get_layout
+    from loglake.pipeline.jobs.archives_build import (
+        ArchivesBuildOptions,
+        communities_from_keys,
+        run,
+    )
+    from loglake.pipeline.session import build_session
+
+    data = str(Path(data_dir).expanduser().resolve())
+    if not Path(data).is_dir():
+        raise BadOption("--data-dir", data_dir, "no such directory")
+    lay = get_layout(layout)
+    opts = ArchivesBuildOptions(
+        data_dir=data,
+        root=str(Path(root).expanduser().resolve()),
+        communities=communities_from_keys(data, streams, key_file, key_dir),
+        layout=layout,
+        now_ns=parse_time_ns(now),
+        partial=partial,
+        topics=tuple(lay.parse_topic(t) for t in topics) or None,
+        announce=announce,
+        on_bad_record=on_bad_record,
+    )
+    console = Console(stderr=True)
+    with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
+        spark = build_session(master=spark_master, app_name="loglake-archives-build")
+
+    def progress(step: str, done: int, total: int) -> None:
+        console.log(f"{step}: {done}/{total}")
+
+    report = run(spark, opts, progress)
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+        return
+    table = Table(title=f"archives-build ({layout})")
+    for col in ("stream", "community", "windows", "new", "records", "bad skipped", "data bytes"):
+        table.add_column(col, justify="left" if col in ("stream", "community") else "right")
+    for c in report.communities:
+        table.add_row(
+            c.stream,
+            c.community_id[:18] + "…",
+            str(c.windows),
+            str(c.new_archives),
+            f"{c.records:,}",
+            f"{c.bad_records:,}",
+            f"{c.data_bytes:,}",
+        )
+    Console().print(table)
+    secs = ", ".join(f"{k} {v:.2f} s" for k, v in report.seconds.items())
+    console.print(f"recovered {report.recovered}; {secs}")
