@@ -127,3 +127,9 @@ def compact_command(
         str(result.deleted),
     )
     Console().print(table)
+
+
+# ``archives-build`` (issue 11 §1) lives beside its job; mounted here.
+from loglake.pipeline.jobs.archives_build_cli import archives_build_command  # noqa: E402
+
+job.add_command(archives_build_command)
