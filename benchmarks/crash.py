@@ -11,7 +11,8 @@ Simulated disk (issue 17): thousands of seeds of ``tests/log/test_power_loss.py`
 sector boundaries or reordered, folder entries not fsynced forgotten; after each recovery the
 checker holds the log to every acknowledgement. Bounded by ``--time-limit``. ``--no-fsync``
 shows the checker catching a log whose fsyncs do nothing; ``--bitrot GLOB`` flips a byte of a
-file after each clean shutdown. A failure prints the seed and the line that replays it.
+file after each clean shutdown; ``--eio`` makes an fsync fail now and then (and drop what it should
+have written, as Linux does). A failure prints the seed and the line that replays it.
 
     .venv/bin/python benchmarks/crash.py                     # both modes
     .venv/bin/python benchmarks/crash.py --mode sigkill [--runs 100] [--seed N] [--threads 3]
@@ -93,6 +94,7 @@ def sim_mode(args: argparse.Namespace) -> int:
     fsync = not args.no_fsync
     what = "simulated disk" + ("" if fsync else ", fsync disabled")
     what += f", bit-rot in {args.bitrot}" if args.bitrot else ""
+    what += ", fsync failures (EIO)" if args.eio else ""
     print(
         f"{what}: seeds {first}..{first + count - 1} (time limit {args.time_limit:.0f} s)",
         flush=True,
@@ -106,7 +108,7 @@ def sim_mode(args: argparse.Namespace) -> int:
         chunk = 50
         while done < count and time.perf_counter() - t0 < args.time_limit:
             seeds = range(first + done, first + min(count, done + chunk))
-            fig = run_seeds(seeds, root, fsync=fsync, bitrot=args.bitrot)
+            fig = run_seeds(seeds, root, fsync=fsync, bitrot=args.bitrot, eio=args.eio)
             shutil.rmtree(root, ignore_errors=True)
             total.add(fig)
             done += len(seeds)
@@ -131,6 +133,8 @@ def sim_mode(args: argparse.Namespace) -> int:
     )
     if args.bitrot:
         line += f", bytes flipped {total.flips} (reported {total.detected})"
+    if args.eio:
+        line += f", fsync failures surfaced as a raw OSError {total.raw_eio}"
     print(f"{'FAILED' if total.failures else 'OK'}: {line} ({dt:.1f} s)")
     return 1 if total.failures else 0
 
@@ -146,6 +150,7 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=300.0, help="sim: stop after (s)")
     ap.add_argument("--no-fsync", action="store_true", help="sim: fsync does nothing")
     ap.add_argument("--bitrot", default=None, metavar="GLOB", help="sim: flip bytes there")
+    ap.add_argument("--eio", action="store_true", help="sim: some fsyncs fail with EIO")
     ap.add_argument(
         "--stop-on-failure", action="store_true", help="sim: stop at the first failing chunk"
     )

@@ -43,6 +43,11 @@ The model
 
   Missing bytes inside a file read as zeros.
 
+- **fsync failure** (``fail_fsync_after(n)``): the n-th fsync of a file raises EIO, and what it
+  should have written never reaches the disk, though reads still see it and a later fsync of the
+  same file succeeds without writing it (Linux's behaviour since 4.13, PostgreSQL's
+  "fsyncgate"): an engine that retries the fsync, or goes on appending, loses acknowledged data.
+
 Bytes written outside ``fs`` (there should be none under ``loglake.log``) are invisible to the
 model until an fsync through ``fs`` captures the file whole; paths outside ``root`` pass through
 untouched. ``fsync=False`` makes fsync (of files and folders) do nothing: the test-only switch
@@ -56,6 +61,7 @@ a seed replays exactly only when one thread touches the disk.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import os
@@ -112,6 +118,10 @@ class _File:
     durable: bytes = b""
     pending: list[tuple] = field(default_factory=list)
     """``("w", offset, data)`` and ``("t", size)`` since the last fsync, in order."""
+    lost: list[tuple[int, bytes]] = field(default_factory=list)
+    """``(offset, bytes on disk)`` of writes an failed fsync dropped: the page cache still
+    shows the new bytes (the pages were marked clean), the disk keeps the old ones, and no
+    later fsync writes them (Linux since 4.13; PostgreSQL's "fsyncgate")."""
 
 
 @dataclass
@@ -164,6 +174,7 @@ class SimDisk:
         self._force: tuple[str | None, str | None] = (None, None)
         self.lives_ops: list[int] = []
         self.fsyncs = 0
+        self.eio_injected = 0
         self._reset()
 
     # -- the model ---------------------------------------------------------------------------
@@ -176,6 +187,8 @@ class SimDisk:
         """Descriptors opened through ``fs`` this life and not closed: closed by ``restart``
         (the process they belonged to is gone)."""
         self.crash_op: int | None = None
+        self.eio_at: int | None = None
+        self.file_fsyncs = 0
         self.dead = False
         self._root_s = str(self.root)
         self.root_node = self._scan(self.root)
@@ -244,6 +257,13 @@ class SimDisk:
         one); None: no scheduled power loss."""
         with self._lock:
             self.crash_op = None if n is None else self.ops + max(1, n)
+
+    def fail_fsync_after(self, n: int | None) -> None:
+        """The ``n``-th fsync/fdatasync of a file from now fails with EIO, and the writes it
+        should have made durable are dropped (see ``_File.lost``); None: no failure."""
+        with self._lock:
+            self.file_fsyncs = 0
+            self.eio_at = n
 
     def power_off(self) -> None:
         with self._lock:
@@ -316,6 +336,7 @@ class SimDisk:
             n = os.write(fd, data)
             if isinstance(node, _File) and n > 0:
                 node.pending.append(("w", offset, bytes(memoryview(data)[:n])))
+                _redirty(node, offset, n)
             return n
 
     def pwrite(self, fd: int, data, offset: int) -> int:
@@ -328,6 +349,7 @@ class SimDisk:
             n = os.pwrite(fd, data, offset)
             if isinstance(node, _File) and n > 0:
                 node.pending.append(("w", offset, bytes(memoryview(data)[:n])))
+                _redirty(node, offset, n)
             return n
 
     def pread(self, fd: int, n: int, offset: int) -> bytes:
@@ -344,11 +366,27 @@ class SimDisk:
                 return
             self._step()
             self.fsyncs += 1
+            if isinstance(node, _File) and self.eio_at is not None:
+                self.file_fsyncs += 1
+                if self.file_fsyncs >= self.eio_at:
+                    self.eio_at = None
+                    self.eio_injected += 1
+                    old = node.durable
+                    for op in node.pending:
+                        if op[0] == "w":
+                            was = old[op[1] : op[1] + len(op[2])]
+                            node.lost.append((op[1], was + bytes(len(op[2]) - len(was))))
+                    node.pending.clear()
+                    raise OSError(errno.EIO, "Input/output error (simulated)")
             if not self.fsync_enabled:
                 return
             if isinstance(node, _File):
                 with open(f"/proc/self/fd/{fd}", "rb") as f:
-                    node.durable = f.read()
+                    content = bytearray(f.read())
+                for off, was in node.lost:
+                    if off < len(content):
+                        content[off : off + len(was)] = was[: len(content) - off]
+                node.durable = bytes(content)
                 node.pending.clear()
             else:
                 node.durable = {
@@ -666,3 +704,21 @@ def _apply(buf: bytearray, op: tuple) -> None:
     else:  # "z": the file reached this size, its bytes did not
         if op[1] > len(buf):
             buf.extend(bytes(op[1] - len(buf)))
+
+
+def _redirty(f: _File, offset: int, n: int) -> None:
+    """A write over a range a failed fsync dropped makes those bytes dirty again."""
+    if not f.lost:
+        return
+    end = offset + n
+    keep = []
+    for off, was in f.lost:
+        e = off + len(was)
+        if e <= offset or off >= end:
+            keep.append((off, was))
+            continue
+        if off < offset:
+            keep.append((off, was[: offset - off]))
+        if e > end:
+            keep.append((end, was[end - off :]))
+    f.lost[:] = keep
