@@ -132,6 +132,9 @@ const TYPES = {
     filter: IDL.Opt(IDL.Text),
   }),
 };
+// the replay data plane's batches (loglake.events.fastcodec writes them)
+TYPES.EventNotificationBatch = IDL.Vec(TYPES.EventNotification);
+TYPES.EventBatch = IDL.Vec(TYPES.Event);
 
 function revive(v) {
   if (Array.isArray(v)) return v.map(revive);

@@ -85,3 +85,87 @@ def test_principals_agree_with_dfinity_principal():
     assert "error" in ans[-1]  # @dfinity/principal rejects upper case ...
     with pytest.raises(PrincipalError):  # ... and so do we
         principal_from_text(upper)
+
+
+# -- the fast encoder of the replay data plane (loglake.events.fastcodec) ------------------------
+def _finite_notifications():
+    from hypothesis import strategies as st
+
+    from tests.events.test_fastcodec import notifications
+
+    return st.lists(notifications, min_size=40, max_size=40)
+
+
+def _check_batch_with_dfinity(kind: str, items: list, to_value, t, encode_fast) -> None:
+    from hypothesis import assume
+
+    ours = encode_fast(items)
+    want = typed(t, [to_value(x) for x in items])
+    try:  # JSON carries no infinities (the Node harness reads JSON)
+        json.dumps(want, allow_nan=False)
+    except ValueError:
+        assume(False)
+    [dec, enc] = _node(
+        [
+            {"op": "decode", "type": kind, "hex": ours.hex()},
+            {"op": "encode", "type": kind, "value": want},
+        ]
+    )
+    assert "error" not in dec, dec
+    assert _same(dec["value"], want)  # @dfinity/candid reads our bytes as the same values
+    assert "error" not in enc, enc
+    theirs = candid_decode(bytes.fromhex(enc["hex"]), [t])[0]
+    assert typed(t, theirs) == want  # and writes the same values
+
+
+def _same(a, b) -> bool:
+    """Equal JSON, where JavaScript may print an integral float64 without a fraction."""
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b or float(a) == float(b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+ALL = list(__import__("hypothesis").HealthCheck)
+
+
+def test_dfinity_candid_decodes_fast_notification_batches_value_for_value():
+    from hypothesis import Phase, given, settings
+    from icp_candid import Types
+
+    from loglake.events import candid_types as T
+    from loglake.events.codec import notification_to
+    from loglake.events.fastcodec import encode_notifications
+
+    @settings(max_examples=4, deadline=None, phases=[Phase.generate], suppress_health_check=ALL)
+    @given(_finite_notifications())
+    def check(notes):
+        _check_batch_with_dfinity(
+            "EventNotificationBatch",
+            notes,
+            notification_to,
+            Types.Vec(T.EventNotification),
+            encode_notifications,
+        )
+
+    check()
+
+
+def test_dfinity_candid_decodes_fast_event_batches_value_for_value():
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+    from icp_candid import Types
+
+    from loglake.events.codec import EventWire, event_to
+    from loglake.events.fastcodec import encode_events
+    from tests.events.test_fastcodec import events
+
+    @settings(max_examples=3, deadline=None, phases=[Phase.generate], suppress_health_check=ALL)
+    @given(st.lists(events, min_size=40, max_size=40))
+    def check(evs):
+        _check_batch_with_dfinity("EventBatch", evs, event_to, Types.Vec(EventWire), encode_events)
+
+    check()

@@ -18,6 +18,7 @@ VOCABULARY = {
     "identity",
     "candid_types",
     "codec",
+    "fastcodec",
     "journal",
     "ledger",
 }
@@ -29,6 +30,7 @@ PURE_OUTSIDE = {
     "loglake.wire": None,
     "loglake.wire.icrc16": None,
     "loglake.wire.candid_fast": None,
+    "loglake.wire.icrc16_encode": None,
     "loglake.streams.api": {"StreamMessage", "check_stream_name"},
 }
 SIBLINGS = ("loglake.sds", "loglake.cardinal", "loglake.archives", "loglake.pipeline")

@@ -19,6 +19,7 @@ from icp_candid import encode as _encode
 from icp_principal import Principal
 
 from loglake.events import candid_types as T
+from loglake.events import fastcodec
 from loglake.events.messages import (
     Err,
     Event,
@@ -327,14 +328,21 @@ class Method:
     ret_to: Callable[[Any], Any]
     ret_from: Callable[[Any], Any]
     query: bool = False
+    fast_arg: Callable[[Any], bytes] | None = None
+    """Writes the argument's message directly (``fastcodec``: same bytes as icp-py-core)."""
+    fast_ret: Callable[[Any], bytes] | None = None
 
     def encode_arg(self, arg: Any) -> bytes:
+        if self.fast_arg is not None:
+            return self.fast_arg(arg)
         return _encode([{"type": self.arg_type, "value": self.arg_to(arg)}])
 
     def decode_arg(self, data: bytes) -> Any:
         return _convert(self.arg_from, candid_decode(data, [self.arg_type])[0])
 
     def encode_ret(self, ret: Any) -> bytes:
+        if self.fast_ret is not None:
+            return self.fast_ret(ret)
         return _encode([{"type": self.ret_type, "value": self.ret_to(ret)}])
 
     def decode_ret(self, data: bytes) -> Any:
@@ -457,6 +465,7 @@ _M = [
         _vec(event_from),
         opt_results_to,
         opt_results_from,
+        fast_arg=fastcodec.encode_events,
     ),
     Method(
         "icrc72_confirm_notifications",
@@ -478,6 +487,7 @@ _M = [
         _vec(notification_from),
         _ident,
         _ident,
+        fast_arg=fastcodec.encode_notifications,
     ),
 ]
 # loglake's local methods (Candid too): a publisher's own key publishes, a subscriber's own key
@@ -519,6 +529,7 @@ _LOCAL = {
         int,
         _vec(notification_to),
         _vec(notification_from),
+        fast_ret=fastcodec.encode_notifications,
     ),
 }
 
