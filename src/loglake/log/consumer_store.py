@@ -15,6 +15,7 @@ stored value stays as it was.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -23,13 +24,16 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from loglake.log import fs
+from loglake.log import fs, watermark
 from loglake.log.api import CorruptStore, IndexRegression, StorageFailed
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "consumers.log"
+DURABLE_FILE = "consumers.durable"
+"""How many bytes of ``consumers.log`` were fsynced (``watermark.py``'s two-slot file,
+``size``): a bad entry inside them is damage, not a torn save, even as the last entry."""
 _HEAD = struct.Struct("<II")
 _FIXED = struct.Struct("<QI")
 _U16 = struct.Struct("<H")
@@ -74,6 +78,21 @@ def decode_entries(buf: bytes) -> tuple[dict[Key, int], int]:
     return out, pos
 
 
+def _torn_tail(buf: bytes, pos: int) -> bool:
+    """Whether the bad bytes from ``pos`` can be the torn last write: a prefix of one entry
+    (its frame reaches the end of the file), or zeros (the file grew, the data never landed).
+    A bad entry that ends before the file does is followed by another write: damage."""
+    rest = buf[pos:]
+    if len(rest) > MAX_ENTRY:
+        return False
+    if len(rest) < _HEAD.size or not rest.strip(b"\0"):
+        return True
+    (length, _) = _HEAD.unpack_from(rest, 0)
+    if length == 0:  # zeros, then bytes of a write that landed out of order
+        return False
+    return _HEAD.size + length >= len(rest)
+
+
 class ConsumerStore:
     def __init__(self, data_dir: Path, readonly: bool) -> None:
         self.path = data_dir / FILE_NAME
@@ -82,6 +101,10 @@ class ConsumerStore:
         self._fd: int | None = None
         self._failed: StorageFailed | None = None
         self.values: dict[Key, int] = {}
+        self._mark: watermark.MarkWriter | None = None
+        self._size = 0
+        if not readonly:
+            self._mark = watermark.MarkWriter(data_dir, DURABLE_FILE)
         self._load()
         if not readonly:
             self._compact()
@@ -93,10 +116,15 @@ class ConsumerStore:
             self.values = {}
             return
         self.values, used = decode_entries(buf)
-        if len(buf) - used > MAX_ENTRY:
-            # One save is one write of one entry: a crash tears at most the last one. More
-            # bytes than that after a bad entry is damage, and dropping them would move
-            # consumer indexes back.
+        durable = self._mark.mark.size if self._mark is not None and self._mark.mark else 0
+        if used < durable:  # the writer only: a reader may race a compaction
+            raise CorruptStore(
+                str(self.path), f"bad entry at byte {used}, inside the {durable} fsynced bytes"
+            )
+        if used != len(buf) and not _torn_tail(buf, used):
+            # One save is one write of one entry: a crash tears at most the last one. A bad
+            # entry with bytes after it is damage, and dropping them would move consumer
+            # indexes back.
             raise CorruptStore(str(self.path), f"bad entry at byte {used}, not at the tail")
         if used != len(buf) and not self.readonly:
             log_event(
@@ -113,7 +141,15 @@ class ConsumerStore:
         byte was written and fsyncs before the rename: a short or failed write raises and the
         good file stays."""
         data = b"".join(encode_entry(c, s, p, i) for (c, s, p), i in sorted(self.values.items()))
+        assert self._mark is not None
+        # the new file may be shorter than the old one's fsynced bytes: claim nothing across
+        # the rename
+        self._mark.put(0, 0, 0)
+        self._mark.sync()
         fs.replace_file_atomic(self.path, data)
+        self._size = len(data)
+        self._mark.put(0, self._size, 0)
+        self._mark.sync()
         self._fd = fs.open(self.path, os.O_WRONLY | os.O_APPEND)
 
     def get(self, client_id: str, stream: str, partition: int) -> int | None:
@@ -135,9 +171,13 @@ class ConsumerStore:
                 return index
             if self._failed is not None:
                 raise self._failed
+            entry = encode_entry(client_id, stream, partition, index)
             try:
-                fs.write_all(self._fd, encode_entry(client_id, stream, partition, index))
+                fs.write_all(self._fd, entry)
                 fs.fdatasync(self._fd)
+                self._size += len(entry)
+                assert self._mark is not None
+                self._mark.put(0, self._size, 0)  # no fsync: see watermark.py
             except OSError as e:
                 # A partial entry may be on disk, and a failed fsync is never retried: refuse
                 # further saves (they would follow it) until the log is reopened, where the
@@ -154,3 +194,9 @@ class ConsumerStore:
         if self._fd is not None:
             fs.close(self._fd)
             self._fd = None
+        if self._mark is not None:
+            with contextlib.suppress(OSError):
+                if self._failed is None:
+                    self._mark.sync()
+            self._mark.close()
+            self._mark = None

@@ -220,7 +220,13 @@ def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
     final = directory / lake_file_name(first, last)
     tmp = directory / f"{TMP_PREFIX}{final.name}"
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=LAKE_ROW_GROUP_ROWS)
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        row_group_size=LAKE_ROW_GROUP_ROWS,
+        write_page_checksum=True,  # a flipped byte in a page is an error, not other data
+    )
     fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fs.write_all(fd, memoryview(sink.getvalue()))
@@ -272,7 +278,7 @@ def _typed_lake_errors(lf: LakeFile) -> Iterator[None]:
         yield
     except FileNotFoundError:
         raise
-    except (OSError, pa.ArrowException) as e:
+    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
         raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
 
 
@@ -288,8 +294,12 @@ def read_lake_file(
             lf.path,
             columns=["index", "timestamp_ns", "key", "headers", "data"],
             filters=[("index", ">=", lo), ("index", "<", hi)],
+            page_checksum_verification=True,
         )
-    cols = table.to_pydict()
+        cols = table.to_pydict()
+    if sorted(cols["index"]) != list(range(lo, hi)):
+        # e.g. damaged statistics pruned a row group: never serve a range with holes
+        raise CorruptSegment(str(lf.path), 0, f"index column does not hold {lo}..{hi - 1}")
     out = [
         Record(stream, partition, i, ts, k, tuple((h["key"], h["value"]) for h in hs), d)
         for i, ts, k, hs, d in zip(
@@ -328,10 +338,11 @@ def check_lake_file(lf: LakeFile) -> None:
     """The file's schema, row count and index column match its name (``CorruptSegment``
     otherwise; the lake is a view of segments and is checked like one)."""
     try:
-        pf = pq.ParquetFile(lf.path)
+        pf = pq.ParquetFile(lf.path, page_checksum_verification=True)
         idx = pf.read(columns=["index"]).column(0).to_pylist()
+        pf.read()  # every page of every column: checksums and decoding
         schema_ok = pf.schema_arrow == LAKE_SCHEMA
-    except (OSError, pa.ArrowException) as e:
+    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
         raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
     if not schema_ok:
         raise CorruptSegment(str(lf.path), 0, "schema differs from LAKE_SCHEMA")

@@ -79,9 +79,9 @@ def parse(raw: bytes, path: str = FILE_NAME) -> Mark | None:
     return best
 
 
-def read(directory: Path) -> Mark | None:
+def read(directory: Path, name: str = FILE_NAME) -> Mark | None:
     """The partition's watermark, or None if it has none (a data dir from before it existed)."""
-    path = directory / FILE_NAME
+    path = directory / name
     try:
         raw = fs.read_file(path)
     except FileNotFoundError:
@@ -92,9 +92,9 @@ def read(directory: Path) -> Mark | None:
 class MarkWriter:
     """The writer's handle on ``DURABLE``."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
-        self.mark = read(directory)
+    def __init__(self, directory: Path, name: str = FILE_NAME) -> None:
+        self.path = directory / name
+        self.mark = read(directory, name)
         self._fd: int | None = fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def publish(self, base: int, size: int, next_index: int) -> bool:
@@ -104,6 +104,11 @@ class MarkWriter:
         old = self.mark
         if old is not None and (next_index, base, size) <= (old.next_index, old.base, old.size):
             return False
+        return self.put(base, size, next_index)
+
+    def put(self, base: int, size: int, next_index: int) -> bool:
+        """Publish unconditionally (the consumer store resets it before a rewrite)."""
+        old = self.mark
         assert self._fd is not None
         mark = Mark((old.seq if old else 0) + 1, base, size, next_index)
         fs.pwrite(self._fd, encode_slot(mark), SLOT_OFFSETS[mark.seq % 2])
