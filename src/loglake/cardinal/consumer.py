@@ -50,9 +50,13 @@ from typing import TYPE_CHECKING
 
 from loglake.cardinal.blocks import Block, ReorgEvent
 from loglake.cardinal.codec import decode
+from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import (
     BATCH,
     BATCH_DELETE_MSG,
+    BATCH_MSG,
+    SUB_BATCH_HEADER,
+    SUB_BATCH_MSG,
     ZERO_HASH,
     Batch,
     BatchDeleteMsg,
@@ -495,3 +499,73 @@ class BlockAssembler:
             if c:
                 return f"{c} message(s) missing under prefix {p!r}"
         return f"{pb.remaining} sub-batch item(s) missing"
+
+
+# -- one block at a time (for a Spark stateful operator keyed by block hash) -------------------
+
+_FEED_ORDER = {BATCH: 0, SUB_BATCH_HEADER: 1, BATCH_MSG: 2, BATCH_DELETE_MSG: 2, SUB_BATCH_MSG: 3}
+"""Batch first, then headers, then the rest: every message then meets the state it needs, so a
+message the rules drop is the one that caused the drop (nothing is queued behind it)."""
+
+
+class _ReportingAssembler(BlockAssembler):
+    """A ``BlockAssembler`` that remembers why it last dropped a message."""
+
+    problem: str | None = None
+
+    def _drop(self, pb: _Pending, why: str, **fields: object) -> None:
+        super()._drop(pb, why, **fields)
+        detail = ", ".join(f"{k}={v}" for k, v in fields.items())
+        self.problem = f"{why} ({detail})" if detail else why
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledBlock:
+    """What ``assemble_block`` made of one block's messages."""
+
+    block: Block | None
+    """The block, once complete; None while messages are missing."""
+    kept: list[tuple[bytes, bytes, str, int]]
+    """The messages to hold until more arrive (unique by key, rejected ones left out)."""
+    rejected: list[tuple[str, int, str]]
+    """(source, offset, reason) of messages that do not decode or that the rules drop."""
+
+
+def assemble_block(
+    messages: Iterable[tuple[bytes, bytes, str, int]],
+    tracked_prefixes: Iterable[str] = (".*",),
+) -> AssembledBlock:
+    """Assemble one block from all its messages seen so far, ``(key, value, source, offset)``,
+    with ``BlockAssembler``'s rules (a fresh one; no window: the caller bounds memory).
+
+    Pure and order-independent: copies of a key are one message (the lowest ``(source,
+    offset)`` wins), and messages are fed Batch first, then SubBatchHeaders, then the rest, in
+    key order. Made for a stateful operator keyed by block hash (``loglake job cardinal-blocks``)
+    that keeps ``kept`` as its state until ``block`` is set."""
+    unique: dict[bytes, tuple[bytes, bytes, str, int]] = {}
+    for m in messages:
+        seen = unique.get(m[0])
+        if seen is None or (m[2], m[3]) < (seen[2], seen[3]):
+            unique[m[0]] = m
+    asm = _ReportingAssembler(2**62, tracked_prefixes, max_queued=2**62, max_pending=2**62)
+    kept: list[tuple[bytes, bytes, str, int]] = []
+    rejected: list[tuple[str, int, str]] = []
+    block: Block | None = None
+    for m in sorted(unique.values(), key=lambda m: (_FEED_ORDER.get(m[0][0], 4), m[0])):
+        key, value, source, offset = m
+        if block is not None:
+            break
+        try:
+            out = asm.receive(key, value, source, offset)
+        except CardinalDecodeError as e:
+            rejected.append((source, offset, str(e)))
+            continue
+        if asm.problem is not None:
+            rejected.append((source, offset, asm.problem))
+            asm.problem = None
+            continue
+        kept.append(m)
+        for ev in out:
+            if isinstance(ev, Block):
+                block = ev
+    return AssembledBlock(block, kept, rejected)

@@ -501,6 +501,21 @@ class OrderedConsumer:
                 out.append(ev)
         return out
 
+    def add_block(self, block: Block) -> list[ChainUpdate | ReorgEvent]:
+        """Order a block assembled elsewhere (``consumer.assemble_block`` in a Spark stateful
+        operator) exactly as one this consumer had assembled itself."""
+        return self._route([block])
+
+    def reorg_ready(self, number: int, hash_: bytes) -> bool:
+        """Whether a Reorg to ancestor (``number``, ``hash_``) read on a topic can be applied:
+        the chain has reached the ancestor, or passed it by more than the window (blocks sent
+        before the Reorg may still be in other partitions: in-order delivery holds only within
+        one)."""
+        head = self.ordering.head
+        return self.ordering.on_chain(hash_) or (
+            head is not None and head.number - self.ordering.reorg_threshold > number
+        )
+
     @property
     def head(self) -> BlockRef | None:
         return self.ordering.head
