@@ -1,0 +1,712 @@
+"""``cardinal-blocks``: Cardinal blocks as Parquet tables, by Structured Streaming, exactly once.
+
+Issue 12 §1. A streaming query reads every partition of a Cardinal application's topics through
+the ``loglake`` source and:
+
+1. routes each record (``_route``, executors): the envelope ``varint(len(key)) key value`` is
+   opened (``cardinal.transport.open_envelope``); a block message is keyed by its block hash
+   (``key[1:33]``); Reorg/ReorgComplete/Ping and records that do not decode go to one control
+   group (the latter as rejects, with the decoder's reason);
+2. assembles blocks with ``applyInPandasWithState`` keyed by block hash (executors): the state
+   of a block is its messages so far; each micro-batch adds the new ones and hands them all to
+   ``cardinal.consumer.assemble_block`` — ``BlockAssembler``'s rules, not a second
+   implementation. A complete block is emitted once and its state becomes a tombstone, so a
+   redundant producer's late copies are dropped; messages that do not decode or that the rules
+   drop (index past ItemCount, more messages than a prefix announced, a key under no announced
+   prefix …) come out as rejects;
+3. orders blocks on the driver (``foreachBatch``): the completed blocks of the micro-batch, in
+   (number, hash) order, go to ``cardinal.ordering.OrderedConsumer.add_block`` (the processor's
+   reorg rules), and a Reorg read on a topic waits (``OrderedConsumer.reorg_ready``) until the
+   chain has reached its ancestor, then its reorg channel ``<default topic>-re-<ancestor hex>``
+   is read to its first ReorgComplete and fed to the same consumer, as ``StreamConsumer`` does.
+
+Tables under ``out_dir`` (Parquet, one file per table per micro-batch): ``blocks`` (a row per
+update or delete of a block, or one row for a block with neither), ``chain_updates`` (what each
+update removed and added, and reorg notices, in ``seq`` order) and ``rejects`` (topic,
+partition, offset, reason). ``loglake.pipeline.cardinal`` reads them (``tables``,
+``canonical``).
+
+Exactly once: Spark's checkpoint holds the source offsets and the assembly state; the driver's
+ordering state is saved per micro-batch (``_state/<batch>.pkl``, a pickle of the sans-I/O
+``OrderedConsumer``, written by this job for this job) and each micro-batch's files are named
+by its id and written atomically (temp file + rename), then ``_batches/<batch>.json`` marks the
+batch complete. A micro-batch run again after a crash starts from the ordering state of the
+batch before it and, its input being the same (Spark replays the same offsets and state store
+version; assembly and ordering are deterministic), rewrites the same files. Readers only read
+batches with a marker.
+
+Known limits: a block whose Batch never comes, and each completed block's tombstone, stay in
+the state store (no timeout yet); the job reads a data dir (``url`` nodes: not yet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
+from loglake.cardinal.codec import decode
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, assemble_block
+from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
+from loglake.cardinal.messages import REORG, REORG_COMPLETE, ZERO_HASH, Reorg
+from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
+from loglake.cardinal.producer import reorg_channel_name
+from loglake.cardinal.transport import open_envelope, source_name
+from loglake.log.api import STREAM_NAME_RE
+from loglake.pipeline.errors import BadOption
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+JOB_FILE = "_job.json"
+BATCHES = "_batches"
+STATE = "_state"
+CHECKPOINT = "_checkpoint"
+TABLES = ("blocks", "chain_updates", "rejects")
+KEEP_STATES = 3
+MAX_PENDING_REORGS = 32
+
+BLOCKS_SCHEMA = pa.schema(
+    [
+        ("number", pa.int64()),
+        ("hash", pa.string()),
+        ("parent", pa.string()),
+        ("weight", pa.string()),
+        ("time", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.binary()),
+        ("deleted", pa.bool_()),
+        ("batch_id", pa.int64()),
+    ]
+)
+"""``weight`` is a decimal string (256 bits fit no Spark number); ``hash``/``parent`` are hex;
+``time`` is the log timestamp (ns) of the newest record that made the block; ``key`` is null
+(and ``deleted`` false) on the one row of a block with no updates and no deletes."""
+
+CHAIN_UPDATES_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("position", pa.int32()),
+        ("action", pa.string()),
+        ("number", pa.int64()),
+        ("hash", pa.string()),
+        ("parent", pa.string()),
+        ("weight", pa.string()),
+        ("batch_id", pa.int64()),
+    ]
+)
+"""One ``seq`` per ``ChainUpdate`` or ``ReorgEvent``, in the order the application applies them;
+``action`` is ``remove`` (oldest first, listed first), ``add``, ``reorg`` (number/hash: the
+common ancestor; everything above it is reverted) or ``reorg_complete``."""
+
+REJECTS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("reason", pa.string()),
+        ("batch_id", pa.int64()),
+    ]
+)
+
+SCHEMAS = {
+    "blocks": BLOCKS_SCHEMA,
+    "chain_updates": CHAIN_UPDATES_SCHEMA,
+    "rejects": REJECTS_SCHEMA,
+}
+
+# Rows between the stages (Spark DDL, so executors need no pyarrow → Spark type mapping).
+ROUTED_DDL = (
+    "grp binary, topic string, partition int, offset long, ts long, "
+    "key binary, value binary, reason string"
+)
+OUT_DDL = (
+    "kind string, topic string, partition int, offset long, key binary, value binary, "
+    "reason string, payload binary, time long"
+)
+STATE_DDL = "msgs binary, done boolean, time long"
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CardinalBlocksOptions:
+    """What the job needs; ``validate()`` checks it before Spark does anything."""
+
+    data_dir: str
+    topics: tuple[str, ...]
+    """The application's topics; the first is the default topic (Reorgs, reorg channels)."""
+    out_dir: str
+    checkpoint_dir: str | None = None
+    """Spark's checkpoint (default ``<out_dir>/_checkpoint``)."""
+    reorg_threshold: int = DEFAULT_REORG_THRESHOLD
+    prefixes: tuple[str, ...] = (".*",)
+    max_records_per_trigger: int | None = None
+    """Per topic and micro-batch (the ``loglake`` source's ``maxRecordsPerTrigger``)."""
+    follow_seconds: float | None = None
+    """None: read what is there and stop (``availableNow``); else keep running, one
+    micro-batch every this many seconds."""
+
+    def validate(self) -> CardinalBlocksOptions:
+        """Normalised options, or ``BadOption`` naming the option; touches nothing."""
+        from loglake.pipeline.options import parse_options, resolve_stream
+
+        data_dir = Path(self.data_dir).expanduser().resolve()
+        if not data_dir.is_dir():
+            raise BadOption("--data-dir", self.data_dir, "not a directory")
+        if not self.topics:
+            raise BadOption("--topic", "", "give at least one topic")
+        for t in self.topics:
+            if not STREAM_NAME_RE.match(t):
+                raise BadOption("--topic", t, "not a valid stream name")
+            try:
+                resolve_stream(parse_options({"data_dir": str(data_dir), "stream": t}))
+            except BadOption as e:
+                raise BadOption("--topic", t, e.reason) from None
+        if len(set(self.topics)) != len(self.topics):
+            raise BadOption("--topic", ",".join(self.topics), "a topic is given twice")
+        if (
+            isinstance(self.reorg_threshold, bool)
+            or not isinstance(self.reorg_threshold, int)
+            or self.reorg_threshold < 1
+        ):
+            raise BadOption("--reorg-threshold", self.reorg_threshold, "expected an integer >= 1")
+        if not self.prefixes:
+            raise BadOption("--prefix", "", "give at least one prefix (.* tracks all)")
+        for p in self.prefixes:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise BadOption("--prefix", p, f"not a regular expression: {e}") from None
+        m = self.max_records_per_trigger
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise BadOption("--max-records-per-trigger", m, "expected an integer >= 1")
+        f = self.follow_seconds
+        if f is not None and not (isinstance(f, int | float) and 0 <= f < 86_400):
+            raise BadOption("--follow", f, "expected seconds between 0 and 86400")
+        if not str(self.out_dir).strip():
+            raise BadOption("--out", self.out_dir, "required")
+        out = Path(self.out_dir).expanduser().resolve()
+        if out.exists() and not out.is_dir():
+            raise BadOption("--out", self.out_dir, "exists and is not a directory")
+        if out == data_dir or data_dir in out.parents:
+            raise BadOption("--out", self.out_dir, "must not be inside the data dir")
+        cp = Path(self.checkpoint_dir).expanduser().resolve() if self.checkpoint_dir else None
+        opts = CardinalBlocksOptions(
+            str(data_dir),
+            tuple(self.topics),
+            str(out),
+            str(cp) if cp else str(out / CHECKPOINT),
+            self.reorg_threshold,
+            tuple(self.prefixes),
+            m,
+            f,
+        )
+        job = out / JOB_FILE
+        if job.exists():
+            before = json.loads(job.read_text())
+            for name, flag in (
+                ("topics", "--topic"),
+                ("reorg_threshold", "--reorg-threshold"),
+                ("prefixes", "--prefix"),
+                ("data_dir", "--data-dir"),
+            ):
+                now = opts.identity()[name]
+                if before.get(name) != now:
+                    raise BadOption(
+                        flag,
+                        now,
+                        f"{opts.out_dir} was built with {name}={before.get(name)!r}; "
+                        "use another --out (and checkpoint) to change it",
+                    )
+        return opts
+
+    def identity(self) -> dict[str, Any]:
+        """What the outputs depend on: a restart must not change it."""
+        return {
+            "data_dir": self.data_dir,
+            "topics": list(self.topics),
+            "reorg_threshold": self.reorg_threshold,
+            "prefixes": list(self.prefixes),
+        }
+
+
+# -- stage 1: route (executors) --------------------------------------------------------------
+
+
+def _route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Records → (group, position, key, value) rows; group = block hash, or b"" for control."""
+    for b in batches:
+        streams = b.column("stream").to_pylist()
+        parts = b.column("partition").to_pylist()
+        idx = b.column("index").to_pylist()
+        tss = b.column("timestamp_ns").to_pylist()
+        datas = b.column("data").to_pylist()
+        grp: list[bytes] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        reasons: list[str | None] = []
+        for data in datas:
+            g, k, v, why = b"", None, None, None
+            try:
+                k, v = open_envelope(data or b"")
+                if len(k) >= 33 and k[0] <= 0x04:
+                    g = k[1:33]
+                else:
+                    decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
+            except CardinalDecodeError as e:
+                why = str(e)
+            grp.append(g)
+            keys.append(k)
+            values.append(v)
+            reasons.append(why)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(grp, pa.binary()),
+                pa.array(streams, pa.string()),
+                pa.array(parts, pa.int32()),
+                pa.array(idx, pa.int64()),
+                pa.array(tss, pa.int64()),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array(reasons, pa.string()),
+            ],
+            names=["grp", "topic", "partition", "offset", "ts", "key", "value", "reason"],
+        )
+
+
+# -- stage 2: assemble (executors, stateful) -------------------------------------------------
+
+_OUT_COLUMNS = ["kind", "topic", "partition", "offset", "key", "value", "reason", "payload", "time"]
+
+
+def make_assembler(prefixes: Sequence[str]):
+    """The ``applyInPandasWithState`` function (closes over the tracked prefixes only)."""
+    tracked = tuple(prefixes)
+
+    def assemble(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        rows: list[tuple] = []
+        if key[0] == b"":  # control group: pass through, nothing kept
+            for pdf in pdfs:
+                for r in pdf.itertuples(index=False):
+                    kind = "reject" if r.reason is not None else "control"
+                    rows.append(
+                        (kind, r.topic, r.partition, r.offset, r.key, r.value, r.reason, None, r.ts)
+                    )
+            yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
+            return
+        msgs: list[tuple[bytes, bytes, str, int]] = []
+        time = -1
+        if state.exists:
+            stored, done, time = state.get
+            if done:  # a tombstone: late copies of a complete block
+                for _ in pdfs:
+                    pass
+                return
+            msgs = pickle.loads(stored)
+        for pdf in pdfs:
+            for r in pdf.itertuples(index=False):
+                if r.ts is not None and not pd.isna(r.ts) and r.ts > time:
+                    time = int(r.ts)
+                msgs.append((r.key, r.value, source_name(r.topic, int(r.partition)), int(r.offset)))
+        result = assemble_block(msgs, tracked)
+        for source, offset, why in result.rejected:
+            topic, _, part = source.rpartition(":")
+            rows.append(("reject", topic, int(part), offset, None, None, why, None, None))
+        if result.block is not None:
+            payload = pickle.dumps(result.block, protocol=pickle.HIGHEST_PROTOCOL)
+            rows.append(("block", None, None, None, None, None, None, payload, time))
+            state.update((b"", True, time))
+        else:
+            state.update((pickle.dumps(result.kept, protocol=pickle.HIGHEST_PROTOCOL), False, time))
+        if rows:
+            yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
+
+    return assemble
+
+
+# -- stage 3: order and write (driver, foreachBatch) ----------------------------------------
+
+
+@dataclass
+class OrderingState:
+    """The driver's state between micro-batches (pickled per batch)."""
+
+    core: OrderedConsumer
+    seq: int = 0
+    pending: list[tuple[str, int, int, bytes, bytes]] = field(default_factory=list)
+    """Reorgs read on a topic whose ancestor the chain has not reached: (topic, partition,
+    offset, key, value), oldest first."""
+    followed: list[str] = field(default_factory=list)
+    """Reorg channels read already (at most ``MAX_PENDING_REORGS``)."""
+    emitted: dict[bytes, int] = field(default_factory=dict)
+    """Blocks written to ``blocks`` (hash → number), within the window's reach."""
+
+
+def _hex(b: bytes) -> str:
+    return b.hex()
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: order, then write the micro-batch's files."""
+
+    def __init__(self, opts: CardinalBlocksOptions) -> None:
+        self.opts = opts
+        self.out = Path(opts.out_dir)
+
+    # -- state files
+    def _state_path(self, batch_id: int) -> Path:
+        return self.out / STATE / f"{batch_id:012d}.pkl"
+
+    def load_state(self, batch_id: int) -> OrderingState:
+        folder = self.out / STATE
+        ids = (
+            sorted(int(p.stem) for p in folder.glob("*.pkl") if p.stem.isdigit())
+            if folder.is_dir()
+            else []
+        )
+        before = [i for i in ids if i < batch_id]
+        if before:
+            with open(self._state_path(before[-1]), "rb") as f:
+                state = pickle.load(f)
+            assert isinstance(state, OrderingState)
+            return state
+        start = Checkpoint.starting_at(-1, ZERO_HASH, 0)  # as `loglake cardinal consume`
+        return OrderingState(OrderedConsumer(self.opts.reorg_threshold, self.opts.prefixes, start))
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        from loglake.log import fs
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fs.replace_file_atomic(path, data)
+
+    def _write_table(self, name: str, batch_id: int, rows: list[dict]) -> int:
+        path = self.out / name / f"batch-{batch_id:012d}.parquet"
+        if not rows:
+            path.unlink(missing_ok=True)
+            return 0
+        table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self._write_atomic(path, sink.getvalue().to_pybytes())
+        return len(rows)
+
+    # -- the batch
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        table = df.toArrow()
+        self.process(table.to_pylist(), batch_id)
+
+    def process(self, rows: list[dict], batch_id: int) -> dict[str, int]:
+        st = self.load_state(batch_id)
+        blocks: list[tuple[Block, int]] = []
+        control: list[tuple[str, int, int, bytes, bytes]] = []
+        rejects: list[dict] = []
+        for r in rows:
+            if r["kind"] == "block":
+                blk = pickle.loads(r["payload"])
+                assert isinstance(blk, Block)
+                blocks.append((blk, r["time"] if r["time"] is not None else -1))
+            elif r["kind"] == "control":
+                control.append((r["topic"], r["partition"], r["offset"], r["key"], r["value"]))
+            else:
+                rejects.append(self._reject(r["topic"], r["partition"], r["offset"], r["reason"]))
+        out = _Output(batch_id, st)
+        for blk, time in sorted(blocks, key=lambda bt: (bt[0].number, bt[0].hash)):
+            if out.new_block(blk, time):
+                out.chain(st.core.add_block(blk))
+        for c in sorted(control, key=lambda c: (c[0], c[1], c[2])):
+            topic, part, offset, key, value = c
+            if key[:1] == bytes((REORG,)) and topic == self.opts.topics[0]:
+                st.pending.append(c)
+            elif key[:1] == bytes((REORG_COMPLETE,)):
+                out.receive(key, value, source_name(topic, part), offset, topic, rejects)
+        self._reorgs(st, out, rejects)
+        for r in rejects:
+            r["batch_id"] = batch_id
+        # prune what the driver remembers to the window's reach
+        head = st.core.head
+        if head is not None and len(st.emitted) > 8 * self.opts.reorg_threshold + 64:
+            cut = head.number - 4 * self.opts.reorg_threshold
+            st.emitted = {h: n for h, n in st.emitted.items() if n >= cut}
+        counts = {
+            "blocks": self._write_table("blocks", batch_id, out.block_rows),
+            "chain_updates": self._write_table("chain_updates", batch_id, out.update_rows),
+            "rejects": self._write_table("rejects", batch_id, rejects),
+        }
+        summary = {
+            "batch_id": batch_id,
+            "new_blocks": out.new_blocks,
+            "rows": counts,
+            "rejects": len(rejects),
+            "head": [head.number, head.hash.hex()] if head else None,
+            "pending_reorgs": len(st.pending),
+        }
+        self._write_atomic(
+            self._state_path(batch_id), pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL)
+        )
+        self._write_atomic(
+            self.out / BATCHES / f"{batch_id:012d}.json", json.dumps(summary).encode()
+        )
+        for old in sorted((self.out / STATE).glob("*.pkl"))[:-KEEP_STATES]:
+            if old.stem.isdigit() and int(old.stem) < batch_id:
+                old.unlink(missing_ok=True)
+        return counts
+
+    @staticmethod
+    def _reject(topic: str, partition: int, offset: int, reason: str) -> dict:
+        return {"topic": topic, "partition": partition, "offset": offset, "reason": reason}
+
+    def _reorgs(self, st: OrderingState, out: _Output, rejects: list[dict]) -> None:
+        """Apply every pending Reorg whose ancestor the chain has reached, oldest ready first,
+        until none is ready (one may make the next ready)."""
+        progress = True
+        while progress and st.pending:
+            progress = False
+            for i, (topic, part, offset, key, value) in enumerate(st.pending):
+                msg = decode(key, value)
+                assert isinstance(msg, Reorg)
+                if not st.core.reorg_ready(msg.number, msg.hash):
+                    continue
+                del st.pending[i]
+                self._follow(st, out, (topic, part, offset, key, value), rejects)
+                progress = True
+                break
+        while len(st.pending) > MAX_PENDING_REORGS:
+            topic, part, offset, _k, _v = st.pending.pop(0)
+            rejects.append(
+                self._reject(topic, part, offset, "Reorg whose ancestor never came: dropped")
+            )
+
+    def _follow(self, st: OrderingState, out: _Output, reorg: tuple, rejects: list[dict]) -> None:
+        """Read the reorg channel to its first ReorgComplete (spec "Reorg/Consumers")."""
+        topic, part, offset, key, value = reorg
+        channel = reorg_channel_name(self.opts.topics[0], key[1:])
+        if channel in st.followed:  # another producer's copy of the same Reorg
+            return
+        records = self._channel(channel)
+        if not records:  # no channel: apply the Reorg itself
+            out.receive(key, value, source_name(topic, part), offset, topic, rejects)
+            return
+        st.followed.append(channel)
+        del st.followed[:-MAX_PENDING_REORGS]
+        src = source_name(channel, 0)
+        for index, data in records:
+            try:
+                k, v = open_envelope(data)
+            except CardinalDecodeError as e:
+                rejects.append(self._reject(channel, 0, index, str(e)))
+                continue
+            out.receive(k, v, src, index, channel, rejects)
+            if k[:1] == bytes((REORG_COMPLETE,)):
+                break
+
+    def _channel(self, channel: str) -> list[tuple[int, bytes]]:
+        """The channel's records (index, data), read on the driver with the source's reader."""
+        from loglake.pipeline.datasource import RangeSplit, read_range
+        from loglake.pipeline.options import parse_options, resolve_stream
+
+        opts = parse_options({"data_dir": self.opts.data_dir, "stream": channel})
+        try:
+            layout = resolve_stream(opts)
+        except BadOption:
+            return []
+        if 0 not in layout.partitions:
+            return []
+        from loglake.pipeline.datasource import _partition_bounds
+
+        first, nxt = _partition_bounds(opts, layout, 0)
+        out: list[tuple[int, bytes]] = []
+        for b in read_range(opts, RangeSplit(0, first, nxt)):
+            out += zip(b.column("index").to_pylist(), b.column("data").to_pylist(), strict=True)
+        return out
+
+
+class _Output:
+    """Rows of one micro-batch, built as the ordering runs."""
+
+    def __init__(self, batch_id: int, st: OrderingState) -> None:
+        self.batch_id, self.st = batch_id, st
+        self.block_rows: list[dict] = []
+        self.update_rows: list[dict] = []
+        self.new_blocks = 0
+
+    def new_block(self, blk: Block, time: int) -> bool:
+        """Write ``blk``'s rows unless it was written before; True if it is new."""
+        if blk.hash in self.st.emitted:
+            return False
+        self.st.emitted[blk.hash] = blk.number
+        self.new_blocks += 1
+        base = {
+            "number": blk.number,
+            "hash": _hex(blk.hash),
+            "parent": _hex(blk.parent),
+            "weight": str(blk.weight),
+            "time": time if time >= 0 else None,
+            "batch_id": self.batch_id,
+        }
+        rows = [
+            {**base, "key": k, "value": blk.values[k], "deleted": False} for k in sorted(blk.values)
+        ]
+        rows += [{**base, "key": k, "value": None, "deleted": True} for k in sorted(blk.deletes)]
+        self.block_rows += rows or [{**base, "key": None, "value": None, "deleted": False}]
+        return True
+
+    def chain(self, events: Sequence[ChainUpdate | ReorgEvent]) -> None:
+        for ev in events:
+            seq = self.st.seq
+            self.st.seq += 1
+            if isinstance(ev, ReorgEvent):
+                self._row(seq, 0, "reorg_complete" if ev.complete else "reorg", ev.number, ev.hash)
+                continue
+            pos = 0
+            for b in ev.removed:
+                self._row(seq, pos, "remove", b.number, b.hash, b)
+                pos += 1
+            for b in ev.added:
+                self._row(seq, pos, "add", b.number, b.hash, b)
+                pos += 1
+
+    def _row(
+        self,
+        seq: int,
+        pos: int,
+        action: str,
+        number: int,
+        hash_: bytes,
+        b: Block | BlockRef | None = None,
+    ) -> None:
+        self.update_rows.append(
+            {
+                "seq": seq,
+                "position": pos,
+                "action": action,
+                "number": number,
+                "hash": _hex(hash_),
+                "parent": _hex(b.parent) if b is not None else None,
+                "weight": str(b.weight) if b is not None else None,
+                "batch_id": self.batch_id,
+            }
+        )
+
+    def receive(
+        self, key: bytes, value: bytes, source: str, offset: int, topic: str, rejects: list[dict]
+    ) -> None:
+        """One message through the driver's ``OrderedConsumer`` (reorg channels, Reorg and
+        ReorgComplete): blocks it completes are written, updates recorded."""
+        core = self.st.core
+        _, _, part = source.rpartition(":")
+        try:
+            if key[:1] in (bytes((REORG,)), bytes((REORG_COMPLETE,))):
+                self.chain(core.receive(key, value, source, offset))
+                return
+            for ev in core.consumer.receive(key, value, source, offset):
+                if isinstance(ev, Block):
+                    self.new_block(ev, -1)
+                    self.chain(core.add_block(ev))
+        except (CardinalDecodeError, UnknownAncestor) as e:
+            rejects.append(BatchWriter._reject(topic, int(part), offset, str(e)))
+
+
+# -- the query -------------------------------------------------------------------------------
+
+
+@dataclass
+class JobSummary:
+    batches: int = 0
+    blocks: int = 0
+    block_rows: int = 0
+    chain_updates: int = 0
+    rejects: int = 0
+    head: list | None = None
+    pending_reorgs: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(out_dir: str) -> JobSummary:
+    s = JobSummary()
+    folder = Path(out_dir) / BATCHES
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        d = json.loads(p.read_text())
+        s.batches += 1
+        s.blocks += d["new_blocks"]
+        s.block_rows += d["rows"]["blocks"]
+        s.chain_updates += d["rows"]["chain_updates"]
+        s.rejects += d["rejects"]
+        s.head = d["head"] or s.head
+        s.pending_reorgs = d["pending_reorgs"]
+    return s
+
+
+def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQuery:
+    """Start the streaming query (options already validated)."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    out = Path(opts.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    job = out / JOB_FILE
+    if not job.exists():
+        from loglake.log import fs
+
+        fs.replace_file_atomic(job, json.dumps(opts.identity(), indent=1).encode())
+    frames = []
+    for t in opts.topics:
+        r = spark.readStream.format("loglake").option("data_dir", opts.data_dir).option("stream", t)
+        if opts.max_records_per_trigger:
+            r = r.option("maxRecordsPerTrigger", str(opts.max_records_per_trigger))
+        frames.append(r.load().select("stream", "partition", "index", "timestamp_ns", "data"))
+    records = frames[0]
+    for f in frames[1:]:
+        records = records.unionByName(f)
+    routed = records.mapInArrow(_route, ROUTED_DDL)
+    assembled = routed.groupBy("grp").applyInPandasWithState(
+        make_assembler(opts.prefixes), OUT_DDL, STATE_DDL, "append", GroupStateTimeout.NoTimeout
+    )
+    writer = (
+        assembled.writeStream.foreachBatch(BatchWriter(opts))
+        .option("checkpointLocation", opts.checkpoint_dir)
+        .queryName(f"cardinal-blocks-{os.getpid()}")
+    )
+    if opts.follow_seconds is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(opts.follow_seconds * 1000)} milliseconds")
+    return writer.start()
+
+
+def run(
+    spark: SparkSession, opts: CardinalBlocksOptions, timeout: float | None = None
+) -> JobSummary:
+    """Validate, run to the end (``availableNow``) or until ``timeout``/interrupted (``follow``),
+    and summarise every micro-batch written so far."""
+    opts = opts.validate()
+    q = build_query(spark, opts)
+    try:
+        if timeout is None:
+            q.awaitTermination()
+        else:
+            q.awaitTermination(timeout)
+    finally:
+        if q.isActive:
+            q.stop()
+    exc = q.exception()
+    if exc is not None:
+        from loglake.pipeline.errors import JobFailed
+
+        raise JobFailed(f"cardinal-blocks failed: {exc}")
+    return summarize(opts.out_dir)
