@@ -133,3 +133,8 @@ def compact_command(
 from loglake.pipeline.jobs.archives_build_cli import archives_build_command  # noqa: E402
 
 job.add_command(archives_build_command)
+
+# ``cardinal-blocks`` (issue 12 §1) lives beside its job; mounted here.
+from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command  # noqa: E402
+
+job.add_command(cardinal_blocks_command)

@@ -1,0 +1,108 @@
+"""``loglake job cardinal-blocks``: the command for ``jobs/cardinal_blocks.py`` (issue 12 §1).
+
+Options are checked, with errors naming the option, before Spark starts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
+from loglake.pipeline.session import MASTER_ENV
+
+
+@click.command("cardinal-blocks")
+@click.option("--data-dir", required=True, help="The loglake data directory.")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    required=True,
+    help="A topic of the application (repeatable); the first is the default topic, where "
+    "Reorgs and reorg channels are, e.g. --topic chain --topic chain.state.",
+)
+@click.option("--out", "out_dir", required=True, help="Folder of the tables (Parquet).")
+@click.option("--checkpoint", default=None, help="Spark checkpoint (default OUT/_checkpoint).")
+@click.option(
+    "--reorg-threshold",
+    type=int,
+    default=DEFAULT_REORG_THRESHOLD,
+    show_default=True,
+    help="The application's ReorgThreshold (the window kept for reorgs).",
+)
+@click.option("--prefix", "prefixes", multiple=True, help="Track only these prefixes (regex).")
+@click.option(
+    "--max-records-per-trigger", type=int, default=None, help="Records per topic and micro-batch."
+)
+@click.option(
+    "--follow",
+    type=float,
+    default=None,
+    help="Keep running, a micro-batch every this many seconds (default: stop when caught up).",
+)
+@click.option(
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
+    help=f"Spark master URL (default local[*]; env {MASTER_ENV}).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def cardinal_blocks_command(
+    data_dir: str,
+    topics: tuple[str, ...],
+    out_dir: str,
+    checkpoint: str | None,
+    reorg_threshold: int,
+    prefixes: tuple[str, ...],
+    max_records_per_trigger: int | None,
+    follow: float | None,
+    spark_master: str | None,
+    as_json: bool,
+) -> None:
+    """Assemble a Cardinal topic's blocks into Parquet tables (blocks, chain_updates, rejects)
+    by Structured Streaming, exactly once; restartable from its checkpoint."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loglake.pipeline.jobs.cardinal_blocks import CardinalBlocksOptions, run
+
+    opts = CardinalBlocksOptions(
+        data_dir,
+        topics,
+        out_dir,
+        checkpoint,
+        reorg_threshold,
+        prefixes or (".*",),
+        max_records_per_trigger,
+        follow,
+    ).validate()
+    console = Console(stderr=True)
+    from loglake.pipeline.session import build_session
+
+    with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
+        spark = build_session(master=spark_master, app_name="loglake-cardinal-blocks")
+    with console.status("assembling blocks" + (" (Ctrl-C stops)" if follow is not None else "")):
+        try:
+            summary = run(spark, opts)
+        except KeyboardInterrupt:
+            from loglake.pipeline.jobs.cardinal_blocks import summarize
+
+            summary = summarize(opts.out_dir)
+    if as_json:
+        click.echo(json.dumps(summary.as_dict()))
+        return
+    table = Table(title=f"cardinal-blocks {', '.join(topics)} → {opts.out_dir}")
+    for col in ("micro-batches", "blocks", "block rows", "chain updates", "rejects", "head"):
+        table.add_column(col, justify="right")
+    head = f"#{summary.head[0]} {summary.head[1][:16]}" if summary.head else "-"
+    table.add_row(
+        str(summary.batches),
+        f"{summary.blocks:,}",
+        f"{summary.block_rows:,}",
+        f"{summary.chain_updates:,}",
+        f"{summary.rejects:,}",
+        head,
+    )
+    Console().print(table)
