@@ -218,6 +218,7 @@ _PUSH_PREFIX = encode_base(STREAM_PUSH, b"")[:-1]  # string "stream_push" (then 
 # (benchmarks/streams.py, and per call: inline 24 ns vs 28 ns through encode_uleb for one octet,
 # 48 ns vs 72 ns through bare.decode_uint).
 _SMALL_UINTS = [bytes((i,)) for i in range(0x80)]
+_UINT_MAX = bare.UINT_MAX
 
 
 def _uint(v: int) -> bytes:
@@ -226,7 +227,7 @@ def _uint(v: int) -> bytes:
         return _SMALL_UINTS[v]
     if v < 0x4000:
         return bytes(((v & 0x7F) | 0x80, v >> 7))
-    if v <= bare.UINT_MAX:
+    if v <= _UINT_MAX:
         return encode_uleb(v)
     return bare.encode_uint(v)  # raises the typed error
 
