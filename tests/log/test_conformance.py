@@ -226,3 +226,15 @@ def test_read_payloads_is_index_and_data_of_read(log: Log):
     assert log.read_payloads("s", 0, 0, limit=0) == []
     with pytest.raises(UnknownStream):
         log.read_payloads("nope", 0, 0)
+
+
+def test_save_index_speaks_the_streams_vocabulary_and_never_moves_back(log):
+    """Issue 18: ``Log.save_index(client, stream, index, partition=0)`` as in ``Streams``; a
+    lower save leaves the stored index and returns it (Ockam: "it MUST NOT be changed")."""
+    log.create_stream("v", StreamConfig(partitions=2))
+    assert log.get_index("c", "v") is None
+    assert log.save_index("c", "v", 5) == 5
+    assert log.save_index("c", "v", 3) == 5
+    assert log.get_index("c", "v") == 5
+    assert log.save_index("c", "v", 7, partition=1) == 7
+    assert log.get_index("c", "v", 1) == 7 and log.get_index("c", "v", 0) == 5

@@ -317,13 +317,33 @@ class Log(ABC):
         return self.stream_info(stream).partitions[partition].next_index
 
     # -- consumer indexes (the Ockam index service) ----------------------------------------
+    # One vocabulary with ``loglake.streams.Streams``: ``get_index`` / ``save_index(client_id,
+    # stream, index, partition=0)``, and one rule for a lower save: the stored index is not
+    # changed and is returned (Ockam: "it MUST NOT be changed"; the index service answers with
+    # the stored value). ``get_index`` returns None where ``Streams.get_index`` creates the
+    # record with 0 (the service's job, not the storage's).
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        """The stored index, or None if this client never saved one."""
+        return self.get_consumer_index(client_id, stream, partition)
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        """Store ``index`` monotonically; return the stored value (the old one, unchanged,
+        when ``index`` is lower)."""
+        try:
+            return self.save_consumer_index(client_id, stream, partition, index)
+        except IndexRegression as e:
+            return e.stored
+
+    # The backend primitives, and the older names (``events`` still uses them until it moves
+    # onto ``Streams``; new code calls ``get_index``/``save_index``).
     @abstractmethod
     def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
         """The stored index, or None if this client never saved one."""
 
     @abstractmethod
     def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
-        """Store ``index``; return the stored value. Lower than stored → ``IndexRegression``."""
+        """Store ``index``; return the stored value. Lower than stored → ``IndexRegression``
+        (the primitive ``save_index`` is built on)."""
 
     # -- maintenance ----------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:

@@ -137,15 +137,6 @@ def remove_temp_files(directory: Path) -> None:
             fs.unlink(directory / name)
 
 
-def write_lake_file(
-    directory: Path, stream: str, partition: int, records: list[StoredRecord]
-) -> LakeFile:
-    """Write ``records`` (contiguous indexes) as one Parquet file; atomic and durable."""
-    if not records:
-        raise ValueError("nothing to seal")
-    return write_lake_table(directory, records_table(records, stream, partition))
-
-
 MAX_FAST_DATA = (1 << 31) - 1
 """``binary`` columns have 32-bit offsets: more data than this takes the slow path."""
 

@@ -108,16 +108,13 @@ class LocalStreams:
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         if not self.log.has_stream(stream):
             raise UnknownStream(stream)
-        stored = self.log.get_consumer_index(client_id, stream, partition)
+        stored = self.log.get_index(client_id, stream, partition)
         if stored is None:
-            return self.log.save_consumer_index(client_id, stream, partition, 0)
+            return self.log.save_index(client_id, stream, 0, partition)
         return stored
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        stored = self.log.get_consumer_index(client_id, stream, partition)
-        if stored is not None and index < stored:
-            return stored
-        return self.log.save_consumer_index(client_id, stream, partition, index)
+        return self.log.save_index(client_id, stream, index, partition)
 
     def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
         return self.log.truncate_before(stream, partition, index)

@@ -46,7 +46,6 @@ from typing import Any, TypeVar
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
-    IndexRegression,
     Log,
     StreamConfig,
     UnknownPartition,
@@ -122,8 +121,7 @@ class Read:
 @dataclass(frozen=True, slots=True)
 class LogCall:
     """Any other ``Log`` call, by method name: stream metadata (``has_stream``, ``stream_info``,
-    ``streams``), ``create_stream`` and the consumer indexes (``get_consumer_index``,
-    ``save_consumer_index``)."""
+    ``streams``), ``create_stream`` and the consumer indexes (``get_index``, ``save_index``)."""
 
     method: str
     args: tuple
@@ -582,25 +580,19 @@ class StreamService:
         if isinstance(req, GetIndex | GetPartitionIndex):
             partition = getattr(req, "partition", 0)
             try:
-                stored = yield LogCall(
-                    "get_consumer_index", (req.client_id, req.stream_name, partition)
-                )
+                stored = yield LogCall("get_index", (req.client_id, req.stream_name, partition))
                 if stored is None:  # spec: "a new record MUST be created with an index 0"
                     stored = yield LogCall(
-                        "save_consumer_index", (req.client_id, req.stream_name, partition, 0)
+                        "save_index", (req.client_id, req.stream_name, 0, partition)
                     )
             except (UnknownStream, UnknownPartition) as e:
                 return self._error(msg, src, str(e))
         elif isinstance(req, SaveIndex | SavePartitionIndex):
             partition = getattr(req, "partition", 0)
-            try:
-                try:
-                    stored = yield LogCall(
-                        "save_consumer_index",
-                        (req.client_id, req.stream_name, partition, req.index),
-                    )
-                except IndexRegression as e:  # spec: "it MUST NOT be changed"
-                    stored = e.stored
+            try:  # a lower index: "it MUST NOT be changed"; save_index returns the stored one
+                stored = yield LogCall(
+                    "save_index", (req.client_id, req.stream_name, req.index, partition)
+                )
             except (UnknownStream, UnknownPartition) as e:
                 return self._error(msg, src, str(e))
         else:
