@@ -18,7 +18,7 @@ from loglake.streams.client import DEFAULT_PORT, StreamClient
 
 
 def _client(ctx: click.Context) -> StreamClient:
-    obj = ctx.find_object(dict)
+    obj = ctx.ensure_object(dict)
     client = StreamClient(obj["host"], obj["port"])
     ctx.call_on_close(client.close)
     return client
@@ -140,7 +140,7 @@ def index(
     )
     doc = {"client_id": client_id, "stream": stream, "partition": partition, "index": stored}
     text = f"consumer [bold]{client_id}[/] on {stream}/{partition}: index [bold]{stored}[/]"
-    _out(ctx, as_json, doc, text)  # type: ignore[arg-type]
+    _out(ctx, as_json, doc, text)
 
 
 @command.command(name="list")

@@ -25,6 +25,7 @@ import contextlib
 import re
 import socket
 from collections.abc import Sequence
+from typing import NoReturn
 
 from loglake.errors import LoglakeError, RemoteProtocolError
 from loglake.log.api import UnknownPartition, UnknownStream
@@ -41,7 +42,6 @@ from loglake.streams.messages import (
     Init,
     PartitionIndex,
     PullRequest,
-    PullResponse,
     PushConfirm,
     SaveIndex,
     SavePartitionIndex,
@@ -93,7 +93,7 @@ def _is_error(msg: RoutingMessage) -> bool:
     return msg.payload.startswith(_ERROR_PREFIX)
 
 
-def _raise_error(reply: Error, stream: str | None = None, partition: int = 0):
+def _raise_error(reply: Error, stream: str | None = None, partition: int = 0) -> NoReturn:
     """Turn an ``error`` reply into the exception ``LocalStreams`` would raise, if we can."""
     reason = reply.reason
     if stream is not None and reason.startswith("unknown stream"):
@@ -351,9 +351,7 @@ class StreamClient:
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         dest = (self._address(stream, partition),)
         reply = self._call(dest, codec.encode_payload(PullRequest(0, index, limit)))[0]
-        r = codec.decode_pull_response(reply.payload) or codec.decode_response(
-            reply.payload, PullResponse
-        )
+        r = codec.decode_pull_reply(reply.payload)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
         return list(r.messages)
@@ -549,9 +547,7 @@ class AsyncStreamClient:
     ) -> list[StreamMessage]:
         dest = (await self._address(stream, partition),)
         reply = (await self._call(dest, codec.encode_payload(PullRequest(0, index, limit))))[0]
-        r = codec.decode_pull_response(reply.payload) or codec.decode_response(
-            reply.payload, PullResponse
-        )
+        r = codec.decode_pull_reply(reply.payload)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
         return list(r.messages)

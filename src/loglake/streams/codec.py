@@ -19,6 +19,8 @@ are ambiguous (``Index{.., some(0)}`` has the same bytes as ``PartitionIndex{..,
 
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
 from loglake.errors import DecodeError
 from loglake.streams.api import StreamMessage
 from loglake.streams.messages import (
@@ -46,6 +48,8 @@ from loglake.streams.messages import (
 from loglake.wire import bare
 from loglake.wire.bare import DATA, STRING, UINT, Array, Enum, Optional, Struct, Union
 from loglake.wire.varint import encode_uleb
+
+R = TypeVar("R")
 
 # -- protocol names (spec "Protocols") -------------------------------------------------------
 STREAM_CREATE = "stream_create"
@@ -197,15 +201,15 @@ def decode_request(payload: bytes) -> tuple[str, object]:
     raise err
 
 
-def decode_response(payload: bytes, expect: type) -> object:
+def decode_response(payload: bytes, expect: type[R]) -> R | Error:
     """Client side: the ``expect``-ed response, or an ``Error`` (protocol ``error``)."""
     base = decode_base(payload)
     if base.protocol == ERROR:
-        return bare.decode(ERROR_SCHEMA, base.data)
+        return cast(Error, bare.decode(ERROR_SCHEMA, base.data))
     names, schema = _RESPONSES[expect]
     if base.protocol not in names:
         raise UnknownProtocol(base.protocol)
-    return bare.decode(schema, base.data)
+    return cast(R, bare.decode(schema, base.data))
 
 
 # -- fast paths for the hot messages (same bytes as the generic schema; tested against it) ----
@@ -316,6 +320,12 @@ def encode_pull_response(request_id: int, messages: list[tuple[int, bytes]]) -> 
         parts.append(data)
     body = b"".join(parts)
     return _PULL_PREFIX + eu(len(body)) + body
+
+
+def decode_pull_reply(payload: bytes) -> PullResponse | Error:
+    """Client side: a ``stream_pull`` response through the fast path, or an ``error``."""
+    fast = decode_pull_response(payload)
+    return fast if fast is not None else decode_response(payload, PullResponse)
 
 
 def decode_pull_response(payload: bytes) -> PullResponse | None:
