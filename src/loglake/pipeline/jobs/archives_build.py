@@ -138,9 +138,9 @@ def match_streams(data_dir: str, pattern: str) -> list[str]:
     from loglake.pipeline.lake import lake_streams
 
     names = set(lake_streams(data_dir))
-    with contextlib.suppress(Exception):  # a lake-only data dir has no log to open
-        with open_log(data_dir, readonly=True) as log:
-            names |= set(log.streams())
+    # a lake-only data dir has no log to open
+    with contextlib.suppress(Exception), open_log(data_dir, readonly=True) as log:
+        names |= set(log.streams())
     return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
 
 
@@ -233,9 +233,7 @@ the job there."""
 
 def _decoded_schema(layout: Layout) -> str:
     topic = "string" if layout.name == "spec" else "binary"
-    return (
-        f"sid int, w int, ts long, idx long, topic {topic}, cap long, data binary, bad string"
-    )
+    return f"sid int, w int, ts long, idx long, topic {topic}, cap long, data binary, bad string"
 
 
 def _decode_batches(
@@ -348,8 +346,6 @@ def _encode_groups(
     (metadata, local offset, size, padding). The ``w = -1`` group lists the bad records."""
 
     def run(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
         sid, w = int(key[0].as_py()), int(key[1].as_py())
         if w < 0:
             bad = table.sort_by("idx")
@@ -648,7 +644,9 @@ def run(
     root = Path(opts.root).resolve()
     fs.makedirs_durable(root)
     with job_lock(root):
-        return _run(spark, opts, root, progress or (lambda s, d, t: None), fault or (lambda p: None))
+        return _run(
+            spark, opts, root, progress or (lambda s, d, t: None), fault or (lambda p: None)
+        )
 
 
 def _run(
