@@ -10,6 +10,16 @@
 
     .venv/bin/python benchmarks/archives.py [--messages 1000000] [--layout spec] [--no-fetch]
 
+3. ``--job`` (issue 11): a 52-week catch-up of ``--messages`` (10,000,000 by default in this
+   mode) 300-byte messages from a loglake stream, ``ControlNode`` end to end (ingest the stream
+   into its SQLite store, then build) vs ``loglake job archives-build`` on ``local[*]``, same run,
+   same bytes (info hashes compared), beside the SHA-1 per-piece rate of the same ``data``;
+   then ``--communities`` × ``--per-community`` (100 × 100,000) in one job vs one
+   ``ControlNode`` build per community. Targets: job ≥ 4× the control node, ≥ 50% of SHA-1.
+
+    .venv/bin/python benchmarks/archives.py --job [--messages 10000000] [--weeks 52]
+        [--communities 100 --per-community 100000] [--no-many] [--no-catchup]
+
 Bounded: every client gets a time limit; temporary files are removed at the end.
 """
 
@@ -213,8 +223,18 @@ def main() -> None:
     ap.add_argument("--no-fetch", action="store_true")
     ap.add_argument("--no-control", action="store_true", help="skip the control-node build")
     ap.add_argument("--budget", type=float, default=180.0, help="seconds per fetch client")
+    ap.add_argument("--job", action="store_true", help="job archives-build vs ControlNode")
+    ap.add_argument("--weeks", type=int, default=52, help="--job: weeks of the catch-up")
+    ap.add_argument("--communities", type=int, default=100, help="--job: communities")
+    ap.add_argument("--per-community", type=int, default=100_000, help="--job: messages each")
+    ap.add_argument("--no-many", action="store_true", help="--job: skip the many-communities run")
+    ap.add_argument("--no-catchup", action="store_true", help="--job: skip the catch-up run")
+    ap.add_argument("--tmp", default=None, help="--job: folder for the streams and outputs")
     args = ap.parse_args()
     layout = get_layout(args.layout)
+    if args.job:
+        main_job(args, layout)
+        return
     console.print(f"generating {args.messages:,} messages ({args.payload} B payloads)…")
     msgs = make_messages(layout, args.messages, args.payload)
     res, _ = bench_build(layout, msgs)
@@ -255,6 +275,217 @@ def main() -> None:
     for name, rate, note in rows:
         ft.add_row(name, "-" if rate is None else f"{rate:.0f}", note)
     console.print(ft)
+
+
+# -- --job: loglake job archives-build vs ControlNode (issue 11) ---------------------------------
+
+
+def write_community_stream(data_dir: Path, stream: str, layout, n: int, weeks: int, size: int):
+    """``n`` messages of ``size``-byte payloads spread evenly over ``weeks`` weeks, appended to
+    a loglake stream (one partition, default segments: most of it sealed to the lake)."""
+    from loglake.log import Entry, StreamConfig, open_log
+
+    blob = os.urandom(size * 1024)
+    step = weeks * WINDOW_NS // n
+    topic = bytes.fromhex("d7a5d2c3") if layout.name == "status-go" else "/status/1/c/proto"
+    extra = {"sig": blob[:65]} if layout.name == "status-go" else {}
+    with open_log(data_dir) as log:
+        log.create_stream(stream, StreamConfig(partitions=1))
+        for lo in range(0, n, 50_000):
+            batch = []
+            for i in range(lo, min(n, lo + 50_000)):
+                off = (i * 7919) % (len(blob) - size)
+                raw = layout.make_record(
+                    payload=blob[off : off + size],
+                    topic=topic,
+                    timestamp_ns=START + i * step,
+                    **extra,
+                )
+                batch.append(Entry(raw))
+            log.append_many(stream, 0, batch)
+
+
+def control_end_to_end(data_dir: Path, root: Path, key, layout, stream: str, now: int) -> dict:
+    """``ControlNode``: ingest the stream into its SQLite store, then build (fsync'd files)."""
+    from loglake.archives.control import ControlNode
+    from loglake.archives.signing import community_id
+    from loglake.archives.store import MessageStore
+    from loglake.log import open_log
+
+    cid = community_id(key)
+    root.mkdir(parents=True, exist_ok=True)
+    store = MessageStore(root / f"{cid}.sqlite")
+    node = ControlNode(root, key, layout, store)
+    t0 = time.perf_counter()
+    with open_log(data_dir, readonly=True) as log:
+        n = node.ingest_log(log, stream)
+    t1 = time.perf_counter()
+    node.build(now)
+    t2 = time.perf_counter()
+    store.close()
+    return {
+        "messages": n,
+        "ingest_s": t1 - t0,
+        "build_s": t2 - t1,
+        "total_s": t2 - t0,
+        "bytes": node.builder.data_size,
+        "torrent": (root / f"{cid}.torrent").read_bytes(),
+    }
+
+
+def sha1_piece_rate(path: Path, limit: int = 300 * 1024 * 1024) -> float:
+    """SHA-1 per 100 KiB piece over (the first 300 MiB of) ``path``, in memory, best of 3."""
+    with open(path, "rb") as f:
+        data = f.read(limit)
+    mv = memoryview(data)
+
+    def run():
+        for i in range(0, len(data), PIECE_LENGTH):
+            hashlib.sha1(mv[i : i + PIECE_LENGTH]).digest()
+
+    return len(data) / 1e6 / best_of(run)
+
+
+def main_job(args, layout) -> None:
+    from coincurve import PrivateKey
+
+    from loglake.archives.signing import community_id
+    from loglake.pipeline import build_session
+    from loglake.pipeline.jobs.archives_build import ArchivesBuildOptions, Community, run
+
+    n = args.messages if "--messages" in sys.argv else 10_000_000
+    tmp = Path(tempfile.mkdtemp(prefix="loglake-bench-job-", dir=args.tmp))
+    console.print(f"temporary folder {tmp}")
+    try:
+        t0 = time.perf_counter()
+        spark = build_session()
+        console.print(
+            f"Spark {spark.sparkContext.master} started in {time.perf_counter() - t0:.1f} s"
+        )
+        if not args.no_catchup:
+            weeks = args.weeks
+            now = START + weeks * WINDOW_NS + 1
+            data_dir = tmp / "data"
+            t0 = time.perf_counter()
+            write_community_stream(data_dir, "community", layout, n, weeks, args.payload)
+            console.print(
+                f"wrote {n:,} messages over {weeks} weeks in {time.perf_counter() - t0:.1f} s"
+            )
+            key = PrivateKey()
+            cid = community_id(key)
+            c = control_end_to_end(data_dir, tmp / "control", key, layout, "community", now)
+            opts = ArchivesBuildOptions(
+                str(data_dir),
+                str(tmp / "job"),
+                (Community("community", cid),),
+                layout=layout.name,
+                now_ns=now,
+            )
+            t0 = time.perf_counter()
+            rep = run(spark, opts)
+            t_job = time.perf_counter() - t0
+            same = (tmp / "job" / f"{cid}.torrent").read_bytes() == c["torrent"]
+            sha1 = sha1_piece_rate(tmp / "job" / cid / "data")
+            mb = c["bytes"] / 1e6
+            t = Table(
+                title=f"{weeks}-week catch-up, {n:,} messages × {args.payload} B, "
+                f"layout={layout.name}: {mb:,.0f} MB of data, {rep.new_archives} archives"
+            )
+            for col in ("what", "s", "MB/s", "msgs/s", "note"):
+                t.add_column(col, justify="left" if col in ("what", "note") else "right")
+            ctl_rate = mb / c["total_s"]
+            t.add_row(
+                "ControlNode end to end",
+                f"{c['total_s']:.1f}",
+                f"{ctl_rate:.0f}",
+                f"{n / c['total_s']:,.0f}",
+                f"ingest {c['ingest_s']:.1f} s + build {c['build_s']:.1f} s",
+            )
+            t.add_row(
+                "ControlNode build only",
+                f"{c['build_s']:.1f}",
+                f"{mb / c['build_s']:.0f}",
+                f"{n / c['build_s']:,.0f}",
+                "SQLite store → files",
+            )
+            secs = ", ".join(f"{k} {v:.1f}" for k, v in rep.seconds.items() if k != "total")
+            t.add_row(
+                "job archives-build, local[*]",
+                f"{t_job:.1f}",
+                f"{mb / t_job:.0f}",
+                f"{n / t_job:,.0f}",
+                f"{secs}; identical: {same}",
+            )
+            t.add_row("SHA-1 per 100 KiB piece", "", f"{sha1:.0f}", "", "same data, same run")
+            console.print(t)
+            console.print(
+                f"job / ControlNode = {c['total_s'] / t_job:.1f}× (target ≥ 4×); "
+                f"job / SHA-1 piece rate = {mb / t_job / sha1:.0%} (target ≥ 50%)"
+            )
+            shutil.rmtree(tmp / "control", ignore_errors=True)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        if not args.no_many:
+            k, per = args.communities, args.per_community
+            data_dir = tmp / "many"
+            weeks = 4
+            now = START + weeks * WINDOW_NS + 1
+            keys = [PrivateKey() for _ in range(k)]
+            t0 = time.perf_counter()
+            for i in range(k):
+                write_community_stream(
+                    data_dir, f"community-{i:03d}", layout, per, weeks, args.payload
+                )
+            console.print(
+                f"wrote {k} streams × {per:,} messages in {time.perf_counter() - t0:.1f} s"
+            )
+            t0 = time.perf_counter()
+            torrents = []
+            total_bytes = 0
+            for i, key in enumerate(keys):
+                c = control_end_to_end(
+                    data_dir, tmp / "many-control", key, layout, f"community-{i:03d}", now
+                )
+                torrents.append(c["torrent"])
+                total_bytes += c["bytes"]
+            t_ctl = time.perf_counter() - t0
+            comms = tuple(
+                Community(f"community-{i:03d}", community_id(key)) for i, key in enumerate(keys)
+            )
+            opts = ArchivesBuildOptions(
+                str(data_dir), str(tmp / "many-job"), comms, layout=layout.name, now_ns=now
+            )
+            t0 = time.perf_counter()
+            rep = run(spark, opts)
+            t_job = time.perf_counter() - t0
+            same = all(
+                (tmp / "many-job" / f"{c.community_id}.torrent").read_bytes() == tor
+                for c, tor in zip(comms, torrents, strict=True)
+            )
+            mb = total_bytes / 1e6
+            t = Table(
+                title=f"{k} communities × {per:,} messages ({weeks} weeks each): {mb:,.0f} MB"
+            )
+            for col in ("what", "s", "MB/s", "msgs/s", "note"):
+                t.add_column(col, justify="left" if col in ("what", "note") else "right")
+            t.add_row(
+                f"{k} ControlNode builds (ingest + build)",
+                f"{t_ctl:.1f}",
+                f"{mb / t_ctl:.0f}",
+                f"{k * per / t_ctl:,.0f}",
+                "one after another",
+            )
+            t.add_row(
+                "one job archives-build, local[*]",
+                f"{t_job:.1f}",
+                f"{mb / t_job:.0f}",
+                f"{k * per / t_job:,.0f}",
+                f"{rep.new_archives} archives; identical: {same}",
+            )
+            console.print(t)
+            console.print(f"job / ControlNode builds = {t_ctl / t_job:.1f}×")
+        spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
