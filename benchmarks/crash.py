@@ -95,6 +95,7 @@ def sim_mode(args: argparse.Namespace) -> int:
     what = "simulated disk" + ("" if fsync else ", fsync disabled")
     what += f", bit-rot in {args.bitrot}" if args.bitrot else ""
     what += ", fsync failures (EIO)" if args.eio else ""
+    what += ", read-only readers" if args.readers else ""
     print(
         f"{what}: seeds {first}..{first + count - 1} (time limit {args.time_limit:.0f} s)",
         flush=True,
@@ -108,7 +109,9 @@ def sim_mode(args: argparse.Namespace) -> int:
         chunk = 50
         while done < count and time.perf_counter() - t0 < args.time_limit:
             seeds = range(first + done, first + min(count, done + chunk))
-            fig = run_seeds(seeds, root, fsync=fsync, bitrot=args.bitrot, eio=args.eio)
+            fig = run_seeds(
+                seeds, root, fsync=fsync, bitrot=args.bitrot, eio=args.eio, readers=args.readers
+            )
             shutil.rmtree(root, ignore_errors=True)
             total.add(fig)
             done += len(seeds)
@@ -151,6 +154,7 @@ def main() -> int:
     ap.add_argument("--no-fsync", action="store_true", help="sim: fsync does nothing")
     ap.add_argument("--bitrot", default=None, metavar="GLOB", help="sim: flip bytes there")
     ap.add_argument("--eio", action="store_true", help="sim: some fsyncs fail with EIO")
+    ap.add_argument("--readers", action="store_true", help="sim: 3 threads, one a read-only reader")
     ap.add_argument(
         "--stop-on-failure", action="store_true", help="sim: stop at the first failing chunk"
     )

@@ -69,6 +69,7 @@ import random
 import shutil
 import stat as statmod
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,10 +162,13 @@ class SimDisk:
     ``disk.root / "data"`` (a new folder: the old one may still be touched by threads of the
     dead process)."""
 
-    def __init__(self, base: Path | str, *, fsync: bool = True) -> None:
+    def __init__(self, base: Path | str, *, fsync: bool = True, fsync_latency: float = 0.0) -> None:
         self.base = Path(base).absolute()
         self.base.mkdir(parents=True, exist_ok=True)
         self.fsync_enabled = fsync
+        self.fsync_latency = fsync_latency
+        """Seconds an fsync takes after it captured what it makes durable: with several
+        threads, the window in which written data is not yet durable, as on a real disk."""
         self.life = 0
         self.root = self.base / "disk-0"
         self.root.mkdir()
@@ -397,9 +401,13 @@ class SimDisk:
 
     def fsync(self, fd: int) -> None:
         self._sync(fd, os.fsync)
+        if self.fsync_latency:
+            time.sleep(self.fsync_latency)  # outside the lock: others write meanwhile
 
     def fdatasync(self, fd: int) -> None:
         self._sync(fd, os.fdatasync)
+        if self.fsync_latency:
+            time.sleep(self.fsync_latency)
 
     def ftruncate(self, fd: int, size: int) -> None:
         with self._lock:
