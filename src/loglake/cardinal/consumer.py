@@ -551,9 +551,15 @@ def assemble_block(
     kept: list[tuple[bytes, bytes, str, int]] = []
     rejected: list[tuple[str, int, str]] = []
     block: Block | None = None
-    for m in sorted(unique.values(), key=lambda m: (_FEED_ORDER.get(m[0][0], 4), m[0])):
+    ordered = sorted(unique.values(), key=lambda m: (_FEED_ORDER.get(m[0][0], 4), m[0]))
+    for i, m in enumerate(ordered):
         key, value, source, offset = m
         if block is not None:
+            # The block was complete without these: each is judged alone against the Batch and
+            # headers, so an extra one is rejected whatever order the keys sort in.
+            rejected += _extras(
+                ordered[i:], [k for k in kept if k[0][0] <= SUB_BATCH_HEADER], tracked_prefixes
+            )
             break
         try:
             out = asm.receive(key, value, source, offset)
@@ -569,3 +575,30 @@ def assemble_block(
             if isinstance(ev, Block):
                 block = ev
     return AssembledBlock(block, kept, rejected)
+
+
+def _extras(
+    extras: list[tuple[bytes, bytes, str, int]],
+    heads: list[tuple[bytes, bytes, str, int]],
+    tracked_prefixes: Iterable[str],
+) -> list[tuple[str, int, str]]:
+    """Reasons for messages a complete block did not need (ignored prefixes and copies of a
+    value it has pass)."""
+    out = []
+    for key, value, source, offset in extras:
+        probe = _ReportingAssembler(2**62, tracked_prefixes, max_queued=2**62, max_pending=2**62)
+        for h in heads:
+            probe.receive(*h)
+        before = (probe.stats.ignored, probe.stats.duplicates)
+        try:
+            probe.receive(key, value, source, offset)
+        except CardinalDecodeError as e:
+            out.append((source, offset, str(e)))
+            continue
+        if probe.problem is not None:
+            out.append((source, offset, probe.problem))
+        elif (probe.stats.ignored, probe.stats.duplicates) == before:
+            out.append(
+                (source, offset, "more messages than the Batch and SubBatchHeaders announced")
+            )
+    return out
