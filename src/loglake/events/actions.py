@@ -71,5 +71,49 @@ class ReadBounds:
     token: Any = None
 
 
-StorageAction = AppendEvents | JournalWrite | ReadRange | ReadBounds
+@dataclass(frozen=True)
+class ReplayJobSpec:
+    """What a replay job procures (issue 11 §2): ``[start, end)`` of ``namespace`` (partition
+    0, as the Publisher stores it), skip then filter (loglake's definitions, ``filters.py``),
+    encoded as replay ``replay_id``'s notifications with ``source`` = the Publisher.
+    ``open_ended``: the events carry ``icrc77:replay:end_id = end - 1``."""
+
+    replay_id: int
+    namespace: str
+    start: int
+    end: int
+    source: bytes
+    filter: str | None
+    skip: tuple[int, int] | None
+    open_ended: bool
+
+
+@dataclass(eq=False)
+class StartReplayJob:
+    """Orchestrator: run procurement of ``spec`` as a Spark job (asynchronous: the adapter
+    reports the end with ``Orchestrator.job_finished``). Result: None."""
+
+    spec: ReplayJobSpec
+
+
+@dataclass(eq=False)
+class CancelReplayJob:
+    """Orchestrator: stop replay ``replay_id``'s job (cancel). Result: None."""
+
+    replay_id: int
+
+
+@dataclass(eq=False)
+class ReadJobOutput:
+    """Broadcaster: at most ``limit`` notification parts of a finished job's ``output``, from
+    the ``offset``-th, in event-id order. Result: ``list[(event_id, a, b, c)]``."""
+
+    output: str
+    offset: int
+    limit: int
+    token: Any = None
+
+
+JobAction = StartReplayJob | CancelReplayJob | ReadJobOutput
+StorageAction = AppendEvents | JournalWrite | ReadRange | ReadBounds | JobAction
 Action = Call | StorageAction

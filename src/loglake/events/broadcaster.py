@@ -37,8 +37,18 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.events import sysmsg
+from loglake.events.actions import ReadJobOutput, StorageAction
+from loglake.events.fastcodec import EncodedNotifications, join_notifications
 from loglake.events.filters import Filter, Skip, parse_subscription_config
-from loglake.events.messages import H_REPLAY_ID, Err, Event, EventNotification, Ok
+from loglake.events.messages import (
+    H_REPLAY_ID,
+    Err,
+    Event,
+    EventNotification,
+    Ok,
+    ReplayState,
+    ReplayStatusUpdate,
+)
 from loglake.events.role import Call, Role, SysEmitter
 from loglake.wire.icrc16 import map_get
 
@@ -61,6 +71,17 @@ class Route:
 
 
 @dataclass
+class JobDelivery:
+    """A replay procured by a Spark job: its notifications are read from ``output`` in order."""
+
+    output: str
+    selected: int
+    offset: int = 0
+    reading: bool = False
+    done: bool = False
+
+
+@dataclass
 class ReplayRoute(Route):
     namespace: str = ""
     publisher: Principal | None = None
@@ -68,6 +89,7 @@ class ReplayRoute(Route):
     relay: Principal | None = None
     """The relay the events come through; ``None`` or this broadcaster: from the Publisher."""
     relayers: set[bytes] = field(default_factory=set)
+    job: JobDelivery | None = None
 
 
 @dataclass
@@ -177,6 +199,14 @@ class Broadcaster(Role):
                 r = self.replays.pop(rid, None)
                 if r is not None:
                     self._to_subscriber(r.subscriber, sysmsg.subscriber_replay_remove([rid]), now)
+                    if r.job is not None and not r.job.done:  # we were delivering: report
+                        r.job.done = True
+                        self._report(rid, ReplayState("canceled", r.delivered))
+        elif key == sysmsg.BROADCASTER_REPLAY_JOB_ADD:
+            for rid, output, selected in sysmsg.read_replay_job_add(payload):
+                route = self.replays.get(rid)
+                if route is not None and route.job is None:  # a repeated add: keep going
+                    route.job = JobDelivery(output, selected)
         elif key == sysmsg.BROADCASTER_RELAY_ADD:
             for ra in sysmsg.read_relay_add(payload):
                 f = Filter.parse(ra.filter) if ra.filter is not None else None
@@ -305,9 +335,63 @@ class Broadcaster(Role):
                 Call(relay.target, "icrc72_publish", chunk, token=("relay", relay.replay_id))
             )
 
-    def pump(self, now: int) -> bool:
-        """Resend relayed events the target answered ``Busy`` (when nothing else is queued)."""
+    # -- replays procured by a job (issue 11 §2) ---------------------------------------------
+    def _report(self, rid: int, state: ReplayState) -> None:
+        self.outbox.append(
+            Call(self.orchestrator, "icrc77_replay_status", [ReplayStatusUpdate(rid, state)])
+        )
+
+    def _pump_jobs(self) -> bool:
         queued = False
+        for rid, route in self.replays.items():
+            j = route.job
+            if j is None or j.done or j.reading:
+                continue
+            room = self.max_unconfirmed - self.unconfirmed.get(route.subscriber.bytes, 0)
+            if room <= 0:
+                continue  # back-pressure: wait for confirmations
+            j.reading = True
+            limit = min(self.relay_batch, room)
+            self.outbox.append(ReadJobOutput(j.output, j.offset, limit, token=rid))
+            queued = True
+        return queued
+
+    def on_result(self, action: StorageAction, result: Any, now: int) -> None:
+        if not isinstance(action, ReadJobOutput):
+            return
+        rid = action.token
+        route = self.replays.get(rid)
+        if route is None or route.job is None or route.job.done:
+            return  # removed (cancel) while reading
+        j = route.job
+        j.reading = False
+        if not result:
+            j.done = True
+            self._report(rid, ReplayState("completed", route.delivered))
+            return
+        first = self.next_notification
+        self.next_notification += len(result)
+        key = route.subscriber.bytes
+        for k, (eid, _, _, _) in enumerate(result):
+            self.pending[first + k] = Pending(route.subscriber, route.namespace, eid)
+        self.unconfirmed[key] = self.unconfirmed.get(key, 0) + len(result)
+        route.delivered += len(result)
+        j.offset += len(result)
+        self.stats.notified += len(result)
+        self.stats.published += len(result)
+        data = join_notifications([(a, b, c) for _, a, b, c in result], now, first)
+        self.outbox.append(
+            Call(
+                route.subscriber,
+                "icrc72_handle_notification",
+                EncodedNotifications(data, len(result)),
+            )
+        )
+
+    def pump(self, now: int) -> bool:
+        """Resend relayed events the target answered ``Busy`` (when nothing else is queued);
+        read on from replay jobs' outputs."""
+        queued = self._pump_jobs()
         for relay in self.relays.values():
             if relay.retry:
                 evs = list(relay.retry)

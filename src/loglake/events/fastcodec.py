@@ -20,6 +20,7 @@ them — the same bytes as :func:`encode_notifications` on the finished notifica
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from icp_candid import Types
@@ -110,8 +111,19 @@ def _headers(h: ICRC16Map | None, out: bytearray, cache: dict[int, bytes]) -> No
     out += b
 
 
-def encode_notifications(notes: Sequence[EventNotification]) -> bytes:
+@dataclass(frozen=True)
+class EncodedNotifications:
+    """A notification batch already encoded (:func:`join_notifications`): a Broadcaster
+    delivering a replay job's output sends it as the ``icrc72_handle_notification`` argument."""
+
+    data: bytes
+    count: int
+
+
+def encode_notifications(notes: Sequence[EventNotification] | EncodedNotifications) -> bytes:
     """The Candid message of ``vec EventNotification`` (``icrc72_handle_notification``)."""
+    if isinstance(notes, EncodedNotifications):
+        return notes.data
     if not isinstance(notes, list | tuple):
         raise ICRC16Error("a notification batch is a list of EventNotification")
     out = bytearray(NOTIFICATIONS_HEADER)

@@ -109,6 +109,7 @@ class Journal:
                 "expected": rep.expected,
                 "cost": rep.cost,
                 "created": rep.created,
+                "job": rep.job,
             },
             now,
         )

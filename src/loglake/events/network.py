@@ -11,21 +11,27 @@ same order the HTTP adapter keeps. Time is whatever ``clock`` returns (tests pas
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from icp_principal import Principal
 
-from loglake.events.actions import Call
+from loglake.events.actions import Call, JobAction, StartReplayJob
 from loglake.events.codec import METHODS
+from loglake.events.orchestrator import Orchestrator
 from loglake.events.role import Role
-from loglake.events.store import StreamsStore
+from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 
 
 class InProcessNetwork:
-    def __init__(self, clock: Callable[[], int]) -> None:
+    def __init__(self, clock: Callable[[], int], jobs: ReplayJobs | None = None) -> None:
         self.clock = clock
+        self.jobs = jobs
+        """Performs replay job actions (issue 11 §2); their ends go to the orchestrator that
+        started them, when the network is otherwise idle."""
+        self._job_owner: dict[int, Orchestrator] = {}
         self.roles: dict[bytes, Role] = {}
         self.stores: dict[bytes, StreamsStore] = {}
         self.queue: deque[tuple[Role, Call]] = deque()
@@ -56,6 +62,12 @@ class InProcessNetwork:
             if isinstance(a, Call):
                 self.queue.append((role, a))
                 continue
+            if isinstance(a, JobAction):
+                if isinstance(a, StartReplayJob) and isinstance(role, Orchestrator):
+                    self._job_owner[a.spec.replay_id] = role
+                role.on_result(a, perform_job(self.jobs, a), self.clock())
+                work.extendleft(reversed(role.take_outbox()))
+                continue
             store = self.stores.get(role.principal.bytes)
             if store is None:
                 raise RuntimeError(f"{type(role).__name__} queued {a!r} and has no store")
@@ -76,7 +88,7 @@ class InProcessNetwork:
                 if role.pump(self.clock()):
                     self._collect(role)
                     progressed = True
-            return progressed
+            return progressed or self._jobs_step()
         src, c = self.queue.popleft()
         target = self.roles.get(c.target.bytes)
         if target is None:
@@ -97,6 +109,23 @@ class InProcessNetwork:
         src.on_reply(c, reply, self.clock())
         self._collect(src)
         return True
+
+    def _jobs_step(self) -> bool:
+        """Idle: hand finished jobs to their orchestrators; wait while one still runs."""
+        if self.jobs is None:
+            return False
+        done = self.jobs.finished()
+        for rid, result in done:
+            orch = self._job_owner.pop(rid, None)
+            if orch is not None:
+                orch.job_finished(rid, result, self.clock())
+                self._collect(orch)
+        if done:
+            return True
+        if self.jobs.running():
+            time.sleep(0.02)
+            return True
+        return False
 
     def run(self, max_steps: int = 1_000_000) -> int:
         steps = 0

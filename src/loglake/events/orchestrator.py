@@ -62,7 +62,13 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.events import sysmsg
-from loglake.events.actions import AppendEvents, Call
+from loglake.events.actions import (
+    AppendEvents,
+    Call,
+    CancelReplayJob,
+    ReplayJobSpec,
+    StartReplayJob,
+)
 from loglake.events.filters import (
     Filter,
     ImproperConfig,
@@ -100,6 +106,9 @@ E_NOT_ASSIGNED, E_NOT_FOUND, E_TRANSITION = 401, 404, 409
 HEAD_KEY = "loglake:publication:head"
 """Config key a Publisher sends with ``icrc72_update_publication``: the namespace's next event
 id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
+DEFAULT_JOB_THRESHOLD = 1_000_000
+"""Replays of more events than this are procured by a Spark job, when the orchestrator's
+adapter has a job runner (``job_threshold``; issue 11 §2)."""
 PROGRESS_KEY = "loglake:replay:sent"
 """Config key a Publisher sends with ``icrc72_update_publication``: ``#Array[#Nat(replayId),
 #Nat(sent)]`` while a replay runs (``ReplayState.running`` has no count); shown in the replay's
@@ -157,6 +166,10 @@ class Replay:
     cancel_requested: bool = False
     sent: int = 0
     relay: Principal | None = None
+    job: bool = False
+    """Procured by a Spark job (its Broadcaster delivers from the job's output)."""
+    job_output: str | None = None
+    job_selected: int = 0
 
     def to_status(self) -> ReplayStatus:
         stats: ICRC16Map = [
@@ -200,8 +213,11 @@ class Orchestrator(Role):
         homes: dict[bytes, Principal] | None = None,
         relay_replays: bool = False,
         journal_name: str = "main",
+        job_threshold: int | None = None,
     ) -> None:
         super().__init__(principal)
+        self.job_threshold = job_threshold
+        """Replays of more events go to a Spark job; None: never (no job runner)."""
         if not broadcasters:
             raise ValueError("an orchestrator needs at least one broadcaster")
         self.homes = dict(homes or {})
@@ -314,6 +330,7 @@ class Orchestrator(Role):
                 filter=flt,
                 skip=skip,
                 relay=None if op["relay"] is None else Principal(op["relay"]),
+                job=bool(op.get("job", False)),
             )
             self.replays[rep.id] = rep
             self._next_replay = max(self._next_replay, rep.id + 1)
@@ -321,6 +338,9 @@ class Orchestrator(Role):
             self.replays[op["id"]].status = ReplayState(op["tag"], op["value"])
         elif kind == "cancel":
             self.replays[op["id"]].cancel_requested = True
+        elif kind == "job":
+            rep = self.replays[op["id"]]
+            rep.job_output, rep.job_selected = op["output"], op["selected"]
         elif kind == "sent":
             rep = self.replays[op["id"]]
             rep.sent = max(rep.sent, op["sent"])
@@ -597,6 +617,8 @@ class Orchestrator(Role):
         target = self._target(caller, pub.broadcaster)
         if target != pub.broadcaster:
             rep.broadcaster, rep.relay = target, pub.broadcaster
+        elif self.job_threshold is not None and expected > self.job_threshold:
+            rep.job = True  # relayed replays stay with the Publisher
         self.journal.replay(rep, now)
         self.replays[rep.id] = rep
         self._emit_replay_add(rep, now)
@@ -628,6 +650,9 @@ class Orchestrator(Role):
             )
             radd = sysmsg.RelayAdd(rep.id, rep.namespace, target, rep.publisher, ftext, skip)
             self._emit(bc, sysmsg.broadcaster_sys(bc), sysmsg.broadcaster_relay_add([radd]), now)
+        if rep.job:
+            self._start_job(rep, now)
+            return
         padd = sysmsg.PublisherReplayAdd(rep.id, rep.namespace, rep.start, rep.end, bc)
         self._emit(
             rep.publisher,
@@ -636,12 +661,73 @@ class Orchestrator(Role):
             now,
         )
 
+    # -- procurement by a Spark job (issue 11 §2) --------------------------------------------
+    def _start_job(self, rep: Replay, now: int) -> None:
+        """The broadcaster knows the replay (its add went first): start the job, or, after a
+        restart, hand the finished job's output to the broadcaster again."""
+        if rep.job_output is not None:
+            self._emit_job_add(rep, now)
+            return
+        pub = self.publications[rep.namespace]
+        end = pub.head if rep.end is None else min(rep.end, pub.head)
+        spec = ReplayJobSpec(
+            rep.id,
+            rep.namespace,
+            rep.start,
+            max(end, rep.start),
+            rep.publisher.bytes,
+            rep.filter.text if rep.filter else None,
+            (rep.skip.mod, rep.skip.offset) if rep.skip else None,
+            rep.end is None,
+        )
+        self.outbox.append(StartReplayJob(spec))
+        if rep.status.tag == "pending":
+            self._set_status(rep, ReplayState("running"), now)
+
+    def _emit_job_add(self, rep: Replay, now: int) -> None:
+        assert rep.job_output is not None
+        self._emit(
+            rep.broadcaster,
+            sysmsg.broadcaster_sys(rep.broadcaster),
+            sysmsg.broadcaster_replay_job_add([(rep.id, rep.job_output, rep.job_selected)]),
+            now,
+        )
+
+    def _set_status(self, rep: Replay, state: ReplayState, now: int) -> None:
+        if state != rep.status:
+            self.journal.append(
+                {"op": "status", "id": rep.id, "tag": state.tag, "value": state.value}, now
+            )
+        rep.status = state
+
+    def job_finished(self, replay_id: int, result: Any, now: int) -> None:
+        """The adapter reports a replay job's end: an object with ``output`` and ``selected``
+        (the job's notifications are ready), or the exception it ended with."""
+        rep = self.replays.get(replay_id)
+        if rep is None or rep.status.final or rep.job_output is not None:
+            return
+        if rep.cancel_requested:
+            self._set_status(rep, ReplayState("canceled", 0), now)
+        elif isinstance(result, BaseException):
+            self._set_status(rep, ReplayState("errored", f"replay job failed: {result}"), now)
+        else:
+            rep.job_output, rep.job_selected = str(result.output), int(result.selected)
+            self.journal.append(
+                {"op": "job", "id": rep.id, "output": rep.job_output, "selected": rep.job_selected},
+                now,
+            )
+            self._emit_job_add(rep, now)
+
     def pump(self, now: int) -> bool:
         """After a restart: send the open replays' system messages again (idempotent)."""
         if not self._resend:
             return False
         for rid in self._resend:
             rep = self.replays[rid]
+            if rep.job and rep.cancel_requested and rep.job_output is None:
+                # its job died with the old process before handing anything over
+                self._set_status(rep, ReplayState("canceled", 0), now)
+                continue
             if rep.cancel_requested:
                 self._emit_replay_remove(rep, now)
             else:
@@ -681,8 +767,18 @@ class Orchestrator(Role):
         self._emit_replay_remove(rep, now)
         return Ok(rid)
 
+    def _emit_job_remove(self, rep: Replay, now: int) -> None:
+        """A job replay: stop the job, and the broadcaster's delivery (which then reports
+        ``canceled(n)``; a job stopped before its output was handed over: ``canceled(0)``)."""
+        self.outbox.append(CancelReplayJob(rep.id))
+        tsys = sysmsg.broadcaster_sys(rep.broadcaster)
+        self._emit(rep.broadcaster, tsys, sysmsg.broadcaster_replay_remove([rep.id]), now)
+
     def _emit_replay_remove(self, rep: Replay, now: int) -> None:
         rid = rep.id
+        if rep.job:
+            self._emit_job_remove(rep, now)
+            return
         # Publisher first: it stops enqueuing (ICRC-77 step 8); then the broadcaster drops
         # whatever is still in flight for this replay.
         self._emit(
@@ -712,7 +808,7 @@ class Orchestrator(Role):
         rep = self.replays.get(u.replay_id)
         if rep is None:
             return _generic(E_NOT_FOUND, f"no replay {u.replay_id}")
-        if rep.publisher != caller:
+        if rep.publisher != caller and not (rep.job and rep.broadcaster == caller):
             return _generic(E_NOT_ASSIGNED, "only the assigned publisher reports status")
         cur, new = rep.status.tag, u.status.tag
         allowed = {

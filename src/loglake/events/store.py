@@ -22,16 +22,21 @@ pulls, once per replay.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from icp_principal import Principal
 
 from loglake.events.actions import (
     Action,
     AppendEvents,
+    CancelReplayJob,
+    JobAction,
     JournalWrite,
     ReadBounds,
+    ReadJobOutput,
     ReadRange,
+    ReplayJobSpec,
+    StartReplayJob,
     StorageAction,
 )
 from loglake.events.journal import stream_name as journal_stream
@@ -147,6 +152,32 @@ class StreamsStore:
         return self.bounds(stream)[1]
 
 
+class ReplayJobs(Protocol):
+    """What performs a replay's job actions (``loglake.pipeline.jobs.replay.SparkReplayJobs``:
+    events imports nothing from pipeline; the adapter is handed one)."""
+
+    def start(self, spec: ReplayJobSpec) -> None: ...
+    def cancel(self, replay_id: int) -> None: ...
+    def running(self) -> bool: ...
+    def finished(self) -> list[tuple[int, Any]]: ...
+    def read(self, output: str, offset: int, limit: int) -> list[Any]: ...
+
+
+def perform_job(jobs: ReplayJobs | None, a: JobAction) -> Any:
+    """Perform one job action (blocking for ``ReadJobOutput``: run it off an event loop)."""
+    if jobs is None:
+        raise RuntimeError(f"{a!r} needs a replay job runner, and the adapter has none")
+    if isinstance(a, StartReplayJob):
+        jobs.start(a.spec)
+        return None
+    if isinstance(a, CancelReplayJob):
+        jobs.cancel(a.replay_id)
+        return None
+    if isinstance(a, ReadJobOutput):
+        return jobs.read(a.output, a.offset, a.limit)
+    raise TypeError(f"not a job action: {a!r}")
+
+
 def open_ledger(store: StreamsStore, name: str = "main", fee: int = 10) -> Ledger:
     """A ledger core with the balances of every record in ``loglake.ledger.<name>``."""
     led = Ledger(ledger_stream(name), fee)
@@ -163,6 +194,7 @@ def open_orchestrator(
     homes: dict[bytes, Principal] | None = None,
     relay_replays: bool = False,
     journal_name: str = "main",
+    job_threshold: int | None = None,
 ) -> Orchestrator:
     """An orchestrator core rebuilt from its journal (``JournalError`` if a record is bad),
     system-message numbering continuing from the system namespaces' streams."""
@@ -174,6 +206,7 @@ def open_orchestrator(
         homes=homes,
         relay_replays=relay_replays,
         journal_name=journal_name,
+        job_threshold=job_threshold,
     )
     records = [(i, data) for i, data in store.payloads(journal_stream(journal_name))]
     orch.restore(records)

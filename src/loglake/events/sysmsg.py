@@ -53,6 +53,9 @@ BROADCASTER_RELAY_ADD = "icrc77:broadcaster:replay_relay:add"
 BROADCASTER_RELAY_REMOVE = "icrc77:broadcaster:replay_relay:remove"
 BROADCASTER_RELAYER_ADD = "icrc77:broadcaster:replay_relayer:add"
 BROADCASTER_RELAYER_REMOVE = "icrc77:broadcaster:replay_relayer:remove"
+BROADCASTER_REPLAY_JOB_ADD = "loglake:broadcaster:replay_job:add"
+"""loglake's (issue 11 §2): a replay's notifications were procured by a job; deliver them from
+its output. ``#Array[#Array[#Nat id, #Text output, #Nat selected]]``."""
 PUBLISHER_REPLAY_ADD = "icrc77:publisher:replay:add"
 PUBLISHER_REPLAY_REMOVE = "icrc77:publisher:replay:remove"
 SUBSCRIBER_REPLAY_ADD = "icrc77:subscriber:replay:add"
@@ -210,6 +213,24 @@ def publisher_replay_add(items: list[PublisherReplayAdd]) -> Value:
 
 def broadcaster_replay_remove(ids: list[int]) -> Value:
     return message(BROADCASTER_REPLAY_REMOVE, _arr(*(_arr({"Nat": i}) for i in ids)))
+
+
+def broadcaster_replay_job_add(items: list[tuple[int, str, int]]) -> Value:
+    return message(
+        BROADCASTER_REPLAY_JOB_ADD,
+        _arr(*(_arr({"Nat": i}, {"Text": out}, {"Nat": n}) for i, out, n in items)),
+    )
+
+
+def read_replay_job_add(payload: Value) -> list[tuple[int, str, int]]:
+    key = BROADCASTER_REPLAY_JOB_ADD
+    out = []
+    for item in _items(payload, key):
+        f = _items(item, key)
+        if len(f) != 3:
+            raise SysMessageError(f"{key}: expected [id, output, selected]")
+        out.append((_get(f[0], "Nat", key), _get(f[1], "Text", key), _get(f[2], "Nat", key)))
+    return out
 
 
 def publisher_replay_remove(ids: list[int]) -> Value:

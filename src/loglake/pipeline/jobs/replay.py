@@ -1,0 +1,246 @@
+"""ICRC-77 replay procurement as a Spark job (issue 11 §2).
+
+For a replay whose range is larger than the orchestrator's threshold, procurement leaves the
+Publisher's process: the orchestrator queues a ``StartReplayJob`` action
+(``loglake.events.actions``) and its adapter hands it to :class:`SparkReplayJobs`, which runs
+:func:`run_replay_job`:
+
+1. the namespace's stream is read with ``pipeline.read`` pruned to ``[start, end)`` by index
+   (sealed lake files by name, the live tail by planned ranges);
+2. in executors (``mapInArrow``), each stored event (``publisher.stored_event`` form) goes
+   through the replay's skip, then its filter — ``loglake.events.filters``, the very code the
+   Broadcaster runs — and each selected event is encoded as the Broadcaster's notification,
+   short of the two numbers only the Broadcaster knows, its id and ``received`` time
+   (``fastcodec.notification_parts``);
+3. the parts are written ordered by event id (``orderBy`` → range partitions, part files in
+   order) as Parquet in the job's output folder, through a staging folder renamed at the end,
+   so a folder that exists is complete.
+
+The Broadcaster then delivers from that output in order (``ReadJobOutput`` actions, performed by
+:meth:`SparkReplayJobs.read`): ``a · nat(received) · b · nat(id) · c`` per notification
+(``fastcodec.join_notifications``), the same bytes the in-process path sends.
+Cancel stops the Spark job (its job group is cancelled, tasks interrupted).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loglake.events.actions import ReplayJobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+OUTPUT_SCHEMA = "index long, a binary, b binary, c binary"
+
+
+def _encode_partition(spec: ReplayJobSpec):  # -> Callable[[Iterator[RecordBatch]], Iterator]
+    """The executor side: stored events → selected notification parts (runs in workers)."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from icp_principal import Principal
+
+        from loglake.events.fastcodec import notification_parts
+        from loglake.events.filters import Filter, Skip
+        from loglake.events.messages import H_REPLAY_END_ID, H_REPLAY_ID
+        from loglake.events.publisher import event_of
+
+        flt = Filter.parse(spec.filter) if spec.filter is not None else None
+        skip = Skip(spec.skip[0], spec.skip[1]) if spec.skip is not None else None
+        source = Principal(spec.source)
+        extra: list[Any] = [(H_REPLAY_ID, {"Nat": spec.replay_id})]
+        if spec.open_ended:
+            extra.append((H_REPLAY_END_ID, {"Nat": spec.end - 1}))
+        ns = spec.namespace
+        for batch in batches:
+            idx_col = batch.column("index").to_pylist()
+            data_col = batch.column("data").to_pylist()
+            out_i, out_a, out_b, out_c = [], [], [], []
+            for i, d in zip(idx_col, data_col, strict=True):
+                if skip is not None and not skip.keeps(i):
+                    continue
+                e = event_of(i, d, ns, source, extra)
+                if flt is not None and not flt.matches(e.data):
+                    continue
+                a, b, c = notification_parts(
+                    i, e.prev_event_id, e.timestamp, ns, e.data, e.headers, source, spec.filter
+                )
+                out_i.append(i)
+                out_a.append(a)
+                out_b.append(b)
+                out_c.append(c)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(out_i, pa.int64()),
+                    pa.array(out_a, pa.binary()),
+                    pa.array(out_b, pa.binary()),
+                    pa.array(out_c, pa.binary()),
+                ],
+                names=["index", "a", "b", "c"],
+            )
+
+    return run
+
+
+@dataclass(frozen=True)
+class ReplayJobResult:
+    output: str
+    selected: int
+
+
+def run_replay_job(
+    spark: SparkSession,
+    spec: ReplayJobSpec,
+    output: str | Path,
+    data_dir: str | None = None,
+    url: str | None = None,
+) -> ReplayJobResult:
+    """Procure ``spec`` from the Publisher's streams (its ``data_dir``, or a ``loglake serve``
+    node at ``url``) on ``spark``; the ordered notification parts end up in ``output``."""
+    from loglake.pipeline.read import read
+
+    out = Path(output).absolute()
+    staging = out.with_name(out.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    df = read(
+        spark,
+        data_dir,
+        spec.namespace,
+        partitions=[0],
+        start_index=spec.start,
+        end_index=spec.end,
+        url=url,
+    ).select("index", "data")
+    parts = df.mapInArrow(_encode_partition(spec), OUTPUT_SCHEMA)
+    parts.orderBy("index").write.mode("overwrite").parquet(str(staging))
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return ReplayJobResult(str(out), count_rows(out))
+
+
+def _files(output: str | Path) -> list[Path]:
+    return sorted(Path(output).glob("part-*.parquet"))
+
+
+def count_rows(output: str | Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in _files(output))
+
+
+def iter_parts(output: str | Path, offset: int = 0) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    """The job's notification parts in event-id order, from the ``offset``-th."""
+    import pyarrow.parquet as pq
+
+    skip = offset
+    for f in _files(output):
+        pf = pq.ParquetFile(f)
+        n = pf.metadata.num_rows
+        if skip >= n:
+            skip -= n
+            continue
+        for batch in pf.iter_batches(batch_size=4096):
+            if skip >= batch.num_rows:
+                skip -= batch.num_rows
+                continue
+            cols = [batch.column(k).to_pylist() for k in ("index", "a", "b", "c")]
+            yield from list(zip(*cols, strict=True))[skip:]
+            skip = 0
+
+
+class SparkReplayJobs:
+    """Runs replay jobs for an events adapter (``InProcessNetwork`` / ``HttpRoleServer``).
+
+    ``start`` runs the job on a thread (its own Spark job group) and returns at once;
+    ``finished`` hands back the jobs done since the last call as ``(replay_id, result)`` —
+    a :class:`ReplayJobResult`, or the exception (cancelled or failed); ``cancel`` stops a
+    job; ``read`` serves the Broadcaster's ``ReadJobOutput``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        work_dir: str | Path,
+        data_dir: str | Path | None = None,
+        url: str | None = None,
+    ) -> None:
+        self.spark = spark
+        self.data_dir = None if data_dir is None else str(Path(data_dir).absolute())
+        self.url = url
+        self.work_dir = Path(work_dir).absolute()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._done: list[tuple[int, Any]] = []
+        self._threads: dict[int, threading.Thread] = {}
+        self._cancelled: set[int] = set()
+        self._readers: dict[str, tuple[int, Iterator[Any]]] = {}
+        self.started: list[int] = []
+
+    def output_of(self, replay_id: int) -> Path:
+        return self.work_dir / f"replay-{replay_id}"
+
+    def _group(self, replay_id: int) -> str:
+        return f"loglake-replay-{replay_id}"
+
+    def start(self, spec: ReplayJobSpec) -> None:
+        self.started.append(spec.replay_id)
+
+        def body() -> None:
+            sc = self.spark.sparkContext
+            sc.setJobGroup(self._group(spec.replay_id), f"ICRC-77 replay {spec.replay_id}", True)
+            try:
+                res: Any = run_replay_job(
+                    self.spark, spec, self.output_of(spec.replay_id), self.data_dir, self.url
+                )
+                if spec.replay_id in self._cancelled:
+                    res = JobCancelled(f"replay job {spec.replay_id} cancelled")
+            except Exception as e:  # reported to the orchestrator as the job's result
+                res = (
+                    JobCancelled(f"replay job {spec.replay_id} cancelled")
+                    if spec.replay_id in self._cancelled
+                    else e
+                )
+            with self._lock:
+                self._done.append((spec.replay_id, res))
+
+        t = threading.Thread(target=body, name=f"replay-job-{spec.replay_id}", daemon=True)
+        self._threads[spec.replay_id] = t
+        t.start()
+
+    def cancel(self, replay_id: int) -> None:
+        self._cancelled.add(replay_id)
+        if replay_id in self._threads and self._threads[replay_id].is_alive():
+            self.spark.sparkContext.cancelJobGroup(self._group(replay_id))
+
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads.values())
+
+    def finished(self) -> list[tuple[int, Any]]:
+        with self._lock:
+            out, self._done = self._done, []
+        return out
+
+    def wait(self, timeout: float | None = None) -> None:
+        for t in list(self._threads.values()):
+            t.join(timeout)
+
+    def read(self, output: str, offset: int, limit: int) -> list[tuple[int, bytes, bytes, bytes]]:
+        pos, it = self._readers.get(output, (-1, iter(())))
+        if pos != offset:
+            it = iter_parts(output, offset)
+        chunk = []
+        for row in it:
+            chunk.append(row)
+            if len(chunk) >= limit:
+                break
+        self._readers[output] = (offset + len(chunk), it)
+        return chunk
+
+
+class JobCancelled(Exception):
+    """The replay job was cancelled before it finished."""

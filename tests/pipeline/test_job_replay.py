@@ -1,0 +1,249 @@
+"""ICRC-77 replay procurement as a Spark job (issue 11 §2; loglake.pipeline.jobs.replay).
+
+Four role cores in one process (``InProcessNetwork``) with a job runner on the session's
+``local[2]`` Spark and a low threshold: a replay larger than it is procured by the job (range
+pruned by index, skip and filter in executors, notifications encoded there) and delivered by
+the Broadcaster from the job's output. The subscriber must receive exactly what the in-process
+path delivers (same notifications, in order). Cancel stops the job; an orchestrator restarted
+before or after the job finished still delivers every event once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from loglake.events import (
+    C_REPLAY,
+    Broadcaster,
+    Identity,
+    InProcessNetwork,
+    Publisher,
+    Quotas,
+    ReplayRegistration,
+    ReplayState,
+    StreamsStore,
+    Subscriber,
+    open_orchestrator,
+)
+from loglake.events.fastcodec import H_RECEIVED
+from loglake.events.messages import Registration
+from loglake.events.orchestrator import HEAD_KEY
+from loglake.log import MemoryLog, open_log
+from loglake.pipeline.jobs.replay import SparkReplayJobs, iter_parts
+from loglake.streams import LocalStreams
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+NS = "jobs.replay"
+N = 400
+IDS = {k: Identity.generate() for k in ("orch", "bc", "pub", "sub")}
+P = {k: v.principal for k, v in IDS.items()}
+
+
+def value(i: int) -> dict:
+    return {"Map": [("kind", {"Text": "ab"[i % 2]}), ("amount", {"Nat": i})]}
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory) -> Path:
+    """N published events (some with headers), in a segment log small enough to seal part of
+    it to the lake: the job reads lake files and the live tail."""
+    d = tmp_path_factory.mktemp("pub") / "log"
+    log = open_log(d)
+    from loglake.log import StreamConfig
+
+    log.create_stream(NS, StreamConfig(segment_bytes=8192))
+    net, pub, _ = _roles(LocalStreams(log), None, None, MemoryLog())
+    for lo in range(0, N, 50):
+        items = [
+            (value(i), [("h", {"Nat": i})] if i % 3 == 0 else None) for i in range(lo, lo + 50)
+        ]
+        pub.publish(NS, items, 1_000 + lo)
+        net.run()
+    log.close()
+    return d
+
+
+def _roles(pub_streams, jobs, threshold, orch_log):
+    clock = itertools.count(10**18)
+    net = InProcessNetwork(lambda: next(clock), jobs=jobs)
+    orch_store = StreamsStore(LocalStreams(orch_log))
+    orch = open_orchestrator(
+        orch_store,
+        P["orch"],
+        [P["bc"]],
+        Quotas(max_events_per_replay=10**9),
+        job_threshold=threshold,
+    )
+    net.add(orch, orch_store)
+    net.add(Broadcaster(P["bc"], P["orch"], relay_batch=50))
+    pub = net.add(Publisher(P["pub"], P["orch"], batch_size=64), StreamsStore(pub_streams))
+    sub = net.add(Subscriber(P["sub"], P["orch"]))
+    pub.register(NS, [(C_REPLAY, {"Bool": True})])
+    net._collect(pub)
+    net.run()
+    net.call(
+        P["sub"],
+        P["orch"],
+        "icrc72_register_subscription",
+        [Registration(NS, [("icrc72:subscription:stopped", {"Bool": True})])],
+    )
+    net.run()
+    return net, pub, sub
+
+
+class World:
+    def __init__(self, history: Path, spark, tmp: Path, threshold: int | None) -> None:
+        self.log = open_log(history)
+        self.orch_log = MemoryLog()
+        self.jobs = SparkReplayJobs(spark, tmp / "jobs", data_dir=history) if spark else None
+        self.net, self.pub, self.sub = _roles(
+            LocalStreams(self.log), self.jobs, threshold, self.orch_log
+        )
+        self.net.call(
+            P["pub"], P["orch"], "icrc72_update_publication", [(NS, HEAD_KEY, {"Nat": N})]
+        )
+        self.net.run()
+
+    @property
+    def orch(self):
+        return self.net.roles[P["orch"].bytes]
+
+    def replay(self, start=0, end=None, config=()):
+        [r] = self.net.call(
+            P["sub"],
+            P["orch"],
+            "icrc77_register_replay",
+            [ReplayRegistration(NS, start, end, list(config))],
+        )
+        return r.value
+
+    def received(self):
+        """The subscriber's notifications, without what only the broadcaster decides."""
+        return [
+            (
+                n.event_id,
+                n.prev_event_id,
+                n.timestamp,
+                n.data,
+                [h for h in n.headers if h[0] != H_RECEIVED],
+                n.filter,
+            )
+            for n in self.sub.take()
+        ]
+
+    def close(self):
+        self.log.close()
+
+
+CONFIGS = [
+    (0, None, []),
+    (10, 350, [("filter", {"Text": "amount >= 100"})]),
+    (5, None, [("filter", {"Text": 'kind == "a"'}), ("skip", {"Array": [{"Nat": 3}, {"Nat": 1}]})]),
+    (0, N, [("filter", {"Text": "amount > 100000"})]),  # selects nothing
+]
+
+
+@pytest.mark.parametrize("start,end,config", CONFIGS)
+def test_job_path_delivers_what_the_in_process_path_delivers(
+    spark, history, tmp_path, start, end, config
+):
+    local = World(history, None, tmp_path / "l", None)
+    rid = local.replay(start, end, config)
+    local.net.run()
+    want = local.received()
+    assert local.orch.replays[rid].status.tag == "completed"
+    assert not local.orch.replays[rid].job
+    local.close()
+
+    w = World(history, spark, tmp_path / "j", 50)
+    rid = w.replay(start, end, config)
+    assert w.orch.replays[rid].job and w.jobs.started == [rid]
+    w.net.run()
+    got = w.received()
+    rep = w.orch.replays[rid]
+    assert got == want
+    assert rep.status == ReplayState("completed", len(want)), rep.status
+    assert w.sub.duplicates == 0
+    w.close()
+
+
+def test_small_replays_stay_in_process(spark, history, tmp_path):
+    w = World(history, spark, tmp_path, 50)
+    rid = w.replay(0, 40)
+    w.net.run()
+    assert not w.orch.replays[rid].job and w.jobs.started == []
+    assert len(w.received()) == 40
+    w.close()
+
+
+def test_cancel_stops_the_job(spark, history, tmp_path):
+    w = World(history, spark, tmp_path, 50)
+    rid = w.replay(0, None)
+    assert w.orch.replays[rid].status.tag == "running"
+    [c] = w.net.call(P["sub"], P["orch"], "icrc77_cancel_replay", [rid])
+    assert c.value == rid
+    w.net.run()
+    w.jobs.wait(60)
+    assert not w.jobs.running()
+    rep = w.orch.replays[rid]
+    assert rep.status == ReplayState("canceled", 0), rep.status
+    assert rep.job_output is None and w.received() == []
+    w.close()
+
+
+def test_cancel_while_delivering_reports_what_was_sent(spark, history, tmp_path):
+    w = World(history, spark, tmp_path, 50)
+    bc = w.net.roles[P["bc"].bytes]
+    rid = w.replay(0, None)
+    while w.orch.replays[rid].job_output is None:  # the job ends; nothing delivered yet
+        assert w.net.step()
+    while bc.replays[rid].delivered < 100:
+        assert w.net.step()
+    w.net.call(P["sub"], P["orch"], "icrc77_cancel_replay", [rid])
+    w.net.run()
+    rep = w.orch.replays[rid]
+    n = len(w.received())
+    assert rep.status == ReplayState("canceled", n) and 100 <= n < N, (rep.status, n)
+    w.close()
+
+
+@pytest.mark.parametrize("when", ["job running", "delivering"])
+def test_orchestrator_restart_delivers_every_event_once(spark, history, tmp_path, when):
+    w = World(history, spark, tmp_path, 50)
+    bc = w.net.roles[P["bc"].bytes]
+    rid = w.replay(0, None, [("filter", {"Text": "amount >= 7"})])
+    if when == "delivering":
+        while bc.replays.get(rid) is None or bc.replays[rid].delivered < 100:
+            assert w.net.step()
+    # crash: a new orchestrator core from the same journal; the old one's job result is lost
+    orch_store = StreamsStore(LocalStreams(w.orch_log))
+    orch2 = open_orchestrator(
+        orch_store, P["orch"], [P["bc"]], Quotas(max_events_per_replay=10**9), job_threshold=50
+    )
+    if when == "job running":
+        w.jobs.wait(120)
+        w.jobs.finished()  # the dead orchestrator's job end: nobody hears it
+        w.net._job_owner.clear()
+    w.net.add(orch2, orch_store)
+    w.net.run()
+    rep = orch2.replays[rid]
+    got = w.received()
+    assert rep.status == ReplayState("completed", N - 7), rep.status
+    assert [g[0] for g in got] == list(range(7, N))  # every event once, in order
+    if when == "job running":
+        assert w.jobs.started == [rid, rid]  # the job ran again
+    w.close()
+
+
+def test_job_output_is_ordered_parts(spark, history, tmp_path):
+    w = World(history, spark, tmp_path, 50)
+    rid = w.replay(0, None)
+    w.net.run()
+    out = w.orch.replays[rid].job_output
+    ids = [p[0] for p in iter_parts(out)]
+    assert ids == list(range(N))
+    assert [p[0] for p in iter_parts(out, 123)] == list(range(123, N))
+    w.close()
