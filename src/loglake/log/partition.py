@@ -127,9 +127,19 @@ class Partition:
         self.lake = visible_lake_files(list_lake_files(self.lake_dir))
         if not self.readonly:
             # what recovery kept is now the acknowledged history: make it durable and say so
+            # (nothing to do after a clean close: the watermark already says exactly this)
             active = self.segments[-1]
-            self._fsync(active.sync)
-            self._publish_durable(sync=True)
+            assert self._mark is not None
+            mark, new_file = self._mark.mark, self._mark.mark is None
+            if mark is None or (mark.base, mark.size, mark.next_index) != (
+                active.base,
+                active.size,
+                active.next_index,
+            ):
+                self._fsync(active.sync)
+                self._publish_durable(sync=True)
+            if new_file:
+                fs.fsync_dir(self.dir)  # the DURABLE file's own name
 
             with contextlib.suppress(FileNotFoundError):
                 fs.unlink(self.dir / SEAL_FAILED_FILE)  # seals are scheduled again below
