@@ -37,14 +37,14 @@ import aiohttp
 from aiohttp import web
 
 from loglake.errors import DecodeError, LoglakeError
-from loglake.events.actions import Action, AppendEvents, Call
+from loglake.events.actions import Action, AppendEvents, Call, JobAction
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity, SignatureError, principal_from_text, verify_call
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher
 from loglake.events.role import Role
-from loglake.events.store import StreamsStore
+from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import Subscriber
 
 log = logging.getLogger("loglake.events.server")
@@ -66,8 +66,12 @@ class HttpRoleServer:
         store: StreamsStore | None = None,
         clock: Callable[[], int] = time.time_ns,
         throttle_s: float = 0.0,
+        jobs: ReplayJobs | None = None,
     ) -> None:
         self.throttle_s = throttle_s
+        self.jobs = jobs
+        """Performs replay job actions (issue 11 §2: an orchestrator's Spark jobs, a
+        broadcaster's reads of their output), off the event loop like storage."""
         self.store = store
         self.batches: list[tuple[list[Action], asyncio.Future[dict[Action, Any]]]] = []
         self.kick = asyncio.Event()
@@ -184,8 +188,14 @@ class HttpRoleServer:
             if isinstance(a, Call):
                 self.queue.put_nowait(a)
                 continue
+            if isinstance(a, JobAction):
+                r = await asyncio.to_thread(perform_job, self.jobs, a)
+                results[a] = r
+                self.role.on_result(a, r, self.clock())
+                work.extendleft(reversed(self.role.take_outbox()))
+                continue
             group: list[Action] = [a]
-            while work and not isinstance(work[0], Call):
+            while work and not isinstance(work[0], Call | JobAction):
                 group.append(work.popleft())
             if self.store is None:
                 raise RuntimeError(f"{type(self.role).__name__} queued {a!r} and has no store")
@@ -243,9 +253,18 @@ class HttpRoleServer:
             self.role.on_reply(c, reply, self.clock())
             self._drain()
 
+    def _jobs_finished(self) -> bool:
+        """Hand the ends of the orchestrator's replay jobs to it."""
+        if self.jobs is None or not isinstance(self.role, Orchestrator):
+            return False
+        done = self.jobs.finished()
+        for rid, result in done:
+            self.role.job_finished(rid, result, self.clock())
+        return bool(done)
+
     async def _pumper(self) -> None:
         while True:
-            if self.failed is None and self.role.pump(self.clock()):
+            if self.failed is None and (self._jobs_finished() | self.role.pump(self.clock())):
                 with contextlib.suppress(Exception):  # a failure is logged by the performer
                     await self._drain()  # reads done before the next pump: bounded memory
                 await asyncio.sleep(self.throttle_s)
