@@ -62,15 +62,19 @@ def _pread_range(path: str, start: int, end: int) -> bytes:
     """Bytes ``start..end`` of a file (fewer at its end), through ``fs``."""
     fd = fs.open(path, os.O_RDONLY)
     try:
-        out = bytearray()
-        while start + len(out) < end:
-            chunk = fs.pread(fd, end - start - len(out), start + len(out))
-            if not chunk:
-                break
-            out += chunk
-        return bytes(out)
+        return _pread_fd(fd, start, end)
     finally:
         fs.close(fd)
+
+
+def _pread_fd(fd: int, start: int, end: int) -> bytes:
+    out = bytearray()
+    while start + len(out) < end:
+        chunk = fs.pread(fd, end - start - len(out), start + len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
 
 
 class Segment:
@@ -100,6 +104,7 @@ class Segment:
         """Guards loading/rebuilding the sparse index and opening the read fd, which lock-free
         readers may do at the same time."""
         self.checked_end = False
+        self.deleted = False
         """``ends_at`` was compared with the name of the next segment (sealed only)."""
 
     # -- opening ---------------------------------------------------------------------------
@@ -293,7 +298,8 @@ class Segment:
             return self._rebuild_index()
 
     def _rebuild_index(self) -> SparseIndex:
-        buf = fs.read_file(self.path)
+        fd = self._rfd  # a pinned segment may be unlinked already (retention): use its fd
+        buf = fs.read_file(self.path) if fd is None else _pread_fd(fd, 0, self.size)
         records, end, err = self._scan_checked(buf, 0)
         if err is not None:
             raise CorruptSegment(self.path, err.offset, err.reason)
@@ -313,7 +319,7 @@ class Segment:
         log_event(
             logger, logging.INFO, "rebuilt sparse index", file=self.idx_path, entries=len(records)
         )
-        if not self.readonly:
+        if not self.readonly and not self.deleted:
             write_index_file(self.idx_path, self.index)
         return self.index
 
@@ -557,6 +563,7 @@ class Segment:
                 setattr(self, name, None)
 
     def delete(self) -> None:
+        self.deleted = True
         self.close()
         for p in (self.path, self.idx_path):
             with contextlib.suppress(FileNotFoundError):
