@@ -109,7 +109,8 @@ class MarkWriter:
     def put(self, base: int, size: int, next_index: int) -> bool:
         """Publish unconditionally (the consumer store resets it before a rewrite)."""
         old = self.mark
-        assert self._fd is not None
+        if self._fd is None:  # closed: a group commit that finished after close()
+            return False
         mark = Mark((old.seq if old else 0) + 1, base, size, next_index)
         fs.pwrite(self._fd, encode_slot(mark), SLOT_OFFSETS[mark.seq % 2])
         self.mark = mark
