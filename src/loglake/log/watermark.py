@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,11 +83,18 @@ def parse(raw: bytes, path: str = FILE_NAME) -> Mark | None:
 def read(directory: Path, name: str = FILE_NAME) -> Mark | None:
     """The partition's watermark, or None if it has none (a data dir from before it existed)."""
     path = directory / name
-    try:
-        raw = fs.read_file(path)
-    except FileNotFoundError:
-        return None
-    return parse(raw, str(path))
+    for attempt in range(3):
+        try:
+            raw = fs.read_file(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return parse(raw, str(path))
+        except CorruptStore:
+            if attempt == 2:
+                raise
+            time.sleep(0.01)  # a reader can catch the writer's very first slot half written
+    raise AssertionError("unreachable")
 
 
 class MarkWriter:
