@@ -127,15 +127,17 @@ SCHEMAS = {
 }
 
 # Rows between the stages (Spark DDL, so executors need no pyarrow → Spark type mapping).
+# Timestamps travel as decimal strings: pandas turns an int64 column with a null into float64,
+# which loses the nanoseconds.
 ROUTED_DDL = (
-    "grp binary, topic string, partition int, offset long, ts long, "
+    "grp binary, topic string, partition int, offset long, ts string, "
     "key binary, value binary, reason string"
 )
 OUT_DDL = (
     "kind string, topic string, partition int, offset long, key binary, value binary, "
-    "reason string, payload binary, time long"
+    "reason string, payload binary, time string"
 )
-STATE_DDL = "msgs binary, done boolean, time long"
+STATE_DDL = "msgs binary, done boolean, time string"
 
 
 # -- options --------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ def _route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 pa.array(streams, pa.string()),
                 pa.array(parts, pa.int32()),
                 pa.array(idx, pa.int64()),
-                pa.array(tss, pa.int64()),
+                pa.array([None if t is None else str(t) for t in tss], pa.string()),
                 pa.array(keys, pa.binary()),
                 pa.array(values, pa.binary()),
                 pa.array(reasons, pa.string()),
@@ -312,7 +314,8 @@ def make_assembler(prefixes: Sequence[str]):
         msgs: list[tuple[bytes, bytes, str, int]] = []
         time = -1
         if state.exists:
-            stored, done, time = state.get
+            stored, done, stored_time = state.get
+            time = int(stored_time)
             if done:  # a tombstone: late copies of a complete block
                 for _ in pdfs:
                     pass
@@ -320,7 +323,7 @@ def make_assembler(prefixes: Sequence[str]):
             msgs = pickle.loads(stored)
         for pdf in pdfs:
             for r in pdf.itertuples(index=False):
-                if r.ts is not None and not pd.isna(r.ts) and r.ts > time:
+                if isinstance(r.ts, str) and int(r.ts) > time:
                     time = int(r.ts)
                 msgs.append((r.key, r.value, source_name(r.topic, int(r.partition)), int(r.offset)))
         result = assemble_block(msgs, tracked)
@@ -329,10 +332,11 @@ def make_assembler(prefixes: Sequence[str]):
             rows.append(("reject", topic, int(part), offset, None, None, why, None, None))
         if result.block is not None:
             payload = pickle.dumps(result.block, protocol=pickle.HIGHEST_PROTOCOL)
-            rows.append(("block", None, None, None, None, None, None, payload, time))
-            state.update((b"", True, time))
+            rows.append(("block", None, None, None, None, None, None, payload, str(time)))
+            state.update((b"", True, str(time)))
         else:
-            state.update((pickle.dumps(result.kept, protocol=pickle.HIGHEST_PROTOCOL), False, time))
+            kept = pickle.dumps(result.kept, protocol=pickle.HIGHEST_PROTOCOL)
+            state.update((kept, False, str(time)))
         if rows:
             yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
 
@@ -419,7 +423,7 @@ class BatchWriter:
             if r["kind"] == "block":
                 blk = pickle.loads(r["payload"])
                 assert isinstance(blk, Block)
-                blocks.append((blk, r["time"] if r["time"] is not None else -1))
+                blocks.append((blk, int(r["time"]) if r["time"] is not None else -1))
             elif r["kind"] == "control":
                 control.append((r["topic"], r["partition"], r["offset"], r["key"], r["value"]))
             else:
