@@ -546,3 +546,32 @@ def test_a_read_whose_segment_index_is_not_loaded_survives_retention_deleting_it
     assert [r.data[:4] for r in got] == [b"%04d" % i for i in range(5)]
     assert not list(part_dir(tmp_path).glob("00000000000000000000.*"))
     log.close()
+
+
+def test_stream_info_says_how_far_the_disk_holds(tmp_path, monkeypatch):
+    """For the stream service's info (and the Spark source over the wire): the writer's
+    ``next_index`` includes a record whose fsync is still running; ``durable_next`` does not."""
+    log = open_log(tmp_path)
+    log.create_stream("s")
+    log.append("s", 0, b"a")
+    in_sync, release = threading.Event(), threading.Event()
+    real = fs.fdatasync
+
+    def slow(fd):
+        in_sync.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", slow)
+    t = threading.Thread(target=log.append, args=("s", 0, b"b"))
+    t.start()
+    try:
+        assert in_sync.wait(10)
+        (p,) = log.stream_info("s").partitions
+        assert (p.next_index, p.durable_next) == (2, 1)
+    finally:
+        release.set()
+        t.join(10)
+    (p,) = log.stream_info("s").partitions
+    assert (p.next_index, p.durable_next) == (2, 2)
+    log.close()

@@ -189,8 +189,12 @@ class PartitionInfo:
     first_index: int
     """Lowest index still readable (segments or lake); equals next_index when empty."""
     next_index: int
-    """The index the next append gets."""
+    """The index the next append gets (for a read-only log: one past what it can read)."""
     bytes: int = 0
+    durable_next: int | None = None
+    """One past the newest record known to be on disk, which is as far as readers see
+    (``SegmentLog``; a ``durability="none"`` stream says ``next_index``). None: the backend
+    does not tell (``MemoryLog``: every record is readable at once)."""
 
 
 @dataclass(frozen=True, slots=True)

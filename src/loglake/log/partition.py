@@ -271,13 +271,14 @@ class Partition:
     def bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
-    def snapshot(self) -> tuple[int, int, int]:
-        """``(first_index, next_index, bytes)`` read together under the partition lock."""
+    def snapshot(self) -> tuple[int, int, int, int]:
+        """``(first_index, next_index, bytes, durable_next)`` read together under the
+        partition lock (a read-only log's ``next_index`` is what it can read)."""
         with self._lock:
             if self.readonly:
                 self.refresh()
-                return self.first_index, self.visible_next, self.bytes
-            return self.first_index, self.next_index, self.bytes
+                return self.first_index, self.visible_next, self.bytes, self.visible_next
+            return self.first_index, self.next_index, self.bytes, self.visible_next
 
     @property
     def fsyncs(self) -> int:
