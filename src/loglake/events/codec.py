@@ -148,7 +148,7 @@ def event_from(v: dict[str, Any]) -> Event:
         _unopt(v["prevEventId"]),
         v["timestamp"],
         v["namespace"],
-        icrc16.from_candid(v["data"]),
+        d if isinstance(d := v["data"], RawValue) else icrc16.from_candid(d),
         v["source"],
         None if h is None else icrc16.map_from_candid(h),
     )

@@ -82,6 +82,16 @@ def _blob(b: bytes, i: int) -> tuple[bytes, int]:
 def compile_reader(t: Any, _memo: dict[int, Reader] | None = None) -> Reader:
     """A reader of values of the icp_candid type ``t`` (recursive types supported)."""
     memo = {} if _memo is None else _memo
+    from loglake.wire.icrc16 import ICRC16_RAW_AWARE, RawValue
+
+    if t is ICRC16_RAW_AWARE:  # an Event's data: checked, then kept as its bytes (RawValue)
+        value = compile_reader(t.get_type(), memo)
+
+        def raw(b: bytes, i: int) -> tuple[Any, int]:
+            _, j = value(b, i)
+            return RawValue(b[i:j]), j
+
+        return raw
     if isinstance(t, C.RecClass):
         target = t.get_type()
         key = id(target)
