@@ -322,7 +322,7 @@ def _job_end_to_end(log_dir: Path, n: int, jobs) -> tuple[float, int]:
             p["orch"],
             [p["bc"]],
             Quotas(max_events_per_replay=10**9),
-            job_threshold=1_000_000,
+            job_threshold=min(1_000_000, n - 1),
         )
         net.add(orch, orch_store)
         net.add(Broadcaster(p["bc"], p["orch"]))
