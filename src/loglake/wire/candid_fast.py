@@ -12,7 +12,8 @@ Output is exactly icp_candid's value form (records as dicts, tuples as lists, ``
 dicts), so the same converters apply; ``tests/wire/test_icrc16_fast.py`` checks both decoders
 agree. One exception: an ``icrc16.ICRC16_RAW_AWARE`` slot (an ``icrc72_publish`` Event's data)
 is read — every byte checked — and returned as an ``icrc16.RawValue`` of its bytes, so whoever
-passes it on (the Broadcaster) splices it instead of converting and re-encoding it. Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
+passes it on (the Broadcaster) splices it instead of converting and re-encoding it.
+Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
 """
 
 from __future__ import annotations
