@@ -337,6 +337,35 @@ def test_lake_retention_deletes_old_lake_files(tmp_path):
         assert all(r.timestamp_ns >= base for r in log.read("s", 0, 0))
 
 
+def test_lake_retention_waits_for_the_lake_lock_a_compaction_holds(tmp_path):
+    """A compaction checks its sources and commits under ``lake_lock``; lake retention removes
+    files under it too, so it can never remove a source between that check and the commit."""
+    from loglake.log.lake import lake_lock
+
+    base, ms = 1_000_000_000_000, 1_000_000
+    cfg = StreamConfig(segment_bytes=500, retention_records=5, lake_retention_ms=50)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 60, ts=lambda i: base + i * ms)
+        log.wait_for_seals()
+        lake = tmp_path / "lake" / "s" / "partition=0"
+        before = sorted(lake.glob("*.parquet"))
+        done = threading.Event()
+
+        def retention() -> None:
+            log.enforce_retention(now_ns=base + 100 * ms)
+            done.set()
+
+        with lake_lock(lake):
+            t = threading.Thread(target=retention)
+            t.start()
+            assert not done.wait(0.5), "retention ran while a compaction held the lake lock"
+            assert sorted(lake.glob("*.parquet")) == before
+        t.join(30)
+        assert done.is_set()
+        assert len(sorted(lake.glob("*.parquet"))) < len(before)
+
+
 def test_unsealed_rolled_segment_is_sealed_on_open(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=500))

@@ -41,6 +41,7 @@ from loglake.log.lake import (
     LakeFile,
     check_lake_file,
     lake_file_max_timestamp,
+    lake_lock,
     list_lake_files,
     read_lake_file,
     remove_temp_files,
@@ -617,17 +618,20 @@ class Partition:
                 deleted = True
             if deleted:  # or a crash can bring the segment back (see _drop_resurrected)
                 fs.fsync_dir(self.dir)
-            if cfg.lake_retention_ms is not None:
+            if cfg.lake_retention_ms is not None and self.lake_dir.exists():
                 lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
-                self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-                while self.lake and lake_file_max_timestamp(self.lake[0]) < lake_horizon:
-                    gone = self.lake.pop(0)
-                    # the files it covers go too, or they would become visible again
-                    for f in list_lake_files(self.lake_dir):
-                        if gone.first <= f.first and f.last <= gone.last:
-                            with contextlib.suppress(FileNotFoundError):
-                                fs.unlink(f.path)
-                    fs.fsync_dir(self.lake_dir)
+                # under the lake lock, so a compaction never commits over sources removed
+                # here after it planned (pipeline/jobs/compact.py checks them under it)
+                with lake_lock(self.lake_dir):
+                    self.lake = visible_lake_files(list_lake_files(self.lake_dir))
+                    while self.lake and lake_file_max_timestamp(self.lake[0]) < lake_horizon:
+                        gone = self.lake.pop(0)
+                        # the files it covers go too, or they would become visible again
+                        for f in list_lake_files(self.lake_dir):
+                            if gone.first <= f.first and f.last <= gone.last:
+                                with contextlib.suppress(FileNotFoundError):
+                                    fs.unlink(f.path)
+                        fs.fsync_dir(self.lake_dir)
             return self.first_index - before
 
     def truncate_before(self, index: int) -> int:
@@ -663,14 +667,13 @@ class Partition:
             if cfg.seal_to_lake:
                 return dropped
             keep_from = self.segments[0].base if self.segments else self.next_index
-            unlinked = False
-            for f in list_lake_files(self.lake_dir):
-                if f.last < min(index, keep_from):
-                    with contextlib.suppress(FileNotFoundError):
-                        fs.unlink(f.path)
-                        unlinked = True
-            if unlinked:
-                fs.fsync_dir(self.lake_dir)
+            below = [f for f in list_lake_files(self.lake_dir) if f.last < min(index, keep_from)]
+            if below:
+                with lake_lock(self.lake_dir):  # as in enforce_retention
+                    for f in below:
+                        with contextlib.suppress(FileNotFoundError):
+                            fs.unlink(f.path)
+                    fs.fsync_dir(self.lake_dir)
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
             return self.first_index - before
 
