@@ -574,12 +574,12 @@ class PowerLossRun:
         elif x < 0.86:
             c = rng.choice(CLIENTS)
             key = (c, STREAM, p)
-            cur = log.get_consumer_index(c, STREAM, p) or 0
+            cur = log.get_index(c, STREAM, p) or 0
             v = cur + rng.randint(0, 5)
             with self.lock:
                 self.k.consumer_max[key] = max(self.k.consumer_max.get(key, 0), v)
             self.trace.append(f"save {c}/p{p}={v}")
-            log.save_consumer_index(c, STREAM, p, v)
+            log.save_index(c, STREAM, v, p)
             with self.lock:
                 self.k.consumer_min[key] = max(self.k.consumer_min.get(key, 0), v)
         elif x < 0.91:
@@ -657,6 +657,9 @@ class PowerLossRun:
             if any(self.k.known[p] for p in range(self.config.partitions)):
                 raise self.fail("the stream vanished with acknowledged records in it")
             return
+        config = log.stream_info(STREAM).config
+        if config != self.config:
+            raise self.fail(f"the stream's config changed without an error: {config}")
         for p in range(self.config.partitions):
             info = log.stream_info(STREAM).partitions[p]
             recs = list(log.iter_records(STREAM, p, 0))
@@ -684,7 +687,7 @@ class PowerLossRun:
             if info.next_index <= top:
                 raise self.fail(f"partition {p}: next index {info.next_index} would reuse {top}")
         for key, lo in self.k.consumer_min.items():
-            got = log.get_consumer_index(*key)
+            got = log.get_index(*key)
             self.fig.consumer_checks += 1
             if got is None or got < lo:
                 self.fig.losses += 1
@@ -722,7 +725,7 @@ def run_seeds(
     return total
 
 
-SEEDS = int(os.environ.get("LOGLAKE_POWER_SEEDS", "150"))
+SEEDS = int(os.environ.get("LOGLAKE_POWER_SEEDS", "120"))
 BLOCKS = 10
 
 
@@ -761,7 +764,7 @@ def test_a_failed_fsync_never_loses_acknowledged_data(tmp_path):
     """fsync fails now and then (EIO), and drops what it should have written while reads still
     see it (Linux): the log must fail the operation (``StorageFailed``), never acknowledge what
     the failed fsync covered, and never treat a later successful fsync as covering it."""
-    seeds = range(2000, 2040)
+    seeds = range(2000, 2030)
     fig = run_seeds(seeds, tmp_path, eio=True)
     _report("fsync failures", seeds, fig)
     assert not fig.failures, "\n".join(fig.failures)
@@ -799,6 +802,11 @@ def test_bitrot_is_reported_or_harmless(tmp_path, files):
     assert not fig.failures, "\n".join(fig.failures)
 
 
+CONFIG_ROT = (
+    "log defect (found by seed 200029): streams/<s>/config.json has no checksum; a flipped byte "
+    "in a key name is read as a missing key and defaulted, silently changing the stream "
+    "(partitions 2 -> 1 hid a partition's acknowledged records)"
+)
 FOUND = [
     # (seed, options, xfail reason or None): seeds the sweeps found failing. Replay one with
     # .venv/bin/python benchmarks/crash.py --sim --seed SEED --seeds 1 [--bitrot GLOB] [--eio]
@@ -818,6 +826,14 @@ FOUND = [
     # served as a valid record. Both found on this suite's first runs, fixed in 4405c96.
     (29, {"bitrot": "**/*"}, None),
     (78, {"bitrot": "**/*"}, None),
+    # config.json carries no checksum: a flipped byte in a key name leaves valid JSON whose
+    # unknown key is dropped and defaulted, so the stream silently changes partitions (2 -> 1:
+    # partition 1's acknowledged records unreachable, no error), segment_bytes or retention.
+    # If these start passing, confirm with benchmarks/crash.py --sim --seed 1000 --seeds 100
+    # --bitrot 'streams/*/config.json' (4 of 100 seeds failed) before removing the xfail.
+    (200029, {"bitrot": "**/*"}, CONFIG_ROT),
+    (1043, {"bitrot": "streams/*/config.json"}, CONFIG_ROT),
+    (1077, {"bitrot": "streams/*/config.json"}, CONFIG_ROT),
 ]
 
 
