@@ -9,9 +9,17 @@ loses power at random points; after each recovery a checker holds the log to its
 - no index is reused: a record at an index equals the one acknowledged there, and the next index
   is past every acknowledged one;
 - a consumer index never moves back below an acknowledged save (or a value read before);
+- the stream's config is the one it was created with;
 - plain power loss never yields ``CorruptSegment``/``CorruptStore``: those are for real damage.
 
-Every failure names the seed and the command that replays it.
+The sweeps: plain power loss (one writer thread, or three with the real background sealer);
+fsync disabled (the checker must then find losses); fsync failures (EIO that drops the writes,
+as Linux does); a read-only reader in another process's place (issue 17 §8); bit-rot after a
+clean shutdown (a flipped byte must be reported naming its file, or be harmless). Seeds that
+found a defect are kept in ``FOUND`` (strict xfail while the defect stands).
+
+Every failure names the seed and the command that replays it
+(``benchmarks/crash.py --sim --seed N --seeds 1 …``, exact with one writer thread).
 """
 
 from __future__ import annotations
