@@ -176,6 +176,7 @@ def small_input(tmp_path):
         ({"prefixes": ("foo/(",)}, "--prefix"),
         ({"max_records_per_trigger": 0}, "--max-records-per-trigger"),
         ({"follow_seconds": -1.0}, "--follow"),
+        ({"state_keys": 0}, "--state-keys"),
     ],
 )
 def test_bad_options_are_refused_before_any_work_naming_the_option(
@@ -206,6 +207,7 @@ def test_a_restart_with_other_options_is_refused_naming_the_option(small_input, 
         "topics": list(TOPICS),
         "reorg_threshold": THRESHOLD,
         "prefixes": [".*"],
+        "state_keys": 64,
     }
     (out / "_job.json").write_text(json.dumps(identity))
     options(small_input, out).validate()

@@ -76,6 +76,7 @@ CHECKPOINT = "_checkpoint"
 TABLES = ("blocks", "chain_updates", "rejects")
 KEEP_STATES = 3
 MAX_PENDING_REORGS = 32
+DEFAULT_STATE_KEYS = 64
 
 BLOCKS_SCHEMA = pa.schema(
     [
@@ -137,7 +138,7 @@ OUT_DDL = (
     "kind string, topic string, partition int, offset long, key binary, value binary, "
     "reason string, payload binary, time string"
 )
-STATE_DDL = "msgs binary, done boolean, time string"
+STATE_DDL = "blob binary"
 
 
 # -- options --------------------------------------------------------------------------------
@@ -160,6 +161,10 @@ class CardinalBlocksOptions:
     follow_seconds: float | None = None
     """None: read what is there and stop (``availableNow``); else keep running, one
     micro-batch every this many seconds."""
+    state_keys: int | None = DEFAULT_STATE_KEYS
+    """Keys of the assembly state: None = one per block hash (the plain design); N = N buckets
+    of block hashes, each holding its pending blocks (far less per-key overhead in
+    ``applyInPandasWithState``: see docs/cardinal.md, "Spark job")."""
 
     def validate(self) -> CardinalBlocksOptions:
         """Normalised options, or ``BadOption`` naming the option; touches nothing."""
@@ -205,6 +210,9 @@ class CardinalBlocksOptions:
             raise BadOption("--out", self.out_dir, "exists and is not a directory")
         if out == data_dir or data_dir in out.parents:
             raise BadOption("--out", self.out_dir, "must not be inside the data dir")
+        k = self.state_keys
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 4096):
+            raise BadOption("--state-keys", k, "expected 1..4096 buckets, or 0 for one per block")
         cp = Path(self.checkpoint_dir).expanduser().resolve() if self.checkpoint_dir else None
         opts = CardinalBlocksOptions(
             str(data_dir),
@@ -215,6 +223,7 @@ class CardinalBlocksOptions:
             tuple(self.prefixes),
             m,
             f,
+            k,
         )
         job = out / JOB_FILE
         if job.exists():
@@ -224,6 +233,7 @@ class CardinalBlocksOptions:
                 ("reorg_threshold", "--reorg-threshold"),
                 ("prefixes", "--prefix"),
                 ("data_dir", "--data-dir"),
+                ("state_keys", "--state-keys"),
             ):
                 now = opts.identity()[name]
                 if before.get(name) != now:
@@ -242,14 +252,25 @@ class CardinalBlocksOptions:
             "topics": list(self.topics),
             "reorg_threshold": self.reorg_threshold,
             "prefixes": list(self.prefixes),
+            "state_keys": self.state_keys,
         }
 
 
 # -- stage 1: route (executors) --------------------------------------------------------------
 
 
-def _route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Records → (group, position, key, value) rows; group = block hash, or b"" for control."""
+def make_route(state_keys: int | None):
+    """The ``mapInArrow`` function: records → (group, position, key, value) rows; the group is
+    the block hash (``state_keys`` None) or one of ``state_keys`` buckets of block hashes, and
+    b"" for control messages and rejects."""
+
+    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return _route(batches, state_keys)
+
+    return route
+
+
+def _route(batches: Iterator[pa.RecordBatch], state_keys: int | None) -> Iterator[pa.RecordBatch]:
     for b in batches:
         streams = b.column("stream").to_pylist()
         parts = b.column("partition").to_pylist()
@@ -265,7 +286,11 @@ def _route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             try:
                 k, v = open_envelope(data or b"")
                 if len(k) >= 33 and k[0] <= 0x04:
-                    g = k[1:33]
+                    g = (
+                        k[1:33]
+                        if state_keys is None
+                        else (1 + int.from_bytes(k[1:5]) % state_keys).to_bytes(2)
+                    )
                 else:
                     decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
             except CardinalDecodeError as e:
@@ -294,9 +319,14 @@ def _route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 _OUT_COLUMNS = ["kind", "topic", "partition", "offset", "key", "value", "reason", "payload", "time"]
 
 
-def make_assembler(prefixes: Sequence[str]):
-    """The ``applyInPandasWithState`` function (closes over the tracked prefixes only)."""
+def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
+    """The ``applyInPandasWithState`` function (closes over the tracked prefixes and the
+    threshold only). A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
+    the pending blocks of that key and tombstones of its complete ones (kept while within
+    ``4 × reorg_threshold`` blocks of the highest complete one, as ``BlockAssembler`` keeps
+    completed hashes)."""
     tracked = tuple(prefixes)
+    reach = 4 * reorg_threshold
 
     def assemble(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         import pandas as pd
@@ -311,32 +341,35 @@ def make_assembler(prefixes: Sequence[str]):
                     )
             yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
             return
-        msgs: list[tuple[bytes, bytes, str, int]] = []
-        time = -1
-        if state.exists:
-            stored, done, stored_time = state.get
-            time = int(stored_time)
-            if done:  # a tombstone: late copies of a complete block
-                for _ in pdfs:
-                    pass
-                return
-            msgs = pickle.loads(stored)
+        st = pickle.loads(state.get[0]) if state.exists else {"p": {}, "d": {}}
+        pending, done = st["p"], st["d"]
+        new: dict[bytes, list[tuple]] = {}
         for pdf in pdfs:
-            for r in pdf.itertuples(index=False):
-                if isinstance(r.ts, str) and int(r.ts) > time:
-                    time = int(r.ts)
-                msgs.append((r.key, r.value, source_name(r.topic, int(r.partition)), int(r.offset)))
-        result = assemble_block(msgs, tracked)
-        for source, offset, why in result.rejected:
-            topic, _, part = source.rpartition(":")
-            rows.append(("reject", topic, int(part), offset, None, None, why, None, None))
-        if result.block is not None:
-            payload = pickle.dumps(result.block, protocol=pickle.HIGHEST_PROTOCOL)
-            rows.append(("block", None, None, None, None, None, None, payload, str(time)))
-            state.update((b"", True, str(time)))
-        else:
-            kept = pickle.dumps(result.kept, protocol=pickle.HIGHEST_PROTOCOL)
-            state.update((kept, False, str(time)))
+            cols = (pdf[c].tolist() for c in ("key", "value", "topic", "partition", "offset", "ts"))
+            for k, v, topic, part, off, ts in zip(*cols, strict=True):
+                h = k[1:33]
+                if h not in done:  # else a late copy of a complete block
+                    new.setdefault(h, []).append((k, v, f"{topic}:{int(part)}", int(off), ts))
+        for h in sorted(new):
+            time, msgs = pending.get(h, (-1, []))
+            for m in new[h]:
+                if isinstance(m[4], str) and int(m[4]) > time:
+                    time = int(m[4])
+            result = assemble_block(msgs + [m[:4] for m in new[h]], tracked)
+            for source, offset, why in result.rejected:
+                topic, _, part = source.rpartition(":")
+                rows.append(("reject", topic, int(part), offset, None, None, why, None, None))
+            if result.block is not None:
+                payload = pickle.dumps(result.block, protocol=pickle.HIGHEST_PROTOCOL)
+                rows.append(("block", None, None, None, None, None, None, payload, str(time)))
+                done[h] = result.block.number
+                pending.pop(h, None)
+            else:
+                pending[h] = (time, result.kept)
+        if len(done) > 2 * reach + 16:
+            cut = max(done.values()) - reach
+            st["d"] = {h: n for h, n in done.items() if n >= cut}
+        state.update((pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL),))
         if rows:
             yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
 
@@ -458,6 +491,7 @@ class BatchWriter:
             "rejects": len(rejects),
             "head": [head.number, head.hash.hex()] if head else None,
             "pending_reorgs": len(st.pending),
+            "late_blocks": out.late,
         }
         self._write_atomic(
             self._state_path(batch_id), pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL)
@@ -547,10 +581,20 @@ class _Output:
         self.block_rows: list[dict] = []
         self.update_rows: list[dict] = []
         self.new_blocks = 0
+        self.late = 0
 
     def new_block(self, blk: Block, time: int) -> bool:
         """Write ``blk``'s rows unless it was written before; True if it is new."""
         if blk.hash in self.st.emitted:
+            return False
+        head = self.st.core.head
+        if (
+            head is not None
+            and blk.number < head.number - 4 * self.st.core.ordering.reorg_threshold
+        ):
+            # completed far below the head (a copy whose tombstone is gone, or a block the
+            # window dropped): the consumer drops it too (BlockAssembler's window)
+            self.late += 1
             return False
         self.st.emitted[blk.hash] = blk.number
         self.new_blocks += 1
@@ -677,9 +721,13 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
     records = frames[0]
     for f in frames[1:]:
         records = records.unionByName(f)
-    routed = records.mapInArrow(_route, ROUTED_DDL)
+    routed = records.mapInArrow(make_route(opts.state_keys), ROUTED_DDL)
     assembled = routed.groupBy("grp").applyInPandasWithState(
-        make_assembler(opts.prefixes), OUT_DDL, STATE_DDL, "append", GroupStateTimeout.NoTimeout
+        make_assembler(opts.prefixes, opts.reorg_threshold),
+        OUT_DDL,
+        STATE_DDL,
+        "append",
+        GroupStateTimeout.NoTimeout,
     )
     writer = (
         assembled.writeStream.foreachBatch(BatchWriter(opts))

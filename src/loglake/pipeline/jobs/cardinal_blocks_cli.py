@@ -43,6 +43,13 @@ from loglake.pipeline.session import MASTER_ENV
     help="Keep running, a micro-batch every this many seconds (default: stop when caught up).",
 )
 @click.option(
+    "--state-keys",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Buckets of block hashes keying the assembly state (0: one key per block).",
+)
+@click.option(
     "--spark-master",
     envvar=MASTER_ENV,
     default=None,
@@ -58,6 +65,7 @@ def cardinal_blocks_command(
     prefixes: tuple[str, ...],
     max_records_per_trigger: int | None,
     follow: float | None,
+    state_keys: int,
     spark_master: str | None,
     as_json: bool,
 ) -> None:
@@ -77,6 +85,7 @@ def cardinal_blocks_command(
         prefixes or (".*",),
         max_records_per_trigger,
         follow,
+        state_keys or None,
     ).validate()
     console = Console(stderr=True)
     from loglake.pipeline.session import build_session
