@@ -1,0 +1,876 @@
+"""loglake streams on a NATS JetStream cluster (issue 13; DESIGN.md principle 4: an existing
+distributed engine to scale, never a home-made cluster).
+
+``JetStreamLog`` is a ``Log`` whose storage is JetStream, so the stream service
+(``StreamService``/``StreamServer``, ``loglake serve --backend nats://…``) and ``LocalStreams``
+run on it unchanged; ``JetStreamStreams`` is ``LocalStreams`` over it (the ``Streams`` API for
+every other part). The mapping, and why:
+
+- **one loglake partition = one JetStream stream**, named ``<prefix>-<name>-<partition>``
+  (loglake names may hold ``.``, which JetStream names and subject tokens may not: ``_`` is
+  written ``__`` and ``.`` is written ``_d``), subject ``<prefix>.<name>.<partition>``, with
+  ``allow_direct`` so any current replica serves reads. The stream's metadata says which loglake
+  stream and partition it is and how many partitions the stream has: that is how partition
+  counts are discovered from the cluster (partition 0 is created last, so its existence means
+  all partitions exist).
+- **the loglake index is the JetStream sequence − 1**. JetStream sequences are gapless unless
+  someone deletes a message from the middle of the stream; a read that meets such a gap raises
+  ``StreamGap`` (the part before the gap is served first) and ``gaps()`` reports every
+  partition with deleted messages — the index is never silently renumbered. Purging the head
+  (retention, ``truncate_before``) is not a gap: the first index moves, as in the embedded log.
+- **a retried push is not stored twice**: every message carries a ``Nats-Msg-Id`` (generated, or
+  the caller's ``msg_ids``); a publish whose ack did not come (leader lost, reconnect) is sent
+  again with the same id, and JetStream answers a duplicate within its duplicate window
+  (``duplicate_window``, default 2 min) with the original sequence.
+- **no quorum → ``ClusterUnavailable`` within ``push_timeout``** (never a hang): every call has a
+  deadline; retries stop there.
+- **consumer indexes live in a JetStream key-value bucket** (``<prefix>_indexes``), kept monotonic
+  by compare-and-set on the key's revision (``kv.update(..., last=revision)``, retried on a
+  lost race).
+- **retention**: ``StreamConfig.retention_ms/_bytes/_records`` become ``max_age``/``max_bytes``/
+  ``max_msgs`` (JetStream enforces them itself, so ``enforce_retention`` has nothing to do).
+  ``durability`` is the server's (``jetstream { sync_interval }``), not per stream.
+
+nats-py is asyncio; ``JetStreamLog`` runs one connection on its own event-loop thread and its
+blocking methods wait on it with a deadline, so it can be called from any thread (the stream
+server performs actions on worker threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api as jsapi
+
+from loglake.log.api import (
+    Entry,
+    Log,
+    LogClosed,
+    LogError,
+    PartitionInfo,
+    Record,
+    StreamConfig,
+    StreamExists,
+    StreamInfo,
+    UnknownPartition,
+    UnknownStream,
+    check_stream_name,
+)
+from loglake.logs import log_event
+from loglake.streams.api import LocalStreams
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+META_STREAM = "loglake.stream"
+META_PARTITION = "loglake.partition"
+META_PARTITIONS = "loglake.partitions"
+KEY_HEADER = "Loglake-Key"
+"""A record's key, base64 (NATS header values are text)."""
+HEADERS_HEADER = "Loglake-Headers"
+"""A record's headers, JSON ``[[name, base64 value], …]`` (kept in order, repeats allowed)."""
+TS_HEADER = "Loglake-Timestamp"
+"""A timestamp the writer gave (ns); otherwise the record's time is JetStream's."""
+DIRECT_GET = "$JS.API.DIRECT.GET.{}"
+PURGE = "$JS.API.STREAM.PURGE.{}"
+MAX_PULL_BYTES = 8 * 1024 * 1024
+
+
+class ClusterUnavailable(LogError):
+    """The cluster did not acknowledge (or answer) within the deadline: no quorum for the
+    stream, no reachable server. For a push the outcome of the unacknowledged messages is
+    unknown; pushing them again with the same ``msg_ids`` within the duplicate window stores
+    each at most once."""
+
+    def __init__(self, what: str, seconds: float, cause: BaseException | str | None = None):
+        self.what = what
+        self.seconds = seconds
+        detail = (
+            f": {cause!r}" if isinstance(cause, BaseException) else f": {cause}" if cause else ""
+        )
+        super().__init__(f"NATS JetStream unavailable for {what} after {seconds:.1f}s{detail}")
+
+
+class StreamGap(LogError):
+    """A JetStream stream behind a loglake partition has messages deleted from its middle
+    (changed outside loglake): the index ``missing`` cannot be served, and loglake will not
+    renumber what follows."""
+
+    def __init__(self, stream: str, partition: int, missing: int, next_present: int | None):
+        self.stream, self.partition = stream, partition
+        self.missing, self.next_present = missing, next_present
+        after = f"; the next present index is {next_present}" if next_present is not None else ""
+        super().__init__(
+            f"stream {stream!r} partition {partition}: index {missing} was deleted from the "
+            f"JetStream stream outside loglake{after}"
+        )
+
+
+class JetStreamError(LogError):
+    """JetStream refused a request for a reason that retrying does not fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamOptions:
+    """How to reach and use a NATS cluster (``loglake serve --backend nats://…``)."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    replicas: int = 1
+    """Replicas of each partition stream created (1 or 3; at most the cluster size)."""
+    prefix: str = "loglake"
+    """Namespace of stream names, subjects and the index bucket ([A-Za-z0-9_]): several loglake
+    deployments can share one cluster."""
+    push_timeout: float = 10.0
+    """Longest a push waits for its acks (retries included) before ``ClusterUnavailable``."""
+    ack_wait: float = 2.0
+    """One publish round's wait for acks before the unacknowledged messages are sent again."""
+    request_timeout: float = 5.0
+    """Reads and metadata calls."""
+    duplicate_window: float = 120.0
+    storage: str = "file"
+    """``file`` or ``memory``."""
+    credentials: str | None = None
+    """A ``.creds`` file (NATS decentralized auth)."""
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkeys_seed: str | None = None
+    tls_ca: str | None = None
+    """A CA file: connect with TLS verified against it."""
+    reconnect_wait: float = 0.1
+    """Between reconnect attempts. nats-py's default (2 s) is most of a failover's time."""
+    connect_timeout: float = 2.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """More keyword arguments for ``nats.connect``."""
+
+    @classmethod
+    def from_url(cls, url: str, **kw: Any) -> JetStreamOptions:
+        """``nats://h1:4222,h2:4222,h3:4222`` (``nats://user:pass@h…`` and ``tls://`` kept)."""
+        parts = [p.strip() for p in url.split(",") if p.strip()]
+        scheme = "nats://"
+        servers = []
+        for p in parts:
+            if "://" in p:
+                scheme = p.split("://", 1)[0] + "://"
+            else:
+                p = scheme + p
+            servers.append(p)
+        if not servers:
+            raise ValueError(f"no NATS server in {url!r}")
+        return cls(servers=tuple(servers), **kw)
+
+
+def encode_name(name: str) -> str:
+    """A loglake stream name as a JetStream name/subject token (injective)."""
+    return name.replace("_", "__").replace(".", "_d")
+
+
+def decode_name(token: str) -> str:
+    out, i = [], 0
+    while i < len(token):
+        c = token[i]
+        if c == "_" and i + 1 < len(token):
+            out.append("_" if token[i + 1] == "_" else ".")
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _b64(s: str) -> str:
+    return base64.urlsafe_b64encode(s.encode()).decode().rstrip("=")
+
+
+def _parse_ts(value: str | None) -> int:
+    """``Nats-Time-Stamp`` (RFC 3339, nanoseconds) → ns since the epoch."""
+    if not value:
+        return 0
+    head, _, frac = value.rstrip("Z").partition(".")
+    secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    return secs * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+_RETRYABLE = (
+    asyncio.TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, _RETRYABLE):
+        return True
+    # 503: no leader / JetStream temporarily unavailable; 10118: stream offline (electing)
+    if not isinstance(e, nats.js.errors.APIError):
+        return False
+    return getattr(e, "code", None) == 503 or getattr(e, "err_code", None) == 10118
+
+
+class JetStreamLog(Log):
+    """A ``Log`` on NATS JetStream. ``close()`` it (it owns a connection and a thread)."""
+
+    def __init__(self, options: JetStreamOptions | str, **kw: Any) -> None:
+        if isinstance(options, str):
+            options = JetStreamOptions.from_url(options, **kw)
+        elif kw:
+            raise TypeError("keyword options go with a URL, not with JetStreamOptions")
+        if not options.prefix.replace("_", "").isalnum():
+            raise ValueError(f"prefix must be [A-Za-z0-9_]+, not {options.prefix!r}")
+        self.options = options
+        self._partitions: dict[str, int] = {}
+        self._configs: dict[str, StreamConfig] = {}
+        self._acked: dict[str, int] = {}
+        """Per JetStream stream: the highest sequence this process saw acknowledged (a read
+        from a replica behind it waits for the replica: read-your-writes)."""
+        self._ids = itertools.count()
+        self._id_prefix = f"{os.getpid():x}-{time.time_ns():x}-"
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="loglake-nats")
+        self._thread.daemon = True
+        self._thread.start()
+        try:
+            self._call(self._connect(), options.connect_timeout * 3 + options.request_timeout)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        if self._closed:
+            coro.close()
+            raise LogClosed("the JetStream log is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        # the coroutine keeps its own (shorter) deadlines; this one only guards against a hang
+        wait = (timeout or self.options.push_timeout + self.options.request_timeout) + 5.0
+        try:
+            return fut.result(wait)
+        except TimeoutError as e:
+            fut.cancel()
+            raise ClusterUnavailable("a request", wait, "no answer") from e
+
+    async def _connect(self) -> None:
+        o = self.options
+        kw: dict[str, Any] = {
+            "servers": list(o.servers),
+            "reconnect_time_wait": o.reconnect_wait,
+            "max_reconnect_attempts": -1,
+            "connect_timeout": o.connect_timeout,
+            "allow_reconnect": True,
+            "name": "loglake",
+        }
+        if o.credentials:
+            kw["user_credentials"] = o.credentials
+        if o.user is not None:
+            kw["user"], kw["password"] = o.user, o.password
+        if o.token:
+            kw["token"] = o.token
+        if o.nkeys_seed:
+            kw["nkeys_seed"] = o.nkeys_seed
+        if o.tls_ca:
+            import ssl
+
+            kw["tls"] = ssl.create_default_context(cafile=o.tls_ca)
+        kw.update(o.extra)
+        try:
+            self.nc = await nats.connect(**kw)
+        except Exception as e:
+            raise ClusterUnavailable("connect", o.connect_timeout, e) from e
+        self.js = self.nc.jetstream(timeout=o.request_timeout)
+        self.kv = await self._bucket()
+
+    async def _bucket(self) -> Any:
+        o = self.options
+        bucket = f"{o.prefix}_indexes"
+        deadline = time.monotonic() + o.push_timeout
+        while True:
+            try:
+                with contextlib.suppress(nats.js.errors.BucketNotFoundError):
+                    return await self.js.key_value(bucket)
+                return await self.js.create_key_value(
+                    jsapi.KeyValueConfig(
+                        bucket=bucket,
+                        history=1,
+                        replicas=o.replicas,
+                        storage=jsapi.StorageType(o.storage),
+                    )
+                )
+            except Exception as e:
+                if not _retryable(e) or time.monotonic() > deadline:
+                    raise ClusterUnavailable("the index bucket", o.push_timeout, e) from e
+                await asyncio.sleep(0.2)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(Exception):
+            self._call(self.nc.close(), 5)
+        self._closed = True
+        self._stop_loop()
+
+    def js_name(self, stream: str, partition: int) -> str:
+        return f"{self.options.prefix}-{encode_name(stream)}-{partition}"
+
+    def subject(self, stream: str, partition: int) -> str:
+        return f"{self.options.prefix}.{encode_name(stream)}.{partition}"
+
+    # -- streams ----------------------------------------------------------------------------
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        return self.create_stream_replicated(name, config)
+
+    def create_stream_replicated(
+        self, name: str, config: StreamConfig | None = None, replicas: int | None = None
+    ) -> StreamInfo:
+        """``create_stream`` with this stream's replica count (default: the options')."""
+        check_stream_name(name)
+        self._call(self._create(name, config, replicas or self.options.replicas))
+        return self.stream_info(name)
+
+    async def _create(self, name: str, config: StreamConfig | None, replicas: int) -> None:
+        have = await self._discover(name, missing_ok=True)
+        if have is not None:
+            if config is not None and have != config.partitions:
+                raise StreamExists(
+                    f"stream {name!r} exists with {have} partitions, not {config.partitions}"
+                )
+            return
+        config = config or StreamConfig()
+        n = config.partitions
+        for p in reversed(range(n)):  # partition 0 last: its existence means all exist
+            cfg = jsapi.StreamConfig(
+                name=self.js_name(name, p),
+                subjects=[self.subject(name, p)],
+                num_replicas=replicas,
+                storage=jsapi.StorageType(self.options.storage),
+                allow_direct=True,
+                # JetStream refuses a duplicate window longer than max_age
+                duplicate_window=min(
+                    self.options.duplicate_window,
+                    config.retention_ms / 1000 if config.retention_ms else float("inf"),
+                ),
+                max_age=config.retention_ms / 1000 if config.retention_ms else None,
+                max_bytes=config.retention_bytes if config.retention_bytes is not None else None,
+                max_msgs=config.retention_records if config.retention_records is not None else None,
+                metadata={META_STREAM: name, META_PARTITION: str(p), META_PARTITIONS: str(n)},
+            )
+            await self._retry(f"create {name!r}", lambda cfg=cfg: self.js.add_stream(cfg))
+        self._partitions[name] = n
+        self._configs[name] = config
+        log_event(logger, logging.INFO, "jetstream stream created", stream=name, partitions=n)
+
+    async def _retry(self, what: str, make: Any, timeout: float | None = None) -> Any:
+        timeout = timeout or self.options.push_timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await make()
+            except Exception as e:
+                if not _retryable(e):
+                    if isinstance(e, nats.js.errors.APIError):
+                        raise JetStreamError(f"{what}: {e}") from e
+                    raise
+                if time.monotonic() > deadline:
+                    raise ClusterUnavailable(what, timeout, e) from e
+                await asyncio.sleep(0.1)
+
+    async def _discover(self, name: str, missing_ok: bool = False) -> int | None:
+        n = self._partitions.get(name)
+        if n is not None:
+            return n
+        try:
+            si = await self._retry(
+                f"stream info {name!r}",
+                lambda: self.js.stream_info(self.js_name(name, 0)),
+                self.options.request_timeout,
+            )
+        except nats.js.errors.NotFoundError:
+            if missing_ok:
+                return None
+            raise UnknownStream(name) from None
+        except JetStreamError as e:
+            if isinstance(e.__cause__, nats.js.errors.NotFoundError):
+                if missing_ok:
+                    return None
+                raise UnknownStream(name) from None
+            raise
+        meta = si.config.metadata or {}
+        if meta.get(META_STREAM) != name or META_PARTITIONS not in meta:
+            raise JetStreamError(
+                f"JetStream stream {si.config.name!r} was not created by loglake for {name!r}"
+            )
+        n = int(meta[META_PARTITIONS])
+        self._partitions[name] = n
+        self._configs[name] = StreamConfig(
+            partitions=n,
+            retention_ms=int(si.config.max_age * 1000) if si.config.max_age else None,
+            retention_bytes=si.config.max_bytes
+            if si.config.max_bytes and si.config.max_bytes > 0
+            else None,
+            retention_records=si.config.max_msgs
+            if si.config.max_msgs and si.config.max_msgs > 0
+            else None,
+            seal_to_lake=False,
+        )
+        return n
+
+    async def _check(self, stream: str, partition: int) -> str:
+        n = await self._discover(stream)
+        assert n is not None
+        if not 0 <= partition < n:
+            raise UnknownPartition(stream, partition, n)
+        return self.js_name(stream, partition)
+
+    def partitions(self, stream: str) -> int:
+        n = self._call(self._discover(stream))
+        assert n is not None
+        return n
+
+    def has_stream(self, name: str) -> bool:
+        return self._call(self._discover(name, missing_ok=True)) is not None
+
+    def streams(self) -> list[str]:
+        return self._call(self._streams())
+
+    async def _streams(self) -> list[str]:
+        names = []
+        prefix = f"{self.options.prefix}-"
+        async for si in _iter_streams(self.js):
+            meta = si.config.metadata or {}
+            if (
+                si.config.name.startswith(prefix)
+                and meta.get(META_PARTITION) == "0"
+                and si.config.name == self.js_name(meta.get(META_STREAM, ""), 0)
+            ):
+                names.append(meta[META_STREAM])
+        return sorted(names)
+
+    def stream_info(self, name: str) -> StreamInfo:
+        return self._call(self._stream_info(name))
+
+    async def _stream_info(self, name: str) -> StreamInfo:
+        n = await self._discover(name)
+        assert n is not None
+        parts = []
+        for p in range(n):
+            si = await self._retry(
+                f"stream info {name!r}",
+                lambda p=p: self.js.stream_info(self.js_name(name, p)),
+                self.options.request_timeout,
+            )
+            st = si.state
+            parts.append(
+                PartitionInfo(p, max(st.first_seq, 1) - 1, st.last_seq, st.bytes, st.last_seq)
+            )
+        return StreamInfo(name, self._configs[name], tuple(parts))
+
+    def gaps(self, stream: str) -> dict[int, int]:
+        """``{partition: messages deleted from its middle}`` for every partition of ``stream``
+        whose JetStream stream was changed outside loglake (empty when all are gapless)."""
+        return self._call(self._gaps(stream))
+
+    async def _gaps(self, stream: str) -> dict[int, int]:
+        n = await self._discover(stream)
+        assert n is not None
+        out = {}
+        for p in range(n):
+            si = await self.js.stream_info(self.js_name(stream, p))
+            if si.state.num_deleted:
+                out[p] = si.state.num_deleted
+        return out
+
+    # -- writing ----------------------------------------------------------------------------
+    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+        datas, headers = [], []
+        for e in entries:
+            datas.append(e.data)
+            h: dict[str, str] = {}
+            if e.key is not None:
+                h[KEY_HEADER] = base64.b64encode(e.key).decode()
+            if e.timestamp_ns is not None:
+                h[TS_HEADER] = str(e.timestamp_ns)
+            if e.headers:
+                h[HEADERS_HEADER] = json.dumps(
+                    [[k, base64.b64encode(v).decode()] for k, v in e.headers]
+                )
+            headers.append(h)
+        return self._call(self._publish(stream, partition, datas, headers, None), self._push_wait)
+
+    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+        return self.push_many(stream, partition, datas)
+
+    def push_many(
+        self,
+        stream: str,
+        partition: int,
+        datas: Sequence[bytes],
+        msg_ids: Sequence[str] | None = None,
+    ) -> list[int]:
+        """Append ``datas``; with ``msg_ids`` (one per message, unique per stream) a push that
+        is retried within the duplicate window returns the first push's indexes."""
+        if msg_ids is not None and len(msg_ids) != len(datas):
+            raise ValueError("one msg id per message")
+        return self._call(self._publish(stream, partition, datas, None, msg_ids), self._push_wait)
+
+    @property
+    def _push_wait(self) -> float:
+        return self.options.push_timeout + self.options.request_timeout
+
+    async def _publish(
+        self,
+        stream: str,
+        partition: int,
+        datas: Sequence[bytes],
+        headers: Sequence[dict[str, str]] | None,
+        msg_ids: Sequence[str] | None,
+    ) -> list[int]:
+        if not datas:
+            await self._check(stream, partition)
+            return []
+        name = await self._check(stream, partition)
+        subject = self.subject(stream, partition)
+        if msg_ids is None:
+            first = next(self._ids)
+            for _ in range(len(datas) - 1):
+                next(self._ids)
+            msg_ids = [f"{self._id_prefix}{first + i:x}" for i in range(len(datas))]
+        o = self.options
+        deadline = time.monotonic() + o.push_timeout
+        seqs: list[int | None] = [None] * len(datas)
+        todo = list(range(len(datas)))
+        last_error: BaseException | None = None
+        while todo:
+            futs = []
+            for i in todo:
+                h = dict(headers[i]) if headers is not None else {}
+                h["Nats-Msg-Id"] = msg_ids[i]
+                try:
+                    futs.append(
+                        await self.js.publish_async(
+                            subject, datas[i], wait_stall=o.ack_wait, headers=h
+                        )
+                    )
+                except Exception as e:  # disconnected and buffer full, stalled: next round
+                    if not _retryable(e) and not isinstance(
+                        e, nats.js.errors.TooManyStalledMsgsError
+                    ):
+                        raise
+                    last_error = e
+                    break
+            wait = max(0.05, min(o.ack_wait, deadline - time.monotonic()))
+            if futs:
+                await asyncio.wait(futs, timeout=wait)
+            left = []
+            for k, i in enumerate(todo):
+                f = futs[k] if k < len(futs) else None
+                if f is not None and f.done() and not f.cancelled() and f.exception() is None:
+                    seqs[i] = f.result().seq
+                    continue
+                if f is not None and not f.done():
+                    f.cancel()
+                elif f is not None and not f.cancelled():
+                    err = f.exception()
+                    assert err is not None
+                    if not _retryable(err):
+                        raise JetStreamError(f"push to {stream!r}/{partition}: {err}") from err
+                    last_error = err
+                left.append(i)
+            todo = left
+            if todo:
+                if time.monotonic() >= deadline:
+                    raise ClusterUnavailable(
+                        f"push to {stream!r} partition {partition} "
+                        f"({len(todo)} of {len(datas)} unacknowledged)",
+                        o.push_timeout,
+                        last_error or "no ack",
+                    )
+                await asyncio.sleep(0.05)
+        out = [s - 1 for s in seqs if s is not None]
+        top = max(out) + 1
+        if top > self._acked.get(name, 0):
+            self._acked[name] = top
+        return out
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int | None = None,
+        end: int | None = None,
+    ) -> list[Record]:
+        if limit is None:
+            limit = 1 << 62
+        if end is not None:
+            limit = min(limit, end - start)
+        rows = self._call(self._read(stream, partition, start, limit, True))
+        return [
+            Record(stream, partition, i, ts, key, hdrs, data) for i, data, ts, key, hdrs in rows
+        ]
+
+    def read_payloads(
+        self, stream: str, partition: int, start: int, limit: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        rows = self._call(
+            self._read(stream, partition, start, 1 << 62 if limit is None else limit, False)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    async def _read(
+        self, stream: str, partition: int, start: int, limit: int, full: bool
+    ) -> list[tuple[Any, ...]]:
+        name = await self._check(stream, partition)
+        if limit <= 0:
+            return []
+        start = max(start, 0)
+        out: list[tuple[Any, ...]] = []
+        seq = start + 1
+        deadline = time.monotonic() + self.options.request_timeout
+        acked = self._acked.get(name, 0)
+        while len(out) < limit:
+            batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
+            if batch is None:  # no answer: no replica serves reads
+                if out:
+                    break
+                raise ClusterUnavailable(f"read of {stream!r}/{partition}", 0, "no replica")
+            for m in batch:
+                got = int(m.headers["Nats-Sequence"])
+                if got != seq:
+                    if not out and seq == start + 1 and await self._below_first(name, got):
+                        seq = got  # retention dropped the head: start at the first index
+                    else:
+                        return self._gap(stream, partition, seq - 1, got - 1, out)
+                out.append(self._row(m, full))
+                seq += 1
+            if batch and pending:
+                continue  # the reply was cut (max_bytes): read on
+            if seq - 1 < acked and time.monotonic() < deadline and await self._behind(name, seq):
+                await asyncio.sleep(0.005)  # this replica has not applied our acked pushes yet
+                continue
+            break
+        return out
+
+    async def _behind(self, name: str, seq: int) -> bool:
+        """Does the stream's leader hold ``seq`` (so the replica that answered is behind)?"""
+        si = await self._retry(
+            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
+        )
+        return si.state.first_seq <= seq <= si.state.last_seq
+
+    @staticmethod
+    def _row(m: Any, full: bool) -> tuple[Any, ...]:
+        i = int(m.headers["Nats-Sequence"]) - 1
+        if not full:
+            return (i, m.data)
+        h = m.headers
+        key = base64.b64decode(h[KEY_HEADER]) if KEY_HEADER in h else None
+        hdrs = (
+            tuple((k, base64.b64decode(v)) for k, v in json.loads(h[HEADERS_HEADER]))
+            if HEADERS_HEADER in h
+            else ()
+        )
+        ts = int(h[TS_HEADER]) if TS_HEADER in h else _parse_ts(h.get("Nats-Time-Stamp"))
+        return (i, m.data, ts, key, hdrs)
+
+    def _gap(
+        self, stream: str, partition: int, missing: int, present: int, out: list
+    ) -> list[tuple[Any, ...]]:
+        log_event(
+            logger,
+            logging.ERROR,
+            "jetstream stream has a gap (messages deleted outside loglake)",
+            stream=stream,
+            partition=partition,
+            missing=missing,
+        )
+        if out:
+            return out  # serve up to the gap; the next read starting at it raises
+        raise StreamGap(stream, partition, missing, present)
+
+    async def _below_first(self, name: str, got_seq: int) -> bool:
+        """Is ``got_seq`` the stream's first sequence (the head was purged), not past a gap?"""
+        si = await self._retry(
+            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
+        )
+        return si.state.first_seq >= got_seq
+
+    async def _direct_batch(self, name: str, seq: int, n: int) -> tuple[list | None, int]:
+        """One batched direct get (served by any current replica): the messages from ``seq``
+        (deleted ones skipped by the server) and how many more the replica holds after them;
+        ``(None, 0)`` if nothing answered."""
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox)
+        try:
+            req = json.dumps({"seq": seq, "batch": n, "max_bytes": MAX_PULL_BYTES}).encode()
+            await self.nc.publish(DIRECT_GET.format(name), req, reply=inbox)
+            msgs: list[Any] = []
+            while True:
+                try:
+                    m = await sub.next_msg(self.options.request_timeout)
+                except nats.errors.TimeoutError:
+                    return (msgs or None), 0
+                hdrs = m.headers or {}
+                status = hdrs.get("Status")
+                if status is None:
+                    msgs.append(m)
+                    continue
+                if status == "503":  # no responders
+                    return None, 0
+                # 204 EOB (Nats-Num-Pending: what follows the batch), 404 nothing from seq
+                return msgs, int(hdrs.get("Nats-Num-Pending") or 0)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # -- consumer indexes -------------------------------------------------------------------
+    def _key(self, client_id: str, stream: str, partition: int) -> str:
+        return f"c{_b64(client_id)}.s{_b64(stream)}.{partition}"
+
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        return self._call(self._get_index(client_id, stream, partition))
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
+
+    # the older names of the two primitives (a lower save returns the stored index here too)
+    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        return self.get_index(client_id, stream, partition)
+
+    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
+        return self.save_index(client_id, stream, index, partition)
+
+    async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
+        await self._check(stream, partition)
+        entry = await self._kv_get(self._key(client_id, stream, partition))
+        return None if entry is None else int(entry.value)
+
+    async def _kv_get(self, key: str) -> Any:
+        async def get() -> Any:
+            try:
+                return await self.kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                return None
+
+        return await self._retry("index get", get, self.options.request_timeout)
+
+    async def _save_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
+        if index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        await self._check(stream, partition)
+        key = self._key(client_id, stream, partition)
+        value = str(index).encode()
+        while True:  # compare-and-set on the revision; a lost race reads again
+            entry = await self._kv_get(key)
+            try:
+                if entry is None:
+                    await self._retry("index save", lambda: self.kv.create(key, value))
+                    return index
+                stored = int(entry.value)
+                if index <= stored:  # Ockam: a lower index "MUST NOT be changed"
+                    return stored
+                await self._retry(
+                    "index save", lambda e=entry: self.kv.update(key, value, last=e.revision)
+                )
+                return index
+            except nats.js.errors.KeyValueError:  # lost a race (nats-py's create may say
+                continue  # "key not found" when another writer created the key first)
+            except JetStreamError as e:
+                if isinstance(e.__cause__, nats.js.errors.KeyValueError):
+                    continue
+                raise
+
+    # -- maintenance ------------------------------------------------------------------------
+    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+        return self._call(self._truncate(stream, partition, index))
+
+    async def _truncate(self, stream: str, partition: int, index: int) -> int:
+        name = await self._check(stream, partition)
+        if index <= 0:
+            return 0
+        si = await self._retry(
+            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
+        )
+        seq = min(index + 1, si.state.last_seq + 1)  # past the end: indexes go on from there
+        if seq <= si.state.first_seq:
+            return 0
+        req = json.dumps({"seq": seq}).encode()
+        resp = await self._retry(
+            f"purge {name}", lambda: self.nc.request(PURGE.format(name), req, timeout=5)
+        )
+        body = json.loads(resp.data)
+        if "error" in body:
+            raise JetStreamError(f"purge {name}: {body['error']}")
+        return int(body.get("purged", 0))
+
+
+async def _iter_streams(js: Any) -> Any:
+    """Every stream's info, page by page (``$JS.API.STREAM.LIST``)."""
+    offset = 0
+    while True:
+        resp = await js._api_request(
+            f"{js._prefix}.STREAM.LIST", json.dumps({"offset": offset}).encode(), timeout=5
+        )
+        streams = resp.get("streams") or []
+        for s in streams:
+            yield jsapi.StreamInfo.from_response(s)
+        offset += len(streams)
+        if not streams or offset >= resp.get("total", 0):
+            return
+
+
+class JetStreamStreams(LocalStreams):
+    """The ``Streams`` API on NATS JetStream: ``LocalStreams`` over a ``JetStreamLog``."""
+
+    log: JetStreamLog
+
+    def __init__(self, log: JetStreamLog, default_config: StreamConfig | None = None) -> None:
+        super().__init__(log, default_config or StreamConfig(seal_to_lake=False))
+
+    @classmethod
+    def connect(cls, url: str, **options: Any) -> JetStreamStreams:
+        """``JetStreamStreams.connect("nats://h1:4222,h2:4222", replicas=3)``."""
+        return cls(JetStreamLog(url, **options))
+
+    def partitions(self, stream: str) -> int:
+        return self.log.partitions(stream)
+
+    def push(self, stream: str, data: bytes, partition: int = 0, msg_id: str | None = None) -> int:
+        return self.log.push_many(stream, partition, [data], None if msg_id is None else [msg_id])[
+            0
+        ]
+
+    def push_many(
+        self,
+        stream: str,
+        datas: Sequence[bytes],
+        partition: int = 0,
+        msg_ids: Sequence[str] | None = None,
+    ) -> list[int]:
+        return self.log.push_many(stream, partition, datas, msg_ids)

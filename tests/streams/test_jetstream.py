@@ -1,0 +1,207 @@
+"""The JetStream backend (streams/jetstream.py, issue 13) on a real single server and a real
+3-node R3 cluster: the same ``Log`` conformance suite as the embedded logs, the ``Streams`` and
+stream-service tests of the embedded default, and the mapping's own rules (one JetStream stream
+per partition, index = sequence − 1, msg-id dedupe, indexes in a KV bucket by compare-and-set,
+partition counts from the cluster, retention as JetStream limits, gaps reported)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loglake.log import StreamConfig, UnknownPartition, UnknownStream
+from loglake.streams.api import Streams
+from loglake.streams.jetstream import (
+    JetStreamLog,
+    JetStreamStreams,
+    StreamGap,
+    decode_name,
+    encode_name,
+)
+
+# The Log conformance suite, run here on the ``log`` fixture below (every rule of
+# tests/log/test_conformance.py except retention by segment, which JetStream enforces itself:
+# see test_retention_maps_to_jetstream_limits).
+from tests.log.test_conformance import (  # noqa: F401
+    test_append_payloads_stores_data_only_records_like_append_many,
+    test_create_stream_is_idempotent,
+    test_create_stream_with_other_partitions_is_stream_exists,
+    test_indexes_start_at_zero_per_partition_and_increase_by_one,
+    test_invalid_stream_names_are_rejected,
+    test_read_payloads_is_index_and_data_of_read,
+    test_read_ranges_limits_and_past_the_end,
+    test_records_keep_every_field,
+    test_save_index_speaks_the_streams_vocabulary_and_never_moves_back,
+    test_truncate_before_drops_only_records_below_the_index,
+    test_truncate_before_keeps_consumer_indexes_and_types_its_errors,
+    test_unknown_stream_and_partition_are_typed_errors,
+)
+from tests.streams import jetstream_fixtures as fx
+
+# The Streams tests of the embedded default, on JetStreamStreams.
+from tests.streams.test_api import (  # noqa: F401
+    test_partitions_counts_a_streams_partitions,
+    test_partitions_of_an_unknown_stream_is_unknown_stream,
+)
+
+nats_single, nats_r3, cluster, js_log = fx.nats_single, fx.nats_r3, fx.cluster, fx.js_log
+
+
+@pytest.fixture
+def log(js_log):
+    return js_log
+
+
+@pytest.fixture
+def streams(js_log):
+    return JetStreamStreams(js_log)
+
+
+def test_names_map_injectively_onto_jetstream_tokens() -> None:
+    names = ["a.b", "a_db", "a__b", "a_.b", "x:y-z", "_", ".", "a_d"]
+    tokens = [encode_name(n) for n in names]
+    assert len(set(tokens)) == len(names)
+    assert all("." not in t for t in tokens)
+    assert [decode_name(t) for t in tokens] == names
+
+
+def test_jetstream_streams_implements_the_protocol(streams) -> None:
+    assert isinstance(streams, Streams)
+
+
+def test_a_partition_is_one_jetstream_stream_and_the_index_is_its_sequence_minus_one(
+    js_log: JetStreamLog, cluster
+) -> None:
+    s = JetStreamStreams(js_log)
+    s.create_stream("or.ders", partitions=3)
+    assert s.push_many("or.ders", [b"a", b"b", b"c"], partition=2) == [0, 1, 2]
+
+    async def seqs():
+        out = []
+        for p in range(3):
+            si = await js_log.js.stream_info(js_log.js_name("or.ders", p))
+            out.append((si.config.num_replicas, si.config.subjects, si.state.last_seq))
+        m = await js_log.js.get_msg(js_log.js_name("or.ders", 2), 2)
+        return out, m.data
+
+    info, second = js_log._call(seqs())
+    assert info == [
+        (cluster.n, [js_log.subject("or.ders", p)], last) for p, last in enumerate([0, 0, 3])
+    ]
+    assert second == b"b"  # sequence 2 = index 1
+
+
+def test_partition_counts_are_discovered_from_the_cluster(js_log: JetStreamLog) -> None:
+    JetStreamStreams(js_log).create_stream("p", partitions=4)
+    other = JetStreamLog(js_log.options)  # another process's view: nothing cached
+    try:
+        assert other.partitions("p") == 4
+        assert other.streams() == ["p"]
+        assert other.stream_info("p").config.partitions == 4
+        with pytest.raises(UnknownPartition):
+            other.push_many("p", 4, [b"x"])
+        with pytest.raises(UnknownStream):
+            other.partitions("q")
+    finally:
+        other.close()
+
+
+def test_a_retried_push_with_the_same_msg_id_is_stored_once(streams) -> None:
+    streams.create_stream("d")
+    first = streams.push_many("d", [b"a", b"b"], msg_ids=["m1", "m2"])
+    again = streams.push_many("d", [b"a", b"b", b"c"], msg_ids=["m1", "m2", "m3"])
+    assert first == [0, 1] and again == [0, 1, 2]
+    assert streams.push("d", b"b", msg_id="m2") == 1
+    assert [m.data for m in streams.pull("d", 0, 10)] == [b"a", b"b", b"c"]
+
+
+def test_consumer_indexes_live_in_the_kv_bucket_and_stay_monotonic(js_log: JetStreamLog) -> None:
+    import threading
+
+    s = JetStreamStreams(js_log)
+    s.create_stream("ix", partitions=2)
+    assert s.get_index("weird client/ä", "ix", 1) == 0  # created with 0 (Ockam)
+    # racing savers: compare-and-set keeps the highest
+    errors: list[BaseException] = []
+
+    def save(k: int) -> None:
+        try:
+            for i in range(k, 60, 6):
+                s.save_index("racer", "ix", i, 1)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=save, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert s.get_index("racer", "ix", 1) == 59
+    assert s.save_index("racer", "ix", 3, 1) == 59
+
+    async def raw():
+        e = await js_log.kv.get(js_log._key("racer", "ix", 1))
+        return e.value
+
+    assert js_log._call(raw()) == b"59"
+
+
+def test_retention_maps_to_jetstream_limits(js_log: JetStreamLog) -> None:
+    js_log.create_stream(
+        "r", StreamConfig(retention_ms=60_000, retention_bytes=1 << 20, retention_records=5)
+    )
+
+    async def cfg():
+        return (await js_log.js.stream_info(js_log.js_name("r", 0))).config
+
+    c = js_log._call(cfg())
+    assert (c.max_age, c.max_bytes, c.max_msgs) == (60.0, 1 << 20, 5)
+    js_log.push_many("r", 0, [bytes([i]) for i in range(12)])
+    assert js_log.read_payloads("r", 0, 0) == [(i, bytes([i])) for i in range(7, 12)]
+    p = js_log.stream_info("r").partitions[0]
+    assert (p.first_index, p.next_index) == (7, 12)
+    assert js_log.push_many("r", 0, [b"x"]) == [12]  # indexes never restart
+
+
+def test_a_message_deleted_outside_loglake_is_a_gap_never_renumbered(js_log: JetStreamLog) -> None:
+    js_log.create_stream("g")
+    js_log.push_many("g", 0, [bytes([i]) for i in range(6)])
+
+    async def delete():
+        await js_log.js.delete_msg(js_log.js_name("g", 0), 4)  # index 3
+
+    js_log._call(delete())
+    assert js_log.gaps("g") == {0: 1}
+    assert js_log.read_payloads("g", 0, 0) == [(0, b"\0"), (1, b"\1"), (2, b"\2")]
+    with pytest.raises(StreamGap) as e:
+        js_log.read_payloads("g", 0, 3)
+    assert (e.value.missing, e.value.next_present) == (3, 4)
+    assert js_log.read_payloads("g", 0, 4) == [(4, b"\4"), (5, b"\5")]
+    assert js_log.push_many("g", 0, [b"n"]) == [6]
+
+
+def test_the_stream_service_serves_ockam_clients_from_jetstream(js_log: JetStreamLog) -> None:
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with BackgroundServer(StreamService(js_log)) as srv, StreamClient(port=srv.port) as c:
+        c.create_stream("o", partitions=2)
+        assert c.push("o", b"a", partition=1) == 0
+        assert c.push_many("o", [i.to_bytes(2, "big") * 512 for i in range(500)], 1) == list(
+            range(1, 501)
+        )
+        got = c.pull("o", 0, 10, partition=1)
+        assert [m.index for m in got] == list(range(10)) and got[0].data == b"a"
+        assert c.partitions("o") == 2
+        assert c.save_index("me", "o", 7, 1) == 7 and c.save_index("me", "o", 2, 1) == 7
+        assert c.get_index("me", "o", 1) == 7
+    # a second serve process on the same cluster serves the same stream
+    second = JetStreamLog(js_log.options)
+    try:
+        with BackgroundServer(StreamService(second)) as srv, StreamClient(port=srv.port) as c:
+            assert c.partitions("o") == 2
+            assert c.push("o", b"b", partition=1) == 501
+            assert c.get_index("me", "o", 1) == 7
+    finally:
+        second.close()
