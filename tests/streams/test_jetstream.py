@@ -205,3 +205,33 @@ def test_the_stream_service_serves_ockam_clients_from_jetstream(js_log: JetStrea
             assert c.get_index("me", "o", 1) == 7
     finally:
         second.close()
+
+
+def test_serve_backend_processes_share_one_cluster(nats_r3, tmp_path) -> None:
+    """``loglake serve --backend nats://…``: two serve processes over one R3 cluster serve the
+    same streams to unchanged Ockam clients."""
+    import subprocess
+    import sys
+
+    from loglake.streams.client import StreamClient
+    from tests.procs import free_port, process
+
+    prefix = fx.new_prefix()
+    ports = [free_port(), free_port()]
+    cmds = [
+        [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp_path / f"d{i}"),
+         "--port", str(p), "--backend", nats_r3.url, "--replicas", "3", "--nats-prefix", prefix]
+        for i, p in enumerate(ports)
+    ]  # fmt: skip
+    with process(cmds[0], ports[0], stderr=subprocess.PIPE) as a, process(cmds[1], ports[1]):
+        with StreamClient(port=ports[0], timeout=20) as c:
+            c.create_stream("shared", partitions=2)
+            assert c.push_many("shared", [b"a", b"b"], partition=1) == [0, 1]
+            c.save_index("reader", "shared", 1, partition=1)
+        with StreamClient(port=ports[1], timeout=20) as c:
+            assert c.partitions("shared") == 2
+            assert c.push("shared", b"c", partition=1) == 2
+            assert [m.data for m in c.pull("shared", 0, 10, partition=1)] == [b"a", b"b", b"c"]
+            assert c.get_index("reader", "shared", partition=1) == 1
+    assert a.stderr is not None
+    assert b"NATS JetStream" in a.stderr.read()

@@ -77,6 +77,30 @@ def command() -> None:
     show_default=True,
     help="Seconds between applications of each stream's retention (age, bytes, count).",
 )
+@click.option(
+    "--backend",
+    metavar="nats://H1:4222,H2:4222,...",
+    help="Keep streams in a NATS JetStream cluster instead of the embedded log "
+    "(docs/jetstream.md); the data dir then holds only the lake the sealer writes.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1, max=5),
+    default=1,
+    show_default=True,
+    help="With --backend: replicas of each JetStream stream created (1 or 3).",
+)
+@click.option(
+    "--nats-creds",
+    type=click.Path(dir_okay=False, exists=True),
+    help="With --backend: a NATS .creds file (user:password@ and token@ go in the URL).",
+)
+@click.option(
+    "--nats-prefix",
+    default="loglake",
+    show_default=True,
+    help="With --backend: namespace of stream names, subjects and the index bucket.",
+)
 def serve(
     data_dir: Path,
     host: str,
@@ -87,6 +111,10 @@ def serve(
     retention_bytes: int | None,
     retention_records: int | None,
     retention_interval: float,
+    backend: str | None = None,
+    replicas: int = 1,
+    nats_creds: str | None = None,
+    nats_prefix: str = "loglake",
 ) -> None:
     """Serve the Ockam stream service (stream_service, stream_index_service) over TCP.
 
@@ -94,7 +122,13 @@ def serve(
     here. Retention trims live segments only; sealed history stays readable from the lake.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = open_log(data_dir)
+    log: Log
+    if backend:  # issue 13: the same service in front of JetStream (added by the jetstream work)
+        from loglake.streams.jetstream import JetStreamLog
+
+        log = JetStreamLog(backend, replicas=replicas, credentials=nats_creds, prefix=nats_prefix)
+    else:
+        log = open_log(data_dir)
     config = StreamConfig(
         durability=durability,  # type: ignore[arg-type]
         segment_bytes=segment_bytes,
@@ -112,7 +146,12 @@ def serve(
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         console.print(
             f"[bold green]loglake[/] stream service on [bold]{host}:{server.port}[/] "
-            f"(data dir {data_dir}, {durability_banner(log, durability)}); Ctrl-C to stop"
+            + (
+                f"(NATS JetStream {backend}, R{replicas})"
+                if backend
+                else f"(data dir {data_dir}, {durability_banner(log, durability)})"
+            )
+            + "; Ctrl-C to stop"
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
