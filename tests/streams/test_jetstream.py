@@ -43,6 +43,8 @@ from tests.streams.test_api import (  # noqa: F401
     test_partitions_of_an_unknown_stream_is_unknown_stream,
 )
 
+pytestmark = pytest.mark.slow  # real nats-server processes
+
 nats_single, nats_r3, cluster, js_log = fx.nats_single, fx.nats_r3, fx.cluster, fx.js_log
 
 

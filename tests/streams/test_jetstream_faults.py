@@ -1,0 +1,187 @@
+"""Faults on a real 3-node JetStream cluster (issue 13, "A real cluster in the tests" and "Bad
+input and faults"). Each test starts its own cluster (nodes are killed) and checks that every
+acknowledged push is present exactly once afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from loglake.streams.jetstream import ClusterUnavailable, JetStreamLog
+from tests.nats_cluster import NatsCluster
+from tests.streams import jetstream_fixtures as fx
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster() -> Iterator[NatsCluster]:
+    c = fx.start_cluster(3)
+    yield c
+    c.close()
+
+
+def connect(c: NatsCluster, **kw) -> JetStreamLog:
+    kw.setdefault("push_timeout", 30.0)
+    # a paused (SIGSTOP'd) server keeps its sockets open: only pings notice it
+    kw.setdefault("extra", {"ping_interval": 1, "max_outstanding_pings": 2})
+    return JetStreamLog(c.url, prefix=fx.new_prefix(), replicas=3, **kw)
+
+
+def leader(log: JetStreamLog, stream: str, c: NatsCluster) -> int:
+    async def info():
+        return await log.js.stream_info(log.js_name(stream, 0))
+
+    return c.index_of(log._call(info()).cluster.leader)
+
+
+def assert_exactly_once(log: JetStreamLog, stream: str, acked: dict[bytes, int]) -> list:
+    rows = log.read_payloads(stream, 0, 0)
+    assert [i for i, _ in rows] == list(range(len(rows)))  # gapless
+    datas = [d for _, d in rows]
+    assert len(set(datas)) == len(datas), "a payload was stored twice"
+    by_data = {d: i for i, d in rows}
+    for d, i in acked.items():
+        assert by_data.get(d) == i, f"acknowledged {d!r} at {i}, stored at {by_data.get(d)}"
+    return rows
+
+
+class Pusher(threading.Thread):
+    """Pushes ``batches`` × ``size`` distinct payloads (``size`` in flight at a time)."""
+
+    def __init__(self, log: JetStreamLog, stream: str, batches: int, size: int = 1000) -> None:
+        super().__init__(daemon=True)
+        self.log, self.stream, self.batches, self.size = log, stream, batches, size
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[BaseException] = []
+        self.in_flight = threading.Event()
+        self.ack_times: list[float] = []
+
+    def run(self) -> None:
+        for b in range(self.batches):
+            datas = [f"{b}:{i}".encode().ljust(1024, b".") for i in range(self.size)]
+            self.in_flight.set()
+            try:
+                idx = self.log.push_many(self.stream, 0, datas)
+            except BaseException as e:
+                self.errors.append(e)
+                return
+            self.ack_times.append(time.monotonic())
+            self.acked.update(zip(datas, idx, strict=True))
+
+
+def test_sigkill_the_leader_with_1000_pushes_in_flight(cluster: NatsCluster) -> None:
+    log = connect(cluster)
+    try:
+        log.create_stream("f")
+        log.push_many("f", 0, [b"warm"])
+        pusher = Pusher(log, "f", batches=6)
+        pusher.start()
+        pusher.in_flight.wait(10)
+        time.sleep(0.05)
+        victim = leader(log, "f", cluster)
+        killed = time.monotonic()
+        cluster.kill(victim)
+        pusher.join(60)
+        assert not pusher.is_alive() and not pusher.errors, pusher.errors
+        assert len(pusher.acked) == 6000  # pushes resumed after failover
+        assert leader(log, "f", cluster) != victim
+        rows = assert_exactly_once(log, "f", {b"warm": 0} | pusher.acked)
+        assert len(rows) == 6001
+        after = [t - killed for t in pusher.ack_times if t > killed]
+        assert after and after[0] < 30
+    finally:
+        log.close()
+
+
+def test_sigkill_a_follower_then_restart_it_and_see_it_catch_up(cluster: NatsCluster) -> None:
+    log = connect(cluster)
+    try:
+        log.create_stream("c")
+        acked = dict(zip([b"a", b"b"], log.push_many("c", 0, [b"a", b"b"]), strict=True))
+        follower = (leader(log, "c", cluster) + 1) % 3
+        cluster.kill(follower)
+        datas = [f"x{i}".encode() for i in range(2000)]
+        acked.update(zip(datas, log.push_many("c", 0, datas), strict=True))  # majority writes
+        cluster.start_node(follower)
+        name = log.js_name("c", 0)
+        deadline = time.monotonic() + 30
+        last = -1
+        while time.monotonic() < deadline:  # the restarted node's own view of the stream
+            jsz = cluster.varz(follower, "jsz?accounts=true&streams=true")
+            for acct in jsz.get("account_details") or []:
+                for s in acct.get("stream_detail") or []:
+                    if s["name"] == name:
+                        last = s["state"]["last_seq"]
+            if last == 2002:
+                break
+            time.sleep(0.2)
+        assert last == 2002, f"the restarted follower has {last} of 2002 messages"
+        assert_exactly_once(log, "c", acked)
+    finally:
+        log.close()
+
+
+def test_an_isolated_leader_does_not_stop_the_majority(cluster: NatsCluster) -> None:
+    log = connect(cluster)
+    try:
+        log.create_stream("i")
+        acked = dict(zip([b"a"], log.push_many("i", 0, [b"a"]), strict=True))
+        victim = leader(log, "i", cluster)
+        cluster.pause(victim)  # SIGSTOP: holds its sockets, answers nothing
+        try:
+            datas = [f"y{i}".encode() for i in range(1000)]
+            t0 = time.monotonic()
+            acked.update(zip(datas, log.push_many("i", 0, datas), strict=True))
+            assert time.monotonic() - t0 < 30
+            assert_exactly_once(log, "i", acked)
+        finally:
+            cluster.resume(victim)
+        more = [f"z{i}".encode() for i in range(100)]
+        acked.update(zip(more, log.push_many("i", 0, more), strict=True))
+        assert len(assert_exactly_once(log, "i", acked)) == 1101
+    finally:
+        log.close()
+
+
+def test_no_quorum_is_a_typed_error_within_the_timeout_never_a_hang(
+    cluster: NatsCluster,
+) -> None:
+    log = connect(cluster, push_timeout=3.0, request_timeout=2.0)
+    try:
+        log.create_stream("q")
+        acked = dict(zip([b"a", b"b"], log.push_many("q", 0, [b"a", b"b"]), strict=True))
+        log.save_index("c", "q", 1)
+        survivor = leader(log, "q", cluster)
+        for i in range(3):
+            if i != survivor:
+                cluster.kill(i)
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable, match="unacknowledged"):
+            log.push_many("q", 0, [f"n{i}".encode() for i in range(100)])
+        assert time.monotonic() - t0 < 3.0 + 2.0
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable):
+            log.save_index("c", "q", 5)
+        assert time.monotonic() - t0 < 10.0
+        # reads: served by a replica that still has the stream, or a typed error; never a hang
+        t0 = time.monotonic()
+        try:
+            rows = log.read_payloads("q", 0, 0)
+            assert rows[:2] == [(0, b"a"), (1, b"b")]
+        except ClusterUnavailable:
+            pass
+        assert time.monotonic() - t0 < 10.0
+        # quorum back: the stream goes on, every acknowledged push exactly once, and the
+        # pushes whose outcome was unknown are there at most once each
+        for i in range(3):
+            if i != survivor:
+                cluster.start_node(i)
+        acked.update(zip([b"back"], log.push_many("q", 0, [b"back"]), strict=True))
+        rows = assert_exactly_once(log, "q", acked)
+        assert rows[-1][1] == b"back"
+    finally:
+        log.close()
