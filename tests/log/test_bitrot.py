@@ -36,8 +36,8 @@ def _build(data: Path) -> None:
         log.wait_for_seals()
         log.enforce_retention()
         for i, c in enumerate(CLIENTS):
-            log.save_consumer_index(c, "s", 0, 10 + i)
-            log.save_consumer_index(c, "s", 0, 20 + i)
+            log.save_index(c, "s", 10 + i)
+            log.save_index(c, "s", 20 + i)
 
 
 def _observe(data: Path) -> dict:
@@ -46,7 +46,7 @@ def _observe(data: Path) -> dict:
             name: [(r.index, r.key, r.headers, r.data) for r in log.read(name, 0, 0)]
             for name in ("s", "t")
         }
-        out["consumers"] = [log.get_consumer_index(c, "s", 0) for c in CLIENTS]
+        out["consumers"] = [log.get_index(c, "s", 0) for c in CLIENTS]
         log.verify()
     return out
 

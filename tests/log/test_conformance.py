@@ -11,7 +11,6 @@ import pytest
 
 from loglake.log import (
     Entry,
-    IndexRegression,
     InvalidStreamName,
     Log,
     MemoryLog,
@@ -86,18 +85,16 @@ def test_read_below_first_index_starts_at_first_index_after_retention(tmp_path, 
     assert log.append("s", 0, b"next") == 40  # indexes never restart
 
 
-def test_consumer_index_is_monotonic_and_rejects_lower_saves(log: Log):
+def test_consumer_index_is_monotonic_and_keeps_the_stored_one_on_lower_saves(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
-    assert log.get_consumer_index("c", "s", 0) is None
-    assert log.save_consumer_index("c", "s", 0, 5) == 5
-    assert log.save_consumer_index("c", "s", 0, 5) == 5
-    with pytest.raises(IndexRegression) as e:
-        log.save_consumer_index("c", "s", 0, 4)
-    assert (e.value.stored, e.value.asked) == (5, 4)
-    assert log.get_consumer_index("c", "s", 0) == 5
-    assert log.save_consumer_index("c", "s", 0, 9) == 9
-    assert log.get_consumer_index("c", "s", 1) is None  # per partition
-    assert log.get_consumer_index("other", "s", 0) is None  # per client
+    assert log.get_index("c", "s", 0) is None
+    assert log.save_index("c", "s", 5) == 5
+    assert log.save_index("c", "s", 5) == 5
+    assert log.save_index("c", "s", 4) == 5  # lower: the stored index, unchanged
+    assert log.get_index("c", "s", 0) == 5
+    assert log.save_index("c", "s", 9) == 9
+    assert log.get_index("c", "s", 1) is None  # per partition
+    assert log.get_index("other", "s", 0) is None  # per client
 
 
 def test_unknown_stream_and_partition_are_typed_errors(log: Log):
@@ -109,13 +106,13 @@ def test_unknown_stream_and_partition_are_typed_errors(log: Log):
     with pytest.raises(UnknownStream):
         log.stream_info("nope")
     with pytest.raises(UnknownStream):
-        log.get_consumer_index("c", "nope", 0)
+        log.get_index("c", "nope", 0)
     with pytest.raises(UnknownPartition):
         log.append("s", 2, b"x")
     with pytest.raises(UnknownPartition):
         log.read("s", -1, 0)
     with pytest.raises(UnknownPartition):
-        log.save_consumer_index("c", "s", 5, 1)
+        log.save_index("c", "s", 1, partition=5)
 
 
 def test_create_stream_is_idempotent(log: Log):
@@ -187,9 +184,9 @@ def test_truncate_before_drops_only_records_below_the_index(log: Log):
 def test_truncate_before_keeps_consumer_indexes_and_types_its_errors(log: Log):
     log.create_stream("s", StreamConfig(seal_to_lake=False))
     log.append_many("s", 0, [Entry(b"a"), Entry(b"b")])
-    log.save_consumer_index("c", "s", 0, 1)
+    log.save_index("c", "s", 1)
     log.truncate_before("s", 0, 2)
-    assert log.get_consumer_index("c", "s", 0) == 1
+    assert log.get_index("c", "s", 0) == 1
     with pytest.raises(UnknownStream):
         log.truncate_before("nope", 0, 1)
     with pytest.raises(UnknownPartition):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loglake.log import IndexRegression, StreamConfig, open_log
+from loglake.log import StreamConfig, open_log
 from loglake.log.consumer_store import FILE_NAME, ConsumerStore, decode_entries, encode_entry
 from loglake.log.group_commit import GroupCommit
 from loglake.log.sparse_index import INTERVAL_BYTES, SparseIndex
@@ -18,16 +18,18 @@ from loglake.log.sparse_index import INTERVAL_BYTES, SparseIndex
 def test_consumer_indexes_survive_reopen_and_stay_monotonic(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(partitions=2))
-        log.save_consumer_index("a", "s", 0, 3)
-        log.save_consumer_index("a", "s", 0, 8)
-        log.save_consumer_index("b", "s", 1, 2)
+        log.save_index("a", "s", 3)
+        log.save_index("a", "s", 8)
+        log.save_index("b", "s", 2, partition=1)
     with open_log(tmp_path) as log:
-        assert log.get_consumer_index("a", "s", 0) == 8
-        assert log.get_consumer_index("b", "s", 1) == 2
-        with pytest.raises(IndexRegression):
-            log.save_consumer_index("a", "s", 0, 7)
+        assert log.get_index("a", "s", 0) == 8
+        assert log.get_index("b", "s", 1) == 2
+        size = (tmp_path / FILE_NAME).stat().st_size
+        assert log.save_index("a", "s", 7) == 8  # lower: the stored index, unchanged
+        assert log.get_index("a", "s", 0) == 8
+        assert (tmp_path / FILE_NAME).stat().st_size == size  # and nothing was written
     with open_log(tmp_path) as log:
-        assert log.get_consumer_index("a", "s", 0) == 8
+        assert log.get_index("a", "s", 0) == 8
 
 
 def test_store_is_compacted_on_open(tmp_path):

@@ -261,7 +261,7 @@ def test_short_writes_never_rename_a_truncated_consumer_store(tmp_path, monkeypa
     with open_log(tmp_path) as log:
         log.create_stream("s")
         for i in range(20):
-            log.save_consumer_index(f"client-{i}", "s", 0, 100 + i)
+            log.save_index(f"client-{i}", "s", 100 + i)
     real = os.write
 
     def short(fd, data):  # a regular file may take fewer bytes than asked (e.g. a signal)
@@ -270,26 +270,26 @@ def test_short_writes_never_rename_a_truncated_consumer_store(tmp_path, monkeypa
     monkeypatch.setattr(os, "write", short)
     monkeypatch.setattr(fs, "write", short)
     with open_log(tmp_path) as log:  # compacts the store on open
-        log.save_consumer_index("late", "s", 0, 5)
+        log.save_index("late", "s", 5)
     monkeypatch.undo()
     with open_log(tmp_path) as log:
-        assert [log.get_consumer_index(f"client-{i}", "s", 0) for i in range(20)] == [
+        assert [log.get_index(f"client-{i}", "s", 0) for i in range(20)] == [
             100 + i for i in range(20)
         ]
-        assert log.get_consumer_index("late", "s", 0) == 5
+        assert log.get_index("late", "s", 0) == 5
 
 
 def test_a_failed_consumer_save_refuses_later_saves(tmp_path, monkeypatch):
     log = open_log(tmp_path)
     log.create_stream("s")
-    log.save_consumer_index("c", "s", 0, 1)
+    log.save_index("c", "s", 1)
     monkeypatch.setattr(fs, "fdatasync", _eio)
     with pytest.raises(StorageFailed):
-        log.save_consumer_index("c", "s", 0, 2)
+        log.save_index("c", "s", 2)
     monkeypatch.undo()
     with pytest.raises(StorageFailed):
-        log.save_consumer_index("c", "s", 0, 3)
-    assert log.get_consumer_index("c", "s", 0) == 1
+        log.save_index("c", "s", 3)
+    assert log.get_index("c", "s", 0) == 1
     log.close()
 
 

@@ -53,13 +53,13 @@ def test_reopen_keeps_records_streams_configs_and_consumer_indexes(tmp_path):
         log.create_stream("s", cfg)
         fill(log, 50)
         log.append("s", 1, b"one", headers=(("h", b"v"),))
-        log.save_consumer_index("c", "s", 1, 7)
+        log.save_index("c", "s", 7, partition=1)
     with open_log(tmp_path) as log:
         assert log.streams() == ["s"]
         assert log.stream_info("s").config == cfg
         assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(50)]
         assert log.read("s", 1, 0)[0].headers == (("h", b"v"),)
-        assert log.get_consumer_index("c", "s", 1) == 7
+        assert log.get_index("c", "s", 1) == 7
         assert log.append("s", 0, b"more") == 50
 
 
@@ -422,9 +422,9 @@ def test_readonly_reader_follows_a_writer_and_changes_nothing(tmp_path):
     with pytest.raises(ReadOnlyLog):
         reader.append("s", 0, b"x")
     with pytest.raises(ReadOnlyLog):
-        reader.save_consumer_index("c", "s", 0, 1)
-    writer.save_consumer_index("c", "s", 0, 3)
-    assert reader.get_consumer_index("c", "s", 0) == 3
+        reader.save_index("c", "s", 1)
+    writer.save_index("c", "s", 3)
+    assert reader.get_index("c", "s", 0) == 3
     reader.close()
     writer.close()
 

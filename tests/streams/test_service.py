@@ -251,7 +251,7 @@ def test_get_index_of_a_new_client_creates_index_0(svc) -> None:
     reply, idx = one(svc, "stream_index_service", GetIndex("c1", "orders"), Index)
     assert idx == Index("c1", "orders", 0)
     assert reply.return_route == route("stream_index_service")
-    assert svc.log.get_consumer_index("c1", "orders", 0) == 0  # the record was created
+    assert svc.log.get_index("c1", "orders", 0) == 0  # the record was created
 
 
 def test_save_index_is_monotonic(svc) -> None:
@@ -316,7 +316,7 @@ def test_malformed_index_request_is_dropped(svc) -> None:
     create(svc)
     bad = codec.encode_base("stream_index", b"\x07")
     assert svc.handle(RoutingMessage(route("stream_index_service"), CLIENT, bad)) == []
-    assert svc.log.get_consumer_index("c", "orders", 0) is None
+    assert svc.log.get_index("c", "orders", 0) is None
 
 
 def test_no_return_route_means_no_reply_but_the_push_is_stored(svc) -> None:

@@ -58,17 +58,6 @@ class StreamExists(LogError):
     """create_stream with a config that contradicts the existing stream (e.g. partitions)."""
 
 
-class IndexRegression(LogError, LocalProtocolError):
-    """A consumer index save lower than the stored one (Ockam: storage MUST be monotonic)."""
-
-    def __init__(self, client_id: str, stream: str, partition: int, stored: int, asked: int):
-        super().__init__(
-            f"consumer index for {client_id!r} on {stream}/{partition} is {stored}; "
-            f"refusing to move it back to {asked}"
-        )
-        self.stored, self.asked = stored, asked
-
-
 class CorruptSegment(LogError):
     """Corruption found where the log cannot repair it (not a torn tail)."""
 
@@ -326,28 +315,14 @@ class Log(ABC):
     # changed and is returned (Ockam: "it MUST NOT be changed"; the index service answers with
     # the stored value). ``get_index`` returns None where ``Streams.get_index`` creates the
     # record with 0 (the service's job, not the storage's).
+    @abstractmethod
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
         """The stored index, or None if this client never saved one."""
-        return self.get_consumer_index(client_id, stream, partition)
 
+    @abstractmethod
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        """Store ``index`` monotonically; return the stored value (the old one, unchanged,
-        when ``index`` is lower)."""
-        try:
-            return self.save_consumer_index(client_id, stream, partition, index)
-        except IndexRegression as e:
-            return e.stored
-
-    # The backend primitives, and the older names (``events`` still uses them until it moves
-    # onto ``Streams``; new code calls ``get_index``/``save_index``).
-    @abstractmethod
-    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
-        """The stored index, or None if this client never saved one."""
-
-    @abstractmethod
-    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
-        """Store ``index``; return the stored value. Lower than stored → ``IndexRegression``
-        (the primitive ``save_index`` is built on)."""
+        """Store ``index`` monotonically and durably; return the stored value (the old one,
+        unchanged, when ``index`` is lower — nothing is written then)."""
 
     # -- maintenance ----------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:

@@ -9,8 +9,8 @@ bound and a torn tail disappears. Readers (``readonly``) only read it.
 
 Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u16le stream``.
 
-The Ockam spec: "storage MUST be monotonic" — a lower save raises ``IndexRegression`` and the
-stored value stays as it was.
+The Ockam spec: "storage MUST be monotonic" — a lower save writes nothing and returns the
+stored value, which stays as it was ("it MUST NOT be changed").
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from loglake.log import fs, watermark
-from loglake.log.api import CorruptStore, IndexRegression, StorageFailed
+from loglake.log.api import CorruptStore, StorageFailed
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
@@ -158,6 +158,9 @@ class ConsumerStore:
         return self.values.get((client_id, stream, partition))
 
     def save(self, client_id: str, stream: str, partition: int, index: int) -> int:
+        """Store ``index`` durably; return the stored value (the old one, unchanged and with
+        nothing written, when ``index`` is lower). Arguments in ``Key`` order, as on disk;
+        ``Log.save_index`` is the public face."""
         if self.readonly or self._fd is None:
             raise PermissionError("consumer indexes are read-only in this log")
         if index < 0:
@@ -166,7 +169,7 @@ class ConsumerStore:
         with self._lock:
             stored = self.values.get(key)
             if stored is not None and index < stored:
-                raise IndexRegression(client_id, stream, partition, stored, index)
+                return stored
             if stored == index:
                 return index
             if self._failed is not None:

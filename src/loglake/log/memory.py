@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from loglake.log.api import (
     Entry,
-    IndexRegression,
     Log,
     PartitionInfo,
     Record,
@@ -101,18 +100,18 @@ class MemoryLog(Log):
                 hi = min(hi, lo + max(0, limit))
             return recs[lo:hi] if lo < hi else []
 
-    def get_consumer_index(self, client_id, stream, partition=0):
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
         with self._lock:
             self._partition(stream, partition)
             return self._consumers.get((client_id, stream, partition))
 
-    def save_consumer_index(self, client_id, stream, partition, index):
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         with self._lock:
             self._partition(stream, partition)
             key = (client_id, stream, partition)
             stored = self._consumers.get(key)
             if stored is not None and index < stored:
-                raise IndexRegression(client_id, stream, partition, stored, index)
+                return stored  # monotonic: a lower save leaves the stored index
             self._consumers[key] = index
             return index
 

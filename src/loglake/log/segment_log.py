@@ -284,12 +284,12 @@ class SegmentLog(Log):
         return part.snapshot()[1]
 
     # -- consumer indexes -------------------------------------------------------------------
-    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
         with self._lock:
             self._partition(stream, partition)
         return self._consumers.get(client_id, stream, partition)
 
-    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
         with self._lock:
