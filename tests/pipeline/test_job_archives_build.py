@@ -105,6 +105,11 @@ def files(root: Path, cid: str = CID) -> dict[str, bytes]:
     return out
 
 
+def staging_empty(root: Path) -> bool:
+    stage = root / STAGING_DIR
+    return not stage.exists() or not any(stage.iterdir())
+
+
 def assert_same(job_root: Path, ctl_root: Path, cid: str = CID) -> None:
     a, b = files(job_root, cid), files(ctl_root, cid)
     assert a["data"] is not None and len(a["data"]) > 0
@@ -126,9 +131,7 @@ def test_output_is_byte_identical_to_the_control_node_over_many_weeks(spark, tmp
     assert c.info_hash == out.torrent.info_hash
     assert (tmp_path / "job" / f"{CID}.magnet").read_text().strip() == out.torrent.magnet(CID)
     assert c.windows == 5 and c.records == 5 * 40
-    assert not (tmp_path / "job" / STAGING_DIR).exists() or not any(
-        (tmp_path / "job" / STAGING_DIR).iterdir()
-    )
+    assert staging_empty(tmp_path / "job")
 
     # later weeks (and a catch-up over missed ones): appended, earlier pieces unchanged
     before = files(tmp_path / "job")["data"]
@@ -215,7 +218,7 @@ def test_a_bad_record_fails_the_job_naming_stream_and_index(spark, tmp_path, lay
     assert info.value.stream == "c" and info.value.index == bad
     assert f"stream 'c' index {bad}" in str(info.value)
     assert files(tmp_path / "job") == {"data": None, "index": None, "torrent": None}
-    assert not any((tmp_path / "job" / STAGING_DIR).iterdir())
+    assert staging_empty(tmp_path / "job")
 
 
 def test_a_bad_record_is_skipped_and_counted_with_skip(spark, tmp_path):
@@ -347,7 +350,7 @@ def test_a_killed_job_leaves_no_partial_archive_and_a_rerun_gives_the_same_bytes
     assert rep.recovered == (1 if point == "committing" else 0)
     control_build(data, tmp_path / "ctl", "c", layout, now)
     assert_same(tmp_path / "job", tmp_path / "ctl")
-    assert not any((tmp_path / "job" / STAGING_DIR).iterdir())
+    assert staging_empty(tmp_path / "job")
 
 
 def test_one_job_per_root(tmp_path):

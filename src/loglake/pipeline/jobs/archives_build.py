@@ -233,105 +233,197 @@ the job there."""
 
 def _decoded_schema(layout: Layout) -> str:
     topic = "string" if layout.name == "spec" else "binary"
-    return f"sid int, w int, ts long, idx long, topic {topic}, cap long, data binary, bad string"
+    return f"sid int, idx long, ts long, topic {topic}, cap long, data binary"
 
 
-def _decode_batches(
-    layout_name: str, plan: Mapping[int, tuple[int, int, int]]
+def _decode_all(decode: Callable[[bytes], Any], raws: list[bytes]) -> tuple[list[Any], list[Any]]:
+    """``decode`` of every record (the layout's ``decode_record``): a fast path for batches
+    without a bad record; otherwise each bad one becomes ``(0, None, raw, 0)`` with its error
+    in the second list (None for the good ones)."""
+    try:
+        return list(map(decode, raws)), []
+    except BadRecord:
+        msgs: list[Any] = []
+        bads: list[str | None] = []
+        for raw in raws:
+            try:
+                msgs.append(decode(raw))
+                bads.append(None)
+            except BadRecord as e:
+                msgs.append((0, None, raw, 0))
+                bads.append(str(e))
+        return msgs, bads
+
+
+SUMMARY_SCHEMA = "sid int, bucket long, lo long, hi long, n long, mints long, bad string"
+BUCKET_NS = 3600 * 1_000_000_000
+"""The summary pass records, per community and hour of message time, the stream index range
+holding its messages: the build pass reads each stream from the first index of an hour its
+windows overlap (a weekly build does not re-read archived history)."""
+
+
+def _summary_batches(
+    layout_name: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow: each record through ``layout.decode_record`` with its window number
-    (``plan[sid] = (start, period, end)``); records outside the planned windows are dropped
-    (windows are never reopened, as in ``ControlNode``); bad records get ``w = -1``."""
+    """mapInArrow, the first pass: every record decoded; out come, per (community, hour of
+    message time), the index range and count of its messages and their oldest time, and one
+    row per bad record (``bad`` = the error). Small: windows are planned from it."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
         import pyarrow as pa
 
-        layout = get_layout(layout_name)
-        decode = layout.decode_record
-        topic_type = pa.string() if layout.name == "spec" else pa.binary()
+        decode = get_layout(layout_name).decode_record
         for b in batches:
-            sids = b.column(0).to_pylist()
-            idxs = b.column(1).to_pylist()
-            datas = b.column(2)
-            keep: list[int] = []
-            ws: list[int] = []
-            tss: list[int] = []
-            tops: list[Any] = []
-            caps: list[int] = []
-            bads: list[str | None] = []
-            for i, raw in enumerate(datas.to_pylist()):
-                start, period, end = plan[sids[i]]
-                try:
-                    m = decode(raw)
-                except BadRecord as e:
-                    keep.append(i)
-                    ws.append(-1)
-                    tss.append(0)
-                    tops.append(None)
-                    caps.append(0)
-                    bads.append(str(e))
-                    continue
-                ts = m[0]
-                if ts < start or ts >= end:
-                    continue
-                keep.append(i)
-                ws.append((ts - start) // period)
-                tss.append(ts)
-                tops.append(m[1])
-                caps.append(m[3])
-                bads.append(None)
-            if not keep:
-                continue
-            take = pa.array(keep, type=pa.int32())
+            msgs, bads = _decode_all(decode, b.column(2).to_pylist())
+            sid = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            idx = np.asarray(b.column(1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            ts = np.fromiter((m[0] for m in msgs), dtype=np.int64, count=len(msgs))
+            good = np.ones(len(msgs), dtype=bool)
+            cols: list[list[Any]] = [[], [], [], [], [], [], []]
+            if bads:
+                good = np.array([x is None for x in bads], dtype=bool)
+                for i in np.flatnonzero(~good).tolist():
+                    for c, v in zip(
+                        cols, (int(sid[i]), 0, int(idx[i]), int(idx[i]), 0, 0, bads[i]), strict=True
+                    ):
+                        c.append(v)
+            if good.any():
+                s_, i_, t_ = sid[good], idx[good], ts[good]
+                bucket = t_ // BUCKET_NS
+                order = np.lexsort((bucket, s_))
+                s_, i_, t_, bucket = s_[order], i_[order], t_[order], bucket[order]
+                edge = np.flatnonzero((np.diff(s_) != 0) | (np.diff(bucket) != 0)) + 1
+                starts = np.concatenate(([0], edge))
+                for col, v in zip(
+                    cols,
+                    (
+                        s_[starts],
+                        bucket[starts],
+                        np.minimum.reduceat(i_, starts),
+                        np.maximum.reduceat(i_, starts),
+                        np.diff(np.concatenate((starts, [len(s_)]))),
+                        np.minimum.reduceat(t_, starts),
+                        [None] * len(starts),
+                    ),
+                    strict=True,
+                ):
+                    col.extend(v.tolist() if isinstance(v, np.ndarray) else v)
+            types = [
+                pa.int32(),
+                pa.int64(),
+                pa.int64(),
+                pa.int64(),
+                pa.int64(),
+                pa.int64(),
+                pa.string(),
+            ]
             yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([sids[i] for i in keep], type=pa.int32()),
-                    pa.array(ws, type=pa.int32()),
-                    pa.array(tss, type=pa.int64()),
-                    pa.array([idxs[i] for i in keep], type=pa.int64()),
-                    pa.array(tops, type=topic_type),
-                    pa.array(caps, type=pa.int64()),
-                    datas.take(take),
-                    pa.array(bads, type=pa.string()),
-                ],
-                names=["sid", "w", "ts", "idx", "topic", "cap", "data", "bad"],
+                [pa.array(c, type=t) for c, t in zip(cols, types, strict=True)],
+                names=["sid", "bucket", "lo", "hi", "n", "mints", "bad"],
             )
 
     return run
 
 
-def _oldest_batches(
+def _decode_batches(
     layout_name: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow: the oldest valid message time per community in each batch (a build with no
-    archive yet starts at the oldest stored message, as ``ControlNode`` does)."""
+    """mapInArrow, the build pass: every record through ``layout.decode_record``: its
+    time, topic and size for the cap, the record itself passed through untouched (Arrow, no
+    copy); bad records are dropped (the summary pass reported them). Windows are assigned in
+    the JVM afterwards (``_windowed``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import operator
+
         import pyarrow as pa
 
-        decode = get_layout(layout_name).decode_record
+        layout = get_layout(layout_name)
+        decode = layout.decode_record
+        topic_type = pa.string() if layout.name == "spec" else pa.binary()
+        first, second, fourth = (operator.itemgetter(i) for i in (0, 1, 3))
         for b in batches:
-            oldest: dict[int, int] = {}
-            for sid, raw in zip(b.column(0).to_pylist(), b.column(2).to_pylist(), strict=True):
-                try:
-                    ts = decode(raw)[0]
-                except BadRecord:
-                    continue
-                if ts < oldest.get(sid, ts + 1):
-                    oldest[sid] = ts
-            if oldest:
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(list(oldest), pa.int32()), pa.array(list(oldest.values()))],
-                    names=["sid", "ts"],
-                )
+            msgs, bads = _decode_all(decode, b.column(2).to_pylist())
+            out = pa.RecordBatch.from_arrays(
+                [
+                    b.column(0),
+                    b.column(1),
+                    pa.array(list(map(first, msgs)), type=pa.int64()),
+                    pa.array(list(map(second, msgs)), type=topic_type),
+                    pa.array(list(map(fourth, msgs)), type=pa.int64()),
+                    b.column(2),
+                ],
+                names=["sid", "idx", "ts", "topic", "cap", "data"],
+            )
+            if bads:
+                out = out.filter(pa.array([x is None for x in bads]))
+            yield out
 
     return run
 
 
+def _windowed(decoded: DataFrame, plan: Mapping[int, tuple[int, int, int]]) -> DataFrame:
+    """Each record's window ``w = (ts - start) // period`` (``plan[sid] = (start, period,
+    end)``), in the JVM; records outside the planned windows are dropped (windows are never
+    reopened, as in ``ControlNode``)."""
+    from pyspark.sql import functions as F
+
+    def lookup(pos: int):
+        pairs = [F.lit(x) for sid, p in plan.items() for x in (sid, p[pos])]
+        return F.element_at(F.create_map(*pairs), F.col("sid"))
+
+    start, period, end = lookup(0), lookup(1), lookup(2)
+    return decoded.where(
+        start.isNotNull() & (F.col("ts") >= start) & (F.col("ts") < end)
+    ).withColumn("w", F.floor((F.col("ts") - start) / period).cast("int"))
+
+
 ENCODED_SCHEMA = (
-    "sid int, w int, path string, nbytes long, hashes binary, entries binary, records long, "
-    "bad long, bad_sample string"
+    "sid int, w int, path string, nbytes long, hashes binary, entries binary, records long"
 )
+
+
+def _build_window(
+    layout: Layout,
+    sid: int,
+    w: int,
+    window: tuple[int, int],
+    rows: list[Any],
+    topics: Sequence[bytes | str] | None,
+    parts_dir: str,
+) -> pa.Table:
+    """``ArchiveBuilder.build`` of one window (its own builder, so offsets are window-local and
+    the hashes are the window's pieces; ``rows`` in the store's order, time then index), the
+    archive bytes written to a part file; returns sizes, piece hashes and the entries'
+    (metadata, local offset, size, padding) as one row of ``ENCODED_SCHEMA``."""
+    builder = ArchiveBuilder(layout, "")
+    result = builder.build([window], rows, topics, presorted=True)
+    path = os.path.join(parts_dir, f"{sid}-{w}")
+    if result.archives:
+        with open(path, "wb") as f:
+            for a in result.archives:
+                f.writelines(a.parts)
+                if a.trailing_zeros:
+                    f.write(bytes(a.trailing_zeros))
+    entries = [
+        (a.entry.metadata, a.entry.offset, a.entry.size, a.entry.padding) for a in result.archives
+    ]
+    return _encoded_row(
+        sid,
+        w,
+        path if result.archives else "",
+        builder.data_size,
+        b"".join(builder.hashes.hashes),
+        pickle.dumps(entries),
+        len(rows),
+    )
+
+
+def _window_of(plan: Mapping[int, tuple[int, int, int]], sid: int, w: int) -> tuple[int, int]:
+    start, period, end = plan[sid]
+    frm = start + w * period
+    return frm, min(frm + period, end)
 
 
 def _encode_groups(
@@ -340,24 +432,10 @@ def _encode_groups(
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
 ) -> Callable[[tuple[Any, ...], pa.Table], pa.Table]:
-    """applyInArrow per (community, window): ``ArchiveBuilder.build`` of that one window (its
-    own builder, so offsets are window-local and the hashes are the window's pieces), the
-    archive bytes written to a part file; returns sizes, piece hashes and the entries'
-    (metadata, local offset, size, padding). The ``w = -1`` group lists the bad records."""
+    """applyInArrow per (community, window): sorted in the store's order, ``_build_window``."""
 
     def run(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
         sid, w = int(key[0].as_py()), int(key[1].as_py())
-        if w < 0:
-            bad = table.sort_by("idx")
-            sample = list(
-                zip(
-                    bad.column("idx").to_pylist()[:BAD_SAMPLE],
-                    bad.column("bad").to_pylist()[:BAD_SAMPLE],
-                    strict=True,
-                )
-            )
-            return _encoded_row(sid, w, "", 0, b"", b"", 0, len(bad), json.dumps(sample))
-        layout = get_layout(layout_name)
         t = table.sort_by([("ts", "ascending"), ("idx", "ascending")])  # the store's order
         rows = list(
             zip(
@@ -368,32 +446,8 @@ def _encode_groups(
                 strict=True,
             )
         )
-        start, period, end = plan[sid]
-        frm = start + w * period
-        builder = ArchiveBuilder(layout, "")
-        result = builder.build([(frm, min(frm + period, end))], rows, topics, presorted=True)
-        path = os.path.join(parts_dir, f"{sid}-{w}")
-        if result.archives:
-            with open(path, "wb") as f:
-                for a in result.archives:
-                    f.writelines(a.parts)
-                    if a.trailing_zeros:
-                        f.write(bytes(a.trailing_zeros))
-        entries = [
-            (a.entry.metadata, a.entry.offset, a.entry.size, a.entry.padding)
-            for a in result.archives
-        ]
-        return _encoded_row(
-            sid,
-            w,
-            path if result.archives else "",
-            builder.data_size,
-            b"".join(builder.hashes.hashes),
-            pickle.dumps(entries),
-            len(rows),
-            0,
-            "",
-        )
+        layout = get_layout(layout_name)
+        return _build_window(layout, sid, w, _window_of(plan, sid, w), rows, topics, parts_dir)
 
     return run
 
@@ -401,18 +455,8 @@ def _encode_groups(
 def _encoded_row(*values: Any) -> pa.Table:
     import pyarrow as pa
 
-    names = ["sid", "w", "path", "nbytes", "hashes", "entries", "records", "bad", "bad_sample"]
-    types = [
-        pa.int32(),
-        pa.int32(),
-        pa.string(),
-        pa.int64(),
-        pa.binary(),
-        pa.binary(),
-        pa.int64(),
-        pa.int64(),
-        pa.string(),
-    ]
+    names = ["sid", "w", "path", "nbytes", "hashes", "entries", "records"]
+    types = [pa.int32(), pa.int32(), pa.string(), pa.int64(), pa.binary(), pa.binary(), pa.int64()]
     return pa.table(
         [pa.array([v], type=t) for v, t in zip(values, types, strict=True)], names=names
     )
@@ -618,7 +662,15 @@ def _stage_community(
 # -- the job ---------------------------------------------------------------------------------
 
 
-def _records(spark: SparkSession, opts: ArchivesBuildOptions, sids: Sequence[int]) -> DataFrame:
+def _records(
+    spark: SparkSession,
+    opts: ArchivesBuildOptions,
+    sids: Sequence[int],
+    first_index: Mapping[int, int] | None = None,
+) -> DataFrame:
+    """The community streams' records (``sid``, ``index``, ``data``) through ``pipeline.read``
+    (sealed history by the native Parquet reader, the live tail through the source), from
+    ``first_index[sid]`` on if given."""
     from pyspark.sql import functions as F
 
     from loglake.pipeline.read import read
@@ -626,7 +678,8 @@ def _records(spark: SparkSession, opts: ArchivesBuildOptions, sids: Sequence[int
     out = None
     for sid in sids:
         c = opts.communities[sid]
-        df = read(spark, opts.data_dir, c.stream, partitions=[0]).select(
+        lo = (first_index or {}).get(sid)
+        df = read(spark, opts.data_dir, c.stream, partitions=[0], start_index=lo).select(
             F.lit(sid).cast("int").alias("sid"), "index", "data"
         )
         out = df if out is None else out.unionByName(df)
@@ -656,8 +709,6 @@ def _run(
     progress: Progress,
     fault: Fault,
 ) -> ArchivesBuildReport:
-    from pyspark.sql import functions as F
-
     t0 = time.perf_counter()
     report = ArchivesBuildReport()
     report.recovered = recover(root)
@@ -667,73 +718,88 @@ def _run(
     report.communities = [CommunityReport(c.stream, c.community_id) for c in opts.communities]
     all_sids = list(range(len(states)))
 
-    # windows start at the last archive's end, else at the oldest valid message (one pass)
-    starts = {sid: st.start_ns for sid, st in enumerate(states)}
-    unknown = [sid for sid, s in starts.items() if s is None]
-    if unknown:
-        progress("oldest", 0, len(unknown))
-        oldest = (
-            _records(spark, opts, unknown)
-            .mapInArrow(_oldest_batches(opts.layout), "sid int, ts long")
-            .groupBy("sid")
-            .agg(F.min("ts").alias("ts"))
-            .collect()
-        )
-        for r in oldest:
-            starts[r["sid"]] = r["ts"]
-        progress("oldest", len(unknown), len(unknown))
-    report.seconds["oldest"] = time.perf_counter() - t0
+    # pass 1 (executors): every record decoded; per community and hour of message time, the
+    # index range of its messages; bad records. Small, collected.
+    progress("scan", 0, 1)
+    summary = (
+        _records(spark, opts, all_sids)
+        .mapInArrow(_summary_batches(opts.layout), SUMMARY_SCHEMA)
+        .collect()
+    )
+    progress("scan", 1, 1)
+    buckets: dict[int, dict[int, list[int]]] = {sid: {} for sid in all_sids}
+    bad_rows: dict[int, list[tuple[int, str]]] = {}
+    for r in summary:
+        if r["bad"] is not None:
+            bad_rows.setdefault(r["sid"], []).append((r["lo"], r["bad"]))
+            continue
+        cur = buckets[r["sid"]].get(r["bucket"])
+        if cur is None:
+            buckets[r["sid"]][r["bucket"]] = [r["lo"], r["hi"], r["n"], r["mints"]]
+        else:
+            cur[0], cur[1] = min(cur[0], r["lo"]), max(cur[1], r["hi"])
+            cur[2], cur[3] = cur[2] + r["n"], min(cur[3], r["mints"])
+    for sid, bads in bad_rows.items():
+        bads.sort()
+        report.communities[sid].bad_records = len(bads)
+        report.communities[sid].bad_sample = bads[:BAD_SAMPLE]
+    if bad_rows and opts.on_bad_record == "fail":
+        first = report.communities[min(bad_rows)]
+        index, reason = first.bad_sample[0]
+        raise BadCommunityRecord(first.stream, index, reason, report.bad_records)
+    report.seconds["scan"] = time.perf_counter() - t0
 
+    # windows: from the last archive's end, else from the oldest valid message
     windows: dict[int, list[tuple[int, int]]] = {}
     plan: dict[int, tuple[int, int, int]] = {}
+    first_index: dict[int, int] = {}  # the first stream index holding a planned message
     for sid in all_sids:
-        s = starts[sid]
-        if s is None:
+        bk = buckets[sid]
+        start = states[sid].start_ns
+        if start is None and bk:
+            start = min(v[3] for v in bk.values())
+        if start is None:
             continue  # no valid message at all: nothing to build
-        ws = plan_windows(s, now, period_ns=opts.period_ns, partial=opts.partial)
-        if ws:
-            windows[sid] = ws
-            plan[sid] = (s, opts.period_ns, ws[-1][1])
-            report.communities[sid].windows = len(ws)
-    if not plan:
+        ws = plan_windows(start, now, period_ns=opts.period_ns, partial=opts.partial)
+        if not ws:
+            continue
+        windows[sid] = ws
+        plan[sid] = (start, opts.period_ns, ws[-1][1])
+        report.communities[sid].windows = len(ws)
+        lo_b, hi_b = ws[0][0] // BUCKET_NS, (ws[-1][1] - 1) // BUCKET_NS
+        los = [v[0] for b, v in bk.items() if lo_b <= b <= hi_b]
+        if los:
+            first_index[sid] = min(los)
+    if not first_index:  # nothing due anywhere: nothing to build, nothing written
         report.seconds["total"] = time.perf_counter() - t0
         return report
 
-    # executors: decode, group by (community, window), build each window, hash its pieces
+    # pass 2 (executors): each window built by the archives part's builder, pieces hashed
     t1 = time.perf_counter()
     job = uuid.uuid4().hex[:12]
     parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
     fs.makedirs_durable(parts_dir)
     try:
-        progress("build", 0, len(plan))
-        decoded = _records(spark, opts, sorted(plan)).mapInArrow(
-            _decode_batches(opts.layout, plan), _decoded_schema(layout)
+        progress("build", 0, len(first_index))
+        decoded = _records(spark, opts, sorted(first_index), first_index).mapInArrow(
+            _decode_batches(opts.layout), _decoded_schema(layout)
         )
         rows = (
-            decoded.groupBy("sid", "w")
+            _windowed(decoded, plan)
+            .groupBy("sid", "w")
             .applyInArrow(
                 _encode_groups(opts.layout, plan, opts.topics, str(parts_dir)), ENCODED_SCHEMA
             )
             .collect()
         )
-        progress("build", len(plan), len(plan))
+        progress("build", len(first_index), len(first_index))
         report.seconds["build"] = time.perf_counter() - t1
         fault("parts")
 
         by_sid: dict[int, list[Any]] = {}
         for r in rows:
-            if r["w"] < 0:
-                rep = report.communities[r["sid"]]
-                rep.bad_records = r["bad"]
-                rep.bad_sample = [tuple(x) for x in json.loads(r["bad_sample"])]
-            else:
-                by_sid.setdefault(r["sid"], []).append(r)
-                report.communities[r["sid"]].records += r["records"]
-        bad = [c for c in report.communities if c.bad_records]
-        if bad and opts.on_bad_record == "fail":
-            first = bad[0]
-            index, reason = first.bad_sample[0]
-            raise BadCommunityRecord(first.stream, index, reason, sum(c.bad_records for c in bad))
+            by_sid.setdefault(r["sid"], []).append(r)
+            report.communities[r["sid"]].records += r["records"]
 
         # driver: prefix sums, index, torrent, magnet; stage every community, then commit
         t2 = time.perf_counter()
