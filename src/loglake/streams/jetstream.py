@@ -156,6 +156,8 @@ class JetStreamOptions:
     reconnect_wait: float = 0.1
     """Between reconnect attempts. nats-py's default (2 s) is most of a failover's time."""
     connect_timeout: float = 2.0
+    lake_dir: str | None = None
+    """A data dir whose lake (``jetstream_seal``) serves reads below JetStream's retention."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More keyword arguments for ``nats.connect``."""
 
@@ -625,23 +627,56 @@ class JetStreamLog(Log):
         start: int,
         limit: int | None = None,
         end: int | None = None,
+        *,
+        lake: bool = True,
     ) -> list[Record]:
         if limit is None:
             limit = 1 << 62
         if end is not None:
             limit = min(limit, end - start)
         rows = self._call(self._read(stream, partition, start, limit, True))
-        return [
-            Record(stream, partition, i, ts, key, hdrs, data) for i, data, ts, key, hdrs in rows
-        ]
+        out = [Record(stream, partition, i, ts, k, h, d) for i, d, ts, k, h in rows]
+        if lake and self.options.lake_dir and (not out or out[0].index > max(start, 0)):
+            out = self._with_lake(stream, partition, max(start, 0), limit, out)
+        return out
 
     def read_payloads(
         self, stream: str, partition: int, start: int, limit: int | None = None
     ) -> list[tuple[int, bytes]]:
-        rows = self._call(
-            self._read(stream, partition, start, 1 << 62 if limit is None else limit, False)
-        )
+        n = 1 << 62 if limit is None else limit
+        rows = self._call(self._read(stream, partition, start, n, False))
+        if self.options.lake_dir and n > 0 and (not rows or rows[0][0] > max(start, 0)):
+            live = [Record(stream, partition, r[0], 0, None, (), r[1]) for r in rows]
+            return [(r.index, r.data) for r in self._with_lake(stream, partition, start, n, live)]
         return [(r[0], r[1]) for r in rows]
+
+    def _with_lake(
+        self, stream: str, partition: int, start: int, limit: int, live: list[Record]
+    ) -> list[Record]:
+        """History below what JetStream still holds, from the sealed lake, then ``live``."""
+        from loglake.log.lake import list_lake_files, read_lake_file, visible_lake_files
+        from loglake.log.lake_schema import lake_partition_dir
+
+        assert self.options.lake_dir is not None
+        end = live[0].index if live else 1 << 62
+        files = visible_lake_files(
+            list_lake_files(lake_partition_dir(self.options.lake_dir, stream, partition))
+        )
+        out: list[Record] = []
+        pos = max(start, 0)
+        for f in files:
+            if len(out) >= limit or pos >= end:
+                break
+            if f.last < pos or f.first > pos:
+                continue  # before pos, or a hole: only contiguous history from pos
+            got = read_lake_file(f, stream, partition, pos, min(end, f.last + 1), limit - len(out))
+            out += got
+            pos = out[-1].index + 1 if got else pos
+        if not out:
+            return live
+        if pos == end:
+            out += live[: limit - len(out)]
+        return out
 
     async def _read(
         self, stream: str, partition: int, start: int, limit: int, full: bool
@@ -758,13 +793,6 @@ class JetStreamLog(Log):
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
-
-    # the older names of the two primitives (a lower save returns the stored index here too)
-    def get_consumer_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
-        return self.get_index(client_id, stream, partition)
-
-    def save_consumer_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
-        return self.save_index(client_id, stream, index, partition)
 
     async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
         await self._check(stream, partition)
