@@ -806,7 +806,7 @@ def test_bitrot_is_reported_or_harmless(tmp_path, files):
     seeds = BITROT_SEEDS if files != "consumers.log" else range(1000, 1030)
     fig = run_seeds(seeds, tmp_path, bitrot=files)
     _report(f"bit-rot {files}", seeds, fig)
-    assert fig.flips >= 5  # lake files exist in the seeds that seal (about one in three)
+    assert fig.flips >= 3  # lake files exist only in the seeds that seal (about one in three)
     assert not fig.failures, "\n".join(fig.failures)
 
 
