@@ -214,6 +214,7 @@ def test_serve_backend_processes_share_one_cluster(nats_r3, tmp_path) -> None:
     same streams to unchanged Ockam clients."""
     import subprocess
     import sys
+    import time
 
     from loglake.streams.client import StreamClient
     from tests.procs import free_port, process
@@ -222,7 +223,8 @@ def test_serve_backend_processes_share_one_cluster(nats_r3, tmp_path) -> None:
     ports = [free_port(), free_port()]
     cmds = [
         [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp_path / f"d{i}"),
-         "--port", str(p), "--backend", nats_r3.url, "--replicas", "3", "--nats-prefix", prefix]
+         "--port", str(p), "--backend", nats_r3.url, "--replicas", "3", "--nats-prefix", prefix,
+         "--seal-interval", "0.5"]
         for i, p in enumerate(ports)
     ]  # fmt: skip
     with process(cmds[0], ports[0], stderr=subprocess.PIPE) as a, process(cmds[1], ports[1]):
@@ -235,5 +237,12 @@ def test_serve_backend_processes_share_one_cluster(nats_r3, tmp_path) -> None:
             assert c.push("shared", b"c", partition=1) == 2
             assert [m.data for m in c.pull("shared", 0, 10, partition=1)] == [b"a", b"b", b"c"]
             assert c.get_index("reader", "shared", partition=1) == 1
+        # each serve seals JetStream history into its data dir's lake
+        from loglake.streams.jetstream_seal import sealed_next
+
+        deadline = time.monotonic() + 20
+        while sealed_next(tmp_path / "d1", "shared", 1) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sealed_next(tmp_path / "d1", "shared", 1) == 3
     assert a.stderr is not None
     assert b"NATS JetStream" in a.stderr.read()

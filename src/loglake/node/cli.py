@@ -101,6 +101,13 @@ def command() -> None:
     show_default=True,
     help="With --backend: namespace of stream names, subjects and the index bucket.",
 )
+@click.option(
+    "--seal-interval",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="With --backend: seconds between copies of JetStream history into the data dir's lake.",
+)
 def serve(
     data_dir: Path,
     host: str,
@@ -115,6 +122,7 @@ def serve(
     replicas: int = 1,
     nats_creds: str | None = None,
     nats_prefix: str = "loglake",
+    seal_interval: float = 60.0,
 ) -> None:
     """Serve the Ockam stream service (stream_service, stream_index_service) over TCP.
 
@@ -126,7 +134,13 @@ def serve(
     if backend:  # issue 13: the same service in front of JetStream (added by the jetstream work)
         from loglake.streams.jetstream import JetStreamLog
 
-        log = JetStreamLog(backend, replicas=replicas, credentials=nats_creds, prefix=nats_prefix)
+        log = JetStreamLog(
+            backend,
+            replicas=replicas,
+            credentials=nats_creds,
+            prefix=nats_prefix,
+            lake_dir=str(data_dir),  # pulls below JetStream's retention read the sealed lake
+        )
     else:
         log = open_log(data_dir)
     config = StreamConfig(
@@ -159,8 +173,15 @@ def serve(
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         retention = asyncio.create_task(_retention_loop(log, retention_interval, stop))
+        sealer = None
+        if backend:  # issue 13: JetStream history into <data_dir>/lake (streams/jetstream_seal)
+            from loglake.streams.jetstream_seal import seal_loop
+
+            sealer = asyncio.create_task(seal_loop(log, data_dir, seal_interval, stop))
         await stop.wait()
         await retention
+        if sealer is not None:
+            await sealer
         await server.stop()
 
     try:

@@ -138,3 +138,8 @@ job.add_command(archives_build_command)
 from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command  # noqa: E402
 
 job.add_command(cardinal_blocks_command)
+
+# ``seal`` (issue 13: JetStream history into the lake layout) lives beside the JetStream backend.
+from loglake.streams.jetstream_seal import seal_command  # noqa: E402
+
+job.add_command(seal_command)

@@ -1,0 +1,144 @@
+"""The sealer of a JetStream-backed stream (issue 13): copy JetStream history into the lake
+layout, ``<data_dir>/lake/<stream>/partition=<p>/<first>-<last>.parquet`` (``log/lake_schema.py``),
+so history past JetStream's retention stays readable — by ``pipeline.read`` and every Spark job,
+and by a pull below the retained range (``JetStreamLog(lake_dir=…)`` reads the lake there).
+
+Each partition is sealed from the end of its newest lake file (``visible_lake_files``) up to
+what JetStream holds, in files of at most ``file_records`` records, written atomically by
+``log.lake.write_lake_table``. Sealing is idempotent: a range already sealed is not written
+again, and two sealers racing on one range write the same file name with the same rows (a
+reader sees either). History JetStream dropped before it was sealed cannot be recovered: the
+sealer logs it (``"jetstream history lost before sealing"``) and seals from the first retained
+index; run it more often than the streams' ``max_age`` (``serve --seal-interval``).
+
+Runs in ``loglake serve --backend … --data-dir D`` and as ``loglake job seal``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from loglake.log.api import Log
+from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
+from loglake.log.lake import write_lake_table as _write
+from loglake.log.lake_schema import lake_partition_dir
+from loglake.logs import log_event
+from loglake.streams.jetstream import JetStreamLog
+
+logger = logging.getLogger(__name__)
+
+FILE_RECORDS = 100_000
+"""Records per lake file the sealer writes (at most)."""
+
+
+def sealed_next(data_dir: Path | str, stream: str, partition: int) -> int:
+    """One past the newest index in the partition's lake (0 when it has none)."""
+    files = visible_lake_files(list_lake_files(lake_partition_dir(data_dir, stream, partition)))
+    return max((f.last + 1 for f in files), default=0)
+
+
+@dataclass
+class JetStreamSealer:
+    log: JetStreamLog
+    data_dir: Path
+    file_records: int = FILE_RECORDS
+    min_records: int = 1
+    """Seal a partition only when at least this many records are not in the lake yet."""
+
+    def seal_partition(self, stream: str, partition: int) -> list[LakeFile]:
+        info = self.log.stream_info(stream).partitions[partition]
+        start = sealed_next(self.data_dir, stream, partition)
+        if start < info.first_index:
+            log_event(
+                logger,
+                logging.ERROR,
+                "jetstream history lost before sealing",
+                stream=stream,
+                partition=partition,
+                missing_from=start,
+                missing_to=info.first_index - 1,
+            )
+            start = info.first_index
+        if info.next_index - start < self.min_records:
+            return []
+        out = []
+        directory = lake_partition_dir(self.data_dir, stream, partition)
+        while start < info.next_index:
+            limit = min(self.file_records, info.next_index - start)
+            recs = self.log.read(stream, partition, start, limit=limit, lake=False)
+            if not recs:
+                break
+            if recs[0].index != start:  # retention dropped more while we sealed
+                start = recs[0].index
+            table = records_table(cast(Any, recs), stream, partition)
+            out.append(_write(directory, table))
+            start = recs[-1].index + 1
+        if out:
+            log_event(
+                logger,
+                logging.INFO,
+                "jetstream history sealed",
+                stream=stream,
+                partition=partition,
+                files=len(out),
+                next=start,
+            )
+        return out
+
+    def seal(self, streams: list[str] | None = None) -> list[LakeFile]:
+        """Seal every partition of ``streams`` (default: every loglake stream)."""
+        out = []
+        for name in streams if streams is not None else self.log.streams():
+            for p in range(self.log.partitions(name)):
+                out += self.seal_partition(name, p)
+        return out
+
+
+@click.command("seal")
+@click.option("--backend", required=True, metavar="nats://H1:4222,...", help="The NATS cluster.")
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--stream", "streams", multiple=True, help="Only these streams (repeatable).")
+@click.option("--nats-prefix", default="loglake", show_default=True)
+@click.option("--nats-creds", type=click.Path(dir_okay=False, exists=True))
+@click.option("--file-records", type=click.IntRange(min=1), default=FILE_RECORDS, show_default=True)
+def seal_command(
+    backend: str,
+    data_dir: Path,
+    streams: tuple[str, ...],
+    nats_prefix: str,
+    nats_creds: str | None,
+    file_records: int,
+) -> None:
+    """Copy JetStream-backed streams into the lake layout under DATA_DIR/lake (issue 13)."""
+    log = JetStreamLog(backend, prefix=nats_prefix, credentials=nats_creds)
+    try:
+        files = JetStreamSealer(log, data_dir, file_records).seal(list(streams) or None)
+    finally:
+        log.close()
+    for f in files:
+        click.echo(f"{f.path}\t{f.first}-{f.last}")
+    click.echo(f"sealed {len(files)} file(s)")
+
+
+async def seal_loop(log: Log, data_dir: Path, interval: float, stop: Any) -> None:
+    """``serve --backend``'s sealer: ``seal()`` every ``interval`` seconds off the event loop
+    until ``stop`` (an ``asyncio.Event``) is set; a failed round is logged and retried."""
+    import asyncio
+
+    if not isinstance(log, JetStreamLog):
+        raise TypeError("the sealer copies a JetStreamLog's history")
+    sealer = JetStreamSealer(log, Path(data_dir))
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        try:
+            await loop.run_in_executor(None, sealer.seal)
+        except Exception as e:
+            log_event(logger, logging.WARNING, "jetstream sealing failed", error=repr(e))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
