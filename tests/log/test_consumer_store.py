@@ -148,6 +148,35 @@ def test_damage_before_the_tail_of_the_store_is_refused_not_dropped(tmp_path):
     assert (tmp_path / FILE_NAME).read_bytes() == bytes(bad)  # left for a human to look at
 
 
+def test_stream_config_bit_rot_that_leaves_valid_json_is_corrupt_store(tmp_path):
+    """A flipped digit or key name still parses as JSON; the checksum catches it (issue 17:
+    a flipped key name once turned 2 partitions into 1 without an error)."""
+    import json
+
+    from loglake.log import CorruptStore, StreamConfig
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(partitions=2))
+    cfg = tmp_path / "streams" / "s" / "config.json"
+    good = cfg.read_bytes()
+    for old, new in ((b'"partitions": 2', b'"partitions": 3'), (b'"partitions"', b'"partitionz"')):
+        assert old in good
+        cfg.write_bytes(good.replace(old, new))
+        with pytest.raises(CorruptStore) as e:
+            open_log(tmp_path)
+        assert e.value.path == str(cfg)
+    # a config written before the checksum existed is still read when every key is known
+    legacy = json.loads(good)
+    del legacy["crc32c"]
+    cfg.write_text(json.dumps(legacy))
+    with open_log(tmp_path) as log:
+        assert log.stream_info("s").config.partitions == 2
+    legacy["partitionz"] = legacy.pop("partitions")
+    cfg.write_text(json.dumps(legacy))
+    with pytest.raises(CorruptStore):
+        open_log(tmp_path)
+
+
 def test_damaged_stream_config_is_corrupt_store(tmp_path):
     from loglake.log import CorruptStore
 

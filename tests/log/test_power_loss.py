@@ -810,11 +810,6 @@ def test_bitrot_is_reported_or_harmless(tmp_path, files):
     assert not fig.failures, "\n".join(fig.failures)
 
 
-CONFIG_ROT = (
-    "log defect (found by seed 200029): streams/<s>/config.json has no checksum; a flipped byte "
-    "in a key name is read as a missing key and defaulted, silently changing the stream "
-    "(partitions 2 -> 1 hid a partition's acknowledged records)"
-)
 FOUND = [
     # (seed, options, xfail reason or None): seeds the sweeps found failing. Replay one with
     # .venv/bin/python benchmarks/crash.py --sim --seed SEED --seeds 1 [--bitrot GLOB] [--eio]
@@ -834,14 +829,14 @@ FOUND = [
     # served as a valid record. Both found on this suite's first runs, fixed in 4405c96.
     (29, {"bitrot": "**/*"}, None),
     (78, {"bitrot": "**/*"}, None),
-    # config.json carries no checksum: a flipped byte in a key name leaves valid JSON whose
-    # unknown key is dropped and defaulted, so the stream silently changes partitions (2 -> 1:
-    # partition 1's acknowledged records unreachable, no error), segment_bytes or retention.
-    # If these start passing, confirm with benchmarks/crash.py --sim --seed 1000 --seeds 100
-    # --bitrot 'streams/*/config.json' (4 of 100 seeds failed) before removing the xfail.
-    (200029, {"bitrot": "**/*"}, CONFIG_ROT),
-    (1043, {"bitrot": "streams/*/config.json"}, CONFIG_ROT),
-    (1077, {"bitrot": "streams/*/config.json"}, CONFIG_ROT),
+    # 200029, 1043, 1077: config.json carried no checksum: a flipped byte in a key name left
+    # valid JSON whose unknown key was dropped and defaulted, so the stream silently changed
+    # partitions (2 -> 1: partition 1's acknowledged records unreachable, no error). Fixed by
+    # the CRC32C in config.json (segment_log.config_to_json); benchmarks/crash.py --sim --seed
+    # 1000 --seeds 100 --bitrot 'streams/*/config.json': 4 of 100 failing before, 0 after.
+    (200029, {"bitrot": "**/*"}, None),
+    (1043, {"bitrot": "streams/*/config.json"}, None),
+    (1077, {"bitrot": "streams/*/config.json"}, None),
 ]
 
 

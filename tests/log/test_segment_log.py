@@ -822,11 +822,12 @@ def test_lake_compaction_by_another_process_is_read_once_and_survives_removals(t
     # lake retention: everything up to the compacted file's range is older than the window
     log.close()
     cfg_path = tmp_path / "streams" / "s" / "config.json"
-    import json
+    from dataclasses import replace
 
-    cfg = json.loads(cfg_path.read_text())
-    cfg["lake_retention_ms"] = 1
-    cfg_path.write_text(json.dumps(cfg))
+    from loglake.log.segment_log import config_from_json, config_to_json
+
+    cfg = config_from_json(cfg_path.read_bytes())
+    cfg_path.write_bytes(config_to_json(replace(cfg, lake_retention_ms=1)))
     with open_log(tmp_path) as log:
         log.enforce_retention(now_ns=base + (last + 2) * ms)
         assert log.stream_info("s").partitions[0].first_index > last

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from crc32c import crc32c
+
 from loglake.errors import LoglakeError
 from loglake.log import fs
 from loglake.log.api import (
@@ -63,17 +65,39 @@ CONFIG_FILE = "config.json"
 LOCK_FILE = "LOCK"
 
 
+CONFIG_CHECKSUM = "crc32c"
+"""Key of the CRC32C (of the other keys, compact JSON with sorted keys) in ``config.json``."""
+
+
+def _config_crc(d: dict) -> int:
+    return crc32c(json.dumps(d, sort_keys=True, separators=(",", ":")).encode())
+
+
 def config_to_json(config: StreamConfig) -> bytes:
-    return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True).encode()
+    """``config.json``: the config's fields and a CRC32C over them, so bit rot that leaves
+    valid JSON (a flipped digit, a key name no longer known) is detected, not read as another
+    config (issue 17: a flipped key name once silently turned 2 partitions into 1)."""
+    d = dataclasses.asdict(config)
+    return json.dumps({**d, CONFIG_CHECKSUM: _config_crc(d)}, indent=2, sort_keys=True).encode()
 
 
 def config_from_json(raw: bytes, path: str = "config.json") -> StreamConfig:
     """A stream's config; damage → ``CorruptStore`` (it is written temp + fsync + rename, so
-    a crash never leaves it half written)."""
+    a crash never leaves it half written). A file written before the checksum existed is read
+    if every key is a known field (an unknown key is damage either way)."""
     try:
         d = json.loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        if CONFIG_CHECKSUM in d:
+            crc = d.pop(CONFIG_CHECKSUM)
+            if crc != _config_crc(d):
+                raise ValueError(f"{CONFIG_CHECKSUM} mismatch")
         names = {f.name for f in dataclasses.fields(StreamConfig)}
-        return StreamConfig(**{k: v for k, v in d.items() if k in names})
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}")
+        return StreamConfig(**d)
     except (ValueError, TypeError, AttributeError, LoglakeError) as e:
         raise CorruptStore(path, f"not a stream config: {e}") from None
 
