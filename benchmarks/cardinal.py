@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
 import tempfile
 import time
 
@@ -145,5 +147,248 @@ def main() -> None:
             print(f"  below the {TARGET:,} msgs/s per core target for consume alone")
 
 
+# -- the Spark job (issue 12: `loglake job cardinal-blocks`) ---------------------------------
+
+
+def produce_to_dir(chain, data_dir: str, chunk: int) -> int:
+    """Both producers' copies of ``chain`` into the embedded log at ``data_dir``; messages sent."""
+    log = open_log(data_dir)
+    try:
+        _, _, sent, _ = through_streams_produce(chain, LocalStreams(log), chunk)
+    finally:
+        log.close()
+    return sent
+
+
+def through_streams_produce(chain, streams, chunk: int) -> tuple[float, float, int, int]:
+    t = time.perf_counter()
+    cps = [StreamProducer(StreamTransport(streams, 4), Producer("bench", SCHEMA)) for _ in "ab"]
+    for i in range(0, len(chain), chunk):
+        for cp in cps:
+            cp.send_blocks(chain[i : i + chunk])
+    return time.perf_counter() - t, 0.0, sum(cp.sent for cp in cps), 0
+
+
+def spark_catch_up(spark, updates: int, budget: int, tmp: str) -> dict:
+    """Messages/s assembled from the same data dir by ``StreamConsumer`` (one process) and by
+    the streaming job (``availableNow``: query start to the last micro-batch written)."""
+    from loglake.pipeline.jobs.cardinal_blocks import CardinalBlocksOptions, run
+
+    n_blocks = max(5, budget // (updates + 1))
+    chain = blocks(n_blocks, updates)
+    d = f"{tmp}/u{updates}"
+    sent = produce_to_dir(chain, d, max(1, 200 // (updates + 1)))
+    log = open_log(d)
+    try:
+        c = StreamConsumer(StreamTransport(LocalStreams(log), 4), ["bench"], "b", start=start())
+        t = time.perf_counter()
+        added = sum(len(getattr(u, "added", ())) for u in c.run())
+        t_single = time.perf_counter() - t
+    finally:
+        log.close()
+    assert added == n_blocks, (added, n_blocks)
+    t = time.perf_counter()
+    summary = run(spark, CardinalBlocksOptions(d, ("bench",), f"{tmp}/out{updates}"))
+    t_job = time.perf_counter() - t
+    assert summary.blocks == n_blocks and summary.head and summary.head[0] == n_blocks - 1
+    t_floor = source_floor(spark, d, f"{tmp}/floor{updates}")
+    return {
+        "floor_per_s": sent / t_floor,
+        "updates": updates,
+        "blocks": n_blocks,
+        "messages": sent,
+        "single_per_s": sent / t_single,
+        "job_per_s": sent / t_job,
+        "job_seconds": t_job,
+        "batches": summary.batches,
+    }
+
+
+def source_floor(spark, data_dir: str, cp: str) -> float:
+    """Seconds for the same streaming query shape with nothing but the ``loglake`` source:
+    read every record of the topic once (``availableNow``) and count it in ``foreachBatch``."""
+    t = time.perf_counter()
+    q = (
+        spark.readStream.format("loglake")
+        .option("data_dir", data_dir)
+        .option("stream", "bench")
+        .load()
+        .writeStream.foreachBatch(lambda df, _id: df.count())
+        .option("checkpointLocation", cp)
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    return time.perf_counter() - t
+
+
+def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) -> dict:
+    """A stream server (TCP) on a SegmentLog; first the producers' top rate over TCP, then the
+    job follows the topic while the producers send at that rate for ``seconds``: produce (ack)
+    → block row visible (its micro-batch marked complete) p50/p99, and the backlog (records
+    appended, not yet read by a micro-batch) sampled every 5 s."""
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from loglake.log import StreamConfig
+    from loglake.pipeline.jobs.cardinal_blocks import BATCHES, CardinalBlocksOptions, build_query
+
+    d, out = f"{tmp}/live{updates}", f"{tmp}/liveout{updates}"
+    log = open_log(d)
+    log.create_stream("bench", StreamConfig(partitions=4))
+    chunk = max(1, 200 // (updates + 1))
+    per_block = 2 * (updates + 1)  # messages per block, both copies
+    chain = blocks(max(5, 3_000_000 // per_block), updates)  # more than 68 s of the TCP rate
+    with (
+        BackgroundServer(StreamService(log)) as srv,
+        StreamClient(port=srv.port, timeout=60) as client,
+    ):
+        # 1. the TCP producer rate (another topic, same shape of messages), 8 s
+        cps = [StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"}))]
+        cps.append(StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"})))
+        t = time.perf_counter()
+        i = 0
+        while time.perf_counter() - t < 8 and i < len(chain):
+            for cp in cps:
+                cp.send_blocks(chain[i : i + chunk])
+            i += chunk
+        tcp_rate = sum(cp.sent for cp in cps) / (time.perf_counter() - t)
+        # 2. the job follows "bench" while the producers send at that rate
+        opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
+        q = build_query(spark, opts)
+        sent_at: dict[str, float] = {}
+        seen_at: dict[str, float] = {}
+        backlog: list[tuple[float, int]] = []
+        stop = threading.Event()
+        cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
+
+        def produce() -> None:
+            t0 = time.perf_counter()
+            j = 0
+            while not stop.is_set() and j < len(chain) and time.perf_counter() - t0 < seconds:
+                part = chain[j : j + chunk]
+                for cp in cps:
+                    cp.send_blocks(part)
+                now = time.perf_counter()
+                for b in part:
+                    sent_at[b.hash.hex()] = now
+                j += chunk
+                ahead = j * per_block / tcp_rate - (now - t0)  # pace at the measured rate
+                if ahead > 0:
+                    time.sleep(ahead)
+
+        def watch() -> None:
+            seen: set[str] = set()
+            folder = os.path.join(out, BATCHES)
+            while not stop.is_set():
+                names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+                for name in names:
+                    if name in seen or not name.endswith(".json"):
+                        continue
+                    seen.add(name)
+                    now = time.perf_counter()
+                    f = os.path.join(out, "blocks", f"batch-{name[:-5]}.parquet")
+                    if os.path.exists(f):
+                        for h in set(pq.read_table(f, columns=["hash"]).column(0).to_pylist()):
+                            seen_at.setdefault(h, now)
+                time.sleep(0.02)
+
+        def appended() -> int:
+            return sum(p.next_index for p in log.stream_info("bench").partitions)
+
+        def read_by_job() -> int:
+            prog = q.lastProgress
+            if not prog:
+                return 0
+            end = prog["sources"][0].get("endOffset") or {}
+            if isinstance(end, str):
+                end = json.loads(end)
+            return sum(int(v) for v in end.values())
+
+        producer = threading.Thread(target=produce)
+        watcher = threading.Thread(target=watch, daemon=True)
+        t0 = time.perf_counter()
+        watcher.start()
+        producer.start()
+        while producer.is_alive():
+            producer.join(5)
+            backlog.append((time.perf_counter() - t0, appended() - read_by_job()))
+        target = len(sent_at)
+        deadline = time.perf_counter() + 120
+        while len(seen_at) < target and time.perf_counter() < deadline:
+            time.sleep(0.2)
+        caught_up = time.perf_counter() - t0
+        stop.set()
+        q.stop()
+    log.close()
+    lat = sorted(seen_at[h] - sent_at[h] for h in sent_at if h in seen_at)
+    pick = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] * 1000 if lat else float("nan")  # noqa: E731
+    sent = len(sent_at) * per_block
+    return {
+        "updates": updates,
+        "tcp_rate": tcp_rate,
+        "sent": sent,
+        "offered_per_s": sent / seconds,
+        "visible": len(lat),
+        "blocks": target,
+        "p50_ms": pick(0.5),
+        "p99_ms": pick(0.99),
+        "backlog": backlog,
+        "caught_up_s": caught_up,
+    }
+
+
+def spark_main(args) -> None:
+    from loglake.pipeline.session import build_session
+
+    spark = build_session(
+        master=args.master, app_name="bench-cardinal", conf={"spark.sql.shuffle.partitions": "4"}
+    )
+    budget = 20_000 if args.quick else args.messages
+    with tempfile.TemporaryDirectory() as tmp:
+        print(
+            f"{'updates/block':>13} {'blocks':>6} {'messages':>9} | {'single-process/s':>16} "
+            f"{'Spark job/s':>11} {'job ÷ single':>12} {'source alone/s':>14} {'job s':>6}"
+        )
+        for updates in (1, 100, 1000):
+            r = spark_catch_up(spark, updates, budget, tmp)
+            print(
+                f"{updates:>13} {r['blocks']:>6} {r['messages']:>9} | "
+                f"{r['single_per_s']:>16,.0f} {r['job_per_s']:>11,.0f} "
+                f"{r['job_per_s'] / r['single_per_s']:>12.2f} {r['floor_per_s']:>14,.0f} "
+                f"{r['job_seconds']:>6.1f}",
+                flush=True,
+            )
+        for updates in args.live_updates:
+            r = spark_live(spark, updates, args.seconds, tmp, args.trigger)
+            first, last = r["backlog"][0][1], r["backlog"][-1][1]
+            grows = last > first * 1.1 + 1000
+            print(
+                f"live, {updates} updates/block: TCP producer {r['tcp_rate']:,.0f} msgs/s; "
+                f"offered {r['offered_per_s']:,.0f} msgs/s for {args.seconds:.0f} s; "
+                f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
+                f"({r['visible']}/{r['blocks']} blocks); backlog (s, records) "
+                + ", ".join(f"{s:.0f}:{b}" for s, b in r["backlog"])
+                + f"; all visible after {r['caught_up_s']:.0f} s; "
+                + ("BACKLOG GROWS: the job does not keep up" if grows else "keeps up"),
+                flush=True,
+            )
+    spark.stop()
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--spark" in sys.argv:
+        ap = argparse.ArgumentParser(description="Cardinal: the Spark job vs the consumer")
+        ap.add_argument("--spark", action="store_true")
+        ap.add_argument("--quick", action="store_true")
+        ap.add_argument("--messages", type=int, default=60_000, help="per case (both copies)")
+        ap.add_argument("--seconds", type=float, default=60.0, help="live run length")
+        ap.add_argument("--trigger", type=float, default=0.0, help="live micro-batch interval")
+        ap.add_argument("--live-updates", type=int, nargs="*", default=[100])
+        ap.add_argument("--master", default=None)
+        spark_main(ap.parse_args())
+    else:
+        main()
