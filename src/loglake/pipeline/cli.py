@@ -143,3 +143,8 @@ job.add_command(cardinal_blocks_command)
 from loglake.streams.jetstream_seal import seal_command  # noqa: E402
 
 job.add_command(seal_command)
+
+# ``sds-audit`` (issue 12 §2) lives beside its job; mounted here.
+from loglake.pipeline.jobs.sds_audit_cli import sds_audit_command  # noqa: E402
+
+job.add_command(sds_audit_command)

@@ -103,6 +103,19 @@ def chat(
     "--offline", default=0, show_default=True, help="Participants that go offline mid-run."
 )
 @click.option("--no-store", is_flag=True, help="No store node: rely on SDS-R only.")
+@click.option(
+    "--store-channel",
+    "store_dir",
+    default=None,
+    help="Also write every broadcast (and a closing sync per participant) to the stream "
+    "sds.sim of this data dir, for `loglake job sds-audit`.",
+)
+@click.option(
+    "--ground-truth",
+    "truth_file",
+    default=None,
+    help="With --store-channel: write what the simulator knows (JSON) to this file.",
+)
 def sim(
     participants: int,
     messages: int,
@@ -115,9 +128,14 @@ def sim(
     late_joiners: int,
     offline: int,
     no_store: bool,
+    store_dir: str | None,
+    truth_file: str | None,
 ) -> None:
     """Simulate SDS participants on a seeded lossy network and check the targets."""
-    from loglake.sds.sim import SimConfig, simulate
+    from loglake.sds.sim import SimConfig, Simulation, store_channel
+
+    if truth_file and not store_dir:
+        raise click.BadParameter("needs --store-channel", param_hint="--ground-truth")
 
     part = None
     if partition:
@@ -128,7 +146,7 @@ def sim(
             raise click.BadParameter(
                 "use START_MS:END_MS:FRACTION", param_hint="--partition"
             ) from None
-    report = simulate(
+    simulation = Simulation(
         SimConfig(
             participants=participants,
             messages=messages,
@@ -141,6 +159,20 @@ def sim(
             late_joiners=late_joiners,
             offline=offline,
             store=not no_store,
+            record_channel=store_dir is not None,
+            closing_sync=store_dir is not None,
         )
     )
+    report = simulation.run()
     Console().print(report.summary(), highlight=False, soft_wrap=True)
+    if store_dir:
+        import json
+
+        from loglake.log import open_log
+
+        with open_log(store_dir) as log:
+            n = store_channel(simulation, log, "sds.sim")
+        Console().print(f"  stored {n} records in {store_dir}, stream sds.sim", highlight=False)
+        if truth_file:
+            with open(truth_file, "w") as fh:
+                json.dump(simulation.ground_truth(), fh)

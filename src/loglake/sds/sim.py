@@ -36,6 +36,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from loglake.log.api import Entry, Log
 from loglake.sds.events import MessageAcknowledged, MessageDelivered, MessagesMissing, Output
 from loglake.sds.participant import Participant, ParticipantOptions
 from loglake.sds.repair import RepairConfig, num_response_groups_for
@@ -64,6 +65,12 @@ class SimConfig:
     late_joiners: int = 0  # join at a random time in the first half of the send window
     offline: int = 0  # each offline for a random third of the send window
     settle_ms: int = 60_000  # run on after the last send
+    # For audits (``loglake job sds-audit``): keep every broadcast in channel order
+    # (``Simulation.channel``, ``store_channel``) and what each participant held at each of its
+    # own broadcasts (``ground_truth``); ``closing_sync`` has every participant send one last
+    # sync at the end, so its final state is on the channel. Off by default: no cost, same runs.
+    record_channel: bool = False
+    closing_sync: bool = False
 
 
 @dataclass
@@ -187,6 +194,11 @@ class Simulation:
         self.missed: dict[tuple[int, str], int] = {}  # pair -> reference time
         self.detected: dict[tuple[int, str], int] = {}
         self.report = SimReport(cfg.seed, n, cfg.messages, cfg.sync_interval_ms, 0.0)
+        # record_channel: (time ms, broadcaster, bytes) per broadcast, and, per (participant,
+        # message id), the channel position of its first own broadcast made while it held the
+        # message (in its log or its incoming buffer: what its bloom filter covers)
+        self.channel: list[tuple[int, int, bytes]] = []
+        self.held_at: dict[tuple[int, str], int] = {}
 
     # -- plumbing -----------------------------------------------------------------------------
     def _push(self, t: int, kind: str, args: tuple) -> None:
@@ -223,8 +235,18 @@ class Simulation:
         return p
 
     # -- actions ------------------------------------------------------------------------------
+    def _record(self, i: int, data: bytes, reason: str) -> None:
+        pos = len(self.channel)
+        self.channel.append((self.now, i, data))
+        p = self.parts[i]
+        if reason in ("send", "sync") and p is not None:  # bytes built from i's state just now
+            for mid in (*p.log.records, *p.pending):
+                self.held_at.setdefault((i, mid), pos)
+
     def _broadcast(self, i: int, out: Output) -> None:
         for o in out.to_send:
+            if self.cfg.record_channel:
+                self._record(i, o.data, o.reason)
             hint = None
             if o.kind.value == "content":
                 self.store.append(o.data)
@@ -328,7 +350,35 @@ class Simulation:
                             self._broadcast(i, out)
                         elif out.events:
                             self._observe(i, out)
+        if c.closing_sync:
+            self.now = end
+            for i in range(n):
+                if self._online(i, end):
+                    for o in self._participant(i).make_sync().to_send:
+                        self._record(i, o.data, o.reason)
         return self._finish()
+
+    def ground_truth(self) -> dict:
+        """What the simulator knows (needs ``record_channel``), JSON-able: per content message
+        its sender and send time; per participant the message ids it held at each of its own
+        broadcasts (the channel position of the first one; its own messages left out), what it
+        delivered, and when each sender saw its message acknowledged."""
+        ids = self.ids
+        held: dict[str, dict[str, int]] = {pid: {} for pid in ids}
+        for (i, mid), pos in self.held_at.items():
+            if mid in self.sent and self.sent[mid][0] != i:
+                held[ids[i]][mid] = pos
+        delivered: dict[str, list[str]] = {pid: [] for pid in ids}
+        for i, mid in self.delivered:
+            delivered[ids[i]].append(mid)
+        return {
+            "channel_id": "sim",
+            "participants": list(ids),
+            "sent": {m: {"sender": ids[s], "t_ms": t} for m, (s, t) in self.sent.items()},
+            "held": held,
+            "delivered": {k: sorted(v) for k, v in delivered.items()},
+            "acked_at_sender_ms": dict(self.acked),
+        }
 
     def _finish(self) -> SimReport:
         r, n = self.report, self.cfg.participants
@@ -368,3 +418,15 @@ class Simulation:
 
 def simulate(cfg: SimConfig) -> SimReport:
     return Simulation(cfg).run()
+
+
+def store_channel(sim: Simulation, log: Log, stream: str, partition: int = 0) -> int:
+    """Append a ``record_channel`` run's broadcasts to ``stream`` (created if absent) in order,
+    each stamped with its simulated time: the stored channel ``loglake job sds-audit`` reads.
+    Returns the number of records."""
+    if not log.has_stream(stream):
+        log.create_stream(stream)
+    entries = [Entry(data, timestamp_ns=t * 1_000_000) for t, _, data in sim.channel]
+    for k in range(0, len(entries), 1000):
+        log.append_many(stream, partition, entries[k : k + 1000])
+    return len(entries)

@@ -1,0 +1,616 @@
+"""``sds-audit``: what happened in an SDS group chat, as Parquet tables and an HTML report.
+
+Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) with
+``loglake.pipeline.read`` and:
+
+1. decodes every record in executors (``mapInArrow``) with ``loglake.sds.codec`` (``parse`` +
+   ``parse_entry``: the same checks a participant makes); a record that does not decode, names
+   another channel, or carries a bloom filter of the wrong length becomes a ``rejects`` row
+   (partition, index, reason, detail) and the job goes on;
+2. keeps the first copy of each message id (later copies of a content message are resends or
+   SDS-R repair responses) and computes, per participant (grouped by sender, ``applyInArrow``),
+   which content messages of others it *showed it held* in its own later messages — the id in
+   the message's causal history or in its bloom filter (``loglake.sds.bloom.contains``, the
+   filter's own bit layout) — with the first such message's position and time: an
+   acknowledgement and its latency;
+3. joins causal histories with first positions (dependencies never on the channel, and
+   dependencies referenced before they appeared), repair requests with the copies that answered
+   them, and writes the tables and ``report.html``.
+
+Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth mapping):
+- *acknowledged by j at position q*: q is the first message authored by j (a content or sync
+  message whose ``sender_id`` is j, first copy) after the message's first position whose causal
+  history lists it or whose bloom filter contains it;
+- *ack latency*: timestamp of q minus timestamp of the message's first copy (log time);
+- *delivery ratio of j*: messages acknowledged by j / content messages of others whose first copy
+  precedes j's last message (what j could have shown);
+- *unresolved dependencies of j*: ids in the causal histories of messages j acknowledged (or
+  sent) that j never acknowledged;
+- *never delivered*: a causal-history id with no content message on the channel.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from loglake.log.api import STREAM_NAME_RE
+from loglake.pipeline.errors import BadOption
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TABLES = ("messages", "acks", "participants", "repairs", "rejects")
+
+DECODED_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("index", pa.int64()),
+        ("timestamp_ns", pa.int64()),
+        ("ok", pa.bool_()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("kind", pa.string()),
+        ("message_id", pa.string()),
+        ("sender", pa.string()),
+        ("lamport", pa.int64()),
+        ("causal_history", pa.list_(pa.string())),
+        ("repair_request", pa.list_(pa.string())),
+        ("bloom_filter", pa.binary()),
+        ("content_bytes", pa.int64()),
+    ]
+)
+
+ACKS_SCHEMA = pa.schema(
+    [
+        ("message_id", pa.string()),
+        ("participant", pa.string()),
+        ("ack_index", pa.int64()),
+        ("ack_timestamp_ns", pa.int64()),
+        ("latency_ms", pa.float64()),
+        ("via", pa.string()),  # causal_history | bloom_filter
+    ]
+)
+
+PARTICIPANT_SWEEP_SCHEMA = pa.schema(
+    [
+        ("participant", pa.string()),
+        ("messages_sent", pa.int64()),
+        ("syncs_sent", pa.int64()),
+        ("last_index", pa.int64()),
+        ("expected", pa.int64()),
+        ("acknowledged", pa.int64()),
+        ("delivery_ratio", pa.float64()),
+        ("ack_p50_ms", pa.float64()),
+        ("ack_p90_ms", pa.float64()),
+        ("ack_p99_ms", pa.float64()),
+        ("not_acknowledged", pa.list_(pa.string())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class SdsAuditOptions:
+    data_dir: str
+    stream: str
+    out_dir: str
+    channel: str | None = None  # default: the stream name without "sds."
+    partition: int = 0
+    report: bool = True
+    overwrite: bool = False
+
+    def validate(self) -> SdsAuditOptions:
+        """Every option checked before any work; errors name the option."""
+        d = Path(self.data_dir).expanduser()
+        if not d.is_dir():
+            raise BadOption("--data-dir", self.data_dir, "not a directory")
+        if not STREAM_NAME_RE.match(self.stream or ""):
+            raise BadOption("--stream", self.stream, "not a stream name")
+        if self.partition < 0:
+            raise BadOption("--partition", self.partition, "must be >= 0")
+        from loglake.pipeline.options import parse_options, resolve_stream
+
+        try:
+            layout = resolve_stream(parse_options({"data_dir": str(d), "stream": self.stream}))
+        except Exception as e:
+            raise BadOption("--stream", self.stream, f"no such stream in {d} ({e})") from None
+        if self.partition not in layout.partitions:
+            raise BadOption("--partition", self.partition, f"{self.stream} has no such partition")
+        if self.channel is not None and not self.channel:
+            raise BadOption("--channel", self.channel, "empty channel id")
+        out = Path(self.out_dir).expanduser()
+        if out.exists() and not out.is_dir():
+            raise BadOption("--out", self.out_dir, "exists and is not a directory")
+        earlier = (out / "summary.json").exists()
+        if out.exists() and any(out.iterdir()) and not self.overwrite and not earlier:
+            raise BadOption("--out", self.out_dir, "not empty and not an earlier audit")
+        return SdsAuditOptions(
+            str(d.resolve()),
+            self.stream,
+            str(out.resolve()),
+            self.channel if self.channel is not None else _channel_of(self.stream),
+            self.partition,
+            self.report,
+            self.overwrite,
+        )
+
+
+def _channel_of(stream: str) -> str:
+    return stream[4:] if stream.startswith("sds.") else stream
+
+
+@dataclass
+class AuditSummary:
+    stream: str
+    channel: str
+    records: int = 0
+    rejects: int = 0
+    content_messages: int = 0
+    sync_messages: int = 0
+    ephemeral_messages: int = 0
+    duplicate_copies: int = 0
+    participants: int = 0
+    acks: int = 0
+    repair_requests: int = 0
+    repair_responses: int = 0
+    never_delivered: int = 0
+    seconds: float = 0.0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- executors -------------------------------------------------------------------------------
+
+
+def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
+    """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from loglake.sds.bloom import BloomFilter
+        from loglake.sds.codec import parse, parse_entry
+        from loglake.sds.errors import DropReason, SdsDecodeError
+
+        bloom_bytes = BloomFilter().n_bytes
+        entry_ids: dict[bytes, str] = {}  # encoded HistoryEntry → its (checked) message id
+
+        def ids_of(bodies: Any) -> list[str]:
+            out = []
+            for b in bodies:
+                mid = entry_ids.get(b)
+                if mid is None:
+                    mid = parse_entry(b).message_id
+                    if len(entry_ids) > 200_000:
+                        entry_ids.clear()
+                    entry_ids[b] = mid
+                out.append(mid)
+            return out
+
+        for batch in batches:
+            cols: dict[str, list[Any]] = {n: [] for n in DECODED_SCHEMA.names}
+            parts = batch.column("partition").to_pylist()
+            idxs = batch.column("index").to_pylist()
+            tss = batch.column("timestamp_ns").to_pylist()
+            datas = batch.column("data").to_pylist()
+            for p, i, ts, data in zip(parts, idxs, tss, datas, strict=True):
+                row: dict[str, Any] = dict.fromkeys(DECODED_SCHEMA.names)
+                row.update(partition=p, index=i, timestamp_ns=ts, ok=False)
+                try:
+                    if data is None:
+                        raise SdsDecodeError(DropReason.MALFORMED, "no data")
+                    pb = parse(data)
+                    if pb.channel_id != channel:
+                        raise SdsDecodeError(DropReason.WRONG_CHANNEL, f"channel {pb.channel_id!r}")
+                    bloom = pb.bloom_filter if pb.HasField("bloom_filter") else None
+                    if bloom is not None and len(bloom) != bloom_bytes:
+                        raise SdsDecodeError(
+                            DropReason.BAD_BLOOM_FILTER, f"bloom filter of {len(bloom)} bytes"
+                        )
+                    has_lamport = pb.HasField("lamport_timestamp")
+                    content = pb.content
+                    kind = ("content" if content else "sync") if has_lamport else "ephemeral"
+                    row.update(
+                        ok=True,
+                        kind=kind,
+                        message_id=pb.message_id,
+                        sender=pb.sender_id,
+                        lamport=pb.lamport_timestamp if has_lamport else None,
+                        causal_history=ids_of(pb.causal_history),
+                        repair_request=[parse_entry(b).message_id for b in pb.repair_request],
+                        bloom_filter=bloom,
+                        content_bytes=len(content),
+                    )
+                except SdsDecodeError as e:
+                    row.update(reason=str(e.reason.value), detail=e.detail)
+                if row["lamport"] is not None and row["lamport"] >= 1 << 63:
+                    row.update(
+                        ok=False, reason="oversized", detail="lamport_timestamp over 2^63 - 1"
+                    )
+                if not row["ok"]:
+                    for k in ("kind", "message_id", "sender", "lamport", "bloom_filter"):
+                        row[k] = None
+                    row["causal_history"] = row["repair_request"] = None
+                    row["content_bytes"] = None
+                for k, v in row.items():
+                    cols[k].append(v)
+            yield pa.RecordBatch.from_pydict(cols, schema=DECODED_SCHEMA)
+
+    return run
+
+
+def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
+    """The percentile used everywhere here (and by ``loglake.sds.sim``): ``xs[min(n-1, ⌊p·n⌋)]``
+    of the sorted values; None when there are none."""
+    if not sorted_xs:
+        return None
+    return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
+
+
+def sweep_participant(
+    participant: str,
+    own: pa.Table,
+    content_ids: list[str],
+    content_first: list[int],
+    content_ts: list[int],
+    content_sender: list[str],
+) -> tuple[pa.Table, pa.Table]:
+    """One participant's acknowledgements (``ACKS_SCHEMA``) and figures
+    (``PARTICIPANT_SWEEP_SCHEMA``). ``own``: its first-copy content and sync messages (index,
+    timestamp_ns, kind, causal_history, bloom_filter); ``content_*``: every content message's
+    first copy, ordered by position."""
+    from loglake.sds.bloom import BloomFilter, contains
+
+    positions_of = BloomFilter().positions
+    own = own.sort_by("index")
+    idxs = own.column("index").to_pylist()
+    tss = own.column("timestamp_ns").to_pylist()
+    kinds = own.column("kind").to_pylist()
+    causal = own.column("causal_history").to_pylist()
+    blooms = own.column("bloom_filter").to_pylist()
+    pending: dict[str, tuple[int, int, tuple[int, ...] | None]] = {}
+    acks: dict[str, list[Any]] = {n: [] for n in ACKS_SCHEMA.names}
+    latencies: list[float] = []
+    k = 0
+    seen = 0
+    n_content = len(content_ids)
+    for q, ts, hist, bloom in zip(idxs, tss, causal, blooms, strict=True):
+        while k < n_content and content_first[k] < q:
+            if content_sender[k] != participant:
+                pending[content_ids[k]] = (content_first[k], content_ts[k], None)
+                seen += 1
+            k += 1
+        if not pending:
+            continue
+        hits: list[tuple[str, str]] = []
+        for mid in hist or ():
+            if mid in pending:
+                hits.append((mid, "causal_history"))
+        if bloom is not None:
+            in_hist = {m for m, _ in hits}
+            for mid, (first, t0, pos) in list(pending.items()):
+                if mid in in_hist:
+                    continue
+                if pos is None:
+                    pos = positions_of(mid)
+                    pending[mid] = (first, t0, pos)
+                if contains(bloom, pos):
+                    hits.append((mid, "bloom_filter"))
+        for mid, via in hits:
+            _, t0, _ = pending.pop(mid)
+            lat = (ts - t0) / 1e6
+            latencies.append(lat)
+            for col, v in zip(ACKS_SCHEMA.names, (mid, participant, q, ts, lat, via), strict=True):
+                acks[col].append(v)
+    latencies.sort()
+    n_acked = len(latencies)
+    row = {
+        "participant": [participant],
+        "messages_sent": [kinds.count("content")],
+        "syncs_sent": [kinds.count("sync")],
+        "last_index": [idxs[-1] if idxs else None],
+        "expected": [seen],
+        "acknowledged": [n_acked],
+        "delivery_ratio": [n_acked / seen if seen else None],
+        "ack_p50_ms": [nearest_rank(latencies, 0.5)],
+        "ack_p90_ms": [nearest_rank(latencies, 0.9)],
+        "ack_p99_ms": [nearest_rank(latencies, 0.99)],
+        "not_acknowledged": [sorted(pending)],
+    }
+    return (
+        pa.Table.from_pydict(acks, schema=ACKS_SCHEMA),
+        pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA),
+    )
+
+
+SWEEP_OUT_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("acks", pa.struct(list(ACKS_SCHEMA))),
+        ("participant", pa.struct(list(PARTICIPANT_SWEEP_SCHEMA))),
+    ]
+)
+
+
+def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
+    def run(own: pa.Table) -> pa.Table:
+        content = content_bc.value
+        participant = own.column("sender")[0].as_py()
+        acks, part = sweep_participant(
+            participant,
+            own,
+            content["ids"],
+            content["first"],
+            content["ts"],
+            content["sender"],
+        )
+        n_acks = acks.num_rows
+        ack_struct = pa.StructArray.from_arrays(
+            [c.combine_chunks() for c in acks.columns], fields=list(ACKS_SCHEMA)
+        )
+        part_struct = pa.StructArray.from_arrays(
+            [c.combine_chunks() for c in part.columns], fields=list(PARTICIPANT_SWEEP_SCHEMA)
+        )
+        tables = pa.array(["acks"] * n_acks + ["participant"], pa.string())
+        acks_col = pa.concat_arrays([ack_struct, pa.nulls(1, ack_struct.type)])
+        part_col = pa.concat_arrays([pa.nulls(n_acks, part_struct.type), part_struct])
+        return pa.Table.from_arrays([tables, acks_col, part_col], schema=SWEEP_OUT_SCHEMA)
+
+    return run
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
+    """The audit; ``opts`` must be ``validate()``d. Tables go to ``out/<table>/`` (Parquet),
+    ``out/summary.json`` and ``out/report.html``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from loglake.pipeline.read import read
+
+    t0 = time.monotonic()
+    assert opts.channel is not None
+    out = Path(opts.out_dir)
+    if out.exists():
+        for name in (*TABLES, "summary.json", "report.html"):
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    summary = AuditSummary(opts.stream, opts.channel)
+
+    records = read(spark, opts.data_dir, opts.stream, partitions=[opts.partition])
+    decoded = (
+        records.select("partition", "index", "timestamp_ns", "data")
+        .mapInArrow(decode_batches(opts.channel), _spark_schema(DECODED_SCHEMA))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        return _audit(spark, opts, decoded, summary, t0, F)
+    finally:
+        decoded.unpersist()
+
+
+def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summary, t0, F):
+    out = Path(opts.out_dir)
+    rejects = decoded.where(~F.col("ok")).select(
+        "partition", "index", "timestamp_ns", "reason", "detail"
+    )
+    rejects.orderBy("index").write.parquet(str(out / "rejects"))
+    good = decoded.where(F.col("ok")).drop("ok", "reason", "detail")
+
+    # first copy of each message id; later copies counted (resends, repair responses)
+    firsts = good.groupBy("message_id").agg(
+        F.min("index").alias("first_index"), F.count(F.lit(1)).alias("copies")
+    )
+    first = good.join(firsts, "message_id").where(F.col("index") == F.col("first_index"))
+    first = first.persist()
+
+    content = first.where(F.col("kind") == "content").select(
+        "message_id", "index", "timestamp_ns", "sender"
+    )
+    ct = content.orderBy("index").toArrow()
+    content_bc = spark.sparkContext.broadcast(
+        {
+            "ids": ct.column("message_id").to_pylist(),
+            "first": ct.column("index").to_pylist(),
+            "ts": ct.column("timestamp_ns").to_pylist(),
+            "sender": ct.column("sender").to_pylist(),
+        }
+    )
+    try:
+        swept = (
+            first.where(F.col("kind").isin("content", "sync"))
+            .select("sender", "index", "timestamp_ns", "kind", "causal_history", "bloom_filter")
+            .groupBy("sender")
+            .applyInArrow(_sweep_group(content_bc), _spark_schema(SWEEP_OUT_SCHEMA))
+            .persist()
+        )
+        acks = swept.where(F.col("table") == "acks").select("acks.*")
+        acks.write.parquet(str(out / "acks"))
+        sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
+
+        # dependencies: referenced before they appeared, or never on the channel
+        dep_pos = content.select(
+            F.col("message_id").alias("dep"), F.col("index").alias("dep_index")
+        )
+        edges = first.where(F.col("kind") != "ephemeral").select(
+            "message_id", "index", F.explode("causal_history").alias("dep")
+        )
+        edges = edges.join(dep_pos, "dep", "left").persist()
+        dep_stats = edges.groupBy("message_id").agg(
+            F.sort_array(F.collect_set(F.when(F.col("dep_index").isNull(), F.col("dep")))).alias(
+                "never_delivered_deps"
+            ),
+            F.sum(F.when(F.col("dep_index") > F.col("index"), 1).otherwise(0)).alias(
+                "deps_seen_later"
+            ),
+        )
+        ack_stats = acks.groupBy("message_id").agg(
+            F.count(F.lit(1)).alias("acknowledged_by"),
+            F.min("latency_ms").alias("first_ack_ms"),
+            F.max("latency_ms").alias("last_ack_ms"),
+        )
+
+        # repair requests, answered by the first copy after them
+        requests = first.select(
+            F.col("sender").alias("requester"),
+            F.col("index").alias("request_index"),
+            F.col("timestamp_ns").alias("request_timestamp_ns"),
+            F.explode("repair_request").alias("message_id"),
+        )
+        copies = good.where(F.col("kind") == "content").select(
+            "message_id",
+            F.col("index").alias("copy_index"),
+            F.col("timestamp_ns").alias("copy_timestamp_ns"),
+        )
+        answered = (
+            requests.join(copies, "message_id", "left")
+            .where(F.col("copy_index").isNull() | (F.col("copy_index") > F.col("request_index")))
+            .groupBy("requester", "request_index", "request_timestamp_ns", "message_id")
+            .agg(F.min(F.struct("copy_index", "copy_timestamp_ns")).alias("r"))
+        )
+        # requests with no later copy are kept: the left join above kept nothing for them
+        repairs = requests.join(
+            answered.select("requester", "request_index", "message_id", "r"),
+            ["requester", "request_index", "message_id"],
+            "left",
+        ).select(
+            "message_id",
+            "requester",
+            "request_index",
+            "request_timestamp_ns",
+            F.col("r.copy_index").alias("response_index"),
+            F.col("r.copy_timestamp_ns").alias("response_timestamp_ns"),
+            ((F.col("r.copy_timestamp_ns") - F.col("request_timestamp_ns")) / 1e6).alias(
+                "response_ms"
+            ),
+        )
+        repairs.write.parquet(str(out / "repairs"))
+
+        requested = repairs.groupBy("message_id").agg(
+            F.count(F.lit(1)).alias("repair_requests"),
+            F.count("response_index").alias("repair_responses"),
+        )
+        messages = (
+            first.select(
+                F.col("partition"),
+                F.col("index").alias("first_index"),
+                F.col("timestamp_ns").alias("first_timestamp_ns"),
+                "kind",
+                "message_id",
+                "sender",
+                "lamport",
+                "causal_history",
+                "repair_request",
+                "content_bytes",
+                "copies",
+            )
+            .join(dep_stats, "message_id", "left")
+            .join(ack_stats, "message_id", "left")
+            .join(requested, "message_id", "left")
+            .fillna(
+                0, ["acknowledged_by", "repair_requests", "repair_responses", "deps_seen_later"]
+            )
+            .withColumn(
+                "never_delivered_deps",
+                F.coalesce(F.col("never_delivered_deps"), F.array().cast("array<string>")),
+            )
+        )
+        messages.write.parquet(str(out / "messages"))
+
+        # unresolved: deps of what a participant held (acknowledged or sent), never held by it
+        held = acks.select(F.col("participant"), "message_id").unionByName(
+            content.select(F.col("sender").alias("participant"), "message_id")
+        )
+        held_edges = held.join(edges.select("message_id", "dep"), "message_id")
+        unresolved = (
+            held_edges.select("participant", "dep")
+            .distinct()
+            .join(
+                held.select("participant", F.col("message_id").alias("dep")),
+                ["participant", "dep"],
+                "left_anti",
+            )
+            .groupBy("participant")
+            .agg(F.sort_array(F.collect_list("dep")).alias("unresolved_deps"))
+        )
+        participants = (
+            sweep_parts.join(unresolved, "participant", "left")
+            .withColumn(
+                "unresolved_deps",
+                F.coalesce(F.col("unresolved_deps"), F.array().cast("array<string>")),
+            )
+            .withColumn("unresolved", F.size("unresolved_deps"))
+        )
+        participants.write.parquet(str(out / "participants"))
+
+        # the summary, from the written tables
+        def count(path: str) -> int:
+            return spark.read.parquet(str(out / path)).count()
+
+        kinds = dict(spark.read.parquet(str(out / "messages")).groupBy("kind").count().collect())
+        reasons = dict(spark.read.parquet(str(out / "rejects")).groupBy("reason").count().collect())
+        mstats = (
+            spark.read.parquet(str(out / "messages"))
+            .agg(
+                F.sum(F.col("copies") - 1).alias("dups"),
+                F.sum(F.col("repair_responses")).alias("resp"),
+            )
+            .first()
+        )
+        summary.records = decoded.count()
+        summary.rejects = sum(reasons.values())
+        summary.reject_reasons = {str(k): int(v) for k, v in sorted(reasons.items())}
+        summary.content_messages = int(kinds.get("content", 0))
+        summary.sync_messages = int(kinds.get("sync", 0))
+        summary.ephemeral_messages = int(kinds.get("ephemeral", 0))
+        summary.duplicate_copies = int(mstats["dups"] or 0) if mstats else 0
+        summary.participants = count("participants")
+        summary.acks = count("acks")
+        summary.repair_requests = count("repairs")
+        summary.repair_responses = int(mstats["resp"] or 0) if mstats else 0
+        summary.never_delivered = (
+            edges.where(F.col("dep_index").isNull()).select("dep").distinct().count()
+        )
+        edges.unpersist()
+        swept.unpersist()
+    finally:
+        first.unpersist()
+        content_bc.unpersist()
+    summary.seconds = round(time.monotonic() - t0, 3)
+    if opts.report:
+        from loglake.pipeline.jobs.sds_audit_report import write_report
+
+        write_report(spark, out, summary)
+        summary.seconds = round(time.monotonic() - t0, 3)
+    (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
+    return summary
+
+
+def table(spark: SparkSession, out_dir: str, name: str) -> DataFrame:
+    """One of the audit's tables (``TABLES``) as a DataFrame."""
+    if name not in TABLES:
+        raise BadOption("table", name, f"one of {', '.join(TABLES)}")
+    return spark.read.parquet(str(Path(out_dir) / name))
+
+
+def summarize(out_dir: str) -> AuditSummary:
+    return AuditSummary(**json.loads((Path(out_dir) / "summary.json").read_text()))

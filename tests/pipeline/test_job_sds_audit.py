@@ -1,0 +1,224 @@
+"""``loglake job sds-audit`` (issue 12 §2): the audit of a stored SDS channel equals the ground
+truth of the seeded simulator that produced it (loss, a healing partition, a late joiner, an
+offline participant), malformed records land in ``rejects`` while the job goes on, dependencies
+never stored are named, options are checked before any work, and the report is one
+self-contained HTML page."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from loglake.log import Entry, open_log
+from loglake.pipeline.errors import BadOption
+from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, nearest_rank, run, table
+from loglake.sds.codec import encode, parse
+from loglake.sds.messages import HistoryEntry, SdsMessage
+from loglake.sds.sim import SimConfig, Simulation, store_channel
+
+pytestmark = [pytest.mark.spark]
+
+STREAM = "sds.sim"
+CFG = SimConfig(
+    participants=10,
+    messages=40,
+    seed=12,
+    loss=0.15,
+    send_window_ms=40_000,
+    settle_ms=30_000,
+    partition=(10_000, 20_000, 0.3),
+    late_joiners=1,
+    offline=1,
+    causal_history_size=5,
+    record_channel=True,
+    closing_sync=True,
+)
+
+
+def simulated(data_dir: Path, cfg: SimConfig = CFG, drop: set[int] = frozenset()) -> Simulation:  # type: ignore[assignment]
+    sim = Simulation(cfg)
+    sim.run()
+    kept = [c for k, c in enumerate(sim.channel) if k not in drop]
+    with open_log(data_dir) as log:
+        full = sim.channel
+        sim.channel = kept
+        store_channel(sim, log, STREAM)
+        sim.channel = full
+    return sim
+
+
+def expected_from_truth(sim: Simulation) -> dict:
+    """The audit's numbers, from what the simulator knows (docs/sds.md "Auditing a channel")."""
+    truth = sim.ground_truth()
+    ids = truth["participants"]
+    sent = truth["sent"]
+    t_of = {pos: t for pos, (t, _, _) in enumerate(sim.channel)}
+    first_pos: dict[str, int] = {}
+    for pos, (_, _, data) in enumerate(sim.channel):
+        first_pos.setdefault(parse(data).message_id, pos)
+    last_own: dict[str, int] = {}
+    for pos, (_, i, data) in enumerate(sim.channel):
+        if parse(data).sender_id == ids[i]:
+            last_own[ids[i]] = pos
+    acks = {}
+    parts = {}
+    for pid in ids:
+        held = truth["held"][pid]
+        lats = []
+        for mid, pos in held.items():
+            lat = float(t_of[pos] - t_of[first_pos[mid]])
+            acks[(mid, pid)] = (pos, lat)
+            lats.append(lat)
+        lats.sort()
+        expected = sum(
+            1
+            for m, v in sent.items()
+            if v["sender"] != pid and pid in last_own and first_pos[m] < last_own[pid]
+        )
+        parts[pid] = {
+            "acknowledged": len(held),
+            "expected": expected,
+            "delivery_ratio": len(held) / expected if expected else None,
+            "ack_p50_ms": nearest_rank(lats, 0.5),
+            "ack_p90_ms": nearest_rank(lats, 0.9),
+            "ack_p99_ms": nearest_rank(lats, 0.99),
+            "messages_sent": sum(1 for v in sent.values() if v["sender"] == pid),
+        }
+    return {"acks": acks, "participants": parts, "truth": truth}
+
+
+def audit(spark, data_dir: Path, out: Path, **kw):
+    opts = SdsAuditOptions(str(data_dir), STREAM, str(out), **kw).validate()
+    return run(spark, opts)
+
+
+def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
+    sim = simulated(tmp_path / "data")
+    exp = expected_from_truth(sim)
+    truth = exp["truth"]
+    summary = audit(spark, tmp_path / "data", tmp_path / "out")
+    out = str(tmp_path / "out")
+
+    assert summary.records == len(sim.channel)
+    assert summary.rejects == 0
+    assert summary.content_messages == len(truth["sent"]) == CFG.messages
+    assert summary.participants == len([p for p in truth["participants"]])
+
+    got_acks = {
+        (r["message_id"], r["participant"]): (r["ack_index"], r["latency_ms"])
+        for r in table(spark, out, "acks").collect()
+    }
+    assert got_acks == exp["acks"]
+    # the run was lossy enough to matter: not everyone got everything by the partition's end
+    assert len(got_acks) > 0
+
+    parts = {r["participant"]: r.asDict() for r in table(spark, out, "participants").collect()}
+    for pid, want in exp["participants"].items():
+        got = parts[pid]
+        for k, v in want.items():
+            assert got[k] == v, (pid, k, got[k], v)
+        # what it held at the end includes everything the participant delivered
+        delivered_others = {m for m in truth["delivered"][pid] if truth["sent"][m]["sender"] != pid}
+        assert delivered_others <= set(truth["held"][pid])
+        assert got["unresolved"] == 0  # the store node resolved every dependency
+
+    msgs = {r["message_id"]: r for r in table(spark, out, "messages").collect()}
+    for mid, v in truth["sent"].items():
+        m = msgs[mid]
+        assert m["kind"] == "content"
+        assert m["sender"] == v["sender"]
+        assert m["first_timestamp_ns"] == v["t_ms"] * 1_000_000
+        assert m["acknowledged_by"] == sum(1 for (x, _) in exp["acks"] if x == mid)
+        assert m["never_delivered_deps"] == []
+    # lamport times and causal histories are the messages' own
+    for _, _, data in sim.channel:
+        pb = parse(data)
+        if pb.content:
+            assert msgs[pb.message_id]["lamport"] == pb.lamport_timestamp
+    repairs = table(spark, out, "repairs").collect()
+    assert summary.repair_requests == len(repairs)
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert report.count("<svg") == 3
+    assert not re.search(r"<script|https?://(?!www\.w3\.org/2000/svg)", report)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["acks"] == len(got_acks)
+
+
+def test_rejects_and_never_delivered_dependencies(spark, tmp_path):
+    """Malformed records, another channel, a bad bloom filter: rejected at their positions with
+    a reason, counted, and the rest audited; content messages missing from the store are named as
+    dependencies never delivered and as unresolved for the participants that held dependents."""
+    cfg = SimConfig(
+        participants=5,
+        messages=20,
+        seed=4,
+        loss=0.0,
+        send_window_ms=20_000,
+        settle_ms=10_000,
+        causal_history_size=5,
+        record_channel=True,
+        closing_sync=True,
+    )
+    probe = Simulation(cfg)
+    probe.run()
+    contents = [k for k, (_, _, d) in enumerate(probe.channel) if parse(d).content and k > 3]
+    drop = {contents[3], contents[8]}
+    dropped_ids = {parse(probe.channel[k][2]).message_id for k in drop}
+    data_dir = tmp_path / "data"
+    sim = simulated(data_dir, cfg, drop)
+    n_good = len(sim.channel) - len(drop)
+    bad = [
+        b"\xff\xff\xff not protobuf",
+        encode(SdsMessage("x", "m1", "other-channel", 5, content=b"hi")),
+        encode(SdsMessage("x", "m2", "sim", 5, bloom_filter=b"\x00" * 10, content=b"hi")),
+        encode(SdsMessage("x", "m3", "sim", None)),
+        encode(SdsMessage("x", "m4", "sim", 7, causal_history=(HistoryEntry(""),))),
+    ]
+    with open_log(data_dir) as log:
+        positions = log.append_many(STREAM, 0, [Entry(b) for b in bad])
+    summary = audit(spark, data_dir, tmp_path / "out")
+    out = str(tmp_path / "out")
+    assert summary.records == n_good + len(bad)
+    assert summary.rejects == len(bad)
+    rejects = {r["index"]: r["reason"] for r in table(spark, out, "rejects").collect()}
+    assert rejects == dict(
+        zip(
+            positions,
+            ["malformed", "wrong-channel", "bad-bloom-filter", "unknown-kind", "missing-field"],
+            strict=True,
+        )
+    )
+    assert summary.reject_reasons == {r: 1 for r in rejects.values()}
+    never = set()
+    for r in table(spark, out, "messages").collect():
+        never |= set(r["never_delivered_deps"] or ())
+    assert never == dropped_ids
+    assert summary.never_delivered == 2
+    parts = {r["participant"]: r for r in table(spark, out, "participants").collect()}
+    assert any(set(p["unresolved_deps"]) == dropped_ids for p in parts.values())
+    assert all(set(p["unresolved_deps"]) <= dropped_ids for p in parts.values())
+    assert "Rejected records" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_options_are_checked_before_any_work(tmp_path):
+    data = tmp_path / "data"
+    with open_log(data) as log:
+        log.create_stream(STREAM)
+    with pytest.raises(BadOption, match="--data-dir"):
+        SdsAuditOptions(str(tmp_path / "nope"), STREAM, str(tmp_path / "o")).validate()
+    with pytest.raises(BadOption, match="--stream"):
+        SdsAuditOptions(str(data), "no/such", str(tmp_path / "o")).validate()
+    with pytest.raises(BadOption, match="--stream"):
+        SdsAuditOptions(str(data), "sds.absent", str(tmp_path / "o")).validate()
+    with pytest.raises(BadOption, match="--partition"):
+        SdsAuditOptions(str(data), STREAM, str(tmp_path / "o"), partition=-1).validate()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BadOption, match="--out"):
+        SdsAuditOptions(str(data), STREAM, str(tmp_path / "file")).validate()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "precious").write_text("x")
+    with pytest.raises(BadOption, match="--out"):
+        SdsAuditOptions(str(data), STREAM, str(tmp_path / "full")).validate()
+    assert SdsAuditOptions(str(data), STREAM, str(tmp_path / "o")).validate().channel == "sim"
