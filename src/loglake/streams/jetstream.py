@@ -139,7 +139,11 @@ class JetStreamOptions:
     push_timeout: float = 10.0
     """Longest a push waits for its acks (retries included) before ``ClusterUnavailable``."""
     ack_wait: float = 2.0
-    """One publish round's wait for acks before the unacknowledged messages are sent again."""
+    """The first publish round's wait for acks before the unacknowledged messages are sent
+    again (same msg ids)."""
+    retry_wait: float = 0.25
+    """The wait of every later round: a push that lost its first acks is usually in a
+    failover, and the first ack after the new leader is elected comes at most this late."""
     request_timeout: float = 5.0
     """Reads and metadata calls."""
     duplicate_window: float = 120.0
@@ -207,6 +211,12 @@ def _parse_ts(value: str | None) -> int:
     head, _, frac = value.rstrip("Z").partition(".")
     secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
     return secs * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+async def _log_nats_error(e: Exception) -> None:
+    """nats-py's connection errors (a refused reconnect while a node is down): logged, not
+    printed."""
+    log_event(logger, logging.DEBUG, "nats connection error", error=repr(e))
 
 
 _RETRYABLE = (
@@ -281,6 +291,7 @@ class JetStreamLog(Log):
             "connect_timeout": o.connect_timeout,
             "allow_reconnect": True,
             "name": "loglake",
+            "error_cb": _log_nats_error,
         }
         if o.credentials:
             kw["user_credentials"] = o.credentials
@@ -585,7 +596,10 @@ class JetStreamLog(Log):
                         raise
                     last_error = e
                     break
-            wait = max(0.05, min(o.ack_wait, deadline - time.monotonic()))
+            round_wait = (
+                o.ack_wait if len(todo) == len(datas) and last_error is None else o.retry_wait
+            )
+            wait = max(0.05, min(round_wait, deadline - time.monotonic()))
             if futs:
                 await asyncio.wait(futs, timeout=wait)
             left = []
