@@ -214,6 +214,23 @@ def test_a_failed_fsync_in_close_is_storage_failed(tmp_path, monkeypatch):
         assert log.next_index("s") <= 1
 
 
+def test_a_failed_folder_fsync_when_rolling_fails_the_partition(tmp_path, monkeypatch):
+    """The new segment's name is durable only once its folder is fsynced: a failure there is
+    a failed fsync like any other, never retried and assumed good."""
+    log = open_log(tmp_path)
+    log.create_stream("s", StreamConfig(segment_bytes=600))
+    log.append("s", 0, b"a" * 100)
+    real = fs.fsync_dir
+    monkeypatch.setattr(fs, "fsync_dir", lambda path: _eio(path))
+    with pytest.raises(StorageFailed):
+        for _ in range(20):  # until a roll
+            log.append("s", 0, b"b" * 100)
+    monkeypatch.setattr(fs, "fsync_dir", real)
+    with pytest.raises(StorageFailed):
+        log.append("s", 0, b"c")
+    log.close()
+
+
 # -- §5 close racing an append -------------------------------------------------------------
 
 

@@ -110,7 +110,7 @@ class Partition:
         if not bases and not self.readonly:
             fs.makedirs_durable(self.dir)
             Segment.create(self.dir, 0).close()
-            fs.fsync_dir(self.dir)
+            self._fsync(lambda: fs.fsync_dir(self.dir))
             bases = [0]
         if self.readonly:
             self._reader_mark = watermark.read(self.dir)
@@ -140,7 +140,7 @@ class Partition:
                 self._fsync(active.sync)
                 self._publish_durable(sync=True)
             if new_file:
-                fs.fsync_dir(self.dir)  # the DURABLE file's own name
+                self._fsync(lambda: fs.fsync_dir(self.dir))  # the DURABLE file's own name
 
             with contextlib.suppress(FileNotFoundError):
                 fs.unlink(self.dir / SEAL_FAILED_FILE)  # seals are scheduled again below
@@ -181,7 +181,7 @@ class Partition:
             else:
                 seg.delete()
         if not self.readonly:
-            fs.fsync_dir(self.dir)
+            self._fsync(lambda: fs.fsync_dir(self.dir))
 
     def refresh(self) -> None:
         """Readers only: follow the writer (new segments, new records, deleted files)."""
@@ -351,7 +351,7 @@ class Partition:
         self._gc.mark_synced(self._seq)
         new = Segment.create(self.dir, old.next_index)
         if durability != "none":
-            fs.fsync_dir(self.dir)
+            self._fsync(lambda: fs.fsync_dir(self.dir))
         self.segments.append(new)
         if durability != "none":  # the new segment's name is durable: the watermark may name it
             self._publish_durable()
@@ -617,7 +617,7 @@ class Partition:
                 total -= seg.size
                 deleted = True
             if deleted:  # or a crash can bring the segment back (see _drop_resurrected)
-                fs.fsync_dir(self.dir)
+                self._fsync(lambda: fs.fsync_dir(self.dir))
             if cfg.lake_retention_ms is not None and self.lake_dir.exists():
                 lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
                 # under the lake lock, so a compaction never commits over sources removed
@@ -631,7 +631,7 @@ class Partition:
                             if gone.first <= f.first and f.last <= gone.last:
                                 with contextlib.suppress(FileNotFoundError):
                                     fs.unlink(f.path)
-                        fs.fsync_dir(self.lake_dir)
+                        self._fsync(lambda: fs.fsync_dir(self.lake_dir))
             return self.first_index - before
 
     def truncate_before(self, index: int) -> int:
@@ -663,7 +663,7 @@ class Partition:
                 self.segments.pop(0)
                 dropped += seg.next_index - seg.base
             if dropped:
-                fs.fsync_dir(self.dir)
+                self._fsync(lambda: fs.fsync_dir(self.dir))
             if cfg.seal_to_lake:
                 return dropped
             keep_from = self.segments[0].base if self.segments else self.next_index
@@ -673,7 +673,7 @@ class Partition:
                     for f in below:
                         with contextlib.suppress(FileNotFoundError):
                             fs.unlink(f.path)
-                    fs.fsync_dir(self.lake_dir)
+                    self._fsync(lambda: fs.fsync_dir(self.lake_dir))
             self.lake = visible_lake_files(list_lake_files(self.lake_dir))
             return self.first_index - before
 
