@@ -90,6 +90,8 @@ TS_HEADER = "Loglake-Timestamp"
 DIRECT_GET = "$JS.API.DIRECT.GET.{}"
 PURGE = "$JS.API.STREAM.PURGE.{}"
 MAX_PULL_BYTES = 8 * 1024 * 1024
+READ_ATTEMPT = 1.0
+"""Seconds a direct get waits for its first message before asking again (another replica)."""
 
 
 class ClusterUnavailable(LogError):
@@ -705,10 +707,14 @@ class JetStreamLog(Log):
         acked = self._acked.get(name, 0)
         while len(out) < limit:
             batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
-            if batch is None:  # no answer: no replica serves reads
+            if batch is None:  # no answer: that replica is paused/partitioned, or none serves
                 if out:
                     break
-                raise ClusterUnavailable(f"read of {stream!r}/{partition}", 0, "no replica")
+                if time.monotonic() < deadline:
+                    continue  # the queue group may pick a replica that answers
+                raise ClusterUnavailable(
+                    f"read of {stream!r}/{partition}", self.options.request_timeout, "no replica"
+                )
             for m in batch:
                 got = int(m.headers["Nats-Sequence"])
                 if got != seq:
@@ -782,7 +788,9 @@ class JetStreamLog(Log):
             msgs: list[Any] = []
             while True:
                 try:
-                    m = await sub.next_msg(self.options.request_timeout)
+                    m = await sub.next_msg(
+                        READ_ATTEMPT if not msgs else self.options.request_timeout
+                    )
                 except nats.errors.TimeoutError:
                     return (msgs or None), 0
                 hdrs = m.headers or {}
