@@ -295,20 +295,17 @@ def _summary_batches(
                 s_, i_, t_, bucket = s_[order], i_[order], t_[order], bucket[order]
                 edge = np.flatnonzero((np.diff(s_) != 0) | (np.diff(bucket) != 0)) + 1
                 starts = np.concatenate(([0], edge))
-                for col, v in zip(
-                    cols,
-                    (
-                        s_[starts],
-                        bucket[starts],
-                        np.minimum.reduceat(i_, starts),
-                        np.maximum.reduceat(i_, starts),
-                        np.diff(np.concatenate((starts, [len(s_)]))),
-                        np.minimum.reduceat(t_, starts),
-                        [None] * len(starts),
-                    ),
-                    strict=True,
-                ):
-                    col.extend(v.tolist() if isinstance(v, np.ndarray) else v)
+                values: list[np.ndarray] = [
+                    s_[starts],
+                    bucket[starts],
+                    np.minimum.reduceat(i_, starts),
+                    np.maximum.reduceat(i_, starts),
+                    np.diff(np.concatenate((starts, [len(s_)]))),
+                    np.minimum.reduceat(t_, starts),
+                ]
+                for col, arr in zip(cols, values, strict=False):
+                    col.extend(arr.tolist())
+                cols[6].extend([None] * len(starts))
             types = [
                 pa.int32(),
                 pa.int64(),
