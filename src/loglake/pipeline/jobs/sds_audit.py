@@ -62,11 +62,17 @@ DECODED_SCHEMA = pa.schema(
         ("sender", pa.string()),
         ("lamport", pa.int64()),
         ("causal_history", pa.list_(pa.string())),
+        ("causal_new", pa.list_(pa.string())),
         ("repair_request", pa.list_(pa.string())),
         ("bloom_filter", pa.binary()),
         ("content_bytes", pa.int64()),
     ]
 )
+"""``causal_new``: the causal-history ids that were not in the previous message of the same
+sender read by the same task (all of them for a sender's first message in a task). An id left
+out was in an earlier message of that sender, so whatever it shows (an acknowledgement, a
+reference) was shown there first: the sweep and the dependency counts read only these, about
+``participants`` ids a message instead of 200 when senders take turns."""
 
 ACKS_SCHEMA = pa.schema(
     [
@@ -181,6 +187,8 @@ def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterat
 
         bloom_bytes = BloomFilter().n_bytes
         entry_ids: dict[bytes, str] = {}  # encoded HistoryEntry → its (checked) message id
+        # sender → (index, entries) of its previous message read here
+        previous: dict[str, tuple[int, frozenset[bytes]]] = {}
 
         def ids_of(bodies: Any) -> list[str]:
             out = []
@@ -217,14 +225,27 @@ def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterat
                     has_lamport = pb.HasField("lamport_timestamp")
                     content = pb.content
                     kind = ("content" if content else "sync") if has_lamport else "ephemeral"
+                    bodies = list(pb.causal_history)
+                    history = ids_of(bodies)
+                    before = previous.get(pb.sender_id)
+                    if before is None or before[0] >= i:  # (a task reads in order; if not, all)
+                        new = history
+                    else:
+                        seen = before[1]
+                        new = [m for b, m in zip(bodies, history, strict=True) if b not in seen]
+                    requests = [parse_entry(b).message_id for b in pb.repair_request]
+                    if len(previous) > 100_000:
+                        previous.clear()
+                    previous[pb.sender_id] = (i, frozenset(bodies))
                     row.update(
                         ok=True,
                         kind=kind,
                         message_id=pb.message_id,
                         sender=pb.sender_id,
                         lamport=pb.lamport_timestamp if has_lamport else None,
-                        causal_history=ids_of(pb.causal_history),
-                        repair_request=[parse_entry(b).message_id for b in pb.repair_request],
+                        causal_history=history,
+                        causal_new=new,
+                        repair_request=requests,
                         bloom_filter=bloom,
                         content_bytes=len(content),
                     )
@@ -237,7 +258,7 @@ def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterat
                 if not row["ok"]:
                     for k in ("kind", "message_id", "sender", "lamport", "bloom_filter"):
                         row[k] = None
-                    row["causal_history"] = row["repair_request"] = None
+                    row["causal_history"] = row["repair_request"] = row["causal_new"] = None
                     row["content_bytes"] = None
                 for k, v in row.items():
                     cols[k].append(v)
@@ -264,7 +285,7 @@ def sweep_participant(
 ) -> tuple[pa.Table, pa.Table]:
     """One participant's acknowledgements (``ACKS_SCHEMA``) and figures
     (``PARTICIPANT_SWEEP_SCHEMA``). ``own``: its first-copy content and sync messages (index,
-    timestamp_ns, kind, causal_history, bloom_filter); ``content_*``: every content message's
+    timestamp_ns, kind, causal_new, bloom_filter); ``content_*``: every content message's
     first copy, ordered by position."""
     from loglake.sds.bloom import BloomFilter, contains
 
@@ -273,7 +294,7 @@ def sweep_participant(
     idxs = own.column("index").to_pylist()
     tss = own.column("timestamp_ns").to_pylist()
     kinds = own.column("kind").to_pylist()
-    causal = own.column("causal_history").to_pylist()
+    causal = own.column("causal_new").to_pylist()
     blooms = own.column("bloom_filter").to_pylist()
     pending: dict[str, tuple[int, int, tuple[int, ...] | None]] = {}
     acks: dict[str, list[Any]] = {n: [] for n in ACKS_SCHEMA.names}
@@ -438,7 +459,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
     try:
         swept = (
             first.where(F.col("kind").isin("content", "sync"))
-            .select("sender", "index", "timestamp_ns", "kind", "causal_history", "bloom_filter")
+            .select("sender", "index", "timestamp_ns", "kind", "causal_new", "bloom_filter")
             .groupBy("sender")
             .applyInArrow(_sweep_group(content_bc), _spark_schema(SWEEP_OUT_SCHEMA))
             .persist()
@@ -447,21 +468,46 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         acks.write.parquet(str(out / "acks"))
         sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
 
-        # dependencies: referenced before they appeared, or never on the channel
+        # dependencies. Every id of every causal history is in some message's causal_new, so
+        # the ids never on the channel come from causal_new alone (about P ids a message, not
+        # 200); so does "referenced before it was on the channel" (counted where first made).
         dep_pos = content.select(
             F.col("message_id").alias("dep"), F.col("index").alias("dep_index")
         )
-        edges = first.where(F.col("kind") != "ephemeral").select(
-            "message_id", "index", F.explode("causal_history").alias("dep")
+        new_edges = first.where(F.col("kind") != "ephemeral").select(
+            "message_id", "index", F.explode("causal_new").alias("dep")
         )
-        edges = edges.join(dep_pos, "dep", "left").persist()
-        dep_stats = edges.groupBy("message_id").agg(
-            F.sort_array(F.collect_set(F.when(F.col("dep_index").isNull(), F.col("dep")))).alias(
-                "never_delivered_deps"
-            ),
+        new_edges = new_edges.join(F.broadcast(dep_pos), "dep", "left").persist()
+        never = [
+            r[0]
+            for r in new_edges.where(F.col("dep_index").isNull()).select("dep").distinct().collect()
+        ]
+        late = new_edges.groupBy("message_id").agg(
             F.sum(F.when(F.col("dep_index") > F.col("index"), 1).otherwise(0)).alias(
                 "deps_seen_later"
-            ),
+            )
+        )
+        # candidates for "unresolved": never on the channel, or not acknowledged by someone
+        not_acked = sweep_parts.select(
+            "participant", F.explode("not_acknowledged").alias("dep")
+        ).persist()
+        cand = (
+            not_acked.select("dep")
+            .unionByName(spark.createDataFrame([(d,) for d in never], "dep string"))
+            .distinct()
+        )
+        # the full histories are read once, for the references to candidates only
+        cand_edges = (
+            first.where(F.col("kind") != "ephemeral")
+            .select("message_id", F.explode("causal_history").alias("dep"))
+            .join(F.broadcast(cand), "dep")
+            .persist()
+        )
+        never_df = spark.createDataFrame([(d,) for d in never], "dep string")
+        dep_stats = (
+            cand_edges.join(F.broadcast(never_df), "dep")
+            .groupBy("message_id")
+            .agg(F.sort_array(F.collect_set("dep")).alias("never_delivered_deps"))
         )
         ack_stats = acks.groupBy("message_id").agg(
             F.count(F.lit(1)).alias("acknowledged_by"),
@@ -524,6 +570,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
                 "copies",
             )
             .join(dep_stats, "message_id", "left")
+            .join(late, "message_id", "left")
             .join(ack_stats, "message_id", "left")
             .join(requested, "message_id", "left")
             .fillna(
@@ -536,19 +583,21 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         )
         messages.write.parquet(str(out / "messages"))
 
-        # unresolved: deps of what a participant held (acknowledged or sent), never held by it
-        held = acks.select(F.col("participant"), "message_id").unionByName(
-            content.select(F.col("sender").alias("participant"), "message_id")
-        )
-        held_edges = held.join(edges.select("message_id", "dep"), "message_id")
-        unresolved = (
-            held_edges.select("participant", "dep")
+        # unresolved: a dependency of a message j held (acknowledged or sent) that j never
+        # acknowledged: never on the channel, or in j's not-acknowledged list
+        held_cand = (
+            acks.select("participant", "message_id")
+            .join(F.broadcast(cand_edges.select("message_id").distinct()), "message_id")
+            .unionByName(content.select(F.col("sender").alias("participant"), "message_id"))
+            .join(F.broadcast(cand_edges), "message_id")
+            .select("participant", "dep")
             .distinct()
-            .join(
-                held.select("participant", F.col("message_id").alias("dep")),
-                ["participant", "dep"],
-                "left_anti",
-            )
+        )
+        missing_for = not_acked.unionByName(
+            sweep_parts.select("participant").crossJoin(F.broadcast(never_df))
+        ).distinct()
+        unresolved = (
+            held_cand.join(missing_for, ["participant", "dep"])
             .groupBy("participant")
             .agg(F.sort_array(F.collect_list("dep")).alias("unresolved_deps"))
         )
@@ -566,8 +615,12 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         def count(path: str) -> int:
             return spark.read.parquet(str(out / path)).count()
 
-        kinds = dict(spark.read.parquet(str(out / "messages")).groupBy("kind").count().collect())
-        reasons = dict(spark.read.parquet(str(out / "rejects")).groupBy("reason").count().collect())
+        kinds: dict[str, int] = dict(
+            spark.read.parquet(str(out / "messages")).groupBy("kind").count().collect()
+        )
+        reasons: dict[str, int] = dict(
+            spark.read.parquet(str(out / "rejects")).groupBy("reason").count().collect()
+        )
         mstats = (
             spark.read.parquet(str(out / "messages"))
             .agg(
@@ -587,10 +640,9 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         summary.acks = count("acks")
         summary.repair_requests = count("repairs")
         summary.repair_responses = int(mstats["resp"] or 0) if mstats else 0
-        summary.never_delivered = (
-            edges.where(F.col("dep_index").isNull()).select("dep").distinct().count()
-        )
-        edges.unpersist()
+        summary.never_delivered = len(never)
+        for df in (new_edges, not_acked, cand_edges):
+            df.unpersist()
         swept.unpersist()
     finally:
         first.unpersist()

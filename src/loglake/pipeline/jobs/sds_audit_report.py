@@ -109,7 +109,7 @@ def lines_svg(
     body = _axes(x0, x1, top, xlabel, ylabel)
     for n, (name, ys) in enumerate(series.items()):
         color = PALETTE[n % len(PALETTE)]
-        pts = []
+        pts: list[str] = []
         for x, y in zip(xs, ys, strict=True):
             px = ML + (x - x0) / (x1 - x0) * pw
             py = MT + ph - y / top * ph
@@ -232,7 +232,7 @@ def gather(spark: SparkSession, out: Path, summary: dict[str, Any]) -> dict[str,
         hi = max(q[0], lo + 1e-9)
         width = (hi - lo) / BINS
         b = F.least(F.floor((F.col("latency_ms") - lo) / width), F.lit(BINS - 1))
-        got = dict(acks.groupBy(b.alias("b")).count().collect())
+        got: dict[int, int] = dict(acks.groupBy(b.alias("b")).count().collect())
         counts = [int(got.get(k, 0)) for k in range(BINS)]
         edges = [lo + k * width for k in range(BINS + 1)]
         lat_svg = bars_svg(
