@@ -102,11 +102,29 @@ class JetStreamSealer:
 
 @click.command("seal")
 @click.option("--backend", required=True, metavar="nats://H1:4222,...", help="The NATS cluster.")
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the lake goes (<data-dir>/lake/<stream>/partition=<p>/).",
+)
 @click.option("--stream", "streams", multiple=True, help="Only these streams (repeatable).")
-@click.option("--nats-prefix", default="loglake", show_default=True)
-@click.option("--nats-creds", type=click.Path(dir_okay=False, exists=True))
-@click.option("--file-records", type=click.IntRange(min=1), default=FILE_RECORDS, show_default=True)
+@click.option(
+    "--nats-prefix",
+    default="loglake",
+    show_default=True,
+    help="The namespace the streams were created under (serve --nats-prefix).",
+)
+@click.option(
+    "--nats-creds", type=click.Path(dir_okay=False, exists=True), help="A NATS .creds file."
+)
+@click.option(
+    "--file-records",
+    type=click.IntRange(min=1),
+    default=FILE_RECORDS,
+    show_default=True,
+    help="At most this many records per lake file.",
+)
 def seal_command(
     backend: str,
     data_dir: Path,
