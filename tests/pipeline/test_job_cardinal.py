@@ -232,6 +232,59 @@ def test_cli_names_the_option(small_input, tmp_path):
     assert "--topic" in r.output and "nope" in r.output
 
 
+# -- the stateful operator's core, without Spark ------------------------------------------------
+
+
+def block_messages(block) -> list[tuple[bytes, bytes, str, int]]:
+    from loglake.cardinal.producer import Producer
+    from loglake.cardinal.synthetic import schema_for
+
+    out = []
+    for topic, msgs in sorted(Producer(TOPIC, schema_for(TOPIC)).block_messages(block).items()):
+        for i, m in enumerate(msgs):
+            out.append((*encode(m), f"{topic}:0", i))
+    return out
+
+
+def test_assemble_block_is_order_independent_and_keeps_what_it_needs():
+    import random
+
+    from loglake.cardinal.consumer import assemble_block
+
+    block = synthetic_chain(3).canonical[2]
+    msgs = block_messages(block)
+    for seed in range(20):
+        rng = random.Random(seed)
+        shuffled = msgs + rng.sample(msgs, len(msgs) // 2)  # copies too
+        rng.shuffle(shuffled)
+        first = shuffled[: len(shuffled) // 3]
+        partial = assemble_block(first)
+        if partial.block is None:  # the state kept, then the rest: the same block
+            done = assemble_block(partial.kept + shuffled[len(shuffled) // 3 :])
+        else:
+            done = partial
+        assert done.block is not None and not done.rejected, seed
+        values = dict(block.updates)
+        for sb in block.batches.values():
+            values.update(sb.updates)
+        assert done.block.values == values and done.block.hash == block.hash
+
+
+def test_assemble_block_rejects_extras_in_any_order():
+    from loglake.cardinal.consumer import assemble_block
+
+    block = synthetic_chain(3).canonical[2]
+    sub = block.batches["state/"].id
+    past = (*encode(SubBatchMsg(block.hash, sub, 99, (), {"state/x": b"1"})), "s:1", 7)
+    stray = (*encode(BatchMsg(block.hash, "zzz/k", b"1")), "s:2", 8)
+    bad = (b"\x03" + block.hash + b"\xff", b"", "s:3", 9)  # not UTF-8
+    for extra in (past, stray, bad):
+        for msgs in ([extra, *block_messages(block)], [*block_messages(block), extra]):
+            r = assemble_block(msgs)
+            assert r.block is not None
+            assert [(s, o) for s, o, _ in r.rejected] == [extra[2:]]
+
+
 # -- the job on Spark -------------------------------------------------------------------------
 
 
