@@ -100,6 +100,8 @@ class NatsCluster:
                 self.start_node(i, wait=False)
             for i in range(self.n):
                 self.wait_ready(i, timeout)
+            if self.n > 1:
+                self.wait_placement(timeout)
         except BaseException:
             self.close()
             raise
@@ -129,6 +131,24 @@ class NatsCluster:
                     return
             time.sleep(0.1)
         raise TimeoutError(f"nats node {self.name(i)} not healthy after {timeout}s")
+
+    def wait_placement(self, timeout: float = 60.0) -> None:
+        """Every node is a current peer of the meta group (``/jsz`` of each says so), so a
+        stream with ``n`` replicas can be placed: ``/healthz`` alone comes earlier."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for i in range(self.n):  # the meta leader's view is the one that places streams
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    meta = self.varz(i, "jsz").get("meta_cluster") or {}
+                    peers = meta.get("replicas") or []
+                    if (
+                        meta.get("leader") == self.name(i)
+                        and len(peers) == self.n - 1
+                        and all(r.get("current") and not r.get("offline") for r in peers)
+                    ):
+                        return
+            time.sleep(0.1)
+        raise TimeoutError(f"the cluster's meta group is not complete after {timeout}s")
 
     def kill(self, i: int) -> None:
         """SIGKILL node ``i`` (its store dir stays for a restart)."""

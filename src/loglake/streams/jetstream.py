@@ -235,10 +235,12 @@ _RETRYABLE = (
 def _retryable(e: BaseException) -> bool:
     if isinstance(e, _RETRYABLE):
         return True
-    # 503: no leader / JetStream temporarily unavailable; 10118: stream offline (electing)
+    # 503: no leader / JetStream temporarily unavailable; 10118: stream offline (electing);
+    # 10005: no suitable peers for placement (a peer is offline or not yet known: a starting or
+    # restarting cluster)
     if not isinstance(e, nats.js.errors.APIError):
         return False
-    return getattr(e, "code", None) == 503 or getattr(e, "err_code", None) == 10118
+    return getattr(e, "code", None) == 503 or getattr(e, "err_code", None) in (10118, 10005)
 
 
 class JetStreamLog(Log):
