@@ -782,28 +782,39 @@ class JetStreamLog(Log):
         """One batched direct get (served by any current replica): the messages from ``seq``
         (deleted ones skipped by the server) and how many more the replica holds after them;
         ``(None, 0)`` if nothing answered."""
+        msgs: list[Any] = []
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+
+        async def on_msg(m: Any) -> None:  # one callback, not a task per message (next_msg)
+            hdrs = m.headers or {}
+            status = hdrs.get("Status")
+            if status is None:
+                msgs.append(m)
+            elif not done.done():
+                # 204 EOB (Nats-Num-Pending: what follows the batch), 404 nothing from seq,
+                # 503 no responders
+                done.set_result(None if status == "503" else int(hdrs.get("Nats-Num-Pending") or 0))
+
         inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(inbox)
+        sub = await self.nc.subscribe(inbox, cb=on_msg)
         try:
             req = json.dumps({"seq": seq, "batch": n, "max_bytes": MAX_PULL_BYTES}).encode()
             await self.nc.publish(DIRECT_GET.format(name), req, reply=inbox)
-            msgs: list[Any] = []
-            while True:
-                try:
-                    m = await sub.next_msg(
-                        READ_ATTEMPT if not msgs else self.options.request_timeout
+            seen = -1
+            while not done.done():
+                try:  # wait for the end; a replica that stopped mid-reply is given up on
+                    await asyncio.wait_for(
+                        asyncio.shield(done),
+                        READ_ATTEMPT if not msgs else self.options.request_timeout,
                     )
-                except nats.errors.TimeoutError:
-                    return (msgs or None), 0
-                hdrs = m.headers or {}
-                status = hdrs.get("Status")
-                if status is None:
-                    msgs.append(m)
-                    continue
-                if status == "503":  # no responders
-                    return None, 0
-                # 204 EOB (Nats-Num-Pending: what follows the batch), 404 nothing from seq
-                return msgs, int(hdrs.get("Nats-Num-Pending") or 0)
+                except TimeoutError:
+                    if len(msgs) == seen or not msgs:
+                        return (msgs or None), 0
+                    seen = len(msgs)
+            pending = done.result()
+            if pending is None:
+                return None, 0
+            return msgs, pending
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
