@@ -169,6 +169,12 @@ class AuditSummary:
     never_delivered: int = 0
     seconds: float = 0.0
     reject_reasons: dict[str, int] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # wall time per output
+
+    def lap(self, stage: str, since: float) -> float:
+        now = time.monotonic()
+        self.stage_seconds[stage] = round(now - since, 3)
+        return now
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -435,6 +441,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         "partition", "index", "timestamp_ns", "reason", "detail"
     )
     rejects.orderBy("index").write.parquet(str(out / "rejects"))
+    lap = summary.lap("decode + rejects", t0)
     good = decoded.where(F.col("ok")).drop("ok", "reason", "detail")
 
     # first copy of each message id; later copies counted (resends, repair responses)
@@ -466,6 +473,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         )
         acks = swept.where(F.col("table") == "acks").select("acks.*")
         acks.write.parquet(str(out / "acks"))
+        lap = summary.lap("first copies + ack sweep", lap)
         sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
 
         # dependencies. Every id of every causal history is in some message's causal_new, so
@@ -550,6 +558,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
             ),
         )
         repairs.write.parquet(str(out / "repairs"))
+        lap = summary.lap("dependencies + repairs", lap)
 
         requested = repairs.groupBy("message_id").agg(
             F.count(F.lit(1)).alias("repair_requests"),
@@ -582,6 +591,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
             )
         )
         messages.write.parquet(str(out / "messages"))
+        lap = summary.lap("messages", lap)
 
         # unresolved: a dependency of a message j held (acknowledged or sent) that j never
         # acknowledged: never on the channel, or in j's not-acknowledged list
@@ -610,6 +620,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
             .withColumn("unresolved", F.size("unresolved_deps"))
         )
         participants.write.parquet(str(out / "participants"))
+        lap = summary.lap("participants", lap)
 
         # the summary, from the written tables
         def count(path: str) -> int:
@@ -647,11 +658,13 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
     finally:
         first.unpersist()
         content_bc.unpersist()
+    lap = summary.lap("summary", lap)
     summary.seconds = round(time.monotonic() - t0, 3)
     if opts.report:
         from loglake.pipeline.jobs.sds_audit_report import write_report
 
         write_report(spark, out, summary)
+        summary.lap("report", lap)
         summary.seconds = round(time.monotonic() - t0, 3)
     (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
