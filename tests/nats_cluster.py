@@ -94,17 +94,29 @@ class NatsCluster:
         path.write_text("\n".join(conf) + "\n")
         return path
 
-    def start(self, timeout: float = 60.0) -> NatsCluster:
-        try:
-            for i in range(self.n):
-                self.start_node(i, wait=False)
-            for i in range(self.n):
-                self.wait_ready(i, timeout)
-            if self.n > 1:
-                self.wait_placement(timeout)
-        except BaseException:
-            self.close()
-            raise
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> NatsCluster:
+        """Start every node; a start that fails (a free port taken meanwhile by another
+        process on this shared machine) is retried on new ports."""
+        for attempt in range(attempts):
+            try:
+                for i in range(self.n):
+                    self.start_node(i, wait=False)
+                for i in range(self.n):
+                    self.wait_ready(i, timeout)
+                if self.n > 1:
+                    self.wait_placement(timeout)
+                return self
+            except Exception:
+                self._stop_all()
+                if attempt == attempts - 1:
+                    self.close()
+                    raise
+                for ports in (self.ports, self.route_ports, self.http_ports):
+                    ports[:] = [free_port() for _ in range(self.n)]
+                shutil.rmtree(self.root, ignore_errors=True)
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def start_node(self, i: int, *, wait: bool = True, timeout: float = 60.0) -> None:
@@ -182,6 +194,11 @@ class NatsCluster:
             return json.loads(r.read())
 
     def close(self) -> None:
+        self._stop_all()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _stop_all(self) -> None:
         for i, p in enumerate(self.procs):
             if p is None or p.poll() is not None:
                 continue
@@ -197,8 +214,7 @@ class NatsCluster:
                 p.kill()
                 p.wait(10)
         self.procs = [None] * self.n
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
+        self.stopped.clear()
 
     def __enter__(self) -> NatsCluster:
         return self.start()
