@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -262,6 +263,9 @@ class JetStreamLog(Log):
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid():x}-{time.time_ns():x}-"
         self._closed = False
+        self._ack_prefix: str | None = None
+        self._acks: dict[str, asyncio.Future[int]] = {}
+        self._tokens = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="loglake-nats")
         self._thread.daemon = True
@@ -584,22 +588,24 @@ class JetStreamLog(Log):
         last_error: BaseException | None = None
         while todo:
             futs = []
+            prefix = await self._ack_inbox()
+            loop = asyncio.get_running_loop()
             for i in todo:
                 h = dict(headers[i]) if headers is not None else {}
                 h["Nats-Msg-Id"] = msg_ids[i]
+                token = f"{next(self._tokens):x}"
+                fut = loop.create_future()
+                self._acks[token] = fut
+                fut.add_done_callback(functools.partial(self._forget_ack, token))
                 try:
-                    futs.append(
-                        await self.js.publish_async(
-                            subject, datas[i], wait_stall=o.ack_wait, headers=h
-                        )
-                    )
-                except Exception as e:  # disconnected and buffer full, stalled: next round
-                    if not _retryable(e) and not isinstance(
-                        e, nats.js.errors.TooManyStalledMsgsError
-                    ):
+                    await self.nc.publish(subject, datas[i], reply=prefix + token, headers=h)
+                except Exception as e:  # disconnected and its buffer full: next round
+                    fut.cancel()
+                    if not _retryable(e):
                         raise
                     last_error = e
                     break
+                futs.append(fut)
             round_wait = (
                 o.ack_wait if len(todo) == len(datas) and last_error is None else o.retry_wait
             )
@@ -610,7 +616,7 @@ class JetStreamLog(Log):
             for k, i in enumerate(todo):
                 f = futs[k] if k < len(futs) else None
                 if f is not None and f.done() and not f.cancelled() and f.exception() is None:
-                    seqs[i] = f.result().seq
+                    seqs[i] = f.result()
                     continue
                 if f is not None and not f.done():
                     f.cancel()
@@ -636,6 +642,36 @@ class JetStreamLog(Log):
         if top > self._acked.get(name, 0):
             self._acked[name] = top
         return out
+
+    async def _ack_inbox(self) -> str:
+        """The reply prefix of publish acks: one wildcard subscription whose callback resolves
+        each publish's future with its sequence (nats-py's ``publish_async`` does the same
+        but adds a task per message for its stall limit: that was most of serve's push cost)."""
+        if self._ack_prefix is None:
+            prefix = f"{self.nc.new_inbox()}."
+            await self.nc.subscribe(prefix + "*", cb=self._on_ack)
+            self._ack_prefix = prefix
+        return self._ack_prefix
+
+    def _forget_ack(self, token: str, _fut: object) -> None:
+        self._acks.pop(token, None)
+
+    async def _on_ack(self, msg: Any) -> None:
+        assert self._ack_prefix is not None
+        fut = self._acks.pop(msg.subject[len(self._ack_prefix) :], None)
+        if fut is None or fut.done():
+            return
+        if msg.headers and msg.headers.get("Status") == "503":  # no responders
+            fut.set_exception(nats.js.errors.NoStreamResponseError())
+            return
+        try:
+            resp = json.loads(msg.data)
+            if "error" in resp:
+                fut.set_exception(nats.js.errors.APIError.from_error(resp["error"]))
+            else:
+                fut.set_result(int(resp["seq"]))
+        except (ValueError, KeyError, TypeError) as e:
+            fut.set_exception(JetStreamError(f"bad publish ack: {e}"))
 
     # -- reading ----------------------------------------------------------------------------
     def read(
