@@ -3,11 +3,21 @@
 Why: the control node builds archives in one Python process, through its SQLite working store
 (issue 11 §1). This job builds the same bytes from the stream itself, with Spark doing the heavy
 work: records come through ``loglake.pipeline.read`` (sealed history by Spark's native Parquet
-reader, the live tail through the ``loglake`` source); each record is decoded by the layout's own
-``decode_record`` in executors; records are grouped by (community, 7-day window); each window is
-built in an executor by the archives part's sans-I/O ``ArchiveBuilder`` (framing, padding,
-status-go chunking, SHA-1 piece hashes) — a window's archives are padded to whole pieces, so its
-pieces and hashes do not depend on any other window. Nothing of the protocol is written here.
+reader, the live tail through the ``loglake`` source). Two passes in executors:
+
+- scan: each record decoded by the layout's own ``decode_record``; out come only, per community
+  and hour of message time, the index range and oldest time of its messages, and the bad
+  records (so a bad record fails the job before any build work, and windows are planned from
+  the oldest message without keeping decoded records around);
+- build: each record decoded again (from the first index the planned windows need), its window
+  assigned in the JVM, records grouped by (community, window) through a shuffle, and each window
+  built by the archives part's sans-I/O ``ArchiveBuilder`` (framing, padding, status-go chunks,
+  SHA-1 piece hashes) — a window's archives are padded to whole pieces, so its pieces and hashes
+  do not depend on any other window. Nothing of the protocol is written here.
+
+Tried and dropped: keeping the decoded records (``persist(DISK_ONLY)``) instead of decoding
+twice (the cache write cost more than the decode), and one ``read`` per window's index range
+instead of the shuffle (1.6–2× slower here: a read is planned on the driver, a task per window).
 
 The driver then does what only depends on order: offsets by prefix sum (``Layout.make_entry``
 at the real offset gives each keccak-256 key), the index (``Layout.encode_index``) and the
