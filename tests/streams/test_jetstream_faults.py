@@ -27,7 +27,7 @@ def cluster() -> Iterator[NatsCluster]:
 def connect(c: NatsCluster, **kw) -> JetStreamLog:
     kw.setdefault("push_timeout", 30.0)
     # a paused (SIGSTOP'd) server keeps its sockets open: only pings notice it
-    kw.setdefault("extra", {"ping_interval": 1, "max_outstanding_pings": 2})
+    kw.setdefault("ping_interval", 1.0)
     return JetStreamLog(c.url, prefix=fx.new_prefix(), replicas=3, **kw)
 
 
@@ -145,6 +145,15 @@ def test_an_isolated_leader_does_not_stop_the_majority(cluster: NatsCluster) -> 
         assert len(assert_exactly_once(log, "i", acked)) == 1101
     finally:
         log.close()
+
+
+def test_an_unreachable_cluster_is_a_typed_error_not_a_hang() -> None:
+    from tests.procs import free_port
+
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnavailable, match="connect to"):
+        JetStreamLog(f"nats://127.0.0.1:{free_port()}", connect_timeout=0.5)
+    assert time.monotonic() - t0 < 5
 
 
 def test_no_quorum_is_a_typed_error_within_the_timeout_never_a_hang(

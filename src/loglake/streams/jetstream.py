@@ -163,6 +163,9 @@ class JetStreamOptions:
     reconnect_wait: float = 0.1
     """Between reconnect attempts. nats-py's default (2 s) is most of a failover's time."""
     connect_timeout: float = 2.0
+    ping_interval: float = 2.0
+    """Seconds between pings: a server that stops answering (paused, cut off) while its
+    socket stays open is left after two missed pings (nats-py's default is 120 s)."""
     lake_dir: str | None = None
     """A data dir whose lake (``jetstream_seal``) serves reads below JetStream's retention."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -314,10 +317,14 @@ class JetStreamLog(Log):
 
             kw["tls"] = ssl.create_default_context(cafile=o.tls_ca)
         kw.update(o.extra)
-        try:
-            self.nc = await nats.connect(**kw)
+        kw.setdefault("ping_interval", o.ping_interval)
+        kw.setdefault("max_outstanding_pings", 2)
+        limit = o.connect_timeout * max(2, len(o.servers)) + 1
+        try:  # nats-py retries a first connect forever when reconnects are unlimited
+            self.nc = await asyncio.wait_for(nats.connect(**kw), limit)
         except Exception as e:
-            raise ClusterUnavailable("connect", o.connect_timeout, e) from e
+            where = ",".join(o.servers)
+            raise ClusterUnavailable(f"connect to {where}", limit, e) from e
         self.js = self.nc.jetstream(timeout=o.request_timeout)
         self.kv = await self._bucket()
 
