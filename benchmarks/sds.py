@@ -10,6 +10,15 @@ Node (interop/node/sds_peer.mjs ``pingpong``), capped in count and time because 
 with the log.
 
     .venv/bin/python benchmarks/sds.py [--max 100000] [--js-max 4000] [--js-seconds 60]
+
+``--audit``: ``loglake job sds-audit`` on ``local[*]`` over a generated channel of
+``--audit-messages`` content messages (default 1,000,000) from ``--audit-participants`` senders
+taking turns, each with a ``--history``-entry causal history (200) built by ``sds.codec`` like a
+participant's; ``--audit-bloom`` adds the 18,752-byte bloom filter to every message (37 KB a
+message then: 1M messages are ~37 GB). Reports generation, then the audit's wall time and
+messages/s (Spark start excluded), against the 100,000 messages/s target.
+
+    .venv/bin/python benchmarks/sds.py --audit [--audit-messages 1000000] [--audit-bloom]
 """
 
 from __future__ import annotations
@@ -67,13 +76,111 @@ def run_js(max_messages: int, seconds: float) -> tuple[dict[int, tuple[float, fl
     return windows, r["done"]
 
 
+def make_channel(
+    data_dir: str, messages: int, participants: int, history: int, bloom: bool
+) -> tuple[int, float]:
+    """A lossless channel: senders take turns; each message's causal history is the newest
+    ``history`` messages (encoded once each, as a participant caches them). (bytes, seconds)"""
+    from collections import deque
+
+    from loglake.log import Entry, StreamConfig, open_log
+    from loglake.sds.bloom import BloomFilter
+    from loglake.sds.channel import encode_hint
+    from loglake.sds.codec import encode_fast, encode_history_entry
+    from loglake.sds.messages import HistoryEntry, message_id_of
+
+    t0 = time.perf_counter()
+    stream = "sds.bench"
+    window: deque[bytes] = deque(maxlen=history)
+    filters = [BloomFilter() for _ in range(participants)] if bloom else []
+    total = 0
+    ts0 = 1_700_000_000_000
+    with open_log(data_dir) as log:
+        log.create_stream(stream, StreamConfig(durability="none"))
+        batch: list[Entry] = []
+        for k in range(messages):
+            who = k % participants
+            sender = f"p{who:03d}"
+            content = b"message %d from %s" % (k, sender.encode())
+            mid = message_id_of(content)
+            bf = None
+            if bloom:
+                f = filters[who]
+                bf = f.to_bytes()
+            data = encode_fast(sender, mid, "bench", ts0 + k, b"".join(window), bf, b"", content)
+            if bloom:
+                pos = filters[0].positions(mid)
+                for f in filters:
+                    f.insert(mid, pos)
+            window.append(
+                encode_history_entry(HistoryEntry(mid, encode_hint(stream, 0, k), sender))
+            )
+            batch.append(Entry(data, timestamp_ns=(ts0 + k) * 1_000_000))
+            total += len(data)
+            if len(batch) == 1000:
+                log.append_many(stream, 0, batch)
+                batch = []
+        if batch:
+            log.append_many(stream, 0, batch)
+    return total, time.perf_counter() - t0
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run
+    from loglake.pipeline.session import build_session
+
+    work = Path(args.audit_dir or tempfile.mkdtemp(prefix="sds-audit-bench-"))
+    data, out = work / "data", work / "out"
+    shutil.rmtree(work, ignore_errors=True)
+    n, p = args.audit_messages, args.audit_participants
+    print(
+        f"sds-audit: {n:,} messages, {p} participants, causal history {args.history}, "
+        f"bloom filter {'in every message' if args.audit_bloom else 'none'}"
+    )
+    size, gen_s = make_channel(str(data), n, p, args.history, args.audit_bloom)
+    print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
+    spark = build_session(master="local[*]", app_name="loglake-bench-sds-audit")
+    try:
+        for report in (False, True):
+            opts = SdsAuditOptions(
+                str(data), "sds.bench", str(out), report=report, overwrite=True
+            ).validate()
+            t0 = time.perf_counter()
+            summary = run(spark, opts)
+            secs = time.perf_counter() - t0
+            rate = summary.records / secs
+            verdict = "meets" if rate >= 100_000 else "below"
+            print(
+                f"  audit ({'tables + report' if report else 'tables'}): {secs:.1f} s, "
+                f"{rate:,.0f} messages/s ({verdict} the 100,000/s target); "
+                f"{summary.acks:,} acks, {summary.rejects} rejects"
+            )
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in summary.stage_seconds.items())
+            print(f"    seconds per stage: {stages}")
+    finally:
+        spark.stop()
+        if not args.audit_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max", type=int, default=100_000, help="messages for loglake.sds")
     ap.add_argument("--history", type=int, default=200, help="causal history size")
     ap.add_argument("--js-max", type=int, default=4_000, help="message cap for @waku/sds")
     ap.add_argument("--js-seconds", type=float, default=60.0, help="time cap for @waku/sds")
+    ap.add_argument("--audit", action="store_true", help="benchmark loglake job sds-audit")
+    ap.add_argument("--audit-messages", type=int, default=1_000_000)
+    ap.add_argument("--audit-participants", type=int, default=20)
+    ap.add_argument("--audit-bloom", action="store_true", help="a bloom filter in every message")
+    ap.add_argument("--audit-dir", default=None, help="work folder (default: a temp folder)")
     args = ap.parse_args()
+    if args.audit:
+        return run_audit(args)
 
     print(f"loglake.sds: {args.max} messages, causal history {args.history}")
     py = run_python(args.max, args.history)

@@ -449,7 +449,8 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         F.min("index").alias("first_index"), F.count(F.lit(1)).alias("copies")
     )
     first = good.join(firsts, "message_id").where(F.col("index") == F.col("first_index"))
-    first = first.persist()
+    # not persisted: a first copy carries its whole causal history (200 ids, ~13 KB), and a
+    # cached shuffle partition of those ran the 4 GB heap out at 100,000 messages
 
     content = first.where(F.col("kind") == "content").select(
         "message_id", "index", "timestamp_ns", "sender"
@@ -656,7 +657,6 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
             df.unpersist()
         swept.unpersist()
     finally:
-        first.unpersist()
         content_bc.unpersist()
     lap = summary.lap("summary", lap)
     summary.seconds = round(time.monotonic() - t0, 3)

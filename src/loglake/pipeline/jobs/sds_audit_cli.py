@@ -28,6 +28,13 @@ from loglake.pipeline.session import MASTER_ENV
     default=None,
     help=f"Spark master URL (default local[*]; env {MASTER_ENV}).",
 )
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    help="A Spark setting KEY=VALUE (repeatable), e.g. spark.executor.memory=1g for a small "
+    "cluster's workers.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def sds_audit_command(
     data_dir: str,
@@ -38,6 +45,7 @@ def sds_audit_command(
     no_report: bool,
     overwrite: bool,
     spark_master: str | None,
+    spark_conf: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Audit a stored SDS channel: per message (sender, lamport, dependencies, who acknowledged
@@ -46,8 +54,15 @@ def sds_audit_command(
     from rich.console import Console
     from rich.table import Table
 
+    from loglake.pipeline.errors import BadOption
     from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run
 
+    conf = {}
+    for item in spark_conf:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip().startswith("spark."):
+            raise BadOption("--spark-conf", item, "expected spark.KEY=VALUE")
+        conf[key.strip()] = value
     opts = SdsAuditOptions(
         data_dir, stream, out_dir, channel, partition, not no_report, overwrite
     ).validate()
@@ -55,7 +70,7 @@ def sds_audit_command(
     from loglake.pipeline.session import build_session
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        spark = build_session(master=spark_master, app_name="loglake-sds-audit")
+        spark = build_session(master=spark_master, app_name="loglake-sds-audit", conf=conf)
     with console.status(f"auditing {stream}"):
         summary = run(spark, opts)
     if as_json:
