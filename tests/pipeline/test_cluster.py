@@ -1,122 +1,24 @@
-"""A real Spark standalone cluster (master + one worker from the installed pyspark package, on
-loopback): the same ``read`` and ``compact`` give the same results as ``local[*]``.
-
-Follows FIELD-NOTES "Spark": ``spark-class org.apache.spark.deploy.master.Master`` / ``...Worker``
-with ``SPARK_HOME`` = the pyspark package folder, ``SPARK_LOCAL_IP=127.0.0.1``,
-``PYSPARK_PYTHON`` = this venv's python, ``SPARK_WORKER_DIR`` in a temp folder, absolute paths.
-"""
+"""A real Spark standalone cluster (the session fixture in ``conftest.py``: master + one worker
+from the installed pyspark package, on loopback): the same ``read`` and ``compact`` give the same
+results as ``local[*]``."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
-from pathlib import Path
 
-import pyspark
 import pytest
 
 from loglake.pipeline import read
 from loglake.pipeline.jobs.compact import CompactOptions, run
 from loglake.pipeline.lake import visible_lake_files
-from tests.procs import free_port, wait_port
 
 from .helpers import make_log_stream, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-SPARK_HOME = Path(pyspark.__file__).parent
-
-
-def alive_workers(ui_port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
-            return int(json.load(r).get("aliveworkers", 0))
-    except OSError:
-        return 0
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cluster")
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(SPARK_HOME),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_WORKER_DIR": str(tmp / "work"),
-        "SPARK_LOG_DIR": str(tmp / "logs"),
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    port, ui, worker_ui = free_port(), free_port(), free_port()
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    procs = []
-    logs = []
-
-    def start(args, name):
-        log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed in the finally below)
-        logs.append(log)
-        procs.append(
-            subprocess.Popen(
-                [spark_class, *args], env=env, stdout=log, stderr=log, start_new_session=True
-            )
-        )
-
-    try:
-        start(
-            [
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--webui-port",
-                str(ui),
-            ],
-            "master",
-        )
-        deadline = time.monotonic() + 120
-        wait_port(port, timeout=120)
-        start(
-            [
-                "org.apache.spark.deploy.worker.Worker",
-                f"spark://127.0.0.1:{port}",
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--memory",
-                "2g",
-                "--webui-port",
-                str(worker_ui),
-            ],
-            "worker",
-        )
-        while alive_workers(ui) < 1:
-            assert time.monotonic() < deadline, (tmp / "worker.log").read_text()[-2000:]
-            assert all(p.poll() is None for p in procs), "a cluster process exited"
-            time.sleep(0.5)
-        yield f"spark://127.0.0.1:{port}", env
-    finally:
-        for p in reversed(procs):
-            stop(p)
-        for log in logs:
-            log.close()
 
 
 DRIVER = textwrap.dedent(

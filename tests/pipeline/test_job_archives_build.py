@@ -365,7 +365,6 @@ def test_one_job_per_root(tmp_path):
 
 # -- a real cluster (issue 11 §3) ----------------------------------------------------------------
 
-from .test_cluster import cluster  # noqa: E402, F401  (master + worker from the pyspark package)
 
 CLUSTER_DRIVER = textwrap.dedent(
     """
@@ -388,7 +387,7 @@ CLUSTER_DRIVER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_the_job_on_a_standalone_cluster_equals_local(spark, cluster, tmp_path):  # noqa: F811
+def test_the_job_on_a_standalone_cluster_equals_local(spark, cluster, tmp_path):
     master, env = cluster
     now = START + 4 * WEEK + 1
     for name in LAYOUTS:

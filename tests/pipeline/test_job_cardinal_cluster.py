@@ -1,5 +1,5 @@
 """``loglake job cardinal-blocks`` on a real Spark standalone cluster (master + one worker from
-the installed pyspark, on loopback; the fixture of ``test_cluster.py``): unchanged, and its
+the installed pyspark, on loopback; the session fixture in ``conftest.py``): unchanged, and its
 tables equal those of ``local[*]`` on the same input (issue 12 §3, the Cardinal half)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import textwrap
 
 import pytest
 
-from .test_cluster import cluster  # noqa: F401 (the module-scoped cluster fixture)
 from .test_job_cardinal import THRESHOLD, TOPICS, make_input, options, single_process_chain
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -56,7 +55,7 @@ def tables_of(spark, out) -> dict[str, list]:
     }
 
 
-def test_cardinal_blocks_on_the_cluster_equals_local(spark, cluster, tmp_path):  # noqa: F811
+def test_cardinal_blocks_on_the_cluster_equals_local(spark, cluster, tmp_path):
     from loglake.pipeline.jobs.cardinal_blocks import run
 
     master, env = cluster

@@ -1,5 +1,5 @@
 """The replay job (loglake.pipeline.jobs.replay) on the standalone cluster the pipeline tests
-start (master + worker from the pyspark package, loopback; tests/pipeline/test_cluster.py's
+start (master + worker from the pyspark package, loopback; tests/pipeline/conftest.py's
 fixture): its output equals the ``local[*]`` session's, part for part (issue 11 §3)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 
 from loglake.events.actions import ReplayJobSpec
 from loglake.pipeline.jobs.replay import iter_parts, run_replay_job
-from tests.pipeline.test_cluster import cluster  # noqa: F401 (the module-scoped fixture)
 from tests.pipeline.test_job_replay import NS, N, P, history  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -1,5 +1,5 @@
 """``loglake job sds-audit`` on a real Spark standalone cluster (master + one worker from the
-installed pyspark, on loopback; the fixture of ``test_cluster.py``): the job unchanged, and
+installed pyspark, on loopback; the session fixture in ``conftest.py``): the job unchanged, and
 every table and the summary equal those of ``local[*]`` on the same channel (issue 12 §3, the
 SDS half)."""
 
@@ -18,7 +18,6 @@ import pytest
 from loglake.log import Entry, open_log
 from loglake.pipeline.jobs.sds_audit import TABLES, SdsAuditOptions, run, table
 
-from .test_cluster import cluster  # noqa: F401 (the module-scoped cluster fixture)
 from .test_job_sds_audit import CFG, STREAM, simulated
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -62,7 +61,7 @@ def rows_of(spark, out: Path) -> dict[str, list[str]]:
     }
 
 
-def test_sds_audit_on_the_cluster_equals_local(spark, cluster, tmp_path):  # noqa: F811
+def test_sds_audit_on_the_cluster_equals_local(spark, cluster, tmp_path):
     master, env = cluster
     src = tmp_path / "src"
     simulated(src, CLUSTER_CFG)
