@@ -50,7 +50,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.role import Call, Role, SysEmitter
-from loglake.wire.icrc16 import map_get
+from loglake.wire.icrc16 import Value, map_get
 
 H_RECEIVED = "icrc72:broadcaster:received"
 
@@ -233,8 +233,8 @@ class Broadcaster(Role):
         else:
             raise sysmsg.SysMessageError(f"unknown broadcaster system key {key!r}")
 
-    def _to_subscriber(self, sub: Principal, data: object, now: int) -> None:
-        n = self.sys.notification(sysmsg.subscriber_sys(sub), data, now)  # type: ignore[arg-type]
+    def _to_subscriber(self, sub: Principal, data: Value, now: int) -> None:
+        n = self.sys.notification(sysmsg.subscriber_sys(sub), data, now)
         self.outbox.append(Call(sub, "icrc72_handle_notification", [n]))
 
     # -- data plane ------------------------------------------------------------------------

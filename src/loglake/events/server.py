@@ -142,12 +142,14 @@ class HttpRoleServer:
         if caller != self.role.principal:
             raise Forbidden("only the publisher itself may publish")
         ns, items = arg
-        return self.role.publish(ns, items, now)  # type: ignore[attr-defined]
+        assert isinstance(self.role, Publisher)  # only a publisher's server routes here
+        return self.role.publish(ns, items, now)
 
     def _inbox(self, caller: Any, n: int, now: int) -> list[Any]:
         if caller != self.role.principal:
             raise Forbidden("only the subscriber itself may read its inbox")
-        return self.role.take(n)  # type: ignore[attr-defined]
+        assert isinstance(self.role, Subscriber)  # only a subscriber's server routes here
+        return self.role.take(n)
 
     # -- performing actions -------------------------------------------------------------------
     def _drain(self) -> asyncio.Future[dict[Action, Any]]:

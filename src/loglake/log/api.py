@@ -16,7 +16,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Self
 
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
 
@@ -344,7 +344,7 @@ class Log(ABC):
     def close(self) -> None:
         """Release files; the log is unusable afterwards."""
 
-    def __enter__(self) -> Log:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

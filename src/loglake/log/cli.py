@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 import platformdirs
@@ -42,7 +43,7 @@ def command() -> None:
 def info(data_dir: Path, as_json: bool) -> None:
     """Streams, partitions, index ranges, bytes and lake files (read-only)."""
     with SegmentLog(data_dir, readonly=True) as log:
-        rows = []
+        rows: list[dict[str, Any]] = []
         health = {(h.stream, h.partition): h for h in log.health()}
         for name in log.streams():
             si = log.stream_info(name)
@@ -69,9 +70,11 @@ def info(data_dir: Path, as_json: bool) -> None:
     table.add_column("durability")
     table.add_column("problem")
     for r in rows:
-        seal = r.pop("seal_failure")
+        failure = r.pop("seal_failure")
         problem = (
-            f"[red]seal failing ({seal['attempts']} attempts): {seal['error']}[/]" if seal else ""
+            f"[red]seal failing ({failure['attempts']} attempts): {failure['error']}[/]"
+            if failure
+            else ""
         )
         cells = [f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()]
         table.add_row(*cells, problem)

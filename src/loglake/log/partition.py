@@ -15,6 +15,7 @@ rules of ``loglake.log.api`` hold between any two calls:
 from __future__ import annotations
 
 import bisect
+import builtins
 import contextlib
 import dataclasses
 import json
@@ -289,7 +290,7 @@ class Partition:
     def append_many(self, entries: Sequence[Entry], durability: Durability) -> list[int]:
         return self._append(entries, durability, encode_batch)
 
-    def append_payloads(self, datas: Sequence[bytes], durability: Durability) -> list[int]:
+    def append_payloads(self, datas: Sequence[builtins.bytes], durability: Durability) -> list[int]:
         """``append_many`` of data-only records, encoded without an ``Entry`` each."""
         return self._append(datas, durability, encode_plain)
 
@@ -484,7 +485,7 @@ class Partition:
         end = visible if end is None else min(end, visible)
         pos = start
         remaining = None if limit is None else max(0, limit)
-        out: list[Record] = []
+        out: list = []  # records, or (index, data) pairs
         misses = 0
         while (remaining is None or remaining > 0) and pos < end:
             with self._lock:

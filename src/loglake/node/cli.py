@@ -17,6 +17,7 @@ import logging
 import signal
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import click
 import platformdirs
@@ -24,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loglake.errors import LoglakeError
-from loglake.log import Log, StreamConfig, open_log
+from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.server import BackgroundServer, StreamServer
@@ -144,7 +145,7 @@ def serve(
     else:
         log = open_log(data_dir)
     config = StreamConfig(
-        durability=durability,  # type: ignore[arg-type]
+        durability=cast(Durability, durability),  # click.Choice of Durability's values
         segment_bytes=segment_bytes,
         retention_ms=retention_ms,
         retention_bytes=retention_bytes,

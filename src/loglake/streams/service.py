@@ -283,7 +283,7 @@ class StreamService:
                 batch.feed([perform(log, actions[0])])
             else:
                 batch.feed(list(self.map_targets(functools.partial(perform, log), actions)))
-        return batch.replies  # type: ignore[return-value]  # nothing deferred
+        return [r for r in batch.replies if r is not None]  # nothing deferred: none is None
 
     # -- the core ----------------------------------------------------------------------------
     def batch(self, msgs: Sequence[RoutingMessage], *, defer_reads: bool = False) -> Batch:

@@ -42,6 +42,7 @@ the state store (no timeout yet); the job reads a data dir (``url`` nodes: not y
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -752,7 +753,7 @@ def run(
         if timeout is None:
             q.awaitTermination()
         else:
-            q.awaitTermination(timeout)
+            q.awaitTermination(max(1, math.ceil(timeout)))  # whole seconds
     finally:
         if q.isActive:
             q.stop()
