@@ -21,7 +21,11 @@ from rich.progress import (
 from rich.table import Table
 
 from loglake.pipeline.errors import BadOption
+from loglake.pipeline.jobs.archives_build_cli import archives_build_command
+from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command
+from loglake.pipeline.jobs.sds_audit_cli import sds_audit_command
 from loglake.pipeline.session import MASTER_ENV
+from loglake.streams.jetstream_seal import seal_command
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -129,22 +133,12 @@ def compact_command(
     Console().print(table)
 
 
-# ``archives-build`` (issue 11 §1) lives beside its job; mounted here.
-from loglake.pipeline.jobs.archives_build_cli import archives_build_command  # noqa: E402
-
-job.add_command(archives_build_command)
-
-# ``cardinal-blocks`` (issue 12 §1) lives beside its job; mounted here.
-from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command  # noqa: E402
-
-job.add_command(cardinal_blocks_command)
-
-# ``seal`` (issue 13: JetStream history into the lake layout) lives beside the JetStream backend.
-from loglake.streams.jetstream_seal import seal_command  # noqa: E402
-
-job.add_command(seal_command)
-
-# ``sds-audit`` (issue 12 §2) lives beside its job; mounted here.
-from loglake.pipeline.jobs.sds_audit_cli import sds_audit_command  # noqa: E402
-
-job.add_command(sds_audit_command)
+# Each protocol job lives beside its code (pipeline/jobs/<name>_cli.py, or the JetStream sealer
+# beside its backend) and is mounted here.
+for _command in (
+    archives_build_command,  # issue 11 §1
+    cardinal_blocks_command,  # issue 12 §1
+    sds_audit_command,  # issue 12 §2
+    seal_command,  # issue 13: JetStream history into the lake layout
+):
+    job.add_command(_command)

@@ -1,6 +1,3 @@
-"""Named Spark jobs run by ``loglake job NAME``. One module per job; ``JOBS`` maps the name the
-CLI takes to the module's click command (``compact`` now; the protocol issues add theirs)."""
-
-from __future__ import annotations
-
-JOBS = ("compact",)
+"""Named Spark jobs run by ``loglake job NAME``: one module per job (``compact``,
+``archives_build``, ``cardinal_blocks``, ``sds_audit``, ``replay``), its click command beside it
+(``<name>_cli.py``), mounted by ``loglake.pipeline.cli``."""

@@ -44,7 +44,11 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
 @click.option("--key-file", help="Control node key (hex) of the one community stream.")
 @click.option("--key-dir", help="Folder of <stream>.key control node keys (for a pattern).")
 @click.option(
-    "--layout", type=click.Choice(["spec", "status-go"]), default="spec", show_default=True
+    "--layout",
+    type=click.Choice(["spec", "status-go"]),
+    default="spec",
+    show_default=True,
+    help="Archive layout: the spec's text, or status-go's bytes (as `loglake archives build`).",
 )
 @click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
 @click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
