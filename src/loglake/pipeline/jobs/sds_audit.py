@@ -427,7 +427,7 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     decoded = (
         records.select("partition", "index", "timestamp_ns", "data")
         .mapInArrow(decode_batches(opts.channel), _spark_schema(DECODED_SCHEMA))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.DISK_ONLY)
     )
     try:
         return _audit(spark, opts, decoded, summary, t0, F)
