@@ -88,12 +88,14 @@ def makedirs_durable(path: str | Path) -> None:
         fsync_dir(path)
 
 
-def replace_file_atomic(path: str | Path, data: bytes) -> None:
+def replace_file_atomic(
+    path: str | Path, data: bytes | memoryview, tmp: str | Path | None = None
+) -> None:
     """Write ``data`` to ``path`` so that a crash leaves either the old or the new whole file:
-    write a temporary file beside it, check every byte landed, fsync it, rename it over
-    ``path``, fsync the folder."""
+    write a temporary file beside it (``tmp``, default ``path`` + ``.tmp``), check every byte
+    landed, fsync it, rename it over ``path``, fsync the folder."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + ".tmp") if tmp is None else Path(tmp)
     fd = open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:

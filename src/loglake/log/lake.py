@@ -218,14 +218,7 @@ def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
         row_group_size=LAKE_ROW_GROUP_ROWS,
         write_page_checksum=True,  # a flipped byte in a page is an error, not other data
     )
-    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        fs.write_all(fd, memoryview(sink.getvalue()))
-        fs.fsync(fd)
-    finally:
-        fs.close(fd)
-    fs.replace(tmp, final)
-    fs.fsync_dir(directory)
+    fs.replace_file_atomic(final, memoryview(sink.getvalue()), tmp=tmp)
     return LakeFile(first, last, final)
 
 
