@@ -228,7 +228,9 @@ def gather(spark: SparkSession, out: Path, summary: dict[str, Any]) -> dict[str,
     lat_svg = "<p><em>no acknowledgements</em></p>"
     q = acks.approxQuantile("latency_ms", [0.99], 0.001)
     if q:
-        lo = acks.agg(F.min("latency_ms")).first()[0]  # type: ignore[index]
+        row = acks.agg(F.min("latency_ms")).first()
+        assert row is not None  # an aggregate without grouping has exactly one row
+        lo = row[0]
         hi = max(q[0], lo + 1e-9)
         width = (hi - lo) / BINS
         b = F.least(F.floor((F.col("latency_ms") - lo) / width), F.lit(BINS - 1))
