@@ -255,9 +255,46 @@ def bench_loglake_clients(tmp: Path, a: argparse.Namespace, clients: int = 4) ->
 
 
 # -- NATS JetStream ----------------------------------------------------------------------------
+
+
+async def _js_rates(js, data: bytes, a: argparse.Namespace) -> tuple[float, float, float, float]:
+    """Push (a window of publishes in flight), one-by-one latency, then pull (a consumer with
+    ``AckPolicy.NONE``: FIELD-NOTES, a pull stalls at ``max_ack_pending``) on subject ``bench``:
+    ``(push/s, pull/s, p50 µs, p99 µs)``."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    budget, done = Budget(a.seconds), 0
+    t = time.perf_counter()
+    while done < a.count and not budget.over():
+        await asyncio.gather(*(js.publish("bench", data) for _ in range(a.window)))
+        done += a.window
+    push = done / (time.perf_counter() - t)
+    lat: list[float] = []
+    budget = Budget(a.seconds)
+    for _ in range(a.latency_count):
+        t0 = time.perf_counter()
+        await js.publish("bench", data)
+        lat.append(time.perf_counter() - t0)
+        if budget.over():
+            break
+    total = done + len(lat)
+    sub = await js.pull_subscribe(
+        "bench", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+    )
+    t = time.perf_counter()
+    n = 0
+    budget = Budget(a.seconds)
+    while n < total and not budget.over():
+        msgs = await sub.fetch(min(a.window, total - n), timeout=10)
+        n += len(msgs)
+    pull = n / (time.perf_counter() - t)
+    p50, p99 = percentiles(lat)
+    return push, pull, p50, p99
+
+
 def bench_nats(tmp: Path, a: argparse.Namespace, binary: str, sync_always: bool) -> Result:
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType
+    from nats.js.api import StorageType
 
     port = free_port()
     store = tmp / f"js-{port}"
@@ -273,32 +310,7 @@ def bench_nats(tmp: Path, a: argparse.Namespace, binary: str, sync_always: bool)
         try:
             js = nc.jetstream(timeout=30)
             await js.add_stream(name="BENCH", subjects=["bench"], storage=StorageType.FILE)
-            budget, done = Budget(a.seconds), 0
-            t = time.perf_counter()
-            while done < a.count and not budget.over():
-                await asyncio.gather(*(js.publish("bench", data) for _ in range(a.window)))
-                done += a.window
-            push = done / (time.perf_counter() - t)
-            lat: list[float] = []
-            budget = Budget(a.seconds)
-            for _ in range(a.latency_count):
-                t0 = time.perf_counter()
-                await js.publish("bench", data)
-                lat.append(time.perf_counter() - t0)
-                if budget.over():
-                    break
-            total = done + len(lat)
-            sub = await js.pull_subscribe(
-                "bench", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
-            )
-            t = time.perf_counter()
-            n = 0
-            budget = Budget(a.seconds)
-            while n < total and not budget.over():
-                msgs = await sub.fetch(min(a.window, total - n), timeout=10)
-                n += len(msgs)
-            pull = n / (time.perf_counter() - t)
-            p50, p99 = percentiles(lat)
+            push, pull, p50, p99 = await _js_rates(js, data, a)
             durable = "fsync" if sync_always else "no fsync"
             return Result(f"JetStream {version.split()[-1]}", mode, push, p50, p99, pull, durable)
         finally:
@@ -323,7 +335,7 @@ def bench_jetstream_r3(tmp: Path, a: argparse.Namespace) -> list[Result]:
 
 def _js_r3_direct(cluster, a: argparse.Namespace) -> Result:
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+    from nats.js.api import StorageType, StreamConfig
 
     data = os.urandom(a.size)
 
@@ -336,32 +348,7 @@ def _js_r3_direct(cluster, a: argparse.Namespace) -> Result:
                     name="BENCH", subjects=["bench"], storage=StorageType.FILE, num_replicas=3
                 )
             )
-            budget, done = Budget(a.seconds), 0
-            t = time.perf_counter()
-            while done < a.count and not budget.over():
-                await asyncio.gather(*(js.publish("bench", data) for _ in range(a.window)))
-                done += a.window
-            push = done / (time.perf_counter() - t)
-            lat: list[float] = []
-            budget = Budget(a.seconds)
-            for _ in range(a.latency_count):
-                t0 = time.perf_counter()
-                await js.publish("bench", data)
-                lat.append(time.perf_counter() - t0)
-                if budget.over():
-                    break
-            total = done + len(lat)
-            sub = await js.pull_subscribe(
-                "bench", durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
-            )
-            t = time.perf_counter()
-            n = 0
-            budget = Budget(a.seconds)
-            while n < total and not budget.over():
-                msgs = await sub.fetch(min(a.window, total - n), timeout=10)
-                n += len(msgs)
-            pull = n / (time.perf_counter() - t)
-            p50, p99 = percentiles(lat)
+            push, pull, p50, p99 = await _js_rates(js, data, a)
             return Result(
                 "JetStream R3", "nats-py direct, 3 nodes", push, p50, p99, pull, "3 copies"
             )
