@@ -336,6 +336,11 @@ class Partition:
         finally:
             fs.close(fd)
         with self._lock:
+            if self._failed is not None:
+                # Another fsync of this file failed while ours ran (a roll's seal, a flush).
+                # After a failed fsync Linux may drop the dirty pages and report success to
+                # the next one (fsyncgate): ours proves nothing, so acknowledge nothing.
+                raise self._failed
             self._durable_next = max(self._durable_next, nxt)
             if self._mark is not None:
                 self._mark.publish(base, size, nxt)  # no-op if a roll published past it
