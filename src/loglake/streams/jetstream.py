@@ -418,7 +418,14 @@ class JetStreamLog(Log):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return await make()
+                # each attempt is bounded too: one nats-py call can block for its own (longer)
+                # timeout, which once made an index save under no quorum take 10 s, not ~2-3 s
+                left = max(0.05, deadline - time.monotonic())
+                return await asyncio.wait_for(make(), left)
+            except TimeoutError as e:
+                if time.monotonic() > deadline:
+                    raise ClusterUnavailable(what, timeout, e) from e
+                continue
             except Exception as e:
                 if not _retryable(e):
                     if isinstance(e, nats.js.errors.APIError):
