@@ -127,6 +127,21 @@ def test_recovery_point_ignores_index_entries_past_the_fsynced_bytes(tmp_path):
     assert seg.stat().st_size == durable
 
 
+def hold_fdatasync(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make the next fdatasyncs wait mid-flight: ``in_sync`` is set when one starts, and it
+    finishes once ``release`` is set (the window where a record is written, not yet durable)."""
+    in_sync, release = threading.Event(), threading.Event()
+    real = fs.fdatasync
+
+    def held(fd):
+        in_sync.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", held)
+    return in_sync, release
+
+
 # -- §8 readers in other processes see only the durable prefix ------------------------------
 
 
@@ -134,15 +149,7 @@ def test_readonly_reader_sees_only_what_an_fsync_covered(tmp_path, monkeypatch):
     writer = SegmentLog(tmp_path)
     writer.create_stream("s")
     writer.append("s", 0, b"durable")
-    in_sync, release = threading.Event(), threading.Event()
-    real = fs.fdatasync
-
-    def slow_fdatasync(fd):
-        in_sync.set()
-        assert release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(fs, "fdatasync", slow_fdatasync)
+    in_sync, release = hold_fdatasync(monkeypatch)
     t = threading.Thread(target=writer.append, args=("s", 0, b"pending"))
     t.start()
     try:
@@ -154,7 +161,7 @@ def test_readonly_reader_sees_only_what_an_fsync_covered(tmp_path, monkeypatch):
     finally:
         release.set()
         t.join(10)
-    monkeypatch.setattr(fs, "fdatasync", real)
+    monkeypatch.undo()  # fdatasync as it was
     with open_log(tmp_path, readonly=True) as reader:
         assert [r.data for r in reader.read("s", 0, 0)] == [b"durable", b"pending"]
     writer.close()
@@ -571,15 +578,7 @@ def test_stream_info_says_how_far_the_disk_holds(tmp_path, monkeypatch):
     log = open_log(tmp_path)
     log.create_stream("s")
     log.append("s", 0, b"a")
-    in_sync, release = threading.Event(), threading.Event()
-    real = fs.fdatasync
-
-    def slow(fd):
-        in_sync.set()
-        assert release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(fs, "fdatasync", slow)
+    in_sync, release = hold_fdatasync(monkeypatch)
     t = threading.Thread(target=log.append, args=("s", 0, b"b"))
     t.start()
     try:

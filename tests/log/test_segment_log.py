@@ -28,6 +28,7 @@ from loglake.log.lake_schema import LAKE_SCHEMA, lake_file_name
 from loglake.log.record_codec import FRAME_HEAD, encode_batch
 from loglake.log.segment import segment_name
 from loglake.log.sparse_index import INTERVAL_BYTES
+from tests.log.test_durability import hold_fdatasync
 
 
 def part_dir(data: Path, stream: str = "s", p: int = 0) -> Path:
@@ -489,22 +490,14 @@ def test_readers_see_only_records_an_fsync_has_covered(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s")
     log.append("s", 0, b"durable")
-    in_sync, release = threading.Event(), threading.Event()
-    real = fs.fdatasync
-
-    def slow_fdatasync(fd):
-        in_sync.set()
-        assert release.wait(10)
-        real(fd)
-
-    monkeypatch.setattr(fs, "fdatasync", slow_fdatasync)
+    in_sync, release = hold_fdatasync(monkeypatch)
     t = threading.Thread(target=log.append, args=("s", 0, b"pending"))
     t.start()
     assert in_sync.wait(10)
     assert [r.data for r in log.read("s", 0, 0)] == [b"durable"]
     release.set()
     t.join(10)
-    monkeypatch.setattr(fs, "fdatasync", real)
+    monkeypatch.undo()  # fdatasync as it was
     assert [r.data for r in log.read("s", 0, 0)] == [b"durable", b"pending"]
     log.close()
 
@@ -603,7 +596,6 @@ def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(partitions=2))
     log.append("s", 0, b"ok")
-    real = fs.fdatasync
 
     def eio(fd):
         raise OSError(errno.EIO, "injected EIO")
@@ -611,7 +603,7 @@ def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
     monkeypatch.setattr(fs, "fdatasync", eio)
     with pytest.raises(StorageFailed):
         log.append("s", 0, b"lost?")
-    monkeypatch.setattr(fs, "fdatasync", real)
+    monkeypatch.undo()  # fdatasync as it was
     with pytest.raises(StorageFailed):  # no silent retry of an fsync that failed
         log.append("s", 0, b"next")
     assert log.append("s", 1, b"other partition") == 0
