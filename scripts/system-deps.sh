@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests and benchmarks talk to, from Debian's packages:
 # nats-server (JetStream peer), redis-server (Redis Streams peer), aria2 and transmission-cli
-# (third-party BitTorrent clients). Only what is missing is installed.
+# (third-party BitTorrent clients), chromium (the console tests' browser). Only what is missing is installed.
 set -euo pipefail
 need=()
 command -v nats-server >/dev/null || need+=(nats-server)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v aria2c >/dev/null || need+=(aria2)
 command -v transmission-cli >/dev/null || need+=(transmission-cli)
+# The console tests drive Debian's chromium with Playwright (never `playwright install`).
+command -v chromium >/dev/null || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -16,6 +18,6 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "installing test peers: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+$SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq
+$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts redis-server as a service on install; tests start their own on loopback ports.
