@@ -10,6 +10,7 @@ parts' Python codecs.
 
 from __future__ import annotations
 
+import mimetypes
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -23,6 +24,9 @@ CONSOLE_PATH = "/console"
 def mount(app: FastAPI) -> None:
     """Serve the console's static files at ``/console/`` on ``app`` (``/console`` redirects
     there, keeping the ``#token=...`` fragment, which the browser never sends)."""
+    # ES modules must be served as JavaScript; not every system's mime table knows ``.mjs``.
+    mimetypes.add_type("text/javascript", ".mjs")
+    mimetypes.add_type("text/javascript", ".js")
 
     @app.get(CONSOLE_PATH, include_in_schema=False)
     def _console_root() -> RedirectResponse:

@@ -1,0 +1,143 @@
+"""The record browser's decoders: each protocol's stored record comes back as its fields, and a
+record of another format is a per-record error naming the codec's reason, never a crash."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from loglake.archives.layout import LAYOUTS
+from loglake.cardinal.codec import encode as cardinal_encode
+from loglake.cardinal.messages import Batch, BatchMsg, BatchRecord, Message, Reorg
+from loglake.cardinal.transport import envelope
+from loglake.events.publisher import stored_event
+from loglake.node.console.decode import (
+    FORMATS,
+    MAX_HEX_BYTES,
+    ConsoleDecodeError,
+    bytes_json,
+    decode_many,
+    decode_record,
+)
+from loglake.sds import codec as sds_codec
+from loglake.sds.messages import HistoryEntry, SdsMessage
+from loglake.wire import icrc16
+
+H = bytes(range(32))
+
+
+def waku_record() -> bytes:
+    return LAYOUTS["spec"].make_record(
+        payload=b"hello community", topic="/toy/1/chat/proto", timestamp_ns=1_700_000_000 * 10**9
+    )
+
+
+def sds_record() -> bytes:
+    return sds_codec.encode(
+        SdsMessage(
+            sender_id="alice",
+            message_id="m2",
+            channel_id="room",
+            lamport_timestamp=7,
+            causal_history=(HistoryEntry("m1", b"room:0:1", "bob"),),
+            bloom_filter=bytes(1024),
+            content=b"hi bob",
+        )
+    )
+
+
+def cardinal_record(msg: Message) -> bytes:
+    return envelope(*cardinal_encode(msg))
+
+
+def icrc_record() -> bytes:
+    data = icrc16.validate({"Map": [("amount", icrc16.nat(42)), ("memo", icrc16.text("rent"))]})
+    return stored_event(data, [("icrc72:source", icrc16.text("shop"))], 123_456)
+
+
+def test_waku_message_fields() -> None:
+    out = decode_record("waku", waku_record())
+    assert out["type"] == "WakuMessage"
+    f = out["fields"]
+    assert f["content_topic"] == "/toy/1/chat/proto"
+    assert f["payload"]["text"] == "hello community"
+    assert f["timestamp"] == 1_700_000_000 * 10**9
+
+
+def test_status_go_waku_message_fields() -> None:
+    rec = LAYOUTS["status-go"].make_record(
+        payload=b"p", topic=b"\x01\x02\x03\x04", timestamp_ns=5 * 10**9
+    )
+    f = decode_record("waku-status-go", rec)["fields"]
+    assert f["topic"]["hex"] == "01020304" and f["timestamp"] == 5
+
+
+def test_sds_message_fields_and_kind() -> None:
+    out = decode_record("sds", sds_record())
+    assert out["type"] == "SdsMessage (content)"
+    f = out["fields"]
+    assert (f["sender_id"], f["message_id"], f["lamport_timestamp"]) == ("alice", "m2", 7)
+    assert f["causal_history"] == [
+        {"message_id": "m1", "retrieval_hint": bytes_json(b"room:0:1"), "sender_id": "bob"}
+    ]
+    assert f["content"]["text"] == "hi bob"
+    assert f["bloom_filter"]["len"] == 1024 and f["bloom_filter"]["truncated"] is True
+    assert len(f["bloom_filter"]["hex"]) == 2 * MAX_HEX_BYTES
+
+
+def test_cardinal_messages() -> None:
+    out = decode_record("cardinal", cardinal_record(BatchMsg(H, "acct/1", b"\x01\x02")))
+    assert out["type"] == "BatchMsg"
+    assert out["fields"]["key"] == "acct/1" and out["fields"]["hash"]["hex"] == H.hex()
+    batch = Batch(H, 12, 2**70, bytes(32), {"acct/": BatchRecord(count=2)})
+    f = decode_record("cardinal", cardinal_record(batch))["fields"]
+    assert f["number"] == 12 and f["weight"] == 2**70
+    assert f["updates"]["acct/"]["count"] == 2
+    assert decode_record("cardinal", cardinal_record(Reorg(H, 11)))["type"] == "Reorg"
+
+
+def test_icrc_event_fields() -> None:
+    out = decode_record("icrc", icrc_record())
+    assert out["type"] == "ICRC-72 event"
+    f = out["fields"]
+    assert f["timestamp"] == 123_456
+    assert f["data"] == {"Map": [["amount", {"Nat": 42}], ["memo", {"Text": "rent"}]]}
+    assert f["headers"] == [["icrc72:source", {"Text": "shop"}]]
+
+
+@pytest.mark.parametrize("fmt", ["waku", "sds", "cardinal", "icrc"])
+def test_a_record_of_another_format_is_a_per_record_error(fmt: str) -> None:
+    other = {
+        "waku": b"\xff\xff\xff",
+        "sds": icrc_record(),
+        "cardinal": sds_record(),
+        "icrc": b"\x07garbage",
+    }[fmt]
+    good = {
+        "waku": waku_record(),
+        "sds": sds_record(),
+        "icrc": icrc_record(),
+        "cardinal": cardinal_record(Reorg(H, 1)),
+    }[fmt]
+    ok, bad = decode_many(fmt, [good, other])
+    assert ok["ok"] is True
+    assert bad["ok"] is False and bad["error"]
+    with pytest.raises(ConsoleDecodeError):
+        decode_record(fmt, other)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_random_bytes_never_crash(fmt: str) -> None:
+    rng = random.Random(14)
+    seeds = [b"", b"\x00", b"\x01" * 9, icrc_record()[:20], sds_record()[:30]]
+    seeds += [rng.randbytes(rng.randrange(64)) for _ in range(300)]
+    for data in seeds:
+        (out,) = decode_many(fmt, [data])
+        assert out["ok"] in (True, False)
+
+
+def test_bytes_json_shows_text_only_when_printable() -> None:
+    assert bytes_json(b"abc") == {"len": 3, "hex": "616263", "text": "abc"}
+    assert "text" not in bytes_json(b"\x00\x01")
+    assert "text" not in bytes_json(b"\xff")
