@@ -1,0 +1,318 @@
+"""Streams and consumers: list, info, partition stats, create, read a range, consumer lag.
+
+Records come back raw: ``data`` (and ``key``, header values) base64, with index, timestamp and
+size; decoding a protocol's bytes is the console's job. A range read is bounded twice (``limit``
+records, ``MAX_RANGE_BYTES`` of data) so one request cannot pull a partition into memory.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import BaseModel, Field
+
+from loglake.log import Log, StreamConfig, StreamInfo, UnknownPartition
+from loglake.log.api import STREAM_NAME_RE
+from loglake.node.api.context import Node, NodeContext
+
+router = APIRouter(tags=["streams"])
+
+MAX_RANGE_RECORDS = 1000
+MAX_RANGE_BYTES = 4 * 1024 * 1024
+"""A range read stops once this much record data is collected (at least one record)."""
+MAX_PARTITIONS = 1024
+
+StreamName = Annotated[str, Path(description="Stream name", max_length=200)]
+PartitionNo = Annotated[int, Path(ge=0, le=2**31 - 1, description="Partition number")]
+
+
+class StreamConfigOut(BaseModel):
+    partitions: int
+    durability: str
+    segment_bytes: int
+    retention_ms: int | None
+    retention_bytes: int | None
+    retention_records: int | None
+    seal_to_lake: bool
+
+
+class PartitionStats(BaseModel):
+    partition: int
+    first_index: int
+    next_index: int
+    durable_next: int | None
+    records: int
+    bytes: int
+    fsyncs: int | None = None
+    """Group-commit fsyncs run by this partition since the node opened it."""
+    storage_failed: str | None = None
+    seal_failure: str | None = None
+    retention_error: str | None = None
+
+
+class StreamSummary(BaseModel):
+    name: str
+    partitions: int
+    records: int
+    bytes: int
+    durability: str
+    pushed_records: int | None = None
+    """Records pushed through this node since it started (None: metrics off)."""
+    pulled_records: int | None = None
+    push_rate: float | None = None
+    """Records/s pushed over the last few seconds (None: metrics off)."""
+    pull_rate: float | None = None
+
+
+class StreamDetail(StreamSummary):
+    config: StreamConfigOut
+    partition_stats: list[PartitionStats]
+
+
+class StreamCreate(BaseModel):
+    name: str = Field(pattern=STREAM_NAME_RE.pattern, max_length=200)
+    partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
+    durability: Literal["always", "batch", "none"] | None = None
+    segment_bytes: int | None = Field(None, ge=4096, le=2**40)
+    retention_ms: int | None = Field(None, ge=0, le=2**62)
+    retention_bytes: int | None = Field(None, ge=0, le=2**62)
+    retention_records: int | None = Field(None, ge=0, le=2**62)
+
+
+class Header(BaseModel):
+    key: str
+    value: str
+    """base64"""
+
+
+class RecordOut(BaseModel):
+    index: int
+    timestamp_ns: int
+    size: int
+    """Bytes of ``data`` (decoded)."""
+    data: str
+    """base64 of the record's bytes."""
+    key: str | None
+    """base64, or None."""
+    headers: list[Header]
+
+
+class RecordRange(BaseModel):
+    stream: str
+    partition: int
+    start: int
+    first_index: int
+    next_index: int
+    records: list[RecordOut]
+    next: int
+    """Where the following page starts (``start`` when nothing was returned)."""
+    truncated: bool
+    """True when ``MAX_RANGE_BYTES`` cut the page short of ``limit``."""
+
+
+class ConsumerOut(BaseModel):
+    client_id: str
+    stream: str
+    partition: int
+    index: int
+    """The saved index: the next record this consumer will read."""
+    next_index: int
+    lag: int
+    """Records between the saved index and the partition's end."""
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _health(log: Log) -> dict[tuple[str, int], tuple[str | None, str | None, str | None]]:
+    health = getattr(log, "health", None)
+    if health is None:
+        return {}
+    out = {}
+    for h in health():
+        seal = (
+            f"{h.seal_failure.segment}: {h.seal_failure.error} ({h.seal_failure.attempts} tries)"
+            if h.seal_failure
+            else None
+        )
+        out[(h.stream, h.partition)] = (h.storage_failed, seal, h.retention_error)
+    return out
+
+
+def _summary(node: NodeContext, info: StreamInfo) -> dict:
+    out = {
+        "name": info.name,
+        "partitions": info.config.partitions,
+        "records": info.records,
+        "bytes": sum(p.bytes for p in info.partitions),
+        "durability": info.config.durability,
+    }
+    if node.metrics is not None:
+        out.update(node.metrics.stream_activity(info.name))
+    return out
+
+
+def _detail(node: NodeContext, info: StreamInfo) -> StreamDetail:
+    fsync_count = getattr(node.log, "fsync_count", None)
+    health = _health(node.log)
+    stats = []
+    for p in info.partitions:
+        failed, seal, retention = health.get((info.name, p.partition), (None, None, None))
+        stats.append(
+            PartitionStats(
+                partition=p.partition,
+                first_index=p.first_index,
+                next_index=p.next_index,
+                durable_next=p.durable_next,
+                records=p.next_index - p.first_index,
+                bytes=p.bytes,
+                fsyncs=fsync_count(info.name, p.partition) if fsync_count else None,
+                storage_failed=failed,
+                seal_failure=seal,
+                retention_error=retention,
+            )
+        )
+    c = info.config
+    config = StreamConfigOut(
+        partitions=c.partitions,
+        durability=c.durability,
+        segment_bytes=c.segment_bytes,
+        retention_ms=c.retention_ms,
+        retention_bytes=c.retention_bytes,
+        retention_records=c.retention_records,
+        seal_to_lake=c.seal_to_lake,
+    )
+    return StreamDetail(**_summary(node, info), config=config, partition_stats=stats)
+
+
+@router.get("/streams", response_model=list[StreamSummary], summary="All streams")
+def list_streams(node: Node) -> list[dict]:
+    return [_summary(node, node.log.stream_info(name)) for name in sorted(node.log.streams())]
+
+
+@router.post(
+    "/streams",
+    response_model=StreamDetail,
+    status_code=201,
+    summary="Create a stream (200 with the stream if it exists with as many partitions)",
+    responses={200: {"model": StreamDetail}, 409: {"description": "exists, other partitions"}},
+)
+def create_stream(body: StreamCreate, node: Node, response: Response) -> StreamDetail:
+    if node.log.has_stream(body.name):
+        response.status_code = 200
+    base = getattr(node.log, "default_config", None) or StreamConfig()
+    changes = {
+        k: v
+        for k, v in body.model_dump().items()
+        if k != "name" and v is not None and k in StreamConfig.__dataclass_fields__
+    }
+    info = node.log.create_stream(body.name, replace(base, **changes))
+    return _detail(node, info)
+
+
+@router.get("/streams/{stream}", response_model=StreamDetail, summary="One stream, with stats")
+def stream_info(stream: StreamName, node: Node) -> StreamDetail:
+    return _detail(node, node.log.stream_info(stream))
+
+
+@router.get(
+    "/streams/{stream}/partitions",
+    response_model=list[PartitionStats],
+    summary="Partition stats: indexes, bytes, fsyncs, health",
+)
+def partitions(stream: StreamName, node: Node) -> list[PartitionStats]:
+    return _detail(node, node.log.stream_info(stream)).partition_stats
+
+
+@router.get(
+    "/streams/{stream}/partitions/{partition}/records",
+    response_model=RecordRange,
+    summary="Read a range of records (raw, base64)",
+)
+def read_range(
+    stream: StreamName,
+    partition: PartitionNo,
+    node: Node,
+    start: Annotated[int, Query(ge=0, le=2**62, description="First index wanted")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_RANGE_RECORDS)] = 100,
+) -> RecordRange:
+    info = node.log.stream_info(stream)
+    if partition >= len(info.partitions):
+        raise UnknownPartition(stream, partition, len(info.partitions))
+    p = info.partitions[partition]
+    records: list[RecordOut] = []
+    used, truncated = 0, False
+    for r in node.log.read(stream, partition, start, limit=limit):
+        if records and used + len(r.data) > MAX_RANGE_BYTES:
+            truncated = True
+            break
+        used += len(r.data)
+        records.append(
+            RecordOut(
+                index=r.index,
+                timestamp_ns=r.timestamp_ns,
+                size=len(r.data),
+                data=_b64(r.data),
+                key=_b64(r.key) if r.key is not None else None,
+                headers=[Header(key=k, value=_b64(v)) for k, v in r.headers],
+            )
+        )
+    return RecordRange(
+        stream=stream,
+        partition=partition,
+        start=start,
+        first_index=p.first_index,
+        next_index=p.next_index,
+        records=records,
+        next=records[-1].index + 1 if records else start,
+        truncated=truncated,
+    )
+
+
+def consumer_rows(node: NodeContext, stream: str | None = None) -> list[ConsumerOut]:
+    """Every saved consumer index (of ``stream``), with its lag behind the partition's end."""
+    from loglake.node.metrics import consumer_indexes
+
+    infos: dict[str, StreamInfo] = {}
+    out = []
+    for (client, name, partition), index in sorted(consumer_indexes(node.log).items()):
+        if stream is not None and name != stream:
+            continue
+        if name not in infos:
+            if not node.log.has_stream(name):
+                continue
+            infos[name] = node.log.stream_info(name)
+        parts = infos[name].partitions
+        if partition >= len(parts):
+            continue
+        end = parts[partition].next_index
+        out.append(
+            ConsumerOut(
+                client_id=client,
+                stream=name,
+                partition=partition,
+                index=index,
+                next_index=end,
+                lag=max(0, end - index),
+            )
+        )
+    return out
+
+
+@router.get("/consumers", response_model=list[ConsumerOut], summary="All consumers and lag")
+def list_consumers(node: Node) -> list[ConsumerOut]:
+    return consumer_rows(node)
+
+
+@router.get(
+    "/streams/{stream}/consumers",
+    response_model=list[ConsumerOut],
+    summary="A stream's consumers and their lag",
+)
+def stream_consumers(stream: StreamName, node: Node) -> list[ConsumerOut]:
+    node.log.stream_info(stream)  # 404 for an unknown stream
+    return consumer_rows(node, stream)

@@ -1,0 +1,150 @@
+"""``create_app(node)``: the node's HTTP API (FastAPI), its OpenAPI document and the console.
+
+Why one factory: the runner, the tests and the benchmark all serve the same app around a
+``NodeContext``; what differs is only which parts the context carries. Every route under
+``/api`` needs the bearer token (``node/auth.py``); ``/openapi.json`` and ``/docs`` describe the
+API without data and stay open; ``/metrics`` (``node/metrics.py``) needs the token unless the
+node is started with ``metrics_public``. Errors are always JSON, ``{"error": <type>, "message":
+<text>, "status": <code>}``: a caller's mistake is 4xx, never a 500 (docs/node.md lists them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from loglake import __version__
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
+from loglake.log import (
+    InvalidStreamName,
+    LogClosed,
+    ReadOnlyLog,
+    StorageFailed,
+    StreamExists,
+    UnknownPartition,
+    UnknownStream,
+)
+from loglake.logs import log_event
+from loglake.node.api.context import NodeContext, PartDisabled
+from loglake.node.auth import require_token
+
+_logger = logging.getLogger(__name__)
+
+NOT_FOUND: tuple[type[BaseException], ...] = (UnknownStream, UnknownPartition, PartDisabled)
+CONFLICT: tuple[type[BaseException], ...] = (StreamExists, ReadOnlyLog)
+BAD_REQUEST: tuple[type[BaseException], ...] = (
+    InvalidStreamName,
+    LocalProtocolError,
+    DecodeError,
+    ValueError,
+)
+UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed)
+
+
+def error_body(kind: str, message: str, status: int, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": kind, "message": message, "status": status, **extra}, status)
+
+
+def status_of(e: BaseException) -> int:
+    """The HTTP status a typed loglake error maps to (whose fault it is)."""
+    for classes, status in (
+        (NOT_FOUND, 404),
+        (CONFLICT, 409),
+        (UNAVAILABLE, 503),
+        (BAD_REQUEST, 400),
+    ):
+        if isinstance(e, classes):
+            return status
+    return 500
+
+
+def create_app(
+    node: NodeContext,
+    *,
+    token: str | None,
+    console: bool = True,
+    metrics_public: bool = False,
+) -> FastAPI:
+    """The node's ASGI app. ``token`` None turns authentication off (embedding, benchmarks);
+    ``console`` False leaves the web console out (``loglake.node.console``, built apart)."""
+    from loglake.node.api import archives, events, jobs, sds, streams, system
+
+    app = FastAPI(
+        title="loglake node",
+        version=__version__,
+        description="The HTTP API of a loglake node: streams, consumers, ICRC-72/77 replays, "
+        "Status archives, SDS channels and Spark jobs. Every /api route needs "
+        "`Authorization: Bearer <token>` (the token is in <data dir>/node.token).",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.node = node
+    app.state.token = token
+    auth = [Depends(require_token)]
+    for module in (system, streams, events, archives, sds, jobs):
+        app.include_router(module.router, prefix="/api", dependencies=auth)
+    if node.metrics is not None:
+        from loglake.node.metrics import metrics_route
+
+        app.add_api_route(
+            "/metrics",
+            metrics_route(node.metrics),
+            methods=["GET"],
+            include_in_schema=False,
+            dependencies=[] if metrics_public else auth,
+        )
+    _install_error_handlers(app)
+    if console:
+        _mount_console(app)
+    return app
+
+
+def _mount_console(app: FastAPI) -> None:
+    try:
+        from loglake.node.console import mount as mount_console
+    except ImportError as e:  # built by its own work (issue 14's console); say so plainly
+        raise LoglakeError(
+            f"the web console (loglake.node.console) is not available: {e}; start the node "
+            "with console = false to run without it"
+        ) from e
+    mount_console(app)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        response = error_body("HTTPError", str(e.detail), e.status_code)
+        for k, v in (e.headers or {}).items():
+            response.headers[k] = v
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        errors = jsonable_encoder(e.errors(), custom_encoder={BaseException: str})
+        first = errors[0] if errors else {}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        message = f"{where}: {first.get('msg', 'invalid request')}" if first else "invalid"
+        return error_body("ValidationError", message, 422, detail=errors)
+
+    @app.exception_handler(LoglakeError)
+    async def typed(request: Request, e: LoglakeError) -> JSONResponse:
+        status = status_of(e)
+        if status == 500:
+            log_event(_logger, logging.ERROR, "API error", path=request.url.path, error=repr(e))
+        return error_body(type(e).__name__, str(e), status)
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, e: ValueError) -> JSONResponse:
+        return error_body(type(e).__name__, str(e), 400)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, e: Exception) -> JSONResponse:
+        _logger.exception("API internal error on %s", request.url.path)
+        return error_body("InternalError", f"{type(e).__name__}: {e}", 500)

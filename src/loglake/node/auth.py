@@ -1,0 +1,93 @@
+"""The node's access token: generated on first start, printed once, kept mode 0600.
+
+Why a single bearer token: the node binds loopback by default and serves one operator; a token
+in a file only that user can read is the least machinery that keeps other local users (and a
+browser tab on another site) out of the API. The token is compared in constant time
+(``hmac.compare_digest``). ``TOKEN_FILE`` lives in the data dir, beside the log it guards.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from loglake.errors import LoglakeError
+from loglake.log import fs
+
+TOKEN_FILE = "node.token"
+"""Name of the token file in the data dir."""
+TOKEN_BYTES = 32
+
+
+class TokenFileError(LoglakeError):
+    """The token file exists but cannot be used (unreadable, empty, or readable by others)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    value: str
+    created: bool
+    """True when this start generated it (the caller prints it, once)."""
+    path: Path
+
+
+def load_or_create_token(data_dir: Path) -> Token:
+    """The data dir's token, created (``O_EXCL``, mode 0600, fsynced) if there is none.
+
+    A token file others may read is refused rather than silently used: whoever could read it
+    could use the API."""
+    path = Path(data_dir) / TOKEN_FILE
+    value = secrets.token_urlsafe(TOKEN_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return Token(_read_token(path), False, path)
+    try:
+        fs.write_all(fd, (value + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fs.fsync_dir(path.parent)
+    return Token(value, True, path)
+
+
+def _read_token(path: Path) -> str:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise TokenFileError(
+            f"{path} is readable by others (mode {mode:o}); run `chmod 600 {path}` or delete "
+            "it to have a new token generated"
+        )
+    value = path.read_text().strip()
+    if not value:
+        raise TokenFileError(f"{path} is empty; delete it to have a new token generated")
+    return value
+
+
+_bearer = HTTPBearer(auto_error=False, description="The token in <data dir>/node.token.")
+
+
+def require_token(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """FastAPI dependency: 401 unless ``Authorization: Bearer <token>`` matches the node's
+    token (``app.state.token``; None turns the check off, for embedding and benchmarks)."""
+    expected: str | None = request.app.state.token
+    if expected is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(
+            status_code=401,
+            detail="missing or wrong bearer token (see <data dir>/node.token)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -1,0 +1,389 @@
+"""Prometheus metrics of a node, by composition: nothing in the parts knows about them.
+
+Two sources, each at the cheapest place:
+
+- **Traffic** (push/pull records, bytes, latency per stream) is counted on the way in:
+  ``InstrumentedLog`` wraps the node's ``Log`` and times ``append_payloads`` /
+  ``append_many`` / ``read_payloads`` / ``read``. The stream service performs its actions on
+  that wrapper (``StreamService(InstrumentedLog(log))``), and so do the in-process parts
+  (``LocalStreams`` over it), so every push and pull through the node is seen once. The stream
+  service groups pushes (one ``Append`` per partition per batch), so the cost is per batch, not
+  per record; latency is the batch's (it includes the group-commit fsync).
+- **State** (records, bytes, fsyncs, lake files, consumer lag, seal failures, replays, archive
+  and SDS figures) is read at scrape time by ``NodeCollector`` from the log and the parts'
+  handles: nothing is kept up to date between scrapes.
+
+Names follow Prometheus conventions (``loglake_`` prefix, ``_total`` counters, base units:
+seconds, bytes). ``docs/node.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+
+from loglake.log import Entry, Log, Record, StreamConfig, StreamInfo
+
+if TYPE_CHECKING:
+    from loglake.node.api.context import NodeContext
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+"""Seconds: a group commit on this kind of disk takes ~0.1 ms; a slow one, tens of ms."""
+
+RATE_WINDOW_S = 10.0
+"""``push_rate``/``pull_rate`` in the API are averaged over at most this many seconds."""
+
+
+class _Traffic:
+    """Cumulative per-stream counts, plus a few timed snapshots to give rates."""
+
+    __slots__ = ("pull_bytes", "pulled", "push_bytes", "pushed", "samples")
+
+    def __init__(self) -> None:
+        self.pushed = self.push_bytes = self.pulled = self.pull_bytes = 0
+        self.samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=64)
+
+
+class NodeMetrics:
+    """The node's registry: traffic counted by ``InstrumentedLog``, state read by
+    ``NodeCollector`` at scrape time, and histograms parts' adapters feed (``sds_ack``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._traffic: dict[str, _Traffic] = {}
+        self.push_latency = Histogram(
+            "loglake_push_latency_seconds",
+            "Time to append one batch of pushes to a partition (includes its fsync).",
+            ["stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.pull_latency = Histogram(
+            "loglake_pull_latency_seconds",
+            "Time to read one pull's records from a partition.",
+            ["stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.sds_ack_latency = Histogram(
+            "loglake_sds_ack_latency_seconds",
+            "From sending an SDS message to seeing it acknowledged by another participant.",
+            ["channel"],
+            buckets=(*LATENCY_BUCKETS, 5.0, 10.0, 30.0, 60.0),
+            registry=self.registry,
+        )
+        self.archive_bytes: collections.Counter[str] = collections.Counter()
+        """``build`` / ``seed`` / ``fetch`` bytes, added by the archives handle."""
+        self.node: NodeContext | None = None
+
+    def attach(self, node: NodeContext) -> None:
+        """Read state from ``node`` at scrape time (call once the node is built)."""
+        self.node = node
+        self.registry.register(NodeCollector(self))
+
+    # -- traffic ------------------------------------------------------------------------------
+    def _of(self, stream: str) -> _Traffic:
+        t = self._traffic.get(stream)
+        if t is None:
+            with self._lock:
+                t = self._traffic.setdefault(stream, _Traffic())
+        return t
+
+    def pushed(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        t = self._of(stream)
+        with self._lock:
+            t.pushed += records
+            t.push_bytes += nbytes
+        self.push_latency.labels(stream).observe(seconds)
+
+    def pulled(self, stream: str, records: int, nbytes: int, seconds: float) -> None:
+        t = self._of(stream)
+        with self._lock:
+            t.pulled += records
+            t.pull_bytes += nbytes
+        self.pull_latency.labels(stream).observe(seconds)
+
+    def traffic(self) -> dict[str, tuple[int, int, int, int]]:
+        """stream → (pushed records, push bytes, pulled records, pull bytes)."""
+        with self._lock:
+            return {
+                s: (t.pushed, t.push_bytes, t.pulled, t.pull_bytes)
+                for s, t in self._traffic.items()
+            }
+
+    def stream_activity(self, stream: str) -> dict[str, Any]:
+        """Counts and rates for the API (``GET /api/streams``): each call keeps a snapshot at
+        most once a second, and the rate is taken against the oldest snapshot in the window,
+        so a console polling every second or two sees rates without a sampler thread."""
+        now = time.monotonic()
+        t = self._of(stream)
+        with self._lock:
+            pushed, pulled = t.pushed, t.pulled
+            while t.samples and now - t.samples[0][0] > RATE_WINDOW_S:
+                t.samples.popleft()
+            if not t.samples or now - t.samples[-1][0] >= 1.0:
+                t.samples.append((now, pushed, pulled))
+            then, pushed0, pulled0 = t.samples[0]
+        dt = now - then
+        return {
+            "pushed_records": pushed,
+            "pulled_records": pulled,
+            "push_rate": round((pushed - pushed0) / dt, 1) if dt > 0.5 else 0.0,
+            "pull_rate": round((pulled - pulled0) / dt, 1) if dt > 0.5 else 0.0,
+        }
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def metrics_route(metrics: NodeMetrics) -> Callable[[], Response]:
+    def scrape() -> Response:
+        """Prometheus text exposition of the node's metrics."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    return scrape
+
+
+class InstrumentedLog(Log):
+    """A ``Log`` that counts and times pushes and pulls into ``NodeMetrics``, then delegates.
+
+    Everything else (``health``, ``fsync_count``, ``wait_for_seals``, ``data_dir``) reaches the
+    wrapped log through ``__getattr__``."""
+
+    def __init__(self, inner: Log, metrics: NodeMetrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        return self.inner.create_stream(name, config)
+
+    def streams(self) -> list[str]:
+        return self.inner.streams()
+
+    def stream_info(self, name: str) -> StreamInfo:
+        return self.inner.stream_info(name)
+
+    def has_stream(self, name: str) -> bool:
+        return self.inner.has_stream(name)
+
+    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+        t0 = time.perf_counter()
+        out = self.inner.append_many(stream, partition, entries)
+        dt = time.perf_counter() - t0
+        self.metrics.pushed(stream, len(out), sum(len(e.data) for e in entries), dt)
+        return out
+
+    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+        t0 = time.perf_counter()
+        out = self.inner.append_payloads(stream, partition, datas)
+        dt = time.perf_counter() - t0
+        self.metrics.pushed(stream, len(out), sum(map(len, datas)), dt)
+        return out
+
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int | None = None,
+        end: int | None = None,
+    ) -> list[Record]:
+        t0 = time.perf_counter()
+        out = self.inner.read(stream, partition, start, limit, end)
+        dt = time.perf_counter() - t0
+        self.metrics.pulled(stream, len(out), sum(len(r.data) for r in out), dt)
+        return out
+
+    def read_payloads(
+        self, stream: str, partition: int, start: int, limit: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        t0 = time.perf_counter()
+        out = self.inner.read_payloads(stream, partition, start, limit)
+        dt = time.perf_counter() - t0
+        self.metrics.pulled(stream, len(out), sum(len(d) for _, d in out), dt)
+        return out
+
+    def next_index(self, stream: str, partition: int = 0) -> int:
+        return self.inner.next_index(stream, partition)
+
+    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+        return self.inner.get_index(client_id, stream, partition)
+
+    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+        return self.inner.save_index(client_id, stream, index, partition)
+
+    def enforce_retention(self, now_ns: int | None = None) -> int:
+        return self.inner.enforce_retention(now_ns)
+
+    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+        return self.inner.truncate_before(stream, partition, index)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def unwrap(log: Log) -> Log:
+    while isinstance(log, InstrumentedLog):
+        log = log.inner
+    return log
+
+
+def consumer_indexes(log: Log) -> dict[tuple[str, str, int], int]:
+    """Every saved consumer index, ``(client, stream, partition) → index``.
+
+    ``Log`` has no call that lists consumers (only get/save by key), so this reads the
+    engine's own store: ``consumers.log`` of a ``SegmentLog`` read-only (as ``loglake log``
+    readers do), a ``MemoryLog``'s table; other backends list none."""
+    from loglake.log import MemoryLog, SegmentLog
+    from loglake.log.consumer_store import ConsumerStore
+
+    log = unwrap(log)
+    if isinstance(log, SegmentLog):
+        store = ConsumerStore(log.data_dir, readonly=True)
+        try:
+            return dict(store.values)
+        finally:
+            store.close()
+    if isinstance(log, MemoryLog):
+        return dict(log._consumers)
+    return {}
+
+
+class NodeCollector(Collector):
+    """Reads the node's state at scrape time (see the module docstring)."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list:
+        return []  # unchecked collector: the families depend on what the node runs
+
+    def collect(self) -> Iterator[Any]:
+        node = self.metrics.node
+        if node is None:
+            return
+        yield from self._traffic()
+        yield from self._log(node)
+        yield from self._consumers(node)
+        for handle in (node.events, node.archives, node.sds, node.jobs):
+            families = getattr(handle, "metric_families", None)
+            if families is not None:
+                yield from families()
+        archive = CounterMetricFamily(
+            "loglake_archive_bytes",
+            "Archive bytes built by the control node, seeded and fetched by members.",
+            labels=["kind"],
+        )
+        for kind in ("build", "seed", "fetch"):
+            archive.add_metric([kind], self.metrics.archive_bytes[kind])
+        yield archive
+
+    def _traffic(self) -> Iterator[Any]:
+        fams = [
+            CounterMetricFamily("loglake_push_records", "Records pushed.", labels=["stream"]),
+            CounterMetricFamily("loglake_push_bytes", "Bytes of data pushed.", labels=["stream"]),
+            CounterMetricFamily("loglake_pull_records", "Records pulled.", labels=["stream"]),
+            CounterMetricFamily("loglake_pull_bytes", "Bytes of data pulled.", labels=["stream"]),
+        ]
+        for stream, values in sorted(self.metrics.traffic().items()):
+            for fam, v in zip(fams, values, strict=True):
+                fam.add_metric([stream], v)
+        yield from fams
+
+    def _log(self, node: NodeContext) -> Iterator[Any]:
+        from loglake.log.lake import list_lake_files, visible_lake_files
+        from loglake.log.lake_schema import lake_partition_dir
+
+        log = node.log
+        records = GaugeMetricFamily(
+            "loglake_partition_records", "Records readable.", labels=["stream", "partition"]
+        )
+        nbytes = GaugeMetricFamily(
+            "loglake_partition_bytes", "Bytes in live segments.", labels=["stream", "partition"]
+        )
+        next_index = GaugeMetricFamily(
+            "loglake_partition_next_index",
+            "Index the next append gets.",
+            labels=["stream", "partition"],
+        )
+        fsyncs = CounterMetricFamily(
+            "loglake_fsyncs", "Group-commit fsyncs run.", labels=["stream", "partition"]
+        )
+        lake_files = GaugeMetricFamily(
+            "loglake_lake_files", "Sealed Parquet files.", labels=["stream", "partition"]
+        )
+        sealed = GaugeMetricFamily(
+            "loglake_sealed_records", "Records sealed to the lake.", labels=["stream", "partition"]
+        )
+        unhealthy = GaugeMetricFamily(
+            "loglake_partition_failing",
+            "1 when a partition has a storage failure, a seal being retried or a failed retention.",
+            labels=["stream", "partition", "kind"],
+        )
+        fsync_count = getattr(log, "fsync_count", None)
+        data_dir = getattr(unwrap(log), "data_dir", None)
+        for name in sorted(log.streams()):
+            info = log.stream_info(name)
+            for p in info.partitions:
+                labels = [name, str(p.partition)]
+                records.add_metric(labels, p.next_index - p.first_index)
+                nbytes.add_metric(labels, p.bytes)
+                next_index.add_metric(labels, p.next_index)
+                if fsync_count is not None:
+                    fsyncs.add_metric(labels, fsync_count(name, p.partition))
+                if data_dir is not None and info.config.seal_to_lake:
+                    files = visible_lake_files(
+                        list_lake_files(lake_partition_dir(data_dir, name, p.partition))
+                    )
+                    lake_files.add_metric(labels, len(files))
+                    sealed.add_metric(labels, sum(f.last - f.first + 1 for f in files))
+        health = getattr(log, "health", None)
+        if health is not None:
+            for h in health():
+                labels = [h.stream, str(h.partition)]
+                unhealthy.add_metric([*labels, "storage"], 1 if h.storage_failed else 0)
+                unhealthy.add_metric([*labels, "seal"], 1 if h.seal_failure else 0)
+                unhealthy.add_metric([*labels, "retention"], 1 if h.retention_error else 0)
+        yield from (records, nbytes, next_index, fsyncs, lake_files, sealed, unhealthy)
+
+    def _consumers(self, node: NodeContext) -> Iterator[Any]:
+        from loglake.node.api.streams import consumer_rows
+
+        lag = GaugeMetricFamily(
+            "loglake_consumer_lag",
+            "Records between a consumer's saved index and its partition's end.",
+            labels=["consumer", "stream", "partition"],
+        )
+        for row in consumer_rows(node):
+            lag.add_metric([row.client_id, row.stream, str(row.partition)], row.lag)
+        yield lag

@@ -1,0 +1,89 @@
+"""The streams and consumers API against a real log: what a caller sees, and typed errors."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.node.conftest import ApiNode
+
+
+def test_create_list_info_and_partition_stats(api_node: ApiNode) -> None:
+    c = api_node.client
+    r = c.post("/api/streams", json={"name": "orders", "partitions": 3, "durability": "batch"})
+    assert r.status_code == 201
+    assert r.json()["config"]["durability"] == "batch"
+    assert c.post("/api/streams", json={"name": "orders", "partitions": 3}).status_code == 200
+    api_node.log.append_payloads("orders", 2, [b"a", b"bb", b"ccc"])
+    [row] = c.get("/api/streams").json()
+    assert (row["name"], row["partitions"], row["records"], row["pushed_records"]) == (
+        "orders",
+        3,
+        3,
+        3,
+    )
+    parts = c.get("/api/streams/orders/partitions").json()
+    assert [p["next_index"] for p in parts] == [0, 0, 3]
+    assert parts[2]["fsyncs"] >= 1 and parts[2]["storage_failed"] is None
+    assert c.get("/api/streams/orders").json()["partition_stats"] == parts
+
+
+def test_read_a_range_gives_raw_bytes_index_and_size(api_node: ApiNode) -> None:
+    c = api_node.client
+    c.post("/api/streams", json={"name": "raw"})
+    payloads = [bytes([i]) * (i + 1) for i in range(10)]
+    api_node.log.append_payloads("raw", 0, payloads)
+    page = c.get("/api/streams/raw/partitions/0/records", params={"start": 3, "limit": 4}).json()
+    assert [r["index"] for r in page["records"]] == [3, 4, 5, 6]
+    assert [base64.b64decode(r["data"]) for r in page["records"]] == payloads[3:7]
+    assert [r["size"] for r in page["records"]] == [4, 5, 6, 7]
+    assert page["next"] == 7 and page["next_index"] == 10 and not page["truncated"]
+    end = c.get("/api/streams/raw/partitions/0/records", params={"start": 10}).json()
+    assert end["records"] == [] and end["next"] == 10
+
+
+def test_consumers_and_lag(api_node: ApiNode) -> None:
+    c = api_node.client
+    c.post("/api/streams", json={"name": "s", "partitions": 2})
+    api_node.log.append_payloads("s", 1, [b"x"] * 5)
+    api_node.log.save_index("billing", "s", 2, 1)
+    want = {"client_id": "billing", "stream": "s", "partition": 1, "index": 2}
+    [row] = c.get("/api/consumers").json()
+    assert row == {**want, "next_index": 5, "lag": 3}
+    assert c.get("/api/streams/s/consumers").json() == [row]
+
+
+def test_unknown_things_are_404_with_a_json_body(api_node: ApiNode) -> None:
+    c = api_node.client
+    c.post("/api/streams", json={"name": "s"})
+    for path, kind in (
+        ("/api/streams/nope", "UnknownStream"),
+        ("/api/streams/nope/consumers", "UnknownStream"),
+        ("/api/streams/s/partitions/7/records", "UnknownPartition"),
+        ("/api/no-such-route", "HTTPError"),
+    ):
+        r = c.get(path)
+        assert r.status_code == 404 and r.json()["error"] == kind, (path, r.text)
+
+
+def test_bad_requests_are_4xx_naming_the_field(api_node: ApiNode) -> None:
+    c = api_node.client
+    r = c.post("/api/streams", json={"name": "a/b"})
+    assert r.status_code == 422 and r.json()["message"].startswith("body.name")
+    r = c.post("/api/streams", json={"name": "s", "partitions": 0})
+    assert r.status_code == 422 and "partitions" in r.json()["message"]
+    c.post("/api/streams", json={"name": "s", "partitions": 2})
+    r = c.post("/api/streams", json={"name": "s", "partitions": 3})
+    assert r.status_code == 409 and r.json()["error"] == "StreamExists"
+    r = c.get("/api/streams/s/partitions/0/records", params={"limit": 0})
+    assert r.status_code == 422
+
+
+def test_no_token_or_a_wrong_one_is_401(api_node: ApiNode) -> None:
+    anon = api_node.anonymous
+    for path in ("/api/streams", "/api/node", "/api/consumers", "/metrics"):
+        r = anon.get(path)
+        assert r.status_code == 401 and r.json()["error"] == "HTTPError", path
+        assert r.headers["www-authenticate"] == "Bearer"
+        wrong = anon.get(path, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+    assert anon.get("/openapi.json").status_code == 200  # the schema holds no data
