@@ -15,6 +15,12 @@ Stream addresses: the spec says "The client MUST use stream address from the ret
 client learns each partition's worker address from the INIT replies of a CREATE, and for a stream
 it did not create asks ``loglake_stream_info`` (loglake extension) for the partition count, then
 sends the CREATE that returns the INITs.
+
+TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.client_context``), both clients
+connect over TLS and wait for the service's first byte, so a refused client certificate (which
+TLS 1.3 reports only after the client's half of the handshake) is a ``TlsError`` at connect
+time, not a surprise at the first call. A refused request is ``PermissionDenied``; a push that
+met a full disk is ``DiskFull`` (naming the stream and partition).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import collections
 import contextlib
 import re
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -49,7 +56,8 @@ from loglake.streams.messages import (
     StreamInfoResponse,
     StreamSummary,
 )
-from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
+from loglake.streams.permissions import PERMISSION_DENIED
+from loglake.streams.service import DISK_FULL, INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
 from loglake.wire.ockam import (
     DEFAULT_MAX_FRAME,
     Address,
@@ -85,6 +93,20 @@ class PushFailed(StreamServiceError):
     """A ``PushConfirm`` with status ``ERROR``."""
 
 
+class DiskFull(PushFailed):
+    """The service's disk is full (the reason names the stream and partition); nothing of the
+    refused request was stored, and pushes succeed again once space frees."""
+
+
+class PermissionDenied(StreamServiceError):
+    """The service refused the request: this client's identity lacks the permission (the
+    reason names the action, the stream and the permission needed)."""
+
+
+class TlsError(StreamServiceError):
+    """The TLS handshake failed or was refused (wrong CA, no or unknown client certificate)."""
+
+
 _ERROR_PREFIX = codec.encode_base(codec.ERROR, b"")[:-1]  # the BARE string "error"
 _PARTITIONS_RE = re.compile(r"has partitions 0\.\.(\d+),")
 
@@ -96,6 +118,10 @@ def _is_error(msg: RoutingMessage) -> bool:
 def _raise_error(reply: Error, stream: str | None = None, partition: int = 0) -> NoReturn:
     """Turn an ``error`` reply into the exception ``LocalStreams`` would raise, if we can."""
     reason = reply.reason
+    if reason.startswith(PERMISSION_DENIED):
+        raise PermissionDenied(reason)
+    if reason.startswith(DISK_FULL):
+        raise DiskFull(reason)
     if stream is not None and reason.startswith("unknown stream"):
         raise UnknownStream(stream)
     m = _PARTITIONS_RE.search(reason)
@@ -133,8 +159,12 @@ class ClientCore:
 
     Pushes use one return address per target partition (``p<lane>``) and a connection-unique
     ``request_id``, so the routes of a push burst repeat (cheap to encode) and each confirm is
-    found by its id; an ``error`` reply on a lane fails the pushes in flight on it (it can only
-    mean the target is not a stream). Other requests get their own return address ``r<n>``.
+    found by its id. An ``error`` reply carries no id: it answers the oldest push in flight on
+    its lane, since the service answers one return route in request order (``server.py``) —
+    so an error (a refused push, a full disk) fails exactly the push it answers, never a later
+    one on the same lane (issue 16: a stale error used to fail the next push). Pushes a caller
+    gave up on are ``forget``-ed: their replies, when they come, are dropped.
+    Other requests get their own return address ``r<n>``.
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
@@ -142,12 +172,15 @@ class ClientCore:
         self._n = 0
         self.replies: dict[int, list[RoutingMessage]] = collections.defaultdict(list)
         self.confirms: dict[int, tuple[bool, int]] = {}
+        """``request_id → (ok, index)`` of answered pushes, until the caller takes them."""
         self.push_errors: dict[int, Error] = {}
+        """``request_id → error`` of pushes answered by an ``error`` reply."""
         self._lanes: dict[Address, int] = {}
         self._lane_routes: list[Route] = []
         self._templates: list[FrameTemplate] = []
-        self.outstanding: collections.Counter[int] = collections.Counter()
-        """Pushes sent on each lane and not answered yet (confirm or error)."""
+        self.in_flight: list[collections.deque[int]] = []
+        """Per lane: ids of the pushes sent and not answered yet, in send order."""
+        self._forgotten: set[int] = set()
 
     @staticmethod
     def initial_bytes() -> bytes:
@@ -165,7 +198,18 @@ class ClientCore:
             lane = self._lanes[worker] = len(self._lane_routes)
             self._lane_routes.append((Address.local(f"p{lane}"),))
             self._templates.append(FrameTemplate((worker,), self._lane_routes[lane]))
+            self.in_flight.append(collections.deque())
         return lane
+
+    def forget(self, lane: int, rids: Sequence[int]) -> None:
+        """The caller no longer waits for these pushes: drop their answers, now or when they
+        come (they still count in order on the lane)."""
+        waiting = set(self.in_flight[lane])
+        for rid in rids:
+            self.confirms.pop(rid, None)
+            self.push_errors.pop(rid, None)
+            if rid in waiting:
+                self._forgotten.add(rid)
 
     def push_frames(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], bytes]:
         """Frames pushing ``datas`` to ``worker``; returns their request ids and the bytes."""
@@ -174,8 +218,8 @@ class ClientCore:
         frame, encode = template.frame, codec.encode_push_request
         first = self._n + 1
         self._n += len(datas)
-        self.outstanding[lane] += len(datas)
         rids = list(range(first, self._n + 1))
+        self.in_flight[lane].extend(rids)
         return rids, b"".join([frame(encode(rid, d)) for rid, d in zip(rids, datas, strict=True)])
 
     def receive_data(self, data: bytes) -> None:
@@ -184,16 +228,36 @@ class ClientCore:
                 continue
             v = msg.onward_route[0].value
             if v[:1] == b"p" and v[1:].isdigit():
-                self.outstanding[int(v[1:])] -= 1
+                lane = int(v[1:])
+                if lane >= len(self.in_flight):
+                    continue  # not a lane of ours
+                sent = self.in_flight[lane]
                 c = codec.decode_push_confirm(msg.payload)
                 if c is not None:
-                    self.confirms[c[0]] = (c[1], c[2])
+                    rid = c[0]
+                    if sent and sent[0] == rid:
+                        sent.popleft()
+                    else:  # out of order (not from loglake's server) or not ours
+                        try:
+                            sent.remove(rid)
+                        except ValueError:
+                            continue
+                    if self._forgotten and rid in self._forgotten:
+                        self._forgotten.discard(rid)
+                    else:
+                        self.confirms[rid] = (c[1], c[2])
+                    continue
+                if not sent:
+                    continue  # an error for no push in flight: nothing to fail
+                rid = sent.popleft()  # the oldest push on the lane: this error's request
+                if rid in self._forgotten:
+                    self._forgotten.discard(rid)
                     continue
                 try:
                     r = codec.decode_response(msg.payload, PushConfirm)
                 except LoglakeError as e:
                     r = Error(f"undecodable push reply: {e}")
-                self.push_errors[int(v[1:])] = r if isinstance(r, Error) else Error(repr(r))
+                self.push_errors[rid] = r if isinstance(r, Error) else Error(repr(r))
             elif v[:1] == b"r" and v[1:].isdigit():
                 self.replies[int(v[1:])].append(msg)
         if self.conn.error is not None:
@@ -245,7 +309,10 @@ class _Addresses:
 
 
 class StreamClient:
-    """Blocking client. ``with StreamClient(host, port) as c: c.push("s", b"x")``."""
+    """Blocking client. ``with StreamClient(host, port) as c: c.push("s", b"x")``.
+
+    ``tls``: connect over TLS with this context (``streams.tls.client_context``); the server's
+    certificate must name ``server_hostname`` (default: ``host``)."""
 
     def __init__(
         self,
@@ -254,16 +321,33 @@ class StreamClient:
         *,
         timeout: float = 30.0,
         window: int = DEFAULT_WINDOW,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self.host, self.port, self.window = host, port, window
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=server_hostname or host)
+            except OSError as e:  # ssl.SSLError, SSLCertVerificationError, a reset
+                sock.close()
+                raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
+        self.sock = sock
         self.core = ClientCore()
         self.addresses = _Addresses()
-        self.sock.sendall(self.core.initial_bytes())
+        try:
+            self.sock.sendall(self.core.initial_bytes())
+            if tls is not None:  # the service's version byte, or its refusal of our certificate
+                self._read()
+        except (OSError, StreamServiceError) as e:
+            self.sock.close()
+            if tls is None:
+                raise StreamServiceError(f"cannot talk to {host}:{port}: {e}") from None
+            raise TlsError(f"TLS handshake with {host}:{port} refused: {e}") from None
 
     # -- plumbing ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -280,6 +364,10 @@ class StreamClient:
             data = self.sock.recv(1 << 20)
         except TimeoutError:
             raise StreamServiceError("timed out waiting for the stream service") from None
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS failed: {e}") from None
+        except OSError as e:
+            raise StreamServiceError(f"connection failed: {e}") from None
         if not data:
             raise StreamServiceError("the stream service closed the connection")
         self.core.receive_data(data)
@@ -321,31 +409,36 @@ class StreamClient:
         chunk's confirms before sending another: the service always has work queued (the next
         group commit fills up while the current fsync runs) while this side decodes confirms."""
         worker = self._address(stream, partition)
-        lane = self.core.lane(worker)
+        core = self.core
+        lane = core.lane(worker)
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
-        confirms, errors = self.core.confirms, self.core.push_errors
-        while self.core.outstanding[lane] > 0:  # replies left over from a failed push_many
-            self._read()
-        errors.pop(lane, None)
+        confirms, errors = core.confirms, core.push_errors
         inflight: collections.deque[list[int]] = collections.deque()
 
         def collect(rids: list[int]) -> None:
             for rid in rids:
                 while rid not in confirms:
-                    if lane in errors:
-                        _raise_error(errors.pop(lane), stream, partition)
+                    if rid in errors:
+                        _raise_error(errors.pop(rid), stream, partition)
                     self._read()
                 out.append(_confirmed(confirms.pop(rid), rid))
 
-        for lo in range(0, len(datas), chunk):
-            rids, frames = self.core.push_frames(worker, datas[lo : lo + chunk])
-            self.sock.sendall(frames)
-            inflight.append(rids)
-            if len(inflight) >= _CHUNKS_IN_FLIGHT:
-                collect(inflight.popleft())
-        while inflight:
-            collect(inflight.popleft())
+        rids: list[int] = []
+        try:
+            for lo in range(0, len(datas), chunk):
+                rids, frames = core.push_frames(worker, datas[lo : lo + chunk])
+                self.sock.sendall(frames)
+                inflight.append(rids)
+                if len(inflight) >= _CHUNKS_IN_FLIGHT:
+                    rids = inflight.popleft()
+                    collect(rids)
+            while inflight:
+                rids = inflight.popleft()
+                collect(rids)
+        except BaseException:  # their answers, when they come, belong to no one
+            core.forget(lane, [r for rs in (rids, *inflight) for r in rs])
+            raise
         return out
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
@@ -395,28 +488,63 @@ class AsyncStreamClient:
     """asyncio client: ``c = await AsyncStreamClient.connect(host, port)``; many calls may run
     concurrently on one connection."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, window: int):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        window: int,
+        received: bytes = b"",
+    ):
         self._reader, self._writer, self.window = reader, writer, window
         self.core = ClientCore()
         self.addresses = _Addresses()
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._push_waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._failure: LoglakeError | None = None
+        if received:  # what ``connect`` read while checking the TLS handshake
+            self.core.receive_data(received)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
     async def connect(
-        cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, window: int = DEFAULT_WINDOW
+        cls,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        window: int = DEFAULT_WINDOW,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        timeout: float = 30.0,
     ) -> AsyncStreamClient:
+        """Connect (over TLS with ``tls``, as ``StreamClient``)."""
         try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError as e:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=(server_hostname or host) if tls is not None else None,
+                ),
+                timeout,
+            )
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
+        except (OSError, TimeoutError) as e:
             raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
         writer.transport.get_extra_info("socket").setsockopt(
             socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
         )
         writer.write(ClientCore.initial_bytes())
-        return cls(reader, writer, window)
+        received = b""
+        if tls is not None:  # the service's version byte, or its refusal of our certificate
+            try:
+                received = await asyncio.wait_for(reader.read(1 << 20), timeout)
+                if not received:
+                    raise ConnectionResetError("the service closed the connection")
+            except (OSError, TimeoutError) as e:
+                writer.close()
+                raise TlsError(f"TLS handshake with {host}:{port} refused: {e}") from None
+        return cls(reader, writer, window, received)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -458,13 +586,12 @@ class AsyncStreamClient:
             w = waiters.pop(rid, None)
             if w is not None and not w[1].done():
                 w[1].set_result(confirm)
-        for lane, err in list(self.core.push_errors.items()):
-            del self.core.push_errors[lane]
-            for rid, (ln, fut) in list(waiters.items()):
-                if ln == lane:
-                    del waiters[rid]
-                    if not fut.done():
-                        fut.set_exception(_PushError(err))
+        errors = self.core.push_errors
+        for rid in list(errors):  # each error answers one push (``ClientCore``)
+            err = errors.pop(rid)
+            w = waiters.pop(rid, None)
+            if w is not None and not w[1].done():
+                w[1].set_exception(_PushError(err))
         replies = self.core.replies
         for tok in [t for t in replies if t in self._waiters]:
             count, fut = self._waiters[tok]
@@ -511,12 +638,14 @@ class AsyncStreamClient:
         inflight: collections.deque[tuple[list[int], list[asyncio.Future]]] = collections.deque()
 
         async def collect(rids: list[int], futs: list[asyncio.Future]) -> None:
-            try:
-                for rid, fut in zip(rids, futs, strict=True):
-                    out.append(_confirmed(await fut, rid))
-            except _PushError as e:
-                _retrieve(futs)
-                _raise_error(e.error, stream, partition)
+            inflight.appendleft((rids, futs))  # forgotten by ``finally`` if this fails
+            for rid, fut in zip(rids, futs, strict=True):
+                try:
+                    confirm = await fut
+                except _PushError as e:
+                    _raise_error(e.error, stream, partition)
+                out.append(_confirmed(confirm, rid))
+            inflight.popleft()
 
         try:
             for lo in range(0, len(datas), chunk):
@@ -535,10 +664,11 @@ class AsyncStreamClient:
                     await collect(*inflight.popleft())
             while inflight:
                 await collect(*inflight.popleft())
-        finally:
+        finally:  # on failure: the pushes no one waits for any more
             for rids, futs in inflight:
                 for rid in rids:
                     self._push_waiters.pop(rid, None)
+                self.core.forget(lane, rids)
                 _retrieve(futs)
         return out
 

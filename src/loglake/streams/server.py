@@ -21,6 +21,13 @@ its own return address, so its pushes never wait for its pulls). A request the s
 handle gets an ``error`` reply, never silence. A connection that breaks the protocol (bad version
 byte, oversized or undecodable frame) is closed with its reason logged; the messages it sent
 before the bad frame are still answered, and nothing else is affected.
+
+TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.py``), the server speaks the same
+framing inside TLS 1.3. Each connection's ``Peer`` — the names of its verified client
+certificate, or ``ANONYMOUS`` — goes with its messages into the core, which checks them against
+the service's access policy and answers a refused request with an ``error`` reply naming the
+refused action; the connection stays open. A failed handshake (no client certificate, one from
+another CA) closes the connection before any message is read.
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable
 
 from loglake.logs import log_event
+from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Batch, PendingRead, StreamService, perform
 from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, encode_frames
 
@@ -56,6 +65,8 @@ class _Connection(asyncio.Protocol):
         self.queued = 0
         self.closing = False
         self.peer = "?"
+        self.identity: Peer = ANONYMOUS
+        """Who proved to be on the other end (its client certificate's names)."""
         self.paused = False
         self.slots: deque[list] | None = None
         """While a deferred reply of this connection is outstanding: ``[return route, replies
@@ -65,9 +76,13 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.server.tls is not None:  # verified by the handshake, or absent
+            self.identity = peer_from_certificate(transport.get_extra_info("peercert"))
         transport.write(TcpConnection.initial_bytes())
         self.server._conns.add(self)
-        log_event(logger, logging.DEBUG, "connection opened", peer=self.peer)
+        log_event(
+            logger, logging.DEBUG, "connection opened", peer=self.peer, who=self.identity.label
+        )
 
     def data_received(self, data: bytes) -> None:
         t = self.transport
@@ -164,8 +179,13 @@ class StreamServer:
         port: int = 0,
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
+        tls: ssl.SSLContext | None = None,
+        handshake_timeout: float = 10.0,
     ) -> None:
         self.service = service
+        self.tls = tls
+        """TLS (``streams/tls.server_context``); None: plain TCP."""
+        self.handshake_timeout = handshake_timeout
         self.host, self.port = host, port
         self.max_frame = max_frame
         self._conns: set[_Connection] = set()
@@ -181,10 +201,23 @@ class StreamServer:
 
     async def start(self) -> StreamServer:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), self.host, self.port)
+        self._server = await loop.create_server(
+            lambda: _Connection(self),
+            self.host,
+            self.port,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.handshake_timeout if self.tls is not None else None,
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._task = loop.create_task(self._process())
-        log_event(logger, logging.INFO, "stream service listening", host=self.host, port=self.port)
+        log_event(
+            logger,
+            logging.INFO,
+            "stream service listening",
+            host=self.host,
+            port=self.port,
+            tls=self.tls is not None,
+        )
         return self
 
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
@@ -192,11 +225,11 @@ class StreamServer:
         self._wake.set()
 
     def _run_batch(
-        self, msgs: list[RoutingMessage]
+        self, msgs: list[RoutingMessage], peers: list[Peer] | None
     ) -> tuple[Batch, dict[int, concurrent.futures.Future]]:
         """On the core thread: the batch's actions, performed; its pulls' reads handed to the
         reader threads at once (``{input position: future of the replies}``)."""
-        batch = self.service.batch(msgs, defer_reads=True)
+        batch = self.service.batch(msgs, defer_reads=True, peers=peers)
         run = functools.partial(perform, self.service.log)
         while batch.actions:
             actions = batch.actions
@@ -223,9 +256,17 @@ class StreamServer:
             while self._pending:
                 batch, self._pending = self._pending, []
                 msgs = [m for _, ms in batch for m in ms]
+                # who sent each message, when someone checks (else every peer may do anything)
+                peers = (
+                    [c.identity for c, ms in batch for _ in ms]
+                    if self.service.access is not None
+                    else None
+                )
                 reads: dict[int, concurrent.futures.Future] = {}
                 try:
-                    done, reads = await loop.run_in_executor(self._executor, self._run_batch, msgs)
+                    done, reads = await loop.run_in_executor(
+                        self._executor, self._run_batch, msgs, peers
+                    )
                     results = done.replies
                 except Exception as e:  # the core answers per message; this is a last resort
                     logger.exception("stream service batch failed")

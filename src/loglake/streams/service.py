@@ -37,6 +37,7 @@ action at once on the service's ``log``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import random
@@ -74,6 +75,7 @@ from loglake.streams.messages import (
     StreamInfoResponse,
     StreamSummary,
 )
+from loglake.streams.permissions import ANONYMOUS, AccessPolicy, Peer, Permission, denied
 from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, RoutingMessage
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,26 @@ MAX_PARTITIONS = 4096
 MAX_PULL_MESSAGES = 100_000
 DEFAULT_MAX_PULL_BYTES = 8 * 1024 * 1024
 """A PullResponse holds at most this much message data (the spec allows 0..limit messages)."""
+DISK_FULL = "disk full"
+"""How an ``error`` reply for a full disk starts (issue 15 §3): the client raises ``DiskFull``."""
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(e: BaseException | None) -> bool:
+    """Whether ``e`` — or what caused it (a ``StorageFailed`` from a failed fsync) — is the
+    disk running out of space (ENOSPC, or EDQUOT: a quota is a full disk to this user)."""
+    seen = 0
+    while e is not None and seen < 16:
+        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def disk_full_reason(stream: str, partition: int, e: BaseException) -> str:
+    """The ``error`` reply's reason for a full disk: names the stream and the partition."""
+    return f"{DISK_FULL}: stream {stream!r} partition {partition}: {e}"
 
 
 def worker_address(stream: str, partition: int, prefix: str = STREAM_SERVICE_ADDRESS) -> str:
@@ -216,10 +238,16 @@ class Batch:
 
     __slots__ = ("_gen", "actions", "deferred", "replies")
 
-    def __init__(self, service: StreamService, msgs: Sequence[RoutingMessage], defer_reads: bool):
+    def __init__(
+        self,
+        service: StreamService,
+        msgs: Sequence[RoutingMessage],
+        defer_reads: bool,
+        peers: Sequence[Peer] | None = None,
+    ):
         self.replies: list[list[RoutingMessage] | None] = [[] for _ in msgs]
         self.deferred: list[PendingRead] = []
-        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads)
+        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads, peers)
         self.actions: list[Action] = []
         self._step(None)
 
@@ -254,8 +282,12 @@ class StreamService:
         index_address: str = INDEX_SERVICE_ADDRESS,
         rng: random.Random | None = None,
         max_pull_bytes: int = DEFAULT_MAX_PULL_BYTES,
+        access: AccessPolicy | None = None,
     ) -> None:
         self.log = log
+        self.access = access
+        """Who may do what (``streams/permissions.py``); None: every peer may do everything.
+        Each message is checked against the ``Peer`` its connection proved (``batch(peers=)``)."""
         """The log the adapter performs this core's actions on."""
         self.default_config = default_config or StreamConfig()
         self.service_address = service_address
@@ -271,11 +303,13 @@ class StreamService:
         partitions); a thread pool's ``map`` lets their fsyncs overlap."""
 
     # -- blocking driver ---------------------------------------------------------------------
-    def handle(self, msg: RoutingMessage) -> list[RoutingMessage]:
-        return self.handle_batch([msg])[0]
+    def handle(self, msg: RoutingMessage, peer: Peer = ANONYMOUS) -> list[RoutingMessage]:
+        return self.handle_batch([msg], [peer])[0]
 
-    def handle_batch(self, msgs: Sequence[RoutingMessage]) -> list[list[RoutingMessage]]:
-        batch = self.batch(msgs)
+    def handle_batch(
+        self, msgs: Sequence[RoutingMessage], peers: Sequence[Peer] | None = None
+    ) -> list[list[RoutingMessage]]:
+        batch = self.batch(msgs, peers=peers)
         log = self.log
         while batch.actions:
             actions = batch.actions
@@ -286,11 +320,18 @@ class StreamService:
         return [r for r in batch.replies if r is not None]  # nothing deferred: none is None
 
     # -- the core ----------------------------------------------------------------------------
-    def batch(self, msgs: Sequence[RoutingMessage], *, defer_reads: bool = False) -> Batch:
+    def batch(
+        self,
+        msgs: Sequence[RoutingMessage],
+        *,
+        defer_reads: bool = False,
+        peers: Sequence[Peer] | None = None,
+    ) -> Batch:
         """Start handling ``msgs`` (everything one read, or several connections, produced):
         consecutive pushes to one partition become one ``Append`` — one group commit — and
-        the confirms keep request order."""
-        return Batch(self, msgs, defer_reads)
+        the confirms keep request order. ``peers[i]`` is who sent ``msgs[i]`` (checked against
+        ``access``; None: everyone is ``ANONYMOUS``)."""
+        return Batch(self, msgs, defer_reads, peers)
 
     def error_reply(self, msg: RoutingMessage, reason: str) -> list[RoutingMessage]:
         """An ``error`` reply to ``msg`` (for an adapter that could not get ``msg`` handled)."""
@@ -302,8 +343,9 @@ class StreamService:
         logger.error("stream service failed on a message", exc_info=e)
         return self.error_reply(msg, f"internal error: {type(e).__name__}")
 
-    def _run(self, msgs, out, deferred, defer_reads):
+    def _run(self, msgs, out, deferred, defer_reads, peers):
         """The batch as a generator: yields lists of actions, is sent lists of outcomes."""
+        access = self.access
         # pending pushes per target (keyed by the worker address bytes: their hash is cached):
         # (target, [(input position, (request_id, data), message)])
         pending: dict[bytes, tuple[_Target, list[_Pending]]] = {}
@@ -325,6 +367,13 @@ class StreamService:
                                 out[i] = self._internal_error(msg, e)
                                 continue
                         if target is not None:
+                            if access is not None:
+                                why = access.refusal(
+                                    peers[i] if peers else ANONYMOUS, "push to", target.stream
+                                )
+                                if why is not None:
+                                    out[i] = self._error(msg, target.address, why)
+                                    continue
                             slot = pending.get(dest.value)
                             if slot is None:
                                 slot = pending[dest.value] = (target, [])
@@ -333,7 +382,7 @@ class StreamService:
             if pending:
                 yield from self._flush(pending, out)
                 pending = {}
-            handler = self._dispatch(msg)
+            handler = self._dispatch(msg, peers[i] if peers else ANONYMOUS)
             try:
                 replies = yield from self._drive(handler, defer_reads)
             except Exception as e:  # a bug must not kill the server; report it to the peer
@@ -401,34 +450,49 @@ class StreamService:
             count=len(items),
             error=str(e),
         )
+        if is_disk_full(e):  # issue 15 §3: say so, naming where, not just "ERROR"
+            full = codec.encode_payload(Error(disk_full_reason(target.stream, target.partition, e)))
+            return [full for _ in items]
         return [codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items]
 
     # -- dispatch --------------------------------------------------------------------------
-    def _dispatch(self, msg: RoutingMessage) -> _Handler:
+    def _dispatch(self, msg: RoutingMessage, peer: Peer) -> _Handler:
         if not msg.onward_route:
             log_event(logger, logging.WARNING, "dropped a message with an empty onward route")
             return []
         dest = msg.onward_route[0]
         if dest.type == ADDRESS_TYPE_LOCAL:
             if dest == self._service_addr:
-                return (yield from self._on_service(msg))
+                return (yield from self._on_service(msg, peer))
             if dest == self._index_addr:
-                return (yield from self._on_index(msg))
+                return (yield from self._on_index(msg, peer))
             if dest.value.startswith(self._worker_prefix):
                 target = self._targets.get(dest.value)
                 if target is None:
+                    named = self._worker_of(dest)
+                    # a peer that may not see the stream does not learn whether it exists
+                    if named and self.access and not self.access.may_see(peer, named[0]):
+                        why = denied(peer, "use", named[0], "read or write")
+                        return self._error(msg, dest, why)
                     target = yield from self._target(dest)
                 if target is not None:
-                    return (yield from self._on_worker(msg, target))
+                    return (yield from self._on_worker(msg, target, peer))
                 return self._error(msg, dest, f"unknown stream worker {dest.name!r}")
         return self._error(msg, None, f"no worker at address {dest}")
 
-    def _target(self, dest: Address) -> Generator[Action, Any, _Target | None]:
+    def _worker_of(self, dest: Address) -> tuple[str, int] | None:
+        """``(stream, partition)`` a worker address names, or None if it is not one."""
         rest = dest.value[len(self._worker_prefix) :].decode("utf-8", "replace")
         name, sep, part = rest.rpartition("/")
         if not sep or not part.isdigit() or (part != "0" and part.startswith("0")):
             return None
-        partition = int(part)
+        return name, int(part)
+
+    def _target(self, dest: Address) -> Generator[Action, Any, _Target | None]:
+        named = self._worker_of(dest)
+        if named is None:
+            return None
+        name, partition = named
         try:
             info = yield LogCall("stream_info", (name,))
         except LoglakeError:
@@ -451,18 +515,18 @@ class StreamService:
         return self._reply(msg, src or msg.onward_route[0], Error(reason))
 
     # -- stream service ----------------------------------------------------------------------
-    def _on_service(self, msg: RoutingMessage) -> _Handler:
+    def _on_service(self, msg: RoutingMessage, peer: Peer) -> _Handler:
         try:
             protocol, req = codec.decode_request(msg.payload)
         except DecodeError as e:
             log_event(logger, logging.WARNING, "undecodable stream service request", error=str(e))
             return self._error(msg, self._service_addr, INVALID_REQUEST)
         if isinstance(req, CreateStreamRequest):
-            return (yield from self._create(msg, req.stream_name, 1, partitioned=None))
+            return (yield from self._create(msg, req.stream_name, 1, None, peer))
         if isinstance(req, CreatePartitionedStreamRequest):
-            return (yield from self._create(msg, req.stream_name, req.partitions, protocol))
+            return (yield from self._create(msg, req.stream_name, req.partitions, protocol, peer))
         if isinstance(req, StreamInfoRequest):
-            return (yield from self._info(msg, req))
+            return (yield from self._info(msg, req, peer))
         return self._error(msg, self._service_addr, INVALID_REQUEST)
 
     def _new_name(self) -> Generator[Action, Any, str]:
@@ -471,7 +535,9 @@ class StreamService:
             if not (yield LogCall("has_stream", (name,))):
                 return name
 
-    def _create(self, msg, name: str | None, n: int, partitioned: str | None) -> _Handler:
+    def _create(
+        self, msg, name: str | None, n: int, partitioned: str | None, peer: Peer
+    ) -> _Handler:
         src = self._service_addr
         if name is None:
             name = yield from self._new_name()
@@ -479,20 +545,32 @@ class StreamService:
             return self._error(msg, src, "Empty stream name")
         if not 1 <= n <= MAX_PARTITIONS:
             return self._error(msg, src, f"partitions must be 1..{MAX_PARTITIONS}, not {n}")
+        access = self.access
         try:
             check_stream_name(name)
+            # opening an existing stream (to learn its workers) needs any permission on it,
+            # creating one needs admin; a peer with none does not learn whether it exists
+            perms = access.permissions(peer, name) if access is not None else None
+            if perms is not None and not perms:
+                return self._error(msg, src, denied(peer, "create", name, "admin"))
             if (yield LogCall("has_stream", (name,))):
                 have = len((yield LogCall("stream_info", (name,))).partitions)
                 if n > have:
                     return self._error(
                         msg, src, f"stream {name!r} exists with {have} partitions, not {n}"
                     )
+            elif perms is not None and Permission.ADMIN not in perms:
+                return self._error(msg, src, denied(peer, "create", name, "admin"))
             else:
                 config = replace(self.default_config, partitions=n)
                 yield LogCall("create_stream", (name, config))
                 log_event(logger, logging.INFO, "stream created", stream=name, partitions=n)
         except LoglakeError as e:
             return self._error(msg, src, str(e))
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            return self._error(msg, src, f"{DISK_FULL}: creating stream {name!r}: {e}")
         out = []
         for p in range(n):
             worker = Address.local(worker_address(name, p, self.service_address))
@@ -502,11 +580,17 @@ class StreamService:
             out += self._reply(msg, worker, response, partitioned)
         return out
 
-    def _info(self, msg, req: StreamInfoRequest) -> _Handler:
+    def _info(self, msg, req: StreamInfoRequest, peer: Peer) -> _Handler:
+        access = self.access
         if req.stream_name is None:
             names = yield LogCall("streams", ())
+            if access is not None:  # a listing shows only the streams the peer may see
+                names = [n for n in names if access.may_see(peer, n)]
         else:
             names = [req.stream_name]
+            if access is not None and not access.may_see(peer, req.stream_name):
+                why = denied(peer, "see", req.stream_name, "read, write or admin")
+                return self._error(msg, self._service_addr, why)
         summaries = []
         for name in names:
             try:
@@ -525,12 +609,17 @@ class StreamService:
         return self._reply(msg, self._service_addr, StreamInfoResponse(tuple(summaries)))
 
     # -- stream worker ---------------------------------------------------------------------
-    def _on_worker(self, msg: RoutingMessage, target: _Target) -> _Handler:
+    def _on_worker(self, msg: RoutingMessage, target: _Target, peer: Peer) -> _Handler:
         try:
             _, req = codec.decode_request(msg.payload)
         except DecodeError as e:
             log_event(logger, logging.WARNING, "undecodable stream request", error=str(e))
             return self._error(msg, target.address, INVALID_REQUEST)
+        if self.access is not None and isinstance(req, PushRequest | PullRequest):
+            action = "push to" if isinstance(req, PushRequest) else "pull from"
+            why = self.access.refusal(peer, action, target.stream)
+            if why is not None:
+                return self._error(msg, target.address, why)
         if isinstance(req, PushRequest):  # normally taken by the batch path
             outcome = yield from self._append_one(target, req.data)
             payload = self._confirms(target, [(0, (req.request_id, req.data), msg)], outcome)[0]
@@ -569,7 +658,7 @@ class StreamService:
         return [RoutingMessage(msg.return_route, (target.address,), payload)]
 
     # -- index service -----------------------------------------------------------------------
-    def _on_index(self, msg: RoutingMessage) -> _Handler:
+    def _on_index(self, msg: RoutingMessage, peer: Peer) -> _Handler:
         try:
             protocol, req = codec.decode_request(msg.payload)
         except DecodeError as e:
@@ -577,6 +666,14 @@ class StreamService:
             log_event(logger, logging.WARNING, "dropped undecodable index request", error=str(e))
             return []
         src = self._index_addr
+        if self.access is not None and isinstance(
+            req, GetIndex | GetPartitionIndex | SaveIndex | SavePartitionIndex
+        ):
+            saving = isinstance(req, SaveIndex | SavePartitionIndex)
+            action = "save the consumer index of" if saving else "get the consumer index of"
+            why = self.access.refusal(peer, action, req.stream_name)
+            if why is not None:
+                return self._error(msg, src, why)
         if isinstance(req, GetIndex | GetPartitionIndex):
             partition = getattr(req, "partition", 0)
             try:
@@ -587,6 +684,10 @@ class StreamService:
                     )
             except (UnknownStream, UnknownPartition) as e:
                 return self._error(msg, src, str(e))
+            except OSError as e:  # the consumer store could not write
+                if not is_disk_full(e):
+                    raise
+                return self._error(msg, src, disk_full_reason(req.stream_name, partition, e))
         elif isinstance(req, SaveIndex | SavePartitionIndex):
             partition = getattr(req, "partition", 0)
             try:  # a lower index: "it MUST NOT be changed"; save_index returns the stored one
@@ -595,6 +696,10 @@ class StreamService:
                 )
             except (UnknownStream, UnknownPartition) as e:
                 return self._error(msg, src, str(e))
+            except OSError as e:  # the consumer store could not write
+                if not is_disk_full(e):
+                    raise
+                return self._error(msg, src, disk_full_reason(req.stream_name, partition, e))
         else:
             log_event(logger, logging.WARNING, "dropped a non-index request to the index service")
             return []
