@@ -3,15 +3,22 @@ record of another format is a per-record error naming the codec's reason, never 
 
 from __future__ import annotations
 
+import base64
 import random
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from loglake.archives.layout import LAYOUTS
 from loglake.cardinal.codec import encode as cardinal_encode
 from loglake.cardinal.messages import Batch, BatchMsg, BatchRecord, Message, Reorg
 from loglake.cardinal.transport import envelope
 from loglake.events.publisher import stored_event
+from loglake.log import open_log
+from loglake.node.api.context import NodeContext
+from loglake.node.app import create_app
 from loglake.node.console.decode import (
     FORMATS,
     MAX_HEX_BYTES,
@@ -21,6 +28,7 @@ from loglake.node.console.decode import (
     decode_record,
 )
 from loglake.sds import codec as sds_codec
+from loglake.sds.channel import encode_hint
 from loglake.sds.messages import HistoryEntry, SdsMessage
 from loglake.wire import icrc16
 
@@ -40,7 +48,10 @@ def sds_record() -> bytes:
             message_id="m2",
             channel_id="room",
             lamport_timestamp=7,
-            causal_history=(HistoryEntry("m1", b"room:0:1", "bob"),),
+            causal_history=(
+                HistoryEntry("m1", b"room:0:1", "bob"),
+                HistoryEntry("m0", encode_hint("sds.room", 0, 3), "carol"),
+            ),
             bloom_filter=bytes(1024),
             content=b"hi bob",
         )
@@ -78,9 +89,14 @@ def test_sds_message_fields_and_kind() -> None:
     assert out["type"] == "SdsMessage (content)"
     f = out["fields"]
     assert (f["sender_id"], f["message_id"], f["lamport_timestamp"]) == ("alice", "m2", 7)
-    assert f["causal_history"] == [
-        {"message_id": "m1", "retrieval_hint": bytes_json(b"room:0:1"), "sender_id": "bob"}
-    ]
+    other, ours = f["causal_history"]
+    assert other == {
+        "message_id": "m1",
+        "retrieval_hint": bytes_json(b"room:0:1"),
+        "sender_id": "bob",
+    }
+    # a loglake retrieval hint also says which stream position it names
+    assert ours["hint_points_to"] == {"stream": "sds.room", "partition": 0, "index": 3}
     assert f["content"]["text"] == "hi bob"
     assert f["bloom_filter"]["len"] == 1024 and f["bloom_filter"]["truncated"] is True
     assert len(f["bloom_filter"]["hex"]) == 2 * MAX_HEX_BYTES
@@ -141,3 +157,64 @@ def test_bytes_json_shows_text_only_when_printable() -> None:
     assert bytes_json(b"abc") == {"len": 3, "hex": "616263", "text": "abc"}
     assert "text" not in bytes_json(b"\x00\x01")
     assert "text" not in bytes_json(b"\xff")
+
+
+# -- the route and the static files, through the node's app ---------------------------------
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    log = open_log(tmp_path)
+    app = create_app(NodeContext(log=log, data_dir=tmp_path), token="tok")
+    try:
+        with TestClient(app) as c:
+            yield c
+    finally:
+        log.close()
+
+
+AUTH = {"Authorization": "Bearer tok"}
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def test_decode_route_needs_the_token(client: TestClient) -> None:
+    body = {"format": "sds", "records": [b64(sds_record())]}
+    assert client.post("/api/console/decode", json=body).status_code == 401
+    r = client.post("/api/console/decode", json=body, headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401 and r.json()["error"] == "HTTPError"
+
+
+def test_decode_route_decodes_each_record(client: TestClient) -> None:
+    body = {"format": "icrc", "records": [b64(icrc_record()), b64(b"\x09")]}
+    r = client.post("/api/console/decode", json=body, headers=AUTH)
+    assert r.status_code == 200
+    good, bad = r.json()["records"]
+    assert good["ok"] and good["type"] == "ICRC-72 event"
+    assert good["fields"]["data"]["Map"][0] == ["amount", {"Nat": 42}]
+    assert not bad["ok"] and "stored event" in bad["error"]
+
+
+def test_decode_route_rejects_bad_requests_with_4xx_json(client: TestClient) -> None:
+    post = lambda body: client.post("/api/console/decode", json=body, headers=AUTH)  # noqa: E731
+    r = post({"format": "protobuf", "records": []})
+    assert r.status_code == 422 and r.json()["error"] == "ValidationError"
+    r = post({"format": "sds", "records": ["not base64!"]})
+    assert r.status_code == 400 and "records[0]" in r.json()["message"]
+    r = post({"format": "sds", "records": ["AA=="] * 1001})
+    assert r.status_code == 422
+
+
+def test_console_files_are_served_from_the_package(client: TestClient) -> None:
+    r = client.get("/console", follow_redirects=False)
+    assert r.status_code in (307, 308) and r.headers["location"] == "/console/"
+    page = client.get("/console/")
+    assert page.status_code == 200 and '<script type="importmap">' in page.text
+    for path in ("js/app.js", "vendor/preact.mjs", "vendor/hooks.mjs", "vendor/htm.mjs"):
+        r = client.get(f"/console/{path}")
+        assert r.status_code == 200, path
+        assert r.headers["content-type"].startswith("text/javascript"), path
+    # no asset comes from elsewhere: every import and link in the page is relative
+    assert "http" not in page.text.replace("http-equiv", "")

@@ -17,6 +17,8 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from loglake.node.console import routes
+
 STATIC_DIR = Path(__file__).parent / "static"
 CONSOLE_PATH = "/console"
 
@@ -27,6 +29,7 @@ def mount(app: FastAPI) -> None:
     # ES modules must be served as JavaScript; not every system's mime table knows ``.mjs``.
     mimetypes.add_type("text/javascript", ".mjs")
     mimetypes.add_type("text/javascript", ".js")
+    routes.include(app)
 
     @app.get(CONSOLE_PATH, include_in_schema=False)
     def _console_root() -> RedirectResponse:

@@ -12,7 +12,9 @@ What a record of each format is (how the parts store them):
 - ``waku`` — a 14/WAKU2-MESSAGE as the spec layout of a community stream writes it
   (``loglake.archives.layout.SpecLayout``); ``waku-status-go`` — status-go's ``WakuMessage``
   (``StatusGoLayout``);
-- ``sds`` — one ``SdsMessage`` (``loglake.sds.codec.decode``, every field checked);
+- ``sds`` — one ``SdsMessage`` (``loglake.sds.codec.decode``, every field checked); a history
+  entry whose retrieval hint is loglake's (``sds.channel.decode_hint``) also shows the stream
+  position it points to;
 - ``cardinal`` — the transport's envelope ``long(len(key)) key value``
   (``loglake.cardinal.transport.open_envelope``), then ``loglake.cardinal.codec.decode``;
 - ``icrc`` — a Publisher's stored event ``kind · timestamp · [headers] · ICRC-16 value``
@@ -41,6 +43,7 @@ from loglake.cardinal.transport import open_envelope
 from loglake.errors import DecodeError
 from loglake.events.publisher import event_of
 from loglake.sds import codec as sds_codec
+from loglake.sds.channel import decode_hint
 from loglake.wire.icrc16 import Property, RawValue
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
@@ -115,7 +118,18 @@ def _waku(layout: str, pb_cls: Callable[[], PbMessage]) -> Callable[[bytes], dic
 def _sds(data: bytes) -> dict[str, Any]:
     msg = sds_codec.decode(data)
     kind = msg.kind
-    return {"type": f"SdsMessage ({kind.value if kind else 'no kind'})", "fields": to_json(msg)}
+    fields = to_json(msg)
+    # a loglake retrieval hint names a stream position (sds.channel): show where it points
+    for name in ("causal_history", "repair_request"):
+        for entry, row in zip(getattr(msg, name), fields[name], strict=True):
+            where = decode_hint(entry.retrieval_hint)
+            if where is not None:
+                row["hint_points_to"] = {
+                    "stream": where[0],
+                    "partition": where[1],
+                    "index": where[2],
+                }
+    return {"type": f"SdsMessage ({kind.value if kind else 'no kind'})", "fields": fields}
 
 
 def _cardinal(data: bytes) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""``POST /api/console/decode``: record bytes in, each protocol's decoded fields out.
+
+The record browser reads a range with the streams API (``GET
+/api/streams/{stream}/partitions/{p}/records``, data in base64) and, for a decoded view, sends
+those same base64 strings here with the format to read them as. Taking bytes rather than a
+stream position keeps this route free of the log: it reads nothing, so it cannot be used to
+read around the streams API's bounds, and it decodes whatever bytes a caller has. It needs the
+bearer token like every ``/api`` route (``node.auth.require_token``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI
+from pydantic import BaseModel, Field
+
+from loglake.errors import DecodeError
+from loglake.node.auth import require_token
+from loglake.node.console.decode import decode_many
+
+MAX_RECORDS = 1000
+"""As many as one range read returns (the streams API's ``limit``)."""
+MAX_RECORD_B64 = 6 * 1024 * 1024
+"""base64 of the largest single record a range read returns (its 4 MiB page)."""
+
+Format = Literal["waku", "waku-status-go", "sds", "cardinal", "icrc"]
+
+
+class DecodeRequest(BaseModel):
+    format: Format
+    records: Annotated[
+        list[Annotated[str, Field(max_length=MAX_RECORD_B64)]], Field(max_length=MAX_RECORDS)
+    ]
+    """Each record's bytes, base64 (as the streams API returns them)."""
+
+
+class DecodedRecord(BaseModel):
+    ok: bool
+    type: str | None = None
+    """What the record decoded as (``WakuMessage``, ``SdsMessage (content)``, ``BatchMsg``…)."""
+    fields: Any = None
+    """The decoded fields; bytes as ``{"len", "hex", "text"?}``."""
+    error: str | None = None
+    """Why the record is not of ``format`` (the codec's reason), when ``ok`` is false."""
+
+
+class DecodeResponse(BaseModel):
+    format: Format
+    records: list[DecodedRecord]
+
+
+class BadBase64(DecodeError):
+    """A record in the request is not base64 (→ 400)."""
+
+
+def _b64(i: int, s: str) -> bytes:
+    try:
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadBase64(f"records[{i}] is not base64: {e}") from e
+
+
+router = APIRouter(tags=["console"])
+
+
+@router.post(
+    "/console/decode",
+    response_model=DecodeResponse,
+    summary="Decode records as WakuMessage, SDS, Cardinal or ICRC-72 events (record browser)",
+)
+def decode(body: DecodeRequest) -> DecodeResponse:
+    datas = [_b64(i, s) for i, s in enumerate(body.records)]
+    rows = [DecodedRecord(**r) for r in decode_many(body.format, datas)]
+    return DecodeResponse(format=body.format, records=rows)
+
+
+def include(app: FastAPI) -> None:
+    """Add the console's API routes under ``/api``, behind the node's bearer token."""
+    app.include_router(router, prefix="/api", dependencies=[Depends(require_token)])

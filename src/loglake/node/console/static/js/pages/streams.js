@@ -1,0 +1,166 @@
+// Streams: every stream with live push/pull rates, then one stream's partitions and consumer lag.
+
+import { useRef } from "preact/hooks";
+
+import {
+  ErrorBox,
+  Sparkline,
+  fmtBytes,
+  fmtInt,
+  fmtRate,
+  href,
+  html,
+  usePoll,
+} from "../ui.js";
+
+const HISTORY = 60;
+
+/** Rates per stream: the node's own (metrics on), or computed here from two readings of the
+ *  record count (metrics off), so the page shows a rate either way. */
+function useRates(streams, at) {
+  const prev = useRef({ at: 0, records: {} });
+  const hist = useRef({});
+  const last = useRef({ at: 0, rates: {} });
+  if (!streams || at === last.current.at) return { rates: last.current.rates, hist: hist.current };
+  const rates = {};
+  const dt = prev.current.at ? (at - prev.current.at) / 1000 : 0;
+  for (const s of streams) {
+    let push = s.push_rate;
+    if (push === null || push === undefined) {
+      const before = prev.current.records[s.name];
+      push = dt > 0 && before !== undefined ? Math.max(0, (s.records - before) / dt) : null;
+    }
+    rates[s.name] = { push, pull: s.pull_rate ?? null };
+    hist.current[s.name] = [...(hist.current[s.name] || []), push || 0].slice(-HISTORY);
+  }
+  prev.current = { at, records: Object.fromEntries(streams.map((s) => [s.name, s.records])) };
+  last.current = { at, rates };
+  return { rates, hist: hist.current };
+}
+
+export function StreamsPage() {
+  const { data, error, at } = usePoll("/streams", 1000);
+  const consumers = usePoll("/consumers", 2000);
+  const { rates, hist } = useRates(data, at);
+  return html`<section>
+    <h1>Streams</h1>
+    <${ErrorBox} error=${error} what="streams" />
+    ${data && data.length === 0 ? html`<p class="muted">No streams yet.</p>` : null}
+    ${data && data.length > 0
+      ? html`<table data-testid="streams-table">
+          <thead><tr>
+            <th>stream</th><th class="num">partitions</th><th class="num">records</th>
+            <th class="num">bytes</th><th class="num">push rate</th><th></th>
+            <th class="num">pull rate</th><th>durability</th>
+          </tr></thead>
+          <tbody>
+            ${data.map((s) => {
+              const r = rates[s.name] || {};
+              return html`<tr data-stream=${s.name}>
+                <td><a href=${href("/streams", { stream: s.name })}>${s.name}</a></td>
+                <td class="num">${s.partitions}</td>
+                <td class="num" data-testid="records">${fmtInt(s.records)}</td>
+                <td class="num">${fmtBytes(s.bytes)}</td>
+                <td class="num" data-testid="push-rate">${fmtRate(r.push)}</td>
+                <td><${Sparkline} values=${hist[s.name]} /></td>
+                <td class="num" data-testid="pull-rate">${fmtRate(r.pull)}</td>
+                <td>${s.durability}</td>
+              </tr>`;
+            })}
+          </tbody>
+        </table>`
+      : null}
+    <h2>Consumers</h2>
+    <${ErrorBox} error=${consumers.error} what="consumers" />
+    <${ConsumerTable} rows=${consumers.data} showStream=${true} />
+  </section>`;
+}
+
+function ConsumerTable({ rows, showStream }) {
+  if (!rows) return null;
+  if (rows.length === 0) return html`<p class="muted">No saved consumer indexes.</p>`;
+  return html`<table data-testid="consumers-table">
+    <thead><tr>
+      <th>client</th>${showStream ? html`<th>stream</th>` : null}<th class="num">partition</th>
+      <th class="num">saved index</th><th class="num">end</th><th class="num">lag</th>
+    </tr></thead>
+    <tbody>
+      ${rows.map(
+        (c) => html`<tr data-consumer=${c.client_id}>
+          <td>${c.client_id}</td>
+          ${showStream
+            ? html`<td><a href=${href("/streams", { stream: c.stream })}>${c.stream}</a></td>`
+            : null}
+          <td class="num">${c.partition}</td>
+          <td class="num">${fmtInt(c.index)}</td>
+          <td class="num">${fmtInt(c.next_index)}</td>
+          <td class="num" data-testid="lag"><span class=${c.lag > 0 ? "warn" : "ok"}>${fmtInt(c.lag)}</span></td>
+        </tr>`,
+      )}
+    </tbody>
+  </table>`;
+}
+
+export function StreamPage({ name }) {
+  const enc = encodeURIComponent(name);
+  const { data, error } = usePoll("/streams/" + enc, 1000, [name]);
+  const consumers = usePoll("/streams/" + enc + "/consumers", 2000, [name]);
+  return html`<section>
+    <p><a href="#/streams">← all streams</a></p>
+    <h1>Stream <code data-testid="stream-name">${name}</code></h1>
+    <${ErrorBox} error=${error} what="stream" />
+    ${data
+      ? html`<dl class="facts">
+            <dt>records</dt><dd>${fmtInt(data.records)}</dd>
+            <dt>bytes</dt><dd>${fmtBytes(data.bytes)}</dd>
+            <dt>push rate</dt><dd>${fmtRate(data.push_rate)}</dd>
+            <dt>pull rate</dt><dd>${fmtRate(data.pull_rate)}</dd>
+            <dt>durability</dt><dd>${data.config.durability}</dd>
+            <dt>segment</dt><dd>${fmtBytes(data.config.segment_bytes)}</dd>
+            <dt>retention</dt><dd>${retention(data.config)}</dd>
+            <dt>lake</dt><dd>${data.config.seal_to_lake ? "sealed to Parquet" : "off"}</dd>
+          </dl>
+          <h2>Partitions</h2>
+          <table data-testid="partitions-table">
+            <thead><tr>
+              <th class="num">partition</th><th class="num">first</th><th class="num">next</th>
+              <th class="num">durable</th><th class="num">records</th><th class="num">bytes</th>
+              <th class="num">fsyncs</th><th>health</th><th></th>
+            </tr></thead>
+            <tbody>
+              ${data.partition_stats.map(
+                (p) => html`<tr data-partition=${p.partition}>
+                  <td class="num">${p.partition}</td>
+                  <td class="num">${fmtInt(p.first_index)}</td>
+                  <td class="num">${fmtInt(p.next_index)}</td>
+                  <td class="num">${fmtInt(p.durable_next)}</td>
+                  <td class="num">${fmtInt(p.records)}</td>
+                  <td class="num">${fmtBytes(p.bytes)}</td>
+                  <td class="num">${fmtInt(p.fsyncs)}</td>
+                  <td>${health(p)}</td>
+                  <td><a href=${href("/records", { stream: name, partition: p.partition, start: p.first_index })}
+                    data-testid="browse">browse records</a></td>
+                </tr>`,
+              )}
+            </tbody>
+          </table>`
+      : null}
+    <h2>Consumers and lag</h2>
+    <${ErrorBox} error=${consumers.error} what="consumers" />
+    <${ConsumerTable} rows=${consumers.data} showStream=${false} />
+  </section>`;
+}
+
+function retention(c) {
+  const parts = [];
+  if (c.retention_ms !== null) parts.push(`${(c.retention_ms / 3600000).toFixed(1)} h`);
+  if (c.retention_bytes !== null) parts.push(fmtBytes(c.retention_bytes));
+  if (c.retention_records !== null) parts.push(`${fmtInt(c.retention_records)} records`);
+  return parts.length ? parts.join(", ") : "keep everything";
+}
+
+function health(p) {
+  const problems = [p.storage_failed, p.seal_failure, p.retention_error].filter(Boolean);
+  if (!problems.length) return html`<span class="ok">ok</span>`;
+  return html`<span class="bad" title=${problems.join("\n")}>${problems.join("; ")}</span>`;
+}
