@@ -20,6 +20,7 @@ from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 # (module, command name) in help order; None mounts a group's commands flat (`serve`, `job`).
 PART_COMMANDS = (
     ("loglake.node.cli", None),
+    ("loglake.node.command", "node"),
     ("loglake.log.cli", "log"),
     ("loglake.streams.cli", "stream"),
     ("loglake.events.cli", "events"),

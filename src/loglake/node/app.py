@@ -53,6 +53,8 @@ def error_body(kind: str, message: str, status: int, **extra: Any) -> JSONRespon
 
 def status_of(e: BaseException) -> int:
     """The HTTP status a typed loglake error maps to (whose fault it is)."""
+    if isinstance(e, KeyError):  # the parts' "no such thing" errors (UnknownStream, ...)
+        return 404
     for classes, status in (
         (NOT_FOUND, 404),
         (CONFLICT, 409),

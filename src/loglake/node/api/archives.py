@@ -1,7 +1,422 @@
-"""The node's archives routes (filled in as the node runs the part)."""
+"""Status community archives in the node: the control node and member loops, and their routes.
+
+The loops are the ones ``loglake archives run`` / ``follow`` run (ingest the community stream,
+build due 7-day windows, seed the newest torrent, publish its signed magnet on the special
+channel, prune; follow the channel, fetch what is missing, hydrate), driven by the part's own
+``ControlNode`` / ``MemberNode`` over ``LocalStreams`` on the node's log. Each loop has its
+thread, which alone touches its libtorrent session and SQLite store; the API reads the
+snapshot the loop publishes after every round, and asks for a round now (``POST
+/api/archives/build``) through a queue, answered when the round is done.
+
+State lives under ``<data dir>/archives/``: ``control.key`` (secp256k1, mode 0600, made on
+first start: the community id is its public key), ``control/`` (archives, torrent, store),
+``member/`` (fetched archives, store).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from loglake.errors import LoglakeError
+from loglake.node.api.context import Node, NodeContext, part
 
 router = APIRouter(tags=["archives"])
+
+NS = 1_000_000_000
+MEMBER_POLL_S = 0.5
+FETCH_TIMEOUT_S = 20.0
+MAX_AHEAD_NS = 7 * 86400 * NS
+"""A build 'as of' later than this would prune history that is not old yet."""
+
+
+def _control_key(folder: Path) -> Any:
+    from coincurve import PrivateKey
+
+    from loglake.archives import load_private_key
+
+    path = folder / "control.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return load_private_key(path.read_text().strip())
+    key = PrivateKey()
+    with os.fdopen(fd, "w") as f:
+        f.write(key.to_hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def _entry(e: Any) -> dict[str, Any]:
+    return {
+        "archive_id": e.archive_id,
+        "from_ns": e.metadata.from_ns,
+        "to_ns": e.metadata.to_ns,
+        "offset": e.offset,
+        "size": e.size,
+        "padding": e.padding,
+    }
+
+
+class _Loop:
+    """A thread that runs ``round`` every ``period`` s, or at once when asked."""
+
+    def __init__(self, name: str, period: float, round_: Any) -> None:
+        self.period = period
+        self.round = round_
+        self.asks: queue.Queue[tuple[dict[str, Any], Future]] = queue.Queue()
+        self._stop = threading.Event()
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        next_at = 0.0
+        while not self._stop.is_set():
+            try:
+                kw, fut = self.asks.get(timeout=max(0.0, min(0.2, next_at - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() < next_at:
+                    continue
+                kw, fut = {}, None
+            try:
+                result = self.round(**kw)
+                self.error = None
+                if fut is not None:
+                    fut.set_result(result)
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"
+                if fut is not None:
+                    fut.set_exception(e)
+                else:
+                    import logging
+
+                    from loglake.logs import log_event
+
+                    log_event(
+                        logging.getLogger(__name__), logging.WARNING, "archives", error=self.error
+                    )
+            next_at = time.monotonic() + self.period
+
+    def ask(self, timeout: float = 120.0, **kw: Any) -> Any:
+        fut: Future = Future()
+        self.asks.put((kw, fut))
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=60)
+
+
+class ArchivesHandle:
+    def __init__(self, ctx: NodeContext, section: Any) -> None:
+        from loglake.archives import community_id, get_layout
+        from loglake.streams import LocalStreams
+
+        self.ctx = ctx
+        self.stream, self.channel = section.stream, section.channel
+        self.layout = get_layout(section.layout)
+        self.folder = ctx.data_dir / "archives"
+        self.folder.mkdir(exist_ok=True)
+        self.key = _control_key(self.folder)
+        self.community = community_id(self.key)
+        self.streams = LocalStreams(ctx.log)
+        self.wait_ns = int(section.wait * NS)
+        self.control_snapshot: dict[str, Any] | None = None
+        self.member_snapshot: dict[str, Any] | None = None
+        self.loops: list[_Loop] = []
+        self.control: _Loop | None = None
+        self.member: _Loop | None = None
+        self._built_bytes = 0
+        if section.control:
+            self.control = _Loop("loglake-archives-control", section.check_every, self._control)
+            self.loops.append(self.control)
+        if section.member:
+            self.member = _Loop("loglake-archives-member", MEMBER_POLL_S, self._member)
+            self.loops.append(self.member)
+        self._cnode: Any = None
+        self._seeder: Any = None
+        self._seeded: str | None = None
+        self._mnode: Any = None
+        self._stores: list[Any] = []
+
+    @classmethod
+    def start(cls, ctx: NodeContext, section: Any) -> ArchivesHandle:
+        h = cls(ctx, section)
+        for loop in h.loops:
+            loop.thread.start()
+        return h
+
+    def close(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        if self._seeder is not None:
+            self._seeder.close()
+        for s in self._stores:
+            s.close()
+
+    # -- the control node (its thread only) ---------------------------------------------------
+    def _control(self, now_ns: int | None = None, partial: bool = False) -> dict[str, Any]:
+        from loglake.archives import ControlNode, MessageStore
+        from loglake.archives.bt import Seeder
+        from loglake.log import UnknownStream
+
+        if self._cnode is None:
+            root = self.folder / "control"
+            root.mkdir(exist_ok=True)
+            store = MessageStore(root / f"{self.community}.sqlite")
+            self._stores.append(store)
+            self._cnode = ControlNode(root, self.key, self.layout, store)
+            self._seeder = Seeder(0)
+        node = self._cnode
+        now = now_ns if now_ns is not None else time.time_ns()
+        try:
+            ingested = node.ingest_streams(self.streams, self.stream)
+        except UnknownStream:
+            ingested = 0
+        out = node.build(now, partial=partial)
+        if self.ctx.metrics is not None:
+            size = node.builder.data_size
+            self.ctx.metrics.archive_bytes["build"] += max(0, size - self._built_bytes)
+            self._built_bytes = size
+        published = None
+        if node.entries and (out.new or self._seeded is None):
+            self._seeder.seed(node.torrent().metainfo(), node.root)
+            self._seeded = node.torrent().info_hash
+            published = node.publish_magnet(
+                self.streams, self.channel, now // 1_000_000, (self._seeder.peer,)
+            )
+        pruned = node.prune(now)
+        self.control_snapshot = self._control_view(node, ingested, len(out.new), pruned)
+        return {"new_archives": len(out.new), "ingested": ingested, "magnet_index": published}
+
+    def _control_view(self, node: Any, ingested: int, new: int, pruned: Any) -> dict[str, Any]:
+        torrent = None
+        peers: list[dict[str, Any]] = []
+        if node.entries:
+            t = node.torrent()
+            torrent = {
+                "name": self.community,
+                "info_hash": t.info_hash,
+                "magnet": node.magnet((self._seeder.peer,)),
+                "size": node.builder.data_size,
+                "piece_length": self.layout.piece_length,
+                "seeding": self._seeded == t.info_hash,
+            }
+        handle = getattr(self._seeder, "handle", None)
+        uploaded = 0
+        if handle is not None:
+            st = handle.status()
+            uploaded = int(st.all_time_upload)
+            for p in handle.get_peer_info():
+                peers.append(
+                    {
+                        "address": f"{p.ip[0]}:{p.ip[1]}",
+                        "client": p.client.decode("utf-8", "replace")
+                        if isinstance(p.client, bytes)
+                        else str(p.client),
+                        "uploaded": int(p.total_upload),
+                        "downloaded": int(p.total_download),
+                    }
+                )
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.archive_bytes["seed"] = uploaded
+        return {
+            "community": self.community,
+            "stream": self.stream,
+            "channel": self.channel,
+            "archives": [_entry(e) for e in node.entries],
+            "torrent": torrent,
+            "peers": peers,
+            "seeder": self._seeder.peer,
+            "uploaded_bytes": uploaded,
+            "last_round_ns": time.time_ns(),
+            "last_ingested": ingested,
+            "last_new_archives": new,
+            "last_pruned_records": pruned.log_records,
+            "store_messages": node.store.count(),
+        }
+
+    # -- the member (its thread only) -----------------------------------------------------------
+    def _member(self) -> dict[str, Any]:
+        from loglake.archives import MemberNode, MessageStore
+        from loglake.log import UnknownStream
+
+        if self._mnode is None:
+            root = self.folder / "member"
+            root.mkdir(exist_ok=True)
+            store = MessageStore(root / "member.sqlite")
+            self._stores.append(store)
+            self._mnode = MemberNode(root, store, self.layout, self.community, self.wait_ns)
+            self._fetches: list[dict[str, Any]] = []
+        m = self._mnode
+        now = time.time_ns()
+        with contextlib.suppress(UnknownStream):  # the control node has not published yet
+            m.poll(self.streams, self.channel, now)
+        report = m.step(now, timeout=FETCH_TIMEOUT_S)
+        if report is not None:
+            self._fetches.append(
+                {
+                    "at_ns": now,
+                    "archives": report.archives,
+                    "missing": [e.archive_id for e in report.missing],
+                    "hydrated_messages": report.hydrated_messages,
+                    "bytes_downloaded": report.bytes_downloaded,
+                }
+            )
+            del self._fetches[:-20]
+            if self.ctx.metrics is not None:
+                self.ctx.metrics.archive_bytes["fetch"] += report.bytes_downloaded
+        self.member_snapshot = {
+            "community": self.community,
+            "archives": [
+                {"archive_id": a.archive_id, "from_ns": a.from_ns, "to_ns": a.to_ns}
+                for a in m.store.archives()
+            ],
+            "messages": m.store.count(),
+            "fetches": list(self._fetches),
+            "ignored": sum(1 for e in m.events if type(e).__name__ == "Ignored"),
+        }
+        return self.member_snapshot
+
+    def build_now(self, now_ns: int | None, partial: bool) -> dict[str, Any]:
+        if self.control is None:
+            raise ArchivesOff("this node runs no archives control loop")
+        if now_ns is not None and now_ns > time.time_ns() + MAX_AHEAD_NS:
+            raise ValueError("now_ns: at most a week ahead of the node's clock")
+        result: dict[str, Any] = self.control.ask(now_ns=now_ns, partial=partial)
+        return result
+
+    def errors(self) -> dict[str, str | None]:
+        return {
+            "control": self.control.error if self.control else None,
+            "member": self.member.error if self.member else None,
+        }
+
+
+class ArchivesOff(LoglakeError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# -- routes ------------------------------------------------------------------------------------
+class ArchiveOut(BaseModel):
+    archive_id: str
+    from_ns: int
+    to_ns: int
+    offset: int
+    size: int
+    padding: int
+
+
+class TorrentOut(BaseModel):
+    name: str
+    info_hash: str
+    magnet: str
+    size: int
+    piece_length: int
+    seeding: bool
+
+
+class PeerOut(BaseModel):
+    address: str
+    client: str
+    uploaded: int
+    downloaded: int
+
+
+class MemberArchiveOut(BaseModel):
+    archive_id: str
+    from_ns: int
+    to_ns: int
+
+
+class MemberOut(BaseModel):
+    community: str
+    archives: list[MemberArchiveOut]
+    messages: int
+    fetches: list[dict[str, Any]]
+    ignored: int
+    """Special-channel messages the member ignored (unsigned, foreign)."""
+
+
+class ArchivesOut(BaseModel):
+    community: str
+    stream: str
+    channel: str
+    archives: list[ArchiveOut]
+    """Built by the control node, oldest first."""
+    torrent: TorrentOut | None
+    seeder: str | None
+    uploaded_bytes: int
+    last_round_ns: int | None
+    store_messages: int | None
+    member: MemberOut | None
+    errors: dict[str, str | None]
+
+
+class BuildIn(BaseModel):
+    now_ns: int | None = Field(None, ge=0, le=2**63 - 1)
+    """Build as of this time (default: now)."""
+    partial: bool = False
+    """Also export the unfinished last window."""
+
+
+class BuildOut(BaseModel):
+    new_archives: int
+    ingested: int
+    magnet_index: int | None
+
+
+def _archives(node: NodeContext) -> ArchivesHandle:
+    h: ArchivesHandle = part(node.archives, "archives")
+    return h
+
+
+@router.get("/archives", response_model=ArchivesOut, summary="Archives, torrent, member state")
+def archives(node: Node) -> ArchivesOut:
+    h = _archives(node)
+    c = h.control_snapshot or {}
+    return ArchivesOut(
+        community=h.community,
+        stream=h.stream,
+        channel=h.channel,
+        archives=c.get("archives", []),
+        torrent=c.get("torrent"),
+        seeder=c.get("seeder"),
+        uploaded_bytes=c.get("uploaded_bytes", 0),
+        last_round_ns=c.get("last_round_ns"),
+        store_messages=c.get("store_messages"),
+        member=MemberOut(**h.member_snapshot) if h.member_snapshot else None,
+        errors=h.errors(),
+    )
+
+
+@router.get("/archives/torrents", response_model=list[TorrentOut], summary="Seeded torrents")
+def torrents(node: Node) -> list[dict[str, Any]]:
+    t = (_archives(node).control_snapshot or {}).get("torrent")
+    return [t] if t else []
+
+
+@router.get("/archives/peers", response_model=list[PeerOut], summary="The seeder's peers")
+def peers(node: Node) -> list[dict[str, Any]]:
+    peers_: list[dict[str, Any]] = (_archives(node).control_snapshot or {}).get("peers", [])
+    return peers_
+
+
+@router.post(
+    "/archives/build",
+    response_model=BuildOut,
+    summary="Run a control round now: ingest, build due windows, seed, publish the magnet",
+)
+def build(body: BuildIn, node: Node) -> BuildOut:
+    return BuildOut(**_archives(node).build_now(body.now_ns, body.partial))

@@ -1,7 +1,322 @@
-"""The node's sds routes (filled in as the node runs the part)."""
+"""SDS in the node: participants on one channel stream, and their routes.
+
+Each configured participant is an ``sds.SdsChannel`` (the part's own I/O adapter) over
+``LocalStreams`` on the node's log: the channel's stream is the broadcast and the log is the
+store node that repairs missing dependencies by retrieval hint. One thread polls and ticks
+every participant (``ROUND_S``); the API takes the same lock. The handle keeps only what the
+participants report (events) for the health view: sent, delivered, acknowledged (with the
+ack latency into ``loglake_sds_ack_latency_seconds``), repaired, lost.
+
+``POST .../messages`` may name participants that lose the broadcast (``lose_for``): the message
+is in the stream but their cursor skips it, as if the transport dropped it. They find it
+missing when a later message names it in its causal history, and fetch it from the store:
+the walkthrough's "lost message repaired", and a way to see repair on a live node.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
 from fastapi import APIRouter
+from fastapi import Path as PathParam
+from pydantic import BaseModel, Field
+
+from loglake.errors import LocalProtocolError, LoglakeError
+from loglake.node.api.context import Node, NodeContext, part
 
 router = APIRouter(tags=["sds"])
+
+ROUND_S = 0.2
+"""Seconds between poll/tick rounds of every participant."""
+SYNC_INTERVAL_MS = 2000
+
+
+class UnknownChannel(LoglakeError, KeyError):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass
+class ParticipantStats:
+    sent: int = 0
+    delivered: int = 0
+    acknowledged: int = 0
+    repaired: int = 0
+    """Missing dependencies later delivered (fetched from the store by hint)."""
+    lost: int = 0
+    sent_at: dict[str, float] = field(default_factory=dict)
+    missing_seen: set[str] = field(default_factory=set)
+    recent: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SdsHandle:
+    def __init__(self, ctx: NodeContext, channel: str, participants: tuple[str, ...]) -> None:
+        from loglake.sds import SdsChannel
+        from loglake.streams import LocalStreams
+
+        self.ctx = ctx
+        self.channel = channel
+        self.lock = threading.RLock()
+        streams = LocalStreams(ctx.log)
+        self.channels = {
+            p: SdsChannel(streams, channel, p, sync_interval_ms=SYNC_INTERVAL_MS)
+            for p in participants
+        }
+        self.stream = next(iter(self.channels.values())).stream
+        self.stats = {p: ParticipantStats() for p in participants}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loglake-sds", daemon=True)
+
+    @classmethod
+    def start(cls, ctx: NodeContext, section: Any) -> SdsHandle:
+        handle = cls(ctx, section.channel, tuple(section.participants))
+        handle._thread.start()
+        return handle
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(ROUND_S):
+            try:
+                self.round()
+            except Exception as e:  # keep the node up; say what failed
+                import logging
+
+                from loglake.logs import log_event
+
+                log_event(logging.getLogger(__name__), logging.ERROR, "sds round", error=repr(e))
+
+    def round(self) -> None:
+        """Every participant polls the channel (fetching missing messages) and ticks."""
+        with self.lock:
+            for pid, ch in self.channels.items():
+                out = ch.poll()
+                out.extend(ch.tick())
+                self._account(pid, out)
+
+    def _account(self, pid: str, out: Any) -> None:
+        from loglake.sds import (
+            MessageAcknowledged,
+            MessageDelivered,
+            MessageSent,
+            MessagesLost,
+            MessagesMissing,
+        )
+
+        st = self.stats[pid]
+        now = time.monotonic()
+        for e in out.events:
+            if isinstance(e, MessageSent):
+                st.sent += 1
+                st.sent_at[e.message_id] = now
+            elif isinstance(e, MessageDelivered):
+                st.delivered += 1
+                if e.message_id in st.missing_seen:
+                    st.repaired += 1
+                    st.missing_seen.discard(e.message_id)
+                st.recent.append(
+                    {
+                        "message_id": e.message_id,
+                        "sender": e.sender_id,
+                        "lamport": e.lamport_timestamp,
+                        "text": e.content.decode("utf-8", "replace")[:200],
+                    }
+                )
+                del st.recent[:-20]
+            elif isinstance(e, MessageAcknowledged):
+                st.acknowledged += 1
+                sent = st.sent_at.pop(e.message_id, None)
+                if sent is not None and self.ctx.metrics is not None:
+                    self.ctx.metrics.sds_ack_latency.labels(self.channel).observe(now - sent)
+            elif isinstance(e, MessagesMissing):
+                st.missing_seen.update(x.message_id for x in e.entries)
+            elif isinstance(e, MessagesLost):
+                st.lost += len(e.entries)
+
+    def send(self, sender: str, text: str, lose_for: list[str]) -> tuple[str, int]:
+        """``sender`` sends ``text``; ``lose_for`` skip it (a lost broadcast). Returns the
+        message id and its stream index."""
+        with self.lock:
+            ch = self._participant(sender)
+            for p in lose_for:
+                self._participant(p)
+                if p == sender:
+                    raise LocalProtocolError("a sender does not lose its own message")
+            for p in lose_for:  # deliver everything before it, so only this one is lost
+                other = self.channels[p]
+                self._account(p, other.poll())
+            index = self.ctx.log.next_index(self.stream, 0)
+            out = ch.send(text.encode())
+            self._account(sender, out)
+            for p in lose_for:
+                other = self.channels[p]
+                if other.next_index == index:
+                    other.next_index = index + 1
+            return out.to_send[0].message_id, index
+
+    def _participant(self, pid: str) -> Any:
+        ch = self.channels.get(pid)
+        if ch is None:
+            raise UnknownChannel(f"no SDS participant {pid!r} on channel {self.channel!r}")
+        return ch
+
+    def view(self, pid: str) -> dict[str, Any]:
+        with self.lock:
+            ch = self._participant(pid)
+            pa, st = ch.participant, self.stats[pid]
+            return {
+                "id": pid,
+                "lamport": pa.lamport,
+                "next_index": ch.next_index,
+                "sent": st.sent,
+                "delivered": st.delivered,
+                "acknowledged": st.acknowledged,
+                "repaired": st.repaired,
+                "lost": st.lost,
+                "unacknowledged": list(pa.unacked),
+                "possibly_acknowledged": list(pa.possibly_acked),
+                "missing": [
+                    {"message_id": mid, "detected_at_ms": at} for mid, (_, at) in pa.missing.items()
+                ],
+                "pending": len(pa.pending),
+                "recent": list(st.recent),
+            }
+
+    def metric_families(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        fams = {
+            "sent": CounterMetricFamily(
+                "loglake_sds_sent", "SDS messages sent.", labels=["channel", "participant"]
+            ),
+            "delivered": CounterMetricFamily(
+                "loglake_sds_delivered",
+                "SDS messages delivered.",
+                labels=["channel", "participant"],
+            ),
+            "repaired": CounterMetricFamily(
+                "loglake_sds_repaired",
+                "Missing dependencies fetched from the store and delivered.",
+                labels=["channel", "participant"],
+            ),
+        }
+        unacked = GaugeMetricFamily(
+            "loglake_sds_unacknowledged",
+            "Own messages not yet acknowledged.",
+            labels=["channel", "participant"],
+        )
+        missing = GaugeMetricFamily(
+            "loglake_sds_missing", "Missing causal dependencies.", labels=["channel", "participant"]
+        )
+        for pid in self.channels:
+            v = self.view(pid)
+            labels = [self.channel, pid]
+            for k, fam in fams.items():
+                fam.add_metric(labels, v[k])
+            unacked.add_metric(labels, len(v["unacknowledged"]))
+            missing.add_metric(labels, len(v["missing"]))
+        yield from (*fams.values(), unacked, missing)
+
+
+# -- routes ------------------------------------------------------------------------------------
+class MissingOut(BaseModel):
+    message_id: str
+    detected_at_ms: int
+
+
+class ParticipantOut(BaseModel):
+    id: str
+    lamport: int
+    next_index: int
+    """The channel stream index this participant reads next."""
+    sent: int
+    delivered: int
+    acknowledged: int
+    repaired: int
+    lost: int
+    unacknowledged: list[str]
+    possibly_acknowledged: list[str]
+    missing: list[MissingOut]
+    """Causal dependencies not received yet (being fetched or repaired)."""
+    pending: int
+    recent: list[dict[str, Any]]
+
+
+class ChannelOut(BaseModel):
+    channel: str
+    stream: str
+    participants: list[str]
+    healthy: bool
+    """No participant has missing dependencies or lost messages."""
+
+
+class ChannelDetail(ChannelOut):
+    participant_states: list[ParticipantOut]
+
+
+class SendIn(BaseModel):
+    sender: str = Field(min_length=1, max_length=200)
+    text: str = Field(max_length=65536)
+    lose_for: list[Annotated[str, Field(max_length=200)]] = Field(default=[], max_length=100)
+    """Participants that lose this broadcast (fault injection: they repair it later)."""
+
+
+class SendOut(BaseModel):
+    message_id: str
+    index: int
+
+
+ChannelName = Annotated[str, PathParam(max_length=200)]
+
+
+def _sds(node: NodeContext, channel: str | None = None) -> SdsHandle:
+    h: SdsHandle = part(node.sds, "SDS")
+    if channel is not None and channel != h.channel:
+        raise UnknownChannel(f"no SDS channel {channel!r} (this node runs {h.channel!r})")
+    return h
+
+
+def _detail(h: SdsHandle) -> ChannelDetail:
+    states = [ParticipantOut(**h.view(p)) for p in h.channels]
+    return ChannelDetail(
+        channel=h.channel,
+        stream=h.stream,
+        participants=list(h.channels),
+        healthy=all(not s.missing and not s.lost for s in states),
+        participant_states=states,
+    )
+
+
+@router.get("/sds/channels", response_model=list[ChannelOut], summary="SDS channels and health")
+def channels(node: Node) -> list[ChannelOut]:
+    d = _detail(_sds(node))
+    return [ChannelOut(**d.model_dump(exclude={"participant_states"}))]
+
+
+@router.get(
+    "/sds/channels/{channel}",
+    response_model=ChannelDetail,
+    summary="A channel's participants: unacknowledged messages, missing dependencies",
+)
+def channel(channel: ChannelName, node: Node) -> ChannelDetail:
+    return _detail(_sds(node, channel))
+
+
+@router.post(
+    "/sds/channels/{channel}/messages",
+    response_model=SendOut,
+    status_code=201,
+    summary="Send a message as one participant (lose_for: participants that miss it)",
+)
+def send(channel: ChannelName, body: SendIn, node: Node) -> SendOut:
+    mid, index = _sds(node, channel).send(body.sender, body.text, body.lose_for)
+    return SendOut(message_id=mid, index=index)

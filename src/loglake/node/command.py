@@ -1,0 +1,81 @@
+"""``loglake node``: run the node (``--config loglake.toml``), or ``loglake node walkthrough``.
+
+Every key of the config (``node/config.py`` ``OPTIONS``) is also a flag here, generated from
+the same table (``[http] port`` → ``--http-port``, env ``LOGLAKE_HTTP_PORT``), so ``--help``
+lists them all with their variables. A flag wins over the environment, which wins over the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
+from loglake.node.config import OPTIONS, Option, load_config
+
+
+def _flag(o: Option) -> Any:
+    default = o.default if not isinstance(o.default, tuple) else ",".join(o.default)
+    help_ = f"{o.help} [{o.where}; env {o.env}; default {default}]"
+    param = o.name.replace(".", "__")
+    if o.is_bool:
+        name = o.flag[2:]
+        return click.option(f"--{name}/--no-{name}", param, default=None, help=help_)
+    return click.option(o.flag, param, default=None, metavar="VALUE", help=help_)
+
+
+def _with_option_flags(f: Any) -> Any:
+    for o in reversed(OPTIONS):
+        f = _flag(o)(f)
+    return f
+
+
+@click.group(
+    cls=TypedErrorGroup,
+    context_settings=CONTEXT_SETTINGS,
+    invoke_without_command=True,
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LOGLAKE_CONFIG",
+    help="TOML config file (env LOGLAKE_CONFIG); flags and LOGLAKE_* variables override it.",
+)
+@_with_option_flags
+@click.pass_context
+def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
+    """Run a loglake node: the stream service, ICRC roles, archives, SDS, the HTTP API,
+    /metrics and the web console, as the config says (docs/node.md).
+
+    The API and console need the bearer token printed at first start (kept in
+    <data dir>/node.token, mode 0600). `loglake node walkthrough` runs a node on a temp dir and
+    walks through all five protocols against it.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from loglake.node.runner import run_until_signalled
+
+    config = load_config(config_path, {k.replace("__", "."): v for k, v in flags.items()})
+    asyncio.run(run_until_signalled(config, say=lambda s: click.echo(s, err=True)))
+
+
+@command.command()
+@click.option("--keep", is_flag=True, help="Keep the node running afterwards (Ctrl-C stops it).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the node's data here (default: a temporary directory, removed afterwards).",
+)
+@click.option("--http-port", type=int, default=0, help="HTTP port (default: any free port).")
+def walkthrough(keep: bool, data_dir: Path | None, http_port: int) -> None:
+    """Start a node (embedded default: every part on) and walk through all five protocols
+    against it: a partitioned stream, an ICRC publish and replay, a Cardinal chain with a
+    reorg, an SDS exchange with a lost message repaired, a weekly archive built and fetched
+    by a member; print a summary and the console URL, then stop (--keep: keep it running)."""
+    from loglake.node.walkthrough import run_walkthrough
+
+    run_walkthrough(keep=keep, data_dir=data_dir, http_port=http_port)

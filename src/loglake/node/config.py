@@ -1,0 +1,324 @@
+"""The node's configuration: one TOML file, every option also a flag and an env variable.
+
+Why one table (``OPTIONS``): the TOML keys, the ``loglake node`` flags, the ``LOGLAKE_...``
+variables, the defaults and the checks are the same list, so they cannot drift apart. A value
+is taken from, in order: the flag, the environment, the file, the default. Everything is
+checked at start and an error names the key and where the bad value came from::
+
+    [http] port: expected an integer 0-65535, got 'eighty' (from LOGLAKE_HTTP_PORT)
+
+Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
+metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
+retention_interval; ``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control,
+member, stream, channel, layout, check_every, wait; ``[sds]`` enabled, channel, participants;
+``[jobs]`` enabled. docs/node.md has the table with defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from loglake.errors import LoglakeError
+
+ROLES = ("orchestrator", "broadcaster", "publisher", "subscriber")
+LAYOUTS = ("spec", "status-go")
+DURABILITIES = ("always", "batch", "none")
+
+
+class ConfigError(LoglakeError):
+    """The node's configuration is not valid; the message names the key."""
+
+
+Check = Callable[[Any], Any]
+"""Takes the raw value (TOML value, or a string from a flag/env) and returns the typed value,
+or raises ``ValueError`` whose text says what was expected."""
+
+
+def _int(lo: int, hi: int) -> Check:
+    def check(v: Any) -> int:
+        if isinstance(v, str):
+            try:
+                v = int(v.strip())
+            except ValueError:
+                raise ValueError(f"expected an integer {lo}-{hi}") from None
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"expected an integer {lo}-{hi}")
+        return v
+
+    return check
+
+
+def _float(lo: float) -> Check:
+    def check(v: Any) -> float:
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise ValueError(f"expected a number >= {lo:g}") from None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= lo:
+            raise ValueError(f"expected a number >= {lo:g}")
+        return float(v)
+
+    return check
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(v, str) and v.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError("expected a non-empty string")
+    return v
+
+
+def _choice(*choices: str) -> Check:
+    def check(v: Any) -> str:
+        if v not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return str(v)
+
+    return check
+
+
+def _names(allowed: tuple[str, ...] | None = None) -> Check:
+    """A list of names: a TOML array, or comma-separated in a flag or env variable."""
+
+    def check(v: Any) -> tuple[str, ...]:
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        if not isinstance(v, list | tuple) or not all(isinstance(x, str) and x for x in v):
+            raise ValueError("expected a list of names")
+        if allowed is not None:
+            bad = [x for x in v if x not in allowed]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+        if len(set(v)) != len(v):
+            raise ValueError("names must not repeat")
+        return tuple(v)
+
+    return check
+
+
+def _path(v: Any) -> Path:
+    return Path(_str(v)).expanduser()
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    section: str
+    key: str
+    check: Check
+    default: Any
+    help: str
+
+    @property
+    def name(self) -> str:
+        """``section.key`` (``key`` at the top level): the attribute path on ``NodeConfig``."""
+        return f"{self.section}.{self.key}" if self.section else self.key
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace(".", "-").replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "LOGLAKE_" + self.name.replace(".", "_").upper()
+
+    @property
+    def where(self) -> str:
+        """How an error names the key: ``[http] port``, or ``data_dir`` at the top."""
+        return f"[{self.section}] {self.key}" if self.section else self.key
+
+    @property
+    def is_bool(self) -> bool:
+        return self.check is _bool
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("", "data_dir", _path, None, "Data dir (log, lake, token, part state)."),
+    Option("", "console", _bool, True, "Serve the web console at /console/."),
+    Option("http", "host", _str, "127.0.0.1", "HTTP API address (loopback by default)."),
+    Option("http", "port", _int(0, 65535), 8080, "HTTP API port (0: any free port)."),
+    Option("http", "metrics", _bool, True, "Serve /metrics (and count pushes and pulls)."),
+    Option("http", "metrics_public", _bool, False, "/metrics without the bearer token."),
+    Option("streams", "enabled", _bool, True, "Run the Ockam stream service (TCP)."),
+    Option("streams", "host", _str, "127.0.0.1", "Stream service address."),
+    Option("streams", "port", _int(0, 65535), 4000, "Stream service port (0: any)."),
+    Option("streams", "durability", _choice(*DURABILITIES), "batch", "fsync policy, new streams."),
+    Option("streams", "segment_bytes", _int(4096, 2**40), 64 * 1024 * 1024, "Segment roll size."),
+    Option("streams", "retention_interval", _float(0.1), 60.0, "Seconds between retention runs."),
+    Option("events", "enabled", _bool, False, "Run ICRC-72/77 roles in this process."),
+    Option("events", "roles", _names(ROLES), ROLES, "Which roles (comma-separated)."),
+    Option("events", "namespaces", _names(), (), "Namespaces the publisher registers."),
+    Option("archives", "enabled", _bool, False, "Run the Status archives loops."),
+    Option("archives", "control", _bool, True, "Run the control node loop (build, seed)."),
+    Option("archives", "member", _bool, True, "Run a member loop (follow, fetch)."),
+    Option("archives", "stream", _str, "community", "Community stream."),
+    Option("archives", "channel", _str, "community-archives", "Special channel stream."),
+    Option("archives", "layout", _choice(*LAYOUTS), "spec", "Archive byte layout."),
+    Option("archives", "check_every", _float(0.1), 60.0, "Control loop period, s."),
+    Option("archives", "wait", _float(0.0), 20.0, "Member quiet period after a magnet, s."),
+    Option("sds", "enabled", _bool, False, "Run SDS participants on a channel stream."),
+    Option("sds", "channel", _str, "chat", "SDS channel id (its stream: sds.<channel>)."),
+    Option("sds", "participants", _names(), ("alice", "bob"), "Participant ids."),
+    Option("jobs", "enabled", _bool, False, "Allow Spark jobs through the API (needs Java)."),
+)
+SECTIONS = {o.section for o in OPTIONS if o.section}
+
+
+class Section:
+    """One TOML section's typed values, as attributes (``config.http.port``)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:  # for mypy: the keys are OPTIONS'
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"Section({self.__dict__})"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    data_dir: Path
+    console: bool
+    http: Section
+    streams: Section
+    events: Section
+    archives: Section
+    sds: Section
+    jobs: Section
+    source: dict[str, str]
+    """``section.key`` → where its value came from (flag, env, file, default)."""
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("loglake"))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+
+
+def load_config(
+    path: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+) -> NodeConfig:
+    """The node's config from ``path`` (or ``data``, an already-read TOML table), ``env``
+    (default ``os.environ``) and ``flags`` (``Option.name`` → value; None = not given)."""
+    file = dict(data) if data is not None else (read_toml(path) if path is not None else {})
+    env = os.environ if env is None else env
+    flags = flags or {}
+    where = str(path) if path is not None else "config"
+    _reject_unknown(file, where)
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    top: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for o in OPTIONS:
+        raw, origin = o.default, "default"
+        table = file.get(o.section, {}) if o.section else file
+        if o.key in table:
+            raw, origin = table[o.key], where
+        if o.env in env:
+            raw, origin = env[o.env], o.env
+        if flags.get(o.name) is not None:
+            raw, origin = flags[o.name], o.flag
+        if raw is None:
+            value = None
+        else:
+            try:
+                value = o.check(raw)
+            except ValueError as e:
+                raise ConfigError(f"{o.where}: {e}, got {raw!r} (from {origin})") from None
+        source[o.name] = origin
+        (values[o.section] if o.section else top)[o.key] = value
+    cfg = NodeConfig(
+        data_dir=top["data_dir"] or default_data_dir(),
+        console=top["console"],
+        source=source,
+        **{s: Section(v) for s, v in values.items()},
+    )
+    _check_together(cfg)
+    return cfg
+
+
+def _reject_unknown(file: Mapping[str, Any], where: str) -> None:
+    known_top = {o.key for o in OPTIONS if not o.section}
+    for key, value in file.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"[{key}]: expected a table, got {value!r} ({where})")
+            known = {o.key for o in OPTIONS if o.section == key}
+            for k in value:
+                if k not in known:
+                    raise ConfigError(
+                        f"[{key}] {k}: unknown key ({where}); known: {', '.join(sorted(known))}"
+                    )
+        elif key not in known_top:
+            raise ConfigError(
+                f"{key}: unknown key ({where}); top-level keys: {', '.join(sorted(known_top))}, "
+                f"sections: {', '.join(sorted(SECTIONS))}"
+            )
+
+
+def _check_together(cfg: NodeConfig) -> None:
+    """Rules across keys, each naming the key to change."""
+    if cfg.events.enabled:
+        roles = set(cfg.events.roles)
+        if not roles:
+            raise ConfigError("[events] roles: at least one role when [events] enabled")
+        if roles - {"orchestrator"} and "orchestrator" not in roles:
+            raise ConfigError(
+                "[events] roles: the roles run in one in-process network, so they need the "
+                "orchestrator (add 'orchestrator'; run other roles elsewhere with "
+                "`loglake events serve`)"
+            )
+        if "orchestrator" in roles and "broadcaster" not in roles:
+            raise ConfigError("[events] roles: the orchestrator needs a 'broadcaster'")
+        if cfg.events.namespaces and "publisher" not in roles:
+            raise ConfigError("[events] namespaces: registering namespaces needs 'publisher'")
+    if cfg.archives.enabled and not (cfg.archives.control or cfg.archives.member):
+        raise ConfigError("[archives] control: enable the control loop, the member, or both")
+    if cfg.sds.enabled and len(cfg.sds.participants) < 1:
+        raise ConfigError("[sds] participants: at least one participant")
+    if cfg.streams.enabled and cfg.http.port and cfg.streams.port == cfg.http.port:
+        raise ConfigError(f"[streams] port: {cfg.streams.port} is also [http] port")
+
+
+def embedded_default(data_dir: Path, http_port: int = 0) -> NodeConfig:
+    """Every part on, any free ports: the walkthrough's node (``loglake node walkthrough``)."""
+    return load_config(
+        data={
+            "data_dir": str(data_dir),
+            "http": {"port": http_port},
+            "streams": {"port": 0},
+            "events": {"enabled": True, "namespaces": ["demo.events"]},
+            "archives": {"enabled": True, "wait": 0.0, "check_every": 1.0},
+            "sds": {"enabled": True},
+        },
+        env={},
+    )

@@ -1,0 +1,296 @@
+"""The node process: the parts a ``NodeConfig`` turns on, in one event loop, started and
+stopped in order.
+
+What runs where: the Ockam stream service (``streams.server.StreamServer``) and the HTTP API
+(uvicorn, the app of ``node/app.py``) share the asyncio loop; the log's retention runs off the
+loop (``node.cli._retention_loop``, the one ``serve`` uses); each protocol part runs in its
+handle (``node/api/<part>.py``): its own thread for blocking loops (archives' BitTorrent, SDS
+rounds, the ICRC in-process network), stopped before the log closes. Every part talks to the
+node's log through ``LocalStreams`` over the same (instrumented) ``Log``, so what they do shows
+in the API and in ``/metrics`` like any client's pushes.
+
+``Node.run(stop)`` is the whole process (``loglake node``); ``BackgroundNode`` runs the same on
+a thread for the walkthrough, tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, cast
+
+import uvicorn
+
+from loglake.errors import LoglakeError
+from loglake.log import Durability, Log, StreamConfig, open_log
+from loglake.logs import log_event
+from loglake.node.api.context import NodeContext
+from loglake.node.app import create_app
+from loglake.node.auth import Token, load_or_create_token
+from loglake.node.config import NodeConfig
+from loglake.node.metrics import InstrumentedLog, NodeMetrics
+
+_logger = logging.getLogger(__name__)
+
+
+class NodeStartError(LoglakeError):
+    """A part of the node could not start (a port taken, a part's state unreadable)."""
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the node stops every part, in order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def bind(host: str, port: int) -> socket.socket:
+    try:
+        sock = socket.create_server((host, port), reuse_port=False)
+    except OSError as e:
+        raise NodeStartError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.setblocking(False)
+    return sock
+
+
+class Node:
+    """One node, as ``config`` says. ``await node.start()``, then ``await node.stop()``."""
+
+    def __init__(self, config: NodeConfig, *, say: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.say = say
+        self.token: Token | None = None
+        self.context: NodeContext | None = None
+        self.http_port = 0
+        self.parts: list[Any] = []
+        self._log: Log | None = None
+        self._server: Any = None
+        self._uvicorn: _Uvicorn | None = None
+        self._uvicorn_task: asyncio.Task | None = None
+        self._retention: asyncio.Task | None = None
+        self._stop_retention = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        host = self.config.http.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.http_port}"
+
+    async def start(self) -> Node:
+        cfg = self.config
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self.token = load_or_create_token(cfg.data_dir)
+        stream_config = StreamConfig(
+            durability=cast(Durability, cfg.streams.durability),  # checked by config
+            segment_bytes=cfg.streams.segment_bytes,
+        )
+        raw = open_log(cfg.data_dir, default_config=stream_config)
+        self._log = raw
+        try:
+            await self._start_parts(raw, stream_config)
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start_parts(self, raw: Log, stream_config: StreamConfig) -> None:
+        cfg = self.config
+        metrics = NodeMetrics() if cfg.http.metrics else None
+        log: Log = InstrumentedLog(raw, metrics) if metrics is not None else raw
+        ctx = NodeContext(log=log, data_dir=cfg.data_dir, metrics=metrics)
+        self.context = ctx
+        if metrics is not None:
+            metrics.attach(ctx)
+        if cfg.streams.enabled:
+            from loglake.streams.server import StreamServer
+            from loglake.streams.service import StreamService
+
+            host, port = cfg.streams.host, cfg.streams.port
+            try:
+                self._server = await StreamServer(
+                    StreamService(log, stream_config), host, port
+                ).start()
+            except OSError as e:
+                raise NodeStartError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+            ctx.stream_address = (host, self._server.port)
+        from loglake.node.cli import _retention_loop
+
+        self._retention = asyncio.create_task(
+            _retention_loop(raw, cfg.streams.retention_interval, self._stop_retention)
+        )
+        ctx.parts = {
+            "streams": cfg.streams.enabled,
+            "events": cfg.events.enabled,
+            "archives": cfg.archives.enabled,
+            "sds": cfg.sds.enabled,
+            "jobs": cfg.jobs.enabled,
+            "console": cfg.console,
+            "metrics": metrics is not None,
+        }
+        await asyncio.to_thread(self._start_protocol_parts, ctx)
+        assert self.token is not None
+        app = create_app(
+            ctx,
+            token=self.token.value,
+            console=cfg.console,
+            metrics_public=cfg.http.metrics_public,
+        )
+        sock = bind(cfg.http.host, cfg.http.port)
+        self.http_port = sock.getsockname()[1]
+        self._uvicorn = _Uvicorn(
+            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        )
+        self._uvicorn_task = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
+        while not self._uvicorn.started:
+            if self._uvicorn_task.done():
+                self._uvicorn_task.result()
+                raise NodeStartError("the HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+        log_event(_logger, logging.INFO, "node started", url=self.url, data_dir=str(cfg.data_dir))
+
+    def _start_protocol_parts(self, ctx: NodeContext) -> None:
+        """Blocking starts (keys, stores, rebuilding cores from their streams), off the loop."""
+        cfg = self.config
+        if cfg.events.enabled:
+            from loglake.node.api.events import EventsHandle
+
+            ctx.events = EventsHandle.start(ctx, cfg.events)
+            self.parts.append(ctx.events)
+        if cfg.sds.enabled:
+            from loglake.node.api.sds import SdsHandle
+
+            ctx.sds = SdsHandle.start(ctx, cfg.sds)
+            self.parts.append(ctx.sds)
+        if cfg.archives.enabled:
+            from loglake.node.api.archives import ArchivesHandle
+
+            ctx.archives = ArchivesHandle.start(ctx, cfg.archives)
+            self.parts.append(ctx.archives)
+        if cfg.jobs.enabled:
+            from loglake.node.api.jobs import JobManager
+
+            ctx.jobs = JobManager(ctx)
+            self.parts.append(ctx.jobs)
+
+    async def stop(self) -> None:
+        """Stop in reverse order of start; the log closes last."""
+        if self._uvicorn is not None and self._uvicorn_task is not None:
+            self._uvicorn.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._uvicorn_task
+        for p in reversed(self.parts):
+            try:
+                await asyncio.to_thread(p.close)
+            except Exception as e:  # one part failing to stop must not keep the log open
+                log_event(_logger, logging.ERROR, "part failed to stop", error=repr(e))
+        self.parts.clear()
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        self._stop_retention.set()
+        if self._retention is not None:
+            await self._retention
+            self._retention = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def token_banner(node: Node) -> str:
+    """What the node prints at start: the token only when it was just generated."""
+    assert node.token is not None and node.context is not None
+    lines = [f"loglake node: API {node.url}/api  console {node.url}/console/"]
+    addr = node.context.stream_address
+    if addr:
+        lines.append(f"  stream service on {addr[0]}:{addr[1]}")
+    lines.append(f"  data dir {node.config.data_dir}")
+    if node.token.created:
+        lines.append(
+            f"  access token (printed once; kept in {node.token.path}): {node.token.value}"
+        )
+    else:
+        lines.append(f"  access token in {node.token.path}")
+    return "\n".join(lines)
+
+
+class BackgroundNode:
+    """A ``Node`` on its own event-loop thread: ``with BackgroundNode(cfg) as n: n.url``."""
+
+    def __init__(self, config: NodeConfig, *, say: Callable[[str], None] = print) -> None:
+        self.node = Node(config, say=say)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="loglake-node", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return self.node.url
+
+    @property
+    def token(self) -> str:
+        assert self.node.token is not None
+        return self.node.token.value
+
+    @property
+    def context(self) -> NodeContext:
+        assert self.node.context is not None
+        return self.node.context
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.node.start())
+        except BaseException as e:
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> BackgroundNode:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join(timeout=30)
+            self._loop.close()
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        if self._loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(self.node.stop(), self._loop)
+            fut.result(timeout=60)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        if not self._loop.is_closed():
+            self._loop.close()
+
+    def __enter__(self) -> BackgroundNode:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def run_until_signalled(config: NodeConfig, say: Callable[[str], None] = print) -> None:
+    """``loglake node``: start, print the banner, run until SIGINT/SIGTERM, stop cleanly."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    node = await Node(config, say=say).start()
+    try:
+        say(token_banner(node))
+        await stop.wait()
+    finally:
+        await node.stop()
+    say("stopped")
