@@ -531,9 +531,9 @@ class AsyncStreamClient:
             raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
         except (OSError, TimeoutError) as e:
             raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
-        writer.transport.get_extra_info("socket").setsockopt(
-            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
-        )
+        sock = writer.transport.get_extra_info("socket")
+        if sock is not None:  # None: already closed (a refused certificate), found below
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer.write(ClientCore.initial_bytes())
         received = b""
         if tls is not None:  # the service's version byte, or its refusal of our certificate

@@ -49,7 +49,6 @@ from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
     Log,
     StreamConfig,
-    UnknownPartition,
     UnknownStream,
     check_stream_name,
 )
@@ -438,8 +437,10 @@ class StreamService:
                 codec.encode_push_confirm(rid, idx)
                 for (_, (rid, _), _), idx in zip(items, outcome.value, strict=True)
             ]
-        # any storage failure is a PushConfirm ERROR, never a crash
-        if not isinstance(e, LoglakeError):
+        # a full disk is an error reply naming where (issue 15 §3); any other storage failure
+        # is a PushConfirm ERROR; never a crash
+        full = is_disk_full(e)
+        if not isinstance(e, LoglakeError) and not full:
             logger.error("log.append_payloads raised an unexpected error", exc_info=e)
         log_event(
             logger,
@@ -449,10 +450,13 @@ class StreamService:
             partition=target.partition,
             count=len(items),
             error=str(e),
+            disk_full=full,
         )
-        if is_disk_full(e):  # issue 15 §3: say so, naming where, not just "ERROR"
-            full = codec.encode_payload(Error(disk_full_reason(target.stream, target.partition, e)))
-            return [full for _ in items]
+        if full:
+            reply = codec.encode_payload(
+                Error(disk_full_reason(target.stream, target.partition, e))
+            )
+            return [reply for _ in items]
         return [codec.encode_payload(PushConfirm(rid, "ERROR", 0)) for _, (rid, _), _ in items]
 
     # -- dispatch --------------------------------------------------------------------------
@@ -657,6 +661,14 @@ class StreamService:
         payload = codec.encode_pull_response(req.request_id, messages)
         return [RoutingMessage(msg.return_route, (target.address,), payload)]
 
+    def _index_error(self, msg, stream: str, partition: int, e: Exception) -> list[RoutingMessage]:
+        """The ``error`` reply of a consumer-index request the log refused."""
+        if is_disk_full(e):
+            return self._error(msg, self._index_addr, disk_full_reason(stream, partition, e))
+        if isinstance(e, LoglakeError):  # unknown stream/partition, a failed store
+            return self._error(msg, self._index_addr, str(e))
+        raise e
+
     # -- index service -----------------------------------------------------------------------
     def _on_index(self, msg: RoutingMessage, peer: Peer) -> _Handler:
         try:
@@ -682,24 +694,16 @@ class StreamService:
                     stored = yield LogCall(
                         "save_index", (req.client_id, req.stream_name, 0, partition)
                     )
-            except (UnknownStream, UnknownPartition) as e:
-                return self._error(msg, src, str(e))
-            except OSError as e:  # the consumer store could not write
-                if not is_disk_full(e):
-                    raise
-                return self._error(msg, src, disk_full_reason(req.stream_name, partition, e))
+            except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
+                return self._index_error(msg, req.stream_name, partition, e)
         elif isinstance(req, SaveIndex | SavePartitionIndex):
             partition = getattr(req, "partition", 0)
             try:  # a lower index: "it MUST NOT be changed"; save_index returns the stored one
                 stored = yield LogCall(
                     "save_index", (req.client_id, req.stream_name, req.index, partition)
                 )
-            except (UnknownStream, UnknownPartition) as e:
-                return self._error(msg, src, str(e))
-            except OSError as e:  # the consumer store could not write
-                if not is_disk_full(e):
-                    raise
-                return self._error(msg, src, disk_full_reason(req.stream_name, partition, e))
+            except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
+                return self._index_error(msg, req.stream_name, partition, e)
         else:
             log_event(logger, logging.WARNING, "dropped a non-index request to the index service")
             return []

@@ -1,0 +1,202 @@
+"""A full disk tells the client so (issue 15 §3).
+
+A push that meets ENOSPC gets an ``error`` reply "disk full: stream 'S' partition P: …" — not
+the bare ``PushConfirm ERROR`` the client could only report as "could not store request N" —
+and the client raises ``DiskFull``. The mapping is tested on the core with a log that raises
+what a full disk raises; the whole path on a real, small tmpfs when the test runs as root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from loglake.log import MemoryLog, open_log
+from loglake.log.api import StorageFailed
+from loglake.streams import codec
+from loglake.streams.client import (
+    AsyncStreamClient,
+    DiskFull,
+    PushFailed,
+    StreamClient,
+    _raise_error,
+)
+from loglake.streams.messages import (
+    CreateStreamRequest,
+    Error,
+    Index,
+    PushConfirm,
+    PushRequest,
+    SaveIndex,
+)
+from loglake.streams.server import BackgroundServer
+from loglake.streams.service import (
+    INDEX_SERVICE_ADDRESS,
+    StreamService,
+    is_disk_full,
+    worker_address,
+)
+from loglake.wire.ockam import Address, RoutingMessage, route
+
+
+def _enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+def _storage_failed_by(e: OSError) -> StorageFailed:
+    try:
+        raise StorageFailed("s/0: fsync failed; appends are refused") from e
+    except StorageFailed as failed:
+        return failed
+
+
+class FailingLog(MemoryLog):
+    """Appends and index saves raise ``error`` (what the disk said) while it is set."""
+
+    error: Exception | None = None
+
+    def append_payloads(self, stream, partition, datas):
+        if self.error is not None:
+            raise self.error
+        return super().append_payloads(stream, partition, datas)
+
+    def save_index(self, client_id, stream, index, partition=0):
+        if self.error is not None:
+            raise self.error
+        return super().save_index(client_id, stream, index, partition)
+
+
+def _push(service: StreamService, stream: str, partition: int, rid: int) -> object:
+    msg = RoutingMessage(
+        (Address.local(worker_address(stream, partition)),),
+        (Address.local("p0"),),
+        codec.encode_payload(PushRequest(rid, b"x")),
+    )
+    (reply,) = service.handle(msg)
+    return codec.decode_response(reply.payload, PushConfirm)
+
+
+@pytest.fixture
+def service():
+    log = FailingLog()
+    svc = StreamService(log)
+    svc.handle(
+        RoutingMessage(
+            route("stream_service"),
+            (Address.local("r1"),),
+            codec.encode_payload(CreateStreamRequest("s")),
+        )
+    )
+    return svc
+
+
+def test_enospc_on_a_push_is_a_disk_full_error_naming_stream_and_partition(service):
+    service.log.error = _enospc()
+    r = _push(service, "s", 0, 7)
+    assert isinstance(r, Error)
+    assert r.reason.startswith("disk full: stream 's' partition 0: ")
+    service.log.error = None  # space freed: the next push is stored
+    ok = _push(service, "s", 0, 8)
+    assert (ok.request_id, ok.status, ok.index) == (8, "OK", 0)
+
+
+def test_a_failed_fsync_caused_by_enospc_is_a_full_disk_too(service):
+    service.log.error = _storage_failed_by(_enospc())
+    assert _push(service, "s", 0, 1).reason.startswith("disk full: stream 's' partition 0")
+    service.log.error = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert _push(service, "s", 0, 2).reason.startswith("disk full")
+
+
+def test_other_storage_failures_stay_a_pushconfirm_error(service):
+    service.log.error = _storage_failed_by(OSError(errno.EIO, "Input/output error"))
+    r = _push(service, "s", 0, 3)
+    assert (r.request_id, r.status) == (3, "ERROR")
+    assert not is_disk_full(service.log.error)
+
+
+def test_an_index_save_on_a_full_disk_names_stream_and_partition(service):
+    service.log.error = _storage_failed_by(_enospc())
+    msg = RoutingMessage(
+        route(INDEX_SERVICE_ADDRESS),
+        (Address.local("r2"),),
+        codec.encode_payload(SaveIndex("me", "s", 3)),
+    )
+    (reply,) = service.handle(msg)
+    r = codec.decode_response(reply.payload, Index)
+    assert isinstance(r, Error) and r.reason.startswith("disk full: stream 's' partition 0")
+
+
+def test_the_client_raises_disk_full_for_it():
+    with pytest.raises(DiskFull, match="stream 's' partition 2") as e:
+        _raise_error(Error("disk full: stream 's' partition 2: [Errno 28] No space"), "s", 2)
+    assert isinstance(e.value, PushFailed)  # code catching PushFailed still catches it
+
+
+# -- a real full disk ---------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (root only); yields its folder, unmounts afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (id -u is not 0)")
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(["umount", "-l", str(where)], check=True, capture_output=True)
+
+
+def _grow(where) -> None:
+    subprocess.run(["mount", "-o", "remount,size=16m", str(where)], check=True)
+
+
+def test_a_full_tmpfs_gives_disk_full_keeps_acked_records_and_resumes(small_disk):
+    log = open_log(small_disk / "data")
+    try:
+        with (
+            BackgroundServer(StreamService(log)) as srv,
+            StreamClient(port=srv.port, timeout=10) as c,
+        ):
+            c.create_stream("orders", 2)
+            acked: dict[int, bytes] = {}
+            with pytest.raises(DiskFull) as e:
+                for i in range(1000):  # 16 MB: more than the disk holds
+                    data = b"%06d" % i + bytes(16_000)
+                    acked[c.push("orders", data, partition=1)] = data
+            assert str(e.value).startswith("disk full: stream 'orders' partition 1: ")
+            assert "No space left" in str(e.value)
+            assert 0 < len(acked) < 1000
+            got = {m.index: m.data for m in c.pull("orders", 0, 10_000, partition=1)}
+            assert got == acked  # every acknowledged record is there, nothing else
+
+            async def async_push():
+                a = await AsyncStreamClient.connect(port=srv.port)
+                try:
+                    await a.push("orders", bytes(64_000), partition=1)
+                finally:
+                    await a.close()
+
+            with pytest.raises(DiskFull, match="partition 1"):
+                asyncio.run(async_push())
+            _grow(small_disk)  # space frees: the same connection pushes again
+            nxt = c.push("orders", b"after", partition=1)
+            assert nxt == max(acked) + 1
+            assert c.pull("orders", nxt, 1, partition=1)[0].data == b"after"
+    finally:
+        log.close()
