@@ -96,6 +96,7 @@ def sim_mode(args: argparse.Namespace) -> int:
     what += f", bit-rot in {args.bitrot}" if args.bitrot else ""
     what += ", fsync failures (EIO)" if args.eio else ""
     what += ", read-only readers" if args.readers else ""
+    what += f", {args.sim_threads} appending threads" if args.sim_threads else ""
     print(
         f"{what}: seeds {first}..{first + count - 1} (time limit {args.time_limit:.0f} s)",
         flush=True,
@@ -110,7 +111,13 @@ def sim_mode(args: argparse.Namespace) -> int:
         while done < count and time.perf_counter() - t0 < args.time_limit:
             seeds = range(first + done, first + min(count, done + chunk))
             fig = run_seeds(
-                seeds, root, fsync=fsync, bitrot=args.bitrot, eio=args.eio, readers=args.readers
+                seeds,
+                root,
+                fsync=fsync,
+                bitrot=args.bitrot,
+                eio=args.eio,
+                readers=args.readers,
+                threads=args.sim_threads,
             )
             shutil.rmtree(root, ignore_errors=True)
             total.add(fig)
@@ -155,6 +162,12 @@ def main() -> int:
     ap.add_argument("--bitrot", default=None, metavar="GLOB", help="sim: flip bytes there")
     ap.add_argument("--eio", action="store_true", help="sim: some fsyncs fail with EIO")
     ap.add_argument("--readers", action="store_true", help="sim: 3 threads, one a read-only reader")
+    ap.add_argument(
+        "--sim-threads",
+        type=int,
+        default=None,
+        help="sim: force the appending threads per seed (default: 3 in one seed of five, else 1)",
+    )
     ap.add_argument(
         "--stop-on-failure", action="store_true", help="sim: stop at the first failing chunk"
     )

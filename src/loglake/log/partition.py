@@ -83,6 +83,9 @@ class Partition:
         self._gc = GroupCommit()
         self._seq = 0
         self._failed: StorageFailed | None = None
+        self._sync_lock = threading.Lock()
+        """Held across every fsync of the partition and the recording of its outcome (see
+        ``_fsync``). Taken after ``_lock`` when both are held, never the other way round."""
         self._closed = False
         self.seal_failure: SealFailure | None = None
         self.retention_error: str | None = None
@@ -373,17 +376,28 @@ class Partition:
             raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
 
     def _fsync(self, fn: Callable[[], None]) -> None:
-        """Run an fsync; on failure, fail the partition for good (see ``StorageFailed``)."""
-        try:
-            fn()
-        except OSError as e:
-            failed = StorageFailed(
-                f"{self.stream}/{self.partition}: fsync failed ({e}); appends are refused "
-                "until the log is reopened"
-            )
-            with self._lock:
-                self._failed = self._failed or failed
-            raise self._failed from e
+        """Run an fsync; on failure, fail the partition for good (see ``StorageFailed``).
+
+        fsyncgate: after a failed fsync Linux may drop the dirty pages it could not write and
+        mark them clean, so the next fsync of the file reports success without writing them.
+        An fsync is trusted only if no fsync of the partition failed before it, so the
+        partition's fsyncs run one at a time under ``_sync_lock`` and a failure is recorded
+        before the lock is released: an fsync that starts after a failed one (a roll's seal,
+        a ``flush``, ``close``, the group commit) raises the failure instead of running.
+        (Before, a roll or a flush holding the partition lock could fsync between another
+        thread's failed group-commit fsync and the moment that thread recorded it, then
+        publish a watermark over bytes the disk never got.)"""
+        with self._sync_lock:
+            if self._failed is not None:
+                raise self._failed
+            try:
+                fn()
+            except OSError as e:
+                self._failed = StorageFailed(
+                    f"{self.stream}/{self.partition}: fsync failed ({e}); appends are refused "
+                    "until the log is reopened"
+                )
+                raise self._failed from e
 
     def _lake_has(self, seg: Segment) -> bool:
         """Some lake file holds the whole segment (its own, or a compacted one spanning it)."""

@@ -162,11 +162,38 @@ class Segment:
                 durable_size=durable_size,
             )
             fs.truncate(seg.path, end)
+        if not readonly and end > durable_size:
+            seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
         if not readonly:
             seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_APPEND)
             write_index_file(seg.idx_path, idx)
             seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
         return seg
+
+    def _rewrite(self, data: bytes, offset: int) -> None:
+        """Write ``data`` (just read from the file) back at ``offset``, so that the next fsync
+        really makes it durable.
+
+        Why: these bytes are past the durable watermark, and what a read returns is the page
+        cache, not the disk. After a failed fsync in this process (the log reopened after
+        ``StorageFailed``), Linux may hold pages it could not write marked clean: they read
+        back fine, and a new fsync reports success without writing them (fsyncgate). Recovery
+        then publishes a watermark over them; a power loss later leaves that watermark naming
+        bytes that are not there. Writing the same bytes again dirties the pages, so the
+        recovery fsync covers them. After a real reboot they are what the disk holds already,
+        and the cost is one write of the unsynced tail (at most a segment). A separate
+        descriptor without ``O_APPEND``: Linux's ``pwrite`` appends on an ``O_APPEND`` fd."""
+        fd = fs.open(self.path, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            done = 0
+            while done < len(view):
+                n = fs.pwrite(fd, view[done:], offset + done)
+                if n <= 0:
+                    raise OSError(f"pwrite returned {n}")
+                done += n
+        finally:
+            fs.close(fd)
 
     def _resume_point(
         self, file_size: int, durable_size: int | None
