@@ -1,0 +1,79 @@
+"""Fuzz every decoder for a fixed number of inputs and report inputs/s and findings per decoder.
+
+Each harness (``tests/fuzz/fuzz_<name>.py``, atheris + libFuzzer, seeded with known-good
+encodings) runs in its own process with ``LOGLAKE_FUZZ_FINDINGS`` set, so a failure — any
+exception but the decoder's typed error, or a broken round-trip property — is recorded (one
+file per exception type and raising line, holding the first input) and fuzzing goes on; a hang
+past 10 s or memory past 2 GB still stops the harness and is counted as a finding. Issue 15 §2:
+≥ 1,000,000 inputs per decoder.
+
+    .venv/bin/python benchmarks/fuzz.py [--inputs 1000000] [--harness NAME ...] [--jobs 1]
+        [--nice 10] [--out benchmarks/out/fuzz]
+
+Inputs/s is inputs over the harness's wall time, start-up (imports, instrumentation) included,
+on whatever else the machine was doing; ``--jobs`` runs that many harnesses at once. A summary
+goes to ``<out>/summary.json``; findings (inputs and tracebacks) stay under ``<out>/<name>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fuzz.runner
+
+from tests.fuzz import runner
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inputs", type=int, default=1_000_000, help="inputs per harness")
+    ap.add_argument(
+        "--harness", action="append", choices=runner.HARNESSES, help="(repeatable) default: all"
+    )
+    ap.add_argument("--jobs", type=int, default=1, help="harnesses run at once")
+    ap.add_argument("--nice", type=int, default=10, help="niceness of the fuzzing processes")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/fuzz"))
+    args = ap.parse_args()
+    names = args.harness or list(runner.HARNESSES)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def one(name: str) -> runner.Result:
+        r = runner.run(name, args.inputs, args.out / name, collect=True, nice=args.nice)
+        status = "done" if r.completed else f"STOPPED (exit {r.returncode})"
+        print(
+            f"{name:20} {r.runs:>10,} inputs {r.seconds:8.1f} s {r.inputs_per_s:8,.0f} inputs/s "
+            f"{len(r.findings)} findings  {status}",
+            flush=True,
+        )
+        for f in r.findings:
+            print(f"    {f['signature']}: {f.get('error', '')[:160]}", flush=True)
+        return r
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        results = list(pool.map(one, names))
+    summary = {
+        r.name: {
+            "inputs": r.runs,
+            "seconds": round(r.seconds, 1),
+            "inputs_per_s": round(r.inputs_per_s),
+            "completed": r.completed,
+            "findings": [{k: f.get(k) for k in ("signature", "error", "file")} for f in r.findings],
+        }
+        for r in results
+    }
+    previous = args.out / "summary.json"
+    if previous.exists():  # keep other harnesses' figures from earlier runs
+        summary = json.loads(previous.read_text()) | summary
+    previous.write_text(json.dumps(summary, indent=1) + "\n")
+    print()
+    print(f"{'decoder':20} {'inputs':>10} {'inputs/s':>9} findings")
+    for name, s in sorted(summary.items()):
+        print(f"{name:20} {s['inputs']:>10,} {s['inputs_per_s']:>9,} {len(s['findings'])}")
+
+
+if __name__ == "__main__":
+    main()
