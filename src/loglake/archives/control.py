@@ -6,7 +6,10 @@ that owns files: ``<root>/<community id>/data`` (append-only), ``<root>/<communi
 (rewritten atomically), ``<root>/<community id>.torrent``. status-go keeps the same folder
 layout (manager_archive_file.go: ``archiveDir = DataDir + "/" + communityID``; torrent file in
 ``TorrentDir``). A crash between appending to ``data`` and writing ``index`` is repaired on the
-next start by truncating ``data`` to the end of the last indexed archive.
+next start by truncating ``data`` to the end of the last indexed archive, and a torrent file
+older than the index is rewritten from it. Every file write goes through ``loglake.log.fs`` (so
+the fault and power-loss tests in ``tests/faults`` reach it); a build whose writes fail reloads
+the builder from the files and raises the ``OSError``.
 
 Where messages live: the community stream (a loglake ``Log`` stream, one partition) is the
 source of truth. The control node copies it into its ``MessageStore``, a working index for
@@ -78,11 +81,12 @@ class ControlNode:
         self.topics = topics
         self.community_id = community_id(key)
         self.folder = self.root / self.community_id
-        self.folder.mkdir(parents=True, exist_ok=True)
+        fs.makedirs_durable(self.folder)  # a created folder must not vanish in a crash
         self.data_path = self.folder / "data"
         self.index_path = self.folder / "index"
         self.torrent_path = self.root / f"{self.community_id}.torrent"
         self.builder = self._load(announce)
+        self._repair_torrent()
         # how to truncate the live community stream last ingested from (None: nothing yet)
         self._truncate: Callable[[int], int] | None = None
         # a new or lagging store (crash after writing the index): its rows older than the last
@@ -91,6 +95,17 @@ class ControlNode:
         self._reflag_due = bool(self.builder.entries) and (
             last is None or last < max(e.metadata.to_ns for e in self.builder.entries)
         )
+
+    def _repair_torrent(self) -> None:
+        """A crash (or a failed write) between replacing ``index`` and the torrent file leaves
+        a torrent of the older index: write the one the index gives."""
+        if not self.builder.entries:
+            return
+        want = self.builder.torrent().metainfo()
+        have = self.torrent_path.read_bytes() if self.torrent_path.exists() else None
+        if have != want:
+            log_event(logger, logging.WARNING, "torrent file rewritten from the index")
+            fs.replace_file_atomic(self.torrent_path, want)
 
     def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:
         entries: list[IndexEntry] = []
@@ -104,8 +119,7 @@ class ControlNode:
                 raise ArchiveConfigError(f"{self.data_path} is shorter than its index says")
             if size > end:  # torn build: bytes appended but never indexed
                 log_event(logger, logging.WARNING, "truncating unindexed data", extra=size - end)
-                with open(self.data_path, "r+b") as f:
-                    f.truncate(end)
+                fs.truncate(self.data_path, end)
             with open(self.data_path, "rb") as f:
                 while chunk := f.read(self.layout.piece_length * 256):
                     hashes.extend(chunk)
@@ -211,18 +225,21 @@ class ControlNode:
         result = self.builder.build(windows, msgs, self.topics, presorted=True)
         assert result.end_ns is not None  # set by every window built
         if result.archives:
-            with open(self.data_path, "ab") as f:
-                for a in result.archives:
-                    f.writelines(a.parts)
-                    if a.trailing_zeros:
-                        f.write(bytes(a.trailing_zeros))
-                f.flush()
-                os.fsync(f.fileno())
-            # temporary file, fsync, rename, folder fsync: a crash leaves the old or the new
-            # index (and torrent), and the folder fsync also makes a new ``data`` entry durable
-            fs.replace_file_atomic(self.index_path, result.index)
-            assert result.torrent is not None  # a build with archives has a torrent
-            fs.replace_file_atomic(self.torrent_path, result.torrent.metainfo())
+            try:
+                self._append_data(result)
+                # temporary file, fsync, rename, folder fsync: a crash leaves the old or the
+                # new index (and torrent), and the folder fsync also makes a new ``data``
+                # entry durable
+                fs.replace_file_atomic(self.index_path, result.index)
+                assert result.torrent is not None  # a build with archives has a torrent
+                fs.replace_file_atomic(self.torrent_path, result.torrent.metainfo())
+            except OSError:
+                # The builder is ahead of the files (a full disk, a failed fsync): forget it
+                # and start again from what the files hold (unindexed data is cut off), so
+                # the next build, once the fault clears, redoes these windows. A failed fsync
+                # is not retried: the data is written again by that next build.
+                self.builder = self._load(self.builder.announce)
+                raise
         new = self.builder.entries[before:]
         # the rows this build exported (its windows, its topics, status-go's size cap)
         self.store.record_archives(
@@ -242,6 +259,20 @@ class ControlNode:
             data_bytes=self.builder.data_size,
         )
         return BuildOutcome(new, result.torrent or self._current_torrent(), result)
+
+    def _append_data(self, result: BuildResult) -> None:
+        """Append the new archives to ``data`` through ``loglake.log.fs`` (the file layer the
+        fault and power-loss tests replace) and fsync it. One write per archive (at most the
+        layout's archive cap): joining an archive's many small parts is one copy in C."""
+        fd = fs.open(self.data_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for a in result.archives:
+                fs.write_all(fd, b"".join(a.parts))
+                if a.trailing_zeros:
+                    fs.write_all(fd, bytes(a.trailing_zeros))
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
 
     def _current_torrent(self) -> Torrent | None:
         return self.builder.torrent() if self.builder.entries else None

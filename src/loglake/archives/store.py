@@ -24,6 +24,7 @@ so a failure leaves the store exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -269,7 +270,7 @@ class MessageStore:
         return cur.rowcount
 
     def _tx(self):
-        return _Tx(self.db)
+        return _Tx(self.db, self.path)
 
 
 @contextlib.contextmanager
@@ -285,12 +286,44 @@ def _gc_paused():
             gc.enable()
 
 
+_SQLITE_IOERR, _SQLITE_FULL = 10, 13
+
+
+def _disk_error(e: sqlite3.Error, path: str) -> BaseException:
+    """SQLite's "database or disk is full" and I/O errors as the ``OSError`` (ENOSPC, EIO)
+    the rest of loglake raises for a full or failing disk; any other error unchanged."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    if code == _SQLITE_FULL:
+        return OSError(errno.ENOSPC, f"{path}: SQLite: {e}")
+    if code == _SQLITE_IOERR:
+        return OSError(errno.EIO, f"{path}: SQLite: {e}")
+    return e
+
+
 class _Tx:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    """One transaction. A failed statement or COMMIT (a full disk) rolls it back, so the
+    connection is usable again once space frees, and the store is exactly as it was."""
+
+    def __init__(self, db: sqlite3.Connection, path: str) -> None:
         self.db = db
+        self.path = path
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise _disk_error(e, self.path) from e
 
-    def __exit__(self, exc_type, *rest) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error as e:
+                exc = e  # a COMMIT that failed leaves the transaction open: end it below
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled it back already
+            self.db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            err = _disk_error(exc, self.path)
+            if err is not exc or exc_type is None:
+                raise err from exc

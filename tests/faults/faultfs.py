@@ -1,0 +1,154 @@
+"""A seeded failing-file layer over ``loglake.log.fs`` (issue 15 §3): ENOSPC and EIO on write
+and on fsync, and short writes, for every part that writes through ``fs``.
+
+Why on top of ``tests/log/simdisk.py``: a failed fsync is only dangerous because of what it
+does to durability — Linux drops the dirty pages it could not write and marks them clean, so a
+retried fsync "succeeds" without writing them (PostgreSQL's "fsyncgate"). ``SimDisk`` models
+exactly that (``fail_fsync_after``), and a power loss after the fault episode
+(``SimDisk.restart``) shows whether anything acknowledged depended on a failed fsync. This
+layer adds the faults ``SimDisk`` does not make: ENOSPC and EIO from ``write``/``pwrite``
+(nothing written), short writes (a prefix written, its length returned, as a nearly full disk
+does: cut at a block boundary), and ENOSPC from fsync (raised like the simulated EIO, with the
+same lost pages).
+
+Use::
+
+    with SimDisk(tmp_path) as disk, FaultyFs(disk, random.Random(seed), rate=0.05) as faults:
+        ... run the part on disk.root ...
+        faults.active = False      # the fault clears (space freed, the device is back)
+        disk.restart(rng)          # a power loss: only what was fsynced survives
+
+Faults hit only regular files under ``disk.root`` whose name matches ``only`` (a substring
+test on the path; None: all). Every decision comes from the seeded ``rng``, so a single-threaded
+part replays exactly. ``injected`` counts each kind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import stat
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from loglake.log import fs
+from tests.log.simdisk import SimDisk
+
+KINDS = ("write-enospc", "write-eio", "short-write", "fsync-enospc", "fsync-eio")
+
+_WRAPPED = ("write", "pwrite", "fsync", "fdatasync")
+BLOCK = 4096
+"""The file system's block: a short write on a full disk stops at one."""
+
+
+class FaultyFs:
+    def __init__(
+        self,
+        disk: SimDisk,
+        rng: random.Random,
+        rate: float = 0.05,
+        kinds: tuple[str, ...] = KINDS,
+        only: tuple[str, ...] | None = None,
+    ) -> None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}")
+        self.disk = disk
+        self.rng = rng
+        self.rate = rate
+        self.kinds = kinds
+        self.only = only
+        self.active = True
+        self.injected: Counter[str] = Counter()
+        self._saved: dict[str, Callable[..., Any]] = {}
+
+    # -- which calls may fail ----------------------------------------------------------------
+    def _target(self, fd: int) -> str | None:
+        """The path of ``fd`` if it is a regular file a fault may hit, else None."""
+        if not self.active:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+        root = str(self.disk.root)
+        if not path.startswith(root + os.sep):
+            return None
+        if self.only is not None and not any(o in path for o in self.only):
+            return None
+        return path
+
+    def _draw(self, fd: int, kinds: tuple[str, ...]) -> str | None:
+        allowed = [k for k in kinds if k in self.kinds]
+        if not allowed or self._target(fd) is None or self.rng.random() >= self.rate:
+            return None
+        kind = self.rng.choice(allowed)
+        self.injected[kind] += 1
+        return kind
+
+    # -- the wrapped calls -------------------------------------------------------------------
+    def _write(self, real: Callable[..., int], fd: int, data: Any, *rest: Any) -> int:
+        kind = self._draw(fd, ("write-enospc", "write-eio", "short-write"))
+        if kind == "write-enospc":
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        if kind == "write-eio":
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        view = memoryview(data)
+        if kind == "short-write":
+            # a nearly full disk writes the blocks it could allocate: the write stops at a
+            # block boundary of the file; one that ends inside its first block fails whole
+            start = rest[0] if rest else self._end_or_pos(fd)
+            cut = (start // BLOCK + 1) * BLOCK - start
+            cuts = range(cut, len(view), BLOCK)
+            if not cuts:
+                self.injected["short-write"] -= 1
+                self.injected["write-enospc"] += 1
+                raise OSError(errno.ENOSPC, "No space left on device (injected, short write)")
+            return real(fd, view[: self.rng.choice(cuts)], *rest)
+        return real(fd, data, *rest)
+
+    @staticmethod
+    def _end_or_pos(fd: int) -> int:
+        """Where a ``write`` on ``fd`` lands: the end for ``O_APPEND``, else the position."""
+        import fcntl
+
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            return os.fstat(fd).st_size
+        return os.lseek(fd, 0, os.SEEK_CUR)
+
+    def _sync(self, real: Callable[[int], None], fd: int) -> None:
+        kind = self._draw(fd, ("fsync-enospc", "fsync-eio"))
+        if kind is None:
+            real(fd)
+            return
+        # SimDisk drops the pages this fsync should have written, as Linux does
+        self.disk.fail_fsync_after(1)
+        try:
+            real(fd)
+        except OSError as e:
+            if kind == "fsync-enospc":
+                raise OSError(errno.ENOSPC, "No space left on device (injected)") from e
+            raise
+        finally:
+            self.disk.fail_fsync_after(None)
+        raise AssertionError("SimDisk did not fail the fsync it was told to fail")
+
+    def __enter__(self) -> FaultyFs:
+        for name in _WRAPPED:
+            self._saved[name] = getattr(fs, name)
+        w, pw = self._saved["write"], self._saved["pwrite"]
+        fsy, fds = self._saved["fsync"], self._saved["fdatasync"]
+        fs.write = lambda fd, data: self._write(w, fd, data)  # type: ignore[assignment]
+        fs.pwrite = lambda fd, data, off: self._write(pw, fd, data, off)  # type: ignore[assignment]
+        fs.fsync = lambda fd: self._sync(fsy, fd)  # type: ignore[assignment]
+        fs.fdatasync = lambda fd: self._sync(fds, fd)  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, value in self._saved.items():
+            setattr(fs, name, value)
+        self._saved.clear()

@@ -1,0 +1,112 @@
+"""Injected disk faults under every durable part (issue 15 §3): ENOSPC and EIO on write and on
+fsync, short writes, then a power loss (``tests/faults/inject.py``, ``faultfs.py``). The
+invariants: no acknowledged operation lost, nothing acknowledged that a failed fsync left
+undurable (the power loss would show it), only typed errors reach the caller, and the part
+works again once the fault clears. ``benchmarks/crash_parts.py --faults`` runs many more seeds.
+
+SQLite (the archives' working store) does its own I/O, outside ``loglake.log.fs``: a real full
+disk is made with a small tmpfs (root only; skipped with the reason otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+from tests.faults.inject import run
+from tests.faults.parts import PARTS
+
+SEEDS = (1, 2, 3)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    """Recovery and failure warnings are expected here by the hundred."""
+    lg = logging.getLogger("loglake")
+    old = lg.level
+    lg.setLevel(logging.CRITICAL)
+    yield
+    lg.setLevel(old)
+
+
+@pytest.mark.parametrize("name", sorted(PARTS))
+def test_faults_lose_nothing_acknowledged_and_surface_typed_errors(tmp_path, name):
+    injected: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    acks = 0
+    for seed in SEEDS:
+        r = run(name, tmp_path / f"s{seed}", seed)  # raises on any broken invariant
+        injected += r.injected
+        errors += r.errors
+        acks += r.acks
+        shutil.rmtree(tmp_path / f"s{seed}", ignore_errors=True)
+    assert sum(injected.values()) > 0, "no fault was injected: the layer is not in the path"
+    assert errors, "faults were injected but no operation ever failed"
+    assert acks > 0, "nothing was acknowledged"
+
+
+def test_failed_fsyncs_only_never_count_as_durable(tmp_path):
+    """fsync EIO alone, often: SimDisk drops the pages each failed fsync should have written
+    (as Linux does); a part that retried the fsync and acknowledged would lose them at the
+    power loss that follows."""
+    for name in ("consumer-index", "icrc-ledger"):
+        r = run(name, tmp_path / name, 7, ops=30, rate=0.2, kinds=("fsync-eio",))
+        assert r.injected["fsync-eio"] > 0 and r.errors
+
+
+# -- SQLite on a real full disk ---------------------------------------------------------------
+@contextlib.contextmanager
+def _tmpfs(path, size: str):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    path.mkdir()
+    got = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if got.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {got.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_archive_store_on_a_full_disk_refuses_then_resumes_exactly_once(tmp_path):
+    """The control node's SQLite store on a 512 KiB tmpfs: ingest fails with
+    ``OSError(ENOSPC)`` (SQLite's "database or disk is full", translated), the store keeps
+    exactly what earlier transactions committed (rows and the stream position together), and
+    once the disk grows the same ingest completes with every record once and builds."""
+    from coincurve import PrivateKey
+
+    from loglake.archives.control import ControlNode
+    from loglake.archives.layout import get_layout
+    from loglake.archives.store import MessageStore
+    from loglake.log import open_log
+    from tests.archives.helpers import START, WEEK, fill_weeks
+
+    layout = get_layout("spec")
+    small = tmp_path / "small"
+    with _tmpfs(small, "512k"), open_log(tmp_path / "data") as log:
+        fill_weeks(log, "community", layout, range(4), 500, size=400)
+        store = MessageStore(small / "store.sqlite")
+        node = ControlNode(
+            tmp_path / "archives", PrivateKey(bytes.fromhex("33" * 32)), layout, store
+        )
+        with pytest.raises(OSError) as e:
+            node.ingest_log(log, "community", batch=200)
+        assert e.value.errno == errno.ENOSPC and "full" in str(e.value)
+        kept, pos = store.count(), int(store.get_meta("ingest_next_index") or 0)
+        assert kept == pos < 2000  # committed rows and the stream position agree
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        assert node.ingest_log(log, "community", batch=200) == 2000 - pos
+        assert store.count() == 2000
+        out = node.build(START + 4 * WEEK)
+        assert len(out.new) == 4
+        store.close()
