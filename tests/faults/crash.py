@@ -18,6 +18,7 @@ what an fsync promises; ``tests/faults/test_faults.py`` adds power losses after 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
@@ -28,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.faults.parts import PARTS, Part, close_quietly
+from tests.faults.parts import PARTS, Part, close_quietly, preload
 
 LIFE_LIMIT_S = 30.0
 """A life that is never killed stops writing after this long (a bound, not a timing)."""
@@ -110,6 +111,8 @@ def life(part: Part, root: Path, n: int, rnd: random.Random) -> tuple[list[str],
             buf += chunk
     finally:
         os.close(r)
+        with contextlib.suppress(ProcessLookupError):  # a life that failed to start
+            os.kill(pid, signal.SIGKILL)
         with_status = os.waitpid(pid, 0)[1]
     died = os.WIFSIGNALED(with_status) and os.WTERMSIG(with_status) == signal.SIGKILL
     assert died, f"{part.name}: life {n} ended on its own (status {with_status}), not by the kill"
@@ -121,6 +124,7 @@ def life(part: Part, root: Path, n: int, rnd: random.Random) -> tuple[list[str],
 def run_part(name: str, root: Path, kills: int, seed: int) -> Figures:
     """``kills`` lives of part ``name`` on a fresh ``root``, each checked against every
     acknowledgement so far. Raises ``AssertionError`` naming the part, life and seed."""
+    preload()  # a child never imports: another thread may hold the import lock at the fork
     part = PARTS[name]()
     fig = Figures(name)
     rnd = random.Random(seed)

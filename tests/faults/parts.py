@@ -586,6 +586,26 @@ PARTS: dict[str, type[Part]] = {
 }
 
 
+def preload() -> None:
+    """Import everything the parts use (see ``tests/faults/crash.py``: forked lives)."""
+    import importlib
+
+    for m in (
+        "cbor2",
+        "coincurve",
+        "loglake.archives.control",
+        "loglake.archives.layout",
+        "loglake.archives.store",
+        "loglake.cardinal.transport",
+        "loglake.events.store",
+        "loglake.log",
+        "loglake.sds.channel",
+        "loglake.streams.api",
+        "tests.archives.helpers",
+    ):
+        importlib.import_module(m)
+
+
 def close_quietly(part: Part) -> None:
     with contextlib.suppress(Exception):
         part.close()

@@ -36,6 +36,7 @@ def _quiet():
     lg.setLevel(old)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARTS))
 def test_faults_lose_nothing_acknowledged_and_surface_typed_errors(tmp_path, name):
     injected: Counter[str] = Counter()
@@ -52,6 +53,7 @@ def test_faults_lose_nothing_acknowledged_and_surface_typed_errors(tmp_path, nam
     assert acks > 0, "nothing was acknowledged"
 
 
+@pytest.mark.slow
 def test_failed_fsyncs_only_never_count_as_durable(tmp_path):
     """fsync EIO alone, often: SimDisk drops the pages each failed fsync should have written
     (as Linux does); a part that retried the fsync and acknowledged would lose them at the
