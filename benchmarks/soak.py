@@ -1,0 +1,360 @@
+"""Soak: a real ``loglake serve`` under 20 pushing-and-pulling clients and 500 idle connections
+for up to 10 minutes (issue 15 §4).
+
+What it does (everything bounded: ``--minutes`` at most 10):
+
+- starts ``loglake serve`` (``batch`` durability, 16 MiB segments sealed to the lake, 256 MiB
+  retention per stream) on a temporary data dir and a free loopback port;
+- ``--clients`` clients (threads spread over ``--procs`` processes, so the clients are not one
+  GIL), each on its own stream: ``push_many`` of ``--batch`` messages of ``--size`` bytes, then
+  ``pull`` of the same amount from its cursor, and again; every call's latency is recorded;
+- for the first ``--baseline`` seconds no idle connection exists (the reference figures); then
+  ``--idle`` connections are opened and left idle — most after the protocol's version byte, a
+  tenth without sending anything — until the end;
+- every 5 s: the server's RSS, open file descriptors and threads (``/proc``), and a probe: a
+  new client connects, pushes one message and pulls it back (a blocked accept loop or event
+  loop would show here first).
+
+Report, per minute: messages pushed and pulled per second, p50/p99 of push and pull calls, RSS,
+fds, and the probe's worst latency. Verdicts: throughput and p99 steady (every full minute
+within 25% / 2x of the median minute), RSS growth from the end of the first soak minute to the
+end at most 10%, fds constant once the idle connections are open, and every idle connection
+still open at the end. Exit status 1 if a verdict fails.
+
+    .venv/bin/python benchmarks/soak.py --minutes 3
+    .venv/bin/python benchmarks/soak.py --minutes 10 --clients 20 --idle 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # for tests.procs
+from tests.procs import free_port, process  # noqa: E402
+
+MAX_MINUTES = 10.0
+SAMPLE_S = 5.0
+
+
+# -- clients (in worker processes) -----------------------------------------------------------
+def _client(port: int, name: str, batch: int, size: int, until: float, out: dict) -> None:
+    from loglake.streams.client import StreamClient
+
+    t_push, l_push, t_pull, l_pull = array("d"), array("d"), array("d"), array("d")
+    errors: list[str] = []
+    payloads = [os.urandom(size) for _ in range(batch)]
+    try:
+        with StreamClient("127.0.0.1", port, timeout=60) as c:
+            c.create_stream(name)
+            cursor = 0
+            while time.monotonic() < until:
+                t0 = time.monotonic()
+                c.push_many(name, payloads)
+                t1 = time.monotonic()
+                got = c.pull(name, cursor, batch)
+                t2 = time.monotonic()
+                t_push.append(t1)
+                l_push.append(t1 - t0)
+                t_pull.append(t2)
+                l_pull.append(t2 - t1)
+                if got:
+                    cursor = got[-1].index + 1
+    except Exception as e:  # reported, and fails the run
+        errors.append(f"{name}: {type(e).__name__}: {e}")
+    out[name] = (t_push, l_push, t_pull, l_pull, errors)
+
+
+def _worker(port: int, names: list[str], batch: int, size: int, until: float, q) -> None:
+    out: dict = {}
+    ts = [threading.Thread(target=_client, args=(port, n, batch, size, until, out)) for n in names]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    q.put(out)
+
+
+# -- the server's footprint --------------------------------------------------------------------
+def _footprint(pid: int) -> tuple[int, int, int, int]:
+    """(RSS bytes, socket fds, other fds, threads) of ``pid``."""
+    rss = threads = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    socks = files = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            where = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if where.startswith("socket:"):
+            socks += 1
+        else:
+            files += 1
+    return rss, socks, files, threads
+
+
+def _probe(port: int) -> float:
+    """Seconds for a new client to connect, push one message and read it back."""
+    from loglake.streams.client import StreamClient
+
+    t0 = time.monotonic()
+    with StreamClient("127.0.0.1", port, timeout=60) as c:
+        c.create_stream("soak-probe")
+        i = c.push("soak-probe", b"probe")
+        assert c.pull("soak-probe", i, 1)[0].data == b"probe"
+    return time.monotonic() - t0
+
+
+def _open_idle(port: int, n: int) -> list[socket.socket]:
+    from loglake.streams.client import ClientCore
+
+    socks = []
+    for k in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        if k % 10:  # nine in ten have said hello (the version byte), one in ten nothing
+            s.sendall(ClientCore.initial_bytes())
+        socks.append(s)
+    return socks
+
+
+def _alive(s: socket.socket) -> bool:
+    try:
+        return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def until_of(samples: list[tuple[float, int, int, int, int, float]], start: float) -> float:
+    """When the last sample was taken (monotonic clock)."""
+    return start + samples[-1][0]
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+# -- the run -------------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help=f"soak length (max {MAX_MINUTES})")
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--procs", type=int, default=4, help="processes the clients run in")
+    ap.add_argument("--idle", type=int, default=500, help="idle connections")
+    ap.add_argument("--baseline", type=float, default=30.0, help="seconds before idle conns")
+    ap.add_argument("--batch", type=int, default=100, help="messages per push / pull")
+    ap.add_argument("--size", type=int, default=1024, help="bytes per message")
+    a = ap.parse_args()
+    minutes = min(max(a.minutes, 0.5), MAX_MINUTES)
+    tmp = Path(tempfile.mkdtemp(prefix="loglake-soak-"))
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp / "data"),
+        "--port", str(port), "--durability", "batch", "--segment-bytes", str(16 << 20),
+        "--retention-bytes", str(256 << 20), "--retention-interval", "10",
+    ]  # fmt: skip
+    stderr = open(tmp / "serve.log", "wb")  # noqa: SIM115 - closed in finally
+    rc = 0
+    try:
+        with process(cmd, port, stderr=stderr) as proc:
+            rc = _soak(a, minutes, port, proc.pid)
+            if proc.poll() is not None:
+                print(f"the server exited with {proc.returncode} during the soak")
+                rc = 1
+    finally:
+        stderr.close()
+        tail = (tmp / "serve.log").read_bytes()[-2000:].decode(errors="replace")
+        if rc and tail.strip():
+            print("server log tail:\n" + tail)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
+    start = time.monotonic()
+    soak_start = start + a.baseline
+    until = soak_start + minutes * 60
+    print(
+        f"soak: loglake serve pid {pid} on 127.0.0.1:{port}; {a.clients} clients in {a.procs} "
+        f"processes, push_many/pull of {a.batch} x {a.size} B; {a.baseline:.0f} s baseline, "
+        f"then {a.idle} idle connections for {minutes:g} min",
+        flush=True,
+    )
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    names = [f"soak-{i}" for i in range(a.clients)]
+    workers = [
+        ctx.Process(target=_worker, args=(port, names[k :: a.procs], a.batch, a.size, until, q))
+        for k in range(a.procs)
+    ]
+    for w in workers:
+        w.start()
+    # (t, rss, socket fds, file fds, threads, probe s)
+    samples: list[tuple[float, int, int, int, int, float]] = []
+    idle: list[socket.socket] = []
+    try:
+        while time.monotonic() < until:
+            now = time.monotonic()
+            if not idle and now >= soak_start:
+                t0 = time.monotonic()
+                idle = _open_idle(port, a.idle)
+                print(f"  {len(idle)} idle connections open ({time.monotonic() - t0:.1f} s)")
+            rss, socks, files, threads = _footprint(pid)
+            probe = _probe(port)
+            samples.append((now - start, rss, socks, files, threads, probe))
+            time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - now)))
+        results: dict = {}
+        for _ in workers:
+            results.update(q.get(timeout=120))
+        for w in workers:
+            w.join(60)
+        alive = sum(_alive(s) for s in idle)
+    finally:
+        for s in idle:
+            s.close()
+        for w in workers:
+            if w.is_alive():
+                w.kill()
+    return _report(a, results, samples, start, soak_start, minutes, alive, len(idle))
+
+
+def _report(
+    a: argparse.Namespace,
+    results: dict,
+    samples: list[tuple[float, int, int, int, int, float]],
+    start: float,
+    soak_start: float,
+    minutes: float,
+    alive: int,
+    idle: int,
+) -> int:
+    errors = [e for r in results.values() for e in r[4]]
+
+    # buckets: 0 = the baseline (no idle connections), k >= 1 = soak minute k
+    def bucket(t: float) -> int:
+        return 0 if t < soak_start else 1 + int((t - soak_start) // 60)
+
+    n = 1 + int(minutes + 0.999)
+    push_lat: list[list[float]] = [[] for _ in range(n + 1)]
+    pull_lat: list[list[float]] = [[] for _ in range(n + 1)]
+    for t_push, l_push, t_pull, l_pull, _ in results.values():
+        for t, lat in zip(t_push, l_push, strict=True):
+            push_lat[min(bucket(t), n)].append(lat)
+        for t, lat in zip(t_pull, l_pull, strict=True):
+            pull_lat[min(bucket(t), n)].append(lat)
+
+    def span(b: int) -> float:
+        lo = start if b == 0 else soak_start + (b - 1) * 60
+        hi = soak_start if b == 0 else min(soak_start + b * 60, soak_start + minutes * 60)
+        return max(hi - lo, 1e-9)
+
+    def at(b: int) -> list[tuple[float, int, int, int, int, float]]:
+        return [s for s in samples if bucket(start + s[0]) == b]
+
+    print(
+        f"{'period':>10} {'push msg/s':>11} {'pull msg/s':>11} {'push p50/p99 ms':>16} "
+        f"{'pull p50/p99 ms':>16} {'RSS MiB':>8} {'sockets':>7} {'files':>5} {'thr':>4} "
+        f"{'probe max ms':>12}"
+    )
+    rows = []
+    for b in range(n + 1):
+        if not push_lat[b]:
+            continue
+        sm = at(b)
+        rss = sm[-1][1] / 2**20 if sm else float("nan")
+        socks = sm[-1][2] if sm else -1
+        files = max((s[3] for s in sm), default=-1)
+        thr = sm[-1][4] if sm else -1
+        probe = max((s[5] for s in sm), default=float("nan")) * 1000
+        push_rate = len(push_lat[b]) * a.batch / span(b)
+        pull_rate = len(pull_lat[b]) * a.batch / span(b)
+        p = (_pct(push_lat[b], 0.5) * 1e3, _pct(push_lat[b], 0.99) * 1e3)
+        q = (_pct(pull_lat[b], 0.5) * 1e3, _pct(pull_lat[b], 0.99) * 1e3)
+        label = "baseline" if b == 0 else f"min {b}"
+        full = b == 0 or span(b) >= 59
+        rows.append((b, push_rate, p[1], full))
+        print(
+            f"{label:>10} {push_rate:11,.0f} {pull_rate:11,.0f} {p[0]:7.1f} /{p[1]:7.1f} "
+            f"{q[0]:7.1f} /{q[1]:7.1f} {rss:8.1f} {socks:7d} {files:5d} {thr:4d} {probe:12.1f}",
+            flush=True,
+        )
+    ok = True
+    soak = [r for r in rows if r[0] >= 1 and r[3]]
+    if errors:
+        ok = False
+        print(f"FAIL: {len(errors)} client errors, e.g. {errors[:3]}")
+    if soak:
+        med_rate = statistics.median(r[1] for r in soak)
+        med_p99 = statistics.median(r[2] for r in soak)
+        steady_rate = all(abs(r[1] - med_rate) <= 0.25 * med_rate for r in soak)
+        steady_p99 = all(r[2] <= 2 * med_p99 for r in soak)
+        base = [r for r in rows if r[0] == 0]
+        vs = f" (baseline without idle connections: {base[0][1]:,.0f} msg/s)" if base else ""
+        print(
+            f"throughput steady (each full minute within 25% of the median {med_rate:,.0f} "
+            f"msg/s){vs}: {'yes' if steady_rate else 'NO'}"
+        )
+        print(f"p99 steady (each full minute <= 2x the median {med_p99:.1f} ms): "
+              f"{'yes' if steady_p99 else 'NO'}")  # fmt: skip
+        ok &= steady_rate and steady_p99
+    first_min = [s for s in samples if 60 <= start + s[0] - soak_start < 70]
+    if first_min and samples:
+        r0, r1 = first_min[0][1], samples[-1][1]
+        growth = (r1 - r0) / r0
+        print(
+            f"RSS: {r0 / 2**20:.1f} MiB after the first soak minute, {r1 / 2**20:.1f} MiB at the "
+            f"end: {growth:+.1%} (limit +10%): {'ok' if growth <= 0.10 else 'NO'}"
+        )
+        ok &= growth <= 0.10
+        # sockets: the clients' and idle connections (+ the probe's, when sampled) — constant;
+        # files: segments, indexes and lake files come and go with rolls, seals and retention —
+        # no growth from the first soak minute to the last
+        live = [s for s in samples if start + s[0] >= soak_start + SAMPLE_S]
+        socks = [s[2] for s in live]
+        first_files = max(s[3] for s in first_min)
+        last_files = max(s[3] for s in live if start + s[0] >= until_of(samples, start) - 60)
+        sock_ok = max(socks) - min(socks) <= 2
+        file_ok = last_files <= first_files * 1.10 + 2
+        print(
+            f"socket fds with idle connections open: min {min(socks)} max {max(socks)} "
+            f"({'constant' if sock_ok else 'NOT constant'}); file fds: at most {first_files} in "
+            f"the first soak minute, {last_files} in the last "
+            f"({'no growth' if file_ok else 'GROWING'})"
+        )
+        ok &= sock_ok and file_ok
+    else:
+        print("RSS/fds verdicts need at least one full soak minute (--minutes >= 1.2)")
+    probes = [s[5] for s in samples]
+    print(
+        f"probe (new client: connect, push 1, pull 1): max {max(probes) * 1e3:.1f} ms, "
+        f"median {statistics.median(probes) * 1e3:.1f} ms over {len(probes)} probes; "
+        f"idle connections still open at the end: {alive}/{idle}"
+    )
+    ok &= alive == idle
+    total = sum(len(r[0]) for r in results.values()) * a.batch
+    print(f"{'OK' if ok else 'FAILED'}: {total:,} messages pushed and pulled back in total")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
