@@ -1,39 +1,38 @@
 """The web console in a real browser, as an operator uses it.
 
 Debian's chromium, driven by Playwright for Python (``executable_path="/usr/bin/chromium"``;
-never ``playwright install``), against a node serving real data: the node's app
-(``loglake.node.app.create_app``) under uvicorn on a loopback port, over a real log in a temp
-dir, holding streams written by the parts themselves — community WakuMessages (archives'
-layout), an SDS channel (``SdsChannel`` participants), a Cardinal chain (``StreamProducer``),
-ICRC-72 stored events (the Publisher's stored form) — and a consumer index. Each test clicks
-through pages, asserts what is shown, and saves screenshots in its ``tmp_path``.
+never ``playwright install``), against a real ``loglake node`` process (stream service, ICRC
+roles, SDS participants, archives control and member loops, HTTP API, console) whose data was
+made the way a user makes it: over the stream service (TCP) with the parts' own clients —
+community WakuMessages (archives' layout), a Cardinal chain with a reorg (``produce_chain``),
+a partitioned stream with a lagging consumer — and through the node's API: ICRC-72 events
+published and replayed, an SDS exchange with a lost message repaired, a weekly archive built,
+seeded and fetched by the member. The console is opened with the URL the node prints (token in
+the fragment); each test clicks through a page, asserts what is shown, and saves screenshots in
+its ``tmp_path``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from loglake.archives.layout import LAYOUTS
-from loglake.cardinal.producer import BlockPayload, Producer
-from loglake.cardinal.synthetic import schema_for, synthetic_chain
-from loglake.cardinal.transport import StreamProducer, StreamTransport
-from loglake.events.publisher import stored_event
-from loglake.log import Log, StreamConfig, open_log
-from loglake.node.api.context import NodeContext
-from loglake.node.app import create_app
-from loglake.node.metrics import InstrumentedLog, NodeMetrics
-from loglake.sds.channel import SdsChannel, stream_for
-from loglake.streams.api import LocalStreams
-from loglake.wire import icrc16
-from tests.procs import free_port, wait_port
+from loglake.cardinal.cli import produce_chain
+from loglake.streams.client import StreamClient
+from tests.procs import free_port, stop, wait_port
 from tests.waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,7 +42,9 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
 ]
-TOKEN = "console-test-token-0123456789"
+NAMESPACE = "shop.payments"
+CHANNEL = "room"
+DAY_NS = 86_400 * 10**9
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,89 +58,125 @@ expect = playwright_sync.expect
 @dataclass
 class Node:
     url: str
-    log: Log
-    streams: LocalStreams
+    console_url: str
+    """The console URL with the token in its fragment."""
+    token: str
+    streams_port: int
+    api: httpx.Client
+    replay_id: int
+    archive_ids: list[str]
 
 
-def _populate(log: Log) -> None:
-    """Streams of each protocol format, written through each part's own API."""
-    streams = LocalStreams(log)
-    # Status community: 14/WAKU2-MESSAGE records in a 2-partition stream
-    log.create_stream("community.status", StreamConfig(partitions=2))
-    layout = LAYOUTS["spec"]
-    log.append_payloads(
-        "community.status",
-        0,
-        [
-            layout.make_record(
-                payload=f"hello community {i}".encode(),
-                topic="/status/1/chat/proto",
-                timestamp_ns=1_764_000_000_000_000_000 + i,
-            )
-            for i in range(5)
-        ],
+CONFIG = """\
+data_dir = "{data}"
+[http]
+port = {http}
+[streams]
+port = {streams}
+[events]
+enabled = true
+namespaces = ["{namespace}"]
+[archives]
+enabled = true
+wait = 0.0
+check_every = 0.5
+[sds]
+enabled = true
+channel = "{channel}"
+participants = ["alice", "bob"]
+"""
+
+
+def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int]:
+    """``loglake node --config cfg``; returns the process, its URL, the token it printed and
+    its stream service port."""
+    http, streams = free_port(), free_port()
+    cfg.write_text(
+        CONFIG.format(data=data, http=http, streams=streams, namespace=NAMESPACE, channel=CHANNEL)
     )
-    # SDS: two participants on one channel
-    alice = SdsChannel(streams, "room", "alice")
-    bob = SdsChannel(streams, "room", "bob")
-    alice.send(b"hi bob")
-    bob.poll()
-    bob.send(b"hi alice")
-    alice.poll()
-    # Cardinal: a short chain from a producer over the stream transport
-    chain = synthetic_chain(3)
-    cp = StreamProducer(StreamTransport(streams, 1), Producer("chain", schema_for("chain")))
-    for step in chain.steps:
-        assert isinstance(step, BlockPayload)  # a chain without reorgs
-        cp.send_block(step)
-    # ICRC-72: stored events of a namespace
-    log.create_stream("icrc.payments")
-    log.append_payloads(
-        "icrc.payments",
-        0,
-        [
-            stored_event(
-                icrc16.validate(
-                    {"Map": [("amount", icrc16.nat(100 + i)), ("memo", icrc16.text("rent"))]}
-                ),
-                None,
-                1_764_000_000_000_000_000 + i,
-            )
-            for i in range(3)
-        ],
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loglake.cli", "node", "--config", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    # a plain stream with a consumer that lags
-    log.create_stream("orders", StreamConfig(partitions=3))
-    for p in range(3):
-        log.append_payloads("orders", p, [f"order {p}-{i}".encode() for i in range(10)])
-    log.save_index("billing", "orders", 4, 1)
-    assert stream_for("room") in log.streams()
+    banner: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the banner, up to the token line
+        banner.append(line)
+        if "access token" in line:
+            break
+    token = banner[-1].rsplit(":", 1)[-1].strip() if banner else ""
+    assert token and "access token" in banner[-1], "".join(banner)
+    # keep reading the node's output so a full pipe never blocks it
+    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+    wait_port(http, proc)
+    return proc, f"http://127.0.0.1:{http}", token, streams
+
+
+def _populate(api: httpx.Client, streams_port: int) -> tuple[int, list[str]]:
+    """Every page's data, made through the stream service and the node's API."""
+
+    def call(method: str, path: str, **kw: Any) -> Any:
+        r = api.request(method, path, **kw)
+        assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json()
+
+    with StreamClient("127.0.0.1", streams_port) as client:
+        # Status community: a closed week of 14/WAKU2-MESSAGEs, then a control round
+        community = call("GET", "/archives")["stream"]
+        layout = LAYOUTS["spec"]
+        week = time.time_ns() - 9 * DAY_NS
+        client.create_stream(community)
+        client.push_many(
+            community,
+            [
+                layout.make_record(
+                    payload=f"hello community {i}".encode(),
+                    topic="/status/1/community-chat/proto",
+                    timestamp_ns=week + i * (DAY_NS // 10),
+                )
+                for i in range(40)
+            ],
+        )
+        call("POST", "/archives/build", json={})
+        # a partitioned stream and a consumer that lags on partition 1
+        client.create_stream("orders", partitions=3)
+        for p in range(3):
+            client.push_many("orders", [f"order {p}-{i}".encode() for i in range(10)], p)
+        client.save_index("billing", "orders", 4, partition=1)
+        # Cardinal: a chain whose depth-2 reorg travels as Reorg/ReorgComplete messages
+        produce_chain(client, "chain", 6, partitions=1, deep_reorg=2, reorg_threshold=1)
+    # ICRC-72/77: events published and delivered, then a replay of [5, 15)
+    call("POST", "/events/subscriptions", json={"namespace": NAMESPACE})
+    texts = [f"payment {i}" for i in range(20)]
+    call("POST", f"/events/namespaces/{NAMESPACE}/events", json={"texts": texts})
+    rid = call("POST", "/events/replays", json={"namespace": NAMESPACE, "start": 5, "end": 15})
+    # SDS: bob loses alice's second message and repairs it from the store
+    path = f"/sds/channels/{CHANNEL}/messages"
+    call("POST", path, json={"sender": "alice", "text": "hi bob"})
+    call("POST", path, json={"sender": "alice", "text": "lost", "lose_for": ["bob"]})
+    call("POST", path, json={"sender": "alice", "text": "did you get that?"})
+    built = wait_until(
+        lambda: call("GET", "/archives")["archives"], timeout=30, what="an archive built"
+    )
+    return rid["id"], [a["archive_id"] for a in built]
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    import uvicorn
-
-    data = tmp_path_factory.mktemp("node-data")
-    metrics = NodeMetrics()
-    log = InstrumentedLog(open_log(data), metrics)
-    ctx = NodeContext(log=log, data_dir=data, metrics=metrics)
-    metrics.attach(ctx)
-    _populate(log)
-    app = create_app(ctx, token=TOKEN)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    base = tmp_path_factory.mktemp("node")
+    proc, url, token, streams_port = _start(base / "data", base / "loglake.toml")
+    api = httpx.Client(
+        base_url=url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=60
     )
-    thread = threading.Thread(target=server.run, name="console-node", daemon=True)
-    thread.start()
     try:
-        wait_port(port)
-        yield Node(f"http://127.0.0.1:{port}", log, LocalStreams(log))
+        rid, archive_ids = _populate(api, streams_port)
+        yield Node(url, f"{url}/console/#token={token}", token, streams_port, api, rid, archive_ids)
     finally:
-        server.should_exit = True
-        thread.join(10)
-        log.close()
+        api.close()
+        stop(proc, timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +206,7 @@ def page(browser: Any, node: Node) -> Iterator[Any]:
 
 def open_console(page: Any, node: Node, route: str = "/streams") -> None:
     """What an operator does with the URL the node printed: open it (token in the fragment)."""
-    page.goto(f"{node.url}/console/#{route}&token={TOKEN}")
+    page.goto(f"{node.url}/console/#{route}&token={node.token}")
 
 
 def shot(page: Any, tmp_path: Path, name: str) -> None:
@@ -186,10 +223,10 @@ def row(page: Any, table: str, attr: str, value: object) -> Any:
 def test_token_from_the_url_is_kept_for_the_tab_and_leaves_the_address_bar(
     page: Any, node: Node, tmp_path: Path
 ) -> None:
-    page.goto(f"{node.url}/console/#token={TOKEN}")
+    page.goto(node.console_url)
     expect(page.locator('[data-testid="streams-table"]')).to_be_visible()
     assert "token" not in page.url and page.url.endswith("#/streams")
-    assert page.evaluate("sessionStorage.getItem('loglake.token')") == TOKEN
+    assert page.evaluate("sessionStorage.getItem('loglake.token')") == node.token
     page.reload()  # still signed in: the token is in sessionStorage, not the URL
     expect(page.locator('[data-testid="streams-table"]')).to_be_visible()
     shot(page, tmp_path, "streams")
@@ -204,7 +241,7 @@ def test_a_wrong_token_says_so_and_the_login_form_takes_the_right_one(
     expect(err).to_contain_text("node.token")
     shot(page, tmp_path, "wrong-token")
     assert page.evaluate("sessionStorage.getItem('loglake.token')") is None
-    page.fill("#token", TOKEN)
+    page.fill("#token", node.token)
     page.click('[data-testid="login-form"] button')
     expect(page.locator('[data-testid="streams-table"]')).to_be_visible()
     page.click('[data-testid="logout"]')
@@ -220,14 +257,15 @@ def test_stream_rates_update_live_without_reload(page: Any, node: Node, tmp_path
     expect(orders.locator('[data-testid="push-rate"]')).to_have_text("0.0/s")
     before = int(orders.locator('[data-testid="records"]').inner_text().replace(",", ""))
     page.evaluate("window.__same_page = true")  # gone if the page reloads
-    stop = threading.Event()
+    done = threading.Event()
 
-    def pusher() -> None:
-        i = 0
-        while not stop.is_set():
-            node.log.append_payloads("orders", i % 3, [f"live {i}-{k}".encode() for k in range(20)])
-            i += 1
-            stop.wait(0.05)
+    def pusher() -> None:  # a producer pushing over the stream service while the page is open
+        with StreamClient("127.0.0.1", node.streams_port) as client:
+            i = 0
+            while not done.is_set():
+                client.push_many("orders", [f"live {i}-{k}".encode() for k in range(20)], i % 3)
+                i += 1
+                done.wait(0.05)
 
     t = threading.Thread(target=pusher, daemon=True)
     t.start()
@@ -248,8 +286,8 @@ def test_stream_rates_update_live_without_reload(page: Any, node: Node, tmp_path
         )
         shot(page, tmp_path, "streams-live")
     finally:
-        stop.set()
-        t.join(5)
+        done.set()
+        t.join(10)
     assert page.evaluate("window.__same_page") is True
 
 
@@ -260,13 +298,12 @@ def _rate(text: str) -> float:
 def test_stream_page_shows_partitions_and_consumer_lag(
     page: Any, node: Node, tmp_path: Path
 ) -> None:
-    node.log.save_index("billing", "orders", 4, 1)
     open_console(page, node)
     page.click('[data-testid="streams-table"] a:text-is("orders")')
     expect(page.locator('[data-testid="stream-name"]')).to_have_text("orders")
     parts = page.locator('[data-testid="partitions-table"] tbody tr')
     expect(parts).to_have_count(3)
-    end = node.log.next_index("orders", 1)
+    end = node.api.get("/streams/orders/partitions").json()[1]["next_index"]
     billing = row(page, "consumers-table", "data-consumer", "billing")
     expect(billing.locator('[data-testid="lag"]')).to_have_text(f"{end - 4:,}")
     shot(page, tmp_path, "stream-orders")
@@ -307,16 +344,19 @@ def test_record_browser_text_and_hex(page: Any, node: Node, tmp_path: Path) -> N
 
 
 def test_record_browser_decodes_sds_messages(page: Any, node: Node, tmp_path: Path) -> None:
-    table = browse(page, node, stream_for("room"), "sds")
+    stream = f"sds.{CHANNEL}"
+    table = browse(page, node, stream, "sds")
     first = table.locator("tr[data-index='0'] [data-testid='decoded']")
     expect(first).to_contain_text("SdsMessage (content)")
     expect(field(first, "sender_id")).to_have_text("alice")
-    expect(field(first, "channel_id")).to_have_text("room")
+    expect(field(first, "channel_id")).to_have_text(CHANNEL)
     expect(field(first, "content")).to_have_text('"hi bob"')
-    second = table.locator("tr[data-index='1'] [data-testid='decoded']")
-    expect(field(second, "sender_id")).to_have_text("bob")
-    # bob's message depends on alice's, and its hint points at her record
-    expect(field(second, "causal_history")).to_contain_text(f"{stream_for('room')}")
+    third = table.locator("tr[data-index='2'] [data-testid='decoded']")
+    expect(field(third, "content")).to_have_text('"did you get that?"')
+    # the third message names the two before it, and each hint points at its stream position
+    history = field(third, "causal_history")
+    expect(history.locator('dd[data-field="hint_points_to"]')).to_have_count(2)
+    expect(history).to_contain_text(stream)
     shot(page, tmp_path, "records-sds")
 
 
@@ -324,28 +364,30 @@ def test_record_browser_decodes_cardinal_messages(page: Any, node: Node, tmp_pat
     table = browse(page, node, "chain", "cardinal")
     decoded = table.locator("[data-testid='decoded']")
     expect(decoded.first).to_be_visible()
-    types = {t.strip() for t in decoded.locator(".dtype").all_inner_texts()}
-    assert "Batch" in types, types
-    batch = decoded.filter(has=page.locator(".dtype", has_text=re.compile("^Batch$"))).first
-    expect(field(batch, "number")).to_be_visible()
-    expect(field(batch, "parent")).to_be_visible()
+    types = [t.strip() for t in decoded.locator(".dtype").all_inner_texts()]
+    assert {"Batch", "BatchMsg", "BatchDeleteMsg", "Reorg"} <= set(types), types
+    batch = decoded.filter(has=page.locator(".dtype", has_text=re.compile("^Batch$"))).nth(1)
+    expect(field(batch, "number")).to_have_text("1")
+    expect(field(batch, "weight")).to_have_text("10")
+    expect(field(batch, "updates")).to_contain_text("foo/")
+    reorg = decoded.filter(has=page.locator(".dtype", has_text=re.compile("^Reorg$"))).first
+    expect(field(reorg, "number")).to_have_text("3")
     shot(page, tmp_path, "records-cardinal")
 
 
 def test_record_browser_decodes_icrc_events_and_waku_messages(
     page: Any, node: Node, tmp_path: Path
 ) -> None:
-    table = browse(page, node, "icrc.payments", "icrc")
+    table = browse(page, node, NAMESPACE, "icrc")
     first = table.locator("tr[data-index='0'] [data-testid='decoded']")
     expect(first).to_contain_text("ICRC-72 event")
-    expect(field(first, "data")).to_contain_text("amount")
-    expect(field(first, "data")).to_contain_text("100")
-    expect(field(first, "data")).to_contain_text("rent")
+    expect(field(first, "data")).to_contain_text("Text")
+    expect(field(first, "data")).to_contain_text("payment 0")
     shot(page, tmp_path, "records-icrc")
-    table = browse(page, node, "community.status", "waku")
+    table = browse(page, node, "community", "waku")
     first = table.locator("tr[data-index='0'] [data-testid='decoded']")
     expect(first).to_contain_text("WakuMessage")
-    expect(field(first, "content_topic")).to_have_text("/status/1/chat/proto")
+    expect(field(first, "content_topic")).to_have_text("/status/1/community-chat/proto")
     expect(field(first, "payload")).to_have_text('"hello community 0"')
     # the same records read as another format: a per-record message, not a broken page
     page.select_option('select[name="view"]', "cardinal")
@@ -353,3 +395,84 @@ def test_record_browser_decodes_icrc_events_and_waku_messages(
         "not a Cardinal message"
     )
     shot(page, tmp_path, "records-waku")
+
+
+# -- replays, archives, SDS ------------------------------------------------------------------
+
+
+def test_replays_page_shows_state_and_progress(page: Any, node: Node, tmp_path: Path) -> None:
+    open_console(page, node, "/replays")
+    replay = row(page, "replays-table", "data-key", node.replay_id)
+    expect(replay.locator('[data-testid="replay-status"]')).to_have_text("completed")
+    expect(replay.locator('[data-col="progress"]')).to_contain_text("100%")
+    expect(replay.locator('[data-col="progress"]')).to_contain_text("10 / 10")
+    expect(replay.locator('[data-col="range"]')).to_have_text("5 … 14")
+    expect(replay.locator('[data-testid="cancel"]')).to_have_count(0)  # nothing to cancel
+    ns = row(page, "namespaces-table", "data-key", NAMESPACE)
+    expect(ns.locator('[data-col="head"]')).to_have_text("20")
+    expect(ns.locator('[data-col="subscriptions"]')).to_have_text("1")
+    shot(page, tmp_path, "replays")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="node API: a replay cannot be seen running nor cancelled: EventsHandle runs the "
+    "network (up to 20,000 steps a round) under its lock, and POST /api/events/replays returns "
+    "only once the replay is over (a 20,000-event replay: 11 s, completed)",
+)
+def test_a_running_replay_is_cancelled_from_the_console(
+    page: Any, node: Node, tmp_path: Path
+) -> None:
+    texts = [f"bulk {i}" for i in range(1000)]
+    node.api.post(f"/events/namespaces/{NAMESPACE}/events", json={"texts": texts})
+    open_console(page, node, "/replays")
+    expect(page.locator('[data-testid="replays-table"]')).to_be_visible()
+    started = threading.Thread(
+        target=node.api.post,
+        args=("/events/replays",),
+        kwargs={"json": {"namespace": NAMESPACE, "start": 0}},
+        daemon=True,
+    )
+    started.start()
+    cancel = page.locator('[data-testid="cancel"]').first
+    expect(cancel).to_be_visible(timeout=2000)
+    cancel.click()
+    expect(page.locator('[data-testid="replay-message"]')).to_contain_text("Cancel of replay")
+    expect(page.locator('[data-testid="replay-status"]').first).to_have_text("canceled")
+    shot(page, tmp_path, "replay-cancelled")
+    started.join(60)
+
+
+def test_archives_page_shows_the_archive_its_torrent_and_the_member(
+    page: Any, node: Node, tmp_path: Path
+) -> None:
+    open_console(page, node, "/archives")
+    archives = page.locator('[data-testid="archives-table"] tbody tr')
+    expect(archives).to_have_count(len(node.archive_ids))
+    expect(archives.first).to_have_attribute("data-key", node.archive_ids[0])
+    torrent = node.api.get("/archives/torrents").json()[0]
+    expect(page.locator('[data-testid="info-hash"]')).to_have_text(torrent["info_hash"])
+    expect(page.locator('[data-testid="torrent"]')).to_contain_text("yes")  # seeding
+    # the member fetches the archive by torrent; the page shows it without a reload
+    member = page.locator('[data-testid="member-archives"] tbody tr')
+    expect(member).to_have_count(len(node.archive_ids), timeout=30_000)
+    expect(page.locator('[data-testid="member"]')).to_contain_text("40 messages hydrated")
+    shot(page, tmp_path, "archives")
+
+
+def test_sds_page_shows_channel_health_acks_and_repairs(
+    page: Any, node: Node, tmp_path: Path
+) -> None:
+    open_console(page, node, "/sds")
+    channel = page.locator(f'[data-testid="sds-channel"][data-channel="{CHANNEL}"]')
+    expect(channel.locator('[data-testid="health"]')).to_have_text("healthy")
+    alice = row(page, "participants-table", "data-key", "alice")
+    bob = row(page, "participants-table", "data-key", "bob")
+    expect(alice.locator('[data-col="sent"]')).to_have_text("3")
+    expect(bob.locator('[data-col="delivered"]')).to_have_text("3")
+    expect(bob.locator('[data-col="repaired"]')).to_have_text("1")  # the lost message
+    expect(bob.locator('[data-testid="missing"]')).to_have_attribute("data-count", "0")
+    # bob's sync messages acknowledge all three of alice's (the page follows without reload)
+    expect(alice.locator('[data-col="acknowledged"]')).to_have_text("3", timeout=20_000)
+    expect(alice.locator('[data-testid="unacked"]')).to_have_attribute("data-count", "0")
+    shot(page, tmp_path, "sds")

@@ -1,44 +1,76 @@
-// ICRC-77 replays: state, progress, cancel; and the ICRC-72 namespaces they replay from.
+// ICRC-77 replays (state, progress, cancel) and the ICRC-72 namespaces they replay from.
 
 import { useState } from "preact/hooks";
 
-import { Badge, DataTable, PartSection, Progress, act, cell, html, usePoll } from "../ui.js";
+import {
+  Badge,
+  DataTable,
+  PartSection,
+  Progress,
+  act,
+  fmtInt,
+  fmtTime,
+  html,
+  usePoll,
+} from "../ui.js";
 
 const FINAL = new Set(["completed", "canceled", "errored"]);
+const KIND = { running: "run", pending: "", completed: "ok", canceled: "warn", errored: "bad" };
 
-function stateBadge(state) {
-  const kind = { running: "run", pending: "", completed: "ok", canceled: "warn", errored: "bad" }[state];
-  return html`<${Badge} kind=${kind}>${state}<//>`;
+function short(principal) {
+  return principal && principal.length > 14 ? principal.slice(0, 11) + "…" : principal;
 }
 
 export function ReplaysPage() {
-  const replays = usePoll("/replays", 1000);
-  const namespaces = usePoll("/namespaces", 3000);
+  const replays = usePoll("/events/replays", 1000);
+  const namespaces = usePoll("/events/namespaces", 2000);
   const [message, setMessage] = useState(null);
+
   const cancel = async (r) => {
-    const { error } = await act(`/replays/${encodeURIComponent(r.replay_id)}/cancel`, { method: "POST" });
-    setMessage(error ? { bad: true, text: `cancel ${r.replay_id}: ${error.message}` } : { text: `cancel of replay ${r.replay_id} requested` });
+    const { error } = await act(`/events/replays/${r.id}/cancel`, { method: "POST" });
+    setMessage(
+      error
+        ? { bad: true, text: `Cancel of replay ${r.id} failed: ${error.message}` }
+        : { text: `Cancel of replay ${r.id} sent to the orchestrator.` },
+    );
   };
+
   const columns = [
-    ["replay_id", "replay"],
+    ["id", "replay"],
     ["namespace", "namespace"],
-    ["subscriber", "subscriber"],
-    ["range", "range", (r) => `${cell(r.start)} … ${r.end === null || r.end === undefined ? "head" : cell(r.end)}`],
-    ["state", "state", (r) => html`${stateBadge(r.state)}${r.error ? html` <span class="bad">${r.error}</span>` : null}`],
-    ["progress", "progress", (r) => html`<${Progress} value=${r.delivered || 0} max=${r.total || 0} />
-      <span class="muted"> ${cell(r.delivered)} / ${cell(r.total)}</span>`],
-    ["cancel", "", (r) => FINAL.has(r.state) ? null
-      : html`<button class="danger" data-testid="cancel" onClick=${() => cancel(r)}>Cancel</button>`],
+    ["range", "range", (r) => `${fmtInt(r.start)} … ${r.end === null ? "head" : fmtInt(r.end - 1)}`],
+    ["subscriber", "subscriber", (r) => html`<code title=${r.subscriber}>${short(r.subscriber)}</code>`],
+    ["status", "state", (r) => html`<span data-testid="replay-status"><${Badge} kind=${KIND[r.status]}>${r.status}<//></span>
+      ${r.status_value ? html` <span class=${r.status === "errored" ? "bad" : "muted"}>${r.status_value}</span>` : null}
+      ${r.cancel_requested && !FINAL.has(r.status) ? html` <span class="muted">cancelling…</span>` : null}`],
+    ["progress", "progress", (r) => html`<span data-testid="replay-progress"><${Progress} value=${r.sent} max=${r.expected} /></span>
+      <span class="muted"> ${fmtInt(r.sent)} / ${fmtInt(r.expected)}</span>`],
+    ["cost", "cost", (r) => fmtInt(r.cost)],
+    ["created_ns", "created", (r) => fmtTime(r.created_ns)],
+    ["cancel", "", (r) => (FINAL.has(r.status) || r.cancel_requested
+      ? null
+      : html`<button class="danger" data-testid="cancel" onClick=${() => cancel(r)}>Cancel</button>`)],
+  ];
+  const nsColumns = [
+    ["namespace", "namespace"],
+    ["head", "events", (n) => fmtInt(n.head)],
+    ["replay", "replay", (n) => (n.replay ? "on" : "off")],
+    ["subscriptions", "subscriptions"],
+    ["publisher", "publisher", (n) => html`<code title=${n.publisher}>${short(n.publisher)}</code>`],
+    ["broadcaster", "broadcaster", (n) => html`<code title=${n.broadcaster}>${short(n.broadcaster)}</code>`],
+    ["browse", "", (n) => html`<a href=${"#/records?stream=" + encodeURIComponent(n.namespace) + "&view=icrc"}>browse events</a>`],
   ];
   return html`<section>
     <h1>Replays</h1>
-    ${message ? html`<div class=${message.bad ? "error" : "notice"} data-testid="replay-message">${message.text}</div>` : null}
-    <${PartSection} state=${replays} what="replays">
-      ${(rows) => html`<${DataTable} rows=${rows} columns=${columns} testid="replays-table" rowKey="replay_id" />`}
+    ${message
+      ? html`<div class=${message.bad ? "error" : "notice"} data-testid="replay-message">${message.text}</div>`
+      : null}
+    <${PartSection} state=${replays} what="ICRC-77 replays">
+      ${(rows) => html`<${DataTable} rows=${[...rows].reverse()} columns=${columns} testid="replays-table" rowKey="id" />`}
     <//>
     <h2>Namespaces</h2>
     <${PartSection} state=${namespaces} what="ICRC-72 namespaces">
-      ${(rows) => html`<${DataTable} rows=${rows} testid="namespaces-table" />`}
+      ${(rows) => html`<${DataTable} rows=${rows} columns=${nsColumns} testid="namespaces-table" rowKey="namespace" />`}
     <//>
   </section>`;
 }
