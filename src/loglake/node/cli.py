@@ -4,6 +4,11 @@
 user's data directory, ``platformdirs.user_data_dir("loglake")``) and serves the Ockam stream
 service on ``--host``/``--port`` (default ``127.0.0.1:4000``) until interrupted.
 
+Trust (issue 15 §1, docs/security.md): ``--tls-cert``/``--tls-key`` serve over TLS 1.3,
+``--tls-client-ca`` requires client certificates signed by that CA (mutual TLS), and ``--access``
+maps certificate names to per-stream permissions. A bind to anything but loopback without TLS is
+refused unless ``--insecure`` says that is meant: streams would be open to the network.
+
 ``demo`` (what ``make run`` calls) starts the same service on a temporary data dir and a free
 loopback port, then walks through the spec end to end with ``StreamClient``: create a partitioned
 stream, push, pull, save and get a consumer index, and prints what happened.
@@ -13,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
+import socket
 import tempfile
 from pathlib import Path
 from typing import cast
@@ -28,8 +35,10 @@ from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
 from loglake.streams.client import DEFAULT_PORT, StreamClient
+from loglake.streams.permissions import AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
+from loglake.streams.tls import server_context
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 _logger = logging.getLogger(__name__)
@@ -37,6 +46,32 @@ _logger = logging.getLogger(__name__)
 
 class ServeError(LoglakeError):
     """The service could not start (e.g. the port is taken)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (``""`` and ``0.0.0.0``
+    are every interface: not loopback; a name that does not resolve is not either)."""
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def check_exposure(host: str, tls: bool, insecure: bool) -> None:
+    """Refuse to serve plain TCP beyond loopback unless the operator said ``--insecure``."""
+    if not tls and not insecure and not is_loopback(host):
+        raise ServeError(
+            f"refusing to serve {host!r} without TLS: anyone who can reach it could read and "
+            "write every stream. Give --tls-cert and --tls-key (and --tls-client-ca, --access "
+            "to say who may do what; docs/security.md), or --insecure if the network is trusted."
+        )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,6 +144,31 @@ def command() -> None:
     show_default=True,
     help="With --backend: seconds between copies of JetStream history into the data dir's lake.",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Serve over TLS 1.3 with this certificate (PEM; the chain, leaf first).",
+)
+@click.option(
+    "--tls-key", type=click.Path(dir_okay=False, exists=True), help="The certificate's key (PEM)."
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Mutual TLS: require a client certificate signed by this CA (PEM); its names "
+    "(cn:…, dns:…, uri:…) are the client's identity for --access.",
+)
+@click.option(
+    "--access",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Who may do what: a TOML or JSON file of [[grant]] identities/streams/allow "
+    "(docs/security.md). Without it every client may do everything.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Allow plain TCP on a non-loopback address (a trusted network only).",
+)
 def serve(
     data_dir: Path,
     host: str,
@@ -124,12 +184,24 @@ def serve(
     nats_creds: str | None = None,
     nats_prefix: str = "loglake",
     seal_interval: float = 60.0,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+    access: str | None = None,
+    insecure: bool = False,
 ) -> None:
     """Serve the Ockam stream service (stream_service, stream_index_service) over TCP.
 
     Streams created through the service get the durability, segment size and retention given
     here. Retention trims live segments only; sealed history stays readable from the lake.
     """
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls_client_ca and not tls_cert:
+        raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    check_exposure(host, tls=bool(tls_cert), insecure=insecure)
+    tls = server_context(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    policy = AccessPolicy.load(access) if access else None
     data_dir.mkdir(parents=True, exist_ok=True)
     log: Log
     if backend:  # issue 13: the same service in front of JetStream (added by the jetstream work)
@@ -151,16 +223,20 @@ def serve(
         retention_bytes=retention_bytes,
         retention_records=retention_records,
     )
-    service = StreamService(log, config)
+    service = StreamService(log, config, access=policy)
     console = Console(stderr=True)
+    trust = (("mutual TLS" if tls_client_ca else "TLS") if tls is not None else "plain TCP") + (
+        f", access {access}" if policy is not None else ""
+    )
 
     async def main() -> None:
         try:
-            server = await StreamServer(service, host, port).start()
+            server = await StreamServer(service, host, port, tls=tls).start()
         except OSError as e:
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         console.print(
             f"[bold green]loglake[/] stream service on [bold]{host}:{server.port}[/] "
+            + f"({trust}) "
             + (
                 f"(NATS JetStream {backend}, R{replicas})"
                 if backend

@@ -3,6 +3,10 @@
 Every subcommand connects with ``StreamClient`` to ``--host``/``--port``, prints rich tables for
 people and, with ``--json``, one JSON document for scripts. Message data is shown as UTF-8 when it
 decodes, else as hex (``--json`` always gives ``data`` as text and ``data_hex``).
+
+TLS (issue 15 §1): ``--tls-ca`` (the CA that signed the service's certificate), and for mutual
+TLS ``--tls-cert``/``--tls-key``; each also from ``LOGLAKE_TLS_CA``/``_CERT``/``_KEY``. ``--tls``
+alone trusts the system's CAs.
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ from rich.console import Console
 from rich.table import Table
 
 from loglake.streams.client import DEFAULT_PORT, StreamClient
+from loglake.streams.tls import client_context
 
 
 def _client(ctx: click.Context) -> StreamClient:
     obj = ctx.ensure_object(dict)
-    client = StreamClient(obj["host"], obj["port"])
+    tls = None
+    if obj.get("tls") or obj.get("tls_ca") or obj.get("tls_cert"):
+        tls = client_context(obj.get("tls_ca"), obj.get("tls_cert"), obj.get("tls_key"))
+    client = StreamClient(obj["host"], obj["port"], tls=tls, server_hostname=obj.get("server_name"))
     ctx.call_on_close(client.close)
     return client
 
@@ -47,10 +55,51 @@ partition_option = click.option(
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Stream service host.")
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Its port.")
+@click.option("--tls", is_flag=True, help="Connect over TLS (trusting the system's CAs).")
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="LOGLAKE_TLS_CA",
+    help="Connect over TLS, trusting this CA (PEM) for the service's certificate.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="LOGLAKE_TLS_CERT",
+    help="Mutual TLS: this client certificate (PEM).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="LOGLAKE_TLS_KEY",
+    help="Mutual TLS: the client certificate's key (PEM).",
+)
+@click.option(
+    "--server-name", help="The name the service's certificate must carry (default: --host)."
+)
 @click.pass_context
-def command(ctx: click.Context, host: str, port: int) -> None:
+def command(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    tls: bool = False,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    server_name: str | None = None,
+) -> None:
     """Create, push to, pull from and inspect streams of a running stream service."""
-    ctx.ensure_object(dict).update(host=host, port=port)
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    ctx.ensure_object(dict).update(
+        host=host,
+        port=port,
+        tls=tls,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        server_name=server_name,
+    )
 
 
 @command.command()
