@@ -26,6 +26,22 @@ MAX_SECONDS = 15
 
 pytestmark = pytest.mark.slow
 
+KNOWN_FAILING = {
+    "icrc_ledger": "Ledger.restore (events/ledger.py, not this suite's) raises untyped errors "
+    "on a bad block; inputs in tests/fuzz/crashes/icrc_ledger",
+}
+"""Harnesses that find a failure in code another part owns: strict xfail until it is fixed."""
+
+
+def _params() -> list:
+    return [
+        pytest.param(
+            n,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILING[n])] * (n in KNOWN_FAILING),
+        )
+        for n in runner.HARNESSES
+    ]
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, runner.Result]:
@@ -38,7 +54,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, runner.Result
         return dict(zip(runner.HARNESSES, pool.map(go, runner.HARNESSES), strict=True))
 
 
-@pytest.mark.parametrize("name", runner.HARNESSES)
+@pytest.mark.parametrize("name", _params())
 def test_decoder_survives_fuzzing(results: dict[str, runner.Result], name: str) -> None:
     r = results[name]
     where = ", ".join(str(f["file"]) for f in r.findings)
@@ -51,5 +67,5 @@ def test_decoder_survives_fuzzing(results: dict[str, runner.Result], name: str) 
 
 def test_every_harness_is_run() -> None:
     """A new ``fuzz_*.py`` is picked up by name; this guards the glob against an empty folder."""
-    assert len(runner.HARNESSES) >= 14
+    assert len(runner.HARNESSES) >= 15
     assert all(Path(runner.script(n)).exists() for n in runner.HARNESSES)

@@ -29,6 +29,11 @@ from loglake.wire.varint import decode_sleb, decode_uleb
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
+MAX_PRINCIPAL_BYTES = 29
+"""IC interface specification, "Principals": a principal is a blob of at most 29 bytes. The
+encoder refuses longer ones (``icrc16.validate``), so the decoder does too: a value that decodes
+always encodes again (found by ``tests/fuzz/fuzz_icrc16.py``)."""
+
 
 # Candid ``leb128``/``sleb128`` are unbounded (a ``nat`` may exceed 64 bits); a truncated one is
 # a ``VarintError`` (a ValueError), which ``icrc16.candid_decode`` reports as malformed Candid.
@@ -73,6 +78,8 @@ def _principal(b: bytes, i: int) -> tuple[Principal, int]:
     if b[i] != 1:
         raise ValueError("principal must be a reference (0x01)")
     n, i = _uleb(b, i + 1)
+    if n > MAX_PRINCIPAL_BYTES:
+        raise ValueError(f"principal of {n} bytes (at most {MAX_PRINCIPAL_BYTES})")
     raw, i = _take(b, i, n)
     return Principal(raw), i
 

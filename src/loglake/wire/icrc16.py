@@ -37,6 +37,7 @@ from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
 from loglake.wire import varint
+from loglake.wire.candid_fast import MAX_PRINCIPAL_BYTES
 from loglake.wire.varint import VarintError, decode_sleb, decode_uleb
 
 Value = dict[str, Any]
@@ -149,7 +150,7 @@ def validate(v: Any, _depth: int = 0) -> Value:
         if not isinstance(x, bytes | bytearray):
             raise ICRC16Error(f"#{tag} needs bytes: {x!r:.80}")
     elif tag == "Principal":
-        if not isinstance(x, Principal) or len(x.bytes) > 29:
+        if not isinstance(x, Principal) or len(x.bytes) > MAX_PRINCIPAL_BYTES:
             raise ICRC16Error(f"#Principal needs an icp_principal.Principal: {x!r}")
     elif tag in ("Array", "Set"):
         if not isinstance(x, list):
@@ -229,6 +230,9 @@ def from_candid(v: Any, _depth: int = 0) -> Value:
         return {tag: from_candid(x[0], d) if x else None}
     if tag in ("Blob", "Bytes"):
         return {tag: bytes(x)}
+    if tag == "Principal" and (not isinstance(x, Principal) or len(x.bytes) > MAX_PRINCIPAL_BYTES):
+        # icp_candid reads any length; the fast reader and validate() refuse over 29 bytes
+        raise ICRC16DecodeError(f"#Principal of more than {MAX_PRINCIPAL_BYTES} bytes")
     if tag == "Nat8" and isinstance(x, bytes):  # pragma: no cover - defensive
         return {tag: x[0]}
     if tag not in TAGS:
