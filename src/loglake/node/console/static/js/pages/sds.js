@@ -12,7 +12,7 @@ function Channel({ name }) {
   const { data, error } = usePoll("/sds/channels/" + encodeURIComponent(name), 1000, [name]);
   const cols = [
     ["id", "participant"],
-    ["lamport", "lamport", (p) => fmtInt(p.lamport)],
+    ["lamport", "lamport", (p) => String(p.lamport)],
     ["next_index", "read up to", (p) => fmtInt(p.next_index)],
     ["sent", "sent", (p) => fmtInt(p.sent)],
     ["delivered", "delivered", (p) => fmtInt(p.delivered)],
@@ -26,7 +26,7 @@ function Channel({ name }) {
   return html`<div class="card" data-testid="sds-channel" data-channel=${name}>
     <h3>channel ${name} ${data ? html`<span data-testid="health"><${Badge} kind=${data.healthy ? "ok" : "bad"}>${data.healthy ? "healthy" : "degraded"}<//></span>` : null}</h3>
     <${PartSection} state=${{ data, error }} what="channel">
-      ${(c) => html`<p class="muted">stream <a href=${href("/records", { stream: c.stream, view: "sds" })}>${c.stream}</a>
+      ${(c) => html`<p class="muted">stream <a href=${href("/records", { stream: c.stream, view: "sds" })}>${c.stream}</a>${" "}
           · ${c.participants.length} participants</p>
         <${DataTable} rows=${c.participant_states} columns=${cols} testid="participants-table" rowKey="id" />`}
     <//>

@@ -1,6 +1,6 @@
 // Streams: every stream with live push/pull rates, then one stream's partitions and consumer lag.
 
-import { useRef } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 
 import {
   ErrorBox,
@@ -14,6 +14,12 @@ import {
 } from "../ui.js";
 
 const HISTORY = 60;
+
+/** Streams the parts keep for their own bookkeeping (ICRC system namespaces and journals,
+ *  Cardinal checkpoints): hidden from the list unless asked for. */
+export function isSystemStream(name) {
+  return name.startsWith("icrc72:") || name.startsWith("loglake.") || name.startsWith("cardinal.ckpt.");
+}
 
 /** Rates per stream: the node's own (metrics on), or computed here from two readings of the
  *  record count (metrics off), so the page shows a rate either way. */
@@ -42,11 +48,19 @@ export function StreamsPage() {
   const { data, error, at } = usePoll("/streams", 1000);
   const consumers = usePoll("/consumers", 2000);
   const { rates, hist } = useRates(data, at);
+  const [showSystem, setShowSystem] = useState(false);
+  const hidden = data ? data.filter((s) => isSystemStream(s.name)).length : 0;
+  const shown = data ? data.filter((s) => showSystem || !isSystemStream(s.name)) : null;
   return html`<section>
     <h1>Streams</h1>
     <${ErrorBox} error=${error} what="streams" />
     ${data && data.length === 0 ? html`<p class="muted">No streams yet.</p>` : null}
-    ${data && data.length > 0
+    ${hidden
+      ? html`<p><label class="toggle"><input type="checkbox" data-testid="show-system" checked=${showSystem}
+          onChange=${(e) => setShowSystem(e.target.checked)} /> show ${hidden} system streams
+          (ICRC-72 system namespaces, journals, checkpoints)</label></p>`
+      : null}
+    ${shown && shown.length > 0
       ? html`<table data-testid="streams-table">
           <thead><tr>
             <th>stream</th><th class="num">partitions</th><th class="num">records</th>
@@ -54,10 +68,10 @@ export function StreamsPage() {
             <th class="num">pull rate</th><th>durability</th>
           </tr></thead>
           <tbody>
-            ${data.map((s) => {
+            ${shown.map((s) => {
               const r = rates[s.name] || {};
               return html`<tr data-stream=${s.name}>
-                <td><a href=${href("/streams", { stream: s.name })}>${s.name}</a></td>
+                <td class="name"><a href=${href("/streams", { stream: s.name })}>${s.name}</a></td>
                 <td class="num">${s.partitions}</td>
                 <td class="num" data-testid="records">${fmtInt(s.records)}</td>
                 <td class="num">${fmtBytes(s.bytes)}</td>
