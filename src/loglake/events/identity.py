@@ -11,11 +11,21 @@ envelope; our transport is plain HTTP, so we sign a smaller envelope with the sa
 (domain separator, method, sha256 of the Candid argument, expiry, nonce) — see
 :func:`call_digest`. The callee derives the caller's principal from the public key, so the
 caller principal that decides authorisation cannot be forged without the key.
+
+Replay (issue 15 §1): a signed call is good for one use before its expiry. The callee refuses a
+call that has expired, one whose expiry is more than 5 minutes ahead (the IC's ingress window,
+``MAX_EXPIRY_NS``) and one it has already accepted: ``ReplayGuard`` remembers each accepted
+call's (sender, method, nonce) until the call expires — after that the expiry check refuses it
+anyway — so its memory is bounded by the calls accepted in 5 minutes, and a hard cap
+(``ReplayGuard.capacity``) bounds it whatever the rate. At the cap it refuses new calls
+(``ReplayCacheFull``, HTTP 503) until entries expire, rather than forget a nonce whose call is
+still valid: forgetting would reopen exactly the replay this guards against.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import struct
 from dataclasses import dataclass
@@ -25,13 +35,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from icp_principal import Principal
 
-from loglake.errors import DecodeError, RemoteProtocolError
+from loglake.errors import DecodeError, LoglakeError, RemoteProtocolError
 
 ANONYMOUS = Principal.anonymous()
 DOMAIN_SEPARATOR = b"\x0cloglake-call"
 """Like the IC's ``\\x0Aic-request``: a length-prefixed tag so no other signed message collides."""
 MAX_EXPIRY_NS = 5 * 60 * 1_000_000_000
 """The IC accepts ingress expiring up to 5 minutes ahead; we use the same window."""
+NONCE_BYTES = (8, 32)
+"""A nonce's length bounds: long enough to be unique per call, short enough to keep."""
+DEFAULT_REPLAY_CAPACITY = 200_000
+"""Calls remembered at most (~25 MB): 5 minutes at ~660 accepted calls/s."""
 
 
 class PrincipalError(DecodeError):
@@ -40,6 +54,14 @@ class PrincipalError(DecodeError):
 
 class SignatureError(RemoteProtocolError):
     """A call's signature, key or expiry does not verify."""
+
+
+class ReplayedCall(SignatureError):
+    """This signed call was accepted before (same sender, method and nonce): a replay."""
+
+
+class ReplayCacheFull(LoglakeError):
+    """The replay guard holds ``capacity`` unexpired calls: new calls wait until some expire."""
 
 
 def principal_from_text(text: str) -> Principal:
@@ -110,17 +132,72 @@ def call_digest(method: str, arg: bytes, expiry_ns: int, nonce: bytes) -> bytes:
     )
 
 
-def verify_call(method: str, arg: bytes, headers: dict[str, str], now_ns: int) -> Principal:
-    """Check the signature headers of a call; return the caller's principal."""
+class ReplayGuard:
+    """The calls accepted and not yet expired, by (sender, method, nonce): refuses a second
+    use. Not thread-safe (one event loop calls it). See the module docstring for the cap."""
+
+    def __init__(self, capacity: int = DEFAULT_REPLAY_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self._seen: set[tuple[bytes, str, bytes]] = set()
+        self._by_expiry: list[tuple[int, tuple[bytes, str, bytes]]] = []  # a heap
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _evict(self, now_ns: int) -> None:
+        heap = self._by_expiry
+        while heap and heap[0][0] < now_ns:  # expired: the expiry check refuses it from now on
+            self._seen.discard(heapq.heappop(heap)[1])
+
+    def accept(self, sender: bytes, method: str, nonce: bytes, expiry_ns: int, now_ns: int) -> None:
+        """Record a verified call; ``ReplayedCall`` if it was recorded before and has not
+        expired, ``ReplayCacheFull`` at the cap (nothing recorded then)."""
+        key = (sender, method, nonce)
+        self._evict(now_ns)
+        if key in self._seen:
+            raise ReplayedCall(
+                f"replayed call: {method} with this nonce was already accepted from this "
+                "sender; sign a new call (a fresh nonce) to call again"
+            )
+        if len(self._seen) >= self.capacity:
+            raise ReplayCacheFull(
+                f"{len(self._seen)} signed calls remembered (the cap): try again once some "
+                "expire (at most 5 minutes)"
+            )
+        self._seen.add(key)
+        heapq.heappush(self._by_expiry, (expiry_ns, key))
+
+
+def verify_call(
+    method: str,
+    arg: bytes,
+    headers: dict[str, str],
+    now_ns: int,
+    replays: ReplayGuard | None = None,
+) -> Principal:
+    """Check the signature headers of a call; return the caller's principal. With ``replays``,
+    a call is accepted once: a second use raises ``ReplayedCall``. The guard only records
+    calls whose signature verified, so forged calls cannot fill it."""
     try:
         der = bytes.fromhex(headers["x-icp-sender-pubkey"])
         sig = bytes.fromhex(headers["x-icp-sender-sig"])
         expiry = int(headers["x-icp-ingress-expiry"])
-        nonce = bytes.fromhex(headers.get("x-icp-nonce", ""))
+        nonce = bytes.fromhex(headers["x-icp-nonce"])
     except (KeyError, ValueError) as e:
         raise SignatureError(f"missing or malformed signature headers ({e})") from e
-    if not now_ns <= expiry <= now_ns + MAX_EXPIRY_NS:
-        raise SignatureError("call expired or expiry too far in the future")
+    if not NONCE_BYTES[0] <= len(nonce) <= NONCE_BYTES[1]:
+        raise SignatureError(f"the nonce must be {NONCE_BYTES[0]}..{NONCE_BYTES[1]} bytes")
+    if expiry < now_ns:
+        raise SignatureError(
+            f"call expired: ingress expiry {expiry} ns is {(now_ns - expiry) / 1e9:.1f} s ago"
+        )
+    if expiry > now_ns + MAX_EXPIRY_NS:
+        raise SignatureError(
+            f"ingress expiry {expiry} ns is {(expiry - now_ns) / 1e9:.1f} s ahead; at most "
+            f"{MAX_EXPIRY_NS // 1_000_000_000} s are accepted"
+        )
     try:
         pub = serialization.load_der_public_key(der)
     except (ValueError, TypeError) as e:
@@ -131,4 +208,7 @@ def verify_call(method: str, arg: bytes, headers: dict[str, str], now_ns: int) -
         pub.verify(sig, call_digest(method, arg, expiry, nonce))
     except InvalidSignature as e:
         raise SignatureError("signature does not verify") from e
-    return Principal.self_authenticating(der)
+    caller = Principal.self_authenticating(der)
+    if replays is not None:
+        replays.accept(caller.bytes, method, nonce, expiry, now_ns)
+    return caller

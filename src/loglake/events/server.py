@@ -1,9 +1,10 @@
 """Serves one role core over HTTP (aiohttp), so each role can run in its own process.
 
 The I/O adapter of the sans-I/O cores. Per request: verify the call's signature
-(``identity.verify_call``; bad → 401), decode the Candid argument (malformed → 400), dispatch to
-the core with the verified caller (pure CPU work on the event loop), wait until the actions the
-core queued have been performed, encode the result.
+(``identity.verify_call``; bad, expired or replayed → 401; the replay guard full → 503), decode
+the Candid argument (malformed → 400), dispatch to the core with the verified caller (pure CPU
+work on the event loop), wait until the actions the core queued have been performed, encode the
+result.
 
 Actions (``actions.py``) are performed in the order the core queued them by one task:
 storage actions run on a worker thread (``asyncio.to_thread``) through the role's
@@ -40,7 +41,14 @@ from loglake.errors import DecodeError, LoglakeError
 from loglake.events.actions import Action, AppendEvents, Call, JobAction
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
-from loglake.events.identity import Identity, SignatureError, principal_from_text, verify_call
+from loglake.events.identity import (
+    Identity,
+    ReplayCacheFull,
+    ReplayGuard,
+    SignatureError,
+    principal_from_text,
+    verify_call,
+)
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher
 from loglake.events.role import Role
@@ -67,8 +75,11 @@ class HttpRoleServer:
         clock: Callable[[], int] = time.time_ns,
         throttle_s: float = 0.0,
         jobs: ReplayJobs | None = None,
+        replays: ReplayGuard | None = None,
     ) -> None:
         self.throttle_s = throttle_s
+        self.replays = replays if replays is not None else ReplayGuard()
+        """Signed calls accepted and not yet expired: a second use is refused (401)."""
         self.jobs = jobs
         """Performs replay job actions (issue 11 §2: an orchestrator's Spark jobs, a
         broadcaster's reads of their output), off the event loop like storage."""
@@ -100,9 +111,11 @@ class HttpRoleServer:
         now = self.clock()
         try:
             hdrs = {k.lower(): v for k, v in request.headers.items()}
-            caller = verify_call(name, body, hdrs, now)
+            caller = verify_call(name, body, hdrs, now, self.replays)
         except SignatureError as e:
             return web.Response(status=401, text=str(e))
+        except ReplayCacheFull as e:
+            return web.Response(status=503, text=str(e), headers={"retry-after": "5"})
         try:
             arg = m.decode_arg(body)
         except DecodeError as e:

@@ -1,0 +1,203 @@
+"""Signed ICRC calls are good once, before their expiry (issue 15 §1).
+
+The guard alone (expiry window, nonce memory, its cap), then a real role server: a request the
+real client sent is captured on the wire by a recording proxy and replayed byte for byte — the
+server refuses it with a clear 401; expired and far-future calls are refused the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+from aiohttp import web
+
+from loglake.events.client import CallRejected, HttpEventsClient, post_raw
+from loglake.events.codec import METHODS
+from loglake.events.identity import (
+    MAX_EXPIRY_NS,
+    Identity,
+    ReplayCacheFull,
+    ReplayedCall,
+    ReplayGuard,
+    SignatureError,
+    verify_call,
+)
+from loglake.events.server import HttpRoleServer
+from loglake.events.subscriber import Subscriber
+from tests.procs import free_port
+
+NOW = 1_700_000_000_000_000_000
+S = 1_000_000_000
+
+
+# -- the rules, without a server --------------------------------------------------------------
+def test_a_call_is_accepted_once_within_its_expiry():
+    me, guard = Identity.generate(), ReplayGuard()
+    h = me.sign_call("icrc77_register_replay", b"arg", NOW)
+    assert verify_call("icrc77_register_replay", b"arg", h, NOW, guard) == me.principal
+    with pytest.raises(ReplayedCall, match="already accepted"):
+        verify_call("icrc77_register_replay", b"arg", h, NOW + 1 * S, guard)
+    # a fresh signature of the same call (new nonce) is a new call
+    h2 = me.sign_call("icrc77_register_replay", b"arg", NOW + 2 * S)
+    assert verify_call("icrc77_register_replay", b"arg", h2, NOW + 2 * S, guard) == me.principal
+
+
+def test_an_expired_call_is_refused():
+    me = Identity.generate()
+    h = me.sign_call("m", b"a", NOW)  # expires 2.5 minutes after NOW
+    with pytest.raises(SignatureError, match="call expired"):
+        verify_call("m", b"a", h, NOW + MAX_EXPIRY_NS, ReplayGuard())
+
+
+def test_a_call_expiring_more_than_5_minutes_ahead_is_refused():
+    me = Identity.generate()
+    far = me.sign_call("m", b"a", NOW + MAX_EXPIRY_NS)  # signed with a clock 5 min fast
+    with pytest.raises(SignatureError, match=r"ahead; at most 300 s"):
+        verify_call("m", b"a", far, NOW, ReplayGuard())
+
+
+def test_a_call_without_a_proper_nonce_is_refused():
+    me = Identity.generate()
+    h = me.sign_call("m", b"a", NOW)
+    with pytest.raises(SignatureError, match="missing or malformed"):
+        verify_call("m", b"a", {k: v for k, v in h.items() if k != "x-icp-nonce"}, NOW)
+    with pytest.raises(SignatureError, match="nonce must be"):
+        verify_call("m", b"a", {**h, "x-icp-nonce": ""}, NOW)
+
+
+def test_the_guard_forgets_a_call_once_it_expired():
+    guard = ReplayGuard()
+    guard.accept(b"me", "m", b"n" * 16, NOW + 10 * S, NOW)
+    assert len(guard) == 1
+    guard.accept(b"me", "m", b"o" * 16, NOW + 20 * S, NOW + 11 * S)  # the first one expired
+    assert len(guard) == 1
+
+
+def test_at_the_cap_new_calls_wait_rather_than_a_nonce_being_forgotten():
+    guard = ReplayGuard(capacity=3)
+    for i in range(3):
+        guard.accept(b"me", "m", bytes([i]) * 16, NOW + (10 + i) * S, NOW)
+    with pytest.raises(ReplayCacheFull, match="the cap"):
+        guard.accept(b"me", "m", b"x" * 16, NOW + 10 * S, NOW)
+    with pytest.raises(ReplayedCall):  # still remembered: not evicted to make room
+        guard.accept(b"me", "m", bytes([0]) * 16, NOW + 10 * S, NOW + 5 * S)
+    guard.accept(b"me", "m", b"x" * 16, NOW + 30 * S, NOW + 10 * S + 1)  # one expired: room
+
+
+def test_the_same_nonce_from_another_sender_or_method_is_another_call():
+    guard = ReplayGuard()
+    guard.accept(b"alice", "m", b"n" * 16, NOW + S, NOW)
+    guard.accept(b"bob", "m", b"n" * 16, NOW + S, NOW)
+    guard.accept(b"alice", "other", b"n" * 16, NOW + S, NOW)
+    assert len(guard) == 3
+
+
+# -- a real role server -----------------------------------------------------------------------
+class RecordingProxy:
+    """Forwards one TCP connection at a time to ``target`` and keeps what the client sent."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.sent: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            with client, socket.create_connection(("127.0.0.1", self.target)) as up:
+                got = bytearray()
+                client.settimeout(5)
+                while b"\r\n\r\n" not in got or len(got) < _length(got):
+                    chunk = client.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                self.sent.append(bytes(got))
+                up.sendall(got)
+                while chunk := up.recv(65536):
+                    client.sendall(chunk)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _length(request: bytes) -> int:
+    head, _, _ = request.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(head) + 4 + int(line.split(b":")[1])
+    return len(head) + 4
+
+
+def send_raw(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` as is; return the status and the body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = bytearray()
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body
+
+
+@pytest.fixture
+def subscriber_server():
+    """A subscriber role served over HTTP on loopback (its inbox method needs no storage)."""
+    me = Identity.generate()
+    core = Subscriber(me.principal, Identity.generate().principal)
+    server = HttpRoleServer(core, me, {})
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(server.app)
+    loop.run_until_complete(runner.setup())
+    port = free_port()
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield me, port
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_a_captured_request_replayed_byte_for_byte_is_refused(subscriber_server):
+    me, port = subscriber_server
+    proxy = RecordingProxy(port)
+    try:
+        client = HttpEventsClient(f"http://127.0.0.1:{proxy.port}", me, timeout=10)
+        assert client.call("loglake_inbox", 10) == []  # the real client, through the proxy
+    finally:
+        proxy.close()
+    (captured,) = proxy.sent
+    assert b"x-icp-nonce" in captured.lower()
+    status, body = send_raw(port, captured)  # the same bytes again, straight to the server
+    assert status == 401
+    assert b"replayed call: loglake_inbox" in body and b"sign a new call" in body
+    # the real client signs each call anew: calling again is not a replay
+    assert HttpEventsClient(f"http://127.0.0.1:{port}", me).call("loglake_inbox", 10) == []
+
+
+def test_expired_and_far_future_calls_are_refused_by_the_server(subscriber_server):
+    me, port = subscriber_server
+    url = f"http://127.0.0.1:{port}"
+    body = METHODS["loglake_inbox"].encode_arg(10)
+    old = me.sign_call("loglake_inbox", body, time.time_ns() - MAX_EXPIRY_NS)
+    with pytest.raises(CallRejected) as e:
+        post_raw(url, "loglake_inbox", body, old, 10)
+    assert e.value.status == 401 and "call expired" in e.value.reason
+    ahead = me.sign_call("loglake_inbox", body, time.time_ns() + MAX_EXPIRY_NS)
+    with pytest.raises(CallRejected) as e:
+        post_raw(url, "loglake_inbox", body, ahead, 10)
+    assert e.value.status == 401 and "at most 300 s" in e.value.reason
