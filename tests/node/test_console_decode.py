@@ -218,3 +218,37 @@ def test_console_files_are_served_from_the_package(client: TestClient) -> None:
         assert r.headers["content-type"].startswith("text/javascript"), path
     # no asset comes from elsewhere: every import and link in the page is relative
     assert "http" not in page.text.replace("http-equiv", "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_decode_route_fuzzed_from_its_openapi_never_gives_a_500(tmp_path: Path, mode: str) -> None:
+    """schemathesis against the node's own OpenAPI document, this route only: whatever the
+    body, the answer is JSON and never a 500 (the node's schemathesis test runs without the
+    console)."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode
+
+    log = open_log(tmp_path)
+    try:
+        app = create_app(NodeContext(log=log, data_dir=tmp_path), token="tok")
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        [op] = [r.ok() for r in schema.get_all_operations() if r.ok().path == "/api/console/decode"]
+        strategy = op.as_strategy(generation_mode=GenerationMode(mode))
+
+        @settings(
+            max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
+        @given(case=strategy)
+        def run(case: schemathesis.Case) -> None:
+            case.headers = {**(case.headers or {}), **AUTH}
+            response = case.call()
+            assert response.status_code < 500, response.text
+            assert response.headers["content-type"][0].startswith("application/json")
+            if response.status_code >= 400:
+                assert {"error", "message", "status"} <= set(response.json())
+
+        run()
+    finally:
+        log.close()
