@@ -600,8 +600,6 @@ def append_staged(opts: SourceOptions, paths: list[str]) -> int:
     if not per_part:
         return 0
     if opts.url:
-        from loglake.pipeline.livelog import UrlSource
-
         # Over the Ockam wire a push carries data only: refuse, before anything is appended,
         # rather than drop keys, headers or timestamps without a word.
         carried = [
@@ -623,7 +621,7 @@ def append_staged(opts: SourceOptions, paths: list[str]) -> int:
                 f"a push over the stream protocol carries data only; rows have {carried} "
                 "(drop those columns, or write through data_dir)",
             )
-        client = UrlSource(opts.url).client()
+        client = opts.url_source().client()
         try:
             for p, entries in sorted(per_part.items()):
                 client.push_many(opts.stream, [e.data for e in entries], partition=p)

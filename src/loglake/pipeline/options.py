@@ -3,13 +3,21 @@
 One parser for both entries so a bad value gets the same message wherever it is given
 (issue 7, "Bad input": name the option and the value, before any job work). Spark passes data
 source options as a case-insensitive map of strings; names here are matched case-insensitively.
+
+TLS for ``url`` (issue 15 §1): ``tlsCa`` (the CA of the service's certificate), ``tlsCert`` and
+``tlsKey`` (a client certificate, for mutual TLS), ``tlsServerName`` (the name the service's
+certificate carries, default the url's host), or ``tls=true`` alone to trust the system's CAs.
+Paths travel, not SSL contexts: each executor opens them, so on a cluster they must exist on
+every worker at the same path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
@@ -19,6 +27,52 @@ from loglake.pipeline.livelog import DirSource, LiveSource, UrlSource, data_dir_
 EARLIEST, LATEST = "earliest", "latest"
 DEFAULT_DRIVER_TAIL = 0
 """Off by default: the issue's design sends the tail through the Python source."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The ``tls*`` options: where a client finds its CA, certificate and key."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+
+
+@dataclass
+class TlsUrlSource(UrlSource):
+    """``UrlSource`` whose client speaks TLS (``streams.tls.client_context``), built where the
+    client is made — on the driver or in an executor."""
+
+    tls: TlsFiles = field(default_factory=TlsFiles)
+
+    def client(self) -> Any:
+        from loglake.streams.client import StreamClient
+        from loglake.streams.tls import client_context
+
+        host, port = parse_url(self.url)
+        t = self.tls
+        ctx = client_context(t.ca, t.cert, t.key)
+        return StreamClient(host, port, tls=ctx, server_hostname=t.server_name)
+
+
+def _tls_options(options: Mapping[str, str], url: str | None) -> TlsFiles | None:
+    files = {n: _get(options, n) or None for n in ("tlsCa", "tlsCert", "tlsKey", "tlsServerName")}
+    on = (_get(options, "tls") or "false").lower()
+    if on not in ("true", "false"):
+        raise BadOption("tls", on, "expected true or false")
+    if on == "false" and not any(files.values()):
+        return None
+    if not url:
+        given = "tls" if on == "true" else next(k for k, v in files.items() if v)
+        raise BadOption(given, files.get(given) or on, "TLS options go with url")
+    if bool(files["tlsCert"]) != bool(files["tlsKey"]):
+        raise BadOption("tlsCert", files["tlsCert"], "tlsCert and tlsKey go together")
+    for name in ("tlsCa", "tlsCert", "tlsKey"):
+        path = files[name]
+        if path and not os.path.isfile(path):
+            raise BadOption(name, path, "no such file (it must exist on every executor too)")
+    return TlsFiles(files["tlsCa"], files["tlsCert"], files["tlsKey"], files["tlsServerName"])
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -51,6 +105,8 @@ class SourceOptions:
     url: str | None = None
     partition_count: int | None = None
     """``partitionCount`` (url only: the wire does not carry it)."""
+    tls: TlsFiles | None = None
+    """``tlsCa``/``tlsCert``/``tlsKey``/``tlsServerName``/``tls``: the url over TLS."""
     partitions: tuple[int, ...] | None = None
     """``partitions``: the log partitions to read, e.g. ``"0,2"`` (default all)."""
     start_index: int = 0
@@ -71,9 +127,16 @@ class SourceOptions:
 
     def live(self) -> LiveSource:
         if self.url:
-            return UrlSource(self.url, self.partition_count or 1)
+            return self.url_source()
         assert self.data_dir is not None
         return DirSource(self.data_dir)
+
+    def url_source(self) -> UrlSource:
+        """The running node ``url`` names, over TLS if the ``tls*`` options say so."""
+        assert self.url is not None
+        if self.tls is not None:
+            return TlsUrlSource(self.url, self.partition_count or 1, self.tls)
+        return UrlSource(self.url, self.partition_count or 1)
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -122,6 +185,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         data_dir=data_dir,
         url=url,
         partition_count=_int(options, "partitionCount", None, minimum=1),
+        tls=_tls_options(options, url),
         partitions=partitions,
         start_index=start,
         end_index=end,
