@@ -191,17 +191,21 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, node: Node) -> Iterator[Any]:
-    """A fresh tab (its own sessionStorage); any JavaScript error on the page fails the test."""
+    """A fresh tab (its own sessionStorage). Any JavaScript error fails the test, and so does
+    any request to anywhere but the node (every asset ships in the package: no CDN)."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     pg = context.new_page()
     pg.set_default_timeout(10_000)
     errors: list[str] = []
+    elsewhere: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("request", lambda r: r.url.startswith(node.url + "/") or elsewhere.append(r.url))
     try:
         yield pg
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not elsewhere, f"requests that did not go to the node: {elsewhere}"
 
 
 def open_console(page: Any, node: Node, route: str = "/streams") -> None:
