@@ -5,7 +5,7 @@ a temp data dir). Everything after that goes through the node's public faces, as
 would: the Ockam stream service over TCP (``StreamClient``) and the HTTP API with the token.
 
 1. streams: a 3-partition stream, pushes, pulls, a consumer's saved index and its lag;
-2. ICRC-72/77: events published to a namespace, delivered live, then a replay of a range;
+2. ICRC-72/77: events published before and after a subscription; the missed ones replayed;
 3. Cardinal: a synthetic chain with a deep reorg produced to topics and consumed as blocks;
 4. SDS: alice and bob on a channel; bob loses one broadcast and repairs it from the store;
 5. archives: a week of community messages, built into an archive, seeded, fetched by the
@@ -135,33 +135,39 @@ def _streams(console: Console, api: Api, client: Any) -> dict[str, Any]:
 
 
 def _icrc(console: Console, api: Api) -> dict[str, Any]:
+    publish = f"/api/events/namespaces/{NAMESPACE}/events"
+    missed = api("POST", publish, json={"texts": [f"event {i}" for i in range(10)]})["ids"]
     api("POST", "/api/events/subscriptions", json={"namespace": NAMESPACE})
-    texts = [f"event {i}" for i in range(20)]
-    ids = api("POST", f"/api/events/namespaces/{NAMESPACE}/events", json={"texts": texts})["ids"]
-    live = wait_for(
-        "ICRC live delivery",
-        lambda: (api("GET", "/api/events")["received"].get(NAMESPACE, 0) >= 20) or None,
-    )
-    rid = api("POST", "/api/events/replays", json={"namespace": NAMESPACE, "start": 5, "end": 15})[
-        "id"
-    ]
+    ids = api("POST", publish, json={"texts": [f"event {i}" for i in range(10, 20)]})["ids"]
+
+    def received() -> int:
+        n: int = api("GET", "/api/events")["received"].get(NAMESPACE, 0)
+        return n
+
+    live = wait_for("ICRC live delivery", lambda: received() >= len(ids) and received())
+    rid = api(
+        "POST",
+        "/api/events/replays",
+        json={"namespace": NAMESPACE, "start": missed[0], "end": missed[-1] + 1},
+    )["id"]
     rep = wait_for(
         "ICRC replay",
         lambda: (r := api("GET", f"/api/events/replays/{rid}"))["status"] == "completed" and r,
     )
-    received = api("GET", "/api/events")["received"][NAMESPACE]
+    total = wait_for("ICRC replayed events delivered", lambda: received() >= 20 and received())
     console.print(
-        f"[bold]2. ICRC-72/77[/]  published {len(ids)} events to {NAMESPACE} (ids "
-        f"{ids[0]}..{ids[-1]}), delivered live; replay {rid} of [5, 15): {rep['status']}, "
-        f"{rep['sent']}/{rep['expected']} sent; the subscriber got {received} notifications"
+        f"[bold]2. ICRC-72/77[/]  {len(missed)} events published to {NAMESPACE} before the "
+        f"subscriber subscribed, {len(ids)} after (delivered live: {live}); replay {rid} of "
+        f"[{missed[0]}, {missed[-1] + 1}): {rep['status']}, {rep['sent']}/{rep['expected']} "
+        f"sent; the subscriber now holds {total} events"
     )
     return {
-        "published": len(ids),
-        "live": bool(live),
+        "published": len(missed) + len(ids),
+        "live": live,
         "replay": rid,
         "replay_status": rep["status"],
         "replayed": rep["sent"],
-        "notifications": received,
+        "notifications": total,
     }
 
 

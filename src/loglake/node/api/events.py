@@ -361,7 +361,7 @@ class NamespaceIn(BaseModel):
 
 
 class PublishIn(BaseModel):
-    texts: list[Annotated[str, Field(max_length=65536)]] = Field(min_length=1, max_length=10_000)
+    texts: list[Annotated[str, Field(max_length=4096)]] = Field(min_length=1, max_length=1000)
 
 
 class PublishOut(BaseModel):

@@ -23,7 +23,7 @@ router = APIRouter(tags=["streams"])
 MAX_RANGE_RECORDS = 1000
 MAX_RANGE_BYTES = 4 * 1024 * 1024
 """A range read stops once this much record data is collected (at least one record)."""
-MAX_PARTITIONS = 1024
+MAX_PARTITIONS = 256
 
 StreamName = Annotated[str, Path(description="Stream name", max_length=200)]
 PartitionNo = Annotated[int, Path(ge=0, le=2**31 - 1, description="Partition number")]

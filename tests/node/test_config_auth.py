@@ -1,0 +1,95 @@
+"""The node's config (TOML + flags + env, errors naming the key) and its token file."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loglake.node.auth import TokenFileError, load_or_create_token
+from loglake.node.command import command
+from loglake.node.config import OPTIONS, ConfigError, load_config
+
+
+def _cfg(data: dict, env: dict | None = None, flags: dict | None = None):
+    return load_config(data=data, env=env or {}, flags=flags)
+
+
+def test_defaults_bind_loopback() -> None:
+    cfg = _cfg({})
+    assert cfg.http.host == "127.0.0.1" and cfg.streams.host == "127.0.0.1"
+    assert (cfg.http.port, cfg.streams.port) == (8080, 4000)
+    assert not cfg.events.enabled and cfg.console
+
+
+def test_flag_beats_env_beats_file() -> None:
+    data = {"http": {"port": 1000}}
+    assert _cfg(data).http.port == 1000
+    assert _cfg(data, env={"LOGLAKE_HTTP_PORT": "2000"}).http.port == 2000
+    cfg = _cfg(data, env={"LOGLAKE_HTTP_PORT": "2000"}, flags={"http.port": "3000"})
+    assert cfg.http.port == 3000 and cfg.source["http.port"] == "--http-port"
+
+
+@pytest.mark.parametrize(
+    "data, env, message",
+    [
+        ({"http": {"prot": 1}}, {}, "[http] prot: unknown key"),
+        ({"colour": True}, {}, "colour: unknown key"),
+        ({"http": 5}, {}, "[http]: expected a table"),
+        ({"http": {"port": "eighty"}}, {}, "[http] port: expected an integer 0-65535"),
+        ({}, {"LOGLAKE_HTTP_PORT": "70000"}, "(from LOGLAKE_HTTP_PORT)"),
+        ({"streams": {"durability": "sometimes"}}, {}, "[streams] durability: expected one of"),
+        ({"events": {"roles": ["king"]}}, {}, "[events] roles: 'king' is not one of"),
+        ({"http": {"metrics": "maybe"}}, {}, "[http] metrics: expected true or false"),
+        (
+            {"events": {"enabled": True, "roles": ["publisher"]}},
+            {},
+            "[events] roles: the roles run in one in-process network",
+        ),
+        ({"streams": {"port": 9000}, "http": {"port": 9000}}, {}, "[streams] port: 9000 is also"),
+    ],
+)
+def test_config_errors_name_the_key(data: dict, env: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _cfg(data, env)
+    assert message in str(e.value)
+
+
+def test_toml_file_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "loglake.toml"
+    bad.write_text("[http]\nport = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad, env={})
+    bad.write_text('[sds]\nparticipant = ["a"]\n')
+    with pytest.raises(ConfigError, match=r"\[sds\] participant: unknown key \(.*loglake.toml\)"):
+        load_config(bad, env={})
+
+
+def test_every_option_is_a_flag_and_an_env_variable() -> None:
+    help_text = " ".join(CliRunner().invoke(command, ["--help"], terminal_width=200).output.split())
+    for o in OPTIONS:
+        assert o.flag in help_text and o.env in help_text, o.name
+    assert OPTIONS[0].env == "LOGLAKE_DATA_DIR"
+
+
+def test_a_bad_flag_is_a_one_line_error_naming_the_key(tmp_path: Path) -> None:
+    r = CliRunner().invoke(command, ["--data-dir", str(tmp_path), "--http-port", "x"])
+    assert r.exit_code == 1 and "Error: [http] port: expected an integer" in r.output
+
+
+def test_token_is_made_once_with_mode_0600(tmp_path: Path) -> None:
+    first = load_or_create_token(tmp_path)
+    assert first.created and len(first.value) >= 40
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o600
+    again = load_or_create_token(tmp_path)
+    assert not again.created and again.value == first.value
+
+
+def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    token = load_or_create_token(tmp_path)
+    os.chmod(token.path, 0o644)
+    with pytest.raises(TokenFileError, match="readable by others"):
+        load_or_create_token(tmp_path)

@@ -1,0 +1,28 @@
+"""``loglake node walkthrough`` (``make run``): all five protocols against one node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loglake.node.walkthrough import run_walkthrough
+
+
+@pytest.mark.slow
+def test_walkthrough_runs_every_protocol_against_the_node(tmp_path: Path, capsys) -> None:
+    s = run_walkthrough(data_dir=tmp_path)
+    assert s["streams"]["records"] == 30 and s["streams"]["partitions"] == 3
+    assert s["streams"]["consumer_lag"] == 6  # 10 records on partition 1, saved index 4
+    assert s["icrc"]["replay_status"] == "completed" and s["icrc"]["replayed"] == 10
+    assert s["icrc"]["live"] == 10  # published after the subscription
+    assert s["icrc"]["notifications"] == 20  # + the 10 missed ones, replayed
+    assert s["cardinal"]["reorgs"] >= 1 and s["cardinal"]["reorg_messages"] >= 1
+    assert s["sds"]["repaired"] >= 1 and s["sds"]["healthy"]
+    assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
+    assert s["archives"]["hydrated"] == s["archives"]["messages"]
+    assert s["metrics"]["loglake_push_records_total"] > 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "loglake node walkthrough" in out and "/console/#token=" in out
+    token = (tmp_path / "node.token").read_text().strip()
+    assert token and f"#token={token}" in out.replace(" ", "")
