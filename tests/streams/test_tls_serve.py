@@ -103,3 +103,11 @@ def test_the_cli_and_a_served_service_speak_mutual_tls(tls_serve):
     cert, key = pki.clients["alice"]
     with StreamClient(port=port, timeout=10, tls=client_context(pki.ca, cert, key)) as c:
         assert [m.data for m in c.pull("orders", 0, 10)] == [b"a", b"b"]  # bob's push: refused
+
+
+def test_demo_over_mutual_tls_shows_a_read_only_client_refused():
+    r = CliRunner().invoke(node_command, ["demo", "--no-spark", "--tls"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    out = " ".join(r.output.split())
+    assert "mutual TLS" in out and "pulled" in out
+    assert "his push is refused: permission denied: cn:bob may not push to stream" in out

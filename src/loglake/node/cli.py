@@ -22,7 +22,9 @@ import ipaddress
 import logging
 import signal
 import socket
+import ssl
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -34,11 +36,11 @@ from rich.table import Table
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
-from loglake.streams.client import DEFAULT_PORT, StreamClient
+from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.permissions import AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
-from loglake.streams.tls import server_context
+from loglake.streams.tls import TestPki, client_context, server_context, write_test_pki
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 _logger = logging.getLogger(__name__)
@@ -311,7 +313,13 @@ async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> Non
     show_default=True,
     help="End by reading the stream's history as a Spark DataFrame (local[*]; needs Java 17+).",
 )
-def demo(data_dir: Path | None, spark: bool) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Serve over mutual TLS with test certificates and per-stream permissions, and show "
+    "a read-only client refused a push (docs/security.md).",
+)
+def demo(data_dir: Path | None, spark: bool, tls: bool = False) -> None:
     """Start the service, walk through create/push/pull/index, read it with Spark, stop."""
     console = Console()
     with contextlib.ExitStack() as stack:
@@ -319,9 +327,20 @@ def demo(data_dir: Path | None, spark: bool) -> None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loglake-")))
         log = open_log(data_dir)
         stack.callback(log.close)
-        srv = stack.enter_context(BackgroundServer(StreamService(log), "127.0.0.1", 0))
+        secure = _demo_tls(data_dir) if tls else None
+        service = StreamService(log, access=secure.policy if secure else None)
+        srv = stack.enter_context(
+            BackgroundServer(service, "127.0.0.1", 0, tls=secure.server if secure else None)
+        )
         console.print(f"[bold]1.[/] stream service on 127.0.0.1:{srv.port}, data dir {data_dir}")
-        client = stack.enter_context(StreamClient("127.0.0.1", srv.port))
+        if secure:
+            console.print(
+                f"     mutual TLS (certificates in {secure.pki.ca.parent}); access: "
+                "cn:alice admin on demo.*, cn:bob read on demo.*"
+            )
+        client = stack.enter_context(
+            StreamClient("127.0.0.1", srv.port, tls=secure.client("alice") if secure else None)
+        )
 
         name = client.create_stream("demo.orders", partitions=3)
         console.print(f"[bold]2.[/] created stream [cyan]{name}[/] with 3 partitions")
@@ -355,9 +374,46 @@ def demo(data_dir: Path | None, spark: bool) -> None:
             f"[bold]6.[/] consumer restarts on partition 1 and pulls from its saved index "
             f"{saved}: {[m.data.decode() for m in rest]}"
         )
+        if secure:
+            with StreamClient("127.0.0.1", srv.port, tls=secure.client("bob")) as bob:
+                seen = len(bob.pull(name, 0, 10, partition=1))
+                try:
+                    bob.push(name, b"from bob", partition=1)
+                    outcome = "accepted (unexpected)"
+                except PermissionDenied as e:
+                    outcome = f"refused: {e}"
+            console.print(
+                f"[bold]6b.[/] bob (read-only) pulls {seen} records from partition 1; "
+                f"his push is {outcome}"
+            )
         if spark:
             _demo_spark(console, data_dir, name)
         console.print("[bold green]demo done[/]; stopping the service")
+
+
+@dataclass
+class _DemoTls:
+    pki: TestPki
+    server: ssl.SSLContext
+    policy: AccessPolicy
+
+    def client(self, who: str) -> ssl.SSLContext:
+        cert, key = self.pki.clients[who]
+        return client_context(self.pki.ca, cert, key)
+
+
+def _demo_tls(data_dir: Path) -> _DemoTls:
+    """Test certificates (alice, bob) beside the demo's data, and who may do what."""
+    pki = write_test_pki(data_dir / "demo-pki", ("alice", "bob"))
+    policy = AccessPolicy.from_dict(
+        {
+            "grant": [
+                {"identities": ["cn:alice"], "streams": ["demo.*"], "allow": ["admin"]},
+                {"identities": ["cn:bob"], "streams": ["demo.*"], "allow": ["read"]},
+            ]
+        }
+    )
+    return _DemoTls(pki, server_context(pki.server_cert, pki.server_key, pki.ca), policy)
 
 
 def _demo_spark(console: Console, data_dir: Path, stream: str) -> None:
