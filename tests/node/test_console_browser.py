@@ -191,14 +191,19 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, node: Node) -> Iterator[Any]:
-    """A fresh tab (its own sessionStorage). Any JavaScript error fails the test, and so does
-    any request to anywhere but the node (every asset ships in the package: no CDN)."""
+    """A fresh tab (its own sessionStorage). Any JavaScript error or CSP violation fails the
+    test, and so does any request to anywhere but the node (every asset ships in the package:
+    no CDN)."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     pg = context.new_page()
     pg.set_default_timeout(10_000)
     errors: list[str] = []
     elsewhere: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on(  # the page's own Content-Security-Policy must never have to block it
+        "console",
+        lambda m: "Content Security Policy" in m.text and errors.append(m.text),
+    )
     pg.on("request", lambda r: r.url.startswith(node.url + "/") or elsewhere.append(r.url))
     try:
         yield pg

@@ -218,6 +218,11 @@ def test_console_files_are_served_from_the_package(client: TestClient) -> None:
         assert r.headers["content-type"].startswith("text/javascript"), path
     # no asset comes from elsewhere: every import and link in the page is relative
     assert "http" not in page.text.replace("http-equiv", "")
+    # and the browser is told so: scripts, styles and calls only from the node itself
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self' 'sha256-" in csp
+    assert "frame-ancestors 'none'" in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
 
 
 @pytest.mark.slow

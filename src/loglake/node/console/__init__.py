@@ -6,21 +6,67 @@ time; the page talks to the node's own JSON API with the bearer token the node p
 piece of server code the console adds is the record decoder (``decode.py``), mounted here as
 ``/api/console/decode``, because decoding a WakuMessage, SDS, Cardinal or ICRC record needs the
 parts' Python codecs.
+
+The files are served with a Content-Security-Policy that lets the page load scripts, styles and
+data only from the node itself (the one inline script, the import map, is allowed by its
+hash), so even a mistake in the page cannot pull code from elsewhere or send the token away;
+and ``frame-ancestors 'none'`` keeps other sites from framing it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import mimetypes
+import re
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 from loglake.node.console import routes
 
 STATIC_DIR = Path(__file__).parent / "static"
 CONSOLE_PATH = "/console"
+_INLINE_SCRIPT = re.compile(r"<script type=\"importmap\">(.*?)</script>", re.S)
+
+
+def content_security_policy(index_html: str) -> str:
+    """The console's CSP: everything from the node itself; the import map by its sha256."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(m.encode()).digest()).decode() + "'"
+        for m in _INLINE_SCRIPT.findall(index_html)
+    )
+    return (
+        "default-src 'none'; "
+        f"script-src 'self' {hashes}; "
+        "style-src 'self' 'unsafe-inline'; "  # style="" attributes (progress bars)
+        "img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+
+
+class ConsoleFiles(StaticFiles):
+    """``StaticFiles`` with the console's security headers on every answer."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory=directory, html=True)
+        self.headers = {
+            "Content-Security-Policy": content_security_policy(
+                (directory / "index.html").read_text()
+            ),
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-cache",  # revalidate (ETag): a new node version, new files
+        }
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(self.headers)
+        return response
 
 
 def mount(app: FastAPI) -> None:
@@ -35,4 +81,4 @@ def mount(app: FastAPI) -> None:
     def _console_root() -> RedirectResponse:
         return RedirectResponse(CONSOLE_PATH + "/")
 
-    app.mount(CONSOLE_PATH + "/", StaticFiles(directory=STATIC_DIR, html=True), name="console")
+    app.mount(CONSOLE_PATH + "/", ConsoleFiles(STATIC_DIR), name="console")
