@@ -87,3 +87,26 @@ def test_no_token_or_a_wrong_one_is_401(api_node: ApiNode) -> None:
         wrong = anon.get(path, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
     assert anon.get("/openapi.json").status_code == 200  # the schema holds no data
+
+
+def test_metrics_can_be_public_on_request(tmp_path) -> None:
+    """``metrics_public``: a scraper without the token reads /metrics; /api still needs it."""
+    from fastapi.testclient import TestClient
+
+    from loglake.log import open_log
+    from loglake.node.api.context import NodeContext
+    from loglake.node.app import create_app
+    from loglake.node.metrics import InstrumentedLog, NodeMetrics
+
+    metrics = NodeMetrics()
+    with open_log(tmp_path) as raw:
+        log = InstrumentedLog(raw, metrics)
+        node = NodeContext(log=log, data_dir=tmp_path, metrics=metrics)
+        metrics.attach(node)
+        log.create_stream("m")
+        log.append_payloads("m", 0, [b"a", b"b"])
+        app = create_app(node, token="t", console=False, metrics_public=True)
+        with TestClient(app) as anon:
+            text = anon.get("/metrics").text
+            assert 'loglake_push_records_total{stream="m"} 2.0' in text
+            assert anon.get("/api/streams").status_code == 401
