@@ -467,6 +467,9 @@ def test_archives_page_shows_the_archive_its_torrent_and_the_member(
     expect(member).to_have_count(len(node.archive_ids), timeout=30_000)
     expect(page.locator('[data-testid="member"]')).to_contain_text("40 messages hydrated")
     shot(page, tmp_path, "archives")
+    # from the archives to the community's messages, decoded
+    page.click('[data-testid="browse-community"]')
+    expect(page.locator('[data-testid="decoded"]').first).to_contain_text("hello community 0")
 
 
 def test_sds_page_shows_channel_health_acks_and_repairs(

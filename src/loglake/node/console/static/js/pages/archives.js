@@ -21,7 +21,8 @@ export function ArchivesPage() {
       ${(a) => html`
         <dl class="facts" data-testid="archives-facts">
           <dt>community</dt><dd><code title=${a.community}>${a.community.slice(0, 18)}…</code></dd>
-          <dt>stream</dt><dd><a href=${"#/streams?stream=" + encodeURIComponent(a.stream)}>${a.stream}</a></dd>
+          <dt>stream</dt><dd><a href=${"#/streams?stream=" + encodeURIComponent(a.stream)}>${a.stream}</a>
+            · <a href=${"#/records?stream=" + encodeURIComponent(a.stream) + "&view=waku"} data-testid="browse-community">messages</a></dd>
           <dt>special channel</dt><dd>${a.channel}</dd>
           <dt>store messages</dt><dd>${fmtInt(a.store_messages)}</dd>
           <dt>last round</dt><dd>${fmtTime(a.last_round_ns)}</dd>
