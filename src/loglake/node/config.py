@@ -164,6 +164,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("events", "enabled", _bool, False, "Run ICRC-72/77 roles in this process."),
     Option("events", "roles", _names(ROLES), ROLES, "Which roles (comma-separated)."),
     Option("events", "namespaces", _names(), (), "Namespaces the publisher registers."),
+    Option(
+        "events",
+        "transport",
+        _choice("inprocess", "http"),
+        "inprocess",
+        "inprocess: the roles on one in-process network; http: each role served over HTTP "
+        "(any subset; others reached through the directory).",
+    ),
+    Option("events", "http_host", _str, "127.0.0.1", "(http) address the roles listen on."),
+    Option("events", "http_port", _int(0, 65532), 0, "(http) first role port (0: any)."),
+    Option("events", "directory", _path, None, "(http) JSON {principal: url} of other roles."),
+    Option("events", "orchestrator", _str, None, "(http) principal of a remote orchestrator."),
+    Option("events", "broadcasters", _names(), (), "(http) principals of remote broadcasters."),
     Option("archives", "enabled", _bool, False, "Run the Status archives loops."),
     Option("archives", "control", _bool, True, "Run the control node loop (build, seed)."),
     Option("archives", "member", _bool, True, "Run a member loop (follow, fetch)."),
@@ -287,15 +300,17 @@ def _reject_unknown(file: Mapping[str, Any], where: str) -> None:
 
 def _check_together(cfg: NodeConfig) -> None:
     """Rules across keys, each naming the key to change."""
-    if cfg.events.enabled:
+    if cfg.events.enabled and cfg.events.transport == "http":
+        _check_events_http(cfg)
+    elif cfg.events.enabled:
         roles = set(cfg.events.roles)
         if not roles:
             raise ConfigError("[events] roles: at least one role when [events] enabled")
         if roles - {"orchestrator"} and "orchestrator" not in roles:
             raise ConfigError(
                 "[events] roles: the roles run in one in-process network, so they need the "
-                "orchestrator (add 'orchestrator'; run other roles elsewhere with "
-                "`loglake events serve`)"
+                "orchestrator (add 'orchestrator', or set [events] transport = \"http\" to "
+                "reach one elsewhere)"
             )
         if "orchestrator" in roles and "broadcaster" not in roles:
             raise ConfigError("[events] roles: the orchestrator needs a 'broadcaster'")
@@ -307,6 +322,38 @@ def _check_together(cfg: NodeConfig) -> None:
         raise ConfigError("[sds] participants: at least one participant")
     if cfg.streams.enabled and cfg.http.port and cfg.streams.port == cfg.http.port:
         raise ConfigError(f"[streams] port: {cfg.streams.port} is also [http] port")
+
+
+def _check_events_http(cfg: NodeConfig) -> None:
+    from loglake.events.identity import PrincipalError, principal_from_text
+
+    ev = cfg.events
+    roles = set(ev.roles)
+    if not roles:
+        raise ConfigError("[events] roles: at least one role when [events] enabled")
+    for key in ("orchestrator", *(["broadcasters"] if ev.broadcasters else [])):
+        values = [ev.orchestrator] if key == "orchestrator" else list(ev.broadcasters)
+        for v in values:
+            if v is None:
+                continue
+            try:
+                principal_from_text(v)
+            except PrincipalError as e:
+                raise ConfigError(f"[events] {key}: {e}") from None
+    if "orchestrator" not in roles:
+        if not ev.orchestrator:
+            raise ConfigError(
+                "[events] orchestrator: the principal of the orchestrator these roles use "
+                "(this node runs none)"
+            )
+        if not ev.directory:
+            raise ConfigError("[events] directory: where the remote orchestrator listens")
+    elif "broadcaster" not in roles and not ev.broadcasters:
+        raise ConfigError("[events] broadcasters: the orchestrator needs a broadcaster")
+    if ev.directory is not None and not Path(ev.directory).is_file():
+        raise ConfigError(f"[events] directory: {ev.directory} is not a file")
+    if ev.http_port and cfg.http.port and ev.http_port <= cfg.http.port < ev.http_port + 4:
+        raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [http] port")
 
 
 def embedded_default(data_dir: Path, http_port: int = 0) -> NodeConfig:

@@ -132,7 +132,7 @@ class Node:
             "console": cfg.console,
             "metrics": metrics is not None,
         }
-        await asyncio.to_thread(self._start_protocol_parts, ctx)
+        await asyncio.to_thread(self._start_protocol_parts, ctx, asyncio.get_running_loop())
         assert self.token is not None
         app = create_app(
             ctx,
@@ -153,10 +153,16 @@ class Node:
             await asyncio.sleep(0.01)
         log_event(_logger, logging.INFO, "node started", url=self.url, data_dir=str(cfg.data_dir))
 
-    def _start_protocol_parts(self, ctx: NodeContext) -> None:
-        """Blocking starts (keys, stores, rebuilding cores from their streams), off the loop."""
+    def _start_protocol_parts(self, ctx: NodeContext, loop: asyncio.AbstractEventLoop) -> None:
+        """Blocking starts (keys, stores, rebuilding cores from their streams), off the loop;
+        ``loop`` serves what must run on it (the ICRC roles' HTTP servers)."""
         cfg = self.config
-        if cfg.events.enabled:
+        if cfg.events.enabled and cfg.events.transport == "http":
+            from loglake.node.api.events_http import EventsHttpHandle
+
+            ctx.events = EventsHttpHandle.start(ctx, cfg.events, loop)
+            self.parts.append(ctx.events)
+        elif cfg.events.enabled:
             from loglake.node.api.events import EventsHandle
 
             ctx.events = EventsHandle.start(ctx, cfg.events)

@@ -30,7 +30,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
 from loglake.errors import LocalProtocolError, LoglakeError
-from loglake.node.api.context import Node, NodeContext, part
+from loglake.node.api.context import Node, NodeContext, PartDisabled, part
 
 router = APIRouter(tags=["events"])
 
@@ -172,7 +172,7 @@ class EventsHandle:
             "subscriber": self.subscriber,
         }[role]
         if core is None:
-            raise LocalProtocolError(f"this node runs no ICRC {role}")
+            raise PartDisabled(f"an ICRC {role}")
         return core
 
     def _call(self, who: str, method: str, arg: Any) -> Any:
@@ -241,43 +241,104 @@ class EventsHandle:
         self.settle()
         return self._ok(out, "icrc77_cancel_replay")
 
-    def replay_rows(self) -> list[dict[str, Any]]:
+    def read_orchestrator(self, fn: Any) -> Any:
+        """``fn(orchestrator core)``, with no role running meanwhile."""
         orch = self._need("orchestrator")
         with self.lock:
-            return [_replay_row(r) for r in sorted(orch.replays.values(), key=lambda r: r.id)]
+            return fn(orch)
+
+    def replay_rows(self) -> list[dict[str, Any]]:
+        return replay_rows(self)
+
+    def roles_view(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "roles": {r: p.to_str() for r, p in self.principals.items()},
+                "received": dict(self.received),
+                "recent": list(self.inbox_tail),
+            }
 
     def metric_families(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        return metric_families(self, self.orchestrator is not None)
 
-        if self.orchestrator is None:
-            return
-        rows = self.replay_rows()
-        sent = CounterMetricFamily(
-            "loglake_replay_events_sent",
-            "Events a replay has delivered (ICRC-77 icrc77:replay:sent).",
-            labels=["replay", "namespace"],
+
+def replay_rows(h: Any) -> list[dict[str, Any]]:
+    return list(
+        h.read_orchestrator(
+            lambda o: [_replay_row(r) for r in sorted(o.replays.values(), key=lambda r: r.id)]
         )
-        expected = GaugeMetricFamily(
-            "loglake_replay_events_expected",
-            "Events a replay will deliver.",
-            labels=["replay", "namespace"],
+    )
+
+
+def namespace_rows(h: Any) -> list[dict[str, Any]]:
+    def rows(orch: Any) -> list[dict[str, Any]]:
+        subs = Counter(ns for ns, _ in orch.subscriptions)
+        return [
+            {
+                "id": p.id,
+                "namespace": p.namespace,
+                "publisher": p.publisher.to_str(),
+                "broadcaster": p.broadcaster.to_str(),
+                "replay": p.replay,
+                "head": p.head,
+                "per_event": p.per_event,
+                "subscriptions": subs[p.namespace],
+            }
+            for p in sorted(orch.publications.values(), key=lambda p: p.id)
+        ]
+
+    return list(h.read_orchestrator(rows))
+
+
+def subscription_rows(h: Any) -> list[dict[str, Any]]:
+    return list(
+        h.read_orchestrator(
+            lambda orch: [
+                {"id": s.id, "namespace": s.namespace, "subscriber": s.subscriber.to_str()}
+                for s in sorted(orch.subscriptions.values(), key=lambda s: s.id)
+            ]
         )
-        states = GaugeMetricFamily("loglake_replays", "Replays by state.", labels=["state"])
-        by_state: Counter[str] = Counter()
-        for r in rows:
-            sent.add_metric([str(r["id"]), r["namespace"]], r["sent"])
-            expected.add_metric([str(r["id"]), r["namespace"]], r["expected"])
-            by_state[r["status"]] += 1
-        for s in ("pending", "running", "completed", "canceled", "errored"):
-            states.add_metric([s], by_state[s])
-        received = CounterMetricFamily(
-            "loglake_events_received",
-            "Notifications the node's subscriber received.",
-            labels=["namespace"],
-        )
-        for ns, n in sorted(self.received.items()):
-            received.add_metric([ns], n)
-        yield from (sent, expected, states, received)
+    )
+
+
+def metric_families(h: Any, has_orchestrator: bool) -> Iterator[Any]:
+    """Replay progress (when the orchestrator is in this node) and the subscriber's counts."""
+    from prometheus_client.core import CounterMetricFamily
+
+    if has_orchestrator:
+        yield from _replay_families(h.replay_rows())
+    received = CounterMetricFamily(
+        "loglake_events_received",
+        "Notifications the node's subscriber received.",
+        labels=["namespace"],
+    )
+    for ns, n in sorted(h.roles_view()["received"].items()):
+        received.add_metric([ns], n)
+    yield received
+
+
+def _replay_families(rows: list[dict[str, Any]]) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    sent = CounterMetricFamily(
+        "loglake_replay_events_sent",
+        "Events a replay has delivered (ICRC-77 icrc77:replay:sent).",
+        labels=["replay", "namespace"],
+    )
+    expected = GaugeMetricFamily(
+        "loglake_replay_events_expected",
+        "Events a replay will deliver.",
+        labels=["replay", "namespace"],
+    )
+    states = GaugeMetricFamily("loglake_replays", "Replays by state.", labels=["state"])
+    by_state: Counter[str] = Counter()
+    for r in rows:
+        sent.add_metric([str(r["id"]), r["namespace"]], r["sent"])
+        expected.add_metric([str(r["id"]), r["namespace"]], r["expected"])
+        by_state[r["status"]] += 1
+    for s in ("pending", "running", "completed", "canceled", "errored"):
+        states.add_metric([s], by_state[s])
+    yield from (sent, expected, states)
 
 
 def _replay_row(r: Any) -> dict[str, Any]:
@@ -351,6 +412,8 @@ class ReplayOut(BaseModel):
 class RolesOut(BaseModel):
     roles: dict[str, str]
     """Role → principal (text)."""
+    urls: dict[str, str] = {}
+    """Role → URL, when the roles are served over HTTP (``transport = "http"``)."""
     received: dict[str, int]
     """Namespace → notifications the node's subscriber received."""
     recent: list[dict[str, Any]]
@@ -378,41 +441,19 @@ class IdOut(BaseModel):
     id: int
 
 
-def _events(node: NodeContext) -> EventsHandle:
-    handle: EventsHandle = part(node.events, "ICRC events")
-    return handle
+def _events(node: NodeContext) -> Any:
+    """The node's events handle: ``EventsHandle`` (in process) or ``EventsHttpHandle``."""
+    return part(node.events, "ICRC events")
 
 
 @router.get("/events", response_model=RolesOut, summary="ICRC roles in this node, inbox")
 def roles(node: Node) -> RolesOut:
-    h = _events(node)
-    with h.lock:
-        return RolesOut(
-            roles={r: p.to_str() for r, p in h.principals.items()},
-            received=dict(h.received),
-            recent=list(h.inbox_tail),
-        )
+    return RolesOut(**_events(node).roles_view())
 
 
 @router.get("/events/namespaces", response_model=list[NamespaceOut], summary="ICRC-72 namespaces")
-def namespaces(node: Node) -> list[NamespaceOut]:
-    h = _events(node)
-    orch = h._need("orchestrator")
-    with h.lock:
-        subs = Counter(ns for ns, _ in orch.subscriptions)
-        return [
-            NamespaceOut(
-                id=p.id,
-                namespace=p.namespace,
-                publisher=p.publisher.to_str(),
-                broadcaster=p.broadcaster.to_str(),
-                replay=p.replay,
-                head=p.head,
-                per_event=p.per_event,
-                subscriptions=subs[p.namespace],
-            )
-            for p in sorted(orch.publications.values(), key=lambda p: p.id)
-        ]
+def namespaces(node: Node) -> list[dict[str, Any]]:
+    return namespace_rows(_events(node))
 
 
 @router.post(
@@ -439,14 +480,8 @@ def publish(
 @router.get(
     "/events/subscriptions", response_model=list[SubscriptionOut], summary="ICRC-72 subscriptions"
 )
-def subscriptions(node: Node) -> list[SubscriptionOut]:
-    h = _events(node)
-    orch = h._need("orchestrator")
-    with h.lock:
-        return [
-            SubscriptionOut(id=s.id, namespace=s.namespace, subscriber=s.subscriber.to_str())
-            for s in sorted(orch.subscriptions.values(), key=lambda s: s.id)
-        ]
+def subscriptions(node: Node) -> list[dict[str, Any]]:
+    return subscription_rows(_events(node))
 
 
 @router.post(
