@@ -87,10 +87,13 @@ participants = ["alice", "bob"]
 """
 
 
-def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int]:
-    """``loglake node --config cfg``; returns the process, its URL, the token it printed and
-    its stream service port."""
-    http, streams = free_port(), free_port()
+def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int, list[str]]:
+    """``loglake node --config cfg``; returns the process, its URL, the token it printed, its
+    stream service port and its output so far (kept up to date, for failure messages)."""
+    http = free_port()
+    streams = free_port()
+    while streams == http:
+        streams = free_port()
     cfg.write_text(
         CONFIG.format(data=data, http=http, streams=streams, namespace=NAMESPACE, channel=CHANNEL)
     )
@@ -101,18 +104,24 @@ def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int]
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    banner: list[str] = []
+    output: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:  # the banner, up to the token line
-        banner.append(line)
+        output.append(line)
         if "access token" in line:
             break
-    token = banner[-1].rsplit(":", 1)[-1].strip() if banner else ""
-    assert token and "access token" in banner[-1], "".join(banner)
+    token = output[-1].rsplit(":", 1)[-1].strip() if output else ""
+    if not (token and "access token" in output[-1]):
+        stop(proc)
+        raise AssertionError("the node printed no token:\n" + "".join(output))
     # keep reading the node's output so a full pipe never blocks it
-    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-    wait_port(http, proc)
-    return proc, f"http://127.0.0.1:{http}", token, streams
+    threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True).start()
+    try:
+        wait_port(http, proc)
+    except (RuntimeError, TimeoutError) as e:
+        stop(proc)
+        raise AssertionError(f"{e}; the node said:\n" + "".join(output)) from None
+    return proc, f"http://127.0.0.1:{http}", token, streams, output
 
 
 def _populate(api: httpx.Client, streams_port: int) -> tuple[int, list[str]]:
@@ -167,12 +176,15 @@ def _populate(api: httpx.Client, streams_port: int) -> tuple[int, list[str]]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("node")
-    proc, url, token, streams_port = _start(base / "data", base / "loglake.toml")
+    proc, url, token, streams_port, output = _start(base / "data", base / "loglake.toml")
     api = httpx.Client(
         base_url=url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=60
     )
     try:
-        rid, archive_ids = _populate(api, streams_port)
+        try:
+            rid, archive_ids = _populate(api, streams_port)
+        except Exception as e:
+            raise AssertionError(f"{e!r}; the node said:\n" + "".join(output)) from e
         yield Node(url, f"{url}/console/#token={token}", token, streams_port, api, rid, archive_ids)
     finally:
         api.close()
@@ -432,14 +444,17 @@ def test_replays_page_shows_state_and_progress(page: Any, node: Node, tmp_path: 
 def test_a_running_replay_is_cancelled_from_the_console(
     page: Any, node: Node, tmp_path: Path
 ) -> None:
+    bulk = "shop.bulk"  # its own namespace: the other tests' counts stay as they were
+    assert node.api.post("/events/namespaces", json={"namespace": bulk}).status_code == 202
+    assert node.api.post("/events/subscriptions", json={"namespace": bulk}).status_code == 201
     texts = [f"bulk {i}" for i in range(1000)]
-    node.api.post(f"/events/namespaces/{NAMESPACE}/events", json={"texts": texts})
+    node.api.post(f"/events/namespaces/{bulk}/events", json={"texts": texts})
     open_console(page, node, "/replays")
     expect(page.locator('[data-testid="replays-table"]')).to_be_visible()
     started = threading.Thread(
         target=node.api.post,
         args=("/events/replays",),
-        kwargs={"json": {"namespace": NAMESPACE, "start": 0}},
+        kwargs={"json": {"namespace": bulk, "start": 0}},
         daemon=True,
     )
     started.start()
