@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from loglake.pipeline.errors import BadOption
-from loglake.pipeline.options import TlsUrlSource, parse_options
-from loglake.pipeline.read import read_options
+from loglake.pipeline.options import TlsFiles, TlsUrlSource, parse_options
+from loglake.pipeline.read import read, read_options
+from loglake.pipeline.write import write
 from loglake.streams.client import StreamClient
 from loglake.streams.permissions import AccessPolicy
 from loglake.streams.server import BackgroundServer
@@ -32,8 +33,23 @@ def pki(tmp_path_factory):
 
 
 def tls_options(pki, who: str) -> dict[str, str]:
+    return tls_files(pki, who).as_options()
+
+
+def tls_files(pki, who: str) -> TlsFiles:
     cert, key = pki.clients[who]
-    return {"tlsCa": str(pki.ca), "tlsCert": str(cert), "tlsKey": str(key)}
+    return TlsFiles(ca=str(pki.ca), cert=str(cert), key=str(key))
+
+
+def test_tls_files_name_their_options():
+    files = TlsFiles(ca="ca.pem", cert="c.pem", key="k.pem", server_name="streams")
+    assert files.as_options() == {
+        "tlsCa": "ca.pem",
+        "tlsCert": "c.pem",
+        "tlsKey": "k.pem",
+        "tlsServerName": "streams",
+    }
+    assert TlsFiles().as_options() == {"tls": "true"}  # the system's CAs
 
 
 def test_tls_options_are_checked_on_the_driver(pki, tmp_path):
@@ -63,14 +79,13 @@ def test_spark_reads_and_writes_over_mutual_tls(spark, pki, memory_log):
             c.create_stream("remote", partitions=2)
             c.push_many("remote", [b"a%d" % i for i in range(20)], partition=0)
             c.push_many("remote", [b"b%d" % i for i in range(3)], partition=1)
-        df = read_options(spark, {"url": url, "stream": "remote", **tls_options(pki, "reader")})
+        df = read(spark, stream="remote", url=url, tls=tls_files(pki, "reader"))
         got = sorted((r["partition"], r["index"], bytes(r["data"])) for r in df.collect())
         assert got == [(0, i, b"a%d" % i) for i in range(20)] + [
             (1, i, b"b%d" % i) for i in range(3)
         ]
         new = spark.createDataFrame([(b"x", 1), (b"y", 1)], "data binary, partition int")
-        opts = {"url": url, "stream": "remote", **tls_options(pki, "etl")}
-        new.write.format("loglake").options(**opts).mode("append").save()
+        write(new, stream="remote", url=url, tls=tls_files(pki, "etl"))
         assert sorted(r[1] for r in memory_log.read_payloads("remote", 1, 3, 10)) == [b"x", b"y"]
         # the reader may read but not write: the executor's push is refused
         opts = {"url": url, "stream": "remote", **tls_options(pki, "reader")}

@@ -2,7 +2,8 @@
 
 ``build_session()`` starts Spark (``local[*]`` or ``--spark-master``/``LOGLAKE_SPARK_MASTER``) with
 the source registered; ``read(spark, data_dir, stream)`` returns a stream as one DataFrame;
-``write(df, data_dir, stream)`` appends to one; jobs live in ``loglake.pipeline.jobs`` and run with
+``write(df, data_dir, stream)`` appends to one (``url=`` with ``tls=TlsFiles(...)`` reaches a
+stream service over TLS); jobs live in ``loglake.pipeline.jobs`` and run with
 ``loglake job NAME``.
 
 ``read`` and ``write`` are imported eagerly (this costs the PySpark import, ~0.3 s): the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from loglake.pipeline.options import TlsFiles
 from loglake.pipeline.read import read
 from loglake.pipeline.session import build_session
 from loglake.pipeline.write import write
@@ -21,7 +23,7 @@ from loglake.pipeline.write import write
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_session", "read", "register", "write"]
+__all__ = ["TlsFiles", "build_session", "read", "register", "write"]
 
 
 def register(spark: SparkSession) -> None:

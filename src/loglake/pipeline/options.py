@@ -38,6 +38,16 @@ class TlsFiles:
     key: str | None = None
     server_name: str | None = None
 
+    def as_options(self) -> dict[str, str]:
+        """The ``tls*`` options naming these files (what ``read``/``write`` pass on)."""
+        named = {
+            "tlsCa": self.ca,
+            "tlsCert": self.cert,
+            "tlsKey": self.key,
+            "tlsServerName": self.server_name,
+        }
+        return {k: v for k, v in named.items() if v} or {"tls": "true"}
+
 
 @dataclass
 class TlsUrlSource(UrlSource):

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.pipeline.datasource import COLUMNS, FORMAT, RECORD_SCHEMA
 from loglake.pipeline.lake import ReadPlan, plan_partition, visible_lake_files
-from loglake.pipeline.options import SourceOptions, StreamLayout, parse_options, resolve_stream
+from loglake.pipeline.options import (
+    SourceOptions,
+    StreamLayout,
+    TlsFiles,
+    parse_options,
+    resolve_stream,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,10 +67,12 @@ def read(
     partition_count: int | None = None,
     split_records: int | None = None,
     driver_tail_records: int | None = None,
+    tls: TlsFiles | None = None,
 ) -> DataFrame:
     """The records of ``stream`` (optionally some partitions and ``start <= index < end``):
     sealed lake files through Spark's native Parquet reader, the live tail through the
-    ``loglake`` source (or, up to ``driver_tail_records`` records, read here on the driver)."""
+    ``loglake`` source (or, up to ``driver_tail_records`` records, read here on the driver).
+    ``tls``: how the ``url`` client speaks TLS (``TlsFiles()`` alone trusts the system's CAs)."""
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "stream": stream,
@@ -76,6 +84,8 @@ def read(
         "splitRecords": split_records,
         "driverTailRecords": driver_tail_records,
     }
+    if tls is not None:
+        options.update(tls.as_options())
     return read_options(spark, {k: str(v) for k, v in options.items() if v is not None})
 
 

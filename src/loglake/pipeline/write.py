@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from loglake.pipeline.datasource import FORMAT, check_write_schema
 from loglake.pipeline.errors import BadOption
-from loglake.pipeline.options import parse_options, resolve_stream
+from loglake.pipeline.options import TlsFiles, parse_options, resolve_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -27,10 +27,12 @@ def write(
     url: str | None = None,
     partition_count: int | None = None,
     mode: str = "append",
+    tls: TlsFiles | None = None,
 ) -> None:
     """Append ``df`` (columns ``data`` and optionally ``key``, ``headers``, ``timestamp_ns``,
     ``partition``) to ``stream``. ``partition_by``: ``column:NAME``, ``key`` (murmur3 of the key
-    modulo the partition count) or ``round_robin``; default ``partition`` column, else key."""
+    modulo the partition count) or ``round_robin``; default ``partition`` column, else key.
+    ``tls``: how the ``url`` client speaks TLS, as for ``read``."""
     if mode != "append":
         raise BadOption("mode", mode, "streams are append-only; use mode append")
     raw = {
@@ -41,6 +43,8 @@ def write(
         "partitionCount": partition_count,
     }
     options = {k: str(v) for k, v in raw.items() if v is not None}
+    if tls is not None:
+        options.update(tls.as_options())
     opts = parse_options(options)
     resolve_stream(opts)
     check_write_schema(df.schema, opts)

@@ -1,0 +1,185 @@
+"""The written/durable split of the append path (issue 16): writing goes on while the disk
+syncs, and nothing is acknowledged before the fsync that covers it.
+
+- a large ``batch`` append is written in chunks, an fsync of each started while the next is
+  encoded (``GroupCommit.kick``); it returns only once all of it is durable;
+- ``append_payloads_then`` returns the indexes once written and calls ``done`` after the fsync
+  (``done(error)`` when it failed);
+- what a power loss keeps (the simulated disk, only fsynced bytes) holds every acknowledged
+  record.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from loglake.log import SegmentLog, StorageFailed, StreamConfig, fs, open_log
+from loglake.log.partition import CHUNK_BYTES
+from tests.log.simdisk import SimDisk
+
+BIG = 4 * CHUNK_BYTES // 1024 + 7
+"""Records of 1 KB in a batch that is written in about four chunks."""
+
+
+def _datas(n: int, tag: bytes = b"r") -> list[bytes]:
+    return [tag + b"%06d|" % i + bytes(1017) for i in range(n)]
+
+
+def test_a_large_batch_is_acknowledged_only_when_all_of_it_is_durable(tmp_path):
+    """After it returns, a power loss that keeps only fsynced bytes keeps every record."""
+    datas = _datas(BIG)
+    with SimDisk(tmp_path) as disk:
+        log = open_log(disk.root / "data")
+        log.create_stream("s", StreamConfig(durability="batch"))
+        assert log.append_payloads("s", 0, datas) == list(range(BIG))
+        disk.restart(random.Random(0), file_mode="none", entries="none")
+        with open_log(disk.root / "data") as log:
+            assert [d for _, d in log.read_payloads("s", 0, 0, BIG + 1)] == datas
+
+
+def test_a_large_batch_is_fsynced_on_another_thread_while_its_next_chunk_is_written(
+    tmp_path, monkeypatch
+):
+    """The written/durable split: the second chunk's write waits here until an fsync has
+    started on another thread, which can only be the helper started after the first chunk
+    (before, the batch was one write and its only fsync ran after it, on this thread)."""
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    helper_synced = threading.Event()
+    chunk_writes = 0
+    real_write, real_sync = fs.write, fs.fdatasync
+    me = threading.current_thread()
+
+    def write(fd: int, data) -> int:
+        nonlocal chunk_writes
+        if len(data) > CHUNK_BYTES // 2:  # a chunk of the segment, not an index entry
+            chunk_writes += 1
+            if chunk_writes == 2:
+                assert helper_synced.wait(10), "no fsync started while the batch was written"
+        return real_write(fd, data)
+
+    def fdatasync(fd: int) -> None:
+        if threading.current_thread() is not me:
+            helper_synced.set()
+        real_sync(fd)
+
+    monkeypatch.setattr(fs, "write", write)
+    monkeypatch.setattr(fs, "fdatasync", fdatasync)
+    datas = _datas(BIG)
+    assert log.append_payloads("s", 0, datas) == list(range(BIG))
+    assert chunk_writes >= 3 and helper_synced.is_set()
+    monkeypatch.undo()
+    assert [d for _, d in log.read_payloads("s", 0, 0, BIG + 1)] == datas
+    log.close()
+
+
+def test_a_chunked_batch_may_roll_to_a_new_segment_and_keeps_its_indexes(tmp_path):
+    datas = _datas(BIG)
+    with SimDisk(tmp_path) as disk:
+        log = open_log(disk.root / "data")
+        log.create_stream(
+            "s",
+            StreamConfig(durability="batch", segment_bytes=CHUNK_BYTES + 100, seal_to_lake=False),
+        )
+        log.append_payloads("s", 0, [b"first"])
+        assert log.append_payloads("s", 0, datas) == list(range(1, BIG + 1))
+        disk.restart(random.Random(0), file_mode="none", entries="none")
+        with open_log(disk.root / "data") as log:
+            assert len(list((disk.root / "data" / "streams" / "s" / "0").glob("*.seg"))) >= 3
+            got = [d for _, d in log.read_payloads("s", 0, 0, BIG + 10)]
+            assert got == [b"first", *datas]
+
+
+def test_append_payloads_then_calls_done_only_after_the_fsync(tmp_path, monkeypatch):
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    log.append_payloads("s", 0, [b"durable"])
+    started, release = threading.Event(), threading.Event()
+    real = fs.fdatasync
+
+    def held(fd: int) -> None:
+        started.set()
+        assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", held)
+    done = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def on_durable(error: BaseException | None) -> None:
+        outcome.append(error)
+        done.set()
+
+    try:
+        assert log.append_payloads_then("s", 0, [b"a", b"b"], on_durable) == [1, 2]
+        assert started.wait(10)  # the fsync runs on the group commit's helper thread
+        assert not done.is_set()
+        # readers in this process see only the durable prefix meanwhile
+        assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"durable"]
+        # and the writer goes on writing while it syncs
+        assert log.append_payloads_then("s", 0, [b"c"], on_durable) == [3]
+    finally:
+        release.set()
+    assert done.wait(10)
+    monkeypatch.undo()
+    log.flush()
+    assert outcome[0] is None
+    assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"durable", b"a", b"b", b"c"]
+    log.close()
+
+
+def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp_path):
+    with SimDisk(tmp_path) as disk:
+        log = open_log(disk.root / "data")
+        log.create_stream("s")
+        disk.fail_fsync_after(1)
+        done = threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def on_durable(error: BaseException | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        log.append_payloads_then("s", 0, [b"lost"], on_durable)
+        assert done.wait(10)
+        assert isinstance(outcome[0], StorageFailed)
+        with pytest.raises(StorageFailed):
+            log.append_payloads("s", 0, [b"next"])
+        after: list[BaseException | None] = []
+        with pytest.raises(StorageFailed):
+            log.append_payloads_then("s", 0, [b"later"], after.append)
+        assert after == []  # refused before anything was written: raised, done not called
+        log.close()
+
+
+def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatch):
+    """A write whose fsync had not run yet when the log closed is covered by close's fsync."""
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    outcome: list[BaseException | None] = []
+    started, release = threading.Event(), threading.Event()
+    real = fs.fdatasync
+    calls = 0
+
+    def held(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the helper's fsync waits; close's own fsync runs after it
+            started.set()
+            assert release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", held)
+    log.append_payloads_then("s", 0, [b"x"], outcome.append)
+    assert started.wait(10)
+    closer = threading.Thread(target=log.close)
+    closer.start()
+    release.set()
+    closer.join(10)
+    assert outcome == [None]
+    monkeypatch.undo()
+    with open_log(tmp_path) as log:
+        assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"x"]
