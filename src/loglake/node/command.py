@@ -14,11 +14,15 @@ from typing import Any
 import click
 
 from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
-from loglake.node.config import OPTIONS, Option, load_config
+from loglake.node.config import OPTIONS, Option, default_data_dir, load_config
 
 
 def _flag(o: Option) -> Any:
-    default = o.default if not isinstance(o.default, tuple) else ",".join(o.default)
+    default = o.default if not isinstance(o.default, tuple) else ",".join(o.default) or "none"
+    if o.name == "data_dir":
+        default = default_data_dir()
+    elif default is None:
+        default = "none"
     help_ = f"{o.help} [{o.where}; env {o.env}; default {default}]"
     param = o.name.replace(".", "__")
     if o.is_bool:

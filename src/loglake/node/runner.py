@@ -215,6 +215,11 @@ def token_banner(node: Node) -> str:
     if addr:
         lines.append(f"  stream service on {addr[0]}:{addr[1]}")
     lines.append(f"  data dir {node.config.data_dir}")
+    if not _loopback(node.config.http.host):
+        lines.append(
+            f"  warning: the API listens on {node.config.http.host} over plain HTTP: other "
+            "machines can reach it and the token crosses the network in clear text"
+        )
     if node.token.created:
         lines.append(
             f"  access token (printed once; kept in {node.token.path}): {node.token.value}"
@@ -222,6 +227,17 @@ def token_banner(node: Node) -> str:
     else:
         lines.append(f"  access token in {node.token.path}")
     return "\n".join(lines)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class BackgroundNode:
