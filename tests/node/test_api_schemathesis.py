@@ -3,8 +3,8 @@
 Every operation gets schema-valid requests (positive) and schema-breaking ones (negative:
 wrong types, missing fields, out-of-range values): whatever comes in, the answer is never a
 500, always JSON, and a request the schema rejects is a 4xx. The node runs the streams,
-ICRC and SDS parts (archives and Spark jobs are off: their routes answer 404 PartDisabled, and
-a BitTorrent seeder or a JVM per run would not keep this test small). Examples per operation
+ICRC, SDS and archives parts (Spark jobs are off: their routes answer 404 PartDisabled; a JVM
+would not keep this test small). Examples per operation
 are bounded (``EXAMPLES``) so the whole file stays under ~30 s here.
 """
 
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from loglake.log import MemoryLog
+from loglake.node.api.archives import ArchivesHandle
 from loglake.node.api.context import NodeContext
 from loglake.node.api.events import EventsHandle
 from loglake.node.api.sds import SdsHandle
@@ -35,7 +36,11 @@ EXAMPLES = 6
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     data = Path(tmp_path_factory.mktemp("fuzz"))
     cfg = load_config(
-        data={"data_dir": str(data), "events": {"enabled": True, "namespaces": ["ns.a"]}},
+        data={
+            "data_dir": str(data),
+            "events": {"enabled": True, "namespaces": ["ns.a"]},
+            "archives": {"enabled": True, "wait": 0.0},
+        },
         env={},
     )
     metrics = NodeMetrics()
@@ -45,12 +50,14 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     metrics.attach(node)
     node.events = EventsHandle.start(node, cfg.events)
     node.sds = SdsHandle.start(node, cfg.sds)
+    node.archives = ArchivesHandle.start(node, cfg.archives)
     log.create_stream("s", None)
     log.append_payloads("s", 0, [b"x", b"yy"])
     log.save_index("c", "s", 1, 0)
     try:
         yield create_app(node, token=TOKEN, console=False)
     finally:
+        node.archives.close()
         node.sds.close()
         node.events.close()
         log.close()
