@@ -503,3 +503,12 @@ def test_sds_page_shows_channel_health_acks_and_repairs(
     expect(alice.locator('[data-col="acknowledged"]')).to_have_text("3", timeout=20_000)
     expect(alice.locator('[data-testid="unacked"]')).to_have_attribute("data-count", "0")
     shot(page, tmp_path, "sds")
+
+
+def test_a_part_the_node_does_not_run_says_so(page: Any, node: Node, tmp_path: Path) -> None:
+    open_console(page, node, "/jobs")  # this node runs no Spark jobs ([jobs] is off)
+    expect(page.locator('[data-testid="part-disabled"]')).to_contain_text(
+        "this node does not run Spark jobs"
+    )
+    expect(page.locator('[data-testid="job-form"]')).to_have_count(0)
+    shot(page, tmp_path, "jobs-off")

@@ -5,6 +5,7 @@ import { useEffect, useState } from "preact/hooks";
 
 import { clearToken, getToken, setToken, takeTokenFromFragment } from "./api.js";
 import { ArchivesPage } from "./pages/archives.js";
+import { JobsPage } from "./pages/jobs.js";
 import { RecordsPage } from "./pages/records.js";
 import { ReplaysPage } from "./pages/replays.js";
 import { SdsPage } from "./pages/sds.js";
@@ -17,6 +18,7 @@ const PAGES = [
   ["/replays", "Replays"],
   ["/archives", "Archives"],
   ["/sds", "SDS channels"],
+  ["/jobs", "Spark jobs"],
 ];
 
 /** "#/records?stream=a&partition=1" → {path: "/records", params: {stream: "a", ...}} */
@@ -75,6 +77,7 @@ function Shell({ route, onLogout }) {
   else if (route.path === "/replays") page = html`<${ReplaysPage} />`;
   else if (route.path === "/archives") page = html`<${ArchivesPage} />`;
   else if (route.path === "/sds") page = html`<${SdsPage} params=${p} />`;
+  else if (route.path === "/jobs") page = html`<${JobsPage} />`;
   else page = html`<p class="error">No page ${route.path}. <a href="#/streams">Streams</a></p>`;
   return html`<div class="shell">
     <header>
