@@ -93,3 +93,20 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     os.chmod(token.path, 0o644)
     with pytest.raises(TokenFileError, match="readable by others"):
         load_or_create_token(tmp_path)
+
+
+def test_a_taken_port_is_a_readable_error_and_releases_the_data_dir(tmp_path: Path) -> None:
+    import socket
+
+    from loglake.node.runner import BackgroundNode, NodeStartError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        data = {"data_dir": str(tmp_path), "console": False, "streams": {"port": 0}}
+        cfg = _cfg({**data, "http": {"port": taken}})
+        with pytest.raises(NodeStartError, match=f"cannot listen on 127.0.0.1:{taken}"):
+            BackgroundNode(cfg).start()
+    with BackgroundNode(_cfg({**data, "http": {"port": 0}})) as node:  # the log lock was freed
+        assert node.url.startswith("http://127.0.0.1:")
