@@ -331,6 +331,8 @@ def test_stream_page_shows_partitions_and_consumer_lag(
     # from a partition to its records
     row(page, "partitions-table", "data-partition", 1).locator('[data-testid="browse"]').click()
     expect(page.locator('[data-testid="records-table"]')).to_contain_text("order 1-0")
+    expect(page.locator('select[name="stream"]')).to_have_value("orders")
+    expect(page.locator('select[name="partition"]')).to_have_value("1")
     assert "partition=1" in page.url
 
 
