@@ -110,3 +110,17 @@ def test_a_taken_port_is_a_readable_error_and_releases_the_data_dir(tmp_path: Pa
             BackgroundNode(cfg).start()
     with BackgroundNode(_cfg({**data, "http": {"port": 0}})) as node:  # the log lock was freed
         assert node.url.startswith("http://127.0.0.1:")
+
+
+def test_the_banner_prints_the_token_on_first_start_only(tmp_path: Path) -> None:
+    from loglake.node.runner import BackgroundNode, token_banner
+
+    data = {"data_dir": str(tmp_path), "console": False, "http": {"port": 0}}
+    cfg = _cfg({**data, "streams": {"enabled": False}})
+    with BackgroundNode(cfg) as node:
+        first, token = token_banner(node.node), node.token
+    with BackgroundNode(cfg) as node:
+        again = token_banner(node.node)
+        assert node.token == token
+    assert token in first and "printed once" in first
+    assert token not in again and f"access token in {tmp_path / 'node.token'}" in again
