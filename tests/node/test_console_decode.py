@@ -243,7 +243,7 @@ def test_decode_route_fuzzed_from_its_openapi_never_gives_a_500(tmp_path: Path, 
         strategy = op.as_strategy(generation_mode=GenerationMode(mode))
 
         @settings(
-            max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+            max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck)
         )
         @given(case=strategy)
         def run(case: schemathesis.Case) -> None:
