@@ -146,6 +146,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def bad_value(request: Request, e: ValueError) -> JSONResponse:
         return error_body(type(e).__name__, str(e), 400)
 
+    @app.exception_handler(OSError)
+    async def os_error(request: Request, e: OSError) -> JSONResponse:
+        # the node's resources (files, disk space, descriptors), not the request: try later
+        log_event(_logger, logging.ERROR, "API OS error", path=request.url.path, error=repr(e))
+        return error_body("StorageUnavailable", f"{type(e).__name__}: {e}", 503)
+
     @app.exception_handler(Exception)
     async def internal(request: Request, e: Exception) -> JSONResponse:
         _logger.exception("API internal error on %s", request.url.path)
