@@ -21,7 +21,12 @@ def test_walkthrough_runs_every_protocol_against_the_node(tmp_path: Path, capsys
     assert s["sds"]["repaired"] >= 1 and s["sds"]["healthy"]
     assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
     assert s["archives"]["hydrated"] == s["archives"]["messages"]
-    assert s["metrics"]["loglake_push_records_total"] > 0
+    m = s["metrics"]  # scraped from /metrics at the end
+    assert m["loglake_push_records_total"] > 0 and m["loglake_pull_records_total"] > 0
+    assert m["loglake_replay_events_sent_total"] == 10
+    assert m["loglake_sds_ack_latency_seconds_count"] >= 1
+    assert m["loglake_archive_bytes_total"] >= 2 * 102_400  # built, then fetched
+    assert m["loglake_consumer_lag"] >= 6
     out = " ".join(capsys.readouterr().out.split())
     assert "loglake node walkthrough" in out and "/console/#token=" in out
     token = (tmp_path / "node.token").read_text().strip()

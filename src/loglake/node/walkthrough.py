@@ -304,6 +304,9 @@ def _metrics(api: Api) -> dict[str, float]:
         "loglake_push_records_total": 0.0,
         "loglake_pull_records_total": 0.0,
         "loglake_archive_bytes_total": 0.0,
+        "loglake_replay_events_sent_total": 0.0,
+        "loglake_sds_ack_latency_seconds_count": 0.0,
+        "loglake_consumer_lag": 0.0,
     }
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
