@@ -20,10 +20,12 @@ What it does (everything bounded: ``--minutes`` at most 10):
   loop would show here first).
 
 Report, per minute: messages pushed and pulled per second, p50/p99 of push and pull calls, RSS,
-fds, and the probe's worst latency. Verdicts: throughput and p99 steady (every full minute
-within 25% / 2x of the median minute), RSS growth from the end of the first soak minute to the
-end at most 10%, fds constant once the idle connections are open, and every idle connection
-still open at the end. Exit status 1 if a verdict fails.
+fds, the probe's worst latency, and the machine's mean 1-minute load average (on a shared
+machine, neighbours move the figures: read them together). Verdicts: throughput and p99
+steady (every full minute within 25% / 2x of the median minute), RSS growth from the end of
+the first soak minute to the end at most 10%, socket fds constant once the idle connections are
+open and file fds not growing, and every idle connection still open at the end. Exit status 1
+if a verdict fails.
 
     .venv/bin/python benchmarks/soak.py --minutes 3
     .venv/bin/python benchmarks/soak.py --minutes 10 --clients 20 --idle 500
@@ -50,6 +52,7 @@ from tests.procs import free_port, process  # noqa: E402
 
 MAX_MINUTES = 10.0
 SAMPLE_S = 5.0
+Sample = tuple[float, int, int, int, int, float, float]
 
 
 # -- clients (in worker processes) -----------------------------------------------------------
@@ -146,7 +149,7 @@ def _alive(s: socket.socket) -> bool:
         return False
 
 
-def until_of(samples: list[tuple[float, int, int, int, int, float]], start: float) -> float:
+def until_of(samples: list[Sample], start: float) -> float:
     """When the last sample was taken (monotonic clock)."""
     return start + samples[-1][0]
 
@@ -221,8 +224,8 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
     ]
     for w in workers:
         w.start()
-    # (t, rss, socket fds, file fds, threads, probe s)
-    samples: list[tuple[float, int, int, int, int, float]] = []
+    # (t, rss, socket fds, file fds, threads, probe s, the machine's 1-min load average)
+    samples: list[Sample] = []
     idle: list[socket.socket] = []
     try:
         while time.monotonic() < until:
@@ -233,7 +236,8 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
                 print(f"  {len(idle)} idle connections open ({time.monotonic() - t0:.1f} s)")
             rss, socks, files, threads = _footprint(pid)
             probe = _probe(port)
-            samples.append((now - start, rss, socks, files, threads, probe))
+            load = float(Path("/proc/loadavg").read_text().split()[0])
+            samples.append((now - start, rss, socks, files, threads, probe, load))
             time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - now)))
         results: dict = {}
         for _ in workers:
@@ -253,7 +257,7 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
 def _report(
     a: argparse.Namespace,
     results: dict,
-    samples: list[tuple[float, int, int, int, int, float]],
+    samples: list[Sample],
     start: float,
     soak_start: float,
     until: float,
@@ -283,13 +287,13 @@ def _report(
         hi = soak_start if b == 0 else min(soak_start + b * 60, soak_start + minutes * 60)
         return max(hi - lo, 1e-9)
 
-    def at(b: int) -> list[tuple[float, int, int, int, int, float]]:
+    def at(b: int) -> list[Sample]:
         return [s for s in samples if bucket(start + s[0]) == b]
 
     print(
         f"{'period':>10} {'push msg/s':>11} {'pull msg/s':>11} {'push p50/p99 ms':>16} "
         f"{'pull p50/p99 ms':>16} {'RSS MiB':>8} {'sockets':>7} {'files':>5} {'thr':>4} "
-        f"{'probe max ms':>12}"
+        f"{'probe max ms':>12} {'load':>5}"
     )
     rows = []
     for b in range(n + 1):
@@ -301,6 +305,7 @@ def _report(
         files = max((s[3] for s in sm), default=-1)
         thr = sm[-1][4] if sm else -1
         probe = max((s[5] for s in sm), default=float("nan")) * 1000
+        load = statistics.mean(s[6] for s in sm) if sm else float("nan")
         push_rate = len(push_lat[b]) * a.batch / span(b)
         pull_rate = len(pull_lat[b]) * a.batch / span(b)
         p = (_pct(push_lat[b], 0.5) * 1e3, _pct(push_lat[b], 0.99) * 1e3)
@@ -310,7 +315,8 @@ def _report(
         rows.append((b, push_rate, p[1], full))
         print(
             f"{label:>10} {push_rate:11,.0f} {pull_rate:11,.0f} {p[0]:7.1f} /{p[1]:7.1f} "
-            f"{q[0]:7.1f} /{q[1]:7.1f} {rss:8.1f} {socks:7d} {files:5d} {thr:4d} {probe:12.1f}",
+            f"{q[0]:7.1f} /{q[1]:7.1f} {rss:8.1f} {socks:7d} {files:5d} {thr:4d} {probe:12.1f} "
+            f"{load:5.1f}",
             flush=True,
         )
     ok = True
