@@ -84,14 +84,16 @@ def run(
     ops: int = 40,
     rate: float = 0.05,
     kinds: tuple[str, ...] = KINDS,
+    fsync: bool = True,
 ) -> Run:
     """One fault run of part ``name`` under ``base``; ``AssertionError`` if an invariant
-    breaks (the message names the part and the seed)."""
+    breaks (the message names the part and the seed). ``fsync=False``: fsync does nothing
+    (the checks must then find losses: proof that they can fail)."""
     rng = random.Random(seed)
     part = PARTS[name]()
     out = Run(name, seed)
     acks: list[str] = []
-    with SimDisk(base) as disk:
+    with SimDisk(base, fsync=fsync) as disk:
         part.setup(disk.root)
         with FaultyFs(disk, rng, rate, kinds) as faults:
             opened = False

@@ -63,6 +63,22 @@ def test_failed_fsyncs_only_never_count_as_durable(tmp_path):
         assert r.injected["fsync-eio"] > 0 and r.errors
 
 
+@pytest.mark.parametrize("name", ["consumer-index", "icrc-ledger", "sds-channel"])
+def test_the_checks_see_a_loss_when_fsync_does_nothing(tmp_path, name):
+    """The same runs without faults on a disk whose fsync does nothing: the power loss takes
+    acknowledged operations, and the part's checks say so (they are not vacuous) — or the part
+    itself refuses to open (the consumer store's watermark sees fsynced bytes missing)."""
+    from loglake.errors import LoglakeError
+
+    caught = []
+    for seed in range(1, 9):
+        try:
+            run(name, tmp_path / f"s{seed}", seed, ops=20, rate=0.0, fsync=False)
+        except (AssertionError, LoglakeError) as e:
+            caught.append(f"{type(e).__name__}: {e}")
+    assert caught, f"{name}: 8 power losses with fsync disabled, and no check failed"
+
+
 # -- SQLite on a real full disk ---------------------------------------------------------------
 @contextlib.contextmanager
 def _tmpfs(path, size: str):
