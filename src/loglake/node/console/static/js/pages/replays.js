@@ -43,8 +43,11 @@ export function ReplaysPage() {
     ["status", "state", (r) => html`<span data-testid="replay-status"><${Badge} kind=${KIND[r.status]}>${r.status}<//></span>
       ${r.status_value ? html` <span class=${r.status === "errored" ? "bad" : "muted"}>${r.status_value}</span>` : null}
       ${r.cancel_requested && !FINAL.has(r.status) ? html` <span class="muted">cancelling…</span>` : null}`],
-    ["progress", "progress", (r) => html`<span data-testid="replay-progress"><${Progress} value=${r.sent} max=${r.expected} /></span>
-      <span class="muted"> ${fmtInt(r.sent)} / ${fmtInt(r.expected)}</span>`],
+    ["progress", "progress", (r) => (r.expected > 0 || r.sent === 0
+      ? html`<span data-testid="replay-progress"><${Progress} value=${r.sent} max=${r.expected} /></span>
+          <span class="muted"> ${fmtInt(r.sent)} / ${fmtInt(r.expected)}</span>`
+      // events the orchestrator did not count (they reached the stream another way): no total
+      : html`<span data-testid="replay-progress">${fmtInt(r.sent)} sent</span>`)],
     ["cost", "cost", (r) => fmtInt(r.cost)],
     ["created_ns", "created", (r) => fmtTime(r.created_ns)],
     ["cancel", "", (r) => (FINAL.has(r.status) || r.cancel_requested
