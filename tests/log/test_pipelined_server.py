@@ -33,7 +33,7 @@ def test_confirms_wait_for_their_fsync_while_the_next_batches_are_written(tmp_pa
 
     def write(fd: int, data) -> int:
         nonlocal written_while_held
-        if held.is_set() and not release.is_set() and len(data) >= 1000:
+        if held.is_set() and not release.is_set() and len(data) >= 1000:  # a batch
             written_while_held += 1
         return real_write(fd, data)
 
@@ -42,38 +42,38 @@ def test_confirms_wait_for_their_fsync_while_the_next_batches_are_written(tmp_pa
     results: dict[int, list[int]] = {}
     errors: list[BaseException] = []
     with BackgroundServer(StreamService(log)) as srv:
-        with StreamClient(port=srv.port) as c:
+        clients = [StreamClient(port=srv.port, window=1000) for _ in range(3)]
+        for c in clients:  # connected and addressed before anything is held
             c.create_stream("s")
 
         def pusher(k: int) -> None:
             try:
-                with StreamClient(port=srv.port, window=1000) as c:
-                    results[k] = c.push_many(
-                        "s", [b"%d:%06d|" % (k, i) + bytes(200) for i in range(PUSHES)]
-                    )
+                results[k] = clients[k].push_many(
+                    "s", [b"%d:%06d|" % (k, i) + bytes(20) for i in range(PUSHES)]
+                )
             except BaseException as e:
                 errors.append(e)
 
-        threads = [threading.Thread(target=pusher, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
-        late = threading.Thread(target=pusher, args=(2,))
+        threads = [threading.Thread(target=pusher, args=(k,)) for k in range(3)]
         try:
+            threads[0].start()
+            threads[1].start()
             wait_until(held.is_set, 30, "a pipelined append's fsync")
             part = log._partition("s", 0)
             durable = part.visible_next
-            # a push that comes now is written at once, beside the fsync being held (before,
+            # pushes that come now are written at once, beside the fsync being held (before,
             # the server's one worker thread waited in that fsync)
-            late.start()
+            threads[2].start()
             wait_until(lambda: written_while_held >= 1, 20, "a write while an fsync runs")
             assert part.visible_next == durable  # nothing more is durable while it is held
             assert part.next_index > durable
         finally:
             release.set()
             for t in threads:
-                t.join(60)
-            if late.is_alive() or late.ident is not None:
-                late.join(60)
+                if t.ident is not None:
+                    t.join(60)
+            for c in clients:
+                c.close()
     assert not errors, errors
     every = sorted(results[0] + results[1] + results[2])
     assert every == list(range(3 * PUSHES))  # every push confirmed once, no index reused
@@ -81,6 +81,6 @@ def test_confirms_wait_for_their_fsync_while_the_next_batches_are_written(tmp_pa
     for k in (0, 1, 2):
         # confirms in push order, each naming the index that holds that push
         assert [got[i] for i in results[k]] == [
-            b"%d:%06d|" % (k, i) + bytes(200) for i in range(PUSHES)
+            b"%d:%06d|" % (k, i) + bytes(20) for i in range(PUSHES)
         ]
     log.close()

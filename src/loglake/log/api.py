@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Self
 
@@ -255,6 +255,24 @@ class Log(ABC):
         timestamp): the stream service's push path. A backend may encode these without building
         an ``Entry`` per record; the records stored are the same."""
         return self.append_many(stream, partition, [Entry(d) for d in datas])
+
+    def append_payloads_then(
+        self,
+        stream: str,
+        partition: int,
+        datas: Sequence[bytes],
+        done: Callable[[BaseException | None], None],
+    ) -> list[int]:
+        """``append_payloads`` split in two: return the indexes once the records are written,
+        and call ``done(None)`` once they are durable per the stream's policy, or
+        ``done(error)`` if making them durable failed (then they must not be acknowledged).
+        ``done`` may run on another thread (the one whose fsync covered them): it must be
+        quick and must not block. An error before anything was written is raised here and
+        ``done`` is not called. Why: a server can write its next batch while this one is
+        fsynced. This default waits (``append_payloads``) and then calls ``done``."""
+        indexes = self.append_payloads(stream, partition, datas)
+        done(None)
+        return indexes
 
     def append(
         self,

@@ -61,6 +61,18 @@ SEAL_FAILED_FILE = "SEAL_FAILED"
 segment is sealed), for ``loglake log info`` in another process."""
 
 
+CHUNK_BYTES = 256 * 1024
+"""A ``batch`` append larger than this is written in chunks of about this size, an fsync of
+each started while the next is encoded (see ``Partition._append``)."""
+
+
+def _chunk_records(items: Sequence) -> int:
+    """How many records of ``items`` make about ``CHUNK_BYTES`` (sized by the first one)."""
+    head = items[0]
+    size = len(head) if isinstance(head, (bytes, bytearray, memoryview)) else len(head.data)
+    return max(1, CHUNK_BYTES // (size + 64))
+
+
 class Partition:
     def __init__(
         self,
@@ -83,9 +95,15 @@ class Partition:
         self._gc = GroupCommit()
         self._seq = 0
         self._failed: StorageFailed | None = None
-        self._sync_lock = threading.Lock()
-        """Held across every fsync of the partition and the recording of its outcome (see
-        ``_fsync``). Taken after ``_lock`` when both are held, never the other way round."""
+        self._sync_lock = threading.RLock()
+        """The durability state: held across every fsync of the partition and the recording
+        of its outcome (see ``_fsync``), the watermark and ``_durable_next``, and any change of
+        the active segment's write handle (a roll, close). Taken after ``_lock`` when both are
+        held, never the other way round: appends (under ``_lock``) go on while it is held."""
+        self._written: tuple[int, Segment | None, int, int] = (0, None, 0, 0)
+        """``(seq, segment, size, next_index)`` after the newest finished write: what an fsync
+        starting now covers. Replaced whole (one atomic store) under ``_lock``, read without it
+        by the group commit's fsync, so appends never wait for an fsync to take a snapshot."""
         self._closed = False
         self.seal_failure: SealFailure | None = None
         self.retention_error: str | None = None
@@ -96,6 +114,9 @@ class Partition:
         self._reader_mark: watermark.Mark | None = None
         """Readers: the writer's durable watermark as last read (``refresh``)."""
         self._open()
+        if self.segments:
+            active = self.segments[-1]
+            self._written = (0, active, active.size, active.next_index)
         self._durable_next = self.next_index
         """One past the newest record known to be on disk (fsynced): in-process readers of a
         ``batch``/``always`` stream see no further, so nobody reads a record that a crash could
@@ -237,10 +258,11 @@ class Partition:
         if self._mark is None:
             return
         active = self.segments[-1]
-        self._mark.publish(active.base, active.size, active.next_index)
-        if sync:
-            self._fsync(self._mark.sync)
-            self._mark_synced_at = time.monotonic()
+        with self._sync_lock:
+            self._mark.publish(active.base, active.size, active.next_index)
+            if sync:
+                self._fsync(self._mark.sync)
+                self._mark_synced_at = time.monotonic()
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -298,72 +320,111 @@ class Partition:
         return self._append(datas, durability, encode_plain)
 
     def _append(self, items: Sequence, durability: Durability, encode: Callable) -> list[int]:
-        """Encode ``items`` (entries or data) as one buffer, write it, wait per ``durability``."""
+        """Encode ``items`` (entries or data), write them, wait per ``durability``.
+
+        A ``batch`` append larger than ``CHUNK_BYTES`` is encoded and written a chunk at a
+        time, and after each chunk but the last an fsync of what is written is started on the
+        group commit's helper thread (``GroupCommit.kick``): the disk writes chunk k while the
+        CPU encodes chunk k+1, and the final fsync (the one that acknowledges the batch) finds
+        most of it on disk already. The partition lock is held throughout, so the batch's
+        indexes stay contiguous; the fsync needs only ``_sync_lock`` and ``_written``."""
         if not items:
+            return []
+        now = time.time_ns()
+        n = len(items)
+        with self._lock:
+            self._check_writable()
+            active = self.segments[-1]
+            first = active.next_index
+            step = _chunk_records(items) if durability == "batch" else n
+            done = 0
+            while True:
+                part = items if step >= n else items[done : done + step]
+                at = active.next_index
+                buf, offsets, max_ts = encode(part, at, now)
+                if active.size and active.size + len(buf) > self.config.segment_bytes:
+                    active = self._roll(durability)
+                active.write(buf, offsets, at, max_ts)
+                self._seq += 1
+                seq = self._seq
+                self._written = (seq, active, active.size, active.next_index)
+                done += len(part)
+                if done >= n:
+                    break
+                self._gc.kick(seq, self._sync_newest)
+            if durability == "always":
+                with self._sync_lock:
+                    self._fsync(active.sync)
+                    self._durable_next = active.next_index
+                    self._publish_durable()
+                self._gc.mark_synced(seq)
+        if durability == "batch":
+            self._gc.wait_durable(seq, self._sync_newest)
+        return list(range(first, first + n))
+
+    def append_payloads_then(
+        self, datas: Sequence[builtins.bytes], done: Callable[[BaseException | None], None]
+    ) -> list[int]:
+        """Write data-only records now and return their indexes; ``done(None)`` is called once
+        an fsync covers them (``done(error)`` if it failed), from whichever thread's fsync did.
+        ``batch`` semantics without waiting: the caller may write its next batch while this one
+        is fsynced (a written/durable split for a server). The indexes must not be acknowledged
+        before ``done``; readers in this process see them only then, as for ``append``."""
+        if not datas:
+            done(None)
             return []
         now = time.time_ns()
         with self._lock:
             self._check_writable()
             active = self.segments[-1]
             first = active.next_index
-            buf, offsets, max_ts = encode(items, first, now)
+            buf, offsets, max_ts = encode_plain(datas, first, now)
             if active.size and active.size + len(buf) > self.config.segment_bytes:
-                active = self._roll(durability)
+                active = self._roll("batch")
             active.write(buf, offsets, first, max_ts)
             self._seq += 1
             seq = self._seq
-            if durability == "always":
-                self._fsync(active.sync)
-                self._durable_next = active.next_index
-                self._publish_durable()
-                self._gc.mark_synced(seq)
-        if durability == "batch":
-            self._gc.wait_durable(seq, self._sync_newest)
-        return list(range(first, first + len(items)))
+            self._written = (seq, active, active.size, active.next_index)
+        self._gc.when_durable(seq, self._sync_newest, done)
+        return list(range(first, first + len(datas)))
 
     def _sync_newest(self) -> int:
-        """For the group commit: fsync the active segment; return the write seq covered."""
-        with self._lock:
+        """For the group commit: fsync what is written; return the write seq it covered.
+
+        Runs under ``_sync_lock`` only, so appends go on meanwhile; the snapshot
+        ``_written`` names a segment whose write handle cannot be closed while the lock is
+        held (a roll seals it and ``close()`` closes it under the same lock, each after an
+        fsync that covers every write, or a failure recorded in ``_failed``)."""
+        with self._sync_lock:
             if self._failed is not None:
                 raise self._failed
-            if self._closed:  # close() fsynced every write (or failed the partition)
-                return self._seq
-            seq = self._seq
-            active = self.segments[-1]
-            base, size, nxt = active.base, active.size, active.next_index
-            wfd = active.wfd
-            assert wfd is not None
-            fd = fs.dup(wfd)  # survives a roll closing the segment while we fsync
-        try:
+            seq, seg, size, nxt = self._written
+            if seg is None or seg.wfd is None:
+                return seq  # a roll's seal or close() fsynced it (else _failed is set)
+            fd = seg.wfd
             self._fsync(lambda: fs.fdatasync(fd))
-        finally:
-            fs.close(fd)
-        with self._lock:
-            if self._failed is not None:
-                # Another fsync of this file failed while ours ran (a roll's seal, a flush).
-                # After a failed fsync Linux may drop the dirty pages and report success to
-                # the next one (fsyncgate): ours proves nothing, so acknowledge nothing.
-                raise self._failed
             self._durable_next = max(self._durable_next, nxt)
             if self._mark is not None:
-                self._mark.publish(base, size, nxt)  # no-op if a roll published past it
-        if time.monotonic() - self._mark_synced_at >= watermark.SYNC_INTERVAL_S:
-            self._mark_synced_at = time.monotonic()
-            assert self._mark is not None
-            self._fsync(self._mark.sync)
+                self._mark.publish(seg.base, size, nxt)  # no-op if a roll published past it
+                if time.monotonic() - self._mark_synced_at >= watermark.SYNC_INTERVAL_S:
+                    self._mark_synced_at = time.monotonic()
+                    self._fsync(self._mark.sync)
         return seq
 
     def _roll(self, durability: Durability) -> Segment:
+        """Seal the active segment and start the next (caller holds ``_lock``)."""
         old = self.segments[-1]
-        self._fsync(old.seal)
-        self._durable_next = max(self._durable_next, old.next_index)
-        self._gc.mark_synced(self._seq)
-        new = Segment.create(self.dir, old.next_index)
-        if durability != "none":
-            self._fsync(lambda: fs.fsync_dir(self.dir))
-        self.segments.append(new)
-        if durability != "none":  # the new segment's name is durable: the watermark may name it
-            self._publish_durable()
+        with self._sync_lock:
+            self._fsync(old.seal)
+            self._durable_next = max(self._durable_next, old.next_index)
+            self._gc.mark_synced(self._seq)
+            new = Segment.create(self.dir, old.next_index)
+            if durability != "none":
+                self._fsync(lambda: fs.fsync_dir(self.dir))
+            self.segments.append(new)
+            self._written = (self._seq, new, 0, new.base)
+            if durability != "none":  # the new segment's name is durable: the mark may name it
+                self._publish_durable()
         if self.config.seal_to_lake:
             self._schedule_seal(old)
         return new
@@ -479,9 +540,10 @@ class Partition:
         with self._lock:
             self._check_writable()
             if self.segments and self.segments[-1].wfd is not None:
-                self._fsync(self.segments[-1].sync)
-                self._durable_next = self.next_index
-                self._publish_durable()
+                with self._sync_lock:
+                    self._fsync(self.segments[-1].sync)
+                    self._durable_next = self.next_index
+                    self._publish_durable()
                 self._gc.mark_synced(self._seq)
 
     # -- reading ----------------------------------------------------------------------------
@@ -718,19 +780,22 @@ class Partition:
                 return
             self._closed = True
             failed: StorageFailed | None = None
-            if not self.readonly and self._failed is None and self.segments:
-                try:
-                    for seg in self.segments:
-                        if seg.wfd is not None:
-                            self._fsync(seg.sync)
-                    self._durable_next = self.next_index
-                    self._publish_durable(sync=True)
-                    self._gc.mark_synced(self._seq)
-                except StorageFailed as e:
-                    failed = e
-            for seg in self.segments:
-                seg.close()
-            if self._mark is not None:
-                self._mark.close()
+            with self._sync_lock:  # a group-commit fsync never sees a half-closed partition
+                if not self.readonly and self._failed is None and self.segments:
+                    try:
+                        for seg in self.segments:
+                            if seg.wfd is not None:
+                                self._fsync(seg.sync)
+                        self._durable_next = self.next_index
+                        self._publish_durable(sync=True)
+                        self._gc.mark_synced(self._seq)
+                    except StorageFailed as e:
+                        failed = e
+                for seg in self.segments:
+                    seg.close()
+                if self._mark is not None:
+                    self._mark.close()
+            if failed is not None:
+                self._gc.fail_pending(failed)
         if failed is not None:
             raise failed

@@ -282,6 +282,21 @@ class SegmentLog(Log):
             part = self._partition(stream, partition)
         return part.append_payloads(datas, part.config.durability)
 
+    def append_payloads_then(
+        self,
+        stream: str,
+        partition: int,
+        datas: Sequence[bytes],
+        done: Callable[[BaseException | None], None],
+    ) -> list[int]:
+        if self.readonly:
+            raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
+        with self._lock:
+            part = self._partition(stream, partition)
+        if part.config.durability != "batch":
+            return super().append_payloads_then(stream, partition, datas, done)
+        return part.append_payloads_then(datas, done)
+
     # -- reading ----------------------------------------------------------------------------
     def read(
         self,

@@ -3,10 +3,22 @@
 Per connection a sans-I/O ``TcpConnection`` (``loglake.wire.ockam``) turns bytes into routing
 messages; the server hands every message that arrived — from all connections — to the core as one
 ``Batch`` and performs the actions it asks for (``loglake.streams.service.perform``) on one
-worker thread, so the event loop keeps reading while the log fsyncs. Everything that arrived
+core thread, so the event loop keeps reading while the log fsyncs. Everything that arrived
 during one fsync is the next group commit: that is how many small pushes share one append (the
-throughput target of issue 3 §5). Within a batch, appends to different partitions run on a small
-thread pool so their fsyncs overlap; one partition's pushes stay in one append, in arrival order.
+throughput target of issue 3 §5). One partition's pushes stay in one append, in arrival order.
+
+Messages go from the event loop straight to the core thread's inbox (one thread hand-off), and
+the core takes everything queued there as one batch. Pipelined group commit (issue 16): when
+more messages are already waiting for the core, or an earlier batch's fsync is running, a
+batch's appends are written with ``Log.append_payloads_then`` and the core goes on to the next
+batch while the log's sync thread fsyncs this one; the outcome comes back to the core thread
+when the fsync that covers it has finished, and only then are the confirms made and sent. So the
+disk syncs batch N while the core decodes and writes batch N+1. Batches are answered in the order
+they came (a later batch never overtakes an earlier one, and a batch's pulls start only once it
+and every batch before it is durable, so a pull still sees the pushes sent before it). When
+nothing else is waiting (one push at a time), the core appends and fsyncs inline, which is one
+thread hand-off fewer. Appends to different partitions of an inline batch run on a small thread
+pool so their fsyncs overlap.
 
 Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
 adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
@@ -34,9 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import logging
+import queue
 import ssl
 import threading
 from collections import deque
@@ -44,7 +56,7 @@ from collections.abc import Callable
 
 from loglake.logs import log_event
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
-from loglake.streams.service import Batch, PendingRead, StreamService, perform
+from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
 from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, encode_frames
 
 logger = logging.getLogger(__name__)
@@ -169,6 +181,39 @@ class _Connection(asyncio.Protocol):
             t.resume_reading()
 
 
+class _InFlight:
+    """One batch between the event loop and its replies (fields owned by the core thread)."""
+
+    __slots__ = (
+        "batch",
+        "complete",
+        "conns",
+        "failed",
+        "indexes",
+        "msgs",
+        "outcomes",
+        "peers",
+        "replies",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        conns: list[tuple[_Connection, list[RoutingMessage]]],
+        msgs: list[RoutingMessage],
+        peers: list[Peer] | None,
+    ) -> None:
+        self.conns, self.msgs, self.peers = conns, msgs, peers
+        self.batch: Batch | None = None
+        self.outcomes: list = []
+        self.waiting = 0
+        self.indexes: dict[int, list[int]] = {}
+        """Indexes of the appends written and waiting for their fsync, by action position."""
+        self.replies: list | None = None
+        self.complete = False
+        self.failed = False
+
+
 class StreamServer:
     """``await StreamServer(service, host, port).start()``; ``.port`` is the bound port."""
 
@@ -189,15 +234,22 @@ class StreamServer:
         self.host, self.port = host, port
         self.max_frame = max_frame
         self._conns: set[_Connection] = set()
-        self._pending: list[tuple[_Connection, list[RoutingMessage]]] = []
-        self._wake = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "loglake-streams")
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        """The core thread's work: ``("msgs", connection, messages)`` from the event loop (the
+        core takes everything queued as one batch), ``("synced",
+        _InFlight, i, error or None)`` from the log's sync threads, ``("durable", _InFlight, i,
+        Outcome)`` for actions performed at once, None to stop."""
+        self._backlog = False
+        """The core found work queued when it came back for more (core thread)."""
+        self._fifo: deque[_InFlight] = deque()
+        """Batches taken by the core and not answered yet, in arrival order (core thread)."""
+        self._core: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         # appends to different partitions of one batch run side by side (their fsyncs overlap)
         self._appenders = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "loglake-append")
         # pulls run here, beside the appends, never in front of them
         self._readers = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "loglake-read")
         self._server: asyncio.Server | None = None
-        self._task: asyncio.Task | None = None
 
     async def start(self) -> StreamServer:
         loop = asyncio.get_running_loop()
@@ -209,7 +261,9 @@ class StreamServer:
             ssl_handshake_timeout=self.handshake_timeout if self.tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._task = loop.create_task(self._process())
+        self._loop = loop
+        self._core = threading.Thread(target=self._core_loop, name="loglake-streams", daemon=True)
+        self._core.start()
         log_event(
             logger,
             logging.INFO,
@@ -221,24 +275,134 @@ class StreamServer:
         return self
 
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
-        self._pending.append((conn, msgs))
-        self._wake.set()
+        """On the event loop: hand what a connection sent straight to the core thread (no
+        hop through an event-loop task: one thread hand-off per batch, not two)."""
+        self._inbox.put(("msgs", conn, msgs))
 
-    def _run_batch(
-        self, msgs: list[RoutingMessage], peers: list[Peer] | None
-    ) -> tuple[Batch, dict[int, concurrent.futures.Future]]:
-        """On the core thread: the batch's actions, performed; its pulls' reads handed to the
-        reader threads at once (``{input position: future of the replies}``)."""
-        batch = self.service.batch(msgs, defer_reads=True, peers=peers)
-        run = functools.partial(perform, self.service.log)
-        while batch.actions:
+    # -- the core thread ----------------------------------------------------------------------
+    def _core_loop(self) -> None:
+        """Runs the core: one batch at a time, never waiting for an fsync while other work is
+        queued (the service core is not thread-safe; everything that touches it runs here)."""
+        inbox = self._inbox
+        while True:
+            # work that queued up while the core was busy: throughput, not one-by-one
+            self._backlog = not inbox.empty()
+            items = [inbox.get()]
+            while not inbox.empty():  # everything queued meanwhile: one batch, one append
+                items.append(inbox.get())
+            arrived: list[tuple[_Connection, list[RoutingMessage]]] = []
+            for item in items:
+                if item is None:
+                    return
+                kind = item[0]
+                if kind == "msgs":
+                    arrived.append((item[1], item[2]))
+                    continue
+                _, fl, i, value = item
+                if kind == "synced":  # the fsync covering append i finished (or failed)
+                    value = Outcome(fl.indexes[i]) if value is None else Outcome(error=value)
+                fl.outcomes[i] = value
+                fl.waiting -= 1
+                if fl.waiting == 0:
+                    self._feed(fl, fl.outcomes)
+            if arrived:
+                msgs = [m for _, ms in arrived for m in ms]
+                # who sent each message, when someone checks (else every peer may do anything)
+                peers = (
+                    [c.identity for c, ms in arrived for _ in ms]
+                    if self.service.access is not None
+                    else None
+                )
+                self._start(_InFlight(arrived, msgs, peers))
+            self._answer_ready()
+
+    def _start(self, fl: _InFlight) -> None:
+        self._fifo.append(fl)
+        try:
+            fl.batch = self.service.batch(fl.msgs, defer_reads=True, peers=fl.peers)
+        except Exception as e:
+            self._crashed(fl, e)
+            return
+        self._advance(fl)
+
+    def _feed(self, fl: _InFlight, outcomes: list) -> None:
+        assert fl.batch is not None
+        try:
+            fl.batch.feed(outcomes)
+        except Exception as e:
+            self._crashed(fl, e)
+            return
+        self._advance(fl)
+
+    def _advance(self, fl: _InFlight) -> None:
+        """Perform the batch's next actions: inline when nothing else is waiting; else its
+        appends are written now and their outcomes come back after their fsync."""
+        batch = fl.batch
+        assert batch is not None
+        log = self.service.log
+        run = functools.partial(perform, log)
+        while batch.actions and not fl.failed:
             actions = batch.actions
-            if len(actions) == 1:
-                batch.feed([run(actions[0])])
-            else:
-                batch.feed(list(self._appenders.map(run, actions)))
-        reads = {p.position: self._readers.submit(self._read, p) for p in batch.deferred}
-        return batch, reads
+            # pipelined when more work waits (queued while the core was busy, or queued now, or
+            # an earlier batch's fsync running: waiting for it here would hold up the core);
+            # inline for a lone request (one thread hand-off fewer: the one-by-one latency)
+            busy = self._backlog or not self._inbox.empty() or len(self._fifo) > 1
+            if not busy or not any(isinstance(a, Append) for a in actions):
+                try:
+                    if len(actions) == 1:
+                        outs = [run(actions[0])]
+                    else:
+                        outs = list(self._appenders.map(run, actions))
+                    batch.feed(outs)
+                except Exception as e:
+                    self._crashed(fl, e)
+                continue
+            fl.outcomes = [None] * len(actions)
+            fl.waiting = len(actions)
+            for i, action in enumerate(actions):
+                if not isinstance(action, Append):
+                    self._inbox.put(("durable", fl, i, run(action)))
+                    continue
+                done = functools.partial(self._durable, fl, i)
+                try:
+                    indexes = log.append_payloads_then(
+                        action.stream, action.partition, action.datas, done
+                    )
+                except Exception as e:  # refused before anything was written
+                    self._inbox.put(("durable", fl, i, Outcome(error=e)))
+                    continue
+                fl.indexes[i] = indexes
+            return  # the outcomes come back through the inbox
+        fl.complete = True
+
+    def _durable(self, fl: _InFlight, i: int, error: BaseException | None) -> None:
+        """On the thread whose fsync covered append ``i`` of ``fl`` (or failed); possibly
+        before ``append_payloads_then`` returned its indexes, which the core thread reads
+        when it takes this from the inbox."""
+        self._inbox.put(("synced", fl, i, error))
+
+    def _crashed(self, fl: _InFlight, e: BaseException) -> None:
+        """The core raised (a bug): every message of the batch gets an error reply."""
+        logger.error("stream service batch failed", exc_info=e)
+        reason = f"internal error: {type(e).__name__}"
+        fl.replies = [self.service.error_reply(m, reason) for m in fl.msgs]
+        fl.failed = fl.complete = True
+
+    def _answer_ready(self) -> None:
+        """Hand every finished batch at the head of the queue to the event loop, in order;
+        start its pulls (it and every batch before it are durable now)."""
+        fifo, loop = self._fifo, self._loop
+        assert loop is not None
+        while fifo and fifo[0].complete:
+            fl = fifo.popleft()
+            reads: dict[int, concurrent.futures.Future] = {}
+            if not fl.failed and fl.batch is not None:
+                fl.replies = fl.batch.replies
+                reads = {p.position: self._readers.submit(self._read, p) for p in fl.batch.deferred}
+            try:
+                loop.call_soon_threadsafe(self._send_replies, fl, reads)
+            except RuntimeError:  # the loop is closed: the server is stopping
+                return
 
     def _read(self, pending: PendingRead) -> list[RoutingMessage]:
         """On a reader thread: one deferred pull, performed and answered."""
@@ -248,39 +412,20 @@ class StreamServer:
             logger.exception("a pull failed")
             return self.service.error_reply(pending.msg, f"internal error: {type(e).__name__}")
 
-    async def _process(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                batch, self._pending = self._pending, []
-                msgs = [m for _, ms in batch for m in ms]
-                # who sent each message, when someone checks (else every peer may do anything)
-                peers = (
-                    [c.identity for c, ms in batch for _ in ms]
-                    if self.service.access is not None
-                    else None
-                )
-                reads: dict[int, concurrent.futures.Future] = {}
-                try:
-                    done, reads = await loop.run_in_executor(
-                        self._executor, self._run_batch, msgs, peers
-                    )
-                    results = done.replies
-                except Exception as e:  # the core answers per message; this is a last resort
-                    logger.exception("stream service batch failed")
-                    reason = f"internal error: {type(e).__name__}"
-                    results = [self.service.error_reply(m, reason) for m in msgs]
-                k = 0
-                for conn, ms in batch:
-                    end = k + len(ms)
-                    pending = [i for i in range(k, end) if i in reads] if reads else []
-                    slots = conn.answer(ms, results[k:end], pending)
-                    for i, slot in zip(pending, slots, strict=True):
-                        fut = asyncio.wrap_future(reads[i], loop=loop)
-                        fut.add_done_callback(functools.partial(self._read_done, conn, slot))
-                    k = end
+    def _send_replies(self, fl: _InFlight, reads: dict[int, concurrent.futures.Future]) -> None:
+        """On the event loop: send a finished batch's replies per connection."""
+        loop = self._loop
+        results = fl.replies
+        assert results is not None and loop is not None
+        k = 0
+        for conn, ms in fl.conns:
+            end = k + len(ms)
+            pending = [i for i in range(k, end) if i in reads] if reads else []
+            slots = conn.answer(ms, results[k:end], pending)
+            for i, slot in zip(pending, slots, strict=True):
+                fut = asyncio.wrap_future(reads[i], loop=loop)
+                fut.add_done_callback(functools.partial(self._read_done, conn, slot))
+            k = end
 
     @staticmethod
     def _read_done(conn: _Connection, slot: list, fut: asyncio.Future) -> None:
@@ -298,13 +443,11 @@ class StreamServer:
         for c in list(self._conns):
             if c.transport is not None:
                 c.transport.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
         if self._server is not None:
             await self._server.wait_closed()
-        self._executor.shutdown(wait=True)
+        if self._core is not None:
+            self._inbox.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._core.join, 30)
         self._appenders.shutdown(wait=True)
         self._readers.shutdown(wait=True)
 
