@@ -50,7 +50,7 @@ $(NODE_STAMP): $(NODE_DIR)/package.json
 node-deps: $(NODE_STAMP)
 
 run: install check-java-warn
-	$(BIN)/loglake demo
+	$(BIN)/loglake node walkthrough
 
 test: install system-deps node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

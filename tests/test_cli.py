@@ -16,7 +16,7 @@ def _walk(cmd: click.Command, path: tuple[str, ...] = ()):
             yield from _walk(sub, (*path, name))
 
 
-PARTS = {"serve", "demo", "log", "stream", "events", "cardinal", "archives", "sds", "job"}
+PARTS = {"serve", "demo", "node", "log", "stream", "events", "cardinal", "archives", "sds", "job"}
 
 
 def test_every_part_is_mounted():

@@ -126,13 +126,13 @@ class HttpRoleServer:
             else:
                 ret = self.role.dispatch(caller, name, arg, now)
         except Forbidden as e:
-            self._drain()
+            self.drain()
             return web.Response(status=403, text=str(e))
         except LoglakeError as e:
-            self._drain()
+            self.drain()
             return web.Response(status=400, text=f"{type(e).__name__}: {e}")
         try:
-            results = await self._drain()
+            results = await self.drain()
         except Exception as e:  # any storage failure: the role stops serving
             return web.Response(status=503, text=f"storage failed: {e}")
         if isinstance(ret, AppendEvents):  # loglake_publish: the ids the stream assigned
@@ -165,7 +165,7 @@ class HttpRoleServer:
         return self.role.take(n)
 
     # -- performing actions -------------------------------------------------------------------
-    def _drain(self) -> asyncio.Future[dict[Action, Any]]:
+    def drain(self) -> asyncio.Future[dict[Action, Any]]:
         """Hand the core's queued actions to the performer; the future resolves (to the results
         of the storage actions) once they and everything queued before them are performed."""
         fut: asyncio.Future[dict[Action, Any]] = asyncio.get_running_loop().create_future()
@@ -230,7 +230,7 @@ class HttpRoleServer:
         if isinstance(self.role, Publisher | Broadcaster | Orchestrator):
             # replays; relay resends; an orchestrator's resends after a restart
             self.tasks.append(asyncio.create_task(self._pumper()))
-        self._drain()
+        self.drain()
 
     async def _stop(self, app: web.Application) -> None:
         for t in self.tasks:
@@ -266,7 +266,7 @@ class HttpRoleServer:
                 log.warning("call %s to %s failed: %s", c.method, c.target, e)
                 reply = e
             self.role.on_reply(c, reply, self.clock())
-            self._drain()
+            self.drain()
 
     def _jobs_finished(self) -> bool:
         """Hand the ends of the orchestrator's replay jobs to it."""
@@ -281,7 +281,7 @@ class HttpRoleServer:
         while True:
             if self.failed is None and (self._jobs_finished() | self.role.pump(self.clock())):
                 with contextlib.suppress(Exception):  # a failure is logged by the performer
-                    await self._drain()  # reads done before the next pump: bounded memory
+                    await self.drain()  # reads done before the next pump: bounded memory
                 await asyncio.sleep(self.throttle_s)
             else:
                 self.wake.clear()

@@ -355,4 +355,4 @@ def _summary(console: Console, s: dict[str, Any], console_url: str) -> None:
         f"{m['loglake_archive_bytes_total']:,.0f} archive bytes",
     )
     console.print(t)
-    console.print(f"console: [bold]{console_url}[/]")
+    console.print(f"console: [bold]{console_url}[/]", soft_wrap=True)  # a URL must stay whole

@@ -203,7 +203,7 @@ class EventsHttpHandle:
 
         def queue() -> None:
             pub.register(namespace, [(C_REPLAY, {"Bool": True})])
-            server._drain()  # hand the queued call to the server's sender (see report)
+            server.drain()  # hand the queued call to the server's sender
 
         self.loop.call_soon_threadsafe(queue)
 
