@@ -190,3 +190,50 @@ def test_damaged_stream_config_is_corrupt_store(tmp_path):
         assert e.value.path == str(cfg)
     with pytest.raises(CorruptStore):  # readers say so too, when they get to the stream
         open_log(tmp_path, readonly=True).streams()
+
+
+def test_a_save_refused_by_a_full_disk_leaves_no_partial_entry_and_saves_resume(
+    tmp_path, monkeypatch
+):
+    """ENOSPC part-way through a write (nothing fsynced yet): that save fails with the disk's
+    error, its partial entry is cut off, and the next save works once space frees; only a
+    failed fsync stops saves until reopen (``test_durability``)."""
+    import errno
+
+    from loglake.log import fs
+
+    store = ConsumerStore(tmp_path, readonly=False)
+    store.save("c", "s", 0, 1)
+    size = (tmp_path / FILE_NAME).stat().st_size
+    real_write = fs.write
+
+    def half_then_full(fd, data):
+        monkeypatch.setattr(fs, "write", real_write)  # the disk frees after this call
+        real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fs, "write", half_then_full)
+    with pytest.raises(OSError) as e:
+        store.save("c", "s", 0, 2)
+    assert e.value.errno == errno.ENOSPC
+    assert (tmp_path / FILE_NAME).stat().st_size == size  # the partial entry is gone
+    assert store.get("c", "s", 0) == 1
+    assert store.save("c", "s", 0, 3) == 3
+    store.close()
+    reopened = ConsumerStore(tmp_path, readonly=True)
+    assert reopened.get("c", "s", 0) == 3
+
+
+def test_a_short_watermark_slot_write_is_an_error_not_a_publish(tmp_path, monkeypatch):
+    from loglake.log import fs
+    from loglake.log.watermark import MarkWriter
+
+    writer = MarkWriter(tmp_path)
+    writer.put(0, 10, 1)
+    before = writer.mark
+    monkeypatch.setattr(fs, "pwrite", lambda fd, data, off: len(data) - 1)
+    with pytest.raises(OSError, match="short write"):
+        writer.put(0, 20, 2)
+    assert writer.mark == before
+    monkeypatch.undo()
+    writer.close()

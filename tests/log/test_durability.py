@@ -591,3 +591,34 @@ def test_stream_info_says_how_far_the_disk_holds(tmp_path, monkeypatch):
     (p,) = log.stream_info("s").partitions
     assert (p.next_index, p.durable_next) == (2, 2)
     log.close()
+
+
+def test_an_open_that_fails_releases_the_lock_even_when_a_partition_close_fails(
+    tmp_path, monkeypatch
+):
+    """A writer's open that fails after recovering partitions cleans up every step: a
+    partition whose close raises (a failed fsync) must not leave the LOCK held, or every later
+    open in this process would be refused as LogLocked."""
+    from loglake.log import segment_log
+    from loglake.log.api import StorageFailed
+    from loglake.log.partition import Partition
+
+    with open_log(tmp_path) as log:
+        log.create_stream("a", StreamConfig(partitions=2))
+        log.append("a", 0, b"x")
+    real_load = segment_log.SegmentLog._load_streams
+
+    def load_then_fail(self):
+        real_load(self)
+        raise RuntimeError("boom after the partitions opened")
+
+    def close_fails(self):
+        raise StorageFailed("fsync failed (injected)")
+
+    monkeypatch.setattr(segment_log.SegmentLog, "_load_streams", load_then_fail)
+    monkeypatch.setattr(Partition, "close", close_fails)
+    with pytest.raises(RuntimeError, match="boom"):
+        open_log(tmp_path)
+    monkeypatch.undo()
+    with open_log(tmp_path) as log:  # not LogLocked
+        assert log.read_payloads("a", 0, 0, 10)[0][1] == b"x"

@@ -177,14 +177,28 @@ class ConsumerStore:
             entry = encode_entry(client_id, stream, partition, index)
             try:
                 fs.write_all(self._fd, entry)
+            except OSError as e:
+                # Nothing was fsynced yet: cut the partial entry off (as a segment cuts a
+                # partial batch) and refuse this save alone, so saves resume once space frees.
+                # Only if the cut fails is the file's tail unknown, and saves stop.
+                try:
+                    fs.ftruncate(self._fd, self._size)
+                except OSError:
+                    self._failed = StorageFailed(
+                        f"{self.path}: saving a consumer index failed ({e}) and its partial "
+                        "entry could not be cut off; saves are refused until the log is reopened"
+                    )
+                    raise self._failed from e
+                raise
+            try:
                 fs.fdatasync(self._fd)
                 self._size += len(entry)
                 assert self._mark is not None
                 self._mark.put(0, self._size, 0)  # no fsync: see watermark.py
             except OSError as e:
-                # A partial entry may be on disk, and a failed fsync is never retried: refuse
-                # further saves (they would follow it) until the log is reopened, where the
-                # torn entry is dropped as the tail it is.
+                # A failed fsync is never retried (the page cache may have dropped the entry):
+                # refuse further saves (they would follow it) until the log is reopened, where
+                # the torn entry is dropped as the tail it is.
                 self._failed = StorageFailed(
                     f"{self.path}: saving a consumer index failed ({e}); saves are refused "
                     "until the log is reopened"

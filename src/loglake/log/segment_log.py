@@ -19,6 +19,7 @@ reading stops, and every call looks again at the files to follow the writer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -145,13 +146,17 @@ class SegmentLog(Log):
             self._consumers = consumers
             self._load_streams()
         except BaseException:
-            self._sealer.stop()
-            for s in self._streams.values():
-                for p in s.opened:
-                    p.close()
-            if consumers is not None:
-                consumers.close()
-            self._release_lock()
+            # Each step is attempted whatever the others raise: a partition whose close fails
+            # (a failed fsync) must not keep the LOCK held for the rest of the process; the
+            # error that stopped the open is the one raised.
+            with contextlib.suppress(Exception), contextlib.ExitStack() as cleanup:
+                cleanup.callback(self._release_lock)
+                if consumers is not None:
+                    cleanup.callback(consumers.close)
+                for s in self._streams.values():
+                    for p in s.opened:
+                        cleanup.callback(p.close)
+                cleanup.callback(self._sealer.stop)
             raise
 
     # -- lock -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ claims more than what is on disk.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import time
@@ -120,7 +121,10 @@ class MarkWriter:
         if self._fd is None:  # closed: a group commit that finished after close()
             return False
         mark = Mark((old.seq if old else 0) + 1, base, size, next_index)
-        fs.pwrite(self._fd, encode_slot(mark), SLOT_OFFSETS[mark.seq % 2])
+        slot = encode_slot(mark)
+        n = fs.pwrite(self._fd, slot, SLOT_OFFSETS[mark.seq % 2])
+        if n != len(slot):  # a torn slot is caught by its CRC, but it must not count as put
+            raise OSError(errno.EIO, f"watermark slot: short write ({n} of {len(slot)} bytes)")
         self.mark = mark
         return True
 
