@@ -49,7 +49,9 @@ def one(data: bytes) -> None:
         msg = ockam.decode_transport_message(body)
         conn = ockam.TcpConnection()
         conn.receive_data(ockam.VERSION_BYTE + ockam.encode_frame(msg))
-        again = conn.receive_data(ockam.encode_frame(msg)[:4] + body)  # via the route cache
+        # the same body framed again (it may be longer than the canonical encoding: CBOR has
+        # non-minimal lengths) is read through the connection's route-cache shortcut
+        again = conn.receive_data(len(body).to_bytes(4, "big") + body)
         assert conn.error is None and again == [msg], (again, conn.error)
     else:
         ockam.decode_wire_binary(body)
