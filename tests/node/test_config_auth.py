@@ -123,4 +123,5 @@ def test_the_banner_prints_the_token_on_first_start_only(tmp_path: Path) -> None
         again = token_banner(node.node)
         assert node.token == token
     assert token in first and "printed once" in first
+    assert f"/console/#token={token}" in first  # the console URL a person can open
     assert token not in again and f"access token in {tmp_path / 'node.token'}" in again

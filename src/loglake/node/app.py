@@ -2,10 +2,11 @@
 
 Why one factory: the runner, the tests and the benchmark all serve the same app around a
 ``NodeContext``; what differs is only which parts the context carries. Every route under
-``/api`` needs the bearer token (``node/auth.py``); ``/openapi.json`` and ``/docs`` describe the
-API without data and stay open; ``/metrics`` (``node/metrics.py``) needs the token unless the
-node is started with ``metrics_public``. Errors are always JSON, ``{"error": <type>, "message":
-<text>, "status": <code>}``: a caller's mistake is 4xx, never a 500 (docs/node.md lists them).
+``/api`` needs the bearer token (``node/auth.py``); ``/openapi.json`` describes the API without
+data and stays open (no ``/docs``: Swagger UI would load from a CDN); ``/metrics``
+(``node/metrics.py``) needs the token unless the node is started with ``metrics_public``.
+Errors are always JSON, ``{"error": <type>, "message": <text>, "status": <code>}``: a caller's
+mistake is 4xx, never a 500 (docs/node.md lists them).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def create_app(
         "Status archives, SDS channels and Spark jobs. Every /api route needs "
         "`Authorization: Bearer <token>` (the token is in <data dir>/node.token).",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # FastAPI's Swagger UI page loads its assets from a CDN: off
         redoc_url=None,
     )
     app.state.node = node

@@ -224,6 +224,7 @@ def token_banner(node: Node) -> str:
         lines.append(
             f"  access token (printed once; kept in {node.token.path}): {node.token.value}"
         )
+        lines.append(f"  console with the token: {node.url}/console/#token={node.token.value}")
     else:
         lines.append(f"  access token in {node.token.path}")
     return "\n".join(lines)
