@@ -71,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
 from loglake.archives.errors import BadRecord
 from loglake.archives.layout import Layout, get_layout
@@ -280,16 +282,13 @@ def _summary_batches(
     row per bad record (``bad`` = the error). Small: windows are planned from it."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import numpy as np
         import pyarrow as pa
 
-        decode = get_layout(layout_name).decode_record
         for b in batches:
-            msgs, bads = _decode_all(decode, b.column(2).to_pylist())
+            ts, _, _, bads = decode_waku_batch(layout_name, b.column(2))
             sid = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
             idx = np.asarray(b.column(1).to_numpy(zero_copy_only=False), dtype=np.int64)
-            ts = np.fromiter((m[0] for m in msgs), dtype=np.int64, count=len(msgs))
-            good = np.ones(len(msgs), dtype=bool)
+            good = np.ones(len(ts), dtype=bool)
             cols: list[list[Any]] = [[], [], [], [], [], [], []]
             if bads:
                 good = np.array([x is None for x in bads], dtype=bool)
@@ -342,25 +341,13 @@ def _decode_batches(
     the JVM afterwards (``_windowed``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import operator
 
         import pyarrow as pa
 
-        layout = get_layout(layout_name)
-        decode = layout.decode_record
-        topic_type = pa.string() if layout.name == "spec" else pa.binary()
-        first, second, fourth = (operator.itemgetter(i) for i in (0, 1, 3))
         for b in batches:
-            msgs, bads = _decode_all(decode, b.column(2).to_pylist())
+            ts, topics, cap, bads = decode_waku_batch(layout_name, b.column(2))
             out = pa.RecordBatch.from_arrays(
-                [
-                    b.column(0),
-                    b.column(1),
-                    pa.array(list(map(first, msgs)), type=pa.int64()),
-                    pa.array(list(map(second, msgs)), type=topic_type),
-                    pa.array(list(map(fourth, msgs)), type=pa.int64()),
-                    b.column(2),
-                ],
+                [b.column(0), b.column(1), pa.array(ts), topics, pa.array(cap), b.column(2)],
                 names=["sid", "idx", "ts", "topic", "cap", "data"],
             )
             if bads:
@@ -466,6 +453,225 @@ def _encoded_row(*values: Any) -> pa.Table:
     types = [pa.int32(), pa.int32(), pa.string(), pa.int64(), pa.binary(), pa.binary(), pa.int64()]
     return pa.table(
         [pa.array([v], type=t) for v, t in zip(values, types, strict=True)], names=names
+    )
+
+
+# -- vectorised WakuMessage decoding ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WakuFields:
+    """Where a layout's ``WakuMessage`` keeps what the job needs, read from its descriptor:
+    field number → wire type (0 varint, 2 length-delimited), and the roles of the fields."""
+
+    wire: dict[int, int]
+    ts: int
+    ts_zigzag: bool
+    ts_scale: int
+    topic: int
+    topic_utf8: bool
+    cap: tuple[int, ...]
+    strings: frozenset[int]
+    """Other string fields: their UTF-8 is checked by protobuf, so a record holding one takes
+    the slow path."""
+
+
+def _waku_fields(layout_name: str) -> _WakuFields:
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    from loglake.archives.messages import NS
+    from loglake.wire.pb import archives_spec_pb2 as spec_pb
+    from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+
+    spec = layout_name == "spec"
+    desc = (spec_pb if spec else sg_pb).WakuMessage.DESCRIPTOR
+    length = {FD.TYPE_BYTES, FD.TYPE_STRING}
+    varint = {FD.TYPE_UINT32, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_BOOL}
+    wire: dict[int, int] = {}
+    for f in desc.fields:
+        if f.type in length:
+            wire[f.number] = 2
+        elif f.type in varint:
+            wire[f.number] = 0
+        else:  # pragma: no cover - the schemas hold no other type
+            raise TypeError(f"WakuMessage field {f.name} of type {f.type}")
+    by = desc.fields_by_name
+    topic = by["content_topic" if spec else "topic"].number
+    return _WakuFields(
+        wire=wire,
+        ts=by["timestamp"].number,
+        ts_zigzag=by["timestamp"].type == FD.TYPE_SINT64,
+        ts_scale=1 if spec else NS,
+        topic=topic,
+        topic_utf8=by["content_topic" if spec else "topic"].type == FD.TYPE_STRING,
+        cap=(by["payload"].number,) if spec else (by["payload"].number, by["sig"].number),
+        strings=frozenset(
+            f.number for f in desc.fields if f.type == FD.TYPE_STRING and f.number != topic
+        ),
+    )
+
+
+_TEN = np.arange(10, dtype=np.int64)
+_SHIFTS = (7 * _TEN).astype(np.uint64)
+_LOW_BITS = np.array([(1 << (7 * k)) - 1 for k in range(10)] + [2**64 - 1], dtype=np.uint64)
+"""``_LOW_BITS[k]``: the bits a varint of ``k`` bytes holds."""
+
+
+def _read_varints(
+    data: np.ndarray, pos: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unsigned LEB128 varint at ``pos`` of each row (bounded by ``end``), all rows at
+    once: (value, position after it, ok). Not ok: truncated, or longer than protobuf's 10
+    bytes / above 64 bits (such rows take the slow path)."""
+    if not len(pos):
+        return np.zeros(0, np.uint64), pos.copy(), np.zeros(0, bool)
+    # the 10 bytes a varint may span, one row per record (clipped at the buffer's end; bytes
+    # past a record's end are refused below)
+    at = np.minimum(pos[:, None] + _TEN, len(data) - 1)
+    win = data[at].astype(np.uint64)
+    last = (win & np.uint64(0x80)) == 0
+    size = last.argmax(axis=1) + 1
+    ok = last.any(axis=1) & (pos + size <= end) & ~((size == 10) & (win[:, 9] > 1))
+    win &= np.uint64(0x7F)
+    win <<= _SHIFTS
+    value = np.bitwise_or.reduce(win, axis=1) & _LOW_BITS[size]  # bytes past its end cleared
+    return value, pos + size, ok
+
+
+def decode_waku_batch(
+    layout_name: str, column: pa.Array
+) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
+    """``layout.decode_record`` of every record of an Arrow binary column, vectorised over its
+    buffers with numpy (why: one protobuf parse and one Python ``bytes`` per record was most
+    of each pass's Python time): (time ns, topic, cap = payload(+sig) size, bad), ``bad``
+    empty when every record is good, else one error or None per record (bad rows get time 0).
+
+    The fast path takes records made only of the schema's fields, each at most once, with
+    their wire types, in bounds; a record it cannot vouch for (an unknown or repeated field,
+    another string field, a missing spec timestamp, an over-long varint, bad UTF-8...) goes
+    through ``decode_record`` itself, so the result is the layout's, record for record."""
+    import pyarrow as pa
+
+    f = _waku_fields(layout_name)
+    layout = get_layout(layout_name)
+    topic_type = pa.string() if f.topic_utf8 else pa.binary()
+    n = len(column)
+    if column.type != pa.binary() or column.null_count:
+        return _decode_slow(layout, column.to_pylist(), topic_type)
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    pos = offs[:-1].astype(np.int64)
+    end = offs[1:].astype(np.int64)
+    ok = np.ones(n, dtype=bool)
+    seen: dict[int, np.ndarray] = {}
+    values: dict[int, np.ndarray] = {}
+    starts: dict[int, np.ndarray] = {}
+    lengths: dict[int, np.ndarray] = {}
+    rows = np.flatnonzero(pos < end)
+    for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
+        if not len(rows):
+            break
+        tag, p, good = _read_varints(data, pos[rows], end[rows])
+        field_no = (tag >> np.uint64(3)).astype(np.int64)
+        wt = (tag & np.uint64(7)).astype(np.int64)
+        val, p2, vok = _read_varints(data, p, end[rows])  # the value, or the length
+        good &= vok
+        is_len = wt == 2
+        over = is_len & (val > np.uint64(1 << 31))
+        ln = np.where(is_len & ~over, val, np.uint64(0)).astype(np.int64)
+        good &= ~(over | (is_len & (p2 + ln > end[rows])))
+        matched = np.zeros(len(rows), dtype=bool)
+        for num, want in f.wire.items():
+            m = np.flatnonzero(good & (field_no == num) & (wt == want))
+            if not len(m):
+                continue
+            r = rows[m]
+            s = seen.setdefault(num, np.zeros(n, dtype=bool))
+            dup = s[r]  # repeated: protobuf keeps the last; the slow path decides
+            good[m[dup]] = False
+            m, r = m[~dup], r[~dup]
+            s[r] = True
+            matched[m] = True
+            if want == 2:
+                starts.setdefault(num, np.zeros(n, dtype=np.int64))[r] = p2[m]
+                lengths.setdefault(num, np.zeros(n, dtype=np.int64))[r] = ln[m]
+            else:
+                values.setdefault(num, np.zeros(n, dtype=np.uint64))[r] = val[m]
+        good &= matched
+        ok[rows[~good]] = False
+        rows, nxt = rows[good], (p2 + ln)[good]
+        pos[rows] = nxt
+        rows = rows[nxt < end[rows]]
+    ok[rows] = False  # more fields than the schema has: repeated ones
+    for num in f.strings:
+        if num in seen:
+            ok &= ~seen[num]
+    has_ts = seen.get(f.ts, np.zeros(n, dtype=bool))
+    raw_ts = values.get(f.ts, np.zeros(n, dtype=np.uint64))
+    if f.ts_zigzag:
+        ok &= has_ts  # no timestamp: BadRecord, named by decode_record
+        ts = (raw_ts >> np.uint64(1)).astype(np.int64) ^ -(raw_ts & np.uint64(1)).astype(np.int64)
+    else:
+        big = raw_ts > np.uint64((2**63 - 1) // f.ts_scale)
+        ok &= ~big
+        ts = np.where(big, 0, raw_ts).astype(np.int64) * f.ts_scale
+    cap = np.zeros(n, dtype=np.int64)
+    for num in f.cap:
+        if num in lengths:
+            cap += lengths[num]
+    t_start = starts.get(f.topic, np.zeros(n, dtype=np.int64))
+    t_len = np.where(ok, lengths.get(f.topic, np.zeros(n, dtype=np.int64)), 0)
+    t_offs = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(t_len, out=t_offs[1:])
+    gather = np.repeat(t_start - t_offs[:-1], t_len) + np.arange(int(t_offs[-1]), dtype=np.int64)
+    topic_bin = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(t_offs), pa.py_buffer(data[gather].tobytes())]
+    )
+    topics: pa.Array = topic_bin
+    if f.topic_utf8:
+        try:
+            topics = topic_bin.cast(pa.string())
+        except pa.ArrowInvalid:  # some topic is not UTF-8: those records take the slow path
+            py = topic_bin.to_pylist()
+            for i, t in enumerate(py):
+                try:
+                    t.decode()
+                except UnicodeDecodeError:
+                    ok[i] = False
+                    py[i] = b""
+            topics = pa.array([t.decode() for t in py], type=pa.string())
+    slow = np.flatnonzero(~ok)
+    if not len(slow):
+        return ts, topics, cap, []
+    bads: list[str | None] = [None] * n
+    topic_list = topics.to_pylist()
+    for i in slow.tolist():
+        raw = column[i].as_py()
+        try:
+            msg = layout.decode_record(raw)
+        except BadRecord as e:
+            bads[i] = str(e)
+            ts[i], cap[i], topic_list[i] = 0, 0, None
+            continue
+        ts[i], topic_list[i], cap[i] = msg[0], msg[1], msg[3]
+    if not any(b is not None for b in bads):
+        bads = []
+    return ts, pa.array(topic_list, type=topic_type), cap, bads
+
+
+def _decode_slow(
+    layout: Layout, raws: list[Any], topic_type: pa.DataType
+) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
+    """``decode_waku_batch`` record by record (a column that is not plain binary)."""
+    import pyarrow as pa
+
+    msgs, bads = _decode_all(layout.decode_record, raws)
+    return (
+        np.fromiter((m[0] for m in msgs), dtype=np.int64, count=len(msgs)),
+        pa.array([m[1] for m in msgs], type=topic_type),
+        np.fromiter((m[3] for m in msgs), dtype=np.int64, count=len(msgs)),
+        bads,
     )
 
 
