@@ -1,12 +1,23 @@
 """ICRC-72/77 in the node: the roles on one in-process network, and their routes.
 
 Why in process: the four role cores are sans-I/O, and ``events.InProcessNetwork`` is the
-adapter that runs them together (the same Candid round trip per call as over HTTP). The node
-drives that network from one pump thread; API calls take the same lock, so the cores only ever
-see one caller at a time. The orchestrator's journal and ledger and the publisher's namespaces
-are streams of the node's own log (``StreamsStore`` over ``LocalStreams``), so they show in the
-streams API and survive a restart: ``open_orchestrator`` rebuilds the core from its journal.
-Roles that must run in other processes still use ``loglake events serve``.
+adapter that runs them together (the same Candid round trip per call as over HTTP). One pump
+thread drives that network, a slice at a time (steps until ``SLICE_S`` has passed, often one:
+a step that carries 500 replayed events is tens of ms of Candid), under the lock; between
+slices it lets API calls waiting for the lock in first. API calls never step the network
+themselves: a call that changes a core (subscribe, register a replay, cancel) takes the lock,
+makes its one core call, wakes the pump and returns; what the call set going (a replay's
+thousands of events) runs on the pump, so ``POST /api/events/replays`` returns while the
+replay is pending, and reads answer within one slice while it runs. A publish waits (not under
+the lock) for the pump to have stored its events and the orchestrator to know the new head, so
+its reply has the ids and a replay registered right after it covers them. Why a thread and not
+a task on the node's event loop: the steps are CPU-bound, and on the loop each would stall the
+API and the stream service for its whole length.
+
+The orchestrator's journal and ledger and the publisher's namespaces are streams of the node's
+own log (``StreamsStore`` over ``LocalStreams``), so they show in the streams API and survive a
+restart: ``open_orchestrator`` rebuilds the core from its journal. Roles that must run in other
+processes still use ``loglake events serve``.
 
 Each in-node role has a key in ``<data dir>/events/<role>.key`` (mode 0600, made on first
 start), so principals are stable across restarts. The API acts as the in-node publisher
@@ -22,6 +33,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,8 +47,14 @@ from loglake.node.api.context import Node, NodeContext, PartDisabled, part
 router = APIRouter(tags=["events"])
 
 PUMP_INTERVAL_S = 0.05
-MAX_STEPS_PER_PUMP = 20_000
-"""Steps one pump round runs before letting API calls in."""
+"""How long the idle pump sleeps (an API call that queued work wakes it at once)."""
+SLICE_S = 0.02
+"""A pump slice steps the network until this has passed (a step is not cut: one carrying 500
+replayed events takes tens of ms), then lets waiting API calls in."""
+MAX_YIELD_S = 0.05
+"""How long the pump waits between slices for API calls to take the lock."""
+CALL_TIMEOUT_S = 60.0
+"""How long a publish waits for the pump to store its events."""
 
 
 class UnknownReplay(LoglakeError, KeyError):
@@ -49,6 +67,10 @@ class UnknownReplay(LoglakeError, KeyError):
 
 class EventsCallFailed(LocalProtocolError):
     """The orchestrator answered a call with an ICRC error (its text says which)."""
+
+
+class EventsTimeout(LoglakeError):
+    """The events pump did not do what an API call waits for in time (a fault: it is logged)."""
 
 
 def _identity(folder: Path, role: str) -> Any:
@@ -86,15 +108,25 @@ class EventsHandle:
         from loglake.streams import LocalStreams
 
         self.lock = threading.RLock()
+        """Held while a core runs (a pump slice, an API call's core call or read)."""
+        self._waiting = 0
+        """API calls waiting for ``lock``: the pump lets them in between slices."""
+        self._waiting_lock = threading.Lock()
+        self._kick = threading.Event()
+        """Set when an API call queued work, so the pump does not sleep out its interval."""
+        self._progress = threading.Condition()
+        """Notified after every pump slice (a publish waits on it for its ids)."""
         self.net = InProcessNetwork(time.time_ns)
         folder = ctx.data_dir / "events"
         folder.mkdir(exist_ok=True)
         self.ids = {r: _identity(folder, r) for r in roles}
         p = {r: i.principal for r, i in self.ids.items()}
         self.principals = p
+        self.namespaces = namespaces
         streams = LocalStreams(ctx.log)  # never closed here: the node closes its log
         self.orchestrator: Any = None
         self.publisher: Any = None
+        self.publisher_store: Any = None
         self.subscriber: Any = None
         self.received: Counter[str] = Counter()
         self.inbox_tail: list[dict[str, Any]] = []
@@ -111,8 +143,9 @@ class EventsHandle:
         if "broadcaster" in roles:
             self.net.add(Broadcaster(p["broadcaster"], orch))
         if "publisher" in roles:
+            self.publisher_store = _publisher_store(streams)
             self.publisher = self.net.add(
-                Publisher(p["publisher"], orch, batch_size=500), StreamsStore(streams)
+                Publisher(p["publisher"], orch, batch_size=500), self.publisher_store
             )
             for ns in namespaces:
                 self.publisher.register(ns, [(C_REPLAY, {"Bool": True})])
@@ -124,34 +157,93 @@ class EventsHandle:
     @classmethod
     def start(cls, ctx: NodeContext, section: Any) -> EventsHandle:
         handle = cls(ctx, tuple(section.roles), tuple(section.namespaces))
-        handle.settle()
+        handle._register_namespaces()
         handle._thread.start()
         return handle
 
     def close(self) -> None:
         self._stop.set()
+        self._kick.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
 
     # -- driving the network --------------------------------------------------------------------
-    def settle(self, max_steps: int = MAX_STEPS_PER_PUMP) -> int:
-        """Deliver what is queued (under the lock); the subscriber's inbox is counted."""
+    def _register_namespaces(self) -> None:
+        """At start, before the API serves: step until the configured namespaces are the
+        publisher's (so a publish right after start finds them), or the network is idle. Not
+        "until idle": after a restart the orchestrator resends its open replays, which run on
+        the pump like any other."""
+        pub = self.publisher
+
+        def registered() -> bool:
+            return pub is None or all(ns in pub.registration_results for ns in self.namespaces)
+
         with self.lock:
-            steps = self.net.run(max_steps)
+            while not registered() and self.net.step():
+                pass
             self._drain_inbox()
-            return steps
+
+    def _slice(self) -> bool:
+        """Steps until ``SLICE_S`` has passed or nothing is left (under the lock)."""
+        deadline = time.monotonic() + SLICE_S
+        stepped = False
+        with self.lock:
+            while self.net.step():
+                stepped = True
+                if time.monotonic() >= deadline or self._stop.is_set():
+                    break
+            self._drain_inbox()
+        return stepped
 
     def _pump(self) -> None:
-        while not self._stop.wait(PUMP_INTERVAL_S):
+        while not self._stop.is_set():
             try:
-                while self.settle() and not self._stop.is_set():
-                    pass
+                busy = self._slice()
             except Exception as e:  # a core failing must not end the node; it shows in logs
                 import logging
 
                 from loglake.logs import log_event
 
                 log_event(logging.getLogger(__name__), logging.ERROR, "events pump", error=repr(e))
+                busy = False
+            with self._progress:
+                self._progress.notify_all()
+            if busy:
+                self._yield_to_api()
+            else:
+                self._kick.wait(PUMP_INTERVAL_S)
+                self._kick.clear()
+
+    def _yield_to_api(self) -> None:
+        """Let API calls waiting for the lock take it before the next slice (a lock is not
+        fair: without this the pump would take it back at once, every time)."""
+        deadline = time.monotonic() + MAX_YIELD_S
+        while self._waiting and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    @contextmanager
+    def _cores(self) -> Iterator[None]:
+        """The lock, for an API call: the pump lets it in at its next slice boundary."""
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+        try:
+            yield
+        finally:
+            self.lock.release()
+            self._kick.set()
+
+    def _wait_for(self, pred: Any, what: str) -> Any:
+        """Wait (not holding the lock) until the pump made ``pred()`` truthy."""
+        with self._progress:
+            got = self._progress.wait_for(pred, timeout=CALL_TIMEOUT_S)
+        if not got:
+            raise EventsTimeout(f"{what}: not done by the events pump within {CALL_TIMEOUT_S} s")
+        return got
 
     def _drain_inbox(self) -> None:
         if self.subscriber is None:
@@ -176,12 +268,11 @@ class EventsHandle:
         return core
 
     def _call(self, who: str, method: str, arg: Any) -> Any:
+        """One call to the orchestrator; what it queues runs on the pump."""
         self._need(who)
         orch = self._need("orchestrator")
-        with self.lock:
-            out = self.net.call(self.principals[who], orch.principal, method, arg)
-        self.settle()
-        return out
+        with self._cores():
+            return self.net.call(self.principals[who], orch.principal, method, arg)
 
     @staticmethod
     def _ok(result: Any, what: str) -> int:
@@ -200,23 +291,35 @@ class EventsHandle:
         from loglake.events import C_REPLAY
 
         pub = self._need("publisher")
-        with self.lock:
+        with self._cores():
             pub.register(namespace, [(C_REPLAY, {"Bool": True})])
-        self.settle()
 
     def publish(self, namespace: str, texts: list[str]) -> list[int]:
+        """Queue the append; answer once the pump stored it (its ids) and, with the
+        orchestrator here, once the orchestrator's head covers it."""
         pub = self._need("publisher")
-        with self.lock:
+        store = self.publisher_store
+        assert store is not None  # made with the publisher
+        with self._cores():
             if namespace not in pub.publication_ids:
                 raise LocalProtocolError(
                     f"namespace {namespace!r} is not registered by this node's publisher"
                 )
             action = pub.publish(namespace, [({"Text": t}, None) for t in texts], time.time_ns())
-            self.net.run(MAX_STEPS_PER_PUMP)
-        self.settle()
-        head = self.orchestrator.publications[namespace].head if self.orchestrator else None
-        n = len(action.payloads)
-        return list(range(head - n, head)) if head is not None and head >= n else []
+            store.watch(action)
+        try:
+            ids: list[int] = self._wait_for(lambda: store.appended.get(id(action)), "publish")
+        finally:
+            store.forget(action)
+        orch = self.orchestrator
+        if orch is not None:
+            self._wait_for(
+                lambda: (
+                    (p := orch.publications.get(namespace)) is not None and p.head >= ids[-1] + 1
+                ),
+                "the orchestrator's head after a publish",
+            )
+        return ids
 
     def subscribe(self, namespace: str) -> int:
         from loglake.events import Registration
@@ -225,6 +328,7 @@ class EventsHandle:
         return self._ok(out, "icrc72_register_subscription")
 
     def replay(self, namespace: str, start: int, end: int | None) -> int:
+        """Registers the replay and returns: it runs on the pump (pending, then running)."""
         from loglake.events import ReplayRegistration
 
         reg = ReplayRegistration(namespace, start, end)
@@ -232,26 +336,55 @@ class EventsHandle:
         return self._ok(out, "icrc77_register_replay")
 
     def cancel(self, replay_id: int) -> int:
+        """The orchestrator accepts the cancel; the replay turns ``canceled`` on the pump,
+        once the publisher has stopped and reported how many it sent."""
         orch = self._need("orchestrator")
-        with self.lock:
+        with self._cores():
             rep = orch.replays.get(replay_id)
             if rep is None:
                 raise UnknownReplay(replay_id)
             out = self.net.call(rep.subscriber, orch.principal, "icrc77_cancel_replay", [replay_id])
-        self.settle()
         return self._ok(out, "icrc77_cancel_replay")
 
     def read_orchestrator(self, fn: Any) -> Any:
         """``fn(orchestrator core)``, with no role running meanwhile."""
         orch = self._need("orchestrator")
-        with self.lock:
+        with self._cores():
             return fn(orch)
 
     def replay_rows(self) -> list[dict[str, Any]]:
-        return replay_rows(self)
+        """The orchestrator's replays; with the publisher in this node, ``expected`` and
+        ``sent`` come from what it counts on the namespace's stream (see ``_stream_counts``)."""
+        orch = self._need("orchestrator")
+        with self._cores():
+            return [
+                _replay_row(r, *self._stream_counts(r))
+                for r in sorted(orch.replays.values(), key=lambda r: r.id)
+            ]
+
+    def _stream_counts(self, r: Any) -> tuple[int | None, int | None]:
+        """``(expected, sent)`` of replay ``r`` as the in-node publisher sees them, or Nones.
+
+        The orchestrator's ``expected`` is ``min(end, head) - start`` with the head the
+        publisher reported for its own publishes, so events that reached the namespace's stream
+        another way (pushed over the stream service, an import) count 0 there, though the
+        publisher replays them. The publisher's span is ``[start, end)`` cut at the stream's
+        head when the replay opened (what it will send); before it opens, the stream's bounds
+        say the same. Its ``sent`` is live (the orchestrator's moves every 5,000)."""
+        pub, store = self.publisher, self.publisher_store
+        if pub is None or store is None or r.publisher != pub.principal:
+            return None, None
+        active = pub.replays.get(r.id)
+        if active is not None:
+            return active.end - active.start, active.sent
+        if r.status.final:
+            return None, None  # finished before a restart: the orchestrator's figures
+        first, head = store.bounds(r.namespace)
+        stop = head if r.end is None else min(r.end, head)
+        return max(0, stop - max(r.start, first)), None
 
     def roles_view(self) -> dict[str, Any]:
-        with self.lock:
+        with self._cores():
             return {
                 "roles": {r: p.to_str() for r, p in self.principals.items()},
                 "received": dict(self.received),
@@ -260,6 +393,36 @@ class EventsHandle:
 
     def metric_families(self) -> Iterator[Any]:
         return metric_families(self, self.orchestrator is not None)
+
+
+def _publisher_store(streams: Any) -> Any:
+    """The publisher's store, keeping the ids of the appends an API publish waits for (a
+    class made here: importing ``loglake.events`` takes seconds, and a node without ICRC
+    never pays it)."""
+    from loglake.events import StreamsStore
+
+    class PublisherStore(StreamsStore):
+        def __init__(self, streams: Any) -> None:
+            super().__init__(streams)
+            self._watched: dict[int, Any] = {}
+            self.appended: dict[int, list[int]] = {}
+            """``id(action)`` → the ids its events got (watched actions only)."""
+
+        def watch(self, action: Any) -> None:
+            self._watched[id(action)] = action  # held, so its id is not reused meanwhile
+
+        def forget(self, action: Any) -> None:
+            self._watched.pop(id(action), None)
+            self.appended.pop(id(action), None)
+
+        def perform_many(self, actions: Any) -> list[Any]:
+            out = super().perform_many(actions)
+            for a, result in zip(actions, out, strict=True):
+                if id(a) in self._watched:
+                    self.appended[id(a)] = result
+            return out
+
+    return PublisherStore(streams)
 
 
 def replay_rows(h: Any) -> list[dict[str, Any]]:
@@ -341,10 +504,14 @@ def _replay_families(rows: list[dict[str, Any]]) -> Iterator[Any]:
     yield from (sent, expected, states)
 
 
-def _replay_row(r: Any) -> dict[str, Any]:
-    sent = r.sent
+def _replay_row(r: Any, expected: int | None = None, sent_now: int | None = None) -> dict[str, Any]:
+    """One replay as the API shows it; ``expected`` / ``sent_now``, when the caller knows them
+    better than the orchestrator (the in-node publisher's counts), replace its figures."""
+    sent = max(r.sent, sent_now or 0)
     if r.status.final and isinstance(r.status.value, int):  # completed(n) / canceled(n)
         sent = max(sent, r.status.value)
+    if expected is None:
+        expected = r.expected
     return {
         "id": r.id,
         "namespace": r.namespace,
@@ -355,9 +522,9 @@ def _replay_row(r: Any) -> dict[str, Any]:
         "end": r.end,
         "status": r.status.tag,
         "status_value": None if r.status.value is None else str(r.status.value),
-        "expected": r.expected,
+        "expected": expected,
         "sent": sent,
-        "progress": min(1.0, sent / r.expected) if r.expected else 1.0,
+        "progress": min(1.0, sent / expected) if expected else 1.0,
         "cost": r.cost,
         "created_ns": r.created,
         "cancel_requested": r.cancel_requested,
