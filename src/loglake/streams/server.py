@@ -299,6 +299,8 @@ class StreamServer:
                     arrived.append((item[1], item[2]))
                     continue
                 _, fl, i, value = item
+                if fl.failed:  # answered with errors already
+                    continue
                 if kind == "synced":  # the fsync covering append i finished (or failed)
                     value = Outcome(fl.indexes[i]) if value is None else Outcome(error=value)
                 fl.outcomes[i] = value
@@ -314,7 +316,10 @@ class StreamServer:
                     else None
                 )
                 self._start(_InFlight(arrived, msgs, peers))
-            self._answer_ready()
+            try:
+                self._answer_ready()
+            except Exception:  # e.g. the reader pool shut down by stop(): never end the core
+                logger.exception("stream service: answering a batch failed")
 
     def _start(self, fl: _InFlight) -> None:
         self._fifo.append(fl)
