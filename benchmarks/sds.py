@@ -19,6 +19,7 @@ message then: 1M messages are ~37 GB). Reports generation, then the audit's wall
 messages/s (Spark start excluded), against the 100,000 messages/s target.
 
     .venv/bin/python benchmarks/sds.py --audit [--audit-messages 1000000] [--audit-bloom]
+        [--audit-dir DIR [--audit-reuse]] [--audit-no-report]
 """
 
 from __future__ import annotations
@@ -134,17 +135,20 @@ def run_audit(args: argparse.Namespace) -> int:
 
     work = Path(args.audit_dir or tempfile.mkdtemp(prefix="sds-audit-bench-"))
     data, out = work / "data", work / "out"
-    shutil.rmtree(work, ignore_errors=True)
     n, p = args.audit_messages, args.audit_participants
     print(
         f"sds-audit: {n:,} messages, {p} participants, causal history {args.history}, "
         f"bloom filter {'in every message' if args.audit_bloom else 'none'}"
     )
-    size, gen_s = make_channel(str(data), n, p, args.history, args.audit_bloom)
-    print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
+    if args.audit_reuse and data.is_dir():
+        print(f"  reusing the channel in {data} (generated earlier with these options)")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        size, gen_s = make_channel(str(data), n, p, args.history, args.audit_bloom)
+        print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
     spark = build_session(master="local[*]", app_name="loglake-bench-sds-audit")
     try:
-        for report in (False, True):
+        for report in (False,) if args.audit_no_report else (False, True):
             opts = SdsAuditOptions(
                 str(data), "sds.bench", str(out), report=report, overwrite=True
             ).validate()
@@ -178,6 +182,10 @@ def main() -> int:
     ap.add_argument("--audit-participants", type=int, default=20)
     ap.add_argument("--audit-bloom", action="store_true", help="a bloom filter in every message")
     ap.add_argument("--audit-dir", default=None, help="work folder (default: a temp folder)")
+    ap.add_argument(
+        "--audit-reuse", action="store_true", help="audit the channel already in --audit-dir"
+    )
+    ap.add_argument("--audit-no-report", action="store_true", help="the tables-only run alone")
     args = ap.parse_args()
     if args.audit:
         return run_audit(args)
