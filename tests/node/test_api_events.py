@@ -138,16 +138,18 @@ def test_publish_then_replay_counts_what_the_range_holds(
     bounded = api.post("/events/replays", json={"namespace": SMALL, "start": 3, "end": 8})
     open_ended = api.post("/events/replays", json={"namespace": SMALL, "start": 12})
     past_head = api.post("/events/replays", json={"namespace": SMALL, "start": 14, "end": 100})
-    rows = {}
     for resp, want in ((bounded, 5), (open_ended, 3), (past_head, 1)):
         assert resp.status_code == 201, resp.text
-        rid = resp.json()["id"]
-        rows[rid] = wait_until(
-            lambda rid=rid: (r := _replay(api, rid))["status"] == "completed" and r,
-            what=f"replay {rid} completed",
-        )
-        assert rows[rid]["expected"] == rows[rid]["sent"] == want, rows[rid]
-        assert rows[rid]["progress"] == 1.0
+        rid: int = resp.json()["id"]
+
+        def completed(rid: int = rid) -> dict[str, Any] | None:
+            r = _replay(api, rid)
+            return r if r["status"] == "completed" else None
+
+        row = wait_until(completed, what=f"replay {rid} completed")
+        assert row is not None
+        assert row["expected"] == row["sent"] == want, row
+        assert row["progress"] == 1.0
     # 5 live (10..14) and 3..7 replayed; 12..14 again are duplicates the subscriber drops
     wait_until(
         lambda: api.get("/events").json()["received"].get(SMALL, 0) == 10,
