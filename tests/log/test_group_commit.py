@@ -183,3 +183,29 @@ def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatc
     monkeypatch.undo()
     with open_log(tmp_path) as log:
         assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"x"]
+
+
+def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
+    """A short write of the ``DURABLE`` slot after a group-commit fsync is ``StorageFailed``
+    for the append and every later one (the same path as a failed fsync), and the written
+    records stay readable after a reopen."""
+    log = SegmentLog(tmp_path)
+    log.create_stream("s")
+    log.append_payloads("s", 0, [b"before"])
+    real = fs.pwrite
+
+    def short(fd: int, data, offset: int) -> int:
+        return real(fd, bytes(data)[:10], offset)
+
+    monkeypatch.setattr(fs, "pwrite", short)
+    with pytest.raises(StorageFailed, match="watermark"):
+        log.append_payloads("s", 0, [b"x"])
+    monkeypatch.undo()
+    with pytest.raises(StorageFailed):
+        log.append_payloads("s", 0, [b"y"])
+    outcome: list[BaseException | None] = []
+    with pytest.raises(StorageFailed):
+        log.append_payloads_then("s", 0, [b"z"], outcome.append)
+    log.close()
+    with open_log(tmp_path) as log:
+        assert [d for _, d in log.read_payloads("s", 0, 0, 10)][:1] == [b"before"]

@@ -252,6 +252,21 @@ class Partition:
             )
         return mark.size if mark.base == base else 0
 
+    def _put_mark(self, base: int, size: int, next_index: int) -> None:
+        """Publish the watermark (caller holds ``_sync_lock``). A failed write of it fails
+        the partition like a failed fsync (``StorageFailed``): the slot may be torn (its CRC
+        catches that), and a raw ``OSError`` here would leave appends going on with a group
+        commit that reports the same error to every later write."""
+        assert self._mark is not None
+        try:
+            self._mark.publish(base, size, next_index)
+        except OSError as e:
+            self._failed = self._failed or StorageFailed(
+                f"{self.stream}/{self.partition}: writing the durable watermark failed ({e}); "
+                "appends are refused until the log is reopened"
+            )
+            raise self._failed from e
+
     def _publish_durable(self, sync: bool = False) -> None:
         """Tell recovery and other processes' readers how far the disk is known to hold
         (caller: under the partition lock, right after an fsync of the active segment)."""
@@ -259,7 +274,7 @@ class Partition:
             return
         active = self.segments[-1]
         with self._sync_lock:
-            self._mark.publish(active.base, active.size, active.next_index)
+            self._put_mark(active.base, active.size, active.next_index)
             if sync:
                 self._fsync(self._mark.sync)
                 self._mark_synced_at = time.monotonic()
@@ -405,7 +420,7 @@ class Partition:
             self._fsync(lambda: fs.fdatasync(fd))
             self._durable_next = max(self._durable_next, nxt)
             if self._mark is not None:
-                self._mark.publish(seg.base, size, nxt)  # no-op if a roll published past it
+                self._put_mark(seg.base, size, nxt)  # no-op if a roll published past it
                 if time.monotonic() - self._mark_synced_at >= watermark.SYNC_INTERVAL_S:
                     self._mark_synced_at = time.monotonic()
                     self._fsync(self._mark.sync)
