@@ -193,6 +193,15 @@ def test_truncate_before_keeps_consumer_indexes_and_types_its_errors(log: Log):
         log.truncate_before("s", 1, 1)
 
 
+def test_consumer_indexes_lists_every_saved_index(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    assert log.consumer_indexes() == {}
+    log.save_index("a", "s", 3)
+    log.save_index("a", "s", 5)
+    log.save_index("b", "s", 1, partition=1)
+    assert log.consumer_indexes() == {("a", "s", 0): 5, ("b", "s", 1): 1}
+
+
 def test_append_payloads_stores_data_only_records_like_append_many(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
     assert log.append_payloads("s", 1, [b"a", b"", bytearray(b"c")]) == [0, 1, 2]

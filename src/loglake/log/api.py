@@ -342,6 +342,12 @@ class Log(ABC):
         """Store ``index`` monotonically and durably; return the stored value (the old one,
         unchanged, when ``index`` is lower — nothing is written then)."""
 
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        """Every saved consumer index, ``(client_id, stream, partition) → index`` (what an
+        operator lists to see consumers and their lag). A backend that cannot list its
+        consumers returns none."""
+        return {}
+
     # -- maintenance ----------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:
         """Apply each stream's retention; return how many records were dropped."""

@@ -157,6 +157,13 @@ class ConsumerStore:
             self._load()  # another process writes it
         return self.values.get((client_id, stream, partition))
 
+    def all(self) -> dict[tuple[str, str, int], int]:
+        """Every stored index (re-read first by a reader: another process writes it)."""
+        if self.readonly:
+            self._load()
+        with self._lock:
+            return dict(self.values)
+
     def save(self, client_id: str, stream: str, partition: int, index: int) -> int:
         """Store ``index`` durably; return the stored value (the old one, unchanged and with
         nothing written, when ``index`` is lower). Arguments in ``Key`` order, as on disk;

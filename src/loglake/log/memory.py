@@ -105,6 +105,10 @@ class MemoryLog(Log):
             self._partition(stream, partition)
             return self._consumers.get((client_id, stream, partition))
 
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        with self._lock:
+            return dict(self._consumers)
+
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         with self._lock:
             self._partition(stream, partition)

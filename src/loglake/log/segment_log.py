@@ -333,6 +333,9 @@ class SegmentLog(Log):
             self._partition(stream, partition)
         return self._consumers.get(client_id, stream, partition)
 
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        return self._consumers.all()
+
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")

@@ -259,6 +259,9 @@ class InstrumentedLog(Log):
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self.inner.save_index(client_id, stream, index, partition)
 
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        return self.inner.consumer_indexes()
+
     def enforce_retention(self, now_ns: int | None = None) -> int:
         return self.inner.enforce_retention(now_ns)
 
@@ -276,27 +279,6 @@ def unwrap(log: Log) -> Log:
     while isinstance(log, InstrumentedLog):
         log = log.inner
     return log
-
-
-def consumer_indexes(log: Log) -> dict[tuple[str, str, int], int]:
-    """Every saved consumer index, ``(client, stream, partition) → index``.
-
-    ``Log`` has no call that lists consumers (only get/save by key), so this reads the
-    engine's own store: ``consumers.log`` of a ``SegmentLog`` read-only (as ``loglake log``
-    readers do), a ``MemoryLog``'s table; other backends list none."""
-    from loglake.log import MemoryLog, SegmentLog
-    from loglake.log.consumer_store import ConsumerStore
-
-    log = unwrap(log)
-    if isinstance(log, SegmentLog):
-        store = ConsumerStore(log.data_dir, readonly=True)
-        try:
-            return dict(store.values)
-        finally:
-            store.close()
-    if isinstance(log, MemoryLog):
-        return dict(log._consumers)
-    return {}
 
 
 class NodeCollector(Collector):

@@ -275,11 +275,9 @@ def read_range(
 
 def consumer_rows(node: NodeContext, stream: str | None = None) -> list[ConsumerOut]:
     """Every saved consumer index (of ``stream``), with its lag behind the partition's end."""
-    from loglake.node.metrics import consumer_indexes
-
     infos: dict[str, StreamInfo] = {}
     out = []
-    for (client, name, partition), index in sorted(consumer_indexes(node.log).items()):
+    for (client, name, partition), index in sorted(node.log.consumer_indexes().items()):
         if stream is not None and name != stream:
             continue
         if name not in infos:
