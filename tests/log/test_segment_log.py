@@ -909,3 +909,11 @@ def test_a_damaged_lake_file_is_corrupt_segment_naming_it(tmp_path):
             segs[2] + 1,
             segs[2] + 2,
         ]
+
+
+def test_fsync_count_counts_the_fsyncs_of_always_appends_too(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("a", StreamConfig(durability="always"))
+        for i in range(3):
+            log.append("a", 0, b"%d" % i)
+        assert log.fsync_count("a") == 3

@@ -93,6 +93,7 @@ class Partition:
         self.sealer = sealer
         self._lock = threading.RLock()
         self._gc = GroupCommit()
+        self._always_fsyncs = 0
         self._seq = 0
         self._failed: StorageFailed | None = None
         self._sync_lock = threading.RLock()
@@ -324,7 +325,9 @@ class Partition:
 
     @property
     def fsyncs(self) -> int:
-        return self._gc.fsyncs
+        """Data fsyncs that made appends durable: the group commit's (``batch``) and one per
+        ``always`` append (folder and watermark fsyncs are not counted)."""
+        return self._gc.fsyncs + self._always_fsyncs
 
     # -- writing ----------------------------------------------------------------------------
     def append_many(self, entries: Sequence[Entry], durability: Durability) -> list[int]:
@@ -370,6 +373,7 @@ class Partition:
             if durability == "always":
                 with self._sync_lock:
                     self._fsync(active.sync)
+                    self._always_fsyncs += 1
                     self._durable_next = active.next_index
                     self._publish_durable()
                 self._gc.mark_synced(seq)

@@ -421,7 +421,8 @@ class SegmentLog(Log):
         self._sealer.drain()
 
     def fsync_count(self, stream: str, partition: int = 0) -> int:
-        """How many group-commit fsyncs a partition ran (benchmarks and tests)."""
+        """How many data fsyncs made a partition's appends durable: group commits (``batch``)
+        and one per ``always`` append (metrics, benchmarks and tests)."""
         return self._partition(stream, partition).fsyncs
 
     def _check_open(self) -> None:
