@@ -18,6 +18,9 @@ have written, as Linux does). A failure prints the seed and the line that replay
     .venv/bin/python benchmarks/crash.py --mode sigkill [--runs 100] [--seed N] [--threads 3]
     .venv/bin/python benchmarks/crash.py --sim [--seeds 5000] [--seed N] [--time-limit 120]
     .venv/bin/python benchmarks/crash.py --sim --seed 1234 --seeds 1        # replay one seed
+    .venv/bin/python benchmarks/crash.py --mode parts [--runs 100]  # SIGKILL every other durable
+        # part (consumer indexes, ICRC journal and ledger, Cardinal checkpoints, SDS channels,
+        # archive build and prune): benchmarks/crash_parts.py, which also injects faults
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ def sim_mode(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("both", "sigkill", "sim"), default="both")
+    ap.add_argument("--mode", choices=("both", "sigkill", "sim", "parts"), default="both")
     ap.add_argument("--sim", action="store_true", help="same as --mode sim")
     ap.add_argument("--seed", type=int, default=None, help="SIGKILL seed / first sim seed")
     ap.add_argument("--runs", type=int, default=100, help="SIGKILL: writer lives")
@@ -173,6 +176,12 @@ def main() -> int:
     )
     args = ap.parse_args()
     mode = "sim" if args.sim else args.mode
+    if mode == "parts":  # every other durable part: benchmarks/crash_parts.py (issue 15 §3)
+        import crash_parts
+
+        logging.getLogger("loglake").setLevel(logging.CRITICAL)  # recoveries warn, as expected
+        seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+        return crash_parts.sigkill(sorted(crash_parts.PARTS), args.runs, seed)
     rc = 0
     if mode in ("both", "sigkill"):
         rc |= sigkill_mode(args)
