@@ -9,8 +9,8 @@ clients — community WakuMessages (archives' layout), a Cardinal chain with a r
 API: ICRC-72 events published and replayed, an SDS exchange with a lost message repaired, a
 weekly archive built, seeded and fetched by the member. The console is opened with the token in
 the URL fragment; each test clicks through a page, asserts what is shown, and saves screenshots
-in its ``tmp_path``. The ICRC roles run with ``transport = "http"`` because only there does a
-replay run apart from the API call that registers it, so it can be seen running and cancelled.
+in its ``tmp_path``. The ICRC roles run in process (the default transport): a replay runs
+apart from the API call that registers it, so it can be seen running and cancelled.
 """
 
 from __future__ import annotations
@@ -80,8 +80,7 @@ port = {http}
 port = {streams}
 [events]
 enabled = true
-transport = "http"
-http_port = 0
+transport = "inprocess"
 namespaces = ["{namespace}"]
 [archives]
 enabled = true
