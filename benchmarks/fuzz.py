@@ -8,7 +8,7 @@ past 10 s or memory past 2 GB still stops the harness and is counted as a findin
 ≥ 1,000,000 inputs per decoder.
 
     .venv/bin/python benchmarks/fuzz.py [--inputs 1000000] [--harness NAME ...] [--jobs 1]
-        [--nice 10] [--out benchmarks/out/fuzz]
+        [--max-seconds 0] [--nice 10] [--out benchmarks/out/fuzz]
 
 Inputs/s is inputs over the harness's wall time, start-up (imports, instrumentation) included,
 on whatever else the machine was doing; ``--jobs`` runs that many harnesses at once. A summary
@@ -35,6 +35,13 @@ def main() -> None:
         "--harness", action="append", choices=runner.HARNESSES, help="(repeatable) default: all"
     )
     ap.add_argument("--jobs", type=int, default=1, help="harnesses run at once")
+    ap.add_argument(
+        "--max-seconds",
+        type=int,
+        default=0,
+        help="stop a harness after this many seconds of fuzzing even if short of --inputs "
+        "(0: no limit); the report says how many inputs it ran",
+    )
     ap.add_argument("--nice", type=int, default=10, help="niceness of the fuzzing processes")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/fuzz"))
     args = ap.parse_args()
@@ -42,7 +49,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     def one(name: str) -> runner.Result:
-        r = runner.run(name, args.inputs, args.out / name, collect=True, nice=args.nice)
+        r = runner.run(
+            name,
+            args.inputs,
+            args.out / name,
+            collect=True,
+            nice=args.nice,
+            max_total_time=args.max_seconds,
+        )
         status = "done" if r.completed else f"STOPPED (exit {r.returncode})"
         print(
             f"{name:20} {r.runs:>10,} inputs {r.seconds:8.1f} s {r.inputs_per_s:8,.0f} inputs/s "
