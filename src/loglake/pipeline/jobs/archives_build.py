@@ -511,10 +511,7 @@ def _waku_fields(layout_name: str) -> _WakuFields:
     )
 
 
-_TEN = np.arange(10, dtype=np.int64)
-_SHIFTS = (7 * _TEN).astype(np.uint64)
-_LOW_BITS = np.array([(1 << (7 * k)) - 1 for k in range(10)] + [2**64 - 1], dtype=np.uint64)
-"""``_LOW_BITS[k]``: the bits a varint of ``k`` bytes holds."""
+_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 
 
 def _read_varints(
@@ -523,18 +520,21 @@ def _read_varints(
     """The unsigned LEB128 varint at ``pos`` of each row (bounded by ``end``), all rows at
     once: (value, position after it, ok). Not ok: truncated, or longer than protobuf's 10
     bytes / above 64 bits (such rows take the slow path)."""
-    if not len(pos):
-        return np.zeros(0, np.uint64), pos.copy(), np.zeros(0, bool)
-    # the 10 bytes a varint may span, one row per record (clipped at the buffer's end; bytes
-    # past a record's end are refused below)
-    at = np.minimum(pos[:, None] + _TEN, len(data) - 1)
-    win = data[at].astype(np.uint64)
-    last = (win & np.uint64(0x80)) == 0
-    size = last.argmax(axis=1) + 1
-    ok = last.any(axis=1) & (pos + size <= end) & ~((size == 10) & (win[:, 9] > 1))
-    win &= np.uint64(0x7F)
-    win <<= _SHIFTS
-    value = np.bitwise_or.reduce(win, axis=1) & _LOW_BITS[size]  # bytes past its end cleared
+    n = len(pos)
+    value = np.zeros(n, dtype=np.uint64)
+    size = np.zeros(n, dtype=np.int64)
+    going = np.ones(n, dtype=bool)
+    top = len(data) - 1
+    b = np.zeros(n, dtype=np.uint8)
+    for k in range(10):  # byte k of every varint at once; most stop after one or two
+        if top < 0 or not going.any():
+            break
+        b = data[np.minimum(pos + k, top)]
+        value |= ((b & 0x7F).astype(np.uint64) << _SHIFTS[k]) * going
+        size += going
+        going &= b >= 0x80
+    # refused: still going after 10 bytes, past the record's end, or above 64 bits
+    ok = ~going & (pos + size <= end) & ~((size == 10) & (b > 1))
     return value, pos + size, ok
 
 
