@@ -26,10 +26,7 @@ MAX_SECONDS = 15
 
 pytestmark = pytest.mark.slow
 
-KNOWN_FAILING = {
-    "icrc_ledger": "Ledger.restore (events/ledger.py, not this suite's) raises untyped errors "
-    "on a bad block; inputs in tests/fuzz/crashes/icrc_ledger",
-}
+KNOWN_FAILING: dict[str, str] = {}
 """Harnesses that find a failure in code another part owns: strict xfail until it is fixed."""
 
 

@@ -18,20 +18,8 @@ from tests.fuzz import _harness, runner
 
 CRASHES = Path(__file__).resolve().parent / "crashes"
 
-LEDGER = (
-    "Ledger.restore (events/ledger.py, not fixable here) lets cbor2's error, KeyError and "
-    "TypeError through for a bad block; fix: wrap each block's decode and _apply and raise a "
-    "DecodeError naming the block (as journal.decode_records and Orchestrator.restore do)"
-)
-KNOWN: dict[str, str] = {
-    "icrc_ledger/not-cbor.bin": LEDGER,
-    "icrc_ledger/no-op.bin": LEDGER,
-    "icrc_ledger/not-a-map.bin": LEDGER,
-    "cardinal_checkpoint/json-nesting-1500.bin": (
-        "Checkpoint.from_bytes (cardinal/ordering.py, not fixable here) lets json.loads's "
-        "RecursionError through; fix: add RecursionError to its except tuple"
-    ),
-}
+KNOWN: dict[str, str] = {}
+"""Stored inputs whose decoder is not fixed yet (strict xfail naming the fix); empty."""
 
 
 def _load(name: str):

@@ -124,8 +124,15 @@ class Checkpoint:
                 (_nat(n), _hash(h), bool(done)) for n, h, done in d.get("reorgs", [])
             )
             reverted = tuple(_hash(h) for h in d.get("reverted", []))
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
-            raise CheckpointError(f"bad Cardinal checkpoint: {e}") from None
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            OverflowError,
+            RecursionError,
+        ) as e:
+            raise CheckpointError(f"bad Cardinal checkpoint: {type(e).__name__}: {e}") from None
         return cls(chain, offsets, reorgs, reverted)
 
     @classmethod

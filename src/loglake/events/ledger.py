@@ -27,7 +27,7 @@ from typing import Any
 import cbor2
 from icp_principal import Principal
 
-from loglake.errors import LocalProtocolError
+from loglake.errors import DecodeError, LocalProtocolError
 from loglake.events.actions import Action, JournalWrite
 
 Account = tuple[bytes, bytes]
@@ -51,6 +51,11 @@ class LedgerError(LocalProtocolError):
         self.kind = kind
 
 
+class LedgerBlockError(DecodeError):
+    """A stored ledger block (a record of ``loglake.ledger.<name>``) that is not one the
+    ledger wrote: it does not decode as a CBOR operation, or does not apply."""
+
+
 def ledger_stream(name: str = "main") -> str:
     return f"loglake.ledger.{name}"
 
@@ -69,9 +74,27 @@ class Ledger:
         self.blocks = 0
 
     def restore(self, records: Iterable[bytes]) -> None:
-        """Apply the stream's records (block 0 first) to a new ledger."""
+        """Apply the stream's records (block 0 first) to a new ledger. A block that does not
+        decode or apply raises ``LedgerBlockError`` naming it (the ledger is then unusable, as
+        the stream it came from is damaged), like the journal's ``JournalError``."""
         for data in records:
-            self._apply(cbor2.loads(data))
+            try:
+                op = cbor2.loads(data)
+                if not isinstance(op, dict):
+                    raise TypeError(f"a block is a CBOR map, not {type(op).__name__}")
+                self._apply(op)
+            except (
+                cbor2.CBORError,
+                EOFError,
+                ValueError,
+                KeyError,
+                TypeError,
+                AttributeError,
+                RecursionError,
+            ) as e:
+                raise LedgerBlockError(
+                    f"ledger block {self.blocks}: {type(e).__name__}: {e}"
+                ) from None
             self.blocks += 1
 
     # -- queries ---------------------------------------------------------------------------
@@ -159,3 +182,5 @@ class Ledger:
             if "spender" in op:
                 key = (frm, tuple(op["spender"]))
                 self.allowances[key] -= op["amt"] + op["fee"]
+        else:
+            raise ValueError(f"unknown ledger operation {kind!r}")
