@@ -20,6 +20,12 @@
     .venv/bin/python benchmarks/archives.py --job [--messages 10000000] [--weeks 52]
         [--communities 100 --per-community 100000] [--no-many] [--no-catchup]
 
+4. ``--decode``: the job's record decoder (``decode_waku_batch``, numpy over an Arrow column)
+   vs ``layout.decode_record`` over ``to_pylist()``, on batches of ``--batch`` (Spark's 10,000)
+   records of ``--payload`` bytes, best of 7, both layouts; results compared.
+
+    .venv/bin/python benchmarks/archives.py --decode [--batch 10000]
+
 Bounded: every client gets a time limit; temporary files are removed at the end.
 """
 
@@ -230,8 +236,13 @@ def main() -> None:
     ap.add_argument("--no-many", action="store_true", help="--job: skip the many-communities run")
     ap.add_argument("--no-catchup", action="store_true", help="--job: skip the catch-up run")
     ap.add_argument("--tmp", default=None, help="--job: folder for the streams and outputs")
+    ap.add_argument("--decode", action="store_true", help="the job's decoder vs decode_record")
+    ap.add_argument("--batch", type=int, default=10_000, help="--decode: records per batch")
     args = ap.parse_args()
     layout = get_layout(args.layout)
+    if args.decode:
+        bench_decode(args.batch, args.payload)
+        return
     if args.job:
         main_job(args, layout)
         return
@@ -275,6 +286,32 @@ def main() -> None:
     for name, rate, note in rows:
         ft.add_row(name, "-" if rate is None else f"{rate:.0f}", note)
     console.print(ft)
+
+
+def bench_decode(n: int, size: int) -> None:
+    """``decode_waku_batch`` vs ``decode_record`` over ``to_pylist()`` (what the job did
+    before), on one Arrow batch of ``n`` records, best of 7 each; the results must agree."""
+    import pyarrow as pa
+
+    from loglake.pipeline.jobs.archives_build import _decode_all, decode_waku_batch
+
+    t = Table(title=f"record decoding, {n:,} records × {size} B per batch (best of 7)")
+    for c in ("layout", "decode_record, ms", "decode_waku_batch, ms", "speed-up"):
+        t.add_column(c, justify="left" if c == "layout" else "right")
+    for name in ("spec", "status-go"):
+        layout = get_layout(name)
+        col = pa.array([m[2] for m in make_messages(layout, n, size)], type=pa.binary())
+        slow = best_of(lambda: _decode_all(layout.decode_record, col.to_pylist()), 7)  # noqa: B023
+        fast = best_of(lambda: decode_waku_batch(name, col), 7)  # noqa: B023
+        ts, topics, cap, bads = decode_waku_batch(name, col)
+        msgs, _ = _decode_all(layout.decode_record, col.to_pylist())
+        same = not bads and [
+            (int(a), b, int(c)) for a, b, c in zip(ts, topics.to_pylist(), cap, strict=True)
+        ] == [(m[0], m[1], m[3]) for m in msgs]
+        if not same:
+            raise SystemExit(f"{name}: decode_waku_batch differs from decode_record")
+        t.add_row(name, f"{slow * 1e3:.1f}", f"{fast * 1e3:.1f}", f"{slow / fast:.1f}×")
+    console.print(t)
 
 
 # -- --job: loglake job archives-build vs ControlNode (issue 11) ---------------------------------
