@@ -5,7 +5,8 @@ Why: the control node builds archives in one Python process, through its SQLite 
 work: records come through ``loglake.pipeline.read`` (sealed history by Spark's native Parquet
 reader, the live tail through the ``loglake`` source). Two passes in executors:
 
-- scan: each record decoded by the layout's own ``decode_record``; out come only, per community
+- scan: each record decoded (``decode_waku_batch``: numpy over the Arrow buffers, with the
+  layout's own ``decode_record`` for any record it cannot vouch for); out come only, per community
   and hour of message time, the index range and oldest time of its messages, and the bad
   records (so a bad record fails the job before any build work, and windows are planned from
   the oldest message without keeping decoded records around);
@@ -335,7 +336,7 @@ def _summary_batches(
 def _decode_batches(
     layout_name: str,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow, the build pass: every record through ``layout.decode_record``: its
+    """mapInArrow, the build pass: every record through ``decode_waku_batch``: its
     time, topic and size for the cap, the record itself passed through untouched (Arrow, no
     copy); bad records are dropped (the summary pass reported them). Windows are assigned in
     the JVM afterwards (``_windowed``)."""
