@@ -10,10 +10,8 @@ disk is made with a small tmpfs (root only; skipped with the reason otherwise).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
-import os
 import shutil
 import subprocess
 from collections import Counter
@@ -22,6 +20,7 @@ import pytest
 
 from tests.faults.inject import run
 from tests.faults.parts import PARTS
+from tests.tmpfs import small_tmpfs
 
 SEEDS = (1, 2, 3)
 
@@ -80,20 +79,6 @@ def test_the_checks_see_a_loss_when_fsync_does_nothing(tmp_path, name):
 
 
 # -- SQLite on a real full disk ---------------------------------------------------------------
-@contextlib.contextmanager
-def _tmpfs(path, size: str):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    path.mkdir()
-    got = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-    )
-    if got.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {got.stderr.decode().strip()}")
-    try:
-        yield
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_archive_store_on_a_full_disk_refuses_then_resumes_exactly_once(tmp_path):
@@ -111,7 +96,7 @@ def test_archive_store_on_a_full_disk_refuses_then_resumes_exactly_once(tmp_path
 
     layout = get_layout("spec")
     small = tmp_path / "small"
-    with _tmpfs(small, "512k"), open_log(tmp_path / "data") as log:
+    with small_tmpfs(small, "512k"), open_log(tmp_path / "data") as log:
         fill_weeks(log, "community", layout, range(4), 500, size=400)
         store = MessageStore(small / "store.sqlite")
         node = ControlNode(

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright import sync_api as playwright_sync
 
 from loglake.archives.layout import LAYOUTS
 from loglake.cardinal.cli import produce_chain
@@ -56,7 +57,6 @@ pytestmark = [
     pytest.mark.peer("chromium", shutil.which(CHROMIUM) is not None, "apt-get install chromium"),
 ]
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
 

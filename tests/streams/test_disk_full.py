@@ -9,10 +9,7 @@ what a full disk raises; the whole path on a real, small tmpfs when the test run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
-import os
-import shutil
 import subprocess
 
 import pytest
@@ -43,6 +40,7 @@ from loglake.streams.service import (
     worker_address,
 )
 from loglake.wire.ockam import Address, RoutingMessage, route
+from tests.tmpfs import small_tmpfs
 
 
 def _enospc() -> OSError:
@@ -142,24 +140,8 @@ def test_the_client_raises_disk_full_for_it():
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs (root only); yields its folder, unmounts afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (id -u is not 0)")
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command")
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "4m") as where:
         yield where
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            subprocess.run(["umount", "-l", str(where)], check=True, capture_output=True)
 
 
 def _grow(where) -> None:
