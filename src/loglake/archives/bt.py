@@ -25,7 +25,7 @@ from pathlib import Path
 
 import libtorrent as lt
 
-from loglake.archives.errors import ArchiveConfigError, TorrentTimeout
+from loglake.archives.errors import ArchiveConfigError, CorruptTorrent, TorrentTimeout
 
 METADATA_TIMEOUT_S = 20.0
 """status-go manager_archive.go ``DownloadHistoryArchivesByMagnetlink``: ``time.After(20 *
@@ -63,6 +63,18 @@ def listen_port(s: lt.session, timeout: float = 5.0) -> int:
     raise ArchiveConfigError("libtorrent did not start listening")
 
 
+def load_torrent(metainfo: bytes, source: str = "metainfo") -> lt.torrent_info:
+    """Parse torrent metainfo read from ``source`` (a file loglake may not have written).
+
+    libtorrent reports bad bencoding or a bad info dict as a bare ``RuntimeError``; turning it
+    into ``CorruptTorrent`` lets the CLI print one readable line instead of a traceback.
+    """
+    try:
+        return lt.torrent_info(metainfo)
+    except RuntimeError as e:
+        raise CorruptTorrent(f"{source} is not a valid torrent: {e}") from e
+
+
 class Seeder:
     """Seeds one community torrent at a time (spec "Seeding message history archives": only the
     newest torrent is seeded; status-go ``SeedHistoryArchiveTorrent`` unseeds the previous)."""
@@ -76,10 +88,19 @@ class Seeder:
     def peer(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def seed(self, metainfo: bytes, save_path: str | Path, timeout: float = 60.0) -> None:
+    def seed(
+        self,
+        metainfo: bytes,
+        save_path: str | Path,
+        timeout: float = 60.0,
+        source: str = "metainfo",
+    ) -> None:
+        """Seed ``metainfo`` (read from ``source``, named in a ``CorruptTorrent``) from
+        ``save_path``."""
+        ti = load_torrent(metainfo, source)
         self.unseed()
         atp = lt.add_torrent_params()
-        atp.ti = lt.torrent_info(metainfo)
+        atp.ti = ti
         atp.save_path = str(save_path)
         self.handle = self.session.add_torrent(atp)
         deadline = time.monotonic() + timeout

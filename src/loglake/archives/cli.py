@@ -149,23 +149,20 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
 @click.option("--connect", "connects", multiple=True, help="host:port of a peer to dial.")
 def seed(root, key_file, port, duration, connects) -> None:
     """Seed the newest archive torrent on loopback and print its magnet link."""
-    from loglake.archives.bt import Seeder
+    from loglake.archives.bt import Seeder, load_torrent
     from loglake.archives.signing import community_id
+    from loglake.archives.torrent import magnet_link
 
     cid = community_id(_key(key_file))
     tfile = Path(root) / f"{cid}.torrent"
     if not tfile.exists():
         raise ArchiveConfigError(f"no torrent at {tfile}: run `loglake archives build` first")
-    import libtorrent as lt
-
-    from loglake.archives.torrent import magnet_link
-
     meta = tfile.read_bytes()
-    info = lt.torrent_info(meta)
+    info = load_torrent(meta, str(tfile))
     announce = tuple(t.url for t in info.trackers())
     seeder = Seeder(port)
     try:
-        seeder.seed(meta, root)
+        seeder.seed(meta, root, source=str(tfile))
         click.echo(magnet_link(str(info.info_hashes().v1), cid, announce, (seeder.peer,)), nl=True)
         for c in connects:
             host, _, p = c.rpartition(":")

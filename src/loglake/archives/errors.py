@@ -40,6 +40,11 @@ class WrongSigner(BadMagnetMessage):
     histories": messages not signed by the control node MUST be ignored)."""
 
 
+class CorruptTorrent(ArchiveError, DecodeError):
+    """A ``.torrent`` file (metainfo) libtorrent refuses to load; names the file and libtorrent's
+    reason, which libtorrent itself raises as a bare ``RuntimeError``."""
+
+
 class TorrentTimeout(ArchiveError, RemoteProtocolError):
     """No peer gave the torrent's metadata or pieces in time."""
 

@@ -1,0 +1,49 @@
+"""A corrupt ``.torrent`` is a typed error naming the file, never libtorrent's bare
+``RuntimeError``: from ``Seeder.seed`` and as a one-line error from ``loglake archives seed``."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from loglake.archives.bt import Seeder, load_torrent
+from loglake.archives.cli import command
+from loglake.archives.errors import ArchiveError, CorruptTorrent
+from loglake.errors import DecodeError
+
+CORRUPT = [b"", b"not bencode at all", b"d4:infod6:lengthi-1eee", b"d8:announce3:abce"]
+
+
+@pytest.mark.parametrize("meta", CORRUPT)
+def test_load_torrent_names_the_source(meta):
+    with pytest.raises(CorruptTorrent) as ei:
+        load_torrent(meta, "x.torrent")
+    assert isinstance(ei.value, ArchiveError) and isinstance(ei.value, DecodeError)
+    assert str(ei.value).startswith("x.torrent is not a valid torrent: ")
+
+
+def test_seeder_seed_corrupt_torrent_is_typed(tmp_path):
+    tfile = tmp_path / "c.torrent"
+    tfile.write_bytes(b"d4:infoi3ee")
+    seeder = Seeder()
+    try:
+        with pytest.raises(CorruptTorrent, match=r"c\.torrent"):
+            seeder.seed(tfile.read_bytes(), tmp_path, source=str(tfile))
+        assert seeder.handle is None
+    finally:
+        seeder.close()
+
+
+def test_cli_seed_corrupt_torrent_is_a_readable_error(tmp_path):
+    runner = CliRunner()
+    key = tmp_path / "key"
+    r = runner.invoke(command, ["keygen", "--out", str(key)])
+    assert r.exit_code == 0, r.output
+    cid = r.output.strip()
+    root = tmp_path / "archives"
+    root.mkdir()
+    (root / f"{cid}.torrent").write_bytes(b"garbage, not a torrent")
+    r = runner.invoke(command, ["seed", "--root", str(root), "--key-file", str(key)])
+    assert r.exit_code == 1
+    assert "Error: " in r.output and f"{cid}.torrent is not a valid torrent" in r.output
+    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
