@@ -5,14 +5,18 @@ one directory file, as ``loglake events serve`` processes do."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from loglake.events import Identity
+from loglake.events.publisher import stored_event
 from loglake.node.config import ConfigError, load_config
 from loglake.node.runner import BackgroundNode
+from loglake.streams.client import StreamClient
+from loglake.wire import icrc16
 from tests.procs import free_port
 from tests.waiting import wait_until
 
@@ -108,6 +112,44 @@ def test_roles_split_over_two_nodes_publish_deliver_and_replay(tmp_path: Path) -
         assert r.status_code == 404 and r.json()["error"] == "PartDisabled"
         r = cb.post(f"/api/events/replays/{rid}/cancel")
         assert r.status_code == 400 and "CannotCancel" in r.json()["message"]
+
+
+@pytest.mark.slow
+def test_replay_of_events_pushed_past_the_publisher_expects_the_range(tmp_path: Path) -> None:
+    """Events pushed to the namespace's stream over the stream service (an import), stored as
+    the Publisher stores them: the orchestrator's head stays 0, so its ``expected`` is 0; the
+    row shows the publisher's count, what it replays."""
+    ns, pushed = "bulk.ns", 20_000
+    data = _events(
+        tmp_path,
+        roles=["orchestrator", "broadcaster", "publisher", "subscriber"],
+        namespaces=[ns],
+    )
+    data["streams"] = {"enabled": True, "port": 0}
+    cfg = load_config(data=data, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as n, _client(n) as c:
+        wait_until(lambda: [x["namespace"] for x in c.get("/api/events/namespaces").json()] == [ns])
+        address = n.context.stream_address
+        assert address is not None
+        event = stored_event(icrc16.text("imported"), None, time.time_ns())
+        with StreamClient(address[0], address[1]) as client:
+            client.create_stream(ns)
+            for _ in range(0, pushed, 5000):
+                client.push_many(ns, [event] * 5000)
+        assert c.post("/api/events/subscriptions", json={"namespace": ns}).status_code == 201
+        posted = c.post("/api/events/replays", json={"namespace": ns, "start": 0, "end": pushed})
+        assert posted.status_code == 201, posted.text
+        rid = posted.json()["id"]
+        first = c.get(f"/api/events/replays/{rid}").json()
+        assert first["status"] in ("pending", "running"), first
+        assert first["expected"] == pushed, first  # counted on the stream, not the head (0)
+        running = wait_until(
+            lambda: (r := c.get(f"/api/events/replays/{rid}").json())["sent"] > 0 and r,
+            what="the replay sending",
+        )
+        if running["status"] != "completed":
+            assert running["expected"] == pushed and running["sent"] <= pushed, running
+        c.post(f"/api/events/replays/{rid}/cancel")  # no need to run it through
 
 
 def test_http_transport_config_names_what_is_missing(tmp_path: Path) -> None:

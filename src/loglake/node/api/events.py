@@ -363,25 +363,9 @@ class EventsHandle:
             ]
 
     def _stream_counts(self, r: Any) -> tuple[int | None, int | None]:
-        """``(expected, sent)`` of replay ``r`` as the in-node publisher sees them, or Nones.
-
-        The orchestrator's ``expected`` is ``min(end, head) - start`` with the head the
-        publisher reported for its own publishes, so events that reached the namespace's stream
-        another way (pushed over the stream service, an import) count 0 there, though the
-        publisher replays them. The publisher's span is ``[start, end)`` cut at the stream's
-        head when the replay opened (what it will send); before it opens, the stream's bounds
-        say the same. Its ``sent`` is live (the orchestrator's moves every 5,000)."""
-        pub, store = self.publisher, self.publisher_store
-        if pub is None or store is None or r.publisher != pub.principal:
-            return None, None
-        active = pub.replays.get(r.id)
-        if active is not None:
-            return active.end - active.start, active.sent
-        if r.status.final:
-            return None, None  # finished before a restart: the orchestrator's figures
-        first, head = store.bounds(r.namespace)
-        stop = head if r.end is None else min(r.end, head)
-        return max(0, stop - max(r.start, first)), None
+        """``(expected, sent)`` of replay ``r`` as the in-node publisher sees them, or Nones
+        (see ``publisher_counts``)."""
+        return publisher_counts(r, self.publisher, self.publisher_store)
 
     def roles_view(self) -> dict[str, Any]:
         with self._cores():
@@ -393,6 +377,29 @@ class EventsHandle:
 
     def metric_families(self) -> Iterator[Any]:
         return metric_families(self, self.orchestrator is not None)
+
+
+def publisher_counts(r: Any, pub: Any, store: Any) -> tuple[int | None, int | None]:
+    """``(expected, sent)`` of replay ``r`` as the node's publisher ``pub`` sees them (its
+    stream read through ``store``), or Nones when ``pub`` is absent or not ``r``'s publisher.
+
+    The orchestrator's ``expected`` is ``min(end, head) - start`` with the head the
+    publisher reported for its own publishes, so events that reached the namespace's stream
+    another way (pushed over the stream service, an import) count 0 there, though the
+    publisher replays them. The publisher's span is ``[start, end)`` cut at the stream's
+    head when the replay opened (what it will send); before it opens, the stream's bounds
+    say the same. Its ``sent`` is live (the orchestrator's moves every 5,000). Call it where
+    ``pub`` runs (its thread or loop), so its ``replays`` are not read half-updated."""
+    if pub is None or store is None or r.publisher != pub.principal:
+        return None, None
+    active = pub.replays.get(r.id)
+    if active is not None:
+        return active.end - active.start, active.sent
+    if r.status.final:
+        return None, None  # finished (or before a restart): the orchestrator's figures
+    first, head = store.bounds(r.namespace)
+    stop = head if r.end is None else min(r.end, head)
+    return max(0, stop - max(r.start, first)), None
 
 
 def _publisher_store(streams: Any) -> Any:
@@ -425,10 +432,16 @@ def _publisher_store(streams: Any) -> Any:
     return PublisherStore(streams)
 
 
-def replay_rows(h: Any) -> list[dict[str, Any]]:
+def replay_rows(h: Any, pub: Any = None, store: Any = None) -> list[dict[str, Any]]:
+    """The orchestrator's replays, read by ``h.read_orchestrator`` (where the cores run); with
+    the node's publisher ``pub`` (and a ``store`` on its streams) the figures it knows better
+    (``publisher_counts``)."""
     return list(
         h.read_orchestrator(
-            lambda o: [_replay_row(r) for r in sorted(o.replays.values(), key=lambda r: r.id)]
+            lambda o: [
+                _replay_row(r, *publisher_counts(r, pub, store))
+                for r in sorted(o.replays.values(), key=lambda r: r.id)
+            ]
         )
     )
 

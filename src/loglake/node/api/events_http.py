@@ -75,6 +75,7 @@ class EventsHttpHandle:
         streams = LocalStreams(ctx.log)
         self.cores: dict[str, Any] = {}
         self.stores: dict[str, Any] = {}
+        self.publisher_reads: Any = None
         if "orchestrator" in self.roles:
             store = StreamsStore(streams)
             ledger = open_ledger(store, fee=1)
@@ -95,6 +96,9 @@ class EventsHttpHandle:
                 pub.register(ns, [(C_REPLAY, {"Bool": True})])
             self.cores["publisher"] = pub
             self.stores["publisher"] = StreamsStore(streams)
+            # the replay rows' stream bounds, read on the loop: a store of their own, as the
+            # publisher's store is in use on the server's worker thread
+            self.publisher_reads = StreamsStore(streams)
         if "subscriber" in self.roles:
             self.cores["subscriber"] = Subscriber(self.principals["subscriber"], orch)
         self.servers: dict[str, Any] = {}
@@ -253,7 +257,10 @@ class EventsHttpHandle:
         return asyncio.run_coroutine_threadsafe(on_loop(), self.loop).result(30)
 
     def replay_rows(self) -> list[dict[str, Any]]:
-        return replay_rows(self)
+        """The orchestrator's replays; with the publisher in this node, ``expected`` and
+        ``sent`` are its figures (events pushed to the stream without it count too), read on
+        the loop that runs both cores."""
+        return replay_rows(self, self.cores.get("publisher"), self.publisher_reads)
 
     def roles_view(self) -> dict[str, Any]:
         with self._lock:
