@@ -118,6 +118,13 @@ def test_a_replay_runs_in_the_background_is_watched_and_cancelled(
         what="the sent events delivered",
     )
     assert received == final["sent"]
+    # once completed, a replay of imported events still says how many it sent of how many
+    posted = api.post("/events/replays", json={"namespace": BULK, "start": 0, "end": 10})
+    small = posted.json()["id"]
+    done = wait_until(
+        lambda: (r := _replay(api, small))["status"] == "completed" and r, what="replay completed"
+    )
+    assert done["expected"] == done["sent"] == 10 and done["progress"] == 1.0, done
 
 
 def test_publish_then_replay_counts_what_the_range_holds(
