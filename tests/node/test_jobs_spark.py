@@ -34,7 +34,8 @@ def test_compact_job_runs_with_progress_and_result(tmp_path: Path) -> None:
         assert addr is not None
         with StreamClient(port=addr[1]) as c:
             c.create_stream("hist", 1)
-            c.push_many("hist", [b"x" * 200] * 2000)  # rolls ~100 segments of 4 KB
+            for _ in range(20):  # one batch is written whole into one segment: 20 batches
+                c.push_many("hist", [b"x" * 200] * 100)  # roll 20 segments of 4 KB or more
         node.context.log.wait_for_seals()
         bad = api.post("/api/jobs", json={"name": "compact", "stream": "nope"})
         assert bad.status_code == 404 and bad.json()["error"] == "UnknownStream"
