@@ -73,6 +73,8 @@ DEFAULT_PORT = 4000
 DEFAULT_WINDOW = 4000
 """Pushes in flight in ``push_many``."""
 _CHUNKS_IN_FLIGHT = 4
+_LANE, _REPLY, _OTHER = 0, 1, 2
+"""What a reply's first onward address is (``ClientCore._route_kind``)."""
 
 
 NO_REMOTE_TRUNCATE = (
@@ -145,6 +147,19 @@ def _confirmed(confirm: tuple[bool, int], request_id: int) -> int:
     return index
 
 
+class _PushChunk:
+    """The pushes of one ``push_many`` chunk, awaited as one future (not one per push): it
+    gets the chunk's ``(ok, index)`` list once every push is confirmed, or the first
+    ``_PushError``."""
+
+    __slots__ = ("fut", "left", "values")
+
+    def __init__(self, fut: asyncio.Future, n: int) -> None:
+        self.fut = fut
+        self.values: list[tuple[bool, int]] = [(False, 0)] * n
+        self.left = n
+
+
 def _retrieve(futs: list[asyncio.Future]) -> None:
     """Cancel pending futures and mark failed ones as seen (no "never retrieved" warnings)."""
     for f in futs:
@@ -178,6 +193,8 @@ class ClientCore:
         self._lanes: dict[Address, int] = {}
         self._lane_routes: list[Route] = []
         self._templates: list[FrameTemplate] = []
+        self._push_heads: list[dict[tuple[int, int], tuple[bytes, bytes]]] = []
+        """Per lane: ``(id length, data size) → (head before the id, after it)``."""
         self.in_flight: list[collections.deque[int]] = []
         """Per lane: ids of the pushes sent and not answered yet, in send order."""
         self._forgotten: set[int] = set()
@@ -198,6 +215,7 @@ class ClientCore:
             lane = self._lanes[worker] = len(self._lane_routes)
             self._lane_routes.append((Address.local(f"p{lane}"),))
             self._templates.append(FrameTemplate((worker,), self._lane_routes[lane]))
+            self._push_heads.append({})
             self.in_flight.append(collections.deque())
         return lane
 
@@ -213,26 +231,70 @@ class ClientCore:
 
     def push_frames(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], bytes]:
         """Frames pushing ``datas`` to ``worker``; returns their request ids and the bytes."""
+        rids, parts = self.push_parts(worker, datas)
+        return rids, b"".join(parts)
+
+    def push_parts(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], list[bytes]]:
+        """``push_frames`` as a list of parts whose concatenation is the frames: per push the
+        constant head (length, routes, payload head, protocol name, body length; built once
+        per lane, data size and id length), the request id, the data length, and the caller's
+        data object itself (not copied) — for ``writelines``, ``sendmsg`` or one ``join``."""
         lane = self.lane(worker)
-        template = self._templates[lane]
-        frame, encode = template.frame, codec.encode_push_request
+        head, heads = self._templates[lane].head, self._push_heads[lane]
         first = self._n + 1
         self._n += len(datas)
         rids = list(range(first, self._n + 1))
         self.in_flight[lane].extend(rids)
-        return rids, b"".join([frame(encode(rid, d)) for rid, d in zip(rids, datas, strict=True)])
+        parts: list[bytes] = []
+        add = parts.extend
+        uint, push_parts = codec.encode_uint, codec.push_request_parts
+        size = id_len = -1
+        before = after = b""
+        for rid, data in zip(rids, datas, strict=True):
+            r = uint(rid)
+            if len(data) != size or len(r) != id_len:
+                size, id_len = len(data), len(r)
+                cached = heads.get((id_len, size))
+                if cached is None:
+                    before, after = push_parts(id_len, size)
+                    cached = (head(len(before) + id_len + len(after) + size) + before, after)
+                    if len(heads) >= 1024:
+                        heads.clear()
+                    heads[(id_len, size)] = cached
+                before, after = cached
+            add((before, r, after, data))
+        return rids, parts
+
+    def _route_kind(self, onward: Route) -> tuple[int, int]:
+        """``(LANE, lane)`` for a push lane ``p<lane>`` of ours, ``(REPLY, token)`` for a
+        request's own address ``r<token>``, ``(OTHER, 0)`` for anything else."""
+        if onward:
+            v = onward[0].value
+            if v[1:].isdigit():
+                if v[:1] == b"p":
+                    lane = int(v[1:])
+                    if lane < len(self.in_flight):
+                        return _LANE, lane
+                elif v[:1] == b"r":
+                    return _REPLY, int(v[1:])
+        return _OTHER, 0
 
     def receive_data(self, data: bytes) -> None:
-        for msg in self.conn.receive_data(data):
-            if not msg.onward_route:
-                continue
-            v = msg.onward_route[0].value
-            if v[:1] == b"p" and v[1:].isdigit():
-                lane = int(v[1:])
-                if lane >= len(self.in_flight):
-                    continue  # not a lane of ours
-                sent = self.in_flight[lane]
-                c = codec.decode_push_confirm(msg.payload)
+        """Sort what ``data`` completes: push confirms and errors by lane, other replies by
+        request. Consecutive frames on one route (a burst of confirms) resolve it once."""
+        last: Route | None = None
+        kind, num = _OTHER, 0
+        sent: collections.deque[int] = collections.deque()
+        confirms, forgotten = self.confirms, self._forgotten
+        decode = codec.decode_push_confirm
+        for onward, ret, payload, tracing in self.conn.receive_frames(data):
+            if onward is not last:
+                last = onward
+                kind, num = self._route_kind(onward)
+                if kind == _LANE:
+                    sent = self.in_flight[num]
+            if kind == _LANE:
+                c = decode(payload)
                 if c is not None:
                     rid = c[0]
                     if sent and sent[0] == rid:
@@ -242,24 +304,24 @@ class ClientCore:
                             sent.remove(rid)
                         except ValueError:
                             continue
-                    if self._forgotten and rid in self._forgotten:
-                        self._forgotten.discard(rid)
+                    if forgotten and rid in forgotten:
+                        forgotten.discard(rid)
                     else:
-                        self.confirms[rid] = (c[1], c[2])
+                        confirms[rid] = (c[1], c[2])
                     continue
                 if not sent:
                     continue  # an error for no push in flight: nothing to fail
                 rid = sent.popleft()  # the oldest push on the lane: this error's request
-                if rid in self._forgotten:
-                    self._forgotten.discard(rid)
+                if rid in forgotten:
+                    forgotten.discard(rid)
                     continue
                 try:
-                    r = codec.decode_response(msg.payload, PushConfirm)
+                    r = codec.decode_response(payload, PushConfirm)
                 except LoglakeError as e:
                     r = Error(f"undecodable push reply: {e}")
                 self.push_errors[rid] = r if isinstance(r, Error) else Error(repr(r))
-            elif v[:1] == b"r" and v[1:].isdigit():
-                self.replies[int(v[1:])].append(msg)
+            elif kind == _REPLY:
+                self.replies[num].append(RoutingMessage(onward, ret, payload, tracing))
         if self.conn.error is not None:
             raise self.conn.error
 
@@ -417,18 +479,23 @@ class StreamClient:
         inflight: collections.deque[list[int]] = collections.deque()
 
         def collect(rids: list[int]) -> None:
+            add, take = out.append, confirms.pop
             for rid in rids:
-                while rid not in confirms:
+                c = take(rid, None)
+                while c is None:
                     if rid in errors:
                         _raise_error(errors.pop(rid), stream, partition)
                     self._read()
-                out.append(_confirmed(confirms.pop(rid), rid))
+                    c = take(rid, None)
+                if not c[0]:
+                    _confirmed(c, rid)  # raises PushFailed
+                add(c[1])
 
         rids: list[int] = []
         try:
             for lo in range(0, len(datas), chunk):
-                rids, frames = core.push_frames(worker, datas[lo : lo + chunk])
-                self.sock.sendall(frames)
+                rids, parts = core.push_parts(worker, datas[lo : lo + chunk])
+                self.sock.sendall(b"".join(parts))  # one copy of the chunk, no per-frame ones
                 inflight.append(rids)
                 if len(inflight) >= _CHUNKS_IN_FLIGHT:
                     rids = inflight.popleft()
@@ -499,7 +566,8 @@ class AsyncStreamClient:
         self.core = ClientCore()
         self.addresses = _Addresses()
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
-        self._push_waiters: dict[int, tuple[int, asyncio.Future]] = {}
+        self._push_waiters: dict[int, tuple[_PushChunk, int]] = {}
+        """``request_id → (its chunk, its position there)`` of the pushes awaited."""
         self._failure: LoglakeError | None = None
         if received:  # what ``connect`` read while checking the TLS handshake
             self.core.receive_data(received)
@@ -573,7 +641,9 @@ class AsyncStreamClient:
 
     def _fail(self, e: LoglakeError) -> None:
         self._failure = e
-        for _, fut in [*self._waiters.values(), *self._push_waiters.values()]:
+        futs = [fut for _, fut in self._waiters.values()]
+        futs += [chunk.fut for chunk, _ in self._push_waiters.values()]
+        for fut in futs:
             if not fut.done():
                 fut.set_exception(e)
         self._waiters.clear()
@@ -581,17 +651,23 @@ class AsyncStreamClient:
 
     def _deliver(self) -> None:
         confirms, waiters = self.core.confirms, self._push_waiters
-        for rid in list(confirms):
-            confirm = confirms.pop(rid)
-            w = waiters.pop(rid, None)
-            if w is not None and not w[1].done():
-                w[1].set_result(confirm)
+        if confirms:
+            for rid, confirm in confirms.items():
+                w = waiters.pop(rid, None)
+                if w is not None:
+                    chunk, k = w
+                    chunk.values[k] = confirm
+                    chunk.left -= 1
+                    if not chunk.left and not chunk.fut.done():
+                        chunk.fut.set_result(chunk.values)
+            confirms.clear()
         errors = self.core.push_errors
-        for rid in list(errors):  # each error answers one push (``ClientCore``)
-            err = errors.pop(rid)
-            w = waiters.pop(rid, None)
-            if w is not None and not w[1].done():
-                w[1].set_exception(_PushError(err))
+        if errors:
+            for rid, err in errors.items():  # each error answers one push (``ClientCore``)
+                w = waiters.pop(rid, None)
+                if w is not None and not w[0].fut.done():
+                    w[0].fut.set_exception(_PushError(err))
+            errors.clear()
         replies = self.core.replies
         for tok in [t for t in replies if t in self._waiters]:
             count, fut = self._waiters[tok]
@@ -635,15 +711,16 @@ class AsyncStreamClient:
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         loop = asyncio.get_running_loop()
-        inflight: collections.deque[tuple[list[int], list[asyncio.Future]]] = collections.deque()
+        inflight: collections.deque[tuple[list[int], asyncio.Future]] = collections.deque()
+        waiters = self._push_waiters
 
-        async def collect(rids: list[int], futs: list[asyncio.Future]) -> None:
-            inflight.appendleft((rids, futs))  # forgotten by ``finally`` if this fails
-            for rid, fut in zip(rids, futs, strict=True):
-                try:
-                    confirm = await fut
-                except _PushError as e:
-                    _raise_error(e.error, stream, partition)
+        async def collect(rids: list[int], fut: asyncio.Future) -> None:
+            inflight.appendleft((rids, fut))  # forgotten by ``finally`` if this fails
+            try:
+                confirms = await fut
+            except _PushError as e:
+                _raise_error(e.error, stream, partition)
+            for rid, confirm in zip(rids, confirms, strict=True):
                 out.append(_confirmed(confirm, rid))
             inflight.popleft()
 
@@ -651,25 +728,23 @@ class AsyncStreamClient:
             for lo in range(0, len(datas), chunk):
                 if self._failure is not None:
                     raise self._failure
-                rids, frames = self.core.push_frames(worker, datas[lo : lo + chunk])
-                futs = []
-                for rid in rids:
-                    fut = loop.create_future()
-                    self._push_waiters[rid] = (lane, fut)
-                    futs.append(fut)
-                self._writer.write(frames)
-                inflight.append((rids, futs))
+                rids, parts = self.core.push_parts(worker, datas[lo : lo + chunk])
+                pc = _PushChunk(loop.create_future(), len(rids))
+                for k, rid in enumerate(rids):
+                    waiters[rid] = (pc, k)
+                self._writer.writelines(parts)
+                inflight.append((rids, pc.fut))
                 await self._writer.drain()
                 if len(inflight) >= _CHUNKS_IN_FLIGHT:
                     await collect(*inflight.popleft())
             while inflight:
                 await collect(*inflight.popleft())
         finally:  # on failure: the pushes no one waits for any more
-            for rids, futs in inflight:
+            for rids, fut in inflight:
                 for rid in rids:
-                    self._push_waiters.pop(rid, None)
+                    waiters.pop(rid, None)
                 self.core.forget(lane, rids)
-                _retrieve(futs)
+                _retrieve([fut])
         return out
 
     async def pull(

@@ -19,6 +19,7 @@ are ambiguous (``Index{.., some(0)}`` has the same bytes as ``PartitionIndex{..,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar, cast
 
 from loglake.errors import DecodeError
@@ -226,84 +227,144 @@ _UINT_MAX = bare.UINT_MAX
 
 
 def _uint(v: int) -> bytes:
-    """``bare.encode_uint`` with the 1- and 2-octet cases inline."""
+    """``bare.encode_uint`` with the 1- to 3-octet cases inline."""
     if v < 0x80:
-        return _SMALL_UINTS[v]
-    if v < 0x4000:
+        if v >= 0:
+            return _SMALL_UINTS[v]
+    elif v < 0x4000:
         return bytes(((v & 0x7F) | 0x80, v >> 7))
-    if v <= _UINT_MAX:
+    elif v < 0x200000:
+        return bytes(((v & 0x7F) | 0x80, ((v >> 7) & 0x7F) | 0x80, v >> 14))
+    elif v <= _UINT_MAX:
         return encode_uleb(v)
     return bare.encode_uint(v)  # raises the typed error
 
 
+encode_uint = _uint
+"""A BARE ``uint`` (the fast path's encoder, for a client framing pushes itself)."""
+
+
 def encode_push_request(request_id: int, data: bytes) -> bytes:
-    head = _uint(request_id) + _uint(len(data))
-    return b"".join((_PUSH_PREFIX, _uint(len(head) + len(data)), head, data))
+    return push_request_head(request_id, len(data)) + data
+
+
+def push_request_head(request_id: int, size: int) -> bytes:
+    """``encode_push_request(request_id, data)`` up to the data (``size = len(data)``): a
+    client can send this head and the caller's data as they are, with no copy of the data."""
+    head = _uint(request_id) + _uint(size)
+    return _PUSH_PREFIX + _uint(len(head) + size) + head
+
+
+def push_request_parts(request_id_len: int, size: int) -> tuple[bytes, bytes]:
+    """The two constant parts of a push request for data of ``size`` bytes and a request id
+    whose uint takes ``request_id_len`` octets: ``before + uint(request_id) + after + data`` is
+    ``encode_push_request``. Why: a burst of pushes differs only in the id and the data, so a
+    client builds these once and per push encodes just the id."""
+    if not 1 <= request_id_len <= 10:
+        raise ValueError(f"a uint takes 1 to 10 octets, not {request_id_len}")
+    after = _uint(size)
+    return _PUSH_PREFIX + _uint(request_id_len + len(after) + size), after
 
 
 def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
     body = _uint(request_id) + (b"\x00" if ok else b"\x01") + _uint(index)
-    return _PUSH_PREFIX + _uint(len(body)) + body
+    return _PUSH_PREFIX + _SMALL_UINTS[len(body)] + body  # a body is at most 21 octets
+
+
+def encode_push_confirms(request_ids: Sequence[int], indexes: Sequence[int]) -> list[bytes]:
+    """``encode_push_confirm(rid, index)`` (status OK) for each pair, in one loop."""
+    uint, small, prefix = _uint, _SMALL_UINTS, _PUSH_PREFIX
+    out = []
+    for rid, index in zip(request_ids, indexes, strict=True):
+        body = uint(rid) + b"\x00" + uint(index)
+        out.append(prefix + small[len(body)] + body)
+    return out
 
 
 def _uint_at(buf: bytes, pos: int) -> tuple[int, int]:
-    """``bare.decode_uint`` with the 1- and 2-octet cases inline (the common ones here)."""
+    """``bare.decode_uint`` with the 1- to 3-octet cases inline (the common ones here); the
+    minimality rule holds (a last octet of 0 after the first is refused by ``bare``)."""
     b = buf[pos]
     if b < 0x80:
         return b, pos + 1
     c = buf[pos + 1]
-    if 0 < c < 0x80:
-        return (b & 0x7F) | (c << 7), pos + 2
+    if c < 0x80:
+        if c:
+            return (b & 0x7F) | (c << 7), pos + 2
+    else:
+        d = buf[pos + 2]
+        if 0 < d < 0x80:
+            return (b & 0x7F) | ((c & 0x7F) << 7) | (d << 14), pos + 3
     return bare.decode_uint(buf, pos)
 
 
 _PUSH_PREFIX_LEN = len(_PUSH_PREFIX)
 
 
-def _push_body_at(payload: bytes) -> int | None:
-    """Where the body of a ``BasePayload{"stream_push", data}`` starts, if ``payload`` is
-    exactly one (its data length matches), else None."""
-    if not payload.startswith(_PUSH_PREFIX):
-        return None
-    try:
-        n, pos = _uint_at(payload, _PUSH_PREFIX_LEN)
-    except (DecodeError, IndexError):
-        return None
-    return pos if pos + n == len(payload) else None
-
-
 def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
     """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
-    (the caller then takes the generic path, which reports what is wrong)."""
-    pos = _push_body_at(payload)
-    if pos is None:
+    (the caller then takes the generic path, which reports what is wrong). The one- and
+    two-octet uints are read inline (one call per push, not four: this runs per message)."""
+    if not payload.startswith(_PUSH_PREFIX):
         return None
+    end = len(payload)
     try:
-        rid, pos = _uint_at(payload, pos)
-        size, pos = _uint_at(payload, pos)
+        pos = _PUSH_PREFIX_LEN
+        n = payload[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = _uint_at(payload, pos)
+        if pos + n != end:
+            return None
+        rid = payload[pos]
+        if rid < 0x80:
+            pos += 1
+        else:
+            rid, pos = _uint_at(payload, pos)
+        size = payload[pos]
+        if size < 0x80:
+            pos += 1
+        else:
+            size, pos = _uint_at(payload, pos)
     except (DecodeError, IndexError):
         return None
-    if pos + size != len(payload):
+    if pos + size != end:
         return None
     return rid, payload[pos:]
 
 
 def decode_push_confirm(payload: bytes) -> tuple[int, bool, int] | None:
-    """``(request_id, ok, index)`` if ``payload`` is exactly a ``PushConfirm``, else None."""
-    pos = _push_body_at(payload)
-    if pos is None:
+    """``(request_id, ok, index)`` if ``payload`` is exactly a ``PushConfirm``, else None.
+    A confirm's body is at most 21 octets, so its length is one octet; the uints are read as
+    in ``decode_push_request``."""
+    if not payload.startswith(_PUSH_PREFIX):
         return None
+    end = len(payload)
     try:
-        rid, pos = _uint_at(payload, pos)
-        if pos >= len(payload) or payload[pos] > 1:
+        pos = _PUSH_PREFIX_LEN
+        if pos + 1 + payload[pos] != end:  # also refuses a length of 0x80 and up
             return None
-        ok = payload[pos] == 0
-        index, pos = _uint_at(payload, pos + 1)
+        pos += 1
+        rid = payload[pos]
+        if rid < 0x80:
+            pos += 1
+        else:
+            rid, pos = _uint_at(payload, pos)
+        status = payload[pos]
+        if status > 1:
+            return None
+        pos += 1
+        index = payload[pos]
+        if index < 0x80:
+            pos += 1
+        else:
+            index, pos = _uint_at(payload, pos)
     except (DecodeError, IndexError):
         return None
-    if pos != len(payload):
+    if pos != end:
         return None
-    return rid, ok, index
+    return rid, status == 0, index
 
 
 _PULL_PREFIX = encode_base(STREAM_PULL, b"")[:-1]

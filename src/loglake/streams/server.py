@@ -57,7 +57,7 @@ from collections.abc import Callable
 from loglake.logs import log_event
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
-from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, encode_frames
+from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, frame_parts
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class _Connection(asyncio.Protocol):
         if t is None or t.is_closing():
             return
         if msgs:
-            t.write(encode_frames(msgs))
+            t.writelines(frame_parts(msgs))  # heads and payloads, no per-frame concatenation
         if self.closing and self.queued == 0:
             t.close()
         elif self.paused and self.queued < MAX_QUEUED_PER_CONNECTION // 2:

@@ -350,7 +350,17 @@ class StreamService:
         pending: dict[bytes, tuple[_Target, list[_Pending]]] = {}
         prefix, targets = self._worker_prefix, self._targets
         decode_push = codec.decode_push_request
+        # the onward route (the very object: a connection's decoder hands out one per run of
+        # frames on the same routes) of the last push queued below, and its target's queue:
+        # the next push on it needs no address check (not with an access policy: per peer)
+        last_onward: object = None
+        last_items: list[_Pending] = []
         for i, msg in enumerate(msgs):
+            if msg.onward_route is last_onward:
+                req = decode_push(msg.payload)
+                if req is not None:
+                    last_items.append((i, req, msg))
+                    continue
             # push fast path: a well-formed push to a known stream worker
             if msg.onward_route:
                 dest = msg.onward_route[0]
@@ -377,10 +387,13 @@ class StreamService:
                             if slot is None:
                                 slot = pending[dest.value] = (target, [])
                             slot[1].append((i, req, msg))
+                            if access is None:
+                                last_onward, last_items = msg.onward_route, slot[1]
                             continue
             if pending:
                 yield from self._flush(pending, out)
                 pending = {}
+                last_onward = None
             handler = self._dispatch(msg, peers[i] if peers else ANONYMOUS)
             try:
                 replies = yield from self._drive(handler, defer_reads)
@@ -419,11 +432,10 @@ class StreamService:
         them side by side); fill in the confirms, in request order within a target."""
         groups = list(pending.values())
         outcomes = yield [
-            Append(t.stream, t.partition, [data for _, (_, data), _ in items])
-            for t, items in groups
+            Append(t.stream, t.partition, [item[1][1] for item in items]) for t, items in groups
         ]
         for (target, items), outcome in zip(groups, outcomes, strict=True):
-            src = (target.address,)
+            src = (target.address,)  # one route object for the burst: framed once
             for (i, _, msg), payload in zip(
                 items, self._confirms(target, items, outcome), strict=True
             ):
@@ -433,10 +445,7 @@ class StreamService:
     def _confirms(self, target: _Target, items: list[_Pending], outcome: Outcome) -> list[bytes]:
         e = outcome.error
         if e is None:
-            return [
-                codec.encode_push_confirm(rid, idx)
-                for (_, (rid, _), _), idx in zip(items, outcome.value, strict=True)
-            ]
+            return codec.encode_push_confirms([item[1][0] for item in items], outcome.value)
         # a full disk is an error reply naming where (issue 15 §3); any other storage failure
         # is a PushConfirm ERROR; never a crash
         full = is_disk_full(e)

@@ -207,73 +207,125 @@ def decode_transport_message(body: bytes) -> RoutingMessage:
     return RoutingMessage(onward, ret, payload, tracing)
 
 
-def _payload_at(body: bytes, pos: int) -> bytes | None:
-    """The CBOR byte string that exactly fills ``body[pos:]`` (definite length), else None."""
-    n = len(body) - pos
-    if n < 1:
-        return None
-    head = body[pos]
-    if head >> 5 != 2:
-        return None
-    info = head & 0x1F
-    if info < 24:
-        size, hl = info, 1
-    elif info == 24 and n >= 2:
-        size, hl = body[pos + 1], 2
-    elif info == 25 and n >= 3:
-        size, hl = int.from_bytes(body[pos + 1 : pos + 3], "big"), 3
-    elif info == 26 and n >= 5:
-        size, hl = int.from_bytes(body[pos + 1 : pos + 5], "big"), 5
-    else:
-        return None
-    if hl + size != n:
-        return None
-    return body[pos + hl :]
-
-
 def encode_frame(msg: RoutingMessage) -> bytes:
     """``{:packet, 4}`` framing: 4-byte big-endian length + the CBOR body."""
     body = encode_transport_message(msg)
     return _LEN.pack(len(body)) + body
 
 
+_SMALL_BYTES_HEADS = [bytes((0x40 | n,)) for n in range(24)]
+
+
+def cbor_bytes_head(n: int) -> bytes:
+    """The head of a definite-length CBOR byte string of ``n`` bytes (RFC 8949 §3.1, major
+    type 2, shortest argument: the same bytes ``cbor2.dumps`` writes before the content)."""
+    if n < 24:
+        return _SMALL_BYTES_HEADS[n]
+    if n < 0x100:
+        return bytes((0x58, n))
+    if n < 0x10000:
+        return b"\x59" + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return b"\x5a" + n.to_bytes(4, "big")
+    return b"\x5b" + n.to_bytes(8, "big")
+
+
+_HEADS_MAX = 4096
+
+
 class FrameTemplate:
     """Frames for many payloads on the same routes (no tracing context): the array header and
-    both routes are encoded once; each frame is then length + prefix + the payload item.
-    Same bytes as ``encode_frame`` (tested)."""
+    both routes are encoded once; a frame is then ``head(len(payload)) + payload``, where the
+    head (length, array header, routes, the payload's byte-string head) is cached per payload
+    size. Same bytes as ``encode_frame`` (tested). Why: the push path frames every message,
+    and the routes and sizes of a burst repeat."""
+
+    __slots__ = ("_heads", "prefix")
 
     def __init__(self, onward_route: Route, return_route: Route) -> None:
         self.prefix = b"\x83" + encode_route(onward_route) + encode_route(return_route)
+        self._heads: dict[int, bytes] = {}
+
+    def head(self, payload_len: int) -> bytes:
+        """Everything of a frame before a payload of ``payload_len`` bytes."""
+        h = self._heads.get(payload_len)
+        if h is None:
+            ph = cbor_bytes_head(payload_len)
+            h = _LEN.pack(len(self.prefix) + len(ph) + payload_len) + self.prefix + ph
+            if len(self._heads) >= _HEADS_MAX:
+                self._heads.clear()
+            self._heads[payload_len] = h
+        return h
 
     def frame(self, payload: bytes) -> bytes:
-        body = self.prefix + cbor2.dumps(payload)
-        return _LEN.pack(len(body)) + body
+        return self.head(len(payload)) + payload
+
+
+def frame_parts(msgs: Sequence[RoutingMessage]) -> list[bytes]:
+    """The frames of ``msgs`` as a list of byte strings whose concatenation is
+    ``encode_frames(msgs)``: a head per frame, then its payload as given (not copied), for
+    ``writelines``/``sendmsg`` or one ``join``. Consecutive messages on the same route objects
+    (a burst of replies to one return route) share one encoding of their routes, and one head
+    per payload size."""
+    parts: list[bytes] = []
+    add = parts.append
+    last_on: Route | None = None
+    last_ret: Route | None = None
+    prefix = b""
+    heads: dict[int, bytes] = {}
+    for m in msgs:
+        payload = m.payload
+        if m.tracing_context is not None:
+            body = encode_transport_message(m)
+            add(_LEN.pack(len(body)))
+            add(body)
+            continue
+        on, ret = m.onward_route, m.return_route
+        if on is not last_on or ret is not last_ret:
+            prefix = b"\x83" + encode_route(on) + encode_route(ret)
+            last_on, last_ret, heads = on, ret, {}
+        n = len(payload)
+        h = heads.get(n)
+        if h is None:
+            ph = cbor_bytes_head(n)
+            h = heads[n] = _LEN.pack(len(prefix) + len(ph) + n) + prefix + ph
+        add(h)
+        add(payload)
+    return parts
 
 
 def encode_frames(msgs: Sequence[RoutingMessage]) -> bytes:
-    parts = []
-    pack = _LEN.pack
-    for m in msgs:
-        body = encode_transport_message(m)
-        parts.append(pack(len(body)))
-        parts.append(body)
-    return b"".join(parts)
+    """The frames of ``msgs``, back to back (``frame_parts`` joined)."""
+    return b"".join(frame_parts(msgs))
+
+
+Frame = tuple[Route, Route, bytes, str | None]
+"""One decoded frame: ``(onward_route, return_route, payload, tracing_context)``, the fields
+of a ``RoutingMessage`` without building one (``TcpConnection.receive_frames``)."""
 
 
 class TcpConnection:
     """Sans-I/O Ockam TCP connection (one side): version exchange, then framed messages.
 
     ``initial_bytes()`` gives what to send first (the version byte); feed every received chunk to
-    ``receive_data`` and it returns the messages completed so far. A protocol violation (bad
+    ``receive_data`` and it returns the messages completed so far (``receive_frames``: the same
+    as tuples, for a hot path that needs no ``RoutingMessage``). A protocol violation (bad
     version, frame too large, a body that is not a ``TCPMessage``) sets ``error`` to a typed
     exception; the messages completed before it are still returned (nothing valid is lost), later
     bytes are ignored, and the caller should close the socket — as the reference handler stops on
     a decode error.
+
+    All complete frames of a chunk are decoded in one pass over it, by offset (no copy of a
+    frame's body when its routes repeat: only its payload is sliced out); only an incomplete
+    frame at the end is kept, and it is joined with what comes next once it can be complete.
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
+        """The start of a frame not complete yet (nothing else is kept between calls)."""
+        self._need = 0
+        """How many bytes ``_buf`` must hold before another pass can complete a frame."""
         self._version_ok = False
         self.error: RemoteProtocolError | DecodeError | None = None
         self._last: tuple[bytes, Route, Route] | None = None
@@ -283,16 +335,11 @@ class TcpConnection:
         return VERSION_BYTE
 
     def _decode(self, body: bytes) -> RoutingMessage:
-        """``decode_transport_message`` with a shortcut for the common case of a connection
-        repeating the same routes: if the body starts with the canonical CBOR of the last
-        routes seen (array header, onward route, return route), CBOR being self-delimiting,
-        those are its first items and only the payload is left to decode."""
-        last = self._last
-        if last is not None and body.startswith(last[0]):
-            cut = len(last[0])
-            payload = _payload_at(body, cut)
-            if payload is not None:
-                return RoutingMessage(last[1], last[2], payload)
+        """``decode_transport_message``; remembers the routes of a plain message (no tracing
+        context), so the next frames on the same routes take the shortcut in
+        ``receive_frames``: if a body starts with the canonical CBOR of the last routes seen
+        (array header, onward route, return route), CBOR being self-delimiting, those are its
+        first items and only the payload is left to decode."""
         msg = decode_transport_message(body)
         if msg.tracing_context is None:
             prefix = b"\x83" + encode_route(msg.onward_route) + encode_route(msg.return_route)
@@ -305,37 +352,73 @@ class TcpConnection:
         return len(self._buf)
 
     def receive_data(self, data: bytes) -> list[RoutingMessage]:
-        out: list[RoutingMessage] = []
+        return [RoutingMessage(o, r, p, t) for o, r, p, t in self.receive_frames(data)]
+
+    def receive_frames(self, data: bytes) -> list[Frame]:
+        """The frames ``data`` completes, as ``(onward, return, payload, tracing)`` tuples."""
+        out: list[Frame] = []
         if self.error is not None:
             return out
-        self._buf += data
-        buf = self._buf
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._need:
+                return out
+            buf = bytes(self._buf)
+            self._buf = bytearray()
+        else:
+            buf = data if type(data) is bytes else bytes(data)
+        n = len(buf)
         pos = 0
+        size = 0
+        add = out.append
         try:
             if not self._version_ok:
-                if not buf:
+                if not n:
                     return out
                 if buf[0] != PROTOCOL_VERSION:
                     raise BadProtocolVersion(buf[0])
                 pos = 1
                 self._version_ok = True
-            n = len(buf)
+            last = self._last
+            unpack, limit = _LEN.unpack_from, self.max_frame
             while n - pos >= 4:
-                (size,) = _LEN.unpack_from(buf, pos)
-                if size > self.max_frame:
-                    raise FrameTooLarge(size, self.max_frame)
-                if n - pos - 4 < size:
-                    break
+                (size,) = unpack(buf, pos)
+                if size > limit:
+                    raise FrameTooLarge(size, limit)
                 start = pos + 4
-                pos = start + size
+                end = start + size
+                if end > n:
+                    break
+                pos = end
                 if size == 0:  # handler.ex: "Empty TCP payload - ignore"
                     continue
-                out.append(self._decode(bytes(buf[start:pos])))
+                if last is not None and buf.startswith(last[0], start, end):
+                    # a definite-length byte string must fill the rest exactly, else: full decode
+                    p = start + len(last[0])
+                    if p < end:
+                        head = buf[p]
+                        if 0x40 <= head < 0x58:
+                            ps, length = p + 1, head - 0x40
+                        elif head == 0x59 and p + 3 <= end:
+                            ps, length = p + 3, (buf[p + 1] << 8) | buf[p + 2]
+                        elif head == 0x58 and p + 2 <= end:
+                            ps, length = p + 2, buf[p + 1]
+                        elif head == 0x5A and p + 5 <= end:
+                            ps, length = p + 5, int.from_bytes(buf[p + 1 : p + 5], "big")
+                        else:
+                            ps, length = end, -1
+                        if ps + length == end:
+                            add((last[1], last[2], buf[ps:end], None))
+                            continue
+                msg = self._decode(buf[start:end])
+                last = self._last
+                add((msg.onward_route, msg.return_route, msg.payload, msg.tracing_context))
         except (RemoteProtocolError, DecodeError) as e:
             self.error = e
-            buf.clear()
             return out
-        del buf[:pos]
+        if pos < n:
+            self._buf = bytearray(memoryview(buf)[pos:])
+            self._need = 4 + size if n - pos >= 4 else 4
         return out
 
 
