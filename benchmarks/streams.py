@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -62,6 +63,21 @@ class Result:
     p99: float | None = None
     pull: float | None = None
     note: str = ""
+    cpu_client: float | None = None
+    """CPU seconds per 10,000 pushed messages of the client process (push phase)."""
+    cpu_server: float | None = None
+    """The same for the server process (all its threads)."""
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads, from ``/proc``), or of
+    this process. Less sensitive to a loaded machine than a rate: a core shared with other
+    work stretches the wall time, much less the CPU a message costs."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def percentiles(lat: list[float]) -> tuple[float | None, float | None]:
@@ -190,12 +206,17 @@ def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -
 
     port = free_port()
     cmd = serve_cmd(tmp, port)
-    with process(cmd, port), StreamClient(port=port, window=window) as c:
+    with process(cmd, port) as server, StreamClient(port=port, window=window) as c:
         c.create_stream("bench")
         data = os.urandom(a.size)
+        datas = [data] * a.count
+        cpu0, server0 = cpu_seconds(), cpu_seconds(server.pid)
         t = time.perf_counter()
-        done = len(c.push_many("bench", [data] * a.count))  # a.window in flight
+        done = len(c.push_many("bench", datas))  # a.window in flight
         push = done / (time.perf_counter() - t)
+        per10k = 10_000 / done
+        cpu_client = (cpu_seconds() - cpu0) * per10k
+        cpu_server = (cpu_seconds(server.pid) - server0) * per10k
         budget = Budget(a.seconds)
         p50, p99 = percentiles(
             timed_latency(lambda: c.push("bench", data), a.latency_count, a.seconds)
@@ -210,7 +231,7 @@ def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -
             index = msgs[-1].index + 1
         pull = n / (time.perf_counter() - t)
     mode = "TCP, batch (group commit)" + ("" if window == a.window else f", {window} in flight")
-    return Result("loglake", mode, push, p50, p99, pull, "fsync")
+    return Result("loglake", mode, push, p50, p99, pull, "fsync", cpu_client, cpu_server)
 
 
 def _loglake_pusher(
@@ -543,6 +564,12 @@ def report(results: list[Result], a: argparse.Namespace, console: Console) -> No
             fmt(pratio, 2),
         )
     console.print(table)
+    for r in results:
+        if r.cpu_client is not None and r.cpu_server is not None:
+            print(
+                f"{r.system} {r.mode}: push CPU per 10,000 messages: client {r.cpu_client:.3f} s,"
+                f" server {r.cpu_server:.3f} s"
+            )
     if a.markdown:
         heads = ["system", "mode", "acked =", "push msgs/s", "push MB/s", "p50 µs", "p99 µs"]
         heads += ["pull msgs/s", "loglake push ÷ this", "loglake pull ÷ this"]
@@ -569,6 +596,9 @@ def main() -> None:
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     a = p.parse_args()
     console = Console(width=200)
+    import loglake  # which tree is measured (PYTHONPATH): before/after pairs
+
+    console.print(f"[dim]loglake from {Path(loglake.__file__).parent}[/]")
     only = set(a.only.split(","))
     results: list[Result] = []
     nats215 = shutil.which("nats-server", path=str(VENV_BIN))
