@@ -19,6 +19,14 @@ archives within the same time range" (hydrate), something an append-only log can
 status-go keeps a database for the same reasons (protocol/communities/persistence.go: waku
 messages, archive ids, last archive end date). Each hydrate or prune is one SQLite transaction,
 so a failure leaves the store exactly as it was.
+
+Why ``apsw`` and not the standard library's ``sqlite3``: the same SQLite engine and file format,
+but ``apsw`` lets Python implement a VFS (SQLite's file layer), so a test can open this store
+over a failing, power-losing disk (``tests/faults/sqlite_vfs.py``: the seeded failing-file
+layer and simulated disk every other durable part is tested on); ``sqlite3`` cannot take a
+Python VFS. ``vfs=None`` is SQLite's default VFS, as before. Transactions are explicit
+(``BEGIN IMMEDIATE``, apsw does not open them implicitly), the journal is a WAL, and a busy
+database is waited on for 5 s (``sqlite3``'s default, kept).
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import apsw
 
 from loglake.archives.layout import DecodedMessage, IndexEntry
 from loglake.archives.messages import MessageRow
@@ -59,23 +69,36 @@ class StoredArchive:
 
 
 class MessageStore:
-    def __init__(self, path: str | Path = ":memory:") -> None:
+    def __init__(self, path: str | Path = ":memory:", vfs: str | None = None) -> None:
+        """``vfs``: the name of a registered SQLite VFS (None: SQLite's default)."""
         self.path = str(path)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        if self.path != ":memory:":
-            self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(_SCHEMA)
-        cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
-        if "idx" not in cols:  # a store written before the stream index was kept
-            self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
+        try:
+            self.db = apsw.Connection(self.path, vfs=vfs)
+        except apsw.Error as e:
+            raise _disk_error(e, self.path) from e
+        try:
+            self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
+            self.db.set_wal_hook(_checkpoint_after_commit)
+            if self.path != ":memory:":
+                self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(_SCHEMA)
+            cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
+            if "idx" not in cols:  # a store written before the stream index was kept
+                self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
+        except apsw.Error as e:
+            self.db.close(True)
+            raise _disk_error(e, self.path) from e
 
     def close(self) -> None:
-        self.db.close()
+        """SQLite ignores an I/O error of the checkpoint it runs when the last connection
+        closes (the committed transactions stay in the WAL; the next open replays it); apsw
+        raises one that a Python VFS reported, after closing. Ignored here too."""
+        with contextlib.suppress(apsw.FullError, apsw.IOError):
+            self.db.close()
 
     # -- meta -------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return None if row is None else row[0]
+        return _value(self.db, "SELECT value FROM meta WHERE key=?", (key,))
 
     def set_meta(self, key: str, value: object) -> None:
         with self._tx():
@@ -132,13 +155,13 @@ class MessageStore:
             args.append(to_ns)
         if conds:
             q += " WHERE " + " AND ".join(conds)
-        return self.db.execute(q + " ORDER BY ts_ns, rowid", args).fetchall()
+        return _all(self.db.execute(q + " ORDER BY ts_ns, rowid", args))
 
     def count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM messages").fetchone()[0]
+        return _value(self.db, "SELECT count(*) FROM messages")
 
     def oldest_ns(self) -> int | None:
-        return self.db.execute("SELECT min(ts_ns) FROM messages").fetchone()[0]
+        return _value(self.db, "SELECT min(ts_ns) FROM messages")
 
     def snapshot(self) -> tuple:
         """Everything the store holds, for tests that assert "unchanged"."""
@@ -187,7 +210,8 @@ class MessageStore:
                 if max_cap is not None:
                     q += " AND cap <= ?"
                     args.append(max_cap)
-                flagged = self.db.execute(q, args).rowcount
+                self.db.execute(q, args)
+                flagged = self.db.changes()
         return flagged
 
     def flag_archived(self, rowids: Sequence[int]) -> None:
@@ -196,23 +220,26 @@ class MessageStore:
 
     def rows_before(self, to_ns: int) -> list[tuple[int, bytes]]:
         """``(rowid, raw)`` of unflagged rows older than ``to_ns`` (re-flagging after a rebuild)."""
-        return self.db.execute(
-            "SELECT rowid, raw FROM messages WHERE ts_ns < ?"
-            " AND rowid NOT IN (SELECT rowid FROM archived)",
-            (to_ns,),
-        ).fetchall()
+        return _all(
+            self.db.execute(
+                "SELECT rowid, raw FROM messages WHERE ts_ns < ?"
+                " AND rowid NOT IN (SELECT rowid FROM archived)",
+                (to_ns,),
+            )
+        )
 
     def removable_before(self, cutoff_ns: int, ingested: int) -> int:
         """The stream index below which every ingested record is archived and older than
         ``cutoff_ns``: the first row that is not (or ``ingested``, the next index to ingest,
         when every row is). Records that are not the layout's WakuMessage were never stored
         and hold nothing back; rows already pruned were removable."""
-        row = self.db.execute(
+        first = _value(
+            self.db,
             "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
             " AND NOT (ts_ns < ? AND rowid IN (SELECT rowid FROM archived))",
             (ingested, cutoff_ns),
-        ).fetchone()
-        return ingested if row[0] is None else row[0]
+        )
+        return ingested if first is None else first
 
     def _insert_archives(self, entries: Sequence[IndexEntry]) -> None:
         self.db.executemany(
@@ -263,14 +290,26 @@ class MessageStore:
                 f"CREATE TEMP TABLE gone AS SELECT rowid AS r FROM messages WHERE {where}",
                 (before_ns,),
             )
-            cur = self.db.execute("DELETE FROM messages WHERE rowid IN (SELECT r FROM gone)")
+            self.db.execute("DELETE FROM messages WHERE rowid IN (SELECT r FROM gone)")
+            deleted = self.db.changes()
             # forget the flags of the rows that went (a reused rowid must not look archived)
             self.db.execute("DELETE FROM archived WHERE rowid IN (SELECT r FROM gone)")
             self.db.execute("DROP TABLE temp.gone")
-        return cur.rowcount
+        return deleted
 
-    def _tx(self):
+    def _tx(self) -> _Tx:
         return _Tx(self.db, self.path)
+
+
+def _all(cur: apsw.Cursor) -> list[Any]:
+    """Every row of ``cur`` as tuples (their types are the schema's)."""
+    return cur.fetchall()
+
+
+def _value(db: apsw.Connection, q: str, args: tuple = ()) -> Any:
+    """The first column of the first row of ``q`` (None without a row)."""
+    row = db.execute(q, args).fetchone()
+    return None if row is None else row[0]
 
 
 @contextlib.contextmanager
@@ -286,16 +325,30 @@ def _gc_paused():
             gc.enable()
 
 
-_SQLITE_IOERR, _SQLITE_FULL = 10, 13
+_BUSY_TIMEOUT_MS = 5000
+_AUTOCHECKPOINT_PAGES = 1000
+"""SQLite's ``SQLITE_DEFAULT_WAL_AUTOCHECKPOINT``."""
 
 
-def _disk_error(e: sqlite3.Error, path: str) -> BaseException:
+def _checkpoint_after_commit(db: apsw.Connection, name: str, pages: int) -> int:
+    """SQLite's own automatic checkpoint (``sqlite3WalDefaultHook``: a PASSIVE checkpoint once
+    the WAL holds 1,000 pages, its failure ignored: the transaction is committed already, and
+    a checkpoint that failed is redone from the WAL by the next one), done here so that an
+    error a Python VFS raised during it is ignored too: apsw would otherwise raise it from the
+    COMMIT that succeeded, and the caller would redo a committed transaction (seen with
+    ``tests/faults/sqlite_vfs.py``)."""
+    if pages >= _AUTOCHECKPOINT_PAGES:
+        with contextlib.suppress(apsw.Error):
+            db.wal_checkpoint(name)
+    return apsw.SQLITE_OK
+
+
+def _disk_error(e: apsw.Error, path: str) -> BaseException:
     """SQLite's "database or disk is full" and I/O errors as the ``OSError`` (ENOSPC, EIO)
     the rest of loglake raises for a full or failing disk; any other error unchanged."""
-    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-    if code == _SQLITE_FULL:
+    if isinstance(e, apsw.FullError):
         return OSError(errno.ENOSPC, f"{path}: SQLite: {e}")
-    if code == _SQLITE_IOERR:
+    if isinstance(e, apsw.IOError):
         return OSError(errno.EIO, f"{path}: SQLite: {e}")
     return e
 
@@ -304,14 +357,14 @@ class _Tx:
     """One transaction. A failed statement or COMMIT (a full disk) rolls it back, so the
     connection is usable again once space frees, and the store is exactly as it was."""
 
-    def __init__(self, db: sqlite3.Connection, path: str) -> None:
+    def __init__(self, db: apsw.Connection, path: str) -> None:
         self.db = db
         self.path = path
 
     def __enter__(self) -> None:
         try:
             self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
+        except apsw.Error as e:
             raise _disk_error(e, self.path) from e
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -319,11 +372,11 @@ class _Tx:
             try:
                 self.db.execute("COMMIT")
                 return
-            except sqlite3.Error as e:
+            except apsw.Error as e:
                 exc = e  # a COMMIT that failed leaves the transaction open: end it below
-        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled it back already
+        with contextlib.suppress(apsw.Error):  # SQLite may have rolled it back already
             self.db.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.Error):
+        if isinstance(exc, apsw.Error):
             err = _disk_error(exc, self.path)
             if err is not exc or exc_type is None:
                 raise err from exc
