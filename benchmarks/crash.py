@@ -12,7 +12,9 @@ sector boundaries or reordered, folder entries not fsynced forgotten; after each
 checker holds the log to every acknowledgement. Bounded by ``--time-limit``. ``--no-fsync``
 shows the checker catching a log whose fsyncs do nothing; ``--bitrot GLOB`` flips a byte of a
 file after each clean shutdown; ``--eio`` makes an fsync fail now and then (and drop what it should
-have written, as Linux does). A failure prints the seed and the line that replays it.
+have written, as Linux does); the workload then mostly goes on and the log reopens the failed
+partition by itself (sometimes while the fault persists). A failure prints the seed and the line
+that replays it.
 
     .venv/bin/python benchmarks/crash.py                     # both modes
     .venv/bin/python benchmarks/crash.py --mode sigkill [--runs 100] [--seed N] [--threads 3]
@@ -147,7 +149,11 @@ def sim_mode(args: argparse.Namespace) -> int:
     if args.bitrot:
         line += f", bytes flipped {total.flips} (reported {total.detected})"
     if args.eio:
-        line += f", fsync failures surfaced as a raw OSError {total.raw_eio}"
+        line += (
+            f", fsync failures surfaced as a raw OSError {total.raw_eio}, operations refused "
+            f"with StorageFailed {total.storage_failed}, partitions reopened automatically "
+            f"{total.reopens}"
+        )
     print(f"{'FAILED' if total.failures else 'OK'}: {line} ({dt:.1f} s)")
     return 1 if total.failures else 0
 

@@ -21,6 +21,7 @@ from loglake.log import (
     open_log,
 )
 from loglake.log.record_codec import encode_batch
+from tests.log.clock import ManualClock
 
 DURABLE = "DURABLE"  # loglake.log.watermark.FILE_NAME
 
@@ -197,7 +198,7 @@ def _eio(fd):
 
 
 def test_a_failed_fsync_in_flush_is_storage_failed_and_fails_the_partition(tmp_path, monkeypatch):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, clock=ManualClock())
     log.create_stream("s", StreamConfig(durability="none"))
     log.append("s", 0, b"a")
     monkeypatch.setattr(fs, "fdatasync", _eio)
@@ -224,7 +225,7 @@ def test_a_failed_fsync_in_close_is_storage_failed(tmp_path, monkeypatch):
 def test_a_failed_folder_fsync_when_rolling_fails_the_partition(tmp_path, monkeypatch):
     """The new segment's name is durable only once its folder is fsynced: a failure there is
     a failed fsync like any other, never retried and assumed good."""
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, clock=ManualClock())
     log.create_stream("s", StreamConfig(segment_bytes=600))
     log.append("s", 0, b"a" * 100)
     real = fs.fsync_dir
@@ -304,7 +305,7 @@ def test_short_writes_never_rename_a_truncated_consumer_store(tmp_path, monkeypa
 
 
 def test_a_failed_consumer_save_refuses_later_saves(tmp_path, monkeypatch):
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, clock=ManualClock())
     log.create_stream("s")
     log.save_index("c", "s", 1)
     monkeypatch.setattr(fs, "fdatasync", _eio)

@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from loglake.log import SegmentLog, StorageFailed, StreamConfig, fs, open_log
-from loglake.log.partition import CHUNK_BYTES
+from loglake.log.partition import CHUNK_BYTES, REOPEN_FIRST_S
+from tests.log.clock import ManualClock
 from tests.log.simdisk import SimDisk
 
 BIG = 4 * CHUNK_BYTES // 1024 + 7
@@ -133,7 +134,8 @@ def test_append_payloads_then_calls_done_only_after_the_fsync(tmp_path, monkeypa
 
 def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp_path):
     with SimDisk(tmp_path) as disk:
-        log = open_log(disk.root / "data")
+        clock = ManualClock()
+        log = open_log(disk.root / "data", clock=clock)
         log.create_stream("s")
         disk.fail_fsync_after(1)
         done = threading.Event()
@@ -152,6 +154,10 @@ def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp
         with pytest.raises(StorageFailed):
             log.append_payloads_then("s", 0, [b"later"], after.append)
         assert after == []  # refused before anything was written: raised, done not called
+        clock.advance(REOPEN_FIRST_S)  # the partition reopens from disk
+        durable = threading.Event()
+        log.append_payloads_then("s", 0, [b"later"], lambda e: (after.append(e), durable.set()))
+        assert durable.wait(10) and after == [None]
         log.close()
 
 
@@ -189,7 +195,7 @@ def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
     """A short write of the ``DURABLE`` slot after a group-commit fsync is ``StorageFailed``
     for the append and every later one (the same path as a failed fsync), and the written
     records stay readable after a reopen."""
-    log = SegmentLog(tmp_path)
+    log = SegmentLog(tmp_path, clock=ManualClock())
     log.create_stream("s")
     log.append_payloads("s", 0, [b"before"])
     real = fs.pwrite

@@ -44,6 +44,7 @@ from loglake.log import (
     open_log,
 )
 from loglake.log.sealer import Sealer
+from tests.log.clock import ManualClock
 from tests.log.simdisk import SECTOR, PowerLoss, SimDisk
 
 
@@ -288,6 +289,10 @@ class Figures:
     flips: int = 0
     detected: int = 0
     raw_eio: int = 0
+    storage_failed: int = 0
+    """Operations that got ``StorageFailed`` (``eio``)."""
+    reopens: int = 0
+    """Partitions the log reopened by itself after a failure (before power went out)."""
     failures: list[str] = field(default_factory=list)
 
     def add(self, other: Figures) -> None:
@@ -298,6 +303,8 @@ class Figures:
         self.flips += other.flips
         self.detected += other.detected
         self.raw_eio += other.raw_eio
+        self.storage_failed += other.storage_failed
+        self.reopens += other.reopens
         self.failures += other.failures
 
 
@@ -377,6 +384,8 @@ class PowerLossRun:
         self.trace: list[str] = []
         self.lock = threading.Lock()
         self.reader = None
+        self.clock = ManualClock()
+        """The log's clock: a failed partition reopens once the workload moves it on."""
 
     # -- driving --------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -446,7 +455,7 @@ class PowerLossRun:
         self.trace.append(f"life {life}: crash at op {crash_at}" if not clean else "clean")
         log = self.reader = None
         try:
-            log = open_log(disk.root / DATA)
+            log = open_log(disk.root / DATA, clock=self.clock)
             if life > 0 or disk.ops:
                 self.check(log)
             log.create_stream(STREAM, self.config)
@@ -465,6 +474,8 @@ class PowerLossRun:
             self.trace.append(f"{type(e).__name__} outside an operation: {e}")
             disk.power_off()
         finally:
+            if log is not None:
+                self.fig.reopens += sum(p.reopens for s in log._streams.values() for p in s.opened)
             self.abandon(log)
         if disk.ops:
             self.ops_per_life = max(20, (self.ops_per_life + disk.ops) // 2)
@@ -478,7 +489,7 @@ class PowerLossRun:
         # recovery and the checker (power may go out during recovery too: next life)
         if life == self.lives - 1:
             disk.crash_after(None)
-            log = open_log(disk.root / DATA)
+            log = open_log(disk.root / DATA, clock=self.clock)
             try:
                 self.check(log)
             finally:
@@ -525,16 +536,28 @@ class PowerLossRun:
 
     def step(self, log, rng: random.Random, appends_only: bool = False) -> None:
         """One random operation; with ``eio``, a failed fsync must surface as
-        ``StorageFailed`` (then the operator restarts: the power goes off here, and what the
-        failed fsync dropped is gone)."""
+        ``StorageFailed``. Then, mostly, the workload goes on and time passes: the log reopens
+        the failed partition from disk by itself (issue 15 §3), sometimes while the fault
+        persists (the reopen fails too and backs off); now and then the operator restarts
+        instead (the power goes off here, and what the failed fsync dropped is gone). The
+        power loss that ends the life shows whether anything acknowledged after a reopen
+        rested on the dropped pages."""
         try:
             self.operation(log, rng, appends_only)
         except StorageFailed as e:
             if not self.eio:
                 raise
             self.trace.append(f"StorageFailed: {e}")
-            self.disk.power_off()
-            raise PowerLoss("restart after StorageFailed") from e
+            with self.lock:
+                self.fig.storage_failed += 1
+            if rng.random() < 0.15:
+                self.disk.power_off()
+                raise PowerLoss("restart after StorageFailed") from e
+            if rng.random() < 0.3:
+                at = rng.randint(1, 3)
+                self.disk.fail_fsync_after(at)
+                self.trace.append(f"fsync {at} fails (the fault persists)")
+            self.clock.advance(rng.choice((0.05, 0.1, 0.3, 1.0)))
         except OSError as e:
             if not self.eio or e.errno != errno.EIO or self.disk.dead:
                 raise

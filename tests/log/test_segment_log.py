@@ -588,12 +588,15 @@ def test_readonly_reader_in_this_process_follows_a_writer_process(tmp_path):
         proc.communicate(timeout=30)
 
 
-def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
+def test_a_failed_fsync_fails_the_partition_until_it_reopens(tmp_path, monkeypatch):
     import errno
 
     from loglake.log import StorageFailed
+    from loglake.log.partition import REOPEN_FIRST_S
+    from tests.log.clock import ManualClock
 
-    log = SegmentLog(tmp_path)
+    clock = ManualClock()
+    log = SegmentLog(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(partitions=2))
     log.append("s", 0, b"ok")
 
@@ -608,6 +611,8 @@ def test_a_failed_fsync_fails_the_partition_until_reopen(tmp_path, monkeypatch):
         log.append("s", 0, b"next")
     assert log.append("s", 1, b"other partition") == 0
     assert [r.data for r in log.read("s", 0, 0)] == [b"ok"]  # never covered by an fsync
+    clock.advance(REOPEN_FIRST_S)  # reopened from disk (tests/log/test_reopen.py)
+    assert log.append("s", 0, b"reopened") >= 1
     log.close()
     with open_log(tmp_path) as log:
         assert log.read("s", 0, 0)[0].data == b"ok"

@@ -88,9 +88,13 @@ class CorruptStore(LogError, DecodeError):
 
 
 class StorageFailed(LogError):
-    """The disk refused an fsync: what was written since the last good fsync may be lost,
-    so the partition refuses further appends until the log is reopened (which recovers it).
-    Retrying the fsync could report success for pages the kernel already dropped."""
+    """The disk refused an fsync (or the write of the durable watermark): what was written
+    since the last good fsync may be lost, so the appends waiting for it fail and the partition
+    refuses appends until it reopens. Retrying the fsync could report success for pages the
+    kernel already dropped, so ``SegmentLog`` instead reopens the partition from disk (the
+    recovery of ``open_log``), automatically, on an append once a back-off has passed; an
+    append before that, or while reopening keeps failing, gets this error too, saying when the
+    next attempt is. The cause chain holds the ``OSError`` (ENOSPC, EIO)."""
 
 
 class RetentionFailed(LogError):
@@ -200,16 +204,37 @@ class SealFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageFailure:
+    """A partition whose fsync (or durable-watermark write) failed: its pending appends failed
+    and it refuses appends until it is reopened from disk, which the log tries on an append
+    once a back-off has passed (0.1 s, doubling up to 30 s while reopening fails)."""
+
+    error: str
+    """What failed the partition (e.g. ``fsync failed ([Errno 5] …)``)."""
+    since_ns: int
+    """When it failed (wall clock)."""
+    reopen_attempts: int = 0
+    """Reopen attempts that failed since."""
+    reopen_error: str | None = None
+    """Why the last reopen attempt failed."""
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionHealth:
     """What is wrong with one partition, for ``loglake log info`` and a metrics endpoint."""
 
     stream: str
     partition: int
     storage_failed: str | None = None
-    """Why appends are refused until reopen (a failed fsync), or None."""
+    """Why appends are refused until the partition reopens (a failed fsync), or None."""
     seal_failure: SealFailure | None = None
     retention_error: str | None = None
     """The last ``enforce_retention`` failure of this partition, or None."""
+    storage_failure: StorageFailure | None = None
+    """The details of ``storage_failed``: since when, reopen attempts, the last one's error."""
+    reopens: int = 0
+    """Times this partition was reopened after a storage failure since the log was opened
+    (the writer's count; a read-only log says 0)."""
 
     @property
     def ok(self) -> bool:

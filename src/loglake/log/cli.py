@@ -48,7 +48,8 @@ def info(data_dir: Path, as_json: bool) -> None:
         for name in log.streams():
             si = log.stream_info(name)
             for p in si.partitions:
-                seal = health[(name, p.partition)].seal_failure
+                h = health[(name, p.partition)]
+                seal, storage = h.seal_failure, h.storage_failure
                 rows.append(
                     {
                         "stream": name,
@@ -59,6 +60,7 @@ def info(data_dir: Path, as_json: bool) -> None:
                         "segment_bytes": p.bytes,
                         "durability": si.config.durability,
                         "seal_failure": None if seal is None else dataclasses.asdict(seal),
+                        "storage_failure": None if storage is None else dataclasses.asdict(storage),
                     }
                 )
     if as_json:
@@ -70,12 +72,20 @@ def info(data_dir: Path, as_json: bool) -> None:
     table.add_column("durability")
     table.add_column("problem")
     for r in rows:
-        failure = r.pop("seal_failure")
-        problem = (
-            f"[red]seal failing ({failure['attempts']} attempts): {failure['error']}[/]"
-            if failure
-            else ""
-        )
+        failure, storage = r.pop("seal_failure"), r.pop("storage_failure")
+        problems = []
+        if storage:
+            tried = storage["reopen_attempts"]
+            last = f"; last: {storage['reopen_error']}" if storage["reopen_error"] else ""
+            problems.append(
+                f"[red]storage failed, reopening ({tried} reopen attempts failed"
+                f"{last}): {storage['error']}[/]"
+            )
+        if failure:
+            problems.append(
+                f"[red]seal failing ({failure['attempts']} attempts): {failure['error']}[/]"
+            )
+        problem = "; ".join(problems)
         cells = [f"{v:,}" if isinstance(v, int) else str(v) for v in r.values()]
         table.add_row(*cells, problem)
     Console().print(table)

@@ -9,7 +9,10 @@ rules of ``loglake.log.api`` hold between any two calls:
   fsynced, closed and, with ``seal_to_lake``, written to the lake before appends go on;
 - reads below the first live segment are served from the lake (``lake.py``);
 - retention deletes whole sealed segments whose every record is outside the window (Kafka's
-  rule), never the active one, and never a segment that should be in the lake but is not yet.
+  rule), never the active one, and never a segment that should be in the lake but is not yet;
+- a failed fsync fails the partition for good (``_fsync``): it writes nothing more, and
+  ``SegmentLog`` replaces it with a new ``Partition`` opened from disk (``retire``, the back-off
+  fields, ``PartitionRetired``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from loglake.log import fs, watermark
 from loglake.log.api import (
@@ -35,6 +39,7 @@ from loglake.log.api import (
     Record,
     SealFailure,
     StorageFailed,
+    StorageFailure,
     StreamConfig,
 )
 from loglake.log.group_commit import GroupCommit
@@ -59,6 +64,19 @@ logger = logging.getLogger(__name__)
 SEAL_FAILED_FILE = "SEAL_FAILED"
 """JSON of the partition's current ``SealFailure`` (written by the writer, removed once the
 segment is sealed), for ``loglake log info`` in another process."""
+STORAGE_FAILED_FILE = "STORAGE_FAILED"
+"""JSON of the partition's current ``StorageFailure`` (written when it fails and after each
+failed reopen attempt, removed by the open that recovers it), for ``loglake log info``."""
+
+REOPEN_FIRST_S = 0.1
+"""A failed partition is reopened on the first append at least this long after the failure..."""
+REOPEN_MAX_S = 30.0
+"""...and, while reopening fails, again after twice the previous wait, up to this."""
+
+
+class PartitionRetired(LogClosed):
+    """The partition object was replaced by a reopened one. Raised before the call did
+    anything, so ``SegmentLog`` runs the call again on the new object; never seen by users."""
 
 
 CHUNK_BYTES = 256 * 1024
@@ -83,6 +101,7 @@ class Partition:
         config: StreamConfig,
         readonly: bool,
         sealer: Sealer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -95,7 +114,19 @@ class Partition:
         self._gc = GroupCommit()
         self._always_fsyncs = 0
         self._seq = 0
+        self._clock = clock
         self._failed: StorageFailed | None = None
+        self._failure: StorageFailure | None = None
+        """Details of ``_failed`` (for ``health``)."""
+        self.failed_at = 0.0
+        """``clock()`` when the partition failed."""
+        self.next_reopen_at = 0.0
+        """``clock()`` from which the log may try to reopen it (see ``reopen_failed``)."""
+        self.reopens = 0
+        """Reopens after a storage failure of this partition's predecessors (``took_over``)."""
+        self.retired = False
+        """Replaced by a reopened partition: every call raises ``PartitionRetired``."""
+        self._opening = True
         self._sync_lock = threading.RLock()
         """The durability state: held across every fsync of the partition and the recording
         of its outcome (see ``_fsync``), the watermark and ``_durable_next``, and any change of
@@ -114,7 +145,12 @@ class Partition:
         self._mark_synced_at = 0.0
         self._reader_mark: watermark.Mark | None = None
         """Readers: the writer's durable watermark as last read (``refresh``)."""
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            self._release()  # a reopen that fails is retried: it must not leak descriptors
+            raise
+        self._opening = False
         if self.segments:
             active = self.segments[-1]
             self._written = (0, active, active.size, active.next_index)
@@ -163,13 +199,18 @@ class Partition:
                 active.size,
                 active.next_index,
             ):
+                if mark is not None and mark.base != active.base:
+                    # the mark may name a segment only once its name is durable (as in
+                    # _roll): after a failed roll in this process only the cache may hold it
+                    self._fsync(lambda: fs.fsync_dir(self.dir))
                 self._fsync(active.sync)
                 self._publish_durable(sync=True)
             if new_file:
                 self._fsync(lambda: fs.fsync_dir(self.dir))  # the DURABLE file's own name
 
-            with contextlib.suppress(FileNotFoundError):
-                fs.unlink(self.dir / SEAL_FAILED_FILE)  # seals are scheduled again below
+            for stale in (SEAL_FAILED_FILE, STORAGE_FAILED_FILE):  # recovered; seals are
+                with contextlib.suppress(FileNotFoundError):  # scheduled again below
+                    fs.unlink(self.dir / stale)
             remove_temp_files(self.lake_dir)
             if self.config.seal_to_lake:
                 for seg in self.segments[:-1]:
@@ -262,11 +303,7 @@ class Partition:
         try:
             self._mark.publish(base, size, next_index)
         except OSError as e:
-            self._failed = self._failed or StorageFailed(
-                f"{self.stream}/{self.partition}: writing the durable watermark failed ({e}); "
-                "appends are refused until the log is reopened"
-            )
-            raise self._failed from e
+            raise self._fail("writing the durable watermark", e) from e
 
     def _publish_durable(self, sync: bool = False) -> None:
         """Tell recovery and other processes' readers how far the disk is known to hold
@@ -438,8 +475,12 @@ class Partition:
             self._durable_next = max(self._durable_next, old.next_index)
             self._gc.mark_synced(self._seq)
             new = Segment.create(self.dir, old.next_index)
-            if durability != "none":
-                self._fsync(lambda: fs.fsync_dir(self.dir))
+            try:
+                if durability != "none":
+                    self._fsync(lambda: fs.fsync_dir(self.dir))
+            except BaseException:
+                new.close()  # (the empty file stays: recovery opens it as the active one)
+                raise
             self.segments.append(new)
             self._written = (self._seq, new, 0, new.base)
             if durability != "none":  # the new segment's name is durable: the mark may name it
@@ -450,9 +491,17 @@ class Partition:
 
     def _check_writable(self) -> None:
         """Caller holds the lock."""
+        if self.retired:
+            raise PartitionRetired(f"{self.stream}/{self.partition}: reopened")
         if self._failed is not None:
             raise self._failed
+        self._check_open()
+
+    def _check_open(self) -> None:
+        """Caller holds the lock."""
         if self._closed:
+            if self.retired:
+                raise PartitionRetired(f"{self.stream}/{self.partition}: reopened")
             raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
 
     def _fsync(self, fn: Callable[[], None]) -> None:
@@ -473,11 +522,127 @@ class Partition:
             try:
                 fn()
             except OSError as e:
-                self._failed = StorageFailed(
-                    f"{self.stream}/{self.partition}: fsync failed ({e}); appends are refused "
-                    "until the log is reopened"
-                )
-                raise self._failed from e
+                raise self._fail("fsync", e) from e
+
+    def _fail(self, what: str, e: OSError) -> StorageFailed:
+        """Fail the partition for good (caller holds ``_sync_lock``): nothing is written to it
+        any more, and ``SegmentLog`` reopens it from disk (a new ``Partition``) on an append
+        ``REOPEN_FIRST_S`` or more from now. Logged, and kept for ``health`` and in
+        ``STORAGE_FAILED``, as seal failures are. A failure while opening is the open's error
+        only (a reopen attempt's failure is reported by ``reopen_failed``)."""
+        if self._failed is not None:
+            return self._failed
+        self.failed_at = self._clock()
+        self.next_reopen_at = self.failed_at + REOPEN_FIRST_S
+        self._failure = StorageFailure(f"{what} failed ({e})", time.time_ns())
+        self._failed = StorageFailed(
+            f"{self.stream}/{self.partition}: {what} failed ({e}); the appends waiting for it "
+            "failed, and the partition reopens from disk on an append after a back-off"
+        )
+        if not self._opening:
+            log_event(
+                logger,
+                logging.ERROR,
+                "a partition failed; it will be reopened from disk",
+                stream=self.stream,
+                partition=self.partition,
+                error=self._failure.error,
+                reopen_in_s=REOPEN_FIRST_S,
+            )
+            self._record_failure()
+        return self._failed
+
+    def _record_failure(self) -> None:
+        """``STORAGE_FAILED`` for ``loglake log info`` in another process (best effort: the
+        disk is failing)."""
+        if self._failure is None:
+            return
+        record = json.dumps(dataclasses.asdict(self._failure)).encode()
+        with contextlib.suppress(OSError):
+            fs.replace_file_atomic(self.dir / STORAGE_FAILED_FILE, record)
+
+    # -- reopening after a storage failure (driven by SegmentLog) -------------------------------
+    @property
+    def failure(self) -> StorageFailed | None:
+        """The error that failed the partition, or None."""
+        return self._failed
+
+    @property
+    def reopen_attempts(self) -> int:
+        """Failed attempts to reopen this (failed) partition."""
+        return self._failure.reopen_attempts if self._failure is not None else 0
+
+    def refusal(self, now: float) -> StorageFailed:
+        """The error for an append to this failed partition before its next reopen attempt."""
+        assert self._failure is not None
+        tried = (
+            f"reopening it failed {self._failure.reopen_attempts} time(s), last: "
+            f"{self._failure.reopen_error}; "
+            if self._failure.reopen_attempts
+            else ""
+        )
+        e = StorageFailed(
+            f"{self.stream}/{self.partition}: appends are refused after a storage failure "
+            f"({self._failure.error}); {tried}reopening the partition from disk is retried in "
+            f"{max(0.0, self.next_reopen_at - now):.2f} s"
+        )
+        e.__cause__ = self._failed
+        return e
+
+    def reopen_failed(self, now: float, error: Exception) -> StorageFailed:
+        """A reopen attempt failed (caller: the one reopening): back off (twice the last
+        wait, at most ``REOPEN_MAX_S``), log, record; return the error for the append."""
+        assert self._failure is not None
+        n = self._failure.reopen_attempts + 1
+        self._failure = dataclasses.replace(
+            self._failure, reopen_attempts=n, reopen_error=f"{type(error).__name__}: {error}"
+        )
+        delay = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**n)
+        self.next_reopen_at = now + delay
+        log_event(
+            logger,
+            logging.ERROR,
+            "reopening a failed partition failed",
+            stream=self.stream,
+            partition=self.partition,
+            error=self._failure.reopen_error,
+            attempt=n,
+            retry_in_s=delay,
+        )
+        self._record_failure()
+        return self.refusal(now)
+
+    def quiesce(self) -> None:
+        """Return once no append is still writing into this failed partition: one that was
+        writing when it failed holds the lock until its last write; later ones raise."""
+        assert self._failed is not None
+        with self._lock:
+            pass
+
+    def took_over(self, old: Partition) -> None:
+        """This partition was opened to replace ``old`` (failed): carry the counters."""
+        self.reopens = old.reopens + 1
+        self._always_fsyncs += old.fsyncs
+
+    def retire(self) -> None:
+        """Replaced by a reopened partition: refuse every later call (``PartitionRetired``),
+        fail any waiter still pending, and release the files. A read under way keeps the read
+        descriptors of the segments it pinned until it unpins them (``Segment.close``), so no
+        descriptor number it uses can be reused for another file meanwhile."""
+        with self._lock:
+            self.retired = True
+        if self._failed is not None:
+            self._gc.fail_pending(self._failed)
+        self.close()
+
+    def _release(self) -> None:
+        """Close what a failed open had opened."""
+        for seg in self.segments:
+            with contextlib.suppress(OSError):
+                seg.close()
+        if self._mark is not None:
+            with contextlib.suppress(OSError):
+                self._mark.close()
 
     def _lake_has(self, seg: Segment) -> bool:
         """Some lake file holds the whole segment (its own, or a compacted one spanning it)."""
@@ -518,27 +683,31 @@ class Partition:
                 fs.unlink(self.dir / SEAL_FAILED_FILE)
 
     def health(self) -> PartitionHealth:
-        """The partition's failures. A reader in another process sees only the seal failure
-        the writer recorded in ``SEAL_FAILED``."""
-        seal = self.seal_failure
+        """The partition's failures. A reader in another process sees what the writer
+        recorded in ``SEAL_FAILED`` and ``STORAGE_FAILED``."""
+        seal, failure = self.seal_failure, self._failure
+        failed = str(self._failed) if self._failed is not None else None
         if self.readonly:
-            try:
-                seal = SealFailure(**json.loads(fs.read_file(self.dir / SEAL_FAILED_FILE)))
-            except (FileNotFoundError, ValueError, TypeError):
-                seal = None
+            seal = _read_record(self.dir / SEAL_FAILED_FILE, SealFailure)
+            failure = _read_record(self.dir / STORAGE_FAILED_FILE, StorageFailure)
+            failed = failure.error if failure is not None else None
         return PartitionHealth(
             self.stream,
             self.partition,
-            str(self._failed) if self._failed is not None else None,
+            failed,
             seal,
             self.retention_error,
+            failure,
+            self.reopens,
         )
 
     def _seal(self, seg: Segment) -> None:
         """Write a rolled segment to the lake (outside the partition lock: the segment is
         immutable and retention does not delete it before it is sealed)."""
         with self._lock:
-            if seg.next_index <= seg.base or self._lake_has(seg) or seg not in self.segments:
+            if self._closed or seg.next_index <= seg.base or self._lake_has(seg):
+                return  # (a closed partition's successor, if any, seals its own segments)
+            if seg not in self.segments:
                 return
         lf = seal_segment(
             self.dir / segment_name(seg.base),
@@ -577,8 +746,7 @@ class Partition:
         segments, lake files, and the part of the active segment below its size at that moment
         (appends only add past it)."""
         with self._lock:
-            if self._closed:
-                raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
+            self._check_open()
             if self.readonly:
                 self.refresh()
             visible = self.visible_next
@@ -589,6 +757,7 @@ class Partition:
         misses = 0
         while (remaining is None or remaining > 0) and pos < end:
             with self._lock:
+                self._check_open()  # a closed partition's segments must not be pinned again
                 pos = max(pos, self.first_index)
                 seg_first = self.segments[0].base if self.segments else self.next_index
                 view = None
@@ -695,8 +864,7 @@ class Partition:
         being readable (how far ``first_index`` moved)."""
         cfg = self.config
         with self._lock:
-            if self._closed:
-                raise LogClosed(f"{self.stream}/{self.partition}: the log is closed")
+            self._check_writable()  # a failed partition deletes nothing (its successor will)
             before = self.first_index
             horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
             total = self.bytes
@@ -782,6 +950,7 @@ class Partition:
         """Read every segment whole and check every lake file's index range; return
         ``(segments, records, lake_files)``. Damage → ``CorruptSegment``."""
         with self._lock:
+            self._check_open()
             if self.readonly:
                 self.refresh()
             records = 0
@@ -818,3 +987,11 @@ class Partition:
                 self._gc.fail_pending(failed)
         if failed is not None:
             raise failed
+
+
+def _read_record(path: Path, cls: type) -> Any:
+    """A ``SEAL_FAILED``/``STORAGE_FAILED`` record written by the writer, or None."""
+    try:
+        return cls(**json.loads(fs.read_file(path)))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None

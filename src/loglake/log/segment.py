@@ -166,8 +166,12 @@ class Segment:
             seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
         if not readonly:
             seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_APPEND)
-            write_index_file(seg.idx_path, idx)
-            seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+            try:
+                write_index_file(seg.idx_path, idx)
+                seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+            except BaseException:
+                seg.close()  # an open that fails (a full disk) is retried: leak nothing
+                raise
         return seg
 
     def _rewrite(self, data: bytes, offset: int) -> None:

@@ -15,6 +15,12 @@ so a crash during ``create_stream`` leaves no half stream behind (a retry comple
 ``readonly=True`` is for other processes reading a data dir a writer is using (Spark executors,
 CLI inspection): no lock, no file is created, changed or truncated, a torn tail is simply where
 reading stops, and every call looks again at the files to follow the writer.
+
+A partition whose fsync failed (``StorageFailed``) is never fsynced again (fsyncgate): on an
+append at least ``REOPEN_FIRST_S`` after the failure the log reopens it from disk — a new
+``Partition``, the recovery of opening the log — and the append goes to it; while reopening
+fails, attempts back off up to ``REOPEN_MAX_S`` (``_reopen``). Time comes from ``clock``, so tests
+drive it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from crc32c import crc32c
 
@@ -55,7 +62,7 @@ from loglake.log.api import (
 )
 from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
-from loglake.log.partition import Partition
+from loglake.log.partition import Partition, PartitionRetired
 from loglake.log.sealer import Sealer
 from loglake.logs import log_event
 
@@ -65,6 +72,8 @@ STREAMS_DIR = "streams"
 CONFIG_FILE = "config.json"
 LOCK_FILE = "LOCK"
 
+
+T = TypeVar("T")
 
 CONFIG_CHECKSUM = "crc32c"
 """Key of the CRC32C (of the other keys, compact JSON with sorted keys) in ``config.json``."""
@@ -128,10 +137,15 @@ class SegmentLog(Log):
         *,
         readonly: bool = False,
         default_config: StreamConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.readonly = readonly
         self.default_config = default_config or StreamConfig()
+        self._clock = clock
+        """Seconds, monotonic: when a failed partition may be reopened (tests pass their own)."""
+        self._reopen_lock = threading.Lock()
+        """One reopen at a time (they are rare and rate-limited)."""
         self._lock = threading.RLock()
         self._streams: dict[str, _Stream] = {}
         self._lock_fd: int | None = None
@@ -186,18 +200,19 @@ class SegmentLog(Log):
         return stream
 
     def _open_partitions(self, name: str, config: StreamConfig) -> list[Partition]:
-        return [
-            Partition(
-                name,
-                p,
-                self._stream_dir(name) / str(p),
-                lake_partition_dir(self.data_dir, name, p),
-                config,
-                self.readonly,
-                self._sealer,
-            )
-            for p in range(config.partitions)
-        ]
+        return [self._open_partition(name, config, p) for p in range(config.partitions)]
+
+    def _open_partition(self, name: str, config: StreamConfig, p: int) -> Partition:
+        return Partition(
+            name,
+            p,
+            self._stream_dir(name) / str(p),
+            lake_partition_dir(self.data_dir, name, p),
+            config,
+            self.readonly,
+            self._sealer,
+            self._clock,
+        )
 
     def _load_streams(self) -> None:
         root = self.data_dir / STREAMS_DIR
@@ -264,6 +279,68 @@ class SegmentLog(Log):
             raise UnknownPartition(stream, partition, n)
         return s.partitions[partition]
 
+    def _on(self, stream: str, partition: int, call: Callable[[Partition], T], write: bool) -> T:
+        """``call`` on the partition; a ``write`` to a failed one reopens it first (or raises
+        ``StorageFailed``). A partition replaced by a reopen between the lookup and the call
+        raises ``PartitionRetired`` before doing anything: the call runs on the new one."""
+        while True:
+            with self._lock:
+                part = self._partition(stream, partition)
+            if write and part.failure is not None:
+                part = self._reopen(stream, partition, part)
+            try:
+                return call(part)
+            except PartitionRetired:
+                continue
+
+    def _reopen(self, stream: str, partition: int, old: Partition) -> Partition:
+        """Replace the failed partition ``old`` by one opened from disk, if its back-off has
+        passed; else raise ``StorageFailed`` saying when the next attempt is.
+
+        ``open_log``'s recovery is what makes this safe after a failed fsync: it trusts only
+        the bytes below the durable watermark and writes the bytes past it again (dirtying
+        pages the failed fsync may have left clean) before the fsync that publishes them. The
+        old partition writes nothing after its failure (an append still writing finishes
+        first: ``quiesce``); once the new one is in place the old one is retired: calls still
+        reaching it run again on the new one, and its read descriptors close when the last
+        read using them ends."""
+        now = self._clock()
+        if now < old.next_reopen_at:
+            raise old.refusal(now)
+        with self._reopen_lock:
+            with self._lock:
+                s = self._stream(stream)
+                if s.partitions[partition] is not old:
+                    return s.partitions[partition]  # reopened meanwhile (it may have failed too)
+            now = self._clock()
+            if now < old.next_reopen_at:
+                raise old.refusal(now)
+            old.quiesce()
+            try:
+                new = self._open_partition(stream, s.config, partition)
+            except Exception as e:
+                raise old.reopen_failed(now, e) from e
+            new.took_over(old)
+            with self._lock:
+                if self._closed:
+                    new.close()
+                    raise LogClosed("the log is closed")
+                s.partitions[partition] = new
+        old.retire()
+        assert old.failure is not None
+        log_event(
+            logger,
+            logging.WARNING,
+            "reopened a failed partition from disk",
+            stream=stream,
+            partition=partition,
+            error=str(old.failure),
+            failed_attempts=old.reopen_attempts,
+            down_s=round(now - old.failed_at, 3),
+            next_index=new.next_index,
+        )
+        return new
+
     def stream_info(self, name: str) -> StreamInfo:
         with self._lock:
             s = self._stream(name)
@@ -276,16 +353,16 @@ class SegmentLog(Log):
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
-        with self._lock:
-            part = self._partition(stream, partition)
-        return part.append_many(entries, part.config.durability)
+        return self._on(
+            stream, partition, lambda p: p.append_many(entries, p.config.durability), True
+        )
 
     def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
-        with self._lock:
-            part = self._partition(stream, partition)
-        return part.append_payloads(datas, part.config.durability)
+        return self._on(
+            stream, partition, lambda p: p.append_payloads(datas, p.config.durability), True
+        )
 
     def append_payloads_then(
         self,
@@ -300,7 +377,7 @@ class SegmentLog(Log):
             part = self._partition(stream, partition)
         if part.config.durability != "batch":
             return super().append_payloads_then(stream, partition, datas, done)
-        return part.append_payloads_then(datas, done)
+        return self._on(stream, partition, lambda p: p.append_payloads_then(datas, done), True)
 
     # -- reading ----------------------------------------------------------------------------
     def read(
@@ -311,16 +388,12 @@ class SegmentLog(Log):
         limit: int | None = None,
         end: int | None = None,
     ) -> list[Record]:
-        with self._lock:
-            part = self._partition(stream, partition)
-        return part.read(start, limit, end)
+        return self._on(stream, partition, lambda p: p.read(start, limit, end), False)
 
     def read_payloads(
         self, stream: str, partition: int, start: int, limit: int | None = None
     ) -> list[tuple[int, bytes]]:
-        with self._lock:
-            part = self._partition(stream, partition)
-        return part.read(start, limit, None, pairs=True)
+        return self._on(stream, partition, lambda p: p.read(start, limit, None, True), False)
 
     def next_index(self, stream: str, partition: int = 0) -> int:
         with self._lock:
@@ -345,30 +418,33 @@ class SegmentLog(Log):
 
     # -- maintenance ------------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:
+        """Trim every partition; a failed one (``StorageFailed``, in ``health()``) is skipped
+        until an append reopens it."""
         if self.readonly:
             raise ReadOnlyLog("cannot enforce retention: the log is read-only")
         now_ns = time.time_ns() if now_ns is None else now_ns
         self._sealer.drain()  # segments rolled so far may be deleted once in the lake
-        with self._lock:
-            self._check_open()
-            parts = [p for s in self._streams.values() for p in s.partitions]
         dropped = 0
         errors: list[tuple[str, int, BaseException]] = []
-        for p in parts:  # one failing partition must not stop the others
+        for name, i in self._slots():  # one failing partition must not stop the others
+            error = None
             try:
-                dropped += p.enforce_retention(now_ns)
-                p.retention_error = None
+                dropped += self._on(name, i, lambda p: p.enforce_retention(now_ns), False)
+            except StorageFailed:
+                pass  # failed: it deletes nothing until an append reopens it (see health())
             except Exception as e:
-                p.retention_error = f"{type(e).__name__}: {e}"
+                error = f"{type(e).__name__}: {e}"
                 log_event(
                     logger,
                     logging.ERROR,
                     "retention failed for a partition",
-                    stream=p.stream,
-                    partition=p.partition,
-                    error=p.retention_error,
+                    stream=name,
+                    partition=i,
+                    error=error,
                 )
-                errors.append((p.stream, p.partition, e))
+                errors.append((name, i, e))
+            with self._lock:
+                self._partition(name, i).retention_error = error
         if errors:
             raise RetentionFailed(dropped, errors)
         return dropped
@@ -382,15 +458,21 @@ class SegmentLog(Log):
             part = self._partition(stream, partition)
         if part.config.seal_to_lake:
             self._sealer.drain()  # rolled segments may go once they are in the lake
-        return part.truncate_before(index)
+        return self._on(stream, partition, lambda p: p.truncate_before(index), True)
 
     def flush(self) -> None:
+        """fsync every partition; a failed one is reopened first if its back-off has passed
+        (else ``StorageFailed``)."""
         if self.readonly:
             return
+        for name, i in self._slots():
+            self._on(name, i, lambda p: p.flush(), True)
+
+    def _slots(self) -> list[tuple[str, int]]:
+        """``(stream, partition)`` of every opened partition."""
         with self._lock:
-            for s in self._streams.values():
-                for p in s.partitions:
-                    p.flush()
+            self._check_open()
+            return [(n, p.partition) for n, s in self._streams.items() for p in s.partitions]
 
     def health(self) -> list[PartitionHealth]:
         """Every opened partition's failures (seal failures being retried, a failed fsync,
@@ -411,9 +493,9 @@ class SegmentLog(Log):
         out = []
         for name in self.streams():
             with self._lock:
-                parts = list(self._stream(name).partitions)
-            for p in parts:
-                out.append((name, p.partition, *p.verify()))
+                n = self._stream(name).config.partitions
+            for i in range(n):
+                out.append((name, i, *self._on(name, i, lambda p: p.verify(), False)))
         return out
 
     def wait_for_seals(self) -> None:
@@ -422,7 +504,7 @@ class SegmentLog(Log):
 
     def fsync_count(self, stream: str, partition: int = 0) -> int:
         """How many data fsyncs made a partition's appends durable: group commits (``batch``)
-        and one per ``always`` append (metrics, benchmarks and tests)."""
+        and one per ``always`` append (metrics, benchmarks and tests); reopens carry it on."""
         return self._partition(stream, partition).fsyncs
 
     def _check_open(self) -> None:
@@ -456,9 +538,11 @@ def open_log(
     *,
     readonly: bool = False,
     default_config: StreamConfig | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Log:
     """Open (creating if needed) the embedded log at ``data_dir``.
 
     One writer per data dir (a second one gets ``LogLocked``); any number of ``readonly``
-    readers, in any process, alongside it."""
-    return SegmentLog(data_dir, readonly=readonly, default_config=default_config)
+    readers, in any process, alongside it. ``clock``: monotonic seconds, for the back-off of
+    reopening a failed partition (tests drive it)."""
+    return SegmentLog(data_dir, readonly=readonly, default_config=default_config, clock=clock)
