@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import struct
 
+import cbor2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -191,3 +192,107 @@ def test_wire_binary_v2_rejects_malformed(data: bytes) -> None:
 
     with pytest.raises(DecodeError):
         decode_wire_binary(data)
+
+
+# -- frames as parts, one-pass decoding (issue 16: the push path's framing) ----------------------
+@pytest.mark.parametrize("n", [0, 1, 23, 24, 255, 256, 65535, 65536, 70000])
+def test_cbor_bytes_head_is_cbor2s_head(n: int) -> None:
+    from loglake.wire.ockam import cbor_bytes_head
+
+    assert cbor_bytes_head(n) == cbor2.dumps(b"\0" * n)[: -n or None]
+
+
+def test_cbor_bytes_head_of_huge_strings() -> None:
+    # RFC 8949 §3: argument in 4 bytes (0x5a) below 2**32, else 8 bytes (0x5b)
+    from loglake.wire.ockam import cbor_bytes_head
+
+    assert cbor_bytes_head(2**32 - 1) == b"\x5a\xff\xff\xff\xff"
+    assert cbor_bytes_head(2**32) == b"\x5b" + (2**32).to_bytes(8, "big")
+
+
+messages = st.builds(
+    RoutingMessage, routes, routes, st.binary(max_size=300), st.none() | st.text(max_size=8)
+)
+
+
+@given(st.lists(messages, max_size=8), st.lists(st.binary(max_size=300), max_size=8))
+def test_frame_parts_join_to_the_frames(msgs, burst) -> None:
+    from loglake.wire.ockam import encode_frames, frame_parts
+
+    # a burst on the very same route objects (the server's confirms) takes the cached heads
+    on, ret = route("p0"), route("stream_service/s/0")
+    msgs = msgs + [RoutingMessage(on, ret, p) for p in burst] + msgs[:2]
+    parts = frame_parts(msgs)
+    expected = b"".join(encode_frame(m) for m in msgs)
+    assert b"".join(parts) == encode_frames(msgs) == expected
+    # payloads are handed on as they are, not copied
+    plain = [m for m in msgs if m.tracing_context is None]
+    assert all(any(p is m.payload for p in parts) for m in plain)
+
+
+@given(st.binary(max_size=70000))
+def test_frame_template_head_then_payload_is_the_frame(payload: bytes) -> None:
+    from loglake.wire.ockam import FrameTemplate
+
+    on, ret = route("stream_service/s/0"), route("p0")
+    t = FrameTemplate(on, ret)
+    assert t.head(len(payload)) + payload == encode_frame(RoutingMessage(on, ret, payload))
+    assert t.head(len(payload)) is t.head(len(payload))  # built once per size
+
+
+@given(st.lists(messages, min_size=1, max_size=6), st.integers(1, 400), st.data())
+def test_receive_frames_in_any_chunking(msgs, step, data) -> None:
+    # repeated routes (the shortcut), new routes and tracing contexts, mixed
+    msgs = msgs + [msgs[0]] * 3 + msgs
+    wire = b"\x01" + b"".join(encode_frame(m) for m in msgs)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(wire) - 1), max_size=12)))
+    conn, got = TcpConnection(), []
+    for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True):
+        got += conn.receive_frames(wire[a:b])
+    assert [RoutingMessage(*f) for f in got] == msgs
+    assert conn.error is None and conn.buffered == 0
+    # bytearray and memoryview chunks are accepted as well
+    conn2 = TcpConnection()
+    got2 = conn2.receive_data(bytearray(wire[:step])) + conn2.receive_data(memoryview(wire)[step:])
+    assert got2 == msgs
+
+
+def test_a_large_frame_in_small_chunks_is_kept_until_complete() -> None:
+    big = RoutingMessage(route("w"), route("p0"), bytes(range(256)) * 800)  # 204,800 bytes
+    wire = b"\x01" + encode_frame(MSG) + encode_frame(big) + encode_frame(MSG)
+    conn, got = TcpConnection(), []
+    for i in range(0, len(wire), 1000):
+        got += conn.receive_frames(wire[i : i + 1000])
+        assert conn.buffered < len(encode_frame(big)) + 1000  # only the incomplete frame
+    assert [RoutingMessage(*f) for f in got] == [MSG, big, MSG]
+    assert conn.buffered == 0
+
+
+def test_receive_frames_bad_frame_after_good_ones_is_a_typed_error() -> None:
+    conn = TcpConnection()
+    frames = conn.receive_frames(b"\x01" + encode_frame(MSG) + encode_frame(MSG))
+    assert [RoutingMessage(*f) for f in frames] == [MSG, MSG]
+    # same routes as the shortcut's, then a payload item that does not fill the body
+    body = encode_transport_message(MSG)[:-2] + b"\x42\x01"  # byte string of 2, 1 given
+    got = conn.receive_frames(struct.pack(">I", len(body)) + body + encode_frame(MSG))
+    assert got == [] and isinstance(conn.error, OckamWireError)
+    assert conn.receive_frames(encode_frame(MSG)) == []  # nothing after the error
+
+
+def test_receive_frames_refuses_an_oversized_frame_announced_in_a_later_chunk() -> None:
+    conn = TcpConnection(max_frame=100)
+    assert conn.receive_frames(b"\x01" + encode_frame(MSG)[:3]) == []
+    assert conn.receive_frames(encode_frame(MSG)[3:] + b"\x00\x00") != []
+    assert conn.receive_frames(b"\x00\x65") == []  # length 101
+    assert isinstance(conn.error, FrameTooLarge)
+
+
+@given(st.binary(max_size=120), st.integers(1, 20))
+def test_random_bytes_after_the_version_decode_or_give_a_typed_error(junk, step) -> None:
+    conn = TcpConnection()
+    wire = b"\x01" + encode_frame(MSG) + junk
+    got = []
+    for i in range(0, len(wire), step):
+        got += conn.receive_frames(wire[i : i + step])
+    assert RoutingMessage(*got[0]) == MSG
+    assert conn.error is None or isinstance(conn.error, DecodeError | FrameTooLarge)
