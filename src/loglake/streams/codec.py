@@ -272,12 +272,15 @@ def encode_push_confirm(request_id: int, index: int, ok: bool = True) -> bytes:
 
 
 def encode_push_confirms(request_ids: Sequence[int], indexes: Sequence[int]) -> list[bytes]:
-    """``encode_push_confirm(rid, index)`` (status OK) for each pair, in one loop."""
+    """``encode_push_confirm(rid, index)`` (status OK) for each pair, in one loop (one-octet
+    uints from the table, the others through ``_uint``)."""
     uint, small, prefix = _uint, _SMALL_UINTS, _PUSH_PREFIX
     out = []
+    add = out.append
     for rid, index in zip(request_ids, indexes, strict=True):
-        body = uint(rid) + b"\x00" + uint(index)
-        out.append(prefix + small[len(body)] + body)
+        r = small[rid] if 0 <= rid < 0x80 else uint(rid)
+        i = small[index] if 0 <= index < 0x80 else uint(index)
+        add(prefix + small[len(r) + len(i) + 1] + r + b"\x00" + i)
     return out
 
 
@@ -304,7 +307,8 @@ _PUSH_PREFIX_LEN = len(_PUSH_PREFIX)
 def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
     """``(request_id, data)`` if ``payload`` is exactly a ``stream_push`` request, else None
     (the caller then takes the generic path, which reports what is wrong). The one- and
-    two-octet uints are read inline (one call per push, not four: this runs per message)."""
+    two-octet uints are read inline (this runs once per pushed message: one call, not four;
+    a 1 KB push has a two-octet body length and data length)."""
     if not payload.startswith(_PUSH_PREFIX):
         return None
     end = len(payload)
@@ -313,6 +317,9 @@ def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
         n = payload[pos]
         if n < 0x80:
             pos += 1
+        elif 0 < payload[pos + 1] < 0x80:
+            n = (n & 0x7F) | (payload[pos + 1] << 7)
+            pos += 2
         else:
             n, pos = _uint_at(payload, pos)
         if pos + n != end:
@@ -325,6 +332,9 @@ def decode_push_request(payload: bytes) -> tuple[int, bytes] | None:
         size = payload[pos]
         if size < 0x80:
             pos += 1
+        elif 0 < payload[pos + 1] < 0x80:
+            size = (size & 0x7F) | (payload[pos + 1] << 7)
+            pos += 2
         else:
             size, pos = _uint_at(payload, pos)
     except (DecodeError, IndexError):

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import itertools
 import logging
 import queue
 import ssl
@@ -128,10 +129,7 @@ class _Connection(asyncio.Protocol):
         """Send the replies of ``ms`` (one list per message, None where ``pending``: a deferred
         read); return the slots the deferred replies will fill (``fill``)."""
         if self.slots is None and not pending:  # the push path: nothing to wait for
-            out: list[RoutingMessage] = []
-            for r in replies:
-                out += r
-            self.send(out, len(ms))
+            self.send(list(itertools.chain.from_iterable(replies)), len(ms))
             return []
         slots = self.slots if self.slots is not None else deque()
         waiting = []
@@ -308,7 +306,11 @@ class StreamServer:
                 if fl.waiting == 0:
                     self._feed(fl, fl.outcomes)
             if arrived:
-                msgs = [m for _, ms in arrived for m in ms]
+                msgs = (
+                    arrived[0][1]
+                    if len(arrived) == 1
+                    else list(itertools.chain.from_iterable(ms for _, ms in arrived))
+                )
                 # who sent each message, when someone checks (else every peer may do anything)
                 peers = (
                     [c.identity for c, ms in arrived for _ in ms]
