@@ -275,7 +275,7 @@ def encode_push_confirms(request_ids: Sequence[int], indexes: Sequence[int]) -> 
     """``encode_push_confirm(rid, index)`` (status OK) for each pair, in one loop (one-octet
     uints from the table, the others through ``_uint``)."""
     uint, small, prefix = _uint, _SMALL_UINTS, _PUSH_PREFIX
-    out = []
+    out: list[bytes] = []
     add = out.append
     for rid, index in zip(request_ids, indexes, strict=True):
         r = small[rid] if 0 <= rid < 0x80 else uint(rid)
