@@ -6,7 +6,9 @@ One run: the part performs ``ops`` operations while ``FaultyFs`` fails writes an
 ``LoglakeError`` that is not damage (``StorageFailed`` …) or an ``OSError`` carrying ENOSPC or
 EIO — never another exception, and never a report of corruption. After a failed operation the
 part is closed and opened again, as its program would be restarted (an orchestrator role stops
-serving after a storage failure; a log partition refuses appends until it is reopened). Then
+serving after a storage failure; the log itself reopens a failed partition or consumer store
+without a restart, which ``test_faults.py::test_the_log_recovers_from_faults_without_a_restart``
+holds it to). Then
 the fault clears, power is lost (``SimDisk.restart``: only what was fsynced survives), the part
 is checked against every acknowledgement, works again for a few operations (full recovery),
 and is checked once more.

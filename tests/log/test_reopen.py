@@ -361,3 +361,35 @@ def test_acknowledged_records_survive_a_power_loss_after_an_automatic_reopen(
         with open_log(disk.root / "data") as log:
             data = [r.data for r in log.read("s", 0, 0)]
         assert data == [b"first", b"x" * 300, b"y" * 700, b"after"]
+
+
+def test_the_consumer_store_reopens_after_a_failed_save_and_loses_no_acknowledged_index(
+    tmp_path,
+):
+    """The consumer index store fails like a partition (its fsync is never retried) and
+    reopens the same way: on a save after the back-off, from disk (load and compaction into a
+    new, fsynced file), backing off while that fails; after a power loss every acknowledged
+    save is there."""
+    with SimDisk(tmp_path) as disk:
+        clock = ManualClock()
+        log = open_log(disk.root / "data", clock=clock)
+        log.create_stream("s")
+        assert log.save_index("a", "s", 5) == 5
+        disk.fail_fsync_after(1)
+        with pytest.raises(StorageFailed, match=r"consumers\.log"):
+            log.save_index("a", "s", 7)
+        with pytest.raises(StorageFailed, match=r"retried in 0\.10 s"):
+            log.save_index("b", "s", 1)
+        clock.advance(REOPEN_FIRST_S)
+        disk.fail_fsync_after(1)  # the fault persists into the first reopen
+        with pytest.raises(StorageFailed, match="reopening the store failed"):
+            log.save_index("b", "s", 1)
+        clock.advance(REOPEN_FIRST_S)
+        with pytest.raises(StorageFailed, match="retried in"):
+            log.save_index("b", "s", 1)
+        clock.advance(REOPEN_FIRST_S)
+        assert log.save_index("b", "s", 2) == 2
+        assert log.save_index("a", "s", 9) == 9
+        disk.restart(random.Random(0), file_mode="none", entries="none")  # power loss
+        with open_log(disk.root / "data") as log:
+            assert log.get_index("a", "s") == 9 and log.get_index("b", "s") == 2

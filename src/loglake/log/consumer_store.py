@@ -11,6 +11,11 @@ Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u1
 
 The Ockam spec: "storage MUST be monotonic" — a lower save writes nothing and returns the
 stored value, which stays as it was ("it MUST NOT be changed").
+
+A failed fsync (or a partial entry that cannot be cut off) fails the store: the file is never
+fsynced again (fsyncgate). A save at least ``REOPEN_FIRST_S`` later reopens it from disk — the
+open's own load and compaction, which writes every value into a new file and fsyncs it before
+the rename — backing off up to ``REOPEN_MAX_S`` while that fails, as a failed log partition does.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ import logging
 import os
 import struct
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from crc32c import crc32c
 
+from loglake.errors import LoglakeError
 from loglake.log import fs, watermark
-from loglake.log.api import CorruptStore, StorageFailed
+from loglake.log.api import CorruptStore, LogClosed, StorageFailed
+from loglake.log.partition import REOPEN_FIRST_S, REOPEN_MAX_S
 from loglake.logs import log_event
 
 logger = logging.getLogger(__name__)
@@ -94,12 +103,19 @@ def _torn_tail(buf: bytes, pos: int) -> bool:
 
 
 class ConsumerStore:
-    def __init__(self, data_dir: Path, readonly: bool) -> None:
+    def __init__(
+        self, data_dir: Path, readonly: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.path = data_dir / FILE_NAME
         self.readonly = readonly
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._failed: StorageFailed | None = None
+        self._clock = clock
+        self._next_reopen_at = 0.0
+        self.reopen_attempts = 0
+        """Failed attempts to reopen the failed store since it failed."""
+        self.reopens = 0
         self.values: dict[Key, int] = {}
         self._mark: watermark.MarkWriter | None = None
         self._size = 0
@@ -168,7 +184,7 @@ class ConsumerStore:
         """Store ``index`` durably; return the stored value (the old one, unchanged and with
         nothing written, when ``index`` is lower). Arguments in ``Key`` order, as on disk;
         ``Log.save_index`` is the public face."""
-        if self.readonly or self._fd is None:
+        if self.readonly:
             raise PermissionError("consumer indexes are read-only in this log")
         if index < 0:
             raise ValueError(f"consumer index must be >= 0, got {index}")
@@ -180,7 +196,9 @@ class ConsumerStore:
             if stored == index:
                 return index
             if self._failed is not None:
-                raise self._failed
+                self._reopen()
+            if self._fd is None:
+                raise LogClosed("the log is closed")
             entry = encode_entry(client_id, stream, partition, index)
             try:
                 fs.write_all(self._fd, entry)
@@ -191,11 +209,7 @@ class ConsumerStore:
                 try:
                     fs.ftruncate(self._fd, self._size)
                 except OSError:
-                    self._failed = StorageFailed(
-                        f"{self.path}: saving a consumer index failed ({e}) and its partial "
-                        "entry could not be cut off; saves are refused until the log is reopened"
-                    )
-                    raise self._failed from e
+                    raise self._fail(f"{e}, and its partial entry could not be cut off") from e
                 raise
             try:
                 fs.fdatasync(self._fd)
@@ -204,15 +218,78 @@ class ConsumerStore:
                 self._mark.put(0, self._size, 0)  # no fsync: see watermark.py
             except OSError as e:
                 # A failed fsync is never retried (the page cache may have dropped the entry):
-                # refuse further saves (they would follow it) until the log is reopened, where
-                # the torn entry is dropped as the tail it is.
-                self._failed = StorageFailed(
-                    f"{self.path}: saving a consumer index failed ({e}); saves are refused "
-                    "until the log is reopened"
-                )
-                raise self._failed from e
+                # refuse further saves (they would follow it) until the store reopens
+                raise self._fail(str(e)) from e
             self.values[key] = index
             return index
+
+    def _fail(self, why: str) -> StorageFailed:
+        """Fail the store (caller holds ``_lock``) until ``_reopen``."""
+        self._next_reopen_at = self._clock() + REOPEN_FIRST_S
+        self._failed = StorageFailed(
+            f"{self.path}: saving a consumer index failed ({why}); saves are refused until the "
+            "store reopens from disk, on a save after a back-off"
+        )
+        log_event(
+            logger,
+            logging.ERROR,
+            "the consumer index store failed; it will be reopened from disk",
+            file=str(self.path),
+            error=why,
+            reopen_in_s=REOPEN_FIRST_S,
+        )
+        return self._failed
+
+    def _reopen(self) -> None:
+        """Reopen the failed store from disk if its back-off has passed (caller holds
+        ``_lock``), else raise ``StorageFailed``: the load and compaction of an open, so every
+        value (also the one whose save failed, if the page cache holds it) is written to a new
+        file and fsynced before it replaces the old one."""
+        assert self._failed is not None
+        if self._mark is None:
+            raise LogClosed("the log is closed")
+        now = self._clock()
+        if now >= self._next_reopen_at:
+            values = self.values
+            try:
+                if self._fd is not None:
+                    fs.close(self._fd)
+                    self._fd = None
+                self._load()
+                self._compact()
+            except (OSError, LoglakeError) as e:
+                self.values = values
+                self.reopen_attempts += 1
+                delay = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**self.reopen_attempts)
+                self._next_reopen_at = now + delay
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "reopening the consumer index store failed",
+                    file=str(self.path),
+                    error=f"{type(e).__name__}: {e}",
+                    attempt=self.reopen_attempts,
+                    retry_in_s=delay,
+                )
+                raise StorageFailed(
+                    f"{self.path}: saves are refused after a storage failure; reopening the "
+                    f"store failed ({type(e).__name__}: {e}), retried in {delay:.2f} s"
+                ) from e
+            log_event(
+                logger,
+                logging.WARNING,
+                "reopened the consumer index store from disk",
+                file=str(self.path),
+                error=str(self._failed),
+                failed_attempts=self.reopen_attempts,
+            )
+            self._failed, self.reopen_attempts = None, 0
+            self.reopens += 1
+            return
+        raise StorageFailed(
+            f"{self.path}: saves are refused after a storage failure; reopening the store "
+            f"from disk is retried in {self._next_reopen_at - now:.2f} s"
+        ) from self._failed
 
     def close(self) -> None:
         if self._fd is not None:

@@ -156,7 +156,7 @@ class SegmentLog(Log):
             self._take_lock()
         consumers: ConsumerStore | None = None
         try:
-            consumers = ConsumerStore(self.data_dir, readonly)
+            consumers = ConsumerStore(self.data_dir, readonly, clock)
             self._consumers = consumers
             self._load_streams()
         except BaseException:
