@@ -80,13 +80,17 @@ class MessageStore:
             self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
             self.db.set_wal_hook(_checkpoint_after_commit)
             if self.path != ":memory:":
-                self.db.execute("PRAGMA journal_mode=WAL")
+                # read to the end: the switch is written when the statement completes, and
+                # an error then is the caller's to see (unread, apsw can only report it as
+                # "unraisable" when the statement is reset)
+                _value(self.db, "PRAGMA journal_mode=WAL")
             self.db.execute(_SCHEMA)
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
             if "idx" not in cols:  # a store written before the stream index was kept
                 self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
         except apsw.Error as e:
-            self.db.close(True)
+            with contextlib.suppress(apsw.Error):
+                self.db.close()
             raise _disk_error(e, self.path) from e
 
     def close(self) -> None:
@@ -307,9 +311,10 @@ def _all(cur: apsw.Cursor) -> list[Any]:
 
 
 def _value(db: apsw.Connection, q: str, args: tuple = ()) -> Any:
-    """The first column of the first row of ``q`` (None without a row)."""
-    row = db.execute(q, args).fetchone()
-    return None if row is None else row[0]
+    """The first column of the first row of ``q`` (None without a row). The statement is
+    read to its end, so that it completes (and any error it meets is raised) here."""
+    rows = db.execute(q, args).fetchall()
+    return rows[0][0] if rows else None
 
 
 @contextlib.contextmanager
