@@ -270,11 +270,14 @@ def run_store_faults(
     fsync: bool = True,
     p_loss: float = 0.08,
     p_cut: float = 0.05,
+    fig: Figures | None = None,
 ) -> Figures:
     """One seeded run (see the module docstring); ``AssertionError`` naming the seed if an
-    invariant breaks. ``fsync=False``: fsync does nothing (the checks must then see losses)."""
+    invariant breaks. ``fsync=False``: fsync does nothing (the checks must then see losses).
+    ``fig``: where to count (filled in even when the run fails)."""
     rng = random.Random(seed)
-    fig = Figures(seeds=1)
+    fig = Figures() if fig is None else fig
+    fig.seeds += 1
     work = Workload(rng)
     saved = store_module._AUTOCHECKPOINT_PAGES
     store_module._AUTOCHECKPOINT_PAGES = CHECKPOINT_PAGES
@@ -297,10 +300,10 @@ def run_store_faults(
                     if r < p_cut + p_loss:
                         run.power_loss(rng)
                 run.power_loss(rng)  # and always at the end
-                fig.injected = Counter(faults.injected)
             except AssertionError as e:
                 raise AssertionError(f"seed {seed}: {e} (faults {dict(faults.injected)})") from e
             finally:
+                fig.injected += faults.injected
                 if run is not None:
                     close_dead(run.store.db)
                     run.model.close()
