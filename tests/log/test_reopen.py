@@ -275,7 +275,7 @@ def test_readers_and_appenders_racing_reopens_see_only_right_records(tmp_path, m
     counts = {"failed": 0}
 
     def append(w: int) -> None:
-        for n in range(150):
+        for n in range(100):
             data = b"w%d-%d|" % (w, n) + bytes([65 + w]) * (n % 90)
             try:
                 i = log.append("s", 0, data)
