@@ -279,7 +279,7 @@ class ClientCore:
                     return _REPLY, int(v[1:])
         return _OTHER, 0
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Sort what ``data`` completes: push confirms and errors by lane, other replies by
         request. Consecutive frames on one route (a burst of confirms) resolve it once."""
         last: Route | None = None
@@ -399,6 +399,7 @@ class StreamClient:
                 sock.close()
                 raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
         self.sock = sock
+        self._rbuf = memoryview(bytearray(1 << 20))
         self.core = ClientCore()
         self.addresses = _Addresses()
         try:
@@ -423,16 +424,18 @@ class StreamClient:
 
     def _read(self) -> None:
         try:
-            data = self.sock.recv(1 << 20)
+            # into one kept buffer: a fresh 1 MiB ``bytes`` per recv costs an mmap and a
+            # munmap (~40 µs here); ``receive_data`` copies what it keeps
+            n = self.sock.recv_into(self._rbuf)
         except TimeoutError:
             raise StreamServiceError("timed out waiting for the stream service") from None
         except ssl.SSLError as e:
             raise TlsError(f"TLS failed: {e}") from None
         except OSError as e:
             raise StreamServiceError(f"connection failed: {e}") from None
-        if not data:
+        if not n:
             raise StreamServiceError("the stream service closed the connection")
-        self.core.receive_data(data)
+        self.core.receive_data(self._rbuf[:n])
 
     def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
         """Send one request; wait for ``count`` replies (or the first, if it is an error)."""

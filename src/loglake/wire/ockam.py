@@ -351,11 +351,12 @@ class TcpConnection:
     def buffered(self) -> int:
         return len(self._buf)
 
-    def receive_data(self, data: bytes) -> list[RoutingMessage]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[RoutingMessage]:
         return [RoutingMessage(o, r, p, t) for o, r, p, t in self.receive_frames(data)]
 
-    def receive_frames(self, data: bytes) -> list[Frame]:
-        """The frames ``data`` completes, as ``(onward, return, payload, tracing)`` tuples."""
+    def receive_frames(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """The frames ``data`` completes, as ``(onward, return, payload, tracing)`` tuples.
+        Nothing refers to ``data`` afterwards (a caller may reuse its buffer)."""
         out: list[Frame] = []
         if self.error is not None:
             return out
