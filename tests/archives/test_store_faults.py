@@ -315,6 +315,7 @@ def run_store_faults(
 # -- tests ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_store_under_faults_and_power_losses_loses_nothing_committed(tmp_path):
     total = Figures()
     for seed in SEEDS:
