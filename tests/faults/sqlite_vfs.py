@@ -198,6 +198,19 @@ class FsVfs(apsw.VFS):
                 raise _error(apsw.SQLITE_IOERR_DIR_FSYNC, f"fsync dir of {filename}", e) from None
 
 
+_shared: FsVfs | None = None
+
+
+def shared_vfs() -> FsVfs:
+    """One ``FsVfs`` for the whole process, registered on first use: for harnesses that open
+    stores in many places (``tests/faults/parts.py``). It holds no state but counters, so
+    every test may share it."""
+    global _shared
+    if _shared is None:
+        _shared = FsVfs("loglake-fs")
+    return _shared
+
+
 @contextlib.contextmanager
 def fs_vfs() -> Iterator[FsVfs]:
     """A registered ``FsVfs`` for the ``with`` block."""
