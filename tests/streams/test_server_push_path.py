@@ -97,3 +97,37 @@ def test_client_frames_through_the_decoder_core_and_reply_parts_round_trip() -> 
     client.receive_data(TcpConnection.initial_bytes() + out)
     assert client.confirms == {rid: (True, i) for i, rid in enumerate(rids)}
     assert [d for _, d in svc.log.read_payloads("s", 0, 0, 1000)] == [b"x" * n for n in range(300)]
+
+
+def test_connections_sharing_the_read_buffer_keep_their_own_partial_frames() -> None:
+    """The server reads every connection into one buffer: a frame split across reads, on two
+    connections at once, must come out whole and on its own connection."""
+    import socket
+
+    from loglake.streams.server import BackgroundServer
+
+    svc = service()
+    with BackgroundServer(svc) as srv:
+        cores = [ClientCore(), ClientCore()]
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in cores]
+        try:
+            wires = []
+            for k, (core, sock) in enumerate(zip(cores, socks, strict=True)):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _, parts = core.push_parts(WORKER, [bytes([k]) * 3000 for _ in range(3)])
+                wires.append(core.initial_bytes() + b"".join(parts))
+            cuts = [0, 1, 700, 3100, 3101, 6000, 9200]
+            for a, b in zip(cuts, [*cuts[1:], None], strict=True):
+                for sock, wire in zip(socks, wires, strict=True):  # interleaved halves
+                    sock.sendall(wire[a:b])
+            for core, sock in zip(cores, socks, strict=True):
+                while len(core.confirms) < 3:
+                    data = sock.recv(65536)
+                    assert data, "the server closed the connection"
+                    core.receive_data(data)
+                assert all(ok for ok, _ in core.confirms.values())
+        finally:
+            for sock in socks:
+                sock.close()
+    stored = [d for _, d in svc.log.read_payloads("s", 0, 0, 10)]
+    assert sorted(stored) == [bytes([0]) * 3000] * 3 + [bytes([1]) * 3000] * 3
