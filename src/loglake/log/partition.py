@@ -613,10 +613,12 @@ class Partition:
         return self.refusal(now)
 
     def quiesce(self) -> None:
-        """Return once no append is still writing into this failed partition: one that was
-        writing when it failed holds the lock until its last write; later ones raise."""
+        """Return once nothing is still writing into this failed partition: an append that
+        was writing when it failed holds the lock until its last write (later ones raise), and
+        the thread that recorded the failure holds the sync lock until ``STORAGE_FAILED`` is
+        written (the reopen removes it)."""
         assert self._failed is not None
-        with self._lock:
+        with self._lock, self._sync_lock:
             pass
 
     def took_over(self, old: Partition) -> None:
