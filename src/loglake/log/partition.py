@@ -535,10 +535,13 @@ class Partition:
         self.failed_at = self._clock()
         self.next_reopen_at = self.failed_at + REOPEN_FIRST_S
         self._failure = StorageFailure(f"{what} failed ({e})", time.time_ns())
-        self._failed = StorageFailed(
-            f"{self.stream}/{self.partition}: {what} failed ({e}); the appends waiting for it "
-            "failed, and the partition reopens from disk on an append after a back-off"
+        then = (  # (an open that fails raises this itself)
+            ""
+            if self._opening
+            else "; the appends waiting for it failed, and the partition "
+            "reopens from disk on an append after a back-off"
         )
+        self._failed = StorageFailed(f"{self.stream}/{self.partition}: {what} failed ({e}){then}")
         if not self._opening:
             log_event(
                 logger,
