@@ -88,6 +88,19 @@ def test_at_the_cap_new_calls_wait_rather_than_a_nonce_being_forgotten():
     guard.accept(b"me", "m", b"x" * 16, NOW + 30 * S, NOW + 10 * S + 1)  # one expired: room
 
 
+def test_one_sender_cannot_fill_the_cache_for_everyone():
+    guard = ReplayGuard(capacity=10, per_sender=3)
+    for i in range(3):
+        guard.accept(b"flood", "m", bytes([i]) * 16, NOW + (10 + i) * S, NOW)
+    with pytest.raises(ReplayCacheFull, match="this sender"):
+        guard.accept(b"flood", "m", b"x" * 16, NOW + 10 * S, NOW)
+    guard.accept(b"other", "m", b"x" * 16, NOW + 10 * S, NOW)  # others still get in
+    assert len(guard) == 4
+    guard.accept(b"flood", "m", b"y" * 16, NOW + 30 * S, NOW + 10 * S + 1)  # one of its expired
+    with pytest.raises(ReplayedCall):  # its unexpired calls are still remembered
+        guard.accept(b"flood", "m", bytes([2]) * 16, NOW + 30 * S, NOW + 10 * S + 1)
+
+
 def test_the_same_nonce_from_another_sender_or_method_is_another_call():
     guard = ReplayGuard()
     guard.accept(b"alice", "m", b"n" * 16, NOW + S, NOW)

@@ -19,11 +19,14 @@ call's (sender, method, nonce) until the call expires — after that the expiry 
 anyway — so its memory is bounded by the calls accepted in 5 minutes, and a hard cap
 (``ReplayGuard.capacity``) bounds it whatever the rate. At the cap it refuses new calls
 (``ReplayCacheFull``, HTTP 503) until entries expire, rather than forget a nonce whose call is
-still valid: forgetting would reopen exactly the replay this guards against.
+still valid: forgetting would reopen exactly the replay this guards against. One sender may
+hold at most ``per_sender`` of those entries (``ReplayCacheFull`` for it alone past that), so a
+single busy or hostile key cannot fill the cap and hold every other caller off for 5 minutes.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import heapq
 import os
@@ -46,6 +49,8 @@ NONCE_BYTES = (8, 32)
 """A nonce's length bounds: long enough to be unique per call, short enough to keep."""
 DEFAULT_REPLAY_CAPACITY = 200_000
 """Calls remembered at most (~25 MB): 5 minutes at ~660 accepted calls/s."""
+DEFAULT_REPLAY_PER_SENDER = 20_000
+"""Calls of one sender remembered at most: 5 minutes at ~66 accepted calls/s, a tenth of the cap."""
 
 
 class PrincipalError(DecodeError):
@@ -136,11 +141,17 @@ class ReplayGuard:
     """The calls accepted and not yet expired, by (sender, method, nonce): refuses a second
     use. Not thread-safe (one event loop calls it). See the module docstring for the cap."""
 
-    def __init__(self, capacity: int = DEFAULT_REPLAY_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
+    def __init__(
+        self,
+        capacity: int = DEFAULT_REPLAY_CAPACITY,
+        per_sender: int = DEFAULT_REPLAY_PER_SENDER,
+    ) -> None:
+        if capacity < 1 or per_sender < 1:
+            raise ValueError("capacity and per_sender must be >= 1")
         self.capacity = capacity
+        self.per_sender = per_sender
         self._seen: set[tuple[bytes, str, bytes]] = set()
+        self._of_sender: collections.Counter[bytes] = collections.Counter()
         self._by_expiry: list[tuple[int, tuple[bytes, str, bytes]]] = []  # a heap
 
     def __len__(self) -> int:
@@ -149,11 +160,18 @@ class ReplayGuard:
     def _evict(self, now_ns: int) -> None:
         heap = self._by_expiry
         while heap and heap[0][0] < now_ns:  # expired: the expiry check refuses it from now on
-            self._seen.discard(heapq.heappop(heap)[1])
+            key = heapq.heappop(heap)[1]
+            self._seen.discard(key)
+            left = self._of_sender[key[0]] - 1
+            if left:
+                self._of_sender[key[0]] = left
+            else:
+                del self._of_sender[key[0]]
 
     def accept(self, sender: bytes, method: str, nonce: bytes, expiry_ns: int, now_ns: int) -> None:
         """Record a verified call; ``ReplayedCall`` if it was recorded before and has not
-        expired, ``ReplayCacheFull`` at the cap (nothing recorded then)."""
+        expired, ``ReplayCacheFull`` at the cap or at the sender's share (nothing recorded
+        then)."""
         key = (sender, method, nonce)
         self._evict(now_ns)
         if key in self._seen:
@@ -166,6 +184,12 @@ class ReplayGuard:
                 f"{len(self._seen)} signed calls remembered (the cap): try again once some "
                 "expire (at most 5 minutes)"
             )
+        if self._of_sender[sender] >= self.per_sender:
+            raise ReplayCacheFull(
+                f"{self._of_sender[sender]} signed calls of this sender remembered (its share "
+                f"of the cache): try again once some expire (at most 5 minutes)"
+            )
+        self._of_sender[sender] += 1
         self._seen.add(key)
         heapq.heappush(self._by_expiry, (expiry_ns, key))
 
