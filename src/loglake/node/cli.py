@@ -37,7 +37,7 @@ from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
-from loglake.streams.permissions import AccessPolicy
+from loglake.streams.permissions import AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 from loglake.streams.tls import TestPki, client_context, server_context, write_test_pki
@@ -164,7 +164,8 @@ def command() -> None:
     "--access",
     type=click.Path(dir_okay=False, exists=True),
     help="Who may do what: a TOML or JSON file of [[grant]] identities/streams/allow "
-    "(docs/security.md). Without it every client may do everything.",
+    "(docs/security.md). Without it every client may do everything. SIGHUP rereads it (a bad "
+    "file is reported and the grants in force are kept).",
 )
 @click.option(
     "--insecure",
@@ -251,6 +252,9 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
+        if policy is not None and access:
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signal.SIGHUP, reload_access, policy, Path(access))
         retention = asyncio.create_task(_retention_loop(log, retention_interval, stop))
         sealer = None
         if backend:  # issue 13: JetStream history into <data_dir>/lake (streams/jetstream_seal)
@@ -268,6 +272,22 @@ def serve(
     finally:
         log.close()
         console.print("stopped")
+
+
+def reload_access(policy: AccessPolicy, path: Path) -> None:
+    """SIGHUP: reread the access file into the running service's ``policy``. A file that does
+    not load leaves the grants in force (refusing everyone, or everyone everything, because an
+    operator's edit was half saved would be worse) and says why."""
+    try:
+        fresh = AccessPolicy.load(path)
+    except AccessConfigError as e:
+        log_event(_logger, logging.ERROR, "access file not reloaded; the grants in force stay",
+                  path=str(path), error=str(e))  # fmt: skip
+        return
+    policy.replace(fresh)
+    # WARNING, not INFO: who may do what just changed, which the default log level must show
+    log_event(_logger, logging.WARNING, "access file reloaded", path=str(path),
+              grants=len(fresh.grants))  # fmt: skip
 
 
 def durability_banner(log: Log, durability: str) -> str:

@@ -185,6 +185,14 @@ class AccessPolicy:
         except AccessConfigError as e:
             raise AccessConfigError(f"{p}: {e}") from None
 
+    def replace(self, other: AccessPolicy) -> None:
+        """Take ``other``'s grants (a reloaded access file) in place, so the service holding
+        this object applies them from its next request; answers cached under the old grants
+        go. Call it on the thread that serves requests (``serve`` does, from its SIGHUP
+        handler on the event loop)."""
+        self.grants = other.grants
+        self._cache = {}
+
     def permissions(self, peer: Peer, stream: str) -> frozenset[Permission]:
         key = (peer.names, stream)
         got = self._cache.get(key)
