@@ -131,3 +131,22 @@ def test_connections_sharing_the_read_buffer_keep_their_own_partial_frames() -> 
                 sock.close()
     stored = [d for _, d in svc.log.read_payloads("s", 0, 0, 10)]
     assert sorted(stored) == [bytes([0]) * 3000] * 3 + [bytes([1]) * 3000] * 3
+
+
+def test_freeze_gc_moves_the_startup_objects_out_of_collections_only_when_asked() -> None:
+    import gc
+
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+
+    before = gc.get_freeze_count()
+    try:
+        with BackgroundServer(service()) as srv:
+            assert srv.server is not None and not srv.server.freeze_gc
+            assert gc.get_freeze_count() == before  # the default leaves the collector alone
+        with BackgroundServer(service(), freeze_gc=True) as srv:
+            assert gc.get_freeze_count() > before
+            with StreamClient(port=srv.port, timeout=10) as client:  # and it serves as before
+                assert client.push_many("s", [b"a", b"b"]) == [0, 1]
+    finally:
+        gc.unfreeze()  # give this test process its collector back
