@@ -45,7 +45,7 @@ from tests.log.simdisk import SimDisk
 CHECKPOINT_PAGES = 8
 TOPICS = ("/a", "/b")
 WEEKS = 6
-SEEDS = range(1, 61)
+SEEDS = range(1, 41)
 
 Op = Callable[[MessageStore], Any]
 
