@@ -79,6 +79,9 @@ class MessageStore:
         try:
             self.db.set_busy_timeout(_BUSY_TIMEOUT_MS)
             self.db.set_wal_hook(_checkpoint_after_commit)
+            # pruned messages leave no bytes in free pages: the default of Debian's SQLite,
+            # which the store used before apsw (whose SQLite defaults to off)
+            _value(self.db, "PRAGMA secure_delete=ON")
             if self.path != ":memory:":
                 # read to the end: the switch is written when the statement completes, and
                 # an error then is the caller's to see (unread, apsw can only report it as
@@ -266,7 +269,14 @@ class MessageStore:
 
     def _hydrate(self, entry: IndexEntry, messages: Sequence[DecodedMessage]) -> int:
         m = entry.metadata
-        self.db.execute("DELETE FROM messages WHERE ts_ns >= ? AND ts_ns < ?", (m.from_ns, m.to_ns))
+        window = "ts_ns >= ? AND ts_ns < ?"
+        # forget the flags of the rows replaced, as prune does (a reused rowid must not look
+        # archived)
+        self.db.execute(
+            f"DELETE FROM archived WHERE rowid IN (SELECT rowid FROM messages WHERE {window})",
+            (m.from_ns, m.to_ns),
+        )
+        self.db.execute(f"DELETE FROM messages WHERE {window}", (m.from_ns, m.to_ns))
         self.db.executemany(
             "INSERT INTO messages (ts_ns, topic, raw, cap) VALUES (?, ?, ?, ?)",
             [(x.timestamp_ns, x.topic, x.raw, x.cap_size) for x in messages],

@@ -64,7 +64,6 @@ import json
 import os
 import pickle
 import shutil
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import apsw
 import numpy as np
 
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
@@ -697,15 +697,16 @@ def _store_end(root: Path, cid: str) -> int | None:
     path = root / f"{cid}.sqlite"
     if not path.exists():
         return None
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:  # apsw, as the store: two SQLite libraries on one file in one process can drop
+        # each other's POSIX locks (sqlite.org/howtocorrupt.html §2.2.1)
+        db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            row = db.execute("SELECT value FROM meta WHERE key='last_archive_end_ns'").fetchone()
+            rows = db.execute("SELECT value FROM meta WHERE key='last_archive_end_ns'").fetchall()
         finally:
             db.close()
-    except sqlite3.Error:
+    except apsw.Error:
         return None
-    return None if row is None else int(row[0])
+    return int(str(rows[0][0])) if rows else None  # meta values are TEXT
 
 
 def _load_state(root: Path, c: Community, layout: Layout) -> _State:
