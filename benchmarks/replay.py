@@ -39,6 +39,7 @@ Bounded: every phase has a count; temporary files are removed at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -208,6 +209,7 @@ def http_end_to_end(log_dir: Path, n: int) -> float:
                     raise
                 time.sleep(0.1)
         time.sleep(1.0)
+        cpu0 = {r: _cpu_seconds(p.pid) for r, p in c.procs.items()}
         t = time.perf_counter()
         [r] = sub.call("icrc77_register_replay", [ReplayRegistration(NS, 0, n)])
         rid = r.value
@@ -218,6 +220,9 @@ def http_end_to_end(log_dir: Path, n: int) -> float:
                 break
             time.sleep(0.05)
         dt = time.perf_counter() - t
+        cpu = {r: _cpu_seconds(p.pid) - cpu0[r] for r, p in c.procs.items()}
+        per = [f"{r} {s / n * 1e6:.1f} µs ({s / dt:.0%} of a core)" for r, s in cpu.items()]
+        console.print("  CPU per event over the timed run: " + ", ".join(per))
         assert st.status == ReplayState("completed", n), st.status
         # not timed: every event reached the subscriber, once (its inbox read over HTTP)
         inbox = c.client("subscriber")
@@ -231,6 +236,12 @@ def http_end_to_end(log_dir: Path, n: int) -> float:
     finally:
         c.stop()
         shutil.rmtree(c.tmp, ignore_errors=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 JOB_NS = "bench.replay.job"

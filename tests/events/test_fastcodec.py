@@ -1,6 +1,7 @@
 """The fast encoder of notification and event batches (loglake.events.fastcodec) writes exactly
 icp-py-core's bytes, on random ICRC-16 data (hypothesis), and refuses bad input with typed
-errors. @dfinity/candid's view of the same bytes: test_candid_interop.py."""
+errors; its decoders give what the generic decoder gives, damaged input included.
+@dfinity/candid's view of the same bytes: test_candid_interop.py."""
 
 from __future__ import annotations
 
@@ -12,17 +13,31 @@ from icp_candid import encode as icp_encode
 from icp_principal import Principal
 
 from loglake.events import candid_types as T
-from loglake.events.codec import METHODS, EventWire, event_to, notification_to
+from loglake.events.codec import (
+    METHODS,
+    EventWire,
+    event_from,
+    event_to,
+    notification_from,
+    notification_to,
+    opt_results_from,
+    opt_results_to,
+)
 from loglake.events.fastcodec import (
     H_RECEIVED,
+    decode_events,
+    decode_notifications,
+    decode_publish_results,
     encode_events,
+    encode_nats,
     encode_notifications,
+    encode_publish_results,
     join_notifications,
     notification_parts,
 )
-from loglake.events.messages import Event, EventNotification
+from loglake.events.messages import Err, Event, EventNotification, Ok
 from loglake.wire import icrc16
-from loglake.wire.icrc16 import ICRC16Error, RawValue
+from loglake.wire.icrc16 import ICRC16DecodeError, ICRC16Error, RawValue, candid_decode
 from loglake.wire.icrc16_encode import value_bytes
 from tests.wire.test_icrc16 import values
 
@@ -186,3 +201,122 @@ def test_not_a_batch_is_refused():
         encode_notifications(note())  # type: ignore[arg-type]
     with pytest.raises(ICRC16Error):
         encode_notifications([object()])  # type: ignore[list-item]
+
+
+# --- decoding straight into the dataclasses (fastcodec.decode_*) -----------------------------
+def generic(data: bytes, t, conv):
+    """The generic decoder's answer: the value, or "error" for a typed error."""
+    try:
+        return conv(candid_decode(data, [t])[0])
+    except ICRC16DecodeError:
+        return "error"
+
+
+def fast(data: bytes, f):
+    try:
+        return f(data)
+    except ICRC16DecodeError:
+        return "error"
+
+
+def mutated(data: bytes, pos: int, byte: int, cut: int) -> bytes:
+    b = bytearray(data)
+    b[pos % len(b)] = byte
+    return bytes(b[: len(b) - cut])
+
+
+publish_results = st.one_of(
+    st.none(),
+    st.builds(Ok, st.lists(nats, max_size=3)),
+    st.builds(Err, st.sampled_from(["Busy", "Unauthorized"])),
+    st.builds(Err, st.sampled_from(["ImproperId", "GenericBatchError"]), names),
+)
+NOTES_T = Types.Vec(T.EventNotification)
+EVENTS_T = Types.Vec(EventWire)
+RESULTS_T = Types.Vec(T.PublishResult)
+
+
+def from_notes(v):
+    return [notification_from(x) for x in v]
+
+
+def from_events(v):
+    return [event_from(x) for x in v]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(notifications, max_size=4))
+def test_notifications_decode_as_the_generic_decoder_does(notes):
+    data = encode_notifications(notes)
+    assert decode_notifications(data) == generic(data, NOTES_T, from_notes) == notes
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events, max_size=4))
+def test_events_decode_as_the_generic_decoder_does(evs):
+    data = encode_events(evs)
+    got = decode_events(data)
+    assert got == generic(data, EVENTS_T, from_events)
+    assert got is not None and all(type(e.data) is RawValue for e in got)  # kept as bytes
+    assert encode_events(got) == data
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(publish_results, max_size=5))
+def test_publish_results_equal_icp_py_core_both_ways(rs):
+    data = encode_publish_results(rs)
+    assert data == icp_encode([{"type": RESULTS_T, "value": opt_results_to(rs)}])
+    assert decode_publish_results(data) == generic(data, RESULTS_T, opt_results_from) == rs
+
+
+def test_generic_error_results_take_the_generic_path():
+    rs = [Ok([1]), Err("GenericError", {"error_code": 1, "message": "m"})]
+    assert encode_publish_results(rs) is None
+    data = METHODS["icrc72_publish"].encode_ret(rs)
+    assert decode_publish_results(data) is None
+    assert METHODS["icrc72_publish"].decode_ret(data) == rs
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(nats, max_size=6))
+def test_confirmation_ids_equal_icp_py_core(ids):
+    assert encode_nats(ids) == icp_encode([{"type": Types.Vec(Types.Nat), "value": ids}])
+
+
+@pytest.mark.parametrize("bad", [[-1], [True], ["1"], 5])
+def test_confirmation_ids_refuse_non_nats(bad):
+    with pytest.raises(ICRC16Error):
+        encode_nats(bad)
+
+
+@settings(max_examples=250, deadline=None)
+@given(
+    st.lists(notifications, min_size=1, max_size=3),
+    st.lists(events, min_size=1, max_size=3),
+    st.lists(publish_results, min_size=1, max_size=3),
+    st.integers(0, 10**6),
+    st.integers(0, 255),
+    st.integers(0, 3),
+)
+def test_damaged_messages_decode_as_the_generic_decoder_does(notes, evs, rs, pos, byte, cut):
+    """The same value or a typed error (``ICRC16DecodeError``), never anything else; a damaged
+    header is not ours (None: the generic decoder takes it)."""
+    cases = [
+        (encode_notifications(notes), decode_notifications, NOTES_T, from_notes),
+        (encode_events(evs), decode_events, EVENTS_T, from_events),
+        (encode_publish_results(rs), decode_publish_results, RESULTS_T, opt_results_from),
+    ]
+    for data, f, t, conv in cases:
+        bad = mutated(data, pos, byte, cut)
+        got = fast(bad, f)
+        if got is not None:
+            assert got == generic(bad, t, conv)
+
+
+def test_other_headers_are_left_to_the_generic_decoder():
+    nat_vec = icp_encode([{"type": Types.Vec(Types.Nat), "value": [1]}])
+    assert decode_notifications(nat_vec) is None
+    assert decode_events(nat_vec) is None
+    assert decode_publish_results(nat_vec) is None
+    with pytest.raises(ICRC16DecodeError):  # the generic decoder: not this method's type
+        METHODS["icrc72_handle_notification"].decode_arg(nat_vec)

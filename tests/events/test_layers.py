@@ -31,6 +31,7 @@ PURE_OUTSIDE = {
     "loglake.wire.icrc16": None,
     "loglake.wire.candid_fast": None,
     "loglake.wire.icrc16_encode": None,
+    "loglake.wire.varint": None,
     "loglake.streams.api": {"StreamMessage", "check_stream_name"},
 }
 SIBLINGS = ("loglake.sds", "loglake.cardinal", "loglake.archives", "loglake.pipeline")

@@ -112,7 +112,7 @@ class RelayRoute:
         return self.filter is None or self.filter.matches(e.data)
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     subscriber: Principal
     namespace: str
@@ -242,16 +242,28 @@ class Broadcaster(Role):
         batches: dict[bytes, tuple[Principal, list[EventNotification]]] = {}
         forwards: dict[int, list[Event]] = {}
         out: list[Ok | Err | None] = []
+        hdrs: dict[int, tuple[Value | None, list[Any]]] = {}
+        keep = []  # header lists stay alive while their id() is a key of hdrs
         for e in events:
-            out.append(self._publish_one(caller, e, now, batches, forwards))
+            h = hdrs.get(id(e.headers))
+            if h is None:
+                # a batch's events share their headers (the decoder, procure): the replay id
+                # and the notification's headers are worked out once per distinct list, and
+                # the notifications share the list (the encoder then writes it once)
+                keep.append(e.headers)
+                h = hdrs[id(e.headers)] = (
+                    map_get(e.headers, H_REPLAY_ID),
+                    [*(e.headers or []), (H_RECEIVED, {"Nat": now})],
+                )
+            out.append(self._publish_one(caller, e, now, batches, forwards, h))
         for sub, notes in batches.values():
             self.outbox.append(Call(sub, "icrc72_handle_notification", notes))
         for rid, evs in forwards.items():
             self._forward(self.relays[rid], evs)
         return out
 
-    def _publish_one(self, caller, e: Event, now: int, batches, forwards) -> Ok | Err:
-        rid_v = map_get(e.headers, H_REPLAY_ID)
+    def _publish_one(self, caller, e: Event, now: int, batches, forwards, h) -> Ok | Err:
+        rid_v, headers = h
         if rid_v is None and self.publishers.get(e.namespace) != caller:
             return Err("Unauthorized")
         if rid_v is not None:
@@ -282,7 +294,6 @@ class Broadcaster(Role):
             return Err("Busy")
         self.stats.published += 1
         ids = []
-        headers = [*(e.headers or []), (H_RECEIVED, {"Nat": now})]
         for t in targets:
             nid = self.next_notification
             self.next_notification += 1
@@ -421,17 +432,25 @@ class Broadcaster(Role):
                 self.stats.relay_failed += 1
 
     def confirm_notifications(self, caller: Principal, ids: list[int], now: int):
-        results: list[Ok | Err | None] = []
-        for nid in ids:
-            p = self.pending.get(nid)
-            if p is None:
-                results.append(Err("NotFound"))
-            elif p.subscriber != caller:
-                results.append(Err("Unauthorized"))
-            else:
-                del self.pending[nid]
-                key = caller.bytes
-                self.unconfirmed[key] -= 1
-                self.stats.confirmed += 1
-                results.append(Ok(None))
-        return None if all(isinstance(r, Ok) for r in results) else results
+        pending = self.pending
+        key = caller.bytes
+        results: list[Ok | Err | None] | None = None  # itemized only once one is refused
+        done = 0
+        for k, nid in enumerate(ids):
+            p = pending.get(nid)
+            if p is None or p.subscriber.bytes != key:
+                if results is None:
+                    results = [_OK] * k
+                results.append(Err("NotFound") if p is None else Err("Unauthorized"))
+                continue
+            del pending[nid]
+            done += 1
+            if results is not None:
+                results.append(_OK)
+        if done:
+            self.unconfirmed[key] -= done
+            self.stats.confirmed += done
+        return results
+
+
+_OK = Ok(None)

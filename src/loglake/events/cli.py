@@ -165,7 +165,12 @@ def whoami(key: str) -> None:
     show_default=True,
     help="(publisher) events procured and sent per replay batch.",
 )
-@click.option("--throttle-ms", type=float, default=0.0, help="(publisher) pause between batches.")
+@click.option(
+    "--throttle-ms",
+    type=float,
+    default=0.0,
+    help="(publisher) pause between batches; a throttled replay has one batch in flight at a time.",
+)
 def serve(
     role: str,
     key: str,
@@ -236,7 +241,10 @@ def serve(
         elif role == "broadcaster":
             core = Broadcaster(me, orch)
         elif role == "publisher":
-            core = Publisher(me, orch, batch_size=batch_size)
+            # throttled: one batch in flight, then the pause (calls to one role are pipelined,
+            # so several batches in flight would leave together and the pause throttle nothing)
+            inflight = 1 if throttle_ms > 0 else 4
+            core = Publisher(me, orch, batch_size=batch_size, max_inflight=inflight)
             if register_ns:
                 cfg: list = [(C_REPLAY, {"Bool": True})]
                 if price_per_event:

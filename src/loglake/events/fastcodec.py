@@ -19,17 +19,27 @@ them — the same bytes as :func:`encode_notifications` on the finished notifica
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from icp_candid import Types
+from icp_principal import Principal
 
 from loglake.events import candid_types as T
-from loglake.events.messages import Event, EventNotification, ICRC16Map
-from loglake.wire.candid_fast import header
-from loglake.wire.icrc16 import ICRC16Error
+from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
+from loglake.wire.candid_fast import compile_reader, header
+from loglake.wire.icrc16 import (
+    ICRC16,
+    MAX_DEPTH,
+    TAGS,
+    ICRC16DecodeError,
+    ICRC16Error,
+    Property,
+    RawValue,
+)
 from loglake.wire.icrc16_encode import map_items, nat, principal, text, uleb, value
+from loglake.wire.varint import decode_uleb
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -256,3 +266,414 @@ def _check_nat_index() -> None:
 
 
 _check_nat_index()
+
+
+# --- decoding straight into the dataclasses ---------------------------------------------------
+# Why (issue 11): decoding a batch through the generic path builds icp_candid's value form
+# (a dict per record, a list per opt, a dict per variant) and then converts it to ours
+# (``codec.notification_from``, ``icrc16.from_candid``) — twice the objects, and the bulk of a
+# subscriber's time per event. When a message's header is exactly our encoder's (as for
+# ``candid_fast``), the readers below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
+# the output equals the generic path's (tested on random values, ``test_fastcodec.py``) and
+# every malformed input raises ``ICRC16DecodeError``. Any other header: the generic path.
+_ICRC16_T = ICRC16.get_type()
+_uleb_r = decode_uleb
+
+
+def _take(b: bytes, i: int, n: int) -> tuple[bytes, int]:
+    j = i + n
+    if j > len(b):
+        raise ValueError("read past the end")
+    return b[i:j], j
+
+
+def _count(b: bytes, i: int) -> tuple[int, int]:
+    """A vector's length (every element of our types takes at least one byte)."""
+    n, i = _uleb_r(b, i)
+    if n > len(b) - i:
+        raise ValueError("vector longer than the message")
+    return n, i
+
+
+def _text_r(b: bytes, i: int) -> tuple[str, int]:
+    n, i = _uleb_r(b, i)
+    raw, i = _take(b, i, n)
+    return raw.decode("utf-8"), i
+
+
+def _compile_value() -> Callable[[bytes, int, int], tuple[Any, int]]:
+    """A reader of ICRC-16 values into loglake's form (what ``icrc16.from_candid`` returns)."""
+    cases: list[tuple[str, Callable[[bytes, int, int], tuple[Any, int]]]] = []
+
+    def leaf(t: Any) -> Callable[[bytes, int, int], tuple[Any, int]]:
+        rd = compile_reader(t)  # text, nat, int, fixed, float, bool, principal, blob, vec nat…
+        return lambda b, i, d: rd(b, i)
+
+    def read(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        if d > MAX_DEPTH:
+            raise ICRC16DecodeError(f"ICRC-16 value nested deeper than {MAX_DEPTH}")
+        k = b[i]
+        if k < 0x80:
+            i += 1
+        else:
+            k, i = _uleb_r(b, i)
+        if k >= len(cases):
+            raise ValueError("variant index out of range")
+        tag, rd = cases[k]
+        v, i = rd(b, i, d + 1)
+        return {tag: v}, i
+
+    def items(b: bytes, i: int, d: int) -> tuple[list[Any], int]:  # Array, Set
+        n, i = _count(b, i)
+        out = []
+        for _ in range(n):
+            v, i = read(b, i, d)
+            out.append(v)
+        return out, i
+
+    def map_(b: bytes, i: int, d: int) -> tuple[list[Any], int]:  # vec record { text; ICRC16 }
+        n, i = _count(b, i)
+        out = []
+        for _ in range(n):
+            k, i = _text_r(b, i)
+            v, i = read(b, i, d)
+            out.append((k, v))
+        return out, i
+
+    def value_map(b: bytes, i: int, d: int) -> tuple[list[Any], int]:
+        n, i = _count(b, i)
+        out = []
+        for _ in range(n):
+            k, i = read(b, i, d)
+            v, i = read(b, i, d)
+            out.append((k, v))
+        return out, i
+
+    def option(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        flag = b[i]
+        if flag == 0:
+            return None, i + 1
+        if flag != 1:
+            raise ValueError("opt flag must be 0 or 1")
+        return read(b, i + 1, d)
+
+    read_bool = compile_reader(Types.Bool)
+
+    def class_(
+        b: bytes, i: int, d: int
+    ) -> tuple[list[Any], int]:  # record {value; name; immutable}
+        n, i = _count(b, i)
+        out = []
+        for _ in range(n):
+            v, i = read(b, i, d)
+            name, i = _text_r(b, i)
+            imm, i = read_bool(b, i)
+            out.append(Property(name, v, imm))
+        return out, i
+
+    special = {
+        "Array": items,
+        "Set": items,
+        "Map": map_,
+        "ValueMap": value_map,
+        "Option": option,
+        "Class": class_,
+    }
+    for h in _ICRC16_T._sorted_hashes:
+        tag, t = _ICRC16_T._field_map[h]
+        cases.append((tag, special.get(tag) or leaf(t)))
+    if [c[0] for c in cases] != list(TAGS):  # pragma: no cover - guards the tag order
+        raise ImportError("ICRC-16 variant order changed")
+    if _order(_ICRC16_T._field_map[_tag_hash("Class")][1]._type) != ["value", "name", "immutable"]:
+        raise ImportError("ICRC16Property field order changed")  # pragma: no cover
+    return read
+
+
+def _tag_hash(tag: str) -> int:
+    return next(h for h in _ICRC16_T._sorted_hashes if _ICRC16_T._field_map[h][0] == tag)
+
+
+_read_value = _compile_value()
+
+
+class _HeaderCache:
+    """The last ``opt ICRC16Map`` read in a batch: a replay batch's events repeat their headers,
+    so bytes equal to the last ones are not read again (a deterministic reader consumes equal
+    bytes to the same value) and the list is shared, as ``procure``'s is (nobody mutates it)."""
+
+    __slots__ = ("raw", "value")
+
+    def __init__(self) -> None:
+        self.raw = b""
+        self.value: ICRC16Map | None = None
+
+    def read(self, b: bytes, i: int) -> tuple[ICRC16Map | None, int]:
+        flag = b[i]
+        if flag == 0:
+            return None, i + 1
+        if flag != 1:
+            raise ValueError("opt flag must be 0 or 1")
+        start = i + 1
+        raw = self.raw
+        if raw and b.startswith(raw, start):
+            return self.value, start + len(raw)
+        n, i = _count(b, start)
+        out = []
+        for _ in range(n):
+            k, i = _text_r(b, i)
+            v, i = _read_value(b, i, 0)
+            out.append((k, v))
+        self.raw, self.value = b[start:i], out
+        return out, i
+
+
+def _opt_nat_r(b: bytes, i: int) -> tuple[int | None, int]:
+    flag = b[i]
+    if flag == 0:
+        return None, i + 1
+    if flag != 1:
+        raise ValueError("opt flag must be 0 or 1")
+    return _uleb_r(b, i + 1)
+
+
+class _Interned:
+    """The last namespace / principal read in a batch (a replay batch repeats them)."""
+
+    __slots__ = ("ns", "ns_raw", "p", "p_raw")
+
+    def __init__(self) -> None:
+        self.ns_raw = b""
+        self.ns = ""
+        self.p_raw = b""
+        self.p: Any = None
+
+    def namespace(self, b: bytes, i: int) -> tuple[str, int]:
+        n, i = _uleb_r(b, i)
+        raw, i = _take(b, i, n)
+        if raw != self.ns_raw:
+            self.ns, self.ns_raw = raw.decode("utf-8"), raw
+        return self.ns, i
+
+    def principal(self, b: bytes, i: int) -> tuple[Any, int]:
+        if b[i] != 1:
+            raise ValueError("principal must be a reference (0x01)")
+        n, i = _uleb_r(b, i + 1)
+        if n > 29:
+            raise ValueError(f"principal of {n} bytes (at most 29)")
+        raw, i = _take(b, i, n)
+        if raw != self.p_raw or self.p is None:
+            self.p, self.p_raw = Principal(raw), raw
+        return self.p, i
+
+
+def _decoding(what: str, f: Callable[[bytes], Any], data: bytes) -> Any:
+    try:
+        return f(data)
+    except ICRC16DecodeError:
+        raise
+    except RecursionError as e:
+        raise ICRC16DecodeError("Candid value nested too deeply") from e
+    except Exception as e:  # ValueError, IndexError, UnicodeDecodeError, struct.error…
+        raise ICRC16DecodeError(f"malformed Candid {what}: {type(e).__name__}: {e}") from e
+
+
+def _notes(b: bytes) -> list[EventNotification]:
+    i = len(NOTIFICATIONS_HEADER)
+    n, i = _count(b, i)
+    out = []
+    c = _Interned()
+    hc = _HeaderCache()
+    rv, uleb_r, text_r = _read_value, _uleb_r, _text_r
+    for _ in range(n):
+        eid, i = uleb_r(b, i)
+        src, i = c.principal(b, i)
+        data, i = rv(b, i, 0)
+        hs, i = hc.read(b, i)
+        prev, i = _opt_nat_r(b, i)
+        flag = b[i]
+        if flag == 0:
+            flt, i = None, i + 1
+        elif flag == 1:
+            flt, i = text_r(b, i + 1)
+        else:
+            raise ValueError("opt flag must be 0 or 1")
+        ts, i = uleb_r(b, i)
+        nid, i = uleb_r(b, i)
+        ns, i = c.namespace(b, i)
+        out.append(EventNotification(nid, eid, prev, ts, ns, data, hs, src, flt))
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes after the value")
+    return out
+
+
+def decode_notifications(data: bytes) -> list[EventNotification] | None:
+    """``vec EventNotification`` → the notifications, or None when the header is not our
+    encoder's (then decode generically)."""
+    if not data.startswith(NOTIFICATIONS_HEADER):
+        return None
+    return _decoding("notification batch", _notes, bytes(data))
+
+
+def _events(b: bytes) -> list[Event]:
+    i = len(_events_header())
+    n, i = _count(b, i)
+    out = []
+    c = _Interned()
+    hc = _HeaderCache()
+    rv, uleb_r = _read_value, _uleb_r
+    for _ in range(n):
+        eid, i = uleb_r(b, i)
+        src, i = c.principal(b, i)
+        j = i
+        if b[i] == _BLOB:  # the replay's common case: check the length, keep the bytes
+            m, j = uleb_r(b, i + 1)
+            j += m
+            if j > len(b):
+                raise ValueError("read past the end")
+        else:
+            _, j = rv(b, i, 0)  # every byte checked, as the generic reader does
+        data = RawValue(b[i:j])
+        hs, i = hc.read(b, j)
+        prev, i = _opt_nat_r(b, i)
+        ts, i = uleb_r(b, i)
+        ns, i = c.namespace(b, i)
+        out.append(Event(eid, prev, ts, ns, data, src, hs))
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes after the value")
+    return out
+
+
+_BLOB = TAGS.index("Blob")
+
+
+def decode_events(data: bytes) -> list[Event] | None:
+    """``vec Event`` (``icrc72_publish``, data kept as ``RawValue``) → the events, or None when
+    the header is not our encoder's."""
+    if not data.startswith(_events_header()):
+        return None
+    return _decoding("event batch", _events, bytes(data))
+
+
+# --- icrc72_publish's results and icrc72_confirm_notifications' ids -----------------------------
+PUBLISH_RESULTS_HEADER = header(Types.Vec(T.PublishResult))
+"""``DIDL`` + type table + arg type of ``vec PublishResult``, as icp-py-core writes it."""
+NATS_HEADER = header(Types.Vec(Types.Nat))
+_RESULT = T.PublishResult._type
+if _order(_RESULT) != ["Ok", "Err"]:  # pragma: no cover - guards the hand order
+    raise ImportError(f"PublishResult variant order changed: {_order(_RESULT)}")
+_PUBLISH_ERRORS = _order(T.PublishError)
+_NULL_ERRORS = {"Unauthorized", "Busy"}
+_TEXT_ERRORS = {"ImproperId", "GenericBatchError"}
+if set(_PUBLISH_ERRORS) != _NULL_ERRORS | _TEXT_ERRORS | {"GenericError"}:  # pragma: no cover
+    raise ImportError(f"PublishError cases changed: {_PUBLISH_ERRORS}")
+_ERR_INDEX = {tag: k for k, tag in enumerate(_PUBLISH_ERRORS)}
+
+
+def encode_publish_results(results: Sequence[Any]) -> bytes | None:
+    """``vec PublishResult`` (``icrc72_publish``'s reply) from ``[Ok(ids) | Err | None]``; None
+    when a result is one this writer leaves to the generic encoder (a ``GenericError``, or
+    anything malformed — the generic encoder reports it)."""
+    if not isinstance(results, list | tuple):
+        return None
+    out = bytearray(PUBLISH_RESULTS_HEADER)
+    uleb(len(results), out)
+    for r in results:
+        if r is None:
+            out.append(0)
+        elif type(r) is Ok:
+            ids = r.value
+            if type(ids) is not list:
+                return None
+            out += b"\x01\x00"
+            uleb(len(ids), out)
+            for x in ids:
+                if type(x) is not int or x < 0:
+                    return None
+                uleb(x, out)
+        elif type(r) is Err:
+            tag, payload = r.tag, r.payload
+            if tag in _NULL_ERRORS and payload is None:
+                out += b"\x01\x01"
+                out.append(_ERR_INDEX[tag])
+            elif tag in _TEXT_ERRORS and type(payload) is str:
+                out += b"\x01\x01"
+                out.append(_ERR_INDEX[tag])
+                try:
+                    text(payload, out)
+                except ICRC16Error:
+                    return None
+            else:
+                return None
+        else:
+            return None
+    return bytes(out)
+
+
+class _Generic(Exception):
+    """A value the fast reader leaves to the generic decoder."""
+
+
+def _publish_results(b: bytes) -> list[Any]:
+    i = len(PUBLISH_RESULTS_HEADER)
+    n, i = _count(b, i)
+    out: list[Any] = []
+    uleb_r = _uleb_r
+    for _ in range(n):
+        flag = b[i]
+        if flag == 0:
+            out.append(None)
+            i += 1
+            continue
+        if flag != 1:
+            raise ValueError("opt flag must be 0 or 1")
+        k = b[i + 1]
+        i += 2
+        if k == 0:
+            m, i = _count(b, i)
+            ids = []
+            for _ in range(m):
+                x, i = uleb_r(b, i)
+                ids.append(x)
+            out.append(Ok(ids))
+        elif k == 1:
+            e = b[i]
+            i += 1
+            if e >= len(_PUBLISH_ERRORS):
+                raise ValueError("variant index out of range")
+            tag = _PUBLISH_ERRORS[e]
+            if tag in _NULL_ERRORS:
+                out.append(Err(tag))
+            elif tag in _TEXT_ERRORS:
+                s, i = _text_r(b, i)
+                out.append(Err(tag, s))
+            else:
+                raise _Generic
+        else:
+            raise ValueError("variant index out of range")
+    if i != len(b):
+        raise ValueError(f"{len(b) - i} bytes after the value")
+    return out
+
+
+def decode_publish_results(data: bytes) -> list[Any] | None:
+    """``vec PublishResult`` → ``[Ok(ids) | Err | None]``, or None: decode generically (another
+    encoder's header, or a ``GenericError`` result)."""
+    if not data.startswith(PUBLISH_RESULTS_HEADER):
+        return None
+    try:
+        return _decoding("publish results", _publish_results, bytes(data))
+    except ICRC16DecodeError as e:
+        if isinstance(e.__cause__, _Generic):
+            return None
+        raise
+
+
+def encode_nats(ids: Sequence[Any]) -> bytes:
+    """``vec nat`` (``icrc72_confirm_notifications``' argument); a non-nat → ``ICRC16Error``."""
+    if not isinstance(ids, list | tuple):
+        raise ICRC16Error("a vec nat is a list of nats")
+    out = bytearray(NATS_HEADER)
+    uleb(len(ids), out)
+    for x in ids:
+        nat(x, out, "id")
+    return bytes(out)

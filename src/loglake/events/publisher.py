@@ -157,6 +157,40 @@ def procure(
     return out
 
 
+BATCH_SIZE = 500
+"""Events procured (one ``ReadRange``) and published per replay batch, by default."""
+MAX_MESSAGE_BYTES = 1_000_000
+"""A replay batch's ``icrc72_publish`` call is split so that its events' data stay under this.
+The IC caps a message at 2 MB (the ICRC-72 reference canisters respect it); half of it leaves
+room for each event's other fields and for the headers the Broadcaster adds to the
+notifications it makes of them (about 100 bytes an event)."""
+_EVENT_OVERHEAD = 100
+"""Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
+
+
+def _by_size(events: list[Event], limit: int) -> list[list[Event]]:
+    """``events`` in consecutive chunks whose estimated size stays under ``limit`` (at least
+    one event a chunk)."""
+    total = 0
+    sizes = []
+    for e in events:
+        d = e.data
+        n = len(d.value_bytes) if type(d) is RawValue else len(repr(d))
+        sizes.append(n + _EVENT_OVERHEAD)
+        total += sizes[-1]
+    if total <= limit:
+        return [events]
+    out: list[list[Event]] = [[]]
+    used = 0
+    for e, n in zip(events, sizes, strict=True):
+        if out[-1] and used + n > limit:
+            out.append([])
+            used = 0
+        out[-1].append(e)
+        used += n
+    return out
+
+
 @dataclass
 class ActiveReplay:
     id: int
@@ -181,11 +215,13 @@ class Publisher(Role):
         self,
         principal: Principal,
         orchestrator: Principal,
-        batch_size: int = 500,
+        batch_size: int = BATCH_SIZE,
         max_inflight: int = 4,
         progress_every: int = 5000,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         super().__init__(principal)
+        self.max_message_bytes = max_message_bytes
         self.progress_every = progress_every
         self.orchestrator = orchestrator
         self.batch_size = batch_size
@@ -371,10 +407,11 @@ class Publisher(Role):
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]
-                    r.inflight += 1
-                    self.outbox.append(
-                        Call(r.broadcaster, "icrc72_publish", events, token=("replay", r.id))
-                    )
+                    for chunk in _by_size(events, self.max_message_bytes):
+                        r.inflight += 1
+                        self.outbox.append(
+                            Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id))
+                        )
                 else:  # procure: read, then publish what was read (:meth:`_procured`)
                     stop = min(r.end, r.cursor + self.batch_size)
                     r.inflight += 1
@@ -403,12 +440,14 @@ class Publisher(Role):
             r.inflight -= 1
             self._finish(r, ReplayState("errored", f"unreadable stored event: {e}"))
             return
-        if events:  # the read's place in flight becomes the publish call's
-            self.outbox.append(
-                Call(r.broadcaster, "icrc72_publish", events, token=("replay", r.id))
-            )
-        else:
+        if not events:
             r.inflight -= 1
+            return
+        # the read's place in flight becomes the publish call's (one more per extra call)
+        chunks = _by_size(events, self.max_message_bytes)
+        r.inflight += len(chunks) - 1
+        for chunk in chunks:
+            self.outbox.append(Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id)))
 
     def busy(self) -> bool:
         return any(not r.done for r in self.replays.values())

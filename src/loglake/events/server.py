@@ -29,12 +29,13 @@ import collections
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 
 from loglake.errors import DecodeError, LoglakeError
@@ -65,6 +66,112 @@ class Forbidden(LoglakeError):
     pass
 
 
+PIPELINE = 4
+"""Calls to one target, of one method, in flight at once (HTTP/1.1 pipelining on one
+connection: the receiver handles a connection's requests one after the other, in order)."""
+CALL_TIMEOUT_S = 120.0
+IDLE_S = 30.0
+"""A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
+
+
+class _Pipe:
+    """One HTTP/1.1 connection to a role, requests pipelined: written in order, answered in
+    order (RFC 9112 §9.3.2). Why not aiohttp's client: it sends at most one request per
+    connection at a time, so keeping a target's calls in order meant waiting for each reply
+    before sending the next — the replay data plane stalled on every round trip (issue 11).
+    Only ``Content-Length`` replies are read (aiohttp's ``web.Response`` writes them); anything
+    else, or a broken connection, fails every call in flight on it with ``ConnectionError``."""
+
+    def __init__(self, url: str) -> None:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ConnectionError(f"cannot call {url!r}: not an http(s) URL")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = u.scheme == "https"
+        self.prefix = u.path.rstrip("/")
+        self.authority = u.netloc
+        self.writer: asyncio.StreamWriter | None = None
+        self.waiting: collections.deque[asyncio.Future[tuple[int, bytes]]] = collections.deque()
+        self.reader_task: asyncio.Task[None] | None = None
+        self.used = 0.0
+
+    async def _open(self) -> None:
+        fresh = self.waiting or asyncio.get_running_loop().time() - self.used <= IDLE_S
+        if self.writer is not None and not self.writer.is_closing() and fresh:
+            return
+        self.close()
+        ctx = ssl.create_default_context() if self.ssl else None
+        reader, self.writer = await asyncio.open_connection(self.host, self.port, ssl=ctx)
+        self.reader_task = asyncio.create_task(self._read(reader, self.writer))
+
+    async def send(
+        self, method: str, body: bytes, headers: dict[str, str]
+    ) -> asyncio.Future[tuple[int, bytes]]:
+        """Write one request; the future resolves to ``(status, body)``."""
+        await self._open()
+        assert self.writer is not None
+        head = [f"POST {self.prefix}/api/{method} HTTP/1.1", f"Host: {self.authority}"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        head.append(f"Content-Length: {len(body)}")
+        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)
+        self.waiting.append(fut)
+        self.writer.writelines([("\r\n".join(head) + "\r\n\r\n").encode("latin-1"), body])
+        self.used = asyncio.get_running_loop().time()
+        await self.writer.drain()
+        return fut
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        err: BaseException = ConnectionError("connection closed")
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                status = int(lines[0].split(" ", 2)[1])
+                fields = {}
+                for line in lines[1:]:
+                    k, sep, v = line.partition(":")
+                    if sep:
+                        fields[k.strip().lower()] = v.strip()
+                if "content-length" not in fields or "chunked" in fields.get(
+                    "transfer-encoding", ""
+                ):
+                    raise ConnectionError(f"reply without Content-Length: {lines[0]!r}")
+                data = await reader.readexactly(int(fields["content-length"]))
+                if not self.waiting:
+                    raise ConnectionError("a reply nobody asked for")
+                fut = self.waiting.popleft()
+                if not fut.done():
+                    fut.set_result((status, data))
+                if fields.get("connection", "").lower() == "close":
+                    break
+        except asyncio.CancelledError:
+            err = ConnectionError("connection closed")
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as e:
+            err = e if isinstance(e, ConnectionError) else ConnectionError(f"{e!r}")
+        finally:
+            writer.close()
+            if self.writer is writer:
+                self.writer = None
+                while self.waiting:
+                    f = self.waiting.popleft()
+                    if not f.done():
+                        f.set_exception(err)
+
+    def close(self) -> None:
+        if self.reader_task is not None:
+            self.reader_task.cancel()
+            self.reader_task = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        while self.waiting:
+            f = self.waiting.popleft()
+            if not f.done():
+                f.set_exception(ConnectionError("connection closed"))
+
+
 class HttpRoleServer:
     def __init__(
         self,
@@ -76,7 +183,10 @@ class HttpRoleServer:
         throttle_s: float = 0.0,
         jobs: ReplayJobs | None = None,
         replays: ReplayGuard | None = None,
+        pipeline: int = PIPELINE,
     ) -> None:
+        if pipeline < 1:
+            raise ValueError("pipeline must be >= 1")
         self.throttle_s = throttle_s
         self.replays = replays if replays is not None else ReplayGuard()
         """Signed calls accepted and not yet expired: a second use is refused (401)."""
@@ -92,7 +202,13 @@ class HttpRoleServer:
         self.role, self.identity, self.directory, self.clock = role, identity, directory, clock
         self.queue: asyncio.Queue[Call] = asyncio.Queue()
         self.tasks: list[asyncio.Task[Any]] = []
-        self.session: aiohttp.ClientSession | None = None
+        self.pipeline = pipeline
+        self.pipes: dict[str, _Pipe] = {}
+        self.replies: asyncio.Queue[tuple[Call, asyncio.Future[Any]]] = asyncio.Queue()
+        self.inflight: tuple[bytes, str] | None = None
+        """(target, method) of the calls in flight; ``inflight_n`` of them."""
+        self.inflight_n = 0
+        self.settled = asyncio.Event()
         self.wake = asyncio.Event()
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_post("/api/{method}", self.handle)
@@ -225,8 +341,11 @@ class HttpRoleServer:
 
     # -- sending ---------------------------------------------------------------------------
     async def _start(self, app: web.Application) -> None:
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
-        self.tasks = [asyncio.create_task(self._sender()), asyncio.create_task(self._performer())]
+        self.tasks = [
+            asyncio.create_task(self._sender()),
+            asyncio.create_task(self._replier()),
+            asyncio.create_task(self._performer()),
+        ]
         if isinstance(self.role, Publisher | Broadcaster | Orchestrator):
             # replays; relay resends; an orchestrator's resends after a restart
             self.tasks.append(asyncio.create_task(self._pumper()))
@@ -236,37 +355,60 @@ class HttpRoleServer:
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.session is not None:
-            await self.session.close()
+        for p in self.pipes.values():
+            p.close()
 
-    async def _send(self, c: Call) -> Any:
+    async def _post(self, c: Call) -> asyncio.Future[tuple[int, bytes]]:
+        """Encode, sign and write one call; the future resolves to the HTTP reply."""
         url = self.directory.get(c.target.bytes)
         if url is None:
             raise ConnectionError(f"no address for {c.target}")
-        m = METHODS[c.method]
-        body = m.encode_arg(c.arg)
+        body = METHODS[c.method].encode_arg(c.arg)
         headers = self.identity.sign_call(c.method, body, self.clock())
-        assert self.session is not None
-        async with self.session.post(
-            f"{url}/api/{c.method}",
-            data=body,
-            headers={"content-type": "application/candid", **headers},
-        ) as resp:
-            data = await resp.read()
-            if resp.status != 200:
-                raise ConnectionError(f"{c.method} → {resp.status}: {data[:200]!r}")
-        return m.decode_ret(data)
+        pipe = self.pipes.get(url)
+        if pipe is None:
+            pipe = self.pipes[url] = _Pipe(url)
+        return await pipe.send(c.method, body, {"content-type": "application/candid", **headers})
 
     async def _sender(self) -> None:
+        """Calls leave in the order they were queued. Consecutive calls to the same target and
+        method are pipelined (``pipeline`` in flight); any other call waits until every call in
+        flight is answered — so a role that tells one role something, then another, still
+        knows the first has handled it before the second hears of it."""
         while True:
             c = await self.queue.get()
+            key = (c.target.bytes, c.method)
+            while self.inflight_n and (self.inflight != key or self.inflight_n >= self.pipeline):
+                self.settled.clear()
+                await self.settled.wait()
+            self.inflight, self.inflight_n = key, self.inflight_n + 1
             try:
-                reply: Any = await self._send(c)
+                fut = await self._post(c)
+            except Exception as e:  # the reply is the failure (the replier keeps the order)
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_exception(e)
+            self.replies.put_nowait((c, fut))
+
+    async def _replier(self) -> None:
+        """Hands replies to the core in the order the calls were sent."""
+        while True:
+            c, fut = await self.replies.get()
+            try:
+                status, data = await asyncio.wait_for(asyncio.shield(fut), CALL_TIMEOUT_S)
+                if status != 200:
+                    raise ConnectionError(f"{c.method} → {status}: {data[:200]!r}")
+                reply: Any = METHODS[c.method].decode_ret(data)
             except Exception as e:  # the core decides what a failed call means
+                if isinstance(e, TimeoutError):
+                    url = self.directory.get(c.target.bytes)
+                    if url in self.pipes:
+                        self.pipes[url].close()  # fails what is in flight behind it
                 log.warning("call %s to %s failed: %s", c.method, c.target, e)
                 reply = e
+            self.inflight_n -= 1
             self.role.on_reply(c, reply, self.clock())
             self.drain()
+            self.settled.set()
 
     def _jobs_finished(self) -> bool:
         """Hand the ends of the orchestrator's replay jobs to it."""

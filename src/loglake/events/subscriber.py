@@ -59,43 +59,59 @@ class Subscriber(Role):
     ) -> int:
         accepted, confirm = 0, []
         my_sys = sysmsg.subscriber_sys(self.principal)
+        key = caller.bytes
+        valid = self.valid
+        seen, inbox = self.seen, self.inbox
+        replay: dict[int, ReplayProgress | None] = {}  # by id() of a headers list: its replay
+        keep = []  # header lists stay alive while their id() is a key of `replay`
         for n in notes:
-            if n.namespace == my_sys:
-                if caller == self.orchestrator or any(
-                    caller.bytes in v for v in self.valid.values()
-                ):
-                    for key, payload in sysmsg.entries(n.data):
-                        self._apply(caller, key, payload)
+            ns = n.namespace
+            if ns == my_sys:
+                if caller == self.orchestrator or any(key in v for v in valid.values()):
+                    for k, payload in sysmsg.entries(n.data):
+                        self._apply(caller, k, payload)
                     accepted += 1
                 else:
                     self.rejected += 1
                 continue
-            if caller.bytes not in self.valid.get(n.namespace, ()):
+            if key not in valid.get(ns, ()):
                 self.rejected += 1
                 continue
             accepted += 1
             confirm.append(n.notification_id)
-            self._track_replay(n, caller)
-            ident = (n.namespace, n.event_id)
-            if ident in self.seen:
+            # a batch's notifications share their headers list: its replay is looked up once
+            hid = id(n.headers)
+            if hid in replay:
+                p = replay[hid]
+            else:
+                keep.append(n.headers)
+                p = replay[hid] = self._replay_of(n.headers, caller)
+            if p is not None:
+                p.received += 1
+                p.last_event_id = n.event_id
+            ident = (ns, n.event_id)
+            if ident in seen:
                 self.duplicates += 1
                 continue
-            self.seen.add(ident)
-            self.inbox.append(n)
+            seen.add(ident)
+            inbox.append(n)
         if confirm:
             self.outbox.append(Call(caller, "icrc72_confirm_notifications", confirm))
         return accepted
 
-    def _track_replay(self, n: EventNotification, caller: Principal) -> None:
-        rid = map_get(n.headers, H_REPLAY_ID)
+    def _replay_of(self, headers: Any, caller: Principal) -> ReplayProgress | None:
+        """The replay a notification with these headers belongs to (None: not a replay's);
+        its end id taken from the headers when they carry one."""
+        rid = map_get(headers, H_REPLAY_ID)
         if rid is None or "Nat" not in rid:
-            return
-        p = self.replays.setdefault(rid["Nat"], ReplayProgress(rid["Nat"], broadcaster=caller))
-        p.received += 1
-        p.last_event_id = n.event_id
-        end = map_get(n.headers, H_REPLAY_END_ID) or map_get(n.headers, H_REPLAY_END)
+            return None
+        p = self.replays.get(rid["Nat"])
+        if p is None:
+            p = self.replays[rid["Nat"]] = ReplayProgress(rid["Nat"], broadcaster=caller)
+        end = map_get(headers, H_REPLAY_END_ID) or map_get(headers, H_REPLAY_END)
         if end is not None and "Nat" in end:
             p.end_id = end["Nat"]
+        return p
 
     def _apply(self, caller: Principal, key: str, payload: Any) -> None:
         if key == sysmsg.SUBSCRIBER_BROADCASTER_ADD and caller == self.orchestrator:
