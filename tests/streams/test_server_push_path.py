@@ -133,20 +133,29 @@ def test_connections_sharing_the_read_buffer_keep_their_own_partial_frames() -> 
     assert sorted(stored) == [bytes([0]) * 3000] * 3 + [bytes([1]) * 3000] * 3
 
 
-def test_freeze_gc_moves_the_startup_objects_out_of_collections_only_when_asked() -> None:
+def test_freeze_gc_only_for_a_server_that_is_the_process_or_when_asked() -> None:
+    import asyncio
     import gc
 
     from loglake.streams.client import StreamClient
-    from loglake.streams.server import BackgroundServer
+    from loglake.streams.server import BackgroundServer, StreamServer
 
     before = gc.get_freeze_count()
     try:
-        with BackgroundServer(service()) as srv:
-            assert srv.server is not None and not srv.server.freeze_gc
-            assert gc.get_freeze_count() == before  # the default leaves the collector alone
+        with BackgroundServer(service()) as srv:  # a loop on a background thread: not frozen
+            assert srv.server is not None and srv.server.freeze_gc is None
+            assert gc.get_freeze_count() == before
         with BackgroundServer(service(), freeze_gc=True) as srv:
             assert gc.get_freeze_count() > before
             with StreamClient(port=srv.port, timeout=10) as client:  # and it serves as before
                 assert client.push_many("s", [b"a", b"b"]) == [0, 1]
+        gc.unfreeze()
+
+        async def main_thread_server() -> None:  # as ``loglake serve`` runs it
+            server = await StreamServer(service()).start()
+            await server.stop()
+
+        asyncio.run(main_thread_server())
+        assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()  # give this test process its collector back

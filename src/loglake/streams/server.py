@@ -240,7 +240,7 @@ class StreamServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         tls: ssl.SSLContext | None = None,
         handshake_timeout: float = 10.0,
-        freeze_gc: bool = False,
+        freeze_gc: bool | None = None,
     ) -> None:
         self.service = service
         self.tls = tls
@@ -248,12 +248,14 @@ class StreamServer:
         self.handshake_timeout = handshake_timeout
         self.freeze_gc = freeze_gc
         """At start, move every object that exists to the collector's permanent generation
-        (``gc.freeze``) — for a process that is this server (``loglake serve``). Why: pushes
-        in flight during a collection are promoted, and every few tens of thousands of them
-        trigger a full collection, which walks every object of the process (the imports of
-        the whole node): measured 2 full collections of 150–250 ms each per 60,000 pushes, a
-        quarter of the server's CPU. Frozen, the startup objects are never walked again. Off
-        by default: it is process-wide, and an embedding process (a test) may not want it."""
+        (``gc.freeze``). Why: pushes in flight during a collection are promoted, and every few
+        tens of thousands of them trigger a full collection, which walks every object of the
+        process (the imports of the whole node): measured 2 full collections of 150–250 ms
+        each per 60,000 pushes under load, 15–30% of the server's CPU. Frozen, the startup
+        objects are never walked again. It is process-wide, so None (the default) freezes
+        only when the server's event loop runs on the main thread — the process is the server
+        (``loglake serve``, ``loglake node``) — and not for a server on a background thread
+        (``BackgroundServer``, a test); True or False decides."""
         self.host, self.port = host, port
         self.max_frame = max_frame
         self._conns: set[_Connection] = set()
@@ -287,7 +289,10 @@ class StreamServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._loop = loop
-        if self.freeze_gc:
+        freeze = self.freeze_gc
+        if freeze is None:
+            freeze = threading.current_thread() is threading.main_thread()
+        if freeze:
             gc.collect()  # what is garbage now is not frozen with the rest
             gc.freeze()
         self._core = threading.Thread(target=self._core_loop, name="loglake-streams", daemon=True)
