@@ -197,7 +197,7 @@ def test_a_save_refused_by_a_full_disk_leaves_no_partial_entry_and_saves_resume(
 ):
     """ENOSPC part-way through a write (nothing fsynced yet): that save fails with the disk's
     error, its partial entry is cut off, and the next save works once space frees; only a
-    failed fsync stops saves until reopen (``test_durability``)."""
+    failed fsync stops saves until the store reopens (``test_durability``, ``test_reopen``)."""
     import errno
 
     from loglake.log import fs

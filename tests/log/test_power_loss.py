@@ -885,12 +885,13 @@ def test_an_fsync_racing_a_failed_one_acknowledges_nothing(tmp_path, monkeypatch
 def test_reopening_after_a_failed_fsync_makes_the_unsynced_tail_durable_before_trusting_it(
     tmp_path,
 ):
-    """After a failed fsync the partition refuses appends "until the log is reopened". In the
-    same process the page cache still shows the bytes the failed fsync dropped, and a new fsync
-    does not write them. Recovery used to fsync and publish the tail it read, so the watermark
-    named bytes the disk did not hold (``CorruptSegment`` after the next power loss). It now
-    writes the bytes past the watermark again (dirtying them) before the fsync that covers
-    them."""
+    """After a failed fsync the partition refuses appends until it is reopened (here by
+    opening the log again; the automatic reopen runs the same recovery, tested in
+    ``test_reopen.py``). In the same process the page cache still shows the bytes the failed
+    fsync dropped, and a new fsync does not write them. Recovery used to fsync and publish the
+    tail it read, so the watermark named bytes the disk did not hold (``CorruptSegment`` after
+    the next power loss). It now writes the bytes past the watermark again (dirtying them)
+    before the fsync that covers them."""
     with SimDisk(tmp_path) as disk:
         log = open_log(disk.root / DATA)
         log.create_stream(STREAM, StreamConfig(durability="batch"))
