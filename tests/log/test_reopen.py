@@ -393,3 +393,63 @@ def test_the_consumer_store_reopens_after_a_failed_save_and_loses_no_acknowledge
         disk.restart(random.Random(0), file_mode="none", entries="none")  # power loss
         with open_log(disk.root / "data") as log:
             assert log.get_index("a", "s") == 9 and log.get_index("b", "s") == 2
+
+
+def test_a_reopen_waits_for_an_append_still_writing_into_the_failed_partition(
+    tmp_path, monkeypatch
+):
+    """A large ``batch`` append writes chunk after chunk under the partition lock while the
+    fsync of an earlier chunk runs on the sync thread. If that fsync fails, the append still
+    writes its remaining chunks; a reopen started meanwhile must wait for them (``quiesce``),
+    or the new partition would recover the file while the old one still appends to it."""
+    from loglake.log.partition import CHUNK_BYTES
+
+    clock = ManualClock()
+    log = open_log(tmp_path, clock=clock)
+    log.create_stream("s", StreamConfig(seal_to_lake=False))
+    log.append("s", 0, b"first")
+    failed, resume = threading.Event(), threading.Event()
+    real_sync, real_write = fs.fdatasync, fs.write
+
+    def sync(fd: int) -> None:
+        if threading.current_thread().name == "loglake-sync" and not failed.is_set():
+            failed.set()  # the first chunk's fsync fails
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_sync(fd)
+
+    def write(fd: int, data) -> int:
+        if failed.is_set() and threading.current_thread().name == "big":
+            resume.wait(10)  # the big append's next chunk, after the failure
+        return real_write(fd, data)
+
+    monkeypatch.setattr(fs, "fdatasync", sync)
+    monkeypatch.setattr(fs, "write", write)
+    big = [Entry(b"%06d" % i + b"b" * 1000) for i in range(4 * CHUNK_BYTES // 1000)]
+    outcome: list = []
+
+    def append_big() -> None:
+        try:
+            outcome.append(log.append_many("s", 0, big))
+        except StorageFailed as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=append_big, name="big")
+    t.start()
+    assert failed.wait(10)
+    clock.advance(REOPEN_FIRST_S)
+    later: list = []
+    reopener = threading.Thread(target=lambda: later.append(log.append("s", 0, b"later")))
+    reopener.start()
+    reopener.join(0.3)
+    assert reopener.is_alive()  # held until the big append has written its last chunk
+    resume.set()
+    t.join(10)
+    reopener.join(10)
+    assert isinstance(outcome[0], StorageFailed) and len(later) == 1
+    records = log.read("s", 0, 0)
+    assert [r.index for r in records] == list(range(len(records)))
+    assert records[0].data == b"first" and records[-1].data == b"later"
+    assert all(r.data == big[r.index - 1].data for r in records[1:-1])
+    log.close()
+    with open_log(tmp_path) as log:
+        assert log.verify() == [("s", 0, 1, len(records), 0)]
