@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -352,7 +353,7 @@ class TcpConnection:
         return len(self._buf)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[RoutingMessage]:
-        return [RoutingMessage(o, r, p, t) for o, r, p, t in self.receive_frames(data)]
+        return list(itertools.starmap(RoutingMessage, self.receive_frames(data)))
 
     def receive_frames(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """The frames ``data`` completes, as ``(onward, return, payload, tracing)`` tuples.
