@@ -369,6 +369,16 @@ class NodeCollector(Collector):
                     )
                     lake_files.add_metric(labels, len(files))
                     sealed.add_metric(labels, sum(f.last - f.first + 1 for f in files))
+        reopens = CounterMetricFamily(
+            "loglake_partition_reopens",
+            "Times a partition was reopened from disk after a storage failure.",
+            labels=["stream", "partition"],
+        )
+        reopen_attempts = GaugeMetricFamily(
+            "loglake_partition_reopen_attempts",
+            "Failed reopen attempts of a partition that is failed now (0 when it is not).",
+            labels=["stream", "partition"],
+        )
         health = getattr(log, "health", None)
         if health is not None:
             for h in health():
@@ -376,7 +386,11 @@ class NodeCollector(Collector):
                 unhealthy.add_metric([*labels, "storage"], 1 if h.storage_failed else 0)
                 unhealthy.add_metric([*labels, "seal"], 1 if h.seal_failure else 0)
                 unhealthy.add_metric([*labels, "retention"], 1 if h.retention_error else 0)
+                failure = h.storage_failure
+                reopens.add_metric(labels, h.reopens)
+                reopen_attempts.add_metric(labels, failure.reopen_attempts if failure else 0)
         yield from (records, nbytes, next_index, fsyncs, lake_files, sealed, unhealthy)
+        yield from (reopens, reopen_attempts)
 
     def _consumers(self, node: NodeContext) -> Iterator[Any]:
         from loglake.node.api.streams import consumer_rows
