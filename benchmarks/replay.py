@@ -159,7 +159,7 @@ def end_to_end(log, n: int, relay: bool = False) -> tuple[float, int]:
     net.add(orch, orch_store)
     net.add(Broadcaster(p["bc"], p["orch"]))
     net.add(Broadcaster(p["bc2"], p["orch"]))
-    pub = net.add(Publisher(p["pub"], p["orch"], batch_size=500), StreamsStore(LocalStreams(log)))
+    pub = net.add(Publisher(p["pub"], p["orch"]), StreamsStore(LocalStreams(log)))
     sub = net.add(Subscriber(p["sub"], p["orch"], keep=1000))
     from loglake.events.messages import Registration
 
@@ -183,7 +183,7 @@ def end_to_end(log, n: int, relay: bool = False) -> tuple[float, int]:
     return dt, len(sub.seen)
 
 
-def http_end_to_end(log_dir: Path, n: int) -> float:
+def http_end_to_end(log_dir: Path, n: int, batch: int | None = None) -> float:
     from loglake.events.client import CallRejected
     from loglake.events.messages import GetReplays, Registration
     from tests.events.cluster import Cluster
@@ -191,7 +191,10 @@ def http_end_to_end(log_dir: Path, n: int) -> float:
     c = Cluster(
         Path(tempfile.mkdtemp(prefix="replay-http-")),
         namespace=NS,
-        extra={"publisher": ["--data-dir", str(log_dir)]},
+        extra={
+            "publisher": ["--data-dir", str(log_dir)]
+            + ([] if batch is None else ["--batch-size", str(batch)])
+        },
     )
     try:
         c.start()
@@ -439,6 +442,9 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--e2e-count", type=int, default=None, help="default: --count")
     ap.add_argument("--http-count", type=int, default=0, help="0 skips the HTTP run")
+    ap.add_argument(
+        "--http-batch", type=int, default=None, help="publisher --batch-size (default: its own)"
+    )
     ap.add_argument("--redis-count", type=int, default=200_000, help="0 skips the Redis peer")
     ap.add_argument("--job-count", type=int, default=0, help="Spark path history; 0 skips it")
     ap.add_argument("--spark-master", default="local[*]")
@@ -468,7 +474,8 @@ def main() -> None:
         log.close()
         if a.http_count:
             hn = min(a.http_count, n)
-            rows.append(("end to end, HTTP, 4 processes", hn, http_end_to_end(tmp / "log", hn)))
+            secs = http_end_to_end(tmp / "log", hn, a.http_batch)
+            rows.append(("end to end, HTTP, 4 processes", hn, secs))
         if a.redis_count:
             rn = a.redis_count
             secs = redis_peer(rn)

@@ -242,37 +242,48 @@ class Broadcaster(Role):
         batches: dict[bytes, tuple[Principal, list[EventNotification]]] = {}
         forwards: dict[int, list[Event]] = {}
         out: list[Ok | Err | None] = []
-        hdrs: dict[int, tuple[Value | None, list[Any]]] = {}
-        keep = []  # header lists stay alive while their id() is a key of hdrs
+        # A batch's events share their headers list (the decoder, procure) and namespace: where
+        # they go depends only on those, the caller and routing state a publish does not change,
+        # so it is worked out once per (headers, namespace), and the notifications share one
+        # headers list (the encoder then writes it once).
+        resolved: dict[tuple[int, str], tuple[Any, ...]] = {}
+        keep = []  # header lists stay alive while their id() is part of a key of resolved
         for e in events:
-            h = hdrs.get(id(e.headers))
-            if h is None:
-                # a batch's events share their headers (the decoder, procure): the replay id
-                # and the notification's headers are worked out once per distinct list, and
-                # the notifications share the list (the encoder then writes it once)
+            k = (id(e.headers), e.namespace)
+            r = resolved.get(k)
+            if r is None:
                 keep.append(e.headers)
-                h = hdrs[id(e.headers)] = (
-                    map_get(e.headers, H_REPLAY_ID),
-                    [*(e.headers or []), (H_RECEIVED, {"Nat": now})],
-                )
-            out.append(self._publish_one(caller, e, now, batches, forwards, h))
+                r = resolved[k] = self._resolve(caller, e, now)
+            kind = r[0]
+            if kind == "route":
+                out.append(self._deliver(e, r[1], r[2], r[3], batches))
+            elif kind == "relay":
+                out.append(self._relay_one(r[1], e, forwards))
+            elif kind == "drop":
+                self.stats.dropped_replay += 1
+                out.append(Ok([]))  # canceled or unknown replay: nothing more is enqueued
+            else:
+                out.append(r[1])
         for sub, notes in batches.values():
             self.outbox.append(Call(sub, "icrc72_handle_notification", notes))
         for rid, evs in forwards.items():
             self._forward(self.relays[rid], evs)
         return out
 
-    def _publish_one(self, caller, e: Event, now: int, batches, forwards, h) -> Ok | Err:
-        rid_v, headers = h
+    def _resolve(self, caller: Principal, e: Event, now: int) -> tuple[Any, ...]:
+        """Where events with ``e``'s headers and namespace go: ``("err", Err)``, ``("drop",)``,
+        ``("relay", RelayRoute)`` or ``("route", targets, plain, headers)`` (``plain``: every
+        target keeps every event — no stop, skip or filter)."""
+        rid_v = map_get(e.headers, H_REPLAY_ID)
         if rid_v is None and self.publishers.get(e.namespace) != caller:
-            return Err("Unauthorized")
+            return ("err", Err("Unauthorized"))
         if rid_v is not None:
             if "Nat" not in rid_v:
-                return Err("ImproperId", f"{H_REPLAY_ID} must be #Nat")
+                return ("err", Err("ImproperId", f"{H_REPLAY_ID} must be #Nat"))
             rid = rid_v["Nat"]
             relay = self.relays.get(rid)
             if relay is not None and relay.namespace == e.namespace and relay.publisher == caller:
-                return self._relay_one(relay, e, forwards)
+                return ("relay", relay)
             route = self.replays.get(rid)
             if (
                 route is None
@@ -280,18 +291,25 @@ class Broadcaster(Role):
                 or not self._replay_source(route, caller)
             ):
                 if self.publishers.get(e.namespace) != caller and not self._relayer_of(caller):
-                    return Err("Unauthorized")
-                self.stats.dropped_replay += 1
-                return Ok([])  # canceled or unknown replay: nothing more is enqueued
+                    return ("err", Err("Unauthorized"))
+                return ("drop",)
             targets: list[Route] = [route]
         else:
             targets = list(self.routes.get(e.namespace, {}).values())
-        targets = [t for t in targets if t.keeps(e)]
-        if any(
-            self.unconfirmed.get(t.subscriber.bytes, 0) >= self.max_unconfirmed for t in targets
-        ):
-            self.stats.busy += 1
-            return Err("Busy")
+        plain = all(not t.stopped and t.skip is None and t.filter is None for t in targets)
+        headers = [*(e.headers or []), (H_RECEIVED, {"Nat": now})]
+        return ("route", targets, plain, headers)
+
+    def _deliver(
+        self, e: Event, targets: list[Route], plain: bool, headers: list[Any], batches
+    ) -> Ok | Err:
+        if not plain:
+            targets = [t for t in targets if t.keeps(e)]
+        unconfirmed = self.unconfirmed
+        for t in targets:
+            if unconfirmed.get(t.subscriber.bytes, 0) >= self.max_unconfirmed:
+                self.stats.busy += 1
+                return Err("Busy")
         self.stats.published += 1
         ids = []
         for t in targets:
@@ -311,7 +329,7 @@ class Broadcaster(Role):
             key = t.subscriber.bytes
             batches.setdefault(key, (t.subscriber, []))[1].append(n)
             self.pending[nid] = Pending(t.subscriber, e.namespace, e.event_id)
-            self.unconfirmed[key] = self.unconfirmed.get(key, 0) + 1
+            unconfirmed[key] = unconfirmed.get(key, 0) + 1
             if isinstance(t, ReplayRoute):
                 t.delivered += 1
             ids.append(nid)

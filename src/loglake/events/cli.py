@@ -38,6 +38,7 @@ from loglake.events.messages import (
     ReplayRegistration,
     ReplayStatus,
 )
+from loglake.events.publisher import BATCH_SIZE
 from loglake.wire.icrc16 import Property
 
 console = Console()
@@ -161,7 +162,7 @@ def whoami(key: str) -> None:
 @click.option(
     "--batch-size",
     type=int,
-    default=500,
+    default=BATCH_SIZE,
     show_default=True,
     help="(publisher) events procured and sent per replay batch.",
 )

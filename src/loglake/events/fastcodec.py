@@ -437,33 +437,38 @@ def _opt_nat_r(b: bytes, i: int) -> tuple[int | None, int]:
 
 
 class _Interned:
-    """The last namespace / principal read in a batch (a replay batch repeats them)."""
+    """The last namespace / principal read in a batch (a replay batch repeats them): bytes equal
+    to the last ones' encoding are skipped, and the same ``str`` / ``Principal`` returned."""
 
-    __slots__ = ("ns", "ns_raw", "p", "p_raw")
+    __slots__ = ("ns", "ns_enc", "p", "p_enc")
 
     def __init__(self) -> None:
-        self.ns_raw = b""
+        self.ns_enc = b""
         self.ns = ""
-        self.p_raw = b""
+        self.p_enc = b""
         self.p: Any = None
 
     def namespace(self, b: bytes, i: int) -> tuple[str, int]:
-        n, i = _uleb_r(b, i)
-        raw, i = _take(b, i, n)
-        if raw != self.ns_raw:
-            self.ns, self.ns_raw = raw.decode("utf-8"), raw
-        return self.ns, i
+        enc = self.ns_enc
+        if enc and b.startswith(enc, i):
+            return self.ns, i + len(enc)
+        n, j = _uleb_r(b, i)
+        raw, j = _take(b, j, n)
+        self.ns, self.ns_enc = raw.decode("utf-8"), b[i:j]
+        return self.ns, j
 
     def principal(self, b: bytes, i: int) -> tuple[Any, int]:
+        enc = self.p_enc
+        if enc and b.startswith(enc, i):
+            return self.p, i + len(enc)
         if b[i] != 1:
             raise ValueError("principal must be a reference (0x01)")
-        n, i = _uleb_r(b, i + 1)
+        n, j = _uleb_r(b, i + 1)
         if n > 29:
             raise ValueError(f"principal of {n} bytes (at most 29)")
-        raw, i = _take(b, i, n)
-        if raw != self.p_raw or self.p is None:
-            self.p, self.p_raw = Principal(raw), raw
-        return self.p, i
+        raw, j = _take(b, j, n)
+        self.p, self.p_enc = Principal(raw), b[i:j]
+        return self.p, j
 
 
 def _decoding(what: str, f: Callable[[bytes], Any], data: bytes) -> Any:
@@ -483,13 +488,26 @@ def _notes(b: bytes) -> list[EventNotification]:
     out = []
     c = _Interned()
     hc = _HeaderCache()
-    rv, uleb_r, text_r = _read_value, _uleb_r, _text_r
+    rv, uleb_r, text_r, blob, size = _read_value, _uleb_r, _text_r, _BLOB, len(b)
+    note = EventNotification
     for _ in range(n):
         eid, i = uleb_r(b, i)
         src, i = c.principal(b, i)
-        data, i = rv(b, i, 0)
+        if b[i] == blob and b[i + 1] < 0x80:  # the common case inlined: a short #Blob
+            j = i + 2 + b[i + 1]
+            if j > size:
+                raise ValueError("read past the end")
+            data, i = {"Blob": b[i + 2 : j]}, j
+        else:
+            data, i = rv(b, i, 0)
         hs, i = hc.read(b, i)
-        prev, i = _opt_nat_r(b, i)
+        flag = b[i]
+        if flag == 0:
+            prev, i = None, i + 1
+        elif flag == 1:
+            prev, i = uleb_r(b, i + 1)
+        else:
+            raise ValueError("opt flag must be 0 or 1")
         flag = b[i]
         if flag == 0:
             flt, i = None, i + 1
@@ -500,9 +518,9 @@ def _notes(b: bytes) -> list[EventNotification]:
         ts, i = uleb_r(b, i)
         nid, i = uleb_r(b, i)
         ns, i = c.namespace(b, i)
-        out.append(EventNotification(nid, eid, prev, ts, ns, data, hs, src, flt))
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes after the value")
+        out.append(note(nid, eid, prev, ts, ns, data, hs, src, flt))
+    if i != size:
+        raise ValueError(f"{size - i} bytes after the value")
     return out
 
 
