@@ -433,24 +433,29 @@ class _Archives(Part):
 
         from loglake.archives.control import ControlNode
         from loglake.archives.store import MessageStore
+        from tests.faults.sqlite_vfs import shared_vfs
 
         key = PrivateKey(bytes.fromhex("33" * 32))
-        return ControlNode(root / "archives", key, self.layout, MessageStore(root / "store.sqlite"))
+        # the store's file data through loglake.log.fs too: faults and power losses reach it
+        store = MessageStore(root / "store.sqlite", vfs=shared_vfs().name)
+        return ControlNode(root / "archives", key, self.layout, store)
 
     def open(self, root: Path, life: int) -> None:
         from loglake.log import open_log
 
+        self.node = None  # first: close() after a failure anywhere below must not trip on it
         self.log = open_log(root / DATA)
         if not self.log.has_stream("community"):
             self.log.create_stream("community", _community_config())
-        self.node = None
         self.node = self._node(root)
         self.node.ingest_log(self.log, "community")
 
     def close(self) -> None:
-        if self.node is not None:
-            self.node.store.close()
-        self.log.close()
+        try:
+            if self.node is not None:
+                self.node.store.close()
+        finally:
+            self.log.close()
 
     def _weeks_built(self) -> int:
         from tests.archives.helpers import START, WEEK

@@ -4,8 +4,9 @@ invariants: no acknowledged operation lost, nothing acknowledged that a failed f
 undurable (the power loss would show it), only typed errors reach the caller, and the part
 works again once the fault clears. ``benchmarks/crash_parts.py --faults`` runs many more seeds.
 
-SQLite (the archives' working store) does its own I/O, outside ``loglake.log.fs``: a real full
-disk is made with a small tmpfs (root only; skipped with the reason otherwise).
+SQLite (the archives' working store) runs over an apsw VFS whose file data goes through
+``loglake.log.fs`` (``sqlite_vfs.py``), so these faults and power losses reach it too; a real
+full disk is also made with a small tmpfs (root only; skipped with the reason otherwise).
 """
 
 from __future__ import annotations
