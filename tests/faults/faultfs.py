@@ -37,6 +37,10 @@ from loglake.log import fs
 from tests.log.simdisk import SimDisk
 
 KINDS = ("write-enospc", "write-eio", "short-write", "fsync-enospc", "fsync-eio")
+DIR_FSYNC = "dir-fsync-eio"
+"""Opt-in (not in ``KINDS``, so the seeded runs of the file kinds replay as before): a folder's
+fsync fails with EIO and makes none of its pending entries durable — a created, renamed or
+removed file may then come back, or not, at the next power loss."""
 
 _WRAPPED = ("write", "pwrite", "fsync", "fdatasync")
 BLOCK = 4096
@@ -52,7 +56,7 @@ class FaultyFs:
         kinds: tuple[str, ...] = KINDS,
         only: tuple[str, ...] | None = None,
     ) -> None:
-        unknown = set(kinds) - set(KINDS)
+        unknown = set(kinds) - {*KINDS, DIR_FSYNC}
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
         self.disk = disk
@@ -65,12 +69,14 @@ class FaultyFs:
         self._saved: dict[str, Callable[..., Any]] = {}
 
     # -- which calls may fail ----------------------------------------------------------------
-    def _target(self, fd: int) -> str | None:
-        """The path of ``fd`` if it is a regular file a fault may hit, else None."""
+    def _target(self, fd: int, folders: bool = False) -> str | None:
+        """The path of ``fd`` if it is a regular file (or, with ``folders``, a folder) a fault
+        may hit, else None."""
         if not self.active:
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISREG(mode) or (folders and stat.S_ISDIR(mode))):
                 return None
             path = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
@@ -82,9 +88,10 @@ class FaultyFs:
             return None
         return path
 
-    def _draw(self, fd: int, kinds: tuple[str, ...]) -> str | None:
+    def _draw(self, fd: int, kinds: tuple[str, ...], folders: bool = False) -> str | None:
         allowed = [k for k in kinds if k in self.kinds]
-        if not allowed or self._target(fd) is None or self.rng.random() >= self.rate:
+        target = self._target(fd, True) if folders else self._target(fd)  # subclasses: (fd)
+        if not allowed or target is None or self.rng.random() >= self.rate:
             return None
         kind = self.rng.choice(allowed)
         self.injected[kind] += 1
@@ -112,6 +119,13 @@ class FaultyFs:
         return real(fd, data, *rest)
 
     @staticmethod
+    def _is_folder(fd: int) -> bool:
+        try:
+            return stat.S_ISDIR(os.fstat(fd).st_mode)
+        except OSError:
+            return False
+
+    @staticmethod
     def _end_or_pos(fd: int) -> int:
         """Where a ``write`` on ``fd`` lands: the end for ``O_APPEND``, else the position."""
         import fcntl
@@ -121,6 +135,11 @@ class FaultyFs:
         return os.lseek(fd, 0, os.SEEK_CUR)
 
     def _sync(self, real: Callable[[int], None], fd: int) -> None:
+        if DIR_FSYNC in self.kinds and self._is_folder(fd):
+            if self._draw(fd, (DIR_FSYNC,), folders=True):
+                raise OSError(errno.EIO, "Input/output error (injected, folder fsync)")
+            real(fd)
+            return
         kind = self._draw(fd, ("fsync-enospc", "fsync-eio"))
         if kind is None:
             real(fd)

@@ -438,7 +438,13 @@ class _Archives(Part):
         key = PrivateKey(bytes.fromhex("33" * 32))
         # the store's file data through loglake.log.fs too: faults and power losses reach it
         store = MessageStore(root / "store.sqlite", vfs=shared_vfs().name)
-        return ControlNode(root / "archives", key, self.layout, store)
+        try:
+            return ControlNode(root / "archives", key, self.layout, store)
+        except BaseException:
+            # closed now, not when collected: by then the power loss has closed its file
+            # descriptors and their numbers belong to other files
+            store.close()
+            raise
 
     def open(self, root: Path, life: int) -> None:
         from loglake.log import open_log

@@ -85,6 +85,7 @@ class ControlNode:
         self.data_path = self.folder / "data"
         self.index_path = self.folder / "index"
         self.torrent_path = self.root / f"{self.community_id}.torrent"
+        self._reload_due = False
         self.builder = self._load(announce)
         self._repair_torrent()
         # how to truncate the live community stream last ingested from (None: nothing yet)
@@ -107,7 +108,22 @@ class ControlNode:
             log_event(logger, logging.WARNING, "torrent file rewritten from the index")
             fs.replace_file_atomic(self.torrent_path, want)
 
+    def _make_durable(self) -> None:
+        """fsync ``index``, ``data`` and their folder before acting on what they hold: after
+        a failed folder fsync (a build's rename of ``index``), the files read back may not be
+        durable yet, and the store must never record archives a power loss could still take
+        (it would then skip their windows). As the log's recovery does with its tail."""
+        for path in (self.index_path, self.data_path):
+            if path.exists():
+                fd = fs.open(path, os.O_RDONLY)
+                try:
+                    fs.fsync(fd)
+                finally:
+                    fs.close(fd)
+        fs.fsync_dir(self.folder)
+
     def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:
+        self._make_durable()
         entries: list[IndexEntry] = []
         if self.index_path.exists():
             entries = self.layout.decode_index(self.index_path.read_bytes())
@@ -211,6 +227,9 @@ class ControlNode:
     def build(
         self, now_ns: int, partial: bool = False, period_ns: int | None = None
     ) -> BuildOutcome:
+        if self._reload_due:  # a failed build could not reload the builder from the files
+            self.builder = self._load(self.builder.announce)
+            self._reload_due = False
         start = self.builder.end_ns
         if start is None:
             start = self.store.oldest_ns()
@@ -237,8 +256,12 @@ class ControlNode:
                 # The builder is ahead of the files (a full disk, a failed fsync): forget it
                 # and start again from what the files hold (unindexed data is cut off), so
                 # the next build, once the fault clears, redoes these windows. A failed fsync
-                # is not retried: the data is written again by that next build.
-                self.builder = self._load(self.builder.announce)
+                # is not retried: the data is written again by that next build. If even the
+                # reload fails (the fault persists), the next build reloads first.
+                try:
+                    self.builder = self._load(self.builder.announce)
+                except OSError:
+                    self._reload_due = True
                 raise
         new = self.builder.entries[before:]
         # the rows this build exported (its windows, its topics, status-go's size cap)

@@ -71,9 +71,16 @@ def fsync_dir(path: str | Path) -> None:
         close(fd)
 
 
+_UNSYNCED: set[Path] = set()
+"""Folders this process created whose entry is not known durable: the fsync of their parent
+failed (or has not run yet). A later ``makedirs_durable`` finds them existing, so without this
+it would skip that fsync, and a power loss could still take the folder and all under it."""
+
+
 def makedirs_durable(path: str | Path) -> None:
-    """``mkdir -p``, then fsync every folder whose entries changed, so no created folder can
-    vanish after a crash."""
+    """``mkdir -p``, then fsync every folder whose entries changed — including one created by
+    an earlier call whose folder fsync failed — so no created folder can vanish after a
+    crash."""
     path = Path(path)
     missing: list[Path] = []
     p = path
@@ -83,7 +90,10 @@ def makedirs_durable(path: str | Path) -> None:
     for d in reversed(missing):
         with contextlib.suppress(FileExistsError):
             mkdir(d)
+        _UNSYNCED.add(d)
+    for d in reversed([p for p in (path, *path.parents) if p in _UNSYNCED]):  # top down
         fsync_dir(d.parent)
+        _UNSYNCED.discard(d)
     if missing:
         fsync_dir(path)
 

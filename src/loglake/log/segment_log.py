@@ -156,6 +156,8 @@ class SegmentLog(Log):
             self._take_lock()
         consumers: ConsumerStore | None = None
         try:
+            if not readonly:
+                self._sync_folders()
             consumers = ConsumerStore(self.data_dir, readonly, clock)
             self._consumers = consumers
             self._load_streams()
@@ -172,6 +174,19 @@ class SegmentLog(Log):
                         cleanup.callback(p.close)
                 cleanup.callback(self._sealer.stop)
             raise
+
+    def _sync_folders(self) -> None:
+        """fsync the data dir, ``streams/`` and every stream's folder before trusting what they
+        list. After a failed folder fsync (a stream created, a config or the consumer file
+        renamed into place) the entries seen may not be durable yet, and nothing acknowledged
+        from now on may depend on them — as recovery rewrites a segment's unsynced tail before
+        trusting it. Partition folders fsync themselves when they open."""
+        streams = self.data_dir / STREAMS_DIR
+        fs.fsync_dir(self.data_dir)
+        fs.fsync_dir(streams)
+        for name in sorted(fs.listdir(streams)):
+            if (streams / name).is_dir():
+                fs.fsync_dir(streams / name)
 
     # -- lock -------------------------------------------------------------------------------
     def _take_lock(self) -> None:
