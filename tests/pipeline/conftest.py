@@ -1,6 +1,8 @@
 """Fixtures started once for the whole part (session-scoped): a local SparkSession (starting
-Spark costs ~10 s) and a real standalone cluster (master + one worker from the installed pyspark
-package, on loopback; ~20 s to start), which every cluster test shares.
+Spark costs ~10 s), a real standalone cluster (master + one worker from the installed pyspark
+package, on loopback; ~20 s to start), which every cluster test shares, and one driver
+application on that cluster (``cluster_driver``, in its own process) that runs every cluster
+test's job.
 
 The cluster follows FIELD-NOTES "Spark": ``spark-class org.apache.spark.deploy.master.Master`` /
 ``...Worker`` with ``SPARK_HOME`` = the pyspark package folder, ``SPARK_LOCAL_IP=127.0.0.1``,
@@ -9,14 +11,18 @@ The cluster follows FIELD-NOTES "Spark": ``spark-class org.apache.spark.deploy.m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -123,3 +129,73 @@ def cluster(tmp_path_factory):
             stop(p)
         for log in logs:
             log.close()
+
+
+class ClusterDriver:
+    """The client side of ``tests/pipeline/cluster_driver.py``: ``run(script, *argv)`` runs a
+    job script in the cluster application and returns the script's ``result``."""
+
+    def __init__(self, master: str, env: dict[str, str], log_path: Path) -> None:
+        from tests.pipeline.cluster_driver import MARK
+
+        self.master, self.log_path, self._mark = master, log_path, MARK
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.pipeline.cluster_driver", master],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            start_new_session=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        self._answers: queue.Queue[dict | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        ready = self._answer(240)
+        assert ready.get("ready") == master, ready
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(self._mark):
+                self._answers.put(json.loads(line[len(self._mark) :]))
+        self._answers.put(None)  # the driver exited
+
+    def _answer(self, timeout: float) -> dict:
+        try:
+            answer = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the cluster driver did not answer in {timeout} s") from None
+        if answer is None:
+            raise AssertionError(f"the cluster driver exited: {self.log_tail()}")
+        return answer
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def run(self, script: str, *argv: str, timeout: float = 400) -> Any:
+        """Run ``script`` (it sees ``spark``, ``master`` and ``argv``; it sets ``result``)."""
+        assert self.proc.stdin is not None and self.proc.poll() is None, self.log_tail()
+        self.proc.stdin.write(json.dumps({"script": script, "argv": list(argv)}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer(timeout)
+        assert "error" not in answer, answer["error"] + "\n" + self.log_tail()
+        return answer["result"]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the driver stops its session and exits
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(60)
+        stop(self.proc)
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def cluster_driver(cluster, tmp_path_factory):
+    """One application on the test cluster for every cluster test (see cluster_driver.py)."""
+    master, env = cluster
+    driver = ClusterDriver(master, env, tmp_path_factory.mktemp("driver") / "driver.log")
+    yield driver
+    driver.close()

@@ -366,40 +366,29 @@ def test_one_job_per_root(tmp_path):
 # -- a real cluster (issue 11 §3) ----------------------------------------------------------------
 
 
+# run by the cluster application (``cluster_driver``: ``spark`` is its session on the cluster)
 CLUSTER_DRIVER = textwrap.dedent(
     """
-    import json, sys
-    from loglake.pipeline import build_session
     from loglake.pipeline.jobs.archives_build import ArchivesBuildOptions, Community, run
-    master, data, root, cid, now = sys.argv[1:6]
-    spark = build_session(master=master, app_name="loglake-archives-cluster-test", conf={
-        "spark.executor.memory": "1g", "spark.driver.memory": "1g", "spark.cores.max": "2"})
+    data, root, cid, now = argv
     assert spark.sparkContext.master == master
-    out = {}
+    result = {}
     for layout in ("spec", "status-go"):
         rep = run(spark, ArchivesBuildOptions(data + "/" + layout, root + "/" + layout,
                   (Community("c", cid),), layout=layout, now_ns=int(now)))
-        out[layout] = rep.communities[0].info_hash
-    print("RESULT " + json.dumps(out), flush=True)
-    spark.stop()
+        result[layout] = rep.communities[0].info_hash
     """
 )
 
 
 @pytest.mark.slow
-def test_the_job_on_a_standalone_cluster_equals_local(spark, cluster, tmp_path):
-    master, env = cluster
+def test_the_job_on_a_standalone_cluster_equals_local(spark, cluster_driver, tmp_path):
     now = START + 4 * WEEK + 1
     for name in LAYOUTS:
         write_weeks(tmp_path / "data" / name, "c", get_layout(name), range(0, 4))
-    proc = subprocess.run(
-        [sys.executable, "-c", CLUSTER_DRIVER, master, str(tmp_path / "data"),
-         str(tmp_path / "cluster"), CID, str(now)],
-        env=env, capture_output=True, timeout=400, start_new_session=True,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = proc.stdout.decode()
-    hashes = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
+    hashes = cluster_driver.run(
+        CLUSTER_DRIVER, str(tmp_path / "data"), str(tmp_path / "cluster"), CID, str(now)
+    )
     for name in LAYOUTS:
         rep = job(spark, tmp_path / "data" / name, tmp_path / "local" / name, name, now)
         assert hashes[name] == rep.communities[0].info_hash

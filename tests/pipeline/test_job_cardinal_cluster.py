@@ -1,13 +1,12 @@
 """``loglake job cardinal-blocks`` on a real Spark standalone cluster (master + one worker from
-the installed pyspark, on loopback; the session fixture in ``conftest.py``): unchanged, and its
-tables equal those of ``local[*]`` on the same input (issue 12 §3, the Cardinal half)."""
+the installed pyspark, on loopback, and one driver application on it; the session fixtures in
+``conftest.py``): unchanged, and its tables equal those of ``local[*]`` on the same input
+(issue 12 §3, the Cardinal half)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -16,20 +15,15 @@ from .test_job_cardinal import THRESHOLD, TOPICS, make_input, options, single_pr
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+# run by the cluster application (``cluster_driver``: ``spark`` is its session on the cluster)
 DRIVER = textwrap.dedent(
     """
-    import json, sys
-    from loglake.pipeline import build_session
-    from loglake.pipeline.cardinal import canonical, table
     from loglake.pipeline.jobs.cardinal_blocks import CardinalBlocksOptions, run
-    master, data_dir, out, topics, threshold = sys.argv[1:6]
-    spark = build_session(master=master, app_name="loglake-cardinal-cluster-test", conf={
-        "spark.executor.memory": "1g", "spark.driver.memory": "1g", "spark.cores.max": "2"})
+    data_dir, out, topics, threshold = argv
     assert spark.sparkContext.master == master
     summary = run(spark, CardinalBlocksOptions(data_dir, tuple(topics.split(",")), out,
                   reorg_threshold=int(threshold), max_records_per_trigger=200))
-    print("RESULT " + json.dumps({"summary": summary.as_dict()}), flush=True)
-    spark.stop()
+    result = {"summary": summary.as_dict()}
     """
 )
 
@@ -55,34 +49,22 @@ def tables_of(spark, out) -> dict[str, list]:
     }
 
 
-def test_cardinal_blocks_on_the_cluster_equals_local(spark, cluster, tmp_path):
+def test_cardinal_blocks_on_the_cluster_equals_local(spark, cluster_driver, tmp_path):
     from loglake.pipeline.jobs.cardinal_blocks import run
 
-    master, env = cluster
     src = tmp_path / "src"
     planted = make_input(src, blocks=40)
     on_cluster, local = tmp_path / "on_cluster", tmp_path / "local"
     shutil.copytree(src, on_cluster)
     shutil.copytree(src, local)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            DRIVER,
-            master,
-            str(on_cluster),
-            str(tmp_path / "out_cluster"),
-            ",".join(TOPICS),
-            str(THRESHOLD),
-        ],
-        env=env,
-        capture_output=True,
+    result = cluster_driver.run(
+        DRIVER,
+        str(on_cluster),
+        str(tmp_path / "out_cluster"),
+        ",".join(TOPICS),
+        str(THRESHOLD),
         timeout=600,
-        start_new_session=True,
     )
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = proc.stdout.decode()
-    result = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
     local_summary = run(spark, options(local, tmp_path / "out_local", max_records_per_trigger=200))
     assert result["summary"]["rejects"] == local_summary.rejects == len(planted)
     assert result["summary"]["blocks"] == local_summary.blocks > 0

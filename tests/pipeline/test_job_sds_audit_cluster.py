@@ -1,14 +1,12 @@
 """``loglake job sds-audit`` on a real Spark standalone cluster (master + one worker from the
-installed pyspark, on loopback; the session fixture in ``conftest.py``): the job unchanged, and
-every table and the summary equal those of ``local[*]`` on the same channel (issue 12 §3, the
-SDS half)."""
+installed pyspark, on loopback, and one driver application on it; the session fixtures in
+``conftest.py``): the job unchanged, and every table and the summary equal those of
+``local[*]`` on the same channel (issue 12 §3, the SDS half)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -26,20 +24,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 CLUSTER_CFG = replace(CFG, participants=6, messages=20)
 
 
-# the job as `loglake job sds-audit` runs it, in a driver sized for the test cluster's 2 GB worker
-# (the CLI's session asks 4 GB executors, which this worker cannot give)
+# the job as `loglake job sds-audit` runs it, in the cluster application (``cluster_driver``,
+# sized for the test cluster's 2 GB worker: the CLI's session asks 4 GB executors, which this
+# worker cannot give)
 DRIVER = textwrap.dedent(
     """
-    import json, sys
-    from loglake.pipeline import build_session
     from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run
-    master, data_dir, out = sys.argv[1:4]
-    spark = build_session(master=master, app_name="loglake-sds-audit-cluster-test", conf={
-        "spark.executor.memory": "1g", "spark.driver.memory": "1g", "spark.cores.max": "2"})
+    data_dir, out = argv
     assert spark.sparkContext.master == master
-    summary = run(spark, SdsAuditOptions(data_dir, "sds.sim", out).validate())
-    print("RESULT " + json.dumps(summary.as_dict()), flush=True)
-    spark.stop()
+    result = run(spark, SdsAuditOptions(data_dir, "sds.sim", out).validate()).as_dict()
     """
 )
 
@@ -61,8 +54,7 @@ def rows_of(spark, out: Path) -> dict[str, list[str]]:
     }
 
 
-def test_sds_audit_on_the_cluster_equals_local(spark, cluster, tmp_path):
-    master, env = cluster
+def test_sds_audit_on_the_cluster_equals_local(spark, cluster_driver, tmp_path):
     src = tmp_path / "src"
     simulated(src, CLUSTER_CFG)
     with open_log(src) as log:  # and a reject, so that table is compared too
@@ -70,17 +62,8 @@ def test_sds_audit_on_the_cluster_equals_local(spark, cluster, tmp_path):
     on_cluster, local = tmp_path / "on_cluster", tmp_path / "local"
     shutil.copytree(src, on_cluster)
     shutil.copytree(src, local)
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, master, str(on_cluster), str(tmp_path / "out_cluster")],
-        env=env,
-        capture_output=True,
-        timeout=1500,
-        start_new_session=True,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = proc.stdout.decode()
-    on_cluster_summary = json.loads(
-        next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:]
+    on_cluster_summary = cluster_driver.run(
+        DRIVER, str(on_cluster), str(tmp_path / "out_cluster"), timeout=1500
     )
     local_summary = run(
         spark, SdsAuditOptions(str(local), STREAM, str(tmp_path / "out_local")).validate()
