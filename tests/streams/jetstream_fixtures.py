@@ -1,6 +1,7 @@
 """Fixtures for the JetStream backend's tests: a single JetStream server and a 3-node R3
-cluster on loopback (``tests/nats_cluster.py``), one per test module, each test in its own
-namespace (``prefix``) so tests share a cluster without seeing each other's streams."""
+cluster on loopback (``tests/nats_cluster.py``), one each for the whole session (provided to every
+module by ``tests/streams/conftest.py``), each test in its own namespace (``prefix``) so tests
+share a cluster without seeing each other's streams."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ def start_cluster(n: int) -> NatsCluster:
     return NatsCluster(n).start()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nats_single() -> Iterator[NatsCluster]:
     c = start_cluster(1)
     yield c
     c.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nats_r3() -> Iterator[NatsCluster]:
     c = start_cluster(3)
     yield c

@@ -45,7 +45,7 @@ from tests.streams.test_api import (  # noqa: F401
 
 pytestmark = pytest.mark.slow  # real nats-server processes
 
-nats_single, nats_r3, cluster, js_log = fx.nats_single, fx.nats_r3, fx.cluster, fx.js_log
+# nats_single, nats_r3, cluster and js_log: tests/streams/conftest.py (one of each server a session)
 
 
 @pytest.fixture

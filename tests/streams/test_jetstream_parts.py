@@ -23,8 +23,6 @@ from tests.streams import jetstream_fixtures as fx
 
 pytestmark = pytest.mark.slow
 
-nats_r3 = fx.nats_r3
-
 
 @pytest.fixture
 def clock() -> Clock:

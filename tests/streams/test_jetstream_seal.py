@@ -18,8 +18,6 @@ from tests.streams import jetstream_fixtures as fx
 
 pytestmark = pytest.mark.slow
 
-nats_single = fx.nats_single
-
 
 @pytest.fixture
 def lake_log(nats_single, tmp_path):

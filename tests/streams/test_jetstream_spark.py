@@ -14,8 +14,6 @@ from tests.streams import jetstream_fixtures as fx
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-nats_r3 = fx.nats_r3
-
 
 def test_pipeline_read_spans_the_sealed_lake_and_the_live_jetstream_tail(
     spark, nats_r3, tmp_path
