@@ -42,6 +42,10 @@ class Call:
     arg: Any
     token: Any = None
     """Opaque to adapters; returned with the reply to :meth:`Role.on_reply`."""
+    ordered: bool = True
+    """False: the call may leave while calls to other roles are in flight (it still follows
+    the calls to its own target, and its reply still reaches the core in call order). For
+    reports nothing else waits on — a replay's progress — so they do not stall a data plane."""
 
 
 @dataclass(eq=False)

@@ -486,5 +486,6 @@ class Publisher(Role):
                     self.orchestrator,
                     "icrc72_update_publication",
                     [(r.namespace, PROGRESS_KEY, {"Array": [{"Nat": r.id}, {"Nat": r.sent}]})],
+                    ordered=False,  # a report: the next publish calls need not wait for it
                 )
             )

@@ -11,10 +11,13 @@ storage actions run on a worker thread (``asyncio.to_thread``) through the role'
 ``StreamsStore`` — an fsync never stalls the event loop, and the actions of every request queued
 meanwhile go to the store together (one group commit) — and their results go back to the core
 (``on_result``). Calls are handed, in order, to a sender task that signs them with the role's
-own key and posts them to the URL the directory gives for the target principal; replies go back
-to the core (``on_reply``). Nothing queued after a storage action — a call, or the reply to the
-request that caused it — leaves before that action is done. A publisher, broadcaster or
-orchestrator is pumped by a third task. A storage action that fails leaves the core ahead of
+own key and posts them to the URL the directory gives for the target principal, over one
+HTTP/1.1 connection per target (``_Pipe``): consecutive calls to the same target and method are
+pipelined (``pipeline`` in flight, handled and answered in order), any other call waits until
+those in flight are answered; replies go back to the core (``on_reply``) in call order.
+Nothing queued after a storage action — a call, or the reply to the request that caused it —
+leaves before that action is done. A publisher, broadcaster or orchestrator is pumped by
+another task. A storage action that fails leaves the core ahead of
 its log: the server answers 503 from then on (restart it; the state is rebuilt from the log).
 
 Besides the ICRC methods, two local methods serve the CLI and tests (Candid too):
@@ -374,14 +377,19 @@ class HttpRoleServer:
         """Calls leave in the order they were queued. Consecutive calls to the same target and
         method are pipelined (``pipeline`` in flight); any other call waits until every call in
         flight is answered — so a role that tells one role something, then another, still
-        knows the first has handled it before the second hears of it."""
+        knows the first has handled it before the second hears of it. A call marked
+        ``ordered=False`` (a progress report) leaves at once, behind the calls already written
+        to its target, and holds nothing up."""
         while True:
             c = await self.queue.get()
             key = (c.target.bytes, c.method)
-            while self.inflight_n and (self.inflight != key or self.inflight_n >= self.pipeline):
-                self.settled.clear()
-                await self.settled.wait()
-            self.inflight, self.inflight_n = key, self.inflight_n + 1
+            if c.ordered:
+                while self.inflight_n and (
+                    self.inflight != key or self.inflight_n >= self.pipeline
+                ):
+                    self.settled.clear()
+                    await self.settled.wait()
+                self.inflight, self.inflight_n = key, self.inflight_n + 1
             try:
                 fut = await self._post(c)
             except Exception as e:  # the reply is the failure (the replier keeps the order)
@@ -405,7 +413,8 @@ class HttpRoleServer:
                         self.pipes[url].close()  # fails what is in flight behind it
                 log.warning("call %s to %s failed: %s", c.method, c.target, e)
                 reply = e
-            self.inflight_n -= 1
+            if c.ordered:
+                self.inflight_n -= 1
             self.role.on_reply(c, reply, self.clock())
             self.drain()
             self.settled.set()
