@@ -13,19 +13,9 @@ from loglake.streams.client import PermissionDenied, StreamClient
 from loglake.streams.permissions import AccessPolicy, Peer, Permission
 from loglake.streams.tls import client_context, write_test_pki
 from tests.procs import free_port, process
+from tests.streams.test_tls_serve import ACCESS as READ_ONLY  # alice admin, bob reads orders
 from tests.waiting import wait_until
 
-READ_ONLY = """
-[[grant]]
-identities = ["cn:alice"]
-streams = ["*"]
-allow = ["admin"]
-
-[[grant]]
-identities = ["cn:bob"]
-streams = ["orders"]
-allow = ["read"]
-"""
 BOB_WRITES = READ_ONLY.replace('allow = ["read"]', 'allow = ["read", "write"]')
 
 
