@@ -175,7 +175,8 @@ def test_no_quorum_is_a_typed_error_within_the_timeout_never_a_hang(
         t0 = time.monotonic()
         with pytest.raises(ClusterUnavailable):
             log.save_index("c", "q", 5)
-        assert time.monotonic() - t0 < 10.0
+        # bounded by the client's outer guard (10 s here), plus the time to raise: never a hang
+        assert time.monotonic() - t0 < 12.0
         # reads: served by a replica that still has the stream, or a typed error; never a hang
         t0 = time.monotonic()
         try:
