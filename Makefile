@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 NODE_DIR := interop/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 
 .PHONY: run test test-fast install system-deps node-deps check-java check-java-warn lint typecheck fmt proto bench clean help
 
