@@ -115,11 +115,7 @@ class ControlNode:
         (it would then skip their windows). As the log's recovery does with its tail."""
         for path in (self.index_path, self.data_path):
             if path.exists():
-                fd = fs.open(path, os.O_RDONLY)
-                try:
-                    fs.fsync(fd)
-                finally:
-                    fs.close(fd)
+                fs.fsync_file(path)
         fs.fsync_dir(self.folder)
 
     def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:

@@ -62,6 +62,15 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         done += n
 
 
+def fsync_file(path: str | Path) -> None:
+    """Make a file's data durable by path (a file written earlier, or by someone else)."""
+    fd = open(path, os.O_RDONLY)
+    try:
+        fsync(fd)
+    finally:
+        close(fd)
+
+
 def fsync_dir(path: str | Path) -> None:
     """Make a folder's entries (created, renamed, removed files) durable."""
     fd = open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -176,14 +176,6 @@ def _write_group(spark: SparkSession, g: Group, out: Path, row_group_bytes: int)
     return str(parts[0])
 
 
-def _fsync_file(path: Path | str) -> None:
-    fd = fs.open(path, os.O_RDONLY)
-    try:
-        fs.fsync(fd)
-    finally:
-        fs.close(fd)
-
-
 def make_durable(job_dir: Path) -> None:
     """Fsync every file Spark staged under ``job_dir`` and every folder that names one, up to
     the stream's lake folder, so that once ``_SUCCESS`` exists a crash cannot take back a byte
@@ -191,7 +183,7 @@ def make_durable(job_dir: Path) -> None:
     folders = []
     for root, _dirs, files in os.walk(job_dir):
         for name in files:
-            _fsync_file(Path(root) / name)
+            fs.fsync_file(Path(root) / name)
         folders.append(Path(root))
     for folder in reversed(folders):  # deepest first: a folder's entries before its parent's
         fs.fsync_dir(folder)
@@ -237,7 +229,7 @@ def commit(job_dir: Path, data_dir: str, stream: str) -> int:
             if not all(os.path.exists(src) for src in g.sources):
                 fs.unlink(staged)  # a source went meanwhile (retention): keep it gone
                 continue
-            _fsync_file(staged)
+            fs.fsync_file(staged)
             fs.replace(staged, dest)
             fs.fsync_dir(dest_dir)
         moved += 1
