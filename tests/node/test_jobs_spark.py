@@ -10,6 +10,7 @@ import pytest
 from loglake.node.config import load_config
 from loglake.node.runner import BackgroundNode
 from loglake.streams import StreamClient
+from tests.pipeline.conftest import spark as spark  # the session fixture, here too
 from tests.waiting import wait_until
 
 
@@ -56,3 +57,16 @@ def test_compact_job_runs_with_progress_and_result(tmp_path: Path) -> None:
         assert [j["id"] for j in api.get("/api/jobs").json()] == [job["id"]]
         with StreamClient(port=addr[1]) as c:  # the compacted history still reads back whole
             assert len(c.pull("hist", 0, 5000)) == 2000
+
+
+@pytest.mark.spark
+def test_the_node_leaves_a_spark_session_it_did_not_start_running(spark, tmp_path: Path) -> None:
+    """An application that embeds a node keeps its own session when the node closes (the
+    node's job manager reuses the process's SparkContext; stopping it broke every later query
+    of its owner)."""
+    from loglake.node.api.jobs import JobManager
+
+    jobs = JobManager(ctx=None)  # type: ignore[arg-type]  # the session needs no context
+    assert jobs._session().sparkContext is spark.sparkContext
+    jobs.close()
+    assert spark.range(3).count() == 3

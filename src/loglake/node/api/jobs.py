@@ -63,10 +63,14 @@ class JobManager:
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "loglake-jobs")
         self._spark: Any = None
+        self._owns_spark = False
+        """Whether this node started the session: one that was running in the process before
+        (an application embedding the node, a notebook) belongs to its owner and is not stopped
+        when the node closes."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._spark is not None:
+        if self._spark is not None and self._owns_spark:
             self._spark.stop()
 
     def submit(self, name: str, stream: str) -> Job:
@@ -85,8 +89,13 @@ class JobManager:
 
     def _session(self) -> Any:
         if self._spark is None:
+            from pyspark import SparkContext
+
             from loglake.pipeline import build_session
 
+            # getOrCreate hands back a context already running in this process (sessions are
+            # per thread, the context per process), so look at the context.
+            self._owns_spark = SparkContext._active_spark_context is None
             self._spark = build_session(app_name="loglake-node")
         return self._spark
 
