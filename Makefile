@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 NODE_DIR := interop/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
-PYTEST_ARGS ?= --durations=25
+# Two workers, each file whole on one worker (module fixtures and the Spark sessions stay
+# shared per file): 915 s instead of 1,106 s serial on this project's 2-core VM.
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 
 .PHONY: run test test-fast install system-deps node-deps check-java check-java-warn lint typecheck fmt proto bench clean help
 
