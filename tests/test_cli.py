@@ -12,7 +12,10 @@ from loglake.cli import main
 def _walk(cmd: click.Command, path: tuple[str, ...] = ()):
     yield path, cmd
     if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, (path, name)
             yield from _walk(sub, (*path, name))
 
 
@@ -20,7 +23,41 @@ PARTS = {"serve", "demo", "node", "log", "stream", "events", "cardinal", "archiv
 
 
 def test_every_part_is_mounted():
-    assert set(main.commands) == PARTS
+    assert set(main.list_commands(click.Context(main))) == PARTS
+
+
+def test_the_lazy_table_mounts_every_command_its_modules_define():
+    """A command added to a flat-mounted group (`loglake.node.cli`, `loglake.pipeline.cli`) must
+    be in the table too, or it would silently never be reachable."""
+    import importlib
+
+    from loglake.cli import PART_COMMANDS
+
+    flat: dict[str, set[str]] = {}
+    for name, (module, sub) in PART_COMMANDS.items():
+        obj = importlib.import_module(module).command
+        if sub is None:
+            assert isinstance(obj, click.Command), module
+        else:
+            assert isinstance(obj, click.Group) and sub == name, (module, sub)
+            flat.setdefault(module, set()).add(sub)
+    for module, mounted in flat.items():
+        assert set(importlib.import_module(module).command.commands) == mounted, module
+
+
+def test_a_command_imports_only_its_own_part():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from loglake.cli import main\n"
+        "try: main(['sds', '--help'])\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in ('loglake.pipeline.read', 'loglake.streams.jetstream', "
+        "'pyspark', 'loglake.events.broadcaster') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_every_command_answers_help_with_a_description():
