@@ -1,5 +1,6 @@
 """A seeded failing-file layer over ``loglake.log.fs`` (issue 15 §3): ENOSPC and EIO on write
-and on fsync, and short writes, for every part that writes through ``fs``.
+and on fsync, short writes, and (opt-in) EIO on ``pread``, for every part that goes through
+``fs``.
 
 Why on top of ``tests/log/simdisk.py``: a failed fsync is only dangerous because of what it
 does to durability — Linux drops the dirty pages it could not write and marks them clean, so a
@@ -42,7 +43,15 @@ DIR_FSYNC = "dir-fsync-eio"
 fsync fails with EIO and makes none of its pending entries durable — a created, renamed or
 removed file may then come back, or not, at the next power loss."""
 
-_WRAPPED = ("write", "pwrite", "fsync", "fdatasync")
+READ_EIO = "read-eio"
+"""Opt-in (not in ``KINDS``, like ``DIR_FSYNC``): ``pread`` fails with EIO and reads nothing —
+a bad sector, a device that went away. Every read of the log, the consumer store and the
+watermarks goes through ``fs.pread`` (``fs.read_file`` too), and so do SQLite's ``xRead`` over
+``sqlite_vfs.FsVfs``; pyarrow's own reads of lake files do not. A read changes nothing on
+disk, so what the kind checks is the reader: a clear error, nothing lost, nothing marked
+failed for writes, and reads that work again once the fault clears."""
+
+_WRAPPED = ("write", "pwrite", "fsync", "fdatasync", "pread")
 BLOCK = 4096
 """The file system's block: a short write on a full disk stops at one."""
 
@@ -56,7 +65,7 @@ class FaultyFs:
         kinds: tuple[str, ...] = KINDS,
         only: tuple[str, ...] | None = None,
     ) -> None:
-        unknown = set(kinds) - {*KINDS, DIR_FSYNC}
+        unknown = set(kinds) - {*KINDS, DIR_FSYNC, READ_EIO}
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
         self.disk = disk
@@ -134,6 +143,11 @@ class FaultyFs:
             return os.fstat(fd).st_size
         return os.lseek(fd, 0, os.SEEK_CUR)
 
+    def _read(self, real: Callable[[int, int, int], bytes], fd: int, n: int, off: int) -> bytes:
+        if self._draw(fd, (READ_EIO,)):
+            raise OSError(errno.EIO, "Input/output error (injected, read)")
+        return real(fd, n, off)
+
     def _sync(self, real: Callable[[int], None], fd: int) -> None:
         if DIR_FSYNC in self.kinds and self._is_folder(fd):
             if self._draw(fd, (DIR_FSYNC,), folders=True):
@@ -165,6 +179,9 @@ class FaultyFs:
         fs.pwrite = lambda fd, data, off: self._write(pw, fd, data, off)  # type: ignore[assignment]
         fs.fsync = lambda fd: self._sync(fsy, fd)  # type: ignore[assignment]
         fs.fdatasync = lambda fd: self._sync(fds, fd)  # type: ignore[assignment]
+        if READ_EIO in self.kinds:  # only then: the other kinds' runs pay nothing per read
+            pr = self._saved["pread"]
+            fs.pread = lambda fd, n, off: self._read(pr, fd, n, off)  # type: ignore[assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -121,9 +121,15 @@ class ConsumerStore:
         self._size = 0
         if not readonly:
             self._mark = watermark.MarkWriter(data_dir, DURABLE_FILE)
-        self._load()
-        if not readonly:
-            self._compact()
+        try:
+            self._load()
+            if not readonly:
+                self._compact()
+        except BaseException:
+            # a failed open (a read error, damage, a full disk) must not keep the descriptors
+            # it opened: the log retries opening, and each attempt would leak them
+            self.close()
+            raise
 
     def _load(self) -> None:
         try:

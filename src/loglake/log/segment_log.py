@@ -215,7 +215,20 @@ class SegmentLog(Log):
         return stream
 
     def _open_partitions(self, name: str, config: StreamConfig) -> list[Partition]:
-        return [self._open_partition(name, config, p) for p in range(config.partitions)]
+        """Every partition of the stream, or none: when one fails to open (a read error while
+        recovering it), the ones opened before it are closed again. Nothing else holds them
+        yet, so without this each failed open would keep their descriptors (watermark, active
+        segment, index) for the rest of the process — found by read faults during open."""
+        opened: list[Partition] = []
+        try:
+            for p in range(config.partitions):
+                opened.append(self._open_partition(name, config, p))
+        except BaseException:
+            for part in opened:
+                with contextlib.suppress(Exception):  # e.g. its fsync fails on the same disk
+                    part.close()
+            raise
+        return opened
 
     def _open_partition(self, name: str, config: StreamConfig, p: int) -> Partition:
         return Partition(
