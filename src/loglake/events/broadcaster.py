@@ -31,6 +31,7 @@ Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notif
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,12 @@ from icp_principal import Principal
 
 from loglake.events import sysmsg
 from loglake.events.actions import ReadJobOutput, StorageAction
-from loglake.events.fastcodec import EncodedNotifications, join_notifications
+from loglake.events.fastcodec import (
+    EncodedNotifications,
+    EventBatch,
+    PublishResults,
+    join_notifications,
+)
 from loglake.events.filters import Filter, Skip, parse_subscription_config
 from loglake.events.messages import (
     H_REPLAY_ID,
@@ -50,7 +56,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.role import Call, Role, SysEmitter
-from loglake.wire.icrc16 import Value, map_get
+from loglake.wire.icrc16 import RawValue, Value, map_get
 
 H_RECEIVED = "icrc72:broadcaster:received"
 
@@ -114,9 +120,11 @@ class RelayRoute:
 
 @dataclass(slots=True)
 class Pending:
+    """An unconfirmed notification's subscriber (one object may stand for every notification
+    of a batch to that subscriber: only the subscriber is checked on confirmation)."""
+
     subscriber: Principal
     namespace: str
-    event_id: int
 
 
 @dataclass
@@ -238,7 +246,13 @@ class Broadcaster(Role):
         self.outbox.append(Call(sub, "icrc72_handle_notification", [n]))
 
     # -- data plane ------------------------------------------------------------------------
-    def publish(self, caller: Principal, events: list[Event], now: int) -> list[Ok | Err | None]:
+    def publish(
+        self, caller: Principal, events: Sequence[Event], now: int
+    ) -> Sequence[Ok | Err | None]:
+        if type(events) is EventBatch:
+            fast = self._publish_batch(caller, events, now)
+            if fast is not None:
+                return fast
         batches: dict[bytes, tuple[Principal, list[EventNotification]]] = {}
         forwards: dict[int, list[Event]] = {}
         out: list[Ok | Err | None] = []
@@ -269,6 +283,59 @@ class Broadcaster(Role):
         for rid, evs in forwards.items():
             self._forward(self.relays[rid], evs)
         return out
+
+    def _publish_batch(
+        self, caller: Principal, batch: EventBatch, now: int
+    ) -> PublishResults | list[Ok | Err | None] | None:
+        """A batch whose events share source, headers and namespace (a replay's, as
+        ``procure`` makes them) goes where its first event goes, so it is routed once; to
+        targets that keep every event its notifications are spliced from the batch's bytes
+        (:meth:`EventBatch.notifications`: no event decoded, none re-encoded) — the same
+        messages, numbers and state as event by event. None: go event by event (a relay, a
+        filter, a skip, a stopped target)."""
+        n = len(batch)
+        proto = Event(0, None, 0, batch.namespace, _NO_DATA, batch.source, batch.headers)
+        r = self._resolve(caller, proto, now)
+        kind = r[0]
+        if kind == "err":
+            return [r[1]] * n
+        if kind == "drop":
+            self.stats.dropped_replay += n
+            return [Ok([]) for _ in range(n)]
+        if kind != "route" or not r[2]:
+            return None
+        targets: list[Route] = r[1]
+        unconfirmed = self.unconfirmed
+        room = min(
+            (self.max_unconfirmed - unconfirmed.get(t.subscriber.bytes, 0) for t in targets),
+            default=n,
+        )
+        delivered = max(0, min(n, room))
+        self.stats.busy += n - delivered
+        self.stats.published += delivered
+        per = len(targets)
+        first = self.next_notification
+        self.next_notification += delivered * per
+        if delivered:
+            for j, t in enumerate(targets):
+                data = batch.notifications(r[3], None, first + j, per, delivered)
+                self.outbox.append(
+                    Call(
+                        t.subscriber,
+                        "icrc72_handle_notification",
+                        EncodedNotifications(data, delivered),
+                    )
+                )
+                p = Pending(t.subscriber, batch.namespace)
+                self.pending.update(
+                    dict.fromkeys(range(first + j, first + delivered * per, per), p)
+                )
+                key = t.subscriber.bytes
+                unconfirmed[key] = unconfirmed.get(key, 0) + delivered
+                if isinstance(t, ReplayRoute):
+                    t.delivered += delivered
+        self.stats.notified += delivered * per
+        return PublishResults(n, delivered, first, per)
 
     def _resolve(self, caller: Principal, e: Event, now: int) -> tuple[Any, ...]:
         """Where events with ``e``'s headers and namespace go: ``("err", Err)``, ``("drop",)``,
@@ -328,7 +395,7 @@ class Broadcaster(Role):
             )
             key = t.subscriber.bytes
             batches.setdefault(key, (t.subscriber, []))[1].append(n)
-            self.pending[nid] = Pending(t.subscriber, e.namespace, e.event_id)
+            self.pending[nid] = Pending(t.subscriber, e.namespace)
             unconfirmed[key] = unconfirmed.get(key, 0) + 1
             if isinstance(t, ReplayRoute):
                 t.delivered += 1
@@ -401,8 +468,8 @@ class Broadcaster(Role):
         first = self.next_notification
         self.next_notification += len(result)
         key = route.subscriber.bytes
-        for k, (eid, _, _, _) in enumerate(result):
-            self.pending[first + k] = Pending(route.subscriber, route.namespace, eid)
+        p = Pending(route.subscriber, route.namespace)
+        self.pending.update(dict.fromkeys(range(first, first + len(result)), p))
         self.unconfirmed[key] = self.unconfirmed.get(key, 0) + len(result)
         route.delivered += len(result)
         j.offset += len(result)
@@ -472,3 +539,4 @@ class Broadcaster(Role):
 
 
 _OK = Ok(None)
+_NO_DATA = RawValue(b"")

@@ -482,7 +482,7 @@ _M = [
         opt_results_from,
         fast_arg=fastcodec.encode_events,
         fast_ret=fastcodec.encode_publish_results,
-        fast_arg_decode=fastcodec.decode_events,
+        fast_arg_decode=fastcodec.decode_event_batch,
         fast_ret_decode=fastcodec.decode_publish_results,
     ),
     Method(
@@ -507,7 +507,7 @@ _M = [
         _ident,
         _ident,
         fast_arg=fastcodec.encode_notifications,
-        fast_arg_decode=fastcodec.decode_notifications,
+        fast_arg_decode=fastcodec.decode_notification_batch,
     ),
 ]
 # loglake's local methods (Candid too): a publisher's own key publishes, a subscriber's own key

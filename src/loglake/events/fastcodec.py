@@ -19,6 +19,7 @@ them — the same bytes as :func:`encode_notifications` on the finished notifica
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from loglake.wire.icrc16 import (
     RawValue,
 )
 from loglake.wire.icrc16_encode import map_items, nat, principal, text, uleb, value
-from loglake.wire.varint import decode_uleb
+from loglake.wire.varint import decode_uleb, encode_uleb
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -163,6 +164,8 @@ def encode_notifications(notes: Sequence[EventNotification] | EncodedNotificatio
 
 def encode_events(events: Sequence[Event]) -> bytes:
     """The Candid message of ``vec Event`` (``icrc72_publish``, data may be a RawValue)."""
+    if type(events) is EventBatch:
+        return events.raw  # a batch as it was read: its message
     if not isinstance(events, list | tuple):
         raise ICRC16Error("an event batch is a list of Event")
     out = bytearray(_events_header())
@@ -591,6 +594,8 @@ def encode_publish_results(results: Sequence[Any]) -> bytes | None:
     """``vec PublishResult`` (``icrc72_publish``'s reply) from ``[Ok(ids) | Err | None]``; None
     when a result is one this writer leaves to the generic encoder (a ``GenericError``, or
     anything malformed — the generic encoder reports it)."""
+    if type(results) is PublishResults:
+        return _encode_results_run(results)
     if not isinstance(results, list | tuple):
         return None
     out = bytearray(PUBLISH_RESULTS_HEADER)
@@ -673,11 +678,17 @@ def _publish_results(b: bytes) -> list[Any]:
     return out
 
 
-def decode_publish_results(data: bytes) -> list[Any] | None:
+def decode_publish_results(data: bytes) -> Sequence[Any] | None:
     """``vec PublishResult`` → ``[Ok(ids) | Err | None]``, or None: decode generically (another
     encoder's header, or a ``GenericError`` result)."""
     if not data.startswith(PUBLISH_RESULTS_HEADER):
         return None
+    try:
+        run = _read_results_run(bytes(data))
+    except (ValueError, IndexError):
+        run = None
+    if run is not None:
+        return run
     try:
         return _decoding("publish results", _publish_results, bytes(data))
     except ICRC16DecodeError as e:
@@ -695,3 +706,427 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
     for x in ids:
         nat(x, out, "id")
     return bytes(out)
+
+
+# --- lazy batches: the replay data plane without a dataclass per event (issue 11, third pass) --
+# Why: a Broadcaster that turns a replay's ``icrc72_publish`` batch into notifications needs no
+# event as an object: a notification is the event's bytes with the Broadcaster's headers, the
+# filter and the notification id put in between (``eventId source data`` · headers ·
+# ``prevEventId`` · filter · ``timestamp`` · notificationId · ``namespace``). A batch whose
+# events share source, headers and namespace (every batch ``procure`` makes) is scanned once —
+# every byte checked as the full reader checks it (compiled patterns for the fixed parts and the
+# LEB128 numbers; a ``#Blob`` by its length, any other value by the full value reader) — and
+# kept as its bytes and the events' offsets; an ``Event`` is built only when asked for
+# (``EventBatch[k]``, iteration: the full reader then runs once). Any other batch, and any batch
+# the scan does not accept (damaged bytes included: the full reader then raises the typed
+# error), is read as before into a list.
+_ULEB = rb"[\x80-\xff]*[\x00-\x7f]"
+_BLOB_TAG = bytes([TAGS.index("Blob")])
+
+
+class EventBatch(Sequence[Event]):
+    """``vec Event`` as read from an ``icrc72_publish`` message: the message's bytes and each
+    event's offsets; the events share ``source``, ``headers`` and ``namespace``. A sequence of
+    ``Event`` (built on first use, equal to what :func:`decode_events` returns)."""
+
+    __slots__ = ("_events", "headers", "headers_enc", "namespace", "raw", "source", "spans")
+
+    def __init__(
+        self,
+        raw: bytes,
+        spans: list[int],
+        source: Any,
+        headers: ICRC16Map | None,
+        headers_enc: bytes,
+        namespace: str,
+    ) -> None:
+        self.raw = raw
+        self.spans = spans
+        """Per event: start, end of ``data``, start of ``timestamp``, end (4 ints an event)."""
+        self.source = source
+        self.headers = headers
+        self.headers_enc = headers_enc
+        """The events' ``opt ICRC16Map`` as encoded (flag included)."""
+        self.namespace = namespace
+        self._events: list[Event] | None = None
+
+    def _list(self) -> list[Event]:
+        if self._events is None:
+            self._events = _decoding("event batch", _events, self.raw)
+        return self._events
+
+    def __len__(self) -> int:
+        return len(self.spans) >> 2
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._list()[k]
+
+    def __iter__(self) -> Any:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventBatch | list | tuple):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EventBatch({len(self)} events of {self.namespace!r})"
+
+    def notifications(
+        self, headers: ICRC16Map | None, filter: str | None, first_id: int, step: int, count: int
+    ) -> bytes:
+        """The ``vec EventNotification`` message of the first ``count`` events, with
+        ``headers`` and ``filter``, notification ids ``first_id``, ``first_id + step``, … —
+        each event's id, source, data, previous id and timestamp copied as they are."""
+        hb = bytearray()
+        _headers(headers, hb, {})
+        fb = bytearray()
+        if filter is None:
+            fb.append(0)
+        else:
+            fb.append(1)
+            text(filter, fb, "filter")
+        ns = bytearray()
+        text(self.namespace, ns, "namespace")
+        hdr, flt, nsb = bytes(hb), bytes(fb), bytes(ns)
+        skip_h = len(self.headers_enc)
+        skip_ns = len(nsb)
+        b, sp = self.raw, self.spans
+        out = bytearray(NOTIFICATIONS_HEADER)
+        uleb(count, out)
+        nid = first_id
+        for k in range(0, count << 2, 4):
+            s, d, t, e = sp[k], sp[k + 1], sp[k + 2], sp[k + 3]
+            out += b[s:d]
+            out += hdr
+            out += b[d + skip_h : t]
+            out += flt
+            out += b[t : e - skip_ns]
+            if nid < 0x80:
+                out.append(nid)
+            else:
+                out += encode_uleb(nid)
+            out += nsb
+            nid += step
+        return bytes(out)
+
+
+def _scan_events(b: bytes) -> EventBatch | None:
+    """The batch's offsets if its events share source, headers and namespace and every byte
+    reads; None otherwise (the full reader decides)."""
+    i = len(_events_header())
+    n, i = _count(b, i)
+    size = len(b)
+    if n == 0:
+        return None
+    # the first event, field by field: what the others must repeat
+    s0 = i
+    _, i = _uleb_r(b, i)
+    src_at = i
+    source, i = _Interned().principal(b, i)
+    src_enc = b[src_at:i]
+    _, i = _read_value(b, i, 0)
+    h_at = i
+    headers, i = _HeaderCache().read(b, i)
+    headers_enc = b[h_at:i]
+    _, i = _opt_nat_r(b, i)
+    _, i = _uleb_r(b, i)
+    ns_at = i
+    namespace, i = _Interned().namespace(b, i)
+    ns_enc = b[ns_at:i]
+    head = re.compile(_ULEB + re.escape(src_enc) + re.escape(_BLOB_TAG) + b"(" + _ULEB + b")")
+    head_any = re.compile(_ULEB + re.escape(src_enc))
+    tail = re.compile(
+        re.escape(headers_enc) + rb"(\x00|\x01" + _ULEB + b")" + _ULEB + re.escape(ns_enc)
+    )
+    hm, hm_any, tm = head.match, head_any.match, tail.match
+    spans: list[int] = []
+    add = spans.extend
+    i = s0
+    for _ in range(n):
+        m = hm(b, i)
+        if m is not None:
+            lb = m.group(1)
+            d = m.end() + (lb[0] if len(lb) == 1 else _uleb_r(lb, 0)[0])
+            if d > size:
+                return None
+        else:
+            m = hm_any(b, i)
+            if m is None:
+                return None
+            _, d = _read_value(b, m.end(), 0)
+        t = tm(b, d)
+        if t is None:
+            return None
+        e = t.end()
+        add((i, d, t.end(1), e))
+        i = e
+    if i != size:
+        return None
+    return EventBatch(b, spans, source, headers, headers_enc, namespace)
+
+
+def decode_event_batch(data: bytes) -> EventBatch | list[Event] | None:
+    """``vec Event`` (``icrc72_publish``) → an :class:`EventBatch` (events sharing source,
+    headers and namespace: read lazily), else the list :func:`decode_events` reads; None when
+    the header is not our encoder's."""
+    if not data.startswith(_events_header()):
+        return None
+    b = bytes(data)
+    try:
+        batch = _scan_events(b)
+    except (ValueError, IndexError, UnicodeDecodeError, ICRC16DecodeError, RecursionError):
+        batch = None  # the full reader below reports it
+    if batch is not None:
+        return batch
+    return _decoding("event batch", _events, b)
+
+
+class PublishResults(Sequence[Any]):
+    """``icrc72_publish``'s results for a batch a Broadcaster notified in one go: the first
+    ``delivered`` events ``Ok`` with ``per_event`` notification ids each (``first_id + k *
+    per_event + j``), the rest ``Busy``. A sequence of ``Ok`` / ``Err`` (built on use); the
+    encoder writes it without them."""
+
+    __slots__ = ("delivered", "first_id", "length", "per_event")
+
+    def __init__(self, count: int, delivered: int, first_id: int, per_event: int) -> None:
+        self.length, self.delivered = count, delivered
+        self.first_id, self.per_event = first_id, per_event
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _item(self, k: int) -> Ok | Err:
+        if k < self.delivered:
+            base = self.first_id + k * self.per_event
+            return Ok(list(range(base, base + self.per_event)))
+        return Err("Busy")
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self._item(j) for j in range(*k.indices(self.length))]
+        if k < 0:
+            k += self.length
+        if not 0 <= k < self.length:
+            raise IndexError(k)
+        return self._item(k)
+
+    def __iter__(self) -> Any:
+        return (self._item(k) for k in range(self.length))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PublishResults | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PublishResults({self.delivered} of {self.length} Ok)"
+
+
+def _encode_results_run(r: PublishResults) -> bytes:
+    out = bytearray(PUBLISH_RESULTS_HEADER)
+    uleb(r.length, out)
+    per, nid = r.per_event, r.first_id
+    if per == 1:
+        for x in range(nid, nid + r.delivered):
+            out += b"\x01\x00\x01"
+            if x < 0x80:
+                out.append(x)
+            else:
+                out += encode_uleb(x)
+    else:
+        for _ in range(r.delivered):
+            out += b"\x01\x00"
+            uleb(per, out)
+            for x in range(nid, nid + per):
+                uleb(x, out)
+            nid += per
+    out += bytes([1, 1, _ERR_INDEX["Busy"]]) * (r.length - r.delivered)
+    return bytes(out)
+
+
+class _ReadResults(PublishResults):
+    """Publish results as read: every ``Ok`` holds one id (kept as its bytes until asked
+    for), then ``Busy``."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: list[bytes], busy: int) -> None:
+        super().__init__(len(ids) + busy, len(ids), 0, 1)
+        self.ids = ids
+
+    def _item(self, k: int) -> Ok | Err:
+        if k < self.delivered:
+            return Ok([_uleb_r(self.ids[k], 3)[0]])
+        return Err("Busy")
+
+
+_OK_ONE = re.compile(rb"\x01\x00\x01" + _ULEB)
+_BUSY = bytes([1, 1, _ERR_INDEX["Busy"]])
+_OKS_THEN_BUSY = re.compile(
+    b"((?:" + _OK_ONE.pattern + b")*)(?:" + re.escape(_BUSY) + b")*", re.DOTALL
+)
+
+
+def _read_results_run(b: bytes) -> _ReadResults | None:
+    """``Ok([id])``… then ``Busy``… (a Broadcaster's answer to a replay batch), else None."""
+    n, i = _count(b, len(PUBLISH_RESULTS_HEADER))
+    m = _OKS_THEN_BUSY.fullmatch(b, i)
+    if m is None:
+        return None
+    ids = _OK_ONE.findall(b, i, m.end(1))  # the Ok entries tile [i, end(1))
+    busy, extra = divmod(len(b) - m.end(1), len(_BUSY))
+    if extra or len(ids) + busy != n:
+        return None
+    return _ReadResults(ids, busy)
+
+
+def _uleb_value(raw: bytes) -> int:
+    """The value of one LEB128 number, ``raw`` being exactly its bytes."""
+    if len(raw) == 1:
+        return raw[0]
+    v = 0
+    for c in reversed(raw):
+        v = (v << 7) | (c & 0x7F)
+    return v
+
+
+class NotificationBatch(Sequence[EventNotification]):
+    """``vec EventNotification`` as read from an ``icrc72_handle_notification`` message whose
+    notifications share source, headers, filter and namespace (a Broadcaster's batch): the
+    bytes, and each notification's event id and notification id — what a Subscriber needs to
+    route, deduplicate and confirm. A sequence of ``EventNotification`` (built on first use,
+    equal to what :func:`decode_notifications` returns)."""
+
+    __slots__ = ("_notes", "event_ids", "headers", "namespace", "notification_ids", "raw")
+
+    def __init__(
+        self,
+        raw: bytes,
+        event_ids: list[int],
+        notification_ids: list[int],
+        headers: ICRC16Map | None,
+        namespace: str,
+    ) -> None:
+        self.raw = raw
+        self.event_ids = event_ids
+        self.notification_ids = notification_ids
+        self.headers = headers
+        self.namespace = namespace
+        self._notes: list[EventNotification] | None = None
+
+    def _list(self) -> list[EventNotification]:
+        if self._notes is None:
+            self._notes = _decoding("notification batch", _notes, self.raw)
+        return self._notes
+
+    def __len__(self) -> int:
+        return len(self.event_ids)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._list()[k]
+
+    def __iter__(self) -> Any:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NotificationBatch | list | tuple):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NotificationBatch({len(self)} notifications of {self.namespace!r})"
+
+
+def _scan_notes(b: bytes) -> NotificationBatch | None:
+    """The batch's ids if its notifications share source, headers, filter and namespace and
+    every byte reads; None otherwise (the full reader decides)."""
+    i = len(NOTIFICATIONS_HEADER)
+    n, i = _count(b, i)
+    size = len(b)
+    if n == 0:
+        return None
+    s0 = i
+    _, i = _uleb_r(b, i)
+    src_at = i
+    _, i = _Interned().principal(b, i)
+    src_enc = b[src_at:i]
+    _, i = _read_value(b, i, 0)
+    h_at = i
+    headers, i = _HeaderCache().read(b, i)
+    headers_enc = b[h_at:i]
+    _, i = _opt_nat_r(b, i)
+    f_at = i
+    if b[i] == 1:
+        _, i = _text_r(b, i + 1)
+    elif b[i] == 0:
+        i += 1
+    else:
+        return None
+    filter_enc = b[f_at:i]
+    _, i = _uleb_r(b, i)
+    _, i = _uleb_r(b, i)
+    ns_at = i
+    namespace, i = _Interned().namespace(b, i)
+    ns_enc = b[ns_at:i]
+    uleb_g = b"(" + _ULEB + b")"
+    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
+    head_any = re.compile(uleb_g + re.escape(src_enc))
+    tail = re.compile(
+        re.escape(headers_enc)
+        + rb"(?:\x00|\x01"
+        + _ULEB
+        + b")"
+        + re.escape(filter_enc)
+        + _ULEB
+        + uleb_g
+        + re.escape(ns_enc)
+    )
+    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
+    eids: list[int] = []
+    nids: list[int] = []
+    i = s0
+    for _ in range(n):
+        m = hm(b, i)
+        if m is not None:
+            lb = m.group(2)
+            d = m.end() + (lb[0] if len(lb) == 1 else val(lb))
+            if d > size:
+                return None
+        else:
+            m = hm_any(b, i)
+            if m is None:
+                return None
+            _, d = _read_value(b, m.end(), 0)
+        t = tm(b, d)
+        if t is None:
+            return None
+        eids.append(val(m.group(1)))
+        nids.append(val(t.group(1)))
+        i = t.end()
+    if i != size:
+        return None
+    return NotificationBatch(b, eids, nids, headers, namespace)
+
+
+def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNotification] | None:
+    """``vec EventNotification`` → a :class:`NotificationBatch` (notifications sharing source,
+    headers, filter and namespace: read lazily), else the list :func:`decode_notifications`
+    reads; None when the header is not our encoder's."""
+    if not data.startswith(NOTIFICATIONS_HEADER):
+        return None
+    b = bytes(data)
+    try:
+        batch = _scan_notes(b)
+    except (ValueError, IndexError, UnicodeDecodeError, ICRC16DecodeError, RecursionError):
+        batch = None  # the full reader below reports it
+    if batch is not None:
+        return batch
+    return _decoding("notification batch", _notes, b)

@@ -48,6 +48,7 @@ from icp_principal import Principal
 from loglake.errors import DecodeError
 from loglake.events import sysmsg
 from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
+from loglake.events.fastcodec import PublishResults
 from loglake.events.messages import (
     H_REPLAY_END_ID,
     H_REPLAY_ID,
@@ -471,6 +472,11 @@ class Publisher(Role):
         if isinstance(reply, BaseException):
             self._finish(r, ReplayState("errored", f"publish failed: {reply}"))
             return
+        if isinstance(reply, PublishResults):  # Ok… then Busy…: no result object each
+            ok = min(reply.delivered, len(call.arg))
+            r.sent += ok
+            r.retry.extend(call.arg[ok : len(reply)])
+            reply = ()
         for e, res in zip(call.arg, reply, strict=False):
             if isinstance(res, Ok):
                 r.sent += 1

@@ -23,6 +23,7 @@ from typing import Any
 from icp_principal import Principal
 
 from loglake.events import sysmsg
+from loglake.events.fastcodec import NotificationBatch
 from loglake.events.messages import H_REPLAY_END, H_REPLAY_END_ID, H_REPLAY_ID, EventNotification
 from loglake.events.role import Call, Role
 from loglake.wire.icrc16 import map_get
@@ -48,7 +49,9 @@ class Subscriber(Role):
         self.orchestrator = orchestrator
         self.valid: dict[str, set[bytes]] = {}
         self.seen: set[tuple[str, int]] = set()
-        self.inbox: deque[EventNotification] = deque(maxlen=keep)
+        self.inbox: deque[Any] = deque(maxlen=keep)
+        """Delivered notifications, oldest first: an ``EventNotification``, or ``(batch, k)`` —
+        the ``k``-th of a :class:`NotificationBatch` not built yet (:meth:`take` builds it)."""
         self.replays: dict[int, ReplayProgress] = {}
         self.duplicates = 0
         self.rejected = 0
@@ -57,8 +60,10 @@ class Subscriber(Role):
     def handle_notification(
         self, caller: Principal, notes: list[EventNotification], now: int
     ) -> int:
-        accepted, confirm = 0, []
         my_sys = sysmsg.subscriber_sys(self.principal)
+        if type(notes) is NotificationBatch and notes.namespace != my_sys:
+            return self._handle_batch(caller, notes)
+        accepted, confirm = 0, []
         key = caller.bytes
         valid = self.valid
         seen, inbox = self.seen, self.inbox
@@ -99,6 +104,31 @@ class Subscriber(Role):
             self.outbox.append(Call(caller, "icrc72_confirm_notifications", confirm))
         return accepted
 
+    def _handle_batch(self, caller: Principal, notes: NotificationBatch) -> int:
+        """A batch sharing headers and namespace (a Broadcaster's): checked, followed and
+        confirmed once, deduplicated by event id; no notification is built until it is taken
+        from the inbox. Same outcome as one by one."""
+        ns, n = notes.namespace, len(notes)
+        if caller.bytes not in self.valid.get(ns, ()):
+            self.rejected += n
+            return 0
+        p = self._replay_of(notes.headers, caller)
+        if p is not None:
+            p.received += n
+            p.last_event_id = notes.event_ids[-1]
+        seen, inbox = self.seen, self.inbox
+        for k, eid in enumerate(notes.event_ids):
+            ident = (ns, eid)
+            if ident in seen:
+                self.duplicates += 1
+                continue
+            seen.add(ident)
+            inbox.append((notes, k))
+        self.outbox.append(
+            Call(caller, "icrc72_confirm_notifications", list(notes.notification_ids))
+        )
+        return n
+
     def _replay_of(self, headers: Any, caller: Principal) -> ReplayProgress | None:
         """The replay a notification with these headers belongs to (None: not a replay's);
         its end id taken from the headers when they carry one."""
@@ -127,5 +157,6 @@ class Subscriber(Role):
     def take(self, n: int | None = None) -> list[EventNotification]:
         out: list[EventNotification] = []
         while self.inbox and (n is None or len(out) < n):
-            out.append(self.inbox.popleft())
+            x = self.inbox.popleft()
+            out.append(x[0][x[1]] if type(x) is tuple else x)
         return out
