@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 open = os.open  # the os name, on purpose: fs.open(path, flags, mode) -> fd
@@ -60,6 +61,46 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         if n <= 0:
             raise OSError(f"write returned {n}")
         done += n
+
+
+_writev = os.writev
+"""Private, not a primitive: ``writev_all`` uses it only while ``write`` is the real one."""
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+"""Buffers one ``writev`` call may take (1,024 on Linux)."""
+
+
+def writev_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Write the concatenation of ``parts`` (an encoded batch: heads and the records' data as
+    given), with ``writev`` and no join: until every byte is written (a short write is
+    retried from where it stopped, an error raised), as ``write_all``.
+
+    Why a helper and not a primitive: while a layer has replaced ``write`` (the simulated disk
+    of ``tests/log/simdisk.py``, a fault-injecting file layer), the same bytes go through that
+    ``write`` — joined, and with ``write_all``'s retries — so the layer sees, keeps or fails
+    every byte as before; only the real ``os.write`` is bypassed by ``os.writev``."""
+    if write is not os.write:
+        write_all(fd, b"".join(parts))
+        return
+    writev = _writev
+    start, end = 0, len(parts)
+    while start < end:
+        stop = min(end, start + IOV_MAX)
+        group = parts[start:stop]
+        want = sum(map(len, group))
+        n = writev(fd, group)
+        if n <= 0 and want:
+            raise OSError(f"writev returned {n}")
+        if n == want:
+            start = stop
+            continue
+        # a short write: skip the whole parts written, finish the one it stopped in
+        for i, part in enumerate(group):
+            size = len(part)
+            if n < size:
+                write_all(fd, memoryview(part)[n:])
+                start += i + 1
+                break
+            n -= size
 
 
 def fsync_file(path: str | Path) -> None:

@@ -54,7 +54,7 @@ from loglake.log.lake import (
     seal_segment,
     visible_lake_files,
 )
-from loglake.log.record_codec import encode_batch, encode_plain
+from loglake.log.record_codec import encode_batch_parts, encode_plain_parts
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment, parse_segment_name, segment_name
 from loglake.logs import log_event
@@ -368,11 +368,11 @@ class Partition:
 
     # -- writing ----------------------------------------------------------------------------
     def append_many(self, entries: Sequence[Entry], durability: Durability) -> list[int]:
-        return self._append(entries, durability, encode_batch)
+        return self._append(entries, durability, encode_batch_parts)
 
     def append_payloads(self, datas: Sequence[builtins.bytes], durability: Durability) -> list[int]:
         """``append_many`` of data-only records, encoded without an ``Entry`` each."""
-        return self._append(datas, durability, encode_plain)
+        return self._append(datas, durability, encode_plain_parts)
 
     def _append(self, items: Sequence, durability: Durability, encode: Callable) -> list[int]:
         """Encode ``items`` (entries or data), write them, wait per ``durability``.
@@ -396,10 +396,10 @@ class Partition:
             while True:
                 part = items if step >= n else items[done : done + step]
                 at = active.next_index
-                buf, offsets, max_ts = encode(part, at, now)
-                if active.size and active.size + len(buf) > self.config.segment_bytes:
+                parts, size, offsets, max_ts = encode(part, at, now)
+                if active.size and active.size + size > self.config.segment_bytes:
                     active = self._roll(durability)
-                active.write(buf, offsets, at, max_ts)
+                active.write(parts, size, offsets, at, max_ts)
                 self._seq += 1
                 seq = self._seq
                 self._written = (seq, active, active.size, active.next_index)
@@ -434,10 +434,10 @@ class Partition:
             self._check_writable()
             active = self.segments[-1]
             first = active.next_index
-            buf, offsets, max_ts = encode_plain(datas, first, now)
-            if active.size and active.size + len(buf) > self.config.segment_bytes:
+            parts, size, offsets, max_ts = encode_plain_parts(datas, first, now)
+            if active.size and active.size + size > self.config.segment_bytes:
                 active = self._roll("batch")
-            active.write(buf, offsets, first, max_ts)
+            active.write(parts, size, offsets, first, max_ts)
             self._seq += 1
             seq = self._seq
             self._written = (seq, active, active.size, active.next_index)

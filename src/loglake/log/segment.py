@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from crc32c import crc32c
@@ -360,16 +361,22 @@ class Segment:
         return self.max_ts
 
     # -- writing ---------------------------------------------------------------------------
-    def write(self, buf: bytes, offsets: list[int], first_index: int, max_ts: int) -> None:
-        """Append the encoded batch ``buf`` (records ``first_index…`` starting at ``offsets``
-        within it) with one ``write`` call, then note its sparse index entries."""
+    def write(
+        self,
+        parts: Sequence[bytes | bytearray | memoryview],
+        size: int,
+        offsets: list[int],
+        first_index: int,
+        max_ts: int,
+    ) -> None:
+        """Append the encoded batch — the concatenation of ``parts``, ``size`` bytes, records
+        ``first_index…`` starting at ``offsets`` within it — with ``writev`` (``fs.writev_all``:
+        the records' data is written from where it is, not joined into one buffer first), then
+        note its sparse index entries."""
         assert self.wfd is not None and self.index is not None
         base = self.size
-        view = memoryview(buf)
-        done = 0
         try:
-            while done < len(buf):  # a regular-file write is whole unless the disk is full
-                done += fs.write(self.wfd, view[done:])
+            fs.writev_all(self.wfd, parts)
         except OSError:
             # e.g. ENOSPC after part of the batch landed: cut it off so the next batch does
             # not follow a partial record (O_APPEND writes at the real end of the file).
@@ -386,7 +393,7 @@ class Segment:
             idx.maybe_add(first_index + i, pos)
             new_entries.append((first_index + i, pos))
             i = bisect.bisect_left(offsets, pos + INTERVAL_BYTES - base, i + 1)
-        self.size = base + len(buf)
+        self.size = base + size
         self.next_index = first_index + len(offsets)
         if self.max_ts is None or max_ts > self.max_ts:
             self.max_ts = max_ts
