@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from icp_principal import Principal
@@ -210,12 +211,23 @@ def sub_state(s: Subscriber):
     return s.take(), set(s.seen), s.duplicates, s.rejected, reps, out
 
 
-def test_subscriber_batch_same_as_one_by_one():
+@pytest.mark.parametrize(
+    ("seen", "eids"),
+    [
+        (set(), list(range(10))),  # all new
+        ({("ns", 4)}, list(range(10))),  # one seen before
+        (set(), [0, 1, 2, 1, 3]),  # one twice in the batch
+    ],
+)
+def test_subscriber_batch_same_as_one_by_one(seen, eids):
     s = Subscriber(P[3], P[2])
     s.valid["ns"] = {P[1].bytes}
-    s.seen.add(("ns", 4))  # a duplicate in the batch
+    s.seen |= seen
     hs = [(H_REPLAY_ID, {"Nat": 7}), ("icrc77:replay:end_id", {"Nat": 9})]
-    notes = [EventNotification(50 + i, i, None, 1, "ns", {"Nat": i}, hs, P[0]) for i in range(10)]
+    notes = [
+        EventNotification(50 + k, i, None, 1, "ns", {"Nat": i}, hs, P[0])
+        for k, i in enumerate(eids)
+    ]
     data = encode_notifications(notes)
     for caller in (P[1], P[5]):  # the valid broadcaster; another (rejected)
         lazy, eager = copy.deepcopy(s), copy.deepcopy(s)

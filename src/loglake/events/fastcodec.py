@@ -173,6 +173,8 @@ def encode_events(events: Sequence[Event]) -> bytes:
     c = _Cache()
     hc: dict[int, bytes] = {}
     keep = []
+    last_ts: Any = None
+    last_tb = b""
     for e in events:
         if type(e) is not Event:
             raise ICRC16Error(f"not an Event: {e!r:.80}")
@@ -182,7 +184,12 @@ def encode_events(events: Sequence[Event]) -> bytes:
         value(e.data, out)
         _headers(e.headers, out, hc)
         _opt_nat(e.prev_event_id, out, "prevEventId")
-        nat(e.timestamp, out, "timestamp")
+        ts = e.timestamp
+        if ts != last_ts or type(ts) is not int:  # a batch's events often share it
+            tb = bytearray()
+            nat(ts, tb, "timestamp")
+            last_ts, last_tb = ts, bytes(tb)
+        out += last_tb
         out += c.namespace(e.namespace)
     return bytes(out)
 
@@ -704,7 +711,18 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
     out = bytearray(NATS_HEADER)
     uleb(len(ids), out)
     for x in ids:
-        nat(x, out, "id")
+        if type(x) is int and 0 <= x < 0x200000:  # LEB128 inline: the usual ids
+            if x < 0x80:
+                out.append(x)
+            elif x < 0x4000:
+                out.append(x & 0x7F | 0x80)
+                out.append(x >> 7)
+            else:
+                out.append(x & 0x7F | 0x80)
+                out.append(x >> 7 & 0x7F | 0x80)
+                out.append(x >> 14)
+        else:
+            nat(x, out, "id")
     return bytes(out)
 
 
@@ -722,6 +740,21 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
 # error), is read as before into a list.
 _ULEB = rb"[\x80-\xff]*[\x00-\x7f]"
 _BLOB_TAG = bytes([TAGS.index("Blob")])
+
+
+def _uleb_value(raw: bytes) -> int:
+    """The value of one LEB128 number, ``raw`` being exactly its bytes (checked by a pattern)."""
+    n = len(raw)
+    if n == 1:
+        return raw[0]
+    if n == 2:
+        return raw[0] & 0x7F | raw[1] << 7
+    if n == 3:
+        return raw[0] & 0x7F | (raw[1] & 0x7F) << 7 | raw[2] << 14
+    v = 0
+    for c in reversed(raw):
+        v = (v << 7) | (c & 0x7F)
+    return v
 
 
 class EventBatch(Sequence[Event]):
@@ -804,8 +837,16 @@ class EventBatch(Sequence[Event]):
             out += b[d + skip_h : t]
             out += flt
             out += b[t : e - skip_ns]
-            if nid < 0x80:
-                out.append(nid)
+            if nid < 0x4000:  # LEB128 inline: one to three bytes for the usual ids
+                if nid < 0x80:
+                    out.append(nid)
+                else:
+                    out.append(nid & 0x7F | 0x80)
+                    out.append(nid >> 7)
+            elif nid < 0x200000:
+                out.append(nid & 0x7F | 0x80)
+                out.append(nid >> 7 & 0x7F | 0x80)
+                out.append(nid >> 14)
             else:
                 out += encode_uleb(nid)
             out += nsb
@@ -848,8 +889,7 @@ def _scan_events(b: bytes) -> EventBatch | None:
     for _ in range(n):
         m = hm(b, i)
         if m is not None:
-            lb = m.group(1)
-            d = m.end() + (lb[0] if len(lb) == 1 else _uleb_r(lb, 0)[0])
+            d = m.end() + _uleb_value(m.group(1))
             if d > size:
                 return None
         else:
@@ -937,6 +977,13 @@ def _encode_results_run(r: PublishResults) -> bytes:
             out += b"\x01\x00\x01"
             if x < 0x80:
                 out.append(x)
+            elif x < 0x200000:  # LEB128 inline
+                out.append(x & 0x7F | 0x80)
+                if x < 0x4000:
+                    out.append(x >> 7)
+                else:
+                    out.append(x >> 7 & 0x7F | 0x80)
+                    out.append(x >> 14)
             else:
                 out += encode_uleb(x)
     else:
@@ -984,16 +1031,6 @@ def _read_results_run(b: bytes) -> _ReadResults | None:
     if extra or len(ids) + busy != n:
         return None
     return _ReadResults(ids, busy)
-
-
-def _uleb_value(raw: bytes) -> int:
-    """The value of one LEB128 number, ``raw`` being exactly its bytes."""
-    if len(raw) == 1:
-        return raw[0]
-    v = 0
-    for c in reversed(raw):
-        v = (v << 7) | (c & 0x7F)
-    return v
 
 
 class NotificationBatch(Sequence[EventNotification]):
@@ -1096,8 +1133,7 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
     for _ in range(n):
         m = hm(b, i)
         if m is not None:
-            lb = m.group(2)
-            d = m.end() + (lb[0] if len(lb) == 1 else val(lb))
+            d = m.end() + val(m.group(2))
             if d > size:
                 return None
         else:

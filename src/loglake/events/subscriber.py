@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from icp_principal import Principal
@@ -117,13 +118,18 @@ class Subscriber(Role):
             p.received += n
             p.last_event_id = notes.event_ids[-1]
         seen, inbox = self.seen, self.inbox
-        for k, eid in enumerate(notes.event_ids):
-            ident = (ns, eid)
-            if ident in seen:
-                self.duplicates += 1
-                continue
-            seen.add(ident)
-            inbox.append((notes, k))
+        idents = [(ns, eid) for eid in notes.event_ids]
+        fresh = set(idents)
+        if len(fresh) == n and seen.isdisjoint(fresh):  # the usual case: all new, no repeat
+            seen |= fresh
+            inbox.extend(zip(repeat(notes), range(n), strict=False))
+        else:
+            for k, ident in enumerate(idents):
+                if ident in seen:
+                    self.duplicates += 1
+                    continue
+                seen.add(ident)
+                inbox.append((notes, k))
         self.outbox.append(
             Call(caller, "icrc72_confirm_notifications", list(notes.notification_ids))
         )
