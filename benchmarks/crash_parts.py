@@ -9,10 +9,13 @@ every acknowledgement so far (``tests/faults/parts.py`` states the invariants). 
 Faults (``--faults N``): N seeds per part of ``tests/faults/inject.py``: ENOSPC/EIO on write and
 fsync and short writes at ``--rate``, then a power loss on the simulated disk, then the checks
 and a fault-free recovery. A failure prints the part and seed; ``--seed S --faults 1`` replays.
+``--read-faults`` adds EIO on ``pread`` at ``--read-rate`` (reads happen mostly while a part
+opens, and a part reopens after each failed operation: so read faults hit recovery too).
 
     .venv/bin/python benchmarks/crash_parts.py                       # 100 kills of each part
     .venv/bin/python benchmarks/crash_parts.py --part icrc-ledger --kills 20 --seed 5
     .venv/bin/python benchmarks/crash_parts.py --faults 200          # fault seeds per part
+    .venv/bin/python benchmarks/crash_parts.py --faults 50 --read-faults
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.faults.crash import run_part
+from tests.faults.faultfs import KINDS, READ_EIO
 from tests.faults.inject import run as run_faults
 from tests.faults.parts import PARTS
 
@@ -55,20 +59,27 @@ def sigkill(names: list[str], kills: int, seed: int) -> int:
     return rc
 
 
-def faults(names: list[str], seeds: int, first: int, rate: float) -> int:
-    print(f"faults: seeds {first}..{first + seeds - 1} per part, rate {rate}", flush=True)
+def faults(
+    names: list[str], seeds: int, first: int, rate: float, read_rate: float | None = None
+) -> int:
+    """``read_rate`` not None: EIO on ``pread`` too, at that rate."""
+    kinds = KINDS if read_rate is None else (*KINDS, READ_EIO)
+    reads = "" if read_rate is None else f", read faults at {read_rate}"
+    print(f"faults: seeds {first}..{first + seeds - 1} per part, rate {rate}{reads}", flush=True)
     rc = 0
     for name in names:
         t0 = time.perf_counter()
         injected: Counter[str] = Counter()
         errors: Counter[str] = Counter()
-        acks = ops = locks = 0
+        acks = ops = locks = checked = 0
         failed = []
         root = Path(tempfile.mkdtemp(prefix=f"loglake-faults-{name}-"))
         try:
             for seed in range(first, first + seeds):
                 try:
-                    r = run_faults(name, root / str(seed), seed, rate=rate)
+                    r = run_faults(
+                        name, root / str(seed), seed, rate=rate, kinds=kinds, read_rate=read_rate
+                    )
                 except AssertionError as e:
                     failed.append(str(e))
                     continue
@@ -79,13 +90,15 @@ def faults(names: list[str], seeds: int, first: int, rate: float) -> int:
                 acks += r.acks
                 ops += r.ops
                 locks += r.leaked_locks
+                checked += r.checked
         finally:
             shutil.rmtree(root, ignore_errors=True)
         dt = time.perf_counter() - t0
         status = f"{len(failed)} FAILED" if failed else "ok"
         print(
             f"  {name:20s} {status}: {seeds} seeds, {ops} operations, {acks} acknowledged, "
-            f"0 lost; faults injected {sum(injected.values())} {dict(sorted(injected.items()))}; "
+            f"{checked} checked, 0 lost; faults injected {sum(injected.values())} "
+            f"{dict(sorted(injected.items()))}; "
             f"errors seen {dict(sorted(errors.items()))}; leaked LOCKs {locks}; {dt:.1f} s",
             flush=True,
         )
@@ -106,12 +119,20 @@ def main() -> int:
         "--faults", type=int, default=0, metavar="N", help="run N fault seeds per part instead"
     )
     ap.add_argument("--rate", type=float, default=0.05, help="faults: chance a write/fsync fails")
+    ap.add_argument("--read-faults", action="store_true", help="faults: EIO on pread too")
+    ap.add_argument(
+        "--read-rate",
+        type=float,
+        default=0.005,
+        help="faults: chance a pread fails (opening a part reads hundreds of times)",
+    )
     args = ap.parse_args()
     names = args.part or sorted(PARTS)
     logging.getLogger("loglake").setLevel(logging.CRITICAL)  # recovery warnings are expected
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     if args.faults:
-        return faults(names, args.faults, seed, args.rate)
+        read_rate = args.read_rate if args.read_faults else None
+        return faults(names, args.faults, seed, args.rate, read_rate)
     return sigkill(names, args.kills, seed)
 
 

@@ -20,8 +20,12 @@ What it does (everything bounded: ``--minutes`` at most 10):
   loop would show here first).
 
 Report, per minute: messages pushed and pulled per second, p50/p99 of push and pull calls, RSS,
-fds, the probe's worst latency, and the machine's mean 1-minute load average (on a shared
-machine, neighbours move the figures: read them together). Verdicts: throughput and p99
+fds, the probe's worst latency, the machine's mean 1-minute load average, the server's CPU per
+message pushed (µs; it does the pull too), and the CPU used outside the soak (cores: every
+process but the server, the clients and this one) and taken by the hypervisor (steal). On a
+shared machine neighbours move the figures: a slow minute whose server cost per message is as
+usual while CPU went elsewhere is the machine, not the server, and the report says so for each
+minute off the bounds (the verdicts stay as measured). Verdicts: throughput and p99
 steady (every full minute within 25% / 2x of the median minute), RSS growth from the end of
 the first soak minute to the end at most 10%, socket fds constant once the idle connections are
 open and file fds not growing, and every idle connection still open at the end. Exit status 1
@@ -45,6 +49,7 @@ import threading
 import time
 from array import array
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.procs
@@ -52,7 +57,47 @@ from tests.procs import free_port, process  # noqa: E402
 
 MAX_MINUTES = 10.0
 SAMPLE_S = 5.0
-Sample = tuple[float, int, int, int, int, float, float]
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+class Sample(NamedTuple):
+    """One look every ``SAMPLE_S``; CPU figures are totals so far (differences give rates)."""
+
+    t: float
+    """Seconds since the start."""
+    rss: int
+    socks: int
+    files: int
+    threads: int
+    probe: float
+    """Seconds the probe took."""
+    load: float
+    """The machine's 1-minute load average."""
+    server_cpu: float
+    """CPU seconds of the server process (all its threads)."""
+    soak_cpu: float
+    """CPU seconds of the client processes and of this one."""
+    busy: float
+    """CPU seconds the machine spent busy, all cores (``/proc/stat``: user, nice, system,
+    irq, softirq)."""
+    steal: float
+    """CPU seconds the hypervisor gave to other guests while ours waited (``/proc/stat``)."""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (0 once it is gone)."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / _HZ
+
+
+def _machine_s() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot."""
+    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v
+    return (user + nice + system + irq + softirq) / _HZ, steal / _HZ
 
 
 # -- clients (in worker processes) -----------------------------------------------------------
@@ -224,20 +269,22 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
     ]
     for w in workers:
         w.start()
-    # (t, rss, socket fds, file fds, threads, probe s, the machine's 1-min load average)
     samples: list[Sample] = []
+    ours = [os.getpid(), *(w.pid for w in workers if w.pid is not None)]
     idle: list[socket.socket] = []
+    opened = False
     try:
         while time.monotonic() < until:
             now = time.monotonic()
-            if not idle and now >= soak_start:
+            if not opened and now >= soak_start:
                 t0 = time.monotonic()
-                idle = _open_idle(port, a.idle)
+                idle, opened = _open_idle(port, a.idle), True
                 print(f"  {len(idle)} idle connections open ({time.monotonic() - t0:.1f} s)")
             rss, socks, files, threads = _footprint(pid)
+            cpu = (_cpu_s(pid), sum(_cpu_s(p) for p in ours), *_machine_s())
             probe = _probe(port)
             load = float(Path("/proc/loadavg").read_text().split()[0])
-            samples.append((now - start, rss, socks, files, threads, probe, load))
+            samples.append(Sample(now - start, rss, socks, files, threads, probe, load, *cpu))
             time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - now)))
         results: dict = {}
         for _ in workers:
@@ -252,6 +299,43 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
             if w.is_alive():
                 w.kill()
     return _report(a, results, samples, start, soak_start, until, alive, len(idle))
+
+
+class _Row(NamedTuple):
+    period: int
+    """0: the baseline; k: soak minute k."""
+    rate: float
+    p99: float
+    full: bool
+    server_us: float
+    """Server CPU µs per message pushed (and pulled back)."""
+    outside: float
+    """Cores busy outside the soak (other processes, the kernel's own work for them) plus
+    steal."""
+
+
+def _attribute(soak: list[_Row], med_rate: float, med_p99: float) -> None:
+    """Say, for each minute off the steadiness bounds, whether the server did more work per
+    message then (its cost went up: the server) or the machine had less to give it (other
+    processes or the hypervisor took CPU while the server's cost per message stayed: the
+    machine). The verdicts above stay as measured; this says where to look."""
+    med_us = statistics.median(r.server_us for r in soak)
+    med_out = statistics.median(r.outside for r in soak)
+    for r in soak:
+        if abs(r.rate - med_rate) <= 0.25 * med_rate and r.p99 <= 2 * med_p99:
+            continue
+        if r.server_us > 1.15 * med_us:
+            why = "the server: more CPU per message than the median minute"
+        elif r.outside >= med_out + 0.25:
+            why = "the machine: CPU taken outside the soak, server cost per message unchanged"
+        else:
+            why = "not explained by CPU (server cost per message and outside CPU as usual)"
+        print(
+            f"  min {r.period}: {r.rate:,.0f} msg/s ({r.rate / med_rate - 1:+.0%}), p99 "
+            f"{r.p99:.1f} ms ({r.p99 / med_p99:.1f}x); server {r.server_us:.1f} µs CPU per "
+            f"message (median {med_us:.1f}); outside the soak {r.outside:.2f} cores incl. steal "
+            f"(median {med_out:.2f}): {why}"
+        )
 
 
 def _report(
@@ -290,10 +374,25 @@ def _report(
     def at(b: int) -> list[Sample]:
         return [s for s in samples if bucket(start + s[0]) == b]
 
+    def cpu(b: int) -> tuple[float, float, float]:
+        """(server, outside the soak, steal) in cores over period ``b``: from the last
+        sample before it to its last one."""
+        sm = at(b)
+        if not sm:
+            return (float("nan"),) * 3
+        before = [s for s in samples if s.t < sm[0].t]
+        s0, s1 = (before[-1] if before else sm[0]), sm[-1]
+        dt = s1.t - s0.t
+        if dt <= 0:
+            return (float("nan"),) * 3
+        server = (s1.server_cpu - s0.server_cpu) / dt
+        others = (s1.busy - s0.busy) / dt - server - (s1.soak_cpu - s0.soak_cpu) / dt
+        return server, max(0.0, others), (s1.steal - s0.steal) / dt
+
     print(
         f"{'period':>10} {'push msg/s':>11} {'pull msg/s':>11} {'push p50/p99 ms':>16} "
         f"{'pull p50/p99 ms':>16} {'RSS MiB':>8} {'sockets':>7} {'files':>5} {'thr':>4} "
-        f"{'probe max ms':>12} {'load':>5}"
+        f"{'probe max ms':>12} {'load':>5} {'srv µs/msg':>10} {'others':>6} {'steal':>5}"
     )
     rows = []
     for b in range(n + 1):
@@ -312,25 +411,27 @@ def _report(
         q = (_pct(pull_lat[b], 0.5) * 1e3, _pct(pull_lat[b], 0.99) * 1e3)
         label = "baseline" if b == 0 else f"min {b}"
         full = b == 0 or span(b) >= 59
-        rows.append((b, push_rate, p[1], full))
+        server, others, steal = cpu(b)
+        per_msg = server / push_rate * 1e6 if push_rate else float("nan")
+        rows.append(_Row(b, push_rate, p[1], full, per_msg, others + steal))
         print(
             f"{label:>10} {push_rate:11,.0f} {pull_rate:11,.0f} {p[0]:7.1f} /{p[1]:7.1f} "
             f"{q[0]:7.1f} /{q[1]:7.1f} {rss:8.1f} {socks:7d} {files:5d} {thr:4d} {probe:12.1f} "
-            f"{load:5.1f}",
+            f"{load:5.1f} {per_msg:10.1f} {others:6.2f} {steal:5.2f}",
             flush=True,
         )
     ok = True
-    soak = [r for r in rows if r[0] >= 1 and r[3]]
+    soak = [r for r in rows if r.period >= 1 and r.full]
     if errors:
         ok = False
         print(f"FAIL: {len(errors)} client errors, e.g. {errors[:3]}")
     if soak:
-        med_rate = statistics.median(r[1] for r in soak)
-        med_p99 = statistics.median(r[2] for r in soak)
-        steady_rate = all(abs(r[1] - med_rate) <= 0.25 * med_rate for r in soak)
-        steady_p99 = all(r[2] <= 2 * med_p99 for r in soak)
-        base = [r for r in rows if r[0] == 0]
-        vs = f" (baseline without idle connections: {base[0][1]:,.0f} msg/s)" if base else ""
+        med_rate = statistics.median(r.rate for r in soak)
+        med_p99 = statistics.median(r.p99 for r in soak)
+        steady_rate = all(abs(r.rate - med_rate) <= 0.25 * med_rate for r in soak)
+        steady_p99 = all(r.p99 <= 2 * med_p99 for r in soak)
+        base = [r for r in rows if r.period == 0]
+        vs = f" (baseline without idle connections: {base[0].rate:,.0f} msg/s)" if base else ""
         print(
             f"throughput steady (each full minute within 25% of the median {med_rate:,.0f} "
             f"msg/s){vs}: {'yes' if steady_rate else 'NO'}"
@@ -338,6 +439,7 @@ def _report(
         print(f"p99 steady (each full minute <= 2x the median {med_p99:.1f} ms): "
               f"{'yes' if steady_p99 else 'NO'}")  # fmt: skip
         ok &= steady_rate and steady_p99
+        _attribute(soak, med_rate, med_p99)
     first_min = [s for s in samples if 60 <= start + s[0] - soak_start < 70]
     if first_min and samples:
         r0, r1 = first_min[0][1], samples[-1][1]
@@ -351,14 +453,14 @@ def _report(
         # files: segments, indexes and lake files come and go with rolls, seals and retention —
         # no growth from the first soak minute to the last
         live = [s for s in samples if start + s[0] >= soak_start + SAMPLE_S]
-        socks = [s[2] for s in live]
+        sock_fds = [s[2] for s in live]
         # the max over a whole minute at each end: one retention cycle's swing either way
         first_files = max(s[3] for s in live if start + s[0] < soak_start + 60) if live else 0
         last_files = max(s[3] for s in live if start + s[0] >= until_of(samples, start) - 60)
-        sock_ok = max(socks) - min(socks) <= 2
+        sock_ok = max(sock_fds) - min(sock_fds) <= 2
         file_ok = last_files <= first_files * 1.10 + 2
         print(
-            f"socket fds with idle connections open: min {min(socks)} max {max(socks)} "
+            f"socket fds with idle connections open: min {min(sock_fds)} max {max(sock_fds)} "
             f"({'constant' if sock_ok else 'NOT constant'}); file fds: at most {first_files} in "
             f"the first soak minute, {last_files} in the last "
             f"({'no growth' if file_ok else 'GROWING'})"

@@ -64,13 +64,19 @@ class FaultyFs:
         rate: float = 0.05,
         kinds: tuple[str, ...] = KINDS,
         only: tuple[str, ...] | None = None,
+        read_rate: float | None = None,
     ) -> None:
+        """``read_rate``: the chance a ``pread`` fails (with ``READ_EIO`` in ``kinds``); None:
+        ``rate``. Opening a part reads far more often than one operation writes (every
+        config, watermark, segment tail and index), so a read rate as high as the write rate
+        would fail nearly every open and leave nothing else tested."""
         unknown = set(kinds) - {*KINDS, DIR_FSYNC, READ_EIO}
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}")
         self.disk = disk
         self.rng = rng
         self.rate = rate
+        self.read_rate = rate if read_rate is None else read_rate
         self.kinds = kinds
         self.only = only
         self.active = True
@@ -97,10 +103,13 @@ class FaultyFs:
             return None
         return path
 
-    def _draw(self, fd: int, kinds: tuple[str, ...], folders: bool = False) -> str | None:
+    def _draw(
+        self, fd: int, kinds: tuple[str, ...], folders: bool = False, rate: float | None = None
+    ) -> str | None:
         allowed = [k for k in kinds if k in self.kinds]
         target = self._target(fd, True) if folders else self._target(fd)  # subclasses: (fd)
-        if not allowed or target is None or self.rng.random() >= self.rate:
+        rate = self.rate if rate is None else rate
+        if not allowed or target is None or self.rng.random() >= rate:
             return None
         kind = self.rng.choice(allowed)
         self.injected[kind] += 1
@@ -144,7 +153,7 @@ class FaultyFs:
         return os.lseek(fd, 0, os.SEEK_CUR)
 
     def _read(self, real: Callable[[int, int, int], bytes], fd: int, n: int, off: int) -> bytes:
-        if self._draw(fd, (READ_EIO,)):
+        if self._draw(fd, (READ_EIO,), rate=self.read_rate):
             raise OSError(errno.EIO, "Input/output error (injected, read)")
         return real(fd, n, off)
 

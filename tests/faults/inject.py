@@ -87,17 +87,19 @@ def run(
     rate: float = 0.05,
     kinds: tuple[str, ...] = KINDS,
     fsync: bool = True,
+    read_rate: float | None = None,
 ) -> Run:
     """One fault run of part ``name`` under ``base``; ``AssertionError`` if an invariant
     breaks (the message names the part and the seed). ``fsync=False``: fsync does nothing
-    (the checks must then find losses: proof that they can fail)."""
+    (the checks must then find losses: proof that they can fail). ``read_rate``: the chance
+    a ``pread`` fails when ``kinds`` has ``READ_EIO`` (None: ``rate``)."""
     rng = random.Random(seed)
     part = PARTS[name]()
     out = Run(name, seed)
     acks: list[str] = []
     with SimDisk(base, fsync=fsync) as disk:
         part.setup(disk.root)
-        with FaultyFs(disk, rng, rate, kinds) as faults:
+        with FaultyFs(disk, rng, rate, kinds, read_rate=read_rate) as faults:
             opened = False
             life = 0
             for _ in range(ops):
