@@ -21,6 +21,7 @@ the rename — backing off up to ``REOPEN_MAX_S`` while that fails, as a failed 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import struct
@@ -33,7 +34,13 @@ from crc32c import crc32c
 
 from loglake.errors import LoglakeError
 from loglake.log import fs, watermark
-from loglake.log.api import CorruptStore, LogClosed, StorageFailed
+from loglake.log.api import (
+    CorruptStore,
+    LogClosed,
+    PartitionHealth,
+    StorageFailed,
+    StorageFailure,
+)
 from loglake.log.partition import REOPEN_FIRST_S, REOPEN_MAX_S
 from loglake.logs import log_event
 
@@ -111,6 +118,9 @@ class ConsumerStore:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._failed: StorageFailed | None = None
+        self._failure: StorageFailure | None = None
+        """Details of ``_failed`` (for ``health``): since when, reopen attempts, the last one's
+        error."""
         self._clock = clock
         self._next_reopen_at = 0.0
         self.reopen_attempts = 0
@@ -232,6 +242,7 @@ class ConsumerStore:
     def _fail(self, why: str) -> StorageFailed:
         """Fail the store (caller holds ``_lock``) until ``_reopen``."""
         self._next_reopen_at = self._clock() + REOPEN_FIRST_S
+        self._failure = StorageFailure(f"saving a consumer index failed ({why})", time.time_ns())
         self._failed = StorageFailed(
             f"{self.path}: saving a consumer index failed ({why}); saves are refused until the "
             "store reopens from disk, on a save after a back-off"
@@ -266,6 +277,12 @@ class ConsumerStore:
             except (OSError, LoglakeError) as e:
                 self.values = values
                 self.reopen_attempts += 1
+                if self._failure is not None:
+                    self._failure = dataclasses.replace(
+                        self._failure,
+                        reopen_attempts=self.reopen_attempts,
+                        reopen_error=f"{type(e).__name__}: {e}",
+                    )
                 delay = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**self.reopen_attempts)
                 self._next_reopen_at = now + delay
                 log_event(
@@ -289,13 +306,29 @@ class ConsumerStore:
                 error=str(self._failed),
                 failed_attempts=self.reopen_attempts,
             )
-            self._failed, self.reopen_attempts = None, 0
+            self._failed, self._failure, self.reopen_attempts = None, None, 0
             self.reopens += 1
             return
         raise StorageFailed(
             f"{self.path}: saves are refused after a storage failure; reopening the store "
             f"from disk is retried in {self._next_reopen_at - now:.2f} s"
         ) from self._failed
+
+    def health(self) -> PartitionHealth | None:
+        """The store's failure, as ``SegmentLog.health()`` reports a partition's — the entry's
+        ``stream`` is the store's file name (``consumers.log``), its partition 0 — or None
+        while the store has neither failed nor been reopened since the log opened (so a log
+        whose store never failed lists its partitions only, as before)."""
+        with self._lock:
+            if self._failed is None and self.reopens == 0:
+                return None
+            return PartitionHealth(
+                stream=FILE_NAME,
+                partition=0,
+                storage_failed=None if self._failed is None else str(self._failed),
+                storage_failure=self._failure,
+                reopens=self.reopens,
+            )
 
     def close(self) -> None:
         if self._fd is not None:

@@ -504,13 +504,20 @@ class SegmentLog(Log):
 
     def health(self) -> list[PartitionHealth]:
         """Every opened partition's failures (seal failures being retried, a failed fsync,
-        the last retention error): for ``loglake log info`` and a metrics endpoint."""
+        the last retention error): for ``loglake log info`` and a metrics endpoint. Once the
+        consumer index store has failed (a save's fsync) the list also holds an entry for it,
+        named by its file (``stream="consumers.log"``, partition 0): failed until it reopens
+        from disk, then ok with its count of reopens."""
         with self._lock:
             self._check_open()
             if self.readonly:
                 self._load_streams()
             parts = [p for s in self._streams.values() for p in s.partitions]
-        return [p.health() for p in parts]
+        out = [p.health() for p in parts]
+        consumers = self._consumers.health()
+        if consumers is not None:
+            out.append(consumers)
+        return out
 
     def verify(self) -> list[tuple[str, int, int, int, int]]:
         """Check every byte the log holds: each segment read whole (CRC, framing, index
