@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from loglake.pipeline.jobs.sds_audit import DECODED_SCHEMA, decode_batches
+from loglake.pipeline.jobs.sds_audit import DECODED_SCHEMA, decode_batches, history_lists
 from loglake.sds.codec import encode
 from loglake.sds.messages import HistoryEntry, SdsMessage
 
@@ -34,7 +34,12 @@ def _decode(records: list[bytes | None], split: int | None = None) -> list[dict]
     ]
     out = list(decode_batches("room")(iter(batches)))
     assert all(b.schema == DECODED_SCHEMA for b in out)
-    return pa.Table.from_batches(out).to_pylist()
+    rows = pa.Table.from_batches(out).to_pylist()
+    hist = [h for b in out for h in history_lists(b["history_ids"], b["history_lens"]).to_pylist()]
+    for r, h in zip(rows, hist, strict=True):
+        r["causal_history"] = h
+        del r["history_ids"], r["history_lens"]
+    return rows
 
 
 RECORDS = [

@@ -82,14 +82,22 @@ DECODED_SCHEMA = pa.schema(
         ("message_id", pa.string()),
         ("sender", pa.string()),
         ("lamport", pa.int64()),
-        ("causal_history", pa.list_(pa.string())),
+        ("history_ids", pa.binary()),
+        ("history_lens", pa.list_(pa.int32())),
         ("causal_new", pa.list_(pa.string())),
         ("repair_request", pa.list_(pa.string())),
         ("bloom_filter", pa.binary()),
         ("content_bytes", pa.int64()),
     ]
 )
-"""``causal_new``: the causal-history ids that were not in the previous message of the same
+"""The causal history of a message is ``history_ids`` (its ids' UTF-8 bytes, concatenated)
+and ``history_lens`` (each id's length in bytes): ``history_lists`` turns them back into the
+list of ids, a batch at a time without a Python object per id. Why not a list of strings: 200
+ids a row as strings cost the JVM a string object each, every time the column moves (into
+``_work``, out of it, into the ``messages`` table); a binary value and an int array move as
+a copy each.
+
+``causal_new``: the causal-history ids that were not in the previous message of the same
 sender read by the same task (all of them for a sender's first message in a task). An id left
 out was in an earlier message of that sender, so whatever it shows (an acknowledgement, a
 reference) was shown there first: the sweep and the dependency counts read only these, about
@@ -232,22 +240,186 @@ def _reason(e: Exception) -> tuple[str, str]:
 
 
 @dataclass
+class _Base:
+    """A history read whole, kept to read the next one against: its canonical encoding (each
+    entry as ``encode_history_entry`` writes it), where each entry starts in it (and the end),
+    and the entries' codes (``_DecodeState.ids``)."""
+
+    raw: bytes
+    offsets: Any  # np.ndarray[int64], n + 1
+    codes: Any  # np.ndarray[int64], n
+
+
+_ENTRY_TAG = b"\x5a"  # field 11, length-delimited
+_MAX_CODES = 400_000
+
+
+@dataclass
 class _DecodeState:
-    """What one task remembers between batches: the ids of encoded history entries seen (or the
-    error an entry raised), and each sender's previous message (index, entry bodies)."""
+    """What one task remembers between batches: a code per distinct encoded history entry (its
+    id, canonical encoding, or the error it raised), each sender's previous message (index,
+    entry codes) for ``causal_new``, and histories to read the next ones against (``_Base``).
+
+    Why bases: a causal history mostly repeats the one before it (a participant's log shifted
+    by what arrived since). Rather than turning 200 entries into Python objects per message,
+    the decoder finds the previous history's tail in the record's bytes (``bytes.find`` and
+    one compare, C speed) and parses only what follows it. The result is exactly the
+    protobuf's list of entries: the bytes before the tail parse on their own as a message
+    with no history entry (so the tail starts on a field boundary), the tail is a run of
+    whole canonical entries (built by this class, not read from input), and the bytes after it
+    parse on their own (their entries are the new ones); entries in protobuf order are then
+    head's (none) + the tail's + the rest's. Any failure falls back to reading every entry."""
 
     channel: str
     bloom_bytes: int
-    entry_ids: dict[bytes, Any] = field(default_factory=dict)
-    previous: dict[str, tuple[int, frozenset[bytes]]] = field(default_factory=dict)
+    code_of: dict[bytes, int] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+    encoded: list[bytes] = field(default_factory=list)
+    errors: dict[int, Exception] = field(default_factory=dict)
+    previous: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    bases: dict[str, _Base] = field(default_factory=dict)
+    last_base: _Base | None = None
+    fast: int = 0  # histories read against a base (for tests and profiling)
+    whole: int = 0  # histories read entry by entry
+
+    def _code(self, body: bytes) -> int:
+        c = self.code_of.get(body)
+        if c is None:
+            from loglake.sds.codec import parse_entry
+            from loglake.sds.errors import SdsDecodeError
+            from loglake.wire.varint import encode_uleb
+
+            c = len(self.ids)
+            self.code_of[body] = c
+            try:
+                self.ids.append(parse_entry(body).message_id)
+            except SdsDecodeError as bad:
+                self.ids.append("")
+                self.errors[c] = bad
+            self.encoded.append(_ENTRY_TAG + encode_uleb(len(body)) + body)
+        return c
+
+    def _base(self, codes: list[int], tail: _Base | None = None, pos: int = 0, k: int = 0) -> _Base:
+        import numpy as np
+
+        enc = self.encoded
+        new_raw = b"".join([enc[c] for c in codes])
+        lens = np.fromiter((len(enc[c]) for c in codes), dtype=np.int64, count=len(codes))
+        if tail is None:
+            return _Base(
+                new_raw,
+                np.concatenate(([0], np.cumsum(lens))),
+                np.array(codes, dtype=np.int64),
+            )
+        raw = tail.raw[pos:]
+        return _Base(
+            raw + new_raw,
+            np.concatenate((tail.offsets[k:] - pos, len(raw) + np.cumsum(lens))),
+            np.concatenate((tail.codes[k:], np.array(codes, dtype=np.int64))),
+        )
+
+    def _against(
+        self, base: _Base, data: bytes, first: bytes, n: int
+    ) -> tuple[int, int, Any] | None:
+        """(pos, k, new entry bodies) when ``data``'s entries are ``base``'s from entry k (at
+        byte pos) on, then the new ones; None when that cannot be shown."""
+        import numpy as np
+        from google.protobuf.message import DecodeError as PbDecodeError
+
+        from loglake.wire.pb import sds_pb2
+
+        c0 = self.code_of.get(first)
+        if c0 is None:
+            return None
+        enc0 = self.encoded[c0]
+        pos = base.raw.find(enc0)
+        if pos < 0:
+            return None
+        k = int(np.searchsorted(base.offsets, pos))
+        if k >= len(base.codes) or int(base.offsets[k]) != pos:
+            return None
+        s = data.find(enc0)
+        if s < 0 or not data.startswith(memoryview(base.raw)[pos:], s):
+            return None
+        end = s + len(base.raw) - pos
+        view = sds_pb2.SdsMessageRawView
+        try:
+            if len(view.FromString(data[:s]).causal_history):
+                return None
+            new = view.FromString(data[end:]).causal_history
+        except (PbDecodeError, RuntimeError, ValueError):
+            return None
+        if len(base.codes) - k + len(new) != n:
+            return None
+        return pos, k, new
+
+    def history(self, sender: str, data: bytes, hist: Any) -> tuple[Any, Exception | None]:
+        """The codes of a record's history entries in order, and the first bad entry's error."""
+        import numpy as np
+
+        n = len(hist)
+        if not n:
+            return np.zeros(0, dtype=np.int64), None
+        first = hist[0]
+        for base in (self.last_base, self.bases.get(sender)):
+            if base is None:
+                continue
+            found = self._against(base, data, first, n)
+            if found is None:
+                continue
+            pos, k, new = found
+            codes = [self._code(b) for b in new]
+            err = next((self.errors[c] for c in codes if c in self.errors), None)
+            self.fast += 1
+            if err is None:
+                b = self._base(codes, base, pos, k)
+                self.bases[sender] = self.last_base = b
+                return b.codes, None
+            return np.concatenate((base.codes[k:], np.array(codes, dtype=np.int64))), err
+        self.whole += 1
+        codes = [self._code(b) for b in hist]
+        err = next((self.errors[c] for c in codes if c in self.errors), None)
+        if err is None:
+            b = self._base(codes)
+            self.bases[sender] = self.last_base = b
+            return b.codes, None
+        return np.array(codes, dtype=np.int64), err
+
+    def compact(self) -> None:
+        """Forget the codes no kept history uses (bounded memory over a long task)."""
+        import numpy as np
+
+        if len(self.ids) <= _MAX_CODES:
+            return
+        kept = [c for _, c in self.previous.values()] + [b.codes for b in self.bases.values()]
+        if self.last_base is not None:
+            kept.append(self.last_base.codes)
+        live = np.unique(np.concatenate(kept)) if kept else np.zeros(0, dtype=np.int64)
+        remap = np.full(len(self.ids), -1, dtype=np.int64)
+        remap[live] = np.arange(len(live), dtype=np.int64)
+        live_list = live.tolist()
+        self.code_of = {b: int(remap[c]) for b, c in self.code_of.items() if remap[c] >= 0}
+        self.ids = [self.ids[c] for c in live_list]
+        self.encoded = [self.encoded[c] for c in live_list]
+        self.errors = {int(remap[c]): e for c, e in self.errors.items() if remap[c] >= 0}
+        self.previous = {s: (i, remap[c]) for s, (i, c) in self.previous.items()}
+        seen: dict[int, _Base] = {}
+        for s, b in list(self.bases.items()):
+            nb = seen.get(id(b))
+            if nb is None:
+                nb = seen[id(b)] = _Base(b.raw, b.offsets, remap[b.codes])
+            self.bases[s] = nb
+        if self.last_base is not None:
+            lb = self.last_base
+            self.last_base = seen.get(id(lb)) or _Base(lb.raw, lb.offsets, remap[lb.codes])
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import numpy as np
-        import pyarrow.compute as pc
 
         from loglake.sds.codec import parse, parse_entry
         from loglake.sds.errors import DropReason, SdsDecodeError
 
+        self.compact()
         n = batch.num_rows
         idxs = batch.column("index").to_pylist()
         ok = np.zeros(n, dtype=bool)
@@ -260,9 +432,8 @@ class _DecodeState:
         blooms: list[bytes | None] = [None] * n
         cbytes: list[int | None] = [None] * n
         requests: list[list[str] | None] = [None] * n
-        request_err: dict[int, Exception] = {}
-        counts = np.zeros(n, dtype=np.int64)
-        flat: list[bytes] = []
+        empty = np.zeros(0, dtype=np.int64)
+        row_codes: list[Any] = [empty] * n
         for r, data in enumerate(batch.column("data").to_pylist()):
             try:
                 if data is None:
@@ -275,6 +446,13 @@ class _DecodeState:
                     raise SdsDecodeError(
                         DropReason.BAD_BLOOM_FILTER, f"bloom filter of {len(bloom)} bytes"
                     )
+                # a bad entry rejects its message (the first bad one in order names the
+                # reason), then a bad repair request; those are never a sender's previous one
+                codes, bad = self.history(pb.sender_id, data, pb.causal_history)
+                row_codes[r] = codes
+                if bad is not None:
+                    raise bad
+                reqs = [parse_entry(b).message_id for b in pb.repair_request]
             except SdsDecodeError as e:
                 reason[r], detail[r] = _reason(e)
                 continue
@@ -287,61 +465,19 @@ class _DecodeState:
             lamport[r] = pb.lamport_timestamp if has_lamport else None
             blooms[r] = bloom
             cbytes[r] = len(content)
-            hist = pb.causal_history
-            counts[r] = len(hist)
-            flat.extend(hist)
-            if pb.repair_request:
-                try:
-                    requests[r] = [parse_entry(b).message_id for b in pb.repair_request]
-                except SdsDecodeError as e:
-                    request_err[r] = e
-            else:
-                requests[r] = []
+            requests[r] = reqs
 
-        # the distinct history entries of the batch, each parsed once
-        total = len(flat)
+        counts = np.fromiter((len(c) for c in row_codes), dtype=np.int64, count=n)
+        codes = np.concatenate(row_codes) if n else empty
+        total = len(codes)
         ends = np.cumsum(counts)
         starts = ends - counts
         row_of = np.repeat(np.arange(n, dtype=np.int64), counts)
-        if total:
-            enc = pc.dictionary_encode(pa.array(flat, pa.binary()))
-            codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            uniq = enc.dictionary.to_pylist()
-        else:
-            codes, uniq = np.zeros(0, dtype=np.int64), []
-        if len(self.entry_ids) > 400_000:
-            self.entry_ids.clear()
-        ids: list[str] = []
-        errs: dict[int, Exception] = {}
-        for c, b in enumerate(uniq):
-            m = self.entry_ids.get(b)
-            if m is None:
-                try:
-                    m = parse_entry(b).message_id
-                except SdsDecodeError as bad:
-                    m = bad
-                self.entry_ids[b] = m
-            if isinstance(m, str):
-                ids.append(m)
-            else:
-                ids.append("")
-                errs[c] = m
-        # a bad entry rejects its message (the first bad one in order names the reason), then
-        # a bad repair request; those messages never count as a sender's previous one
-        if errs:
-            bad_elem = np.isin(codes, np.fromiter(errs, dtype=np.int64))
-            for r in np.unique(row_of[bad_elem]):
-                first = int(np.flatnonzero(bad_elem[starts[r] : ends[r]])[0])
-                ok[r] = False
-                reason[r], detail[r] = _reason(errs[int(codes[starts[r] + first])])
-        for r, err in request_err.items():
-            if ok[r]:
-                ok[r] = False
-                reason[r], detail[r] = _reason(err)
 
-        # causal_new: the ids not in the previous message of the same sender read by this task
+        # causal_new: the entries not in the previous message of the same sender read by this
+        # task (by encoded entry, i.e. by code)
         prev_row = np.full(n, -1, dtype=np.int64)
-        carried: dict[int, frozenset[bytes]] = {}
+        carried: list[Any] = []
         last: dict[str, int] = {}
         for r in np.flatnonzero(ok).tolist():
             s = sender[r]
@@ -353,22 +489,23 @@ class _DecodeState:
             else:
                 before = self.previous.get(s)
                 if before is not None and before[0] < idxs[r]:
-                    carried[r] = before[1]
+                    prev_row[r] = n + len(carried)
+                    carried.append(before[1])
             last[s] = r
         new = np.ones(total, dtype=bool)
         if total:
-            u = max(len(uniq), 1)
-            prev_of = prev_row[row_of]
-            has_prev = prev_of >= 0
-            own = pa.array(row_of * u + codes)
-            found = pc.is_in(pa.array((prev_of * u + codes)[has_prev]), value_set=own)
-            new[has_prev] = ~found.to_numpy(zero_copy_only=False)
-        for r, seen in carried.items():
-            new[starts[r] : ends[r]] = [b not in seen for b in flat[starts[r] : ends[r]]]
+            # a mark per code: the previous message's codes marked with a token, then the
+            # row's codes not carrying it are new
+            mark = np.full(len(self.ids), -1, dtype=np.int64)
+            for r in np.flatnonzero(prev_row >= 0).tolist():
+                p = int(prev_row[r])
+                prev = codes[starts[p] : ends[p]] if p < n else carried[p - n]
+                mark[prev] = r
+                new[starts[r] : ends[r]] = mark[codes[starts[r] : ends[r]]] != r
         for s, r in last.items():
             if len(self.previous) > 100_000:
                 self.previous.clear()
-            self.previous[s] = (idxs[r], frozenset(flat[starts[r] : ends[r]]))
+            self.previous[s] = (idxs[r], codes[starts[r] : ends[r]].copy())
 
         # a lamport over 2^63 - 1 is rejected last (it still was the sender's previous message)
         for r in np.flatnonzero(ok).tolist():
@@ -379,7 +516,7 @@ class _DecodeState:
         for r in np.flatnonzero(~ok).tolist():
             kind[r] = mid[r] = sender[r] = lamport[r] = blooms[r] = cbytes[r] = requests[r] = None
 
-        id_arr = pa.array(ids, pa.string())
+        id_arr = pa.array(self.ids, pa.string())
         keep = ok[row_of]
 
         def lists(elems: Any) -> pa.ListArray:
@@ -388,6 +525,8 @@ class _DecodeState:
             values = id_arr.take(pa.array(codes[elems])) if total else pa.array([], pa.string())
             return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~ok))
 
+        history = lists(keep)
+        hist_ids, hist_lens = _pack_lists(history)
         return pa.RecordBatch.from_arrays(
             [
                 batch.column("partition"),
@@ -400,7 +539,8 @@ class _DecodeState:
                 pa.array(mid, pa.string()),
                 pa.array(sender, pa.string()),
                 pa.array(lamport, pa.int64()),
-                lists(keep),
+                hist_ids,
+                hist_lens,
                 lists(keep & new),
                 pa.array(requests, pa.list_(pa.string())),
                 pa.array(blooms, pa.binary()),
@@ -408,6 +548,56 @@ class _DecodeState:
             ],
             schema=DECODED_SCHEMA,
         )
+
+
+def _pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
+    """list<string> → (``history_ids``, ``history_lens``): each row's strings' bytes
+    concatenated, and their lengths; no Python object per string."""
+    import numpy as np
+
+    n = len(lists)
+    values = lists.values
+    voffs = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+        values.offset : values.offset + len(values) + 1
+    ]
+    data = values.buffers()[2] or pa.py_buffer(b"")
+    loffs = np.asarray(lists.offsets, dtype=np.int64)  # into ``values``
+    valid = lists.is_valid()
+    vbuf = None if lists.null_count == 0 else valid.buffers()[1]
+    ids = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [vbuf, pa.py_buffer(voffs[loffs].astype(np.int32)), data],
+        null_count=lists.null_count,
+    )
+    lens = np.diff(voffs)[loffs[0] : loffs[-1]] if n else np.zeros(0, dtype=np.int32)
+    return ids, pa.ListArray.from_arrays(
+        pa.array((loffs - loffs[0]).astype(np.int32)),
+        pa.array(lens.astype(np.int32), pa.int32()),
+        mask=pa.array(~np.asarray(valid)),
+    )
+
+
+def history_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
+    """(``history_ids``, ``history_lens``) of a batch → the causal histories as list<string>,
+    with no Python object per id (``_pack_lists`` in reverse)."""
+    import numpy as np
+
+    n = len(ids)
+    ioffs = np.frombuffer(ids.buffers()[1], dtype=np.int32)[ids.offset : ids.offset + n + 1]
+    loffs = np.asarray(lens.offsets, dtype=np.int64)
+    lo, hi = (int(loffs[0]), int(loffs[-1])) if n else (0, 0)
+    flat = np.asarray(lens.values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), np.int64)
+    voffs = int(ioffs[0]) + np.concatenate(([0], np.cumsum(flat)))
+    if n and not np.array_equal(voffs[loffs - lo], ioffs.astype(np.int64)):
+        raise ValueError("history_ids and history_lens disagree")
+    data = ids.buffers()[2] or pa.py_buffer(b"")
+    values = pa.Array.from_buffers(
+        pa.string(), len(flat), [None, pa.py_buffer(voffs.astype(np.int32)), data]
+    )
+    return pa.ListArray.from_arrays(
+        pa.array((loffs - lo).astype(np.int32)), values, mask=pa.array(np.asarray(ids.is_null()))
+    )
 
 
 def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
@@ -429,11 +619,129 @@ def sweep_participant(
     """One participant's acknowledgements (``ACKS_SCHEMA``) and figures
     (``PARTICIPANT_SWEEP_SCHEMA``). ``own``: its first-copy content and sync messages (index,
     timestamp_ns, kind, causal_new, bloom_filter); ``content_*``: every content message's
-    first copy, ordered by position."""
+    first copy, ordered by position. Without bloom filters the sweep is ``_sweep_arrays`` (the
+    same result, in Arrow and numpy)."""
+    own = own.sort_by("index")
+    if own.column("bloom_filter").null_count == own.num_rows:
+        return _sweep_arrays(
+            participant,
+            own,
+            _ContentArrays.of(content_ids, content_first, content_ts, content_sender),
+        )
+    return _sweep_loop(participant, own, content_ids, content_first, content_ts, content_sender)
+
+
+@dataclass
+class _ContentArrays:
+    """Every content message's first copy (ordered by position) as Arrow/numpy arrays, made
+    once per Python worker and broadcast (``of`` keeps the last one)."""
+
+    ids: pa.Array
+    first: Any  # np.ndarray[int64]
+    ts: Any  # np.ndarray[int64]
+    sender: pa.Array
+
+    @staticmethod
+    def of(ids: list[str], first: list[int], ts: list[int], sender: list[str]) -> _ContentArrays:
+        import numpy as np
+
+        key = (id(ids), id(first), id(ts), id(sender))
+        hit = _CONTENT_CACHE.get(key)
+        if hit is None or hit[0] is not ids:
+            arrays = _ContentArrays(
+                pa.array(ids, pa.string()),
+                np.array(first, dtype=np.int64),
+                np.array(ts, dtype=np.int64),
+                pa.array(sender, pa.string()),
+            )
+            _CONTENT_CACHE.clear()
+            _CONTENT_CACHE[key] = hit = (ids, arrays)
+        return hit[1]
+
+
+_CONTENT_CACHE: dict[tuple[int, ...], tuple[list[str], _ContentArrays]] = {}
+
+
+def _sweep_arrays(
+    participant: str, own: pa.Table, content: _ContentArrays
+) -> tuple[pa.Table, pa.Table]:
+    """``_sweep_loop`` for messages without bloom filters: message c (of another sender) is
+    acknowledged at the first own message q after its first copy whose ``causal_new`` lists it;
+    the (q, c) pairs come from one ``index_in`` of all the ids against the content ids, and the
+    first q per c from a stable sort."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    idxs = own.column("index").to_numpy()
+    tss = own.column("timestamp_ns").to_numpy()
+    kinds = own.column("kind")
+    causal = own.column("causal_new").combine_chunks()
+    offs = np.asarray(causal.offsets, dtype=np.int64)
+    n_own = len(idxs)
+    rows = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(offs))
+    values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
+    found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
+    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    hit = pos >= 0
+    j, c = rows[hit], pos[hit]
+    others = np.asarray(pc.not_equal(content.sender, participant).to_numpy(zero_copy_only=False))
+    keep = others[c] & (content.first[c] < idxs[j])
+    j, c = j[keep], c[keep]
+    order = np.argsort(c, kind="stable")  # j ascending within each c
+    c_sorted = c[order]
+    uc, at = np.unique(c_sorted, return_index=True)
+    uj = j[order][at]
+    by_q = np.lexsort((uc, uj))  # acks in the loop's order: by q, then position
+    uc, uj = uc[by_q], uj[by_q]
+    lat = (tss[uj] - content.ts[uc]) / 1e6
+    n_acked = len(uc)
+    acks = pa.table(
+        [
+            content.ids.take(pa.array(uc)),
+            pa.array([participant] * n_acked, pa.string()),
+            pa.array(idxs[uj], pa.int64()),
+            pa.array(tss[uj], pa.int64()),
+            pa.array(lat, pa.float64()),
+            pa.array(["causal_history"] * n_acked, pa.string()),
+        ],
+        schema=ACKS_SCHEMA,
+    )
+    last_q = int(idxs[-1]) if n_own else None
+    k = 0 if last_q is None else int(np.searchsorted(content.first, last_q, side="left"))
+    pending = others[:k].copy()
+    pending[uc] = False
+    not_acked = content.ids.take(pa.array(np.flatnonzero(pending)))
+    not_acked = not_acked.take(pc.sort_indices(not_acked))
+    seen = int(others[:k].sum())
+    latencies = np.sort(lat).tolist()
+    row = {
+        "participant": [participant],
+        "messages_sent": [pc.sum(pc.equal(kinds, "content")).as_py() or 0],
+        "syncs_sent": [pc.sum(pc.equal(kinds, "sync")).as_py() or 0],
+        "last_index": [last_q],
+        "expected": [seen],
+        "acknowledged": [n_acked],
+        "delivery_ratio": [n_acked / seen if seen else None],
+        "ack_p50_ms": [nearest_rank(latencies, 0.5)],
+        "ack_p90_ms": [nearest_rank(latencies, 0.9)],
+        "ack_p99_ms": [nearest_rank(latencies, 0.99)],
+        "not_acknowledged": [not_acked.to_pylist()],
+    }
+    return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA)
+
+
+def _sweep_loop(
+    participant: str,
+    own: pa.Table,
+    content_ids: list[str],
+    content_first: list[int],
+    content_ts: list[int],
+    content_sender: list[str],
+) -> tuple[pa.Table, pa.Table]:
+    """The sweep message by message (any message with a bloom filter); ``own`` sorted."""
     from loglake.sds.bloom import BloomFilter, contains
 
     positions_of = BloomFilter().positions
-    own = own.sort_by("index")
     idxs = own.column("index").to_pylist()
     tss = own.column("timestamp_ns").to_pylist()
     kinds = own.column("kind").to_pylist()
@@ -454,11 +762,12 @@ def sweep_participant(
         if not pending:
             continue
         hits: list[tuple[str, str]] = []
+        in_hist: set[str] = set()
         for mid in hist or ():
-            if mid in pending:
+            if mid in pending and mid not in in_hist:  # an id twice in a history: one ack
+                in_hist.add(mid)
                 hits.append((mid, "causal_history"))
         if bloom is not None:
-            in_hist = {m for m, _ in hits}
             for mid, (first, t0, pos) in list(pending.items()):
                 if mid in in_hist:
                     continue
@@ -528,6 +837,66 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
         return pa.Table.from_arrays([tables, acks_col, part_col], schema=SWEEP_OUT_SCHEMA)
 
     return run
+
+
+def _references(cand_bc: Any):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
+    """The ``mapInArrow`` function: (message_id, history_ids, history_lens) → (message_id, dep)
+    for every causal-history entry that is a candidate (``cand_bc``), in C per batch."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        wanted = pa.array(cand_bc.value, pa.string())
+        for batch in batches:
+            hist = history_lists(batch.column("history_ids"), batch.column("history_lens"))
+            offs = np.asarray(hist.offsets, dtype=np.int64)
+            rows = np.repeat(np.arange(len(hist), dtype=np.int64), np.diff(offs))
+            values = (
+                hist.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
+                if len(hist)
+                else hist.values
+            )
+            hit = np.asarray(pc.is_in(values, value_set=wanted).to_numpy(zero_copy_only=False))
+            yield pa.RecordBatch.from_arrays(
+                [
+                    batch.column("message_id").take(pa.array(rows[hit])),
+                    values.filter(pa.array(hit)),
+                ],
+                names=["message_id", "dep"],
+            )
+
+    return run
+
+
+def _expand_histories(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function writing ``messages``: (.., history_ids, history_lens, ..) →
+    (.., causal_history, ..)."""
+    for batch in batches:
+        names = batch.schema.names
+        i = names.index("history_ids")
+        hist = history_lists(batch.column(i), batch.column(i + 1))
+        cols = [*batch.columns[:i], hist, *batch.columns[i + 2 :]]
+        yield pa.RecordBatch.from_arrays(
+            cols, names=[*names[:i], "causal_history", *names[i + 2 :]]
+        )
+
+
+def _messages_schema(schema: Any) -> Any:
+    from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+
+    out: list[Any] = []
+    for f in schema.fields:
+        if f.name == "history_ids":
+            out.append(StructField("causal_history", ArrayType(StringType(), True), True))
+        elif f.name in _FILLED:  # never null (filled with 0), as written before
+            out.append(StructField(f.name, f.dataType, False))
+        elif f.name != "history_lens":
+            out.append(f)
+    return StructType(out)
+
+
+_FILLED = ("acknowledged_by", "repair_requests", "repair_responses", "deps_seen_later")
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -655,13 +1024,20 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
             .unionByName(spark.createDataFrame([(d,) for d in never], "dep string"))
             .distinct()
         )
-        # the full histories are read once, for the references to candidates only
-        cand_edges = (
-            first.where(F.col("kind") != "ephemeral")
-            .select("message_id", F.explode("causal_history").alias("dep"))
-            .join(F.broadcast(cand), "dep")
-            .persist()
-        )
+        # the full histories are read once, for the references to candidates only (none
+        # when there is no candidate: every dependency on the channel and acknowledged)
+        cands = [r[0] for r in cand.collect()]
+        if cands:
+            cand_bc = spark.sparkContext.broadcast(cands)
+            cand_edges = (
+                first.where(F.col("kind") != "ephemeral")
+                .select("message_id", "history_ids", "history_lens")
+                .mapInArrow(_references(cand_bc), "message_id string, dep string")
+                .persist()
+            )
+        else:
+            cand_bc = None
+            cand_edges = spark.createDataFrame([], "message_id string, dep string")
         never_df = spark.createDataFrame([(d,) for d in never], "dep string")
         dep_stats = (
             cand_edges.join(F.broadcast(never_df), "dep")
@@ -733,21 +1109,25 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
                 "message_id",
                 "sender",
                 "lamport",
-                "causal_history",
+                "history_ids",
+                "history_lens",
                 "repair_request",
                 "content_bytes",
             )
             .join(F.broadcast(stats), "message_id", "left")
-            .fillna(
-                0, ["acknowledged_by", "repair_requests", "repair_responses", "deps_seen_later"]
-            )
+            .fillna(0, list(_FILLED))
             .withColumn(
                 "never_delivered_deps",
                 F.coalesce(F.col("never_delivered_deps"), F.array().cast("array<string>")),
             )
-            .select(*MESSAGES_COLUMNS)
         )
-        messages.write.parquet(str(out / "messages"))
+        with_lists = [
+            c if c != "causal_history" else "history_ids,history_lens" for c in MESSAGES_COLUMNS
+        ]
+        messages = messages.select(*",".join(with_lists).split(","))
+        messages.mapInArrow(_expand_histories, _messages_schema(messages.schema)).write.parquet(
+            str(out / "messages")
+        )
         lap = summary.lap("messages", lap)
 
         # unresolved: a dependency of a message j held (acknowledged or sent) that j never
@@ -812,6 +1192,8 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         for df in (new_edges, not_acked, cand_edges, firsts, later):
             df.unpersist()
         swept.unpersist()
+        if cand_bc is not None:
+            cand_bc.unpersist()
     finally:
         content_bc.unpersist()
     lap = summary.lap("summary", lap)
