@@ -28,6 +28,7 @@ from loglake.events.fastcodec import (
     encode_events,
     encode_notifications,
     encode_publish_results,
+    event_batch,
 )
 from loglake.events.filters import Skip
 from loglake.events.messages import H_REPLAY_ID, Event, EventNotification
@@ -237,3 +238,38 @@ def test_subscriber_batch_same_as_one_by_one(seen, eids):
             caller, decode_notifications(data), 1
         )
         assert sub_state(lazy) == sub_state(eager)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(nats, nats, values), min_size=1, max_size=5),
+    principals,
+    names,
+    header_maps,
+)
+def test_a_publisher_batch_is_the_encoded_events(rows, src, ns, hs):
+    from loglake.wire.icrc16_encode import value_bytes as vb
+
+    evs = [Event(i, i - 1 if i else None, t, ns, RawValue(vb(d)), src, hs) for i, t, d in rows]
+    batch = event_batch(
+        [i for i, _, _ in rows], [t for _, t, _ in rows], [vb(d) for _, _, d in rows], ns, src, hs
+    )
+    data = encode_events(evs)
+    assert batch.raw == data and batch == decode_events(data)
+    again = decode_event_batch(data)
+    assert type(again) is EventBatch and again.spans == batch.spans
+
+
+def test_procure_batch_equals_procure():
+    from loglake.events.publisher import procure, procure_batch, stored_event
+    from loglake.streams.api import StreamMessage
+
+    msgs = [StreamMessage(i, stored_event({"Nat": i}, None, 10 + i)) for i in range(5)]
+    for open_ended in (False, True):
+        got = procure_batch(msgs, "ns", 3, P[0], open_ended, 9)
+        want = procure(msgs, "ns", 3, P[0], open_ended, 9)
+        assert type(got) is EventBatch and got == want
+        assert encode_events(got) == encode_events(want)
+    mixed = [*msgs, StreamMessage(5, stored_event({"Nat": 5}, [("h", {"Nat": 1})], 15))]
+    got = procure_batch(mixed, "ns", 3, P[0], False, 9)
+    assert type(got) is list and got == procure(mixed, "ns", 3, P[0], False, 9)

@@ -692,7 +692,7 @@ def decode_publish_results(data: bytes) -> Sequence[Any] | None:
         return None
     try:
         run = _read_results_run(bytes(data))
-    except (ValueError, IndexError):
+    except Exception:  # any failure: the full reader below reports it
         run = None
     if run is not None:
         return run
@@ -917,8 +917,8 @@ def decode_event_batch(data: bytes) -> EventBatch | list[Event] | None:
     b = bytes(data)
     try:
         batch = _scan_events(b)
-    except (ValueError, IndexError, UnicodeDecodeError, ICRC16DecodeError, RecursionError):
-        batch = None  # the full reader below reports it
+    except Exception:  # any failure: the full reader below reports it
+        batch = None
     if batch is not None:
         return batch
     return _decoding("event batch", _events, b)
@@ -1161,8 +1161,64 @@ def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNoti
     b = bytes(data)
     try:
         batch = _scan_notes(b)
-    except (ValueError, IndexError, UnicodeDecodeError, ICRC16DecodeError, RecursionError):
-        batch = None  # the full reader below reports it
+    except Exception:  # any failure: the full reader below reports it
+        batch = None
     if batch is not None:
         return batch
     return _decoding("notification batch", _notes, b)
+
+
+def _leb(x: int, out: bytearray) -> None:
+    if x < 0x80:
+        out.append(x)
+    else:
+        out += encode_uleb(x)
+
+
+def event_batch(
+    ids: Sequence[int],
+    timestamps: Sequence[int],
+    values: Sequence[bytes],
+    namespace: str,
+    source: Any,
+    headers: ICRC16Map | None,
+) -> EventBatch:
+    """Events ``ids[k]`` (previous id ``ids[k] - 1``, none for 0) with ``timestamps[k]`` and
+    the ICRC-16 value bytes ``values[k]`` (spliced as a ``RawValue`` is), sharing namespace,
+    source and headers, written as the ``icrc72_publish`` message and kept as an
+    :class:`EventBatch` — what a Publisher sends for a replay batch, without an ``Event``
+    each (same bytes as :func:`encode_events` on those events)."""
+    c = _Cache()
+    src, nsb = c.source(source), c.namespace(namespace)
+    hb = bytearray()
+    _headers(headers, hb, {})
+    hdr = bytes(hb)
+    out = bytearray(_events_header())
+    uleb(len(ids), out)
+    spans: list[int] = []
+    add = spans.extend
+    last_ts: Any = None
+    tsb = b""
+    for i, ts, vb in zip(ids, timestamps, values, strict=True):
+        if type(i) is not int or i < 0:
+            raise ICRC16Error(f"eventId must be a nat, not {i!r:.80}")
+        s = len(out)
+        _leb(i, out)
+        out += src
+        out += vb
+        d = len(out)
+        out += hdr
+        if i:
+            out.append(1)
+            _leb(i - 1, out)
+        else:
+            out.append(0)
+        t = len(out)
+        if ts != last_ts or type(ts) is not int:
+            tb = bytearray()
+            nat(ts, tb, "timestamp")
+            last_ts, tsb = ts, bytes(tb)
+        out += tsb
+        out += nsb
+        add((s, d, t, len(out)))
+    return EventBatch(bytes(out), spans, source, headers, hdr, namespace)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ from icp_principal import Principal
 from loglake.errors import DecodeError
 from loglake.events import sysmsg
 from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
-from loglake.events.fastcodec import PublishResults
+from loglake.events.fastcodec import EventBatch, PublishResults, event_batch
 from loglake.events.messages import (
     H_REPLAY_END_ID,
     H_REPLAY_ID,
@@ -156,6 +156,36 @@ def procure(
             )
         )
     return out
+
+
+def procure_batch(
+    messages: Sequence[StreamMessage],
+    namespace: str,
+    replay_id: int,
+    source: Principal,
+    open_ended: bool,
+    last_id: int,
+) -> EventBatch | list[Event]:
+    """:func:`procure`, written at once as the ``icrc72_publish`` message
+    (``fastcodec.event_batch``: no ``Event`` per stored event) when every message is a stored
+    event without headers (the usual case); otherwise the list :func:`procure` makes."""
+    off = 9 + _PLEN
+    if not messages or not all(
+        m.data[:1] == b"\x00" and m.data.startswith(_PREFIX, 9) for m in messages
+    ):
+        return procure(messages, namespace, replay_id, source, open_ended, last_id)
+    extra: ICRC16Map = [(H_REPLAY_ID, {"Nat": replay_id})]
+    if open_ended:
+        extra.append((H_REPLAY_END_ID, {"Nat": last_id}))
+    unpack = _TS.unpack_from
+    return event_batch(
+        [m.index for m in messages],
+        [unpack(m.data, 1)[0] for m in messages],
+        [m.data[off:] for m in messages],
+        namespace,
+        source,
+        extra,
+    )
 
 
 BATCH_SIZE = 2000
@@ -438,7 +468,7 @@ class Publisher(Role):
             return
         msgs = [m for m in messages if m.index < stop]
         try:
-            events = procure(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
+            events = procure_batch(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
         except DecodeError as e:  # not an event this publisher stored: the replay cannot go on
             r.inflight -= 1
             self._finish(r, ReplayState("errored", f"unreadable stored event: {e}"))
@@ -447,7 +477,14 @@ class Publisher(Role):
             r.inflight -= 1
             return
         # the read's place in flight becomes the publish call's (one more per extra call)
-        chunks = _by_size(events, self.max_message_bytes)
+        if isinstance(events, EventBatch):
+            data = sum(len(m.data) for m in msgs) - len(msgs) * (9 + _PLEN)
+            if data + _EVENT_OVERHEAD * len(msgs) <= self.max_message_bytes:
+                chunks: list[Any] = [events]
+            else:
+                chunks = _by_size(list(events), self.max_message_bytes)
+        else:
+            chunks = _by_size(events, self.max_message_bytes)
         r.inflight += len(chunks) - 1
         for chunk in chunks:
             self.outbox.append(Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id)))
