@@ -57,6 +57,7 @@ Bad input: a record that is not the layout's ``WakuMessage`` fails the job with
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import fnmatch
@@ -84,7 +85,7 @@ from loglake.pipeline.errors import BadOption, JobFailed
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 STAGING_DIR = ".archives-build"
 """Under ``root``; hidden (a dot folder), and not a community folder (those are ``0x…``)."""
@@ -244,11 +245,6 @@ the job there."""
 # -- executors -------------------------------------------------------------------------------
 
 
-def _decoded_schema(layout: Layout) -> str:
-    topic = "string" if layout.name == "spec" else "binary"
-    return f"sid int, idx long, ts long, topic {topic}, cap long, data binary"
-
-
 def _decode_all(decode: Callable[[bytes], Any], raws: list[bytes]) -> tuple[list[Any], list[Any]]:
     """``decode`` of every record (the layout's ``decode_record``): a fast path for batches
     without a bad record; otherwise each bad one becomes ``(0, None, raw, 0)`` with its error
@@ -268,132 +264,275 @@ def _decode_all(decode: Callable[[bytes], Any], raws: list[bytes]) -> tuple[list
         return msgs, bads
 
 
-SUMMARY_SCHEMA = "sid int, bucket long, lo long, hi long, n long, mints long, bad string"
 BUCKET_NS = 3600 * 1_000_000_000
-"""The summary pass records, per community and hour of message time, the stream index range
-holding its messages: the build pass reads each stream from the first index of an hour its
-windows overlap (a weekly build does not re-read archived history)."""
+"""The scan records, per community and hour of message time, the stream index range holding
+its messages: each build task reads only the index range of its windows (a weekly build does
+not re-read archived history)."""
+SCAN_BATCH = 65_536
+"""Records decoded at once (numpy over one Arrow column)."""
+LIVE_SPLIT = 500_000
+"""Records of the live log per scan task (a sealed lake file is one task)."""
+TASK_RECORDS = (20_000, 500_000)
+"""Bounds of the records one build task gets (whole windows; the target is a quarter of the
+job's records per core, so both cores stay busy and a straggler is small)."""
 
 
-def _summary_batches(
-    layout_name: str,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow, the first pass: every record decoded; out come, per (community, hour of
-    message time), the index range and count of its messages and their oldest time, and one
-    row per bad record (``bad`` = the error). Small: windows are planned from it."""
+@dataclass(frozen=True)
+class _Unit:
+    """Where one index range ``[start, end)`` of a community stream lies: a sealed lake file
+    (``path``, read with pyarrow) or the live log (``path`` empty, read with ``loglake.log``).
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
+    Why tasks read records themselves instead of through a DataFrame: every record crossing
+    the JVM/Python boundary (Parquet scan -> Python decode -> JVM -> shuffle -> Python build)
+    was most of the job's time (docs/archives.md). Records are already ``WakuMessage`` bytes;
+    only small descriptors and results travel through Spark. This relies on a filesystem shared
+    by the driver and every executor (``data_dir`` and ``root``): true for ``local[*]`` and for
+    the standalone cluster on this machine; the driver checks every part file it is told about
+    and fails with ``JobFailed`` naming it when it is not visible."""
 
-        for b in batches:
-            ts, _, _, bads = decode_waku_batch(layout_name, b.column(2))
-            sid = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-            idx = np.asarray(b.column(1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    stream: str
+    path: str
+    start: int
+    end: int
+
+
+def _plan_units(
+    data_dir: str, streams: Mapping[int, str], first_index: Mapping[int, int | None] | None = None
+) -> dict[int, list[_Unit]]:
+    """Every community stream's records as units, planned on the driver from file names and
+    the live log's bounds only (one listing per stream, the log opened once for all streams):
+    the lake's visible files (cover rule) + the live ranges the lake does not cover."""
+    from loglake.pipeline.lake import plan_partition, visible_lake_files
+    from loglake.pipeline.livelog import open_log_readonly
+
+    live: dict[str, tuple[int, int]] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            log = stack.enter_context(open_log_readonly(data_dir))
+        except Exception:  # a lake-only data dir has no log to open
+            log = None
+        for stream in set(streams.values()):
+            if log is not None and log.has_stream(stream):
+                p0 = [p for p in log.stream_info(stream).partitions if p.partition == 0]
+                if p0:
+                    live[stream] = (p0[0].first_index, p0[0].next_index)
+    out: dict[int, list[_Unit]] = {}
+    for sid, stream in streams.items():
+        files = visible_lake_files(data_dir, stream, 0)
+        if not files and stream not in live:
+            raise BadOption("stream", stream, f"unknown stream in data_dir {data_dir}")
+        first, nxt = live.get(stream, (None, None))
+        lo = (first_index or {}).get(sid) or 0
+        plan = plan_partition(0, files, first, nxt, lo, None, LIVE_SPLIT)
+        units = [_Unit(stream, str(f.path), f.first, f.last + 1) for f in plan.files]
+        units += [_Unit(stream, "", r.start, r.end) for r in plan.live]
+        out[sid] = sorted(units, key=lambda u: u.start)
+    return out
+
+
+def _read_unit(
+    data_dir: str, u: _Unit, lo: int = 0, hi: int | None = None
+) -> Iterator[tuple[np.ndarray, pa.Array]]:
+    """(index, data) batches of ``u`` within ``[lo, hi)``: a lake file through pyarrow (row
+    groups pruned by the index statistics), the live log through its read-only view."""
+
+    lo, hi = max(lo, u.start), u.end if hi is None else min(hi, u.end)
+    if lo >= hi:
+        return
+    if u.path:
+        import pyarrow.parquet as pq
+
+        filters = (
+            None if (lo, hi) == (u.start, u.end) else [("index", ">=", lo), ("index", "<", hi)]
+        )
+        table = pq.read_table(u.path, columns=["index", "data"], filters=filters)
+        for b in table.to_batches(max_chunksize=SCAN_BATCH):
+            idx = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            yield idx, b.column(1)
+        return
+    from loglake.pipeline.livelog import open_log_readonly
+
+    with open_log_readonly(data_dir) as log:
+        buf: list[Any] = []
+        for rec in log.iter_records(u.stream, 0, lo, hi, batch=8192):
+            buf.append(rec)
+            if len(buf) >= SCAN_BATCH:
+                yield _live_batch(buf)
+                buf = []
+        if buf:
+            yield _live_batch(buf)
+
+
+def _live_batch(recs: list[Any]) -> tuple[np.ndarray, pa.Array]:
+    import pyarrow as pa
+
+    idx = np.fromiter((r.index for r in recs), dtype=np.int64, count=len(recs))
+    return idx, pa.array([r.data for r in recs], type=pa.binary())
+
+
+def _scan_task(
+    layout_name: str, data_dir: str
+) -> Callable[[tuple[int, _Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
+    """The scan, one task per unit: every record decoded (``decode_waku_batch``); out come,
+    per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
+    bad record as ``(sid, index, error)``. Small: windows are planned from it."""
+
+    def run(task: tuple[int, _Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
+        sid, u = task
+        rows: list[tuple[int, ...]] = []
+        bad: list[tuple[int, int, str]] = []
+        for idx, col in _read_unit(data_dir, u):
+            ts, _, _, bads = decode_waku_batch(layout_name, col)
             good = np.ones(len(ts), dtype=bool)
-            cols: list[list[Any]] = [[], [], [], [], [], [], []]
             if bads:
                 good = np.array([x is None for x in bads], dtype=bool)
-                for i in np.flatnonzero(~good).tolist():
-                    for c, v in zip(
-                        cols, (int(sid[i]), 0, int(idx[i]), int(idx[i]), 0, 0, bads[i]), strict=True
-                    ):
-                        c.append(v)
-            if good.any():
-                s_, i_, t_ = sid[good], idx[good], ts[good]
-                bucket = t_ // BUCKET_NS
-                order = np.lexsort((bucket, s_))
-                s_, i_, t_, bucket = s_[order], i_[order], t_[order], bucket[order]
-                edge = np.flatnonzero((np.diff(s_) != 0) | (np.diff(bucket) != 0)) + 1
-                starts = np.concatenate(([0], edge))
-                values: list[np.ndarray] = [
-                    s_[starts],
-                    bucket[starts],
-                    np.minimum.reduceat(i_, starts),
-                    np.maximum.reduceat(i_, starts),
-                    np.diff(np.concatenate((starts, [len(s_)]))),
-                    np.minimum.reduceat(t_, starts),
-                ]
-                for col, arr in zip(cols, values, strict=False):
-                    col.extend(arr.tolist())
-                cols[6].extend([None] * len(starts))
-            types = [
-                pa.int32(),
-                pa.int64(),
-                pa.int64(),
-                pa.int64(),
-                pa.int64(),
-                pa.int64(),
-                pa.string(),
-            ]
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c, type=t) for c, t in zip(cols, types, strict=True)],
-                names=["sid", "bucket", "lo", "hi", "n", "mints", "bad"],
+                bad += [(sid, int(idx[i]), str(bads[i])) for i in np.flatnonzero(~good).tolist()]
+            if not good.any():
+                continue
+            i_, t_ = idx[good], ts[good]
+            bucket = t_ // BUCKET_NS
+            order = np.argsort(bucket, kind="stable")
+            i_, t_, bucket = i_[order], t_[order], bucket[order]
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(bucket) != 0) + 1))
+            cols = zip(
+                bucket[starts].tolist(),
+                np.minimum.reduceat(i_, starts).tolist(),
+                np.maximum.reduceat(i_, starts).tolist(),
+                np.diff(np.concatenate((starts, [len(i_)]))).tolist(),
+                np.minimum.reduceat(t_, starts).tolist(),
+                strict=True,
             )
+            rows += [(sid, *c) for c in cols]
+        return rows, bad
 
     return run
 
 
-def _decode_batches(
-    layout_name: str,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow, the build pass: every record through ``decode_waku_batch``: its
-    time, topic and size for the cap, the record itself passed through untouched (Arrow, no
-    copy); bad records are dropped (the summary pass reported them). Windows are assigned in
-    the JVM afterwards (``_windowed``)."""
+@dataclass(frozen=True)
+class _BuildTask:
+    """Whole consecutive windows of one community (so no window spans two tasks), and the
+    units holding the index range ``[lo, hi)`` of their messages."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    sid: int
+    group: int
+    windows: tuple[tuple[int, int], ...]
+    units: tuple[_Unit, ...]
+    lo: int
+    hi: int
 
+
+def _build_task(
+    layout_name: str, data_dir: str, topics: Sequence[bytes | str] | None, parts_dir: str
+) -> Callable[[_BuildTask], dict[str, Any]]:
+    """The build, one task per group of windows: the group's index range read from where it
+    lies, decoded, records of its windows kept and put in the store's order (time, then
+    index), ``_build_window``: archives framed, padded, pieces hashed, bytes written to a part
+    file; returned: sizes, hashes, entries."""
+
+    def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
 
-        for b in batches:
-            ts, topics, cap, bads = decode_waku_batch(layout_name, b.column(2))
-            out = pa.RecordBatch.from_arrays(
-                [b.column(0), b.column(1), pa.array(ts), topics, pa.array(cap), b.column(2)],
-                names=["sid", "idx", "ts", "topic", "cap", "data"],
+        frm, to = t.windows[0][0], t.windows[-1][1]
+        idxs, tss, tops, caps, datas = [], [], [], [], []
+        for u in t.units:
+            for idx, col in _read_unit(data_dir, u, t.lo, t.hi):
+                ts, topic, cap, bads = decode_waku_batch(layout_name, col)
+                keep = (ts >= frm) & (ts < to)
+                if bads:  # reported by the scan
+                    keep &= np.array([x is None for x in bads], dtype=bool)
+                if not keep.all():
+                    sel = np.flatnonzero(keep)
+                    idx, ts, cap = idx[sel], ts[sel], cap[sel]
+                    topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
+                idxs.append(idx)
+                tss.append(ts)
+                tops.append(topic)
+                caps.append(cap)
+                datas.append(col)
+        rows: list[Any] = []
+        if idxs:
+            ts = np.concatenate(tss)
+            order = np.lexsort((np.concatenate(idxs), ts))  # the store's order
+            if np.any(order != np.arange(len(order))):
+                sel = pa.array(order)
+                topic_l = pa.chunked_array(tops).take(sel).to_pylist()
+                data_l = pa.chunked_array(datas).take(sel).to_pylist()
+            else:
+                topic_l = pa.chunked_array(tops).to_pylist()
+                data_l = pa.chunked_array(datas).to_pylist()
+            rows = list(
+                zip(
+                    ts[order].tolist(),
+                    topic_l,
+                    data_l,
+                    np.concatenate(caps)[order].tolist(),
+                    strict=True,
+                )
             )
-            if bads:
-                out = out.filter(pa.array([x is None for x in bads]))
-            yield out
+        layout = get_layout(layout_name)
+        return _build_window(layout, t.sid, t.group, list(t.windows), rows, topics, parts_dir)
 
     return run
 
 
-def _windowed(decoded: DataFrame, plan: Mapping[int, tuple[int, int, int]]) -> DataFrame:
-    """Each record's window ``w = (ts - start) // period`` (``plan[sid] = (start, period,
-    end)``), in the JVM; records outside the planned windows are dropped (windows are never
-    reopened, as in ``ControlNode``)."""
-    from pyspark.sql import functions as F
+def _group_windows(
+    sid: int,
+    ws: Sequence[tuple[int, int]],
+    buckets: Mapping[int, list[int]],
+    units: Sequence[_Unit],
+    target: int,
+) -> list[_BuildTask]:
+    """Consecutive windows grouped into tasks of about ``target`` records (whole windows);
+    each task's index range from the hour buckets its windows overlap (a bucket may straddle
+    two windows: both tasks read it, each keeps its own windows' messages). Windows without a
+    message get no task (the driver still consumes them)."""
+    out: list[_BuildTask] = []
+    cur: list[tuple[int, int]] = []
+    lo: int | None = None
+    hi = n = 0
 
-    def lookup(pos: int):
-        pairs = [F.lit(x) for sid, p in plan.items() for x in (sid, p[pos])]
-        return F.element_at(F.create_map(*pairs), F.col("sid"))
+    def flush() -> None:
+        nonlocal cur, lo, hi, n
+        if cur and lo is not None:
+            us = tuple(u for u in units if u.end > lo and u.start < hi)
+            out.append(_BuildTask(sid, len(out), tuple(cur), us, lo, hi))
+        cur, lo, hi, n = [], None, 0, 0
 
-    start, period, end = lookup(0), lookup(1), lookup(2)
-    return decoded.where(
-        start.isNotNull() & (F.col("ts") >= start) & (F.col("ts") < end)
-    ).withColumn("w", F.floor((F.col("ts") - start) / period).cast("int"))
+    by_bucket = sorted(buckets.items())
+    keys = [b for b, _ in by_bucket]
 
-
-ENCODED_SCHEMA = (
-    "sid int, w int, path string, nbytes long, hashes binary, entries binary, records long"
-)
+    for frm, to in ws:
+        a = bisect.bisect_left(keys, frm // BUCKET_NS)
+        z = bisect.bisect_right(keys, (to - 1) // BUCKET_NS)
+        vals = [v for _, v in by_bucket[a:z]]
+        if not vals:
+            continue
+        wl, wh = min(v[0] for v in vals), max(v[1] for v in vals) + 1
+        wn = sum(v[2] for v in vals)
+        if cur and n + wn > target:
+            flush()
+        cur.append((frm, to))
+        lo = wl if lo is None else min(lo, wl)
+        hi, n = max(hi, wh), n + wn
+    flush()
+    return out
 
 
 def _build_window(
     layout: Layout,
     sid: int,
     w: int,
-    window: tuple[int, int],
+    windows: list[tuple[int, int]],
     rows: list[Any],
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
-) -> pa.Table:
-    """``ArchiveBuilder.build`` of one window (its own builder, so offsets are window-local and
-    the hashes are the window's pieces; ``rows`` in the store's order, time then index), the
-    archive bytes written to a part file; returns sizes, piece hashes and the entries'
-    (metadata, local offset, size, padding) as one row of ``ENCODED_SCHEMA``."""
+) -> dict[str, Any]:
+    """``ArchiveBuilder.build`` of a task's windows (its own builder, so offsets are
+    task-local and the hashes are its pieces; ``rows`` in the store's order, time then index),
+    the archive bytes written to a part file; returns sizes, piece hashes and the entries'
+    (metadata, local offset, size, padding)."""
     builder = ArchiveBuilder(layout, "")
-    result = builder.build([window], rows, topics, presorted=True)
+    result = builder.build(windows, rows, topics, presorted=True)
     path = os.path.join(parts_dir, f"{sid}-{w}")
     if result.archives:
         with open(path, "wb") as f:
@@ -404,57 +543,15 @@ def _build_window(
     entries = [
         (a.entry.metadata, a.entry.offset, a.entry.size, a.entry.padding) for a in result.archives
     ]
-    return _encoded_row(
-        sid,
-        w,
-        path if result.archives else "",
-        builder.data_size,
-        b"".join(builder.hashes.hashes),
-        pickle.dumps(entries),
-        len(rows),
-    )
-
-
-def _window_of(plan: Mapping[int, tuple[int, int, int]], sid: int, w: int) -> tuple[int, int]:
-    start, period, end = plan[sid]
-    frm = start + w * period
-    return frm, min(frm + period, end)
-
-
-def _encode_groups(
-    layout_name: str,
-    plan: Mapping[int, tuple[int, int, int]],
-    topics: Sequence[bytes | str] | None,
-    parts_dir: str,
-) -> Callable[[tuple[Any, ...], pa.Table], pa.Table]:
-    """applyInArrow per (community, window): sorted in the store's order, ``_build_window``."""
-
-    def run(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-        sid, w = int(key[0].as_py()), int(key[1].as_py())
-        t = table.sort_by([("ts", "ascending"), ("idx", "ascending")])  # the store's order
-        rows = list(
-            zip(
-                t.column("ts").to_pylist(),
-                t.column("topic").to_pylist(),
-                t.column("data").to_pylist(),
-                t.column("cap").to_pylist(),
-                strict=True,
-            )
-        )
-        layout = get_layout(layout_name)
-        return _build_window(layout, sid, w, _window_of(plan, sid, w), rows, topics, parts_dir)
-
-    return run
-
-
-def _encoded_row(*values: Any) -> pa.Table:
-    import pyarrow as pa
-
-    names = ["sid", "w", "path", "nbytes", "hashes", "entries", "records"]
-    types = [pa.int32(), pa.int32(), pa.string(), pa.int64(), pa.binary(), pa.binary(), pa.int64()]
-    return pa.table(
-        [pa.array([v], type=t) for v, t in zip(values, types, strict=True)], names=names
-    )
+    return {
+        "sid": sid,
+        "w": w,
+        "path": path if result.archives else "",
+        "nbytes": builder.data_size,
+        "hashes": b"".join(builder.hashes.hashes),
+        "entries": pickle.dumps(entries),
+        "records": len(rows),
+    }
 
 
 # -- vectorised WakuMessage decoding ---------------------------------------------------------
@@ -851,6 +948,12 @@ def _stage_community(
                 os.close(src)
         for r in rows:
             if r["path"]:
+                if not os.path.exists(r["path"]):  # the design needs a shared filesystem
+                    raise JobFailed(
+                        f"part file {r['path']} written by an executor is not visible to the "
+                        "driver: archives-build needs --root on a filesystem shared by the "
+                        "driver and every executor"
+                    )
                 src = os.open(r["path"], os.O_RDONLY)
                 try:
                     _copy_range(src, fd, r["nbytes"])
@@ -875,48 +978,6 @@ def _stage_community(
 
 
 # -- the job ---------------------------------------------------------------------------------
-
-
-DRIVER_TAIL_RECORDS = 0
-"""``read``'s ``driver_tail_records``: off (the live tail goes through the source in
-executors). Reading 100 small tails on the driver was tried for many small streams and was
-slower here (one run: the scan pass 26 s → 104 s for 100 streams × 2,000 records)."""
-
-
-def _records(
-    spark: SparkSession,
-    opts: ArchivesBuildOptions,
-    sids: Sequence[int],
-    first_index: Mapping[int, int | None] | None = None,
-    frames: dict[tuple[int, int | None], DataFrame] | None = None,
-) -> DataFrame:
-    """The community streams' records (``sid``, ``index``, ``data``) through ``pipeline.read``
-    (sealed history by the native Parquet reader, the live tail through the source), from
-    ``first_index[sid]`` on if given; ``frames`` keeps each read for the next pass (a read is
-    planned on the driver: it lists the lake and opens the live log)."""
-    from pyspark.sql import functions as F
-
-    from loglake.pipeline.read import read
-
-    out = None
-    for sid in sids:
-        c = opts.communities[sid]
-        lo = (first_index or {}).get(sid)
-        df = None if frames is None else frames.get((sid, lo))
-        if df is None:
-            df = read(
-                spark,
-                opts.data_dir,
-                c.stream,
-                partitions=[0],
-                start_index=lo,
-                driver_tail_records=DRIVER_TAIL_RECORDS,
-            ).select(F.lit(sid).cast("int").alias("sid"), "index", "data")
-            if frames is not None:
-                frames[(sid, lo)] = df
-        out = df if out is None else out.unionByName(df)
-    assert out is not None
-    return out
 
 
 def run(
@@ -950,30 +1011,35 @@ def _run(
     report.communities = [CommunityReport(c.stream, c.community_id) for c in opts.communities]
     all_sids = list(range(len(states)))
 
-    # pass 1 (executors): every record decoded; per community and hour of message time, the
-    # index range of its messages; bad records. Small, collected.
+    # the streams' records as units (lake files, live ranges), planned here from metadata
+    streams = {sid: c.stream for sid, c in enumerate(opts.communities)}
+    units = _plan_units(opts.data_dir, streams)
+    sc = spark.sparkContext
+
+    # pass 1 (executors): every record decoded where it lies; per community and hour of
+    # message time, the index range of its messages; bad records. Small, collected.
     progress("scan", 0, 1)
-    frames: dict[tuple[int, int | None], DataFrame] = {}
+    scan_tasks = [(sid, u) for sid in all_sids for u in units[sid]]
     summary = (
-        _records(spark, opts, all_sids, frames=frames)
-        .mapInArrow(_summary_batches(opts.layout), SUMMARY_SCHEMA)
+        sc.parallelize(scan_tasks, max(1, len(scan_tasks)))
+        .map(_scan_task(opts.layout, opts.data_dir))
         .collect()
+        if scan_tasks
+        else []
     )
     progress("scan", 1, 1)
     buckets: dict[int, dict[int, list[int]]] = {sid: {} for sid in all_sids}
     bad_rows: dict[int, list[tuple[int, str]]] = {}
-    stream_first: dict[int, int] = {}  # the first index read of each stream
-    for r in summary:
-        stream_first[r["sid"]] = min(stream_first.get(r["sid"], r["lo"]), r["lo"])
-        if r["bad"] is not None:
-            bad_rows.setdefault(r["sid"], []).append((r["lo"], r["bad"]))
-            continue
-        cur = buckets[r["sid"]].get(r["bucket"])
-        if cur is None:
-            buckets[r["sid"]][r["bucket"]] = [r["lo"], r["hi"], r["n"], r["mints"]]
-        else:
-            cur[0], cur[1] = min(cur[0], r["lo"]), max(cur[1], r["hi"])
-            cur[2], cur[3] = cur[2] + r["n"], min(cur[3], r["mints"])
+    for rows_, bads_ in summary:
+        for sid, index, reason in bads_:
+            bad_rows.setdefault(sid, []).append((index, reason))
+        for sid, bucket, lo, hi, n, mints in rows_:
+            cur = buckets[sid].get(bucket)
+            if cur is None:
+                buckets[sid][bucket] = [lo, hi, n, mints]
+            else:
+                cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+                cur[2], cur[3] = cur[2] + n, min(cur[3], mints)
     for sid, bads in bad_rows.items():
         bads.sort()
         report.communities[sid].bad_records = len(bads)
@@ -986,8 +1052,6 @@ def _run(
 
     # windows: from the last archive's end, else from the oldest valid message
     windows: dict[int, list[tuple[int, int]]] = {}
-    plan: dict[int, tuple[int, int, int]] = {}
-    first_index: dict[int, int | None] = {}  # first index holding a planned message
     for sid in all_sids:
         bk = buckets[sid]
         start = states[sid].start_ns
@@ -996,40 +1060,37 @@ def _run(
         if start is None:
             continue  # no valid message at all: nothing to build
         ws = plan_windows(start, now, period_ns=opts.period_ns, partial=opts.partial)
-        if not ws:
-            continue
-        windows[sid] = ws
-        plan[sid] = (start, opts.period_ns, ws[-1][1])
-        report.communities[sid].windows = len(ws)
-        lo_b, hi_b = ws[0][0] // BUCKET_NS, (ws[-1][1] - 1) // BUCKET_NS
-        los = [v[0] for b, v in bk.items() if lo_b <= b <= hi_b]
-        if los:
-            # from the first index its windows need (the whole stream's read when that is all)
-            lo = min(los)
-            first_index[sid] = lo if lo > stream_first[sid] else None
-    if not first_index:  # nothing due anywhere: nothing to build, nothing written
+        if ws:
+            windows[sid] = ws
+            report.communities[sid].windows = len(ws)
+    # tasks: whole windows, about a quarter of the records per core each
+    total = sum(v[2] for sid in windows for v in buckets[sid].values())
+    lo_t, hi_t = TASK_RECORDS
+    target = min(hi_t, max(lo_t, total // (4 * max(1, sc.defaultParallelism))))
+    tasks = [
+        t
+        for sid, ws in windows.items()
+        for t in _group_windows(sid, ws, buckets[sid], units[sid], target)
+    ]
+    if not tasks:  # nothing due anywhere: nothing to build, nothing written
         report.seconds["total"] = time.perf_counter() - t0
         return report
 
-    # pass 2 (executors): each window built by the archives part's builder, pieces hashed
+    # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     job = uuid.uuid4().hex[:12]
     parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
     fs.makedirs_durable(parts_dir)
     try:
-        progress("build", 0, len(first_index))
-        decoded = _records(spark, opts, sorted(first_index), first_index, frames).mapInArrow(
-            _decode_batches(opts.layout), _decoded_schema(layout)
-        )
+        progress("build", 0, len(tasks))
+        # biggest first, so the last task to finish is a small one
+        order = sorted(tasks, key=lambda t: t.lo - t.hi)
         rows = (
-            _windowed(decoded, plan)
-            .groupBy("sid", "w")
-            .applyInArrow(
-                _encode_groups(opts.layout, plan, opts.topics, str(parts_dir)), ENCODED_SCHEMA
-            )
+            sc.parallelize(order, len(order))
+            .map(_build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir)))
             .collect()
         )
-        progress("build", len(first_index), len(first_index))
+        progress("build", len(tasks), len(tasks))
         report.seconds["build"] = time.perf_counter() - t1
         fault("parts")
 

@@ -1,0 +1,91 @@
+"""``job archives-build`` reading records where they lie (issue 11 §1): tasks read lake files and
+live ranges themselves, whole windows per task. The grouping and the shared-filesystem check are
+tested without Spark; one Spark test forces one window per task (and a window's hour buckets
+straddling two tasks) and compares with ``ControlNode`` byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loglake.archives import get_layout
+from loglake.archives.messages import ArchiveMetadata
+from loglake.pipeline.errors import JobFailed
+from loglake.pipeline.jobs import archives_build as ab
+from tests.archives.helpers import DAY, START, WEEK
+from tests.pipeline.test_job_archives_build import (
+    assert_same,
+    control_build,
+    job,
+    staging_empty,
+    write_weeks,
+)
+
+H = ab.BUCKET_NS
+
+
+def _units(*ranges: tuple[int, int]) -> list[ab._Unit]:
+    return [ab._Unit("c", f"/lake/{a}.parquet", a, b) for a, b in ranges]
+
+
+def test_windows_are_grouped_whole_and_each_task_reads_the_index_range_of_its_windows():
+    # hour bucket -> [lo, hi, n, oldest]: 10 records an hour, index order = time order, except
+    # one late record (index 95) whose time is in the first hour
+    week = 7 * 24
+    buckets = {b: [b * 10, b * 10 + 9, 10, b * H] for b in range(0, 3 * week)}
+    buckets[0] = [0, 95, 11, 0]
+    ws = [(k * week * H, (k + 1) * week * H) for k in range(4)]  # the 4th window is empty
+    units = _units((0, 1000), (1000, 5000), (5000, 99999))
+    tasks = ab._group_windows(0, ws, buckets, units, target=week * 10)
+    assert [t.windows for t in tasks] == [(w,) for w in ws[:3]]  # whole windows, no empty one
+    assert (tasks[0].lo, tasks[0].hi) == (0, week * 10)  # the late record's index included
+    assert [u.start for u in tasks[0].units] == [0, 1000]
+    assert (tasks[1].lo, tasks[1].hi) == (week * 10, 2 * week * 10)
+    assert [t.group for t in tasks] == [0, 1, 2]
+    # a bigger target groups consecutive windows; never a window split
+    tasks = ab._group_windows(0, ws, buckets, units, target=10**9)
+    assert len(tasks) == 1 and tasks[0].windows == tuple(ws[:3])
+    assert (tasks[0].lo, tasks[0].hi) == (0, 3 * week * 10)
+
+
+def test_windows_not_on_hour_boundaries_read_the_straddling_bucket_in_both_tasks():
+    buckets = {b: [b * 10, b * 10 + 9, 10, b * H] for b in range(0, 10)}
+    ws = [(H // 2, H // 2 + 5 * H), (H // 2 + 5 * H, H // 2 + 10 * H)]
+    tasks = ab._group_windows(0, ws, buckets, _units((0, 100)), target=1)
+    assert [(t.lo, t.hi) for t in tasks] == [(0, 60), (50, 100)]
+
+
+def test_a_part_file_the_driver_cannot_see_fails_clearly(tmp_path: Path):
+    layout = get_layout("spec")
+    piece = layout.piece_length
+    st = ab._State(ab.Community("c", "0x02" + "ab" * 32), tmp_path / "c", [], 0, None)
+    row = {
+        "sid": 0,
+        "w": 0,
+        "path": str(tmp_path / "elsewhere" / "0-0"),
+        "nbytes": piece,
+        "hashes": b"\x00" * 20,
+        "entries": ab.pickle.dumps([(ArchiveMetadata(0, WEEK, ("t",), 1), 0, piece, 0)]),
+        "records": 1,
+    }
+    rep = ab.CommunityReport("c", st.community.community_id)
+    with pytest.raises(JobFailed, match="not visible to the driver"):
+        ab._stage_community(tmp_path, st, layout, [row], WEEK, (), rep)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("layout_name", ["spec", "status-go"])
+def test_one_window_per_task_gives_the_control_nodes_bytes(
+    spark, tmp_path, monkeypatch, layout_name
+):
+    layout = get_layout(layout_name)
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 4), per_week=30)
+    monkeypatch.setattr(ab, "TASK_RECORDS", (1, 1))  # every window its own task
+    now = START + 4 * WEEK + DAY
+    rep = job(spark, data, tmp_path / "job", layout_name, now)
+    out = control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    assert rep.new_archives == len(out.new) and rep.communities[0].records == 4 * 30
+    assert staging_empty(tmp_path / "job")
