@@ -75,12 +75,12 @@ GC_YOUNG_THRESHOLD = 100_000
 """The collector's youngest-generation threshold while a server that is the process runs
 (``freeze_gc``); CPython's default is 700. Why: the push path allocates a few tracked
 objects per message that live until their batch is confirmed (routing messages, decoded
-tuples, reply lists), so at 700 a young collection ran every ~250 pushes, traversed the
-batch in flight and promoted it, and the promoted batches then paid for middle and full
-collections: measured 238 young, 20 middle and 2 full collections per 60,000 pushes, 0.14 s
-of the server's ~0.6 s of CPU. Those objects are freed by their reference counts; at 100,000
-a young collection is rare (none in that run) and the cyclic garbage it would find stays
-small."""
+tuples, reply lists), so at 700 a young collection ran every ~700 pushes, traversed the
+batch in flight and promoted it, and the promoted batches then paid for middle collections:
+measured about 90 young and 7 middle collections per 60,000 pushes (0.01-0.03 s of the
+server's 0.6-0.8 s of CPU for them; docs/streams.md F5). Those objects are freed by their
+reference counts; at 100,000 a young collection is rare (none in that run) and the cyclic
+garbage it would find stays small."""
 
 
 class _Connection(asyncio.BufferedProtocol):
