@@ -383,6 +383,11 @@ def sha1_piece_rate(path: Path, limit: int = 300 * 1024 * 1024) -> float:
     return len(data) / 1e6 / best_of(run)
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages: this machine is shared, so every figure carries it."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main_job(args, layout) -> None:
     from coincurve import PrivateKey
 
@@ -457,7 +462,8 @@ def main_job(args, layout) -> None:
             console.print(t)
             console.print(
                 f"job / ControlNode = {c['total_s'] / t_job:.1f}× (target ≥ 4×); "
-                f"job / SHA-1 piece rate = {mb / t_job / sha1:.0%} (target ≥ 50%)"
+                f"job / SHA-1 piece rate = {mb / t_job / sha1:.0%} (target ≥ 50%); "
+                f"load average {load()}"
             )
             shutil.rmtree(tmp / "control", ignore_errors=True)
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -519,7 +525,7 @@ def main_job(args, layout) -> None:
                 f"{rep.new_archives} archives; identical: {same}",
             )
             console.print(t)
-            console.print(f"job / ControlNode builds = {t_ctl / t_job:.1f}×")
+            console.print(f"job / ControlNode builds = {t_ctl / t_job:.1f}×; load average {load()}")
         spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,24 +1,34 @@
 """``archives-build``: the due 7-day archives of one community stream, or of many, on Spark.
 
 Why: the control node builds archives in one Python process, through its SQLite working store
-(issue 11 §1). This job builds the same bytes from the stream itself, with Spark doing the heavy
-work: records come through ``loglake.pipeline.read`` (sealed history by Spark's native Parquet
-reader, the live tail through the ``loglake`` source). Two passes in executors:
+(issue 11 §1). This job builds the same bytes from the stream itself, with Spark distributing
+the work. Records never enter the JVM: a community stream's records are already
+``WakuMessage`` bytes, so the driver plans from metadata only — the lake's visible files (by
+name) and the live log's bounds, the log opened once for every stream — and Spark runs plain
+tasks (``SparkContext.parallelize`` of small descriptors) that read their records where they
+lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
+send back only small results. Two stages:
 
-- scan: each record decoded (``decode_waku_batch``: numpy over the Arrow buffers, with the
-  layout's own ``decode_record`` for any record it cannot vouch for); out come only, per community
-  and hour of message time, the index range and oldest time of its messages, and the bad
-  records (so a bad record fails the job before any build work, and windows are planned from
-  the oldest message without keeping decoded records around);
-- build: each record decoded again (from the first index the planned windows need), its window
-  assigned in the JVM, records grouped by (community, window) through a shuffle, and each window
-  built by the archives part's sans-I/O ``ArchiveBuilder`` (framing, padding, status-go chunks,
-  SHA-1 piece hashes) — a window's archives are padded to whole pieces, so its pieces and hashes
-  do not depend on any other window. Nothing of the protocol is written here.
+- scan, one task per unit (a lake file, or up to ``LIVE_SPLIT`` records of the live log): each
+  record decoded (``decode_waku_batch``: numpy over the Arrow buffers, with the layout's own
+  ``decode_record`` for any record it cannot vouch for); out come only, per community and hour
+  of message time, the index range and oldest time of its messages, and the bad records (so a
+  bad record fails the job before any build work, and windows are planned from the oldest
+  message without keeping decoded records around);
+- build, one task per group of whole consecutive windows of one community (about a quarter of
+  the records per core, ``TASK_RECORDS``; a window never spans two tasks): the index range of
+  its windows' hours read again from the units, decoded, its windows' messages put in the
+  store's order (time, then index) and built by the archives part's sans-I/O
+  ``ArchiveBuilder`` (framing, padding, status-go chunks, SHA-1 piece hashes) — every archive
+  is padded to whole pieces, so a task's pieces and hashes do not depend on any other task —
+  and the bytes written to a part file by the task itself.
 
-Tried and dropped: keeping the decoded records (``persist(DISK_ONLY)``) instead of decoding
-twice (the cache write cost more than the decode), and one ``read`` per window's index range
-instead of the shuffle (1.6–2× slower here: a read is planned on the driver, a task per window).
+This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
+tasks, part files under ``root`` are written by them): true for ``local[*]`` and for the
+standalone cluster on one machine; the driver fails with ``JobFailed`` naming a part file it
+cannot see. Dropped (docs/archives.md): the DataFrame path — records through
+``pipeline.read``, decoded in ``mapInArrow`` twice and shuffled by window to ``applyInArrow`` —
+crossed the JVM/Python boundary three times per record and was slower than ``ControlNode``.
 
 The driver then does what only depends on order: offsets by prefix sum (``Layout.make_entry``
 at the real offset gives each keccak-256 key), the index (``Layout.encode_index``) and the
@@ -35,7 +45,7 @@ archive), so it neither rebuilds nor re-exports.
 
 Atomic and re-runnable (issue 11 §1, "a job killed midway leaves no partial archive visible"):
 
-1. Executors write each window's archive bytes to ``<root>/.archives-build/_parts-<job>/``.
+1. Build tasks write their windows' archive bytes to ``<root>/.archives-build/_parts-<job>/``.
 2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
    ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
    with ``copy_file_range``, then each window's part), ``index``, ``torrent``, ``magnet``; every
@@ -296,9 +306,7 @@ class _Unit:
     end: int
 
 
-def _plan_units(
-    data_dir: str, streams: Mapping[int, str], first_index: Mapping[int, int | None] | None = None
-) -> dict[int, list[_Unit]]:
+def _plan_units(data_dir: str, streams: Mapping[int, str]) -> dict[int, list[_Unit]]:
     """Every community stream's records as units, planned on the driver from file names and
     the live log's bounds only (one listing per stream, the log opened once for all streams):
     the lake's visible files (cover rule) + the live ranges the lake does not cover."""
@@ -322,8 +330,7 @@ def _plan_units(
         if not files and stream not in live:
             raise BadOption("stream", stream, f"unknown stream in data_dir {data_dir}")
         first, nxt = live.get(stream, (None, None))
-        lo = (first_index or {}).get(sid) or 0
-        plan = plan_partition(0, files, first, nxt, lo, None, LIVE_SPLIT)
+        plan = plan_partition(0, files, first, nxt, 0, None, LIVE_SPLIT)
         units = [_Unit(stream, str(f.path), f.first, f.last + 1) for f in plan.files]
         units += [_Unit(stream, "", r.start, r.end) for r in plan.live]
         out[sid] = sorted(units, key=lambda u: u.start)
