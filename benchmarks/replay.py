@@ -10,8 +10,10 @@ embedded log (``open_log``, segment files) to one subscriber, and report events/
    ``LocalStreams`` (what ``StreamsStore`` does for a ``ReadRange``) and build the ICRC-72
    ``Event``s with the replay headers (``publisher.procure``), data kept as stored Candid
    bytes. Target: ≥ 50% of the sequential read.
-3. ``procurement + Candid`` — the same, plus encoding each batch as the ``icrc72_publish``
-   argument (what goes on the wire).
+3. ``procurement + Candid`` — what the Publisher sends: each batch of ``BATCH_SIZE`` stored
+   events written as the ``icrc72_publish`` argument (``publisher.procure_batch``: straight
+   from the stored records; before issue 11's third pass, ``procure`` then the encoder, 500
+   events a message).
 4. ``end to end (in process)`` — orchestrator, broadcaster, publisher and subscriber cores in one
    process (``events.network``), every call encoded and decoded as Candid, from
    ``icrc77_register_replay`` to ``completed(n)`` with every event received once.
@@ -66,7 +68,7 @@ from loglake.events import (
     open_orchestrator,
 )
 from loglake.events.orchestrator import HEAD_KEY
-from loglake.events.publisher import STORED_PLAIN, procure
+from loglake.events.publisher import BATCH_SIZE, STORED_PLAIN, procure, procure_batch
 from loglake.log import MemoryLog, open_log
 from loglake.streams import LocalStreams
 from loglake.wire import icrc16
@@ -123,19 +125,16 @@ def procurement(log, n: int, source, encode: bool) -> float:
     streams = LocalStreams(log)
     t = time.perf_counter()
     count = pos = 0
-    batch: list = []
     while pos < n:
         msgs = streams.pull(NS, pos, min(4096, n - pos))
-        events = procure(msgs, NS, 1, source, True, n - 1)
-        count += len(events)
         pos = msgs[-1].index + 1
-        if encode:  # icrc72_publish arguments of 500 events, as before
-            batch += events
-            while len(batch) >= 500:
-                m.encode_arg(batch[:500])
-                del batch[:500]
-    if encode and batch:
-        m.encode_arg(batch)
+        if encode:  # the Publisher's way: icrc72_publish messages of BATCH_SIZE stored events
+            for lo in range(0, len(msgs), BATCH_SIZE):
+                events = procure_batch(msgs[lo : lo + BATCH_SIZE], NS, 1, source, True, n - 1)
+                m.encode_arg(events)
+                count += len(events)
+        else:
+            count += len(procure(msgs, NS, 1, source, True, n - 1))
     assert count == n
     return time.perf_counter() - t
 

@@ -795,7 +795,7 @@ class EventBatch(Sequence[Event]):
         return self._list()[k]
 
     def __iter__(self) -> Any:
-        return iter(self._list())
+        yield from self._list()  # built at the first next(), not by iter() (zip calls it)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EventBatch | list | tuple):
@@ -1069,7 +1069,7 @@ class NotificationBatch(Sequence[EventNotification]):
         return self._list()[k]
 
     def __iter__(self) -> Any:
-        return iter(self._list())
+        yield from self._list()  # built at the first next(), not by iter()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NotificationBatch | list | tuple):

@@ -489,6 +489,18 @@ class Publisher(Role):
         for chunk in chunks:
             self.outbox.append(Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id)))
 
+    def _replied(self, r: ActiveReplay, call: Call, reply: Any) -> bool:
+        """A publish call's results one by one; False: the replay errored."""
+        for e, res in zip(call.arg, reply, strict=False):
+            if isinstance(res, Ok):
+                r.sent += 1
+            elif isinstance(res, Err) and res.tag == "Busy":
+                r.retry.append(e)
+            else:
+                self._finish(r, ReplayState("errored", f"broadcaster refused event: {res}"))
+                return False
+        return True
+
     def busy(self) -> bool:
         return any(not r.done for r in self.replays.values())
 
@@ -512,16 +524,10 @@ class Publisher(Role):
         if isinstance(reply, PublishResults):  # Ok… then Busy…: no result object each
             ok = min(reply.delivered, len(call.arg))
             r.sent += ok
-            r.retry.extend(call.arg[ok : len(reply)])
-            reply = ()
-        for e, res in zip(call.arg, reply, strict=False):
-            if isinstance(res, Ok):
-                r.sent += 1
-            elif isinstance(res, Err) and res.tag == "Busy":
-                r.retry.append(e)
-            else:
-                self._finish(r, ReplayState("errored", f"broadcaster refused event: {res}"))
-                return
+            if ok < len(reply):  # Busy: resend those (a lazy batch builds its events now)
+                r.retry.extend(call.arg[ok : len(reply)])
+        elif not self._replied(r, call, reply):
+            return
         if r.sent - r.reported >= self.progress_every and not r.canceled:
             r.reported = r.sent
             self.outbox.append(
