@@ -216,11 +216,11 @@ def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterat
     """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows.
 
     Per record, Python does only the message-level work (``parse``: one C-level protobuf parse,
-    history entries kept as bytes). The 200 history entries of a message are handled a batch at
-    a time by Arrow and numpy: all bodies of the batch go into one array, are dictionary-encoded,
-    and only the distinct bodies (about one new one a message) are parsed by ``parse_entry``
-    (cached across batches); ``causal_history`` and ``causal_new`` are ``take``s of the distinct
-    ids. A per-entry Python loop cost ~5x more than the rest of the decode."""
+    history entries kept as bytes) and reads the history against the previous one
+    (``_DecodeState.history``: only the entries after the previous history's tail become
+    Python objects, each distinct entry parsed once by ``parse_entry``). Every entry gets a code
+    (its encoded bytes' identity); the batch's histories and ``causal_new`` are ``take``s of the
+    codes' ids, and histories leave packed (``history_ids`` + ``history_lens``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from loglake.sds.bloom import BloomFilter
