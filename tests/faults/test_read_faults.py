@@ -216,22 +216,11 @@ def test_a_pull_over_tcp_that_hits_a_read_fault_gets_an_error_reply(tmp_path):
 
 # -- every part under read faults too (tests/faults/inject.py) ---------------------------------
 
-STORE_READS_UNTYPED = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="archives/store.py answers a failed SQLite read outside a transaction with apsw's "
-    "IOError, not OSError(EIO) (docs/reliability.md, 'Read faults': the fix; remove this mark "
-    "with it)",
-)
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=STORE_READS_UNTYPED) if n.startswith("archive") else n
-        for n in sorted(PARTS)
-    ],
+    sorted(PARTS),
 )
 def test_every_part_under_read_faults_loses_nothing(tmp_path, name):
     """The fault runs of ``test_faults.py`` with EIO on ``pread`` besides the write and fsync
@@ -240,8 +229,8 @@ def test_every_part_under_read_faults_loses_nothing(tmp_path, name):
     acknowledged lost after the power loss, full recovery once the fault clears."""
     injected: Counter[str] = Counter()
     # the archive parts read far more per open (the store, data and index files): a lower
-    # rate lets their lives get past opening; archive-build seed 4 met a failed read outside
-    # a transaction (STORE_READS_UNTYPED)
+    # rate lets their lives get past opening; archive-build seed 4 meets a failed read outside
+    # a transaction (apsw's IOError before MessageStore._reading typed it)
     archive = name.startswith("archive")
     for seed in (1, 4) if name == "archive-build" else (1, 2):
         r = run(
@@ -274,7 +263,6 @@ def test_the_archives_store_under_read_faults_loses_nothing(tmp_path):
     third of the reads failing, each call on a freshly opened store either works or fails
     with an I/O error (a failed write transaction is rolled back and redone once the fault
     clears); afterwards, and after a power loss, the store holds exactly the committed rows."""
-    import apsw
 
     from loglake.archives.store import MessageStore
     from tests.faults.sqlite_vfs import close_dead, fs_vfs
@@ -305,8 +293,6 @@ def test_the_archives_store_under_read_faults_loses_nothing(tmp_path):
                 except OSError as e:
                     assert e.errno == errno.EIO, e
                     errors["OSError(EIO)"] += 1
-                except apsw.IOError:  # a read outside a transaction: see STORE_READS_UNTYPED
-                    errors["apsw.IOError"] += 1
                 finally:
                     close_dead(s.db)
             injected = faults.injected[READ_EIO]
@@ -322,7 +308,6 @@ def test_the_archives_store_under_read_faults_loses_nothing(tmp_path):
         s.close()
 
 
-@STORE_READS_UNTYPED
 def test_a_failed_store_read_is_an_oserror_naming_the_file(tmp_path):
     from loglake.archives.store import MessageStore
     from tests.faults.sqlite_vfs import close_dead, fs_vfs
@@ -348,12 +333,6 @@ def test_a_failed_store_read_is_an_oserror_naming_the_file(tmp_path):
             close_dead(s.db)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="streams/service.py answers a pull whose read raised OSError with 'internal error: "
-    "OSError' (docs/reliability.md, 'Read faults': the fix; remove this mark with it)",
-)
 def test_a_pull_read_error_reply_names_the_stream_and_partition(tmp_path):
     from loglake.streams.client import StreamClient, StreamServiceError
     from loglake.streams.server import BackgroundServer

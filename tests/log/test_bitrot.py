@@ -114,3 +114,26 @@ def test_a_flipped_byte_is_reported_with_its_file_or_harmless(tmp_path, pristine
         assert reported == FLIPS, "every flip of primary data is reported"
     if kind in ("sparse index", "durable watermark"):
         assert harmless == FLIPS, "derived data is rebuilt or falls back, never an error"
+
+
+def test_a_disk_error_on_a_lake_file_is_not_reported_as_damage(tmp_path, pristine, monkeypatch):
+    """pyarrow reads lake files itself (not through ``loglake.log.fs``), so a failing disk
+    shows here as an ``OSError`` with an errno: it must reach the reader as that, not as
+    ``CorruptSegment`` ("unreadable Parquet") for a file that may be whole."""
+    import errno
+
+    import loglake.log.lake as lake
+
+    source, expected = pristine
+    data = tmp_path / "data"
+    shutil.copytree(source, data)
+
+    def failing_read(path, *a, **kw):
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(lake.pq, "read_table", failing_read)
+    with open_log(data) as log, pytest.raises(OSError) as e:
+        list(log.read("t", 0, 0))
+    assert e.value.errno == errno.EIO and not isinstance(e.value, CorruptSegment)
+    monkeypatch.undo()
+    assert _observe(data) == expected  # nothing was damaged

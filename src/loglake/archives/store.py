@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,8 @@ class MessageStore:
 
     # -- meta -------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
-        return _value(self.db, "SELECT value FROM meta WHERE key=?", (key,))
+        with self._reading():
+            return _value(self.db, "SELECT value FROM meta WHERE key=?", (key,))
 
     def set_meta(self, key: str, value: object) -> None:
         with self._tx():
@@ -148,7 +149,7 @@ class MessageStore:
         return self._rows(from_ns, to_ns)
 
     def _rows(self, from_ns: int | None, to_ns: int | None) -> list[MessageRow]:
-        with _gc_paused():
+        with _gc_paused(), self._reading():
             return self._select(from_ns, to_ns)
 
     def _select(self, from_ns: int | None, to_ns: int | None) -> list[MessageRow]:
@@ -165,10 +166,12 @@ class MessageStore:
         return _all(self.db.execute(q + " ORDER BY ts_ns, rowid", args))
 
     def count(self) -> int:
-        return _value(self.db, "SELECT count(*) FROM messages")
+        with self._reading():
+            return _value(self.db, "SELECT count(*) FROM messages")
 
     def oldest_ns(self) -> int | None:
-        return _value(self.db, "SELECT min(ts_ns) FROM messages")
+        with self._reading():
+            return _value(self.db, "SELECT min(ts_ns) FROM messages")
 
     def snapshot(self) -> tuple:
         """Everything the store holds, for tests that assert "unchanged"."""
@@ -180,13 +183,13 @@ class MessageStore:
 
     # -- archives -----------------------------------------------------------------------------
     def archives(self) -> list[StoredArchive]:
-        return [
-            StoredArchive(*r)
-            for r in self.db.execute("SELECT * FROM archives ORDER BY from_ns, offset")
-        ]
+        with self._reading():
+            rows = _all(self.db.execute("SELECT * FROM archives ORDER BY from_ns, offset"))
+        return [StoredArchive(*r) for r in rows]
 
     def archive_ids(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT archive_id FROM archives")}
+        with self._reading():
+            return {r[0] for r in _all(self.db.execute("SELECT archive_id FROM archives"))}
 
     def record_archives(
         self,
@@ -227,25 +230,27 @@ class MessageStore:
 
     def rows_before(self, to_ns: int) -> list[tuple[int, bytes]]:
         """``(rowid, raw)`` of unflagged rows older than ``to_ns`` (re-flagging after a rebuild)."""
-        return _all(
-            self.db.execute(
-                "SELECT rowid, raw FROM messages WHERE ts_ns < ?"
-                " AND rowid NOT IN (SELECT rowid FROM archived)",
-                (to_ns,),
+        with self._reading():
+            return _all(
+                self.db.execute(
+                    "SELECT rowid, raw FROM messages WHERE ts_ns < ?"
+                    " AND rowid NOT IN (SELECT rowid FROM archived)",
+                    (to_ns,),
+                )
             )
-        )
 
     def removable_before(self, cutoff_ns: int, ingested: int) -> int:
         """The stream index below which every ingested record is archived and older than
         ``cutoff_ns``: the first row that is not (or ``ingested``, the next index to ingest,
         when every row is). Records that are not the layout's WakuMessage were never stored
         and hold nothing back; rows already pruned were removable."""
-        first = _value(
-            self.db,
-            "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
-            " AND NOT (ts_ns < ? AND rowid IN (SELECT rowid FROM archived))",
-            (ingested, cutoff_ns),
-        )
+        with self._reading():
+            first = _value(
+                self.db,
+                "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
+                " AND NOT (ts_ns < ? AND rowid IN (SELECT rowid FROM archived))",
+                (ingested, cutoff_ns),
+            )
         return ingested if first is None else first
 
     def _insert_archives(self, entries: Sequence[IndexEntry]) -> None:
@@ -313,6 +318,20 @@ class MessageStore:
 
     def _tx(self) -> _Tx:
         return _Tx(self.db, self.path)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read outside a transaction: SQLite's I/O error (a failed read of the database or
+        its WAL, ``SQLITE_IOERR_READ``) as the ``OSError(EIO)`` naming the file that the rest
+        of loglake raises for a failing disk — as a write's is (``_Tx``) — not apsw's own
+        exception. A read changes nothing: the same call works once the disk does."""
+        try:
+            yield
+        except apsw.Error as e:
+            err = _disk_error(e, self.path)
+            if err is e:
+                raise
+            raise err from e
 
 
 def _all(cur: apsw.Cursor) -> list[Any]:

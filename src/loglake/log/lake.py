@@ -257,12 +257,18 @@ def _yield_gil() -> None:
 @contextlib.contextmanager
 def _typed_lake_errors(lf: LakeFile) -> Iterator[None]:
     """A damaged lake file is ``CorruptSegment`` naming it. A missing one stays
-    ``FileNotFoundError``: readers re-list the lake when compaction or retention removed it."""
+    ``FileNotFoundError``: readers re-list the lake when compaction or retention removed it.
+    A disk error (an ``OSError`` with an errno, such as EIO) stays an ``OSError``: the file
+    may be whole, and calling it damage would send its user looking in the wrong place."""
     try:
         yield
     except FileNotFoundError:
         raise
-    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
+    except OSError as e:
+        if e.errno is not None:
+            raise
+        raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
+    except (pa.ArrowException, ValueError, KeyError) as e:
         raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
 
 

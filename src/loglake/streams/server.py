@@ -71,6 +71,11 @@ MAX_QUEUED_PER_CONNECTION = 20_000
 """Stop reading a connection while this many of its messages await the core (backpressure)."""
 READ_BUFFER = 256 * 1024
 """Bytes one read may take (asyncio's own default)."""
+LISTEN_BACKLOG = 1024
+"""Connections the kernel completes and queues before the event loop accepts them. asyncio's
+default (100) overflowed when 500 clients connected at once while the loop was busy: the
+kernel drops the SYN of a connection that finds the queue full, and that client waits for
+its retransmit (1 s, then 3 s …). Linux caps it at ``net.core.somaxconn``."""
 GC_YOUNG_THRESHOLD = 100_000
 """The collector's youngest-generation threshold while a server that is the process runs
 (``freeze_gc``); CPython's default is 700. Why: the push path allocates a few tracked
@@ -300,6 +305,7 @@ class StreamServer:
             self.port,
             ssl=self.tls,
             ssl_handshake_timeout=self.handshake_timeout if self.tls is not None else None,
+            backlog=LISTEN_BACKLOG,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._loop = loop

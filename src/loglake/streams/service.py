@@ -113,6 +113,11 @@ def disk_full_reason(stream: str, partition: int, e: BaseException) -> str:
     return f"{DISK_FULL}: stream {stream!r} partition {partition}: {e}"
 
 
+def read_failed_reason(target: _Target, e: OSError) -> str:
+    """The ``error`` reply's reason for a pull whose read failed (a disk error, EIO)."""
+    return f"read failed: stream {target.stream!r} partition {target.partition}: {e}"
+
+
 def worker_address(stream: str, partition: int, prefix: str = STREAM_SERVICE_ADDRESS) -> str:
     return f"{prefix}/{stream}/{partition}"
 
@@ -659,6 +664,13 @@ class StreamService:
             except LoglakeError as e:
                 log_event(logger, logging.ERROR, "pull failed", error=str(e))
                 rows = []  # the reference answers an empty PullResponse on storage errors
+            except OSError as e:
+                # the disk could not read it (EIO): an error the client can act on (retry,
+                # alert), naming what failed — not an empty answer that looks like the end of
+                # the stream, nor "internal error"; the connection stays open
+                log_event(logger, logging.ERROR, "pull failed: read error", stream=target.stream,
+                          partition=target.partition, error=str(e))  # fmt: skip
+                return self._error(msg, target.address, read_failed_reason(target, e))
             size = 0
             for row in rows:
                 size += len(row[1])
