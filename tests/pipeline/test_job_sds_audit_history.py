@@ -8,8 +8,10 @@ bytes hidden in the content, bad entries, junk, and any split into batches. No S
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -110,7 +112,13 @@ def reference(datas: list[bytes | None]) -> list[dict]:
     previous: dict[str, set[bytes]] = {}
     rows = []
     for data in datas:
-        row = {"ok": False, "reason": None, "history": None, "new": None, "requests": None}
+        row: dict[str, Any] = {
+            "ok": False,
+            "reason": None,
+            "history": None,
+            "new": None,
+            "requests": None,
+        }
         rows.append(row)
         try:
             if data is None:
@@ -168,6 +176,7 @@ def decoded(datas: list[bytes | None], cuts: list[int]) -> tuple[list[dict], _De
     return rows, state
 
 
+@pytest.mark.slow  # hypothesis: 4-10 s
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(datas=records(), cuts=st.lists(st.integers(0, 14), max_size=3))
 def test_history_decode_equals_the_straightforward_one(datas, cuts):

@@ -6,6 +6,7 @@ references before a message's first copy. No Spark."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ def channels(draw):
     )
 
 
+@pytest.mark.slow  # hypothesis: 4-10 s
 @settings(max_examples=100, deadline=None)
 @given(ch=channels())
 def test_array_sweep_equals_the_loop(ch):
