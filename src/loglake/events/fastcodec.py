@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from icp_candid import Types
 from icp_principal import Principal
@@ -757,12 +757,46 @@ def _uleb_value(raw: bytes) -> int:
     return v
 
 
-class EventBatch(Sequence[Event]):
+_Item = TypeVar("_Item")
+
+
+class _LazyBatch(Sequence[_Item]):
+    """A message's items read on first use: the scan that made the batch checked every byte,
+    so the full reader (``_decode``) runs only when a caller takes the items themselves."""
+
+    __slots__ = ("_items", "headers", "namespace", "raw")
+    raw: bytes
+    namespace: str
+    _items: list[_Item] | None
+
+    def _decode(self) -> list[_Item]:
+        raise NotImplementedError
+
+    def _list(self) -> list[_Item]:
+        if self._items is None:
+            self._items = self._decode()
+        return self._items
+
+    def __getitem__(self, k: Any) -> Any:
+        return self._list()[k]
+
+    def __iter__(self) -> Any:
+        yield from self._list()  # built at the first next(), not by iter() (zip calls it)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self) | list | tuple):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class EventBatch(_LazyBatch[Event]):
     """``vec Event`` as read from an ``icrc72_publish`` message: the message's bytes and each
     event's offsets; the events share ``source``, ``headers`` and ``namespace``. A sequence of
     ``Event`` (built on first use, equal to what :func:`decode_events` returns)."""
 
-    __slots__ = ("_events", "headers", "headers_enc", "namespace", "raw", "source", "spans")
+    __slots__ = ("headers_enc", "source", "spans")
 
     def __init__(
         self,
@@ -781,28 +815,13 @@ class EventBatch(Sequence[Event]):
         self.headers_enc = headers_enc
         """The events' ``opt ICRC16Map`` as encoded (flag included)."""
         self.namespace = namespace
-        self._events: list[Event] | None = None
+        self._items = None
 
-    def _list(self) -> list[Event]:
-        if self._events is None:
-            self._events = _decoding("event batch", _events, self.raw)
-        return self._events
+    def _decode(self) -> list[Event]:
+        return _decoding("event batch", _events, self.raw)
 
     def __len__(self) -> int:
         return len(self.spans) >> 2
-
-    def __getitem__(self, k: Any) -> Any:
-        return self._list()[k]
-
-    def __iter__(self) -> Any:
-        yield from self._list()  # built at the first next(), not by iter() (zip calls it)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, EventBatch | list | tuple):
-            return self._list() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"EventBatch({len(self)} events of {self.namespace!r})"
@@ -1033,14 +1052,14 @@ def _read_results_run(b: bytes) -> _ReadResults | None:
     return _ReadResults(ids, busy)
 
 
-class NotificationBatch(Sequence[EventNotification]):
+class NotificationBatch(_LazyBatch[EventNotification]):
     """``vec EventNotification`` as read from an ``icrc72_handle_notification`` message whose
     notifications share source, headers, filter and namespace (a Broadcaster's batch): the
     bytes, and each notification's event id and notification id — what a Subscriber needs to
     route, deduplicate and confirm. A sequence of ``EventNotification`` (built on first use,
     equal to what :func:`decode_notifications` returns)."""
 
-    __slots__ = ("_notes", "event_ids", "headers", "namespace", "notification_ids", "raw")
+    __slots__ = ("event_ids", "notification_ids")
 
     def __init__(
         self,
@@ -1055,28 +1074,13 @@ class NotificationBatch(Sequence[EventNotification]):
         self.notification_ids = notification_ids
         self.headers = headers
         self.namespace = namespace
-        self._notes: list[EventNotification] | None = None
+        self._items = None
 
-    def _list(self) -> list[EventNotification]:
-        if self._notes is None:
-            self._notes = _decoding("notification batch", _notes, self.raw)
-        return self._notes
+    def _decode(self) -> list[EventNotification]:
+        return _decoding("notification batch", _notes, self.raw)
 
     def __len__(self) -> int:
         return len(self.event_ids)
-
-    def __getitem__(self, k: Any) -> Any:
-        return self._list()[k]
-
-    def __iter__(self) -> Any:
-        yield from self._list()  # built at the first next(), not by iter()
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NotificationBatch | list | tuple):
-            return self._list() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"NotificationBatch({len(self)} notifications of {self.namespace!r})"
