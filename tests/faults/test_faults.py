@@ -12,7 +12,6 @@ full disk is also made with a small tmpfs (root only; skipped with the reason ot
 from __future__ import annotations
 
 import errno
-import logging
 import shutil
 import subprocess
 from collections import Counter
@@ -25,16 +24,6 @@ from tests.faults.parts import PARTS
 from tests.tmpfs import small_tmpfs
 
 SEEDS = (1, 2, 3)
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    """Recovery and failure warnings are expected here by the hundred."""
-    lg = logging.getLogger("loglake")
-    old = lg.level
-    lg.setLevel(logging.CRITICAL)
-    yield
-    lg.setLevel(old)
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ parts of ``test_faults.py``.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import random
 from collections import Counter
@@ -31,15 +30,6 @@ from tests.log.simdisk import SimDisk
 SMALL = StreamConfig(partitions=2, segment_bytes=3000, seal_to_lake=False)
 """Several sealed segments and an active one per partition; no lake (one thread on the disk,
 so a seed replays)."""
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    lg = logging.getLogger("loglake")
-    old = lg.level
-    lg.setLevel(logging.CRITICAL)
-    yield
-    lg.setLevel(old)
 
 
 def _is_eio(e: BaseException) -> bool:
