@@ -129,6 +129,52 @@ def test_cancel_stops_enqueuing_and_sent_notifications_stay_sent():
     assert w.net.run() == 0 and ids(w.bob) == []  # nothing more arrives
 
 
+def test_a_paced_replay_sends_no_faster_than_its_rate_by_the_clock():
+    w = World(batch_size=100, replay_rate=1000)  # a batch of 100 each 100 ms
+    w.register_publication()
+    w.publish(1000)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 1000).value
+    w.net.run()  # idle: the first batch went, the second waits for its slot
+    assert ids(w.bob) == list(range(100))
+    assert w.status("bob", rid).status.tag == "running"
+    w.clock.now += 50_000_000  # half a slot: still nothing
+    w.net.run()
+    assert ids(w.bob) == []
+    got = []
+    for _ in range(9):
+        w.clock.now += 100_000_000
+        w.net.run()
+        batch = ids(w.bob)
+        assert len(batch) == 100, len(batch)  # one batch a slot, even after a late pump
+        got += batch
+    assert got == list(range(100, 1000))
+    assert w.status("bob", rid).status == ReplayState("completed", 1000)
+
+
+def test_a_paced_replay_can_be_cancelled_between_its_batches():
+    w = World(batch_size=100, replay_rate=1000)
+    w.register_publication()
+    w.publish(1000)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 1000).value
+    w.net.run()
+    assert w.call("bob", "icrc77_cancel_replay", [rid]) == [Ok(rid)]
+    w.clock.now += 10**9
+    w.net.run()
+    assert w.status("bob", rid).status == ReplayState("canceled", 100)
+    assert ids(w.bob) == list(range(100))
+
+
+@pytest.mark.parametrize("rate", [0, -5.0])
+def test_a_replay_rate_must_be_positive(rate):
+    from loglake.events.publisher import Publisher
+    from tests.events.world import seeded
+
+    with pytest.raises(ValueError, match="replay_rate"):
+        Publisher(seeded(1).principal, seeded(2).principal, replay_rate=rate)
+
+
 def test_replay_of_trimmed_history_errors_with_a_reason():
     w = World()
     w.register_publication()

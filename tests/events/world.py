@@ -43,6 +43,7 @@ class World:
     """Subscriber name → broadcaster name serving its replays ("bc" or "bc2")."""
     relay_replays: bool = False
     relay_window: int = 10_000
+    replay_rate: float | None = None
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
@@ -76,7 +77,7 @@ class World:
             Broadcaster(p["bc2"], p["orch"], self.max_unconfirmed, self.relay_window)
         )
         self.pub = self.net.add(
-            Publisher(p["pub"], p["orch"], self.batch_size),
+            Publisher(p["pub"], p["orch"], self.batch_size, replay_rate=self.replay_rate),
             StreamsStore(LocalStreams(self.pub_log)),
         )
         self.alice = self.net.add(Subscriber(p["alice"], p["orch"]))

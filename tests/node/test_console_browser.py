@@ -49,8 +49,11 @@ CHROMIUM_ARGS = [
 NAMESPACE = "shop.payments"
 CHANNEL = "room"
 DAY_NS = 86_400 * 10**9
-BULK_EVENTS = 50_000
-"""Events in the replay the console cancels: enough that it is still under way when clicked."""
+BULK_EVENTS = 20_000
+"""Events in the replay the console cancels."""
+REPLAY_RATE = 2_000
+"""The node's ``[events] replay_rate``: the bulk replay takes 10 s whatever the machine's speed,
+so it is still under way when the cancel is clicked (unpaced, it had ended first once)."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,6 +85,7 @@ port = {streams}
 enabled = true
 transport = "inprocess"
 namespaces = ["{namespace}"]
+replay_rate = {replay_rate}
 [archives]
 enabled = true
 wait = 0.0
@@ -101,7 +105,14 @@ def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int,
     while streams == http:
         streams = free_port()
     cfg.write_text(
-        CONFIG.format(data=data, http=http, streams=streams, namespace=NAMESPACE, channel=CHANNEL)
+        CONFIG.format(
+            data=data,
+            http=http,
+            streams=streams,
+            namespace=NAMESPACE,
+            channel=CHANNEL,
+            replay_rate=REPLAY_RATE,
+        )
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "loglake.cli", "node", "--config", str(cfg)],
@@ -454,8 +465,9 @@ def test_a_running_replay_is_cancelled_from_the_console(
     )
     assert node.api.post("/events/subscriptions", json={"namespace": bulk}).status_code == 201
     # a long history, stored the way the Publisher stores events, pushed over the stream
-    # service (as an import of old events would be): publishing 50,000 events one API call
-    # per 1,000 would take a minute here, replaying them takes long enough to cancel
+    # service (as an import of old events would be): publishing 20,000 events one API call
+    # per 1,000 would take a while, and the node's replay rate keeps the replay going long
+    # enough to cancel
     event = stored_event(icrc16.text("bulk payment"), None, time.time_ns())
     with StreamClient("127.0.0.1", node.streams_port) as client:
         client.create_stream(bulk)  # the Publisher makes it on its first event; none yet

@@ -172,6 +172,12 @@ def whoami(key: str) -> None:
     default=0.0,
     help="(publisher) pause between batches; a throttled replay has one batch in flight at a time.",
 )
+@click.option(
+    "--replay-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="(publisher) events a second one replay is sent at, at most (default: no limit).",
+)
 def serve(
     role: str,
     key: str,
@@ -191,6 +197,7 @@ def serve(
     max_events_per_replay: int,
     batch_size: int,
     throttle_ms: float,
+    replay_rate: float | None,
 ) -> None:
     """Run one role over HTTP until interrupted."""
     from loglake.events import (
@@ -245,7 +252,9 @@ def serve(
             # throttled: one batch in flight, then the pause (calls to one role are pipelined,
             # so several batches in flight would leave together and the pause throttle nothing)
             inflight = 1 if throttle_ms > 0 else 4
-            core = Publisher(me, orch, batch_size=batch_size, max_inflight=inflight)
+            core = Publisher(
+                me, orch, batch_size=batch_size, max_inflight=inflight, replay_rate=replay_rate
+            )
             if register_ns:
                 cfg: list = [(C_REPLAY, {"Bool": True})]
                 if price_per_event:

@@ -23,7 +23,10 @@ An open-ended request's end is the stream's head when procurement starts. Step 7
 to the orchestrator with ``icrc77_replay_status`` (``running`` when procurement starts,
 ``completed(n)`` / ``canceled(n)`` / ``errored(text)`` at the end, ``n`` = events republished
 and accepted by the Broadcaster). Back-pressure: at most ``max_inflight`` publish calls per
-replay are outstanding; events the Broadcaster answers ``Busy`` are sent again later.
+replay are outstanding; events the Broadcaster answers ``Busy`` are sent again later. Pacing:
+with ``replay_rate`` a replay procures at most that many events a second (by the clock the core
+is given: a batch is not procured before its slot), so one long replay cannot take a node's
+whole CPU or flood a slow subscriber; ICRC-77 leaves the rate to the Publisher.
 
 Stored form: a stream message is only ``(index, data)`` (the Ockam wire carries nothing else),
 so ``data`` holds the whole event: ``0x00 · timestamp (u64 BE, ns) · icrc16.encode(value)``, or
@@ -241,6 +244,8 @@ class ActiveReplay:
     done: bool = False
     final: ReplayState | None = None
     retry: deque[Event] = field(default_factory=deque)
+    next_at: int = 0
+    """With a ``replay_rate``: the clock time (ns) before which no batch is procured."""
 
 
 class Publisher(Role):
@@ -252,8 +257,13 @@ class Publisher(Role):
         max_inflight: int = 4,
         progress_every: int = 5000,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        replay_rate: float | None = None,
     ) -> None:
         super().__init__(principal)
+        if replay_rate is not None and not replay_rate > 0:
+            raise ValueError(f"replay_rate must be > 0 events/s, not {replay_rate!r}")
+        self.replay_rate = replay_rate
+        """Events a second per replay at most (None: as fast as back-pressure allows)."""
         self.max_message_bytes = max_message_bytes
         self.progress_every = progress_every
         self.orchestrator = orchestrator
@@ -437,6 +447,11 @@ class Publisher(Role):
                 )
                 queued = True
             while r.inflight < self.max_inflight and (r.retry or r.cursor < r.end):
+                if self.replay_rate is not None:
+                    if now < r.next_at:
+                        break  # paced: the adapter pumps again later
+                    n = min(len(r.retry), self.batch_size) or min(r.end - r.cursor, self.batch_size)
+                    r.next_at = max(r.next_at, now) + int(n * 1e9 / self.replay_rate)
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]

@@ -172,6 +172,14 @@ OPTIONS: tuple[Option, ...] = (
         "inprocess: the roles on one in-process network; http: each role served over HTTP "
         "(any subset; others reached through the directory).",
     ),
+    Option(
+        "events",
+        "replay_rate",
+        _float(0.0),
+        0.0,
+        "Events a second one replay is sent at, at most (0: no limit); spares the node and "
+        "slow subscribers.",
+    ),
     Option("events", "http_host", _str, "127.0.0.1", "(http) address the roles listen on."),
     Option("events", "http_port", _int(0, 65532), 0, "(http) first role port (0: any)."),
     Option("events", "directory", _path, None, "(http) JSON {principal: url} of other roles."),

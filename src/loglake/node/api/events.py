@@ -93,7 +93,13 @@ class EventsHandle:
     """The in-process ICRC roles of a node (any subset that includes the orchestrator and a
     broadcaster; ``node/config.py`` checks it)."""
 
-    def __init__(self, ctx: NodeContext, roles: tuple[str, ...], namespaces: tuple[str, ...]):
+    def __init__(
+        self,
+        ctx: NodeContext,
+        roles: tuple[str, ...],
+        namespaces: tuple[str, ...],
+        replay_rate: float = 0.0,
+    ):
         from loglake.events import (
             C_REPLAY,
             Broadcaster,
@@ -145,7 +151,8 @@ class EventsHandle:
         if "publisher" in roles:
             self.publisher_store = _publisher_store(streams)
             self.publisher = self.net.add(
-                Publisher(p["publisher"], orch, batch_size=500), self.publisher_store
+                Publisher(p["publisher"], orch, batch_size=500, replay_rate=replay_rate or None),
+                self.publisher_store,
             )
             for ns in namespaces:
                 self.publisher.register(ns, [(C_REPLAY, {"Bool": True})])
@@ -156,7 +163,7 @@ class EventsHandle:
 
     @classmethod
     def start(cls, ctx: NodeContext, section: Any) -> EventsHandle:
-        handle = cls(ctx, tuple(section.roles), tuple(section.namespaces))
+        handle = cls(ctx, tuple(section.roles), tuple(section.namespaces), section.replay_rate)
         handle._register_namespaces()
         handle._thread.start()
         return handle

@@ -91,7 +91,12 @@ class EventsHttpHandle:
         if "broadcaster" in self.roles:
             self.cores["broadcaster"] = Broadcaster(self.principals["broadcaster"], orch)
         if "publisher" in self.roles:
-            pub = Publisher(self.principals["publisher"], orch, batch_size=500)
+            pub = Publisher(
+                self.principals["publisher"],
+                orch,
+                batch_size=500,
+                replay_rate=section.replay_rate or None,
+            )
             for ns in section.namespaces:
                 pub.register(ns, [(C_REPLAY, {"Bool": True})])
             self.cores["publisher"] = pub
