@@ -30,7 +30,7 @@ from loglake.wire.ockam import Address, RoutingMessage, TcpConnection, encode_fr
 WORKER = Address.local(worker_address("s", 0))
 OTHER = Address.local(worker_address("t", 3))
 # uint length changes: 1→2 octets at 128, 2→3 at 16,384, 3→4 at 2,097,152
-BOUNDARIES = [1, 127, 128, 16383, 16384, 2097151, 2097152, 2**35, 2**64 - 1]
+BOUNDARIES = [1, 127, 128, 16383, 16384, 2097151, 2097152, 2**28 - 1, 2**28, 2**35, 2**64 - 1]
 UINTS = st.sampled_from(BOUNDARIES) | st.integers(0, 2**64 - 1)
 
 

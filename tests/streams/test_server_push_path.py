@@ -8,7 +8,7 @@ order, what each peer may do, and the error reply to a malformed push among good
 
 from __future__ import annotations
 
-from loglake.log import MemoryLog
+from loglake.log import MemoryLog, StreamConfig
 from loglake.streams import codec
 from loglake.streams.client import ClientCore
 from loglake.streams.messages import Error, PullRequest
@@ -97,6 +97,53 @@ def test_client_frames_through_the_decoder_core_and_reply_parts_round_trip() -> 
     client.receive_data(TcpConnection.initial_bytes() + out)
     assert client.confirms == {rid: (True, i) for i, rid in enumerate(rids)}
     assert [d for _, d in svc.log.read_payloads("s", 0, 0, 1000)] == [b"x" * n for n in range(300)]
+
+
+def test_confirms_as_runs_are_the_same_frames_in_the_same_order_per_route() -> None:
+    """``batch(runs=True)`` (the server's way): one ``MessageRun`` per run of pushes from one
+    return route object to one partition, in the first push's entry. The frames per return
+    route are the ones ``runs=False`` gives, in the same order; nothing else changes."""
+    from loglake.streams.service import perform
+    from loglake.wire.ockam import MessageRun
+
+    other = route("p1")
+    w1 = Address.local(worker_address("s", 1))
+
+    def msgs() -> list[RoutingMessage]:
+        pull = RoutingMessage(ONWARD, route("r1"), codec.encode_payload(PullRequest(7, 0, 10)))
+        out = [push(1, b"a"), push(2, b"b"), pull, push(3, b"c")]
+        out += [RoutingMessage(ONWARD, other, codec.encode_push_request(9, b"o"))]
+        out += [RoutingMessage((w1,), CLIENT, codec.encode_push_request(4, b"p1"))]
+        out += [push(5, b"d"), RoutingMessage(ONWARD, (), codec.encode_push_request(6, b"e"))]
+        out += [push(7, b"f"), push(8, b"g")]
+        return out
+
+    def run(runs: bool) -> list:
+        log = MemoryLog()
+        log.create_stream("s", StreamConfig(partitions=2))
+        svc = StreamService(log)
+        batch = svc.batch(msgs(), runs=runs)
+        while batch.actions:
+            batch.feed([perform(log, a) for a in batch.actions])
+        return batch.replies
+
+    plain, grouped = run(False), run(True)
+    assert not any(isinstance(m, MessageRun) for r in plain for m in r)
+    # a run per stretch of pushes from one return route to one partition: the pull ends the
+    # first; another route, another partition or a route-less push (no reply) ends a run
+    sizes = [len(r[0].payloads) if r and isinstance(r[0], MessageRun) else r for r in grouped]
+    assert sizes[:2] == [2, []] and isinstance(sizes[2][0], RoutingMessage)
+    assert sizes[3:] == [1, 1, 1, 1, [], 2, []]
+
+    def per_route(replies: list) -> dict:
+        out: dict = {}
+        for r in replies:
+            for m in r:
+                for one in m.messages() if isinstance(m, MessageRun) else [m]:
+                    out.setdefault(one.onward_route, []).append(encode_frames([one]))
+        return out
+
+    assert per_route(grouped) == per_route(plain)
 
 
 def test_connections_sharing_the_read_buffer_keep_their_own_partial_frames() -> None:

@@ -230,6 +230,30 @@ def test_frame_parts_join_to_the_frames(msgs, burst) -> None:
     assert all(any(p is m.payload for p in parts) for m in plain)
 
 
+@given(
+    st.lists(messages, max_size=6),
+    st.lists(st.lists(st.binary(max_size=300), max_size=6), max_size=4),
+)
+def test_a_message_run_is_framed_as_its_messages(msgs, runs) -> None:
+    from loglake.wire.ockam import MessageRun, encode_frames, frame_parts
+
+    on, ret = route("p0"), route("stream_service/s/0")
+    items: list = list(msgs)
+    for k, payloads in enumerate(runs):
+        # runs on the very route objects, on equal routes that are other objects, between
+        # single messages on the same routes (the route cache must not leak across them)
+        r = ret if k % 2 else route("stream_service/s/0")
+        items += [MessageRun(on, r, payloads), RoutingMessage(on, r, b"single"), *msgs[:1]]
+    expanded = [
+        m for it in items for m in (it.messages() if isinstance(it, MessageRun) else [it])
+    ]
+    assert encode_frames(items) == b"".join(encode_frame(m) for m in expanded)
+    parts = frame_parts(items)
+    for it in items:  # payloads handed on, not copied
+        if isinstance(it, MessageRun):
+            assert all(any(p is q for q in parts) for p in it.payloads)
+
+
 @given(st.binary(max_size=70000))
 def test_frame_template_head_then_payload_is_the_frame(payload: bytes) -> None:
     from loglake.wire.ockam import FrameTemplate

@@ -41,8 +41,11 @@ def read_file(path: str | Path) -> bytes:
     fd = open(path, os.O_RDONLY)
     try:
         size = stat(path).st_size
-        out = bytearray()
-        while len(out) < size:
+        first = pread(fd, size, 0)
+        if len(first) == size:  # the usual case: no copy (a sealed segment is 64 MiB)
+            return first
+        out = bytearray(first)
+        while first and len(out) < size:
             chunk = pread(fd, size - len(out), len(out))
             if not chunk:
                 break

@@ -59,7 +59,13 @@ from collections.abc import Callable
 from loglake.logs import log_event
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
-from loglake.wire.ockam import DEFAULT_MAX_FRAME, RoutingMessage, TcpConnection, frame_parts
+from loglake.wire.ockam import (
+    DEFAULT_MAX_FRAME,
+    MessageRun,
+    RoutingMessage,
+    TcpConnection,
+    frame_parts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +186,7 @@ class _Connection(asyncio.BufferedProtocol):
     def _flush_slots(self) -> None:
         """Send every answered request whose return route has no earlier unanswered one."""
         assert self.slots is not None
-        out: list[RoutingMessage] = []
+        out: list[RoutingMessage | MessageRun] = []
         keep: deque[list] = deque()
         blocked: set = set()
         sent = 0
@@ -196,7 +202,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.slots = keep or None
         self.send(out, sent)
 
-    def send(self, msgs: list[RoutingMessage], handled: int) -> None:
+    def send(self, msgs: list[RoutingMessage | MessageRun], handled: int) -> None:
         self.queued -= handled
         t = self.transport
         if t is None or t.is_closing():
@@ -384,7 +390,7 @@ class StreamServer:
     def _start(self, fl: _InFlight) -> None:
         self._fifo.append(fl)
         try:
-            fl.batch = self.service.batch(fl.msgs, defer_reads=True, peers=fl.peers)
+            fl.batch = self.service.batch(fl.msgs, defer_reads=True, peers=fl.peers, runs=True)
         except Exception as e:
             self._crashed(fl, e)
             return

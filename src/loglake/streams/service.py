@@ -43,7 +43,7 @@ import logging
 import random
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
@@ -75,7 +75,7 @@ from loglake.streams.messages import (
     StreamSummary,
 )
 from loglake.streams.permissions import ANONYMOUS, AccessPolicy, Peer, Permission, denied
-from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, RoutingMessage
+from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, MessageRun, RoutingMessage
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,14 @@ class Batch:
     With ``defer_reads``, a pull's ``Read`` is not put in ``actions``: it waits in ``deferred``
     as a ``PendingRead``, its ``replies`` entry is None, and the adapter performs it whenever it
     likes — after this batch's actions (so a pull sees the pushes that came before it), but
-    without holding up the next batch's appends."""
+    without holding up the next batch's appends.
+
+    With ``runs``, the confirms of consecutive pushes from one return route (the very route
+    object: one connection's run of frames) to one partition come as one ``MessageRun`` in the
+    first push's ``replies`` entry, and the others' entries are empty: the same frames, in the
+    same order on that route, with no object per confirm (issue 16). Replies to one return
+    route keep request order within a worker; a run's confirms may leave before the replies of
+    other workers to requests between them, as Ockam guarantees no order across workers."""
 
     __slots__ = ("_gen", "actions", "deferred", "replies")
 
@@ -248,10 +255,11 @@ class Batch:
         msgs: Sequence[RoutingMessage],
         defer_reads: bool,
         peers: Sequence[Peer] | None = None,
+        runs: bool = False,
     ):
-        self.replies: list[list[RoutingMessage] | None] = [[] for _ in msgs]
+        self.replies: list[list[RoutingMessage | MessageRun] | None] = [[] for _ in msgs]
         self.deferred: list[PendingRead] = []
-        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads, peers)
+        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads, peers, runs)
         self.actions: list[Action] = []
         self._step(None)
 
@@ -321,7 +329,8 @@ class StreamService:
                 batch.feed([perform(log, actions[0])])
             else:
                 batch.feed(list(self.map_targets(functools.partial(perform, log), actions)))
-        return [r for r in batch.replies if r is not None]  # nothing deferred: none is None
+        # nothing deferred (none is None), and no runs: routing messages only
+        return cast(list[list[RoutingMessage]], [r for r in batch.replies if r is not None])
 
     # -- the core ----------------------------------------------------------------------------
     def batch(
@@ -330,12 +339,14 @@ class StreamService:
         *,
         defer_reads: bool = False,
         peers: Sequence[Peer] | None = None,
+        runs: bool = False,
     ) -> Batch:
         """Start handling ``msgs`` (everything one read, or several connections, produced):
         consecutive pushes to one partition become one ``Append`` — one group commit — and
         the confirms keep request order. ``peers[i]`` is who sent ``msgs[i]`` (checked against
-        ``access``; None: everyone is ``ANONYMOUS``)."""
-        return Batch(self, msgs, defer_reads, peers)
+        ``access``; None: everyone is ``ANONYMOUS``). ``runs``: confirms as ``MessageRun``s
+        (``Batch``), for an adapter that frames them (``wire.ockam.frame_parts``)."""
+        return Batch(self, msgs, defer_reads, peers, runs)
 
     def error_reply(self, msg: RoutingMessage, reason: str) -> list[RoutingMessage]:
         """An ``error`` reply to ``msg`` (for an adapter that could not get ``msg`` handled)."""
@@ -347,7 +358,7 @@ class StreamService:
         logger.error("stream service failed on a message", exc_info=e)
         return self.error_reply(msg, f"internal error: {type(e).__name__}")
 
-    def _run(self, msgs, out, deferred, defer_reads, peers):
+    def _run(self, msgs, out, deferred, defer_reads, peers, runs):
         """The batch as a generator: yields lists of actions, is sent lists of outcomes."""
         access = self.access
         # pending pushes per target (keyed by the worker address bytes: their hash is cached):
@@ -396,7 +407,7 @@ class StreamService:
                                 last_onward, last_items = msg.onward_route, slot[1]
                             continue
             if pending:
-                yield from self._flush(pending, out)
+                yield from self._flush(pending, out, runs)
                 pending = {}
                 last_onward = None
             handler = self._dispatch(msg, peers[i] if peers else ANONYMOUS)
@@ -411,7 +422,7 @@ class StreamService:
             else:
                 out[i] = replies
         if pending:
-            yield from self._flush(pending, out)
+            yield from self._flush(pending, out, runs)
 
     def _drive(
         self, handler: Generator[Action, Any, _T], defer_reads: bool = False
@@ -432,20 +443,33 @@ class StreamService:
             return stop.value
 
     # -- push ------------------------------------------------------------------------------
-    def _flush(self, pending, out):
+    def _flush(self, pending, out, runs=False):
         """One ``Append`` per target (independent partitions: one step, so an adapter may run
-        them side by side); fill in the confirms, in request order within a target."""
+        them side by side); fill in the confirms, in request order within a target (as runs
+        with ``runs``: ``Batch``)."""
         groups = list(pending.values())
         outcomes = yield [
             Append(t.stream, t.partition, [item[1][1] for item in items]) for t, items in groups
         ]
         for (target, items), outcome in zip(groups, outcomes, strict=True):
             src = (target.address,)  # one route object for the burst: framed once
-            for (i, _, msg), payload in zip(
-                items, self._confirms(target, items, outcome), strict=True
-            ):
-                if msg.return_route:
-                    out[i] = [RoutingMessage(msg.return_route, src, payload)]
+            payloads = self._confirms(target, items, outcome)
+            if not runs:
+                for (i, _, msg), payload in zip(items, payloads, strict=True):
+                    if msg.return_route:
+                        out[i] = [RoutingMessage(msg.return_route, src, payload)]
+                continue
+            ret: object = None
+            run: list[bytes] = []
+            for (i, _, msg), payload in zip(items, payloads, strict=True):
+                if msg.return_route is not ret:
+                    ret = msg.return_route
+                    if not ret:
+                        continue
+                    run = [payload]
+                    out[i] = [MessageRun(msg.return_route, src, run)]
+                elif ret:
+                    run.append(payload)
 
     def _confirms(self, target: _Target, items: list[_Pending], outcome: Outcome) -> list[bytes]:
         e = outcome.error

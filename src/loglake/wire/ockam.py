@@ -100,6 +100,24 @@ class RoutingMessage:
     tracing_context: str | None = field(default=None)
 
 
+@dataclass(slots=True)
+class MessageRun:
+    """Several messages on the same routes, one after the other: a worker's replies to one
+    return route (a burst's push confirms). Framed as those ``RoutingMessage``s would be,
+    byte for byte (``frame_parts``), and equal to them by ``messages()``.
+
+    Why: the stream service answers every pushed message with its own frame; building a
+    ``RoutingMessage`` per confirm and looking up its routes per frame cost the server about
+    0.4 µs a push (issue 16). A run carries the payloads alone."""
+
+    onward_route: Route
+    return_route: Route
+    payloads: list[bytes]
+
+    def messages(self) -> list[RoutingMessage]:
+        return [RoutingMessage(self.onward_route, self.return_route, p) for p in self.payloads]
+
+
 def route(*names: str | Address) -> Route:
     return tuple(n if isinstance(n, Address) else Address.local(n) for n in names)
 
@@ -262,40 +280,45 @@ class FrameTemplate:
         return self.head(len(payload)) + payload
 
 
-def frame_parts(msgs: Sequence[RoutingMessage]) -> list[bytes]:
+def frame_parts(msgs: Sequence[RoutingMessage | MessageRun]) -> list[bytes]:
     """The frames of ``msgs`` as a list of byte strings whose concatenation is
     ``encode_frames(msgs)``: a head per frame, then its payload as given (not copied), for
     ``writelines``/``sendmsg`` or one ``join``. Consecutive messages on the same route objects
     (a burst of replies to one return route) share one encoding of their routes, and one head
-    per payload size."""
+    per payload size; a ``MessageRun`` is framed as its messages, with no object per frame."""
     parts: list[bytes] = []
     add = parts.append
     last_on: Route | None = None
     last_ret: Route | None = None
     prefix = b""
     heads: dict[int, bytes] = {}
+    payloads: Sequence[bytes]
     for m in msgs:
-        payload = m.payload
-        if m.tracing_context is not None:
+        if isinstance(m, MessageRun):
+            payloads = m.payloads
+        elif m.tracing_context is not None:
             body = encode_transport_message(m)
             add(_LEN.pack(len(body)))
             add(body)
             continue
+        else:
+            payloads = (m.payload,)
         on, ret = m.onward_route, m.return_route
         if on is not last_on or ret is not last_ret:
             prefix = b"\x83" + encode_route(on) + encode_route(ret)
             last_on, last_ret, heads = on, ret, {}
-        n = len(payload)
-        h = heads.get(n)
-        if h is None:
-            ph = cbor_bytes_head(n)
-            h = heads[n] = _LEN.pack(len(prefix) + len(ph) + n) + prefix + ph
-        add(h)
-        add(payload)
+        for payload in payloads:
+            n = len(payload)
+            h = heads.get(n)
+            if h is None:
+                ph = cbor_bytes_head(n)
+                h = heads[n] = _LEN.pack(len(prefix) + len(ph) + n) + prefix + ph
+            add(h)
+            add(payload)
     return parts
 
 
-def encode_frames(msgs: Sequence[RoutingMessage]) -> bytes:
+def encode_frames(msgs: Sequence[RoutingMessage | MessageRun]) -> bytes:
     """The frames of ``msgs``, back to back (``frame_parts`` joined)."""
     return b"".join(frame_parts(msgs))
 
