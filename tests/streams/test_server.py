@@ -278,3 +278,42 @@ def test_async_push_error_lane(server) -> None:
             assert await c.push("real", b"x") == 0
 
     asyncio.run(main())
+
+
+def test_a_loop_thread_serves_its_value_then_stops_it_on_its_loop() -> None:
+    import asyncio
+    import threading
+
+    from loglake.streams.server import LoopThread
+
+    seen: list = []
+
+    async def begin() -> str:
+        seen.append(("begin", threading.current_thread().name))
+        return "svc"
+
+    async def end(v: str) -> None:
+        seen.append(("end", v, threading.current_thread().name))
+
+    t = LoopThread(begin, end, "loglake-test-loop")
+    assert t.start() == "svc"
+    assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0, "x"), t._loop).result(5) == "x"
+    t.stop()
+    assert seen == [("begin", "loglake-test-loop"), ("end", "svc", "loglake-test-loop")]
+    assert not t._thread.is_alive() and t._loop.is_closed()
+
+
+def test_a_loop_thread_whose_start_fails_raises_it_and_leaves_nothing_running() -> None:
+    from loglake.streams.server import LoopThread
+
+    async def begin() -> None:
+        raise OSError(98, "Address already in use")
+
+    async def end(v: object) -> None:
+        raise AssertionError("never started, never stopped")
+
+    t = LoopThread(begin, end, "loglake-test-loop")
+    with pytest.raises(OSError, match="already in use"):
+        t.start()
+    assert not t._thread.is_alive() and t._loop.is_closed()
+    t.stop()  # harmless afterwards

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import threading
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -33,6 +32,7 @@ from loglake.node.app import create_app
 from loglake.node.auth import Token, load_or_create_token
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
+from loglake.streams.server import LoopThread
 
 _logger = logging.getLogger(__name__)
 
@@ -246,10 +246,7 @@ class BackgroundNode:
 
     def __init__(self, config: NodeConfig, *, say: Callable[[str], None] = print) -> None:
         self.node = Node(config, say=say)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="loglake-node", daemon=True)
+        self._thread = LoopThread(self.node.start, Node.stop, "loglake-node", stop_timeout=60)
 
     @property
     def url(self) -> str:
@@ -265,34 +262,12 @@ class BackgroundNode:
         assert self.node.context is not None
         return self.node.context
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self.node.start())
-        except BaseException as e:
-            self._error = e
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-
     def start(self) -> BackgroundNode:
         self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            self._thread.join(timeout=30)
-            self._loop.close()
-            raise self._error
         return self
 
     def stop(self) -> None:
-        if self._loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(self.node.stop(), self._loop)
-            fut.result(timeout=60)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
-        if not self._loop.is_closed():
-            self._loop.close()
+        self._thread.stop()
 
     def __enter__(self) -> BackgroundNode:
         return self.start()

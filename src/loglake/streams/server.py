@@ -54,7 +54,8 @@ import queue
 import ssl
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar, cast
 
 from loglake.logs import log_event
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
@@ -68,6 +69,8 @@ from loglake.wire.ockam import (
 )
 
 logger = logging.getLogger(__name__)
+
+_S = TypeVar("_S")
 
 APPEND_THREADS = 8
 """Partitions appended in parallel within one batch."""
@@ -526,6 +529,57 @@ class StreamServer:
             self._gc_threshold = None
 
 
+class LoopThread(Generic[_S]):
+    """An asyncio event loop on its own thread: ``start()`` runs ``begin()`` on it and returns
+    its result, the loop then serves until ``stop()``, which runs ``end(result)`` on it and
+    ends the thread. One implementation for every "service on a background thread" (the
+    stream server here, ``node.runner.BackgroundNode``); an error in ``begin`` is raised by
+    ``start()`` and leaves no thread or loop behind."""
+
+    def __init__(
+        self,
+        begin: Callable[[], Coroutine[Any, Any, _S]],
+        end: Callable[[_S], Coroutine[Any, Any, object]],
+        name: str,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self._begin, self._end, self._stop_timeout = begin, end, stop_timeout
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.value: _S | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self.value = self._loop.run_until_complete(self._begin())
+        except BaseException as e:
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> _S:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join(timeout=30)
+            self._loop.close()
+            raise self._error
+        return cast(_S, self.value)
+
+    def stop(self) -> None:
+        if self._ready.is_set() and self._error is None and self._loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(self._end(cast(_S, self.value)), self._loop)
+            fut.result(timeout=self._stop_timeout)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        if not self._loop.is_closed():
+            self._loop.close()
+
+
 class BackgroundServer:
     """A ``StreamServer`` on its own event loop thread (for tests, the demo, embedding).
 
@@ -535,43 +589,24 @@ class BackgroundServer:
     def __init__(
         self, service: StreamService, host: str = "127.0.0.1", port: int = 0, **kw
     ) -> None:
-        self._make: Callable[[], StreamServer] = lambda: StreamServer(service, host, port, **kw)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
+        self._thread = LoopThread(
+            lambda: StreamServer(service, host, port, **kw).start(),
+            StreamServer.stop,
+            "loglake-server",
+        )
         self.server: StreamServer | None = None
-        self._thread = threading.Thread(target=self._run, name="loglake-server", daemon=True)
 
     @property
     def port(self) -> int:
         assert self.server is not None
         return self.server.port
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self.server = self._loop.run_until_complete(self._make().start())
-        except BaseException as e:
-            self._error = e
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-
     def start(self) -> BackgroundServer:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self.server = self._thread.start()
         return self
 
     def stop(self) -> None:
-        if self.server is not None and self._loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop)
-            fut.result(timeout=30)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
-        self._loop.close()
+        self._thread.stop()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()
