@@ -360,46 +360,74 @@ def _read_unit(
     from loglake.pipeline.livelog import open_log_readonly
 
     with open_log_readonly(data_dir) as log:
-        buf: list[Any] = []
-        for rec in log.iter_records(u.stream, 0, lo, hi, batch=8192):
-            buf.append(rec)
-            if len(buf) >= SCAN_BATCH:
-                yield _live_batch(buf)
-                buf = []
-        if buf:
-            yield _live_batch(buf)
+        pos = lo
+        while pos < hi:
+            # (index, data) pairs: no Record object per record (Log.read_payloads)
+            pairs = log.read_payloads(u.stream, 0, pos, limit=min(SCAN_BATCH, hi - pos))
+            if not pairs:
+                return
+            if pairs[-1][0] >= hi:
+                pairs = [p for p in pairs if p[0] < hi]
+                if not pairs:
+                    return
+            yield _live_batch(pairs)
+            pos = pairs[-1][0] + 1
 
 
-def _live_batch(recs: list[Any]) -> tuple[np.ndarray, pa.Array]:
+def _live_batch(pairs: list[tuple[int, bytes]]) -> tuple[np.ndarray, pa.Array]:
     import pyarrow as pa
 
-    idx = np.fromiter((r.index for r in recs), dtype=np.int64, count=len(recs))
-    return idx, pa.array([r.data for r in recs], type=pa.binary())
+    idxs, datas = zip(*pairs, strict=True)
+    return np.array(idxs, dtype=np.int64), pa.array(datas, type=pa.binary())
+
+
+def _spill_path(spill_dir: str, sid: int, u: _Unit) -> str:
+    """Where the scan leaves a unit's decoded records for the build (one file per unit)."""
+    return os.path.join(spill_dir, f"s-{sid}-{u.start}.arrow")
+
+
+_SPILL_COLUMNS = ("index", "ts", "topic", "cap", "data")
 
 
 def _scan_task(
-    layout_name: str, data_dir: str
+    layout_name: str, data_dir: str, spill_dir: str
 ) -> Callable[[tuple[int, _Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
-    """The scan, one task per unit: every record decoded (``decode_waku_batch``); out come,
+    """The scan, one call per unit, and the only read and decode of every record: out come,
     per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
-    bad record as ``(sid, index, error)``. Small: windows are planned from it."""
+    bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
+    records, decoded (index, time, topic, cap, data) and in the store's order (time, then
+    index), are left in an uncompressed Arrow IPC file under ``spill_dir`` for the build, which
+    memory-maps it (why: reading and decoding every record a second time in the build was a
+    third of the job, docs/archives.md "Fourth pass")."""
 
     def run(task: tuple[int, _Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
+        import pyarrow as pa
+
         sid, u = task
         rows: list[tuple[int, ...]] = []
         bad: list[tuple[int, int, str]] = []
+        keep: list[pa.RecordBatch] = []
         for idx, col in _read_unit(data_dir, u):
-            ts, _, _, bads = decode_waku_batch(layout_name, col)
+            ts, topic, cap, bads = decode_waku_batch(layout_name, col)
             good = np.ones(len(ts), dtype=bool)
             if bads:
                 good = np.array([x is None for x in bads], dtype=bool)
                 bad += [(sid, int(idx[i]), str(bads[i])) for i in np.flatnonzero(~good).tolist()]
             if not good.any():
                 continue
-            i_, t_ = idx[good], ts[good]
-            bucket = t_ // BUCKET_NS
+            if not good.all():
+                sel = np.flatnonzero(good)
+                idx, ts, cap = idx[sel], ts[sel], cap[sel]
+                topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
+            keep.append(
+                pa.RecordBatch.from_arrays(
+                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), col],
+                    names=list(_SPILL_COLUMNS),
+                )
+            )
+            bucket = ts // BUCKET_NS
             order = np.argsort(bucket, kind="stable")
-            i_, t_, bucket = i_[order], t_[order], bucket[order]
+            i_, t_, bucket = idx[order], ts[order], bucket[order]
             starts = np.concatenate(([0], np.flatnonzero(np.diff(bucket) != 0) + 1))
             cols = zip(
                 bucket[starts].tolist(),
@@ -410,9 +438,36 @@ def _scan_task(
                 strict=True,
             )
             rows += [(sid, *c) for c in cols]
+        if keep:
+            _write_spill(_spill_path(spill_dir, sid, u), keep)
         return rows, bad
 
     return run
+
+
+def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
+    """The batches in the store's order (time, then index; no sort when already in it) as an
+    Arrow IPC file, written under a temporary name and renamed (a retried task rewrites it)."""
+    import pyarrow as pa
+
+    ts = np.concatenate([b.column(1).to_numpy() for b in batches])
+    idx = np.concatenate([b.column(0).to_numpy() for b in batches])
+    if _out_of_order(ts, idx):
+        table = pa.Table.from_batches(batches).take(pa.array(np.lexsort((idx, ts))))
+        batches = table.combine_chunks().to_batches()
+    tmp = f"{path}.tmp"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batches[0].schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    os.replace(tmp, path)
+
+
+def _out_of_order(ts: np.ndarray, idx: np.ndarray) -> bool:
+    """Whether rows are not in the store's order (time, then index)."""
+    if len(ts) < 2:
+        return False
+    dt = np.diff(ts)
+    return bool(np.any(dt < 0) or np.any((dt == 0) & (np.diff(idx) <= 0)))
 
 
 @dataclass(frozen=True)
@@ -429,50 +484,41 @@ class _BuildTask:
 
 
 def _build_task(
-    layout_name: str, data_dir: str, topics: Sequence[bytes | str] | None, parts_dir: str
+    layout_name: str, topics: Sequence[bytes | str] | None, parts_dir: str, spill_dir: str
 ) -> Callable[[_BuildTask], dict[str, Any]]:
-    """The build, one task per group of windows: the group's index range read from where it
-    lies, decoded, records of its windows kept and put in the store's order (time, then
-    index), ``_build_window``: archives framed, padded, pieces hashed, bytes written to a part
-    file; returned: sizes, hashes, entries."""
+    """The build, one call per group of windows: the group's records taken from the scan's
+    spill files of its units (memory-mapped, already decoded and in the store's order, each
+    window a slice by time), ``_build_window``: archives framed, padded, pieces hashed, bytes
+    written to a part file; returned: sizes, hashes, entries."""
 
     def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
 
         frm, to = t.windows[0][0], t.windows[-1][1]
-        idxs, tss, tops, caps, datas = [], [], [], [], []
+        tables = []
         for u in t.units:
-            for idx, col in _read_unit(data_dir, u, t.lo, t.hi):
-                ts, topic, cap, bads = decode_waku_batch(layout_name, col)
-                keep = (ts >= frm) & (ts < to)
-                if bads:  # reported by the scan
-                    keep &= np.array([x is None for x in bads], dtype=bool)
-                if not keep.all():
-                    sel = np.flatnonzero(keep)
-                    idx, ts, cap = idx[sel], ts[sel], cap[sel]
-                    topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
-                idxs.append(idx)
-                tss.append(ts)
-                tops.append(topic)
-                caps.append(cap)
-                datas.append(col)
+            path = _spill_path(spill_dir, t.sid, u)
+            if not os.path.exists(path):  # no good record in this unit
+                continue
+            with pa.memory_map(path) as src:
+                table = pa.ipc.open_file(src).read_all()
+            ts = table.column(1).to_numpy()
+            a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
+            if z > a:
+                tables.append(table.slice(a, z - a))
         rows: list[Any] = []
-        if idxs:
-            ts = np.concatenate(tss)
-            order = np.lexsort((np.concatenate(idxs), ts))  # the store's order
-            if np.any(order != np.arange(len(order))):
-                sel = pa.array(order)
-                topic_l = pa.chunked_array(tops).take(sel).to_pylist()
-                data_l = pa.chunked_array(datas).take(sel).to_pylist()
-            else:
-                topic_l = pa.chunked_array(tops).to_pylist()
-                data_l = pa.chunked_array(datas).to_pylist()
+        if tables:
+            table = pa.concat_tables(tables)
+            ts = table.column(1).to_numpy()
+            if len(tables) > 1 and _out_of_order(ts, table.column(0).to_numpy()):
+                order = np.lexsort((table.column(0).to_numpy(), ts))  # the store's order
+                table, ts = table.take(pa.array(order)), ts[order]
             rows = list(
                 zip(
-                    ts[order].tolist(),
-                    topic_l,
-                    data_l,
-                    np.concatenate(caps)[order].tolist(),
+                    ts.tolist(),
+                    table.column(2).to_pylist(),
+                    table.column(4).to_pylist(),
+                    table.column(3).to_numpy().tolist(),
                     strict=True,
                 )
             )
@@ -480,6 +526,20 @@ def _build_task(
         return _build_window(layout, t.sid, t.group, list(t.windows), rows, topics, parts_dir)
 
     return run
+
+
+def _in_groups(items: Sequence[Any], sizes: Sequence[int], n: int) -> list[list[Any]]:
+    """``items`` in at most ``n`` groups of about equal total size (largest first into the
+    lightest group), each group one Spark task: a task costs a closure unpickled in a Python
+    worker, so a hundred small streams should not make a hundred tasks."""
+    n = max(1, min(n, len(items)))
+    groups: list[list[Any]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i in sorted(range(len(items)), key=lambda i: -sizes[i]):
+        g = load.index(min(load))
+        groups[g].append(items[i])
+        load[g] += sizes[i]
+    return [g for g in groups if g]
 
 
 def _group_windows(
@@ -542,11 +602,14 @@ def _build_window(
     result = builder.build(windows, rows, topics, presorted=True)
     path = os.path.join(parts_dir, f"{sid}-{w}")
     if result.archives:
-        with open(path, "wb") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
             for a in result.archives:
-                f.writelines(a.parts)
+                fs.writev_all(fd, a.parts)  # no copy of each buffer (as writelines makes)
                 if a.trailing_zeros:
-                    f.write(bytes(a.trailing_zeros))
+                    fs.write_all(fd, bytes(a.trailing_zeros))
+        finally:
+            os.close(fd)
     entries = [
         (a.entry.metadata, a.entry.offset, a.entry.size, a.entry.padding) for a in result.archives
     ]
@@ -1016,21 +1079,50 @@ def _run(
     now = time.time_ns() if opts.now_ns is None else opts.now_ns
     states = [_load_state(root, c, layout) for c in opts.communities]
     report.communities = [CommunityReport(c.stream, c.community_id) for c in opts.communities]
-    all_sids = list(range(len(states)))
 
     # the streams' records as units (lake files, live ranges), planned here from metadata
     streams = {sid: c.stream for sid, c in enumerate(opts.communities)}
     units = _plan_units(opts.data_dir, streams)
     sc = spark.sparkContext
 
-    # pass 1 (executors): every record decoded where it lies; per community and hour of
-    # message time, the index range of its messages; bad records. Small, collected.
+    # pass 1 (executors): every record read and decoded where it lies, once; per community
+    # and hour of message time, the index range of its messages; bad records. Small,
+    # collected. The decoded records stay in spill files under parts_dir for pass 2.
+    job = uuid.uuid4().hex[:12]
+    parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
+    fs.makedirs_durable(parts_dir)
+    try:
+        return _scan_build_stage(
+            sc, opts, root, layout, states, report, units, now, parts_dir, job, progress, fault, t0
+        )
+    finally:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+
+
+def _scan_build_stage(
+    sc: Any,
+    opts: ArchivesBuildOptions,
+    root: Path,
+    layout: Layout,
+    states: list[_State],
+    report: ArchivesBuildReport,
+    units: dict[int, list[_Unit]],
+    now: int,
+    parts_dir: Path,
+    job: str,
+    progress: Progress,
+    fault: Fault,
+    t0: float,
+) -> ArchivesBuildReport:
+    """Both passes, staging and commit (``_run`` owns ``parts_dir`` and removes it)."""
+    all_sids = list(range(len(states)))
+    slots = 4 * max(1, sc.defaultParallelism)
     progress("scan", 0, 1)
     scan_tasks = [(sid, u) for sid in all_sids for u in units[sid]]
+    scan = _scan_task(opts.layout, opts.data_dir, str(parts_dir))
+    groups = _in_groups(scan_tasks, [u.end - u.start for _, u in scan_tasks], slots)
     summary = (
-        sc.parallelize(scan_tasks, max(1, len(scan_tasks)))
-        .map(_scan_task(opts.layout, opts.data_dir))
-        .collect()
+        sc.parallelize(groups, len(groups)).flatMap(lambda g: [scan(x) for x in g]).collect()
         if scan_tasks
         else []
     )
@@ -1085,48 +1177,38 @@ def _run(
 
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
-    job = uuid.uuid4().hex[:12]
-    parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
-    fs.makedirs_durable(parts_dir)
-    try:
-        progress("build", 0, len(tasks))
-        # biggest first, so the last task to finish is a small one
-        order = sorted(tasks, key=lambda t: t.lo - t.hi)
-        rows = (
-            sc.parallelize(order, len(order))
-            .map(_build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir)))
-            .collect()
+    progress("build", 0, len(tasks))
+    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(parts_dir))
+    bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
+    rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
+    progress("build", len(tasks), len(tasks))
+    report.seconds["build"] = time.perf_counter() - t1
+    fault("parts")
+
+    by_sid: dict[int, list[Any]] = {}
+    for r in rows:
+        by_sid.setdefault(r["sid"], []).append(r)
+        report.communities[r["sid"]].records += r["records"]
+
+    # driver: prefix sums, index, torrent, magnet; stage every community, then commit
+    t2 = time.perf_counter()
+    staged = []
+    for sid, ws in windows.items():
+        wrows = sorted(by_sid.get(sid, []), key=lambda r: r["w"])
+        stage = _stage_community(
+            root, states[sid], layout, wrows, ws[-1][1], opts.announce, report.communities[sid]
         )
-        progress("build", len(tasks), len(tasks))
-        report.seconds["build"] = time.perf_counter() - t1
-        fault("parts")
-
-        by_sid: dict[int, list[Any]] = {}
-        for r in rows:
-            by_sid.setdefault(r["sid"], []).append(r)
-            report.communities[r["sid"]].records += r["records"]
-
-        # driver: prefix sums, index, torrent, magnet; stage every community, then commit
-        t2 = time.perf_counter()
-        staged = []
-        for sid, ws in windows.items():
-            wrows = sorted(by_sid.get(sid, []), key=lambda r: r["w"])
-            stage = _stage_community(
-                root, states[sid], layout, wrows, ws[-1][1], opts.announce, report.communities[sid]
-            )
-            if stage is not None:
-                payload = {"community_id": opts.communities[sid].community_id, "job": job}
-                fs.replace_file_atomic(stage / COMMIT, json.dumps(payload).encode())
-                staged.append(stage)
-            progress("stage", len(staged), len(windows))
-        report.seconds["stage"] = time.perf_counter() - t2
-        fault("staged")
-        t3 = time.perf_counter()
-        for stage in staged:
-            _commit_with_fault(root, stage, fault)
-        report.seconds["commit"] = time.perf_counter() - t3
-    finally:
-        shutil.rmtree(parts_dir, ignore_errors=True)
+        if stage is not None:
+            payload = {"community_id": opts.communities[sid].community_id, "job": job}
+            fs.replace_file_atomic(stage / COMMIT, json.dumps(payload).encode())
+            staged.append(stage)
+        progress("stage", len(staged), len(windows))
+    report.seconds["stage"] = time.perf_counter() - t2
+    fault("staged")
+    t3 = time.perf_counter()
+    for stage in staged:
+        _commit_with_fault(root, stage, fault)
+    report.seconds["commit"] = time.perf_counter() - t3
     for sid in all_sids:
         rep = report.communities[sid]
         if not rep.info_hash:  # nothing new: describe what is there
