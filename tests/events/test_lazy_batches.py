@@ -41,6 +41,14 @@ from tests.wire.test_icrc16 import values
 P = [Principal(bytes([k]) * 10) for k in range(6)]
 
 
+def same(a, b) -> bool:
+    """Equal results of two readers: the same items (compared by ``repr``: a NaN read twice is
+    two unequal floats), the same ``"error"``, or both None (not our encoder's header)."""
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return repr(list(a)) == repr(list(b))
+
+
 @st.composite
 def uniform_events(draw, min_size=1):
     """Events sharing source, headers and namespace (a replay batch's shape)."""
@@ -85,7 +93,7 @@ def test_a_mixed_batch_is_read_into_a_list(evs, other_src, other_ns):
 )
 def test_damaged_event_batches_read_as_the_full_reader_does(evs, pos, byte, cut):
     bad = mutated(encode_events(evs), pos, byte, cut)
-    assert fast(bad, decode_event_batch) == fast(bad, decode_events)
+    assert same(fast(bad, decode_event_batch), fast(bad, decode_events))
 
 
 @settings(max_examples=150, deadline=None)
@@ -128,7 +136,7 @@ def test_a_uniform_notification_batch_reads_lazily(notes, pos, byte, cut):
     assert got.notification_ids == [n.notification_id for n in notes]
     assert got.namespace == notes[0].namespace and got.headers == notes[0].headers
     bad = mutated(data, pos, byte, cut)
-    assert fast(bad, decode_notification_batch) == fast(bad, decode_notifications)
+    assert same(fast(bad, decode_notification_batch), fast(bad, decode_notifications))
 
 
 @settings(max_examples=150, deadline=None)

@@ -494,6 +494,7 @@ _M = [
         confirm_to,
         confirm_from,
         fast_arg=fastcodec.encode_nats,
+        fast_arg_decode=fastcodec.decode_nats,
     ),
     # Subscriber, and every role for system namespaces (ICRC-72 "Subscriber Update Functions").
     # The candidate writes `(vec notification) -> ()` (one-shot); we return the count accepted so

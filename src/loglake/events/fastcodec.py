@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
+import numpy as np
 from icp_candid import Types
 from icp_principal import Principal
 
@@ -710,6 +712,9 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
         raise ICRC16Error("a vec nat is a list of nats")
     out = bytearray(NATS_HEADER)
     uleb(len(ids), out)
+    arr = _nat_array(ids) if len(ids) > 16 else None
+    if arr is not None:  # the whole batch's LEB128 at once
+        return bytes(out) + b"".join(_rows(len(ids), [("leb", arr)]))
     for x in ids:
         if type(x) is int and 0 <= x < 0x200000:  # LEB128 inline: the usual ids
             if x < 0x80:
@@ -757,6 +762,147 @@ def _uleb_value(raw: bytes) -> int:
     return v
 
 
+# --- numpy for the per-event fields (issue 11, fourth pass: in process) ------------------------
+# Why: after the third pass no event was decoded or re-encoded on the replay path, but every
+# hop still ran a Python loop per event — writing ids and timestamps as LEB128, copying each
+# notification's fields, reading ids back. The fields around each event's data are small and
+# shaped alike along a batch (the same LEB128 lengths, the same shared parts), so they are
+# written or read for the whole batch at once as rows of a byte matrix (numpy), and the
+# message is assembled by ``bytes.join`` from those rows and each event's data. Rows whose
+# field lengths differ (an id crossing 128, 16,384, … within a batch) are built in groups of
+# equal lengths; anything these paths do not cover (a nat of 2**63 or more, an over-long
+# LEB128) goes the per-event way, as before.
+_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
+_WINDOW = np.arange(10)
+_LEB_LIMITS = [1 << (7 * k) for k in range(1, 10)]
+
+
+def _leb_widths(x: np.ndarray) -> np.ndarray:
+    """The LEB128 length of each ``uint64`` (1 to 10 bytes)."""
+    w = np.ones(len(x), np.int64)
+    for limit in _LEB_LIMITS:
+        w += x >= limit
+    return w
+
+
+def _put_leb(mat: np.ndarray, col: int, x: np.ndarray, width: int) -> None:
+    """Write each ``x`` (all ``width`` bytes long in LEB128) into ``mat[:, col:col+width]``."""
+    for j in range(width):
+        v = (x >> _SHIFTS[j]) & 0x7F
+        mat[:, col + j] = v | 0x80 if j < width - 1 else v
+
+
+def _rows(n: int, pieces: list[Any]) -> list[bytes]:
+    """``n`` byte strings, each the concatenation of ``pieces``: ``bytes`` (the same in every
+    row), ``("leb", x)`` (row k: LEB128 of ``x[k]``, a ``uint64`` array), ``("opt", x,
+    present)`` (``opt nat``: ``\\x01`` + LEB128 of ``x[k]`` where ``present[k]``, else
+    ``\\x00``) or ``("copy", buf, starts, widths)`` (row k: ``buf[starts[k]:starts[k] +
+    widths[k]]``, ``buf`` a ``uint8`` array)."""
+    if n == 0:
+        return []
+    var: list[np.ndarray] = []
+    for p in pieces:
+        if type(p) is bytes:
+            continue
+        if p[0] == "leb":
+            var.append(_leb_widths(p[1]))
+        elif p[0] == "opt":
+            var.append(np.where(p[2], 1 + _leb_widths(p[1]), 1))
+        else:
+            var.append(np.asarray(p[3], np.int64))
+    if all(bool((w == w[0]).all()) for w in var):
+        return _build_rows(pieces, [int(w[0]) for w in var], None, n)
+    shapes, group = np.unique(np.stack(var, axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    out = np.empty(n, dtype=object)
+    for g, shape in enumerate(shapes.tolist()):
+        idx = np.flatnonzero(group == g)
+        out[idx] = _build_rows(pieces, shape, idx, len(idx))
+    return list(out.tolist())
+
+
+def _build_rows(
+    pieces: list[Any], widths: list[int], idx: np.ndarray | None, m: int
+) -> list[bytes]:
+    """The rows ``idx`` (None: all) of :func:`_rows`, whose variable pieces are ``widths``
+    bytes long."""
+    total = sum(len(p) for p in pieces if type(p) is bytes) + sum(widths)
+    if total == 0:
+        return [b""] * m
+    mat = np.empty((m, total), np.uint8)
+    col = v = 0
+    for p in pieces:
+        if type(p) is bytes:
+            if p:
+                mat[:, col : col + len(p)] = np.frombuffer(p, np.uint8)
+                col += len(p)
+            continue
+        w = widths[v]
+        v += 1
+        kind = p[0]
+        if kind == "leb":
+            _put_leb(mat, col, p[1] if idx is None else p[1][idx], w)
+        elif kind == "opt":
+            mat[:, col] = 0 if w == 1 else 1
+            if w > 1:
+                _put_leb(mat, col + 1, p[1] if idx is None else p[1][idx], w - 1)
+        elif w:
+            starts = p[2] if idx is None else p[2][idx]
+            mat[:, col : col + w] = p[1][starts[:, None] + np.arange(w)]
+        col += w
+    return list(mat.view(f"V{total}").ravel().tolist())
+
+
+def _interleave(*columns: list[bytes]) -> bytes:
+    """``columns[0][0] + columns[1][0] + … + columns[0][1] + …``: the rows joined in order."""
+    k = len(columns)
+    parts: list[bytes] = [b""] * (k * len(columns[0]))
+    for j, c in enumerate(columns):
+        parts[j::k] = c
+    return b"".join(parts)
+
+
+def _nat_array(xs: Sequence[Any] | np.ndarray) -> np.ndarray | None:
+    """``xs`` as a ``uint64`` array if every one is an ``int`` in ``[0, 2**64)``, else None."""
+    if isinstance(xs, np.ndarray):
+        if xs.dtype.kind == "u" or (xs.dtype.kind == "i" and not bool((xs < 0).any())):
+            return xs.astype(np.uint64)
+        return None
+    if set(map(type, xs)) != {int}:
+        return None
+    try:
+        return np.array(xs, dtype=np.uint64)
+    except (OverflowError, ValueError):
+        return None
+
+
+def decode_nats(data: bytes) -> list[int] | None:
+    """``vec nat`` (``icrc72_confirm_notifications``' argument) → the ids, read at once; None
+    when the header is not our encoder's or anything is unusual (a nat past 63 bits, a
+    malformed message): the generic reader then decides, as before."""
+    if not data.startswith(NATS_HEADER):
+        return None
+    b = bytes(data)
+    try:
+        n, i = _count(b, len(NATS_HEADER))
+    except Exception:  # the generic reader reports it
+        return None
+    body = np.frombuffer(b[i:] + _PAD, np.uint8)
+    size = len(b) - i
+    if n == 0:
+        return [] if size == 0 else None
+    ends = np.flatnonzero(body[:size] < 0x80)
+    if len(ends) != n or ends[-1] != size - 1:
+        return None
+    starts = np.empty(n, np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    got = _uleb_at(body, starts, True)
+    if got is None:
+        return None
+    return list(got[1].tolist())
+
+
 _Item = TypeVar("_Item")
 
 
@@ -796,20 +942,20 @@ class EventBatch(_LazyBatch[Event]):
     event's offsets; the events share ``source``, ``headers`` and ``namespace``. A sequence of
     ``Event`` (built on first use, equal to what :func:`decode_events` returns)."""
 
-    __slots__ = ("headers_enc", "source", "spans")
+    __slots__ = ("_sp", "headers_enc", "source")
 
     def __init__(
         self,
         raw: bytes,
-        spans: list[int],
+        spans: list[int] | np.ndarray,
         source: Any,
         headers: ICRC16Map | None,
         headers_enc: bytes,
         namespace: str,
     ) -> None:
         self.raw = raw
-        self.spans = spans
-        """Per event: start, end of ``data``, start of ``timestamp``, end (4 ints an event)."""
+        self._sp = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
+        """Per event (a row): start, end of ``data``, start of ``timestamp``, end."""
         self.source = source
         self.headers = headers
         self.headers_enc = headers_enc
@@ -820,8 +966,13 @@ class EventBatch(_LazyBatch[Event]):
     def _decode(self) -> list[Event]:
         return _decoding("event batch", _events, self.raw)
 
+    @property
+    def spans(self) -> list[int]:
+        """Per event: start, end of ``data``, start of ``timestamp``, end (4 ints an event)."""
+        return list(self._sp.ravel().tolist())
+
     def __len__(self) -> int:
-        return len(self.spans) >> 2
+        return len(self._sp)
 
     def __repr__(self) -> str:
         return f"EventBatch({len(self)} events of {self.namespace!r})"
@@ -845,6 +996,29 @@ class EventBatch(_LazyBatch[Event]):
         hdr, flt, nsb = bytes(hb), bytes(fb), bytes(ns)
         skip_h = len(self.headers_enc)
         skip_ns = len(nsb)
+        if first_id >= 0 and step >= 0 and first_id + step * count < 1 << 63:
+            # every event's bytes up to its data end, then a row of the fields after it
+            rows = self._sp[:count]
+            b = self.raw
+            S, D, T, E = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+            heads = [b[s:d] for s, d in zip(S.tolist(), D.tolist(), strict=True)]
+            B = np.frombuffer(b, np.uint8)
+            nids = np.arange(count, dtype=np.uint64) * np.uint64(step) + np.uint64(first_id)
+            prev_at = D + skip_h
+            tails = _rows(
+                count,
+                [
+                    hdr,
+                    ("copy", B, prev_at, T - prev_at),
+                    flt,
+                    ("copy", B, T, E - skip_ns - T),
+                    ("leb", nids),
+                    nsb,
+                ],
+            )
+            out0 = bytearray(NOTIFICATIONS_HEADER)
+            uleb(count, out0)
+            return bytes(out0) + _interleave(heads, tails)
         b, sp = self.raw, self.spans
         out = bytearray(NOTIFICATIONS_HEADER)
         uleb(count, out)
@@ -873,9 +1047,10 @@ class EventBatch(_LazyBatch[Event]):
         return bytes(out)
 
 
-def _scan_events(b: bytes) -> EventBatch | None:
+def _scan_events_loop(b: bytes) -> EventBatch | None:
     """The batch's offsets if its events share source, headers and namespace and every byte
-    reads; None otherwise (the full reader decides)."""
+    reads; None otherwise (the full reader decides). Event by event (the third pass's scan:
+    what :func:`_scan_events` falls back to)."""
     i = len(_events_header())
     n, i = _count(b, i)
     size = len(b)
@@ -925,6 +1100,325 @@ def _scan_events(b: bytes) -> EventBatch | None:
     if i != size:
         return None
     return EventBatch(b, spans, source, headers, headers_enc, namespace)
+
+
+# The scans of the fourth pass: one pattern match per event walks the batch — from the end of
+# an event's data over its fixed fields and the next event's start to that event's data
+# length, every byte checked as :func:`_scan_events_loop` checks it — and records only where
+# each event's data ends; the offsets and ids after those points are then read for the whole
+# batch at once (:func:`_uleb_at`). Patterns are compiled once per (source, headers,
+# namespace[, filter]).
+@lru_cache(maxsize=64)
+def _walk_patterns(src_enc: bytes, tail: bytes) -> tuple[re.Pattern[bytes], ...]:
+    """``(first, first_any, step, step_any, last)`` for a batch whose events repeat
+    ``src_enc`` and whose bytes after each event's data match ``tail`` (a pattern): ``first``
+    reads the first event up to its ``#Blob`` length (``first_any``: up to its data, any
+    value), ``step`` an event's tail and the next event up to its ``#Blob`` length
+    (``step_any``: up to its data), ``last`` the last tail (to the end)."""
+    head = _ULEB + re.escape(src_enc)
+    blob = re.escape(_BLOB_TAG) + b"(" + _ULEB + b")"
+    return (
+        re.compile(head + blob),
+        re.compile(head),
+        re.compile(tail + head + blob),
+        re.compile(tail + head),
+        re.compile(tail),
+    )
+
+
+def _walk(b: bytes, start: int, n: int, pats: tuple[re.Pattern[bytes], ...]) -> list[int] | None:
+    """Where each of the ``n`` events from ``start`` ends its data; None: the batch is not of
+    this shape (or is damaged: the full reader decides)."""
+    first, first_any, step, step_any, last = pats
+    size = len(b)
+    m = first.match(b, start)
+    if m is not None:
+        d = m.end() + _uleb_value(m.group(1))
+        if d > size:
+            return None
+    else:
+        m = first_any.match(b, start)
+        if m is None:
+            return None
+        _, d = _read_value(b, m.end(), 0)
+    lens: dict[bytes, int] = {}  # a #Blob length's bytes → its value
+    ds = [d]
+    add = ds.append
+    sm, sam, val = step.match, step_any.match, _uleb_value
+    for _ in range(n - 1):
+        m = sm(b, d)
+        if m is not None:
+            g = m.group(1)
+            k = lens.get(g)
+            if k is None:
+                k = lens[g] = val(g)
+            d = m.end() + k
+            if d > size:
+                return None
+        else:
+            m = sam(b, d)
+            if m is None:
+                return None
+            _, d = _read_value(b, m.end(), 0)
+        add(d)
+    if last.fullmatch(b, d) is None:
+        return None
+    return ds
+
+
+def _first_event(b: bytes, i: int, with_filter: bool) -> tuple[Any, ...]:
+    """The first event's shared parts and where its data and itself end: ``(source, src_enc,
+    headers, headers_enc, filter_enc, namespace, ns_enc, data_end, end)`` (``filter_enc``
+    b"" for an ``Event``)."""
+    _, i = _uleb_r(b, i)
+    src_at = i
+    source, i = _Interned().principal(b, i)
+    src_enc = b[src_at:i]
+    _, i = _read_value(b, i, 0)
+    h_at = i
+    headers, i = _HeaderCache().read(b, i)
+    headers_enc = b[h_at:i]
+    _, i = _opt_nat_r(b, i)
+    f_at = i
+    if with_filter:
+        if b[i] == 1:
+            _, i = _text_r(b, i + 1)
+        elif b[i] == 0:
+            i += 1
+        else:
+            raise ValueError("opt flag must be 0 or 1")
+    filter_enc = b[f_at:i]
+    _, i = _uleb_r(b, i)
+    if with_filter:
+        _, i = _uleb_r(b, i)
+    ns_at = i
+    namespace, i = _Interned().namespace(b, i)
+    return source, src_enc, headers, headers_enc, filter_enc, namespace, b[ns_at:i], h_at, i
+
+
+def _after_data(
+    buf: np.ndarray, D: np.ndarray, skip_h: int, skip_f: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """From each data end ``D``: past the headers (``skip_h`` bytes) and ``opt prevEventId``,
+    then ``skip_f`` bytes (the filter): where ``timestamp`` starts, and its LEB128 width."""
+    prev_at = D + skip_h
+    T = prev_at + 1
+    has_prev = buf[prev_at] == 1
+    if has_prev.any():
+        got = _uleb_at(buf, T[has_prev], False)
+        if got is None:
+            return None
+        T[has_prev] += got[0]
+    T += skip_f
+    got = _uleb_at(buf, T, False)
+    if got is None:
+        return None
+    return T, got[0]
+
+
+# Faster still, for any sizes of data: the bytes between two events' data begin with the
+# batch's headers, so splitting the message at them (``bytes.split``: C) gives every event's
+# data end at once — if the headers' bytes occur nowhere else. The chain below then checks, for
+# the whole batch at once, that from each data end the tail and the next event's head read as
+# the walk reads them and that the next event's data ends exactly at the next split point;
+# the first data end comes from the first event, so by induction the data ends are the walk's
+# and every byte was checked as it checks them. Headers' bytes inside some event's data (the
+# split then disagrees with the chain), a value that is not a ``#Blob``, a LEB128 longer than
+# 9 bytes: the walk decides.
+_PAD = b"\xff" * 16  # after the message: a LEB128 running into it never ends
+
+
+def _rows_of(buf: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width`` consecutive bytes of ``buf`` as a row (a view: row ``k`` starts at
+    offset ``k``)."""
+    return np.ndarray((len(buf) - width + 1, width), np.uint8, buffer=buf, strides=(1, 1))
+
+
+def _uleb_at(buf: np.ndarray, at: np.ndarray, values: bool) -> tuple[Any, Any] | None:
+    """``(width, value)`` of the LEB128 numbers at ``at`` (``buf`` padded with ``_PAD``):
+    ``width`` an ``int`` when all are as long (the usual case), else an array; ``value`` None
+    unless ``values``. None: a number longer than 9 bytes."""
+    first = buf[int(at[0]) : int(at[0]) + 10]
+    w0 = int((first < 0x80).argmax()) + 1
+    cols = []
+    uniform = bool(first[w0 - 1] < 0x80)
+    for j in range(w0 if uniform else 0):
+        c = buf[at + j]
+        cols.append(c)
+        if not bool(((c < 0x80) if j == w0 - 1 else (c >= 0x80)).all()):
+            uniform = False
+            break
+    if uniform:
+        if w0 > 9:
+            return None
+        if not values:
+            return w0, None
+        v = cols[0].astype(np.uint64) & 0x7F
+        for j in range(1, w0):
+            v |= (cols[j].astype(np.uint64) & 0x7F) << _SHIFTS[j]
+        return w0, v
+    c = buf[at]
+    w = np.ones(len(at), np.int64)
+    more = c >= 0x80
+    v = c.astype(np.uint64) & 0x7F
+    j = 1
+    while bool(more.any()):
+        if j == 9:
+            return None
+        c = buf[at + j]
+        if values:
+            v |= np.where(more, (c.astype(np.uint64) & 0x7F) << _SHIFTS[j], np.uint64(0))
+        w += more
+        more &= c >= 0x80
+        j += 1
+    return w, (v if values else None)
+
+
+def _is_at(buf: np.ndarray, at: np.ndarray, lit: bytes) -> bool:
+    """``lit`` is at every offset ``at``."""
+    if not lit:
+        return True
+    return bool(_rows_of(buf, len(lit))[at].tobytes() == lit * len(at))
+
+
+@dataclass
+class _Chain:
+    S: np.ndarray
+    D: np.ndarray
+    T: np.ndarray
+    E: np.ndarray
+    eids: np.ndarray | None
+    nids: np.ndarray | None
+
+
+def _chain(
+    b: bytes, s0: int, n: int, first: tuple[Any, ...], filter_enc: bytes | None
+) -> _Chain | None:
+    """The offsets (and, for notifications — ``filter_enc`` not None —, the event and
+    notification ids) of a batch whose events share source, headers, filter and namespace
+    (``first``: :func:`_first_event`) and whose values are ``#Blob``s; None: the walk
+    decides. Data ends are guessed first at the first event's stride (events as long as the
+    first), then found by splitting at the headers' bytes; the chain checks either guess."""
+    _, src_enc, _, headers_enc, _, _, ns_enc, d0, e0 = first
+    size = len(b)
+    buf = np.frombuffer(b + _PAD, np.uint8)
+    D = d0 + np.arange(n, dtype=np.int64) * (e0 - s0)
+    if int(D[-1]) < size:
+        try:
+            got = _chain_from(buf, size, s0, D, src_enc, headers_enc, filter_enc, ns_enc)
+        except IndexError:  # a guess past the end: not this shape
+            got = None
+        if got is not None:
+            return got
+    if len(headers_enc) < 8:
+        return None  # too short to be rare in data
+    pieces = b.split(headers_enc)
+    if len(pieces) != n + 1:
+        return None
+    lens = np.fromiter(map(len, pieces[:n]), np.int64, n)
+    D = np.cumsum(lens)
+    D[1:] += np.arange(1, n, dtype=np.int64) * len(headers_enc)
+    try:
+        return _chain_from(buf, size, s0, D, src_enc, headers_enc, filter_enc, ns_enc)
+    except IndexError:  # pragma: no cover - the split's offsets are inside the message
+        return None
+
+
+def _chain_from(
+    buf: np.ndarray,
+    size: int,
+    s0: int,
+    D: np.ndarray,
+    src_enc: bytes,
+    headers_enc: bytes,
+    filter_enc: bytes | None,
+    ns_enc: bytes,
+) -> _Chain | None:
+    """:func:`_chain` for the guessed data ends ``D``: the chain, or None if it does not
+    hold."""
+    n = len(D)
+    if not _is_at(buf, D, headers_enc):
+        return None
+    notes = filter_enc is not None
+    # every event's tail, from its data end
+    prev_at = D + len(headers_enc)
+    flags = buf[prev_at]
+    if bool((flags > 1).any()):
+        return None
+    T = prev_at + 1
+    has = flags == 1
+    if bool(has.any()):
+        got = _uleb_at(buf, T[has], False)
+        if got is None:
+            return None
+        T[has] += got[0]
+    if notes:
+        if not _is_at(buf, T, filter_enc or b""):
+            return None
+        T += len(filter_enc or b"")
+    got = _uleb_at(buf, T, False)
+    if got is None:
+        return None
+    after = T + got[0]
+    nids = None
+    if notes:
+        got = _uleb_at(buf, after, True)
+        if got is None:
+            return None
+        nids = got[1]
+        after = after + got[0]
+    if not _is_at(buf, after, ns_enc):
+        return None
+    E = after + len(ns_enc)
+    if int(E[-1]) != size:
+        return None
+    # every event's head: the first one's start, then each tail's end
+    S = np.empty(n, np.int64)
+    S[0] = s0
+    S[1:] = E[:-1]
+    got = _uleb_at(buf, S, notes)
+    if got is None:
+        return None
+    eids = got[1]
+    at = S + got[0]
+    if not _is_at(buf, at, src_enc + _BLOB_TAG):
+        return None
+    got = _uleb_at(buf, at + len(src_enc) + 1, True)
+    if got is None:
+        return None
+    ends = at + len(src_enc) + 1 + got[0] + got[1].astype(np.int64)
+    if not bool((ends == D).all()):
+        return None
+    return _Chain(S, D, T, E, eids, nids)
+
+
+def _scan_events(b: bytes) -> EventBatch | None:
+    """:func:`_scan_events_loop`'s result, read by :func:`_walk` and numpy (the loop for
+    what they do not cover)."""
+    i = len(_events_header())
+    n, s0 = _count(b, i)
+    if n == 0:
+        return None
+    first = _first_event(b, s0, False)
+    source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
+    ch = _chain(b, s0, n, first, None)
+    if ch is not None:
+        sp = np.stack([ch.S, ch.D, ch.T, ch.E], axis=1)
+        return EventBatch(b, sp, source, headers, headers_enc, namespace)
+    tail = re.escape(headers_enc) + rb"(?:\x00|\x01" + _ULEB + b")" + _ULEB + re.escape(ns_enc)
+    ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
+    if ds is None:
+        return None
+    D = np.array(ds, np.int64)
+    got = _after_data(np.frombuffer(b + _PAD, np.uint8), D, len(headers_enc), 0)
+    if got is None:
+        return _scan_events_loop(b)
+    T, tw = got
+    E = T + tw + len(ns_enc)
+    S = np.empty(n, np.int64)
+    S[0] = s0
+    S[1:] = E[:-1]
+    return EventBatch(b, np.stack([S, D, T, E], axis=1), source, headers, headers_enc, namespace)
 
 
 def decode_event_batch(data: bytes) -> EventBatch | list[Event] | None:
@@ -991,7 +1485,10 @@ def _encode_results_run(r: PublishResults) -> bytes:
     out = bytearray(PUBLISH_RESULTS_HEADER)
     uleb(r.length, out)
     per, nid = r.per_event, r.first_id
-    if per == 1:
+    if per == 1 and r.delivered > 16 and nid >= 0 and nid + r.delivered < 1 << 63:
+        ids = np.arange(r.delivered, dtype=np.uint64) + np.uint64(nid)
+        out += b"".join(_rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
+    elif per == 1:
         for x in range(nid, nid + r.delivered):
             out += b"\x01\x00\x01"
             if x < 0x80:
@@ -1086,9 +1583,10 @@ class NotificationBatch(_LazyBatch[EventNotification]):
         return f"NotificationBatch({len(self)} notifications of {self.namespace!r})"
 
 
-def _scan_notes(b: bytes) -> NotificationBatch | None:
+def _scan_notes_loop(b: bytes) -> NotificationBatch | None:
     """The batch's ids if its notifications share source, headers, filter and namespace and
-    every byte reads; None otherwise (the full reader decides)."""
+    every byte reads; None otherwise (the full reader decides). Event by event (the third
+    pass's scan: what :func:`_scan_notes` falls back to)."""
     i = len(NOTIFICATIONS_HEADER)
     n, i = _count(b, i)
     size = len(b)
@@ -1156,6 +1654,50 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
     return NotificationBatch(b, eids, nids, headers, namespace)
 
 
+def _scan_notes(b: bytes) -> NotificationBatch | None:
+    """:func:`_scan_notes_loop`'s result, read by :func:`_walk` and numpy (the loop for what
+    they do not cover)."""
+    i = len(NOTIFICATIONS_HEADER)
+    n, s0 = _count(b, i)
+    if n == 0:
+        return None
+    first = _first_event(b, s0, True)
+    _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
+    ch = _chain(b, s0, n, first, filter_enc)
+    if ch is not None and ch.eids is not None and ch.nids is not None:
+        return NotificationBatch(
+            b, list(ch.eids.tolist()), list(ch.nids.tolist()), headers, namespace
+        )
+    tail = (
+        re.escape(headers_enc)
+        + rb"(?:\x00|\x01"
+        + _ULEB
+        + b")"
+        + re.escape(filter_enc)
+        + _ULEB
+        + _ULEB
+        + re.escape(ns_enc)
+    )
+    ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
+    if ds is None:
+        return None
+    buf = np.frombuffer(b + _PAD, np.uint8)
+    got = _after_data(buf, np.array(ds, np.int64), len(headers_enc), len(filter_enc))
+    if got is None:
+        return _scan_notes_loop(b)
+    T, tw = got
+    nids = _uleb_at(buf, T + tw, True)
+    if nids is None:
+        return _scan_notes_loop(b)
+    S = np.empty(n, np.int64)
+    S[0] = s0
+    S[1:] = (T + tw + nids[0] + len(ns_enc))[:-1]
+    eids = _uleb_at(buf, S, True)
+    if eids is None:
+        return _scan_notes_loop(b)
+    return NotificationBatch(b, list(eids[1].tolist()), list(nids[1].tolist()), headers, namespace)
+
+
 def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNotification] | None:
     """``vec EventNotification`` → a :class:`NotificationBatch` (notifications sharing source,
     headers, filter and namespace: read lazily), else the list :func:`decode_notifications`
@@ -1180,8 +1722,55 @@ def _leb(x: int, out: bytearray) -> None:
 
 
 def event_batch(
-    ids: Sequence[int],
-    timestamps: Sequence[int],
+    ids: Sequence[int] | np.ndarray,
+    timestamps: Sequence[int] | np.ndarray,
+    values: Sequence[bytes],
+    namespace: str,
+    source: Any,
+    headers: ICRC16Map | None,
+) -> EventBatch:
+    """:func:`_event_batch_loop`'s message, its ids, previous ids and timestamps written for
+    the whole batch at once (:func:`_rows`): each event is ``LEB128(id) · source`` · its value
+    · ``headers · opt prevEventId · LEB128(timestamp) · namespace``. Ids or timestamps that
+    are not all nats below 2**64 go the per-event way (which raises the typed error)."""
+    n = len(values)
+    ida = _nat_array(ids) if len(ids) == n else None
+    tsa = _nat_array(timestamps) if ida is not None and len(timestamps) == n else None
+    if n == 0 or ida is None or tsa is None:
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
+        if isinstance(timestamps, np.ndarray):
+            timestamps = timestamps.tolist()
+        return _event_batch_loop(ids, timestamps, values, namespace, source, headers)
+    c = _Cache()
+    src, nsb = c.source(source), c.namespace(namespace)
+    hb = bytearray()
+    _headers(headers, hb, {})
+    hdr = bytes(hb)
+    pre = _rows(n, [("leb", ida), src])
+    post = _rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
+    out = bytearray(_events_header())
+    uleb(n, out)
+    body = _interleave(pre, list(values), post)
+    # offsets: each event is its pre row, its value, its post row
+    lens = np.empty((n, 3), np.int64)
+    lens[:, 0] = _leb_widths(ida) + len(src)
+    lens[:, 1] = np.fromiter(map(len, values), np.int64, n)
+    lens[:, 2] = np.where(ida > 0, 1 + _leb_widths(ida - np.uint64(1)), 1)
+    lens[:, 2] += len(hdr) + _leb_widths(tsa) + len(nsb)
+    ends = np.cumsum(lens.ravel()).reshape(n, 3) + len(out)
+    S = ends[:, 2] - lens.sum(axis=1)
+    D = ends[:, 1]
+    E = ends[:, 2]
+    T = E - len(nsb) - _leb_widths(tsa)
+    return EventBatch(
+        bytes(out) + body, np.stack([S, D, T, E], axis=1), source, headers, hdr, namespace
+    )
+
+
+def _event_batch_loop(
+    ids: Sequence[int] | np.ndarray,
+    timestamps: Sequence[int] | np.ndarray,
     values: Sequence[bytes],
     namespace: str,
     source: Any,

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from icp_principal import Principal
 
 from loglake.errors import DecodeError
@@ -77,6 +78,7 @@ _TS = struct.Struct(">Q")
 _HLEN = struct.Struct(">I")
 _PREFIX = icrc16.MESSAGE_PREFIX
 _PLEN = len(_PREFIX)
+_PREFIX_ROW = np.frombuffer(_PREFIX, np.uint8)
 
 
 class StoredEventError(DecodeError):
@@ -173,18 +175,21 @@ def procure_batch(
     (``fastcodec.event_batch``: no ``Event`` per stored event) when every message is a stored
     event without headers (the usual case); otherwise the list :func:`procure` makes."""
     off = 9 + _PLEN
-    if not messages or not all(
-        m.data[:1] == b"\x00" and m.data.startswith(_PREFIX, 9) for m in messages
-    ):
+    datas = [m.data for m in messages]
+    # every message's kind, timestamp and value prefix, read at once (numpy)
+    heads = b"".join([d[:off] for d in datas])
+    if not messages or len(heads) != off * len(datas):
+        return procure(messages, namespace, replay_id, source, open_ended, last_id)
+    rows = np.frombuffer(heads, np.uint8).reshape(len(datas), off)
+    if bool(rows[:, 0].any()) or not bool((rows[:, 9:] == _PREFIX_ROW).all()):
         return procure(messages, namespace, replay_id, source, open_ended, last_id)
     extra: ICRC16Map = [(H_REPLAY_ID, {"Nat": replay_id})]
     if open_ended:
         extra.append((H_REPLAY_END_ID, {"Nat": last_id}))
-    unpack = _TS.unpack_from
     return event_batch(
         [m.index for m in messages],
-        [unpack(m.data, 1)[0] for m in messages],
-        [m.data[off:] for m in messages],
+        np.ascontiguousarray(rows[:, 1:9]).view(">u8").ravel().astype(np.uint64),
+        [d[off:] for d in datas],
         namespace,
         source,
         extra,
