@@ -89,3 +89,25 @@ def test_one_window_per_task_gives_the_control_nodes_bytes(
     assert_same(tmp_path / "job", tmp_path / "ctl")
     assert rep.new_archives == len(out.new) and rep.communities[0].records == 4 * 30
     assert staging_empty(tmp_path / "job")
+
+
+def test_framed_records_are_frame_parts_joined():
+    """The spec build's C framing: ``0x1a varint(len) record`` for every record (varints of
+    1, 2 and 3 bytes, empty records, a sliced column) equals ``frame_parts`` joined; a record
+    of 2 MiB or more is left to the general path (None)."""
+    import random
+
+    import pyarrow as pa
+
+    from loglake.archives.layout import frame_parts
+
+    rng = random.Random(7)
+    lens = [0, 1, 127, 128, 129, 16383, 16384, 16385, (1 << 21) - 1, 300]
+    lens += [rng.randrange(0, 40_000) for _ in range(100)]
+    col = pa.array([rng.randbytes(n) for n in lens], pa.binary())
+    for part in (col, col.slice(3, 50), col.slice(0, 0)):
+        framed = ab._framed(part)
+        assert framed is not None
+        assert bytes(ab._data_view(framed)) == b"".join(frame_parts(part.to_pylist())[0])
+    assert ab._framed(pa.array([bytes(1 << 21)], pa.binary())) is None
+    assert ab._framed(pa.array([b"x"], pa.large_binary())) is None
