@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import resource
 import shutil
@@ -579,6 +580,61 @@ def report(results: list[Result], a: argparse.Namespace, console: Console) -> No
             print("| " + " | ".join(str(x) for x in row) + " |")
 
 
+def stages(a: argparse.Namespace, console: Console) -> None:
+    """The server's CPU per pushed message by stage, on one thread without sockets: what
+    ``StreamServer`` does with a burst a client sent (``ClientCore.push_parts``, ``--window``/4
+    pushes of ``--size`` bytes), on a log in a temporary folder (tmpfs where there is one, so
+    the fsync is nearly free and the figures are the CPU's). Why: the TCP figures mix the
+    server, the client, the kernel and the scheduler; this says which of the server's steps
+    costs what, and the digest of the reply bytes shows two trees answer alike."""
+    import hashlib
+    import itertools
+
+    from loglake.log import StreamConfig, open_log
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService, perform
+    from loglake.wire.ockam import TcpConnection, frame_parts
+
+    shm = Path("/dev/shm")
+    burst, rounds = max(1, a.window // 4), max(1, a.count // max(1, a.window // 4))
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as d:
+        log = open_log(d)
+        svc = StreamService(log, StreamConfig(durability="batch"))
+        runs = "runs" in inspect.signature(svc.batch).parameters  # trees before issue 16 F6
+        data = os.urandom(a.size)
+        spent = dict.fromkeys(["frames in", "core batch", "log append", "confirms", "framing"], 0.0)
+        digest = hashlib.sha256()
+        with BackgroundServer(svc) as srv, StreamClient(port=srv.port) as c:
+            c.create_stream("bench")
+            c.push("bench", data)  # the worker exists; its address is the client's
+            worker = c._address("bench", 0)
+            wires = [b"".join(c.core.push_parts(worker, [data] * burst)[1]) for _ in range(rounds)]
+            conn = TcpConnection()
+            conn.receive_data(TcpConnection.initial_bytes())
+            for wire in wires:
+                t0 = time.perf_counter()
+                msgs = conn.receive_data(wire)
+                t1 = time.perf_counter()
+                b = svc.batch(msgs, defer_reads=True, **({"runs": True} if runs else {}))
+                t2 = time.perf_counter()
+                outs = [perform(log, act) for act in b.actions]
+                t3 = time.perf_counter()
+                b.feed(outs)
+                t4 = time.perf_counter()
+                out = frame_parts(list(itertools.chain.from_iterable(b.replies)))
+                t5 = time.perf_counter()
+                digest.update(b"".join(out))
+                for k, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                    spent[k] += dt
+        log.close()
+    n = burst * rounds
+    for k, v in spent.items():
+        console.print(f"{k:>11}: {v / n * 1e6:6.2f} µs a push")
+    console.print(f"{'total':>11}: {sum(spent.values()) / n * 1e6:6.2f} µs a push ({n:,} pushes)")
+    console.print(f"replies digest {digest.hexdigest()[:16]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--count", type=int, default=30_000, help="messages pushed per system")
@@ -594,11 +650,19 @@ def main() -> None:
     )
     p.add_argument("--kills", type=int, default=5, help="leader kills timed by 'failover'")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    p.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the server's CPU per push by stage, in process (no sockets, no peers)",
+    )
     a = p.parse_args()
     console = Console(width=200)
     import loglake  # which tree is measured (PYTHONPATH): before/after pairs
 
     console.print(f"[dim]loglake from {Path(loglake.__file__).parent}[/]")
+    if a.stages:
+        stages(a, console)
+        return
     only = set(a.only.split(","))
     results: list[Result] = []
     nats215 = shutil.which("nats-server", path=str(VENV_BIN))
