@@ -69,3 +69,9 @@ def test_environment_defaults_do_not_override_the_user():
     prepare_environment(env)
     assert env["PYSPARK_PYTHON"] == "/opt/py" and env["SPARK_LOCAL_IP"] == "127.0.0.1"
     assert os.path.isabs(env["PYSPARK_DRIVER_PYTHON"])
+
+
+def test_executors_use_loglakes_daemon_and_the_user_may_choose_another():
+    assert SessionSpec().spark_conf()["spark.python.daemon.module"] == "loglake.pipeline.daemon"
+    own = SessionSpec(conf={"spark.python.daemon.module": "pyspark.daemon"}).spark_conf()
+    assert own["spark.python.daemon.module"] == "pyspark.daemon"
