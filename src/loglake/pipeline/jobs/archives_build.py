@@ -398,7 +398,9 @@ def _scan_task(
     records, decoded (index, time, topic, cap, data) and in the store's order (time, then
     index), are left in an uncompressed Arrow IPC file under ``spill_dir`` for the build, which
     memory-maps it (why: reading and decoding every record a second time in the build was a
-    third of the job, docs/archives.md "Fourth pass")."""
+    third of the job, docs/archives.md "Fourth pass"). A lake file's spill leaves the records'
+    bytes out (the build reads them again from Parquet, by index: cheaper than writing them
+    to disk once more); a live range's keeps them (its read is per record)."""
 
     def run(task: tuple[int, _Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
@@ -421,8 +423,8 @@ def _scan_task(
                 topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
             keep.append(
                 pa.RecordBatch.from_arrays(
-                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), col],
-                    names=list(_SPILL_COLUMNS),
+                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), col][: 4 if u.path else 5],
+                    names=list(_SPILL_COLUMNS)[: 4 if u.path else 5],
                 )
             )
             bucket = ts // BUCKET_NS
@@ -484,7 +486,11 @@ class _BuildTask:
 
 
 def _build_task(
-    layout_name: str, topics: Sequence[bytes | str] | None, parts_dir: str, spill_dir: str
+    layout_name: str,
+    data_dir: str,
+    topics: Sequence[bytes | str] | None,
+    parts_dir: str,
+    spill_dir: str,
 ) -> Callable[[_BuildTask], dict[str, Any]]:
     """The build, one call per group of windows: the group's records taken from the scan's
     spill files of its units (memory-mapped, already decoded and in the store's order, each
@@ -505,7 +511,10 @@ def _build_task(
             ts = table.column(1).to_numpy()
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
             if z > a:
-                tables.append(table.slice(a, z - a))
+                part = table.slice(a, z - a)
+                if part.num_columns < len(_SPILL_COLUMNS):  # a lake file's: bytes from Parquet
+                    part = part.append_column("data", _lake_data(data_dir, u, part.column(0)))
+                tables.append(part)
         layout = get_layout(layout_name)
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
@@ -531,6 +540,28 @@ def _build_task(
         return _build_window(layout, t.sid, t.group, list(t.windows), rows, topics, parts_dir)
 
     return run
+
+
+def _lake_data(data_dir: str, u: _Unit, index: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The records of lake unit ``u`` at ``index`` (any order), read again from its file (only
+    the row groups of their index range)."""
+    import pyarrow as pa
+
+    want = index.to_numpy()
+    lo, hi = int(want.min()), int(want.max()) + 1
+    got = list(_read_unit(data_dir, u, lo, hi))
+    have = np.concatenate([i for i, _ in got]) if got else np.zeros(0, np.int64)
+    data = pa.chunked_array([c for _, c in got], type=pa.binary())
+    if len(have) == len(want) and np.array_equal(have, want):
+        return data  # the usual case: every record, in index order
+    pos = np.searchsorted(have, want)
+    if (
+        len(have) == 0
+        or np.any(pos >= len(have))
+        or np.any(have[np.minimum(pos, len(have) - 1)] != want)
+    ):
+        raise JobFailed(f"lake file {u.path} changed during the job (index range {lo}..{hi})")
+    return data.take(pa.array(pos))
 
 
 def _in_groups(items: Sequence[Any], sizes: Sequence[int], n: int) -> list[list[Any]]:
@@ -1292,7 +1323,7 @@ def _scan_build_stage(
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(parts_dir))
+    build = _build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir), str(parts_dir))
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
