@@ -712,7 +712,7 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
         raise ICRC16Error("a vec nat is a list of nats")
     out = bytearray(NATS_HEADER)
     uleb(len(ids), out)
-    arr = _nat_array(ids) if len(ids) > 16 else None
+    arr = _nat_array(ids) if len(ids) >= AT_ONCE else None
     if arr is not None:  # the whole batch's LEB128 at once
         return bytes(out) + b"".join(_rows(len(ids), [("leb", arr)]))
     for x in ids:
@@ -775,6 +775,9 @@ def _uleb_value(raw: bytes) -> int:
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 _WINDOW = np.arange(10)
 _LEB_LIMITS = [1 << (7 * k) for k in range(1, 10)]
+AT_ONCE = 64
+"""Batches of fewer events go the per-event way: numpy's fixed cost per call (5–10 µs) would
+cost a short batch (a live publish of one event) more than its loop does."""
 
 
 def _leb_widths(x: np.ndarray) -> np.ndarray:
@@ -887,10 +890,10 @@ def decode_nats(data: bytes) -> list[int] | None:
         n, i = _count(b, len(NATS_HEADER))
     except Exception:  # the generic reader reports it
         return None
+    if n < AT_ONCE:
+        return None  # the generic reader: cheaper for a few ids
     body = np.frombuffer(b[i:] + _PAD, np.uint8)
     size = len(b) - i
-    if n == 0:
-        return [] if size == 0 else None
     ends = np.flatnonzero(body[:size] < 0x80)
     if len(ends) != n or ends[-1] != size - 1:
         return None
@@ -996,7 +999,7 @@ class EventBatch(_LazyBatch[Event]):
         hdr, flt, nsb = bytes(hb), bytes(fb), bytes(ns)
         skip_h = len(self.headers_enc)
         skip_ns = len(nsb)
-        if first_id >= 0 and step >= 0 and first_id + step * count < 1 << 63:
+        if count >= AT_ONCE and first_id >= 0 and step >= 0 and first_id + step * count < 1 << 63:
             # every event's bytes up to its data end, then a row of the fields after it
             rows = self._sp[:count]
             b = self.raw
@@ -1399,6 +1402,8 @@ def _scan_events(b: bytes) -> EventBatch | None:
     n, s0 = _count(b, i)
     if n == 0:
         return None
+    if n < AT_ONCE:
+        return _scan_events_loop(b)
     first = _first_event(b, s0, False)
     source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
     ch = _chain(b, s0, n, first, None)
@@ -1485,7 +1490,7 @@ def _encode_results_run(r: PublishResults) -> bytes:
     out = bytearray(PUBLISH_RESULTS_HEADER)
     uleb(r.length, out)
     per, nid = r.per_event, r.first_id
-    if per == 1 and r.delivered > 16 and nid >= 0 and nid + r.delivered < 1 << 63:
+    if per == 1 and r.delivered >= AT_ONCE and nid >= 0 and nid + r.delivered < 1 << 63:
         ids = np.arange(r.delivered, dtype=np.uint64) + np.uint64(nid)
         out += b"".join(_rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
     elif per == 1:
@@ -1661,6 +1666,8 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
     n, s0 = _count(b, i)
     if n == 0:
         return None
+    if n < AT_ONCE:
+        return _scan_notes_loop(b)
     first = _first_event(b, s0, True)
     _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
     ch = _chain(b, s0, n, first, filter_enc)
@@ -1734,7 +1741,7 @@ def event_batch(
     · ``headers · opt prevEventId · LEB128(timestamp) · namespace``. Ids or timestamps that
     are not all nats below 2**64 go the per-event way (which raises the typed error)."""
     n = len(values)
-    ida = _nat_array(ids) if len(ids) == n else None
+    ida = _nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
     tsa = _nat_array(timestamps) if ida is not None and len(timestamps) == n else None
     if n == 0 or ida is None or tsa is None:
         if isinstance(ids, np.ndarray):
