@@ -7,24 +7,28 @@ the work. Records never enter the JVM: a community stream's records are already
 name) and the live log's bounds, the log opened once for every stream — and Spark runs plain
 tasks (``SparkContext.parallelize`` of small descriptors) that read their records where they
 lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
-send back only small results. Two stages:
+send back only small results. Two stages, one read and one decode of every record:
 
-- scan, one task per unit (a lake file, or up to ``LIVE_SPLIT`` records of the live log): each
-  record decoded (``decode_waku_batch``: numpy over the Arrow buffers, with the layout's own
-  ``decode_record`` for any record it cannot vouch for); out come only, per community and hour
-  of message time, the index range and oldest time of its messages, and the bad records (so a
-  bad record fails the job before any build work, and windows are planned from the oldest
-  message without keeping decoded records around);
-- build, one task per group of whole consecutive windows of one community (about a quarter of
-  the records per core, ``TASK_RECORDS``; a window never spans two tasks): the index range of
-  its windows' hours read again from the units, decoded, its windows' messages put in the
-  store's order (time, then index) and built by the archives part's sans-I/O
-  ``ArchiveBuilder`` (framing, padding, status-go chunks, SHA-1 piece hashes) — every archive
-  is padded to whole pieces, so a task's pieces and hashes do not depend on any other task —
-  and the bytes written to a part file by the task itself.
+- scan, one call per unit (a lake file, or up to ``LIVE_SPLIT`` records of the live log; units
+  packed into a few Spark tasks): each record decoded (``decode_waku_batch``: numpy over the
+  Arrow buffers, with the layout's own ``decode_record`` for any record it cannot vouch for);
+  out come only, per community and hour of message time, the index range and oldest time of
+  its messages, and the bad records (so a bad record fails the job before any build work, and
+  windows are planned from the oldest message); the unit's good records stay, decoded and in
+  the store's order (time, then index), in an Arrow IPC spill file (a lake file's without the
+  record bytes, which the build reads again from Parquet);
+- build, one call per group of whole consecutive windows of one community (about a quarter of
+  the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
+  of its units' spills (memory-mapped, no decode), built — for the spec layout by
+  ``_build_spec`` (the layout's archive head, the records framed in C, ``padding_field``: no
+  Python object per record), otherwise by the archives part's sans-I/O ``ArchiveBuilder``
+  (framing, padding, status-go chunks) — every archive padded to whole pieces, so a task's
+  pieces and SHA-1 hashes do not depend on any other task; the bytes written to a part file
+  by the task itself.
 
 This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
-tasks, part files under ``root`` are written by them): true for ``local[*]`` and for the
+tasks; spills and part files under ``root`` are written by one task and read by another
+or by the driver): true for ``local[*]`` and for the
 standalone cluster on one machine; the driver fails with ``JobFailed`` naming a part file it
 cannot see. Dropped (docs/archives.md): the DataFrame path — records through
 ``pipeline.read``, decoded in ``mapInArrow`` twice and shuffled by window to ``applyInArrow`` —
@@ -45,7 +49,8 @@ archive), so it neither rebuilds nor re-exports.
 
 Atomic and re-runnable (issue 11 §1, "a job killed midway leaves no partial archive visible"):
 
-1. Build tasks write their windows' archive bytes to ``<root>/.archives-build/_parts-<job>/``.
+1. Scan tasks write their spills and build tasks their windows' archive bytes to
+   ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run).
 2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
    ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
    with ``copy_file_range``, then each window's part), ``index``, ``torrent``, ``magnet``; every
