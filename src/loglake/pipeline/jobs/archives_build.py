@@ -1179,6 +1179,8 @@ def _stage_community(
                     _copy_range(src, fd, r["nbytes"])
                 finally:
                     os.close(src)
+                # copied: its pages not yet written back are dropped, not written to disk
+                os.unlink(r["path"])
         if os.fstat(fd).st_size != hashes.data_size:
             raise JobFailed(f"staged data of {cid} is not {hashes.data_size} bytes")
         fs.fsync(fd)
@@ -1333,6 +1335,8 @@ def _scan_build_stage(
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
     report.seconds["build"] = time.perf_counter() - t1
+    for spill in parts_dir.glob("s-*.arrow"):  # read by every build task: no longer needed
+        spill.unlink()
     fault("parts")
 
     by_sid: dict[int, list[Any]] = {}
