@@ -334,7 +334,9 @@ def spark_main(args) -> None:
     from loglake.pipeline.session import build_session
 
     spark = build_session(
-        master=args.master, app_name="bench-cardinal", conf={"spark.sql.shuffle.partitions": "4"}
+        master=args.master,
+        app_name="bench-cardinal",
+        conf={"spark.sql.shuffle.partitions": str(args.shuffle_partitions)},
     )
     budget = 20_000 if args.quick else args.messages
     with tempfile.TemporaryDirectory() as tmp:
@@ -386,6 +388,9 @@ if __name__ == "__main__":
         ap.add_argument("--master", default=None)
         ap.add_argument("--live-only", action="store_true")
         ap.add_argument("--catch-up-only", action="store_true")
+        ap.add_argument(
+            "--shuffle-partitions", type=int, default=4, help="the stateful stage's tasks"
+        )
         spark_main(ap.parse_args())
     else:
         main()

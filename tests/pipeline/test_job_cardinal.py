@@ -177,6 +177,7 @@ def small_input(tmp_path):
         ({"max_records_per_trigger": 0}, "--max-records-per-trigger"),
         ({"follow_seconds": -1.0}, "--follow"),
         ({"state_keys": 0}, "--state-keys"),
+        ({"state_partitions": 0}, "--state-partitions"),
     ],
 )
 def test_bad_options_are_refused_before_any_work_naming_the_option(

@@ -166,6 +166,11 @@ class CardinalBlocksOptions:
     """Keys of the assembly state: None = one per block hash (the plain design); N = N buckets
     of block hashes, each holding its pending blocks (far less per-key overhead in
     ``applyInPandasWithState``: see docs/cardinal.md, "Spark job")."""
+    state_partitions: int | None = None
+    """Tasks of the stateful stage (``spark.sql.shuffle.partitions`` for this query, fixed by
+    the checkpoint once it exists). None: on a ``local`` master the machine's cores (at most
+    the session's value), elsewhere the session's value. Each task is a Python worker per
+    micro-batch; more tasks than cores only add that cost (docs/cardinal.md, "Second pass")."""
 
     def validate(self) -> CardinalBlocksOptions:
         """Normalised options, or ``BadOption`` naming the option; touches nothing."""
@@ -214,6 +219,11 @@ class CardinalBlocksOptions:
         k = self.state_keys
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 4096):
             raise BadOption("--state-keys", k, "expected 1..4096 buckets, or 0 for one per block")
+        sp = self.state_partitions
+        if sp is not None and (
+            isinstance(sp, bool) or not isinstance(sp, int) or not 1 <= sp <= 4096
+        ):
+            raise BadOption("--state-partitions", sp, "expected an integer 1..4096")
         cp = Path(self.checkpoint_dir).expanduser().resolve() if self.checkpoint_dir else None
         opts = CardinalBlocksOptions(
             str(data_dir),
@@ -225,6 +235,7 @@ class CardinalBlocksOptions:
             m,
             f,
             k,
+            sp,
         )
         job = out / JOB_FILE
         if job.exists():
@@ -723,6 +734,7 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
     for f in frames[1:]:
         records = records.unionByName(f)
     routed = records.mapInArrow(make_route(opts.state_keys), ROUTED_DDL)
+    parts = state_partitions(spark, opts.state_partitions)
     assembled = routed.groupBy("grp").applyInPandasWithState(
         make_assembler(opts.prefixes, opts.reorg_threshold),
         OUT_DDL,
@@ -739,7 +751,24 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{int(opts.follow_seconds * 1000)} milliseconds")
-    return writer.start()
+    # The query runs on a clone of the session's conf taken at start: set it for this query only.
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(parts))
+    try:
+        return writer.start()
+    finally:
+        spark.conf.set(key, str(before))
+
+
+def state_partitions(spark: SparkSession, given: int | None) -> int:
+    """The stateful stage's task count (see ``CardinalBlocksOptions.state_partitions``)."""
+    if given is not None:
+        return given
+    session = int(str(spark.conf.get("spark.sql.shuffle.partitions")))
+    if (spark.sparkContext.master or "").startswith("local"):
+        return max(1, min(session, os.cpu_count() or 1))
+    return session
 
 
 def run(

@@ -50,6 +50,13 @@ from loglake.pipeline.session import MASTER_ENV
     help="Buckets of block hashes keying the assembly state (0: one key per block).",
 )
 @click.option(
+    "--state-partitions",
+    type=int,
+    default=None,
+    help="Tasks of the stateful stage (default: the cores on a local master, else the "
+    "session's spark.sql.shuffle.partitions); fixed by the checkpoint once it exists.",
+)
+@click.option(
     "--spark-master",
     envvar=MASTER_ENV,
     default=None,
@@ -66,6 +73,7 @@ def cardinal_blocks_command(
     max_records_per_trigger: int | None,
     follow: float | None,
     state_keys: int,
+    state_partitions: int | None,
     spark_master: str | None,
     as_json: bool,
 ) -> None:
@@ -86,6 +94,7 @@ def cardinal_blocks_command(
         max_records_per_trigger,
         follow,
         state_keys or None,
+        state_partitions,
     ).validate()
     console = Console(stderr=True)
     from loglake.pipeline.session import build_session
