@@ -1592,34 +1592,15 @@ def _scan_notes_loop(b: bytes) -> NotificationBatch | None:
     """The batch's ids if its notifications share source, headers, filter and namespace and
     every byte reads; None otherwise (the full reader decides). Event by event (the third
     pass's scan: what :func:`_scan_notes` falls back to)."""
-    i = len(NOTIFICATIONS_HEADER)
-    n, i = _count(b, i)
+    n, s0 = _count(b, len(NOTIFICATIONS_HEADER))
     size = len(b)
     if n == 0:
         return None
-    s0 = i
-    _, i = _uleb_r(b, i)
-    src_at = i
-    _, i = _Interned().principal(b, i)
-    src_enc = b[src_at:i]
-    _, i = _read_value(b, i, 0)
-    h_at = i
-    headers, i = _HeaderCache().read(b, i)
-    headers_enc = b[h_at:i]
-    _, i = _opt_nat_r(b, i)
-    f_at = i
-    if b[i] == 1:
-        _, i = _text_r(b, i + 1)
-    elif b[i] == 0:
-        i += 1
-    else:
+    try:
+        first = _first_event(b, s0, True)
+    except ValueError:  # a bad opt flag: the full reader decides
         return None
-    filter_enc = b[f_at:i]
-    _, i = _uleb_r(b, i)
-    _, i = _uleb_r(b, i)
-    ns_at = i
-    namespace, i = _Interned().namespace(b, i)
-    ns_enc = b[ns_at:i]
+    _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
     uleb_g = b"(" + _ULEB + b")"
     head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
     head_any = re.compile(uleb_g + re.escape(src_enc))
