@@ -244,9 +244,7 @@ def test_a_message_run_is_framed_as_its_messages(msgs, runs) -> None:
         # single messages on the same routes (the route cache must not leak across them)
         r = ret if k % 2 else route("stream_service/s/0")
         items += [MessageRun(on, r, payloads), RoutingMessage(on, r, b"single"), *msgs[:1]]
-    expanded = [
-        m for it in items for m in (it.messages() if isinstance(it, MessageRun) else [it])
-    ]
+    expanded = [m for it in items for m in (it.messages() if isinstance(it, MessageRun) else [it])]
     assert encode_frames(items) == b"".join(encode_frame(m) for m in expanded)
     parts = frame_parts(items)
     for it in items:  # payloads handed on, not copied
