@@ -1054,26 +1054,13 @@ def _scan_events_loop(b: bytes) -> EventBatch | None:
     """The batch's offsets if its events share source, headers and namespace and every byte
     reads; None otherwise (the full reader decides). Event by event (the third pass's scan:
     what :func:`_scan_events` falls back to)."""
-    i = len(_events_header())
-    n, i = _count(b, i)
+    n, s0 = _count(b, len(_events_header()))
     size = len(b)
     if n == 0:
         return None
     # the first event, field by field: what the others must repeat
-    s0 = i
-    _, i = _uleb_r(b, i)
-    src_at = i
-    source, i = _Interned().principal(b, i)
-    src_enc = b[src_at:i]
-    _, i = _read_value(b, i, 0)
-    h_at = i
-    headers, i = _HeaderCache().read(b, i)
-    headers_enc = b[h_at:i]
-    _, i = _opt_nat_r(b, i)
-    _, i = _uleb_r(b, i)
-    ns_at = i
-    namespace, i = _Interned().namespace(b, i)
-    ns_enc = b[ns_at:i]
+    first = _first_event(b, s0, False)
+    source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
     head = re.compile(_ULEB + re.escape(src_enc) + re.escape(_BLOB_TAG) + b"(" + _ULEB + b")")
     head_any = re.compile(_ULEB + re.escape(src_enc))
     tail = re.compile(
