@@ -452,11 +452,8 @@ class Publisher(Role):
                 )
                 queued = True
             while r.inflight < self.max_inflight and (r.retry or r.cursor < r.end):
-                if self.replay_rate is not None:
-                    if now < r.next_at:
-                        break  # paced: the adapter pumps again later
-                    n = min(len(r.retry), self.batch_size) or min(r.end - r.cursor, self.batch_size)
-                    r.next_at = max(r.next_at, now) + int(n * 1e9 / self.replay_rate)
+                if self.replay_rate is not None and now < r.next_at:
+                    break  # paced: the adapter pumps again later
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]
@@ -467,11 +464,12 @@ class Publisher(Role):
                         )
                 else:  # procure: read, then publish what was read (:meth:`_procured`)
                     stop = min(r.end, r.cursor + self.batch_size)
+                    n = stop - r.cursor
                     r.inflight += 1
-                    self.outbox.append(
-                        ReadRange(r.namespace, r.cursor, stop - r.cursor, token=(r.id, stop))
-                    )
+                    self.outbox.append(ReadRange(r.namespace, r.cursor, n, token=(r.id, stop)))
                     r.cursor = stop
+                if self.replay_rate is not None:  # this batch's slot: the next one waits for it
+                    r.next_at = max(r.next_at, now) + int(n * 1e9 / self.replay_rate)
                 queued = True
             if r.inflight == 0 and not r.retry and r.cursor >= r.end:
                 self._finish(r, ReplayState("completed", r.sent))
