@@ -20,6 +20,18 @@ nothing else is waiting (one push at a time), the core appends and fsyncs inline
 thread hand-off fewer. Appends to different partitions of an inline batch run on a small thread
 pool so their fsyncs overlap.
 
+A lone request on an idle server does not leave the event loop at all (issue 16's one-by-one
+latency): when the core thread has nothing in hand (every batch it took is answered) and the
+loop reads at most ``INLINE_MAX`` messages, the loop runs the batch itself — decode, append,
+fsync, confirm, reply — without the two thread hand-offs (inbox → core thread → loop), which
+cost ~40 µs of a ~280 µs push here (docs/streams.md F6). This is Redis's model for
+``appendfsync always``: the loop blocks on the fsync, and what other connections send meanwhile
+waits in their sockets and becomes the next batch, one group commit. The loop gathers what every
+connection sent in one of its iterations before it runs a batch (one ``call_soon``), so
+concurrent one-by-one clients still share an fsync. Bursts (more than ``INLINE_MAX`` messages, or
+anything while the core thread has work) take the pipelined path above, where the fsync of one
+batch overlaps the decoding of the next.
+
 Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
 adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
 before it in its batch are done (so a pull sees the pushes sent before it), while the next batch's
@@ -76,6 +88,12 @@ APPEND_THREADS = 8
 """Partitions appended in parallel within one batch."""
 READ_THREADS = 4
 """Pulls read at the same time, beside the appends."""
+INLINE_MAX = 16
+"""At most this many messages gathered in one loop iteration of an idle server run on the
+event loop itself (one group commit, no thread hand-off); more go to the core thread, whose
+pipeline overlaps one batch's fsync with the next batch's decoding. Small enough that a client
+with a window of pushes in flight gets the pipeline; large enough for a few one-by-one clients
+at once."""
 MAX_QUEUED_PER_CONNECTION = 20_000
 """Stop reading a connection while this many of its messages await the core (backpressure)."""
 READ_BUFFER = 256 * 1024
@@ -300,6 +318,13 @@ class StreamServer:
         """Batches taken by the core and not answered yet, in arrival order (core thread)."""
         self._core: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._outstanding = 0
+        """Message items put in the core thread's inbox whose replies the loop has not sent
+        yet (event loop thread only). At 0 the core thread touches neither the service nor
+        the log, so the loop may run a batch itself."""
+        self._gathered: list[tuple[_Connection, list[RoutingMessage]]] | None = None
+        """What connections sent in this loop iteration, while an inline batch is gathered."""
+        self._stopping = False
         # appends to different partitions of one batch run side by side (their fsyncs overlap)
         self._appenders = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "loglake-append")
         # pulls run here, beside the appends, never in front of them
@@ -340,9 +365,41 @@ class StreamServer:
         return self
 
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
-        """On the event loop: hand what a connection sent straight to the core thread (no
-        hop through an event-loop task: one thread hand-off per batch, not two)."""
-        self._inbox.put(("msgs", conn, msgs))
+        """On the event loop: gather it for an inline batch if the server is idle, else hand it
+        straight to the core thread (no hop through an event-loop task)."""
+        gathered = self._gathered
+        if gathered is not None:
+            gathered.append((conn, msgs))
+        elif self._outstanding == 0 and len(msgs) <= INLINE_MAX and not self._stopping:
+            self._gathered = [(conn, msgs)]
+            if len(self._conns) == 1:  # no other connection could add to it: run it now
+                self._run_gathered()
+            else:
+                assert self._loop is not None
+                self._loop.call_soon(self._run_gathered)
+        else:
+            self._outstanding += 1
+            self._inbox.put(("msgs", conn, msgs))
+
+    def _run_gathered(self) -> None:
+        """On the event loop, after every connection's reads of the iteration: run what was
+        gathered here and now if it is small and the core thread still has nothing in hand;
+        else give it to the core thread, in the order it came."""
+        arrived, self._gathered = self._gathered or [], None
+        if (
+            self._outstanding == 0
+            and not self._stopping
+            and sum(len(ms) for _, ms in arrived) <= INLINE_MAX
+        ):
+            fl = self._in_flight(arrived)
+            self._make_batch(fl)
+            if not fl.failed:
+                self._perform_inline(fl)
+            self._send_replies(fl, self._finish(fl))
+            return
+        for conn, ms in arrived:
+            self._outstanding += 1
+            self._inbox.put(("msgs", conn, ms))
 
     # -- the core thread ----------------------------------------------------------------------
     def _core_loop(self) -> None:
@@ -373,31 +430,37 @@ class StreamServer:
                 if fl.waiting == 0:
                     self._feed(fl, fl.outcomes)
             if arrived:
-                msgs = (
-                    arrived[0][1]
-                    if len(arrived) == 1
-                    else list(itertools.chain.from_iterable(ms for _, ms in arrived))
-                )
-                # who sent each message, when someone checks (else every peer may do anything)
-                peers = (
-                    [c.identity for c, ms in arrived for _ in ms]
-                    if self.service.access is not None
-                    else None
-                )
-                self._start(_InFlight(arrived, msgs, peers))
+                self._start(self._in_flight(arrived))
             try:
                 self._answer_ready()
             except Exception:  # e.g. the reader pool shut down by stop(): never end the core
                 logger.exception("stream service: answering a batch failed")
 
-    def _start(self, fl: _InFlight) -> None:
-        self._fifo.append(fl)
+    def _in_flight(self, arrived: list[tuple[_Connection, list[RoutingMessage]]]) -> _InFlight:
+        msgs = (
+            arrived[0][1]
+            if len(arrived) == 1
+            else list(itertools.chain.from_iterable(ms for _, ms in arrived))
+        )
+        # who sent each message, when someone checks (else every peer may do anything)
+        peers = (
+            [c.identity for c, ms in arrived for _ in ms]
+            if self.service.access is not None
+            else None
+        )
+        return _InFlight(arrived, msgs, peers)
+
+    def _make_batch(self, fl: _InFlight) -> None:
         try:
             fl.batch = self.service.batch(fl.msgs, defer_reads=True, peers=fl.peers, runs=True)
         except Exception as e:
             self._crashed(fl, e)
-            return
-        self._advance(fl)
+
+    def _start(self, fl: _InFlight) -> None:
+        self._fifo.append(fl)
+        self._make_batch(fl)
+        if not fl.failed:
+            self._advance(fl)
 
     def _feed(self, fl: _InFlight, outcomes: list) -> None:
         assert fl.batch is not None
@@ -422,14 +485,7 @@ class StreamServer:
             # inline for a lone request (one thread hand-off fewer: the one-by-one latency)
             busy = self._backlog or not self._inbox.empty() or len(self._fifo) > 1
             if not busy or not any(isinstance(a, Append) for a in actions):
-                try:
-                    if len(actions) == 1:
-                        outs = [run(actions[0])]
-                    else:
-                        outs = list(self._appenders.map(run, actions))
-                    batch.feed(outs)
-                except Exception as e:
-                    self._crashed(fl, e)
+                self._perform_step(fl, run)
                 continue
             fl.outcomes = [None] * len(actions)
             fl.waiting = len(actions)
@@ -447,6 +503,29 @@ class StreamServer:
                     continue
                 fl.indexes[i] = indexes
             return  # the outcomes come back through the inbox
+        fl.complete = True
+
+    def _perform_step(self, fl: _InFlight, run: Callable[[Any], Outcome]) -> None:
+        """Perform the batch's next actions here and now (appends to several partitions side
+        by side, so their fsyncs overlap) and feed their outcomes back."""
+        batch = fl.batch
+        assert batch is not None
+        actions = batch.actions
+        try:
+            if len(actions) == 1:
+                outs = [run(actions[0])]
+            else:
+                outs = list(self._appenders.map(run, actions))
+            batch.feed(outs)
+        except Exception as e:
+            self._crashed(fl, e)
+
+    def _perform_inline(self, fl: _InFlight) -> None:
+        """Every action of the batch, here and now (the event loop's inline batch)."""
+        assert fl.batch is not None
+        run = functools.partial(perform, self.service.log)
+        while fl.batch.actions and not fl.failed:
+            self._perform_step(fl, run)
         fl.complete = True
 
     def _durable(self, fl: _InFlight, i: int, error: BaseException | None) -> None:
@@ -469,14 +548,19 @@ class StreamServer:
         assert loop is not None
         while fifo and fifo[0].complete:
             fl = fifo.popleft()
-            reads: dict[int, concurrent.futures.Future] = {}
-            if not fl.failed and fl.batch is not None:
-                fl.replies = fl.batch.replies
-                reads = {p.position: self._readers.submit(self._read, p) for p in fl.batch.deferred}
+            reads = self._finish(fl)
             try:
-                loop.call_soon_threadsafe(self._send_replies, fl, reads)
+                loop.call_soon_threadsafe(self._send_replies, fl, reads, len(fl.conns))
             except RuntimeError:  # the loop is closed: the server is stopping
                 return
+
+    def _finish(self, fl: _InFlight) -> dict[int, concurrent.futures.Future]:
+        """A finished batch's replies taken from the core, and its pulls started (it and
+        every batch before it are durable now)."""
+        if fl.failed or fl.batch is None:
+            return {}
+        fl.replies = fl.batch.replies
+        return {p.position: self._readers.submit(self._read, p) for p in fl.batch.deferred}
 
     def _read(self, pending: PendingRead) -> list[RoutingMessage]:
         """On a reader thread: one deferred pull, performed and answered."""
@@ -486,8 +570,12 @@ class StreamServer:
             logger.exception("a pull failed")
             return self.service.error_reply(pending.msg, f"internal error: {type(e).__name__}")
 
-    def _send_replies(self, fl: _InFlight, reads: dict[int, concurrent.futures.Future]) -> None:
-        """On the event loop: send a finished batch's replies per connection."""
+    def _send_replies(
+        self, fl: _InFlight, reads: dict[int, concurrent.futures.Future], items: int = 0
+    ) -> None:
+        """On the event loop: send a finished batch's replies per connection (``items``: the
+        inbox items it answers, none for an inline batch)."""
+        self._outstanding -= items
         loop = self._loop
         results = fl.replies
         assert results is not None and loop is not None
@@ -512,6 +600,7 @@ class StreamServer:
         await self._server.serve_forever()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for c in list(self._conns):
