@@ -3,17 +3,20 @@
 Issue 12 §1. A streaming query reads every partition of a Cardinal application's topics through
 the ``loglake`` source and:
 
-1. routes each record (``_route``, executors): the envelope ``varint(len(key)) key value`` is
-   opened (``cardinal.transport.open_envelope``); a block message is keyed by its block hash
-   (``key[1:33]``); Reorg/ReorgComplete/Ping and records that do not decode go to one control
-   group (the latter as rejects, with the decoder's reason);
-2. assembles blocks with ``applyInPandasWithState`` keyed by block hash (executors): the state
-   of a block is its messages so far; each micro-batch adds the new ones and hands them all to
-   ``cardinal.consumer.assemble_block`` — ``BlockAssembler``'s rules, not a second
-   implementation. A complete block is emitted once and its state becomes a tombstone, so a
-   redundant producer's late copies are dropped; messages that do not decode or that the rules
-   drop (index past ItemCount, more messages than a prefix announced, a key under no announced
-   prefix …) come out as rejects;
+1. keys each record in the JVM (``group_key_sql``, a SQL expression over the record's bytes):
+   the envelope is ``varint(len(key)) key value`` and a block message's key is its type (0-4)
+   then its block hash, so the group is the hash (or a bucket of hashes) read at the varint's
+   end; every other record goes to one control group;
+2. assembles blocks with ``applyInPandasWithState`` keyed that way (executors, the query's
+   only Python stage): each record's envelope is opened
+   (``cardinal.transport.open_envelope``); the state of a block is its messages so far; each
+   micro-batch adds the new ones and hands them all to ``cardinal.consumer.assemble_block`` —
+   ``BlockAssembler``'s rules, not a second implementation. A complete block is emitted once
+   and its state becomes a tombstone, so a redundant producer's late copies are dropped;
+   messages that do not decode or that the rules drop (index past ItemCount, more messages
+   than a prefix announced, a key under no announced prefix …) come out as rejects; the
+   control group passes Reorg/ReorgComplete/Ping on and rejects what does not decode, with the
+   decoder's reason;
 3. orders blocks on the driver (``foreachBatch``): the completed blocks of the micro-batch, in
    (number, hash) order, go to ``cardinal.ordering.OrderedConsumer.add_block`` (the processor's
    reorg rules), and a Reorg read on a topic waits (``OrderedConsumer.reorg_ready``) until the
@@ -78,6 +81,11 @@ TABLES = ("blocks", "chain_updates", "rejects")
 KEEP_STATES = 3
 MAX_PENDING_REORGS = 32
 DEFAULT_STATE_KEYS = 64
+PLAN = 2
+"""The query's shape, recorded in ``_job.json``: 1 = route records in a ``mapInArrow`` stage,
+then assemble (two Python stages; before 27 November 2026); 2 = group key computed in the JVM
+(``group_key_sql``), one Python stage. Spark's checkpoint holds the plan's operators and state:
+one of another plan cannot resume this query, so such an output is refused."""
 
 BLOCKS_SCHEMA = pa.schema(
     [
@@ -128,13 +136,9 @@ SCHEMAS = {
     "rejects": REJECTS_SCHEMA,
 }
 
-# Rows between the stages (Spark DDL, so executors need no pyarrow → Spark type mapping).
+# The assembler's output (Spark DDL, so executors need no pyarrow → Spark type mapping).
 # Timestamps travel as decimal strings: pandas turns an int64 column with a null into float64,
 # which loses the nanoseconds.
-ROUTED_DDL = (
-    "grp binary, topic string, partition int, offset long, ts string, "
-    "key binary, value binary, reason string"
-)
 OUT_DDL = (
     "kind string, topic string, partition int, offset long, key binary, value binary, "
     "reason string, payload binary, time string"
@@ -240,6 +244,14 @@ class CardinalBlocksOptions:
         job = out / JOB_FILE
         if job.exists():
             before = json.loads(job.read_text())
+            if before.get("plan", 1) != PLAN:
+                raise BadOption(
+                    "--out",
+                    opts.out_dir,
+                    f"was built by plan {before.get('plan', 1)} of this job (its checkpoint "
+                    f"holds that query's operators and state), this is plan {PLAN}: start "
+                    "again with another --out (and checkpoint)",
+                )
             for name, flag in (
                 ("topics", "--topic"),
                 ("reorg_threshold", "--reorg-threshold"),
@@ -260,6 +272,7 @@ class CardinalBlocksOptions:
     def identity(self) -> dict[str, Any]:
         """What the outputs depend on: a restart must not change it."""
         return {
+            "plan": PLAN,
             "data_dir": self.data_dir,
             "topics": list(self.topics),
             "reorg_threshold": self.reorg_threshold,
@@ -268,77 +281,74 @@ class CardinalBlocksOptions:
         }
 
 
-# -- stage 1: route (executors) --------------------------------------------------------------
+# -- stage 1: group key (JVM) ----------------------------------------------------------------
 
 
-def make_route(state_keys: int | None):
-    """The ``mapInArrow`` function: records → (group, position, key, value) rows; the group is
-    the block hash (``state_keys`` None) or one of ``state_keys`` buckets of block hashes, and
-    b"" for control messages and rejects."""
-
-    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return _route(batches, state_keys)
-
-    return route
+def _is_block_key(k: bytes) -> bool:
+    """A block message's key: type 0-4, then the 32-byte block hash."""
+    return len(k) >= 33 and k[0] <= 0x04
 
 
-def _route(batches: Iterator[pa.RecordBatch], state_keys: int | None) -> Iterator[pa.RecordBatch]:
-    for b in batches:
-        streams = b.column("stream").to_pylist()
-        parts = b.column("partition").to_pylist()
-        idx = b.column("index").to_pylist()
-        tss = b.column("timestamp_ns").to_pylist()
-        datas = b.column("data").to_pylist()
-        grp: list[bytes] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        reasons: list[str | None] = []
-        for data in datas:
-            g, k, v, why = b"", None, None, None
-            try:
-                k, v = open_envelope(data or b"")
-                if len(k) >= 33 and k[0] <= 0x04:
-                    g = (
-                        k[1:33]
-                        if state_keys is None
-                        else (1 + int.from_bytes(k[1:5]) % state_keys).to_bytes(2)
-                    )
-                else:
-                    decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
-            except CardinalDecodeError as e:
-                why = str(e)
-            grp.append(g)
-            keys.append(k)
-            values.append(v)
-            reasons.append(why)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(grp, pa.binary()),
-                pa.array(streams, pa.string()),
-                pa.array(parts, pa.int32()),
-                pa.array(idx, pa.int64()),
-                pa.array([None if t is None else str(t) for t in tss], pa.string()),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(reasons, pa.string()),
-            ],
-            names=["grp", "topic", "partition", "offset", "ts", "key", "value", "reason"],
-        )
+def group_of(key: bytes, state_keys: int | None) -> bytes:
+    """The state key of a block message's ``key`` (its block hash, or one of ``state_keys``
+    buckets of block hashes: 2 bytes, big-endian, 1-based); ``group_key_sql`` computes the same
+    in the JVM from the record's bytes (tested against this)."""
+    if state_keys is None:
+        return key[1:33]
+    return (1 + int.from_bytes(key[1:5]) % state_keys).to_bytes(2)
+
+
+def group_key_sql(state_keys: int | None) -> tuple[str, str]:
+    """Spark SQL over the record's ``data`` (the envelope ``zigzag-varint(len(key)) key
+    value``): the varint's length in bytes (``vlen``, null past 10 bytes), then the group key —
+    ``group_of(key)`` when the byte after the varint is a block message type (0-4) and 33 bytes
+    follow it, else b"" (the control group, where the assembler decodes the record and
+    rejects it if it does not decode). Computed in the JVM, so records reach Python once."""
+
+    def byte(pos: str) -> str:
+        return f"cast(conv(hex(substring(data, {pos}, 1)), 16, 10) as int)"
+
+    vlen = "CASE " + " ".join(f"WHEN {byte(str(i))} < 128 THEN {i}" for i in range(1, 11)) + " END"
+    if state_keys is None:
+        key = "substring(data, vlen + 2, 32)"
+    else:
+        u32 = "cast(conv(hex(substring(data, vlen + 2, 4)), 16, 10) as bigint)"
+        key = f"unhex(lpad(hex(1 + pmod({u32}, {state_keys})), 4, '0'))"
+    grp = (
+        f"CASE WHEN vlen IS NOT NULL AND length(data) >= vlen + 33 AND {byte('vlen + 1')} <= 4 "
+        f"THEN {key} ELSE X'' END"
+    )
+    return vlen, grp
 
 
 # -- stage 2: assemble (executors, stateful) -------------------------------------------------
 
 _OUT_COLUMNS = ["kind", "topic", "partition", "offset", "key", "value", "reason", "payload", "time"]
+_IN_COLUMNS = ("data", "topic", "partition", "offset", "ts")
 
 
 def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
     """The ``applyInPandasWithState`` function (closes over the tracked prefixes and the
-    threshold only). A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
+    threshold only). Its rows are records (``data``, where from, log time); it opens each
+    envelope. A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
     the pending blocks of that key and tombstones of its complete ones (kept while within
     ``4 × reorg_threshold`` blocks of the highest complete one, as ``BlockAssembler`` keeps
-    completed hashes)."""
+    completed hashes). The control group (key b"") passes Reorg/ReorgComplete/Ping on to the
+    driver and turns records that do not decode into rejects with the decoder's reason."""
     tracked = tuple(prefixes)
     reach = 4 * reorg_threshold
+
+    def control(rows: list[tuple], data: bytes | None, topic, part, off, ts) -> None:
+        """A record that is no block message: passed on, or a reject with the reason."""
+        try:
+            k, v = open_envelope(data or b"")
+            if _is_block_key(k):  # group_key_sql keys every block message: never seen
+                raise CardinalDecodeError("envelope", "block message outside its block's group")
+            decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
+        except CardinalDecodeError as e:
+            rows.append(("reject", topic, part, off, None, None, str(e), None, None))
+            return
+        rows.append(("control", topic, part, off, k, v, None, None, ts))
 
     def assemble(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         import pandas as pd
@@ -346,19 +356,25 @@ def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
         rows: list[tuple] = []
         if key[0] == b"":  # control group: pass through, nothing kept
             for pdf in pdfs:
-                for r in pdf.itertuples(index=False):
-                    kind = "reject" if r.reason is not None else "control"
-                    rows.append(
-                        (kind, r.topic, r.partition, r.offset, r.key, r.value, r.reason, None, r.ts)
-                    )
+                for rec in zip(*(pdf[c].tolist() for c in _IN_COLUMNS), strict=True):
+                    control(rows, *rec)
             yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
             return
         st = pickle.loads(state.get[0]) if state.exists else {"p": {}, "d": {}}
         pending, done = st["p"], st["d"]
         new: dict[bytes, list[tuple]] = {}
         for pdf in pdfs:
-            cols = (pdf[c].tolist() for c in ("key", "value", "topic", "partition", "offset", "ts"))
-            for k, v, topic, part, off, ts in zip(*cols, strict=True):
+            for data, topic, part, off, ts in zip(
+                *(pdf[c].tolist() for c in _IN_COLUMNS), strict=True
+            ):
+                try:
+                    k, v = open_envelope(data or b"")
+                except CardinalDecodeError as e:
+                    rows.append(("reject", topic, part, off, None, None, str(e), None, None))
+                    continue
+                if not _is_block_key(k):  # a short key of a block type: the decoder's reason
+                    control(rows, data, topic, part, off, ts)
+                    continue
                 h = k[1:33]
                 if h not in done:  # else a late copy of a complete block
                     new.setdefault(h, []).append((k, v, f"{topic}:{int(part)}", int(off), ts))
@@ -733,9 +749,19 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
     records = frames[0]
     for f in frames[1:]:
         records = records.unionByName(f)
-    routed = records.mapInArrow(make_route(opts.state_keys), ROUTED_DDL)
+    vlen, grp = group_key_sql(opts.state_keys)
+    keyed = records.selectExpr(
+        "stream AS topic", "partition", "index AS offset", "timestamp_ns", "data", f"{vlen} AS vlen"
+    ).selectExpr(
+        f"{grp} AS grp",
+        "data",
+        "topic",
+        "partition",
+        "offset",
+        "cast(timestamp_ns AS string) AS ts",
+    )
     parts = state_partitions(spark, opts.state_partitions)
-    assembled = routed.groupBy("grp").applyInPandasWithState(
+    assembled = keyed.groupBy("grp").applyInPandasWithState(
         make_assembler(opts.prefixes, opts.reorg_threshold),
         OUT_DDL,
         STATE_DDL,
