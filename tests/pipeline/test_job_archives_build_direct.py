@@ -111,3 +111,37 @@ def test_framed_records_are_frame_parts_joined():
         assert bytes(ab._data_view(framed)) == b"".join(frame_parts(part.to_pylist())[0])
     assert ab._framed(pa.array([bytes(1 << 21)], pa.binary())) is None
     assert ab._framed(pa.array([b"x"], pa.large_binary())) is None
+
+
+def _lake(data_dir: Path, first: int, last: int) -> Path:
+    from loglake.log.lake import records_table, write_lake_table
+    from loglake.log.lake_schema import lake_partition_dir
+    from loglake.log.record_codec import StoredRecord
+
+    recs = [StoredRecord(i, i, None, (), b"r%d" % i, 0, 0) for i in range(first, last + 1)]
+    return write_lake_table(lake_partition_dir(data_dir, "c", 0), records_table(recs, "c", 0)).path
+
+
+def _read(data_dir: Path, u: ab._Unit, lo: int = 0, hi: int | None = None) -> list[bytes]:
+    return [d for _, col in ab._read_unit(str(data_dir), u, lo, hi) for d in col.to_pylist()]
+
+
+def test_a_unit_compacted_away_after_the_plan_is_read_from_the_file_that_covers_it(tmp_path):
+    """``job compact`` (grace 0 s) replaces the files a build planned: the build reads the
+    same records from the compacted file; if retention took them, it fails naming them."""
+    small = [_lake(tmp_path, a, a + 9) for a in (0, 10, 20)]
+    units = ab._plan_units(str(tmp_path), {0: "c"})[0]
+    assert [(u.start, u.end) for u in units] == [(0, 10), (10, 20), (20, 30)]
+    want = [b"r%d" % i for i in range(30)]
+    assert [r for u in units for r in _read(tmp_path, u)] == want
+    covering = _lake(tmp_path, 0, 29)  # what compaction commits, then it deletes the sources
+    for f in small:
+        f.unlink()
+    assert [r for u in units for r in _read(tmp_path, u)] == want
+    assert _read(tmp_path, units[1], 12, 15) == want[12:15]
+    # retention removed the records a unit planned: a clear error, not fewer records
+    covering.unlink()
+    _lake(tmp_path, 15, 29)
+    assert _read(tmp_path, units[2]) == want[20:]
+    with pytest.raises(JobFailed, match=r"records 10\.\.15 of stream .c. were removed"):
+        _read(tmp_path, units[1])

@@ -97,6 +97,7 @@ from loglake.archives.messages import IndexEntry
 from loglake.archives.torrent import PieceHashes
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -315,7 +316,6 @@ def _plan_units(data_dir: str, streams: Mapping[int, str]) -> dict[int, list[_Un
     """Every community stream's records as units, planned on the driver from file names and
     the live log's bounds only (one listing per stream, the log opened once for all streams):
     the lake's visible files (cover rule) + the live ranges the lake does not cover."""
-    from loglake.pipeline.lake import plan_partition, visible_lake_files
     from loglake.pipeline.livelog import open_log_readonly
 
     live: dict[str, tuple[int, int]] = {}
@@ -357,7 +357,11 @@ def _read_unit(
         filters = (
             None if (lo, hi) == (u.start, u.end) else [("index", ">=", lo), ("index", "<", hi)]
         )
-        table = pq.read_table(u.path, columns=["index", "data"], filters=filters)
+        try:
+            table = pq.read_table(u.path, columns=["index", "data"], filters=filters)
+        except FileNotFoundError:
+            yield from _read_replanned(data_dir, u, lo, hi)
+            return
         for b in table.to_batches(max_chunksize=SCAN_BATCH):
             idx = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
             yield idx, b.column(1)
@@ -377,6 +381,34 @@ def _read_unit(
                     return
             yield _live_batch(pairs)
             pos = pairs[-1][0] + 1
+
+
+def _read_replanned(
+    data_dir: str, u: _Unit, lo: int, hi: int
+) -> Iterator[tuple[np.ndarray, pa.Array]]:
+    """``[lo, hi)`` of a lake file that is gone since the plan, from what covers it now.
+
+    Why: ``job compact`` replaces small lake files by one that covers them and, with its
+    default grace of 0 s, deletes them at once; a build planned before that would otherwise
+    fail on a missing file (the node runs both jobs). The records are the same (compaction
+    copies them), so the range is planned again from the lake's visible files and the live
+    log, as ``_plan_units`` does. Records that nothing holds any more (retention removed them
+    meanwhile) fail the job, naming the range: the windows were planned with them."""
+    try:
+        now = _plan_units(data_dir, {0: u.stream})[0]
+    except BadOption:  # nothing at all is left of the stream
+        now = []
+    files = [f for f in now if f.start < hi and f.end > lo]
+    if any(f.path == u.path for f in files):  # listed, yet unreadable: not a compaction
+        raise JobFailed(f"lake file {u.path} of stream {u.stream!r} cannot be read")
+    gone = subtract(lo, hi, [(f.start, f.end) for f in files])
+    if gone:
+        raise JobFailed(
+            f"records {', '.join(f'{a}..{b}' for a, b in gone)} of stream {u.stream!r} were "
+            f"removed during the job (lake file {u.path} is gone and nothing holds them now)"
+        )
+    for f in files:
+        yield from _read_unit(data_dir, f, lo, hi)
 
 
 def _live_batch(pairs: list[tuple[int, bytes]]) -> tuple[np.ndarray, pa.Array]:
