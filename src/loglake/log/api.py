@@ -16,9 +16,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Durability = Literal["always", "batch", "none"]
 """``always``: fsync each append before acknowledging it. ``batch`` (default): group commit,
@@ -347,6 +350,23 @@ class Log(ABC):
             if not chunk:
                 return
             yield from chunk
+            pos = chunk[-1].index + 1
+
+    def read_tables(
+        self, stream: str, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[pa.Table]:
+        """The records of ``iter_records`` as ``pyarrow`` tables in the lake's schema
+        (``loglake.log.lake_schema.LAKE_SCHEMA``: what a sealed Parquet file holds), for readers
+        that want columns (Spark tasks). A backend may build them without a ``Record`` per row
+        (``SegmentLog`` does)."""
+        from loglake.log.lake import records_table
+
+        pos = start
+        while end is None or pos < end:
+            chunk = self.read(stream, partition, pos, limit=8192, end=end)
+            if not chunk:
+                return
+            yield records_table(chunk, stream, partition)
             pos = chunk[-1].index + 1
 
     def next_index(self, stream: str, partition: int = 0) -> int:

@@ -31,10 +31,12 @@ from loglake.log.record_codec import (
     MIN_BODY,
     PLAIN_HEAD_SIZE,
     CorruptRecord,
+    PlainColumns,
     RecordDecodeError,
     StoredRecord,
     decode_frame,
     frame_length_at,
+    plain_columns,
     scan,
 )
 from loglake.log.sparse_index import ENTRY, INTERVAL_BYTES, SparseIndex, write_index_file
@@ -472,6 +474,38 @@ class Segment:
             if out is None:
                 raise CorruptSegment(self.path, pos, "sparse index disagrees with the segment")
         return out
+
+    def plain_chunk(
+        self, start: int, end: int, size: int, max_bytes: int
+    ) -> tuple[bytes, PlainColumns] | None:
+        """Whole records from the sparse index entry at or before ``start`` up to about
+        ``max_bytes`` further (ending at an index entry, at the first one at or past ``end``,
+        or at ``size``), checked and split into columns with no Python object per record
+        (``plain_columns``, the sealer's fast path): ``(bytes, columns)``, the columns' first
+        index being the entry's. None where that path does not apply — a record with a key or
+        headers, a torn or damaged frame, an index entry the bytes disagree with — so the
+        caller reads those rows one by one (``read`` reports damage as it always has)."""
+        start = max(start, self.base)
+        if start >= min(end, self.next_index):
+            return None
+        idx = self.ensure_index()
+        first, pos = idx.floor(start)
+        if first < 0:
+            first, pos = self.base, 0
+        positions = idx.positions
+        j = max(bisect.bisect_left(positions, pos + max_bytes), bisect.bisect_right(positions, pos))
+        j = min(j, bisect.bisect_left(idx.indexes, end))
+        stop = min(positions[j] if j < len(positions) else size, size)
+        if stop <= pos:
+            return None
+        buf = fs.pread(self._read_fd(), stop - pos, pos)
+        if len(buf) != stop - pos:
+            return None
+        try:
+            cols = plain_columns(buf, first)
+        except RecordDecodeError:
+            return None
+        return None if cols is None else (buf, cols)
 
     def _read_from(
         self,

@@ -33,9 +33,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from crc32c import crc32c
 
@@ -65,6 +65,9 @@ from loglake.log.lake_schema import lake_partition_dir
 from loglake.log.partition import Partition, PartitionRetired
 from loglake.log.sealer import Sealer
 from loglake.logs import log_event
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -422,6 +425,22 @@ class SegmentLog(Log):
         self, stream: str, partition: int, start: int, limit: int | None = None
     ) -> list[tuple[int, bytes]]:
         return self._on(stream, partition, lambda p: p.read(start, limit, None, True), False)
+
+    def read_tables(
+        self, stream: str, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[pa.Table]:
+        pos = start
+        while True:
+            with self._lock:
+                part = self._partition(stream, partition)
+            hi = part.snapshot()[1] if end is None else end
+            try:
+                for table in part.read_tables(pos, hi):
+                    yield table
+                    pos = table["index"][-1].as_py() + 1
+                return
+            except PartitionRetired:  # reopened after a failure: go on from the new one
+                continue
 
     def next_index(self, stream: str, partition: int = 0) -> int:
         with self._lock:

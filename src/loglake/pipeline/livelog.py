@@ -26,27 +26,11 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from loglake.log import open_log
-from loglake.log.api import Log, Record, UnknownStream
+from loglake.log.api import Log, UnknownStream
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption
 
 READ_BATCH = 8192
-
-
-def records_to_batch(records: list[Record]) -> pa.RecordBatch:
-    """Records in ``LAKE_SCHEMA`` (the same columns and types as a sealed Parquet file)."""
-    return pa.RecordBatch.from_pydict(
-        {
-            "stream": [r.stream for r in records],
-            "partition": [r.partition for r in records],
-            "index": [r.index for r in records],
-            "timestamp_ns": [r.timestamp_ns for r in records],
-            "key": [r.key for r in records],
-            "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-            "data": [r.data for r in records],
-        },
-        schema=LAKE_SCHEMA,
-    )
 
 
 class LiveSource(Protocol):
@@ -88,14 +72,9 @@ class DirSource:
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
         log = open_log_readonly(self.data_dir)
         try:
-            buf: list[Record] = []
-            for rec in log.iter_records(stream, partition, start, end, batch=READ_BATCH):
-                buf.append(rec)
-                if len(buf) >= READ_BATCH:
-                    yield records_to_batch(buf)
-                    buf = []
-            if buf:
-                yield records_to_batch(buf)
+            # columns from the segments' bytes, no Record per row (Log.read_tables)
+            for table in log.read_tables(stream, partition, start, end):
+                yield from table.to_batches(max_chunksize=READ_BATCH)
         finally:
             log.close()
 

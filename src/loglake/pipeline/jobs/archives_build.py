@@ -369,18 +369,10 @@ def _read_unit(
     from loglake.pipeline.livelog import open_log_readonly
 
     with open_log_readonly(data_dir) as log:
-        pos = lo
-        while pos < hi:
-            # (index, data) pairs: no Record object per record (Log.read_payloads)
-            pairs = log.read_payloads(u.stream, 0, pos, limit=min(SCAN_BATCH, hi - pos))
-            if not pairs:
-                return
-            if pairs[-1][0] >= hi:
-                pairs = [p for p in pairs if p[0] < hi]
-                if not pairs:
-                    return
-            yield _live_batch(pairs)
-            pos = pairs[-1][0] + 1
+        # columns from the segments' bytes, no Python object per record (Log.read_tables)
+        for table in log.read_tables(u.stream, 0, lo, hi):
+            for b in table.select(["index", "data"]).to_batches(max_chunksize=SCAN_BATCH):
+                yield b.column(0).to_numpy(), b.column(1)
 
 
 def _read_replanned(
@@ -409,13 +401,6 @@ def _read_replanned(
         )
     for f in files:
         yield from _read_unit(data_dir, f, lo, hi)
-
-
-def _live_batch(pairs: list[tuple[int, bytes]]) -> tuple[np.ndarray, pa.Array]:
-    import pyarrow as pa
-
-    idxs, datas = zip(*pairs, strict=True)
-    return np.array(idxs, dtype=np.int64), pa.array(datas, type=pa.binary())
 
 
 def _spill_path(spill_dir: str, sid: int, u: _Unit) -> str:
