@@ -820,7 +820,6 @@ class Partition:
         checks and its errors. A chunk's segment is pinned only while its bytes are read."""
         pos = start
         while pos < end:
-            chunk = None
             with self._lock:
                 self._check_open()
                 if self.readonly:
@@ -831,27 +830,31 @@ class Partition:
                     return
                 seg_first = self.segments[0].base if self.segments else self.next_index
                 view = self._pin_view(pos, pos + 1) if pos >= seg_first else []
+            chunk_end: int | None = None  # where the segment's chunk ends, once known
+            fast = None
             try:
                 if view:
                     seg, size = view[0]
-                    chunk = seg.plain_chunk(pos, stop, size, max_bytes)
+                    chunk_end, fast = seg.plain_chunk(pos, stop, size, max_bytes)
             except FileNotFoundError:  # deleted since it was listed: read() looks again
-                chunk = None
+                pass
             finally:
                 if view:
                     with self._lock:
                         view[0][0].unpin()
-            table = None
-            if chunk is not None:
-                buf, cols = chunk
-                table = plain_table(buf, cols, self.stream, self.partition)
-            if table is not None:
-                first = int(cols.index[0])
+            table = None if fast is None else plain_table(*fast, self.stream, self.partition)
+            if fast is not None and table is not None:
+                first = int(fast[1].index[0])
                 hi = min(stop, first + table.num_rows)
                 yield table.slice(pos - first, hi - pos)
                 pos = hi
                 continue
-            rows = self.read(pos, max(1, max_bytes // 1024), stop)
+            # the chunk row by row; else (the lake below the segments, a segment deleted
+            # meanwhile) about max_bytes of rows
+            if chunk_end is not None:
+                rows = self.read(pos, None, min(stop, max(chunk_end, pos + 1)))
+            else:
+                rows = self.read(pos, max(1, max_bytes // 1024), stop)
             if not rows:
                 return
             yield records_table(rows, self.stream, self.partition)

@@ -477,35 +477,34 @@ class Segment:
 
     def plain_chunk(
         self, start: int, end: int, size: int, max_bytes: int
-    ) -> tuple[bytes, PlainColumns] | None:
-        """Whole records from the sparse index entry at or before ``start`` up to about
+    ) -> tuple[int, tuple[bytes, PlainColumns] | None]:
+        """The records from the sparse index entry at or before ``start`` up to about
         ``max_bytes`` further (ending at an index entry, at the first one at or past ``end``,
         or at ``size``), checked and split into columns with no Python object per record
-        (``plain_columns``, the sealer's fast path): ``(bytes, columns)``, the columns' first
-        index being the entry's. None where that path does not apply — a record with a key or
-        headers, a torn or damaged frame, an index entry the bytes disagree with — so the
-        caller reads those rows one by one (``read`` reports damage as it always has)."""
-        start = max(start, self.base)
-        if start >= min(end, self.next_index):
-            return None
+        (``plain_columns``, the sealer's fast path): ``(end of the chunk, (bytes, columns))``,
+        the columns' first index being the entry's. The columns are None where that path does
+        not apply — a record with a key or headers, a torn or damaged frame, an index entry the
+        bytes disagree with — so the caller reads the chunk's rows one by one (``read``
+        reports damage as it always has)."""
         idx = self.ensure_index()
-        first, pos = idx.floor(start)
+        first, pos = idx.floor(max(start, self.base))
         if first < 0:
             first, pos = self.base, 0
         positions = idx.positions
         j = max(bisect.bisect_left(positions, pos + max_bytes), bisect.bisect_right(positions, pos))
         j = min(j, bisect.bisect_left(idx.indexes, end))
-        stop = min(positions[j] if j < len(positions) else size, size)
-        if stop <= pos:
-            return None
-        buf = fs.pread(self._read_fd(), stop - pos, pos)
-        if len(buf) != stop - pos:
-            return None
+        if j < len(positions) and positions[j] <= size:
+            stop, chunk_end = positions[j], idx.indexes[j]
+        else:
+            stop, chunk_end = size, end
+        buf = fs.pread(self._read_fd(), stop - pos, pos) if stop > pos else b""
+        if not buf or len(buf) != stop - pos:
+            return chunk_end, None
         try:
             cols = plain_columns(buf, first)
         except RecordDecodeError:
-            return None
-        return None if cols is None else (buf, cols)
+            return chunk_end, None
+        return chunk_end, None if cols is None else (buf, cols)
 
     def _read_from(
         self,
