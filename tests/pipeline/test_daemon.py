@@ -1,4 +1,6 @@
-"""Executors run loglake's Python daemon: workers start with the tasks' imports done."""
+"""Executors run loglake's Python daemon (``loglake.sparkdaemon``): workers start with the tasks'
+imports done, and with pyspark from the installed package rather than Spark's ``pyspark.zip``
+when that zip is the installed package's own copy."""
 
 from __future__ import annotations
 
@@ -7,28 +9,20 @@ import pytest
 pytestmark = pytest.mark.spark
 
 
-def test_workers_start_with_the_log_and_the_data_source_imported(spark):
+def test_workers_start_with_the_log_and_the_data_source_imported_and_installed_pyspark(spark):
     def loaded(batches):  # pickled by value: importing it imports nothing of loglake
         import sys
 
         import pyarrow as pa
+        import pyspark
 
         names = ("loglake.log", "loglake.pipeline.datasource", "numpy")
+        row = ",".join(n for n in names if n in sys.modules)
+        # pyspark from the installed package, not from the pyspark.zip Spark puts first
+        row += f"|{'.zip' in pyspark.__file__}"
         for b in batches:
-            row = ",".join(n for n in names if n in sys.modules)
             yield pa.record_batch([pa.array([row] * b.num_rows)], names=["loaded"])
 
     df = spark.range(0, 4, numPartitions=2).mapInArrow(loaded, "loaded string")
-    assert {r.loaded for r in df.collect()} == {"loglake.log,loglake.pipeline.datasource,numpy"}
-
-
-def test_the_daemon_module_preloads_without_starting_spark():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from loglake.pipeline.daemon import preload; preload(); "
-        "print(all(m in sys.modules for m in ('numpy', 'pyarrow', 'loglake.log')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "True", out.stderr
+    want = "loglake.log,loglake.pipeline.datasource,numpy|False"
+    assert {r.loaded for r in df.collect()} == {want}

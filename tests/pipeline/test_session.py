@@ -72,6 +72,6 @@ def test_environment_defaults_do_not_override_the_user():
 
 
 def test_executors_use_loglakes_daemon_and_the_user_may_choose_another():
-    assert SessionSpec().spark_conf()["spark.python.daemon.module"] == "loglake.pipeline.daemon"
+    assert SessionSpec().spark_conf()["spark.python.daemon.module"] == "loglake.sparkdaemon"
     own = SessionSpec(conf={"spark.python.daemon.module": "pyspark.daemon"}).spark_conf()
     assert own["spark.python.daemon.module"] == "pyspark.daemon"

@@ -45,7 +45,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     # executors' Python daemon: the tasks' imports done once, before the workers fork
-    "spark.python.daemon.module": "loglake.pipeline.daemon",
+    "spark.python.daemon.module": "loglake.sparkdaemon",
 }
 
 
