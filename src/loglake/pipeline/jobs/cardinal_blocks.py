@@ -324,10 +324,12 @@ def group_key_sql(state_keys: int | None) -> tuple[str, str]:
 # -- stage 2: assemble (executors, stateful) -------------------------------------------------
 
 _OUT_COLUMNS = ["kind", "topic", "partition", "offset", "key", "value", "reason", "payload", "time"]
-_IN_COLUMNS = ("data", "topic", "partition", "offset", "ts")
+_IN_COLUMNS = ("data", "t", "partition", "offset", "ts")
+"""What the assembler reads: the record, its topic as an index into the job's topics, and its
+log time in ns (-1 if none) — numbers, so pandas makes no Python object per row for them."""
 
 
-def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
+def make_assembler(prefixes: Sequence[str], reorg_threshold: int, topics: Sequence[str] = ()):
     """The ``applyInPandasWithState`` function (closes over the tracked prefixes and the
     threshold only). Its rows are records (``data``, where from, log time); it opens each
     envelope. A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
@@ -336,9 +338,10 @@ def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
     completed hashes). The control group (key b"") passes Reorg/ReorgComplete/Ping on to the
     driver and turns records that do not decode into rejects with the decoder's reason."""
     tracked = tuple(prefixes)
+    names = tuple(topics)
     reach = 4 * reorg_threshold
 
-    def control(rows: list[tuple], data: bytes | None, topic, part, off, ts) -> None:
+    def control(rows: list[tuple], data: bytes | None, t, part, off, ts) -> None:
         """A record that is no block message: passed on, or a reject with the reason."""
         try:
             k, v = open_envelope(data or b"")
@@ -346,9 +349,10 @@ def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
                 raise CardinalDecodeError("envelope", "block message outside its block's group")
             decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
         except CardinalDecodeError as e:
-            rows.append(("reject", topic, part, off, None, None, str(e), None, None))
+            rows.append(("reject", names[t], part, off, None, None, str(e), None, None))
             return
-        rows.append(("control", topic, part, off, k, v, None, None, ts))
+        time = str(ts) if ts >= 0 else None
+        rows.append(("control", names[t], part, off, k, v, None, None, time))
 
     def assemble(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         import pandas as pd
@@ -363,26 +367,28 @@ def make_assembler(prefixes: Sequence[str], reorg_threshold: int):
         st = pickle.loads(state.get[0]) if state.exists else {"p": {}, "d": {}}
         pending, done = st["p"], st["d"]
         new: dict[bytes, list[tuple]] = {}
+        sources: dict[tuple[int, int], str] = {}
         for pdf in pdfs:
-            for data, topic, part, off, ts in zip(
-                *(pdf[c].tolist() for c in _IN_COLUMNS), strict=True
-            ):
+            for data, t, part, off, ts in zip(*(pdf[c].tolist() for c in _IN_COLUMNS), strict=True):
                 try:
                     k, v = open_envelope(data or b"")
                 except CardinalDecodeError as e:
-                    rows.append(("reject", topic, part, off, None, None, str(e), None, None))
+                    rows.append(("reject", names[t], part, off, None, None, str(e), None, None))
                     continue
                 if not _is_block_key(k):  # a short key of a block type: the decoder's reason
-                    control(rows, data, topic, part, off, ts)
+                    control(rows, data, t, part, off, ts)
                     continue
                 h = k[1:33]
                 if h not in done:  # else a late copy of a complete block
-                    new.setdefault(h, []).append((k, v, f"{topic}:{int(part)}", int(off), ts))
+                    src = sources.get((t, part))
+                    if src is None:
+                        src = sources[(t, part)] = source_name(names[t], part)
+                    new.setdefault(h, []).append((k, v, src, off, ts))
         for h in sorted(new):
             time, msgs = pending.get(h, (-1, []))
             for m in new[h]:
-                if isinstance(m[4], str) and int(m[4]) > time:
-                    time = int(m[4])
+                if m[4] > time:
+                    time = m[4]
             result = assemble_block(msgs + [m[:4] for m in new[h]], tracked)
             for source, offset, why in result.rejected:
                 topic, _, part = source.rpartition(":")
@@ -740,29 +746,31 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
         from loglake.log import fs
 
         fs.replace_file_atomic(job, json.dumps(opts.identity(), indent=1).encode())
+    vlen, grp = group_key_sql(opts.state_keys)
     frames = []
-    for t in opts.topics:
+    for i, t in enumerate(opts.topics):
         r = spark.readStream.format("loglake").option("data_dir", opts.data_dir).option("stream", t)
         if opts.max_records_per_trigger:
             r = r.option("maxRecordsPerTrigger", str(opts.max_records_per_trigger))
-        frames.append(r.load().select("stream", "partition", "index", "timestamp_ns", "data"))
-    records = frames[0]
+        # the assembler's input (``_IN_COLUMNS``) and its group key, computed here in the JVM
+        frames.append(
+            r.load()
+            .selectExpr("data", "partition", "index AS offset", "timestamp_ns", f"{vlen} AS vlen")
+            .selectExpr(
+                f"{grp} AS grp",
+                "data",
+                f"CAST({i} AS INT) AS t",
+                "partition",
+                "offset",
+                "coalesce(timestamp_ns, CAST(-1 AS BIGINT)) AS ts",
+            )
+        )
+    keyed = frames[0]
     for f in frames[1:]:
-        records = records.unionByName(f)
-    vlen, grp = group_key_sql(opts.state_keys)
-    keyed = records.selectExpr(
-        "stream AS topic", "partition", "index AS offset", "timestamp_ns", "data", f"{vlen} AS vlen"
-    ).selectExpr(
-        f"{grp} AS grp",
-        "data",
-        "topic",
-        "partition",
-        "offset",
-        "cast(timestamp_ns AS string) AS ts",
-    )
+        keyed = keyed.unionByName(f)
     parts = state_partitions(spark, opts.state_partitions)
     assembled = keyed.groupBy("grp").applyInPandasWithState(
-        make_assembler(opts.prefixes, opts.reorg_threshold),
+        make_assembler(opts.prefixes, opts.reorg_threshold, opts.topics),
         OUT_DDL,
         STATE_DDL,
         "append",
