@@ -27,8 +27,8 @@ fsync, confirm, reply — without the two thread hand-offs (inbox → core threa
 cost ~40 µs of a ~280 µs push here (docs/streams.md F6). This is Redis's model for
 ``appendfsync always``: the loop blocks on the fsync, and what other connections send meanwhile
 waits in their sockets and becomes the next batch, one group commit. The loop gathers what every
-connection sent in one of its iterations before it runs a batch (one ``call_soon``), so
-concurrent one-by-one clients still share an fsync. Bursts (more than ``INLINE_MAX`` messages, or
+connection sent in one of its iterations before it runs a batch (one ``call_soon``; at once when
+only one connection is open), so concurrent one-by-one clients still share an fsync. Bursts (more than ``INLINE_MAX`` messages, or
 anything while the core thread has work) take the pipelined path above, where the fsync of one
 batch overlaps the decoding of the next.
 
