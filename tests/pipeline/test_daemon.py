@@ -11,6 +11,7 @@ pytestmark = pytest.mark.spark
 
 def test_workers_start_with_the_log_and_the_data_source_imported_and_installed_pyspark(spark):
     def loaded(batches):  # pickled by value: importing it imports nothing of loglake
+        import gc
         import sys
 
         import pyarrow as pa
@@ -20,9 +21,11 @@ def test_workers_start_with_the_log_and_the_data_source_imported_and_installed_p
         row = ",".join(n for n in names if n in sys.modules)
         # pyspark from the installed package, not from the pyspark.zip Spark puts first
         row += f"|{'.zip' in pyspark.__file__}"
+        # the preloaded objects frozen before the fork: the collection after a task skips them
+        row += f"|{gc.get_freeze_count() > 10_000}"
         for b in batches:
             yield pa.record_batch([pa.array([row] * b.num_rows)], names=["loaded"])
 
     df = spark.range(0, 4, numPartitions=2).mapInArrow(loaded, "loaded string")
-    want = "loglake.log,loglake.pipeline.datasource,numpy|False"
+    want = "loglake.log,loglake.pipeline.datasource,numpy|False|True"
     assert {r.loaded for r in df.collect()} == {want}

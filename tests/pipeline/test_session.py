@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -75,3 +78,34 @@ def test_executors_use_loglakes_daemon_and_the_user_may_choose_another():
     assert SessionSpec().spark_conf()["spark.python.daemon.module"] == "loglake.sparkdaemon"
     own = SessionSpec(conf={"spark.python.daemon.module": "pyspark.daemon"}).spark_conf()
     assert own["spark.python.daemon.module"] == "pyspark.daemon"
+
+
+def test_spark_python_starts_python_without_the_installed_pysparks_own_zips(tmp_path):
+    from loglake.pipeline.session import spark_python
+    from loglake.sparkdaemon import installed_pyspark_lib
+
+    script = spark_python(cache=tmp_path)
+    assert script != sys.executable and os.access(script, os.X_OK)
+    assert spark_python(cache=tmp_path) == script  # written once, named by its content
+    lib = installed_pyspark_lib(sys.path)
+    zips = [f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip"]
+    kept = ["/some/where", str(tmp_path / "a b")]
+    code = "import json, sys, pyspark; print(json.dumps([sys.path, pyspark.__file__]))"
+    env = {**os.environ, "PYTHONPATH": ":".join([zips[0], kept[0], zips[1], kept[1]])}
+    out = subprocess.run([script, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    path, where = json.loads(out.stdout)
+    assert [p for p in path if p in kept] == kept  # the rest of the path, in its order
+    assert not [p for p in path if p.endswith(".zip") and p.startswith(lib)]
+    assert ".zip" not in where
+    # no script where it cannot be written: Python itself
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert spark_python(cache=blocked) == sys.executable
+
+
+def test_only_a_local_master_gets_the_script():
+    local, cluster = {}, {}
+    prepare_environment(local, master="local[2]")
+    prepare_environment(cluster, master="spark://10.0.0.1:7077")
+    assert cluster["PYSPARK_PYTHON"] == sys.executable
+    assert local["PYSPARK_PYTHON"] != sys.executable and os.access(local["PYSPARK_PYTHON"], os.X_OK)
