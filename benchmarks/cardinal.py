@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.messages import ZERO_HASH
@@ -39,6 +41,9 @@ from loglake.streams.api import LocalStreams
 from loglake.streams.client import StreamClient
 from loglake.streams.server import BackgroundServer
 from loglake.streams.service import StreamService
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.procs
+from tests.procs import free_port, wait_port
 
 SCHEMA = {"foo/": "bench"}
 TARGET = 50_000
@@ -221,11 +226,54 @@ def source_floor(spark, data_dir: str, cp: str) -> float:
     return time.perf_counter() - t
 
 
+def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
+    """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
+    application would run them, so they share no interpreter (GIL) with the Spark driver. First
+    their top rate for 8 s on another topic (sent to the parent), then, once told to go, the
+    blocks of ``bench`` paced at that rate for ``seconds``; at the end, when each block was
+    acknowledged (``time.perf_counter``: CLOCK_MONOTONIC, the same clock in every process)."""
+    per_block = 2 * (updates + 1)
+    chain = blocks(max(5, 3_000_000 // per_block), updates)  # more than 68 s of the TCP rate
+    with StreamClient(port=port, timeout=60) as client:
+        cps = [
+            StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"}))
+            for _ in "ab"
+        ]
+        t = time.perf_counter()
+        i = 0
+        while time.perf_counter() - t < 8 and i < len(chain):
+            for cp in cps:
+                cp.send_blocks(chain[i : i + chunk])
+            i += chunk
+        tcp_rate = sum(cp.sent for cp in cps) / (time.perf_counter() - t)
+        conn.send(tcp_rate)
+        conn.recv()  # the job is running
+        cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
+        sent_at: dict[str, float] = {}
+        t0 = time.perf_counter()
+        j = 0
+        while j < len(chain) and time.perf_counter() - t0 < seconds:
+            part = chain[j : j + chunk]
+            for cp in cps:
+                cp.send_blocks(part)
+            now = time.perf_counter()
+            for b in part:
+                sent_at[b.hash.hex()] = now
+            j += chunk
+            ahead = j * per_block / tcp_rate - (now - t0)  # pace at the measured rate
+            if ahead > 0:
+                time.sleep(ahead)
+        conn.send(sent_at)
+
+
 def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) -> dict:
-    """A stream server (TCP) on a SegmentLog; first the producers' top rate over TCP, then the
-    job follows the topic while the producers send at that rate for ``seconds``: produce (ack)
-    → block row visible (its micro-batch marked complete) p50/p99, and the backlog (records
-    appended, not yet read by a micro-batch) sampled every 5 s."""
+    """A stream server (``loglake serve``, its own process) on a data dir; two producers in
+    another process over TCP: first their top rate alone, then the job follows the topic while
+    they send at that rate for ``seconds``: produce (ack) → block row visible (its micro-batch
+    marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every 5 s.
+    Only the job and the watcher run in this process."""
+    import multiprocessing
+    import subprocess
     import threading
 
     import pyarrow.parquet as pq
@@ -234,48 +282,28 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
     from loglake.pipeline.jobs.cardinal_blocks import BATCHES, CardinalBlocksOptions, build_query
 
     d, out = f"{tmp}/live{updates}", f"{tmp}/liveout{updates}"
-    log = open_log(d)
-    log.create_stream("bench", StreamConfig(partitions=4))
+    with open_log(d) as log:
+        log.create_stream("bench", StreamConfig(partitions=4))
     chunk = max(1, 200 // (updates + 1))
     per_block = 2 * (updates + 1)  # messages per block, both copies
-    chain = blocks(max(5, 3_000_000 // per_block), updates)  # more than 68 s of the TCP rate
-    with (
-        BackgroundServer(StreamService(log)) as srv,
-        StreamClient(port=srv.port, timeout=60) as client,
-    ):
-        # 1. the TCP producer rate (another topic, same shape of messages), 8 s
-        cps = [StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"}))]
-        cps.append(StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"})))
-        t = time.perf_counter()
-        i = 0
-        while time.perf_counter() - t < 8 and i < len(chain):
-            for cp in cps:
-                cp.send_blocks(chain[i : i + chunk])
-            i += chunk
-        tcp_rate = sum(cp.sent for cp in cps) / (time.perf_counter() - t)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", d, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ctx = multiprocessing.get_context("spawn")  # this process runs a JVM gateway and threads
+    here, there = ctx.Pipe()
+    producers = ctx.Process(target=_live_producers, args=(port, updates, seconds, chunk, there))
+    try:
+        wait_port(port, server, timeout=60)
+        producers.start()
+        tcp_rate = here.recv()  # 1. the producers alone
         # 2. the job follows "bench" while the producers send at that rate
         opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
         q = build_query(spark, opts)
-        sent_at: dict[str, float] = {}
         seen_at: dict[str, float] = {}
-        backlog: list[tuple[float, int]] = []
         stop = threading.Event()
-        cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
-
-        def produce() -> None:
-            t0 = time.perf_counter()
-            j = 0
-            while not stop.is_set() and j < len(chain) and time.perf_counter() - t0 < seconds:
-                part = chain[j : j + chunk]
-                for cp in cps:
-                    cp.send_blocks(part)
-                now = time.perf_counter()
-                for b in part:
-                    sent_at[b.hash.hex()] = now
-                j += chunk
-                ahead = j * per_block / tcp_rate - (now - t0)  # pace at the measured rate
-                if ahead > 0:
-                    time.sleep(ahead)
 
         def watch() -> None:
             seen: set[str] = set()
@@ -293,20 +321,25 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
                             seen_at.setdefault(h, now)
                 time.sleep(0.02)
 
-        producer = threading.Thread(target=produce)
         watcher = threading.Thread(target=watch, daemon=True)
         t0 = time.perf_counter()
         watcher.start()
-        producer.start()
-        producer.join()
+        here.send("go")
+        sent_at: dict[str, float] = here.recv()
         target = len(sent_at)
         deadline = time.perf_counter() + 120
-        while len(seen_at) < target and time.perf_counter() < deadline:
+        while sum(h in seen_at for h in sent_at) < target and time.perf_counter() < deadline:
             time.sleep(0.2)
         caught_up = time.perf_counter() - t0
         stop.set()
         q.stop()
-    log.close()
+        producers.join(30)
+    finally:
+        if producers.is_alive():
+            producers.kill()
+        server.terminate()
+        server.wait(30)
+    backlog: list[tuple[float, int]] = []
     # backlog at time s: messages of blocks acknowledged by s and not yet visible at s
     start_t = min(sent_at.values())
     for k in range(1, int(seconds // 5) + 1):
@@ -375,8 +408,6 @@ def spark_main(args) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     if "--spark" in sys.argv:
         ap = argparse.ArgumentParser(description="Cardinal: the Spark job vs the consumer")
         ap.add_argument("--spark", action="store_true")
