@@ -108,8 +108,9 @@ def prepare_environment(
     if env is None:
         env = os.environ
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    local = master is not None and master.startswith("local")
-    env.setdefault("PYSPARK_PYTHON", spark_python() if local else sys.executable)
+    if "PYSPARK_PYTHON" not in env:
+        local = master is not None and master.startswith("local")
+        env["PYSPARK_PYTHON"] = spark_python() if local else sys.executable
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return env
 

@@ -28,9 +28,9 @@ cost ~40 µs of a ~280 µs push here (docs/streams.md F6). This is Redis's model
 ``appendfsync always``: the loop blocks on the fsync, and what other connections send meanwhile
 waits in their sockets and becomes the next batch, one group commit. The loop gathers what every
 connection sent in one of its iterations before it runs a batch (one ``call_soon``; at once when
-only one connection is open), so concurrent one-by-one clients still share an fsync. Bursts (more than ``INLINE_MAX`` messages, or
-anything while the core thread has work) take the pipelined path above, where the fsync of one
-batch overlaps the decoding of the next.
+only one connection is open), so concurrent one-by-one clients still share an fsync. Bursts
+(more than ``INLINE_MAX`` messages, or anything while the core thread has work) take the
+pipelined path above, where the fsync of one batch overlaps the decoding of the next.
 
 Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
 adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
