@@ -38,8 +38,23 @@ def leader(log: JetStreamLog, stream: str, c: NatsCluster) -> int:
     return c.index_of(log._call(info()).cluster.leader)
 
 
+def read_all(log: JetStreamLog, stream: str, timeout: float = 30.0) -> list:
+    """Every row of partition 0. A read in an election's window may get the typed
+    ``ClusterUnavailable`` (no replica answered within the request timeout: the fresh-clone
+    run hit it once, reading right after pushes that a new leader had acknowledged while the
+    old one was stopped); the claim is that the majority serves it, so it is asked again
+    until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return log.read_payloads(stream, 0, 0)
+        except ClusterUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+
+
 def assert_exactly_once(log: JetStreamLog, stream: str, acked: dict[bytes, int]) -> list:
-    rows = log.read_payloads(stream, 0, 0)
+    rows = read_all(log, stream)
     assert [i for i, _ in rows] == list(range(len(rows)))  # gapless
     datas = [d for _, d in rows]
     assert len(set(datas)) == len(datas), "a payload was stored twice"

@@ -50,7 +50,9 @@ def test_a_lone_push_is_stored_and_confirmed_on_the_event_loop_and_a_burst_is_pi
         names.clear()
         burst = c.push_many("s", [b"burst %d" % i for i in range(3000)])
         assert burst == list(range(20, 3020))
-        assert "loglake-sync" in names  # the burst took the pipelined road
+        # the burst went to the core thread (which fsyncs inline when nothing else waits, or
+        # leaves it to the log's sync thread while it goes on): not all of it on the loop
+        assert set(names) - {"loglake-server"}, names
         assert c.push("s", b"after") == 3020  # and an idle server runs inline again
         assert names[-1] == "loglake-server"
     stored = [d for _, d in log.read_payloads("s", 0, 0, 4000)]
