@@ -152,14 +152,17 @@ def plain_table(buf: bytes, cols: PlainColumns, stream: str, partition: int) -> 
     if offsets[-1] > MAX_FAST_DATA:
         return None
     column: pa.Array
-    whole_frames = n > 0 and ends[-1] <= MAX_FAST_DATA and _back_to_back(starts, ends)
-    widest = int((ends - starts).max()) + PLAIN_HEAD_SIZE if n else 0
-    if whole_frames and cols.frame_size is not None:
+    if n and cols.frame_size is not None:
         # every frame the same size: the data is a strided block, copied out in one go
         width, first = int(ends[0] - starts[0]), int(starts[0])
         data = np.ndarray((n, width), np.uint8, buf, first, (cols.frame_size, 1)).tobytes()
         column = _binary(n, offsets, data)
-    elif whole_frames and n * widest <= 4 * len(buf):
+    elif (
+        n
+        and ends[-1] <= MAX_FAST_DATA
+        and _back_to_back(starts, ends)
+        and n * (widest := int((ends - starts).max()) + PLAIN_HEAD_SIZE) <= 4 * len(buf)
+    ):
         # frames of any size, one after the other: a binary array of the whole frames over the
         # buffer (no copy), each cut after its head in C (a Python slice per record cost ~1 µs
         # a record). ``binary_slice`` sizes its output as n × (stop − start) (an overflow with
