@@ -36,6 +36,7 @@ from rich.table import Table
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
+from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.permissions import AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
@@ -268,7 +269,7 @@ def serve(
         await server.stop()
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
     finally:
         log.close()
         console.print("stopped")

@@ -7,7 +7,6 @@ lists them all with their variables. A flag wins over the environment, which win
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import click
 
 from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
 from loglake.node.config import OPTIONS, Option, default_data_dir, load_config
+from loglake.streams import eventloop
 
 
 def _flag(o: Option) -> Any:
@@ -64,7 +64,7 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
     from loglake.node.runner import run_until_signalled
 
     config = load_config(config_path, {k.replace("__", "."): v for k, v in flags.items()})
-    asyncio.run(run_until_signalled(config, say=lambda s: click.echo(s, err=True)))
+    eventloop.run(run_until_signalled(config, say=lambda s: click.echo(s, err=True)))
 
 
 @command.command()

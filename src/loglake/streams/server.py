@@ -70,6 +70,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar, cast
 
 from loglake.logs import log_event
+from loglake.streams import eventloop
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
 from loglake.wire.ockam import (
@@ -633,7 +634,7 @@ class LoopThread(Generic[_S]):
         stop_timeout: float = 30.0,
     ) -> None:
         self._begin, self._end, self._stop_timeout = begin, end, stop_timeout
-        self._loop = asyncio.new_event_loop()
+        self._loop = eventloop.new_event_loop()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.value: _S | None = None
