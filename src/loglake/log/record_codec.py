@@ -378,7 +378,8 @@ def plain_columns(
     """Check every frame of a whole segment (CRC, framing, indexes ``first_index, +1, …``) and
     return its columns without a Python object per row (the sealer's fast path): the frame
     walk, then the checks, are done on numpy arrays; only the CRC is one C call per record.
-    None if some record has a key or headers (the caller decodes one by one then). Damage →
+    None if some record has a key or headers (the caller decodes one by one then; the frames
+    after the first such record are not CRC'd here). Damage →
     ``CorruptRecord``/``TornRecord`` at the first bad frame, as a frame-by-frame scan would
     report it. ``pause`` is called every ``every`` records (the sealer yields the GIL)."""
     offsets, size, walk_error = frame_offsets(buf)
@@ -390,21 +391,26 @@ def plain_columns(
         heads = raw[offsets[:, None] + np.arange(PLAIN_HEAD_SIZE)].view(PLAIN_HEAD).reshape(m)
     else:
         heads = np.zeros(0, PLAIN_HEAD)
+    not_plain = (heads["flags"] != 0) | (heads["header_count"] != 0)
+    # Past the first record with a key or headers the answer is None or damage before it:
+    # the frames after it are not CRC'd (a keyed stream pays one CRC here, not a segment's).
+    first_keyed = np.flatnonzero(not_plain)
+    checked = int(first_keyed[0]) + 1 if len(first_keyed) else m
+    heads, not_plain, offsets = heads[:checked], not_plain[:checked], offsets[:checked]
     starts = offsets + FRAME_HEAD.size
     ends = starts + heads["length"]
     mv = memoryview(buf)
-    crcs = np.empty(m, np.uint32)
+    crcs = np.empty(checked, np.uint32)
     lo_list, hi_list = starts.tolist(), ends.tolist()
-    for lo in range(0, m, every):
-        hi = min(m, lo + every)
+    for lo in range(0, checked, every):
+        hi = min(checked, lo + every)
         crcs[lo:hi] = list(
             map(crc32c, map(mv.__getitem__, map(slice, lo_list[lo:hi], hi_list[lo:hi])))
         )
         if pause is not None:
             pause()
     bad_crc = crcs != heads["crc"]
-    not_plain = (heads["flags"] != 0) | (heads["header_count"] != 0)
-    expect = np.arange(first_index, first_index + m, dtype=np.uint64)
+    expect = np.arange(first_index, first_index + checked, dtype=np.uint64)
     bad_index = heads["index"] != expect
     bad = np.flatnonzero(bad_crc | not_plain | bad_index)
     if len(bad):
