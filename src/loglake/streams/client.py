@@ -465,7 +465,29 @@ class StreamClient:
         return self.addresses.learn(replies, expect)
 
     def push(self, stream: str, data: bytes, partition: int = 0) -> int:
-        return self.push_many(stream, [data], partition)[0]
+        """One push, waited for: one send and one wait, without ``push_many``'s chunking
+        (the one-by-one case, where the client's own steps are part of every push's
+        latency)."""
+        worker = self._address(stream, partition)
+        core = self.core
+        rids, parts = core.push_parts(worker, (data,))
+        try:
+            self.sock.sendall(b"".join(parts))
+            return self._confirm(rids[0], stream, partition)
+        except BaseException:  # its answer, when it comes, belongs to no one
+            core.forget(core.lane(worker), rids)
+            raise
+
+    def _confirm(self, rid: int, stream: str, partition: int) -> int:
+        """Read until push ``rid`` is answered; its index, or its error raised."""
+        confirms, errors = self.core.confirms, self.core.push_errors
+        c = confirms.pop(rid, None)
+        while c is None:
+            if rid in errors:
+                _raise_error(errors.pop(rid), stream, partition)
+            self._read()
+            c = confirms.pop(rid, None)
+        return _confirmed(c, rid)
 
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
         """Push in order with up to ``window`` pushes in flight; return their indexes.
@@ -478,21 +500,11 @@ class StreamClient:
         lane = core.lane(worker)
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
-        confirms, errors = core.confirms, core.push_errors
         inflight: collections.deque[list[int]] = collections.deque()
 
         def collect(rids: list[int]) -> None:
-            add, take = out.append, confirms.pop
-            for rid in rids:
-                c = take(rid, None)
-                while c is None:
-                    if rid in errors:
-                        _raise_error(errors.pop(rid), stream, partition)
-                    self._read()
-                    c = take(rid, None)
-                if not c[0]:
-                    _confirmed(c, rid)  # raises PushFailed
-                add(c[1])
+            confirm = self._confirm
+            out.extend([confirm(rid, stream, partition) for rid in rids])
 
         rids: list[int] = []
         try:
