@@ -1,7 +1,8 @@
 """The acknowledgement sweep without bloom filters runs on arrays (``_sweep_arrays``); it must
 give what the message-by-message sweep (``_sweep_loop``) gives, acks and figures, on any
 channel: ids repeated in a history, ids of no content message, a participant's own messages,
-references before a message's first copy. No Spark."""
+references before a message's first copy. The dependency figures the sweep task also makes
+(``dependency_figures``) equal the exploded join the job did before. No Spark."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loglake.pipeline.jobs.sds_audit import _ContentArrays, _sweep_arrays, _sweep_loop
+from loglake.pipeline.jobs.sds_audit import (
+    LATE_SCHEMA,
+    _ContentArrays,
+    _sweep_arrays,
+    _sweep_loop,
+    dependency_figures,
+)
 
 OWN = pa.schema(
     [
@@ -70,3 +77,36 @@ def test_array_sweep_equals_the_loop(ch):
 
     assert rows(acks_a) == rows(acks_l)
     assert part_a.to_pylist() == part_l.to_pylist()
+
+
+def _figures_the_long_way(own_rows, ids, first):
+    """What the job computed before with an exploded (message, id) join: per message, the
+    ``causal_new`` entries of a content message first seen after it; ids of no content message."""
+    pos = dict(zip(ids, first, strict=True))
+    late = {}
+    never = set()
+    for i, _, _, refs in own_rows:
+        n = sum(1 for d in refs if d in pos and pos[d] > i)
+        if n:
+            late[f"own{i}"] = n
+        never |= {d for d in refs if d not in pos}
+    return late, sorted(never)
+
+
+@pytest.mark.slow  # hypothesis: a few s
+@settings(max_examples=100, deadline=None)
+@given(ch=channels())
+def test_dependency_figures_equal_the_exploded_join(ch):
+    ids, first, ts, senders, own_rows = ch
+    own = pa.table(
+        {
+            "message_id": [f"own{r[0]}" for r in own_rows],
+            "index": pa.array([r[0] for r in own_rows], pa.int64()),
+            "causal_new": pa.array([r[3] for r in own_rows], pa.list_(pa.string())),
+        }
+    )
+    late, never = dependency_figures(own, _ContentArrays.of(ids, first, ts, senders))
+    want_late, want_never = _figures_the_long_way(own_rows, ids, first)
+    assert late.schema == LATE_SCHEMA
+    assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
+    assert never == want_never

@@ -803,16 +803,65 @@ def _sweep_loop(
     )
 
 
+LATE_SCHEMA = pa.schema([("message_id", pa.string()), ("deps_seen_later", pa.int64())])
+
+
+def dependency_figures(own: pa.Table, content: _ContentArrays) -> tuple[pa.Table, list[str]]:
+    """From one sender's first-copy content and sync messages (``message_id``, ``index``,
+    ``causal_new``): per message, how many of its ``causal_new`` entries are content messages
+    whose first copy comes after it (``LATE_SCHEMA``; messages with a count above 0 only), and
+    the ``causal_new`` ids of no content message (never delivered; distinct, sorted).
+
+    ``causal_new`` is enough, as in the sweep: an id left out of it was in the same sender's
+    earlier message, where it was counted (a reference made before the message was on the
+    channel counts where it was made first), and every id of every history is in some
+    message's ``causal_new``. One ``index_in`` a sender, in the sweep's task: no exploded
+    (message, id) rows and no join in Spark."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    causal = own.column("causal_new").combine_chunks()
+    offs = np.asarray(causal.offsets, dtype=np.int64)
+    n_own = len(causal)
+    rows = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(offs))
+    values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
+    found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
+    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    hit = pos >= 0
+    idxs = own.column("index").to_numpy()
+    later = np.zeros(len(pos), dtype=bool)
+    later[hit] = content.first[pos[hit]] > idxs[rows[hit]]
+    counts = np.bincount(rows[later], minlength=n_own)
+    some = np.flatnonzero(counts > 0)
+    late = pa.table(
+        [
+            own.column("message_id").combine_chunks().take(pa.array(some)),
+            pa.array(counts[some], pa.int64()),
+        ],
+        schema=LATE_SCHEMA,
+    )
+    missing = values.filter(pa.array(~hit))
+    never = sorted(set(missing.to_pylist()))
+    return late, never
+
+
 SWEEP_OUT_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
         ("acks", pa.struct(list(ACKS_SCHEMA))),
         ("participant", pa.struct(list(PARTICIPANT_SWEEP_SCHEMA))),
+        ("message_id", pa.string()),  # "late": a message with references seen later ...
+        ("deps_seen_later", pa.int64()),  # ... and how many
+        ("dep", pa.string()),  # "never": a referenced id of no content message
     ]
 )
 
 
 def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
+    """The ``applyInArrow`` function, one sender's first-copy content and sync messages in:
+    its acknowledgements ("acks" rows), its figures (one "participant" row), and the
+    dependency figures of its messages (``dependency_figures``: "late" and "never" rows)."""
+
     def run(own: pa.Table) -> pa.Table:
         content = content_bc.value
         participant = own.column("sender")[0].as_py()
@@ -824,17 +873,47 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
             content["ts"],
             content["sender"],
         )
-        n_acks = acks.num_rows
+        arrays = _ContentArrays.of(
+            content["ids"], content["first"], content["ts"], content["sender"]
+        )
+        late, never = dependency_figures(own, arrays)
+        n_acks, n_late, n_never = acks.num_rows, late.num_rows, len(never)
+        n = n_acks + 1 + n_late + n_never
+        lead = n_acks + 1
         ack_struct = pa.StructArray.from_arrays(
             [c.combine_chunks() for c in acks.columns], fields=list(ACKS_SCHEMA)
         )
         part_struct = pa.StructArray.from_arrays(
             [c.combine_chunks() for c in part.columns], fields=list(PARTICIPANT_SWEEP_SCHEMA)
         )
-        tables = pa.array(["acks"] * n_acks + ["participant"], pa.string())
-        acks_col = pa.concat_arrays([ack_struct, pa.nulls(1, ack_struct.type)])
-        part_col = pa.concat_arrays([pa.nulls(n_acks, part_struct.type), part_struct])
-        return pa.Table.from_arrays([tables, acks_col, part_col], schema=SWEEP_OUT_SCHEMA)
+        tables = pa.array(
+            ["acks"] * n_acks + ["participant"] + ["late"] * n_late + ["never"] * n_never,
+            pa.string(),
+        )
+        acks_col = pa.concat_arrays([ack_struct, pa.nulls(n - n_acks, ack_struct.type)])
+        part_col = pa.concat_arrays(
+            [pa.nulls(n_acks, part_struct.type), part_struct, pa.nulls(n - lead, part_struct.type)]
+        )
+        mid_col = pa.concat_arrays(
+            [
+                pa.nulls(lead, pa.string()),
+                late.column("message_id").combine_chunks(),
+                pa.nulls(n_never, pa.string()),
+            ]
+        )
+        late_col = pa.concat_arrays(
+            [
+                pa.nulls(lead, pa.int64()),
+                late.column("deps_seen_later").combine_chunks(),
+                pa.nulls(n_never, pa.int64()),
+            ]
+        )
+        dep_col = pa.concat_arrays(
+            [pa.nulls(lead + n_late, pa.string()), pa.array(never, pa.string())]
+        )
+        return pa.Table.from_arrays(
+            [tables, acks_col, part_col, mid_col, late_col, dep_col], schema=SWEEP_OUT_SCHEMA
+        )
 
     return run
 
@@ -931,12 +1010,16 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     records = read(spark, opts.data_dir, opts.stream, partitions=[opts.partition])
     # decoded once, to Parquet: later passes read only the columns they need (the 200-id
     # causal histories twice: dependencies on candidates, the messages table), where a cached
-    # DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass
+    # DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd, not the
+    # default snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB
+    # blocks do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB,
+    # written no slower, read back by every later pass)
     work = out / WORK_DIR
     (
         records.select("partition", "index", "timestamp_ns", "data")
         .mapInArrow(decode_batches(opts.channel), _spark_schema(DECODED_SCHEMA))
-        .write.parquet(str(work / "decoded"))
+        .write.option("compression", "zstd")
+        .parquet(str(work / "decoded"))
     )
     try:
         decoded = spark.read.parquet(str(work / "decoded"))
@@ -986,7 +1069,15 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
     try:
         swept = (
             first.where(F.col("kind").isin("content", "sync"))
-            .select("sender", "index", "timestamp_ns", "kind", "causal_new", "bloom_filter")
+            .select(
+                "sender",
+                "message_id",
+                "index",
+                "timestamp_ns",
+                "kind",
+                "causal_new",
+                "bloom_filter",
+            )
             .groupBy("sender")
             .applyInArrow(_sweep_group(content_bc), _spark_schema(SWEEP_OUT_SCHEMA))
             .persist()
@@ -996,25 +1087,12 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         lap = summary.lap("first copies + ack sweep", lap)
         sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
 
-        # dependencies. Every id of every causal history is in some message's causal_new, so
-        # the ids never on the channel come from causal_new alone (about P ids a message, not
-        # 200); so does "referenced before it was on the channel" (counted where first made).
-        dep_pos = content.select(
-            F.col("message_id").alias("dep"), F.col("index").alias("dep_index")
-        )
-        new_edges = first.where(F.col("kind") != "ephemeral").select(
-            "message_id", "index", F.explode("causal_new").alias("dep")
-        )
-        new_edges = new_edges.join(F.broadcast(dep_pos), "dep", "left").persist()
+        # dependencies, from the sweep's own pass over ``causal_new`` (``dependency_figures``):
+        # the ids never on the channel, and "referenced before it was on the channel"
         never = [
-            r[0]
-            for r in new_edges.where(F.col("dep_index").isNull()).select("dep").distinct().collect()
+            r[0] for r in swept.where(F.col("table") == "never").select("dep").distinct().collect()
         ]
-        late = new_edges.groupBy("message_id").agg(
-            F.sum(F.when(F.col("dep_index") > F.col("index"), 1).otherwise(0)).alias(
-                "deps_seen_later"
-            )
-        )
+        late = swept.where(F.col("table") == "late").select("message_id", "deps_seen_later")
         # candidates for "unresolved": never on the channel, or not acknowledged by someone
         not_acked = sweep_parts.select(
             "participant", F.explode("not_acknowledged").alias("dep")
@@ -1189,7 +1267,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         summary.repair_requests = count("repairs")
         summary.repair_responses = int(mstats["resp"] or 0) if mstats else 0
         summary.never_delivered = len(never)
-        for df in (new_edges, not_acked, cand_edges, firsts, later):
+        for df in (not_acked, cand_edges, firsts, later):
             df.unpersist()
         swept.unpersist()
         if cand_bc is not None:
