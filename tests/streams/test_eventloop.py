@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 
 import pytest
 import uvloop
@@ -34,8 +36,39 @@ def test_asyncio_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_wrong_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(eventloop.ENV, "tokio")
-    with pytest.raises(ValueError, match="LOGLAKE_EVENT_LOOP"):
+    with pytest.raises(eventloop.EventLoopChoiceError, match="LOGLAKE_EVENT_LOOP"):
         eventloop.new_event_loop()
+
+
+def test_uvloop_asked_for_but_absent_is_an_error_not_a_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop -> ImportError
+    monkeypatch.setenv(eventloop.ENV, "uvloop")
+    with pytest.raises(eventloop.EventLoopChoiceError, match="not installed"):
+        eventloop.new_event_loop()
+    monkeypatch.delenv(eventloop.ENV)
+    loop = eventloop.new_event_loop()  # unset: asyncio's loop where uvloop is missing
+    try:
+        assert isinstance(loop, asyncio.BaseEventLoop)
+    finally:
+        loop.close()
+
+
+def test_serve_names_a_wrong_choice_without_a_traceback(tmp_path) -> None:
+    import subprocess
+
+    env = {**os.environ, eventloop.ENV: "tokio"}
+    p = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp_path), "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 1
+    assert "LOGLAKE_EVENT_LOOP must be 'uvloop' or 'asyncio'" in p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_run_returns_the_coroutines_value_on_that_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,22 +18,29 @@ import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from loglake.errors import LoglakeError
+
 _T = TypeVar("_T")
 
 ENV = "LOGLAKE_EVENT_LOOP"
 
 
+class EventLoopChoiceError(LoglakeError, ValueError):
+    """``LOGLAKE_EVENT_LOOP`` names no loop, or uvloop is asked for and does not import."""
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """What makes a new loop: ``uvloop.new_event_loop`` unless the environment says asyncio or
-    uvloop is not installed (it has no Windows build)."""
+    """What makes a new loop: ``uvloop.new_event_loop`` unless the environment says asyncio,
+    or says nothing and uvloop is not installed (it has no Windows build)."""
     choice = os.environ.get(ENV, "").strip().lower()
     if choice not in ("", "uvloop", "asyncio"):
-        raise ValueError(f"{ENV} must be 'uvloop' or 'asyncio', not {choice!r}")
+        raise EventLoopChoiceError(f"{ENV} must be 'uvloop' or 'asyncio', not {choice!r}")
     if choice != "asyncio":
         try:
             import uvloop
-        except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-            pass
+        except ImportError:  # uvloop is a dependency where it builds
+            if choice == "uvloop":
+                raise EventLoopChoiceError(f"{ENV}=uvloop, but uvloop is not installed") from None
         else:
             return uvloop.new_event_loop
     return asyncio.new_event_loop
