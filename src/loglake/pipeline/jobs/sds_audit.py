@@ -662,6 +662,31 @@ class _ContentArrays:
 _CONTENT_CACHE: dict[tuple[int, ...], tuple[list[str], _ContentArrays]] = {}
 
 
+def _causal_positions(own: pa.Table, content: _ContentArrays) -> tuple[Any, pa.Array, Any]:
+    """Every ``causal_new`` entry of ``own``: its row (``rows``), its id (``values``) and the
+    position of that id among the content ids (``pos``, -1 where none), from one ``index_in``.
+    The sweep and ``dependency_figures`` both need it for the same table in one task: the
+    last answer is kept for the same ``own`` and ``content`` objects."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    last = _LAST_POSITIONS
+    if last and last[0] is own and last[1] is content:
+        return last[2]
+    causal = own.column("causal_new").combine_chunks()
+    offs = np.asarray(causal.offsets, dtype=np.int64)
+    n_own = len(causal)
+    rows = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(offs))
+    values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
+    found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
+    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    _LAST_POSITIONS[:] = [own, content, (rows, values, pos)]
+    return rows, values, pos
+
+
+_LAST_POSITIONS: list[Any] = []
+
+
 def _sweep_arrays(
     participant: str, own: pa.Table, content: _ContentArrays
 ) -> tuple[pa.Table, pa.Table]:
@@ -675,13 +700,8 @@ def _sweep_arrays(
     idxs = own.column("index").to_numpy()
     tss = own.column("timestamp_ns").to_numpy()
     kinds = own.column("kind")
-    causal = own.column("causal_new").combine_chunks()
-    offs = np.asarray(causal.offsets, dtype=np.int64)
     n_own = len(idxs)
-    rows = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(offs))
-    values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
-    found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
-    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    rows, _, pos = _causal_positions(own, content)
     hit = pos >= 0
     j, c = rows[hit], pos[hit]
     others = np.asarray(pc.not_equal(content.sender, participant).to_numpy(zero_copy_only=False))
@@ -818,15 +838,10 @@ def dependency_figures(own: pa.Table, content: _ContentArrays) -> tuple[pa.Table
     message's ``causal_new``. One ``index_in`` a sender, in the sweep's task: no exploded
     (message, id) rows and no join in Spark."""
     import numpy as np
-    import pyarrow.compute as pc
 
-    causal = own.column("causal_new").combine_chunks()
-    offs = np.asarray(causal.offsets, dtype=np.int64)
-    n_own = len(causal)
-    rows = np.repeat(np.arange(n_own, dtype=np.int64), np.diff(offs))
-    values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
-    found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
-    pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    n_own = own.num_rows
+    rows, values, pos = _causal_positions(own, content)
+    _LAST_POSITIONS.clear()  # the sweep ran before: keep no sender's table past its task
     hit = pos >= 0
     idxs = own.column("index").to_numpy()
     later = np.zeros(len(pos), dtype=bool)
