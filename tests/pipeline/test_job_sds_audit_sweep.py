@@ -102,11 +102,19 @@ def test_dependency_figures_equal_the_exploded_join(ch):
         {
             "message_id": [f"own{r[0]}" for r in own_rows],
             "index": pa.array([r[0] for r in own_rows], pa.int64()),
+            "timestamp_ns": pa.array([r[1] for r in own_rows], pa.int64()),
+            "kind": pa.array([r[2] for r in own_rows], pa.string()),
             "causal_new": pa.array([r[3] for r in own_rows], pa.list_(pa.string())),
         }
     )
-    late, never = dependency_figures(own, _ContentArrays.of(ids, first, ts, senders))
+    content = _ContentArrays.of(ids, first, ts, senders)
     want_late, want_never = _figures_the_long_way(own_rows, ids, first)
-    assert late.schema == LATE_SCHEMA
-    assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
-    assert never == want_never
+    # alone, and after the array sweep of the same table (the job's order: the two share the
+    # sweep's ``index_in``)
+    for sweep_first in (False, True):
+        if sweep_first and own_rows:
+            _sweep_arrays("a", own, content)
+        late, never = dependency_figures(own, content)
+        assert late.schema == LATE_SCHEMA
+        assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
+        assert never == want_never
