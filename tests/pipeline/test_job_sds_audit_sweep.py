@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
+    _causal_positions,
     _ContentArrays,
     _sweep_arrays,
     _sweep_loop,
@@ -109,12 +110,13 @@ def test_dependency_figures_equal_the_exploded_join(ch):
     )
     content = _ContentArrays.of(ids, first, ts, senders)
     want_late, want_never = _figures_the_long_way(own_rows, ids, first)
-    # alone, and after the array sweep of the same table (the job's order: the two share the
-    # sweep's ``index_in``)
-    for sweep_first in (False, True):
-        if sweep_first and own_rows:
-            _sweep_arrays("a", own, content)
-        late, never = dependency_figures(own, content)
+    # alone, and as the job's task calls it: with the ``index_in`` it made once for the array
+    # sweep of the same table
+    shared = _causal_positions(own, content)
+    for positions in (None, shared):
+        if positions is not None and own_rows:
+            _sweep_arrays("a", own, content, positions)
+        late, never = dependency_figures(own, content, positions)
         assert late.schema == LATE_SCHEMA
         assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
         assert never == want_never

@@ -615,18 +615,19 @@ def sweep_participant(
     content_first: list[int],
     content_ts: list[int],
     content_sender: list[str],
+    positions: Positions | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """One participant's acknowledgements (``ACKS_SCHEMA``) and figures
     (``PARTICIPANT_SWEEP_SCHEMA``). ``own``: its first-copy content and sync messages (index,
-    timestamp_ns, kind, causal_new, bloom_filter); ``content_*``: every content message's
-    first copy, ordered by position. Without bloom filters the sweep is ``_sweep_arrays`` (the
-    same result, in Arrow and numpy)."""
-    own = own.sort_by("index")
+    timestamp_ns, kind, causal_new, bloom_filter), ordered by index; ``content_*``: every
+    content message's first copy, ordered by position. Without bloom filters the sweep is
+    ``_sweep_arrays`` (the same result, in Arrow and numpy), with ``positions`` if given."""
     if own.column("bloom_filter").null_count == own.num_rows:
         return _sweep_arrays(
             participant,
             own,
             _ContentArrays.of(content_ids, content_first, content_ts, content_sender),
+            positions,
         )
     return _sweep_loop(participant, own, content_ids, content_first, content_ts, content_sender)
 
@@ -662,17 +663,18 @@ class _ContentArrays:
 _CONTENT_CACHE: dict[tuple[int, ...], tuple[list[str], _ContentArrays]] = {}
 
 
-def _causal_positions(own: pa.Table, content: _ContentArrays) -> tuple[Any, pa.Array, Any]:
+Positions = tuple[Any, pa.Array, Any]
+"""``_causal_positions``'s answer: (rows ndarray, ids, positions ndarray)."""
+
+
+def _causal_positions(own: pa.Table, content: _ContentArrays) -> Positions:
     """Every ``causal_new`` entry of ``own``: its row (``rows``), its id (``values``) and the
     position of that id among the content ids (``pos``, -1 where none), from one ``index_in``.
-    The sweep and ``dependency_figures`` both need it for the same table in one task: the
-    last answer is kept for the same ``own`` and ``content`` objects."""
+    The sweep and ``dependency_figures`` both need it for the same table: the sweep's task
+    computes it once and passes it to both."""
     import numpy as np
     import pyarrow.compute as pc
 
-    last = _LAST_POSITIONS
-    if last and last[0] is own and last[1] is content:
-        return last[2]
     causal = own.column("causal_new").combine_chunks()
     offs = np.asarray(causal.offsets, dtype=np.int64)
     n_own = len(causal)
@@ -680,15 +682,11 @@ def _causal_positions(own: pa.Table, content: _ContentArrays) -> tuple[Any, pa.A
     values = causal.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if n_own else causal.values
     found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
     pos = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-    _LAST_POSITIONS[:] = [own, content, (rows, values, pos)]
     return rows, values, pos
 
 
-_LAST_POSITIONS: list[Any] = []
-
-
 def _sweep_arrays(
-    participant: str, own: pa.Table, content: _ContentArrays
+    participant: str, own: pa.Table, content: _ContentArrays, positions: Positions | None = None
 ) -> tuple[pa.Table, pa.Table]:
     """``_sweep_loop`` for messages without bloom filters: message c (of another sender) is
     acknowledged at the first own message q after its first copy whose ``causal_new`` lists it;
@@ -701,7 +699,7 @@ def _sweep_arrays(
     tss = own.column("timestamp_ns").to_numpy()
     kinds = own.column("kind")
     n_own = len(idxs)
-    rows, _, pos = _causal_positions(own, content)
+    rows, _, pos = positions or _causal_positions(own, content)
     hit = pos >= 0
     j, c = rows[hit], pos[hit]
     others = np.asarray(pc.not_equal(content.sender, participant).to_numpy(zero_copy_only=False))
@@ -826,7 +824,9 @@ def _sweep_loop(
 LATE_SCHEMA = pa.schema([("message_id", pa.string()), ("deps_seen_later", pa.int64())])
 
 
-def dependency_figures(own: pa.Table, content: _ContentArrays) -> tuple[pa.Table, list[str]]:
+def dependency_figures(
+    own: pa.Table, content: _ContentArrays, positions: Positions | None = None
+) -> tuple[pa.Table, list[str]]:
     """From one sender's first-copy content and sync messages (``message_id``, ``index``,
     ``causal_new``): per message, how many of its ``causal_new`` entries are content messages
     whose first copy comes after it (``LATE_SCHEMA``; messages with a count above 0 only), and
@@ -840,8 +840,7 @@ def dependency_figures(own: pa.Table, content: _ContentArrays) -> tuple[pa.Table
     import numpy as np
 
     n_own = own.num_rows
-    rows, values, pos = _causal_positions(own, content)
-    _LAST_POSITIONS.clear()  # the sweep ran before: keep no sender's table past its task
+    rows, values, pos = positions or _causal_positions(own, content)
     hit = pos >= 0
     idxs = own.column("index").to_numpy()
     later = np.zeros(len(pos), dtype=bool)
@@ -880,6 +879,11 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
     def run(own: pa.Table) -> pa.Table:
         content = content_bc.value
         participant = own.column("sender")[0].as_py()
+        own = own.sort_by("index")
+        arrays = _ContentArrays.of(
+            content["ids"], content["first"], content["ts"], content["sender"]
+        )
+        positions = _causal_positions(own, arrays)  # one index_in, for both below
         acks, part = sweep_participant(
             participant,
             own,
@@ -887,11 +891,9 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
             content["first"],
             content["ts"],
             content["sender"],
+            positions,
         )
-        arrays = _ContentArrays.of(
-            content["ids"], content["first"], content["ts"], content["sender"]
-        )
-        late, never = dependency_figures(own, arrays)
+        late, never = dependency_figures(own, arrays, positions)
         n_acks, n_late, n_never = acks.num_rows, late.num_rows, len(never)
         n = n_acks + 1 + n_late + n_never
         lead = n_acks + 1
