@@ -392,6 +392,8 @@ class StreamServer:
             and not self._stopping
             and sum(len(ms) for _, ms in arrived) <= INLINE_MAX
         ):
+            if len(arrived) == 1 and len(arrived[0][1]) == 1 and self._run_lone(*arrived[0]):
+                return
             fl = self._in_flight(arrived)
             self._make_batch(fl)
             if not fl.failed:
@@ -401,6 +403,25 @@ class StreamServer:
         for conn, ms in arrived:
             self._outstanding += 1
             self._inbox.put(("msgs", conn, ms))
+
+    def _run_lone(self, conn: _Connection, msgs: list[RoutingMessage]) -> bool:
+        """On the event loop: one push, appended, fsynced and answered here and now without a
+        ``Batch`` (``StreamService.lone_push``; issue 16's one-by-one latency). False, having
+        done nothing, for anything else, or while a deferred reply of the connection is
+        outstanding (its slots keep the replies of one return route in request order)."""
+        if conn.slots is not None:
+            return False
+        service = self.service
+        push = service.lone_push(msgs[0], conn.identity)
+        if push is None:
+            return False
+        try:
+            replies = service.lone_push_replies(push, perform(service.log, push.action))
+        except Exception as e:  # a bug in the core: an error reply, as _crashed gives
+            logger.error("stream service push failed", exc_info=e)
+            replies = service.error_reply(msgs[0], f"internal error: {type(e).__name__}")
+        conn.send(replies, 1)
+        return True
 
     # -- the core thread ----------------------------------------------------------------------
     def _core_loop(self) -> None:
