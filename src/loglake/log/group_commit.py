@@ -44,6 +44,9 @@ class GroupCommit:
         self._sync: Sync | None = None
         self._helper: threading.Thread | None = None
         self._callbacks: list[tuple[int, Done]] = []
+        self._waiters = 0
+        """Threads in ``_cond.wait()``: ``notify_all`` (Python code that checks the lock's
+        owner) is skipped when there are none, as for a lone appender."""
         self._error: BaseException | None = None
         """The failure of the last fsync, for callbacks registered after it."""
         self.fsyncs = 0
@@ -58,7 +61,7 @@ class GroupCommit:
         with self._cond:
             if seq > self._synced:
                 self._synced = seq
-                self._cond.notify_all()
+                self._notify()
             due = self._take_due()
         _call(due, None)
 
@@ -67,7 +70,7 @@ class GroupCommit:
         with self._cond:
             while self._synced < seq:
                 if self._syncing:
-                    self._cond.wait()
+                    self._wait()
                     continue
                 self._lead(sync)
 
@@ -109,7 +112,7 @@ class GroupCommit:
             self._helper = threading.Thread(target=self._help, name="loglake-sync", daemon=True)
             self._helper.start()
         else:
-            self._cond.notify_all()
+            self._notify()
 
     def _help(self) -> None:
         """The helper thread: fsync until every write asked for is covered; then wait for
@@ -119,11 +122,11 @@ class GroupCommit:
             try:
                 while self._error is None:
                     if self._synced >= self._want:
-                        if not self._cond.wait(HELPER_IDLE_S) and self._synced >= self._want:
+                        if not self._wait(HELPER_IDLE_S) and self._synced >= self._want:
                             break
                         continue
                     if self._syncing:
-                        self._cond.wait()
+                        self._wait()
                         continue
                     assert self._sync is not None
                     try:
@@ -132,6 +135,19 @@ class GroupCommit:
                         break
             finally:
                 self._helper = None
+
+    def _wait(self, timeout: float | None = None) -> bool:
+        """``_cond.wait``, counted in ``_waiters`` (caller holds ``_cond``)."""
+        self._waiters += 1
+        try:
+            return self._cond.wait(timeout)
+        finally:
+            self._waiters -= 1
+
+    def _notify(self) -> None:
+        """Wake every waiter, if any (caller holds ``_cond``)."""
+        if self._waiters:
+            self._cond.notify_all()
 
     def _lead(self, sync: Sync) -> None:
         """Run one fsync (caller holds ``_cond``; released while it runs)."""
@@ -156,7 +172,7 @@ class GroupCommit:
                 self._callbacks = []
             else:
                 due = self._take_due()
-            self._cond.notify_all()
+            self._notify()
             if due:
                 self._cond.release()
                 try:

@@ -398,7 +398,7 @@ class Partition:
             self._check_writable()
             active = self.segments[-1]
             first = active.next_index
-            step = _chunk_records(items) if durability == "batch" else n
+            step = _chunk_records(items) if durability == "batch" and n > 1 else n
             done = 0
             while True:
                 part = items if step >= n else items[done : done + step]
@@ -464,8 +464,10 @@ class Partition:
             seq, seg, size, nxt = self._written
             if seg is None or seg.wfd is None:
                 return seq  # a roll's seal or close() fsynced it (else _failed is set)
-            fd = seg.wfd
-            self._fsync(lambda: fs.fdatasync(fd))
+            try:  # ``_fsync``'s rule, inline (this runs per group commit): the lock is held
+                fs.fdatasync(seg.wfd)
+            except OSError as e:
+                raise self._fail("fsync", e) from e
             self._durable_next = max(self._durable_next, nxt)
             if self._mark is not None:
                 self._put_mark(seg.base, size, nxt)  # no-op if a roll published past it
