@@ -372,11 +372,14 @@ class StreamServer:
         if gathered is not None:
             gathered.append((conn, msgs))
         elif self._outstanding == 0 and len(msgs) <= INLINE_MAX and not self._stopping:
-            self._gathered = [(conn, msgs)]
             if len(self._conns) == 1:  # no other connection could add to it: run it now
+                if len(msgs) == 1 and self._run_lone(conn, msgs):
+                    return
+                self._gathered = [(conn, msgs)]
                 self._run_gathered()
             else:
                 assert self._loop is not None
+                self._gathered = [(conn, msgs)]
                 self._loop.call_soon(self._run_gathered)
         else:
             self._outstanding += 1

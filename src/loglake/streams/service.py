@@ -75,7 +75,7 @@ from loglake.streams.messages import (
     StreamSummary,
 )
 from loglake.streams.permissions import ANONYMOUS, AccessPolicy, Peer, Permission, denied
-from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, MessageRun, RoutingMessage
+from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, MessageRun, Route, RoutingMessage
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +191,9 @@ class _Target:
     stream: str
     partition: int
     address: Address
+    route: Route
+    """``(address,)``, the return route of the worker's replies: one object per worker, so
+    a connection's replies from it are framed with one route encoding (``frame_parts``)."""
 
 
 @dataclass(slots=True)
@@ -388,10 +391,13 @@ class StreamService:
         """The one-push fast path, second half: the reply to ``push`` once its ``Append``
         was performed (``outcome``): the confirm, or the error the batch path would send."""
         msg = push.msg
-        (payload,) = self._confirms(push.target, [(0, (push.request_id, b""), msg)], outcome)
+        if outcome.error is None:
+            payload = codec.encode_push_confirm(push.request_id, outcome.value[0])
+        else:
+            (payload,) = self._confirms(push.target, [(0, (push.request_id, b""), msg)], outcome)
         if not msg.return_route:
             return []
-        return [RoutingMessage(msg.return_route, (push.target.address,), payload)]
+        return [RoutingMessage(msg.return_route, push.target.route, payload)]
 
     def error_reply(self, msg: RoutingMessage, reason: str) -> list[RoutingMessage]:
         """An ``error`` reply to ``msg`` (for an adapter that could not get ``msg`` handled)."""
@@ -497,7 +503,7 @@ class StreamService:
             Append(t.stream, t.partition, [item[1][1] for item in items]) for t, items in groups
         ]
         for (target, items), outcome in zip(groups, outcomes, strict=True):
-            src = (target.address,)  # one route object for the burst: framed once
+            src = target.route  # one route object for the burst: framed once
             payloads = self._confirms(target, items, outcome)
             if not runs:
                 for (i, _, msg), payload in zip(items, payloads, strict=True):
@@ -586,7 +592,7 @@ class StreamService:
             return None
         if partition >= len(info.partitions):
             return None
-        target = _Target(name, partition, dest)
+        target = _Target(name, partition, dest, (dest,))
         if len(self._targets) < 100_000:  # streams are never deleted (spec: no deletion API yet)
             self._targets[dest.value] = target
         return target

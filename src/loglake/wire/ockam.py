@@ -280,12 +280,22 @@ class FrameTemplate:
         return self.head(len(payload)) + payload
 
 
+_HEADS_PER_ROUTES_MAX = 64
+_last_routes: tuple[Route | None, Route | None, bytes, dict[int, bytes]] = (None, None, b"", {})
+"""The routes ``frame_parts`` framed last (the very objects), their encoding and frame heads
+by payload size: a server answering one push at a time frames every reply on the same route
+objects (the client's return route as its decoder hands it out, the worker's route), so the
+encoding is reused without hashing the routes. Replaced whole (one assignment), so a thread
+never sees one route's encoding with another's objects."""
+
+
 def frame_parts(msgs: Sequence[RoutingMessage | MessageRun]) -> list[bytes]:
     """The frames of ``msgs`` as a list of byte strings whose concatenation is
     ``encode_frames(msgs)``: a head per frame, then its payload as given (not copied), for
     ``writelines``/``sendmsg`` or one ``join``. Consecutive messages on the same route objects
     (a burst of replies to one return route) share one encoding of their routes, and one head
     per payload size; a ``MessageRun`` is framed as its messages, with no object per frame."""
+    global _last_routes
     parts: list[bytes] = []
     add = parts.append
     last_on: Route | None = None
@@ -305,8 +315,12 @@ def frame_parts(msgs: Sequence[RoutingMessage | MessageRun]) -> list[bytes]:
             payloads = (m.payload,)
         on, ret = m.onward_route, m.return_route
         if on is not last_on or ret is not last_ret:
-            prefix = b"\x83" + encode_route(on) + encode_route(ret)
-            last_on, last_ret, heads = on, ret, {}
+            last_on, last_ret, prefix, heads = _last_routes
+            if on is not last_on or ret is not last_ret:
+                prefix = b"\x83" + encode_route(on) + encode_route(ret)
+                _last_routes = last_on, last_ret, prefix, heads = on, ret, prefix, {}
+            elif len(heads) > _HEADS_PER_ROUTES_MAX:
+                heads.clear()
         for payload in payloads:
             n = len(payload)
             h = heads.get(n)
