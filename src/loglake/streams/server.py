@@ -66,7 +66,7 @@ import queue
 import ssl
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 from loglake.logs import log_event
@@ -224,7 +224,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.slots = keep or None
         self.send(out, sent)
 
-    def send(self, msgs: list[RoutingMessage | MessageRun], handled: int) -> None:
+    def send(self, msgs: Sequence[RoutingMessage | MessageRun], handled: int) -> None:
         self.queued -= handled
         t = self.transport
         if t is None or t.is_closing():
