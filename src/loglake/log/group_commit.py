@@ -36,7 +36,13 @@ Done = Callable[[BaseException | None], None]
 
 class GroupCommit:
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        """Appenders waiting for an fsync, and the helper waiting for one to end."""
+        self._idle = threading.Condition(lock)
+        """The helper with nothing to do, waiting for work (``_start_helper``). Apart from
+        ``_cond`` so that an fsync's end does not wake it: a lone appender's every fsync did,
+        for a second after a burst, and the helper then took the GIL from the appender."""
         self._synced = 0
         self._syncing = False
         self._want = 0
@@ -47,6 +53,7 @@ class GroupCommit:
         self._waiters = 0
         """Threads in ``_cond.wait()``: ``notify_all`` (Python code that checks the lock's
         owner) is skipped when there are none, as for a lone appender."""
+        self._helper_idle = False
         self._error: BaseException | None = None
         """The failure of the last fsync, for callbacks registered after it."""
         self.fsyncs = 0
@@ -111,8 +118,8 @@ class GroupCommit:
         if self._helper is None:
             self._helper = threading.Thread(target=self._help, name="loglake-sync", daemon=True)
             self._helper.start()
-        else:
-            self._notify()
+        elif self._helper_idle:
+            self._idle.notify()
 
     def _help(self) -> None:
         """The helper thread: fsync until every write asked for is covered; then wait for
@@ -122,7 +129,12 @@ class GroupCommit:
             try:
                 while self._error is None:
                     if self._synced >= self._want:
-                        if not self._wait(HELPER_IDLE_S) and self._synced >= self._want:
+                        self._helper_idle = True
+                        try:
+                            woken = self._idle.wait(HELPER_IDLE_S)
+                        finally:
+                            self._helper_idle = False
+                        if not woken and self._synced >= self._want:
                             break
                         continue
                     if self._syncing:
