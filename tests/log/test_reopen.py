@@ -473,3 +473,34 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
     with open_log(data_dir) as log:
         assert log.verify() == [("s", 0, 1, len(records), 0)]
     return True
+
+
+def test_append_payloads_fast_path_fails_reopens_and_refuses_like_append(tmp_path, monkeypatch):
+    """``append_payloads`` takes an open partition without the log's lock (the stream
+    service's path, issue 16); a failed partition, its reopen after the back-off, an unknown
+    stream or partition, and a closed log still answer as through the locked path."""
+    from loglake.log import LogClosed, UnknownPartition, UnknownStream
+
+    clock = ManualClock()
+    log = open_log(tmp_path, clock=clock)
+    log.create_stream("s")
+    assert log.append_payloads("s", 0, [b"a", b"b"]) == [0, 1]
+    sync = FailingSync(monkeypatch)
+    sync.left = 1
+    with pytest.raises(StorageFailed, match=r"^s/0: fsync failed"):
+        log.append_payloads("s", 0, [b"pending"])
+    calls = sync.calls
+    with pytest.raises(StorageFailed, match=r"retried in"):
+        log.append_payloads("s", 0, [b"too soon"])
+    assert sync.calls == calls
+    clock.advance(REOPEN_FIRST_S)
+    (index,) = log.append_payloads("s", 0, [b"after"])  # reopened from disk on the way
+    assert health(log).reopens == 1
+    assert [r.data for r in log.read("s", 0, 0)][-1] == b"after" and index >= 2
+    with pytest.raises(UnknownStream):
+        log.append_payloads("nope", 0, [b"x"])
+    with pytest.raises(UnknownPartition):
+        log.append_payloads("s", 1, [b"x"])
+    log.close()
+    with pytest.raises(LogClosed):
+        log.append_payloads("s", 0, [b"x"])

@@ -391,6 +391,20 @@ class SegmentLog(Log):
     def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
+        # the stream service's path (a push at a time, issue 16): an open partition without
+        # the log's lock and a closure; anything else — closed, unknown or not yet opened,
+        # failed, or replaced by a reopen meanwhile (it raises PartitionRetired having done
+        # nothing) — goes through _on, which answers each case
+        s = self._streams.get(stream)
+        if s is not None and not self._closed and type(partition) is int:
+            parts = s.opened  # [] until first opened: _on opens them
+            if 0 <= partition < len(parts):
+                part = parts[partition]
+                if part.failure is None:
+                    try:
+                        return part.append_payloads(datas, part.config.durability)
+                    except PartitionRetired:
+                        pass
         return self._on(
             stream, partition, lambda p: p.append_payloads(datas, p.config.durability), True
         )
