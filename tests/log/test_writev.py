@@ -66,18 +66,20 @@ def _file(tmp_path):
     return fs.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def test_writev_all_more_parts_than_one_call_takes(tmp_path):
+@pytest.mark.parametrize("known_size", [False, True])
+def test_writev_all_more_parts_than_one_call_takes(tmp_path, known_size):
     parts = [os.urandom(i % 7) for i in range(fs.IOV_MAX * 2 + 5)]
     fd = _file(tmp_path)
     try:
-        fs.writev_all(fd, parts)
+        fs.writev_all(fd, parts, sum(map(len, parts)) if known_size else None)
         fs.writev_all(fd, [])
     finally:
         fs.close(fd)
     assert (tmp_path / "f").read_bytes() == b"".join(parts)
 
 
-def test_writev_all_finishes_short_writes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("known_size", [False, True])  # the one-call path for a given size
+def test_writev_all_finishes_short_writes(tmp_path, monkeypatch, known_size):
     calls = []
 
     def short(fd, bufs):  # the real writev of at most 5 bytes: a short write
@@ -89,19 +91,20 @@ def test_writev_all_finishes_short_writes(tmp_path, monkeypatch):
     parts = [b"abc", b"", b"defgh", bytearray(b"ij"), memoryview(b"klmnopq")[1:]]
     fd = _file(tmp_path)
     try:
-        fs.writev_all(fd, parts)
+        fs.writev_all(fd, parts, 16 if known_size else None)
     finally:
         fs.close(fd)
     assert (tmp_path / "f").read_bytes() == b"abcdefghijlmnopq"
     assert calls
 
 
-def test_writev_all_raises_when_nothing_is_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("known_size", [None, 1])
+def test_writev_all_raises_when_nothing_is_written(tmp_path, monkeypatch, known_size):
     monkeypatch.setattr(fs, "_writev", lambda fd, bufs: 0)
     fd = _file(tmp_path)
     try:
         with pytest.raises(OSError, match="writev returned 0"):
-            fs.writev_all(fd, [b"x"])
+            fs.writev_all(fd, [b"x"], known_size)
     finally:
         fs.close(fd)
 

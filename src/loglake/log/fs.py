@@ -72,7 +72,9 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 """Buffers one ``writev`` call may take (1,024 on Linux)."""
 
 
-def writev_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+def writev_all(
+    fd: int, parts: Sequence[bytes | bytearray | memoryview], size: int | None = None
+) -> None:
     """Write the concatenation of ``parts`` (an encoded batch: heads and the records' data as
     given), with ``writev`` and no join: until every byte is written (a short write is
     retried from where it stopped, an error raised), as ``write_all``.
@@ -80,16 +82,22 @@ def writev_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None
     Why a helper and not a primitive: while a layer has replaced ``write`` (the simulated disk
     of ``tests/log/simdisk.py``, a fault-injecting file layer), the same bytes go through that
     ``write`` — joined, and with ``write_all``'s retries — so the layer sees, keeps or fails
-    every byte as before; only the real ``os.write`` is bypassed by ``os.writev``."""
+    every byte as before; only the real ``os.write`` is bypassed by ``os.writev``.
+
+    ``size``: the bytes ``parts`` hold, if the caller knows (a whole write in one call then
+    costs no sum and no copy of the list: a one-record append)."""
     if write is not os.write:
         write_all(fd, b"".join(parts))
         return
     writev = _writev
     start, end = 0, len(parts)
     while start < end:
-        stop = min(end, start + IOV_MAX)
-        group = parts[start:stop]
-        want = sum(map(len, group))
+        if start == 0 and size is not None and end <= IOV_MAX:
+            stop, group, want = end, parts, size
+        else:
+            stop = min(end, start + IOV_MAX)
+            group = parts[start:stop]
+            want = sum(map(len, group))
         n = writev(fd, group)
         if n <= 0 and want:
             raise OSError(f"writev returned {n}")
@@ -98,12 +106,12 @@ def writev_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None
             continue
         # a short write: skip the whole parts written, finish the one it stopped in
         for i, part in enumerate(group):
-            size = len(part)
-            if n < size:
+            k = len(part)
+            if n < k:
                 write_all(fd, memoryview(part)[n:])
                 start += i + 1
                 break
-            n -= size
+            n -= k
 
 
 def fsync_file(path: str | Path) -> None:

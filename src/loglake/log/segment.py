@@ -378,7 +378,7 @@ class Segment:
         assert self.wfd is not None and self.index is not None
         base = self.size
         try:
-            fs.writev_all(self.wfd, parts)
+            fs.writev_all(self.wfd, parts, size)
         except OSError:
             # e.g. ENOSPC after part of the batch landed: cut it off so the next batch does
             # not follow a partial record (O_APPEND writes at the real end of the file).

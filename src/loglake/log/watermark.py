@@ -44,6 +44,9 @@ from loglake.log.api import CorruptStore
 FILE_NAME = "DURABLE"
 MAGIC = b"LLDW"
 SLOT = struct.Struct("<4sQQQQI")
+_SLOT_HEAD = struct.Struct("<4sQQQQ")
+"""A slot without its CRC (what the CRC covers)."""
+_CRC = struct.Struct("<I")
 SLOT_OFFSETS = (0, 512)
 SYNC_INTERVAL_S = 1.0
 
@@ -59,8 +62,8 @@ class Mark(NamedTuple):
 
 
 def encode_slot(mark: Mark) -> bytes:
-    head = SLOT.pack(MAGIC, mark.seq, mark.base, mark.size, mark.next_index, 0)[:-4]
-    return head + struct.pack("<I", crc32c(head))
+    head = _SLOT_HEAD.pack(MAGIC, mark.seq, mark.base, mark.size, mark.next_index)
+    return head + _CRC.pack(crc32c(head))
 
 
 def parse(raw: bytes, path: str = FILE_NAME) -> Mark | None:
