@@ -234,8 +234,11 @@ class InlineSealer:
     """The log's background sealer, run inline: one thread touches the disk, so a seed replays
     the same sequence of ``fs`` calls and the same crash point."""
 
-    def __init__(self) -> None:
+    def __init__(self, processes: bool = False) -> None:
         self.errors: list[BaseException] = []
+
+    def run(self, fn, *args):
+        return fn(*args)  # here: the simulated disk is in this process
 
     def submit(self, job) -> None:
         try:

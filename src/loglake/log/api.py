@@ -68,6 +68,10 @@ class CorruptSegment(LogError):
         super().__init__(f"{path}: corrupt record at byte {offset}: {reason}")
         self.path, self.offset, self.reason = path, offset, reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
+        # pickled with its own arguments (a seal in the sealing child raises it)
+        return (CorruptSegment, (self.path, self.offset, self.reason))
+
 
 class LogLocked(LogError):
     """Another writer holds the data directory (one writer per data dir; readers use

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loglake.log import fs, watermark
 from loglake.log.api import (
@@ -89,6 +89,13 @@ TABLE_BYTES = 8 * 1024 * 1024
 CHUNK_BYTES = 256 * 1024
 """A ``batch`` append larger than this is written in chunks of about this size, an fsync of
 each started while the next is encoded (see ``Partition._append``)."""
+
+
+T = TypeVar("T")
+
+
+def _call(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)
 
 
 def _chunk_records(items: Sequence) -> int:
@@ -723,7 +730,9 @@ class Partition:
                 return  # (a closed partition's successor, if any, seals its own segments)
             if seg not in self.segments:
                 return
-        lf = seal_segment(
+        run = self.sealer.run if self.sealer is not None else _call
+        lf = run(
+            seal_segment,
             self.dir / segment_name(seg.base),
             seg.base,
             seg.next_index,

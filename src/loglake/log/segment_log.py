@@ -141,6 +141,7 @@ class SegmentLog(Log):
         readonly: bool = False,
         default_config: StreamConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        seal_processes: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.readonly = readonly
@@ -153,7 +154,7 @@ class SegmentLog(Log):
         self._streams: dict[str, _Stream] = {}
         self._lock_fd: int | None = None
         self._closed = False
-        self._sealer = Sealer()
+        self._sealer = Sealer(processes=seal_processes)
         if not readonly:
             fs.makedirs_durable(self.data_dir / STREAMS_DIR)
             self._take_lock()
@@ -607,10 +608,19 @@ def open_log(
     readonly: bool = False,
     default_config: StreamConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
+    seal_processes: bool = False,
 ) -> Log:
     """Open (creating if needed) the embedded log at ``data_dir``.
 
     One writer per data dir (a second one gets ``LogLocked``); any number of ``readonly``
     readers, in any process, alongside it. ``clock``: monotonic seconds, for the back-off of
-    reopening a failed partition (tests drive it)."""
-    return SegmentLog(data_dir, readonly=readonly, default_config=default_config, clock=clock)
+    reopening a failed partition (tests drive it). ``seal_processes``: rolled segments are
+    sealed to the lake in a child process, off this process's GIL (for a server: ``loglake
+    serve`` and ``loglake node`` ask for it; ``log.sealer``)."""
+    return SegmentLog(
+        data_dir,
+        readonly=readonly,
+        default_config=default_config,
+        clock=clock,
+        seal_processes=seal_processes,
+    )

@@ -219,7 +219,7 @@ def serve(
             lake_dir=str(data_dir),  # pulls below JetStream's retention read the sealed lake
         )
     else:
-        log = open_log(data_dir)
+        log = open_log(data_dir, seal_processes=True)  # seals off the server's GIL
     config = StreamConfig(
         durability=cast(Durability, durability),  # click.Choice of Durability's values
         segment_bytes=segment_bytes,

@@ -89,7 +89,8 @@ class Node:
             durability=cast(Durability, cfg.streams.durability),  # checked by config
             segment_bytes=cfg.streams.segment_bytes,
         )
-        raw = open_log(cfg.data_dir, default_config=stream_config)
+        # seals in a child process, off the GIL of the node's servers (log.sealer)
+        raw = open_log(cfg.data_dir, default_config=stream_config, seal_processes=True)
         self._log = raw
         try:
             await self._start_parts(raw, stream_config)
