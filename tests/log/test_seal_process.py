@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 from concurrent.futures.process import BrokenProcessPool
 
 import pyarrow.parquet as pq
@@ -20,6 +22,7 @@ from loglake.log import StreamConfig, fs, open_log
 from loglake.log.api import CorruptSegment
 from loglake.log.lake import seal_segment
 from loglake.log.sealer import Sealer
+from tests.waiting import wait_until
 
 
 def _fill(data_dir, seal_processes: bool) -> list[dict]:
@@ -93,3 +96,26 @@ def test_a_damaged_segment_sealed_in_the_child_is_corrupt_segment_naming_it(tmp_
         e.value.reason,
         str(e.value),
     )
+
+
+def test_the_child_ends_when_its_parent_is_killed():
+    """A server killed with SIGKILL never shuts its pool down: the child must not stay."""
+    script = (
+        "import os, sys\n"
+        "from loglake.log.sealer import Sealer\n"
+        "print(Sealer(processes=True).run(os.getpid), flush=True)\n"
+        "os._exit(0)  # no stop(), no atexit: as after SIGKILL\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    child = int(out.stdout.split()[-1])
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
+        except FileNotFoundError:
+            return True
+
+    wait_until(gone, timeout=15, what=f"the orphaned sealing child {child} to end")

@@ -47,10 +47,24 @@ Job = Callable[[], None]
 T = TypeVar("T")
 
 
-def _lower_priority() -> None:
-    """In the sealing child: appenders keep the CPU first (as the sealer thread does)."""
+def _child_init(parent: int) -> None:
+    """In the sealing child: appenders keep the CPU first (as the sealer thread does), and
+    the child ends when its parent is gone. Why the watch: a server killed with SIGKILL
+    never shuts the pool down, and the child, waiting on its job queue (whose write end it
+    holds itself), would stay forever."""
     with contextlib.suppress(AttributeError, OSError):
         os.nice(10)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="loglake-seal-parent-watch", daemon=True).start()
+
+
+ORPHAN_CHECK_S = 1.0
+"""How often the sealing child checks that its parent still runs."""
 
 
 class Sealer:
@@ -93,7 +107,10 @@ class Sealer:
                 # spawn, not fork: the server has threads (a forked child could inherit a lock
                 # some other thread held)
                 self._pool = ProcessPoolExecutor(
-                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority
+                    1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_child_init,
+                    initargs=(os.getpid(),),
                 )
             pool = self._pool
         try:
