@@ -148,6 +148,34 @@ def test_async_concurrent_pushes_on_one_lane_each_get_their_own_answer(server, l
     check(stored(log, "s"), results)
 
 
+def test_async_single_pushes_from_many_tasks_each_get_their_own_answer(server, log):
+    """``AsyncStreamClient.push`` (one frame, one future): tasks pushing one record at a time
+    on one lane, a seeded mix of failing and succeeding ones, never get another's answer."""
+    rng = random.Random(17)
+    print("seed 17")
+
+    async def pusher(c: AsyncStreamClient, k: int, results: list):
+        for j in range(25):
+            data = f"{'bad' if rng.random() < 0.4 else 'ok'} {k}.{j}".encode()
+            try:
+                results.append(([data], [await c.push("s", data)]))
+            except DiskFull:
+                results.append(([data], None))
+
+    async def main():
+        c = await AsyncStreamClient.connect(port=server.port)
+        try:
+            await c.create_stream("s")
+            results: list = []
+            await asyncio.gather(*(pusher(c, k, results) for k in range(6)))
+            return results
+        finally:
+            await c.close()
+
+    results = asyncio.run(main())
+    check(stored(log, "s"), results)
+
+
 def check(log_now: dict[int, bytes], results: list) -> None:
     """Acknowledged ⇒ stored at that index; no bad record stored; both outcomes happened."""
     assert not any(d.startswith(b"bad") for d in log_now.values())

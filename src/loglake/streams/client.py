@@ -717,7 +717,29 @@ class AsyncStreamClient:
         return self.addresses.learn(replies, expect)
 
     async def push(self, stream: str, data: bytes, partition: int = 0) -> int:
-        return (await self.push_many(stream, [data], partition))[0]
+        """One push, awaited: one frame written and one future, without ``push_many``'s
+        chunking (as ``StreamClient.push``; the same failure handling: a push that fails is
+        forgotten on its lane, so its late answer belongs to no one)."""
+        worker = await self._address(stream, partition)
+        if self._failure is not None:
+            raise self._failure
+        rids, parts = self.core.push_parts(worker, (data,))
+        (rid,) = rids
+        pc = _PushChunk(asyncio.get_running_loop().create_future(), 1)
+        self._push_waiters[rid] = (pc, 0)
+        try:
+            self._writer.writelines(parts)
+            await self._writer.drain()
+            try:
+                (confirm,) = await pc.fut
+            except _PushError as e:
+                _raise_error(e.error, stream, partition)
+        except BaseException:
+            self._push_waiters.pop(rid, None)
+            self.core.forget(self.core.lane(worker), rids)
+            _retrieve([pc.fut])
+            raise
+        return _confirmed(confirm, rid)
 
     async def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
         """Push in order, ``window`` in flight (quarter-window chunks, as ``StreamClient``)."""
