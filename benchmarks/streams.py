@@ -29,6 +29,12 @@ Systems and durability (an acknowledged message is on disk when the row says "fs
 
 Every phase is bounded by ``--count`` messages and ``--seconds``; rates are computed on what was
 done. Run: ``.venv/bin/python benchmarks/streams.py`` (``--help`` for options).
+
+``--before REV --pairs N``: issue 16's before/after protocol in one command — the code of a git
+revision (checked out in a temporary worktree) against this tree, loglake and Redis
+``appendfsync always`` only, in N alternating pairs, each run a fresh process of this script on
+one tree's code; prints the pair ratios of one client's push rate and, per run, the one-by-one
+latency against Redis's in the same run. ``--json-out FILE`` writes a run's rows as JSON.
 """
 
 from __future__ import annotations
@@ -606,6 +612,69 @@ def report(results: list[Result], a: argparse.Namespace, console: Console) -> No
             print("| " + " | ".join(str(x) for x in row) + " |")
 
 
+def before_after(a: argparse.Namespace, console: Console) -> None:
+    """Issue 16's protocol: the code of ``--before`` (a git revision) against this tree, in
+    ``--pairs`` alternating pairs (ABBA order), each run a fresh process of this script with
+    ``PYTHONPATH`` on one tree's ``src`` (so the measuring code is the same for both), with
+    Redis ``appendfsync always`` in every run. Prints every run, the pair ratios of one
+    client's push rate and the one-by-one latency against Redis in the same run, and the
+    medians."""
+    import json
+
+    base = Path(tempfile.mkdtemp(prefix="bench-before-"))
+    tree = base / "tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.before],
+        check=True,
+        capture_output=True,
+    )
+    rows: list[dict] = []
+    try:
+        for i in range(a.pairs):
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for side in order:
+                src = tree / "src" if side == "before" else ROOT / "src"
+                out = base / f"{i}-{side}.json"
+                cmd = [sys.executable, __file__, "--only", "loglake,redis-always"]
+                cmd += ["--count", str(a.count), "--latency-count", str(a.latency_count)]
+                cmd += ["--seconds", str(a.seconds), "--size", str(a.size)]
+                cmd += ["--window", str(a.window), "--json-out", str(out)]
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+                got = {r["system"]: r for r in json.loads(out.read_text())}
+                rows.append({"pair": i + 1, "side": side, "load": os.getloadavg()[0], **got})
+                lg, rd = got["loglake"], got["Redis Streams 7"]
+                console.print(
+                    f"pair {i + 1} {side:6}: push {fmt(lg['push'])} msgs/s, one by one p50/p99 "
+                    f"{fmt(lg['p50'])}/{fmt(lg['p99'])} µs (Redis {fmt(rd['p50'])}/"
+                    f"{fmt(rd['p99'])}), load {rows[-1]['load']:.2f}"
+                )
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+            capture_output=True,
+        )
+        shutil.rmtree(base, ignore_errors=True)
+    push = {
+        side: [r["loglake"]["push"] for r in rows if r["side"] == side]
+        for side in ("before", "after")
+    }
+    ratios = sorted(b / a_ for a_, b in zip(push["before"], push["after"], strict=True))
+    after = [r for r in rows if r["side"] == "after"]
+    p50_ok = sum(r["loglake"]["p50"] <= r["Redis Streams 7"]["p50"] for r in after)
+    p99_ok = sum(r["loglake"]["p99"] <= r["Redis Streams 7"]["p99"] for r in after)
+    console.print(
+        f"one client, {a.window} in flight: before {fmt(statistics.median(push['before']))}, "
+        f"after {fmt(statistics.median(push['after']))} msgs/s (medians); pair ratios "
+        + ", ".join(f"{x:.2f}" for x in ratios)
+        + f"; median {statistics.median(ratios):.2f}x (target ≥ 2x)"
+    )
+    console.print(
+        f"one by one, after: p50 ≤ Redis's in {p50_ok} of {len(after)} runs, p99 in "
+        f"{p99_ok} of {len(after)} (target: both, in the same run)"
+    )
+
+
 def stages(a: argparse.Namespace, console: Console) -> None:
     """The server's CPU per pushed message by stage, on one thread without sockets: what
     ``StreamServer`` does with a burst a client sent (``ClientCore.push_parts``, ``--window``/4
@@ -679,6 +748,14 @@ def main() -> None:
     p.add_argument("--bursts", type=int, default=12, help="bursts of --count by 'loglake-sustain'")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     p.add_argument(
+        "--before",
+        metavar="REV",
+        help="issue 16's protocol: this git revision's code against this tree, loglake and "
+        "Redis (appendfsync always) only, in --pairs alternating pairs",
+    )
+    p.add_argument("--pairs", type=int, default=6, help="pairs run by --before")
+    p.add_argument("--json-out", type=Path, help="also write the results as JSON here")
+    p.add_argument(
         "--stages",
         action="store_true",
         help="only the server's CPU per push by stage, in process (no sockets, no peers)",
@@ -690,6 +767,9 @@ def main() -> None:
     console.print(f"[dim]loglake from {Path(loglake.__file__).parent}[/]")
     if a.stages:
         stages(a, console)
+        return
+    if a.before:
+        before_after(a, console)
         return
     only = set(a.only.split(","))
     results: list[Result] = []
@@ -726,6 +806,11 @@ def main() -> None:
             continue
         results.extend(r if isinstance(r, list) else [r])
     report(results, a, console)
+    if a.json_out:
+        import dataclasses
+        import json
+
+        a.json_out.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
 
 
 if __name__ == "__main__":
