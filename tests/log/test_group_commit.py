@@ -20,6 +20,7 @@ from loglake.log import SegmentLog, StorageFailed, StreamConfig, fs, open_log
 from loglake.log.partition import CHUNK_BYTES, REOPEN_FIRST_S
 from tests.log.clock import ManualClock
 from tests.log.simdisk import SimDisk
+from tests.waiting import wait_until
 
 BIG = 4 * CHUNK_BYTES // 1024 + 7
 """Records of 1 KB in a batch that is written in about four chunks."""
@@ -215,3 +216,49 @@ def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
     log.close()
     with open_log(tmp_path) as log:
         assert [d for _, d in log.read_payloads("s", 0, 0, 10)][:1] == [b"before"]
+
+
+def test_an_idle_helper_is_woken_by_new_work_only_not_by_every_fsync(monkeypatch):
+    """After a burst the helper thread idles for a while; a lone appender's fsyncs (inline,
+    ``wait_durable``) must not wake it — each wake took the GIL from the appender — while a
+    write handed to it (``when_durable``) still does, and is made durable."""
+    from loglake.log import group_commit
+    from loglake.log.group_commit import GroupCommit
+
+    monkeypatch.setattr(group_commit, "HELPER_IDLE_S", 30.0)  # idle throughout, even if slow
+    gc = GroupCommit()
+    written = [0]
+    synced: list[int] = []
+
+    def sync() -> int:
+        synced.append(written[0])
+        return written[0]
+
+    class CountingIdle:
+        def __init__(self, cond: threading.Condition) -> None:
+            self.cond, self.woken = cond, 0
+
+        def wait(self, timeout: float | None = None) -> bool:
+            got = self.cond.wait(timeout)
+            self.woken += got
+            return got
+
+        def notify(self) -> None:
+            self.cond.notify()
+
+    idle = CountingIdle(gc._idle)
+    gc._idle = idle  # type: ignore[assignment]
+    done = threading.Event()
+    written[0] = 1
+    gc.when_durable(1, sync, lambda e: done.set())  # the helper starts and syncs it
+    assert done.wait(10)
+    wait_until(lambda: gc._helper_idle, what="the helper to go idle")
+    for seq in range(2, 40):  # a lone appender: each fsync inline, on this thread
+        written[0] = seq
+        gc.wait_durable(seq, sync)
+    assert idle.woken == 0 and gc._helper_idle and gc._helper is not None
+    done.clear()
+    written[0] = 40
+    gc.when_durable(40, sync, lambda e: done.set())  # new work for the helper: woken
+    assert done.wait(10)
+    assert idle.woken == 1 and synced[-1] == 40 and gc.synced == 40

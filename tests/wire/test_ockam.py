@@ -252,6 +252,25 @@ def test_a_message_run_is_framed_as_its_messages(msgs, runs) -> None:
             assert all(any(p is q for q in parts) for p in it.payloads)
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), st.binary(max_size=300)), max_size=30))
+def test_frames_one_call_at_a_time_over_a_few_route_objects(calls) -> None:
+    """``frame_parts`` keeps the last route pair it framed (by object identity) between
+    calls, as a server answering one push at a time does: framing call after call, on route
+    objects that come back, on equal routes that are other objects, and with payload sizes
+    that repeat, must give each message's own frame."""
+    from loglake.wire.ockam import frame_parts
+
+    pairs = [
+        (route("p0"), route("stream_service/s/0")),
+        (route("p0"), route("stream_service/s/1")),
+        (route("p0"), route("stream_service/s/0")),  # equal to the first, other objects
+        (route("r7"), route("stream_service")),
+    ]
+    for k, payload in calls:
+        m = RoutingMessage(*pairs[k], payload)
+        assert b"".join(frame_parts([m])) == encode_frame(m)
+
+
 @given(st.binary(max_size=70000))
 def test_frame_template_head_then_payload_is_the_frame(payload: bytes) -> None:
     from loglake.wire.ockam import FrameTemplate
