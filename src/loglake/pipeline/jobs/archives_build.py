@@ -9,9 +9,10 @@ tasks (``SparkContext.parallelize`` of small descriptors) that read their record
 lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
 send back only small results. Two stages, one read and one decode of every record:
 
-- scan, one call per unit (a lake file, or up to ``LIVE_SPLIT`` records of the live log; units
-  packed into a few Spark tasks): each record decoded (``decode_waku_batch``: numpy over the
-  Arrow buffers, with the layout's own ``decode_record`` for any record it cannot vouch for);
+- scan, one call per unit (``loglake.pipeline.units``, shared with ``job sds-audit``: a lake
+  file, or up to ``LIVE_SPLIT`` records of the live log; units packed into a few Spark
+  tasks): each record decoded (``decode_waku_batch``: numpy over the Arrow buffers, with
+  the layout's own ``decode_record`` for any record it cannot vouch for);
   out come only, per community and hour of message time, the index range and oldest time of
   its messages, and the bad records (so a bad record fails the job before any build work, and
   windows are planned from the oldest message); the unit's good records stay, decoded and in
@@ -97,7 +98,9 @@ from loglake.archives.messages import IndexEntry
 from loglake.archives.torrent import PieceHashes
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
-from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
+from loglake.pipeline.units import Unit as _Unit
+from loglake.pipeline.units import plan_units as _plan_units
+from loglake.pipeline.units import read_unit as _read_unit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -284,123 +287,9 @@ BUCKET_NS = 3600 * 1_000_000_000
 """The scan records, per community and hour of message time, the stream index range holding
 its messages: each build task reads only the index range of its windows (a weekly build does
 not re-read archived history)."""
-SCAN_BATCH = 65_536
-"""Records decoded at once (numpy over one Arrow column)."""
-LIVE_SPLIT = 500_000
-"""Records of the live log per scan task (a sealed lake file is one task)."""
 TASK_RECORDS = (20_000, 500_000)
 """Bounds of the records one build task gets (whole windows; the target is a quarter of the
 job's records per core, so both cores stay busy and a straggler is small)."""
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """Where one index range ``[start, end)`` of a community stream lies: a sealed lake file
-    (``path``, read with pyarrow) or the live log (``path`` empty, read with ``loglake.log``).
-
-    Why tasks read records themselves instead of through a DataFrame: every record crossing
-    the JVM/Python boundary (Parquet scan -> Python decode -> JVM -> shuffle -> Python build)
-    was most of the job's time (docs/archives.md). Records are already ``WakuMessage`` bytes;
-    only small descriptors and results travel through Spark. This relies on a filesystem shared
-    by the driver and every executor (``data_dir`` and ``root``): true for ``local[*]`` and for
-    the standalone cluster on this machine; the driver checks every part file it is told about
-    and fails with ``JobFailed`` naming it when it is not visible."""
-
-    stream: str
-    path: str
-    start: int
-    end: int
-
-
-def _plan_units(data_dir: str, streams: Mapping[int, str]) -> dict[int, list[_Unit]]:
-    """Every community stream's records as units, planned on the driver from file names and
-    the live log's bounds only (one listing per stream, the log opened once for all streams):
-    the lake's visible files (cover rule) + the live ranges the lake does not cover."""
-    from loglake.pipeline.livelog import open_log_readonly
-
-    live: dict[str, tuple[int, int]] = {}
-    with contextlib.ExitStack() as stack:
-        try:
-            log = stack.enter_context(open_log_readonly(data_dir))
-        except Exception:  # a lake-only data dir has no log to open
-            log = None
-        for stream in set(streams.values()):
-            if log is not None and log.has_stream(stream):
-                p0 = [p for p in log.stream_info(stream).partitions if p.partition == 0]
-                if p0:
-                    live[stream] = (p0[0].first_index, p0[0].next_index)
-    out: dict[int, list[_Unit]] = {}
-    for sid, stream in streams.items():
-        files = visible_lake_files(data_dir, stream, 0)
-        if not files and stream not in live:
-            raise BadOption("stream", stream, f"unknown stream in data_dir {data_dir}")
-        first, nxt = live.get(stream, (None, None))
-        plan = plan_partition(0, files, first, nxt, 0, None, LIVE_SPLIT)
-        units = [_Unit(stream, str(f.path), f.first, f.last + 1) for f in plan.files]
-        units += [_Unit(stream, "", r.start, r.end) for r in plan.live]
-        out[sid] = sorted(units, key=lambda u: u.start)
-    return out
-
-
-def _read_unit(
-    data_dir: str, u: _Unit, lo: int = 0, hi: int | None = None
-) -> Iterator[tuple[np.ndarray, pa.Array]]:
-    """(index, data) batches of ``u`` within ``[lo, hi)``: a lake file through pyarrow (row
-    groups pruned by the index statistics), the live log through its read-only view."""
-
-    lo, hi = max(lo, u.start), u.end if hi is None else min(hi, u.end)
-    if lo >= hi:
-        return
-    if u.path:
-        import pyarrow.parquet as pq
-
-        filters = (
-            None if (lo, hi) == (u.start, u.end) else [("index", ">=", lo), ("index", "<", hi)]
-        )
-        try:
-            table = pq.read_table(u.path, columns=["index", "data"], filters=filters)
-        except FileNotFoundError:
-            yield from _read_replanned(data_dir, u, lo, hi)
-            return
-        for b in table.to_batches(max_chunksize=SCAN_BATCH):
-            idx = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-            yield idx, b.column(1)
-        return
-    from loglake.pipeline.livelog import open_log_readonly
-
-    with open_log_readonly(data_dir) as log:
-        # columns from the segments' bytes, no Python object per record (Log.read_tables)
-        for table in log.read_tables(u.stream, 0, lo, hi):
-            for b in table.select(["index", "data"]).to_batches(max_chunksize=SCAN_BATCH):
-                yield b.column(0).to_numpy(), b.column(1)
-
-
-def _read_replanned(
-    data_dir: str, u: _Unit, lo: int, hi: int
-) -> Iterator[tuple[np.ndarray, pa.Array]]:
-    """``[lo, hi)`` of a lake file that is gone since the plan, from what covers it now.
-
-    Why: ``job compact`` replaces small lake files by one that covers them and, with its
-    default grace of 0 s, deletes them at once; a build planned before that would otherwise
-    fail on a missing file (the node runs both jobs). The records are the same (compaction
-    copies them), so the range is planned again from the lake's visible files and the live
-    log, as ``_plan_units`` does. Records that nothing holds any more (retention removed them
-    meanwhile) fail the job, naming the range: the windows were planned with them."""
-    try:
-        now = _plan_units(data_dir, {0: u.stream})[0]
-    except BadOption:  # nothing at all is left of the stream
-        now = []
-    files = [f for f in now if f.start < hi and f.end > lo]
-    if any(f.path == u.path for f in files):  # listed, yet unreadable: not a compaction
-        raise JobFailed(f"lake file {u.path} of stream {u.stream!r} cannot be read")
-    gone = subtract(lo, hi, [(f.start, f.end) for f in files])
-    if gone:
-        raise JobFailed(
-            f"records {', '.join(f'{a}..{b}' for a, b in gone)} of stream {u.stream!r} were "
-            f"removed during the job (lake file {u.path} is gone and nothing holds them now)"
-        )
-    for f in files:
-        yield from _read_unit(data_dir, f, lo, hi)
 
 
 def _spill_path(spill_dir: str, sid: int, u: _Unit) -> str:

@@ -1,12 +1,21 @@
 """``sds-audit``: what happened in an SDS group chat, as Parquet tables and an HTML report.
 
-Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) with
-``loglake.pipeline.read`` and:
+Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
 
-1. decodes every record in executors (``mapInArrow``) with ``loglake.sds.codec`` (``parse`` +
-   ``parse_entry``: the same checks a participant makes); a record that does not decode, names
-   another channel, or carries a bloom filter of the wrong length becomes a ``rejects`` row
-   (partition, index, reason, detail) and the job goes on;
+1. decodes every record in executors with ``loglake.sds.codec`` (``parse`` + ``parse_entry``:
+   the same checks a participant makes); a record that does not decode, names another channel,
+   or carries a bloom filter of the wrong length becomes a ``rejects`` row (partition, index,
+   reason, detail) and the job goes on. The records never enter the JVM: the driver plans
+   units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
+   visible files and the live tail's ranges), plain tasks read their units' columns where they
+   lie, in index order, decode them (``decode_batches``) and write the decoded rows as zstd
+   Parquet part files under ``_work/decoded`` themselves; Spark reads those back. Why: through
+   ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
+   200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
+   write: most of the decode stage (docs/sds.md, "Fifth pass"). This needs ``data_dir`` and
+   ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
+   standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
+   it cannot see;
 2. keeps the first copy of each message id (later copies of a content message are resends or
    SDS-R repair responses) and computes, per participant (grouped by sender, ``applyInArrow``),
    which content messages of others it *showed it held* in its own later messages — the id in
@@ -34,7 +43,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from loglake.log.api import STREAM_NAME_RE
-from loglake.pipeline.errors import BadOption
+from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.units import Unit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -1004,12 +1014,96 @@ def _spark_schema(schema: pa.Schema) -> Any:
     return from_arrow_schema(schema)
 
 
+DECODE_COLUMNS = ("partition", "index", "timestamp_ns", "data")
+DECODE_BATCH = 10_000
+"""Records decoded at once (a row group of the part file): Spark's Arrow batch size, which
+the decode was tuned with (a batch rebuilds the id array of the task's codes once)."""
+
+
+def _decode_task(
+    data_dir: str, channel: str, decoded_dir: str
+) -> Callable[[tuple[int, list[Unit]]], tuple[str, int]]:
+    """One decode task: its units (consecutive, in index order) read where they lie and
+    decoded by one ``decode_batches`` state (``causal_new`` is against the previous message of
+    the same sender read by this task), written as one zstd Parquet file of
+    ``DECODED_SCHEMA`` (under a hidden temporary name, then renamed: a retried or speculative
+    attempt rewrites the same file whole). Returned: the file's path and its row count."""
+
+    def run(task: tuple[int, list[Unit]]) -> tuple[str, int]:
+        import os
+        import uuid
+
+        import pyarrow.parquet as pq
+
+        from loglake.pipeline.units import read_unit_columns
+
+        k, units = task
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for u in units:
+                yield from read_unit_columns(data_dir, u, DECODE_COLUMNS, batch_rows=DECODE_BATCH)
+
+        path = os.path.join(decoded_dir, f"part-{k:05d}.zstd.parquet")
+        tmp = os.path.join(decoded_dir, f".part-{k:05d}-{uuid.uuid4().hex[:8]}.tmp")
+        rows = 0
+        with pq.ParquetWriter(tmp, DECODED_SCHEMA, compression="zstd") as w:
+            for out in decode_batches(channel)(batches()):
+                w.write_batch(out)
+                rows += out.num_rows
+        os.replace(tmp, path)
+        return path, rows
+
+    return run
+
+
+def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
+    """``units`` (sorted by index) cut into at most ``n`` runs of consecutive units of about
+    equal record counts: each run one task, so a task reads a contiguous index range and its
+    decode state carries from one unit to the next (a sender's first message in a task has
+    all its history in ``causal_new``)."""
+    total = sum(u.end - u.start for u in units)
+    n = max(1, min(n, len(units)))
+    groups: list[list[Unit]] = [[]]
+    done = 0
+    for u in units:
+        if groups[-1] and done >= total * len(groups) / n:
+            groups.append([])
+        groups[-1].append(u)
+        done += u.end - u.start
+    return [g for g in groups if g]
+
+
+def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> None:
+    """Every record of the channel's partition decoded into ``decoded`` (Parquet part files of
+    ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata."""
+    import pyarrow.parquet as pq
+
+    from loglake.pipeline.units import plan_units
+
+    assert opts.channel is not None
+    units = plan_units(opts.data_dir, {0: opts.stream}, opts.partition)[0]
+    decoded.mkdir(parents=True, exist_ok=True)
+    sc = spark.sparkContext
+    groups = _task_groups(units, 2 * max(1, sc.defaultParallelism))
+    task = _decode_task(opts.data_dir, opts.channel, str(decoded))
+    parts = (
+        sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
+    )
+    for path, _ in parts:
+        if not Path(path).exists():  # the design needs a shared filesystem
+            raise JobFailed(
+                f"part file {path} written by an executor is not visible to the driver: "
+                "sds-audit needs --out (and the data dir) on a filesystem shared by the "
+                "driver and every executor"
+            )
+    if not parts:  # an empty channel: the schema alone, for the reads that follow
+        pq.write_table(DECODED_SCHEMA.empty_table(), decoded / "part-empty.zstd.parquet")
+
+
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     """The audit; ``opts`` must be ``validate()``d. Tables go to ``out/<table>/`` (Parquet),
     ``out/summary.json`` and ``out/report.html``."""
     from pyspark.sql import functions as F
-
-    from loglake.pipeline.read import read
 
     t0 = time.monotonic()
     assert opts.channel is not None
@@ -1024,21 +1118,14 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     out.mkdir(parents=True, exist_ok=True)
     summary = AuditSummary(opts.stream, opts.channel)
 
-    records = read(spark, opts.data_dir, opts.stream, partitions=[opts.partition])
     # decoded once, to Parquet: later passes read only the columns they need (the 200-id
     # causal histories twice: dependencies on candidates, the messages table), where a cached
-    # DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd, not the
-    # default snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB
-    # blocks do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB,
-    # written no slower, read back by every later pass)
+    # DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd, not
+    # snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB blocks
+    # do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
     work = out / WORK_DIR
-    (
-        records.select("partition", "index", "timestamp_ns", "data")
-        .mapInArrow(decode_batches(opts.channel), _spark_schema(DECODED_SCHEMA))
-        .write.option("compression", "zstd")
-        .parquet(str(work / "decoded"))
-    )
     try:
+        _decode_stage(spark, opts, work / "decoded")
         decoded = spark.read.parquet(str(work / "decoded"))
         return _audit(spark, opts, decoded, summary, t0, F)
     finally:

@@ -1,0 +1,155 @@
+"""Units: a stream partition's records planned on the driver from metadata, read by plain tasks.
+
+Why: a job whose work is Python over the records' bytes (``job archives-build``,
+``job sds-audit``'s decode) spent most of its time in the JVM copying each record from the lake
+into Arrow for Python (and, for a DataFrame result, back). Here the driver plans *units* from
+file names and the live log's bounds only — the lake's visible files (the cover rule) and the
+live ranges they do not cover — and Spark runs plain tasks (``SparkContext.parallelize`` of
+``Unit`` descriptors) that read their records where they lie: a lake file through pyarrow, the
+live tail through ``loglake.log``'s read-only view (``Log.read_tables``), in index order.
+
+This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
+the tasks): true for ``local[*]`` and for the standalone cluster on one machine. A lake file
+that ``job compact`` removed after the plan is read from what covers it now
+(``_read_replanned``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+SCAN_BATCH = 65_536
+"""Records read at once (one Arrow batch) unless a reader asks for fewer."""
+LIVE_SPLIT = 500_000
+"""Records of the live log per unit (a sealed lake file is one unit)."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Where one index range ``[start, end)`` of a stream partition lies: a sealed lake file
+    (``path``, read with pyarrow) or the live log (``path`` empty, read with ``loglake.log``).
+
+    Small and picklable: only descriptors like this one and the tasks' small results travel
+    through Spark, never the records."""
+
+    stream: str
+    path: str
+    start: int
+    end: int
+    partition: int = 0
+
+
+def plan_units(
+    data_dir: str, streams: Mapping[int, str], partition: int = 0
+) -> dict[int, list[Unit]]:
+    """Every stream's records in ``partition`` as units sorted by index, keyed like
+    ``streams``; planned from file names and the live log's bounds only (one listing per
+    stream, the log opened once for all streams). An unknown stream is ``BadOption``."""
+    from loglake.pipeline.livelog import open_log_readonly
+
+    live: dict[str, tuple[int, int]] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            log = stack.enter_context(open_log_readonly(data_dir))
+        except Exception:  # a lake-only data dir has no log to open
+            log = None
+        for stream in set(streams.values()):
+            if log is not None and log.has_stream(stream):
+                ps = [p for p in log.stream_info(stream).partitions if p.partition == partition]
+                if ps:
+                    live[stream] = (ps[0].first_index, ps[0].next_index)
+    out: dict[int, list[Unit]] = {}
+    for sid, stream in streams.items():
+        files = visible_lake_files(data_dir, stream, partition)
+        if not files and stream not in live:
+            raise BadOption("stream", stream, f"unknown stream in data_dir {data_dir}")
+        first, nxt = live.get(stream, (None, None))
+        plan = plan_partition(partition, files, first, nxt, 0, None, LIVE_SPLIT)
+        units = [Unit(stream, str(f.path), f.first, f.last + 1, partition) for f in plan.files]
+        units += [Unit(stream, "", r.start, r.end, partition) for r in plan.live]
+        out[sid] = sorted(units, key=lambda u: u.start)
+    return out
+
+
+def read_unit_columns(
+    data_dir: str,
+    u: Unit,
+    columns: Sequence[str] = ("index", "data"),
+    lo: int = 0,
+    hi: int | None = None,
+    batch_rows: int = SCAN_BATCH,
+) -> Iterator[pa.RecordBatch]:
+    """``columns`` (of the lake's schema, ``LAKE_SCHEMA``; ``index`` among them) of ``u``'s
+    records within ``[lo, hi)``, in index order, in batches of at most ``batch_rows``: a lake
+    file through pyarrow (row groups pruned by the index statistics), the live log through its
+    read-only view (columns from the segments' bytes, no Python object per record)."""
+    lo, hi = max(lo, u.start), u.end if hi is None else min(hi, u.end)
+    if lo >= hi:
+        return
+    cols = list(columns)
+    if u.path:
+        import pyarrow.parquet as pq
+
+        filters = (
+            None if (lo, hi) == (u.start, u.end) else [("index", ">=", lo), ("index", "<", hi)]
+        )
+        try:
+            table = pq.read_table(u.path, columns=cols, filters=filters)
+        except FileNotFoundError:
+            yield from _read_replanned(data_dir, u, cols, lo, hi, batch_rows)
+            return
+        yield from table.to_batches(max_chunksize=batch_rows)
+        return
+    from loglake.pipeline.livelog import open_log_readonly
+
+    with open_log_readonly(data_dir) as log:
+        for table in log.read_tables(u.stream, u.partition, lo, hi):
+            yield from table.select(cols).to_batches(max_chunksize=batch_rows)
+
+
+def read_unit(
+    data_dir: str, u: Unit, lo: int = 0, hi: int | None = None
+) -> Iterator[tuple[np.ndarray, pa.Array]]:
+    """(index, data) batches of ``u`` within ``[lo, hi)`` (``read_unit_columns``)."""
+    for b in read_unit_columns(data_dir, u, ("index", "data"), lo, hi):
+        idx = np.asarray(b.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        yield idx, b.column(1)
+
+
+def _read_replanned(
+    data_dir: str, u: Unit, columns: list[str], lo: int, hi: int, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """``[lo, hi)`` of a lake file that is gone since the plan, from what covers it now.
+
+    Why: ``job compact`` replaces small lake files by one that covers them and, with its
+    default grace of 0 s, deletes them at once; a job planned before that would otherwise
+    fail on a missing file (the node runs both jobs). The records are the same (compaction
+    copies them), so the range is planned again from the lake's visible files and the live
+    log, as ``plan_units`` does. Records that nothing holds any more (retention removed them
+    meanwhile) fail the job, naming the range: the job was planned with them."""
+    try:
+        now = plan_units(data_dir, {0: u.stream}, u.partition)[0]
+    except BadOption:  # nothing at all is left of the stream
+        now = []
+    files = [f for f in now if f.start < hi and f.end > lo]
+    if any(f.path == u.path for f in files):  # listed, yet unreadable: not a compaction
+        raise JobFailed(f"lake file {u.path} of stream {u.stream!r} cannot be read")
+    gone = subtract(lo, hi, [(f.start, f.end) for f in files])
+    if gone:
+        raise JobFailed(
+            f"records {', '.join(f'{a}..{b}' for a, b in gone)} of stream {u.stream!r} were "
+            f"removed during the job (lake file {u.path} is gone and nothing holds them now)"
+        )
+    for f in files:
+        yield from read_unit_columns(data_dir, f, columns, lo, hi, batch_rows)
