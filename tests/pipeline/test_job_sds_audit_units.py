@@ -103,3 +103,17 @@ def test_the_audit_of_a_partly_sealed_channel_equals_the_ground_truth(spark, tmp
         for k, v in want.items():
             assert parts[pid][k] == v, (pid, k)
     assert not (tmp_path / "out" / "_work").exists()
+
+
+def test_a_part_file_the_driver_cannot_see_fails_the_job_naming_it(tmp_path):
+    """Both jobs that write where the records lie need one filesystem for the driver and the
+    executors; a part file the driver cannot see is ``JobFailed`` saying so."""
+    from loglake.pipeline.errors import JobFailed
+    from loglake.pipeline.units import require_visible
+
+    here = tmp_path / "part-00000.zstd.parquet"
+    here.write_bytes(b"x")
+    require_visible(str(here), "sds-audit", "--out")  # visible: nothing to say
+    gone = str(tmp_path / "elsewhere" / "part-00001.zstd.parquet")
+    with pytest.raises(JobFailed, match=r"part-00001.*not visible to the driver: sds-audit"):
+        require_visible(gone, "sds-audit", "--out (and the data dir)")

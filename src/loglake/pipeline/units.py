@@ -153,3 +153,16 @@ def _read_replanned(
         )
     for f in files:
         yield from read_unit_columns(data_dir, f, columns, lo, hi, batch_rows)
+
+
+def require_visible(path: str, job: str, shared: str) -> None:
+    """A part file an executor wrote must be visible to the driver: the design of the jobs
+    that read and write where the records lie needs a filesystem shared by the driver and
+    every executor. ``JobFailed`` naming the file, the job and what must be shared."""
+    import os
+
+    if not os.path.exists(path):
+        raise JobFailed(
+            f"part file {path} written by an executor is not visible to the driver: {job} "
+            f"needs {shared} on a filesystem shared by the driver and every executor"
+        )

@@ -101,6 +101,7 @@ from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.units import Unit as _Unit
 from loglake.pipeline.units import plan_units as _plan_units
 from loglake.pipeline.units import read_unit as _read_unit
+from loglake.pipeline.units import require_visible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -1074,12 +1075,7 @@ def _stage_community(
                 os.close(src)
         for r in rows:
             if r["path"]:
-                if not os.path.exists(r["path"]):  # the design needs a shared filesystem
-                    raise JobFailed(
-                        f"part file {r['path']} written by an executor is not visible to the "
-                        "driver: archives-build needs --root on a filesystem shared by the "
-                        "driver and every executor"
-                    )
+                require_visible(r["path"], "archives-build", "--root")
                 src = os.open(r["path"], os.O_RDONLY)
                 try:
                     _copy_range(src, fd, r["nbytes"])

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from loglake.log.api import STREAM_NAME_RE
-from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.errors import BadOption
 from loglake.pipeline.units import Unit
 
 if TYPE_CHECKING:
@@ -1078,7 +1078,7 @@ def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> 
     ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata."""
     import pyarrow.parquet as pq
 
-    from loglake.pipeline.units import plan_units
+    from loglake.pipeline.units import plan_units, require_visible
 
     assert opts.channel is not None
     units = plan_units(opts.data_dir, {0: opts.stream}, opts.partition)[0]
@@ -1090,12 +1090,7 @@ def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> 
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
     for path, _ in parts:
-        if not Path(path).exists():  # the design needs a shared filesystem
-            raise JobFailed(
-                f"part file {path} written by an executor is not visible to the driver: "
-                "sds-audit needs --out (and the data dir) on a filesystem shared by the "
-                "driver and every executor"
-            )
+        require_visible(path, "sds-audit", "--out (and the data dir)")
     if not parts:  # an empty channel: the schema alone, for the reads that follow
         pq.write_table(DECODED_SCHEMA.empty_table(), decoded / "part-empty.zstd.parquet")
 
