@@ -25,8 +25,8 @@ from tests.pipeline.test_job_archives_build import (
 H = ab.BUCKET_NS
 
 
-def _units(*ranges: tuple[int, int]) -> list[ab._Unit]:
-    return [ab._Unit("c", f"/lake/{a}.parquet", a, b) for a, b in ranges]
+def _units(*ranges: tuple[int, int]) -> list[ab.Unit]:
+    return [ab.Unit("c", f"/lake/{a}.parquet", a, b) for a, b in ranges]
 
 
 def test_windows_are_grouped_whole_and_each_task_reads_the_index_range_of_its_windows():
@@ -122,15 +122,15 @@ def _lake(data_dir: Path, first: int, last: int) -> Path:
     return write_lake_table(lake_partition_dir(data_dir, "c", 0), records_table(recs, "c", 0)).path
 
 
-def _read(data_dir: Path, u: ab._Unit, lo: int = 0, hi: int | None = None) -> list[bytes]:
-    return [d for _, col in ab._read_unit(str(data_dir), u, lo, hi) for d in col.to_pylist()]
+def _read(data_dir: Path, u: ab.Unit, lo: int = 0, hi: int | None = None) -> list[bytes]:
+    return [d for _, col in ab.read_unit(str(data_dir), u, lo, hi) for d in col.to_pylist()]
 
 
 def test_a_unit_compacted_away_after_the_plan_is_read_from_the_file_that_covers_it(tmp_path):
     """``job compact`` (grace 0 s) replaces the files a build planned: the build reads the
     same records from the compacted file; if retention took them, it fails naming them."""
     small = [_lake(tmp_path, a, a + 9) for a in (0, 10, 20)]
-    units = ab._plan_units(str(tmp_path), {0: "c"})[0]
+    units = ab.plan_units(str(tmp_path), {0: "c"})[0]
     assert [(u.start, u.end) for u in units] == [(0, 10), (10, 20), (20, 30)]
     want = [b"r%d" % i for i in range(30)]
     assert [r for u in units for r in _read(tmp_path, u)] == want

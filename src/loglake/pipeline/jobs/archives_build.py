@@ -98,10 +98,7 @@ from loglake.archives.messages import IndexEntry
 from loglake.archives.torrent import PieceHashes
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
-from loglake.pipeline.units import Unit as _Unit
-from loglake.pipeline.units import plan_units as _plan_units
-from loglake.pipeline.units import read_unit as _read_unit
-from loglake.pipeline.units import require_visible
+from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -293,7 +290,7 @@ TASK_RECORDS = (20_000, 500_000)
 job's records per core, so both cores stay busy and a straggler is small)."""
 
 
-def _spill_path(spill_dir: str, sid: int, u: _Unit) -> str:
+def _spill_path(spill_dir: str, sid: int, u: Unit) -> str:
     """Where the scan leaves a unit's decoded records for the build (one file per unit)."""
     return os.path.join(spill_dir, f"s-{sid}-{u.start}.arrow")
 
@@ -303,7 +300,7 @@ _SPILL_COLUMNS = ("index", "ts", "topic", "cap", "data")
 
 def _scan_task(
     layout_name: str, data_dir: str, spill_dir: str
-) -> Callable[[tuple[int, _Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
+) -> Callable[[tuple[int, Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
     """The scan, one call per unit, and the only read and decode of every record: out come,
     per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
     bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
@@ -314,14 +311,14 @@ def _scan_task(
     bytes out (the build reads them again from Parquet, by index: cheaper than writing them
     to disk once more); a live range's keeps them (its read is per record)."""
 
-    def run(task: tuple[int, _Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
+    def run(task: tuple[int, Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
 
         sid, u = task
         rows: list[tuple[int, ...]] = []
         bad: list[tuple[int, int, str]] = []
         keep: list[pa.RecordBatch] = []
-        for idx, col in _read_unit(data_dir, u):
+        for idx, col in read_unit(data_dir, u):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
             good = np.ones(len(ts), dtype=bool)
             if bads:
@@ -392,7 +389,7 @@ class _BuildTask:
     sid: int
     group: int
     windows: tuple[tuple[int, int], ...]
-    units: tuple[_Unit, ...]
+    units: tuple[Unit, ...]
     lo: int
     hi: int
 
@@ -454,14 +451,14 @@ def _build_task(
     return run
 
 
-def _lake_data(data_dir: str, u: _Unit, index: pa.ChunkedArray) -> pa.ChunkedArray:
+def _lake_data(data_dir: str, u: Unit, index: pa.ChunkedArray) -> pa.ChunkedArray:
     """The records of lake unit ``u`` at ``index`` (any order), read again from its file (only
     the row groups of their index range)."""
     import pyarrow as pa
 
     want = index.to_numpy()
     lo, hi = int(want.min()), int(want.max()) + 1
-    got = list(_read_unit(data_dir, u, lo, hi))
+    got = list(read_unit(data_dir, u, lo, hi))
     have = np.concatenate([i for i, _ in got]) if got else np.zeros(0, np.int64)
     data = pa.chunked_array([c for _, c in got], type=pa.binary())
     if len(have) == len(want) and np.array_equal(have, want):
@@ -494,7 +491,7 @@ def _group_windows(
     sid: int,
     ws: Sequence[tuple[int, int]],
     buckets: Mapping[int, list[int]],
-    units: Sequence[_Unit],
+    units: Sequence[Unit],
     target: int,
 ) -> list[_BuildTask]:
     """Consecutive windows grouped into tasks of about ``target`` records (whole windows);
@@ -1136,7 +1133,7 @@ def _run(
 
     # the streams' records as units (lake files, live ranges), planned here from metadata
     streams = {sid: c.stream for sid, c in enumerate(opts.communities)}
-    units = _plan_units(opts.data_dir, streams)
+    units = plan_units(opts.data_dir, streams)
     sc = spark.sparkContext
 
     # pass 1 (executors): every record read and decoded where it lies, once; per community
@@ -1160,7 +1157,7 @@ def _scan_build_stage(
     layout: Layout,
     states: list[_State],
     report: ArchivesBuildReport,
-    units: dict[int, list[_Unit]],
+    units: dict[int, list[Unit]],
     now: int,
     parts_dir: Path,
     job: str,
