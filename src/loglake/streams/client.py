@@ -724,22 +724,35 @@ class AsyncStreamClient:
         if self._failure is not None:
             raise self._failure
         rids, parts = self.core.push_parts(worker, (data,))
-        (rid,) = rids
-        pc = _PushChunk(asyncio.get_running_loop().create_future(), 1)
-        self._push_waiters[rid] = (pc, 0)
+        fut = self._expect(rids)
         try:
             self._writer.writelines(parts)
             await self._writer.drain()
             try:
-                (confirm,) = await pc.fut
+                (confirm,) = await fut
             except _PushError as e:
                 _raise_error(e.error, stream, partition)
         except BaseException:
-            self._push_waiters.pop(rid, None)
-            self.core.forget(self.core.lane(worker), rids)
-            _retrieve([pc.fut])
+            self._abandon(self.core.lane(worker), rids, fut)
             raise
-        return _confirmed(confirm, rid)
+        return _confirmed(confirm, rids[0])
+
+    def _expect(self, rids: list[int]) -> asyncio.Future:
+        """One future for the answers of pushes ``rids`` (their ``(ok, index)`` list, or the
+        first error), resolved by ``_deliver``."""
+        pc = _PushChunk(asyncio.get_running_loop().create_future(), len(rids))
+        waiters = self._push_waiters
+        for k, rid in enumerate(rids):
+            waiters[rid] = (pc, k)
+        return pc.fut
+
+    def _abandon(self, lane: int, rids: list[int], fut: asyncio.Future) -> None:
+        """No one waits for pushes ``rids`` any more: their answers, when they come, are
+        dropped (``ClientCore.forget``), and their future is settled quietly."""
+        for rid in rids:
+            self._push_waiters.pop(rid, None)
+        self.core.forget(lane, rids)
+        _retrieve([fut])
 
     async def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
         """Push in order, ``window`` in flight (quarter-window chunks, as ``StreamClient``)."""
@@ -747,9 +760,7 @@ class AsyncStreamClient:
         lane = self.core.lane(worker)
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
-        loop = asyncio.get_running_loop()
         inflight: collections.deque[tuple[list[int], asyncio.Future]] = collections.deque()
-        waiters = self._push_waiters
 
         async def collect(rids: list[int], fut: asyncio.Future) -> None:
             inflight.appendleft((rids, fut))  # forgotten by ``finally`` if this fails
@@ -766,11 +777,9 @@ class AsyncStreamClient:
                 if self._failure is not None:
                     raise self._failure
                 rids, parts = self.core.push_parts(worker, datas[lo : lo + chunk])
-                pc = _PushChunk(loop.create_future(), len(rids))
-                for k, rid in enumerate(rids):
-                    waiters[rid] = (pc, k)
+                fut = self._expect(rids)
                 self._writer.writelines(parts)
-                inflight.append((rids, pc.fut))
+                inflight.append((rids, fut))
                 await self._writer.drain()
                 if len(inflight) >= _CHUNKS_IN_FLIGHT:
                     await collect(*inflight.popleft())
@@ -778,10 +787,7 @@ class AsyncStreamClient:
                 await collect(*inflight.popleft())
         finally:  # on failure: the pushes no one waits for any more
             for rids, fut in inflight:
-                for rid in rids:
-                    waiters.pop(rid, None)
-                self.core.forget(lane, rids)
-                _retrieve([fut])
+                self._abandon(lane, rids, fut)
         return out
 
     async def pull(
