@@ -134,18 +134,7 @@ def test_async_concurrent_pushes_on_one_lane_each_get_their_own_answer(server, l
             except DiskFull:
                 results.append((datas, None))
 
-    async def main():
-        c = await AsyncStreamClient.connect(port=server.port, window=16)
-        try:
-            await c.create_stream("s")
-            results: list = []
-            await asyncio.gather(*(pusher(c, k, results) for k in range(8)))
-            return results
-        finally:
-            await c.close()
-
-    results = asyncio.run(main())
-    check(stored(log, "s"), results)
+    check(stored(log, "s"), pushing_tasks(server.port, pusher, 8, window=16))
 
 
 def test_async_single_pushes_from_many_tasks_each_get_their_own_answer(server, log):
@@ -162,18 +151,24 @@ def test_async_single_pushes_from_many_tasks_each_get_their_own_answer(server, l
             except DiskFull:
                 results.append(([data], None))
 
-    async def main():
-        c = await AsyncStreamClient.connect(port=server.port)
+    check(stored(log, "s"), pushing_tasks(server.port, pusher, 6))
+
+
+def pushing_tasks(port: int, pusher, tasks: int, **connect) -> list:
+    """``tasks`` concurrent ``pusher(client, k, results)`` on one async client's connection
+    to stream ``s``; the ``(datas, indexes or None)`` they recorded."""
+
+    async def main() -> list:
+        c = await AsyncStreamClient.connect(port=port, **connect)
         try:
             await c.create_stream("s")
             results: list = []
-            await asyncio.gather(*(pusher(c, k, results) for k in range(6)))
+            await asyncio.gather(*(pusher(c, k, results) for k in range(tasks)))
             return results
         finally:
             await c.close()
 
-    results = asyncio.run(main())
-    check(stored(log, "s"), results)
+    return asyncio.run(main())
 
 
 def check(log_now: dict[int, bytes], results: list) -> None:
