@@ -134,7 +134,8 @@ def test_async_concurrent_pushes_on_one_lane_each_get_their_own_answer(server, l
             except DiskFull:
                 results.append((datas, None))
 
-    check(stored(log, "s"), pushing_tasks(server.port, pusher, 8, window=16))
+    results = pushing_tasks(server.port, pusher, 8, window=16)
+    check(stored(log, "s"), results)
 
 
 def test_async_single_pushes_from_many_tasks_each_get_their_own_answer(server, log):
@@ -151,7 +152,8 @@ def test_async_single_pushes_from_many_tasks_each_get_their_own_answer(server, l
             except DiskFull:
                 results.append(([data], None))
 
-    check(stored(log, "s"), pushing_tasks(server.port, pusher, 6))
+    results = pushing_tasks(server.port, pusher, 6)
+    check(stored(log, "s"), results)
 
 
 def pushing_tasks(port: int, pusher, tasks: int, **connect) -> list:
