@@ -314,16 +314,33 @@ class SegmentLog(Log):
     def _on(self, stream: str, partition: int, call: Callable[[Partition], T], write: bool) -> T:
         """``call`` on the partition; a ``write`` to a failed one reopens it first (or raises
         ``StorageFailed``). A partition replaced by a reopen between the lookup and the call
-        raises ``PartitionRetired`` before doing anything: the call runs on the new one."""
+        raises ``PartitionRetired`` before doing anything: the call runs on the new one.
+
+        An open, healthy partition is taken without the log's lock (the stream service's
+        path, a push at a time: issue 16); anything else — a closed log, a stream or partition
+        not known or not opened yet, a failed partition to write to — is looked up under the
+        lock, which answers each case."""
         while True:
-            with self._lock:
-                part = self._partition(stream, partition)
-            if write and part.failure is not None:
-                part = self._reopen(stream, partition, part)
+            part = self._opened_partition(stream, partition)
+            if part is None or (write and part.failure is not None):
+                with self._lock:
+                    part = self._partition(stream, partition)
+                if write and part.failure is not None:
+                    part = self._reopen(stream, partition, part)
             try:
                 return call(part)
             except PartitionRetired:
                 continue
+
+    def _opened_partition(self, stream: str, partition: int) -> Partition | None:
+        """The partition if the log is open and it is already opened, else None (no lock:
+        a dict read and a list read; a partition replaced by a reopen meanwhile raises
+        ``PartitionRetired`` when called)."""
+        s = self._streams.get(stream)
+        if s is None or self._closed or type(partition) is not int:
+            return None
+        parts = s.opened  # [] until first opened
+        return parts[partition] if 0 <= partition < len(parts) else None
 
     def _reopen(self, stream: str, partition: int, old: Partition) -> Partition:
         """Replace the failed partition ``old`` by one opened from disk, if its back-off has
@@ -392,20 +409,6 @@ class SegmentLog(Log):
     def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
-        # the stream service's path (a push at a time, issue 16): an open partition without
-        # the log's lock and a closure; anything else — closed, unknown or not yet opened,
-        # failed, or replaced by a reopen meanwhile (it raises PartitionRetired having done
-        # nothing) — goes through _on, which answers each case
-        s = self._streams.get(stream)
-        if s is not None and not self._closed and type(partition) is int:
-            parts = s.opened  # [] until first opened: _on opens them
-            if 0 <= partition < len(parts):
-                part = parts[partition]
-                if part.failure is None:
-                    try:
-                        return part.append_payloads(datas, part.config.durability)
-                    except PartitionRetired:
-                        pass
         return self._on(
             stream, partition, lambda p: p.append_payloads(datas, p.config.durability), True
         )
