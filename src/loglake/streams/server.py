@@ -1,36 +1,37 @@
 """asyncio TCP adapter of the stream service: Ockam TCP framing in, ``StreamService`` core, out.
 
 Per connection a sans-I/O ``TcpConnection`` (``loglake.wire.ockam``) turns bytes into routing
-messages; the server hands every message that arrived — from all connections — to the core as one
-``Batch`` and performs the actions it asks for (``loglake.streams.service.perform``) on one
-core thread, so the event loop keeps reading while the log fsyncs. Everything that arrived
-during one fsync is the next group commit: that is how many small pushes share one append (the
-throughput target of issue 3 §5). One partition's pushes stay in one append, in arrival order.
+messages; the server hands every message that arrived in one iteration of the event loop — from
+all connections — to the core as one ``Batch`` and performs the actions it asks for
+(``loglake.streams.service.perform``). Everything that arrived during one fsync is the next group
+commit: that is how many small pushes share one append (the throughput target of issue 3 §5).
+One partition's pushes stay in one append, in arrival order.
 
-Messages go from the event loop straight to the core thread's inbox (one thread hand-off), and
-the core takes everything queued there as one batch. Pipelined group commit (issue 16): when
-more messages are already waiting for the core, or an earlier batch's fsync is running, a
-batch's appends are written with ``Log.append_payloads_then`` and the core goes on to the next
-batch while the log's sync thread fsyncs this one; the outcome comes back to the core thread
-when the fsync that covers it has finished, and only then are the confirms made and sent. So the
-disk syncs batch N while the core decodes and writes batch N+1. Batches are answered in the order
-they came (a later batch never overtakes an earlier one, and a batch's pulls start only once it
-and every batch before it is durable, so a pull still sees the pushes sent before it). When
-nothing else is waiting (one push at a time), the core appends and fsyncs inline, which is one
-thread hand-off fewer. Appends to different partitions of an inline batch run on a small thread
-pool so their fsyncs overlap.
+The event loop is the core's thread (issue 16, docs/streams.md F10). The core is Python and the
+interpreter runs one thread's Python at a time, so a separate core thread bought no parallelism,
+only hand-offs: a queue, a wake-up and a switch of the interpreter's lock per batch each way,
+and the lock passing back and forth between the loop and the core under load. With both on one
+thread, a client with 1,000 pushes in flight went ~7% faster (alternating pairs) and the
+code lost its inbox.
 
-A lone request on an idle server does not leave the event loop at all (issue 16's one-by-one
-latency): when the core thread has nothing in hand (every batch it took is answered) and the
-loop reads at most ``INLINE_MAX`` messages, the loop runs the batch itself — decode, append,
-fsync, confirm, reply — without the two thread hand-offs (inbox → core thread → loop), which
-cost ~40 µs of a ~280 µs push here (docs/streams.md F6). This is Redis's model for
-``appendfsync always``: the loop blocks on the fsync, and what other connections send meanwhile
-waits in their sockets and becomes the next batch, one group commit. The loop gathers what every
-connection sent in one of its iterations before it runs a batch (one ``call_soon``; at once when
-only one connection is open), so concurrent one-by-one clients still share an fsync. Bursts
-(more than ``INLINE_MAX`` messages, or anything while the core thread has work) take the
-pipelined path above, where the fsync of one batch overlaps the decoding of the next.
+Pipelined group commit (issue 16): a burst (more than ``INLINE_MAX`` messages), or any batch
+while an earlier one waits for its fsync, is written with ``Log.append_payloads_then`` and the
+loop goes on reading and writing the next batches while the log's sync thread fsyncs; the
+outcome comes back to the loop (``_synced``) when the fsync that covers it has finished, and
+only then are the confirms made and sent. So the disk syncs batch N while the loop decodes and
+writes batch N+1. Batches are answered in the order they came (a later batch never overtakes an
+earlier one, and a batch's pulls start only once it and every batch before it is durable, so a
+pull still sees the pushes sent before it).
+
+A few requests on an idle server (at most ``INLINE_MAX`` messages, nothing waiting for an
+fsync) are appended, fsynced and answered here and now (issue 16's one-by-one latency; a lone
+push without a ``Batch`` at all, ``_run_lone``). This is Redis's model for ``appendfsync
+always``: the loop blocks on the fsync, and what other connections send meanwhile waits in
+their sockets and becomes the next batch, one group commit. The loop gathers what every
+connection sent in one of its iterations before it runs a batch (one ``call_soon``; at once
+when only one connection is open), so concurrent one-by-one clients still share an fsync.
+Appends to different partitions of such a batch run on a small thread pool so their fsyncs
+overlap.
 
 Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
 adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
@@ -58,11 +59,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import gc
 import itertools
 import logging
-import queue
 import ssl
 import threading
 from collections import deque
@@ -90,11 +91,11 @@ APPEND_THREADS = 8
 READ_THREADS = 4
 """Pulls read at the same time, beside the appends."""
 INLINE_MAX = 16
-"""At most this many messages gathered in one loop iteration of an idle server run on the
-event loop itself (one group commit, no thread hand-off); more go to the core thread, whose
-pipeline overlaps one batch's fsync with the next batch's decoding. Small enough that a client
-with a window of pushes in flight gets the pipeline; large enough for a few one-by-one clients
-at once."""
+"""At most this many messages gathered in one loop iteration of an idle server are appended and
+fsynced before the loop goes on (the one-by-one latency); more are pipelined, the fsync of one
+batch overlapping the next batch's decoding and writing. Small enough that a client with a
+window of pushes in flight gets the pipeline; large enough for a few one-by-one clients at
+once."""
 MAX_QUEUED_PER_CONNECTION = 20_000
 """Stop reading a connection while this many of its messages await the core (backpressure)."""
 READ_BUFFER = 256 * 1024
@@ -239,7 +240,7 @@ class _Connection(asyncio.BufferedProtocol):
 
 
 class _InFlight:
-    """One batch between the event loop and its replies (fields owned by the core thread)."""
+    """One batch between its arrival and its replies (event loop thread only)."""
 
     __slots__ = (
         "batch",
@@ -269,6 +270,12 @@ class _InFlight:
         self.replies: list | None = None
         self.complete = False
         self.failed = False
+
+    def settle(self, i: int, outcome: Outcome) -> bool:
+        """Action ``i`` of the step in progress has its outcome; True once all have."""
+        self.outcomes[i] = outcome
+        self.waiting -= 1
+        return self.waiting == 0
 
 
 class StreamServer:
@@ -308,21 +315,10 @@ class StreamServer:
         self._conns: set[_Connection] = set()
         self._read_view = memoryview(bytearray(READ_BUFFER))
         """Every connection's reads land here, one at a time, on the event loop thread."""
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        """The core thread's work: ``("msgs", connection, messages)`` from the event loop (the
-        core takes everything queued as one batch), ``("synced",
-        _InFlight, i, error or None)`` from the log's sync threads, ``("durable", _InFlight, i,
-        Outcome)`` for actions performed at once, None to stop."""
-        self._backlog = False
-        """The core found work queued when it came back for more (core thread)."""
         self._fifo: deque[_InFlight] = deque()
-        """Batches taken by the core and not answered yet, in arrival order (core thread)."""
-        self._core: threading.Thread | None = None
+        """Batches started and not answered yet, in arrival order. Empty: the server is idle
+        (nothing waits for an fsync), so a lone push may take ``_run_lone``."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._outstanding = 0
-        """Message items put in the core thread's inbox whose replies the loop has not sent
-        yet (event loop thread only). At 0 the core thread touches neither the service nor
-        the log, so the loop may run a batch itself."""
         self._gathered: list[tuple[_Connection, list[RoutingMessage]]] | None = None
         """What connections sent in this loop iteration, while an inline batch is gathered."""
         self._stopping = False
@@ -353,8 +349,6 @@ class StreamServer:
             self._gc_threshold = gc.get_threshold()
             young, *older = self._gc_threshold
             gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), *older)
-        self._core = threading.Thread(target=self._core_loop, name="loglake-streams", daemon=True)
-        self._core.start()
         log_event(
             logger,
             logging.INFO,
@@ -366,46 +360,38 @@ class StreamServer:
         return self
 
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
-        """On the event loop: gather it for an inline batch if the server is idle, else hand it
-        straight to the core thread (no hop through an event-loop task)."""
+        """On the event loop: gather what the connections send in this loop iteration into one
+        batch (one ``call_soon``; at once when only one connection is open, as no other could
+        add to it). A lone push on an idle server takes ``_run_lone``."""
         gathered = self._gathered
         if gathered is not None:
             gathered.append((conn, msgs))
-        elif self._outstanding == 0 and len(msgs) <= INLINE_MAX and not self._stopping:
-            if len(self._conns) == 1:  # no other connection could add to it: run it now
-                if len(msgs) == 1 and self._run_lone(conn, msgs):
-                    return
-                self._gathered = [(conn, msgs)]
-                self._run_gathered()
-            else:
-                assert self._loop is not None
-                self._gathered = [(conn, msgs)]
-                self._loop.call_soon(self._run_gathered)
+            return
+        self._gathered = [(conn, msgs)]
+        if len(self._conns) == 1:
+            self._run_gathered()
         else:
-            self._outstanding += 1
-            self._inbox.put(("msgs", conn, msgs))
+            assert self._loop is not None
+            self._loop.call_soon(self._run_gathered)
 
     def _run_gathered(self) -> None:
-        """On the event loop, after every connection's reads of the iteration: run what was
-        gathered here and now if it is small and the core thread still has nothing in hand;
-        else give it to the core thread, in the order it came."""
+        """On the event loop, after every connection's reads of the iteration: the batch."""
         arrived, self._gathered = self._gathered or [], None
-        if (
-            self._outstanding == 0
-            and not self._stopping
-            and sum(len(ms) for _, ms in arrived) <= INLINE_MAX
-        ):
-            if len(arrived) == 1 and len(arrived[0][1]) == 1 and self._run_lone(*arrived[0]):
-                return
-            fl = self._in_flight(arrived)
-            self._make_batch(fl)
-            if not fl.failed:
-                self._perform_inline(fl)
-            self._send_replies(fl, self._finish(fl))
+        if not arrived:
             return
-        for conn, ms in arrived:
-            self._outstanding += 1
-            self._inbox.put(("msgs", conn, ms))
+        if (
+            not self._fifo
+            and len(arrived) == 1
+            and len(arrived[0][1]) == 1
+            and not self._stopping
+            and self._run_lone(*arrived[0])
+        ):
+            return
+        self._start(self._in_flight(arrived))
+        try:
+            self._answer_ready()
+        except Exception:  # e.g. the reader pool shut down by stop(): never end the server
+            logger.exception("stream service: answering a batch failed")
 
     def _run_lone(self, conn: _Connection, msgs: list[RoutingMessage]) -> bool:
         """On the event loop: one push, appended, fsynced and answered here and now without a
@@ -426,41 +412,7 @@ class StreamServer:
         conn.send(replies, 1)
         return True
 
-    # -- the core thread ----------------------------------------------------------------------
-    def _core_loop(self) -> None:
-        """Runs the core: one batch at a time, never waiting for an fsync while other work is
-        queued (the service core is not thread-safe; everything that touches it runs here)."""
-        inbox = self._inbox
-        while True:
-            # work that queued up while the core was busy: throughput, not one-by-one
-            self._backlog = not inbox.empty()
-            items = [inbox.get()]
-            while not inbox.empty():  # everything queued meanwhile: one batch, one append
-                items.append(inbox.get())
-            arrived: list[tuple[_Connection, list[RoutingMessage]]] = []
-            for item in items:
-                if item is None:
-                    return
-                kind = item[0]
-                if kind == "msgs":
-                    arrived.append((item[1], item[2]))
-                    continue
-                _, fl, i, value = item
-                if fl.failed:  # answered with errors already
-                    continue
-                if kind == "synced":  # the fsync covering append i finished (or failed)
-                    value = Outcome(fl.indexes[i]) if value is None else Outcome(error=value)
-                fl.outcomes[i] = value
-                fl.waiting -= 1
-                if fl.waiting == 0:
-                    self._feed(fl, fl.outcomes)
-            if arrived:
-                self._start(self._in_flight(arrived))
-            try:
-                self._answer_ready()
-            except Exception:  # e.g. the reader pool shut down by stop(): never end the core
-                logger.exception("stream service: answering a batch failed")
-
+    # -- the core, on the event loop --------------------------------------------------------
     def _in_flight(self, arrived: list[tuple[_Connection, list[RoutingMessage]]]) -> _InFlight:
         msgs = (
             arrived[0][1]
@@ -497,18 +449,19 @@ class StreamServer:
         self._advance(fl)
 
     def _advance(self, fl: _InFlight) -> None:
-        """Perform the batch's next actions: inline when nothing else is waiting; else its
-        appends are written now and their outcomes come back after their fsync."""
+        """Perform the batch's next actions: here and now, fsync included, for a small batch
+        on an idle server; else its appends are written now and their outcomes come back
+        (``_synced``) after the fsync that covers them, while the loop goes on reading."""
         batch = fl.batch
         assert batch is not None
         log = self.service.log
         run = functools.partial(perform, log)
         while batch.actions and not fl.failed:
             actions = batch.actions
-            # pipelined when more work waits (queued while the core was busy, or queued now, or
-            # an earlier batch's fsync running: waiting for it here would hold up the core);
-            # inline for a lone request (one thread hand-off fewer: the one-by-one latency)
-            busy = self._backlog or not self._inbox.empty() or len(self._fifo) > 1
+            # pipelined for a burst, or behind an earlier batch whose fsync runs (waiting for
+            # it here would hold up the loop); inline for a few one-by-one requests (the
+            # one-by-one latency: Redis's model, the loop blocks on the fsync)
+            busy = len(fl.msgs) > INLINE_MAX or len(self._fifo) > 1
             if not busy or not any(isinstance(a, Append) for a in actions):
                 self._perform_step(fl, run)
                 continue
@@ -516,7 +469,7 @@ class StreamServer:
             fl.waiting = len(actions)
             for i, action in enumerate(actions):
                 if not isinstance(action, Append):
-                    self._inbox.put(("durable", fl, i, run(action)))
+                    fl.settle(i, run(action))
                     continue
                 done = functools.partial(self._durable, fl, i)
                 try:
@@ -524,10 +477,12 @@ class StreamServer:
                         action.stream, action.partition, action.datas, done
                     )
                 except Exception as e:  # refused before anything was written
-                    self._inbox.put(("durable", fl, i, Outcome(error=e)))
+                    fl.settle(i, Outcome(error=e))
                     continue
                 fl.indexes[i] = indexes
-            return  # the outcomes come back through the inbox
+            if fl.waiting == 0:  # nothing was written: every outcome is in hand
+                self._feed(fl, fl.outcomes)
+            return  # the appends' outcomes come back through _synced
         fl.complete = True
 
     def _perform_step(self, fl: _InFlight, run: Callable[[Any], Outcome]) -> None:
@@ -545,19 +500,25 @@ class StreamServer:
         except Exception as e:
             self._crashed(fl, e)
 
-    def _perform_inline(self, fl: _InFlight) -> None:
-        """Every action of the batch, here and now (the event loop's inline batch)."""
-        assert fl.batch is not None
-        run = functools.partial(perform, self.service.log)
-        while fl.batch.actions and not fl.failed:
-            self._perform_step(fl, run)
-        fl.complete = True
-
     def _durable(self, fl: _InFlight, i: int, error: BaseException | None) -> None:
         """On the thread whose fsync covered append ``i`` of ``fl`` (or failed); possibly
-        before ``append_payloads_then`` returned its indexes, which the core thread reads
-        when it takes this from the inbox."""
-        self._inbox.put(("synced", fl, i, error))
+        before ``append_payloads_then`` returned its indexes, which ``_synced`` reads on the
+        loop, later."""
+        assert self._loop is not None
+        # a closed loop (RuntimeError): the server stopped, and no one waits for the answer
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._synced, fl, i, error)
+
+    def _synced(self, fl: _InFlight, i: int, error: BaseException | None) -> None:
+        """On the event loop: append ``i`` of ``fl`` is durable (or failed)."""
+        if fl.failed:  # answered with errors already
+            return
+        if fl.settle(i, Outcome(fl.indexes[i]) if error is None else Outcome(error=error)):
+            self._feed(fl, fl.outcomes)
+        try:
+            self._answer_ready()
+        except Exception:
+            logger.exception("stream service: answering a batch failed")
 
     def _crashed(self, fl: _InFlight, e: BaseException) -> None:
         """The core raised (a bug): every message of the batch gets an error reply."""
@@ -569,15 +530,10 @@ class StreamServer:
     def _answer_ready(self) -> None:
         """Hand every finished batch at the head of the queue to the event loop, in order;
         start its pulls (it and every batch before it are durable now)."""
-        fifo, loop = self._fifo, self._loop
-        assert loop is not None
+        fifo = self._fifo
         while fifo and fifo[0].complete:
             fl = fifo.popleft()
-            reads = self._finish(fl)
-            try:
-                loop.call_soon_threadsafe(self._send_replies, fl, reads, len(fl.conns))
-            except RuntimeError:  # the loop is closed: the server is stopping
-                return
+            self._send_replies(fl, self._finish(fl))
 
     def _finish(self, fl: _InFlight) -> dict[int, concurrent.futures.Future]:
         """A finished batch's replies taken from the core, and its pulls started (it and
@@ -595,12 +551,8 @@ class StreamServer:
             logger.exception("a pull failed")
             return self.service.error_reply(pending.msg, f"internal error: {type(e).__name__}")
 
-    def _send_replies(
-        self, fl: _InFlight, reads: dict[int, concurrent.futures.Future], items: int = 0
-    ) -> None:
-        """On the event loop: send a finished batch's replies per connection (``items``: the
-        inbox items it answers, none for an inline batch)."""
-        self._outstanding -= items
+    def _send_replies(self, fl: _InFlight, reads: dict[int, concurrent.futures.Future]) -> None:
+        """On the event loop: send a finished batch's replies per connection."""
         loop = self._loop
         results = fl.replies
         assert results is not None and loop is not None
@@ -633,9 +585,6 @@ class StreamServer:
                 c.transport.close()
         if self._server is not None:
             await self._server.wait_closed()
-        if self._core is not None:
-            self._inbox.put(None)
-            await asyncio.get_running_loop().run_in_executor(None, self._core.join, 30)
         self._appenders.shutdown(wait=True)
         self._readers.shutdown(wait=True)
         if self._gc_threshold is not None:
