@@ -7,12 +7,15 @@ is checked, through the server that uses ``Log.append_payloads_then``.)"""
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 
 from loglake.log import SegmentLog, fs
-from loglake.streams.client import StreamClient
+from loglake.streams.client import ClientCore, StreamClient
 from loglake.streams.server import BackgroundServer
-from loglake.streams.service import StreamService
+from loglake.streams.service import StreamService, worker_address
+from loglake.wire.ockam import Address
 from tests.waiting import wait_until
 
 PUSHES = 3000
@@ -84,3 +87,58 @@ def test_confirms_wait_for_their_fsync_while_the_next_batches_are_written(tmp_pa
             b"%d:%06d|" % (k, i) + bytes(20) for i in range(PUSHES)
         ]
     log.close()
+
+
+def test_a_failed_fsync_of_a_pipelined_batch_fails_its_pushes_and_the_server_goes_on(
+    tmp_path, monkeypatch
+):
+    """The fsync of a burst runs on the log's sync thread while the event loop goes on; when it
+    fails, every push of the burst is answered with an error (none confirmed), what was
+    confirmed before stays, and the loop keeps serving other streams."""
+    log = SegmentLog(tmp_path)
+    real_sync = fs.fdatasync
+    failing = threading.Event()
+    failed_on: list[str] = []
+
+    def fdatasync(fd: int) -> None:
+        if failing.is_set() and threading.current_thread().name == "loglake-sync":
+            failed_on.append(threading.current_thread().name)
+            raise OSError(errno.EIO, "Input/output error")
+        real_sync(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", fdatasync)
+    before = [b"before %d" % i for i in range(PUSHES)]
+    with BackgroundServer(StreamService(log)) as srv:
+        with StreamClient(port=srv.port, window=1000) as c:
+            c.create_stream("s")
+            c.create_stream("t")
+            assert c.push_many("s", before) == list(range(PUSHES))
+        failing.set()
+        # one burst in one send, every answer read (a client would stop at the first error)
+        core = ClientCore()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as sock:
+            sock.sendall(core.initial_bytes())
+            rids, parts = core.push_parts(
+                Address.local(worker_address("s", 0)), [b"lost %d" % i for i in range(500)]
+            )
+            sock.sendall(b"".join(parts))
+            while len(core.confirms) + len(core.push_errors) < len(rids):
+                data = sock.recv(1 << 16)
+                assert data, "the server closed the connection"
+                core.receive_data(data)
+        assert failed_on  # the pipelined path's fsync failed
+        assert [ok for ok, _ in core.confirms.values()] == [False] * (
+            len(rids) - len(core.push_errors)
+        )
+        failing.clear()
+        with StreamClient(port=srv.port, window=1000) as c:  # another stream: served as before
+            assert c.push_many("t", [b"t %d" % i for i in range(PUSHES)]) == list(range(PUSHES))
+    log.close()
+    reopened = SegmentLog(tmp_path)
+    # every confirmed push is there, at its index (the failed burst's records may or may not
+    # be: they were never confirmed)
+    assert [d for _, d in reopened.read_payloads("s", 0, 0, PUSHES)] == before
+    assert [d for _, d in reopened.read_payloads("t", 0, 0, PUSHES)] == [
+        b"t %d" % i for i in range(PUSHES)
+    ]
+    reopened.close()
