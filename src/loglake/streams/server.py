@@ -388,10 +388,7 @@ class StreamServer:
         ):
             return
         self._start(self._in_flight(arrived))
-        try:
-            self._answer_ready()
-        except Exception:  # e.g. the reader pool shut down by stop(): never end the server
-            logger.exception("stream service: answering a batch failed")
+        self._answer_ready()
 
     def _run_lone(self, conn: _Connection, msgs: list[RoutingMessage]) -> bool:
         """On the event loop: one push, appended, fsynced and answered here and now without a
@@ -515,10 +512,7 @@ class StreamServer:
             return
         if fl.settle(i, Outcome(fl.indexes[i]) if error is None else Outcome(error=error)):
             self._feed(fl, fl.outcomes)
-        try:
-            self._answer_ready()
-        except Exception:
-            logger.exception("stream service: answering a batch failed")
+        self._answer_ready()
 
     def _crashed(self, fl: _InFlight, e: BaseException) -> None:
         """The core raised (a bug): every message of the batch gets an error reply."""
@@ -528,12 +522,15 @@ class StreamServer:
         fl.failed = fl.complete = True
 
     def _answer_ready(self) -> None:
-        """Hand every finished batch at the head of the queue to the event loop, in order;
-        start its pulls (it and every batch before it are durable now)."""
+        """Answer every finished batch at the head of the queue, in order; start its pulls (it
+        and every batch before it are durable now)."""
         fifo = self._fifo
-        while fifo and fifo[0].complete:
-            fl = fifo.popleft()
-            self._send_replies(fl, self._finish(fl))
+        try:
+            while fifo and fifo[0].complete:
+                fl = fifo.popleft()
+                self._send_replies(fl, self._finish(fl))
+        except Exception:  # e.g. the reader pool shut down by stop(): never end the server
+            logger.exception("stream service: answering a batch failed")
 
     def _finish(self, fl: _InFlight) -> dict[int, concurrent.futures.Future]:
         """A finished batch's replies taken from the core, and its pulls started (it and
