@@ -14,8 +14,14 @@ import pytest
 
 from loglake.log import Entry, open_log
 from loglake.pipeline.errors import BadOption
-from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, nearest_rank, run, table
-from loglake.sds.codec import encode, parse
+from loglake.pipeline.jobs.sds_audit import (
+    MESSAGES_COLUMNS,
+    SdsAuditOptions,
+    nearest_rank,
+    run,
+    table,
+)
+from loglake.sds.codec import decode, encode, parse
 from loglake.sds.messages import HistoryEntry, SdsMessage
 from loglake.sds.sim import SimConfig, Simulation, store_channel
 
@@ -138,6 +144,9 @@ def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
         pb = parse(data)
         if pb.content:
             assert msgs[pb.message_id]["lamport"] == pb.lamport_timestamp
+            assert msgs[pb.message_id]["causal_history"] == [
+                e.message_id for e in decode(data).causal_history
+            ]
     repairs = table(spark, out, "repairs").collect()
     assert summary.repair_requests == len(repairs)
     report = (tmp_path / "out" / "report.html").read_text()
@@ -200,6 +209,24 @@ def test_rejects_and_never_delivered_dependencies(spark, tmp_path):
     assert any(set(p["unresolved_deps"]) == dropped_ids for p in parts.values())
     assert all(set(p["unresolved_deps"]) <= dropped_ids for p in parts.values())
     assert "Rejected records" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_channel_of_bad_records_only_gives_empty_tables_with_their_columns(spark, tmp_path):
+    """Nothing decodes: every record is a reject, and ``messages`` (written by the job's own
+    tasks, not Spark's writer) is still a table with its columns and no rows."""
+    data_dir = tmp_path / "data"
+    with open_log(data_dir) as log:
+        log.create_stream(STREAM)
+        positions = log.append_many(
+            STREAM, 0, [Entry(b"\xff\xff not protobuf %d" % i) for i in range(3)]
+        )
+    summary = audit(spark, data_dir, tmp_path / "out", report=False)
+    assert summary.rejects == 3 and summary.content_messages == 0
+    out = str(tmp_path / "out")
+    assert sorted(r["index"] for r in table(spark, out, "rejects").collect()) == positions
+    messages = table(spark, out, "messages")
+    assert messages.count() == 0
+    assert messages.columns == list(MESSAGES_COLUMNS)
 
 
 def test_options_are_checked_before_any_work(tmp_path):
