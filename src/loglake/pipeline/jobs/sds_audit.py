@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -872,7 +872,7 @@ def dependency_figures(
 SWEEP_OUT_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
-        ("acks", pa.struct(list(ACKS_SCHEMA))),
+        ("acks_file", pa.string()),  # "participant": the part file of ``acks`` it wrote
         ("participant", pa.struct(list(PARTICIPANT_SWEEP_SCHEMA))),
         ("message_id", pa.string()),  # "late": a message with references seen later ...
         ("deps_seen_later", pa.int64()),  # ... and how many
@@ -881,12 +881,17 @@ SWEEP_OUT_SCHEMA = pa.schema(
 )
 
 
-def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
+def _sweep_group(content_bc: Any, acks_dir: str):  # -> Callable[[pa.Table], pa.Table]
     """The ``applyInArrow`` function, one sender's first-copy content and sync messages in:
-    its acknowledgements ("acks" rows), its figures (one "participant" row), and the
-    dependency figures of its messages (``dependency_figures``: "late" and "never" rows)."""
+    its acknowledgements written as a part file of ``acks`` in ``acks_dir`` (``_write_part``,
+    named by the sender: the table's rows never pass through Spark's writer, which turned
+    them from Arrow into JVM rows), its figures (one "participant" row, naming the file), and
+    the dependency figures of its messages (``dependency_figures``: "late" and "never"
+    rows)."""
 
     def run(own: pa.Table) -> pa.Table:
+        import hashlib
+
         content = content_bc.value
         participant = own.column("sender")[0].as_py()
         own = own.sort_by("index")
@@ -904,23 +909,20 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
             positions,
         )
         late, never = dependency_figures(own, arrays, positions)
-        n_acks, n_late, n_never = acks.num_rows, late.num_rows, len(never)
-        n = n_acks + 1 + n_late + n_never
-        lead = n_acks + 1
-        ack_struct = pa.StructArray.from_arrays(
-            [c.combine_chunks() for c in acks.columns], fields=list(ACKS_SCHEMA)
-        )
+        key = hashlib.sha1(str(participant).encode()).hexdigest()[:20]
+        path = _write_part(acks_dir, f"part-{key}.zstd.parquet", ACKS_SCHEMA, acks.to_batches())
+        n_late, n_never = late.num_rows, len(never)
+        n = 1 + n_late + n_never
+        lead = 1
         part_struct = pa.StructArray.from_arrays(
             [c.combine_chunks() for c in part.columns], fields=list(PARTICIPANT_SWEEP_SCHEMA)
         )
         tables = pa.array(
-            ["acks"] * n_acks + ["participant"] + ["late"] * n_late + ["never"] * n_never,
+            ["participant"] + ["late"] * n_late + ["never"] * n_never,
             pa.string(),
         )
-        acks_col = pa.concat_arrays([ack_struct, pa.nulls(n - n_acks, ack_struct.type)])
-        part_col = pa.concat_arrays(
-            [pa.nulls(n_acks, part_struct.type), part_struct, pa.nulls(n - lead, part_struct.type)]
-        )
+        file_col = pa.array([path] + [None] * (n - 1), pa.string())
+        part_col = pa.concat_arrays([part_struct, pa.nulls(n - lead, part_struct.type)])
         mid_col = pa.concat_arrays(
             [
                 pa.nulls(lead, pa.string()),
@@ -939,7 +941,7 @@ def _sweep_group(content_bc: Any):  # -> Callable[[pa.Table], pa.Table]
             [pa.nulls(lead + n_late, pa.string()), pa.array(never, pa.string())]
         )
         return pa.Table.from_arrays(
-            [tables, acks_col, part_col, mid_col, late_col, dep_col], schema=SWEEP_OUT_SCHEMA
+            [tables, file_col, part_col, mid_col, late_col, dep_col], schema=SWEEP_OUT_SCHEMA
         )
 
     return run
@@ -988,35 +990,45 @@ def _expand_histories(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
         )
 
 
+def _write_part(
+    folder: str, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+) -> str:
+    """``batches`` written by a task as ``folder/name``, a zstd Parquet file of ``schema``,
+    under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
+    same file whole. Why zstd: rows that repeat their neighbours' (causal histories, ids)
+    stay small, as for the decoded rows. Returns the file's path."""
+    import os
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    path = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+        for batch in batches:
+            w.write_batch(batch.cast(schema))
+    os.replace(tmp, path)
+    return path
+
+
 def _write_messages(
     out_dir: str, schema: pa.Schema
 ):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
     """The ``mapInArrow`` function that writes ``messages`` itself: a task's rows, their
-    histories expanded (``_expand_histories``), as one zstd Parquet file of ``schema`` named
-    by the task's partition (under a hidden temporary name, then renamed: a retried or
-    speculative attempt rewrites the same file whole); it yields the file's path and row
-    count. Why not Spark's writer: it turned each of the 200 ids of every causal history from
-    Arrow into a JVM row, a fifth of the audit's time (docs/sds.md, "Sixth pass"); and zstd
-    keeps a history that mostly repeats the previous row's small, as for the decoded rows."""
+    histories expanded (``_expand_histories``), as one part file (``_write_part``) named by
+    the task's partition; it yields the file's path. Why not Spark's writer: it turned each of
+    the 200 ids of every causal history from Arrow into a JVM row, a third of the audit's time
+    (docs/sds.md, "Sixth pass")."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import os
-        import uuid
-
-        import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         k = ctx.partitionId() if ctx is not None else 0
-        path = os.path.join(out_dir, f"part-{k:05d}.zstd.parquet")
-        tmp = os.path.join(out_dir, f".part-{k:05d}-{uuid.uuid4().hex[:8]}.tmp")
-        rows = 0
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-            for batch in _expand_histories(batches):
-                w.write_batch(batch.cast(schema))
-                rows += batch.num_rows
-        os.replace(tmp, path)
-        yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]})
+        path = _write_part(
+            out_dir, f"part-{k:05d}.zstd.parquet", schema, _expand_histories(batches)
+        )
+        yield pa.RecordBatch.from_pydict({"path": [path]})
 
     return run
 
@@ -1044,19 +1056,24 @@ _FILLED = ("acknowledged_by", "repair_requests", "repair_responses", "deps_seen_
 def _write_table(messages: DataFrame, folder: Path) -> None:
     """``messages`` (with packed histories) written to ``folder`` by ``_write_messages``: the
     Parquet files Spark's writer would have written, column for column, one per task."""
-    import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from loglake.pipeline.units import require_visible
 
     schema = to_arrow_schema(_messages_schema(messages.schema))
     folder.mkdir(parents=True, exist_ok=True)
-    written = messages.mapInArrow(
-        _write_messages(str(folder), schema), "path string, rows long"
-    ).collect()
-    for row in written:
-        require_visible(row["path"], "sds-audit", "--out")
-    if not written:  # no task: the schema alone, for the readers of the table
+    written = messages.mapInArrow(_write_messages(str(folder), schema), "path string").collect()
+    _check_parts(folder, [row["path"] for row in written], schema)
+
+
+def _check_parts(folder: Path, paths: list[str], schema: pa.Schema) -> None:
+    """The part files tasks wrote into ``folder``, seen by the driver (``require_visible``);
+    with none, the schema alone, for the readers of the table."""
+    import pyarrow.parquet as pq
+
+    from loglake.pipeline.units import require_visible
+
+    for path in paths:
+        require_visible(path, "sds-audit", "--out")
+    if not paths:
         pq.write_table(schema.empty_table(), folder / "part-empty.zstd.parquet")
 
 
@@ -1230,11 +1247,15 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
                 "bloom_filter",
             )
             .groupBy("sender")
-            .applyInArrow(_sweep_group(content_bc), _spark_schema(SWEEP_OUT_SCHEMA))
+            .applyInArrow(
+                _sweep_group(content_bc, str(out / "acks")), _spark_schema(SWEEP_OUT_SCHEMA)
+            )
             .persist()
         )
-        acks = swept.where(F.col("table") == "acks").select("acks.*")
-        acks.write.parquet(str(out / "acks"))
+        (out / "acks").mkdir(parents=True, exist_ok=True)
+        files = swept.where(F.col("table") == "participant").select("acks_file").collect()
+        _check_parts(out / "acks", [r[0] for r in files], ACKS_SCHEMA)
+        acks = spark.read.parquet(str(out / "acks"))
         lap = summary.lap("first copies + ack sweep", lap)
         sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
 
