@@ -977,19 +977,6 @@ def _references(cand_bc: Any):  # -> Callable[[Iterator[RecordBatch]], Iterator[
     return run
 
 
-def _expand_histories(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function writing ``messages``: (.., history_ids, history_lens, ..) →
-    (.., causal_history, ..)."""
-    for batch in batches:
-        names = batch.schema.names
-        i = names.index("history_ids")
-        hist = history_lists(batch.column(i), batch.column(i + 1))
-        cols = [*batch.columns[:i], hist, *batch.columns[i + 2 :]]
-        yield pa.RecordBatch.from_arrays(
-            cols, names=[*names[:i], "causal_history", *names[i + 2 :]]
-        )
-
-
 def _write_part(
     folder: str, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
 ) -> str:
@@ -1011,39 +998,68 @@ def _write_part(
     return path
 
 
-def _write_messages(
-    out_dir: str, schema: pa.Schema
-):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
-    """The ``mapInArrow`` function that writes ``messages`` itself: a task's rows, their
-    histories expanded (``_expand_histories``), as one part file (``_write_part``) named by
-    the task's partition; it yields the file's path. Why not Spark's writer: it turned each of
-    the 200 ids of every causal history from Arrow into a JVM row, a third of the audit's time
-    (docs/sds.md, "Sixth pass")."""
+def _write_messages(out_dir: str, schema: pa.Schema):  # -> Callable[[pa.Table], pa.Table]
+    """The ``applyInArrow`` function that writes ``messages`` itself, one part file
+    (``_write_part``) per decoded part file: the group is the first copies whose decoded row
+    is in that file (every column but the history), and the task reads their causal histories
+    from the file with pyarrow, a row group at a time, in index order, and expands them
+    (``history_lists``). Why: Spark's writer turned each of the 200 ids of every history from
+    Arrow into a JVM row, and then the JVM still read the packed histories (13 KB a row) to
+    hand them to a task as Arrow; now the histories go from the decoded file to the table's
+    file inside one Python process (docs/sds.md, "Sixth pass")."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
+    def run(rows: pa.Table) -> pa.Table:
+        import os
+        from urllib.parse import unquote, urlparse
 
-        ctx = TaskContext.get()
-        k = ctx.partitionId() if ctx is not None else 0
-        path = _write_part(
-            out_dir, f"part-{k:05d}.zstd.parquet", schema, _expand_histories(batches)
-        )
-        yield pa.RecordBatch.from_pydict({"path": [path]})
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        uri = rows.column(DECODED_FILE)[0].as_py()
+        source = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+        rows = rows.drop_columns([DECODED_FILE]).sort_by("first_index")
+        want = rows.column("first_index").combine_chunks()
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            done = 0
+            columns = ["index", "history_ids", "history_lens"]
+            for b in pq.ParquetFile(source).iter_batches(DECODE_BATCH, columns=columns):
+                got = b.filter(pc.is_in(b.column("index"), value_set=want))
+                if not got.num_rows:
+                    continue
+                part = rows.slice(done, got.num_rows)
+                if not part.column("first_index").combine_chunks().equals(got.column("index")):
+                    raise ValueError(f"{source}: decoded rows out of step with the first copies")
+                done += got.num_rows
+                hist = history_lists(got.column("history_ids"), got.column("history_lens"))
+                cols = [
+                    hist if n == "causal_history" else part.column(n).combine_chunks()
+                    for n in schema.names
+                ]
+                yield pa.RecordBatch.from_arrays(cols, names=schema.names)
+            if done != rows.num_rows:
+                raise ValueError(f"{source}: {rows.num_rows - done} first copies not found")
+
+        name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
+        path = _write_part(out_dir, f"{name}.zstd.parquet", schema, batches())
+        return pa.table({"path": [path]})
 
     return run
 
 
 def _messages_schema(schema: Any) -> Any:
+    """The ``messages`` table's Spark schema, from that of its other columns."""
     from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
+    fields = {f.name: f for f in schema.fields}
     out: list[Any] = []
-    for f in schema.fields:
-        if f.name == "history_ids":
-            out.append(StructField("causal_history", ArrayType(StringType(), True), True))
-        elif f.name in _FILLED:  # never null (filled with 0), as written before
-            out.append(StructField(f.name, f.dataType, False))
-        elif f.name != "history_lens":
-            out.append(f)
+    for name in MESSAGES_COLUMNS:
+        if name == "causal_history":
+            out.append(StructField(name, ArrayType(StringType(), True), True))
+        elif name in _FILLED:  # never null (filled with 0), as written before
+            out.append(StructField(name, fields[name].dataType, False))
+        else:
+            out.append(fields[name])
     return StructType(out)
 
 
@@ -1054,13 +1070,18 @@ _FILLED = ("acknowledged_by", "repair_requests", "repair_responses", "deps_seen_
 
 
 def _write_table(messages: DataFrame, folder: Path) -> None:
-    """``messages`` (with packed histories) written to ``folder`` by ``_write_messages``: the
-    Parquet files Spark's writer would have written, column for column, one per task."""
+    """``messages`` (every column but the history, and ``DECODED_FILE``) written to
+    ``folder`` by ``_write_messages``, the histories added from the decoded files: the
+    columns Spark's writer would have written, one file per decoded part file."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(_messages_schema(messages.schema))
     folder.mkdir(parents=True, exist_ok=True)
-    written = messages.mapInArrow(_write_messages(str(folder), schema), "path string").collect()
+    written = (
+        messages.groupBy(DECODED_FILE)
+        .applyInArrow(_write_messages(str(folder), schema), "path string")
+        .collect()
+    )
     _check_parts(folder, [row["path"] for row in written], schema)
 
 
@@ -1084,6 +1105,9 @@ def _spark_schema(schema: pa.Schema) -> Any:
 
 
 DECODE_COLUMNS = ("partition", "index", "timestamp_ns", "data")
+DECODED_FILE = "_decoded_file"
+"""The decoded part file a row was read from (Spark's ``_metadata.file_path``): the
+``messages`` writer reads the row's causal history from there itself."""
 DECODE_BATCH = 10_000
 """Records decoded at once (a row group of the part file): Spark's Arrow batch size, which
 the decode was tuned with (a batch rebuilds the id array of the task's codes once)."""
@@ -1190,7 +1214,9 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     work = out / WORK_DIR
     try:
         _decode_stage(spark, opts, work / "decoded")
-        decoded = spark.read.parquet(str(work / "decoded"))
+        decoded = spark.read.parquet(str(work / "decoded")).withColumn(
+            DECODED_FILE, F.col("_metadata.file_path")
+        )
         return _audit(spark, opts, decoded, summary, t0, F)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -1359,10 +1385,9 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
                 "message_id",
                 "sender",
                 "lamport",
-                "history_ids",
-                "history_lens",
                 "repair_request",
                 "content_bytes",
+                DECODED_FILE,
             )
             .join(F.broadcast(stats), "message_id", "left")
             .fillna(0, list(_FILLED))
@@ -1371,10 +1396,9 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
                 F.coalesce(F.col("never_delivered_deps"), F.array().cast("array<string>")),
             )
         )
-        with_lists = [
-            c if c != "causal_history" else "history_ids,history_lens" for c in MESSAGES_COLUMNS
-        ]
-        messages = messages.select(*",".join(with_lists).split(","))
+        messages = messages.select(
+            *[c for c in MESSAGES_COLUMNS if c != "causal_history"], DECODED_FILE
+        )
         _write_table(messages, out / "messages")
         lap = summary.lap("messages", lap)
 
