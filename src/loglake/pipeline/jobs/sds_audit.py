@@ -24,7 +24,10 @@ Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
    acknowledgement and its latency;
 3. joins causal histories with first positions (dependencies never on the channel, and
    dependencies referenced before they appeared), repair requests with the copies that answered
-   them, and writes the tables and ``report.html``.
+   them, and writes the tables and ``report.html``. The two large tables are written by tasks
+   with pyarrow, not Spark's writer (docs/sds.md, "Sixth pass"): ``acks`` by each sender's
+   sweep task, ``messages`` by a task per decoded part file, which reads the causal histories
+   from that file itself (``_write_part``: temporary name, then rename).
 
 Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth mapping):
 - *acknowledged by j at position q*: q is the first message authored by j (a content or sync
@@ -1069,7 +1072,7 @@ _FILLED = ("acknowledged_by", "repair_requests", "repair_responses", "deps_seen_
 # -- driver ----------------------------------------------------------------------------------
 
 
-def _write_table(messages: DataFrame, folder: Path) -> None:
+def _write_messages_table(messages: DataFrame, folder: Path) -> None:
     """``messages`` (every column but the history, and ``DECODED_FILE``) written to
     ``folder`` by ``_write_messages``, the histories added from the decoded files: the
     columns Spark's writer would have written, one file per decoded part file."""
@@ -1399,7 +1402,7 @@ def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summa
         messages = messages.select(
             *[c for c in MESSAGES_COLUMNS if c != "causal_history"], DECODED_FILE
         )
-        _write_table(messages, out / "messages")
+        _write_messages_table(messages, out / "messages")
         lap = summary.lap("messages", lap)
 
         # unresolved: a dependency of a message j held (acknowledged or sent) that j never
