@@ -12,9 +12,11 @@ import socket
 import threading
 
 from loglake.log import SegmentLog, fs
+from loglake.streams import codec
 from loglake.streams.client import ClientCore, StreamClient
+from loglake.streams.messages import StreamInfoRequest
 from loglake.streams.server import BackgroundServer
-from loglake.streams.service import StreamService, worker_address
+from loglake.streams.service import STREAM_SERVICE_ADDRESS, StreamService, worker_address
 from loglake.wire.ockam import Address
 from tests.waiting import wait_until
 
@@ -141,3 +143,55 @@ def test_a_failed_fsync_of_a_pipelined_batch_fails_its_pushes_and_the_server_goe
         b"t %d" % i for i in range(PUSHES)
     ]
     reopened.close()
+
+
+def test_pushes_after_a_non_push_message_are_not_overtaken_by_the_next_batch(tmp_path, monkeypatch):
+    """One read brings pushes, a request that is not a push, and more pushes: the core appends
+    the first pushes, answers the request, then appends the rest. If the first append were
+    left to the sync thread while the loop went on, the connection's next pushes (the next
+    read, the next batch) could be written before the rest of this one: its pushes stored out
+    of order. The sync thread's fsync is held here so that a later batch has every chance to
+    overtake; the confirms must still follow the push order."""
+    log = SegmentLog(tmp_path)
+    held, release = threading.Event(), threading.Event()
+    real_sync = fs.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if threading.current_thread().name == "loglake-sync" and not release.is_set():
+            held.set()
+            assert release.wait(20)
+        real_sync(fd)
+
+    monkeypatch.setattr(fs, "fdatasync", fdatasync)
+    worker = Address.local(worker_address("s", 0))
+    with BackgroundServer(StreamService(log)) as srv:
+        with StreamClient(port=srv.port) as c:
+            c.create_stream("s")
+        core = ClientCore()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as sock:
+            sock.sendall(core.initial_bytes())
+            first, head = core.push_parts(worker, [b"a%d" % i for i in range(30)])
+            info, info_frame = core.request(
+                (Address.local(STREAM_SERVICE_ADDRESS),), codec.encode_payload(StreamInfoRequest())
+            )
+            rest, tail = core.push_parts(worker, [b"b%d" % i for i in range(30)])
+            sock.sendall(b"".join([*head, info_frame, *tail]))  # one read: one batch
+            try:
+                wait_until(held.is_set, 20, "a pipelined fsync")
+                later, more = core.push_parts(worker, [b"c%d" % i for i in range(30)])
+                sock.sendall(b"".join(more))  # the next batch, while that fsync is held
+                part = log._partition("s", 0)
+                wait_until(lambda: part.next_index >= 60, 20, "the next batch written")
+            finally:
+                release.set()
+            rids = first + rest + later
+            while len(core.confirms) < len(rids) or info not in core.replies:
+                data = sock.recv(1 << 16)
+                assert data, "the server closed the connection"
+                core.receive_data(data)
+    indexes = [core.confirms[r] for r in rids]
+    assert all(ok for ok, _ in indexes)
+    assert [i for _, i in indexes] == list(range(90))  # in push order, every one once
+    stored = [d for _, d in log.read_payloads("s", 0, 0, 90)]
+    assert stored == [b"%s%d" % (x, i) for x in (b"a", b"b", b"c") for i in range(30)]
+    log.close()

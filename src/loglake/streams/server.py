@@ -457,8 +457,10 @@ class StreamServer:
             actions = batch.actions
             # pipelined for a burst, or behind an earlier batch whose fsync runs (waiting for
             # it here would hold up the loop); inline for a few one-by-one requests (the
-            # one-by-one latency: Redis's model, the loop blocks on the fsync)
-            busy = len(fl.msgs) > INLINE_MAX or len(self._fifo) > 1
+            # one-by-one latency: Redis's model, the loop blocks on the fsync), and for a step
+            # the batch may follow with more appends (``Batch.read_all``): a later batch must
+            # not write between them, or a connection's pushes would be stored out of order
+            busy = (len(fl.msgs) > INLINE_MAX or len(self._fifo) > 1) and batch.read_all
             if not busy or not any(isinstance(a, Append) for a in actions):
                 self._perform_step(fl, run)
                 continue

@@ -261,7 +261,7 @@ class Batch:
     route keep request order within a worker; a run's confirms may leave before the replies of
     other workers to requests between them, as Ockam guarantees no order across workers."""
 
-    __slots__ = ("_gen", "actions", "deferred", "replies")
+    __slots__ = ("_gen", "_n", "_taken", "actions", "deferred", "replies")
 
     def __init__(
         self,
@@ -273,9 +273,22 @@ class Batch:
     ):
         self.replies: list[list[RoutingMessage | MessageRun] | None] = [[] for _ in msgs]
         self.deferred: list[PendingRead] = []
-        self._gen = service._run(msgs, self.replies, self.deferred, defer_reads, peers, runs)
+        self._n = len(msgs)
+        self._taken = [0]  # input messages the core has taken up, as of its last step
+        self._gen = service._run(
+            msgs, self.replies, self.deferred, defer_reads, peers, runs, self._taken
+        )
         self.actions: list[Action] = []
         self._step(None)
+
+    @property
+    def read_all(self) -> bool:
+        """Every input message is taken up: the appends asked for now are the batch's last
+        (after their outcomes come only the replies). Before that, a step's appends may be
+        followed by more (pushes after a non-push message), and an adapter that lets a later
+        batch write before this step's outcome is back would let that batch's pushes overtake
+        them: a connection's pushes stored out of its order."""
+        return self._taken[0] >= self._n
 
     def _step(self, outcomes: list[Outcome] | None) -> None:
         try:
@@ -409,8 +422,10 @@ class StreamService:
         logger.error("stream service failed on a message", exc_info=e)
         return self.error_reply(msg, f"internal error: {type(e).__name__}")
 
-    def _run(self, msgs, out, deferred, defer_reads, peers, runs):
-        """The batch as a generator: yields lists of actions, is sent lists of outcomes."""
+    def _run(self, msgs, out, deferred, defer_reads, peers, runs, taken):
+        """The batch as a generator: yields lists of actions, is sent lists of outcomes.
+        ``taken[0]``: the position of the message being handled when a step is yielded in
+        the loop, ``len(msgs)`` after it (``Batch.read_all``)."""
         access = self.access
         # pending pushes per target (keyed by the worker address bytes: their hash is cached):
         # (target, [(input position, (request_id, data), message)])
@@ -436,6 +451,7 @@ class StreamService:
                     if req is not None:
                         target = targets.get(dest.value)
                         if target is None:
+                            taken[0] = i
                             try:
                                 found = yield from self._drive(self._target(dest))
                                 target = found if isinstance(found, _Target) else None
@@ -457,6 +473,7 @@ class StreamService:
                             if access is None:
                                 last_onward, last_items = msg.onward_route, slot[1]
                             continue
+            taken[0] = i
             if pending:
                 yield from self._flush(pending, out, runs)
                 pending = {}
@@ -472,6 +489,7 @@ class StreamService:
                 deferred.append(PendingRead(self, i, replies.action, msg, handler))
             else:
                 out[i] = replies
+        taken[0] = len(msgs)
         if pending:
             yield from self._flush(pending, out, runs)
 
