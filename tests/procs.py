@@ -16,6 +16,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_consecutive_ports(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports that were all free at once (bound together,
+    then released), for a server that listens on ``port``, ``port + 1``, …. Why not
+    ``free_port() + 1``: that second port was never checked, and a server of another test
+    running beside it may hold it."""
+    for _ in range(200):
+        first = free_port()
+        socks: list[socket.socket] = []
+        try:
+            for port in range(first, first + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free loopback ports")
+
+
 def wait_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
     """Return once something accepts on 127.0.0.1:``port``; fail early if ``proc`` exits."""
     deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ from loglake.node.config import ConfigError, load_config
 from loglake.node.runner import BackgroundNode
 from loglake.streams.client import StreamClient
 from loglake.wire import icrc16
-from tests.procs import free_port
+from tests.procs import free_consecutive_ports
 from tests.waiting import wait_until
 
 
@@ -54,9 +54,9 @@ def test_roles_split_over_two_nodes_publish_deliver_and_replay(tmp_path: Path) -
         **_keys(a_dir, ["orchestrator", "broadcaster"]),
         **_keys(b_dir, ["publisher", "subscriber"]),
     }
-    a_port, b_port = free_port(), free_port()
+    a_port, b_port = free_consecutive_ports(2), free_consecutive_ports(2)
     while b_port in range(a_port - 1, a_port + 2):
-        b_port = free_port()
+        b_port = free_consecutive_ports(2)
     urls = {
         "orchestrator": f"http://127.0.0.1:{a_port}",
         "broadcaster": f"http://127.0.0.1:{a_port + 1}",
