@@ -424,17 +424,14 @@ class StreamServer:
         )
         return _InFlight(arrived, msgs, peers)
 
-    def _make_batch(self, fl: _InFlight) -> None:
+    def _start(self, fl: _InFlight) -> None:
+        self._fifo.append(fl)
         try:
             fl.batch = self.service.batch(fl.msgs, defer_reads=True, peers=fl.peers, runs=True)
         except Exception as e:
             self._crashed(fl, e)
-
-    def _start(self, fl: _InFlight) -> None:
-        self._fifo.append(fl)
-        self._make_batch(fl)
-        if not fl.failed:
-            self._advance(fl)
+            return
+        self._advance(fl)
 
     def _feed(self, fl: _InFlight, outcomes: list) -> None:
         assert fl.batch is not None

@@ -913,7 +913,7 @@ def _sweep_group(content_bc: Any, acks_dir: str):  # -> Callable[[pa.Table], pa.
         )
         late, never = dependency_figures(own, arrays, positions)
         key = hashlib.sha1(str(participant).encode()).hexdigest()[:20]
-        path = _write_part(acks_dir, f"part-{key}.zstd.parquet", ACKS_SCHEMA, acks.to_batches())
+        path, _ = _write_part(acks_dir, f"part-{key}.zstd.parquet", ACKS_SCHEMA, acks.to_batches())
         n_late, n_never = late.num_rows, len(never)
         n = 1 + n_late + n_never
         lead = 1
@@ -982,11 +982,11 @@ def _references(cand_bc: Any):  # -> Callable[[Iterator[RecordBatch]], Iterator[
 
 def _write_part(
     folder: str, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
-) -> str:
+) -> tuple[str, int]:
     """``batches`` written by a task as ``folder/name``, a zstd Parquet file of ``schema``,
     under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
     same file whole. Why zstd: rows that repeat their neighbours' (causal histories, ids)
-    stay small, as for the decoded rows. Returns the file's path."""
+    stay small, as for the decoded rows. Returns the file's path and its row count."""
     import os
     import uuid
 
@@ -994,11 +994,13 @@ def _write_part(
 
     path = os.path.join(folder, name)
     tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
+    rows = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
         for batch in batches:
             w.write_batch(batch.cast(schema))
+            rows += batch.num_rows
     os.replace(tmp, path)
-    return path
+    return path, rows
 
 
 def _write_messages(out_dir: str, schema: pa.Schema):  # -> Callable[[pa.Table], pa.Table]
@@ -1044,7 +1046,7 @@ def _write_messages(out_dir: str, schema: pa.Schema):  # -> Callable[[pa.Table],
                 raise ValueError(f"{source}: {rows.num_rows - done} first copies not found")
 
         name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
-        path = _write_part(out_dir, f"{name}.zstd.parquet", schema, batches())
+        path, _ = _write_part(out_dir, f"{name}.zstd.parquet", schema, batches())
         return pa.table({"path": [path]})
 
     return run
@@ -1088,15 +1090,16 @@ def _write_messages_table(messages: DataFrame, folder: Path) -> None:
     _check_parts(folder, [row["path"] for row in written], schema)
 
 
-def _check_parts(folder: Path, paths: list[str], schema: pa.Schema) -> None:
-    """The part files tasks wrote into ``folder``, seen by the driver (``require_visible``);
-    with none, the schema alone, for the readers of the table."""
+def _check_parts(folder: Path, paths: list[str], schema: pa.Schema, shared: str = "--out") -> None:
+    """The part files tasks wrote into ``folder``, seen by the driver (``require_visible``;
+    ``shared``: what must be on a shared filesystem); with none, the schema alone, for the
+    readers of the table."""
     import pyarrow.parquet as pq
 
     from loglake.pipeline.units import require_visible
 
     for path in paths:
-        require_visible(path, "sds-audit", "--out")
+        require_visible(path, "sds-audit", shared)
     if not paths:
         pq.write_table(schema.empty_table(), folder / "part-empty.zstd.parquet")
 
@@ -1121,16 +1124,10 @@ def _decode_task(
 ) -> Callable[[tuple[int, list[Unit]]], tuple[str, int]]:
     """One decode task: its units (consecutive, in index order) read where they lie and
     decoded by one ``decode_batches`` state (``causal_new`` is against the previous message of
-    the same sender read by this task), written as one zstd Parquet file of
-    ``DECODED_SCHEMA`` (under a hidden temporary name, then renamed: a retried or speculative
-    attempt rewrites the same file whole). Returned: the file's path and its row count."""
+    the same sender read by this task), written as one part file of ``DECODED_SCHEMA``
+    (``_write_part``). Returned: the file's path and its row count."""
 
     def run(task: tuple[int, list[Unit]]) -> tuple[str, int]:
-        import os
-        import uuid
-
-        import pyarrow.parquet as pq
-
         from loglake.pipeline.units import read_unit_columns
 
         k, units = task
@@ -1139,15 +1136,8 @@ def _decode_task(
             for u in units:
                 yield from read_unit_columns(data_dir, u, DECODE_COLUMNS, batch_rows=DECODE_BATCH)
 
-        path = os.path.join(decoded_dir, f"part-{k:05d}.zstd.parquet")
-        tmp = os.path.join(decoded_dir, f".part-{k:05d}-{uuid.uuid4().hex[:8]}.tmp")
-        rows = 0
-        with pq.ParquetWriter(tmp, DECODED_SCHEMA, compression="zstd") as w:
-            for out in decode_batches(channel)(batches()):
-                w.write_batch(out)
-                rows += out.num_rows
-        os.replace(tmp, path)
-        return path, rows
+        name = f"part-{k:05d}.zstd.parquet"
+        return _write_part(decoded_dir, name, DECODED_SCHEMA, decode_batches(channel)(batches()))
 
     return run
 
@@ -1172,9 +1162,7 @@ def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
 def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> None:
     """Every record of the channel's partition decoded into ``decoded`` (Parquet part files of
     ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata."""
-    import pyarrow.parquet as pq
-
-    from loglake.pipeline.units import plan_units, require_visible
+    from loglake.pipeline.units import plan_units
 
     assert opts.channel is not None
     units = plan_units(opts.data_dir, {0: opts.stream}, opts.partition)[0]
@@ -1185,10 +1173,8 @@ def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> 
     parts = (
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
-    for path, _ in parts:
-        require_visible(path, "sds-audit", "--out (and the data dir)")
-    if not parts:  # an empty channel: the schema alone, for the reads that follow
-        pq.write_table(DECODED_SCHEMA.empty_table(), decoded / "part-empty.zstd.parquet")
+    # an empty channel: the schema alone, for the reads that follow
+    _check_parts(decoded, [path for path, _ in parts], DECODED_SCHEMA, "--out (and the data dir)")
 
 
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
