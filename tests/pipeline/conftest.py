@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -26,8 +27,6 @@ from typing import Any
 
 import pyspark
 import pytest
-
-from tests.procs import free_port, wait_port
 
 
 @pytest.fixture(scope="session")
@@ -50,8 +49,26 @@ def alive_workers(ui_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
             return int(json.load(r).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):  # not up yet, or a page that is not the master's JSON
         return 0
+
+
+def logged_port(log: Path, pattern: str, procs: list[subprocess.Popen], deadline: float) -> int:
+    """The port a Spark daemon logged it bound (``pattern`` has one group, the port).
+
+    Why the log and not ports picked beforehand: a port found free by the test can be taken
+    before the JVM binds it (by anything else on the machine), and Spark then silently binds
+    the next one; the fixture would then talk to someone else's server. Spark binds port 0 to
+    a free port itself and logs which one it got."""
+    while True:
+        found = re.search(pattern, log.read_text(errors="replace")) if log.exists() else None
+        if found:
+            return int(found.group(1))
+        assert time.monotonic() < deadline, f"{log.name}: {pattern!r} not logged in time"
+        assert all(p.poll() is None for p in procs), "a cluster process exited: " + (
+            log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        )
+        time.sleep(0.2)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -74,13 +91,14 @@ def cluster(tmp_path_factory):
         "SPARK_WORKER_DIR": str(tmp / "work"),
         "SPARK_LOG_DIR": str(tmp / "logs"),
         "PYSPARK_PYTHON": sys.executable,
+        # the submission REST server would take the fixed port 6066 (the tests do not submit)
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
-    port, ui, worker_ui = free_port(), free_port(), free_port()
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    procs = []
+    procs: list[subprocess.Popen] = []
     logs = []
 
-    def start(args, name):
+    def start(name, *args):
         log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed in the finally below)
         logs.append(log)
         procs.append(
@@ -90,34 +108,18 @@ def cluster(tmp_path_factory):
         )
 
     try:
-        start(
-            [
-                "org.apache.spark.deploy.master.Master",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--webui-port",
-                str(ui),
-            ],
-            "master",
-        )
+        # every port 0: Spark binds free ones and logs them (see logged_port)
+        master = ("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1")
+        start("master", *master, "--port", "0", "--webui-port", "0")
         deadline = time.monotonic() + 120
-        wait_port(port, timeout=120)
+        master_log = tmp / "master.log"
+        port = logged_port(
+            master_log, r"Starting Spark master at spark://[^:]+:(\d+)", procs, deadline
+        )
+        ui = logged_port(master_log, r"started service 'MasterUI' on port (\d+)", procs, deadline)
+        worker = ["--host", "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", "0"]
         start(
-            [
-                "org.apache.spark.deploy.worker.Worker",
-                f"spark://127.0.0.1:{port}",
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "2",
-                "--memory",
-                "2g",
-                "--webui-port",
-                str(worker_ui),
-            ],
-            "worker",
+            "worker", "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", *worker
         )
         while alive_workers(ui) < 1:
             assert time.monotonic() < deadline, (tmp / "worker.log").read_text()[-2000:]
