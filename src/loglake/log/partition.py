@@ -198,7 +198,11 @@ class Partition:
         if bases:
             self.segments.append(
                 Segment.recover_active(
-                    self.dir, bases[-1], self.readonly, self._durable_size_of(bases[-1])
+                    self.dir,
+                    bases[-1],
+                    self.readonly,
+                    self._durable_size_of(bases[-1]),
+                    self.config.segment_bytes,
                 )
             )
         self.lake = visible_lake_files(list_lake_files(self.lake_dir))
@@ -490,7 +494,7 @@ class Partition:
             self._fsync(old.seal)
             self._durable_next = max(self._durable_next, old.next_index)
             self._gc.mark_synced(self._seq)
-            new = Segment.create(self.dir, old.next_index)
+            new = Segment.create(self.dir, old.next_index, self.config.segment_bytes)
             try:
                 if durability != "none":
                     self._fsync(lambda: fs.fsync_dir(self.dir))
@@ -1048,6 +1052,7 @@ class Partition:
                     try:
                         for seg in self.segments:
                             if seg.wfd is not None:
+                                self._fsync(seg.trim)  # (an ftruncate: fails as an fsync does)
                                 self._fsync(seg.sync)
                         self._durable_next = self.next_index
                         self._publish_durable(sync=True)

@@ -6,6 +6,16 @@ checks the active segment only: its torn or corrupt tail is cut at the last whol
 record. A sealed segment was fsynced when it rolled, so any bad byte inside it is corruption and
 is reported as ``CorruptSegment`` (file, offset), never skipped.
 
+The active segment's file is allocated ahead of its records (``fs.fallocate``, in steps that
+double up to ``PREALLOC_STEP_MAX``): past the last record it holds zeros. Why: an ``fdatasync``
+after a write that grows a file also commits the new size and blocks to the file system's
+journal; one after a write into blocks already allocated writes the data only. On this project's
+ext4 disk that is p50 68 → 48 µs for a 1 KB record (docs/streams.md F11), a third of what one
+acknowledged push waits for its fsync. The zeros end the records as a torn tail does (a frame
+length of 0 is implausible), so every reader stops there; the writer trims them when it seals
+the segment or closes, so sealed segments and a cleanly closed log have no such tail, and
+recovery cuts one left by a crash with the torn tail.
+
 This module does file I/O but no locking; ``partition.py`` serialises access.
 """
 
@@ -13,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -34,6 +45,7 @@ from loglake.log.record_codec import (
     PlainColumns,
     RecordDecodeError,
     StoredRecord,
+    TornRecord,
     decode_frame,
     frame_length_at,
     plain_columns,
@@ -48,6 +60,11 @@ SEGMENT_SUFFIX = ".seg"
 INDEX_SUFFIX = ".idx"
 NAME_WIDTH = 20
 READ_CHUNK = 256 * 1024
+PREALLOC_STEP_MIN = 256 * 1024
+PREALLOC_STEP_MAX = 16 * 1024 * 1024
+"""The active segment is allocated ahead in steps from 256 KiB, doubling up to 16 MiB: a
+partition that holds little costs little disk, and a busy one allocates every ~15,000 records
+of 1 KB (a ``fallocate`` is metadata only: no data is written)."""
 
 
 def segment_name(first_index: int) -> str:
@@ -96,7 +113,13 @@ class Segment:
         self.max_ts_complete = True
         """False when ``max_ts`` only covers the records scanned since open."""
         self.wfd: int | None = None
+        """Opened without ``O_APPEND`` (the file is allocated past its records): its position
+        is ``size``; writes advance it, a failed write sets it back."""
         self.ifd: int | None = None
+        self.prealloc_cap = 0
+        """Allocate the file ahead up to this size (the segment roll size); 0: never."""
+        self.allocated = 0
+        """Bytes of the file allocated (its size on disk); ``>= size`` while writing."""
         self._rfd: int | None = None
         self.is_sealed = False
         self.pins = 0
@@ -112,19 +135,26 @@ class Segment:
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, directory: Path, base: int) -> Segment:
+    def create(cls, directory: Path, base: int, prealloc_cap: int = 0) -> Segment:
         seg = cls(directory, base, readonly=False)
-        seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        seg.prealloc_cap = prealloc_cap
+        seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_CREAT, 0o644)
         seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         seg.index = SparseIndex()
         return seg
 
     @classmethod
     def recover_active(
-        cls, directory: Path, base: int, readonly: bool, durable_size: int = 0
+        cls,
+        directory: Path,
+        base: int,
+        readonly: bool,
+        durable_size: int = 0,
+        prealloc_cap: int = 0,
     ) -> Segment:
-        """Open the newest segment: scan its tail, cut a torn tail (writer only; a reader just
-        stops there), and write its sparse index back (writer only).
+        """Open the newest segment: scan its tail, cut a torn tail or the allocated zeros past
+        the records (writer only; a reader just stops there), and write its sparse index back
+        (writer only).
 
         ``durable_size`` is how many bytes of this segment an fsync is known to have covered
         (the partition's durable watermark, ``watermark.py``). A torn tail can only be what no
@@ -154,21 +184,26 @@ class Segment:
             )
         seg._adopt(records, end)
         if err is not None and not readonly:
-            log_event(
-                logger,
-                logging.WARNING,
-                "truncated torn tail of active segment",
-                file=seg.path,
-                offset=end,
-                bytes_dropped=start_pos + len(buf) - end,
-                reason=err.reason,
-                durable_size=durable_size,
-            )
+            at = end - start_pos
+            if buf.count(0, at) != len(buf) - at:  # not just the zeros allocated ahead
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "truncated torn tail of active segment",
+                    file=seg.path,
+                    offset=end,
+                    bytes_dropped=len(buf) - at,
+                    reason=err.reason,
+                    durable_size=durable_size,
+                )
             fs.truncate(seg.path, end)
         if not readonly and end > durable_size:
             seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
         if not readonly:
-            seg.wfd = fs.open(seg.path, os.O_WRONLY | os.O_APPEND)
+            seg.prealloc_cap = prealloc_cap
+            seg.allocated = end
+            seg.wfd = fs.open(seg.path, os.O_WRONLY)
+            os.lseek(seg.wfd, end, os.SEEK_SET)
             try:
                 write_index_file(seg.idx_path, idx)
                 seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
@@ -276,20 +311,35 @@ class Segment:
         self.size = end
 
     def refresh_tail(self) -> bool:
-        """Readers only: pick up whole records a writer appended since the last look."""
+        """Readers only: pick up whole records a writer appended since the last look.
+
+        Read a chunk at a time and stop at the first frame that is not whole and valid: the
+        file may run on in zeros allocated ahead of the records (a live writer's active
+        segment), which must not be read on every look."""
         try:
             st = fs.stat(self.path)
         except FileNotFoundError:
             return False
-        if st.st_size <= self.size:
-            return False
         fd = self._read_fd()
-        buf = fs.pread(fd, st.st_size - self.size, self.size)
-        records, end, _ = self._scan_checked_at(buf, self.size)
-        if not records:
-            return False
-        self._adopt(records, end)
-        return True
+        found = False
+        want = READ_CHUNK
+        while st.st_size > self.size:
+            start = self.size
+            buf = fs.pread(fd, min(want, st.st_size - start), start)
+            records, end, err = self._scan_checked_at(buf, start)
+            if records:
+                self._adopt(records, end)
+                found = True
+            if err is None and buf:
+                want = READ_CHUNK
+                continue  # the chunk ended at a frame's end: read on
+            if not isinstance(err, TornRecord) or len(buf) < want:
+                break  # a bad or zero frame (the end for now), or the file's end
+            # a frame runs past the chunk: read from it, at least its whole length
+            at = end - start
+            need = frame_length_at(buf, at) if len(buf) - at >= FRAME_HEAD.size else 0
+            want = max(READ_CHUNK, need)
+        return found
 
     def _scan_checked_at(
         self, buf: bytes, base_pos: int
@@ -377,12 +427,16 @@ class Segment:
         note its sparse index entries."""
         assert self.wfd is not None and self.index is not None
         base = self.size
+        if base + size > self.allocated and self.prealloc_cap:
+            self._allocate(base + size)
         try:
             fs.writev_all(self.wfd, parts, size)
         except OSError:
-            # e.g. ENOSPC after part of the batch landed: cut it off so the next batch does
-            # not follow a partial record (O_APPEND writes at the real end of the file).
+            # e.g. ENOSPC after part of the batch landed: cut it off, and write the next
+            # batch where this one started, so it does not follow a partial record
             fs.ftruncate(self.wfd, base)
+            os.lseek(self.wfd, base, os.SEEK_SET)
+            self.allocated = base
             raise
         idx = self.index
         new_entries = []
@@ -402,13 +456,38 @@ class Segment:
         if new_entries and self.ifd is not None:
             fs.write_all(self.ifd, SparseIndex.entries_bytes(new_entries))
 
+    def _allocate(self, need: int) -> None:
+        """Allocate the file up to ``need`` bytes and a step beyond (up to ``prealloc_cap``).
+
+        A full disk fails the write here, before any byte of it is written; when the step
+        does not fit, what the write itself needs is tried alone first."""
+        assert self.wfd is not None
+        have = self.allocated
+        step = min(max(have, PREALLOC_STEP_MIN), PREALLOC_STEP_MAX)  # doubling
+        target = max(need, min(have + step, self.prealloc_cap))
+        try:
+            fs.fallocate(self.wfd, have, target - have)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or target == need:
+                raise
+            target = need
+            fs.fallocate(self.wfd, have, target - have)
+        self.allocated = target
+
+    def trim(self) -> None:
+        """Cut the zeros allocated past the last record (before a seal or a clean close)."""
+        if self.wfd is not None and self.allocated > self.size:
+            fs.ftruncate(self.wfd, self.size)
+            self.allocated = self.size
+
     def sync(self) -> None:
         if self.wfd is not None:
             fs.fdatasync(self.wfd)
 
     def seal(self) -> None:
-        """Make the segment immutable: fsync data and index, close the write handles."""
+        """Make the segment immutable: trim, fsync data and index, close the write handles."""
         if self.wfd is not None:
+            self.trim()
             fs.fdatasync(self.wfd)
             fs.close(self.wfd)
             self.wfd = None
