@@ -51,7 +51,7 @@ watermarks goes through ``fs.pread`` (``fs.read_file`` too), and so do SQLite's 
 disk, so what the kind checks is the reader: a clear error, nothing lost, nothing marked
 failed for writes, and reads that work again once the fault clears."""
 
-_WRAPPED = ("write", "pwrite", "fallocate", "fsync", "fdatasync", "pread")
+_WRAPPED = ("write", "pwrite", "fsync", "fdatasync", "pread")
 BLOCK = 4096
 """The file system's block: a short write on a full disk stops at one."""
 
@@ -136,13 +136,6 @@ class FaultyFs:
             return real(fd, view[: self.rng.choice(cuts)], *rest)
         return real(fd, data, *rest)
 
-    def _allocate(self, real: Callable[[int, int, int], None], fd: int, off: int, n: int) -> None:
-        """A full disk cannot allocate: ENOSPC, nothing allocated (a draw of the write kinds'
-        ENOSPC, so that kind's rate covers both ways a write meets a full disk)."""
-        if self._draw(fd, ("write-enospc",)):
-            raise OSError(errno.ENOSPC, "No space left on device (injected, allocate)")
-        real(fd, off, n)
-
     @staticmethod
     def _is_folder(fd: int) -> bool:
         try:
@@ -193,8 +186,6 @@ class FaultyFs:
         fsy, fds = self._saved["fsync"], self._saved["fdatasync"]
         fs.write = lambda fd, data: self._write(w, fd, data)  # type: ignore[assignment]
         fs.pwrite = lambda fd, data, off: self._write(pw, fd, data, off)  # type: ignore[assignment]
-        fa = self._saved["fallocate"]
-        fs.fallocate = lambda fd, off, n: self._allocate(fa, fd, off, n)  # type: ignore[assignment]
         fs.fsync = lambda fd: self._sync(fsy, fd)  # type: ignore[assignment]
         fs.fdatasync = lambda fd: self._sync(fds, fd)  # type: ignore[assignment]
         if READ_EIO in self.kinds:  # only then: the other kinds' runs pay nothing per read

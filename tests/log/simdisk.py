@@ -92,7 +92,6 @@ SIMULATED = (
     "fsync",
     "fdatasync",
     "ftruncate",
-    "fallocate",
     "truncate",
     "replace",
     "unlink",
@@ -430,21 +429,6 @@ class SimDisk:
             os.ftruncate(fd, size)
             if isinstance(node, _File):
                 node.pending.append(("t", size))
-
-    def fallocate(self, fd: int, offset: int, length: int) -> None:
-        """Blocks allocated (zeros) up to ``offset + length``: to the disk a size change, as
-        ``ftruncate`` growing the file (a power loss keeps it, or not)."""
-        with self._lock:
-            node = self._node_of_fd(fd)
-            if node is None:
-                self._alive()
-                os.posix_fallocate(fd, offset, length)
-                return
-            self._step()
-            before = os.fstat(fd).st_size
-            os.posix_fallocate(fd, offset, length)
-            if isinstance(node, _File) and offset + length > before:
-                node.pending.append(("t", offset + length))
 
     def truncate(self, path, size: int) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
-"""The active segment is allocated ahead of its records (``Segment._allocate``): zeros past the
-last record while it is written, none once it is sealed or the log is closed, and a crash that
-leaves them loses nothing and does not make the next record land after them."""
+"""The active segment is zero-filled ahead of small writes (``Segment._zero_ahead``): zeros past
+the last record while it is written, none once it is sealed or the log is closed, and a crash
+that leaves them loses nothing and does not make the next record land after them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from loglake.log import SegmentLog, StreamConfig, fs, open_log
 from loglake.log.record_codec import scan
-from loglake.log.segment import PREALLOC_STEP_MIN, READ_CHUNK
+from loglake.log.segment import READ_CHUNK, SMALL_WRITE, ZERO_AHEAD
 
 
 def seg_files(data: Path) -> list[Path]:
@@ -31,14 +31,14 @@ def payload(i: int, n: int = 1000) -> bytes:
     return (b"%08d" % i) * (n // 8)
 
 
-def test_the_active_segment_is_allocated_ahead_and_trimmed_on_close(tmp_path):
+def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
         for i in range(50):
             log.append("s", 0, payload(i))
         (seg,) = seg_files(tmp_path)
         end, size, zeros = records_end(seg)
-        assert end > 50 * 1000 and size >= PREALLOC_STEP_MIN > end and zeros
+        assert end > 50 * 1000 and size >= ZERO_AHEAD > end and zeros
     end, size, _ = records_end(seg)
     assert end == size  # the clean close cut the zeros
     with open_log(tmp_path) as log:
@@ -110,47 +110,68 @@ def test_a_rolled_segment_has_no_zeros(tmp_path):
         for seg in segs[:-1]:
             end, size, _ = records_end(seg)
             assert end == size <= 40_000
-        # allocated ahead no further than the roll size
+        # zero-filled no further than the roll size
         assert records_end(segs[-1])[1] <= 40_000
 
 
-def test_a_full_disk_fails_the_append_before_writing_and_loses_nothing(tmp_path, monkeypatch):
+def test_a_burst_sized_write_extends_the_file_without_zeros(tmp_path):
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(durability="batch"))
+        log.append_payloads("s", 0, [payload(i) for i in range(2 * SMALL_WRITE // 1000)])
+        end, size, _ = records_end(seg_files(tmp_path)[0])
+        assert end == size
+
+
+def _zero_writes_fail(monkeypatch, log, err: int, half_first: bool = False) -> list[int]:
+    """Make ``fs.pwrite`` on the active segment fail with ``err`` (the zero fill's call; the
+    records go through ``fs.write``), after writing half of the first call's bytes if
+    ``half_first`` (a disk that fills midway); returns the failed calls' offsets."""
+    seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+    real, failed = fs.pwrite, []
+
+    def pwrite(fd, data, offset):
+        if fd == seg_fd:
+            if half_first and not failed:
+                failed.append(None)
+                return real(fd, data[: len(data) // 2], offset)
+            failed.append(offset)
+            raise OSError(err, "injected")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(fs, "pwrite", pwrite)
+    return failed
+
+
+def test_a_disk_too_full_for_the_zeros_still_takes_the_record(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(durability="always"))
-    log.append("s", 0, payload(0))
-    real = fs.fallocate
-
-    def full(fd, offset, length):
-        raise OSError(errno.ENOSPC, "injected ENOSPC")
-
-    monkeypatch.setattr(fs, "fallocate", full)
-    with pytest.raises(OSError) as e:
-        log.append("s", 0, b"x" * (PREALLOC_STEP_MIN + 1))
-    assert e.value.errno == errno.ENOSPC
-    monkeypatch.setattr(fs, "fallocate", real)  # space freed
+    failed = _zero_writes_fail(monkeypatch, log, errno.ENOSPC, half_first=True)
+    assert log.append("s", 0, payload(0)) == 0
+    assert failed == [None, ZERO_AHEAD // 2]  # half the zeros, then the disk was full
+    end, size, _ = records_end(seg_files(tmp_path)[0])
+    assert end == size  # the half written was cut: the write went on without zeros
     assert log.append("s", 0, payload(1)) == 1
     log.close()
     with open_log(tmp_path) as log:
         assert [r.data for r in log.read("s", 0, 0)] == [payload(0), payload(1)]
 
 
-def test_when_the_step_does_not_fit_only_what_the_write_needs_is_allocated(tmp_path, monkeypatch):
-    real = fs.fallocate
-    limit = 3 * PREALLOC_STEP_MIN  # the "disk" holds this much of the file
-
-    def nearly_full(fd, offset, length):
-        if offset + length > limit:
-            raise OSError(errno.ENOSPC, "injected ENOSPC")
-        real(fd, offset, length)
-
-    monkeypatch.setattr(fs, "fallocate", nearly_full)
-    n = 0
+def test_a_failed_zero_fill_fails_the_append_and_loses_nothing(tmp_path, monkeypatch):
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(durability="always", segment_bytes=20_000))
+    for i in range(25):  # rolls: the new active segment has no zeros yet
+        log.append("s", 0, payload(i))
+    real = fs.pwrite
+    _zero_writes_fail(monkeypatch, log, errno.EIO)
+    with pytest.raises(OSError) as e:
+        while True:
+            log.append("s", 0, payload(99))
+    assert e.value.errno == errno.EIO
+    monkeypatch.setattr(fs, "pwrite", real)  # the device is back
+    n = log.next_index("s")
+    assert log.append("s", 0, payload(n)) == n
+    log.close()
     with open_log(tmp_path) as log:
-        log.create_stream("s", StreamConfig(durability="always"))
-        with pytest.raises(OSError):
-            while True:
-                log.append("s", 0, payload(n))
-                n += 1
-        assert n * 1000 > 2 * PREALLOC_STEP_MIN  # it went on past the last whole step
-    with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(n)]
+        got = [r.data for r in log.read("s", 0, 0)]
+    assert got[:25] == [payload(i) for i in range(25)] and got[-1] == payload(n)
+    assert len(got) == n + 1

@@ -27,7 +27,6 @@ pread = os.pread
 fsync = os.fsync
 fdatasync = os.fdatasync
 ftruncate = os.ftruncate
-fallocate = os.posix_fallocate
 truncate = os.truncate
 replace = os.replace
 unlink = os.unlink
