@@ -31,6 +31,18 @@ def payload(i: int, n: int = 1000) -> bytes:
     return (b"%08d" % i) * (n // 8)
 
 
+def crash_image(tmp_path: Path, records: int) -> Path:
+    """A copy of the data folder taken while the writer runs (after ``records`` ``always``
+    appends): what a crash leaves with the page cache written, the zeros included."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    with open_log(live) as log:
+        log.create_stream("s", StreamConfig(durability="always"))
+        for i in range(records):
+            log.append("s", 0, payload(i))
+        shutil.copytree(live, crashed, ignore=shutil.ignore_patterns("LOCK"))
+    return crashed
+
+
 def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
@@ -46,15 +58,9 @@ def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
 
 
 def test_a_crash_image_with_zeros_reopens_and_appends_after_the_last_record(tmp_path, caplog):
-    """A copy of the data folder taken while the writer runs is what a crash leaves with the
-    page cache written: records, then zeros. It reopens with every record, without the torn-tail
-    warning (zeros are not damage), and the next record follows the last one."""
-    live, crashed = tmp_path / "live", tmp_path / "crashed"
-    with open_log(live) as log:
-        log.create_stream("s", StreamConfig(durability="always"))
-        for i in range(30):
-            log.append("s", 0, payload(i))
-        shutil.copytree(live, crashed, ignore=shutil.ignore_patterns("LOCK"))
+    """Records, then zeros, reopen with every record, without the torn-tail warning (zeros are
+    not damage), and the next record follows the last one."""
+    crashed = crash_image(tmp_path, 30)
     assert records_end(seg_files(crashed)[0])[1] > records_end(seg_files(crashed)[0])[0]
     with caplog.at_level(logging.INFO), open_log(crashed) as log:
         assert log.next_index("s") == 30
@@ -67,12 +73,7 @@ def test_a_crash_image_with_zeros_reopens_and_appends_after_the_last_record(tmp_
 
 
 def test_a_torn_record_before_the_zeros_is_still_reported_and_cut(tmp_path, caplog):
-    live, crashed = tmp_path / "live", tmp_path / "crashed"
-    with open_log(live) as log:
-        log.create_stream("s", StreamConfig(durability="always"))
-        for i in range(5):
-            log.append("s", 0, payload(i))
-        shutil.copytree(live, crashed, ignore=shutil.ignore_patterns("LOCK"))
+    crashed = crash_image(tmp_path, 5)
     (seg,) = seg_files(crashed)
     end, _, _ = records_end(seg)
     with seg.open("r+b") as f:  # half a record past the last one, as a torn write leaves
