@@ -3,13 +3,16 @@ file of a partition, with or without its ``.idx`` sparse index, opened by the wr
 a torn tail at or past the fsynced size) or by a reader, then read back whole.
 
 The input is ``flags, durable, segment bytes [SEP idx bytes]``: bit 0 of ``flags`` opens as a
-reader, bit 1 gives the segment a base index of 1000 instead of 0; ``durable`` (when ≥ 128) is
-how many bytes an fsync covered, in steps of 8. Files live in a tmpfs folder (``/dev/shm``).
+reader, bit 1 gives the segment a base index of 1000 instead of 0, bit 2 has the writer append
+a record after recovering (zero-filling ahead, as a live writer does); ``durable`` (when ≥ 128)
+is how many bytes an fsync covered, in steps of 8. Files live in a tmpfs folder (``/dev/shm``).
 
 Typed error: ``CorruptSegment`` (a ``LogError``; with ``RecordDecodeError`` for ``iter_all`` at a
 sparse-index resume point). Beyond "no crash": after a writer's recovery the file is exactly the
 recovered size (the tail was cut there), every record before it reads back in sequence, and a
-second recovery finds the same end and the same next index; a reader never changes the file.
+second recovery finds the same end and the same next index; a reader never changes the file. A
+record appended after recovery lands right after the last one (not after a cut tail or the
+zeros), and the next recovery finds it, then the file's end, as a crash would leave it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: make ``tests.fuzz`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loglake.log.api import CorruptSegment, Entry
-from loglake.log.record_codec import encode_batch
+from loglake.log.record_codec import FRAME_HEAD, encode_batch, encode_plain_parts
 from loglake.log.segment import Segment, segment_name
 from loglake.log.sparse_index import ENTRY
 from tests.fuzz import _harness
@@ -33,6 +36,7 @@ from tests.fuzz import _harness
 EXPECTED = (CorruptSegment,)
 INSTRUMENT = ("loglake.log.segment", "loglake.log.record_codec", "loglake.log.sparse_index")
 SEP = b"\xfe\xfdIDX"
+APPENDED = b"appended after recovery"
 _ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -63,14 +67,21 @@ def workdir() -> Path:
 logging.getLogger("loglake").setLevel(logging.ERROR)  # a cut torn tail logs a warning per input
 
 
-def _recover(base: int, readonly: bool, durable: int) -> tuple[int, int]:
-    seg = Segment.recover_active(workdir(), base, readonly, durable)
+def _recover(base: int, readonly: bool, durable: int, append: bool = False) -> tuple[int, int]:
+    """``(size, next index)`` recovered; with ``append``, then one record written at that point,
+    left as a crash leaves it (no trim, no fsync)."""
+    seg = Segment.recover_active(workdir(), base, readonly, durable, prealloc_cap=1 << 20)
     try:
         if not readonly:
             assert os.path.getsize(seg.path) == seg.size, "tail not cut at the recovered size"
             records = seg.iter_all()
             assert [r.index for r in records] == list(range(base, seg.next_index))
-        return seg.size, seg.next_index
+        found = seg.size, seg.next_index
+        if append:
+            parts, n, offsets, ts = encode_plain_parts((APPENDED,), seg.next_index, 1)
+            seg.write(parts, n, offsets, seg.next_index, ts)
+            assert os.path.getsize(seg.path) > seg.size, "no zeros ahead of a small write"
+        return found
     finally:
         seg.close()
 
@@ -89,9 +100,18 @@ def one(data: bytes) -> None:
     path.write_bytes(seg_bytes)
     if SEP in data:
         idx.write_bytes(idx_bytes)
-    first = _recover(base, readonly, durable)
+    append = bool(data[0] & 4) and not readonly
+    first = _recover(base, readonly, durable, append)
     if readonly:
         assert path.read_bytes() == seg_bytes, "a reader changed the segment"
+    elif append:  # the record appended after the first recovery follows its last record
+        size, nxt = _recover(base, False, 0)
+        assert (size, nxt) == (first[0] + FRAME_HEAD.size + 19 + len(APPENDED), first[1] + 1)
+        seg = Segment.recover_active(workdir(), base, True)
+        try:
+            assert seg.iter_all()[-1].data == APPENDED
+        finally:
+            seg.close()
     else:
         assert _recover(base, False, min(durable, first[0])) == first
 
@@ -108,6 +128,8 @@ def seeds() -> list[bytes]:
             bytes((flag | 1, 0)) + buf[:-7],
             bytes((flag, 128 + len(buf) // 16)) + buf + SEP + idx,
             bytes((flag, 0)) + buf[:-7] + SEP + idx,
+            bytes((flag | 4, 0)) + buf[:-7] + bytes(300),  # torn, then zeros; append after
+            bytes((flag | 4, 128 + len(buf) // 16)) + buf + bytes(5000) + SEP + idx,
         ]
     return out
 
