@@ -47,3 +47,33 @@ def test_cli_seed_corrupt_torrent_is_a_readable_error(tmp_path):
     assert r.exit_code == 1
     assert "Error: " in r.output and f"{cid}.torrent is not a valid torrent" in r.output
     assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+
+
+class _Status:
+    def __init__(self, total: int) -> None:
+        self.total_payload_download = total
+
+
+class _LaggingHandle:
+    """A torrent handle whose payload total reaches the bytes of the last blocks a few status
+    reads after the pieces are had (the race ``Fetcher._settled_total`` waits out)."""
+
+    def __init__(self, totals: list[int]) -> None:
+        self.totals = totals
+
+    def status(self) -> _Status:
+        return _Status(self.totals.pop(0) if len(self.totals) > 1 else self.totals[0])
+
+
+def test_the_downloaded_total_is_read_after_the_last_blocks_are_counted(tmp_path):
+    from loglake.archives.bt import Fetcher
+
+    f = Fetcher(tmp_path)
+    try:
+        f.handle = _LaggingHandle([610_612, 610_612, 614_400])  # type: ignore[assignment]
+        assert f._settled_total(614_400) == 614_400
+        f.handle = _LaggingHandle([610_612])  # type: ignore[assignment]
+        assert f._settled_total(614_400, timeout=0.2) == 610_612  # never fails the fetch
+    finally:
+        f.handle = None
+        f.close()
