@@ -313,23 +313,30 @@ class _DecodeState:
         return c
 
     def _base(self, codes: list[int], tail: _Base | None = None, pos: int = 0, k: int = 0) -> _Base:
+        """The base of ``tail``'s entries from entry k (byte pos) on, then ``codes``' entries
+        (``tail`` None: those alone). One copy of the kept bytes and arrays filled in place:
+        this runs once per message, with a history of ~200 entries and a few new ones."""
         import numpy as np
 
         enc = self.encoded
-        new_raw = b"".join([enc[c] for c in codes])
-        lens = np.fromiter((len(enc[c]) for c in codes), dtype=np.int64, count=len(codes))
+        parts = [enc[c] for c in codes]
         if tail is None:
-            return _Base(
-                new_raw,
-                np.concatenate(([0], np.cumsum(lens))),
-                np.array(codes, dtype=np.int64),
-            )
-        raw = tail.raw[pos:]
-        return _Base(
-            raw + new_raw,
-            np.concatenate((tail.offsets[k:] - pos, len(raw) + np.cumsum(lens))),
-            np.concatenate((tail.codes[k:], np.array(codes, dtype=np.int64))),
-        )
+            offsets = np.empty(len(parts) + 1, dtype=np.int64)
+            offsets[0] = 0
+            lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+            np.cumsum(lens, out=offsets[1:])
+            return _Base(b"".join(parts), offsets, np.array(codes, dtype=np.int64))
+        keep = len(tail.codes) - k
+        offsets = np.empty(keep + len(parts) + 1, dtype=np.int64)
+        np.subtract(tail.offsets[k:], pos, out=offsets[: keep + 1])
+        at = int(offsets[keep])
+        for i, part in enumerate(parts, keep + 1):
+            at += len(part)
+            offsets[i] = at
+        out = np.empty(keep + len(parts), dtype=np.int64)
+        out[:keep] = tail.codes[k:]
+        out[keep:] = codes
+        return _Base(b"".join([memoryview(tail.raw)[pos:], *parts]), offsets, out)
 
     def _against(
         self, base: _Base, data: bytes, first: bytes, n: int
