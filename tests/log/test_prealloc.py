@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from loglake.log import SegmentLog, StreamConfig, fs, open_log
-from loglake.log.record_codec import scan
-from loglake.log.segment import READ_CHUNK, SMALL_WRITE, ZERO_AHEAD
+from loglake.log.record_codec import PLAIN_HEAD_SIZE, scan
+from loglake.log.segment import READ_CHUNK, SMALL_WRITE, ZERO_AHEAD, ZERO_AHEAD_MIN
 
 
 def seg_files(data: Path) -> list[Path]:
@@ -46,15 +46,23 @@ def crash_image(tmp_path: Path, records: int) -> Path:
 def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
-        for i in range(50):
-            log.append("s", 0, payload(i))
+        log.append("s", 0, payload(0))
         (seg,) = seg_files(tmp_path)
         end, size, zeros = records_end(seg)
-        assert end > 50 * 1000 and size >= ZERO_AHEAD > end and zeros
+        assert size == end + ZERO_AHEAD_MIN and zeros  # a small segment: few zeros
+        n, most = 1, 0
+        while end < 3 * ZERO_AHEAD:
+            for _ in range(37):
+                log.append("s", 0, payload(n))
+                n += 1
+            end, size, zeros = records_end(seg)
+            assert zeros and end <= size <= end + max(end, ZERO_AHEAD_MIN)
+            most = max(most, size - end)
+        assert most > ZERO_AHEAD // 2  # a large segment: up to ZERO_AHEAD at a time
     end, size, _ = records_end(seg)
     assert end == size  # the clean close cut the zeros
     with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(50)]
+        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(n)]
 
 
 def test_a_crash_image_with_zeros_reopens_and_appends_after_the_last_record(tmp_path, caplog):
@@ -148,7 +156,8 @@ def test_a_disk_too_full_for_the_zeros_still_takes_the_record(tmp_path, monkeypa
     log.create_stream("s", StreamConfig(durability="always"))
     failed = _zero_writes_fail(monkeypatch, log, errno.ENOSPC, half_first=True)
     assert log.append("s", 0, payload(0)) == 0
-    assert failed == [None, ZERO_AHEAD // 2]  # half the zeros, then the disk was full
+    first_fill = len(payload(0)) + PLAIN_HEAD_SIZE + ZERO_AHEAD_MIN  # the record, then zeros
+    assert failed == [None, first_fill // 2]  # half the zeros, then the disk was full
     end, size, _ = records_end(seg_files(tmp_path)[0])
     assert end == size  # the half written was cut: the write went on without zeros
     assert log.append("s", 0, payload(1)) == 1
