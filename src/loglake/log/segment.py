@@ -8,14 +8,14 @@ is reported as ``CorruptSegment`` (file, offset), never skipped.
 
 The active segment's file is zero-filled ahead of small writes (as many bytes as the segment
 holds, from 64 KiB up to ``ZERO_AHEAD`` at a time, and up to the roll size): past the last
-record it holds zeros. Why: an ``fdatasync`` after a
-write that grows a file also commits the new size to the file system's journal; one after a
-write over blocks that hold data already writes the data only. For one 1 KB record on this
+record it holds zeros. Why: an ``fdatasync`` after a write that grows a file also commits the
+new size to the file system's journal; one after a write over blocks that hold data already
+writes the data only. For one 1 KB record on this
 project's ext4 disk that is p50 68 → 53 µs (docs/streams.md F11), a tenth of what a one-by-one
 push waits. Zeros and not ``fallocate``: ext4 allocates "unwritten" extents, and the first write
 into each block converts one, a journal commit again (p50 better, p99 worse: measured). The
-zeros are written by ``pwrite`` and reach the disk with the next record's fsync (1 MiB every
-~950 records of 1 KB). Large writes (a burst's batch) extend the file as before: their fsync is
+zeros are written by ``pwrite`` and reach the disk with the next record's fsync (in a busy
+segment, 1 MiB every ~950 records of 1 KB). Large writes (a burst's batch) extend the file as before: their fsync is
 shared by many records, and zero-filling would double the bytes a burst writes.
 
 The zeros end the records as a torn tail does (a frame length of 0 is implausible), so every
