@@ -101,13 +101,14 @@ SIMULATED = (
     "stat",
 )
 """Every primitive of ``loglake.log.fs`` this module replaces. The helpers built on them
-(``read_file``, ``write_all``, ``writev_all``, ``fsync_file``, ``fsync_dir``, ``makedirs_durable``,
-``replace_file_atomic``)
+(``read_file``, ``write_all``, ``pwrite_all``, ``writev_all``, ``fsync_file``, ``fsync_dir``,
+``makedirs_durable``, ``replace_file_atomic``)
 look them up at call time, so they run on the simulated disk unchanged."""
 
 HELPERS = {
     "read_file",
     "write_all",
+    "pwrite_all",
     "writev_all",
     "fsync_file",
     "fsync_dir",

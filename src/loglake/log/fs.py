@@ -66,6 +66,17 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         done += n
 
 
+def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """``pwrite`` of ``data`` at ``offset`` until every byte is written, as ``write_all``."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        n = pwrite(fd, view[done:], offset + done)
+        if n <= 0:
+            raise OSError(f"pwrite returned {n}")
+        done += n
+
+
 _writev = os.writev
 """Private, not a primitive: ``writev_all`` uses it only while ``write`` is the real one."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024

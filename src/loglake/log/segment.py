@@ -10,13 +10,13 @@ The active segment's file is zero-filled ahead of small writes (as many bytes as
 holds, from 64 KiB up to ``ZERO_AHEAD`` at a time, and up to the roll size): past the last
 record it holds zeros. Why: an ``fdatasync`` after a write that grows a file also commits the
 new size to the file system's journal; one after a write over blocks that hold data already
-writes the data only. For one 1 KB record on this
-project's ext4 disk that is p50 68 → 53 µs (docs/streams.md F11), a tenth of what a one-by-one
-push waits. Zeros and not ``fallocate``: ext4 allocates "unwritten" extents, and the first write
-into each block converts one, a journal commit again (p50 better, p99 worse: measured). The
-zeros are written by ``pwrite`` and reach the disk with the next record's fsync (in a busy
-segment, 1 MiB every ~950 records of 1 KB). Large writes (a burst's batch) extend the file as before: their fsync is
-shared by many records, and zero-filling would double the bytes a burst writes.
+writes the data only. For one 1 KB record on this project's ext4 disk that is p50 68 → 53 µs
+(docs/streams.md F11), a tenth of what a one-by-one push waits. Zeros and not ``fallocate``:
+ext4 allocates "unwritten" extents, and the first write into each block converts one, a
+journal commit again (p50 better, p99 worse: measured). The zeros are written by ``pwrite``
+and reach the disk with the next record's fsync (in a busy segment, 1 MiB every ~950 records
+of 1 KB). Large writes (a burst's batch) extend the file as before: their fsync is shared by
+many records, and zero-filling would double the bytes a burst writes.
 
 The zeros end the records as a torn tail does (a frame length of 0 is implausible), so every
 reader stops there; the writer trims them when it seals the segment or closes, so sealed
@@ -74,7 +74,9 @@ little carries few zeros (a node may have thousands of active segments), a busy 
 once per ~950 records of 1 KB."""
 SMALL_WRITE = 64 * 1024
 """A write of at most this many bytes past the zero-filled part fills zeros ahead first."""
-_ZEROS = memoryview(bytes(ZERO_AHEAD))
+_ZEROS = memoryview(bytes(ZERO_AHEAD + SMALL_WRITE))
+"""The most one fill writes: from the file's end (at or past the records' end) to
+``ZERO_AHEAD`` past a small write."""
 
 
 def segment_name(first_index: int) -> str:
@@ -207,14 +209,14 @@ class Segment:
                     durable_size=durable_size,
                 )
             fs.truncate(seg.path, end)
-        if not readonly and end > durable_size:
-            seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
         if not readonly:
             seg.prealloc_cap = prealloc_cap
             seg.allocated = end
             seg.wfd = fs.open(seg.path, os.O_WRONLY)
-            os.lseek(seg.wfd, end, os.SEEK_SET)
             try:
+                if end > durable_size:
+                    seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
+                os.lseek(seg.wfd, end, os.SEEK_SET)
                 write_index_file(seg.idx_path, idx)
                 seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
             except BaseException:
@@ -233,19 +235,9 @@ class Segment:
         then publishes a watermark over them; a power loss later leaves that watermark naming
         bytes that are not there. Writing the same bytes again dirties the pages, so the
         recovery fsync covers them. After a real reboot they are what the disk holds already,
-        and the cost is one write of the unsynced tail (at most a segment). A separate
-        descriptor without ``O_APPEND``: Linux's ``pwrite`` appends on an ``O_APPEND`` fd."""
-        fd = fs.open(self.path, os.O_WRONLY)
-        try:
-            view = memoryview(data)
-            done = 0
-            while done < len(view):
-                n = fs.pwrite(fd, view[done:], offset + done)
-                if n <= 0:
-                    raise OSError(f"pwrite returned {n}")
-                done += n
-        finally:
-            fs.close(fd)
+        and the cost is one write of the unsynced tail (at most a segment)."""
+        assert self.wfd is not None
+        fs.pwrite_all(self.wfd, data, offset)
 
     def _resume_point(
         self, file_size: int, durable_size: int | None
@@ -478,13 +470,8 @@ class Segment:
         start = self.allocated
         ahead = min(max(self.size, ZERO_AHEAD_MIN), ZERO_AHEAD)
         end = max(need, min(need + ahead, self.prealloc_cap))
-        done = start
         try:
-            while done < end:
-                n = fs.pwrite(self.wfd, _ZEROS[: min(end - done, ZERO_AHEAD)], done)
-                if n <= 0:
-                    raise OSError(f"pwrite returned {n}")
-                done += n
+            fs.pwrite_all(self.wfd, _ZEROS[: end - start], start)
         except OSError as e:
             fs.ftruncate(self.wfd, start)
             if e.errno != errno.ENOSPC:
