@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loglake.log import SegmentLog, StreamConfig, fs, open_log
+from loglake.log.partition import CHUNK_BYTES
 from loglake.log.record_codec import PLAIN_HEAD_SIZE, scan
 from loglake.log.segment import READ_CHUNK, SMALL_WRITE, ZERO_AHEAD, ZERO_AHEAD_MIN
 
@@ -129,6 +130,22 @@ def test_a_burst_sized_write_extends_the_file_without_zeros(tmp_path):
         log.append_payloads("s", 0, [payload(i) for i in range(2 * SMALL_WRITE // 1000)])
         end, size, _ = records_end(seg_files(tmp_path)[0])
         assert end == size
+
+
+def test_a_chunked_append_writes_no_zeros_even_where_its_last_chunk_is_small(tmp_path):
+    # a large ``batch`` append is written a chunk at a time; its last chunk may be small, but
+    # zeros ahead of it would be written for nothing (the next large append overwrites them)
+    # and fsynced with the batch: 1 MiB more per append once the segment is large
+    step = CHUNK_BYTES // (1000 + 64)  # records per chunk (``_chunk_records``)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(durability="batch"))
+        for round_ in range(3):
+            log.append_payloads("s", 0, [payload(i) for i in range(step + 10)])
+            end, size, _ = records_end(seg_files(tmp_path)[0])
+            assert end == size, round_
+        log.append_payloads("s", 0, [payload(0)])  # a small append still fills
+        end, size, zeros = records_end(seg_files(tmp_path)[0])
+        assert size > end and zeros
 
 
 def _zero_writes_fail(monkeypatch, log, err: int, half_first: bool = False) -> list[int]:

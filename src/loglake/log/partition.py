@@ -417,7 +417,9 @@ class Partition:
                 parts, size, offsets, max_ts = encode(part, at, now)
                 if active.size and active.size + size > self.config.segment_bytes:
                     active = self._roll(durability)
-                active.write(parts, size, offsets, at, max_ts)
+                # the zero fill is for a small append's fsync (segment.py); a large one's
+                # last chunk may be small, but its zeros would only be written twice
+                active.write(parts, size, offsets, at, max_ts, step >= n)
                 self._seq += 1
                 seq = self._seq
                 self._written = (seq, active, active.size, active.next_index)

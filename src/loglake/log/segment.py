@@ -422,15 +422,17 @@ class Segment:
         offsets: list[int],
         first_index: int,
         max_ts: int,
+        fill: bool = True,
     ) -> None:
         """Append the encoded batch — the concatenation of ``parts``, ``size`` bytes, records
         ``first_index…`` starting at ``offsets`` within it — with ``writev`` (``fs.writev_all``:
         the records' data is written from where it is, not joined into one buffer first), then
-        note its sparse index entries."""
+        note its sparse index entries. ``fill=False``: never zero-fill ahead (the write is one
+        chunk of a larger append, whose later chunks would overwrite the zeros)."""
         assert self.wfd is not None and self.index is not None
         base = self.size
         if base + size > self.allocated:
-            if size <= SMALL_WRITE and self.prealloc_cap:
+            if size <= SMALL_WRITE and fill and self.prealloc_cap:
                 self._zero_ahead(base + size)
             else:
                 self.allocated = base + size  # (set before: a failed write sets it back)
