@@ -21,7 +21,9 @@ help:
 	@echo "make proto   regenerate the committed protobuf modules from the .proto sources"
 	@echo "make bench   run every benchmark (long)"
 
-$(STAMP): pyproject.toml
+# setup.py builds the log's C framer (src/loglake/log/_framing.c) into the source tree: an edit
+# to either reinstalls
+$(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; loglake needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -79,4 +81,5 @@ bench: install system-deps node-deps check-java
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .cache $(NODE_DIR)/node_modules .pytest_cache
+	rm -rf $(VENV) .cache $(NODE_DIR)/node_modules .pytest_cache build
+	rm -f src/loglake/log/_framing*.so

@@ -446,22 +446,26 @@ class Segment:
             self.allocated = base
             raise
         idx = self.index
-        new_entries = []
         due = idx.last_pos + INTERVAL_BYTES if idx.indexes else base
         # the records that start at or past each due position: a bisection per entry, not
-        # a Python step per record
+        # a Python step per record (each is due by construction: ``SparseIndex.extend``)
+        new_indexes: list[int] = []
+        new_positions: list[int] = []
+        n = len(offsets)
         i = bisect.bisect_left(offsets, due - base)
-        while i < len(offsets):
+        while i < n:
             pos = base + offsets[i]
-            idx.maybe_add(first_index + i, pos)
-            new_entries.append((first_index + i, pos))
+            new_indexes.append(first_index + i)
+            new_positions.append(pos)
             i = bisect.bisect_left(offsets, pos + INTERVAL_BYTES - base, i + 1)
+        if new_indexes:
+            idx.extend(new_indexes, new_positions)
         self.size = base + size
         self.next_index = first_index + len(offsets)
         if self.max_ts is None or max_ts > self.max_ts:
             self.max_ts = max_ts
-        if new_entries and self.ifd is not None:
-            fs.write_all(self.ifd, SparseIndex.entries_bytes(new_entries))
+        if new_indexes and self.ifd is not None:
+            fs.write_all(self.ifd, SparseIndex.entries_bytes(new_indexes, new_positions))
 
     def _zero_ahead(self, need: int) -> None:
         """Write zeros from the file's end to past ``need`` (by the segment's size, within

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from loglake.log import fs
 
@@ -47,6 +47,13 @@ class SparseIndex:
             return True
         return False
 
+    def extend(self, indexes: list[int], positions: list[int]) -> None:
+        """Add entries the caller spaced at least ``INTERVAL_BYTES`` apart, the first one
+        at least that far from the newest entry (a batch's, found by bisection)."""
+        self.positions.extend(positions)  # positions first, as in ``maybe_add``
+        self.indexes.extend(indexes)
+        self.last_pos = positions[-1]
+
     def floor(self, index: int) -> tuple[int, int]:
         """``(index, position)`` of the last entry at or before ``index``; ``(-1, 0)`` when
         none (start from the beginning of the segment)."""
@@ -63,11 +70,15 @@ class SparseIndex:
         self.last_pos = self.positions[-1] if self.positions else -INTERVAL_BYTES
 
     def to_bytes(self) -> bytes:
-        return b"".join(ENTRY.pack(i, p) for i, p in zip(self.indexes, self.positions, strict=True))
+        return self.entries_bytes(self.indexes, self.positions)
 
     @staticmethod
-    def entries_bytes(entries: Iterable[tuple[int, int]]) -> bytes:
-        return b"".join(ENTRY.pack(i, p) for i, p in entries)
+    def entries_bytes(indexes: Sequence[int], positions: Sequence[int]) -> bytes:
+        """The file's bytes of these entries (one ``struct`` call for all)."""
+        flat = [0] * (2 * len(indexes))
+        flat[0::2] = indexes
+        flat[1::2] = positions
+        return struct.pack(f"<{len(flat)}Q", *flat)
 
     @classmethod
     def parse(cls, raw: bytes, base: int, segment_size: int) -> SparseIndex | None:
