@@ -22,6 +22,10 @@
 #define HEAD_SIZE 27
 #define PREFIX_SIZE 19
 #define MAX_BODY (1u << 30)
+/* A batch larger than this (the default segment size) is framed in Python, which writes the
+ * records' data from where it is (writev): the C framer copies the batch once, and that much
+ * memory again is not worth its CPU */
+#define MAX_FRAMED ((size_t)64 << 20)
 
 /* ---- CRC32C ------------------------------------------------------------------------- */
 static uint32_t crc_table[8][256];
@@ -122,8 +126,8 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
         size_t len = (size_t)PyBytes_GET_SIZE(items[i]);
         if (len > MAX_BODY - PREFIX_SIZE) goto none;
         total += HEAD_SIZE + len;
+        if (total > MAX_FRAMED) goto none;
     }
-    if (total > (size_t)PY_SSIZE_T_MAX) goto none;
     if (stamps != Py_None) {
         if ((!PyList_Check(stamps) && !PyTuple_Check(stamps)) ||
             PySequence_Fast_GET_SIZE(stamps) != n)
