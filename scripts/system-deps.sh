@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests and benchmarks talk to, from Debian's packages:
 # nats-server (JetStream peer), redis-server (Redis Streams peer), aria2 and transmission-cli
-# (third-party BitTorrent clients), chromium (the console tests' browser). Only what is missing is installed.
+# (third-party BitTorrent clients), chromium (the console tests' browser), and a C compiler
+# with Python's headers for the log's C framer (src/loglake/log/_framing.c). Only what is
+# missing is installed.
 set -euo pipefail
 need=()
+command -v cc >/dev/null || need+=(gcc)
+include=$("${PYTHON:-python3.11}" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+[ -f "$include/Python.h" ] || need+=(python3-dev)
 command -v nats-server >/dev/null || need+=(nats-server)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v aria2c >/dev/null || need+=(aria2)

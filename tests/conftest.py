@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -39,6 +40,24 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers(name="peer"):
         require_peer(*mark.args, **mark.kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _restore_loglake_logger():
+    """Undo what a test did to logging, so that a later test's ``caplog`` assertions do not
+    depend on which file ran before it on its worker: a CLI ``main`` run in process configures
+    the ``loglake`` logger (its own handler, its level, no propagation), and a logging config
+    may disable existing loggers. (Stop 27's CI: one ``caplog`` test saw no records at all;
+    not reproduced alone, so every such state is reset.)"""
+    lg = logging.getLogger("loglake")
+    saved = (lg.level, lg.propagate, list(lg.handlers))
+    yield
+    lg.level, lg.propagate = saved[0], saved[1]
+    lg.handlers[:] = saved[2]
+    logging.disable(logging.NOTSET)
+    for name, child in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("loglake") and isinstance(child, logging.Logger):
+            child.disabled = False
 
 
 @pytest.fixture
