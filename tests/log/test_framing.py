@@ -84,6 +84,7 @@ def test_what_the_c_framer_does_not_take_is_framed_in_python():
     assert _framing.frame_plain([b"a"], -1, 0) is None  # a negative index
     assert _framing.frame_plain([b"a", b"b"], U64 - 1, 0) is None  # past u64
     assert _framing.frame_plain([b"a"], 0, 0, [2**63]) is None  # a timestamp past i64
+    assert _framing.frame_plain([b"a"], 0, 0, [1.0]) is None  # a timestamp that is no int
     assert _framing.frame_plain(collections.deque([b"a"]), 0, 0) is None  # not list/tuple
     for datas in ([b"a", bytearray(b"b"), memoryview(b"cd")], collections.deque([b"x", b"y"])):
         got = joined(encode_plain_parts(datas, 7, 9))

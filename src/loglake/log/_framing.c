@@ -139,6 +139,9 @@ static PyObject *frame_plain(PyObject *self, PyObject *args) {
             goto done;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
+            /* exact ints only: converting anything else could run Python code that changes
+             * the list under ``ts_items`` */
+            if (!PyLong_CheckExact(ts_items[i])) goto none;
             ts[i] = PyLong_AsLongLong(ts_items[i]);
             if (ts[i] == -1 && PyErr_Occurred()) {
                 PyErr_Clear(); /* not an int64: the Python encoder's error */
