@@ -628,6 +628,12 @@ def before_after(a: argparse.Namespace, console: Console) -> None:
         check=True,
         capture_output=True,
     )
+    if (tree / "setup.py").exists():  # its C framer, as its install would build it
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=tree,
+            capture_output=True,
+        )
     rows: list[dict] = []
     try:
         for i in range(a.pairs):
