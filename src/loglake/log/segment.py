@@ -427,8 +427,9 @@ class Segment:
         """Append the encoded batch — the concatenation of ``parts``, ``size`` bytes, records
         ``first_index…`` starting at ``offsets`` within it — with ``writev`` (``fs.writev_all``:
         the records' data is written from where it is, not joined into one buffer first; a
-        batch the C framer framed is one part already), then note its sparse index entries. ``fill=False``: never zero-fill ahead (the write is one
-        chunk of a larger append, whose later chunks would overwrite the zeros)."""
+        batch the C framer framed is one part already), then note its sparse index entries.
+        ``fill=False``: never zero-fill ahead (the write is one chunk of a larger append, whose
+        later chunks would overwrite the zeros)."""
         assert self.wfd is not None and self.index is not None
         base = self.size
         if base + size > self.allocated:
