@@ -414,14 +414,15 @@ def test_a_reopen_waits_for_an_append_still_writing_into_the_failed_partition(
 
 
 def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
-    """One try of the test above; False if the sync thread did not lead the failing fsync."""
+    """One try of the test above; False if the case was not reached (the append was not
+    still writing when the sync thread's fsync failed)."""
     from loglake.log.partition import CHUNK_BYTES
 
     clock = ManualClock()
     log = open_log(data_dir, clock=clock)
     log.create_stream("s", StreamConfig(seal_to_lake=False))
     log.append("s", 0, b"first")
-    failed, resume = threading.Event(), threading.Event()
+    failed, held, resume = threading.Event(), threading.Event(), threading.Event()
     real_sync, real_write = fs.fdatasync, fs.write
 
     def sync(fd: int) -> None:
@@ -432,6 +433,7 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
 
     def write(fd: int, data) -> int:
         if failed.is_set() and threading.current_thread().name == "big":
+            held.set()
             resume.wait(10)  # the big append's next chunk, after the failure
         return real_write(fd, data)
 
@@ -448,8 +450,11 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
 
     t = threading.Thread(target=append_big, name="big")
     t.start()
-    while not failed.wait(0.05):
-        if not t.is_alive():  # the append finished: its own thread led the fsync
+    # Wait until the big append is held writing a chunk after the failed fsync. If it ends
+    # first, either its own thread led the fsync, or it had written every chunk before the
+    # sync thread's fsync failed: neither reaches the case.
+    while not held.wait(0.05):
+        if not t.is_alive():
             t.join()
             monkeypatch.setattr(fs, "fdatasync", real_sync)
             monkeypatch.setattr(fs, "write", real_write)
