@@ -22,7 +22,10 @@ Python workers, the live tail's planner; most of a 20k run), the later ones show
 per-message cost.
 
     .venv/bin/python benchmarks/sds.py --audit [--audit-messages 1000000] [--audit-bloom]
-        [--audit-dir DIR [--audit-reuse]] [--audit-no-report] [--audit-repeat N]
+        [--audit-dir DIR [--audit-reuse]] [--audit-no-report] [--audit-repeat N] [--audit-floor]
+
+``--audit-floor``: after the audit (Spark stopped), the I/O it cannot skip on this machine,
+timed alone on both cores (``io_floor``): the bound under any audit here.
 """
 
 from __future__ import annotations
@@ -129,6 +132,59 @@ def make_channel(
     return total, time.perf_counter() - t0
 
 
+def io_floor(data: Path, out: Path, n: int) -> None:
+    """Prints the seconds of the input and output the audit cannot skip, on both cores with
+    nothing else running: read the lake's records (pyarrow: Parquet + zstd, two threads,
+    nothing done with them; the live tail is left out) and write the ``messages`` and ``acks``
+    tables the audit wrote (read first, untimed; written zstd, two files at a time). Issue
+    12's 100,000 messages/s is a budget of 10 s for 1,000,000 messages: this floor says how
+    much of it the machine's I/O takes before any decoding, sweeping or Spark."""
+    import glob
+    import shutil
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def read(f: str) -> int:
+        cols = ["index", "timestamp_ns", "data"]
+        return pq.read_table(f, columns=cols, use_threads=False).num_rows
+
+    def rewrite(job: tuple[pa.Table, str]) -> None:
+        pq.write_table(job[0], job[1], compression="zstd")
+
+    lake = sorted(glob.glob(f"{data}/lake/*/partition=*/*.parquet"))
+    secs: dict[str, float] = {}
+    with ThreadPoolExecutor(2) as pool:
+        t0 = time.perf_counter()
+        secs["lake records"] = float(sum(pool.map(read, lake)))
+        secs["read"] = time.perf_counter() - t0
+        for table in ("messages", "acks"):
+            files = sorted(glob.glob(f"{out}/{table}/*.parquet"))
+            scratch = tempfile.mkdtemp(prefix=f"sds-floor-{table}-", dir=out)
+            secs[table] = 0.0
+            for i in range(0, len(files), 2):  # two in memory at a time, read untimed
+                jobs = [
+                    (pq.read_table(f, use_threads=False), f"{scratch}/{k}.parquet")
+                    for k, f in enumerate(files[i : i + 2], i)
+                ]
+                t0 = time.perf_counter()
+                list(pool.map(rewrite, jobs))
+                secs[table] += time.perf_counter() - t0
+                del jobs
+            shutil.rmtree(scratch)
+    floor = secs["read"] + secs["messages"] + secs["acks"]
+    print(
+        f"  I/O floor (both cores, nothing else): read {secs['lake records']:,.0f} lake records "
+        f"{secs['read']:.1f} s + write messages {secs['messages']:.1f} s + acks "
+        f"{secs['acks']:.1f} s = {floor:.1f} s, i.e. at most {n / floor:,.0f} messages/s "
+        "before any decoding"
+    )
+    if secs["lake records"] < 0.9 * n:
+        print("  (most of this channel is still in the live tail, which the floor leaves out)")
+
+
 def run_audit(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
@@ -169,6 +225,9 @@ def run_audit(args: argparse.Namespace) -> int:
             )
             stages = ", ".join(f"{k} {v:.1f}" for k, v in summary.stage_seconds.items())
             print(f"    seconds per stage: {stages}")
+        if args.audit_floor:
+            spark.stop()  # the floor runs with nothing else
+            io_floor(data, out, n)
     finally:
         spark.stop()
         if not args.audit_dir:
@@ -191,6 +250,11 @@ def main() -> int:
         "--audit-reuse", action="store_true", help="audit the channel already in --audit-dir"
     )
     ap.add_argument("--audit-no-report", action="store_true", help="the tables-only run alone")
+    ap.add_argument(
+        "--audit-floor",
+        action="store_true",
+        help="then time the reads and writes the audit cannot skip (Spark stopped)",
+    )
     ap.add_argument(
         "--audit-repeat",
         type=int,
