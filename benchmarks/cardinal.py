@@ -226,6 +226,45 @@ def source_floor(spark, data_dir: str, cp: str) -> float:
     return time.perf_counter() - t
 
 
+def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system, reaped children included) of each named process and all its
+    descendants, from ``/proc``; ``"job"`` is this process's tree less the named ones (the
+    driver, its JVM and Spark's Python workers). For the live run's CPU split: on 2 cores the
+    producers and the job share the machine, and this says who used what."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
+
+    def tree(root: int) -> set[int]:
+        out, todo = {root}, [root]
+        while todo:
+            p = todo.pop()
+            kids = [c for c, pp in parent.items() if pp == p and c not in out]
+            out.update(kids)
+            todo += kids
+        return out
+
+    trees = {name: tree(pid) for name, pid in roots.items()}
+    job = tree(os.getpid()).difference(*trees.values())
+    res = {name: sum(cpu.get(p, 0.0) for p in t) for name, t in trees.items()}
+    res["job"] = sum(cpu.get(p, 0.0) for p in job)
+    return res
+
+
+def cores_used(before: dict[str, float], after: dict[str, float], secs: float) -> str:
+    return ", ".join(f"{k} {(after[k] - before[k]) / secs:.2f}" for k in after)
+
+
 def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
     """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
     application would run them, so they share no interpreter (GIL) with the Spark driver. First
@@ -239,6 +278,7 @@ def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -
             StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"}))
             for _ in "ab"
         ]
+        conn.send("start")  # the parent starts counting CPU
         t = time.perf_counter()
         i = 0
         while time.perf_counter() - t < 8 and i < len(chain):
@@ -271,7 +311,8 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
     another process over TCP: first their top rate alone, then the job follows the topic while
     they send at that rate for ``seconds``: produce (ack) → block row visible (its micro-batch
     marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every 5 s.
-    Only the job and the watcher run in this process."""
+    Only the job and the watcher run in this process. Also the cores each side used in both
+    phases (``cpu_by_tree``; ``job`` is this process's tree: driver, watcher, JVM, workers)."""
     import multiprocessing
     import subprocess
     import threading
@@ -298,7 +339,11 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
     try:
         wait_port(port, server, timeout=60)
         producers.start()
+        roots = {"producers": producers.pid, "server": server.pid}
+        assert here.recv() == "start"
+        c0, t_0 = cpu_by_tree(roots), time.perf_counter()
         tcp_rate = here.recv()  # 1. the producers alone
+        alone = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
         # 2. the job follows "bench" while the producers send at that rate
         opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
         q = build_query(spark, opts)
@@ -324,8 +369,10 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
         watcher = threading.Thread(target=watch, daemon=True)
         t0 = time.perf_counter()
         watcher.start()
+        c0, t_0 = cpu_by_tree(roots), time.perf_counter()
         here.send("go")
         sent_at: dict[str, float] = here.recv()
+        beside = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
         target = len(sent_at)
         deadline = time.perf_counter() + 120
         while sum(h in seen_at for h in sent_at) < target and time.perf_counter() < deadline:
@@ -360,6 +407,8 @@ def spark_live(spark, updates: int, seconds: float, tmp: str, trigger: float) ->
         "p99_ms": pick(0.99),
         "backlog": backlog,
         "caught_up_s": caught_up,
+        "cores_alone": alone,
+        "cores_beside": beside,
     }
 
 
@@ -402,6 +451,11 @@ def spark_main(args) -> None:
                 + ", ".join(f"{s:.0f}:{b}" for s, b in r["backlog"])
                 + f"; all visible after {r['caught_up_s']:.0f} s; "
                 + ("BACKLOG GROWS: the job does not keep up" if grows else "keeps up"),
+                flush=True,
+            )
+            print(
+                f"  cores used: producers alone ({r['cores_alone']}); "
+                f"while the job ran ({r['cores_beside']})",
                 flush=True,
             )
     spark.stop()
