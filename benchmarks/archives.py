@@ -389,16 +389,13 @@ def write_floor(path: Path) -> float:
     """Seconds to write ``path``'s bytes once more to a new file on the same disk and
     ``fdatasync`` it (a kernel copy: no Python buffer). Every build must write its ``data``
     at least once, durably, so this is a floor under the job on this machine's disk."""
+    from loglake.pipeline.jobs.archives_build import _copy_range  # the job's own copy
+
     copy = path.with_name(path.name + ".floor")
     size = path.stat().st_size
     t0 = time.perf_counter()
     with open(path, "rb") as src, open(copy, "wb") as dst:
-        done = 0
-        while done < size:
-            n = os.copy_file_range(src.fileno(), dst.fileno(), size - done)
-            if n == 0:
-                break
-            done += n
+        _copy_range(src.fileno(), dst.fileno(), size)
         os.fdatasync(dst.fileno())
     secs = time.perf_counter() - t0
     copy.unlink()
