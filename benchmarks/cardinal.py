@@ -232,7 +232,7 @@ def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
     driver, its JVM and Spark's Python workers). For the live run's CPU split: on 2 cores the
     producers and the job share the machine, and this says who used what."""
     tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -242,14 +242,13 @@ def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        parent[int(name)] = int(fields[1])
+        children.setdefault(int(fields[1]), []).append(int(name))
         cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
 
     def tree(root: int) -> set[int]:
         out, todo = {root}, [root]
         while todo:
-            p = todo.pop()
-            kids = [c for c, pp in parent.items() if pp == p and c not in out]
+            kids = children.get(todo.pop(), [])
             out.update(kids)
             todo += kids
         return out
