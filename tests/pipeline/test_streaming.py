@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loglake.pipeline.errors import BadOption
 
@@ -97,6 +99,43 @@ def test_max_records_per_trigger_splits_batches(spark, tmp_path):
     assert sink_rows(spark, out) == expected_rows(expected)
     batches = [n for n in os.listdir(out / "_spark_metadata") if n.isdigit()]
     assert len(batches) == 3  # 60 records, 25 per trigger
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from([str(i) for i in range(8)]), st.integers(0, 10_000)),
+    st.integers(1, 20_000),
+)
+def test_a_budget_is_shared_across_partitions_in_proportion(lags, budget):
+    from loglake.pipeline.datasource import share_budget
+
+    take = share_budget(lags, budget)
+    total = sum(lags.values())
+    assert take.keys() == lags.keys()
+    assert sum(take.values()) == min(budget, total)
+    for p, n in lags.items():
+        assert 0 <= take[p] <= n
+        if total > budget:  # the floor of its proportional share, or one more
+            assert budget * n // total <= take[p] <= budget * n // total + 1
+
+
+def test_max_records_per_trigger_reads_every_partition_in_each_batch(tmp_path):
+    """Not partition 0's backlog first (a Cardinal block's messages are spread over the
+    partitions: read one at a time, no block completes until the last is reached)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from loglake.pipeline.datasource import LoglakeDataSource
+
+    d = tmp_path / "data"
+    make_log_stream(d, "ev", partitions=3, records=30)
+    reader = LoglakeDataSource(
+        {"data_dir": str(d), "stream": "ev", "maxRecordsPerTrigger": "25"}
+    ).streamReader(None)
+    start = reader.initialOffset()
+    assert start == {"0": 0, "1": 0, "2": 0}
+    end = reader.latestOffset(start, ReadMaxRows(25))
+    assert end == {"0": 9, "1": 8, "2": 8}
+    assert reader.latestOffset(end, ReadMaxRows(25)) == {"0": 17, "1": 17, "2": 16}
 
 
 def test_available_now_respects_max_records_per_trigger(spark, tmp_path):

@@ -327,6 +327,24 @@ def _partition_bounds(opts: SourceOptions, layout: StreamLayout, p: int) -> tupl
 # -- streaming ------------------------------------------------------------------------------
 
 
+def share_budget(lags: dict[str, int], budget: int) -> dict[str, int]:
+    """How many of its ``lags[p]`` records each partition reads when a micro-batch may read
+    ``budget`` in all: everything if it fits, else shares in proportion to the lags (largest
+    remainders first, then partition order; exactly ``budget`` in all), as Spark's Kafka source
+    shares ``maxOffsetsPerTrigger``. Taking the partitions in order instead starves the later
+    ones while the first has a backlog, and a reader that joins records across partitions
+    (a Cardinal block's messages are spread over them) then holds half-made work."""
+    total = sum(lags.values())
+    if total <= budget:
+        return dict(lags)
+    take = {p: budget * n // total for p, n in lags.items()}
+    left = budget - sum(take.values())
+    # each fractional share is < 1 and they add up to ``left``: enough partitions to round up
+    for p in sorted(lags, key=lambda p: (-(budget * lags[p] % total), int(p)))[:left]:
+        take[p] += 1
+    return take
+
+
 class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions, layout: StreamLayout) -> None:
         self.opts, self.layout = opts, layout
@@ -365,19 +383,18 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         """Every partition's ``next_index``; with ``ReadMaxRows`` (``maxRecordsPerTrigger``)
-        at most that many records, taken from the partitions in order. ``ReadAllAvailable``
-        ignores the option, as the API requires (``Trigger.AvailableNow`` relies on it)."""
+        at most that many records, shared across the partitions in proportion to what each has
+        to read (``share_budget``). ``ReadAllAvailable`` ignores the option, as the API requires
+        (``Trigger.AvailableNow`` relies on it)."""
         bounds = self._current()
         end = {p: max(b[1], start.get(p, b[0])) for p, b in bounds.items()}
         if self._target is not None:  # Trigger.AvailableNow: never past the recorded target
             end = {p: min(e, max(self._target.get(p, e), start.get(p, 0))) for p, e in end.items()}
         budget = getattr(limit, "max_rows", None)
         if budget is not None:
-            for p in sorted(end, key=int):
-                s = start.get(p, bounds[p][0])
-                take = min(end[p] - s, budget)
-                end[p] = s + take
-                budget -= take
+            first = {p: start.get(p, bounds[p][0]) for p in end}
+            take = share_budget({p: end[p] - first[p] for p in end}, budget)
+            end = {p: first[p] + take[p] for p in end}
         return end
 
     def reportLatestOffset(self) -> dict:
