@@ -333,6 +333,32 @@ def test_assemble_block_rejects_extras_in_any_order():
             assert [(s, o) for s, o, _ in r.rejected] == [extra[2:]]
 
 
+def test_a_corrupt_copy_does_not_hide_the_good_copies_of_its_key():
+    """A message whose key equals a real one but whose value is corrupt, at a lower position:
+    it is the reject, and the producers' good copies still make the block, whether they come
+    in the same call or in a later one (the stateful operator's two cuts of a micro-batch)."""
+    from loglake.cardinal.consumer import assemble_block
+
+    block = synthetic_chain(3).canonical[2]
+    good = block_messages(block)
+    batch = next(m for m in good if m[0][0] == 0x00)
+    corrupt = (batch[0], b"\x01", "a:0", 0)  # the Batch's key, a value that is not Avro
+    copies = [(k, v, "chain:1", o + 100) for k, v, _, o in good]  # the second producer's
+    for msgs in ([corrupt, *good, *copies], [*copies, corrupt, *good]):
+        r = assemble_block(msgs)
+        assert r.block is not None and r.block.hash == block.hash
+        assert [(s, o) for s, o, _ in r.rejected] == [("a:0", 0)]
+        assert "Batch" in r.rejected[0][2]
+    # the corrupt copy alone first, the good ones in a later call with what was kept
+    first = assemble_block([corrupt])
+    assert first.block is None and [(s, o) for s, o, _ in first.rejected] == [("a:0", 0)]
+    later = assemble_block(first.kept + good)
+    assert later.block is not None and not later.rejected
+    # identical copies stay one message: a bad value sent twice is one reject
+    twice = assemble_block([corrupt, (*corrupt[:2], "a:1", 5), *good])
+    assert twice.block is not None and len(twice.rejected) == 1
+
+
 # -- the job on Spark -------------------------------------------------------------------------
 
 

@@ -538,42 +538,53 @@ def assemble_block(
     """Assemble one block from all its messages seen so far, ``(key, value, source, offset)``,
     with ``BlockAssembler``'s rules (a fresh one; no window: the caller bounds memory).
 
-    Pure and order-independent: copies of a key are one message (the lowest ``(source,
-    offset)`` wins), and messages are fed Batch first, then SubBatchHeaders, then the rest, in
-    key order. Made for a stateful operator keyed by block hash (``loglake job cardinal-blocks``)
-    that keeps ``kept`` as its state until ``block`` is set."""
-    unique: dict[bytes, tuple[bytes, bytes, str, int]] = {}
+    Pure and order-independent: copies of a key with the same value are one message (the
+    lowest ``(source, offset)``), and messages are fed Batch first, then SubBatchHeaders, then
+    the rest, in key order. Where copies of a key differ (a corrupt or forged one beside the
+    producers' own), they are tried lowest ``(source, offset)`` first until one is accepted,
+    as ``BlockAssembler`` accepts the first good copy it receives: the bad one is a reject, and
+    it does not hide the good one. Made for a stateful operator keyed by block hash (``loglake
+    job cardinal-blocks``) that keeps ``kept`` as its state until ``block`` is set."""
+    copies: dict[bytes, list[tuple[bytes, bytes, str, int]]] = {}
     for m in messages:
-        seen = unique.get(m[0])
-        if seen is None or (m[2], m[3]) < (seen[2], seen[3]):
-            unique[m[0]] = m
+        copies.setdefault(m[0], []).append(m)
+    tries: dict[bytes, list[tuple[bytes, bytes, str, int]]] = {}
+    for key, ms in copies.items():
+        lowest: dict[bytes, tuple[bytes, bytes, str, int]] = {}  # value → its lowest copy
+        for m in sorted(ms, key=lambda m: (m[2], m[3])):
+            lowest.setdefault(m[1], m)
+        tries[key] = list(lowest.values())
     asm = _ReportingAssembler(2**62, tracked_prefixes, max_queued=2**62, max_pending=2**62)
     kept: list[tuple[bytes, bytes, str, int]] = []
     rejected: list[tuple[str, int, str]] = []
     block: Block | None = None
-    ordered = sorted(unique.values(), key=lambda m: (_FEED_ORDER.get(m[0][0], 4), m[0]))
-    for i, m in enumerate(ordered):
-        key, value, source, offset = m
+    ordered = sorted(tries, key=lambda k: (_FEED_ORDER.get(k[0], 4), k))
+    for i, key in enumerate(ordered):
         if block is not None:
             # The block was complete without these: each is judged alone against the Batch and
             # headers, so an extra one is rejected whatever order the keys sort in.
             rejected += _extras(
-                ordered[i:], [k for k in kept if k[0][0] <= SUB_BATCH_HEADER], tracked_prefixes
+                [tries[k][0] for k in ordered[i:]],
+                [k for k in kept if k[0][0] <= SUB_BATCH_HEADER],
+                tracked_prefixes,
             )
             break
-        try:
-            out = asm.receive(key, value, source, offset)
-        except CardinalDecodeError as e:
-            rejected.append((source, offset, str(e)))
-            continue
-        if asm.problem is not None:
-            rejected.append((source, offset, asm.problem))
-            asm.problem = None
-            continue
-        kept.append(m)
-        for ev in out:
-            if isinstance(ev, Block):
-                block = ev
+        for m in tries[key]:
+            _, value, source, offset = m
+            try:
+                out = asm.receive(key, value, source, offset)
+            except CardinalDecodeError as e:
+                rejected.append((source, offset, str(e)))
+                continue
+            if asm.problem is not None:
+                rejected.append((source, offset, asm.problem))
+                asm.problem = None
+                continue
+            kept.append(m)
+            for ev in out:
+                if isinstance(ev, Block):
+                    block = ev
+            break  # accepted: the other copies of the key are duplicates
     return AssembledBlock(block, kept, rejected)
 
 
