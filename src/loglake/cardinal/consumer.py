@@ -545,15 +545,10 @@ def assemble_block(
     as ``BlockAssembler`` accepts the first good copy it receives: the bad one is a reject, and
     it does not hide the good one. Made for a stateful operator keyed by block hash (``loglake
     job cardinal-blocks``) that keeps ``kept`` as its state until ``block`` is set."""
-    copies: dict[bytes, list[tuple[bytes, bytes, str, int]]] = {}
-    for m in messages:
-        copies.setdefault(m[0], []).append(m)
-    tries: dict[bytes, list[tuple[bytes, bytes, str, int]]] = {}
-    for key, ms in copies.items():
-        lowest: dict[bytes, tuple[bytes, bytes, str, int]] = {}  # value → its lowest copy
-        for m in sorted(ms, key=lambda m: (m[2], m[3])):
-            lowest.setdefault(m[1], m)
-        tries[key] = list(lowest.values())
+    # key → value → its lowest copy: the copies of a key to try, lowest first
+    tries: dict[bytes, dict[bytes, tuple[bytes, bytes, str, int]]] = {}
+    for m in sorted(messages, key=lambda m: (m[2], m[3])):
+        tries.setdefault(m[0], {}).setdefault(m[1], m)
     asm = _ReportingAssembler(2**62, tracked_prefixes, max_queued=2**62, max_pending=2**62)
     kept: list[tuple[bytes, bytes, str, int]] = []
     rejected: list[tuple[str, int, str]] = []
@@ -564,12 +559,12 @@ def assemble_block(
             # The block was complete without these: each is judged alone against the Batch and
             # headers, so an extra one is rejected whatever order the keys sort in.
             rejected += _extras(
-                [tries[k][0] for k in ordered[i:]],
+                [next(iter(tries[k].values())) for k in ordered[i:]],
                 [k for k in kept if k[0][0] <= SUB_BATCH_HEADER],
                 tracked_prefixes,
             )
             break
-        for m in tries[key]:
+        for m in tries[key].values():
             _, value, source, offset = m
             try:
                 out = asm.receive(key, value, source, offset)
