@@ -158,7 +158,7 @@ def io_floor(data: Path, out: Path, n: int) -> None:
     secs: dict[str, float] = {}
     with ThreadPoolExecutor(2) as pool:
         t0 = time.perf_counter()
-        secs["lake records"] = float(sum(pool.map(read, lake)))
+        records = sum(pool.map(read, lake))
         secs["read"] = time.perf_counter() - t0
         for table in ("messages", "acks"):
             files = sorted(glob.glob(f"{out}/{table}/*.parquet"))
@@ -176,12 +176,12 @@ def io_floor(data: Path, out: Path, n: int) -> None:
             shutil.rmtree(scratch)
     floor = secs["read"] + secs["messages"] + secs["acks"]
     print(
-        f"  I/O floor (both cores, nothing else): read {secs['lake records']:,.0f} lake records "
+        f"  I/O floor (both cores, nothing else): read {records:,} lake records "
         f"{secs['read']:.1f} s + write messages {secs['messages']:.1f} s + acks "
         f"{secs['acks']:.1f} s = {floor:.1f} s, i.e. at most {n / floor:,.0f} messages/s "
         "before any decoding"
     )
-    if secs["lake records"] < 0.9 * n:
+    if records < 0.9 * n:
         print("  (most of this channel is still in the live tail, which the floor leaves out)")
 
 
