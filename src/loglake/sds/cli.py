@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import select
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from loglake.sds.chat import ChatSession
 
 STATE_STYLE = {"sent": "yellow", "acknowledged": "green", "delivered": "cyan"}
 
@@ -65,16 +69,7 @@ def chat(
         )
         while True:
             session.step()
-            for row in session.take_changes():
-                style = STATE_STYLE.get(row.state.split(" ")[0], "magenta")
-                console.print(
-                    f"[dim]{row.message_id[:8]}[/] [bold]{escape(row.sender)}[/]: "
-                    f"{escape(row.text)} [{style}]({row.state})[/]",
-                    soft_wrap=True,
-                )
-            for notice in session.notices:
-                console.print(f"[dim]* {escape(notice)}[/]", soft_wrap=True)
-            session.notices.clear()
+            _show(console, session)
             ready, _, _ = select.select([sys.stdin], [], [], interval)
             if not ready:
                 continue
@@ -85,6 +80,24 @@ def chat(
                 session.apply(session.channel.sync())
             elif line.strip():
                 session.say(line.rstrip("\n"))
+            # at once, before the next poll: a reply read by that poll would otherwise show
+            # the line already "acknowledged", never "sent"
+            _show(console, session)
+
+
+def _show(console: Console, session: ChatSession) -> None:
+    """Print the rows that changed since the last call (each with its state now) and the
+    notices."""
+    for row in session.take_changes():
+        style = STATE_STYLE.get(row.state.split(" ")[0], "magenta")
+        console.print(
+            f"[dim]{row.message_id[:8]}[/] [bold]{escape(row.sender)}[/]: "
+            f"{escape(row.text)} [{style}]({row.state})[/]",
+            soft_wrap=True,
+        )
+    for notice in session.notices:
+        console.print(f"[dim]* {escape(notice)}[/]", soft_wrap=True)
+    session.notices.clear()
 
 
 @command.command()
