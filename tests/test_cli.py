@@ -122,3 +122,58 @@ def test_a_part_run_alone_reports_typed_errors_readably(tmp_path):
     r = CliRunner().invoke(events, ["whoami", "--key", str(tmp_path / "missing.key")])
     assert r.exit_code == 1
     assert r.output.startswith("Error: ") and "Traceback" not in r.output
+
+
+def test_every_port_option_takes_only_0_to_65535():
+    """A port outside the range used to wrap (70000 listened on 4464) or reach the resolver."""
+    from loglake.clitools import PORT
+
+    ports = [
+        (path, p.opts[0])
+        for path, cmd in _walk(main)
+        for p in cmd.params
+        if isinstance(p, click.Option) and p.opts[0].endswith("-port")
+    ]
+    assert len(ports) >= 8, ports
+    assert [(path, o) for path, typ, o in _port_types() if typ is not PORT] == []
+
+
+def _port_types():
+    """``loglake node``'s flags are its config keys, range-checked by ``node/config.py``."""
+    for path, cmd in _walk(main):
+        if path == ("node",):
+            continue
+        for p in cmd.params:
+            if isinstance(p, click.Option) and p.opts[0].endswith("-port"):
+                yield path, p.type, p.opts[0]
+
+
+def test_an_out_of_range_port_is_a_usage_error_before_anything_starts(tmp_path):
+    runner = CliRunner()
+    for args in (
+        ["serve", "--port", "70000", "--data-dir", str(tmp_path)],
+        ["serve", "--port", "-1", "--data-dir", str(tmp_path)],
+        ["stream", "--port", "69536", "list"],
+        ["archives", "seed", "--port", "70000", str(tmp_path)],
+    ):
+        r = runner.invoke(main, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "is not in the range 0<=x<=65535" in r.output, (args, r.output)
+
+
+def test_a_file_system_refusal_is_one_line_naming_the_path(tmp_path):
+    from loglake.clitools import TypedErrorGroup
+
+    @click.group(cls=TypedErrorGroup)
+    def g():
+        """A group."""
+
+    @g.command()
+    def write():
+        """Writes under a file, as a data dir that is a file would."""
+        (tmp_path / "file").write_text("x")
+        (tmp_path / "file" / "node.token").write_text("y")
+
+    r = CliRunner().invoke(g, ["write"])
+    assert r.exit_code == 1
+    assert r.output == f"Error: Not a directory: {tmp_path / 'file' / 'node.token'}\n"

@@ -3,16 +3,52 @@
 ``TypedErrorGroup`` turns a ``LoglakeError`` (a typed error the user can act on: a bad option, a
 missing stream, a peer that refused) into click's one-line ``Error: ...`` and exit status 1, so
 no part shows a traceback for a mistake, whether it runs under ``loglake`` or alone with
-``python -m loglake.<part>.cli``. Anything else is a bug and keeps its traceback.
+``python -m loglake.<part>.cli``. The same holds for the machine refusing a file operation
+(read-only, full or missing data dir, a file where a folder should be, no permission): the
+user fixes the machine, not the code, so one line naming the path helps and a traceback does
+not (``-vv`` still logs it). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
+
+import errno
+import logging
 
 import click
 
 from loglake.errors import LoglakeError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+# Every TCP port option: a number outside 0-65535 is refused by click with a one-line error,
+# instead of wrapping (70000 listened on 4464) or reaching getaddrinfo ("Servname not supported").
+PORT = click.IntRange(0, 65535)
+
+# The errors of the machine rather than of loglake: what the user can fix in the file system.
+ENVIRONMENT_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENOENT,
+        errno.EEXIST,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
+
+
+def environment_error_message(e: OSError) -> str:
+    """``Read-only file system: /data/node.token`` — the reason, then the path it concerns."""
+    reason = e.strerror or str(e)
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    return f"{reason}: {' -> '.join(paths)}" if paths else reason
 
 
 class TypedErrorGroup(click.Group):
@@ -21,3 +57,8 @@ class TypedErrorGroup(click.Group):
             return super().invoke(ctx)
         except LoglakeError as e:
             raise click.ClickException(str(e)) from e
+        except OSError as e:
+            if e.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            logging.getLogger("loglake").debug("file system error", exc_info=True)
+            raise click.ClickException(environment_error_message(e)) from e

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import NS, get_layout
-from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
+from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
 from loglake.log.api import UnknownStream
 
 console = Console(stderr=True)
@@ -144,7 +144,7 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
 @command.command()
 @click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
-@click.option("--port", type=int, default=0, help="Listen port on 127.0.0.1 (0: any).")
+@click.option("--port", type=PORT, default=0, help="Listen port on 127.0.0.1 (0: any).")
 @click.option("--duration", type=float, help="Seconds to seed (default: until Ctrl-C).")
 @click.option("--connect", "connects", multiple=True, help="host:port of a peer to dial.")
 def seed(root, key_file, port, duration, connects) -> None:
@@ -286,7 +286,7 @@ def _source(f):
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
 @_layout_opt
 @click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
-@click.option("--port", type=int, default=0, help="Seeder port on 127.0.0.1 (0: any).")
+@click.option("--port", type=PORT, default=0, help="Seeder port on 127.0.0.1 (0: any).")
 @click.option("--check-every", type=float, default=60.0, show_default=True, help="Seconds.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
 def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port, check_every,

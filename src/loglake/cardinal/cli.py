@@ -26,6 +26,7 @@ from loglake.cardinal.transport import (
     StreamProducer,
     StreamTransport,
 )
+from loglake.clitools import PORT
 from loglake.errors import LocalProtocolError
 from loglake.streams.api import LocalStreams, Streams
 
@@ -137,7 +138,7 @@ def _short(b: Block | BlockRef) -> str:
 
 _connection = [
     click.option("--host", default=None, help="Host of a running `loglake serve`."),
-    click.option("--port", type=int, default=None, help="Port of a running `loglake serve`."),
+    click.option("--port", type=PORT, default=None, help="Port of a running `loglake serve`."),
     click.option(
         "--data-dir",
         type=click.Path(file_okay=False),

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
+from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
 from loglake.errors import LoglakeError
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity, principal_from_text
@@ -117,7 +117,7 @@ def whoami(key: str) -> None:
     help="Which ICRC-72 role this process plays.",
 )
 @key_opt
-@click.option("--port", type=int, required=True, help="HTTP port to serve the role on.")
+@click.option("--port", type=PORT, required=True, help="HTTP port to serve the role on.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--directory", required=True, help="JSON {principal: url} of every role.")
 @click.option("--orchestrator", help="The orchestrator's principal (all roles but itself).")
@@ -146,7 +146,7 @@ def whoami(key: str) -> None:
 )
 @click.option(
     "--streams-port",
-    type=int,
+    type=PORT,
     help="Port of that node (default: loglake serve's).",
 )
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")

@@ -33,6 +33,7 @@ import platformdirs
 from rich.console import Console
 from rich.table import Table
 
+from loglake.clitools import PORT
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
@@ -91,7 +92,7 @@ def command() -> None:
     help="Where the log keeps its segments, lake and consumer indexes.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="TCP port.")
+@click.option("--port", type=PORT, default=DEFAULT_PORT, show_default=True, help="TCP port.")
 @click.option(
     "--durability",
     type=click.Choice(["always", "batch", "none"]),

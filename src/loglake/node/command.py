@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from loglake.clitools import CONTEXT_SETTINGS, TypedErrorGroup
+from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
 from loglake.node.config import OPTIONS, Option, default_data_dir, load_config
 from loglake.streams import eventloop
 
@@ -74,7 +74,7 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the node's data here (default: a temporary directory, removed afterwards).",
 )
-@click.option("--http-port", type=int, default=0, help="HTTP port (default: any free port).")
+@click.option("--http-port", type=PORT, default=0, help="HTTP port (default: any free port).")
 def walkthrough(keep: bool, data_dir: Path | None, http_port: int) -> None:
     """Start a node (embedded default: every part on) and walk through all five protocols
     against it: a partitioned stream, an ICRC publish and replay, a Cardinal chain with a

@@ -16,6 +16,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from loglake.clitools import PORT
+
 if TYPE_CHECKING:
     from loglake.sds.chat import ChatSession
 
@@ -31,7 +33,7 @@ def command() -> None:
 @click.option("--channel", required=True, help="SDS channel id (stream sds.<channel>).")
 @click.option("--id", "participant_id", required=True, help="Your participant id.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="loglake serve host.")
-@click.option("--port", default=None, type=int, help="loglake serve port (default: its default).")
+@click.option("--port", default=None, type=PORT, help="loglake serve port (default: its default).")
 @click.option("--history/--no-history", default=True, help="Replay the channel's history first.")
 @click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
 @click.option(

@@ -18,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from loglake.clitools import PORT
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.tls import client_context
 
@@ -54,7 +55,7 @@ partition_option = click.option(
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Stream service host.")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Its port.")
+@click.option("--port", type=PORT, default=DEFAULT_PORT, show_default=True, help="Its port.")
 @click.option("--tls", is_flag=True, help="Connect over TLS (trusting the system's CAs).")
 @click.option(
     "--tls-ca",
