@@ -65,3 +65,10 @@ def test_retention_needs_the_writer_lock(data_dir):
         assert isinstance(res.exception, LogLocked)
     res = run("retention", "--data-dir", data_dir)
     assert res.exit_code == 0 and "retention applied: 0" in res.output  # the lake keeps it
+
+
+@pytest.mark.parametrize("sub", ["info", "read", "verify", "retention"])
+def test_an_absent_data_dir_is_an_error_not_an_empty_log(tmp_path, sub):
+    res = run(sub, "--data-dir", tmp_path / "nonexistent")
+    assert res.exit_code == 2
+    assert "does not exist" in res.output

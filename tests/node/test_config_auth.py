@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -125,3 +126,38 @@ def test_the_banner_prints_the_token_on_first_start_only(tmp_path: Path) -> None
     assert token in first and "printed once" in first
     assert f"/console/#token={token}" in first  # the console URL a person can open
     assert token not in again and f"access token in {tmp_path / 'node.token'}" in again
+
+
+def test_a_failed_first_start_leaves_no_token_so_the_next_start_prints_one(tmp_path: Path) -> None:
+    """The token file used to survive a start that failed before its banner: every later start
+    then said only "access token in ..." and never printed the token or the console URL."""
+    import socket
+
+    from loglake.node.runner import BackgroundNode, NodeStartError, token_banner
+
+    data = {"data_dir": str(tmp_path), "console": False, "streams": {"enabled": False}}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pytest.raises(NodeStartError):
+            BackgroundNode(_cfg({**data, "http": {"port": taken}})).start()
+    assert not (tmp_path / "node.token").exists()
+    with BackgroundNode(_cfg({**data, "http": {"port": 0}})) as node:
+        banner = token_banner(node.node)
+        assert f"/console/#token={node.token}" in banner
+
+
+def test_a_token_that_cannot_be_written_whole_is_not_left_behind(tmp_path: Path) -> None:
+    """On a full disk the token file was created empty and every later start refused it."""
+    from tests.tmpfs import small_tmpfs
+
+    with small_tmpfs(tmp_path / "full", "64k") as full:
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+        os.close(fd)
+        with pytest.raises(OSError):
+            load_or_create_token(full)
+        assert not (full / "node.token").exists()

@@ -107,3 +107,20 @@ def test_serve_applies_retention_and_sealed_history_stays_readable(tmp_path, por
         assert [m.index for m in got] == list(range(len(payloads)))
         assert [m.data for m in got] == payloads
     assert proc.returncode == 0
+
+
+def test_serve_says_stopped_only_after_it_served(tmp_path) -> None:
+    """A bind error used to be followed by "stopped", read as if the service had run."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        args = ["serve", "--data-dir", str(tmp_path), "--port", str(taken)]
+        r = subprocess.run(
+            [sys.executable, "-m", "loglake.cli", *args], capture_output=True, text=True, timeout=60
+        )
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{taken}" in r.stderr
+    assert "stopped" not in r.stderr + r.stdout

@@ -22,9 +22,10 @@ from loglake.log.segment_log import SegmentLog
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 
+# exists=True: an absent data dir is a typo, not an empty log (it used to print an empty table)
 data_dir_option = click.option(
     "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=DEFAULT_DATA_DIR,
     show_default=True,
     help="The log's data directory (as given to `loglake serve`).",

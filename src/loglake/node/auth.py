@@ -8,6 +8,7 @@ browser tab on another site) out of the API. The token is compared in constant t
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import secrets
@@ -51,12 +52,24 @@ def load_or_create_token(data_dir: Path) -> Token:
     except FileExistsError:
         return Token(_read_token(path), False, path)
     try:
-        fs.write_all(fd, (value + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fs.fsync_dir(path.parent)
+        try:
+            fs.write_all(fd, (value + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fs.fsync_dir(path.parent)
+    except BaseException:
+        # a half-written token (a full disk) would be refused as empty at every later start
+        forget_token(path)
+        raise
     return Token(value, True, path)
+
+
+def forget_token(path: Path) -> None:
+    """Remove a token that was generated but never shown (the start failed before the banner),
+    so the next start generates and prints one instead of pointing at a file nobody has read."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 def _read_token(path: Path) -> str:

@@ -234,7 +234,10 @@ def serve(
         f", access {access}" if policy is not None else ""
     )
 
+    started = False  # "stopped" after a bind error read as if the service had run
+
     async def main() -> None:
+        nonlocal started
         try:
             server = await StreamServer(service, host, port, tls=tls).start()
         except OSError as e:
@@ -249,6 +252,7 @@ def serve(
             )
             + "; Ctrl-C to stop"
         )
+        started = True
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -273,7 +277,8 @@ def serve(
         eventloop.run(main())
     finally:
         log.close()
-        console.print("stopped")
+        if started:
+            console.print("stopped")
 
 
 def reload_access(policy: AccessPolicy, path: Path) -> None:

@@ -29,7 +29,7 @@ from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
-from loglake.node.auth import Token, load_or_create_token
+from loglake.node.auth import Token, forget_token, load_or_create_token
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
@@ -89,13 +89,15 @@ class Node:
             durability=cast(Durability, cfg.streams.durability),  # checked by config
             segment_bytes=cfg.streams.segment_bytes,
         )
-        # seals in a child process, off the GIL of the node's servers (log.sealer)
-        raw = open_log(cfg.data_dir, default_config=stream_config, seal_processes=True)
-        self._log = raw
         try:
+            # seals in a child process, off the GIL of the node's servers (log.sealer)
+            raw = open_log(cfg.data_dir, default_config=stream_config, seal_processes=True)
+            self._log = raw
             await self._start_parts(raw, stream_config)
         except BaseException:
             await self.stop()
+            if self.token.created:
+                forget_token(self.token.path)
             raise
         return self
 
