@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+from loglake.log import open_log
 from tests.node.conftest import ApiNode
 
 
@@ -110,3 +111,30 @@ def test_metrics_can_be_public_on_request(tmp_path) -> None:
             text = anon.get("/metrics").text
             assert 'loglake_push_records_total{stream="m"} 2.0' in text
             assert anon.get("/api/streams").status_code == 401
+
+
+def test_front_pages_root_leads_to_the_console_and_docs_lists_every_route(
+    api_node: ApiNode,
+) -> None:
+    """``/docs`` was a 404 (Swagger UI needs a CDN): now a self-contained page of the API."""
+    anon = api_node.anonymous
+    r = anon.get("/", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/docs"  # this app has no console
+    page = anon.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "cdn" not in page.text.lower() and "<script" not in page.text
+    for path in anon.get("/openapi.json").json()["paths"]:
+        assert f"<code>{path}</code>" in page.text
+
+
+def test_root_redirects_to_the_console_when_the_node_serves_one(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from loglake.node.api.context import NodeContext
+    from loglake.node.app import create_app
+
+    with open_log(tmp_path) as log:
+        app = create_app(NodeContext(log=log, data_dir=tmp_path), token="t", console=True)
+        with TestClient(app) as c:
+            r = c.get("/", follow_redirects=False)
+            assert r.status_code == 307 and r.headers["location"] == "/console/"

@@ -3,7 +3,9 @@
 Why one factory: the runner, the tests and the benchmark all serve the same app around a
 ``NodeContext``; what differs is only which parts the context carries. Every route under
 ``/api`` needs the bearer token (``node/auth.py``); ``/openapi.json`` describes the API without
-data and stays open (no ``/docs``: Swagger UI would load from a CDN); ``/metrics``
+data and stays open, and ``/docs`` lists it as a plain page rendered here (FastAPI's Swagger UI
+loads its assets from a CDN, which a node on a closed network cannot reach); ``/`` leads to the
+console (or to ``/docs`` without one); ``/metrics``
 (``node/metrics.py``) needs the token unless the node is started with ``metrics_public``.
 Errors are always JSON, ``{"error": <type>, "message": <text>, "status": <code>}``: a caller's
 mistake is 4xx, never a 500 (docs/node.md lists them).
@@ -11,13 +13,14 @@ mistake is 4xx, never a 500 (docs/node.md lists them).
 
 from __future__ import annotations
 
+import html
 import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loglake import __version__
@@ -106,7 +109,46 @@ def create_app(
     _install_error_handlers(app)
     if console:
         _mount_console(app)
+    _add_front_pages(app, console=console)
     return app
+
+
+def _add_front_pages(app: FastAPI, *, console: bool) -> None:
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/console/" if console else "/docs")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(api_docs_html(app.openapi()))
+
+
+def api_docs_html(spec: dict[str, Any]) -> str:
+    """The OpenAPI document as one self-contained page: every route, its summary and its
+    parameters, with a link to the JSON for tools."""
+    rows = []
+    for path, methods in sorted(spec.get("paths", {}).items()):
+        for method, op in methods.items():
+            params = ", ".join(p["name"] for p in op.get("parameters", ()))
+            rows.append(
+                "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>"
+                .format(*(html.escape(x) for x in (method.upper(), path, params,
+                                                   op.get("summary", ""))))
+            )  # fmt: skip
+    info = spec.get("info", {})
+    return (
+        "<!doctype html><meta charset=utf-8><title>{t} API</title>"
+        "<style>body{{font-family:sans-serif;margin:2em}}td{{padding:2px 8px;"
+        "border-bottom:1px solid #ddd}}</style><h1>{t} {v}</h1><p>{d}</p>"
+        '<p>Machine-readable: <a href="/openapi.json">/openapi.json</a>.</p>'
+        "<table><tr><th>method</th><th>path</th><th>parameters</th><th>summary</th></tr>"
+        "{rows}</table>"
+    ).format(
+        t=html.escape(info.get("title", "")),
+        v=html.escape(info.get("version", "")),
+        d=html.escape(info.get("description", "")),
+        rows="".join(rows),
+    )
 
 
 def _mount_console(app: FastAPI) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from loglake.errors import LoglakeError
 from loglake.node.api.context import Node, NodeContext, part
 
 router = APIRouter(tags=["jobs"])
+_logger = logging.getLogger("loglake.node.jobs")
 
 JobName = Literal["compact", "sds-audit"]
 
@@ -108,6 +110,14 @@ class JobManager:
             job.state = "succeeded"
         except Exception as e:
             job.state, job.error = "failed", f"{type(e).__name__}: {e}"
+            # a typed error is the user's (a bad stream); anything else is a bug worth its trace
+            bug = not isinstance(e, LoglakeError)
+            _logger.log(
+                logging.ERROR if bug else logging.WARNING,
+                "job failed",
+                exc_info=bug,
+                extra={"fields": {"job": job.id, "name": job.name, "error": job.error}},
+            )
         finally:
             job.finished_ns = time.time_ns()
 
@@ -131,10 +141,9 @@ class JobManager:
 
         out = self.ctx.data_dir / "jobs" / str(job.id)
         out.mkdir(parents=True, exist_ok=True)
-        opts = SdsAuditOptions(data_dir=data_dir, stream=job.stream, out_dir=str(out))
-        validate = getattr(opts, "validate", None)
-        if validate is not None:
-            validate()
+        # validate() returns the options with their defaults filled in (the channel from the
+        # stream's name): running the unfilled ones failed on a bare AssertionError
+        opts = SdsAuditOptions(data_dir=data_dir, stream=job.stream, out_dir=str(out)).validate()
         summary: dict[str, Any] = audit(spark, opts).as_dict()
         summary["out_dir"] = str(out)
         return summary
