@@ -53,8 +53,9 @@ $(NODE_STAMP): $(NODE_DIR)/package.json
 
 node-deps: $(NODE_STAMP)
 
+# `make run RUN_ARGS=--keep` leaves the node (and its console) running afterwards
 run: install check-java-warn
-	$(BIN)/loglake node walkthrough
+	$(BIN)/loglake node walkthrough $(RUN_ARGS)
 
 # The log's C framer: the install builds it where a compiler is; the tests require it, and
 # system-deps installs gcc, so build it here if the install could not

@@ -107,7 +107,10 @@ def run_walkthrough(
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
-        console.print("stopping the node")
+        console.print(
+            "stopping the node; to keep it (and the console URL above) running: "
+            "`loglake node walkthrough --keep` (or `make run RUN_ARGS=--keep`)"
+        )
         return summary
 
 
