@@ -177,3 +177,20 @@ def test_a_file_system_refusal_is_one_line_naming_the_path(tmp_path):
     r = CliRunner().invoke(g, ["write"])
     assert r.exit_code == 1
     assert r.output == f"Error: Not a directory: {tmp_path / 'file' / 'node.token'}\n"
+
+
+def test_every_flag_docs_node_md_names_exists():
+    """docs/node.md documented ``--metrics-public``; the flag is ``--http-metrics-public``."""
+    import re
+    from pathlib import Path
+
+    flags = {o for _, cmd in _walk(main) for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "node.md").read_text()
+    named = {
+        f
+        for span in re.findall(r"`([^`]*)`", doc)
+        if "benchmarks/" not in span
+        for f in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9])(?![\w.-])", span)
+    }
+    assert len(named) > 10
+    assert sorted(named - flags - {"--help", "--version"}) == []

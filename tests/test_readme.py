@@ -43,3 +43,17 @@ def test_readme_examples_import_only_public_names():
                 public = importlib.import_module(node.module).__all__
                 for alias in node.names:
                     assert alias.name in public, f"{node.module}.{alias.name} is not public"
+
+
+def test_every_relative_link_in_the_docs_stays_inside_the_repository_and_exists():
+    """README linked ../shared/DESIGN.md, which a clone of this repository does not have."""
+    root = README.parent
+    bad = []
+    for md in [README, *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a URL or an anchor on the same page
+            path = (md.parent / target.split("#", 1)[0]).resolve()
+            if not path.is_relative_to(root) or not path.exists():
+                bad.append(f"{md.relative_to(root)}: {target}")
+    assert bad == []
