@@ -169,3 +169,26 @@ def test_run_and_follow_through_a_stream_server(tmp_path):
         finally:
             control.terminate()
             control.wait(10)
+
+
+@pytest.mark.parametrize(("written", "chosen"), [("spec", "status-go"), ("status-go", "spec")])
+def test_build_refuses_records_of_the_other_layout(tmp_path, written, chosen):
+    """status-go's layout read spec records as messages of 1970 (their timestamp lands in an
+    unknown field) and built an archive of the week of 1970-01-01 without a word."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", get_layout(written), range(1), 20)
+    log.close()
+    root = tmp_path / "archives"
+    r = CliRunner().invoke(
+        command,
+        [
+            "build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
+            "--key-file", str(key), "--layout", chosen, "--now", str((START + 2 * WEEK) // NS),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert f"20 record(s) of community do not decode in the {chosen} layout" in r.output
+    assert f"--layout {written}" in r.output
+    assert not list(root.glob("*/index")) and not list(root.glob("*.torrent"))

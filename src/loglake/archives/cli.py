@@ -112,6 +112,14 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
     log = open_log(data_dir, readonly=channel is None)
     try:
         n = node.ingest_log(log, stream)
+        if node.skipped:
+            idx, why = node.skipped[0]
+            other = "spec" if layout == "status-go" else "status-go"
+            raise ArchiveConfigError(
+                f"{len(node.skipped)} record(s) of {stream} do not decode in the {layout} layout "
+                f"(first at index {idx}: {why}); nothing was built. Is the stream in the "
+                f"{other} layout (--layout {other})?"
+            )
         out = node.build(_now_ns(now), partial=partial)
         table = Table(title=f"archives of {cid[:18]}… ({layout})")
         for col in ("id", "from", "to", "offset", "size", "pieces"):

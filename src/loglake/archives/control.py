@@ -86,6 +86,8 @@ class ControlNode:
         self.index_path = self.folder / "index"
         self.torrent_path = self.root / f"{self.community_id}.torrent"
         self._reload_due = False
+        self.skipped: list[tuple[int, str]] = []
+        """(stream index, reason) of each record ingest skipped as not the layout's message."""
         self.builder = self._load(announce)
         self._repair_torrent()
         # how to truncate the live community stream last ingested from (None: nothing yet)
@@ -197,6 +199,7 @@ class ControlNode:
                 idxs.append(idx)
             except BadRecord as e:
                 log_event(logger, logging.WARNING, "skipping record", index=idx, reason=str(e))
+                self.skipped.append((idx, str(e)))
         return self.store.add(good, next_index, idxs)
 
     def _reflag(self) -> None:

@@ -341,6 +341,10 @@ class StatusGoLayout(Layout):
             m.ParseFromString(raw)
         except (PbDecodeError, RuntimeError, ValueError) as e:
             raise BadRecord(f"record is not a status-go WakuMessage: {e}") from e
+        if not m.timestamp:
+            # a record of the other layout parses (its fields land in unknown ones) with no
+            # timestamp: archiving it would put it in the week of 1970-01-01
+            raise BadRecord("status-go WakuMessage without timestamp cannot be archived")
         return DecodedMessage(m.timestamp * NS, m.topic, raw, len(m.payload) + len(m.sig))
 
     def make_record(self, *, payload, topic, timestamp_ns, **extra) -> bytes:
