@@ -212,3 +212,43 @@ def test_history_survives_in_the_durable_log(tmp_path, clock) -> None:
         assert carol.participant.log_ids() == expected
     finally:
         log.close()
+
+
+def _settle(streams: LocalStreams, clock, chans: list[SdsChannel], seconds: int) -> int:
+    """Run node-like rounds (every participant polls then ticks, 200 ms apart) for ``seconds``
+    of the fake clock; return how many records the channel's stream holds afterwards."""
+    for _ in range(seconds * 5):
+        for ch in chans:
+            ch.poll()
+            ch.tick()
+        clock.advance(200)
+    return len(streams.pull("sds.room", 0, 100_000))
+
+
+@pytest.mark.parametrize("only_when_needed", [True, False])
+def test_a_settled_channel_stops_syncing_only_when_asked(streams, clock, only_when_needed) -> None:
+    """A node's two participants wrote a ~19 kB sync record every 2 s forever after one 9-byte
+    message. With ``sync_only_when_needed`` they sync until every message is acknowledged and
+    every ack given, then the stream stays still; without it the spec's periodic sync goes on."""
+    chans = [
+        SdsChannel(
+            streams, "room", p, clock=clock, sync_interval_ms=2000,
+            sync_only_when_needed=only_when_needed,
+        )
+        for p in ("alice", "bob")
+    ]  # fmt: skip
+    (sent,) = chans[0].send(b"hi bob, 9").to_send
+    settled = _settle(streams, clock, chans, 20)
+    assert not chans[0].participant.unacked and not chans[0].participant.possibly_acked
+    assert sent.message_id in chans[1].participant.log_ids()
+    later = _settle(streams, clock, chans, 60)
+    if only_when_needed:
+        assert later == settled <= 4  # the message and at most a few syncs carrying the acks
+    else:
+        assert later >= settled + 25  # a sync every interval (a peer's sync backs the other off)
+    # the quiet channel wakes up for new content and settles again
+    chans[1].send(b"and again")
+    again = _settle(streams, clock, chans, 20)
+    assert not chans[1].participant.unacked and not chans[1].participant.possibly_acked
+    if only_when_needed:
+        assert _settle(streams, clock, chans, 20) == again <= settled + 4

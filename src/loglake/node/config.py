@@ -196,6 +196,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("sds", "enabled", _bool, False, "Run SDS participants on a channel stream."),
     Option("sds", "channel", _str, "chat", "SDS channel id (its stream: sds.<channel>)."),
     Option("sds", "participants", _names(), ("alice", "bob"), "Participant ids."),
+    Option(
+        "sds",
+        "sync_interval",
+        _float(0.1),
+        2.0,
+        "Seconds between a participant's periodic syncs, sent only while a peer lacks something "
+        "(unacknowledged messages, missing dependencies, acks owed): a settled channel is quiet.",
+    ),
     Option("jobs", "enabled", _bool, False, "Allow Spark jobs through the API (needs Java)."),
 )
 SECTIONS = {o.section for o in OPTIONS if o.section}

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from loglake.sds.errors import DropReason
-from loglake.sds.events import MessageDropped, MessagesMissing, Output
+from loglake.sds.events import MessageDelivered, MessageDropped, MessagesMissing, Output
 from loglake.sds.participant import Participant, ParticipantOptions
 from loglake.streams.api import Streams
 
@@ -85,6 +85,7 @@ class SdsChannel:
         from_index: int | None = 0,
         max_fetch_rounds: int = 1000,
         sync_interval_ms: int | None = None,
+        sync_only_when_needed: bool = False,
     ) -> None:
         self.streams = streams
         self.stream = streams.create_stream(stream or stream_for(channel_id))
@@ -100,6 +101,14 @@ class SdsChannel:
         self.clock = clock
         self.sync_interval_ms = sync_interval_ms
         self.last_activity = clock()
+        # With ``sync_only_when_needed`` (a long-running node), a due sync goes out only while
+        # it carries something a peer lacks: our messages not yet acknowledged, dependencies we
+        # miss, or deliveries since our last broadcast that the senders await our ack for. A
+        # settled channel is then quiet instead of storing a bloom-filter-sized sync record
+        # (~19 kB by default) every interval forever; the spec's sync is a SHOULD with
+        # back-off allowed, and every case above still gets its periodic sync.
+        self.sync_only_when_needed = sync_only_when_needed
+        self.owe_acks = False
 
     def _end_index(self) -> int:
         index = 0
@@ -113,6 +122,7 @@ class SdsChannel:
     def _broadcast(self, out: Output) -> Output:
         if out.to_send:
             self.last_activity = self.clock()
+            self.owe_acks = False  # every message carries our causal history and bloom filter
         for o in out.to_send:
             index = self.streams.push(self.stream, o.data, self.partition)
             if o.reason == "send":
@@ -134,15 +144,23 @@ class SdsChannel:
         out = self.participant.tick()
         now = self.clock()
         if self.sync_interval_ms and (
-            now - self.last_activity >= self.sync_interval_ms
+            (now - self.last_activity >= self.sync_interval_ms and self._sync_needed())
             or self.participant.repair_request_due(now)
         ):
             self.last_activity = now
             out.extend(self.participant.make_sync())
         return self._broadcast(out)
 
+    def _sync_needed(self) -> bool:
+        if not self.sync_only_when_needed:
+            return True
+        p = self.participant
+        return bool(self.owe_acks or p.unacked or p.possibly_acked or p.missing or p.pending)
+
     def _receive(self, data: bytes, index: int, out: Output) -> None:
         got = self.participant.receive(data, self.hint(index))
+        if any(isinstance(e, MessageDelivered) for e in got.events):
+            self.owe_acks = True
         out.to_send.extend(got.to_send)
         out.events.extend(
             e

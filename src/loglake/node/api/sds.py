@@ -56,7 +56,13 @@ class ParticipantStats:
 
 
 class SdsHandle:
-    def __init__(self, ctx: NodeContext, channel: str, participants: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        channel: str,
+        participants: tuple[str, ...],
+        sync_interval_ms: int = SYNC_INTERVAL_MS,
+    ) -> None:
         from loglake.sds import SdsChannel
         from loglake.streams import LocalStreams
 
@@ -65,7 +71,13 @@ class SdsHandle:
         self.lock = threading.RLock()
         streams = LocalStreams(ctx.log)
         self.channels = {
-            p: SdsChannel(streams, channel, p, sync_interval_ms=SYNC_INTERVAL_MS)
+            p: SdsChannel(
+                streams,
+                channel,
+                p,
+                sync_interval_ms=sync_interval_ms,
+                sync_only_when_needed=True,
+            )
             for p in participants
         }
         self.stream = next(iter(self.channels.values())).stream
@@ -75,7 +87,12 @@ class SdsHandle:
 
     @classmethod
     def start(cls, ctx: NodeContext, section: Any) -> SdsHandle:
-        handle = cls(ctx, section.channel, tuple(section.participants))
+        handle = cls(
+            ctx,
+            section.channel,
+            tuple(section.participants),
+            round(section.sync_interval * 1000),
+        )
         handle._thread.start()
         return handle
 
