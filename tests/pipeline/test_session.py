@@ -109,3 +109,26 @@ def test_only_a_local_master_gets_the_script():
     prepare_environment(cluster, master="spark://10.0.0.1:7077")
     assert cluster["PYSPARK_PYTHON"] == sys.executable
     assert local["PYSPARK_PYTHON"] != sys.executable and os.access(local["PYSPARK_PYTHON"], os.X_OK)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_cli_job_shows_progress_and_no_jvm_noise(tmp_path):
+    """``loglake job sds-audit`` printed nothing for tens of seconds but Spark's banner lines
+    and WARNs; now its stderr holds the progress line and none of those."""
+    import re
+
+    from tests.pipeline.test_job_sds_audit import STREAM, simulated
+
+    simulated(tmp_path / "data")
+    args = ["job", "sds-audit", "--data-dir", str(tmp_path / "data"), "--stream", STREAM]
+    r = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", *args, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    for noise in ("Using Spark's default log4j profile", "Setting default log level", " WARN "):
+        assert noise not in r.stderr, r.stderr
+    assert re.search(r"auditing sds\.sim .*\d+ stages, [\d,]+/[\d,]+ tasks", r.stderr), r.stderr

@@ -169,6 +169,17 @@ def spark_python(python: str = sys.executable, cache: Path | None = None) -> str
     return str(script)
 
 
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties").as_uri()
+"""Errors only: Spark's default profile prints banner lines and WARNs nobody can act on."""
+
+
+def quiet_jvm() -> bool:
+    """Spark's own logging stays at its defaults when loglake logs at debug (``-vv``)."""
+    import logging
+
+    return logging.getLogger("loglake").getEffectiveLevel() > logging.DEBUG
+
+
 def build_session(
     master: str | None = None,
     app_name: str = "loglake",
@@ -181,7 +192,10 @@ def build_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(spec.master).appName(spec.app_name)
-    for k, v in spec.spark_conf().items():
+    conf_items = spec.spark_conf()
+    if "spark.driver.extraJavaOptions" not in conf_items and quiet_jvm():
+        conf_items["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={QUIET_LOG4J}"
+    for k, v in conf_items.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -151,19 +151,18 @@ class JobManager:
     def progress(self, job: Job) -> dict[str, Any]:
         """Tasks done/total over the Spark stages of the job's group (while it runs), and the
         job's own step counters."""
-        tasks_done = tasks_total = stages = 0
+        seen: dict[int, tuple[int, int]] = {}
         if job.state == "running" and self._spark is not None:
+            from loglake.pipeline.progress import stage_tasks
+
             tracker = self._spark.sparkContext.statusTracker()
             for jid in tracker.getJobIdsForGroup(f"loglake-job-{job.id}"):
                 info = tracker.getJobInfo(jid)
-                if info is None:
-                    continue
-                for sid in info.stageIds:
-                    st = tracker.getStageInfo(sid)
-                    if st is not None:
-                        stages += 1
-                        tasks_total += st.numTasks
-                        tasks_done += st.numCompletedTasks
+                if info is not None:
+                    seen.update(stage_tasks(tracker, info.stageIds))
+        stages = len(seen)
+        tasks_done = sum(d for d, _ in seen.values())
+        tasks_total = sum(t for _, t in seen.values())
         if job.state == "succeeded":
             fraction = 1.0
         elif tasks_total:

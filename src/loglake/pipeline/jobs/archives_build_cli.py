@@ -118,7 +118,10 @@ def archives_build_command(
     def progress(step: str, done: int, total: int) -> None:
         console.log(f"{step}: {done}/{total}")
 
-    report = run(spark, opts, progress)
+    from loglake.pipeline.progress import JobProgress
+
+    with JobProgress(spark, console, "building archives"):
+        report = run(spark, opts, progress)
     if as_json:
         click.echo(json.dumps(report.to_json()))
         return

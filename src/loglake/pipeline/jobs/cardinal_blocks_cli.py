@@ -101,7 +101,10 @@ def cardinal_blocks_command(
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
         spark = build_session(master=spark_master, app_name="loglake-cardinal-blocks")
-    with console.status("assembling blocks" + (" (Ctrl-C stops)" if follow is not None else "")):
+    from loglake.pipeline.progress import JobProgress
+
+    what = "assembling blocks" + (" (Ctrl-C stops)" if follow is not None else "")
+    with JobProgress(spark, console, what):
         try:
             summary = run(spark, opts)
         except KeyboardInterrupt:

@@ -71,7 +71,9 @@ def sds_audit_command(
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
         spark = build_session(master=spark_master, app_name="loglake-sds-audit", conf=conf)
-    with console.status(f"auditing {stream}"):
+    from loglake.pipeline.progress import JobProgress
+
+    with JobProgress(spark, console, f"auditing {stream}"):
         summary = run(spark, opts)
     if as_json:
         click.echo(json.dumps(summary.as_dict()))
