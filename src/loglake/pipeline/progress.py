@@ -33,7 +33,8 @@ def stage_tasks(tracker: Any, stage_ids: Iterable[int]) -> dict[int, tuple[int, 
 class JobProgress:
     """``with JobProgress(spark, console, "auditing sds.room"): run(spark, opts)``.
 
-    Stages are remembered once seen, so the totals only grow; a query's records are summed
+    Stages are remembered once seen, so the totals only grow (a finished job's skipped
+    stages, whose output was reused, are left out); a query's records are summed
     over its distinct micro-batches. Polls every ``interval`` seconds; draws nothing when the
     console is not a terminal but the final line (rich's behaviour)."""
 
@@ -46,6 +47,7 @@ class JobProgress:
         self.stages: dict[int, tuple[int, int]] = {}
         self.records = 0
         self._batches: set[tuple[str, int]] = set()
+        self._jobs: set[int] = set()
         self._stop = threading.Event()
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
@@ -59,9 +61,19 @@ class JobProgress:
 
     def poll(self) -> None:
         """One look at Spark: active stages' tasks, streaming queries' new micro-batches."""
-        sc = self.spark.sparkContext
-        tracker = sc.statusTracker()
-        self.stages.update(stage_tasks(tracker, tracker.getActiveStageIds()))
+        tracker = self.spark.sparkContext.statusTracker()
+        # every stage of every job seen running, refreshed: a stage that ran between two polls
+        # is counted whole, and one seen half done is counted done once it is
+        self._jobs.update(tracker.getActiveJobsIds())
+        for jid in self._jobs:
+            info = tracker.getJobInfo(jid)
+            if info is None:
+                continue
+            for sid, (done, total) in stage_tasks(tracker, info.stageIds).items():
+                if info.status == "SUCCEEDED" and not done:  # skipped: its output was reused
+                    self.stages.pop(sid, None)
+                else:
+                    self.stages[sid] = (done, total)
         for query in self.spark.streams.active:
             for p in query.recentProgress:
                 key = (str(p.get("runId") if isinstance(p, dict) else p.runId), _batch_id(p))
