@@ -25,3 +25,18 @@ def test_every_command_has_help():
     for name in command.commands:
         r = CliRunner().invoke(command, [name, "--help"])
         assert r.exit_code == 0 and "Usage" in r.output, name
+
+
+def test_the_cli_counts_what_a_skip_keeps_as_the_broadcaster_does():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from loglake.events.cli import _skip_keeps
+    from loglake.events.filters import Skip
+
+    @given(st.integers(1, 9), st.integers(0, 9), st.integers(0, 50), st.integers(0, 50))
+    def check(mod, offset, start, n):
+        kept = sum(Skip(mod, offset).keeps(i) for i in range(start, start + n))
+        assert _skip_keeps(f"{mod},{offset}", start, start + n) == kept
+
+    check()

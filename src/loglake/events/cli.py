@@ -411,6 +411,34 @@ def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> 
         bar.update(task, completed=done if done is not None else 0, state=str(st.status))
     if st.status.tag != "completed":
         raise CliError(f"replay {rid} ended {st.status}")
+    if skip or filter_:
+        # completed(n) counts the events the publisher republished; the Broadcaster applies
+        # the filter and skip, so the subscriber receives only those they keep
+        kept = _skip_keeps(skip, st.start, st.start + done) if done is not None else None
+        if kept is not None and not filter_:
+            reach = f"the skip lets {kept:,} of them reach the subscriber"
+        else:
+            rules = "the filter and skip decide" if skip else "the filter decides"
+            reach = f"{rules} which reach the subscriber"
+        console.print(
+            f"{done:,} events of {_range(st)} republished to the Broadcaster; {reach} "
+            "(`loglake events received` shows what arrived)"
+        )
+
+
+def _skip_keeps(skip: str | None, start: int, end: int) -> int | None:
+    """How many ids of ``[start, end)`` ``--skip MOD[,OFFSET]`` keeps (``filters.Skip``)."""
+    if not skip:
+        return None
+    mod, _, offset = skip.partition(",")
+    m, o = int(mod), int(offset or 0)
+    first = start + (-(start + o)) % m  # the first id i >= start with (i + o) % m == 0
+    return max(0, (end - first + m - 1) // m)
+
+
+def _range(s: ReplayStatus) -> str:
+    """``[10, 20)``; an open-ended replay runs to the head of the log when it starts."""
+    return f"[{s.start}, {s.end})" if s.end is not None else f"[{s.start}, head)"
 
 
 @command.command()
@@ -475,8 +503,52 @@ def replays(url, key, namespace, take) -> None:
     t = Table("id", "namespace", "range", "status")
     for s in rows:
         if s is not None:
-            t.add_row(str(s.replay_id), s.namespace, f"[{s.start}, {s.end})", str(s.status))
+            t.add_row(str(s.replay_id), s.namespace, _range(s), str(s.status))
     console.print(t)
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.option("--take", type=int, default=100, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def received(url, key, take, as_json) -> None:
+    """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the
+    subscriber's key): event id, namespace, replay id (replayed events), value. Each
+    notification is taken from the subscriber's inbox, so it is shown once."""
+    notes = HttpEventsClient(url, load_identity(key)).call("loglake_inbox", take)
+    rows = [_notification(n) for n in notes]
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+        return
+    t = Table("event", "namespace", "replay", "timestamp", "value")
+    for r in rows:
+        t.add_row(
+            str(r["event_id"]), r["namespace"], str(r["replay_id"] or ""), str(r["timestamp"]),
+            json.dumps(r["value"])[:60],
+        )  # fmt: skip
+    console.print(t)
+    console.print(f"{len(rows)} notification(s)")
+
+
+def _hex(v: Any) -> str:
+    """A #Blob's bytes (and any other non-JSON value) in JSON."""
+    return bytes(v).hex() if isinstance(v, bytes | bytearray | memoryview) else str(v)
+
+
+def _notification(n: Any) -> dict[str, Any]:
+    from loglake.events.messages import H_REPLAY_ID
+    from loglake.wire.icrc16 import map_get
+
+    replay = map_get(n.headers or [], H_REPLAY_ID)
+    return {
+        "event_id": n.event_id,
+        "namespace": n.namespace,
+        "replay_id": replay["Nat"] if isinstance(replay, dict) else None,
+        "timestamp": n.timestamp,
+        "value": json.loads(json.dumps(n.data, default=_hex)),  # ICRC-16 as JSON
+    }
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m loglake.events.cli`

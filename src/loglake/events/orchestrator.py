@@ -172,6 +172,10 @@ class Replay:
     job_selected: int = 0
 
     def to_status(self) -> ReplayStatus:
+        # the publisher reports progress every few thousand events; its final count is the
+        # status itself, so a short replay read "completed(2000)" beside "sent 0"
+        final = self.status.value if self.status.tag in ("completed", "canceled") else 0
+        sent = max(self.sent, final) if isinstance(final, int) else self.sent
         stats: ICRC16Map = [
             ("icrc77:replay:subscriber", {"Principal": self.subscriber}),
             ("icrc77:replay:publisher", {"Principal": self.publisher}),
@@ -182,7 +186,7 @@ class Replay:
                 else []
             ),
             ("icrc77:replay:expected", {"Nat": self.expected}),
-            ("icrc77:replay:sent", {"Nat": self.sent}),
+            ("icrc77:replay:sent", {"Nat": sent}),
             ("icrc77:replay:cost", {"Nat": self.cost}),
             ("icrc77:replay:created", {"Nat": self.created}),
         ]
