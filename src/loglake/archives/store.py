@@ -47,8 +47,8 @@ from loglake.archives.messages import MessageRow
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
   ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0,
-  idx INTEGER
-);
+  idx INTEGER, archive_id TEXT
+);  -- archive_id: the archive a hydrated row came from (NULL: a live message)
 CREATE TABLE IF NOT EXISTS archived (rowid INTEGER PRIMARY KEY);  -- rowids of messages (never
 -- VACUUMed, so they stay stable)
 CREATE INDEX IF NOT EXISTS messages_ts ON messages (ts_ns);
@@ -91,6 +91,8 @@ class MessageStore:
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
             if "idx" not in cols:  # a store written before the stream index was kept
                 self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
+            if "archive_id" not in cols:  # a store written before hydrated rows kept theirs
+                self.db.execute("ALTER TABLE messages ADD COLUMN archive_id TEXT")
         except apsw.Error as e:
             with contextlib.suppress(apsw.Error):
                 self.db.close()
@@ -268,34 +270,77 @@ class MessageStore:
 
     def hydrate(self, entry: IndexEntry, messages: Sequence[DecodedMessage]) -> int:
         """Spec "Storing historical messages": all messages within the archive's time range
-        are replaced with the archive's, and its keccak id is remembered — atomically."""
+        are replaced with the archive's, and its keccak id is remembered — atomically.
+        Returns how many of the archive's messages the store holds afterwards."""
         with self._tx():
-            return self._hydrate(entry, messages)
+            self._hydrate(entry, messages)
+            return self._count_from([entry.archive_id])
 
-    def _hydrate(self, entry: IndexEntry, messages: Sequence[DecodedMessage]) -> int:
+    def _hydrate(self, entry: IndexEntry, messages: Sequence[DecodedMessage]) -> None:
+        """Replace the window's messages with the archive's, except those hydrated from
+        *another archive of the same window*.
+
+        Why not the whole window: status-go splits a window whose messages exceed 30 MB into
+        several archives sharing one ``[from, to)`` (manager_archive_file.go
+        ``createHistoryArchiveTorrent``: ``messageChunks``), so "replace the time range" must
+        mean "replace what the archives of that range did not bring": deleting the range once
+        per archive kept only the last archive's messages. Rows remember the archive they came
+        from, so hydrating any set of archives, in any order, again, or after a crash between
+        two transactions leaves each archive's messages exactly once. A row from an archive of
+        a *different* window that overlaps this one (a control node whose windows changed) is
+        replaced, as the spec's rule says."""
         m = entry.metadata
-        window = "ts_ns >= ? AND ts_ns < ?"
+        window = (
+            "ts_ns >= ? AND ts_ns < ? AND (archive_id IS NULL OR archive_id NOT IN"
+            " (SELECT archive_id FROM archives WHERE from_ns = ? AND to_ns = ?"
+            " AND archive_id != ?))"
+        )
+        args = (m.from_ns, m.to_ns, m.from_ns, m.to_ns, entry.archive_id)
         # forget the flags of the rows replaced, as prune does (a reused rowid must not look
         # archived)
         self.db.execute(
             f"DELETE FROM archived WHERE rowid IN (SELECT rowid FROM messages WHERE {window})",
-            (m.from_ns, m.to_ns),
+            args,
         )
-        self.db.execute(f"DELETE FROM messages WHERE {window}", (m.from_ns, m.to_ns))
+        self.db.execute(f"DELETE FROM messages WHERE {window}", args)
+        aid = entry.archive_id
         self.db.executemany(
-            "INSERT INTO messages (ts_ns, topic, raw, cap) VALUES (?, ?, ?, ?)",
-            [(x.timestamp_ns, x.topic, x.raw, x.cap_size) for x in messages],
+            "INSERT INTO messages (ts_ns, topic, raw, cap, archive_id) VALUES (?, ?, ?, ?, ?)",
+            [(x.timestamp_ns, x.topic, x.raw, x.cap_size, aid) for x in messages],
         )
         self._insert_archives([entry])
-        return len(messages)
 
     def hydrate_many(self, items: Sequence[tuple[IndexEntry, Sequence[DecodedMessage]]]) -> int:
-        """``hydrate`` several archives in one transaction (all or nothing)."""
-        n = 0
+        """``hydrate`` several archives in one transaction (all or nothing). Returns how many
+        messages of these archives the store holds afterwards (counted, not summed: the
+        figure a report shows is what a reader of the store will find)."""
         with self._tx():
             for entry, messages in items:
-                n += self._hydrate(entry, messages)
+                self._hydrate(entry, messages)
+            return self._count_from([e.archive_id for e, _ in items])
+
+    def _count_from(self, archive_ids: Sequence[str]) -> int:
+        n = 0
+        ids = list(dict.fromkeys(archive_ids))
+        for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            n += _value(
+                self.db,
+                f"SELECT count(*) FROM messages WHERE archive_id IN ({','.join('?' * len(chunk))})",
+                tuple(chunk),
+            )
         return n
+
+    def hydrated_counts(self) -> dict[str, int]:
+        """How many messages the store holds from each archive it hydrated."""
+        with self._reading():
+            rows = _all(
+                self.db.execute(
+                    "SELECT archive_id, count(*) FROM messages WHERE archive_id IS NOT NULL"
+                    " GROUP BY archive_id"
+                )
+            )
+        return dict(rows)
 
     def prune(self, before_ns: int, archived_only: bool = False) -> int:
         """Delete messages older than ``before_ns`` (the caller bounds it by what is archived);
