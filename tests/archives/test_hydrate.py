@@ -76,6 +76,38 @@ def test_a_week_split_into_several_archives_hydrates_every_message(tmp_path):
     other.close()
 
 
+@pytest.mark.slow
+def test_the_fetch_report_counts_the_messages_the_member_store_holds(tmp_path):
+    """The reproduction as a user meets it: ``loglake archives fetch --json`` in a process of
+    its own, from our libtorrent seeder, reports what its store then holds."""
+    import json
+
+    from loglake.archives.bt import Seeder
+
+    control, items = _week_over_30_mb(tmp_path)
+    seeder = Seeder()
+    try:
+        seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+        store_path = tmp_path / "member.sqlite"
+        out = subprocess.run(
+            [
+                sys.executable, "-m", "loglake.archives.cli", "fetch",
+                "--magnet", control.magnet((seeder.peer,)), "--root", str(tmp_path / "m"),
+                "--store", str(store_path), "--layout", "status-go", "--community", CID,
+                "--timeout", "15", "--json",
+            ],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    finally:
+        seeder.close()
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["missing"]) == len(items) >= 2
+    member = MessageStore(store_path)
+    assert report["hydrated_messages"] == member.count() == 700
+    member.close()
+
+
 # -- the property -----------------------------------------------------------------------------
 # Three windows: week 0 split into three archives, week 1 into two, week 2 one archive; a
 # member holds live messages in every week and after them.
