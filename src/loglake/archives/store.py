@@ -47,8 +47,10 @@ from loglake.archives.messages import MessageRow
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
   ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL, cap INTEGER NOT NULL DEFAULT 0,
-  idx INTEGER, archive_id TEXT
-);  -- archive_id: the archive a hydrated row came from (NULL: a live message)
+  idx INTEGER, origin INTEGER
+);  -- origin: the rowid in archives of the archive a hydrated row came from (NULL: a live
+-- message); an integer, not the 66-character archive id (+19% on 300-byte messages, measured).
+-- Stable: archives rows are upserted, never replaced, and the store is never VACUUMed
 CREATE TABLE IF NOT EXISTS archived (rowid INTEGER PRIMARY KEY);  -- rowids of messages (never
 -- VACUUMed, so they stay stable)
 CREATE INDEX IF NOT EXISTS messages_ts ON messages (ts_ns);
@@ -91,8 +93,8 @@ class MessageStore:
             cols = {r[1] for r in self.db.execute("PRAGMA table_info(messages)")}
             if "idx" not in cols:  # a store written before the stream index was kept
                 self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
-            if "archive_id" not in cols:  # a store written before hydrated rows kept theirs
-                self.db.execute("ALTER TABLE messages ADD COLUMN archive_id TEXT")
+            if "origin" not in cols:  # a store written before hydrated rows kept their archive
+                self.db.execute("ALTER TABLE messages ADD COLUMN origin INTEGER")
         except apsw.Error as e:
             with contextlib.suppress(apsw.Error):
                 self.db.close()
@@ -256,8 +258,12 @@ class MessageStore:
         return ingested if first is None else first
 
     def _insert_archives(self, entries: Sequence[IndexEntry]) -> None:
+        """Upsert, not replace: a replaced row gets a new rowid, and ``messages.origin``
+        refers to an archive by its rowid."""
         self.db.executemany(
-            "INSERT OR REPLACE INTO archives VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO archives VALUES (?, ?, ?, ?, ?) ON CONFLICT (archive_id) DO UPDATE SET"
+            " from_ns = excluded.from_ns, to_ns = excluded.to_ns, offset = excluded.offset,"
+            " size = excluded.size",
             [
                 (e.archive_id, e.metadata.from_ns, e.metadata.to_ns, e.offset, e.size)
                 for e in entries
@@ -290,12 +296,15 @@ class MessageStore:
         a *different* window that overlaps this one (a control node whose windows changed) is
         replaced, as the spec's rule says."""
         m = entry.metadata
-        window = (
-            "ts_ns >= ? AND ts_ns < ? AND (archive_id IS NULL OR archive_id NOT IN"
-            " (SELECT archive_id FROM archives WHERE from_ns = ? AND to_ns = ?"
-            " AND archive_id != ?))"
+        self._insert_archives([entry])
+        origin = _value(
+            self.db, "SELECT rowid FROM archives WHERE archive_id = ?", (entry.archive_id,)
         )
-        args = (m.from_ns, m.to_ns, m.from_ns, m.to_ns, entry.archive_id)
+        window = (
+            "ts_ns >= ? AND ts_ns < ? AND (origin IS NULL OR origin NOT IN"
+            " (SELECT rowid FROM archives WHERE from_ns = ? AND to_ns = ? AND rowid != ?))"
+        )
+        args = (m.from_ns, m.to_ns, m.from_ns, m.to_ns, origin)
         # forget the flags of the rows replaced, as prune does (a reused rowid must not look
         # archived)
         self.db.execute(
@@ -303,12 +312,10 @@ class MessageStore:
             args,
         )
         self.db.execute(f"DELETE FROM messages WHERE {window}", args)
-        aid = entry.archive_id
         self.db.executemany(
-            "INSERT INTO messages (ts_ns, topic, raw, cap, archive_id) VALUES (?, ?, ?, ?, ?)",
-            [(x.timestamp_ns, x.topic, x.raw, x.cap_size, aid) for x in messages],
+            "INSERT INTO messages (ts_ns, topic, raw, cap, origin) VALUES (?, ?, ?, ?, ?)",
+            [(x.timestamp_ns, x.topic, x.raw, x.cap_size, origin) for x in messages],
         )
-        self._insert_archives([entry])
 
     def hydrate_many(self, items: Sequence[tuple[IndexEntry, Sequence[DecodedMessage]]]) -> int:
         """``hydrate`` several archives in one transaction (all or nothing). Returns how many
@@ -326,7 +333,8 @@ class MessageStore:
             chunk = ids[i : i + 500]
             n += _value(
                 self.db,
-                f"SELECT count(*) FROM messages WHERE archive_id IN ({','.join('?' * len(chunk))})",
+                "SELECT count(*) FROM messages WHERE origin IN (SELECT rowid FROM archives"
+                f" WHERE archive_id IN ({','.join('?' * len(chunk))}))",
                 tuple(chunk),
             )
         return n
@@ -336,8 +344,8 @@ class MessageStore:
         with self._reading():
             rows = _all(
                 self.db.execute(
-                    "SELECT archive_id, count(*) FROM messages WHERE archive_id IS NOT NULL"
-                    " GROUP BY archive_id"
+                    "SELECT a.archive_id, count(*) FROM messages m"
+                    " JOIN archives a ON a.rowid = m.origin GROUP BY a.archive_id"
                 )
             )
         return dict(rows)
