@@ -212,7 +212,7 @@ OPTIONS: tuple[Option, ...] = (
         "trackers",
         _trackers,
         None,
-        "Tracker URLs put in the torrent and magnet ([] none; default: the layout's, "
+        "Tracker URLs put in the torrent and magnet (an empty list: none; the layout's: "
         "status-go's two UDP trackers for status-go, none for spec).",
     ),
     Option("sds", "enabled", _bool, False, "Run SDS participants on a channel stream."),
