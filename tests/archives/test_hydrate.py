@@ -253,19 +253,74 @@ def test_a_member_killed_mid_hydrate_ends_with_every_message_once(tmp_path):
     store.close()
 
 
-def test_a_store_from_before_hydrated_rows_kept_their_archive_opens(tmp_path):
-    """A store written by an earlier loglake (no ``archive_id`` column) gains it on open."""
+_OLD_SCHEMA = """
+CREATE TABLE messages (ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL,
+  cap INTEGER NOT NULL DEFAULT 0, idx INTEGER);
+CREATE TABLE archived (rowid INTEGER PRIMARY KEY);
+CREATE INDEX messages_ts ON messages (ts_ns);
+CREATE TABLE archives (archive_id TEXT PRIMARY KEY, from_ns INTEGER, to_ns INTEGER,
+  offset INTEGER, size INTEGER);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+def _old_store(path, items, rows) -> None:
+    """A store as loglake wrote it before rows kept their archive: ``items`` recorded as
+    hydrated, ``rows`` the messages it holds."""
     import apsw
 
-    path = tmp_path / "old.sqlite"
     db = apsw.Connection(str(path))
-    db.execute(
-        "CREATE TABLE messages (ts_ns INTEGER NOT NULL, topic BLOB, raw BLOB NOT NULL,"
-        " cap INTEGER NOT NULL DEFAULT 0, idx INTEGER);"
-        "INSERT INTO messages VALUES (1, x'00', x'01', 1, NULL);"
-    )
+    db.execute(_OLD_SCHEMA)
+    for e, _ in items:
+        m = e.metadata
+        db.execute(
+            "INSERT INTO archives VALUES (?, ?, ?, ?, ?)",
+            (e.archive_id, m.from_ns, m.to_ns, e.offset, e.size),
+        )
+    for r in rows:
+        db.execute(
+            "INSERT INTO messages (ts_ns, topic, raw, cap) VALUES (?, ?, ?, ?)",
+            (r.timestamp_ns, r.topic, r.raw, r.cap_size),
+        )
+    db.close()
+
+
+def test_a_store_hit_by_the_old_hydrate_fetches_the_lost_archives_again(tmp_path):
+    """Week 0's three archives were hydrated by the old code, which kept only the last one's
+    messages; week 2's one archive is whole. On open, week 0's archives are forgotten (the next
+    fetch finds them missing), week 2's rows are attributed to its archive; hydrating week 0
+    again then leaves every message exactly once."""
+    week0, week2 = ARCHIVES[:3], ARCHIVES[5:6]
+    path = tmp_path / "old.sqlite"
+    _old_store(path, week0 + week2, week0[2][1] + week2[0][1])
+    store = MessageStore(path)
+    assert store.archive_ids() == {week2[0][0].archive_id}
+    assert store.hydrated_counts() == {week2[0][0].archive_id: 4}
+    assert store.count() == 8  # nothing deleted until the archives come again
+    assert store.hydrate_many(week0) == 12
+    want = Counter(m.raw for _, msgs in week0 + week2 for m in msgs)
+    assert Counter(raw for *_, raw in store.messages()) == want
+    store.close()
+    reopened = MessageStore(path)  # migrated once
+    assert reopened.archive_ids() == {e.archive_id for e, _ in week0 + week2}
+    reopened.close()
+
+
+def test_a_control_nodes_old_store_is_left_as_it_was(tmp_path):
+    """A control node's store (rows with their stream index) records archives of its own
+    builds, several per window for status-go: none is forgotten."""
+    import apsw
+
+    path = tmp_path / "control.sqlite"
+    _old_store(path, ARCHIVES[:3], [])
+    db = apsw.Connection(str(path))
+    for i, m in enumerate(LIVE):
+        db.execute(
+            "INSERT INTO messages (ts_ns, topic, raw, cap, idx) VALUES (?, ?, ?, ?, ?)",
+            (m.timestamp_ns, m.topic, m.raw, m.cap_size, i),
+        )
     db.close()
     store = MessageStore(path)
-    assert store.count() == 1
-    assert store.hydrate_many(ARCHIVES[:2]) == 8
+    assert store.archive_ids() == {e.archive_id for e, _ in ARCHIVES[:3]}
+    assert store.hydrated_counts() == {} and store.count() == len(LIVE)
     store.close()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ import apsw
 
 from loglake.archives.layout import DecodedMessage, IndexEntry
 from loglake.archives.messages import MessageRow
+from loglake.logs import log_event
+
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -94,11 +98,55 @@ class MessageStore:
             if "idx" not in cols:  # a store written before the stream index was kept
                 self.db.execute("ALTER TABLE messages ADD COLUMN idx INTEGER")
             if "origin" not in cols:  # a store written before hydrated rows kept their archive
+                # one transaction: a crash leaves the old store, migrated again next time
+                # (closing the connection on an error below rolls it back)
+                self.db.execute("BEGIN IMMEDIATE")
                 self.db.execute("ALTER TABLE messages ADD COLUMN origin INTEGER")
+                self._attribute_old_rows()
+                self.db.execute("COMMIT")
         except apsw.Error as e:
             with contextlib.suppress(apsw.Error):
                 self.db.close()
             raise _disk_error(e, self.path) from e
+
+    def _attribute_old_rows(self) -> None:
+        """A member store written before rows kept their archive: give each window's rows
+        the window's archive when it has one, and forget the archives of a window that has
+        several — the earlier hydrate kept only the last one's messages, so the next fetch
+        finds them missing and hydrates them all (the rows stay until then, and are replaced
+        by it). A control node's store (rows with a stream index) holds no hydrated rows."""
+        if (
+            _value(self.db, "SELECT 1 FROM messages WHERE idx IS NOT NULL LIMIT 1")
+            or _value(self.db, "SELECT 1 FROM meta WHERE key = 'ingest_next_index'")
+            or not _value(self.db, "SELECT 1 FROM archives LIMIT 1")
+        ):
+            return
+        windows = _all(
+            self.db.execute(
+                "SELECT from_ns, to_ns, count(*), min(rowid) FROM archives GROUP BY from_ns, to_ns"
+            )
+        )
+        forgotten = 0
+        for from_ns, to_ns, n, rowid in windows:
+            if n == 1:
+                self.db.execute(
+                    "UPDATE messages SET origin = ? WHERE ts_ns >= ? AND ts_ns < ?",
+                    (rowid, from_ns, to_ns),
+                )
+            else:
+                self.db.execute(
+                    "DELETE FROM archives WHERE from_ns = ? AND to_ns = ?", (from_ns, to_ns)
+                )
+                forgotten += n
+        if forgotten:
+            log_event(
+                logger,
+                logging.WARNING,
+                "archives to fetch again: an earlier hydrate kept one of several archives of"
+                " a window",
+                archives=forgotten,
+                store=self.path,
+            )
 
     def close(self) -> None:
         """SQLite ignores an I/O error of the checkpoint it runs when the last connection
