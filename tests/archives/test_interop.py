@@ -13,7 +13,7 @@ from coincurve import PrivateKey
 
 from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
-from loglake.archives.layout import get_layout
+from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
@@ -35,7 +35,7 @@ def tracker():
     t.close()
 
 
-def build(tmp_path, announce=()):
+def build(tmp_path, announce=None):
     layout = get_layout("status-go")
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 3000)
@@ -74,6 +74,35 @@ def test_aria2c_downloads_identical_files(tmp_path, tracker):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert_identical(tmp_path / "control", out)
         assert tracker.announces >= 2
+    finally:
+        seeder.close()
+
+
+@pytest.mark.peer("aria2c", shutil.which("aria2c") is not None, "apt-get install aria2")
+def test_aria2c_fetches_through_the_magnets_tracker(tmp_path, tracker):
+    """The magnet alone (its ``tr=``, no peer hint, no .torrent file): aria2c asks the tracker,
+    gets our seeder, resolves the metadata from it (BEP 9) and downloads identical files. The
+    torrent also lists status-go's default trackers after ours, as a status-go one would."""
+    control = build(tmp_path, announce=(tracker.url, *STATUS_GO_TRACKERS))
+    seeder = Seeder()
+    try:
+        seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+        seeder.handle.force_reannounce()
+        magnet = control.magnet()
+        assert "x.pe=" not in magnet and magnet.count("&tr=") == 3
+        out = tmp_path / "aria2"
+        proc = subprocess.run(
+            [
+                "aria2c", "--enable-dht=false", "--enable-dht6=false", "--bt-enable-lpd=false",
+                "--enable-peer-exchange=false", "--seed-time=0", f"--dir={out}",
+                f"--listen-port={free_port()}", "--bt-stop-timeout=60", "--quiet=true",
+                "--bt-save-metadata=false", "--console-log-level=error",
+                "--summary-interval=0", magnet,
+            ],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert_identical(tmp_path / "control", out)
     finally:
         seeder.close()
 

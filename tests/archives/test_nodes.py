@@ -178,8 +178,28 @@ def test_member_ignores_unsigned_foreign_and_stale_magnets(caplog):
     assert any("ignoring" in r.getMessage() for r in caplog.records)
     assert isinstance(core.on_message(b"garbage", 0), Ignored)
     assert isinstance(core.on_message(encode_magnet_message(5, MAGNET, KEY), 0), Accepted)
-    assert isinstance(core.on_message(encode_magnet_message(5, MAGNET + "x", KEY), 0), Ignored)
+    assert isinstance(core.on_message(encode_magnet_message(4, MAGNET + "x", KEY), 0), Ignored)
     assert core.magnet == MAGNET
+
+
+def test_member_takes_a_new_link_under_the_same_clock_as_status_go_does():
+    """status-go messenger_communities.go: ``clock >= lastClock`` and a link other than the
+    last one fetched is taken; an older clock, or the link already fetched, is not."""
+    core = MemberCore(CID, wait_ns=0)
+    assert isinstance(core.on_message(encode_magnet_message(5, MAGNET, KEY), 0), Accepted)
+    rebuilt = MAGNET + "&tr=x"
+    assert isinstance(core.on_message(encode_magnet_message(5, rebuilt, KEY), 1), Accepted)
+    assert core.due(1) == rebuilt
+    assert isinstance(core.on_message(encode_magnet_message(5, rebuilt, KEY), 2), Ignored)
+    core.done(rebuilt)
+    # the link fetched last is not fetched again, even under a newer clock
+    ev = core.on_message(encode_magnet_message(6, rebuilt, KEY), 3)
+    assert isinstance(ev, Ignored) and "already fetched" in ev.reason
+    assert core.due(10) is None
+    ev = core.on_message(encode_magnet_message(4, MAGNET + "&tr=y", KEY), 4)
+    assert isinstance(ev, Ignored) and "older" in ev.reason
+    assert isinstance(core.on_message(encode_magnet_message(6, MAGNET, KEY), 5), Accepted)
+    assert core.due(5) == MAGNET
 
 
 def test_member_node_reads_the_special_channel_stream(tmp_path, layout):

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from coincurve import PrivateKey
 
-from loglake.archives import ControlNode, MessageStore, community_id, get_layout
+from loglake.archives import ArchiveConfigError, ControlNode, MessageStore, community_id, get_layout
 from loglake.archives.layout import Layout
 from loglake.log import Entry, StreamConfig, open_log
 from loglake.pipeline.errors import BadOption, JobFailed
@@ -130,6 +130,8 @@ def test_output_is_byte_identical_to_the_control_node_over_many_weeks(spark, tmp
     c = rep.communities[0]
     assert c.info_hash == out.torrent.info_hash
     assert (tmp_path / "job" / f"{CID}.magnet").read_text().strip() == out.torrent.magnet(CID)
+    # both default to the layout's trackers (status-go's defaultAnnounceList for status-go)
+    assert out.torrent.announce == layout.default_trackers
     assert c.windows == 5 and c.records == 5 * 40
     assert staging_empty(tmp_path / "job")
 
@@ -272,6 +274,10 @@ def test_bad_options_are_typed_errors_before_spark(tmp_path):
     with pytest.raises(BadOption, match="fail or skip"):
         ArchivesBuildOptions(
             str(data), str(tmp_path / "r"), (Community("c", CID),), on_bad_record="x"
+        )
+    with pytest.raises(ArchiveConfigError, match="tracker 'ftp://x'"):
+        ArchivesBuildOptions(
+            str(data), str(tmp_path / "r"), (Community("c", CID),), announce=("ftp://x",)
         )
     with pytest.raises(BadOption, match="share"):
         ArchivesBuildOptions(

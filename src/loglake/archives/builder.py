@@ -26,7 +26,7 @@ from loglake.archives.layout import (
     Layout,
 )
 from loglake.archives.messages import MessageRow
-from loglake.archives.torrent import PieceHashes, Torrent, build_torrent
+from loglake.archives.torrent import PieceHashes, Torrent, build_torrent, check_trackers
 
 WINDOW_NS = 7 * 24 * 3600 * NS
 """Spec "Overview" step 6 and status-go's archive interval: 7 days."""
@@ -76,10 +76,14 @@ class ArchiveBuilder:
     entries: list[IndexEntry] = field(default_factory=list)
     hashes: PieceHashes = field(default_factory=PieceHashes)
     end_ns: int | None = None
-    announce: tuple[str, ...] = ()
+    announce: tuple[str, ...] | None = None
+    """Tracker URLs of the torrent; None: the layout's ``default_trackers``."""
 
     def __post_init__(self) -> None:
         self.hashes.piece_length = self.layout.piece_length
+        self.announce = check_trackers(
+            self.layout.default_trackers if self.announce is None else self.announce
+        )
 
     @property
     def data_size(self) -> int:
@@ -135,4 +139,4 @@ class ArchiveBuilder:
     def torrent(self, index: bytes | None = None) -> Torrent:
         if index is None:
             index = self.layout.encode_index(self.entries)
-        return build_torrent(self.name, self.hashes, index, self.announce)
+        return build_torrent(self.name, self.hashes, index, self.announce or ())

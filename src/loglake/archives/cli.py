@@ -54,6 +54,30 @@ def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _trackers_opt(f):
+    f = click.option(
+        "--no-trackers",
+        is_flag=True,
+        help="A torrent without trackers (members find the seeder from the magnet's peers).",
+    )(f)
+    return click.option(
+        "--tracker",
+        "trackers",
+        multiple=True,
+        help="Tracker announce URL put in the torrent and magnet (repeatable; replaces the "
+        "layout's defaults: none for spec, status-go's two UDP trackers for status-go).",
+    )(f)
+
+
+def _announce(trackers: tuple[str, ...], no_trackers: bool) -> tuple[str, ...] | None:
+    """The ``announce`` a ``ControlNode`` takes: None keeps the layout's default trackers."""
+    from loglake.archives.torrent import check_trackers
+
+    if no_trackers and trackers:
+        raise ArchiveConfigError("give --tracker or --no-trackers, not both")
+    return () if no_trackers else (check_trackers(trackers) if trackers else None)
+
+
 _layout_opt = click.option(
     "--layout",
     type=click.Choice(["spec", "status-go"]),
@@ -95,7 +119,9 @@ def keygen(out: str) -> None:
 @click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
 @click.option("--publish", "channel", help="Push the signed magnet link to this stream.")
 @click.option("--peer", "peers", multiple=True, help="host:port hint put in the magnet (x.pe).")
-def build(data_dir, stream, root, key_file, layout, now, partial, topics, channel, peers) -> None:
+@_trackers_opt
+def build(data_dir, stream, root, key_file, layout, now, partial, topics, channel, peers, trackers,
+          no_trackers) -> None:  # fmt: skip
     """Export the next 7-day windows of a community stream into archives (control node)."""
     from loglake.archives.control import ControlNode
     from loglake.archives.signing import community_id
@@ -106,9 +132,12 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
     key = _key(key_file)
     lay = get_layout(layout)
     cid = community_id(key)
+    announce = _announce(trackers, no_trackers)
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(Path(root) / f"{cid}.sqlite")
-    node = ControlNode(root, key, lay, store, [lay.parse_topic(t) for t in topics] or None)
+    node = ControlNode(
+        root, key, lay, store, [lay.parse_topic(t) for t in topics] or None, announce
+    )
     log = open_log(data_dir, readonly=channel is None)
     try:
         n = node.ingest_log(log, stream)
@@ -297,8 +326,9 @@ def _source(f):
 @click.option("--port", type=PORT, default=0, help="Seeder port on 127.0.0.1 (0: any).")
 @click.option("--check-every", type=float, default=60.0, show_default=True, help="Seconds.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+@_trackers_opt
 def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port, check_every,
-        duration) -> None:  # fmt: skip
+        duration, trackers, no_trackers) -> None:  # fmt: skip
     """Control node loop: ingest, build due 7-day windows, seed the newest torrent, publish its
     signed magnet link on the special channel, prune archived messages older than 30 days."""
     from loglake.archives.bt import Seeder
@@ -309,9 +339,12 @@ def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port
     key = _key(key_file)
     lay = get_layout(layout)
     cid = community_id(key)
+    announce = _announce(trackers, no_trackers)
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(Path(root) / f"{cid}.sqlite")
-    node = ControlNode(root, key, lay, store, [lay.parse_topic(t) for t in topics] or None)
+    node = ControlNode(
+        root, key, lay, store, [lay.parse_topic(t) for t in topics] or None, announce
+    )
     streams, close = _open_streams(data_dir, connect, readonly=False)
     seeder = Seeder(port)
     seeded = None

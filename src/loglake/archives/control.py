@@ -72,8 +72,10 @@ class ControlNode:
         layout: Layout,
         store: MessageStore,
         topics: list[bytes | str] | None = None,
-        announce: tuple[str, ...] = (),
+        announce: tuple[str, ...] | None = None,
     ) -> None:
+        """``announce``: the torrent's tracker URLs (None: the layout's default trackers, which
+        for status-go are status-go's own ``defaultAnnounceList``; ``()``: none)."""
         self.root = Path(root)
         self.key = key
         self.layout = layout
@@ -120,7 +122,7 @@ class ControlNode:
                 fs.fsync_file(path)
         fs.fsync_dir(self.folder)
 
-    def _load(self, announce: tuple[str, ...]) -> ArchiveBuilder:
+    def _load(self, announce: tuple[str, ...] | None) -> ArchiveBuilder:
         self._make_durable()
         entries: list[IndexEntry] = []
         if self.index_path.exists():
@@ -156,7 +158,7 @@ class ControlNode:
                 ),
                 default=None,
             ),
-            tuple(announce),
+            announce,
         )
 
     # -- ingest -----------------------------------------------------------------------------

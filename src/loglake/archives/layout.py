@@ -58,6 +58,14 @@ from loglake.wire.varint import encode_uleb
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
 
+STATUS_GO_TRACKERS = (
+    "udp://tracker.opentrackr.org:1337/announce",
+    "udp://tracker.openbittorrent.com:6969/announce",
+)
+"""status-go protocol/communities/manager.go ``defaultAnnounceList`` (one tracker per tier),
+which manager_archive_file.go puts in every archive torrent's ``announce-list``; anacrolix's
+``MetaInfo.Magnet`` then writes each as a ``tr=`` of the magnet link."""
+
 
 def keccak256(data: bytes) -> bytes:
     return keccak.new(data=data, digest_bits=256).digest()
@@ -106,6 +114,9 @@ class Layout(ABC):
     name: str
     piece_length: int = PIECE_LENGTH
     max_archive_bytes: int | None = None
+    default_trackers: tuple[str, ...] = ()
+    """Tracker URLs a torrent gets unless the user names others. The spec names none (peers
+    come from the magnet link and DHT); status-go sets its ``defaultAnnounceList``."""
     archive_version: int = 0
 
     # -- records ----------------------------------------------------------------------------
@@ -333,6 +344,7 @@ def padding_field(body_len: int, piece: int) -> bytes:
 class StatusGoLayout(Layout):
     name = "status-go"
     max_archive_bytes = MAX_ARCHIVE_SIZE
+    default_trackers = STATUS_GO_TRACKERS
     archive_version = 0  # status-go never sets WakuMessageArchive.version
 
     def decode_record(self, raw: bytes) -> DecodedMessage:

@@ -50,6 +50,8 @@ class MemberCore:
     magnet: str | None = None
     last_at_ns: int | None = None
     fetched: set[str] = field(default_factory=set)
+    last_fetched: str | None = None
+    """status-go's ``lastSeenMagnetlink``: the link whose download finished last."""
 
     def on_message(self, raw: bytes, now_ns: int) -> Accepted | Ignored:
         try:
@@ -57,19 +59,30 @@ class MemberCore:
         except BadMagnetMessage as e:
             log_event(logger, logging.WARNING, "ignoring special-channel message", reason=str(e))
             return Ignored(str(e))
-        if msg.clock <= self.last_clock:
-            return Ignored(f"clock {msg.clock} is not newer than {self.last_clock}")
+        # status-go takes a link whose clock is not older than the last one (``clock >=
+        # lastClock``, messenger_communities.go) unless it is the one last fetched: a control
+        # node that rebuilt its torrent within one clock tick (ms) publishes a new link under
+        # the same clock, and that link must not be lost
+        if msg.clock < self.last_clock:
+            return Ignored(f"clock {msg.clock} is older than {self.last_clock}")
+        if msg.magnet_uri == self.last_fetched:
+            return Ignored("magnet link already fetched")
+        if msg.clock == self.last_clock and msg.magnet_uri == self.magnet:
+            # a repeat of the pending link (status-go restarts its download for it; here the
+            # fetch it asks for is pending already, and the quiet period is not restarted)
+            return Ignored("the same magnet link again")
         self.last_clock, self.magnet, self.last_at_ns = msg.clock, msg.magnet_uri, now_ns
         return Accepted(msg)
 
     def due(self, now_ns: int) -> str | None:
         """The magnet to fetch now, if the quiet period after the last one has passed."""
-        if self.magnet is None or self.magnet in self.fetched or self.last_at_ns is None:
+        if self.magnet is None or self.magnet == self.last_fetched or self.last_at_ns is None:
             return None
         return self.magnet if now_ns - self.last_at_ns >= self.wait_ns else None
 
     def done(self, magnet: str) -> None:
         self.fetched.add(magnet)
+        self.last_fetched = magnet
 
 
 def missing_archives(

@@ -20,11 +20,44 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import PIECE_LENGTH
+
+TRACKER_SCHEMES = ("http", "https", "udp")
+"""Announce URL schemes BitTorrent clients speak: HTTP(S) trackers (BEP 3) and UDP trackers
+(BEP 15)."""
+
+
+def check_trackers(urls: object) -> tuple[str, ...]:
+    """Tracker URLs as given, checked (scheme, host, no whitespace) and without repeats, or
+    ``ArchiveConfigError`` naming the first bad one: a torrent's ``announce-list`` is read by
+    every member's client, so a typo must stop the build, not reach them."""
+    if isinstance(urls, str) or not isinstance(urls, list | tuple):
+        raise ArchiveConfigError("trackers: expected a list of tracker URLs")
+    out: list[str] = []
+    for url in urls:
+        if not isinstance(url, str):
+            raise ArchiveConfigError(f"tracker {url!r} is not a URL")
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as e:
+            raise ArchiveConfigError(f"tracker {url!r} is not a URL: {e}") from None
+        if (
+            parts.scheme not in TRACKER_SCHEMES
+            or not parts.hostname
+            or any(c.isspace() or ord(c) < 32 for c in url)
+        ):
+            raise ArchiveConfigError(
+                f"tracker {url!r} is not an announce URL (http://, https:// or udp://host[:port]/...)"
+            )
+        if url not in out:
+            out.append(url)
+    return tuple(out)
 
 
 def bencode(value: object) -> bytes:
@@ -148,7 +181,10 @@ class Torrent:
         return hashlib.sha1(self.info).hexdigest()
 
     def metainfo(self) -> bytes:
-        """The ``.torrent`` file: ``{announce, announce-list, info}`` (raw info bytes kept)."""
+        """The ``.torrent`` file: ``{announce, announce-list, info}`` (raw info bytes kept).
+        ``announce-list`` has one tracker per tier, as status-go's ``defaultAnnounceList``;
+        ``announce`` (the first tracker) is for clients without BEP 12 (status-go leaves it
+        out; neither is part of the info-hash)."""
         head = b"d"
         if self.announce:
             head += bencode("announce") + bencode(self.announce[0])

@@ -21,6 +21,8 @@ def _flag(o: Option) -> Any:
     default = o.default if not isinstance(o.default, tuple) else ",".join(o.default) or "none"
     if o.name == "data_dir":
         default = default_data_dir()
+    elif o.name == "archives.trackers":  # None there means "the layout's", not "none"
+        default = "the layout's"
     elif default is None:
         default = "none"
     help_ = f"{o.help} [{o.where}; env {o.env}; default {default}]"

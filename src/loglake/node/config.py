@@ -10,8 +10,8 @@ checked at start and an error names the key and where the bad value came from::
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
 metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
 retention_interval; ``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control,
-member, stream, channel, layout, check_every, wait; ``[sds]`` enabled, channel, participants;
-``[jobs]`` enabled. docs/node.md has the table with defaults.
+member, stream, channel, layout, check_every, wait, trackers; ``[sds]`` enabled, channel,
+participants; ``[jobs]`` enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
@@ -113,6 +113,20 @@ def _names(allowed: tuple[str, ...] | None = None) -> Check:
     return check
 
 
+def _trackers(v: Any) -> tuple[str, ...]:
+    """Tracker announce URLs: a TOML array, or comma-separated in a flag or env variable; an
+    empty list means a torrent without trackers."""
+    from loglake.archives.errors import ArchiveConfigError
+    from loglake.archives.torrent import check_trackers
+
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    try:
+        return check_trackers(v)
+    except ArchiveConfigError as e:
+        raise ValueError(str(e)) from None
+
+
 def _path(v: Any) -> Path:
     return Path(_str(v)).expanduser()
 
@@ -193,6 +207,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("archives", "layout", _choice(*LAYOUTS), "spec", "Archive byte layout."),
     Option("archives", "check_every", _float(0.1), 60.0, "Control loop period, s."),
     Option("archives", "wait", _float(0.0), 20.0, "Member quiet period after a magnet, s."),
+    Option(
+        "archives",
+        "trackers",
+        _trackers,
+        None,
+        "Tracker URLs put in the torrent and magnet (an empty list: none; the layout's: "
+        "status-go's two UDP trackers for status-go, none for spec).",
+    ),
     Option("sds", "enabled", _bool, False, "Run SDS participants on a channel stream."),
     Option("sds", "channel", _str, "chat", "SDS channel id (its stream: sds.<channel>)."),
     Option("sds", "participants", _names(), ("alice", "bob"), "Participant ids."),

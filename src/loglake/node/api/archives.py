@@ -129,6 +129,7 @@ class ArchivesHandle:
         self.community = community_id(self.key)
         self.streams = LocalStreams(ctx.log)
         self.wait_ns = int(section.wait * NS)
+        self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
         self.control_snapshot: dict[str, Any] | None = None
         self.member_snapshot: dict[str, Any] | None = None
         self.loops: list[_Loop] = []
@@ -173,7 +174,7 @@ class ArchivesHandle:
             root.mkdir(exist_ok=True)
             store = MessageStore(root / f"{self.community}.sqlite")
             self._stores.append(store)
-            self._cnode = ControlNode(root, self.key, self.layout, store)
+            self._cnode = ControlNode(root, self.key, self.layout, store, announce=self.trackers)
             self._seeder = Seeder(0)
         node = self._cnode
         now = now_ns if now_ns is not None else time.time_ns()

@@ -95,7 +95,7 @@ from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
 from loglake.archives.errors import BadRecord
 from loglake.archives.layout import Layout, get_layout
 from loglake.archives.messages import IndexEntry
-from loglake.archives.torrent import PieceHashes
+from loglake.archives.torrent import PieceHashes, check_trackers
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
@@ -144,7 +144,8 @@ class ArchivesBuildOptions:
     partial: bool = False
     period_ns: int = WINDOW_NS
     topics: tuple[bytes | str, ...] | None = None
-    announce: tuple[str, ...] = ()
+    announce: tuple[str, ...] | None = None
+    """Tracker URLs of the torrent (None: the layout's defaults, as ``ControlNode``)."""
     on_bad_record: str = "fail"
 
     def __post_init__(self) -> None:
@@ -157,6 +158,8 @@ class ArchivesBuildOptions:
         if self.period_ns <= 0:
             raise BadOption("period_ns", self.period_ns, "must be positive")
         get_layout(self.layout)  # ArchiveConfigError for an unknown layout
+        if self.announce is not None:  # before any Spark work: ArchiveConfigError naming it
+            check_trackers(self.announce)
         ids = [c.community_id for c in self.communities]
         if len(set(ids)) != len(ids):
             raise BadOption("communities", ids, "two streams share a community id")
@@ -1029,7 +1032,7 @@ def _stage_community(
     layout: Layout,
     rows: list[Any],
     end_ns: int,
-    announce: tuple[str, ...],
+    announce: tuple[str, ...] | None,
     report: CommunityReport,
 ) -> Path | None:
     """Offsets by prefix sum, index, torrent, magnet; stage the new files and ``COMMIT``.

@@ -53,7 +53,13 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
 @click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
 @click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
 @click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
-@click.option("--announce", multiple=True, help="Tracker URL put in the torrent (repeatable).")
+@click.option(
+    "--announce",
+    multiple=True,
+    help="Tracker URL put in the torrent (repeatable; default: the layout's, as "
+    "`loglake archives build`).",
+)
+@click.option("--no-trackers", is_flag=True, help="A torrent without trackers.")
 @click.option(
     "--on-bad-record",
     type=click.Choice(["fail", "skip"]),
@@ -79,6 +85,7 @@ def archives_build_command(
     partial: bool,
     topics: tuple[str, ...],
     announce: tuple[str, ...],
+    no_trackers: bool,
     on_bad_record: str,
     as_json: bool,
     spark_master: str | None,
@@ -100,6 +107,8 @@ def archives_build_command(
     if not Path(data).is_dir():
         raise BadOption("--data-dir", data_dir, "no such directory")
     lay = get_layout(layout)
+    if no_trackers and announce:
+        raise BadOption("--no-trackers", "", "give --announce or --no-trackers, not both")
     opts = ArchivesBuildOptions(
         data_dir=data,
         root=str(Path(root).expanduser().resolve()),
@@ -108,7 +117,7 @@ def archives_build_command(
         now_ns=parse_time_ns(now),
         partial=partial,
         topics=tuple(lay.parse_topic(t) for t in topics) or None,
-        announce=announce,
+        announce=() if no_trackers else (announce or None),
         on_bad_record=on_bad_record,
     )
     console = Console(stderr=True)

@@ -1,0 +1,43 @@
+"""The node's archives part: ``[archives] trackers`` reaches the torrent the control loop seeds
+and the magnet the API shows."""
+
+from __future__ import annotations
+
+import libtorrent as lt
+import pytest
+
+from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
+from loglake.node.api.archives import ArchivesHandle
+from loglake.node.config import load_config
+from tests.archives.helpers import START, fill_weeks
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    ("trackers", "want"),
+    [
+        (None, list(STATUS_GO_TRACKERS)),  # unset: the layout's (status-go's own defaults)
+        (["http://127.0.0.1:9/announce"], ["http://127.0.0.1:9/announce"]),
+        ([], []),
+    ],
+)
+def test_configured_trackers_are_in_the_seeded_torrent_and_magnet(api_node, trackers, want):
+    section = {"enabled": True, "member": False, "layout": "status-go", "check_every": 3600.0}
+    if trackers is not None:
+        section["trackers"] = trackers
+    cfg = load_config(data={"archives": section}, env={})
+    fill_weeks(api_node.log, "community", get_layout("status-go"), range(1), 10)
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        handle.build_now(None, partial=False)  # a round done (the loop's first may have built)
+        got = api_node.client.get("/api/archives").json()
+        assert [a["from_ns"] for a in got["archives"]] == [START]
+        torrent = got["torrent"]
+        assert list(lt.parse_magnet_uri(torrent["magnet"]).trackers) == want
+        meta = (handle.folder / "control" / f"{handle.community}.torrent").read_bytes()
+        tiers = lt.bdecode(meta).get(b"announce-list", [])
+        assert [u.decode() for tier in tiers for u in tier] == want
+    finally:
+        handle.close()
