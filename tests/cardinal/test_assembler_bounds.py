@@ -84,7 +84,7 @@ def test_only_typed_errors_leave_the_assembler_and_limits_hold(
             c.receive(key, value, "d:0", i)
         assert c.pending <= max_pending
         assert c.queued <= max_queued
-        assert len(c.done()) <= 8 * threshold + 16
+        assert len(c.done()) <= c.max_done
 
 
 def test_messages_for_batches_that_never_arrive_stay_within_max_queued():

@@ -33,8 +33,8 @@ top (the chain head when an ordered layer drives ``advance``, else the highest c
 number) is evicted with a logged warning. Messages queued for a Batch not seen yet carry no
 block number: at most ``max_queued`` are held, checked on every message queued (beyond it, the
 oldest queued blocks' messages go, with a log line). At most ``max_pending`` incomplete batches
-are held (beyond it, the highest-numbered goes), and at most ``8 * reorg_threshold + 16`` done
-hashes.
+are held (beyond it, the highest-numbered goes), and at most ``max_done`` done hashes
+(``max(8 * reorg_threshold + 16, MIN_DONE)``, the one noted longest ago goes first).
 Protocol violations with well-formed bytes (index past ItemCount, a
 SubBatchHeader or message for nothing announced, more messages than a prefix's count) are
 logged and dropped; malformed bytes raise ``CardinalDecodeError`` from ``receive`` before any
@@ -83,6 +83,10 @@ log = logging.getLogger(__name__)
 DEFAULT_REORG_THRESHOLD = 128  # the reference tests' ReorgThreshold
 DEFAULT_MAX_QUEUED = 100_000  # messages held for Batches not yet seen, before eviction starts
 DEFAULT_MAX_PENDING = 10_000  # incomplete batches held at most (highest numbers go first)
+MIN_DONE = 1_024
+"""Done hashes remembered at least, whatever the threshold: a redundant producer's late copy
+of a block, or a partition read ahead of the others, must find its hash still remembered;
+beyond ``max(8 * reorg_threshold + 16, MIN_DONE)`` the hash noted longest ago goes."""
 
 
 @dataclass(slots=True)
@@ -140,6 +144,7 @@ class BlockAssembler:
         self._queued = 0
         self.max_queued = max_queued
         self.max_pending = max_pending
+        self.max_done = max(8 * reorg_threshold + 16, MIN_DONE)
         self._completed: dict[bytes, int] = dict(completed)  # hash -> number
         self._high = last_number if last_number is not None else -1
         self._driven = False  # True once advance() sets the window from the chain head
@@ -429,15 +434,12 @@ class BlockAssembler:
 
     def _remember(self, h: bytes, number: int) -> None:
         """Note ``h`` as done (complete, or too old to assemble): its messages are dropped on
-        sight. Bounded: over the cap, the lowest numbers below the window go first, then, if a
-        producer floods one window with hashes, the oldest noted (a dict keeps that order)."""
+        sight. Bounded: over the cap, the hash noted longest ago goes (a dict keeps insertion
+        order). By age of noting, not block number: a redundant producer's late copy of an old
+        block arrives together, so its Batch is noted just before its other messages come."""
         self._completed[h] = number
-        cap = 8 * self.reorg_threshold + 16
-        if len(self._completed) > cap:
-            cut = self._high - 4 * self.reorg_threshold
-            self._completed = {x: n for x, n in self._completed.items() if n >= cut}
-            while len(self._completed) > cap:
-                del self._completed[next(iter(self._completed))]
+        if len(self._completed) > self.max_done:
+            del self._completed[next(iter(self._completed))]
 
     def _shed_early(self) -> None:
         """Over ``max_queued`` messages waiting for a Batch: drop whole blocks' queues, oldest
@@ -476,9 +478,6 @@ class BlockAssembler:
                 remaining=pb.remaining,
                 high=self._high,
             )
-        if len(self._completed) > 8 * self.reorg_threshold + 16:
-            cut = self._high - 4 * self.reorg_threshold
-            self._completed = {h: n for h, n in self._completed.items() if n >= cut}
 
     def _drop_early(self, h: bytes) -> dict | None:
         q = self._early.pop(h, None)
