@@ -11,6 +11,7 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loglake.cardinal.blocks import BlockRef
 from loglake.cardinal.codec import encode
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import ZERO_HASH
@@ -26,7 +27,7 @@ from loglake.cardinal.transport import (
 )
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
-from tests.cardinal.helpers import ChainModel
+from tests.cardinal.helpers import ChainModel, h
 
 
 def _chain(n: int) -> list[BlockPayload]:
@@ -145,3 +146,22 @@ def test_three_thousand_blocks_four_partitions_restarts_reach_the_window():
         keys = [(d.key, b"") for d in t.fetch(s, 0, 10**7)]
         floor = _window_floor({s: keys}, window)[s]
         assert ckpt.offsets[s] >= floor, (s, ckpt.offsets[s], floor, len(keys))
+
+
+def test_transport_loads_back_reverted_and_done_blocks():
+    # What a restart reads from the checkpoint stream is the whole checkpoint, not only its
+    # chain, offsets and reorgs: the blocks a pending Reorg removed and the done blocks too.
+    t = StreamTransport(LocalStreams(MemoryLog()), partitions=1)
+    chain = _chain(3)
+    ckpt = Checkpoint(
+        tuple(BlockRef(b.number, b.hash, b.parent, b.weight) for b in chain[:2]),
+        {},  # no topic partitions: only the checkpoint stream is written
+        ((1, chain[1].hash, False),),
+        (chain[2].hash,),
+    )
+    t.save_checkpoint("me", ckpt)
+    loaded = t.load_checkpoint("me")
+    assert loaded is not None and loaded.reverted == (chain[2].hash,)
+    with_done = Checkpoint(ckpt.chain, ckpt.offsets, ckpt.reorgs, ckpt.reverted, ((0, h(9)),))
+    t.save_checkpoint("you", with_done)
+    assert t.load_checkpoint("you") == with_done
