@@ -57,3 +57,28 @@ def test_malformed_checkpoint_is_a_checkpoint_error(bad: bytes):
 def test_arbitrary_bytes_decode_or_raise_checkpoint_error(data: bytes):
     with contextlib.suppress(CheckpointError):
         Checkpoint.from_bytes(data)
+
+
+@pytest.mark.parametrize(
+    "done",
+    [
+        [[-1, H]],  # a block number is >= 0
+        [[1, "ab"]],  # hash not 32 bytes
+        [[1]],
+        [[1, H, 2]],
+        "ab",
+        {"ab": 1},
+        [[1.5, H]],
+        [[True, H]],
+    ],
+)
+def test_malformed_done_blocks_are_a_checkpoint_error(done):
+    with pytest.raises(CheckpointError):
+        Checkpoint.from_bytes(_cp(done=done))
+
+
+def test_done_blocks_round_trip_and_older_checkpoints_have_none():
+    cp = Checkpoint.from_bytes(_cp(done=[[3, H], [0, "cd" * 32]]))
+    assert cp.done == ((3, bytes.fromhex(H)), (0, bytes.fromhex("cd" * 32)))
+    assert Checkpoint.from_bytes(cp.to_bytes()) == cp
+    assert Checkpoint.from_bytes(_cp()).done == ()

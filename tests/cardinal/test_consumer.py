@@ -118,16 +118,20 @@ def test_counts_that_never_complete_are_evicted_past_the_window(caplog):
 
 
 def test_early_messages_for_a_batch_that_never_comes_are_evicted(caplog):
+    # Bounded on every message queued, not only when the head advances: the oldest queued
+    # block's messages go first.
     p = Producer("d", {"foo/": "d"})
-    c = BlockAssembler(reorg_threshold=2, max_queued=0)
-    orphan = p.add_block(1, h(99), h(0), 1, {"foo/a": b"1"})["d"]
-    c.handle(orphan[0])  # the BatchMsg, its Batch never sent
+    c = BlockAssembler(reorg_threshold=2, max_queued=1)
+    first = p.add_block(1, h(98), h(0), 1, {"foo/a": b"1"})["d"]
+    second = p.add_block(1, h(99), h(0), 1, {"foo/a": b"1"})["d"]
+    c.handle(first[0], "d:0", 0)  # the BatchMsg, its Batch never sent
     assert c.queued == 1
     with caplog.at_level(logging.INFO):
-        for n in range(1, 6):
-            c.handle(p.add_block(n, h(n), h(n - 1), n, {})["d"][0])
-    assert c.queued == 0
+        c.handle(second[0], "d:0", 1)
+    assert c.queued == 1 and c.held_offsets() == {"d:0": 1}
     assert "Batch never came" in caplog.text
+    out = c.handle(second[1], "d:0", 2)  # the second's Batch: it completes
+    assert [b.hash for b in out] == [h(99)] and c.queued == 0
 
 
 def test_tracking_a_subset_of_prefixes():

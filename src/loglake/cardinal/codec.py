@@ -37,6 +37,7 @@ from loglake.cardinal.messages import (
 )
 
 _H1 = 1 + HASH_SIZE  # end of $BlockHash
+MAX_AVRO_INT = avro.INT32_MAX
 _H2 = 1 + 2 * HASH_SIZE  # end of $BatchId
 MAX_WEIGHT = 2**256 - 1
 
@@ -54,6 +55,15 @@ def _hash(h: bytes, what: str) -> bytes:
     return bytes(h)
 
 
+def _avro_nat(n: int, what: str) -> bytes:
+    """A non-negative Avro ``int``: the reference writes a SubBatchMsg index, an item count and
+    a Reorg/ReorgComplete block number as ``delivery/types.go: AvroInt`` (int32), and none of
+    them can be negative; ``decode`` refuses the same values."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_AVRO_INT:
+        raise ProducerError(f"{what} {n!r} is outside 0..{MAX_AVRO_INT} (an Avro int, int32)")
+    return avro.int_bytes(n)
+
+
 def _key_bytes(k: str) -> bytes:
     return k.encode("utf-8", "surrogateescape")
 
@@ -69,7 +79,7 @@ def encode(msg: Message) -> tuple[bytes, bytes]:
             bytes((SUB_BATCH_MSG,))
             + _hash(msg.hash, "hash")
             + _hash(msg.batch_id, "batch id")
-            + avro.int_bytes(msg.index)
+            + _avro_nat(msg.index, "SubBatchMsg index")
         )
         return key, avro.encode_update(msg.deletes, msg.updates)
     if isinstance(msg, Batch):
@@ -85,10 +95,11 @@ def encode(msg: Message) -> tuple[bytes, bytes]:
         return bytes((BATCH,)) + _hash(msg.hash, "hash"), value
     if isinstance(msg, SubBatchHeader):
         key = bytes((SUB_BATCH_HEADER,)) + _hash(msg.hash, "hash") + _hash(msg.batch_id, "batch id")
-        return key, avro.int_bytes(msg.item_count)
+        return key, _avro_nat(msg.item_count, "item count")
     if isinstance(msg, Reorg | ReorgComplete):
         prefix = REORG if isinstance(msg, Reorg) else REORG_COMPLETE
-        return bytes((prefix,)) + _hash(msg.hash, "hash"), avro.int_bytes(msg.number)
+        number = _avro_nat(msg.number, f"{type(msg).__name__} block number")
+        return bytes((prefix,)) + _hash(msg.hash, "hash"), number
     if isinstance(msg, Ping):
         return bytes((PING,)) + _hash(msg.producer_id, "producer id"), msg.value
     raise ProducerError(f"not a Cardinal message: {msg!r}")
@@ -138,6 +149,8 @@ def decode(key: bytes, value: bytes) -> Message:
         if len(key) != _H1:
             raise CardinalDecodeError(name, f"key must be 33 bytes, got {len(key)}")
         number = avro.decode_int(value, name, "number")
+        if number < 0:  # a block number: -5 would revert to "before block #0"
+            raise CardinalDecodeError(name, f"negative block number {number}")
         cls = Reorg if t == REORG else ReorgComplete
         return cls(key[1:], number)
     # PING

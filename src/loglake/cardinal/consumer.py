@@ -22,14 +22,19 @@ Rules (spec "Batch/Consumers", "SubBatchHeader/Consumers", "SubBatchMsg/Consumer
   tracked regex matches are ignored, and so are their messages.
 - a block is complete when every counter is zero, every SubBatchHeader arrived and every item
   of every sub-batch arrived (kept as one ``remaining`` integer, so each message is O(1)).
-- completed hashes are remembered within the reorg window, so late duplicates are dropped.
+- completed hashes are remembered within the reorg window, so late duplicates are dropped;
+  so are the hashes of blocks evicted or dropped as older than the window (the reference's
+  ``oldBlocks``): their remaining messages are dropped on sight, never queued for a Batch that
+  was already read (queued, they would hold their partitions' offsets back for good). A
+  checkpoint carries these hashes (``done``) for the same reason across a restart.
 
-Bounded memory: a pending block more than ``reorg_threshold`` below the window's top (the
-chain head when an ordered layer drives ``advance``, else the highest completed number) is
-evicted with a logged warning. Messages queued for a Batch not seen yet carry no block number
-(partitions may run far apart, so their age says little): once more than ``max_queued`` are
-held, those queued before the window's floor are evicted, oldest first, with a log line. At
-most ``max_pending`` incomplete batches are held (beyond it, the highest-numbered goes).
+Bounded memory, at all times: a pending block more than ``reorg_threshold`` below the window's
+top (the chain head when an ordered layer drives ``advance``, else the highest completed
+number) is evicted with a logged warning. Messages queued for a Batch not seen yet carry no
+block number: at most ``max_queued`` are held, checked on every message queued (beyond it, the
+oldest queued blocks' messages go, with a log line). At most ``max_pending`` incomplete batches
+are held (beyond it, the highest-numbered goes), and at most ``max_done`` done hashes
+(``max(8 * reorg_threshold + 16, MIN_DONE)``, the one noted longest ago goes first).
 Protocol violations with well-formed bytes (index past ItemCount, a
 SubBatchHeader or message for nothing announced, more messages than a prefix's count) are
 logged and dropped; malformed bytes raise ``CardinalDecodeError`` from ``receive`` before any
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -78,6 +84,10 @@ log = logging.getLogger(__name__)
 DEFAULT_REORG_THRESHOLD = 128  # the reference tests' ReorgThreshold
 DEFAULT_MAX_QUEUED = 100_000  # messages held for Batches not yet seen, before eviction starts
 DEFAULT_MAX_PENDING = 10_000  # incomplete batches held at most (highest numbers go first)
+MIN_DONE = 1_024
+"""Done hashes remembered at least, whatever the threshold: a redundant producer's late copy
+of a block, or a partition read ahead of the others, must find its hash still remembered;
+beyond ``max(8 * reorg_threshold + 16, MIN_DONE)`` the hash noted longest ago goes."""
 
 
 @dataclass(slots=True)
@@ -130,12 +140,16 @@ class BlockAssembler:
         self._tracked = [re.compile(p) for p in patterns]
         self._pending: dict[bytes, _Pending] = {}
         self._early: dict[bytes, dict[tuple, tuple[Message, str, int]]] = {}
-        self._early_at: dict[bytes, int] = {}
+        # OrderedDicts where the oldest entry is taken: a plain dict finds its first entry by
+        # skipping the slots of entries deleted before it, O(n) per call after many deletions
+        # (measured: 250,000 queued messages took 14 s instead of 6 s).
+        self._early_at: OrderedDict[bytes, int] = OrderedDict()
         self._early_offsets: dict[bytes, dict[str, int]] = {}
         self._queued = 0
         self.max_queued = max_queued
         self.max_pending = max_pending
-        self._completed: dict[bytes, int] = dict(completed)  # hash -> number
+        self.max_done = max(8 * reorg_threshold + 16, MIN_DONE)
+        self._completed: OrderedDict[bytes, int] = OrderedDict(completed)  # hash -> number
         self._high = last_number if last_number is not None else -1
         self._driven = False  # True once advance() sets the window from the chain head
         self.next_offsets: dict[str, int] = {}
@@ -220,7 +234,7 @@ class BlockAssembler:
             )
             self.stats.dropped += 1
             self._drop_early(b.hash)
-            self._completed[b.hash] = b.number  # its other messages are dropped on sight too
+            self._remember(b.hash, b.number)  # its other messages are dropped on sight too
             return []
         pb = _Pending(b)
         if offset >= 0:
@@ -254,6 +268,9 @@ class BlockAssembler:
         self._pending[b.hash] = pb
         if len(self._pending) > self.max_pending:
             self._shed_pending()
+            if b.hash not in self._pending:  # it was the highest: its queued messages go too
+                self._drop_early(b.hash)
+                return []
         early_offsets = self._early_offsets.get(b.hash)
         early = self._drop_early(b.hash)
         if early_offsets:
@@ -288,6 +305,8 @@ class BlockAssembler:
         self._queued += 1
         if offset >= 0:
             _note_offset(self._early_offsets[h], source, offset)
+        if self._queued > self.max_queued:
+            self._shed_early()
 
     def _drop(self, pb: _Pending, why: str, **fields: object) -> None:
         self.stats.dropped += 1
@@ -387,7 +406,7 @@ class BlockAssembler:
     def _complete(self, pb: _Pending) -> Block:
         b = pb.batch
         del self._pending[b.hash]
-        self._completed[b.hash] = b.number
+        self._remember(b.hash, b.number)
         self.stats.blocks += 1
         if not self._driven and b.number > self._high:
             self._high = b.number
@@ -417,10 +436,42 @@ class BlockAssembler:
             pending=len(self._pending),
         )
 
+    def _remember(self, h: bytes, number: int) -> None:
+        """Note ``h`` as done (complete, or too old to assemble): its messages are dropped on
+        sight. Bounded: over the cap, the hash noted longest ago goes (a dict keeps insertion
+        order). By age of noting, not block number: a redundant producer's late copy of an old
+        block arrives together, so its Batch is noted just before its other messages come."""
+        self._completed[h] = number
+        if len(self._completed) > self.max_done:
+            self._completed.popitem(last=False)
+
+    def _shed_early(self) -> None:
+        """Over ``max_queued`` messages waiting for a Batch: drop whole blocks' queues, oldest
+        queued first (``_early_at`` keeps insertion order: O(1) per message), until
+        under the cap. Memory stays bounded whatever a producer sends; a block that loses its
+        queue here completes only if another copy of those messages comes, as for any message
+        the window evicts."""
+        while self._queued > self.max_queued and self._early_at:
+            h = next(iter(self._early_at))  # OrderedDict: O(1)
+            q = self._drop_early(h)
+            self.stats.evicted += 1
+            log_event(
+                log,
+                logging.INFO,  # mostly late copies from a redundant producer
+                "evicting messages whose Batch never came",
+                hash=h.hex(),
+                messages=len(q or ()),
+                high=self._high,
+            )
+
     def _evict(self) -> None:
         floor = self._high - self.reorg_threshold
         for h in [h for h, pb in self._pending.items() if pb.batch.number < floor]:
             pb = self._pending.pop(h)
+            # Remembered like the reference's ``oldBlocks``: the rest of its messages are
+            # dropped on sight instead of queued for a Batch that was already read (queued,
+            # they would hold their partitions' offsets back for good).
+            self._remember(h, pb.batch.number)
             self.stats.evicted += 1
             log_event(
                 log,
@@ -431,26 +482,6 @@ class BlockAssembler:
                 remaining=pb.remaining,
                 high=self._high,
             )
-        if self._queued > self.max_queued:
-            # Messages whose Batch has not come: their block number is unknown, and partitions
-            # may run far apart, so they go only when over the cap, oldest first, and only if
-            # queued before the window's floor.
-            for h in sorted(self._early_at, key=self._early_at.__getitem__):
-                if self._queued <= self.max_queued or self._early_at[h] >= floor:
-                    break
-                q = self._drop_early(h)
-                self.stats.evicted += 1
-                log_event(
-                    log,
-                    logging.INFO,  # mostly late copies from a redundant producer
-                    "evicting messages whose Batch never came",
-                    hash=h.hex(),
-                    messages=len(q or ()),
-                    high=self._high,
-                )
-        if len(self._completed) > 8 * self.reorg_threshold + 16:
-            cut = self._high - 4 * self.reorg_threshold
-            self._completed = {h: n for h, n in self._completed.items() if n >= cut}
 
     def _drop_early(self, h: bytes) -> dict | None:
         q = self._early.pop(h, None)
@@ -477,6 +508,12 @@ class BlockAssembler:
     @property
     def queued(self) -> int:
         return self._queued
+
+    def done(self) -> dict[bytes, int]:
+        """Blocks whose messages are dropped on sight (complete, or too old): hash -> number.
+        A checkpoint carries them, so a restarted consumer drops the messages of blocks whose
+        Batch lies before its offsets instead of queueing them for good."""
+        return dict(self._completed)
 
     def held_offsets(self) -> dict[str, int]:
         """Lowest offset per source of any message of a block not yet complete."""

@@ -90,6 +90,13 @@ class Checkpoint:
     reverted: tuple[bytes, ...] = ()
     """Blocks a Reorg removed whose ReorgComplete has not come yet: read again from the topics
     after a restart, they are not added back (the reorg channel brings the new branch)."""
+    done: tuple[tuple[int, bytes], ...] = ()
+    """(number, hash) of blocks assembled (or dropped as too old) before this checkpoint and
+    needed no more: neither on the chain window nor held. Their Batch may lie before the
+    offsets while other messages of theirs lie after them (keys hash to different partitions);
+    a restarted consumer drops those on sight instead of queueing them for a Batch it will
+    never read again, which would hold their partitions' offsets back at every restart. At
+    most the assembler's ``max_done``."""
 
     @property
     def head(self) -> BlockRef | None:
@@ -104,6 +111,7 @@ class Checkpoint:
                 "offsets": self.offsets,
                 "reorgs": [[n, h.hex(), int(done)] for n, h, done in self.reorgs],
                 "reverted": [h.hex() for h in self.reverted],
+                "done": [[n, h.hex()] for n, h in self.done],
             },
             separators=(",", ":"),
             sort_keys=True,
@@ -124,6 +132,7 @@ class Checkpoint:
                 (_nat(n), _hash(h), bool(done)) for n, h, done in d.get("reorgs", [])
             )
             reverted = tuple(_hash(h) for h in d.get("reverted", []))
+            done = tuple((_nat(n), _hash(h)) for n, h in d.get("done", []))
         except (
             ValueError,
             KeyError,
@@ -133,7 +142,7 @@ class Checkpoint:
             RecursionError,
         ) as e:
             raise CheckpointError(f"bad Cardinal checkpoint: {type(e).__name__}: {e}") from None
-        return cls(chain, offsets, reorgs, reverted)
+        return cls(chain, offsets, reorgs, reverted, done)
 
     @classmethod
     def starting_at(
@@ -184,6 +193,10 @@ class OrderedProcessor:
     @property
     def held(self) -> int:
         return len(self._held)
+
+    def holds(self, hash_: bytes) -> bool:
+        """Whether ``hash_`` waits off the chain (a fork or an orphan)."""
+        return hash_ in self._held
 
     def held_offsets(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -433,7 +446,10 @@ class OrderedConsumer:
         chain = checkpoint.chain if checkpoint else ()
         self.start_offsets = dict(checkpoint.offsets) if checkpoint else {}
         self.consumer = BlockAssembler(
-            reorg_threshold, tracked_prefixes, last_number=chain[-1].number if chain else None
+            reorg_threshold,
+            tracked_prefixes,
+            last_number=chain[-1].number if chain else None,
+            completed=((h, n) for n, h in (checkpoint.done if checkpoint else ())),
         )
         self.ordering = OrderedProcessor(reorg_threshold, chain)
         self.consumer.advance(chain[-1].number if chain else -1)
@@ -541,4 +557,11 @@ class OrderedConsumer:
                 if o < offsets.get(s, o + 1):
                     offsets[s] = o
         reorgs = tuple((n, h, done) for h, (n, done) in self._reorgs.items())
-        return Checkpoint(self.ordering.chain, offsets, reorgs, tuple(self._reverted))
+        # Chain and held blocks are assembled again after a restart (their offsets are kept
+        # for that), so they are not "done"; every other block the assembler remembers is.
+        done = tuple(
+            (n, h)
+            for h, n in self.consumer.done().items()
+            if not self.ordering.on_chain(h) and not self.ordering.holds(h)
+        )
+        return Checkpoint(self.ordering.chain, offsets, reorgs, tuple(self._reverted), done)

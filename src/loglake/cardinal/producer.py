@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from loglake.cardinal.codec import encode
 from loglake.cardinal.errors import ProducerError
 from loglake.cardinal.messages import (
     ZERO_HASH,
@@ -185,11 +186,16 @@ class Producer:
         return out
 
     def reorg(self, number: int, hash_: bytes) -> Reorg:
-        """Start of a reorg past the threshold: (number, hash) of the common ancestor."""
-        return Reorg(bytes(hash_), number)
+        """Start of a reorg past the threshold: (number, hash) of the common ancestor.
+        ``ProducerError`` if the number is not a block number the wire can carry."""
+        msg = Reorg(bytes(hash_), number)
+        encode(msg)  # checks the number's range and the hash's length before anything is sent
+        return msg
 
     def reorg_done(self, number: int, hash_: bytes) -> ReorgComplete:
-        return ReorgComplete(bytes(hash_), number)
+        msg = ReorgComplete(bytes(hash_), number)
+        encode(msg)
+        return msg
 
     def reorg_channel(
         self, ancestor_number: int, ancestor_hash: bytes, blocks: Iterable[BlockPayload]

@@ -29,7 +29,7 @@ import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loglake.cardinal import avro
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
@@ -265,7 +265,7 @@ class StreamTransport(Transport):
         for source, offset in ckpt.offsets.items():
             topic, part = split_source(source)
             offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
-        return Checkpoint(ckpt.chain, offsets, ckpt.reorgs)
+        return replace(ckpt, offsets=offsets)  # reverted and done kept as stored
 
 
 class StreamProducer:
