@@ -839,7 +839,7 @@ def decode_waku_batch(
         ts = (raw_ts >> np.uint64(1)).astype(np.int64) ^ -(raw_ts & np.uint64(1)).astype(np.int64)
     else:
         big = raw_ts > np.uint64((2**63 - 1) // f.ts_scale)
-        ok &= ~big
+        ok &= ~big & (raw_ts != 0)  # no timestamp: BadRecord, named by decode_record
         ts = np.where(big, 0, raw_ts).astype(np.int64) * f.ts_scale
     cap = np.zeros(n, dtype=np.int64)
     for num in f.cap:
