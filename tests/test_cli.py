@@ -194,3 +194,38 @@ def test_every_flag_docs_node_md_names_exists():
     }
     assert len(named) > 10
     assert sorted(named - flags - {"--help", "--version"}) == []
+
+
+def test_renamed_options_keep_their_old_spelling_working_but_hidden():
+    """One vocabulary: --key-file, --stream, --from, --peer; the old names still parse."""
+    from loglake.clitools import Renamed
+
+    renamed = {
+        (path, p.opts[0]): p.old
+        for path, cmd in _walk(main)
+        for p in cmd.params
+        if isinstance(p, Renamed)
+    }
+    assert renamed[(("events", "replay"), "--key-file")] == {"--key"}
+    assert renamed[(("archives", "seed"), "--peer")] == {"--connect"}
+    assert renamed[(("job", "archives-build"), "--stream")] == {"--streams"}
+    assert renamed[(("stream", "pull"), "--from")] == {"--index"}
+    runner = CliRunner()
+    for (path, new), old in renamed.items():
+        shown = runner.invoke(main, [*path, "--help"]).output
+        assert new in shown and not any(f"{o} " in shown or f"{o}," in shown for o in old), path
+
+
+def test_stream_connection_options_go_before_or_after_the_subcommand(tmp_path):
+    """``loglake stream --port N pull`` and ``loglake stream pull --port N`` are the same."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the error names it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runner = CliRunner()
+    before = runner.invoke(main, ["stream", "--port", str(port), "pull", "s"])
+    after = runner.invoke(main, ["stream", "pull", "s", "--port", str(port), "--from", "3"])
+    old = runner.invoke(main, ["stream", "pull", "s", "--port", str(port), "--index", "3"])
+    for r in (before, after, old):
+        assert r.exit_code == 1 and str(port) in r.output, r.output

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from typing import Any
 
 import click
 
@@ -49,6 +50,24 @@ def environment_error_message(e: OSError) -> str:
     reason = e.strerror or str(e)
     paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
     return f"{reason}: {' -> '.join(paths)}" if paths else reason
+
+
+class Renamed(click.Option):
+    """An option whose old spellings keep working but are not shown: one vocabulary across
+    commands (``--key-file``, ``--stream``, ``--from``, ``--peer``) without breaking scripts
+    that use the old names. ``@click.option("--key-file", "--key", "key", cls=Renamed,
+    old=("--key",))``."""
+
+    def __init__(self, *args: Any, old: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.old = frozenset(old)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.old]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
 
 
 class TypedErrorGroup(click.Group):

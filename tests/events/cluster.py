@@ -58,7 +58,7 @@ class Cluster:
             "serve",
             "--role",
             r.rstrip("0123456789"),
-            "--key",
+            "--key-file",
             str(self.keys[r]),
             "--port",
             str(self.ports[r]),

@@ -207,7 +207,7 @@ def test_cli_replay_shows_progress_until_completed_and_lists_replays(cluster):
     from loglake.events.cli import command
 
     run = CliRunner().invoke
-    base = ["--url", cluster.urls["orchestrator"], "--key", str(cluster.keys["subscriber"])]
+    base = ["--url", cluster.urls["orchestrator"], "--key-file", str(cluster.keys["subscriber"])]
     r = run(command, ["replay", *base, cluster.namespace, "--from", "100", "--to", "200"])
     assert r.exit_code == 0, r.output
     assert "completed(100)" in r.output
@@ -221,7 +221,7 @@ def test_cli_replay_shows_progress_until_completed_and_lists_replays(cluster):
     r = run(command, ["replay", *base, "no.such.ns", "--from", "0"])
     # a typed error is one readable line, not a traceback (clitools.TypedErrorGroup)
     assert r.exit_code == 1 and r.output.startswith("Error: ") and "PublicationNotFound" in r.output
-    pub = ["--url", cluster.urls["publisher"], "--key", str(cluster.keys["publisher"])]
+    pub = ["--url", cluster.urls["publisher"], "--key-file", str(cluster.keys["publisher"])]
     r = run(command, ["publish", *pub, cluster.namespace, "--text", "hello"])
     assert r.exit_code == 0 and f"ids {N}..{N}" in r.output
 
@@ -238,7 +238,7 @@ def test_cli_replay_with_skip_says_what_reaches_the_subscriber_and_received_show
 
     drain(cluster)  # what earlier tests left in the inbox
     run = CliRunner().invoke
-    base = ["--url", cluster.urls["orchestrator"], "--key", str(cluster.keys["subscriber"])]
+    base = ["--url", cluster.urls["orchestrator"], "--key-file", str(cluster.keys["subscriber"])]
     # ids no other test replays: the subscriber delivers an event id once (its seen set)
     args = [cluster.namespace, "--from", "9001", "--to", "9101", "--skip", "4,1"]
     r = run(command, ["replay", *base, *args])
@@ -249,7 +249,7 @@ def test_cli_replay_with_skip_says_what_reaches_the_subscriber_and_received_show
     rid = int(r.output.split("replay ")[1].split()[0])
     st = json.loads(run(command, ["replay-status", *base, str(rid)]).output)
     assert st["stats"]["icrc77:replay:sent"] == "100"  # the final count, not the last report
-    sub = ["--url", cluster.urls["subscriber"], "--key", str(cluster.keys["subscriber"])]
+    sub = ["--url", cluster.urls["subscriber"], "--key-file", str(cluster.keys["subscriber"])]
     want = [i for i in range(9001, 9101) if (i + 1) % 4 == 0]
     got: list[dict] = []
 

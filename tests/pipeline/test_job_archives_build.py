@@ -294,7 +294,7 @@ def test_cli_builds_and_prints_a_json_report(spark, tmp_path):
     kf = tmp_path / "ctl.key"
     kf.write_text(KEY.to_hex() + "\n")
     now = str((START + 2 * WEEK) // 10**9 + 5)
-    args = ["job", "archives-build", "--data-dir", str(data), "--streams", "c", "--root",
+    args = ["job", "archives-build", "--data-dir", str(data), "--stream", "c", "--root",
             str(tmp_path / "job"), "--key-file", str(kf), "--now", now, "--json"]  # fmt: skip
     res = CliRunner().invoke(main, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output

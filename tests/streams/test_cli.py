@@ -39,7 +39,7 @@ def test_create_push_pull_as_json(run) -> None:
     assert doc["stream"] == "orders" and set(doc["addresses"]) == {"0", "1"}
     doc = json.loads(run("push", "orders", "a", "b", "-p", "1", "--json").output)
     assert doc["indexes"] == [0, 1]
-    doc = json.loads(run("pull", "orders", "-p", "1", "--index", "1", "--json").output)
+    doc = json.loads(run("pull", "orders", "-p", "1", "--from", "1", "--json").output)
     assert [(m["index"], m["data"]) for m in doc["messages"]] == [(1, "b")]
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import NS, get_layout
-from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
+from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
 from loglake.log.api import UnknownStream
 
 console = Console(stderr=True)
@@ -183,7 +183,15 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
 @click.option("--port", type=PORT, default=0, help="Listen port on 127.0.0.1 (0: any).")
 @click.option("--duration", type=float, help="Seconds to seed (default: until Ctrl-C).")
-@click.option("--connect", "connects", multiple=True, help="host:port of a peer to dial.")
+@click.option(
+    "--peer",
+    "--connect",
+    "connects",
+    cls=Renamed,
+    old=("--connect",),
+    multiple=True,
+    help="host:port of a BitTorrent peer to dial.",
+)
 def seed(root, key_file, port, duration, connects) -> None:
     """Seed the newest archive torrent on loopback and print its magnet link."""
     from loglake.archives.bt import Seeder, load_torrent

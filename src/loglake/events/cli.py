@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
+from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
 from loglake.errors import LoglakeError
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity, principal_from_text
@@ -76,7 +76,14 @@ def _unwrap(result: object, what: str) -> int:
 
 
 key_opt = click.option(
-    "--key", "key", required=True, envvar="LOGLAKE_EVENTS_KEY", help="Ed25519 key file (keygen)."
+    "--key-file",
+    "--key",
+    "key",
+    cls=Renamed,
+    old=("--key",),
+    required=True,
+    envvar="LOGLAKE_EVENTS_KEY",
+    help="Ed25519 key file (keygen).",
 )
 url_opt = click.option(
     "--url",

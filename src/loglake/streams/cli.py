@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from loglake.clitools import PORT
+from loglake.clitools import PORT, Renamed
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.tls import client_context
 
@@ -53,7 +53,43 @@ partition_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _override(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    """A connection option given after the subcommand wins over the group's."""
+    if value is not None:  # the subcommand's context shares the group's obj dict
+        ctx.ensure_object(dict)[str(param.name)] = value
+
+
+class ConnectionGroup(click.Group):
+    """``--host``/``--port`` belong to the group (``loglake stream --port 4001 pull s``), and
+    every subcommand takes them after its name too (``loglake stream pull s --port 4001``), as
+    the ``cardinal`` and ``sds`` commands do: one place for them in every command line."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _with_connection(cmd)
+        return cmd
+
+
+def _with_connection(cmd: click.Command) -> None:
+    if getattr(cmd, "_connection_options", False):
+        return
+    cmd._connection_options = True  # type: ignore[attr-defined]
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _with_connection(sub)
+        return
+    cmd.params += [
+        click.Option(
+            ["--host"], callback=_override, expose_value=False, help="Stream service host."
+        ),
+        click.Option(
+            ["--port"], type=PORT, callback=_override, expose_value=False, help="Its port."
+        ),
+    ]
+
+
+@click.group(cls=ConnectionGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Stream service host.")
 @click.option("--port", type=PORT, default=DEFAULT_PORT, show_default=True, help="Its port.")
 @click.option("--tls", is_flag=True, help="Connect over TLS (trusting the system's CAs).")
@@ -150,7 +186,17 @@ def push(
 @command.command()
 @click.argument("stream")
 @partition_option
-@click.option("--index", type=int, default=0, show_default=True, help="First index to read.")
+@click.option(
+    "--from",
+    "--index",
+    "index",
+    cls=Renamed,
+    old=("--index",),
+    type=int,
+    default=0,
+    show_default=True,
+    help="First index to read.",
+)
 @click.option("--limit", type=int, default=100, show_default=True, help="At most this many.")
 @json_option
 @click.pass_context

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from loglake.clitools import Renamed
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.session import MASTER_ENV
 
@@ -36,7 +37,11 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
 @click.command("archives-build")
 @click.option("--data-dir", required=True, help="The loglake data directory.")
 @click.option(
+    "--stream",
     "--streams",
+    "streams",
+    cls=Renamed,
+    old=("--streams",),
     required=True,
     help="Community stream, or a pattern (fnmatch, e.g. 'community-*'): one output each.",
 )
