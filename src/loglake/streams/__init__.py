@@ -5,10 +5,16 @@ Parts program against ``Streams`` (``streams/api.py``): ``LocalStreams`` in proc
 """
 
 from loglake.streams.api import LocalStreams, StreamMessage, Streams
-from loglake.streams.client import AsyncStreamClient, StreamClient, StreamServiceError
+from loglake.streams.client import (
+    AsyncStreamClient,
+    DamagedHistory,
+    StreamClient,
+    StreamServiceError,
+)
 
 __all__ = [
     "AsyncStreamClient",
+    "DamagedHistory",
     "LocalStreams",
     "StreamClient",
     "StreamMessage",

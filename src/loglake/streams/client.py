@@ -57,7 +57,12 @@ from loglake.streams.messages import (
     StreamSummary,
 )
 from loglake.streams.permissions import PERMISSION_DENIED
-from loglake.streams.service import DISK_FULL, INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
+from loglake.streams.service import (
+    DAMAGED_HISTORY,
+    DISK_FULL,
+    INDEX_SERVICE_ADDRESS,
+    STREAM_SERVICE_ADDRESS,
+)
 from loglake.wire.ockam import (
     DEFAULT_MAX_FRAME,
     Address,
@@ -105,6 +110,12 @@ class PermissionDenied(StreamServiceError):
     reason names the action, the stream and the permission needed)."""
 
 
+class DamagedHistory(StreamServiceError):
+    """The records asked for failed their checksum on the service (a corrupt segment or lake
+    page, named in the reason): the history there is damaged, not at its end. ``loglake log
+    verify`` on the service's data dir says what is damaged."""
+
+
 class TlsError(StreamServiceError):
     """The TLS handshake failed or was refused (wrong CA, no or unknown client certificate)."""
 
@@ -124,6 +135,8 @@ def _raise_error(reply: Error, stream: str | None = None, partition: int = 0) ->
         raise PermissionDenied(reason)
     if reason.startswith(DISK_FULL):
         raise DiskFull(reason)
+    if reason.startswith(DAMAGED_HISTORY):
+        raise DamagedHistory(reason)
     if stream is not None and reason.startswith("unknown stream"):
         raise UnknownStream(stream)
     m = _PARTITIONS_RE.search(reason)

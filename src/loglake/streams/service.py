@@ -47,6 +47,7 @@ from typing import Any, TypeVar, cast
 
 from loglake.errors import DecodeError, LoglakeError
 from loglake.log.api import (
+    CorruptSegment,
     Log,
     StreamConfig,
     UnknownStream,
@@ -92,6 +93,9 @@ MAX_PULL_MESSAGES = 100_000
 DEFAULT_MAX_PULL_BYTES = 8 * 1024 * 1024
 """A PullResponse holds at most this much message data (the spec allows 0..limit messages)."""
 DISK_FULL = "disk full"
+DAMAGED_HISTORY = "damaged history"
+"""How an ``error`` reply to a pull of records that failed their checksum starts (a corrupt
+segment or lake page): the client raises ``DamagedHistory``, never an empty answer."""
 """How an ``error`` reply for a full disk starts (issue 15 §3): the client raises ``DiskFull``."""
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -755,8 +759,16 @@ class StreamService:
             try:
                 rows = yield Read(target.stream, target.partition, req.index, limit)
             except LoglakeError as e:
-                log_event(logger, logging.ERROR, "pull failed", error=str(e))
-                rows = []  # the reference answers an empty PullResponse on storage errors
+                # The reference answers an empty PullResponse on storage errors; loglake answers
+                # ``error``: an empty answer reads as the end of the stream, and a client could
+                # neither tell damage from "no more messages" nor move past it knowingly.
+                log_event(logger, logging.ERROR, "pull failed", stream=target.stream,
+                          partition=target.partition, error=str(e))  # fmt: skip
+                if isinstance(e, CorruptSegment):
+                    reason = (f"{DAMAGED_HISTORY}: stream {target.stream!r} partition "
+                              f"{target.partition} at index {req.index}: {e}")  # fmt: skip
+                    return self._error(msg, target.address, reason)
+                return self._error(msg, target.address, f"read failed: {e}")
             except OSError as e:
                 # the disk could not read it (EIO): an error the client can act on (retry,
                 # alert), naming what failed — not an empty answer that looks like the end of
