@@ -459,7 +459,28 @@ def test_a_message_that_is_not_a_stored_event_errors_the_replay():
     w.publish(20)
     w.pub_log.append(NS, 0, b"DIDL not a stored event")  # written behind the publisher's back
     w.subscribe("bob")
-    rid = w.replay("bob", 0, 21).value
+    # open-ended: the publisher reads to its stream's end, past the head it reported (20)
+    rid = w.replay("bob", 0, None).value
     w.net.run()
     st = w.status("bob", rid).status
     assert st.tag == "errored" and "unreadable stored event" in st.value
+
+
+@pytest.mark.parametrize(("start", "end"), [(20, 30), (25, None), (10, 21), (0, 10**30)])
+def test_a_range_past_the_namespaces_end_errors_with_improper_config(start, end):
+    """ICRC-77 validates range bounds: a range past the last event was "completed" with fewer
+    or no events. Only the Publisher knows its stream's end (events can be imported past the
+    head the orchestrator was told), so the replay errors there, naming the range."""
+    w = World()
+    w.register_publication()
+    w.publish(20)
+    w.subscribe("bob")
+    rid = w.replay("bob", start, end).value
+    w.net.run()
+    st = w.status("bob", rid).status
+    assert st.tag == "errored" and st.value.startswith("ImproperConfig: range"), st
+    assert "past the end" in st.value and "0..19" in st.value
+    assert w.bob.take() == []  # nothing was delivered
+    ok = w.replay("bob", 20, None).value  # nothing missed: completes with 0
+    w.net.run()
+    assert w.status("bob", ok).status == ReplayState("completed", 0)

@@ -145,7 +145,7 @@ def test_publish_then_replay_counts_what_the_range_holds(
     bounded = api.post("/events/replays", json={"namespace": SMALL, "start": 3, "end": 8})
     open_ended = api.post("/events/replays", json={"namespace": SMALL, "start": 12})
     past_head = api.post("/events/replays", json={"namespace": SMALL, "start": 14, "end": 100})
-    for resp, want in ((bounded, 5), (open_ended, 3), (past_head, 1)):
+    for resp, want in ((bounded, 5), (open_ended, 3)):
         assert resp.status_code == 201, resp.text
         rid: int = resp.json()["id"]
 
@@ -157,6 +157,13 @@ def test_publish_then_replay_counts_what_the_range_holds(
         assert row is not None
         assert row["expected"] == row["sent"] == want, row
         assert row["progress"] == 1.0
+    # a range past the end is invalid (ICRC-77 ImproperConfig), not a replay of what exists
+    assert past_head.status_code == 201, past_head.text
+    row = wait_until(
+        lambda: (r := _replay(api, past_head.json()["id"]))["status"] == "errored" and r,
+        what="the past-the-end replay errored",
+    )
+    assert "ImproperConfig: range [14, 100) is past the end" in row["status_value"], row
     # 5 live (10..14) and 3..7 replayed; 12..14 again are duplicates the subscriber drops
     wait_until(
         lambda: api.get("/events").json()["received"].get(SMALL, 0) == 10,

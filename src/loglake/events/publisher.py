@@ -421,6 +421,22 @@ class Publisher(Role):
             self._finish(r, ReplayState("canceled", 0))
         elif a.start < first:
             self._finish(r, ReplayState("errored", f"events before {first} are no longer kept"))
+        elif (a.end is not None and a.end > head) or a.start > head:
+            # ICRC-77 validates range bounds (ImproperConfig: "invalid range"). Only the
+            # Publisher knows its stream's end (events may be imported past the head the
+            # orchestrator was told), so a range past it ends here rather than completing with
+            # fewer or no events. An open range starting at the end has nothing missed: it
+            # completes with 0.
+            have = f"its events are {first}..{head - 1}" if head else "it has no events"
+            end = "null" if a.end is None else a.end
+            self._finish(
+                r,
+                ReplayState(
+                    "errored",
+                    f"ImproperConfig: range [{a.start}, {end}) is past the end of "
+                    f"{a.namespace}: {have}",
+                ),
+            )
 
     def _finish(self, r: ActiveReplay, state: ReplayState) -> None:
         r.done = True
