@@ -484,3 +484,48 @@ def test_a_range_past_the_namespaces_end_errors_with_improper_config(start, end)
     ok = w.replay("bob", 20, None).value  # nothing missed: completes with 0
     w.net.run()
     assert w.status("bob", ok).status == ReplayState("completed", 0)
+
+
+def test_get_replays_pages_past_a_thousand_and_honours_the_statistics_filter():
+    """icrc77_get_replays capped at 1,000 and ignored ``prev`` and ``statistics``: replays past
+    the first thousand could never be listed."""
+    from loglake.events.messages import GetReplays, OrchestrationFilter
+    from loglake.events.orchestrator import MAX_TAKE, next_replays_cursor
+
+    many = 10**6
+    w = World(
+        quotas=Quotas(
+            max_concurrent_per_subscriber=many,
+            max_concurrent_per_namespace=many,
+            max_requests_per_window=many,
+        )
+    )
+    w.register_publication()
+    w.publish(3)
+    w.subscribe("bob")
+    rids = [w.replay("bob", 0, 3).value for _ in range(2 * MAX_TAKE + 5)]
+    w.net.run()
+    seen: list[int] = []
+    prev = None
+    while True:
+        page = w.call("bob", "icrc77_get_replays", GetReplays(prev, 5000))
+        assert len(page) <= MAX_TAKE
+        seen += [s.replay_id for s in page]
+        prev = next_replays_cursor(page)
+        if prev is None:
+            break
+    assert seen == rids  # every replay once, in id order
+    # statistics: None → none, List → only those named, All (or no filter) → every one
+    flt = {
+        k: OrchestrationFilter(k, ("icrc77:replay:sent",) if k == "List" else ())
+        for k in ("None", "List", "All")
+    }
+    stats = {
+        k: dict(w.call("bob", "icrc77_get_replays", GetReplays(None, 1, f))[0].stats)
+        for k, f in flt.items()
+    }
+    assert stats["None"] == {} and list(stats["List"]) == ["icrc77:replay:sent"]
+    assert stats["All"] == dict(w.call("bob", "icrc77_get_replays", GetReplays(None, 1))[0].stats)
+    assert len(stats["All"]) > 5
+    # a principal that is not a cursor lists nothing (not the first page again)
+    assert w.call("bob", "icrc77_get_replays", GetReplays(w.p["alice"], 10)) == []

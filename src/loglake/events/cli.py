@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -363,9 +364,27 @@ def subscribe(url, key, namespace, filter_, skip, stopped) -> None:
     console.print(f"subscription {_unwrap(r, 'subscription')} on {namespace}")
 
 
+def _replays(
+    c: HttpEventsClient, flt: OrchestrationFilter | None = None, limit: int | None = None
+) -> Iterator[ReplayStatus]:
+    """Every replay this key can see (at most ``limit``), a page at a time (``prev``)."""
+    from loglake.events.orchestrator import MAX_TAKE, next_replays_cursor
+
+    prev, n = None, 0
+    while limit is None or n < limit:
+        page = c.call("icrc77_get_replays", GetReplays(prev, MAX_TAKE, flt))
+        for s in page:
+            if s is not None and (limit is None or n < limit):
+                n += 1
+                yield s
+        prev = next_replays_cursor(page)
+        if len(page) < MAX_TAKE or prev is None:
+            return
+
+
 def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
-    for s in c.call("icrc77_get_replays", GetReplays(take=1000)):
-        if s is not None and s.replay_id == rid:
+    for s in _replays(c):
+        if s.replay_id == rid:
             return s
     raise CliError(f"no replay {rid} visible to this key")
 
@@ -503,14 +522,10 @@ def cancel(url, key, replay_ids) -> None:
 @click.option("--take", type=int, default=100, show_default=True, help="At most this many replays.")
 def replays(url, key, namespace, take) -> None:
     """List the replays this key can see."""
-    flt = OrchestrationFilter(slices=(("ByNamespace", namespace),)) if namespace else None
-    rows = HttpEventsClient(url, load_identity(key)).call(
-        "icrc77_get_replays", GetReplays(None, take, flt)
-    )
+    flt = OrchestrationFilter("All", slices=(("ByNamespace", namespace),)) if namespace else None
     t = Table("id", "namespace", "range", "status")
-    for s in rows:
-        if s is not None:
-            t.add_row(str(s.replay_id), s.namespace, _range(s), str(s.status))
+    for s in _replays(HttpEventsClient(url, load_identity(key)), flt, take):
+        t.add_row(str(s.replay_id), s.namespace, _range(s), str(s.status))
     console.print(t)
 
 

@@ -55,6 +55,7 @@ price not covered              ``PaymentRequired``
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ from loglake.events.messages import (
     GetReplays,
     ICRC16Map,
     Ok,
+    OrchestrationFilter,
     Registration,
     ReplayRegistration,
     ReplayState,
@@ -829,16 +831,32 @@ class Orchestrator(Role):
         return Ok(None)
 
     def get_replays(self, caller: Principal, args: GetReplays, now: int) -> list[Any]:
-        take = min(args.take or 100, 1000)
+        """The caller's replays in id order, a page of at most ``take`` (≤ ``MAX_TAKE``) after
+        ``prev``, with the stats ``filter.statistics`` asks for.
+
+        ICRC-77 types ``prev`` as a principal without saying what it names. A replay is named
+        by its id, so loglake's page cursor is ``replay_cursor(last id)``, an opaque principal
+        holding that id (``next_replays_cursor`` builds it from a page); any other principal
+        is a caller's mistake, answered with no replays rather than with the first page again."""
+        take = min(args.take or DEFAULT_TAKE, MAX_TAKE)
+        after = -1
+        if args.prev is not None:
+            cursor = cursor_replay_id(args.prev)
+            if cursor is None:
+                return []
+            after = cursor
         out: list[Any] = []
-        for rep in sorted(self.replays.values(), key=lambda r: r.id):
+        for rid in sorted(self.replays):
+            if rid <= after:
+                continue
+            rep = self.replays[rid]
             if caller not in (rep.subscriber, rep.publisher, rep.broadcaster, rep.relay):
                 continue
             if args.filter is not None and not all(
                 self._slice_ok(rep, k, v) for k, v in args.filter.slices
             ):
                 continue
-            out.append(rep.to_status())
+            out.append(_with_statistics(rep.to_status(), args.filter))
             if len(out) >= take:
                 break
         return out
@@ -851,3 +869,38 @@ class Orchestrator(Role):
             "ByBroadcaster": lambda: v in (rep.broadcaster, rep.relay),
             "ByNamespace": lambda: rep.namespace == v,
         }.get(kind, lambda: False)()
+
+
+DEFAULT_TAKE = 100
+MAX_TAKE = 1000
+"""``icrc77_get_replays`` answers at most this many a call; ``prev`` pages through the rest."""
+_CURSOR_TAG = b"loglake:replay:"
+_OPAQUE = b"\x01"  # the IC's opaque-id principal class (its last byte)
+
+
+def replay_cursor(replay_id: int) -> Principal:
+    """The ``prev`` that continues a listing after ``replay_id`` (see ``get_replays``)."""
+    return Principal(_CURSOR_TAG + replay_id.to_bytes(8, "big") + _OPAQUE)
+
+
+def cursor_replay_id(p: Principal) -> int | None:
+    raw = p.bytes
+    n = len(_CURSOR_TAG)
+    if len(raw) != n + 9 or not raw.startswith(_CURSOR_TAG) or raw[-1:] != _OPAQUE:
+        return None
+    return int.from_bytes(raw[n : n + 8], "big")
+
+
+def next_replays_cursor(page: list[Any]) -> Principal | None:
+    """The ``prev`` for the page after ``page`` (None when it was empty)."""
+    ids = [s.replay_id for s in page if s is not None]
+    return replay_cursor(max(ids)) if ids else None
+
+
+def _with_statistics(st: ReplayStatus, flt: OrchestrationFilter | None) -> ReplayStatus:
+    """ICRC-72's ``OrchestrationFilter.statistics``: ``None`` no stats, ``All`` every one,
+    ``List`` only those named. Without a filter a status carries every stat."""
+    if flt is None or flt.statistics == "All":
+        return st
+    keep = set(flt.statistics_list) if flt.statistics == "List" else set()
+    return dataclasses.replace(st, stats=[(k, v) for k, v in st.stats if k in keep])
