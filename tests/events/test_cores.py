@@ -529,3 +529,37 @@ def test_get_replays_pages_past_a_thousand_and_honours_the_statistics_filter():
     assert len(stats["All"]) > 5
     # a principal that is not a cursor lists nothing (not the first page again)
     assert w.call("bob", "icrc77_get_replays", GetReplays(w.p["alice"], 10)) == []
+
+
+def test_a_registration_the_orchestrator_does_not_answer_is_retried_with_back_off():
+    """A failed ``icrc72_register_publication`` (the orchestrator not up) was never sent
+    again; now it is, after 0.5 s, then 1 s, ... up to 30 s, until an answer is final."""
+    from loglake.events.publisher import REGISTER_RETRY_MAX_NS, Publisher
+
+    w = World()
+    pub = Publisher(w.p["pub"], w.p["orch"])
+    pub.register("ns.x", [], now=0)
+
+    def calls() -> list:
+        out = [c for c in pub.outbox if getattr(c, "method", "") == "icrc72_register_publication"]
+        pub.outbox.clear()
+        return out
+
+    [call] = calls()
+    t, delays = 0, []
+    for _ in range(9):
+        pub.on_reply(call, ConnectionRefusedError("Connect call failed"), t)
+        st = pub.registrations["ns.x"]
+        assert st.state == "retrying" and "Connect call failed" in st.last_error
+        delays.append(st.retry_at - t)
+        pub.pump(st.retry_at - 1)
+        assert calls() == []  # not before its time
+        t = st.retry_at
+        pub.pump(t)
+        [call] = calls()
+    assert delays[:3] == [500_000_000, 1_000_000_000, 2_000_000_000]
+    assert max(delays) == REGISTER_RETRY_MAX_NS and pub.registrations["ns.x"].attempts == 10
+    pub.on_reply(call, [Ok(7)], t)
+    assert pub.registrations["ns.x"].state == "registered" and pub.publication_ids["ns.x"] == 7
+    pub.pump(t + 10**12)
+    assert calls() == []  # final: no more calls

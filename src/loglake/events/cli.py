@@ -29,8 +29,6 @@ from loglake.errors import LoglakeError
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity, principal_from_text
 from loglake.events.messages import (
-    C_PRICING,
-    C_REPLAY,
     C_SUB_STOPPED,
     GetReplays,
     Ok,
@@ -39,8 +37,7 @@ from loglake.events.messages import (
     ReplayRegistration,
     ReplayStatus,
 )
-from loglake.events.publisher import BATCH_SIZE
-from loglake.wire.icrc16 import Property
+from loglake.events.publisher import BATCH_SIZE, publication_config
 
 console = Console()
 
@@ -263,21 +260,8 @@ def serve(
             core = Publisher(
                 me, orch, batch_size=batch_size, max_inflight=inflight, replay_rate=replay_rate
             )
-            if register_ns:
-                cfg: list = [(C_REPLAY, {"Bool": True})]
-                if price_per_event:
-                    cfg.append(
-                        (
-                            C_PRICING,
-                            {
-                                "Class": [
-                                    Property("perEvent", {"Nat": price_per_event}),
-                                    Property("currency", {"Text": "icrc1:loglake"}),
-                                ]
-                            },
-                        )
-                    )
-                core.register(register_ns, cfg)
+            if register_ns:  # retried with back-off until the orchestrator answers
+                core.register(register_ns, publication_config(price_per_event))
         else:
             core = Subscriber(me, orch)
         server = HttpRoleServer(
@@ -344,6 +328,43 @@ def publish(url, key, namespace, texts, count, size, batch) -> None:
         ids += c.call("loglake_publish", (namespace, items[lo : lo + batch]))
     if ids:
         console.print(f"published {len(ids)} events: ids {ids[0]}..{ids[-1]}")
+
+
+@command.command()
+@url_opt
+@key_opt
+@click.argument("namespace")
+@click.option("--price-per-event", type=int, default=0, help="icrc77:pricing (0: free).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the orchestrator's answer (the publisher keeps retrying).",
+)
+def register(url, key, namespace, price_per_event, timeout) -> None:
+    """Register NAMESPACE as a replay-capable publication (call the PUBLISHER's URL with the
+    publisher's key). The publisher sends it to the orchestrator, again with back-off until
+    the orchestrator answers; this waits for the outcome and prints each state it sees."""
+    c = HttpEventsClient(url, load_identity(key))
+    state = c.call("loglake_register", (namespace, price_per_event))
+    console.print(f"{namespace}: {state}")
+    deadline = time.monotonic() + timeout
+    seen, error = state, ""
+    while state not in ("registered", "refused"):
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"{namespace}: still {state} after {timeout:g} s (the publisher retries)"
+            )
+        time.sleep(0.2)
+        [(_, state, attempts, error)] = c.call("loglake_registrations", [namespace])
+        if state != seen:
+            console.print(
+                f"{namespace}: {state} (attempt {attempts}{'; ' + error if error else ''})"
+            )
+            seen = state
+    if state == "refused":
+        raise CliError(f"{namespace}: the orchestrator refused the registration: {error}")
 
 
 @command.command()

@@ -542,6 +542,26 @@ _LOCAL = {
         list,
         list,
     ),
+    # loglake's own: register a namespace from outside the publisher process (the publisher
+    # retries until the orchestrator answers), and read where each registration stands
+    "loglake_register": Method(
+        "loglake_register",
+        Types.Tuple(Types.Text, Types.Nat),
+        Types.Text,
+        list,
+        tuple,
+        str,
+        str,
+    ),
+    "loglake_registrations": Method(
+        "loglake_registrations",
+        Types.Vec(Types.Text),
+        Types.Vec(Types.Tuple(Types.Text, Types.Text, Types.Nat, Types.Text)),
+        list,
+        list,
+        lambda rows: [list(r) for r in rows],
+        lambda rows: [tuple(r) for r in rows],
+    ),
     "loglake_inbox": Method(
         "loglake_inbox",
         Types.Nat,

@@ -54,6 +54,8 @@ from loglake.events import sysmsg
 from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
 from loglake.events.fastcodec import EventBatch, PublishResults, event_batch
 from loglake.events.messages import (
+    C_PRICING,
+    C_REPLAY,
     H_REPLAY_END_ID,
     H_REPLAY_ID,
     RUNNING,
@@ -70,7 +72,7 @@ from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
 from loglake.events.role import Role
 from loglake.streams.api import StreamMessage
 from loglake.wire import icrc16
-from loglake.wire.icrc16 import RawValue, Value
+from loglake.wire.icrc16 import Property, RawValue, Value
 
 STORED_PLAIN, STORED_WITH_HEADERS = 0, 1
 """First byte of a stored event: value only, or headers then value."""
@@ -253,6 +255,36 @@ class ActiveReplay:
     """With a ``replay_rate``: the clock time (ns) before which no batch is procured."""
 
 
+def publication_config(price_per_event: int = 0, currency: str = "icrc1:loglake") -> ICRC16Map:
+    """A replay-capable publication's ``icrc72_register_publication`` config: ``icrc77:replay``
+    and, when replays are paid, ``icrc77:pricing`` (per event, in ``currency``)."""
+    cfg: ICRC16Map = [(C_REPLAY, {"Bool": True})]
+    if price_per_event:
+        pricing = [
+            Property("perEvent", {"Nat": price_per_event}),
+            Property("currency", {"Text": currency}),
+        ]
+        cfg.append((C_PRICING, {"Class": pricing}))
+    return cfg
+
+
+REGISTER_RETRY_FIRST_NS = 500_000_000
+REGISTER_RETRY_MAX_NS = 30_000_000_000
+"""A registration the orchestrator did not answer is sent again after 0.5 s, doubling to 30 s."""
+
+
+@dataclass
+class RegistrationState:
+    """One namespace's registration: ``pending`` (a call in flight), ``retrying`` (the last
+    call failed; sent again at ``retry_at``), ``registered`` or ``refused`` (final)."""
+
+    config: ICRC16Map
+    state: str = "pending"
+    attempts: int = 0
+    last_error: str | None = None
+    retry_at: int | None = None
+
+
 class Publisher(Role):
     def __init__(
         self,
@@ -281,19 +313,46 @@ class Publisher(Role):
         """Replay ids whose stream bounds are being read (``ReadBounds`` queued)."""
         self._removed_early: set[int] = set()
         self.registration_results: dict[str, Any] = {}
+        self.registrations: dict[str, RegistrationState] = {}
+        """namespace → where its ``icrc72_register_publication`` stands."""
         self.methods = {"icrc72_handle_notification": self.handle_notification}
 
     # -- ICRC-72 publishing ------------------------------------------------------------------
-    def register(self, namespace: str, config: ICRC16Map) -> None:
-        """Queue ``icrc72_register_publication``; the reply gives the publication id."""
+    def register(self, namespace: str, config: ICRC16Map, now: int = 0) -> None:
+        """Queue ``icrc72_register_publication``; the reply gives the publication id. A call
+        that fails (the orchestrator not up yet, a network error) is sent again with
+        exponential back-off until the orchestrator answers (``registrations`` says where it
+        stands); a refusal (``Err``) is final."""
+        self.registrations[namespace] = RegistrationState(config)
+        self._send_registration(namespace, now)
+
+    def _send_registration(self, namespace: str, now: int) -> None:
+        st = self.registrations[namespace]
+        st.state, st.retry_at = "pending", None
+        st.attempts += 1
         self.outbox.append(
             Call(
                 self.orchestrator,
                 "icrc72_register_publication",
-                [Registration(namespace, config)],
+                [Registration(namespace, st.config)],
                 token=("register", namespace),
             )
         )
+
+    def _registered(self, namespace: str, reply: Any, now: int) -> None:
+        st = self.registrations.get(namespace)
+        if isinstance(reply, BaseException):  # not answered: try again later
+            if st is not None:
+                delay = min(REGISTER_RETRY_MAX_NS, REGISTER_RETRY_FIRST_NS << (st.attempts - 1))
+                st.state, st.retry_at, st.last_error = "retrying", now + delay, str(reply)
+            return
+        result = reply[0] if isinstance(reply, list) and reply else None
+        if isinstance(result, Ok):
+            self.publication_ids[namespace] = result.value
+        self.registration_results[namespace] = result
+        if st is not None:
+            st.state = "registered" if isinstance(result, Ok) else "refused"
+            st.last_error = None if isinstance(result, Ok) else str(result)
 
     def broadcaster_for(self, namespace: str) -> Principal | None:
         pid = self.publication_ids.get(namespace)
@@ -447,8 +506,13 @@ class Publisher(Role):
 
     # -- procurement -------------------------------------------------------------------------
     def pump(self, now: int) -> bool:
-        """Queue the next publish calls of every active replay, within back-pressure limits."""
+        """Queue the next publish calls of every active replay, within back-pressure limits,
+        and registrations whose retry is due."""
         queued = False
+        for ns, st in self.registrations.items():
+            if st.state == "retrying" and st.retry_at is not None and st.retry_at <= now:
+                self._send_registration(ns, now)
+                queued = True
         for r in list(self.replays.values()):
             if r.done:
                 continue
@@ -539,10 +603,8 @@ class Publisher(Role):
         return any(not r.done for r in self.replays.values())
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
-        if call.token and call.token[0] == "register" and isinstance(reply, list):
-            if reply and isinstance(reply[0], Ok):
-                self.publication_ids[call.token[1]] = reply[0].value
-            self.registration_results[call.token[1]] = reply[0] if reply else None
+        if call.token and call.token[0] == "register":
+            self._registered(call.token[1], reply, now)
             return
         if call.method != "icrc72_publish" or not call.token or call.token[0] != "replay":
             return

@@ -54,7 +54,7 @@ from loglake.events.identity import (
     verify_call,
 )
 from loglake.events.orchestrator import Orchestrator
-from loglake.events.publisher import Publisher
+from loglake.events.publisher import Publisher, publication_config
 from loglake.events.role import Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import Subscriber
@@ -62,7 +62,12 @@ from loglake.events.subscriber import Subscriber
 log = logging.getLogger("loglake.events.server")
 
 ALL_METHODS = METHODS
-LOCAL_METHODS = ("loglake_publish", "loglake_inbox")
+LOCAL_METHODS = (
+    "loglake_publish",
+    "loglake_register",
+    "loglake_registrations",
+    "loglake_inbox",
+)
 
 
 class Forbidden(LoglakeError):
@@ -266,6 +271,8 @@ class HttpRoleServer:
         out: dict[str, Callable[..., Any]] = {}
         if isinstance(self.role, Publisher):
             out["loglake_publish"] = self._publish
+            out["loglake_register"] = self._register
+            out["loglake_registrations"] = self._registrations
         if isinstance(self.role, Subscriber):
             out["loglake_inbox"] = self._inbox
         return out
@@ -276,6 +283,24 @@ class HttpRoleServer:
         ns, items = arg
         assert isinstance(self.role, Publisher)  # only a publisher's server routes here
         return self.role.publish(ns, items, now)
+
+    def _register(self, caller: Any, arg: Any, now: int) -> str:
+        if caller != self.role.principal:
+            raise Forbidden("only the publisher itself may register its namespaces")
+        ns, price = arg
+        assert isinstance(self.role, Publisher)  # only a publisher's server routes here
+        self.role.register(ns, publication_config(price), now)
+        return self.role.registrations[ns].state
+
+    def _registrations(self, caller: Any, namespaces: list[str], now: int) -> list[tuple]:
+        if caller != self.role.principal:
+            raise Forbidden("only the publisher itself may read its registrations")
+        assert isinstance(self.role, Publisher)  # only a publisher's server routes here
+        return [
+            (ns, st.state, st.attempts, st.last_error or "")
+            for ns, st in sorted(self.role.registrations.items())
+            if not namespaces or ns in namespaces
+        ]
 
     def _inbox(self, caller: Any, n: int, now: int) -> list[Any]:
         if caller != self.role.principal:

@@ -380,10 +380,23 @@ class EventsHandle:
                 "roles": {r: p.to_str() for r, p in self.principals.items()},
                 "received": dict(self.received),
                 "recent": list(self.inbox_tail),
+                "registrations": registration_rows(self.publisher),
             }
 
     def metric_families(self) -> Iterator[Any]:
         return metric_families(self, self.orchestrator is not None)
+
+
+def registration_rows(pub: Any) -> dict[str, dict[str, Any]]:
+    """Namespace → where the node's publisher's registration stands (``pending``,
+    ``retrying``, ``registered``, ``refused``), its attempts and last error; call it where
+    ``pub`` runs."""
+    if pub is None:
+        return {}
+    return {
+        ns: {"state": st.state, "attempts": st.attempts, "error": st.last_error}
+        for ns, st in sorted(pub.registrations.items())
+    }
 
 
 def publisher_counts(r: Any, pub: Any, store: Any) -> tuple[int | None, int | None]:
@@ -486,7 +499,7 @@ def subscription_rows(h: Any) -> list[dict[str, Any]]:
 
 def metric_families(h: Any, has_orchestrator: bool) -> Iterator[Any]:
     """Replay progress (when the orchestrator is in this node) and the subscriber's counts."""
-    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     if has_orchestrator:
         yield from _replay_families(h.replay_rows())
@@ -495,9 +508,19 @@ def metric_families(h: Any, has_orchestrator: bool) -> Iterator[Any]:
         "Notifications the node's subscriber received.",
         labels=["namespace"],
     )
-    for ns, n in sorted(h.roles_view()["received"].items()):
+    view = h.roles_view()
+    for ns, n in sorted(view["received"].items()):
         received.add_metric([ns], n)
     yield received
+    registered = GaugeMetricFamily(
+        "loglake_publication_registered",
+        "1 when the node's publisher registered the namespace with the orchestrator; 0 while "
+        "it is pending, retrying (the orchestrator did not answer) or was refused.",
+        labels=["namespace", "state"],
+    )
+    for ns, r in view.get("registrations", {}).items():
+        registered.add_metric([ns, r["state"]], 1 if r["state"] == "registered" else 0)
+    yield registered
 
 
 def _replay_families(rows: list[dict[str, Any]]) -> Iterator[Any]:
@@ -604,6 +627,9 @@ class RolesOut(BaseModel):
     received: dict[str, int]
     """Namespace → notifications the node's subscriber received."""
     recent: list[dict[str, Any]]
+    registrations: dict[str, dict[str, Any]] = {}
+    """Namespace → the node's publisher's registration: state (pending | retrying |
+    registered | refused), attempts, error."""
 
 
 class NamespaceIn(BaseModel):

@@ -31,6 +31,7 @@ from loglake.node.api.events import (
     UnknownReplay,
     _identity,
     metric_families,
+    registration_rows,
     replay_rows,
 )
 
@@ -268,13 +269,26 @@ class EventsHttpHandle:
         return replay_rows(self, self.cores.get("publisher"), self.publisher_reads)
 
     def roles_view(self) -> dict[str, Any]:
+        registrations = self._registrations()
         with self._lock:
             return {
                 "roles": {r: p.to_str() for r, p in self.principals.items()},
                 "urls": dict(self.urls),
                 "received": dict(self.received),
                 "recent": list(self.inbox_tail),
+                "registrations": registrations,
             }
+
+    def _registrations(self) -> dict[str, dict[str, Any]]:
+        """Read on the publisher's loop (its core is not thread-safe)."""
+        pub = self.cores.get("publisher")
+        if pub is None:
+            return {}
+
+        async def on_loop() -> dict[str, dict[str, Any]]:
+            return registration_rows(pub)
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), self.loop).result(30)
 
     def metric_families(self) -> Any:
         return metric_families(self, "orchestrator" in self.roles)
