@@ -237,8 +237,9 @@ class ClientCore:
     def push_parts(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], list[bytes]]:
         """``push_frames`` as a list of parts whose concatenation is the frames: per push the
         constant head (length, routes, payload head, protocol name, body length; built once
-        per lane, data size and id length), the request id, the data length, and the caller's
-        data object itself (not copied) — for ``writelines``, ``sendmsg`` or one ``join``."""
+        per lane, data size and id length), the request id, the data length, the caller's
+        data object itself (not copied) and the frame's tail (no tracing context) — for
+        ``writelines``, ``sendmsg`` or one ``join``."""
         lane = self.lane(worker)
         head, heads = self._templates[lane].head, self._push_heads[lane]
         first = self._n + 1
@@ -250,6 +251,7 @@ class ClientCore:
         uint, push_parts = codec.encode_uint, codec.push_request_parts
         size = id_len = -1
         before = after = b""
+        tail = FrameTemplate.TAIL
         for rid, data in zip(rids, datas, strict=True):
             r = uint(rid)
             if len(data) != size or len(r) != id_len:
@@ -262,7 +264,7 @@ class ClientCore:
                         heads.clear()
                     heads[(id_len, size)] = cached
                 before, after = cached
-            add((before, r, after, data))
+            add((before, r, after, data, tail))
         return rids, parts
 
     def _route_kind(self, onward: Route) -> tuple[int, int]:
