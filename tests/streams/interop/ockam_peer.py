@@ -226,7 +226,7 @@ def decode_message(body: bytes) -> Message:
     s = io.BytesIO(body)
     try:
         term = cbor2.CBORDecoder(s).decode()
-    except cbor2.CBORDecodeError as e:
+    except Exception as e:  # cbor2: CBORDecodeError, and others on odd tags
         raise BadFrame(str(e)) from None
     if s.tell() != len(body):
         raise BadFrame("extra_data")
@@ -238,7 +238,9 @@ def decode_message(body: bytes) -> Message:
             raise BadFrame("route is not a list")
         out = []
         for a in x:
+            # type: Ockam.Address's 0..255 (Rust: TransportType(u8)); value: :binary
             ok = isinstance(a, list) and len(a) == 2 and type(a[0]) is int and type(a[1]) is bytes
+            ok = ok and 0 <= a[0] <= 255
             if not ok:
                 raise BadFrame(f"bad address {a!r:.40}")
             out.append((a[0], a[1]))
