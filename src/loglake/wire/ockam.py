@@ -371,8 +371,14 @@ Frame = tuple[Route, Route, bytes, str | None]
 """One decoded frame: ``(onward_route, return_route, payload, tracing_context)``, the fields
 of a ``RoutingMessage`` without building one (``TcpConnection.receive_frames``)."""
 
-_HEAD_SIZES = (1, 2, 3, 5, 9)
-"""The sizes a byte-string head can have (RFC 8949 §3.1)."""
+
+def _payload_head(size: int) -> bytes:
+    """The byte-string head ``cbor_bytes_head(n)`` for which ``len(head) + n == size``, or
+    ``b""`` if there is none (no canonical byte string is ``size`` bytes long: 25, for one).
+    A frame is 4 bytes of length, so ``n < 2**32`` and the head is at most 5 bytes."""
+    hs = 1 if size <= 24 else 2 if size <= 257 else 3 if size <= 65538 else 5
+    head = cbor_bytes_head(size - hs) if size >= hs else b""
+    return head if len(head) == hs else b""
 
 
 class TcpConnection:
@@ -404,6 +410,8 @@ class TcpConnection:
         self._version_ok = False
         self.error: RemoteProtocolError | DecodeError | None = None
         self._last: tuple[bytes, Route, Route] | None = None
+        self._heads: dict[int, bytes] = {}
+        """``_payload_head`` by the size it was asked for (the sizes of a burst repeat)."""
 
     @staticmethod
     def initial_bytes() -> bytes:
@@ -457,7 +465,7 @@ class TcpConnection:
                     raise BadProtocolVersion(buf[0])
                 pos = 1
                 self._version_ok = True
-            last = self._last
+            last, heads = self._last, self._heads
             unpack, limit = _LEN.unpack_from, self.max_frame
             while n - pos >= 4:
                 (size,) = unpack(buf, pos)
@@ -473,10 +481,13 @@ class TcpConnection:
                 if last is not None and buf[end - 1] == 0xF6 and buf.startswith(last[0], start):
                     p = start + len(last[0])
                     rest = end - 1 - p  # the payload's head and content
-                    hs = 1 if rest <= 24 else 2 if rest <= 257 else 3 if rest <= 65538 else 5
-                    ph = cbor_bytes_head(rest - hs) if rest >= hs else b""
-                    if len(ph) == hs and buf.startswith(ph, p):
-                        add((last[1], last[2], buf[p + hs : end - 1], None))
+                    ph = heads.get(rest)
+                    if ph is None:
+                        ph = heads[rest] = _payload_head(rest)
+                        if len(heads) > _HEADS_PER_ROUTES_MAX:
+                            heads.clear()
+                    if ph and buf.startswith(ph, p):
+                        add((last[1], last[2], buf[p + len(ph) : end - 1], None))
                         continue
                 msg = self._decode(buf[start:end])
                 last = self._last
