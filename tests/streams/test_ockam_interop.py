@@ -13,7 +13,10 @@ import time
 
 import pytest
 
-from loglake.streams.client import StreamClient
+from loglake.log import MemoryLog
+from loglake.streams.client import AsyncStreamClient, StreamClient, StreamServiceError
+from loglake.streams.server import BackgroundServer
+from loglake.streams.service import StreamService
 from tests.procs import free_port, wait_port
 from tests.streams.interop import ockam_peer as ref
 from tests.streams.interop.ockam_peer import PeerClient, PeerServer, local
@@ -187,3 +190,67 @@ def test_loglake_client_against_a_reference_service() -> None:
     assert not any(n == "stream_create_partitions" for n, _ in seen)
     answered = [ref.decode_response(m.payload)[0] for m in srv.service.sent]
     assert answered.count("stream_index") + answered.count("stream_index_partitioned") == 5
+
+
+def test_loglake_client_reports_a_save_the_service_did_not_store() -> None:
+    # the reference answers no save, so a lost one shows only in the get that follows it
+    with PeerServer() as srv, StreamClient(port=srv.port, timeout=10) as c:
+        c.create_stream("s")
+        srv.service.drop_saves = True
+        with pytest.raises(StreamServiceError, match=r"did not store index 5 .* holds 0"):
+            c.save_index("me", "s", 5)
+        assert c.save_index("me", "s", 0) == 0  # a save at or below what is stored is kept
+
+
+def test_the_async_client_against_a_reference_service() -> None:
+    import asyncio
+
+    async def run(port: int) -> tuple[int, int]:
+        c = await AsyncStreamClient.connect(port=port)
+        try:
+            await c.create_stream("a", 2)
+            saved = await c.save_index("me", "a", 3, partition=1)
+            return saved, await c.get_index("me", "a", partition=1)
+        finally:
+            await c.close()
+
+    with PeerServer() as srv:
+        assert asyncio.run(run(srv.port)) == (3, 3)
+        seen = srv.service.seen
+    assert seen == [
+        ("stream_create_partitioned", "create"),
+        ("stream_index_partitioned", "save"),
+        ("stream_index_partitioned", "get"),
+        ("stream_index_partitioned", "get"),
+    ]
+
+
+# -- the silence rule's limit is a parameter -------------------------------------------------
+@pytest.fixture
+def quick_server():
+    with BackgroundServer(StreamService(MemoryLog()), version_timeout=0.3) as srv:
+        yield srv.port
+
+
+def test_a_silent_peer_is_dropped_after_the_servers_version_timeout(quick_server) -> None:
+    with socket.create_connection(("127.0.0.1", quick_server), timeout=10) as s:
+        t0 = time.monotonic()
+        assert ref.read_exact(s, 1) == b"\x01"
+        assert s.recv(1) == b""
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_a_version_byte_after_the_timeout_comes_too_late(quick_server) -> None:
+    with socket.create_connection(("127.0.0.1", quick_server), timeout=10) as s:
+        assert ref.read_exact(s, 1) == b"\x01"
+        time.sleep(0.8)
+        with pytest.raises(OSError):  # closed: the write or the read fails, or reads EOF
+            s.sendall(b"\x01" + ref.frame(ref.Message(SERVICE, [local("app")], ref.create("x"))))
+            if s.recv(1) == b"":
+                raise ConnectionResetError("closed")
+
+
+def test_a_client_that_sent_its_version_byte_is_kept(quick_server) -> None:
+    with StreamClient(port=quick_server, timeout=10) as c:
+        time.sleep(0.8)
+        assert c.create_stream("kept") == "kept"

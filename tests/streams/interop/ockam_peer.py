@@ -323,6 +323,8 @@ class PeerService:
     seen: list[tuple[str, str]] = field(default_factory=list)
     sent: list[Message] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    drop_saves: bool = False
+    """Lose every save (as a reference shard whose storage fails: it only logs)."""
 
     def handle(self, m: Message) -> list[Message]:
         with self.lock:
@@ -363,7 +365,8 @@ class PeerService:
                 r.end()
                 self.seen.append((name, "save"))
                 key = (client, stream, partition)
-                self.indexes[key] = max(self.indexes.get(key, 0), index)
+                if not self.drop_saves:
+                    self.indexes[key] = max(self.indexes.get(key, 0), index)
                 return []
             r.end()
             self.seen.append((name, "get"))
