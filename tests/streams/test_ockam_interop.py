@@ -149,6 +149,7 @@ def test_a_frame_that_is_not_a_tcp_message_closes_the_connection(serve, body: by
         )
 
 
+@pytest.mark.slow  # waits out the reference's 5 s
 def test_a_peer_silent_after_connecting_is_dropped_after_5_seconds(serve) -> None:
     with socket.create_connection(("127.0.0.1", serve), timeout=20) as s:
         t0 = time.monotonic()
@@ -158,6 +159,7 @@ def test_a_peer_silent_after_connecting_is_dropped_after_5_seconds(serve) -> Non
     assert 4.5 <= waited <= 9.0, waited
 
 
+@pytest.mark.slow  # waits out the reference's 5 s
 def test_a_peer_that_sent_its_version_byte_is_kept_past_5_seconds(serve) -> None:
     with peer(serve) as c:
         assert c.nothing_within(6.0)  # not dropped: the connection is idle, not silent
