@@ -1,6 +1,10 @@
 """Fuzz the Ockam wire: TCP frames (``TcpConnection``), CBOR ``TCPMessage`` bodies and the older
 BARE routing message (``loglake.wire.ockam``).
 
+A ``TCPMessage`` body is decoded differentially: by loglake and by the reference-shaped peer
+(``tests/streams/interop/ockam_peer.py``, the reference's ``decode_strict`` rules written with
+``cbor2`` alone); both must accept or both refuse, and agree on what they accept.
+
 Typed errors: ``OckamWireError``/``BareDecodeError`` (``DecodeError``) from the decoders;
 ``TcpConnection`` never raises on peer bytes — it sets ``error`` to a ``RemoteProtocolError`` or
 ``DecodeError`` and returns the messages completed before it. Properties beyond "no crash": the
@@ -20,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make ``tests.fuzz`` importable
 from loglake.errors import DecodeError
 from loglake.wire import ockam
 from tests.fuzz import _harness
+from tests.streams.interop import ockam_peer as ref
 
 EXPECTED = (DecodeError,)
 INSTRUMENT = ("loglake.wire.ockam", "loglake.wire.bare", "loglake.wire.varint")
@@ -45,8 +50,23 @@ def one(data: bytes) -> None:
         assert whole == split, f"chunking changed the result: {whole} vs {split}"
         for m in whole[0]:  # what came out encodes back to a frame that decodes the same
             assert ockam.decode_transport_message(ockam.encode_transport_message(m)) == m
-    elif mode == 1:  # one frame body
-        msg = ockam.decode_transport_message(body)
+    elif mode == 1:  # one frame body, against the reference-shaped peer's decoder
+        try:
+            theirs = ref.decode_message(body)
+        except ref.BadFrame:
+            theirs = None
+        try:
+            msg = ockam.decode_transport_message(body)
+        except DecodeError:
+            assert theirs is None, f"the peer accepts what loglake refuses: {theirs}"
+            raise
+        assert theirs is not None, f"loglake accepts what the peer refuses: {msg}"
+        assert (
+            [(a.type, a.value) for a in msg.onward_route],
+            [(a.type, a.value) for a in msg.return_route],
+            msg.payload,
+            msg.tracing_context,
+        ) == (theirs.onward, theirs.ret, theirs.payload, theirs.tracing)
         conn = ockam.TcpConnection()
         conn.receive_data(ockam.VERSION_BYTE + ockam.encode_frame(msg))
         # the same body framed again (it may be longer than the canonical encoding: CBOR has
@@ -60,6 +80,8 @@ def one(data: bytes) -> None:
 def seeds() -> list[bytes]:
     r1 = ockam.route("stream_service", "app")
     r2 = (ockam.tcp_address("127.0.0.1", 4000), ockam.Address.local("client"))
+    # the reference's own vector (transport_message.ex, written by its Elixir codec)
+    reference = bytes.fromhex("848182004e73747265616d5f736572766963658182004361707043010203f6")
     msgs = [
         ockam.RoutingMessage(r1, r2, b"payload"),
         ockam.RoutingMessage((), (), b""),
@@ -69,6 +91,10 @@ def seeds() -> list[bytes]:
     return (
         [b"\x00" + frames, b"\x00" + frames[:-3]]
         + [b"\x01" + ockam.encode_transport_message(m) for m in msgs]
+        + [b"\x01" + reference, b"\x00" + len(reference).to_bytes(4, "big") + reference]
+        # shapes the reference refuses, a mutation away from accepted ones: 3 items (no
+        # tracing context), addresses as maps {0: type, 1: value}
+        + [b"\x01\x83" + reference[1:-1], b"\x01\x83\x81\xa2\x00\x00\x01\x41a\x80\x41\x01"]
         + [b"\x02" + ockam.encode_wire_binary(m) for m in msgs]
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import subprocess
 
 import pytest
@@ -27,7 +28,6 @@ from loglake.streams.client import (
 from loglake.streams.messages import (
     CreateStreamRequest,
     Error,
-    Index,
     PushConfirm,
     PushRequest,
     SaveIndex,
@@ -118,16 +118,17 @@ def test_other_storage_failures_stay_a_pushconfirm_error(service):
     assert not is_disk_full(service.log.error)
 
 
-def test_an_index_save_on_a_full_disk_names_stream_and_partition(service):
+def test_an_index_save_on_a_full_disk_is_logged_not_answered(service, caplog):
+    # a save is a cast (the reference's stream/index/shard.ex): no reply, the failure is logged
     service.log.error = _storage_failed_by(_enospc())
     msg = RoutingMessage(
         route(INDEX_SERVICE_ADDRESS),
         (Address.local("r2"),),
         codec.encode_payload(SaveIndex("me", "s", 3)),
     )
-    (reply,) = service.handle(msg)
-    r = codec.decode_response(reply.payload, Index)
-    assert isinstance(r, Error) and r.reason.startswith("disk full: stream 's' partition 0")
+    with caplog.at_level(logging.WARNING, "loglake.streams.service"):
+        assert service.handle(msg) == []
+    assert "index save failed" in caplog.text
 
 
 def test_the_client_raises_disk_full_for_it():

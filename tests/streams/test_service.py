@@ -254,20 +254,39 @@ def test_get_index_of_a_new_client_creates_index_0(svc) -> None:
     assert svc.log.get_index("c1", "orders", 0) == 0  # the record was created
 
 
+def get(svc, client: str = "c", stream: str = "orders") -> int:
+    return one(svc, "stream_index_service", GetIndex(client, stream), Index)[1].index
+
+
+def test_save_index_is_a_cast_with_no_reply(svc) -> None:
+    # stream/index/shard.ex: save_index is GenServer.cast; a reference client reads no reply
+    create(svc)
+    assert send(svc, "stream_index_service", SaveIndex("c", "orders", 5)) == []
+    assert get(svc) == 5
+    create(svc, "t", 2)
+    assert send(svc, "stream_index_service", SavePartitionIndex("c", "t", 1, 3)) == []
+
+
+def test_a_failed_save_gets_no_reply_either(svc) -> None:
+    # unknown stream: the reference logs a failed save; no error goes to a client that reads none
+    assert send(svc, "stream_index_service", SaveIndex("c", "nosuch", 5)) == []
+
+
 def test_save_index_is_monotonic(svc) -> None:
     create(svc)
-    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 5), Index)[1].index == 5
-    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 3), Index)[1].index == 5
-    assert one(svc, "stream_index_service", GetIndex("c", "orders"), Index)[1].index == 5
-    assert one(svc, "stream_index_service", SaveIndex("c", "orders", 8), Index)[1].index == 8
+    send(svc, "stream_index_service", SaveIndex("c", "orders", 5))
+    assert get(svc) == 5
+    send(svc, "stream_index_service", SaveIndex("c", "orders", 3))
+    assert get(svc) == 5
+    send(svc, "stream_index_service", SaveIndex("c", "orders", 8))
+    assert get(svc) == 8
 
 
 def test_partitioned_index_is_per_partition(svc) -> None:
     create(svc, "t", 3)
-    req = SavePartitionIndex("c", "t", 2, 4)
-    assert one(svc, "stream_index_service", req, PartitionIndex)[1] == PartitionIndex(
-        "c", "t", 2, 4
-    )
+    assert send(svc, "stream_index_service", SavePartitionIndex("c", "t", 2, 4)) == []
+    got = one(svc, "stream_index_service", GetPartitionIndex("c", "t", 2), PartitionIndex)[1]
+    assert got == PartitionIndex("c", "t", 2, 4)
     got = one(svc, "stream_index_service", GetPartitionIndex("c", "t", 1), PartitionIndex)[1]
     assert got == PartitionIndex("c", "t", 1, 0)
     # a plain request is partition 0 (index/service.ex: Map.get(data, :partition, 0))

@@ -1,10 +1,12 @@
 """Ockam TCP transport: version byte, {:packet, 4} framing, CBOR TCPMessage.
 
-Vectors derived by hand from the reference (build-trust/ockam, Elixir):
+Vectors from the reference (build-trust/ockam at commit fb8fb64, Elixir):
 ``transport/tcp/handler.ex`` (version byte 1, 4-byte big-endian length prefix) and
-``transport/tcp/transport_message.ex`` (``[onward_route, return_route, payload,
-tracing_context?]``, addresses ``{0: type, 1: value bytes}``), with CBOR per RFC 8949 (major type
-4 array = 0x80|n, 5 map = 0xa0|n, 2 bytes = 0x40|n, 3 text = 0x60|n)."""
+``transport/tcp/transport_message.ex`` (TypedCBOR ``encode_as: :list``: ``[onward_route,
+return_route, payload, tracing_context]``, tracing null when absent; addresses ``:struct_values``
+``[type, value bytes]``). ``REFERENCE_VECTOR`` is the bytes the reference's own Elixir codec
+wrote (recorded in the Ockam interop issue); the others are derived from the same schemas with
+CBOR per RFC 8949 (major type 4 array = 0x80|n, 2 bytes = 0x40|n, 3 text = 0x60|n, null = f6)."""
 
 from __future__ import annotations
 
@@ -29,14 +31,30 @@ from loglake.wire.ockam import (
     encode_frame,
     encode_transport_message,
     route,
+    tcp_address,
 )
 
+REFERENCE_VECTOR = "848182004e73747265616d5f736572766963658182004361707043010203f6"
+"""``TransportMessage.encode`` of onward ``[stream_service]``, return ``[app]``, payload
+``01 02 03``, no tracing context, as the reference's Elixir codec writes it."""
+REFERENCE_MSG = RoutingMessage(route("stream_service"), route("app"), b"\x01\x02\x03")
+
 MSG = RoutingMessage(route("stream_service"), route("app"), b"\x01")
-# 83                       array(3)
-#   81 a2 00 00 01 4e ...  [ {0: 0, 1: h'"stream_service"'} ]   (14 bytes -> 0x4e)
-#   81 a2 00 00 01 43 ...  [ {0: 0, 1: h'"app"'} ]
+# 84                       array(4)
+#   81 82 00 4e ...        [ [0, h'"stream_service"'] ]   (14 bytes -> 0x4e)
+#   81 82 00 43 ...        [ [0, h'"app"'] ]
 #   41 01                  payload h'01'
-MSG_CBOR = "83" + "81a20000014e" + b"stream_service".hex() + "81a200000143" + b"app".hex() + "4101"
+#   f6                     tracing_context: null
+MSG_CBOR = "84" + "8182004e" + b"stream_service".hex() + "81820043" + b"app".hex() + "4101" + "f6"
+
+
+def test_reference_vector_encodes_and_decodes_byte_for_byte() -> None:
+    assert encode_transport_message(REFERENCE_MSG).hex() == REFERENCE_VECTOR
+    assert decode_transport_message(bytes.fromhex(REFERENCE_VECTOR)) == REFERENCE_MSG
+    # and through a connection, as a frame after the version byte (both decoding paths)
+    wire = b"\x01" + 2 * (struct.pack(">I", 31) + bytes.fromhex(REFERENCE_VECTOR))
+    assert TcpConnection().receive_data(wire) == [REFERENCE_MSG, REFERENCE_MSG]
+    assert encode_frame(REFERENCE_MSG) == struct.pack(">I", 31) + bytes.fromhex(REFERENCE_VECTOR)
 
 
 def test_transport_message_vector() -> None:
@@ -44,9 +62,9 @@ def test_transport_message_vector() -> None:
     assert decode_transport_message(bytes.fromhex(MSG_CBOR)) == MSG
 
 
-def test_tracing_context_is_a_fourth_text_item() -> None:
+def test_tracing_context_is_the_fourth_item_as_text() -> None:
     m = RoutingMessage(route("a"), (), b"", tracing_context="t")
-    assert encode_transport_message(m).hex() == "84" + "81a200000141" + "61" + "80" + "40" + "6174"
+    assert encode_transport_message(m).hex() == "84" + "81820041" + "61" + "80" + "40" + "6174"
     assert decode_transport_message(encode_transport_message(m)) == m
 
 
@@ -69,10 +87,20 @@ def test_version_byte_then_frames_in_any_chunking() -> None:
         assert conn.error is None and conn.buffered == 0
 
 
+def test_version_received_only_after_the_version_byte() -> None:
+    conn = TcpConnection()
+    assert not conn.version_received
+    conn.receive_data(b"")
+    assert not conn.version_received
+    conn.receive_data(b"\x01")
+    assert conn.version_received
+
+
 def test_bad_version_byte_is_a_protocol_error() -> None:
     conn = TcpConnection()
     assert conn.receive_data(b"\x02" + encode_frame(MSG)) == []
     assert isinstance(conn.error, BadProtocolVersion)
+    assert not conn.version_received
 
 
 def test_frame_over_the_limit_is_refused_before_buffering_it() -> None:
@@ -94,15 +122,28 @@ def test_messages_before_a_bad_frame_are_kept() -> None:
     ("body", "why"),
     [
         ("ff", "not valid CBOR"),
-        ("82" + "80" + "80", "3 or 4"),  # 2-item array
-        ("a0", "3 or 4"),  # a map, not an array
-        ("83" + "a0" + "80" + "40", "must be an array"),  # onward route is a map
-        ("83" + "81a10000" + "80" + "40", "address must be a map"),
-        ("83" + "81a200000161" + "61" + "80" + "40", "byte string"),  # value as text
-        ("83" + "81a2006161014161" + "80" + "40", "integer"),  # type as text
-        ("83" + "80" + "80" + "6161", "payload must be a byte string"),
+        ("84808040", "not valid CBOR"),  # truncated: the tracing context is missing
+        ("83" + "80" + "80" + "40", "expected 4 fields, got 3"),  # the reference refuses 3
+        ("82" + "80" + "80", "expected 4 fields, got 2"),
+        ("85" + "80" + "80" + "40" + "f6" + "f6", "expected 4 fields, got 5"),
+        ("a0", "must be an array"),  # a map, not an array
+        ("84" + "a0" + "80" + "40" + "f6", "onward_route must be an array"),
+        ("84" + "80" + "a0" + "40" + "f6", "return_route must be an array"),
+        ("84" + "81a20000014161" + "80" + "40" + "f6", "address must be an array"),  # map form
+        ("84" + "8183004161" + "00" + "80" + "40" + "f6", "address must be an array"),  # 3 items
+        ("84" + "8181" + "00" + "80" + "40" + "f6", "address must be an array"),  # 1 item
+        ("84" + "8182006161" + "80" + "40" + "f6", "byte string"),  # value as text
+        ("84" + "818200f6" + "80" + "40" + "f6", "byte string"),  # value null
+        ("84" + "818261614161" + "80" + "40" + "f6", "integer"),  # type as text
+        ("84" + "8182f54161" + "80" + "40" + "f6", "integer"),  # type true
+        ("84" + "8182204161" + "80" + "40" + "f6", "integer"),  # type -1
+        ("84" + "818219010041" + "61" + "80" + "40" + "f6", "integer"),  # type 256
+        ("84" + "80" + "80" + "6161" + "f6", "payload must be a byte string"),
+        ("84" + "80" + "80" + "f6" + "f6", "payload must be a byte string"),
         ("84" + "80" + "80" + "40" + "01", "tracing_context"),
-        ("83" + "80" + "80" + "40" + "00", "trailing"),
+        ("84" + "80" + "80" + "40" + "4174", "tracing_context"),  # bytes, not text
+        ("84" + "80" + "80" + "40" + "f6" + "00", "trailing"),
+        ("84" + "81" * 600 + "80" + "80" + "40" + "f6", "not valid CBOR"),  # nesting depth
     ],
 )
 def test_malformed_transport_messages(body: str, why: str) -> None:
@@ -127,9 +168,13 @@ def test_random_frame_bodies_decode_or_raise_decode_error(body: bytes) -> None:
         decode_transport_message(body)
 
 
-def test_tcp_address_type() -> None:
-    a = Address(ADDRESS_TYPE_TCP, b"127.0.0.1:4000")
-    assert encode_transport_message(RoutingMessage((a,), (), b"")).hex().startswith("8381a20001")
+def test_tcp_address_is_type_1_with_host_port_text() -> None:
+    # transport/tcp/address.ex: TCPAddress.new(host, port) = %Address{type: 1, value: "host:port"}
+    a = tcp_address("127.0.0.1", 4000)
+    assert a == Address(ADDRESS_TYPE_TCP, b"127.0.0.1:4000")
+    body = encode_transport_message(RoutingMessage((a,), (), b""))
+    assert body.hex() == "84" + "8182014e" + b"127.0.0.1:4000".hex() + "80" + "40" + "f6"
+    assert decode_transport_message(body).onward_route == (a,)
 
 
 @given(st.binary(max_size=300), st.binary(max_size=8))
@@ -156,6 +201,9 @@ def test_frame_template_gives_the_same_bytes_as_encode_frame(payload: bytes) -> 
 
     on, ret = route("stream_service/s/0"), route("p0")
     assert FrameTemplate(on, ret).frame(payload) == encode_frame(RoutingMessage(on, ret, payload))
+    # the same bytes cbor2 writes for the whole TCPMessage
+    frame = FrameTemplate(on, ret).frame(payload)
+    assert frame[4:] == cbor2.dumps([[[0, on[0].value]], [[0, ret[0].value]], payload, None])
 
 
 # -- Ockam.Wire.Binary.V2 (the older BARE message encoding) -----------------------------------
@@ -168,7 +216,8 @@ V2_TCP_MINIMAL = bytes([1, 1, 1, 7, 0, 127, 0, 0, 1, 160, 15, 0, 0])
 
 
 def test_wire_binary_v2_vectors_from_the_reference() -> None:
-    from loglake.wire.ockam import decode_wire_binary, encode_wire_binary, tcp_address
+    from loglake.wire.ockam import decode_wire_binary, encode_wire_binary
+    from loglake.wire.ockam import legacy_tcp_address as tcp_address
 
     msg = RoutingMessage(
         (tcp_address("127.0.0.1", 4000), Address.local("printer")),
@@ -277,7 +326,7 @@ def test_frame_template_head_then_payload_is_the_frame(payload: bytes) -> None:
 
     on, ret = route("stream_service/s/0"), route("p0")
     t = FrameTemplate(on, ret)
-    assert t.head(len(payload)) + payload == encode_frame(RoutingMessage(on, ret, payload))
+    assert t.head(len(payload)) + payload + t.TAIL == encode_frame(RoutingMessage(on, ret, payload))
     assert t.head(len(payload)) is t.head(len(payload))  # built once per size
 
 
@@ -314,7 +363,7 @@ def test_receive_frames_bad_frame_after_good_ones_is_a_typed_error() -> None:
     frames = conn.receive_frames(b"\x01" + encode_frame(MSG) + encode_frame(MSG))
     assert [RoutingMessage(*f) for f in frames] == [MSG, MSG]
     # same routes as the shortcut's, then a payload item that does not fill the body
-    body = encode_transport_message(MSG)[:-2] + b"\x42\x01"  # byte string of 2, 1 given
+    body = encode_transport_message(MSG)[:-3] + b"\x42\x01\xf6"  # byte string of 2, 1 given
     got = conn.receive_frames(struct.pack(">I", len(body)) + body + encode_frame(MSG))
     assert got == [] and isinstance(conn.error, OckamWireError)
     assert conn.receive_frames(encode_frame(MSG)) == []  # nothing after the error

@@ -88,6 +88,11 @@ NO_REMOTE_TRUNCATE = (
 )
 
 
+CAST_RETURN = "cast"
+"""The return address of a request that gets no reply (``ClientCore.cast``): not ``p<n>`` or
+``r<n>``, so ``ClientCore.receive_data`` sorts nothing to it."""
+
+
 class StreamServiceError(RemoteProtocolError):
     """The service answered ``error`` (its reason is the message)."""
 
@@ -222,6 +227,13 @@ class ClientCore:
         msg = RoutingMessage(dest, (Address.local(f"r{tok}"),), payload)
         return tok, encode_frame(msg)
 
+    @staticmethod
+    def cast(dest: Route, payload: bytes) -> bytes:
+        """The frame of a request that gets no reply (an index save): its return route is
+        ``CAST_RETURN``, an address no reply is sorted to, so a reply from a server that sends
+        one anyway is dropped, not kept."""
+        return encode_frame(RoutingMessage(dest, (Address.local(CAST_RETURN),), payload))
+
     def lane(self, worker: Address) -> int:
         lane = self._lanes.get(worker)
         if lane is None:
@@ -250,8 +262,9 @@ class ClientCore:
     def push_parts(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], list[bytes]]:
         """``push_frames`` as a list of parts whose concatenation is the frames: per push the
         constant head (length, routes, payload head, protocol name, body length; built once
-        per lane, data size and id length), the request id, the data length, and the caller's
-        data object itself (not copied) — for ``writelines``, ``sendmsg`` or one ``join``."""
+        per lane, data size and id length), the request id, the data length, the caller's
+        data object itself (not copied) and the frame's tail (no tracing context) — for
+        ``writelines``, ``sendmsg`` or one ``join``."""
         lane = self.lane(worker)
         head, heads = self._templates[lane].head, self._push_heads[lane]
         first = self._n + 1
@@ -263,6 +276,7 @@ class ClientCore:
         uint, push_parts = codec.encode_uint, codec.push_request_parts
         size = id_len = -1
         before = after = b""
+        tail = FrameTemplate.TAIL
         for rid, data in zip(rids, datas, strict=True):
             r = uint(rid)
             if len(data) != size or len(r) != id_len:
@@ -275,7 +289,7 @@ class ClientCore:
                         heads.clear()
                     heads[(id_len, size)] = cached
                 before, after = cached
-            add((before, r, after, data))
+            add((before, r, after, data, tail))
         return rids, parts
 
     def _route_kind(self, onward: Route) -> tuple[int, int]:
@@ -340,11 +354,16 @@ class ClientCore:
 
 
 # -- request builders shared by both clients -------------------------------------------------
+# The partitioned requests go under the reference's protocol names (stream_partitioned.ex:
+# ``stream_create_partitioned``, ``stream_index_partitioned``), which an Ockam node understands;
+# loglake's service accepts those and the spec's spellings alike.
 def _create_payload(name: str | None, partitions: int) -> tuple[bytes, type]:
     if partitions == 1:
         return codec.encode_payload(CreateStreamRequest(name)), Init
     return (
-        codec.encode_payload(CreatePartitionedStreamRequest(name, partitions)),
+        codec.encode_payload(
+            CreatePartitionedStreamRequest(name, partitions), codec.REF_STREAM_CREATE_PARTITIONED
+        ),
         CreatePartitionedStreamResponse,
     )
 
@@ -352,16 +371,34 @@ def _create_payload(name: str | None, partitions: int) -> tuple[bytes, type]:
 def _index_get(client_id: str, stream: str, partition: int) -> tuple[bytes, type]:
     if partition == 0:
         return codec.encode_payload(GetIndex(client_id, stream)), Index
-    return codec.encode_payload(GetPartitionIndex(client_id, stream, partition)), PartitionIndex
-
-
-def _index_save(client_id: str, stream: str, index: int, partition: int) -> tuple[bytes, type]:
-    if partition == 0:
-        return codec.encode_payload(SaveIndex(client_id, stream, index)), Index
     return (
-        codec.encode_payload(SavePartitionIndex(client_id, stream, partition, index)),
+        codec.encode_payload(
+            GetPartitionIndex(client_id, stream, partition), codec.REF_STREAM_INDEX_PARTITIONED
+        ),
         PartitionIndex,
     )
+
+
+def _index_save(client_id: str, stream: str, index: int, partition: int) -> bytes:
+    """A save is a cast (the reference's ``stream/index/shard.ex``): the service sends no
+    reply. The clients follow it with a get on the same connection, whose answer is the
+    stored index (``_saved``)."""
+    if partition == 0:
+        return codec.encode_payload(SaveIndex(client_id, stream, index))
+    return codec.encode_payload(
+        SavePartitionIndex(client_id, stream, partition, index), codec.REF_STREAM_INDEX_PARTITIONED
+    )
+
+
+def _saved(stored: int, index: int, client_id: str, stream: str, partition: int) -> int:
+    """The stored index after a save of ``index``: at least ``index`` (it is monotonic), or the
+    save did not land — which the service, sending no reply to a save, only logs."""
+    if stored < index:
+        raise StreamServiceError(
+            f"the index service did not store index {index} of consumer {client_id!r} on "
+            f"stream {stream!r} partition {partition} (it holds {stored}); its log says why"
+        )
+    return stored
 
 
 class _Addresses:
@@ -450,10 +487,13 @@ class StreamClient:
             raise StreamServiceError("the stream service closed the connection")
         self.core.receive_data(self._rbuf[:n])
 
-    def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
-        """Send one request; wait for ``count`` replies (or the first, if it is an error)."""
+    def _call(
+        self, dest: Route, payload: bytes, count: int = 1, before: bytes = b""
+    ) -> list[RoutingMessage]:
+        """Send one request (after the frames ``before``, in the same write); wait for
+        ``count`` replies (or the first, if it is an error)."""
         tok, frame = self.core.request(dest, payload)
-        self.sock.sendall(frame)
+        self.sock.sendall(before + frame)
         replies = self.core.replies
         while True:
             got = replies.get(tok)
@@ -549,11 +589,18 @@ class StreamClient:
         return self._index(payload, expect, stream, partition)
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        payload, expect = _index_save(client_id, stream, index, partition)
-        return self._index(payload, expect, stream, partition)
+        """Save (a cast), then get: the stored index, which is at least ``index``."""
+        save = self.core.cast(
+            route(INDEX_SERVICE_ADDRESS), _index_save(client_id, stream, index, partition)
+        )
+        payload, expect = _index_get(client_id, stream, partition)
+        stored = self._index(payload, expect, stream, partition, save)
+        return _saved(stored, index, client_id, stream, partition)
 
-    def _index(self, payload: bytes, expect: type, stream: str, partition: int) -> int:
-        reply = self._call(route(INDEX_SERVICE_ADDRESS), payload)[0]
+    def _index(
+        self, payload: bytes, expect: type, stream: str, partition: int, before: bytes = b""
+    ) -> int:
+        reply = self._call(route(INDEX_SERVICE_ADDRESS), payload, 1, before)[0]
         r = codec.decode_response(reply.payload, expect)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
@@ -705,13 +752,15 @@ class AsyncStreamClient:
                 if not fut.done():
                     fut.set_result(replies.pop(tok))
 
-    async def _call(self, dest: Route, payload: bytes, count: int = 1) -> list[RoutingMessage]:
+    async def _call(
+        self, dest: Route, payload: bytes, count: int = 1, before: bytes = b""
+    ) -> list[RoutingMessage]:
         if self._failure is not None:
             raise self._failure
         tok, frame = self.core.request(dest, payload)
         fut = asyncio.get_running_loop().create_future()
         self._waiters[tok] = (count, fut)
-        self._writer.write(frame)
+        self._writer.write(before + frame)
         return await fut
 
     async def _address(self, stream: str, partition: int) -> Address:
@@ -818,11 +867,18 @@ class AsyncStreamClient:
         return await self._index(payload, expect, stream, partition)
 
     async def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        payload, expect = _index_save(client_id, stream, index, partition)
-        return await self._index(payload, expect, stream, partition)
+        """Save (a cast), then get: the stored index, which is at least ``index``."""
+        save = self.core.cast(
+            route(INDEX_SERVICE_ADDRESS), _index_save(client_id, stream, index, partition)
+        )
+        payload, expect = _index_get(client_id, stream, partition)
+        stored = await self._index(payload, expect, stream, partition, save)
+        return _saved(stored, index, client_id, stream, partition)
 
-    async def _index(self, payload: bytes, expect: type, stream: str, partition: int) -> int:
-        reply = (await self._call(route(INDEX_SERVICE_ADDRESS), payload))[0]
+    async def _index(
+        self, payload: bytes, expect: type, stream: str, partition: int, before: bytes = b""
+    ) -> int:
+        reply = (await self._call(route(INDEX_SERVICE_ADDRESS), payload, 1, before))[0]
         r = codec.decode_response(reply.payload, expect)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)

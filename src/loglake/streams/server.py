@@ -76,6 +76,7 @@ from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
 from loglake.wire.ockam import (
     DEFAULT_MAX_FRAME,
+    VERSION_TIMEOUT,
     MessageRun,
     RoutingMessage,
     TcpConnection,
@@ -136,6 +137,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.slots: deque[list] | None = None
         """While a deferred reply of this connection is outstanding: ``[return route, replies
         or None]`` per request not yet answered, in request order."""
+        self.version_timer: asyncio.TimerHandle | None = None
+        """Drops the peer if its version byte has not come in ``server.version_timeout``."""
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -144,10 +147,28 @@ class _Connection(asyncio.BufferedProtocol):
         if self.server.tls is not None:  # verified by the handshake, or absent
             self.identity = peer_from_certificate(transport.get_extra_info("peercert"))
         transport.write(TcpConnection.initial_bytes())
+        self.version_timer = asyncio.get_running_loop().call_later(
+            self.server.version_timeout, self._version_timed_out
+        )
         self.server._conns.add(self)
         log_event(
             logger, logging.DEBUG, "connection opened", peer=self.peer, who=self.identity.label
         )
+
+    def _version_timed_out(self) -> None:
+        """handler.ex: ``{:ok, <<1>>} = transport.recv(socket, 1, 5000)`` — a peer that has not
+        sent its version byte in time is dropped."""
+        self.version_timer = None
+        if self.transport is not None and not self.wire.version_received:
+            log_event(
+                logger,
+                logging.WARNING,
+                "closing connection: no protocol version byte",
+                peer=self.peer,
+                seconds=self.server.version_timeout,
+            )
+            self.closing = True
+            self.transport.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.server._read_view
@@ -162,6 +183,9 @@ class _Connection(asyncio.BufferedProtocol):
         if self.closing or t is None:
             return
         msgs = self.wire.receive_data(data)
+        if self.version_timer is not None and self.wire.version_received:
+            self.version_timer.cancel()
+            self.version_timer = None
         if msgs:
             self.queued += len(msgs)
             self.server._enqueue(self, msgs)
@@ -181,6 +205,9 @@ class _Connection(asyncio.BufferedProtocol):
                 t.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.version_timer is not None:
+            self.version_timer.cancel()
+            self.version_timer = None
         self.server._conns.discard(self)
         self.closing = True
         log_event(logger, logging.DEBUG, "connection closed", peer=self.peer, error=exc)
@@ -290,12 +317,16 @@ class StreamServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         tls: ssl.SSLContext | None = None,
         handshake_timeout: float = 10.0,
+        version_timeout: float = VERSION_TIMEOUT,
         freeze_gc: bool | None = None,
     ) -> None:
         self.service = service
         self.tls = tls
         """TLS (``streams/tls.server_context``); None: plain TCP."""
         self.handshake_timeout = handshake_timeout
+        self.version_timeout = version_timeout
+        """Seconds a peer has, once connected (after TLS, if any), to send its version byte
+        before it is dropped (the reference's 5 s, ``wire.ockam.VERSION_TIMEOUT``)."""
         self.freeze_gc = freeze_gc
         """At start, move every object that exists to the collector's permanent generation
         (``gc.freeze``). Why: pushes in flight during a collection are promoted, and every few

@@ -19,8 +19,8 @@ Decisions where spec and reference leave room (each also in docs/streams.md):
   ``error`` reply naming the stream (the reference router would drop them silently).
 - CREATE of an existing stream with ``n`` partitions answers INIT for partitions ``0..n-1`` when
   the stream has at least ``n`` (as the reference does); asking for more → ``error``.
-- ``SaveIndex`` is answered with the stored ``Index`` (the spec lists ``Index`` as the protocol's
-  response; the reference sends nothing) so a client learns the stored, monotonic value.
+- ``SaveIndex`` gets no reply, as in the reference (``stream/index/shard.ex`` casts it; a failed
+  save is logged). A client learns the stored, monotonic value with a ``GetIndex`` after it.
 - ``loglake_stream_info`` (an extension) lists streams and partitions.
 
 The core owns no socket, thread, clock — and no I/O: it never calls the log. ``batch(msgs)``
@@ -811,6 +811,9 @@ class StreamService:
             action = "save the consumer index of" if saving else "get the consumer index of"
             why = self.access.refusal(peer, action, req.stream_name)
             if why is not None:
+                if saving:  # a cast: no reply, not even a refusal (see below)
+                    log_event(logger, logging.WARNING, "index save refused", reason=why)
+                    return []
                 return self._error(msg, src, why)
         if isinstance(req, GetIndex | GetPartitionIndex):
             partition = getattr(req, "partition", 0)
@@ -823,17 +826,22 @@ class StreamService:
             except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
                 return self._index_error(msg, req.stream_name, partition, e)
         elif isinstance(req, SaveIndex | SavePartitionIndex):
+            # Saving is a cast in the reference (stream/index/shard.ex: GenServer.cast, a failure
+            # only logged): a reference client never reads a reply to it, so none is sent — not
+            # even an error. A client that wants to know what is stored asks with a get after
+            # the save on the same connection (loglake's client does); requests of a connection
+            # are handled in order, so the get sees the save.
             partition = getattr(req, "partition", 0)
-            try:  # a lower index: "it MUST NOT be changed"; save_index returns the stored one
-                stored = yield LogCall(
-                    "save_index", (req.client_id, req.stream_name, req.index, partition)
-                )
+            try:  # a lower index: "it MUST NOT be changed"
+                yield LogCall("save_index", (req.client_id, req.stream_name, req.index, partition))
             except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
-                return self._index_error(msg, req.stream_name, partition, e)
+                log_event(logger, logging.WARNING, "index save failed", stream=req.stream_name,
+                          partition=partition, client=req.client_id, error=str(e))  # fmt: skip
+            return []
         else:
             log_event(logger, logging.WARNING, "dropped a non-index request to the index service")
             return []
-        if isinstance(req, GetIndex | SaveIndex):
+        if isinstance(req, GetIndex):
             return self._reply(msg, src, Index(req.client_id, req.stream_name, stored), protocol)
         return self._reply(
             msg, src, PartitionIndex(req.client_id, req.stream_name, partition, stored), protocol
