@@ -54,6 +54,7 @@ from loglake.log.api import (
 )
 from loglake.logs import log_event
 from loglake.streams import codec
+from loglake.streams.limits import ServerLimits
 from loglake.streams.messages import (
     CreatePartitionedStreamRequest,
     CreatePartitionedStreamResponse,
@@ -91,6 +92,10 @@ MAX_PARTITIONS = 4096
 MAX_PULL_MESSAGES = 100_000
 DEFAULT_MAX_PULL_BYTES = 8 * 1024 * 1024
 """A PullResponse holds at most this much message data (the spec allows 0..limit messages)."""
+DEFAULT_MAX_CLIENT_ID = ServerLimits().max_client_id
+"""The default of ``streams/limits.py`` (the consumer store itself takes up to 65,535 bytes)."""
+MAX_REASON = 300
+"""An ``error`` reply's reason is cut to this many characters (it may quote a client's value)."""
 DISK_FULL = "disk full"
 """How an ``error`` reply for a full disk starts (issue 15 §3): the client raises ``DiskFull``."""
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -322,8 +327,11 @@ class StreamService:
         rng: random.Random | None = None,
         max_pull_bytes: int = DEFAULT_MAX_PULL_BYTES,
         access: AccessPolicy | None = None,
+        max_client_id: int = DEFAULT_MAX_CLIENT_ID,
     ) -> None:
         self.log = log
+        self.max_client_id = max_client_id
+        """Longest consumer id an index request may name, UTF-8 bytes (``ServerLimits``)."""
         self.access = access
         """Who may do what (``streams/permissions.py``); None: every peer may do everything.
         Each message is checked against the ``Peer`` its connection proved (``batch(peers=)``)."""
@@ -595,7 +603,11 @@ class StreamService:
         """``(stream, partition)`` a worker address names, or None if it is not one."""
         rest = dest.value[len(self._worker_prefix) :].decode("utf-8", "replace")
         name, sep, part = rest.rpartition("/")
-        if not sep or not part.isdigit() or (part != "0" and part.startswith("0")):
+        # ASCII digits only: str.isdigit() also takes "٣", "３" (int() reads them as 3) and
+        # "³" (int() refuses it); a partition number never needs more than 10 digits
+        if not sep or not (part.isascii() and part.isdigit()) or len(part) > 10:
+            return None
+        if part != "0" and part.startswith("0"):
             return None
         return name, int(part)
 
@@ -622,6 +634,8 @@ class StreamService:
         return [RoutingMessage(msg.return_route, (src,), codec.encode_payload(response, protocol))]
 
     def _error(self, msg: RoutingMessage, src: Address | None, reason: str):
+        if len(reason) > MAX_REASON:  # a reason quoting a client's 70 KB name stays short
+            reason = reason[: MAX_REASON - 1] + "…"
         log_event(logger, logging.INFO, "error reply", reason=reason)
         return self._reply(msg, src or msg.onward_route[0], Error(reason))
 
@@ -792,6 +806,11 @@ class StreamService:
             log_event(logger, logging.WARNING, "dropped undecodable index request", error=str(e))
             return []
         src = self._index_addr
+        client_id = getattr(req, "client_id", None)
+        if isinstance(client_id, str) and len(client_id.encode()) > self.max_client_id:
+            size = len(client_id.encode())
+            why = f"client id of {size} bytes is longer than {self.max_client_id} (max_client_id)"
+            return self._error(msg, src, why)
         if self.access is not None and isinstance(
             req, GetIndex | GetPartitionIndex | SaveIndex | SavePartitionIndex
         ):
