@@ -68,7 +68,8 @@ class ServerLimits:
         "bytes",
         64 * KiB,
         "Bytes of unsent replies (plus pulls being read) across all connections; over it, "
-        "pulls wait before they are read.",
+        "pulls wait before they are read, and the clients not reading their replies that hold "
+        "the most are closed (logged).",
     )
     connection_output: int = _limit(
         16 * MiB,
@@ -216,7 +217,7 @@ def click_options(name: Callable[[dataclasses.Field], str] | None = None) -> Cal
                 flag,
                 "limits_" + f.name,
                 default=None,
-                metavar="SIZE" if f.metadata["unit"] == "bytes" else "N",
+                metavar={"bytes": "SIZE", "seconds": "SECONDS"}.get(f.metadata["unit"], "N"),
                 envvar=ENV_PREFIX + f.name.upper(),
                 show_envvar=True,
                 help=describe(f),
