@@ -57,3 +57,17 @@ def test_serve_refuses_a_bad_limit_in_one_line(tmp_path) -> None:
         serve_group, ["serve", "--data-dir", str(tmp_path), "--limits-max-connections", "none"]
     )
     assert r.exit_code == 2 and "max_connections: expected a whole number" in r.output
+
+
+def test_docs_security_lists_every_limit_with_its_default() -> None:
+    from pathlib import Path
+
+    from loglake.streams.limits import describe
+
+    doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    for f in limit_fields():
+        default = describe(f).rsplit(" Default ", 1)[1].rstrip(".")
+        row = f"| `{f.name}` | `--limits-{f.name.replace('_', '-')}` | "
+        assert row in doc, f.name
+        line = doc[doc.index(row) :].split("\n", 1)[0]
+        assert f"| {default} |" in line and f.metadata["help"] in line, f.name
