@@ -158,7 +158,8 @@ def test_a_client_that_pulls_and_never_reads_is_held_to_its_output_budget(big_lo
         good.check()
         # the unsent bytes the connection may have: its budget, plus the pulls it had running
         # when it went over (each up to 1 MiB and one record)
-        assert peak <= 1 * MiB + READS_PER_CONNECTION * (1 * MiB + RECORD) + 64 * 1024, peak
+        # (and one more: the reply that takes it over the mark is written before it pauses)
+        assert peak <= 1 * MiB + (READS_PER_CONNECTION + 1) * (1 * MiB + RECORD), peak
         s.close()
         time.sleep(0.3)
         assert on_loop(srv, lambda server: (len(server._conns), server._reads_running)) == (0, 0)
@@ -166,31 +167,40 @@ def test_a_client_that_pulls_and_never_reads_is_held_to_its_output_budget(big_lo
 
 def test_many_partial_32_mib_frames_are_held_to_the_input_budget(tmp_path) -> None:
     """200 connections each announce a 32 MiB frame and send part of it: the incomplete
-    frames the server holds stay within ``input_budget`` (the connections holding the most
-    are closed), where before every byte was kept (6.4 GB at full size)."""
+    frames the server holds stay within the input budget (those over it wait, unread, and
+    are closed once their frame timeout passes), where before every byte was kept (6.4 GB
+    at full size); a client sending ordinary frames is served all along."""
     log = open_log(tmp_path)
     budget = 8 * MiB
     try:
-        with serving(log, input_budget=budget) as srv, GoodClient(srv.port) as good:
+        with (
+            serving(log, input_budget=budget, frame_timeout=1.5) as srv,
+            GoodClient(srv.port) as good,
+        ):
             head = (32 * MiB).to_bytes(4, "big")
             chunk = b"\0" * (256 * 1024)
             socks = []
             peak = 0
             for _ in range(200):
                 s = attacker(srv.port)
+                s.setblocking(False)
                 socks.append(s)
                 with contextlib.suppress(OSError):
-                    s.sendall(head + chunk)
+                    s.send(head + chunk)
+                    s.send(chunk)
                 if len(socks) % 20 == 0:
                     peak = max(peak, on_loop(srv, lambda server: server._input_bytes))
             time.sleep(0.3)
             peak = max(peak, on_loop(srv, lambda server: server._input_bytes))
-            closed = sum(closed_by_server(s, 0.05) for s in socks)
+            t = time.monotonic()
+            closed = sum(closed_by_server(s, max(0.05, t + 3 - time.monotonic())) for s in socks)
             for s in socks:
                 s.close()
         good.check()
-        assert peak <= budget, peak
-        assert closed >= 200 - budget // len(head + chunk), closed
+        # connections starting large frames at once may pass the budget by one read each
+        # before they wait; past twice the budget the largest are closed
+        assert peak <= 2 * budget, peak
+        assert closed == 200, closed
     finally:
         log.close()
 

@@ -8,9 +8,10 @@ sentence saying what it bounds (``field.metadata``), and the same table gives ``
 its ``--limits-*`` flags, ``loglake node`` its ``[limits]`` config section, both the
 ``LOGLAKE_LIMITS_*`` environment variables, and docs/security.md its table.
 
-Defaults keep the server under about 512 MiB of buffers whatever the clients do: at most
-``input_budget`` of partial frames and ``output_budget`` of unsent replies across all
-connections, plus the pulls being read (a few threads, ``max_pull_bytes`` each).
+Defaults keep the server under about 512 MiB whatever the clients do: at most twice
+``input_budget`` of partial frames (connections starting large frames in the same instant may
+pass it once before they wait) and ``output_budget`` of unsent replies across all connections,
+plus the pulls being read (a few threads, ``max_pull_bytes`` each).
 
 Limits added by the storage side (partition quotas, open segment files) live with their config
 objects for now and are meant to join this table.
@@ -57,11 +58,12 @@ class ServerLimits:
         "Open connections from one peer IP address; one more is closed at once (logged).",
     )
     input_budget: int = _limit(
-        128 * MiB,
+        64 * MiB,
         "bytes",
         64 * KiB,
-        "Bytes of incomplete frames held across all connections; over it, the connection "
-        "holding the largest incomplete frame is closed (logged).",
+        "Bytes of incomplete frames held across all connections; over it, connections with "
+        "an incomplete frame over 64 KiB stop being read until there is room (their frame "
+        "timeout runs on); over twice it, the connections holding the most are closed (logged).",
     )
     output_budget: int = _limit(
         128 * MiB,
@@ -72,7 +74,7 @@ class ServerLimits:
         "the most are closed (logged).",
     )
     connection_output: int = _limit(
-        16 * MiB,
+        8 * MiB,
         "bytes",
         16 * KiB,
         "Unsent reply bytes one connection may have; over it, the server stops reading that "

@@ -103,6 +103,9 @@ READS_PER_CONNECTION = 2
 ``max_pull_bytes``: a connection must not hold the reader threads, or memory, for a backlog)."""
 STARVED_RETRY = 0.01
 """Seconds before pulls held back by the output budget are tried again."""
+SMALL_PARTIAL = 64 * 1024
+"""An incomplete frame up to this size is never held up by the input budget: a client sending
+ordinary frames has at most this much of one between two reads."""
 OUTPUT_RECOUNT = 0.005
 """Seconds a sum of all connections' unsent bytes is reused (``output_budget``)."""
 READ_BUFFER = 256 * 1024
@@ -167,6 +170,9 @@ class _Connection(asyncio.BufferedProtocol):
         ``input_budget``)."""
         self.partial_since: float | None = None
         """When the incomplete frame it holds was started (``frame_timeout``)."""
+        self.input_paused = False
+        """Not read because the incomplete frames of all connections fill ``input_budget``
+        and this one's is large: it waits for room (its ``frame_timeout`` runs on)."""
         self.last_active = time.monotonic()
 
     def connection_made(self, transport) -> None:
@@ -190,7 +196,10 @@ class _Connection(asyncio.BufferedProtocol):
         )
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server._read_view
+        server = self.server
+        if server._input_bytes > server.limits.input_budget:  # one read adds little then
+            return server._read_view[:SMALL_PARTIAL]
+        return server._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
         # the buffer is the server's, and the next read reuses it: ``receive_data`` copies
@@ -205,21 +214,25 @@ class _Connection(asyncio.BufferedProtocol):
         wire = self.wire
         msgs = wire.receive_data(data)
         held = wire.buffered
+        server = self.server
+        freed = held < self.input_held
         if held != self.input_held:
             if held and not self.input_held:
                 self.partial_since = self.last_active
             elif not held:
                 self.partial_since = None
-            self.server._input_bytes += held - self.input_held
+            server._input_bytes += held - self.input_held
             self.input_held = held
         if msgs:
             self.queued += len(msgs)
-            self.server._enqueue(self, msgs)
+            server._enqueue(self, msgs)
             self._update_reading()
         if wire.error is not None:
             self.close_for("protocol error", str(wire.error), graceful=True)
-        elif held and self.server._input_bytes > self.server.limits.input_budget:
-            self.server._over_input_budget()
+        elif held > SMALL_PARTIAL and server._input_bytes > server.limits.input_budget:
+            server._over_input_budget(self)
+        elif freed and server._input_waiting:
+            server._resume_input()
 
     def close_for(self, what: str, reason: str, graceful: bool = False) -> None:
         """Close this connection and say why (a hostile or broken client is closed, never
@@ -241,11 +254,16 @@ class _Connection(asyncio.BufferedProtocol):
     def _release(self, drop_reads: bool = True) -> None:
         """Give back what this connection holds of the server's budgets; drop its waiting
         pulls (not for a graceful close: what it sent before is still answered)."""
-        self.server._input_bytes -= self.input_held
+        server = self.server
+        server._input_bytes -= self.input_held
         self.input_held = 0
         self.partial_since = None
+        self.input_paused = False
+        server._input_waiting.discard(self)
         if drop_reads:
             self.reads.clear()
+        if server._input_waiting:
+            server._resume_input()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -272,13 +290,13 @@ class _Connection(asyncio.BufferedProtocol):
         if t is None or self.closing:
             return
         limit = self.server.limits.max_queued_requests
-        if self.write_paused or self.queued > limit:
+        if self.write_paused or self.queued > limit or self.input_paused:
             if not self.paused:
                 self.paused = True
                 t.pause_reading()
         elif self.paused and self.queued <= limit // 2:
             self.paused = False
-            if self.partial_since is not None:  # its frame's clock ran while we did not read
+            if self.partial_since is not None:  # its frame's clock stopped while not read
                 self.partial_since = time.monotonic()
             t.resume_reading()
 
@@ -449,6 +467,8 @@ class StreamServer:
         self._serials = itertools.count()
         self._input_bytes = 0
         """Bytes of incomplete frames held by all connections (``input_budget``)."""
+        self._input_waiting: set[_Connection] = set()
+        """Connections not read until the input budget has room (``_resume_input``)."""
         self._reads_running = 0
         """Pulls being read now, all connections (each may become ``max_pull_bytes``)."""
         self._starved: set[_Connection] = set()
@@ -556,25 +576,54 @@ class StreamServer:
         else:
             self._per_host.pop(conn.host, None)
 
-    def _over_input_budget(self) -> None:
-        """The incomplete frames of all connections hold more than ``input_budget``: close the
-        connection holding the largest (the newest among equals) until they fit. A client
-        sending small frames holds almost nothing between them, so it is never the one."""
+    def _over_input_budget(self, conn: _Connection) -> None:
+        """The incomplete frames of all connections hold more than ``input_budget`` and
+        ``conn`` holds a large one: it is not read until there is room (new work waits; its
+        ``frame_timeout`` runs on, so a client that never completes it is closed then). A
+        client sending ordinary frames holds almost nothing between them (at most
+        ``SMALL_PARTIAL``) and is never held up. Past twice the budget (many connections each
+        starting a large frame in one read), the connections holding the most — the newest
+        among equals — are closed until the rest fit."""
         budget = self.limits.input_budget
-        while self._input_bytes > budget:
+        while self._input_bytes > 2 * budget:
             victim = max(
                 (c for c in self._conns if c.input_held and not c.closing),
                 key=lambda c: (c.input_held, c.serial),
                 default=None,
             )
             if victim is None:
-                return
+                break
             self.dropped += 1
             victim.close_for(
                 "input budget",
-                f"incomplete frames of all connections passed {budget} bytes (input_budget); "
-                f"this one held {victim.input_held}",
+                f"incomplete frames of all connections passed twice {budget} bytes "
+                f"(input_budget); this one held {victim.input_held}",
             )
+        if conn.closing or conn.input_paused:
+            return
+        conn.input_paused = True
+        self._input_waiting.add(conn)
+        conn._update_reading()
+        self._warn(
+            "input budget full: a connection waits",
+            peer=conn.peer,
+            reason=f"incomplete frames of all connections hold {self._input_bytes} bytes "
+            f"(input_budget {budget}); this one's holds {conn.input_held}",
+        )
+
+    def _resume_input(self) -> None:
+        """Read connections waiting for the input budget again, oldest first, as many as the
+        room left could take one read each."""
+        room = self.limits.input_budget - self._input_bytes
+        for c in sorted(self._input_waiting, key=lambda c: c.serial):
+            if room < READ_BUFFER:
+                return
+            self._input_waiting.discard(c)
+            c.input_paused = False
+            since = c.partial_since
+            c._update_reading()
+            c.partial_since = since  # waiting for room does not stop its frame's clock
+            room -= READ_BUFFER
 
     def _output_room(self) -> bool:
         """Whether another pull may be read: the unsent replies of all connections plus the
@@ -646,8 +695,10 @@ class StreamServer:
         self._recount_output(now)
         limits = self.limits
         idle = limits.idle_timeout
+        if self._input_waiting:
+            self._resume_input()
         for c in list(self._conns):
-            if c.closing or c.paused:  # not read on purpose: its clocks do not run
+            if c.closing or (c.paused and not c.input_paused):  # held back by us: no clocks
                 continue
             since = c.partial_since
             if since is not None and now - since > limits.frame_timeout:
