@@ -62,8 +62,14 @@ U64_MAX = 2**64 - 1
 
 
 # -- the attacks (each in its own process, until ``until``) ----------------------------------
+ATTACKER_HOST = "127.0.0.2"
+"""Attacks come from another loopback address than the good client (127.0.0.1), as from
+another machine: the per-peer connection cap is the attacker's, not the good client's."""
+
+
 def _raw(port: int, rcvbuf: int | None = None, hello: bool = True) -> socket.socket:
     s = socket.socket()
+    s.bind((ATTACKER_HOST, 0))
     if rcvbuf:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.connect(("127.0.0.1", port))
@@ -161,7 +167,7 @@ def attack_stalled(port: int, until: float, out) -> None:
             break
     time.sleep(0.5)
     closed = 0
-    while time.monotonic() < until:
+    while time.monotonic() < until - 1.0:  # counted before the server gets SIGTERM
         time.sleep(0.1)
     for s in socks:  # what the server closed by now (it sends a version byte first)
         s.setblocking(False)
@@ -198,6 +204,7 @@ def attack_create(port: int, until: float, out) -> None:
 
 
 def attack_index(port: int, until: float, out) -> None:
+    time.sleep(1.0)  # the good client has made its stream and consumer by then
     s = _raw(port)
     wire = TcpConnection()
     s.settimeout(10)
@@ -315,7 +322,7 @@ def run_one(attack: str | None, seconds: float, serve_args: list[str]) -> dict:
         sampler = Sampler(proc.pid)
         sampler.start()
         q: mp.Queue = mp.Queue()
-        until = time.monotonic() + seconds + 1.0  # the attack outlives the good client's run
+        until = time.monotonic() + seconds + 1.5  # the attack outlives the good client's run
         child = None
         if attack:
             child = mp.Process(target=ATTACKS[attack], args=(port, until, q), daemon=True)
