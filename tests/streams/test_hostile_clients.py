@@ -368,3 +368,31 @@ def test_refused_requests_leave_no_garbage_cycle_holding_their_payloads(tmp_path
         assert held == []
     finally:
         log.close()
+
+
+def test_clients_not_reading_are_closed_past_the_output_budget(big_log) -> None:
+    """Six clients pull and never read, each within its own 1 MiB, but together past a
+    4 MiB output budget: the server closes the ones holding the most until the rest fit,
+    and a client that reads its replies goes on being served (its pulls included)."""
+    with (
+        serving(big_log, connection_output=1 * MiB, output_budget=4 * MiB) as srv,
+        GoodClient(srv.port) as good,
+    ):
+        socks = []
+        for _ in range(6):
+            s = attacker(srv.port)
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                s.send(pull_frames(50))
+            socks.append(s)
+        peak = 0
+        for _ in range(15):
+            time.sleep(0.1)
+            peak = max(peak, on_loop(srv, unsent))
+        closed = sum(closed_by_server(s, 0.2) for s in socks)
+        for s in socks:
+            s.close()
+    good.check()
+    assert closed >= 2, closed
+    # a recount every tick: the budget plus what reads in flight added meanwhile
+    assert peak <= 4 * MiB + 6 * (READS_PER_CONNECTION + 1) * (1 * MiB + RECORD), peak
