@@ -47,6 +47,13 @@ handle gets an ``error`` reply, never silence. A connection that breaks the prot
 byte, oversized or undecodable frame) is closed with its reason logged; the messages it sent
 before the bad frame are still answered, and nothing else is affected.
 
+Hostile and careless clients (``streams/limits.py``, docs/security.md): every bound a client
+is held to is a field of ``ServerLimits``. Output is flow-controlled with asyncio's own
+``pause_writing``/``resume_writing``: a connection whose replies go unread stops being read
+and its pulls wait unread; incomplete frames and unsent replies of all connections have global
+budgets; connections are capped in all and per peer address; a started frame must finish in
+time; ``stop()`` (SIGTERM) ends within ``shutdown_timeout`` whatever the clients do.
+
 TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.py``), the server speaks the same
 framing inside TLS 1.3. Each connection's ``Peer`` — the names of its verified client
 certificate, or ``ANONYMOUS`` — goes with its messages into the core, which checks them against
