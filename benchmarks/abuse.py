@@ -305,7 +305,18 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
 
 
-def run_one(attack: str | None, seconds: float, serve_args: list[str]) -> dict:
+def _cap_memory() -> None:
+    """In the child before ``exec``: an address-space cap, so a server without the limits
+    (``--server-src`` of an older revision) fails instead of taking the machine's memory."""
+    import resource
+
+    cap = 3 * 1024 * MiB
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def run_one(
+    attack: str | None, seconds: float, serve_args: list[str], server_src: str | None = None
+) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="loglake-abuse-"))
     log = open_log(tmp / "data")
     log.create_stream("big", StreamConfig(durability="none"))
@@ -315,7 +326,12 @@ def run_one(attack: str | None, seconds: float, serve_args: list[str]) -> dict:
     cmd = [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp / "data"),
            "--port", str(port), *serve_args]  # fmt: skip
     errlog = open(tmp / "serve.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog)
+    env = dict(os.environ)
+    if server_src:  # e.g. `git archive REV src | tar -x -C DIR`, then DIR/src
+        env["PYTHONPATH"] = server_src
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=errlog, env=env, preexec_fn=_cap_memory
+    )
     row: dict = {"attack": attack or "(none)"}
     try:
         wait_port(port, proc)
@@ -364,11 +380,18 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="each attack's run (max 60)")
     ap.add_argument("--attacks", default=",".join(ATTACKS), help="comma-separated")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `serve` argument")
+    ap.add_argument(
+        "--server-src",
+        help="run the server from this source folder (an older revision's src/, for a before "
+        "figure); every server is capped at 3 GiB of address space",
+    )
     a = ap.parse_args()
     seconds = min(max(a.seconds, 2.0), 60.0)
     limits = ServerLimits()
-    base = run_one(None, seconds, a.serve_arg)
-    rows = [base] + [run_one(x, seconds, a.serve_arg) for x in a.attacks.split(",") if x]
+    base = run_one(None, seconds, a.serve_arg, a.server_src)
+    rows = [base] + [
+        run_one(x, seconds, a.serve_arg, a.server_src) for x in a.attacks.split(",") if x
+    ]
     print(f"abuse: {seconds:g} s per attack, loglake serve {' '.join(a.serve_arg)} (default "
           f"limits: connections {limits.max_connections}, {limits.max_connections_per_peer} per "
           f"peer)")  # fmt: skip
