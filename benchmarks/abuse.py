@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -372,6 +373,7 @@ def run_one(
             proc.kill()
             proc.wait()
         errlog.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return row
 
 
