@@ -232,6 +232,8 @@ def main() -> int:
         sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp / "data"),
         "--port", str(port), "--durability", "batch", "--segment-bytes", str(a.segment_mib << 20),
         "--retention-bytes", str(a.retention_mib << 20), "--retention-interval", "5",
+        # every idle connection comes from 127.0.0.1: above the default per-peer cap (256)
+        "--limits-max-connections-per-peer", str(a.idle + a.clients + 16),
     ]  # fmt: skip
     stderr = open(tmp / "serve.log", "wb")  # noqa: SIM115 - closed in finally
     rc = 0

@@ -26,7 +26,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import click
 import platformdirs
@@ -39,6 +39,9 @@ from loglake.log import Durability, Log, StreamConfig, open_log
 from loglake.logs import log_event
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
+from loglake.streams.limits import LimitError
+from loglake.streams.limits import click_options as limits_options
+from loglake.streams.limits import from_click as limits_from_click
 from loglake.streams.permissions import AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
@@ -174,6 +177,7 @@ def command() -> None:
     is_flag=True,
     help="Allow plain TCP on a non-loopback address (a trusted network only).",
 )
+@limits_options()
 def serve(
     data_dir: Path,
     host: str,
@@ -194,12 +198,19 @@ def serve(
     tls_client_ca: str | None = None,
     access: str | None = None,
     insecure: bool = False,
+    **limit_flags: Any,
 ) -> None:
     """Serve the Ockam stream service (stream_service, stream_index_service) over TCP.
 
     Streams created through the service get the durability, segment size and retention given
     here. Retention trims live segments only; sealed history stays readable from the lake.
+    The --limits-* options bound what any client may hold of the server (memory, connections,
+    time); docs/security.md lists them.
     """
+    try:
+        limits = limits_from_click(limit_flags)
+    except LimitError as e:
+        raise click.UsageError(str(e)) from None
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
     if tls_client_ca and not tls_cert:
@@ -228,7 +239,7 @@ def serve(
         retention_bytes=retention_bytes,
         retention_records=retention_records,
     )
-    service = StreamService(log, config, access=policy)
+    service = StreamService(log, config, access=policy, max_client_id=limits.max_client_id)
     console = Console(stderr=True)
     trust = (("mutual TLS" if tls_client_ca else "TLS") if tls is not None else "plain TCP") + (
         f", access {access}" if policy is not None else ""
@@ -239,7 +250,7 @@ def serve(
     async def main() -> None:
         nonlocal started
         try:
-            server = await StreamServer(service, host, port, tls=tls).start()
+            server = await StreamServer(service, host, port, tls=tls, limits=limits).start()
         except OSError as e:
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         console.print(

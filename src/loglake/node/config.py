@@ -9,13 +9,15 @@ checked at start and an error names the key and where the bad value came from::
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
 metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
-retention_interval; ``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control,
-member, stream, channel, layout, check_every, wait, trackers; ``[sds]`` enabled, channel,
-participants; ``[jobs]`` enabled. docs/node.md has the table with defaults.
+retention_interval; ``[limits]`` the stream server's bounds on clients (``streams/limits.py``);
+``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream,
+channel, layout, check_every, wait, trackers; ``[sds]`` enabled, channel, participants,
+sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -26,6 +28,7 @@ from typing import Any
 import platformdirs
 
 from loglake.errors import LoglakeError
+from loglake.streams.limits import describe, limit_fields, parse_limit
 
 ROLES = ("orchestrator", "broadcaster", "publisher", "subscriber")
 LAYOUTS = ("spec", "status-go")
@@ -227,6 +230,10 @@ OPTIONS: tuple[Option, ...] = (
         "(unacknowledged messages, missing dependencies, acks owed): a settled channel is quiet.",
     ),
     Option("jobs", "enabled", _bool, False, "Allow Spark jobs through the API (needs Java)."),
+    *(  # the stream server's bounds on clients: one table, streams/limits.py
+        Option("limits", f.name, functools.partial(parse_limit, f), f.default, describe(f))
+        for f in limit_fields()
+    ),
 )
 SECTIONS = {o.section for o in OPTIONS if o.section}
 
@@ -254,6 +261,7 @@ class NodeConfig:
     archives: Section
     sds: Section
     jobs: Section
+    limits: Section
     source: dict[str, str]
     """``section.key`` → where its value came from (flag, env, file, default)."""
 

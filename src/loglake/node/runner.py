@@ -110,14 +110,15 @@ class Node:
         if metrics is not None:
             metrics.attach(ctx)
         if cfg.streams.enabled:
+            from loglake.streams.limits import ServerLimits
             from loglake.streams.server import StreamServer
             from loglake.streams.service import StreamService
 
             host, port = cfg.streams.host, cfg.streams.port
+            limits = ServerLimits.from_mapping(vars(cfg.limits))  # checked by config
+            service = StreamService(log, stream_config, max_client_id=limits.max_client_id)
             try:
-                self._server = await StreamServer(
-                    StreamService(log, stream_config), host, port
-                ).start()
+                self._server = await StreamServer(service, host, port, limits=limits).start()
             except OSError as e:
                 raise NodeStartError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
             ctx.stream_address = (host, self._server.port)

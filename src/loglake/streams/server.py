@@ -47,6 +47,13 @@ handle gets an ``error`` reply, never silence. A connection that breaks the prot
 byte, oversized or undecodable frame) is closed with its reason logged; the messages it sent
 before the bad frame are still answered, and nothing else is affected.
 
+Hostile and careless clients (``streams/limits.py``, docs/security.md): every bound a client
+is held to is a field of ``ServerLimits``. Output is flow-controlled with asyncio's own
+``pause_writing``/``resume_writing``: a connection whose replies go unread stops being read
+and its pulls wait unread; incomplete frames and unsent replies of all connections have global
+budgets; connections are capped in all and per peer address; a started frame must finish in
+time; ``stop()`` (SIGTERM) ends within ``shutdown_timeout`` whatever the clients do.
+
 TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.py``), the server speaks the same
 framing inside TLS 1.3. Each connection's ``Peer`` — the names of its verified client
 certificate, or ``ANONYMOUS`` — goes with its messages into the core, which checks them against
@@ -60,23 +67,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import gc
 import itertools
 import logging
 import ssl
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 from loglake.logs import log_event
 from loglake.streams import eventloop
+from loglake.streams.limits import ServerLimits
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
 from loglake.wire.ockam import (
-    DEFAULT_MAX_FRAME,
-    VERSION_TIMEOUT,
     MessageRun,
     RoutingMessage,
     TcpConnection,
@@ -97,8 +105,16 @@ fsynced before the loop goes on (the one-by-one latency); more are pipelined, th
 batch overlapping the next batch's decoding and writing. Small enough that a client with a
 window of pushes in flight gets the pipeline; large enough for a few one-by-one clients at
 once."""
-MAX_QUEUED_PER_CONNECTION = 20_000
-"""Stop reading a connection while this many of its messages await the core (backpressure)."""
+READS_PER_CONNECTION = 2
+"""Pulls of one connection read at the same time; its others wait, unread (each reply is up to
+``max_pull_bytes``: a connection must not hold the reader threads, or memory, for a backlog)."""
+STARVED_RETRY = 0.01
+"""Seconds before pulls held back by the output budget are tried again."""
+SMALL_PARTIAL = 64 * 1024
+"""An incomplete frame up to this size is never held up by the input budget: a client sending
+ordinary frames has at most this much of one between two reads."""
+OUTPUT_RECOUNT = 0.005
+"""Seconds a sum of all connections' unsent bytes is reused (``output_budget``)."""
 READ_BUFFER = 256 * 1024
 """Bytes one read may take (asyncio's own default)."""
 LISTEN_BACKLOG = 1024
@@ -122,35 +138,71 @@ class _Connection(asyncio.BufferedProtocol):
     """One Ockam TCP connection. A ``BufferedProtocol``: the transport receives into the
     server's one read buffer (``get_buffer``) and the frames are decoded from it at once
     (``buffer_updated``), instead of a fresh 256 KiB ``bytes`` per read — whose allocation
-    above glibc's mmap threshold cost ~40 µs a read here (an mmap, an mremap, a munmap)."""
+    above glibc's mmap threshold cost ~40 µs a read here (an mmap, an mremap, a munmap).
+
+    Flow control (``ServerLimits``): the transport calls ``pause_writing`` once this
+    connection's unsent replies pass ``connection_output`` and ``resume_writing`` once the peer
+    has read them down to a quarter of it. While paused the connection is not read and its
+    pulls wait unread in ``reads`` (a pull's reply is up to 8 MiB: a client that asks and never
+    reads would otherwise have the server read its whole history into memory). When it
+    closes, its waiting pulls are dropped at once."""
 
     def __init__(self, server: StreamServer) -> None:
         self.server = server
-        self.wire = TcpConnection(server.max_frame)
+        self.wire = TcpConnection(server.limits.max_frame)
         self.transport: asyncio.Transport | None = None
         self.queued = 0
         self.closing = False
         self.peer = "?"
+        self.host = "?"
+        """The peer's IP address (what ``max_connections_per_peer`` counts)."""
+        self.serial = next(server._serials)
+        """Order of arrival: among equal offenders, the newest is closed first."""
+        self.accepted = False
+        """Counted among the server's connections (False: refused at the door)."""
         self.identity: Peer = ANONYMOUS
         """Who proved to be on the other end (its client certificate's names)."""
         self.paused = False
+        """Reading is paused (too many queued requests, or unsent replies)."""
+        self.write_paused = False
+        """The transport said its unsent bytes passed the high-water mark."""
         self.slots: deque[list] | None = None
         """While a deferred reply of this connection is outstanding: ``[return route, replies
         or None]`` per request not yet answered, in request order."""
+        self.reads: deque[tuple[PendingRead, list]] = deque()
+        """Pulls answered by the core and not yet read: ``(pending read, its slot)``."""
+        self.reads_running = 0
+        self.input_held = 0
+        """Bytes of an incomplete frame this connection holds (counted in the server's
+        ``input_budget``)."""
+        self.partial_since: float | None = None
+        """When the incomplete frame it holds was started (``frame_timeout``)."""
+        self.input_paused = False
+        """Not read because the incomplete frames of all connections fill ``input_budget``
+        and this one's is large: it waits for room (its ``frame_timeout`` runs on)."""
+        self.last_active = time.monotonic()
         self.version_timer: asyncio.TimerHandle | None = None
-        """Drops the peer if its version byte has not come in ``server.version_timeout``."""
+        """Drops the peer if its version byte has not come within ``limits.version_timeout``."""
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.host = str(peer[0]) if peer else "?"
+        why = self.server._admit(self)
+        if why is not None:
+            transport.abort()
+            self.closing = True
+            return
+        self.accepted = True
+        limit = self.server.limits.connection_output
+        transport.set_write_buffer_limits(high=limit, low=limit // 4)
         if self.server.tls is not None:  # verified by the handshake, or absent
             self.identity = peer_from_certificate(transport.get_extra_info("peercert"))
         transport.write(TcpConnection.initial_bytes())
         self.version_timer = asyncio.get_running_loop().call_later(
-            self.server.version_timeout, self._version_timed_out
+            self.server.limits.version_timeout, self._version_timed_out
         )
-        self.server._conns.add(self)
         log_event(
             logger, logging.DEBUG, "connection opened", peer=self.peer, who=self.identity.label
         )
@@ -160,18 +212,14 @@ class _Connection(asyncio.BufferedProtocol):
         sent its version byte in time is dropped."""
         self.version_timer = None
         if self.transport is not None and not self.wire.version_received:
-            log_event(
-                logger,
-                logging.WARNING,
-                "closing connection: no protocol version byte",
-                peer=self.peer,
-                seconds=self.server.version_timeout,
-            )
-            self.closing = True
-            self.transport.close()
+            limit = self.server.limits.version_timeout
+            self.close_for("no protocol version byte", f"none within {limit:g} s")
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server._read_view
+        server = self.server
+        if server._input_bytes > server.limits.input_budget:  # one read adds little then
+            return server._read_view[:SMALL_PARTIAL]
+        return server._read_view
 
     def buffer_updated(self, nbytes: int) -> None:
         # the buffer is the server's, and the next read reuses it: ``receive_data`` copies
@@ -182,35 +230,127 @@ class _Connection(asyncio.BufferedProtocol):
         t = self.transport
         if self.closing or t is None:
             return
-        msgs = self.wire.receive_data(data)
-        if self.version_timer is not None and self.wire.version_received:
+        self.last_active = time.monotonic()
+        wire = self.wire
+        msgs = wire.receive_data(data)
+        if self.version_timer is not None and wire.version_received:
             self.version_timer.cancel()
             self.version_timer = None
+        held = wire.buffered
+        server = self.server
+        freed = held < self.input_held
+        if held != self.input_held:
+            if held and not self.input_held:
+                self.partial_since = self.last_active
+            elif not held:
+                self.partial_since = None
+            server._input_bytes += held - self.input_held
+            self.input_held = held
         if msgs:
             self.queued += len(msgs)
-            self.server._enqueue(self, msgs)
-            if self.queued > MAX_QUEUED_PER_CONNECTION and not self.paused:
-                self.paused = True
-                t.pause_reading()
-        if self.wire.error is not None:
-            log_event(
-                logger,
-                logging.WARNING,
-                "closing connection: protocol error",
-                peer=self.peer,
-                reason=str(self.wire.error),
-            )
-            self.closing = True
-            if self.queued == 0:
-                t.close()
+            server._enqueue(self, msgs)
+            self._update_reading()
+        if wire.error is not None:
+            self.close_for("protocol error", str(wire.error), graceful=True)
+        elif held > SMALL_PARTIAL and server._input_bytes > server.limits.input_budget:
+            server._over_input_budget(self)
+        elif freed and server._input_waiting:
+            server._resume_input()
+
+    def close_for(self, what: str, reason: str, graceful: bool = False) -> None:
+        """Close this connection and say why (a hostile or broken client is closed, never
+        served at the others' expense). ``graceful``: the replies to what it sent before are
+        still sent (a protocol error); else it is dropped at once (its buffers freed)."""
+        if self.closing:
+            return
+        self.server._warn(f"closing connection: {what}", peer=self.peer, reason=reason)
+        self.closing = True
+        self._release(drop_reads=not graceful)
+        t = self.transport
+        if t is None:
+            return
+        if not graceful:
+            t.abort()
+        elif self.queued == 0:
+            t.close()
+
+    def _release(self, drop_reads: bool = True) -> None:
+        """Give back what this connection holds of the server's budgets; drop its waiting
+        pulls (not for a graceful close: what it sent before is still answered)."""
+        server = self.server
+        server._input_bytes -= self.input_held
+        self.input_held = 0
+        self.partial_since = None
+        self.input_paused = False
+        server._input_waiting.discard(self)
+        if drop_reads:
+            self.reads.clear()
+        if server._input_waiting:
+            server._resume_input()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
         if self.version_timer is not None:
             self.version_timer.cancel()
             self.version_timer = None
-        self.server._conns.discard(self)
-        self.closing = True
+        if not self.accepted:
+            return
+        self.accepted = False
+        self._release()
+        self.server._forget(self)
         log_event(logger, logging.DEBUG, "connection closed", peer=self.peer, error=exc)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._update_reading()
+        self.pump_reads()
+
+    def _update_reading(self) -> None:
+        """Read the connection unless it has too many requests waiting or too many unsent
+        replies (flow control: the client's own sending then blocks in its socket)."""
+        t = self.transport
+        if t is None or self.closing:
+            return
+        limit = self.server.limits.max_queued_requests
+        if self.write_paused or self.queued > limit or self.input_paused:
+            if not self.paused:
+                self.paused = True
+                t.pause_reading()
+        elif self.paused and self.queued <= limit // 2:
+            self.paused = False
+            if self.partial_since is not None:  # its frame's clock stopped while not read
+                self.partial_since = time.monotonic()
+            t.resume_reading()
+
+    def schedule_read(self, pending: PendingRead, slot: list) -> None:
+        if self.transport is None or self.transport.is_closing() or self.server._stopping:
+            return
+        self.reads.append((pending, slot))
+        self.pump_reads()
+
+    def pump_reads(self) -> None:
+        """Start waiting pulls while the client reads its replies and the server's output
+        budget has room; the rest wait (``resume_writing``, a read finishing, the server's
+        retry) — unread, so they hold no reply bytes."""
+        server = self.server
+        while (
+            self.reads
+            and not self.write_paused
+            and self.transport is not None
+            and not self.transport.is_closing()
+            and self.reads_running < READS_PER_CONNECTION
+        ):
+            if not server._output_room():
+                server._starved.add(self)
+                server._retry_starved_later()
+                return
+            pending, slot = self.reads.popleft()
+            self.reads_running += 1
+            server._start_read(self, pending, slot)
 
     def answer(self, ms: list[RoutingMessage], replies: list, pending: list[int]) -> list[list]:
         """Send the replies of ``ms`` (one list per message, None where ``pending``: a deferred
@@ -235,7 +375,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _flush_slots(self) -> None:
         """Send every answered request whose return route has no earlier unanswered one."""
-        assert self.slots is not None
+        if self.slots is None:
+            return
         out: list[RoutingMessage | MessageRun] = []
         keep: deque[list] = deque()
         blocked: set = set()
@@ -261,9 +402,8 @@ class _Connection(asyncio.BufferedProtocol):
             t.writelines(frame_parts(msgs))  # heads and payloads, no per-frame concatenation
         if self.closing and self.queued == 0:
             t.close()
-        elif self.paused and self.queued < MAX_QUEUED_PER_CONNECTION // 2:
-            self.paused = False
-            t.resume_reading()
+        elif self.paused:
+            self._update_reading()
 
 
 class _InFlight:
@@ -314,19 +454,26 @@ class StreamServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        max_frame: int = DEFAULT_MAX_FRAME,
+        limits: ServerLimits | None = None,
+        max_frame: int | None = None,
         tls: ssl.SSLContext | None = None,
-        handshake_timeout: float = 10.0,
-        version_timeout: float = VERSION_TIMEOUT,
+        handshake_timeout: float | None = None,
+        version_timeout: float | None = None,
         freeze_gc: bool | None = None,
     ) -> None:
         self.service = service
+        limits = limits or ServerLimits()
+        if max_frame is not None:
+            limits = dataclasses.replace(limits, max_frame=max_frame)
+        if handshake_timeout is not None:
+            limits = dataclasses.replace(limits, tls_handshake_timeout=handshake_timeout)
+        if version_timeout is not None:
+            limits = dataclasses.replace(limits, version_timeout=version_timeout)
+        self.limits = limits
+        """Every bound a client is held to (``streams/limits.py``)."""
         self.tls = tls
         """TLS (``streams/tls.server_context``); None: plain TCP."""
-        self.handshake_timeout = handshake_timeout
-        self.version_timeout = version_timeout
-        """Seconds a peer has, once connected (after TLS, if any), to send its version byte
-        before it is dropped (the reference's 5 s, ``wire.ockam.VERSION_TIMEOUT``)."""
+        self.handshake_timeout = limits.tls_handshake_timeout
         self.freeze_gc = freeze_gc
         """At start, move every object that exists to the collector's permanent generation
         (``gc.freeze``). Why: pushes in flight during a collection are promoted, and every few
@@ -342,8 +489,30 @@ class StreamServer:
         self._gc_threshold: tuple[int, ...] | None = None
         """The collector's thresholds before ``start`` raised them (to restore on ``stop``)."""
         self.host, self.port = host, port
-        self.max_frame = max_frame
+        self.max_frame = limits.max_frame
         self._conns: set[_Connection] = set()
+        self._per_host: dict[str, int] = {}
+        """Open connections per peer IP address (``max_connections_per_peer``)."""
+        self._serials = itertools.count()
+        self._input_bytes = 0
+        """Bytes of incomplete frames held by all connections (``input_budget``)."""
+        self._input_waiting: set[_Connection] = set()
+        """Connections not read until the input budget has room (``_resume_input``)."""
+        self._reads_running = 0
+        """Pulls being read now, all connections (each may become ``max_pull_bytes``)."""
+        self._starved: set[_Connection] = set()
+        """Connections whose pulls wait for room in the output budget."""
+        self._retry: asyncio.TimerHandle | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._output_cache = (0.0, 0)
+        """(when, bytes): the unsent reply bytes of all connections, summed at most every
+        ``OUTPUT_RECOUNT`` s (a sum over every connection per pull would cost more)."""
+        self._warned: dict[str, tuple[float, int]] = {}
+        """Per warning: when it was last logged and how many were not logged since."""
+        self.refused = 0
+        """Connections closed at the door (over ``max_connections`` or the per-peer cap)."""
+        self.dropped = 0
+        """Connections closed for a limit (input budget, frame or idle timeout)."""
         self._read_view = memoryview(bytearray(READ_BUFFER))
         """Every connection's reads land here, one at a time, on the event loop thread."""
         self._fifo: deque[_InFlight] = deque()
@@ -371,6 +540,7 @@ class StreamServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._loop = loop
+        self._tick_handle = loop.call_later(self._tick_every(), self._tick)
         freeze = self.freeze_gc
         if freeze is None:
             freeze = threading.current_thread() is threading.main_thread()
@@ -389,6 +559,193 @@ class StreamServer:
             tls=self.tls is not None,
         )
         return self
+
+    # -- limits (``streams/limits.py``), on the event loop ------------------------------------
+    def _warn(self, what: str, **fields: object) -> None:
+        """Log a limit being enforced: at most once a second per kind, with how many were not
+        logged since (a flood of refused connections must not become a flood of log lines)."""
+        now = time.monotonic()
+        last, skipped = self._warned.get(what, (-1e9, 0))
+        if now - last < 1.0:
+            self._warned[what] = (last, skipped + 1)
+            return
+        self._warned[what] = (now, 0)
+        if skipped:
+            fields["not_logged_since"] = skipped
+        log_event(logger, logging.WARNING, what, **fields)
+
+    def _admit(self, conn: _Connection) -> str | None:
+        """Count a new connection in, or say why it is refused (then it is closed at once:
+        its descriptor is not kept, and nothing is read from it)."""
+        limits = self.limits
+        why = None
+        if self._stopping:
+            why = "the server is stopping"
+        elif len(self._conns) >= limits.max_connections:
+            why = f"{limits.max_connections} connections open (max_connections)"
+        elif self._per_host.get(conn.host, 0) >= limits.max_connections_per_peer:
+            why = (
+                f"{limits.max_connections_per_peer} connections open from {conn.host} "
+                "(max_connections_per_peer)"
+            )
+        if why is not None:
+            self.refused += 1
+            self._warn("connection refused", peer=conn.peer, reason=why)
+            return why
+        self._conns.add(conn)
+        self._per_host[conn.host] = self._per_host.get(conn.host, 0) + 1
+        return None
+
+    def _forget(self, conn: _Connection) -> None:
+        self._conns.discard(conn)
+        self._starved.discard(conn)
+        n = self._per_host.get(conn.host, 0) - 1
+        if n > 0:
+            self._per_host[conn.host] = n
+        else:
+            self._per_host.pop(conn.host, None)
+
+    def _over_input_budget(self, conn: _Connection) -> None:
+        """The incomplete frames of all connections hold more than ``input_budget`` and
+        ``conn`` holds a large one: it is not read until there is room (new work waits; its
+        ``frame_timeout`` runs on, so a client that never completes it is closed then). A
+        client sending ordinary frames holds almost nothing between them (at most
+        ``SMALL_PARTIAL``) and is never held up. Past twice the budget (many connections each
+        starting a large frame in one read), the connections holding the most — the newest
+        among equals — are closed until the rest fit."""
+        budget = self.limits.input_budget
+        while self._input_bytes > 2 * budget:
+            victim = max(
+                (c for c in self._conns if c.input_held and not c.closing),
+                key=lambda c: (c.input_held, c.serial),
+                default=None,
+            )
+            if victim is None:
+                break
+            self.dropped += 1
+            victim.close_for(
+                "input budget",
+                f"incomplete frames of all connections passed twice {budget} bytes "
+                f"(input_budget); this one held {victim.input_held}",
+            )
+        if conn.closing or conn.input_paused:
+            return
+        conn.input_paused = True
+        self._input_waiting.add(conn)
+        conn._update_reading()
+        self._warn(
+            "input budget full: a connection waits",
+            peer=conn.peer,
+            reason=f"incomplete frames of all connections hold {self._input_bytes} bytes "
+            f"(input_budget {budget}); this one's holds {conn.input_held}",
+        )
+
+    def _resume_input(self) -> None:
+        """Read connections waiting for the input budget again, oldest first, as many as the
+        room left could take one read each."""
+        room = self.limits.input_budget - self._input_bytes
+        for c in sorted(self._input_waiting, key=lambda c: c.serial):
+            if room < READ_BUFFER:
+                return
+            self._input_waiting.discard(c)
+            c.input_paused = False
+            since = c.partial_since
+            c._update_reading()
+            c.partial_since = since  # waiting for room does not stop its frame's clock
+            room -= READ_BUFFER
+
+    def _output_room(self) -> bool:
+        """Whether another pull may be read: the unsent replies of all connections plus the
+        pulls being read (each up to ``max_pull_bytes``) stay within ``output_budget``."""
+        now = time.monotonic()
+        when, unsent = self._output_cache
+        if now - when > OUTPUT_RECOUNT:
+            unsent = self._recount_output(now)
+        pending = (self._reads_running + 1) * self.service.max_pull_bytes
+        return unsent + pending <= self.limits.output_budget or self._reads_running == 0
+
+    def _recount_output(self, now: float) -> int:
+        """Sum every connection's unsent bytes; over ``output_budget``, close the connections
+        not reading their replies (flow-controlled, ``write_paused``) that hold the most —
+        the newest among equals — until the rest fit: a client that stops reading is the
+        offender, and readers go on being served."""
+        unsent = 0
+        held: list[tuple[int, int, _Connection]] = []
+        for c in self._conns:
+            t = c.transport
+            if t is not None:
+                n = t.get_write_buffer_size()
+                unsent += n
+                if c.write_paused and not c.closing:
+                    held.append((n, c.serial, c))
+        budget = self.limits.output_budget
+        if unsent > budget:
+            for n, _, c in sorted(held, key=lambda h: (h[0], h[1]), reverse=True):
+                if unsent <= budget:
+                    break
+                self.dropped += 1
+                c.close_for(
+                    "output budget",
+                    f"unsent replies of all connections passed {budget} bytes (output_budget); "
+                    f"this client does not read its {n} bytes",
+                )
+                unsent -= n
+        self._output_cache = (now, unsent)
+        return unsent
+
+    def _retry_starved_later(self) -> None:
+        if self._retry is None and self._loop is not None and not self._stopping:
+            self._retry = self._loop.call_later(STARVED_RETRY, self._pump_starved)
+
+    def _pump_starved(self) -> None:
+        self._retry = None
+        starved, self._starved = self._starved, set()
+        for c in sorted(starved, key=lambda c: c.serial):
+            c.pump_reads()
+
+    def _start_read(self, conn: _Connection, pending: PendingRead, slot: list) -> None:
+        assert self._loop is not None
+        self._reads_running += 1
+        fut = asyncio.wrap_future(self._readers.submit(self._read, pending), loop=self._loop)
+        fut.add_done_callback(functools.partial(self._read_done, conn, slot))
+
+    def _tick_every(self) -> float:
+        limits = self.limits
+        shortest = min(t for t in (limits.frame_timeout, limits.idle_timeout, 4.0) if t > 0)
+        return min(max(shortest / 4, 0.02), 1.0)
+
+    def _tick(self) -> None:
+        """Close connections whose frame has taken longer than ``frame_timeout``, or that
+        have been idle past ``idle_timeout``."""
+        if self._stopping or self._loop is None:
+            return
+        self._tick_handle = self._loop.call_later(self._tick_every(), self._tick)
+        now = time.monotonic()
+        self._recount_output(now)
+        limits = self.limits
+        idle = limits.idle_timeout
+        if self._input_waiting:
+            self._resume_input()
+        for c in list(self._conns):
+            if c.closing or (c.paused and not c.input_paused):  # held back by us: no clocks
+                continue
+            since = c.partial_since
+            if since is not None and now - since > limits.frame_timeout:
+                self.dropped += 1
+                c.close_for(
+                    "frame timeout",
+                    f"a frame begun {now - since:.1f} s ago is not complete "
+                    f"(frame_timeout {limits.frame_timeout:g} s)",
+                )
+            elif (
+                idle
+                and now - c.last_active > idle
+                and c.queued == 0
+                and not c.reads_running
+                and since is None
+            ):
+                self.dropped += 1
+                c.close_for("idle timeout", f"nothing sent for {idle:g} s (idle_timeout)")
 
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
         """On the event loop: gather what the connections send in this loop iteration into one
@@ -562,13 +919,13 @@ class StreamServer:
         except Exception:  # e.g. the reader pool shut down by stop(): never end the server
             logger.exception("stream service: answering a batch failed")
 
-    def _finish(self, fl: _InFlight) -> dict[int, concurrent.futures.Future]:
-        """A finished batch's replies taken from the core, and its pulls started (it and
-        every batch before it are durable now)."""
+    def _finish(self, fl: _InFlight) -> dict[int, PendingRead]:
+        """A finished batch's replies taken from the core, and its pulls by input position
+        (it and every batch before it are durable now: they may be read)."""
         if fl.failed or fl.batch is None:
             return {}
         fl.replies = fl.batch.replies
-        return {p.position: self._readers.submit(self._read, p) for p in fl.batch.deferred}
+        return {p.position: p for p in fl.batch.deferred}
 
     def _read(self, pending: PendingRead) -> list[RoutingMessage]:
         """On a reader thread: one deferred pull, performed and answered."""
@@ -578,42 +935,68 @@ class StreamServer:
             logger.exception("a pull failed")
             return self.service.error_reply(pending.msg, f"internal error: {type(e).__name__}")
 
-    def _send_replies(self, fl: _InFlight, reads: dict[int, concurrent.futures.Future]) -> None:
-        """On the event loop: send a finished batch's replies per connection."""
-        loop = self._loop
+    def _send_replies(self, fl: _InFlight, reads: dict[int, PendingRead]) -> None:
+        """On the event loop: send a finished batch's replies per connection; its pulls go to
+        their connections, which read them as their clients keep up (``pump_reads``)."""
         results = fl.replies
-        assert results is not None and loop is not None
+        assert results is not None
         k = 0
         for conn, ms in fl.conns:
             end = k + len(ms)
             pending = [i for i in range(k, end) if i in reads] if reads else []
             slots = conn.answer(ms, results[k:end], pending)
             for i, slot in zip(pending, slots, strict=True):
-                fut = asyncio.wrap_future(reads[i], loop=loop)
-                fut.add_done_callback(functools.partial(self._read_done, conn, slot))
+                conn.schedule_read(reads[i], slot)
             k = end
 
-    @staticmethod
-    def _read_done(conn: _Connection, slot: list, fut: asyncio.Future) -> None:
-        if fut.cancelled():  # the server is stopping
-            return
-        conn.fill(slot, fut.result())  # _read never raises
+    def _read_done(self, conn: _Connection, slot: list, fut: asyncio.Future) -> None:
+        self._reads_running -= 1
+        conn.reads_running -= 1
+        if not fut.cancelled():  # cancelled: the server is stopping
+            conn.fill(slot, fut.result())  # _read never raises
+            conn.pump_reads()
+        if self._starved:
+            self._pump_starved()
 
     async def serve_forever(self) -> None:
         assert self._server is not None
         await self._server.serve_forever()
 
     async def stop(self) -> None:
+        """Accept and read nothing more; let the batches already read finish (their pushes
+        are acknowledged only once durable) and send what is ready, within
+        ``shutdown_timeout``; then drop every connection still open (one that never reads
+        its replies would otherwise hold ``close`` forever). Pulls not yet read are dropped:
+        each could be ``max_pull_bytes`` to read. What a client saw acknowledged is on disk
+        whatever is dropped here."""
         self._stopping = True
+        loop = asyncio.get_running_loop()
+        for handle in (self._tick_handle, self._retry):
+            if handle is not None:
+                handle.cancel()
         if self._server is not None:
             self._server.close()
+        deadline = loop.time() + self.limits.shutdown_timeout
+        for c in list(self._conns):
+            c.closing = True
+            c.reads.clear()
+            if c.transport is not None:
+                with contextlib.suppress(Exception):  # already paused, or closing
+                    c.transport.pause_reading()
+        while (self._fifo or self._reads_running) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
         for c in list(self._conns):
             if c.transport is not None:
-                c.transport.close()
+                c.transport.close()  # sends what is buffered first, if the client reads
+        while self._conns and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for c in list(self._conns):
+            if c.transport is not None:
+                c.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        self._readers.shutdown(wait=True, cancel_futures=True)
         self._appenders.shutdown(wait=True)
-        self._readers.shutdown(wait=True)
         if self._gc_threshold is not None:
             gc.set_threshold(*self._gc_threshold)
             self._gc_threshold = None

@@ -1,0 +1,242 @@
+"""Every limit the stream service holds a client to, in one place.
+
+Why one place: the bounds that keep one hostile or careless client from taking the server's
+memory, descriptors or time (a puller that never reads, thousands of half-sent frames,
+connections that go silent) are only useful if an operator can find them, read their defaults
+and change them. ``ServerLimits`` is that list: each field carries its default, its unit and a
+sentence saying what it bounds (``field.metadata``), and the same table gives ``loglake serve``
+its ``--limits-*`` flags, ``loglake node`` its ``[limits]`` config section, both the
+``LOGLAKE_LIMITS_*`` environment variables, and docs/security.md its table.
+
+Defaults keep the server under about 512 MiB whatever the clients do: at most twice
+``input_budget`` of partial frames (connections starting large frames in the same instant may
+pass it once before they wait) and ``output_budget`` of unsent replies across all connections,
+plus the pulls being read (a few threads, ``max_pull_bytes`` each).
+
+Limits added by the storage side (partition quotas, open segment files) live with their config
+objects for now and are meant to join this table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
+
+ENV_PREFIX = "LOGLAKE_LIMITS_"
+"""``LOGLAKE_LIMITS_<FIELD>``: the same names ``loglake node`` derives for ``[limits] <field>``."""
+
+
+def _limit(default: Any, unit: str, lo: float, help: str) -> Any:
+    return field(default=default, metadata={"unit": unit, "min": lo, "help": help})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The stream server's bounds (see each field's ``help`` in its metadata)."""
+
+    max_frame: int = _limit(
+        32 * MiB,
+        "bytes",
+        64,
+        "Largest Ockam TCP frame a client may announce; a larger one closes its connection.",
+    )
+    max_connections: int = _limit(
+        1024,
+        "count",
+        1,
+        "Open client connections in all; one more is closed at once (logged).",
+    )
+    max_connections_per_peer: int = _limit(
+        256,
+        "count",
+        1,
+        "Open connections from one peer IP address; one more is closed at once (logged).",
+    )
+    input_budget: int = _limit(
+        64 * MiB,
+        "bytes",
+        64 * KiB,
+        "Bytes of incomplete frames held across all connections; over it, connections with "
+        "an incomplete frame over 64 KiB stop being read until there is room (their frame "
+        "timeout runs on); over twice it, the connections holding the most are closed (logged).",
+    )
+    output_budget: int = _limit(
+        128 * MiB,
+        "bytes",
+        64 * KiB,
+        "Bytes of unsent replies (plus pulls being read) across all connections; over it, "
+        "pulls wait before they are read, and the clients not reading their replies that hold "
+        "the most are closed (logged).",
+    )
+    connection_output: int = _limit(
+        8 * MiB,
+        "bytes",
+        16 * KiB,
+        "Unsent reply bytes one connection may have; over it, the server stops reading that "
+        "connection and holds its pulls until the client reads its replies.",
+    )
+    max_queued_requests: int = _limit(
+        20_000,
+        "count",
+        1,
+        "Requests of one connection waiting for their replies; over it, the server stops "
+        "reading that connection.",
+    )
+    frame_timeout: float = _limit(
+        30.0,
+        "seconds",
+        0.1,
+        "A frame once started (its first length byte) must be complete within this; else the "
+        "connection is closed.",
+    )
+    idle_timeout: float = _limit(
+        0.0,
+        "seconds",
+        0.0,
+        "Close a connection that sends nothing and waits for nothing this long (0: never).",
+    )
+    version_timeout: float = _limit(
+        5.0,
+        "seconds",
+        0.1,
+        "Once connected (after TLS, if any), a peer must send its protocol version byte within "
+        "this, or it is dropped (the Ockam reference's handler.ex waits 5 s).",
+    )
+    tls_handshake_timeout: float = _limit(
+        5.0,
+        "seconds",
+        0.1,
+        "A TLS handshake must finish within this (the Ockam reference drops a silent peer after "
+        "5 s).",
+    )
+    shutdown_timeout: float = _limit(
+        3.0,
+        "seconds",
+        0.0,
+        "On SIGTERM, how long requests already read may take to be answered before the "
+        "remaining connections are dropped.",
+    )
+    max_client_id: int = _limit(
+        1024,
+        "bytes",
+        1,
+        "Longest consumer (client) id in an index request, in UTF-8 bytes; a longer one gets "
+        "an error reply.",
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise LimitError(f"{f.name}: expected a number, got {value!r}")
+            if value < f.metadata["min"]:
+                raise LimitError(f"{f.name}: must be at least {f.metadata['min']}, got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], origin: str = "") -> ServerLimits:
+        """Limits from ``{field: value}`` (missing fields keep their defaults); values may be
+        text (``"32MiB"``, ``"5"``) as a flag, an env variable or a config file gives them."""
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if values.get(f.name) is None:
+                continue
+            try:
+                kw[f.name] = parse_limit(f, values[f.name])
+            except ValueError as e:
+                where = f" (from {origin})" if origin else ""
+                raise LimitError(f"{f.name}: {e}{where}") from None
+        return cls(**kw)
+
+
+class LimitError(ValueError):
+    """A limit's value is not valid; the message names the limit."""
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|k|m|g)?\s*$", re.IGNORECASE)
+_UNITS = {None: 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB}
+
+
+def parse_limit(f: dataclasses.Field, raw: Any) -> int | float:
+    """One limit's value: a number, or text; sizes also as ``64KiB``/``32MiB``/``1GiB``."""
+    lo = f.metadata["min"]
+    unit = f.metadata["unit"]
+    if isinstance(raw, bool):
+        raise ValueError(f"expected a number, got {raw!r}")
+    if unit == "seconds":
+        try:
+            value = float(raw.strip()) if isinstance(raw, str) else float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number of seconds, got {raw!r}") from None
+        if not value >= lo or value == float("inf"):
+            raise ValueError(f"expected a number of seconds >= {lo:g}, got {raw!r}")
+        return value
+    if isinstance(raw, str):
+        m = _SIZE.match(raw) if unit == "bytes" else re.match(r"^\s*(\d+)\s*()$", raw)
+        if m is None:
+            what = "a size in bytes (e.g. 32MiB)" if unit == "bytes" else "a whole number"
+            raise ValueError(f"expected {what}, got {raw!r}")
+        value = int(m.group(1)) * _UNITS[(m.group(2) or "").lower() or None]
+    elif isinstance(raw, int):
+        value = raw
+    else:
+        raise ValueError(f"expected a whole number, got {raw!r}")
+    if value < lo:
+        raise ValueError(f"expected at least {lo}, got {raw!r}")
+    return value
+
+
+def limit_fields() -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(ServerLimits)
+
+
+def describe(f: dataclasses.Field) -> str:
+    """A field's help with its unit and default, as ``--help`` and docs show it."""
+    default = f.default
+    unit = f.metadata["unit"]
+    if unit == "bytes" and isinstance(default, int):
+        shown = _size_text(default)
+    elif unit == "seconds":
+        shown = f"{default:g} s" + (" (off)" if default == 0 and f.name == "idle_timeout" else "")
+    else:
+        shown = str(default)
+    return f"{f.metadata['help']} Default {shown}."
+
+
+def _size_text(n: int) -> str:
+    for name, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{name}"
+    return f"{n} bytes"
+
+
+def click_options(name: Callable[[dataclasses.Field], str] | None = None) -> Callable[[Any], Any]:
+    """A decorator adding one ``--limits-<field>`` option per limit (env
+    ``LOGLAKE_LIMITS_<FIELD>``), each passed as ``limits_<field>`` (None when not given)."""
+    import click
+
+    def decorate(fn: Any) -> Any:
+        for f in reversed(limit_fields()):
+            flag = name(f) if name else "--limits-" + f.name.replace("_", "-")
+            fn = click.option(
+                flag,
+                "limits_" + f.name,
+                default=None,
+                metavar={"bytes": "SIZE", "seconds": "SECONDS"}.get(f.metadata["unit"], "N"),
+                envvar=ENV_PREFIX + f.name.upper(),
+                show_envvar=True,
+                help=describe(f),
+            )(fn)
+        return fn
+
+    return decorate
+
+
+def from_click(params: Mapping[str, Any]) -> ServerLimits:
+    """``ServerLimits`` from the ``limits_<field>`` values ``click_options`` gave a command."""
+    values = {f.name: params.get("limits_" + f.name) for f in limit_fields()}
+    return ServerLimits.from_mapping(values, "--limits-* flags or LOGLAKE_LIMITS_* variables")
