@@ -1,0 +1,74 @@
+"""The loop every differential fuzzer runs: hypothesis draws a batch, a check compares loglake
+with the reference on it, disagreements are collected (not raised) so one run counts them all.
+
+Seeded (``hypothesis.seed``) so a failing run replays exactly; bounded in examples and in
+seconds so ``make test`` stays short on a loaded machine (examples past the time budget are
+skipped and not counted). The same loop, with more examples, is ``benchmarks/fuzz.py --diff``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+
+@dataclass
+class Outcome:
+    """What one fuzzer run saw: cases compared, wall time, and each disagreement found."""
+
+    name: str
+    seed: int
+    cases: int = 0
+    seconds: float = 0.0
+    disagreements: list[str] = field(default_factory=list)
+
+    def report(self, limit: int = 5) -> str:
+        head = (
+            f"{self.name} (seed {self.seed}): {len(self.disagreements)} disagreements "
+            f"in {self.cases} cases, {self.seconds:.1f} s"
+        )
+        return "\n  ".join([head, *self.disagreements[:limit]])
+
+
+Check = Callable[[Any], tuple[int, list[str]]]
+"""A check compares one drawn batch and returns (cases compared, disagreements)."""
+
+
+def run(
+    name: str,
+    strategy: st.SearchStrategy[Any],
+    check: Check,
+    *,
+    examples: int,
+    seed: int,
+    max_seconds: float,
+) -> Outcome:
+    out = Outcome(name, seed)
+    t0 = time.monotonic()
+    stop = t0 + max_seconds
+
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.seed(seed)
+    @given(strategy)
+    def body(value: Any) -> None:
+        if time.monotonic() > stop:
+            return
+        cases, bad = check(value)
+        out.cases += cases
+        out.disagreements.extend(bad)
+
+    body()
+    out.seconds = time.monotonic() - t0
+    return out
