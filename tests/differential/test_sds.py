@@ -47,7 +47,11 @@ def test_rule_vectors_hold(peer: DiffPeer) -> None:
     shows here (and the rule can go)."""
     m = SdsMessage("a", "b", "c", 2**31, content=b"x")
     (theirs,) = peer.call("sds_encode", [sds.to_json(m)])
-    assert theirs == "0a01611201621a0163500000000000a2010178"  # protons' broken uint64
+    # protons' broken uint64: a varint whose continuation bits are missing (its four bytes
+    # after the first are not even deterministic: seen 00000000 and ca82527c)
+    assert theirs.startswith("0a01611201621a016350") and theirs.endswith("a2010178")
+    assert len(theirs) == len("0a01611201621a0163500000000000a2010178")
+    assert theirs != encode(m).hex()
     assert encode(m).hex() == "0a01611201621a0163508080808008a2010178"
     (ref,) = peer.call("sds_decode", [encode(m).hex()])
     assert ref["message"]["lamport_timestamp"] == str(2**31)  # it reads ours right
