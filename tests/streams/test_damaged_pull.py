@@ -30,7 +30,15 @@ def _damaged(data: Path, stream: str, files: str) -> Path:
         log.enforce_retention()
     path = sorted(data.glob(files))[0]
     raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0x10  # inside a record's bytes (or a page), not a header alone
+    at = len(raw) // 2  # a segment: inside a record's bytes
+    if path.suffix == ".parquet":  # the middle of the data column's pages, whose CRC fails
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        col = next(meta.column(i) for i in range(meta.num_columns)
+                   if meta.column(i).path_in_schema == "data")  # fmt: skip
+        at = col.data_page_offset + col.total_compressed_size // 2
+    raw[at] ^= 0x10
     path.write_bytes(bytes(raw))
     return path
 

@@ -9,6 +9,7 @@ what a full disk raises; the whole path on a real, small tmpfs when the test run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import subprocess
@@ -183,3 +184,34 @@ def test_a_full_tmpfs_gives_disk_full_keeps_acked_records_and_resumes(small_disk
             assert c.pull("orders", nxt, 1, partition=1)[0].data == b"after"
     finally:
         log.close()
+
+
+def test_serve_starts_and_serves_on_a_full_disk(small_disk, port):
+    """``loglake serve`` would not start on a full disk: opening the consumer index store
+    compacted it, which needs room (a raw ``OSError: [Errno 28]``). It starts, serves what is
+    stored, and the compaction waits for a start that has room."""
+    import os
+    import sys
+
+    from tests.procs import process
+
+    data = small_disk / "data"
+    with open_log(data) as log:
+        log.create_stream("orders")
+        log.append_payloads("orders", 0, [b"kept %d" % i for i in range(50)])
+        for i in range(200):  # an uncompacted store: many entries for one key
+            log.save_index("billing", "orders", i)
+    fd = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    with contextlib.suppress(OSError):
+        while os.write(fd, bytes(64 * 1024)):
+            pass
+    os.close(fd)
+    cmd = [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(data),
+           "--port", str(port)]  # fmt: skip
+    with process(cmd, port), StreamClient(port=port, timeout=10) as c:
+        assert [m.data for m in c.pull("orders", 48, 10)] == [b"kept 48", b"kept 49"]
+        assert c.get_index("billing", "orders") == 199
+    os.unlink(small_disk / "filler")  # room again: the next start compacts
+    with process(cmd, port), StreamClient(port=port, timeout=10) as c:
+        assert c.get_index("billing", "orders") == 199
+    assert (data / "consumers.log").stat().st_size < 200 * 20  # one entry per key now

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import struct
@@ -134,20 +135,51 @@ class ConsumerStore:
         try:
             self._load()
             if not readonly:
-                self._compact()
+                try:
+                    self._compact()
+                except OSError as e:
+                    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    self._append_uncompacted(e)
         except BaseException:
             # a failed open (a read error, damage, a full disk) must not keep the descriptors
             # it opened: the log retries opening, and each attempt would leak them
             self.close()
             raise
 
+    def _append_uncompacted(self, why: OSError) -> None:
+        """The disk is full at open: starting must not need free space. The file's entries are
+        valid as loaded, so appends go on after them (a torn tail cut off first: truncating
+        frees space) and the compaction waits for the next open, when there is room. The file
+        is read again first: the compaction may have failed after its rename (the folder's
+        fsync), leaving the compacted file in place — the same values, another length."""
+        self._load()
+        fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            if os.fstat(fd).st_size != self._used:
+                fs.ftruncate(fd, self._used)
+        except BaseException:
+            fs.close(fd)
+            raise
+        self._fd, self._size = fd, self._used
+        log_event(
+            logger,
+            logging.WARNING,
+            "consumer index store not compacted at open: the disk is full; saves append to it",
+            file=str(self.path),
+            error=str(why),
+        )
+
     def _load(self) -> None:
+        self._used = 0
+        """Bytes of the file that hold whole entries (what an open without compaction keeps)."""
         try:
             buf = fs.read_file(self.path)
         except FileNotFoundError:
             self.values = {}
             return
         self.values, used = decode_entries(buf)
+        self._used = used
         durable = self._mark.mark.size if self._mark is not None and self._mark.mark else 0
         if used < durable:  # the writer only: a reader may race a compaction
             raise CorruptStore(

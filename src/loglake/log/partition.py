@@ -155,6 +155,8 @@ class Partition:
         self.retention_error: str | None = None
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
+        self.damaged: set[str] = set()
+        """Sealed segments found damaged and served from their lake copies (logged once)."""
         self._mark: watermark.MarkWriter | None = None
         self._mark_synced_at = 0.0
         self._reader_mark: watermark.Mark | None = None
@@ -923,7 +925,15 @@ class Partition:
             if (remaining is not None and remaining <= 0) or pos >= end:
                 break
             want = end - pos if remaining is None else remaining
-            got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
+            try:
+                got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
+            except CorruptSegment as e:
+                copy = self._lake_copy_read(seg, e, pos, end, want, pairs)
+                out += copy
+                if remaining is not None:
+                    remaining -= len(copy)
+                pos = max(pos, seg.next_index)
+                continue
             if got is None:  # the writer's active segment has a wrong index entry
                 with self._lock:
                     seg.rebuild_index()
@@ -938,6 +948,32 @@ class Partition:
                 remaining -= len(got)
             pos = max(pos, seg.next_index)
         return out
+
+    def _lake_copy_read(
+        self, seg: Segment, e: CorruptSegment, pos: int, end: int, want: int, pairs: bool
+    ) -> list:
+        """A sealed segment failed its checksums: its records come from its lake copy, which
+        ``read_lake_file`` verifies, and the damage is logged (once a file) for ``loglake log
+        verify`` to find. No verified copy: the segment's error stands."""
+        with self._lock:
+            lf = self._lake_file_at(seg.base) if seg.is_sealed and self._lake_has(seg) else None
+            first_time = seg.path not in self.damaged
+            self.damaged.add(seg.path)
+        if lf is None:
+            raise e
+        if first_time:
+            log_event(
+                logger,
+                logging.ERROR,
+                "sealed segment damaged; served from its lake copy",
+                file=seg.path,
+                offset=e.offset,
+                reason=e.reason,
+                lake=str(lf.path),
+            )
+        hi = min(end, seg.next_index)
+        got = read_lake_file(lf, self.stream, self.partition, pos, hi, min(want, hi - pos))
+        return [(r.index, r.data) for r in got] if pairs else got
 
     # -- retention --------------------------------------------------------------------------
     def enforce_retention(self, now_ns: int) -> int:

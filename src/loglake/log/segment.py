@@ -217,8 +217,10 @@ class Segment:
                 if end > durable_size:
                     seg._rewrite(buf[durable_size - start_pos : end - start_pos], durable_size)
                 os.lseek(seg.wfd, end, os.SEEK_SET)
-                write_index_file(seg.idx_path, idx)
-                seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+                if write_index_file(seg.idx_path, idx):
+                    seg.ifd = fs.open(seg.idx_path, os.O_WRONLY | os.O_APPEND)
+                # else a full disk: no index file for this segment (appends keep the index in
+                # memory; a later open rebuilds the file from the segment)
             except BaseException:
                 seg.close()  # an open that fails (a full disk) is retried: leak nothing
                 raise

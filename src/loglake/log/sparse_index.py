@@ -12,6 +12,8 @@ fields. A trailing partial entry (a torn write) is ignored and cut off by the wr
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import os
 import struct
 from collections.abc import Sequence
@@ -101,12 +103,25 @@ class SparseIndex:
         return idx
 
 
-def write_index_file(path: str, index: SparseIndex) -> None:
-    """Replace ``path`` with ``index`` (temp file + rename; not fsynced: it is derived data)."""
+def write_index_file(path: str, index: SparseIndex) -> bool:
+    """Replace ``path`` with ``index`` (temp file + rename; not fsynced: it is derived data).
+
+    On a full disk the file is not needed: the index is rebuilt from its segment whenever the
+    file is missing. So the stale file is removed (freeing space) and False returned, and
+    opening or reading a log never needs free space for it."""
     tmp = path + ".tmp"
-    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        fs.write_all(fd, index.to_bytes())
-    finally:
-        fs.close(fd)
-    fs.replace(tmp, path)
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fs.write_all(fd, index.to_bytes())
+        finally:
+            fs.close(fd)
+        fs.replace(tmp, path)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        for leftover in (tmp, path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+        return False
+    return True
