@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import logging
 import os
 import struct
@@ -138,7 +137,7 @@ class ConsumerStore:
                 try:
                     self._compact()
                 except OSError as e:
-                    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    if e.errno not in fs.DISK_FULL_ERRNOS:
                         raise
                     self._append_uncompacted(e)
         except BaseException:

@@ -14,6 +14,7 @@ but ``pread``, ``listdir`` and ``stat`` do, so a simulated disk can serve them f
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,6 +80,9 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
 
 _writev = os.writev
 """Private, not a primitive: ``writev_all`` uses it only while ``write`` is the real one."""
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A disk out of space: ENOSPC, or EDQUOT (a quota is a full disk to this user)."""
+
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 """Buffers one ``writev`` call may take (1,024 on Linux)."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import os
 import struct
 from collections.abc import Sequence
@@ -118,7 +117,7 @@ def write_index_file(path: str, index: SparseIndex) -> bool:
             fs.close(fd)
         fs.replace(tmp, path)
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno not in fs.DISK_FULL_ERRNOS:
             raise
         for leftover in (tmp, path):
             with contextlib.suppress(FileNotFoundError):

@@ -37,7 +37,6 @@ action at once on the service's ``log``.
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import random
@@ -55,6 +54,7 @@ from loglake.log.api import (
     UnknownStream,
     check_stream_name,
 )
+from loglake.log.fs import DISK_FULL_ERRNOS
 from loglake.logs import log_event
 from loglake.streams import codec
 from loglake.streams.limits import ServerLimits
@@ -104,7 +104,6 @@ DISK_FULL = "disk full"
 DAMAGED_HISTORY = "damaged history"
 """How an ``error`` reply to a pull of records that failed their checksum starts (a corrupt
 segment or lake page): the client raises ``DamagedHistory``, never an empty answer."""
-_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def is_disk_full(e: BaseException | None) -> bool:
@@ -112,7 +111,7 @@ def is_disk_full(e: BaseException | None) -> bool:
     disk running out of space (ENOSPC, or EDQUOT: a quota is a full disk to this user)."""
     seen = 0
     while e is not None and seen < 16:
-        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
             return True
         e = e.__cause__ or e.__context__
         seen += 1
