@@ -13,7 +13,7 @@ import pytest
 from loglake.log import UnknownPartition, UnknownStream, open_log
 from loglake.streams import codec
 from loglake.streams.api import Streams
-from loglake.streams.client import AsyncStreamClient, StreamClient, StreamServiceError
+from loglake.streams.client import AsyncStreamClient, StreamClient
 from loglake.streams.messages import PushRequest
 from loglake.streams.server import BackgroundServer
 from loglake.streams.service import StreamService, worker_address
@@ -228,10 +228,12 @@ def test_malformed_payload_gets_an_error_reply_and_the_connection_stays(server, 
 
 
 def test_client_reports_a_server_that_is_not_there() -> None:
+    from loglake.errors import Unavailable
     from tests.procs import free_port
 
-    with pytest.raises(StreamServiceError, match="cannot connect"):
+    with pytest.raises(Unavailable, match="cannot connect") as e:
         StreamClient(port=free_port(), timeout=2)
+    assert e.value.retriable
 
 
 def test_server_on_the_embedded_log(tmp_path) -> None:

@@ -13,10 +13,10 @@ import ssl
 
 import pytest
 
+from loglake.errors import Unavailable
 from loglake.streams.client import (
     AsyncStreamClient,
     StreamClient,
-    StreamServiceError,
     TlsError,
 )
 from loglake.streams.server import BackgroundServer
@@ -117,7 +117,7 @@ def test_mutual_tls_with_a_certificate_from_another_ca_is_refused(pki, stranger,
 def test_a_plain_tcp_client_to_a_tls_server_fails_cleanly(tls_server):
     # the server reads our Ockam version byte as a broken ClientHello and closes: an error,
     # not a hang
-    with StreamClient(port=tls_server.port, timeout=10) as c, pytest.raises(StreamServiceError):
+    with StreamClient(port=tls_server.port, timeout=10) as c, pytest.raises(Unavailable):
         c.list_streams()
 
 

@@ -299,9 +299,11 @@ def _open_streams(data_dir: str | None, connect: str | None, readonly: bool):
         raise ArchiveConfigError("give exactly one of --data-dir and --connect")
     if connect is not None:
         from loglake.streams.client import StreamClient
+        from loglake.streams.retry import RetryingStreams
 
         host, _, port = connect.rpartition(":")
-        client = StreamClient(host or "127.0.0.1", int(port))
+        # the builder reads history: every call it makes is safe to repeat after a restart
+        client = RetryingStreams(lambda: StreamClient(host or "127.0.0.1", int(port)))
         return client, client.close
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams

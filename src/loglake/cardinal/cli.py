@@ -45,9 +45,14 @@ def open_streams(host: str | None, port: int | None, data_dir: str | None) -> It
         finally:
             log.close()
         return
-    from loglake.streams.client import StreamClient  # lazily: only for a remote node
+    from loglake.streams.client import DEFAULT_PORT, StreamClient  # lazily: a remote node
+    from loglake.streams.retry import RetryingStreams
 
-    client = StreamClient(host or "127.0.0.1", port) if port else StreamClient(host or "127.0.0.1")
+    # a restarting node is waited for; a push repeated after a lost connection is harmless:
+    # the consumer assembles each block exactly once from duplicate messages
+    client = RetryingStreams(
+        lambda: StreamClient(host or "127.0.0.1", port or DEFAULT_PORT), repeat_pushes=True
+    )
     try:
         yield client
     finally:

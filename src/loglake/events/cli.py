@@ -286,9 +286,12 @@ def _open_streams(
     if streams_host or streams_port:
         from loglake.streams import StreamClient
         from loglake.streams.client import DEFAULT_PORT
+        from loglake.streams.retry import RetryingStreams
 
         h, p = streams_host or "127.0.0.1", streams_port or DEFAULT_PORT
-        client = stack.enter_context(StreamClient(h, p))
+        # reads and index saves wait for a restarting node; a journal push whose outcome a lost
+        # connection hid is not repeated (it could be stored twice): the role sees Unavailable
+        client = stack.enter_context(RetryingStreams(lambda: StreamClient(h, p)))
         return client, f"loglake serve at {h}:{p}"
     import platformdirs
 

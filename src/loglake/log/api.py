@@ -103,6 +103,8 @@ class StorageFailed(LogError):
     append before that, or while reopening keeps failing, gets this error too, saying when the
     next attempt is. The cause chain holds the ``OSError`` (ENOSPC, EIO)."""
 
+    retriable = True  # the reopen after the back-off may succeed (space freed, a disk back)
+
 
 class RetentionFailed(LogError):
     """``enforce_retention`` failed for some partitions; every other partition was still

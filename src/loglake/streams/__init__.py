@@ -4,6 +4,7 @@ Parts program against ``Streams`` (``streams/api.py``): ``LocalStreams`` in proc
 ``StreamClient`` / ``AsyncStreamClient`` against ``loglake serve``.
 """
 
+from loglake.errors import Unavailable
 from loglake.streams.api import LocalStreams, StreamMessage, Streams
 from loglake.streams.client import (
     AsyncStreamClient,
@@ -11,13 +12,17 @@ from loglake.streams.client import (
     StreamClient,
     StreamServiceError,
 )
+from loglake.streams.retry import RetryingStreams, RetryPolicy
 
 __all__ = [
     "AsyncStreamClient",
     "DamagedHistory",
     "LocalStreams",
+    "RetryPolicy",
+    "RetryingStreams",
     "StreamClient",
     "StreamMessage",
     "StreamServiceError",
     "Streams",
+    "Unavailable",
 ]

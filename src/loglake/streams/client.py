@@ -34,7 +34,7 @@ import ssl
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loglake.errors import LoglakeError, RemoteProtocolError
+from loglake.errors import LoglakeError, RemoteProtocolError, Unavailable
 from loglake.log.api import UnknownPartition, UnknownStream
 from loglake.streams import codec
 from loglake.streams.api import StreamMessage
@@ -108,6 +108,8 @@ class PushFailed(StreamServiceError):
 class DiskFull(PushFailed):
     """The service's disk is full (the reason names the stream and partition); nothing of the
     refused request was stored, and pushes succeed again once space frees."""
+
+    retriable = True
 
 
 class PermissionDenied(StreamServiceError):
@@ -440,7 +442,7 @@ class StreamClient:
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
-            raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
+            raise Unavailable(f"cannot connect to {host}:{port}: {e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
             try:
@@ -459,7 +461,7 @@ class StreamClient:
         except (OSError, StreamServiceError) as e:
             self.sock.close()
             if tls is None:
-                raise StreamServiceError(f"cannot talk to {host}:{port}: {e}") from None
+                raise Unavailable(f"cannot talk to {host}:{port}: {e}") from None
             raise TlsError(f"TLS handshake with {host}:{port} refused: {e}") from None
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -478,13 +480,13 @@ class StreamClient:
             # munmap (~40 µs here); ``receive_data`` copies what it keeps
             n = self.sock.recv_into(self._rbuf)
         except TimeoutError:
-            raise StreamServiceError("timed out waiting for the stream service") from None
+            raise Unavailable("timed out waiting for the stream service") from None
         except ssl.SSLError as e:
             raise TlsError(f"TLS failed: {e}") from None
         except OSError as e:
-            raise StreamServiceError(f"connection failed: {e}") from None
+            raise Unavailable(f"connection failed: {e}") from None
         if not n:
-            raise StreamServiceError("the stream service closed the connection")
+            raise Unavailable("the stream service closed the connection")
         self.core.receive_data(self._rbuf[:n])
 
     def _call(
@@ -673,7 +675,7 @@ class AsyncStreamClient:
         except ssl.SSLError as e:
             raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
         except (OSError, TimeoutError) as e:
-            raise StreamServiceError(f"cannot connect to {host}:{port}: {e}") from None
+            raise Unavailable(f"cannot connect to {host}:{port}: {e}") from None
         sock = writer.transport.get_extra_info("socket")
         if sock is not None:  # None: already closed (a refused certificate), found below
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -706,13 +708,13 @@ class AsyncStreamClient:
             while True:
                 data = await self._reader.read(1 << 20)
                 if not data:
-                    raise StreamServiceError("the stream service closed the connection")
+                    raise Unavailable("the stream service closed the connection")
                 self.core.receive_data(data)
                 self._deliver()
         except LoglakeError as e:
             self._fail(e)
         except OSError as e:
-            self._fail(StreamServiceError(f"connection failed: {e}"))
+            self._fail(Unavailable(f"connection failed: {e}"))
 
     def _fail(self, e: LoglakeError) -> None:
         self._failure = e

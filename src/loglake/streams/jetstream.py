@@ -58,6 +58,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api as jsapi
 
+from loglake.errors import Unavailable
 from loglake.log.api import (
     Entry,
     Log,
@@ -95,7 +96,7 @@ READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
 
 
-class ClusterUnavailable(LogError):
+class ClusterUnavailable(LogError, Unavailable):
     """The cluster did not acknowledge (or answer) within the deadline: no quorum for the
     stream, no reachable server. For a push the outcome of the unacknowledged messages is
     unknown; pushing them again with the same ``msg_ids`` within the duplicate window stores
@@ -225,7 +226,14 @@ async def _log_nats_error(e: Exception) -> None:
     log_event(logger, logging.DEBUG, "nats connection error", error=repr(e))
 
 
-_RETRYABLE = (
+class NatsUnavailable(Unavailable):
+    """A nats-py error that a later attempt may not meet (no responders, a closed connection,
+    a full reconnect buffer, a timeout, no leader or an electing stream): the cause chain holds
+    it. Raised by ``_loglake_error`` so the retry loops here decide by ``retriable`` as every
+    other caller does."""
+
+
+_TRANSIENT_NATS = (
     asyncio.TimeoutError,
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
@@ -236,15 +244,31 @@ _RETRYABLE = (
 )
 
 
+def _loglake_error(e: BaseException) -> BaseException:
+    """nats-py's error in loglake's terms: a transient one becomes ``NatsUnavailable``
+    (retriable, chained to it); any other is returned unchanged. The one place that knows
+    which nats-py errors are transient."""
+    if isinstance(e, _TRANSIENT_NATS):
+        transient = True
+    elif isinstance(e, nats.js.errors.APIError):
+        # 503: no leader / JetStream temporarily unavailable; 10118: stream offline
+        # (electing); 10005: no suitable peers for placement (a peer is offline or not yet
+        # known: a starting or restarting cluster)
+        transient = getattr(e, "code", None) == 503 or getattr(e, "err_code", None) in (
+            10118,
+            10005,
+        )
+    else:
+        transient = False
+    if not transient:
+        return e
+    err = NatsUnavailable(f"NATS: {e!r}")
+    err.__cause__ = e
+    return err
+
+
 def _retryable(e: BaseException) -> bool:
-    if isinstance(e, _RETRYABLE):
-        return True
-    # 503: no leader / JetStream temporarily unavailable; 10118: stream offline (electing);
-    # 10005: no suitable peers for placement (a peer is offline or not yet known: a starting or
-    # restarting cluster)
-    if not isinstance(e, nats.js.errors.APIError):
-        return False
-    return getattr(e, "code", None) == 503 or getattr(e, "err_code", None) in (10118, 10005)
+    return getattr(_loglake_error(e), "retriable", False)
 
 
 class JetStreamLog(Log):
