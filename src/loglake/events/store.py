@@ -131,22 +131,7 @@ class StreamsStore:
         """``(first index kept, next index)``; ``(0, 0)`` when the stream does not exist."""
         if not self.exists(stream):
             return 0, 0
-        first = self.streams.pull(stream, 0, 1)
-        if not first:
-            return 0, 0  # empty (or trimmed to nothing: the head is unknown, and nothing is kept)
-        lo = first[0].index  # a message exists at lo
-        step = 1
-        while self.streams.pull(stream, lo + step, 1):
-            lo += step
-            step *= 2
-        hi = lo + step  # nothing at or after hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.streams.pull(stream, mid, 1):
-                lo = mid
-            else:
-                hi = mid
-        return first[0].index, hi
+        return self.streams.bounds(stream)
 
     def head(self, stream: str) -> int:
         return self.bounds(stream)[1]

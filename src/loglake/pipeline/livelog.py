@@ -107,43 +107,13 @@ class UrlSource:
         return StreamClient(host, port)
 
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
-        client = self.client()
-        try:
-            info = getattr(client, "info", None)
-            if info is not None:  # loglake's stream-info extension: one round trip
-                try:
-                    summaries = info(stream)
-                except UnknownStream:
-                    return None
-                for s in summaries:
-                    if s.stream_name == stream:
-                        return {p.partition: (p.first_index, p.next_index) for p in s.partitions}
+        # every partition's ``Streams.bounds`` in one round trip (loglake's stream-info)
+        with self.client() as client:
+            try:
+                summaries = client.info(stream)
+            except UnknownStream:
                 return None
-            return {p: self._bounds(client, stream, p) for p in range(self.partition_count)}
-        except UnknownStream:
-            return None
-        finally:
-            close = getattr(client, "close", None)
-            if close:
-                close()
-
-    @staticmethod
-    def _bounds(client, stream: str, partition: int) -> tuple[int, int]:
-        first_msgs = client.pull(stream, 0, 1, partition=partition)
-        if not first_msgs:
-            return 0, 0
-        first = first_msgs[0].index
-        lo, hi = first, first + 1  # invariant: a record exists at >= lo; find hi with none
-        while client.pull(stream, hi, 1, partition=partition):
-            lo, hi = hi, first + 2 * (hi - first)
-        while hi - lo > 1:  # some record at >= lo, none at >= hi
-            mid = (lo + hi) // 2
-            if client.pull(stream, mid, 1, partition=partition):
-                lo = mid
-            else:
-                hi = mid
-        last = client.pull(stream, lo, 1, partition=partition)[0].index
-        return first, last + 1
+        return {p.partition: (p.first_index, p.next_index) for p in summaries[0].partitions}
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
         client = self.client()

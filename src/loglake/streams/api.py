@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from loglake.log.api import Log, StreamConfig, UnknownStream
+from loglake.log.api import Log, StreamConfig, UnknownPartition, UnknownStream
 from loglake.log.api import check_stream_name as check_stream_name  # re-exported: the name rule
 
 
@@ -48,6 +48,12 @@ class Streams(Protocol):
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         """At most ``limit`` messages with index >= ``index``."""
+        ...
+
+    def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        """``(first index kept, next index)`` of a partition: what a reader can pull is
+        ``range(*bounds)`` (equal when it holds nothing). ``UnknownStream``/``UnknownPartition``
+        if there is no such partition."""
         ...
 
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
@@ -104,6 +110,13 @@ class LocalStreams:
         return [
             StreamMessage(i, d) for i, d in self.log.read_payloads(stream, partition, index, limit)
         ]
+
+    def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        parts = self.log.stream_info(stream).partitions
+        if not 0 <= partition < len(parts):
+            raise UnknownPartition(stream, partition, len(parts))
+        p = parts[partition]
+        return p.first_index, p.next_index
 
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         if not self.log.has_stream(stream):

@@ -152,6 +152,13 @@ def _raise_error(reply: Error, stream: str | None = None, partition: int = 0) ->
     raise StreamServiceError(reason)
 
 
+def _bounds(summaries: list[StreamSummary], stream: str, partition: int) -> tuple[int, int]:
+    parts = summaries[0].partitions if summaries else ()
+    if not 0 <= partition < len(parts):
+        raise UnknownPartition(stream, partition, len(parts))
+    return parts[partition].first_index, parts[partition].next_index
+
+
 class _PushError(LoglakeError):
     """Carries an ``error`` reply to a waiting push (internal)."""
 
@@ -624,6 +631,10 @@ class StreamClient:
         """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
         return len(self.info(stream)[0].partitions)
 
+    def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        """``Streams.bounds``, from ``loglake_stream_info`` in one round trip."""
+        return _bounds(self.info(stream), stream, partition)
+
     def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
         raise NotImplementedError(NO_REMOTE_TRUNCATE)
 
@@ -900,6 +911,10 @@ class AsyncStreamClient:
     async def partitions(self, stream: str) -> int:
         """The partition count, from ``loglake_stream_info`` (``UnknownStream`` if none)."""
         return len((await self.info(stream))[0].partitions)
+
+    async def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        """``Streams.bounds``, from ``loglake_stream_info`` in one round trip."""
+        return _bounds(await self.info(stream), stream, partition)
 
     async def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
         raise NotImplementedError(NO_REMOTE_TRUNCATE)

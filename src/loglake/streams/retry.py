@@ -147,6 +147,9 @@ class RetryingStreams:
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         return self._run("pull", lambda s: s.pull(stream, index, limit, partition))
 
+    def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
+        return self._run("bounds", lambda s: s.bounds(stream, partition))
+
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         return self._run("get_index", lambda s: s.get_index(client_id, stream, partition))
 
