@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.archiv
 
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder
 from loglake.archives.layout import NS, PIECE_LENGTH, DecodedMessage, get_layout
+from loglake.streams.api import LocalStreams
 from tests.archives.helpers import run_transmission
 from tests.procs import free_port
 
@@ -357,7 +358,7 @@ def control_end_to_end(data_dir: Path, root: Path, key, layout, stream: str, now
     node = ControlNode(root, key, layout, store)
     t0 = time.perf_counter()
     with open_log(data_dir, readonly=True) as log:
-        n = node.ingest_log(log, stream)
+        n = node.ingest_streams(LocalStreams(log), stream)
     t1 = time.perf_counter()
     node.build(now)
     t2 = time.perf_counter()

@@ -21,6 +21,7 @@ from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, build_torrent
 from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
 
 from .helpers import START, WEEK, fill_weeks
 
@@ -56,7 +57,7 @@ def test_member_process_fetches_then_fetches_only_week_3(tmp_path, seeder, layou
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(3), 1500)
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
-    control.ingest_log(log, "community")
+    control.ingest_streams(LocalStreams(log), "community")
     control.build(START + 2 * WEEK)
     seeder.seed(control.torrent().metainfo(), tmp_path / "control")
     store_path = tmp_path / "member.sqlite"
@@ -115,7 +116,7 @@ def _one_archive(layout, tmp_path):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(1), 100)
     control = ControlNode(tmp_path / "build", KEY, layout, MessageStore())
-    control.ingest_log(log, "community")
+    control.ingest_streams(LocalStreams(log), "community")
     control.build(START + WEEK)
     return (tmp_path / "build" / CID / "data").read_bytes(), control.entries[0]
 
@@ -187,7 +188,7 @@ def test_fetch_only_archives_of_a_time_range(tmp_path, seeder):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(3), 600)
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
-    control.ingest_log(log, "community")
+    control.ingest_streams(LocalStreams(log), "community")
     control.build(START + 3 * WEEK)
     seeder.seed(control.torrent().metainfo(), tmp_path / "control")
     week2 = control.entries[1]

@@ -29,6 +29,7 @@ from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
 from loglake.log.api import Entry
+from loglake.streams.api import LocalStreams
 
 from .helpers import DAY, START, WEEK, record
 
@@ -48,7 +49,7 @@ def _week_over_30_mb(tmp_path, n: int = 700, size: int = 50_000):
         [Entry(record(layout, START + i * (WEEK // n), os.urandom(size))) for i in range(n)],
     )
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
-    control.ingest_log(log, "community")
+    control.ingest_streams(LocalStreams(log), "community")
     control.build(START + WEEK)
     data = (tmp_path / "control" / CID / "data").read_bytes()
     items = [(e, unpack(layout, e, data[e.offset : e.offset + e.size])) for e in control.entries]

@@ -17,6 +17,7 @@ from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
 from tests.procs import free_port
 
 from .helpers import START, WEEK, fill_weeks, run_transmission
@@ -40,7 +41,7 @@ def build(tmp_path, announce=None):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 3000)
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore(), announce=announce)
-    control.ingest_log(log, "community")
+    control.ingest_streams(LocalStreams(log), "community")
     control.build(START + 2 * WEEK)
     return control
 

@@ -36,8 +36,8 @@ def test_ingest_from_log_and_streams_is_exactly_once(tmp_path, layout):
     log.append("community", 0, b"\xff\xff not a waku message")
     store = MessageStore(tmp_path / "s.sqlite")
     node = ControlNode(tmp_path / "root", KEY, layout, store)
-    assert node.ingest_log(log, "community") == 100  # the bad record is skipped
-    assert node.ingest_log(log, "community") == 0
+    assert node.ingest_streams(LocalStreams(log), "community") == 100  # the bad record is skipped
+    assert node.ingest_streams(LocalStreams(log), "community") == 0
     fill_weeks(log, "community", layout, range(2, 3), 10)
     assert node.ingest_streams(LocalStreams(log), "community") == 10
     assert store.count() == 110
@@ -48,7 +48,7 @@ def test_build_writes_folder_named_by_community_and_resumes(tmp_path, layout):
     fill_weeks(log, "community", layout, range(3), 200)
     store_path = tmp_path / "s.sqlite"
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     out = node.build(START + 2 * WEEK)
     assert len(out.new) == 2
     folder = tmp_path / "root" / CID
@@ -70,7 +70,7 @@ def test_torn_build_is_truncated_on_restart(tmp_path, layout):
     fill_weeks(log, "community", layout, range(1), 20)
     store_path = tmp_path / "s.sqlite"
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     node.build(START + WEEK)
     data = tmp_path / "root" / CID / "data"
     good = data.read_bytes()
@@ -97,7 +97,7 @@ def test_prune_truncates_only_archived_records_older_than_30_days(tmp_path, layo
     fill_weeks(log, "community", layout, range(6), 7)
     everything = _live(log)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     now = START + 6 * WEEK
     assert node.prune(now).log_records == 0  # nothing archived yet: nothing removed
     assert _live(log) == everything
@@ -121,14 +121,14 @@ def test_prune_never_truncates_an_unarchived_record(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 7)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     node.build(START + 2 * WEEK)
     # arrivals after the build: a message dated in archived week 1 (its window is closed, so
     # it is never exported) and junk that is not a WakuMessage; then a normal week-1 record
     late = record(layout, START + 3 * DAY, b"late")
     log.append("community", 0, late)  # index 14
     log.append("community", 0, b"\xff\xff not a waku message")  # index 15
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     pruned = node.prune(START + 10 * WEEK)
     assert pruned.log_records == 14 and pruned.kept_from == 14  # the late record holds the rest
     live = _live(log)
@@ -142,13 +142,13 @@ def test_store_is_rebuilt_from_stream_and_archives(tmp_path, layout):
     fill_weeks(log, "community", layout, range(3), 7)
     everything = _live(log)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(tmp_path / "a.sqlite"))
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     node.build(START + 2 * WEEK)
     node.store.close()
     # the store is lost: a new one is filled from the stream and re-flagged from the archives
     fresh = MessageStore(tmp_path / "b.sqlite")
     node2 = ControlNode(tmp_path / "root", KEY, layout, fresh)
-    assert node2.ingest_log(log, "community") == 21
+    assert node2.ingest_streams(LocalStreams(log), "community") == 21
     assert {a.archive_id for a in fresh.archives()} == {e.archive_id for e in node2.entries}
     pruned = node2.prune(START + 10 * WEEK)
     assert pruned.log_records == 14  # weeks 1-2, exactly what the archives hold
@@ -222,7 +222,7 @@ def test_hydrate_replaces_the_archive_time_range_only(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(1), 10)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     entry = node.build(START + WEEK).new[0]
     member = MessageStore()
     mine_inside = layout.decode_record(record(layout, START + DAY + 7 * NS, b"not in archive"))
@@ -281,10 +281,10 @@ def test_a_lost_store_does_not_re_export_archived_windows(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 10)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     assert len(node.build(START + WEEK).new) == 1
     fresh = ControlNode(tmp_path / "root", KEY, layout, MessageStore())  # store lost
-    fresh.ingest_log(log, "community")
+    fresh.ingest_streams(LocalStreams(log), "community")
     new = fresh.build(START + 2 * WEEK).new
     assert [e.metadata.from_ns for e in new] == [START + WEEK]
 
@@ -294,7 +294,7 @@ def test_crash_after_index_before_store_update_does_not_re_export(tmp_path, layo
     fill_weeks(log, "community", layout, range(2), 10)
     store_path = tmp_path / "s.sqlite"
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     node.build(START + WEEK)
     node.build(START + 2 * WEEK)
     # simulate the crash: the store still says the last build ended after week 1

@@ -25,6 +25,7 @@ from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog, open_log
 from loglake.node.config import ConfigError, load_config
+from loglake.streams.api import LocalStreams
 
 from .helpers import START, WEEK, fill_weeks
 from .tracker import Tracker
@@ -45,7 +46,7 @@ def _control(tmp_path, layout_name: str, log: MemoryLog | None = None, **kw) -> 
         log = MemoryLog()
         fill_weeks(log, "community", layout, range(1), 20)
     node = ControlNode(tmp_path / "control", KEY, layout, MessageStore(), **kw)
-    node.ingest_log(log, "community")
+    node.ingest_streams(LocalStreams(log), "community")
     node.build(START + WEEK)
     return node
 

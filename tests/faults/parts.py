@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loglake.streams.api import LocalStreams
+
 DATA = "data"
 
 
@@ -454,7 +456,7 @@ class _Archives(Part):
         if not self.log.has_stream("community"):
             self.log.create_stream("community", _community_config())
         self.node = self._node(root)
-        self.node.ingest_log(self.log, "community")
+        self.node.ingest_streams(LocalStreams(self.log), "community")
 
     def close(self) -> None:
         try:
@@ -573,7 +575,7 @@ class ArchivePrune(_Archives):
                 "community", 0, [Entry(self._record(w, i)) for i in range(first, self.WEEK_MSGS)]
             )
             return f"appended {w + 1}"
-        self.node.ingest_log(self.log, "community")
+        self.node.ingest_streams(LocalStreams(self.log), "community")
         now = START + weeks * WEEK
         self.node.build(now)
         got = self.node.prune(now)

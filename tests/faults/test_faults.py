@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from loglake.streams.api import LocalStreams
 from tests.faults.faultfs import DIR_FSYNC, KINDS
 from tests.faults.inject import run
 from tests.faults.parts import PARTS
@@ -198,12 +199,12 @@ def test_archive_store_on_a_full_disk_refuses_then_resumes_exactly_once(tmp_path
             tmp_path / "archives", PrivateKey(bytes.fromhex("33" * 32)), layout, store
         )
         with pytest.raises(OSError) as e:
-            node.ingest_log(log, "community", batch=200)
+            node.ingest_streams(LocalStreams(log), "community", batch=200)
         assert e.value.errno == errno.ENOSPC and "full" in str(e.value)
         kept, pos = store.count(), int(store.get_meta("ingest_next_index") or 0)
         assert kept == pos < 2000  # committed rows and the stream position agree
         subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
-        assert node.ingest_log(log, "community", batch=200) == 2000 - pos
+        assert node.ingest_streams(LocalStreams(log), "community", batch=200) == 2000 - pos
         assert store.count() == 2000
         out = node.build(START + 4 * WEEK)
         assert len(out.new) == 4

@@ -33,6 +33,7 @@ from loglake.pipeline.jobs.archives_build import (
     communities_from_keys,
     run,
 )
+from loglake.streams.api import LocalStreams
 from tests.archives.helpers import DAY, SPEC_TOPIC, START, WEEK, record
 
 pytestmark = pytest.mark.spark
@@ -78,7 +79,7 @@ def control_build(data_dir: Path, root: Path, stream: str, layout: Layout, now: 
     store = MessageStore(root / f"{CID}.sqlite")
     node = ControlNode(root, KEY, layout, store, **kw)
     with open_log(data_dir, readonly=True) as log:
-        node.ingest_log(log, stream)
+        node.ingest_streams(LocalStreams(log), stream)
     out = node.build(now)
     store.close()
     return out
@@ -161,7 +162,7 @@ def test_partial_window_and_topics_match_the_control_node(spark, tmp_path):
     store = MessageStore()
     node = ControlNode(tmp_path / "ctl", KEY, layout, store, list(topics))
     with open_log(data, readonly=True) as log:
-        node.ingest_log(log, "c")
+        node.ingest_streams(LocalStreams(log), "c")
     out = node.build(now, partial=True)
     assert len(out.new) == 3
     assert_same(tmp_path / "job", tmp_path / "ctl")
@@ -179,7 +180,7 @@ def test_a_control_node_continues_from_what_the_job_wrote(spark, tmp_path, layou
     store = MessageStore(tmp_path / "job" / f"{CID}.sqlite")
     node = ControlNode(tmp_path / "job", KEY, layout, store)
     with open_log(data, readonly=True) as log:
-        node.ingest_log(log, "c")
+        node.ingest_streams(LocalStreams(log), "c")
     assert node.build(now).new == []  # no rebuild
     assert files(tmp_path / "job") == written
     # its store knows which rows are archived: exactly the records in the job's archives
@@ -195,7 +196,7 @@ def test_a_control_node_continues_from_what_the_job_wrote(spark, tmp_path, layou
     write_weeks(data, "c", layout, range(3, 4), seed=2)
     now = START + 4 * WEEK + DAY
     with open_log(data, readonly=True) as log:
-        node.ingest_log(log, "c")
+        node.ingest_streams(LocalStreams(log), "c")
     assert len(node.build(now).new) >= 1
     store.close()
     control_build(data, tmp_path / "ctl", "c", layout, now)
@@ -253,7 +254,7 @@ def test_many_community_streams_in_one_job_one_output_each(spark, tmp_path):
         key = PrivateKey(bytes([i + 7]) * 32)
         node = ControlNode(tmp_path / "ctl", key, layout, MessageStore())
         with open_log(data, readonly=True) as log:
-            node.ingest_log(log, c.stream)
+            node.ingest_streams(LocalStreams(log), c.stream)
         node.build(now)
         assert_same(tmp_path / "job", tmp_path / "ctl", c.community_id)
 

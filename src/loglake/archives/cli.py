@@ -140,7 +140,7 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
     )
     log = open_log(data_dir, readonly=channel is None)
     try:
-        n = node.ingest_log(log, stream)
+        n = node.ingest_streams(LocalStreams(log), stream)
         if node.skipped:
             idx, why = node.skipped[0]
             other = "spec" if layout == "status-go" else "status-go"

@@ -40,7 +40,6 @@ from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log import fs
-from loglake.log.api import Log
 from loglake.logs import log_event
 from loglake.streams.api import Streams
 
@@ -162,25 +161,11 @@ class ControlNode:
         )
 
     # -- ingest -----------------------------------------------------------------------------
-    def ingest_log(self, log: Log, stream: str, partition: int = 0, batch: int = 10_000) -> int:
-        """Copy new records of the community stream into the store (records that are not the
-        layout's WakuMessage are logged and skipped). ``log``/``stream``/``partition`` become
-        the live stream that ``prune`` truncates."""
-        self._truncate = partial(log.truncate_before, stream, partition)
-        pos = int(self.store.get_meta("ingest_next_index") or 0)
-        total = 0
-        while True:
-            recs = log.read(stream, partition, pos, limit=batch)
-            if not recs:
-                break
-            total += self._ingest([(r.index, r.data) for r in recs], recs[-1].index + 1)
-            pos = recs[-1].index + 1
-        self._reflag()
-        return total
-
     def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
-        """``ingest_log`` through the ``Streams`` protocol: ``prune`` truncates through it too
-        (embedded streams can; a remote stream service cannot, and ``prune`` says so)."""
+        """Copy new records of the community stream into the store (records that are not the
+        layout's WakuMessage are logged and skipped). ``prune`` truncates ``stream`` through
+        ``streams`` (an embedded log can: ``LocalStreams(log)``; a remote stream service
+        cannot, and ``prune`` says so)."""
         self._truncate = partial(streams.truncate_before, stream, partition=0)
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
