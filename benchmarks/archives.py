@@ -296,7 +296,7 @@ def bench_decode(n: int, size: int) -> None:
     before), on one Arrow batch of ``n`` records, best of 7 each; the results must agree."""
     import pyarrow as pa
 
-    from loglake.pipeline.jobs.archives_build import _decode_all, decode_waku_batch
+    from loglake.archives.columnar import decode_all, decode_waku_batch
 
     t = Table(title=f"record decoding, {n:,} records × {size} B per batch (best of 7)")
     for c in ("layout", "decode_record, ms", "decode_waku_batch, ms", "speed-up"):
@@ -304,10 +304,10 @@ def bench_decode(n: int, size: int) -> None:
     for name in ("spec", "status-go"):
         layout = get_layout(name)
         col = pa.array([m[2] for m in make_messages(layout, n, size)], type=pa.binary())
-        slow = best_of(lambda: _decode_all(layout.decode_record, col.to_pylist()), 7)  # noqa: B023
+        slow = best_of(lambda: decode_all(layout.decode_record, col.to_pylist()), 7)  # noqa: B023
         fast = best_of(lambda: decode_waku_batch(name, col), 7)  # noqa: B023
         ts, topics, cap, bads = decode_waku_batch(name, col)
-        msgs, _ = _decode_all(layout.decode_record, col.to_pylist())
+        msgs, _ = decode_all(layout.decode_record, col.to_pylist())
         same = not bads and [
             (int(a), b, int(c)) for a, b, c in zip(ts, topics.to_pylist(), cap, strict=True)
         ] == [(m[0], m[1], m[3]) for m in msgs]

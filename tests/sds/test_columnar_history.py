@@ -1,4 +1,4 @@
-"""The sds-audit decoder reads a causal history against the one before it (``_DecodeState``: the
+"""The sds-audit decoder reads a causal history against the one before it (``DecodeState``: the
 previous history's tail found in the record's bytes, only what follows it parsed). These tests
 hold it to the straightforward computation — every entry parsed with ``parse_entry``,
 ``causal_new`` by set difference with the sender's previous good message — on arbitrary input:
@@ -15,12 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loglake.pipeline.jobs.sds_audit import (
-    _DecodeState,
-    _pack_lists,
-    decode_batches,
-    history_lists,
-)
 from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import (
     TAG_BLOOM_FILTER,
@@ -33,6 +27,12 @@ from loglake.sds.codec import (
     encode_history_entry,
     parse,
     parse_entry,
+)
+from loglake.sds.columnar import (
+    DecodeState,
+    decode_batches,
+    history_lists,
+    pack_lists,
 )
 from loglake.sds.errors import DropReason, SdsDecodeError
 from loglake.sds.messages import HistoryEntry
@@ -147,8 +147,8 @@ def reference(datas: list[bytes | None]) -> list[dict]:
     return rows
 
 
-def decoded(datas: list[bytes | None], cuts: list[int]) -> tuple[list[dict], _DecodeState]:
-    state = _DecodeState(CHANNEL, BLOOM)
+def decoded(datas: list[bytes | None], cuts: list[int]) -> tuple[list[dict], DecodeState]:
+    state = DecodeState(CHANNEL, BLOOM)
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(datas)}), len(datas)]
     rows: list[dict] = []
     for a, b in itertools.pairwise(bounds):
@@ -202,7 +202,7 @@ def test_sliding_windows_are_read_against_the_previous_history():
 def test_packed_histories_round_trip():
     lists = pa.array([["a", "bc"], None, [], ["défg", ""], ["x"]], pa.list_(pa.string()))
     for arr in (lists, lists.slice(1), lists.slice(2, 2)):
-        ids, lens = _pack_lists(arr)
+        ids, lens = pack_lists(arr)
         assert history_lists(ids, lens).to_pylist() == arr.to_pylist()
         assert history_lists(ids.slice(1), lens.slice(1)).to_pylist() == arr.to_pylist()[1:]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from loglake.pipeline.jobs.sds_audit import DECODED_SCHEMA, decode_batches, history_lists
 from loglake.sds.codec import encode
+from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
 from loglake.sds.messages import HistoryEntry, SdsMessage
 
 

@@ -1,0 +1,258 @@
+"""WakuMessage records decoded a column at a time: what a Spark job over a community stream
+reads of each record (time, topic, payload size), with the layout's own ``decode_record`` as
+the authority for any record the vectorised path cannot vouch for.
+
+Why here and not in the job: it is the archives layouts' decoding, testable and benchmarked
+without Spark (``tests/archives/test_columnar.py``, ``benchmarks/archives.py --decode``); the
+job (``pipeline/jobs/archives_build.py``) only schedules it. Why numpy: one protobuf parse and
+one Python ``bytes`` per record was most of each pass's Python time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from loglake.archives.errors import BadRecord
+from loglake.archives.layout import Layout, get_layout
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def decode_all(decode: Callable[[bytes], Any], raws: list[bytes]) -> tuple[list[Any], list[Any]]:
+    """``decode`` of every record (the layout's ``decode_record``): a fast path for batches
+    without a bad record; otherwise each bad one becomes ``(0, None, raw, 0)`` with its error
+    in the second list (None for the good ones)."""
+    try:
+        return list(map(decode, raws)), []
+    except BadRecord:
+        msgs: list[Any] = []
+        bads: list[str | None] = []
+        for raw in raws:
+            try:
+                msgs.append(decode(raw))
+                bads.append(None)
+            except BadRecord as e:
+                msgs.append((0, None, raw, 0))
+                bads.append(str(e))
+        return msgs, bads
+
+
+@dataclass(frozen=True)
+class _WakuFields:
+    """Where a layout's ``WakuMessage`` keeps what the job needs, read from its descriptor:
+    field number → wire type (0 varint, 2 length-delimited), and the roles of the fields."""
+
+    wire: dict[int, int]
+    ts: int
+    ts_zigzag: bool
+    ts_scale: int
+    topic: int
+    topic_utf8: bool
+    cap: tuple[int, ...]
+    strings: frozenset[int]
+    """Other string fields: their UTF-8 is checked by protobuf, so a record holding one takes
+    the slow path."""
+
+
+def _waku_fields(layout_name: str) -> _WakuFields:
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    from loglake.archives.messages import NS
+    from loglake.wire.pb import archives_spec_pb2 as spec_pb
+    from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+
+    spec = layout_name == "spec"
+    desc = (spec_pb if spec else sg_pb).WakuMessage.DESCRIPTOR
+    length = {FD.TYPE_BYTES, FD.TYPE_STRING}
+    varint = {FD.TYPE_UINT32, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_BOOL}
+    wire: dict[int, int] = {}
+    for f in desc.fields:
+        if f.type in length:
+            wire[f.number] = 2
+        elif f.type in varint:
+            wire[f.number] = 0
+        else:  # pragma: no cover - the schemas hold no other type
+            raise TypeError(f"WakuMessage field {f.name} of type {f.type}")
+    by = desc.fields_by_name
+    topic = by["content_topic" if spec else "topic"].number
+    return _WakuFields(
+        wire=wire,
+        ts=by["timestamp"].number,
+        ts_zigzag=by["timestamp"].type == FD.TYPE_SINT64,
+        ts_scale=1 if spec else NS,
+        topic=topic,
+        topic_utf8=by["content_topic" if spec else "topic"].type == FD.TYPE_STRING,
+        cap=(by["payload"].number,) if spec else (by["payload"].number, by["sig"].number),
+        strings=frozenset(
+            f.number for f in desc.fields if f.type == FD.TYPE_STRING and f.number != topic
+        ),
+    )
+
+
+_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
+
+
+def _read_varints(
+    data: np.ndarray, pos: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unsigned LEB128 varint at ``pos`` of each row (bounded by ``end``), all rows at
+    once: (value, position after it, ok). Not ok: truncated, or longer than protobuf's 10
+    bytes / above 64 bits (such rows take the slow path)."""
+    n = len(pos)
+    value = np.zeros(n, dtype=np.uint64)
+    size = np.zeros(n, dtype=np.int64)
+    going = np.ones(n, dtype=bool)
+    top = len(data) - 1
+    b = np.zeros(n, dtype=np.uint8)
+    for k in range(10):  # byte k of every varint at once; most stop after one or two
+        if top < 0 or not going.any():
+            break
+        b = data[np.minimum(pos + k, top)]
+        value |= ((b & 0x7F).astype(np.uint64) << _SHIFTS[k]) * going
+        size += going
+        going &= b >= 0x80
+    # refused: still going after 10 bytes, past the record's end, or above 64 bits
+    ok = ~going & (pos + size <= end) & ~((size == 10) & (b > 1))
+    return value, pos + size, ok
+
+
+def decode_waku_batch(
+    layout_name: str, column: pa.Array
+) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
+    """``layout.decode_record`` of every record of an Arrow binary column, vectorised over its
+    buffers with numpy (why: one protobuf parse and one Python ``bytes`` per record was most
+    of each pass's Python time): (time ns, topic, cap = payload(+sig) size, bad), ``bad``
+    empty when every record is good, else one error or None per record (bad rows get time 0).
+
+    The fast path takes records made only of the schema's fields, each at most once, with
+    their wire types, in bounds; a record it cannot vouch for (an unknown or repeated field,
+    another string field, a missing spec timestamp, an over-long varint, bad UTF-8...) goes
+    through ``decode_record`` itself, so the result is the layout's, record for record."""
+    import pyarrow as pa
+
+    f = _waku_fields(layout_name)
+    layout = get_layout(layout_name)
+    topic_type = pa.string() if f.topic_utf8 else pa.binary()
+    n = len(column)
+    if column.type != pa.binary() or column.null_count:
+        return _decode_slow(layout, column.to_pylist(), topic_type)
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    pos = offs[:-1].astype(np.int64)
+    end = offs[1:].astype(np.int64)
+    ok = np.ones(n, dtype=bool)
+    seen: dict[int, np.ndarray] = {}
+    values: dict[int, np.ndarray] = {}
+    starts: dict[int, np.ndarray] = {}
+    lengths: dict[int, np.ndarray] = {}
+    rows = np.flatnonzero(pos < end)
+    for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
+        if not len(rows):
+            break
+        tag, p, good = _read_varints(data, pos[rows], end[rows])
+        field_no = (tag >> np.uint64(3)).astype(np.int64)
+        wt = (tag & np.uint64(7)).astype(np.int64)
+        val, p2, vok = _read_varints(data, p, end[rows])  # the value, or the length
+        good &= vok
+        is_len = wt == 2
+        over = is_len & (val > np.uint64(1 << 31))
+        ln = np.where(is_len & ~over, val, np.uint64(0)).astype(np.int64)
+        good &= ~(over | (is_len & (p2 + ln > end[rows])))
+        matched = np.zeros(len(rows), dtype=bool)
+        for num, want in f.wire.items():
+            m = np.flatnonzero(good & (field_no == num) & (wt == want))
+            if not len(m):
+                continue
+            r = rows[m]
+            s = seen.setdefault(num, np.zeros(n, dtype=bool))
+            dup = s[r]  # repeated: protobuf keeps the last; the slow path decides
+            good[m[dup]] = False
+            m, r = m[~dup], r[~dup]
+            s[r] = True
+            matched[m] = True
+            if want == 2:
+                starts.setdefault(num, np.zeros(n, dtype=np.int64))[r] = p2[m]
+                lengths.setdefault(num, np.zeros(n, dtype=np.int64))[r] = ln[m]
+            else:
+                values.setdefault(num, np.zeros(n, dtype=np.uint64))[r] = val[m]
+        good &= matched
+        ok[rows[~good]] = False
+        rows, nxt = rows[good], (p2 + ln)[good]
+        pos[rows] = nxt
+        rows = rows[nxt < end[rows]]
+    ok[rows] = False  # more fields than the schema has: repeated ones
+    for num in f.strings:
+        if num in seen:
+            ok &= ~seen[num]
+    has_ts = seen.get(f.ts, np.zeros(n, dtype=bool))
+    raw_ts = values.get(f.ts, np.zeros(n, dtype=np.uint64))
+    if f.ts_zigzag:
+        ok &= has_ts  # no timestamp: BadRecord, named by decode_record
+        ts = (raw_ts >> np.uint64(1)).astype(np.int64) ^ -(raw_ts & np.uint64(1)).astype(np.int64)
+    else:
+        big = raw_ts > np.uint64((2**63 - 1) // f.ts_scale)
+        ok &= ~big & (raw_ts != 0)  # no timestamp: BadRecord, named by decode_record
+        ts = np.where(big, 0, raw_ts).astype(np.int64) * f.ts_scale
+    cap = np.zeros(n, dtype=np.int64)
+    for num in f.cap:
+        if num in lengths:
+            cap += lengths[num]
+    t_start = starts.get(f.topic, np.zeros(n, dtype=np.int64))
+    t_len = np.where(ok, lengths.get(f.topic, np.zeros(n, dtype=np.int64)), 0)
+    t_offs = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(t_len, out=t_offs[1:])
+    gather = np.repeat(t_start - t_offs[:-1], t_len) + np.arange(int(t_offs[-1]), dtype=np.int64)
+    topic_bin = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(t_offs), pa.py_buffer(data[gather].tobytes())]
+    )
+    topics: pa.Array = topic_bin
+    if f.topic_utf8:
+        try:
+            topics = topic_bin.cast(pa.string())
+        except pa.ArrowInvalid:  # some topic is not UTF-8: those records take the slow path
+            py = topic_bin.to_pylist()
+            for i, t in enumerate(py):
+                try:
+                    t.decode()
+                except UnicodeDecodeError:
+                    ok[i] = False
+                    py[i] = b""
+            topics = pa.array([t.decode() for t in py], type=pa.string())
+    slow = np.flatnonzero(~ok)
+    if not len(slow):
+        return ts, topics, cap, []
+    bads: list[str | None] = [None] * n
+    topic_list = topics.to_pylist()
+    for i in slow.tolist():
+        raw = column[i].as_py()
+        try:
+            msg = layout.decode_record(raw)
+        except BadRecord as e:
+            bads[i] = str(e)
+            ts[i], cap[i], topic_list[i] = 0, 0, None
+            continue
+        ts[i], topic_list[i], cap[i] = msg[0], msg[1], msg[3]
+    if not any(b is not None for b in bads):
+        bads = []
+    return ts, pa.array(topic_list, type=topic_type), cap, bads
+
+
+def _decode_slow(
+    layout: Layout, raws: list[Any], topic_type: pa.DataType
+) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
+    """``decode_waku_batch`` record by record (a column that is not plain binary)."""
+    import pyarrow as pa
+
+    msgs, bads = decode_all(layout.decode_record, raws)
+    return (
+        np.fromiter((m[0] for m in msgs), dtype=np.int64, count=len(msgs)),
+        pa.array([m[1] for m in msgs], type=topic_type),
+        np.fromiter((m[3] for m in msgs), dtype=np.int64, count=len(msgs)),
+        bads,
+    )
