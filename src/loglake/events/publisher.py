@@ -487,12 +487,12 @@ class Publisher(Role):
             # fewer or no events. An open range starting at the end has nothing missed: it
             # completes with 0.
             have = f"its events are {first}..{head - 1}" if head else "it has no events"
-            end = "null" if a.end is None else a.end
+            shown = "null" if a.end is None else a.end
             self._finish(
                 r,
                 ReplayState(
                     "errored",
-                    f"ImproperConfig: range [{a.start}, {end}) is past the end of "
+                    f"ImproperConfig: range [{a.start}, {shown}) is past the end of "
                     f"{a.namespace}: {have}",
                 ),
             )

@@ -205,7 +205,7 @@ def perform(log: Log, action: Action) -> Outcome:
         return Outcome(error=e)
 
 
-def _throw(handler: Generator, error: BaseException) -> Any:
+def _throw(handler: Generator[Any, Any, Any], error: BaseException) -> Any:
     """``handler.throw(error)``, then ``error``'s traceback dropped unless it is what leaves.
 
     Why: once thrown into a handler, the traceback's frames lead through their callers back
