@@ -71,7 +71,7 @@ class Renamed(click.Option):
 
 
 class TypedErrorGroup(click.Group):
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LoglakeError as e:

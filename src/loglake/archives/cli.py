@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -22,10 +24,18 @@ from loglake.archives.layout import NS, get_layout
 from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
 from loglake.log.api import UnknownStream
 
+if TYPE_CHECKING:
+    from coincurve import PrivateKey
+
+    from loglake.archives.bt import Progress as FetchProgress
+    from loglake.streams.api import Streams
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 console = Console(stderr=True)
 
 
-def _key(key_file: str | None):
+def _key(key_file: str | None) -> PrivateKey:
     from loglake.archives.signing import load_private_key
 
     raw = Path(key_file).read_text().strip() if key_file else os.environ.get("LOGLAKE_ARCHIVES_KEY")
@@ -54,7 +64,7 @@ def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _trackers_opt(f):
+def _trackers_opt(f: F) -> F:
     f = click.option(
         "--no-trackers",
         is_flag=True,
@@ -120,8 +130,20 @@ def keygen(out: str) -> None:
 @click.option("--publish", "channel", help="Push the signed magnet link to this stream.")
 @click.option("--peer", "peers", multiple=True, help="host:port hint put in the magnet (x.pe).")
 @_trackers_opt
-def build(data_dir, stream, root, key_file, layout, now, partial, topics, channel, peers, trackers,
-          no_trackers) -> None:  # fmt: skip
+def build(
+    data_dir: str,
+    stream: str,
+    root: str,
+    key_file: str | None,
+    layout: str,
+    now: str | None,
+    partial: bool,
+    topics: tuple[str, ...],
+    channel: str | None,
+    peers: tuple[str, ...],
+    trackers: tuple[str, ...],
+    no_trackers: bool,
+) -> None:
     """Export the next 7-day windows of a community stream into archives (control node)."""
     from loglake.archives.control import ControlNode
     from loglake.archives.signing import community_id
@@ -192,7 +214,9 @@ def build(data_dir, stream, root, key_file, layout, now, partial, topics, channe
     multiple=True,
     help="host:port of a BitTorrent peer to dial.",
 )
-def seed(root, key_file, port, duration, connects) -> None:
+def seed(
+    root: str, key_file: str | None, port: int, duration: float | None, connects: tuple[str, ...]
+) -> None:
     """Seed the newest archive torrent on loopback and print its magnet link."""
     from loglake.archives.bt import Seeder, load_torrent
     from loglake.archives.signing import community_id
@@ -231,7 +255,17 @@ def seed(root, key_file, port, duration, connects) -> None:
 @click.option("--since", help="Only archives overlapping [since, until): Unix s or ISO 8601.")
 @click.option("--until", help="End of that range (default: open).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
-def fetch(magnet, root, store_path, community, layout, timeout, since, until, as_json) -> None:
+def fetch(
+    magnet: str,
+    root: str,
+    store_path: str | None,
+    community: str | None,
+    layout: str,
+    timeout: float,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
     from loglake.archives.member_node import fetch_archives
     from loglake.archives.store import MessageStore
@@ -251,7 +285,7 @@ def fetch(magnet, root, store_path, community, layout, timeout, since, until, as
     ) as bar:
         task = bar.add_task("metadata", total=None, bytes=0, peers=0)
 
-        def progress(p) -> None:
+        def progress(p: FetchProgress) -> None:
             bar.update(
                 task,
                 description="fetching",
@@ -292,7 +326,9 @@ def fetch(magnet, root, store_path, community, layout, timeout, since, until, as
         )
 
 
-def _open_streams(data_dir: str | None, connect: str | None, readonly: bool):
+def _open_streams(
+    data_dir: str | None, connect: str | None, readonly: bool
+) -> tuple[Streams, Callable[[], None]]:
     """A ``Streams`` on the embedded log (``--data-dir``) or on ``loglake serve``
     (``--connect host:port``), and a function that closes it."""
     if (data_dir is None) == (connect is None):
@@ -319,7 +355,7 @@ _source_opts = [
 ]
 
 
-def _source(f):
+def _source(f: F) -> F:
     for opt in reversed(_source_opts):
         f = opt(f)
     return f
@@ -337,8 +373,21 @@ def _source(f):
 @click.option("--check-every", type=float, default=60.0, show_default=True, help="Seconds.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
 @_trackers_opt
-def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port, check_every,
-        duration, trackers, no_trackers) -> None:  # fmt: skip
+def run(
+    data_dir: str | None,
+    connect: str | None,
+    stream: str,
+    channel: str,
+    root: str,
+    key_file: str | None,
+    layout: str,
+    topics: tuple[str, ...],
+    port: int,
+    check_every: float,
+    duration: float | None,
+    trackers: tuple[str, ...],
+    no_trackers: bool,
+) -> None:
     """Control node loop: ingest, build due 7-day windows, seed the newest torrent, publish its
     signed magnet link on the special channel, prune archived messages older than 30 days."""
     from loglake.archives.bt import Seeder
@@ -401,8 +450,20 @@ def run(data_dir, connect, stream, channel, root, key_file, layout, topics, port
 @click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
 @click.option("--once", is_flag=True, help="Stop after the first fetch.")
-def follow(data_dir, connect, channel, community, root, store_path, layout, wait, poll, timeout,
-           duration, once) -> None:  # fmt: skip
+def follow(
+    data_dir: str | None,
+    connect: str | None,
+    channel: str,
+    community: str,
+    root: str,
+    store_path: str | None,
+    layout: str,
+    wait: float,
+    poll: float,
+    timeout: float,
+    duration: float | None,
+    once: bool,
+) -> None:
     """Member loop: follow the special channel, ignore unsigned or foreign messages, wait the
     quiet period after the last magnet link, fetch missing archives, hydrate the store."""
     from loglake.archives.member import Accepted
@@ -454,7 +515,7 @@ def follow(data_dir, connect, channel, community, root, store_path, layout, wait
 @click.option("--community", help="Community id (default: the only one under --root).")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Store to compare.")
 @_layout_opt
-def ls(root, community, store_path, layout) -> None:
+def ls(root: str, community: str | None, store_path: str | None, layout: str) -> None:
     """Show index entries: ranges, sizes, pieces, and which archives are local."""
     from loglake.archives.store import MessageStore
 
@@ -472,7 +533,7 @@ def ls(root, community, store_path, layout) -> None:
     if store_path is None:
         for cand in (rootp / "member.sqlite", rootp / f"{community}.sqlite"):
             if cand.exists():
-                store_path = cand
+                store_path = str(cand)
                 break
     have = set()
     if store_path:

@@ -30,10 +30,12 @@ from __future__ import annotations
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 from Crypto.Hash import keccak
 from google.protobuf.message import DecodeError as PbDecodeError
+from google.protobuf.message import Message
 
 from loglake.archives.errors import (
     ArchiveConfigError,
@@ -136,10 +138,10 @@ class Layout(ABC):
 
     # -- archives ---------------------------------------------------------------------------
     @abstractmethod
-    def _metadata_pb(self, meta: ArchiveMetadata): ...
+    def _metadata_pb(self, meta: ArchiveMetadata) -> Message: ...
 
     @abstractmethod
-    def _metadata_from_pb(self, pb) -> ArchiveMetadata: ...
+    def _metadata_from_pb(self, pb: Any) -> ArchiveMetadata: ...
 
     @abstractmethod
     def encode_archive(
@@ -155,14 +157,15 @@ class Layout(ABC):
     @abstractmethod
     def _index_metadata_pb(
         self, entry_meta: ArchiveMetadata, offset: int, size: int, padding: int
-    ): ...
+    ) -> Message: ...
 
     @abstractmethod
-    def _entry_from_pb(self, key: str, pb, encoded: bytes) -> IndexEntry: ...
+    def _entry_from_pb(self, key: str, pb: Any, encoded: bytes) -> IndexEntry: ...
 
     @property
     @abstractmethod
-    def _index_cls(self): ...
+    def _index_cls(self) -> Any:  # the layout's generated WakuMessageArchiveIndex class
+        ...
 
     # -- shared -------------------------------------------------------------------------------
     def make_entry(self, meta: ArchiveMetadata, offset: int, size: int, padding: int) -> IndexEntry:
@@ -255,7 +258,9 @@ class SpecLayout(Layout):
             raise BadRecord("14/WAKU2-MESSAGE without timestamp cannot be archived")
         return DecodedMessage(m.timestamp, m.content_topic, raw, len(m.payload))
 
-    def make_record(self, *, payload, topic, timestamp_ns, **extra) -> bytes:
+    def make_record(
+        self, *, payload: bytes, topic: bytes | str, timestamp_ns: int, **extra: Any
+    ) -> bytes:
         m = spec_pb.WakuMessage(payload=payload, content_topic=str(topic), timestamp=timestamp_ns)
         for k in ("version", "meta", "ephemeral"):
             if extra.get(k) is not None:
@@ -265,7 +270,7 @@ class SpecLayout(Layout):
     def parse_topic(self, text: str) -> str:
         return text
 
-    def _metadata_pb(self, meta):
+    def _metadata_pb(self, meta: ArchiveMetadata) -> spec_pb.WakuMessageArchiveMetadata:
         return spec_pb.WakuMessageArchiveMetadata(
             version=meta.version,
             to=meta.to_ns,
@@ -273,10 +278,12 @@ class SpecLayout(Layout):
             **{"from": meta.from_ns},
         )
 
-    def _metadata_from_pb(self, pb) -> ArchiveMetadata:
+    def _metadata_from_pb(self, pb: Any) -> ArchiveMetadata:
         return ArchiveMetadata(getattr(pb, "from"), pb.to, tuple(pb.contentTopic), pb.version)
 
-    def encode_archive(self, meta, records, offset) -> EncodedArchive:
+    def encode_archive(
+        self, meta: ArchiveMetadata, records: Sequence[bytes], offset: int
+    ) -> EncodedArchive:
         head = b""
         if self.archive_version:
             head += b"\x08" + encode_uleb(self.archive_version)
@@ -291,7 +298,7 @@ class SpecLayout(Layout):
         entry = self.make_entry(meta, offset, body_len + len(pad), 0)
         return EncodedArchive(parts, body_len + len(pad), 0, entry, lens)
 
-    def decode_archive(self, region, entry) -> list[bytes]:
+    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))
         a = spec_pb.WakuMessageArchive()
         try:
@@ -302,7 +309,9 @@ class SpecLayout(Layout):
             raise CorruptArchive("archive padding holds non-zero bytes")
         return [m.SerializeToString(deterministic=True) for m in a.messages]
 
-    def _index_metadata_pb(self, meta, offset, size, padding):
+    def _index_metadata_pb(
+        self, meta: ArchiveMetadata, offset: int, size: int, padding: int
+    ) -> Message:
         return spec_pb.WakuMessageArchiveIndexMetadata(
             version=self.archive_version,
             metadata=self._metadata_pb(meta),
@@ -310,13 +319,13 @@ class SpecLayout(Layout):
             num_pieces=size // self.piece_length,
         )
 
-    def _entry_from_pb(self, key, pb, encoded) -> IndexEntry:
+    def _entry_from_pb(self, key: str, pb: Any, encoded: bytes) -> IndexEntry:
         size = pb.num_pieces * self.piece_length
         self.check_alignment(pb.offset, size)
         return IndexEntry(key, self._metadata_from_pb(pb.metadata), pb.offset, size, 0, encoded)
 
     @property
-    def _index_cls(self):
+    def _index_cls(self) -> Any:
         return spec_pb.WakuMessageArchiveIndex
 
 
@@ -359,7 +368,11 @@ class StatusGoLayout(Layout):
             raise BadRecord("status-go WakuMessage without timestamp cannot be archived")
         return DecodedMessage(m.timestamp * NS, m.topic, raw, len(m.payload) + len(m.sig))
 
-    def make_record(self, *, payload, topic, timestamp_ns, **extra) -> bytes:
+    def make_record(
+        self, *, payload: bytes, topic: bytes | str, timestamp_ns: int, **extra: Any
+    ) -> bytes:
+        if isinstance(topic, str):
+            raise TypeError("a status-go topic is 4 bytes, not text (parse_topic reads hex)")
         m = sg_pb.WakuMessage(payload=payload, topic=bytes(topic), timestamp=timestamp_ns // NS)
         for k in ("sig", "padding", "hash"):
             if extra.get(k) is not None:
@@ -375,20 +388,22 @@ class StatusGoLayout(Layout):
         except ValueError:
             raise ArchiveConfigError(f"status-go topics are hex (4 bytes), not {text!r}") from None
 
-    def _metadata_pb(self, meta):
+    def _metadata_pb(self, meta: ArchiveMetadata) -> sg_pb.WakuMessageArchiveMetadata:
         return sg_pb.WakuMessageArchiveMetadata(
             version=meta.version,
             to=meta.to_ns // NS,
-            contentTopic=[bytes(t) for t in meta.content_topics],
+            contentTopic=[bytes(cast(bytes, t)) for t in meta.content_topics],  # bytes here
             **{"from": meta.from_ns // NS},
         )
 
-    def _metadata_from_pb(self, pb) -> ArchiveMetadata:
+    def _metadata_from_pb(self, pb: Any) -> ArchiveMetadata:
         return ArchiveMetadata(
             getattr(pb, "from") * NS, pb.to * NS, tuple(pb.contentTopic), pb.version
         )
 
-    def encode_archive(self, meta, records, offset) -> EncodedArchive:
+    def encode_archive(
+        self, meta: ArchiveMetadata, records: Sequence[bytes], offset: int
+    ) -> EncodedArchive:
         md = self._metadata_pb(meta).SerializeToString(deterministic=True)
         parts, lens = frame_parts(records)
         head = b"\x12" + encode_uleb(len(md)) + md
@@ -403,7 +418,7 @@ class StatusGoLayout(Layout):
         entry = self.make_entry(meta, offset, size, padding)
         return EncodedArchive(parts, raw, padding, entry, lens)
 
-    def decode_archive(self, region, entry) -> list[bytes]:
+    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
         self.check_alignment(entry.offset, len(region))
         if entry.padding > len(region):
             raise CorruptArchive(f"archive {entry.archive_id[:18]}… padding exceeds its size")
@@ -417,12 +432,14 @@ class StatusGoLayout(Layout):
             raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
         return [m.SerializeToString(deterministic=True) for m in a.messages]
 
-    def _index_metadata_pb(self, meta, offset, size, padding):
+    def _index_metadata_pb(
+        self, meta: ArchiveMetadata, offset: int, size: int, padding: int
+    ) -> Message:
         return sg_pb.WakuMessageArchiveIndexMetadata(
             metadata=self._metadata_pb(meta), offset=offset, size=size, padding=padding
         )
 
-    def _entry_from_pb(self, key, pb, encoded) -> IndexEntry:
+    def _entry_from_pb(self, key: str, pb: Any, encoded: bytes) -> IndexEntry:
         self.check_alignment(pb.offset, pb.size)
         if pb.padding > pb.size:
             raise CorruptIndex(f"archive {key[:18]}… has padding {pb.padding} > size {pb.size}")
@@ -431,7 +448,7 @@ class StatusGoLayout(Layout):
         )
 
     @property
-    def _index_cls(self):
+    def _index_cls(self) -> Any:
         return sg_pb.WakuMessageArchiveIndex
 
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
 from loglake.archives.errors import CorruptArchive, CorruptIndex
@@ -134,7 +135,7 @@ class MemberNode:
         self.events += new
         return new
 
-    def step(self, now_ns: int, **kw) -> FetchReport | None:
+    def step(self, now_ns: int, **kw: Any) -> FetchReport | None:
         magnet = self.core.due(now_ns)
         if magnet is None:
             return None

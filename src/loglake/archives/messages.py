@@ -8,7 +8,10 @@ them and these. Times are Unix nanoseconds whatever the layout stores.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PIECE_LENGTH = 100 * 1024
 """status-go protocol/communities/manager.go: ``pieceLength = 100 * 1024`` (the spec leaves it
@@ -64,7 +67,7 @@ class EncodedArchive:
     length: int
     trailing_zeros: int
     entry: IndexEntry
-    part_lengths: object = None
+    part_lengths: np.ndarray | None = None
     """The parts' lengths as a numpy int64 array, when the layout computed them."""
 
     @property

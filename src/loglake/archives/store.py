@@ -38,6 +38,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import apsw
@@ -448,7 +449,7 @@ def _value(db: apsw.Connection, q: str, args: tuple = ()) -> Any:
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def _gc_paused() -> Iterator[None]:
     """Bulk loads make a million tuples; each cyclic-GC pass would rescan all of them (3-5x
     the load's cost, measured). Tuples of ints/bytes cannot form cycles, so pause it."""
     was = gc.isenabled()
@@ -502,7 +503,12 @@ class _Tx:
         except apsw.Error as e:
             raise _disk_error(e, self.path) from e
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             try:
                 self.db.execute("COMMIT")

@@ -19,6 +19,7 @@ never changes: ``PieceHashes`` keeps them and hashes only what was appended.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
 
@@ -107,7 +108,13 @@ class PieceHashes:
         sha1 = hashlib.sha1
         self.hashes.extend(sha1(mv[i : i + p]).digest() for i in range(0, len(appended), p))
 
-    def extend_parts(self, parts: list[bytes], length: int, zeros: int, part_lengths=None) -> None:
+    def extend_parts(
+        self,
+        parts: Sequence[bytes | memoryview],
+        length: int,
+        zeros: int,
+        part_lengths: np.ndarray | None = None,
+    ) -> None:
         """``extend(b"".join(parts) + bytes(zeros))`` without building that copy: each piece is
         joined from the parts it spans (100 KiB, still in cache when SHA-1 reads it). Piece
         boundaries are found with numpy over the parts' lengths, not a Python loop."""

@@ -17,6 +17,8 @@ run; we write keys sorted, which is one of the orders Go may produce.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import HASH_SIZE, BatchRecord
@@ -66,7 +68,9 @@ def write_bytes(out: bytearray, b: bytes) -> None:
     out += b
 
 
-def _write_blocks(out: bytearray, items: list, write_item) -> None:
+def _write_blocks(
+    out: bytearray, items: list[Any], write_item: Callable[[bytearray, Any], None]
+) -> None:
     for start in range(0, len(items), BLOCK_LENGTH):
         block = bytearray()
         chunk = items[start : start + BLOCK_LENGTH]
@@ -181,7 +185,7 @@ class Reader:
             raise self.fail(f"{field}: boolean byte {b} is neither 0 nor 1")
         return b == 1
 
-    def blocks(self, field: str):
+    def blocks(self, field: str) -> Iterator[None]:
         """Yield once per item of a map/array, whichever block form the writer used."""
         while True:
             count = self.long(f"{field} block count")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -161,7 +162,10 @@ _connection = [
 ]
 
 
-def _with_connection(f):
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _with_connection(f: F) -> F:
     for opt in reversed(_connection):
         f = opt(f)
     return f
@@ -186,7 +190,15 @@ def command() -> None:
 )
 @_with_connection
 def produce(
-    blocks, topic, deep_reorg, sub_items, reorg_threshold, host, port, data_dir, partitions
+    blocks: int,
+    topic: str,
+    deep_reorg: int,
+    sub_items: int,
+    reorg_threshold: int,
+    host: str | None,
+    port: int | None,
+    data_dir: str | None,
+    partitions: int | None,
 ) -> None:
     """Produce a synthetic chain with forks, reorgs and sub-batches."""
     console = Console()
@@ -222,16 +234,16 @@ def produce(
 @click.option("--quiet", is_flag=True, help="Print only the summary.")
 @_with_connection
 def consume(
-    topic,
-    client_id,
-    reorg_threshold,
-    prefixes,
-    idle_seconds,
-    quiet,
-    host,
-    port,
-    data_dir,
-    partitions,
+    topic: str,
+    client_id: str,
+    reorg_threshold: int,
+    prefixes: tuple[str, ...],
+    idle_seconds: float,
+    quiet: bool,
+    host: str | None,
+    port: int | None,
+    data_dir: str | None,
+    partitions: int | None,
 ) -> None:
     """Print blocks and reorgs as they complete; resume from the saved checkpoint."""
     console = Console()

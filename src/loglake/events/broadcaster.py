@@ -368,7 +368,12 @@ class Broadcaster(Role):
         return ("route", targets, plain, headers)
 
     def _deliver(
-        self, e: Event, targets: list[Route], plain: bool, headers: list[Any], batches
+        self,
+        e: Event,
+        targets: list[Route],
+        plain: bool,
+        headers: list[Any],
+        batches: dict[bytes, tuple[Principal, list[EventNotification]]],
     ) -> Ok | Err:
         if not plain:
             targets = [t for t in targets if t.keeps(e)]
@@ -414,7 +419,7 @@ class Broadcaster(Role):
         return any(caller.bytes in r.relayers for r in self.replays.values())
 
     # -- relay tier --------------------------------------------------------------------------
-    def _relay_one(self, relay: RelayRoute, e: Event, forwards: dict[int, list[Event]]):
+    def _relay_one(self, relay: RelayRoute, e: Event, forwards: dict[int, list[Event]]) -> Ok | Err:
         if not relay.keeps(e):
             return Ok([])
         if relay.inflight + len(relay.retry) >= self.relay_window:
@@ -516,7 +521,9 @@ class Broadcaster(Role):
             else:
                 self.stats.relay_failed += 1
 
-    def confirm_notifications(self, caller: Principal, ids: list[int], now: int):
+    def confirm_notifications(
+        self, caller: Principal, ids: list[int], now: int
+    ) -> list[Ok | Err | None] | None:
         pending = self.pending
         key = caller.bytes
         results: list[Ok | Err | None] | None = None  # itemized only once one is refused

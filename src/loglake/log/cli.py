@@ -101,7 +101,9 @@ def info(data_dir: Path, as_json: bool) -> None:
     "--limit", "-n", type=int, default=20, show_default=True, help="At most this many records."
 )
 @json_option
-def read(data_dir: Path, stream: str, partition: int, start: int, limit: int, as_json: bool):
+def read(
+    data_dir: Path, stream: str, partition: int, start: int, limit: int, as_json: bool
+) -> None:
     """Records of STREAM from an index on (read-only; spans lake and segments)."""
     with SegmentLog(data_dir, readonly=True) as log:
         recs = log.read(stream, partition, start, limit=limit)

@@ -90,7 +90,14 @@ class MemoryLog(Log):
                 nxt += 1
             return out
 
-    def read(self, stream, partition, start, limit=None, end=None) -> list[Record]:
+    def read(
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int | None = None,
+        end: int | None = None,
+    ) -> list[Record]:
         with self._lock:
             recs = self._partition(stream, partition)
             first = self._first[(stream, partition)]

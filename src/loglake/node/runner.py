@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import uvicorn
@@ -45,7 +45,7 @@ class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the node stops every part, in order."""
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         yield
 
 

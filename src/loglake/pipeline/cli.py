@@ -7,6 +7,8 @@ top-level ones). Options are checked, and typed errors raised, before Spark star
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -50,7 +52,10 @@ def job() -> None:
     """Run a named Spark job (jobs live in loglake/pipeline/jobs/)."""
 
 
-def _spark_master_option(f):
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _spark_master_option(f: F) -> F:
     return click.option(
         "--spark-master",
         envvar=MASTER_ENV,

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,7 +50,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -75,6 +76,9 @@ from loglake.pipeline.options import (
     parse_options,
     resolve_stream,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 FORMAT = "loglake"
 # Nullable throughout: Spark reads every Parquet column as nullable, and the native and Python
@@ -134,7 +138,14 @@ class RangeSplit(InputPartition):
     lake_only: bool = False
     live_only: bool = False
 
-    def __init__(self, partition: int, start: int, end: int, lake_only=False, live_only=False):
+    def __init__(
+        self,
+        partition: int,
+        start: int,
+        end: int,
+        lake_only: bool = False,
+        live_only: bool = False,
+    ) -> None:
         super().__init__((partition, start, end))
         self.partition, self.start, self.end = partition, start, end
         self.lake_only, self.live_only = lake_only, live_only
@@ -298,7 +309,9 @@ class PushdownReader(LoglakeReader):
                 yield f
 
 
-def _clip_chunks(p, a, b, lo, hi, split_records, live_only) -> list[RangeSplit]:
+def _clip_chunks(
+    p: int, a: int, b: int, lo: int, hi: int | None, split_records: int, live_only: bool
+) -> list[RangeSplit]:
     a = max(a, lo)
     b = b if hi is None else min(b, hi)
     return [
@@ -375,13 +388,13 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[p] = first if v == -2 else nxt if v == -1 else max(v, first)
         return out
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         n = self.opts.max_records_per_trigger
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
-    def latestOffset(self, start: dict, limit=None) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:
         """Every partition's ``next_index``; with ``ReadMaxRows`` (``maxRecordsPerTrigger``)
         at most that many records, shared across the partitions in proportion to what each has
         to read (``share_budget``). ``ReadAllAvailable`` ignores the option, as the API requires
@@ -700,7 +713,7 @@ class LoglakeDataSource(DataSource):
         return LoglakeWriter(opts, count, schema)
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register the source on ``spark`` (idempotent) and enable Python filter pushdown."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(LoglakeDataSource)

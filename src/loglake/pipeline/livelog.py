@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -29,6 +29,9 @@ from loglake.log import open_log
 from loglake.log.api import Log, UnknownStream
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption
+
+if TYPE_CHECKING:
+    from loglake.streams.client import StreamClient
 
 READ_BATCH = 8192
 
@@ -100,7 +103,7 @@ class UrlSource:
     url: str
     partition_count: int = 1
 
-    def client(self):
+    def client(self) -> StreamClient:
         host, port = parse_url(self.url)
         from loglake.streams.client import StreamClient  # lazily: the client is optional
 

@@ -22,7 +22,7 @@ every reader of every session, a dependence on PySpark internals, and nothing fo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loglake.pipeline.datasource import COLUMNS, FORMAT, RECORD_SCHEMA
@@ -37,6 +37,8 @@ from loglake.pipeline.options import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from loglake.log.lake import LakeFile
 
 LIVE_RANGES_OPTION = "_liveRanges"
 
@@ -136,10 +138,10 @@ def _driver_tail(spark: SparkSession, opts: SourceOptions, plan: ReadPlan) -> Da
     return spark.createDataFrame(pa.Table.from_batches(batches, schema=target), RECORD_SCHEMA)
 
 
-def _native(spark: SparkSession, opts: SourceOptions, files) -> DataFrame:
+def _native(spark: SparkSession, opts: SourceOptions, files: Sequence[LakeFile]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    df = spark.read.schema(RECORD_SCHEMA).parquet(*[f.path for f in files])
+    df = spark.read.schema(RECORD_SCHEMA).parquet(*[str(f.path) for f in files])
     lo, hi = opts.start_index, opts.end_index
     if any(f.first < lo for f in files):
         df = df.where(F.col("index") >= lo)

@@ -8,7 +8,7 @@ history read against the previous one), testable without Spark; the job
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,9 @@ reference) was shown there first: the sweep and the dependency counts read only 
 ``participants`` ids a message instead of 200 when senders take turns."""
 
 
-def decode_batches(channel: str):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
+def decode_batches(
+    channel: str,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows.
 
     Per record, Python does only the message-level work (``parse``: one C-level protobuf parse,

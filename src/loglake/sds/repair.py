@@ -184,7 +184,9 @@ class RepairManager:
         self.outgoing.remove(message_id)
         self.incoming.remove(message_id)
 
-    def repair_requests(self, now: int, limit: int = MAX_REPAIR_REQUESTS_PER_MESSAGE):
+    def repair_requests(
+        self, now: int, limit: int = MAX_REPAIR_REQUESTS_PER_MESSAGE
+    ) -> list[HistoryEntry]:
         return self.outgoing.take_eligible(now, limit)
 
     def on_repair_requests(

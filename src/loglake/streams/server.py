@@ -184,8 +184,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.version_timer: asyncio.TimerHandle | None = None
         """Drops the peer if its version byte has not come within ``limits.version_timeout``."""
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream server's transport: asyncio gives a Transport to a Protocol on a socket
+        self.transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.host = str(peer[0]) if peer else "?"
@@ -1060,7 +1061,7 @@ class BackgroundServer:
     """
 
     def __init__(
-        self, service: StreamService, host: str = "127.0.0.1", port: int = 0, **kw
+        self, service: StreamService, host: str = "127.0.0.1", port: int = 0, **kw: Any
     ) -> None:
         self._thread = LoopThread(
             lambda: StreamServer(service, host, port, **kw).start(),

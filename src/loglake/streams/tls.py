@@ -103,7 +103,9 @@ def write_test_pki(
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
-    def write(stem: str, cert: x509.Certificate, k: ec.EllipticCurvePrivateKey):
+    def write(
+        stem: str, cert: x509.Certificate, k: ec.EllipticCurvePrivateKey
+    ) -> tuple[Path, Path]:
         c, kp = out / f"{stem}.crt", out / f"{stem}.key"
         c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         kp.write_bytes(
@@ -134,7 +136,9 @@ def write_test_pki(
     )
     ca_path, _ = write("ca", ca, ca_key)
 
-    def leaf(cn: str, sans: list[x509.GeneralName], usage: x509.ObjectIdentifier):
+    def leaf(
+        cn: str, sans: list[x509.GeneralName], usage: x509.ObjectIdentifier
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         k = key()
         cert = (
             x509.CertificateBuilder()

@@ -115,7 +115,7 @@ class _UInt(BareType):
             raise BareEncodeError(f"uint needs an int, got {type(value).__name__}")
         out += encode_uint(value)
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         return decode_uint(buf, pos)
 
     def __repr__(self) -> str:
@@ -132,7 +132,7 @@ class _Int(BareType):
             raise BareEncodeError(f"int out of range: {value}")
         out += encode_uleb(zigzag(value))
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         u, pos = decode_uint(buf, pos)
         return unzigzag(u), pos
 
@@ -146,7 +146,7 @@ class _Str(BareType):
             raise BareEncodeError(f"string needs a str, got {type(value).__name__}")
         out += _encode_len_bytes(value.encode("utf-8"))
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         raw, end = _decode_len_bytes(buf, pos)
         try:
             return raw.decode("utf-8"), end
@@ -164,7 +164,7 @@ class _Data(BareType):
         out += encode_uint(len(value))
         out += value
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         return _decode_len_bytes(buf, pos)
 
     def __repr__(self) -> str:
@@ -190,7 +190,7 @@ class Optional(BareType):
             out.append(1)
             self.inner.enc(value, out)
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         if pos >= len(buf):
             raise BareDecodeError("truncated optional", pos)
         flag = buf[pos]
@@ -215,7 +215,7 @@ class Array(BareType):
         for item in value:
             self.inner.enc(item, out)
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         n, pos = decode_uint(buf, pos)
         if n > len(buf) - pos:  # every item takes at least one octet
             raise BareDecodeError(f"array count {n} runs past the end", pos)
@@ -243,7 +243,7 @@ class Enum(BareType):
         except KeyError:
             raise BareEncodeError(f"{value!r} is not a member of enum {self.name}") from None
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         v, end = decode_uint(buf, pos)
         if v >= len(self.members):
             raise BareDecodeError(f"value {v} is not a member of enum {self.name}", pos)
@@ -270,7 +270,7 @@ class Struct(BareType):
         for name, typ in self.fields:
             typ.enc(getattr(value, name), out)
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         kwargs = {}
         for name, typ in self.fields:
             kwargs[name], pos = typ.dec(buf, pos)
@@ -300,7 +300,7 @@ class Union(BareType):
         out += encode_uint(tag)
         self.members[tag].enc(value, out)
 
-    def dec(self, buf, pos):
+    def dec(self, buf: bytes | memoryview, pos: int) -> tuple[Any, int]:
         tag, body = decode_uint(buf, pos)
         if tag >= len(self.members):
             raise BareDecodeError(f"union {self.name} has no tag {tag}", pos)

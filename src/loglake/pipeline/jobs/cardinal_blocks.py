@@ -49,7 +49,7 @@ import math
 import os
 import pickle
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,7 +329,9 @@ _IN_COLUMNS = ("data", "t", "partition", "offset", "ts")
 log time in ns (-1 if none) — numbers, so pandas makes no Python object per row for them."""
 
 
-def make_assembler(prefixes: Sequence[str], reorg_threshold: int, topics: Sequence[str] = ()):
+def make_assembler(
+    prefixes: Sequence[str], reorg_threshold: int, topics: Sequence[str] = ()
+) -> Callable[[tuple, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """The ``applyInPandasWithState`` function (closes over the tracked prefixes and the
     threshold only). Its rows are records (``data``, where from, log time); it opens each
     envelope. A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
@@ -341,7 +343,9 @@ def make_assembler(prefixes: Sequence[str], reorg_threshold: int, topics: Sequen
     names = tuple(topics)
     reach = 4 * reorg_threshold
 
-    def control(rows: list[tuple], data: bytes | None, t, part, off, ts) -> None:
+    def control(
+        rows: list[tuple], data: bytes | None, t: int, part: int, off: int, ts: int
+    ) -> None:
         """A record that is no block message: passed on, or a reject with the reason."""
         try:
             k, v = open_envelope(data or b"")

@@ -38,7 +38,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -250,7 +250,11 @@ def recover(data_dir: str, stream: str) -> int:
 
 
 def delete_superseded(
-    data_dir: str, stream: str, grace_seconds: float, partitions=None, now: float | None = None
+    data_dir: str,
+    stream: str,
+    grace_seconds: float,
+    partitions: Sequence[int] | None = None,
+    now: float | None = None,
 ) -> int:
     """Delete files covered by a compacted file at least ``grace_seconds`` old.
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 OUTPUT_SCHEMA = "index long, a binary, b binary, c binary"
 
 
-def _encode_partition(spec: ReplayJobSpec):  # -> Callable[[Iterator[RecordBatch]], Iterator]
+def _encode_partition(spec: ReplayJobSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The executor side: stored events → selected notification parts (runs in workers)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:

@@ -464,7 +464,7 @@ SWEEP_OUT_SCHEMA = pa.schema(
 )
 
 
-def _sweep_group(content_bc: Any, acks_dir: str):  # -> Callable[[pa.Table], pa.Table]
+def _sweep_group(content_bc: Any, acks_dir: str) -> Callable[[pa.Table], pa.Table]:
     """The ``applyInArrow`` function, one sender's first-copy content and sync messages in:
     its acknowledgements written as a part file of ``acks`` in ``acks_dir`` (``_write_part``,
     named by the sender: the table's rows never pass through Spark's writer, which turned
@@ -530,7 +530,9 @@ def _sweep_group(content_bc: Any, acks_dir: str):  # -> Callable[[pa.Table], pa.
     return run
 
 
-def _references(cand_bc: Any):  # -> Callable[[Iterator[RecordBatch]], Iterator[RecordBatch]]
+def _references(
+    cand_bc: Any,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: (message_id, history_ids, history_lens) → (message_id, dep)
     for every causal-history entry that is a candidate (``cand_bc``), in C per batch."""
 
@@ -583,7 +585,7 @@ def _write_part(
     return path, rows
 
 
-def _write_messages(out_dir: str, schema: pa.Schema):  # -> Callable[[pa.Table], pa.Table]
+def _write_messages(out_dir: str, schema: pa.Schema) -> Callable[[pa.Table], pa.Table]:
     """The ``applyInArrow`` function that writes ``messages`` itself, one part file
     (``_write_part``) per decoded part file: the group is the first copies whose decoded row
     is in that file (every column but the history), and the task reads their causal histories
@@ -791,7 +793,14 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _audit(spark: SparkSession, opts: SdsAuditOptions, decoded: DataFrame, summary, t0, F):
+def _audit(
+    spark: SparkSession,
+    opts: SdsAuditOptions,
+    decoded: DataFrame,
+    summary: AuditSummary,
+    t0: float,
+    F: Any,  # pyspark.sql.functions, imported where Spark runs
+) -> AuditSummary:
     out = Path(opts.out_dir)
     rejects = decoded.where(~F.col("ok")).select(
         "partition", "index", "timestamp_ns", "reason", "detail"
