@@ -45,8 +45,10 @@ class UnknownStream(LogError, KeyError):
 
 
 class UnknownPartition(LogError, KeyError):
-    def __init__(self, stream: str, partition: int, partitions: int) -> None:
-        super().__init__(f"stream {stream!r} has partitions 0..{partitions - 1}, not {partition}")
+    def __init__(self, stream: str, partition: int, partitions: int | None = None) -> None:
+        # ``partitions`` None: not known here (a remote service's reply named the partition)
+        has = f"partitions 0..{partitions - 1}" if partitions is not None else "no such partition"
+        super().__init__(f"stream {stream!r} has {has}, not {partition}")
         self.stream, self.partition = stream, partition
 
     def __str__(self) -> str:

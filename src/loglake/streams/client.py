@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import re
 import socket
 import ssl
 from collections.abc import Sequence
@@ -56,13 +55,15 @@ from loglake.streams.messages import (
     StreamInfoResponse,
     StreamSummary,
 )
-from loglake.streams.permissions import PERMISSION_DENIED
-from loglake.streams.service import (
+from loglake.streams.reply_codes import (
     DAMAGED_HISTORY,
     DISK_FULL,
-    INDEX_SERVICE_ADDRESS,
-    STREAM_SERVICE_ADDRESS,
+    PERMISSION_DENIED,
+    UNKNOWN_PARTITION,
+    UNKNOWN_STREAM,
+    code_of,
 )
+from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
 from loglake.wire.ockam import (
     DEFAULT_MAX_FRAME,
     Address,
@@ -128,7 +129,12 @@ class TlsError(StreamServiceError):
 
 
 _ERROR_PREFIX = codec.encode_base(codec.ERROR, b"")[:-1]  # the BARE string "error"
-_PARTITIONS_RE = re.compile(r"has partitions 0\.\.(\d+),")
+_BY_CODE: dict[str | None, type[StreamServiceError]] = {
+    PERMISSION_DENIED: PermissionDenied,
+    DISK_FULL: DiskFull,
+    DAMAGED_HISTORY: DamagedHistory,
+}
+"""The typed error of each reply code (``streams.reply_codes``) that has one of its own."""
 
 
 def _is_error(msg: RoutingMessage) -> bool:
@@ -136,20 +142,14 @@ def _is_error(msg: RoutingMessage) -> bool:
 
 
 def _raise_error(reply: Error, stream: str | None = None, partition: int = 0) -> NoReturn:
-    """Turn an ``error`` reply into the exception ``LocalStreams`` would raise, if we can."""
+    """Turn an ``error`` reply into the exception ``LocalStreams`` would raise, by its code."""
     reason = reply.reason
-    if reason.startswith(PERMISSION_DENIED):
-        raise PermissionDenied(reason)
-    if reason.startswith(DISK_FULL):
-        raise DiskFull(reason)
-    if reason.startswith(DAMAGED_HISTORY):
-        raise DamagedHistory(reason)
-    if stream is not None and reason.startswith("unknown stream"):
+    code = code_of(reason)
+    if stream is not None and code == UNKNOWN_STREAM:
         raise UnknownStream(stream)
-    m = _PARTITIONS_RE.search(reason)
-    if stream is not None and m:
-        raise UnknownPartition(stream, partition, int(m.group(1)) + 1)
-    raise StreamServiceError(reason)
+    if stream is not None and code == UNKNOWN_PARTITION:
+        raise UnknownPartition(stream, partition)
+    raise _BY_CODE.get(code, StreamServiceError)(reason)
 
 
 def _bounds(summaries: list[StreamSummary], stream: str, partition: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from loglake.errors import LocalProtocolError
+from loglake.streams.reply_codes import PERMISSION_DENIED
 
 
 class AccessConfigError(LocalProtocolError):
@@ -63,8 +64,6 @@ NEEDS = {
 }
 """The permission each refused action names in its error reply."""
 
-PERMISSION_DENIED = "permission denied"
-"""How an ``error`` reply for a refused request starts (the client raises ``PermissionDenied``)."""
 ANY_VERIFIED = "*"
 ANONYMOUS_NAME = "anonymous"
 _PREFIXES = ("cn:", "dns:", "uri:", "email:", "ip:")

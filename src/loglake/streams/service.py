@@ -51,6 +51,7 @@ from loglake.log.api import (
     CorruptSegment,
     Log,
     StreamConfig,
+    UnknownPartition,
     UnknownStream,
     check_stream_name,
 )
@@ -79,6 +80,15 @@ from loglake.streams.messages import (
     StreamSummary,
 )
 from loglake.streams.permissions import ANONYMOUS, AccessPolicy, Peer, Permission, denied
+from loglake.streams.reply_codes import (
+    DAMAGED_HISTORY,
+    DISK_FULL,
+    INTERNAL_ERROR,
+    READ_FAILED,
+    UNKNOWN_PARTITION,
+    UNKNOWN_STREAM,
+    with_code,
+)
 from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, MessageRun, Route, RoutingMessage
 
 logger = logging.getLogger(__name__)
@@ -99,11 +109,6 @@ DEFAULT_MAX_CLIENT_ID = ServerLimits().max_client_id
 """The default of ``streams/limits.py`` (the consumer store itself takes up to 65,535 bytes)."""
 MAX_REASON = 300
 """An ``error`` reply's reason is cut to this many characters (it may quote a client's value)."""
-DISK_FULL = "disk full"
-"""How an ``error`` reply for a full disk starts: the client raises ``DiskFull``."""
-DAMAGED_HISTORY = "damaged history"
-"""How an ``error`` reply to a pull of records that failed their checksum starts (a corrupt
-segment or lake page): the client raises ``DamagedHistory``, never an empty answer."""
 
 
 def is_disk_full(e: BaseException | None) -> bool:
@@ -120,12 +125,12 @@ def is_disk_full(e: BaseException | None) -> bool:
 
 def disk_full_reason(stream: str, partition: int, e: BaseException) -> str:
     """The ``error`` reply's reason for a full disk: names the stream and the partition."""
-    return f"{DISK_FULL}: stream {stream!r} partition {partition}: {e}"
+    return with_code(DISK_FULL, f"stream {stream!r} partition {partition}: {e}")
 
 
 def read_failed_reason(target: _Target, e: OSError) -> str:
     """The ``error`` reply's reason for a pull whose read failed (a disk error, EIO)."""
-    return f"read failed: stream {target.stream!r} partition {target.partition}: {e}"
+    return with_code(READ_FAILED, f"stream {target.stream!r} partition {target.partition}: {e}")
 
 
 def _is_stream_name(name: str) -> bool:
@@ -464,7 +469,7 @@ class StreamService:
 
     def _internal_error(self, msg: RoutingMessage, e: BaseException) -> list[RoutingMessage]:
         logger.error("stream service failed on a message", exc_info=e)
-        return self.error_reply(msg, f"internal error: {type(e).__name__}")
+        return self.error_reply(msg, with_code(INTERNAL_ERROR, type(e).__name__))
 
     def _run(self, msgs, out, deferred, defer_reads, peers, runs, taken):
         """The batch as a generator: yields lists of actions, is sent lists of outcomes.
@@ -632,7 +637,8 @@ class StreamService:
                     target = yield from self._target(dest)
                 if target is not None:
                     return (yield from self._on_worker(msg, target, peer))
-                return self._error(msg, dest, f"unknown stream worker {dest.name!r}")
+                why = f"no stream worker {dest.name!r} (no such stream or partition)"
+                return self._error(msg, dest, with_code(UNKNOWN_STREAM, why))
         return self._error(msg, None, f"no worker at address {dest}")
 
     def _worker_of(self, dest: Address) -> tuple[str, int] | None:
@@ -731,7 +737,7 @@ class StreamService:
         except OSError as e:
             if not is_disk_full(e):
                 raise
-            return self._error(msg, src, f"{DISK_FULL}: creating stream {name!r}: {e}")
+            return self._error(msg, src, with_code(DISK_FULL, f"creating stream {name!r}: {e}"))
         out = []
         for p in range(n):
             worker = Address.local(worker_address(name, p, self.service_address))
@@ -759,7 +765,7 @@ class StreamService:
             try:
                 info = yield LogCall("stream_info", (name,))
             except UnknownStream:
-                return self._error(msg, self._service_addr, f"unknown stream {name!r}")
+                return self._error(msg, self._service_addr, with_code(UNKNOWN_STREAM, repr(name)))
             summaries.append(
                 StreamSummary(
                     name,
@@ -813,10 +819,10 @@ class StreamService:
                 log_event(logger, logging.ERROR, "pull failed", stream=target.stream,
                           partition=target.partition, error=str(e))  # fmt: skip
                 if isinstance(e, CorruptSegment):
-                    reason = (f"{DAMAGED_HISTORY}: stream {target.stream!r} partition "
-                              f"{target.partition} at index {req.index}: {e}")  # fmt: skip
-                    return self._error(msg, target.address, reason)
-                return self._error(msg, target.address, f"read failed: {e}")
+                    where = f"stream {target.stream!r} partition {target.partition}"
+                    why = f"{where} at index {req.index}: {e}"
+                    return self._error(msg, target.address, with_code(DAMAGED_HISTORY, why))
+                return self._error(msg, target.address, with_code(READ_FAILED, str(e)))
             except OSError as e:
                 # the disk could not read it (EIO): an error the client can act on (retry,
                 # alert), naming what failed — not an empty answer that looks like the end of
@@ -839,7 +845,11 @@ class StreamService:
         """The ``error`` reply of a consumer-index request the log refused."""
         if is_disk_full(e):
             return self._error(msg, self._index_addr, disk_full_reason(stream, partition, e))
-        if isinstance(e, LoglakeError):  # unknown stream/partition, a failed store
+        if isinstance(e, UnknownStream):
+            return self._error(msg, self._index_addr, with_code(UNKNOWN_STREAM, repr(e.stream)))
+        if isinstance(e, UnknownPartition):
+            return self._error(msg, self._index_addr, with_code(UNKNOWN_PARTITION, str(e)))
+        if isinstance(e, LoglakeError):  # a failed store
             return self._error(msg, self._index_addr, str(e))
         raise e
 
