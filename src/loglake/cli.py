@@ -62,7 +62,7 @@ class PartsGroup(TypedErrorGroup):
 @click.option("--log-json", is_flag=True, help="Log as JSON lines (for machines).")
 def main(verbose: int, log_json: bool) -> None:
     """loglake keeps the history of message streams and gives it back to whoever missed it."""
-    from loglake.logs import configure_logging
+    from loglake.structured_logging import configure_logging
 
     configure_logging(logging.WARNING - 10 * min(verbose, 2), json=log_json)
 

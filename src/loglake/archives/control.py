@@ -40,8 +40,8 @@ from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log import fs
-from loglake.logs import log_event
 from loglake.streams.api import Streams
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from loglake.archives.errors import (
 )
 from loglake.archives.layout import NS, DecodedMessage, IndexEntry, Layout
 from loglake.archives.signing import MagnetLinkMessage, decode_magnet_message
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ import apsw
 
 from loglake.archives.layout import DecodedMessage, IndexEntry
 from loglake.archives.messages import MessageRow
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -74,7 +74,7 @@ from loglake.cardinal.messages import (
     SubBatchHeader,
     SubBatchMsg,
 )
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 _Part = SubBatchHeader | SubBatchMsg | BatchMsg | BatchDeleteMsg
 """The messages that make up a block after its ``Batch``."""

@@ -46,7 +46,7 @@ from loglake.cardinal.codec import decode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, BlockAssembler
 from loglake.cardinal.errors import CheckpointError, UnknownAncestor
 from loglake.cardinal.messages import ZERO_HASH, Message, Reorg, ReorgComplete
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
 from loglake.log.api import UnknownStream
-from loglake.logs import log_event
 from loglake.streams.api import Streams
+from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
 

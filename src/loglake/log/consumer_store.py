@@ -42,7 +42,7 @@ from loglake.log.api import (
     StorageFailure,
 )
 from loglake.log.partition import REOPEN_FIRST_S, REOPEN_MAX_S
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

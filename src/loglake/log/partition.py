@@ -59,7 +59,7 @@ from loglake.log.lake import (
 from loglake.log.record_codec import encode_batch_parts, encode_plain_parts
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment, parse_segment_name, segment_name
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -39,7 +39,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from loglake.log import fs
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from loglake.log.record_codec import (
     scan,
 )
 from loglake.log.sparse_index import ENTRY, INTERVAL_BYTES, SparseIndex, write_index_file
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

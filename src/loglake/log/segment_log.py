@@ -64,7 +64,7 @@ from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
 from loglake.log.partition import Partition, PartitionRetired
 from loglake.log.sealer import Sealer
-from loglake.logs import log_event
+from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
     import pyarrow as pa

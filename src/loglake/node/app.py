@@ -34,9 +34,9 @@ from loglake.log import (
     UnknownPartition,
     UnknownStream,
 )
-from loglake.logs import log_event
 from loglake.node.api.context import NodeContext, PartDisabled
 from loglake.node.auth import require_token
+from loglake.structured_logging import log_event
 
 _logger = logging.getLogger(__name__)
 

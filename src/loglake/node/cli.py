@@ -36,7 +36,6 @@ from rich.table import Table
 from loglake.clitools import PORT
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
-from loglake.logs import log_event
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.limits import LimitError
@@ -46,6 +45,7 @@ from loglake.streams.permissions import AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 from loglake.streams.tls import TestPki, client_context, server_context, write_test_pki
+from loglake.structured_logging import log_event
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 _logger = logging.getLogger(__name__)

@@ -26,13 +26,13 @@ import uvicorn
 
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig, open_log
-from loglake.logs import log_event
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import Token, forget_token, load_or_create_token
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
+from loglake.structured_logging import log_event
 
 _logger = logging.getLogger(__name__)
 

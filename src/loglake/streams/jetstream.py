@@ -73,8 +73,8 @@ from loglake.log.api import (
     UnknownStream,
     check_stream_name,
 )
-from loglake.logs import log_event
 from loglake.streams.api import LocalStreams
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

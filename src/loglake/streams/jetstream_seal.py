@@ -28,8 +28,8 @@ from loglake.log.api import Log
 from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
 from loglake.log.lake import write_lake_table as _write
 from loglake.log.lake_schema import lake_partition_dir
-from loglake.logs import log_event
 from loglake.streams.jetstream import JetStreamLog
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from loglake.errors import Unavailable
-from loglake.logs import log_event
 from loglake.streams.api import StreamMessage, Streams
+from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

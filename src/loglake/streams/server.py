@@ -79,11 +79,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar, cast
 
-from loglake.logs import log_event
 from loglake.streams import eventloop
 from loglake.streams.limits import ServerLimits
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
+from loglake.structured_logging import log_event
 from loglake.wire.ockam import (
     MessageRun,
     RoutingMessage,

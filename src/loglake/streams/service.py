@@ -56,7 +56,6 @@ from loglake.log.api import (
     check_stream_name,
 )
 from loglake.log.fs import DISK_FULL_ERRNOS
-from loglake.logs import log_event
 from loglake.streams import codec
 from loglake.streams.limits import ServerLimits
 from loglake.streams.messages import (
@@ -89,6 +88,7 @@ from loglake.streams.reply_codes import (
     UNKNOWN_STREAM,
     with_code,
 )
+from loglake.structured_logging import log_event
 from loglake.wire.ockam import ADDRESS_TYPE_LOCAL, Address, MessageRun, Route, RoutingMessage
 
 logger = logging.getLogger(__name__)

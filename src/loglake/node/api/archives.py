@@ -98,7 +98,7 @@ class _Loop:
                 else:
                     import logging
 
-                    from loglake.logs import log_event
+                    from loglake.structured_logging import log_event
 
                     log_event(
                         logging.getLogger(__name__), logging.WARNING, "archives", error=self.error

@@ -209,7 +209,7 @@ class EventsHandle:
             except Exception as e:  # a core failing must not end the node; it shows in logs
                 import logging
 
-                from loglake.logs import log_event
+                from loglake.structured_logging import log_event
 
                 log_event(logging.getLogger(__name__), logging.ERROR, "events pump", error=repr(e))
                 busy = False

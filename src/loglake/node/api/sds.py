@@ -108,7 +108,7 @@ class SdsHandle:
             except Exception as e:  # keep the node up; say what failed
                 import logging
 
-                from loglake.logs import log_event
+                from loglake.structured_logging import log_event
 
                 log_event(logging.getLogger(__name__), logging.ERROR, "sds round", error=repr(e))
 
