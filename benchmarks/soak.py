@@ -14,7 +14,8 @@ What it does (everything bounded: ``--minutes`` at most 10):
   ``pull`` of the same amount from its cursor, and again; every call's latency is recorded;
 - for the first ``--baseline`` seconds no idle connection exists (the reference figures); then
   ``--idle`` connections are opened and left idle — most after the protocol's version byte, a
-  tenth without sending anything — until the end;
+  tenth without sending anything (the server closes those after its version-byte timeout, 5 s
+  as the reference) — until the end;
 - every 5 s: the server's RSS, open file descriptors and threads (``/proc``), and a probe: a
   new client connects, pushes one message and pulls it back (a blocked accept loop or event
   loop would show here first).
@@ -28,7 +29,8 @@ usual while CPU went elsewhere is the machine, not the server, and the report sa
 minute off the bounds (the verdicts stay as measured). Verdicts: throughput and p99
 steady (every full minute within 25% / 2x of the median minute), RSS growth from the end of
 the first soak minute to the end at most 10%, socket fds constant once the idle connections are
-open and file fds not growing, and every idle connection still open at the end. Exit status 1
+open and file fds not growing, every idle connection that said hello still open at the end and
+every silent one closed. Exit status 1
 if a verdict fails.
 
     .venv/bin/python benchmarks/soak.py --minutes 3
@@ -173,24 +175,32 @@ def _probe(port: int) -> float:
     return time.monotonic() - t0
 
 
-def _open_idle(port: int, n: int) -> list[socket.socket]:
+def _open_idle(port: int, n: int) -> tuple[list[socket.socket], list[socket.socket]]:
+    """``n`` idle connections: (those that sent the version byte, those that sent nothing)."""
     from loglake.streams.client import ClientCore
 
-    socks = []
+    hello, silent = [], []
     for k in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=30)
         if k % 10:  # nine in ten have said hello (the version byte), one in ten nothing
             s.sendall(ClientCore.initial_bytes())
-        socks.append(s)
-    return socks
+            hello.append(s)
+        else:
+            silent.append(s)
+    return hello, silent
 
 
 def _alive(s: socket.socket) -> bool:
+    """Whether the server still holds the connection open. What it sent is read first (its
+    version byte, sent on accept): a peek would see that byte before a close behind it."""
+    s.setblocking(False)  # a socket with a timeout would wait for data before each recv
     try:
-        return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        while s.recv(65536):
+            pass
+        return False  # the end of the stream: closed
     except BlockingIOError:
         return True
-    except OSError:
+    except OSError:  # reset: closed
         return False
 
 
@@ -274,14 +284,18 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
     samples: list[Sample] = []
     ours = [os.getpid(), *(w.pid for w in workers if w.pid is not None)]
     idle: list[socket.socket] = []
+    silent: list[socket.socket] = []
     opened = False
     try:
         while time.monotonic() < until:
             now = time.monotonic()
             if not opened and now >= soak_start:
                 t0 = time.monotonic()
-                idle, opened = _open_idle(port, a.idle), True
-                print(f"  {len(idle)} idle connections open ({time.monotonic() - t0:.1f} s)")
+                (idle, silent), opened = _open_idle(port, a.idle), True
+                print(
+                    f"  {len(idle) + len(silent)} idle connections open "
+                    f"({len(silent)} silent; {time.monotonic() - t0:.1f} s)"
+                )
             rss, socks, files, threads = _footprint(pid)
             cpu = (_cpu_s(pid), sum(_cpu_s(p) for p in ours), *_machine_s())
             probe = _probe(port)
@@ -294,13 +308,16 @@ def _soak(a: argparse.Namespace, minutes: float, port: int, pid: int) -> int:
         for w in workers:
             w.join(60)
         alive = sum(_alive(s) for s in idle)
+        silent_alive = sum(_alive(s) for s in silent)
     finally:
-        for s in idle:
+        for s in idle + silent:
             s.close()
         for w in workers:
             if w.is_alive():
                 w.kill()
-    return _report(a, results, samples, start, soak_start, until, alive, len(idle))
+    return _report(
+        a, results, samples, start, soak_start, until, alive, len(idle), silent_alive, len(silent)
+    )
 
 
 class _Row(NamedTuple):
@@ -349,6 +366,8 @@ def _report(
     until: float,
     alive: int,
     idle: int,
+    silent_alive: int,
+    silent: int,
 ) -> int:
     minutes = (until - soak_start) / 60
     errors = [e for r in results.values() for e in r[4]]
@@ -474,9 +493,10 @@ def _report(
     print(
         f"probe (new client: connect, push 1, pull 1): max {max(probes) * 1e3:.1f} ms, "
         f"median {statistics.median(probes) * 1e3:.1f} ms over {len(probes)} probes; "
-        f"idle connections still open at the end: {alive}/{idle}"
+        f"idle connections still open at the end: {alive}/{idle}; silent ones (no version "
+        f"byte) closed by the server: {silent - silent_alive}/{silent}"
     )
-    ok &= alive == idle
+    ok &= alive == idle and silent_alive == 0
     total = sum(len(r[0]) for r in results.values()) * a.batch
     print(f"{'OK' if ok else 'FAILED'}: {total:,} messages pushed and pulled back in total")
     return 0 if ok else 1
