@@ -199,7 +199,7 @@ def _print_damage(
             state = "[red]unrecoverable[/]: no other copy of these indexes verifies"
         out.print(
             f"damaged {d.kind} {d.stream}/{d.partition} indexes {d.first}..{d.last}: "
-            f"{_rel(data_dir, d.path)} byte {d.offset}: {d.reason} — {state}"
+            f"{_rel(data_dir, d.path)} byte {d.offset}: {' '.join(d.reason.split())} — {state}"
         )
 
 
