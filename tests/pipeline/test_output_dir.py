@@ -161,3 +161,13 @@ def test_commit_dir_reports_a_real_error(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="I/O error"):
         commit_dir(stage, dest)
     assert read_tree(dest) == OLD
+
+
+def test_files_that_are_not_the_jobs_are_carried_over(tmp_path):
+    dest = tmp_path / "out"
+    write_tree(dest, {**OLD, "notes.txt": b"mine", "mine/a.txt": b"a"})
+    with staged_output(dest, keep=lambda n: n in ("notes.txt", "mine", "summary.json")) as st:
+        write_tree(st, {**NEW, "summary.json": b'{"new": 1}'})
+    got = read_tree(dest)
+    assert got == {**NEW, "summary.json": b'{"new": 1}', "notes.txt": b"mine", "mine/a.txt": b"a"}
+    assert sorted(os.listdir(tmp_path)) == ["out"]

@@ -31,7 +31,8 @@ import ctypes
 import errno
 import os
 import secrets
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from loglake.log import fs
@@ -130,11 +131,43 @@ def commit_dir(stage: Path | str, dest: Path | str) -> None:
     fs.fsync_dir(parent)
 
 
+def carry_over(dest: Path, stage: Path, keep: Callable[[str], bool]) -> None:
+    """Entries of ``dest`` that ``keep`` names and the job did not write, hard-linked into
+    ``stage`` (a copy where the file system has no hard links), so the swap keeps them: a
+    user's own files in an output folder the job shares. ``dest`` itself is not changed."""
+    if not dest.is_dir():
+        return
+    for name in sorted(os.listdir(dest)):
+        src, dst = dest / name, stage / name
+        if not keep(name) or os.path.lexists(dst):
+            continue
+        if src.is_dir() and not src.is_symlink():
+            for folder, _, files in os.walk(src):
+                target = dst / Path(folder).relative_to(src)
+                target.mkdir(exist_ok=True)
+                for f in files:
+                    _link(Path(folder) / f, target / f)
+        else:
+            _link(src, dst)
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
+            raise
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
 @contextlib.contextmanager
-def staged_output(dest: Path | str) -> Iterator[Path]:
+def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
     """A fresh staging folder beside ``dest`` to write the job's output into; on a normal exit
     it replaces ``dest`` (``commit_dir``), on an exception it is removed and ``dest`` is left
-    as it was. What a crashed earlier run left is cleared first (``recover_dir``)."""
+    as it was. What a crashed earlier run left is cleared first (``recover_dir``).
+
+    ``keep``: which names in ``dest`` are not the job's (carried over, ``carry_over``); by
+    default the job owns the whole folder."""
     dest = Path(dest).absolute()
     fs.makedirs_durable(dest.parent)
     recover_dir(dest)
@@ -142,6 +175,8 @@ def staged_output(dest: Path | str) -> Iterator[Path]:
     fs.mkdir(stage)
     try:
         yield stage
+        if keep is not None:
+            carry_over(dest, stage, keep)
     except BaseException:
         remove_tree(stage)
         raise
