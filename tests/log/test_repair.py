@@ -226,3 +226,27 @@ def test_clean_data_dir_repairs_nothing(data):
     assert res.exit_code == 0, res.output
     assert "0 damaged" in res.output
     assert len(list_lake_files(data / "lake/s/partition=0")) == len(lake_files(data))
+
+
+def test_the_loglake_command_repairs_and_refuses_beside_a_writer(data):
+    """The real command line, in its own process: one-line messages and exit statuses."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("loglake")
+    assert exe is not None
+    seg = segments(data)[1]
+    original = seg.read_bytes()
+    flip(seg)
+    cmd = [exe, "log", "verify", "--data-dir", str(data)]
+    with open_log(data):  # a writer, as `loglake serve` holds it
+        res = subprocess.run([*cmd, "--repair"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1
+        assert "in use by a writer" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "repairable" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run([*cmd, "--repair"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "1 repaired" in res.stdout
+    assert seg.read_bytes() == original
+    assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
