@@ -21,7 +21,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from loglake.log.api import CorruptSegment
-from loglake.log.repair import Damage, scan_damage
+from loglake.log.repair import Damage, planned_bytes, scan_damage
 from loglake.log.repair import repair as repair_damage
 from loglake.log.segment_log import SegmentLog
 
@@ -212,7 +212,7 @@ def _rel(data_dir: Path, path: str) -> str:
 
 def _repair(data_dir: Path, as_json: bool) -> None:
     err = Console(stderr=True)
-    total = sum(f.stat().st_size for f in data_dir.rglob("*") if f.suffix in (".seg", ".parquet"))
+    total = planned_bytes(data_dir)
     with Progress(
         TextColumn("checking sealed history"),
         BarColumn(),

@@ -198,8 +198,19 @@ def _check_lake(lf: LakeFile) -> CorruptSegment | None:
     try:
         check_lake_file(lf)
     except CorruptSegment as e:
-        return e
+        # removed while it was read (compaction, lake retention beside a live writer)
+        return e if Path(lf.path).exists() else None
     return None
+
+
+def planned_bytes(data_dir: Path | str) -> int:
+    """The bytes ``scan_damage`` will read (every sealed segment and visible lake file): the
+    total of a progress bar."""
+    total = 0
+    for part in _partitions(Path(data_dir)):
+        total += sum(_size(part.seg_path(b)) for b, _ in part.sealed)
+        total += sum(_size(lf.path) for lf in part.lake)
+    return total
 
 
 def scan_damage(data_dir: Path | str, progress: Progress | None = None) -> Report:
