@@ -17,6 +17,7 @@ from typing import Any
 import click
 import platformdirs
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -199,15 +200,17 @@ def _print_damage(
             state = "[red]unrecoverable[/]: no other copy of these indexes verifies"
         out.print(
             f"damaged {d.kind} {d.stream}/{d.partition} indexes {d.first}..{d.last}: "
-            f"{_rel(data_dir, d.path)} byte {d.offset}: {' '.join(d.reason.split())} — {state}"
+            f"{_rel(data_dir, d.path)} byte {d.offset}: {escape(' '.join(d.reason.split()))} "
+            f"— {state}"
         )
 
 
 def _rel(data_dir: Path, path: str) -> str:
+    """``path`` under the data dir, escaped for rich's markup."""
     try:
-        return str(Path(path).relative_to(data_dir))
+        return escape(str(Path(path).relative_to(data_dir)))
     except ValueError:
-        return path
+        return escape(path)
 
 
 def _repair(data_dir: Path, as_json: bool) -> None:
