@@ -59,7 +59,7 @@ from loglake.log.lake import (
 )
 from loglake.log.lake_schema import lake_partition_dir, parse_lake_file_name
 from loglake.log.record_codec import encode_batch, scan
-from loglake.log.segment import Segment, parse_segment_name, segment_name
+from loglake.log.segment import INDEX_SUFFIX, Segment, parse_segment_name, segment_name
 from loglake.log.segment_log import LOCK_FILE, STREAMS_DIR
 
 REPAIR_TMP_SUFFIX = ".repair-tmp"
@@ -149,9 +149,7 @@ def _partitions(data_dir: Path) -> Iterator[_Partition]:
             if not name.isdigit() or not (sdir / name).is_dir():
                 continue
             p = int(name)
-            bases = sorted(
-                b for b in map(parse_segment_name, fs.listdir(sdir / name)) if b is not None
-            )
+            bases = _bases(sdir / name)
             lake_dir = lake_partition_dir(data_dir, stream, p)
             yield _Partition(
                 stream,
@@ -356,7 +354,7 @@ def _rewrite_segment(data_dir: Path, d: Damage) -> bool:
     ):
         raise CorruptSegment(str(lf_path), 0, "re-encoded records do not decode back")
     with contextlib.suppress(FileNotFoundError):
-        fs.unlink(path.with_suffix(".idx"))  # derived; the rename's folder fsync covers this
+        fs.unlink(path.with_suffix(INDEX_SUFFIX))  # derived; the rename's folder fsync covers it
     fs.replace_file_atomic(path, buf, tmp=path.with_name(f".{path.name}{REPAIR_TMP_SUFFIX}"))
     return True
 
