@@ -250,3 +250,33 @@ def test_the_loglake_command_repairs_and_refuses_beside_a_writer(data):
     assert "1 repaired" in res.stdout
     assert seg.read_bytes() == original
     assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+
+
+def test_a_compacted_lake_file_and_the_segments_it_spans_repair_each_other(data):
+    """As the compaction job leaves the lake: one file over several sealed segments (written
+    here with the lake's own writer), the files it covers gone."""
+    from loglake.log.lake import read_lake_file, records_table, write_lake_table
+
+    before = read_all(data)
+    parts = lake_files(data)[:3]
+    lfs = [lake_of(p) for p in parts]
+    rows = [r for lf in lfs for r in read_lake_file(lf, "s", 0, lf.first, lf.last + 1, 10**6)]
+    big = write_lake_table(parts[0].parent, records_table(rows, "s", 0))
+    for p in parts:
+        p.unlink()
+    assert (big.first, big.last) == (lfs[0].first, lfs[-1].last)
+
+    seg = segments(data)[1]  # inside the compacted range
+    original = seg.read_bytes()
+    flip(seg)
+    report = repair(data)
+    [d] = report.damage
+    assert d.repaired and d.sources == (str(big.path),)
+    assert seg.read_bytes() == original
+
+    flip(Path(big.path), 0.4)
+    report = repair(data)
+    [d] = report.damage
+    assert d.repaired and d.sources == tuple(str(p) for p in segments(data)[:3])
+    check_lake_file(big)
+    assert read_all(data) == before
