@@ -1,8 +1,9 @@
 """``loglake log``: look inside a data dir, check it, apply retention.
 
 ``info``, ``read`` and ``verify`` open the log read-only (``open_log(..., readonly=True)``), so
-they are safe while ``loglake serve`` writes the same data dir; ``retention`` needs the writer
-lock (stop the server first). Errors are ``LoglakeError`` subclasses (e.g. ``CorruptSegment``
+they are safe while ``loglake serve`` writes the same data dir; ``retention`` and ``verify
+--repair`` need the writer lock (stop the server first): a repair swaps files a running writer
+holds open (see ``repair.py``). Errors are ``LoglakeError`` subclasses (e.g. ``CorruptSegment``
 with file and offset), which the main CLI prints as messages.
 """
 
@@ -16,8 +17,13 @@ from typing import Any
 import click
 import platformdirs
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from loglake.log.api import CorruptSegment
+from loglake.log.repair import Damage, planned_bytes, scan_damage
+from loglake.log.repair import repair as repair_damage
 from loglake.log.segment_log import SegmentLog
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
@@ -136,11 +142,29 @@ def read(
 @command.command()
 @data_dir_option
 @json_option
-def verify(data_dir: Path, as_json: bool) -> None:
-    """Read every segment whole and check every lake file (read-only). Damage is reported
-    with the file and byte offset, and the command fails."""
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rewrite each damaged copy of sealed history from the copy that verifies: a sealed "
+    "segment from its lake file, a lake file from its sealed segments (atomically: temp file, "
+    "fsync, rename). A copy with no verified other copy is left as it is and reported as "
+    "unrecoverable (exit 1). Takes the writer lock: refuses while `loglake serve` runs on the "
+    "data dir.",
+)
+def verify(data_dir: Path, as_json: bool, repair: bool) -> None:
+    """Read every segment whole and check every lake file (read-only, safe beside a running
+    server). Damage is listed with the file, byte offset and whether --repair can fix it, and
+    the command fails."""
+    if repair:
+        _repair(data_dir, as_json)
+        return
     with SegmentLog(data_dir, readonly=True) as log:
-        rows = log.verify()
+        try:
+            rows = log.verify()
+        except CorruptSegment:
+            # verify stops at the first damage: list all of it, and which copies can fix it
+            _print_damage(data_dir, scan_damage(data_dir).damage, as_json)
+            raise
     if as_json:
         keys = ("stream", "partition", "segments", "records", "lake_files")
         click.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows]))
@@ -152,6 +176,81 @@ def verify(data_dir: Path, as_json: bool) -> None:
         table.add_row(*map(str, r))
     Console().print(table)
     Console().print(f"[green]ok[/]: {sum(r[3] for r in rows):,} records, no damage found")
+
+
+def _damage_json(d: Damage) -> dict[str, Any]:
+    return {**dataclasses.asdict(d), "sources": list(d.sources), "recoverable": d.recoverable}
+
+
+def _print_damage(
+    data_dir: Path, damage: list[Damage], as_json: bool, repairing: bool = False
+) -> None:
+    """One line a damaged copy (stderr while verifying: stdout is for the JSON)."""
+    if as_json:
+        if not repairing:
+            click.echo(json.dumps({"damage": [_damage_json(d) for d in damage]}))
+        return
+    out = Console(stderr=not repairing, soft_wrap=True, highlight=False)
+    for d in damage:
+        if d.repaired:
+            state = f"[green]repaired[/] from {', '.join(_rel(data_dir, s) for s in d.sources)}"
+        elif d.recoverable and not repairing:
+            state = f"[yellow]repairable[/] from {_rel(data_dir, d.sources[0])}: run with --repair"
+        elif d.recoverable:
+            state = "[yellow]not rewritten[/]: the file changed since the check; run again"
+        else:
+            state = "[red]unrecoverable[/]: no other copy of these indexes verifies"
+        out.print(
+            f"damaged {d.kind} {d.stream}/{d.partition} indexes {d.first}..{d.last}: "
+            f"{_rel(data_dir, d.path)} byte {d.offset}: {escape(' '.join(d.reason.split()))} "
+            f"— {state}"
+        )
+
+
+def _rel(data_dir: Path, path: str) -> str:
+    """``path`` under the data dir, escaped for rich's markup."""
+    try:
+        return escape(str(Path(path).relative_to(data_dir)))
+    except ValueError:
+        return escape(path)
+
+
+def _repair(data_dir: Path, as_json: bool) -> None:
+    err = Console(stderr=True)
+    total = planned_bytes(data_dir)
+    with Progress(
+        TextColumn("checking sealed history"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=as_json or not err.is_terminal,
+    ) as bar:
+        task = bar.add_task("check", total=total)
+        report = repair_damage(data_dir, lambda n: bar.advance(task, n))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "segments": report.segments,
+                    "lake_files": report.lake_files,
+                    "damage": [_damage_json(d) for d in report.damage],
+                }
+            )
+        )
+    else:
+        if report.damage:
+            _print_damage(data_dir, report.damage, as_json, repairing=True)
+        lost = len(report.unrecoverable)
+        colour = "red" if lost else "green"
+        Console(soft_wrap=True, highlight=False).print(
+            f"[{colour}]checked {report.segments:,} sealed segments and {report.lake_files:,} "
+            f"lake files: {len(report.damage):,} damaged, {len(report.repaired):,} repaired, "
+            f"{lost:,} unrecoverable[/]"
+        )
+    if report.unrecoverable or len(report.repaired) < len(report.damage):
+        raise SystemExit(1)
 
 
 @command.command()

@@ -80,8 +80,6 @@ class Sealer:
         self._lock = threading.Lock()
         self._retries: list[tuple[float, int, Job, int]] = []
         self._order = itertools.count()
-        self.errors: list[BaseException] = []
-        """The latest failures (at most 100), newest last."""
 
     @property
     def pending_retries(self) -> int:
@@ -147,8 +145,8 @@ class Sealer:
                 try:
                     job()
                 except Exception as e:  # keep sealing the others; this one is retried
-                    self.errors.append(e)
-                    del self.errors[:-100]
+                    # where a failure is kept for users: the job's own report (the partition's
+                    # seal_failure, SEAL_FAILED, health(), `loglake log info`), not a list here
                     delay = min(self.retry_max_s, self.retry_first_s * 2**attempt)
                     log_event(
                         logger,

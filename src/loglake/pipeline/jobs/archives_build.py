@@ -343,7 +343,10 @@ def _scan_task(
 
 def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
     """The batches in the store's order (time, then index; no sort when already in it) as an
-    Arrow IPC file, written under a temporary name and renamed (a retried task rewrites it)."""
+    Arrow IPC file, written under a temporary name and renamed (a retried task rewrites it).
+    Not fsynced: a spill is scratch of this run under ``_parts-<job>``, read back by its build
+    tasks; a crash discards the whole folder, and what reaches the output is staged, fsynced
+    and committed by ``COMMIT`` (module docstring, steps 2-4)."""
     import pyarrow as pa
 
     ts = np.concatenate([b.column(1).to_numpy() for b in batches])

@@ -13,8 +13,9 @@ Publisher's process: the orchestrator queues a ``StartReplayJob`` action
    short of the two numbers only the Broadcaster knows, its id and ``received`` time
    (``fastcodec.notification_parts``);
 3. the parts are written ordered by event id (``orderBy`` → range partitions, part files in
-   order) as Parquet in the job's output folder, through a staging folder renamed at the end,
-   so a folder that exists is complete.
+   order) as Parquet in the job's output folder, through a staging folder made durable and
+   swapped in at the end (``pipeline.output_dir``), so a folder that exists is complete — the
+   previous output or this one, even after a crash.
 
 The Broadcaster then delivers from that output in order (``ReadJobOutput`` actions, performed by
 :meth:`SparkReplayJobs.read`): ``a · nat(received) · b · nat(id) · c`` per notification
@@ -24,7 +25,6 @@ Cancel stops the Spark job (its job group is cancelled, tasks interrupted).
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loglake.events.actions import ReplayJobSpec
+from loglake.pipeline.output_dir import staged_output
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,21 +107,19 @@ def run_replay_job(
     from loglake.pipeline.read import read
 
     out = Path(output).absolute()
-    staging = out.with_name(out.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    df = read(
-        spark,
-        data_dir,
-        spec.namespace,
-        partitions=[0],
-        start_index=spec.start,
-        end_index=spec.end,
-        url=url,
-    ).select("index", "data")
-    parts = df.mapInArrow(_encode_partition(spec), OUTPUT_SCHEMA)
-    parts.orderBy("index").write.mode("overwrite").parquet(str(staging))
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    # the old output stays whole until the new one is durable, then they swap in one step
+    with staged_output(out) as staging:
+        df = read(
+            spark,
+            data_dir,
+            spec.namespace,
+            partitions=[0],
+            start_index=spec.start,
+            end_index=spec.end,
+            url=url,
+        ).select("index", "data")
+        parts = df.mapInArrow(_encode_partition(spec), OUTPUT_SCHEMA)
+        parts.orderBy("index").write.mode("overwrite").parquet(str(staging))
     return ReplayJobResult(str(out), count_rows(out))
 
 

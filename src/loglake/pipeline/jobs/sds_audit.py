@@ -43,6 +43,7 @@ Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth map
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -55,6 +56,7 @@ import pyarrow as pa
 
 from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
+from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
 from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
 
@@ -766,31 +768,29 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
 
     t0 = time.monotonic()
     assert opts.channel is not None
-    out = Path(opts.out_dir)
-    if out.exists():
-        for name in (*TABLES, "summary.json", "report.html", WORK_DIR):
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
-    out.mkdir(parents=True, exist_ok=True)
     summary = AuditSummary(opts.stream, opts.channel)
+    audit_files = {*TABLES, "summary.json", "report.html", WORK_DIR}
 
-    # decoded once, to Parquet: later passes read only the columns they need (the 200-id
-    # causal histories twice: dependencies on candidates, the messages table), where a cached
-    # DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd, not
-    # snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB blocks
-    # do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
-    work = out / WORK_DIR
-    try:
-        _decode_stage(spark, opts, work / "decoded")
-        decoded = spark.read.parquet(str(work / "decoded")).withColumn(
-            DECODED_FILE, F.col("_metadata.file_path")
-        )
-        return _audit(spark, opts, decoded, summary, t0, F)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    # The audit is written into a staging folder beside --out and swapped in whole once
+    # durable (pipeline.output_dir): a crash or a failure leaves the previous audit, whole.
+    # Files in --out that are not the audit's (--overwrite) are carried over.
+    with staged_output(opts.out_dir, keep=lambda name: name not in audit_files) as stage:
+        staged = dataclasses.replace(opts, out_dir=str(stage))
+        # decoded once, to Parquet: later passes read only the columns they need (the 200-id
+        # causal histories twice: dependencies on candidates, the messages table), where a
+        # cached DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd,
+        # not snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB
+        # blocks do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
+        work = stage / WORK_DIR
+        try:
+            _decode_stage(spark, staged, work / "decoded")
+            decoded = spark.read.parquet(str(work / "decoded")).withColumn(
+                DECODED_FILE, F.col("_metadata.file_path")
+            )
+            result = _audit(spark, staged, decoded, summary, t0, F)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
 def _audit(

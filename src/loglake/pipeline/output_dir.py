@@ -1,0 +1,183 @@
+"""A job's output folder, replaced as one durable step: the old output or the new one, whole.
+
+Why: a Spark job's output is a folder of files (Parquet parts, ``summary.json``, an archive's
+data and index). Spark's writer never fsyncs, and a job that deletes the old output before it
+renames the new one in leaves neither after a crash between the two. Every job therefore writes
+into a staging folder beside its output (``staged_output``) and ``commit_dir`` then:
+
+1. fsyncs every file and every folder of the staging tree, bottom up, and the parent (so the
+   new output is on disk before any name points at it);
+2. swaps it with the old output in one step — Linux's ``renameat2(RENAME_EXCHANGE)`` exchanges
+   two folder names atomically, so the output path names one whole output, old or new, at every
+   instant and after a crash at any point — and fsyncs the parent (the swap is durable);
+3. removes the old output (now under the staging name) and fsyncs the parent again.
+
+Where the file system cannot exchange (``EINVAL``: e.g. some network file systems; ``ENOSYS``:
+no ``renameat2``), the swap is two renames: old → ``.<name>.old-<token>``, new → ``<name>``. A
+crash between them leaves both whole but no folder at the output path; ``recover_dir`` (run
+first by every ``staged_output``) renames the old one back. Leftover staging and old folders of
+a crashed run are removed by the next one.
+
+``renameat2`` is called through ``ctypes``: the standard library has no binding (``os.rename``
+cannot exchange), and the system call is one line. Every other change goes through
+``loglake.log.fs`` (the storage engine's file layer) so the simulated disk of the log's power
+loss tests can run this module too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from loglake.log import fs
+
+STAGING_TAG = ".staging-"
+OLD_TAG = ".old-"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.ENOTSUP})
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap the names ``a`` and ``b`` in one step (``renameat2(..., RENAME_EXCHANGE)``)."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if fn is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available", str(a))
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def _siblings(dest: Path, tag: str) -> list[Path]:
+    prefix = f".{dest.name}{tag}"
+    try:
+        names = fs.listdir(dest.parent)
+    except FileNotFoundError:
+        return []
+    return sorted(dest.parent / n for n in names if n.startswith(prefix))
+
+
+def fsync_tree(root: Path) -> None:
+    """Every file and folder under ``root`` durable (folders after their entries), then the
+    name ``root`` itself (its parent folder)."""
+    for folder, dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            fs.fsync_file(Path(folder) / name)
+        fs.fsync_dir(folder)
+        del dirs
+    fs.fsync_dir(Path(root).parent)
+
+
+def remove_tree(root: Path) -> None:
+    """``rm -rf root`` through ``loglake.log.fs`` (no fsync: callers fsync the parent)."""
+    try:
+        for folder, _, files in os.walk(root, topdown=False):
+            for name in files:
+                fs.unlink(Path(folder) / name)
+            fs.rmdir(folder)
+    except FileNotFoundError:
+        pass
+
+
+def recover_dir(dest: Path | str) -> None:
+    """Undo what a crashed ``commit_dir`` left: an output path with no folder while the old
+    output waits under its ``.old-`` name gets it back; staging and old folders beside a
+    present output are removed."""
+    dest = Path(dest)
+    changed = False
+    olds = _siblings(dest, OLD_TAG)
+    if not dest.exists() and olds:
+        fs.replace(olds[-1], dest)
+        olds = olds[:-1]
+        changed = True
+    for leftover in [*olds, *_siblings(dest, STAGING_TAG)]:
+        remove_tree(leftover)
+        changed = True
+    if changed:
+        fs.fsync_dir(dest.parent)
+
+
+def commit_dir(stage: Path | str, dest: Path | str) -> None:
+    """Make the folder ``stage`` durable and put it at ``dest`` in place of whatever was there,
+    so that a crash at any point leaves ``dest`` the old output or the new one, whole (see the
+    module docstring). ``stage`` must be beside ``dest`` (one file system, one parent)."""
+    stage, dest = Path(stage), Path(dest)
+    fsync_tree(stage)
+    parent = dest.parent
+    if not dest.exists():
+        fs.replace(stage, dest)
+        fs.fsync_dir(parent)
+        return
+    try:
+        _exchange(stage, dest)
+    except OSError as e:
+        if e.errno not in _NO_EXCHANGE:
+            raise
+        old = parent / f".{dest.name}{OLD_TAG}{secrets.token_hex(4)}"
+        fs.replace(dest, old)
+        fs.replace(stage, dest)  # a crash before this: recover_dir renames old back
+        fs.fsync_dir(parent)
+        remove_tree(old)
+    else:
+        fs.fsync_dir(parent)
+        remove_tree(stage)  # the old output, under the staging name
+    fs.fsync_dir(parent)
+
+
+def carry_over(dest: Path, stage: Path, keep: Callable[[str], bool]) -> None:
+    """Entries of ``dest`` that ``keep`` names and the job did not write, hard-linked into
+    ``stage`` (a copy where the file system has no hard links), so the swap keeps them: a
+    user's own files in an output folder the job shares. ``dest`` itself is not changed."""
+    if not dest.is_dir():
+        return
+    for name in sorted(os.listdir(dest)):
+        src, dst = dest / name, stage / name
+        if not keep(name) or os.path.lexists(dst):
+            continue
+        if src.is_dir() and not src.is_symlink():
+            for folder, _, files in os.walk(src):
+                target = dst / Path(folder).relative_to(src)
+                target.mkdir(exist_ok=True)
+                for f in files:
+                    _link(Path(folder) / f, target / f)
+        else:
+            _link(src, dst)
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):
+            raise
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
+    """A fresh staging folder beside ``dest`` to write the job's output into; on a normal exit
+    it replaces ``dest`` (``commit_dir``), on an exception it is removed and ``dest`` is left
+    as it was. What a crashed earlier run left is cleared first (``recover_dir``).
+
+    ``keep``: which names in ``dest`` are not the job's (carried over, ``carry_over``); by
+    default the job owns the whole folder."""
+    dest = Path(dest).absolute()
+    fs.makedirs_durable(dest.parent)
+    recover_dir(dest)
+    stage = dest.parent / f".{dest.name}{STAGING_TAG}{secrets.token_hex(4)}"
+    fs.mkdir(stage)
+    try:
+        yield stage
+        if keep is not None:
+            carry_over(dest, stage, keep)
+    except BaseException:
+        remove_tree(stage)
+        raise
+    commit_dir(stage, dest)

@@ -1,0 +1,173 @@
+"""``pipeline/output_dir.py``: a job's output folder is replaced so that a crash at any point
+leaves the old output or the new one, whole — never neither, never a mix. Two kinds of crash:
+the process killed after each file-system call (``os._exit`` in a forked child: the page cache
+survives, so this tests the order and atomicity of the names), and power lost after each call
+on the log's simulated disk (``tests/log/simdisk.py``: only what was fsynced survives)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from loglake.log import fs
+from loglake.pipeline import output_dir
+from loglake.pipeline.output_dir import commit_dir, recover_dir, staged_output
+from tests.log.simdisk import PowerLoss, SimDisk
+
+OLD = {"part-0.parquet": b"old-0" * 100, "sub/part-1.parquet": b"old-1", "summary.json": b"{}"}
+NEW = {"part-0.parquet": b"new-0" * 300, "sub/x/part-9.parquet": b"new-9", "_SUCCESS": b""}
+CALLS = ("replace", "fsync", "fsync_dir", "unlink", "rmdir", "mkdir")
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def run_job(dest: Path) -> None:
+    with staged_output(dest) as stage:
+        write_tree(stage, NEW)  # as Spark or pyarrow write: not through fs, never fsynced
+
+
+def test_the_new_output_replaces_the_old_and_nothing_is_left_beside_it(tmp_path):
+    dest = tmp_path / "out"
+    run_job(dest)
+    assert read_tree(dest) == NEW
+    write_tree(dest, OLD)
+    run_job(dest)
+    assert read_tree(dest) == NEW
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_failing_job_leaves_the_old_output(tmp_path):
+    dest = tmp_path / "out"
+    write_tree(dest, OLD)
+    with pytest.raises(RuntimeError), staged_output(dest) as stage:
+        write_tree(stage, {"part-0.parquet": b"half"})
+        raise RuntimeError("the Spark job failed")
+    assert read_tree(dest) == OLD
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def _killed_after(tmp_path: Path, n: int, exchange: bool) -> bool:
+    """Run the job in a forked child killed at its ``n``-th file-system call; True if it was
+    killed (False: it finished with fewer calls)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            count = [0]
+
+            def killing(real):
+                def call(*a, **k):
+                    count[0] += 1
+                    if count[0] > n:
+                        os._exit(7)
+                    return real(*a, **k)
+
+                return call
+
+            for name in CALLS:
+                setattr(fs, name, killing(getattr(fs, name)))
+            if exchange:
+                output_dir._exchange = killing(output_dir._exchange)
+            else:
+                output_dir._exchange = _no_exchange
+            run_job(tmp_path / "out")
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 7
+
+
+def _no_exchange(a, b):
+    raise OSError(errno.EINVAL, "no RENAME_EXCHANGE here")
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_killed_after_any_call_the_output_is_old_or_new(tmp_path, exchange):
+    n = 0
+    seen = set()
+    while True:
+        case = tmp_path / str(n)
+        write_tree(case / "out", OLD)
+        killed = _killed_after(case, n, exchange)
+        if exchange:  # with the atomic swap the output path is whole even before recovery
+            assert read_tree(case / "out") in (OLD, NEW), f"killed after call {n}"
+        recover_dir(case / "out")
+        got = read_tree(case / "out")
+        assert got in (OLD, NEW), f"killed after call {n}"
+        seen.add("new" if got == NEW else "old")
+        assert sorted(os.listdir(case)) == ["out"]
+        run_job(case / "out")  # and the next run commits as usual
+        assert read_tree(case / "out") == NEW
+        if not killed:
+            break
+        n += 1
+    assert n > 5 and seen == {"old", "new"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_power_lost_after_any_call_the_output_is_old_or_new(tmp_path, monkeypatch, seed):
+    """The simulated disk keeps only what was fsynced (plus a random part of the rest). It
+    models renames, not the exchange: the two-rename swap runs here."""
+    monkeypatch.setattr(output_dir, "_exchange", _no_exchange)
+    rng = random.Random(seed)
+    n = 0
+    while True:
+        with SimDisk(tmp_path / f"n{n}") as disk:
+            dest = disk.root / "jobs" / "out"
+            fs.makedirs_durable(dest)
+            write_tree(dest, OLD)
+            output_dir.fsync_tree(dest)
+            disk.crash_after(n)
+            try:
+                run_job(dest)
+                finished = True
+            except PowerLoss:
+                finished = False
+            disk.restart(rng)
+            dest = disk.root / "jobs" / "out"
+            recover_dir(dest)
+            got = read_tree(dest) if dest.exists() else None
+            sizes = None if got is None else {k: len(v) for k, v in got.items()}
+            assert got in (OLD, NEW), f"seed {seed}: power lost after call {n}: {sizes}"
+            if finished:
+                assert got == NEW  # it returned: the new output is durable
+                break
+        n += 1
+    assert n > 5
+
+
+def test_commit_dir_reports_a_real_error(tmp_path, monkeypatch):
+    def broken(a, b):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(output_dir, "_exchange", broken)
+    dest = tmp_path / "out"
+    write_tree(dest, OLD)
+    stage = tmp_path / ".out.staging-x"
+    write_tree(stage, NEW)
+    with pytest.raises(OSError, match="I/O error"):
+        commit_dir(stage, dest)
+    assert read_tree(dest) == OLD
+
+
+def test_files_that_are_not_the_jobs_are_carried_over(tmp_path):
+    dest = tmp_path / "out"
+    write_tree(dest, {**OLD, "notes.txt": b"mine", "mine/a.txt": b"a"})
+    with staged_output(dest, keep=lambda n: n in ("notes.txt", "mine", "summary.json")) as st:
+        write_tree(st, {**NEW, "summary.json": b'{"new": 1}'})
+    got = read_tree(dest)
+    assert got == {**NEW, "summary.json": b'{"new": 1}', "notes.txt": b"mine", "mine/a.txt": b"a"}
+    assert sorted(os.listdir(tmp_path)) == ["out"]
