@@ -355,12 +355,12 @@ def check_lake_file(lf: LakeFile) -> None:
     otherwise; the lake is a view of segments and is checked like one)."""
     try:
         pf = pq.ParquetFile(lf.path, page_checksum_verification=True)
+        schema_ok = pf.schema_arrow == LAKE_SCHEMA
+        if not schema_ok:  # (a damaged schema may not even name the index column)
+            raise CorruptSegment(str(lf.path), 0, "schema differs from LAKE_SCHEMA")
         idx = pf.read(columns=["index"]).column(0).to_pylist()
         pf.read()  # every page of every column: checksums and decoding
-        schema_ok = pf.schema_arrow == LAKE_SCHEMA
-    except (OSError, pa.ArrowException, ValueError, KeyError) as e:
+    except (OSError, pa.ArrowException, ValueError, KeyError, IndexError) as e:
         raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
-    if not schema_ok:
-        raise CorruptSegment(str(lf.path), 0, "schema differs from LAKE_SCHEMA")
     if idx != list(range(lf.first, lf.last + 1)):
         raise CorruptSegment(str(lf.path), 0, f"index column is not {lf.first}..{lf.last}")

@@ -238,8 +238,8 @@ def scan_damage(data_dir: Path | str, progress: Progress | None = None) -> Repor
             if base not in bad_segs or nxt <= base:
                 continue
             err = bad_segs[base]
-            lf = _lake_copy(part, base, nxt)
-            ok = lf is not None and str(lf.path) not in bad_lake
+            copy = _lake_copy(part, base, nxt)
+            ok = copy is not None and str(copy.path) not in bad_lake
             report.damage.append(
                 Damage(
                     part.stream,
@@ -250,7 +250,7 @@ def scan_damage(data_dir: Path | str, progress: Progress | None = None) -> Repor
                     nxt - 1,
                     err.offset,
                     err.reason,
-                    (str(lf.path),) if ok and lf is not None else (),
+                    (str(copy.path),) if ok and copy is not None else (),
                 )
             )
         for lf in part.lake:
