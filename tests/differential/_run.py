@@ -27,12 +27,21 @@ class Outcome:
     cases: int = 0
     seconds: float = 0.0
     disagreements: list[str] = field(default_factory=list)
+    first_catch: tuple[int, float] | None = None
+    """(cases compared, seconds) when the first disagreement was seen: how strong the
+    generator is, for a planted bug."""
+
+    @property
+    def cases_per_second(self) -> float:
+        return self.cases / self.seconds if self.seconds else 0.0
 
     def report(self, limit: int = 5) -> str:
         head = (
             f"{self.name} (seed {self.seed}): {len(self.disagreements)} disagreements "
             f"in {self.cases} cases, {self.seconds:.1f} s"
         )
+        if self.first_catch is not None:
+            head += f" (first after {self.first_catch[0]} cases, {self.first_catch[1]:.2f} s)"
         return "\n  ".join([head, *self.disagreements[:limit]])
 
 
@@ -48,7 +57,10 @@ def run(
     examples: int,
     seed: int,
     max_seconds: float,
+    stop_at_first: bool = False,
 ) -> Outcome:
+    """Draw up to ``examples`` batches (seeded) within ``max_seconds``; ``stop_at_first`` ends
+    the run at the first disagreement (a planted-bug demonstration asks only for that)."""
     out = Outcome(name, seed)
     t0 = time.monotonic()
     stop = t0 + max_seconds
@@ -63,11 +75,13 @@ def run(
     @hypothesis.seed(seed)
     @given(strategy)
     def body(value: Any) -> None:
-        if time.monotonic() > stop:
+        if time.monotonic() > stop or (stop_at_first and out.disagreements):
             return
         cases, bad = check(value)
         out.cases += cases
         out.disagreements.extend(bad)
+        if bad and out.first_catch is None:
+            out.first_catch = (out.cases, time.monotonic() - t0)
 
     body()
     out.seconds = time.monotonic() - t0
