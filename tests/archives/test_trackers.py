@@ -112,6 +112,7 @@ def test_spec_layout_has_no_trackers_unless_given(tmp_path):
         "http://tr_acker.example/announce",
         "udp://trackér.example:80",
         "http://tracker.example/a\x7f",
+        "http://tracker.example:/announce",
     ],
 )
 def test_a_bad_tracker_url_is_a_typed_error(tmp_path, bad):

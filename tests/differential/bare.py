@@ -45,7 +45,7 @@ from loglake.streams.messages import (
     SavePartitionIndex,
 )
 from loglake.wire import bare
-from tests.differential.mutate import mutations, sweep
+from tests.differential.mutate import RNGS, mutations, sweep
 from tests.differential.peer import DiffPeer
 
 MUTANTS_PER_MESSAGE = 15
@@ -153,7 +153,7 @@ messages = st.one_of(
     st.builds(PartitionIndex, texts, texts, uints, st.none() | uints),
     st.builds(Error, texts),
 )
-batches = st.tuples(st.lists(messages, min_size=1, max_size=30), st.randoms())
+batches = st.tuples(st.lists(messages, min_size=1, max_size=30), RNGS)
 
 
 def _fast_encodings(msg: object) -> list[tuple[str, bytes]]:

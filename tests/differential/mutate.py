@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import strategies as st
+
 BOUNDARY = (0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFE, 0xFF)
 VARINTS = (
     b"\x80\x00",  # a non-minimal zero
@@ -68,3 +70,8 @@ def sweep(data: bytes) -> list[bytes]:
                 out.add(bytes(buf))
         buf[i] = b
     return sorted(out)
+
+
+RNGS = st.integers(0, 2**32 - 1).map(random.Random)
+"""A ``random.Random`` per batch from one drawn integer: its draws are not hypothesis's, so a
+batch skipped (time budget, first catch) does not change what the next batches draw."""

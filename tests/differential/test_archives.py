@@ -6,32 +6,17 @@ bounded (``LOGLAKE_DIFF_EXAMPLES``, ``LOGLAKE_DIFF_SEED``); the long run is
 
 from __future__ import annotations
 
-from tests.differential import archives, torrents
-from tests.differential._run import run
 from tests.differential.conftest import EXAMPLES, MAX_SECONDS, SEED
+from tests.differential.fuzzers import FUZZERS
 
 
 def test_archive_protobufs_agree_with_the_generated_code() -> None:
-    out = run(
-        "archive protobufs",
-        archives.batches,
-        archives.check,
-        examples=max(10, EXAMPLES // 2),
-        seed=SEED,
-        max_seconds=MAX_SECONDS,
-    )
+    out = FUZZERS["archives"].run(None, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
     assert out.cases > 0
     assert not out.disagreements, out.report()
 
 
 def test_torrents_and_magnets_agree_with_libtorrent() -> None:
-    out = run(
-        "torrents",
-        torrents.batches,
-        torrents.check,
-        examples=EXAMPLES,
-        seed=SEED,
-        max_seconds=MAX_SECONDS,
-    )
+    out = FUZZERS["torrents"].run(None, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
     assert out.cases > 0
     assert not out.disagreements, out.report()

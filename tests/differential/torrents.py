@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from loglake.archives.bt import load_torrent
 from loglake.archives.errors import ArchiveConfigError, CorruptTorrent
 from loglake.archives.torrent import PieceHashes, bencode, build_torrent, check_trackers
-from tests.differential.mutate import mutate
+from tests.differential.mutate import RNGS, mutate
 
 NAME_ALPHABET = st.characters(categories=["L", "N"]) | st.sampled_from("-_")
 names = st.text(NAME_ALPHABET, min_size=1, max_size=20)
@@ -72,7 +72,7 @@ values = st.recursive(
     ),
     max_leaves=12,
 )
-batches = st.tuples(st.lists(torrents, min_size=1, max_size=8), st.lists(values), st.randoms())
+batches = st.tuples(st.lists(torrents, min_size=1, max_size=8), st.lists(values), RNGS)
 
 
 def _trackers(ti: lt.torrent_info) -> list[tuple[str, int]]:

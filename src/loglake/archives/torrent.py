@@ -33,7 +33,7 @@ TRACKER_SCHEMES = ("http", "https", "udp")
 (BEP 15)."""
 
 
-_HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]*)?")
+_HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?")
 
 
 def _tracker_host(netloc: str) -> bool:
@@ -41,8 +41,8 @@ def _tracker_host(netloc: str) -> bool:
 
     libtorrent (2.1) drops, without a word, an announce URL whose host holds anything else — a
     user name (``user@host``), a non-ASCII name not written as punycode, ``_`` or any other
-    sub-delimiter — from a torrent's ``announce-list`` and from a magnet's ``tr``, so such a
-    URL would reach no member's client."""
+    sub-delimiter, an empty port after ``:`` — from a torrent's ``announce-list`` and from a
+    magnet's ``tr``, so such a URL would reach no member's client."""
     return _HOST.fullmatch(netloc) is not None
 
 
