@@ -18,7 +18,7 @@ EXAMPLES = int(os.environ.get("LOGLAKE_DIFF_EXAMPLES", "60"))
 """Batches drawn per fuzzer in ``make test`` (each batch is tens of cases)."""
 SEED = int(os.environ.get("LOGLAKE_DIFF_SEED", "33"))
 MAX_SECONDS = float(os.environ.get("LOGLAKE_DIFF_SECONDS", "20"))
-"""Per fuzzer: examples past this are skipped, so a loaded machine does not stretch the suite."""
+"""Per fuzzer: the run stops here, so a loaded machine does not stretch the suite."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
