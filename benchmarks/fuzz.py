@@ -13,6 +13,16 @@ past 10 s or memory past 2 GB still stops the harness and is counted as a findin
 Inputs/s is inputs over the harness's wall time, start-up (imports, instrumentation) included,
 on whatever else the machine was doing; ``--jobs`` runs that many harnesses at once. A summary
 goes to ``<out>/summary.json``; findings (inputs and tracebacks) stay under ``<out>/<name>/``.
+
+Differential fuzzers (``--diff``): loglake against the reference implementations
+(``tests/differential/fuzzers.py``: BARE vs @bare-ts/lib, SDS vs @waku/sds, archive protobufs vs
+protoc-built classes, torrents vs libtorrent), each for ``--diff-seconds``, seeded (the seed is
+printed; ``--seed`` replays a run), with inputs compared per second and every disagreement.
+``--plant NAME`` runs a planted bug's fuzzer (``tests/differential/plants.py``) until its first
+catch and prints the inputs and seconds it took.
+
+    .venv/bin/python benchmarks/fuzz.py --diff [--fuzzer NAME ...] [--diff-seconds 60] [--seed N]
+    .venv/bin/python benchmarks/fuzz.py --diff --plant NAME [--plant NAME ...] [--seed N]
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fuzz.runner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fuzz, tests.differential
 
 from tests.fuzz import runner
 
@@ -44,7 +54,15 @@ def main() -> None:
     )
     ap.add_argument("--nice", type=int, default=10, help="niceness of the fuzzing processes")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/fuzz"))
+    diff = ap.add_argument_group("differential fuzzers")
+    diff.add_argument("--diff", action="store_true", help="run the differential fuzzers instead")
+    diff.add_argument("--fuzzer", action="append", help="(repeatable) default: all")
+    diff.add_argument("--diff-seconds", type=float, default=60.0, help="time budget per fuzzer")
+    diff.add_argument("--seed", type=int, help="default: a random one (printed, for replay)")
+    diff.add_argument("--plant", action="append", help="(repeatable) a planted bug to catch")
     args = ap.parse_args()
+    if args.diff or args.plant:
+        raise SystemExit(run_differential(args))
     names = args.harness or list(runner.HARNESSES)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -87,6 +105,68 @@ def main() -> None:
     print(f"{'decoder':20} {'inputs':>10} {'inputs/s':>9} findings")
     for name, s in sorted(summary.items()):
         print(f"{name:20} {s['inputs']:>10,} {s['inputs_per_s']:>9,} {len(s['findings'])}")
+
+
+def run_differential(args: argparse.Namespace) -> int:
+    """The differential fuzzers for a longer run (or the planted bugs); 1 if any disagreed or a
+    plant went uncaught."""
+    import random
+
+    from tests.differential.fuzzers import FUZZERS
+    from tests.differential.peer import NodePeer, available
+    from tests.differential.plants import PLANTS
+
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    print(f"seed {seed} (replay: --seed {seed})", flush=True)
+    plants = [PLANTS[p] for p in args.plant or []]
+    unknown = [n for n in args.fuzzer or [] if n not in FUZZERS]
+    if unknown:
+        print(f"unknown fuzzer {unknown[0]!r}: one of {', '.join(FUZZERS)}", file=sys.stderr)
+        return 2
+    names = [p.fuzzer for p in plants] or args.fuzzer or list(FUZZERS)
+    peer = None
+    if any(FUZZERS[n].needs_peer for n in names):
+        if not available():
+            print("node or a reference package is missing: make node-deps", file=sys.stderr)
+            return 2
+        peer = NodePeer()
+    failed = False
+    try:
+        if plants:
+            for plant in plants:
+                with plant.apply():
+                    out = FUZZERS[plant.fuzzer].run(
+                        peer,
+                        examples=10**9,
+                        seed=seed,
+                        max_seconds=args.diff_seconds,
+                        stop_at_first=True,
+                    )
+                if out.first_catch is None:
+                    failed = True
+                    what = f"NOT caught in {out.cases:,} inputs, {out.seconds:.1f} s"
+                    print(f"{plant.name:22} {what}")
+                    continue
+                n, secs = out.first_catch
+                print(f"{plant.name:22} caught after {n:,} inputs, {secs:.2f} s ({plant.what})")
+                print(f"    {out.disagreements[0][:300]}")
+            return int(failed)
+        print(f"{'fuzzer':14} {'reference':22} {'inputs':>10} {'seconds':>8} {'inputs/s':>9} found")
+        for name in names:
+            f = FUZZERS[name]
+            out = f.run(peer, examples=10**9, seed=seed, max_seconds=args.diff_seconds)
+            print(
+                f"{name:14} {f.reference:22} {out.cases:>10,} {out.seconds:>8.1f} "
+                f"{out.cases_per_second:>9,.0f} {len(out.disagreements)}",
+                flush=True,
+            )
+            for d in out.disagreements[:5]:
+                print(f"    {d[:300]}")
+            failed |= bool(out.disagreements)
+    finally:
+        if peer is not None:
+            peer.close()
+    return int(failed)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ flow through causal histories. Reported: wall time and process CPU time (the mac
 CPU time is what the loop itself used), as the mean cost per message over the 1,000 messages
 ending at 1k, 10k and 100k messages in the log (default options: causal history 200, bloom
 filter 10,000 / 0.001, SDS-R on — the @waku/sds defaults). @waku/sds runs the same loop inside
-Node (interop/node/sds_peer.mjs ``pingpong``), capped in count and time because its cost grows
+Node (interop/node/diff_peer.mjs ``sds_pingpong``), capped in count and time because its cost grows
 with the log.
 
     .venv/bin/python benchmarks/sds.py [--max 100000] [--js-max 4000] [--js-seconds 60]
@@ -35,10 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.sds.reference
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.differential.peer
 
 from loglake.sds.participant import Participant, ParticipantOptions
-from tests.sds import reference
+from tests.differential.peer import NodePeer, available
 
 MARKS = (1_000, 10_000, 100_000)
 WINDOW = 1_000
@@ -70,9 +70,9 @@ def run_python(max_messages: int, history: int) -> dict[int, float]:
 
 def run_js(max_messages: int, seconds: float) -> tuple[dict[int, tuple[float, float]], int]:
     marks = list(range(500, max_messages + 1, 500))
-    with reference.JsSdsPeer() as js:
-        r = js.call(
-            "pingpong", channel="bench", count=max_messages, marks=marks, max_ms=seconds * 1e3
+    with NodePeer() as js:
+        r = js.request(
+            "sds_pingpong", channel="bench", count=max_messages, marks=marks, max_ms=seconds * 1e3
         )
     stamps = {int(n): (ms, cpu) for n, ms, cpu in r["marks"]}
     windows = {}
@@ -279,7 +279,7 @@ def main() -> int:
         py2 = run_python(min(args.max, 10_000), 2)
         for m, (ms, cpu) in py2.items():
             print(f"  (causal history 2) at {m:>7,} messages: {ms:.4f} wall, {cpu:.4f} CPU ms/msg")
-    if not reference.available():
+    if not available():
         print("@waku/sds: not installed (make node-deps); skipped")
         return 0
     print(f"@waku/sds 0.0.8 (same loop in Node, cap {args.js_max} msgs / {args.js_seconds:.0f} s)")

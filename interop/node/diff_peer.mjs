@@ -1,19 +1,28 @@
-// loglake's differential fuzzing peer: the reference codecs, driven in batches over stdin/stdout.
+// loglake's one Node peer: the reference implementations, driven over stdin/stdout.
 //
 // One long-lived process; one JSON object per line in ({cmd, ...}), one per line out
-// ({ok: true, ...} or {ok: false, error}). Every command takes a whole batch, so thousands of
-// cases cost one round trip. Bytes travel as lowercase hex, uint64 values as decimal strings.
-// Used by tests/differential/ and benchmarks/fuzz.py.
+// ({ok: true, ...} or {ok: false, error}). Bytes travel as lowercase hex, uint64 values as
+// decimal strings. Used by every test and benchmark that needs a Node reference:
+// tests/differential/ (fuzzers), tests/streams/test_bare_ts_interop.py, tests/sds/test_interop.py,
+// benchmarks/fuzz.py and benchmarks/sds.py, all through tests/differential/peer.py.
 //
-// - SDS messages: @waku/sds 0.0.8 `Message` (its protons-generated SdsMessage codec).
-// - SDS bloom filters: @waku/sds `DefaultBloomFilter`.
-// - Ockam stream service payloads: @bare-ts/lib 0.6.0 with the spec's schemas
-//   (specs/ockam-stream-service.txt, "Payload BARE specs"; BasePayload {protocol, data}).
+// Two kinds of command:
+// - codecs, in batches ({cmd, items} -> {out: [one result per item]}), so thousands of cases
+//   cost one round trip:
+//   - SDS messages: @waku/sds 0.0.8 `Message` (its protons-generated SdsMessage codec).
+//   - SDS bloom filters: @waku/sds `DefaultBloomFilter`.
+//   - Ockam stream service payloads: @bare-ts/lib 0.6.0 with the spec's schemas
+//     (specs/ockam-stream-service.txt, "Payload BARE specs"; BasePayload {protocol, data}).
+// - SDS channels, one request each (`sds_*`): @waku/sds `MessageChannel` objects kept by name,
+//   on a clock the caller sets (`sds_now` replaces Date.now), so lamport timestamps and SDS-R
+//   timings are deterministic.
 import readline from "node:readline";
 
 import * as bare from "@bare-ts/lib";
-import { Message } from "@waku/sds";
+import { Message, MessageChannel, MessageChannelEvent } from "@waku/sds";
 import { DefaultBloomFilter } from "./node_modules/@waku/sds/dist/bloom_filter/bloom.js";
+import { RepairManager } from "./node_modules/@waku/sds/dist/message_channel/repair/repair.js";
+import { hashN } from "./node_modules/@waku/sds/dist/nim_hashn/nim_hashn.mjs";
 import { Uint8ArrayReader } from "./node_modules/protons-runtime/dist/src/utils/reader.js";
 
 const hex = (u8) => (u8 === undefined || u8 === null ? null : Buffer.from(u8).toString("hex"));
@@ -98,6 +107,7 @@ function bloom(c) {
     bytes: hex(f.toBytes()),
     k: f.kHashes,
     m: f.totalBits,
+    words: f.data.length,
     lookups: (c.lookup ?? []).map((id) => f.lookup(id))
   };
 }
@@ -223,6 +233,146 @@ function bareDecode([kind, h]) {
   }
 }
 
+// ---- SDS channels (one request each) ------------------------------------------------------
+
+let fakeNow = null;
+const realNow = Date.now.bind(Date);
+Date.now = () => (fakeNow === null ? realNow() : fakeNow);
+
+const channels = new Map();
+
+function detailJson(d) {
+  if (d === null || d === undefined) return null;
+  if (d instanceof Message) return { message_id: d.messageId };
+  if (Array.isArray(d)) return d.map((e) => (e && e.messageId !== undefined ? entryJson(e) : e));
+  if (typeof d === "object") {
+    const o = {};
+    for (const [k, v] of Object.entries(d)) o[k] = typeof v === "bigint" ? v.toString() : v;
+    return o;
+  }
+  return d;
+}
+
+function sdsOpen(req) {
+  const ch = new MessageChannel(req.channel, req.sender, req.options ?? {});
+  const state = { ch, events: [] };
+  // RepairManager (repair.ts) emits "RepairRequestQueued"/"RepairResponseQueued" by those raw
+  // names, not the "sds:repair:*" enum values, so listen for both.
+  for (const name of [...Object.values(MessageChannelEvent), "RepairRequestQueued", "RepairResponseQueued"]) {
+    ch.addEventListener(name, (ev) => state.events.push({ type: name, detail: detailJson(ev.detail) }));
+  }
+  channels.set(req.name, state);
+  return {};
+}
+
+function drain(state) {
+  const ev = state.events;
+  state.events = [];
+  return ev;
+}
+
+const channelHandlers = {
+  sds_now: (r) => { fakeNow = r.ms; return {}; },
+  sds_open: sdsOpen,
+  async sds_send(r) {
+    const st = channels.get(r.name);
+    let bytes = null, id = null;
+    st.ch.pushOutgoingMessage(unhex(r.content), async (m) => {
+      bytes = hex(m.encode()); id = m.messageId;
+      return { success: true, retrievalHint: unhex(r.hint) };
+    });
+    await st.ch.processTasks();
+    return { bytes, message_id: id, events: drain(st) };
+  },
+  async sds_send_ephemeral(r) {
+    const st = channels.get(r.name);
+    let bytes = null;
+    await st.ch.pushOutgoingEphemeralMessage(unhex(r.content), async (m) => { bytes = hex(m.encode()); return true; });
+    await st.ch.processTasks();
+    return { bytes, events: drain(st) };
+  },
+  async sds_sync(r) {
+    const st = channels.get(r.name);
+    let bytes = null, id = null;
+    const sent = await st.ch.pushOutgoingSyncMessage(async (m) => { bytes = hex(m.encode()); id = m.messageId; return true; });
+    return { sent, bytes, message_id: id, events: drain(st) };
+  },
+  async sds_receive(r) {
+    const st = channels.get(r.name);
+    const m = Message.decode(unhex(r.bytes));
+    if (!m) return { decoded: false, events: drain(st) };
+    st.ch.pushIncomingMessage(m, unhex(r.hint));
+    await st.ch.processTasks();
+    return { decoded: true, events: drain(st) };
+  },
+  async sds_sweep_in(r) {
+    const st = channels.get(r.name);
+    const missing = st.ch.sweepIncomingBuffer().map(entryJson);
+    return { missing, events: drain(st) };
+  },
+  async sds_sweep_out(r) {
+    const st = channels.get(r.name);
+    const { unacknowledged, possiblyAcknowledged } = st.ch.sweepOutgoingBuffer();
+    return {
+      unacknowledged: unacknowledged.map((m) => m.messageId),
+      possibly_acknowledged: possiblyAcknowledged.map((m) => m.messageId),
+      events: drain(st)
+    };
+  },
+  async sds_sweep_repair(r) {
+    const st = channels.get(r.name);
+    const sent = [];
+    await st.ch.sweepRepairIncomingBuffer(async (m) => { sent.push(hex(m.encode())); return true; });
+    return { sent, events: drain(st) };
+  },
+  sds_state(r) {
+    const ch = channels.get(r.name).ch;
+    return {
+      lamport: ch.lamportTimestamp.toString(),
+      log: ch.localHistory.slice().map((m) => m.messageId),
+      outgoing: ch.outgoingBuffer.map((m) => m.messageId),
+      incoming: ch.incomingBuffer.map((m) => m.messageId),
+      bloom: hex(ch.filter.toBytes())
+    };
+  },
+  sds_repair_times(r) {
+    const rm = new RepairManager(r.participant, r.config ?? {});
+    return {
+      t_req: r.items.map(([mid, now]) => rm.calculateTReq(mid, now)),
+      t_resp: r.items.map(([mid, now, sender]) => rm.calculateTResp(sender, mid, now)),
+      in_group: r.items.map(([mid, , sender]) => rm.isInResponseGroup(sender, mid))
+    };
+  },
+  sds_hash_n(r) {
+    return { values: r.items.map(([item, n, max]) => hashN(item, n, max)) };
+  },
+  // benchmark: n rounds of (a sends, b receives; b sends, a receives), timed inside Node
+  async sds_pingpong(r) {
+    const a = new MessageChannel(r.channel, "js-a", r.options ?? {});
+    const b = new MessageChannel(r.channel, "js-b", r.options ?? {});
+    const pairs = [[a, b], [b, a]];
+    const marks = [];
+    const t0 = performance.now();
+    const c0 = process.cpuUsage();
+    let done = 0;
+    for (let i = 0; i < r.count; i++) {
+      const [s, d] = pairs[i % 2];
+      let bytes;
+      s.pushOutgoingMessage(new TextEncoder().encode(`m${i}`), async (m) => { bytes = m.encode(); return { success: true }; });
+      await s.processTasks();
+      d.pushIncomingMessage(Message.decode(bytes), undefined);
+      await d.processTasks();
+      done = i + 1;
+      if (r.marks.includes(done)) {
+        const cpu = process.cpuUsage(c0);
+        marks.push([done, performance.now() - t0, (cpu.user + cpu.system) / 1000]);
+      }
+      if (performance.now() - t0 > r.max_ms) break;
+    }
+    return { done, marks, total_ms: performance.now() - t0 };
+  }
+};
+
 // ---- the loop --------------------------------------------------------------------------------
 
 const each = (f) => (items) => items.map((x) => {
@@ -239,7 +389,8 @@ const handlers = {
   bloom: (r) => ({ out: each(bloom)(r.items) }),
   bloom_from: (r) => ({ out: each(bloomFrom)(r.items) }),
   bare_encode: (r) => ({ out: each(bareEncode)(r.items) }),
-  bare_decode: (r) => ({ out: each(bareDecode)(r.items) })
+  bare_decode: (r) => ({ out: each(bareDecode)(r.items) }),
+  ...channelHandlers
 };
 
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });

@@ -146,6 +146,17 @@ def test_spec_padding_with_a_varint_length_jump():
     assert len(field) == 130 + PIECE_LENGTH
 
 
+def test_spec_padding_is_never_an_empty_field():
+    # gap = 2: tag + a zero length would fit, but proto3 never writes an empty bytes field, so
+    # the protobuf runtime's re-encoding of such an archive would be 2 bytes short; the next
+    # multiple is used, and the runtime writes the very same bytes.
+    field = padding_field(PIECE_LENGTH - 2, PIECE_LENGTH)
+    assert len(field) == 2 + PIECE_LENGTH
+    a = spec_pb.WakuMessageArchive()
+    a.ParseFromString(field)
+    assert a.SerializeToString(deterministic=True) == field
+
+
 @pytest.mark.parametrize("layout", [SPEC, SG], ids=lambda x: x.name)
 def test_archive_bytes_equal_protobuf_runtime_and_round_trip(layout):
     topic = "/app/1/chat/proto" if layout is SPEC else TOPIC

@@ -101,7 +101,20 @@ def test_spec_layout_has_no_trackers_unless_given(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "bad", ["ftp://x/announce", "udp://", "tracker.example:80", "http://a b/", "http://x:99999/"]
+    "bad",
+    [
+        "ftp://x/announce",
+        "udp://",
+        "tracker.example:80",
+        "http://a b/",
+        "http://x:99999/",
+        # hosts libtorrent drops from a torrent and a magnet without a word
+        "http://user@tracker.example/announce",
+        "http://tr_acker.example/announce",
+        "udp://trackér.example:80",
+        "http://tracker.example/a\x7f",
+        "http://tracker.example:/announce",
+    ],
 )
 def test_a_bad_tracker_url_is_a_typed_error(tmp_path, bad):
     with pytest.raises(ArchiveConfigError, match="tracker"):

@@ -45,10 +45,12 @@ from loglake.streams.messages import (
     SavePartitionIndex,
 )
 from loglake.wire import bare
-from tests.differential.mutate import mutations
+from tests.differential.mutate import RNGS, mutations, sweep
 from tests.differential.peer import DiffPeer
 
 MUTANTS_PER_MESSAGE = 15
+SWEPT_PER_BATCH = 3
+"""Messages per batch whose every octet is also swept (``mutate.sweep``): ~400 cases each."""
 
 # kind (the peer's name) -> (protocol, loglake schema, response class or None for a request)
 KINDS: dict[str, tuple[str, bare.BareType, type | None]] = {
@@ -151,7 +153,7 @@ messages = st.one_of(
     st.builds(PartitionIndex, texts, texts, uints, st.none() | uints),
     st.builds(Error, texts),
 )
-batches = st.tuples(st.lists(messages, min_size=1, max_size=30), st.randoms())
+batches = st.tuples(st.lists(messages, min_size=1, max_size=30), RNGS)
 
 
 def _fast_encodings(msg: object) -> list[tuple[str, bytes]]:
@@ -244,6 +246,8 @@ def check(peer: DiffPeer, drawn: tuple[list[object], random.Random]) -> tuple[in
     cases: list[tuple[str, bytes]] = [(k, p) for (k, _), p in zip(js, ours, strict=True)]
     for (kind, _), payload in zip(js, ours, strict=True):
         cases += [(kind, x) for x in mutations([payload], MUTANTS_PER_MESSAGE, rng)]
+    for i in rng.sample(range(len(js)), min(SWEPT_PER_BATCH, len(js))):
+        cases += [(js[i][0], x) for x in sweep(ours[i])]
     answers = peer.call("bare_decode", [[k, p.hex()] for k, p in cases])
     for (kind, payload), ans in zip(cases, answers, strict=True):
         if "throws" in ans:

@@ -1,8 +1,11 @@
-"""One long-lived Node process holding the reference codecs (``interop/node/diff_peer.mjs``).
+"""The one Python client of loglake's one Node peer (``interop/node/diff_peer.mjs``), which
+holds the reference implementations: @waku/sds (codec, bloom filter, channels) and @bare-ts/lib
+(stream service payloads). The differential fuzzers, the SDS and BARE interop tests and the
+benchmarks all drive Node through it.
 
-Why one process and batches: a differential fuzzer compares thousands of cases; starting Node
-per case costs ~50 ms, a JSON line with a batch of a thousand costs a few. Each command takes a
-list of items and answers a list of results in the same order.
+Why one long-lived process: starting Node costs ~50 ms; a JSON line costs a few. Codec commands
+take a batch (``call``: a list of items, a list of results in the same order), so a fuzzer's
+thousand cases are one round trip; SDS channel commands are one request each (``request``).
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ class PeerError(RuntimeError):
     """The Node peer exited or answered a command with an error (not a per-item result)."""
 
 
-class DiffPeer:
-    """``node diff_peer.mjs``; ``call(cmd, items)`` returns one result per item."""
+class NodePeer:
+    """``node diff_peer.mjs``; ``call(cmd, items)`` returns one result per item, ``request(cmd,
+    **fields)`` the answer's fields; ``close()`` (or ``with``) stops it."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -44,16 +48,21 @@ class DiffPeer:
         )
 
     def call(self, cmd: str, items: list[Any]) -> list[Any]:
+        """A batch command: one result per item, in order."""
+        return self.request(cmd, items=items)["out"]
+
+    def request(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """One command with its fields; the answer without its ``ok``."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"cmd": cmd, "items": items}) + "\n")
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **fields}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise PeerError(f"node diff peer exited (code {self.proc.poll()})")
+            raise PeerError(f"node peer exited (code {self.proc.poll()})")
         out = json.loads(line)
         if not out.pop("ok"):
             raise PeerError(out.get("error", "unknown error"))
-        return out["out"]
+        return out
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -65,8 +74,12 @@ class DiffPeer:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> DiffPeer:
+    def __enter__(self) -> NodePeer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+DiffPeer = NodePeer
+"""The name the differential fuzzers use."""

@@ -49,7 +49,7 @@ from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import decode, encode, encode_message_fast
 from loglake.sds.errors import DropReason, SdsDecodeError
 from loglake.sds.messages import HistoryEntry, SdsMessage
-from tests.differential.mutate import mutate, mutations
+from tests.differential.mutate import RNGS, mutate, mutations
 from tests.differential.peer import DiffPeer
 
 UINT64_MAX = (1 << 64) - 1
@@ -223,7 +223,7 @@ messages = st.builds(
     repair_request=st.lists(entries, max_size=3).map(tuple),
     content=st.none() | st.binary(max_size=48),
 )
-message_batches = st.tuples(st.lists(messages, min_size=1, max_size=25), st.randoms())
+message_batches = st.tuples(st.lists(messages, min_size=1, max_size=25), RNGS)
 
 
 def _protons_uint64_bug(m: SdsMessage) -> bool:
@@ -265,7 +265,7 @@ blooms = st.tuples(
     st.lists(st.text(max_size=70), max_size=60),
     st.lists(st.text(max_size=70), max_size=20),
 )
-bloom_batches = st.tuples(st.lists(blooms, min_size=1, max_size=6), st.randoms())
+bloom_batches = st.tuples(st.lists(blooms, min_size=1, max_size=6), RNGS)
 
 
 def _py_loads(data: bytes, capacity: int, error_rate: float) -> BloomFilter | None:

@@ -4,20 +4,12 @@ rejected alike by the schema decoder, the public entry points and the hot paths.
 
 from __future__ import annotations
 
-from tests.differential import bare
-from tests.differential._run import run
 from tests.differential.conftest import EXAMPLES, MAX_SECONDS, SEED
+from tests.differential.fuzzers import FUZZERS
 from tests.differential.peer import DiffPeer
 
 
 def test_stream_payloads_agree_with_bare_ts(peer: DiffPeer) -> None:
-    out = run(
-        "bare stream payloads",
-        bare.batches,
-        lambda v: bare.check(peer, v),
-        examples=EXAMPLES,
-        seed=SEED,
-        max_seconds=MAX_SECONDS,
-    )
+    out = FUZZERS["bare"].run(peer, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
     assert out.cases > 0
     assert not out.disagreements, out.report()

@@ -11,32 +11,20 @@ from loglake.sds.codec import decode, encode
 from loglake.sds.errors import SdsDecodeError
 from loglake.sds.messages import SdsMessage
 from tests.differential import sds
-from tests.differential._run import run
 from tests.differential.conftest import EXAMPLES, MAX_SECONDS, SEED
+from tests.differential.fuzzers import FUZZERS
 from tests.differential.peer import DiffPeer
 
 
 def test_sds_messages_agree_with_waku_sds(peer: DiffPeer) -> None:
-    out = run(
-        "sds messages",
-        sds.message_batches,
-        lambda v: sds.check_messages(peer, v),
-        examples=EXAMPLES,
-        seed=SEED,
-        max_seconds=MAX_SECONDS,
-    )
+    out = FUZZERS["sds-messages"].run(peer, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
     assert out.cases > 0
     assert not out.disagreements, out.report()
 
 
 def test_sds_bloom_filters_agree_with_waku_sds(peer: DiffPeer) -> None:
-    out = run(
-        "sds bloom filters",
-        sds.bloom_batches,
-        lambda v: sds.check_blooms(peer, v),
-        examples=max(10, EXAMPLES // 4),
-        seed=SEED,
-        max_seconds=MAX_SECONDS,
+    out = FUZZERS["sds-blooms"].run(
+        peer, examples=max(40, EXAMPLES), seed=SEED, max_seconds=MAX_SECONDS
     )
     assert out.cases > 0
     assert not out.disagreements, out.report()

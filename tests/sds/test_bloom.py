@@ -1,7 +1,7 @@
 """Bloom filter facts of @waku/sds 0.0.8 (src/bloom_filter/bloom.ts, dist/nim_hashn/nim_hashn.mjs).
 
 Vectors marked "from @waku/sds" were produced by running the reference through
-interop/node/sds_peer.mjs (commands ``hash_n`` / ``bloom``) and recorded here.
+interop/node/diff_peer.mjs (commands ``sds_hash_n`` / ``bloom``) and recorded here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Codec: bytes identical to @waku/proto's SdsMessage (protons), decode errors typed.
 
 Vectors marked "from @waku/sds" come from ``Message.encode()`` of @waku/sds 0.0.8 run through
-interop/node/sds_peer.mjs (command ``encode``), recorded here.
+interop/node/diff_peer.mjs (command ``sds_encode``), recorded here.
 """
 
 from __future__ import annotations

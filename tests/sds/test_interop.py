@@ -1,4 +1,5 @@
-"""loglake.sds against the reference, @waku/sds 0.0.8, driven through interop/node/sds_peer.mjs.
+"""loglake.sds against the reference, @waku/sds 0.0.8, driven through the Node peer
+(interop/node/diff_peer.mjs, its ``sds_*`` channel commands; client tests/differential/peer.py).
 
 Both sides run on one virtual clock (the Node script replaces ``Date.now``), so lamport
 timestamps and SDS-R back-offs are comparable, and the same logical message must have the same
@@ -24,11 +25,11 @@ from loglake.sds.events import (
 from loglake.sds.messages import message_id_of
 from loglake.sds.participant import Participant, ParticipantOptions
 from loglake.sds.repair import RepairConfig
-from tests.sds import reference
+from tests.differential.peer import NodePeer, available
 
 pytestmark = [
     pytest.mark.interop,
-    pytest.mark.peer("node + @waku/sds", reference.available(), "make node-deps"),
+    pytest.mark.peer("node + @waku/sds + @bare-ts/lib", available(), "make node-deps"),
 ]
 
 T0 = 1_700_000_000_000
@@ -36,25 +37,25 @@ T0 = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def js():
-    with reference.JsSdsPeer() as peer:
+    with NodePeer() as peer:
         yield peer
 
 
 class World:
     """One virtual clock shared by Python participants and the JS peer."""
 
-    def __init__(self, js: reference.JsSdsPeer) -> None:
+    def __init__(self, js: NodePeer) -> None:
         self.js = js
         self.t = T0
         self.n = 0
-        js.call("now", ms=self.t)
+        js.request("sds_now", ms=self.t)
 
     def clock(self) -> int:
         return self.t
 
     def set(self, t: int) -> None:
         self.t = t
-        self.js.call("now", ms=t)
+        self.js.request("sds_now", ms=t)
 
     def py(self, pid: str, **opts) -> Participant:
         return Participant("chan", pid, self.clock, ParticipantOptions(**opts))
@@ -62,19 +63,20 @@ class World:
     def jsch(self, sender: str, **options) -> str:
         self.n += 1
         name = f"{sender}-{self.n}-{id(self)}"
-        self.js.call("open", name=name, channel="chan", sender=sender, options=options)
+        self.js.request("sds_open", name=name, channel="chan", sender=sender, options=options)
         return name
 
     def js_send(self, name: str, content: bytes, hint: bytes | None = None) -> dict:
-        return self.js.call("send", name=name, content=content.hex(), hint=hint and hint.hex())
+        hint_hex = hint and hint.hex()
+        return self.js.request("sds_send", name=name, content=content.hex(), hint=hint_hex)
 
     def js_receive(self, name: str, data: bytes, hint: bytes | None = None) -> list[dict]:
-        r = self.js.call("receive", name=name, bytes=data.hex(), hint=hint and hint.hex())
+        r = self.js.request("sds_receive", name=name, bytes=data.hex(), hint=hint and hint.hex())
         assert r["decoded"]
         return r["events"]
 
     def js_log(self, name: str) -> list[str]:
-        return self.js.call("state", name=name)["log"]
+        return self.js.request("sds_state", name=name)["log"]
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def types(events: list[dict]) -> list[str]:
 
 def test_bloom_filter_bytes_identical_for_same_ids(js) -> None:
     ids = [message_id_of(b"%d" % i) for i in range(300)] + ["x", "é€😀", "sync-abc"]
-    r = js.call("bloom", ids=ids, lookup=["not-there", ids[0]])
+    (r,) = js.call("bloom", [{"ids": ids, "lookup": ["not-there", ids[0]]}])
     f = BloomFilter()
     for i in ids:
         f.insert(i)
@@ -118,13 +120,14 @@ def test_same_logical_message_same_bytes(w: World) -> None:
     assert py_alice.send(b"again").to_send[0].data.hex() == js_out["bytes"]
     # sync: same except the random id, so give Python the JS id
     w.set(T0 + 200)
-    js_sync = w.js.call("sync", name=js_alice)
+    js_sync = w.js.request("sds_sync", name=js_alice)
     py_sync = py_alice.make_sync(js_sync["message_id"])
     assert py_sync.to_send[0].data.hex() == js_sync["bytes"]
-    js_e = w.js.call("send_ephemeral", name=js_alice, content=b"typing".hex())
+    js_e = w.js.request("sds_send_ephemeral", name=js_alice, content=b"typing".hex())
     assert py_alice.send_ephemeral(b"typing").to_send[0].data.hex() == js_e["bytes"]
     assert w.js_log(js_alice) == py_alice.log_ids()
-    assert bytes.fromhex(w.js.call("state", name=js_alice)["bloom"]) == py_alice.bloom.to_bytes()
+    js_bloom = w.js.request("sds_state", name=js_alice)["bloom"]
+    assert bytes.fromhex(js_bloom) == py_alice.bloom.to_bytes()
 
 
 def test_content_both_ways_and_same_log_order(w: World) -> None:
@@ -153,7 +156,7 @@ def test_sync_and_ephemeral_both_ways(w: World) -> None:
     jsn = w.jsch("js")
     py_msg = py.send(b"x").to_send[0]
     w.js_receive(jsn, py_msg.data)
-    s = w.js.call("sync", name=jsn)
+    s = w.js.request("sds_sync", name=jsn)
     out = py.receive(bytes.fromhex(s["bytes"]))
     assert out.of(SyncReceived) and out.of(MessageAcknowledged)
     assert py.log_ids() == [py_msg.message_id]
@@ -161,11 +164,11 @@ def test_sync_and_ephemeral_both_ways(w: World) -> None:
     py.receive(data)
     ev = w.js_receive(jsn, py.make_sync().to_send[0].data)
     assert "sds:in:sync-received" in types(ev) and "sds:out:message-acknowledged" in types(ev)
-    e = w.js.call("send_ephemeral", name=jsn, content=b"eph".hex())
+    e = w.js.request("sds_send_ephemeral", name=jsn, content=b"eph".hex())
     assert py.receive(bytes.fromhex(e["bytes"])).of(EphemeralReceived)
-    before = w.js.call("state", name=jsn)
+    before = w.js.request("sds_state", name=jsn)
     w.js_receive(jsn, py.send_ephemeral(b"eph2").to_send[0].data)
-    assert w.js.call("state", name=jsn) == before  # not stored, nothing changes
+    assert w.js.request("sds_state", name=jsn) == before  # not stored, nothing changes
 
 
 def test_missing_dependencies_both_ways(w: World) -> None:
@@ -189,7 +192,7 @@ def test_missing_dependencies_both_ways(w: World) -> None:
     assert [d["message_id"] for d in miss["detail"]] == [p1.message_id]
     ev = w.js_receive(jsn2, p1.data)
     assert "sds:in:message-delivered" in types(ev)
-    w.js.call("sweep_in", name=jsn2)  # delivers p2 from the incoming buffer
+    w.js.request("sds_sweep_in", name=jsn2)  # delivers p2 from the incoming buffer
     assert w.js_log(jsn2) == py2.log_ids()
 
 
@@ -244,7 +247,7 @@ def test_repair_python_asks_js_answers(w: World) -> None:
     assert "sds:repair:request-received" in types(ev)
     # @waku/sds emits this one under its raw name, not "sds:repair:response-queued"
     assert "RepairResponseQueued" in types(ev)
-    sent = w.js.call("sweep_repair", name=jsa)["sent"]
+    sent = w.js.request("sds_sweep_repair", name=jsa)["sent"]
     assert sent == [m1["bytes"]]  # the original message, byte for byte
     delivered = c.receive(bytes.fromhex(sent[0])).of(MessageDelivered)
     assert [d.content for d in delivered] == [b"m1", b"m2"]
@@ -272,7 +275,7 @@ def test_repair_js_asks_python_answers(w: World) -> None:
     assert resp.data == p1.data
     ev = w.js_receive(jsc, resp.data)
     assert "sds:in:message-delivered" in types(ev)
-    w.js.call("sweep_in", name=jsc)
+    w.js.request("sds_sweep_in", name=jsc)
     assert w.js_log(jsc) == a.log_ids()
 
 
@@ -304,7 +307,7 @@ def test_random_reordered_exchange_converges_on_both_implementations(w: World, s
             pys[n].receive(data)
         else:
             w.js_receive(jsb, data)
-            w.js.call("sweep_in", name=jsb)
+            w.js.request("sds_sweep_in", name=jsb)
 
     for step in range(30):
         w.set(w.t + rng.randrange(3))  # lamport ties happen

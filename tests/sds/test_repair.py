@@ -1,7 +1,7 @@
 """SDS-R (spec "SDS Repair (SDS-R)") with @waku/sds's hash choices (repair/utils.ts, repair.ts).
 
 The (T_req, T_resp, group) vectors are from @waku/sds: ``RepairManager`` of 0.0.8 run through
-interop/node/sds_peer.mjs (command ``repair_times``), recorded here.
+interop/node/diff_peer.mjs (command ``sds_repair_times``), recorded here.
 """
 
 from __future__ import annotations

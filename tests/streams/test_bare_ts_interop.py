@@ -1,14 +1,12 @@
 """Cross-check of the stream payload codec with an independent BARE implementation:
-@bare-ts/lib 0.6.0 (npm, in interop/node), driven by ``interop/bare_ts_stream.mjs`` which
-declares the spec's schemas with it. Both directions: its bytes equal ours, and each side
-decodes the other's; and it rejects the malformed inputs we reject."""
+@bare-ts/lib 0.6.0 (npm, in interop/node), which the Node peer (``interop/node/diff_peer.mjs``,
+commands ``bare_encode``/``bare_decode``) drives with the spec's schemas. Both directions: its
+bytes equal ours, and each side decodes the other's; and it rejects the malformed inputs we
+reject. The differential fuzzer over the same peer is ``tests/differential/bare.py``."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -34,76 +32,19 @@ from loglake.streams.messages import (
     SaveIndex,
     SavePartitionIndex,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-NODE_DIR = ROOT / "interop" / "node"
-SCRIPT = Path(__file__).parent / "interop" / "bare_ts_stream.mjs"
+from tests.differential.bare import KINDS, to_js
+from tests.differential.peer import NodePeer, available
 
 pytestmark = [
     pytest.mark.interop,
-    pytest.mark.peer(
-        "node + @bare-ts/lib",
-        shutil.which("node") is not None and (NODE_DIR / "node_modules/@bare-ts/lib").exists(),
-        "make node-deps",
-    ),
+    pytest.mark.peer("node + @bare-ts/lib + @waku/sds", available(), "make node-deps"),
 ]
 
 
-def node(mode: str, items: list) -> list:
-    out = subprocess.run(
-        ["node", str(SCRIPT), str(NODE_DIR)],
-        input=json.dumps({"mode": mode, "items": items}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(out.stdout)
-
-
-def to_js(msg: object) -> tuple[str, dict]:
-    """(kind, JSON value) for the script; uints as decimal strings, data as hex."""
-
-    def u(v: int | None) -> str | None:
-        return None if v is None else str(v)
-
-    match msg:
-        case CreateStreamRequest(name):
-            return "create_request", {"stream_name": name}
-        case Init(name):
-            return "init", {"stream_name": name}
-        case CreatePartitionedStreamRequest(name, n):
-            return "create_partitions_request", {"stream_name": name, "partitions": u(n)}
-        case CreatePartitionedStreamResponse(name, p):
-            return "create_partitions_response", {"stream_name": name, "partition": u(p)}
-        case PushRequest(rid, data):
-            return "push_request", {"request_id": u(rid), "data": data.hex()}
-        case PushConfirm(rid, status, index):
-            return "push_confirm", {"request_id": u(rid), "status": status, "index": u(index)}
-        case PullRequest(rid, index, limit):
-            return "pull_request", {"request_id": u(rid), "index": u(index), "limit": u(limit)}
-        case PullResponse(rid, msgs):
-            ms = [{"index": u(m.index), "data": m.data.hex()} for m in msgs]
-            return "pull_response", {"request_id": u(rid), "messages": ms}
-        case GetIndex(c, s):
-            return "index_request", {"tag": 0, "value": {"client_id": c, "stream_name": s}}
-        case SaveIndex(c, s, i):
-            value = {"client_id": c, "stream_name": s, "index": u(i)}
-            return "index_request", {"tag": 1, "value": value}
-        case Index(c, s, i):
-            return "index", {"client_id": c, "stream_name": s, "index": u(i)}
-        case GetPartitionIndex(c, s, p):
-            value = {"client_id": c, "stream_name": s, "partition": u(p)}
-            return "partition_index_request", {"tag": 0, "value": value}
-        case SavePartitionIndex(c, s, p, i):
-            value = {"client_id": c, "stream_name": s, "partition": u(p), "index": u(i)}
-            return "partition_index_request", {"tag": 1, "value": value}
-        case PartitionIndex(c, s, p, i):
-            value = {"client_id": c, "stream_name": s, "partition": u(p), "index": u(i)}
-            return "partition_index", value
-        case Error(reason):
-            return "error", {"reason": reason}
-    raise AssertionError(msg)
+@pytest.fixture(scope="module")
+def peer() -> Iterator[NodePeer]:
+    with NodePeer() as p:
+        yield p
 
 
 MESSAGES = [
@@ -131,15 +72,17 @@ MESSAGES = [
 ]
 
 
-def test_bare_ts_encodes_every_message_to_our_bytes() -> None:
+def test_bare_ts_encodes_every_message_to_our_bytes(peer: NodePeer) -> None:
     ours = [codec.encode_payload(m).hex() for m in MESSAGES]
-    assert node("encode", [to_js(m) for m in MESSAGES]) == ours
+    assert peer.call("bare_encode", [to_js(m) for m in MESSAGES]) == ours
 
 
-def test_bare_ts_decodes_our_bytes_to_the_same_values() -> None:
+def test_bare_ts_decodes_our_bytes_to_the_same_values(peer: NodePeer) -> None:
     items = [(to_js(m)[0], codec.encode_payload(m).hex()) for m in MESSAGES]
-    got = node("decode", items)
+    got = peer.call("bare_decode", items)
     assert [g.get("ok") for g in got] == [to_js(m)[1] for m in MESSAGES]
+    # and the BasePayload names the spec's protocol of each message
+    assert [g["protocol"] for g in got] == [KINDS[kind][0] for kind, _ in items]
 
 
 @settings(max_examples=10, deadline=None)
@@ -160,8 +103,9 @@ def test_bare_ts_decodes_our_bytes_to_the_same_values() -> None:
         max_size=20,
     )
 )
-def test_random_messages_agree_both_ways(msgs: list) -> None:
-    assert node("encode", [to_js(m) for m in msgs]) == [codec.encode_payload(m).hex() for m in msgs]
+def test_random_messages_agree_both_ways(peer: NodePeer, msgs: list) -> None:
+    ours = [codec.encode_payload(m).hex() for m in msgs]
+    assert peer.call("bare_encode", [to_js(m) for m in msgs]) == ours
 
 
 MALFORMED = [
@@ -179,8 +123,8 @@ MALFORMED = [
 ]
 
 
-def test_both_implementations_reject_the_same_malformed_payloads() -> None:
-    got = node("decode", [(kind, payload.hex()) for kind, payload in MALFORMED])
+def test_both_implementations_reject_the_same_malformed_payloads(peer: NodePeer) -> None:
+    got = peer.call("bare_decode", [(kind, payload.hex()) for kind, payload in MALFORMED])
     for (kind, payload), theirs in zip(MALFORMED, got, strict=True):
         assert "error" in theirs, (kind, payload.hex(), theirs)
         with pytest.raises(DecodeError):

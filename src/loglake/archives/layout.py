@@ -336,7 +336,10 @@ def padding_field(body_len: int, piece: int) -> bytes:
     re-encoded until its size becomes multiple of pieceLength". The field costs a tag byte and a
     varint length, so the zero count ``n`` solves ``body_len + 1 + len(varint(n)) + n = k*piece``;
     some gaps have no solution (a gap of 1, or where ``len(varint(n))`` jumps), then the next
-    multiple is used. An empty field is not encoded by proto3, so an aligned body gets none.
+    multiple is used. An empty field is not encoded by proto3, so an aligned body gets none, and
+    ``n`` is at least 1: a gap of 2 would take ``22 00``, bytes no protobuf encoder writes (it
+    drops an empty ``bytes`` field), so an archive re-encoded by anyone else would come out two
+    bytes short of the piece boundary and hash to other pieces.
     """
     if body_len % piece == 0:
         return b""
@@ -345,7 +348,7 @@ def padding_field(body_len: int, piece: int) -> bytes:
         gap = target - body_len
         for vlen in range(1, 6):
             n = gap - 1 - vlen
-            if n >= 0 and len(encode_uleb(n)) == vlen:
+            if n >= 1 and len(encode_uleb(n)) == vlen:
                 return b"\x22" + encode_uleb(n) + bytes(n)
         target += piece
 

@@ -19,6 +19,7 @@ never changes: ``PieceHashes`` keeps them and hashes only what was appended.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
@@ -31,6 +32,19 @@ from loglake.archives.layout import PIECE_LENGTH
 TRACKER_SCHEMES = ("http", "https", "udp")
 """Announce URL schemes BitTorrent clients speak: HTTP(S) trackers (BEP 3) and UDP trackers
 (BEP 15)."""
+
+
+_HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?")
+
+
+def _tracker_host(netloc: str) -> bool:
+    """An ASCII host name, IPv4 or bracketed IPv6 address and an optional port, nothing else.
+
+    libtorrent (2.1) drops, without a word, an announce URL whose host holds anything else — a
+    user name (``user@host``), a non-ASCII name not written as punycode, ``_`` or any other
+    sub-delimiter, an empty port after ``:`` — from a torrent's ``announce-list`` and from a
+    magnet's ``tr``, so such a URL would reach no member's client."""
+    return _HOST.fullmatch(netloc) is not None
 
 
 def check_trackers(urls: object) -> tuple[str, ...]:
@@ -51,7 +65,8 @@ def check_trackers(urls: object) -> tuple[str, ...]:
         if (
             parts.scheme not in TRACKER_SCHEMES
             or not parts.hostname
-            or any(c.isspace() or ord(c) < 32 for c in url)
+            or any(c.isspace() or ord(c) < 32 or c == "\x7f" for c in url)
+            or not _tracker_host(parts.netloc)
         ):
             raise ArchiveConfigError(
                 f"tracker {url!r} is not an announce URL (http://, https:// or udp://host[:port]/...)"
