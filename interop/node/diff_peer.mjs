@@ -9,12 +9,15 @@
 // - SDS bloom filters: @waku/sds `DefaultBloomFilter`.
 // - Ockam stream service payloads: @bare-ts/lib 0.6.0 with the spec's schemas
 //   (specs/ockam-stream-service.txt, "Payload BARE specs"; BasePayload {protocol, data}).
+// - Candid (ICRC-72/77): @dfinity/candid on types described in JSON (candid_diff.mjs).
 import readline from "node:readline";
 
 import * as bare from "@bare-ts/lib";
 import { Message } from "@waku/sds";
 import { DefaultBloomFilter } from "./node_modules/@waku/sds/dist/bloom_filter/bloom.js";
 import { Uint8ArrayReader } from "./node_modules/protons-runtime/dist/src/utils/reader.js";
+
+import { candidDecode, candidEncode } from "./candid_diff.mjs";
 
 const hex = (u8) => (u8 === undefined || u8 === null ? null : Buffer.from(u8).toString("hex"));
 const unhex = (s) => (s === null || s === undefined ? undefined : new Uint8Array(Buffer.from(s, "hex")));
@@ -239,7 +242,9 @@ const handlers = {
   bloom: (r) => ({ out: each(bloom)(r.items) }),
   bloom_from: (r) => ({ out: each(bloomFrom)(r.items) }),
   bare_encode: (r) => ({ out: each(bareEncode)(r.items) }),
-  bare_decode: (r) => ({ out: each(bareDecode)(r.items) })
+  bare_decode: (r) => ({ out: each(bareDecode)(r.items) }),
+  candid_encode: (r) => ({ out: each(candidEncode)(r.items) }),
+  candid_decode: (r) => ({ out: each(candidDecode)(r.items) })
 };
 
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
