@@ -13,6 +13,7 @@
 //   - SDS bloom filters: @waku/sds `DefaultBloomFilter`.
 //   - Ockam stream service payloads: @bare-ts/lib 0.6.0 with the spec's schemas
 //     (specs/ockam-stream-service.txt, "Payload BARE specs"; BasePayload {protocol, data}).
+//   - Candid (ICRC-72/77): @dfinity/candid on types described in JSON (candid_diff.mjs).
 // - SDS channels, one request each (`sds_*`): @waku/sds `MessageChannel` objects kept by name,
 //   on a clock the caller sets (`sds_now` replaces Date.now), so lamport timestamps and SDS-R
 //   timings are deterministic.
@@ -24,6 +25,8 @@ import { DefaultBloomFilter } from "./node_modules/@waku/sds/dist/bloom_filter/b
 import { RepairManager } from "./node_modules/@waku/sds/dist/message_channel/repair/repair.js";
 import { hashN } from "./node_modules/@waku/sds/dist/nim_hashn/nim_hashn.mjs";
 import { Uint8ArrayReader } from "./node_modules/protons-runtime/dist/src/utils/reader.js";
+
+import { candidDecode, candidEncode } from "./candid_diff.mjs";
 
 const hex = (u8) => (u8 === undefined || u8 === null ? null : Buffer.from(u8).toString("hex"));
 const unhex = (s) => (s === null || s === undefined ? undefined : new Uint8Array(Buffer.from(s, "hex")));
@@ -390,6 +393,8 @@ const handlers = {
   bloom_from: (r) => ({ out: each(bloomFrom)(r.items) }),
   bare_encode: (r) => ({ out: each(bareEncode)(r.items) }),
   bare_decode: (r) => ({ out: each(bareDecode)(r.items) }),
+  candid_encode: (r) => ({ out: each(candidEncode)(r.items) }),
+  candid_decode: (r) => ({ out: each(candidDecode)(r.items) }),
   ...channelHandlers
 };
 

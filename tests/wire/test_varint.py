@@ -9,6 +9,8 @@ codec did: same values and positions on every input, an error exactly where they
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,8 +18,9 @@ from hypothesis import strategies as st
 from loglake.cardinal import avro
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.errors import DecodeError
-from loglake.wire import bare, icrc16
+from loglake.wire import bare
 from loglake.wire.varint import (
+    CANDID_MAX_OCTETS,
     MAX_OCTETS_64,
     NON_MINIMAL,
     OVERFLOW,
@@ -25,6 +28,8 @@ from loglake.wire.varint import (
     TRUNCATED,
     UINT64_MAX,
     VarintError,
+    decode_candid_sleb,
+    decode_candid_uleb,
     decode_sleb,
     decode_uleb,
     encode_sleb,
@@ -72,27 +77,6 @@ def _old_bare_decode_uint(buf: bytes, pos: int) -> tuple[int, int]:
             if value > UINT64_MAX:
                 raise _OldError("uint exceeds 64 bits")
             return value, pos
-
-
-def _old_type_table_uleb(b: bytes, i: int) -> tuple[int, int]:  # wire/icrc16.py
-    n = shift = 0
-    while True:
-        if i >= len(b):
-            raise _OldError("truncated")
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return n, i
-        if shift > 70:
-            raise _OldError("too long")
-
-
-def _old_type_table_sleb(b: bytes, i: int) -> tuple[int, int]:
-    n, j = _old_type_table_uleb(b, i)
-    bits = 7 * (j - i)
-    return (n - (1 << bits) if n & (1 << (bits - 1)) else n), j
 
 
 def _old_candid_fast_sleb(b: bytes, i: int) -> tuple[int, int]:  # wire/candid_fast.py
@@ -245,13 +229,6 @@ def test_bare_uint_decoder_matches_the_old_one(data: bytes, pos: int) -> None:
 
 
 @settings(max_examples=1000)
-@given(varint_bytes, st.integers(0, 3))
-def test_candid_type_table_leb128_matches_the_old_one(data: bytes, pos: int) -> None:
-    assert _outcome(_old_type_table_uleb, data, pos) == _outcome(icrc16._uleb, data, pos)
-    assert _outcome(_old_type_table_sleb, data, pos) == _outcome(icrc16._sleb, data, pos)
-
-
-@settings(max_examples=1000)
 @given(varint_bytes)
 def test_candid_fast_leb128_matches_the_old_one(data: bytes) -> None:
     """Unbounded LEB128 for ``nat``/``int`` values (old: IndexError when truncated, now a
@@ -285,3 +262,41 @@ def test_max_value_applies_to_every_length(data: str) -> None:
     with pytest.raises(VarintError) as e:
         decode_uleb(bytes.fromhex(data), 0, max_value=100)
     assert e.value.kind == OVERFLOW
+
+
+# -- long varints: linear time, bounded for Candid ----------------------------------------------
+@settings(max_examples=300)
+@given(st.integers(0, 1 << 4000), st.integers(-(1 << 4000), 1 << 4000))
+def test_long_varints_decode_to_the_value_their_groups_spell(n: int, m: int) -> None:
+    """Above a dozen octets the decoder switches to a linear method: the value must still be
+    the sum of each 7-bit group shifted by 7 x its position (the LEB128 definition)."""
+    raw = encode_uleb(n)
+    assert sum((c & 0x7F) << (7 * k) for k, c in enumerate(raw)) == n
+    assert decode_uleb(raw + b"\x05", 0) == (n, len(raw))
+    assert decode_uleb(memoryview(b"\x00" + raw), 1) == (n, len(raw) + 1)
+    assert decode_sleb(encode_sleb(m), 0) == (m, len(encode_sleb(m)))
+
+
+def test_a_500_kb_leb128_is_handled_in_linear_time() -> None:
+    """500 kB of ``ff`` in a Candid nat took 21 s to reject (quadratic big-integer shifts);
+    bounded, it is rejected at once, and even unbounded it is read in well under a second."""
+    hostile = b"\xff" * 500_000 + b"\x01"
+    t = time.perf_counter()
+    with pytest.raises(VarintError) as e:
+        decode_candid_uleb(hostile, 0)
+    assert e.value.kind == TOO_LONG
+    with pytest.raises(VarintError):
+        decode_candid_sleb(hostile, 0)
+    with pytest.raises(VarintError) as e:
+        decode_uleb(hostile[:-1], 0)
+    assert e.value.kind == TRUNCATED
+    value, end = decode_uleb(hostile, 0)
+    assert end == len(hostile) and value == (1 << 3_500_001) - 1
+    assert time.perf_counter() - t < 3.0  # old code: 21 s for the unbounded read alone
+
+
+def test_candid_bound_accepts_its_longest_encoding() -> None:
+    n = (1 << (7 * CANDID_MAX_OCTETS)) - 1
+    assert decode_candid_uleb(encode_uleb(n), 0) == (n, CANDID_MAX_OCTETS)
+    with pytest.raises(VarintError):
+        decode_candid_uleb(encode_uleb(n + 1), 0)

@@ -183,6 +183,13 @@ def whoami(key: str) -> None:
     default=None,
     help="(publisher) events a second one replay is sent at, at most (default: no limit).",
 )
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1024),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="Largest request body read; longer ones get 413 before they are decoded.",
+)
 def serve(
     role: str,
     key: str,
@@ -203,6 +210,7 @@ def serve(
     batch_size: int,
     throttle_ms: float,
     replay_rate: float | None,
+    max_body_bytes: int,
 ) -> None:
     """Run one role over HTTP until interrupted."""
     from loglake.events import (
@@ -265,7 +273,12 @@ def serve(
         else:
             core = Subscriber(me, orch)
         server = HttpRoleServer(
-            core, ident, load_directory(directory), store, throttle_s=throttle_ms / 1000
+            core,
+            ident,
+            load_directory(directory),
+            store,
+            throttle_s=throttle_ms / 1000,
+            max_body_bytes=max_body_bytes,
         )
         console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}; streams: {where}")
         from aiohttp import web

@@ -42,7 +42,7 @@ from loglake.wire.icrc16 import (
     RawValue,
 )
 from loglake.wire.icrc16_encode import map_items, nat, principal, text, uleb, value
-from loglake.wire.varint import decode_uleb, encode_uleb
+from loglake.wire.varint import decode_candid_uleb, encode_uleb
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -289,7 +289,7 @@ _check_nat_index()
 # the output equals the generic path's (tested on random values, ``test_fastcodec.py``) and
 # every malformed input raises ``ICRC16DecodeError``. Any other header: the generic path.
 _ICRC16_T = ICRC16.get_type()
-_uleb_r = decode_uleb
+_uleb_r = decode_candid_uleb
 
 
 def _take(b: bytes, i: int, n: int) -> tuple[bytes, int]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -74,6 +75,16 @@ class Forbidden(LoglakeError):
     pass
 
 
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""The largest request body a role reads (``--max-body-bytes``); a longer one is answered 413
+before it is decoded. The IC caps a message at 2 MB and loglake's publisher splits its
+``icrc72_publish`` calls at 1 MB of event data (``publisher.MAX_MESSAGE_BYTES``); the
+notification batches a Broadcaster makes of them add about 100 bytes an event. 8 MiB leaves
+room for those and for merged batches, where the old 256 MiB let one client pin that much
+memory per request."""
+DECODE_OFF_LOOP_BYTES = 64 * 1024
+"""Bodies at least this long are decoded in a worker thread so the event loop keeps serving
+other clients meanwhile (a 1 MB batch takes milliseconds to decode)."""
 PIPELINE = 4
 """Calls to one target, of one method, in flight at once (HTTP/1.1 pipelining on one
 connection: the receiver handles a connection's requests one after the other, in order)."""
@@ -192,9 +203,12 @@ class HttpRoleServer:
         jobs: ReplayJobs | None = None,
         replays: ReplayGuard | None = None,
         pipeline: int = PIPELINE,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         if pipeline < 1:
             raise ValueError("pipeline must be >= 1")
+        if max_body_bytes < 1024:
+            raise ValueError("max_body_bytes must be at least 1024")
         self.throttle_s = throttle_s
         self.replays = replays if replays is not None else ReplayGuard()
         """Signed calls accepted and not yet expired: a second use is refused (401)."""
@@ -218,7 +232,11 @@ class HttpRoleServer:
         self.inflight_n = 0
         self.settled = asyncio.Event()
         self.wake = asyncio.Event()
-        self.app = web.Application(client_max_size=256 * 1024 * 1024)
+        self.decoder = concurrent.futures.ThreadPoolExecutor(1, "candid-decode")
+        """One worker: large bodies decode off the loop, and in the order they arrived."""
+        self.decoding = 0
+        """Decodes queued on ``decoder``; while any is, small bodies queue behind them too."""
+        self.app = web.Application(client_max_size=max_body_bytes)
         self.app.router.add_post("/api/{method}", self.handle)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
@@ -241,7 +259,15 @@ class HttpRoleServer:
         except ReplayCacheFull as e:
             return web.Response(status=503, text=str(e), headers={"retry-after": "5"})
         try:
-            arg = m.decode_arg(body)
+            if len(body) >= DECODE_OFF_LOOP_BYTES or self.decoding:
+                self.decoding += 1
+                try:
+                    loop = asyncio.get_running_loop()
+                    arg = await loop.run_in_executor(self.decoder, m.decode_arg, body)
+                finally:
+                    self.decoding -= 1
+            else:
+                arg = m.decode_arg(body)
         except DecodeError as e:
             return web.Response(status=400, text=f"malformed Candid argument: {e}")
         try:
@@ -380,6 +406,7 @@ class HttpRoleServer:
         self.drain()
 
     async def _stop(self, app: web.Application) -> None:
+        self.decoder.shutdown(wait=False, cancel_futures=True)
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -25,7 +25,7 @@ from typing import Any
 from icp_candid import candid as C
 from icp_principal import Principal
 
-from loglake.wire.varint import decode_sleb, decode_uleb
+from loglake.wire.varint import decode_candid_sleb, decode_candid_uleb
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -35,10 +35,11 @@ encoder refuses longer ones (``icrc16.validate``), so the decoder does too: a va
 always encodes again (found by ``tests/fuzz/fuzz_icrc16.py``)."""
 
 
-# Candid ``leb128``/``sleb128`` are unbounded (a ``nat`` may exceed 64 bits); a truncated one is
-# a ``VarintError`` (a ValueError), which ``icrc16.candid_decode`` reports as malformed Candid.
-_uleb = decode_uleb
-_sleb = decode_sleb
+# Candid ``leb128``/``sleb128`` may exceed 64 bits; loglake bounds them (``CANDID_MAX_OCTETS``)
+# so a hostile one is rejected in linear time. A truncated or too long one is a ``VarintError``
+# (a ValueError), which ``icrc16.candid_decode`` reports as malformed Candid.
+_uleb = decode_candid_uleb
+_sleb = decode_candid_sleb
 
 
 def _take(b: bytes, i: int, n: int) -> tuple[bytes, int]:

@@ -36,9 +36,8 @@ from icp_candid.candid import RecClass
 from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
-from loglake.wire import varint
+from loglake.wire.candid_check import CandidError, check_message
 from loglake.wire.candid_fast import MAX_PRINCIPAL_BYTES
-from loglake.wire.varint import VarintError, decode_sleb, decode_uleb
 
 Value = dict[str, Any]
 
@@ -301,7 +300,10 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
             raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
         if got is not None:
             return got
-    check_type_table(data)
+    try:  # icp_candid is lax (opt flags, leftover bytes, indexes): check the spec's rules first
+        check_message(data)
+    except CandidError as e:
+        raise ICRC16DecodeError(f"malformed Candid: {e}") from None
     try:
         out = _candid_decode(data, types)
     except RecursionError as e:
@@ -313,7 +315,6 @@ def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
     return [o["value"] for o in out]
 
 
-MAX_TYPE_ENTRIES = 1024
 _FAST: dict[int, Any] = {}
 
 
@@ -328,89 +329,6 @@ def _fast_decoder(t: Any) -> Any:
         except TypeError:
             _FAST[key] = (t, None)
     return _FAST[key][1]
-
-
-_TYPE_TABLE_OCTETS = 11
-"""The longest LEB128 the type-table check reads (it always allowed up to 77 bits)."""
-
-
-def _uleb(b: bytes, i: int) -> tuple[int, int]:
-    try:
-        return decode_uleb(b, i, _TYPE_TABLE_OCTETS)
-    except VarintError as e:
-        raise _leb_error(e) from None
-
-
-def _sleb(b: bytes, i: int) -> tuple[int, int]:
-    try:
-        return decode_sleb(b, i, _TYPE_TABLE_OCTETS)
-    except VarintError as e:
-        raise _leb_error(e) from None
-
-
-def _leb_error(e: VarintError) -> ICRC16DecodeError:
-    if e.kind == varint.TRUNCATED:
-        return ICRC16DecodeError("truncated LEB128 in the Candid type table")
-    return ICRC16DecodeError("LEB128 too long in the Candid type table")
-
-
-def check_type_table(data: bytes) -> None:
-    """Reject Candid messages icp_candid would take unbounded time or memory to decode.
-
-    Why (hand-written): icp_candid loops ``length`` times for a ``vec``; when the element type
-    occupies zero bytes (``null``, ``reserved``, or a record of such), a few bytes can declare a
-    vector of 2**60 elements and exhaust memory (seen here: a fuzz test grew to 23 GB). No loglake
-    type has such a vector, so its presence in the wire type table is rejected up front; every
-    other element type takes at least one byte, which bounds any vector by the message size.
-    Candid spec, "Type definitions" / "Binary format" (type table layout).
-    """
-    if data[:4] != b"DIDL":
-        raise ICRC16DecodeError("not Candid (missing DIDL magic)")
-    n, i = _uleb(data, 4)
-    if n > MAX_TYPE_ENTRIES:
-        raise ICRC16DecodeError(f"Candid type table has {n} entries (limit {MAX_TYPE_ENTRIES})")
-    vecs: list[int] = []
-    records: dict[int, list[int]] = {}
-    for idx in range(n):
-        op, i = _sleb(data, i)
-        if op in (-18, -19):  # opt, vec
-            t, i = _sleb(data, i)
-            if op == -19:
-                vecs.append(t)
-        elif op in (-20, -21):  # record, variant
-            k, i = _uleb(data, i)
-            fields = []
-            for _ in range(k):
-                _, i = _uleb(data, i)
-                t, i = _sleb(data, i)
-                fields.append(t)
-            if op == -20:
-                records[idx] = fields
-        elif op == -22:  # func
-            for _ in range(2):
-                k, i = _uleb(data, i)
-                for _ in range(k):
-                    _, i = _sleb(data, i)
-            k, i = _uleb(data, i)
-            i += k
-        elif op == -23:  # service
-            k, i = _uleb(data, i)
-            for _ in range(k):
-                ln, i = _uleb(data, i)
-                i += ln
-                _, i = _sleb(data, i)
-        else:
-            raise ICRC16DecodeError(f"unknown Candid type opcode {op}")
-    zero = {-1, -16}  # null, reserved
-    changed = True
-    while changed:  # records whose fields are all zero-sized (fixpoint over recursion)
-        changed = False
-        for idx, fields in records.items():
-            if idx not in zero and all(f in zero for f in fields):
-                zero.add(idx)
-                changed = True
-    if any(t in zero for t in vecs):
-        raise ICRC16DecodeError("Candid vec of a zero-sized type is not accepted")
 
 
 # --- helpers for building and reading values -------------------------------------------------

@@ -1,0 +1,105 @@
+"""A role server under hostile request bodies keeps serving everyone else.
+
+A Candid ``nat`` is a LEB128 with no length in the spec; 500 kB of ``ff`` once took 8–21 s to
+reject, on the event loop, so every other client waited that long; and bodies up to 256 MiB
+were read. Here a real subscriber role serves over loopback TCP while one client sends
+hostile bodies (signed, so they reach the decoder) and another makes ordinary calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from aiohttp import web
+
+from loglake.events.client import CallRejected, HttpEventsClient, post_raw
+from loglake.events.identity import Identity
+from loglake.events.server import HttpRoleServer
+from loglake.events.subscriber import Subscriber
+from tests.procs import free_port
+
+HOSTILE_NAT = b"DIDL\x00\x01\x7d" + b"\xff" * 500_000 + b"\x01"
+"""``loglake_inbox``'s argument (a ``nat``) as 500 kB of LEB128 continuation octets."""
+HOSTILE_FOREIGN = b"DIDL\x01\x6e\x7d\x01\x00\x01" + b"\xff" * 500_000 + b"\x01"
+"""The same through another encoder's type table (``opt nat``): the generic decoding path."""
+
+
+def _serve(max_body_bytes: int | None = None):
+    me = Identity.generate()
+    core = Subscriber(me.principal, Identity.generate().principal)
+    kw = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
+    server = HttpRoleServer(core, me, {}, **kw)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(server.app)
+    loop.run_until_complete(runner.setup())
+    port = free_port()
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+    return me, f"http://127.0.0.1:{port}", stop
+
+
+def _hostile(url: str, body: bytes) -> CallRejected:
+    attacker = Identity.generate()  # any key signs: the signature is checked before decoding
+    headers = attacker.sign_call("loglake_inbox", body, time.time_ns())
+    with pytest.raises(CallRejected) as e:
+        post_raw(url, "loglake_inbox", body, headers, 30)
+    return e.value
+
+
+def test_hostile_leb128_bodies_are_rejected_while_others_are_served():
+    me, url, stop = _serve()
+    try:
+        client = HttpEventsClient(url, me, timeout=30)
+        assert client.call("loglake_inbox", 10) == []
+        rejected: list[CallRejected] = []
+        took: list[float] = []
+
+        def attack() -> None:
+            for body in [HOSTILE_NAT, HOSTILE_FOREIGN] * 3:
+                t = time.perf_counter()
+                rejected.append(_hostile(url, body))
+                took.append(time.perf_counter() - t)
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        latencies = []
+        while attacker.is_alive() or not latencies:
+            t = time.perf_counter()
+            assert client.call("loglake_inbox", 10) == []
+            latencies.append(time.perf_counter() - t)
+        attacker.join(60)
+        assert len(rejected) == 6
+        for r in rejected:
+            assert r.status == 400 and "malformed Candid" in r.reason, r.reason
+            assert "too long" in r.reason
+        assert max(took) < 2.0, took  # was 8-21 s each
+        assert max(latencies) < 1.0, latencies  # the other client was not held up
+    finally:
+        stop()
+
+
+def test_a_body_over_the_limit_gets_413_before_decoding():
+    me, url, stop = _serve(max_body_bytes=64 * 1024)
+    try:
+        err = _hostile(url, HOSTILE_NAT)
+        assert err.status == 413, err
+        assert HttpEventsClient(url, me, timeout=30).call("loglake_inbox", 10) == []
+    finally:
+        stop()
+
+
+def test_the_body_limit_is_checked():
+    me = Identity.generate()
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        HttpRoleServer(Subscriber(me.principal, me.principal), me, {}, max_body_bytes=10)
