@@ -62,9 +62,7 @@ types: st.SearchStrategy[Any] = st.recursive(
     st.sampled_from(_PRIMS).map(lambda k: {"k": k}),
     lambda inner: st.one_of(
         inner.map(lambda t: {"k": "opt", "t": t}),
-        inner.filter(lambda t: not _zero_sized(t)).map(
-            lambda t: {"k": "vec", "t": t}
-        ),
+        inner.filter(lambda t: not _zero_sized(t)).map(lambda t: {"k": "vec", "t": t}),
         _fields(inner, 1).map(lambda f: {"k": "record", "f": [list(x) for x in f]}),
         _fields(inner, 1).map(lambda f: {"k": "variant", "f": [list(x) for x in f]}),
     ),

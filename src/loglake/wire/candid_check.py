@@ -24,7 +24,7 @@ Rules (Candid spec, "Binary format" → "Serialisation" / "Deserialisation"):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from loglake.wire.varint import VarintError, decode_candid_sleb, decode_candid_uleb
 
@@ -215,7 +215,7 @@ def check_message(data: bytes) -> None:
                 i = value(payload, i, depth + 1)  # type: ignore[arg-type]
             return i
         if op == RECORD:
-            for _, ft in payload:  # type: ignore[union-attr]
+            for _, ft in cast(list[tuple[int, int]], payload):
                 i = value(ft, i, depth + 1)
             return i
         if op == VARIANT:
