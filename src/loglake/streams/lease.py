@@ -60,7 +60,7 @@ FENCED_PREFIX = "fenced."
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code for a failed expected-last-sequence check (``JSStreamWrongLastSequenceErrF``)."""
+"""JetStream's code for a failed expected-last-sequence check (JSStreamWrongLastSequenceErrF)."""
 MIN_TTL = 1
 _NAME = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 """A KV key's characters (nats-py's ``_is_key_valid``), no empty token."""
@@ -301,7 +301,16 @@ async def lease_bucket(js, bucket: str, replicas: int = 1):
 
 
 def _wrong_last_sequence(e: BaseException) -> bool:
-    return isinstance(e, nats.js.errors.APIError) and e.err_code == WRONG_LAST_SEQUENCE
+    # nats-py's KV raises KeyWrongLastSequenceError without the code; a raw publish keeps it
+    return isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or (
+        isinstance(e, nats.js.errors.APIError) and e.err_code == WRONG_LAST_SEQUENCE
+    )
+
+
+MARKER_REASON = "Nats-Marker-Reason"
+"""Set on the marker the server leaves where a message expired (``limit_marker_ttl``)."""
+KV_OPERATION = "KV-Operation"
+"""``DEL``/``PURGE`` on a KV delete marker (what ``release`` leaves)."""
 
 
 class JetStreamLease:
@@ -372,9 +381,7 @@ class JetStreamLease:
     async def _perform(self, action: Action) -> None:
         try:
             if isinstance(action, Create):
-                revision = await asyncio.wait_for(
-                    self._kv.create(action.key, action.value, msg_ttl=action.ttl), self.timeout
-                )
+                revision = await asyncio.wait_for(self._create(action), self.timeout)
             elif isinstance(action, Renew):
                 ack = await self.js.publish(
                     self.subject(action.key),
@@ -387,7 +394,7 @@ class JetStreamLease:
             else:
                 await asyncio.wait_for(self._kv.delete(action.key, last=action.last), self.timeout)
                 revision = 0
-        except Exception as e:  # noqa: BLE001 - every failure is one of the core's two inputs
+        except Exception as e:  # every failure is one of the core's two inputs
             if _wrong_last_sequence(e):
                 self._emit(self.core.conflict(self.clock()))
             else:
@@ -395,6 +402,37 @@ class JetStreamLease:
                 self._emit(self.core.failed(self.clock()))
             return
         self._emit(self.core.succeeded(revision, self.clock()))
+
+    async def _create(self, action: Create) -> int:
+        """Write the lease key if it is absent, deleted (a released lease) or expired. An
+        expired lease leaves a marker for ``limit_marker_ttl``; nats-py's ``kv.create`` takes
+        only delete markers for absence, which would delay every handover by that second,
+        so the newest message is read and, if it is either marker, overwritten by
+        compare-and-set on its sequence (a contender that wins meanwhile makes that fail)."""
+        subject = self.subject(action.key)
+        last = 0
+        for _ in range(2):
+            try:
+                ack = await self.js.publish(
+                    subject,
+                    action.value,
+                    timeout=self.timeout,
+                    headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)},
+                    msg_ttl=action.ttl,
+                )
+                return ack.seq
+            except nats.js.errors.APIError as e:
+                if not _wrong_last_sequence(e) or last:
+                    raise
+            try:
+                msg = await self.js.get_last_msg(f"KV_{self.bucket}", subject, direct=True)
+            except nats.js.errors.NotFoundError:
+                continue  # gone between the two calls: try to create again
+            headers = msg.headers or {}
+            if MARKER_REASON not in headers and headers.get(KV_OPERATION) not in ("DEL", "PURGE"):
+                raise nats.js.errors.KeyWrongLastSequenceError()  # a live holder
+            last = msg.seq
+        raise nats.js.errors.KeyWrongLastSequenceError()
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
