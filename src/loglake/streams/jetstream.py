@@ -211,6 +211,21 @@ def _b64(s: str) -> str:
     return base64.urlsafe_b64encode(s.encode()).decode().rstrip("=")
 
 
+def _unb64(s: str) -> str:
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)).decode()
+
+
+def _parse_key(key: str) -> tuple[str, str, int] | None:
+    """``c<client>.s<stream>.<partition>`` (``JetStreamLog._key``) back to its parts."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0][:1] != "c" or parts[1][:1] != "s" or not parts[2].isdigit():
+        return None
+    try:
+        return _unb64(parts[0][1:]), _unb64(parts[1][1:]), int(parts[2])
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 def _parse_ts(value: str | None) -> int:
     """``Nats-Time-Stamp`` (RFC 3339, nanoseconds) → ns since the epoch."""
     if not value:
@@ -902,6 +917,27 @@ class JetStreamLog(Log):
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
+
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        """Every saved index in the bucket (the node's consumers list and lag): the keys
+        decode back to ``(client_id, stream, partition)``; a key that does not (written by
+        something else) is skipped."""
+        return self._call(self._consumer_indexes())
+
+    async def _consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        async def keys() -> list[str]:
+            try:
+                return await self.kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+
+        out: dict[tuple[str, str, int], int] = {}
+        for key in await self._retry("index list", keys, self.options.request_timeout):
+            parsed = _parse_key(key)
+            entry = await self._kv_get(key) if parsed is not None else None
+            if entry is not None and entry.value and entry.value.isdigit():
+                out[parsed] = int(entry.value)  # type: ignore[index]
+        return out
 
     async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
         await self._check(stream, partition)
