@@ -212,7 +212,10 @@ def _b64(s: str) -> str:
 
 
 def _unb64(s: str) -> str:
-    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)).decode()
+    """``_b64`` undone, strictly: a character outside the alphabet is an error, not skipped."""
+    if not s:
+        raise ValueError("empty")
+    return base64.b64decode(s + "=" * (-len(s) % 4), altchars=b"-_", validate=True).decode()
 
 
 def _parse_key(key: str) -> tuple[str, str, int] | None:
@@ -221,9 +224,12 @@ def _parse_key(key: str) -> tuple[str, str, int] | None:
     if len(parts) != 3 or parts[0][:1] != "c" or parts[1][:1] != "s" or not parts[2].isdigit():
         return None
     try:
-        return _unb64(parts[0][1:]), _unb64(parts[1][1:]), int(parts[2])
-    except (ValueError, UnicodeDecodeError):
+        client, stream = _unb64(parts[0][1:]), _unb64(parts[1][1:])
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return None
+    if key != f"c{_b64(client)}.s{_b64(stream)}.{int(parts[2])}":
+        return None  # not the one spelling _key writes (padding, leading zeros)
+    return client, stream, int(parts[2])
 
 
 def _parse_ts(value: str | None) -> int:
