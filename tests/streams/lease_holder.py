@@ -26,7 +26,8 @@ def say(line: str) -> None:
 async def main(urls: str, bucket: str, name: str, holder: str, ttl: int) -> None:
     nc = await nats.connect(urls.split(","), connect_timeout=2, max_reconnect_attempts=-1)
     js = nc.jetstream()
-    await lease_bucket(js, bucket, replicas=min(3, len(urls.split(","))))
+    replicas = min(3, len(urls.split(",")))
+    await lease_bucket(js, bucket, replicas=replicas)
 
     def on_change(event) -> None:
         if isinstance(event, Acquired):
@@ -34,7 +35,9 @@ async def main(urls: str, bucket: str, name: str, holder: str, ttl: int) -> None
         else:
             say(f"lost {event.token} {event.reason}")
 
-    lease = await JetStreamLease(js, bucket, name, holder, ttl=ttl, on_change=on_change).start()
+    lease = await JetStreamLease(
+        js, bucket, name, holder, ttl=ttl, replicas=replicas, on_change=on_change
+    ).start()
     say("ready")
     loop = asyncio.get_running_loop()
     while True:

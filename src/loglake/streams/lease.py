@@ -331,10 +331,13 @@ class JetStreamLease:
         ttl: int = 5,
         retry: float = 0.5,
         timeout: float = 2.0,
+        replicas: int = 1,
         on_change: Callable[[Event], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.js, self.bucket, self.timeout = js, bucket, timeout
+        self.replicas = replicas
+        """Replicas of the bucket if this lease creates it (3 on a 3-node cluster)."""
         self.core = LeaseCore(name, holder, ttl=ttl, retry=retry)
         self.on_change = on_change
         self.clock = clock or asyncio.get_running_loop().time
@@ -359,7 +362,7 @@ class JetStreamLease:
         return self.core.token
 
     async def start(self) -> JetStreamLease:
-        self._kv = await lease_bucket(self.js, self.bucket)
+        self._kv = await lease_bucket(self.js, self.bucket, self.replicas)
         self._task = asyncio.create_task(self._run(), name=f"lease {self.name}")
         return self
 
