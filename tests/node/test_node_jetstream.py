@@ -4,6 +4,8 @@ read back from JetStream; and the configuration's checks of the backend."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +156,83 @@ def test_index_keys_written_by_something_else_are_skipped(key: str) -> None:
 
 def test_index_keys_decode_back() -> None:
     assert _parse_key("cYmlsbGluZw.sZGVtby5vcmRlcnM.1") == ("billing", "demo.orders", 1)
+
+
+def node_on(nats3: NatsCluster, data_dir: Path, prefix: str) -> BackgroundNode:
+    cfg = load_config(
+        data={
+            "data_dir": str(data_dir),
+            "http": {"port": 0},
+            "streams": {
+                "port": 0,
+                "backend": nats3.url,
+                "replicas": 3,
+                "nats_prefix": prefix,
+                "lease_ttl": 2,
+                "seal_interval": 0.2,
+            },
+        },
+        env={},
+    )
+    return BackgroundNode(cfg, say=lambda _: None).start()
+
+
+def sealed(data_dir: Path, stream: str) -> int:
+    """Records in the lake files the node's sealer wrote for ``stream``."""
+    from loglake.log.lake import list_lake_files, visible_lake_files
+    from loglake.log.lake_schema import lake_partition_dir
+
+    files = visible_lake_files(list_lake_files(lake_partition_dir(data_dir, stream, 0)))
+    return sum(f.last - f.first + 1 for f in files)
+
+
+def wait_until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := probe():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    prefix = "two" + uuid.uuid4().hex[:8]
+    a = node_on(nats3, tmp_path / "a", prefix)
+    b = node_on(nats3, tmp_path / "b", prefix)
+    try:
+        holder, other = wait_until(
+            lambda: (
+                (a, b)
+                if a.node.leases.holds("sealer")
+                else (b, a)
+                if b.node.leases.holds("sealer")
+                else None
+            ),
+            10,
+            "a sealer holder",
+        )
+        for _ in range(10):  # one holder, across renewals
+            assert holder.node.leases.held() == {"sealer": True}
+            assert other.node.leases.held() == {"sealer": False}
+            time.sleep(0.2)
+        log = JetStreamLog(nats3.url, prefix=prefix)
+        try:
+            log.create_stream("orders")
+            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            wait_until(lambda: sealed(holder.node.config.data_dir, "orders") == 20, 10, "sealed")
+            time.sleep(1.0)  # several of the other node's rounds
+            assert sealed(other.node.config.data_dir, "orders") == 0  # it did not seal too
+            stopped = time.monotonic()
+            holder.stop()  # a clean stop hands the lease over at once
+            wait_until(lambda: other.node.leases.holds("sealer"), 2 + 2, "the handover")
+            took = time.monotonic() - stopped
+            log.append_payloads("orders", 0, [b"y%d" % i for i in range(5)])
+            wait_until(lambda: sealed(other.node.config.data_dir, "orders") == 25, 10, "resealed")
+            print(f"sealer handed over {took:.2f}s after the holder stopped")
+        finally:
+            log.close()
+    finally:
+        for n in (a, b):
+            n.stop()

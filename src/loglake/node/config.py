@@ -9,11 +9,11 @@ checked at start and an error names the key and where the bad value came from::
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
 metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
-retention_interval, backend, replicas, nats_prefix, nats_creds, seal_interval; ``[limits]``
-the stream server's bounds on clients (``streams/limits.py``);
-``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream,
-channel, layout, check_every, wait, trackers; ``[sds]`` enabled, channel, participants,
-sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
+retention_interval, backend, replicas, nats_prefix, nats_creds, lease_ttl, seal_interval;
+``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
+enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
+check_every, wait, trackers; ``[sds]`` enabled, channel, participants, sync_interval; ``[jobs]``
+enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
@@ -205,6 +205,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("streams", "replicas", _int(1, 5), 1, "With backend: replicas of each stream created."),
     Option("streams", "nats_prefix", _str, "loglake", "With backend: namespace of stream names."),
     Option("streams", "nats_creds", _path, None, "With backend: a NATS .creds file."),
+    Option(
+        "streams",
+        "lease_ttl",
+        _int(1, 3600),
+        5,
+        "With backend: seconds a dead node keeps once-only work (the sealer) before another "
+        "node on the cluster takes it over.",
+    ),
     Option(
         "streams",
         "seal_interval",

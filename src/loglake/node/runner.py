@@ -30,7 +30,7 @@ from loglake.logs import log_event
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import Token, forget_token, load_or_create_token
-from loglake.node.backend import describe_backend, open_node_log, start_sealer
+from loglake.node.backend import NodeLeases, describe_backend, open_node_log, start_sealer
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
@@ -75,6 +75,8 @@ class Node:
         self._uvicorn_task: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
         self._sealer: asyncio.Task | None = None
+        self.leases: NodeLeases | None = None
+        """Once-only work (the sealer) on a cluster shared with other nodes."""
         self._stop_retention = asyncio.Event()
 
     @property
@@ -128,7 +130,8 @@ class Node:
         self._retention = asyncio.create_task(
             _retention_loop(raw, cfg.streams.retention_interval, self._stop_retention)
         )
-        self._sealer = start_sealer(cfg, raw, self._stop_retention)
+        self.leases = await asyncio.to_thread(NodeLeases, raw, cfg)
+        self._sealer = start_sealer(cfg, raw, self._stop_retention, self.leases)
         ctx.parts = {
             "streams": cfg.streams.enabled,
             "events": cfg.events.enabled,
@@ -211,6 +214,9 @@ class Node:
         if self._sealer is not None:
             await self._sealer
             self._sealer = None
+        if self.leases is not None:
+            await asyncio.to_thread(self.leases.close)
+            self.leases = None
         if self._log is not None:
             self._log.close()
             self._log = None

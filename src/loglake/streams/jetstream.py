@@ -325,6 +325,11 @@ class JetStreamLog(Log):
             raise
 
     # -- plumbing ---------------------------------------------------------------------------
+    def call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coro`` on this log's connection loop and wait for it: what else shares the
+        connection (a node's leases, ``loglake.streams.lease``) runs there, with ``self.js``."""
+        return self._call(coro, timeout)
+
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         if self._closed:
             coro.close()
