@@ -16,6 +16,9 @@ from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
 from loglake.node.config import OPTIONS, Option, default_data_dir, load_config
 from loglake.streams import eventloop
 
+SHORT_FLAGS = {"streams.backend": "--backend", "streams.replicas": "--replicas"}
+"""Flags that also go by the name ``loglake serve`` gives the same setting."""
+
 
 def _flag(o: Option) -> Any:
     default = o.default if not isinstance(o.default, tuple) else ",".join(o.default) or "none"
@@ -30,7 +33,8 @@ def _flag(o: Option) -> Any:
     if o.is_bool:
         name = o.flag[2:]
         return click.option(f"--{name}/--no-{name}", param, default=None, help=help_)
-    return click.option(o.flag, param, default=None, metavar="VALUE", help=help_)
+    flags = [o.flag, *([SHORT_FLAGS[o.name]] if o.name in SHORT_FLAGS else [])]
+    return click.option(*flags, param, default=None, metavar="VALUE", help=help_)
 
 
 def _with_option_flags(f: Any) -> Any:
@@ -77,11 +81,27 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
     help="Keep the node's data here (default: a temporary directory, removed afterwards).",
 )
 @click.option("--http-port", type=PORT, default=0, help="HTTP port (default: any free port).")
-def walkthrough(keep: bool, data_dir: Path | None, http_port: int) -> None:
+@click.option(
+    "--backend",
+    metavar="nats://H1,H2,H3",
+    help="Keep the node's streams in this NATS JetStream cluster (default: the embedded log).",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="With --backend: replicas of each stream.",
+)
+def walkthrough(
+    keep: bool, data_dir: Path | None, http_port: int, backend: str | None, replicas: int
+) -> None:
     """Start a node (embedded default: every part on) and walk through all five protocols
     against it: a partitioned stream, an ICRC publish and replay, a Cardinal chain with a
     reorg, an SDS exchange with a lost message repaired, a weekly archive built and fetched
     by a member; print a summary and the console URL, then stop (--keep: keep it running)."""
     from loglake.node.walkthrough import run_walkthrough
 
-    run_walkthrough(keep=keep, data_dir=data_dir, http_port=http_port)
+    run_walkthrough(
+        keep=keep, data_dir=data_dir, http_port=http_port, backend=backend, replicas=replicas
+    )

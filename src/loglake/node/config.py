@@ -9,10 +9,11 @@ checked at start and an error names the key and where the bad value came from::
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
 metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
-retention_interval; ``[limits]`` the stream server's bounds on clients (``streams/limits.py``);
-``[events]`` enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream,
-channel, layout, check_every, wait, trackers; ``[sds]`` enabled, channel, participants,
-sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
+retention_interval, backend, replicas, nats_prefix, nats_creds, lease_ttl, seal_interval;
+``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
+enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
+check_every, wait, trackers; ``[sds]`` enabled, channel, participants, sync_interval; ``[jobs]``
+enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
@@ -130,6 +131,21 @@ def _trackers(v: Any) -> tuple[str, ...]:
         raise ValueError(str(e)) from None
 
 
+def _nats_url(v: Any) -> str:
+    """``nats://h1:4222,h2:4222`` (``tls://`` too): the servers of one NATS cluster."""
+    from loglake.streams.jetstream import JetStreamOptions
+
+    url = _str(v).strip()
+    try:
+        servers = JetStreamOptions.from_url(url).servers
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    bad = [x for x in servers if not x.startswith(("nats://", "tls://"))]
+    if bad:
+        raise ValueError("expected nats://host:port[,host:port…] (or tls://…)")
+    return url
+
+
 def _path(v: Any) -> Path:
     return Path(_str(v)).expanduser()
 
@@ -178,6 +194,32 @@ OPTIONS: tuple[Option, ...] = (
     Option("streams", "durability", _choice(*DURABILITIES), "batch", "fsync policy, new streams."),
     Option("streams", "segment_bytes", _int(4096, 2**40), 64 * 1024 * 1024, "Segment roll size."),
     Option("streams", "retention_interval", _float(0.1), 60.0, "Seconds between retention runs."),
+    Option(
+        "streams",
+        "backend",
+        _nats_url,
+        None,
+        "Keep every part's streams in NATS JetStream, nats://h1:4222,h2:4222,h3:4222; the data "
+        "dir then keeps only the sealed lake and caches (default: the embedded log there).",
+    ),
+    Option("streams", "replicas", _int(1, 5), 1, "With backend: replicas of each stream created."),
+    Option("streams", "nats_prefix", _str, "loglake", "With backend: namespace of stream names."),
+    Option("streams", "nats_creds", _path, None, "With backend: a NATS .creds file."),
+    Option(
+        "streams",
+        "lease_ttl",
+        _int(1, 3600),
+        5,
+        "With backend: seconds a dead node keeps once-only work (the sealer) before another "
+        "node on the cluster takes it over.",
+    ),
+    Option(
+        "streams",
+        "seal_interval",
+        _float(0.1),
+        60.0,
+        "With backend: seconds between copies of JetStream history into the data dir's lake.",
+    ),
     Option("events", "enabled", _bool, False, "Run ICRC-72/77 roles in this process."),
     Option("events", "roles", _names(ROLES), ROLES, "Which roles (comma-separated)."),
     Option("events", "namespaces", _names(), (), "Namespaces the publisher registers."),
@@ -366,6 +408,8 @@ def _check_together(cfg: NodeConfig) -> None:
         raise ConfigError("[archives] control: enable the control loop, the member, or both")
     if cfg.sds.enabled and len(cfg.sds.participants) < 1:
         raise ConfigError("[sds] participants: at least one participant")
+    if cfg.streams.replicas > 1 and not cfg.streams.backend:
+        raise ConfigError("[streams] replicas: replicas are JetStream's; set [streams] backend")
     if cfg.streams.enabled and cfg.http.port and cfg.streams.port == cfg.http.port:
         raise ConfigError(f"[streams] port: {cfg.streams.port} is also [http] port")
 
@@ -402,13 +446,16 @@ def _check_events_http(cfg: NodeConfig) -> None:
         raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [http] port")
 
 
-def embedded_default(data_dir: Path, http_port: int = 0) -> NodeConfig:
-    """Every part on, any free ports: the walkthrough's node (``loglake node walkthrough``)."""
+def embedded_default(
+    data_dir: Path, http_port: int = 0, streams: Mapping[str, Any] | None = None
+) -> NodeConfig:
+    """Every part on, any free ports: the walkthrough's node (``loglake node walkthrough``);
+    ``streams`` adds ``[streams]`` keys (a JetStream ``backend``)."""
     return load_config(
         data={
             "data_dir": str(data_dir),
             "http": {"port": http_port},
-            "streams": {"port": 0},
+            "streams": {"port": 0, **(streams or {})},
             "events": {"enabled": True, "namespaces": ["demo.events"]},
             "archives": {"enabled": True, "wait": 0.0, "check_every": 1.0},
             "sds": {"enabled": True},

@@ -25,10 +25,11 @@ from typing import Any, cast
 import uvicorn
 
 from loglake.errors import LoglakeError
-from loglake.log import Durability, Log, StreamConfig, open_log
+from loglake.log import Durability, Log, StreamConfig
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import Token, forget_token, load_or_create_token
+from loglake.node.backend import NodeLeases, describe_backend, open_node_log, start_sealer
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
@@ -73,6 +74,9 @@ class Node:
         self._uvicorn: _Uvicorn | None = None
         self._uvicorn_task: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
+        self._sealer: asyncio.Task | None = None
+        self.leases: NodeLeases | None = None
+        """Once-only work (the sealer) on a cluster shared with other nodes."""
         self._stop_retention = asyncio.Event()
 
     @property
@@ -90,8 +94,7 @@ class Node:
             segment_bytes=cfg.streams.segment_bytes,
         )
         try:
-            # seals in a child process, off the GIL of the node's servers (log.sealer)
-            raw = open_log(cfg.data_dir, default_config=stream_config, seal_processes=True)
+            raw = open_node_log(cfg, stream_config)  # the embedded log or JetStream
             self._log = raw
             await self._start_parts(raw, stream_config)
         except BaseException:
@@ -127,6 +130,8 @@ class Node:
         self._retention = asyncio.create_task(
             _retention_loop(raw, cfg.streams.retention_interval, self._stop_retention)
         )
+        self.leases = await asyncio.to_thread(NodeLeases, raw, cfg)
+        self._sealer = start_sealer(cfg, raw, self._stop_retention, self.leases)
         ctx.parts = {
             "streams": cfg.streams.enabled,
             "events": cfg.events.enabled,
@@ -206,6 +211,12 @@ class Node:
         if self._retention is not None:
             await self._retention
             self._retention = None
+        if self._sealer is not None:
+            await self._sealer
+            self._sealer = None
+        if self.leases is not None:
+            await asyncio.to_thread(self.leases.close)
+            self.leases = None
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -218,7 +229,7 @@ def token_banner(node: Node) -> str:
     addr = node.context.stream_address
     if addr:
         lines.append(f"  stream service on {addr[0]}:{addr[1]}")
-    lines.append(f"  data dir {node.config.data_dir}")
+    lines.append(f"  data dir {node.config.data_dir}; {describe_backend(node.config)}")
     if not _loopback(node.config.http.host):
         lines.append(
             f"  warning: the API listens on {node.config.http.host} over plain HTTP: other "

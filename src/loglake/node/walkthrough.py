@@ -74,13 +74,21 @@ class Api:
 
 
 def run_walkthrough(
-    *, keep: bool = False, data_dir: Path | None = None, http_port: int = 0
+    *,
+    keep: bool = False,
+    data_dir: Path | None = None,
+    http_port: int = 0,
+    backend: str | None = None,
+    replicas: int = 1,
 ) -> dict[str, Any]:
+    """Run the walkthrough; ``backend`` (``nats://h1,h2,h3``) keeps the node's streams in
+    that JetStream cluster with ``replicas`` replicas instead of the embedded log."""
     console = Console()
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loglake-")))
-        config = embedded_default(data_dir, http_port=http_port)
+        streams = {"backend": backend, "replicas": replicas} if backend else None
+        config = embedded_default(data_dir, http_port=http_port, streams=streams)
         console.print("[bold]0.[/] starting a node (every part on) …")
         node = stack.enter_context(BackgroundNode(config, say=lambda s: None))
         api = Api(node.url, node.token)
@@ -90,6 +98,8 @@ def run_walkthrough(
         console.print(
             f"   HTTP API {node.url}/api, stream service {addr[0]}:{addr[1]}, data dir {data_dir}"
         )
+        if backend:
+            console.print(f"   streams in NATS JetStream {backend} (R{replicas})")
         summary: dict[str, Any] = {}
         from loglake.streams import StreamClient
 

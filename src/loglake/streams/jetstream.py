@@ -211,6 +211,27 @@ def _b64(s: str) -> str:
     return base64.urlsafe_b64encode(s.encode()).decode().rstrip("=")
 
 
+def _unb64(s: str) -> str:
+    """``_b64`` undone, strictly: a character outside the alphabet is an error, not skipped."""
+    if not s:
+        raise ValueError("empty")
+    return base64.b64decode(s + "=" * (-len(s) % 4), altchars=b"-_", validate=True).decode()
+
+
+def _parse_key(key: str) -> tuple[str, str, int] | None:
+    """``c<client>.s<stream>.<partition>`` (``JetStreamLog._key``) back to its parts."""
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0][:1] != "c" or parts[1][:1] != "s" or not parts[2].isdigit():
+        return None
+    try:
+        client, stream = _unb64(parts[0][1:]), _unb64(parts[1][1:])
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        return None
+    if key != f"c{_b64(client)}.s{_b64(stream)}.{int(parts[2])}":
+        return None  # not the one spelling _key writes (padding, leading zeros)
+    return client, stream, int(parts[2])
+
+
 def _parse_ts(value: str | None) -> int:
     """``Nats-Time-Stamp`` (RFC 3339, nanoseconds) → ns since the epoch."""
     if not value:
@@ -304,6 +325,11 @@ class JetStreamLog(Log):
             raise
 
     # -- plumbing ---------------------------------------------------------------------------
+    def call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coro`` on this log's connection loop and wait for it: what else shares the
+        connection (a node's leases, ``loglake.streams.lease``) runs there, with ``self.js``."""
+        return self._call(coro, timeout)
+
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         if self._closed:
             coro.close()
@@ -902,6 +928,27 @@ class JetStreamLog(Log):
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
+
+    def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        """Every saved index in the bucket (the node's consumers list and lag): the keys
+        decode back to ``(client_id, stream, partition)``; a key that does not (written by
+        something else) is skipped."""
+        return self._call(self._consumer_indexes())
+
+    async def _consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        async def keys() -> list[str]:
+            try:
+                return await self.kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+
+        out: dict[tuple[str, str, int], int] = {}
+        for key in await self._retry("index list", keys, self.options.request_timeout):
+            parsed = _parse_key(key)
+            entry = await self._kv_get(key) if parsed is not None else None
+            if entry is not None and entry.value and entry.value.isdigit():
+                out[parsed] = int(entry.value)  # type: ignore[index]
+        return out
 
     async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
         await self._check(stream, partition)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -144,9 +145,21 @@ def seal_command(
     click.echo(f"sealed {len(files)} file(s)")
 
 
-async def seal_loop(log: Log, data_dir: Path, interval: float, stop: Any) -> None:
+IDLE_CHECK = 0.5
+"""Seconds between checks of ``should_run`` while another node seals (a takeover seals soon)."""
+
+
+async def seal_loop(
+    log: Log,
+    data_dir: Path,
+    interval: float,
+    stop: Any,
+    should_run: Callable[[], bool] | None = None,
+) -> None:
     """``serve --backend``'s sealer: ``seal()`` every ``interval`` seconds off the event loop
-    until ``stop`` (an ``asyncio.Event``) is set; a failed round is logged and retried."""
+    until ``stop`` (an ``asyncio.Event``) is set; a failed round is logged and retried. With
+    ``should_run`` (a node's lease on the sealer), a round runs only while it says so: several
+    nodes on one cluster seal once, not once each."""
     import asyncio
 
     if not isinstance(log, JetStreamLog):
@@ -154,9 +167,13 @@ async def seal_loop(log: Log, data_dir: Path, interval: float, stop: Any) -> Non
     sealer = JetStreamSealer(log, Path(data_dir))
     loop = asyncio.get_running_loop()
     while not stop.is_set():
-        try:
-            await loop.run_in_executor(None, sealer.seal)
-        except Exception as e:
-            log_event(logger, logging.WARNING, "jetstream sealing failed", error=repr(e))
+        wait = interval
+        if should_run is None or should_run():
+            try:
+                await loop.run_in_executor(None, sealer.seal)
+            except Exception as e:
+                log_event(logger, logging.WARNING, "jetstream sealing failed", error=repr(e))
+        else:
+            wait = min(interval, IDLE_CHECK)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
+            await asyncio.wait_for(stop.wait(), wait)

@@ -1,0 +1,131 @@
+"""Where a node keeps its streams: the one place that chooses, so every part the node runs
+(the stream service, ICRC roles and journals, Cardinal checkpoints, SDS channels and store,
+the archives control node and member) reads and writes the same history.
+
+- no ``[streams] backend``: the embedded log in the data dir (``loglake.log.open_log``), sealing
+  in a child process off the GIL of the node's servers;
+- ``[streams] backend = "nats://h1,h2,h3"``: ``JetStreamLog`` (``streams/jetstream.py``) — every
+  partition a JetStream stream with ``[streams] replicas`` replicas, consumer indexes in its KV
+  bucket; the data dir keeps the lake the sealer copies JetStream's history into (reads below
+  JetStream's retention come from it) and the parts' caches and keys.
+
+Several nodes may share one cluster (and ``nats_prefix``): work that must run once is held by
+one of them at a time through a lease (``NodeLeases``, ``loglake.streams.lease``) and taken
+over within ``[streams] lease_ttl`` when its holder dies. Today that is the sealer; retention
+needs none (JetStream enforces ``max_age``/``max_bytes`` itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from loglake.log import Log, StreamConfig, open_log
+from loglake.node.config import NodeConfig
+
+
+def open_node_log(cfg: NodeConfig, default_config: StreamConfig) -> Log:
+    """The node's log, as ``[streams] backend`` says."""
+    if not cfg.streams.backend:
+        return open_log(cfg.data_dir, default_config=default_config, seal_processes=True)
+    from loglake.streams.jetstream import JetStreamLog
+
+    creds = cfg.streams.nats_creds
+    return JetStreamLog(
+        cfg.streams.backend,
+        replicas=cfg.streams.replicas,
+        prefix=cfg.streams.nats_prefix,
+        credentials=str(creds) if creds is not None else None,
+        lake_dir=str(cfg.data_dir),
+    )
+
+
+def describe_backend(cfg: NodeConfig) -> str:
+    """One line for the banner: where the streams are."""
+    if not cfg.streams.backend:
+        return f"streams in the embedded log of {cfg.data_dir}"
+    return (
+        f"streams in NATS JetStream {cfg.streams.backend} (R{cfg.streams.replicas}, "
+        f"prefix {cfg.streams.nats_prefix}); sealed lake in {cfg.data_dir}"
+    )
+
+
+ONCE_ONLY = ("sealer",)
+"""The work a node on a shared cluster runs only while it holds the lease of that name."""
+
+
+class NodeLeases:
+    """A node's leases on the cluster its log is on, one per once-only work, each renewed on
+    the log's own connection loop. ``holds(name)`` is what that work asks before each round.
+    With the embedded log there is no cluster to share and every lease is held."""
+
+    def __init__(self, log: Log, cfg: NodeConfig, names: tuple[str, ...] = ONCE_ONLY) -> None:
+        self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        """Who holds a lease (the value of its key): unique per node process."""
+        self.leases: dict[str, Any] = {}
+        self._log: Any = None
+        if not cfg.streams.backend:
+            return
+        from loglake.streams.jetstream import JetStreamLog
+        from loglake.streams.lease import JetStreamLease
+
+        assert isinstance(log, JetStreamLog)
+        self._log = log
+        bucket = f"{cfg.streams.nats_prefix}_leases"
+
+        async def start(name: str) -> JetStreamLease:
+            lease = JetStreamLease(
+                log.js,
+                bucket,
+                name,
+                self.holder,
+                ttl=cfg.streams.lease_ttl,
+                replicas=cfg.streams.replicas,
+            )
+            return await lease.start()
+
+        for name in names:
+            self.leases[name] = log.call(start(name))
+
+    def holds(self, name: str) -> bool:
+        lease = self.leases.get(name)
+        return True if self._log is None else lease is not None and lease.holds()
+
+    def held(self) -> dict[str, bool]:
+        """Each lease and whether this node holds it now."""
+        return {name: self.holds(name) for name in self.leases}
+
+    def checker(self, name: str) -> Callable[[], bool]:
+        return lambda: self.holds(name)
+
+    def close(self) -> None:
+        """Hand every lease over (deleted, so another node takes it at once, not after the
+        ttl); a node that dies instead lets them expire."""
+        if self._log is None:
+            return
+        for lease in self.leases.values():
+            try:
+                self._log.call(lease.release(), timeout=lease.timeout * 2)
+            except Exception:  # a cluster gone at stop: the lease expires on its own
+                continue
+        self.leases.clear()
+
+
+def start_sealer(
+    cfg: NodeConfig, log: Log, stop: asyncio.Event, leases: NodeLeases | None = None
+) -> asyncio.Task[Any] | None:
+    """With a JetStream backend, copy its history into the data dir's lake every
+    ``[streams] seal_interval`` s, while this node holds the sealer's lease (the embedded log
+    seals itself)."""
+    if not cfg.streams.backend:
+        return None
+    from loglake.streams.jetstream_seal import seal_loop
+
+    should_run = leases.checker("sealer") if leases is not None else None
+    return asyncio.create_task(
+        seal_loop(log, cfg.data_dir, cfg.streams.seal_interval, stop, should_run)
+    )

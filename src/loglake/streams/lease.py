@@ -1,0 +1,515 @@
+"""Leases in JetStream's key-value store, with fencing: work that must run once on a cluster
+(the sealer, retention, an ICRC role's journal writer, the archives control node) is held by one
+node at a time and handed over when that node dies.
+
+DESIGN.md principle 4 — an existing distributed engine, never a home-made consensus: the lease
+is one KV key written with compare-and-set on its revision and a per-message TTL, and the
+server, not this module, decides who wins.
+
+- **acquire**: ``kv.create(lease.<name>)`` with a message TTL; it fails while anyone else's
+  lease message exists. A holder that dies stops renewing, its message expires after the TTL,
+  and the next contender's create succeeds (the bucket is made with ``limit_marker_ttl``, which
+  turns on per-message TTLs and leaves a delete marker behind an expired lease).
+- **renew**: a publish on the lease key with ``Nats-Expected-Last-Subject-Sequence`` = the
+  revision this holder last wrote, every ``ttl / 3``. Any other revision there means the lease
+  was lost (expired and taken) — the holder learns it from the refused renewal.
+- **hand over**: ``release()`` deletes the key with the same compare-and-set, so the next
+  contender need not wait for the TTL.
+- **fencing**: the lease's token is the KV revision of the lease key (JetStream sequences only
+  grow, so a later holder always has a larger token). A write guarded by the lease is a publish
+  into the same bucket (``fenced.<name>.<key>``) carrying
+  ``Nats-Expected-Last-Subject-Sequence-Subject: $KV.<bucket>.lease.<name>`` and
+  ``Nats-Expected-Last-Subject-Sequence: <the holder's revision>``: the server stores it only if
+  the lease key's newest message is still that holder's. A holder paused (SIGSTOP, a long GC) past
+  its TTL therefore cannot write when it wakes, whatever its own clock says: the write is
+  refused with ``FencedOut``. (nats-server ≥ 2.11 checks the subject-scoped header; loglake's
+  clusters run 2.15.)
+
+The module is in two parts, as the protocol cores are: ``LeaseCore`` is a sans-I/O state machine
+(a clock and the KV's answers in, actions and events out) that the tests drive with a fake clock;
+``JetStreamLease`` performs its actions on a nats-py JetStream context.
+
+Safety of the local view: the holder counts its lease as valid until ``ttl × (1 − margin)``
+after it *sent* its last successful write; the server's TTL starts when it stores that write,
+which is later, so the holder stops believing first. Fencing covers what the local view cannot
+(a pause between the check and the write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js import api as jsapi
+from nats.js.kv import KeyValue
+
+from loglake.errors import Unavailable
+from loglake.log.api import LogError
+
+logger = logging.getLogger(__name__)
+
+LEASE_PREFIX = "lease."
+FENCED_PREFIX = "fenced."
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's code for a failed expected-last-sequence check (JSStreamWrongLastSequenceErrF)."""
+MIN_TTL = 1
+_NAME = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
+"""A KV key's characters (nats-py's ``_is_key_valid``), no empty token."""
+"""JetStream message TTLs are whole seconds (the ``Nats-TTL`` header), at least one."""
+
+
+class LeaseError(LogError):
+    """A lease operation failed for a reason retrying does not fix."""
+
+
+class LeaseLost(LeaseError):
+    """This node does not hold the lease (never acquired it, it expired, or it was handed over):
+    a guarded write was not attempted."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        super().__init__(f"lease {name!r} is not held by this node: {why}")
+
+
+class FencedOut(LeaseLost):
+    """JetStream refused a guarded write: the lease key has a newer revision than the writer's
+    token (another node holds the lease now, or it expired). Nothing was written."""
+
+    def __init__(self, name: str, token: int, detail: str = "") -> None:
+        self.token = token
+        super().__init__(
+            name, f"the cluster refused a write fenced by revision {token}{detail} (a newer holder)"
+        )
+
+
+class LeaseUnavailable(LeaseError, Unavailable):
+    """The cluster did not answer a lease operation in time; retrying later may succeed."""
+
+
+# --- the sans-I/O core ----------------------------------------------------------------------
+
+
+class LeaseState(enum.Enum):
+    IDLE = "idle"
+    """Not holding; will try to create the key at ``next_try``."""
+    ACQUIRING = "acquiring"
+    HELD = "held"
+    RENEWING = "renewing"
+    RELEASING = "releasing"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Action: create the lease key (fails if it exists) with a message TTL of ``ttl`` s."""
+
+    key: str
+    value: bytes
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Renew:
+    """Action: write the lease key again, only if its newest revision is still ``last``."""
+
+    key: str
+    value: bytes
+    ttl: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Action: delete the lease key, only if its newest revision is still ``last``."""
+
+    key: str
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """Event: this node holds the lease; ``token`` is the revision that made it the holder."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Event: this node no longer holds the lease acquired with ``token``."""
+
+    token: int
+    reason: str
+
+
+Action = Create | Renew | Delete
+Event = Acquired | Lost
+
+
+@dataclass
+class LeaseCore:
+    """One node's view of one lease. Feed it the clock (``poll``) and the KV's answers
+    (``succeeded``/``conflict``/``failed``); it returns what to send and what happened. At
+    most one action is outstanding at a time.
+
+    ``ttl`` is the server-side TTL of the lease message (whole seconds); renewals go out every
+    ``ttl / 3``; a contender that finds the key taken tries again every ``retry`` seconds."""
+
+    name: str
+    holder: str
+    ttl: int = 5
+    retry: float = 0.5
+    margin: float = 0.2
+    state: LeaseState = LeaseState.IDLE
+    token: int | None = None
+    """The revision that made this node the holder (None while not holding)."""
+    revision: int | None = None
+    """The newest revision this node wrote on the lease key (what fenced writes expect)."""
+    valid_until: float = -math.inf
+    next_try: float = -math.inf
+    _sent_at: float = 0.0
+    _next_renew: float = math.inf
+    _events: list[Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ttl, int) or self.ttl < MIN_TTL:
+            raise ValueError(f"lease ttl must be a whole number of seconds ≥ {MIN_TTL}")
+        if not 0 <= self.margin < 1:
+            raise ValueError("lease margin must be in [0, 1)")
+        if not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"lease name {self.name!r}: use letters, digits and - _ = / . "
+                "(it becomes a JetStream KV key)"
+            )
+
+    @property
+    def key(self) -> str:
+        return LEASE_PREFIX + self.name
+
+    @property
+    def renew_every(self) -> float:
+        return self.ttl / 3
+
+    def holds(self, now: float) -> bool:
+        """Whether this node may act as the holder at ``now`` (a local view; fencing is what
+        the cluster enforces)."""
+        return self.state in (LeaseState.HELD, LeaseState.RENEWING) and now < self.valid_until
+
+    def poll(self, now: float) -> tuple[list[Action], list[Event]]:
+        """Advance to ``now``: what to send and what happened since the last call."""
+        actions: list[Action] = []
+        if self.state in (LeaseState.HELD, LeaseState.RENEWING) and now >= self.valid_until:
+            self._lose("not renewed within its ttl", now)
+        if self.state is LeaseState.IDLE and now >= self.next_try:
+            self.state, self._sent_at = LeaseState.ACQUIRING, now
+            actions.append(Create(self.key, self.holder.encode(), self.ttl))
+        elif self.state is LeaseState.HELD and now >= self._next_renew:
+            assert self.revision is not None
+            self.state, self._sent_at = LeaseState.RENEWING, now
+            actions.append(Renew(self.key, self.holder.encode(), self.ttl, self.revision))
+        return actions, self._take_events()
+
+    def succeeded(self, revision: int, now: float) -> list[Event]:
+        """The outstanding action was stored at ``revision``."""
+        if self.state is LeaseState.ACQUIRING:
+            self.token = revision
+            self._events.append(Acquired(revision))
+        if self.state in (LeaseState.ACQUIRING, LeaseState.RENEWING):
+            self.state, self.revision = LeaseState.HELD, revision
+            self.valid_until = self._sent_at + self.ttl * (1 - self.margin)
+            self._next_renew = self._sent_at + self.renew_every
+            if now >= self.valid_until:  # the answer came too late to be believed
+                self._lose("the write was acknowledged after its ttl", now)
+        elif self.state is LeaseState.RELEASING:
+            self.state, self.next_try = LeaseState.CLOSED, math.inf
+        return self._take_events()
+
+    def conflict(self, now: float) -> list[Event]:
+        """The outstanding action's compare-and-set failed: someone else holds the key."""
+        if self.state is LeaseState.ACQUIRING:
+            self.state, self.next_try = LeaseState.IDLE, now + self.retry
+        elif self.state is LeaseState.RENEWING:
+            self._lose("another node holds it (renewal refused)", now)
+        elif self.state is LeaseState.RELEASING:
+            self.state = LeaseState.CLOSED
+        return self._take_events()
+
+    def failed(self, now: float) -> list[Event]:
+        """The outstanding action got no answer (cluster unavailable): try again later; a
+        holder keeps its lease until ``valid_until``."""
+        if self.state is LeaseState.ACQUIRING:
+            self.state, self.next_try = LeaseState.IDLE, now + self.retry
+        elif self.state is LeaseState.RENEWING:
+            self.state = LeaseState.HELD
+            self._next_renew = min(now + self.retry, self.valid_until)
+        elif self.state is LeaseState.RELEASING:
+            self.state = LeaseState.CLOSED
+        if self.state in (LeaseState.HELD,) and now >= self.valid_until:
+            self._lose("not renewed within its ttl", now)
+        return self._take_events()
+
+    def release(self, now: float) -> tuple[list[Action], list[Event]]:
+        """Hand the lease over (or stop contending): delete the key if this node holds it."""
+        actions: list[Action] = []
+        if self.state in (LeaseState.HELD, LeaseState.RENEWING) and self.revision is not None:
+            token = self.token
+            self.state = LeaseState.RELEASING
+            actions.append(Delete(self.key, self.revision))
+            self._events.append(Lost(token or 0, "released"))
+            self.token, self.valid_until = None, -math.inf
+        else:
+            self.state = LeaseState.CLOSED
+        return actions, self._take_events()
+
+    def _lose(self, reason: str, now: float) -> None:
+        if self.token is not None:
+            self._events.append(Lost(self.token, reason))
+        self.state, self.token, self.revision = LeaseState.IDLE, None, None
+        self.valid_until, self._next_renew = -math.inf, math.inf
+        self.next_try = now + self.retry
+
+    def _take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
+# --- the JetStream adapter -----------------------------------------------------------------
+
+
+def lease_bucket_config(bucket: str, replicas: int = 1) -> jsapi.KeyValueConfig:
+    """The bucket leases and fenced values live in: history 1, per-message TTLs on (via
+    ``limit_marker_ttl``, which also leaves a marker when a lease expires)."""
+    return jsapi.KeyValueConfig(
+        bucket=bucket, history=1, replicas=replicas, limit_marker_ttl=MIN_TTL, direct=True
+    )
+
+
+async def lease_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> KeyValue:
+    """Open the lease bucket, creating it (idempotently) if it does not exist."""
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_key_value(lease_bucket_config(bucket, replicas))
+
+
+def _wrong_last_sequence(e: BaseException) -> bool:
+    # nats-py's KV raises KeyWrongLastSequenceError without the code; a raw publish keeps it
+    return isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or (
+        isinstance(e, nats.js.errors.APIError) and e.err_code == WRONG_LAST_SEQUENCE
+    )
+
+
+MARKER_REASON = "Nats-Marker-Reason"
+"""Set on the marker the server leaves where a message expired (``limit_marker_ttl``)."""
+KV_OPERATION = "KV-Operation"
+"""``DEL``/``PURGE`` on a KV delete marker (what ``release`` leaves)."""
+
+
+class JetStreamLease:
+    """One lease on a nats-py JetStream context: ``await lease.start()`` contends in the
+    background; ``lease.holds()`` says whether this node holds it; ``await lease.put(key, v)``
+    is a write fenced by the lease; ``await lease.release()`` hands it over.
+
+    ``on_change`` (optional) is called with every ``Acquired``/``Lost`` event, on the event
+    loop, so the work the lease guards can start and stop."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        name: str,
+        holder: str,
+        *,
+        ttl: int = 5,
+        retry: float = 0.5,
+        timeout: float = 2.0,
+        replicas: int = 1,
+        on_change: Callable[[Event], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.js, self.bucket, self.timeout = js, bucket, timeout
+        self.replicas = replicas
+        """Replicas of the bucket if this lease creates it (3 on a 3-node cluster)."""
+        self.core = LeaseCore(name, holder, ttl=ttl, retry=retry)
+        self.on_change = on_change
+        self.clock = clock or asyncio.get_running_loop().time
+        self._lock = asyncio.Lock()
+        """Renewals and fenced writes do not interleave: a write must carry the newest
+        revision this node wrote, or its own renewal would fence it out."""
+        self._task: asyncio.Task | None = None
+        self._kv: KeyValue | None = None
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    def subject(self, key: str) -> str:
+        return f"$KV.{self.bucket}.{key}"
+
+    def holds(self) -> bool:
+        return self.core.holds(self.clock())
+
+    @property
+    def token(self) -> int | None:
+        return self.core.token
+
+    async def start(self) -> JetStreamLease:
+        self._kv = await lease_bucket(self.js, self.bucket, self.replicas)
+        self._task = asyncio.create_task(self._run(), name=f"lease {self.name}")
+        return self
+
+    async def _run(self) -> None:
+        step = min(self.core.retry, self.core.renew_every) / 2
+        while self.core.state is not LeaseState.CLOSED:
+            async with self._lock:
+                await self.step()
+            await asyncio.sleep(step)
+
+    async def step(self) -> None:
+        """Poll the core once and perform what it asks (the background task's body; tests
+        may call it directly)."""
+        actions, events = self.core.poll(self.clock())
+        self._emit(events)
+        for action in actions:
+            await self._perform(action)
+
+    async def _perform(self, action: Action) -> None:
+        try:
+            if isinstance(action, Create):
+                revision = await asyncio.wait_for(self._create(action), self.timeout)
+            elif isinstance(action, Renew):
+                ack = await self.js.publish(
+                    self.subject(action.key),
+                    action.value,
+                    timeout=self.timeout,
+                    headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(action.last)},
+                    msg_ttl=action.ttl,
+                )
+                revision = ack.seq
+            else:
+                assert self._kv is not None  # opened by start()
+                await asyncio.wait_for(self._kv.delete(action.key, last=action.last), self.timeout)
+                revision = 0
+        except Exception as e:  # every failure is one of the core's two inputs
+            if _wrong_last_sequence(e):
+                self._emit(self.core.conflict(self.clock()))
+            else:
+                logger.debug("lease %s: %s failed: %r", self.name, type(action).__name__, e)
+                self._emit(self.core.failed(self.clock()))
+            return
+        self._emit(self.core.succeeded(revision, self.clock()))
+
+    async def _create(self, action: Create) -> int:
+        """Write the lease key if it is absent, deleted (a released lease) or expired. An
+        expired lease leaves a marker for ``limit_marker_ttl``; nats-py's ``kv.create`` takes
+        only delete markers for absence, which would delay every handover by that second,
+        so the newest message is read and, if it is either marker, overwritten by
+        compare-and-set on its sequence (a contender that wins meanwhile makes that fail)."""
+        subject = self.subject(action.key)
+        last = 0
+        for _ in range(2):
+            try:
+                ack = await self.js.publish(
+                    subject,
+                    action.value,
+                    timeout=self.timeout,
+                    headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)},
+                    msg_ttl=action.ttl,
+                )
+                return ack.seq
+            except nats.js.errors.APIError as e:
+                if not _wrong_last_sequence(e) or last:
+                    raise
+            try:
+                msg = await self.js.get_last_msg(f"KV_{self.bucket}", subject, direct=True)
+            except nats.js.errors.NotFoundError:
+                continue  # gone between the two calls: try to create again
+            headers = msg.headers or {}
+            if MARKER_REASON not in headers and headers.get(KV_OPERATION) not in ("DEL", "PURGE"):
+                raise nats.js.errors.KeyWrongLastSequenceError()  # a live holder
+            last = msg.seq or 0
+        raise nats.js.errors.KeyWrongLastSequenceError()
+
+    def _emit(self, events: list[Event]) -> None:
+        for event in events:
+            logger.info("lease %s (%s): %s", self.name, self.core.holder, event)
+            if self.on_change is not None:
+                self.on_change(event)
+
+    def fence(self) -> int:
+        """The token a fenced write carries now (the newest revision this node wrote on the
+        lease key); ``LeaseLost`` if this node does not hold the lease."""
+        if not self.holds() or self.core.revision is None:
+            raise LeaseLost(self.name, f"state {self.core.state.value}")
+        return self.core.revision
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write ``value`` under ``key`` only while this node holds the lease: refused
+        locally (``LeaseLost``) when the lease is not held, and by the cluster (``FencedOut``)
+        when another node has taken it since. Returns the value's revision."""
+        async with self._lock:
+            return await self.put_fenced(key, value, self.fence())
+
+    async def put_fenced(self, key: str, value: bytes, token: int) -> int:
+        """Write ``value`` under ``key`` if the lease key's newest revision is still
+        ``token`` — the cluster's check alone (what a writer that took its token before a
+        pause relies on)."""
+        headers = {
+            EXPECTED_LAST_SUBJECT_SEQUENCE: str(token),
+            EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: self.subject(self.core.key),
+        }
+        try:
+            ack = await self.js.publish(
+                self.subject(self.fenced_key(key)), value, timeout=self.timeout, headers=headers
+            )
+        except nats.js.errors.APIError as e:
+            if _wrong_last_sequence(e):
+                raise FencedOut(self.name, token, f" ({e.description})") from None
+            raise LeaseError(f"lease {self.name!r}: fenced write refused: {e}") from e
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError) as e:
+            raise LeaseUnavailable(
+                f"lease {self.name!r}: no answer to a fenced write within {self.timeout}s; "
+                "its outcome is unknown"
+            ) from e
+        return ack.seq
+
+    def fenced_key(self, key: str) -> str:
+        return f"{FENCED_PREFIX}{self.name}.{key}"
+
+    async def get(self, key: str) -> bytes | None:
+        """The value last written under ``key`` by a holder of this lease, or None."""
+        try:
+            assert self._kv is not None, "start() the lease first"
+            entry = await self._kv.get(self.fenced_key(key))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return entry.value
+
+    async def release(self) -> None:
+        """Stop contending; if this node holds the lease, delete it so another node takes
+        it at once instead of after the ttl."""
+        async with self._lock:
+            actions, events = self.core.release(self.clock())
+            self._emit(events)
+            for action in actions:
+                await self._perform(action)
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the background task without releasing (as a crash would: the lease expires)."""
+        self.core.state = LeaseState.CLOSED
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,238 @@
+"""``loglake node --backend nats://…``: every part of the node on a real 3-node JetStream cluster
+(loopback), R3 — the five-protocol walkthrough against it, then the node restarted and its state
+read back from JetStream; and the configuration's checks of the backend."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loglake.node.config import ConfigError, embedded_default, load_config
+from loglake.node.runner import BackgroundNode
+from loglake.node.walkthrough import run_walkthrough
+from loglake.streams.jetstream import JetStreamLog, _parse_key
+from tests.conftest import require_peer
+from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
+
+LOCAL_ONLY = {"node.token", "events", "archives", "lake"}
+"""What a node on JetStream keeps in its data dir: the token, the parts' keys and caches, the
+sealed lake — no log."""
+
+
+@pytest.fixture(scope="module")
+def nats3() -> Iterator[NatsCluster]:
+    require_peer("nats-server", have_nats_server(), NATS_HINT)
+    c = NatsCluster(3).start()
+    yield c
+    c.close()
+
+
+def api(node: BackgroundNode) -> httpx.Client:
+    return httpx.Client(
+        base_url=node.url, headers={"Authorization": f"Bearer {node.token}"}, timeout=30
+    )
+
+
+@pytest.mark.slow
+def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_state(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    data = tmp_path / "node"
+    s = run_walkthrough(data_dir=data, backend=nats3.url, replicas=3)
+    assert s["streams"]["records"] == 30 and s["streams"]["partitions"] == 3
+    assert s["streams"]["consumer_lag"] == 6  # the consumer index is in JetStream's KV
+    assert s["icrc"]["replay_status"] == "completed" and s["icrc"]["replayed"] == 10
+    assert s["icrc"]["notifications"] == 20
+    assert s["cardinal"]["reorgs"] >= 1 and s["cardinal"]["reorg_messages"] >= 1
+    assert s["sds"]["repaired"] >= 1 and s["sds"]["healthy"]
+    assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
+    assert s["archives"]["hydrated"] == s["archives"]["messages"]
+    # the node kept no log of its own
+    assert {p.name for p in data.iterdir()} <= LOCAL_ONLY, sorted(p.name for p in data.iterdir())
+
+    # every stream the parts wrote is a replicated JetStream stream
+    log = JetStreamLog(nats3.url)
+    try:
+        streams = set(log.streams())
+        assert "demo.orders" in streams and len(streams) >= 5, streams
+        assert sum(p.next_index for p in log.stream_info("demo.orders").partitions) == 30
+    finally:
+        log.close()
+
+    # the same node restarted: its state comes back from the cluster
+    cfg = embedded_default(data, streams={"backend": nats3.url, "replicas": 3})
+    with BackgroundNode(cfg, say=lambda _: None) as node, api(node) as http:
+        orders = http.get("/api/streams/demo.orders").json()
+        assert orders["records"] == 30 and orders["partitions"] == 3
+        lag = http.get("/api/streams/demo.orders/consumers").json()
+        assert [(c["client_id"], c["partition"], c["index"], c["lag"]) for c in lag] == [
+            ("billing", 1, 4, 6)
+        ]
+        replays = http.get("/api/events/replays").json()  # the orchestrator's journal
+        assert [(r["status"], r["sent"]) for r in replays] == [("completed", 10)]
+        member = http.get("/api/archives").json()["member"]  # its store is a stream
+        assert len(member["archives"]) == 1 and member["messages"] == 100
+
+    # and a node with a fresh data dir on the same cluster sees the same history
+    fresh = load_config(
+        data={
+            "data_dir": str(tmp_path / "fresh"),
+            "http": {"port": 0},
+            "streams": {"port": 0, "backend": nats3.url, "replicas": 3},
+        },
+        env={},
+    )
+    with BackgroundNode(fresh, say=lambda _: None) as node, api(node) as http:
+        names = {x["name"] for x in http.get("/api/streams").json()}
+        assert names == streams
+        assert http.get("/api/streams/demo.orders").json()["records"] == 30
+        assert len(http.get("/api/streams/demo.orders/consumers").json()) == 1
+
+
+@pytest.mark.parametrize(
+    ("streams", "error"),
+    [
+        ({"backend": "http://x:1"}, r"\[streams\] backend: expected nats://"),
+        ({"backend": ""}, r"\[streams\] backend: expected a non-empty string"),
+        ({"backend": " , "}, r"\[streams\] backend: no NATS server"),
+        ({"replicas": 3}, r"\[streams\] replicas: replicas are JetStream's"),
+        ({"backend": "nats://a:1", "replicas": 0}, r"\[streams\] replicas: expected an integer"),
+        ({"backend": "nats://a:1", "seal_interval": 0}, r"\[streams\] seal_interval"),
+    ],
+)
+def test_a_bad_backend_setting_names_the_key(tmp_path: Path, streams: dict, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        load_config(data={"data_dir": str(tmp_path), "streams": streams}, env={})
+
+
+def test_the_backend_flags_and_environment_reach_the_config(tmp_path: Path) -> None:
+    cfg = load_config(
+        data={"data_dir": str(tmp_path)},
+        env={"LOGLAKE_STREAMS_BACKEND": "h1:4222,h2:4222", "LOGLAKE_STREAMS_REPLICAS": "3"},
+    )
+    assert cfg.streams.backend == "h1:4222,h2:4222" and cfg.streams.replicas == 3
+
+
+def test_an_unreachable_backend_is_a_typed_start_error(tmp_path: Path) -> None:
+    from tests.procs import free_port
+
+    cfg = load_config(
+        data={
+            "data_dir": str(tmp_path),
+            "http": {"port": 0},
+            "streams": {"port": 0, "backend": f"nats://127.0.0.1:{free_port()}"},
+        },
+        env={},
+    )
+    from loglake.errors import LoglakeError
+
+    with pytest.raises(LoglakeError, match="NATS JetStream unavailable"):
+        BackgroundNode(cfg, say=lambda _: None).start()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "c.s.0",
+        "cYQ.sYg",
+        "cYQ.sYg.x",
+        "xYQ.sYg.0",
+        "c!!.sYg.0",
+        "cYQ.sYg.0.1",
+        "c/w.sYg.0",
+        "cYQ==.sYg.0",
+        "c_w.sYg.0",
+    ],
+)
+def test_index_keys_written_by_something_else_are_skipped(key: str) -> None:
+    assert _parse_key(key) is None
+
+
+def test_index_keys_decode_back() -> None:
+    assert _parse_key("cYmlsbGluZw.sZGVtby5vcmRlcnM.1") == ("billing", "demo.orders", 1)
+
+
+def node_on(nats3: NatsCluster, data_dir: Path, prefix: str) -> BackgroundNode:
+    cfg = load_config(
+        data={
+            "data_dir": str(data_dir),
+            "http": {"port": 0},
+            "streams": {
+                "port": 0,
+                "backend": nats3.url,
+                "replicas": 3,
+                "nats_prefix": prefix,
+                "lease_ttl": 2,
+                "seal_interval": 0.2,
+            },
+        },
+        env={},
+    )
+    return BackgroundNode(cfg, say=lambda _: None).start()
+
+
+def sealed(data_dir: Path, stream: str) -> int:
+    """Records in the lake files the node's sealer wrote for ``stream``."""
+    from loglake.log.lake import list_lake_files, visible_lake_files
+    from loglake.log.lake_schema import lake_partition_dir
+
+    files = visible_lake_files(list_lake_files(lake_partition_dir(data_dir, stream, 0)))
+    return sum(f.last - f.first + 1 for f in files)
+
+
+def wait_until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := probe():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    prefix = "two" + uuid.uuid4().hex[:8]
+    a = node_on(nats3, tmp_path / "a", prefix)
+    b = node_on(nats3, tmp_path / "b", prefix)
+    try:
+        holder, other = wait_until(
+            lambda: (
+                (a, b)
+                if a.node.leases.holds("sealer")
+                else (b, a)
+                if b.node.leases.holds("sealer")
+                else None
+            ),
+            10,
+            "a sealer holder",
+        )
+        for _ in range(10):  # one holder, across renewals
+            assert holder.node.leases.held() == {"sealer": True}
+            assert other.node.leases.held() == {"sealer": False}
+            time.sleep(0.2)
+        log = JetStreamLog(nats3.url, prefix=prefix)
+        try:
+            log.create_stream("orders")
+            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            wait_until(lambda: sealed(holder.node.config.data_dir, "orders") == 20, 10, "sealed")
+            time.sleep(1.0)  # several of the other node's rounds
+            assert sealed(other.node.config.data_dir, "orders") == 0  # it did not seal too
+            stopped = time.monotonic()
+            holder.stop()  # a clean stop hands the lease over at once
+            wait_until(lambda: other.node.leases.holds("sealer"), 2 + 2, "the handover")
+            took = time.monotonic() - stopped
+            log.append_payloads("orders", 0, [b"y%d" % i for i in range(5)])
+            wait_until(lambda: sealed(other.node.config.data_dir, "orders") == 25, 10, "resealed")
+            print(f"sealer handed over {took:.2f}s after the holder stopped")
+        finally:
+            log.close()
+    finally:
+        for n in (a, b):
+            n.stop()
