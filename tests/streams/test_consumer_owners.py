@@ -8,15 +8,19 @@ operator un-sticking a consumer stuck at 2^64-1.
 
 from __future__ import annotations
 
+import json
 import struct
+import sys
 
 import pytest
+from click.testing import CliRunner
 from crc32c import crc32c
 
 from loglake.log import open_log
 from loglake.log.api import CorruptStore, NotOwner, StreamConfig, UnknownPartition
 from loglake.log.consumer_store import FILE_NAME, encode_entry
 from loglake.streams import codec
+from loglake.streams.cli import command as stream_command
 from loglake.streams.client import IndexNotSaved, PermissionDenied, StreamClient
 from loglake.streams.codec import LOGLAKE_INDEX_RESET
 from loglake.streams.messages import GetIndex, Index
@@ -25,6 +29,7 @@ from loglake.streams.server import BackgroundServer
 from loglake.streams.service import INDEX_SERVICE_ADDRESS, StreamService
 from loglake.streams.tls import client_context, server_context, write_test_pki
 from loglake.wire.ockam import route
+from tests.procs import free_port, process
 
 TOP = 2**64 - 1
 ACCESS_TOML = """
@@ -211,3 +216,60 @@ def test_malformed_reset_requests_are_dropped_and_the_connection_carries_on(memo
         assert codec.decode_response(reply.payload, Index).index == TOP  # nothing moved it
         assert c.reset_index("x", "s", 1) == 1  # auth off: any client may (the banner says)
         assert c.get_index("x", "s") == 1
+
+
+# -- the CLI against a real `loglake serve` ----------------------------------------------------
+def serve_cmd(root, port, *extra):
+    return [
+        sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(root / "data"),
+        "--port", str(port), *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_cli_index_reset_and_delete_against_a_served_mtls_service(pki, tmp_path):
+    (tmp_path / "access.toml").write_text(ACCESS_TOML)
+    port = free_port()
+    tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+    tls += ["--tls-client-ca", str(pki.ca), "--access", str(tmp_path / "access.toml")]
+    out = tmp_path / "serve.err"
+    with out.open("wb") as err, process(serve_cmd(tmp_path, port, *tls), port, stderr=err):
+
+        def cli(who, *args):
+            cert, key = pki.clients[who]
+            opts = ["--port", str(port), "--tls-ca", str(pki.ca)]
+            opts += ["--tls-cert", str(cert), "--tls-key", str(key)]
+            return CliRunner().invoke(stream_command, [*opts, *args])
+
+        assert cli("alice", "create", "orders").exit_code == 0
+        r = cli("bob", "index", "billing", "orders", "--save", str(TOP), "--json")
+        assert json.loads(r.output)["index"] == TOP  # the old spelling: a get/save
+        r = cli("bob", "index", "reset", "billing", "orders")
+        assert r.exit_code != 0 and isinstance(r.exception, PermissionDenied)
+        r = cli("alice", "index", "reset", "billing", "orders", "--to", "3", "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["index"] == 3
+        r = cli("mallory", "index", "billing", "orders", "--save", "9")
+        assert isinstance(r.exception, IndexNotSaved)  # still bob's after the reset
+        assert json.loads(cli("bob", "index", "billing", "orders", "--json").output)["index"] == 3
+        r = cli("alice", "index", "delete", "billing", "orders")
+        assert r.exit_code == 0 and "deleted" in r.output
+        r = cli("mallory", "index", "billing", "orders", "--save", "9", "--json")
+        assert json.loads(r.output)["index"] == 9  # deleted: mallory is its first saver now
+        r = CliRunner().invoke(stream_command, ["index", "reset", "--help"])
+        assert r.exit_code == 0 and "--to" in r.output
+    assert "consumers belong to no one" not in out.read_text()
+
+
+@pytest.mark.slow
+def test_serve_without_access_says_any_client_can_move_any_consumer(tmp_path):
+    port = free_port()
+    out = tmp_path / "serve.err"
+    with out.open("wb") as err, process(serve_cmd(tmp_path, port), port, stderr=err):
+        with StreamClient(port=port, timeout=10) as c:
+            c.create_stream("s")
+            c.save_index("x", "s", TOP)
+        r = CliRunner().invoke(stream_command, ["--port", str(port), "index", "reset", "x", "s"])
+        assert r.exit_code == 0 and "index 0" in r.output
+    text = " ".join(out.read_text().split())
+    assert "any client can save, and so move, any consumer's index" in text

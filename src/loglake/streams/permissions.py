@@ -81,6 +81,11 @@ NEEDS = {
 
 PERMISSION_DENIED = "permission denied"
 """How an ``error`` reply for a refused request starts (the client raises ``PermissionDenied``)."""
+NO_OWNERS_BANNER = (
+    "no --access file: consumers belong to no one — any client can save, and so move, any "
+    "consumer's index (docs/security.md)"
+)
+"""The startup banner's line when there is no access policy: the exposure, in one line."""
 ANY_VERIFIED = "*"
 ANONYMOUS_NAME = "anonymous"
 _PREFIXES = ("cn:", "dns:", "uri:", "email:", "ip:")
