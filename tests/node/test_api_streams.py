@@ -49,7 +49,7 @@ def test_consumers_and_lag(api_node: ApiNode) -> None:
     api_node.log.save_index("billing", "s", 2, 1)
     want = {"client_id": "billing", "stream": "s", "partition": 1, "index": 2}
     [row] = c.get("/api/consumers").json()
-    assert row == {**want, "next_index": 5, "lag": 3}
+    assert row == {**want, "next_index": 5, "lag": 3, "owner": None}
     assert c.get("/api/streams/s/consumers").json() == [row]
 
 

@@ -99,7 +99,7 @@ def test_json_access_file_is_the_same_shape(tmp_path):
         ("[[grant]]\nidentities=['alice']\nstreams=['x']\nallow=['read']", "identity 'alice'"),
         ("[[grant]]\nidentities=['cn:a']\nstreams=[]\nallow=['read']", "streams"),
         ("[[grant]]\nidentities=['cn:a']\nstreams=['x']\nallow=['delete']", "allow 'delete'"),
-        ("[[grant]]\nidentities=['cn:a']\nstreams=['x']", "exactly identities"),
+        ("[[grant]]\nidentities=['cn:a']\nstreams=['x']", "expected identities, streams, allow"),
         ("[users]\nx=1", "only [[grant]]"),
         ("[[grant", "Expected"),
     ],

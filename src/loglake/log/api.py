@@ -137,6 +137,22 @@ def check_stream_name(name: str) -> str:
     return name
 
 
+class NotOwner(LogError):
+    """A save of a consumer index another identity owns (``Log.save_index_as``)."""
+
+    def __init__(self, key: tuple[str, str, int], owner: str, who: str) -> None:
+        self.owner, self.who = owner, who
+        client, stream, partition = key
+        super().__init__(
+            f"consumer {client!r} of {stream}/{partition} belongs to {owner}; "
+            f"{who} may not save its index (needs the owner, or a consume grant)"
+        )
+
+
+class UnsupportedByBackend(LogError, LocalProtocolError):
+    """This log backend cannot do what was asked (e.g. keep consumer owners)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     stream: str
@@ -400,6 +416,34 @@ class Log(ABC):
         operator lists to see consumers and their lag). A backend that cannot list its
         consumers returns none."""
         return {}
+
+    # Consumers that belong to someone: under authentication the first identity to save a
+    # client id's index owns it, and only the owner (or a ``consume`` grant: ``override``) may
+    # save it again; an operator may reset or delete any. A backend that cannot keep owners
+    # refuses with ``UnsupportedByBackend`` rather than save without the check.
+    def save_index_as(
+        self,
+        client_id: str,
+        stream: str,
+        index: int,
+        partition: int,
+        owner: str,
+        override: bool = False,
+    ) -> int:
+        """``save_index`` by ``owner``: a consumer nobody owns becomes ``owner``'s (durably, in
+        the same write); one another identity owns raises ``NotOwner`` unless ``override``."""
+        raise UnsupportedByBackend(f"{type(self).__name__} cannot keep consumer owners")
+
+    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+        """The identity that owns the consumer, or None (never saved under authentication)."""
+        return None
+
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        """An operator's reset: set the consumer's index to ``index`` even if lower (its owner
+        stays), or with None delete the consumer and its owner. Returns the index before."""
+        raise UnsupportedByBackend(f"{type(self).__name__} cannot reset consumer indexes")
 
     # -- maintenance ----------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:

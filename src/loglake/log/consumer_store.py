@@ -7,7 +7,12 @@ the entries up to the first bad or torn one, keeps the latest value per key, and
 into a new file (temp name, fsync, rename, fsync the folder), so the file never grows without
 bound and a torn tail disappears. Readers (``readonly``) only read it.
 
-Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u16le stream``.
+Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u16le stream``,
+optionally followed by ``kind:u8 owner_len:u16le owner(UTF-8)``. Without that tail an entry is
+a save with no owner (every entry written before consumers had owners). ``kind``: 0 a save (the
+stored value is the highest saved), 1 an operator's reset (the value is set as given, lower or
+not), 2 an operator's delete (the key and its owner go). ``owner`` is the identity that first
+saved the key under authentication (``streams/permissions.py``'s ``Peer.label``), empty: none.
 
 The Ockam spec: "storage MUST be monotonic" — a lower save writes nothing and returns the
 stored value, which stays as it was ("it MUST NOT be changed").
@@ -37,6 +42,7 @@ from loglake.log import fs, watermark
 from loglake.log.api import (
     CorruptStore,
     LogClosed,
+    NotOwner,
     PartitionHealth,
     StorageFailed,
     StorageFailure,
@@ -53,23 +59,34 @@ DURABLE_FILE = "consumers.durable"
 _HEAD = struct.Struct("<II")
 _FIXED = struct.Struct("<QI")
 _U16 = struct.Struct("<H")
+_KIND_OWNER = struct.Struct("<BH")
+SAVE, RESET, DELETE = 0, 1, 2
+"""Entry kinds (see the module docstring)."""
 
 Key = tuple[str, str, int]
-MAX_ENTRY = _HEAD.size + _FIXED.size + 2 + 0xFFFF + 2 + 200 * 4
-"""Largest entry: client id up to 65535 bytes, stream name up to 200 characters (UTF-8)."""
+MAX_ENTRY = _HEAD.size + _FIXED.size + 2 + 0xFFFF + 2 + 200 * 4 + _KIND_OWNER.size + 0xFFFF
+"""Largest entry: client id and owner up to 65535 bytes each, stream name up to 200
+characters (UTF-8)."""
 
 
-def encode_entry(client_id: str, stream: str, partition: int, index: int) -> bytes:
-    c, s = client_id.encode("utf-8"), stream.encode("utf-8")
-    if len(c) > 0xFFFF:
-        raise ValueError("client id longer than 65535 bytes")
+def encode_entry(
+    client_id: str, stream: str, partition: int, index: int, kind: int = SAVE, owner: str = ""
+) -> bytes:
+    c, s, o = client_id.encode("utf-8"), stream.encode("utf-8"), owner.encode("utf-8")
+    if len(c) > 0xFFFF or len(o) > 0xFFFF:
+        raise ValueError("client id or owner longer than 65535 bytes")
     body = _FIXED.pack(index, partition) + _U16.pack(len(c)) + c + _U16.pack(len(s)) + s
+    if kind != SAVE or o:  # a plain save keeps the shape older files have
+        body += _KIND_OWNER.pack(kind, len(o)) + o
     return _HEAD.pack(len(body), crc32c(body)) + body
 
 
-def decode_entries(buf: bytes) -> tuple[dict[Key, int], int]:
-    """Latest value per key from whole, valid entries; and the byte length they cover."""
+def decode_entries(buf: bytes, owners: dict[Key, str] | None = None) -> tuple[dict[Key, int], int]:
+    """Latest value per key from whole, valid entries; and the byte length they cover.
+    ``owners`` (if given) is filled with each key's owner."""
     out: dict[Key, int] = {}
+    if owners is None:
+        owners = {}
     pos = 0
     while pos + _HEAD.size <= len(buf):
         length, crc = _HEAD.unpack_from(buf, pos)
@@ -84,12 +101,23 @@ def decode_entries(buf: bytes) -> tuple[dict[Key, int], int]:
             p += 2 + clen
             (slen,) = _U16.unpack_from(body, p)
             stream = body[p + 2 : p + 2 + slen].decode("utf-8")
-            if p + 2 + slen != length:
-                break
+            p += 2 + slen
+            kind, owner = SAVE, ""
+            if p != length:
+                kind, olen = _KIND_OWNER.unpack_from(body, p)
+                owner = body[p + 3 : p + 3 + olen].decode("utf-8")
+                if p + 3 + olen != length or kind not in (SAVE, RESET, DELETE):
+                    break
         except (struct.error, UnicodeDecodeError):
             break
         key = (client, stream, partition)
-        out[key] = max(index, out.get(key, index))
+        if kind == DELETE:
+            out.pop(key, None)
+            owners.pop(key, None)
+        else:
+            out[key] = index if kind == RESET else max(index, out.get(key, index))
+            if owner:
+                owners[key] = owner
         pos += _HEAD.size + length
     return out, pos
 
@@ -127,6 +155,8 @@ class ConsumerStore:
         """Failed attempts to reopen the failed store since it failed."""
         self.reopens = 0
         self.values: dict[Key, int] = {}
+        self.owners: dict[Key, str] = {}
+        """Who owns each key that has an owner (the first saver under authentication)."""
         self._mark: watermark.MarkWriter | None = None
         self._size = 0
         if not readonly:
@@ -175,9 +205,10 @@ class ConsumerStore:
         try:
             buf = fs.read_file(self.path)
         except FileNotFoundError:
-            self.values = {}
+            self.values, self.owners = {}, {}
             return
-        self.values, used = decode_entries(buf)
+        self.owners = {}
+        self.values, used = decode_entries(buf, self.owners)
         self._used = used
         durable = self._mark.mark.size if self._mark is not None and self._mark.mark else 0
         if used < durable:  # the writer only: a reader may race a compaction
@@ -203,7 +234,11 @@ class ConsumerStore:
         """Rewrite the store as one entry per key. ``replace_file_atomic`` checks that every
         byte was written and fsyncs before the rename: a short or failed write raises and the
         good file stays."""
-        data = b"".join(encode_entry(c, s, p, i) for (c, s, p), i in sorted(self.values.items()))
+        owners = self.owners
+        data = b"".join(
+            encode_entry(c, s, p, i, SAVE, owners.get((c, s, p), ""))
+            for (c, s, p), i in sorted(self.values.items())
+        )
         assert self._mark is not None
         # the new file may be shorter than the old one's fsynced bytes: claim nothing across
         # the rename
@@ -227,48 +262,99 @@ class ConsumerStore:
         with self._lock:
             return dict(self.values)
 
-    def save(self, client_id: str, stream: str, partition: int, index: int) -> int:
+    def owner(self, client_id: str, stream: str, partition: int) -> str | None:
+        if self.readonly:
+            self._load()
+        return self.owners.get((client_id, stream, partition))
+
+    def save(
+        self,
+        client_id: str,
+        stream: str,
+        partition: int,
+        index: int,
+        owner: str | None = None,
+        override: bool = False,
+    ) -> int:
         """Store ``index`` durably; return the stored value (the old one, unchanged and with
         nothing written, when ``index`` is lower). Arguments in ``Key`` order, as on disk;
-        ``Log.save_index`` is the public face."""
+        ``Log.save_index`` is the public face.
+
+        ``owner`` (a save under authentication): a key nobody owns becomes ``owner``'s, in the
+        same durable entry; a key another identity owns raises ``NotOwner`` unless
+        ``override`` (a ``consume`` grant) — checked here, under the store's lock, so two
+        savers racing for a new key cannot both own it."""
         if self.readonly:
             raise PermissionError("consumer indexes are read-only in this log")
         if index < 0:
             raise ValueError(f"consumer index must be >= 0, got {index}")
         key = (client_id, stream, partition)
         with self._lock:
+            had = self.owners.get(key)
+            if owner is not None and had is not None and had != owner and not override:
+                raise NotOwner(key, had, owner)
+            claim = owner if owner and had is None else ""
             stored = self.values.get(key)
-            if stored is not None and index < stored:
+            if stored is not None and index < stored and not claim:
                 return stored
-            if stored == index:
+            if stored == index and not claim:
                 return index
-            if self._failed is not None:
-                self._reopen()
-            if self._fd is None:
-                raise LogClosed("the log is closed")
-            entry = encode_entry(client_id, stream, partition, index)
+            index = index if stored is None else max(index, stored)
+            return self._write(key, index, SAVE, claim)
+
+    def reset(self, client_id: str, stream: str, partition: int, index: int | None) -> int | None:
+        """An operator's reset (``index``: the value is set, lower or not; its owner stays) or
+        delete (None: the key and its owner go). Returns the stored value before it."""
+        if self.readonly:
+            raise PermissionError("consumer indexes are read-only in this log")
+        if index is not None and index < 0:
+            raise ValueError(f"consumer index must be >= 0, got {index}")
+        key = (client_id, stream, partition)
+        with self._lock:
+            before = self.values.get(key)
+            if index is None:
+                if before is not None or key in self.owners:
+                    self._write(key, 0, DELETE, "")
+            elif before != index:
+                self._write(key, index, RESET, "")
+            return before
+
+    def _write(self, key: Key, index: int, kind: int, owner: str) -> int:
+        """Append one entry and fsync it, then apply it (caller holds ``_lock``)."""
+        client_id, stream, partition = key
+        if self._failed is not None:
+            self._reopen()
+        if self._fd is None:
+            raise LogClosed("the log is closed")
+        entry = encode_entry(client_id, stream, partition, index, kind, owner)
+        try:
+            fs.write_all(self._fd, entry)
+        except OSError as e:
+            # Nothing was fsynced yet: cut the partial entry off (as a segment cuts a
+            # partial batch) and refuse this save alone, so saves resume once space frees.
+            # Only if the cut fails is the file's tail unknown, and saves stop.
             try:
-                fs.write_all(self._fd, entry)
-            except OSError as e:
-                # Nothing was fsynced yet: cut the partial entry off (as a segment cuts a
-                # partial batch) and refuse this save alone, so saves resume once space frees.
-                # Only if the cut fails is the file's tail unknown, and saves stop.
-                try:
-                    fs.ftruncate(self._fd, self._size)
-                except OSError:
-                    raise self._fail(f"{e}, and its partial entry could not be cut off") from e
-                raise
-            try:
-                fs.fdatasync(self._fd)
-                self._size += len(entry)
-                assert self._mark is not None
-                self._mark.put(0, self._size, 0)  # no fsync: see watermark.py
-            except OSError as e:
-                # A failed fsync is never retried (the page cache may have dropped the entry):
-                # refuse further saves (they would follow it) until the store reopens
-                raise self._fail(str(e)) from e
+                fs.ftruncate(self._fd, self._size)
+            except OSError:
+                raise self._fail(f"{e}, and its partial entry could not be cut off") from e
+            raise
+        try:
+            fs.fdatasync(self._fd)
+            self._size += len(entry)
+            assert self._mark is not None
+            self._mark.put(0, self._size, 0)  # no fsync: see watermark.py
+        except OSError as e:
+            # A failed fsync is never retried (the page cache may have dropped the entry):
+            # refuse further saves (they would follow it) until the store reopens
+            raise self._fail(str(e)) from e
+        if kind == DELETE:
+            self.values.pop(key, None)
+            self.owners.pop(key, None)
+        else:
             self.values[key] = index
-            return index
+            if owner:
+                self.owners[key] = owner
+        return index
 
     def _fail(self, why: str) -> StorageFailed:
         """Fail the store (caller holds ``_lock``) until ``_reopen``."""
@@ -298,7 +384,7 @@ class ConsumerStore:
             raise LogClosed("the log is closed")
         now = self._clock()
         if now >= self._next_reopen_at:
-            values = self.values
+            values, owners = self.values, self.owners
             try:
                 if self._fd is not None:
                     fs.close(self._fd)
@@ -306,7 +392,7 @@ class ConsumerStore:
                 self._load()
                 self._compact()
             except (OSError, LoglakeError) as e:
-                self.values = values
+                self.values, self.owners = values, owners
                 self.reopen_attempts += 1
                 if self._failure is not None:
                     self._failure = dataclasses.replace(

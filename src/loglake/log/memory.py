@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from loglake.log.api import (
     Entry,
     Log,
+    NotOwner,
     PartitionInfo,
     Record,
     StreamConfig,
@@ -32,6 +33,7 @@ class MemoryLog(Log):
         self._parts: dict[str, list[list[Record]]] = {}
         self._first: dict[tuple[str, int], int] = {}
         self._consumers: dict[tuple[str, str, int], int] = {}
+        self._owners: dict[tuple[str, str, int], str] = {}
 
     def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
         check_stream_name(name)
@@ -125,6 +127,43 @@ class MemoryLog(Log):
                 return stored  # monotonic: a lower save leaves the stored index
             self._consumers[key] = index
             return index
+
+    def save_index_as(
+        self,
+        client_id: str,
+        stream: str,
+        index: int,
+        partition: int,
+        owner: str,
+        override: bool = False,
+    ) -> int:
+        with self._lock:
+            self._partition(stream, partition)
+            key = (client_id, stream, partition)
+            had = self._owners.get(key)
+            if had is not None and had != owner and not override:
+                raise NotOwner(key, had, owner)
+            if had is None and owner:
+                self._owners[key] = owner
+        return self.save_index(client_id, stream, index, partition)
+
+    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+        with self._lock:
+            return self._owners.get((client_id, stream, partition))
+
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        with self._lock:
+            self._partition(stream, partition)
+            key = (client_id, stream, partition)
+            before = self._consumers.get(key)
+            if index is None:
+                self._consumers.pop(key, None)
+                self._owners.pop(key, None)
+            else:
+                self._consumers[key] = index
+            return before
 
     def truncate_before(self, stream: str, partition: int, index: int) -> int:
         """Exact: every record below ``index`` goes (there is no lake to keep them)."""

@@ -481,6 +481,33 @@ class SegmentLog(Log):
             self._partition(stream, partition)
         return self._consumers.save(client_id, stream, partition, index)
 
+    def save_index_as(
+        self,
+        client_id: str,
+        stream: str,
+        index: int,
+        partition: int,
+        owner: str,
+        override: bool = False,
+    ) -> int:
+        if self.readonly:
+            raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
+        with self._lock:
+            self._partition(stream, partition)
+        return self._consumers.save(client_id, stream, partition, index, owner, override)
+
+    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+        return self._consumers.owner(client_id, stream, partition)
+
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        if self.readonly:
+            raise ReadOnlyLog("cannot reset a consumer index: the log is read-only")
+        with self._lock:
+            self._partition(stream, partition)
+        return self._consumers.reset(client_id, stream, partition, index)
+
     # -- maintenance ------------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:
         """Trim every partition; a failed one (``StorageFailed``, in ``health()``) is skipped

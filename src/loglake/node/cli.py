@@ -41,7 +41,7 @@ from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.limits import LimitError
 from loglake.streams.limits import click_options as limits_options
 from loglake.streams.limits import from_click as limits_from_click
-from loglake.streams.permissions import AccessConfigError, AccessPolicy
+from loglake.streams.permissions import NO_OWNERS_BANNER, AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 from loglake.streams.tls import TestPki, client_context, server_context, write_test_pki
@@ -263,6 +263,8 @@ def serve(
             )
             + "; Ctrl-C to stop"
         )
+        if policy is None:
+            console.print(f"[yellow]warning:[/] {NO_OWNERS_BANNER}", highlight=False)
         started = True
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

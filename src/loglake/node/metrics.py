@@ -262,6 +262,25 @@ class InstrumentedLog(Log):
     def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
         return self.inner.consumer_indexes()
 
+    def save_index_as(
+        self,
+        client_id: str,
+        stream: str,
+        index: int,
+        partition: int,
+        owner: str,
+        override: bool = False,
+    ) -> int:
+        return self.inner.save_index_as(client_id, stream, index, partition, owner, override)
+
+    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+        return self.inner.index_owner(client_id, stream, partition)
+
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        return self.inner.reset_index(client_id, stream, index, partition)
+
     def enforce_retention(self, now_ns: int | None = None) -> int:
         return self.inner.enforce_retention(now_ns)
 

@@ -229,6 +229,11 @@ def token_banner(node: Node) -> str:
     addr = node.context.stream_address
     if addr:
         lines.append(f"  stream service on {addr[0]}:{addr[1]}")
+        # the node's stream service has no access file: say what that exposes
+        lines.append(
+            "  warning: the stream service has no authentication: any client can save, and "
+            "so move, any consumer's index (reset one with the API or console)"
+        )
     lines.append(f"  data dir {node.config.data_dir}; {describe_backend(node.config)}")
     if not _loopback(node.config.http.host):
         lines.append(

@@ -212,14 +212,45 @@ def pull(
     _out(ctx, as_json, {"stream": stream, "partition": partition, "messages": doc}, table)
 
 
-@command.command()
+class _GetByDefault(click.Group):
+    """``loglake stream index CLIENT_ID STREAM`` (the get it always was) stays valid beside
+    ``index reset``/``index delete``: arguments that do not start with a subcommand's name are
+    a ``get``'s. A client id spelled like a subcommand is read with ``index get``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["get", *args]
+        return super().parse_args(ctx, args)
+
+
+@command.group(cls=_GetByDefault)
+def index() -> None:
+    """Consumer indexes: get or save (get), and an operator's reset or delete.
+
+    \b
+    loglake stream index CLIENT_ID STREAM [--save N]   same as: index get ...
+    loglake stream index reset CLIENT_ID STREAM [--to N]
+    loglake stream index delete CLIENT_ID STREAM
+    """
+
+
+def _show_index(
+    ctx: click.Context, as_json: bool, client_id: str, stream: str, partition: int, stored: object
+) -> None:
+    doc = {"client_id": client_id, "stream": stream, "partition": partition, "index": stored}
+    shown = "deleted" if stored is None else f"index [bold]{stored}[/]"
+    text = f"consumer [bold]{client_id}[/] on {stream}/{partition}: {shown}"
+    _out(ctx, as_json, doc, text)
+
+
+@index.command(name="get")
 @click.argument("client_id")
 @click.argument("stream")
 @partition_option
 @click.option("--save", type=int, default=None, help="Save this index (monotonic).")
 @json_option
 @click.pass_context
-def index(
+def index_get(
     ctx: click.Context,
     client_id: str,
     stream: str,
@@ -234,9 +265,48 @@ def index(
         if save is None
         else c.save_index(client_id, stream, save, partition)
     )
-    doc = {"client_id": client_id, "stream": stream, "partition": partition, "index": stored}
-    text = f"consumer [bold]{client_id}[/] on {stream}/{partition}: index [bold]{stored}[/]"
-    _out(ctx, as_json, doc, text)
+    _show_index(ctx, as_json, client_id, stream, partition, stored)
+
+
+@index.command(name="reset")
+@click.argument("client_id")
+@click.argument("stream")
+@partition_option
+@click.option(
+    "--to",
+    "to",
+    type=click.IntRange(0, 2**64 - 1),
+    default=0,
+    show_default=True,
+    help="The index to set, lower than the stored one or not.",
+)
+@json_option
+@click.pass_context
+def index_reset(
+    ctx: click.Context, client_id: str, stream: str, partition: int, to: int, as_json: bool
+) -> None:
+    """Set CLIENT_ID's index on STREAM to --to, even if lower (indexes otherwise only go up).
+
+    For a consumer stuck too high, or one to replay from the start. Needs the admin grant on
+    STREAM when the service has an access file; the consumer keeps its owner.
+    """
+    stored = _client(ctx).reset_index(client_id, stream, to, partition)
+    _show_index(ctx, as_json, client_id, stream, partition, stored)
+
+
+@index.command(name="delete")
+@click.argument("client_id")
+@click.argument("stream")
+@partition_option
+@json_option
+@click.pass_context
+def index_delete(
+    ctx: click.Context, client_id: str, stream: str, partition: int, as_json: bool
+) -> None:
+    """Forget CLIENT_ID's index on STREAM and its owner (the next get starts it at 0, the
+    next save under an access file owns it). Needs the admin grant on STREAM."""
+    stored = _client(ctx).reset_index(client_id, stream, None, partition)
+    _show_index(ctx, as_json, client_id, stream, partition, stored)
 
 
 @command.command(name="list")

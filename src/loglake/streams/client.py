@@ -45,6 +45,7 @@ from loglake.streams.messages import (
     GetIndex,
     GetPartitionIndex,
     Index,
+    IndexResetRequest,
     Init,
     PartitionIndex,
     PullRequest,
@@ -116,6 +117,13 @@ class DiskFull(PushFailed):
 class PermissionDenied(StreamServiceError):
     """The service refused the request: this client's identity lacks the permission (the
     reason names the action, the stream and the permission needed)."""
+
+
+class IndexNotSaved(StreamServiceError):
+    """A consumer index save did not land: the service holds a lower index after it. Under
+    authentication the usual reason is that the consumer (client id) belongs to another
+    identity and this one has no ``consume`` grant for it; else the store failed. A save gets
+    no reply (a cast, as in the Ockam reference), so the service's log says which."""
 
 
 class DamagedHistory(StreamServiceError):
@@ -403,9 +411,11 @@ def _saved(stored: int, index: int, client_id: str, stream: str, partition: int)
     """The stored index after a save of ``index``: at least ``index`` (it is monotonic), or the
     save did not land — which the service, sending no reply to a save, only logs."""
     if stored < index:
-        raise StreamServiceError(
+        raise IndexNotSaved(
             f"the index service did not store index {index} of consumer {client_id!r} on "
-            f"stream {stream!r} partition {partition} (it holds {stored}); its log says why"
+            f"stream {stream!r} partition {partition} (it holds {stored}): the consumer may "
+            "belong to another identity (saving it needs a consume grant), or the store "
+            "failed; the service's log says which"
         )
     return stored
 
@@ -616,6 +626,19 @@ class StreamClient:
         return r.index if r.index is not None else 0
 
     # -- loglake extension -------------------------------------------------------------------
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        """An operator's reset of a consumer's index to ``index`` (lower or not), or with None
+        its delete (``loglake_index_reset``; needs ``admin`` on the stream under an access
+        file). Returns the index now stored (None: deleted)."""
+        payload = codec.encode_payload(IndexResetRequest(client_id, stream, partition, index))
+        reply = self._call(route(INDEX_SERVICE_ADDRESS), payload)[0]
+        r = codec.decode_response(reply.payload, PartitionIndex)
+        if isinstance(r, Error):
+            _raise_error(r, stream, partition)
+        return r.index
+
     def info(self, stream: str | None = None) -> list[StreamSummary]:
         payload = codec.encode_payload(StreamInfoRequest(stream))
         reply = self._call(route(STREAM_SERVICE_ADDRESS), payload)[0]

@@ -33,6 +33,7 @@ from loglake.streams.messages import (
     GetIndex,
     GetPartitionIndex,
     Index,
+    IndexResetRequest,
     Init,
     PartitionIndex,
     PartitionSummary,
@@ -60,6 +61,7 @@ STREAM_PULL = "stream_pull"
 STREAM_INDEX = "stream_index"
 ERROR = "error"
 LOGLAKE_STREAM_INFO = "loglake_stream_info"
+LOGLAKE_INDEX_RESET = "loglake_index_reset"
 """loglake extension (see messages.py)."""
 REF_STREAM_CREATE_PARTITIONED = "stream_create_partitioned"
 """Reference alias (stream_partitioned.ex) of ``stream_create_partitions``."""
@@ -117,6 +119,13 @@ STREAM_SUMMARY = Struct(
     StreamSummary, ("stream_name", STRING), ("partitions", Array(PARTITION_SUMMARY))
 )
 STREAM_INFO_RESPONSE = Struct(StreamInfoResponse, ("streams", Array(STREAM_SUMMARY)))
+INDEX_RESET_REQUEST = Struct(
+    IndexResetRequest,
+    ("client_id", STRING),
+    ("stream_name", STRING),
+    ("partition", UINT),
+    ("index", Optional(UINT)),
+)
 
 # message class -> (protocol name, schema used to encode it)
 _ENCODE: dict[type, tuple[str, bare.BareType]] = {
@@ -137,6 +146,7 @@ _ENCODE: dict[type, tuple[str, bare.BareType]] = {
     Error: (ERROR, ERROR_SCHEMA),
     StreamInfoRequest: (LOGLAKE_STREAM_INFO, STREAM_INFO_REQUEST),
     StreamInfoResponse: (LOGLAKE_STREAM_INFO, STREAM_INFO_RESPONSE),
+    IndexResetRequest: (LOGLAKE_INDEX_RESET, INDEX_RESET_REQUEST),
 }
 
 # protocol name -> request schemas to try, in order (server side)
@@ -149,6 +159,7 @@ _REQUESTS: dict[str, tuple[bare.BareType, ...]] = {
     STREAM_INDEX: (INDEX_REQUEST, PARTITION_INDEX_REQUEST),
     REF_STREAM_INDEX_PARTITIONED: (PARTITION_INDEX_REQUEST,),
     LOGLAKE_STREAM_INFO: (STREAM_INFO_REQUEST,),
+    LOGLAKE_INDEX_RESET: (INDEX_RESET_REQUEST,),
 }
 
 # response class -> (accepted protocol names, schema) (client side)
@@ -161,7 +172,10 @@ _RESPONSES: dict[type, tuple[frozenset[str], bare.BareType]] = {
     PushConfirm: (frozenset({STREAM_PUSH}), PUSH_CONFIRM),
     PullResponse: (frozenset({STREAM_PULL}), PULL_RESPONSE),
     Index: (frozenset({STREAM_INDEX}), INDEX),
-    PartitionIndex: (frozenset({STREAM_INDEX, REF_STREAM_INDEX_PARTITIONED}), PARTITION_INDEX),
+    PartitionIndex: (
+        frozenset({STREAM_INDEX, REF_STREAM_INDEX_PARTITIONED, LOGLAKE_INDEX_RESET}),
+        PARTITION_INDEX,
+    ),
     StreamInfoResponse: (frozenset({LOGLAKE_STREAM_INFO}), STREAM_INFO_RESPONSE),
 }
 

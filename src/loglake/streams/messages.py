@@ -164,6 +164,21 @@ class StreamInfoResponse:
     streams: tuple[StreamSummary, ...]
 
 
+# -- loglake extension: loglake_index_reset ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class IndexResetRequest:
+    """An operator's reset (``index``: set it, lower or not) or delete (``index`` None) of a
+    consumer's index, sent to the index service. The Ockam spec has no way to move an index
+    back; an index stuck too high (a bug, a hostile save) otherwise stays forever. The reply is
+    a ``PartitionIndex`` (under this protocol name) with the index now stored, None if
+    deleted."""
+
+    client_id: str
+    stream_name: str
+    partition: int
+    index: int | None
+
+
 Request = (
     CreateStreamRequest
     | CreatePartitionedStreamRequest
@@ -174,6 +189,7 @@ Request = (
     | GetPartitionIndex
     | SavePartitionIndex
     | StreamInfoRequest
+    | IndexResetRequest
 )
 Response = (
     Init

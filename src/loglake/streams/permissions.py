@@ -21,9 +21,23 @@ The access file (TOML, or JSON of the same shape) given to ``loglake serve --acc
   alternative name>``; ``*`` is any client whose certificate verified; ``anonymous`` is a client
   without one (plain TCP, or TLS without ``--tls-client-ca``).
 - ``streams``: shell-style patterns over the stream name (``*``, ``?``, ``[seq]``; case matters).
-- ``allow``: ``read`` (pull; get and save consumer indexes), ``write`` (push), ``admin``
-  (create a new stream; implies read and write). Any of them lets a peer see the stream (stream
-  info, and the CREATE that opens an existing stream to learn its worker addresses).
+- ``allow``: ``read`` (pull; get consumer indexes, and save those of consumers the peer owns or
+  that nobody owns yet), ``write`` (push), ``consume`` (get and save the consumer indexes of
+  client ids matching ``clients``, whoever owns them), ``admin`` (create a new stream, reset or
+  delete a consumer's index; implies read and write). Any of them lets a peer see the stream
+  (stream info, and the CREATE that opens an existing stream to learn its worker addresses).
+- ``clients`` (optional, for ``consume``): shell-style patterns over the client id; default
+  ``["*"]``, every client id.
+
+    [[grant]]
+    identities = ["cn:replayer"]
+    streams = ["orders"]
+    clients = ["billing-*"]
+    allow = ["consume"]
+
+A consumer (client id) belongs to the identity that first saved its index under an access file
+(``Peer.label``: the certificate's ``cn:…``, else its first name; anonymous clients share the
+one owner ``anonymous``); the owner is kept durably with the index.
 
 Grants add up; there is no deny. Without an access file every peer may do everything (the
 loopback default). What each request needs is in ``NEEDS``.
@@ -53,6 +67,7 @@ class Permission(enum.Enum):
     READ = "read"
     WRITE = "write"
     ADMIN = "admin"
+    CONSUME = "consume"
 
 
 NEEDS = {
@@ -61,9 +76,15 @@ NEEDS = {
     "pull from": Permission.READ,
     "get the consumer index of": Permission.READ,
     "save the consumer index of": Permission.READ,
+    "reset the consumer index of": Permission.ADMIN,
 }
 """The permission each refused action names in its error reply."""
 
+NO_OWNERS_BANNER = (
+    "no --access file: consumers belong to no one — any client can save, and so move, any "
+    "consumer's index (docs/security.md)"
+)
+"""The startup banner's line when there is no access policy: the exposure, in one line."""
 ANY_VERIFIED = "*"
 ANONYMOUS_NAME = "anonymous"
 _PREFIXES = ("cn:", "dns:", "uri:", "email:", "ip:")
@@ -110,12 +131,22 @@ class Grant:
     streams: tuple[str, ...]
     allow: frozenset[Permission]
     _patterns: tuple[re.Pattern[str], ...] = ()
+    clients: tuple[str, ...] = ("*",)
+    _client_patterns: tuple[re.Pattern[str], ...] = ()
 
     def covers(self, stream: str) -> bool:
         return any(p.fullmatch(stream) for p in self._patterns)
 
+    def covers_client(self, client_id: str) -> bool:
+        return any(p.fullmatch(client_id) for p in self._client_patterns)
 
-def grant(identities: Iterable[str], streams: Iterable[str], allow: Iterable[str]) -> Grant:
+
+def grant(
+    identities: Iterable[str],
+    streams: Iterable[str],
+    allow: Iterable[str],
+    clients: Iterable[str] = ("*",),
+) -> Grant:
     """A validated ``Grant`` (``AccessConfigError`` naming what is wrong)."""
     ids = frozenset(identities)
     for i in ids:
@@ -134,13 +165,19 @@ def grant(identities: Iterable[str], streams: Iterable[str], allow: Iterable[str
         try:
             perms.add(Permission(a))
         except ValueError:
-            raise AccessConfigError(f"allow {a!r}: expected read, write or admin") from None
+            raise AccessConfigError(
+                f"allow {a!r}: expected read, write, consume or admin"
+            ) from None
     if not perms:
-        raise AccessConfigError("allow: give at least one of read, write, admin")
+        raise AccessConfigError("allow: give at least one of read, write, consume, admin")
     if Permission.ADMIN in perms:
         perms |= {Permission.READ, Permission.WRITE}
     compiled = tuple(re.compile(fnmatch.translate(p)) for p in pats)
-    return Grant(ids, pats, frozenset(perms), compiled)
+    cpats = tuple(clients)
+    if not cpats or not all(isinstance(p, str) and p for p in cpats):
+        raise AccessConfigError(f"clients {list(cpats)!r}: give at least one non-empty pattern")
+    ccompiled = tuple(re.compile(fnmatch.translate(p)) for p in cpats)
+    return Grant(ids, pats, frozenset(perms), compiled, cpats, ccompiled)
 
 
 class AccessPolicy:
@@ -160,12 +197,19 @@ class AccessPolicy:
             raise AccessConfigError("grant: expected a list of tables ([[grant]])")
         out = []
         for n, g in enumerate(grants, 1):
-            if not isinstance(g, dict) or set(g) != {"identities", "streams", "allow"}:
-                raise AccessConfigError(f"grant {n}: expected exactly identities, streams, allow")
+            needed = {"identities", "streams", "allow"}
+            if not isinstance(g, dict) or not needed <= set(g) <= needed | {"clients"}:
+                raise AccessConfigError(
+                    f"grant {n}: expected identities, streams, allow (and optionally clients)"
+                )
             if not all(isinstance(g[k], list) for k in g):
-                raise AccessConfigError(f"grant {n}: identities, streams and allow are lists")
+                raise AccessConfigError(
+                    f"grant {n}: identities, streams, allow and clients are lists"
+                )
             try:
-                out.append(grant(g["identities"], g["streams"], g["allow"]))
+                out.append(
+                    grant(g["identities"], g["streams"], g["allow"], g.get("clients", ["*"]))
+                )
             except AccessConfigError as e:
                 raise AccessConfigError(f"grant {n}: {e}") from None
         return cls(out)
@@ -216,6 +260,17 @@ class AccessPolicy:
 
     def may_see(self, peer: Peer, stream: str) -> bool:
         return bool(self.permissions(peer, stream))
+
+    def may_consume(self, peer: Peer, stream: str, client_id: str) -> bool:
+        """Whether a ``consume`` grant lets ``peer`` save ``client_id``'s index on ``stream``
+        whoever owns it (not cached: client ids are many, grants few)."""
+        return any(
+            Permission.CONSUME in g.allow
+            and g.identities & peer.names
+            and g.covers(stream)
+            and g.covers_client(client_id)
+            for g in self.grants
+        )
 
 
 def denied(peer: Peer, action: str, stream: str, need: str) -> str:

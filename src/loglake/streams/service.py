@@ -50,6 +50,7 @@ from loglake.log.api import (
     STREAM_NAME_RE,
     CorruptSegment,
     Log,
+    NotOwner,
     StreamConfig,
     UnknownPartition,
     UnknownStream,
@@ -66,6 +67,7 @@ from loglake.streams.messages import (
     GetIndex,
     GetPartitionIndex,
     Index,
+    IndexResetRequest,
     Init,
     PartitionIndex,
     PartitionSummary,
@@ -866,16 +868,23 @@ class StreamService:
         why = None
         client_id = getattr(req, "client_id", None)
         name = getattr(req, "stream_name", None)
+        access = self.access
+        consume = False
+        """Whether a ``consume`` grant lets the peer save this client id whoever owns it."""
         if isinstance(client_id, str) and len(client_id.encode()) > self.max_client_id:
             size = len(client_id.encode())
             why = f"client id of {size} bytes is longer than {self.max_client_id} (max_client_id)"
         elif isinstance(name, str) and not _is_stream_name(name):
             why = _bad_name(name)
-        elif self.access is not None and isinstance(
+        elif access is not None and isinstance(req, IndexResetRequest):
+            why = access.refusal(peer, "reset the consumer index of", req.stream_name)
+        elif access is not None and isinstance(
             req, GetIndex | GetPartitionIndex | SaveIndex | SavePartitionIndex
         ):
+            consume = access.may_consume(peer, req.stream_name, req.client_id)
             action = "save the consumer index of" if saving else "get the consumer index of"
-            why = self.access.refusal(peer, action, req.stream_name)
+            if not consume:
+                why = access.refusal(peer, action, req.stream_name)
         if why is not None:
             if saving:  # a cast: no reply, not even a refusal (see below)
                 log_event(logger, logging.WARNING, "index save refused", reason=why[:MAX_REASON])
@@ -886,6 +895,7 @@ class StreamService:
             try:
                 stored = yield LogCall("get_index", (req.client_id, req.stream_name, partition))
                 if stored is None:  # spec: "a new record MUST be created with an index 0"
+                    # a get claims no consumer: reading an index is not owning it
                     stored = yield LogCall(
                         "save_index", (req.client_id, req.stream_name, 0, partition)
                     )
@@ -898,12 +908,34 @@ class StreamService:
             # the save on the same connection (loglake's client does); requests of a connection
             # are handled in order, so the get sees the save.
             partition = getattr(req, "partition", 0)
+            key = (req.client_id, req.stream_name, req.index, partition)
             try:  # a lower index: "it MUST NOT be changed"
-                yield LogCall("save_index", (req.client_id, req.stream_name, req.index, partition))
+                if access is None:  # no authentication: no owners (the banner says so)
+                    yield LogCall("save_index", key)
+                else:  # the first saver owns the consumer; others need a consume grant
+                    yield LogCall("save_index_as", (*key, peer.label, consume))
+            except NotOwner as e:
+                log_event(logger, logging.WARNING, "index save refused", stream=req.stream_name,
+                          partition=partition, client=req.client_id[:MAX_REASON],
+                          peer=peer.label, owner=e.owner)  # fmt: skip
             except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
                 log_event(logger, logging.WARNING, "index save failed", stream=req.stream_name,
                           partition=partition, client=req.client_id, error=str(e))  # fmt: skip
             return []
+        elif isinstance(req, IndexResetRequest):
+            # loglake's operator reset/delete: the only way an index moves back
+            try:
+                yield LogCall(
+                    "reset_index", (req.client_id, req.stream_name, req.index, req.partition)
+                )
+            except (LoglakeError, OSError) as e:
+                return self._index_error(msg, req.stream_name, req.partition, e)
+            log_event(logger, logging.WARNING, "consumer index reset" if req.index is not None
+                      else "consumer index deleted", stream=req.stream_name,
+                      partition=req.partition, client=req.client_id[:MAX_REASON],
+                      index=req.index, by=peer.label)  # fmt: skip
+            out = PartitionIndex(req.client_id, req.stream_name, req.partition, req.index)
+            return self._reply(msg, src, out, protocol)
         else:
             log_event(logger, logging.WARNING, "dropped a non-index request to the index service")
             return []

@@ -122,6 +122,30 @@ class ConsumerOut(BaseModel):
     next_index: int
     lag: int
     """Records between the saved index and the partition's end."""
+    owner: str | None = None
+    """The identity that owns the consumer (the first to save it under the stream service's
+    access file); None: nobody."""
+
+
+class ConsumerReset(BaseModel):
+    client_id: str = Field(min_length=1, max_length=65_535)
+    partition: int = Field(0, ge=0, le=2**31 - 1)
+    index: int = Field(0, ge=0, le=2**64 - 1, description="The index to set, lower or not")
+
+
+class ConsumerDelete(BaseModel):
+    client_id: str = Field(min_length=1, max_length=65_535)
+    partition: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class ConsumerChange(BaseModel):
+    client_id: str
+    stream: str
+    partition: int
+    before: int | None
+    """The index before the change (None: there was none)."""
+    index: int | None
+    """The index now stored (None: deleted)."""
 
 
 def _b64(b: bytes) -> str:
@@ -296,6 +320,7 @@ def consumer_rows(node: NodeContext, stream: str | None = None) -> list[Consumer
                 index=index,
                 next_index=end,
                 lag=max(0, end - index),
+                owner=node.log.index_owner(client, name, partition),
             )
         )
     return out
@@ -314,3 +339,33 @@ def list_consumers(node: Node) -> list[ConsumerOut]:
 def stream_consumers(stream: StreamName, node: Node) -> list[ConsumerOut]:
     node.log.stream_info(stream)  # 404 for an unknown stream
     return consumer_rows(node, stream)
+
+
+# An operator's way out for a consumer stuck too high (indexes otherwise only go up: a bug or a
+# hostile save of 2^64-1 would hold it forever) or one to replay; under the node's token.
+@router.post(
+    "/streams/{stream}/consumers/reset",
+    response_model=ConsumerChange,
+    summary="Set a consumer's index, lower or not (its owner stays)",
+)
+def reset_consumer(stream: StreamName, body: ConsumerReset, node: Node) -> ConsumerChange:
+    before = node.log.reset_index(body.client_id, stream, body.index, body.partition)
+    return ConsumerChange(
+        client_id=body.client_id,
+        stream=stream,
+        partition=body.partition,
+        before=before,
+        index=body.index,
+    )
+
+
+@router.post(
+    "/streams/{stream}/consumers/delete",
+    response_model=ConsumerChange,
+    summary="Forget a consumer's index and owner",
+)
+def delete_consumer(stream: StreamName, body: ConsumerDelete, node: Node) -> ConsumerChange:
+    before = node.log.reset_index(body.client_id, stream, None, body.partition)
+    return ConsumerChange(
+        client_id=body.client_id, stream=stream, partition=body.partition, before=before, index=None
+    )

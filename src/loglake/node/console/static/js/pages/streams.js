@@ -5,6 +5,7 @@ import { useRef, useState } from "preact/hooks";
 import {
   ErrorBox,
   Sparkline,
+  act,
   fmtBytes,
   fmtInt,
   fmtRate,
@@ -91,28 +92,70 @@ export function StreamsPage() {
 }
 
 function ConsumerTable({ rows, showStream }) {
+  const [message, setMessage] = useState(null);
   if (!rows) return null;
   if (rows.length === 0) return html`<p class="muted">No saved consumer indexes.</p>`;
-  return html`<table data-testid="consumers-table">
+  return html`${message
+      ? html`<div class=${message.bad ? "error" : "notice"} data-testid="consumer-message">${message.text}</div>`
+      : null}
+    <table data-testid="consumers-table">
     <thead><tr>
       <th>client</th>${showStream ? html`<th>stream</th>` : null}<th class="num">partition</th>
       <th class="num">saved index</th><th class="num">end</th><th class="num">lag</th>
+      <th>owner</th><th></th>
     </tr></thead>
     <tbody>
       ${rows.map(
-        (c) => html`<tr data-consumer=${c.client_id}>
+        (c) => html`<tr data-consumer=${c.client_id} key=${c.client_id + "/" + c.stream + "/" + c.partition}>
           <td>${c.client_id}</td>
           ${showStream
             ? html`<td><a href=${href("/streams", { stream: c.stream })}>${c.stream}</a></td>`
             : null}
           <td class="num">${c.partition}</td>
-          <td class="num">${fmtInt(c.index)}</td>
+          <td class="num" data-testid="index">${fmtInt(c.index)}</td>
           <td class="num">${fmtInt(c.next_index)}</td>
           <td class="num" data-testid="lag"><span class=${c.lag > 0 ? "warn" : "ok"}>${fmtInt(c.lag)}</span></td>
+          <td data-testid="owner">${c.owner || html`<span class="muted">nobody</span>`}</td>
+          <td><${ConsumerActions} c=${c} say=${setMessage} /></td>
         </tr>`,
       )}
     </tbody>
   </table>`;
+}
+
+/** An operator's reset (to an index, lower or not) or delete of one consumer's index: the way
+ *  out for a consumer stuck too high, since saves only move an index up. Two clicks, so a
+ *  stray one changes nothing. */
+function ConsumerActions({ c, say }) {
+  const [mode, setMode] = useState(null);
+  const [to, setTo] = useState("0");
+  const where = `${c.client_id} on ${c.stream}/${c.partition}`;
+  const send = async (what) => {
+    const path = `/streams/${encodeURIComponent(c.stream)}/consumers/${what}`;
+    const body = { client_id: c.client_id, partition: c.partition };
+    if (what === "reset") body.index = Number(to);
+    const { data, error } = await act(path, { method: "POST", body });
+    setMode(null);
+    say(
+      error
+        ? { bad: true, text: `The ${what} of consumer ${where} failed: ${error.message}` }
+        : what === "reset"
+          ? { text: `Consumer ${where} reset from ${fmtInt(data.before)} to ${fmtInt(data.index)}.` }
+          : { text: `Consumer ${where} deleted (it was at ${fmtInt(data.before)}).` },
+    );
+  };
+  if (mode === "reset")
+    return html`<span class="confirm">
+      to <input type="number" min="0" value=${to} data-testid="reset-to" size="8"
+        onInput=${(e) => setTo(e.target.value)} />
+      <button class="danger" data-testid="confirm-reset" onClick=${() => send("reset")}>Reset</button>
+      <button data-testid="cancel-action" onClick=${() => setMode(null)}>Cancel</button></span>`;
+  if (mode === "delete")
+    return html`<span class="confirm">
+      <button class="danger" data-testid="confirm-delete" onClick=${() => send("delete")}>Delete ${c.client_id}</button>
+      <button data-testid="cancel-action" onClick=${() => setMode(null)}>Cancel</button></span>`;
+  return html`<button data-testid="reset" onClick=${() => setMode("reset")}>Reset…</button>
+    <button data-testid="delete" onClick=${() => setMode("delete")}>Delete…</button>`;
 }
 
 export function StreamPage({ name }) {
