@@ -370,7 +370,10 @@ class JetStreamLease:
         step = min(self.core.retry, self.core.renew_every) / 2
         while self.core.state is not LeaseState.CLOSED:
             async with self._lock:
-                await self.step()
+                try:
+                    await self.step()
+                except Exception as e:  # an on_change that raised: the lease keeps running
+                    logger.error("lease %s: %r", self.name, e)
             await asyncio.sleep(step)
 
     async def step(self) -> None:
