@@ -236,3 +236,53 @@ def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
     finally:
         for n in (a, b):
             n.stop()
+
+
+@pytest.mark.slow
+def test_a_killed_node_process_hands_the_sealer_to_the_other(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """Two ``loglake node --backend … --replicas 3`` processes on one cluster: only one seals;
+    SIGKILL it, and the other seals what follows within the lease TTL + 2 s (+ a seal round)."""
+    import subprocess
+    import sys
+
+    from tests.procs import free_port, process
+
+    prefix, ttl = "proc" + uuid.uuid4().hex[:8], 2
+
+    def cmd(name: str, http_port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "loglake.cli", "node", "--no-console",
+            "--data-dir", str(tmp_path / name), "--http-port", str(http_port),
+            "--no-streams-enabled", "--backend", nats3.url, "--replicas", "3",
+            "--streams-nats-prefix", prefix, "--streams-lease-ttl", str(ttl),
+            "--streams-seal-interval", "0.2",
+        ]  # fmt: skip
+
+    ports = {"a": free_port(), "b": free_port()}
+    log = JetStreamLog(nats3.url, prefix=prefix)
+    try:
+        with (
+            process(cmd("a", ports["a"]), ports["a"], stderr=subprocess.DEVNULL) as a,
+            process(cmd("b", ports["b"]), ports["b"], stderr=subprocess.DEVNULL) as b,
+        ):
+            log.create_stream("orders")
+            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            first = wait_until(
+                lambda: next((n for n in "ab" if sealed(tmp_path / n, "orders") == 20), None),
+                15,
+                "the first seal",
+            )
+            second = "b" if first == "a" else "a"
+            time.sleep(1.0)
+            assert sealed(tmp_path / second, "orders") == 0  # one sealer, not two
+            ({"a": a, "b": b})[first].kill()
+            killed = time.monotonic()
+            log.append_payloads("orders", 0, [b"y%d" % i for i in range(5)])
+            wait_until(
+                lambda: sealed(tmp_path / second, "orders") == 25, ttl + 2 + 3, "the takeover"
+            )
+            print(f"sealed by the other node {time.monotonic() - killed:.2f}s after SIGKILL")
+    finally:
+        log.close()

@@ -3,83 +3,17 @@
 
 from __future__ import annotations
 
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 
 import pytest
 
 from tests.streams.jetstream_fixtures import new_prefix
+from tests.streams.lease_holder import Holder
 
 TTL = 3
 """Seconds; the handover bound the issue sets is ttl + 2 s."""
-
-
-class Holder:
-    """One contender process and the lines it printed."""
-
-    def __init__(self, urls: str, bucket: str, name: str, holder: str) -> None:
-        self.holder = holder
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.streams.lease_holder",
-                urls,
-                bucket,
-                name,
-                holder,
-                str(TTL),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.seen: list[str] = []
-        self.expect("ready", 30)
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
-
-    def expect(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
-            self.seen.append(line)
-            if line.startswith(prefix):
-                return line
-        raise AssertionError(f"{self.holder}: no {prefix!r} within {timeout}s; saw {self.seen}")
-
-    def holds_now(self) -> bool:
-        """Drain what it printed; True if its last acquired/lost line is ``acquired``."""
-        while True:
-            try:
-                self.seen.append(self.lines.get_nowait())
-            except queue.Empty:
-                break
-        state = [s for s in self.seen if s.startswith(("acquired", "lost"))]
-        return bool(state) and state[-1].startswith("acquired")
-
-    def send(self, line: str, answer: str = "", timeout: float = 10) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return self.expect(answer or ("ok", "error", "fence"), timeout) if answer != "-" else ""
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 @pytest.fixture
@@ -89,7 +23,7 @@ def contenders(nats_r3):
     name = "sealer-" + uuid.uuid4().hex[:6]
 
     def make(holder: str) -> Holder:
-        h = Holder(nats_r3.url, bucket, name, holder)
+        h = Holder(nats_r3.url, bucket, name, holder, TTL)
         made.append(h)
         return h
 

@@ -137,3 +137,16 @@ def test_bad_settings_are_refused_with_a_readable_error(kw):
     args = {"name": "sealer", "holder": "node-a", **kw}
     with pytest.raises(ValueError, match="lease"):
         LeaseCore(**args)
+
+
+@pytest.mark.parametrize("bucket", ["", "a.b", "a b", "a*", "$KV"])
+def test_a_bad_bucket_name_is_refused_before_any_request(bucket):
+    import asyncio
+
+    from loglake.streams.lease import JetStreamLease
+
+    async def make():
+        return JetStreamLease(None, bucket, "sealer", "node-a")
+
+    with pytest.raises(ValueError, match="lease bucket"):
+        asyncio.run(make())

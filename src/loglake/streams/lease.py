@@ -66,6 +66,8 @@ WRONG_LAST_SEQUENCE = 10071
 MIN_TTL = 1
 _NAME = re.compile(r"[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*")
 """A KV key's characters (nats-py's ``_is_key_valid``), no empty token."""
+_BUCKET = re.compile(r"[A-Za-z0-9_-]+")
+"""A bucket name as nats-py checks it (``VALID_BUCKET_RE``)."""
 """JetStream message TTLs are whole seconds (the ``Nats-TTL`` header), at least one."""
 
 
@@ -337,6 +339,8 @@ class JetStreamLease:
         on_change: Callable[[Event], None] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        if not _BUCKET.fullmatch(bucket):
+            raise ValueError(f"lease bucket {bucket!r}: use letters, digits, - and _")
         self.js, self.bucket, self.timeout = js, bucket, timeout
         self.replicas = replicas
         """Replicas of the bucket if this lease creates it (3 on a 3-node cluster)."""
@@ -364,7 +368,10 @@ class JetStreamLease:
         return self.core.token
 
     async def start(self) -> JetStreamLease:
-        self._kv = await lease_bucket(self.js, self.bucket, self.replicas)
+        try:
+            self._kv = await lease_bucket(self.js, self.bucket, self.replicas)
+        except (nats.errors.Error, TimeoutError) as e:  # nats-py's errors, timeouts included
+            raise LeaseUnavailable(f"lease bucket {self.bucket!r}: {e}") from e
         self._task = asyncio.create_task(self._run(), name=f"lease {self.name}")
         return self
 
@@ -372,7 +379,10 @@ class JetStreamLease:
         step = min(self.core.retry, self.core.renew_every) / 2
         while self.core.state is not LeaseState.CLOSED:
             async with self._lock:
-                await self.step()
+                try:
+                    await self.step()
+                except Exception as e:  # an on_change that raised: the lease keeps running
+                    logger.error("lease %s: %r", self.name, e)
             await asyncio.sleep(step)
 
     async def step(self) -> None:
