@@ -192,9 +192,10 @@ class Simulation:
                 self.check()
         # the network heals: everything must settle
         self.w.net.faults = None
-        for _ in range(3):
+        for _ in range(40):  # resends back off up to 10 s: let the fake clock pass them
             self.w.net.run(200_000)
             self.check()
+            self.w.clock.now += 1_000_000_000
         self.check_settled()
         self.report.steps = self.step_no
         self.report.faults = dict(self.faults.counts)

@@ -21,6 +21,7 @@ VOCABULARY = {
     "fastcodec",
     "journal",
     "ledger",
+    "resend",
 }
 CORES = {"role", "orchestrator", "broadcaster", "publisher", "subscriber"}
 ADAPTERS = {"store", "network", "server", "client", "cli", "__init__"}

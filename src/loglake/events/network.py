@@ -146,13 +146,16 @@ class InProcessNetwork:
             self._ghosts.add(id(copy))
             self.queue.append((src, copy))
         target = self.roles.get(c.target.bytes)
-        if f is not None and target is not None and f.hit("drop"):
-            target = None
+        lost = None
         if target is None:
+            lost = ConnectionError(f"no role {c.target}")
+        elif f is not None and f.hit("drop"):
+            lost = ConnectionError(f"{c.method} to {c.target}: lost on the way")
+        if lost is not None:
             if ghost:
                 return True
             self.dropped.append(c)
-            src.on_reply(c, ConnectionError(f"no role {c.target}"), self.clock())
+            src.on_reply(c, lost, self.clock())
             self._collect(src)
             return True
         m = METHODS[c.method]

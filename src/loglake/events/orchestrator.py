@@ -98,6 +98,7 @@ from loglake.events.messages import (
     ReplayStatus,
     ReplayStatusUpdate,
 )
+from loglake.events.resend import Resender
 from loglake.events.role import Role, SysEmitter
 from loglake.streams.api import check_stream_name
 from loglake.wire import icrc16
@@ -246,6 +247,9 @@ class Orchestrator(Role):
         self._next_pub = self._next_sub = self._next_replay = 1
         self.journal = Journal(self.outbox, journal_name)
         self._resend: list[int] = []
+        self.resender = Resender()
+        """System notifications whose call failed, sent again (a lost replay add would leave
+        the replay pending for good)."""
         self.methods = {
             "icrc72_register_publication": self.register_publication,
             "icrc72_register_subscription": self.register_subscription,
@@ -724,10 +728,20 @@ class Orchestrator(Role):
             )
             self._emit_job_add(rep, now)
 
+    def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if call.method == "icrc72_handle_notification":
+            if isinstance(reply, BaseException):
+                self.resender.failed(call, now)
+            else:
+                self.resender.succeeded(call)
+
     def pump(self, now: int) -> bool:
-        """After a restart: send the open replays' system messages again (idempotent)."""
+        """Send failed system notifications again when due; after a restart, send the open
+        replays' system messages again (idempotent)."""
+        again = self.resender.due(now)
+        self.outbox.extend(again)
         if not self._resend:
-            return False
+            return bool(again)
         for rid in self._resend:
             rep = self.replays[rid]
             if rep.job and rep.cancel_requested and rep.job_output is None:
@@ -735,6 +749,10 @@ class Orchestrator(Role):
                 self._set_status(rep, ReplayState("canceled", 0), now)
                 continue
             if rep.cancel_requested:
+                if not rep.job and rep.status.tag == "pending":
+                    # its add may have died with the old process: without it the publisher
+                    # could not report the cancel (it ends the replay canceled(0))
+                    self._emit_replay_add(rep, now)
                 self._emit_replay_remove(rep, now)
             else:
                 self._emit_replay_add(rep, now)
