@@ -21,8 +21,17 @@ VOCABULARY = {
     "fastcodec",
     "journal",
     "ledger",
+    "resend",
 }
-CORES = {"role", "orchestrator", "broadcaster", "publisher", "subscriber"}
+CORES = {
+    "role",
+    "orchestrator",
+    "orchestrator_state",
+    "orchestrator_replays",
+    "broadcaster",
+    "publisher",
+    "subscriber",
+}
 ADAPTERS = {"store", "network", "server", "client", "cli", "__init__"}
 # what vocabulary and cores may take from outside events: values and names, never I/O
 PURE_OUTSIDE = {

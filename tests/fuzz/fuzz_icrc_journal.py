@@ -25,7 +25,12 @@ from tests.events.samples import CONFIG, P1, P2
 from tests.fuzz import _harness
 
 EXPECTED = (JournalError,)
-INSTRUMENT = ("loglake.events.journal", "loglake.events.orchestrator", "loglake.events.filters")
+INSTRUMENT = (
+    "loglake.events.journal",
+    "loglake.events.orchestrator",
+    "loglake.events.orchestrator_state",
+    "loglake.events.filters",
+)
 SEP = b"\xff\xfeREC"
 SELF = Principal(bytes(range(1, 11)))
 

@@ -7,13 +7,23 @@ here too), dispatches to the target core with the sender as caller, and feeds re
 Storage actions are performed at once, in order, on the role's ``StreamsStore`` (given to
 :meth:`InProcessNetwork.add`), and their results fed back before the next action of the outbox — the
 same order the HTTP adapter keeps. Time is whatever ``clock`` returns (tests pass a fake clock).
+
+With :class:`Faults` the network misbehaves the ways the HTTP adapter can, drawn from one seeded
+``random.Random`` so a run replays exactly from its seed (TigerBeetle's simulator, STYLE.md): a
+call is lost on the way (the caller's reply is a ``ConnectionError``), runs but its reply is lost
+(the same error, after the callee acted — a timeout), runs twice (a redelivery whose second
+reply nobody reads), or is held back while other senders' calls overtake it. What the HTTP
+adapter guarantees is kept: one sender's ordered calls are delivered in the order it queued them
+(its sender waits for every reply before the next), so faults reorder between senders only.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from icp_principal import Principal
@@ -25,9 +35,44 @@ from loglake.events.role import Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 
 
+@dataclass
+class Faults:
+    """Seeded misbehaviour of :class:`InProcessNetwork`; each field is a per-call probability."""
+
+    seed: int
+    drop: float = 0.0
+    """The call never reaches its target; the caller's reply is a ``ConnectionError``."""
+    drop_reply: float = 0.0
+    """The target handles the call, the reply is lost: the caller sees a ``ConnectionError``."""
+    duplicate: float = 0.0
+    """The call is delivered again later; the copy's reply is discarded."""
+    delay: float = 0.0
+    """Another sender's call (if one is queued) is delivered first."""
+    rng: random.Random = field(init=False, repr=False)
+    counts: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.counts = dict.fromkeys(("drop", "drop_reply", "duplicate", "delay"), 0)
+
+    def hit(self, kind: str) -> bool:
+        p: float = getattr(self, kind)
+        if p and self.rng.random() < p:
+            self.counts[kind] += 1
+            return True
+        return False
+
+
 class InProcessNetwork:
-    def __init__(self, clock: Callable[[], int], jobs: ReplayJobs | None = None) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        jobs: ReplayJobs | None = None,
+        faults: Faults | None = None,
+    ) -> None:
         self.clock = clock
+        self.faults = faults
+        """None: a perfect in-order network (the default)."""
         self.jobs = jobs
         """Performs replay job actions (issue 11 §2); their ends go to the orchestrator that
         started them, when the network is otherwise idle."""
@@ -35,6 +80,8 @@ class InProcessNetwork:
         self.roles: dict[bytes, Role] = {}
         self.stores: dict[bytes, StreamsStore] = {}
         self.queue: deque[tuple[Role, Call]] = deque()
+        self._ghosts: set[int] = set()
+        """``id()`` of queued duplicate calls: their replies go nowhere."""
         self.delivered = 0
         self.dropped: list[Call] = []
 
@@ -89,11 +136,26 @@ class InProcessNetwork:
                     self._collect(role)
                     progressed = True
             return progressed or self._jobs_step()
-        src, c = self.queue.popleft()
+        src, c = self._next()
+        ghost = id(c) in self._ghosts
+        if ghost:
+            self._ghosts.discard(id(c))
+        f = self.faults
+        if f is not None and not ghost and f.hit("duplicate"):
+            copy = Call(c.target, c.method, c.arg, c.token, c.ordered)
+            self._ghosts.add(id(copy))
+            self.queue.append((src, copy))
         target = self.roles.get(c.target.bytes)
+        lost = None
         if target is None:
+            lost = ConnectionError(f"no role {c.target}")
+        elif f is not None and f.hit("drop"):
+            lost = ConnectionError(f"{c.method} to {c.target}: lost on the way")
+        if lost is not None:
+            if ghost:
+                return True
             self.dropped.append(c)
-            src.on_reply(c, ConnectionError(f"no role {c.target}"), self.clock())
+            src.on_reply(c, lost, self.clock())
             self._collect(src)
             return True
         m = METHODS[c.method]
@@ -106,9 +168,31 @@ class InProcessNetwork:
             reply = e
         self.delivered += 1
         self._collect(target)
+        if ghost:
+            return True
+        if f is not None and f.hit("drop_reply"):
+            reply = ConnectionError(f"{c.method} to {c.target}: no reply (timed out)")
         src.on_reply(c, reply, self.clock())
         self._collect(src)
         return True
+
+    def _next(self) -> tuple[Role, Call]:
+        """The next call to deliver: the oldest, or with ``delay`` faults another sender's
+        first call — never one queued behind an earlier ordered call of the same sender."""
+        f = self.faults
+        if f is None or len(self.queue) < 2 or not f.hit("delay"):
+            return self.queue.popleft()
+        held: set[int] = set()  # senders with an earlier ordered call still queued
+        movable = []
+        for k, (src, c) in enumerate(self.queue):
+            if id(src) not in held:
+                movable.append(k)
+            if c.ordered:
+                held.add(id(src))
+        k = f.rng.choice(movable)
+        item = self.queue[k]
+        del self.queue[k]
+        return item
 
     def _jobs_step(self) -> bool:
         """Idle: hand finished jobs to their orchestrators; wait while one still runs."""

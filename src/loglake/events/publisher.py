@@ -69,6 +69,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
+from loglake.events.resend import Resender
 from loglake.events.role import Role
 from loglake.streams.api import StreamMessage
 from loglake.wire import icrc16
@@ -312,6 +313,8 @@ class Publisher(Role):
         self._opening: set[int] = set()
         """Replay ids whose stream bounds are being read (``ReadBounds`` queued)."""
         self._removed_early: set[int] = set()
+        self.resender = Resender()
+        """Replay status reports whose call failed, sent again."""
         self.registration_results: dict[str, Any] = {}
         self.registrations: dict[str, RegistrationState] = {}
         """namespace → where its ``icrc72_register_publication`` stands."""
@@ -427,8 +430,10 @@ class Publisher(Role):
                 self._add_replay(a, now)
         elif key == sysmsg.PUBLISHER_REPLAY_REMOVE:
             for rid in sysmsg.read_ids(payload, key):
-                if rid in self._opening:
-                    self._removed_early.add(rid)  # its bounds are being read
+                if rid not in self.replays:
+                    # its bounds are being read, or its add is still to come (the add was lost
+                    # and the orchestrator sends it again): it ends canceled(0) when it opens
+                    self._removed_early.add(rid)
                 r = self.replays.get(rid)
                 if r is not None and not r.done:
                     # stop enqueuing; report canceled(n) once the calls in flight are answered
@@ -508,7 +513,9 @@ class Publisher(Role):
     def pump(self, now: int) -> bool:
         """Queue the next publish calls of every active replay, within back-pressure limits,
         and registrations whose retry is due."""
-        queued = False
+        again = self.resender.due(now)
+        self.outbox.extend(again)
+        queued = bool(again)
         for ns, st in self.registrations.items():
             if st.state == "retrying" and st.retry_at is not None and st.retry_at <= now:
                 self._send_registration(ns, now)
@@ -603,6 +610,13 @@ class Publisher(Role):
         return any(not r.done for r in self.replays.values())
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if call.method == "icrc77_replay_status":
+            # a lost report would leave the replay running (or pending) at the orchestrator
+            if isinstance(reply, BaseException):
+                self.resender.failed(call, now)
+            else:
+                self.resender.succeeded(call)
+            return
         if call.token and call.token[0] == "register":
             self._registered(call.token[1], reply, now)
             return

@@ -1,0 +1,258 @@
+"""The Orchestrator's records and their persistence: what a restart must rebuild.
+
+The records (:class:`Publication`, :class:`Subscription`, :class:`Replay`), the quotas and the
+error codes the orchestrator answers with, and :class:`OrchestratorState`: applying the journal's
+records (``journal.py``) to a fresh core. Kept apart from registration and replay scheduling
+because this is the part the events simulation checks after every step — the state rebuilt from
+the journal must equal the live one — so what is persisted, and how, reads in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icp_principal import Principal
+
+from loglake.events import sysmsg
+from loglake.events.actions import (
+    Action,
+)
+from loglake.events.filters import (
+    Filter,
+    ImproperConfig,
+    Skip,
+    parse_replay_config,
+)
+from loglake.events.journal import Journal, JournalError, decode_records
+from loglake.events.ledger import Ledger
+from loglake.events.messages import (
+    PENDING,
+    Err,
+    ICRC16Map,
+    ReplayState,
+    ReplayStatus,
+)
+from loglake.events.resend import Resender
+from loglake.events.role import SysEmitter
+from loglake.wire import icrc16
+from loglake.wire.icrc16 import Value
+
+E_QUOTA, E_RATE, E_NOT_CAPABLE, E_LEDGER = 1, 2, 3, 4
+E_NOT_ASSIGNED, E_NOT_FOUND, E_TRANSITION = 401, 404, 409
+HEAD_KEY = "loglake:publication:head"
+"""Config key a Publisher sends with ``icrc72_update_publication``: the namespace's next event
+id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
+DEFAULT_JOB_THRESHOLD = 1_000_000
+"""Replays of more events than this are procured by a Spark job, when the orchestrator's
+adapter has a job runner (``job_threshold``; issue 11 §2)."""
+PROGRESS_KEY = "loglake:replay:sent"
+"""Config key a Publisher sends with ``icrc72_update_publication``: ``#Array[#Nat(replayId),
+#Nat(sent)]`` while a replay runs (``ReplayState.running`` has no count); shown in the replay's
+stats as ``icrc77:replay:sent`` (the CLI's progress bar reads it)."""
+
+
+@dataclass(frozen=True)
+class Quotas:
+    max_batch: int = 100
+    max_events_per_replay: int = 5_000_000
+    max_concurrent_per_subscriber: int = 4
+    max_concurrent_per_namespace: int = 16
+    max_requests_per_window: int = 100
+    window_ns: int = 60 * 1_000_000_000
+
+
+@dataclass
+class Publication:
+    id: int
+    namespace: str
+    publisher: Principal
+    broadcaster: Principal
+    config: ICRC16Map
+    replay: bool = False
+    capable: bool = False
+    per_event: int = 0
+    currency: str = ""
+    head: int = 0
+
+
+@dataclass
+class Subscription:
+    id: int
+    namespace: str
+    subscriber: Principal
+    config: ICRC16Map
+
+
+@dataclass
+class Replay:
+    id: int
+    subscriber: Principal
+    namespace: str
+    start: int
+    end: int | None
+    config: ICRC16Map
+    publisher: Principal
+    broadcaster: Principal
+    expected: int
+    cost: int
+    created: int
+    status: ReplayState = PENDING
+    filter: Filter | None = None
+    skip: Skip | None = None
+    cancel_requested: bool = False
+    sent: int = 0
+    relay: Principal | None = None
+    job: bool = False
+    """Procured by a Spark job (its Broadcaster delivers from the job's output)."""
+    job_output: str | None = None
+    job_selected: int = 0
+
+    def to_status(self) -> ReplayStatus:
+        # the publisher reports progress every few thousand events; its final count is the
+        # status itself, so a short replay read "completed(2000)" beside "sent 0"
+        final = self.status.value if self.status.tag in ("completed", "canceled") else 0
+        sent = max(self.sent, final) if isinstance(final, int) else self.sent
+        stats: ICRC16Map = [
+            ("icrc77:replay:subscriber", {"Principal": self.subscriber}),
+            ("icrc77:replay:publisher", {"Principal": self.publisher}),
+            ("icrc77:replay:broadcaster", {"Principal": self.broadcaster}),
+            *(
+                [("icrc77:replay:relay", {"Principal": self.relay})]
+                if self.relay is not None
+                else []
+            ),
+            ("icrc77:replay:expected", {"Nat": self.expected}),
+            ("icrc77:replay:sent", {"Nat": sent}),
+            ("icrc77:replay:cost", {"Nat": self.cost}),
+            ("icrc77:replay:created", {"Nat": self.created}),
+        ]
+        return ReplayStatus(
+            self.id, self.namespace, self.config, stats, self.start, self.end, self.status
+        )
+
+
+def _generic(code: int, message: str) -> Err:
+    return Err("GenericError", {"error_code": code, "message": message})
+
+
+def _principals(v: Value | None, key: str) -> set[bytes]:
+    if v is None:
+        return set()
+    if "Array" not in v or not all("Blob" in x or "Principal" in x for x in v["Array"]):
+        raise ImproperConfig(f"{key}: expected #Array([#Blob(principal)])")
+    return {x["Blob"] if "Blob" in x else x["Principal"].bytes for x in v["Array"]}
+
+
+class OrchestratorState:
+    """Restart: the journal's records applied to a freshly constructed core."""
+
+    # the state this part reads and writes (made by the Orchestrator's constructor)
+    principal: Principal
+    outbox: list[Action]
+    broadcasters: list[Principal]
+    homes: dict[bytes, Principal]
+    relay_replays: bool
+    quotas: Quotas
+    ledger: Ledger | None
+    sys: SysEmitter
+    journal: Journal
+    publications: dict[str, Publication]
+    subscriptions: dict[tuple[str, bytes], Subscription]
+    replays: dict[int, Replay]
+    _next_pub: int
+    _next_sub: int
+    _next_replay: int
+    _resend: list[int]
+    resender: Resender
+
+    if TYPE_CHECKING:  # defined by the Orchestrator, with registration
+
+        def configure_publication(self, pub: Publication) -> None: ...
+
+    # -- restart -------------------------------------------------------------------------------
+    def restore(self, records: list[tuple[int, bytes]]) -> None:
+        """Apply the journal's ``(index, data)`` records to this freshly constructed core; the
+        first :meth:`pump` then resends the open replays' system messages."""
+        stream = self.journal.stream
+        for (i, _), op in zip(records, decode_records(stream, records), strict=True):
+            try:
+                self._apply_record(op)
+            except JournalError:
+                raise
+            except Exception as e:  # a record of the wrong shape: refuse, name the record
+                raise JournalError(f"{stream}[{i}]: cannot apply {op!r:.120}: {e}") from e
+        self._resend = [r.id for r in self.replays.values() if not r.status.final]
+
+    def _apply_record(self, op: dict[str, Any]) -> None:
+        kind = op["op"]
+        if kind == "pub":
+            pub = Publication(
+                op["id"],
+                op["ns"],
+                Principal(op["publisher"]),
+                Principal(op["bc"]),
+                icrc16.decode_map(op["cfg"]),
+            )
+            old = self.publications.get(pub.namespace)
+            if old is not None:
+                pub.head = old.head
+            self.configure_publication(pub)
+            self.publications[pub.namespace] = pub
+            self._next_pub = max(self._next_pub, pub.id + 1)
+        elif kind == "sub":
+            s = Subscription(op["id"], op["ns"], Principal(op["sub"]), icrc16.decode_map(op["cfg"]))
+            self.subscriptions[(s.namespace, s.subscriber.bytes)] = s
+            self._next_sub = max(self._next_sub, s.id + 1)
+        elif kind == "head":
+            self.publications[op["ns"]].head = op["head"]
+        elif kind == "replay":
+            cfg = icrc16.decode_map(op["cfg"])
+            flt, skip = parse_replay_config(cfg)
+            rep = Replay(
+                op["id"],
+                Principal(op["sub"]),
+                op["ns"],
+                op["start"],
+                op["end"],
+                cfg,
+                Principal(op["pub"]),
+                Principal(op["bc"]),
+                op["expected"],
+                op["cost"],
+                op["created"],
+                filter=flt,
+                skip=skip,
+                relay=None if op["relay"] is None else Principal(op["relay"]),
+                job=bool(op.get("job", False)),
+            )
+            self.replays[rep.id] = rep
+            self._next_replay = max(self._next_replay, rep.id + 1)
+        elif kind == "status":
+            self.replays[op["id"]].status = ReplayState(op["tag"], op["value"])
+        elif kind == "cancel":
+            self.replays[op["id"]].cancel_requested = True
+        elif kind == "job":
+            rep = self.replays[op["id"]]
+            rep.job_output, rep.job_selected = op["output"], op["selected"]
+        elif kind == "sent":
+            rep = self.replays[op["id"]]
+            rep.sent = max(rep.sent, op["sent"])
+        else:
+            raise JournalError(f"{self.journal.stream}: unknown op {kind!r}")
+
+    def system_namespaces(self) -> set[str]:
+        """Every system namespace this core may emit to (for :meth:`continue_numbering`)."""
+        out = {sysmsg.broadcaster_sys(b) for b in self.broadcasters}
+        out |= {sysmsg.publisher_sys(p.publisher) for p in self.publications.values()}
+        out |= {sysmsg.subscriber_sys(s.subscriber) for s in self.subscriptions.values()}
+        for r in self.replays.values():
+            out |= {sysmsg.publisher_sys(r.publisher), sysmsg.subscriber_sys(r.subscriber)}
+        return out
+
+    def continue_numbering(self, heads: dict[str, int]) -> None:
+        """After a restart: system notifications continue from each system namespace's stream
+        head (``heads``: namespace → next index) — an event id is a stream index."""
+        for ns, head in heads.items():
+            if head:
+                self.sys.next_ids[ns] = head
