@@ -44,7 +44,19 @@ def main() -> None:
     )
     ap.add_argument("--nice", type=int, default=10, help="niceness of the fuzzing processes")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/fuzz"))
+    ap.add_argument(
+        "--candid-diff",
+        type=int,
+        metavar="EXAMPLES",
+        default=0,
+        help="instead: the Candid differential fuzzer against @dfinity/candid for this many "
+        "batches (see candid_diff); --max-seconds bounds it",
+    )
+    ap.add_argument("--seed", type=int, default=33, help="(--candid-diff) hypothesis seed")
     args = ap.parse_args()
+    if args.candid_diff:
+        candid_diff(args.candid_diff, args.seed, args.max_seconds or 3600)
+        return
     names = args.harness or list(runner.HARNESSES)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -87,6 +99,34 @@ def main() -> None:
     print(f"{'decoder':20} {'inputs':>10} {'inputs/s':>9} findings")
     for name, s in sorted(summary.items()):
         print(f"{name:20} {s['inputs']:>10,} {s['inputs_per_s']:>9,} {len(s['findings'])}")
+
+
+# -- Candid against @dfinity/candid --------------------------------------------------------------
+def candid_diff(examples: int, seed: int, max_seconds: float) -> None:
+    """The ``make test`` Candid differential fuzzer (``tests/differential/test_candid.py``), run
+    longer: random types and values both ways, and mutants of the reference's bytes.
+
+    Two passes: value mutants under the reference's type table (what ``make test`` asserts:
+    any disagreement is a defect), then mutants anywhere, type table included, which also
+    compare the subtyping rules (record fields missing under an ``opt``, unknown variant tags,
+    the ``opt`` special rule) — printed as found, with their count.
+    """
+    from tests.differential import candid
+    from tests.differential._run import run
+    from tests.differential.peer import DiffPeer
+
+    with DiffPeer() as peer:
+        for header in (False, True):
+            name = "candid, mutants anywhere" if header else "candid, value mutants"
+            out = run(
+                name,
+                candid.batches,
+                lambda b, h=header: candid.check(peer, b, header_mutants=h),
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+            )
+            print(f"{out.report(limit=10)}\n  {out.cases / max(out.seconds, 1e-9):,.0f} cases/s")
 
 
 if __name__ == "__main__":
