@@ -19,7 +19,8 @@ reference: @dfinity/candid reads a ``vec`` of fixed-size numbers (``nat8`` … `
 ``Pipe.read`` rather than ``safeRead`` (``idl.js``, ``VecClass.decodeValue``), so a vector cut
 short by the end of the message is accepted with fewer elements (@dfinity/candid 3.4.3 decodes
 ``DIDL 01 6d 7b 01 00 03 01`` to ``[1]``); the spec has no such value, and loglake rejects it
-as truncated. A mutant loglake rejects as truncated while the reference accepts it is skipped (never the other way round).
+as truncated. A mutant loglake rejects as truncated while the reference accepts it is skipped
+(never the other way round).
 """
 
 from __future__ import annotations
