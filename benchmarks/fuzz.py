@@ -60,7 +60,19 @@ def main() -> None:
     diff.add_argument("--diff-seconds", type=float, default=60.0, help="time budget per fuzzer")
     diff.add_argument("--seed", type=int, help="default: a random one (printed, for replay)")
     diff.add_argument("--plant", action="append", help="(repeatable) a planted bug to catch")
+    diff.add_argument(
+        "--candid-diff",
+        type=int,
+        metavar="EXAMPLES",
+        default=0,
+        help="instead: the Candid differential fuzzer against @dfinity/candid for this many "
+        "batches (see candid_diff; --seed, default 33); --max-seconds bounds it",
+    )
     args = ap.parse_args()
+    if args.candid_diff:
+        seed = 33 if args.seed is None else args.seed
+        candid_diff(args.candid_diff, seed, args.max_seconds or 3600)
+        return
     if args.diff or args.plant:
         raise SystemExit(run_differential(args))
     names = args.harness or list(runner.HARNESSES)
@@ -167,6 +179,34 @@ def run_differential(args: argparse.Namespace) -> int:
         if peer is not None:
             peer.close()
     return int(failed)
+
+
+# -- Candid against @dfinity/candid --------------------------------------------------------------
+def candid_diff(examples: int, seed: int, max_seconds: float) -> None:
+    """The ``make test`` Candid differential fuzzer (``tests/differential/test_candid.py``), run
+    longer: random types and values both ways, and mutants of the reference's bytes.
+
+    Two passes: value mutants under the reference's type table (what ``make test`` asserts:
+    any disagreement is a defect), then mutants anywhere, type table included, which also
+    compare the subtyping rules (record fields missing under an ``opt``, unknown variant tags,
+    the ``opt`` special rule) — printed as found, with their count.
+    """
+    from tests.differential import candid
+    from tests.differential._run import run
+    from tests.differential.peer import DiffPeer
+
+    with DiffPeer() as peer:
+        for header in (False, True):
+            name = "candid, mutants anywhere" if header else "candid, value mutants"
+            out = run(
+                name,
+                candid.batches,
+                lambda b, h=header: candid.check(peer, b, header_mutants=h),
+                examples=examples,
+                seed=seed,
+                max_seconds=max_seconds,
+            )
+            print(f"{out.report(limit=10)}\n  {out.cases / max(out.seconds, 1e-9):,.0f} cases/s")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,13 @@ primitives, nested) and values of them;
 
 Known, documented differences are not counted: loglake's own bounds where the spec sets none
 (``wire/candid_check.py``: LEB128 length, nesting, ``vec`` of zero-sized elements, principals
-over 29 bytes) — a mutant loglake rejects for one of those is skipped.
+over 29 bytes) — a mutant loglake rejects for one of those is skipped. And one defect of the
+reference: @dfinity/candid reads a ``vec`` of fixed-size numbers (``nat8`` … ``nat64``) with
+``Pipe.read`` rather than ``safeRead`` (``idl.js``, ``VecClass.decodeValue``), so a vector cut
+short by the end of the message is accepted with fewer elements (@dfinity/candid 3.4.3 decodes
+``DIDL 01 6d 7b 01 00 03 01`` to ``[1]``); the spec has no such value, and loglake rejects it
+as truncated. A mutant loglake rejects as truncated while the reference accepts it is skipped
+(never the other way round).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ _INT_BITS = {"8": 8, "16": 16, "32": 32, "64": 64}
 _PRIMS = ["null", "bool", "nat", "int", "text", "principal", "reserved"] + [
     f"{s}{b}" for s in ("nat", "int") for b in _INT_BITS
 ]
+_TRUNCATED = ("longer than the message", "truncated", "read past the end")
 _LOGLAKE_BOUNDS = ("leb128 too long", "nested deeper", "zero-sized", "29 bytes", "Principal")
 
 
@@ -213,6 +220,8 @@ def check(peer: DiffPeer, batch: Any, header_mutants: bool = False) -> tuple[int
             continue
         if "rejects" in mine and any(s in mine["rejects"] for s in _LOGLAKE_BOUNDS):
             continue
+        if "rejects" in mine and "value" in ref and any(s in mine["rejects"] for s in _TRUNCATED):
+            continue  # the reference's short read of a cut ``vec nat8`` (module docstring)
         if mine.get("value", object()) != ref.get("value", object()):
             bad.append(f"mutant {m.hex()} as {t}: loglake {mine}, reference {ref}")
     return cases, bad

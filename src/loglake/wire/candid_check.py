@@ -210,7 +210,7 @@ def check_message(data: bytes) -> None:
             if payload in (-5, -9):  # blob: one byte each
                 return take(i, n)
             if n > end - i:  # every element takes at least one byte (zero-sized: refused)
-                raise CandidError(f"vec of {n} elements in {end - i} bytes")
+                raise CandidError(f"vec of {n} elements in {end - i} bytes: truncated")
             for _ in range(n):
                 i = value(payload, i, depth + 1)  # type: ignore[arg-type]
             return i

@@ -26,7 +26,8 @@ offset of the varint; each codec turns it into its own typed error (``BareDecode
 from __future__ import annotations
 
 import re
-from typing import Final
+import types
+from typing import Any, Final
 
 MAX_OCTETS_64: Final = 10
 """The longest encoding of a 64-bit value (BARE §3.1, protobuf, Avro): ceil(64 / 7)."""
@@ -175,16 +176,6 @@ def encode_sleb(n: int) -> bytes:
         out.append(low | 0x80)
 
 
-def decode_candid_uleb(buf: Buffer, pos: int) -> tuple[int, int]:
-    """A Candid ``leb128`` (``nat``, lengths, counts) of at most ``CANDID_MAX_OCTETS``."""
-    return decode_uleb(buf, pos, CANDID_MAX_OCTETS)
-
-
-def decode_candid_sleb(buf: Buffer, pos: int) -> tuple[int, int]:
-    """A Candid ``sleb128`` (``int``, type-table opcodes) of at most ``CANDID_MAX_OCTETS``."""
-    return decode_sleb(buf, pos, CANDID_MAX_OCTETS)
-
-
 def decode_sleb(buf: Buffer, pos: int, max_octets: int | None = None) -> tuple[int, int]:
     """Read a signed LEB128 at ``pos``: ``(value, next_pos)``; errors as ``decode_uleb``."""
     value, end = decode_uleb(buf, pos, max_octets)
@@ -192,6 +183,21 @@ def decode_sleb(buf: Buffer, pos: int, max_octets: int | None = None) -> tuple[i
     if value >> (bits - 1):  # the sign bit: bit 6 of the last octet
         value -= 1 << bits
     return value, end
+
+
+def _with_bound(f: Any, name: str, bound: int) -> Any:
+    """``f`` with ``max_octets`` defaulting to ``bound``: the same code object, another default.
+    Why not a wrapper or ``functools.partial``: these sit on the replay decoders' hot path, where
+    an extra Python call (or a keyword dict per call) costs 2-3x the one-octet decode."""
+    g = types.FunctionType(f.__code__, f.__globals__, name, (bound, *f.__defaults__[1:]))
+    g.__doc__ = f"{f.__name__} with ``max_octets={bound}`` (``CANDID_MAX_OCTETS``) by default."
+    return g
+
+
+decode_candid_uleb = _with_bound(decode_uleb, "decode_candid_uleb", CANDID_MAX_OCTETS)
+"""A Candid ``leb128`` (``nat``, lengths, counts) of at most ``CANDID_MAX_OCTETS``."""
+decode_candid_sleb = _with_bound(decode_sleb, "decode_candid_sleb", CANDID_MAX_OCTETS)
+"""A Candid ``sleb128`` (``int``, type-table opcodes) of at most ``CANDID_MAX_OCTETS``."""
 
 
 # -- zig-zag (BARE int, Avro int/long) ---------------------------------------------------------
