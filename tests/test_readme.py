@@ -57,3 +57,13 @@ def test_every_relative_link_in_the_docs_stays_inside_the_repository_and_exists(
             if not path.is_relative_to(root) or not path.exists():
                 bad.append(f"{md.relative_to(root)}: {target}")
     assert bad == []
+
+
+def test_readme_stays_a_short_tour():
+    """The README is the first page a newcomer reads: what loglake is, the two commands, one
+    example per part and where to go next. Measurement history and wire details belong on the
+    documentation site, so the README has a line budget and no dated run logs."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    assert not re.search(r"\bissue \d+", text, flags=re.I)
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
