@@ -67,3 +67,17 @@ def test_readme_stays_a_short_tour():
     assert len(text.splitlines()) <= 250
     assert not re.search(r"\bissue \d+", text, flags=re.I)
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
+
+
+def test_docs_read_as_reference_not_as_a_lab_notebook():
+    """The pages say what loglake does and why, in its own terms: a reader cannot open an issue
+    number, and a run's date or the machine's load average belongs to no reader. Measured
+    figures live on docs/benchmarks.md, replaced on each measurement, with their command."""
+    root = README.parent
+    marks = re.compile(r"\bissue \d+|\b20\d\d-\d\d-\d\d\b|\b\d{1,2} November\b|load average", re.I)
+    found = []
+    for md in [README, *sorted((root / "docs").rglob("*.md"))]:
+        for n, line in enumerate(md.read_text().splitlines(), 1):
+            if marks.search(line):
+                found.append(f"{md.relative_to(root)}:{n}: {line.strip()[:80]}")
+    assert found == []
