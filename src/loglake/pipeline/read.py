@@ -11,7 +11,7 @@ Filters applied later on the DataFrame still reach the Parquet scan (row-group s
 ``partition``/``index``/``timestamp_ns``) and the Python source (``pushFilters``).
 
 This fast path is taken only by an explicit call — ``read(...)`` or ``read_options(spark,
-options)`` — never by patching Spark (issue 18). ``spark.read.format("loglake")`` is the
+options)`` — never by patching Spark. ``spark.read.format("loglake")`` is the
 registered Python source alone: the same rows, every one through a Python worker (~3× slower on
 sealed history). Why not route the format too: PySpark's Python Data Source API has no way for a
 source to hand its scan to a native reader, and the only way to make ``format("loglake")``
