@@ -29,7 +29,7 @@ class InProcessNetwork:
     def __init__(self, clock: Callable[[], int], jobs: ReplayJobs | None = None) -> None:
         self.clock = clock
         self.jobs = jobs
-        """Performs replay job actions (issue 11 §2); their ends go to the orchestrator that
+        """Performs replay job actions; their ends go to the orchestrator that
         started them, when the network is otherwise idle."""
         self._job_owner: dict[int, Orchestrator] = {}
         self.roles: dict[bytes, Role] = {}

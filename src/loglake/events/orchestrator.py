@@ -110,7 +110,7 @@ HEAD_KEY = "loglake:publication:head"
 id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
 DEFAULT_JOB_THRESHOLD = 1_000_000
 """Replays of more events than this are procured by a Spark job, when the orchestrator's
-adapter has a job runner (``job_threshold``; issue 11 §2)."""
+adapter has a job runner (``job_threshold``)."""
 PROGRESS_KEY = "loglake:replay:sent"
 """Config key a Publisher sends with ``icrc72_update_publication``: ``#Array[#Nat(replayId),
 #Nat(sent)]`` while a replay runs (``ReplayState.running`` has no count); shown in the replay's
@@ -667,7 +667,7 @@ class Orchestrator(Role):
             now,
         )
 
-    # -- procurement by a Spark job (issue 11 §2) --------------------------------------------
+    # -- procurement by a Spark job (ranges too large to procure in process) ----------------
     def _start_job(self, rep: Replay, now: int) -> None:
         """The broadcaster knows the replay (its add went first): start the job, or, after a
         restart, hand the finished job's output to the broadcaster again."""
