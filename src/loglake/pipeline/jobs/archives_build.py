@@ -310,7 +310,7 @@ def _scan_task(
     records, decoded (index, time, topic, cap, data) and in the store's order (time, then
     index), are left in an uncompressed Arrow IPC file under ``spill_dir`` for the build, which
     memory-maps it (why: reading and decoding every record a second time in the build was a
-    third of the job, docs/archives.md "Fourth pass"). A lake file's spill leaves the records'
+    third of the job). A lake file's spill leaves the records'
     bytes out (the build reads them again from Parquet, by index: cheaper than writing them
     to disk once more); a live range's keeps them (its read is per record)."""
 
