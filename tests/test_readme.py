@@ -81,3 +81,15 @@ def test_docs_read_as_reference_not_as_a_lab_notebook():
             if marks.search(line):
                 found.append(f"{md.relative_to(root)}:{n}: {line.strip()[:80]}")
     assert found == []
+
+
+def test_source_comments_give_reasons_not_issue_numbers():
+    """A comment says why in the code's own terms: "issue 16" means nothing to a reader outside
+    the tracker, so the source names the reason (or a docs page) instead."""
+    src = README.parent / "src" / "loglake"
+    found = []
+    for path in sorted([*src.rglob("*.py"), *src.rglob("*.c")]):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bissues? \d+", line, flags=re.I):
+                found.append(f"{path.relative_to(src)}:{n}: {line.strip()[:80]}")
+    assert found == []

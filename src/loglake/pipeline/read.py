@@ -1,6 +1,6 @@
 """``read(spark, data_dir, stream, ...)``: a stream as one DataFrame, sealed history read natively.
 
-Issue 7's design note: the Python Data Source API moves every row through a Python worker (a
+Why: the Python Data Source API moves every row through a Python worker (a
 minimal source reached 15–30% of a native Parquet scan here), so a batch read hands the sealed
 lake files — pruned to the partitions and index range asked for, by file name, before Spark
 lists anything — to Spark's own Parquet reader, and sends only what the lake does not hold (the

@@ -1,6 +1,6 @@
 """``sds-audit``: what happened in an SDS group chat, as Parquet tables and an HTML report.
 
-Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
+Reads a stored SDS channel (a loglake stream, one partition) and:
 
 1. decodes every record in executors with ``loglake.sds.codec`` (``parse`` + ``parse_entry``:
    the same checks a participant makes); a record that does not decode, names another channel,
