@@ -32,4 +32,5 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert "WARNING" not in output, output
-    assert (tmp_path / "site" / "api" / "streams" / "index.html").exists()
+    for part in ("streams", "node", "wire"):
+        assert (tmp_path / "site" / "api" / part / "index.html").exists(), part

@@ -57,3 +57,39 @@ def test_every_relative_link_in_the_docs_stays_inside_the_repository_and_exists(
             if not path.is_relative_to(root) or not path.exists():
                 bad.append(f"{md.relative_to(root)}: {target}")
     assert bad == []
+
+
+def test_readme_stays_a_short_tour():
+    """The README is the first page a newcomer reads: what loglake is, the two commands, one
+    example per part and where to go next. Measurement history and wire details belong on the
+    documentation site, so the README has a line budget and no dated run logs."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    assert not re.search(r"\bissue \d+", text, flags=re.I)
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text)
+
+
+def test_docs_read_as_reference_not_as_a_lab_notebook():
+    """The pages say what loglake does and why, in its own terms: a reader cannot open an issue
+    number, and a run's date or the machine's load average belongs to no reader. Measured
+    figures live on docs/benchmarks.md, replaced on each measurement, with their command."""
+    root = README.parent
+    marks = re.compile(r"\bissue \d+|\b20\d\d-\d\d-\d\d\b|\b\d{1,2} November\b|load average", re.I)
+    found = []
+    for md in [README, *sorted((root / "docs").rglob("*.md"))]:
+        for n, line in enumerate(md.read_text().splitlines(), 1):
+            if marks.search(line):
+                found.append(f"{md.relative_to(root)}:{n}: {line.strip()[:80]}")
+    assert found == []
+
+
+def test_source_comments_give_reasons_not_issue_numbers():
+    """A comment says why in the code's own terms: "issue 16" means nothing to a reader outside
+    the tracker, so the source names the reason (or a docs page) instead."""
+    src = README.parent / "src" / "loglake"
+    found = []
+    for path in sorted([*src.rglob("*.py"), *src.rglob("*.c")]):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\bissues? \d+", line, flags=re.I):
+                found.append(f"{path.relative_to(src)}:{n}: {line.strip()[:80]}")
+    assert found == []

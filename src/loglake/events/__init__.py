@@ -1,4 +1,4 @@
-"""ICRC-72 pub/sub with ICRC-77 event replay (issue 6). See docs/events.md.
+"""ICRC-72 pub/sub with ICRC-77 event replay. See docs/events.md.
 
 The public face of the part. Four role cores, sans-I/O (they take calls and a clock, and queue
 actions; they hold no log, socket or file):

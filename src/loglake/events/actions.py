@@ -77,7 +77,7 @@ class ReadBounds:
 
 @dataclass(frozen=True)
 class ReplayJobSpec:
-    """What a replay job procures (issue 11 §2): ``[start, end)`` of ``namespace`` (partition
+    """What a replay job procures: ``[start, end)`` of ``namespace`` (partition
     0, as the Publisher stores it), skip then filter (loglake's definitions, ``filters.py``),
     encoded as replay ``replay_id``'s notifications with ``source`` = the Publisher.
     ``open_ended``: the events carry ``icrc77:replay:end_id = end - 1``."""

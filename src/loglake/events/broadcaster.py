@@ -436,7 +436,7 @@ class Broadcaster(Role):
                 Call(relay.target, "icrc72_publish", chunk, token=("relay", relay.replay_id))
             )
 
-    # -- replays procured by a job (issue 11 §2) ---------------------------------------------
+    # -- replays procured by a Spark job (ranges too large to procure in process) ------------
     def _report(self, rid: int, state: ReplayState) -> None:
         self.outbox.append(
             Call(self.orchestrator, "icrc77_replay_status", [ReplayStatusUpdate(rid, state)])

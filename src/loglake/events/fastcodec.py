@@ -1,6 +1,6 @@
 """The fast encoder of the replay data plane: ``vec EventNotification`` and ``vec Event``.
 
-Why (issue 11): end-to-end replay was bound by icp-py-core's pure-Python Candid encoder
+Why: end-to-end replay was bound by icp-py-core's pure-Python Candid encoder
 (~15–20 µs per event per hop). A notification batch (``icrc72_handle_notification``'s argument,
 what a Broadcaster sends a Subscriber) and an event batch (``icrc72_publish``'s, what a
 Publisher sends a Broadcaster) are written here straight from the dataclasses of
@@ -281,7 +281,7 @@ _check_nat_index()
 
 
 # --- decoding straight into the dataclasses ---------------------------------------------------
-# Why (issue 11): decoding a batch through the generic path builds icp_candid's value form
+# Why: decoding a batch through the generic path builds icp_candid's value form
 # (a dict per record, a list per opt, a dict per variant) and then converts it to ours
 # (``codec.notification_from``, ``icrc16.from_candid``) — twice the objects, and the bulk of a
 # subscriber's time per event. When a message's header is exactly our encoder's (as for
@@ -731,7 +731,7 @@ def encode_nats(ids: Sequence[Any]) -> bytes:
     return bytes(out)
 
 
-# --- lazy batches: the replay data plane without a dataclass per event (issue 11, third pass) --
+# --- lazy batches: the replay data plane without a dataclass per event ----------------------
 # Why: a Broadcaster that turns a replay's ``icrc72_publish`` batch into notifications needs no
 # event as an object: a notification is the event's bytes with the Broadcaster's headers, the
 # filter and the notification id put in between (``eventId source data`` · headers ·
@@ -762,8 +762,8 @@ def _uleb_value(raw: bytes) -> int:
     return v
 
 
-# --- numpy for the per-event fields (issue 11, fourth pass: in process) ------------------------
-# Why: after the third pass no event was decoded or re-encoded on the replay path, but every
+# --- numpy for the per-event fields ------------------------------------------------------------
+# Why: with lazy batches no event was decoded or re-encoded on the replay path, but every
 # hop still ran a Python loop per event — writing ids and timestamps as LEB128, copying each
 # notification's fields, reading ids back. The fields around each event's data are small and
 # shaped alike along a batch (the same LEB128 lengths, the same shared parts), so they are
@@ -1052,7 +1052,7 @@ class EventBatch(_LazyBatch[Event]):
 
 def _scan_events_loop(b: bytes) -> EventBatch | None:
     """The batch's offsets if its events share source, headers and namespace and every byte
-    reads; None otherwise (the full reader decides). Event by event (the third pass's scan:
+    reads; None otherwise (the full reader decides). Event by event (the reference scan:
     what :func:`_scan_events` falls back to)."""
     n, s0 = _count(b, len(_events_header()))
     size = len(b)
@@ -1092,7 +1092,7 @@ def _scan_events_loop(b: bytes) -> EventBatch | None:
     return EventBatch(b, spans, source, headers, headers_enc, namespace)
 
 
-# The scans of the fourth pass: one pattern match per event walks the batch — from the end of
+# The per-event walk: one pattern match per event walks the batch — from the end of
 # an event's data over its fixed fields and the next event's start to that event's data
 # length, every byte checked as :func:`_scan_events_loop` checks it — and records only where
 # each event's data ends; the offsets and ids after those points are then read for the whole

@@ -12,9 +12,9 @@ envelope; our transport is plain HTTP, so we sign a smaller envelope with the sa
 :func:`call_digest`. The callee derives the caller's principal from the public key, so the
 caller principal that decides authorisation cannot be forged without the key.
 
-Replay (issue 15 §1): a signed call is good for one use before its expiry. The callee refuses a
-call that has expired, one whose expiry is more than 5 minutes ahead (the IC's ingress window,
-``MAX_EXPIRY_NS``) and one it has already accepted: ``ReplayGuard`` remembers each accepted
+Replay (docs/security.md): a signed call is good for one use before its expiry. The callee
+refuses a call that has expired, one whose expiry is more than 5 minutes ahead (the IC's ingress
+window, ``MAX_EXPIRY_NS``) and one it has already accepted: ``ReplayGuard`` remembers each accepted
 call's (sender, method, nonce) until the call expires — after that the expiry check refuses it
 anyway — so its memory is bounded by the calls accepted in 5 minutes, and a hard cap
 (``ReplayGuard.capacity``) bounds it whatever the rate. At the cap it refuses new calls

@@ -74,7 +74,7 @@ class InProcessNetwork:
         self.faults = faults
         """None: a perfect in-order network (the default)."""
         self.jobs = jobs
-        """Performs replay job actions (issue 11 §2); their ends go to the orchestrator that
+        """Performs replay job actions; their ends go to the orchestrator that
         started them, when the network is otherwise idle."""
         self._job_owner: dict[int, Orchestrator] = {}
         self.roles: dict[bytes, Role] = {}

@@ -97,7 +97,7 @@ class _Pipe:
     """One HTTP/1.1 connection to a role, requests pipelined: written in order, answered in
     order (RFC 9112 §9.3.2). Why not aiohttp's client: it sends at most one request per
     connection at a time, so keeping a target's calls in order meant waiting for each reply
-    before sending the next — the replay data plane stalled on every round trip (issue 11).
+    before sending the next — the replay data plane stalled on every round trip.
     Only ``Content-Length`` replies are read (aiohttp's ``web.Response`` writes them); anything
     else, or a broken connection, fails every call in flight on it with ``ConnectionError``."""
 
@@ -213,7 +213,7 @@ class HttpRoleServer:
         self.replays = replays if replays is not None else ReplayGuard()
         """Signed calls accepted and not yet expired: a second use is refused (401)."""
         self.jobs = jobs
-        """Performs replay job actions (issue 11 §2: an orchestrator's Spark jobs, a
+        """Performs replay job actions (an orchestrator's Spark jobs, a
         broadcaster's reads of their output), off the event loop like storage."""
         self.store = store
         self.batches: list[tuple[list[Action], asyncio.Future[dict[Action, Any]]]] = []

@@ -54,8 +54,8 @@ BROADCASTER_RELAY_REMOVE = "icrc77:broadcaster:replay_relay:remove"
 BROADCASTER_RELAYER_ADD = "icrc77:broadcaster:replay_relayer:add"
 BROADCASTER_RELAYER_REMOVE = "icrc77:broadcaster:replay_relayer:remove"
 BROADCASTER_REPLAY_JOB_ADD = "loglake:broadcaster:replay_job:add"
-"""loglake's (issue 11 §2): a replay's notifications were procured by a job; deliver them from
-its output. ``#Array[#Array[#Nat id, #Text output, #Nat selected]]``."""
+"""loglake's own (ICRC-77 names none): a replay's notifications were procured by a job; deliver
+them from its output. ``#Array[#Array[#Nat id, #Text output, #Nat selected]]``."""
 PUBLISHER_REPLAY_ADD = "icrc77:publisher:replay:add"
 PUBLISHER_REPLAY_REMOVE = "icrc77:publisher:replay:remove"
 SUBSCRIBER_REPLAY_ADD = "icrc77:subscriber:replay:add"

@@ -2,9 +2,9 @@
  *
  * Why C: framed one at a time in Python, a 1 KB record cost the log's batch append ~1 us of
  * CPU (two struct packs, two crc32c calls, a head object and two parts for writev), which held
- * the log at 30-45% of a plain file's rate on the project's VM (issue 16, docs/streams.md
- * F12). No library frames many records with CRC32C in one call (the crc32c package checksums
- * one buffer a call), and numpy/pyarrow framing lost to the per-record loop end to end (F12).
+ * the log at 30-45% of a plain file's rate on the project's VM. No library frames many
+ * records with CRC32C in one call (the crc32c package checksums one buffer a call), and
+ * numpy/pyarrow framing lost to the per-record loop end to end.
  *
  * The bytes are record_codec.py's, which documents the format:
  *     frame = length:u32 crc:u32 body;  body = index:u64 timestamp_ns:i64 flags:u8

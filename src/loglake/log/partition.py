@@ -771,7 +771,7 @@ class Partition:
         live segment and from segments above it.
 
         Reads do not hold the partition lock while they touch the disk, so a cold read never
-        stalls appends (issue 17 §9): under the lock a read only takes a view (which segments,
+        stalls appends: under the lock a read only takes a view (which segments,
         their sizes, the visible end) and pins those segments (their read fds stay open if
         retention deletes them meanwhile). The bytes it then reads are immutable: sealed
         segments, lake files, and the part of the active segment below its size at that moment

@@ -9,7 +9,7 @@ the lake should hold but does not yet, and a crash before the seal is repaired o
 With ``processes``, the CPU of a seal (decoding the segment, building and writing the Parquet
 table: ~0.2 s for 64 MiB) runs in a child process (``run``): in the server it would hold the
 GIL a fifth of the time a client pushes at full speed, taking it from the event loop and the
-core thread (issue 16: bursts while a seal ran were 20-40% slower). The child only reads the
+core thread (pushes in a burst while a seal ran were 20-40% slower). The child only reads the
 rolled segment and writes the lake file; the job's bookkeeping stays here. A child that dies
 fails the job, which is retried like any other (with a new child). While a layer over the
 file primitives is installed (``fs.write`` is not ``os.write``: the simulated disk, a fault

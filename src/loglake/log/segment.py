@@ -11,7 +11,7 @@ holds, from 64 KiB up to ``ZERO_AHEAD`` at a time, and up to the roll size): pas
 record it holds zeros. Why: an ``fdatasync`` after a write that grows a file also commits the
 new size to the file system's journal; one after a write over blocks that hold data already
 writes the data only. For one 1 KB record on this project's ext4 disk that is p50 68 → 53 µs
-(docs/streams.md F11), a tenth of what a one-by-one push waits. Zeros and not ``fallocate``:
+(docs/log.md, On disk), a tenth of what a one-by-one push waits. Zeros and not ``fallocate``:
 ext4 allocates "unwritten" extents, and the first write into each block converts one, a
 journal commit again (p50 better, p99 worse: measured). The zeros are written by ``pwrite``
 and reach the disk with the next record's fsync (in a busy segment, 1 MiB every ~950 records

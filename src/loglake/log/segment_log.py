@@ -1,4 +1,4 @@
-"""``SegmentLog``: the embedded, crash-safe ``Log`` on local files (issue 3 §2).
+"""``SegmentLog``: the embedded, crash-safe ``Log`` on local files.
 
 Layout under ``data_dir``::
 
@@ -89,7 +89,7 @@ def _config_crc(d: dict) -> int:
 def config_to_json(config: StreamConfig) -> bytes:
     """``config.json``: the config's fields and a CRC32C over them, so bit rot that leaves
     valid JSON (a flipped digit, a key name no longer known) is detected, not read as another
-    config (issue 17: a flipped key name once silently turned 2 partitions into 1)."""
+    config (a flipped key name once silently turned 2 partitions into 1)."""
     d = dataclasses.asdict(config)
     return json.dumps({**d, CONFIG_CHECKSUM: _config_crc(d)}, indent=2, sort_keys=True).encode()
 
@@ -317,9 +317,9 @@ class SegmentLog(Log):
         raises ``PartitionRetired`` before doing anything: the call runs on the new one.
 
         An open, healthy partition is taken without the log's lock (the stream service's
-        path, a push at a time: issue 16); anything else — a closed log, a stream or partition
-        not known or not opened yet, a failed partition to write to — is looked up under the
-        lock, which answers each case."""
+        path, a push at a time, must not wait on it); anything else — a closed log, a stream or
+        partition not known or not opened yet, a failed partition to write to — is looked up
+        under the lock, which answers each case."""
         while True:
             part = self._opened_partition(stream, partition)
             if part is None or (write and part.failure is not None):

@@ -1,6 +1,6 @@
 """The sparse index of one segment: record index → byte position, one entry every few KB.
 
-Why: a read by index must be a binary search, not a scan of the segment (issue 3 §2; Kafka's
+Why: a read by index must be a binary search, not a scan of the segment (Kafka's
 ``.index`` files are the model: fixed-size entries, one per ``index.interval.bytes`` of log).
 The index is derived data: the segment is the truth, so a missing, partial or inconsistent index
 file is rebuilt from the segment, never trusted over it.

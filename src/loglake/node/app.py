@@ -154,7 +154,7 @@ def api_docs_html(spec: dict[str, Any]) -> str:
 def _mount_console(app: FastAPI) -> None:
     try:
         from loglake.node.console import mount as mount_console
-    except ImportError as e:  # built by its own work (issue 14's console); say so plainly
+    except ImportError as e:  # a missing or broken console is a plain message, not a traceback
         raise LoglakeError(
             f"the web console (loglake.node.console) is not available: {e}; start the node "
             "with console = false to run without it"

@@ -4,7 +4,7 @@
 user's data directory, ``platformdirs.user_data_dir("loglake")``) and serves the Ockam stream
 service on ``--host``/``--port`` (default ``127.0.0.1:4000``) until interrupted.
 
-Trust (issue 15 §1, docs/security.md): ``--tls-cert``/``--tls-key`` serve over TLS 1.3,
+Trust (docs/security.md): ``--tls-cert``/``--tls-key`` serve over TLS 1.3,
 ``--tls-client-ca`` requires client certificates signed by that CA (mutual TLS), and ``--access``
 maps certificate names to per-stream permissions. A bind to anything but loopback without TLS is
 refused unless ``--insecure`` says that is meant: streams would be open to the network.
@@ -220,7 +220,7 @@ def serve(
     policy = AccessPolicy.load(access) if access else None
     data_dir.mkdir(parents=True, exist_ok=True)
     log: Log
-    if backend:  # issue 13: the same service in front of JetStream (added by the jetstream work)
+    if backend:  # the same service in front of JetStream: a cluster keeps the streams
         from loglake.streams.jetstream import JetStreamLog
 
         log = JetStreamLog(
@@ -276,7 +276,7 @@ def serve(
                 loop.add_signal_handler(signal.SIGHUP, reload_access, policy, Path(access))
         retention = asyncio.create_task(_retention_loop(log, retention_interval, stop))
         sealer = None
-        if backend:  # issue 13: JetStream history into <data_dir>/lake (streams/jetstream_seal)
+        if backend:  # JetStream history into <data_dir>/lake, so Spark and old pulls read it
             from loglake.streams.jetstream_seal import seal_loop
 
             sealer = asyncio.create_task(seal_loop(log, data_dir, seal_interval, stop))

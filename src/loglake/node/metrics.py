@@ -14,7 +14,8 @@ Two sources, each at the cheapest place:
   handles: nothing is kept up to date between scrapes.
 
 Names follow Prometheus conventions (``loglake_`` prefix, ``_total`` counters, base units:
-seconds, bytes). ``docs/node.md`` lists them.
+seconds, bytes). ``docs/operations.md`` lists them, and a test keeps that list equal to
+the series registered here.
 """
 
 from __future__ import annotations

@@ -141,9 +141,9 @@ def compact_command(
 # Each protocol job lives beside its code (pipeline/jobs/<name>_cli.py, or the JetStream sealer
 # beside its backend) and is mounted here.
 for _command in (
-    archives_build_command,  # issue 11 §1
-    cardinal_blocks_command,  # issue 12 §1
-    sds_audit_command,  # issue 12 §2
-    seal_command,  # issue 13: JetStream history into the lake layout
+    archives_build_command,  # a community's weekly archives, built from its stream
+    cardinal_blocks_command,  # Cardinal messages assembled into block tables
+    sds_audit_command,  # what happened in a stored SDS channel
+    seal_command,  # JetStream history into the lake layout
 ):
     job.add_command(_command)

@@ -1,8 +1,8 @@
 """Typed errors of the Spark pipeline.
 
-Every error names the option and the value that caused it (issue 7, "Bad input") and is raised
-on the driver before any Spark job starts, so nothing half-runs. They derive from
-``loglake.errors`` so the ``loglake`` CLI prints them as messages, not tracebacks.
+Every error names the option and the value that caused it, so a user can fix it from the
+message alone, and is raised on the driver before any Spark job starts, so nothing half-runs.
+They derive from ``loglake.errors`` so the ``loglake`` CLI prints them as messages, not tracebacks.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ needs them and every reader must apply them the same way:
   (handed to Spark's native Parquet reader) + the sub-ranges of ``[first_index, next_index)``
   of the live log the lake does not cover (read through the Python data source), each cut into
   chunks of at most ``split_records`` so one Spark partition reads one (log partition, index
-  range). Issue 7's design note explains why: the Python source costs 3–6× a native scan.
+  range). Why: the Python source costs 3–6× a native scan.
 
 Everything here is plain Python on file names and numbers, so it is tested without Spark. A
 lake file is the storage engine's ``loglake.log.lake.LakeFile`` (one type for both parts), with

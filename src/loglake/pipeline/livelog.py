@@ -51,7 +51,7 @@ def open_log_readonly(data_dir: str) -> Log:
     and each partition shows only its durable prefix — the records below the writer's ``DURABLE``
     watermark, i.e. covered by an fsync — so a query never reads (and a streaming query never
     commits) a record a writer crash could still take back and whose index a later append would
-    reuse (issue 17 item 8). A stream whose policy is ``none`` is never known durable: readers
+    reuse. A stream whose policy is ``none`` is never known durable: readers
     see its whole records as they land (``loglake.log``'s rule)."""
     return open_log(data_dir, readonly=True)
 

@@ -1,10 +1,11 @@
 """Options of the ``loglake`` data source and of ``read()``, parsed and checked on the driver.
 
 One parser for both entries so a bad value gets the same message wherever it is given
-(issue 7, "Bad input": name the option and the value, before any job work). Spark passes data
+(name the option and the value, before any job work). Spark passes data
 source options as a case-insensitive map of strings; names here are matched case-insensitively.
 
-TLS for ``url`` (issue 15 §1): ``tlsCa`` (the CA of the service's certificate), ``tlsCert`` and
+TLS for ``url`` (as the stream service's clients, docs/security.md): ``tlsCa`` (the CA of the
+service's certificate), ``tlsCert`` and
 ``tlsKey`` (a client certificate, for mutual TLS), ``tlsServerName`` (the name the service's
 certificate carries, default the url's host), or ``tls=true`` alone to trust the system's CAs.
 Paths travel, not SSL contexts: each executor opens them, so on a cluster they must exist on

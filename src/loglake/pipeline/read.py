@@ -1,6 +1,6 @@
 """``read(spark, data_dir, stream, ...)``: a stream as one DataFrame, sealed history read natively.
 
-Issue 7's design note: the Python Data Source API moves every row through a Python worker (a
+Why: the Python Data Source API moves every row through a Python worker (a
 minimal source reached 15–30% of a native Parquet scan here), so a batch read hands the sealed
 lake files — pruned to the partitions and index range asked for, by file name, before Spark
 lists anything — to Spark's own Parquet reader, and sends only what the lake does not hold (the
@@ -11,7 +11,7 @@ Filters applied later on the DataFrame still reach the Parquet scan (row-group s
 ``partition``/``index``/``timestamp_ns``) and the Python source (``pushFilters``).
 
 This fast path is taken only by an explicit call — ``read(...)`` or ``read_options(spark,
-options)`` — never by patching Spark (issue 18). ``spark.read.format("loglake")`` is the
+options)`` — never by patching Spark. ``spark.read.format("loglake")`` is the
 registered Python source alone: the same rows, every one through a Python worker (~3× slower on
 sealed history). Why not route the format too: PySpark's Python Data Source API has no way for a
 source to hand its scan to a native reader, and the only way to make ``format("loglake")``

@@ -1,4 +1,4 @@
-"""The one place that builds loglake's SparkSession (issue 7, "loglake.pipeline.session").
+"""The one place that builds loglake's SparkSession, so every job and test starts Spark alike.
 
 Why one builder: every job, test and benchmark must start Spark the same way — the right master
 (``local[*]`` by default, ``--spark-master`` / ``LOGLAKE_SPARK_MASTER`` for a real cluster), memory

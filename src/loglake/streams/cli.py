@@ -4,7 +4,7 @@ Every subcommand connects with ``StreamClient`` to ``--host``/``--port``, prints
 people and, with ``--json``, one JSON document for scripts. Message data is shown as UTF-8 when it
 decodes, else as hex (``--json`` always gives ``data`` as text and ``data_hex``).
 
-TLS (issue 15 §1): ``--tls-ca`` (the CA that signed the service's certificate), and for mutual
+TLS (docs/security.md): ``--tls-ca`` (the CA that signed the service's certificate), and for mutual
 TLS ``--tls-cert``/``--tls-key``; each also from ``LOGLAKE_TLS_CA``/``_CERT``/``_KEY``. ``--tls``
 alone trusts the system's CAs.
 """

@@ -16,7 +16,7 @@ client learns each partition's worker address from the INIT replies of a CREATE,
 it did not create asks ``loglake_stream_info`` (loglake extension) for the partition count, then
 sends the CREATE that returns the INITs.
 
-TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.client_context``), both clients
+TLS (docs/security.md): given an ``ssl.SSLContext`` (``streams/tls.client_context``), both clients
 connect over TLS and wait for the service's first byte, so a refused client certificate (which
 TLS 1.3 reports only after the client's half of the handshake) is a ``TlsError`` at connect
 time, not a surprise at the first call. A refused request is ``PermissionDenied``; a push that
@@ -212,7 +212,7 @@ class ClientCore:
     found by its id. An ``error`` reply carries no id: it answers the oldest push in flight on
     its lane, since the service answers one return route in request order (``server.py``) —
     so an error (a refused push, a full disk) fails exactly the push it answers, never a later
-    one on the same lane (issue 16: a stale error used to fail the next push). Pushes a caller
+    one on the same lane (a stale error once failed the next push). Pushes a caller
     gave up on are ``forget``-ed: their replies, when they come, are dropped.
     Other requests get their own return address ``r<n>``.
     """

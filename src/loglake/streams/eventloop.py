@@ -1,11 +1,11 @@
 """The event loop loglake's servers run on: uvloop where it is installed, asyncio's own otherwise.
 
-Why: after the inline push path (docs/streams.md F7) a lone acknowledged push is Python steps on
-one thread plus the fsync, and a good part of those steps is asyncio's selector loop and its
+Why: since the server answers a lone push on the event loop, an acknowledged push is Python steps
+on one thread plus the fsync, and a good part of those steps is asyncio's selector loop and its
 transports (a wake-up, a ``recv_into``, a ``send`` per push). uvloop runs that part in C on
 libuv, with the same API (``BufferedProtocol``, TLS, signal handlers, executors, thread-safe
-callbacks), so the servers need no change. Measured on the project's 2-core VM, six alternating
-pairs of 3,000 one-by-one 1 KB pushes to ``loglake serve`` (docs/streams.md F8).
+callbacks), so the servers need no change. Chosen by measuring: six alternating pairs of 3,000
+one-by-one 1 KB pushes to ``loglake serve`` on the project's 2-core VM.
 
 ``LOGLAKE_EVENT_LOOP=asyncio`` keeps asyncio's loop (to rule the loop out when chasing a bug);
 ``uvloop`` or unset uses uvloop when it imports.

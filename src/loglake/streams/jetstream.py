@@ -1,4 +1,4 @@
-"""loglake streams on a NATS JetStream cluster (issue 13; DESIGN.md principle 4: an existing
+"""loglake streams on a NATS JetStream cluster (DESIGN.md principle 4: an existing
 distributed engine to scale, never a home-made cluster).
 
 ``JetStreamLog`` is a ``Log`` whose storage is JetStream, so the stream service

@@ -1,4 +1,4 @@
-"""The sealer of a JetStream-backed stream (issue 13): copy JetStream history into the lake
+"""The sealer of a JetStream-backed stream: copy JetStream history into the lake
 layout, ``<data_dir>/lake/<stream>/partition=<p>/<first>-<last>.parquet`` (``log/lake_schema.py``),
 so history past JetStream's retention stays readable — by ``pipeline.read`` and every Spark job,
 and by a pull below the retained range (``JetStreamLog(lake_dir=…)`` reads the lake there).
@@ -134,7 +134,7 @@ def seal_command(
     nats_creds: str | None,
     file_records: int,
 ) -> None:
-    """Copy JetStream-backed streams into the lake layout under DATA_DIR/lake (issue 13)."""
+    """Copy JetStream-backed streams into the lake layout under DATA_DIR/lake."""
     log = JetStreamLog(backend, prefix=nats_prefix, credentials=nats_creds)
     try:
         files = JetStreamSealer(log, data_dir, file_records).seal(list(streams) or None)

@@ -4,17 +4,17 @@ Per connection a sans-I/O ``TcpConnection`` (``loglake.wire.ockam``) turns bytes
 messages; the server hands every message that arrived in one iteration of the event loop — from
 all connections — to the core as one ``Batch`` and performs the actions it asks for
 (``loglake.streams.service.perform``). Everything that arrived during one fsync is the next group
-commit: that is how many small pushes share one append (the throughput target of issue 3 §5).
+commit: that is how many small pushes share one append, and one fsync.
 One partition's pushes stay in one append, in arrival order.
 
-The event loop is the core's thread (issue 16, docs/streams.md F10). The core is Python and the
+The event loop is the core's thread (docs/streams.md, Performance). The core is Python and the
 interpreter runs one thread's Python at a time, so a separate core thread bought no parallelism,
 only hand-offs: a queue, a wake-up and a switch of the interpreter's lock per batch each way,
 and the lock passing back and forth between the loop and the core under load. With both on one
 thread, a client with 1,000 pushes in flight went 19% faster (median of 6 alternating pairs;
 0.99–1.43×) and the code lost its inbox.
 
-Pipelined group commit (issue 16): a burst (more than ``INLINE_MAX`` messages), or any batch
+Pipelined group commit: a burst (more than ``INLINE_MAX`` messages), or any batch
 while an earlier one waits for its fsync, is written with ``Log.append_payloads_then`` and the
 loop goes on reading and writing the next batches while the log's sync thread fsyncs; the
 outcome comes back to the loop (``_synced``) when the fsync that covers it has finished, and
@@ -24,7 +24,7 @@ earlier one, and a batch's pulls start only once it and every batch before it is
 pull still sees the pushes sent before it).
 
 A few requests on an idle server (at most ``INLINE_MAX`` messages, nothing waiting for an
-fsync) are appended, fsynced and answered here and now (issue 16's one-by-one latency; a lone
+fsync) are appended, fsynced and answered here and now (for one-by-one latency; a lone
 push without a ``Batch`` at all, ``_run_lone``). This is Redis's model for ``appendfsync
 always``: the loop blocks on the fsync, and what other connections send meanwhile waits in
 their sockets and becomes the next batch, one group commit. The loop gathers what every
@@ -33,7 +33,7 @@ when only one connection is open), so concurrent one-by-one clients still share 
 Appends to different partitions of such a batch run on a small thread pool so their fsyncs
 overlap.
 
-Pulls do not hold up pushes (issue 17 item 9): the core leaves each pull's ``Read`` to the
+Pulls do not hold up pushes: the core leaves each pull's ``Read`` to the
 adapter (``defer_reads``), which runs it on a separate pool of reader threads once the actions
 before it in its batch are done (so a pull sees the pushes sent before it), while the next batch's
 appends go on. Its reply is sent when it is ready.
@@ -54,7 +54,7 @@ and its pulls wait unread; incomplete frames and unsent replies of all connectio
 budgets; connections are capped in all and per peer address; a started frame must finish in
 time; ``stop()`` (SIGTERM) ends within ``shutdown_timeout`` whatever the clients do.
 
-TLS (issue 15 §1): given an ``ssl.SSLContext`` (``streams/tls.py``), the server speaks the same
+TLS (docs/security.md): given an ``ssl.SSLContext`` (``streams/tls.py``), the server speaks the same
 framing inside TLS 1.3. Each connection's ``Peer`` — the names of its verified client
 certificate, or ``ANONYMOUS`` — goes with its messages into the core, which checks them against
 the service's access policy and answers a refused request with an ``error`` reply naming the
@@ -129,7 +129,7 @@ objects per message that live until their batch is confirmed (routing messages, 
 tuples, reply lists), so at 700 a young collection ran every ~700 pushes, traversed the
 batch in flight and promoted it, and the promoted batches then paid for middle collections:
 measured about 90 young and 7 middle collections per 60,000 pushes (0.01-0.03 s of the
-server's 0.6-0.8 s of CPU for them; docs/streams.md F5). Those objects are freed by their
+server's 0.6-0.8 s of CPU for them). Those objects are freed by their
 reference counts; at 100,000 a young collection is rare (none in that run) and the cyclic
 garbage it would find stays small."""
 
@@ -781,7 +781,7 @@ class StreamServer:
 
     def _run_lone(self, conn: _Connection, msgs: list[RoutingMessage]) -> bool:
         """On the event loop: one push, appended, fsynced and answered here and now without a
-        ``Batch`` (``StreamService.lone_push``; issue 16's one-by-one latency). False, having
+        ``Batch`` (``StreamService.lone_push``: one-by-one latency). False, having
         done nothing, for anything else, or while a deferred reply of the connection is
         outstanding (its slots keep the replies of one return route in request order)."""
         if conn.slots is not None:

@@ -28,8 +28,8 @@ returns a ``Batch`` that asks for actions (``Append``, ``Read``, ``LogCall``); a
 them (``perform(log, action)``) wherever it likes and feeds the outcomes back, and the batch ends
 with the replies. Consecutive pushes to one partition become one ``Append`` — one group commit —
 and the confirms keep request order. A pull's ``Read`` may be left to the adapter to run on its
-own (``defer_reads``), so a cold read of old history never holds up the appends behind it
-(issue 17 item 9). Each request is handled by a generator that yields one action at a time and
+own (``defer_reads``), so a cold read of old history never holds up the appends behind it.
+Each request is handled by a generator that yields one action at a time and
 is sent its value (or thrown its error), so the protocol rules read top to bottom as before.
 ``handle``/``handle_batch`` are the blocking driver (tests, embedding): they perform every
 action at once on the service's ``log``.
@@ -305,7 +305,7 @@ class Batch:
     With ``runs``, the confirms of consecutive pushes from one return route (the very route
     object: one connection's run of frames) to one partition come as one ``MessageRun`` in the
     first push's ``replies`` entry, and the others' entries are empty: the same frames, in the
-    same order on that route, with no object per confirm (issue 16). Replies to one return
+    same order on that route, with no object per confirm. Replies to one return
     route keep request order within a worker; a run's confirms may leave before the replies of
     other workers to requests between them, as Ockam guarantees no order across workers."""
 
@@ -435,7 +435,7 @@ class StreamService:
         Why a second path: a lone push on an idle server is the one-by-one latency of issue
         16, and a ``Batch`` (a generator per batch and per flush, the action and outcome
         lists, the runs) was ~20 µs of the ~70 µs of Python a push cost the server
-        (docs/streams.md F9). The rules are the batch's: the same target cache, the same
+        (measured in process). The rules are the batch's: the same target cache, the same
         access check, the same confirm or error payload (``_confirms``)."""
         route = msg.onward_route
         if not route or route[0].type != ADDRESS_TYPE_LOCAL:
@@ -595,7 +595,8 @@ class StreamService:
         e = outcome.error
         if e is None:
             return codec.encode_push_confirms([item[1][0] for item in items], outcome.value)
-        # a full disk is an error reply naming where (issue 15 §3); any other storage failure
+        # a full disk is an error reply naming where, so the operator knows what to free; any
+        # other storage failure
         # is a PushConfirm ERROR; never a crash
         full = is_disk_full(e)
         if not isinstance(e, LoglakeError) and not full:

@@ -2,8 +2,8 @@
 
 Why (hand-written): icp-py-core encodes an ICRC-72 event or notification in about 15–20 µs (it
 walks its type objects for every value, and our form must first be converted with
-``icrc16.validate`` + ``icrc16.to_candid``); on the replay path that was the bulk of the time
-(issue 11). This module writes the *value bytes* of an ICRC-16 value directly from our form
+``icrc16.validate`` + ``icrc16.to_candid``); on the replay path that was the bulk of the time.
+This module writes the *value bytes* of an ICRC-16 value directly from our form
 (``loglake.wire.icrc16``: ``{Tag: payload}``), validating as it goes, into a ``bytearray``.
 The type table is not written here: callers put icp-py-core's own header in front
 (``candid_fast.header``), so a whole message is byte for byte what icp-py-core writes for the

@@ -1,9 +1,9 @@
 """``archives-build``: the due 7-day archives of one community stream, or of many, on Spark.
 
-Why: the control node builds archives in one Python process, through its SQLite working store
-(issue 11 §1). This job builds the same bytes from the stream itself, with Spark distributing
-the work. Records never enter the JVM: a community stream's records are already
-``WakuMessage`` bytes, so the driver plans from metadata only — the lake's visible files (by
+Why: the control node builds archives in one Python process, through its SQLite working store,
+which does not scale past one core. This job builds the same bytes from the stream itself,
+with Spark distributing the work. Records never enter the JVM: a community stream's records are
+already ``WakuMessage`` bytes, so the driver plans from metadata only — the lake's visible files (by
 name) and the live log's bounds, the log opened once for every stream — and Spark runs plain
 tasks (``SparkContext.parallelize`` of small descriptors) that read their records where they
 lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
@@ -48,7 +48,7 @@ resumes at the index's last window, and its store (new or lagging) is re-flagged
 archives at its next ingest (``ControlNode._reflag``: a row is archived iff its record is in an
 archive), so it neither rebuilds nor re-exports.
 
-Atomic and re-runnable (issue 11 §1, "a job killed midway leaves no partial archive visible"):
+Atomic and re-runnable (a job killed midway leaves no partial archive visible):
 
 1. Scan tasks write their spills and build tasks their windows' archive bytes to
    ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run).
@@ -292,7 +292,7 @@ def _scan_task(
     records, decoded (index, time, topic, cap, data) and in the store's order (time, then
     index), are left in an uncompressed Arrow IPC file under ``spill_dir`` for the build, which
     memory-maps it (why: reading and decoding every record a second time in the build was a
-    third of the job, docs/archives.md "Fourth pass"). A lake file's spill leaves the records'
+    third of the job). A lake file's spill leaves the records'
     bytes out (the build reads them again from Parquet, by index: cheaper than writing them
     to disk once more); a live range's keeps them (its read is per record)."""
 

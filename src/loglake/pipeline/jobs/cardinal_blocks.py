@@ -1,6 +1,6 @@
 """``cardinal-blocks``: Cardinal blocks as Parquet tables, by Structured Streaming, exactly once.
 
-Issue 12 §1. A streaming query reads every partition of a Cardinal application's topics through
+A streaming query reads every partition of a Cardinal application's topics through
 the ``loglake`` source and:
 
 1. keys each record in the JVM (``group_key_sql``, a SQL expression over the record's bytes):

@@ -1,4 +1,4 @@
-"""``loglake job cardinal-blocks``: the command for ``jobs/cardinal_blocks.py`` (issue 12 §1).
+"""``loglake job cardinal-blocks``: the command for ``jobs/cardinal_blocks.py``.
 
 Options are checked, with errors naming the option, before Spark starts.
 """

@@ -5,7 +5,8 @@ rolls often), and a table of many small files is slow to plan and scan. This job
 adjacent files of a partition into files of about ``target_bytes``, sorted by ``index``, written
 by Spark's native Parquet writer so it runs unchanged on ``local[*]`` or a cluster.
 
-Atomic, and readable throughout (issue 7):
+Atomic, and readable throughout (a reader during compaction never sees a record twice or
+misses one):
 
 1. Plan from one listing: per partition, runs of contiguous visible files (``lake.py`` cover
    rule) cut at ``target_bytes``; a run of one file is left alone.

@@ -1,4 +1,4 @@
-"""ICRC-77 replay procurement as a Spark job (issue 11 §2).
+"""ICRC-77 replay procurement as a Spark job, for ranges too large to procure in process.
 
 For a replay whose range is larger than the orchestrator's threshold, procurement leaves the
 Publisher's process: the orchestrator queues a ``StartReplayJob`` action

@@ -1,6 +1,6 @@
 """``sds-audit``: what happened in an SDS group chat, as Parquet tables and an HTML report.
 
-Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
+Reads a stored SDS channel (a loglake stream, one partition) and:
 
 1. decodes every record in executors with ``loglake.sds.codec`` (``parse`` + ``parse_entry``:
    the same checks a participant makes); a record that does not decode, names another channel,
@@ -12,7 +12,7 @@ Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
    Parquet part files under ``_work/decoded`` themselves; Spark reads those back. Why: through
    ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
    200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
-   write: most of the decode stage (docs/sds.md, "Fifth pass"). This needs ``data_dir`` and
+   write: most of the decode stage (docs/sds.md, "Auditing a channel"). This needs ``data_dir`` and
    ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
    standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
    it cannot see;
@@ -25,7 +25,7 @@ Issue 12 §2. Reads a stored SDS channel (a loglake stream, one partition) and:
 3. joins causal histories with first positions (dependencies never on the channel, and
    dependencies referenced before they appeared), repair requests with the copies that answered
    them, and writes the tables and ``report.html``. The two large tables are written by tasks
-   with pyarrow, not Spark's writer (docs/sds.md, "Sixth pass"): ``acks`` by each sender's
+   with pyarrow, not Spark's writer (docs/sds.md, "Auditing a channel"): ``acks`` by each sender's
    sweep task, ``messages`` by a task per decoded part file, which reads the causal histories
    from that file itself (``_write_part``: temporary name, then rename).
 
@@ -595,7 +595,7 @@ def _write_messages(out_dir: str, schema: pa.Schema) -> Callable[[pa.Table], pa.
     (``history_lists``). Why: Spark's writer turned each of the 200 ids of every history from
     Arrow into a JVM row, and then the JVM still read the packed histories (13 KB a row) to
     hand them to a task as Arrow; now the histories go from the decoded file to the table's
-    file inside one Python process (docs/sds.md, "Sixth pass")."""
+    file inside one Python process."""
 
     def run(rows: pa.Table) -> pa.Table:
         import os

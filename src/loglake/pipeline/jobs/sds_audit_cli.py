@@ -1,4 +1,4 @@
-"""``loglake job sds-audit``: the command for ``jobs/sds_audit.py`` (issue 12 §2).
+"""``loglake job sds-audit``: the command for ``jobs/sds_audit.py``.
 
 Options are checked, with errors naming the option, before Spark starts.
 """
