@@ -95,7 +95,7 @@ class ReplayScheduling(OrchestratorState):
             now,
         )
 
-    # -- procurement by a Spark job (issue 11 §2) --------------------------------------------
+    # -- procurement by a Spark job (large ranges, when the adapter has a job runner) --------
     def _start_job(self, rep: Replay, now: int) -> None:
         """The broadcaster knows the replay (its add went first): start the job, or, after a
         restart, hand the finished job's output to the broadcaster again."""

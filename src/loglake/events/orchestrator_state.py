@@ -45,7 +45,7 @@ HEAD_KEY = "loglake:publication:head"
 id, so the orchestrator can bound open-ended ranges without reading the Publisher's log."""
 DEFAULT_JOB_THRESHOLD = 1_000_000
 """Replays of more events than this are procured by a Spark job, when the orchestrator's
-adapter has a job runner (``job_threshold``; issue 11 §2)."""
+adapter has a job runner (``job_threshold``): one process would take minutes over them."""
 PROGRESS_KEY = "loglake:replay:sent"
 """Config key a Publisher sends with ``icrc72_update_publication``: ``#Array[#Nat(replayId),
 #Nat(sent)]`` while a replay runs (``ReplayState.running`` has no count); shown in the replay's
