@@ -21,6 +21,12 @@ def test_seed_sweep(seed):
     assert r.replays and r.crashes >= 0 and sum(r.faults.values()) > 0
 
 
+@pytest.mark.parametrize("seed", range(200, 203))
+def test_seed_sweep_paid(seed):
+    r = simulate(SimConfig(seed, price=2))
+    assert r.replays
+
+
 # -- what the checker found (each seed failed before its fix) --------------------------------
 def test_seed_8_a_lost_replay_add_is_sent_again():
     """The publisher's replay add was dropped: the replay stayed pending forever."""
