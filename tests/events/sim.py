@@ -236,7 +236,13 @@ class Simulation:
         if a != b:
             for k in a:
                 if a[k] != b[k]:
-                    self.fail(f"restored {k} differ from live: {b[k]!r} != {a[k]!r}")
+                    live_k, rest_k = a[k], b[k]
+                    if isinstance(live_k, dict) and isinstance(rest_k, dict):
+                        keys = live_k.keys() | rest_k.keys()
+                        key = next(x for x in keys if live_k.get(x) != rest_k.get(x))
+                        live_k, rest_k = live_k.get(key), rest_k.get(key)
+                        k = f"{k}[{key!r}]"
+                    self.fail(f"restored {k} differ from live: {rest_k!r} != {live_k!r}")
         active: dict[bytes, int] = {}
         for r in live.replays.values():
             if not r.status.final:
