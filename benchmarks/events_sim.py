@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--first", type=int, default=1000, help="the first seed of the sweep")
     ap.add_argument("--steps", type=int, default=1000, help="steps per run")
     ap.add_argument("--crash", type=float, default=0.01, help="orchestrator crashes per step")
+    ap.add_argument("--price", type=int, default=0, help="per event: replays are paid")
     args = ap.parse_args()
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed: list[int] = []
@@ -37,7 +38,7 @@ def main() -> int:
     for seed in seeds:
         t = time.perf_counter()
         try:
-            r = simulate(SimConfig(seed, steps=args.steps, crash=args.crash))
+            r = simulate(SimConfig(seed, steps=args.steps, crash=args.crash, price=args.price))
         except SimFailure as e:
             print(f"seed {seed}: FAIL {e}", flush=True)
             failed.append(seed)

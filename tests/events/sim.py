@@ -13,8 +13,9 @@ core rebuilt from its journal; the calls it had not sent are lost). After every 
 - the orchestrator's state rebuilt from its journal equals the live state — publications,
   subscriptions, replays (status, cancel requests, progress) and the ledger — so a crash at
   any step loses nothing the core had answered;
-- quotas hold: no subscriber has more unfinished replays than allowed, and the ledger has no
-  negative balance or allowance, and charged replays' costs reached the ledger.
+- quotas hold: no subscriber has more unfinished replays than allowed; with a price, the
+  ledger has no negative balance or allowance, balances plus burnt fees equal what was minted,
+  and the publisher holds exactly the cost of the accepted replays.
 
 When the faults stop, the system must settle: every replay ends (completed, canceled or errored)
 and a replay that completed with ``n`` events delivered every one of them, except those its
@@ -31,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from loglake.events.ledger import account
 from loglake.events.messages import Ok
 from loglake.events.network import Faults
 from loglake.events.orchestrator import Orchestrator, Quotas
@@ -58,6 +60,8 @@ class SimConfig:
     events: int = 120
     """Events published before the run (more are published during it)."""
     check_every: int = 1
+    price: int = 0
+    """Per event: with a price every replay is paid through the orchestrator's ledger."""
 
 
 @dataclass
@@ -122,7 +126,17 @@ class Simulation:
         self.published = 0
         self.step_no = 0
         # set up without faults: a registration that fails is not what the run is about
-        self.w.register_publication()
+        self.minted = 0
+        if cfg.price:
+            self.w.priced(cfg.price)
+            for s in SUBSCRIBERS:
+                self.w.ledger.mint(account(self.w.p[s]), 100_000, self.w.clock())
+                self.minted += 100_000
+                self.w.net._collect(self.w.orch)
+                assert isinstance(self.w.call(s, "icrc2_approve", (self.w.p["orch"], 90_000)), Ok)
+        else:
+            self.w.register_publication()
+        self.mints = len(SUBSCRIBERS) if cfg.price else 0
         for s in SUBSCRIBERS:
             self.w.subscribe(s)
         self.publish(cfg.events)
@@ -222,7 +236,13 @@ class Simulation:
         if a != b:
             for k in a:
                 if a[k] != b[k]:
-                    self.fail(f"restored {k} differ from live: {b[k]!r} != {a[k]!r}")
+                    live_k, rest_k = a[k], b[k]
+                    if isinstance(live_k, dict) and isinstance(rest_k, dict):
+                        keys = live_k.keys() | rest_k.keys()
+                        key = next(x for x in keys if live_k.get(x) != rest_k.get(x))
+                        live_k, rest_k = live_k.get(key), rest_k.get(key)
+                        k = f"{k}[{key!r}]"
+                    self.fail(f"restored {k} differ from live: {rest_k!r} != {live_k!r}")
         active: dict[bytes, int] = {}
         for r in live.replays.values():
             if not r.status.final:
@@ -237,6 +257,15 @@ class Simulation:
                 self.fail(f"negative balance in {led.balances}")
             if any(v < 0 for v in led.allowances.values()):
                 self.fail(f"negative allowance in {led.allowances}")
+            # every block but a mint pays the fee; what is not burnt is in some account
+            burnt = led.fee * (led.blocks - self.mints)
+            if sum(led.balances.values()) + burnt != self.minted:
+                self.fail(f"ledger: {sum(led.balances.values())} + {burnt} fees != minted")
+            # the publisher was paid exactly what the accepted replays cost
+            paid = led.balance_of(account(w.p["pub"]))
+            cost = sum(r.cost for r in live.replays.values())
+            if paid != cost:
+                self.fail(f"publisher holds {paid}, the replays cost {cost}")
 
     def restored(self) -> Orchestrator:
         w = self.w

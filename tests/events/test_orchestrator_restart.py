@@ -170,3 +170,20 @@ def test_a_malformed_journal_refuses_to_start(data):
     w = World()
     with pytest.raises(JournalError):
         open_orchestrator(StreamsStore(LocalStreams(log)), w.p["orch"], [w.p["bc"]])
+
+
+def test_cancel_after_a_crash_that_lost_the_add_ends_canceled():
+    """The crash loses the replay's add before it left; then a cancel. The restart must not
+    send only the remove (the publisher never heard of the replay and would ignore it)."""
+    w = World()
+    w.register_publication()
+    w.publish(100)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 50).value
+    w.net.queue.clear()  # the crash loses every system message of the registration
+    assert w.call("bob", "icrc77_cancel_replay", [rid]) == [Ok(rid)]
+    w.net.queue.clear()  # ... and those of the cancel
+    restart(w)
+    w.net.run()
+    assert w.status("bob", rid).status == ReplayState("canceled", 0)
+    assert ids(w.bob) == []

@@ -158,7 +158,7 @@ class InProcessNetwork:
             src.on_reply(c, lost, self.clock())
             self._collect(src)
             return True
-        assert target is not None  # a missing role is a lost call, above
+        assert target is not None  # a missing role was answered as lost above
         m = METHODS[c.method]
         try:
             ret = target.dispatch(
