@@ -288,6 +288,11 @@ class Log(ABC):
     def has_stream(self, name: str) -> bool:
         return name in self.streams()
 
+    def partition_count(self, stream: str) -> int:
+        """How many partitions ``stream`` has (``UnknownStream``). A log that opens partitions
+        lazily answers without opening any, so routing a request never costs descriptors."""
+        return len(self.stream_info(stream).partitions)
+
     # -- writing --------------------------------------------------------------------------
     @abstractmethod
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:

@@ -132,6 +132,15 @@ class _Stream:
     def __init__(self, config: StreamConfig) -> None:
         self.config = config
         self.slots: list[Partition | None] = [None] * config.partitions
+        self.closed_info: dict[int, tuple[int, int, int, int]] = {}
+        """``snapshot()`` of partitions closed to free descriptors, taken as they closed (all
+        written and fsynced, so exact until they open again): ``stream_info`` answers for
+        them without reopening each."""
+
+    @property
+    def opened(self) -> list[Partition]:
+        """The partitions open now."""
+        return [p for p in self.slots if p is not None]
 
 
 def default_max_open_partitions() -> int:
@@ -256,6 +265,7 @@ class SegmentLog(Log):
             pass
         part = self._open_partition(name, s.config, p)
         s.slots[p] = part
+        s.closed_info.pop(p, None)  # appends go on from here: the snapshot is stale
         self._open_lru[(name, p)] = part
         return part
 
@@ -267,17 +277,20 @@ class SegmentLog(Log):
         """Close the least recently used healthy partition (caller holds the lock); False if
         every open one has failed (a failed partition stays until an append reopens it, so its
         back-off and counters are kept)."""
-        for key, part in self._open_lru.items():  # noqa: B007 -- the one the loop stops at
+        # a copy: ``_touch`` reorders the dict without the lock (the lock-free push path)
+        for key, part in list(self._open_lru.items()):  # noqa: B007 -- the one it stops at
             if part.failure is None:
                 break
         else:
             return False
-        del self._open_lru[key]
+        self._open_lru.pop(key, None)
         s = self._streams.get(key[0])
         if s is not None and s.slots[key[1]] is part:
             s.slots[key[1]] = None
         try:
             part.retire()
+            if s is not None and not self.readonly and part.failure is None:
+                s.closed_info[key[1]] = part.snapshot()
         except StorageFailed as e:  # its waiters failed with it; the next open recovers it
             log_event(
                 logger,
@@ -478,13 +491,35 @@ class SegmentLog(Log):
         return new
 
     def stream_info(self, name: str) -> StreamInfo:
+        """Every partition's indexes and size, opening as few as it can: an open partition
+        answers itself, one closed to free descriptors answers with the snapshot taken as it
+        closed, one never used (no folder, no lake files) is empty. Only the rest — on disk
+        from an earlier run and not used since — are opened, through the same LRU, so the
+        descriptors stay bounded however many partitions there are."""
         with self._lock:
             s = self._stream(name)
             infos = []
             for i in range(s.config.partitions):
-                p = self._slot(name, s, i)
-                infos.append(PartitionInfo(p.partition, *p.snapshot()))
+                infos.append(PartitionInfo(i, *self._partition_snapshot(name, s, i)))
             return StreamInfo(name, s.config, tuple(infos))
+
+    def _partition_snapshot(self, name: str, s: _Stream, i: int) -> tuple[int, int, int, int]:
+        part = s.slots[i]
+        if part is None and not self.readonly:
+            known = s.closed_info.get(i)
+            if known is not None:
+                return known
+            if not self._on_disk(name, i):
+                return (0, 0, 0, 0)
+        if part is None:
+            part = self._slot(name, s, i)
+        return part.snapshot()
+
+    def _on_disk(self, name: str, i: int) -> bool:
+        """Partition ``i`` has a folder or lake files (else it was never written)."""
+        return (self._stream_dir(name) / str(i)).exists() or lake_partition_dir(
+            self.data_dir, name, i
+        ).exists()
 
     # -- writing ----------------------------------------------------------------------------
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
@@ -597,7 +632,9 @@ class SegmentLog(Log):
                 )
                 errors.append((name, i, e))
             with self._lock:
-                self._partition(name, i).retention_error = error
+                part = self._opened_partition(name, i)
+                if part is not None or error is not None:
+                    (part or self._partition(name, i)).retention_error = error
         if errors:
             raise RetentionFailed(dropped, errors)
         return dropped
@@ -628,10 +665,17 @@ class SegmentLog(Log):
             return list(self._open_lru)
 
     def _all_slots(self) -> list[tuple[str, int]]:
-        """``(stream, partition)`` of every partition of every stream, open or not."""
+        """``(stream, partition)`` of every partition of every stream that is open or on
+        disk: one never written holds nothing to trim or check, and is not opened for it (the
+        others are opened one by one through the LRU, so descriptors stay bounded)."""
         with self._lock:
             self._check_open()
-            return [(n, i) for n, s in self._streams.items() for i in range(s.config.partitions)]
+            return [
+                (n, i)
+                for n, s in self._streams.items()
+                for i in range(s.config.partitions)
+                if s.slots[i] is not None or self._on_disk(n, i)
+            ]
 
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has, without opening any (``UnknownStream``)."""
@@ -645,7 +689,8 @@ class SegmentLog(Log):
         return len(self._open_lru)
 
     def health(self) -> list[PartitionHealth]:
-        """Every opened partition's failures (seal failures being retried, a failed fsync,
+        """Every opened partition's failures (a reader: every partition on disk's) (seal
+        failures being retried, a failed fsync,
         the last retention error): for ``loglake log info`` and a metrics endpoint. Once the
         consumer index store has failed (a save's fsync) the list also holds an entry for it,
         named by its file (``stream="consumers.log"``, partition 0): failed until it reopens
@@ -655,7 +700,10 @@ class SegmentLog(Log):
             if self.readonly:
                 self._load_streams()
             parts = list(self._open_lru.values())
-        out = [p.health() for p in parts]
+        if self.readonly:  # an inspector: what each partition's files record, one at a time
+            out = [self._on(n, i, lambda p: p.health(), False) for n, i in self._all_slots()]
+        else:  # a partition not opened since the log opened has not failed in this process
+            out = [p.health() for p in parts]
         consumers = self._consumers.health()
         if consumers is not None:
             out.append(consumers)
@@ -672,7 +720,14 @@ class SegmentLog(Log):
             with self._lock:
                 n = self._stream(name).config.partitions
             for i in range(n):
-                out.append((name, i, *self._on(name, i, lambda p: p.verify(), False)))
+                if (
+                    self.readonly
+                    or self._opened_partition(name, i) is not None
+                    or self._on_disk(name, i)
+                ):
+                    out.append((name, i, *self._on(name, i, lambda p: p.verify(), False)))
+                else:
+                    out.append((name, i, 0, 0, 0))  # never written: nothing to check
         return out
 
     def wait_for_seals(self) -> None:
