@@ -231,7 +231,10 @@ def serve(
             lake_dir=str(data_dir),  # pulls below JetStream's retention read the sealed lake
         )
     else:
-        log = open_log(data_dir, seal_processes=True)  # seals off the server's GIL
+        try:  # seals off the server's GIL; partitions open lazily, within the limits
+            log = open_log(data_dir, seal_processes=True, **limits.log_options())
+        except (OSError, LoglakeError) as e:  # e.g. EMFILE under a low ulimit -n: one line
+            raise click.ClickException(f"cannot open the data dir {data_dir}: {e}") from None
     config = StreamConfig(
         durability=cast(Durability, durability),  # click.Choice of Durability's values
         segment_bytes=segment_bytes,

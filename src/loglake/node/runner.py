@@ -91,7 +91,15 @@ class Node:
         )
         try:
             # seals in a child process, off the GIL of the node's servers (log.sealer)
-            raw = open_log(cfg.data_dir, default_config=stream_config, seal_processes=True)
+            from loglake.streams.limits import ServerLimits
+
+            limits = ServerLimits.from_mapping(vars(cfg.limits))  # checked by config
+            raw = open_log(
+                cfg.data_dir,
+                default_config=stream_config,
+                seal_processes=True,
+                **limits.log_options(),  # open partitions and partition quotas
+            )
             self._log = raw
             await self._start_parts(raw, stream_config)
         except BaseException:
