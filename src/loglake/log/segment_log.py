@@ -360,8 +360,8 @@ class SegmentLog(Log):
             except OSError as e:
                 if not existed:
                     shutil.rmtree(sdir, ignore_errors=True)
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise  # the callers' "disk full" answer
+                if e.errno in (*fs.DISK_FULL_ERRNOS, errno.EIO):
+                    raise  # a storage fault: the callers' "disk full" / failed-disk answers
                 raise CreateFailed(f"cannot create stream {name!r}: {e}") from e
             self._streams[name] = _Stream(config)
             return self.stream_info(name)

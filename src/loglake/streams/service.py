@@ -729,9 +729,9 @@ class StreamService:
                 log_event(logger, logging.INFO, "stream created", stream=name, partitions=n)
         except LoglakeError as e:
             return self._error(msg, src, str(e))
-        except OSError as e:
+        except OSError as e:  # the log removed what it had made: a retry starts clean
             if not is_disk_full(e):
-                raise
+                return self._error(msg, src, f"cannot create stream {name!r}: {e}")
             return self._error(msg, src, f"{DISK_FULL}: creating stream {name!r}: {e}")
         out = []
         for p in range(n):
