@@ -287,8 +287,14 @@ def serve(
             await sealer
         await server.stop()
 
+    coro = main()
     try:
-        eventloop.run(main())
+        eventloop.run(coro)
+    except OSError as e:  # e.g. EMFILE making the loop itself under a tiny ulimit -n: one line
+        coro.close()  # never started: no "was never awaited" warning on top of the error
+        if started:
+            raise
+        raise click.ClickException(f"cannot start the stream service: {e}") from None
     finally:
         log.close()
         if started:
