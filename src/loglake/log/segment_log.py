@@ -498,22 +498,39 @@ class SegmentLog(Log):
         descriptors stay bounded however many partitions there are."""
         with self._lock:
             s = self._stream(name)
+            written = self._written(name)
             infos = []
             for i in range(s.config.partitions):
-                infos.append(PartitionInfo(i, *self._partition_snapshot(name, s, i)))
+                infos.append(PartitionInfo(i, *self._partition_snapshot(name, s, i, written)))
             return StreamInfo(name, s.config, tuple(infos))
 
-    def _partition_snapshot(self, name: str, s: _Stream, i: int) -> tuple[int, int, int, int]:
+    def _partition_snapshot(
+        self, name: str, s: _Stream, i: int, written: set[int]
+    ) -> tuple[int, int, int, int]:
         part = s.slots[i]
         if part is None and not self.readonly:
             known = s.closed_info.get(i)
             if known is not None:
                 return known
-            if not self._on_disk(name, i):
+            if i not in written:
                 return (0, 0, 0, 0)
         if part is None:
             part = self._slot(name, s, i)
         return part.snapshot()
+
+    def _written(self, name: str) -> set[int]:
+        """Partitions of stream ``name`` with a folder or lake files (the others were never
+        written): two directory listings, not a path lookup per partition."""
+        out: set[int] = set()
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            out.update(int(n) for n in fs.listdir(self._stream_dir(name)) if n.isdigit())
+        lake = lake_partition_dir(self.data_dir, name, 0).parent
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for n in fs.listdir(lake):
+                key, _, num = n.partition("=")
+                if key == "partition" and num.isdigit():
+                    out.add(int(num))
+        return out
 
     def _on_disk(self, name: str, i: int) -> bool:
         """Partition ``i`` has a folder or lake files (else it was never written)."""
@@ -670,12 +687,15 @@ class SegmentLog(Log):
         others are opened one by one through the LRU, so descriptors stay bounded)."""
         with self._lock:
             self._check_open()
-            return [
-                (n, i)
-                for n, s in self._streams.items()
-                for i in range(s.config.partitions)
-                if s.slots[i] is not None or self._on_disk(n, i)
-            ]
+            out = []
+            for n, s in self._streams.items():
+                written = self._written(n)
+                out += [
+                    (n, i)
+                    for i in range(s.config.partitions)
+                    if s.slots[i] is not None or i in written
+                ]
+            return out
 
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has, without opening any (``UnknownStream``)."""
