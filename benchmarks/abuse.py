@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loglake.errors import DecodeError
 from loglake.log import StreamConfig, open_log
 from loglake.streams import codec
 from loglake.streams.client import StreamClient
@@ -193,7 +194,10 @@ def attack_create(port: int, until: float, out) -> None:
             got = _ask(
                 s, wire, _frame("stream_service", CreatePartitionedStreamRequest(name, 4096))
             )
-            res = codec.decode_response(got[0].payload, Error) if got else None
+            try:  # an Error, or the first worker's CreatePartitionedStreamResponse
+                res = codec.decode_response(got[0].payload, Error) if got else None
+            except (KeyError, DecodeError):
+                res = None
             ok = not isinstance(res, Error) or res is None
             results.append("ok" if ok else f"error: {res.reason[:60]}")  # type: ignore[union-attr]
         except Exception as e:

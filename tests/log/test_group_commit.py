@@ -138,6 +138,7 @@ def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp
         clock = ManualClock()
         log = open_log(disk.root / "data", clock=clock)
         log.create_stream("s")
+        log.next_index("s", 0)  # opens the partition (its folder fsyncs) before the fault
         disk.fail_fsync_after(1)
         done = threading.Event()
         outcome: list[BaseException | None] = []
@@ -166,6 +167,7 @@ def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatc
     """A write whose fsync had not run yet when the log closed is covered by close's fsync."""
     log = SegmentLog(tmp_path)
     log.create_stream("s")
+    log.next_index("s", 0)  # opens the partition (its own fsyncs) before counting
     outcome: list[BaseException | None] = []
     started, release = threading.Event(), threading.Event()
     real = fs.fdatasync

@@ -152,7 +152,7 @@ def _zero_writes_fail(monkeypatch, log, err: int, half_first: bool = False) -> l
     """Make ``fs.pwrite`` on the active segment fail with ``err`` (the zero fill's call; the
     records go through ``fs.write``), after writing half of the first call's bytes if
     ``half_first`` (a disk that fills midway); returns the failed calls' offsets."""
-    seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+    seg_fd = log._partition("s", 0).segments[-1].wfd
     real, failed = fs.pwrite, []
 
     def pwrite(fd, data, offset):

@@ -161,6 +161,7 @@ def test_reopening_many_times_leaks_no_descriptor(tmp_path, monkeypatch):
     clock = ManualClock()
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(segment_bytes=2000, seal_to_lake=False))
+    log.next_index("s", 0)  # opens the partition (its own fsyncs) before the faults
     sync = FailingSync(monkeypatch)
     failed_reopens = []
 
@@ -182,7 +183,7 @@ def test_reopening_many_times_leaks_no_descriptor(tmp_path, monkeypatch):
         assert len(log.read("s", 0, 0)) >= 3 * (i + 1)
 
     def segments() -> int:  # a segment keeps a read descriptor once read (by design)
-        return len(log._streams["s"].partitions[0].segments)
+        return len(log._partition("s", 0).segments)
 
     for i in range(2):  # warm up (segments rolled, helper threads)
         cycle(i)
@@ -207,7 +208,7 @@ def test_a_read_under_way_during_a_reopen_reads_the_right_bytes(tmp_path, monkey
     log.create_stream("s", StreamConfig(segment_bytes=3000, seal_to_lake=False))
     expected = [b"%05d" % i * 40 for i in range(60)]
     log.append_many("s", 0, [Entry(d) for d in expected])
-    old = log._streams["s"].partitions[0]
+    old = log._partition("s", 0)
     first = old.segments[0]
     entered, release = threading.Event(), threading.Event()
     real_pread = fs.pread
@@ -229,7 +230,7 @@ def test_a_read_under_way_during_a_reopen_reads_the_right_bytes(tmp_path, monkey
         log.append("s", 0, b"pending")
     clock.advance(REOPEN_FIRST_S)
     log.append("s", 0, b"after")
-    assert log._streams["s"].partitions[0] is not old
+    assert log._partition("s", 0) is not old
     # take every descriptor number the reopen freed, with files that look like the segment
     # (the same indexes, other data): a read through a reused number returns wrong records
     with open_log(tmp_path / "other") as other:

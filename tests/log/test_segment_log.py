@@ -141,8 +141,9 @@ def test_corrupt_acknowledged_last_record_is_corrupt_segment_not_a_torn_tail(tmp
     raw = bytearray(seg.read_bytes())
     raw[end - 1] ^= 0xFF
     seg.write_bytes(bytes(raw))
-    with pytest.raises(CorruptSegment) as e:
-        open_log(tmp_path)
+    # partitions open on first use: the log opens, the first read of the partition finds it
+    with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
+        log.read("s", 0, 0)
     assert e.value.path == str(seg) and e.value.offset == start
     assert seg.stat().st_size == end
 
@@ -367,7 +368,7 @@ def test_lake_retention_waits_for_the_lake_lock_a_compaction_holds(tmp_path):
         assert len(sorted(lake.glob("*.parquet"))) < len(before)
 
 
-def test_unsealed_rolled_segment_is_sealed_on_open(tmp_path):
+def test_unsealed_rolled_segment_is_sealed_when_its_partition_opens(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=500))
         fill(log, 30)
@@ -375,8 +376,8 @@ def test_unsealed_rolled_segment_is_sealed_on_open(tmp_path):
     files = sorted(lake.glob("*.parquet"))
     files[-1].unlink()  # as if the process died between the roll and the seal
     (lake / ".tmp-half").write_bytes(b"PAR1 half written")
-    with open_log(tmp_path):
-        pass
+    with open_log(tmp_path) as log:  # partitions open on first use: this read opens it
+        assert log.read("s", 0, 0, limit=1)
     assert sorted(lake.iterdir()) == files
 
 
@@ -478,7 +479,7 @@ def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
                 calls.append(len(data))
             return real_write(fd, data)
 
-        seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+        seg_fd = log._partition("s", 0).segments[-1].wfd
         monkeypatch.setattr(fs, "write", spy)
         log.append_many("s", 0, [Entry(b"z" * 1024) for _ in range(100)])
         assert len(calls) == 1 and calls[0] > 100 * 1024
@@ -627,7 +628,7 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
     log.create_stream("s", StreamConfig(durability="none"))
     log.append("s", 0, b"first")
     real = fs.write
-    seg_fd = log._streams["s"].partitions[0].segments[-1].wfd
+    seg_fd = log._partition("s", 0).segments[-1].wfd
 
     def half_then_enospc(fd, data):
         if fd == seg_fd:
@@ -842,8 +843,8 @@ def test_lake_files_that_overlap_without_containment_are_corrupt_store(tmp_path)
     b = sorted(lake.glob("*.parquet"))[1]
     first_b, last_b = (int(x) for x in b.stem.split("-"))
     (lake / lake_file_name(first_b - 1, last_b + 1)).write_bytes(b.read_bytes())
-    with pytest.raises(CorruptStore):
-        open_log(tmp_path)
+    with open_log(tmp_path) as log, pytest.raises(CorruptStore):
+        log.read("s", 0, 0)  # found as the partition opens, on first use
 
 
 def test_truncate_before_keeps_lake_history_readable_and_survives_reopen(tmp_path):

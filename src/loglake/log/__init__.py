@@ -7,6 +7,7 @@ the volatile one for tests and simulations. Both follow ``loglake.log.api``.
 from loglake.log.api import (
     CorruptSegment,
     CorruptStore,
+    CreateFailed,
     Durability,
     Entry,
     InvalidStreamName,
@@ -16,6 +17,7 @@ from loglake.log.api import (
     LogLocked,
     PartitionHealth,
     PartitionInfo,
+    QuotaExceeded,
     ReadOnlyLog,
     Record,
     RetentionFailed,
@@ -34,6 +36,7 @@ from loglake.log.segment_log import SegmentLog, open_log
 __all__ = [
     "CorruptSegment",
     "CorruptStore",
+    "CreateFailed",
     "Durability",
     "Entry",
     "InvalidStreamName",
@@ -44,6 +47,7 @@ __all__ = [
     "MemoryLog",
     "PartitionHealth",
     "PartitionInfo",
+    "QuotaExceeded",
     "ReadOnlyLog",
     "Record",
     "RetentionFailed",

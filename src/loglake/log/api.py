@@ -63,6 +63,17 @@ class StreamExists(LogError):
     """create_stream with a config that contradicts the existing stream (e.g. partitions)."""
 
 
+class QuotaExceeded(LogError, LocalProtocolError):
+    """``create_stream`` would pass a partition quota of the log (``max_partitions_per_stream``,
+    ``max_partitions_total``): nothing was created. Quotas bound what one careless or hostile
+    client can make the node hold (folders, and descriptors once the partitions are used)."""
+
+
+class CreateFailed(LogError):
+    """``create_stream`` failed on the disk (e.g. out of descriptors): what it had made was
+    removed again, so a retry starts clean. The cause chain holds the ``OSError``."""
+
+
 class CorruptSegment(LogError):
     """Corruption found where the log cannot repair it (not a torn tail)."""
 
@@ -296,6 +307,11 @@ class Log(ABC):
 
     def has_stream(self, name: str) -> bool:
         return name in self.streams()
+
+    def partition_count(self, stream: str) -> int:
+        """How many partitions ``stream`` has (``UnknownStream``). A log that opens partitions
+        lazily answers without opening any, so routing a request never costs descriptors."""
+        return len(self.stream_info(stream).partitions)
 
     # -- writing --------------------------------------------------------------------------
     @abstractmethod

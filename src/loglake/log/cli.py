@@ -55,8 +55,8 @@ def info(data_dir: Path, as_json: bool) -> None:
         for name in log.streams():
             si = log.stream_info(name)
             for p in si.partitions:
-                h = health[(name, p.partition)]
-                seal, storage = h.seal_failure, h.storage_failure
+                h = health.get((name, p.partition))  # none: never written, nothing failed
+                seal, storage = (None, None) if h is None else (h.seal_failure, h.storage_failure)
                 rows.append(
                     {
                         "stream": name,

@@ -9,8 +9,12 @@ Layout under ``data_dir``::
     streams/<stream>/<p>/<first:020d>.idx  their sparse indexes (sparse_index.py)
     lake/<stream>/partition=<p>/<first>-<last>.parquet   sealed history (lake.py, lake_schema.py)
 
-A stream exists once its ``config.json`` does; it is written last, after the partition folders,
-so a crash during ``create_stream`` leaves no half stream behind (a retry completes it).
+A stream exists once its ``config.json`` does; ``create_stream`` writes only its folder and
+that file (a failure removes the folder again), and a partition's folder is made when the
+partition is first opened. Partitions open on first use and at most ``max_open_partitions`` are
+open at once (least recently used closed first), so the descriptors a log holds are bounded
+whatever the number of partitions on disk; ``max_partitions_per_stream`` and
+``max_partitions_total`` bound what ``create_stream`` accepts (``QuotaExceeded``).
 
 ``readonly=True`` is for other processes reading a data dir a writer is using (Spark executors,
 CLI inspection): no lock, no file is created, changed or truncated, a torn tail is simply where
@@ -27,12 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
 import os
+import resource
+import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -43,12 +51,14 @@ from loglake.errors import LoglakeError
 from loglake.log import fs
 from loglake.log.api import (
     CorruptStore,
+    CreateFailed,
     Entry,
     Log,
     LogClosed,
     LogLocked,
     PartitionHealth,
     PartitionInfo,
+    QuotaExceeded,
     ReadOnlyLog,
     Record,
     RetentionFailed,
@@ -116,21 +126,31 @@ def config_from_json(raw: bytes, path: str = "config.json") -> StreamConfig:
 
 
 class _Stream:
-    def __init__(self, config: StreamConfig, opener: Callable[[], list[Partition]]) -> None:
-        self.config = config
-        self._opener = opener
-        self._partitions: list[Partition] | None = None
+    """A stream's config and its partitions, each opened on first use (``SegmentLog._slot``)
+    and closed again when the log's budget of open partitions needs its descriptors."""
 
-    @property
-    def partitions(self) -> list[Partition]:
-        """Opened on first use: a reader opening a data dir pays only for what it reads."""
-        if self._partitions is None:
-            self._partitions = self._opener()
-        return self._partitions
+    def __init__(self, config: StreamConfig) -> None:
+        self.config = config
+        self.slots: list[Partition | None] = [None] * config.partitions
+        self.closed_info: dict[int, tuple[int, int, int, int]] = {}
+        """``snapshot()`` of partitions closed to free descriptors, taken as they closed (all
+        written and fsynced, so exact until they open again): ``stream_info`` answers for
+        them without reopening each."""
 
     @property
     def opened(self) -> list[Partition]:
-        return self._partitions or []
+        """The partitions open now."""
+        return [p for p in self.slots if p is not None]
+
+
+def default_max_open_partitions() -> int:
+    """An eighth of the process's soft descriptor limit (at least 16): an open partition
+    holds up to four descriptors (active segment, its index, its read fd, the watermark), and
+    half the limit stays for connections, lake files and sealed segments being read."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        soft = 65_536
+    return max(16, soft // 8)
 
 
 class SegmentLog(Log):
@@ -142,8 +162,26 @@ class SegmentLog(Log):
         default_config: StreamConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         seal_processes: bool = False,
+        max_open_partitions: int | None = None,
+        max_partitions_per_stream: int | None = None,
+        max_partitions_total: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
+        self.max_open_partitions = (
+            default_max_open_partitions() if max_open_partitions is None else max_open_partitions
+        )
+        """How many partitions may be open at once (each holds up to four descriptors); the
+        least recently used one is closed to open another. None: ``default_max_open_partitions``."""
+        if self.max_open_partitions < 1:
+            raise ValueError(f"max_open_partitions must be >= 1, not {self.max_open_partitions}")
+        self.max_partitions_per_stream = max_partitions_per_stream
+        """``create_stream`` refuses a stream with more partitions (``QuotaExceeded``); None:
+        no quota."""
+        self.max_partitions_total = max_partitions_total
+        """``create_stream`` refuses a stream that would bring the partitions of all streams
+        past this (``QuotaExceeded``); None: no quota."""
+        self._open_lru: OrderedDict[tuple[str, int], Partition] = OrderedDict()
+        """Open partitions, least recently used first (``_slot``, ``_touch``)."""
         self.readonly = readonly
         self.default_config = default_config or StreamConfig()
         self._clock = clock
@@ -173,9 +211,8 @@ class SegmentLog(Log):
                 cleanup.callback(self._release_lock)
                 if consumers is not None:
                     cleanup.callback(consumers.close)
-                for s in self._streams.values():
-                    for p in s.opened:
-                        cleanup.callback(p.close)
+                for p in self._open_lru.values():
+                    cleanup.callback(p.close)
                 cleanup.callback(self._sealer.stop)
             raise
 
@@ -212,27 +249,58 @@ class SegmentLog(Log):
     def _stream_dir(self, name: str) -> Path:
         return self.data_dir / STREAMS_DIR / name
 
-    def _open_stream(self, name: str, config: StreamConfig) -> _Stream:
-        stream = _Stream(config, lambda: self._open_partitions(name, config))
-        if not self.readonly:
-            stream.partitions  # noqa: B018 -- a writer recovers every partition on open
-        return stream
+    def _slot(self, name: str, s: _Stream, p: int) -> Partition:
+        """Partition ``p`` of stream ``s``, opened now if it is not (caller holds the lock).
 
-    def _open_partitions(self, name: str, config: StreamConfig) -> list[Partition]:
-        """Every partition of the stream, or none: when one fails to open (a read error while
-        recovering it), the ones opened before it are closed again. Nothing else holds them
-        yet, so without this each failed open would keep their descriptors (watermark, active
-        segment, index) for the rest of the process — found by read faults during open."""
-        opened: list[Partition] = []
+        Partitions open on first use, not with the log: a data dir of tens of thousands of
+        partitions starts at once and holds descriptors only for the partitions in use. Opening
+        one past ``max_open_partitions`` closes the least recently used healthy one (an fsync
+        and its descriptors); calls that took it without the lock raise ``PartitionRetired``
+        and run again on a newly opened one (``_on``), as after a reopen."""
+        part = s.slots[p]
+        if part is not None:
+            self._touch(name, p)
+            return part
+        while len(self._open_lru) >= self.max_open_partitions and self._evict_one():
+            pass
+        part = self._open_partition(name, s.config, p)
+        s.slots[p] = part
+        s.closed_info.pop(p, None)  # appends go on from here: the snapshot is stale
+        self._open_lru[(name, p)] = part
+        return part
+
+    def _touch(self, name: str, p: int) -> None:
+        with contextlib.suppress(KeyError):  # evicted meanwhile: the next lookup reopens it
+            self._open_lru.move_to_end((name, p))
+
+    def _evict_one(self) -> bool:
+        """Close the least recently used healthy partition (caller holds the lock); False if
+        every open one has failed (a failed partition stays until an append reopens it, so its
+        back-off and counters are kept)."""
+        # a copy: ``_touch`` reorders the dict without the lock (the lock-free push path)
+        for key, part in list(self._open_lru.items()):  # noqa: B007 -- the one it stops at
+            if part.failure is None:
+                break
+        else:
+            return False
+        self._open_lru.pop(key, None)
+        s = self._streams.get(key[0])
+        if s is not None and s.slots[key[1]] is part:
+            s.slots[key[1]] = None
         try:
-            for p in range(config.partitions):
-                opened.append(self._open_partition(name, config, p))
-        except BaseException:
-            for part in opened:
-                with contextlib.suppress(Exception):  # e.g. its fsync fails on the same disk
-                    part.close()
-            raise
-        return opened
+            part.retire()
+            if s is not None and not self.readonly and part.failure is None:
+                s.closed_info[key[1]] = part.snapshot()
+        except StorageFailed as e:  # its waiters failed with it; the next open recovers it
+            log_event(
+                logger,
+                logging.ERROR,
+                "closing a partition to free descriptors failed",
+                stream=key[0],
+                partition=key[1],
+                error=str(e),
+            )
+        return True
 
     def _open_partition(self, name: str, config: StreamConfig, p: int) -> Partition:
         return Partition(
@@ -260,7 +328,7 @@ class SegmentLog(Log):
                 raw = fs.read_file(path)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # half-created (crash before config.json) or foreign
-            self._streams[name] = self._open_stream(name, config_from_json(raw, str(path)))
+            self._streams[name] = _Stream(config_from_json(raw, str(path)))
 
     def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
         check_stream_name(name)
@@ -279,13 +347,40 @@ class SegmentLog(Log):
             if self.readonly:
                 raise ReadOnlyLog(f"cannot create stream {name!r}: the log is read-only")
             config = config or self.default_config
+            self._check_quota(name, config.partitions)
             sdir = self._stream_dir(name)
-            fs.makedirs_durable(sdir)
-            stream = self._open_stream(name, config)
-            fs.replace_file_atomic(sdir / CONFIG_FILE, config_to_json(config))
-            fs.fsync_dir(sdir.parent)
-            self._streams[name] = stream
+            # Only the stream's folder and config: partition folders are made when a partition
+            # is first opened, so a create costs the same for 1 or 4,096 partitions and a
+            # failed one has one folder to take back.
+            existed = sdir.exists()
+            try:
+                fs.makedirs_durable(sdir)
+                fs.replace_file_atomic(sdir / CONFIG_FILE, config_to_json(config))
+                fs.fsync_dir(sdir.parent)
+            except OSError as e:
+                if not existed:
+                    shutil.rmtree(sdir, ignore_errors=True)
+                if e.errno in (*fs.DISK_FULL_ERRNOS, errno.EIO):
+                    raise  # a storage fault: the callers' "disk full" / failed-disk answers
+                raise CreateFailed(f"cannot create stream {name!r}: {e}") from e
+            self._streams[name] = _Stream(config)
             return self.stream_info(name)
+
+    def _check_quota(self, name: str, partitions: int) -> None:
+        per = self.max_partitions_per_stream
+        if per is not None and partitions > per:
+            raise QuotaExceeded(
+                f"cannot create stream {name!r} with {partitions} partitions: "
+                f"at most {per} per stream (max_partitions_per_stream)"
+            )
+        total = self.max_partitions_total
+        if total is not None:
+            have = sum(s.config.partitions for s in self._streams.values())
+            if have + partitions > total:
+                raise QuotaExceeded(
+                    f"cannot create stream {name!r} with {partitions} partitions: the log "
+                    f"holds {have} of at most {total} (max_partitions_total)"
+                )
 
     def streams(self) -> list[str]:
         with self._lock:
@@ -309,7 +404,7 @@ class SegmentLog(Log):
         n = s.config.partitions
         if not isinstance(partition, int) or not 0 <= partition < n:
             raise UnknownPartition(stream, partition, n)
-        return s.partitions[partition]
+        return self._slot(stream, s, partition)
 
     def _on(self, stream: str, partition: int, call: Callable[[Partition], T], write: bool) -> T:
         """``call`` on the partition; a ``write`` to a failed one reopens it first (or raises
@@ -339,8 +434,11 @@ class SegmentLog(Log):
         s = self._streams.get(stream)
         if s is None or self._closed or type(partition) is not int:
             return None
-        parts = s.opened  # [] until first opened
-        return parts[partition] if 0 <= partition < len(parts) else None
+        slots = s.slots
+        part = slots[partition] if 0 <= partition < len(slots) else None
+        if part is not None:
+            self._touch(stream, partition)
+        return part
 
     def _reopen(self, stream: str, partition: int, old: Partition) -> Partition:
         """Replace the failed partition ``old`` by one opened from disk, if its back-off has
@@ -359,8 +457,8 @@ class SegmentLog(Log):
         with self._reopen_lock:
             with self._lock:
                 s = self._stream(stream)
-                if s.partitions[partition] is not old:
-                    return s.partitions[partition]  # reopened meanwhile (it may have failed too)
+                if s.slots[partition] is not old:  # reopened (it may have failed too) or closed
+                    return self._slot(stream, s, partition)
             now = self._clock()
             if now < old.next_reopen_at:
                 raise old.refusal(now)
@@ -374,7 +472,9 @@ class SegmentLog(Log):
                 if self._closed:
                     new.close()
                     raise LogClosed("the log is closed")
-                s.partitions[partition] = new
+                s.slots[partition] = new
+                self._open_lru.pop((stream, partition), None)
+                self._open_lru[(stream, partition)] = new
         old.retire()
         assert old.failure is not None
         log_event(
@@ -391,12 +491,52 @@ class SegmentLog(Log):
         return new
 
     def stream_info(self, name: str) -> StreamInfo:
+        """Every partition's indexes and size, opening as few as it can: an open partition
+        answers itself, one closed to free descriptors answers with the snapshot taken as it
+        closed, one never used (no folder, no lake files) is empty. Only the rest — on disk
+        from an earlier run and not used since — are opened, through the same LRU, so the
+        descriptors stay bounded however many partitions there are."""
         with self._lock:
             s = self._stream(name)
+            written = self._written(name)
             infos = []
-            for p in s.partitions:
-                infos.append(PartitionInfo(p.partition, *p.snapshot()))
+            for i in range(s.config.partitions):
+                infos.append(PartitionInfo(i, *self._partition_snapshot(name, s, i, written)))
             return StreamInfo(name, s.config, tuple(infos))
+
+    def _partition_snapshot(
+        self, name: str, s: _Stream, i: int, written: set[int]
+    ) -> tuple[int, int, int, int]:
+        part = s.slots[i]
+        if part is None and not self.readonly:
+            known = s.closed_info.get(i)
+            if known is not None:
+                return known
+            if i not in written:
+                return (0, 0, 0, 0)
+        if part is None:
+            part = self._slot(name, s, i)
+        return part.snapshot()
+
+    def _written(self, name: str) -> set[int]:
+        """Partitions of stream ``name`` with a folder or lake files (the others were never
+        written): two directory listings, not a path lookup per partition."""
+        out: set[int] = set()
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            out.update(int(n) for n in fs.listdir(self._stream_dir(name)) if n.isdigit())
+        lake = lake_partition_dir(self.data_dir, name, 0).parent
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for n in fs.listdir(lake):
+                key, _, num = n.partition("=")
+                if key == "partition" and num.isdigit():
+                    out.add(int(num))
+        return out
+
+    def _on_disk(self, name: str, i: int) -> bool:
+        """Partition ``i`` has a folder or lake files (else it was never written)."""
+        return (self._stream_dir(name) / str(i)).exists() or lake_partition_dir(
+            self.data_dir, name, i
+        ).exists()
 
     # -- writing ----------------------------------------------------------------------------
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
@@ -518,7 +658,7 @@ class SegmentLog(Log):
         self._sealer.drain()  # segments rolled so far may be deleted once in the lake
         dropped = 0
         errors: list[tuple[str, int, BaseException]] = []
-        for name, i in self._slots():  # one failing partition must not stop the others
+        for name, i in self._all_slots():  # one failing partition must not stop the others
             error = None
             try:
                 dropped += self._on(name, i, lambda p: p.enforce_retention(now_ns), False)
@@ -536,7 +676,9 @@ class SegmentLog(Log):
                 )
                 errors.append((name, i, e))
             with self._lock:
-                self._partition(name, i).retention_error = error
+                part = self._opened_partition(name, i)
+                if part is not None or error is not None:
+                    (part or self._partition(name, i)).retention_error = error
         if errors:
             raise RetentionFailed(dropped, errors)
         return dropped
@@ -561,13 +703,41 @@ class SegmentLog(Log):
             self._on(name, i, lambda p: p.flush(), True)
 
     def _slots(self) -> list[tuple[str, int]]:
-        """``(stream, partition)`` of every opened partition."""
+        """``(stream, partition)`` of every open partition (a closed one has nothing unsynced)."""
         with self._lock:
             self._check_open()
-            return [(n, p.partition) for n, s in self._streams.items() for p in s.partitions]
+            return list(self._open_lru)
+
+    def _all_slots(self) -> list[tuple[str, int]]:
+        """``(stream, partition)`` of every partition of every stream that is open or on
+        disk: one never written holds nothing to trim or check, and is not opened for it (the
+        others are opened one by one through the LRU, so descriptors stay bounded)."""
+        with self._lock:
+            self._check_open()
+            out = []
+            for n, s in self._streams.items():
+                written = self._written(n)
+                out += [
+                    (n, i)
+                    for i in range(s.config.partitions)
+                    if s.slots[i] is not None or i in written
+                ]
+            return out
+
+    def partition_count(self, stream: str) -> int:
+        """How many partitions ``stream`` has, without opening any (``UnknownStream``)."""
+        with self._lock:
+            if self.readonly:
+                self._load_streams()
+            return self._stream(stream).config.partitions
+
+    def open_partitions(self) -> int:
+        """How many partitions are open now (at most ``max_open_partitions``)."""
+        return len(self._open_lru)
 
     def health(self) -> list[PartitionHealth]:
-        """Every opened partition's failures (seal failures being retried, a failed fsync,
+        """Every opened partition's failures (a reader: every partition on disk's) (seal
+        failures being retried, a failed fsync,
         the last retention error): for ``loglake log info`` and a metrics endpoint. Once the
         consumer index store has failed (a save's fsync) the list also holds an entry for it,
         named by its file (``stream="consumers.log"``, partition 0): failed until it reopens
@@ -576,8 +746,11 @@ class SegmentLog(Log):
             self._check_open()
             if self.readonly:
                 self._load_streams()
-            parts = [p for s in self._streams.values() for p in s.partitions]
-        out = [p.health() for p in parts]
+            parts = list(self._open_lru.values())
+        if self.readonly:  # an inspector: what each partition's files record, one at a time
+            out = [self._on(n, i, lambda p: p.health(), False) for n, i in self._all_slots()]
+        else:  # a partition not opened since the log opened has not failed in this process
+            out = [p.health() for p in parts]
         consumers = self._consumers.health()
         if consumers is not None:
             out.append(consumers)
@@ -594,7 +767,14 @@ class SegmentLog(Log):
             with self._lock:
                 n = self._stream(name).config.partitions
             for i in range(n):
-                out.append((name, i, *self._on(name, i, lambda p: p.verify(), False)))
+                if (
+                    self.readonly
+                    or self._opened_partition(name, i) is not None
+                    or self._on_disk(name, i)
+                ):
+                    out.append((name, i, *self._on(name, i, lambda p: p.verify(), False)))
+                else:
+                    out.append((name, i, 0, 0, 0))  # never written: nothing to check
         return out
 
     def wait_for_seals(self) -> None:
@@ -619,12 +799,11 @@ class SegmentLog(Log):
             self._sealer.stop()
             failed: list[BaseException] = []
             try:
-                for s in self._streams.values():
-                    for p in s.opened:
-                        try:
-                            p.close()
-                        except StorageFailed as e:
-                            failed.append(e)
+                for p in self._open_lru.values():
+                    try:
+                        p.close()
+                    except StorageFailed as e:
+                        failed.append(e)
                 self._consumers.close()
             finally:
                 self._release_lock()
@@ -639,6 +818,9 @@ def open_log(
     default_config: StreamConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
     seal_processes: bool = False,
+    max_open_partitions: int | None = None,
+    max_partitions_per_stream: int | None = None,
+    max_partitions_total: int | None = None,
 ) -> Log:
     """Open (creating if needed) the embedded log at ``data_dir``.
 
@@ -646,11 +828,15 @@ def open_log(
     readers, in any process, alongside it. ``clock``: monotonic seconds, for the back-off of
     reopening a failed partition (tests drive it). ``seal_processes``: rolled segments are
     sealed to the lake in a child process, off this process's GIL (for a server: ``loglake
-    serve`` and ``loglake node`` ask for it; ``log.sealer``)."""
+    serve`` and ``loglake node`` ask for it; ``log.sealer``). ``max_open_partitions``,
+    ``max_partitions_per_stream``, ``max_partitions_total``: see ``SegmentLog``."""
     return SegmentLog(
         data_dir,
         readonly=readonly,
         default_config=default_config,
         clock=clock,
         seal_processes=seal_processes,
+        max_open_partitions=max_open_partitions,
+        max_partitions_per_stream=max_partitions_per_stream,
+        max_partitions_total=max_partitions_total,
     )

@@ -31,7 +31,16 @@ from loglake.node.config import NodeConfig
 def open_node_log(cfg: NodeConfig, default_config: StreamConfig) -> Log:
     """The node's log, as ``[streams] backend`` says."""
     if not cfg.streams.backend:
-        return open_log(cfg.data_dir, default_config=default_config, seal_processes=True)
+        from loglake.streams.limits import ServerLimits
+
+        limits = ServerLimits.from_mapping(vars(cfg.limits))  # checked by config
+        # seals in a child process, off the GIL of the node's servers (log.sealer)
+        return open_log(
+            cfg.data_dir,
+            default_config=default_config,
+            seal_processes=True,
+            **limits.log_options(),  # open partitions and partition quotas
+        )
     from loglake.streams.jetstream import JetStreamLog
 
     creds = cfg.streams.nats_creds

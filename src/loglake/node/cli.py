@@ -231,7 +231,10 @@ def serve(
             lake_dir=str(data_dir),  # pulls below JetStream's retention read the sealed lake
         )
     else:
-        log = open_log(data_dir, seal_processes=True)  # seals off the server's GIL
+        try:  # seals off the server's GIL; partitions open lazily, within the limits
+            log = open_log(data_dir, seal_processes=True, **limits.log_options())
+        except (OSError, LoglakeError) as e:  # e.g. EMFILE under a low ulimit -n: one line
+            raise click.ClickException(f"cannot open the data dir {data_dir}: {e}") from None
     config = StreamConfig(
         durability=cast(Durability, durability),  # click.Choice of Durability's values
         segment_bytes=segment_bytes,
@@ -286,8 +289,14 @@ def serve(
             await sealer
         await server.stop()
 
+    coro = main()
     try:
-        eventloop.run(main())
+        eventloop.run(coro)
+    except OSError as e:  # e.g. EMFILE making the loop itself under a tiny ulimit -n: one line
+        coro.close()  # never started: no "was never awaited" warning on top of the error
+        if started:
+            raise
+        raise click.ClickException(f"cannot start the stream service: {e}") from None
     finally:
         log.close()
         if started:

@@ -194,6 +194,9 @@ class InstrumentedLog(Log):
     def has_stream(self, name: str) -> bool:
         return self.inner.has_stream(name)
 
+    def partition_count(self, stream: str) -> int:
+        return self.inner.partition_count(stream)
+
     def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
         t0 = time.perf_counter()
         out = self.inner.append_many(stream, partition, entries)

@@ -13,8 +13,9 @@ Defaults keep the server under about 512 MiB whatever the clients do: at most tw
 pass it once before they wait) and ``output_budget`` of unsent replies across all connections,
 plus the pulls being read (a few threads, ``max_pull_bytes`` each).
 
-Limits added by the storage side (partition quotas, open segment files) live with their config
-objects for now and are meant to join this table.
+The storage side's bounds are here too (``max_open_partitions``, the partition quotas): the
+server hands them to the embedded log it opens (``log_options``), which enforces them —
+a CREATE over a quota is refused atomically under the log's lock, whoever asks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 
@@ -33,6 +34,14 @@ ENV_PREFIX = "LOGLAKE_LIMITS_"
 
 def _limit(default: Any, unit: str, lo: float, help: str) -> Any:
     return field(default=default, metadata={"unit": unit, "min": lo, "help": help})
+
+
+class LogLimits(TypedDict):
+    """The keyword arguments of ``open_log`` that ``ServerLimits`` sets."""
+
+    max_open_partitions: int | None
+    max_partitions_per_stream: int | None
+    max_partitions_total: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,29 @@ class ServerLimits:
         "Longest consumer (client) id in an index request, in UTF-8 bytes; a longer one gets "
         "an error reply.",
     )
+    max_open_partitions: int = _limit(
+        0,
+        "count",
+        0,
+        "Partitions the embedded log keeps open at once (each holds up to four descriptors, "
+        "plus one per sealed segment being read); opening another closes the least recently "
+        "used, after an fsync. 0: an eighth of the process's descriptor limit (ulimit -n), at "
+        "least 16.",
+    )
+    max_partitions_per_stream: int = _limit(
+        4096,
+        "count",
+        1,
+        "Partitions one CREATE may ask for (the service never allows more than 4,096); a "
+        "larger CREATE gets an error reply and nothing is made.",
+    )
+    max_partitions_total: int = _limit(
+        65_536,
+        "count",
+        1,
+        "Partitions of all streams together in the data dir; a CREATE that would pass it gets "
+        "an error reply and nothing is made.",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -136,6 +168,14 @@ class ServerLimits:
                 raise LimitError(f"{f.name}: expected a number, got {value!r}")
             if value < f.metadata["min"]:
                 raise LimitError(f"{f.name}: must be at least {f.metadata['min']}, got {value!r}")
+
+    def log_options(self) -> LogLimits:
+        """The keyword arguments of ``open_log`` these limits set."""
+        return {
+            "max_open_partitions": self.max_open_partitions or None,
+            "max_partitions_per_stream": self.max_partitions_per_stream,
+            "max_partitions_total": self.max_partitions_total,
+        }
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], origin: str = "") -> ServerLimits:

@@ -180,7 +180,8 @@ class Read:
 @dataclass(frozen=True, slots=True)
 class LogCall:
     """Any other ``Log`` call, by method name: stream metadata (``has_stream``, ``stream_info``,
-    ``streams``), ``create_stream`` and the consumer indexes (``get_index``, ``save_index``)."""
+    ``partition_count``, ``streams``), ``create_stream`` and the consumer indexes
+    (``get_index``, ``save_index``)."""
 
     method: str
     args: tuple
@@ -661,11 +662,11 @@ class StreamService:
         if named is None:
             return None
         name, partition = named
-        try:
-            info = yield LogCall("stream_info", (name,))
+        try:  # the count only: routing a request opens no partition
+            count = yield LogCall("partition_count", (name,))
         except LoglakeError:
             return None
-        if partition >= len(info.partitions):
+        if partition >= count:
             return None
         target = _Target(name, partition, dest, (dest,))
         if len(self._targets) < 100_000:  # streams are never deleted (spec: no deletion API yet)
@@ -724,7 +725,7 @@ class StreamService:
             if perms is not None and not perms:
                 return self._error(msg, src, denied(peer, "create", name, "admin"))
             if (yield LogCall("has_stream", (name,))):
-                have = len((yield LogCall("stream_info", (name,))).partitions)
+                have = yield LogCall("partition_count", (name,))
                 if n > have:
                     return self._error(
                         msg, src, f"stream {name!r} exists with {have} partitions, not {n}"
@@ -737,9 +738,9 @@ class StreamService:
                 log_event(logger, logging.INFO, "stream created", stream=name, partitions=n)
         except LoglakeError as e:
             return self._error(msg, src, str(e))
-        except OSError as e:
+        except OSError as e:  # the log removed what it had made: a retry starts clean
             if not is_disk_full(e):
-                raise
+                return self._error(msg, src, f"cannot create stream {name!r}: {e}")
             return self._error(msg, src, with_code(DISK_FULL, f"creating stream {name!r}: {e}"))
         out = []
         for p in range(n):
