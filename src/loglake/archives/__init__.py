@@ -10,7 +10,10 @@ status-im/status-go writes). See docs/archives.md.
 What a user needs is exported here. The nodes do the I/O (files, BitTorrent, streams):
 ``ControlNode`` (ingest, build, publish the magnet, prune) and ``MemberNode`` (follow the special
 channel, fetch, hydrate; ``fetch_archives`` for a one-off fetch), each over a ``MessageStore``.
-The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``.
+The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``. What the pipeline's build job
+runs in Spark: ``decode_waku_batch`` (columnar), ``plan_windows``, the layout, ``PieceHashes``.
+Names are imported on first use: a Spark task that decodes a batch does not load libtorrent or
+the storage engine that the nodes need.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Modules: ``messages`` (one dataclass per message type), ``avro`` (the three Avro
 byte as the reference writes them), ``codec`` (key/value bytes ↔ messages), ``producer``,
 ``consumer`` (``BlockAssembler``, sans-I/O block assembly), ``ordering`` (chain updates, reorgs,
 checkpoints), ``transport`` (the ``Transport`` interface and the loglake-stream transport),
-``cli``.
+``cli``. The pipeline's block job uses the same cores from here (``assemble_block``, the reorg
+messages, ``open_envelope``). Names are imported on first use, so it does not load the transports.
 """
 
 from __future__ import annotations

@@ -11,6 +11,14 @@ cores together in one process (tests, simulations, benchmarks); :class:`StreamsS
 the cores' storage actions on a ``loglake.streams.Streams`` (an embedded log or a
 ``loglake serve`` node), and :func:`open_orchestrator` / :func:`open_ledger` rebuild a core from
 its streams.
+
+Also here: what a caller sends and gets back (:class:`Registration`, :class:`ReplayRegistration`,
+:class:`ReplayState`, :class:`Ok` / :class:`Err`, the notifications a subscriber takes), identities,
+and what the pipeline's replay job runs inside Spark (:class:`ReplayJobSpec`, :func:`event_of`,
+:func:`notification_parts`, filters). Actions, the system-namespace vocabulary and the role
+plumbing stay in their modules (``loglake.events.actions``, ``.messages``, ``.role``): the cores
+and tests use them, a user of the part does not. Names are imported on first use, so a Spark task
+that needs one of them does not load the HTTP server or the other roles.
 """
 
 from __future__ import annotations

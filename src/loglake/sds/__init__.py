@@ -7,7 +7,10 @@ streams), ``chat`` / ``cli`` (the demo), ``sim`` (the simulator), ``reference`` 
 @waku/sds used by tests and benchmarks).
 
 What a user needs is exported here: ``SdsChannel`` (one participant on a loglake stream: the
-I/O), the sans-I/O ``Participant`` it drives, and the events both return.
+I/O), the sans-I/O ``Participant`` it drives, the events a user acts on (sent, delivered,
+acknowledged, missing, lost, dropped) and the columnar decoder and bloom filter the pipeline's
+audit job runs. The wire messages, the repair and sync events and the codec stay in their modules.
+Names are imported on first use: a Spark task that decodes a batch does not load the channel.
 """
 
 from __future__ import annotations
