@@ -58,7 +58,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loglake.events import (
     C_REPLAY,
-    METHODS,
     Broadcaster,
     Identity,
     InProcessNetwork,
@@ -70,6 +69,7 @@ from loglake.events import (
     Subscriber,
     open_orchestrator,
 )
+from loglake.events.codec import METHODS
 from loglake.events.orchestrator import HEAD_KEY
 from loglake.events.publisher import BATCH_SIZE, STORED_PLAIN, procure, procure_batch
 from loglake.log import MemoryLog, open_log

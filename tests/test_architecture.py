@@ -114,3 +114,81 @@ def test_protocol_parts_use_only_the_logs_contract() -> None:
                 if module.split(".")[1] == "log" and module not in LOG_CONTRACT:
                     bad.append(f"{path.relative_to(SRC.parent)}:{line} {module}")
     assert not bad, "storage engine internals used by a protocol part:\n" + "\n".join(bad)
+
+
+PIPELINE_CONTRACT = LOG_CONTRACT | {
+    "loglake.log.lake",
+    "loglake.log.lake_schema",
+    "loglake.streams.jetstream_seal",
+}
+"""What ``pipeline`` may import from a part besides the part's face (``loglake.<part>``, names in
+its ``__all__``): the log's contract; the lake's layout and file reader, which are the pipeline's
+input (sealed history *is* the lake table the jobs read and compact); and the ``job seal`` command,
+which lives beside the JetStream code it drives and is only mounted by the job group."""
+
+
+def _face_names(module: str) -> set[str]:
+    import importlib
+
+    return set(getattr(importlib.import_module(module), "__all__", ()))
+
+
+def _pipeline_imports_beyond_faces(src: str, where: str) -> list[str]:
+    """Every import in ``src`` (a pipeline module) that reaches past another part's face."""
+    bad = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Import):
+            found = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found = [(node.module, [a.name for a in node.names])]
+        else:
+            continue
+        for module, names in found:
+            parts = module.split(".")
+            if parts[0] != "loglake" or len(parts) < 2 or parts[1] not in PARTS - {"pipeline"}:
+                continue
+            if module in PIPELINE_CONTRACT:
+                continue
+            if len(parts) == 2 and names is not None:
+                face = _face_names(module)
+                off = [n for n in names if n not in face]
+                if not off:
+                    continue
+                bad.append(f"{where}:{node.lineno} {module} {off} (not in its __all__)")
+            else:
+                bad.append(f"{where}:{node.lineno} {module}")
+    return bad
+
+
+def test_pipeline_uses_other_parts_only_through_their_faces() -> None:
+    bad = []
+    for path in sorted((SRC / "pipeline").rglob("*.py")):
+        bad += _pipeline_imports_beyond_faces(path.read_text(), str(path.relative_to(SRC.parent)))
+    assert not bad, (
+        "pipeline reaches into a part's private modules; import the part's face, or add the name "
+        "to the face if users need it:\n" + "\n".join(bad)
+    )
+
+
+def test_the_face_rule_catches_a_private_import() -> None:
+    """The rule above can fail: a private module, a name off the face and a submodule are caught."""
+    src = (
+        "from loglake.archives.columnar import decode_waku_batch\n"
+        "from loglake.events import Role\n"
+        "import loglake.sds.bloom\n"
+        "from loglake.archives import decode_waku_batch\n"
+        "from loglake.log.api import Entry\n"
+    )
+    bad = _pipeline_imports_beyond_faces(src, "x.py")
+    assert [b.split()[0] for b in bad] == ["x.py:1", "x.py:2", "x.py:3"], bad
+
+
+def test_every_face_name_resolves() -> None:
+    """A face is lazy (each name imported on first use); a name whose module moved would only
+    fail when someone used it, so every name is looked up here."""
+    import importlib
+
+    for part in sorted(PARTS):
+        face = importlib.import_module(f"loglake.{part}")
+        missing = [n for n in getattr(face, "__all__", ()) if not hasattr(face, n)]
+        assert not missing, f"loglake.{part}.__all__ names what it does not have: {missing}"

@@ -10,56 +10,105 @@ status-im/status-go writes). See docs/archives.md.
 What a user needs is exported here. The nodes do the I/O (files, BitTorrent, streams):
 ``ControlNode`` (ingest, build, publish the magnet, prune) and ``MemberNode`` (follow the special
 channel, fetch, hydrate; ``fetch_archives`` for a one-off fetch), each over a ``MessageStore``.
-The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``.
+The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``. What the pipeline's build job
+runs in Spark: ``decode_waku_batch`` (columnar), ``plan_windows``, the layout, ``PieceHashes``.
+Names are imported on first use: a Spark task that decodes a batch does not load libtorrent or
+the storage engine that the nodes need.
 """
 
-from loglake.archives.builder import ArchiveBuilder
-from loglake.archives.control import BuildOutcome, ControlNode, Pruned
-from loglake.archives.errors import (
-    ArchiveConfigError,
-    ArchiveError,
-    BadMagnetMessage,
-    BadRecord,
-    CorruptArchive,
-    CorruptIndex,
-    MisalignedArchive,
-    TorrentTimeout,
-    UnsignedMessage,
-    WrongSigner,
-)
-from loglake.archives.layout import LAYOUTS, Layout, get_layout
-from loglake.archives.member import MemberCore
-from loglake.archives.member_node import FetchReport, MemberNode, fetch_archives
-from loglake.archives.messages import ArchiveMetadata, DecodedMessage, IndexEntry
-from loglake.archives.signing import community_id, load_private_key
-from loglake.archives.store import MessageStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
+    from loglake.archives.columnar import decode_waku_batch
+    from loglake.archives.control import BuildOutcome, ControlNode, Pruned
+    from loglake.archives.errors import (
+        ArchiveConfigError,
+        ArchiveError,
+        BadRecord,
+        CorruptArchive,
+        TorrentTimeout,
+    )
+    from loglake.archives.layout import Layout, get_layout, padding_field
+    from loglake.archives.member import MemberCore
+    from loglake.archives.member_node import FetchReport, MemberNode, fetch_archives
+    from loglake.archives.messages import ArchiveMetadata, IndexEntry
+    from loglake.archives.signing import community_id, load_private_key
+    from loglake.archives.store import MessageStore
+    from loglake.archives.torrent import PieceHashes, check_trackers
+
+_FACE = {
+    "ArchiveBuilder": "loglake.archives.builder",
+    "ArchiveConfigError": "loglake.archives.errors",
+    "ArchiveError": "loglake.archives.errors",
+    "ArchiveMetadata": "loglake.archives.messages",
+    "BadRecord": "loglake.archives.errors",
+    "BuildOutcome": "loglake.archives.control",
+    "ControlNode": "loglake.archives.control",
+    "CorruptArchive": "loglake.archives.errors",
+    "FetchReport": "loglake.archives.member_node",
+    "IndexEntry": "loglake.archives.messages",
+    "Layout": "loglake.archives.layout",
+    "MemberCore": "loglake.archives.member",
+    "MemberNode": "loglake.archives.member_node",
+    "MessageStore": "loglake.archives.store",
+    "PieceHashes": "loglake.archives.torrent",
+    "Pruned": "loglake.archives.control",
+    "TorrentTimeout": "loglake.archives.errors",
+    "WINDOW_NS": "loglake.archives.builder",
+    "check_trackers": "loglake.archives.torrent",
+    "community_id": "loglake.archives.signing",
+    "decode_waku_batch": "loglake.archives.columnar",
+    "fetch_archives": "loglake.archives.member_node",
+    "get_layout": "loglake.archives.layout",
+    "load_private_key": "loglake.archives.signing",
+    "padding_field": "loglake.archives.layout",
+    "plan_windows": "loglake.archives.builder",
+}
+"""Each public name and the module that defines it, imported on first use: a Spark task that
+needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FACE:
+        value = getattr(importlib.import_module(_FACE[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACE))
+
 
 __all__ = [
-    "LAYOUTS",
+    "WINDOW_NS",
     "ArchiveBuilder",
     "ArchiveConfigError",
     "ArchiveError",
     "ArchiveMetadata",
-    "BadMagnetMessage",
     "BadRecord",
     "BuildOutcome",
     "ControlNode",
     "CorruptArchive",
-    "CorruptIndex",
-    "DecodedMessage",
     "FetchReport",
     "IndexEntry",
     "Layout",
     "MemberCore",
     "MemberNode",
     "MessageStore",
-    "MisalignedArchive",
+    "PieceHashes",
     "Pruned",
     "TorrentTimeout",
-    "UnsignedMessage",
-    "WrongSigner",
+    "check_trackers",
     "community_id",
+    "decode_waku_batch",
     "fetch_archives",
     "get_layout",
     "load_private_key",
+    "padding_field",
+    "plan_windows",
 ]

@@ -11,23 +11,99 @@ Modules: ``messages`` (one dataclass per message type), ``avro`` (the three Avro
 byte as the reference writes them), ``codec`` (key/value bytes ↔ messages), ``producer``,
 ``consumer`` (``BlockAssembler``, sans-I/O block assembly), ``ordering`` (chain updates, reorgs,
 checkpoints), ``transport`` (the ``Transport`` interface and the loglake-stream transport),
-``cli``.
+``cli``. The pipeline's block job uses the same cores from here (``assemble_block``, the reorg
+messages, ``open_envelope``). Names are imported on first use, so it does not load the transports.
 """
 
-from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
-from loglake.cardinal.codec import decode, encode
-from loglake.cardinal.errors import (
-    CardinalDecodeError,
-    CheckpointError,
-    PartitionMismatch,
-    ProducerError,
-    UnknownAncestor,
-)
-from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
-from loglake.cardinal.producer import BlockPayload, ChainProducer, Emission, Producer, SubBatch
-from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport, Transport
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
+    from loglake.cardinal.codec import decode, encode
+    from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, assemble_block
+    from loglake.cardinal.errors import (
+        CardinalDecodeError,
+        CheckpointError,
+        PartitionMismatch,
+        ProducerError,
+        UnknownAncestor,
+    )
+    from loglake.cardinal.messages import REORG, REORG_COMPLETE, ZERO_HASH, Reorg
+    from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
+    from loglake.cardinal.producer import (
+        BlockPayload,
+        ChainProducer,
+        Emission,
+        Producer,
+        SubBatch,
+        reorg_channel_name,
+    )
+    from loglake.cardinal.transport import (
+        StreamConsumer,
+        StreamProducer,
+        StreamTransport,
+        Transport,
+        open_envelope,
+        source_name,
+    )
+
+_FACE = {
+    "Block": "loglake.cardinal.blocks",
+    "BlockPayload": "loglake.cardinal.producer",
+    "BlockRef": "loglake.cardinal.blocks",
+    "CardinalDecodeError": "loglake.cardinal.errors",
+    "ChainProducer": "loglake.cardinal.producer",
+    "ChainUpdate": "loglake.cardinal.blocks",
+    "Checkpoint": "loglake.cardinal.ordering",
+    "CheckpointError": "loglake.cardinal.errors",
+    "DEFAULT_REORG_THRESHOLD": "loglake.cardinal.consumer",
+    "Emission": "loglake.cardinal.producer",
+    "OrderedConsumer": "loglake.cardinal.ordering",
+    "PartitionMismatch": "loglake.cardinal.errors",
+    "Producer": "loglake.cardinal.producer",
+    "ProducerError": "loglake.cardinal.errors",
+    "REORG": "loglake.cardinal.messages",
+    "REORG_COMPLETE": "loglake.cardinal.messages",
+    "Reorg": "loglake.cardinal.messages",
+    "ReorgEvent": "loglake.cardinal.blocks",
+    "StreamConsumer": "loglake.cardinal.transport",
+    "StreamProducer": "loglake.cardinal.transport",
+    "StreamTransport": "loglake.cardinal.transport",
+    "SubBatch": "loglake.cardinal.producer",
+    "Transport": "loglake.cardinal.transport",
+    "UnknownAncestor": "loglake.cardinal.errors",
+    "ZERO_HASH": "loglake.cardinal.messages",
+    "assemble_block": "loglake.cardinal.consumer",
+    "decode": "loglake.cardinal.codec",
+    "encode": "loglake.cardinal.codec",
+    "open_envelope": "loglake.cardinal.transport",
+    "reorg_channel_name": "loglake.cardinal.producer",
+    "source_name": "loglake.cardinal.transport",
+}
+"""Each public name and the module that defines it, imported on first use: a Spark task that
+needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FACE:
+        value = getattr(importlib.import_module(_FACE[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACE))
+
 
 __all__ = [
+    "DEFAULT_REORG_THRESHOLD",
+    "REORG",
+    "REORG_COMPLETE",
+    "ZERO_HASH",
     "Block",
     "BlockPayload",
     "BlockRef",
@@ -41,6 +117,7 @@ __all__ = [
     "PartitionMismatch",
     "Producer",
     "ProducerError",
+    "Reorg",
     "ReorgEvent",
     "StreamConsumer",
     "StreamProducer",
@@ -48,6 +125,10 @@ __all__ = [
     "SubBatch",
     "Transport",
     "UnknownAncestor",
+    "assemble_block",
     "decode",
     "encode",
+    "open_envelope",
+    "reorg_channel_name",
+    "source_name",
 ]

@@ -11,83 +11,106 @@ cores together in one process (tests, simulations, benchmarks); :class:`StreamsS
 the cores' storage actions on a ``loglake.streams.Streams`` (an embedded log or a
 ``loglake serve`` node), and :func:`open_orchestrator` / :func:`open_ledger` rebuild a core from
 its streams.
+
+Also here: what a caller sends and gets back (:class:`Registration`, :class:`ReplayRegistration`,
+:class:`ReplayState`, :class:`Ok` / :class:`Err`, the notifications a subscriber takes), identities,
+and what the pipeline's replay job runs inside Spark (:class:`ReplayJobSpec`, :func:`event_of`,
+:func:`notification_parts`, filters). Actions, the system-namespace vocabulary and the role
+plumbing stay in their modules (``loglake.events.actions``, ``.messages``, ``.role``): the cores
+and tests use them, a user of the part does not. Names are imported on first use, so a Spark task
+that needs one of them does not load the HTTP server or the other roles.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from loglake.events.actions import (
-    Action,
-    AppendEvents,
-    Call,
-    JournalWrite,
-    ReadBounds,
-    ReadRange,
-    StorageAction,
-)
-from loglake.events.broadcaster import Broadcaster
-from loglake.events.client import CallRejected, HttpEventsClient
-from loglake.events.codec import METHODS
-from loglake.events.filters import Filter, ImproperConfig
-from loglake.events.identity import Identity, SignatureError, principal_from_text
-from loglake.events.journal import JournalError
-from loglake.events.ledger import Ledger, LedgerError, account
-from loglake.events.messages import (
-    C_CAPABLE,
-    C_PRICING,
-    C_REPLAY,
-    C_SUB_FILTER,
-    C_SUB_SKIP,
-    C_SUB_STOPPED,
-    H_REPLAY_END_ID,
-    H_REPLAY_ID,
-    Err,
-    Event,
-    EventNotification,
-    GetReplays,
-    Ok,
-    OrchestrationFilter,
-    Registration,
-    ReplayRegistration,
-    ReplayState,
-    ReplayStatus,
-    ReplayStatusUpdate,
-)
-from loglake.events.network import InProcessNetwork
-from loglake.events.orchestrator import Orchestrator, Quotas
-from loglake.events.publisher import Publisher, StoredEventError
-from loglake.events.role import Role, UnknownMethod
-from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
-from loglake.events.subscriber import Subscriber
+import importlib
+from typing import TYPE_CHECKING, Any
 
-_LAZY = {"HttpRoleServer": "loglake.events.server", "load_directory": "loglake.events.server"}
-"""Imported on first use: they pull in aiohttp, which the cores and the client never need."""
+if TYPE_CHECKING:
+    from loglake.events.actions import ReplayJobSpec
+    from loglake.events.broadcaster import Broadcaster
+    from loglake.events.client import CallRejected, HttpEventsClient
+    from loglake.events.fastcodec import notification_parts
+    from loglake.events.filters import Filter, ImproperConfig, Skip
+    from loglake.events.identity import Identity, SignatureError, principal_from_text
+    from loglake.events.ledger import Ledger
+    from loglake.events.messages import (
+        C_REPLAY,
+        H_REPLAY_END_ID,
+        H_REPLAY_ID,
+        Err,
+        EventNotification,
+        GetReplays,
+        Ok,
+        Registration,
+        ReplayRegistration,
+        ReplayState,
+    )
+    from loglake.events.network import InProcessNetwork
+    from loglake.events.orchestrator import Orchestrator, Quotas
+    from loglake.events.publisher import Publisher, event_of
+    from loglake.events.server import HttpRoleServer, load_directory
+    from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
+    from loglake.events.subscriber import Subscriber
+
+_FACE = {
+    "Broadcaster": "loglake.events.broadcaster",
+    "C_REPLAY": "loglake.events.messages",
+    "CallRejected": "loglake.events.client",
+    "Err": "loglake.events.messages",
+    "EventNotification": "loglake.events.messages",
+    "Filter": "loglake.events.filters",
+    "GetReplays": "loglake.events.messages",
+    "H_REPLAY_END_ID": "loglake.events.messages",
+    "H_REPLAY_ID": "loglake.events.messages",
+    "HttpEventsClient": "loglake.events.client",
+    "HttpRoleServer": "loglake.events.server",
+    "Identity": "loglake.events.identity",
+    "ImproperConfig": "loglake.events.filters",
+    "InProcessNetwork": "loglake.events.network",
+    "Ledger": "loglake.events.ledger",
+    "Ok": "loglake.events.messages",
+    "Orchestrator": "loglake.events.orchestrator",
+    "Publisher": "loglake.events.publisher",
+    "Quotas": "loglake.events.orchestrator",
+    "Registration": "loglake.events.messages",
+    "ReplayJobSpec": "loglake.events.actions",
+    "ReplayRegistration": "loglake.events.messages",
+    "ReplayState": "loglake.events.messages",
+    "SignatureError": "loglake.events.identity",
+    "Skip": "loglake.events.filters",
+    "StreamsStore": "loglake.events.store",
+    "Subscriber": "loglake.events.subscriber",
+    "event_of": "loglake.events.publisher",
+    "load_directory": "loglake.events.server",
+    "notification_parts": "loglake.events.fastcodec",
+    "open_ledger": "loglake.events.store",
+    "open_orchestrator": "loglake.events.store",
+    "principal_from_text": "loglake.events.identity",
+}
+"""Each public name and the module that defines it, imported on first use: a Spark task that
+needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _FACE:
+        value = getattr(importlib.import_module(_FACE[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACE))
+
+
 __all__ = [
-    "C_CAPABLE",
-    "C_PRICING",
     "C_REPLAY",
-    "C_SUB_FILTER",
-    "C_SUB_SKIP",
-    "C_SUB_STOPPED",
     "H_REPLAY_END_ID",
     "H_REPLAY_ID",
-    "METHODS",
-    "Action",
-    "AppendEvents",
     "Broadcaster",
-    "Call",
     "CallRejected",
     "Err",
-    "Event",
     "EventNotification",
     "Filter",
     "GetReplays",
@@ -96,31 +119,22 @@ __all__ = [
     "Identity",
     "ImproperConfig",
     "InProcessNetwork",
-    "JournalError",
-    "JournalWrite",
     "Ledger",
-    "LedgerError",
     "Ok",
-    "OrchestrationFilter",
     "Orchestrator",
     "Publisher",
     "Quotas",
-    "ReadBounds",
-    "ReadRange",
     "Registration",
+    "ReplayJobSpec",
     "ReplayRegistration",
     "ReplayState",
-    "ReplayStatus",
-    "ReplayStatusUpdate",
-    "Role",
     "SignatureError",
-    "StorageAction",
-    "StoredEventError",
+    "Skip",
     "StreamsStore",
     "Subscriber",
-    "UnknownMethod",
-    "account",
+    "event_of",
     "load_directory",
+    "notification_parts",
     "open_ledger",
     "open_orchestrator",
     "principal_from_text",

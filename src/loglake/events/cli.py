@@ -220,11 +220,11 @@ def serve(
         Quotas,
         StreamsStore,
         Subscriber,
-        account,
         load_directory,
         open_ledger,
         open_orchestrator,
     )
+    from loglake.events.ledger import account
 
     ident = load_identity(key)
     me = ident.principal

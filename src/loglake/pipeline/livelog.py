@@ -31,7 +31,7 @@ from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption
 
 if TYPE_CHECKING:
-    from loglake.streams.client import StreamClient
+    from loglake.streams import StreamClient
 
 READ_BATCH = 8192
 
@@ -105,7 +105,7 @@ class UrlSource:
 
     def client(self) -> StreamClient:
         host, port = parse_url(self.url)
-        from loglake.streams.client import StreamClient  # lazily: the client is optional
+        from loglake.streams import StreamClient  # lazily: the client is optional
 
         return StreamClient(host, port)
 

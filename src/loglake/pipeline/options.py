@@ -58,8 +58,7 @@ class TlsUrlSource(UrlSource):
     tls: TlsFiles = field(default_factory=TlsFiles)
 
     def client(self) -> Any:
-        from loglake.streams.client import StreamClient
-        from loglake.streams.tls import client_context
+        from loglake.streams import StreamClient, client_context
 
         host, port = parse_url(self.url)
         t = self.tls

@@ -7,44 +7,90 @@ streams), ``chat`` / ``cli`` (the demo), ``sim`` (the simulator), ``reference`` 
 @waku/sds used by tests and benchmarks).
 
 What a user needs is exported here: ``SdsChannel`` (one participant on a loglake stream: the
-I/O), the sans-I/O ``Participant`` it drives, and the events both return.
+I/O), the sans-I/O ``Participant`` it drives, the events a user acts on (sent, delivered,
+acknowledged, missing, lost, dropped) and the columnar decoder and bloom filter the pipeline's
+audit job runs. The wire messages, the repair and sync events and the codec stay in their modules.
+Names are imported on first use: a Spark task that decodes a batch does not load the channel.
 """
 
-from loglake.sds.channel import SdsChannel, decode_hint, encode_hint
-from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
-from loglake.sds.events import (
-    EphemeralReceived,
-    Event,
-    MessageAcknowledged,
-    MessageDelivered,
-    MessageDropped,
-    MessagePossiblyAcknowledged,
-    MessageSent,
-    MessagesLost,
-    MessagesMissing,
-    Outgoing,
-    Output,
-    RepairRequestQueued,
-    RepairRequestReceived,
-    RepairRequestSent,
-    RepairResponseQueued,
-    RepairResponseSent,
-    SyncReceived,
-    SyncSent,
-)
-from loglake.sds.messages import HistoryEntry, MessageKind, SdsMessage, message_id_of
-from loglake.sds.participant import Participant, ParticipantOptions
-from loglake.sds.repair import RepairConfig
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loglake.sds.bloom import BloomFilter, contains
+    from loglake.sds.channel import SdsChannel, decode_hint
+    from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
+    from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
+    from loglake.sds.events import (
+        EphemeralReceived,
+        Event,
+        MessageAcknowledged,
+        MessageDelivered,
+        MessageDropped,
+        MessagePossiblyAcknowledged,
+        MessageSent,
+        MessagesLost,
+        MessagesMissing,
+        Outgoing,
+        Output,
+    )
+    from loglake.sds.participant import Participant, ParticipantOptions
+    from loglake.sds.repair import RepairConfig
+
+_FACE = {
+    "BloomFilter": "loglake.sds.bloom",
+    "DECODED_SCHEMA": "loglake.sds.columnar",
+    "DropReason": "loglake.sds.errors",
+    "EphemeralReceived": "loglake.sds.events",
+    "Event": "loglake.sds.events",
+    "MessageAcknowledged": "loglake.sds.events",
+    "MessageDelivered": "loglake.sds.events",
+    "MessageDropped": "loglake.sds.events",
+    "MessagePossiblyAcknowledged": "loglake.sds.events",
+    "MessageSent": "loglake.sds.events",
+    "MessagesLost": "loglake.sds.events",
+    "MessagesMissing": "loglake.sds.events",
+    "Outgoing": "loglake.sds.events",
+    "Output": "loglake.sds.events",
+    "Participant": "loglake.sds.participant",
+    "ParticipantOptions": "loglake.sds.participant",
+    "RepairConfig": "loglake.sds.repair",
+    "SdsChannel": "loglake.sds.channel",
+    "SdsDecodeError": "loglake.sds.errors",
+    "SdsError": "loglake.sds.errors",
+    "SdsLocalError": "loglake.sds.errors",
+    "contains": "loglake.sds.bloom",
+    "decode_batches": "loglake.sds.columnar",
+    "decode_hint": "loglake.sds.channel",
+    "history_lists": "loglake.sds.columnar",
+}
+"""Each public name and the module that defines it, imported on first use: a Spark task that
+needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FACE:
+        value = getattr(importlib.import_module(_FACE[name]), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACE))
+
 
 __all__ = [
+    "DECODED_SCHEMA",
+    "BloomFilter",
     "DropReason",
     "EphemeralReceived",
     "Event",
-    "HistoryEntry",
     "MessageAcknowledged",
     "MessageDelivered",
     "MessageDropped",
-    "MessageKind",
     "MessagePossiblyAcknowledged",
     "MessageSent",
     "MessagesLost",
@@ -54,19 +100,12 @@ __all__ = [
     "Participant",
     "ParticipantOptions",
     "RepairConfig",
-    "RepairRequestQueued",
-    "RepairRequestReceived",
-    "RepairRequestSent",
-    "RepairResponseQueued",
-    "RepairResponseSent",
     "SdsChannel",
     "SdsDecodeError",
     "SdsError",
     "SdsLocalError",
-    "SdsMessage",
-    "SyncReceived",
-    "SyncSent",
+    "contains",
+    "decode_batches",
     "decode_hint",
-    "encode_hint",
-    "message_id_of",
+    "history_lists",
 ]

@@ -1,7 +1,8 @@
 """loglake.streams — the Ockam stream service: messages, service (sans-I/O), TCP server, client.
 
 Parts program against ``Streams`` (``streams/api.py``): ``LocalStreams`` in process, or
-``StreamClient`` / ``AsyncStreamClient`` against ``loglake serve``.
+``StreamClient`` / ``AsyncStreamClient`` against ``loglake serve`` (``client_context`` builds
+the TLS context for a node started with certificates).
 """
 
 from loglake.errors import Unavailable
@@ -13,6 +14,7 @@ from loglake.streams.client import (
     StreamServiceError,
 )
 from loglake.streams.retry import RetryingStreams, RetryPolicy
+from loglake.streams.tls import client_context
 
 __all__ = [
     "AsyncStreamClient",
@@ -25,4 +27,5 @@ __all__ = [
     "StreamServiceError",
     "Streams",
     "Unavailable",
+    "client_context",
 ]

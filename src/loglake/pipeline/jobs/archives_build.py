@@ -91,12 +91,18 @@ from typing import TYPE_CHECKING, Any
 import apsw
 import numpy as np
 
-from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
-from loglake.archives.columnar import decode_waku_batch
-from loglake.archives.errors import BadRecord
-from loglake.archives.layout import Layout, get_layout
-from loglake.archives.messages import IndexEntry
-from loglake.archives.torrent import PieceHashes, check_trackers
+from loglake.archives import (
+    WINDOW_NS,
+    ArchiveBuilder,
+    BadRecord,
+    IndexEntry,
+    Layout,
+    PieceHashes,
+    check_trackers,
+    decode_waku_batch,
+    get_layout,
+    plan_windows,
+)
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
@@ -184,7 +190,7 @@ def communities_from_keys(
 ) -> tuple[Community, ...]:
     """Each stream matching ``pattern`` with its community id: from ``key_file`` (one stream),
     or from ``key_dir/<stream>.key`` (a control node key, hex, as ``archives keygen`` writes)."""
-    from loglake.archives.signing import community_id, load_private_key
+    from loglake.archives import community_id, load_private_key
 
     streams = match_streams(data_dir, pattern)
     if not streams:
@@ -617,8 +623,7 @@ def _build_spec(
     sorted); None (use ``_build_window``) for what ``_framed`` does not handle."""
     import pyarrow.compute as pc
 
-    from loglake.archives.layout import padding_field
-    from loglake.archives.messages import ArchiveMetadata
+    from loglake.archives import ArchiveMetadata, padding_field
 
     ts = table.column(1).to_numpy()
     hashes = PieceHashes(layout.piece_length)

@@ -100,7 +100,7 @@ def archives_build_command(
     from rich.console import Console
     from rich.table import Table
 
-    from loglake.archives.layout import get_layout
+    from loglake.archives import get_layout
     from loglake.pipeline.jobs.archives_build import (
         ArchivesBuildOptions,
         communities_from_keys,

@@ -57,14 +57,26 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
-from loglake.cardinal.codec import decode
-from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, assemble_block
-from loglake.cardinal.errors import CardinalDecodeError, UnknownAncestor
-from loglake.cardinal.messages import REORG, REORG_COMPLETE, ZERO_HASH, Reorg
-from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
-from loglake.cardinal.producer import reorg_channel_name
-from loglake.cardinal.transport import open_envelope, source_name
+from loglake.cardinal import (
+    DEFAULT_REORG_THRESHOLD,
+    REORG,
+    REORG_COMPLETE,
+    ZERO_HASH,
+    Block,
+    BlockRef,
+    CardinalDecodeError,
+    ChainUpdate,
+    Checkpoint,
+    OrderedConsumer,
+    Reorg,
+    ReorgEvent,
+    UnknownAncestor,
+    assemble_block,
+    decode,
+    open_envelope,
+    reorg_channel_name,
+    source_name,
+)
 from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 

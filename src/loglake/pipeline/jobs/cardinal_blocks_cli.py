@@ -9,7 +9,7 @@ import json
 
 import click
 
-from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
+from loglake.cardinal import DEFAULT_REORG_THRESHOLD
 from loglake.pipeline.session import MASTER_ENV
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loglake.events.actions import ReplayJobSpec
+from loglake.events import ReplayJobSpec
 from loglake.pipeline.output_dir import staged_output
 
 if TYPE_CHECKING:
@@ -47,10 +47,14 @@ def _encode_partition(spec: ReplayJobSpec) -> Callable[[Iterator[Any]], Iterator
         import pyarrow as pa
         from icp_principal import Principal
 
-        from loglake.events.fastcodec import notification_parts
-        from loglake.events.filters import Filter, Skip
-        from loglake.events.messages import H_REPLAY_END_ID, H_REPLAY_ID
-        from loglake.events.publisher import event_of
+        from loglake.events import (
+            H_REPLAY_END_ID,
+            H_REPLAY_ID,
+            Filter,
+            Skip,
+            event_of,
+            notification_parts,
+        )
 
         flt = Filter.parse(spec.filter) if spec.filter is not None else None
         skip = Skip(spec.skip[0], spec.skip[1]) if spec.skip is not None else None

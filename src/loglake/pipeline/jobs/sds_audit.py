@@ -58,7 +58,7 @@ from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
-from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
+from loglake.sds import DECODED_SCHEMA, decode_batches, history_lists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -352,7 +352,7 @@ def _sweep_loop(
     content_sender: list[str],
 ) -> tuple[pa.Table, pa.Table]:
     """The sweep message by message (any message with a bloom filter); ``own`` sorted."""
-    from loglake.sds.bloom import BloomFilter, contains
+    from loglake.sds import BloomFilter, contains
 
     positions_of = BloomFilter().positions
     idxs = own.column("index").to_pylist()
