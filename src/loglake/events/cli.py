@@ -334,10 +334,18 @@ def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
 @click.option("--count", type=int, default=0, help="Publish COUNT generated #Blob events.")
 @click.option("--size", type=int, default=200, show_default=True, help="Bytes per #Blob.")
 @click.option("--batch", type=int, default=1000, show_default=True, help="Events per publish call.")
-def publish(url, key, namespace, texts, count, size, batch) -> None:
+def publish(
+    url: str,
+    key: str,
+    namespace: str,
+    texts: tuple[str, ...],
+    count: int,
+    size: int,
+    batch: int,
+) -> None:
     """Publish events (call the PUBLISHER's URL with the publisher's key)."""
     c = HttpEventsClient(url, load_identity(key))
-    items = [({"Text": t}, None) for t in texts]
+    items: list[tuple[dict[str, str | bytes], None]] = [({"Text": t}, None) for t in texts]
     items += [({"Blob": i.to_bytes(8, "big") * (size // 8 + 1)}, None) for i in range(count)]
     ids: list[int] = []
     for lo in range(0, len(items), batch):
@@ -358,7 +366,7 @@ def publish(url, key, namespace, texts, count, size, batch) -> None:
     show_default=True,
     help="Seconds to wait for the orchestrator's answer (the publisher keeps retrying).",
 )
-def register(url, key, namespace, price_per_event, timeout) -> None:
+def register(url: str, key: str, namespace: str, price_per_event: int, timeout: float) -> None:
     """Register NAMESPACE as a replay-capable publication (call the PUBLISHER's URL with the
     publisher's key). The publisher sends it to the orchestrator, again with back-off until
     the orchestrator answers; this waits for the outcome and prints each state it sees."""
@@ -390,7 +398,9 @@ def register(url, key, namespace, price_per_event, timeout) -> None:
 @click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
 @click.option("--skip", help="MOD[,OFFSET]: deliver id i iff (i+OFFSET) % MOD == 0.")
 @click.option("--stopped", is_flag=True, help="Register stopped (no live delivery).")
-def subscribe(url, key, namespace, filter_, skip, stopped) -> None:
+def subscribe(
+    url: str, key: str, namespace: str, filter_: str | None, skip: str | None, stopped: bool
+) -> None:
     """Register a subscription with the orchestrator."""
     cfg = _config(filter_, skip, "icrc72:subscription:")
     if stopped:
@@ -442,7 +452,17 @@ def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
     show_default=True,
     help="Seconds to wait for the replay to end.",
 )
-def replay(url, key, namespace, start, end, filter_, skip, no_wait, timeout) -> None:
+def replay(
+    url: str,
+    key: str,
+    namespace: str,
+    start: int,
+    end: int | None,
+    filter_: str | None,
+    skip: str | None,
+    no_wait: bool,
+    timeout: float,
+) -> None:
     """Register an ICRC-77 replay and show its progress until it ends."""
     ident = load_identity(key)
     c = HttpEventsClient(url, ident)
@@ -509,7 +529,7 @@ def _range(s: ReplayStatus) -> str:
 @key_opt
 @click.argument("spender")
 @click.argument("amount", type=int)
-def approve(url, key, spender, amount) -> None:
+def approve(url: str, key: str, spender: str, amount: int) -> None:
     """ICRC-2 approve SPENDER (the orchestrator's principal) to spend AMOUNT for replays."""
     c = HttpEventsClient(url, load_identity(key))
     r = c.call("icrc2_approve", (principal_from_text(spender), amount))
@@ -522,7 +542,7 @@ def approve(url, key, spender, amount) -> None:
 @url_opt
 @key_opt
 @click.argument("replay_id", type=int)
-def replay_status(url, key, replay_id) -> None:
+def replay_status(url: str, key: str, replay_id: int) -> None:
     """Show one replay's status."""
     st = _status(HttpEventsClient(url, load_identity(key)), replay_id)
     console.print_json(json.dumps(_row(st)))
@@ -542,7 +562,7 @@ def _row(s: ReplayStatus) -> dict:
 @url_opt
 @key_opt
 @click.argument("replay_ids", type=int, nargs=-1, required=True)
-def cancel(url, key, replay_ids) -> None:
+def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
     """Cancel replays (sent notifications stay sent)."""
     for rid, r in zip(
         replay_ids,
@@ -557,7 +577,7 @@ def cancel(url, key, replay_ids) -> None:
 @key_opt
 @click.option("--namespace", help="Only this namespace.")
 @click.option("--take", type=int, default=100, show_default=True, help="At most this many replays.")
-def replays(url, key, namespace, take) -> None:
+def replays(url: str, key: str, namespace: str | None, take: int) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter("All", slices=(("ByNamespace", namespace),)) if namespace else None
     t = Table("id", "namespace", "range", "status")
@@ -571,7 +591,7 @@ def replays(url, key, namespace, take) -> None:
 @key_opt
 @click.option("--take", type=int, default=100, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def received(url, key, take, as_json) -> None:
+def received(url: str, key: str, take: int, as_json: bool) -> None:
     """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the
     subscriber's key): event id, namespace, replay id (replayed events), value. Each
     notification is taken from the subscriber's inbox, so it is shown once."""

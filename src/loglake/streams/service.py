@@ -231,6 +231,10 @@ def _throw(handler: Generator[Any, Any, Any], error: BaseException) -> Any:
 _Pending = tuple[int, tuple[int, bytes], RoutingMessage]
 _T = TypeVar("_T")
 _Handler = Generator[Action, Any, list[RoutingMessage]]
+_Steps = Generator[list[Action], list[Outcome] | None, None]
+"""A batch's steps: lists of actions out, their outcomes in."""
+_Replies = list[Sequence[RoutingMessage | MessageRun] | None]
+"""One entry per input message: its replies, or None for a deferred read."""
 """A request's handler: yields one action at a time, is sent its value (or thrown its error),
 returns the replies."""
 
@@ -263,7 +267,14 @@ class PendingRead:
 
     __slots__ = ("_handler", "_service", "action", "msg", "position")
 
-    def __init__(self, service, position, action, msg, handler) -> None:
+    def __init__(
+        self,
+        service: StreamService,
+        position: int,
+        action: Read,
+        msg: RoutingMessage,
+        handler: _Handler,
+    ) -> None:
         self.position, self.action = position, action
         self._service, self.msg, self._handler = service, msg, handler
 
@@ -320,7 +331,7 @@ class Batch:
         peers: Sequence[Peer] | None = None,
         runs: bool = False,
     ):
-        self.replies: list[list[RoutingMessage | MessageRun] | None] = [[] for _ in msgs]
+        self.replies: _Replies = [[] for _ in msgs]
         self.deferred: list[PendingRead] = []
         self._n = len(msgs)
         self._taken = [0]  # input messages the core has taken up, as of its last step
@@ -474,7 +485,16 @@ class StreamService:
         logger.error("stream service failed on a message", exc_info=e)
         return self.error_reply(msg, with_code(INTERNAL_ERROR, type(e).__name__))
 
-    def _run(self, msgs, out, deferred, defer_reads, peers, runs, taken):
+    def _run(
+        self,
+        msgs: Sequence[RoutingMessage],
+        out: _Replies,
+        deferred: list[PendingRead],
+        defer_reads: bool,
+        peers: Sequence[Peer] | None,
+        runs: bool,
+        taken: list[int],
+    ) -> _Steps:
         """The batch as a generator: yields lists of actions, is sent lists of outcomes.
         ``taken[0]``: the position of the message being handled when a step is yielded in
         the loop, ``len(msgs)`` after it (``Batch.read_all``)."""
@@ -536,7 +556,7 @@ class StreamService:
             except Exception as e:  # a bug must not kill the server; report it to the peer
                 out[i] = self._internal_error(msg, e)
                 continue
-            if type(replies) is _Deferred:
+            if isinstance(replies, _Deferred):
                 out[i] = None
                 deferred.append(PendingRead(self, i, replies.action, msg, handler))
             else:
@@ -564,7 +584,12 @@ class StreamService:
             return stop.value
 
     # -- push ------------------------------------------------------------------------------
-    def _flush(self, pending, out, runs=False):
+    def _flush(
+        self,
+        pending: dict[bytes, tuple[_Target, list[_Pending]]],
+        out: _Replies,
+        runs: bool = False,
+    ) -> _Steps:
         """One ``Append`` per target (independent partitions: one step, so an adapter may run
         them side by side); fill in the confirms, in request order within a target (as runs
         with ``runs``: ``Batch``)."""
@@ -572,6 +597,7 @@ class StreamService:
         outcomes = yield [
             Append(t.stream, t.partition, [item[1][1] for item in items]) for t, items in groups
         ]
+        assert outcomes is not None  # only a batch's first step is sent None (Batch._step)
         for (target, items), outcome in zip(groups, outcomes, strict=True):
             src = target.route  # one route object for the burst: framed once
             payloads = self._confirms(target, items, outcome)
@@ -673,13 +699,15 @@ class StreamService:
             self._targets[dest.value] = target
         return target
 
-    def _reply(self, msg: RoutingMessage, src: Address, response: object, protocol=None):
+    def _reply(
+        self, msg: RoutingMessage, src: Address, response: object, protocol: str | None = None
+    ) -> list[RoutingMessage]:
         if not msg.return_route:
             log_event(logger, logging.WARNING, "no return route; reply dropped", to=str(src))
             return []
         return [RoutingMessage(msg.return_route, (src,), codec.encode_payload(response, protocol))]
 
-    def _error(self, msg: RoutingMessage, src: Address | None, reason: str):
+    def _error(self, msg: RoutingMessage, src: Address | None, reason: str) -> list[RoutingMessage]:
         if len(reason) > MAX_REASON:  # a reason quoting a client's 70 KB name stays short
             reason = reason[: MAX_REASON - 1] + "…"
         log_event(logger, logging.INFO, "error reply", reason=reason)
@@ -707,7 +735,7 @@ class StreamService:
                 return name
 
     def _create(
-        self, msg, name: str | None, n: int, partitioned: str | None, peer: Peer
+        self, msg: RoutingMessage, name: str | None, n: int, partitioned: str | None, peer: Peer
     ) -> _Handler:
         src = self._service_addr
         if name is None:
@@ -751,7 +779,7 @@ class StreamService:
             out += self._reply(msg, worker, response, partitioned)
         return out
 
-    def _info(self, msg, req: StreamInfoRequest, peer: Peer) -> _Handler:
+    def _info(self, msg: RoutingMessage, req: StreamInfoRequest, peer: Peer) -> _Handler:
         access = self.access
         if req.stream_name is None:
             names = yield LogCall("streams", ())
@@ -810,7 +838,7 @@ class StreamService:
         except Exception as e:
             return Outcome(error=e)
 
-    def _pull(self, msg, target: _Target, req: PullRequest) -> _Handler:
+    def _pull(self, msg: RoutingMessage, target: _Target, req: PullRequest) -> _Handler:
         limit = min(req.limit, MAX_PULL_MESSAGES)
         messages: list[tuple[int, bytes]] = []
         if limit > 0:
@@ -845,7 +873,9 @@ class StreamService:
         payload = codec.encode_pull_response(req.request_id, messages)
         return [RoutingMessage(msg.return_route, (target.address,), payload)]
 
-    def _index_error(self, msg, stream: str, partition: int, e: Exception) -> list[RoutingMessage]:
+    def _index_error(
+        self, msg: RoutingMessage, stream: str, partition: int, e: Exception
+    ) -> list[RoutingMessage]:
         """The ``error`` reply of a consumer-index request the log refused."""
         if is_disk_full(e):
             return self._error(msg, self._index_addr, disk_full_reason(stream, partition, e))
