@@ -12,7 +12,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "loglake"
 
-COMMON = {"errors", "structured_logging", "clitools"}
+COMMON = {"errors", "structured_logging", "clitools", "faces"}
 """Top-level modules every part may use (typed errors, structured logging, CLI helpers)."""
 
 PARTS = {"wire", "log", "streams", "events", "cardinal", "archives", "sds", "pipeline", "node"}

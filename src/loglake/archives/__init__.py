@@ -18,8 +18,9 @@ the storage engine that the nodes need.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from loglake.faces import lazy_face
 
 if TYPE_CHECKING:
     from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
@@ -72,16 +73,7 @@ _FACE = {
 needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _FACE:
-        value = getattr(importlib.import_module(_FACE[name]), name)
-        globals()[name] = value  # later lookups skip this hook
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FACE))
+__getattr__, __dir__ = lazy_face(__name__, _FACE)
 
 
 __all__ = [
