@@ -164,6 +164,8 @@ def test_the_consumer_store_under_read_faults(tmp_path):
     with SimDisk(tmp_path) as disk:
         with open_log(disk.root / "data") as log:
             log.create_stream("s", SMALL)
+            for p in (0, 1):  # partitions open on first use, reading their files: before the fault
+                log.next_index("s", p)
             with FaultyFs(disk, rng, rate=1.0, kinds=(READ_EIO,)) as faults:
                 for k in range(1, 30):
                     assert log.save_index(f"c{k % 3}", "s", k, k % 2) == k

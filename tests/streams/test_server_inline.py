@@ -42,6 +42,7 @@ def test_a_lone_push_is_stored_and_confirmed_on_the_event_loop_and_a_burst_is_pi
     names = _fsync_threads(monkeypatch)
     with BackgroundServer(StreamService(log)) as srv, StreamClient(port=srv.port) as c:
         c.create_stream("s")
+        c.pull("s", 0, 1)  # the partition opens on first use (its opening fsyncs): now
         names.clear()
         lone = [c.push("s", b"lone %d" % i) for i in range(20)]
         # each one-by-one push was fsynced before its confirm, by the server's loop thread:
