@@ -161,5 +161,8 @@ class RetryingStreams:
 
     def __getattr__(self, name: str) -> Any:
         # what a particular client adds beyond ``Streams`` (``info``, ``list_streams``): on the
-        # current connection, not retried
+        # current connection, not retried. Private names are never forwarded (an attribute this
+        # object has not set yet must not recurse through ``_current``).
+        if name.startswith("_"):
+            raise AttributeError(name)
         return getattr(self._current(), name)
