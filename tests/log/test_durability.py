@@ -394,12 +394,12 @@ def test_a_segment_resurrected_after_retention_is_not_read_as_reaching_the_next_
 def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monkeypatch):
     import time
 
-    import loglake.log.partition as partition_mod
+    import loglake.log.retention as retention_mod
     from loglake.log.cli import command
     from loglake.log.sealer import Sealer
 
     monkeypatch.setattr(Sealer, "retry_first_s", 0.05)
-    real = partition_mod.seal_segment
+    real = retention_mod.seal_segment
     failures = {"left": 3}
 
     def flaky(*args, **kwargs):
@@ -408,7 +408,7 @@ def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monke
             raise OSError(28, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(partition_mod, "seal_segment", flaky)
+    monkeypatch.setattr(retention_mod, "seal_segment", flaky)
     log = open_log(tmp_path)
     log.create_stream("s", StreamConfig(segment_bytes=500, retention_records=1))
     for _ in range(6):

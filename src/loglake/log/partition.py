@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loglake.log import fs, watermark
+from loglake.log import fs, recovery, retention, watermark
 from loglake.log.api import (
     CorruptSegment,
     Durability,
@@ -46,19 +46,17 @@ from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
     LakeFile,
     check_lake_file,
-    lake_file_max_timestamp,
-    lake_lock,
     list_lake_files,
     plain_table,
     read_lake_file,
     records_table,
-    remove_temp_files,
-    seal_segment,
     visible_lake_files,
 )
 from loglake.log.record_codec import encode_batch_parts, encode_plain_parts
+from loglake.log.recovery import STORAGE_FAILED_FILE
+from loglake.log.retention import SEAL_FAILED_FILE
 from loglake.log.sealer import Sealer
-from loglake.log.segment import Segment, parse_segment_name, segment_name
+from loglake.log.segment import Segment
 from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
@@ -66,12 +64,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SEAL_FAILED_FILE = "SEAL_FAILED"
-"""JSON of the partition's current ``SealFailure`` (written by the writer, removed once the
-segment is sealed), for ``loglake log info`` in another process."""
-STORAGE_FAILED_FILE = "STORAGE_FAILED"
-"""JSON of the partition's current ``StorageFailure`` (written when it fails and after each
-failed reopen attempt, removed by the open that recovers it), for ``loglake log info``."""
 
 REOPEN_FIRST_S = 0.1
 """A failed partition is reopened on the first append at least this long after the failure..."""
@@ -162,9 +154,9 @@ class Partition:
         self._reader_mark: watermark.Mark | None = None
         """Readers: the writer's durable watermark as last read (``refresh``)."""
         try:
-            self._open()
+            recovery.open_partition(self)
         except BaseException:
-            self._release()  # a reopen that fails is retried: it must not leak descriptors
+            recovery.release(self)  # a reopen that fails is retried: it must not leak descriptors
             raise
         self._opening = False
         if self.segments:
@@ -175,144 +167,10 @@ class Partition:
         ``batch``/``always`` stream see no further, so nobody reads a record that a crash could
         still take back and whose index could then be given to another record."""
 
-    # -- opening ----------------------------------------------------------------------------
-    def _bases(self) -> list[int]:
-        try:
-            names = fs.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(b for b in map(parse_segment_name, names) if b is not None)
-
-    def _open(self) -> None:
-        bases = self._bases()
-        if not bases and not self.readonly:
-            fs.makedirs_durable(self.dir)
-            Segment.create(self.dir, 0).close()
-            self._fsync(lambda: fs.fsync_dir(self.dir))
-            bases = [0]
-        if self.readonly:
-            self._reader_mark = watermark.read(self.dir)
-        else:
-            self._mark = watermark.MarkWriter(self.dir)
-        for i, b in enumerate(bases[:-1]):
-            self.segments.append(Segment.sealed(self.dir, b, bases[i + 1], self.readonly))
-        self._drop_resurrected()
-        if bases:
-            self.segments.append(
-                Segment.recover_active(
-                    self.dir,
-                    bases[-1],
-                    self.readonly,
-                    self._durable_size_of(bases[-1]),
-                    self.config.segment_bytes,
-                )
-            )
-        self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-        if not self.readonly:
-            # what recovery kept is now the acknowledged history: make it durable and say so
-            # (nothing to do after a clean close: the watermark already says exactly this)
-            active = self.segments[-1]
-            assert self._mark is not None
-            mark, new_file = self._mark.mark, self._mark.mark is None
-            if mark is None or (mark.base, mark.size, mark.next_index) != (
-                active.base,
-                active.size,
-                active.next_index,
-            ):
-                if mark is not None and mark.base != active.base:
-                    # the mark may name a segment only once its name is durable (as in
-                    # _roll): after a failed roll in this process only the cache may hold it
-                    self._fsync(lambda: fs.fsync_dir(self.dir))
-                self._fsync(active.sync)
-                self._publish_durable(sync=True)
-            if new_file:
-                self._fsync(lambda: fs.fsync_dir(self.dir))  # the DURABLE file's own name
-
-            for stale in (SEAL_FAILED_FILE, STORAGE_FAILED_FILE):  # recovered; seals are
-                with contextlib.suppress(FileNotFoundError):  # scheduled again below
-                    fs.unlink(self.dir / stale)
-            remove_temp_files(self.lake_dir)
-            if self.config.seal_to_lake:
-                for seg in self.segments[:-1]:
-                    self._schedule_seal(seg)
-
-    def _drop_resurrected(self) -> None:
-        """Retention deletes the oldest segments first; if a crash came before the folder was
-        fsynced, some of them can reappear. Such a segment ends before the next file's first
-        index, and deriving its end from that name would skip records. So a sealed segment
-        that ends before its successor starts marks a gap: it and every older one are leftovers
-        of a deletion (removed by a writer, ignored by a reader). A damaged tail is left for
-        reads to report."""
-        cut = 0
-        for i, seg in enumerate(self.segments):
-            if not seg.is_sealed or seg.checked_end:
-                continue
-            end = seg.ends_at()
-            seg.checked_end = True
-            if end is not None and end < seg.next_index:
-                cut = i + 1
-        if not cut:
-            return
-        gone, self.segments = self.segments[:cut], self.segments[cut:]
-        for seg in gone:
-            log_event(
-                logger,
-                logging.WARNING,
-                "ignoring a segment left over from a deletion a crash interrupted",
-                file=seg.path,
-                next_file_starts_at=self.segments[0].base if self.segments else None,
-                removed=not self.readonly,
-            )
-            if self.readonly:
-                seg.close()
-            else:
-                seg.delete()
-        if not self.readonly:
-            self._fsync(lambda: fs.fsync_dir(self.dir))
-
+    # -- opening: recovery.py ----------------------------------------------------------------
     def refresh(self) -> None:
-        """Readers only: follow the writer (new segments, new records, deleted files)."""
-        with self._lock:
-            bases = self._bases()
-            known = {s.base: s for s in self.segments}
-            segs: list[Segment] = []
-            for i, b in enumerate(bases):
-                last = i == len(bases) - 1
-                seg = known.pop(b, None)
-                try:
-                    if seg is None:
-                        if last:
-                            seg = Segment.recover_active(self.dir, b, readonly=True)
-                        else:
-                            seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
-                    elif last:
-                        seg.refresh_tail()
-                    elif not seg.is_sealed:
-                        seg.close()
-                        seg = Segment.sealed(self.dir, b, bases[i + 1], readonly=True)
-                except FileNotFoundError:
-                    continue  # deleted by the writer's retention since the listing
-                segs.append(seg)
-            for gone in known.values():
-                gone.close()
-            self.segments = segs
-            self._drop_resurrected()
-            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-            self._reader_mark = watermark.read(self.dir)
-
-    def _durable_size_of(self, base: int) -> int:
-        """Bytes of segment ``base`` (the newest) that the watermark says are fsynced."""
-        mark = self._mark.mark if self._mark is not None else self._reader_mark
-        if mark is None or mark.base < base:
-            return 0  # no watermark (older data dir) or none since this segment was created
-        if mark.base > base and not self.readonly:
-            raise CorruptSegment(
-                str(self.dir / segment_name(mark.base)),
-                0,
-                f"segment holding acknowledged records up to index {mark.next_index - 1} "
-                "is missing",
-            )
-        return mark.size if mark.base == base else 0
+        """Readers only: follow the writer (``recovery.follow_writer``)."""
+        recovery.follow_writer(self)
 
     def _put_mark(self, base: int, size: int, next_index: int) -> None:
         """Publish the watermark (caller holds ``_sync_lock``). A failed write of it fails
@@ -510,7 +368,7 @@ class Partition:
             if durability != "none":  # the new segment's name is durable: the mark may name it
                 self._publish_durable()
         if self.config.seal_to_lake:
-            self._schedule_seal(old)
+            retention.schedule_seal(self, old)
         return new
 
     def _check_writable(self) -> None:
@@ -664,53 +522,6 @@ class Partition:
             self._gc.fail_pending(self._failed)
         self.close()
 
-    def _release(self) -> None:
-        """Close what a failed open had opened."""
-        for seg in self.segments:
-            with contextlib.suppress(OSError):
-                seg.close()
-        if self._mark is not None:
-            with contextlib.suppress(OSError):
-                self._mark.close()
-
-    def _lake_has(self, seg: Segment) -> bool:
-        """Some lake file holds the whole segment (its own, or a compacted one spanning it)."""
-        lf = self._lake_file_at(seg.base)
-        return lf is not None and lf.first <= seg.base and seg.next_index - 1 <= lf.last
-
-    def _schedule_seal(self, seg: Segment) -> None:
-        if self.sealer is None:
-            self._seal_reporting(seg)
-        else:
-            self.sealer.submit(lambda: self._seal_reporting(seg))
-
-    def _seal_reporting(self, seg: Segment) -> None:
-        """``_seal``, keeping its failure where ``health()`` and ``loglake log info`` (the
-        ``SEAL_FAILED`` file, for readers in other processes) find it; the sealer retries."""
-        try:
-            self._seal(seg)
-        except Exception as e:
-            with self._lock:
-                old = self.seal_failure
-                same = old is not None and old.segment == seg.path
-                self.seal_failure = SealFailure(
-                    seg.path,
-                    f"{type(e).__name__}: {e}",
-                    old.attempts + 1 if same and old else 1,
-                    old.since_ns if same and old else time.time_ns(),
-                )
-                record = json.dumps(dataclasses.asdict(self.seal_failure)).encode()
-            with contextlib.suppress(OSError):  # e.g. the same full disk: the log says it too
-                fs.replace_file_atomic(self.dir / SEAL_FAILED_FILE, record)
-            raise
-        with self._lock:
-            cleared = self.seal_failure is not None and self.seal_failure.segment == seg.path
-            if cleared:
-                self.seal_failure = None
-        if cleared:
-            with contextlib.suppress(FileNotFoundError):
-                fs.unlink(self.dir / SEAL_FAILED_FILE)
-
     def health(self) -> PartitionHealth:
         """The partition's failures. A reader in another process sees what the writer
         recorded in ``SEAL_FAILED`` and ``STORAGE_FAILED``."""
@@ -729,30 +540,6 @@ class Partition:
             failure,
             self.reopens,
         )
-
-    def _seal(self, seg: Segment) -> None:
-        """Write a rolled segment to the lake (outside the partition lock: the segment is
-        immutable and retention does not delete it before it is sealed)."""
-        with self._lock:
-            if self._closed or seg.next_index <= seg.base or self._lake_has(seg):
-                return  # (a closed partition's successor, if any, seals its own segments)
-            if seg not in self.segments:
-                return
-        run = self.sealer.run if self.sealer is not None else _call
-        lf = run(
-            seal_segment,
-            self.dir / segment_name(seg.base),
-            seg.base,
-            seg.next_index,
-            self.lake_dir,
-            self.stream,
-            self.partition,
-        )
-        with self._lock:
-            if not self._lake_has(seg):
-                self.lake = visible_lake_files(
-                    sorted([*self.lake, lf], key=lambda f: (f.first, -f.last))
-                )
 
     def flush(self) -> None:
         """fsync the active segment; a failure fails the partition (``StorageFailed``)."""
@@ -956,7 +743,11 @@ class Partition:
         ``read_lake_file`` verifies, and the damage is logged (once a file) for ``loglake log
         verify`` to find. No verified copy: the segment's error stands."""
         with self._lock:
-            lf = self._lake_file_at(seg.base) if seg.is_sealed and self._lake_has(seg) else None
+            lf = (
+                self._lake_file_at(seg.base)
+                if seg.is_sealed and retention.lake_has(self, seg)
+                else None
+            )
             first_time = seg.path not in self.damaged
             self.damaged.add(seg.path)
         if lf is None:
@@ -976,92 +767,14 @@ class Partition:
         return [(r.index, r.data) for r in got] if pairs else got
 
     # -- retention --------------------------------------------------------------------------
+    # -- retention: retention.py ------------------------------------------------------------
     def enforce_retention(self, now_ns: int) -> int:
-        """Delete sealed segments (and expired lake files); return how many records stopped
-        being readable (how far ``first_index`` moved)."""
-        cfg = self.config
-        with self._lock:
-            self._check_writable()  # a failed partition deletes nothing (its successor will)
-            before = self.first_index
-            horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
-            total = self.bytes
-            nxt = self.next_index
-            deleted = False
-            while len(self.segments) > 1:
-                seg = self.segments[0]
-                newer_records = nxt - seg.next_index
-                newer_bytes = total - seg.size
-                out = (
-                    (cfg.retention_records is not None and newer_records >= cfg.retention_records)
-                    or (cfg.retention_bytes is not None and newer_bytes >= cfg.retention_bytes)
-                    or (horizon is not None and (seg.compute_max_ts() or 0) < horizon)
-                )
-                if not out or (cfg.seal_to_lake and not self._lake_has(seg)):
-                    break  # an unsealed segment waits for the sealer
-                seg.delete()
-                self.segments.pop(0)
-                total -= seg.size
-                deleted = True
-            if deleted:  # or a crash can bring the segment back (see _drop_resurrected)
-                self._fsync(lambda: fs.fsync_dir(self.dir))
-            if cfg.lake_retention_ms is not None and self.lake_dir.exists():
-                lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
-                # under the lake lock, so a compaction never commits over sources removed
-                # here after it planned (pipeline/jobs/compact.py checks them under it)
-                with lake_lock(self.lake_dir):
-                    self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-                    while self.lake and lake_file_max_timestamp(self.lake[0]) < lake_horizon:
-                        gone = self.lake.pop(0)
-                        # the files it covers go too, or they would become visible again
-                        for f in list_lake_files(self.lake_dir):
-                            if gone.first <= f.first and f.last <= gone.last:
-                                with contextlib.suppress(FileNotFoundError):
-                                    fs.unlink(f.path)
-                        self._fsync(lambda: fs.fsync_dir(self.lake_dir))
-            return self.first_index - before
+        """``retention.enforce``: delete what the stream's retention lets go."""
+        return retention.enforce(self, now_ns)
 
     def truncate_before(self, index: int) -> int:
-        """Delete whole segments whose every record is below ``index``; return how many records
-        were dropped.
-
-        - ``seal_to_lake``: a segment goes only once the lake holds it (the caller drains the
-          sealer first), and the lake is not touched, so the records stay readable there. The
-          count is the records that left the segments.
-        - otherwise: an active segment wholly below ``index`` is rolled first so that it can
-          go too, and lake files wholly below ``index`` are deleted (there are none unless a
-          tool wrote them), so nothing below the first kept segment stays readable. The count is
-          how far ``first_index`` moved.
-
-        A segment holding ``index`` is kept whole (never drop a record >= ``index``)."""
-        cfg = self.config
-        with self._lock:
-            self._check_writable()
-            before = self.first_index
-            active = self.segments[-1]
-            if not cfg.seal_to_lake and active.size and active.next_index <= index:
-                self._roll(cfg.durability)
-            dropped = 0
-            while len(self.segments) > 1 and self.segments[0].next_index <= index:
-                seg = self.segments[0]
-                if cfg.seal_to_lake and not self._lake_has(seg):
-                    break  # not in the lake yet: keep it rather than lose it
-                seg.delete()
-                self.segments.pop(0)
-                dropped += seg.next_index - seg.base
-            if dropped:
-                self._fsync(lambda: fs.fsync_dir(self.dir))
-            if cfg.seal_to_lake:
-                return dropped
-            keep_from = self.segments[0].base if self.segments else self.next_index
-            below = [f for f in list_lake_files(self.lake_dir) if f.last < min(index, keep_from)]
-            if below:
-                with lake_lock(self.lake_dir):  # as in enforce_retention
-                    for f in below:
-                        with contextlib.suppress(FileNotFoundError):
-                            fs.unlink(f.path)
-                    self._fsync(lambda: fs.fsync_dir(self.lake_dir))
-            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-            return self.first_index - before
+        """``retention.truncate_before``: delete whole segments below ``index``."""
+        return retention.truncate_before(self, index)
 
     def verify(self) -> tuple[int, int, int]:
         """Read every segment whole and check every lake file's index range; return
