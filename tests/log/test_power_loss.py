@@ -478,7 +478,9 @@ class PowerLossRun:
             disk.power_off()
         finally:
             if log is not None:
-                self.fig.reopens += sum(p.reopens for s in log._streams.values() for p in s.opened)
+                self.fig.reopens += sum(
+                    p.reopen.reopens for s in log._streams.values() for p in s.opened
+                )
             self.abandon(log)
         if disk.ops:
             self.ops_per_life = max(20, (self.ops_per_life + disk.ops) // 2)

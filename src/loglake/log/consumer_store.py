@@ -18,15 +18,14 @@ The Ockam spec: "storage MUST be monotonic" — a lower save writes nothing and 
 stored value, which stays as it was ("it MUST NOT be changed").
 
 A failed fsync (or a partial entry that cannot be cut off) fails the store: the file is never
-fsynced again (fsyncgate). A save at least ``REOPEN_FIRST_S`` later reopens it from disk — the
+fsynced again (fsyncgate). A save after the back-off of ``reopen.py`` reopens it from disk — the
 open's own load and compaction, which writes every value into a new file and fsyncs it before
-the rename — backing off up to ``REOPEN_MAX_S`` while that fails, as a failed log partition does.
+the rename — backing off further while that fails, as a failed log partition does.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import struct
@@ -45,9 +44,8 @@ from loglake.log.api import (
     NotOwner,
     PartitionHealth,
     StorageFailed,
-    StorageFailure,
 )
-from loglake.log.partition import REOPEN_FIRST_S, REOPEN_MAX_S
+from loglake.log.reopen import Reopen
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -145,15 +143,9 @@ class ConsumerStore:
         self.readonly = readonly
         self._lock = threading.Lock()
         self._fd: int | None = None
-        self._failed: StorageFailed | None = None
-        self._failure: StorageFailure | None = None
-        """Details of ``_failed`` (for ``health``): since when, reopen attempts, the last one's
-        error."""
-        self._clock = clock
-        self._next_reopen_at = 0.0
-        self.reopen_attempts = 0
-        """Failed attempts to reopen the failed store since it failed."""
-        self.reopens = 0
+        self.reopen = Reopen(clock)
+        """Its storage failure (``reopen.error``, None while healthy), the back-off of its
+        reopen attempts and the count of reopens (``reopen.py``, as for a partition)."""
         self.values: dict[Key, int] = {}
         self.owners: dict[Key, str] = {}
         """Who owns each key that has an owner (the first saver under authentication)."""
@@ -322,8 +314,8 @@ class ConsumerStore:
     def _write(self, key: Key, index: int, kind: int, owner: str) -> int:
         """Append one entry and fsync it, then apply it (caller holds ``_lock``)."""
         client_id, stream, partition = key
-        if self._failed is not None:
-            self._reopen()
+        if self.reopen.error is not None:
+            self._reopen_from_disk()
         if self._fd is None:
             raise LogClosed("the log is closed")
         entry = encode_entry(client_id, stream, partition, index, kind, owner)
@@ -357,79 +349,69 @@ class ConsumerStore:
         return index
 
     def _fail(self, why: str) -> StorageFailed:
-        """Fail the store (caller holds ``_lock``) until ``_reopen``."""
-        self._next_reopen_at = self._clock() + REOPEN_FIRST_S
-        self._failure = StorageFailure(f"saving a consumer index failed ({why})", time.time_ns())
-        self._failed = StorageFailed(
+        """Fail the store (caller holds ``_lock``) until ``_reopen_from_disk``."""
+        error = StorageFailed(
             f"{self.path}: saving a consumer index failed ({why}); saves are refused until the "
             "store reopens from disk, on a save after a back-off"
         )
+        delay = self.reopen.fail(error, f"saving a consumer index failed ({why})")
         log_event(
             logger,
             logging.ERROR,
             "the consumer index store failed; it will be reopened from disk",
             file=str(self.path),
             error=why,
-            reopen_in_s=REOPEN_FIRST_S,
+            reopen_in_s=delay,
         )
-        return self._failed
+        return error
 
-    def _reopen(self) -> None:
+    def _reopen_from_disk(self) -> None:
         """Reopen the failed store from disk if its back-off has passed (caller holds
         ``_lock``), else raise ``StorageFailed``: the load and compaction of an open, so every
         value (also the one whose save failed, if the page cache holds it) is written to a new
         file and fsynced before it replaces the old one."""
-        assert self._failed is not None
+        assert self.reopen.error is not None
         if self._mark is None:
             raise LogClosed("the log is closed")
-        now = self._clock()
-        if now >= self._next_reopen_at:
-            values, owners = self.values, self.owners
-            try:
-                if self._fd is not None:
-                    fs.close(self._fd)
-                    self._fd = None
-                self._load()
-                self._compact()
-            except (OSError, LoglakeError) as e:
-                self.values, self.owners = values, owners
-                self.reopen_attempts += 1
-                if self._failure is not None:
-                    self._failure = dataclasses.replace(
-                        self._failure,
-                        reopen_attempts=self.reopen_attempts,
-                        reopen_error=f"{type(e).__name__}: {e}",
-                    )
-                delay = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**self.reopen_attempts)
-                self._next_reopen_at = now + delay
-                log_event(
-                    logger,
-                    logging.ERROR,
-                    "reopening the consumer index store failed",
-                    file=str(self.path),
-                    error=f"{type(e).__name__}: {e}",
-                    attempt=self.reopen_attempts,
-                    retry_in_s=delay,
-                )
-                raise StorageFailed(
-                    f"{self.path}: saves are refused after a storage failure; reopening the "
-                    f"store failed ({type(e).__name__}: {e}), retried in {delay:.2f} s"
-                ) from e
+        now = self.reopen.clock()
+        wait = self.reopen.wait(now)
+        if wait > 0:
+            raise StorageFailed(
+                f"{self.path}: saves are refused after a storage failure; reopening the store "
+                f"from disk is retried in {wait:.2f} s"
+            ) from self.reopen.error
+        values, owners = self.values, self.owners
+        try:
+            if self._fd is not None:
+                fs.close(self._fd)
+                self._fd = None
+            self._load()
+            self._compact()
+        except (OSError, LoglakeError) as e:
+            self.values, self.owners = values, owners
+            delay = self.reopen.attempt_failed(now, e)
             log_event(
                 logger,
-                logging.WARNING,
-                "reopened the consumer index store from disk",
+                logging.ERROR,
+                "reopening the consumer index store failed",
                 file=str(self.path),
-                error=str(self._failed),
-                failed_attempts=self.reopen_attempts,
+                error=f"{type(e).__name__}: {e}",
+                attempt=self.reopen.attempts,
+                retry_in_s=delay,
             )
-            self._failed, self._failure, self.reopen_attempts = None, None, 0
-            self.reopens += 1
-            return
-        raise StorageFailed(
-            f"{self.path}: saves are refused after a storage failure; reopening the store "
-            f"from disk is retried in {self._next_reopen_at - now:.2f} s"
-        ) from self._failed
+            raise StorageFailed(
+                f"{self.path}: saves are refused after a storage failure; reopening the "
+                f"store failed ({type(e).__name__}: {e}), retried in {delay:.2f} s"
+            ) from e
+        log_event(
+            logger,
+            logging.WARNING,
+            "reopened the consumer index store from disk",
+            file=str(self.path),
+            error=str(self.reopen.error),
+            failed_attempts=self.reopen.attempts,
+        )
+        self.reopen.recovered()
 
     def health(self) -> PartitionHealth | None:
         """The store's failure, as ``SegmentLog.health()`` reports a partition's — the entry's
@@ -437,14 +419,14 @@ class ConsumerStore:
         while the store has neither failed nor been reopened since the log opened (so a log
         whose store never failed lists its partitions only, as before)."""
         with self._lock:
-            if self._failed is None and self.reopens == 0:
+            if self.reopen.error is None and self.reopen.reopens == 0:
                 return None
             return PartitionHealth(
                 stream=FILE_NAME,
                 partition=0,
-                storage_failed=None if self._failed is None else str(self._failed),
-                storage_failure=self._failure,
-                reopens=self.reopens,
+                storage_failed=None if self.reopen.error is None else str(self.reopen.error),
+                storage_failure=self.reopen.record,
+                reopens=self.reopen.reopens,
             )
 
     def close(self) -> None:
@@ -453,7 +435,7 @@ class ConsumerStore:
             self._fd = None
         if self._mark is not None:
             with contextlib.suppress(OSError):
-                if self._failed is None:
+                if self.reopen.error is None:
                     self._mark.sync()
             self._mark.close()
             self._mark = None

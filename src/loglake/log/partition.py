@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import contextlib
-import dataclasses
 import json
 import logging
 import threading
@@ -54,6 +52,7 @@ from loglake.log.lake import (
 )
 from loglake.log.record_codec import encode_batch_parts, encode_plain_parts
 from loglake.log.recovery import STORAGE_FAILED_FILE
+from loglake.log.reopen import REOPEN_FIRST_S, REOPEN_MAX_S, Reopen
 from loglake.log.retention import SEAL_FAILED_FILE
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment
@@ -65,10 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-REOPEN_FIRST_S = 0.1
-"""A failed partition is reopened on the first append at least this long after the failure..."""
-REOPEN_MAX_S = 30.0
-"""...and, while reopening fails, again after twice the previous wait, up to this."""
+__all__ = ["REOPEN_FIRST_S", "REOPEN_MAX_S", "Partition", "PartitionRetired"]
 
 
 class PartitionRetired(LogClosed):
@@ -120,16 +116,10 @@ class Partition:
         self._gc = GroupCommit()
         self._always_fsyncs = 0
         self._seq = 0
-        self._clock = clock
-        self._failed: StorageFailed | None = None
-        self._failure: StorageFailure | None = None
-        """Details of ``_failed`` (for ``health``)."""
-        self.failed_at = 0.0
-        """``clock()`` when the partition failed."""
-        self.next_reopen_at = 0.0
-        """``clock()`` from which the log may try to reopen it (see ``reopen_failed``)."""
-        self.reopens = 0
-        """Reopens after a storage failure of this partition's predecessors (``took_over``)."""
+        self.reopen = Reopen(clock)
+        """Its storage failure (``reopen.error``, None while healthy) and when ``SegmentLog``
+        may replace it by a partition opened from disk; ``reopen.reopens`` counts the reopens of
+        its predecessors (``took_over``)."""
         self.retired = False
         """Replaced by a reopened partition: every call raises ``PartitionRetired``."""
         self._opening = True
@@ -330,13 +320,13 @@ class Partition:
         Runs under ``_sync_lock`` only, so appends go on meanwhile; the snapshot
         ``_written`` names a segment whose write handle cannot be closed while the lock is
         held (a roll seals it and ``close()`` closes it under the same lock, each after an
-        fsync that covers every write, or a failure recorded in ``_failed``)."""
+        fsync that covers every write, or a failure recorded in ``reopen.error``)."""
         with self._sync_lock:
-            if self._failed is not None:
-                raise self._failed
+            if self.reopen.error is not None:
+                raise self.reopen.error
             seq, seg, size, nxt = self._written
             if seg is None or seg.wfd is None:
-                return seq  # a roll's seal or close() fsynced it (else _failed is set)
+                return seq  # a roll's seal or close() fsynced it (else reopen.error is set)
             try:  # ``_fsync``'s rule, inline (this runs per group commit): the lock is held
                 fs.fdatasync(seg.wfd)
             except OSError as e:
@@ -375,8 +365,8 @@ class Partition:
         """Caller holds the lock."""
         if self.retired:
             raise PartitionRetired(f"{self.stream}/{self.partition}: reopened")
-        if self._failed is not None:
-            raise self._failed
+        if self.reopen.error is not None:
+            raise self.reopen.error
         self._check_open()
 
     def _check_open(self) -> None:
@@ -399,8 +389,8 @@ class Partition:
         thread's failed group-commit fsync and the moment that thread recorded it, then
         publish a watermark over bytes the disk never got.)"""
         with self._sync_lock:
-            if self._failed is not None:
-                raise self._failed
+            if self.reopen.error is not None:
+                raise self.reopen.error
             try:
                 fn()
             except OSError as e:
@@ -409,21 +399,19 @@ class Partition:
     def _fail(self, what: str, e: OSError) -> StorageFailed:
         """Fail the partition for good (caller holds ``_sync_lock``): nothing is written to it
         any more, and ``SegmentLog`` reopens it from disk (a new ``Partition``) on an append
-        ``REOPEN_FIRST_S`` or more from now. Logged, and kept for ``health`` and in
+        after the back-off (``reopen.py``). Logged, and kept for ``health`` and in
         ``STORAGE_FAILED``, as seal failures are. A failure while opening is the open's error
-        only (a reopen attempt's failure is reported by ``reopen_failed``)."""
-        if self._failed is not None:
-            return self._failed
-        self.failed_at = self._clock()
-        self.next_reopen_at = self.failed_at + REOPEN_FIRST_S
-        self._failure = StorageFailure(f"{what} failed ({e})", time.time_ns())
+        only (a reopen attempt's failure is reported by ``recovery.reopen_failed``)."""
+        if self.reopen.error is not None:
+            return self.reopen.error
         then = (  # (an open that fails raises this itself)
             ""
             if self._opening
             else "; the appends waiting for it failed, and the partition "
             "reopens from disk on an append after a back-off"
         )
-        self._failed = StorageFailed(f"{self.stream}/{self.partition}: {what} failed ({e}){then}")
+        error = StorageFailed(f"{self.stream}/{self.partition}: {what} failed ({e}){then}")
+        delay = self.reopen.fail(error, f"{what} failed ({e})")
         if not self._opening:
             log_event(
                 logger,
@@ -431,84 +419,24 @@ class Partition:
                 "a partition failed; it will be reopened from disk",
                 stream=self.stream,
                 partition=self.partition,
-                error=self._failure.error,
-                reopen_in_s=REOPEN_FIRST_S,
+                error=f"{what} failed ({e})",
+                reopen_in_s=delay,
             )
-            self._record_failure()
-        return self._failed
-
-    def _record_failure(self) -> None:
-        """``STORAGE_FAILED`` for ``loglake log info`` in another process (best effort: the
-        disk is failing)."""
-        if self._failure is None:
-            return
-        record = json.dumps(dataclasses.asdict(self._failure)).encode()
-        with contextlib.suppress(OSError):
-            fs.replace_file_atomic(self.dir / STORAGE_FAILED_FILE, record)
-
-    # -- reopening after a storage failure (driven by SegmentLog) -------------------------------
-    @property
-    def failure(self) -> StorageFailed | None:
-        """The error that failed the partition, or None."""
-        return self._failed
-
-    @property
-    def reopen_attempts(self) -> int:
-        """Failed attempts to reopen this (failed) partition."""
-        return self._failure.reopen_attempts if self._failure is not None else 0
-
-    def refusal(self, now: float) -> StorageFailed:
-        """The error for an append to this failed partition before its next reopen attempt."""
-        assert self._failure is not None
-        tried = (
-            f"reopening it failed {self._failure.reopen_attempts} time(s), last: "
-            f"{self._failure.reopen_error}; "
-            if self._failure.reopen_attempts
-            else ""
-        )
-        e = StorageFailed(
-            f"{self.stream}/{self.partition}: appends are refused after a storage failure "
-            f"({self._failure.error}); {tried}reopening the partition from disk is retried in "
-            f"{max(0.0, self.next_reopen_at - now):.2f} s"
-        )
-        e.__cause__ = self._failed
-        return e
-
-    def reopen_failed(self, now: float, error: Exception) -> StorageFailed:
-        """A reopen attempt failed (caller: the one reopening): back off (twice the last
-        wait, at most ``REOPEN_MAX_S``), log, record; return the error for the append."""
-        assert self._failure is not None
-        n = self._failure.reopen_attempts + 1
-        self._failure = dataclasses.replace(
-            self._failure, reopen_attempts=n, reopen_error=f"{type(error).__name__}: {error}"
-        )
-        delay = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**n)
-        self.next_reopen_at = now + delay
-        log_event(
-            logger,
-            logging.ERROR,
-            "reopening a failed partition failed",
-            stream=self.stream,
-            partition=self.partition,
-            error=self._failure.reopen_error,
-            attempt=n,
-            retry_in_s=delay,
-        )
-        self._record_failure()
-        return self.refusal(now)
+            recovery.record_failure(self)
+        return error
 
     def quiesce(self) -> None:
         """Return once nothing is still writing into this failed partition: an append that
         was writing when it failed holds the lock until its last write (later ones raise), and
         the thread that recorded the failure holds the sync lock until ``STORAGE_FAILED`` is
         written (the reopen removes it)."""
-        assert self._failed is not None
+        assert self.reopen.error is not None
         with self._lock, self._sync_lock:
             pass
 
     def took_over(self, old: Partition) -> None:
         """This partition was opened to replace ``old`` (failed): carry the counters."""
-        self.reopens = old.reopens + 1
+        self.reopen.reopens = old.reopen.reopens + 1
         self._always_fsyncs += old.fsyncs
 
     def retire(self) -> None:
@@ -518,15 +446,15 @@ class Partition:
         descriptor number it uses can be reused for another file meanwhile."""
         with self._lock:
             self.retired = True
-        if self._failed is not None:
-            self._gc.fail_pending(self._failed)
+        if self.reopen.error is not None:
+            self._gc.fail_pending(self.reopen.error)
         self.close()
 
     def health(self) -> PartitionHealth:
         """The partition's failures. A reader in another process sees what the writer
         recorded in ``SEAL_FAILED`` and ``STORAGE_FAILED``."""
-        seal, failure = self.seal_failure, self._failure
-        failed = str(self._failed) if self._failed is not None else None
+        seal, failure = self.seal_failure, self.reopen.record
+        failed = str(self.reopen.error) if self.reopen.error is not None else None
         if self.readonly:
             seal = _read_record(self.dir / SEAL_FAILED_FILE, SealFailure)
             failure = _read_record(self.dir / STORAGE_FAILED_FILE, StorageFailure)
@@ -538,7 +466,7 @@ class Partition:
             seal,
             self.retention_error,
             failure,
-            self.reopens,
+            self.reopen.reopens,
         )
 
     def flush(self) -> None:
@@ -799,7 +727,7 @@ class Partition:
             self._closed = True
             failed: StorageFailed | None = None
             with self._sync_lock:  # a group-commit fsync never sees a half-closed partition
-                if not self.readonly and self._failed is None and self.segments:
+                if not self.readonly and self.reopen.error is None and self.segments:
                     try:
                         for seg in self.segments:
                             if seg.wfd is not None:

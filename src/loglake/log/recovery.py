@@ -17,11 +17,13 @@ torn tail is cut at the durable watermark or at its first bad frame (``Segment.r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 from typing import TYPE_CHECKING
 
 from loglake.log import fs, retention, watermark
-from loglake.log.api import CorruptSegment
+from loglake.log.api import CorruptSegment, StorageFailed
 from loglake.log.lake import list_lake_files, remove_temp_files, visible_lake_files
 from loglake.log.segment import Segment, parse_segment_name, segment_name
 from loglake.structured_logging import log_event
@@ -186,3 +188,51 @@ def release(p: Partition) -> None:
     if p._mark is not None:
         with contextlib.suppress(OSError):
             p._mark.close()
+
+
+# -- a failed partition, until SegmentLog replaces it by one opened from disk -----------------
+def record_failure(p: Partition) -> None:
+    """``STORAGE_FAILED`` for ``loglake log info`` in another process (best effort: the disk
+    is failing)."""
+    if p.reopen.record is None:
+        return
+    record = json.dumps(dataclasses.asdict(p.reopen.record)).encode()
+    with contextlib.suppress(OSError):
+        fs.replace_file_atomic(p.dir / STORAGE_FAILED_FILE, record)
+
+
+def refusal(p: Partition, now: float) -> StorageFailed:
+    """The error for an append to the failed partition ``p`` before its next reopen attempt."""
+    failure = p.reopen.record
+    assert failure is not None
+    tried = (
+        f"reopening it failed {failure.reopen_attempts} time(s), last: {failure.reopen_error}; "
+        if failure.reopen_attempts
+        else ""
+    )
+    e = StorageFailed(
+        f"{p.stream}/{p.partition}: appends are refused after a storage failure "
+        f"({failure.error}); {tried}reopening the partition from disk is retried in "
+        f"{p.reopen.wait(now):.2f} s"
+    )
+    e.__cause__ = p.reopen.error
+    return e
+
+
+def reopen_failed(p: Partition, now: float, error: Exception) -> StorageFailed:
+    """Opening a partition to replace the failed ``p`` failed (caller: the one reopening):
+    back off, log, record; return the error for the append."""
+    delay = p.reopen.attempt_failed(now, error)
+    assert p.reopen.record is not None
+    log_event(
+        logger,
+        logging.ERROR,
+        "reopening a failed partition failed",
+        stream=p.stream,
+        partition=p.partition,
+        error=p.reopen.record.reopen_error,
+        attempt=p.reopen.attempts,
+        retry_in_s=delay,
+    )
+    record_failure(p)
+    return refusal(p, now)

@@ -15,8 +15,9 @@ fails the job, which is retried like any other (with a new child). While a layer
 file primitives is installed (``fs.write`` is not ``os.write``: the simulated disk, a fault
 layer), a seal runs in this process, where the layer is.
 
-A job that fails (disk full, a transient I/O error, a damaged segment) is retried with
-exponential back-off (``retry_first_s`` doubling up to ``retry_max_s``), forever: a seal that
+A job that fails (disk full, a transient I/O error, a damaged segment) is retried with the
+exponential back-off of ``reopen.py`` (``retry_first_s`` doubling up to ``retry_max_s``; the
+time from ``clock``), forever: a seal that
 never happens would block retention of that partition. The job itself reports the failure
 (``Partition`` keeps it for ``SegmentLog.health()`` and ``loglake log info``); the sealer logs
 each failure as a structured event. ``drain`` waits for queued jobs, not for scheduled retries.
@@ -39,6 +40,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from loglake.log import fs
+from loglake.log.reopen import Backoff
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -71,8 +73,12 @@ class Sealer:
     retry_first_s = 1.0
     retry_max_s = 60.0
 
-    def __init__(self, processes: bool = False) -> None:
+    def __init__(
+        self, processes: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.processes = processes
+        self._clock = clock
+        """Monotonic seconds, for the retries' back-off."""
         """Seal in a child process (``run``)."""
         self._pool: ProcessPoolExecutor | None = None
         self._q: queue.Queue[tuple[Job, int] | None] = queue.Queue()
@@ -122,7 +128,7 @@ class Sealer:
 
     def _due(self) -> float | None:
         """Queue the retries that are due; seconds until the next one (None: none left)."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             while self._retries and self._retries[0][0] <= now:
                 _, _, job, attempt = heapq.heappop(self._retries)
@@ -147,7 +153,7 @@ class Sealer:
                 except Exception as e:  # keep sealing the others; this one is retried
                     # where a failure is kept for users: the job's own report (the partition's
                     # seal_failure, SEAL_FAILED, health(), `loglake log info`), not a list here
-                    delay = min(self.retry_max_s, self.retry_first_s * 2**attempt)
+                    delay = Backoff(self.retry_first_s, self.retry_max_s).delay(attempt)
                     log_event(
                         logger,
                         logging.ERROR,
@@ -159,7 +165,7 @@ class Sealer:
                     with self._lock:
                         heapq.heappush(
                             self._retries,
-                            (time.monotonic() + delay, next(self._order), job, attempt + 1),
+                            (self._clock() + delay, next(self._order), job, attempt + 1),
                         )
             finally:
                 self._q.task_done()

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, TypeVar
 from crc32c import crc32c
 
 from loglake.errors import LoglakeError
-from loglake.log import fs
+from loglake.log import fs, recovery
 from loglake.log.api import (
     CorruptStore,
     CreateFailed,
@@ -279,7 +279,7 @@ class SegmentLog(Log):
         back-off and counters are kept)."""
         # a copy: ``_touch`` reorders the dict without the lock (the lock-free push path)
         for key, part in list(self._open_lru.items()):  # noqa: B007 -- the one it stops at
-            if part.failure is None:
+            if part.reopen.error is None:
                 break
         else:
             return False
@@ -289,7 +289,7 @@ class SegmentLog(Log):
             s.slots[key[1]] = None
         try:
             part.retire()
-            if s is not None and not self.readonly and part.failure is None:
+            if s is not None and not self.readonly and part.reopen.error is None:
                 s.closed_info[key[1]] = part.snapshot()
         except StorageFailed as e:  # its waiters failed with it; the next open recovers it
             log_event(
@@ -417,10 +417,10 @@ class SegmentLog(Log):
         under the lock, which answers each case."""
         while True:
             part = self._opened_partition(stream, partition)
-            if part is None or (write and part.failure is not None):
+            if part is None or (write and part.reopen.error is not None):
                 with self._lock:
                     part = self._partition(stream, partition)
-                if write and part.failure is not None:
+                if write and part.reopen.error is not None:
                     part = self._reopen(stream, partition, part)
             try:
                 return call(part)
@@ -452,21 +452,21 @@ class SegmentLog(Log):
         reaching it run again on the new one, and its read descriptors close when the last
         read using them ends."""
         now = self._clock()
-        if now < old.next_reopen_at:
-            raise old.refusal(now)
+        if now < old.reopen.next_at:
+            raise recovery.refusal(old, now)
         with self._reopen_lock:
             with self._lock:
                 s = self._stream(stream)
                 if s.slots[partition] is not old:  # reopened (it may have failed too) or closed
                     return self._slot(stream, s, partition)
             now = self._clock()
-            if now < old.next_reopen_at:
-                raise old.refusal(now)
+            if now < old.reopen.next_at:
+                raise recovery.refusal(old, now)
             old.quiesce()
             try:
                 new = self._open_partition(stream, s.config, partition)
             except Exception as e:
-                raise old.reopen_failed(now, e) from e
+                raise recovery.reopen_failed(old, now, e) from e
             new.took_over(old)
             with self._lock:
                 if self._closed:
@@ -476,16 +476,16 @@ class SegmentLog(Log):
                 self._open_lru.pop((stream, partition), None)
                 self._open_lru[(stream, partition)] = new
         old.retire()
-        assert old.failure is not None
+        assert old.reopen.error is not None
         log_event(
             logger,
             logging.WARNING,
             "reopened a failed partition from disk",
             stream=stream,
             partition=partition,
-            error=str(old.failure),
-            failed_attempts=old.reopen_attempts,
-            down_s=round(now - old.failed_at, 3),
+            error=str(old.reopen.error),
+            failed_attempts=old.reopen.attempts,
+            down_s=round(now - old.reopen.failed_at, 3),
             next_index=new.next_index,
         )
         return new
