@@ -116,7 +116,7 @@ def test_the_log_recovers_from_faults_without_a_restart(tmp_path, seed):
     import random
 
     from loglake.log import Entry, StorageFailed, StreamConfig, open_log
-    from loglake.log.partition import REOPEN_MAX_S
+    from loglake.log.reopen import REOPEN_MAX_S
     from tests.faults.faultfs import FaultyFs
     from tests.faults.inject import describe, typed
     from tests.log.clock import ManualClock

@@ -9,7 +9,7 @@ import pytest
 
 from loglake.log import StorageFailed, open_log
 from loglake.log.consumer_store import FILE_NAME
-from loglake.log.partition import REOPEN_FIRST_S
+from loglake.log.reopen import REOPEN_FIRST_S
 from tests.log.clock import ManualClock
 from tests.log.simdisk import SimDisk
 

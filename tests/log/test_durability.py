@@ -555,6 +555,8 @@ def test_retention_deleting_a_segment_under_a_lock_free_read(tmp_path, monkeypat
 def test_a_read_whose_segment_index_is_not_loaded_survives_retention_deleting_it(tmp_path):
     """The segment is pinned (fd open) but its ``.idx`` was never read; retention deletes
     both files before the read loads the index: the index is rebuilt from the open fd."""
+    from loglake.log import reads
+
     cfg = StreamConfig(segment_bytes=2000, retention_records=1, seal_to_lake=False)
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
@@ -563,10 +565,10 @@ def test_a_read_whose_segment_index_is_not_loaded_survives_retention_deleting_it
     log = open_log(tmp_path)  # fresh: no sealed segment's index is loaded yet
     part = log._partition("s", 0)
     with part._lock:
-        view = part._pin_view(0, 5)
+        view = reads.pin_view(part, 0, 5)
     assert log.enforce_retention() > 0
     try:
-        got = part._read_segments(view, 0, 5, 5)
+        got = reads.read_segments(part, view, 0, 5, 5)
     finally:
         with part._lock:
             for seg, _ in view:

@@ -17,7 +17,8 @@ import threading
 import pytest
 
 from loglake.log import SegmentLog, StorageFailed, StreamConfig, fs, open_log
-from loglake.log.partition import CHUNK_BYTES, REOPEN_FIRST_S
+from loglake.log.partition import CHUNK_BYTES
+from loglake.log.reopen import REOPEN_FIRST_S
 from tests.log.clock import ManualClock
 from tests.log.simdisk import SimDisk
 from tests.waiting import wait_until

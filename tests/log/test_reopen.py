@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from loglake.log import Entry, StorageFailed, StreamConfig, fs, open_log
 from loglake.log.cli import command
-from loglake.log.partition import REOPEN_FIRST_S, REOPEN_MAX_S, STORAGE_FAILED_FILE
+from loglake.log.recovery import STORAGE_FAILED_FILE
+from loglake.log.reopen import REOPEN_FIRST_S, REOPEN_MAX_S
 from tests.log.clock import ManualClock
 from tests.log.simdisk import SimDisk
 

@@ -593,7 +593,7 @@ def test_a_failed_fsync_fails_the_partition_until_it_reopens(tmp_path, monkeypat
     import errno
 
     from loglake.log import StorageFailed
-    from loglake.log.partition import REOPEN_FIRST_S
+    from loglake.log.reopen import REOPEN_FIRST_S
     from tests.log.clock import ManualClock
 
     clock = ManualClock()

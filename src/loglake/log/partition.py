@@ -1,4 +1,4 @@
-"""One partition of a stream: its segments, its lake files, appends, reads, retention.
+"""One partition of a stream: its segments, its lake files, appends and durability.
 
 Why here: everything that must agree about a partition's index range (the active segment, the
 sealed ones, the lake files, the group commit) changes under one lock in one object, so the
@@ -7,12 +7,13 @@ rules of ``loglake.log.api`` hold between any two calls:
 - indexes are assigned from ``next_index`` in append order, one ``write`` per batch;
 - a segment rolls when the next batch would push it past ``segment_bytes``; the rolled segment is
   fsynced, closed and, with ``seal_to_lake``, written to the lake before appends go on;
-- reads below the first live segment are served from the lake (``lake.py``);
-- retention deletes whole sealed segments whose every record is outside the window (Kafka's
-  rule), never the active one, and never a segment that should be in the lake but is not yet;
 - a failed fsync fails the partition for good (``_fsync``): it writes nothing more, and
-  ``SegmentLog`` replaces it with a new ``Partition`` opened from disk (``retire``, the back-off
-  fields, ``PartitionRetired``).
+  ``SegmentLog`` replaces it with a new ``Partition`` opened from disk (``retire``,
+  ``PartitionRetired``) once the back-off of ``reopen.py`` has passed.
+
+The rest works on a partition from its own module, each under this object's lock: opening it
+and following a writer (``recovery.py``), reading it (``reads.py``), sealing, retention and
+truncation (``retention.py``). What stays here is the append path and the durability state.
 """
 
 from __future__ import annotations
@@ -25,16 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from loglake.log import fs, recovery, retention, watermark
+from loglake.log import fs, reads, recovery, retention, watermark
 from loglake.log.api import (
-    CorruptSegment,
     Durability,
     Entry,
     LogClosed,
     PartitionHealth,
-    Record,
     SealFailure,
     StorageFailed,
     StorageFailure,
@@ -44,15 +43,11 @@ from loglake.log.group_commit import GroupCommit
 from loglake.log.lake import (
     LakeFile,
     check_lake_file,
-    list_lake_files,
-    plain_table,
-    read_lake_file,
-    records_table,
-    visible_lake_files,
 )
+from loglake.log.reads import TABLE_BYTES
 from loglake.log.record_codec import encode_batch_parts, encode_plain_parts
 from loglake.log.recovery import STORAGE_FAILED_FILE
-from loglake.log.reopen import REOPEN_FIRST_S, REOPEN_MAX_S, Reopen
+from loglake.log.reopen import Reopen
 from loglake.log.retention import SEAL_FAILED_FILE
 from loglake.log.sealer import Sealer
 from loglake.log.segment import Segment
@@ -64,33 +59,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-__all__ = ["REOPEN_FIRST_S", "REOPEN_MAX_S", "Partition", "PartitionRetired"]
-
-
 class PartitionRetired(LogClosed):
     """The partition object was replaced by a reopened one. Raised before the call did
     anything, so ``SegmentLog`` runs the call again on the new object; never seen by users."""
 
 
-TABLE_BYTES = 8 * 1024 * 1024
-"""Records per table of ``read_tables``, in bytes (about; whole index entries)."""
 CHUNK_BYTES = 256 * 1024
 """A ``batch`` append larger than this is written in chunks of about this size, an fsync of
 each started while the next is encoded (see ``Partition._append``)."""
-
-
-T = TypeVar("T")
-
-
-def _call(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
-
-
-def _chunk_records(items: Sequence) -> int:
-    """How many records of ``items`` make about ``CHUNK_BYTES`` (sized by the first one)."""
-    head = items[0]
-    size = len(head) if isinstance(head, (bytes, bytearray, memoryview)) else len(head.data)
-    return max(1, CHUNK_BYTES // (size + 64))
 
 
 class Partition:
@@ -256,10 +232,17 @@ class Partition:
         now = time.time_ns()
         n = len(items)
         with self._lock:
-            self._check_writable()
+            # (the checks and the chunk size inline: this is the push path, a call each costs)
+            if self.retired or self._closed or self.reopen.error is not None:
+                self._check_writable()  # raises the error that says why
             active = self.segments[-1]
             first = active.next_index
-            step = _chunk_records(items) if durability == "batch" and n > 1 else n
+            step = n
+            if durability == "batch" and n > 1:  # chunks of about CHUNK_BYTES, by the first
+                head = items[0]
+                raw = isinstance(head, (builtins.bytes, bytearray, memoryview))
+                head_size = len(head) if raw else len(head.data)
+                step = max(1, CHUNK_BYTES // (head_size + 64))
             done = 0
             while True:
                 part = items if step >= n else items[done : done + step]
@@ -301,7 +284,8 @@ class Partition:
             return []
         now = time.time_ns()
         with self._lock:
-            self._check_writable()
+            if self.retired or self._closed or self.reopen.error is not None:
+                self._check_writable()  # raises the error that says why
             active = self.segments[-1]
             first = active.next_index
             parts, size, offsets, max_ts = encode_plain_parts(datas, first, now)
@@ -332,8 +316,11 @@ class Partition:
             except OSError as e:
                 raise self._fail("fsync", e) from e
             self._durable_next = max(self._durable_next, nxt)
-            if self._mark is not None:
-                self._put_mark(seg.base, size, nxt)  # no-op if a roll published past it
+            if self._mark is not None:  # ``_put_mark``, inline: no-op if a roll published past it
+                try:
+                    self._mark.publish(seg.base, size, nxt)
+                except OSError as e:
+                    raise self._fail("writing the durable watermark", e) from e
                 if time.monotonic() - self._mark_synced_at >= watermark.SYNC_INTERVAL_S:
                     self._mark_synced_at = time.monotonic()
                     self._fsync(self._mark.sync)
@@ -481,220 +468,21 @@ class Partition:
                 self._gc.mark_synced(self._seq)
 
     # -- reading ----------------------------------------------------------------------------
+    # -- reading: reads.py --------------------------------------------------------------------
     def read(self, start: int, limit: int | None, end: int | None, pairs: bool = False) -> list:
-        """Records ``start <= index < end`` (at most ``limit``) from the lake below the first
-        live segment and from segments above it.
-
-        Reads do not hold the partition lock while they touch the disk, so a cold read never
-        stalls appends: under the lock a read only takes a view (which segments,
-        their sizes, the visible end) and pins those segments (their read fds stay open if
-        retention deletes them meanwhile). The bytes it then reads are immutable: sealed
-        segments, lake files, and the part of the active segment below its size at that moment
-        (appends only add past it)."""
-        with self._lock:
-            self._check_open()
-            if self.readonly:
-                self.refresh()
-            visible = self.visible_next
-        end = visible if end is None else min(end, visible)
-        pos = start
-        remaining = None if limit is None else max(0, limit)
-        out: list = []  # records, or (index, data) pairs
-        misses = 0
-        while (remaining is None or remaining > 0) and pos < end:
-            with self._lock:
-                self._check_open()  # a closed partition's segments must not be pinned again
-                pos = max(pos, self.first_index)
-                seg_first = self.segments[0].base if self.segments else self.next_index
-                view = None
-                if pos >= seg_first or not self.lake:
-                    try:
-                        view = self._pin_view(pos, end)
-                    except FileNotFoundError:
-                        misses = self._missed(misses)  # deleted by the writer since listed
-                        continue
-                lf = None if view is not None else self._lake_file_at(pos)
-            if view is not None:
-                try:
-                    out += self._read_segments(view, pos, end, remaining, pairs)
-                finally:
-                    with self._lock:
-                        for seg, _ in view:
-                            seg.unpin()
-                break
-            if lf is None or lf.first >= seg_first:
-                pos = seg_first  # a gap in the lake (it never held that range)
-                continue
-            want = min(end, seg_first, lf.last + 1) - max(pos, lf.first)
-            if remaining is not None:
-                want = min(want, remaining)
-            try:
-                got = read_lake_file(lf, self.stream, self.partition, pos, end, want)
-            except FileNotFoundError:
-                # Removed since we listed it: by lake retention, or by a compaction that wrote
-                # a file covering it. Look again.
-                with self._lock:
-                    misses = self._missed(misses)
-                continue
-            out += [(r.index, r.data) for r in got] if pairs else got
-            if remaining is not None:
-                remaining -= len(got)
-            pos = max(pos, lf.first) + want
-        return out
+        """Records ``start <= index < end`` (at most ``limit``), or ``(index, data)`` pairs
+        (``reads.read``)."""
+        return reads.read(self, start, limit, end, pairs)
 
     def read_tables(self, start: int, end: int, max_bytes: int = TABLE_BYTES) -> Iterator[pa.Table]:
-        """What ``read(start, None, end)`` returns, as tables in the lake's schema of about
-        ``max_bytes`` of records each, in index order.
-
-        Why: a Spark task reading the live tail (the ``loglake`` source, ``job archives-build``)
-        spent ~6 µs a record building a ``Record`` and then an Arrow row from it. Records in
-        the segments come out as columns straight from their bytes (``Segment.plain_chunk``,
-        ``plain_table``). Everything else — the lake below the segments, records with a key or
-        headers, a damaged or torn frame — comes through ``read``, row by row, with its
-        checks and its errors. A chunk's segment is pinned only while its bytes are read."""
-        pos = start
-        while pos < end:
-            with self._lock:
-                self._check_open()
-                if self.readonly:
-                    self.refresh()
-                stop = min(end, self.visible_next)
-                pos = max(pos, self.first_index)
-                if pos >= stop:
-                    return
-                seg_first = self.segments[0].base if self.segments else self.next_index
-                view = self._pin_view(pos, pos + 1) if pos >= seg_first else []
-            chunk_end: int | None = None  # where the segment's chunk ends, once known
-            fast = None
-            try:
-                if view:
-                    seg, size = view[0]
-                    chunk_end, fast = seg.plain_chunk(pos, stop, size, max_bytes)
-            except FileNotFoundError:  # deleted since it was listed: read() looks again
-                pass
-            finally:
-                if view:
-                    with self._lock:
-                        view[0][0].unpin()
-            table = None if fast is None else plain_table(*fast, self.stream, self.partition)
-            if fast is not None and table is not None:
-                first = int(fast[1].index[0])
-                hi = min(stop, first + table.num_rows)
-                yield table.slice(pos - first, hi - pos)
-                pos = hi
-                continue
-            # the chunk row by row; else (the lake below the segments, a segment deleted
-            # meanwhile) about max_bytes of rows
-            if chunk_end is not None:
-                rows = self.read(pos, None, min(stop, max(chunk_end, pos + 1)))
-            else:
-                rows = self.read(pos, max(1, max_bytes // 1024), stop)
-            if not rows:
-                return
-            yield records_table(rows, self.stream, self.partition)
-            pos = rows[-1].index + 1
-
-    def _missed(self, misses: int) -> int:
-        """A file listed a moment ago is gone (caller holds the lock): look again, up to 5
-        times."""
-        if misses >= 5:
-            raise FileNotFoundError(f"{self.dir}: files keep disappearing under a read")
-        if self.readonly:
-            self.refresh()
-        else:
-            self.lake = visible_lake_files(list_lake_files(self.lake_dir))
-        return misses + 1
-
-    def _pin_view(self, pos: int, end: int) -> list[tuple[Segment, int]]:
-        """``(segment, size now)`` of the segments holding ``pos..end``, pinned (caller holds
-        the lock)."""
-        view: list[tuple[Segment, int]] = []
-        i = max(0, bisect.bisect_right([s.base for s in self.segments], pos) - 1)
-        try:
-            for seg in self.segments[i:]:
-                if seg.base >= end:
-                    break
-                seg.pin()
-                view.append((seg, seg.size))
-        except BaseException:
-            for seg, _ in view:
-                seg.unpin()
-            raise
-        return view
+        """``read(start, None, end)`` as tables in the lake's schema (``reads.read_tables``)."""
+        return reads.read_tables(self, start, end, max_bytes)
 
     def _lake_file_at(self, pos: int) -> LakeFile | None:
         """The first lake file holding an index >= ``pos``."""
         i = bisect.bisect_right([f.last for f in self.lake], pos - 1)
         return self.lake[i] if i < len(self.lake) else None
 
-    def _read_segments(
-        self,
-        view: list[tuple[Segment, int]],
-        pos: int,
-        end: int,
-        remaining: int | None,
-        pairs: bool = False,
-    ) -> list:
-        out: list = []
-        for seg, size in view:
-            if (remaining is not None and remaining <= 0) or pos >= end:
-                break
-            want = end - pos if remaining is None else remaining
-            try:
-                got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
-            except CorruptSegment as e:
-                copy = self._lake_copy_read(seg, e, pos, end, want, pairs)
-                out += copy
-                if remaining is not None:
-                    remaining -= len(copy)
-                pos = max(pos, seg.next_index)
-                continue
-            if got is None:  # the writer's active segment has a wrong index entry
-                with self._lock:
-                    seg.rebuild_index()
-                    got = seg.read(pos, end, want, pairs, size)
-                assert got is not None
-            if pairs:
-                out += got
-            else:
-                stream, partition = self.stream, self.partition
-                out += [Record(stream, partition, *row) for row in got]
-            if remaining is not None:
-                remaining -= len(got)
-            pos = max(pos, seg.next_index)
-        return out
-
-    def _lake_copy_read(
-        self, seg: Segment, e: CorruptSegment, pos: int, end: int, want: int, pairs: bool
-    ) -> list:
-        """A sealed segment failed its checksums: its records come from its lake copy, which
-        ``read_lake_file`` verifies, and the damage is logged (once a file) for ``loglake log
-        verify`` to find. No verified copy: the segment's error stands."""
-        with self._lock:
-            lf = (
-                self._lake_file_at(seg.base)
-                if seg.is_sealed and retention.lake_has(self, seg)
-                else None
-            )
-            first_time = seg.path not in self.damaged
-            self.damaged.add(seg.path)
-        if lf is None:
-            raise e
-        if first_time:
-            log_event(
-                logger,
-                logging.ERROR,
-                "sealed segment damaged; served from its lake copy",
-                file=seg.path,
-                offset=e.offset,
-                reason=e.reason,
-                lake=str(lf.path),
-            )
-        hi = min(end, seg.next_index)
-        got = read_lake_file(lf, self.stream, self.partition, pos, hi, min(want, hi - pos))
-        return [(r.index, r.data) for r in got] if pairs else got
-
-    # -- retention --------------------------------------------------------------------------
     # -- retention: retention.py ------------------------------------------------------------
     def enforce_retention(self, now_ns: int) -> int:
         """``retention.enforce``: delete what the stream's retention lets go."""

@@ -2,7 +2,7 @@
 
 Why: sealed history is kept twice — the sealed segment (``segment.py``, CRC per record) and its
 lake copy (``lake.py``, Parquet with page checksums). A read of a sealed segment that fails its
-checksums is already served from a lake copy that verifies (``Partition._lake_copy_read``), but
+checksums is already served from a lake copy that verifies (``reads._lake_copy_read``), but
 the damaged file stays damaged, and the next bit flip in the other copy would lose the range.
 ``loglake log verify --repair`` closes that window: each damaged copy is rebuilt from the one
 that verifies, in both directions (a sealed segment from the lake file holding its range; a

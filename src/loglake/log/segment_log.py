@@ -21,7 +21,7 @@ CLI inspection): no lock, no file is created, changed or truncated, a torn tail 
 reading stops, and every call looks again at the files to follow the writer.
 
 A partition whose fsync failed (``StorageFailed``) is never fsynced again (fsyncgate): on an
-append at least ``REOPEN_FIRST_S`` after the failure the log reopens it from disk — a new
+append at least ``reopen.REOPEN_FIRST_S`` after the failure the log reopens it from disk — a new
 ``Partition``, the recovery of opening the log — and the append goes to it; while reopening
 fails, attempts back off up to ``REOPEN_MAX_S`` (``_reopen``). Time comes from ``clock``, so tests
 drive it.
