@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from icp_candid import Types
-from icp_candid import decode as _candid_decode
 from icp_candid import encode as _candid_encode
 from icp_candid.candid import RecClass
 from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
-from loglake.wire.candid_check import CandidError, check_message
-from loglake.wire.candid_fast import MAX_PRINCIPAL_BYTES
+from loglake.wire import candid
+from loglake.wire.candid import MAX_PRINCIPAL_BYTES, CandidError
 
 Value = dict[str, Any]
 
@@ -279,56 +278,16 @@ def decode_map(data: bytes) -> list[tuple[str, Value]]:
         raise ICRC16DecodeError(f"not an ICRC16Map: {e}") from e
 
 
-def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
-    """``icp_candid.decode`` with every failure mapped to :class:`ICRC16DecodeError`.
-
-    icp_candid raises ValueError, IndexError, KeyError, struct.error, UnicodeDecodeError or
-    RecursionError on bad input, depending on where it breaks; callers see one typed error.
-    """
-    if not isinstance(data, bytes | bytearray):
+def candid_decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
+    """The values of a Candid message as ``types`` (``loglake.wire.candid``: spec-strict, with
+    the spec's subtyping, for any encoder's type table); every failure is
+    :class:`ICRC16DecodeError`."""
+    if not isinstance(data, bytes | bytearray | memoryview):
         raise ICRC16DecodeError("Candid input must be bytes")
-    data = bytes(data)
-    if len(types) == 1:
-        fast = _fast_decoder(types[0])
-        try:
-            got = fast.decode(data) if fast is not None else None
-        except RecursionError as e:
-            raise ICRC16DecodeError("Candid value nested too deeply") from e
-        except (ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
-            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-        except Exception as e:  # struct.error and the like
-            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-        if got is not None:
-            return got
-    try:  # icp_candid is lax (opt flags, leftover bytes, indexes): check the spec's rules first
-        check_message(data)
+    try:
+        return candid.decode(data, types)
     except CandidError as e:
         raise ICRC16DecodeError(f"malformed Candid: {e}") from None
-    try:
-        out = _candid_decode(data, types)
-    except RecursionError as e:
-        raise ICRC16DecodeError("Candid value nested too deeply") from e
-    except Exception as e:  # icp_candid raises many bare types; all mean "malformed"
-        raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-    if len(out) != len(types):
-        raise ICRC16DecodeError(f"expected {len(types)} Candid values, got {len(out)}")
-    return [o["value"] for o in out]
-
-
-_FAST: dict[int, Any] = {}
-
-
-def _fast_decoder(t: Any) -> Any:
-    """The compiled decoder of ``t`` (loglake.wire.candid_fast), cached per type object."""
-    from loglake.wire.candid_fast import FastDecoder
-
-    key = id(t)
-    if key not in _FAST:
-        try:
-            _FAST[key] = (t, FastDecoder(t))
-        except TypeError:
-            _FAST[key] = (t, None)
-    return _FAST[key][1]
 
 
 # --- helpers for building and reading values -------------------------------------------------
