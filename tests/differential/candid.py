@@ -20,12 +20,22 @@ reference: @dfinity/candid reads a ``vec`` of fixed-size numbers (``nat8`` … `
 short by the end of the message is accepted with fewer elements (@dfinity/candid 3.4.3 decodes
 ``DIDL 01 6d 7b 01 00 03 01`` to ``[1]``); the spec has no such value, and loglake rejects it
 as truncated. A mutant loglake rejects as truncated while the reference accepts it is skipped
-(never the other way round).
+(never the other way round). Two more defects of the reference, where loglake follows the spec:
+``VecClass.decodeValue`` reads a ``vec`` of fixed-size numbers at the *expected* element's width
+without checking the wire's (``vec nat8`` bytes read as ``vec nat32``), and skipping a value
+through a recursive wire type it can refuse a type as not equal to itself ("type mismatch: type
+on the wire vec rec_1, expect type vec rec_1"); such mutants are skipped.
+
+Where the reference departs from the spec by design (a wire ``nat`` read as ``int``, a missing
+record field of type ``null``, missing trailing ``opt`` arguments: ``wire/candid.py``), a
+disagreement is counted in :data:`SPEC_OVER_REFERENCE` — not a failure — when loglake's decoder
+with those departures (``decode_with_reference_quirks``) gives the reference's answer.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from hypothesis import strategies as st
@@ -192,6 +202,25 @@ def _spec_difference(t: dict[str, Any], m: bytes, ref: dict[str, Any]) -> bool:
     return quirk.get("value", object()) == ref.get("value", object())
 
 
+_SELF_MISMATCH = re.compile(r"type mismatch: type on the wire (.+), expect type \1$")
+_FIXED_NUMBERS = frozenset(range(-14, -4))  # nat8 … int64, float32, float64
+
+
+def _reference_defect(m: bytes, mine: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Two defects of @dfinity/candid 3.4.3 (``idl.js``) the spec settles (module docstring)."""
+    if _SELF_MISMATCH.match(ref.get("throws", "")):
+        return True  # it refuses a wire type as not equal to itself (skipping a recursive type)
+    if "value" in ref and "of another type" in mine.get("rejects", ""):
+        try:
+            table = read_header(m)[0]
+        except CandidError:
+            return False
+        # it reads a vec of fixed-size numbers at the expected element's width, never
+        # checking the wire's (``VecClass.decodeValue``)
+        return any(op == -19 and el in _FIXED_NUMBERS for op, el in table)
+    return False
+
+
 def loglake_encode(t: dict[str, Any], v: Any) -> bytes:
     return candid_encode([{"type": icp_type(t), "value": to_icp(t, v)}])
 
@@ -243,8 +272,18 @@ def check(peer: DiffPeer, batch: Any, header_mutants: bool = False) -> tuple[int
         if "rejects" in mine and "value" in ref and any(s in mine["rejects"] for s in _TRUNCATED):
             continue  # the reference's short read of a cut ``vec nat8`` (module docstring)
         if mine.get("value", object()) != ref.get("value", object()):
+            if _reference_defect(m, mine, ref):
+                continue
             if _spec_difference(t, m, ref):
                 SPEC_OVER_REFERENCE.append(f"{m.hex()} as {t}: loglake {mine}, reference {ref}")
                 continue
             bad.append(f"mutant {m.hex()} as {t}: loglake {mine}, reference {ref}")
     return cases, bad
+
+
+def check_both(peer: DiffPeer, batch: Any) -> tuple[int, list[str]]:
+    """Both passes on one batch: value mutants under the reference's type table, then mutants
+    anywhere, type table included (the subtyping rules); what ``make test`` runs."""
+    cases, bad = check(peer, batch)
+    more, worse = check(peer, batch, header_mutants=True)
+    return cases + more, bad + worse
