@@ -1,6 +1,6 @@
-"""Differential fuzzing of loglake's Candid codec (``wire.icrc16.candid_decode`` — the path every
-ICRC-72/77 call's argument and reply takes — and icp_candid's encoder, which loglake's own
-encoders match byte for byte) against @dfinity/candid, the reference implementation.
+"""Differential fuzzing of loglake's Candid codec (``wire.icrc16.candid_decode`` and
+``wire.candid.encode`` — the paths every ICRC-72/77 call's argument and reply takes) against
+@dfinity/candid, the reference implementation.
 
 Per batch drawn by hypothesis: random Candid types (records, variants, opts, vecs of the
 primitives, nested) and values of them;
@@ -20,16 +20,15 @@ reference: @dfinity/candid reads a ``vec`` of fixed-size numbers (``nat8`` … `
 short by the end of the message is accepted with fewer elements (@dfinity/candid 3.4.3 decodes
 ``DIDL 01 6d 7b 01 00 03 01`` to ``[1]``); the spec has no such value, and loglake rejects it
 as truncated. A mutant loglake rejects as truncated while the reference accepts it is skipped
-(never the other way round). Two more defects of the reference, where loglake follows the spec:
-``VecClass.decodeValue`` reads a ``vec`` of fixed-size numbers at the *expected* element's width
-without checking the wire's (``vec nat8`` bytes read as ``vec nat32``), and skipping a value
-through a recursive wire type it can refuse a type as not equal to itself ("type mismatch: type
-on the wire vec rec_1, expect type vec rec_1"); such mutants are skipped.
+(never the other way round). One more defect of the reference, where loglake follows the spec:
+skipping a value through a recursive wire type it can refuse a type as not equal to itself
+("type mismatch: type on the wire vec rec_1, expect type vec rec_1"); such mutants are skipped.
 
-Where the reference departs from the spec by design (a wire ``nat`` read as ``int``, a missing
-record field of type ``null``, missing trailing ``opt`` arguments: ``wire/candid.py``), a
-disagreement is counted in :data:`SPEC_OVER_REFERENCE` — not a failure — when loglake's decoder
-with those departures (``decode_with_reference_quirks``) gives the reference's answer.
+Where the reference departs from the spec otherwise (a wire ``nat`` read as ``int``, a missing
+record field of type ``null``, missing trailing ``opt`` arguments, a ``vec`` of fixed-size ints
+read at the expected element's width whatever the wire's: ``wire/candid.py``), a disagreement
+is counted in :data:`SPEC_OVER_REFERENCE` — not a failure — when loglake's decoder with those
+departures (``decode_with_reference_quirks``) gives the reference's answer.
 """
 
 from __future__ import annotations
@@ -40,11 +39,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 from icp_candid import Types
-from icp_candid import encode as candid_encode
 from icp_principal import Principal
 
 from loglake.errors import DecodeError
-from loglake.wire.candid import CandidError, decode_with_reference_quirks, read_header
+from loglake.wire.candid import CandidError, decode_with_reference_quirks, encode, read_header
 from loglake.wire.icrc16 import candid_decode
 from tests.differential.mutate import mutations
 from tests.differential.peer import DiffPeer
@@ -203,26 +201,16 @@ def _spec_difference(t: dict[str, Any], m: bytes, ref: dict[str, Any]) -> bool:
 
 
 _SELF_MISMATCH = re.compile(r"type mismatch: type on the wire (.+), expect type \1$")
-_FIXED_NUMBERS = frozenset(range(-14, -4))  # nat8 … int64, float32, float64
 
 
 def _reference_defect(m: bytes, mine: dict[str, Any], ref: dict[str, Any]) -> bool:
-    """Two defects of @dfinity/candid 3.4.3 (``idl.js``) the spec settles (module docstring)."""
-    if _SELF_MISMATCH.match(ref.get("throws", "")):
-        return True  # it refuses a wire type as not equal to itself (skipping a recursive type)
-    if "value" in ref and "of another type" in mine.get("rejects", ""):
-        try:
-            table = read_header(m)[0]
-        except CandidError:
-            return False
-        # it reads a vec of fixed-size numbers at the expected element's width, never
-        # checking the wire's (``VecClass.decodeValue``)
-        return any(op == -19 and el in _FIXED_NUMBERS for op, el in table)
-    return False
+    """A defect of @dfinity/candid 3.4.3 (``idl.js``) the spec settles (module docstring)."""
+    # it refuses a wire type as not equal to itself (skipping through a recursive type)
+    return _SELF_MISMATCH.match(ref.get("throws", "")) is not None
 
 
 def loglake_encode(t: dict[str, Any], v: Any) -> bytes:
-    return candid_encode([{"type": icp_type(t), "value": to_icp(t, v)}])
+    return encode([icp_type(t)], [to_icp(t, v)])
 
 
 # -- the comparison -------------------------------------------------------------------------------

@@ -39,8 +39,11 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
 
 Where the reference @dfinity/candid (3.4.3, ``idl.js``) differs from the spec, this module
 follows the spec and says so: it reads a wire ``nat`` as an expected ``int`` (the reference
-refuses), and fills a missing record field of type ``null`` (the reference fills only ``opt``
-and ``reserved``).
+refuses), fills a missing record field of type ``null`` (the reference fills only ``opt``
+and ``reserved``), reads missing trailing ``opt`` arguments as null (the reference refuses),
+and checks a ``vec`` of fixed-size ints element type against the wire's (the reference reads
+the bytes at the expected width). :func:`decode_with_reference_quirks` decodes with those
+departures, so the differential fuzzer can tell them from defects.
 
 Expected types are given as icp_candid type objects (the declarations in
 ``events/candid_types.py`` and ``wire/icrc16.py``); they are converted once into this module's
@@ -65,7 +68,13 @@ from typing import Any, Final
 from icp_candid import candid as C
 from icp_principal import Principal
 
-from loglake.wire.varint import VarintError, decode_candid_sleb, decode_candid_uleb
+from loglake.wire.varint import (
+    VarintError,
+    decode_candid_sleb,
+    decode_candid_uleb,
+    encode_sleb,
+    encode_uleb,
+)
 
 MAX_TYPE_ENTRIES: Final = 1024
 MAX_NESTING: Final = 200
@@ -118,7 +127,7 @@ Skipper = Callable[[bytes, int, int], int]
 class Node:
     """An expected type: ``op`` is the Candid opcode; constructed types carry their parts."""
 
-    __slots__ = ("as_tuple", "blob", "fields", "inner", "op", "raw")
+    __slots__ = ("alias", "as_tuple", "blob", "fields", "inner", "op", "raw")
 
     def __init__(self, op: int) -> None:
         self.op = op
@@ -127,27 +136,30 @@ class Node:
         self.as_tuple = False  # a record with fields 0..n-1: its value is a list
         self.blob = False  # vec nat8: its value is bytes
         self.raw = False  # icrc16.ICRC16_RAW_AWARE: kept as bytes when the wire type is exact
+        self.alias: Node | None = None  # a raw node: the type it is (one type table entry)
 
 
 _NODES: dict[int, tuple[Any, Node]] = {}
+_MEMO: dict[int, Node] = {}
+"""Every constructed type converted so far, by icp_candid object: one type object is one
+:class:`Node` across messages, as it is one type table entry (icp_candid's identity rule)."""
 
 
 def node(t: Any) -> Node:
     """The :class:`Node` graph of the icp_candid type ``t`` (cached per type object)."""
     got = _NODES.get(id(t))
     if got is None:
-        got = _NODES[id(t)] = (t, _convert(t, {}))
+        got = _NODES[id(t)] = (t, _convert(t, _MEMO))
     return got[1]
 
 
 def _convert(t: Any, memo: dict[int, Node]) -> Node:
-    from loglake.wire.icrc16 import ICRC16_RAW_AWARE
-
-    if t is ICRC16_RAW_AWARE:
+    if getattr(t, "raw_aware", False):  # icrc16.ICRC16_RAW_AWARE
         inner = _convert(t.get_type(), memo)
-        n = Node(inner.op)
-        n.inner, n.fields, n.raw = inner.inner, inner.fields, True
-        return n
+        if id(t) not in memo:
+            n = memo[id(t)] = Node(inner.op)
+            n.inner, n.fields, n.raw, n.alias = inner.inner, inner.fields, True, inner
+        return memo[id(t)]
     if isinstance(t, C.RecClass):
         target = t.get_type()
         if id(target) in memo:
@@ -576,6 +588,8 @@ class _Compiler:
             return None
         if eop == VEC:
             assert e.inner is not None
+            if self.quirks and NAT8 >= e.inner.op >= INT64:  # nat8 … int64
+                return _vec_at_expected_width(e)
             if e.blob and payload == NAT8:
                 return _r_blob
             elem = self.reader(payload, e.inner)
@@ -738,6 +752,24 @@ def _mismatch(why: str) -> Reader:
     return mismatch
 
 
+def _vec_at_expected_width(e: Node) -> Reader:
+    """@dfinity/candid's reading of a ``vec`` of fixed-size ints: at the expected element's
+    width, whatever the wire's element type (``VecClass.decodeValue``); quirks mode only."""
+    assert e.inner is not None
+    s = _STRUCTS[e.inner.op]
+
+    def vec(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        n, i = _leb(b, i)
+        j = i + n * s.size
+        if j > len(b):
+            raise _truncated(i)
+        if e.blob:
+            return b[i:j], j
+        return [x for (x,) in s.iter_unpack(b[i:j])], j
+
+    return vec
+
+
 def _vec(elem: Reader) -> Reader:
     def vec(b: bytes, i: int, d: int) -> tuple[Any, int]:
         if d > MAX_NESTING:
@@ -837,10 +869,11 @@ def decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
 
 
 def decode_with_reference_quirks(data: bytes, types: list[Any]) -> list[Any]:
-    """:func:`decode` with @dfinity/candid's three departures from the spec (it refuses a wire
+    """:func:`decode` with @dfinity/candid's four departures from the spec: it refuses a wire
     ``nat`` as an ``int``, a missing record field of type ``null``, and missing trailing
-    ``opt`` arguments). Only for the differential fuzzer: a disagreement that vanishes here is
-    one of those documented differences, not a defect. Never cached."""
+    ``opt`` arguments, and it reads a ``vec`` of fixed-size ints at the expected element's
+    width without checking the wire's. Only for the differential fuzzer: a disagreement that
+    vanishes here is one of those documented differences, not a defect. Never cached."""
     b = bytes(data)
     plan = compile_plan(b, [node(t) for t in types], reference_quirks=True)
     return _run(plan, b)[: len(types)]
@@ -883,16 +916,254 @@ def _own_plans(
 
 
 def own_header_of(types: list[Any]) -> bytes:
-    """What loglake's encoder (icp_candid's) writes before the values of ``types``."""
-    tt = C.TypeTable()
-    for t in types:
-        t.buildTypeTable(tt)
-    return (
-        b"DIDL"
-        + tt.encode()
-        + C.LEB128.encode_u(len(types))
-        + b"".join(t.encodeType(tt) for t in types)
-    )
+    """What loglake's encoder writes before the values of ``types``: ``DIDL``, the type table,
+    the argument types.
+
+    The table is laid out as icp-py-core and @dfinity/candid lay theirs out (an entry reserved
+    for a type when first met, depth first, record and variant fields in id order; one entry
+    per type object), so stored values written before this encoder keep their prefix
+    (``icrc16.MESSAGE_PREFIX``) byte for byte."""
+    index: dict[int, int] = {}
+    entries: list[bytes] = []
+
+    def ref(n: Node) -> bytes:
+        if n.op in _PRIMITIVES:
+            return encode_sleb(n.op)
+        n = n.alias or n
+        if id(n) not in index:
+            index[id(n)] = len(entries)
+            entries.append(b"")
+            if n.op in (OPT, VEC):
+                assert n.inner is not None
+                body = encode_sleb(n.op) + ref(n.inner)
+            else:
+                body = encode_sleb(n.op) + encode_uleb(len(n.fields))
+                body += b"".join(encode_uleb(h) + ref(t) for h, _, t in n.fields)
+            entries[index[id(n)]] = body
+        return encode_sleb(index[id(n)])
+
+    args = b"".join(ref(node(t)) for t in types)
+    return b"DIDL" + encode_uleb(len(entries)) + b"".join(entries) + encode_uleb(len(types)) + args
+
+
+# --- the encoder ---------------------------------------------------------------------------------
+Writer = Callable[[Any, bytearray], None]
+
+
+def _bad(what: str, v: Any) -> Exception:
+    from loglake.wire.icrc16 import ICRC16Error  # the caller's fault, as icrc16.validate says
+
+    return ICRC16Error(f"{what}, not {v!r:.80}")
+
+
+def _w_null(v: Any, out: bytearray) -> None:
+    if v is not None:
+        raise _bad("a Candid null is None", v)
+
+
+def _w_bool(v: Any, out: bytearray) -> None:
+    if type(v) is not bool:
+        raise _bad("a Candid bool is a bool", v)
+    out.append(1 if v else 0)
+
+
+def _w_nat(v: Any, out: bytearray) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise _bad("a Candid nat is an int >= 0", v)
+    if v < 0x80:
+        out.append(v)
+    else:
+        out += encode_uleb(v)
+
+
+def _w_int(v: Any, out: bytearray) -> None:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise _bad("a Candid int is an int", v)
+    out += encode_sleb(v)
+
+
+def _w_text(v: Any, out: bytearray) -> None:
+    if not isinstance(v, str):
+        raise _bad("a Candid text is a str", v)
+    try:
+        b = v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad("a Candid text is encodable as UTF-8", v) from None
+    out += encode_uleb(len(b))
+    out += b
+
+
+def _w_reserved(v: Any, out: bytearray) -> None:
+    return None
+
+
+def _w_empty(v: Any, out: bytearray) -> None:
+    raise _bad("no value has the Candid type empty", v)
+
+
+def _w_principal(v: Any, out: bytearray) -> None:
+    if not isinstance(v, Principal) or len(v.bytes) > MAX_PRINCIPAL_BYTES:
+        raise _bad("a Candid principal is an icp_principal.Principal of at most 29 bytes", v)
+    out.append(1)
+    out += encode_uleb(len(v.bytes))
+    out += v.bytes
+
+
+def _w_blob(v: Any, out: bytearray) -> None:
+    if isinstance(v, list | tuple) and all(type(x) is int and 0 <= x < 256 for x in v):
+        v = bytes(v)  # a vec nat8 given as numbers
+    elif not isinstance(v, bytes | bytearray | memoryview):
+        raise _bad("a Candid blob (vec nat8) is bytes", v)
+    out += encode_uleb(len(v))
+    out += v
+
+
+def _w_fixed(op: int, s: struct.Struct) -> Writer:
+    if op in (FLOAT32, FLOAT64):
+
+        def w_float(v: Any, out: bytearray) -> None:
+            if not isinstance(v, float | int) or isinstance(v, bool):
+                raise _bad("a Candid float is a float", v)
+            out += s.pack(v)
+
+        return w_float
+    bits = s.size * 8
+    lo, hi = (0, (1 << bits) - 1) if op >= NAT64 else (-(1 << bits - 1), (1 << bits - 1) - 1)
+
+    def w_fixed(v: Any, out: bytearray) -> None:
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise _bad(f"this Candid number is an int in [{lo}, {hi}]", v)
+        out += s.pack(v)
+
+    return w_fixed
+
+
+_PRIM_WRITERS: Final[dict[int, Writer]] = {
+    NULL: _w_null,
+    BOOL: _w_bool,
+    NAT: _w_nat,
+    INT: _w_int,
+    TEXT: _w_text,
+    RESERVED: _w_reserved,
+    EMPTY: _w_empty,
+    PRINCIPAL: _w_principal,
+} | {op: _w_fixed(op, s) for op, s in _STRUCTS.items()}
+
+
+def _writer(n: Node, memo: dict[int, Writer]) -> Writer:
+    """The writer of values of ``n`` in icp_candid's value form (the form the decoder
+    builds), checked as they are written."""
+    if n.op in _PRIMITIVES:
+        return _PRIM_WRITERS[n.op]
+    if id(n) in memo:
+        return memo[id(n)]
+    slot: list[Writer] = []
+    memo[id(n)] = lambda v, out: slot[0](v, out)  # a recursive type
+    w = _compile_writer(n, memo)
+    slot.append(w)
+    memo[id(n)] = w
+    return w
+
+
+def _compile_writer(n: Node, memo: dict[int, Writer]) -> Writer:
+    if n.raw:
+        from loglake.wire.icrc16 import RawValue
+
+        assert n.alias is not None
+        value = _writer(n.alias, memo)
+
+        def w_raw(v: Any, out: bytearray) -> None:
+            if type(v) is RawValue:
+                out += v.value_bytes  # stored value bytes, spliced
+            else:
+                value(v, out)
+
+        return w_raw
+    if n.op == OPT:
+        assert n.inner is not None
+        inner = _writer(n.inner, memo)
+
+        def w_opt(v: Any, out: bytearray) -> None:
+            if not isinstance(v, list | tuple) or len(v) > 1:
+                raise _bad("a Candid opt is [] or [value]", v)
+            if v:
+                out.append(1)
+                inner(v[0], out)
+            else:
+                out.append(0)
+
+        return w_opt
+    if n.op == VEC:
+        if n.blob:
+            return _w_blob
+        assert n.inner is not None
+        elem = _writer(n.inner, memo)
+
+        def w_vec(v: Any, out: bytearray) -> None:
+            if not isinstance(v, list | tuple):
+                raise _bad("a Candid vec is a list", v)
+            out += encode_uleb(len(v))
+            for x in v:
+                elem(x, out)
+
+        return w_vec
+    fields = [(name, _writer(t, memo)) for _, name, t in n.fields]
+    if n.op == RECORD:
+        if n.as_tuple:
+
+            def w_tuple(v: Any, out: bytearray) -> None:
+                if not isinstance(v, list | tuple) or len(v) != len(fields):
+                    raise _bad(f"this Candid tuple is a list of {len(fields)}", v)
+                for name, w in fields:  # fields 0..n-1: id order is index order
+                    w(v[int(name)], out)
+
+            return w_tuple
+
+        def w_record(v: Any, out: bytearray) -> None:
+            if not isinstance(v, dict):
+                raise _bad("a Candid record is a dict", v)
+            for name, w in fields:
+                if name not in v:
+                    raise _bad(f"this Candid record has a field {name!r}", v)
+                w(v[name], out)
+
+        return w_record
+    tags = {name: (k, w) for k, (name, w) in enumerate(fields)}
+
+    def w_variant(v: Any, out: bytearray) -> None:
+        if not isinstance(v, dict) or len(v) != 1:
+            raise _bad("a Candid variant is a one-key dict", v)
+        ((tag, x),) = v.items()
+        case = tags.get(tag)
+        if case is None:
+            raise _bad(f"{tag!r} is not a tag of this Candid variant", v)
+        out += encode_uleb(case[0])
+        case[1](x, out)
+
+    return w_variant
+
+
+_ENCODERS: dict[tuple[int, ...], tuple[list[Any], bytes, list[Writer]]] = {}
+
+
+def encode(types: list[Any], values: list[Any]) -> bytes:
+    """One Candid message of ``values`` as the icp_candid ``types`` (the one encoder: loglake's
+    own header, then each value checked as it is written)."""
+    key = tuple(id(t) for t in types)
+    got = _ENCODERS.get(key)
+    if got is None:
+        memo: dict[int, Writer] = {}
+        got = _ENCODERS[key] = (
+            list(types),
+            own_header_of(types),
+            [_writer(node(t), memo) for t in types],
+        )
+    if len(values) != len(types):
+        raise _bad(f"{len(types)} Candid values", values)
+    out = bytearray(got[1])
+    for w, v in zip(got[2], values, strict=True):
+        w(v, out)
+    return bytes(out)
 
 
 def header(t: Any) -> bytes:
