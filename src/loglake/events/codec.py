@@ -2,10 +2,10 @@
 
 Each method takes one Candid argument and returns one Candid value (the ICRC-72/77 batch
 methods all have this shape). :data:`METHODS` names, for every method we serve, its argument and
-result types and the converters between the dataclasses of ``messages.py`` and icp_candid's
-value form. Encoding validates values first (icp-py-core encodes values @dfinity/candid
-rejects; FIELD-NOTES "Candid"); decoding maps every failure to ``ICRC16DecodeError`` (a
-``DecodeError``).
+result types and the converters between the dataclasses of ``messages.py`` and the Candid value
+form (records as dicts, ``opt`` as ``[]``/``[v]``, variants as one-key dicts). Bytes go through
+the one Candid codec (``loglake.wire.candid``), which checks values as it writes them;
+decoding maps every failure to ``ICRC16DecodeError`` (a ``DecodeError``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The one Candid decoder: spec-strict, with the spec's subtyping, compiled once per type pair.
+"""The one Candid codec: a spec-strict decoder with the spec's subtyping, compiled once per
+(wire type table, expected type) pair, and the one encoder.
 
 Why (hand-written): every ICRC-72/77 call's argument and reply is one Candid message. The
 runtime loglake depends on for Candid types (icp-py-core's ``icp_candid``) decodes lax where
@@ -45,9 +46,10 @@ and checks a ``vec`` of fixed-size ints element type against the wire's (the ref
 the bytes at the expected width). :func:`decode_with_reference_quirks` decodes with those
 departures, so the differential fuzzer can tell them from defects.
 
-Expected types are given as icp_candid type objects (the declarations in
-``events/candid_types.py`` and ``wire/icrc16.py``); they are converted once into this module's
-:class:`Node` graph, and icp_candid's decoder is never called. The values built are icp_candid's
+What icp_candid is still for: its type objects (``Types.Record`` …) are how the ICRC types are
+declared (``events/candid_types.py``, ``wire/icrc16.py``); they are converted once into this
+module's :class:`Node` graph. Its encoder and decoder are never called at runtime (the tests
+use them as a second, independent implementation). The values built are icp_candid's
 value form, so the converters of ``events/codec.py`` apply unchanged: records as dicts (tuple
 records as lists), ``opt`` as ``[]``/``[v]``, ``vec nat8`` as bytes, principals as
 ``icp_principal.Principal``, variants as one-key dicts. A slot typed
@@ -57,6 +59,11 @@ and returned as an ``icrc16.RawValue`` of its bytes, so whoever passes it on spl
 The plan runs over ``bytes`` (a memoryview is copied once on entry): CPython indexes and slices
 ``bytes`` faster than a memoryview, and every value read from a slice must be copied anyway.
 Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
+
+The encoder (:func:`encode`) writes loglake's own header — the type table laid out as
+icp-py-core lays it out, so every message and stored value keeps the bytes it had — then each
+value from the same value form, checked as it is written (``icrc16.ICRC16Error``: the caller's
+fault). The replay batches' own writers (``events/fastcodec.py``) put the same header in front.
 """
 
 from __future__ import annotations
