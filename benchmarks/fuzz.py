@@ -207,6 +207,11 @@ def candid_diff(examples: int, seed: int, max_seconds: float) -> None:
                 max_seconds=max_seconds,
             )
             print(f"{out.report(limit=10)}\n  {out.cases / max(out.seconds, 1e-9):,.0f} cases/s")
+            spec = candid.SPEC_OVER_REFERENCE
+            print(f"  {len(spec)} mutants where loglake follows the spec and @dfinity/candid not:")
+            for line in spec[:5]:
+                print(f"    {line}")
+            spec.clear()
 
 
 if __name__ == "__main__":

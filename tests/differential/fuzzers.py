@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.differential import archives, bare, sds, torrents
+from tests.differential import archives, bare, candid, sds, torrents
 from tests.differential._run import Check, Outcome, run
 from tests.differential.peer import DiffPeer
 
@@ -79,5 +79,12 @@ FUZZERS: dict[str, Fuzzer] = {
             0.5,
         ),
         Fuzzer("torrents", "libtorrent", torrents.batches, lambda _: torrents.check, False),
+        Fuzzer(
+            "candid",
+            "@dfinity/candid",
+            candid.batches,
+            lambda peer: lambda v: candid.check_both(peer, v),
+            True,
+        ),
     )
 }

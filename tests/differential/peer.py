@@ -1,7 +1,7 @@
 """The one Python client of loglake's one Node peer (``interop/node/diff_peer.mjs``), which
-holds the reference implementations: @waku/sds (codec, bloom filter, channels) and @bare-ts/lib
-(stream service payloads). The differential fuzzers, the SDS and BARE interop tests and the
-benchmarks all drive Node through it.
+holds the reference implementations: @waku/sds (codec, bloom filter, channels), @bare-ts/lib
+(stream service payloads) and @dfinity/candid (ICRC-72/77 Candid). The differential fuzzers,
+the SDS and BARE interop tests and the benchmarks all drive Node through it.
 
 Why one long-lived process: starting Node costs ~50 ms; a JSON line costs a few. Codec commands
 take a batch (``call``: a list of items, a list of results in the same order), so a fuzzer's
@@ -18,7 +18,7 @@ from typing import Any
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "interop" / "node"
 SCRIPT = NODE_DIR / "diff_peer.mjs"
-PACKAGES = ("@waku/sds", "@bare-ts/lib", "protons-runtime")
+PACKAGES = ("@waku/sds", "@bare-ts/lib", "protons-runtime", "@dfinity/candid")
 
 
 def available() -> bool:

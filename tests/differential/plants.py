@@ -17,7 +17,7 @@ from loglake.archives import layout as archives_layout
 from loglake.archives import torrent as archives_torrent
 from loglake.sds import codec as sds_codec
 from loglake.sds.messages import HistoryEntry
-from loglake.wire import bare
+from loglake.wire import bare, candid
 from loglake.wire.varint import encode_uleb
 
 
@@ -98,6 +98,38 @@ def _bencode_chars(v: object, out: list[bytes]) -> None:
 _ORIGINAL_BENCODE = archives_torrent._bencode
 
 
+def _utf8_replacing(raw: bytes, at: int) -> str:
+    """Candid text that is not UTF-8 read with replacement characters instead of refused."""
+    return raw.decode("utf-8", errors="replace")
+
+
+@contextmanager
+def _opt_flag_any_nonzero() -> Iterator[None]:
+    """An ``opt`` flag other than 0 read as "present" (the defect the first fast path had the
+    other way round from icp_candid): every compiled plan is dropped on the way in and out."""
+    original = candid._Compiler._opt
+
+    def lax(self: Any, w: int, e: Any) -> Any:
+        read = original(self, w, e)
+
+        def opt(b: bytes, i: int, d: int) -> Any:
+            if i < len(b) and b[i] > 1:
+                b = b[:i] + b"\x01" + b[i + 1 :]
+            return read(b, i, d)
+
+        return opt
+
+    candid._PLANS.clear()
+    candid._OWN.clear()
+    candid._Compiler._opt = lax  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        candid._Compiler._opt = original  # type: ignore[method-assign]
+        candid._PLANS.clear()
+        candid._OWN.clear()
+
+
 @dataclass(frozen=True)
 class Plant:
     name: str
@@ -133,6 +165,18 @@ PLANTS: dict[str, Plant] = {
             "archives",
             "the spec padding field one byte short where its length's varint grows",
             lambda: _swapped(archives_layout, "padding_field", _padding_at_varint_jump),
+        ),
+        Plant(
+            "candid-text-utf8",
+            "candid",
+            "Candid text that is not UTF-8 read with replacement characters",
+            lambda: _swapped(candid, "_utf8", _utf8_replacing),
+        ),
+        Plant(
+            "candid-opt-flag",
+            "candid",
+            "a Candid opt flag other than 0 or 1 read as present",
+            _opt_flag_any_nonzero,
         ),
         Plant(
             "torrent-str-length",

@@ -11,8 +11,12 @@ from typing import Any
 
 from icp_candid import candid as C
 
+from loglake.wire import icrc16
+
 
 def typed(t: Any, v: Any) -> Any:
+    if isinstance(v, icrc16.RawValue):  # an Event's data kept as its bytes: its value
+        v = icrc16.to_candid(v.decode())
     if isinstance(t, C.RecClass):
         return typed(t.get_type(), v)
     if isinstance(t, C.NatClass | C.IntClass):

@@ -23,8 +23,9 @@ from tests.procs import free_port
 
 HOSTILE_NAT = b"DIDL\x00\x01\x7d" + b"\xff" * 500_000 + b"\x01"
 """``loglake_inbox``'s argument (a ``nat``) as 500 kB of LEB128 continuation octets."""
-HOSTILE_FOREIGN = b"DIDL\x01\x6e\x7d\x01\x00\x01" + b"\xff" * 500_000 + b"\x01"
-"""The same through another encoder's type table (``opt nat``): the generic decoding path."""
+HOSTILE_FOREIGN = b"DIDL\x01\x6e\x7d\x01\x7d" + b"\xff" * 500_000 + b"\x01"
+"""The same through another encoder's type table (an unused ``opt nat`` entry, the argument a
+``nat``): not loglake's own header, so a plan of its own reads the value."""
 
 
 def _serve(max_body_bytes: int | None = None):

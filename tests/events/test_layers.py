@@ -38,7 +38,7 @@ PURE_OUTSIDE = {
     "loglake.errors": None,
     "loglake.wire": None,
     "loglake.wire.icrc16": None,
-    "loglake.wire.candid_fast": None,
+    "loglake.wire.candid": None,
     "loglake.wire.icrc16_encode": None,
     "loglake.wire.varint": None,
     "loglake.streams.api": {"StreamMessage", "check_stream_name"},

@@ -22,7 +22,7 @@ from tests.fuzz import _harness
 EXPECTED = (icrc16.ICRC16DecodeError,)
 INSTRUMENT = (
     "loglake.wire.icrc16",
-    "loglake.wire.candid_fast",
+    "loglake.wire.candid",
     "loglake.wire.varint",
     "icp_candid",
 )

@@ -2,10 +2,10 @@
 
 Each method takes one Candid argument and returns one Candid value (the ICRC-72/77 batch
 methods all have this shape). :data:`METHODS` names, for every method we serve, its argument and
-result types and the converters between the dataclasses of ``messages.py`` and icp_candid's
-value form. Encoding validates values first (icp-py-core encodes values @dfinity/candid
-rejects; FIELD-NOTES "Candid"); decoding maps every failure to ``ICRC16DecodeError`` (a
-``DecodeError``).
+result types and the converters between the dataclasses of ``messages.py`` and the Candid value
+form (records as dicts, ``opt`` as ``[]``/``[v]``, variants as one-key dicts). Bytes go through
+the one Candid codec (``loglake.wire.candid``), which checks values as it writes them;
+decoding maps every failure to ``ICRC16DecodeError`` (a ``DecodeError``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from icp_candid import Types
-from icp_candid import encode as _encode
 from icp_principal import Principal
 
 from loglake.events import candid_types as T
@@ -33,7 +32,7 @@ from loglake.events.messages import (
     ReplayStatus,
     ReplayStatusUpdate,
 )
-from loglake.wire import icrc16
+from loglake.wire import candid, icrc16
 from loglake.wire.icrc16 import ICRC16_RAW_AWARE, ICRC16DecodeError, RawValue, candid_decode
 
 # icrc72_publish's argument: the ICRC-72 Event whose `data` may be spliced from stored bytes
@@ -340,7 +339,7 @@ class Method:
     def encode_arg(self, arg: Any) -> bytes:
         if self.fast_arg is not None:
             return self.fast_arg(arg)
-        return _encode([{"type": self.arg_type, "value": self.arg_to(arg)}])
+        return candid.encode([self.arg_type], [self.arg_to(arg)])
 
     def decode_arg(self, data: bytes) -> Any:
         if self.fast_arg_decode is not None and isinstance(data, bytes | bytearray):
@@ -354,7 +353,7 @@ class Method:
             out = self.fast_ret(ret)
             if out is not None:
                 return out
-        return _encode([{"type": self.ret_type, "value": self.ret_to(ret)}])
+        return candid.encode([self.ret_type], [self.ret_to(ret)])
 
     def decode_ret(self, data: bytes) -> Any:
         if self.fast_ret_decode is not None and isinstance(data, bytes | bytearray):

@@ -31,7 +31,7 @@ from icp_principal import Principal
 
 from loglake.events import candid_types as T
 from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
-from loglake.wire.candid_fast import compile_reader, header
+from loglake.wire.candid import header, own_reader
 from loglake.wire.icrc16 import (
     ICRC16,
     MAX_DEPTH,
@@ -318,8 +318,7 @@ def _compile_value() -> Callable[[bytes, int, int], tuple[Any, int]]:
     cases: list[tuple[str, Callable[[bytes, int, int], tuple[Any, int]]]] = []
 
     def leaf(t: Any) -> Callable[[bytes, int, int], tuple[Any, int]]:
-        rd = compile_reader(t)  # text, nat, int, fixed, float, bool, principal, blob, vec nat…
-        return lambda b, i, d: rd(b, i)
+        return own_reader(t)  # text, nat, int, fixed, float, bool, principal, blob, vec nat…
 
     def read(b: bytes, i: int, d: int) -> tuple[Any, int]:
         if d > MAX_DEPTH:
@@ -369,7 +368,7 @@ def _compile_value() -> Callable[[bytes, int, int], tuple[Any, int]]:
             raise ValueError("opt flag must be 0 or 1")
         return read(b, i + 1, d)
 
-    read_bool = compile_reader(Types.Bool)
+    read_bool = own_reader(Types.Bool)
 
     def class_(
         b: bytes, i: int, d: int
@@ -379,7 +378,7 @@ def _compile_value() -> Callable[[bytes, int, int], tuple[Any, int]]:
         for _ in range(n):
             v, i = read(b, i, d)
             name, i = _text_r(b, i)
-            imm, i = read_bool(b, i)
+            imm, i = read_bool(b, i, 0)
             out.append(Property(name, v, imm))
         return out, i
 

@@ -30,14 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from icp_candid import Types
-from icp_candid import decode as _candid_decode
-from icp_candid import encode as _candid_encode
 from icp_candid.candid import RecClass
 from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
-from loglake.wire.candid_check import CandidError, check_message
-from loglake.wire.candid_fast import MAX_PRINCIPAL_BYTES
+from loglake.wire import candid
+from loglake.wire.candid import MAX_PRINCIPAL_BYTES, CandidError
 
 Value = dict[str, Any]
 
@@ -258,7 +256,7 @@ def validate_map(m: Any) -> list[tuple[str, Value]]:
 def encode(v: Value) -> bytes:
     """One ICRC-16 value as a complete Candid message (``DIDL`` + type table + value)."""
     validate(v)
-    return _candid_encode([{"type": ICRC16, "value": to_candid(v)}])
+    return candid.encode([ICRC16], [to_candid(v)])
 
 
 def decode(data: bytes) -> Value:
@@ -268,7 +266,7 @@ def decode(data: bytes) -> Value:
 
 def encode_map(m: list[tuple[str, Value]]) -> bytes:
     validate_map(m)
-    return _candid_encode([{"type": ICRC16Map, "value": map_to_candid(m)}])
+    return candid.encode([ICRC16Map], [map_to_candid(m)])
 
 
 def decode_map(data: bytes) -> list[tuple[str, Value]]:
@@ -279,56 +277,16 @@ def decode_map(data: bytes) -> list[tuple[str, Value]]:
         raise ICRC16DecodeError(f"not an ICRC16Map: {e}") from e
 
 
-def candid_decode(data: bytes, types: list[Any]) -> list[Any]:
-    """``icp_candid.decode`` with every failure mapped to :class:`ICRC16DecodeError`.
-
-    icp_candid raises ValueError, IndexError, KeyError, struct.error, UnicodeDecodeError or
-    RecursionError on bad input, depending on where it breaks; callers see one typed error.
-    """
-    if not isinstance(data, bytes | bytearray):
+def candid_decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
+    """The values of a Candid message as ``types`` (``loglake.wire.candid``: spec-strict, with
+    the spec's subtyping, for any encoder's type table); every failure is
+    :class:`ICRC16DecodeError`."""
+    if not isinstance(data, bytes | bytearray | memoryview):
         raise ICRC16DecodeError("Candid input must be bytes")
-    data = bytes(data)
-    if len(types) == 1:
-        fast = _fast_decoder(types[0])
-        try:
-            got = fast.decode(data) if fast is not None else None
-        except RecursionError as e:
-            raise ICRC16DecodeError("Candid value nested too deeply") from e
-        except (ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
-            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-        except Exception as e:  # struct.error and the like
-            raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-        if got is not None:
-            return got
-    try:  # icp_candid is lax (opt flags, leftover bytes, indexes): check the spec's rules first
-        check_message(data)
+    try:
+        return candid.decode(data, types)
     except CandidError as e:
         raise ICRC16DecodeError(f"malformed Candid: {e}") from None
-    try:
-        out = _candid_decode(data, types)
-    except RecursionError as e:
-        raise ICRC16DecodeError("Candid value nested too deeply") from e
-    except Exception as e:  # icp_candid raises many bare types; all mean "malformed"
-        raise ICRC16DecodeError(f"malformed Candid: {type(e).__name__}: {e}") from e
-    if len(out) != len(types):
-        raise ICRC16DecodeError(f"expected {len(types)} Candid values, got {len(out)}")
-    return [o["value"] for o in out]
-
-
-_FAST: dict[int, Any] = {}
-
-
-def _fast_decoder(t: Any) -> Any:
-    """The compiled decoder of ``t`` (loglake.wire.candid_fast), cached per type object."""
-    from loglake.wire.candid_fast import FastDecoder
-
-    key = id(t)
-    if key not in _FAST:
-        try:
-            _FAST[key] = (t, FastDecoder(t))
-        except TypeError:
-            _FAST[key] = (t, None)
-    return _FAST[key][1]
 
 
 # --- helpers for building and reading values -------------------------------------------------
@@ -368,15 +326,7 @@ def equal(a: Value, b: Value) -> bool:
 
 
 # --- values kept as bytes ----------------------------------------------------------------------
-def _message_prefix() -> bytes:
-    from icp_candid.candid import LEB128, TypeTable
-
-    tt = TypeTable()
-    ICRC16.buildTypeTable(tt)
-    return b"DIDL" + tt.encode() + LEB128.encode_u(1) + ICRC16.encodeType(tt)
-
-
-MESSAGE_PREFIX = _message_prefix()
+MESSAGE_PREFIX = candid.header(ICRC16)
 """What :func:`encode` writes before the value bytes (magic, type table, one arg of ICRC16)."""
 
 
@@ -403,11 +353,15 @@ class RawValue:
 
 
 class _RawAwareICRC16(RecClass):  # an icp_candid recursive type resolving to ICRC16
+    raw_aware = True
+    """``wire.candid`` reads a slot of this type as a RawValue (when the wire type is ICRC16's)
+    and writes a RawValue as its bytes."""
+
     def __init__(self) -> None:
         super().__init__()
         self.fill(ICRC16)
 
-    def encodeValue(self, val: Any) -> bytes:  # icp_candid names it so
+    def encodeValue(self, val: Any) -> bytes:  # icp_candid's encoder (tests compare with it)
         if isinstance(val, RawValue):
             return val.value_bytes
         return super().encodeValue(val)
