@@ -1049,30 +1049,42 @@ class EventBatch(_LazyBatch[Event]):
         return bytes(out)
 
 
-def _scan_events_loop(b: bytes) -> EventBatch | None:
-    """The batch's offsets if its events share source, headers and namespace and every byte
-    reads; None otherwise (the full reader decides). Event by event (the reference scan:
-    what :func:`_scan_events` falls back to)."""
-    n, s0 = _count(b, len(_events_header()))
+def _scan_loop(b: bytes, start: int, notes: bool) -> tuple[tuple[Any, ...], list[int]] | None:
+    """Event by event (the reference scan the batch scans fall back to), from the vector at
+    ``start``: the first event's shared parts (:func:`_first_event`) and, per event, its start,
+    data end, timestamp start, end and event id, and for notifications its notification id —
+    if every event repeats the first one's source, headers, filter and namespace and every
+    byte reads; None otherwise (the full reader decides)."""
+    n, s0 = _count(b, start)
     size = len(b)
     if n == 0:
         return None
-    # the first event, field by field: what the others must repeat
-    first = _first_event(b, s0, False)
-    source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
-    head = re.compile(_ULEB + re.escape(src_enc) + re.escape(_BLOB_TAG) + b"(" + _ULEB + b")")
-    head_any = re.compile(_ULEB + re.escape(src_enc))
+    try:
+        first = _first_event(b, s0, notes)
+    except ValueError:  # a bad opt flag: the full reader decides
+        return None
+    _, src_enc, _, headers_enc, filter_enc, _, ns_enc, _, _ = first
+    uleb_g = b"(" + _ULEB + b")"
+    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
+    head_any = re.compile(uleb_g + re.escape(src_enc))
     tail = re.compile(
-        re.escape(headers_enc) + rb"(\x00|\x01" + _ULEB + b")" + _ULEB + re.escape(ns_enc)
+        re.escape(headers_enc)
+        + rb"(\x00|\x01"
+        + _ULEB
+        + b")"
+        + re.escape(filter_enc)
+        + _ULEB
+        + (uleb_g if notes else b"")
+        + re.escape(ns_enc)
     )
-    hm, hm_any, tm = head.match, head_any.match, tail.match
-    spans: list[int] = []
-    add = spans.extend
+    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
+    out: list[int] = []
+    add = out.extend
     i = s0
     for _ in range(n):
         m = hm(b, i)
         if m is not None:
-            d = m.end() + _uleb_value(m.group(1))
+            d = m.end() + val(m.group(2))
             if d > size:
                 return None
         else:
@@ -1084,10 +1096,22 @@ def _scan_events_loop(b: bytes) -> EventBatch | None:
         if t is None:
             return None
         e = t.end()
-        add((i, d, t.end(1), e))
+        add((i, d, t.end(1) + len(filter_enc), e, val(m.group(1))))
+        if notes:
+            out.append(val(t.group(2)))
         i = e
     if i != size:
         return None
+    return first, out
+
+
+def _scan_events_loop(b: bytes) -> EventBatch | None:
+    """:func:`_scan_loop` over a ``vec Event``."""
+    got = _scan_loop(b, len(_events_header()), False)
+    if got is None:
+        return None
+    (source, _, headers, headers_enc, _, namespace, _, _, _), out = got
+    spans = [x for k in range(0, len(out), 5) for x in out[k : k + 4]]
     return EventBatch(b, spans, source, headers, headers_enc, namespace)
 
 
@@ -1575,55 +1599,12 @@ class NotificationBatch(_LazyBatch[EventNotification]):
 
 
 def _scan_notes_loop(b: bytes) -> NotificationBatch | None:
-    """The batch's ids if its notifications share source, headers, filter and namespace and
-    every byte reads; None otherwise (the full reader decides). Event by event (the third
-    pass's scan: what :func:`_scan_notes` falls back to)."""
-    n, s0 = _count(b, len(NOTIFICATIONS_HEADER))
-    size = len(b)
-    if n == 0:
+    """:func:`_scan_loop` over a ``vec EventNotification``."""
+    got = _scan_loop(b, len(NOTIFICATIONS_HEADER), True)
+    if got is None:
         return None
-    try:
-        first = _first_event(b, s0, True)
-    except ValueError:  # a bad opt flag: the full reader decides
-        return None
-    _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
-    uleb_g = b"(" + _ULEB + b")"
-    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
-    head_any = re.compile(uleb_g + re.escape(src_enc))
-    tail = re.compile(
-        re.escape(headers_enc)
-        + rb"(?:\x00|\x01"
-        + _ULEB
-        + b")"
-        + re.escape(filter_enc)
-        + _ULEB
-        + uleb_g
-        + re.escape(ns_enc)
-    )
-    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
-    eids: list[int] = []
-    nids: list[int] = []
-    i = s0
-    for _ in range(n):
-        m = hm(b, i)
-        if m is not None:
-            d = m.end() + val(m.group(2))
-            if d > size:
-                return None
-        else:
-            m = hm_any(b, i)
-            if m is None:
-                return None
-            _, d = _read_value(b, m.end(), 0)
-        t = tm(b, d)
-        if t is None:
-            return None
-        eids.append(val(m.group(1)))
-        nids.append(val(t.group(1)))
-        i = t.end()
-    if i != size:
-        return None
-    return NotificationBatch(b, eids, nids, headers, namespace)
+    (_, _, headers, _, _, namespace, _, _, _), out = got
+    return NotificationBatch(b, out[4::6], out[5::6], headers, namespace)
 
 
 def _scan_notes(b: bytes) -> NotificationBatch | None:
