@@ -276,8 +276,8 @@ _check_nat_index()
 # Why: decoding a batch through the generic path builds icp_candid's value form
 # (a dict per record, a list per opt, a dict per variant) and then converts it to ours
 # (``codec.notification_from``, ``icrc16.from_candid``) — twice the objects, and the bulk of a
-# subscriber's time per event. When a message's header is exactly our encoder's (as for
-# ``candid_fast``), the readers below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
+# subscriber's time per event. When a message's header is exactly our encoder's, the readers
+# below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
 # the output equals the generic path's (tested on random values, ``test_fastcodec.py``) and
 # every malformed input raises ``ICRC16DecodeError``. Any other header: the generic path.
 _ICRC16_T = ICRC16.get_type()
