@@ -741,6 +741,13 @@ class Plan:
 
 def compile_plan(data: bytes, expected: list[Node], reference_quirks: bool = False) -> Plan:
     """Read and check ``data``'s header, and compile its plan for ``expected``."""
+    try:
+        return _compile_plan(data, expected, reference_quirks)
+    except RecursionError:  # a table of types nested too deep to compile (values never are)
+        raise CandidError("Candid types nested deeper than this decoder compiles") from None
+
+
+def _compile_plan(data: bytes, expected: list[Node], reference_quirks: bool) -> Plan:
     table, args, start = read_header(data)
     comp = _Compiler(table, reference_quirks)
     readers: list[Reader] = []
