@@ -13,7 +13,7 @@ primitives, nested) and values of them;
   disagreement too.
 
 Known, documented differences are not counted: loglake's own bounds where the spec sets none
-(``wire/candid_check.py``: LEB128 length, nesting, ``vec`` of zero-sized elements, principals
+(``wire/candid.py``: LEB128 length, nesting, ``vec`` of zero-sized elements, principals
 over 29 bytes) — a mutant loglake rejects for one of those is skipped. And one defect of the
 reference: @dfinity/candid reads a ``vec`` of fixed-size numbers (``nat8`` … ``nat64``) with
 ``Pipe.read`` rather than ``safeRead`` (``idl.js``, ``VecClass.decodeValue``), so a vector cut

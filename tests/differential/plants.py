@@ -98,15 +98,19 @@ def _bencode_chars(v: object, out: list[bytes]) -> None:
 _ORIGINAL_BENCODE = archives_torrent._bencode
 
 
-def _utf8_replacing(raw: bytes, at: int) -> str:
-    """Candid text that is not UTF-8 read with replacement characters instead of refused."""
-    return raw.decode("utf-8", errors="replace")
+def _run_ignoring_leftover(self: candid.Plan, data: bytes) -> list[Any]:
+    """Bytes left over after the arguments ignored (what icp_candid's path did)."""
+    i, out = self.start, []
+    for r in self.readers:
+        v, i = r(data, i, 0)
+        out.append(v)
+    return out
 
 
 @contextmanager
 def _opt_flag_any_nonzero() -> Iterator[None]:
-    """An ``opt`` flag other than 0 read as "present" (the defect the first fast path had the
-    other way round from icp_candid): every compiled plan is dropped on the way in and out."""
+    """An ``opt`` flag other than 0 read as "present" (icp_candid's path read a flag of 3 as
+    "none"): every compiled plan is dropped on the way in and out."""
     original = candid._Compiler._opt
 
     def lax(self: Any, w: int, e: Any) -> Any:
@@ -167,10 +171,10 @@ PLANTS: dict[str, Plant] = {
             lambda: _swapped(archives_layout, "padding_field", _padding_at_varint_jump),
         ),
         Plant(
-            "candid-text-utf8",
+            "candid-leftover",
             "candid",
-            "Candid text that is not UTF-8 read with replacement characters",
-            lambda: _swapped(candid, "_utf8", _utf8_replacing),
+            "bytes left over after the Candid arguments ignored",
+            lambda: _swapped(candid.Plan, "run", _run_ignoring_leftover),
         ),
         Plant(
             "candid-opt-flag",

@@ -152,6 +152,17 @@ def test_nesting_is_bounded():
     assert decode(shallow, [rec]) == [[[[[]]]]]
 
 
+def test_a_type_table_nested_too_deep_to_compile_is_a_candid_error():
+    from loglake.wire.varint import encode_sleb, encode_uleb
+
+    n = 1000  # opt opt … opt nat, each entry the next one's opt
+    table = b"".join(b"\x6e" + encode_sleb(k + 1) for k in range(n - 1)) + b"\x6e\x7d"
+    msg = b"DIDL" + encode_uleb(n) + table + b"\x01\x00" + b"\x01" * 5 + b"\x00"
+    for t in (Types.Opt(N), Types.Reserved):
+        with pytest.raises(CandidError):
+            decode(msg, [t])
+
+
 def test_a_plan_is_compiled_once_per_header():
     t = [Types.Record({"a": N, "q": Types.Opt(N)})]
     decode(RECORD_A_Z, t)

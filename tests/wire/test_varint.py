@@ -79,7 +79,7 @@ def _old_bare_decode_uint(buf: bytes, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def _old_candid_fast_sleb(b: bytes, i: int) -> tuple[int, int]:  # wire/candid_fast.py
+def _old_candid_fast_sleb(b: bytes, i: int) -> tuple[int, int]:  # the former wire/candid_fast.py
     n = shift = 0
     while True:
         c = b[i]

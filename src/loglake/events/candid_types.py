@@ -18,6 +18,8 @@ Types the ICRC-77 text uses but never defines (choices, also written in the ``.d
 
 from __future__ import annotations
 
+from typing import Any
+
 from icp_candid import Types
 
 from loglake.wire.icrc16 import ICRC16, ICRC16Map
@@ -58,30 +60,31 @@ PublicationRegistration = Types.Record(
     {"namespace": Types.Text, "config": ICRC16Map, "memo": Types.Vec(Types.Nat8)}
 )
 SubscriptionRegistration = PublicationRegistration
-PublicationRegisterError = Types.Variant(
-    {
-        "Unauthorized": Types.Null,
-        "UnauthorizedPublisher": Types.Record({"namespace": Namespace}),
-        "ImproperConfig": Types.Text,
-        "GenericError": GenericError,
-        "GenericBatchError": Types.Text,
-    }
-)
-SubscriptionRegisterError = Types.Variant(
-    {
-        "Unauthorized": Types.Null,
-        "UnauthorizedSubscriber": Types.Record({"namespace": Namespace}),
-        "ImproperConfig": Types.Text,
-        "GenericError": GenericError,
-        "GenericBatchError": Types.Text,
-    }
-)
-PublicationRegisterResult = Types.Opt(
-    Types.Variant({"Ok": Types.Nat, "Err": PublicationRegisterError})
-)
-SubscriptionRegisterResult = Types.Opt(
-    Types.Variant({"Ok": Types.Nat, "Err": SubscriptionRegisterError})
-)
+
+
+def _register_error(unauthorized: str) -> Any:
+    """The candidate's ``PublicationRegisterError`` / ``SubscriptionRegisterError``: the same
+    cases but the one naming who is not authorised."""
+    return Types.Variant(
+        {
+            "Unauthorized": Types.Null,
+            unauthorized: Types.Record({"namespace": Namespace}),
+            "ImproperConfig": Types.Text,
+            "GenericError": GenericError,
+            "GenericBatchError": Types.Text,
+        }
+    )
+
+
+def _batch_result(ok: Any, err: Any) -> Any:
+    """``opt variant { Ok : ok; Err : err }``: every ICRC-72/77 batch method's item result."""
+    return Types.Opt(Types.Variant({"Ok": ok, "Err": err}))
+
+
+PublicationRegisterError = _register_error("UnauthorizedPublisher")
+SubscriptionRegisterError = _register_error("UnauthorizedSubscriber")
+PublicationRegisterResult = _batch_result(Types.Nat, PublicationRegisterError)
+SubscriptionRegisterResult = _batch_result(Types.Nat, SubscriptionRegisterError)
 PublishError = Types.Variant(
     {
         "Unauthorized": Types.Null,
@@ -91,7 +94,7 @@ PublishError = Types.Variant(
         "GenericBatchError": Types.Text,
     }
 )
-PublishResult = Types.Opt(Types.Variant({"Ok": Types.Vec(Types.Nat), "Err": PublishError}))
+PublishResult = _batch_result(Types.Vec(Types.Nat), PublishError)
 # ConfirmationError is not defined by the candidate; we use the GenericError shape for it.
 ConfirmationError = Types.Variant(
     {"NotFound": Types.Null, "Unauthorized": Types.Null, "GenericError": GenericError}
@@ -143,7 +146,7 @@ ReplayRegisterError = Types.Variant(
         "SubscriptionNotFound": Types.Null,
     }
 )
-ReplayRegisterResult = Types.Opt(Types.Variant({"Ok": ReplayId, "Err": ReplayRegisterError}))
+ReplayRegisterResult = _batch_result(ReplayId, ReplayRegisterError)
 ReplayState = Types.Variant(
     {
         "pending": Types.Null,
@@ -173,7 +176,7 @@ CancelReplayError = Types.Variant(
         "GenericBatchError": Types.Text,
     }
 )
-CancelReplayResult = Types.Opt(Types.Variant({"Ok": ReplayId, "Err": CancelReplayError}))
+CancelReplayResult = _batch_result(ReplayId, CancelReplayError)
 ReplayStatusUpdateResult = Types.Variant({"Ok": Types.Null, "Err": GenericError})
 GetReplaysArgs = Types.Record(
     {

@@ -337,30 +337,39 @@ class Method:
     fast_ret_decode: Callable[[bytes], Any] | None = None
 
     def encode_arg(self, arg: Any) -> bytes:
-        if self.fast_arg is not None:
-            return self.fast_arg(arg)
-        return candid.encode([self.arg_type], [self.arg_to(arg)])
+        return _encode(self.fast_arg, self.arg_type, self.arg_to, arg)
 
     def decode_arg(self, data: bytes) -> Any:
-        if self.fast_arg_decode is not None and isinstance(data, bytes | bytearray):
-            got = self.fast_arg_decode(data)
-            if got is not None:
-                return got
-        return _convert(self.arg_from, candid_decode(data, [self.arg_type])[0])
+        return _decode(self.fast_arg_decode, self.arg_type, self.arg_from, data)
 
     def encode_ret(self, ret: Any) -> bytes:
-        if self.fast_ret is not None:
-            out = self.fast_ret(ret)
-            if out is not None:
-                return out
-        return candid.encode([self.ret_type], [self.ret_to(ret)])
+        return _encode(self.fast_ret, self.ret_type, self.ret_to, ret)
 
     def decode_ret(self, data: bytes) -> Any:
-        if self.fast_ret_decode is not None and isinstance(data, bytes | bytearray):
-            got = self.fast_ret_decode(data)
-            if got is not None:
-                return got
-        return _convert(self.ret_from, candid_decode(data, [self.ret_type])[0])
+        return _decode(self.fast_ret_decode, self.ret_type, self.ret_from, data)
+
+
+def _encode(
+    fast: Callable[[Any], bytes | None] | None, t: Any, to: Callable[[Any], Any], x: Any
+) -> bytes:
+    """The batch writer's message where there is one and it takes ``x``, else the codec's."""
+    if fast is not None:
+        out = fast(x)
+        if out is not None:
+            return out
+    return candid.encode([t], [to(x)])
+
+
+def _decode(
+    fast: Callable[[bytes], Any] | None, t: Any, frm: Callable[[Any], Any], data: bytes
+) -> Any:
+    """The batch reader's result where there is one and the header is ours, else the codec's
+    value converted."""
+    if fast is not None and isinstance(data, bytes | bytearray):
+        got = fast(data)
+        if got is not None:
+            return got
+    return _convert(frm, candid_decode(data, [t])[0])
 
 
 def _convert(f: Callable[[Any], Any], v: Any) -> Any:
@@ -384,43 +393,57 @@ def _nats_to(xs: list[int]) -> list[int]:
     return [_nat(x, "id") for x in xs]
 
 
+def _batch(
+    name: str,
+    item: Any,
+    result: Any,
+    arg_to: Callable[[Any], Any],
+    arg_from: Callable[[Any], Any],
+    **fast: Any,
+) -> Method:
+    """An ICRC-72/77 batch method: ``vec item -> vec opt variant { Ok; Err }`` (the results'
+    shape is ``result``)."""
+    return Method(
+        name,
+        Types.Vec(item),
+        Types.Vec(result),
+        arg_to,
+        arg_from,
+        opt_results_to,
+        opt_results_from,
+        **fast,
+    )
+
+
 _M = [
     # Orchestrator (ICRC-72 candidate "Orchestrator Update Methods", ICRC-77 "Methods")
-    Method(
+    _batch(
         "icrc72_register_publication",
-        Types.Vec(T.PublicationRegistration),
-        Types.Vec(T.PublicationRegisterResult),
+        T.PublicationRegistration,
+        T.PublicationRegisterResult,
         _vec(registration_to),
         _vec(registration_from),
-        opt_results_to,
-        opt_results_from,
     ),
-    Method(
+    _batch(
         "icrc72_register_subscription",
-        Types.Vec(T.SubscriptionRegistration),
-        Types.Vec(T.SubscriptionRegisterResult),
+        T.SubscriptionRegistration,
+        T.SubscriptionRegisterResult,
         _vec(registration_to),
         _vec(registration_from),
-        opt_results_to,
-        opt_results_from,
     ),
-    Method(
+    _batch(
         "icrc77_register_replay",
-        Types.Vec(T.ReplayRegistration),
-        Types.Vec(T.ReplayRegisterResult),
+        T.ReplayRegistration,
+        T.ReplayRegisterResult,
         _vec(replay_registration_to),
         _vec(replay_registration_from),
-        opt_results_to,
-        opt_results_from,
     ),
-    Method(
+    _batch(
         "icrc77_cancel_replay",
-        Types.Vec(T.ReplayId),
-        Types.Vec(T.CancelReplayResult),
+        T.ReplayId,
+        T.CancelReplayResult,
         _nats_to,
         _ident,
-        opt_results_to,
-        opt_results_from,
     ),
     Method(
         "icrc77_replay_status",
@@ -442,14 +465,12 @@ _M = [
         query=True,
     ),
     # Broadcaster (ICRC-72 candidate "Broadcaster Update Functions")
-    Method(
+    _batch(
         "icrc72_update_publication",
-        Types.Vec(PublicationUpdate),
-        Types.Vec(PublicationUpdateResult),
+        PublicationUpdate,
+        PublicationUpdateResult,
         _vec(update_publication_to),
         _vec(update_publication_from),
-        opt_results_to,
-        opt_results_from,
     ),
     # The embedded ledger (ICRC-1 / ICRC-2 standards), served by the orchestrator.
     Method(
@@ -471,14 +492,12 @@ _M = [
         result_to,
         result_from,
     ),
-    Method(
+    _batch(
         "icrc72_publish",
-        Types.Vec(EventWire),
-        Types.Vec(T.PublishResult),
+        EventWire,
+        T.PublishResult,
         _vec(event_to),
         _vec(event_from),
-        opt_results_to,
-        opt_results_from,
         fast_arg=fastcodec.encode_events,
         fast_ret=fastcodec.encode_publish_results,
         fast_arg_decode=fastcodec.decode_event_batch,

@@ -137,62 +137,54 @@ def encode_notifications(notes: Sequence[EventNotification] | EncodedNotificatio
     """The Candid message of ``vec EventNotification`` (``icrc72_handle_notification``)."""
     if isinstance(notes, EncodedNotifications):
         return notes.data
-    if not isinstance(notes, list | tuple):
-        raise ICRC16Error("a notification batch is a list of EventNotification")
-    out = bytearray(NOTIFICATIONS_HEADER)
-    uleb(len(notes), out)
-    c = _Cache()
-    hc: dict[int, bytes] = {}
-    keep = []  # header lists stay alive while their id() is a cache key
-    for n in notes:
-        if type(n) is not EventNotification:
-            raise ICRC16Error(f"not an EventNotification: {n!r:.80}")
-        keep.append(n.headers)
-        nat(n.event_id, out, "eventId")
-        out += c.source(n.source)
-        value(n.data, out)
-        _headers(n.headers, out, hc)
-        _opt_nat(n.prev_event_id, out, "prevEventId")
-        if n.filter is None:
-            out.append(0)
-        else:
-            out.append(1)
-            text(n.filter, out, "filter")
-        nat(n.timestamp, out, "timestamp")
-        nat(n.notification_id, out, "notificationId")
-        out += c.namespace(n.namespace)
-    return bytes(out)
+    return _write_batch(notes, NOTIFICATIONS_HEADER, EventNotification, "a notification batch")
 
 
 def encode_events(events: Sequence[Event]) -> bytes:
     """The Candid message of ``vec Event`` (``icrc72_publish``, data may be a RawValue)."""
     if type(events) is EventBatch:
         return events.raw  # a batch as it was read: its message
-    if not isinstance(events, list | tuple):
-        raise ICRC16Error("an event batch is a list of Event")
-    out = bytearray(_events_header())
-    uleb(len(events), out)
+    return _write_batch(events, _events_header(), Event, "an event batch")
+
+
+def _write_batch(items: Any, header: bytes, cls: type, what: str) -> bytes:
+    """``header``, then the vector of ``cls`` (``Event`` or ``EventNotification``: the same
+    fields in the same order, a notification's ``filter`` and ``notificationId`` besides)."""
+    if not isinstance(items, list | tuple):
+        raise ICRC16Error(f"{what} is a list of {cls.__name__}")
+    notes = cls is EventNotification
+    out = bytearray(header)
+    uleb(len(items), out)
     c = _Cache()
     hc: dict[int, bytes] = {}
-    keep = []
+    keep = []  # header lists stay alive while their id() is a cache key
     last_ts: Any = None
     last_tb = b""
-    for e in events:
-        if type(e) is not Event:
-            raise ICRC16Error(f"not an Event: {e!r:.80}")
-        keep.append(e.headers)
-        nat(e.event_id, out, "eventId")
-        out += c.source(e.source)
-        value(e.data, out)
-        _headers(e.headers, out, hc)
-        _opt_nat(e.prev_event_id, out, "prevEventId")
-        ts = e.timestamp
+    for item in items:
+        if type(item) is not cls:
+            raise ICRC16Error(f"not an {cls.__name__}: {item!r:.80}")
+        x: Any = item
+        keep.append(x.headers)
+        nat(x.event_id, out, "eventId")
+        out += c.source(x.source)
+        value(x.data, out)
+        _headers(x.headers, out, hc)
+        _opt_nat(x.prev_event_id, out, "prevEventId")
+        if notes:
+            if x.filter is None:
+                out.append(0)
+            else:
+                out.append(1)
+                text(x.filter, out, "filter")
+        ts = x.timestamp
         if ts != last_ts or type(ts) is not int:  # a batch's events often share it
             tb = bytearray()
             nat(ts, tb, "timestamp")
             last_ts, last_tb = ts, bytes(tb)
         out += last_tb
-        out += c.namespace(e.namespace)
+        if notes:
+            nat(x.notification_id, out, "notificationId")
+        out += c.namespace(x.namespace)
     return bytes(out)
 
 
@@ -284,8 +276,8 @@ _check_nat_index()
 # Why: decoding a batch through the generic path builds icp_candid's value form
 # (a dict per record, a list per opt, a dict per variant) and then converts it to ours
 # (``codec.notification_from``, ``icrc16.from_candid``) — twice the objects, and the bulk of a
-# subscriber's time per event. When a message's header is exactly our encoder's (as for
-# ``candid_fast``), the readers below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
+# subscriber's time per event. When a message's header is exactly our encoder's, the readers
+# below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
 # the output equals the generic path's (tested on random values, ``test_fastcodec.py``) and
 # every malformed input raises ``ICRC16DecodeError``. Any other header: the generic path.
 _ICRC16_T = ICRC16.get_type()
@@ -916,9 +908,24 @@ class _LazyBatch(Sequence[_Item]):
     raw: bytes
     namespace: str
     _items: list[_Item] | None
+    _what = "batch"
+    """What the message is, for errors and ``repr``."""
+
+    def __init__(self, raw: bytes, headers: ICRC16Map | None, namespace: str) -> None:
+        self.raw = raw
+        self.headers = headers
+        self.namespace = namespace
+        self._items = None
+
+    def _read(self, raw: bytes) -> list[_Item]:
+        """The full reader of the message (every item built)."""
+        raise NotImplementedError
 
     def _decode(self) -> list[_Item]:
-        raise NotImplementedError
+        return _decoding(self._what, self._read, self.raw)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} items of {self.namespace!r})"
 
     def _list(self) -> list[_Item]:
         if self._items is None:
@@ -955,18 +962,17 @@ class EventBatch(_LazyBatch[Event]):
         headers_enc: bytes,
         namespace: str,
     ) -> None:
-        self.raw = raw
+        super().__init__(raw, headers, namespace)
         self._sp = np.asarray(spans, dtype=np.int64).reshape(-1, 4)
         """Per event (a row): start, end of ``data``, start of ``timestamp``, end."""
         self.source = source
-        self.headers = headers
         self.headers_enc = headers_enc
         """The events' ``opt ICRC16Map`` as encoded (flag included)."""
-        self.namespace = namespace
-        self._items = None
 
-    def _decode(self) -> list[Event]:
-        return _decoding("event batch", _events, self.raw)
+    _what = "event batch"
+
+    def _read(self, raw: bytes) -> list[Event]:
+        return _events(raw)
 
     @property
     def spans(self) -> list[int]:
@@ -975,9 +981,6 @@ class EventBatch(_LazyBatch[Event]):
 
     def __len__(self) -> int:
         return len(self._sp)
-
-    def __repr__(self) -> str:
-        return f"EventBatch({len(self)} events of {self.namespace!r})"
 
     def notifications(
         self, headers: ICRC16Map | None, filter: str | None, first_id: int, step: int, count: int
@@ -1049,30 +1052,33 @@ class EventBatch(_LazyBatch[Event]):
         return bytes(out)
 
 
-def _scan_events_loop(b: bytes) -> EventBatch | None:
-    """The batch's offsets if its events share source, headers and namespace and every byte
-    reads; None otherwise (the full reader decides). Event by event (the reference scan:
-    what :func:`_scan_events` falls back to)."""
-    n, s0 = _count(b, len(_events_header()))
+def _scan_loop(b: bytes, start: int, notes: bool) -> tuple[tuple[Any, ...], list[int]] | None:
+    """Event by event (the reference scan the batch scans fall back to), from the vector at
+    ``start``: the first event's shared parts (:func:`_first_event`) and, per event, its start,
+    data end, timestamp start, end and event id, and for notifications its notification id —
+    if every event repeats the first one's source, headers, filter and namespace and every
+    byte reads; None otherwise (the full reader decides)."""
+    n, s0 = _count(b, start)
     size = len(b)
     if n == 0:
         return None
-    # the first event, field by field: what the others must repeat
-    first = _first_event(b, s0, False)
-    source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
-    head = re.compile(_ULEB + re.escape(src_enc) + re.escape(_BLOB_TAG) + b"(" + _ULEB + b")")
-    head_any = re.compile(_ULEB + re.escape(src_enc))
-    tail = re.compile(
-        re.escape(headers_enc) + rb"(\x00|\x01" + _ULEB + b")" + _ULEB + re.escape(ns_enc)
-    )
-    hm, hm_any, tm = head.match, head_any.match, tail.match
-    spans: list[int] = []
-    add = spans.extend
+    try:
+        first = _first_event(b, s0, notes)
+    except ValueError:  # a bad opt flag: the full reader decides
+        return None
+    _, src_enc, _, headers_enc, filter_enc, _, ns_enc, _, _ = first
+    uleb_g = b"(" + _ULEB + b")"
+    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
+    head_any = re.compile(uleb_g + re.escape(src_enc))
+    tail = re.compile(_tail(headers_enc, filter_enc, ns_enc, notes, True))
+    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
+    out: list[int] = []
+    add = out.extend
     i = s0
     for _ in range(n):
         m = hm(b, i)
         if m is not None:
-            d = m.end() + _uleb_value(m.group(1))
+            d = m.end() + val(m.group(2))
             if d > size:
                 return None
         else:
@@ -1084,10 +1090,31 @@ def _scan_events_loop(b: bytes) -> EventBatch | None:
         if t is None:
             return None
         e = t.end()
-        add((i, d, t.end(1), e))
+        add((i, d, t.end(1) + len(filter_enc), e, val(m.group(1))))
+        if notes:
+            out.append(val(t.group(2)))
         i = e
     if i != size:
         return None
+    return first, out
+
+
+def _tail(headers_enc: bytes, filter_enc: bytes, ns_enc: bytes, notes: bool, groups: bool) -> bytes:
+    """The pattern of an event's bytes after its data: the batch's headers, ``opt
+    prevEventId``, its filter, the timestamp, a notification's id, the namespace; ``groups``:
+    capture ``opt prevEventId`` (group 1) and the notification id (group 2)."""
+    prev = rb"(\x00|\x01" + _ULEB + b")" if groups else rb"(?:\x00|\x01" + _ULEB + b")"
+    nid = (b"(" + _ULEB + b")" if groups else _ULEB) if notes else b""
+    return re.escape(headers_enc) + prev + re.escape(filter_enc) + _ULEB + nid + re.escape(ns_enc)
+
+
+def _scan_events_loop(b: bytes) -> EventBatch | None:
+    """:func:`_scan_loop` over a ``vec Event``."""
+    got = _scan_loop(b, len(_events_header()), False)
+    if got is None:
+        return None
+    (source, _, headers, headers_enc, _, namespace, _, _, _), out = got
+    spans = [x for k in range(0, len(out), 5) for x in out[k : k + 4]]
     return EventBatch(b, spans, source, headers, headers_enc, namespace)
 
 
@@ -1384,11 +1411,8 @@ def _chain_from(
 def _scan_events(b: bytes) -> EventBatch | None:
     """:func:`_scan_events_loop`'s result, read by :func:`_walk` and numpy (the loop for
     what they do not cover)."""
-    i = len(_events_header())
-    n, s0 = _count(b, i)
-    if n == 0:
-        return None
-    if n < AT_ONCE:
+    n, s0 = _count(b, len(_events_header()))
+    if n < AT_ONCE:  # short batches (and empty ones): the loop
         return _scan_events_loop(b)
     first = _first_event(b, s0, False)
     source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
@@ -1396,8 +1420,7 @@ def _scan_events(b: bytes) -> EventBatch | None:
     if ch is not None:
         sp = np.stack([ch.S, ch.D, ch.T, ch.E], axis=1)
         return EventBatch(b, sp, source, headers, headers_enc, namespace)
-    tail = re.escape(headers_enc) + rb"(?:\x00|\x01" + _ULEB + b")" + _ULEB + re.escape(ns_enc)
-    ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
+    ds = _walk(b, s0, n, _walk_patterns(src_enc, _tail(headers_enc, b"", ns_enc, False, False)))
     if ds is None:
         return None
     D = np.array(ds, np.int64)
@@ -1416,16 +1439,28 @@ def decode_event_batch(data: bytes) -> EventBatch | list[Event] | None:
     """``vec Event`` (``icrc72_publish``) → an :class:`EventBatch` (events sharing source,
     headers and namespace: read lazily), else the list :func:`decode_events` reads; None when
     the header is not our encoder's."""
-    if not data.startswith(_events_header()):
+    return _lazy_or_full(data, _events_header(), _scan_events, "event batch", _events)
+
+
+def _lazy_or_full(
+    data: bytes,
+    header: bytes,
+    scan: Callable[[bytes], Any],
+    what: str,
+    full: Callable[[bytes], list[Any]],
+) -> Any:
+    """The lazy batch ``scan`` makes of a message with our ``header``, else the items ``full``
+    reads (which reports any damage); None when the header is not ours."""
+    if not data.startswith(header):
         return None
     b = bytes(data)
     try:
-        batch = _scan_events(b)
+        batch = scan(b)
     except Exception:  # any failure: the full reader below reports it
         batch = None
     if batch is not None:
         return batch
-    return _decoding("event batch", _events, b)
+    return _decoding(what, full, b)
 
 
 class PublishResults(Sequence[Any]):
@@ -1557,83 +1592,33 @@ class NotificationBatch(_LazyBatch[EventNotification]):
         headers: ICRC16Map | None,
         namespace: str,
     ) -> None:
-        self.raw = raw
+        super().__init__(raw, headers, namespace)
         self.event_ids = event_ids
         self.notification_ids = notification_ids
-        self.headers = headers
-        self.namespace = namespace
-        self._items = None
 
-    def _decode(self) -> list[EventNotification]:
-        return _decoding("notification batch", _notes, self.raw)
+    _what = "notification batch"
+
+    def _read(self, raw: bytes) -> list[EventNotification]:
+        return _notes(raw)
 
     def __len__(self) -> int:
         return len(self.event_ids)
 
-    def __repr__(self) -> str:
-        return f"NotificationBatch({len(self)} notifications of {self.namespace!r})"
-
 
 def _scan_notes_loop(b: bytes) -> NotificationBatch | None:
-    """The batch's ids if its notifications share source, headers, filter and namespace and
-    every byte reads; None otherwise (the full reader decides). Event by event (the third
-    pass's scan: what :func:`_scan_notes` falls back to)."""
-    n, s0 = _count(b, len(NOTIFICATIONS_HEADER))
-    size = len(b)
-    if n == 0:
+    """:func:`_scan_loop` over a ``vec EventNotification``."""
+    got = _scan_loop(b, len(NOTIFICATIONS_HEADER), True)
+    if got is None:
         return None
-    try:
-        first = _first_event(b, s0, True)
-    except ValueError:  # a bad opt flag: the full reader decides
-        return None
-    _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
-    uleb_g = b"(" + _ULEB + b")"
-    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
-    head_any = re.compile(uleb_g + re.escape(src_enc))
-    tail = re.compile(
-        re.escape(headers_enc)
-        + rb"(?:\x00|\x01"
-        + _ULEB
-        + b")"
-        + re.escape(filter_enc)
-        + _ULEB
-        + uleb_g
-        + re.escape(ns_enc)
-    )
-    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
-    eids: list[int] = []
-    nids: list[int] = []
-    i = s0
-    for _ in range(n):
-        m = hm(b, i)
-        if m is not None:
-            d = m.end() + val(m.group(2))
-            if d > size:
-                return None
-        else:
-            m = hm_any(b, i)
-            if m is None:
-                return None
-            _, d = _read_value(b, m.end(), 0)
-        t = tm(b, d)
-        if t is None:
-            return None
-        eids.append(val(m.group(1)))
-        nids.append(val(t.group(1)))
-        i = t.end()
-    if i != size:
-        return None
-    return NotificationBatch(b, eids, nids, headers, namespace)
+    (_, _, headers, _, _, namespace, _, _, _), out = got
+    return NotificationBatch(b, out[4::6], out[5::6], headers, namespace)
 
 
 def _scan_notes(b: bytes) -> NotificationBatch | None:
     """:func:`_scan_notes_loop`'s result, read by :func:`_walk` and numpy (the loop for what
     they do not cover)."""
-    i = len(NOTIFICATIONS_HEADER)
-    n, s0 = _count(b, i)
-    if n == 0:
-        return None
-    if n < AT_ONCE:
+    n, s0 = _count(b, len(NOTIFICATIONS_HEADER))
+    if n < AT_ONCE:  # short batches (and empty ones): the loop
         return _scan_notes_loop(b)
     first = _first_event(b, s0, True)
     _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
@@ -1642,16 +1627,7 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
         return NotificationBatch(
             b, list(ch.eids.tolist()), list(ch.nids.tolist()), headers, namespace
         )
-    tail = (
-        re.escape(headers_enc)
-        + rb"(?:\x00|\x01"
-        + _ULEB
-        + b")"
-        + re.escape(filter_enc)
-        + _ULEB
-        + _ULEB
-        + re.escape(ns_enc)
-    )
+    tail = _tail(headers_enc, filter_enc, ns_enc, True, False)
     ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
     if ds is None:
         return None
@@ -1676,16 +1652,7 @@ def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNoti
     """``vec EventNotification`` → a :class:`NotificationBatch` (notifications sharing source,
     headers, filter and namespace: read lazily), else the list :func:`decode_notifications`
     reads; None when the header is not our encoder's."""
-    if not data.startswith(NOTIFICATIONS_HEADER):
-        return None
-    b = bytes(data)
-    try:
-        batch = _scan_notes(b)
-    except Exception:  # any failure: the full reader below reports it
-        batch = None
-    if batch is not None:
-        return batch
-    return _decoding("notification batch", _notes, b)
+    return _lazy_or_full(data, NOTIFICATIONS_HEADER, _scan_notes, "notification batch", _notes)
 
 
 def _leb(x: int, out: bytearray) -> None:
@@ -1693,6 +1660,14 @@ def _leb(x: int, out: bytearray) -> None:
         out.append(x)
     else:
         out += encode_uleb(x)
+
+
+def _shared_parts(source: Any, namespace: str, headers: ICRC16Map | None) -> tuple[bytes, ...]:
+    """A batch's shared fields as encoded: source, namespace, ``opt`` headers."""
+    c = _Cache()
+    hb = bytearray()
+    _headers(headers, hb, {})
+    return c.source(source), c.namespace(namespace), bytes(hb)
 
 
 def event_batch(
@@ -1716,11 +1691,7 @@ def event_batch(
         if isinstance(timestamps, np.ndarray):
             timestamps = timestamps.tolist()
         return _event_batch_loop(ids, timestamps, values, namespace, source, headers)
-    c = _Cache()
-    src, nsb = c.source(source), c.namespace(namespace)
-    hb = bytearray()
-    _headers(headers, hb, {})
-    hdr = bytes(hb)
+    src, nsb, hdr = _shared_parts(source, namespace, headers)
     pre = _rows(n, [("leb", ida), src])
     post = _rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
     out = bytearray(_events_header())
@@ -1755,11 +1726,7 @@ def _event_batch_loop(
     source and headers, written as the ``icrc72_publish`` message and kept as an
     :class:`EventBatch` — what a Publisher sends for a replay batch, without an ``Event``
     each (same bytes as :func:`encode_events` on those events)."""
-    c = _Cache()
-    src, nsb = c.source(source), c.namespace(namespace)
-    hb = bytearray()
-    _headers(headers, hb, {})
-    hdr = bytes(hb)
+    src, nsb, hdr = _shared_parts(source, namespace, headers)
     out = bytearray(_events_header())
     uleb(len(ids), out)
     spans: list[int] = []

@@ -344,18 +344,12 @@ def _r_int(b: bytes, i: int, d: int) -> tuple[Any, int]:
 
 
 def _r_text(b: bytes, i: int, d: int) -> tuple[Any, int]:
-    n = b[i]
-    if n < 0x80:
-        i += 1
-    else:
-        n, i = _leb(b, i)
-    j = i + n
-    if j > len(b):
-        raise _truncated(i)
-    return _utf8(b[i:j], i), j
+    raw, j = _r_blob(b, i, d)
+    return _utf8(raw, j - len(raw)), j
 
 
 def _r_blob(b: bytes, i: int, d: int) -> tuple[Any, int]:
+    """A length, then that many bytes (``vec nat8``; text before its UTF-8 check)."""
     n = b[i]
     if n < 0x80:
         i += 1
@@ -384,6 +378,18 @@ def _r_principal(b: bytes, i: int, d: int) -> tuple[Any, int]:
     return Principal(b[j : j + n]), j + n
 
 
+def _r_service(b: bytes, i: int, d: int) -> tuple[Any, int]:
+    n, j = _reference(b, i)
+    return None, j + n
+
+
+def _r_func(b: bytes, i: int, d: int) -> tuple[Any, int]:  # flag 1, a service, a method name
+    if b[i] != 1:
+        raise CandidError(f"func reference at byte {i} must have flag 1")
+    n, j = _reference(b, i + 1)
+    return None, _r_text(b, j + n, d)[1]
+
+
 def _r_empty(b: bytes, i: int, d: int) -> tuple[Any, int]:
     raise CandidError("a value of type empty cannot exist")
 
@@ -397,18 +403,6 @@ def _fixed(s: struct.Struct) -> Reader:
         return unpack(b, i)[0], i + size
 
     return read
-
-
-_PRIM_READERS: Final[dict[int, Reader]] = {
-    NULL: _r_null,
-    BOOL: _r_bool,
-    NAT: _r_nat,
-    INT: _r_int,
-    TEXT: _r_text,
-    RESERVED: _r_null,
-    EMPTY: _r_empty,
-    PRINCIPAL: _r_principal,
-} | {op: _fixed(s) for op, s in _STRUCTS.items()}
 
 
 def _too_deep() -> CandidError:
@@ -426,110 +420,37 @@ class _Compiler:
         self.quirks = reference_quirks
         self.readers: dict[tuple[int, int], Reader | None] = {}
         self.skippers: dict[int, Skipper] = {}
+        self.wire_nodes: dict[int, Node] = {}
         self.exact: dict[tuple[int, int], bool] = {}
 
-    # -- skipping a value by its wire type (read, checked, dropped) --
+    # -- skipping a value by its wire type: read as its own type (every byte checked), dropped --
     def skipper(self, w: int) -> Skipper:
         got = self.skippers.get(w)
+        if got is None:
+            read = _PRIM_READERS[w] if w < 0 else self.reader(w, self._wire_node(w))
+            assert read is not None  # a wire type always reads as itself
+
+            def skip(b: bytes, i: int, d: int) -> int:
+                return read(b, i, d)[1]
+
+            got = self.skippers[w] = skip
+        return got
+
+    def _wire_node(self, w: int) -> Node:
+        """The wire type ``w`` as an expected type (one :class:`Node` per table entry)."""
+        if w < 0:
+            return Node(w)
+        got = self.wire_nodes.get(w)
         if got is not None:
             return got
-        if w < 0:
-            prim = _PRIM_READERS[w]
-
-            def skip_prim(b: bytes, i: int, d: int) -> int:
-                return prim(b, i, d)[1]
-
-            self.skippers[w] = skip_prim
-            return skip_prim
-        slot: list[Skipper] = []
-
-        def lazy(b: bytes, i: int, d: int) -> int:
-            return slot[0](b, i, d)
-
-        self.skippers[w] = lazy
         op, payload = self.table[w]
-        s = self._skipper(op, payload)
-        slot.append(s)
-        self.skippers[w] = s
-        return s
-
-    def _skipper(self, op: int, payload: Any) -> Skipper:
-        if op == OPT:
-            inner = self.skipper(payload)
-
-            def skip_opt(b: bytes, i: int, d: int) -> int:
-                if d > MAX_NESTING:
-                    raise _too_deep()
-                flag = b[i]
-                if flag == 0:
-                    return i + 1
-                if flag != 1:
-                    raise CandidError(f"opt flag {flag} at byte {i} (must be 0 or 1)")
-                return inner(b, i + 1, d + 1)
-
-            return skip_opt
-        if op == VEC:
-            if payload in (NAT8, INT8):
-
-                def skip_bytes(b: bytes, i: int, d: int) -> int:
-                    n, i = _leb(b, i)
-                    if i + n > len(b):
-                        raise _truncated(i)
-                    return i + n
-
-                return skip_bytes
-            elem = self.skipper(payload)
-
-            def skip_vec(b: bytes, i: int, d: int) -> int:
-                if d > MAX_NESTING:
-                    raise _too_deep()
-                n, i = _leb(b, i)
-                if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
-                    raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
-                for _ in range(n):
-                    i = elem(b, i, d + 1)
-                return i
-
-            return skip_vec
-        if op == RECORD:
-            parts = [self.skipper(t) for _, t in payload]
-
-            def skip_record(b: bytes, i: int, d: int) -> int:
-                if d > MAX_NESTING:
-                    raise _too_deep()
-                for s in parts:
-                    i = s(b, i, d + 1)
-                return i
-
-            return skip_record
-        if op == VARIANT:
-            cases = [self.skipper(t) for _, t in payload]
-
-            def skip_variant(b: bytes, i: int, d: int) -> int:
-                if d > MAX_NESTING:
-                    raise _too_deep()
-                at = i
-                k, i = _leb(b, i)
-                if k >= len(cases):
-                    raise CandidError(f"variant index {k} at byte {at} out of range")
-                return cases[k](b, i, d + 1)
-
-            return skip_variant
-        if op == SERVICE:
-
-            def skip_service(b: bytes, i: int, d: int) -> int:
-                n, j = _reference(b, i)
-                return j + n
-
-            return skip_service
-
-        def skip_func(b: bytes, i: int, d: int) -> int:  # flag 1, a service, a method name
-            if b[i] != 1:
-                raise CandidError(f"func reference at byte {i} must have flag 1")
-            n, j = _reference(b, i + 1)
-            return _r_text(b, j + n, d)[1]
-
-        return skip_func
+        n = self.wire_nodes[w] = Node(op)
+        if op in (OPT, VEC):
+            n.inner = self._wire_node(payload)
+            n.blob = op == VEC and payload == NAT8
+        elif op in (RECORD, VARIANT):
+            n.fields = [(h, str(h), self._wire_node(t)) for h, t in payload]
+        return n
 
     # -- whether the wire type is exactly the expected one (a RawValue keeps its bytes) --
     def is_exact(self, w: int, e: Node) -> bool:
@@ -605,7 +526,7 @@ class _Compiler:
             return self._record(payload, e)
         if eop == VARIANT:
             return self._variant(payload, e)
-        return None  # func, service: no ICRC type expects one
+        return _r_service if eop == SERVICE else _r_func  # only ever read to be dropped
 
     def _raw(self, w: int, e: Node) -> Reader:
         from loglake.wire.icrc16 import RawValue
@@ -820,6 +741,13 @@ class Plan:
 
 def compile_plan(data: bytes, expected: list[Node], reference_quirks: bool = False) -> Plan:
     """Read and check ``data``'s header, and compile its plan for ``expected``."""
+    try:
+        return _compile_plan(data, expected, reference_quirks)
+    except RecursionError:  # a table of types nested too deep to compile (values never are)
+        raise CandidError("Candid types nested deeper than this decoder compiles") from None
+
+
+def _compile_plan(data: bytes, expected: list[Node], reference_quirks: bool) -> Plan:
     table, args, start = read_header(data)
     comp = _Compiler(table, reference_quirks)
     readers: list[Reader] = []
@@ -1045,16 +973,19 @@ def _w_fixed(op: int, s: struct.Struct) -> Writer:
     return w_fixed
 
 
-_PRIM_WRITERS: Final[dict[int, Writer]] = {
-    NULL: _w_null,
-    BOOL: _w_bool,
-    NAT: _w_nat,
-    INT: _w_int,
-    TEXT: _w_text,
-    RESERVED: _w_reserved,
-    EMPTY: _w_empty,
-    PRINCIPAL: _w_principal,
-} | {op: _w_fixed(op, s) for op, s in _STRUCTS.items()}
+_PRIMS: Final[dict[int, tuple[Reader, Writer]]] = {
+    NULL: (_r_null, _w_null),
+    BOOL: (_r_bool, _w_bool),
+    NAT: (_r_nat, _w_nat),
+    INT: (_r_int, _w_int),
+    TEXT: (_r_text, _w_text),
+    RESERVED: (_r_null, _w_reserved),
+    EMPTY: (_r_empty, _w_empty),
+    PRINCIPAL: (_r_principal, _w_principal),
+} | {op: (_fixed(s), _w_fixed(op, s)) for op, s in _STRUCTS.items()}
+"""Each primitive type's reader and writer, by opcode."""
+_PRIM_READERS: Final = {op: rw[0] for op, rw in _PRIMS.items()}
+_PRIM_WRITERS: Final = {op: rw[1] for op, rw in _PRIMS.items()}
 
 
 def _writer(n: Node, memo: dict[int, Writer]) -> Writer:

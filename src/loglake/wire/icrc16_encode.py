@@ -5,9 +5,10 @@ walks its type objects for every value, and our form must first be converted wit
 ``icrc16.validate`` + ``icrc16.to_candid``); on the replay path that was the bulk of the time.
 This module writes the *value bytes* of an ICRC-16 value directly from our form
 (``loglake.wire.icrc16``: ``{Tag: payload}``), validating as it goes, into a ``bytearray``.
-The type table is not written here: callers put icp-py-core's own header in front
-(``candid_fast.header``), so a whole message is byte for byte what icp-py-core writes for the
-same value (tested with hypothesis, ``tests/wire/test_icrc16_encode.py``).
+The type table is not written here: callers put the one encoder's header in front
+(``candid.header``), so a whole message is byte for byte what ``candid.encode`` (and
+icp-py-core) writes for the same value (tested with hypothesis,
+``tests/wire/test_icrc16_encode.py``).
 
 Invalid input raises :class:`~loglake.wire.icrc16.ICRC16Error` (the caller's fault), as
 ``icrc16.validate`` does, for the same values. A :class:`~loglake.wire.icrc16.RawValue` is

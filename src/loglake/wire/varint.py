@@ -7,7 +7,7 @@ octet, least significant group first, the top bit of an octet saying "more follo
   octets, minimal, at most 2**64-1 (draft-devault-bare §3.1); BARE ``int`` is zig-zag first.
 - Protocol Buffers varints (``archives/layout.py``, ``sds/codec.py``): unsigned LEB128, at most
   10 octets ("Encoding" → "Base 128 Varints" of the protobuf docs).
-- Candid ``nat`` / ``int`` and the type table (``wire/icrc16.py``, ``wire/candid_fast.py``):
+- Candid ``nat`` / ``int`` and the type table (``wire/candid.py``):
   unsigned and *signed* LEB128, unbounded (Candid spec, "Binary format" → "Notation": ``leb128``
   and ``sleb128``).
 - Avro ``int`` / ``long`` (``cardinal/avro.py``): zig-zag, then unsigned LEB128 of at most 10
