@@ -307,6 +307,7 @@ def main() -> None:
     g.add_argument("--sds", type=int, default=200, help="SDS messages sent")
     g.add_argument("--archive-messages", type=int, default=2000, help="messages archived")
     g.add_argument("--only", default="embedded,js-1,js-2", help="configurations to run")
+    g.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     g.add_argument("--failover-rounds", type=int, default=5, help="SIGKILLs (0: none)")
     g.add_argument("--ttl", type=int, default=3, help="lease TTL in the failover runs, s")
     g = ap.add_argument_group("--metrics-cost")
@@ -675,54 +676,67 @@ def compare(a: argparse.Namespace) -> int:
             f"[red]--only: unknown configuration {bad[0]!r} (one of {', '.join(CONFIGS)})[/]"
         )
         return 2
-    results: dict[str, tuple[dict, float, float, int]] = {}
+    runs: dict[str, list[tuple[dict, float, float, int]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="loglake-bench-node-") as d:
         tmp = Path(d)
-        for name in configs:
-            console.print(f"running {name} …")
-            results[name] = run_config(name, tmp, a)
+        for r in range(a.repeat):  # configurations alternate: load drift hits each alike
+            for name in configs if r % 2 == 0 else configs[::-1]:
+                console.print(f"run {r + 1}/{a.repeat}: {name} …")
+                runs[name].append(run_config(name, tmp / str(r), a))
         times = failover(tmp, a) if a.failover_rounds > 0 else []
-    t = Table(title="throughput of each path (ops/s; × = against the embedded log)")
+    med = statistics.median
+    t = Table(
+        title=f"throughput of each path (ops/s, median of {a.repeat}; × = against the embedded log)"
+    )
     t.add_column("path")
     for name in configs:
         t.add_column(name, justify="right")
-    for path in next(iter(results.values()))[0]:
+    rates = {
+        name: {
+            path: med(
+                n / secs if secs > 0 else float("inf") for n, secs in (x[0][path] for x in rs)
+            )
+            for path in rs[0][0]
+        }
+        for name, rs in runs.items()
+    }
+    for path in rates[configs[0]]:
         row = [path]
         for name in configs:
-            n, secs = results[name][0][path]
-            rate = n / secs if secs > 0 else float("inf")
-            cell = f"{rate:,.0f}"
-            if name != "embedded" and "embedded" in results:
-                n0, s0 = results["embedded"][0][path]
-                cell += f" ({rate / (n0 / s0):.2f}×)"
+            cell = f"{rates[name][path]:,.0f}"
+            if name != "embedded" and "embedded" in rates:
+                cell += f" ({rates[name][path] / rates['embedded'][path]:.2f}×)"
             row.append(cell)
         t.add_row(*row)
     console.print(t)
-    t = Table(title="CPU seconds per 10,000 operations during the workload")
+    t = Table(title=f"CPU seconds per 10,000 operations during the workload (median of {a.repeat})")
     for col in ("configuration", "operations", "servers + nodes", "client", "all processes"):
         t.add_column(col, justify="right")
-    per10k: dict[str, float] = {}
+    per10k: dict[str, list[float]] = {}
     for name in configs:
-        _, side, client, ops = results[name]
-        per10k[name] = (side + client) / ops * 10_000
+        rs = runs[name]
+        ops = rs[0][3]
+        per10k[name] = [(side + client) / n * 10_000 for _, side, client, n in rs]
         t.add_row(
             name,
             f"{ops:,}",
-            f"{side / ops * 10_000:.2f}",
-            f"{client / ops * 10_000:.2f}",
-            f"{per10k[name]:.2f}",
+            f"{med(side / n * 10_000 for _, side, _, n in rs):.2f}",
+            f"{med(client / n * 10_000 for _, _, client, n in rs):.2f}",
+            f"{med(per10k[name]):.2f}",
         )
     console.print(t)
     ok = True
     if "js-1" in per10k and "js-2" in per10k:
-        ratio = per10k["js-2"] / per10k["js-1"]
+        pairs = [x / y for x, y in zip(per10k["js-2"], per10k["js-1"], strict=True)]
+        ratio = med(pairs)
         ok &= ratio <= 1.1
         console.print(
-            f"two nodes / one node (JetStream R3), CPU per 10k ops: {ratio:.3f} (target ≤ 1.1: "
+            f"two nodes / one node (JetStream R3), CPU per 10k ops: {ratio:.3f} (median of "
+            f"the runs' ratios {', '.join(f'{x:.3f}' for x in pairs)}; target ≤ 1.1: "
             f"{'met' if ratio <= 1.1 else 'NOT met'})"
         )
     if "embedded" in per10k and "js-1" in per10k:
-        js_vs_embedded = per10k["js-1"] / per10k["embedded"]
+        js_vs_embedded = med(per10k["js-1"]) / med(per10k["embedded"])
         console.print(f"JetStream R3 / embedded log, CPU per 10k ops: {js_vs_embedded:.2f}")
     if times:
         p50, bound = statistics.median(times), a.ttl + 2
