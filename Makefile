@@ -53,7 +53,8 @@ $(NODE_STAMP): $(NODE_DIR)/package.json
 
 node-deps: $(NODE_STAMP)
 
-# `make run RUN_ARGS=--keep` leaves the node (and its console) running afterwards
+# `make run RUN_ARGS=--keep` leaves the node (and its console) running afterwards;
+# `make run RUN_ARGS=--backend` runs it on a local 3-node NATS JetStream cluster
 run: install check-java-warn
 	$(BIN)/loglake node walkthrough $(RUN_ARGS)
 

@@ -1,4 +1,40 @@
-"""Node benchmark (issue 14): what metrics cost on the push path, and API latency under load.
+"""Node benchmark: the node on the embedded log vs on NATS JetStream (one node, two nodes),
+and (``--metrics-cost``) what metrics cost on the push path and API latency under load.
+
+**The comparison** (the default). Same run, three configurations, each on fresh processes:
+``embedded`` (one ``loglake node`` on the embedded log), ``js-1`` (one node on a local 3-node
+JetStream cluster, R3), ``js-2`` (two nodes on one such cluster, same ``nats_prefix``: node A
+runs every part, node B the stream service only — ICRC roles, the archives control node and SDS
+run on one node, docs/node.md). The same workload runs against each:
+
+- push: ``--pushes`` 1 KB records over TCP by two client threads (``StreamClient``, 1,000 in
+  flight), one per partition of a 2-partition stream; with two nodes, one thread per node;
+- ICRC: ``--events`` published through the API (batches of 100) before a subscription, then
+  one ICRC-77 replay of all of them to the new subscriber, timed to ``completed``;
+- Cardinal: a ``--blocks`` chain produced through node A, consumed (exactly once, from the
+  checkpoint) through node B (the same node with one node);
+- SDS: ``--sds`` messages sent by alice through the API, one by one;
+- archives: ``--archive-messages`` community messages of a closed week, then one control
+  round (``POST /api/archives/build``) timed.
+
+Reported: ops/s of each path per configuration (and against the embedded log), and CPU seconds
+of every process of the configuration (nats-servers, nodes and their children, this client)
+per 10,000 operations during the workload; the target is two nodes ≤ 1.1× one node (the
+coordination a second node adds: its leases, its connection, reads through it).
+
+**Lease failover** (``--failover-rounds``, default 5): two nodes on one cluster with
+``--ttl`` s leases (the sealer's, and any other the node holds) and a 0.2 s seal interval;
+records are pushed, the sealer's holder is SIGKILLed, and the time until the other node has
+sealed every record (the next leased operation succeeding there) is measured; a fresh node
+replaces the killed one for the next round. Bound: ttl + 2 s at the p50.
+
+The Spark push → micro-batch figure is ``benchmarks/spark_jetstream.py``'s.
+
+    .venv/bin/python benchmarks/node.py                        # the comparison + failover
+    .venv/bin/python benchmarks/node.py --pushes 5000 --failover-rounds 3
+    .venv/bin/python benchmarks/node.py --metrics-cost         # the metrics part below
+
+**Metrics cost** (``--metrics-cost``):
 
 1. Push throughput with metrics on vs off, same run: two ``loglake node`` processes (temp data
    dirs, free ports, console and protocol parts off), one with ``--no-http-metrics``; a
@@ -21,16 +57,18 @@
    Reported: p50/p99/max per route, calls made, and the push rate the node actually took.
 
 Bounded: every phase has a count and a time limit; processes and temp dirs are removed at the
-end. Run: ``.venv/bin/python benchmarks/node.py`` (``--help`` for options).
+end. Run: ``.venv/bin/python benchmarks/node.py --metrics-cost`` (``--help`` for options).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,7 +81,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.procs
 
-from tests.procs import free_port, process
+from tests.procs import free_port, process, wait_port
+from tests.procs import stop as stop_proc
 
 console = Console(width=200)
 
@@ -260,15 +299,33 @@ def pct(xs: list[float], p: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--size", type=int, default=1024, help="bytes per message")
-    ap.add_argument("--window", type=int, default=1000, help="messages in flight")
-    ap.add_argument("--count", type=int, default=50_000, help="messages per push run")
-    ap.add_argument("--rounds", type=int, default=20, help="push runs per configuration")
-    ap.add_argument("--scrape", type=float, default=15.0, help="seconds between /metrics reads")
-    ap.add_argument("--rate", type=int, default=20_000, help="pushes/s during the API phase")
-    ap.add_argument("--seconds", type=float, default=10.0, help="length of the API phase")
-    ap.add_argument("--no-api", action="store_true", help="skip the API latency phase")
+    ap.add_argument("--metrics-cost", action="store_true", help="run the metrics-cost part instead")
+    g = ap.add_argument_group("comparison (default)")
+    g.add_argument("--pushes", type=int, default=20_000, help="1 KB records pushed")
+    g.add_argument("--events", type=int, default=500, help="ICRC events published, replayed")
+    g.add_argument("--blocks", type=int, default=40, help="Cardinal chain length")
+    g.add_argument("--sds", type=int, default=200, help="SDS messages sent")
+    g.add_argument("--archive-messages", type=int, default=2000, help="messages archived")
+    g.add_argument("--only", default="embedded,js-1,js-2", help="configurations to run")
+    g.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
+    g.add_argument("--failover-rounds", type=int, default=5, help="SIGKILLs (0: none)")
+    g.add_argument("--ttl", type=int, default=3, help="lease TTL in the failover runs, s")
+    g = ap.add_argument_group("--metrics-cost")
+    g.add_argument("--size", type=int, default=1024, help="bytes per message")
+    g.add_argument("--window", type=int, default=1000, help="messages in flight")
+    g.add_argument("--count", type=int, default=50_000, help="messages per push run")
+    g.add_argument("--rounds", type=int, default=20, help="push runs per configuration")
+    g.add_argument("--scrape", type=float, default=15.0, help="seconds between /metrics reads")
+    g.add_argument("--rate", type=int, default=20_000, help="pushes/s during the API phase")
+    g.add_argument("--seconds", type=float, default=10.0, help="length of the API phase")
+    g.add_argument("--no-api", action="store_true", help="skip the API latency phase")
     a = ap.parse_args()
+    if not a.metrics_cost:
+        sys.exit(compare(a))
+    metrics_cost(a)
+
+
+def metrics_cost(a: argparse.Namespace) -> None:
     console.print(f"cores: {os.cpu_count()}, load: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="loglake-bench-node-") as d:
         tmp = Path(d)
@@ -325,6 +382,371 @@ def main() -> None:
                 f"{max(xs) * 1e3:.2f}",
             )
         console.print(t)
+
+
+# -- the comparison: embedded log vs JetStream, one node vs two --------------------------------
+
+CONFIGS = ("embedded", "js-1", "js-2")
+NAMESPACE = "demo.events"
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of ``pids`` and of every live descendant, plus what they reaped
+    (cutime + cstime), from /proc."""
+    stats: dict[int, tuple[int, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid = int(fields[1])
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        stats[int(d.name)] = (ppid, ticks / CLK)
+    wanted, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in wanted:
+            continue
+        wanted.add(pid)
+        todo += [c for c, (pp, _) in stats.items() if pp == pid]
+    return sum(stats[p][1] for p in wanted if p in stats)
+
+
+class NodeProc:
+    """One ``loglake node`` process on free ports; ``parts`` turns on ICRC, archives, SDS."""
+
+    def __init__(self, data_dir: Path, parts: bool, backend: list[str]) -> None:
+        self.data_dir = data_dir
+        self.http_port, self.stream_port = free_port(), free_port()
+        cmd = [
+            sys.executable, "-m", "loglake.cli", "node", "--no-console",
+            "--data-dir", str(data_dir), "--http-port", str(self.http_port),
+            "--streams-port", str(self.stream_port), *backend,
+        ]  # fmt: skip
+        if parts:
+            cmd += [
+                "--events-enabled", "--events-namespaces", NAMESPACE,
+                "--archives-enabled", "--no-archives-member", "--sds-enabled",
+            ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(self.http_port, self.proc, 120)
+        except BaseException:
+            self.stop()
+            raise
+        token = (data_dir / "node.token").read_text().strip()
+        self.api = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.http_port}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+
+    def call(self, method: str, path: str, **kw: object) -> object:
+        r = self.api.request(method, path, **kw)  # type: ignore[arg-type]
+        if r.status_code >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        return r.json()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            stop_proc(self.proc, 30)
+        api = getattr(self, "api", None)
+        if api is not None:
+            api.close()
+
+
+def _wait(what: str, probe, timeout: float = 120.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise TimeoutError(f"{what}: not within {timeout}s")
+
+
+def workload(nodes: list[NodeProc], a: argparse.Namespace) -> dict[str, tuple[int, float]]:
+    """The protocols' main paths against ``nodes`` (the first runs every part, the last
+    serves the second pusher and the Cardinal consumer); {path: (operations, seconds)}."""
+    from loglake.archives import get_layout
+    from loglake.cardinal.cli import consume_topic, produce_chain
+    from loglake.streams.client import StreamClient
+
+    first, last = nodes[0], nodes[-1]
+    out: dict[str, tuple[int, float]] = {}
+    data = os.urandom(1024)
+    with StreamClient(port=first.stream_port) as c:
+        c.create_stream("bench.push", 2)
+    half = a.pushes // 2
+
+    def pusher(node: NodeProc, partition: int) -> None:
+        with StreamClient(port=node.stream_port, window=1000) as c:
+            c.push_many("bench.push", [data] * half, partition=partition)
+
+    threads = [threading.Thread(target=pusher, args=(n, p)) for p, n in enumerate((first, last))]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    out["push"] = (2 * half, time.perf_counter() - t)
+
+    publish = f"/api/events/namespaces/{NAMESPACE}/events"
+    ids: list[int] = []
+    t = time.perf_counter()
+    for i in range(0, a.events, 100):
+        texts = [f"event {j}" for j in range(i, min(a.events, i + 100))]
+        ids += first.call("POST", publish, json={"texts": texts})["ids"]  # type: ignore[index]
+    out["ICRC publish"] = (len(ids), time.perf_counter() - t)
+    first.call("POST", "/api/events/subscriptions", json={"namespace": NAMESPACE})
+    t = time.perf_counter()
+    rid = first.call(
+        "POST",
+        "/api/events/replays",
+        json={"namespace": NAMESPACE, "start": ids[0], "end": ids[-1] + 1},
+    )["id"]  # type: ignore[index]
+    _wait(
+        "ICRC replay",
+        lambda: first.call("GET", f"/api/events/replays/{rid}")["status"] == "completed",  # type: ignore[index]
+    )
+    out["ICRC replay"] = (len(ids), time.perf_counter() - t)
+
+    with StreamClient(port=first.stream_port) as pc, StreamClient(port=last.stream_port) as cc:
+        t = time.perf_counter()
+        sent, _ = produce_chain(pc, "bench.chain", a.blocks, partitions=2)
+        out["Cardinal produce"] = (sent, time.perf_counter() - t)
+        idle = 0.3
+        t = time.perf_counter()
+        consume_topic(cc, "bench.chain", "bench", idle_seconds=idle)
+        out["Cardinal consume"] = (sent, time.perf_counter() - t - idle)
+
+    ch = first.call("GET", "/api/sds/channels")[0]["channel"]  # type: ignore[index]
+    t = time.perf_counter()
+    for i in range(a.sds):
+        first.call(
+            "POST", f"/api/sds/channels/{ch}/messages", json={"sender": "alice", "text": f"m{i}"}
+        )
+    out["SDS send"] = (a.sds, time.perf_counter() - t)
+
+    info = first.call("GET", "/api/archives")
+    layout = get_layout("spec")
+    day = 86400 * 10**9
+    start = time.time_ns() - 9 * day  # one whole 7-day window that has closed
+    step = 6 * day // max(1, a.archive_messages)
+    records = [
+        layout.make_record(
+            payload=f"community message {i}".encode() * 8,
+            topic="/status/1/community-chat/proto",
+            timestamp_ns=start + i * step,
+        )
+        for i in range(a.archive_messages)
+    ]
+    with StreamClient(port=first.stream_port) as c:
+        c.create_stream(info["stream"])  # type: ignore[index]
+        c.push_many(info["stream"], records)  # type: ignore[index]
+    t = time.perf_counter()
+    built = first.call("POST", "/api/archives/build", json={})
+    out["archive build"] = (a.archive_messages, time.perf_counter() - t)
+    if not built.get("new_archives"):  # type: ignore[union-attr]
+        console.print(f"[yellow]archive build answered {built}[/]")
+    return out
+
+
+def run_config(name: str, tmp: Path, a: argparse.Namespace) -> tuple[dict, float, float, int]:
+    """Start ``name``'s processes, run the workload, stop them: (paths, cluster-side CPU s,
+    client CPU s, operations)."""
+    from loglake.node.localcluster import LocalNatsCluster
+
+    root = tmp / name
+    with contextlib.ExitStack() as stack:
+        backend: list[str] = []
+        pids: list[int] = []
+        if name != "embedded":
+            nats = stack.enter_context(LocalNatsCluster(3))
+            pids += [p.pid for p in nats.procs]
+            backend = [
+                "--backend", nats.url, "--replicas", "3", "--streams-nats-prefix", "bench",
+                "--streams-nats-monitor", nats.monitor_urls,
+            ]  # fmt: skip
+        nodes = []
+        for i in range(2 if name == "js-2" else 1):
+            n = NodeProc(root / f"node{i}", parts=i == 0, backend=backend)
+            stack.callback(n.stop)
+            nodes.append(n)
+        pids += [n.proc.pid for n in nodes]
+        time.sleep(1.0)  # parts settle (first rounds, lease contention)
+        cpu0, client0 = cpu_seconds(pids), sum(os.times()[:2])
+        paths = workload(nodes, a)
+        cpu1, client1 = cpu_seconds(pids), sum(os.times()[:2])
+        if name == "js-2":
+            c = nodes[1].call("GET", "/api/cluster")
+            held = {x["name"]: x["holder"] for x in c["leases"]}  # type: ignore[index]
+            console.print(f"js-2 leases at the end: {held}")
+    ops = sum(n for n, _ in paths.values())
+    return paths, cpu1 - cpu0, client1 - client0, ops
+
+
+def sealed_records(data_dir: Path, stream: str) -> int:
+    from loglake.log.lake import list_lake_files, visible_lake_files
+    from loglake.log.lake_schema import lake_partition_dir
+
+    files = visible_lake_files(list_lake_files(lake_partition_dir(data_dir, stream, 0)))
+    return sum(f.last - f.first + 1 for f in files)
+
+
+def failover(tmp: Path, a: argparse.Namespace) -> list[float]:
+    """Seconds from SIGKILL of the sealer's holder to the other node having sealed every
+    record, per round (see the module docstring)."""
+    from loglake.node.localcluster import LocalNatsCluster
+    from loglake.streams.jetstream import JetStreamLog
+
+    times: list[float] = []
+    with LocalNatsCluster(3) as nats, contextlib.ExitStack() as stack:
+        backend = [
+            "--backend", nats.url, "--replicas", "3", "--streams-nats-prefix", "fo",
+            "--streams-lease-ttl", str(a.ttl), "--streams-seal-interval", "0.2",
+            "--no-streams-enabled",
+        ]  # fmt: skip
+        log = JetStreamLog(nats.url, prefix="fo")
+        stack.callback(log.close)
+        log.create_stream_replicated("orders", None, 3)
+        count = 0
+
+        def start(i: int) -> NodeProc:
+            n = NodeProc(tmp / "failover" / f"node{i}", parts=False, backend=backend)
+            stack.callback(n.stop)
+            return n
+
+        nodes = [start(0), start(1)]
+
+        def holder() -> NodeProc | None:
+            for n in nodes:
+                c = n.call("GET", "/api/cluster")
+                if any(x["name"] == "sealer" and x["held_here"] for x in c["leases"]):  # type: ignore[index]
+                    return n
+            return None
+
+        for r in range(a.failover_rounds):
+            held = _wait("a sealer holder", holder, 30)
+            other = next(n for n in nodes if n is not held)
+            log.append_payloads("orders", 0, [b"r%d-%d" % (r, i) for i in range(100)])
+            count += 100
+            _wait(
+                "the holder seals",
+                lambda n=held, want=count: sealed_records(n.data_dir, "orders") == want,
+                30,
+            )
+            time.sleep(a.ttl / 3 * 2)  # the holder renews meanwhile
+            log.append_payloads("orders", 0, [b"k%d-%d" % (r, i) for i in range(10)])
+            count += 10
+            held.proc.kill()
+            killed = time.monotonic()
+            _wait(
+                "the other node seals",
+                lambda n=other, want=count: sealed_records(n.data_dir, "orders") == want,
+                a.ttl + 30,
+            )
+            took = time.monotonic() - killed
+            times.append(took)
+            console.print(
+                f"failover round {r + 1}: sealed on the other node {took:.2f}s after SIGKILL"
+            )
+            held.stop()
+            nodes = [other, start(r + 2)]
+    return times
+
+
+def compare(a: argparse.Namespace) -> int:
+    # the workload's imports, before any CPU is counted: the first configuration must not pay
+    # them in "client" (they took ~2 s of a 2,580-operation run)
+    import loglake.archives
+    import loglake.cardinal.cli
+    import loglake.node.localcluster
+    import loglake.streams.client
+    import loglake.streams.jetstream  # noqa: F401
+
+    console.print(f"cores: {os.cpu_count()}, load: {os.getloadavg()[0]:.1f}")
+    configs = [c for c in a.only.split(",") if c]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        console.print(
+            f"[red]--only: unknown configuration {bad[0]!r} (one of {', '.join(CONFIGS)})[/]"
+        )
+        return 2
+    runs: dict[str, list[tuple[dict, float, float, int]]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory(prefix="loglake-bench-node-") as d:
+        tmp = Path(d)
+        for r in range(a.repeat):  # configurations alternate: load drift hits each alike
+            for name in configs if r % 2 == 0 else configs[::-1]:
+                console.print(f"run {r + 1}/{a.repeat}: {name} …")
+                runs[name].append(run_config(name, tmp / str(r), a))
+        times = failover(tmp, a) if a.failover_rounds > 0 else []
+    med = statistics.median
+    t = Table(
+        title=f"throughput of each path (ops/s, median of {a.repeat}; × = against the embedded log)"
+    )
+    t.add_column("path")
+    for name in configs:
+        t.add_column(name, justify="right")
+    rates = {
+        name: {
+            path: med(
+                n / secs if secs > 0 else float("inf") for n, secs in (x[0][path] for x in rs)
+            )
+            for path in rs[0][0]
+        }
+        for name, rs in runs.items()
+    }
+    for path in rates[configs[0]]:
+        row = [path]
+        for name in configs:
+            cell = f"{rates[name][path]:,.0f}"
+            if name != "embedded" and "embedded" in rates:
+                cell += f" ({rates[name][path] / rates['embedded'][path]:.2f}×)"
+            row.append(cell)
+        t.add_row(*row)
+    console.print(t)
+    t = Table(title=f"CPU seconds per 10,000 operations during the workload (median of {a.repeat})")
+    for col in ("configuration", "operations", "servers + nodes", "client", "all processes"):
+        t.add_column(col, justify="right")
+    per10k: dict[str, list[float]] = {}
+    for name in configs:
+        rs = runs[name]
+        ops = rs[0][3]
+        per10k[name] = [(side + client) / n * 10_000 for _, side, client, n in rs]
+        t.add_row(
+            name,
+            f"{ops:,}",
+            f"{med(side / n * 10_000 for _, side, _, n in rs):.2f}",
+            f"{med(client / n * 10_000 for _, _, client, n in rs):.2f}",
+            f"{med(per10k[name]):.2f}",
+        )
+    console.print(t)
+    ok = True
+    if "js-1" in per10k and "js-2" in per10k:
+        pairs = [x / y for x, y in zip(per10k["js-2"], per10k["js-1"], strict=True)]
+        ratio = med(pairs)
+        ok &= ratio <= 1.1
+        console.print(
+            f"two nodes / one node (JetStream R3), CPU per 10k ops: {ratio:.3f} (median of "
+            f"the runs' ratios {', '.join(f'{x:.3f}' for x in pairs)}; target ≤ 1.1: "
+            f"{'met' if ratio <= 1.1 else 'NOT met'})"
+        )
+    if "embedded" in per10k and "js-1" in per10k:
+        js_vs_embedded = med(per10k["js-1"]) / med(per10k["embedded"])
+        console.print(f"JetStream R3 / embedded log, CPU per 10k ops: {js_vs_embedded:.2f}")
+    if times:
+        p50, bound = statistics.median(times), a.ttl + 2
+        ok &= p50 <= bound
+        console.print(
+            f"lease failover (SIGKILL → the other node's next seal), ttl {a.ttl}s: p50 "
+            f"{p50:.2f}s, max {max(times):.2f}s over {len(times)} (bound ttl + 2 = {bound}s: "
+            f"{'met' if p50 <= bound else 'NOT met'})"
+        )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

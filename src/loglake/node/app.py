@@ -79,7 +79,7 @@ def create_app(
 ) -> FastAPI:
     """The node's ASGI app. ``token`` None turns authentication off (embedding, benchmarks);
     ``console`` False leaves the web console out (``loglake.node.console``, built apart)."""
-    from loglake.node.api import archives, events, jobs, sds, streams, system
+    from loglake.node.api import archives, cluster, events, jobs, sds, streams, system
 
     app = FastAPI(
         title="loglake node",
@@ -94,7 +94,7 @@ def create_app(
     app.state.node = node
     app.state.token = token
     auth = [Depends(require_token)]
-    for module in (system, streams, events, archives, sds, jobs):
+    for module in (system, cluster, streams, events, archives, sds, jobs):
         app.include_router(module.router, prefix="/api", dependencies=auth)
     if node.metrics is not None:
         from loglake.node.metrics import metrics_route

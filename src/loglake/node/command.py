@@ -83,8 +83,12 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
 @click.option("--http-port", type=PORT, default=0, help="HTTP port (default: any free port).")
 @click.option(
     "--backend",
-    metavar="nats://H1,H2,H3",
-    help="Keep the node's streams in this NATS JetStream cluster (default: the embedded log).",
+    metavar="[nats://H1,H2,H3]",
+    is_flag=False,
+    flag_value="local",
+    help="Keep the node's streams in this NATS JetStream cluster (default: the embedded log); "
+    "--backend alone starts a local 3-node cluster (loopback, temp dirs, R3) for the "
+    "walkthrough and stops it at the end.",
 )
 @click.option(
     "--replicas",

@@ -9,7 +9,8 @@ checked at start and an error names the key and where the bad value came from::
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
 metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
-retention_interval, backend, replicas, nats_prefix, nats_creds, lease_ttl, seal_interval;
+retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, lease_ttl,
+seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
 enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
 check_every, wait, trackers; ``[sds]`` enabled, channel, participants, sync_interval; ``[jobs]``
@@ -146,6 +147,17 @@ def _nats_url(v: Any) -> str:
     return url
 
 
+def _monitor_urls(v: Any) -> tuple[str, ...]:
+    """``http://h1:8222,http://h2:8222``: the NATS servers' monitoring endpoints (``-m``)."""
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    if not isinstance(v, list | tuple) or not all(
+        isinstance(x, str) and x.startswith(("http://", "https://")) for x in v
+    ):
+        raise ValueError("expected http://host:port[,http://host:port…] (the servers' -m ports)")
+    return tuple(x.rstrip("/") for x in v)
+
+
 def _path(v: Any) -> Path:
     return Path(_str(v)).expanduser()
 
@@ -212,6 +224,14 @@ OPTIONS: tuple[Option, ...] = (
         5,
         "With backend: seconds a dead node keeps once-only work (the sealer) before another "
         "node on the cluster takes it over.",
+    ),
+    Option(
+        "streams",
+        "nats_monitor",
+        _monitor_urls,
+        (),
+        "With backend: the NATS servers' monitoring URLs (http://h1:8222,…), read for the "
+        "cluster's meta leader and peers (/api/cluster, /metrics); none: stream groups only.",
     ),
     Option(
         "streams",

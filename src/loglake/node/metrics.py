@@ -21,6 +21,7 @@ the series registered here.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,10 +32,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from loglake.errors import Unavailable
 from loglake.log import Entry, Log, Record, StreamConfig, StreamInfo
+from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
     from loglake.node.api.context import NodeContext
+
+_logger = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (
     0.0001,
@@ -318,8 +323,17 @@ class NodeCollector(Collector):
         if node is None:
             return
         yield from self._traffic()
-        yield from self._log(node)
-        yield from self._consumers(node)
+        cluster = node.cluster
+        if cluster is not None:
+            yield from cluster.metric_families()
+        if cluster is None or cluster.log_readable():
+            # a JetStream cluster that just failed to answer is not asked again for each
+            # partition: the scrape answers (loglake_jetstream_reachable 0) instead of
+            # failing whole, and in seconds rather than after every request's deadline
+            try:
+                yield from [*self._log(node), *self._consumers(node)]
+            except Unavailable as e:
+                log_event(_logger, logging.WARNING, "metrics: log state unavailable", error=str(e))
         for handle in (node.events, node.archives, node.sds, node.jobs):
             families = getattr(handle, "metric_families", None)
             if families is not None:

@@ -132,6 +132,9 @@ class Node:
         )
         self.leases = await asyncio.to_thread(NodeLeases, raw, cfg)
         self._sealer = start_sealer(cfg, raw, self._stop_retention, self.leases)
+        from loglake.node.cluster import ClusterView
+
+        ctx.cluster = ClusterView(raw, self.leases, cfg.streams, cfg.data_dir)
         ctx.parts = {
             "streams": cfg.streams.enabled,
             "events": cfg.events.enabled,

@@ -1,8 +1,11 @@
 """``loglake node walkthrough`` (what ``make run`` calls): a node, and all five protocols on it.
 
 The node runs on the embedded default (``config.embedded_default``: every part on, free ports,
-a temp data dir). Everything after that goes through the node's public faces, as a user's code
-would: the Ockam stream service over TCP (``StreamClient``) and the HTTP API with the token.
+a temp data dir); ``--backend nats://…`` keeps its streams in a JetStream cluster instead, and
+``--backend`` alone starts a local 3-node cluster for it (``node/localcluster.py``) and ends
+with what ``GET /api/cluster`` says (leases, meta leader, replicas, sealer lag). Everything
+after that goes through the node's public faces, as a user's code would: the Ockam stream
+service over TCP (``StreamClient``) and the HTTP API with the token.
 
 1. streams: a 3-partition stream, pushes, pulls, a consumer's saved index and its lag;
 2. ICRC-72/77: events published before and after a subscription; the missed ones replayed;
@@ -38,6 +41,8 @@ NS = 1_000_000_000
 DAY_NS = 86400 * NS
 STEP_TIMEOUT_S = 60.0
 NAMESPACE = "demo.events"
+LOCAL_BACKEND = "local"
+"""``--backend`` with no URL: a 3-node cluster started on this machine for the walkthrough."""
 
 
 class WalkthroughFailed(LoglakeError):
@@ -82,12 +87,29 @@ def run_walkthrough(
     replicas: int = 1,
 ) -> dict[str, Any]:
     """Run the walkthrough; ``backend`` (``nats://h1,h2,h3``) keeps the node's streams in
-    that JetStream cluster with ``replicas`` replicas instead of the embedded log."""
+    that JetStream cluster with ``replicas`` replicas instead of the embedded log;
+    ``backend="local"`` starts a 3-node cluster on this machine for it (R3) and stops it at
+    the end."""
     console = Console()
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loglake-")))
-        streams = {"backend": backend, "replicas": replicas} if backend else None
+        streams: dict[str, Any] | None = None
+        if backend == LOCAL_BACKEND:
+            from loglake.node.localcluster import LocalNatsCluster
+
+            console.print("[bold]0.[/] starting a local 3-node NATS JetStream cluster …")
+            nats = stack.enter_context(LocalNatsCluster(3))
+            backend, replicas = nats.url, 3
+            streams = {"nats_monitor": nats.monitor_urls}
+            console.print(
+                f"   {nats.version()}: servers n1-n3 on 127.0.0.1 ports "
+                f"{', '.join(map(str, nats.ports))} (monitoring "
+                f"{', '.join(map(str, nats.http_ports))}), stores in {nats.root}; "
+                "stopped and removed at the end"
+            )
+        if backend:
+            streams = {**(streams or {}), "backend": backend, "replicas": replicas}
         config = embedded_default(data_dir, http_port=http_port, streams=streams)
         console.print("[bold]0.[/] starting a node (every part on) …")
         node = stack.enter_context(BackgroundNode(config, say=lambda s: None))
@@ -110,6 +132,8 @@ def run_walkthrough(
         summary["sds"] = _sds(console, api)
         summary["archives"] = _archives(console, api, client)
         summary["metrics"] = _metrics(api)
+        if backend:
+            summary["cluster"] = _cluster(console, api)
         console_url = f"{node.url}/console/#token={node.token}"
         _summary(console, summary, console_url)
         if keep:
@@ -311,6 +335,33 @@ def _archives(console: Console, api: Api, client: Any) -> dict[str, Any]:
     }
 
 
+def _cluster(console: Console, api: Api) -> dict[str, Any]:
+    c = api("GET", "/api/cluster")
+    leases = ", ".join(
+        f"{x['name']} held by {'this node' if x['this_node'] else x['holder'] or 'nobody'}"
+        for x in c["leases"]
+    )
+    meta = c["meta"] or {}
+    partitions = [g for g in c["groups"] if g["stream"] is not None]
+    replicas = sum(len(g["replicas"]) for g in partitions)
+    lag = sum(x["lag_records"] for x in (c["sealer"] or {}).get("lag", []))
+    console.print(
+        f"[bold]6. cluster[/]  NATS JetStream R{c['replicas']}, "
+        f"{'reachable' if c['reachable'] else 'unreachable: ' + str(c['error'])}; meta leader "
+        f"{meta.get('leader') or 'unknown'}; {len(partitions)} partition streams with "
+        f"{replicas} replicas; leases: {leases or 'none'}; sealer lag {lag} records "
+        "(GET /api/cluster, the console's Cluster page)"
+    )
+    return {
+        "reachable": c["reachable"],
+        "meta_leader": meta.get("leader"),
+        "partition_streams": len(partitions),
+        "replicas": replicas,
+        "leases": {x["name"]: x["this_node"] for x in c["leases"]},
+        "sealer_lag_records": lag,
+    }
+
+
 def _metrics(api: Api) -> dict[str, float]:
     text = api("GET", "/metrics").text
     want = {
@@ -360,6 +411,15 @@ def _summary(console: Console, s: dict[str, Any], console_url: str) -> None:
         f"{ar['archives']} weekly archive built, fetched by the member "
         f"({ar['bytes_downloaded']:,} B), {ar['hydrated']} messages hydrated",
     )
+    cl = s.get("cluster")
+    if cl is not None:
+        held = [name for name, here in cl["leases"].items() if here]
+        t.add_row(
+            "cluster",
+            f"JetStream, meta leader {cl['meta_leader'] or 'unknown'}, "
+            f"{cl['partition_streams']} partition streams, {cl['replicas']} replicas; "
+            f"leases held here: {', '.join(held) or 'none'}",
+        )
     m = s["metrics"]
     t.add_row(
         "/metrics",

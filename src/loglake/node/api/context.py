@@ -45,6 +45,8 @@ class NodeContext:
     """``node.api.sds.SdsHandle`` when SDS channels run."""
     jobs: Any = None
     """``node.api.jobs.JobManager`` when Spark jobs are enabled."""
+    cluster: Any = None
+    """``node.cluster.ClusterView``: leases, the JetStream cluster's health, the sealer's lag."""
     started_ns: int = field(default_factory=time.time_ns)
     parts: dict[str, bool] = field(default_factory=dict)
     """Which parts this node runs (for ``GET /api/node``)."""

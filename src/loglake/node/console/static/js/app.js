@@ -5,6 +5,7 @@ import { useEffect, useState } from "preact/hooks";
 
 import { clearToken, getToken, setToken, takeTokenFromFragment } from "./api.js";
 import { ArchivesPage } from "./pages/archives.js";
+import { ClusterPage } from "./pages/cluster.js";
 import { JobsPage } from "./pages/jobs.js";
 import { RecordsPage } from "./pages/records.js";
 import { ReplaysPage } from "./pages/replays.js";
@@ -19,6 +20,7 @@ const PAGES = [
   ["/archives", "Archives"],
   ["/sds", "SDS channels"],
   ["/jobs", "Spark jobs"],
+  ["/cluster", "Cluster"],
 ];
 
 /** "#/records?stream=a&partition=1" → {path: "/records", params: {stream: "a", ...}} */
@@ -78,6 +80,7 @@ function Shell({ route, onLogout }) {
   else if (route.path === "/archives") page = html`<${ArchivesPage} />`;
   else if (route.path === "/sds") page = html`<${SdsPage} params=${p} />`;
   else if (route.path === "/jobs") page = html`<${JobsPage} />`;
+  else if (route.path === "/cluster") page = html`<${ClusterPage} />`;
   else page = html`<p class="error">No page ${route.path}. <a href="#/streams">Streams</a></p>`;
   return html`<div class="shell">
     <header>

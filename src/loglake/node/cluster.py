@@ -1,0 +1,507 @@
+"""What an operator of a node on a NATS JetStream cluster needs to see at a glance: which node
+holds which lease, the cluster's health, and how far the sealer is behind.
+
+Read at request time, never kept up to date in between (as ``NodeCollector`` reads the log):
+
+- **leases**: this node's view (``NodeLeases.held()``, so a lease added to the node shows up
+  here unchanged) and the cluster's: the newest message on each lease key of the KV bucket
+  (``streams/lease.py``) names its holder and its revision (the fencing token); an expired or
+  released lease leaves a marker, read as "no holder";
+- **stream groups**: every JetStream stream under the node's prefix (the partitions' streams and
+  the index and lease buckets) with its leader and replicas — current, offline, ops behind — from
+  one paged ``$JS.API.STREAM.LIST``, the same ``ClusterInfo`` ``js.stream_info`` returns;
+- **the meta group** (which server places streams: its leader and peers) is not in any API a
+  client account can call; the servers' monitoring endpoint ``/jsz`` has it, so it is read from
+  ``[streams] nats_monitor`` when set. ``/jsz``'s ``meta_cluster.replicas`` lists the peers other
+  than the answering server, as that server sees them; the leader's own answer is the one with
+  current lags, so it is preferred;
+- **sealer lag** per partition: JetStream's last sequence against the end of the lake this node
+  seals into (``jetstream_seal.sealed_next``), in records and in seconds (the age of the oldest
+  record not sealed yet). Only the node that holds the sealer's lease seals, into its own data
+  dir, so only that node reports the lag (another node's lake is not the sealer's).
+
+Every call to the cluster has a short deadline (``STATUS_TIMEOUT``): with no quorum or no server,
+the answer says the cluster is unreachable and why, instead of holding a scrape or a console
+poll for the log's longer push deadline. One answer is reused for ``CACHE_S``, so a console
+polling and Prometheus scraping at once do not multiply the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from pydantic import BaseModel
+
+STATUS_TIMEOUT = 3.0
+"""Seconds one status read may wait on the cluster (all requests together)."""
+MONITOR_TIMEOUT = 1.5
+"""Seconds one ``/jsz`` read may take (the monitoring endpoints are read in parallel)."""
+CACHE_S = 1.0
+"""An answer younger than this is reused."""
+NS = 1_000_000_000
+
+
+class LeaseStatus(BaseModel):
+    name: str
+    held_here: bool
+    """This node's own view: it may do the lease's work now."""
+    holder: str | None
+    """Who the cluster says holds it (the lease key's value), None when nobody does."""
+    this_node: bool
+    """``holder`` is this node."""
+    token: int | None
+    """The lease key's revision: the fencing token its holder's writes carry."""
+    written_ns: int | None
+    """When the holder last acquired or renewed it (the key's newest message)."""
+
+
+class PeerStatus(BaseModel):
+    name: str
+    leader: bool = False
+    current: bool = True
+    """A follower that has every entry the leader has (the leader itself: true)."""
+    offline: bool = False
+    lag: int = 0
+    """Raft entries behind the leader."""
+    active_s: float | None = None
+    """Seconds since the leader last heard from this follower."""
+
+
+class GroupStatus(BaseModel):
+    jetstream_stream: str
+    stream: str | None
+    """The loglake stream this JetStream stream is a partition of (None: a KV bucket)."""
+    partition: int | None
+    leader: str | None
+    """None when the group has no leader (no quorum)."""
+    replicas: list[PeerStatus]
+    messages: int
+    last_seq: int
+
+
+class MetaStatus(BaseModel):
+    cluster: str | None
+    leader: str | None
+    size: int | None
+    peers: list[PeerStatus]
+    monitors: dict[str, str]
+    """Each ``[streams] nats_monitor`` URL and how it answered (``ok`` or the error)."""
+
+
+class SealerLag(BaseModel):
+    stream: str
+    partition: int
+    sealed_next: int
+    """One past the newest index in the lake."""
+    next_index: int
+    """One past JetStream's last record (its last sequence)."""
+    lag_records: int
+    lag_seconds: float
+    """Age of the oldest record not sealed yet (0 when none is waiting)."""
+
+
+class SealerStatus(BaseModel):
+    here: bool
+    """This node seals (it holds the sealer's lease); ``lag`` is filled only then."""
+    holder: str | None
+    interval_s: float
+    lag: list[SealerLag]
+    error: str | None = None
+
+
+class ClusterStatus(BaseModel):
+    backend: str
+    """``embedded`` (no cluster: every once-only work runs here) or ``jetstream``."""
+    node: str
+    """This node's name in the leases (``NodeLeases.holder``)."""
+    servers: str | None
+    replicas: int | None
+    prefix: str | None
+    reachable: bool
+    error: str | None
+    """Why the cluster could not be read (then the lists below are what could be read)."""
+    leases: list[LeaseStatus]
+    meta: MetaStatus | None
+    groups: list[GroupStatus]
+    sealer: SealerStatus | None
+    read_ns: int
+
+
+class ClusterView:
+    """``status()`` for ``GET /api/cluster`` and ``metric_families()`` for ``/metrics``, over
+    the node's raw log (a ``JetStreamLog`` or the embedded one), its ``NodeLeases`` and its
+    ``[streams]`` config."""
+
+    def __init__(self, log: Any, leases: Any, streams_cfg: Any, data_dir: Path) -> None:
+        self.log = log
+        self.leases = leases
+        self.cfg = streams_cfg
+        self.data_dir = Path(data_dir)
+        self._lock = threading.Lock()
+        self._cached: tuple[float, ClusterStatus] | None = None
+
+    @property
+    def jetstream(self) -> bool:
+        return bool(self.cfg.backend)
+
+    def status(self) -> ClusterStatus:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] < CACHE_S:
+                return self._cached[1]
+            status = self._read()
+            self._cached = (time.monotonic(), status)
+            return status
+
+    def _holder_name(self) -> str:
+        return str(getattr(self.leases, "holder", "") or "")
+
+    def _held(self) -> dict[str, bool]:
+        held = getattr(self.leases, "held", None)
+        return dict(held()) if held is not None else {}
+
+    def _read(self) -> ClusterStatus:
+        if not self.jetstream:
+            return ClusterStatus(
+                backend="embedded",
+                node=self._holder_name(),
+                servers=None,
+                replicas=None,
+                prefix=None,
+                reachable=True,
+                error=None,
+                leases=[],
+                meta=None,
+                groups=[],
+                sealer=None,
+                read_ns=time.time_ns(),
+            )
+        held = self._held()
+        errors: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # /jsz while the cluster answers
+            meta_future = pool.submit(read_meta, tuple(self.cfg.nats_monitor))
+            try:
+                infos, lease_msgs = self.log.call(
+                    asyncio.wait_for(self._gather(list(held)), STATUS_TIMEOUT),
+                    STATUS_TIMEOUT,
+                )
+            except Exception as e:  # no quorum, no server, log closed: say so, do not raise
+                infos, lease_msgs = [], {}
+                errors.append(_why(e))
+            meta = meta_future.result()
+        me = self._holder_name()
+        leases = []
+        for name, here in sorted(held.items()):
+            holder, token, written = lease_msgs.get(name, (None, None, None))
+            leases.append(
+                LeaseStatus(
+                    name=name,
+                    held_here=here,
+                    holder=holder,
+                    this_node=holder is not None and holder == me,
+                    token=token,
+                    written_ns=written,
+                )
+            )
+        groups = [g for g in (group_of(si) for si in infos) if g is not None]
+        sealer = self._sealer(held, leases, infos)
+        return ClusterStatus(
+            backend="jetstream",
+            node=me,
+            servers=self.cfg.backend,
+            replicas=self.cfg.replicas,
+            prefix=self.cfg.nats_prefix,
+            reachable=not errors,
+            error="; ".join(errors) or None,
+            leases=leases,
+            meta=meta,
+            groups=groups,
+            sealer=sealer,
+            read_ns=time.time_ns(),
+        )
+
+    async def _gather(self, names: list[str]) -> tuple[list[Any], dict[str, Any]]:
+        js = self.log.js
+        prefix = self.cfg.nats_prefix
+        mine = (f"{prefix}-", f"KV_{prefix}_")
+        infos = []
+        offset = 0
+        while True:  # STREAM.LIST pages (256 a page); an empty page ends it
+            page = await js.streams_info(offset)
+            if not page:
+                break
+            infos += [si for si in page if si.config.name.startswith(mine)]
+            offset += len(page)
+        lease_msgs = {}
+        bucket = f"{prefix}_leases"
+        for name in names:
+            lease = getattr(self.leases, "leases", {}).get(name)
+            lease_msgs[name] = await read_lease(js, getattr(lease, "bucket", bucket), name)
+        return infos, lease_msgs
+
+    def _sealer(
+        self, held: dict[str, bool], leases: list[LeaseStatus], infos: list[Any]
+    ) -> SealerStatus:
+        here = held.get("sealer", True) if held else True
+        holder = next((x.holder for x in leases if x.name == "sealer"), None)
+        status = SealerStatus(
+            here=here, holder=holder, interval_s=float(self.cfg.seal_interval), lag=[]
+        )
+        if not here or not infos:
+            return status
+        from loglake.streams.jetstream import META_PARTITION, META_STREAM
+        from loglake.streams.jetstream_seal import sealed_next
+
+        now = time.time_ns()
+        try:
+            for si in infos:
+                meta = si.config.metadata or {}
+                if META_STREAM not in meta or META_PARTITION not in meta:
+                    continue
+                stream, p = meta[META_STREAM], int(meta[META_PARTITION])
+                st = si.state
+                first, end = max(st.first_seq, 1) - 1, st.last_seq
+                sealed = sealed_next(self.data_dir, stream, p)
+                start = max(sealed, first)
+                waiting = max(0, end - start)
+                age = 0.0
+                if waiting:
+                    recs = self.log.read(stream, p, start, limit=1, lake=False)
+                    if recs:
+                        age = max(0.0, (now - recs[0].timestamp_ns) / NS)
+                status.lag.append(
+                    SealerLag(
+                        stream=stream,
+                        partition=p,
+                        sealed_next=sealed,
+                        next_index=end,
+                        lag_records=waiting,
+                        lag_seconds=round(age, 3),
+                    )
+                )
+        except Exception as e:  # the cluster went away between the list and the reads
+            status.error = _why(e)
+        status.lag.sort(key=lambda x: (x.stream, x.partition))
+        return status
+
+    def log_readable(self) -> bool:
+        """False when the last status read found the JetStream cluster unreachable (the log's
+        own reads would each wait out their deadline)."""
+        return not self.jetstream or self.status().reachable
+
+    def metric_families(self) -> Iterator[Any]:
+        """The cluster's series for ``NodeCollector`` (docs/operations.md lists them)."""
+        if not self.jetstream:
+            return
+        s = self.status()
+        reachable = GaugeMetricFamily(
+            "loglake_jetstream_reachable",
+            "1 when the node read the cluster's state within its deadline, 0 when it could not.",
+        )
+        reachable.add_metric([], 1 if s.reachable else 0)
+        yield reachable
+        held = GaugeMetricFamily(
+            "loglake_lease_held",
+            "1 while this node holds the lease and may do its work, 0 while another does.",
+            labels=["lease"],
+        )
+        holder = GaugeMetricFamily(
+            "loglake_lease_holder",
+            "1 for the node the cluster says holds each lease (no sample: nobody holds it).",
+            labels=["lease", "holder"],
+        )
+        for lease in s.leases:
+            held.add_metric([lease.name], 1 if lease.held_here else 0)
+            if lease.holder is not None:
+                holder.add_metric([lease.name, lease.holder], 1)
+        yield held
+        yield holder
+        leader = GaugeMetricFamily(
+            "loglake_jetstream_leader",
+            "1 for the server leading each group: a JetStream stream, or the meta group "
+            '(jetstream_stream="$meta", which places streams).',
+            labels=["jetstream_stream", "server"],
+        )
+        lag = GaugeMetricFamily(
+            "loglake_jetstream_replica_lag",
+            "Raft entries a follower of a group is behind its leader.",
+            labels=["jetstream_stream", "server"],
+        )
+        offline = GaugeMetricFamily(
+            "loglake_jetstream_replica_offline",
+            "1 when a group's member is offline or not current (cannot serve as its leader now).",
+            labels=["jetstream_stream", "server"],
+        )
+        groups: list[tuple[str, str | None, list[PeerStatus]]] = [
+            (g.jetstream_stream, g.leader, g.replicas) for g in s.groups
+        ]
+        if s.meta is not None and s.meta.leader is not None:
+            groups.append(("$meta", s.meta.leader, s.meta.peers))
+        leaderless = GaugeMetricFamily(
+            "loglake_jetstream_leaderless",
+            "1 when a group has no leader (no quorum: its stream takes no writes).",
+            labels=["jetstream_stream"],
+        )
+        for name, lead, peers in groups:
+            leaderless.add_metric([name], 0 if lead else 1)
+            if lead:
+                leader.add_metric([name, lead], 1)
+            for p in peers:
+                if p.leader:
+                    continue
+                lag.add_metric([name, p.name], p.lag)
+                offline.add_metric([name, p.name], 1 if p.offline or not p.current else 0)
+        yield from (leader, leaderless, lag, offline)
+        if s.sealer is not None and s.sealer.here:
+            records = GaugeMetricFamily(
+                "loglake_sealer_lag_records",
+                "Records JetStream holds that the sealer has not copied into the lake yet.",
+                labels=["stream", "partition"],
+            )
+            seconds = GaugeMetricFamily(
+                "loglake_sealer_lag_seconds",
+                "Age of the oldest record not sealed yet (0: none waiting).",
+                labels=["stream", "partition"],
+            )
+            for x in s.sealer.lag:
+                records.add_metric([x.stream, str(x.partition)], x.lag_records)
+                seconds.add_metric([x.stream, str(x.partition)], x.lag_seconds)
+            yield records
+            yield seconds
+
+
+def group_of(si: Any) -> GroupStatus | None:
+    """A JetStream ``StreamInfo`` as a group: its leader first, then its followers."""
+    from loglake.streams.jetstream import META_PARTITION, META_STREAM
+
+    cluster = si.cluster
+    meta = si.config.metadata or {}
+    leader = cluster.leader if cluster is not None else None
+    replicas = [PeerStatus(name=leader, leader=True)] if leader else []
+    for r in (cluster.replicas if cluster is not None else None) or []:
+        replicas.append(
+            PeerStatus(
+                name=r.name or "?",
+                current=bool(r.current),
+                offline=bool(r.offline),
+                lag=int(r.lag or 0),
+                active_s=round(r.active / NS, 3) if r.active is not None else None,
+            )
+        )
+    partition = meta.get(META_PARTITION)
+    return GroupStatus(
+        jetstream_stream=si.config.name,
+        stream=meta.get(META_STREAM),
+        partition=int(partition) if partition is not None and partition.isdigit() else None,
+        leader=leader,
+        replicas=replicas,
+        messages=si.state.messages,
+        last_seq=si.state.last_seq,
+    )
+
+
+async def read_lease(js: Any, bucket: str, name: str) -> tuple[str | None, int | None, int | None]:
+    """(holder, revision, written ns) of lease ``name`` from the newest message on its key; a
+    marker (expired) or a delete (released) is no holder."""
+    import nats.js.errors
+
+    from loglake.streams.lease import KV_OPERATION, LEASE_PREFIX, MARKER_REASON
+
+    subject = f"$KV.{bucket}.{LEASE_PREFIX}{name}"
+    try:
+        msg = await js.get_last_msg(f"KV_{bucket}", subject, direct=True)
+    except nats.js.errors.NotFoundError:
+        return None, None, None
+    headers = msg.headers or {}
+    if MARKER_REASON in headers or headers.get(KV_OPERATION) in ("DEL", "PURGE"):
+        return None, msg.seq, None
+    written = None
+    stamp = headers.get("Nats-Time-Stamp")
+    if stamp:
+        from loglake.streams.jetstream import _parse_ts
+
+        try:
+            written = _parse_ts(stamp) or None
+        except ValueError:  # a server's stamp we cannot read: the time is only informative
+            written = None
+    return (msg.data or b"").decode(errors="replace"), msg.seq, written
+
+
+def read_meta(urls: tuple[str, ...]) -> MetaStatus | None:
+    """The meta group from the servers' ``/jsz`` (None when no monitoring URL is configured).
+    Every URL is read (a server that does not answer is worth showing); the leader's answer
+    is used, else any answer."""
+    if not urls:
+        return None
+    answers: dict[str, dict] = {}
+    monitors: dict[str, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
+        for url, got in zip(urls, pool.map(_jsz, urls), strict=True):
+            if isinstance(got, dict):
+                answers[url], monitors[url] = got, "ok"
+            else:
+                monitors[url] = got
+    best = None
+    for got in answers.values():
+        mc = got.get("meta_cluster") or {}
+        names = {r.get("name") for r in mc.get("replicas") or [] if isinstance(r, dict)}
+        if mc.get("leader") and mc.get("leader") not in names:  # the leader's own view
+            best = mc
+            break
+        best = best or mc
+    if best is None:
+        return MetaStatus(cluster=None, leader=None, size=None, peers=[], monitors=monitors)
+    leader = best.get("leader") or None
+    peers = [PeerStatus(name=leader, leader=True)] if leader else []
+    for r in best.get("replicas") or []:
+        if not isinstance(r, dict) or r.get("name") == leader:
+            continue
+        active = r.get("active")
+        peers.append(
+            PeerStatus(
+                name=str(r.get("name", "?")),
+                current=bool(r.get("current")),
+                offline=bool(r.get("offline")),
+                lag=int(r.get("lag") or 0),
+                active_s=round(active / NS, 3) if isinstance(active, int | float) else None,
+            )
+        )
+    size = best.get("cluster_size")
+    return MetaStatus(
+        cluster=best.get("name"),
+        leader=leader,
+        size=size if isinstance(size, int) else None,
+        peers=peers,
+        monitors=monitors,
+    )
+
+
+def _jsz(url: str) -> dict | str:
+    """``url``/jsz as a dict, or why not (one line)."""
+    try:
+        with urllib.request.urlopen(f"{url}/jsz", timeout=MONITOR_TIMEOUT) as r:
+            body = json.loads(r.read(4 * 1024 * 1024))
+    except (OSError, urllib.error.URLError) as e:
+        return f"unreachable: {getattr(e, 'reason', None) or e}"
+    except ValueError as e:
+        return f"not a NATS monitoring endpoint (answer is not JSON: {e})"
+    if not isinstance(body, dict) or not isinstance(body.get("meta_cluster", {}), dict):
+        return "not a NATS monitoring endpoint (no meta_cluster in /jsz)"
+    return body
+
+
+def _why(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if isinstance(e, TimeoutError):
+        text = f"no answer within {STATUS_TIMEOUT:g}s"
+    return f"{type(e).__name__}: {text}"
