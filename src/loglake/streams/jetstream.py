@@ -83,6 +83,9 @@ from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
 
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's code for a failed expected-last-sequence check (JSStreamWrongLastSequenceErrF)."""
+
 _T = TypeVar("_T")
 
 META_STREAM = "loglake.stream"
@@ -128,6 +131,18 @@ class StreamGap(LogError):
         super().__init__(
             f"stream {stream!r} partition {partition}: index {missing} was deleted from the "
             f"JetStream stream outside loglake{after}"
+        )
+
+
+class HeadMoved(LogError):
+    """A conditional append (``push_expecting``) found the partition's head elsewhere than
+    the writer expected: someone else appended since. Nothing was written."""
+
+    def __init__(self, stream: str, partition: int, expected: int, detail: str = "") -> None:
+        self.stream, self.partition, self.expected = stream, partition, expected
+        super().__init__(
+            f"{stream!r}/{partition}: the head is no longer {expected}{detail} (another "
+            "writer appended)"
         )
 
 
@@ -653,6 +668,50 @@ class JetStreamLog(Log):
         if msg_ids is not None and len(msg_ids) != len(datas):
             raise ValueError("one msg id per message")
         return self._call(self._publish(stream, partition, datas, None, msg_ids), self._push_wait)
+
+    def push_expecting(
+        self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
+    ) -> list[int]:
+        """Append ``datas`` only if the partition's next index is ``expected_next`` when the
+        first arrives (and, for each after it, right behind the one before): JetStream checks
+        ``Nats-Expected-Last-Sequence`` (the last sequence is the next index: index =
+        sequence − 1) as it stores each message, so a writer that lost a race, or was fenced
+        out by a newer lease holder's claim, gets ``HeadMoved`` and its messages are not
+        stored. Sent one at a time (a refusal must stop the rest); for the low-volume, once-only
+        writers a lease guards (``streams.lease.LeaseFence``)."""
+        return self._call(self._push_expecting(stream, partition, datas, expected_next))
+
+    async def _push_expecting(
+        self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
+    ) -> list[int]:
+        await self._check(stream, partition)
+        subject = self.subject(stream, partition)
+        out: list[int] = []
+        for i, data in enumerate(datas):
+            expected = expected_next + i
+            try:
+                ack = await self.js.publish(
+                    subject,
+                    data,
+                    timeout=self.options.request_timeout,
+                    headers={"Nats-Expected-Last-Sequence": str(expected)},
+                )
+            except nats.js.errors.APIError as e:
+                if e.err_code == WRONG_LAST_SEQUENCE:
+                    raise HeadMoved(stream, partition, expected, f" ({e.description})") from None
+                err = _loglake_error(e)
+                if err is e:
+                    raise JetStreamError(f"fenced push to {stream!r}/{partition}: {e}") from e
+                raise err from e
+            except Exception as e:  # no answer: whether it was stored is unknown
+                raise ClusterUnavailable(
+                    f"a fenced push to {stream!r}/{partition}", self.options.request_timeout, e
+                ) from e
+            out.append(ack.seq - 1)
+        if out:
+            name = self.js_name(stream, partition)
+            self._acked[name] = max(self._acked.get(name, 0), out[-1] + 1)
+        return out
 
     @property
     def _push_wait(self) -> float:
