@@ -55,6 +55,23 @@ class Fence(Protocol):
         """Whether this process holds the lease now (ask before a round of work)."""
         ...
 
+    def tenure(self) -> int | None:
+        """The token of this process's current hold (a new one on each acquisition), None
+        while not holding: a writer whose state came from the streams rebuilds it when this
+        changes, since another holder may have written meanwhile."""
+        ...
+
+    def guard(self, *streams: str) -> None:
+        """Declare the streams this writer appends to: each new holder claims them as it
+        takes the lease, before the former holder's next append could land."""
+        ...
+
+    def claim(self) -> None:
+        """Claim every guarded stream now (if not yet under this tenure): call it before
+        reading the streams to rebuild state, so nothing a former holder writes lands after
+        the read. ``LeaseLost``/``FencedOut`` when not the holder."""
+        ...
+
     def append(self, streams: Streams, stream: str, datas: Sequence[bytes]) -> list[int]:
         """Append ``datas`` to partition 0 of ``stream`` only while holding the lease; the
         indexes. ``LeaseLost``/``FencedOut`` (nothing written) otherwise."""
@@ -68,6 +85,15 @@ class Unfenced:
 
     def holds(self) -> bool:
         return True
+
+    def tenure(self) -> int | None:
+        return 0
+
+    def guard(self, *streams: str) -> None:
+        pass
+
+    def claim(self) -> None:
+        pass
 
     def append(self, streams: Streams, stream: str, datas: Sequence[bytes]) -> list[int]:
         return streams.push_many(stream, list(datas)) if datas else []

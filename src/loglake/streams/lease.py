@@ -567,6 +567,17 @@ class LeaseFence:
     def holds(self) -> bool:
         return self.lease.holds()
 
+    def tenure(self) -> int | None:
+        return self.lease.token if self.lease.holds() else None
+
+    def guard(self, *streams: str) -> None:
+        self.streams.update(streams)
+
+    def claim(self) -> None:
+        with self._lock:
+            for stream in sorted(self.streams):
+                self._ensure_claimed(stream)
+
     def on_event(self, event: Event) -> None:
         """The lease's ``on_change``: on ``Acquired``, claim the known streams off the loop
         (a claim is a publish this loop must answer)."""
