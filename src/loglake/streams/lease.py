@@ -574,9 +574,14 @@ class LeaseFence:
         self.streams.update(streams)
 
     def claim(self) -> None:
+        from loglake.log.api import UnknownStream
+
         with self._lock:
             for stream in sorted(self.streams):
-                self._ensure_claimed(stream)
+                try:
+                    self._ensure_claimed(stream)
+                except UnknownStream:
+                    continue  # nobody wrote it yet: the first append creates and claims it
 
     def on_event(self, event: Event) -> None:
         """The lease's ``on_change``: on ``Acquired``, claim the known streams off the loop

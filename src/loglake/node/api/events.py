@@ -200,6 +200,7 @@ class EventsHandle:
             self.net.queue.clear()  # calls of the stale core; the rebuilt one resends
             self._open_orchestrator()
             self._tenure = tenure
+            self._step_until_registered()
             log_event(
                 logging.getLogger(__name__),
                 logging.INFO,
@@ -236,17 +237,21 @@ class EventsHandle:
         publisher's (so a publish right after start finds them), or the network is idle. Not
         "until idle": after a restart the orchestrator resends its open replays, which run on
         the pump like any other."""
-        pub = self.publisher
-
-        def registered() -> bool:
-            return pub is None or all(ns in pub.registration_results for ns in self.namespaces)
-
         with self.lock:
             if not self._writes_here():
-                return  # another node writes the journal: the pump registers on takeover
-            while not registered() and self.net.step():
-                pass
+                return  # another node writes the journal: registered on takeover
+            self._step_until_registered()
             self._drain_inbox()
+
+    def _step_until_registered(self) -> None:
+        """Step (under the lock) until the publisher's namespaces are registered or the
+        network is idle: at start, and when this node takes the journal over (so a publish
+        right after finds them)."""
+        pub = self.publisher
+        while (
+            pub is not None and not all(ns in pub.registration_results for ns in self.namespaces)
+        ) and self.net.step():
+            pass
 
     def _slice(self) -> bool:
         """Steps until ``SLICE_S`` has passed or nothing is left (under the lock)."""
