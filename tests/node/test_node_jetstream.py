@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loglake.node.backend import ONCE_ONLY
 from loglake.node.config import ConfigError, embedded_default, load_config
 from loglake.node.runner import BackgroundNode
 from loglake.node.walkthrough import run_walkthrough
@@ -214,9 +215,19 @@ def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
             "a sealer holder",
         )
         for _ in range(10):  # one holder, across renewals
-            assert holder.node.leases.held() == {"sealer": True}
-            assert other.node.leases.held() == {"sealer": False}
+            assert holder.node.leases.held()["sealer"] is True
+            assert other.node.leases.held()["sealer"] is False
             time.sleep(0.2)
+        # every once-only work has exactly one holder, and operators can see which
+        wait_until(
+            lambda: all(a.node.leases.holds(n) != b.node.leases.holds(n) for n in ONCE_ONLY),
+            10,
+            "one holder of each lease",
+        )
+        for name in ONCE_ONLY:
+            views = [n.node.leases.view()[name] for n in (a, b)]
+            [held] = [v for v in views if v["held"]]
+            assert held["holder"] and held["token"] > 0 and held["ttl"] == 2, held
         log = JetStreamLog(nats3.url, prefix=prefix)
         try:
             log.create_stream("orders")

@@ -41,6 +41,7 @@ from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log import fs
 from loglake.streams.api import Streams
+from loglake.streams.fence import UNFENCED, Fence
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -304,11 +305,18 @@ class ControlNode:
         return encode_magnet_message(clock, self.magnet(peers), self.key)
 
     def publish_magnet(
-        self, streams: Streams, channel: str, clock: int, peers: tuple[str, ...] = ()
+        self,
+        streams: Streams,
+        channel: str,
+        clock: int,
+        peers: tuple[str, ...] = (),
+        fence: Fence = UNFENCED,
     ) -> int:
-        """Push the signed ``ApplicationMetadataMessage`` to the special channel stream."""
+        """Push the signed ``ApplicationMetadataMessage`` to the special channel stream;
+        through ``fence`` when several nodes share the cluster and one of them at a time is
+        the control node (a former one's push is refused, ``streams.fence``)."""
         streams.create_stream(channel)
-        return streams.push(channel, self.magnet_message(clock, peers))
+        return fence.append(streams, channel, [self.magnet_message(clock, peers)])[0]
 
     # -- retention --------------------------------------------------------------------------
     def prune(self, now_ns: int) -> Pruned:

@@ -30,6 +30,7 @@ from loglake.archives.member import (
 )
 from loglake.archives.store import MessageStore
 from loglake.streams.api import Streams
+from loglake.streams.fence import is_claim
 
 
 @dataclass
@@ -129,8 +130,10 @@ class MemberNode:
         pos = int(self.store.get_meta(key) or 0)
         new = []
         for m in streams.pull(channel, pos, 1000):
-            new.append(self.core.on_message(m.data, now_ns))
             pos = m.index + 1
+            if is_claim(m.data):  # a control node taking the channel over (streams.fence)
+                continue
+            new.append(self.core.on_message(m.data, now_ns))
         self.store.set_meta(key, pos)
         self.events += new
         return new

@@ -42,6 +42,7 @@ from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_ch
 from loglake.errors import LoglakeError
 from loglake.log.api import UnknownStream
 from loglake.streams.api import Streams
+from loglake.streams.fence import UNFENCED, Fence
 from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
@@ -133,11 +134,20 @@ class StreamTransport(Transport):
     topic with (``DEFAULT_PARTITIONS`` if None); when given, an existing topic with another
     count raises ``PartitionMismatch``. A consumer never creates a topic: an absent one has no
     sources until it appears.
+
+    ``fence``: a consumer-group member that runs on one of several nodes at a time holds a
+    lease for its client id (``streams.fence``); its checkpoint records go through the fence,
+    so a member that lost the lease (paused, partitioned away) cannot commit: its append is
+    refused (``LeaseLost``/``FencedOut``) before its offsets are saved, and the member that
+    took over resumes from the last checkpoint it did not write itself — each block once.
     """
 
-    def __init__(self, streams: Streams, partitions: int | None = None) -> None:
+    def __init__(
+        self, streams: Streams, partitions: int | None = None, fence: Fence = UNFENCED
+    ) -> None:
         self.streams = streams
         self.partitions = partitions
+        self.fence = fence
         self._created: dict[str, int] = {}
         self._last_shape: dict[str, tuple[tuple, frozenset[str], tuple]] = {}
 
@@ -230,7 +240,8 @@ class StreamTransport(Transport):
         shape = (checkpoint.chain, frozenset(checkpoint.offsets), checkpoint.reorgs)
         appended = False
         if self._last_shape.get(client_id) != shape:
-            idx = self.streams.push(name, checkpoint.to_bytes())
+            self.fence.guard(name)
+            (idx,) = self.fence.append(self.streams, name, [checkpoint.to_bytes()])
             self.streams.save_index(client_id, name, idx + 1)  # the commit point
             self._last_shape[client_id] = shape
             self._truncate(name, idx)
@@ -251,6 +262,9 @@ class StreamTransport(Transport):
     def load_checkpoint(self, client_id: str) -> Checkpoint | None:
         name = self._ckpt_stream(client_id)
         self._ensure(name, 1)
+        self.fence.guard(name)
+        if self.fence.holds():
+            self.fence.claim()  # before the read: a former holder's commit cannot follow it
         idx = self.streams.get_index(client_id, name)
         if idx == 0:
             return None

@@ -15,7 +15,9 @@ is byte-for-byte the registered one.
 
 Records (``op`` → fields): ``pub`` (id, ns, publisher, bc, cfg), ``sub`` (id, ns, sub, cfg),
 ``head`` (ns, head), ``replay`` (id, sub, ns, start, end, cfg, pub, bc, relay, expected, cost,
-created), ``status`` (id, tag, value), ``cancel`` (id), ``sent`` (id, sent). Not kept: the
+created), ``status`` (id, tag, value), ``cancel`` (id), ``sent`` (id, sent), and ``lease``
+(name, holder, token: a node on a shared cluster taking the journal's writing over,
+``streams.fence.claim_record``; it carries no state and restores to nothing). Not kept: the
 request-rate windows (a restart forgives them) and system-message numbering (rebuilt from the
 system namespaces' own streams).
 
@@ -33,6 +35,10 @@ import cbor2
 from loglake.errors import DecodeError
 from loglake.events.actions import Action, JournalWrite
 from loglake.wire import icrc16
+
+LEASE_OP = "lease"
+"""The op of a lease claim (``streams.fence.CLAIM_OP``, spelled here so the core imports no
+adapter): a record with no state in it."""
 
 
 class JournalError(DecodeError):

@@ -24,7 +24,7 @@ from loglake.events.filters import (
     Skip,
     parse_replay_config,
 )
-from loglake.events.journal import Journal, JournalError, decode_records
+from loglake.events.journal import LEASE_OP, Journal, JournalError, decode_records
 from loglake.events.ledger import Ledger
 from loglake.events.messages import (
     PENDING,
@@ -238,6 +238,8 @@ class OrchestratorState:
         elif kind == "sent":
             rep = self.replays[op["id"]]
             rep.sent = max(rep.sent, op["sent"])
+        elif kind == LEASE_OP:
+            pass  # a node taking the journal's lease over (streams.fence): no state in it
         else:
             raise JournalError(f"{self.journal.stream}: unknown op {kind!r}")
 

@@ -43,6 +43,7 @@ from loglake.events.journal import stream_name as journal_stream
 from loglake.events.ledger import Ledger, ledger_stream
 from loglake.events.orchestrator import Orchestrator, Quotas
 from loglake.streams.api import Streams, UnknownStream
+from loglake.streams.fence import UNFENCED, Fence
 
 READ_BATCH = 4096
 
@@ -53,8 +54,16 @@ class StreamsStore:
     Streams are created on first write (``create_stream`` is create-or-open). One store is
     used by one thread at a time (the adapters run one batch of actions at a time)."""
 
-    def __init__(self, streams: Streams) -> None:
+    def __init__(
+        self, streams: Streams, fence: Fence = UNFENCED, fenced: tuple[str, ...] = ()
+    ) -> None:
         self.streams = streams
+        self.fence = fence
+        """Where the once-only writes go on a cluster shared by several nodes: a
+        ``JournalWrite`` to a stream in ``fenced`` (the orchestrator's journal) is appended
+        through it, so a node that lost the journal's lease cannot write it."""
+        self.fenced = frozenset(fenced)
+        fence.guard(*fenced)
         self._created: set[str] = set()
 
     def _ensure(self, stream: str) -> None:
@@ -83,7 +92,10 @@ class StreamsStore:
                     sizes.append(len(chunk))
                     j += 1
                 self._ensure(a.stream)
-                ids = self.streams.push_many(a.stream, payloads) if payloads else []
+                if a.stream in self.fenced and isinstance(a, JournalWrite):
+                    ids = self.fence.append(self.streams, a.stream, payloads)
+                else:
+                    ids = self.streams.push_many(a.stream, payloads) if payloads else []
                 pos = 0
                 for b, size in zip(actions[i:j], sizes, strict=True):
                     got = ids[pos : pos + size]

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loglake import __version__
-from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, Unavailable
 from loglake.log import (
     InvalidStreamName,
     LogClosed,
@@ -48,7 +48,9 @@ BAD_REQUEST: tuple[type[BaseException], ...] = (
     DecodeError,
     ValueError,
 )
-UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed)
+UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed, Unavailable)
+"""503: retry later (or elsewhere): a failed disk, a cluster without quorum, work another
+node holds the lease of."""
 
 
 def error_body(kind: str, message: str, status: int, **extra: Any) -> JSONResponse:

@@ -11,8 +11,14 @@ the archives control node and member) reads and writes the same history.
 
 Several nodes may share one cluster (and ``nats_prefix``): work that must run once is held by
 one of them at a time through a lease (``NodeLeases``, ``loglake.streams.lease``) and taken
-over within ``[streams] lease_ttl`` when its holder dies. Today that is the sealer; retention
-needs none (JetStream enforces ``max_age``/``max_bytes`` itself).
+over within ``[streams] lease_ttl`` when its holder dies: the sealer, retention (the node's
+own pass over the lake; JetStream enforces ``max_age``/``max_bytes`` itself), the ICRC
+orchestrator's journal and ledger writer, and the archives control node. A part gets its
+lease as a ``streams.fence.Fence`` (``NodeLeases.fence``): it asks ``holds()`` before a round
+and appends to the streams it owns through the fence, so a former holder's writes are refused
+(``FencedOut``) once another node has taken over. A Cardinal consumer-group member runs in its
+own process (``loglake cardinal consume``); it takes a ``Fence`` the same way
+(``cardinal.transport.StreamTransport(fence=...)``).
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loglake.log import Log, StreamConfig, open_log
 from loglake.node.config import NodeConfig
+
+if TYPE_CHECKING:
+    from loglake.streams.fence import Fence
 
 
 def open_node_log(cfg: NodeConfig, default_config: StreamConfig) -> Log:
@@ -63,7 +72,13 @@ def describe_backend(cfg: NodeConfig) -> str:
     )
 
 
-ONCE_ONLY = ("sealer",)
+SEALER, RETENTION, EVENTS_JOURNAL, ARCHIVES_CONTROL = (
+    "sealer",
+    "retention",
+    "events.journal",
+    "archives.control",
+)
+ONCE_ONLY = (SEALER, RETENTION, EVENTS_JOURNAL, ARCHIVES_CONTROL)
 """The work a node on a shared cluster runs only while it holds the lease of that name."""
 
 
@@ -76,6 +91,9 @@ class NodeLeases:
         self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         """Who holds a lease (the value of its key): unique per node process."""
         self.leases: dict[str, Any] = {}
+        self.fences: dict[str, Any] = {}
+        """Name → ``streams.lease.LeaseFence`` (what the parts get through ``fence``)."""
+        self.ttl = 0
         self._log: Any = None
         if not cfg.streams.backend:
             return
@@ -97,8 +115,15 @@ class NodeLeases:
             )
             return await lease.start()
 
+        self.ttl = cfg.streams.lease_ttl
         for name in names:
             self.leases[name] = log.call(start(name))
+        from loglake.streams.lease import LeaseFence
+
+        for name, lease in self.leases.items():
+            fence = LeaseFence(log, lease)
+            lease.on_change = fence.on_event  # claims the guarded streams on acquisition
+            self.fences[name] = fence
 
     def holds(self, name: str) -> bool:
         lease = self.leases.get(name)
@@ -110,6 +135,31 @@ class NodeLeases:
 
     def checker(self, name: str) -> Callable[[], bool]:
         return lambda: self.holds(name)
+
+    def fence(self, name: str) -> Fence:
+        """The part's hook for the once-only work ``name``: ``UNFENCED`` on the embedded log
+        (one node, nothing to share), the lease's ``LeaseFence`` on a cluster."""
+        from loglake.streams.fence import UNFENCED
+
+        return self.fences.get(name, UNFENCED)
+
+    def view(self) -> dict[str, dict[str, Any]]:
+        """Each lease as an operator sees it (for the API, metrics and console): whether this
+        node holds it, its token while held, the guarded streams and the writes refused."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, lease in self.leases.items():
+            fence = self.fences.get(name)
+            held = self.holds(name)
+            out[name] = {
+                "held": held,
+                "holder": self.holder if held else None,
+                "token": lease.token if held else None,
+                "ttl": self.ttl,
+                "streams": sorted(fence.streams) if fence is not None else [],
+                "claims": fence.claims if fence is not None else 0,
+                "refused": fence.refused if fence is not None else 0,
+            }
+        return out
 
     def close(self) -> None:
         """Hand every lease over (deleted, so another node takes it at once, not after the

@@ -24,6 +24,7 @@ import signal
 import socket
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -333,13 +334,21 @@ def durability_banner(log: Log, durability: str) -> str:
     return text
 
 
-async def _retention_loop(log: Log, interval: float, stop: asyncio.Event) -> None:
+async def _retention_loop(
+    log: Log,
+    interval: float,
+    stop: asyncio.Event,
+    should_run: Callable[[], bool] | None = None,
+) -> None:
     """Apply retention off the event loop every ``interval`` s until ``stop`` (the log only
-    trims when asked, so without this a server's retention settings would never act)."""
+    trims when asked, so without this a server's retention settings would never act); with
+    ``should_run`` (a node's retention lease on a shared cluster) only rounds it allows."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
             return
+        if should_run is not None and not should_run():
+            continue
         try:
             dropped = await asyncio.to_thread(log.enforce_retention)
         except Exception as e:  # a bad disk or lake file must not end retention; say so

@@ -29,7 +29,13 @@ from loglake.log import Durability, Log, StreamConfig
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import Token, forget_token, load_or_create_token
-from loglake.node.backend import NodeLeases, describe_backend, open_node_log, start_sealer
+from loglake.node.backend import (
+    RETENTION,
+    NodeLeases,
+    describe_backend,
+    open_node_log,
+    start_sealer,
+)
 from loglake.node.config import NodeConfig
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
@@ -76,7 +82,8 @@ class Node:
         self._retention: asyncio.Task | None = None
         self._sealer: asyncio.Task | None = None
         self.leases: NodeLeases | None = None
-        """Once-only work (the sealer) on a cluster shared with other nodes."""
+        """Once-only work (the sealer, retention, the ICRC journal, the archives control
+        node) on a cluster shared with other nodes."""
         self._stop_retention = asyncio.Event()
 
     @property
@@ -127,10 +134,16 @@ class Node:
             ctx.stream_address = (host, self._server.port)
         from loglake.node.cli import _retention_loop
 
-        self._retention = asyncio.create_task(
-            _retention_loop(raw, cfg.streams.retention_interval, self._stop_retention)
-        )
         self.leases = await asyncio.to_thread(NodeLeases, raw, cfg)
+        self._retention = asyncio.create_task(
+            _retention_loop(
+                raw,
+                cfg.streams.retention_interval,
+                self._stop_retention,
+                self.leases.checker(RETENTION),
+            )
+        )
+        ctx.leases = self.leases
         self._sealer = start_sealer(cfg, raw, self._stop_retention, self.leases)
         from loglake.node.cluster import ClusterView
 

@@ -26,7 +26,11 @@ every other part). The mapping, and why:
   deadline; retries stop there.
 - **consumer indexes live in a JetStream key-value bucket** (``<prefix>_indexes``), kept monotonic
   by compare-and-set on the key's revision (``kv.update(..., last=revision)``, retried on a
-  lost race).
+  lost race). A value is the index in decimal digits, followed, for a consumer that belongs to
+  an identity (a save under authentication, ``save_index_as``), by a newline and the owner:
+  ``b"42"`` or ``b"42\nalice"``. Values without an owner are what earlier versions wrote, so a
+  bucket written before owners existed reads unchanged; the owner travels in the same write as
+  the index, so two savers racing for a new consumer cannot both own it.
 - **retention**: ``StreamConfig.retention_ms/_bytes/_records`` become ``max_age``/``max_bytes``/
   ``max_msgs`` (JetStream enforces them itself, so ``enforce_retention`` has nothing to do).
   ``durability`` is the server's (``jetstream { sync_interval }``), not per stream.
@@ -64,6 +68,7 @@ from loglake.log.api import (
     Log,
     LogClosed,
     LogError,
+    NotOwner,
     PartitionInfo,
     Record,
     StreamConfig,
@@ -77,6 +82,9 @@ from loglake.streams.api import LocalStreams
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
+
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's code for a failed expected-last-sequence check (JSStreamWrongLastSequenceErrF)."""
 
 _T = TypeVar("_T")
 
@@ -123,6 +131,18 @@ class StreamGap(LogError):
         super().__init__(
             f"stream {stream!r} partition {partition}: index {missing} was deleted from the "
             f"JetStream stream outside loglake{after}"
+        )
+
+
+class HeadMoved(LogError):
+    """A conditional append (``push_expecting``) found the partition's head elsewhere than
+    the writer expected: someone else appended since. Nothing was written."""
+
+    def __init__(self, stream: str, partition: int, expected: int, detail: str = "") -> None:
+        self.stream, self.partition, self.expected = stream, partition, expected
+        super().__init__(
+            f"{stream!r}/{partition}: the head is no longer {expected}{detail} (another "
+            "writer appended)"
         )
 
 
@@ -239,6 +259,32 @@ def _parse_ts(value: str | None) -> int:
     head, _, frac = value.rstrip("Z").partition(".")
     secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
     return secs * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+class BadIndexValue(JetStreamError):
+    """A consumer-index value in the KV bucket that is not ``<digits>[\\n<owner>]`` (written
+    by something else): refused rather than read as an index."""
+
+
+def encode_index_value(index: int, owner: str | None = None) -> bytes:
+    """A consumer index as the bucket keeps it: digits, then ``\\n<owner>`` if owned."""
+    return f"{index}\n{owner}".encode() if owner else str(index).encode()
+
+
+def decode_index_value(value: bytes | None) -> tuple[int, str | None] | None:
+    """``(index, owner or None)`` of a bucket value, or None if it is not one."""
+    if not value:
+        return None
+    digits, sep, owner = value.partition(b"\n")
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    try:
+        who = owner.decode() if sep else None
+    except UnicodeDecodeError:
+        return None
+    if sep and not who:
+        return None
+    return int(digits), who
 
 
 async def _log_nats_error(e: Exception) -> None:
@@ -623,6 +669,50 @@ class JetStreamLog(Log):
             raise ValueError("one msg id per message")
         return self._call(self._publish(stream, partition, datas, None, msg_ids), self._push_wait)
 
+    def push_expecting(
+        self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
+    ) -> list[int]:
+        """Append ``datas`` only if the partition's next index is ``expected_next`` when the
+        first arrives (and, for each after it, right behind the one before): JetStream checks
+        ``Nats-Expected-Last-Sequence`` (the last sequence is the next index: index =
+        sequence − 1) as it stores each message, so a writer that lost a race, or was fenced
+        out by a newer lease holder's claim, gets ``HeadMoved`` and its messages are not
+        stored. Sent one at a time (a refusal must stop the rest); for the low-volume, once-only
+        writers a lease guards (``streams.lease.LeaseFence``)."""
+        return self._call(self._push_expecting(stream, partition, datas, expected_next))
+
+    async def _push_expecting(
+        self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
+    ) -> list[int]:
+        await self._check(stream, partition)
+        subject = self.subject(stream, partition)
+        out: list[int] = []
+        for i, data in enumerate(datas):
+            expected = expected_next + i
+            try:
+                ack = await self.js.publish(
+                    subject,
+                    data,
+                    timeout=self.options.request_timeout,
+                    headers={"Nats-Expected-Last-Sequence": str(expected)},
+                )
+            except nats.js.errors.APIError as e:
+                if e.err_code == WRONG_LAST_SEQUENCE:
+                    raise HeadMoved(stream, partition, expected, f" ({e.description})") from None
+                err = _loglake_error(e)
+                if err is e:
+                    raise JetStreamError(f"fenced push to {stream!r}/{partition}: {e}") from e
+                raise err from e
+            except Exception as e:  # no answer: whether it was stored is unknown
+                raise ClusterUnavailable(
+                    f"a fenced push to {stream!r}/{partition}", self.options.request_timeout, e
+                ) from e
+            out.append(ack.seq - 1)
+        if out:
+            name = self.js_name(stream, partition)
+            self._acked[name] = max(self._acked.get(name, 0), out[-1] + 1)
+        return out
+
     @property
     def _push_wait(self) -> float:
         return self.options.push_timeout + self.options.request_timeout
@@ -929,10 +1019,32 @@ class JetStreamLog(Log):
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
 
+    def save_index_as(
+        self,
+        client_id: str,
+        stream: str,
+        index: int,
+        partition: int,
+        owner: str,
+        override: bool = False,
+    ) -> int:
+        return self._call(
+            self._save_index(client_id, stream, partition, index, owner, override),
+            self._push_wait,
+        )
+
+    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+        return self._call(self._index_owner(client_id, stream, partition))
+
+    def reset_index(
+        self, client_id: str, stream: str, index: int | None, partition: int = 0
+    ) -> int | None:
+        return self._call(self._reset_index(client_id, stream, partition, index), self._push_wait)
+
     def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
         """Every saved index in the bucket (the node's consumers list and lag): the keys
         decode back to ``(client_id, stream, partition)``; a key that does not (written by
-        something else) is skipped."""
+        something else) is skipped, and so is a value that is not an index."""
         return self._call(self._consumer_indexes())
 
     async def _consumer_indexes(self) -> dict[tuple[str, str, int], int]:
@@ -946,14 +1058,35 @@ class JetStreamLog(Log):
         for key in await self._retry("index list", keys, self.options.request_timeout):
             parsed = _parse_key(key)
             entry = await self._kv_get(key) if parsed is not None else None
-            if entry is not None and entry.value and entry.value.isdigit():
-                out[parsed] = int(entry.value)  # type: ignore[index]
+            value = decode_index_value(entry.value) if entry is not None else None
+            if parsed is not None and value is not None:
+                out[parsed] = value[0]
         return out
 
-    async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
+    async def _index_entry(
+        self, client_id: str, stream: str, partition: int
+    ) -> tuple[str, Any, tuple[int, str | None] | None]:
+        """``(key, KV entry or None, (index, owner) or None)`` of one consumer."""
         await self._check(stream, partition)
-        entry = await self._kv_get(self._key(client_id, stream, partition))
-        return None if entry is None else int(entry.value)
+        key = self._key(client_id, stream, partition)
+        entry = await self._kv_get(key)
+        if entry is None:
+            return key, None, None
+        value = decode_index_value(entry.value)
+        if value is None:
+            raise BadIndexValue(
+                f"consumer {client_id!r} of {stream}/{partition}: the index bucket holds "
+                f"{bytes(entry.value or b'')[:40]!r}, not an index (written by something else?)"
+            )
+        return key, entry, value
+
+    async def _get_index(self, client_id: str, stream: str, partition: int) -> int | None:
+        _, _, value = await self._index_entry(client_id, stream, partition)
+        return None if value is None else value[0]
+
+    async def _index_owner(self, client_id: str, stream: str, partition: int) -> str | None:
+        _, _, value = await self._index_entry(client_id, stream, partition)
+        return None if value is None else value[1]
 
     async def _kv_get(self, key: str) -> Any:
         async def get() -> Any:
@@ -964,27 +1097,86 @@ class JetStreamLog(Log):
 
         return await self._retry("index get", get, self.options.request_timeout)
 
-    async def _save_index(self, client_id: str, stream: str, partition: int, index: int) -> int:
+    async def _save_index(
+        self,
+        client_id: str,
+        stream: str,
+        partition: int,
+        index: int,
+        owner: str | None = None,
+        override: bool = False,
+    ) -> int:
+        """Monotonic save by compare-and-set on the key's revision. With ``owner`` (a save
+        under authentication), as the embedded log's consumer store does: a consumer nobody
+        owns becomes ``owner``'s in the same write; one another identity owns raises
+        ``NotOwner`` unless ``override``."""
         if index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
-        await self._check(stream, partition)
-        key = self._key(client_id, stream, partition)
-        value = str(index).encode()
         while True:  # compare-and-set on the revision; a lost race reads again
-            entry = await self._kv_get(key)
+            key, entry, value = await self._index_entry(client_id, stream, partition)
+            stored, had = value if value is not None else (None, None)
+            if owner is not None and had is not None and had != owner and not override:
+                raise NotOwner((client_id, stream, partition), had, owner)
+            claim = owner if owner and had is None else None
             try:
                 if entry is None:
-                    await self._retry("index save", lambda: self.kv.create(key, value))
+                    data = encode_index_value(index, claim)
+                    await self._retry("index save", lambda k=key, d=data: self.kv.create(k, d))
                     return index
-                stored = int(entry.value)
-                if index <= stored:  # Ockam: a lower index "MUST NOT be changed"
+                assert stored is not None
+                if index <= stored and not claim:  # Ockam: a lower index "MUST NOT be changed"
                     return stored
+                new = max(index, stored)
+                data = encode_index_value(new, had or claim)
                 await self._retry(
-                    "index save", lambda e=entry: self.kv.update(key, value, last=e.revision)
+                    "index save",
+                    lambda k=key, e=entry, d=data: self.kv.update(k, d, last=e.revision),
                 )
-                return index
+                return new
             except nats.js.errors.KeyValueError:  # lost a race (nats-py's create may say
                 continue  # "key not found" when another writer created the key first)
+            except JetStreamError as e:
+                if isinstance(e.__cause__, nats.js.errors.KeyValueError):
+                    continue
+                raise
+
+    async def _reset_index(
+        self, client_id: str, stream: str, partition: int, index: int | None
+    ) -> int | None:
+        """An operator's reset (the owner stays) or, with None, the consumer's deletion
+        (its owner goes with it: the key is deleted)."""
+        if index is not None and index < 0:
+            raise ValueError(f"index must be >= 0, got {index}")
+        while True:
+            key, entry, value = await self._index_entry(client_id, stream, partition)
+            if entry is None or value is None:
+                if index is None:
+                    return None
+                try:
+                    data = encode_index_value(index)
+                    await self._retry("index reset", lambda k=key, d=data: self.kv.create(k, d))
+                    return None
+                except nats.js.errors.KeyValueError:
+                    continue
+                except JetStreamError as e:
+                    if isinstance(e.__cause__, nats.js.errors.KeyValueError):
+                        continue
+                    raise
+            before, had = value
+            try:
+                if index is None:
+                    await self._retry(
+                        "index delete", lambda k=key, e=entry: self.kv.delete(k, last=e.revision)
+                    )
+                elif index != before:
+                    data = encode_index_value(index, had)
+                    await self._retry(
+                        "index reset",
+                        lambda k=key, e=entry, d=data: self.kv.update(k, d, last=e.revision),
+                    )
+                return before
+            except nats.js.errors.KeyValueError:
+                continue
             except JetStreamError as e:
                 if isinstance(e.__cause__, nats.js.errors.KeyValueError):
                     continue

@@ -43,8 +43,10 @@ import enum
 import logging
 import math
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -523,3 +525,129 @@ class JetStreamLease:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+# --- the fence a part's once-only writer uses (``streams.fence.Fence``) ---------------------
+
+
+class LeaseFence:
+    """``streams.fence.Fence`` on a ``JetStreamLease``: appends to the streams a lease guards
+    (the ICRC journal, a Cardinal checkpoint stream, the archives control node's channel) go
+    only while this node holds the lease, and are refused by the cluster once a newer holder
+    has claimed the stream.
+
+    Why a claim: JetStream checks an expected sequence only within one stream, and the lease
+    key lives in the KV bucket, so a guarded stream cannot be fenced by the lease key itself.
+    Instead each holder, as it takes the lease (``Acquired``; or before its first append if the
+    stream was not known then), appends a claim record (``fence.claim_record``: the lease name,
+    its holder and token) with ``Nats-Expected-Last-Sequence`` = the head it read, and every
+    append after it expects the head its own previous append left. A former holder's append
+    expects a head from before the claim, so JetStream refuses it (``FencedOut``) — whatever
+    its own clock says. The local check (``holds()``, which turns false ``margin`` of the TTL
+    before the server lets the lease go) keeps a holder that wakes from a pause from even
+    trying; the claim covers a pause between that check and the publish. A former holder's
+    write can still land only in the milliseconds between the new holder's acquisition and its
+    claim, and then it is *before* the claim, which the new holder reads past when it restores.
+
+    Called from the parts' threads (blocking); the publishes run on the log's loop."""
+
+    def __init__(self, log: Any, lease: JetStreamLease, streams: tuple[str, ...] = ()) -> None:
+        self.log, self.lease = log, lease
+        self.name = lease.name
+        self._lock = threading.Lock()
+        self._tenure: int | None = None
+        """The lease token the heads below were claimed under."""
+        self._heads: dict[str, int] = {}
+        """Guarded stream → the next index this holder's appends expect."""
+        self.streams: set[str] = set(streams)
+        """The streams this fence guards (claimed at once on each acquisition)."""
+        self.claims = 0
+        self.refused = 0
+
+    def holds(self) -> bool:
+        return self.lease.holds()
+
+    def tenure(self) -> int | None:
+        return self.lease.token if self.lease.holds() else None
+
+    def guard(self, *streams: str) -> None:
+        self.streams.update(streams)
+
+    def claim(self) -> None:
+        from loglake.log.api import UnknownStream
+
+        with self._lock:
+            for stream in sorted(self.streams):
+                try:
+                    self._ensure_claimed(stream)
+                except UnknownStream:
+                    continue  # nobody wrote it yet: the first append creates and claims it
+
+    def on_event(self, event: Event) -> None:
+        """The lease's ``on_change``: on ``Acquired``, claim the known streams off the loop
+        (a claim is a publish this loop must answer)."""
+        if isinstance(event, Acquired) and self.streams:
+            threading.Thread(
+                target=self._claim_known, name=f"lease-claim {self.name}", daemon=True
+            ).start()
+
+    def _claim_known(self) -> None:
+        for stream in sorted(self.streams):
+            try:
+                with self._lock:
+                    self._ensure_claimed(stream)
+            except Exception as e:  # no stream yet, cluster busy: the first append claims
+                logger.debug("lease %s: claim of %s deferred: %r", self.name, stream, e)
+
+    def _ensure_claimed(self, stream: str) -> int:
+        """The tenure token; claims ``stream`` under it first if not yet (holds ``_lock``)."""
+        tenure = self.lease.token
+        if tenure is None or not self.lease.holds():
+            raise LeaseLost(self.name, f"state {self.lease.core.state.value}")
+        if self._tenure != tenure:
+            self._tenure, self._heads = tenure, {}
+        if stream in self._heads:
+            return tenure
+        from loglake.streams.fence import claim_record
+        from loglake.streams.jetstream import HeadMoved
+
+        record = claim_record(self.name, self.lease.core.holder, tenure)
+        for _ in range(8):  # each retry follows a write that landed between read and claim
+            head = self.log.next_index(stream, 0)
+            # the cluster's word that this node still holds the lease (a fenced write on the
+            # lease bucket: FencedOut for a former holder whose own view is stale), so a
+            # former holder cannot claim the stream back from the holder that fenced it out
+            try:
+                self.log.call(self.lease.put("claim", f"{head} {stream}".encode()))
+            except FencedOut:
+                self.refused += 1
+                raise
+            try:
+                (index,) = self.log.push_expecting(stream, 0, [record], head)
+            except HeadMoved:
+                continue
+            self._heads[stream] = index + 1
+            self.streams.add(stream)
+            self.claims += 1
+            logger.info("lease %s: claimed %s at %d (token %d)", self.name, stream, index, tenure)
+            return tenure
+        raise FencedOut(self.name, tenure, f" (could not claim {stream!r}: it kept moving)")
+
+    def append(self, streams: Any, stream: str, datas: Sequence[bytes]) -> list[int]:
+        """``Fence.append``: ``LeaseLost`` when not held here, ``FencedOut`` when a newer
+        holder claimed ``stream`` (nothing written either way). ``streams`` is the part's
+        ``Streams`` (unused: the append goes straight to the log, which the claim fences)."""
+        from loglake.streams.jetstream import HeadMoved
+
+        if not datas:
+            return []
+        with self._lock:
+            tenure = self._ensure_claimed(stream)
+            try:
+                ids = self.log.push_expecting(stream, 0, datas, self._heads[stream])
+            except HeadMoved as e:
+                self._heads.pop(stream, None)
+                self.refused += 1
+                raise FencedOut(self.name, tenure, f" ({e})") from None
+            self._heads[stream] = ids[-1] + 1
+            return ids

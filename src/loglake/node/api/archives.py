@@ -27,8 +27,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from loglake.errors import LoglakeError
-from loglake.node.api.context import Node, NodeContext, part
+from loglake.errors import LoglakeError, Unavailable
+from loglake.node.api.context import Node, NodeContext, fence_of, part
+from loglake.node.backend import ARCHIVES_CONTROL
 
 router = APIRouter(tags=["archives"])
 
@@ -115,6 +116,11 @@ class _Loop:
         self.thread.join(timeout=60)
 
 
+class ControlElsewhere(Unavailable):
+    """Another node on the shared cluster is the archives control node (it holds the lease):
+    a build asked of this one is refused (503) rather than run twice."""
+
+
 class ArchivesHandle:
     def __init__(self, ctx: NodeContext, section: Any) -> None:
         from loglake.archives import community_id, get_layout
@@ -128,6 +134,10 @@ class ArchivesHandle:
         self.key = _control_key(self.folder)
         self.community = community_id(self.key)
         self.streams = LocalStreams(ctx.log)
+        self.fence = fence_of(ctx, ARCHIVES_CONTROL)
+        """The control node's lease on a cluster shared by several nodes (``UNFENCED``
+        alone): only its holder ingests, builds, publishes magnets and prunes."""
+        self.fence.guard(section.channel)
         self.wait_ns = int(section.wait * NS)
         self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
         self.control_snapshot: dict[str, Any] | None = None
@@ -169,6 +179,9 @@ class ArchivesHandle:
         from loglake.archives.bt import Seeder
         from loglake.log import UnknownStream
 
+        if not self.fence.holds():  # another node on the cluster is the control node now
+            return {"new_archives": 0, "ingested": 0, "magnet_index": None}
+
         if self._cnode is None:
             root = self.folder / "control"
             root.mkdir(exist_ok=True)
@@ -192,7 +205,7 @@ class ArchivesHandle:
             self._seeder.seed(node.torrent().metainfo(), node.root)
             self._seeded = node.torrent().info_hash
             published = node.publish_magnet(
-                self.streams, self.channel, now // 1_000_000, (self._seeder.peer,)
+                self.streams, self.channel, now // 1_000_000, (self._seeder.peer,), self.fence
             )
         pruned = node.prune(time.time_ns())  # pruning is by the real age of messages
         self.control_snapshot = self._control_view(node, ingested, len(out.new), pruned)
@@ -293,6 +306,12 @@ class ArchivesHandle:
         if now_ns is not None and now_ns > time.time_ns():
             # a window closed early would miss the messages still to come in it
             raise ValueError("now_ns: a build as of a time still to come is refused")
+        if not self.fence.holds():
+            raise ControlElsewhere(
+                "another node on the cluster is the archives control node now (it holds the "
+                "lease); ask that node, or retry: this node takes over within the lease TTL if "
+                "that node dies"
+            )
         result: dict[str, Any] = self.control.ask(now_ns=now_ns, partial=partial)
         return result
 

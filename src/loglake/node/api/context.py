@@ -47,6 +47,9 @@ class NodeContext:
     """``node.api.jobs.JobManager`` when Spark jobs are enabled."""
     cluster: Any = None
     """``node.cluster.ClusterView``: leases, the JetStream cluster's health, the sealer's lag."""
+    leases: Any = None
+    """``node.backend.NodeLeases``: the once-only work this node holds on a shared cluster
+    (each part gets its ``fence(name)``; ``view()`` for operators)."""
     started_ns: int = field(default_factory=time.time_ns)
     parts: dict[str, bool] = field(default_factory=dict)
     """Which parts this node runs (for ``GET /api/node``)."""
@@ -56,6 +59,16 @@ def node_of(request: Request) -> NodeContext:
     """FastAPI dependency: the running node."""
     ctx: NodeContext = request.app.state.node
     return ctx
+
+
+def fence_of(ctx: NodeContext, name: str) -> Any:
+    """The part's ``streams.fence.Fence`` for the once-only work ``name`` (``UNFENCED`` when
+    the node has no leases: the embedded log, a test's context)."""
+    if ctx.leases is None:
+        from loglake.streams.fence import UNFENCED
+
+        return UNFENCED
+    return ctx.leases.fence(name)
 
 
 def part(value: Any, name: str) -> Any:

@@ -28,6 +28,7 @@ checks like any other.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -41,8 +42,10 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
-from loglake.errors import LocalProtocolError, LoglakeError
-from loglake.node.api.context import Node, NodeContext, PartDisabled, part
+from loglake.errors import LocalProtocolError, LoglakeError, Unavailable
+from loglake.node.api.context import Node, NodeContext, PartDisabled, fence_of, part
+from loglake.node.backend import EVENTS_JOURNAL
+from loglake.structured_logging import log_event
 
 router = APIRouter(tags=["events"])
 
@@ -67,6 +70,12 @@ class UnknownReplay(LoglakeError, KeyError):
 
 class EventsCallFailed(LocalProtocolError):
     """The orchestrator answered a call with an ICRC error (its text says which)."""
+
+
+class EventsElsewhere(Unavailable):
+    """Another node on the shared cluster runs the ICRC orchestrator now (it holds the
+    journal's lease): a call that would change its state is refused here (503), not written
+    twice."""
 
 
 class EventsTimeout(LoglakeError):
@@ -105,11 +114,8 @@ class EventsHandle:
             Broadcaster,
             InProcessNetwork,
             Publisher,
-            Quotas,
             StreamsStore,
             Subscriber,
-            open_ledger,
-            open_orchestrator,
         )
         from loglake.streams import LocalStreams
 
@@ -136,15 +142,19 @@ class EventsHandle:
         self.subscriber: Any = None
         self.received: Counter[str] = Counter()
         self.inbox_tail: list[dict[str, Any]] = []
+        self.fence = fence_of(ctx, EVENTS_JOURNAL)
+        """The journal's lease on a cluster shared by several nodes (``UNFENCED`` alone)."""
+        self._tenure: int | None = None
+        """The fence's tenure the orchestrator core was rebuilt under."""
+        self._orch_store: Any = None
         if "orchestrator" in roles:
-            store = StreamsStore(streams)
-            ledger = open_ledger(store, fee=1)
-            store.perform_many(ledger.writes)
-            ledger.writes.clear()
-            self.orchestrator = self.net.add(
-                open_orchestrator(store, p["orchestrator"], [p["broadcaster"]], Quotas(), ledger),
-                store,
-            )
+            from loglake.events.journal import stream_name
+
+            self._orch_store = StreamsStore(streams, self.fence, (stream_name(),))
+            self._tenure = self.fence.tenure()
+            if self._tenure is not None:
+                self.fence.claim()  # before reading the journal: nothing lands after the read
+            self._open_orchestrator()
         orch = p["orchestrator"]
         if "broadcaster" in roles:
             self.net.add(Broadcaster(p["broadcaster"], orch))
@@ -160,6 +170,53 @@ class EventsHandle:
             self.subscriber = self.net.add(Subscriber(p["subscriber"], orch))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._pump, name="loglake-events", daemon=True)
+
+    def _open_orchestrator(self) -> None:
+        """(Re)build the orchestrator core from its journal and ledger streams and route the
+        network's calls to it (at start, and when this node takes the journal's lease over
+        from another: its replays, still open, are resent from here)."""
+        from loglake.events import Quotas, open_ledger, open_orchestrator
+
+        store, p = self._orch_store, self.principals
+        ledger = open_ledger(store, fee=1)
+        store.perform_many(ledger.writes)
+        ledger.writes.clear()
+        self.orchestrator = self.net.add(
+            open_orchestrator(store, p["orchestrator"], [p["broadcaster"]], Quotas(), ledger),
+            store,
+        )
+
+    def _writes_here(self) -> bool:
+        """Whether this node's ICRC roles may run now: always, unless the orchestrator is here
+        and another node on the cluster holds its journal's lease. On taking the lease over,
+        the orchestrator is rebuilt from the journal first (the other node wrote it)."""
+        if self._orch_store is None:
+            return True
+        tenure = self.fence.tenure()
+        if tenure is None:
+            return False
+        if tenure != self._tenure:
+            self.fence.claim()
+            self.net.queue.clear()  # calls of the stale core; the rebuilt one resends
+            self._open_orchestrator()
+            self._tenure = tenure
+            self._step_until_registered()
+            log_event(
+                logging.getLogger(__name__),
+                logging.INFO,
+                "took the ICRC journal over",
+                token=tenure,
+                replays=len(self.orchestrator.replays),
+            )
+        return True
+
+    def _need_lease(self) -> None:
+        if not self._writes_here():
+            raise EventsElsewhere(
+                "another node on the cluster holds the ICRC orchestrator's journal lease "
+                "now; send this to that node, or retry: this node takes over within the "
+                "lease TTL if that node dies"
+            )
 
     @classmethod
     def start(cls, ctx: NodeContext, section: Any) -> EventsHandle:
@@ -180,21 +237,29 @@ class EventsHandle:
         publisher's (so a publish right after start finds them), or the network is idle. Not
         "until idle": after a restart the orchestrator resends its open replays, which run on
         the pump like any other."""
-        pub = self.publisher
-
-        def registered() -> bool:
-            return pub is None or all(ns in pub.registration_results for ns in self.namespaces)
-
         with self.lock:
-            while not registered() and self.net.step():
-                pass
+            if not self._writes_here():
+                return  # another node writes the journal: registered on takeover
+            self._step_until_registered()
             self._drain_inbox()
+
+    def _step_until_registered(self) -> None:
+        """Step (under the lock) until the publisher's namespaces are registered or the
+        network is idle: at start, and when this node takes the journal over (so a publish
+        right after finds them)."""
+        pub = self.publisher
+        while (
+            pub is not None and not all(ns in pub.registration_results for ns in self.namespaces)
+        ) and self.net.step():
+            pass
 
     def _slice(self) -> bool:
         """Steps until ``SLICE_S`` has passed or nothing is left (under the lock)."""
         deadline = time.monotonic() + SLICE_S
         stepped = False
         with self.lock:
+            if not self._writes_here():
+                return False
             while self.net.step():
                 stepped = True
                 if time.monotonic() >= deadline or self._stop.is_set():
@@ -279,6 +344,8 @@ class EventsHandle:
         self._need(who)
         orch = self._need("orchestrator")
         with self._cores():
+            self._need_lease()
+            orch = self.orchestrator
             return self.net.call(self.principals[who], orch.principal, method, arg)
 
     @staticmethod
@@ -299,6 +366,7 @@ class EventsHandle:
 
         pub = self._need("publisher")
         with self._cores():
+            self._need_lease()
             pub.register(namespace, [(C_REPLAY, {"Bool": True})])
 
     def publish(self, namespace: str, texts: list[str]) -> list[int]:
@@ -308,6 +376,7 @@ class EventsHandle:
         store = self.publisher_store
         assert store is not None  # made with the publisher
         with self._cores():
+            self._need_lease()
             if namespace not in pub.publication_ids:
                 raise LocalProtocolError(
                     f"namespace {namespace!r} is not registered by this node's publisher"
@@ -345,8 +414,10 @@ class EventsHandle:
     def cancel(self, replay_id: int) -> int:
         """The orchestrator accepts the cancel; the replay turns ``canceled`` on the pump,
         once the publisher has stopped and reported how many it sent."""
-        orch = self._need("orchestrator")
+        self._need("orchestrator")
         with self._cores():
+            self._need_lease()
+            orch = self.orchestrator
             rep = orch.replays.get(replay_id)
             if rep is None:
                 raise UnknownReplay(replay_id)

@@ -1,0 +1,279 @@
+"""Several nodes, one history: two ``loglake node --backend … --replicas 3`` processes on a real
+3-node JetStream cluster (loopback). Node A holds the once-only work (leases); B serves the same
+streams and refuses the work A holds. A is SIGKILLed mid-replay: B takes the leases within the
+lease TTL (+ 2 s), finishes the ICRC replay from the journal A wrote, serves every acknowledged
+record and consumer index, and a Cardinal consumer resumes on B from its checkpoint with each
+block once. A SIGSTOPped holder, resumed after B took over, writes nothing to the journal.
+
+The two nodes share their ICRC role keys (``<data dir>/events/*.key``, copied from A to B as an
+operator would): a replay's principals are in the journal, and the node taking it over must be
+those principals to finish it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loglake.cardinal.blocks import ChainUpdate
+from loglake.cardinal.cli import consume_topic, produce_chain
+from loglake.cardinal.messages import ZERO_HASH
+from loglake.cardinal.ordering import Checkpoint
+from loglake.cardinal.synthetic import topics_for
+from loglake.cardinal.transport import StreamConsumer, StreamTransport
+from loglake.events.journal import stream_name as journal_stream
+from loglake.streams import StreamClient
+from loglake.streams.fence import is_claim
+from loglake.streams.jetstream import JetStreamLog
+from tests.conftest import require_peer
+from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
+from tests.procs import free_port, process
+
+TTL = 2
+NS = "demo.events"
+
+
+@pytest.fixture(scope="module")
+def nats3() -> Iterator[NatsCluster]:
+    require_peer("nats-server", have_nats_server(), NATS_HINT)
+    c = NatsCluster(3).start()
+    yield c
+    c.close()
+
+
+def wait_until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := probe():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+class Node:
+    def __init__(self, root: Path, name: str, url: str, prefix: str, rate: float) -> None:
+        self.data = root / name
+        self.http, self.stream_port = free_port(), free_port()
+        self.cmd = [
+            sys.executable, "-m", "loglake.cli", "node", "--no-console",
+            "--data-dir", str(self.data), "--http-port", str(self.http),
+            "--streams-port", str(self.stream_port),
+            "--backend", url, "--replicas", "3", "--streams-nats-prefix", prefix,
+            "--streams-lease-ttl", str(TTL), "--streams-seal-interval", "0.5",
+            "--events-enabled", "--events-namespaces", NS, "--events-replay-rate", str(rate),
+            "--no-archives-enabled", "--no-sds-enabled", "--no-jobs-enabled",
+        ]  # fmt: skip
+        self.api: httpx.Client | None = None
+
+    def log(self) -> Any:
+        """The node's stderr, kept in a file beside its data dir (read it when a test fails)."""
+        return (self.data.parent / f"{self.data.name}.stderr").open("w")
+
+    def connect(self) -> httpx.Client:
+        token = (self.data / "node.token").read_text().strip()
+        self.api = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.http}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        return self.api
+
+    def publish(self, texts: list[str]) -> httpx.Response:
+        assert self.api is not None
+        return self.api.post(f"/api/events/namespaces/{NS}/events", json={"texts": texts})
+
+    def holds_events(self) -> bool:
+        """Whether this node runs the ICRC roles now (another holding the journal: 503); a
+        probe event is published when it does."""
+        r = self.publish(["probe"])
+        assert r.status_code in (200, 503), r.text
+        return r.status_code == 200
+
+
+def publish_many(node: Node, n: int) -> list[int]:
+    """Publish ``n`` events (in calls of 600): more than one replay batch (500 in the node),
+    so a paced replay of them runs for a while."""
+    ids: list[int] = []
+    for k in range(0, n, 600):
+        r = node.publish([f"event {i}" for i in range(k, min(n, k + 600))])
+        r.raise_for_status()
+        ids += r.json()["ids"]
+    return ids
+
+
+def share_role_keys(a: Node, b: Node) -> None:
+    (b.data / "events").mkdir(parents=True, exist_ok=True)
+    for key in (a.data / "events").glob("*.key"):
+        shutil.copy2(key, b.data / "events" / key.name)
+
+
+def apply(chain: list[bytes], ev: object) -> list[bytes]:
+    """Apply a Cardinal chain update to ``chain`` (hashes); the blocks it added."""
+    if not isinstance(ev, ChainUpdate):
+        return []
+    for blk in reversed(ev.removed):
+        assert chain and chain[-1] == blk.hash, "a reorg removed a block that is not the head"
+        chain.pop()
+    chain.extend(blk.hash for blk in ev.added)
+    return [blk.hash for blk in ev.added]
+
+
+def journal(url: str, prefix: str) -> list[bytes]:
+    log = JetStreamLog(url, prefix=prefix)
+    try:
+        return [r.data for r in log.read(journal_stream(), 0, 0, limit=100_000)]
+    finally:
+        log.close()
+
+
+@pytest.mark.slow
+def test_node_a_sigkilled_mid_replay_node_b_takes_over_and_loses_nothing(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    prefix = "fo" + uuid.uuid4().hex[:8]
+    a = Node(tmp_path, "a", nats3.url, prefix, rate=400)
+    b = Node(tmp_path, "b", nats3.url, prefix, rate=400)
+    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
+        a.connect()
+        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
+        share_role_keys(a, b)
+        with process(b.cmd, b.http, stderr=b.log()):
+            b.connect()
+            # B refuses what A holds, with a 503 that says why
+            r = b.publish(["too early"])
+            assert r.status_code == 503 and r.json()["error"] == "EventsElsewhere", r.text
+
+            # the stream service: records and a consumer index, acknowledged by A
+            with StreamClient(port=a.stream_port, timeout=30) as ca:
+                ca.create_stream("orders", 3)
+                for p in range(3):
+                    ca.push_many("orders", [b"o%d-%d" % (p, i) for i in range(10)], p)
+                ca.get_index("billing", "orders", 1)
+                ca.save_index("billing", "orders", 4, 1)
+                # Cardinal: a 12-block chain; a consumer takes part of it and commits
+                _, canonical = produce_chain(ca, "demo.chain", 12, partitions=2)
+                consumer = StreamConsumer(
+                    StreamTransport(ca),
+                    topics_for("demo.chain"),
+                    "chain-app",
+                    start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
+                )
+                chain: list[bytes] = []  # the application's view: updates applied in order
+                got_a: list[bytes] = []
+                for _ in range(40):
+                    for ev in consumer.poll(limit=4):
+                        got_a += apply(chain, ev)
+                    if len(got_a) >= 4:
+                        break
+                consumer.commit()
+            assert 4 <= len(got_a) < 12, len(got_a)
+
+            # ICRC: events missed by the subscriber, then a replay of them, paced (400
+            # events/s, batches of 500) to be running when A dies
+            missed = publish_many(a, 1200)
+            a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
+            rid = a.api.post(
+                "/api/events/replays",
+                json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
+            ).json()["id"]
+            wait_until(
+                lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
+                10,
+                "the replay running on A",
+            )
+
+            proc_a.send_signal(signal.SIGKILL)
+            proc_a.wait(10)
+            killed = time.monotonic()
+            wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
+            took = time.monotonic() - killed
+            assert took <= TTL + 2, took
+
+            # B finishes the replay A was running, from the journal A wrote
+            rep = wait_until(
+                lambda: (
+                    (r := b.api.get(f"/api/events/replays/{rid}").json())["status"] == "completed"
+                    and r
+                ),
+                30,
+                "B completes the replay",
+            )
+            assert rep["sent"] == rep["expected"] == 1200, rep
+            assert b.publish(["after failover"]).status_code == 200
+
+            # every acknowledged record and the consumer index, through B
+            with StreamClient(port=b.stream_port, timeout=30) as cb:
+                for p in range(3):
+                    assert [m.data for m in cb.pull("orders", 0, 100, p)] == [
+                        b"o%d-%d" % (p, i) for i in range(10)
+                    ]
+                assert cb.get_index("billing", "orders", 1) == 4
+                # the Cardinal consumer resumes on B from its checkpoint: each block once
+                got_b: list[bytes] = []
+                consume_topic(
+                    cb,
+                    "demo.chain",
+                    "chain-app",
+                    idle_seconds=0.5,
+                    on_event=lambda ev: got_b.extend(apply(chain, ev)),
+                )
+            # no block delivered twice across the failover, and the chain is whole
+            assert len(set(got_a + got_b)) == len(got_a + got_b), "a block delivered twice"
+            assert chain == [blk.hash for blk in canonical]
+            print(f"B took the leases {took:.2f}s after A was SIGKILLed")
+
+
+@pytest.mark.slow
+def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    prefix = "st" + uuid.uuid4().hex[:8]
+    a = Node(tmp_path, "a", nats3.url, prefix, rate=50)
+    b = Node(tmp_path, "b", nats3.url, prefix, rate=100_000)
+    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
+        a.connect()
+        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
+        share_role_keys(a, b)
+        with process(b.cmd, b.http, stderr=b.log()):
+            b.connect()
+            missed = publish_many(a, 1200)
+            a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
+            rid = a.api.post(
+                "/api/events/replays",
+                json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
+            ).json()["id"]
+            wait_until(
+                lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
+                10,
+                "the replay running on A (50 events/s: A has work left when it stops)",
+            )
+            os.kill(proc_a.pid, signal.SIGSTOP)
+            try:
+                wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
+                wait_until(
+                    lambda: b.api.get(f"/api/events/replays/{rid}").json()["status"] == "completed",
+                    30,
+                    "B completes the replay",
+                )
+                time.sleep(1.0)  # B idle: its journal is settled
+                before = journal(nats3.url, prefix)
+            finally:
+                os.kill(proc_a.pid, signal.SIGCONT)
+            time.sleep(TTL + 1)  # A runs again: its pump, its lease task, its publisher
+            after = journal(nats3.url, prefix)
+            assert after == before, f"{len(after) - len(before)} journal records after resume"
+            claims = [d for d in before if is_claim(d)]
+            assert len(claims) == 2  # A's at its start, B's at the takeover
+            assert proc_a.poll() is None  # A lives on, as a node that holds nothing
+            assert a.publish(["from A"]).status_code == 503
+            assert journal(nats3.url, prefix) == before

@@ -1,0 +1,124 @@
+"""``LeaseFence``: appends by a lease's holder to the streams it guards, on a real 3-node
+JetStream cluster (loopback). Two "nodes" (two connections, two leases of one name): the
+holder appends; the other is refused locally; the holder is paused (its lease task stops, its
+clock still says it holds — what a SIGSTOPped process sees when it wakes between its check and
+its publish), the other takes the lease within the TTL + 2 s and claims the stream, and the
+paused holder's append is refused by the cluster (``FencedOut``): the stream holds nothing of
+it after the claim."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from loglake.streams.fence import UNFENCED, claim_record, is_claim
+from loglake.streams.jetstream import HeadMoved, JetStreamLog
+from loglake.streams.lease import FencedOut, JetStreamLease, LeaseFence, LeaseLost, LeaseState
+from tests.nats_cluster import NatsCluster
+from tests.streams.jetstream_fixtures import new_prefix
+
+TTL = 2
+
+
+def wait_until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := probe():
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def fence_on(log: JetStreamLog, bucket: str, holder: str, streams=()) -> LeaseFence:
+    async def start() -> JetStreamLease:
+        lease = JetStreamLease(log.js, bucket, "journal", holder, ttl=TTL, replicas=3)
+        return await lease.start()
+
+    lease = log.call(start())
+    fence = LeaseFence(log, lease, streams)
+    lease.on_change = fence.on_event
+    return fence
+
+
+def datas(log: JetStreamLog, stream: str) -> list[bytes]:
+    return [r.data for r in log.read(stream, 0, 0, limit=1000)]
+
+
+def test_a_paused_former_holder_is_fenced_out_and_writes_nothing(nats_r3: NatsCluster) -> None:
+    prefix = new_prefix()
+    a = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    b = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    fa = fb = None
+    try:
+        a.create_stream("j")
+        fa = fence_on(a, f"{prefix}_leases", "node-a", ("j",))
+        wait_until(fa.holds, 5, "a holds")
+        fb = fence_on(b, f"{prefix}_leases", "node-b", ("j",))
+        assert fa.append(None, "j", [b"a1", b"a2"]) == [1, 2]  # index 0 is a's claim
+        assert fa.append(None, "j", [b"a3"]) == [3]
+        time.sleep(TTL)  # several renewals: b never gets it while a renews
+        assert not fb.holds()
+        with pytest.raises(LeaseLost):
+            fb.append(None, "j", [b"b-too-early"])
+
+        # a pauses: its lease stops renewing, but its view still says "held"
+        a.call(fa.lease.close())
+        fa.lease.core.state, fa.lease.core.valid_until = LeaseState.HELD, math.inf
+        paused = time.monotonic()
+        wait_until(fb.holds, TTL + 2, "b takes the lease")
+        took = time.monotonic() - paused
+        wait_until(lambda: fb.claims == 1, 5, "b claims the journal at once")
+        assert fa.holds()  # a still believes it holds...
+        with pytest.raises(FencedOut, match="newer holder"):
+            fa.append(None, "j", [b"a-stale"])  # ...and the cluster refuses it
+        assert fb.append(None, "j", [b"b1"]) == [5]
+        with pytest.raises(FencedOut):
+            fa.append(None, "j", [b"a-stale-again"])
+        got = datas(a, "j")
+        assert [d for d in got if not is_claim(d)] == [b"a1", b"a2", b"a3", b"b1"]
+        assert [is_claim(d) for d in got] == [True, False, False, False, True, False]
+        assert fa.refused == 2
+        print(f"lease taken over {took:.2f}s after the holder paused")
+    finally:
+        for log, f in ((a, fa), (b, fb)):
+            if f is not None:
+                log.call(f.lease.close())
+        a.close()
+        b.close()
+
+
+def test_a_conditional_push_at_a_stale_head_is_refused(nats_single: NatsCluster) -> None:
+    log = JetStreamLog(nats_single.url, prefix=new_prefix())
+    try:
+        log.create_stream("s")
+        assert log.push_expecting("s", 0, [b"x", b"y"], 0) == [0, 1]
+        with pytest.raises(HeadMoved, match="no longer 1"):
+            log.push_expecting("s", 0, [b"z"], 1)
+        assert log.push_expecting("s", 0, [b"z"], 2) == [2]
+        assert [r.data for r in log.read("s", 0, 0, limit=10)] == [b"x", b"y", b"z"]
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "claim"),
+    [
+        (claim_record("journal", "node-a", 7), True),
+        (b"", False),
+        (b"lease", False),
+        (b"\xa1bopelease", False),  # a CBOR map with another op
+        (b"\xa2bopelease\xff", False),  # cut short
+        (b'{"op": "lease"}', False),
+    ],
+)
+def test_claim_records_are_recognised_and_nothing_else_is(data: bytes, claim: bool) -> None:
+    assert is_claim(data) is claim
+
+
+def test_unfenced_always_may(memory_log) -> None:
+    from loglake.streams import LocalStreams
+
+    memory_log.create_stream("s")
+    assert UNFENCED.holds() and UNFENCED.append(LocalStreams(memory_log), "s", [b"a"]) == [0]
