@@ -351,13 +351,63 @@ class Assembler:
         if h not in done:  # else a late copy of a complete block
             new.setdefault(h, []).append((k, v, self._source(t, part), off, ts))
 
-    def run(self, records: pa.Table, st: AssemblyState) -> Assembled:
-        """Assemble one micro-batch's ``records`` (columns ``_IN_COLUMNS``) onto ``st``."""
+    def run_reference(self, records: pa.Table, st: AssemblyState) -> Assembled:
+        """``run`` record by record in Python (the reference the kernels are tested against)."""
         out = Assembled()
         new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]] = {}
         cols = [records.column(c).to_pylist() for c in _IN_COLUMNS]
         for rec in zip(*cols, strict=True):
             self._one(out, new, st.done, rec)
+        return self._assemble(out, new, st)
+
+    def run(self, records: pa.Table, st: AssemblyState) -> Assembled:
+        """Assemble one micro-batch's ``records`` (columns ``_IN_COLUMNS``) onto ``st``: the
+        block messages found and their exact copies dropped by the columnar kernels
+        (``cardinal_blocks_kernel``), each distinct one then opened in Python; every other
+        record the reference way, in record order (so rejects come in the same order)."""
+        import numpy as np
+
+        from loglake.pipeline.jobs.cardinal_blocks_kernel import envelope_heads, first_copies
+
+        out = Assembled()
+        new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]] = {}
+        data = records.column("data").combine_chunks()
+        heads = envelope_heads(data)
+        cols = {c: records.column(c).to_numpy() for c in _IN_COLUMNS[1:]}
+        t_col, p_col, o_col, ts_col = (cols[c] for c in _IN_COLUMNS[1:])
+        slow = np.flatnonzero(~heads.fast)
+        if len(slow):
+            sub = records.take(pa.array(slow))
+            for rec in zip(*(sub.column(c).to_pylist() for c in _IN_COLUMNS), strict=True):
+                self._one(out, new, st.done, rec)
+        rows = np.flatnonzero(heads.fast)
+        if len(rows):
+            # rank of (source name, offset), the order assemble_block keeps copies in
+            tp = (t_col[rows].astype(np.int64) << 32) | p_col[rows].astype(np.int64)
+            pairs, which = np.unique(tp, return_inverse=True)
+            names = [self._source(int(u) >> 32, int(u) & 0xFFFFFFFF) for u in pairs]
+            rank_of = np.empty(len(pairs), dtype=np.int64)
+            rank_of[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(pairs))
+            order = np.empty(len(rows), dtype=np.int64)
+            order[np.lexsort((o_col[rows], rank_of[which.reshape(-1)]))] = np.arange(len(rows))
+            survivors, groups = first_copies(data, rows, order)
+            newest = np.full(len(survivors), -1, dtype=np.int64)
+            np.maximum.at(newest, groups, ts_col[rows])
+            done = st.done
+            for d, v, n, t, p, off, ts in zip(
+                data.take(pa.array(survivors)).to_pylist(),
+                heads.vlen[survivors].tolist(),
+                heads.klen[survivors].tolist(),
+                t_col[survivors].tolist(),
+                p_col[survivors].tolist(),
+                o_col[survivors].tolist(),
+                newest.tolist(),
+                strict=True,
+            ):
+                k = d[v : v + n]
+                h = k[1:33]
+                if h not in done:
+                    new.setdefault(h, []).append((k, d[v + n :], self._source(t, p), off, ts))
         return self._assemble(out, new, st)
 
     def _assemble(
