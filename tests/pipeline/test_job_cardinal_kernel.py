@@ -64,7 +64,7 @@ def micro_batches(seed: int) -> list[pa.Table]:
     chain = synthetic_chain(12, updates=1 + seed % 3)
     producer = Producer(TOPICS[0], schema_for(TOPICS[0]))
     msgs: list[bytes] = []
-    for block in chain.canonical[1:]:
+    for block in chain.canonical:
         for _, ms in sorted(producer.block_messages(block).items()):
             msgs += [envelope(*encode(m)) for m in ms]
     datas: list[bytes | None] = msgs + msgs + rng.sample(msgs, len(msgs) // 3)

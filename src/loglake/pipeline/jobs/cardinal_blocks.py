@@ -495,9 +495,11 @@ class BatchWriter:
         return OrderingState(OrderedConsumer(self.opts.reorg_threshold, self.opts.prefixes, start))
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
+        """Temp file, fsync, rename, fsync of the folder; the folders made durable first (a
+        folder whose own name never reached the disk takes its files with it on power loss)."""
         from loglake.log import fs
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        fs.makedirs_durable(path.parent)
         fs.replace_file_atomic(path, data)
 
     def _write_table(self, name: str, batch_id: int, rows: list[dict]) -> int:
@@ -762,12 +764,12 @@ def summarize(out_dir: str) -> JobSummary:
 
 def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQuery:
     """Start the streaming query (options already validated)."""
+    from loglake.log import fs
+
     out = Path(opts.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    fs.makedirs_durable(out)
     job = out / JOB_FILE
     if not job.exists():
-        from loglake.log import fs
-
         fs.replace_file_atomic(job, json.dumps(opts.identity(), indent=1).encode())
     frames = []
     for i, t in enumerate(opts.topics):
