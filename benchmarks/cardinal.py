@@ -191,12 +191,16 @@ def spark_catch_up(spark, updates: int, budget: int, tmp: str) -> dict:
     finally:
         log.close()
     assert added == n_blocks, (added, n_blocks)
-    t = time.perf_counter()
+    c0, t = cpu_by_tree({})["job"], time.perf_counter()
     summary = run(spark, CardinalBlocksOptions(d, ("bench",), f"{tmp}/out{updates}"))
-    t_job = time.perf_counter() - t
+    t_job, c_job = time.perf_counter() - t, cpu_by_tree({})["job"] - c0
     assert summary.blocks == n_blocks and summary.head and summary.head[0] == n_blocks - 1
+    c0 = cpu_by_tree({})["job"]
     t_floor = source_floor(spark, d, f"{tmp}/floor{updates}")
+    c_floor = cpu_by_tree({})["job"] - c0
     return {
+        "job_cpu_us": c_job / sent * 1e6,
+        "floor_cpu_us": c_floor / sent * 1e6,
         "floor_per_s": sent / t_floor,
         "updates": updates,
         "blocks": n_blocks,
@@ -470,17 +474,18 @@ def spark_main(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(
             f"{'updates/block':>13} {'blocks':>6} {'messages':>9} | {'single-process/s':>16} "
-            f"{'Spark job/s':>11} {'job ÷ single':>12} {'source alone/s':>14} {'job s':>6}"
+            f"{'Spark job/s':>11} {'job ÷ single':>12} {'source alone/s':>14} {'job s':>6} "
+            f"{'job µs CPU/msg':>14} {'source µs CPU/msg':>17}"
         )
         if not args.live_only:  # warm up (Python workers, the first query's planning)
             spark_catch_up(spark, 10, 2_000, f"{tmp}/warm")
-        for updates in () if args.live_only else (1, 100, 1000):
+        for updates in () if args.live_only else args.updates:
             r = spark_catch_up(spark, updates, budget, tmp)
             print(
                 f"{updates:>13} {r['blocks']:>6} {r['messages']:>9} | "
                 f"{r['single_per_s']:>16,.0f} {r['job_per_s']:>11,.0f} "
                 f"{r['job_per_s'] / r['single_per_s']:>12.2f} {r['floor_per_s']:>14,.0f} "
-                f"{r['job_seconds']:>6.1f}",
+                f"{r['job_seconds']:>6.1f} {r['job_cpu_us']:>14.1f} {r['floor_cpu_us']:>17.1f}",
                 flush=True,
             )
         for updates in [] if args.catch_up_only else args.live_updates:
@@ -490,7 +495,8 @@ def spark_main(args) -> None:
             grows = trend > 0.05 * r["offered_per_s"]
             print(
                 f"live, {updates} updates/block: TCP producer {r['tcp_rate']:,.0f} msgs/s; "
-                f"offered {r['offered_per_s']:,.0f} msgs/s for {args.seconds:.0f} s; "
+                f"offered {r['offered_per_s']:,.0f} msgs/s for {args.seconds:.0f} s "
+                f"({r['offered_per_s'] / r['tcp_rate']:.0%} of their solo rate); "
                 f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
                 f"({r['visible']}/{r['blocks']} blocks); backlog (s, records) "
                 + ", ".join(f"{s:.0f}:{b}" for s, b in r["backlog"])
@@ -522,6 +528,13 @@ if __name__ == "__main__":
             default=0,
             help="live: run the job this much nicer than the producers and server (they get "
             "the CPU first; the job keeps up only if it does on what they leave)",
+        )
+        ap.add_argument(
+            "--updates",
+            type=int,
+            nargs="*",
+            default=[1, 100, 1000],
+            help="catch-up: updates per block of each case",
         )
         ap.add_argument("--live-updates", type=int, nargs="*", default=[100])
         ap.add_argument("--master", default=None)

@@ -176,8 +176,6 @@ def small_input(tmp_path):
         ({"prefixes": ("foo/(",)}, "--prefix"),
         ({"max_records_per_trigger": 0}, "--max-records-per-trigger"),
         ({"follow_seconds": -1.0}, "--follow"),
-        ({"state_keys": 0}, "--state-keys"),
-        ({"state_partitions": 0}, "--state-partitions"),
     ],
 )
 def test_bad_options_are_refused_before_any_work_naming_the_option(
@@ -204,12 +202,11 @@ def test_a_restart_with_other_options_is_refused_naming_the_option(small_input, 
     out = tmp_path / "out"
     out.mkdir()
     identity = {
-        "plan": 2,
+        "plan": 3,
         "data_dir": str(small_input),
         "topics": list(TOPICS),
         "reorg_threshold": THRESHOLD,
         "prefixes": [".*"],
-        "state_keys": 64,
     }
     (out / "_job.json").write_text(json.dumps(identity))
     options(small_input, out).validate()
@@ -229,39 +226,6 @@ def test_an_output_of_the_two_stage_plan_is_refused(small_input, tmp_path):
     with pytest.raises(BadOption) as e:
         options(small_input, out).validate()
     assert e.value.option == "--out" and "plan 1" in str(e.value)
-
-
-@pytest.mark.spark
-def test_group_key_in_the_jvm_equals_the_python_rule(spark):
-    """``group_key_sql`` (Spark SQL over the envelope's bytes) keys every block message as
-    ``group_of`` keys its key — long keys (2- and 3-byte varints) too — and everything else as
-    the control group b"", including records too short or cut inside the varint. (A block type
-    with a key shorter than 33 bytes lands in some group, whose assembler rejects it.)"""
-    import random
-
-    from pyspark.sql.types import BinaryType, StructField, StructType
-
-    from loglake.pipeline.jobs.cardinal_blocks import group_key_sql, group_of
-
-    rng = random.Random(7)
-    datas: list[bytes | None] = [None, b"", b"\x80", b"\x80\x80", b"\x42\x00"]
-    block_keys = []
-    for n in (33, 34, 63, 64, 100, 8191, 8192, 20_000):
-        k = bytes([rng.randrange(5)]) + rng.randbytes(n - 1)
-        block_keys.append(k)
-        datas.append(envelope(k, rng.randbytes(rng.randrange(40))))
-    datas += [envelope(bytes([t]) + rng.randbytes(32), b"v") for t in (5, 6, 9, 0xFF)]
-    df = spark.createDataFrame(
-        [(d,) for d in datas], StructType([StructField("data", BinaryType())])
-    )
-    for state_keys in (None, 1, 64, 4096):
-        vlen, grp = group_key_sql(state_keys)
-        got = [
-            bytes(r.grp)
-            for r in df.selectExpr("data", f"{vlen} AS vlen").selectExpr(f"{grp} AS grp").collect()
-        ]
-        want = [b""] * 5 + [group_of(k, state_keys) for k in block_keys] + [b""] * 4
-        assert got == want, state_keys
 
 
 def test_cli_names_the_option(small_input, tmp_path):

@@ -1,27 +1,28 @@
 """``cardinal-blocks``: Cardinal blocks as Parquet tables, by Structured Streaming, exactly once.
 
 A streaming query reads every partition of a Cardinal application's topics through
-the ``loglake`` source and:
+the ``loglake`` source and hands each micro-batch's records to the driver as one Arrow table
+(``foreachBatch``), which:
 
-1. keys each record in the JVM (``group_key_sql``, a SQL expression over the record's bytes):
-   the envelope is ``varint(len(key)) key value`` and a block message's key is its type (0-4)
-   then its block hash, so the group is the hash (or a bucket of hashes) read at the varint's
-   end; every other record goes to one control group;
-2. assembles blocks with ``applyInPandasWithState`` keyed that way (executors, the query's
-   only Python stage): each record's envelope is opened
-   (``cardinal.transport.open_envelope``); the state of a block is its messages so far; each
-   micro-batch adds the new ones and hands them all to ``cardinal.consumer.assemble_block`` —
-   ``BlockAssembler``'s rules, not a second implementation. A complete block is emitted once
-   and its state becomes a tombstone, so a redundant producer's late copies are dropped;
-   messages that do not decode or that the rules drop (index past ItemCount, more messages
-   than a prefix announced, a key under no announced prefix …) come out as rejects; the
-   control group passes Reorg/ReorgComplete/Ping on and rejects what does not decode, with the
-   decoder's reason;
-3. orders blocks on the driver (``foreachBatch``): the completed blocks of the micro-batch, in
-   (number, hash) order, go to ``cardinal.ordering.OrderedConsumer.add_block`` (the processor's
-   reorg rules), and a Reorg read on a topic waits (``OrderedConsumer.reorg_ready``) until the
-   chain has reached its ancestor, then its reorg channel ``<default topic>-re-<ancestor hex>``
-   is read to its first ReorgComplete and fed to the same consumer, as ``StreamConsumer`` does.
+1. assembles blocks (``Assembler``): each record's envelope is opened
+   (``cardinal.transport.open_envelope``), block messages are gathered by block hash, and a
+   block's messages so far go to ``cardinal.consumer.assemble_block`` — ``BlockAssembler``'s
+   rules, not a second implementation. Incomplete blocks wait in the assembly state; a complete
+   block is emitted once and leaves a tombstone, so a redundant producer's late copies are
+   dropped; messages that do not decode or that the rules drop (index past ItemCount, more
+   messages than a prefix announced, a key under no announced prefix …) come out as rejects;
+   Reorg/ReorgComplete/Ping go on to the ordering, and records that do not decode are rejects
+   with the decoder's reason;
+2. orders blocks: the completed blocks of the micro-batch, in (number, hash) order, go to
+   ``cardinal.ordering.OrderedConsumer.add_block`` (the processor's reorg rules), and a Reorg
+   read on a topic waits (``OrderedConsumer.reorg_ready``) until the chain has reached its
+   ancestor, then its reorg channel ``<default topic>-re-<ancestor hex>`` is read to its first
+   ReorgComplete and fed to the same consumer, as ``StreamConsumer`` does.
+
+Why on the driver: the ordering is one sequence and runs there anyway; assembling beside it
+costs one hand-off of the records (JVM → driver, Arrow). Assembling in a stateful Python stage
+(``applyInPandasWithState``, plans 1 and 2) cost a shuffle, a state store, pandas frames and a
+second trip of every block back to the driver: about twice the CPU a message.
 
 Tables under ``out_dir`` (Parquet, one file per table per micro-batch): ``blocks`` (a row per
 update or delete of a block, or one row for a block with neither), ``chain_updates`` (what each
@@ -29,17 +30,16 @@ update removed and added, and reorg notices, in ``seq`` order) and ``rejects`` (
 partition, offset, reason). ``loglake.pipeline.cardinal`` reads them (``tables``,
 ``canonical``).
 
-Exactly once: Spark's checkpoint holds the source offsets and the assembly state; the driver's
+Exactly once: Spark's checkpoint holds the source offsets; the driver's assembly and
 ordering state is saved per micro-batch (``_state/<batch>.pkl``, a pickle of the sans-I/O
 ``OrderedConsumer``, written by this job for this job) and each micro-batch's files are named
 by its id and written atomically (temp file + rename), then ``_batches/<batch>.json`` marks the
 batch complete. A micro-batch run again after a crash starts from the ordering state of the
-batch before it and, its input being the same (Spark replays the same offsets and state store
-version; assembly and ordering are deterministic), rewrites the same files. Readers only read
-batches with a marker.
+batch before it and, its input being the same (Spark replays the same offsets; assembly and
+ordering are deterministic), rewrites the same files. Readers only read batches with a marker.
 
-Known limits: a block whose Batch never comes, and each completed block's tombstone, stay in
-the state store (no timeout yet); the job reads a data dir (``url`` nodes: not yet).
+Known limits: a block whose Batch never comes stays in the assembly state (no timeout yet); the
+job reads a data dir (``url`` nodes: not yet).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import math
 import os
 import pickle
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,7 +81,6 @@ from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -92,12 +91,13 @@ CHECKPOINT = "_checkpoint"
 TABLES = ("blocks", "chain_updates", "rejects")
 KEEP_STATES = 3
 MAX_PENDING_REORGS = 32
-DEFAULT_STATE_KEYS = 64
-PLAN = 2
+PLAN = 3
 """The query's shape, recorded in ``_job.json``: 1 = route records in a ``mapInArrow`` stage,
-then assemble (two Python stages; before 27 November 2026); 2 = group key computed in the JVM
-(``group_key_sql``), one Python stage. Spark's checkpoint holds the plan's operators and state:
-one of another plan cannot resume this query, so such an output is refused."""
+then assemble in ``applyInPandasWithState`` (two Python stages); 2 = group key computed in the
+JVM, the same stateful assembly (one Python stage); 3 = no stateful operator: the records go
+to the driver, which assembles and orders them, the assembly state saved with the ordering
+state. Spark's checkpoint holds the plan's operators and state: one of another plan cannot
+resume this query, so such an output is refused."""
 
 BLOCKS_SCHEMA = pa.schema(
     [
@@ -148,16 +148,6 @@ SCHEMAS = {
     "rejects": REJECTS_SCHEMA,
 }
 
-# The assembler's output (Spark DDL, so executors need no pyarrow → Spark type mapping).
-# Timestamps travel as decimal strings: pandas turns an int64 column with a null into float64,
-# which loses the nanoseconds.
-OUT_DDL = (
-    "kind string, topic string, partition int, offset long, key binary, value binary, "
-    "reason string, payload binary, time string"
-)
-STATE_DDL = "blob binary"
-
-
 # -- options --------------------------------------------------------------------------------
 
 
@@ -178,15 +168,6 @@ class CardinalBlocksOptions:
     follow_seconds: float | None = None
     """None: read what is there and stop (``availableNow``); else keep running, one
     micro-batch every this many seconds."""
-    state_keys: int | None = DEFAULT_STATE_KEYS
-    """Keys of the assembly state: None = one per block hash (the plain design); N = N buckets
-    of block hashes, each holding its pending blocks (far less per-key overhead in
-    ``applyInPandasWithState``: see docs/cardinal.md, "Spark job")."""
-    state_partitions: int | None = None
-    """Tasks of the stateful stage (``spark.sql.shuffle.partitions`` for this query, fixed by
-    the checkpoint once it exists). None: on a ``local`` master the machine's cores (at most
-    the session's value), elsewhere the session's value. Each task is a Python worker per
-    micro-batch; more tasks than cores only add that cost (docs/cardinal.md, "Second pass")."""
 
     def validate(self) -> CardinalBlocksOptions:
         """Normalised options, or ``BadOption`` naming the option; touches nothing."""
@@ -232,14 +213,6 @@ class CardinalBlocksOptions:
             raise BadOption("--out", self.out_dir, "exists and is not a directory")
         if out == data_dir or data_dir in out.parents:
             raise BadOption("--out", self.out_dir, "must not be inside the data dir")
-        k = self.state_keys
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 4096):
-            raise BadOption("--state-keys", k, "expected 1..4096 buckets, or 0 for one per block")
-        sp = self.state_partitions
-        if sp is not None and (
-            isinstance(sp, bool) or not isinstance(sp, int) or not 1 <= sp <= 4096
-        ):
-            raise BadOption("--state-partitions", sp, "expected an integer 1..4096")
         cp = Path(self.checkpoint_dir).expanduser().resolve() if self.checkpoint_dir else None
         opts = CardinalBlocksOptions(
             str(data_dir),
@@ -250,8 +223,6 @@ class CardinalBlocksOptions:
             tuple(self.prefixes),
             m,
             f,
-            k,
-            sp,
         )
         job = out / JOB_FILE
         if job.exists():
@@ -269,7 +240,6 @@ class CardinalBlocksOptions:
                 ("reorg_threshold", "--reorg-threshold"),
                 ("prefixes", "--prefix"),
                 ("data_dir", "--data-dir"),
-                ("state_keys", "--state-keys"),
             ):
                 now = opts.identity()[name]
                 if before.get(name) != now:
@@ -289,11 +259,10 @@ class CardinalBlocksOptions:
             "topics": list(self.topics),
             "reorg_threshold": self.reorg_threshold,
             "prefixes": list(self.prefixes),
-            "state_keys": self.state_keys,
         }
 
 
-# -- stage 1: group key (JVM) ----------------------------------------------------------------
+# -- stage 1: assemble (driver, with the ordering state) -----------------------------------
 
 
 def _is_block_key(k: bytes) -> bool:
@@ -301,129 +270,177 @@ def _is_block_key(k: bytes) -> bool:
     return len(k) >= 33 and k[0] <= 0x04
 
 
-def group_of(key: bytes, state_keys: int | None) -> bytes:
-    """The state key of a block message's ``key`` (its block hash, or one of ``state_keys``
-    buckets of block hashes: 2 bytes, big-endian, 1-based); ``group_key_sql`` computes the same
-    in the JVM from the record's bytes (tested against this)."""
-    if state_keys is None:
-        return key[1:33]
-    return (1 + int.from_bytes(key[1:5]) % state_keys).to_bytes(2)
+@dataclass
+class AssemblyState:
+    """The blocks being assembled, kept with the ordering state (pickled per micro-batch)."""
 
-
-def group_key_sql(state_keys: int | None) -> tuple[str, str]:
-    """Spark SQL over the record's ``data`` (the envelope ``zigzag-varint(len(key)) key
-    value``): the varint's length in bytes (``vlen``, null past 10 bytes), then the group key —
-    ``group_of(key)`` when the byte after the varint is a block message type (0-4) and 33 bytes
-    follow it, else b"" (the control group, where the assembler decodes the record and
-    rejects it if it does not decode). Computed in the JVM, so records reach Python once."""
-
-    def byte(pos: str) -> str:
-        return f"cast(conv(hex(substring(data, {pos}, 1)), 16, 10) as int)"
-
-    vlen = "CASE " + " ".join(f"WHEN {byte(str(i))} < 128 THEN {i}" for i in range(1, 11)) + " END"
-    if state_keys is None:
-        key = "substring(data, vlen + 2, 32)"
-    else:
-        u32 = "cast(conv(hex(substring(data, vlen + 2, 4)), 16, 10) as bigint)"
-        key = f"unhex(lpad(hex(1 + pmod({u32}, {state_keys})), 4, '0'))"
-    grp = (
-        f"CASE WHEN vlen IS NOT NULL AND length(data) >= vlen + 33 AND {byte('vlen + 1')} <= 4 "
-        f"THEN {key} ELSE X'' END"
+    pending: dict[bytes, tuple[int, list[tuple[bytes, bytes, str, int]]]] = field(
+        default_factory=dict
     )
-    return vlen, grp
+    """Incomplete blocks: hash → (newest log time in ns or -1, the messages ``assemble_block``
+    kept)."""
+    done: dict[bytes, int] = field(default_factory=dict)
+    """Tombstones of complete blocks (hash → number), kept while within ``4 × reorg_threshold``
+    of the highest one, as ``BlockAssembler`` keeps completed hashes: a redundant producer's
+    late copies are dropped."""
 
 
-# -- stage 2: assemble (executors, stateful) -------------------------------------------------
+@dataclass
+class Assembled:
+    """What one micro-batch's records made."""
 
-_OUT_COLUMNS = ["kind", "topic", "partition", "offset", "key", "value", "reason", "payload", "time"]
-_IN_COLUMNS = ("data", "t", "partition", "offset", "ts")
-"""What the assembler reads: the record, its topic as an index into the job's topics, and its
-log time in ns (-1 if none) — numbers, so pandas makes no Python object per row for them."""
+    blocks: list[tuple[Block, int]] = field(default_factory=list)
+    """Complete blocks with the log time (ns, -1 if none) of their newest record."""
+    control: list[tuple[str, int, int, bytes, bytes]] = field(default_factory=list)
+    """Reorg, ReorgComplete and Ping records: (topic, partition, offset, key, value)."""
+    rejects: list[dict] = field(default_factory=list)
 
 
-def make_assembler(
-    prefixes: Sequence[str], reorg_threshold: int, topics: Sequence[str] = ()
-) -> Callable[[tuple, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The ``applyInPandasWithState`` function (closes over the tracked prefixes and the
-    threshold only). Its rows are records (``data``, where from, log time); it opens each
-    envelope. A key's state is ``{"p": {hash: (time, messages)}, "d": {hash: number}}``:
-    the pending blocks of that key and tombstones of its complete ones (kept while within
-    ``4 × reorg_threshold`` blocks of the highest complete one, as ``BlockAssembler`` keeps
-    completed hashes). The control group (key b"") passes Reorg/ReorgComplete/Ping on to the
-    driver and turns records that do not decode into rejects with the decoder's reason."""
-    tracked = tuple(prefixes)
-    names = tuple(topics)
-    reach = 4 * reorg_threshold
+class Assembler:
+    """Opens each record's envelope, gathers block messages by block hash and hands each
+    block's messages so far to ``cardinal.consumer.assemble_block`` — ``BlockAssembler``'s
+    rules, not a second implementation. Runs on the driver beside the ordering, which needs
+    every block in order anyway: one hand-off of the records (Arrow, JVM → driver) instead of a
+    shuffle into a stateful Python stage whose output came back to the driver."""
 
-    def control(
-        rows: list[tuple], data: bytes | None, t: int, part: int, off: int, ts: int
-    ) -> None:
+    def __init__(self, prefixes: Sequence[str], reorg_threshold: int, topics: Sequence[str]):
+        self.tracked = tuple(prefixes)
+        self.names = tuple(topics)
+        self.reach = 4 * reorg_threshold
+        self._sources: dict[tuple[int, int], str] = {}
+
+    def _reject(self, out: Assembled, t: int, part: int, off: int, why: str) -> None:
+        out.rejects.append(BatchWriter._reject(self.names[t], part, off, why))
+
+    def _control(self, out: Assembled, data: bytes | None, t: int, part: int, off: int) -> None:
         """A record that is no block message: passed on, or a reject with the reason."""
         try:
             k, v = open_envelope(data or b"")
-            if _is_block_key(k):  # group_key_sql keys every block message: never seen
+            if _is_block_key(k):  # a block message goes to its block: never here
                 raise CardinalDecodeError("envelope", "block message outside its block's group")
             decode(k, v)  # Reorg, ReorgComplete, Ping, or a reject with the reason
         except CardinalDecodeError as e:
-            rows.append(("reject", names[t], part, off, None, None, str(e), None, None))
+            self._reject(out, t, part, off, str(e))
             return
-        time = str(ts) if ts >= 0 else None
-        rows.append(("control", names[t], part, off, k, v, None, None, time))
+        out.control.append((self.names[t], part, off, k, v))
 
-    def assemble(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        import pandas as pd
+    def _source(self, t: int, part: int) -> str:
+        src = self._sources.get((t, part))
+        if src is None:
+            src = self._sources[(t, part)] = source_name(self.names[t], part)
+        return src
 
-        rows: list[tuple] = []
-        if key[0] == b"":  # control group: pass through, nothing kept
-            for pdf in pdfs:
-                for rec in zip(*(pdf[c].tolist() for c in _IN_COLUMNS), strict=True):
-                    control(rows, *rec)
-            yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
+    def _one(
+        self,
+        out: Assembled,
+        new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]],
+        done: dict[bytes, int],
+        rec: tuple[bytes | None, int, int, int, int],
+    ) -> None:
+        """One record, the reference way: its envelope opened in Python."""
+        data, t, part, off, ts = rec
+        try:
+            k, v = open_envelope(data or b"")
+        except CardinalDecodeError as e:
+            self._reject(out, t, part, off, str(e))
             return
-        st = pickle.loads(state.get[0]) if state.exists else {"p": {}, "d": {}}
-        pending, done = st["p"], st["d"]
-        new: dict[bytes, list[tuple]] = {}
-        sources: dict[tuple[int, int], str] = {}
-        for pdf in pdfs:
-            for data, t, part, off, ts in zip(*(pdf[c].tolist() for c in _IN_COLUMNS), strict=True):
-                try:
-                    k, v = open_envelope(data or b"")
-                except CardinalDecodeError as e:
-                    rows.append(("reject", names[t], part, off, None, None, str(e), None, None))
-                    continue
-                if not _is_block_key(k):  # a short key of a block type: the decoder's reason
-                    control(rows, data, t, part, off, ts)
-                    continue
+        if not _is_block_key(k):  # a short key of a block type: the decoder's reason
+            self._control(out, data, t, part, off)
+            return
+        h = k[1:33]
+        if h not in done:  # else a late copy of a complete block
+            new.setdefault(h, []).append((k, v, self._source(t, part), off, ts))
+
+    def run_reference(self, records: pa.Table, st: AssemblyState) -> Assembled:
+        """``run`` record by record in Python (the reference the kernels are tested against)."""
+        out = Assembled()
+        new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]] = {}
+        cols = [records.column(c).to_pylist() for c in _IN_COLUMNS]
+        for rec in zip(*cols, strict=True):
+            self._one(out, new, st.done, rec)
+        return self._assemble(out, new, st)
+
+    def run(self, records: pa.Table, st: AssemblyState) -> Assembled:
+        """Assemble one micro-batch's ``records`` (columns ``_IN_COLUMNS``) onto ``st``: the
+        block messages found and their exact copies dropped by the columnar kernels
+        (``cardinal_blocks_kernel``), each distinct one then opened in Python; every other
+        record the reference way, in record order (so rejects come in the same order)."""
+        import numpy as np
+
+        from loglake.pipeline.jobs.cardinal_blocks_kernel import envelope_heads, first_copies
+
+        out = Assembled()
+        new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]] = {}
+        data = records.column("data").combine_chunks()
+        heads = envelope_heads(data)
+        cols = {c: records.column(c).to_numpy() for c in _IN_COLUMNS[1:]}
+        t_col, p_col, o_col, ts_col = (cols[c] for c in _IN_COLUMNS[1:])
+        slow = np.flatnonzero(~heads.fast)
+        if len(slow):
+            sub = records.take(pa.array(slow))
+            for rec in zip(*(sub.column(c).to_pylist() for c in _IN_COLUMNS), strict=True):
+                self._one(out, new, st.done, rec)
+        rows = np.flatnonzero(heads.fast)
+        if len(rows):
+            # rank of (source name, offset), the order assemble_block keeps copies in
+            tp = (t_col[rows].astype(np.int64) << 32) | p_col[rows].astype(np.int64)
+            pairs, which = np.unique(tp, return_inverse=True)
+            names = [self._source(int(u) >> 32, int(u) & 0xFFFFFFFF) for u in pairs]
+            rank_of = np.empty(len(pairs), dtype=np.int64)
+            rank_of[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(pairs))
+            order = np.empty(len(rows), dtype=np.int64)
+            order[np.lexsort((o_col[rows], rank_of[which.reshape(-1)]))] = np.arange(len(rows))
+            survivors, groups = first_copies(data, rows, order)
+            newest = np.full(len(survivors), -1, dtype=np.int64)
+            np.maximum.at(newest, groups, ts_col[rows])
+            done = st.done
+            for d, v, n, t, p, off, ts in zip(
+                data.take(pa.array(survivors)).to_pylist(),
+                heads.vlen[survivors].tolist(),
+                heads.klen[survivors].tolist(),
+                t_col[survivors].tolist(),
+                p_col[survivors].tolist(),
+                o_col[survivors].tolist(),
+                newest.tolist(),
+                strict=True,
+            ):
+                k = d[v : v + n]
                 h = k[1:33]
-                if h not in done:  # else a late copy of a complete block
-                    src = sources.get((t, part))
-                    if src is None:
-                        src = sources[(t, part)] = source_name(names[t], part)
-                    new.setdefault(h, []).append((k, v, src, off, ts))
+                if h not in done:
+                    new.setdefault(h, []).append((k, d[v + n :], self._source(t, p), off, ts))
+        return self._assemble(out, new, st)
+
+    def _assemble(
+        self,
+        out: Assembled,
+        new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]],
+        st: AssemblyState,
+    ) -> Assembled:
+        done, pending = st.done, st.pending
         for h in sorted(new):
             time, msgs = pending.get(h, (-1, []))
             for m in new[h]:
                 if m[4] > time:
                     time = m[4]
-            result = assemble_block(msgs + [m[:4] for m in new[h]], tracked)
+            result = assemble_block(msgs + [m[:4] for m in new[h]], self.tracked)
             for source, offset, why in result.rejected:
                 topic, _, part = source.rpartition(":")
-                rows.append(("reject", topic, int(part), offset, None, None, why, None, None))
+                out.rejects.append(BatchWriter._reject(topic, int(part), offset, why))
             if result.block is not None:
-                payload = pickle.dumps(result.block, protocol=pickle.HIGHEST_PROTOCOL)
-                rows.append(("block", None, None, None, None, None, None, payload, str(time)))
+                out.blocks.append((result.block, time))
                 done[h] = result.block.number
                 pending.pop(h, None)
             else:
                 pending[h] = (time, result.kept)
-        if len(done) > 2 * reach + 16:
-            cut = max(done.values()) - reach
-            st["d"] = {h: n for h, n in done.items() if n >= cut}
-        state.update((pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL),))
-        if rows:
-            yield pd.DataFrame(rows, columns=_OUT_COLUMNS)
+        if len(done) > 2 * self.reach + 16:
+            cut = max(done.values()) - self.reach
+            st.done = {h: n for h, n in done.items() if n >= cut}
+        return out
 
-    return assemble
+
+_IN_COLUMNS = ("data", "t", "partition", "offset", "ts")
+"""What the assembler reads: the record, its topic as an index into the job's topics, and its
+log time in ns (-1 if none)."""
 
 
 # -- stage 3: order and write (driver, foreachBatch) ----------------------------------------
@@ -442,6 +459,7 @@ class OrderingState:
     """Reorg channels read already (at most ``MAX_PENDING_REORGS``)."""
     emitted: dict[bytes, int] = field(default_factory=dict)
     """Blocks written to ``blocks`` (hash → number), within the window's reach."""
+    assembly: AssemblyState = field(default_factory=AssemblyState)
 
 
 def _hex(b: bytes) -> str:
@@ -454,6 +472,7 @@ class BatchWriter:
     def __init__(self, opts: CardinalBlocksOptions) -> None:
         self.opts = opts
         self.out = Path(opts.out_dir)
+        self.assembler = Assembler(opts.prefixes, opts.reorg_threshold, opts.topics)
 
     # -- state files
     def _state_path(self, batch_id: int) -> Path:
@@ -476,9 +495,11 @@ class BatchWriter:
         return OrderingState(OrderedConsumer(self.opts.reorg_threshold, self.opts.prefixes, start))
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
+        """Temp file, fsync, rename, fsync of the folder; the folders made durable first (a
+        folder whose own name never reached the disk takes its files with it on power loss)."""
         from loglake.log import fs
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        fs.makedirs_durable(path.parent)
         fs.replace_file_atomic(path, data)
 
     def _write_table(self, name: str, batch_id: int, rows: list[dict]) -> int:
@@ -494,23 +515,13 @@ class BatchWriter:
 
     # -- the batch
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        table = df.toArrow()
-        self.process(table.to_pylist(), batch_id)
+        self.process(df.toArrow(), batch_id)
 
-    def process(self, rows: list[dict], batch_id: int) -> dict[str, int]:
+    def process(self, records: pa.Table, batch_id: int) -> dict[str, int]:
+        """Assemble, order and write one micro-batch's records (columns ``_IN_COLUMNS``)."""
         st = self.load_state(batch_id)
-        blocks: list[tuple[Block, int]] = []
-        control: list[tuple[str, int, int, bytes, bytes]] = []
-        rejects: list[dict] = []
-        for r in rows:
-            if r["kind"] == "block":
-                blk = pickle.loads(r["payload"])
-                assert isinstance(blk, Block)
-                blocks.append((blk, int(r["time"]) if r["time"] is not None else -1))
-            elif r["kind"] == "control":
-                control.append((r["topic"], r["partition"], r["offset"], r["key"], r["value"]))
-            else:
-                rejects.append(self._reject(r["topic"], r["partition"], r["offset"], r["reason"]))
+        got = self.assembler.run(records, st.assembly)
+        blocks, control, rejects = got.blocks, got.control, got.rejects
         out = _Output(batch_id, st)
         for blk, time in sorted(blocks, key=lambda bt: (bt[0].number, bt[0].hash)):
             if out.new_block(blk, time):
@@ -753,47 +764,32 @@ def summarize(out_dir: str) -> JobSummary:
 
 def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQuery:
     """Start the streaming query (options already validated)."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
+    from loglake.log import fs
 
     out = Path(opts.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    fs.makedirs_durable(out)
     job = out / JOB_FILE
     if not job.exists():
-        from loglake.log import fs
-
         fs.replace_file_atomic(job, json.dumps(opts.identity(), indent=1).encode())
-    vlen, grp = group_key_sql(opts.state_keys)
     frames = []
     for i, t in enumerate(opts.topics):
         r = spark.readStream.format("loglake").option("data_dir", opts.data_dir).option("stream", t)
         if opts.max_records_per_trigger:
             r = r.option("maxRecordsPerTrigger", str(opts.max_records_per_trigger))
-        # the assembler's input (``_IN_COLUMNS``) and its group key, computed here in the JVM
-        frames.append(
-            r.load()
-            .selectExpr("data", "partition", "index AS offset", "timestamp_ns", f"{vlen} AS vlen")
-            .selectExpr(
-                f"{grp} AS grp",
+        frames.append(  # the assembler's input (``_IN_COLUMNS``)
+            r.load().selectExpr(
                 "data",
                 f"CAST({i} AS INT) AS t",
                 "partition",
-                "offset",
+                "index AS offset",
                 "coalesce(timestamp_ns, CAST(-1 AS BIGINT)) AS ts",
             )
         )
-    keyed = frames[0]
+    records = frames[0]
     for f in frames[1:]:
-        keyed = keyed.unionByName(f)
-    parts = state_partitions(spark, opts.state_partitions)
-    assembled = keyed.groupBy("grp").applyInPandasWithState(
-        make_assembler(opts.prefixes, opts.reorg_threshold, opts.topics),
-        OUT_DDL,
-        STATE_DDL,
-        "append",
-        GroupStateTimeout.NoTimeout,
-    )
+        records = records.unionByName(f)
     writer = (
-        assembled.writeStream.foreachBatch(BatchWriter(opts))
+        records.writeStream.foreachBatch(BatchWriter(opts))
         .option("checkpointLocation", opts.checkpoint_dir)
         .queryName(f"cardinal-blocks-{os.getpid()}")
     )
@@ -801,24 +797,7 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{int(opts.follow_seconds * 1000)} milliseconds")
-    # The query runs on a clone of the session's conf taken at start: set it for this query only.
-    key = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(key)
-    spark.conf.set(key, str(parts))
-    try:
-        return writer.start()
-    finally:
-        spark.conf.set(key, str(before))
-
-
-def state_partitions(spark: SparkSession, given: int | None) -> int:
-    """The stateful stage's task count (see ``CardinalBlocksOptions.state_partitions``)."""
-    if given is not None:
-        return given
-    session = int(str(spark.conf.get("spark.sql.shuffle.partitions")))
-    if (spark.sparkContext.master or "").startswith("local"):
-        return max(1, min(session, os.cpu_count() or 1))
-    return session
+    return writer.start()
 
 
 def run(

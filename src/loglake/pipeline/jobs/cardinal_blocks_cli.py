@@ -43,20 +43,6 @@ from loglake.pipeline.session import MASTER_ENV
     help="Keep running, a micro-batch every this many seconds (default: stop when caught up).",
 )
 @click.option(
-    "--state-keys",
-    type=int,
-    default=64,
-    show_default=True,
-    help="Buckets of block hashes keying the assembly state (0: one key per block).",
-)
-@click.option(
-    "--state-partitions",
-    type=int,
-    default=None,
-    help="Tasks of the stateful stage (default: the cores on a local master, else the "
-    "session's spark.sql.shuffle.partitions); fixed by the checkpoint once it exists.",
-)
-@click.option(
     "--spark-master",
     envvar=MASTER_ENV,
     default=None,
@@ -72,8 +58,6 @@ def cardinal_blocks_command(
     prefixes: tuple[str, ...],
     max_records_per_trigger: int | None,
     follow: float | None,
-    state_keys: int,
-    state_partitions: int | None,
     spark_master: str | None,
     as_json: bool,
 ) -> None:
@@ -93,8 +77,6 @@ def cardinal_blocks_command(
         prefixes or (".*",),
         max_records_per_trigger,
         follow,
-        state_keys or None,
-        state_partitions,
     ).validate()
     console = Console(stderr=True)
     from loglake.pipeline.session import build_session
