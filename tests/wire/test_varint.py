@@ -32,6 +32,7 @@ from loglake.wire.varint import (
     decode_candid_uleb,
     decode_sleb,
     decode_uleb,
+    decode_uleb_batch,
     encode_sleb,
     encode_uleb,
     encode_zigzag,
@@ -300,3 +301,96 @@ def test_candid_bound_accepts_its_longest_encoding() -> None:
     assert decode_candid_uleb(encode_uleb(n), 0) == (n, CANDID_MAX_OCTETS)
     with pytest.raises(VarintError):
         decode_candid_uleb(encode_uleb(n + 1), 0)
+
+
+# -- the vectorised decoder (numpy) ------------------------------------------------------------
+def _scalar_rows(data: bytes, pos: list[int], end: list[int]) -> list[tuple[int, int] | None]:
+    """What ``decode_uleb`` with protobuf's bounds says of each row: (value, next) or None."""
+    out: list[tuple[int, int] | None] = []
+    for p, e in zip(pos, end, strict=True):
+        try:
+            out.append(decode_uleb(data[:e], p, MAX_OCTETS_64, max_value=UINT64_MAX))
+        except VarintError:
+            out.append(None)
+    return out
+
+
+def _batch_rows(data: bytes, pos: list[int], end: list[int]) -> list[tuple[int, int] | None]:
+    import numpy as np
+
+    value, nxt, ok = decode_uleb_batch(
+        np.frombuffer(data, dtype=np.uint8), np.array(pos, np.int64), np.array(end, np.int64)
+    )
+    return [
+        (int(v), int(x)) if k else None
+        for v, x, k in zip(value.tolist(), nxt.tolist(), ok.tolist(), strict=True)
+    ]
+
+
+EDGE_VARINTS = [
+    "00",
+    "7f",
+    "8001",
+    "ff7f",
+    "808001",
+    "8000",  # non-minimal: protobuf accepts it
+    "ffffffffffffffff7f",  # 9 octets, 63 bits
+    "80808080808080808001",  # 10 octets, 2**63
+    "ffffffffffffffffff01",  # UINT64_MAX
+    "ffffffffffffffffff00",  # 10 octets, non-minimal
+    "ffffffffffffffffff02",  # above 64 bits: OVERFLOW
+    "ffffffffffffffffff7f",  # above 64 bits
+    "ffffffffffffffffff8001",  # 11 octets: TOO_LONG
+    "ff",  # TRUNCATED
+    "ffffffffffffffffffff",  # 10 continuation octets
+    "",
+]
+
+
+def test_vectorised_uleb_equals_the_scalar_decoder_on_edge_inputs() -> None:
+    # each edge varint alone in its row, then every row cut at every length (truncations)
+    blob = b"".join(bytes.fromhex(h) for h in EDGE_VARINTS)
+    pos, end, p = [], [], 0
+    for h in EDGE_VARINTS:
+        size = len(bytes.fromhex(h))
+        for cut in range(size + 1):
+            pos.append(p)
+            end.append(p + cut)
+        p += size
+    pos += [len(blob), len(blob) + 5, 3]  # at the end, past it, and pos beyond its row's end
+    end += [len(blob), len(blob) + 9, 1]
+    assert _batch_rows(blob, pos, end) == _scalar_rows(blob, pos, end)
+    assert _batch_rows(bytes.fromhex("ffffffffffffffffff01"), [0], [10]) == [(UINT64_MAX, 10)]
+    assert _batch_rows(b"\x96\x01", [0], [2]) == [(150, 2)]  # protobuf docs' "150 → 96 01"
+    assert _batch_rows(b"", [0, 1], [0, 4]) == [None, None]  # no bytes at all
+    # a row whose end lies past the buffer reads nothing from beyond it (the last byte, clamped,
+    # once passed for a one-octet varint at every position past the end)
+    assert _batch_rows(b"\x01", [0, 1, 3], [1, 5, 5]) == [(1, 1), None, None]
+
+
+@given(
+    st.binary(min_size=0, max_size=40) | st.lists(varint_bytes, max_size=6).map(b"".join),
+    st.lists(st.tuples(st.integers(0, 45), st.integers(0, 45)), max_size=12),
+)
+@settings(max_examples=200)
+def test_vectorised_uleb_equals_the_scalar_decoder_on_random_inputs(
+    data: bytes, rows: list[tuple[int, int]]
+) -> None:
+    pos = [p for p, _ in rows]
+    end = [e for _, e in rows]
+    assert _batch_rows(data, pos, end) == _scalar_rows(data, pos, end)
+
+
+def test_vectorised_uleb_is_bounded_on_hostile_bytes() -> None:
+    """A megabyte of continuation octets read from every position: ten passes at most, every
+    row refused, no read outside the buffer (positions and ends past it included)."""
+    import numpy as np
+
+    data = np.full(1_000_000, 0xFF, dtype=np.uint8)
+    pos = np.arange(0, 1_000_000, dtype=np.int64)
+    t = time.perf_counter()
+    _, nxt, ok = decode_uleb_batch(data, pos, pos + 50)
+    assert not ok.any() and int(nxt.max()) <= 1_000_000 + MAX_OCTETS_64
+    _, _, ok = decode_uleb_batch(data, np.array([-1, 2_000_000]), np.array([5, 3_000_000]))
+    assert not ok.any()
+    assert time.perf_counter() - t < 5.0

@@ -18,6 +18,7 @@ import numpy as np
 
 from loglake.archives.errors import BadRecord
 from loglake.archives.layout import Layout, get_layout
+from loglake.wire.varint import decode_uleb_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,33 +95,6 @@ def _waku_fields(layout_name: str) -> _WakuFields:
     )
 
 
-_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-
-
-def _read_varints(
-    data: np.ndarray, pos: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The unsigned LEB128 varint at ``pos`` of each row (bounded by ``end``), all rows at
-    once: (value, position after it, ok). Not ok: truncated, or longer than protobuf's 10
-    bytes / above 64 bits (such rows take the slow path)."""
-    n = len(pos)
-    value = np.zeros(n, dtype=np.uint64)
-    size = np.zeros(n, dtype=np.int64)
-    going = np.ones(n, dtype=bool)
-    top = len(data) - 1
-    b = np.zeros(n, dtype=np.uint8)
-    for k in range(10):  # byte k of every varint at once; most stop after one or two
-        if top < 0 or not going.any():
-            break
-        b = data[np.minimum(pos + k, top)]
-        value |= ((b & 0x7F).astype(np.uint64) << _SHIFTS[k]) * going
-        size += going
-        going &= b >= 0x80
-    # refused: still going after 10 bytes, past the record's end, or above 64 bits
-    ok = ~going & (pos + size <= end) & ~((size == 10) & (b > 1))
-    return value, pos + size, ok
-
-
 def decode_waku_batch(
     layout_name: str, column: pa.Array
 ) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
@@ -155,10 +129,10 @@ def decode_waku_batch(
     for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
         if not len(rows):
             break
-        tag, p, good = _read_varints(data, pos[rows], end[rows])
+        tag, p, good = decode_uleb_batch(data, pos[rows], end[rows])
         field_no = (tag >> np.uint64(3)).astype(np.int64)
         wt = (tag & np.uint64(7)).astype(np.int64)
-        val, p2, vok = _read_varints(data, p, end[rows])  # the value, or the length
+        val, p2, vok = decode_uleb_batch(data, p, end[rows])  # the value, or the length
         good &= vok
         is_len = wt == 2
         over = is_len & (val > np.uint64(1 << 31))
