@@ -64,7 +64,7 @@ from pyspark.sql.types import (
 
 from loglake.log.lake import LakeFile
 from loglake.log.lake_schema import LAKE_SCHEMA
-from loglake.pipeline.errors import BadOption, SchemaMismatch
+from loglake.pipeline.errors import BadOption, LiveHistoryGone, SchemaMismatch
 from loglake.pipeline.lake import chunk, overlaps, subtract, visible_lake_files
 from loglake.pipeline.livelog import LiveSource
 from loglake.pipeline.options import (
@@ -163,39 +163,46 @@ def read_range(
     target: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Records of ``split`` in index order: visible lake files first where they cover, the live
-    log for the rest. Retries once from a fresh listing if a compaction removed a listed file."""
+    log for the rest. The cover is listed here, on the executor, not when the query was
+    planned, so a range the sealer or a compaction moved in between is still read once. If a
+    listed file was removed (compaction) or the live log no longer holds a range
+    (``LiveHistoryGone``: JetStream's retention dropped it, usually just after the sealer
+    copied it), the rest of the split is read again from a fresh listing, once."""
     target = target or _arrow_schema()
     live: LiveSource = opts.live()
+    done = split.start  # every index below this one has been yielded (or filtered out)
     for attempt in range(2):
         files = []
-        if opts.data_dir and not split.live_only:
+        # a live-only split (``read()``'s tail) looks in the lake only when the live log lost
+        # its range: the sealer copied it there after the plan was made
+        if opts.data_dir and (not split.live_only or attempt):
             files = [
                 f
                 for f in visible_lake_files(opts.data_dir, opts.stream, split.partition)
-                if overlaps(f, split.start, split.end)
+                if overlaps(f, done, split.end)
             ]
         covered = [(f.first, f.last + 1) for f in files]
         pieces: list[tuple[int, LakeFile | tuple[int, int]]] = [(f.first, f) for f in files]
         if not split.lake_only:
-            pieces += [(a, (a, b)) for a, b in subtract(split.start, split.end, covered)]
+            pieces += [(a, (a, b)) for a, b in subtract(done, split.end, covered)]
         pieces.sort(key=lambda p: p[0])
-        produced = False
         try:
             for _, piece in pieces:
                 if isinstance(piece, tuple):
                     a, b = piece
                     batches = live.read(opts.stream, split.partition, a, b)
                 else:
-                    lo, hi = max(split.start, piece.first), min(split.end, piece.last + 1)
+                    lo, hi = max(done, piece.first), min(split.end, piece.last + 1)
                     batches = _read_lake_file(str(piece.path), lo, hi)
                 for batch in batches:
+                    if batch.num_rows:
+                        done = batch.column("index")[-1].as_py() + 1
                     batch = row_filter.apply(batch)
                     if batch.num_rows:
-                        produced = True
                         yield batch.cast(target)
             return
-        except FileNotFoundError:
-            if attempt or produced:
+        except (FileNotFoundError, LiveHistoryGone):
+            if attempt:
                 raise
 
 

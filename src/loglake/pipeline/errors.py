@@ -36,3 +36,16 @@ class LakeLayoutError(PipelineError):
 
 class JobFailed(PipelineError):
     """A named job could not finish; the stream is left as it was before the job."""
+
+
+class LiveHistoryGone(PipelineError, LookupError):
+    """A range of a stream is in neither the lake nor the live log: JetStream's retention
+    dropped it before the sealer copied it (seal more often than the streams' ``max_age``)."""
+
+    def __init__(self, stream: str, partition: int, missing: int, first_held: int) -> None:
+        super().__init__(
+            f"stream {stream!r} partition {partition}: indexes {missing}..{first_held - 1} are "
+            "in neither the lake nor JetStream (dropped by retention before they were sealed)"
+        )
+        self.stream, self.partition = stream, partition
+        self.missing, self.first_held = missing, first_held

@@ -1,9 +1,10 @@
 """Adapters from a live loglake stream to Arrow batches: the part of a read that is not sealed.
 
-Two places hold live records: a local data dir (the storage engine, opened read-only with
-``loglake.log.open_log(data_dir, readonly=True)``, which shows only what the writer fsynced)
-and a running node (the Ockam stream protocol through ``loglake.streams.client.StreamClient``,
-option ``url``). Both answer the same two
+Three places hold live records: a local data dir (the storage engine, opened read-only with
+``loglake.log.open_log(data_dir, readonly=True)``, which shows only what the writer fsynced),
+a running node (the Ockam stream protocol through ``loglake.streams.client.StreamClient``,
+option ``url``) and a NATS JetStream cluster that a node keeps its streams in (option
+``backend``, ``NatsSource``). All answer the same two
 questions — which partitions with which ``[first_index, next_index)``, and the records of a range —
 so the data source and ``read()`` do not care where the tail lives.
 
@@ -13,10 +14,18 @@ read through ``url`` have no key, no headers and ``timestamp_ns`` = null. Partit
 (``StreamClient.info``); against a server without it, ``partitionCount`` gives the partition count
 and ``next_index`` is found by a binary search of one-record pulls ("pull returns messages with
 index >= i" is monotone in ``i``): O(log n) round trips that do not read the data.
+
+Through ``backend`` the reader goes to JetStream itself, not through a node: a loglake index is
+the JetStream sequence − 1 (``streams/jetstream.py``), so the offsets a streaming query
+checkpoints are stream sequences, and rows carry keys, headers and timestamps as pushed. The
+sealer copies the same records, with the same indexes, into the data dir's lake, so a range is
+read from whichever holds it (``datasource.read_range``): the lake's files where they cover,
+JetStream for the rest.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +37,11 @@ import pyarrow as pa
 from loglake.log import open_log
 from loglake.log.api import Log, UnknownStream
 from loglake.log.lake_schema import LAKE_SCHEMA
-from loglake.pipeline.errors import BadOption
+from loglake.pipeline.errors import BadOption, LiveHistoryGone
 
 if TYPE_CHECKING:
     from loglake.streams import StreamClient
+    from loglake.streams.jetstream import JetStreamLog
 
 READ_BATCH = 8192
 
@@ -144,6 +154,90 @@ class UrlSource:
             close = getattr(client, "close", None)
             if close:
                 close()
+
+
+NATS_READ_BATCH = 1000
+"""Records per JetStream read: one batched direct get each, bounded in memory."""
+
+_nats_logs: dict[tuple[str, str, str | None], JetStreamLog] = {}
+_nats_lock = threading.Lock()
+
+
+def _nats_log(backend: str, prefix: str, credentials: str | None) -> JetStreamLog:
+    """One read-only connection per cluster and process, kept for the process's life: a Python
+    worker is reused across tasks and micro-batches (``spark.python.worker.reuse``), and a
+    connection (a thread, a connect, a handshake per server) costs more than a small batch."""
+    from loglake.streams.jetstream import JetStreamLog
+
+    class ReadOnlyJetStreamLog(JetStreamLog):
+        async def _bucket(self) -> None:
+            # a reader never saves a consumer index: it must not create the index bucket
+            # (with the wrong replica count) on a cluster whose node has not made it yet
+            return None
+
+    key = (backend, prefix, credentials)
+    with _nats_lock:
+        log = _nats_logs.get(key)
+        if log is not None and not log._closed and not log.nc.is_closed:
+            return log
+        log = ReadOnlyJetStreamLog(backend, prefix=prefix, credentials=credentials)
+        _nats_logs[key] = log
+        return log
+
+
+@dataclass
+class NatsSource:
+    """The unsealed part of a stream kept in NATS JetStream (``loglake node --backend``)."""
+
+    backend: str
+    prefix: str = "loglake"
+    credentials: str | None = None
+
+    def log(self) -> JetStreamLog:
+        return _nats_log(self.backend, self.prefix, self.credentials)
+
+    def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
+        try:
+            info = self.log().stream_info(stream)
+        except UnknownStream:
+            return None
+        return {p.partition: (p.first_index, p.next_index) for p in info.partitions}
+
+    def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """``[start, end)`` in index order, ``NATS_READ_BATCH`` records per round trip. A range
+        JetStream no longer holds (its retention dropped the head) raises ``LiveHistoryGone``:
+        the reader then looks for it in the lake again (the sealer may have just written it),
+        and never skips it silently."""
+        import time
+
+        from loglake.log.lake import records_table
+        from loglake.streams.jetstream import ClusterUnavailable
+
+        log = self.log()
+        pos, deadline = start, None
+        while pos < end:
+            n = min(NATS_READ_BATCH, end - pos)
+            recs = log.read(stream, partition, pos, limit=n, lake=False)
+            if recs:
+                if recs[0].index != pos:
+                    raise LiveHistoryGone(stream, partition, pos, recs[0].index)
+                yield from records_table(recs, stream, partition).to_batches()
+                pos, deadline = recs[-1].index + 1, None
+                continue
+            # Nothing from ``pos``, though the plan saw it below ``next_index``: either the head
+            # was purged (say so), or the replica that answered has not applied it yet (a direct
+            # get is served by any replica): ask again, within the cluster's request timeout.
+            lo = (self.partitions(stream) or {}).get(partition, (pos, pos))[0]
+            if lo > pos:
+                raise LiveHistoryGone(stream, partition, pos, lo)
+            wait = log.options.request_timeout
+            if deadline is None:
+                deadline = time.monotonic() + wait
+            elif time.monotonic() > deadline:
+                raise ClusterUnavailable(
+                    f"read of {stream!r}/{partition} from index {pos}", wait, "no replica has it"
+                )
+            time.sleep(0.01)
 
 
 def data_dir_option(value: str | None) -> str:

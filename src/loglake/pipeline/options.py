@@ -10,6 +10,11 @@ service's certificate), ``tlsCert`` and
 certificate carries, default the url's host), or ``tls=true`` alone to trust the system's CAs.
 Paths travel, not SSL contexts: each executor opens them, so on a cluster they must exist on
 every worker at the same path.
+
+JetStream (``loglake node --backend nats://…``): ``backend`` (``nats://h1:4222,h2:4222``, the
+node's ``[streams] backend``), ``natsPrefix`` (its ``nats_prefix``, default ``loglake``) and
+``natsCreds`` (a ``.creds`` file, on every worker); ``data_dir`` is then the node's data dir,
+where the sealer keeps the lake (optional: without it everything comes from JetStream).
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ from typing import Any
 from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.lake import DEFAULT_SPLIT_RECORDS, lake_partitions, lake_streams
-from loglake.pipeline.livelog import DirSource, LiveSource, UrlSource, data_dir_option, parse_url
+from loglake.pipeline.livelog import (
+    DirSource,
+    LiveSource,
+    NatsSource,
+    UrlSource,
+    data_dir_option,
+    parse_url,
+)
 
 EARLIEST, LATEST = "earliest", "latest"
 DEFAULT_DRIVER_TAIL = 0
@@ -133,9 +145,15 @@ class SourceOptions:
     """``pushFilters``: opt into Spark's Python filter pushdown (see ``LoglakeReader``)."""
     live_ranges: dict[int, list[tuple[int, int]]] | None = None
     """Internal (``read()``): read exactly these live ranges and no lake file."""
+    backend: str | None = None
+    """``backend``: the NATS cluster the stream lives in (``nats://h1,h2,h3``)."""
+    nats_prefix: str = "loglake"
+    nats_creds: str | None = None
     raw: dict[str, str] = field(default_factory=dict)
 
     def live(self) -> LiveSource:
+        if self.backend:
+            return NatsSource(self.backend, self.nats_prefix, self.nats_creds)
         if self.url:
             return self.url_source()
         assert self.data_dir is not None
@@ -157,8 +175,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise BadOption("stream", stream, "not a valid stream name")
     url = _get(options, "url")
     data_dir = _get(options, "data_dir") or _get(options, "path")
-    if url:
-        parse_url(url)
+    backend, prefix, creds = _nats_options(options, url)
+    if url or backend:
+        if url:
+            parse_url(url)
         data_dir = data_dir_option(data_dir) if data_dir else None
     else:
         data_dir = data_dir_option(data_dir)
@@ -207,8 +227,39 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         push_filters=push == "true",
         driver_tail_records=_int(options, "driverTailRecords", DEFAULT_DRIVER_TAIL) or 0,
         live_ranges=live_ranges,
+        backend=backend,
+        nats_prefix=prefix,
+        nats_creds=creds,
         raw={str(k): str(v) for k, v in options.items()},
     )
+
+
+def _nats_options(
+    options: Mapping[str, str], url: str | None
+) -> tuple[str | None, str, str | None]:
+    """``backend``/``natsPrefix``/``natsCreds``, checked: a bad one fails on the driver."""
+    backend = _get(options, "backend") or None
+    prefix = _get(options, "natsPrefix") or "loglake"
+    creds = _get(options, "natsCreds") or None
+    if not backend:
+        for name, v in (("natsPrefix", _get(options, "natsPrefix")), ("natsCreds", creds)):
+            if v:
+                raise BadOption(name, v, "goes with backend=nats://HOST:PORT,...")
+        return None, prefix, None
+    if url:
+        raise BadOption("backend", backend, "give url or backend, not both")
+    servers = [s.strip() for s in backend.split(",") if s.strip()]
+    for s in servers:
+        scheme = s.split("://", 1)[0] if "://" in s else "nats"
+        if scheme not in ("nats", "tls"):
+            raise BadOption("backend", backend, "expected nats://HOST:PORT[,HOST:PORT...]")
+    if not servers:
+        raise BadOption("backend", backend, "expected nats://HOST:PORT[,HOST:PORT...]")
+    if not prefix.replace("_", "").isalnum():
+        raise BadOption("natsPrefix", prefix, "expected letters, digits and _")
+    if creds and not os.path.isfile(creds):
+        raise BadOption("natsCreds", creds, "no such file (it must exist on every executor too)")
+    return backend, prefix, creds
 
 
 def parse_offsets_json(text: str) -> dict[int, int]:
@@ -248,7 +299,13 @@ def resolve_stream(opts: SourceOptions) -> StreamLayout:
     live = opts.live().partitions(opts.stream)
     lake = lake_partitions(opts.data_dir, opts.stream) if opts.data_dir else []
     if live is None and not lake:
-        where = f"url {opts.url}" if opts.url else f"data_dir {opts.data_dir}"
+        where = (
+            f"backend {opts.backend} (prefix {opts.nats_prefix})"
+            if opts.backend
+            else f"url {opts.url}"
+            if opts.url
+            else f"data_dir {opts.data_dir}"
+        )
         known = lake_streams(opts.data_dir) if opts.data_dir else []
         hint = f" (streams in the lake: {', '.join(known)})" if known else ""
         raise BadOption("stream", opts.stream, f"unknown stream in {where}{hint}")

@@ -70,11 +70,16 @@ def read(
     split_records: int | None = None,
     driver_tail_records: int | None = None,
     tls: TlsFiles | None = None,
+    backend: str | None = None,
+    nats_prefix: str | None = None,
+    nats_creds: str | None = None,
 ) -> DataFrame:
     """The records of ``stream`` (optionally some partitions and ``start <= index < end``):
     sealed lake files through Spark's native Parquet reader, the live tail through the
     ``loglake`` source (or, up to ``driver_tail_records`` records, read here on the driver).
-    ``tls``: how the ``url`` client speaks TLS (``TlsFiles()`` alone trusts the system's CAs)."""
+    ``tls``: how the ``url`` client speaks TLS (``TlsFiles()`` alone trusts the system's CAs).
+    ``backend`` (``nats://h1,h2,h3``, with ``nats_prefix``/``nats_creds``): the stream is kept in
+    NATS JetStream by a node; its unsealed part is read from there, the lake from ``data_dir``."""
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "stream": stream,
@@ -85,6 +90,9 @@ def read(
         "partitionCount": partition_count,
         "splitRecords": split_records,
         "driverTailRecords": driver_tail_records,
+        "backend": backend,
+        "natsPrefix": nats_prefix,
+        "natsCreds": nats_creds,
     }
     if tls is not None:
         options.update(tls.as_options())
