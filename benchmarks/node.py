@@ -23,10 +23,10 @@ per 10,000 operations during the workload; the target is two nodes ≤ 1.1× one
 coordination a second node adds: its leases, its connection, reads through it).
 
 **Lease failover** (``--failover-rounds``, default 5): two nodes on one cluster with
-``--ttl`` s leases (the sealer's, and any other the node holds) and a 0.2 s seal interval;
-records are pushed, the sealer's holder is SIGKILLed, and the time until the other node has
-sealed every record (the next leased operation succeeding there) is measured; a fresh node
-replaces the killed one for the next round. Bound: ttl + 2 s at the p50.
+``--ttl`` s leases and a 0.2 s seal interval; records are pushed, the sealer's holder is
+SIGKILLed, and two times are measured: until the lease key in the KV bucket names the other
+node, and until the other node has sealed every record (the next leased operation succeeding
+there); a fresh node replaces the killed one for the next round. Bound: ttl + 2 s at the p50.
 
 The Spark push → micro-batch figure is ``benchmarks/spark_jetstream.py``'s.
 
@@ -597,13 +597,14 @@ def sealed_records(data_dir: Path, stream: str) -> int:
     return sum(f.last - f.first + 1 for f in files)
 
 
-def failover(tmp: Path, a: argparse.Namespace) -> list[float]:
-    """Seconds from SIGKILL of the sealer's holder to the other node having sealed every
-    record, per round (see the module docstring)."""
+def failover(tmp: Path, a: argparse.Namespace) -> list[tuple[float, float]]:
+    """Seconds from SIGKILL of the sealer's holder to the lease key naming the other node, and
+    to the other node having sealed every record, per round (see the module docstring)."""
+    from loglake.node.cluster import read_lease
     from loglake.node.localcluster import LocalNatsCluster
     from loglake.streams.jetstream import JetStreamLog
 
-    times: list[float] = []
+    times: list[tuple[float, float]] = []
     with LocalNatsCluster(3) as nats, contextlib.ExitStack() as stack:
         backend = [
             "--backend", nats.url, "--replicas", "3", "--streams-nats-prefix", "fo",
@@ -642,17 +643,23 @@ def failover(tmp: Path, a: argparse.Namespace) -> list[float]:
             time.sleep(a.ttl / 3 * 2)  # the holder renews meanwhile
             log.append_payloads("orders", 0, [b"k%d-%d" % (r, i) for i in range(10)])
             count += 10
+            name = other.call("GET", "/api/cluster")["node"]  # type: ignore[index]
             held.proc.kill()
             killed = time.monotonic()
-            _wait(
-                "the other node seals",
-                lambda n=other, want=count: sealed_records(n.data_dir, "orders") == want,
-                a.ttl + 30,
-            )
-            took = time.monotonic() - killed
-            times.append(took)
+            moved = sealed = None
+            while sealed is None or moved is None:  # the lease key, read as the cluster has it
+                now = time.monotonic() - killed
+                if now > a.ttl + 30:
+                    raise TimeoutError(f"failover round {r + 1}: not done in {now:.0f}s")
+                if moved is None and log.call(read_lease(log.js, "fo_leases", "sealer"))[0] == name:
+                    moved = now
+                if sealed is None and sealed_records(other.data_dir, "orders") == count:
+                    sealed = now
+                time.sleep(0.05)
+            times.append((moved, sealed))
             console.print(
-                f"failover round {r + 1}: sealed on the other node {took:.2f}s after SIGKILL"
+                f"failover round {r + 1}: the sealer's lease on the other node {moved:.2f}s, "
+                f"its next seal done {sealed:.2f}s after SIGKILL"
             )
             held.stop()
             nodes = [other, start(r + 2)]
@@ -739,12 +746,15 @@ def compare(a: argparse.Namespace) -> int:
         js_vs_embedded = med(per10k["js-1"]) / med(per10k["embedded"])
         console.print(f"JetStream R3 / embedded log, CPU per 10k ops: {js_vs_embedded:.2f}")
     if times:
-        p50, bound = statistics.median(times), a.ttl + 2
+        bound = a.ttl + 2
+        moved, sealed = [m for m, _ in times], [x for _, x in times]
+        p50 = statistics.median(sealed)
         ok &= p50 <= bound
         console.print(
-            f"lease failover (SIGKILL → the other node's next seal), ttl {a.ttl}s: p50 "
-            f"{p50:.2f}s, max {max(times):.2f}s over {len(times)} (bound ttl + 2 = {bound}s: "
-            f"{'met' if p50 <= bound else 'NOT met'})"
+            f"lease failover, ttl {a.ttl}s, {len(times)} SIGKILLs: lease held by the other node "
+            f"p50 {statistics.median(moved):.2f}s (max {max(moved):.2f}s); its next seal done "
+            f"p50 {p50:.2f}s (max {max(sealed):.2f}s); bound ttl + 2 = {bound}s: "
+            f"{'met' if p50 <= bound else 'NOT met'}"
         )
     return 0 if ok else 1
 

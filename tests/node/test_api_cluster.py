@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from loglake.log import Entry
 from loglake.node.config import ConfigError, load_config
 from loglake.node.runner import BackgroundNode
 from loglake.streams.jetstream import JetStreamLog
@@ -139,7 +140,11 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
             assert set(meta["monitors"].values()) == {"ok"}
 
             log.create_stream_replicated("orders", None, 3)
-            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            # a writer's own timestamps (a day old): the lag is the time JetStream has held them
+            day_ago = time.time_ns() - 86400 * 10**9
+            log.append_many(
+                "orders", 0, [Entry(b"x%d" % i, timestamp_ns=day_ago) for i in range(20)]
+            )
             time.sleep(1.2)  # the oldest unsealed record ages; the cached answer expires
 
             v = holder_http.get("/api/cluster").json()

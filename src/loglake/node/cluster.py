@@ -16,9 +16,10 @@ Read at request time, never kept up to date in between (as ``NodeCollector`` rea
   than the answering server, as that server sees them; the leader's own answer is the one with
   current lags, so it is preferred;
 - **sealer lag** per partition: JetStream's last sequence against the end of the lake this node
-  seals into (``jetstream_seal.sealed_next``), in records and in seconds (the age of the oldest
-  record not sealed yet). Only the node that holds the sealer's lease seals, into its own data
-  dir, so only that node reports the lag (another node's lake is not the sealer's).
+  seals into (``jetstream_seal.sealed_next``), in records and in seconds (how long ago JetStream
+  stored the oldest record not sealed yet). Only the node that holds the sealer's lease seals,
+  into its own data dir, so only that node reports the lag (another node's lake is not the
+  sealer's).
 
 Every call to the cluster has a short deadline (``STATUS_TIMEOUT``): with no quorum or no server,
 the answer says the cluster is unreachable and why, instead of holding a scrape or a console
@@ -262,37 +263,56 @@ class ClusterView:
         from loglake.streams.jetstream import META_PARTITION, META_STREAM
         from loglake.streams.jetstream_seal import sealed_next
 
-        now = time.time_ns()
-        try:
-            for si in infos:
-                meta = si.config.metadata or {}
-                if META_STREAM not in meta or META_PARTITION not in meta:
-                    continue
-                stream, p = meta[META_STREAM], int(meta[META_PARTITION])
-                st = si.state
-                first, end = max(st.first_seq, 1) - 1, st.last_seq
-                sealed = sealed_next(self.data_dir, stream, p)
-                start = max(sealed, first)
-                waiting = max(0, end - start)
-                age = 0.0
-                if waiting:
-                    recs = self.log.read(stream, p, start, limit=1, lake=False)
-                    if recs:
-                        age = max(0.0, (now - recs[0].timestamp_ns) / NS)
-                status.lag.append(
-                    SealerLag(
-                        stream=stream,
-                        partition=p,
-                        sealed_next=sealed,
-                        next_index=end,
-                        lag_records=waiting,
-                        lag_seconds=round(age, 3),
-                    )
+        rows = []
+        for si in infos:
+            meta = si.config.metadata or {}
+            if META_STREAM not in meta or META_PARTITION not in meta:
+                continue
+            stream, p = meta[META_STREAM], int(meta[META_PARTITION])
+            st = si.state
+            first, end = max(st.first_seq, 1) - 1, st.last_seq
+            sealed = sealed_next(self.data_dir, stream, p)
+            rows.append((si.config.name, stream, p, sealed, max(sealed, first), end))
+        waiting = [(name, start + 1) for name, _, _, _, start, end in rows if end > start]
+        stamps: dict[str, int] = {}
+        if waiting:
+            try:
+                stamps = self.log.call(
+                    asyncio.wait_for(self._stamps(waiting), STATUS_TIMEOUT), STATUS_TIMEOUT
                 )
-        except Exception as e:  # the cluster went away between the list and the reads
-            status.error = _why(e)
-        status.lag.sort(key=lambda x: (x.stream, x.partition))
+            except Exception as e:  # the cluster went away between the list and the reads
+                status.error = _why(e)
+        now = time.time_ns()
+        for name, stream, p, sealed, start, end in sorted(rows, key=lambda r: (r[1], r[2])):
+            stored = stamps.get(name)
+            status.lag.append(
+                SealerLag(
+                    stream=stream,
+                    partition=p,
+                    sealed_next=sealed,
+                    next_index=end,
+                    lag_records=max(0, end - start),
+                    lag_seconds=round(max(0.0, (now - stored) / NS), 3) if stored else 0.0,
+                )
+            )
         return status
+
+    async def _stamps(self, targets: list[tuple[str, int]]) -> dict[str, int]:
+        """When JetStream stored each (stream, sequence): the server's ``Nats-Time-Stamp``,
+        not the record's own timestamp — a writer may give any time (an archive's messages
+        are days old when pushed), and the lag is how long the sealer has left one waiting."""
+        import nats.js.errors
+
+        from loglake.streams.jetstream import _parse_ts
+
+        out = {}
+        for name, seq in targets:
+            try:
+                msg = await self.log.js.get_msg(name, seq, direct=True)
+                out[name] = _parse_ts((msg.headers or {}).get("Nats-Time-Stamp"))
+            except (nats.js.errors.NotFoundError, ValueError):
+                continue  # trimmed meanwhile, or a stamp we cannot read: age unknown
+        return out
 
     def log_readable(self) -> bool:
         """False when the last status read found the JetStream cluster unreachable (the log's
