@@ -325,7 +325,7 @@ def run_one(
     tmp = Path(tempfile.mkdtemp(prefix="loglake-abuse-"))
     log = open_log(tmp / "data")
     log.create_stream("big", StreamConfig(durability="none"))
-    log.append_payloads("big", 0, [bytes([i]) * RECORD for i in range(48)])
+    log.append_payloads("big", [bytes([i]) * RECORD for i in range(48)])
     log.close()
     port = free_port()
     cmd = [sys.executable, "-m", "loglake.cli", "serve", "--data-dir", str(tmp / "data"),

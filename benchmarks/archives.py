@@ -342,7 +342,7 @@ def write_community_stream(data_dir: Path, stream: str, layout, n: int, weeks: i
                     **extra,
                 )
                 batch.append(Entry(raw))
-            log.append_many(stream, 0, batch)
+            log.append_many(stream, batch)
 
 
 def control_end_to_end(data_dir: Path, root: Path, key, layout, stream: str, now: int) -> dict:

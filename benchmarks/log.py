@@ -67,7 +67,7 @@ def loglake_batches(
 
     def run() -> None:
         for _ in range(per_thread):
-            log.append_many("b", 0, entries)
+            log.append_many("b", entries)
 
     dt = timed_threads(run, threads)
     n = per_thread * threads * batch
@@ -87,7 +87,7 @@ def loglake_singles(d: Path, records: int, threads: int, durability: str = "batc
         mine = []
         for _ in range(per):
             t = time.perf_counter()
-            log.append("b", 0, data)
+            log.append("b", data)
             mine.append(time.perf_counter() - t)
         lat.extend(mine)
 
@@ -128,11 +128,11 @@ def interleaved(
         t_raw += time.perf_counter() - t
         t = time.perf_counter()
         for _ in range(todo):
-            log.append_many("b", 0, entries)
+            log.append_many("b", entries)
         t_ll += time.perf_counter() - t
         t = time.perf_counter()
         for _ in range(todo):
-            plog.append_payloads("b", 0, datas)
+            plog.append_payloads("b", datas)
         t_pl += time.perf_counter() - t
     fsyncs = log.fsync_count("b")
     log.close()
@@ -151,13 +151,13 @@ def read_all(d: Path, payloads: bool = False) -> float:
     pos = 0
     while True:
         if payloads:
-            got_pairs = log.read_payloads("b", 0, pos, limit=1000)
+            got_pairs = log.read_payloads("b", pos, limit=1000)
             if not got_pairs:
                 break
             n += len(got_pairs)
             pos = got_pairs[-1][0] + 1
             continue
-        got = log.read("b", 0, pos, limit=1000)
+        got = log.read("b", pos, limit=1000)
         if not got:
             break
         n += len(got)

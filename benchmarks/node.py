@@ -179,7 +179,7 @@ def bench_inprocess(tmp: Path, a: argparse.Namespace) -> dict[str, list[float]]:
             log = wrapped if r % 2 == 0 else raw
             t = time.perf_counter()
             for _ in range(batches):
-                log.append_payloads("b", 0, data)
+                log.append_payloads("b", data)
             rates["on" if log is wrapped else "off"].append(
                 batches * a.window / (time.perf_counter() - t)
             )
@@ -197,7 +197,7 @@ def wrapper_overhead(a: argparse.Namespace) -> tuple[float, float]:
     indexes = list(range(a.window))
 
     class InstantLog(MemoryLog):
-        def append_payloads(self, stream: str, partition: int, datas) -> list[int]:  # type: ignore[override]
+        def append_payloads(self, stream: str, datas, *, partition: int = 0) -> list[int]:  # type: ignore[override]
             return indexes
 
     data = [b"x" * a.size] * a.window
@@ -210,7 +210,7 @@ def wrapper_overhead(a: argparse.Namespace) -> tuple[float, float]:
         for name, log in logs.items():
             t = time.perf_counter()
             for _ in range(n):
-                log.append_payloads("b", 0, data)
+                log.append_payloads("b", data)
             best[name] = min(best[name], (time.perf_counter() - t) / n)
     return best["on"], best["off"]
 

@@ -102,7 +102,7 @@ def build(log, n: int, spread: int = 0) -> float:
     batch = 10_000
     for lo in range(0, n, batch):
         payloads = [kind + i.to_bytes(8, "big") + data(i) for i in range(lo, min(n, lo + batch))]
-        log.append_payloads(NS, 0, payloads)
+        log.append_payloads(NS, payloads)
     log.flush()
     return time.perf_counter() - t
 
@@ -110,7 +110,7 @@ def build(log, n: int, spread: int = 0) -> float:
 def seq_read(log, n: int) -> float:
     t = time.perf_counter()
     count = total = 0
-    for rec in log.iter_records(NS, 0, 0, n, batch=4096):
+    for rec in log.iter_records(NS, 0, n, batch=4096):
         count += 1
         total += len(rec.data)
     assert count == n, count
@@ -273,7 +273,6 @@ def build_selective(log, n: int) -> float:
     for lo in range(0, n, 10_000):
         log.append_payloads(
             JOB_NS,
-            0,
             [kind + i.to_bytes(8, "big") + protos[i % 100] for i in range(lo, min(n, lo + 10_000))],
         )
     log.flush()

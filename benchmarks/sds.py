@@ -125,10 +125,10 @@ def make_channel(
             batch.append(Entry(data, timestamp_ns=(ts0 + k) * 1_000_000))
             total += len(data)
             if len(batch) == 1000:
-                log.append_many(stream, 0, batch)
+                log.append_many(stream, batch)
                 batch = []
         if batch:
-            log.append_many(stream, 0, batch)
+            log.append_many(stream, batch)
     return total, time.perf_counter() - t0
 
 

@@ -101,7 +101,9 @@ def generate(
         for p in range(partitions):
             for start in range(0, tail, 5000):
                 n = min(5000, tail - start)
-                log.append_many(STREAM, p, [Entry(os.urandom(record_bytes)) for _ in range(n)])
+                log.append_many(
+                    STREAM, [Entry(os.urandom(record_bytes)) for _ in range(n)], partition=p
+                )
         info = log.stream_info(STREAM)
     finally:
         log.close()
@@ -151,9 +153,9 @@ def streaming_latency(
             for i in range(pushes):
                 log.append(
                     STREAM,
-                    i % 4 if i % 4 < len(log.stream_info(STREAM).partitions) else 0,
                     b"x" * 200,
                     timestamp_ns=time.time_ns(),
+                    partition=i % 4 if i % 4 < len(log.stream_info(STREAM).partitions) else 0,
                 )
                 time.sleep(interval)
         finally:

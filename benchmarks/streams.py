@@ -186,22 +186,22 @@ def bench_loglake_inprocess(tmp: Path, a: argparse.Namespace, raw: bool = False)
         t = time.perf_counter()
         while done < a.count and not budget.over():
             if raw:
-                log.append_payloads("bench", 0, datas)
+                log.append_payloads("bench", datas)
             else:
-                log.append_many("bench", 0, entries)
+                log.append_many("bench", entries)
             done += a.window
         push = done / (time.perf_counter() - t)
         p50, p99 = percentiles(
-            timed_latency(lambda: log.append("bench", 0, datas[0]), a.latency_count, 30)
+            timed_latency(lambda: log.append("bench", datas[0]), a.latency_count, 30)
         )
         t = time.perf_counter()
         if raw:
             n, index = 0, 0
-            while rows := log.read_payloads("bench", 0, index, a.window):
+            while rows := log.read_payloads("bench", index, a.window):
                 n += len(rows)
                 index = rows[-1][0] + 1
         else:
-            n = sum(1 for _ in log.iter_records("bench", 0, 0, batch=a.window))
+            n = sum(1 for _ in log.iter_records("bench", 0, batch=a.window))
         pull = n / (time.perf_counter() - t)
     finally:
         log.close()

@@ -35,7 +35,6 @@ def fill_weeks(
     for w in weeks:
         log.append_many(
             stream,
-            0,
             [
                 Entry(record(layout, START + w * WEEK + i * (WEEK // per_week), os.urandom(size)))
                 for i in range(per_week)

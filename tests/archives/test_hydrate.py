@@ -45,7 +45,6 @@ def _week_over_30_mb(tmp_path, n: int = 700, size: int = 50_000):
     log.create_stream("community")
     log.append_many(
         "community",
-        0,
         [Entry(record(layout, START + i * (WEEK // n), os.urandom(size))) for i in range(n)],
     )
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())

@@ -33,7 +33,7 @@ def layout(request):
 def test_ingest_from_log_and_streams_is_exactly_once(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 50)
-    log.append("community", 0, b"\xff\xff not a waku message")
+    log.append("community", b"\xff\xff not a waku message")
     store = MessageStore(tmp_path / "s.sqlite")
     node = ControlNode(tmp_path / "root", KEY, layout, store)
     assert node.ingest_streams(LocalStreams(log), "community") == 100  # the bad record is skipped
@@ -81,7 +81,7 @@ def test_torn_build_is_truncated_on_restart(tmp_path, layout):
 
 
 def _live(log: MemoryLog, stream: str = "community") -> list[bytes]:
-    return [r.data for r in log.read(stream, 0, 0)]
+    return [r.data for r in log.read(stream, 0)]
 
 
 def _archived(node: ControlNode) -> set[bytes]:
@@ -107,7 +107,7 @@ def test_prune_truncates_only_archived_records_older_than_30_days(tmp_path, layo
     # stream (the source of truth) and from the working store
     assert (pruned.log_records, pruned.store_rows, pruned.kept_from) == (12, 12, 12)
     assert _live(log) == everything[12:]
-    assert log.read("community", 0, 0)[0].index == 12
+    assert log.read("community", 0)[0].index == 12
     assert set(everything[:12]) <= _archived(node)  # what left the live log is in archives
     assert node.store.oldest_ns() >= START + 12 * DAY
     # the flags of pruned rows go with them: the 2 archived rows left are flagged
@@ -126,8 +126,8 @@ def test_prune_never_truncates_an_unarchived_record(tmp_path, layout):
     # arrivals after the build: a message dated in archived week 1 (its window is closed, so
     # it is never exported) and junk that is not a WakuMessage; then a normal week-1 record
     late = record(layout, START + 3 * DAY, b"late")
-    log.append("community", 0, late)  # index 14
-    log.append("community", 0, b"\xff\xff not a waku message")  # index 15
+    log.append("community", late)  # index 14
+    log.append("community", b"\xff\xff not a waku message")  # index 15
     node.ingest_streams(LocalStreams(log), "community")
     pruned = node.prune(START + 10 * WEEK)
     assert pruned.log_records == 14 and pruned.kept_from == 14  # the late record holds the rest

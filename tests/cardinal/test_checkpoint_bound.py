@@ -30,7 +30,7 @@ def _consumer(streams, transport=None):
 
 def _appended(streams) -> int:
     """How many checkpoint records were ever appended (the stream's next index)."""
-    return streams.log.next_index(CKPT, 0)
+    return streams.log.next_index(CKPT)
 
 
 def test_no_record_when_nothing_changed():

@@ -97,8 +97,8 @@ def test_produce_and_consume_against_a_running_stream_server(memory_log):
     # the checkpoint went through the server's index service into the log: its commit index
     # and one offset per partition (0 here: the whole chain is inside the reorg window, which
     # a restart reads again)
-    assert memory_log.get_index("n1", "cardinal.ckpt.n1", 0) >= 1
-    assert [memory_log.get_index("n1", "net", p) for p in range(4)] == [0, 0, 0, 0]
+    assert memory_log.get_index("n1", "cardinal.ckpt.n1") >= 1
+    assert [memory_log.get_index("n1", "net", partition=p) for p in range(4)] == [0, 0, 0, 0]
 
 
 def test_a_shallow_fork_needs_no_reorg_channel(tmp_path):

@@ -457,7 +457,7 @@ def test_a_message_that_is_not_a_stored_event_errors_the_replay():
     w = World()
     w.register_publication()
     w.publish(20)
-    w.pub_log.append(NS, 0, b"DIDL not a stored event")  # written behind the publisher's back
+    w.pub_log.append(NS, b"DIDL not a stored event")  # written behind the publisher's back
     w.subscribe("bob")
     # open-ended: the publisher reads to its stream's end, past the head it reported (20)
     rid = w.replay("bob", 0, None).value

@@ -92,13 +92,13 @@ def test_a_lost_final_status_is_reported_again():
     log = MemoryLog()
     for name in w.orch_log.streams():
         log.create_stream(name)
-        recs = list(w.orch_log.iter_records(name, 0))
+        recs = list(w.orch_log.iter_records(name))
         if name == stream_name():
             while cbor2.loads(recs[-1].data)["op"] != "status":
                 recs.pop()
             recs.pop()
         for rec in recs:
-            log.append(name, 0, rec.data, timestamp_ns=rec.timestamp_ns)
+            log.append(name, rec.data, timestamp_ns=rec.timestamp_ns)
     w.orch_log = log
     restart(w)
     assert w.status("bob", rid).status == ReplayState("running")
@@ -166,7 +166,7 @@ def test_state_survives_reopening_the_segment_log(tmp_path):
 def test_a_malformed_journal_refuses_to_start(data):
     log = MemoryLog()
     log.create_stream(stream_name())
-    log.append(stream_name(), 0, data)
+    log.append(stream_name(), data)
     w = World()
     with pytest.raises(JournalError):
         open_orchestrator(StreamsStore(LocalStreams(log)), w.p["orch"], [w.p["bc"]])

@@ -78,12 +78,12 @@ class ConsumerIndexes(Part):
         self.log = open_log(root / DATA)
         if not self.log.has_stream("s"):
             self.log.create_stream("s", StreamConfig())
-        self.cur = {f"c{c}": self.log.get_index(f"c{c}", "s", 0) or 0 for c in range(self.CLIENTS)}
+        self.cur = {f"c{c}": self.log.get_index(f"c{c}", "s") or 0 for c in range(self.CLIENTS)}
 
     def step(self, rnd: random.Random) -> str:
         c = f"c{rnd.randrange(self.CLIENTS)}"
         v = self.cur[c] + rnd.randint(1, 5)
-        self.log.save_index(c, "s", v, 0)
+        self.log.save_index(c, "s", v)
         self.cur[c] = v
         return f"{c} {v}"
 
@@ -99,7 +99,7 @@ class ConsumerIndexes(Part):
             best[c] = max(best.get(c, 0), int(v))
         with open_log(root / DATA) as log:
             for c in (f"c{i}" for i in range(self.CLIENTS)):
-                got = log.get_index(c, "s", 0) if log.has_stream("s") else None
+                got = log.get_index(c, "s") if log.has_stream("s") else None
                 got = got or 0
                 assert got >= best.get(c, 0), f"{c}: acknowledged index {best[c]} lost (got {got})"
                 assert got >= self.seen.get(c, 0), f"{c}: index moved back to {got}"
@@ -502,7 +502,7 @@ class _Archives(Part):
             assert len(entries) >= built, (
                 f"{built} weeks acknowledged as built, {len(entries)} indexed"
             )
-            live = {r.data for r in self.log.iter_records("community", 0)}
+            live = {r.data for r in self.log.iter_records("community")}
             everything = set(archived) | live
             for w in range(weeks_appended):
                 for i in range(self.WEEK_MSGS):
@@ -528,7 +528,7 @@ class ArchiveBuild(_Archives):
             log.create_stream("community", _community_config())
             for w in range(self.WEEKS):
                 log.append_many(
-                    "community", 0, [Entry(self._record(w, i)) for i in range(self.WEEK_MSGS)]
+                    "community", [Entry(self._record(w, i)) for i in range(self.WEEK_MSGS)]
                 )
 
     def step(self, rnd: random.Random) -> str | None:
@@ -572,7 +572,7 @@ class ArchivePrune(_Archives):
             w = weeks - 1 if nxt % self.WEEK_MSGS else weeks
             first = nxt % self.WEEK_MSGS
             self.log.append_many(
-                "community", 0, [Entry(self._record(w, i)) for i in range(first, self.WEEK_MSGS)]
+                "community", [Entry(self._record(w, i)) for i in range(first, self.WEEK_MSGS)]
             )
             return f"appended {w + 1}"
         self.node.ingest_streams(LocalStreams(self.log), "community")

@@ -140,11 +140,13 @@ def test_the_log_recovers_from_faults_without_a_restart(tmp_path, seed):
                             b"%d:%d:%d|" % (seed, n, i) + b"x" * rng.randint(0, 300)
                             for i in range(rng.randint(1, 4))
                         ]
-                        indexes = log.append_many("s", p, [Entry(d) for d in datas])
+                        indexes = log.append_many("s", [Entry(d) for d in datas], partition=p)
                         acked.update({(p, i): d for i, d in zip(indexes, datas, strict=True)})
                     else:
                         c = f"c{p}"
-                        saved[c] = log.save_index(c, "s", saved.get(c, 0) + rng.randint(1, 3), p)
+                        saved[c] = log.save_index(
+                            c, "s", saved.get(c, 0) + rng.randint(1, 3), partition=p
+                        )
                 except Exception as e:
                     errors[describe(e)] += 1
                     assert typed(e), f"seed {seed}: untyped {describe(e)}: {e}"
@@ -155,12 +157,12 @@ def test_the_log_recovers_from_faults_without_a_restart(tmp_path, seed):
             faults.active = False  # the fault clears: no restart, just the back-off
         clock.advance(REOPEN_MAX_S)
         for p in range(2):
-            i = log.append("s", p, b"after the fault")
+            i = log.append("s", b"after the fault", partition=p)
             acked[(p, i)] = b"after the fault"
-            saved[f"c{p}"] = log.save_index(f"c{p}", "s", saved.get(f"c{p}", 0) + 1, p)
+            saved[f"c{p}"] = log.save_index(f"c{p}", "s", saved.get(f"c{p}", 0) + 1, partition=p)
         assert all(h.ok for h in log.health()), log.health()
         for p in range(2):
-            got = {r.index: r.data for r in log.read("s", p, 0)}
+            got = {r.index: r.data for r in log.read("s", 0, partition=p)}
             assert all(got.get(i) == d for (q, i), d in acked.items() if q == p)
         assert sum(faults.injected.values()) > 0 and errors["StorageFailed"] > 0
         assert reopens > 0, f"seed {seed}: no partition was reopened ({dict(errors)})"
@@ -168,10 +170,10 @@ def test_the_log_recovers_from_faults_without_a_restart(tmp_path, seed):
         disk.restart(rng)  # a power loss once the fault has cleared
         with open_log(disk.root / "data") as log:
             for p in range(2):
-                got = {r.index: r.data for r in log.read("s", p, 0)}
+                got = {r.index: r.data for r in log.read("s", 0, partition=p)}
                 lost = [i for (q, i), d in acked.items() if q == p and got.get(i) != d]
                 assert not lost, f"seed {seed}: acknowledged records lost: {lost[:5]}"
-                assert (log.get_index(f"c{p}", "s", p) or 0) >= saved[f"c{p}"]
+                assert (log.get_index(f"c{p}", "s", partition=p) or 0) >= saved[f"c{p}"]
 
 
 # -- SQLite on a real full disk ---------------------------------------------------------------

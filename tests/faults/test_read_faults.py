@@ -41,7 +41,7 @@ def _fill(log, rng: random.Random, n: int) -> dict[tuple[int, int], bytes]:
     for k in range(n):
         p = k % 2
         data = b"%d|" % k + b"r" * rng.randint(0, 200)
-        acked[(p, log.append("s", p, data))] = data
+        acked[(p, log.append("s", data, partition=p))] = data
     return acked
 
 
@@ -57,17 +57,17 @@ def test_a_read_fault_fails_the_read_and_not_the_partition(tmp_path):
         with FaultyFs(disk, rng, rate=1.0, kinds=(READ_EIO,)) as faults:
             for p in range(2):
                 with pytest.raises(OSError) as e:
-                    log.read("s", p, 0)
+                    log.read("s", 0, partition=p)
                 assert e.value.errno == errno.EIO
             # not failed for writes: appends (and index saves) go on during the read fault
             assert all(h.ok for h in log.health()), log.health()
             for p in range(2):
-                acked[(p, log.append("s", p, b"during the fault"))] = b"during the fault"
-            assert log.save_index("c", "s", 7, 0) == 7 and log.get_index("c", "s", 0) == 7
+                acked[(p, log.append("s", b"during the fault", partition=p))] = b"during the fault"
+            assert log.save_index("c", "s", 7) == 7 and log.get_index("c", "s") == 7
             assert faults.injected[READ_EIO] >= 2
             faults.active = False  # the fault clears: the same log reads everything
             for p in range(2):
-                got = {r.index: r.data for r in log.read("s", p, 0)}
+                got = {r.index: r.data for r in log.read("s", 0, partition=p)}
                 assert got == {i: d for (q, i), d in acked.items() if q == p}
         assert all(h.ok and h.reopens == 0 for h in log.health())
 
@@ -89,13 +89,13 @@ def test_reads_and_appends_under_random_read_faults_lose_nothing(tmp_path, seed)
                     p = rng.randrange(2)
                     if rng.random() < 0.3:
                         data = b"%d:%d|" % (seed, n) + b"a" * rng.randint(0, 300)
-                        acked[(p, log.append("s", p, data))] = data
+                        acked[(p, log.append("s", data, partition=p))] = data
                         continue
                     mine = sorted(i for q, i in acked if q == p)
                     start = rng.choice(mine)
                     limit = rng.choice((None, 1, 5, 40))
                     try:
-                        got = log.read("s", p, start, limit)
+                        got = log.read("s", start, limit, partition=p)
                     except OSError as e:
                         assert _is_eio(e), f"seed {seed}: {e!r}"
                         seen["EIO"] += 1
@@ -110,7 +110,7 @@ def test_reads_and_appends_under_random_read_faults_lose_nothing(tmp_path, seed)
         disk.restart(rng)  # a power loss after the fault cleared
         with open_log(disk.root / "data") as log:
             for p in range(2):
-                got = {r.index: r.data for r in log.read("s", p, 0)}
+                got = {r.index: r.data for r in log.read("s", 0, partition=p)}
                 lost = [i for (q, i), d in acked.items() if q == p and got.get(i) != d]
                 assert not lost, f"seed {seed}: acknowledged records lost: {lost[:5]}"
 
@@ -128,7 +128,7 @@ def test_a_read_fault_while_opening_fails_the_open_cleanly(tmp_path, seed):
         with open_log(disk.root / "data") as log:
             log.create_stream("s", SMALL)
             acked = _fill(log, rng, 80)
-            log.save_index("c", "s", 40, 1)
+            log.save_index("c", "s", 40, partition=1)
         base_fds = _open_fds()
         failed = opened = 0
         with FaultyFs(disk, rng, rate=0.1, kinds=(READ_EIO,)) as faults:
@@ -147,12 +147,12 @@ def test_a_read_fault_while_opening_fails_the_open_cleanly(tmp_path, seed):
             injected = faults.injected[READ_EIO]
         assert injected > 0 and failed > 0, (injected, failed, opened)
         with open_log(disk.root / "data") as log:
-            assert log.get_index("c", "s", 1) == 40
+            assert log.get_index("c", "s", partition=1) == 40
             for p in range(2):
-                got = {r.index: r.data for r in log.read("s", p, 0)}
+                got = {r.index: r.data for r in log.read("s", 0, partition=p)}
                 assert got == {i: d for (q, i), d in acked.items() if q == p}
-            i = log.append("s", 0, b"after")
-            assert log.read("s", 0, i)[0].data == b"after"
+            i = log.append("s", b"after")
+            assert log.read("s", i)[0].data == b"after"
         assert _open_fds() == base_fds
 
 
@@ -165,11 +165,11 @@ def test_the_consumer_store_under_read_faults(tmp_path):
         with open_log(disk.root / "data") as log:
             log.create_stream("s", SMALL)
             for p in (0, 1):  # partitions open on first use, reading their files: before the fault
-                log.next_index("s", p)
+                log.next_index("s", partition=p)
             with FaultyFs(disk, rng, rate=1.0, kinds=(READ_EIO,)) as faults:
                 for k in range(1, 30):
-                    assert log.save_index(f"c{k % 3}", "s", k, k % 2) == k
-                    assert log.get_index(f"c{k % 3}", "s", k % 2) == k
+                    assert log.save_index(f"c{k % 3}", "s", k, partition=k % 2) == k
+                    assert log.get_index(f"c{k % 3}", "s", partition=k % 2) == k
                 with pytest.raises(OSError) as e:
                     open_log(disk.root / "data", readonly=True)
                 assert _is_eio(e.value)
@@ -177,7 +177,11 @@ def test_the_consumer_store_under_read_faults(tmp_path):
             assert all(h.ok for h in log.health())
         disk.restart(rng)
         with open_log(disk.root / "data") as log:
-            assert {log.get_index(f"c{k % 3}", "s", k % 2) for k in (27, 28, 29)} == {27, 28, 29}
+            assert {log.get_index(f"c{k % 3}", "s", partition=k % 2) for k in (27, 28, 29)} == {
+                27,
+                28,
+                29,
+            }
 
 
 def test_a_pull_over_tcp_that_hits_a_read_fault_gets_an_error_reply(tmp_path):

@@ -52,7 +52,7 @@ def _writer_thread(log, writer: int, seed: int, deadline: float) -> None:
         for s in range(seq, seq + n):
             data, key, headers = expected(writer, s)
             entries.append(Entry(data, key=key, headers=headers))
-        idx = log.append_many(STREAM, p, entries)
+        idx = log.append_many(STREAM, entries, partition=p)
         os.write(1, b"ack %d %d %d %d %d\n" % (p, writer, seq, n, idx[0]))
         seq += n
 
@@ -113,7 +113,7 @@ def check(data_dir: Path, acks: list[Ack], lake_seen: set[str] | None = None) ->
         for p in range(PARTITIONS):
             info = log.stream_info(STREAM).partitions[p]
             assert info.first_index == 0
-            recs = list(log.iter_records(STREAM, p))
+            recs = list(log.iter_records(STREAM, partition=p))
             assert [r.index for r in recs] == list(range(info.next_index)), "gap in indexes"
             for r in recs:
                 w, s = map(int, r.key.split(b":"))

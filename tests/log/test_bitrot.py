@@ -31,8 +31,8 @@ def _build(data: Path) -> None:
         for i in range(80):
             key = b"k%d" % i if i % 3 == 0 else None
             headers = (("h", b"%d" % i),) if i % 4 == 0 else ()
-            log.append_many("s", 0, [Entry(b"s%04d" % i + b"." * (i % 50), key, headers)])
-            log.append_many("t", 0, [Entry(b"t%04d" % i + b"-" * (i % 70), key, headers)])
+            log.append_many("s", [Entry(b"s%04d" % i + b"." * (i % 50), key, headers)])
+            log.append_many("t", [Entry(b"t%04d" % i + b"-" * (i % 70), key, headers)])
         log.wait_for_seals()
         log.enforce_retention()
         for i, c in enumerate(CLIENTS):
@@ -43,10 +43,10 @@ def _build(data: Path) -> None:
 def _observe(data: Path) -> dict:
     with open_log(data) as log:
         out = {
-            name: [(r.index, r.key, r.headers, r.data) for r in log.read(name, 0, 0)]
+            name: [(r.index, r.key, r.headers, r.data) for r in log.read(name, 0)]
             for name in ("s", "t")
         }
-        out["consumers"] = [log.get_index(c, "s", 0) for c in CLIENTS]
+        out["consumers"] = [log.get_index(c, "s") for c in CLIENTS]
         log.verify()
     return out
 
@@ -133,7 +133,7 @@ def test_a_disk_error_on_a_lake_file_is_not_reported_as_damage(tmp_path, pristin
 
     monkeypatch.setattr(lake.pq, "read_table", failing_read)
     with open_log(data) as log, pytest.raises(OSError) as e:
-        list(log.read("t", 0, 0))
+        list(log.read("t", 0))
     assert e.value.errno == errno.EIO and not isinstance(e.value, CorruptSegment)
     monkeypatch.undo()
     assert _observe(data) == expected  # nothing was damaged

@@ -16,7 +16,7 @@ def data_dir(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(partitions=2, segment_bytes=400, retention_records=3))
         for i in range(30):
-            log.append("s", 0, b"rec-%d" % i, key=b"k")
+            log.append("s", b"rec-%d" % i, key=b"k")
     return tmp_path
 
 

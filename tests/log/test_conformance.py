@@ -31,10 +31,10 @@ def log(request, tmp_path) -> Iterator[Log]:
 
 def test_indexes_start_at_zero_per_partition_and_increase_by_one(log: Log):
     log.create_stream("s", StreamConfig(partitions=3))
-    assert log.append_many("s", 0, [Entry(b"a"), Entry(b"b"), Entry(b"c")]) == [0, 1, 2]
-    assert log.append("s", 2, b"x") == 0
-    assert log.append("s", 0, b"d") == 3
-    assert log.append_many("s", 1, []) == []
+    assert log.append_many("s", [Entry(b"a"), Entry(b"b"), Entry(b"c")]) == [0, 1, 2]
+    assert log.append("s", b"x", partition=2) == 0
+    assert log.append("s", b"d") == 3
+    assert log.append_many("s", [], partition=1) == []
     info = log.stream_info("s")
     assert [(p.first_index, p.next_index) for p in info.partitions] == [(0, 4), (0, 0), (0, 1)]
     assert info.records == 5
@@ -42,9 +42,9 @@ def test_indexes_start_at_zero_per_partition_and_increase_by_one(log: Log):
 
 def test_records_keep_every_field(log: Log):
     log.create_stream("s")
-    log.append("s", 0, b"data", key=b"k", headers=(("h", b"1"), ("h", b"2")), timestamp_ns=42)
-    log.append("s", 0, b"", key=b"", headers=())
-    r0, r1 = log.read("s", 0, 0)
+    log.append("s", b"data", key=b"k", headers=(("h", b"1"), ("h", b"2")), timestamp_ns=42)
+    log.append("s", b"", key=b"", headers=())
+    r0, r1 = log.read("s", 0)
     assert (r0.stream, r0.partition, r0.index, r0.timestamp_ns) == ("s", 0, 0, 42)
     assert (r0.key, r0.headers, r0.data) == (b"k", (("h", b"1"), ("h", b"2")), b"data")
     assert (r1.key, r1.headers, r1.data) == (b"", (), b"")
@@ -53,18 +53,16 @@ def test_records_keep_every_field(log: Log):
 
 def test_read_ranges_limits_and_past_the_end(log: Log):
     log.create_stream("s")
-    log.append_many("s", 0, [Entry(bytes([i])) for i in range(10)])
-    assert [r.index for r in log.read("s", 0, 3, limit=4)] == [3, 4, 5, 6]
-    assert [r.index for r in log.read("s", 0, 3, end=6)] == [3, 4, 5]
-    assert [r.index for r in log.read("s", 0, 8, limit=100)] == [8, 9]
-    assert log.read("s", 0, 3, limit=0) == []
-    assert log.read("s", 0, 10) == []
-    assert log.read("s", 0, 1000, limit=5) == []
-    assert log.read("s", 0, 5, end=5) == []
-    assert [r.data for r in log.iter_records("s", 0, 2, batch=3)] == [
-        bytes([i]) for i in range(2, 10)
-    ]
-    assert log.next_index("s", 0) == 10
+    log.append_many("s", [Entry(bytes([i])) for i in range(10)])
+    assert [r.index for r in log.read("s", 3, limit=4)] == [3, 4, 5, 6]
+    assert [r.index for r in log.read("s", 3, end=6)] == [3, 4, 5]
+    assert [r.index for r in log.read("s", 8, limit=100)] == [8, 9]
+    assert log.read("s", 3, limit=0) == []
+    assert log.read("s", 10) == []
+    assert log.read("s", 1000, limit=5) == []
+    assert log.read("s", 5, end=5) == []
+    assert [r.data for r in log.iter_records("s", 2, batch=3)] == [bytes([i]) for i in range(2, 10)]
+    assert log.next_index("s") == 10
 
 
 def test_read_below_first_index_starts_at_first_index_after_retention(tmp_path, log: Log):
@@ -72,52 +70,52 @@ def test_read_below_first_index_starts_at_first_index_after_retention(tmp_path, 
     # the dropped history is really gone.
     log.create_stream("s", StreamConfig(segment_bytes=200, retention_records=3, seal_to_lake=False))
     for i in range(40):
-        log.append("s", 0, bytes([i]) * 20)
+        log.append("s", bytes([i]) * 20)
     before = log.stream_info("s").partitions[0]
     dropped = log.enforce_retention()
     after = log.stream_info("s").partitions[0]
     assert dropped == after.first_index - before.first_index > 0
     assert after.next_index == 40
     assert after.next_index - after.first_index >= 3  # at least the window is kept
-    got = log.read("s", 0, 0)
+    got = log.read("s", 0)
     assert [r.index for r in got] == list(range(after.first_index, 40))
     assert all(r.data == bytes([r.index]) * 20 for r in got)
-    assert log.append("s", 0, b"next") == 40  # indexes never restart
+    assert log.append("s", b"next") == 40  # indexes never restart
 
 
 def test_consumer_index_is_monotonic_and_keeps_the_stored_one_on_lower_saves(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
-    assert log.get_index("c", "s", 0) is None
+    assert log.get_index("c", "s") is None
     assert log.save_index("c", "s", 5) == 5
     assert log.save_index("c", "s", 5) == 5
     assert log.save_index("c", "s", 4) == 5  # lower: the stored index, unchanged
-    assert log.get_index("c", "s", 0) == 5
+    assert log.get_index("c", "s") == 5
     assert log.save_index("c", "s", 9) == 9
-    assert log.get_index("c", "s", 1) is None  # per partition
-    assert log.get_index("other", "s", 0) is None  # per client
+    assert log.get_index("c", "s", partition=1) is None  # per partition
+    assert log.get_index("other", "s") is None  # per client
 
 
 def test_unknown_stream_and_partition_are_typed_errors(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
     with pytest.raises(UnknownStream):
-        log.append("nope", 0, b"x")
+        log.append("nope", b"x")
     with pytest.raises(UnknownStream):
-        log.read("nope", 0, 0)
+        log.read("nope", 0)
     with pytest.raises(UnknownStream):
         log.stream_info("nope")
     with pytest.raises(UnknownStream):
-        log.get_index("c", "nope", 0)
+        log.get_index("c", "nope")
     with pytest.raises(UnknownPartition):
-        log.append("s", 2, b"x")
+        log.append("s", b"x", partition=2)
     with pytest.raises(UnknownPartition):
-        log.read("s", -1, 0)
+        log.read("s", 0, partition=-1)
     with pytest.raises(UnknownPartition):
         log.save_index("c", "s", 1, partition=5)
 
 
 def test_create_stream_is_idempotent(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
-    log.append("s", 1, b"x")
+    log.append("s", b"x", partition=1)
     info = log.create_stream("s", StreamConfig(partitions=2))
     assert info.partitions[1].next_index == 1
     assert log.create_stream("s").config.partitions == 2
@@ -159,38 +157,38 @@ def test_truncate_before_drops_only_records_below_the_index(log: Log):
     # drops is gone; MemoryLog drops exactly the records below the index.
     log.create_stream("s", StreamConfig(partitions=2, segment_bytes=200, seal_to_lake=False))
     for i in range(40):
-        log.append("s", 0, bytes([i]) * 20)
-    log.append("s", 1, b"other")
-    assert log.truncate_before("s", 0, 0) == 0
-    dropped = log.truncate_before("s", 0, 17)
+        log.append("s", bytes([i]) * 20)
+    log.append("s", b"other", partition=1)
+    assert log.truncate_before("s", 0) == 0
+    dropped = log.truncate_before("s", 17)
     after = log.stream_info("s").partitions[0]
     assert 0 < after.first_index <= 17
     assert dropped == after.first_index
     assert after.next_index == 40
-    got = log.read("s", 0, 0)
+    got = log.read("s", 0)
     assert [r.index for r in got] == list(range(after.first_index, 40))
     assert all(r.data == bytes([r.index]) * 20 for r in got)
-    assert log.truncate_before("s", 0, after.first_index) == 0  # nothing left below
+    assert log.truncate_before("s", after.first_index) == 0  # nothing left below
     assert log.stream_info("s").partitions[1].first_index == 0  # other partitions untouched
     # past the end: everything goes, and indexes go on where they were
-    assert log.truncate_before("s", 0, 1000) == 40 - after.first_index
-    assert log.read("s", 0, 0) == []
+    assert log.truncate_before("s", 1000) == 40 - after.first_index
+    assert log.read("s", 0) == []
     end = log.stream_info("s").partitions[0]
     assert (end.first_index, end.next_index) == (40, 40)
-    assert log.append("s", 0, b"next") == 40
-    assert [r.data for r in log.read("s", 0, 0)] == [b"next"]
+    assert log.append("s", b"next") == 40
+    assert [r.data for r in log.read("s", 0)] == [b"next"]
 
 
 def test_truncate_before_keeps_consumer_indexes_and_types_its_errors(log: Log):
     log.create_stream("s", StreamConfig(seal_to_lake=False))
-    log.append_many("s", 0, [Entry(b"a"), Entry(b"b")])
+    log.append_many("s", [Entry(b"a"), Entry(b"b")])
     log.save_index("c", "s", 1)
-    log.truncate_before("s", 0, 2)
-    assert log.get_index("c", "s", 0) == 1
+    log.truncate_before("s", 2)
+    assert log.get_index("c", "s") == 1
     with pytest.raises(UnknownStream):
-        log.truncate_before("nope", 0, 1)
+        log.truncate_before("nope", 1)
     with pytest.raises(UnknownPartition):
-        log.truncate_before("s", 1, 1)
+        log.truncate_before("s", 1, partition=1)
 
 
 def test_consumer_indexes_lists_every_saved_index(log: Log):
@@ -204,10 +202,10 @@ def test_consumer_indexes_lists_every_saved_index(log: Log):
 
 def test_append_payloads_stores_data_only_records_like_append_many(log: Log):
     log.create_stream("s", StreamConfig(partitions=2))
-    assert log.append_payloads("s", 1, [b"a", b"", bytearray(b"c")]) == [0, 1, 2]
-    assert log.append_many("s", 1, [Entry(b"d")]) == [3]
-    assert log.append_payloads("s", 1, []) == []
-    got = log.read("s", 1, 0)
+    assert log.append_payloads("s", [b"a", b"", bytearray(b"c")], partition=1) == [0, 1, 2]
+    assert log.append_many("s", [Entry(b"d")], partition=1) == [3]
+    assert log.append_payloads("s", [], partition=1) == []
+    got = log.read("s", 0, partition=1)
     assert [(r.index, r.key, r.headers, r.data) for r in got] == [
         (0, None, (), b"a"),
         (1, None, (), b""),
@@ -215,23 +213,23 @@ def test_append_payloads_stores_data_only_records_like_append_many(log: Log):
         (3, None, (), b"d"),
     ]
     assert all(r.timestamp_ns > 0 for r in got)  # the log's clock
-    assert log.read("s", 0, 0) == []
+    assert log.read("s", 0) == []
     with pytest.raises(UnknownStream):
-        log.append_payloads("nope", 0, [b"x"])
+        log.append_payloads("nope", [b"x"])
     with pytest.raises(UnknownPartition):
-        log.append_payloads("s", 2, [b"x"])
+        log.append_payloads("s", [b"x"], partition=2)
 
 
 def test_read_payloads_is_index_and_data_of_read(log: Log):
     log.create_stream("s")
-    log.append_many("s", 0, [Entry(b"a"), Entry(b"b", key=b"k", headers=(("h", b"v"),))])
-    log.append_payloads("s", 0, [b"c", b"d"])
-    assert log.read_payloads("s", 0, 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
-    assert log.read_payloads("s", 0, 1, limit=2) == [(1, b"b"), (2, b"c")]
-    assert log.read_payloads("s", 0, 4) == []
-    assert log.read_payloads("s", 0, 0, limit=0) == []
+    log.append_many("s", [Entry(b"a"), Entry(b"b", key=b"k", headers=(("h", b"v"),))])
+    log.append_payloads("s", [b"c", b"d"])
+    assert log.read_payloads("s", 0) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    assert log.read_payloads("s", 1, limit=2) == [(1, b"b"), (2, b"c")]
+    assert log.read_payloads("s", 4) == []
+    assert log.read_payloads("s", 0, limit=0) == []
     with pytest.raises(UnknownStream):
-        log.read_payloads("nope", 0, 0)
+        log.read_payloads("nope", 0)
 
 
 def test_save_index_speaks_the_streams_vocabulary_and_never_moves_back(log):
@@ -243,4 +241,4 @@ def test_save_index_speaks_the_streams_vocabulary_and_never_moves_back(log):
     assert log.save_index("c", "v", 3) == 5
     assert log.get_index("c", "v") == 5
     assert log.save_index("c", "v", 7, partition=1) == 7
-    assert log.get_index("c", "v", 1) == 7 and log.get_index("c", "v", 0) == 5
+    assert log.get_index("c", "v", partition=1) == 7 and log.get_index("c", "v") == 5

@@ -22,14 +22,14 @@ def test_consumer_indexes_survive_reopen_and_stay_monotonic(tmp_path):
         log.save_index("a", "s", 8)
         log.save_index("b", "s", 2, partition=1)
     with open_log(tmp_path) as log:
-        assert log.get_index("a", "s", 0) == 8
-        assert log.get_index("b", "s", 1) == 2
+        assert log.get_index("a", "s") == 8
+        assert log.get_index("b", "s", partition=1) == 2
         size = (tmp_path / FILE_NAME).stat().st_size
         assert log.save_index("a", "s", 7) == 8  # lower: the stored index, unchanged
-        assert log.get_index("a", "s", 0) == 8
+        assert log.get_index("a", "s") == 8
         assert (tmp_path / FILE_NAME).stat().st_size == size  # and nothing was written
     with open_log(tmp_path) as log:
-        assert log.get_index("a", "s", 0) == 8
+        assert log.get_index("a", "s") == 8
 
 
 def test_store_is_compacted_on_open(tmp_path):

@@ -49,13 +49,13 @@ def test_a_flip_in_acknowledged_records_near_the_end_is_corrupt_segment_not_a_to
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
         for i in range(2000):
-            log.append("s", 0, b"record %06d " % i + b"x" * 100)
+            log.append("s", b"record %06d " % i + b"x" * 100)
     (seg,) = seg_files(tmp_path)
     size = seg.stat().st_size
     flip(seg, size - 1024)
     with pytest.raises(CorruptSegment) as e, open_log(tmp_path) as log:
         assert log.next_index("s") == 2000
-        log.read("s", 0, 0)
+        log.read("s", 0)
     assert e.value.path == str(seg)
     assert size - 1024 - 200 < e.value.offset <= size - 1024
     assert seg.stat().st_size == size  # nothing cut
@@ -64,13 +64,13 @@ def test_a_flip_in_acknowledged_records_near_the_end_is_corrupt_segment_not_a_to
 def test_a_bad_record_followed_by_acknowledged_ones_is_never_cut(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"y" * 300) for _ in range(100)])
+        log.append_many("s", [Entry(b"y" * 300) for _ in range(100)])
     (seg,) = seg_files(tmp_path)
     size = seg.stat().st_size
     (part_dir(tmp_path) / "00000000000000000000.idx").unlink()  # recovery scans from byte 0
     flip(seg, size // 2)
     with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
-        log.read("s", 0, 0)  # damage is found as the partition opens, on first use
+        log.read("s", 0)  # damage is found as the partition opens, on first use
     assert e.value.path == str(seg) and e.value.offset <= size // 2
     assert seg.stat().st_size == size
 
@@ -78,11 +78,11 @@ def test_a_bad_record_followed_by_acknowledged_ones_is_never_cut(tmp_path):
 def test_a_segment_shorter_than_its_fsynced_bytes_is_corrupt(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"y" * 300) for _ in range(10)])
+        log.append_many("s", [Entry(b"y" * 300) for _ in range(10)])
     (seg,) = seg_files(tmp_path)
     seg.write_bytes(seg.read_bytes()[:-300])
     with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
-        log.read("s", 0, 0)  # damage is found as the partition opens, on first use
+        log.read("s", 0)  # damage is found as the partition opens, on first use
     assert e.value.path == str(seg)
 
 
@@ -91,7 +91,7 @@ def test_power_loss_tail_after_the_fsynced_bytes_is_cut_even_if_valid_records_fo
     watermark, is a torn tail (nothing in it was acknowledged)."""
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"a" * 100) for _ in range(10)])
+        log.append_many("s", [Entry(b"a" * 100) for _ in range(10)])
     (seg,) = seg_files(tmp_path)
     durable = seg.stat().st_size
     lost, _, _ = encode_batch([Entry(b"b" * 100) for _ in range(10)], 10, 1)
@@ -99,7 +99,7 @@ def test_power_loss_tail_after_the_fsynced_bytes_is_cut_even_if_valid_records_fo
     seg.write_bytes(seg.read_bytes() + bytes(len(lost)) + kept)
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 10
-        assert log.append("s", 0, b"next") == 10
+        assert log.append("s", b"next") == 10
     assert seg.stat().st_size > durable
 
 
@@ -114,7 +114,7 @@ def test_recovery_point_ignores_index_entries_past_the_fsynced_bytes(tmp_path):
 
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"a" * 100) for _ in range(10)])
+        log.append_many("s", [Entry(b"a" * 100) for _ in range(10)])
     (seg,) = seg_files(tmp_path)
     durable = seg.stat().st_size
     lost, _, _ = encode_batch([Entry(b"b" * 1000) for _ in range(10)], 10, 1)
@@ -124,7 +124,7 @@ def test_recovery_point_ignores_index_entries_past_the_fsynced_bytes(tmp_path):
     idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 20, durable + len(lost)))
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 10
-        assert len(log.read("s", 0, 0)) == 10
+        assert len(log.read("s", 0)) == 10
     assert seg.stat().st_size == durable
 
 
@@ -149,14 +149,14 @@ def hold_fdatasync(monkeypatch) -> tuple[threading.Event, threading.Event]:
 def test_readonly_reader_sees_only_what_an_fsync_covered(tmp_path, monkeypatch):
     writer = SegmentLog(tmp_path)
     writer.create_stream("s")
-    writer.append("s", 0, b"durable")
+    writer.append("s", b"durable")
     in_sync, release = hold_fdatasync(monkeypatch)
-    t = threading.Thread(target=writer.append, args=("s", 0, b"pending"))
+    t = threading.Thread(target=writer.append, args=("s", b"pending"))
     t.start()
     try:
         assert in_sync.wait(10)
         with open_log(tmp_path, readonly=True) as reader:
-            assert [r.data for r in reader.read("s", 0, 0)] == [b"durable"]
+            assert [r.data for r in reader.read("s", 0)] == [b"durable"]
             assert reader.next_index("s") == 1
             assert reader.stream_info("s").partitions[0].next_index == 1
     finally:
@@ -164,14 +164,14 @@ def test_readonly_reader_sees_only_what_an_fsync_covered(tmp_path, monkeypatch):
         t.join(10)
     monkeypatch.undo()  # fdatasync as it was
     with open_log(tmp_path, readonly=True) as reader:
-        assert [r.data for r in reader.read("s", 0, 0)] == [b"durable", b"pending"]
+        assert [r.data for r in reader.read("s", 0)] == [b"durable", b"pending"]
     writer.close()
 
 
 def test_readonly_reader_of_a_none_stream_sees_whole_records_as_they_land(tmp_path):
     with open_log(tmp_path) as writer:
         writer.create_stream("s", StreamConfig(durability="none"))
-        writer.append("s", 0, b"a")
+        writer.append("s", b"a")
         with open_log(tmp_path, readonly=True) as reader:
             assert reader.next_index("s") == 1
 
@@ -180,7 +180,7 @@ def test_the_watermark_survives_a_torn_slot(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s")
         for i in range(5):
-            log.append("s", 0, b"%d" % i)
+            log.append("s", b"%d" % i)
     mark = part_dir(tmp_path) / DURABLE
     raw = bytearray(mark.read_bytes())
     newest = max((0, 512), key=lambda off: int.from_bytes(raw[off + 4 : off + 12], "little"))
@@ -200,20 +200,20 @@ def _eio(fd):
 def test_a_failed_fsync_in_flush_is_storage_failed_and_fails_the_partition(tmp_path, monkeypatch):
     log = open_log(tmp_path, clock=ManualClock())
     log.create_stream("s", StreamConfig(durability="none"))
-    log.append("s", 0, b"a")
+    log.append("s", b"a")
     monkeypatch.setattr(fs, "fdatasync", _eio)
     with pytest.raises(StorageFailed):
         log.flush()
     monkeypatch.undo()
     with pytest.raises(StorageFailed):  # never retried and assumed good
-        log.append("s", 0, b"b")
+        log.append("s", b"b")
     log.close()
 
 
 def test_a_failed_fsync_in_close_is_storage_failed(tmp_path, monkeypatch):
     log = open_log(tmp_path)
     log.create_stream("s", StreamConfig(durability="none"))
-    log.append("s", 0, b"a")
+    log.append("s", b"a")
     monkeypatch.setattr(fs, "fdatasync", _eio)
     with pytest.raises(StorageFailed):
         log.close()
@@ -227,15 +227,15 @@ def test_a_failed_folder_fsync_when_rolling_fails_the_partition(tmp_path, monkey
     a failed fsync like any other, never retried and assumed good."""
     log = open_log(tmp_path, clock=ManualClock())
     log.create_stream("s", StreamConfig(segment_bytes=600))
-    log.append("s", 0, b"a" * 100)
+    log.append("s", b"a" * 100)
     real = fs.fsync_dir
     monkeypatch.setattr(fs, "fsync_dir", lambda path: _eio(path))
     with pytest.raises(StorageFailed):
         for _ in range(20):  # until a roll
-            log.append("s", 0, b"b" * 100)
+            log.append("s", b"b" * 100)
     monkeypatch.setattr(fs, "fsync_dir", real)
     with pytest.raises(StorageFailed):
-        log.append("s", 0, b"c")
+        log.append("s", b"c")
     log.close()
 
 
@@ -263,7 +263,7 @@ def test_appenders_racing_close_get_log_closed_only(tmp_path):
         started.wait()
         try:
             while True:
-                log.append_many("s", p % 2, [Entry(b"r" * 50)] * 5)
+                log.append_many("s", [Entry(b"r" * 50)] * 5, partition=p % 2)
         except LogClosed:
             return
         except BaseException as e:
@@ -298,10 +298,10 @@ def test_short_writes_never_rename_a_truncated_consumer_store(tmp_path, monkeypa
         log.save_index("late", "s", 5)
     monkeypatch.undo()
     with open_log(tmp_path) as log:
-        assert [log.get_index(f"client-{i}", "s", 0) for i in range(20)] == [
+        assert [log.get_index(f"client-{i}", "s") for i in range(20)] == [
             100 + i for i in range(20)
         ]
-        assert log.get_index("late", "s", 0) == 5
+        assert log.get_index("late", "s") == 5
 
 
 def test_a_failed_consumer_save_refuses_later_saves(tmp_path, monkeypatch):
@@ -315,7 +315,7 @@ def test_a_failed_consumer_save_refuses_later_saves(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(StorageFailed, match="retried in"):
         log.save_index("c", "s", 3)
-    assert log.get_index("c", "s", 0) == 1
+    assert log.get_index("c", "s") == 1
     clock.advance(1.0)  # then the store reopens from disk (tests/log/test_reopen.py)
     assert log.save_index("c", "s", 3) == 3
     log.close()
@@ -348,7 +348,7 @@ def test_the_first_seal_fsyncs_the_lake_folders_it_creates(tmp_path, synced_dirs
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=500))
         for _ in range(10):
-            log.append("s", 0, b"x" * 100)
+            log.append("s", b"x" * 100)
         log.wait_for_seals()
     lake = tmp_path / "lake"
     assert {tmp_path, lake, lake / "s", lake / "s" / "partition=0"} <= set(synced_dirs)
@@ -358,7 +358,7 @@ def test_retention_fsyncs_the_folder_after_deleting_segments(tmp_path, synced_di
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=500, retention_records=1))
         for _ in range(20):
-            log.append("s", 0, b"x" * 100)
+            log.append("s", b"x" * 100)
         synced_dirs.clear()
         assert log.enforce_retention() == 0  # the lake still holds them
         assert part_dir(tmp_path) in synced_dirs
@@ -372,7 +372,7 @@ def test_a_segment_resurrected_after_retention_is_not_read_as_reaching_the_next_
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
         for i in range(30):
-            log.append("s", 0, b"%04d" % i + b"x" * 100)
+            log.append("s", b"%04d" % i + b"x" * 100)
         log.wait_for_seals()
         first = seg_files(tmp_path)[0]
         saved = first.read_bytes(), first.with_suffix(".idx").read_bytes()
@@ -381,10 +381,10 @@ def test_a_segment_resurrected_after_retention_is_not_read_as_reaching_the_next_
     first.write_bytes(saved[0])
     first.with_suffix(".idx").write_bytes(saved[1])
     with open_log(tmp_path, readonly=True) as reader:
-        assert [r.index for r in reader.read("s", 0, 0)] == list(range(30))
+        assert [r.index for r in reader.read("s", 0)] == list(range(30))
     with open_log(tmp_path) as log:
-        assert [r.index for r in log.read("s", 0, 0)] == list(range(30))
-        assert [r.data[:4] for r in log.read("s", 0, 0)] == [b"%04d" % i for i in range(30)]
+        assert [r.index for r in log.read("s", 0)] == list(range(30))
+        assert [r.data[:4] for r in log.read("s", 0)] == [b"%04d" % i for i in range(30)]
     assert not first.exists()
 
 
@@ -412,7 +412,7 @@ def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monke
     log = open_log(tmp_path)
     log.create_stream("s", StreamConfig(segment_bytes=500, retention_records=1))
     for _ in range(6):
-        log.append("s", 0, b"x" * 200)
+        log.append("s", b"x" * 200)
     log.wait_for_seals()
     (h,) = log.health()
     assert h.seal_failure is not None and "No space left" in h.seal_failure.error
@@ -434,7 +434,7 @@ def test_a_failed_seal_is_retried_reported_and_retention_resumes(tmp_path, monke
     before = len(seg_files(tmp_path))
     log.enforce_retention()
     assert len(seg_files(tmp_path)) == 1 < before  # not blocked until a restart
-    assert [r.index for r in log.read("s", 0, 0)] == list(range(6))
+    assert [r.index for r in log.read("s", 0)] == list(range(6))
     log.close()
     res = CliRunner().invoke(command, ["info", "--data-dir", str(tmp_path), "--json"])
     assert json.loads(res.output)[0]["seal_failure"] is None
@@ -452,7 +452,7 @@ def test_one_failing_partition_does_not_stop_retention_of_the_others(tmp_path, m
     log.create_stream("s", cfg)
     for p in range(3):
         for _ in range(10):
-            log.append("s", p, b"x" * 200)
+            log.append("s", b"x" * 200, partition=p)
     real = Partition.enforce_retention
 
     def broken_first(self, now_ns):
@@ -492,7 +492,7 @@ def test_a_slow_segment_read_does_not_hold_up_appends(tmp_path, monkeypatch, dur
         "s", StreamConfig(segment_bytes=2000, seal_to_lake=False, durability=durability)
     )
     for i in range(100):
-        log.append("s", 0, b"%04d" % i + b"x" * 200)
+        log.append("s", b"%04d" % i + b"x" * 200)
     reading, release = threading.Event(), threading.Event()
     real = os.pread
     got: list = []
@@ -506,20 +506,20 @@ def test_a_slow_segment_read_does_not_hold_up_appends(tmp_path, monkeypatch, dur
     monkeypatch.setattr(os, "pread", slow)
     monkeypatch.setattr(fs, "pread", slow)
     t = threading.Thread(
-        target=lambda: got.extend(log.read("s", 0, 0)), name="cold-reader", daemon=True
+        target=lambda: got.extend(log.read("s", 0)), name="cold-reader", daemon=True
     )
     t.start()
     try:
         assert reading.wait(10)
         done = threading.Event()
-        a = threading.Thread(target=lambda: (log.append("s", 0, b"hot"), done.set()), daemon=True)
+        a = threading.Thread(target=lambda: (log.append("s", b"hot"), done.set()), daemon=True)
         a.start()
         assert done.wait(5), "an append waited for a read"
     finally:
         release.set()
         t.join(10)
     assert [r.index for r in got] == list(range(100))
-    assert log.read("s", 0, 100)[0].data == b"hot"
+    assert log.read("s", 100)[0].data == b"hot"
     log.close()
 
 
@@ -528,7 +528,7 @@ def test_retention_deleting_a_segment_under_a_lock_free_read(tmp_path, monkeypat
     log = open_log(tmp_path)
     log.create_stream("s", cfg)
     for i in range(100):
-        log.append("s", 0, b"%04d" % i + b"x" * 200)
+        log.append("s", b"%04d" % i + b"x" * 200)
     reading, release = threading.Event(), threading.Event()
     real = fs.pread
     got: list = []
@@ -540,9 +540,7 @@ def test_retention_deleting_a_segment_under_a_lock_free_read(tmp_path, monkeypat
         return real(fd, n, at)
 
     monkeypatch.setattr(fs, "pread", slow)
-    t = threading.Thread(
-        target=lambda: got.extend(log.read("s", 0, 0, limit=5)), name="cold-reader"
-    )
+    t = threading.Thread(target=lambda: got.extend(log.read("s", 0, limit=5)), name="cold-reader")
     t.start()
     assert reading.wait(10)
     assert log.enforce_retention() > 0  # deletes the segment being read
@@ -561,7 +559,7 @@ def test_a_read_whose_segment_index_is_not_loaded_survives_retention_deleting_it
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
         for i in range(100):
-            log.append("s", 0, b"%04d" % i + b"x" * 200)
+            log.append("s", b"%04d" % i + b"x" * 200)
     log = open_log(tmp_path)  # fresh: no sealed segment's index is loaded yet
     part = log._partition("s", 0)
     with part._lock:
@@ -583,9 +581,9 @@ def test_stream_info_says_how_far_the_disk_holds(tmp_path, monkeypatch):
     ``next_index`` includes a record whose fsync is still running; ``durable_next`` does not."""
     log = open_log(tmp_path)
     log.create_stream("s")
-    log.append("s", 0, b"a")
+    log.append("s", b"a")
     in_sync, release = hold_fdatasync(monkeypatch)
-    t = threading.Thread(target=log.append, args=("s", 0, b"b"))
+    t = threading.Thread(target=log.append, args=("s", b"b"))
     t.start()
     try:
         assert in_sync.wait(10)
@@ -611,7 +609,7 @@ def test_an_open_that_fails_releases_the_lock_even_when_a_partition_close_fails(
 
     with open_log(tmp_path) as log:
         log.create_stream("a", StreamConfig(partitions=2))
-        log.append("a", 0, b"x")
+        log.append("a", b"x")
     real_load = segment_log.SegmentLog._load_streams
 
     def load_then_fail(self):
@@ -627,4 +625,4 @@ def test_an_open_that_fails_releases_the_lock_even_when_a_partition_close_fails(
         open_log(tmp_path)
     monkeypatch.undo()
     with open_log(tmp_path) as log:  # not LogLocked
-        assert log.read_payloads("a", 0, 0, 10)[0][1] == b"x"
+        assert log.read_payloads("a", 0, 10)[0][1] == b"x"

@@ -108,10 +108,10 @@ def test_a_batch_past_64_mib_is_left_to_python():
 def _write(root: Path, entries: list[Entry], payloads: list[bytes]) -> None:
     with open_log(root) as log:
         log.create_stream("s", StreamConfig(durability="batch"))
-        log.append_many("s", 0, entries)  # chunked: larger than CHUNK_BYTES
+        log.append_many("s", entries)  # chunked: larger than CHUNK_BYTES
         for i in range(0, len(payloads), 100):
-            log.append_payloads("s", 0, payloads[i : i + 100])
-        log.append_many("s", 0, [Entry(b"one", timestamp_ns=5)])  # a lone, zero-filled append
+            log.append_payloads("s", payloads[i : i + 100])
+        log.append_many("s", [Entry(b"one", timestamp_ns=5)])  # a lone, zero-filled append
 
 
 def test_a_log_written_through_the_c_framer_is_the_same_on_disk(tmp_path, monkeypatch):
@@ -127,5 +127,5 @@ def test_a_log_written_through_the_c_framer_is_the_same_on_disk(tmp_path, monkey
     for f in data_files:
         assert (tmp_path / "c" / f).read_bytes() == (tmp_path / "py" / f).read_bytes(), f
     with open_log(tmp_path / "c") as log:
-        rows = log.read_payloads("s", 0, 0, 10_000)
+        rows = log.read_payloads("s", 0, 10_000)
     assert [d for _, d in rows] == [e.data for e in entries] + payloads + [b"one"]

@@ -37,10 +37,10 @@ def test_a_large_batch_is_acknowledged_only_when_all_of_it_is_durable(tmp_path):
     with SimDisk(tmp_path) as disk:
         log = open_log(disk.root / "data")
         log.create_stream("s", StreamConfig(durability="batch"))
-        assert log.append_payloads("s", 0, datas) == list(range(BIG))
+        assert log.append_payloads("s", datas) == list(range(BIG))
         disk.restart(random.Random(0), file_mode="none", entries="none")
         with open_log(disk.root / "data") as log:
-            assert [d for _, d in log.read_payloads("s", 0, 0, BIG + 1)] == datas
+            assert [d for _, d in log.read_payloads("s", 0, BIG + 1)] == datas
 
 
 def test_a_large_batch_is_fsynced_on_another_thread_while_its_next_chunk_is_written(
@@ -72,10 +72,10 @@ def test_a_large_batch_is_fsynced_on_another_thread_while_its_next_chunk_is_writ
     monkeypatch.setattr(fs, "write", write)
     monkeypatch.setattr(fs, "fdatasync", fdatasync)
     datas = _datas(BIG)
-    assert log.append_payloads("s", 0, datas) == list(range(BIG))
+    assert log.append_payloads("s", datas) == list(range(BIG))
     assert chunk_writes >= 3 and helper_synced.is_set()
     monkeypatch.undo()
-    assert [d for _, d in log.read_payloads("s", 0, 0, BIG + 1)] == datas
+    assert [d for _, d in log.read_payloads("s", 0, BIG + 1)] == datas
     log.close()
 
 
@@ -87,19 +87,19 @@ def test_a_chunked_batch_may_roll_to_a_new_segment_and_keeps_its_indexes(tmp_pat
             "s",
             StreamConfig(durability="batch", segment_bytes=CHUNK_BYTES + 100, seal_to_lake=False),
         )
-        log.append_payloads("s", 0, [b"first"])
-        assert log.append_payloads("s", 0, datas) == list(range(1, BIG + 1))
+        log.append_payloads("s", [b"first"])
+        assert log.append_payloads("s", datas) == list(range(1, BIG + 1))
         disk.restart(random.Random(0), file_mode="none", entries="none")
         with open_log(disk.root / "data") as log:
             assert len(list((disk.root / "data" / "streams" / "s" / "0").glob("*.seg"))) >= 3
-            got = [d for _, d in log.read_payloads("s", 0, 0, BIG + 10)]
+            got = [d for _, d in log.read_payloads("s", 0, BIG + 10)]
             assert got == [b"first", *datas]
 
 
 def test_append_payloads_then_calls_done_only_after_the_fsync(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s")
-    log.append_payloads("s", 0, [b"durable"])
+    log.append_payloads("s", [b"durable"])
     started, release = threading.Event(), threading.Event()
     real = fs.fdatasync
 
@@ -117,20 +117,20 @@ def test_append_payloads_then_calls_done_only_after_the_fsync(tmp_path, monkeypa
         done.set()
 
     try:
-        assert log.append_payloads_then("s", 0, [b"a", b"b"], on_durable) == [1, 2]
+        assert log.append_payloads_then("s", [b"a", b"b"], on_durable) == [1, 2]
         assert started.wait(10)  # the fsync runs on the group commit's helper thread
         assert not done.is_set()
         # readers in this process see only the durable prefix meanwhile
-        assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"durable"]
+        assert [d for _, d in log.read_payloads("s", 0, 10)] == [b"durable"]
         # and the writer goes on writing while it syncs
-        assert log.append_payloads_then("s", 0, [b"c"], on_durable) == [3]
+        assert log.append_payloads_then("s", [b"c"], on_durable) == [3]
     finally:
         release.set()
     assert done.wait(10)
     monkeypatch.undo()
     log.flush()
     assert outcome[0] is None
-    assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"durable", b"a", b"b", b"c"]
+    assert [d for _, d in log.read_payloads("s", 0, 10)] == [b"durable", b"a", b"b", b"c"]
     log.close()
 
 
@@ -139,7 +139,7 @@ def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp
         clock = ManualClock()
         log = open_log(disk.root / "data", clock=clock)
         log.create_stream("s")
-        log.next_index("s", 0)  # opens the partition (its folder fsyncs) before the fault
+        log.next_index("s")  # opens the partition (its folder fsyncs) before the fault
         disk.fail_fsync_after(1)
         done = threading.Event()
         outcome: list[BaseException | None] = []
@@ -148,18 +148,18 @@ def test_append_payloads_then_reports_a_failed_fsync_and_the_partition_fails(tmp
             outcome.append(error)
             done.set()
 
-        log.append_payloads_then("s", 0, [b"lost"], on_durable)
+        log.append_payloads_then("s", [b"lost"], on_durable)
         assert done.wait(10)
         assert isinstance(outcome[0], StorageFailed)
         with pytest.raises(StorageFailed):
-            log.append_payloads("s", 0, [b"next"])
+            log.append_payloads("s", [b"next"])
         after: list[BaseException | None] = []
         with pytest.raises(StorageFailed):
-            log.append_payloads_then("s", 0, [b"later"], after.append)
+            log.append_payloads_then("s", [b"later"], after.append)
         assert after == []  # refused before anything was written: raised, done not called
         clock.advance(REOPEN_FIRST_S)  # the partition reopens from disk
         durable = threading.Event()
-        log.append_payloads_then("s", 0, [b"later"], lambda e: (after.append(e), durable.set()))
+        log.append_payloads_then("s", [b"later"], lambda e: (after.append(e), durable.set()))
         assert durable.wait(10) and after == [None]
         log.close()
 
@@ -168,7 +168,7 @@ def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatc
     """A write whose fsync had not run yet when the log closed is covered by close's fsync."""
     log = SegmentLog(tmp_path)
     log.create_stream("s")
-    log.next_index("s", 0)  # opens the partition (its own fsyncs) before counting
+    log.next_index("s")  # opens the partition (its own fsyncs) before counting
     outcome: list[BaseException | None] = []
     started, release = threading.Event(), threading.Event()
     real = fs.fdatasync
@@ -183,7 +183,7 @@ def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatc
         real(fd)
 
     monkeypatch.setattr(fs, "fdatasync", held)
-    log.append_payloads_then("s", 0, [b"x"], outcome.append)
+    log.append_payloads_then("s", [b"x"], outcome.append)
     assert started.wait(10)
     closer = threading.Thread(target=log.close)
     closer.start()
@@ -192,7 +192,7 @@ def test_close_acknowledges_what_append_payloads_then_wrote(tmp_path, monkeypatc
     assert outcome == [None]
     monkeypatch.undo()
     with open_log(tmp_path) as log:
-        assert [d for _, d in log.read_payloads("s", 0, 0, 10)] == [b"x"]
+        assert [d for _, d in log.read_payloads("s", 0, 10)] == [b"x"]
 
 
 def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
@@ -201,7 +201,7 @@ def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
     records stay readable after a reopen."""
     log = SegmentLog(tmp_path, clock=ManualClock())
     log.create_stream("s")
-    log.append_payloads("s", 0, [b"before"])
+    log.append_payloads("s", [b"before"])
     real = fs.pwrite
 
     def short(fd: int, data, offset: int) -> int:
@@ -209,16 +209,16 @@ def test_a_failed_watermark_write_fails_the_partition(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fs, "pwrite", short)
     with pytest.raises(StorageFailed, match="watermark"):
-        log.append_payloads("s", 0, [b"x"])
+        log.append_payloads("s", [b"x"])
     monkeypatch.undo()
     with pytest.raises(StorageFailed):
-        log.append_payloads("s", 0, [b"y"])
+        log.append_payloads("s", [b"y"])
     outcome: list[BaseException | None] = []
     with pytest.raises(StorageFailed):
-        log.append_payloads_then("s", 0, [b"z"], outcome.append)
+        log.append_payloads_then("s", [b"z"], outcome.append)
     log.close()
     with open_log(tmp_path) as log:
-        assert [d for _, d in log.read_payloads("s", 0, 0, 10)][:1] == [b"before"]
+        assert [d for _, d in log.read_payloads("s", 0, 10)][:1] == [b"before"]
 
 
 def test_an_idle_helper_is_woken_by_new_work_only_not_by_every_fsync(monkeypatch):

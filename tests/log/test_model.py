@@ -107,14 +107,16 @@ class LogModel(RuleBasedStateMachine):
         """Every record of every partition, and every consumer index, as the model has them."""
         for s in ("s", "n"):
             for p in (0, 1):
-                got = self.real.read(s, p, 0)
-                want = self.model.read(s, p, 0)
+                got = self.real.read(s, 0, partition=p)
+                want = self.model.read(s, 0, partition=p)
                 assert [(r.index, *_row(r)) for r in got] == [(r.index, *_row(r)) for r in want]
         self.same_state()
 
     @rule(s=STREAMS, p=st.integers(0, 1), entries=entries_st)
     def append(self, s, p, entries):
-        assert self.real.append_many(s, p, entries) == self.model.append_many(s, p, entries)
+        assert self.real.append_many(s, entries, partition=p) == self.model.append_many(
+            s, entries, partition=p
+        )
 
     @rule(
         p=st.integers(0, 1),
@@ -125,37 +127,39 @@ class LogModel(RuleBasedStateMachine):
     def read(self, p, start, limit, span):
         end = None if span is None else start + span
         for s in ("s", "n"):
-            assert self.real.read(s, p, start, limit, end) == self.model.read(
-                s, p, start, limit, end
+            assert self.real.read(s, start, limit, end, partition=p) == self.model.read(
+                s, start, limit, end, partition=p
             )
 
     @rule(s=STREAMS, p=st.integers(0, 1), start=st.integers(-2, 80), limit=st.integers(0, 20))
     def read_payloads(self, s, p, start, limit):
-        assert self.real.read_payloads(s, p, start, limit) == self.model.read_payloads(
-            s, p, start, limit
+        assert self.real.read_payloads(s, start, limit, partition=p) == self.model.read_payloads(
+            s, start, limit, partition=p
         )
 
     @rule(p=st.integers(0, 1), index=st.integers(0, 90))
     def truncate(self, p, index):
         # with the lake on, segments below ``index`` go but every record stays readable there,
         # so the model does not change: the invariant and later reads check nothing was lost
-        dropped = self.real.truncate_before("s", p, index)
+        dropped = self.real.truncate_before("s", index, partition=p)
         assert 0 <= dropped <= index  # never a record at or above ``index``
-        assert self.real.read("s", p, 0) == self.model.read("s", p, 0)  # the lake serves them
+        assert self.real.read("s", 0, partition=p) == self.model.read(
+            "s", 0, partition=p
+        )  # the lake serves them
 
     @rule(p=st.integers(0, 1), index=st.integers(0, 90))
     def truncate_without_lake(self, p, index):
         # whole segments: the real log may keep more than asked, never less than ``index``
         before = self.real.stream_info("n").partitions[p].first_index
-        dropped = self.real.truncate_before("n", p, index)
+        dropped = self.real.truncate_before("n", index, partition=p)
         after = self.real.stream_info("n").partitions[p].first_index
         assert before <= after <= max(before, index)
         assert dropped == after - before
-        assert self.model.truncate_before("n", p, after) == dropped
+        assert self.model.truncate_before("n", after, partition=p) == dropped
 
     @rule(client=st.sampled_from(["x", "y"]), p=st.integers(0, 1), index=st.integers(0, 50))
     def save_index(self, client, p, index):
-        before = self.model.get_index(client, "s", p)
+        before = self.model.get_index(client, "s", partition=p)
         want = self.model.save_index(client, "s", index, partition=p)
         assert want == (index if before is None else max(before, index))  # never moves back
         assert self.real.save_index(client, "s", index, partition=p) == want
@@ -182,18 +186,18 @@ class LogModel(RuleBasedStateMachine):
         before = self.model.stream_info(s).partitions[p].next_index
         self.disk.crash_after(calls)
         try:
-            self.real.append_many(s, p, entries)
+            self.real.append_many(s, entries, partition=p)
             acked = True
         except PowerLoss:
             acked = False
         self.restart_after_power_loss(seed)
-        got = [_row(r) for r in self.real.read(s, p, before)]
+        got = [_row(r) for r in self.real.read(s, before, partition=p)]
         wrote = [(e.data, e.key, tuple(e.headers), e.timestamp_ns) for e in entries]
         if acked:
             assert got == wrote, "an acknowledged append lost records in a power loss"
         else:
             assert got == wrote[: len(got)], "an unacknowledged append left records it never wrote"
-        self.model.append_many(s, p, entries[: len(got)])
+        self.model.append_many(s, entries[: len(got)], partition=p)
         self.check_everything()
 
     @invariant()
@@ -205,7 +209,8 @@ class LogModel(RuleBasedStateMachine):
                 assert (got.first_index, got.next_index) == (want.first_index, want.next_index)
         for p in (0, 1):
             for c in ("x", "y"):
-                assert self.real.get_index(c, "s", p) == self.model.get_index(c, "s", p)
+                got = self.real.get_index(c, "s", partition=p)
+                assert got == self.model.get_index(c, "s", partition=p)
 
     def teardown(self) -> None:
         try:

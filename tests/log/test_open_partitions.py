@@ -39,11 +39,11 @@ def test_an_lru_bounds_open_partitions_and_closing_one_loses_nothing(tmp_path) -
         base = open_fds()
         for rnd in range(3):
             for p in range(64):
-                assert log.append_payloads("s", p, [b"%d/%d" % (rnd, p)]) == [rnd]
+                assert log.append_payloads("s", [b"%d/%d" % (rnd, p)], partition=p) == [rnd]
                 assert log.open_partitions() <= 4
         assert open_fds() - base <= 4 * 4 + 4  # four per open partition, a few spare
         for p in range(64):  # read back through evictions: every acknowledged record is there
-            assert [d for _, d in log.read_payloads("s", p, 0, 10)] == [
+            assert [d for _, d in log.read_payloads("s", 0, 10, partition=p)] == [
                 b"%d/%d" % (r, p) for r in range(3)
             ]
         info = log.stream_info("s")  # answered without opening all 64
@@ -51,7 +51,7 @@ def test_an_lru_bounds_open_partitions_and_closing_one_loses_nothing(tmp_path) -
         assert log.open_partitions() <= 4
     with open_log(tmp_path, max_open_partitions=4) as log:  # and after a restart
         assert [p.next_index for p in log.stream_info("s").partitions] == [3] * 64
-        assert log.read_payloads("s", 63, 2, 1) == [(2, b"2/63")]
+        assert log.read_payloads("s", 2, 1, partition=63) == [(2, b"2/63")]
 
 
 def test_quota_per_stream_refuses_and_makes_nothing(tmp_path) -> None:

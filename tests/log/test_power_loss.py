@@ -588,7 +588,9 @@ class PowerLossRun:
                 rows.append((data, key, headers, T0 + s))
             self.trace.append(f"append p{p} x{n}")
             idx = log.append_many(
-                STREAM, p, [Entry(d, key=k, headers=h, timestamp_ns=t) for d, k, h, t in rows]
+                STREAM,
+                [Entry(d, key=k, headers=h, timestamp_ns=t) for d, k, h, t in rows],
+                partition=p,
             )
             with self.lock:
                 for i, row in zip(idx, rows, strict=True):
@@ -596,19 +598,19 @@ class PowerLossRun:
                     self.k.acked[p].add(i)
                     self.fig.acked += 1
         elif x < 0.68:
-            start = rng.randrange(0, max(1, log.next_index(STREAM, p) + 1))
+            start = rng.randrange(0, max(1, log.next_index(STREAM, partition=p) + 1))
             self.trace.append(f"read p{p} from {start}")
-            for r in log.read(STREAM, p, start, limit=rng.randint(1, 30)):
+            for r in log.read(STREAM, start, limit=rng.randint(1, 30), partition=p):
                 with self.lock:
                     self.learn(p, r.index, _row(r), "served")
         elif x < 0.76:
             # a reader in another process (the Spark source, ``loglake log read``): it too must
             # see only what is durable, or it serves records a power loss takes back
-            start = max(0, log.next_index(STREAM, p) - rng.randint(0, 10))  # the tail
+            start = max(0, log.next_index(STREAM, partition=p) - rng.randint(0, 10))  # the tail
             self.trace.append(f"read-only reader: p{p} from {start}")
             if self.reader is None:
                 self.reader = open_log(self.disk.root / DATA, readonly=True)
-            for r in self.reader.read(STREAM, p, start, limit=rng.randint(1, 30)):
+            for r in self.reader.read(STREAM, start, limit=rng.randint(1, 30), partition=p):
                 with self.lock:
                     self.learn(p, r.index, _row(r), "served to a read-only reader")
             if rng.random() < (0.5 if self.readers else 0.25):
@@ -616,21 +618,21 @@ class PowerLossRun:
         elif x < 0.86:
             c = rng.choice(CLIENTS)
             key = (c, STREAM, p)
-            cur = log.get_index(c, STREAM, p) or 0
+            cur = log.get_index(c, STREAM, partition=p) or 0
             v = cur + rng.randint(0, 5)
             with self.lock:
                 self.k.consumer_max[key] = max(self.k.consumer_max.get(key, 0), v)
             self.trace.append(f"save {c}/p{p}={v}")
-            log.save_index(c, STREAM, v, p)
+            log.save_index(c, STREAM, v, partition=p)
             with self.lock:
                 self.k.consumer_min[key] = max(self.k.consumer_min.get(key, 0), v)
         elif x < 0.91:
-            nxt = log.next_index(STREAM, p)
+            nxt = log.next_index(STREAM, partition=p)
             upto = rng.randint(0, nxt)
             with self.lock:
                 self.k.floor[p] = max(self.k.floor[p], upto)
             self.trace.append(f"truncate_before p{p} {upto}")
-            log.truncate_before(STREAM, p, upto)
+            log.truncate_before(STREAM, upto, partition=p)
         elif x < 0.96:
             self.trace.append("retention")
             log.enforce_retention(T0 + self.next_seq)
@@ -704,7 +706,7 @@ class PowerLossRun:
             raise self.fail(f"the stream's config changed without an error: {config}")
         for p in range(self.config.partitions):
             info = log.stream_info(STREAM).partitions[p]
-            recs = list(log.iter_records(STREAM, p, 0))
+            recs = list(log.iter_records(STREAM, 0, partition=p))
             idx = [r.index for r in recs]
             if idx != list(range(info.first_index, info.next_index)):
                 raise self.fail(f"partition {p}: indexes {idx[:5]}… are not {info.first_index}..")
@@ -729,7 +731,8 @@ class PowerLossRun:
             if info.next_index <= top:
                 raise self.fail(f"partition {p}: next index {info.next_index} would reuse {top}")
         for key, lo in self.k.consumer_min.items():
-            got = log.get_index(*key)
+            client, stream, part = key
+            got = log.get_index(client, stream, partition=part)
             self.fig.consumer_checks += 1
             if got is None or got < lo:
                 self.fig.losses += 1
@@ -846,7 +849,7 @@ def test_an_fsync_racing_a_failed_one_acknowledges_nothing(tmp_path, monkeypatch
     with SimDisk(tmp_path) as disk:
         log = open_log(disk.root / DATA)
         log.create_stream(STREAM, StreamConfig(durability="batch"))
-        log.append_many(STREAM, 0, [Entry(b"first")])
+        log.append_many(STREAM, [Entry(b"first")])
         failing, flushed = threading.Event(), threading.Event()
         real = fs.fdatasync
 
@@ -865,7 +868,7 @@ def test_an_fsync_racing_a_failed_one_acknowledges_nothing(tmp_path, monkeypatch
 
         def append() -> None:
             try:
-                log.append_many(STREAM, 0, [Entry(b"x" * 300)])
+                log.append_many(STREAM, [Entry(b"x" * 300)])
             except BaseException as e:
                 outcome.append(e)
 
@@ -884,7 +887,7 @@ def test_an_fsync_racing_a_failed_one_acknowledges_nothing(tmp_path, monkeypatch
         monkeypatch.undo()
         disk.restart(random.Random(0), file_mode="all", entries="all")
         with open_log(disk.root / DATA) as log:
-            assert [r.data for r in log.read(STREAM, 0, 0)] == [b"first"]
+            assert [r.data for r in log.read(STREAM, 0)] == [b"first"]
 
 
 def test_reopening_after_a_failed_fsync_makes_the_unsynced_tail_durable_before_trusting_it(
@@ -900,18 +903,18 @@ def test_reopening_after_a_failed_fsync_makes_the_unsynced_tail_durable_before_t
     with SimDisk(tmp_path) as disk:
         log = open_log(disk.root / DATA)
         log.create_stream(STREAM, StreamConfig(durability="batch"))
-        log.append_many(STREAM, 0, [Entry(b"first")])
+        log.append_many(STREAM, [Entry(b"first")])
         disk.fail_fsync_after(1)
         with pytest.raises(StorageFailed):
-            log.append_many(STREAM, 0, [Entry(b"x" * 300), Entry(b"y" * 700)])
+            log.append_many(STREAM, [Entry(b"x" * 300), Entry(b"y" * 700)])
         log.close()
         assert _lost_bytes(disk) > 0
         with open_log(disk.root / DATA) as log:  # the same process, the same page cache
-            assert [r.data for r in log.read(STREAM, 0, 0)] == [b"first", b"x" * 300, b"y" * 700]
+            assert [r.data for r in log.read(STREAM, 0)] == [b"first", b"x" * 300, b"y" * 700]
         assert _lost_bytes(disk) == 0
         disk.restart(random.Random(0), file_mode="none", entries="none")
         with open_log(disk.root / DATA) as log:
-            assert [r.data for r in log.read(STREAM, 0, 0)] == [b"first", b"x" * 300, b"y" * 700]
+            assert [r.data for r in log.read(STREAM, 0)] == [b"first", b"x" * 300, b"y" * 700]
 
 
 def test_a_reader_in_another_process_is_served_only_durable_records(tmp_path):

@@ -39,7 +39,7 @@ def crash_image(tmp_path: Path, records: int) -> Path:
     with open_log(live) as log:
         log.create_stream("s", StreamConfig(durability="always"))
         for i in range(records):
-            log.append("s", 0, payload(i))
+            log.append("s", payload(i))
         shutil.copytree(live, crashed, ignore=shutil.ignore_patterns("LOCK"))
     return crashed
 
@@ -47,14 +47,14 @@ def crash_image(tmp_path: Path, records: int) -> Path:
 def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
-        log.append("s", 0, payload(0))
+        log.append("s", payload(0))
         (seg,) = seg_files(tmp_path)
         end, size, zeros = records_end(seg)
         assert size == end + ZERO_AHEAD_MIN and zeros  # a small segment: few zeros
         n, most = 1, 0
         while end < 3 * ZERO_AHEAD:
             for _ in range(37):
-                log.append("s", 0, payload(n))
+                log.append("s", payload(n))
                 n += 1
             end, size, zeros = records_end(seg)
             assert zeros and end <= size <= end + max(end, ZERO_AHEAD_MIN)
@@ -63,7 +63,7 @@ def test_the_active_segment_is_zero_filled_ahead_and_trimmed_on_close(tmp_path):
     end, size, _ = records_end(seg)
     assert end == size  # the clean close cut the zeros
     with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(n)]
+        assert [r.data for r in log.read("s", 0)] == [payload(i) for i in range(n)]
 
 
 def test_a_crash_image_with_zeros_reopens_and_appends_after_the_last_record(tmp_path, caplog):
@@ -73,12 +73,12 @@ def test_a_crash_image_with_zeros_reopens_and_appends_after_the_last_record(tmp_
     assert records_end(seg_files(crashed)[0])[1] > records_end(seg_files(crashed)[0])[0]
     with caplog.at_level(logging.INFO), open_log(crashed) as log:
         assert log.next_index("s") == 30
-        assert log.append("s", 0, payload(30)) == 30
+        assert log.append("s", payload(30)) == 30
     assert "truncated torn tail" not in caplog.text
     end, size, _ = records_end(seg_files(crashed)[0])
     assert end == size
     with open_log(crashed) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(31)]
+        assert [r.data for r in log.read("s", 0)] == [payload(i) for i in range(31)]
 
 
 def test_a_torn_record_before_the_zeros_is_still_reported_and_cut(tmp_path, caplog):
@@ -99,13 +99,13 @@ def test_a_reader_follows_the_writer_through_the_zeros(tmp_path):
     big = b"B" * (READ_CHUNK + 5000)
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always"))
-        log.append("s", 0, payload(0))
+        log.append("s", payload(0))
         with open_log(tmp_path, readonly=True) as reader:
-            assert [r.data for r in reader.read("s", 0, 0)] == [payload(0)]
-            log.append("s", 0, big)
+            assert [r.data for r in reader.read("s", 0)] == [payload(0)]
+            log.append("s", big)
             for i in range(2, 400):
-                log.append("s", 0, payload(i))
-            got = [r.data for r in reader.read("s", 0, 0)]
+                log.append("s", payload(i))
+            got = [r.data for r in reader.read("s", 0)]
             assert got == [payload(0), big, *(payload(i) for i in range(2, 400))]
             assert reader.next_index("s") == 400
 
@@ -114,7 +114,7 @@ def test_a_rolled_segment_has_no_zeros(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="always", segment_bytes=40_000))
         for i in range(100):
-            log.append("s", 0, payload(i))
+            log.append("s", payload(i))
         segs = seg_files(tmp_path)
         assert len(segs) > 2
         for seg in segs[:-1]:
@@ -127,7 +127,7 @@ def test_a_rolled_segment_has_no_zeros(tmp_path):
 def test_a_burst_sized_write_extends_the_file_without_zeros(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="batch"))
-        log.append_payloads("s", 0, [payload(i) for i in range(2 * SMALL_WRITE // 1000)])
+        log.append_payloads("s", [payload(i) for i in range(2 * SMALL_WRITE // 1000)])
         end, size, _ = records_end(seg_files(tmp_path)[0])
         assert end == size
 
@@ -140,10 +140,10 @@ def test_a_chunked_append_writes_no_zeros_even_where_its_last_chunk_is_small(tmp
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(durability="batch"))
         for round_ in range(3):
-            log.append_payloads("s", 0, [payload(i) for i in range(step + 10)])
+            log.append_payloads("s", [payload(i) for i in range(step + 10)])
             end, size, _ = records_end(seg_files(tmp_path)[0])
             assert end == size, round_
-        log.append_payloads("s", 0, [payload(0)])  # a small append still fills
+        log.append_payloads("s", [payload(0)])  # a small append still fills
         end, size, zeros = records_end(seg_files(tmp_path)[0])
         assert size > end and zeros
 
@@ -172,33 +172,33 @@ def test_a_disk_too_full_for_the_zeros_still_takes_the_record(tmp_path, monkeypa
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(durability="always"))
     failed = _zero_writes_fail(monkeypatch, log, errno.ENOSPC, half_first=True)
-    assert log.append("s", 0, payload(0)) == 0
+    assert log.append("s", payload(0)) == 0
     first_fill = len(payload(0)) + PLAIN_HEAD_SIZE + ZERO_AHEAD_MIN  # the record, then zeros
     assert failed == [None, first_fill // 2]  # half the zeros, then the disk was full
     end, size, _ = records_end(seg_files(tmp_path)[0])
     assert end == size  # the half written was cut: the write went on without zeros
-    assert log.append("s", 0, payload(1)) == 1
+    assert log.append("s", payload(1)) == 1
     log.close()
     with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(0), payload(1)]
+        assert [r.data for r in log.read("s", 0)] == [payload(0), payload(1)]
 
 
 def test_a_failed_zero_fill_fails_the_append_and_loses_nothing(tmp_path, monkeypatch):
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(durability="always", segment_bytes=20_000))
     for i in range(25):  # rolls: the new active segment has no zeros yet
-        log.append("s", 0, payload(i))
+        log.append("s", payload(i))
     real = fs.pwrite
     _zero_writes_fail(monkeypatch, log, errno.EIO)
     with pytest.raises(OSError) as e:
         while True:
-            log.append("s", 0, payload(99))
+            log.append("s", payload(99))
     assert e.value.errno == errno.EIO
     monkeypatch.setattr(fs, "pwrite", real)  # the device is back
     n = log.next_index("s")
-    assert log.append("s", 0, payload(n)) == n
+    assert log.append("s", payload(n)) == n
     log.close()
     with open_log(tmp_path) as log:
-        got = [r.data for r in log.read("s", 0, 0)]
+        got = [r.data for r in log.read("s", 0)]
     assert got[:25] == [payload(i) for i in range(25)] and got[-1] == payload(n)
     assert len(got) == n + 1

@@ -17,13 +17,13 @@ from loglake.log.record_codec import FRAME_HEAD
 
 
 def _table(log, start: int = 0, end: int | None = None, **kw) -> pa.Table:
-    tables = list(log.read_tables("s", 0, start, end, **kw))
+    tables = list(log.read_tables("s", start, end, **kw))
     assert all(t.schema == LAKE_SCHEMA for t in tables)
     return pa.concat_tables(tables) if tables else LAKE_SCHEMA.empty_table()
 
 
 def _rows(log, start: int = 0, end: int | None = None) -> pa.Table:
-    return records_table(list(log.iter_records("s", 0, start, end)), "s", 0)
+    return records_table(list(log.iter_records("s", start, end)), "s", 0)
 
 
 def _fill(log, n: int, every_keyed: int = 0, at: int = 0) -> None:
@@ -37,7 +37,7 @@ def _fill(log, n: int, every_keyed: int = 0, at: int = 0) -> None:
             )
             for j in range(i, min(i + 10, at + n))
         ]
-        log.append_many("s", 0, entries)
+        log.append_many("s", entries)
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,7 +96,7 @@ def test_a_reader_sees_the_durable_prefix_only(tmp_path):
         with open_log(tmp_path, readonly=True) as reader:
             assert _table(reader).equals(_rows(reader))
             assert _table(reader).num_rows == 50
-        log.append_many("s", 0, [Entry(b"late")])
+        log.append_many("s", [Entry(b"late")])
         with open_log(tmp_path, readonly=True) as reader:
             assert _table(reader)["data"][-1].as_py() == b"late"
 
@@ -112,7 +112,7 @@ def test_damage_raises_what_read_raises(tmp_path):
     first.write_bytes(bytes(raw))
     with open_log(tmp_path) as log:
         with pytest.raises(CorruptSegment) as rows:
-            log.read("s", 0, 0, limit=10)
+            log.read("s", 0, limit=10)
         with pytest.raises(CorruptSegment) as tables:
             _table(log)
         assert (tables.value.path, tables.value.offset) == (rows.value.path, rows.value.offset)
@@ -130,6 +130,6 @@ def test_one_large_record_among_small_ones(tmp_path):
     the C slice would size its output by the largest)."""
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(seal_to_lake=False))
-        log.append_payloads("s", 0, [b"x"] * 200 + [bytes(range(256)) * 400] + [b"yz"] * 50)
+        log.append_payloads("s", [b"x"] * 200 + [bytes(range(256)) * 400] + [b"yz"] * 50)
         assert _table(log).equals(_rows(log))
         assert _table(log)["data"][200].as_py() == bytes(range(256)) * 400

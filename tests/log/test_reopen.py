@@ -65,25 +65,25 @@ def test_a_failed_fsync_fails_the_pending_append_and_an_append_after_the_back_of
     clock = ManualClock()
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(partitions=2))
-    assert log.append("s", 0, b"ok") == 0
+    assert log.append("s", b"ok") == 0
     sync = FailingSync(monkeypatch)
     sync.left = 1
     with pytest.raises(StorageFailed, match=r"^s/0: fsync failed .*reopens from disk"):
-        log.append("s", 0, b"pending")
+        log.append("s", b"pending")
     calls = sync.calls
     with pytest.raises(StorageFailed, match=r"^s/0: .*retried in 0\.10 s") as e:
-        log.append("s", 0, b"too soon")
+        log.append("s", b"too soon")
     assert sync.calls == calls  # nothing was fsynced again, let alone trusted
     assert any(isinstance(c, OSError) and c.errno == errno.EIO for c in causes(e.value))
-    assert [r.data for r in log.read("s", 0, 0)] == [b"ok"]  # never covered by an fsync
-    assert log.append("s", 1, b"other partition") == 0
+    assert [r.data for r in log.read("s", 0)] == [b"ok"]  # never covered by an fsync
+    assert log.append("s", b"other partition", partition=1) == 0
     h = health(log)
     assert not h.ok and "fsync failed" in h.storage_failed
     assert h.storage_failure.reopen_attempts == 0 and "EIO" not in h.storage_failure.error
     assert "Input/output error" in h.storage_failure.error
     clock.advance(REOPEN_FIRST_S)
-    index = log.append("s", 0, b"after")  # the fault cleared: no restart needed
-    data = [r.data for r in log.read("s", 0, 0)]
+    index = log.append("s", b"after")  # the fault cleared: no restart needed
+    data = [r.data for r in log.read("s", 0)]
     # the failed append was never acknowledged; recovery keeps its records if they were
     # whole on disk (as after a crash), and makes them durable before anyone reads them
     assert data in ([b"ok", b"after"], [b"ok", b"pending", b"after"])
@@ -93,7 +93,7 @@ def test_a_failed_fsync_fails_the_pending_append_and_an_append_after_the_back_of
     assert not (tmp_path / "streams" / "s" / "0" / STORAGE_FAILED_FILE).exists()
     log.close()
     with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == data
+        assert [r.data for r in log.read("s", 0)] == data
 
 
 def test_reopening_backs_off_while_the_fault_persists_and_says_so(tmp_path, monkeypatch, caplog):
@@ -101,22 +101,22 @@ def test_reopening_backs_off_while_the_fault_persists_and_says_so(tmp_path, monk
     clock = ManualClock()
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s")
-    log.append("s", 0, b"ok")
+    log.append("s", b"ok")
     sync = FailingSync(monkeypatch)
     sync.always = True
     with pytest.raises(StorageFailed):
-        log.append("s", 0, b"pending")
+        log.append("s", b"pending")
     waits = []
     wait = REOPEN_FIRST_S
     for attempt in range(1, 12):
         clock.advance(wait - 0.01)
         before = sync.calls
         with pytest.raises(StorageFailed, match=r"retried in 0\.01 s"):
-            log.append("s", 0, b"too soon")
+            log.append("s", b"too soon")
         assert sync.calls == before and health(log).storage_failure.reopen_attempts == attempt - 1
         clock.advance(0.02)
         with pytest.raises(StorageFailed, match=rf"reopening it failed {attempt} time") as e:
-            log.append("s", 0, b"reopen fails")
+            log.append("s", b"reopen fails")
         assert "s/0" in str(e.value) and "Input/output error" in str(e.value)
         waits.append(wait)
         wait = min(REOPEN_MAX_S, REOPEN_FIRST_S * 2**attempt)
@@ -143,7 +143,7 @@ def test_reopening_backs_off_while_the_fault_persists_and_says_so(tmp_path, monk
     assert retries[-1]["retry_in_s"] == REOPEN_MAX_S
     sync.always = False  # the fault clears
     clock.advance(REOPEN_MAX_S)
-    assert log.append("s", 0, b"after") >= 1
+    assert log.append("s", b"after") >= 1
     (done,) = [
         r for r in caplog.records if r.getMessage() == "reopened a failed partition from disk"
     ]
@@ -162,26 +162,26 @@ def test_reopening_many_times_leaks_no_descriptor(tmp_path, monkeypatch):
     clock = ManualClock()
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(segment_bytes=2000, seal_to_lake=False))
-    log.next_index("s", 0)  # opens the partition (its own fsyncs) before the faults
+    log.next_index("s")  # opens the partition (its own fsyncs) before the faults
     sync = FailingSync(monkeypatch)
     failed_reopens = []
 
     def cycle(i: int) -> None:
         sync.left = 1
         with pytest.raises(StorageFailed):
-            log.append("s", 0, b"lost? %d" % i + b"x" * 300)
+            log.append("s", b"lost? %d" % i + b"x" * 300)
         if i % 2:  # and a reopen attempt that fails too (its fds must be released)
             clock.advance(REOPEN_FIRST_S)
             sync.left = 1
             with pytest.raises(StorageFailed) as e:
-                log.append("s", 0, b"no")
+                log.append("s", b"no")
             # (when the failure was a roll's, recovery has nothing to fsync: the reopen
             # succeeds and the append's own fsync fails)
             failed_reopens.append("reopening it failed" in str(e.value))
         clock.advance(REOPEN_MAX_S)
         for _ in range(3):
-            log.append("s", 0, b"ok %d" % i + b"y" * 300)
-        assert len(log.read("s", 0, 0)) >= 3 * (i + 1)
+            log.append("s", b"ok %d" % i + b"y" * 300)
+        assert len(log.read("s", 0)) >= 3 * (i + 1)
 
     def segments() -> int:  # a segment keeps a read descriptor once read (by design)
         return len(log._partition("s", 0).segments)
@@ -208,7 +208,7 @@ def test_a_read_under_way_during_a_reopen_reads_the_right_bytes(tmp_path, monkey
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(segment_bytes=3000, seal_to_lake=False))
     expected = [b"%05d" % i * 40 for i in range(60)]
-    log.append_many("s", 0, [Entry(d) for d in expected])
+    log.append_many("s", [Entry(d) for d in expected])
     old = log._partition("s", 0)
     first = old.segments[0]
     entered, release = threading.Event(), threading.Event()
@@ -222,21 +222,21 @@ def test_a_read_under_way_during_a_reopen_reads_the_right_bytes(tmp_path, monkey
 
     monkeypatch.setattr(fs, "pread", pread)
     got: list = []
-    reader = threading.Thread(target=lambda: got.append(log.read("s", 0, 0)))
+    reader = threading.Thread(target=lambda: got.append(log.read("s", 0)))
     reader.start()
     assert entered.wait(10)
     sync = FailingSync(monkeypatch)
     sync.left = 1
     with pytest.raises(StorageFailed):
-        log.append("s", 0, b"pending")
+        log.append("s", b"pending")
     clock.advance(REOPEN_FIRST_S)
-    log.append("s", 0, b"after")
+    log.append("s", b"after")
     assert log._partition("s", 0) is not old
     # take every descriptor number the reopen freed, with files that look like the segment
     # (the same indexes, other data): a read through a reused number returns wrong records
     with open_log(tmp_path / "other") as other:
         other.create_stream("s", StreamConfig(seal_to_lake=False))
-        other.append_many("s", 0, [Entry(b"Z" * len(d)) for d in expected])
+        other.append_many("s", [Entry(b"Z" * len(d)) for d in expected])
     (decoy,) = (tmp_path / "other" / "streams" / "s" / "0").glob("*.seg")
     decoys = [os.open(decoy, os.O_RDONLY) for _ in range(30)]
     release.set()
@@ -280,7 +280,7 @@ def test_readers_and_appenders_racing_reopens_see_only_right_records(tmp_path, m
         for n in range(100):
             data = b"w%d-%d|" % (w, n) + bytes([65 + w]) * (n % 90)
             try:
-                i = log.append("s", 0, data)
+                i = log.append("s", data)
             except StorageFailed:
                 with lock:
                     counts["failed"] += 1
@@ -291,7 +291,7 @@ def test_readers_and_appenders_racing_reopens_see_only_right_records(tmp_path, m
 
     def read() -> None:
         while not stop.is_set():
-            for r in log.read("s", 0, 0):
+            for r in log.read("s", 0):
                 w, rest = r.data.split(b"-", 1)
                 n = int(rest.split(b"|", 1)[0])
                 assert r.data == w + b"-%d|" % n + bytes([65 + int(w[1:])]) * (n % 90)
@@ -316,8 +316,8 @@ def test_readers_and_appenders_racing_reopens_see_only_right_records(tmp_path, m
     assert not errors, errors[:1]
     state["failing"] = False
     clock.advance(REOPEN_MAX_S)
-    log.append("s", 0, b"w0-0|")
-    records = log.read("s", 0, 0)
+    log.append("s", b"w0-0|")
+    records = log.read("s", 0)
     assert [r.index for r in records] == list(range(len(records)))
     stored = {r.index: r.data for r in records}
     assert all(stored[i] == d for i, d in acked.items())
@@ -325,7 +325,7 @@ def test_readers_and_appenders_racing_reopens_see_only_right_records(tmp_path, m
     assert counts["failed"] > 0 and health(log).reopens > 0
     log.close()
     with open_log(tmp_path) as log:
-        assert {r.index: r.data for r in log.read("s", 0, 0)} == stored
+        assert {r.index: r.data for r in log.read("s", 0)} == stored
 
 
 def _lost_bytes(disk: SimDisk) -> int:
@@ -343,25 +343,25 @@ def test_acknowledged_records_survive_a_power_loss_after_an_automatic_reopen(
         clock = ManualClock()
         log = open_log(disk.root / "data", clock=clock)
         log.create_stream("s", StreamConfig(durability="batch"))
-        log.append_many("s", 0, [Entry(b"first")])
+        log.append_many("s", [Entry(b"first")])
         disk.fail_fsync_after(1)
         with pytest.raises(StorageFailed):
-            log.append_many("s", 0, [Entry(b"x" * 300), Entry(b"y" * 700)])
+            log.append_many("s", [Entry(b"x" * 300), Entry(b"y" * 700)])
         assert _lost_bytes(disk) > 0
         if reopen_fails_first:
             clock.advance(REOPEN_FIRST_S)
             disk.fail_fsync_after(1)
             with pytest.raises(StorageFailed, match="reopening it failed 1 time"):
-                log.append("s", 0, b"no")
+                log.append("s", b"no")
             clock.advance(REOPEN_FIRST_S)
             with pytest.raises(StorageFailed, match="retried in"):
-                log.append("s", 0, b"too soon")
+                log.append("s", b"too soon")
         clock.advance(REOPEN_MAX_S)
-        assert log.append("s", 0, b"after") == 3
+        assert log.append("s", b"after") == 3
         assert _lost_bytes(disk) == 0
         disk.restart(random.Random(0), file_mode="none", entries="none")  # power loss
         with open_log(disk.root / "data") as log:
-            data = [r.data for r in log.read("s", 0, 0)]
+            data = [r.data for r in log.read("s", 0)]
         assert data == [b"first", b"x" * 300, b"y" * 700, b"after"]
 
 
@@ -423,7 +423,7 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
     clock = ManualClock()
     log = open_log(data_dir, clock=clock)
     log.create_stream("s", StreamConfig(seal_to_lake=False))
-    log.append("s", 0, b"first")
+    log.append("s", b"first")
     failed, held, resume = threading.Event(), threading.Event(), threading.Event()
     real_sync, real_write = fs.fdatasync, fs.write
 
@@ -446,7 +446,7 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
 
     def append_big() -> None:
         try:
-            outcome.append(log.append_many("s", 0, big))
+            outcome.append(log.append_many("s", big))
         except StorageFailed as e:
             outcome.append(e)
 
@@ -464,7 +464,7 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
             return False
     clock.advance(REOPEN_FIRST_S)
     later: list = []
-    reopener = threading.Thread(target=lambda: later.append(log.append("s", 0, b"later")))
+    reopener = threading.Thread(target=lambda: later.append(log.append("s", b"later")))
     reopener.start()
     reopener.join(0.3)
     assert reopener.is_alive()  # held until the big append has written its last chunk
@@ -472,7 +472,7 @@ def _reopen_during_a_chunked_append(data_dir, monkeypatch) -> bool:
     t.join(10)
     reopener.join(10)
     assert isinstance(outcome[0], StorageFailed) and len(later) == 1
-    records = log.read("s", 0, 0)
+    records = log.read("s", 0)
     assert [r.index for r in records] == list(range(len(records)))
     assert records[0].data == b"first" and records[-1].data == b"later"
     assert all(r.data == big[r.index - 1].data for r in records[1:-1])
@@ -491,23 +491,23 @@ def test_append_payloads_fast_path_fails_reopens_and_refuses_like_append(tmp_pat
     clock = ManualClock()
     log = open_log(tmp_path, clock=clock)
     log.create_stream("s")
-    assert log.append_payloads("s", 0, [b"a", b"b"]) == [0, 1]
+    assert log.append_payloads("s", [b"a", b"b"]) == [0, 1]
     sync = FailingSync(monkeypatch)
     sync.left = 1
     with pytest.raises(StorageFailed, match=r"^s/0: fsync failed"):
-        log.append_payloads("s", 0, [b"pending"])
+        log.append_payloads("s", [b"pending"])
     calls = sync.calls
     with pytest.raises(StorageFailed, match=r"retried in"):
-        log.append_payloads("s", 0, [b"too soon"])
+        log.append_payloads("s", [b"too soon"])
     assert sync.calls == calls
     clock.advance(REOPEN_FIRST_S)
-    (index,) = log.append_payloads("s", 0, [b"after"])  # reopened from disk on the way
+    (index,) = log.append_payloads("s", [b"after"])  # reopened from disk on the way
     assert health(log).reopens == 1
-    assert [r.data for r in log.read("s", 0, 0)][-1] == b"after" and index >= 2
+    assert [r.data for r in log.read("s", 0)][-1] == b"after" and index >= 2
     with pytest.raises(UnknownStream):
-        log.append_payloads("nope", 0, [b"x"])
+        log.append_payloads("nope", [b"x"])
     with pytest.raises(UnknownPartition):
-        log.append_payloads("s", 1, [b"x"])
+        log.append_payloads("s", [b"x"], partition=1)
     log.close()
     with pytest.raises(LogClosed):
-        log.append_payloads("s", 0, [b"x"])
+        log.append_payloads("s", [b"x"])

@@ -31,9 +31,9 @@ def data(tmp_path) -> Path:
         for i, p in enumerate(PAYLOADS):
             # some records with a key and headers: the segment's frames take the long form
             if i % 7 == 0:
-                log.append("s", 0, p, key=b"k%d" % i, headers=(("h", b"v"),))
+                log.append("s", p, key=b"k%d" % i, headers=(("h", b"v"),))
             else:
-                log.append("s", 0, p)
+                log.append("s", p)
         log.wait_for_seals()
     return tmp_path
 
@@ -72,7 +72,7 @@ def flip_lake(path: Path) -> bytes:
 def read_all(data: Path) -> list[tuple[int, int, bytes | None, tuple, bytes]]:
     with open_log(data, readonly=True) as log:
         return [
-            (r.index, r.timestamp_ns, r.key, tuple(r.headers), r.data) for r in log.read("s", 0, 0)
+            (r.index, r.timestamp_ns, r.key, tuple(r.headers), r.data) for r in log.read("s", 0)
         ]
 
 
@@ -157,7 +157,7 @@ def test_a_damaged_segment_without_a_lake_copy_is_unrecoverable(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=2000, seal_to_lake=False))
         for p in PAYLOADS:
-            log.append("s", 0, p)
+            log.append("s", p)
     seg = segments(tmp_path)[0]
     bad = flip(seg)
     report = repair(tmp_path)
@@ -202,8 +202,8 @@ def test_repaired_data_survives_a_restart(data):
     assert len(repair(data).repaired) == 2
     # a writer opens (recovery), appends, closes; then a fresh reader
     with open_log(data) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == PAYLOADS
-        log.append("s", 0, b"after")
+        assert [r.data for r in log.read("s", 0)] == PAYLOADS
+        log.append("s", b"after")
     after = read_all(data)
     assert after[:-1] == before and after[-1][4] == b"after"
     assert seg.read_bytes() == original

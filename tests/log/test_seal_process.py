@@ -29,9 +29,9 @@ def _fill(data_dir, seal_processes: bool) -> list[dict]:
     with open_log(data_dir, seal_processes=seal_processes) as log:
         log.create_stream("s", StreamConfig(segment_bytes=4000))
         for i in range(150):  # rolled every ~40 records: segments of plain records
-            log.append_payloads("s", 0, [b"plain %04d " % i * 8])
+            log.append_payloads("s", [b"plain %04d " % i * 8])
         for i in range(60):  # then segments of records with keys (the seal's row path)
-            log.append("s", 0, b"keyed %d " % i * 8, key=b"k", headers=(("h", b"%d" % i),))
+            log.append("s", b"keyed %d " % i * 8, key=b"k", headers=(("h", b"%d" % i),))
         log.wait_for_seals()
         assert (log._sealer._pool is not None) == seal_processes  # a child did the seals
     rows = pq.read_table(data_dir / "lake" / "s", partitioning=None).to_pylist()
@@ -77,7 +77,7 @@ def test_with_a_file_layer_installed_the_seal_stays_in_this_process(monkeypatch)
 def test_a_damaged_segment_sealed_in_the_child_is_corrupt_segment_naming_it(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(seal_to_lake=False))
-        log.append_payloads("s", 0, [b"record %d" % i for i in range(20)])
+        log.append_payloads("s", [b"record %d" % i for i in range(20)])
     (seg,) = (tmp_path / "streams" / "s" / "0").glob("*.seg")
     raw = bytearray(seg.read_bytes())
     raw[len(raw) // 2] ^= 0x04

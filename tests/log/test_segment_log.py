@@ -45,7 +45,9 @@ def payload(i: int) -> bytes:
 
 def fill(log, n: int, stream: str = "s", p: int = 0, ts=None) -> None:
     for i in range(n):
-        log.append(stream, p, payload(i), key=b"k%d" % i, timestamp_ns=ts(i) if ts else None)
+        log.append(
+            stream, payload(i), key=b"k%d" % i, timestamp_ns=ts(i) if ts else None, partition=p
+        )
 
 
 def test_reopen_keeps_records_streams_configs_and_consumer_indexes(tmp_path):
@@ -53,15 +55,15 @@ def test_reopen_keeps_records_streams_configs_and_consumer_indexes(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
         fill(log, 50)
-        log.append("s", 1, b"one", headers=(("h", b"v"),))
+        log.append("s", b"one", headers=(("h", b"v"),), partition=1)
         log.save_index("c", "s", 7, partition=1)
     with open_log(tmp_path) as log:
         assert log.streams() == ["s"]
         assert log.stream_info("s").config == cfg
-        assert [r.data for r in log.read("s", 0, 0)] == [payload(i) for i in range(50)]
-        assert log.read("s", 1, 0)[0].headers == (("h", b"v"),)
-        assert log.get_index("c", "s", 1) == 7
-        assert log.append("s", 0, b"more") == 50
+        assert [r.data for r in log.read("s", 0)] == [payload(i) for i in range(50)]
+        assert log.read("s", 0, partition=1)[0].headers == (("h", b"v"),)
+        assert log.get_index("c", "s", partition=1) == 7
+        assert log.append("s", b"more") == 50
 
 
 def test_default_config_applies_to_streams_created_without_one(tmp_path):
@@ -104,7 +106,7 @@ def test_torn_tail_is_truncated_at_every_byte_of_the_last_record(tmp_path, caplo
         caplog.clear()
         with open_log(tmp_path) as log:
             assert log.next_index("s") == 2, cut
-            assert [r.data for r in log.read("s", 0, 0)] == [payload(0), payload(1)]
+            assert [r.data for r in log.read("s", 0)] == [payload(0), payload(1)]
         assert seg.stat().st_size == start
         (rec,) = [r for r in caplog.records if "torn tail" in r.getMessage()]
         assert rec.fields["file"] == str(seg)
@@ -126,9 +128,9 @@ def test_corrupt_unsynced_last_record_is_truncated_and_appends_continue(tmp_path
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 2
         assert seg.stat().st_size == start
-        assert log.append("s", 0, b"again") == 2
+        assert log.append("s", b"again") == 2
     with open_log(tmp_path) as log:
-        assert log.read("s", 0, 2)[0].data == b"again"
+        assert log.read("s", 2)[0].data == b"again"
 
 
 def test_corrupt_acknowledged_last_record_is_corrupt_segment_not_a_torn_tail(tmp_path):
@@ -143,7 +145,7 @@ def test_corrupt_acknowledged_last_record_is_corrupt_segment_not_a_torn_tail(tmp
     seg.write_bytes(bytes(raw))
     # partitions open on first use: the log opens, the first read of the partition finds it
     with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
-        log.read("s", 0, 0)
+        log.read("s", 0)
     assert e.value.path == str(seg) and e.value.offset == start
     assert seg.stat().st_size == end
 
@@ -164,14 +166,14 @@ def test_corruption_inside_a_sealed_segment_is_corrupt_segment_with_file_and_off
     first.write_bytes(bytes(raw))
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 40  # opening checks the active segment only
-        assert [r.index for r in log.read("s", 0, 0, limit=2)] == [0, 1]
+        assert [r.index for r in log.read("s", 0, limit=2)] == [0, 1]
         with pytest.raises(CorruptSegment) as e:
-            log.read("s", 0, 0, limit=5)
+            log.read("s", 0, limit=5)
         assert e.value.path == str(first) and e.value.offset == pos
         assert "CRC32C" in str(e.value)
         # the corrupt segment is never skipped: a read that starts before it fails too
         with pytest.raises(CorruptSegment):
-            list(log.iter_records("s", 0, 0))
+            list(log.iter_records("s", 0))
 
 
 def test_sealed_segment_cut_short_is_corrupt_not_a_torn_tail(tmp_path):
@@ -182,7 +184,7 @@ def test_sealed_segment_cut_short_is_corrupt_not_a_torn_tail(tmp_path):
     first.write_bytes(first.read_bytes()[:-5])
     first.with_suffix(".idx").unlink()
     with open_log(tmp_path) as log, pytest.raises(CorruptSegment) as e:
-        log.read("s", 0, 0)
+        log.read("s", 0)
     assert e.value.path == str(first)
 
 
@@ -192,7 +194,7 @@ def test_sparse_index_is_rebuilt_from_the_segment(tmp_path, damage):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=64 * 1024, seal_to_lake=False))
         for _ in range(3):
-            log.append_many("s", 0, [Entry(big + b"%d" % i) for i in range(60)])
+            log.append_many("s", [Entry(big + b"%d" % i) for i in range(60)])
     idx = seg_files(tmp_path)[0].with_suffix(".idx")
     good = idx.read_bytes()
     assert len(good) // 16 >= 60 * 1000 // INTERVAL_BYTES  # sparse, not one per record
@@ -205,7 +207,7 @@ def test_sparse_index_is_rebuilt_from_the_segment(tmp_path, damage):
 
         idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 30, 5000))
     with open_log(tmp_path) as log:
-        got = log.read("s", 0, 37, limit=3)
+        got = log.read("s", 37, limit=3)
         assert [r.data for r in got] == [big + b"%d" % i for i in (37, 38, 39)]
     assert idx.read_bytes() == good
 
@@ -213,12 +215,12 @@ def test_sparse_index_is_rebuilt_from_the_segment(tmp_path, damage):
 def test_active_segment_index_is_rebuilt_on_open(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"y" * 900) for _ in range(50)])
+        log.append_many("s", [Entry(b"y" * 900) for _ in range(50)])
     idx = seg_files(tmp_path)[-1].with_suffix(".idx")
     good = idx.read_bytes()
     idx.write_bytes(good[:7])
     with open_log(tmp_path) as log:
-        assert log.read("s", 0, 45, limit=1)[0].index == 45
+        assert log.read("s", 45, limit=1)[0].index == 45
     assert idx.read_bytes() == good
 
 
@@ -236,7 +238,7 @@ def test_segments_roll_by_size_and_are_named_by_first_index(tmp_path):
         assert firsts == sorted(firsts)
         for f, nxt in zip(files, [*firsts[1:], 100], strict=True):
             assert f.stat().st_size <= 1000
-            assert [r.index for r in log.read("s", 0, int(f.stem), end=nxt)] == list(
+            assert [r.index for r in log.read("s", int(f.stem), end=nxt)] == list(
                 range(int(f.stem), nxt)
             )
 
@@ -262,8 +264,8 @@ def test_retention_by_records_bytes_and_age_drops_whole_old_segments(tmp_path):
         assert size.bytes >= 1500 and size.first_index > 0
         assert 0 < age.first_index <= 50
         # whole segments only: every record of a dropped segment was outside the window
-        assert log.read("age", 0, 0)[0].timestamp_ns >= base  # sanity
-        assert log.read("age", 0, 0)[-1].index == 59
+        assert log.read("age", 0)[0].timestamp_ns >= base  # sanity
+        assert log.read("age", 0)[-1].index == 59
         assert log.enforce_retention(now_ns=now) == 0  # idempotent
 
 
@@ -272,19 +274,19 @@ def test_sealed_segments_go_to_the_lake_and_reads_span_lake_and_segments(tmp_pat
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
         fill(log, 80)
-        before = log.read("s", 0, 0)
+        before = log.read("s", 0)
         assert log.enforce_retention() == 0  # the lake still holds what the segments lost
         first_seg = int(seg_files(tmp_path)[0].stem)
         assert first_seg > 0
         info = log.stream_info("s").partitions[0]
         assert (info.first_index, info.next_index) == (0, 80)
-        assert log.read("s", 0, 0) == before
+        assert log.read("s", 0) == before
         # a range that starts in the lake and ends in a live segment
-        got = log.read("s", 0, first_seg - 3, limit=6)
+        got = log.read("s", first_seg - 3, limit=6)
         assert [r.index for r in got] == list(range(first_seg - 3, first_seg + 3))
         assert got == before[first_seg - 3 : first_seg + 3]
-        assert [r.index for r in log.iter_records("s", 0, 1, batch=7)] == list(range(1, 80))
-        assert log.read_payloads("s", 0, first_seg - 3, limit=6) == [(r.index, r.data) for r in got]
+        assert [r.index for r in log.iter_records("s", 1, batch=7)] == list(range(1, 80))
+        assert log.read_payloads("s", first_seg - 3, limit=6) == [(r.index, r.data) for r in got]
     lake = tmp_path / "lake" / "s" / "partition=0"
     names = sorted(p.name for p in lake.iterdir())
     assert names[0] == lake_file_name(0, int(names[0].split("-")[1].split(".")[0]))
@@ -297,10 +299,15 @@ def test_lake_is_read_directly_by_pyarrow_and_duckdb(tmp_path):
         for p in (0, 1):
             for i in range(40):
                 log.append(
-                    "s", p, payload(i), key=None if i % 2 else b"k", headers=(("n", b"%d" % i),)
+                    "s",
+                    payload(i),
+                    key=None if i % 2 else b"k",
+                    headers=(("n", b"%d" % i),),
+                    partition=p,
                 )
         sealed = {
-            p: log.read("s", p, 0, end=int(seg_files(tmp_path, p=p)[-1].stem)) for p in (0, 1)
+            p: log.read("s", 0, end=int(seg_files(tmp_path, p=p)[-1].stem), partition=p)
+            for p in (0, 1)
         }
     lake = tmp_path / "lake" / "s"
     table = pq.read_table(lake, partitioning=None)
@@ -335,8 +342,8 @@ def test_lake_retention_deletes_old_lake_files(tmp_path):
         dropped = log.enforce_retention(now_ns=base + 100 * ms)
         info = log.stream_info("s").partitions[0]
         assert dropped == info.first_index > 0
-        assert log.read("s", 0, 0)[0].index == info.first_index
-        assert all(r.timestamp_ns >= base for r in log.read("s", 0, 0))
+        assert log.read("s", 0)[0].index == info.first_index
+        assert all(r.timestamp_ns >= base for r in log.read("s", 0))
 
 
 def test_lake_retention_waits_for_the_lake_lock_a_compaction_holds(tmp_path):
@@ -377,7 +384,7 @@ def test_unsealed_rolled_segment_is_sealed_when_its_partition_opens(tmp_path):
     files[-1].unlink()  # as if the process died between the roll and the seal
     (lake / ".tmp-half").write_bytes(b"PAR1 half written")
     with open_log(tmp_path) as log:  # partitions open on first use: this read opens it
-        assert log.read("s", 0, 0, limit=1)
+        assert log.read("s", 0, limit=1)
     assert sorted(lake.iterdir()) == files
 
 
@@ -394,7 +401,7 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_path):
     def run(t: int) -> None:
         barrier.wait()
         for i in range(each):
-            acked[t].append(log.append("s", 0, b"%d:%d" % (t, i)))
+            acked[t].append(log.append("s", b"%d:%d" % (t, i)))
 
     ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for th in ts:
@@ -404,7 +411,7 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_path):
     all_idx = sorted(i for a in acked for i in a)
     assert all_idx == list(range(threads * each))
     assert log.fsync_count("s") < threads * each
-    by_index = {r.index: r.data for r in log.read("s", 0, 0)}
+    by_index = {r.index: r.data for r in log.read("s", 0)}
     for t in range(threads):
         assert [by_index[i] for i in acked[t]] == [b"%d:%d" % (t, i) for i in range(each)]
     log.close()
@@ -415,18 +422,18 @@ def test_readonly_reader_follows_a_writer_and_changes_nothing(tmp_path):
     writer.create_stream("s", StreamConfig(segment_bytes=600))
     fill(writer, 10)
     reader = open_log(tmp_path, readonly=True)
-    assert [r.index for r in reader.read("s", 0, 0)] == list(range(10))
+    assert [r.index for r in reader.read("s", 0)] == list(range(10))
     for i in range(10, 40):
-        writer.append("s", 0, payload(i))
+        writer.append("s", payload(i))
     writer.create_stream("t")
-    assert [r.data for r in reader.read("s", 0, 0)] == [payload(i) for i in range(40)]
+    assert [r.data for r in reader.read("s", 0)] == [payload(i) for i in range(40)]
     assert reader.streams() == ["s", "t"]
     with pytest.raises(ReadOnlyLog):
-        reader.append("s", 0, b"x")
+        reader.append("s", b"x")
     with pytest.raises(ReadOnlyLog):
         reader.save_index("c", "s", 1)
     writer.save_index("c", "s", 3)
-    assert reader.get_index("c", "s", 0) == 3
+    assert reader.get_index("c", "s") == 3
     reader.close()
     writer.close()
 
@@ -440,7 +447,7 @@ def test_readonly_stops_at_a_torn_tail_without_touching_it(tmp_path):
         f.write(b"\x40\x00\x00\x00\x01\x02")  # the first bytes of a record being written
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with open_log(tmp_path, readonly=True) as ro:
-        assert [r.index for r in ro.read("s", 0, 0)] == list(range(5))
+        assert [r.index for r in ro.read("s", 0)] == list(range(5))
         assert ro.stream_info("s").partitions[0].next_index == 5
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before
@@ -481,7 +488,7 @@ def test_append_many_writes_one_batch_with_one_write(tmp_path, monkeypatch):
 
         seg_fd = log._partition("s", 0).segments[-1].wfd
         monkeypatch.setattr(fs, "write", spy)
-        log.append_many("s", 0, [Entry(b"z" * 1024) for _ in range(100)])
+        log.append_many("s", [Entry(b"z" * 1024) for _ in range(100)])
         assert len(calls) == 1 and calls[0] > 100 * 1024
 
 
@@ -490,16 +497,16 @@ def test_readers_see_only_records_an_fsync_has_covered(tmp_path, monkeypatch):
     and give its index to another record (batch durability)."""
     log = SegmentLog(tmp_path)
     log.create_stream("s")
-    log.append("s", 0, b"durable")
+    log.append("s", b"durable")
     in_sync, release = hold_fdatasync(monkeypatch)
-    t = threading.Thread(target=log.append, args=("s", 0, b"pending"))
+    t = threading.Thread(target=log.append, args=("s", b"pending"))
     t.start()
     assert in_sync.wait(10)
-    assert [r.data for r in log.read("s", 0, 0)] == [b"durable"]
+    assert [r.data for r in log.read("s", 0)] == [b"durable"]
     release.set()
     t.join(10)
     monkeypatch.undo()  # fdatasync as it was
-    assert [r.data for r in log.read("s", 0, 0)] == [b"durable", b"pending"]
+    assert [r.data for r in log.read("s", 0)] == [b"durable", b"pending"]
     log.close()
 
 
@@ -509,7 +516,7 @@ def test_open_checks_only_the_tail_after_the_last_good_index_entry(tmp_path):
     reported when read, like in a sealed segment."""
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"r" * 1000 + b"%d" % i) for i in range(40)])
+        log.append_many("s", [Entry(b"r" * 1000 + b"%d" % i) for i in range(40)])
     seg = seg_files(tmp_path)[-1]
     raw = bytearray(seg.read_bytes())
     raw[FRAME_HEAD.size + 20] ^= 0x01  # inside record 0
@@ -517,9 +524,9 @@ def test_open_checks_only_the_tail_after_the_last_good_index_entry(tmp_path):
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 40
         assert seg.stat().st_size == len(raw)
-        assert log.read("s", 0, 39)[0].data == b"r" * 1000 + b"39"
+        assert log.read("s", 39)[0].data == b"r" * 1000 + b"39"
         with pytest.raises(CorruptSegment) as e:
-            log.read("s", 0, 0, limit=1)
+            log.read("s", 0, limit=1)
         assert e.value.offset == 0
 
 
@@ -528,7 +535,7 @@ def test_a_wrong_index_entry_falls_back_to_a_full_scan(tmp_path):
 
     with open_log(tmp_path) as log:
         log.create_stream("s")
-        log.append_many("s", 0, [Entry(b"q" * 1000) for _ in range(20)])
+        log.append_many("s", [Entry(b"q" * 1000) for _ in range(20)])
     seg = seg_files(tmp_path)[-1]
     idx = seg.with_suffix(".idx")
     idx.write_bytes(struct.pack("<QQ", 0, 0) + struct.pack("<QQ", 5, 3000))  # wrong record
@@ -536,7 +543,7 @@ def test_a_wrong_index_entry_falls_back_to_a_full_scan(tmp_path):
         f.write(b"\x10\x00")  # and a torn tail
     with open_log(tmp_path) as log:
         assert log.next_index("s") == 20
-        assert [r.index for r in log.read("s", 0, 3, limit=3)] == [3, 4, 5]
+        assert [r.index for r in log.read("s", 3, limit=3)] == [3, 4, 5]
     assert seg.stat().st_size == 20 * (FRAME_HEAD.size + 19 + 1000)  # the torn bytes are gone
 
 
@@ -547,13 +554,13 @@ def test_age_retention_after_reopen_sees_every_timestamp_of_a_segment(tmp_path):
     cfg = StreamConfig(segment_bytes=30_000, retention_ms=50, seal_to_lake=False)
     with open_log(tmp_path) as log:
         log.create_stream("s", cfg)
-        log.append("s", 0, b"n" * 1000, timestamp_ns=base + 100 * ms)  # new, first
-        log.append_many("s", 0, [Entry(b"o" * 1000, timestamp_ns=base) for _ in range(20)])
+        log.append("s", b"n" * 1000, timestamp_ns=base + 100 * ms)  # new, first
+        log.append_many("s", [Entry(b"o" * 1000, timestamp_ns=base) for _ in range(20)])
     with open_log(tmp_path) as log:
-        log.append_many("s", 0, [Entry(b"x" * 1000, timestamp_ns=base + 100 * ms)] * 20)
+        log.append_many("s", [Entry(b"x" * 1000, timestamp_ns=base + 100 * ms)] * 20)
         assert len(seg_files(tmp_path)) == 2
         assert log.enforce_retention(now_ns=base + 120 * ms) == 0
-        assert log.read("s", 0, 0, limit=1)[0].data == b"n" * 1000
+        assert log.read("s", 0, limit=1)[0].data == b"n" * 1000
 
 
 @pytest.mark.slow
@@ -578,7 +585,7 @@ def test_readonly_reader_in_this_process_follows_a_writer_process(tmp_path):
             deadline = time.monotonic() + 1.5
             while time.monotonic() < deadline:
                 for p in range(cw.PARTITIONS):
-                    for r in ro.read(cw.STREAM, p, seen[p], limit=500):
+                    for r in ro.read(cw.STREAM, seen[p], limit=500, partition=p):
                         assert r.index == seen[p]
                         w, s = map(int, r.key.split(b":"))
                         assert (r.data, r.key, r.headers) == cw.expected(w, s)
@@ -599,26 +606,26 @@ def test_a_failed_fsync_fails_the_partition_until_it_reopens(tmp_path, monkeypat
     clock = ManualClock()
     log = SegmentLog(tmp_path, clock=clock)
     log.create_stream("s", StreamConfig(partitions=2))
-    log.append("s", 0, b"ok")
+    log.append("s", b"ok")
 
     def eio(fd):
         raise OSError(errno.EIO, "injected EIO")
 
     monkeypatch.setattr(fs, "fdatasync", eio)
     with pytest.raises(StorageFailed):
-        log.append("s", 0, b"lost?")
+        log.append("s", b"lost?")
     monkeypatch.undo()  # fdatasync as it was
     with pytest.raises(StorageFailed):  # no silent retry of an fsync that failed
-        log.append("s", 0, b"next")
-    assert log.append("s", 1, b"other partition") == 0
-    assert [r.data for r in log.read("s", 0, 0)] == [b"ok"]  # never covered by an fsync
+        log.append("s", b"next")
+    assert log.append("s", b"other partition", partition=1) == 0
+    assert [r.data for r in log.read("s", 0)] == [b"ok"]  # never covered by an fsync
     clock.advance(REOPEN_FIRST_S)  # reopened from disk (tests/log/test_reopen.py)
-    assert log.append("s", 0, b"reopened") >= 1
+    assert log.append("s", b"reopened") >= 1
     log.close()
     with open_log(tmp_path) as log:
-        assert log.read("s", 0, 0)[0].data == b"ok"
+        assert log.read("s", 0)[0].data == b"ok"
         nxt = log.next_index("s")
-        assert log.append("s", 0, b"after reopen") == nxt
+        assert log.append("s", b"after reopen") == nxt
 
 
 def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
@@ -626,7 +633,7 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
 
     log = SegmentLog(tmp_path)
     log.create_stream("s", StreamConfig(durability="none"))
-    log.append("s", 0, b"first")
+    log.append("s", b"first")
     real = fs.write
     seg_fd = log._partition("s", 0).segments[-1].wfd
 
@@ -639,13 +646,13 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fs, "write", half_then_enospc)
     with pytest.raises(OSError):
-        log.append("s", 0, b"x" * 500)
+        log.append("s", b"x" * 500)
     monkeypatch.setattr(fs, "write", real)
-    assert log.append("s", 0, b"second") == 1
-    assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]
+    assert log.append("s", b"second") == 1
+    assert [r.data for r in log.read("s", 0)] == [b"first", b"second"]
     log.close()
     with open_log(tmp_path) as log:
-        assert [r.data for r in log.read("s", 0, 0)] == [b"first", b"second"]
+        assert [r.data for r in log.read("s", 0)] == [b"first", b"second"]
 
 
 @pytest.mark.parametrize("plain", [True, False], ids=["plain-fast-path", "keyed-row-path"])
@@ -654,13 +661,13 @@ def test_sealing_both_paths_give_the_same_rows_as_the_log(tmp_path, plain):
         log.create_stream("s", StreamConfig(segment_bytes=3000))
         for i in range(60):
             if plain:
-                log.append("s", 0, payload(i), timestamp_ns=i)
+                log.append("s", payload(i), timestamp_ns=i)
             else:
-                log.append("s", 0, payload(i), key=b"k", headers=(("h", b"%d" % i),))
+                log.append("s", payload(i), key=b"k", headers=(("h", b"%d" % i),))
         log.wait_for_seals()
         segs = seg_files(tmp_path)
         sealed_upto = int(segs[-1].stem)
-        expect = log.read("s", 0, 0, end=sealed_upto)
+        expect = log.read("s", 0, end=sealed_upto)
     rows = pq.read_table(tmp_path / "lake" / "s", partitioning=None).to_pylist()
     assert len(rows) == sealed_upto > 0
     for row, rec in zip(rows, expect, strict=True):
@@ -680,7 +687,7 @@ def test_sealing_a_damaged_segment_is_corrupt_segment_and_writes_nothing(tmp_pat
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=1 << 20, seal_to_lake=False))
         for i in range(20):
-            log.append("s", 0, payload(i), key=None if plain else b"k")
+            log.append("s", payload(i), key=None if plain else b"k")
     seg = seg_files(tmp_path)[0]
     raw = bytearray(seg.read_bytes())
     raw[len(raw) // 2] ^= 0x04
@@ -697,11 +704,11 @@ def test_readonly_reader_survives_the_writer_deleting_segments(tmp_path):
     writer.create_stream("s", StreamConfig(segment_bytes=500, retention_records=5))
     fill(writer, 60)
     reader = open_log(tmp_path, readonly=True)
-    before = reader.read("s", 0, 0)
+    before = reader.read("s", 0)
     assert len(before) == 60
     writer.enforce_retention()
     assert int(seg_files(tmp_path)[0].stem) > 0  # old segments are gone from disk
-    assert reader.read("s", 0, 0) == before  # served from the lake now
+    assert reader.read("s", 0) == before  # served from the lake now
     assert reader.stream_info("s").partitions[0].first_index == 0
     reader.close()
     writer.close()
@@ -724,10 +731,10 @@ def test_a_long_lake_read_does_not_hold_up_appends(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lake_mod.pq, "read_table", slow_read_table)
     got: list = []
-    reader = threading.Thread(target=lambda: got.extend(log.read("s", 0, 0, limit=3)))
+    reader = threading.Thread(target=lambda: got.extend(log.read("s", 0, limit=3)))
     reader.start()
     assert in_read.wait(10)
-    assert log.append("s", 0, b"while the lake is read") == 60  # not blocked by the reader
+    assert log.append("s", b"while the lake is read") == 60  # not blocked by the reader
     release.set()
     reader.join(10)
     assert [r.index for r in got] == [0, 1, 2]
@@ -756,14 +763,14 @@ def test_appends_reads_seals_and_retention_race_safely(tmp_path):
 
     def appender(t: int):
         for i in range(150):
-            log.append_many("s", 0, [Entry(b"%d:%d:%d" % (t, i, k), key=b"k") for k in range(3)])
+            log.append_many("s", [Entry(b"%d:%d:%d" % (t, i, k), key=b"k") for k in range(3)])
 
     def reader():
         rnd = random.Random(5)
         while not stop.is_set():
             nxt = log.next_index("s")
             start = rnd.randrange(0, nxt + 1)
-            got = log.read("s", 0, start, limit=rnd.randint(1, 40))
+            got = log.read("s", start, limit=rnd.randint(1, 40))
             if got:
                 first = got[0].index
                 assert first >= start  # Ockam: never lower than the index asked for
@@ -785,7 +792,7 @@ def test_appends_reads_seals_and_retention_race_safely(tmp_path):
         th.join(60)
     assert not errors, errors
     assert log.next_index("s") == 2 * 150 * 3
-    assert len(log.read("s", 0, 0)) == 900  # all still readable: the lake kept what went
+    assert len(log.read("s", 0)) == 900  # all still readable: the lake kept what went
     log.close()
 
 
@@ -802,20 +809,20 @@ def test_lake_compaction_by_another_process_is_read_once_and_survives_removals(t
     log.create_stream("s", StreamConfig(segment_bytes=600, retention_records=5))
     fill(log, 60, ts=lambda i: base + i * ms)
     log.enforce_retention(now_ns=base)
-    expect = log.read("s", 0, 0)
+    expect = log.read("s", 0)
     lake = lake_partition_dir(tmp_path, "s", 0)
     small = sorted(lake.glob("*.parquet"))
     assert len(small) >= 3
     first, last = (int(x) for x in small[1].stem.split("-")[:1] + small[2].stem.split("-")[1:])
     merged = pa.concat_tables([pq.read_table(p, partitioning=None) for p in small[1:3]])
     pq.write_table(merged, lake / lake_file_name(first, last))  # the compaction's new file
-    assert log.read("s", 0, 0) == expect  # small files still there: each index once
+    assert log.read("s", 0) == expect  # small files still there: each index once
     reader = open_log(tmp_path, readonly=True)
-    assert reader.read("s", 0, 0) == expect
+    assert reader.read("s", 0) == expect
     for p in small[1:3]:
         p.unlink()  # the compaction's grace period is over
-    assert log.read("s", 0, 0) == expect
-    assert reader.read("s", 0, 0) == expect
+    assert log.read("s", 0) == expect
+    assert reader.read("s", 0) == expect
     reader.close()
     # lake retention: everything up to the compacted file's range is older than the window
     log.close()
@@ -844,45 +851,45 @@ def test_lake_files_that_overlap_without_containment_are_corrupt_store(tmp_path)
     first_b, last_b = (int(x) for x in b.stem.split("-"))
     (lake / lake_file_name(first_b - 1, last_b + 1)).write_bytes(b.read_bytes())
     with open_log(tmp_path) as log, pytest.raises(CorruptStore):
-        log.read("s", 0, 0)  # found as the partition opens, on first use
+        log.read("s", 0)  # found as the partition opens, on first use
 
 
 def test_truncate_before_keeps_lake_history_readable_and_survives_reopen(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=800))
         fill(log, 80)
-        before = log.read("s", 0, 0)
+        before = log.read("s", 0)
         lake = tmp_path / "lake" / "s" / "partition=0"
         segs = [int(p.stem) for p in seg_files(tmp_path)]
         assert len(segs) > 3
         cut = segs[2] + 1  # inside the third segment: it must stay whole
-        dropped = log.truncate_before("s", 0, cut)
+        dropped = log.truncate_before("s", cut)
         assert dropped == segs[2]  # the first two segments' records left the live log
         assert [int(p.stem) for p in seg_files(tmp_path)] == segs[2:]
         lake_files = sorted(p.name for p in lake.iterdir())
         assert lake_files  # the lake is not touched: the history stays readable there
-        assert log.read("s", 0, 0) == before
+        assert log.read("s", 0) == before
         assert log.stream_info("s").partitions[0].first_index == 0
     with open_log(tmp_path) as log:
         assert [int(p.stem) for p in seg_files(tmp_path)] == segs[2:]
         assert sorted(p.name for p in lake.iterdir()) == lake_files
-        assert log.read("s", 0, 0) == before
-        assert log.append("s", 0, b"x") == 80
+        assert log.read("s", 0) == before
+        assert log.append("s", b"x") == 80
 
 
 def test_truncate_before_without_lake_removes_history_for_good(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("s", StreamConfig(segment_bytes=800, seal_to_lake=False))
         fill(log, 80)
-        before = log.read("s", 0, 0)
+        before = log.read("s", 0)
         segs = [int(p.stem) for p in seg_files(tmp_path)]
-        assert log.truncate_before("s", 0, segs[3]) == segs[3]
+        assert log.truncate_before("s", segs[3]) == segs[3]
     assert not (tmp_path / "lake" / "s").exists() or not any((tmp_path / "lake" / "s").iterdir())
     with open_log(tmp_path) as log:
         assert log.stream_info("s").partitions[0].first_index == segs[3]
-        assert log.read("s", 0, 0) == before[segs[3] :]
+        assert log.read("s", 0) == before[segs[3] :]
     with open_log(tmp_path, readonly=True) as reader, pytest.raises(ReadOnlyLog):
-        reader.truncate_before("s", 0, 50)
+        reader.truncate_before("s", 50)
 
 
 def test_truncate_before_waits_for_the_sealer_before_dropping(tmp_path):
@@ -891,9 +898,9 @@ def test_truncate_before_waits_for_the_sealer_before_dropping(tmp_path):
         log.create_stream("s", StreamConfig(segment_bytes=800))
         fill(log, 80)
         active = int(seg_files(tmp_path)[-1].stem)
-        assert log.truncate_before("s", 0, 80) == active
+        assert log.truncate_before("s", 80) == active
         assert [int(p.stem) for p in seg_files(tmp_path)] == [active]
-        assert [r.index for r in log.read("s", 0, 0)] == list(range(80))
+        assert [r.index for r in log.read("s", 0)] == list(range(80))
 
 
 def test_a_damaged_lake_file_is_corrupt_segment_naming_it(tmp_path):
@@ -903,14 +910,14 @@ def test_a_damaged_lake_file_is_corrupt_segment_naming_it(tmp_path):
         log.create_stream("s", StreamConfig(segment_bytes=800))
         fill(log, 80)
         segs = [int(p.stem) for p in seg_files(tmp_path)]
-        log.truncate_before("s", 0, segs[2])  # the first two segments now live only in the lake
+        log.truncate_before("s", segs[2])  # the first two segments now live only in the lake
         lake = sorted((tmp_path / "lake" / "s" / "partition=0").iterdir())
         victim = lake[0]
         victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
         with pytest.raises(CorruptSegment) as err:
-            log.read("s", 0, 0, limit=5)
+            log.read("s", 0, limit=5)
         assert str(victim) in str(err.value)
-        assert [r.index for r in log.read("s", 0, segs[2], limit=3)] == [
+        assert [r.index for r in log.read("s", segs[2], limit=3)] == [
             segs[2],
             segs[2] + 1,
             segs[2] + 2,
@@ -921,5 +928,5 @@ def test_fsync_count_counts_the_fsyncs_of_always_appends_too(tmp_path):
     with open_log(tmp_path) as log:
         log.create_stream("a", StreamConfig(durability="always"))
         for i in range(3):
-            log.append("a", 0, b"%d" % i)
+            log.append("a", b"%d" % i)
         assert log.fsync_count("a") == 3

@@ -21,7 +21,7 @@ TOP = 2**64 - 1
 def test_reset_and_delete_a_consumer(api_node: ApiNode) -> None:
     c = api_node.client
     c.post("/api/streams", json={"name": "s", "partitions": 2})
-    api_node.log.save_index_as("billing", "s", TOP, 1, "cn:bob")
+    api_node.log.save_index_as("billing", "s", TOP, "cn:bob", partition=1)
     [row] = c.get("/api/streams/s/consumers").json()
     assert (row["index"], row["owner"]) == (TOP, "cn:bob")
     r = c.post("/api/streams/s/consumers/reset", json={"client_id": "billing", "partition": 1})

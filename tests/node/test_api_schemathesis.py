@@ -52,8 +52,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     node.sds = SdsHandle.start(node, cfg.sds)
     node.archives = ArchivesHandle.start(node, cfg.archives)
     log.create_stream("s", None)
-    log.append_payloads("s", 0, [b"x", b"yy"])
-    log.save_index("c", "s", 1, 0)
+    log.append_payloads("s", [b"x", b"yy"])
+    log.save_index("c", "s", 1)
     try:
         yield create_app(node, token=TOKEN, console=False)
     finally:

@@ -14,7 +14,7 @@ def test_create_list_info_and_partition_stats(api_node: ApiNode) -> None:
     assert r.status_code == 201
     assert r.json()["config"]["durability"] == "batch"
     assert c.post("/api/streams", json={"name": "orders", "partitions": 3}).status_code == 200
-    api_node.log.append_payloads("orders", 2, [b"a", b"bb", b"ccc"])
+    api_node.log.append_payloads("orders", [b"a", b"bb", b"ccc"], partition=2)
     [row] = c.get("/api/streams").json()
     assert (row["name"], row["partitions"], row["records"], row["pushed_records"]) == (
         "orders",
@@ -32,7 +32,7 @@ def test_read_a_range_gives_raw_bytes_index_and_size(api_node: ApiNode) -> None:
     c = api_node.client
     c.post("/api/streams", json={"name": "raw"})
     payloads = [bytes([i]) * (i + 1) for i in range(10)]
-    api_node.log.append_payloads("raw", 0, payloads)
+    api_node.log.append_payloads("raw", payloads)
     page = c.get("/api/streams/raw/partitions/0/records", params={"start": 3, "limit": 4}).json()
     assert [r["index"] for r in page["records"]] == [3, 4, 5, 6]
     assert [base64.b64decode(r["data"]) for r in page["records"]] == payloads[3:7]
@@ -45,8 +45,8 @@ def test_read_a_range_gives_raw_bytes_index_and_size(api_node: ApiNode) -> None:
 def test_consumers_and_lag(api_node: ApiNode) -> None:
     c = api_node.client
     c.post("/api/streams", json={"name": "s", "partitions": 2})
-    api_node.log.append_payloads("s", 1, [b"x"] * 5)
-    api_node.log.save_index("billing", "s", 2, 1)
+    api_node.log.append_payloads("s", [b"x"] * 5, partition=1)
+    api_node.log.save_index("billing", "s", 2, partition=1)
     want = {"client_id": "billing", "stream": "s", "partition": 1, "index": 2}
     [row] = c.get("/api/consumers").json()
     assert row == {**want, "next_index": 5, "lag": 3, "owner": None}
@@ -105,7 +105,7 @@ def test_metrics_can_be_public_on_request(tmp_path) -> None:
         node = NodeContext(log=log, data_dir=tmp_path, metrics=metrics)
         metrics.attach(node)
         log.create_stream("m")
-        log.append_payloads("m", 0, [b"a", b"b"])
+        log.append_payloads("m", [b"a", b"b"])
         app = create_app(node, token="t", console=False, metrics_public=True)
         with TestClient(app) as anon:
             text = anon.get("/metrics").text

@@ -33,7 +33,7 @@ def test_the_pipelined_append_reaches_the_wrapped_log_and_counts_when_durable(
             outcome.append(error)
             durable.set()
 
-        assert log.append_payloads_then("s", 0, [b"ab", b"cde"], done) == [0, 1]
+        assert log.append_payloads_then("s", [b"ab", b"cde"], done) == [0, 1]
         assert durable.wait(10)
         assert outcome == [None]
         assert calls == [2]  # the wrapped log's own pipelined path, not the blocking default

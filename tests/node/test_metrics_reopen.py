@@ -38,7 +38,7 @@ def test_metrics_show_a_failed_partition_and_its_reopen(tmp_path, monkeypatch) -
     try:
         with TestClient(create_app(node, token=TOKEN, console=False), headers=AUTH) as c:
             log.create_stream("s")
-            log.append_payloads("s", 0, [b"before"])
+            log.append_payloads("s", [b"before"])
             real = fs.fdatasync
 
             def failing(fd: int) -> None:
@@ -46,14 +46,14 @@ def test_metrics_show_a_failed_partition_and_its_reopen(tmp_path, monkeypatch) -
 
             monkeypatch.setattr(fs, "fdatasync", failing)
             with pytest.raises(StorageFailed):
-                log.append_payloads("s", 0, [b"lost"])
+                log.append_payloads("s", [b"lost"])
             monkeypatch.setattr(fs, "fdatasync", real)  # the fault clears
             m = _samples(c)
             assert m[("loglake_partition_failing", "storage")] == 1
             assert m[("loglake_partition_reopens_total", "")] == 0
 
             clock.advance(0.2)  # past the first back-off: the next append reopens it
-            log.append_payloads("s", 0, [b"after"])
+            log.append_payloads("s", [b"after"])
             m = _samples(c)
             assert m[("loglake_partition_failing", "storage")] == 0
             assert m[("loglake_partition_reopens_total", "")] == 1

@@ -231,7 +231,7 @@ def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
         log = JetStreamLog(nats3.url, prefix=prefix)
         try:
             log.create_stream("orders")
-            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            log.append_payloads("orders", [b"x%d" % i for i in range(20)])
             wait_until(lambda: sealed(holder.node.config.data_dir, "orders") == 20, 10, "sealed")
             time.sleep(1.0)  # several of the other node's rounds
             assert sealed(other.node.config.data_dir, "orders") == 0  # it did not seal too
@@ -239,7 +239,7 @@ def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
             holder.stop()  # a clean stop hands the lease over at once
             wait_until(lambda: other.node.leases.holds("sealer"), 2 + 2, "the handover")
             took = time.monotonic() - stopped
-            log.append_payloads("orders", 0, [b"y%d" % i for i in range(5)])
+            log.append_payloads("orders", [b"y%d" % i for i in range(5)])
             wait_until(lambda: sealed(other.node.config.data_dir, "orders") == 25, 10, "resealed")
             print(f"sealer handed over {took:.2f}s after the holder stopped")
         finally:
@@ -279,7 +279,7 @@ def test_a_killed_node_process_hands_the_sealer_to_the_other(
             process(cmd("b", ports["b"]), ports["b"], stderr=subprocess.DEVNULL) as b,
         ):
             log.create_stream("orders")
-            log.append_payloads("orders", 0, [b"x%d" % i for i in range(20)])
+            log.append_payloads("orders", [b"x%d" % i for i in range(20)])
             first = wait_until(
                 lambda: next((n for n in "ab" if sealed(tmp_path / n, "orders") == 20), None),
                 15,
@@ -290,7 +290,7 @@ def test_a_killed_node_process_hands_the_sealer_to_the_other(
             assert sealed(tmp_path / second, "orders") == 0  # one sealer, not two
             ({"a": a, "b": b})[first].kill()
             killed = time.monotonic()
-            log.append_payloads("orders", 0, [b"y%d" % i for i in range(5)])
+            log.append_payloads("orders", [b"y%d" % i for i in range(5)])
             wait_until(
                 lambda: sealed(tmp_path / second, "orders") == 25, ttl + 2 + 3, "the takeover"
             )

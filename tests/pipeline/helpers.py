@@ -68,7 +68,9 @@ def make_log_stream(
                     )
                     for i in range(start, min(records, start + batch))
                 ]
-                for i, e in zip(log.append_many(stream, p, entries), entries, strict=True):
+                for i, e in zip(
+                    log.append_many(stream, entries, partition=p), entries, strict=True
+                ):
                     expected[(p, i)] = e.data
     finally:
         log.close()
@@ -80,7 +82,7 @@ def append(data_dir: Path, stream: str, partition: int, datas: list[bytes]) -> l
 
     log = open_log(data_dir)
     try:
-        return log.append_many(stream, partition, [Entry(d) for d in datas])
+        return log.append_many(stream, [Entry(d) for d in datas], partition=partition)
     finally:
         log.close()
 

@@ -53,7 +53,9 @@ def log_view(d, stream="cs"):
     try:
         parts = log.stream_info(stream).partitions
         return {
-            (r.partition, r.index): r.data for p in parts for r in log.read(stream, p.partition, 0)
+            (r.partition, r.index): r.data
+            for p in parts
+            for r in log.read(stream, 0, partition=p.partition)
         }
     finally:
         log.close()

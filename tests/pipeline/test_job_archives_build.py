@@ -71,7 +71,7 @@ def write_weeks(
                 else:
                     raw = record(layout, at, payload)
                 recs.append(Entry(raw))
-            log.append_many(stream, 0, recs)
+            log.append_many(stream, recs)
 
 
 def control_build(data_dir: Path, root: Path, stream: str, layout: Layout, now: int, **kw):
@@ -206,7 +206,7 @@ def test_a_control_node_continues_from_what_the_job_wrote(spark, tmp_path, layou
 def _with_bad_record(data: Path, layout: Layout) -> int:
     write_weeks(data, "c", layout, range(0, 2))
     with open_log(data) as log:
-        (bad,) = log.append_many("c", 0, [Entry(b"\xff\xff\xff not a WakuMessage")])
+        (bad,) = log.append_many("c", [Entry(b"\xff\xff\xff not a WakuMessage")])
     write_weeks(data, "c", layout, range(2, 3), seed=3)
     return bad
 

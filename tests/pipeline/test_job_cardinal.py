@@ -61,7 +61,7 @@ def make_input(data_dir: Path, blocks: int = 50, producers: int = 2) -> list[tup
         for t in TOPICS:
             log.create_stream(t, StreamConfig(partitions=PARTITIONS))
         for topic, p, data in planted:
-            (idx,) = log.append_many(topic, p, [Entry(data)])
+            (idx,) = log.append_many(topic, [Entry(data)], partition=p)
             where.append((topic, p, idx))
         for _ in range(producers):
             produce_chain(

@@ -186,7 +186,7 @@ def test_rejects_and_never_delivered_dependencies(spark, tmp_path):
         encode(SdsMessage("x", "m4", "sim", 7, causal_history=(HistoryEntry(""),))),
     ]
     with open_log(data_dir) as log:
-        positions = log.append_many(STREAM, 0, [Entry(b) for b in bad])
+        positions = log.append_many(STREAM, [Entry(b) for b in bad])
     summary = audit(spark, data_dir, tmp_path / "out")
     out = str(tmp_path / "out")
     assert summary.records == n_good + len(bad)
@@ -218,7 +218,7 @@ def test_a_channel_of_bad_records_only_gives_empty_tables_with_their_columns(spa
     with open_log(data_dir) as log:
         log.create_stream(STREAM)
         positions = log.append_many(
-            STREAM, 0, [Entry(b"\xff\xff not protobuf %d" % i) for i in range(3)]
+            STREAM, [Entry(b"\xff\xff not protobuf %d" % i) for i in range(3)]
         )
     summary = audit(spark, data_dir, tmp_path / "out", report=False)
     assert summary.rejects == 3 and summary.content_messages == 0

@@ -58,7 +58,7 @@ def test_sds_audit_on_the_cluster_equals_local(spark, cluster_driver, tmp_path):
     src = tmp_path / "src"
     simulated(src, CLUSTER_CFG)
     with open_log(src) as log:  # and a reject, so that table is compared too
-        log.append_many(STREAM, 0, [Entry(b"\x08\xff not an SdsMessage")])
+        log.append_many(STREAM, [Entry(b"\x08\xff not an SdsMessage")])
     on_cluster, local = tmp_path / "on_cluster", tmp_path / "local"
     shutil.copytree(src, on_cluster)
     shutil.copytree(src, local)

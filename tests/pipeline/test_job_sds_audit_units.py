@@ -35,7 +35,7 @@ def _seal(data_dir: Path, first: int, last: int) -> Path:
     """Records ``first..last`` of the stored channel as one lake file (what sealing or a
     compaction writes)."""
     with open_log(data_dir, readonly=True) as log:
-        t = pa.concat_tables(log.read_tables(STREAM, 0, first, last + 1))
+        t = pa.concat_tables(log.read_tables(STREAM, first, last + 1))
     return write_lake_table(lake_partition_dir(data_dir, STREAM, 0), t).path
 
 
@@ -44,7 +44,7 @@ def _whole(data_dir: Path) -> list[dict]:
     with open_log(data_dir, readonly=True) as log:
         batches = [
             b
-            for t in log.read_tables(STREAM, 0, 0, None)
+            for t in log.read_tables(STREAM, 0, None)
             for b in t.select(list(DECODE_COLUMNS)).to_batches()
         ]
     return pa.Table.from_batches(list(decode_batches(CHANNEL)(iter(batches)))).to_pylist()

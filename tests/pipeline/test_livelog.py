@@ -30,7 +30,7 @@ def test_a_reader_does_not_see_records_appended_but_not_yet_fsynced(tmp_path, mo
     writer = open_log(tmp_path)
     try:
         writer.create_stream("s", StreamConfig(durability="batch"))
-        writer.append_many("s", 0, [Entry(b"acked-%d" % i) for i in range(5)])
+        writer.append_many("s", [Entry(b"acked-%d" % i) for i in range(5)])
         in_fsync, release = threading.Event(), threading.Event()
         real = fs.fdatasync
 
@@ -42,7 +42,7 @@ def test_a_reader_does_not_see_records_appended_but_not_yet_fsynced(tmp_path, mo
 
         monkeypatch.setattr(fs, "fdatasync", held_fdatasync)
         late = threading.Thread(
-            target=lambda: writer.append_many("s", 0, [Entry(b"late")] * 3), name="late-append"
+            target=lambda: writer.append_many("s", [Entry(b"late")] * 3), name="late-append"
         )
         late.start()
         try:
@@ -67,7 +67,7 @@ def test_the_live_log_is_never_taken_for_absent(tmp_path, monkeypatch):
     loudly when the source loads), and an error opening it is raised, not swallowed."""
     log = open_log(tmp_path)
     log.create_stream("s")
-    log.append_many("s", 0, [Entry(b"x")])
+    log.append_many("s", [Entry(b"x")])
     log.close()
     monkeypatch.setitem(sys.modules, "loglake.log", None)  # a lazy import would fail now
     assert DirSource(str(tmp_path)).partitions("s") == {0: (0, 1)}

@@ -99,7 +99,7 @@ def test_all_fields_match_the_log(spark, stream_dir):
 
     d, _ = stream_dir
     log = open_log(d, readonly=True)
-    want = {(r.partition, r.index): r for p in (0, 1) for r in log.read("orders", p, 0)}
+    want = {(r.partition, r.index): r for p in (0, 1) for r in log.read("orders", 0, partition=p)}
     log.close()
     for native in ("true", "false"):
         got = _load(spark, d, nativeSealed=native).collect()

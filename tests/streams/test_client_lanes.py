@@ -62,10 +62,10 @@ class RefusingLog(MemoryLog):
 
     full = False
 
-    def append_payloads(self, stream, partition, datas):
+    def append_payloads(self, stream, datas, *, partition=0):
         if self.full or any(d.startswith(b"bad") for d in datas):
             raise OSError(errno.ENOSPC, "No space left on device (refused by the test log)")
-        return super().append_payloads(stream, partition, datas)
+        return super().append_payloads(stream, datas, partition=partition)
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def server(log):
 
 
 def stored(log: MemoryLog, stream: str) -> dict[int, bytes]:
-    return {i: d for i, d in log.read_payloads(stream, 0, 0, 1_000_000)}
+    return {i: d for i, d in log.read_payloads(stream, 0, 1_000_000)}
 
 
 def test_sync_client_leftover_errors_never_fail_the_next_push(server, log):

@@ -55,10 +55,10 @@ allow = ["consume"]
 def test_owner_reset_and_delete_are_durable(tmp_path):
     log = open_log(tmp_path)
     log.create_stream("s")
-    assert log.save_index_as("c", "s", 5, 0, "cn:bob") == 5
+    assert log.save_index_as("c", "s", 5, "cn:bob") == 5
     with pytest.raises(NotOwner, match="belongs to cn:bob; cn:mallory may not"):
-        log.save_index_as("c", "s", TOP, 0, "cn:mallory")
-    assert log.save_index_as("c", "s", 7, 0, "cn:carol", override=True) == 7
+        log.save_index_as("c", "s", TOP, "cn:mallory")
+    assert log.save_index_as("c", "s", 7, "cn:carol", override=True) == 7
     log.close()
     log = open_log(tmp_path)  # the owner came back from disk, not the carol override
     assert (log.get_index("c", "s"), log.index_owner("c", "s")) == (7, "cn:bob")
@@ -70,7 +70,7 @@ def test_owner_reset_and_delete_are_durable(tmp_path):
     log.close()
     log = open_log(tmp_path)
     assert (log.get_index("c", "s"), log.index_owner("c", "s")) == (None, None)
-    assert log.save_index_as("c", "s", 1, 0, "cn:mallory") == 1  # deleted: a new owner
+    assert log.save_index_as("c", "s", 1, "cn:mallory") == 1  # deleted: a new owner
     assert log.index_owner("c", "s") == "cn:mallory"
     log.close()
 
@@ -86,7 +86,7 @@ def test_entries_without_an_owner_are_the_old_shape_and_still_load(tmp_path):
     (tmp_path / FILE_NAME).write_bytes(old)
     log = open_log(tmp_path)
     assert (log.get_index("c", "s"), log.index_owner("c", "s")) == (9, None)
-    assert log.save_index_as("c", "s", 3, 0, "cn:bob") == 9  # claims it, keeps the higher
+    assert log.save_index_as("c", "s", 3, "cn:bob") == 9  # claims it, keeps the higher
     assert log.index_owner("c", "s") == "cn:bob"
     log.close()
 
@@ -168,8 +168,8 @@ def test_another_identity_saving_top_index_is_refused_and_the_owner_carries_on(p
         # mallory's read grant still reads others' consumers and saves her own
         assert mallory.get_index("billing-eu", "orders", partition=1) == 4
         assert mallory.save_index("mine", "orders", 2) == 2
-    assert log.index_owner("billing-eu", "orders", 1) == "cn:bob"
-    assert log.index_owner("mine", "orders", 0) == "cn:mallory"
+    assert log.index_owner("billing-eu", "orders", partition=1) == "cn:bob"
+    assert log.index_owner("mine", "orders") == "cn:mallory"
 
 
 def test_a_consume_grant_saves_the_consumers_it_names_only(pki, server, log):
@@ -181,7 +181,7 @@ def test_a_consume_grant_saves_the_consumers_it_names_only(pki, server, log):
         with pytest.raises(PermissionDenied, match=r"cn:carol may not (save|get)"):
             carol.save_index("shipping", "orders", 9)
         assert bob.get_index("shipping", "orders") == 3
-    assert log.index_owner("billing-eu", "orders", 0) == "cn:bob"  # carol did not take it
+    assert log.index_owner("billing-eu", "orders") == "cn:bob"  # carol did not take it
 
 
 def test_an_operator_reset_unsticks_a_consumer_stuck_at_the_top(pki, server, log):
@@ -196,7 +196,7 @@ def test_an_operator_reset_unsticks_a_consumer_stuck_at_the_top(pki, server, log
         assert bob.get_index("billing-eu", "orders") == 0  # a new record, as the spec says
         with pytest.raises(UnknownPartition):  # a typed error, never "internal error"
             alice.reset_index("billing-eu", "orders", 0, partition=7)
-    assert log.index_owner("billing-eu", "orders", 0) is None
+    assert log.index_owner("billing-eu", "orders") is None
 
 
 def test_malformed_reset_requests_are_dropped_and_the_connection_carries_on(memory_log):

@@ -25,7 +25,7 @@ def _damaged(data: Path, stream: str, files: str) -> Path:
         else:  # history served from the lake only (the segments are trimmed)
             log.create_stream("t", StreamConfig(segment_bytes=3000, retention_records=1))
         for i in range(80):
-            log.append(stream, 0, b"%s%04d" % (stream.encode(), i) + b"." * 40)
+            log.append(stream, b"%s%04d" % (stream.encode(), i) + b"." * 40)
         log.wait_for_seals()
         log.enforce_retention()
     path = sorted(data.glob(files))[0]

@@ -60,15 +60,15 @@ class FailingLog(MemoryLog):
 
     error: Exception | None = None
 
-    def append_payloads(self, stream, partition, datas):
+    def append_payloads(self, stream, datas, *, partition=0):
         if self.error is not None:
             raise self.error
-        return super().append_payloads(stream, partition, datas)
+        return super().append_payloads(stream, datas, partition=partition)
 
-    def save_index(self, client_id, stream, index, partition=0):
+    def save_index(self, client_id, stream, index, *, partition=0):
         if self.error is not None:
             raise self.error
-        return super().save_index(client_id, stream, index, partition)
+        return super().save_index(client_id, stream, index, partition=partition)
 
 
 def _push(service: StreamService, stream: str, partition: int, rid: int) -> object:
@@ -198,7 +198,7 @@ def test_serve_starts_and_serves_on_a_full_disk(small_disk, port):
     data = small_disk / "data"
     with open_log(data) as log:
         log.create_stream("orders")
-        log.append_payloads("orders", 0, [b"kept %d" % i for i in range(50)])
+        log.append_payloads("orders", [b"kept %d" % i for i in range(50)])
         for i in range(200):  # an uncompacted store: many entries for one key
             log.save_index("billing", "orders", i)
     fd = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)

@@ -128,7 +128,7 @@ def big_log(tmp_path):
     from loglake.log import StreamConfig
 
     log.create_stream("big", StreamConfig(durability="none"))
-    log.append_payloads("big", 0, [bytes([i]) * RECORD for i in range(64)])
+    log.append_payloads("big", [bytes([i]) * RECORD for i in range(64)])
     yield log
     log.close()
 
@@ -273,7 +273,7 @@ def test_sigterm_under_attack_exits_within_5_s_and_keeps_what_was_acknowledged(
     from loglake.log import StreamConfig
 
     log.create_stream("big", StreamConfig(durability="none"))
-    log.append_payloads("big", 0, [bytes([i]) * RECORD for i in range(64)])
+    log.append_payloads("big", [bytes([i]) * RECORD for i in range(64)])
     log.close()
     port = free_port()
     env = dict(os.environ, LOGLAKE_LIMITS_CONNECTION_OUTPUT="1MiB")
@@ -322,7 +322,7 @@ def test_sigterm_under_attack_exits_within_5_s_and_keeps_what_was_acknowledged(
     assert rc == 0 and took <= 5.0, (rc, took)
     log = open_log(data)
     try:
-        got = log.read_payloads("acked", 0, 0, 1000)
+        got = log.read_payloads("acked", 0, 1000)
         assert [i for i, _ in got] == acked
     finally:
         log.close()

@@ -47,7 +47,7 @@ def read_all(log: JetStreamLog, stream: str, timeout: float = 30.0) -> list:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return log.read_payloads(stream, 0, 0)
+            return log.read_payloads(stream, 0)
         except ClusterUnavailable:
             if time.monotonic() >= deadline:
                 raise
@@ -195,7 +195,7 @@ def test_no_quorum_is_a_typed_error_within_the_timeout_never_a_hang(
         # reads: served by a replica that still has the stream, or a typed error; never a hang
         t0 = time.monotonic()
         try:
-            rows = log.read_payloads("q", 0, 0)
+            rows = log.read_payloads("q", 0)
             assert rows[:2] == [(0, b"a"), (1, b"b")]
         except ClusterUnavailable:
             pass

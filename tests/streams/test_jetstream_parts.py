@@ -53,7 +53,7 @@ def test_archives_control_node_builds_the_same_archives_from_jetstream(streams, 
     local = MemoryLog()
     fill_weeks(local, "community", layout, range(3), 40)
     streams.create_stream("community")
-    streams.push_many("community", [r.data for r in local.read("community", 0, 0)])
+    streams.push_many("community", [r.data for r in local.read("community", 0)])
     out = {}
     for name, source in (("local", LocalStreams(local)), ("jetstream", streams)):
         node = ControlNode(tmp_path / name, KEY, layout, MessageStore(tmp_path / f"{name}.db"))

@@ -40,9 +40,12 @@ def test_sealed_history_serves_pulls_below_jetstream_retention(lake_log, tmp_pat
     assert [(f.first, f.last) for f in sealer.seal(["s"])] == [(100, 199)]
     live = lake_log.stream_info("s").partitions[1]
     assert (live.first_index, live.next_index) == (50, 200)  # JetStream dropped 0..49
-    assert lake_log.read_payloads("s", 1, 0) == [(i, payload(i)) for i in range(200)]
-    assert lake_log.read_payloads("s", 1, 3, limit=2) == [(3, payload(3)), (4, payload(4))]
-    got = lake_log.read("s", 1, 40, limit=20)  # lake, then JetStream
+    assert lake_log.read_payloads("s", 0, partition=1) == [(i, payload(i)) for i in range(200)]
+    assert lake_log.read_payloads("s", 3, limit=2, partition=1) == [
+        (3, payload(3)),
+        (4, payload(4)),
+    ]
+    got = lake_log.read("s", 40, limit=20, partition=1)  # lake, then JetStream
     assert [(r.index, r.data) for r in got] == [(i, payload(i)) for i in range(40, 60)]
     assert all(r.timestamp_ns > 0 for r in got)
     # the same lake table the embedded log writes

@@ -82,7 +82,7 @@ def test_confirms_wait_for_their_fsync_while_the_next_batches_are_written(tmp_pa
     assert not errors, errors
     every = sorted(results[0] + results[1] + results[2])
     assert every == list(range(3 * PUSHES))  # every push confirmed once, no index reused
-    got = dict(log.read_payloads("s", 0, 0, 3 * PUSHES))
+    got = dict(log.read_payloads("s", 0, 3 * PUSHES))
     for k in (0, 1, 2):
         # confirms in push order, each naming the index that holds that push
         assert [got[i] for i in results[k]] == [
@@ -138,8 +138,8 @@ def test_a_failed_fsync_of_a_pipelined_batch_fails_its_pushes_and_the_server_goe
     reopened = SegmentLog(tmp_path)
     # every confirmed push is there, at its index (the failed burst's records may or may not
     # be: they were never confirmed)
-    assert [d for _, d in reopened.read_payloads("s", 0, 0, PUSHES)] == before
-    assert [d for _, d in reopened.read_payloads("t", 0, 0, PUSHES)] == [
+    assert [d for _, d in reopened.read_payloads("s", 0, PUSHES)] == before
+    assert [d for _, d in reopened.read_payloads("t", 0, PUSHES)] == [
         b"t %d" % i for i in range(PUSHES)
     ]
     reopened.close()
@@ -192,6 +192,6 @@ def test_pushes_after_a_non_push_message_are_not_overtaken_by_the_next_batch(tmp
     indexes = [core.confirms[r] for r in rids]
     assert all(ok for ok, _ in indexes)
     assert [i for _, i in indexes] == list(range(90))  # in push order, every one once
-    stored = [d for _, d in log.read_payloads("s", 0, 0, 90)]
+    stored = [d for _, d in log.read_payloads("s", 0, 90)]
     assert stored == [b"%s%d" % (x, i) for x in (b"a", b"b", b"c") for i in range(30)]
     log.close()

@@ -57,7 +57,7 @@ def test_a_lone_push_is_stored_and_confirmed_on_the_event_loop_and_a_burst_is_pi
         assert set(names) - {"loglake-server"}, names
         assert c.push("s", b"after") == 3020  # and an idle server runs inline again
         assert names[-1] == "loglake-server"
-    stored = [d for _, d in log.read_payloads("s", 0, 0, 4000)]
+    stored = [d for _, d in log.read_payloads("s", 0, 4000)]
     assert stored == (
         [b"lone %d" % i for i in range(20)] + [b"burst %d" % i for i in range(3000)] + [b"after"]
     )
@@ -103,7 +103,7 @@ def test_inline_and_pipelined_batches_from_several_connections_keep_each_ones_or
     assert not errors, errors
     total = sum(n for _, n in plans.values())
     assert sorted(i for r in results.values() for i in r) == list(range(total))
-    got = dict(log.read_payloads("s", 0, 0, total))
+    got = dict(log.read_payloads("s", 0, total))
     for k, (_, n) in plans.items():
         assert results[k] == sorted(results[k])  # confirms in push order
         assert [got[i] for i in results[k]] == [b"%d:%05d" % (k, i) for i in range(n)]
@@ -180,5 +180,5 @@ def test_what_connections_send_in_one_loop_iteration_is_one_batch_on_the_loop(
     # iteration later than the others, though the test saw its data readable first)
     assert sum(batches) == 3 and max(batches) >= 2, batches
     assert names and set(names) == {"loglake-server"}  # fsynced on the loop
-    assert sorted(d for _, d in log.read_payloads("s", 0, 0, 10)) == [b"c0", b"c1", b"c2"]
+    assert sorted(d for _, d in log.read_payloads("s", 0, 10)) == [b"c0", b"c1", b"c2"]
     log.close()

@@ -50,7 +50,7 @@ def test_pushes_around_a_pull_on_the_same_route_object_keep_request_order() -> N
     pulled = codec.decode_pull_reply(replies[2][0].payload)
     assert [m.data for m in pulled.messages] == [b"a", b"b"]  # sees the pushes before it
     assert codec.decode_push_confirm(replies[3][0].payload) == (3, True, 2)
-    assert svc.log.read_payloads("s", 0, 0, 10) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert svc.log.read_payloads("s", 0, 10) == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
 def test_a_malformed_push_among_good_ones_on_the_same_route_gets_an_error() -> None:
@@ -60,7 +60,7 @@ def test_a_malformed_push_among_good_ones_on_the_same_route_gets_an_error() -> N
     assert codec.decode_push_confirm(replies[0][0].payload) == (1, True, 0)
     assert codec.decode_response(replies[1][0].payload, Error) == Error(INVALID_REQUEST)
     assert codec.decode_push_confirm(replies[2][0].payload) == (3, True, 1)
-    assert svc.log.read_payloads("s", 0, 0, 10) == [(0, b"a"), (1, b"c")]
+    assert svc.log.read_payloads("s", 0, 10) == [(0, b"a"), (1, b"c")]
 
 
 def test_each_peer_is_checked_even_on_the_same_route_object() -> None:
@@ -77,7 +77,7 @@ def test_each_peer_is_checked_even_on_the_same_route_object() -> None:
             assert codec.decode_push_confirm(r[0].payload) is not None
         else:
             assert "permission denied" in codec.decode_response(r[0].payload, Error).reason
-    assert [d for _, d in svc.log.read_payloads("s", 0, 0, 10)] == [b"m1", b"m2", b"m4"]
+    assert [d for _, d in svc.log.read_payloads("s", 0, 10)] == [b"m1", b"m2", b"m4"]
 
 
 def test_client_frames_through_the_decoder_core_and_reply_parts_round_trip() -> None:
@@ -96,7 +96,7 @@ def test_client_frames_through_the_decoder_core_and_reply_parts_round_trip() -> 
     assert out == encode_frames(replies)
     client.receive_data(TcpConnection.initial_bytes() + out)
     assert client.confirms == {rid: (True, i) for i, rid in enumerate(rids)}
-    assert [d for _, d in svc.log.read_payloads("s", 0, 0, 1000)] == [b"x" * n for n in range(300)]
+    assert [d for _, d in svc.log.read_payloads("s", 0, 1000)] == [b"x" * n for n in range(300)]
 
 
 def test_confirms_as_runs_are_the_same_frames_in_the_same_order_per_route() -> None:
@@ -176,7 +176,7 @@ def test_connections_sharing_the_read_buffer_keep_their_own_partial_frames() -> 
         finally:
             for sock in socks:
                 sock.close()
-    stored = [d for _, d in svc.log.read_payloads("s", 0, 0, 10)]
+    stored = [d for _, d in svc.log.read_payloads("s", 0, 10)]
     assert sorted(stored) == [bytes([0]) * 3000] * 3 + [bytes([1]) * 3000] * 3
 
 

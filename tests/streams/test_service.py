@@ -44,9 +44,9 @@ class CountingLog(MemoryLog):
         super().__init__()
         self.append_calls: list[int] = []
 
-    def append_many(self, stream, partition, entries):
+    def append_many(self, stream, entries, *, partition=0):
         self.append_calls.append(len(entries))
-        return super().append_many(stream, partition, entries)
+        return super().append_many(stream, entries, partition=partition)
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_push_is_confirmed_with_request_id_status_and_index(svc) -> None:
     reply, confirm = one(svc, addr, PushRequest(42, b"hello"), PushConfirm)
     assert confirm == PushConfirm(42, "OK", 0)
     assert reply.return_route == (addr,)
-    assert svc.log.read("orders", 0, 0)[0].data == b"hello"
+    assert svc.log.read("orders", 0)[0].data == b"hello"
 
 
 def test_index_is_unique_monotonic_and_scoped_per_stream_not_publisher(svc) -> None:
@@ -251,7 +251,7 @@ def test_get_index_of_a_new_client_creates_index_0(svc) -> None:
     reply, idx = one(svc, "stream_index_service", GetIndex("c1", "orders"), Index)
     assert idx == Index("c1", "orders", 0)
     assert reply.return_route == route("stream_index_service")
-    assert svc.log.get_index("c1", "orders", 0) == 0  # the record was created
+    assert svc.log.get_index("c1", "orders") == 0  # the record was created
 
 
 def get(svc, client: str = "c", stream: str = "orders") -> int:
@@ -335,7 +335,7 @@ def test_malformed_index_request_is_dropped(svc) -> None:
     create(svc)
     bad = codec.encode_base("stream_index", b"\x07")
     assert svc.handle(RoutingMessage(route("stream_index_service"), CLIENT, bad)) == []
-    assert svc.log.get_index("c", "orders", 0) is None
+    assert svc.log.get_index("c", "orders") is None
 
 
 def test_no_return_route_means_no_reply_but_the_push_is_stored(svc) -> None:
@@ -406,4 +406,4 @@ def test_pushes_to_several_partitions_of_a_batch_may_be_appended_in_parallel(log
         assert (confirm.request_id, confirm.index) == (i, i // 3)  # order kept per partition
         assert o[0].return_route == (addrs[i % 3],)
     for p in range(3):
-        assert [r.data[0] for r in log.read("t", p, 0)] == list(range(p, 30, 3))
+        assert [r.data[0] for r in log.read("t", 0, partition=p)] == list(range(p, 30, 3))

@@ -103,7 +103,7 @@ class ServiceModel(RuleBasedStateMachine):
     @invariant()
     def log_matches_model(self) -> None:
         for (name, p), log in self.data.items():
-            assert self.svc.log.next_index(name, p) == len(log)
+            assert self.svc.log.next_index(name, partition=p) == len(log)
 
 
 ServiceModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

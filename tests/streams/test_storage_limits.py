@@ -65,7 +65,7 @@ def wide_data_dir(tmp_path: Path) -> Path:
         for s in range(STREAMS):
             log.create_stream(f"w{s}", StreamConfig(partitions=PARTITIONS, durability="none"))
         for p in range(0, PARTITIONS, 40):  # a hundred partitions on disk from an earlier run
-            log.append_payloads("w0", p, [b"old %d" % p])
+            log.append_payloads("w0", [b"old %d" % p], partition=p)
     return data
 
 

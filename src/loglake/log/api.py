@@ -315,21 +315,26 @@ class Log(ABC):
 
     # -- writing --------------------------------------------------------------------------
     @abstractmethod
-    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+    def append_many(
+        self, stream: str, entries: Sequence[Entry], *, partition: int = 0
+    ) -> list[int]:
         """Append in order; return the assigned indexes once durable per the stream's policy."""
 
-    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+    def append_payloads(
+        self, stream: str, datas: Sequence[bytes], *, partition: int = 0
+    ) -> list[int]:
         """``append_many`` of records that are only data (no key, no headers, the log's
         timestamp): the stream service's push path. A backend may encode these without building
         an ``Entry`` per record; the records stored are the same."""
-        return self.append_many(stream, partition, [Entry(d) for d in datas])
+        return self.append_many(stream, [Entry(d) for d in datas], partition=partition)
 
     def append_payloads_then(
         self,
         stream: str,
-        partition: int,
         datas: Sequence[bytes],
         done: Callable[[BaseException | None], None],
+        *,
+        partition: int = 0,
     ) -> list[int]:
         """``append_payloads`` split in two: return the indexes once the records are written,
         and call ``done(None)`` once they are durable per the stream's policy, or
@@ -338,62 +343,68 @@ class Log(ABC):
         quick and must not block. An error before anything was written is raised here and
         ``done`` is not called. Why: a server can write its next batch while this one is
         fsynced. This default waits (``append_payloads``) and then calls ``done``."""
-        indexes = self.append_payloads(stream, partition, datas)
+        indexes = self.append_payloads(stream, datas, partition=partition)
         done(None)
         return indexes
 
     def append(
         self,
         stream: str,
-        partition: int,
         data: bytes,
         *,
+        partition: int = 0,
         key: bytes | None = None,
         headers: Headers = (),
         timestamp_ns: int | None = None,
     ) -> int:
-        return self.append_many(stream, partition, [Entry(data, key, headers, timestamp_ns)])[0]
+        return self.append_many(
+            stream, [Entry(data, key, headers, timestamp_ns)], partition=partition
+        )[0]
 
     # -- reading --------------------------------------------------------------------------
     @abstractmethod
     def read(
         self,
         stream: str,
-        partition: int,
         start: int,
         limit: int | None = None,
         end: int | None = None,
+        *,
+        partition: int = 0,
     ) -> list[Record]:
         """Records with ``start <= index < end``, at most ``limit`` of them, in index order.
         A start below ``first_index`` begins at ``first_index`` (Ockam: indexes returned MAY
         NOT start at the requested one, but MUST NOT be lower). Past the end → ``[]``."""
 
     def read_payloads(
-        self, stream: str, partition: int, start: int, limit: int | None = None
+        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
     ) -> list[tuple[int, bytes]]:
         """``(index, data)`` of what ``read`` returns (the stream service's pull, which carries
         nothing else): a backend may skip building a ``Record`` per row."""
-        return [(r.index, r.data) for r in self.read(stream, partition, start, limit=limit)]
+        return [
+            (r.index, r.data) for r in self.read(stream, start, limit=limit, partition=partition)
+        ]
 
     def iter_records(
         self,
         stream: str,
-        partition: int,
         start: int = 0,
         end: int | None = None,
         batch: int = 4096,
+        *,
+        partition: int = 0,
     ) -> Iterator[Record]:
         """Stream a range in bounded memory."""
         pos = start
         while end is None or pos < end:
-            chunk = self.read(stream, partition, pos, limit=batch, end=end)
+            chunk = self.read(stream, pos, limit=batch, end=end, partition=partition)
             if not chunk:
                 return
             yield from chunk
             pos = chunk[-1].index + 1
 
     def read_tables(
-        self, stream: str, partition: int, start: int = 0, end: int | None = None
+        self, stream: str, start: int = 0, end: int | None = None, *, partition: int = 0
     ) -> Iterator[pa.Table]:
         """The records of ``iter_records`` as ``pyarrow`` tables in the lake's schema
         (``loglake.log.lake_schema.LAKE_SCHEMA``: what a sealed Parquet file holds), for readers
@@ -403,13 +414,13 @@ class Log(ABC):
 
         pos = start
         while end is None or pos < end:
-            chunk = self.read(stream, partition, pos, limit=8192, end=end)
+            chunk = self.read(stream, pos, limit=8192, end=end, partition=partition)
             if not chunk:
                 return
             yield records_table(chunk, stream, partition)
             pos = chunk[-1].index + 1
 
-    def next_index(self, stream: str, partition: int = 0) -> int:
+    def next_index(self, stream: str, *, partition: int = 0) -> int:
         return self.stream_info(stream).partitions[partition].next_index
 
     # -- consumer indexes (the Ockam index service) ----------------------------------------
@@ -419,11 +430,11 @@ class Log(ABC):
     # the stored value). ``get_index`` returns None where ``Streams.get_index`` creates the
     # record with 0 (the service's job, not the storage's).
     @abstractmethod
-    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+    def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         """The stored index, or None if this client never saved one."""
 
     @abstractmethod
-    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+    def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
         """Store ``index`` monotonically and durably; return the stored value (the old one,
         unchanged, when ``index`` is lower — nothing is written then)."""
 
@@ -442,20 +453,21 @@ class Log(ABC):
         client_id: str,
         stream: str,
         index: int,
-        partition: int,
         owner: str,
         override: bool = False,
+        *,
+        partition: int = 0,
     ) -> int:
         """``save_index`` by ``owner``: a consumer nobody owns becomes ``owner``'s (durably, in
         the same write); one another identity owns raises ``NotOwner`` unless ``override``."""
         raise UnsupportedByBackend(f"{type(self).__name__} cannot keep consumer owners")
 
-    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+    def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         """The identity that owns the consumer, or None (never saved under authentication)."""
         return None
 
     def reset_index(
-        self, client_id: str, stream: str, index: int | None, partition: int = 0
+        self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
         """An operator's reset: set the consumer's index to ``index`` even if lower (its owner
         stays), or with None delete the consumer and its owner. Returns the index before."""
@@ -466,7 +478,7 @@ class Log(ABC):
         """Apply each stream's retention; return how many records were dropped."""
         return 0
 
-    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+    def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
         """Drop records with index < ``index`` from the live log; return how many were dropped.
 
         A backend may work at its own granularity (whole segments) but never drops a record

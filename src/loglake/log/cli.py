@@ -112,7 +112,7 @@ def read(
 ) -> None:
     """Records of STREAM from an index on (read-only; spans lake and segments)."""
     with SegmentLog(data_dir, readonly=True) as log:
-        recs = log.read(stream, partition, start, limit=limit)
+        recs = log.read(stream, start, limit=limit, partition=partition)
     if as_json:
         click.echo(
             json.dumps(

@@ -78,7 +78,9 @@ class MemoryLog(Log):
                 )
             return StreamInfo(name, self._configs[name], tuple(infos))
 
-    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+    def append_many(
+        self, stream: str, entries: Sequence[Entry], *, partition: int = 0
+    ) -> list[int]:
         with self._lock:
             recs = self._partition(stream, partition)
             nxt = self._first[(stream, partition)] + len(recs)
@@ -95,10 +97,11 @@ class MemoryLog(Log):
     def read(
         self,
         stream: str,
-        partition: int,
         start: int,
         limit: int | None = None,
         end: int | None = None,
+        *,
+        partition: int = 0,
     ) -> list[Record]:
         with self._lock:
             recs = self._partition(stream, partition)
@@ -109,7 +112,7 @@ class MemoryLog(Log):
                 hi = min(hi, lo + max(0, limit))
             return recs[lo:hi] if lo < hi else []
 
-    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+    def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         with self._lock:
             self._partition(stream, partition)
             return self._consumers.get((client_id, stream, partition))
@@ -118,7 +121,7 @@ class MemoryLog(Log):
         with self._lock:
             return dict(self._consumers)
 
-    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+    def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
         with self._lock:
             self._partition(stream, partition)
             key = (client_id, stream, partition)
@@ -133,9 +136,10 @@ class MemoryLog(Log):
         client_id: str,
         stream: str,
         index: int,
-        partition: int,
         owner: str,
         override: bool = False,
+        *,
+        partition: int = 0,
     ) -> int:
         with self._lock:
             self._partition(stream, partition)
@@ -145,14 +149,14 @@ class MemoryLog(Log):
                 raise NotOwner(key, had, owner)
             if had is None and owner:
                 self._owners[key] = owner
-        return self.save_index(client_id, stream, index, partition)
+        return self.save_index(client_id, stream, index, partition=partition)
 
-    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+    def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         with self._lock:
             return self._owners.get((client_id, stream, partition))
 
     def reset_index(
-        self, client_id: str, stream: str, index: int | None, partition: int = 0
+        self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
         with self._lock:
             self._partition(stream, partition)
@@ -165,7 +169,7 @@ class MemoryLog(Log):
                 self._consumers[key] = index
             return before
 
-    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+    def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
         """Exact: every record below ``index`` goes (there is no lake to keep them)."""
         with self._lock:
             recs = self._partition(stream, partition)

@@ -539,14 +539,18 @@ class SegmentLog(Log):
         ).exists()
 
     # -- writing ----------------------------------------------------------------------------
-    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+    def append_many(
+        self, stream: str, entries: Sequence[Entry], *, partition: int = 0
+    ) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
         return self._on(
             stream, partition, lambda p: p.append_many(entries, p.config.durability), True
         )
 
-    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+    def append_payloads(
+        self, stream: str, datas: Sequence[bytes], *, partition: int = 0
+    ) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
         return self._on(
@@ -556,36 +560,38 @@ class SegmentLog(Log):
     def append_payloads_then(
         self,
         stream: str,
-        partition: int,
         datas: Sequence[bytes],
         done: Callable[[BaseException | None], None],
+        *,
+        partition: int = 0,
     ) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
         with self._lock:
             part = self._partition(stream, partition)
         if part.config.durability != "batch":
-            return super().append_payloads_then(stream, partition, datas, done)
+            return super().append_payloads_then(stream, datas, done, partition=partition)
         return self._on(stream, partition, lambda p: p.append_payloads_then(datas, done), True)
 
     # -- reading ----------------------------------------------------------------------------
     def read(
         self,
         stream: str,
-        partition: int,
         start: int,
         limit: int | None = None,
         end: int | None = None,
+        *,
+        partition: int = 0,
     ) -> list[Record]:
         return self._on(stream, partition, lambda p: p.read(start, limit, end), False)
 
     def read_payloads(
-        self, stream: str, partition: int, start: int, limit: int | None = None
+        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
     ) -> list[tuple[int, bytes]]:
         return self._on(stream, partition, lambda p: p.read(start, limit, None, True), False)
 
     def read_tables(
-        self, stream: str, partition: int, start: int = 0, end: int | None = None
+        self, stream: str, start: int = 0, end: int | None = None, *, partition: int = 0
     ) -> Iterator[pa.Table]:
         pos = start
         while True:
@@ -600,13 +606,13 @@ class SegmentLog(Log):
             except PartitionRetired:  # reopened after a failure: go on from the new one
                 continue
 
-    def next_index(self, stream: str, partition: int = 0) -> int:
+    def next_index(self, stream: str, *, partition: int = 0) -> int:
         with self._lock:
             part = self._partition(stream, partition)
         return part.snapshot()[1]
 
     # -- consumer indexes -------------------------------------------------------------------
-    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+    def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         with self._lock:
             self._partition(stream, partition)
         return self._consumers.get(client_id, stream, partition)
@@ -614,7 +620,7 @@ class SegmentLog(Log):
     def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
         return self._consumers.all()
 
-    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+    def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
         with self._lock:
@@ -626,9 +632,10 @@ class SegmentLog(Log):
         client_id: str,
         stream: str,
         index: int,
-        partition: int,
         owner: str,
         override: bool = False,
+        *,
+        partition: int = 0,
     ) -> int:
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
@@ -636,11 +643,11 @@ class SegmentLog(Log):
             self._partition(stream, partition)
         return self._consumers.save(client_id, stream, partition, index, owner, override)
 
-    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+    def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         return self._consumers.owner(client_id, stream, partition)
 
     def reset_index(
-        self, client_id: str, stream: str, index: int | None, partition: int = 0
+        self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
         if self.readonly:
             raise ReadOnlyLog("cannot reset a consumer index: the log is read-only")
@@ -683,7 +690,7 @@ class SegmentLog(Log):
             raise RetentionFailed(dropped, errors)
         return dropped
 
-    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+    def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
         """Segment-granular (see ``Partition.truncate_before``): whole segments below ``index``
         go; the segment holding ``index`` stays whole."""
         if self.readonly:

@@ -202,16 +202,20 @@ class InstrumentedLog(Log):
     def partition_count(self, stream: str) -> int:
         return self.inner.partition_count(stream)
 
-    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+    def append_many(
+        self, stream: str, entries: Sequence[Entry], *, partition: int = 0
+    ) -> list[int]:
         t0 = time.perf_counter()
-        out = self.inner.append_many(stream, partition, entries)
+        out = self.inner.append_many(stream, entries, partition=partition)
         dt = time.perf_counter() - t0
         self.metrics.pushed(stream, len(out), sum(len(e.data) for e in entries), dt)
         return out
 
-    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+    def append_payloads(
+        self, stream: str, datas: Sequence[bytes], *, partition: int = 0
+    ) -> list[int]:
         t0 = time.perf_counter()
-        out = self.inner.append_payloads(stream, partition, datas)
+        out = self.inner.append_payloads(stream, datas, partition=partition)
         dt = time.perf_counter() - t0
         self.metrics.pushed(stream, len(out), sum(map(len, datas)), dt)
         return out
@@ -219,9 +223,10 @@ class InstrumentedLog(Log):
     def append_payloads_then(
         self,
         stream: str,
-        partition: int,
         datas: Sequence[bytes],
         done: Callable[[BaseException | None], None],
+        *,
+        partition: int = 0,
     ) -> list[int]:
         """Forwarded, not left to ``Log``'s blocking default: the stream server writes its next
         batch while this one is fsynced. A push is counted, with its latency to durable, when
@@ -234,39 +239,40 @@ class InstrumentedLog(Log):
                 self.metrics.pushed(stream, len(datas), size, time.perf_counter() - t0)
             done(error)
 
-        return self.inner.append_payloads_then(stream, partition, datas, timed)
+        return self.inner.append_payloads_then(stream, datas, timed, partition=partition)
 
     def read(
         self,
         stream: str,
-        partition: int,
         start: int,
         limit: int | None = None,
         end: int | None = None,
+        *,
+        partition: int = 0,
     ) -> list[Record]:
         t0 = time.perf_counter()
-        out = self.inner.read(stream, partition, start, limit, end)
+        out = self.inner.read(stream, start, limit, end, partition=partition)
         dt = time.perf_counter() - t0
         self.metrics.pulled(stream, len(out), sum(len(r.data) for r in out), dt)
         return out
 
     def read_payloads(
-        self, stream: str, partition: int, start: int, limit: int | None = None
+        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
     ) -> list[tuple[int, bytes]]:
         t0 = time.perf_counter()
-        out = self.inner.read_payloads(stream, partition, start, limit)
+        out = self.inner.read_payloads(stream, start, limit, partition=partition)
         dt = time.perf_counter() - t0
         self.metrics.pulled(stream, len(out), sum(len(d) for _, d in out), dt)
         return out
 
-    def next_index(self, stream: str, partition: int = 0) -> int:
-        return self.inner.next_index(stream, partition)
+    def next_index(self, stream: str, *, partition: int = 0) -> int:
+        return self.inner.next_index(stream, partition=partition)
 
-    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
-        return self.inner.get_index(client_id, stream, partition)
+    def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
+        return self.inner.get_index(client_id, stream, partition=partition)
 
-    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        return self.inner.save_index(client_id, stream, index, partition)
+    def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
+        return self.inner.save_index(client_id, stream, index, partition=partition)
 
     def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
         return self.inner.consumer_indexes()
@@ -276,25 +282,28 @@ class InstrumentedLog(Log):
         client_id: str,
         stream: str,
         index: int,
-        partition: int,
         owner: str,
         override: bool = False,
+        *,
+        partition: int = 0,
     ) -> int:
-        return self.inner.save_index_as(client_id, stream, index, partition, owner, override)
+        return self.inner.save_index_as(
+            client_id, stream, index, owner, override, partition=partition
+        )
 
-    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
-        return self.inner.index_owner(client_id, stream, partition)
+    def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
+        return self.inner.index_owner(client_id, stream, partition=partition)
 
     def reset_index(
-        self, client_id: str, stream: str, index: int | None, partition: int = 0
+        self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
-        return self.inner.reset_index(client_id, stream, index, partition)
+        return self.inner.reset_index(client_id, stream, index, partition=partition)
 
     def enforce_retention(self, now_ns: int | None = None) -> int:
         return self.inner.enforce_retention(now_ns)
 
-    def truncate_before(self, stream: str, partition: int, index: int) -> int:
-        return self.inner.truncate_before(stream, partition, index)
+    def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
+        return self.inner.truncate_before(stream, index, partition=partition)
 
     def flush(self) -> None:
         self.inner.flush()

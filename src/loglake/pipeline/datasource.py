@@ -673,7 +673,7 @@ def append_staged(opts: SourceOptions, paths: list[str]) -> int:
         log = open_log(opts.data_dir)
         try:
             for p, entries in sorted(per_part.items()):
-                log.append_many(opts.stream, p, entries)
+                log.append_many(opts.stream, entries, partition=p)
             log.flush()
         finally:
             log.close()

@@ -86,7 +86,7 @@ class DirSource:
         log = open_log_readonly(self.data_dir)
         try:
             # columns from the segments' bytes, no Record per row (Log.read_tables)
-            for table in log.read_tables(stream, partition, start, end):
+            for table in log.read_tables(stream, start, end, partition=partition):
                 yield from table.to_batches(max_chunksize=READ_BATCH)
         finally:
             log.close()

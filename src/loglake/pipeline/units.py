@@ -114,7 +114,7 @@ def read_unit_columns(
     from loglake.pipeline.livelog import open_log_readonly
 
     with open_log_readonly(data_dir) as log:
-        for table in log.read_tables(u.stream, u.partition, lo, hi):
+        for table in log.read_tables(u.stream, lo, hi, partition=u.partition):
             yield from table.select(cols).to_batches(max_chunksize=batch_rows)
 
 

@@ -428,5 +428,5 @@ def store_channel(sim: Simulation, log: Log, stream: str, partition: int = 0) ->
         log.create_stream(stream)
     entries = [Entry(data, timestamp_ns=t * 1_000_000) for t, _, data in sim.channel]
     for k in range(0, len(entries), 1000):
-        log.append_many(stream, partition, entries[k : k + 1000])
+        log.append_many(stream, entries[k : k + 1000], partition=partition)
     return len(entries)

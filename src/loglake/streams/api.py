@@ -101,14 +101,15 @@ class LocalStreams:
         return self.log.stream_info(stream).config.partitions
 
     def push(self, stream: str, data: bytes, partition: int = 0) -> int:
-        return self.log.append(stream, partition, data)
+        return self.log.append(stream, data, partition=partition)
 
     def push_many(self, stream: str, datas: Sequence[bytes], partition: int = 0) -> list[int]:
-        return self.log.append_payloads(stream, partition, datas)
+        return self.log.append_payloads(stream, datas, partition=partition)
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
         return [
-            StreamMessage(i, d) for i, d in self.log.read_payloads(stream, partition, index, limit)
+            StreamMessage(i, d)
+            for i, d in self.log.read_payloads(stream, index, limit, partition=partition)
         ]
 
     def bounds(self, stream: str, partition: int = 0) -> tuple[int, int]:
@@ -121,13 +122,13 @@ class LocalStreams:
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         if not self.log.has_stream(stream):
             raise UnknownStream(stream)
-        stored = self.log.get_index(client_id, stream, partition)
+        stored = self.log.get_index(client_id, stream, partition=partition)
         if stored is None:
-            return self.log.save_index(client_id, stream, 0, partition)
+            return self.log.save_index(client_id, stream, 0, partition=partition)
         return stored
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
-        return self.log.save_index(client_id, stream, index, partition)
+        return self.log.save_index(client_id, stream, index, partition=partition)
 
     def truncate_before(self, stream: str, index: int, partition: int = 0) -> int:
-        return self.log.truncate_before(stream, partition, index)
+        return self.log.truncate_before(stream, index, partition=partition)

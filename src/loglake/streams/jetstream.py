@@ -637,7 +637,9 @@ class JetStreamLog(Log):
         return out
 
     # -- writing ----------------------------------------------------------------------------
-    def append_many(self, stream: str, partition: int, entries: Sequence[Entry]) -> list[int]:
+    def append_many(
+        self, stream: str, entries: Sequence[Entry], *, partition: int = 0
+    ) -> list[int]:
         datas, headers = [], []
         for e in entries:
             datas.append(e.data)
@@ -653,7 +655,9 @@ class JetStreamLog(Log):
             headers.append(h)
         return self._call(self._publish(stream, partition, datas, headers, None), self._push_wait)
 
-    def append_payloads(self, stream: str, partition: int, datas: Sequence[bytes]) -> list[int]:
+    def append_payloads(
+        self, stream: str, datas: Sequence[bytes], *, partition: int = 0
+    ) -> list[int]:
         return self.push_many(stream, partition, datas)
 
     def push_many(
@@ -831,11 +835,11 @@ class JetStreamLog(Log):
     def read(
         self,
         stream: str,
-        partition: int,
         start: int,
         limit: int | None = None,
         end: int | None = None,
         *,
+        partition: int = 0,
         lake: bool = True,
     ) -> list[Record]:
         if limit is None:
@@ -849,7 +853,7 @@ class JetStreamLog(Log):
         return out
 
     def read_payloads(
-        self, stream: str, partition: int, start: int, limit: int | None = None
+        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
     ) -> list[tuple[int, bytes]]:
         n = 1 << 62 if limit is None else limit
         rows = self._call(self._read(stream, partition, start, n, False))
@@ -1013,10 +1017,10 @@ class JetStreamLog(Log):
     def _key(self, client_id: str, stream: str, partition: int) -> str:
         return f"c{_b64(client_id)}.s{_b64(stream)}.{partition}"
 
-    def get_index(self, client_id: str, stream: str, partition: int = 0) -> int | None:
+    def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         return self._call(self._get_index(client_id, stream, partition))
 
-    def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
+    def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
 
     def save_index_as(
@@ -1183,7 +1187,7 @@ class JetStreamLog(Log):
                 raise
 
     # -- maintenance ------------------------------------------------------------------------
-    def truncate_before(self, stream: str, partition: int, index: int) -> int:
+    def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
         return self._call(self._truncate(stream, partition, index))
 
     async def _truncate(self, stream: str, partition: int, index: int) -> int:

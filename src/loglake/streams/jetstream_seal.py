@@ -72,7 +72,7 @@ class JetStreamSealer:
         directory = lake_partition_dir(self.data_dir, stream, partition)
         while start < info.next_index:
             limit = min(self.file_records, info.next_index - start)
-            recs = self.log.read(stream, partition, start, limit=limit, lake=False)
+            recs = self.log.read(stream, start, limit=limit, lake=False, partition=partition)
             if not recs:
                 break
             if recs[0].index != start:  # retention dropped more while we sealed

@@ -859,7 +859,7 @@ class StreamServer:
                 done = functools.partial(self._durable, fl, i)
                 try:
                     indexes = log.append_payloads_then(
-                        action.stream, action.partition, action.datas, done
+                        action.stream, action.datas, done, partition=action.partition
                     )
                 except Exception as e:  # refused before anything was written
                     fl.settle(i, Outcome(error=e))

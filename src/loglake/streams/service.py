@@ -185,6 +185,8 @@ class LogCall:
 
     method: str
     args: tuple
+    partition: int | None = None
+    """Passed by keyword (``Log`` takes ``partition`` keyword-only); None: the call has none."""
 
 
 Action = Append | Read | LogCall
@@ -203,12 +205,19 @@ def perform(log: Log, action: Action) -> Outcome:
     raises: an exception is the outcome's ``error``, handed back to the core."""
     try:
         if isinstance(action, Append):
-            return Outcome(log.append_payloads(action.stream, action.partition, action.datas))
+            return Outcome(
+                log.append_payloads(action.stream, action.datas, partition=action.partition)
+            )
         if isinstance(action, Read):
             return Outcome(
-                log.read_payloads(action.stream, action.partition, action.start, action.limit)
+                log.read_payloads(
+                    action.stream, action.start, action.limit, partition=action.partition
+                )
             )
-        return Outcome(getattr(log, action.method)(*action.args))
+        call = getattr(log, action.method)
+        if action.partition is None:
+            return Outcome(call(*action.args))
+        return Outcome(call(*action.args, partition=action.partition))
     except Exception as e:
         return Outcome(error=e)
 
@@ -925,11 +934,11 @@ class StreamService:
         if isinstance(req, GetIndex | GetPartitionIndex):
             partition = getattr(req, "partition", 0)
             try:
-                stored = yield LogCall("get_index", (req.client_id, req.stream_name, partition))
+                stored = yield LogCall("get_index", (req.client_id, req.stream_name), partition)
                 if stored is None:  # spec: "a new record MUST be created with an index 0"
                     # a get claims no consumer: reading an index is not owning it
                     stored = yield LogCall(
-                        "save_index", (req.client_id, req.stream_name, 0, partition)
+                        "save_index", (req.client_id, req.stream_name, 0), partition
                     )
             except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
                 return self._index_error(msg, req.stream_name, partition, e)
@@ -940,12 +949,12 @@ class StreamService:
             # the save on the same connection (loglake's client does); requests of a connection
             # are handled in order, so the get sees the save.
             partition = getattr(req, "partition", 0)
-            key = (req.client_id, req.stream_name, req.index, partition)
+            key = (req.client_id, req.stream_name, req.index)
             try:  # a lower index: "it MUST NOT be changed"
                 if access is None:  # no authentication: no owners (the banner says so)
-                    yield LogCall("save_index", key)
+                    yield LogCall("save_index", key, partition)
                 else:  # the first saver owns the consumer; others need a consume grant
-                    yield LogCall("save_index_as", (*key, peer.label, consume))
+                    yield LogCall("save_index_as", (*key, peer.label, consume), partition)
             except NotOwner as e:
                 log_event(logger, logging.WARNING, "index save refused", stream=req.stream_name,
                           partition=partition, client=req.client_id[:MAX_REASON],
@@ -958,7 +967,7 @@ class StreamService:
             # loglake's operator reset/delete: the only way an index moves back
             try:
                 yield LogCall(
-                    "reset_index", (req.client_id, req.stream_name, req.index, req.partition)
+                    "reset_index", (req.client_id, req.stream_name, req.index), req.partition
                 )
             except (LoglakeError, OSError) as e:
                 return self._index_error(msg, req.stream_name, req.partition, e)

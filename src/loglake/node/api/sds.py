@@ -171,7 +171,7 @@ class SdsHandle:
             for p in lose_for:  # deliver everything before it, so only this one is lost
                 other = self.channels[p]
                 self._account(p, other.poll())
-            index = self.ctx.log.next_index(self.stream, 0)
+            index = self.ctx.log.next_index(self.stream)
             out = ch.send(text.encode())
             self._account(sender, out)
             for p in lose_for:

@@ -270,7 +270,7 @@ def read_range(
     p = info.partitions[partition]
     records: list[RecordOut] = []
     used, truncated = 0, False
-    for r in node.log.read(stream, partition, start, limit=limit):
+    for r in node.log.read(stream, start, limit=limit, partition=partition):
         if records and used + len(r.data) > MAX_RANGE_BYTES:
             truncated = True
             break
@@ -320,7 +320,7 @@ def consumer_rows(node: NodeContext, stream: str | None = None) -> list[Consumer
                 index=index,
                 next_index=end,
                 lag=max(0, end - index),
-                owner=node.log.index_owner(client, name, partition),
+                owner=node.log.index_owner(client, name, partition=partition),
             )
         )
     return out
@@ -349,7 +349,7 @@ def stream_consumers(stream: StreamName, node: Node) -> list[ConsumerOut]:
     summary="Set a consumer's index, lower or not (its owner stays)",
 )
 def reset_consumer(stream: StreamName, body: ConsumerReset, node: Node) -> ConsumerChange:
-    before = node.log.reset_index(body.client_id, stream, body.index, body.partition)
+    before = node.log.reset_index(body.client_id, stream, body.index, partition=body.partition)
     return ConsumerChange(
         client_id=body.client_id,
         stream=stream,
@@ -365,7 +365,7 @@ def reset_consumer(stream: StreamName, body: ConsumerReset, node: Node) -> Consu
     summary="Forget a consumer's index and owner",
 )
 def delete_consumer(stream: StreamName, body: ConsumerDelete, node: Node) -> ConsumerChange:
-    before = node.log.reset_index(body.client_id, stream, None, body.partition)
+    before = node.log.reset_index(body.client_id, stream, None, partition=body.partition)
     return ConsumerChange(
         client_id=body.client_id, stream=stream, partition=body.partition, before=before, index=None
     )
