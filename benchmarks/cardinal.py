@@ -191,15 +191,17 @@ def spark_catch_up(spark, updates: int, budget: int, tmp: str) -> dict:
     finally:
         log.close()
     assert added == n_blocks, (added, n_blocks)
-    c0, t = cpu_by_tree({})["job"], time.perf_counter()
+    c0, t, d0 = cpu_by_tree({})["job"], time.perf_counter(), time.process_time()
     summary = run(spark, CardinalBlocksOptions(d, ("bench",), f"{tmp}/out{updates}"))
     t_job, c_job = time.perf_counter() - t, cpu_by_tree({})["job"] - c0
+    c_driver = time.process_time() - d0
     assert summary.blocks == n_blocks and summary.head and summary.head[0] == n_blocks - 1
     c0 = cpu_by_tree({})["job"]
     t_floor = source_floor(spark, d, f"{tmp}/floor{updates}")
     c_floor = cpu_by_tree({})["job"] - c0
     return {
         "job_cpu_us": c_job / sent * 1e6,
+        "driver_cpu_us": c_driver / sent * 1e6,
         "floor_cpu_us": c_floor / sent * 1e6,
         "floor_per_s": sent / t_floor,
         "updates": updates,
@@ -475,17 +477,24 @@ def spark_main(args) -> None:
         print(
             f"{'updates/block':>13} {'blocks':>6} {'messages':>9} | {'single-process/s':>16} "
             f"{'Spark job/s':>11} {'job ÷ single':>12} {'source alone/s':>14} {'job s':>6} "
-            f"{'job µs CPU/msg':>14} {'source µs CPU/msg':>17}"
+            f"{'job µs CPU/msg':>14} {'of it driver':>12} {'source µs CPU/msg':>17}"
         )
         if not args.live_only:  # warm up (Python workers, the first query's planning)
             spark_catch_up(spark, 10, 2_000, f"{tmp}/warm")
+            r = spark_catch_up(spark, 1, 500, f"{tmp}/fixed")  # 250 blocks: 1,000 messages
+            print(
+                f"fixed cost: a {r['messages']:,}-message run, warm session: "
+                f"{r['job_seconds']:.1f} s, {r['job_cpu_us'] * r['messages'] / 1e6:.1f} CPU s",
+                flush=True,
+            )
         for updates in () if args.live_only else args.updates:
             r = spark_catch_up(spark, updates, budget, tmp)
             print(
                 f"{updates:>13} {r['blocks']:>6} {r['messages']:>9} | "
                 f"{r['single_per_s']:>16,.0f} {r['job_per_s']:>11,.0f} "
                 f"{r['job_per_s'] / r['single_per_s']:>12.2f} {r['floor_per_s']:>14,.0f} "
-                f"{r['job_seconds']:>6.1f} {r['job_cpu_us']:>14.1f} {r['floor_cpu_us']:>17.1f}",
+                f"{r['job_seconds']:>6.1f} {r['job_cpu_us']:>14.1f} {r['driver_cpu_us']:>12.1f} "
+                f"{r['floor_cpu_us']:>17.1f}",
                 flush=True,
             )
         for updates in [] if args.catch_up_only else args.live_updates:
