@@ -343,7 +343,9 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
             # lost for dave is repaired from the channel's store after the failover
             ch = api_b("GET", "/api/sds/channels")[0]["channel"]
             path = f"/api/sds/channels/{ch}"
-            for text, lose in (("hi dave", []), ("lost", ["dave"]), ("got that?", [])):
+            # (texts of their own: an SDS message id is the hash of its content)
+            texts = ["hi dave, on B", "lost on B", "did you get that, on B?"]
+            for text, lose in zip(texts, ([], ["dave"], []), strict=True):
                 api_b(
                     "POST",
                     f"{path}/messages",
@@ -359,7 +361,7 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
                 60,
                 f"dave repairs the lost message on B ({api_b('GET', path)})",
             )
-            assert {"hi dave", "lost", "got that?"} <= {m["text"] for m in d["recent"]}
+            assert set(texts) <= {m["text"] for m in d["recent"]}
 
             # archives on B: the control lease is B's now; messages of the current week,
             # built early (partial), make a second archive that B's member fetches
