@@ -277,3 +277,127 @@ def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
             assert proc_a.poll() is None  # A lives on, as a node that holds nothing
             assert a.publish(["from A"]).status_code == 503
             assert journal(nats3.url, prefix) == before
+
+
+@pytest.mark.slow
+def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_part(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """The make-run walkthrough's five steps against node A (its own functions, over A's API
+    and stream service); A SIGKILLed; on B: the streams and consumer index are whole, the SDS
+    channel repairs a lost message for B's own participants, and B — the archives control
+    node now, with the same community key — builds the next archive, which B's member
+    fetches."""
+    from rich.console import Console
+
+    from loglake.node import walkthrough as w
+
+    prefix = "wk" + uuid.uuid4().hex[:8]
+    parts = ["--sds-enabled", "--archives-enabled", "--archives-wait", "0"]
+    parts += ["--archives-check-every", "1"]
+    a = Node(tmp_path, "a", nats3.url, prefix, rate=0)
+    b = Node(tmp_path, "b", nats3.url, prefix, rate=0)
+    for n in (a, b):
+        n.cmd = [x for x in n.cmd if x not in ("--no-archives-enabled", "--no-sds-enabled")]
+        n.cmd += parts
+    b.cmd += ["--sds-participants", "carol,dave"]  # a participant is one identity, one place
+    console = Console(quiet=True)
+    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
+        a.connect()
+        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
+        share_role_keys(a, b)
+        (b.data / "archives").mkdir(parents=True)
+        shutil.copy2(a.data / "archives" / "control.key", b.data / "archives" / "control.key")
+        with process(b.cmd, b.http, stderr=b.log()):
+            b.connect()
+            token_a = (a.data / "node.token").read_text().strip()
+            api_a = w.Api(f"http://127.0.0.1:{a.http}", token_a)
+            with StreamClient(port=a.stream_port, timeout=30) as ca:
+                s = {
+                    "streams": w._streams(console, api_a, ca),
+                    "icrc": w._icrc(console, api_a),
+                    "cardinal": w._cardinal(console, ca),
+                    "sds": w._sds(console, api_a),
+                    "archives": w._archives(console, api_a, ca),
+                }
+            assert s["streams"]["records"] == 30 and s["streams"]["consumer_lag"] == 6
+            assert s["icrc"]["replay_status"] == "completed" and s["icrc"]["replayed"] == 10
+            assert s["cardinal"]["reorgs"] >= 1 and s["sds"]["repaired"] >= 1
+            assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
+
+            proc_a.send_signal(signal.SIGKILL)
+            proc_a.wait(10)
+            killed = time.monotonic()
+            token_b = (b.data / "node.token").read_text().strip()
+            api_b = w.Api(f"http://127.0.0.1:{b.http}", token_b)
+            wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
+            took = time.monotonic() - killed
+            orders = api_b("GET", "/api/streams/demo.orders")
+            assert orders["records"] == 30
+            lag = api_b("GET", "/api/streams/demo.orders/consumers")
+            assert [(c["client_id"], c["index"], c["lag"]) for c in lag] == [("billing", 4, 6)]
+            replays = api_b("GET", "/api/events/replays")
+            assert [(r["status"], r["sent"]) for r in replays] == [("completed", 10)]
+
+            # SDS on B (its own participants, carol and dave, on the same channel): a message
+            # lost for dave is repaired from the channel's store after the failover
+            ch = api_b("GET", "/api/sds/channels")[0]["channel"]
+            path = f"/api/sds/channels/{ch}"
+            # (texts of their own: an SDS message id is the hash of its content)
+            texts = ["hi dave, on B", "lost on B", "did you get that, on B?"]
+            for text, lose in zip(texts, ([], ["dave"], []), strict=True):
+                api_b(
+                    "POST",
+                    f"{path}/messages",
+                    json={"sender": "carol", "text": text, "lose_for": lose},
+                )
+
+            def dave() -> dict:
+                states = api_b("GET", path)["participant_states"]
+                return next(p for p in states if p["id"] == "dave")
+
+            d = wait_until(
+                lambda: (d := dave())["repaired"] >= 1 and not d["missing"] and d,
+                60,
+                f"dave repairs the lost message on B ({api_b('GET', path)})",
+            )
+            assert set(texts) <= {m["text"] for m in d["recent"]}
+
+            # archives on B: the control lease is B's now; messages of the current week,
+            # built early (partial), make a second archive that B's member fetches
+            info = api_b("GET", "/api/archives")
+            from loglake.archives import get_layout
+
+            layout = get_layout("spec")
+            now = time.time_ns()
+            with StreamClient(port=b.stream_port, timeout=30) as cb:
+                cb.push_many(
+                    info["stream"],
+                    [
+                        layout.make_record(
+                            payload=f"after failover {i}".encode(),
+                            topic="/status/1/community-chat/proto",
+                            timestamp_ns=now - 3600 * 10**9 + i,
+                        )
+                        for i in range(20)
+                    ],
+                )
+            built = wait_until(
+                lambda: (
+                    (r := b.api.post("/api/archives/build", json={"partial": True})).status_code
+                    == 200
+                    and r.json()
+                ),
+                TTL + 2 + 5,
+                "B builds as the archives control node",
+            )
+            assert built["new_archives"] >= 1, built
+            got = wait_until(
+                lambda: (
+                    (m := api_b("GET", "/api/archives")["member"]) and len(m["archives"]) >= 2 and m
+                ),
+                90,
+                "B's member fetches the archive B built",
+            )
+            assert got["messages"] >= 120, got
+            print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")

@@ -122,3 +122,73 @@ def test_unfenced_always_may(memory_log) -> None:
 
     memory_log.create_stream("s")
     assert UNFENCED.holds() and UNFENCED.append(LocalStreams(memory_log), "s", [b"a"]) == [0]
+
+
+def test_a_cardinal_member_that_lost_its_lease_cannot_commit_and_the_chain_resumes_once(
+    nats_r3: NatsCluster,
+) -> None:
+    """Two members of one Cardinal consumer (client id ``app``), each on its own connection,
+    checkpointing through a ``LeaseFence``: A consumes part of the chain and commits; A pauses
+    (its lease stops; its view still says held); B takes the lease, loads A's checkpoint and
+    consumes the rest; A's late commit is refused and moves nothing; each block was applied
+    once across the two."""
+    from loglake.cardinal.blocks import ChainUpdate
+    from loglake.cardinal.cli import produce_chain
+    from loglake.cardinal.messages import ZERO_HASH
+    from loglake.cardinal.ordering import Checkpoint
+    from loglake.cardinal.synthetic import topics_for
+    from loglake.cardinal.transport import StreamConsumer, StreamTransport
+    from loglake.streams.jetstream import JetStreamStreams
+
+    prefix = new_prefix()
+    a = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    b = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    fa = fb = None
+    start = Checkpoint.starting_at(-1, ZERO_HASH, 0)
+    try:
+        sa, sb = JetStreamStreams(a), JetStreamStreams(b)
+        _, canonical = produce_chain(sa, "chain", 10, partitions=2)
+        fa = fence_on(a, f"{prefix}_leases", "member-a")
+        wait_until(fa.holds, 5, "a holds")
+        fb = fence_on(b, f"{prefix}_leases", "member-b")
+        added: list[bytes] = []
+
+        def take(events) -> None:
+            added.extend(
+                blk.hash for ev in events if isinstance(ev, ChainUpdate) for blk in ev.added
+            )
+
+        ca = StreamConsumer(StreamTransport(sa, fence=fa), topics_for("chain"), "app", start=start)
+        for _ in range(40):
+            take(ca.poll(limit=3))
+            if len(added) >= 3:
+                break
+        ca.commit()
+        committed = len(added)
+        assert 3 <= committed < 10
+        for _ in range(40):  # A reads on past its commit: work B will redo, not commit
+            take(ca.poll(limit=3))
+        assert len(added) > committed
+
+        a.call(fa.lease.close())  # A pauses
+        fa.lease.core.state, fa.lease.core.valid_until = LeaseState.HELD, math.inf
+        wait_until(fb.holds, TTL + 2, "b takes the member's lease")
+        cb = StreamConsumer(StreamTransport(sb, fence=fb), topics_for("chain"), "app", start=start)
+        del added[committed:]  # what A applied after its commit is lost with A's process
+        for _ in range(60):
+            take(cb.poll(limit=5))
+        cb.commit()
+        with pytest.raises(FencedOut):
+            ca.commit()  # A wakes and commits what B has done already
+        offsets = {k: b.get_index("app", *k) for k in (("chain", 0), ("chain", 1))}
+        assert added == [blk.hash for blk in canonical]  # once each, in chain order
+        # A's refused commit moved no offset: a third member starts where B left off
+        cc = StreamConsumer(StreamTransport(sb, fence=fb), topics_for("chain"), "app", start=start)
+        assert [ev for _ in range(5) for ev in cc.poll(limit=5)] == []
+        assert {k: b.get_index("app", *k) for k in offsets} == offsets
+    finally:
+        for log, f in ((a, fa), (b, fb)):
+            if f is not None:
+                log.call(f.lease.close())
+        a.close()
+        b.close()

@@ -222,8 +222,8 @@ OPTIONS: tuple[Option, ...] = (
         "lease_ttl",
         _int(1, 3600),
         5,
-        "With backend: seconds a dead node keeps once-only work (the sealer) before another "
-        "node on the cluster takes it over.",
+        "With backend: seconds a dead node keeps once-only work (the sealer, retention, the "
+        "ICRC journal, the archives control node) before another node takes it over.",
     ),
     Option(
         "streams",
