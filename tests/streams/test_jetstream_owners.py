@@ -44,11 +44,11 @@ def raw_put(log: JetStreamLog, client: str, stream: str, partition: int, value: 
 
 
 def test_owner_reset_and_delete_live_in_the_cluster(jlog: JetStreamLog, nats_single) -> None:
-    assert jlog.save_index_as("c", "orders", 5, 0, "cn:bob") == 5
+    assert jlog.save_index_as("c", "orders", 5, "cn:bob", partition=0) == 5
     with pytest.raises(NotOwner, match="belongs to cn:bob; cn:mallory may not"):
-        jlog.save_index_as("c", "orders", TOP, 0, "cn:mallory")
+        jlog.save_index_as("c", "orders", TOP, "cn:mallory", partition=0)
     assert jlog.get_index("c", "orders") == 5  # the refused save wrote nothing
-    assert jlog.save_index_as("c", "orders", 7, 0, "cn:carol", override=True) == 7
+    assert jlog.save_index_as("c", "orders", 7, "cn:carol", partition=0, override=True) == 7
     # another process on the same cluster sees the owner (not the override's identity)
     other = JetStreamLog(nats_single.url, prefix=jlog.options.prefix)
     try:
@@ -59,7 +59,9 @@ def test_owner_reset_and_delete_live_in_the_cluster(jlog: JetStreamLog, nats_sin
     finally:
         other.close()
     assert (jlog.get_index("c", "orders"), jlog.index_owner("c", "orders")) == (None, None)
-    assert jlog.save_index_as("c", "orders", 1, 0, "cn:mallory") == 1  # deleted: a new owner
+    assert (
+        jlog.save_index_as("c", "orders", 1, "cn:mallory", partition=0) == 1
+    )  # deleted: a new owner
     assert jlog.index_owner("c", "orders") == "cn:mallory"
     assert jlog.consumer_indexes() == {("c", "orders", 0): 1}
 
@@ -67,15 +69,15 @@ def test_owner_reset_and_delete_live_in_the_cluster(jlog: JetStreamLog, nats_sin
 def test_a_lower_save_keeps_the_index_and_an_equal_save_by_the_owner_writes_nothing(
     jlog: JetStreamLog,
 ) -> None:
-    assert jlog.save_index_as("c", "orders", 9, 1, "cn:bob") == 9
+    assert jlog.save_index_as("c", "orders", 9, "cn:bob", partition=1) == 9
     key = jlog._key("c", "orders", 1)
     revision = jlog.call(jlog.kv.get(key)).revision
-    assert jlog.save_index_as("c", "orders", 3, 1, "cn:bob") == 9
-    assert jlog.save_index_as("c", "orders", 9, 1, "cn:bob") == 9
+    assert jlog.save_index_as("c", "orders", 3, "cn:bob", partition=1) == 9
+    assert jlog.save_index_as("c", "orders", 9, "cn:bob", partition=1) == 9
     assert jlog.save_index("c", "orders", 4, 1) == 9  # unauthenticated saves: same rule
     assert jlog.call(jlog.kv.get(key)).revision == revision
     assert jlog.save_index("c", "orders", 10, 1) == 10
-    assert jlog.index_owner("c", "orders", 1) == "cn:bob"  # a plain save keeps the owner
+    assert jlog.index_owner("c", "orders", partition=1) == "cn:bob"  # a plain save keeps the owner
 
 
 def test_values_written_before_owners_existed_read_unchanged_and_can_be_claimed(
@@ -85,7 +87,7 @@ def test_values_written_before_owners_existed_read_unchanged_and_can_be_claimed(
     assert (jlog.get_index("old", "orders"), jlog.index_owner("old", "orders")) == (42, None)
     assert jlog.consumer_indexes() == {("old", "orders", 0): 42}
     # the first authenticated save claims it, even at a lower index (which does not move it)
-    assert jlog.save_index_as("old", "orders", 40, 0, "cn:bob") == 42
+    assert jlog.save_index_as("old", "orders", 40, "cn:bob", partition=0) == 42
     assert jlog.index_owner("old", "orders") == "cn:bob"
     assert jlog.call(jlog.kv.get(jlog._key("old", "orders", 0))).value == b"42\ncn:bob"
 
@@ -99,7 +101,7 @@ def test_a_value_that_is_not_an_index_is_a_typed_error_and_skipped_in_listings(
     with pytest.raises(BadIndexValue, match="not an index"):
         jlog.get_index("bad", "orders")
     with pytest.raises(BadIndexValue):
-        jlog.save_index_as("bad", "orders", 5, 0, "cn:bob")
+        jlog.save_index_as("bad", "orders", 5, "cn:bob", partition=0)
     assert jlog.consumer_indexes() == {("good", "orders", 0): 3}
     assert jlog.reset_index("good", "orders", 0) == 3  # the others carry on
 
@@ -122,7 +124,7 @@ def test_savers_racing_for_a_new_consumer_leave_exactly_one_owner(jlog: JetStrea
     def save(w: str) -> None:
         barrier.wait(10)
         try:
-            jlog.save_index_as("race", "orders", 1, 0, w)
+            jlog.save_index_as("race", "orders", 1, w, partition=0)
             won.append(w)
         except NotOwner:
             refused.append(w)

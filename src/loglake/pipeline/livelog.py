@@ -217,7 +217,7 @@ class NatsSource:
         pos, deadline = start, None
         while pos < end:
             n = min(NATS_READ_BATCH, end - pos)
-            recs = log.read(stream, partition, pos, limit=n, lake=False)
+            recs = log.read(stream, pos, limit=n, partition=partition, lake=False)
             if recs:
                 if recs[0].index != pos:
                     raise LiveHistoryGone(stream, partition, pos, recs[0].index)

@@ -1028,20 +1028,21 @@ class JetStreamLog(Log):
         client_id: str,
         stream: str,
         index: int,
-        partition: int,
         owner: str,
         override: bool = False,
+        *,
+        partition: int = 0,
     ) -> int:
         return self._call(
             self._save_index(client_id, stream, partition, index, owner, override),
             self._push_wait,
         )
 
-    def index_owner(self, client_id: str, stream: str, partition: int = 0) -> str | None:
+    def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         return self._call(self._index_owner(client_id, stream, partition))
 
     def reset_index(
-        self, client_id: str, stream: str, index: int | None, partition: int = 0
+        self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
         return self._call(self._reset_index(client_id, stream, partition, index), self._push_wait)
 
