@@ -74,9 +74,9 @@ def test_a_lower_save_keeps_the_index_and_an_equal_save_by_the_owner_writes_noth
     revision = jlog.call(jlog.kv.get(key)).revision
     assert jlog.save_index_as("c", "orders", 3, "cn:bob", partition=1) == 9
     assert jlog.save_index_as("c", "orders", 9, "cn:bob", partition=1) == 9
-    assert jlog.save_index("c", "orders", 4, 1) == 9  # unauthenticated saves: same rule
+    assert jlog.save_index("c", "orders", 4, partition=1) == 9  # unauthenticated saves: same rule
     assert jlog.call(jlog.kv.get(key)).revision == revision
-    assert jlog.save_index("c", "orders", 10, 1) == 10
+    assert jlog.save_index("c", "orders", 10, partition=1) == 10
     assert jlog.index_owner("c", "orders", partition=1) == "cn:bob"  # a plain save keeps the owner
 
 
@@ -174,4 +174,4 @@ def test_served_on_jetstream_another_identity_cannot_move_a_consumer(pki, server
             bob.reset_index("billing-eu", "orders", 0, partition=1)
         assert alice.reset_index("billing-eu", "orders", 0, partition=1) == 0
         assert bob.save_index("billing-eu", "orders", 5, partition=1) == 5
-    assert jlog.index_owner("billing-eu", "orders", 1) == "cn:bob"
+    assert jlog.index_owner("billing-eu", "orders", partition=1) == "cn:bob"
