@@ -401,3 +401,27 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
             )
             assert got["messages"] >= 120, got
             print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_retention_runs_only_while_its_lease_is_held(memory_log, held: bool) -> None:
+    """The node's retention pass asks its lease before each round: a node that does not hold
+    ``retention`` trims nothing (another node on the cluster does)."""
+    import asyncio
+
+    from loglake.log import StreamConfig
+    from loglake.node.cli import _retention_loop
+
+    memory_log.create_stream("s", StreamConfig(retention_records=5))
+    memory_log.append_payloads("s", 0, [b"x%d" % i for i in range(20)])
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(_retention_loop(memory_log, 0.05, stop, lambda: held))
+        await asyncio.sleep(0.4)
+        stop.set()
+        await task
+
+    asyncio.run(run())
+    first = memory_log.stream_info("s").partitions[0].first_index
+    assert first == (15 if held else 0)
