@@ -17,9 +17,9 @@ def test_the_pipelined_append_reaches_the_wrapped_log_and_counts_when_durable(
     calls: list[int] = []
     real = SegmentLog.append_payloads_then
 
-    def spy(self, stream, partition, datas, done):
+    def spy(self, stream, datas, done, *, partition=0):
         calls.append(len(datas))
-        return real(self, stream, partition, datas, done)
+        return real(self, stream, datas, done, partition=partition)
 
     monkeypatch.setattr(SegmentLog, "append_payloads_then", spy)
     metrics = NodeMetrics()
