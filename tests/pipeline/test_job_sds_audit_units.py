@@ -67,9 +67,9 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     out = tmp_path / "decoded"
     out.mkdir()
     task = _decode_task(str(data), CHANNEL, str(out))
-    path, rows = task((0, units))
+    path, rows, reasons = task((0, units))
     got = pq.read_table(path)
-    assert rows == n and got.schema == DECODED_SCHEMA
+    assert rows == n and got.schema == DECODED_SCHEMA and reasons == {}
     assert got.to_pylist() == want
     assert [p.name for p in out.iterdir()] == [Path(path).name]  # no temporary file left
 
@@ -77,7 +77,7 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     _seal(data, 0, 39)
     for f in small:
         f.unlink()
-    path, rows = task((1, units))
+    path, rows, _ = task((1, units))
     assert pq.read_table(path).to_pylist() == want
 
 

@@ -703,25 +703,44 @@ DECODE_BATCH = 10_000
 the decode was tuned with (a batch rebuilds the id array of the task's codes once)."""
 
 
+DecodedPart = tuple[str, int, dict[str, int]]
+"""A decode task's answer: its part file, its row count and its rejects per reason."""
+
+
 def _decode_task(
     data_dir: str, channel: str, decoded_dir: str
-) -> Callable[[tuple[int, list[Unit]]], tuple[str, int]]:
+) -> Callable[[tuple[int, list[Unit]]], DecodedPart]:
     """One decode task: its units (consecutive, in index order) read where they lie and
     decoded by one ``decode_batches`` state (``causal_new`` is against the previous message of
     the same sender read by this task), written as one part file of ``DECODED_SCHEMA``
-    (``_write_part``). Returned: the file's path and its row count."""
+    (``_write_part``). Returned: the file's path, its row count and its rejects per reason,
+    counted as the rows pass: the summary's records and rejects then cost no Spark job."""
 
-    def run(task: tuple[int, list[Unit]]) -> tuple[str, int]:
+    def run(task: tuple[int, list[Unit]]) -> DecodedPart:
+        import pyarrow.compute as pc
+
         from loglake.pipeline.units import read_unit_columns
 
         k, units = task
+        reasons: dict[str, int] = {}
 
         def batches() -> Iterator[pa.RecordBatch]:
             for u in units:
                 yield from read_unit_columns(data_dir, u, DECODE_COLUMNS, batch_rows=DECODE_BATCH)
 
+        def counted(decoded: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in decoded:
+                bad = b.column("reason").filter(pc.invert(b.column("ok")))
+                for r in pc.value_counts(bad).to_pylist():
+                    key = str(r["values"])  # as the table's groupBy("reason") names it
+                    reasons[key] = reasons.get(key, 0) + int(r["counts"])
+                yield b
+
         name = f"part-{k:05d}.zstd.parquet"
-        return _write_part(decoded_dir, name, DECODED_SCHEMA, decode_batches(channel)(batches()))
+        path, rows = _write_part(
+            decoded_dir, name, DECODED_SCHEMA, counted(decode_batches(channel)(batches()))
+        )
+        return path, rows, reasons
 
     return run
 
@@ -743,9 +762,12 @@ def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
     return [g for g in groups if g]
 
 
-def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> None:
+def _decode_stage(
+    spark: SparkSession, opts: SdsAuditOptions, decoded: Path
+) -> tuple[int, dict[str, int]]:
     """Every record of the channel's partition decoded into ``decoded`` (Parquet part files of
-    ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata."""
+    ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata. Returned: the
+    records decoded and the rejects per reason, from the tasks' own counts."""
     from loglake.pipeline.units import plan_units
 
     assert opts.channel is not None
@@ -758,7 +780,12 @@ def _decode_stage(spark: SparkSession, opts: SdsAuditOptions, decoded: Path) -> 
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
     # an empty channel: the schema alone, for the reads that follow
-    _check_parts(decoded, [path for path, _ in parts], DECODED_SCHEMA, "--out (and the data dir)")
+    _check_parts(decoded, [p[0] for p in parts], DECODED_SCHEMA, "--out (and the data dir)")
+    reasons: dict[str, int] = {}
+    for _, _, counts in parts:
+        for k, v in counts.items():
+            reasons[k] = reasons.get(k, 0) + v
+    return sum(p[1] for p in parts), reasons
 
 
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
@@ -783,7 +810,9 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
         # blocks do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
         work = stage / WORK_DIR
         try:
-            _decode_stage(spark, staged, work / "decoded")
+            summary.records, reasons = _decode_stage(spark, staged, work / "decoded")
+            summary.rejects = sum(reasons.values())
+            summary.reject_reasons = dict(sorted(reasons.items()))
             decoded = spark.read.parquet(str(work / "decoded")).withColumn(
                 DECODED_FILE, F.col("_metadata.file_path")
             )
@@ -829,7 +858,8 @@ def _audit(
     content = first.where(F.col("kind") == "content").select(
         "message_id", "index", "timestamp_ns", "sender"
     )
-    ct = content.orderBy("index").toArrow()
+    # ordered here, not by Spark: a sort in Spark is two more jobs (sampling, range shuffle)
+    ct = content.toArrow().sort_by("index")
     content_bc = spark.sparkContext.broadcast(
         {
             "ids": ct.column("message_id").to_pylist(),
@@ -857,30 +887,34 @@ def _audit(
             .persist()
         )
         (out / "acks").mkdir(parents=True, exist_ok=True)
-        files = swept.where(F.col("table") == "participant").select("acks_file").collect()
+        files = (
+            swept.where(F.col("table") == "participant")
+            .select("acks_file", "participant.acknowledged", "participant.not_acknowledged")
+            .collect()
+        )
         _check_parts(out / "acks", [r[0] for r in files], ACKS_SCHEMA)
+        # one row per sender, each naming its acks: the summary's counts, with no job of their own
+        summary.participants = len(files)
+        summary.acks = sum(int(r[1]) for r in files)
         acks = spark.read.parquet(str(out / "acks"))
         lap = summary.lap("first copies + ack sweep", lap)
         sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
 
         # dependencies, from the sweep's own pass over ``causal_new`` (``dependency_figures``):
         # the ids never on the channel, and "referenced before it was on the channel"
-        never = [
-            r[0] for r in swept.where(F.col("table") == "never").select("dep").distinct().collect()
-        ]
+        # (made distinct here: the rows are few, and a distinct in Spark is a shuffle)
+        never = sorted(
+            {r[0] for r in swept.where(F.col("table") == "never").select("dep").collect()}
+        )
         late = swept.where(F.col("table") == "late").select("message_id", "deps_seen_later")
         # candidates for "unresolved": never on the channel, or not acknowledged by someone
         not_acked = sweep_parts.select(
             "participant", F.explode("not_acknowledged").alias("dep")
         ).persist()
-        cand = (
-            not_acked.select("dep")
-            .unionByName(spark.createDataFrame([(d,) for d in never], "dep string"))
-            .distinct()
-        )
         # the full histories are read once, for the references to candidates only (none
-        # when there is no candidate: every dependency on the channel and acknowledged)
-        cands = [r[0] for r in cand.collect()]
+        # when there is no candidate: every dependency on the channel and acknowledged); the
+        # candidates come from the participants' rows the driver already holds
+        cands = sorted({d for r in files for d in r[2] or ()} | set(never))
         if cands:
             cand_bc = spark.sparkContext.broadcast(cands)
             cand_edges = (
@@ -941,9 +975,14 @@ def _audit(
         repairs.write.parquet(str(out / "repairs"))
         lap = summary.lap("dependencies + repairs", lap)
 
-        requested = repairs.groupBy("message_id").agg(
-            F.count(F.lit(1)).alias("repair_requests"),
-            F.count("response_index").alias("repair_responses"),
+        # from the table just written: the plan of ``repairs`` (two joins) is not run again
+        requested = (
+            spark.read.parquet(str(out / "repairs"))
+            .groupBy("message_id")
+            .agg(
+                F.count(F.lit(1)).alias("repair_requests"),
+                F.count("response_index").alias("repair_responses"),
+            )
         )
         # per-message figures, all keyed by id and small, broadcast to the first copies (a
         # shuffle join would move every causal history)
@@ -1009,35 +1048,25 @@ def _audit(
         participants.write.parquet(str(out / "participants"))
         lap = summary.lap("participants", lap)
 
-        # the summary, from the written tables
-        def count(path: str) -> int:
-            return spark.read.parquet(str(out / path)).count()
-
-        kinds: dict[str, int] = dict(
-            spark.read.parquet(str(out / "messages")).groupBy("kind").count().collect()
-        )
-        reasons: dict[str, int] = dict(
-            spark.read.parquet(str(out / "rejects")).groupBy("reason").count().collect()
-        )
-        mstats = (
+        # the rest of the summary from the written tables, one job each: records, rejects,
+        # participants and acks were counted by the tasks that made them
+        by_kind = (
             spark.read.parquet(str(out / "messages"))
+            .groupBy("kind")
             .agg(
+                F.count(F.lit(1)).alias("n"),
                 F.sum(F.col("copies") - 1).alias("dups"),
                 F.sum(F.col("repair_responses")).alias("resp"),
             )
-            .first()
+            .collect()
         )
-        summary.records = decoded.count()
-        summary.rejects = sum(reasons.values())
-        summary.reject_reasons = {str(k): int(v) for k, v in sorted(reasons.items())}
+        kinds: dict[str, int] = {r["kind"]: int(r["n"]) for r in by_kind}
         summary.content_messages = int(kinds.get("content", 0))
         summary.sync_messages = int(kinds.get("sync", 0))
         summary.ephemeral_messages = int(kinds.get("ephemeral", 0))
-        summary.duplicate_copies = int(mstats["dups"] or 0) if mstats else 0
-        summary.participants = count("participants")
-        summary.acks = count("acks")
-        summary.repair_requests = count("repairs")
-        summary.repair_responses = int(mstats["resp"] or 0) if mstats else 0
+        summary.duplicate_copies = sum(int(r["dups"] or 0) for r in by_kind)
+        summary.repair_requests = spark.read.parquet(str(out / "repairs")).count()
+        summary.repair_responses = sum(int(r["resp"] or 0) for r in by_kind)
         summary.never_delivered = len(never)
         for df in (not_acked, cand_edges, firsts, later):
             df.unpersist()
