@@ -145,3 +145,51 @@ def test_a_unit_compacted_away_after_the_plan_is_read_from_the_file_that_covers_
     assert _read(tmp_path, units[2]) == want[20:]
     with pytest.raises(JobFailed, match=r"records 10\.\.15 of stream .c. were removed"):
         _read(tmp_path, units[1])
+
+
+def test_the_commit_makes_each_rename_durable_before_the_next_and_deletes_no_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Roll-forward of a staged build over an existing output: each staged file is renamed
+    over its output (never removed first) and the output's folder fsynced before the next
+    rename; the staging folder goes only after the last one. A crash after any step leaves
+    each output file old or new, whole, and a ``COMMIT`` for the next run to finish."""
+    import json
+
+    from loglake.log import fs
+
+    cid = "0x02" + "ab" * 32
+    (tmp_path / cid).mkdir()
+    old = {"data": b"old data", "index": b"old index"}
+    for name, body in old.items():
+        (tmp_path / cid / name).write_bytes(body)
+    (tmp_path / f"{cid}.torrent").write_bytes(b"old torrent")
+    stage = tmp_path / ab.STAGING_DIR / cid
+    stage.mkdir(parents=True)
+    for name in ("data", "index", "torrent", "magnet"):
+        (stage / name).write_bytes(b"new " + name.encode())
+    (stage / ab.COMMIT).write_text(json.dumps({"community_id": cid, "job": "j"}))
+    events: list[tuple[str, str]] = []
+    real_replace, real_fsync_dir, real_unlink = fs.replace, fs.fsync_dir, fs.unlink
+    monkeypatch.setattr(
+        fs, "replace", lambda a, b: (events.append(("rename", str(b))), real_replace(a, b))[1]
+    )
+    monkeypatch.setattr(
+        fs, "fsync_dir", lambda d: (events.append(("fsync", str(d))), real_fsync_dir(d))[1]
+    )
+    monkeypatch.setattr(
+        fs, "unlink", lambda p: (events.append(("unlink", str(p))), real_unlink(p))[1]
+    )
+
+    ab.commit_staged(tmp_path, stage)
+
+    targets = ab._targets(tmp_path, cid)
+    renames = [i for i, (kind, _) in enumerate(events) if kind == "rename"]
+    assert [events[i][1] for i in renames] == [str(p) for p in targets.values()]
+    for i in renames:  # the very next step makes the rename durable
+        assert events[i + 1] == ("fsync", str(Path(events[i][1]).parent))
+    assert not any(kind == "unlink" and p in map(str, targets.values()) for kind, p in events)
+    for name, path in targets.items():
+        assert path.read_bytes() == b"new " + name.encode()
+    assert not stage.exists()
+    assert ab.recover(tmp_path) == 0  # nothing left to roll forward

@@ -194,11 +194,12 @@ def decode_uleb_batch(
     size = np.zeros(n, dtype=np.int64)
     going = np.ones(n, dtype=bool)
     top = len(data) - 1
+    start = np.maximum(pos, 0)  # (once: np.clip per pass cost a tenth of the decode)
     b = np.zeros(n, dtype=np.uint8)
     for k in range(MAX_OCTETS_64):
         if top < 0 or not going.any():
             break
-        b = data[np.clip(pos + k, 0, top)]
+        b = data[np.minimum(start + k, top)]
         value |= ((b & 0x7F).astype(np.uint64) << np.uint64(7 * k)) * going
         size += going
         going &= b >= 0x80

@@ -12,10 +12,14 @@ Publisher's process: the orchestrator queues a ``StartReplayJob`` action
    Broadcaster runs — and each selected event is encoded as the Broadcaster's notification,
    short of the two numbers only the Broadcaster knows, its id and ``received`` time
    (``fastcodec.notification_parts``);
-3. the parts are written ordered by event id (``orderBy`` → range partitions, part files in
-   order) as Parquet in the job's output folder, through a staging folder made durable and
-   swapped in at the end (``pipeline.output_dir``), so a folder that exists is complete — the
-   previous output or this one, even after a crash.
+3. the parts are written as Parquet, each part file sorted by event id
+   (``sortWithinPartitions``: no shuffle), in the job's output folder, through a staging folder
+   made durable and swapped in at the end (``pipeline.output_dir``), so a folder that exists
+   is complete — the previous output or this one, even after a crash. Why not ``orderBy``: its
+   range partitioning first runs a sampling job over the whole input, which ran the read and
+   every event's filter and encoding twice, and then shuffled every notification; the
+   reader (``iter_parts``) puts the sorted part files in order instead — by their index
+   ranges, or by a merge where two overlap.
 
 The Broadcaster then delivers from that output in order (``ReadJobOutput`` actions, performed by
 :meth:`SparkReplayJobs.read`): ``a · nat(received) · b · nat(id) · c`` per notification
@@ -123,7 +127,7 @@ def run_replay_job(
             url=url,
         ).select("index", "data")
         parts = df.mapInArrow(_encode_partition(spec), OUTPUT_SCHEMA)
-        parts.orderBy("index").write.mode("overwrite").parquet(str(staging))
+        parts.sortWithinPartitions("index").write.mode("overwrite").parquet(str(staging))
     return ReplayJobResult(str(out), count_rows(out))
 
 
@@ -137,12 +141,57 @@ def count_rows(output: str | Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in _files(output))
 
 
-def iter_parts(output: str | Path, offset: int = 0) -> Iterator[tuple[int, bytes, bytes, bytes]]:
-    """The job's notification parts in event-id order, from the ``offset``-th."""
+def _rows(f: Path, batch_size: int = 4096) -> Iterator[tuple[int, bytes, bytes, bytes]]:
     import pyarrow.parquet as pq
 
+    for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
+        cols = [batch.column(k).to_pylist() for k in ("index", "a", "b", "c")]
+        yield from zip(*cols, strict=True)
+
+
+def _index_range(f: Path) -> tuple[int, int] | None:
+    """(first, last) event id of a part file, from its row groups' statistics (None: empty,
+    or no statistics)."""
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(f).metadata
+    col = md.schema.names.index("index")
+    lo: int | None = None
+    hi: int | None = None
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(col).statistics
+        if st is None or not st.has_min_max:
+            return None
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    return None if lo is None or hi is None else (int(lo), int(hi))
+
+
+def iter_parts(output: str | Path, offset: int = 0) -> Iterator[tuple[int, bytes, bytes, bytes]]:
+    """The job's notification parts in event-id order, from the ``offset``-th.
+
+    Each part file is sorted by event id; the files are read one after another in the order
+    of their index ranges when those do not overlap (a part is one contiguous split of the
+    history: the usual case), else merged (``heapq.merge``; a Spark task may pack several
+    small lake files into one part)."""
+    import heapq
+    import itertools
+
+    import pyarrow.parquet as pq
+
+    files = [f for f in _files(output) if pq.ParquetFile(f).metadata.num_rows]
+    ranges = [_index_range(f) for f in files]
+    ordered = sorted(zip(ranges, files, strict=True), key=lambda rf: rf[0] or (0, 0))
+    disjoint = all(r is not None for r in ranges) and all(
+        a[0] is not None and b[0] is not None and a[0][1] < b[0][0]
+        for a, b in itertools.pairwise(ordered)
+    )
+    if not disjoint:
+        merged = heapq.merge(*(_rows(f, 1024) for f in files), key=lambda row: row[0])
+        yield from itertools.islice(merged, offset, None)
+        return
     skip = offset
-    for f in _files(output):
+    for _, f in ordered:
         pf = pq.ParquetFile(f)
         n = pf.metadata.num_rows
         if skip >= n:
