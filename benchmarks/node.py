@@ -306,7 +306,11 @@ def main() -> None:
     g.add_argument("--blocks", type=int, default=40, help="Cardinal chain length")
     g.add_argument("--sds", type=int, default=200, help="SDS messages sent")
     g.add_argument("--archive-messages", type=int, default=2000, help="messages archived")
-    g.add_argument("--only", default="embedded,js-1,js-2", help="configurations to run")
+    g.add_argument(
+        "--only",
+        default="embedded,js-1,js-2",
+        help="configurations to run ('' for none: the failover part alone)",
+    )
     g.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     g.add_argument("--failover-rounds", type=int, default=5, help="SIGKILLs (0: none)")
     g.add_argument("--ttl", type=int, default=3, help="lease TTL in the failover runs, s")
@@ -633,7 +637,7 @@ def failover(tmp: Path, a: argparse.Namespace) -> list[tuple[float, float]]:
         for r in range(a.failover_rounds):
             held = _wait("a sealer holder", holder, 30)
             other = next(n for n in nodes if n is not held)
-            log.append_payloads("orders", 0, [b"r%d-%d" % (r, i) for i in range(100)])
+            log.append_payloads("orders", [b"r%d-%d" % (r, i) for i in range(100)], partition=0)
             count += 100
             _wait(
                 "the holder seals",
@@ -641,7 +645,7 @@ def failover(tmp: Path, a: argparse.Namespace) -> list[tuple[float, float]]:
                 30,
             )
             time.sleep(a.ttl / 3 * 2)  # the holder renews meanwhile
-            log.append_payloads("orders", 0, [b"k%d-%d" % (r, i) for i in range(10)])
+            log.append_payloads("orders", [b"k%d-%d" % (r, i) for i in range(10)], partition=0)
             count += 10
             name = other.call("GET", "/api/cluster")["node"]  # type: ignore[index]
             held.proc.kill()
@@ -707,7 +711,7 @@ def compare(a: argparse.Namespace) -> int:
         }
         for name, rs in runs.items()
     }
-    for path in rates[configs[0]]:
+    for path in rates[configs[0]] if configs else ():  # --only '': the failover part alone
         row = [path]
         for name in configs:
             cell = f"{rates[name][path]:,.0f}"

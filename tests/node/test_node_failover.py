@@ -131,7 +131,7 @@ def apply(chain: list[bytes], ev: object) -> list[bytes]:
 def journal(url: str, prefix: str) -> list[bytes]:
     log = JetStreamLog(url, prefix=prefix)
     try:
-        return [r.data for r in log.read(journal_stream(), 0, 0, limit=100_000)]
+        return [r.data for r in log.read(journal_stream(), 0, limit=100_000, partition=0)]
     finally:
         log.close()
 

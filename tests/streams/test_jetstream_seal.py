@@ -95,3 +95,71 @@ def test_job_seal_command(nats_single, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert "sealed 5 file(s)" in result.output  # 0-1 2-3 4-4 | 0-1 2-2
     assert sealed_next(tmp_path, "j", 0) == 5 and sealed_next(tmp_path, "j", 1) == 3
+
+
+# A fresh interpreter (this test process has long since imported what a seal needs) runs the
+# sealer's loop as a standby: it does not hold the lease until the script says so. It prints
+# the modules the first seal after taking over imported, and the seconds from taking over to
+# the lake file being there.
+_STANDBY = """
+import asyncio, json, sys, time
+from pathlib import Path
+from loglake.streams.jetstream import JetStreamLog
+from loglake.streams.jetstream_seal import seal_loop, sealed_next
+
+url, prefix, data_dir = sys.argv[1:4]
+log = JetStreamLog(url, prefix=prefix)
+holds = False
+
+async def main():
+    global holds
+    stop = asyncio.Event()
+    task = asyncio.create_task(seal_loop(log, Path(data_dir), 0.2, stop, lambda: holds))
+    seen, quiet_since = len(sys.modules), time.monotonic()
+    deadline = time.monotonic() + 60
+    while time.monotonic() - quiet_since < 1.5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)  # idle as a standby until it imports nothing more
+        if len(sys.modules) != seen:
+            seen, quiet_since = len(sys.modules), time.monotonic()
+    before = set(sys.modules)
+    holds, took = True, time.monotonic()
+    while sealed_next(data_dir, "w", 0) < 50 and time.monotonic() - took < 60:
+        await asyncio.sleep(0.01)
+    sealed = time.monotonic() - took
+    stop.set()
+    await task
+    new = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("pyarrow", "pandas"))
+    print(json.dumps({"sealed": sealed, "imported": new}))
+
+asyncio.run(main())
+log.close()
+"""
+
+
+def test_a_standby_sealer_taking_the_lease_over_seals_without_loading_anything(
+    nats_single, tmp_path
+) -> None:
+    """The failover bound is the lease's ttl + 2 s: the node that takes the sealer over must
+    not spend those seconds importing pyarrow's pandas support and Parquet writer, nor wait
+    long before its first round."""
+    import json
+    import subprocess
+    import sys
+
+    prefix = fx.new_prefix()
+    log = JetStreamLog(nats_single.url, prefix=prefix)
+    try:
+        log.create_stream("w", StreamConfig())
+        log.push_many("w", 0, [payload(i) for i in range(50)])
+    finally:
+        log.close()
+    out = subprocess.run(
+        [sys.executable, "-c", _STANDBY, nats_single.url, prefix, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["imported"] == [], got
+    assert got["sealed"] < 2.0, got

@@ -43,7 +43,7 @@ def fence_on(log: JetStreamLog, bucket: str, holder: str, streams=()) -> LeaseFe
 
 
 def datas(log: JetStreamLog, stream: str) -> list[bytes]:
-    return [r.data for r in log.read(stream, 0, 0, limit=1000)]
+    return [r.data for r in log.read(stream, 0, limit=1000, partition=0)]
 
 
 def test_a_paused_former_holder_is_fenced_out_and_writes_nothing(nats_r3: NatsCluster) -> None:
@@ -97,7 +97,7 @@ def test_a_conditional_push_at_a_stale_head_is_refused(nats_single: NatsCluster)
         with pytest.raises(HeadMoved, match="no longer 1"):
             log.push_expecting("s", 0, [b"z"], 1)
         assert log.push_expecting("s", 0, [b"z"], 2) == [2]
-        assert [r.data for r in log.read("s", 0, 0, limit=10)] == [b"x", b"y", b"z"]
+        assert [r.data for r in log.read("s", 0, limit=10, partition=0)] == [b"x", b"y", b"z"]
     finally:
         log.close()
 
@@ -180,12 +180,14 @@ def test_a_cardinal_member_that_lost_its_lease_cannot_commit_and_the_chain_resum
         cb.commit()
         with pytest.raises(FencedOut):
             ca.commit()  # A wakes and commits what B has done already
-        offsets = {k: b.get_index("app", *k) for k in (("chain", 0), ("chain", 1))}
+        offsets = {
+            k: b.get_index("app", k[0], partition=k[1]) for k in (("chain", 0), ("chain", 1))
+        }
         assert added == [blk.hash for blk in canonical]  # once each, in chain order
         # A's refused commit moved no offset: a third member starts where B left off
         cc = StreamConsumer(StreamTransport(sb, fence=fb), topics_for("chain"), "app", start=start)
         assert [ev for _ in range(5) for ev in cc.poll(limit=5)] == []
-        assert {k: b.get_index("app", *k) for k in offsets} == offsets
+        assert {k: b.get_index("app", k[0], partition=k[1]) for k in offsets} == offsets
     finally:
         for log, f in ((a, fa), (b, fb)):
             if f is not None:

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import click
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from loglake.log.api import Log
+from loglake.log.api import Log, Record
 from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
 from loglake.log.lake import write_lake_table as _write
 from loglake.log.lake_schema import lake_partition_dir
@@ -145,8 +147,24 @@ def seal_command(
     click.echo(f"sealed {len(files)} file(s)")
 
 
-IDLE_CHECK = 0.5
-"""Seconds between checks of ``should_run`` while another node seals (a takeover seals soon)."""
+IDLE_CHECK = 0.1
+"""Seconds between checks of ``should_run`` while another node seals: a node that takes the
+lease over seals within this of acquiring it (a check is a local read of the lease's state)."""
+
+
+def warm_up() -> None:
+    """Build and write (to memory) a one-record lake table, so the imports and codecs a seal
+    needs are loaded before this node's first round rather than in it. The first
+    ``pa.array`` of Python objects makes pyarrow import pandas (to ask whether the object is
+    array-like), and ``pq.write_table`` loads the Parquet writer and zstd: seconds on a loaded
+    machine, which a node taking the sealer over from a dead one would otherwise add to the
+    failover. Never raises: a failure here only leaves the cost to the first seal."""
+    try:
+        record = Record("warm", 0, 0, 0, b"k", (("h", b"v"),), b"d")
+        table = records_table([record], "warm", 0)
+        pq.write_table(table, pa.BufferOutputStream(), compression="zstd")
+    except Exception as e:
+        log_event(logger, logging.WARNING, "jetstream sealer warm-up failed", error=repr(e))
 
 
 async def seal_loop(
@@ -166,6 +184,9 @@ async def seal_loop(
         raise TypeError("the sealer copies a JetStreamLog's history")
     sealer = JetStreamSealer(log, Path(data_dir))
     loop = asyncio.get_running_loop()
+    # off the loop and not awaited: a standby is warm by the time it takes the lease over; a
+    # holder's first seal waits for the same imports (the import lock) no longer than before
+    loop.run_in_executor(None, warm_up)
     while not stop.is_set():
         wait = interval
         if should_run is None or should_run():

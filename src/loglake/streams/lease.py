@@ -613,7 +613,7 @@ class LeaseFence:
 
         record = claim_record(self.name, self.lease.core.holder, tenure)
         for _ in range(8):  # each retry follows a write that landed between read and claim
-            head = self.log.next_index(stream, 0)
+            head = self.log.next_index(stream, partition=0)
             # the cluster's word that this node still holds the lease (a fenced write on the
             # lease bucket: FencedOut for a former holder whose own view is stale), so a
             # former holder cannot claim the stream back from the holder that fenced it out
