@@ -215,3 +215,20 @@ def test_bad_backend_options_name_the_option(options, option) -> None:
     with pytest.raises(BadOption) as e:
         parse_options({"stream": "ev", **options})
     assert e.value.option == option
+
+
+def test_a_node_data_dir_names_its_cluster_for_readers(js, tmp_path) -> None:
+    """The sealer's note: a reader given only the node's data dir reads JetStream too; a note
+    that cannot be read is a ``BadOption`` on ``data_dir``, not a silent lake-only read."""
+    from loglake.pipeline.options import parse_options
+
+    node = tmp_path / "node"
+    js.create_stream("ev", StreamConfig(partitions=1))
+    JetStreamSealer(js, node).seal()
+    opts = parse_options({"stream": "ev", "data_dir": str(node)})
+    assert (opts.backend, opts.nats_prefix) == (js.options.servers[0], js.options.prefix)
+    assert parse_options({"stream": "ev", "data_dir": str(tmp_path)}).backend is None
+    (node / "lake" / "_jetstream.json").write_text("{not json")
+    with pytest.raises(BadOption) as e:
+        parse_options({"stream": "ev", "data_dir": str(node)})
+    assert e.value.option == "data_dir"
