@@ -120,11 +120,14 @@ PIPELINE_CONTRACT = LOG_CONTRACT | {
     "loglake.log.lake",
     "loglake.log.lake_schema",
     "loglake.streams.jetstream_seal",
+    "loglake.streams.jetstream",
 }
 """What ``pipeline`` may import from a part besides the part's face (``loglake.<part>``, names in
 its ``__all__``): the log's contract; the lake's layout and file reader, which are the pipeline's
 input (sealed history *is* the lake table the jobs read and compact); and the ``job seal`` command,
-which lives beside the JetStream code it drives and is only mounted by the job group."""
+which lives beside the JetStream code it drives and is only mounted by the job group; and the
+JetStream log itself, whose unsealed history the ``loglake`` source reads (``backend=nats://…``)
+like the storage engine's (kept off the streams face, which must not import nats-py)."""
 
 
 def _face_names(module: str) -> set[str]:

@@ -143,7 +143,7 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
             # a writer's own timestamps (a day old): the lag is the time JetStream has held them
             day_ago = time.time_ns() - 86400 * 10**9
             log.append_many(
-                "orders", 0, [Entry(b"x%d" % i, timestamp_ns=day_ago) for i in range(20)]
+                "orders", [Entry(b"x%d" % i, timestamp_ns=day_ago) for i in range(20)], partition=0
             )
             time.sleep(1.2)  # the oldest unsealed record ages; the cached answer expires
 

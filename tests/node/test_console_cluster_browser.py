@@ -61,7 +61,7 @@ def test_the_cluster_page_shows_leases_leaders_and_the_sealer_lag(
         log = JetStreamLog(nats3.url, prefix=prefix)
         try:
             log.create_stream_replicated("orders", None, 3)
-            log.append_payloads("orders", 0, [b"x%d" % i for i in range(7)])
+            log.append_payloads("orders", [b"x%d" % i for i in range(7)], partition=0)
             deadline = time.monotonic() + 15
             while not (a.node.leases.holds("sealer") or b.node.leases.holds("sealer")):
                 assert time.monotonic() < deadline, "no node took the sealer's lease"

@@ -413,7 +413,7 @@ def test_retention_runs_only_while_its_lease_is_held(memory_log, held: bool) -> 
     from loglake.node.cli import _retention_loop
 
     memory_log.create_stream("s", StreamConfig(retention_records=5))
-    memory_log.append_payloads("s", 0, [b"x%d" % i for i in range(20)])
+    memory_log.append_payloads("s", [b"x%d" % i for i in range(20)], partition=0)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -68,7 +68,7 @@ def embedded(tmp_path, pushes: list[tuple[int, list[Entry]]]) -> str:
     log = open_log(d)
     log.create_stream("ev", StreamConfig(partitions=2))
     for p, es in pushes:
-        log.append_many("ev", p, es)
+        log.append_many("ev", es, partition=p)
     log.flush()
     log.close()
     return str(d)
@@ -88,12 +88,12 @@ def test_batch_read_of_lake_plus_jetstream_equals_the_embedded_log(spark, js, tm
     pushes = [(0, entries(0, 0, 30)), (1, entries(1, 0, 12))]
     js.create_stream("ev", StreamConfig(partitions=2))
     for p, es in pushes:
-        js.append_many("ev", p, es)
+        js.append_many("ev", es, partition=p)
     node = tmp_path / "node"
     JetStreamSealer(js, node).seal()  # 0..29 / 0..11 sealed
     more = [(0, entries(0, 30, 45)), (1, entries(1, 12, 13))]
     for p, es in more:
-        js.append_many("ev", p, es)  # live only
+        js.append_many("ev", es, partition=p)  # live only
     want = full_rows(
         spark.read.format("loglake")
         .options(data_dir=embedded(tmp_path, pushes + more), stream="ev")
@@ -120,7 +120,7 @@ def test_a_range_the_sealer_copied_and_retention_dropped_is_read_from_the_lake(
 
     node = tmp_path / "node"
     js.create_stream("ev", StreamConfig(partitions=1, retention_records=10))
-    js.append_many("ev", 0, entries(0, 0, 10))
+    js.append_many("ev", entries(0, 0, 10), partition=0)
     opts = parse_options(
         {
             "stream": "ev",
@@ -132,11 +132,11 @@ def test_a_range_the_sealer_copied_and_retention_dropped_is_read_from_the_lake(
     # read() planned [0, 10) as live, before the sealer ran
     split = RangeSplit(0, 0, 10, live_only=True)
     JetStreamSealer(js, node).seal()
-    js.append_many("ev", 0, entries(0, 10, 15))  # retention drops 0..4 from JetStream
+    js.append_many("ev", entries(0, 10, 15), partition=0)  # retention drops 0..4 from JetStream
     got = [i for b in read_range(opts, split) for i in b.column("index").to_pylist()]
     assert got == list(range(10))
     # not sealed and dropped: a typed error, never a silent gap
-    js.append_many("ev", 0, entries(0, 15, 30))  # JetStream now holds 20..29; lake 0..9
+    js.append_many("ev", entries(0, 15, 30), partition=0)  # JetStream now holds 20..29; lake 0..9
     with pytest.raises(LiveHistoryGone, match=r"10\.\.19"):
         list(read_range(opts, RangeSplit(0, 10, 30)))
 
@@ -150,7 +150,7 @@ def test_streaming_reads_each_record_once_across_seals_and_restarts(spark, js, t
 
     def push(p: int, n: int) -> None:
         es = entries(p, nxt[p], nxt[p] + n)
-        js.append_many("ev", p, es)
+        js.append_many("ev", es, partition=p)
         want.extend((p, nxt[p] + k, e.data) for k, e in enumerate(es))
         nxt[p] += n
 
@@ -215,3 +215,20 @@ def test_bad_backend_options_name_the_option(options, option) -> None:
     with pytest.raises(BadOption) as e:
         parse_options({"stream": "ev", **options})
     assert e.value.option == option
+
+
+def test_a_node_data_dir_names_its_cluster_for_readers(js, tmp_path) -> None:
+    """The sealer's note: a reader given only the node's data dir reads JetStream too; a note
+    that cannot be read is a ``BadOption`` on ``data_dir``, not a silent lake-only read."""
+    from loglake.pipeline.options import parse_options
+
+    node = tmp_path / "node"
+    js.create_stream("ev", StreamConfig(partitions=1))
+    JetStreamSealer(js, node).seal()
+    opts = parse_options({"stream": "ev", "data_dir": str(node)})
+    assert (opts.backend, opts.nats_prefix) == (js.options.servers[0], js.options.prefix)
+    assert parse_options({"stream": "ev", "data_dir": str(tmp_path)}).backend is None
+    (node / "lake" / "_jetstream.json").write_text("{not json")
+    with pytest.raises(BadOption) as e:
+        parse_options({"stream": "ev", "data_dir": str(node)})
+    assert e.value.option == "data_dir"

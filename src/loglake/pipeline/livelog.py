@@ -25,11 +25,12 @@ JetStream for the rest.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from loglake.streams.jetstream import JetStreamLog
 
 READ_BATCH = 8192
+_T = TypeVar("_T")
 
 
 class LiveSource(Protocol):
@@ -159,6 +161,11 @@ class UrlSource:
 NATS_READ_BATCH = 1000
 """Records per JetStream read: one batched direct get each, bounded in memory."""
 
+NATS_FAILOVER_WAIT = 30.0
+"""Seconds a read keeps asking while the cluster answers nothing before it fails with
+``ClusterUnavailable``. A stream leader's SIGKILL took ~6 s to the next answer here (FIELD-NOTES);
+failing a micro-batch for it would stop a streaming query that the next answer would let go on."""
+
 _nats_logs: dict[tuple[str, str, str | None], JetStreamLog] = {}
 _nats_lock = threading.Lock()
 
@@ -196,9 +203,26 @@ class NatsSource:
     def log(self) -> JetStreamLog:
         return _nats_log(self.backend, self.prefix, self.credentials)
 
+    def _patient(self, what: Callable[[], _T]) -> _T:
+        """``what()``, asked again while the cluster is unavailable (a failover), for up to
+        ``NATS_FAILOVER_WAIT`` seconds."""
+        import time
+
+        from loglake.streams.jetstream import ClusterUnavailable
+
+        deadline = time.monotonic() + NATS_FAILOVER_WAIT
+        while True:
+            try:
+                return what()
+            except ClusterUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
+        log = self.log()  # no server reachable at all: fail now, no failover to wait for
         try:
-            info = self.log().stream_info(stream)
+            info = self._patient(lambda: log.stream_info(stream))
         except UnknownStream:
             return None
         return {p.partition: (p.first_index, p.next_index) for p in info.partitions}
@@ -216,8 +240,15 @@ class NatsSource:
         log = self.log()
         pos, deadline = start, None
         while pos < end:
-            n = min(NATS_READ_BATCH, end - pos)
-            recs = log.read(stream, pos, limit=n, partition=partition, lake=False)
+            read = functools.partial(
+                log.read,
+                stream,
+                pos,
+                limit=min(NATS_READ_BATCH, end - pos),
+                partition=partition,
+                lake=False,
+            )
+            recs = self._patient(read)
             if recs:
                 if recs[0].index != pos:
                     raise LiveHistoryGone(stream, partition, pos, recs[0].index)

@@ -241,6 +241,13 @@ def _nats_options(
     backend = _get(options, "backend") or None
     prefix = _get(options, "natsPrefix") or "loglake"
     creds = _get(options, "natsCreds") or None
+    data_dir = _get(options, "data_dir") or _get(options, "path")
+    if not backend and not url and data_dir:
+        # a node's data dir on JetStream says where its streams live (the sealer's note), so a
+        # job given only ``--data-dir`` reads the unsealed part too, not only the lake
+        note = _backend_note(data_dir)
+        if note is not None:
+            return note
     if not backend:
         for name, v in (("natsPrefix", _get(options, "natsPrefix")), ("natsCreds", creds)):
             if v:
@@ -260,6 +267,21 @@ def _nats_options(
     if creds and not os.path.isfile(creds):
         raise BadOption("natsCreds", creds, "no such file (it must exist on every executor too)")
     return backend, prefix, creds
+
+
+def _backend_note(data_dir: str) -> tuple[str, str, str | None] | None:
+    from loglake.streams.jetstream_seal import BACKEND_NOTE
+
+    path = os.path.join(os.path.expanduser(data_dir), "lake", BACKEND_NOTE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            note = json.load(f)
+        servers = ",".join(note["servers"])
+        return servers, str(note["prefix"]), note.get("credentials") or None
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BadOption("data_dir", data_dir, f"unreadable {BACKEND_NOTE} ({e})") from None
 
 
 def parse_offsets_json(text: str) -> dict[int, int]:

@@ -40,6 +40,38 @@ FILE_RECORDS = 100_000
 """Records per lake file the sealer writes (at most)."""
 
 
+BACKEND_NOTE = "_jetstream.json"
+"""``<data_dir>/lake/_jetstream.json``: which cluster and prefix the lake's streams live in, so a
+reader given only the data dir (every Spark job's ``--data-dir``) reads the unsealed part from
+JetStream too (``pipeline/options.py``). Server URLs are written without user or password."""
+
+
+def write_backend_note(data_dir: Path | str, log: JetStreamLog) -> None:
+    """Write (atomically, only when it changed) the note naming ``log``'s cluster."""
+    import json
+    import os
+    from urllib.parse import urlsplit, urlunsplit
+
+    o = log.options
+    servers = []
+    for url in o.servers:
+        u = urlsplit(url)
+        netloc = u.hostname or ""
+        if u.port:
+            netloc += f":{u.port}"
+        servers.append(urlunsplit((u.scheme, netloc, "", "", "")))
+    note = {"servers": servers, "prefix": o.prefix, "credentials": o.credentials}
+    path = Path(data_dir) / "lake" / BACKEND_NOTE
+    text = json.dumps(note, sort_keys=True)
+    with contextlib.suppress(OSError):
+        if path.read_text() == text:
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def sealed_next(data_dir: Path | str, stream: str, partition: int) -> int:
     """One past the newest index in the partition's lake (0 when it has none)."""
     files = visible_lake_files(list_lake_files(lake_partition_dir(data_dir, stream, partition)))
@@ -96,6 +128,7 @@ class JetStreamSealer:
 
     def seal(self, streams: list[str] | None = None) -> list[LakeFile]:
         """Seal every partition of ``streams`` (default: every loglake stream)."""
+        write_backend_note(self.data_dir, self.log)
         out = []
         for name in streams if streams is not None else self.log.streams():
             for p in range(self.log.partitions(name)):
