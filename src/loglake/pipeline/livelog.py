@@ -41,8 +41,7 @@ from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption, LiveHistoryGone
 
 if TYPE_CHECKING:
-    from loglake.streams import StreamClient
-    from loglake.streams.jetstream import JetStreamLog
+    from loglake.streams import JetStreamLog, StreamClient
 
 READ_BATCH = 8192
 _T = TypeVar("_T")
@@ -174,7 +173,7 @@ def _nats_log(backend: str, prefix: str, credentials: str | None) -> JetStreamLo
     """One read-only connection per cluster and process, kept for the process's life: a Python
     worker is reused across tasks and micro-batches (``spark.python.worker.reuse``), and a
     connection (a thread, a connect, a handshake per server) costs more than a small batch."""
-    from loglake.streams.jetstream import JetStreamLog
+    from loglake.streams import JetStreamLog
 
     class ReadOnlyJetStreamLog(JetStreamLog):
         async def _bucket(self) -> None:
@@ -208,7 +207,7 @@ class NatsSource:
         ``NATS_FAILOVER_WAIT`` seconds."""
         import time
 
-        from loglake.streams.jetstream import ClusterUnavailable
+        from loglake.streams import ClusterUnavailable
 
         deadline = time.monotonic() + NATS_FAILOVER_WAIT
         while True:
@@ -235,7 +234,7 @@ class NatsSource:
         import time
 
         from loglake.log.lake import records_table
-        from loglake.streams.jetstream import ClusterUnavailable
+        from loglake.streams import ClusterUnavailable
 
         log = self.log()
         pos, deadline = start, None
