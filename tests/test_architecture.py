@@ -8,6 +8,8 @@ table below, or the table and docs/architecture.md change together.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "loglake"
@@ -120,14 +122,13 @@ PIPELINE_CONTRACT = LOG_CONTRACT | {
     "loglake.log.lake",
     "loglake.log.lake_schema",
     "loglake.streams.jetstream_seal",
-    "loglake.streams.jetstream",
 }
 """What ``pipeline`` may import from a part besides the part's face (``loglake.<part>``, names in
 its ``__all__``): the log's contract; the lake's layout and file reader, which are the pipeline's
 input (sealed history *is* the lake table the jobs read and compact); and the ``job seal`` command,
-which lives beside the JetStream code it drives and is only mounted by the job group; and the
-JetStream log itself, whose unsealed history the ``loglake`` source reads (``backend=nats://…``)
-like the storage engine's (kept off the streams face, which must not import nats-py)."""
+which lives beside the JetStream code it drives and is only mounted by the job group. The
+JetStream log, whose unsealed history the ``loglake`` source reads (``backend=nats://…``), is on
+the streams face, imported on first use (``import loglake.streams`` loads no nats-py)."""
 
 
 def _face_names(module: str) -> set[str]:
@@ -195,3 +196,13 @@ def test_every_face_name_resolves() -> None:
         face = importlib.import_module(f"loglake.{part}")
         missing = [n for n in getattr(face, "__all__", ()) if not hasattr(face, n)]
         assert not missing, f"loglake.{part}.__all__ names what it does not have: {missing}"
+
+
+def test_the_streams_face_loads_no_nats_until_the_jetstream_log_is_used() -> None:
+    """The JetStream backend is on the streams face for the pipeline and users, but a client of
+    the stream service must not pay for nats-py: the face imports it on first use."""
+    code = (
+        "import sys, loglake.streams as s; assert 'nats' not in sys.modules; "
+        "s.JetStreamLog; assert 'nats' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
