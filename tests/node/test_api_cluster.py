@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from loglake.log import Entry
+from loglake.node.backend import ONCE_ONLY
 from loglake.node.config import ConfigError, load_config
 from loglake.node.runner import BackgroundNode
 from loglake.streams.jetstream import JetStreamLog
@@ -90,6 +91,11 @@ def series(text: str, name: str) -> dict[Labels, float]:
     return out
 
 
+def _sealer_lease(view: dict[str, Any]) -> dict[str, Any]:
+    """The sealer's lease in a node's ``/api/cluster`` view (each once-only work has its own)."""
+    return next(x for x in view["leases"] if x["name"] == "sealer")
+
+
 def test_an_embedded_node_says_it_has_no_cluster(api_node: Any) -> None:
     r = api_node.client.get("/api/cluster")
     assert r.status_code == 200, r.text
@@ -114,8 +120,8 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
 
             def views() -> tuple[dict, dict] | None:
                 va, vb = ha.get("/api/cluster").json(), hb.get("/api/cluster").json()
-                la, lb = va["leases"], vb["leases"]
-                if la and lb and la[0]["holder"] and la[0]["holder"] == lb[0]["holder"]:
+                la, lb = _sealer_lease(va), _sealer_lease(vb)
+                if la and lb and la["holder"] and la["holder"] == lb["holder"]:
                     return va, vb
                 return None
 
@@ -123,13 +129,13 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
             for v in (va, vb):
                 assert v["backend"] == "jetstream" and v["reachable"] and v["error"] is None
                 assert v["replicas"] == 3 and v["prefix"] == prefix
-                assert [x["name"] for x in v["leases"]] == ["sealer"]
-            holder_view, other_view = (va, vb) if va["leases"][0]["held_here"] else (vb, va)
+                assert [x["name"] for x in v["leases"]] == sorted(ONCE_ONLY)
+            holder_view, other_view = (va, vb) if _sealer_lease(va)["held_here"] else (vb, va)
             holder_http, other_http = (ha, hb) if holder_view is va else (hb, ha)
-            assert holder_view["leases"][0]["this_node"] and holder_view["leases"][0]["token"]
-            assert not other_view["leases"][0]["held_here"]
-            assert not other_view["leases"][0]["this_node"]
-            assert holder_view["leases"][0]["holder"] == holder_view["node"]
+            held, other = _sealer_lease(holder_view), _sealer_lease(other_view)
+            assert held["this_node"] and held["token"]
+            assert not other["held_here"] and not other["this_node"]
+            assert held["holder"] == holder_view["node"]
             assert other_view["node"] != holder_view["node"]
 
             # the meta group from /jsz: a leader and its two peers, all current
@@ -165,11 +171,17 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
 
             text = holder_http.get("/metrics").text
             other_text = other_http.get("/metrics").text
-            assert series(text, "loglake_lease_held") == {lab(lease="sealer"): 1.0}
-            assert series(other_text, "loglake_lease_held") == {lab(lease="sealer"): 0.0}
-            who = {lab(lease="sealer", holder=holder_view["node"]): 1.0}
-            assert series(text, "loglake_lease_holder") == who
-            assert series(other_text, "loglake_lease_holder") == who
+            held_a, held_b = (
+                series(text, "loglake_lease_held"),
+                series(other_text, "loglake_lease_held"),
+            )
+            assert held_a[lab(lease="sealer")] == 1.0 and held_b[lab(lease="sealer")] == 0.0
+            # every once-only work is held by exactly one of the two nodes
+            assert set(held_a) == set(held_b) == {lab(lease=n) for n in ONCE_ONLY}
+            assert all(held_a[k] + held_b[k] == 1.0 for k in held_a), (held_a, held_b)
+            who = lab(lease="sealer", holder=holder_view["node"])
+            assert series(text, "loglake_lease_holder")[who] == 1.0
+            assert series(other_text, "loglake_lease_holder")[who] == 1.0
             assert series(text, "loglake_jetstream_reachable") == {(): 1.0}
             js_orders = log.js_name("orders", 0)
             leaders = series(text, "loglake_jetstream_leader")
@@ -255,7 +267,7 @@ def test_bad_monitoring_urls_and_a_dead_cluster_are_reported_not_raised(tmp_path
         )
         with api(node) as http_:
             v = http_.get("/api/cluster").json()
-            assert v["reachable"] and [x["name"] for x in v["leases"]] == ["sealer"]
+            assert v["reachable"] and [x["name"] for x in v["leases"]] == sorted(ONCE_ONLY)
             assert v["meta"]["leader"] is None and v["meta"]["peers"] == []
             assert v["meta"]["monitors"][junk_url].startswith("not a NATS monitoring endpoint")
             assert v["meta"]["monitors"][dead_url].startswith("unreachable")

@@ -54,7 +54,7 @@ def test_walkthrough_with_backend_runs_the_five_protocols_on_a_local_cluster() -
     assert "repaired 1" in text and "hydrated 100 messages" in text
     cluster = re.search(r"6\. cluster\s+NATS JetStream R3, reachable; meta leader n[123];.*", text)
     assert cluster, text
-    assert "leases: sealer held by this node" in cluster.group(0)
+    assert "leases: " in cluster.group(0) and "sealer held by this node" in cluster.group(0)
     # the cluster was stopped and its stores removed
     assert not Path(root.group(1)).exists()
     assert nats_processes_under(root.group(1)) == []

@@ -37,7 +37,7 @@ def node_dir(history, nats_single, tmp_path_factory) -> Path:  # noqa: F811
     src = open_log(history, readonly=True)
     js = JetStreamLog(nats_single.url, prefix=new_prefix(), lake_dir=str(d))
     try:
-        recs = src.read(NS, 0, 0)
+        recs = src.read(NS, 0)
         assert len(recs) == N
         js.create_stream(NS, StreamConfig(partitions=1))
         entries = [Entry(r.data, r.key, r.headers, r.timestamp_ns) for r in recs]
