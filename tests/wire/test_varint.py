@@ -33,6 +33,7 @@ from loglake.wire.varint import (
     decode_sleb,
     decode_uleb,
     decode_uleb_batch,
+    decode_uleb_batch_uniform,
     encode_sleb,
     encode_uleb,
     encode_zigzag,
@@ -394,3 +395,47 @@ def test_vectorised_uleb_is_bounded_on_hostile_bytes() -> None:
     _, _, ok = decode_uleb_batch(data, np.array([-1, 2_000_000]), np.array([5, 3_000_000]))
     assert not ok.any()
     assert time.perf_counter() - t < 5.0
+
+
+@given(
+    st.binary(min_size=0, max_size=40) | st.lists(varint_bytes, max_size=6).map(b"".join),
+    st.lists(st.integers(-2, 45), min_size=1, max_size=12),
+    st.booleans(),
+)
+@settings(max_examples=300)
+def test_the_uniform_path_agrees_with_the_scalar_decoder_whenever_it_answers(
+    data: bytes, pos: list[int], values: bool
+) -> None:
+    """The one-width fast path (the events codec's scans step by its width) answers only when
+    every row is a valid number of the first row's width inside the buffer, and then each row
+    is what ``decode_uleb`` reads there."""
+    import numpy as np
+
+    got = decode_uleb_batch_uniform(
+        np.frombuffer(data, dtype=np.uint8), np.array(pos, np.int64), values
+    )
+    scalar = _scalar_rows(data, [max(p, 0) for p in pos], [len(data)] * len(pos))
+    if got is None:
+        widths = {
+            None if r is None or p < 0 else r[1] - p for r, p in zip(scalar, pos, strict=True)
+        }
+        assert len(widths) != 1 or None in widths
+        return
+    w, value = got
+    assert all(p >= 0 and r is not None and r[1] == p + w for r, p in zip(scalar, pos, strict=True))
+    if values:
+        assert value is not None
+        assert value.tolist() == [r[0] for r in scalar if r is not None]
+    else:
+        assert value is None
+
+
+def test_the_uniform_path_leaves_mixed_widths_to_the_general_one() -> None:
+    import numpy as np
+
+    data = np.frombuffer(encode_uleb(5) + encode_uleb(300) + encode_uleb(7), dtype=np.uint8)
+    got = decode_uleb_batch_uniform(data, np.array([0, 3], np.int64))
+    assert got is not None and got[0] == 1 and got[1] is not None and got[1].tolist() == [5, 7]
+    assert decode_uleb_batch_uniform(data, np.array([0, 1], np.int64)) is None  # 1 and 2 octets
+    value, nxt, ok = decode_uleb_batch(data, np.array([0, 1, 3], np.int64), np.array([4, 4, 4]))
+    assert ok.all() and value.tolist() == [5, 300, 7] and nxt.tolist() == [1, 3, 4]

@@ -42,7 +42,12 @@ from loglake.wire.icrc16 import (
     RawValue,
 )
 from loglake.wire.icrc16_encode import map_items, nat, principal, text, uleb, value
-from loglake.wire.varint import decode_candid_uleb, encode_uleb
+from loglake.wire.varint import (
+    decode_candid_uleb,
+    decode_uleb_batch,
+    decode_uleb_batch_uniform,
+    encode_uleb,
+)
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -764,7 +769,6 @@ def _uleb_value(raw: bytes) -> int:
 # equal lengths; anything these paths do not cover (a nat of 2**63 or more, an over-long
 # LEB128) goes the per-event way, as before.
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-_WINDOW = np.arange(10)
 _LEB_LIMITS = [1 << (7 * k) for k in range(1, 10)]
 AT_ONCE = 64
 """Batches of fewer events go the per-event way: numpy's fixed cost per call (5–10 µs) would
@@ -1251,43 +1255,18 @@ def _rows_of(buf: np.ndarray, width: int) -> np.ndarray:
 
 
 def _uleb_at(buf: np.ndarray, at: np.ndarray, values: bool) -> tuple[Any, Any] | None:
-    """``(width, value)`` of the LEB128 numbers at ``at`` (``buf`` padded with ``_PAD``):
-    ``width`` an ``int`` when all are as long (the usual case), else an array; ``value`` None
-    unless ``values``. None: a number longer than 9 bytes."""
-    first = buf[int(at[0]) : int(at[0]) + 10]
-    w0 = int((first < 0x80).argmax()) + 1
-    cols = []
-    uniform = bool(first[w0 - 1] < 0x80)
-    for j in range(w0 if uniform else 0):
-        c = buf[at + j]
-        cols.append(c)
-        if not bool(((c < 0x80) if j == w0 - 1 else (c >= 0x80)).all()):
-            uniform = False
-            break
-    if uniform:
-        if w0 > 9:
-            return None
-        if not values:
-            return w0, None
-        v = cols[0].astype(np.uint64) & 0x7F
-        for j in range(1, w0):
-            v |= (cols[j].astype(np.uint64) & 0x7F) << _SHIFTS[j]
-        return w0, v
-    c = buf[at]
-    w = np.ones(len(at), np.int64)
-    more = c >= 0x80
-    v = c.astype(np.uint64) & 0x7F
-    j = 1
-    while bool(more.any()):
-        if j == 9:
-            return None
-        c = buf[at + j]
-        if values:
-            v |= np.where(more, (c.astype(np.uint64) & 0x7F) << _SHIFTS[j], np.uint64(0))
-        w += more
-        more &= c >= 0x80
-        j += 1
-    return w, (v if values else None)
+    """``(width, value)`` of the LEB128 numbers at ``at`` (``buf`` padded with ``_PAD``), read
+    by the one vectorised decoder (``wire.varint``): ``width`` an ``int`` when all are as long
+    (the usual case, which the scans then step by), else an array; ``value`` None unless
+    ``values``. None: a number longer than 9 bytes (the scalar walk decides those)."""
+    got = decode_uleb_batch_uniform(buf, at, values)
+    if got is not None:
+        return None if got[0] > 9 else got
+    value, nxt, ok = decode_uleb_batch(buf, at, np.full(len(at), len(buf), np.int64))
+    w = nxt - at
+    if not bool(ok.all()) or bool((w > 9).any()):
+        return None
+    return w, (value if values else None)
 
 
 def _is_at(buf: np.ndarray, at: np.ndarray, lit: bytes) -> bool:

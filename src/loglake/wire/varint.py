@@ -167,6 +167,41 @@ _BITS7: Final = tuple(format(i, "07b") for i in range(128))
 
 
 # -- unsigned, vectorised (numpy) ----------------------------------------------------------------
+def decode_uleb_batch_uniform(
+    data: np.ndarray, pos: np.ndarray, values: bool = True
+) -> tuple[int, np.ndarray | None] | None:
+    """``(width, values)`` when every unsigned LEB128 at ``pos`` is exactly as long as the
+    first, at most 10 octets and 64 bits, and all lie inside ``data`` — most batches: ids and
+    sizes of one order of magnitude. One column of bytes per octet and a check that the
+    continuation bits say so, no masking. None when they do not (``decode_uleb_batch``
+    decides those). ``values=False`` only checks and measures (a scan stepping over numbers
+    it does not need). Bounded: reads are inside ``data`` whatever ``pos`` holds."""
+    import numpy as np
+
+    p0 = int(pos[0])
+    head = data[p0 : p0 + MAX_OCTETS_64] if p0 >= 0 else data[:0]
+    stops = head < 0x80
+    if not stops.any() or int(pos.min()) < 0:
+        return None
+    w = int(stops.argmax()) + 1
+    if int(pos.max()) + w > len(data):
+        return None
+    cols = []
+    for j in range(w):
+        c = data[pos + j]
+        if not bool(((c < 0x80) if j == w - 1 else (c >= 0x80)).all()):
+            return None
+        cols.append(c)
+    if w == MAX_OCTETS_64 and bool((cols[-1] > 1).any()):
+        return None  # a tenth octet above 1 is past 64 bits
+    if not values:
+        return w, None
+    value = cols[0].astype(np.uint64) & np.uint64(0x7F)
+    for j in range(1, w):
+        value |= (cols[j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+    return w, value
+
+
 def decode_uleb_batch(
     data: np.ndarray, pos: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -190,6 +225,11 @@ def decode_uleb_batch(
     pos = np.asarray(pos, dtype=np.int64)
     end = np.minimum(np.asarray(end, dtype=np.int64), len(data))
     n = len(pos)
+    uniform = decode_uleb_batch_uniform(data, pos) if n else None
+    if uniform is not None:
+        w, first = uniform
+        assert first is not None
+        return first, pos + w, pos + w <= end
     value = np.zeros(n, dtype=np.uint64)
     size = np.zeros(n, dtype=np.int64)
     going = np.ones(n, dtype=bool)
