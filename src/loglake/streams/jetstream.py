@@ -311,6 +311,15 @@ _TRANSIENT_NATS = (
 )
 
 
+def _lost_cas(e: BaseException) -> bool:
+    """A KV compare-and-set lost to another writer (``_retry`` wraps it in ``JetStreamError``):
+    read the key again and retry. nats-py's ``create`` may say "key not found" when another
+    writer created the key first, so any ``KeyValueError`` counts."""
+    return isinstance(e, nats.js.errors.KeyValueError) or isinstance(
+        e.__cause__, nats.js.errors.KeyValueError
+    )
+
+
 def _loglake_error(e: BaseException) -> BaseException:
     """nats-py's error in loglake's terms: a transient one becomes ``NatsUnavailable``
     (retriable, chained to it); any other is returned unchanged. The one place that knows
@@ -1138,12 +1147,9 @@ class JetStreamLog(Log):
                     lambda k=key, e=entry, d=data: self.kv.update(k, d, last=e.revision),
                 )
                 return new
-            except nats.js.errors.KeyValueError:  # lost a race (nats-py's create may say
-                continue  # "key not found" when another writer created the key first)
-            except JetStreamError as e:
-                if isinstance(e.__cause__, nats.js.errors.KeyValueError):
-                    continue
-                raise
+            except (nats.js.errors.KeyValueError, JetStreamError) as e:
+                if not _lost_cas(e):
+                    raise
 
     async def _reset_index(
         self, client_id: str, stream: str, partition: int, index: int | None
@@ -1161,12 +1167,10 @@ class JetStreamLog(Log):
                     data = encode_index_value(index)
                     await self._retry("index reset", lambda k=key, d=data: self.kv.create(k, d))
                     return None
-                except nats.js.errors.KeyValueError:
+                except (nats.js.errors.KeyValueError, JetStreamError) as e:
+                    if not _lost_cas(e):
+                        raise
                     continue
-                except JetStreamError as e:
-                    if isinstance(e.__cause__, nats.js.errors.KeyValueError):
-                        continue
-                    raise
             before, had = value
             try:
                 if index is None:
@@ -1180,12 +1184,9 @@ class JetStreamLog(Log):
                         lambda k=key, e=entry, d=data: self.kv.update(k, d, last=e.revision),
                     )
                 return before
-            except nats.js.errors.KeyValueError:
-                continue
-            except JetStreamError as e:
-                if isinstance(e.__cause__, nats.js.errors.KeyValueError):
-                    continue
-                raise
+            except (nats.js.errors.KeyValueError, JetStreamError) as e:
+                if not _lost_cas(e):
+                    raise
 
     # -- maintenance ------------------------------------------------------------------------
     def truncate_before(self, stream: str, index: int, *, partition: int = 0) -> int:
