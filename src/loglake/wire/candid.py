@@ -148,6 +148,11 @@ class Node:
 
 _NODES: dict[int, tuple[Any, Node]] = {}
 _MEMO: dict[int, Node] = {}
+_KEPT: list[Any] = []
+"""Every type object ``_MEMO`` has an entry for, kept alive: the memo is keyed by ``id``, and a
+collected type's id is reused by the next object allocated at its address, which would then
+read as the old type (a wrong expected type, seen as a replay that never ended in a long test
+run). ``_NODES`` keeps its keys alive the same way."""
 """Every constructed type converted so far, by icp_candid object: one type object is one
 :class:`Node` across messages, as it is one type table entry (icp_candid's identity rule)."""
 
@@ -165,6 +170,7 @@ def _convert(t: Any, memo: dict[int, Node]) -> Node:
         inner = _convert(t.get_type(), memo)
         if id(t) not in memo:
             n = memo[id(t)] = Node(inner.op)
+            _KEPT.append(t)
             n.inner, n.fields, n.raw, n.alias = inner.inner, inner.fields, True, inner
         return memo[id(t)]
     if isinstance(t, C.RecClass):
@@ -195,11 +201,13 @@ def _convert(t: Any, memo: dict[int, Node]) -> Node:
         return Node(FLOAT32 if t._bits == 32 else FLOAT64)
     if isinstance(t, C.OptClass | C.VecClass):
         n = memo[id(t)] = Node(OPT if isinstance(t, C.OptClass) else VEC)
+        _KEPT.append(t)
         n.inner = _convert(t._type, memo)
         n.blob = isinstance(t, C.VecClass) and bool(t._is_blob)
         return n
     if isinstance(t, C.RecordClass | C.VariantClass):
         n = memo[id(t)] = Node(RECORD if isinstance(t, C.RecordClass) else VARIANT)
+        _KEPT.append(t)
         n.as_tuple = isinstance(t, C.RecordClass) and bool(t.tryAsTuple())
         n.fields = [
             (h, t._field_map[h][0], _convert(t._field_map[h][1], memo)) for h in t._sorted_hashes
