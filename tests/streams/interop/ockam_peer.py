@@ -238,7 +238,7 @@ def decode_message(body: bytes) -> Message:
             raise BadFrame("route is not a list")
         out = []
         for a in x:
-            # type: Ockam.Address's 0..255 (Rust: TransportType(u8)); value: :binary
+            # the type is Ockam.Address's 0..255 (Rust: TransportType(u8)), the value :binary
             ok = isinstance(a, list) and len(a) == 2 and type(a[0]) is int and type(a[1]) is bytes
             ok = ok and 0 <= a[0] <= 255
             if not ok:
