@@ -104,6 +104,8 @@ class NodeLeases:
         self._log = log
         bucket = f"{cfg.streams.nats_prefix}_leases"
 
+        from loglake.streams.lease import LeaseFence
+
         async def start(name: str) -> JetStreamLease:
             lease = JetStreamLease(
                 log.js,
@@ -113,17 +115,14 @@ class NodeLeases:
                 ttl=cfg.streams.lease_ttl,
                 replicas=cfg.streams.replicas,
             )
+            # the fence first: each acquisition claims the guarded streams before it takes
+            # the lease (streams.lease.LeaseFence)
+            self.fences[name] = LeaseFence(log, lease)
             return await lease.start()
 
         self.ttl = cfg.streams.lease_ttl
         for name in names:
             self.leases[name] = log.call(start(name))
-        from loglake.streams.lease import LeaseFence
-
-        for name, lease in self.leases.items():
-            fence = LeaseFence(log, lease)
-            lease.on_change = fence.on_event  # claims the guarded streams on acquisition
-            self.fences[name] = fence
 
     def holds(self, name: str) -> bool:
         lease = self.leases.get(name)
