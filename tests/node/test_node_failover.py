@@ -12,10 +12,13 @@ those principals to finish it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -425,3 +428,156 @@ def test_retention_runs_only_while_its_lease_is_held(memory_log, held: bool) -> 
     asyncio.run(run())
     first = memory_log.stream_info("s").partitions[0].first_index
     assert first == (15 if held else 0)
+
+
+CHAIN = "member.chain"
+
+
+class Member:
+    """A ``loglake cardinal consume --backend`` process (one consumer-group member) and the
+    lines it printed: blocks (``+``/``-``), ``committed`` after each commit, lease states."""
+
+    def __init__(self, url: str, prefix: str, client: str, stderr: Path) -> None:
+        cmd = [
+            sys.executable, "-u", "-m", "loglake.cli", "cardinal", "consume",
+            "--topic", CHAIN, "--client-id", client, "--backend", url, "--nats-prefix", prefix,
+            "--lease-ttl", str(TTL), "--replicas", "3", "--idle-seconds", "600",
+            "--commit-seconds", "0",
+        ]  # fmt: skip
+        env = {**os.environ, "COLUMNS": "200"}
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True, env=env
+        )
+        self.lines: list[str] = []
+        self.last_line_at = time.monotonic()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self.last_line_at = time.monotonic()
+
+    def saw(self, prefix: str, since: int = 0) -> bool:
+        return any(x.startswith(prefix) for x in self.lines[since:])
+
+    def quiet_after_commit(self) -> bool:
+        """Printed blocks, committed them, and nothing since for a second."""
+        blocks = [x for x in self.lines if x.startswith(("+ ", "- "))]
+        return (
+            bool(blocks)
+            and self.lines[-1].startswith("committed")
+            and time.monotonic() - self.last_line_at > 1.0
+        )
+
+    def committed_updates(self) -> list[tuple[str, str]]:
+        """(+/-, hash prefix) of every block line up to the last commit."""
+        last = max((i for i, x in enumerate(self.lines) if x.startswith("committed")), default=-1)
+        return [(x[0], x.split()[2]) for x in self.lines[: last + 1] if x.startswith(("+ ", "- "))]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.mark.slow
+def test_cardinal_members_under_a_lease_one_consumes_a_standby_takes_over_each_block_once(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """Three ``loglake cardinal consume --backend`` processes for one client id on the 3-node
+    cluster, while a producer sends a chain in three parts. A consumes the first part, B stands
+    by; A is SIGKILLed: B takes the lease within TTL + 2 s and consumes the second part from
+    A's checkpoint. C stands by; B is SIGSTOPped: C takes over and consumes the rest. B,
+    resumed, learns it lost the lease and writes no checkpoint. The blocks committed across
+    the three, applied in order, are the canonical chain, each once."""
+    from loglake.cardinal.synthetic import synthetic_chain
+    from loglake.streams.jetstream import JetStreamStreams
+
+    prefix = "cm" + uuid.uuid4().hex[:8]
+    log = JetStreamLog(nats3.url, prefix=prefix, replicas=3)
+    streams = JetStreamStreams(log)
+    blocks = 24
+    steps = len(synthetic_chain(blocks).steps)
+    gates = {steps // 3: threading.Event(), 2 * steps // 3: threading.Event()}
+    sent = [0]
+    canonical: list[bytes] = []
+
+    def gated(step: object) -> None:
+        sent[0] += 1
+        if sent[0] in gates:
+            assert gates[sent[0]].wait(120)
+
+    def produce() -> None:
+        canonical.extend(b.hash for b in produce_chain(streams, CHAIN, blocks, 2, on_step=gated)[1])
+
+    producer = threading.Thread(target=produce, daemon=True)
+    members: list[Member] = []
+    try:
+        producer.start()
+        a = Member(nats3.url, prefix, "app", tmp_path / "a.stderr")
+        members.append(a)
+        wait_until(lambda: a.saw("holding"), 30, "A holds the member's lease")
+        b = Member(nats3.url, prefix, "app", tmp_path / "b.stderr")
+        members.append(b)
+        wait_until(lambda: b.saw("standby"), 30, "B stands by")
+        wait_until(a.quiet_after_commit, 30, "A consumed and committed the first part")
+        assert not b.saw("+ ")
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(10)
+        killed = time.monotonic()
+        wait_until(lambda: b.saw("holding"), TTL + 3, "B takes the lease over")
+        took_b = time.monotonic() - killed
+        gates[steps // 3].set()
+        wait_until(lambda: b.saw("+ ") and b.quiet_after_commit(), 30, "B consumed the second part")
+
+        c = Member(nats3.url, prefix, "app", tmp_path / "c.stderr")
+        members.append(c)
+        wait_until(lambda: c.saw("standby"), 30, "C stands by")
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_until(lambda: c.saw("holding"), TTL + 3, "C takes the lease over")
+        took_c = time.monotonic() - stopped
+        gates[2 * steps // 3].set()
+        producer.join(60)
+        assert canonical, "the producer finished"
+        want = [h.hex()[:16] for h in canonical]
+
+        def whole() -> list[str] | None:
+            """The chain the committed updates of A, B and C build, if it is the canonical one
+            (an update's removed blocks are printed oldest first: taken off from the head)."""
+            chain: list[str] = []
+            removed: list[str] = []
+            updates = [u for who in (a, b, c) for u in who.committed_updates()]
+            for op, h in [*updates, ("+", "")]:
+                if op == "-":
+                    removed.append(h)
+                    continue
+                for r in reversed(removed):
+                    assert chain and chain[-1] == r, "a removed block that is not the head"
+                    chain.pop()
+                removed = []
+                chain.append(h)
+            chain.pop()
+            return chain if chain == want else None
+
+        wait_until(lambda: whole() and c.quiet_after_commit(), 30, "C consumed the rest")
+        ckpt = log.next_index("cardinal.ckpt.app", partition=0)
+        since = len(b.lines)
+        os.kill(b.proc.pid, signal.SIGCONT)
+        wait_until(lambda: b.saw("lost", since) or b.saw("standby", since), TTL + 3, "B lost")
+        time.sleep(TTL)
+        assert not b.saw("committed", since), b.lines[since:]
+        print("B after SIGCONT:", b.lines[since:])
+        assert log.next_index("cardinal.ckpt.app", partition=0) == ckpt, "B wrote a checkpoint"
+        added = [h for who in (a, b, c) for op, h in who.committed_updates() if op == "+"]
+        assert len(added) == len(set(added)), "a block delivered twice"
+        print(f"B took over {took_b:.2f}s after A's SIGKILL, C {took_c:.2f}s after B's SIGSTOP")
+    finally:
+        for gate in gates.values():
+            gate.set()
+        for m in members:
+            m.close()
+        log.close()
