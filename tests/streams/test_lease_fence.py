@@ -188,6 +188,52 @@ def test_claims_of_a_contender_that_lost_the_race_do_not_fence_out_the_holder(
         a.close()
 
 
+def test_the_icrc_ledger_is_fenced_like_the_journal(nats_r3: NatsCluster) -> None:
+    """The orchestrator's ledger stream goes through the journal's fence (as the node wires
+    it, ``orchestrator_streams``): A mints; A pauses; B takes the lease; A's late transfer is
+    refused and moves no balance; B's ledger, rebuilt from the stream, has A's mint and not
+    A's transfer, and B's own transfer is the next block."""
+    from loglake.events.ledger import account
+    from loglake.events.store import StreamsStore, open_ledger, orchestrator_streams
+    from loglake.streams.jetstream import JetStreamStreams
+
+    prefix = new_prefix()
+    a = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    b = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    alice, bob = account(b"\x01"), account(b"\x02")
+    fa = fb = None
+    try:
+        fa = fence_on(a, f"{prefix}_leases", "node-a")
+        wait_until(fa.holds, 5, "a holds")
+        store_a = StreamsStore(JetStreamStreams(a), fa, orchestrator_streams())
+        led_a = open_ledger(store_a, fee=1)
+        led_a.mint(alice, 100, 0)
+        store_a.perform_many(led_a.writes)
+        led_a.writes.clear()
+        fb = fence_on(b, f"{prefix}_leases", "node-b")
+        pause(fa)
+        wait_until(fb.holds, TTL + 2, "b takes the lease")
+        led_a.transfer(alice, bob, 30, 1)
+        with pytest.raises(FencedOut):
+            store_a.perform_many(led_a.writes)
+        store_b = StreamsStore(JetStreamStreams(b), fb, orchestrator_streams())
+        fb.claim()
+        led_b = open_ledger(store_b, fee=1)
+        assert (led_b.balance_of(alice), led_b.balance_of(bob), led_b.blocks) == (100, 0, 1)
+        assert led_b.transfer(alice, bob, 5, 2) == 1
+        store_b.perform_many(led_b.writes)
+        again = open_ledger(StreamsStore(JetStreamStreams(b)), fee=1)
+        assert (again.balance_of(alice), again.balance_of(bob)) == (94, 5)
+        ledger = orchestrator_streams()[1]
+        assert sum(is_claim(d) for d in datas(b, ledger)) == 2  # A's first write, B's takeover
+    finally:
+        for log, f in ((a, fa), (b, fb)):
+            if f is not None:
+                log.call(f.lease.close())
+        a.close()
+        b.close()
+
+
 def test_a_conditional_push_at_a_stale_head_is_refused(nats_single: NatsCluster) -> None:
     log = JetStreamLog(nats_single.url, prefix=new_prefix())
     try:

@@ -148,9 +148,9 @@ class EventsHandle:
         """The fence's tenure the orchestrator core was rebuilt under."""
         self._orch_store: Any = None
         if "orchestrator" in roles:
-            from loglake.events.journal import stream_name
+            from loglake.events.store import orchestrator_streams
 
-            self._orch_store = StreamsStore(streams, self.fence, (stream_name(),))
+            self._orch_store = StreamsStore(streams, self.fence, orchestrator_streams())
             self._tenure = self.fence.tenure()
             if self._tenure is not None:
                 self.fence.claim()  # before reading the journal: nothing lands after the read
