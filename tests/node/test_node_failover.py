@@ -581,3 +581,69 @@ def test_cardinal_members_under_a_lease_one_consumes_a_standby_takes_over_each_b
         for m in members:
             m.close()
         log.close()
+
+
+@pytest.mark.slow
+def test_an_sds_participant_runs_on_one_node_at_a_time_and_moves_when_its_node_dies(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """Nodes A (alice, bob) and B (alice, carol) on one channel: alice runs on A only (A holds
+    her lease); B refuses to send as alice with a 503 that says where she runs, and does not
+    run a second alice (which would drop A's alice's messages as its own and never repair
+    bob's reply that names one): the channel is healthy on both. A is SIGKILLed: B takes alice
+    over within the lease TTL + 2 s and sends as her; carol delivers it."""
+    prefix = "sd" + uuid.uuid4().hex[:8]
+    a = Node(tmp_path, "a", nats3.url, prefix, rate=0)
+    b = Node(tmp_path, "b", nats3.url, prefix, rate=0)
+    for n, who in ((a, "alice,bob"), (b, "alice,carol")):
+        n.cmd = [x for x in n.cmd if x not in ("--no-sds-enabled", "--events-enabled")]
+        n.cmd += ["--no-events-enabled", "--sds-enabled", "--sds-participants", who]
+    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
+        api_a = a.connect()
+        ch = api_a.get("/api/sds/channels").json()[0]["channel"]
+        path = f"/api/sds/channels/{ch}"
+
+        def state(api: httpx.Client, pid: str) -> dict:
+            return next(p for p in api.get(path).json()["participant_states"] if p["id"] == pid)
+
+        wait_until(lambda: state(api_a, "alice")["here"], 15, "A runs alice")
+        with process(b.cmd, b.http, stderr=b.log()):
+            api_b = b.connect()
+            assert not state(api_b, "alice")["here"] and state(api_b, "carol")["here"]
+            r = api_b.post(f"{path}/messages", json={"sender": "alice", "text": "from B"})
+            assert r.status_code == 503 and r.json()["error"] == "SdsElsewhere", r.text
+            assert "runs on another node" in r.json()["message"]
+
+            def send(api: httpx.Client, sender: str, text: str) -> None:
+                r = api.post(f"{path}/messages", json={"sender": sender, "text": text})
+                assert r.status_code == 201, r.text
+
+            send(api_a, "alice", "hello from alice")
+            wait_until(
+                lambda: state(api_a, "bob")["delivered"] >= 1, 15, "bob delivers alice's hello"
+            )
+            send(api_a, "bob", "hi alice")  # names alice's hello in its causal history
+
+            def texts(api: httpx.Client, pid: str) -> set[str]:
+                return {m["text"] for m in state(api, pid)["recent"]}
+
+            wait_until(
+                lambda: {"hello from alice", "hi alice"} <= texts(api_b, "carol"),
+                15,
+                "carol, on B, delivers both",
+            )
+            wait_until(lambda: "hi alice" in texts(api_a, "alice"), 15, "alice delivers bob's")
+            time.sleep(1.0)  # rounds on B: a second alice there would now miss her own hello
+            for api in (api_a, api_b):
+                assert api.get(path).json()["healthy"], api.get(path).json()
+            assert state(api_b, "alice")["delivered"] == 0  # never run on B
+
+            proc_a.send_signal(signal.SIGKILL)
+            proc_a.wait(10)
+            killed = time.monotonic()
+            wait_until(lambda: state(api_b, "alice")["here"], TTL + 3, "B takes alice over")
+            took = time.monotonic() - killed
+            assert took <= TTL + 2, took
+            send(api_b, "alice", "alice, now on B")
+            wait_until(lambda: "alice, now on B" in texts(api_b, "carol"), 15, "carol delivers it")
+            print(f"B took alice over {took:.2f}s after A was SIGKILLed")

@@ -95,18 +95,34 @@ class NodeLeases:
         """Name → ``streams.lease.LeaseFence`` (what the parts get through ``fence``)."""
         self.ttl = 0
         self._log: Any = None
+        self._cfg = cfg
         if not cfg.streams.backend:
             return
         from loglake.streams.jetstream import JetStreamLog
-        from loglake.streams.lease import JetStreamLease
 
         assert isinstance(log, JetStreamLog)
         self._log = log
+        self.ttl = cfg.streams.lease_ttl
+        for name in names:
+            self.add(name)
+
+    def add(self, name: str) -> Fence:
+        """Contend for one more lease (the once-only work ``name``, e.g. an SDS participant
+        this node is configured with) and return its fence; ``UNFENCED`` on the embedded log.
+        Call it off the log's loop (it waits for the lease bucket)."""
+        from loglake.streams.fence import UNFENCED
+
+        if self._log is None:
+            return UNFENCED
+        if name in self.fences:
+            fence: Fence = self.fences[name]
+            return fence
+        from loglake.streams.lease import JetStreamLease, LeaseFence
+
+        log, cfg = self._log, self._cfg
         bucket = f"{cfg.streams.nats_prefix}_leases"
 
-        from loglake.streams.lease import LeaseFence
-
-        async def start(name: str) -> JetStreamLease:
+        async def start() -> JetStreamLease:
             lease = JetStreamLease(
                 log.js,
                 bucket,
@@ -120,9 +136,9 @@ class NodeLeases:
             self.fences[name] = LeaseFence(log, lease)
             return await lease.start()
 
-        self.ttl = cfg.streams.lease_ttl
-        for name in names:
-            self.leases[name] = log.call(start(name))
+        self.leases[name] = log.call(start())
+        fence = self.fences[name]
+        return fence
 
     def holds(self, name: str) -> bool:
         lease = self.leases.get(name)
