@@ -5,16 +5,15 @@ lease TTL (+ 2 s), finishes the ICRC replay from the journal A wrote, serves eve
 record and consumer index, and a Cardinal consumer resumes on B from its checkpoint with each
 block once. A SIGSTOPped holder, resumed after B took over, writes nothing to the journal.
 
-The two nodes share their ICRC role keys (``<data dir>/events/*.key``, copied from A to B as an
-operator would): a replay's principals are in the journal, and the node taking it over must be
-those principals to finish it.
+The two nodes are the same ICRC principals and the same archives community without copying
+anything: the keys are in the cluster's key bucket (``node.keys``), and a replay's principals
+are in the journal, so the node taking it over must be those principals to finish it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -114,12 +113,6 @@ def publish_many(node: Node, n: int) -> list[int]:
     return ids
 
 
-def share_role_keys(a: Node, b: Node) -> None:
-    (b.data / "events").mkdir(parents=True, exist_ok=True)
-    for key in (a.data / "events").glob("*.key"):
-        shutil.copy2(key, b.data / "events" / key.name)
-
-
 def apply(chain: list[bytes], ev: object) -> list[bytes]:
     """Apply a Cardinal chain update to ``chain`` (hashes); the blocks it added."""
     if not isinstance(ev, ChainUpdate):
@@ -149,7 +142,6 @@ def test_node_a_sigkilled_mid_replay_node_b_takes_over_and_loses_nothing(
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             # B refuses what A holds, with a 503 that says why
@@ -246,7 +238,6 @@ def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             missed = publish_many(a, 1200)
@@ -308,9 +299,6 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
-        (b.data / "archives").mkdir(parents=True)
-        shutil.copy2(a.data / "archives" / "control.key", b.data / "archives" / "control.key")
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             token_a = (a.data / "node.token").read_text().strip()
@@ -403,6 +391,7 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
                 "B's member fetches the archive B built",
             )
             assert got["messages"] >= 120, got
+            assert not [*a.data.rglob("*.key"), *b.data.rglob("*.key")]  # keys: in the cluster
             print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")
 
 
