@@ -7,7 +7,8 @@ the archives control node and member) reads and writes the same history.
 - ``[streams] backend = "nats://h1,h2,h3"``: ``JetStreamLog`` (``streams/jetstream.py``) — every
   partition a JetStream stream with ``[streams] replicas`` replicas, consumer indexes in its KV
   bucket; the data dir keeps the lake the sealer copies JetStream's history into (reads below
-  JetStream's retention come from it) and the parts' caches and keys.
+  JetStream's retention come from it) and the parts' caches; the identities' keys are in the
+  cluster's key bucket (``node.keys``).
 
 Several nodes may share one cluster (and ``nats_prefix``): work that must run once is held by
 one of them at a time through a lease (``NodeLeases``, ``loglake.streams.lease``) and taken

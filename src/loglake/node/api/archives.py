@@ -9,8 +9,9 @@ snapshot the loop publishes after every round, and asks for a round now (``POST
 /api/archives/build``) through a queue, answered when the round is done.
 
 State lives under ``<data dir>/archives/``: ``control.key`` (secp256k1, mode 0600, made on
-first start: the community id is its public key), ``control/`` (archives, torrent, store),
-``member/`` (fetched archives, store).
+first start: the community id is its public key; on a cluster it is in the cluster's key
+bucket instead, ``node.keys``), ``control/`` (archives, torrent, store), ``member/`` (fetched
+archives, store).
 """
 
 from __future__ import annotations
