@@ -88,6 +88,8 @@ def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_stat
             "data_dir": str(tmp_path / "fresh"),
             "http": {"port": 0},
             "streams": {"port": 0, "backend": nats3.url, "replicas": 3},
+            "events": {"enabled": True, "namespaces": ["demo.events"]},
+            "archives": {"enabled": True, "wait": 0.0, "check_every": 1.0},
         },
         env={},
     )

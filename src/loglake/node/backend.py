@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -137,7 +138,12 @@ class NodeLeases:
             self.fences[name] = LeaseFence(log, lease)
             return await lease.start()
 
-        self.leases[name] = log.call(start())
+        lease = self.leases[name] = log.call(start())
+        # wait out the first attempt (one round trip), so a part asking right after start
+        # learns whether it holds the lease rather than reading a "not yet" as "elsewhere"
+        deadline = time.monotonic() + 2 * lease.timeout
+        while time.monotonic() < deadline and not lease.attempted():
+            time.sleep(0.005)
         fence = self.fences[name]
         return fence
 

@@ -373,6 +373,12 @@ class JetStreamLease:
     def holds(self) -> bool:
         return self.core.holds(self.clock())
 
+    def attempted(self) -> bool:
+        """Whether the first attempt to take the lease has been answered (held, or found
+        taken or unreachable and to be tried again)."""
+        held = self.core.state in (LeaseState.HELD, LeaseState.RENEWING)
+        return held or self.core.next_try > -math.inf
+
     @property
     def token(self) -> int | None:
         return self.core.token
