@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
@@ -70,6 +71,24 @@ def test_both_data_dir_and_port_is_a_readable_error(tmp_path):
     )
     assert r.exit_code != 0
     assert "either --data-dir or --host/--port" in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        (["--port", "1"], "either --backend or --host/--port/--data-dir"),
+        (["--client-id", "a b"], "client id 'a b' cannot name a lease"),
+        (["--client-id", "a..b"], "cannot name a lease"),
+    ],
+)
+def test_a_lease_held_member_with_bad_options_is_a_readable_error(extra, error):
+    """``--backend`` (a member held by a lease) refuses other connections and a client id
+    that cannot name a lease, before connecting to anything (the URL has no server)."""
+    r = CliRunner().invoke(
+        main, ["cardinal", "consume", "--topic", "t", "--backend", "nats://127.0.0.1:1", *extra]
+    )
+    assert r.exit_code != 0
+    assert error in r.output, r.output
 
 
 def test_help():

@@ -417,6 +417,28 @@ def test_ledger_rules():
     assert e.value.kind == "InsufficientFunds"
 
 
+def test_ledger_restore_skips_the_claim_of_a_node_taking_it_over():
+    """On a shared cluster the ledger stream also holds claim records (``streams.fence``) of
+    the nodes that took the journal's lease: no block, no balance change; anything else that is
+    not an operation is still a damaged block."""
+    import cbor2
+
+    from loglake.events.ledger import Ledger, LedgerBlockError, account
+    from loglake.streams.fence import claim_record
+
+    a = account(b"\x01")
+    first = Ledger(fee=2)
+    first.mint(a, 100, 0)
+    records = [claim_record("events.journal", "node-a", 7), first.writes[0].record]
+    records.append(claim_record("events.journal", "node-b", 9))
+    led = Ledger(fee=2)
+    led.restore(records)
+    assert led.balance_of(a) == 100 and led.blocks == 1
+    assert led.transfer(a, account(b"\x02"), 10, 0) == 1  # the next block's index
+    with pytest.raises(LedgerBlockError, match="block 0"):
+        Ledger().restore([cbor2.dumps({"op": "lease-ish", "token": 1})])
+
+
 @pytest.mark.slow
 def test_replay_reads_rolled_segments_and_sealed_history_of_the_embedded_log(tmp_path):
     # The namespace lives in the on-disk engine (open_log) with tiny segments, so the replayed

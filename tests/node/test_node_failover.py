@@ -5,17 +5,19 @@ lease TTL (+ 2 s), finishes the ICRC replay from the journal A wrote, serves eve
 record and consumer index, and a Cardinal consumer resumes on B from its checkpoint with each
 block once. A SIGSTOPped holder, resumed after B took over, writes nothing to the journal.
 
-The two nodes share their ICRC role keys (``<data dir>/events/*.key``, copied from A to B as an
-operator would): a replay's principals are in the journal, and the node taking it over must be
-those principals to finish it.
+The two nodes are the same ICRC principals and the same archives community without copying
+anything: the keys are in the cluster's key bucket (``node.keys``), and a replay's principals
+are in the journal, so the node taking it over must be those principals to finish it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import signal
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,12 +113,6 @@ def publish_many(node: Node, n: int) -> list[int]:
     return ids
 
 
-def share_role_keys(a: Node, b: Node) -> None:
-    (b.data / "events").mkdir(parents=True, exist_ok=True)
-    for key in (a.data / "events").glob("*.key"):
-        shutil.copy2(key, b.data / "events" / key.name)
-
-
 def apply(chain: list[bytes], ev: object) -> list[bytes]:
     """Apply a Cardinal chain update to ``chain`` (hashes); the blocks it added."""
     if not isinstance(ev, ChainUpdate):
@@ -146,7 +142,6 @@ def test_node_a_sigkilled_mid_replay_node_b_takes_over_and_loses_nothing(
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             # B refuses what A holds, with a 503 that says why
@@ -243,7 +238,6 @@ def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             missed = publish_many(a, 1200)
@@ -305,9 +299,6 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
     with process(a.cmd, a.http, stderr=a.log()) as proc_a:
         a.connect()
         wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        share_role_keys(a, b)
-        (b.data / "archives").mkdir(parents=True)
-        shutil.copy2(a.data / "archives" / "control.key", b.data / "archives" / "control.key")
         with process(b.cmd, b.http, stderr=b.log()):
             b.connect()
             token_a = (a.data / "node.token").read_text().strip()
@@ -400,6 +391,7 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
                 "B's member fetches the archive B built",
             )
             assert got["messages"] >= 120, got
+            assert not [*a.data.rglob("*.key"), *b.data.rglob("*.key")]  # keys: in the cluster
             print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")
 
 
@@ -425,3 +417,222 @@ def test_retention_runs_only_while_its_lease_is_held(memory_log, held: bool) -> 
     asyncio.run(run())
     first = memory_log.stream_info("s").partitions[0].first_index
     assert first == (15 if held else 0)
+
+
+CHAIN = "member.chain"
+
+
+class Member:
+    """A ``loglake cardinal consume --backend`` process (one consumer-group member) and the
+    lines it printed: blocks (``+``/``-``), ``committed`` after each commit, lease states."""
+
+    def __init__(self, url: str, prefix: str, client: str, stderr: Path) -> None:
+        cmd = [
+            sys.executable, "-u", "-m", "loglake.cli", "cardinal", "consume",
+            "--topic", CHAIN, "--client-id", client, "--backend", url, "--nats-prefix", prefix,
+            "--lease-ttl", str(TTL), "--replicas", "3", "--idle-seconds", "600",
+            "--commit-seconds", "0",
+        ]  # fmt: skip
+        env = {**os.environ, "COLUMNS": "200"}
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr.open("w"), text=True, env=env
+        )
+        self.lines: list[str] = []
+        self.last_line_at = time.monotonic()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self.last_line_at = time.monotonic()
+
+    def saw(self, prefix: str, since: int = 0) -> bool:
+        return any(x.startswith(prefix) for x in self.lines[since:])
+
+    def quiet_after_commit(self) -> bool:
+        """Printed blocks, committed them, and nothing since for a second."""
+        blocks = [x for x in self.lines if x.startswith(("+ ", "- "))]
+        return (
+            bool(blocks)
+            and self.lines[-1].startswith("committed")
+            and time.monotonic() - self.last_line_at > 1.0
+        )
+
+    def committed_updates(self) -> list[tuple[str, str]]:
+        """(+/-, hash prefix) of every block line up to the last commit."""
+        last = max((i for i, x in enumerate(self.lines) if x.startswith("committed")), default=-1)
+        return [(x[0], x.split()[2]) for x in self.lines[: last + 1] if x.startswith(("+ ", "- "))]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.mark.slow
+def test_cardinal_members_under_a_lease_one_consumes_a_standby_takes_over_each_block_once(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """Three ``loglake cardinal consume --backend`` processes for one client id on the 3-node
+    cluster, while a producer sends a chain in three parts. A consumes the first part, B stands
+    by; A is SIGKILLed: B takes the lease within TTL + 2 s and consumes the second part from
+    A's checkpoint. C stands by; B is SIGSTOPped: C takes over and consumes the rest. B,
+    resumed, learns it lost the lease and writes no checkpoint. The blocks committed across
+    the three, applied in order, are the canonical chain, each once."""
+    from loglake.cardinal.synthetic import synthetic_chain
+    from loglake.streams.jetstream import JetStreamStreams
+
+    prefix = "cm" + uuid.uuid4().hex[:8]
+    log = JetStreamLog(nats3.url, prefix=prefix, replicas=3)
+    streams = JetStreamStreams(log)
+    blocks = 24
+    steps = len(synthetic_chain(blocks).steps)
+    gates = {steps // 3: threading.Event(), 2 * steps // 3: threading.Event()}
+    sent = [0]
+    canonical: list[bytes] = []
+
+    def gated(step: object) -> None:
+        sent[0] += 1
+        if sent[0] in gates:
+            assert gates[sent[0]].wait(120)
+
+    def produce() -> None:
+        canonical.extend(b.hash for b in produce_chain(streams, CHAIN, blocks, 2, on_step=gated)[1])
+
+    producer = threading.Thread(target=produce, daemon=True)
+    members: list[Member] = []
+    try:
+        producer.start()
+        a = Member(nats3.url, prefix, "app", tmp_path / "a.stderr")
+        members.append(a)
+        wait_until(lambda: a.saw("holding"), 30, "A holds the member's lease")
+        b = Member(nats3.url, prefix, "app", tmp_path / "b.stderr")
+        members.append(b)
+        wait_until(lambda: b.saw("standby"), 30, "B stands by")
+        wait_until(a.quiet_after_commit, 30, "A consumed and committed the first part")
+        assert not b.saw("+ ")
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(10)
+        killed = time.monotonic()
+        wait_until(lambda: b.saw("holding"), TTL + 3, "B takes the lease over")
+        took_b = time.monotonic() - killed
+        gates[steps // 3].set()
+        wait_until(lambda: b.saw("+ ") and b.quiet_after_commit(), 30, "B consumed the second part")
+
+        c = Member(nats3.url, prefix, "app", tmp_path / "c.stderr")
+        members.append(c)
+        wait_until(lambda: c.saw("standby"), 30, "C stands by")
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_until(lambda: c.saw("holding"), TTL + 3, "C takes the lease over")
+        took_c = time.monotonic() - stopped
+        gates[2 * steps // 3].set()
+        producer.join(60)
+        assert canonical, "the producer finished"
+        want = [h.hex()[:16] for h in canonical]
+
+        def whole() -> list[str] | None:
+            """The chain the committed updates of A, B and C build, if it is the canonical one
+            (an update's removed blocks are printed oldest first: taken off from the head)."""
+            chain: list[str] = []
+            removed: list[str] = []
+            updates = [u for who in (a, b, c) for u in who.committed_updates()]
+            for op, h in [*updates, ("+", "")]:
+                if op == "-":
+                    removed.append(h)
+                    continue
+                for r in reversed(removed):
+                    assert chain and chain[-1] == r, "a removed block that is not the head"
+                    chain.pop()
+                removed = []
+                chain.append(h)
+            chain.pop()
+            return chain if chain == want else None
+
+        wait_until(lambda: whole() and c.quiet_after_commit(), 30, "C consumed the rest")
+        ckpt = log.next_index("cardinal.ckpt.app", partition=0)
+        since = len(b.lines)
+        os.kill(b.proc.pid, signal.SIGCONT)
+        wait_until(lambda: b.saw("lost", since) or b.saw("standby", since), TTL + 3, "B lost")
+        time.sleep(TTL)
+        assert not b.saw("committed", since), b.lines[since:]
+        print("B after SIGCONT:", b.lines[since:])
+        assert log.next_index("cardinal.ckpt.app", partition=0) == ckpt, "B wrote a checkpoint"
+        added = [h for who in (a, b, c) for op, h in who.committed_updates() if op == "+"]
+        assert len(added) == len(set(added)), "a block delivered twice"
+        print(f"B took over {took_b:.2f}s after A's SIGKILL, C {took_c:.2f}s after B's SIGSTOP")
+    finally:
+        for gate in gates.values():
+            gate.set()
+        for m in members:
+            m.close()
+        log.close()
+
+
+@pytest.mark.slow
+def test_an_sds_participant_runs_on_one_node_at_a_time_and_moves_when_its_node_dies(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """Nodes A (alice, bob) and B (alice, carol) on one channel: alice runs on A only (A holds
+    her lease); B refuses to send as alice with a 503 that says where she runs, and does not
+    run a second alice (which would drop A's alice's messages as its own and never repair
+    bob's reply that names one): the channel is healthy on both. A is SIGKILLed: B takes alice
+    over within the lease TTL + 2 s and sends as her; carol delivers it."""
+    prefix = "sd" + uuid.uuid4().hex[:8]
+    a = Node(tmp_path, "a", nats3.url, prefix, rate=0)
+    b = Node(tmp_path, "b", nats3.url, prefix, rate=0)
+    for n, who in ((a, "alice,bob"), (b, "alice,carol")):
+        n.cmd = [x for x in n.cmd if x not in ("--no-sds-enabled", "--events-enabled")]
+        n.cmd += ["--no-events-enabled", "--sds-enabled", "--sds-participants", who]
+    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
+        api_a = a.connect()
+        ch = api_a.get("/api/sds/channels").json()[0]["channel"]
+        path = f"/api/sds/channels/{ch}"
+
+        def state(api: httpx.Client, pid: str) -> dict:
+            return next(p for p in api.get(path).json()["participant_states"] if p["id"] == pid)
+
+        wait_until(lambda: state(api_a, "alice")["here"], 15, "A runs alice")
+        with process(b.cmd, b.http, stderr=b.log()):
+            api_b = b.connect()
+            assert not state(api_b, "alice")["here"] and state(api_b, "carol")["here"]
+            r = api_b.post(f"{path}/messages", json={"sender": "alice", "text": "from B"})
+            assert r.status_code == 503 and r.json()["error"] == "SdsElsewhere", r.text
+            assert "runs on another node" in r.json()["message"]
+
+            def send(api: httpx.Client, sender: str, text: str) -> None:
+                r = api.post(f"{path}/messages", json={"sender": sender, "text": text})
+                assert r.status_code == 201, r.text
+
+            send(api_a, "alice", "hello from alice")
+            wait_until(
+                lambda: state(api_a, "bob")["delivered"] >= 1, 15, "bob delivers alice's hello"
+            )
+            send(api_a, "bob", "hi alice")  # names alice's hello in its causal history
+
+            def texts(api: httpx.Client, pid: str) -> set[str]:
+                return {m["text"] for m in state(api, pid)["recent"]}
+
+            wait_until(
+                lambda: {"hello from alice", "hi alice"} <= texts(api_b, "carol"),
+                15,
+                "carol, on B, delivers both",
+            )
+            wait_until(lambda: "hi alice" in texts(api_a, "alice"), 15, "alice delivers bob's")
+            time.sleep(1.0)  # rounds on B: a second alice there would now miss her own hello
+            for api in (api_a, api_b):
+                assert api.get(path).json()["healthy"], api.get(path).json()
+            assert state(api_b, "alice")["delivered"] == 0  # never run on B
+
+            proc_a.send_signal(signal.SIGKILL)
+            proc_a.wait(10)
+            killed = time.monotonic()
+            wait_until(lambda: state(api_b, "alice")["here"], TTL + 3, "B takes alice over")
+            took = time.monotonic() - killed
+            assert took <= TTL + 2, took
+            send(api_b, "alice", "alice, now on B")
+            wait_until(lambda: "alice, now on B" in texts(api_b, "carol"), 15, "carol delivers it")
+            print(f"B took alice over {took:.2f}s after A was SIGKILLed")

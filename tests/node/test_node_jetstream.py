@@ -20,9 +20,9 @@ from loglake.streams.jetstream import JetStreamLog, _parse_key
 from tests.conftest import require_peer
 from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
 
-LOCAL_ONLY = {"node.token", "events", "archives", "lake"}
-"""What a node on JetStream keeps in its data dir: the token, the parts' keys and caches, the
-sealed lake — no log."""
+LOCAL_ONLY = {"node.token", "archives", "lake"}
+"""What a node on JetStream keeps in its data dir: the token, the parts' caches, the sealed
+lake — no log, no identity keys (they are in the cluster's key bucket)."""
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,9 @@ def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_stat
     assert s["sds"]["repaired"] >= 1 and s["sds"]["healthy"]
     assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
     assert s["archives"]["hydrated"] == s["archives"]["messages"]
-    # the node kept no log of its own
+    # the node kept no log of its own, and no keys
     assert {p.name for p in data.iterdir()} <= LOCAL_ONLY, sorted(p.name for p in data.iterdir())
+    assert not list(data.rglob("*.key"))
 
     # every stream the parts wrote is a replicated JetStream stream
     log = JetStreamLog(nats3.url)
@@ -78,6 +79,8 @@ def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_stat
         assert [(r["status"], r["sent"]) for r in replays] == [("completed", 10)]
         member = http.get("/api/archives").json()["member"]  # its store is a stream
         assert len(member["archives"]) == 1 and member["messages"] == 100
+        roles = http.get("/api/events").json()["roles"]
+        community = http.get("/api/archives").json()["community"]
 
     # and a node with a fresh data dir on the same cluster sees the same history
     fresh = load_config(
@@ -85,6 +88,8 @@ def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_stat
             "data_dir": str(tmp_path / "fresh"),
             "http": {"port": 0},
             "streams": {"port": 0, "backend": nats3.url, "replicas": 3},
+            "events": {"enabled": True, "namespaces": ["demo.events"]},
+            "archives": {"enabled": True, "wait": 0.0, "check_every": 1.0},
         },
         env={},
     )
@@ -93,6 +98,47 @@ def test_the_five_protocols_run_on_jetstream_and_a_restarted_node_finds_its_stat
         assert names == streams
         assert http.get("/api/streams/demo.orders").json()["records"] == 30
         assert len(http.get("/api/streams/demo.orders/consumers").json()) == 1
+        # the same identities: the ICRC principals and the community, from the key bucket
+        assert http.get("/api/events").json()["roles"] == roles
+        assert http.get("/api/archives").json()["community"] == community
+    assert not list((tmp_path / "fresh").rglob("*.key"))
+
+
+def test_node_keys_live_in_the_cluster_one_per_name_a_legacy_file_kept_bad_values_named(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """``NodeKeys`` on a cluster: the bucket is made with the configured replicas; two nodes
+    asking for one key get the one the first stored; a key file a node had before the cluster
+    had that key is uploaded (the node keeps its identity), and ignored once the cluster has
+    one; a damaged stored key is a ``NodeKeyError`` naming it, not a crash."""
+    from loglake.node.api.events import _identity
+    from loglake.node.keys import NodeKeyError, NodeKeys
+
+    prefix = "k" + uuid.uuid4().hex[:8]
+    a = JetStreamLog(nats3.url, prefix=prefix, replicas=3)
+    b = JetStreamLog(nats3.url, prefix=prefix, replicas=3)
+    try:
+        ka, kb = NodeKeys(a, prefix, 3), NodeKeys(b, prefix, 3)
+        made = iter(["first", "second"])
+        assert ka.text("x", tmp_path / "none", lambda: next(made)) == "first"
+        assert kb.text("x", tmp_path / "none", lambda: next(made)) == "first"
+
+        async def replicas() -> int:
+            return (await a.js.stream_info(f"KV_{prefix}_keys")).config.num_replicas
+
+        assert a.call(replicas()) == 3
+        legacy = tmp_path / "old.key"
+        legacy.write_text("from-the-data-dir\n")
+        assert kb.text("y", legacy, lambda: "new") == "from-the-data-dir"
+        (tmp_path / "other.key").write_text("another\n")
+        assert ka.text("y", tmp_path / "other.key", lambda: "new") == "from-the-data-dir"
+        ka.text("events.orchestrator", tmp_path / "none", lambda: "not hex")
+        with pytest.raises(NodeKeyError, match="orchestrator key in JetStream KV bucket"):
+            _identity(tmp_path, "orchestrator", kb)
+        assert not list(tmp_path.glob("none*"))  # nothing written to the data dir
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from loglake.cardinal.transport import (
 from loglake.clitools import PORT
 from loglake.errors import LocalProtocolError
 from loglake.streams.api import LocalStreams, Streams
+from loglake.streams.fence import UNFENCED, Fence
 
 
 @contextmanager
@@ -99,13 +100,18 @@ def consume_topic(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     commit_seconds: float = 1.0,
+    fence: Fence = UNFENCED,
+    on_commit: Callable[[StreamConsumer], None] | None = None,
 ) -> StreamConsumer:
     """Consume ``topic`` (and its companion topics) from the saved checkpoint; commit a
     checkpoint at most every ``commit_seconds`` (each is one record in the checkpoint stream)
     and on the way out; stop when nothing new came for ``idle_seconds`` (0: once caught up).
-    Partition counts are read from the streams; ``partitions``, if given, is checked."""
+    Partition counts are read from the streams; ``partitions``, if given, is checked.
+
+    ``fence``: the member's lease (``member.consume_held``); checkpoints go through it, and
+    the loop stops, committing nothing more, as soon as it is not held."""
     consumer = StreamConsumer(
-        StreamTransport(streams, partitions),
+        StreamTransport(streams, partitions, fence),
         topics_for(topic),
         client_id,
         reorg_threshold,
@@ -114,7 +120,15 @@ def consume_topic(
     )
     start = last_new = last_commit = clock()
     dirty = False
+
+    def commit() -> None:
+        consumer.commit()
+        if on_commit is not None:
+            on_commit(consumer)
+
     while clock() - start < max_seconds:
+        if not fence.holds():
+            return consumer  # another member holds it now: nothing more is ours to commit
         before = dict(consumer.positions)
         events = consumer.poll()
         for ev in events:
@@ -124,17 +138,17 @@ def consume_topic(
             dirty = True
             last_new = clock()
             if last_new - last_commit >= commit_seconds:
-                consumer.commit()
+                commit()
                 dirty, last_commit = False, last_new
             continue
         if dirty:
-            consumer.commit()
+            commit()
             dirty, last_commit = False, clock()
         if clock() - last_new >= idle_seconds:
             break
         sleep(min(0.2, idle_seconds))
     if dirty:
-        consumer.commit()
+        commit()
     return consumer
 
 
@@ -232,6 +246,41 @@ def produce(
     help="Keep polling until nothing new came for this long.",
 )
 @click.option("--quiet", is_flag=True, help="Print only the summary.")
+@click.option(
+    "--commit-seconds",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Commit a checkpoint at most this often while blocks come (0: after every round).",
+)
+@click.option(
+    "--backend",
+    default=None,
+    metavar="nats://H1,H2,...",
+    help="Consume from NATS JetStream directly, as one member of a group held by a lease: "
+    "start several for one --client-id; one consumes, the others stand by and take over "
+    "within --lease-ttl when it dies.",
+)
+@click.option(
+    "--nats-prefix",
+    default="loglake",
+    show_default=True,
+    help="With --backend: the streams' namespace (a node's [streams] nats_prefix).",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.IntRange(min=1, max=3600),
+    default=5,
+    show_default=True,
+    help="With --backend: seconds a dead member keeps the lease before a standby takes over.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1, max=5),
+    default=1,
+    show_default=True,
+    help="With --backend: replicas of the lease bucket if this member creates it.",
+)
 @_with_connection
 def consume(
     topic: str,
@@ -240,6 +289,11 @@ def consume(
     prefixes: tuple[str, ...],
     idle_seconds: float,
     quiet: bool,
+    commit_seconds: float,
+    backend: str | None,
+    nats_prefix: str,
+    lease_ttl: int,
+    replicas: int,
     host: str | None,
     port: int | None,
     data_dir: str | None,
@@ -267,17 +321,43 @@ def consume(
                 f"[green]+ {_short(b)}[/] values={len(b.values)} deletes={len(b.deletes)}"
             )
 
-    with open_streams(host, port, data_dir) as streams:
-        c = consume_topic(
-            streams,
+    if backend:
+        if host or port or data_dir:
+            raise LocalProtocolError("give either --backend or --host/--port/--data-dir")
+        from loglake.cardinal.member import consume_held_cli
+
+        got = consume_held_cli(
+            backend,
+            nats_prefix,
+            lease_ttl,
+            replicas,
+            console,
+            quiet,
             topic,
             client_id,
-            partitions,
-            reorg_threshold,
-            prefixes or (".*",),
-            idle_seconds,
+            partitions=partitions,
+            reorg_threshold=reorg_threshold,
+            prefixes=prefixes or (".*",),
+            idle_seconds=idle_seconds,
+            commit_seconds=commit_seconds,
             on_event=show,
         )
+        if got is None:
+            return
+        c = got
+    else:
+        with open_streams(host, port, data_dir) as streams:
+            c = consume_topic(
+                streams,
+                topic,
+                client_id,
+                partitions,
+                reorg_threshold,
+                prefixes or (".*",),
+                idle_seconds,
+                on_event=show,
+                commit_seconds=commit_seconds,
+            )
     head = c.core.head
     console.print(
         f"added {counts['added']}, removed {counts['removed']}, deep reorgs {counts['reorgs']}; "

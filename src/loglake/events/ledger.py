@@ -7,8 +7,11 @@ orchestrator uses — balances, a flat ``fee`` per transfer/approve, ``approve``
 ICRC-1 ``Account = {owner; subaccount}``. Every operation is one record in the stream
 ``loglake.ledger.<name>`` (CBOR), so the ledger is durable and auditable on the same log as
 everything else, and :meth:`Ledger.restore` rebuilds balances from the stream's records (read by
-``store.open_ledger``; the log is the source of truth, balances are derived). Block index =
-stream index: the ledger is the stream's only writer, so it numbers its own blocks.
+``store.open_ledger``; the log is the source of truth, balances are derived). The ledger is
+the stream's only writer, so it numbers its own blocks: block index = the number of operations
+before it, which is the stream index except on a cluster shared by several nodes, where a node
+taking the ledger over first appends a claim record (``streams.fence``; no block, skipped here)
+so that a former holder's late block is refused.
 
 Sans-I/O: an operation checks and applies itself in memory and queues one
 :class:`~loglake.events.actions.JournalWrite` on ``writes`` — the outbox of the orchestrator
@@ -29,6 +32,7 @@ from icp_principal import Principal
 
 from loglake.errors import DecodeError, LocalProtocolError
 from loglake.events.actions import Action, JournalWrite
+from loglake.events.journal import LEASE_OP
 
 Account = tuple[bytes, bytes]
 """(owner principal bytes, subaccount 32 bytes; all zero = default subaccount)."""
@@ -82,6 +86,8 @@ class Ledger:
                 op = cbor2.loads(data)
                 if not isinstance(op, dict):
                     raise TypeError(f"a block is a CBOR map, not {type(op).__name__}")
+                if op.get("op") == LEASE_OP:
+                    continue  # a node taking the ledger over (streams.fence): not a block
                 self._apply(op)
             except (
                 cbor2.CBORError,

@@ -175,6 +175,13 @@ def perform_job(jobs: ReplayJobs | None, a: JobAction) -> Any:
     raise TypeError(f"not a job action: {a!r}")
 
 
+def orchestrator_streams(journal_name: str = "main", ledger_name: str = "main") -> tuple[str, str]:
+    """The streams only the orchestrator writes — its journal and its ledger: on a cluster
+    shared by several nodes, the ones its ``StreamsStore`` appends to through the fence of the
+    journal's lease, so a node that lost the lease writes neither."""
+    return journal_stream(journal_name), ledger_stream(ledger_name)
+
+
 def open_ledger(store: StreamsStore, name: str = "main", fee: int = 10) -> Ledger:
     """A ledger core with the balances of every record in ``loglake.ledger.<name>``."""
     led = Ledger(ledger_stream(name), fee)

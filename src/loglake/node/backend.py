@@ -7,7 +7,8 @@ the archives control node and member) reads and writes the same history.
 - ``[streams] backend = "nats://h1,h2,h3"``: ``JetStreamLog`` (``streams/jetstream.py``) — every
   partition a JetStream stream with ``[streams] replicas`` replicas, consumer indexes in its KV
   bucket; the data dir keeps the lake the sealer copies JetStream's history into (reads below
-  JetStream's retention come from it) and the parts' caches and keys.
+  JetStream's retention come from it) and the parts' caches; the identities' keys are in the
+  cluster's key bucket (``node.keys``).
 
 Several nodes may share one cluster (and ``nats_prefix``): work that must run once is held by
 one of them at a time through a lease (``NodeLeases``, ``loglake.streams.lease``) and taken
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -95,16 +97,34 @@ class NodeLeases:
         """Name → ``streams.lease.LeaseFence`` (what the parts get through ``fence``)."""
         self.ttl = 0
         self._log: Any = None
+        self._cfg = cfg
         if not cfg.streams.backend:
             return
         from loglake.streams.jetstream import JetStreamLog
-        from loglake.streams.lease import JetStreamLease
 
         assert isinstance(log, JetStreamLog)
         self._log = log
+        self.ttl = cfg.streams.lease_ttl
+        for name in names:
+            self.add(name)
+
+    def add(self, name: str) -> Fence:
+        """Contend for one more lease (the once-only work ``name``, e.g. an SDS participant
+        this node is configured with) and return its fence; ``UNFENCED`` on the embedded log.
+        Call it off the log's loop (it waits for the lease bucket)."""
+        from loglake.streams.fence import UNFENCED
+
+        if self._log is None:
+            return UNFENCED
+        if name in self.fences:
+            fence: Fence = self.fences[name]
+            return fence
+        from loglake.streams.lease import JetStreamLease, LeaseFence
+
+        log, cfg = self._log, self._cfg
         bucket = f"{cfg.streams.nats_prefix}_leases"
 
-        async def start(name: str) -> JetStreamLease:
+        async def start() -> JetStreamLease:
             lease = JetStreamLease(
                 log.js,
                 bucket,
@@ -113,17 +133,19 @@ class NodeLeases:
                 ttl=cfg.streams.lease_ttl,
                 replicas=cfg.streams.replicas,
             )
+            # the fence first: each acquisition claims the guarded streams before it takes
+            # the lease (streams.lease.LeaseFence)
+            self.fences[name] = LeaseFence(log, lease)
             return await lease.start()
 
-        self.ttl = cfg.streams.lease_ttl
-        for name in names:
-            self.leases[name] = log.call(start(name))
-        from loglake.streams.lease import LeaseFence
-
-        for name, lease in self.leases.items():
-            fence = LeaseFence(log, lease)
-            lease.on_change = fence.on_event  # claims the guarded streams on acquisition
-            self.fences[name] = fence
+        lease = self.leases[name] = log.call(start())
+        # wait out the first attempt (one round trip), so a part asking right after start
+        # learns whether it holds the lease rather than reading a "not yet" as "elsewhere"
+        deadline = time.monotonic() + 2 * lease.timeout
+        while time.monotonic() < deadline and not lease.attempted():
+            time.sleep(0.005)
+        fence = self.fences[name]
+        return fence
 
     def holds(self, name: str) -> bool:
         lease = self.leases.get(name)

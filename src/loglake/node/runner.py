@@ -144,6 +144,9 @@ class Node:
             )
         )
         ctx.leases = self.leases
+        from loglake.node.keys import NodeKeys
+
+        ctx.keys = NodeKeys.for_node(raw, cfg)
         self._sealer = start_sealer(cfg, raw, self._stop_retention, self.leases)
         from loglake.node.cluster import ClusterView
 

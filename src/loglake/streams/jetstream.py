@@ -694,6 +694,18 @@ class JetStreamLog(Log):
         writers a lease guards (``streams.lease.LeaseFence``)."""
         return self._call(self._push_expecting(stream, partition, datas, expected_next))
 
+    async def push_expecting_async(
+        self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
+    ) -> list[int]:
+        """``push_expecting`` for a coroutine already on this log's loop (``call``): a lease
+        claims its guarded streams from the loop, between reading the lease key and taking it."""
+        return await self._push_expecting(stream, partition, datas, expected_next)
+
+    async def next_index_async(self, stream: str, *, partition: int = 0) -> int:
+        """``next_index`` for a coroutine already on this log's loop (``UnknownStream``)."""
+        info = await self._stream_info(stream)
+        return info.partitions[partition].next_index
+
     async def _push_expecting(
         self, stream: str, partition: int, datas: Sequence[bytes], expected_next: int
     ) -> list[int]:

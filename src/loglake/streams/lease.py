@@ -6,10 +6,12 @@ DESIGN.md principle 4 — an existing distributed engine, never a home-made cons
 is one KV key written with compare-and-set on its revision and a per-message TTL, and the
 server, not this module, decides who wins.
 
-- **acquire**: ``kv.create(lease.<name>)`` with a message TTL; it fails while anyone else's
-  lease message exists. A holder that dies stops renewing, its message expires after the TTL,
-  and the next contender's create succeeds (the bucket is made with ``limit_marker_ttl``, which
-  turns on per-message TTLs and leaves a delete marker behind an expired lease).
+- **acquire**: read ``lease.<name>``; if it is absent or a marker, write it with a message TTL
+  and ``Nats-Expected-Last-Subject-Sequence`` = that marker's revision (0 if absent), which fails
+  while anyone else's lease message exists. A holder that dies stops renewing, its message
+  expires after the TTL, and the next contender's write succeeds (the bucket is made with
+  ``limit_marker_ttl``, which turns on per-message TTLs and leaves a marker behind an expired
+  lease). Between the read and the write, ``before_acquire`` lets a fence claim its streams.
 - **renew**: a publish on the lease key with ``Nats-Expected-Last-Subject-Sequence`` = the
   revision this holder last wrote, every ``ttl / 3``. Any other revision there means the lease
   was lost (expired and taken) — the holder learns it from the refused renewal.
@@ -23,7 +25,7 @@ server, not this module, decides who wins.
   the lease key's newest message is still that holder's. A holder paused (SIGSTOP, a long GC) past
   its TTL therefore cannot write when it wakes, whatever its own clock says: the write is
   refused with ``FencedOut``. (nats-server ≥ 2.11 checks the subject-scoped header; loglake's
-  clusters run 2.15.)
+  clusters run 2.15.) Streams outside the bucket are fenced by claims (``LeaseFence``).
 
 The module is in two parts, as the protocol cores are: ``LeaseCore`` is a sans-I/O state machine
 (a clock and the KV's answers in, actions and events out) that the tests drive with a fake clock;
@@ -44,7 +46,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -354,6 +356,12 @@ class JetStreamLease:
         revision this node wrote, or its own renewal would fence it out."""
         self._task: asyncio.Task | None = None
         self._kv: KeyValue | None = None
+        self.before_acquire: Callable[[int], Awaitable[None]] | None = None
+        """Run on the loop once the lease key is seen free (absent, released or expired), just
+        before the compare-and-set that takes it, with the revision the set expects (0: never
+        written). ``LeaseFence`` claims its streams here, so a claim precedes the acquisition
+        and no former holder's append can land after it; an exception here is a failed
+        attempt (tried again after ``retry``)."""
 
     @property
     def name(self) -> str:
@@ -364,6 +372,12 @@ class JetStreamLease:
 
     def holds(self) -> bool:
         return self.core.holds(self.clock())
+
+    def attempted(self) -> bool:
+        """Whether the first attempt to take the lease has been answered (held, or found
+        taken or unreachable and to be tried again)."""
+        held = self.core.state in (LeaseState.HELD, LeaseState.RENEWING)
+        return held or self.core.next_try > -math.inf
 
     @property
     def token(self) -> int | None:
@@ -398,7 +412,9 @@ class JetStreamLease:
     async def _perform(self, action: Action) -> None:
         try:
             if isinstance(action, Create):
-                revision = await asyncio.wait_for(self._create(action), self.timeout)
+                # a pre-acquisition hook (claims on the guarded streams) gets its own timeout
+                limit = self.timeout * (2 if self.before_acquire is not None else 1)
+                revision = await asyncio.wait_for(self._create(action), limit)
             elif isinstance(action, Renew):
                 ack = await self.js.publish(
                     self.subject(action.key),
@@ -422,35 +438,34 @@ class JetStreamLease:
         self._emit(self.core.succeeded(revision, self.clock()))
 
     async def _create(self, action: Create) -> int:
-        """Write the lease key if it is absent, deleted (a released lease) or expired. An
-        expired lease leaves a marker for ``limit_marker_ttl``; nats-py's ``kv.create`` takes
-        only delete markers for absence, which would delay every handover by that second,
-        so the newest message is read and, if it is either marker, overwritten by
-        compare-and-set on its sequence (a contender that wins meanwhile makes that fail)."""
+        """Write the lease key if it is absent, deleted (a released lease) or expired: read its
+        newest message and, if there is none or it is either marker, overwrite it by
+        compare-and-set on that sequence (a contender that wins meanwhile makes the set fail;
+        nats-py's ``kv.create`` takes only delete markers for absence, which would delay every
+        handover by the expired lease's marker). ``before_acquire`` runs between the read and
+        the set: once the key shows a marker, the former holder can never renew or pass a
+        fenced write again (both expect its own revision), so what the hook writes comes after
+        the former holder's last authorised write and before this node's tenure."""
         subject = self.subject(action.key)
-        last = 0
-        for _ in range(2):
-            try:
-                ack = await self.js.publish(
-                    subject,
-                    action.value,
-                    timeout=self.timeout,
-                    headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)},
-                    msg_ttl=action.ttl,
-                )
-                return ack.seq
-            except nats.js.errors.APIError as e:
-                if not _wrong_last_sequence(e) or last:
-                    raise
-            try:
-                msg = await self.js.get_last_msg(f"KV_{self.bucket}", subject, direct=True)
-            except nats.js.errors.NotFoundError:
-                continue  # gone between the two calls: try to create again
+        try:
+            msg = await self.js.get_last_msg(f"KV_{self.bucket}", subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            last = 0
+        else:
             headers = msg.headers or {}
             if MARKER_REASON not in headers and headers.get(KV_OPERATION) not in ("DEL", "PURGE"):
                 raise nats.js.errors.KeyWrongLastSequenceError()  # a live holder
             last = msg.seq or 0
-        raise nats.js.errors.KeyWrongLastSequenceError()
+        if self.before_acquire is not None:
+            await self.before_acquire(last)
+        ack = await self.js.publish(
+            subject,
+            action.value,
+            timeout=self.timeout,
+            headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)},
+            msg_ttl=action.ttl,
+        )
+        return ack.seq
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
@@ -530,39 +545,65 @@ class JetStreamLease:
 # --- the fence a part's once-only writer uses (``streams.fence.Fence``) ---------------------
 
 
+STREAMS_KEY = "streams"
+"""The fenced key (``fenced.<lease>.streams``) listing, as JSON, every stream a holder of the
+lease has appended to: the next contender claims them all before it takes the lease, including
+streams it has not guarded itself yet."""
+MAX_CLAIM_TRIES = 8
+
+
 class LeaseFence:
     """``streams.fence.Fence`` on a ``JetStreamLease``: appends to the streams a lease guards
-    (the ICRC journal, a Cardinal checkpoint stream, the archives control node's channel) go
-    only while this node holds the lease, and are refused by the cluster once a newer holder
-    has claimed the stream.
+    (the ICRC journal and ledger, a Cardinal checkpoint stream, the archives control node's
+    channel) go only while this node holds the lease, and are refused by the cluster once a
+    newer holder has claimed the stream.
 
     Why a claim: JetStream checks an expected sequence only within one stream, and the lease
     key lives in the KV bucket, so a guarded stream cannot be fenced by the lease key itself.
-    Instead each holder, as it takes the lease (``Acquired``; or before its first append if the
-    stream was not known then), appends a claim record (``fence.claim_record``: the lease name,
-    its holder and token) with ``Nats-Expected-Last-Sequence`` = the head it read, and every
-    append after it expects the head its own previous append left. A former holder's append
-    expects a head from before the claim, so JetStream refuses it (``FencedOut``) — whatever
-    its own clock says. The local check (``holds()``, which turns false ``margin`` of the TTL
-    before the server lets the lease go) keeps a holder that wakes from a pause from even
-    trying; the claim covers a pause between that check and the publish. A former holder's
-    write can still land only in the milliseconds between the new holder's acquisition and its
-    claim, and then it is *before* the claim, which the new holder reads past when it restores.
+    Instead each contender, once it has read the lease key free and *before* its compare-and-set
+    takes it (``JetStreamLease.before_acquire``), appends a claim record
+    (``fence.claim_record``) to every guarded stream with ``Nats-Expected-Last-Sequence`` = the
+    head it read; every append of a holder expects the head its own previous append (or claim)
+    left. A former holder's append expects a head from before the claim, so JetStream refuses it
+    — whatever its own clock says — and since the claim precedes the new tenure, no former
+    holder's append can land after the new holder took the lease (a claim made after the
+    compare-and-set would leave that window open).
 
-    Called from the parts' threads (blocking); the publishes run on the log's loop."""
+    A holder whose append finds the head moved reads what moved it: claims only (a contender
+    that then lost the compare-and-set) and a fenced write on the lease bucket that the cluster
+    accepts (this node's revision is still the lease key's newest) let it append at the new
+    head; anything else is ``FencedOut``. The streams guarded are listed in the lease bucket
+    (``STREAMS_KEY``, a fenced write made before a holder's first append to a stream), so a
+    contender claims every stream any former holder wrote, not only those it knows. A stream
+    first guarded after this tenure began is claimed then, after that fenced write (a former
+    holder cannot have written it: it is in no list the contender read).
+
+    Called from the parts' threads (blocking); the publishes run on the log's loop. Attach the
+    fence before the lease starts (``JetStreamLease.start``) so its first acquisition claims."""
 
     def __init__(self, log: Any, lease: JetStreamLease, streams: tuple[str, ...] = ()) -> None:
         self.log, self.lease = log, lease
         self.name = lease.name
         self._lock = threading.Lock()
+        """One guarded append at a time from the parts' threads (held across I/O; never taken
+        on the log's loop)."""
+        self._state = threading.Lock()
+        """The fields below (never held across I/O: the loop takes it too)."""
         self._tenure: int | None = None
-        """The lease token the heads below were claimed under."""
+        """The lease token the heads below belong to."""
         self._heads: dict[str, int] = {}
         """Guarded stream → the next index this holder's appends expect."""
+        self._listed: set[str] = set()
+        """Streams in the cluster's list (``STREAMS_KEY``) as this tenure knows it."""
+        self._pending: tuple[dict[str, int], set[str]] | None = None
+        """Heads claimed and streams listed by the last pre-acquisition pass."""
         self.streams: set[str] = set(streams)
-        """The streams this fence guards (claimed at once on each acquisition)."""
+        """The streams this fence guards (claimed before each acquisition)."""
         self.claims = 0
         self.refused = 0
+        lease.before_acquire = self._before_acquire
+        if lease.on_change is None:
+            lease.on_change = self.on_event
 
     def holds(self) -> bool:
         return self.lease.holds()
@@ -571,83 +612,178 @@ class LeaseFence:
         return self.lease.token if self.lease.holds() else None
 
     def guard(self, *streams: str) -> None:
-        self.streams.update(streams)
+        with self._state:
+            self.streams.update(streams)
 
     def claim(self) -> None:
         from loglake.log.api import UnknownStream
 
+        with self._state:
+            streams = sorted(self.streams)
         with self._lock:
-            for stream in sorted(self.streams):
+            for stream in streams:
                 try:
                     self._ensure_claimed(stream)
                 except UnknownStream:
                     continue  # nobody wrote it yet: the first append creates and claims it
 
     def on_event(self, event: Event) -> None:
-        """The lease's ``on_change``: on ``Acquired``, claim the known streams off the loop
-        (a claim is a publish this loop must answer)."""
-        if isinstance(event, Acquired) and self.streams:
-            threading.Thread(
-                target=self._claim_known, name=f"lease-claim {self.name}", daemon=True
-            ).start()
+        """The lease's ``on_change``: on ``Acquired``, the heads the pre-acquisition pass
+        claimed become this tenure's (runs on the loop; no I/O)."""
+        if isinstance(event, Acquired):
+            with self._state:
+                heads, listed = self._pending or ({}, set())
+                self._tenure, self._heads, self._listed = event.token, dict(heads), set(listed)
+                self._pending = None
 
-    def _claim_known(self) -> None:
-        for stream in sorted(self.streams):
+    # -- on the loop, before the compare-and-set ----------------------------------------------
+    async def _before_acquire(self, free_revision: int) -> None:
+        from loglake.log.api import UnknownStream
+
+        listed = await self._listed_streams()
+        with self._state:
+            wanted = sorted(self.streams | listed)
+            self._pending = None
+        heads: dict[str, int] = {}
+        for stream in wanted:
             try:
-                with self._lock:
-                    self._ensure_claimed(stream)
-            except Exception as e:  # no stream yet, cluster busy: the first append claims
-                logger.debug("lease %s: claim of %s deferred: %r", self.name, stream, e)
+                heads[stream] = await self._claim_async(stream, free_revision)
+            except UnknownStream:
+                continue  # nobody wrote it: whoever appends first claims it
+            except Exception as e:
+                logger.warning("lease %s: claim of %s before taking it: %r", self.name, stream, e)
+                raise
+        with self._state:
+            self._pending = (heads, listed)
 
-    def _ensure_claimed(self, stream: str) -> int:
-        """The tenure token; claims ``stream`` under it first if not yet (holds ``_lock``)."""
-        tenure = self.lease.token
-        if tenure is None or not self.lease.holds():
-            raise LeaseLost(self.name, f"state {self.lease.core.state.value}")
-        if self._tenure != tenure:
-            self._tenure, self._heads = tenure, {}
-        if stream in self._heads:
-            return tenure
+    async def _listed_streams(self) -> set[str]:
+        """The streams former holders listed (read from the stream leader, not a replica that
+        may lag behind the list's last write)."""
+        import json
+
+        subject = self.lease.subject(self.lease.fenced_key(STREAMS_KEY))
+        try:
+            msg = await self.lease.js.get_last_msg(f"KV_{self.lease.bucket}", subject)
+        except nats.js.errors.NotFoundError:
+            return set()
+        try:
+            names = json.loads(msg.data or b"[]")
+        except ValueError:
+            names = None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            logger.warning("lease %s: ignoring a malformed stream list %r", self.name, msg.data)
+            return set()
+        return set(names)
+
+    async def _claim_async(self, stream: str, token: int) -> int:
         from loglake.streams.fence import claim_record
         from loglake.streams.jetstream import HeadMoved
 
-        record = claim_record(self.name, self.lease.core.holder, tenure)
-        for _ in range(8):  # each retry follows a write that landed between read and claim
-            head = self.log.next_index(stream, partition=0)
-            # the cluster's word that this node still holds the lease (a fenced write on the
-            # lease bucket: FencedOut for a former holder whose own view is stale), so a
-            # former holder cannot claim the stream back from the holder that fenced it out
+        record = claim_record(self.name, self.lease.core.holder, token)
+        for _ in range(MAX_CLAIM_TRIES):  # each retry follows a write between read and claim
+            head = await self.log.next_index_async(stream, partition=0)
             try:
-                self.log.call(self.lease.put("claim", f"{head} {stream}".encode()))
-            except FencedOut:
-                self.refused += 1
-                raise
+                (index,) = await self.log.push_expecting_async(stream, 0, [record], head)
+            except HeadMoved:
+                continue
+            self.claims += 1
+            logger.info("lease %s: claimed %s at %d before taking it", self.name, stream, index)
+            return index + 1
+        raise LeaseUnavailable(f"lease {self.name!r}: could not claim {stream!r}: it kept moving")
+
+    # -- on the parts' threads ----------------------------------------------------------------
+    def _list(self, stream: str) -> None:
+        """A fenced write of the stream list with ``stream`` in it: the cluster's word that this
+        node still holds the lease (``FencedOut`` otherwise), and the next contender's way to
+        know the stream."""
+        import json
+
+        with self._state:
+            names = sorted(self._listed | self.streams | {stream})
+        try:
+            self.log.call(self.lease.put(STREAMS_KEY, json.dumps(names).encode()))
+        except FencedOut:
+            self.refused += 1
+            raise
+        with self._state:
+            self._listed.update(names)
+
+    def _ensure_claimed(self, stream: str) -> tuple[int, int]:
+        """(tenure token, the head this holder's next append to ``stream`` expects); lists and
+        claims ``stream`` first if this tenure has not (holds ``_lock``)."""
+        from loglake.streams.fence import claim_record
+        from loglake.streams.jetstream import HeadMoved
+
+        tenure = self.lease.token
+        if tenure is None or not self.lease.holds():
+            raise LeaseLost(self.name, f"state {self.lease.core.state.value}")
+        with self._state:
+            if self._tenure != tenure:  # acquired without the pre-acquisition pass
+                self._tenure, self._heads, self._listed = tenure, {}, set()
+            head = self._heads.get(stream)
+            listed = stream in self._listed
+        if head is not None:
+            if not listed:
+                self._list(stream)
+            return tenure, head
+        record = claim_record(self.name, self.lease.core.holder, tenure)
+        for _ in range(MAX_CLAIM_TRIES):
+            head = self.log.next_index(stream, partition=0)
+            self._list(stream)  # still the holder: a former one cannot claim a stream back
             try:
                 (index,) = self.log.push_expecting(stream, 0, [record], head)
             except HeadMoved:
                 continue
-            self._heads[stream] = index + 1
-            self.streams.add(stream)
+            with self._state:
+                if self._tenure == tenure:
+                    self._heads[stream] = index + 1
+                self.streams.add(stream)
             self.claims += 1
             logger.info("lease %s: claimed %s at %d (token %d)", self.name, stream, index, tenure)
-            return tenure
+            return tenure, index + 1
         raise FencedOut(self.name, tenure, f" (could not claim {stream!r}: it kept moving)")
+
+    def _past_claims(self, stream: str, head: int, tenure: int) -> int:
+        """The head moved from ``head``: the new head if only claims moved it and the cluster
+        says this node still holds the lease; ``FencedOut`` otherwise."""
+        from loglake.streams.fence import is_claim
+
+        now = self.log.next_index(stream, partition=0)
+        moved = self.log.read_payloads(stream, head, now - head, partition=0)
+        if len(moved) != now - head or not all(is_claim(d) for _, d in moved):
+            with self._state:
+                self._heads.pop(stream, None)
+            self.refused += 1
+            raise FencedOut(self.name, tenure, f" ({stream!r} has records past {head})")
+        self._list(stream)
+        with self._state:
+            if self._tenure == tenure:
+                self._heads[stream] = now
+        return now
 
     def append(self, streams: Any, stream: str, datas: Sequence[bytes]) -> list[int]:
         """``Fence.append``: ``LeaseLost`` when not held here, ``FencedOut`` when a newer
-        holder claimed ``stream`` (nothing written either way). ``streams`` is the part's
+        holder claimed ``stream`` (nothing more written either way). ``streams`` is the part's
         ``Streams`` (unused: the append goes straight to the log, which the claim fences)."""
         from loglake.streams.jetstream import HeadMoved
 
         if not datas:
             return []
         with self._lock:
-            tenure = self._ensure_claimed(stream)
-            try:
-                ids = self.log.push_expecting(stream, 0, datas, self._heads[stream])
-            except HeadMoved as e:
-                self._heads.pop(stream, None)
-                self.refused += 1
-                raise FencedOut(self.name, tenure, f" ({e})") from None
-            self._heads[stream] = ids[-1] + 1
-            return ids
+            tenure, head = self._ensure_claimed(stream)
+            ids: list[int] = []
+            rest = list(datas)
+            for _ in range(MAX_CLAIM_TRIES):
+                try:
+                    ids += self.log.push_expecting(stream, 0, rest, head)
+                except HeadMoved as e:
+                    stored = e.expected - head  # those before the refused one were stored
+                    ids += range(head, e.expected)
+                    rest = rest[stored:]
+                    head = self._past_claims(stream, e.expected, tenure)
+                    continue
+                with self._state:
+                    if self._tenure == tenure:
+                        self._heads[stream] = ids[-1] + 1
+                return ids
+            raise FencedOut(self.name, tenure, f" ({stream!r} kept moving)")

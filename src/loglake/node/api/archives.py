@@ -9,14 +9,14 @@ snapshot the loop publishes after every round, and asks for a round now (``POST
 /api/archives/build``) through a queue, answered when the round is done.
 
 State lives under ``<data dir>/archives/``: ``control.key`` (secp256k1, mode 0600, made on
-first start: the community id is its public key), ``control/`` (archives, torrent, store),
-``member/`` (fetched archives, store).
+first start: the community id is its public key; on a cluster it is in the cluster's key
+bucket instead, ``node.keys``), ``control/`` (archives, torrent, store), ``member/`` (fetched
+archives, store).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -38,22 +38,21 @@ MEMBER_POLL_S = 0.5
 FETCH_TIMEOUT_S = 20.0
 
 
-def _control_key(folder: Path) -> Any:
+def _control_key(folder: Path, keys: Any = None) -> Any:
+    """The community's control key: from ``keys`` (``node.keys.NodeKeys``: the cluster's key
+    bucket on a shared cluster, so whichever node holds the control lease is the same
+    community), else from ``<folder>/control.key``; made on first use."""
     from coincurve import PrivateKey
 
     from loglake.archives import load_private_key
+    from loglake.node.keys import NodeKeyError, NodeKeys
 
-    path = folder / "control.key"
+    keys = keys if keys is not None else NodeKeys()
+    text = keys.text("archives.control", folder / "control.key", lambda: PrivateKey().to_hex())
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return load_private_key(path.read_text().strip())
-    key = PrivateKey()
-    with os.fdopen(fd, "w") as f:
-        f.write(key.to_hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    return key
+        return load_private_key(text)
+    except LoglakeError as e:  # ArchiveConfigError: not a secp256k1 key
+        raise NodeKeyError(f"the archives control key in {keys.where()}: {e}") from None
 
 
 def _entry(e: Any) -> dict[str, Any]:
@@ -131,7 +130,7 @@ class ArchivesHandle:
         self.layout = get_layout(section.layout)
         self.folder = ctx.data_dir / "archives"
         self.folder.mkdir(exist_ok=True)
-        self.key = _control_key(self.folder)
+        self.key = _control_key(self.folder, ctx.keys)
         self.community = community_id(self.key)
         self.streams = LocalStreams(ctx.log)
         self.fence = fence_of(ctx, ARCHIVES_CONTROL)

@@ -50,6 +50,9 @@ class NodeContext:
     leases: Any = None
     """``node.backend.NodeLeases``: the once-only work this node holds on a shared cluster
     (each part gets its ``fence(name)``; ``view()`` for operators)."""
+    keys: Any = None
+    """``node.keys.NodeKeys``: where the identities' keys are (the cluster's key bucket on a
+    shared cluster); None: files in the data dir."""
     started_ns: int = field(default_factory=time.time_ns)
     parts: dict[str, bool] = field(default_factory=dict)
     """Which parts this node runs (for ``GET /api/node``)."""

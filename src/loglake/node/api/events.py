@@ -29,7 +29,6 @@ checks like any other.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -82,20 +81,21 @@ class EventsTimeout(LoglakeError):
     """The events pump did not do what an API call waits for in time (a fault: it is logged)."""
 
 
-def _identity(folder: Path, role: str) -> Any:
+def _identity(folder: Path, role: str, keys: Any = None) -> Any:
+    """The role's identity: its seed (hex) from ``keys`` (``node.keys.NodeKeys``: the cluster's
+    key bucket on a shared cluster, so every node is the same principals), else from
+    ``<folder>/<role>.key``; made on first use."""
     from loglake.events import Identity
+    from loglake.node.keys import NodeKeyError, NodeKeys
 
-    path = folder / f"{role}.key"
+    keys = keys if keys is not None else NodeKeys()
+    text = keys.text(
+        f"events.{role}", folder / f"{role}.key", lambda: Identity.generate().seed.hex()
+    )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return Identity.from_seed(bytes.fromhex(path.read_text().strip()))
-    ident = Identity.generate()
-    with os.fdopen(fd, "w") as f:
-        f.write(ident.seed.hex())
-        f.flush()
-        os.fsync(f.fileno())
-    return ident
+        return Identity.from_seed(bytes.fromhex(text))
+    except ValueError as e:
+        raise NodeKeyError(f"the {role} key in {keys.where()} is not a hex seed: {e}") from None
 
 
 class EventsHandle:
@@ -130,8 +130,7 @@ class EventsHandle:
         """Notified after every pump slice (a publish waits on it for its ids)."""
         self.net = InProcessNetwork(time.time_ns)
         folder = ctx.data_dir / "events"
-        folder.mkdir(exist_ok=True)
-        self.ids = {r: _identity(folder, r) for r in roles}
+        self.ids = {r: _identity(folder, r, ctx.keys) for r in roles}
         p = {r: i.principal for r, i in self.ids.items()}
         self.principals = p
         self.namespaces = namespaces
@@ -148,9 +147,9 @@ class EventsHandle:
         """The fence's tenure the orchestrator core was rebuilt under."""
         self._orch_store: Any = None
         if "orchestrator" in roles:
-            from loglake.events.journal import stream_name
+            from loglake.events.store import orchestrator_streams
 
-            self._orch_store = StreamsStore(streams, self.fence, (stream_name(),))
+            self._orch_store = StreamsStore(streams, self.fence, orchestrator_streams())
             self._tenure = self.fence.tenure()
             if self._tenure is not None:
                 self.fence.claim()  # before reading the journal: nothing lands after the read

@@ -58,8 +58,7 @@ class EventsHttpHandle:
         self.loop = loop
         self.roles = tuple(r for r in ROLE_ORDER if r in section.roles)
         folder = ctx.data_dir / "events"
-        folder.mkdir(exist_ok=True)
-        self.ids = {r: _identity(folder, r) for r in self.roles}
+        self.ids = {r: _identity(folder, r, ctx.keys) for r in self.roles}
         self.principals = {r: i.principal for r, i in self.ids.items()}
         self.host = section.http_host
         base = section.http_port

@@ -7,6 +7,16 @@ every participant (``ROUND_S``); the API takes the same lock. The handle keeps o
 participants report (events) for the health view: sent, delivered, acknowledged (with the
 ack latency into ``loglake_sds_ack_latency_seconds``), repaired, lost.
 
+On a cluster shared by several nodes a participant is one identity in one place: each node
+contends for a lease per configured participant (``sds.<channel>.<participant>``) and runs it —
+polls, ticks, sends as it — only while it holds that lease. Why: SDS drops a message carrying
+its own sender id as its own, so the same id run on two nodes never delivers what the other
+copy sent, and a message that names one of those in its causal history stays missing for ever
+(repair never completes). A node asked to send as a participant another node holds answers 503
+``SdsElsewhere``; when that node dies this one takes the participant over within the lease TTL,
+as a new participant state read from the channel's start (its history before the takeover is
+the other copy's: messages naming those as dependencies wait for them, see docs/node.md).
+
 ``POST .../messages`` may name participants that lose the broadcast (``lose_for``): the message
 is in the stream but their cursor skips it, as if the transport dropped it. They find it
 missing when a later message names it in its causal history, and fetch it from the store:
@@ -24,7 +34,7 @@ from fastapi import APIRouter
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
-from loglake.errors import LocalProtocolError, LoglakeError
+from loglake.errors import LocalProtocolError, LoglakeError, Unavailable
 from loglake.node.api.context import Node, NodeContext, part
 
 router = APIRouter(tags=["sds"])
@@ -40,6 +50,30 @@ class UnknownChannel(LoglakeError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class SdsElsewhere(Unavailable):
+    """Another node on the shared cluster runs this SDS participant now (it holds the
+    participant's lease): sending as it here would make a second copy of one identity (503)."""
+
+
+def participant_lease(channel: str, participant: str) -> str:
+    """The lease name of ``participant`` on ``channel`` (a JetStream KV key: names that do not
+    fit one are written in base64url, which does)."""
+    import base64
+
+    from loglake.streams.lease import LeaseCore
+
+    name = f"sds.{channel}.{participant}"
+    try:
+        LeaseCore(name, "check")
+    except ValueError:
+
+        def b64(x: str) -> str:
+            return base64.urlsafe_b64encode(x.encode()).decode()
+
+        name = f"sds.{b64(channel)}.{b64(participant)}"
+    return name
 
 
 @dataclass
@@ -70,18 +104,24 @@ class SdsHandle:
         self.channel = channel
         self.lock = threading.RLock()
         streams = LocalStreams(ctx.log)
-        self.channels = {
-            p: SdsChannel(
-                streams,
-                channel,
-                p,
-                sync_interval_ms=sync_interval_ms,
-                sync_only_when_needed=True,
+
+        def participant(pid: str) -> Any:
+            return SdsChannel(
+                streams, channel, pid, sync_interval_ms=sync_interval_ms, sync_only_when_needed=True
             )
-            for p in participants
-        }
+
+        self._new_participant = participant
+        self.channels = {p: participant(p) for p in participants}
         self.stream = next(iter(self.channels.values())).stream
         self.stats = {p: ParticipantStats() for p in participants}
+        leases = ctx.leases
+        self.fences: dict[str, Any] = {
+            p: leases.add(participant_lease(channel, p)) if leases is not None else None
+            for p in participants
+        }
+        """Participant → its lease's fence on a shared cluster (None: alone, always here)."""
+        self._tenures: dict[str, int | None] = {}
+        """Participant → the lease tenure its state was built under (run here before)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loglake-sds", daemon=True)
 
@@ -112,10 +152,38 @@ class SdsHandle:
 
                 log_event(logging.getLogger(__name__), logging.ERROR, "sds round", error=repr(e))
 
+    def runs_here(self, pid: str) -> bool:
+        """Whether this node runs ``pid`` now (holds its lease, or has no cluster to share). A
+        participant taken over (a new tenure after another node ran it) starts from a new
+        state: the old one here may be behind what the other node sent as it."""
+        fence = self.fences.get(pid)
+        if fence is None:
+            return True
+        tenure = fence.tenure()
+        if tenure is None:
+            return False
+        if self._tenures.get(pid, tenure) != tenure:
+            self.channels[pid] = self._new_participant(pid)
+        self._tenures[pid] = tenure
+        return True
+
+    def _need_here(self, pid: str) -> None:
+        self._participant(pid)
+        if not self.runs_here(pid):
+            lease = participant_lease(self.channel, pid)
+            raise SdsElsewhere(
+                f"SDS participant {pid!r} of channel {self.channel!r} runs on another node "
+                f"(it holds the lease {lease!r}); use it there: this node takes it over within "
+                "the lease TTL if that node dies"
+            )
+
     def round(self) -> None:
-        """Every participant polls the channel (fetching missing messages) and ticks."""
+        """Every participant run here polls the channel (fetching missing messages) and ticks."""
         with self.lock:
-            for pid, ch in self.channels.items():
+            for pid in list(self.channels):
+                if not self.runs_here(pid):
+                    continue
+                ch = self.channels[pid]
                 out = ch.poll()
                 out.extend(ch.tick())
                 self._account(pid, out)
@@ -163,9 +231,10 @@ class SdsHandle:
         """``sender`` sends ``text``; ``lose_for`` skip it (a lost broadcast). Returns the
         message id and its stream index."""
         with self.lock:
+            self._need_here(sender)
             ch = self._participant(sender)
             for p in lose_for:
-                self._participant(p)
+                self._need_here(p)
                 if p == sender:
                     raise LocalProtocolError("a sender does not lose its own message")
             for p in lose_for:  # deliver everything before it, so only this one is lost
@@ -190,8 +259,10 @@ class SdsHandle:
         with self.lock:
             ch = self._participant(pid)
             pa, st = ch.participant, self.stats[pid]
+            fence = self.fences.get(pid)
             return {
                 "id": pid,
+                "here": fence is None or fence.holds(),
                 "lamport": pa.lamport,
                 "next_index": ch.next_index,
                 "sent": st.sent,
@@ -252,6 +323,9 @@ class MissingOut(BaseModel):
 
 class ParticipantOut(BaseModel):
     id: str
+    here: bool = True
+    """This node runs the participant now (on a shared cluster: holds its lease); another
+    node's copy is shown as this node last had it."""
     lamport: int
     next_index: int
     """The channel stream index this participant reads next."""
