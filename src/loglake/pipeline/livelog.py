@@ -191,9 +191,13 @@ def _nats_log(backend: str, prefix: str, credentials: str | None) -> JetStreamLo
         return log
 
 
-@dataclass
+@dataclass(frozen=True)
 class NatsSource:
-    """The unsealed part of a stream kept in NATS JetStream (``loglake node --backend``)."""
+    """The unsealed part of a stream kept in NATS JetStream (``loglake node --backend``).
+
+    Frozen, small and picklable: it is what a task needs to reach the cluster (the servers, the
+    prefix, the ``.creds`` path), so it travels to executors inside a plan (``units.Unit``);
+    the connection itself is made there, once per process (``_nats_log``)."""
 
     backend: str
     prefix: str = "loglake"
