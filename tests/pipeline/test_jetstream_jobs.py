@@ -169,23 +169,34 @@ def untimed(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in ("seconds", "stage_seconds")}
 
 
-def test_sds_audit_on_jetstream_equals_the_embedded_log(spark, sds_dirs, tmp_path):
+@pytest.fixture(scope="module")
+def sds_embedded(spark, sds_dirs, tmp_path_factory) -> tuple[dict, dict]:
+    """The audit of the embedded copy (summary, table rows): what both runs on JetStream must
+    equal, made once for the module (an audit is ~20 Spark stages)."""
     src, node = sds_dirs
-    local = audit_summary(spark, src, tmp_path / "embedded")
-    assert local["rejects"] == 1 and local["acks"] > 0
-    assert local["records"] > lake_records(node)
-    assert audit_summary(spark, node, tmp_path / "jetstream") == local
-    assert rows_of(spark, tmp_path / "jetstream") == rows_of(spark, tmp_path / "embedded")
+    out = tmp_path_factory.mktemp("sds_embedded")
+    summary = audit_summary(spark, src, out)
+    assert summary["rejects"] == 1 and summary["acks"] > 0
+    assert summary["records"] > lake_records(node)
+    return summary, rows_of(spark, out)
 
 
+def test_sds_audit_on_jetstream_equals_the_embedded_log(spark, sds_dirs, sds_embedded, tmp_path):
+    summary, rows = sds_embedded
+    assert audit_summary(spark, sds_dirs[1], tmp_path / "jetstream") == summary
+    assert rows_of(spark, tmp_path / "jetstream") == rows
+
+
+@pytest.mark.timeout(1800)  # the cluster and its driver start within the test on a cold run
 def test_sds_audit_over_jetstream_on_the_standalone_cluster(
-    spark, cluster_driver, sds_dirs, tmp_path
+    spark, cluster_driver, sds_dirs, sds_embedded, tmp_path
 ):
-    src, node = sds_dirs
-    local = audit_summary(spark, src, tmp_path / "embedded")
-    on_cluster = cluster_driver.run(SDS_DRIVER, str(node), str(tmp_path / "cl"), timeout=1500)
-    assert untimed(on_cluster) == local
-    assert rows_of(spark, tmp_path / "cl") == rows_of(spark, tmp_path / "embedded")
+    summary, rows = sds_embedded
+    on_cluster = cluster_driver.run(
+        SDS_DRIVER, str(sds_dirs[1]), str(tmp_path / "cl"), timeout=1500
+    )
+    assert untimed(on_cluster) == summary
+    assert rows_of(spark, tmp_path / "cl") == rows
 
 
 # -- cardinal-blocks (the loglake source, streaming) ---------------------------------------------

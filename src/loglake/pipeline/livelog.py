@@ -222,6 +222,11 @@ class NatsSource:
                     raise
                 time.sleep(0.2)
 
+    def streams(self) -> list[str]:
+        """The loglake streams the cluster holds under this prefix."""
+        log = self.log()
+        return self._patient(log.streams)
+
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
         log = self.log()  # no server reachable at all: fail now, no failover to wait for
         try:

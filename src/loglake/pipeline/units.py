@@ -78,6 +78,22 @@ def data_dir_cluster(data_dir: str) -> NatsSource | None:
     return NatsSource(opts.backend, opts.nats_prefix, opts.nats_creds)
 
 
+def stream_names(data_dir: str) -> set[str]:
+    """The streams of ``data_dir``: its lake's and its live part's — the embedded log's, or
+    those of the JetStream cluster the lake names (a stream not sealed yet is there only)."""
+    from loglake.pipeline.lake import lake_streams
+    from loglake.pipeline.livelog import open_log_readonly
+
+    names = set(lake_streams(data_dir))
+    cluster = data_dir_cluster(data_dir)
+    if cluster is not None:
+        return names | set(cluster.streams())
+    # a lake-only data dir has no log to open
+    with contextlib.suppress(Exception), open_log_readonly(data_dir) as log:
+        names |= set(log.streams())
+    return names
+
+
 def plan_units(
     data_dir: str, streams: Mapping[int, str], partition: int = 0
 ) -> dict[int, list[Unit]]:
