@@ -241,3 +241,62 @@ def test_cardinal_blocks_on_jetstream_equals_the_embedded_log(spark, cardinal_di
     want = output_files(tmp_path / "embedded")
     assert any(name.startswith("blocks") for name in want)
     assert output_files(tmp_path / "jetstream") == want
+
+
+# -- units on JetStream: the boundary moving, a gap, names (no Spark) ---------------------------
+
+
+def test_units_read_a_range_retention_dropped_from_the_lake_and_fail_on_a_gap(
+    nats_single,  # noqa: F811
+    tmp_path,
+):
+    """A live unit planned before the sealer ran, read after retention dropped its head: read
+    from the lake. Records in neither (dropped before sealing) fail with ``LiveHistoryGone``
+    naming them: the plan does not step over them."""
+    from loglake.pipeline.errors import LiveHistoryGone
+    from loglake.pipeline.units import plan_units, read_unit_columns
+    from loglake.streams.jetstream_seal import write_backend_note
+
+    node = tmp_path / "node"
+    js = JetStreamLog(nats_single.url, prefix=new_prefix(), lake_dir=str(node))
+    try:
+        js.create_stream("ev", StreamConfig(partitions=1, retention_records=10))
+        js.append_many("ev", [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(10)])
+        write_backend_note(node, js)  # what the node's sealer writes on its first round
+        (unit,) = plan_units(str(node), {0: "ev"})[0]
+        assert (unit.path, unit.start, unit.end) == ("", 0, 10) and unit.cluster is not None
+        JetStreamSealer(js, node).seal()  # 0..9 into the lake
+        js.append_many("ev", [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(10, 15)])
+        assert js.stream_info("ev").partitions[0].first_index == 5  # JetStream dropped 0..4
+        got = list(read_unit_columns(str(node), unit, ("index", "data")))
+        assert [i for b in got for i in b.column("index").to_pylist()] == list(range(10))
+        assert [d for b in got for d in b.column("data").to_pylist()] == [
+            b"r%d" % i for i in range(10)
+        ]
+
+        js.append_many("ev", [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(15, 30)])
+        units = plan_units(str(node), {0: "ev"})[0]  # lake 0..9, JetStream 20..29
+        assert [(u.start, u.end) for u in units] == [(0, 10), (10, 30)]
+        with pytest.raises(LiveHistoryGone, match=r"10\.\.19"):
+            for u in units:
+                list(read_unit_columns(str(node), u))
+    finally:
+        js.close()
+
+
+def test_archives_build_finds_a_stream_only_jetstream_holds(nats_single, tmp_path):  # noqa: F811
+    """``--streams PATTERN`` on a node on JetStream matches a stream the sealer has not reached."""
+    from loglake.pipeline.jobs.archives_build import match_streams
+
+    node = tmp_path / "node"
+    js = JetStreamLog(nats_single.url, prefix=new_prefix(), lake_dir=str(node))
+    try:
+        js.create_stream("sealed", StreamConfig(partitions=1))
+        js.append_many("sealed", [Entry(b"x")])
+        JetStreamSealer(js, node).seal()
+        js.create_stream("community.new", StreamConfig(partitions=1))
+        js.append_many("community.new", [Entry(b"y")])
+    finally:
+        js.close()
+    assert match_streams(str(node), "community.*") == ["community.new"]
+    assert match_streams(str(node), "*") == ["community.new", "sealed"]
