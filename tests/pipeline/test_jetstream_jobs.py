@@ -273,6 +273,9 @@ def test_units_read_a_range_retention_dropped_from_the_lake_and_fail_on_a_gap(
         assert [d for b in got for d in b.column("data").to_pylist()] == [
             b"r%d" % i for i in range(10)
         ]
+        # in the batch size the job asks for, whatever size the reads answered in
+        sizes = [b.num_rows for b in read_unit_columns(str(node), unit, batch_rows=4)]
+        assert sizes == [4, 4, 2]
 
         js.append_many("ev", [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(15, 30)])
         units = plan_units(str(node), {0: "ev"})[0]  # lake 0..9, JetStream 20..29
