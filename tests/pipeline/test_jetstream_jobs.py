@@ -303,3 +303,19 @@ def test_archives_build_finds_a_stream_only_jetstream_holds(nats_single, tmp_pat
         js.close()
     assert match_streams(str(node), "community.*") == ["community.new"]
     assert match_streams(str(node), "*") == ["community.new", "sealed"]
+
+
+@pytest.mark.parametrize(
+    "note", ["{not json", '{"prefix": "loglake"}', '{"servers": 3, "prefix": "p"}', "[]"]
+)
+def test_units_refuse_a_malformed_cluster_note_naming_the_data_dir(tmp_path, note):
+    """A data dir whose ``lake/_jetstream.json`` is damaged: ``BadOption`` naming the data dir
+    and the file, before any task — not a lake-only plan that would miss the live part."""
+    from loglake.pipeline.errors import BadOption
+    from loglake.pipeline.units import plan_units, stream_names
+
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "lake" / "_jetstream.json").write_text(note)
+    for call in (lambda: plan_units(str(tmp_path), {0: "c"}), lambda: stream_names(str(tmp_path))):
+        with pytest.raises(BadOption, match=r"data_dir.*unreadable _jetstream\.json"):
+            call()
