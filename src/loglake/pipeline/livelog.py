@@ -191,9 +191,13 @@ def _nats_log(backend: str, prefix: str, credentials: str | None) -> JetStreamLo
         return log
 
 
-@dataclass
+@dataclass(frozen=True)
 class NatsSource:
-    """The unsealed part of a stream kept in NATS JetStream (``loglake node --backend``)."""
+    """The unsealed part of a stream kept in NATS JetStream (``loglake node --backend``).
+
+    Frozen, small and picklable: it is what a task needs to reach the cluster (the servers, the
+    prefix, the ``.creds`` path), so it travels to executors inside a plan (``units.Unit``);
+    the connection itself is made there, once per process (``_nats_log``)."""
 
     backend: str
     prefix: str = "loglake"
@@ -217,6 +221,11 @@ class NatsSource:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+    def streams(self) -> list[str]:
+        """The loglake streams the cluster holds under this prefix."""
+        log = self.log()
+        return self._patient(log.streams)
 
     def partitions(self, stream: str) -> dict[int, tuple[int, int]] | None:
         log = self.log()  # no server reachable at all: fail now, no failover to wait for

@@ -8,6 +8,16 @@ live ranges they do not cover — and Spark runs plain tasks (``SparkContext.par
 ``Unit`` descriptors) that read their records where they lie: a lake file through pyarrow, the
 live tail through ``loglake.log``'s read-only view (``Log.read_tables``), in index order.
 
+A node on JetStream (``loglake node --backend nats://…``) keeps the live part in the cluster,
+not in the data dir: when the data dir's lake names a cluster (the sealer's
+``lake/_jetstream.json``, the rule ``pipeline.options`` applies to the ``loglake`` source), the
+live ranges are planned from JetStream's bounds and read from JetStream by the tasks, through the
+source's reader (``livelog.NatsSource``, bounded fetches of ``NATS_READ_BATCH`` records), with
+the same rule: an index is the stream sequence − 1, and a range retention dropped after the plan
+is read again from the lake (the sealer copied it there) or fails with ``LiveHistoryGone``,
+never skipped. Each such unit carries the cluster's servers, prefix and credentials path: the
+tasks run on executors, which open their own connection.
+
 This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
 the tasks): true for ``local[*]`` and for the standalone cluster on one machine. A lake file
 that ``job compact`` removed after the plan is read from what covers it now
@@ -25,6 +35,7 @@ import numpy as np
 
 from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
+from loglake.pipeline.livelog import NatsSource
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,7 +49,8 @@ LIVE_SPLIT = 500_000
 @dataclass(frozen=True)
 class Unit:
     """Where one index range ``[start, end)`` of a stream partition lies: a sealed lake file
-    (``path``, read with pyarrow) or the live log (``path`` empty, read with ``loglake.log``).
+    (``path``, read with pyarrow) or the live part (``path`` empty): the data dir's embedded
+    log (read with ``loglake.log``), or the JetStream cluster ``cluster`` names.
 
     Small and picklable: only descriptors like this one and the tasks' small results travel
     through Spark, never the records."""
@@ -48,14 +60,76 @@ class Unit:
     start: int
     end: int
     partition: int = 0
+    cluster: NatsSource | None = None
+    """A live range of a node on JetStream: how the task reaches the cluster (servers,
+    prefix, ``.creds`` path). None: the embedded log of the data dir."""
+
+
+def data_dir_cluster(data_dir: str) -> NatsSource | None:
+    """The JetStream cluster the data dir's lake names (the sealer's note), or None when its
+    live part is the embedded log: the ``loglake`` source's rule (``parse_options`` given
+    only ``data_dir``), so units and the source read the same place."""
+    from loglake.pipeline.options import parse_options
+
+    # the stream name is only there to satisfy the parser: the note is per data dir
+    opts = parse_options({"data_dir": data_dir, "stream": "_"})
+    if not opts.backend:
+        return None
+    return NatsSource(opts.backend, opts.nats_prefix, opts.nats_creds)
+
+
+def stream_names(data_dir: str) -> set[str]:
+    """The streams of ``data_dir``: its lake's and its live part's — the embedded log's, or
+    those of the JetStream cluster the lake names (a stream not sealed yet is there only)."""
+    from loglake.pipeline.lake import lake_streams
+    from loglake.pipeline.livelog import open_log_readonly
+
+    names = set(lake_streams(data_dir))
+    cluster = data_dir_cluster(data_dir)
+    if cluster is not None:
+        return names | set(cluster.streams())
+    # a lake-only data dir has no log to open
+    with contextlib.suppress(Exception), open_log_readonly(data_dir) as log:
+        names |= set(log.streams())
+    return names
 
 
 def plan_units(
     data_dir: str, streams: Mapping[int, str], partition: int = 0
 ) -> dict[int, list[Unit]]:
     """Every stream's records in ``partition`` as units sorted by index, keyed like
-    ``streams``; planned from file names and the live log's bounds only (one listing per
-    stream, the log opened once for all streams). An unknown stream is ``BadOption``."""
+    ``streams``; planned from file names and the live part's bounds only (one listing per
+    stream; the embedded log opened once for all streams, or one stream-info request per
+    stream to the JetStream cluster the data dir names). An unknown stream is ``BadOption``."""
+    cluster = data_dir_cluster(data_dir)
+    live = (
+        _cluster_bounds(cluster, streams, partition)
+        if cluster
+        else _log_bounds(data_dir, streams, partition)
+    )
+    out: dict[int, list[Unit]] = {}
+    for sid, stream in streams.items():
+        files = visible_lake_files(data_dir, stream, partition)
+        if not files and stream not in live:
+            where = f"data_dir {data_dir}" + (f" or backend {cluster.backend}" if cluster else "")
+            raise BadOption("stream", stream, f"unknown stream in {where}")
+        first, nxt = live.get(stream, (None, None))
+        if cluster and files and first is not None and first > files[-1].last + 1:
+            # JetStream dropped records the sealer never copied: planned as live, so the task
+            # reading them raises ``LiveHistoryGone`` naming the range (the source's rule),
+            # instead of a plan that silently skips them
+            first = files[-1].last + 1
+        plan = plan_partition(partition, files, first, nxt, 0, None, LIVE_SPLIT)
+        units = [Unit(stream, str(f.path), f.first, f.last + 1, partition) for f in plan.files]
+        units += [Unit(stream, "", r.start, r.end, partition, cluster) for r in plan.live]
+        out[sid] = sorted(units, key=lambda u: u.start)
+    return out
+
+
+def _log_bounds(
+    data_dir: str, streams: Mapping[int, str], partition: int
+) -> dict[str, tuple[int, int]]:
+    """``(first_index, next_index)`` of ``partition`` of each stream the embedded log has."""
     from loglake.pipeline.livelog import open_log_readonly
 
     live: dict[str, tuple[int, int]] = {}
@@ -63,23 +137,26 @@ def plan_units(
         try:
             log = stack.enter_context(open_log_readonly(data_dir))
         except Exception:  # a lake-only data dir has no log to open
-            log = None
+            return live
         for stream in set(streams.values()):
-            if log is not None and log.has_stream(stream):
+            if log.has_stream(stream):
                 ps = [p for p in log.stream_info(stream).partitions if p.partition == partition]
                 if ps:
                     live[stream] = (ps[0].first_index, ps[0].next_index)
-    out: dict[int, list[Unit]] = {}
-    for sid, stream in streams.items():
-        files = visible_lake_files(data_dir, stream, partition)
-        if not files and stream not in live:
-            raise BadOption("stream", stream, f"unknown stream in data_dir {data_dir}")
-        first, nxt = live.get(stream, (None, None))
-        plan = plan_partition(partition, files, first, nxt, 0, None, LIVE_SPLIT)
-        units = [Unit(stream, str(f.path), f.first, f.last + 1, partition) for f in plan.files]
-        units += [Unit(stream, "", r.start, r.end, partition) for r in plan.live]
-        out[sid] = sorted(units, key=lambda u: u.start)
-    return out
+    return live
+
+
+def _cluster_bounds(
+    cluster: NatsSource, streams: Mapping[int, str], partition: int
+) -> dict[str, tuple[int, int]]:
+    """``(first_index, next_index)`` of ``partition`` of each stream JetStream holds: stream
+    sequences − 1, as the source's offsets."""
+    live: dict[str, tuple[int, int]] = {}
+    for stream in set(streams.values()):
+        bounds = (cluster.partitions(stream) or {}).get(partition)
+        if bounds is not None:
+            live[stream] = bounds
+    return live
 
 
 def read_unit_columns(
@@ -111,11 +188,61 @@ def read_unit_columns(
             return
         yield from table.to_batches(max_chunksize=batch_rows)
         return
+    if u.cluster is not None:
+        yield from _rebatch(_read_cluster(data_dir, u, cols, lo, hi), batch_rows)
+        return
     from loglake.pipeline.livelog import open_log_readonly
 
     with open_log_readonly(data_dir) as log:
         for table in log.read_tables(u.stream, lo, hi, partition=u.partition):
             yield from table.select(cols).to_batches(max_chunksize=batch_rows)
+
+
+def _read_cluster(
+    data_dir: str, u: Unit, columns: list[str], lo: int, hi: int
+) -> Iterator[pa.RecordBatch]:
+    """``[lo, hi)`` of a live unit of a node on JetStream, by the ``loglake`` source's range
+    reader (``datasource.read_range``, one reader for both): JetStream first, and if its
+    retention dropped part of the range since the plan, that part from the lake (the sealer
+    copied it) or ``LiveHistoryGone`` when neither holds it."""
+    from loglake.log.lake_schema import LAKE_SCHEMA
+    from loglake.pipeline.datasource import RangeSplit, read_range
+    from loglake.pipeline.options import SourceOptions
+
+    c = u.cluster
+    assert c is not None
+    opts = SourceOptions(
+        stream=u.stream,
+        data_dir=data_dir,
+        backend=c.backend,
+        nats_prefix=c.prefix,
+        nats_creds=c.credentials,
+    )
+    split = RangeSplit(u.partition, lo, hi, live_only=True)
+    for b in read_range(opts, split, target=LAKE_SCHEMA):
+        yield b.select(columns)
+
+
+def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` regrouped into batches of ``rows`` (the last may be shorter). Why: JetStream
+    answers ``NATS_READ_BATCH`` records at a time, and the jobs' decoders are tuned for (and
+    pay a fixed cost per) batch of the size they ask for."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+    n = 0
+    for b in batches:
+        held.append(b)
+        n += b.num_rows
+        if n < rows:
+            continue
+        table = pa.Table.from_batches(held).combine_chunks()
+        full = (n // rows) * rows
+        yield from table.slice(0, full).to_batches(max_chunksize=rows)
+        held = table.slice(full).to_batches()
+        n -= full
+    if n:
+        yield from pa.Table.from_batches(held).combine_chunks().to_batches(max_chunksize=rows)
 
 
 def read_unit(

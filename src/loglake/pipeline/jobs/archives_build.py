@@ -173,16 +173,11 @@ class ArchivesBuildOptions:
 
 
 def match_streams(data_dir: str, pattern: str) -> list[str]:
-    """Streams of ``data_dir`` (live log and lake) whose name matches ``pattern`` (fnmatch);
-    a plain name matches itself."""
-    from loglake.log import open_log
-    from loglake.pipeline.lake import lake_streams
+    """Streams of ``data_dir`` (live part and lake: ``units.stream_names``) whose name matches
+    ``pattern`` (fnmatch); a plain name matches itself."""
+    from loglake.pipeline.units import stream_names
 
-    names = set(lake_streams(data_dir))
-    # a lake-only data dir has no log to open
-    with contextlib.suppress(Exception), open_log(data_dir, readonly=True) as log:
-        names |= set(log.streams())
-    return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+    return sorted(n for n in stream_names(data_dir) if fnmatch.fnmatchcase(n, pattern))
 
 
 def communities_from_keys(
