@@ -83,11 +83,13 @@ def check_batch(evs: list[Event], first_id: int = 500, step: int = 1) -> None:
     hs, ns = evs[0].headers, evs[0].namespace
     data = encode_events(evs)
     batch = event_batch(ids, tss, vals, ns, SRC, hs)
-    loop = F._event_batch_loop(ids, tss, vals, ns, SRC, hs)
-    assert batch.raw == loop.raw == data and batch.spans == loop.spans
+    loop = bytearray(F.EVENTS_HEADER)  # the per-event writer
+    F._leb(len(ids), loop)
+    spans = F._event_rows(loop, ids, tss, vals, F._shared_parts(SRC, ns, hs))
+    assert batch.raw == bytes(loop) == data and batch.spans == spans
     assert scanned(F._scan_events, data) == scanned(F._scan_events_loop, data)
     got = METHODS["icrc72_publish"].decode_arg(data)
-    assert type(got) is EventBatch and got.spans == loop.spans
+    assert type(got) is EventBatch and got.spans == spans
     hdr = [*(hs or []), RECEIVED]
     for flt in (None, "sel == 0"):
         notes = got.notifications(hdr, flt, first_id, step, len(evs))

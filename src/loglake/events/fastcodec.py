@@ -38,7 +38,6 @@ from loglake.wire.icrc16 import (
     candid_decode,
     loglake_form,
     read_value,
-    write_map,
     write_value,
 )
 from loglake.wire.varint import (
@@ -134,24 +133,23 @@ def _leb(x: int, out: bytearray) -> None:
         out += encode_uleb(x)
 
 
-def _opt_text(s: str | None) -> bytes:
+_NOTE_WRITERS = {name: candid.own_writer(n) for _, name, n in NOTIFICATIONS.inner.fields}  # type: ignore[union-attr]
+
+
+def _encoded(field: str, v: Any) -> bytes:
+    """One notification field's bytes (``filter``: ``opt text``, ``headers``: ``opt
+    ICRC16Map``), written by the codec."""
     out = bytearray()
-    if s is None:
-        out.append(0)
-    else:
-        out.append(1)
-        _write_text(s, out)
+    _NOTE_WRITERS[field](v, out)
     return bytes(out)
+
+
+def _opt_text(s: str | None) -> bytes:
+    return _encoded("filter", s)
 
 
 def _opt_headers(h: ICRC16Map | None) -> bytes:
-    out = bytearray()
-    if h is None:
-        out.append(0)
-    else:
-        out.append(1)
-        write_map(h, out)
-    return bytes(out)
+    return _encoded("headers", h)
 
 
 @dataclass(frozen=True)
@@ -672,16 +670,10 @@ def _scan_loop(b: bytes, start: int, notes: bool) -> tuple[tuple[Any, ...], list
     add = out.extend
     i = s0
     for _ in range(n):
-        m = hm(b, i)
-        if m is not None:
-            d = m.end() + val(m.group(2))
-            if d > size:
-                return None
-        else:
-            m = hm_any(b, i)
-            if m is None:
-                return None
-            _, d = read_value(b, m.end(), 0)
+        got = _data_end(b, i, hm, hm_any)
+        if got is None:
+            return None
+        m, d = got
         t = tm(b, d)
         if t is None:
             return None
@@ -742,40 +734,40 @@ def _walk(b: bytes, start: int, n: int, pats: tuple[re.Pattern[bytes], ...]) -> 
     """Where each of the ``n`` events from ``start`` ends its data; None: the batch is not of
     this shape (or is damaged: the full reader decides)."""
     first, first_any, step, step_any, last = pats
-    size = len(b)
-    m = first.match(b, start)
-    if m is not None:
-        d = m.end() + _uleb_value(m.group(1))
-        if d > size:
-            return None
-    else:
-        m = first_any.match(b, start)
-        if m is None:
-            return None
-        _, d = read_value(b, m.end(), 0)
-    lens: dict[bytes, int] = {}  # a #Blob length's bytes → its value
+    got = _data_end(b, start, first.match, first_any.match)
+    if got is None:
+        return None
+    d = got[1]
     ds = [d]
     add = ds.append
-    sm, sam, val = step.match, step_any.match, _uleb_value
+    sm, sam = step.match, step_any.match
     for _ in range(n - 1):
-        m = sm(b, d)
-        if m is not None:
-            g = m.group(1)
-            k = lens.get(g)
-            if k is None:
-                k = lens[g] = val(g)
-            d = m.end() + k
-            if d > size:
-                return None
-        else:
-            m = sam(b, d)
-            if m is None:
-                return None
-            _, d = read_value(b, m.end(), 0)
+        got = _data_end(b, d, sm, sam)
+        if got is None:
+            return None
+        d = got[1]
         add(d)
     if last.fullmatch(b, d) is None:
         return None
     return ds
+
+
+_Match = Callable[[bytes, int], "re.Match[bytes] | None"]
+
+
+def _data_end(b: bytes, i: int, blob: _Match, other: _Match) -> tuple[Any, int] | None:
+    """The match at ``i`` and where the event's data ends after it: ``blob`` matches up to a
+    ``#Blob``'s length (its last group: the data is that many bytes), ``other`` up to any
+    value (read and checked by the codec); None if neither matches or the data runs past the
+    end."""
+    m = blob(b, i)
+    if m is not None:
+        d = m.end() + _uleb_value(m.group(m.lastindex or 0))
+        return (m, d) if d <= len(b) else None
+    m = other(b, i)
+    if m is None:
+        return None
+    return m, read_value(b, m.end(), 0)[1]
 
 
 def _field_readers(batch: candid.Node) -> list[candid.Reader]:
@@ -1237,24 +1229,29 @@ def event_batch(
     source: Any,
     headers: ICRC16Map | None,
 ) -> EventBatch:
-    """:func:`_event_batch_loop`'s message, its ids, previous ids and timestamps written for
-    the whole batch at once (:func:`_rows`): each event is ``LEB128(id) · source`` · its value
-    · ``headers · opt prevEventId · LEB128(timestamp) · namespace``. Ids or timestamps that
-    are not all nats below 2**64 go the per-event way (which raises the typed error)."""
+    """Events ``ids[k]`` (previous id ``ids[k] - 1``, none for 0) with ``timestamps[k]`` and
+    the ICRC-16 value bytes ``values[k]`` (spliced as a ``RawValue`` is), sharing namespace,
+    source and headers, written as the ``icrc72_publish`` message and kept as an
+    :class:`EventBatch` — what a Publisher sends for a replay batch, without an ``Event``
+    each (same bytes as :func:`encode_events` on those events).
+
+    Each event is ``LEB128(id) · source`` · its value · ``headers · opt prevEventId ·
+    LEB128(timestamp) · namespace``; a long batch's ids, previous ids and timestamps are
+    written at once (:func:`_rows`). Ids or timestamps that are not all nats below 2**64 go
+    the per-event way (:func:`_event_rows`, which raises the typed error)."""
+    src, nsb, hdr = _shared_parts(source, namespace, headers)
+    out = bytearray(_events_header())
+    _leb(len(ids), out)
     n = len(values)
     ida = _nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
     tsa = _nat_array(timestamps) if ida is not None and len(timestamps) == n else None
     if n == 0 or ida is None or tsa is None:
-        if isinstance(ids, np.ndarray):
-            ids = ids.tolist()
-        if isinstance(timestamps, np.ndarray):
-            timestamps = timestamps.tolist()
-        return _event_batch_loop(ids, timestamps, values, namespace, source, headers)
-    src, nsb, hdr = _shared_parts(source, namespace, headers)
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
+        timestamps = timestamps.tolist() if isinstance(timestamps, np.ndarray) else timestamps
+        spans = _event_rows(out, ids, timestamps, values, (src, nsb, hdr))
+        return EventBatch(bytes(out), spans, source, headers, hdr, namespace)
     pre = _rows(n, [("leb", ida), src])
     post = _rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
-    out = bytearray(_events_header())
-    _leb(n, out)
     body = _interleave(pre, list(values), post)
     # offsets: each event is its pre row, its value, its post row
     lens = np.empty((n, 3), np.int64)
@@ -1272,22 +1269,12 @@ def event_batch(
     )
 
 
-def _event_batch_loop(
-    ids: Sequence[int] | np.ndarray,
-    timestamps: Sequence[int] | np.ndarray,
-    values: Sequence[bytes],
-    namespace: str,
-    source: Any,
-    headers: ICRC16Map | None,
-) -> EventBatch:
-    """Events ``ids[k]`` (previous id ``ids[k] - 1``, none for 0) with ``timestamps[k]`` and
-    the ICRC-16 value bytes ``values[k]`` (spliced as a ``RawValue`` is), sharing namespace,
-    source and headers, written as the ``icrc72_publish`` message and kept as an
-    :class:`EventBatch` — what a Publisher sends for a replay batch, without an ``Event``
-    each (same bytes as :func:`encode_events` on those events)."""
-    src, nsb, hdr = _shared_parts(source, namespace, headers)
-    out = bytearray(_events_header())
-    _leb(len(ids), out)
+def _event_rows(
+    out: bytearray, ids: Any, timestamps: Any, values: Sequence[bytes], shared: tuple[bytes, ...]
+) -> list[int]:
+    """:func:`event_batch` event by event into ``out``; per event its start, data end,
+    timestamp start and end."""
+    src, nsb, hdr = shared
     spans: list[int] = []
     add = spans.extend
     last_ts: Any = None
@@ -1314,4 +1301,4 @@ def _event_batch_loop(
         out += tsb
         out += nsb
         add((s, d, t, len(out)))
-    return EventBatch(bytes(out), spans, source, headers, hdr, namespace)
+    return spans
