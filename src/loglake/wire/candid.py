@@ -436,6 +436,14 @@ def _r_nat(b: bytes, i: int, d: int) -> tuple[Any, int]:
     c = b[i]
     if c < 0x80:
         return c, i + 1
+    v, shift, j = c & 0x7F, 7, i + 1
+    while j < i + 10:  # up to 2**70 in line (ids, timestamps); longer: the bounded decoder
+        c = b[j]
+        j += 1
+        if c < 0x80:
+            return v | c << shift, j
+        v |= (c & 0x7F) << shift
+        shift += 7
     return _leb(b, i)
 
 
@@ -444,8 +452,18 @@ def _r_int(b: bytes, i: int, d: int) -> tuple[Any, int]:
 
 
 def _r_text(b: bytes, i: int, d: int) -> tuple[Any, int]:
-    raw, j = _r_blob(b, i, d)
-    return _utf8(raw, j - len(raw)), j
+    n = b[i]  # _r_blob and _utf8 in line: a map's keys are most of its reads
+    if n < 0x80:
+        i += 1
+    else:
+        n, i = _leb(b, i)
+    j = i + n
+    if j > len(b):
+        raise _truncated(i)
+    try:
+        return str(b[i:j], "utf-8"), j
+    except UnicodeDecodeError:
+        raise CandidError(f"text at byte {i} is not UTF-8") from None
 
 
 def _r_blob(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -603,6 +621,8 @@ class _Compiler:
             r = _repeating(r)
         slot.append(r)
         self.readers[key] = r
+        if r is not None:
+            _tie(r, lazy, r)
         return r
 
     def _entry(self, w: int, e: Node) -> Reader | None:
@@ -774,33 +794,30 @@ class _Compiler:
 
     def _variant(self, wire: list[tuple[int, int]], e: Node) -> Reader:
         expected = {h: (name, t) for h, name, t in e.fields}
-        cases: list[tuple[str, Reader] | None] = []
-        for h, t in wire:
+        cases: list[tuple[str, Reader]] = []
+        for k, (h, t) in enumerate(wire):
+            r = None
             if h in expected:
                 name, et = expected[h]
                 r = self.reader(t, et)
-                cases.append(None if r is None else (name, r))
-            else:
-                cases.append(None)  # a tag the expected variant lacks
+            # a tag the expected variant lacks (or of a type that does not match)
+            cases.append((name, r) if r is not None else ("", _lacking(k)))
         n = len(cases)
         limit, step = _nesting(e)
 
         def variant(b: bytes, i: int, d: int) -> tuple[Any, int]:
             if d > limit:
                 raise _too_deep(limit)
-            at = i
             k = b[i]
             if k < 0x80:
                 i += 1
             else:
                 k, i = _leb(b, i)
             if k >= n:
-                raise CandidError(f"variant index {k} at byte {at} out of range")
-            case = cases[k]
-            if case is None:
-                raise _Mismatch(f"variant index {k} at byte {at}: a tag the type lacks")
-            v, i = case[1](b, i, d + step)
-            return {case[0]: v}, i
+                raise CandidError(f"variant index {k} before byte {i} out of range")
+            name, r = cases[k]
+            v, i = r(b, i, d + step)
+            return {name: v}, i
 
         return variant
 
@@ -868,6 +885,53 @@ def _repeating(read: Reader) -> Reader:
         return v, j
 
     return repeating
+
+
+def _lacking(k: int) -> Reader:
+    def lacking(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        raise _Mismatch(f"variant index {k} before byte {i}: a tag the type lacks")
+
+    return lacking
+
+
+def _tie(start: Any, lazy: Any, final: Any) -> None:
+    """Replace ``lazy`` by ``final`` wherever the readers reachable from ``start`` hold it.
+
+    A recursive type's readers are compiled before their own reader exists, so they hold a
+    stand-in (``lazy``, one more call a level: an ICRC-16 value is recursive at every level,
+    and the stand-in cost a map about a third of its reading time). Once ``final`` exists the
+    knot is tied: every closure cell and list of this module's readers that holds the stand-in
+    gets ``final`` instead (closure cells are writable: ``cell_contents``)."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        if type(f) is list:
+            for k, x in enumerate(f):
+                if x is lazy:
+                    f[k] = final
+                elif type(x) is tuple and any(y is lazy for y in x):
+                    f[k] = tuple(final if y is lazy else y for y in x)
+                elif type(x) is tuple or callable(x):
+                    stack.append(x)
+            continue
+        if type(f) is tuple:
+            stack.extend(f)
+            continue
+        if getattr(f, "__module__", None) != __name__ or not getattr(f, "__closure__", None):
+            continue
+        for cell in f.__closure__:
+            try:
+                x = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if x is lazy and x is not f:
+                cell.cell_contents = final
+            elif type(x) in (list, tuple) or callable(x):
+                stack.append(x)
 
 
 def _mismatch(why: str) -> Reader:
@@ -1111,6 +1175,9 @@ def _w_nat(v: Any, out: bytearray, d: int = 0) -> None:
         raise _bad("a Candid nat is an int >= 0", v)
     if v < 0x80:
         out.append(v)
+    elif v < 0x4000:
+        out.append(v & 0x7F | 0x80)
+        out.append(v >> 7)
     else:
         out += encode_uleb(v)
 
@@ -1128,7 +1195,11 @@ def _w_text(v: Any, out: bytearray, d: int = 0) -> None:
         b = v.encode("utf-8")
     except UnicodeEncodeError:
         raise _bad("a Candid text is encodable as UTF-8", v) from None
-    out += encode_uleb(len(b))
+    n = len(b)
+    if n < 0x80:
+        out.append(n)
+    else:
+        out += encode_uleb(n)
     out += b
 
 
@@ -1210,6 +1281,7 @@ def _writer(n: Node, memo: dict[Any, Writer], in_family: bool = False) -> Writer
     if id(n) in memo:
         return memo[id(n)]
     slot: list[Writer] = []
+
     def recursive(v: Any, out: bytearray, d: int = 0) -> None:  # a recursive type
         slot[0](v, out, d)
 
@@ -1219,6 +1291,7 @@ def _writer(n: Node, memo: dict[Any, Writer], in_family: bool = False) -> Writer
         w = _repeating_writer(w)
     slot.append(w)
     memo[id(n)] = w
+    _tie(w, recursive, w)
     return w
 
 
