@@ -56,6 +56,15 @@ records as lists), ``opt`` as ``[]``/``[v]``, ``vec nat8`` as bytes, principals 
 ``icrc16.ICRC16_RAW_AWARE`` whose wire type is exactly ICRC-16's is read — every byte checked —
 and returned as an ``icrc16.RawValue`` of its bytes, so whoever passes it on splices it.
 
+A type can be *shaped* instead (:func:`shaped`: the same type table, another Python form), so
+the plan builds the caller's objects directly rather than a dict per record to be converted
+after: ``opt`` as None or the value, a record as a dataclass or a tuple (:class:`RecordForm`),
+a value that every item of a batch repeats read once a message. ICRC-16 values in loglake's
+form (``icrc16.VALUE``) and the replay batches as ``Event`` / ``EventNotification``
+(``events/fastcodec.py``) are read and written that way: one decoder and one encoder for every
+form, the batches' numpy kernels aside (they check a long batch's repeated parts at once and
+leave every value, and any doubt, to the plan).
+
 The plan runs over ``bytes`` (a memoryview is copied once on entry): CPython indexes and slices
 ``bytes`` faster than a memoryview, and every value read from a slice must be copied anyway.
 Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
@@ -63,7 +72,8 @@ Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
 The encoder (:func:`encode`) writes loglake's own header — the type table laid out as
 icp-py-core lays it out, so every message and stored value keeps the bytes it had — then each
 value from the same value form, checked as it is written (``icrc16.ICRC16Error``: the caller's
-fault). The replay batches' own writers (``events/fastcodec.py``) put the same header in front.
+fault). :func:`own_writer` writes one value without the header, for a caller that puts
+several in one message (the replay batches' kernels).
 """
 
 from __future__ import annotations
