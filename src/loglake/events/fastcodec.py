@@ -31,6 +31,7 @@ from icp_candid import Types
 from loglake.events import candid_types as T
 from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
 from loglake.wire import candid
+from loglake.wire import candid_batch as kernels
 from loglake.wire.icrc16 import (
     TAGS,
     ICRC16DecodeError,
@@ -42,8 +43,6 @@ from loglake.wire.icrc16 import (
 )
 from loglake.wire.varint import (
     decode_candid_uleb,
-    decode_uleb_batch,
-    decode_uleb_batch_uniform,
     encode_uleb,
 )
 
@@ -317,12 +316,12 @@ def encode_nats(ids: Sequence[Any]) -> bytes | None:
     written at once; None for a short one or anything unusual (the codec writes it)."""
     if not isinstance(ids, list | tuple) or len(ids) < AT_ONCE:
         return None
-    arr = _nat_array(ids)
+    arr = kernels.nat_array(ids)
     if arr is None:
         return None
     out = bytearray(NATS_HEADER)
     _leb(len(ids), out)
-    return bytes(out) + b"".join(_rows(len(ids), [("leb", arr)]))
+    return bytes(out) + b"".join(kernels.rows(len(ids), [("leb", arr)]))
 
 
 # --- lazy batches: the replay data plane without a dataclass per event ----------------------
@@ -366,110 +365,9 @@ def _uleb_value(raw: bytes) -> int:
 # field lengths differ (an id crossing 128, 16,384, … within a batch) are built in groups of
 # equal lengths; anything these paths do not cover (a nat of 2**63 or more, an over-long
 # LEB128) goes the per-event way, as before.
-_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-_LEB_LIMITS = [1 << (7 * k) for k in range(1, 10)]
 AT_ONCE = 64
 """Batches of fewer events go the per-event way: numpy's fixed cost per call (5–10 µs) would
 cost a short batch (a live publish of one event) more than its loop does."""
-
-
-def _leb_widths(x: np.ndarray) -> np.ndarray:
-    """The LEB128 length of each ``uint64`` (1 to 10 bytes)."""
-    w = np.ones(len(x), np.int64)
-    for limit in _LEB_LIMITS:
-        w += x >= limit
-    return w
-
-
-def _put_leb(mat: np.ndarray, col: int, x: np.ndarray, width: int) -> None:
-    """Write each ``x`` (all ``width`` bytes long in LEB128) into ``mat[:, col:col+width]``."""
-    for j in range(width):
-        v = (x >> _SHIFTS[j]) & 0x7F
-        mat[:, col + j] = v | 0x80 if j < width - 1 else v
-
-
-def _rows(n: int, pieces: list[Any]) -> list[bytes]:
-    """``n`` byte strings, each the concatenation of ``pieces``: ``bytes`` (the same in every
-    row), ``("leb", x)`` (row k: LEB128 of ``x[k]``, a ``uint64`` array), ``("opt", x,
-    present)`` (``opt nat``: ``\\x01`` + LEB128 of ``x[k]`` where ``present[k]``, else
-    ``\\x00``) or ``("copy", buf, starts, widths)`` (row k: ``buf[starts[k]:starts[k] +
-    widths[k]]``, ``buf`` a ``uint8`` array)."""
-    if n == 0:
-        return []
-    var: list[np.ndarray] = []
-    for p in pieces:
-        if type(p) is bytes:
-            continue
-        if p[0] == "leb":
-            var.append(_leb_widths(p[1]))
-        elif p[0] == "opt":
-            var.append(np.where(p[2], 1 + _leb_widths(p[1]), 1))
-        else:
-            var.append(np.asarray(p[3], np.int64))
-    if all(bool((w == w[0]).all()) for w in var):
-        return _build_rows(pieces, [int(w[0]) for w in var], None, n)
-    shapes, group = np.unique(np.stack(var, axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    out = np.empty(n, dtype=object)
-    for g, shape in enumerate(shapes.tolist()):
-        idx = np.flatnonzero(group == g)
-        out[idx] = _build_rows(pieces, shape, idx, len(idx))
-    return list(out.tolist())
-
-
-def _build_rows(
-    pieces: list[Any], widths: list[int], idx: np.ndarray | None, m: int
-) -> list[bytes]:
-    """The rows ``idx`` (None: all) of :func:`_rows`, whose variable pieces are ``widths``
-    bytes long."""
-    total = sum(len(p) for p in pieces if type(p) is bytes) + sum(widths)
-    if total == 0:
-        return [b""] * m
-    mat = np.empty((m, total), np.uint8)
-    col = v = 0
-    for p in pieces:
-        if type(p) is bytes:
-            if p:
-                mat[:, col : col + len(p)] = np.frombuffer(p, np.uint8)
-                col += len(p)
-            continue
-        w = widths[v]
-        v += 1
-        kind = p[0]
-        if kind == "leb":
-            _put_leb(mat, col, p[1] if idx is None else p[1][idx], w)
-        elif kind == "opt":
-            mat[:, col] = 0 if w == 1 else 1
-            if w > 1:
-                _put_leb(mat, col + 1, p[1] if idx is None else p[1][idx], w - 1)
-        elif w:
-            starts = p[2] if idx is None else p[2][idx]
-            mat[:, col : col + w] = p[1][starts[:, None] + np.arange(w)]
-        col += w
-    return list(mat.view(f"V{total}").ravel().tolist())
-
-
-def _interleave(*columns: list[bytes]) -> bytes:
-    """``columns[0][0] + columns[1][0] + … + columns[0][1] + …``: the rows joined in order."""
-    k = len(columns)
-    parts: list[bytes] = [b""] * (k * len(columns[0]))
-    for j, c in enumerate(columns):
-        parts[j::k] = c
-    return b"".join(parts)
-
-
-def _nat_array(xs: Sequence[Any] | np.ndarray) -> np.ndarray | None:
-    """``xs`` as a ``uint64`` array if every one is an ``int`` in ``[0, 2**64)``, else None."""
-    if isinstance(xs, np.ndarray):
-        if xs.dtype.kind == "u" or (xs.dtype.kind == "i" and not bool((xs < 0).any())):
-            return xs.astype(np.uint64)
-        return None
-    if set(map(type, xs)) != {int}:
-        return None
-    try:
-        return np.array(xs, dtype=np.uint64)
-    except (OverflowError, ValueError):
-        return None
 
 
 def decode_nats(data: bytes) -> list[int] | None:
@@ -485,7 +383,7 @@ def decode_nats(data: bytes) -> list[int] | None:
         return None
     if n < AT_ONCE:
         return None  # the generic reader: cheaper for a few ids
-    body = np.frombuffer(b[i:] + _PAD, np.uint8)
+    body = np.frombuffer(b[i:] + kernels.PAD, np.uint8)
     size = len(b) - i
     ends = np.flatnonzero(body[:size] < 0x80)
     if len(ends) != n or ends[-1] != size - 1:
@@ -493,7 +391,7 @@ def decode_nats(data: bytes) -> list[int] | None:
     starts = np.empty(n, np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
-    got = _uleb_at(body, starts, True)
+    got = kernels.uleb_at(body, starts, True)
     if got is None:
         return None
     return list(got[1].tolist())
@@ -604,7 +502,7 @@ class EventBatch(_LazyBatch[Event]):
             B = np.frombuffer(b, np.uint8)
             nids = np.arange(count, dtype=np.uint64) * np.uint64(step) + np.uint64(first_id)
             prev_at = D + skip_h
-            tails = _rows(
+            tails = kernels.rows(
                 count,
                 [
                     hdr,
@@ -617,7 +515,7 @@ class EventBatch(_LazyBatch[Event]):
             )
             out0 = bytearray(NOTIFICATIONS_HEADER)
             _leb(count, out0)
-            return bytes(out0) + _interleave(heads, tails)
+            return bytes(out0) + kernels.interleave(heads, tails)
         b, sp = self.raw, self.spans
         out = bytearray(NOTIFICATIONS_HEADER)
         _leb(count, out)
@@ -804,12 +702,12 @@ def _after_data(
     T = prev_at + 1
     has_prev = buf[prev_at] == 1
     if has_prev.any():
-        got = _uleb_at(buf, T[has_prev], False)
+        got = kernels.uleb_at(buf, T[has_prev], False)
         if got is None:
             return None
         T[has_prev] += got[0]
     T += skip_f
-    got = _uleb_at(buf, T, False)
+    got = kernels.uleb_at(buf, T, False)
     if got is None:
         return None
     return T, got[0]
@@ -824,37 +722,6 @@ def _after_data(
 # and every byte was checked as it checks them. Headers' bytes inside some event's data (the
 # split then disagrees with the chain), a value that is not a ``#Blob``, a LEB128 longer than
 # 9 bytes: the walk decides.
-_PAD = b"\xff" * 16  # after the message: a LEB128 running into it never ends
-
-
-def _rows_of(buf: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width`` consecutive bytes of ``buf`` as a row (a view: row ``k`` starts at
-    offset ``k``)."""
-    return np.ndarray((len(buf) - width + 1, width), np.uint8, buffer=buf, strides=(1, 1))
-
-
-def _uleb_at(buf: np.ndarray, at: np.ndarray, values: bool) -> tuple[Any, Any] | None:
-    """``(width, value)`` of the LEB128 numbers at ``at`` (``buf`` padded with ``_PAD``), read
-    by the one vectorised decoder (``wire.varint``): ``width`` an ``int`` when all are as long
-    (the usual case, which the scans then step by), else an array; ``value`` None unless
-    ``values``. None: a number longer than 9 bytes (the scalar walk decides those)."""
-    got = decode_uleb_batch_uniform(buf, at, values)
-    if got is not None:
-        return None if got[0] > 9 else got
-    value, nxt, ok = decode_uleb_batch(buf, at, np.full(len(at), len(buf), np.int64))
-    w = nxt - at
-    if not bool(ok.all()) or bool((w > 9).any()):
-        return None
-    return w, (value if values else None)
-
-
-def _is_at(buf: np.ndarray, at: np.ndarray, lit: bytes) -> bool:
-    """``lit`` is at every offset ``at``."""
-    if not lit:
-        return True
-    return bool(_rows_of(buf, len(lit))[at].tobytes() == lit * len(at))
-
-
 @dataclass
 class _Chain:
     S: np.ndarray
@@ -875,7 +742,7 @@ def _chain(
     first), then found by splitting at the headers' bytes; the chain checks either guess."""
     _, src_enc, _, headers_enc, _, _, ns_enc, d0, e0 = first
     size = len(b)
-    buf = np.frombuffer(b + _PAD, np.uint8)
+    buf = np.frombuffer(b + kernels.PAD, np.uint8)
     D = d0 + np.arange(n, dtype=np.int64) * (e0 - s0)
     if int(D[-1]) < size:
         try:
@@ -911,7 +778,7 @@ def _chain_from(
     """:func:`_chain` for the guessed data ends ``D``: the chain, or None if it does not
     hold."""
     n = len(D)
-    if not _is_at(buf, D, headers_enc):
+    if not kernels.is_at(buf, D, headers_enc):
         return None
     notes = filter_enc is not None
     # every event's tail, from its data end
@@ -922,26 +789,26 @@ def _chain_from(
     T = prev_at + 1
     has = flags == 1
     if bool(has.any()):
-        got = _uleb_at(buf, T[has], False)
+        got = kernels.uleb_at(buf, T[has], False)
         if got is None:
             return None
         T[has] += got[0]
     if notes:
-        if not _is_at(buf, T, filter_enc or b""):
+        if not kernels.is_at(buf, T, filter_enc or b""):
             return None
         T += len(filter_enc or b"")
-    got = _uleb_at(buf, T, False)
+    got = kernels.uleb_at(buf, T, False)
     if got is None:
         return None
     after = T + got[0]
     nids = None
     if notes:
-        got = _uleb_at(buf, after, True)
+        got = kernels.uleb_at(buf, after, True)
         if got is None:
             return None
         nids = got[1]
         after = after + got[0]
-    if not _is_at(buf, after, ns_enc):
+    if not kernels.is_at(buf, after, ns_enc):
         return None
     E = after + len(ns_enc)
     if int(E[-1]) != size:
@@ -950,14 +817,14 @@ def _chain_from(
     S = np.empty(n, np.int64)
     S[0] = s0
     S[1:] = E[:-1]
-    got = _uleb_at(buf, S, notes)
+    got = kernels.uleb_at(buf, S, notes)
     if got is None:
         return None
     eids = got[1]
     at = S + got[0]
-    if not _is_at(buf, at, src_enc + _BLOB_TAG):
+    if not kernels.is_at(buf, at, src_enc + _BLOB_TAG):
         return None
-    got = _uleb_at(buf, at + len(src_enc) + 1, True)
+    got = kernels.uleb_at(buf, at + len(src_enc) + 1, True)
     if got is None:
         return None
     ends = at + len(src_enc) + 1 + got[0] + got[1].astype(np.int64)
@@ -982,7 +849,7 @@ def _scan_events(b: bytes) -> EventBatch | None:
     if ds is None:
         return None
     D = np.array(ds, np.int64)
-    got = _after_data(np.frombuffer(b + _PAD, np.uint8), D, len(headers_enc), 0)
+    got = _after_data(np.frombuffer(b + kernels.PAD, np.uint8), D, len(headers_enc), 0)
     if got is None:
         return _scan_events_loop(b)
     T, tw = got
@@ -1070,7 +937,7 @@ def _encode_results_run(r: PublishResults) -> bytes:
     per, nid = r.per_event, r.first_id
     if per == 1 and r.delivered >= AT_ONCE and nid >= 0 and nid + r.delivered < 1 << 63:
         ids = np.arange(r.delivered, dtype=np.uint64) + np.uint64(nid)
-        out += b"".join(_rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
+        out += b"".join(kernels.rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
     elif per == 1:
         for x in range(nid, nid + r.delivered):
             out += b"\x01\x00\x01"
@@ -1188,18 +1055,18 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
     ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
     if ds is None:
         return None
-    buf = np.frombuffer(b + _PAD, np.uint8)
+    buf = np.frombuffer(b + kernels.PAD, np.uint8)
     got = _after_data(buf, np.array(ds, np.int64), len(headers_enc), len(filter_enc))
     if got is None:
         return _scan_notes_loop(b)
     T, tw = got
-    nids = _uleb_at(buf, T + tw, True)
+    nids = kernels.uleb_at(buf, T + tw, True)
     if nids is None:
         return _scan_notes_loop(b)
     S = np.empty(n, np.int64)
     S[0] = s0
     S[1:] = (T + tw + nids[0] + len(ns_enc))[:-1]
-    eids = _uleb_at(buf, S, True)
+    eids = kernels.uleb_at(buf, S, True)
     if eids is None:
         return _scan_notes_loop(b)
     return NotificationBatch(b, list(eids[1].tolist()), list(nids[1].tolist()), headers, namespace)
@@ -1243,27 +1110,27 @@ def event_batch(
     out = bytearray(_events_header())
     _leb(len(ids), out)
     n = len(values)
-    ida = _nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
-    tsa = _nat_array(timestamps) if ida is not None and len(timestamps) == n else None
+    ida = kernels.nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
+    tsa = kernels.nat_array(timestamps) if ida is not None and len(timestamps) == n else None
     if n == 0 or ida is None or tsa is None:
         ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
         timestamps = timestamps.tolist() if isinstance(timestamps, np.ndarray) else timestamps
         spans = _event_rows(out, ids, timestamps, values, (src, nsb, hdr))
         return EventBatch(bytes(out), spans, source, headers, hdr, namespace)
-    pre = _rows(n, [("leb", ida), src])
-    post = _rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
-    body = _interleave(pre, list(values), post)
+    pre = kernels.rows(n, [("leb", ida), src])
+    post = kernels.rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
+    body = kernels.interleave(pre, list(values), post)
     # offsets: each event is its pre row, its value, its post row
     lens = np.empty((n, 3), np.int64)
-    lens[:, 0] = _leb_widths(ida) + len(src)
+    lens[:, 0] = kernels.leb_widths(ida) + len(src)
     lens[:, 1] = np.fromiter(map(len, values), np.int64, n)
-    lens[:, 2] = np.where(ida > 0, 1 + _leb_widths(ida - np.uint64(1)), 1)
-    lens[:, 2] += len(hdr) + _leb_widths(tsa) + len(nsb)
+    lens[:, 2] = np.where(ida > 0, 1 + kernels.leb_widths(ida - np.uint64(1)), 1)
+    lens[:, 2] += len(hdr) + kernels.leb_widths(tsa) + len(nsb)
     ends = np.cumsum(lens.ravel()).reshape(n, 3) + len(out)
     S = ends[:, 2] - lens.sum(axis=1)
     D = ends[:, 1]
     E = ends[:, 2]
-    T = E - len(nsb) - _leb_widths(tsa)
+    T = E - len(nsb) - kernels.leb_widths(tsa)
     return EventBatch(
         bytes(out) + body, np.stack([S, D, T, E], axis=1), source, headers, hdr, namespace
     )
