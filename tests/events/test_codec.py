@@ -86,3 +86,10 @@ def test_a_vector_of_zero_sized_elements_is_refused_before_decoding(table):
     bomb = b"DIDL" + table + b"\x01\x00" + b"\xff" * 8 + b"\x7f"
     with pytest.raises(DecodeError, match="zero-sized"):
         METHODS["icrc77_get_replays"].decode_ret(bomb)
+
+
+@pytest.mark.parametrize("name", ["icrc77_cancel_replay", "icrc72_confirm_notifications"])
+@pytest.mark.parametrize("bad", [5, None, "12", [1, -1], [True]])
+def test_a_vec_nat_argument_that_is_not_a_list_of_nats_is_the_callers_error(name, bad):
+    with pytest.raises(ICRC16Error):
+        METHODS[name].encode_arg(bad)

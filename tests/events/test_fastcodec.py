@@ -29,7 +29,6 @@ from loglake.events.fastcodec import (
     decode_notifications,
     decode_publish_results,
     encode_events,
-    encode_nats,
     encode_notifications,
     encode_publish_results,
     join_notifications,
@@ -37,8 +36,7 @@ from loglake.events.fastcodec import (
 )
 from loglake.events.messages import Err, Event, EventNotification, Ok
 from loglake.wire import icrc16
-from loglake.wire.icrc16 import ICRC16DecodeError, ICRC16Error, RawValue, candid_decode
-from loglake.wire.icrc16_encode import value_bytes
+from loglake.wire.icrc16 import ICRC16DecodeError, ICRC16Error, RawValue, candid_decode, value_bytes
 from tests.wire.test_icrc16 import values
 
 nats = st.integers(min_value=0, max_value=2**70)
@@ -264,9 +262,10 @@ def test_events_decode_as_the_generic_decoder_does(evs):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(publish_results, max_size=5))
 def test_publish_results_equal_icp_py_core_both_ways(rs):
-    data = encode_publish_results(rs)
+    m = METHODS["icrc72_publish"]
+    data = m.encode_ret(rs)
     assert data == icp_encode([{"type": RESULTS_T, "value": opt_results_to(rs)}])
-    assert decode_publish_results(data) == generic(data, RESULTS_T, opt_results_from) == rs
+    assert m.decode_ret(data) == generic(data, RESULTS_T, opt_results_from) == rs
 
 
 def test_generic_error_results_take_the_generic_path():
@@ -280,13 +279,16 @@ def test_generic_error_results_take_the_generic_path():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(nats, max_size=6))
 def test_confirmation_ids_equal_icp_py_core(ids):
-    assert encode_nats(ids) == icp_encode([{"type": Types.Vec(Types.Nat), "value": ids}])
+    data = METHODS["icrc72_confirm_notifications"].encode_arg(ids)
+    assert data == icp_encode([{"type": Types.Vec(Types.Nat), "value": ids}])
 
 
 @pytest.mark.parametrize("bad", [[-1], [True], ["1"], 5])
 def test_confirmation_ids_refuse_non_nats(bad):
     with pytest.raises(ICRC16Error):
-        encode_nats(bad)
+        METHODS["icrc72_confirm_notifications"].encode_arg(bad)
+    with pytest.raises(ICRC16Error):
+        METHODS["icrc72_confirm_notifications"].encode_arg(bad * 100 if bad != 5 else bad)
 
 
 @settings(max_examples=250, deadline=None)
@@ -304,7 +306,12 @@ def test_damaged_messages_decode_as_the_generic_decoder_does(notes, evs, rs, pos
     cases = [
         (encode_notifications(notes), decode_notifications, NOTES_T, from_notes),
         (encode_events(evs), decode_events, EVENTS_T, from_events),
-        (encode_publish_results(rs), decode_publish_results, RESULTS_T, opt_results_from),
+        (
+            METHODS["icrc72_publish"].encode_ret(rs),
+            METHODS["icrc72_publish"].decode_ret,
+            RESULTS_T,
+            opt_results_from,
+        ),
     ]
     for data, f, t, conv in cases:
         bad = mutated(data, pos, byte, cut)
@@ -313,10 +320,12 @@ def test_damaged_messages_decode_as_the_generic_decoder_does(notes, evs, rs, pos
             assert got == generic(bad, t, conv)
 
 
-def test_other_headers_are_left_to_the_generic_decoder():
+def test_other_types_are_decode_errors():
     nat_vec = icp_encode([{"type": Types.Vec(Types.Nat), "value": [1]}])
-    assert decode_notifications(nat_vec) is None
-    assert decode_events(nat_vec) is None
-    assert decode_publish_results(nat_vec) is None
+    with pytest.raises(ICRC16DecodeError):
+        decode_notifications(nat_vec)
+    with pytest.raises(ICRC16DecodeError):
+        decode_events(nat_vec)
+    assert decode_publish_results(nat_vec) is None  # not a run of Ok/Busy: the codec reads it
     with pytest.raises(ICRC16DecodeError):  # the generic decoder: not this method's type
         METHODS["icrc72_handle_notification"].decode_arg(nat_vec)

@@ -39,7 +39,6 @@ PURE_OUTSIDE = {
     "loglake.wire": None,
     "loglake.wire.icrc16": None,
     "loglake.wire.candid": None,
-    "loglake.wire.icrc16_encode": None,
     "loglake.wire.varint": None,
     "loglake.streams.api": {"StreamMessage", "check_stream_name"},
 }

@@ -33,8 +33,7 @@ from loglake.events.fastcodec import (
 from loglake.events.filters import Skip
 from loglake.events.messages import H_REPLAY_ID, Event, EventNotification
 from loglake.events.subscriber import Subscriber
-from loglake.wire.icrc16 import RawValue
-from loglake.wire.icrc16_encode import value_bytes
+from loglake.wire.icrc16 import RawValue, value_bytes
 from tests.events.test_fastcodec import fast, header_maps, mutated, names, nats, principals
 from tests.wire.test_icrc16 import values
 
@@ -146,9 +145,9 @@ def test_publish_results_runs_write_and_read_as_lists(ok, busy, first, per):
     items = list(r)
     assert len(items) == ok + busy and r == items and r[1:3] == items[1:3]
     data = encode_publish_results(r)
-    assert data == encode_publish_results(items)
+    assert data == METHODS["icrc72_publish"].encode_ret(items)  # the codec's bytes
     back = decode_publish_results(data)
-    assert back == items
+    assert back is None or back == items  # None: not a run of one id each, the codec reads it
     if per == 1:
         assert isinstance(back, PublishResults) and back.delivered == ok
     assert METHODS["icrc72_publish"].decode_ret(data) == items
@@ -256,7 +255,7 @@ def test_subscriber_batch_same_as_one_by_one(seen, eids):
     header_maps,
 )
 def test_a_publisher_batch_is_the_encoded_events(rows, src, ns, hs):
-    from loglake.wire.icrc16_encode import value_bytes as vb
+    vb = value_bytes
 
     evs = [Event(i, i - 1 if i else None, t, ns, RawValue(vb(d)), src, hs) for i, t, d in rows]
     batch = event_batch(

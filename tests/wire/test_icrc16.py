@@ -119,3 +119,49 @@ def test_wrong_candid_type_is_a_decode_error():
 
     with pytest.raises(ICRC16DecodeError):
         icrc16.decode(encode([{"type": Types.Text, "value": "x"}]))
+
+
+def _nested_options(levels: int) -> bytes:
+    """A message of ``levels`` nested ``#Option`` around ``#Nat 1``, written by hand."""
+    option, nat = icrc16.TAGS.index("Option"), icrc16.TAGS.index("Nat")
+    return icrc16.MESSAGE_PREFIX + bytes([option, 1]) * levels + bytes([nat, 1])
+
+
+@pytest.mark.parametrize("levels", [icrc16.MAX_DEPTH - 1, icrc16.MAX_DEPTH, icrc16.MAX_DEPTH + 1])
+def test_the_depth_bound_is_the_same_reading_and_writing(levels):
+    """What decodes encodes again and the other way round: the codec counts ICRC-16 levels
+    the same way both ways (and as validate does), from the value's root."""
+    v: dict = {"Nat": 1}
+    for _ in range(levels):
+        v = {"Option": v}
+    data = _nested_options(levels)
+    if levels <= icrc16.MAX_DEPTH:
+        icrc16.validate(v)
+        assert icrc16.encode(v) == data
+        assert icrc16.decode(data) == v
+        assert icrc16.decode_map(icrc16.encode_map([("k", v)])) == [("k", v)]
+    else:
+        for bad in (icrc16.validate, icrc16.encode, lambda v: icrc16.encode_map([("k", v)])):
+            with pytest.raises(ICRC16Error):
+                bad(v)
+        with pytest.raises(ICRC16DecodeError, match="nested deeper"):
+            icrc16.decode(data)
+
+
+def test_values_read_straight_into_loglakes_form():
+    """Option as the value or None, map items as tuples, Class as Property: no icp_candid
+    value form in between (and the same values icp_candid's decoder gives, converted)."""
+    from icp_candid import decode as icp_decode
+
+    v = {
+        "Map": [
+            ("o", {"Option": None}),
+            ("p", {"Option": {"Nat": 3}}),
+            ("c", {"Class": [Property("n", {"Text": "x"}, True)]}),
+            ("vm", {"ValueMap": [({"Nat": 1}, {"Bool": False})]}),
+        ]
+    }
+    data = icrc16.encode(v)
+    got = icrc16.decode(data)
+    assert got == v and type(got["Map"][0]) is tuple
+    assert got == icrc16.from_candid(icp_decode(data, [icrc16.ICRC16])[0]["value"])

@@ -22,7 +22,7 @@ from typing import Any
 
 from icp_candid import Types
 
-from loglake.wire.icrc16 import ICRC16, ICRC16Map
+from loglake.wire.icrc16 import ICRC16, ICRC16_RAW_AWARE, ICRC16Map
 
 Namespace = Types.Text
 Timestamp = Types.Nat
@@ -39,6 +39,19 @@ Event = Types.Record(
         "timestamp": Timestamp,
         "namespace": Namespace,
         "data": ICRC16,
+        "source": Types.Principal,
+        "headers": Types.Opt(ICRC16Map),
+    }
+)
+# icrc72_publish's argument: the Event whose `data` may be spliced from stored bytes
+# (icrc16.RawValue); same Candid type, same type table as Event.
+EventWire = Types.Record(
+    {
+        "eventId": EventIdentifier,
+        "prevEventId": Types.Opt(EventIdentifier),
+        "timestamp": Timestamp,
+        "namespace": Namespace,
+        "data": ICRC16_RAW_AWARE,
         "source": Types.Principal,
         "headers": Types.Opt(ICRC16Map),
     }

@@ -33,21 +33,9 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.wire import candid, icrc16
-from loglake.wire.icrc16 import ICRC16_RAW_AWARE, ICRC16DecodeError, RawValue, candid_decode
+from loglake.wire.icrc16 import ICRC16DecodeError, RawValue, candid_decode
 
-# icrc72_publish's argument: the ICRC-72 Event whose `data` may be spliced from stored bytes
-# (icrc16.RawValue); same Candid type, same type table as candid_types.Event.
-EventWire = Types.Record(
-    {
-        "eventId": T.EventIdentifier,
-        "prevEventId": Types.Opt(T.EventIdentifier),
-        "timestamp": T.Timestamp,
-        "namespace": T.Namespace,
-        "data": ICRC16_RAW_AWARE,
-        "source": Types.Principal,
-        "headers": Types.Opt(T.ICRC16Map),
-    }
-)
+EventWire = T.EventWire  # icrc72_publish's argument (data may be a stored RawValue)
 # icrc72_update_publication (ICRC-72 candidate): PublicationUpdate and its result.
 PublicationUpdate = Types.Record(
     {
@@ -327,8 +315,9 @@ class Method:
     ret_to: Callable[[Any], Any]
     ret_from: Callable[[Any], Any]
     query: bool = False
-    fast_arg: Callable[[Any], bytes] | None = None
-    """Writes the argument's message directly (``fastcodec``: same bytes as icp-py-core)."""
+    fast_arg: Callable[[Any], bytes | None] | None = None
+    """Writes the argument's message from the dataclasses or with a batch kernel
+    (``fastcodec``); None leaves a value to the codec's writer of the converted value."""
     fast_ret: Callable[[Any], bytes | None] | None = None
     """Writes the result's message directly; None leaves a value to the generic encoder."""
     fast_arg_decode: Callable[[bytes], Any] | None = None
@@ -390,6 +379,8 @@ def _ident(x: Any) -> Any:
 
 
 def _nats_to(xs: list[int]) -> list[int]:
+    if not isinstance(xs, list | tuple):
+        raise icrc16.ICRC16Error(f"a vec nat is a list of nats, not {xs!r:.80}")
     return [_nat(x, "id") for x in xs]
 
 

@@ -1,15 +1,15 @@
-"""The fast encoder of the replay data plane: ``vec EventNotification`` and ``vec Event``.
+"""The replay data plane's batches: ``vec Event`` and ``vec EventNotification`` (and the
+replies and confirmations that go with them) read and written through the one Candid codec
+(``loglake.wire.candid``), plus the kernels that handle a long batch without an object per
+item.
 
-Why: end-to-end replay was bound by icp-py-core's pure-Python Candid encoder
-(~15–20 µs per event per hop). A notification batch (``icrc72_handle_notification``'s argument,
-what a Broadcaster sends a Subscriber) and an event batch (``icrc72_publish``'s, what a
-Publisher sends a Broadcaster) are written here straight from the dataclasses of
-``messages.py``: icp-py-core's own header for the argument type (so the message is byte for
-byte what icp-py-core writes — tested with hypothesis on random ICRC-16 data,
-``tests/events/test_fastcodec.py``), then the records' fields in Candid field-hash order, the
-ICRC-16 values through ``loglake.wire.icrc16_encode`` (validated as they are written: invalid
-input raises ``ICRC16Error``, never untyped), a ``RawValue``'s stored bytes spliced as they are.
-@dfinity/candid decodes the same bytes to the same values (``test_candid_interop.py``).
+What is ICRC-specific here, and nothing else: how the batch items map to the dataclasses of
+``messages.py`` — :data:`EVENTS` and :data:`NOTIFICATIONS` are the Candid types of the two
+batches shaped (``candid.shaped``) so that the codec's plan builds ``Event`` /
+``EventNotification`` directly and writes them from their fields, ICRC-16 values in
+``loglake.wire.icrc16``'s form, ``opt`` fields as None, and a batch's repeated namespace,
+source and headers read and written once per message. Any encoder's type table decodes through
+the same plan compiler (another table gets its own plan, with the spec's subtyping).
 
 The Spark replay path encodes notifications in executors, before the Broadcaster has given
 them an id or a ``received`` time: :func:`notification_parts` writes a notification as three
@@ -27,39 +27,27 @@ from typing import Any, TypeVar
 
 import numpy as np
 from icp_candid import Types
-from icp_principal import Principal
 
 from loglake.events import candid_types as T
 from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
-from loglake.wire.candid import header, own_reader
+from loglake.wire import candid
+from loglake.wire import candid_batch as kernels
 from loglake.wire.icrc16 import (
-    ICRC16,
-    MAX_DEPTH,
     TAGS,
     ICRC16DecodeError,
     ICRC16Error,
-    Property,
-    RawValue,
+    candid_decode,
+    loglake_form,
+    read_value,
+    write_value,
 )
-from loglake.wire.icrc16_encode import map_items, nat, principal, text, uleb, value
 from loglake.wire.varint import (
     decode_candid_uleb,
-    decode_uleb_batch,
-    decode_uleb_batch_uniform,
     encode_uleb,
 )
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
-
-NOTIFICATIONS_HEADER = header(Types.Vec(T.EventNotification))
-"""``DIDL`` + type table + arg type of ``vec EventNotification``, as icp-py-core writes it."""
-
-
-def _event_wire_type() -> Any:
-    from loglake.events.codec import EventWire  # codec imports this module lazily
-
-    return EventWire
 
 
 def _order(t: Any) -> list[str]:
@@ -78,55 +66,89 @@ _NOTE_ORDER = [
     "namespace",
 ]
 _EVENT_ORDER = ["eventId", "source", "data", "headers", "prevEventId", "timestamp", "namespace"]
-if _order(T.EventNotification) != _NOTE_ORDER:  # pragma: no cover - guards the hand order
+if _order(T.EventNotification) != _NOTE_ORDER:  # pragma: no cover - guards the forms below
     raise ImportError(f"EventNotification field order changed: {_order(T.EventNotification)}")
+if _order(T.EventWire) != _EVENT_ORDER:  # pragma: no cover - guards the forms below
+    raise ImportError(f"Event field order changed: {_order(T.EventWire)}")
+
+_EVENT = candid.RecordForm(
+    Event,
+    lambda eid, src, data, hs, prev, ts, ns: Event(eid, prev, ts, ns, data, src, hs),
+    lambda e: (e.event_id, e.source, e.data, e.headers, e.prev_event_id, e.timestamp, e.namespace),
+)
+_NOTE = candid.RecordForm(
+    EventNotification,
+    lambda eid, src, data, hs, prev, flt, ts, nid, ns: EventNotification(
+        nid, eid, prev, ts, ns, data, hs, src, flt
+    ),
+    lambda n: (
+        n.event_id,
+        n.source,
+        n.data,
+        n.headers,
+        n.prev_event_id,
+        n.filter,
+        n.timestamp,
+        n.notification_id,
+        n.namespace,
+    ),
+)
+_REPEATED = {"source", "namespace", "headers"}
+"""What every item of a replay batch repeats."""
 
 
-class _Cache:
-    """Encoded namespaces and principals of one batch (a replay batch repeats them)."""
+def _batch_form(item: Any, form: candid.RecordForm) -> Callable[[Any], None]:
+    def shape(find: Callable[[Any], candid.Node]) -> None:
+        loglake_form(find)
+        rec = find(item)
+        rec.form = form
+        for _, name, n in rec.fields:
+            n.optional = n.op == candid.OPT
+            n.repeats = name in _REPEATED
 
-    __slots__ = ("ns", "ns_b", "src", "src_b")
-
-    def __init__(self) -> None:
-        self.ns: Any = None
-        self.ns_b = b""
-        self.src: Any = None
-        self.src_b = b""
-
-    def namespace(self, ns: Any) -> bytes:
-        if ns is not self.ns:
-            out = bytearray()
-            text(ns, out, "namespace")
-            self.ns, self.ns_b = ns, bytes(out)
-        return self.ns_b
-
-    def source(self, p: Any) -> bytes:
-        if p is not self.src:
-            out = bytearray()
-            principal(p, out, "source")
-            self.src, self.src_b = p, bytes(out)
-        return self.src_b
+    return shape
 
 
-def _opt_nat(n: int | None, out: bytearray, what: str) -> None:
-    if n is None:
-        out.append(0)
+EVENTS = candid.shaped(Types.Vec(T.EventWire), _batch_form(T.EventWire, _EVENT))
+"""``vec Event`` (``icrc72_publish``'s argument) read as ``Event``s, data kept as the stored
+bytes (``RawValue``) where the wire type is ICRC-16's."""
+NOTIFICATIONS = candid.shaped(
+    Types.Vec(T.EventNotification), _batch_form(T.EventNotification, _NOTE)
+)
+"""``vec EventNotification`` (``icrc72_handle_notification``'s argument) as dataclasses."""
+NOTIFICATIONS_HEADER = candid.header(NOTIFICATIONS)
+"""``DIDL`` + type table + arg type of ``vec EventNotification``, as icp-py-core writes it."""
+EVENTS_HEADER = candid.header(EVENTS)
+_write_nat = candid.own_writer(Types.Nat)
+_write_text = candid.own_writer(Types.Text)
+_write_principal = candid.own_writer(Types.Principal)
+_write_opt_nat = candid.own_writer(EVENTS.inner.fields[4][2])  # type: ignore[union-attr]
+
+
+def _leb(x: int, out: bytearray) -> None:
+    if x < 0x80:
+        out.append(x)
     else:
-        out.append(1)
-        nat(n, out, what)
+        out += encode_uleb(x)
 
 
-def _headers(h: ICRC16Map | None, out: bytearray, cache: dict[int, bytes]) -> None:
-    if h is None:
-        out.append(0)
-        return
-    # the replay headers list is shared by every event of a procured batch: encode it once
-    b = cache.get(id(h))
-    if b is None:
-        buf = bytearray(b"\x01")
-        map_items(h, buf)
-        b = cache[id(h)] = bytes(buf)
-    out += b
+_NOTE_WRITERS = {name: candid.own_writer(n) for _, name, n in NOTIFICATIONS.inner.fields}  # type: ignore[union-attr]
+
+
+def _encoded(field: str, v: Any) -> bytes:
+    """One notification field's bytes (``filter``: ``opt text``, ``headers``: ``opt
+    ICRC16Map``), written by the codec."""
+    out = bytearray()
+    _NOTE_WRITERS[field](v, out)
+    return bytes(out)
+
+
+def _opt_text(s: str | None) -> bytes:
+    return _encoded("filter", s)
+
+
+def _opt_headers(h: ICRC16Map | None) -> bytes:
+    return _encoded("headers", h)
 
 
 @dataclass(frozen=True)
@@ -142,67 +164,18 @@ def encode_notifications(notes: Sequence[EventNotification] | EncodedNotificatio
     """The Candid message of ``vec EventNotification`` (``icrc72_handle_notification``)."""
     if isinstance(notes, EncodedNotifications):
         return notes.data
-    return _write_batch(notes, NOTIFICATIONS_HEADER, EventNotification, "a notification batch")
+    return candid.encode([NOTIFICATIONS], [notes])
 
 
 def encode_events(events: Sequence[Event]) -> bytes:
     """The Candid message of ``vec Event`` (``icrc72_publish``, data may be a RawValue)."""
     if type(events) is EventBatch:
         return events.raw  # a batch as it was read: its message
-    return _write_batch(events, _events_header(), Event, "an event batch")
-
-
-def _write_batch(items: Any, header: bytes, cls: type, what: str) -> bytes:
-    """``header``, then the vector of ``cls`` (``Event`` or ``EventNotification``: the same
-    fields in the same order, a notification's ``filter`` and ``notificationId`` besides)."""
-    if not isinstance(items, list | tuple):
-        raise ICRC16Error(f"{what} is a list of {cls.__name__}")
-    notes = cls is EventNotification
-    out = bytearray(header)
-    uleb(len(items), out)
-    c = _Cache()
-    hc: dict[int, bytes] = {}
-    keep = []  # header lists stay alive while their id() is a cache key
-    last_ts: Any = None
-    last_tb = b""
-    for item in items:
-        if type(item) is not cls:
-            raise ICRC16Error(f"not an {cls.__name__}: {item!r:.80}")
-        x: Any = item
-        keep.append(x.headers)
-        nat(x.event_id, out, "eventId")
-        out += c.source(x.source)
-        value(x.data, out)
-        _headers(x.headers, out, hc)
-        _opt_nat(x.prev_event_id, out, "prevEventId")
-        if notes:
-            if x.filter is None:
-                out.append(0)
-            else:
-                out.append(1)
-                text(x.filter, out, "filter")
-        ts = x.timestamp
-        if ts != last_ts or type(ts) is not int:  # a batch's events often share it
-            tb = bytearray()
-            nat(ts, tb, "timestamp")
-            last_ts, last_tb = ts, bytes(tb)
-        out += last_tb
-        if notes:
-            nat(x.notification_id, out, "notificationId")
-        out += c.namespace(x.namespace)
-    return bytes(out)
-
-
-_EV_HEADER: list[bytes] = []
+    return candid.encode([EVENTS], [events])
 
 
 def _events_header() -> bytes:
-    if not _EV_HEADER:
-        t = _event_wire_type()
-        if _order(t) != _EVENT_ORDER:  # pragma: no cover - guards the hand order
-            raise ImportError(f"Event field order changed: {_order(t)}")
-        _EV_HEADER.append(header(Types.Vec(t)))
-    return _EV_HEADER[0]
+    return EVENTS_HEADER
 
 
 # --- notifications in parts (the Spark replay path) -------------------------------------------
@@ -223,27 +196,23 @@ def notification_parts(
     (``headers`` are the event's, without it).
     """
     a = bytearray()
-    nat(event_id, a, "eventId")
-    principal(source, a, "source")
-    value(data, a)
+    _write_nat(event_id, a)
+    _write_principal(source, a)
+    write_value(data, a)
     hs = list(headers or [])
     a.append(1)
-    uleb(len(hs) + 1, a)
+    _leb(len(hs) + 1, a)
     for k, v in hs:
-        text(k, a, "header key")
-        value(v, a, 1)
-    text(H_RECEIVED, a)
+        _write_text(k, a)
+        write_value(v, a)
+    _write_text(H_RECEIVED, a)
     a += b"\x02"  # index of #Nat among the ICRC-16 tags (checked below)
     b = bytearray()
-    _opt_nat(prev_event_id, b, "prevEventId")
-    if filter is None:
-        b.append(0)
-    else:
-        b.append(1)
-        text(filter, b, "filter")
-    nat(timestamp, b, "timestamp")
+    _write_opt_nat(prev_event_id, b)
+    b += _opt_text(filter)
+    _write_nat(timestamp, b)
     c = bytearray()
-    text(namespace, c, "namespace")
+    _write_text(namespace, c)
     return bytes(a), bytes(b), bytes(c)
 
 
@@ -252,48 +221,27 @@ def join_notifications(
 ) -> bytes:
     """The ``vec EventNotification`` message of ``parts``, numbered from ``first_id``."""
     out = bytearray(NOTIFICATIONS_HEADER)
-    uleb(len(parts), out)
+    _leb(len(parts), out)
     rb = bytearray()
-    nat(received, rb, "received")
+    _write_nat(received, rb)
     recv = bytes(rb)
     nid = first_id
     for a, b, c in parts:
         out += a
         out += recv
         out += b
-        uleb(nid, out)
+        _leb(nid, out)
         out += c
         nid += 1
     return bytes(out)
 
 
-def _check_nat_index() -> None:
-    from loglake.wire.icrc16 import TAGS
-
-    if TAGS.index("Nat") != 2:  # pragma: no cover - guards the constant above
-        raise ImportError("ICRC-16 #Nat is no longer variant index 2")
+if TAGS.index("Nat") != 2:  # pragma: no cover - guards the constant above
+    raise ImportError("ICRC-16 #Nat is no longer variant index 2")
 
 
-_check_nat_index()
-
-
-# --- decoding straight into the dataclasses ---------------------------------------------------
-# Why: decoding a batch through the generic path builds icp_candid's value form
-# (a dict per record, a list per opt, a dict per variant) and then converts it to ours
-# (``codec.notification_from``, ``icrc16.from_candid``) — twice the objects, and the bulk of a
-# subscriber's time per event. When a message's header is exactly our encoder's, the readers
-# below build ``EventNotification`` / ``Event`` / ``Ok`` directly;
-# the output equals the generic path's (tested on random values, ``test_fastcodec.py``) and
-# every malformed input raises ``ICRC16DecodeError``. Any other header: the generic path.
-_ICRC16_T = ICRC16.get_type()
+# --- reading: the one codec's plans -----------------------------------------------------------
 _uleb_r = decode_candid_uleb
-
-
-def _take(b: bytes, i: int, n: int) -> tuple[bytes, int]:
-    j = i + n
-    if j > len(b):
-        raise ValueError("read past the end")
-    return b[i:j], j
 
 
 def _count(b: bytes, i: int) -> tuple[int, int]:
@@ -302,181 +250,6 @@ def _count(b: bytes, i: int) -> tuple[int, int]:
     if n > len(b) - i:
         raise ValueError("vector longer than the message")
     return n, i
-
-
-def _text_r(b: bytes, i: int) -> tuple[str, int]:
-    n, i = _uleb_r(b, i)
-    raw, i = _take(b, i, n)
-    return raw.decode("utf-8"), i
-
-
-def _compile_value() -> Callable[[bytes, int, int], tuple[Any, int]]:
-    """A reader of ICRC-16 values into loglake's form (what ``icrc16.from_candid`` returns)."""
-    cases: list[tuple[str, Callable[[bytes, int, int], tuple[Any, int]]]] = []
-
-    def leaf(t: Any) -> Callable[[bytes, int, int], tuple[Any, int]]:
-        return own_reader(t)  # text, nat, int, fixed, float, bool, principal, blob, vec nat…
-
-    def read(b: bytes, i: int, d: int) -> tuple[Any, int]:
-        if d > MAX_DEPTH:
-            raise ICRC16DecodeError(f"ICRC-16 value nested deeper than {MAX_DEPTH}")
-        k = b[i]
-        if k < 0x80:
-            i += 1
-        else:
-            k, i = _uleb_r(b, i)
-        if k >= len(cases):
-            raise ValueError("variant index out of range")
-        tag, rd = cases[k]
-        v, i = rd(b, i, d + 1)
-        return {tag: v}, i
-
-    def items(b: bytes, i: int, d: int) -> tuple[list[Any], int]:  # Array, Set
-        n, i = _count(b, i)
-        out = []
-        for _ in range(n):
-            v, i = read(b, i, d)
-            out.append(v)
-        return out, i
-
-    def map_(b: bytes, i: int, d: int) -> tuple[list[Any], int]:  # vec record { text; ICRC16 }
-        n, i = _count(b, i)
-        out = []
-        for _ in range(n):
-            k, i = _text_r(b, i)
-            v, i = read(b, i, d)
-            out.append((k, v))
-        return out, i
-
-    def value_map(b: bytes, i: int, d: int) -> tuple[list[Any], int]:
-        n, i = _count(b, i)
-        out = []
-        for _ in range(n):
-            k, i = read(b, i, d)
-            v, i = read(b, i, d)
-            out.append((k, v))
-        return out, i
-
-    def option(b: bytes, i: int, d: int) -> tuple[Any, int]:
-        flag = b[i]
-        if flag == 0:
-            return None, i + 1
-        if flag != 1:
-            raise ValueError("opt flag must be 0 or 1")
-        return read(b, i + 1, d)
-
-    read_bool = own_reader(Types.Bool)
-
-    def class_(
-        b: bytes, i: int, d: int
-    ) -> tuple[list[Any], int]:  # record {value; name; immutable}
-        n, i = _count(b, i)
-        out = []
-        for _ in range(n):
-            v, i = read(b, i, d)
-            name, i = _text_r(b, i)
-            imm, i = read_bool(b, i, 0)
-            out.append(Property(name, v, imm))
-        return out, i
-
-    special = {
-        "Array": items,
-        "Set": items,
-        "Map": map_,
-        "ValueMap": value_map,
-        "Option": option,
-        "Class": class_,
-    }
-    for h in _ICRC16_T._sorted_hashes:
-        tag, t = _ICRC16_T._field_map[h]
-        cases.append((tag, special.get(tag) or leaf(t)))
-    if [c[0] for c in cases] != list(TAGS):  # pragma: no cover - guards the tag order
-        raise ImportError("ICRC-16 variant order changed")
-    if _order(_ICRC16_T._field_map[_tag_hash("Class")][1]._type) != ["value", "name", "immutable"]:
-        raise ImportError("ICRC16Property field order changed")  # pragma: no cover
-    return read
-
-
-def _tag_hash(tag: str) -> int:
-    return next(h for h in _ICRC16_T._sorted_hashes if _ICRC16_T._field_map[h][0] == tag)
-
-
-_read_value = _compile_value()
-
-
-class _HeaderCache:
-    """The last ``opt ICRC16Map`` read in a batch: a replay batch's events repeat their headers,
-    so bytes equal to the last ones are not read again (a deterministic reader consumes equal
-    bytes to the same value) and the list is shared, as ``procure``'s is (nobody mutates it)."""
-
-    __slots__ = ("raw", "value")
-
-    def __init__(self) -> None:
-        self.raw = b""
-        self.value: ICRC16Map | None = None
-
-    def read(self, b: bytes, i: int) -> tuple[ICRC16Map | None, int]:
-        flag = b[i]
-        if flag == 0:
-            return None, i + 1
-        if flag != 1:
-            raise ValueError("opt flag must be 0 or 1")
-        start = i + 1
-        raw = self.raw
-        if raw and b.startswith(raw, start):
-            return self.value, start + len(raw)
-        n, i = _count(b, start)
-        out = []
-        for _ in range(n):
-            k, i = _text_r(b, i)
-            v, i = _read_value(b, i, 0)
-            out.append((k, v))
-        self.raw, self.value = b[start:i], out
-        return out, i
-
-
-def _opt_nat_r(b: bytes, i: int) -> tuple[int | None, int]:
-    flag = b[i]
-    if flag == 0:
-        return None, i + 1
-    if flag != 1:
-        raise ValueError("opt flag must be 0 or 1")
-    return _uleb_r(b, i + 1)
-
-
-class _Interned:
-    """The last namespace / principal read in a batch (a replay batch repeats them): bytes equal
-    to the last ones' encoding are skipped, and the same ``str`` / ``Principal`` returned."""
-
-    __slots__ = ("ns", "ns_enc", "p", "p_enc")
-
-    def __init__(self) -> None:
-        self.ns_enc = b""
-        self.ns = ""
-        self.p_enc = b""
-        self.p: Any = None
-
-    def namespace(self, b: bytes, i: int) -> tuple[str, int]:
-        enc = self.ns_enc
-        if enc and b.startswith(enc, i):
-            return self.ns, i + len(enc)
-        n, j = _uleb_r(b, i)
-        raw, j = _take(b, j, n)
-        self.ns, self.ns_enc = raw.decode("utf-8"), b[i:j]
-        return self.ns, j
-
-    def principal(self, b: bytes, i: int) -> tuple[Any, int]:
-        enc = self.p_enc
-        if enc and b.startswith(enc, i):
-            return self.p, i + len(enc)
-        if b[i] != 1:
-            raise ValueError("principal must be a reference (0x01)")
-        n, j = _uleb_r(b, i + 1)
-        if n > 29:
-            raise ValueError(f"principal of {n} bytes (at most 29)")
-        raw, j = _take(b, j, n)
-        self.p, self.p_enc = Principal(raw), b[i:j]
-        return self.p, j
 
 
 def _decoding(what: str, f: Callable[[bytes], Any], data: bytes) -> Any:
@@ -491,240 +264,64 @@ def _decoding(what: str, f: Callable[[bytes], Any], data: bytes) -> Any:
 
 
 def _notes(b: bytes) -> list[EventNotification]:
-    i = len(NOTIFICATIONS_HEADER)
-    n, i = _count(b, i)
-    out = []
-    c = _Interned()
-    hc = _HeaderCache()
-    rv, uleb_r, text_r, blob, size = _read_value, _uleb_r, _text_r, _BLOB, len(b)
-    note = EventNotification
-    for _ in range(n):
-        eid, i = uleb_r(b, i)
-        src, i = c.principal(b, i)
-        if b[i] == blob and b[i + 1] < 0x80:  # the common case inlined: a short #Blob
-            j = i + 2 + b[i + 1]
-            if j > size:
-                raise ValueError("read past the end")
-            data, i = {"Blob": b[i + 2 : j]}, j
-        else:
-            data, i = rv(b, i, 0)
-        hs, i = hc.read(b, i)
-        flag = b[i]
-        if flag == 0:
-            prev, i = None, i + 1
-        elif flag == 1:
-            prev, i = uleb_r(b, i + 1)
-        else:
-            raise ValueError("opt flag must be 0 or 1")
-        flag = b[i]
-        if flag == 0:
-            flt, i = None, i + 1
-        elif flag == 1:
-            flt, i = text_r(b, i + 1)
-        else:
-            raise ValueError("opt flag must be 0 or 1")
-        ts, i = uleb_r(b, i)
-        nid, i = uleb_r(b, i)
-        ns, i = c.namespace(b, i)
-        out.append(note(nid, eid, prev, ts, ns, data, hs, src, flt))
-    if i != size:
-        raise ValueError(f"{size - i} bytes after the value")
-    return out
-
-
-def decode_notifications(data: bytes) -> list[EventNotification] | None:
-    """``vec EventNotification`` → the notifications, or None when the header is not our
-    encoder's (then decode generically)."""
-    if not data.startswith(NOTIFICATIONS_HEADER):
-        return None
-    return _decoding("notification batch", _notes, bytes(data))
+    return candid_decode(b, [NOTIFICATIONS])[0]
 
 
 def _events(b: bytes) -> list[Event]:
-    i = len(_events_header())
-    n, i = _count(b, i)
-    out = []
-    c = _Interned()
-    hc = _HeaderCache()
-    rv, uleb_r = _read_value, _uleb_r
-    for _ in range(n):
-        eid, i = uleb_r(b, i)
-        src, i = c.principal(b, i)
-        j = i
-        if b[i] == _BLOB:  # the replay's common case: check the length, keep the bytes
-            m, j = uleb_r(b, i + 1)
-            j += m
-            if j > len(b):
-                raise ValueError("read past the end")
-        else:
-            _, j = rv(b, i, 0)  # every byte checked, as the generic reader does
-        data = RawValue(b[i:j])
-        hs, i = hc.read(b, j)
-        prev, i = _opt_nat_r(b, i)
-        ts, i = uleb_r(b, i)
-        ns, i = c.namespace(b, i)
-        out.append(Event(eid, prev, ts, ns, data, src, hs))
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes after the value")
-    return out
+    return candid_decode(b, [EVENTS])[0]
 
 
-_BLOB = TAGS.index("Blob")
+def decode_notifications(data: bytes) -> list[EventNotification]:
+    """``vec EventNotification`` → the notifications (any encoder's type table)."""
+    return _notes(bytes(data))
 
 
-def decode_events(data: bytes) -> list[Event] | None:
-    """``vec Event`` (``icrc72_publish``, data kept as ``RawValue``) → the events, or None when
-    the header is not our encoder's."""
-    if not data.startswith(_events_header()):
-        return None
-    return _decoding("event batch", _events, bytes(data))
+def decode_events(data: bytes) -> list[Event]:
+    """``vec Event`` (``icrc72_publish``; data kept as ``RawValue`` where the wire type is
+    ICRC-16's) → the events (any encoder's type table)."""
+    return _events(bytes(data))
 
 
 # --- icrc72_publish's results and icrc72_confirm_notifications' ids -----------------------------
-PUBLISH_RESULTS_HEADER = header(Types.Vec(T.PublishResult))
+PUBLISH_RESULTS_HEADER = candid.header(Types.Vec(T.PublishResult))
 """``DIDL`` + type table + arg type of ``vec PublishResult``, as icp-py-core writes it."""
-NATS_HEADER = header(Types.Vec(Types.Nat))
+NATS_HEADER = candid.header(Types.Vec(Types.Nat))
 _RESULT = T.PublishResult._type
 if _order(_RESULT) != ["Ok", "Err"]:  # pragma: no cover - guards the hand order
     raise ImportError(f"PublishResult variant order changed: {_order(_RESULT)}")
-_PUBLISH_ERRORS = _order(T.PublishError)
-_NULL_ERRORS = {"Unauthorized", "Busy"}
-_TEXT_ERRORS = {"ImproperId", "GenericBatchError"}
-if set(_PUBLISH_ERRORS) != _NULL_ERRORS | _TEXT_ERRORS | {"GenericError"}:  # pragma: no cover
-    raise ImportError(f"PublishError cases changed: {_PUBLISH_ERRORS}")
-_ERR_INDEX = {tag: k for k, tag in enumerate(_PUBLISH_ERRORS)}
+_ERR_INDEX = {tag: k for k, tag in enumerate(_order(T.PublishError))}
 
 
 def encode_publish_results(results: Sequence[Any]) -> bytes | None:
-    """``vec PublishResult`` (``icrc72_publish``'s reply) from ``[Ok(ids) | Err | None]``; None
-    when a result is one this writer leaves to the generic encoder (a ``GenericError``, or
-    anything malformed — the generic encoder reports it)."""
+    """``vec PublishResult`` (``icrc72_publish``'s reply) of a :class:`PublishResults` run;
+    None for anything else (the codec writes it from the converted values)."""
     if type(results) is PublishResults:
         return _encode_results_run(results)
-    if not isinstance(results, list | tuple):
-        return None
-    out = bytearray(PUBLISH_RESULTS_HEADER)
-    uleb(len(results), out)
-    for r in results:
-        if r is None:
-            out.append(0)
-        elif type(r) is Ok:
-            ids = r.value
-            if type(ids) is not list:
-                return None
-            out += b"\x01\x00"
-            uleb(len(ids), out)
-            for x in ids:
-                if type(x) is not int or x < 0:
-                    return None
-                uleb(x, out)
-        elif type(r) is Err:
-            tag, payload = r.tag, r.payload
-            if tag in _NULL_ERRORS and payload is None:
-                out += b"\x01\x01"
-                out.append(_ERR_INDEX[tag])
-            elif tag in _TEXT_ERRORS and type(payload) is str:
-                out += b"\x01\x01"
-                out.append(_ERR_INDEX[tag])
-                try:
-                    text(payload, out)
-                except ICRC16Error:
-                    return None
-            else:
-                return None
-        else:
-            return None
-    return bytes(out)
-
-
-class _Generic(Exception):
-    """A value the fast reader leaves to the generic decoder."""
-
-
-def _publish_results(b: bytes) -> list[Any]:
-    i = len(PUBLISH_RESULTS_HEADER)
-    n, i = _count(b, i)
-    out: list[Any] = []
-    uleb_r = _uleb_r
-    for _ in range(n):
-        flag = b[i]
-        if flag == 0:
-            out.append(None)
-            i += 1
-            continue
-        if flag != 1:
-            raise ValueError("opt flag must be 0 or 1")
-        k = b[i + 1]
-        i += 2
-        if k == 0:
-            m, i = _count(b, i)
-            ids = []
-            for _ in range(m):
-                x, i = uleb_r(b, i)
-                ids.append(x)
-            out.append(Ok(ids))
-        elif k == 1:
-            e = b[i]
-            i += 1
-            if e >= len(_PUBLISH_ERRORS):
-                raise ValueError("variant index out of range")
-            tag = _PUBLISH_ERRORS[e]
-            if tag in _NULL_ERRORS:
-                out.append(Err(tag))
-            elif tag in _TEXT_ERRORS:
-                s, i = _text_r(b, i)
-                out.append(Err(tag, s))
-            else:
-                raise _Generic
-        else:
-            raise ValueError("variant index out of range")
-    if i != len(b):
-        raise ValueError(f"{len(b) - i} bytes after the value")
-    return out
+    return None
 
 
 def decode_publish_results(data: bytes) -> Sequence[Any] | None:
-    """``vec PublishResult`` → ``[Ok(ids) | Err | None]``, or None: decode generically (another
-    encoder's header, or a ``GenericError`` result)."""
+    """``vec PublishResult`` → ``Ok([id])``… then ``Busy``… read at once (a Broadcaster's
+    answer to a replay batch); None: the codec reads it."""
     if not data.startswith(PUBLISH_RESULTS_HEADER):
         return None
     try:
-        run = _read_results_run(bytes(data))
-    except Exception:  # any failure: the full reader below reports it
-        run = None
-    if run is not None:
-        return run
-    try:
-        return _decoding("publish results", _publish_results, bytes(data))
-    except ICRC16DecodeError as e:
-        if isinstance(e.__cause__, _Generic):
-            return None
-        raise
+        return _read_results_run(bytes(data))
+    except Exception:  # any failure: the codec reports it
+        return None
 
 
-def encode_nats(ids: Sequence[Any]) -> bytes:
-    """``vec nat`` (``icrc72_confirm_notifications``' argument); a non-nat → ``ICRC16Error``."""
-    if not isinstance(ids, list | tuple):
-        raise ICRC16Error("a vec nat is a list of nats")
+def encode_nats(ids: Sequence[Any]) -> bytes | None:
+    """``vec nat`` (``icrc72_confirm_notifications``' argument) of a long batch, its LEB128
+    written at once; None for a short one or anything unusual (the codec writes it)."""
+    if not isinstance(ids, list | tuple) or len(ids) < AT_ONCE:
+        return None
+    arr = kernels.nat_array(ids)
+    if arr is None:
+        return None
     out = bytearray(NATS_HEADER)
-    uleb(len(ids), out)
-    arr = _nat_array(ids) if len(ids) >= AT_ONCE else None
-    if arr is not None:  # the whole batch's LEB128 at once
-        return bytes(out) + b"".join(_rows(len(ids), [("leb", arr)]))
-    for x in ids:
-        if type(x) is int and 0 <= x < 0x200000:  # LEB128 inline: the usual ids
-            if x < 0x80:
-                out.append(x)
-            elif x < 0x4000:
-                out.append(x & 0x7F | 0x80)
-                out.append(x >> 7)
-            else:
-                out.append(x & 0x7F | 0x80)
-                out.append(x >> 7 & 0x7F | 0x80)
-                out.append(x >> 14)
-        else:
-            nat(x, out, "id")
-    return bytes(out)
+    _leb(len(ids), out)
+    return bytes(out) + b"".join(kernels.rows(len(ids), [("leb", arr)]))
 
 
 # --- lazy batches: the replay data plane without a dataclass per event ----------------------
@@ -768,110 +365,9 @@ def _uleb_value(raw: bytes) -> int:
 # field lengths differ (an id crossing 128, 16,384, … within a batch) are built in groups of
 # equal lengths; anything these paths do not cover (a nat of 2**63 or more, an over-long
 # LEB128) goes the per-event way, as before.
-_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-_LEB_LIMITS = [1 << (7 * k) for k in range(1, 10)]
 AT_ONCE = 64
 """Batches of fewer events go the per-event way: numpy's fixed cost per call (5–10 µs) would
 cost a short batch (a live publish of one event) more than its loop does."""
-
-
-def _leb_widths(x: np.ndarray) -> np.ndarray:
-    """The LEB128 length of each ``uint64`` (1 to 10 bytes)."""
-    w = np.ones(len(x), np.int64)
-    for limit in _LEB_LIMITS:
-        w += x >= limit
-    return w
-
-
-def _put_leb(mat: np.ndarray, col: int, x: np.ndarray, width: int) -> None:
-    """Write each ``x`` (all ``width`` bytes long in LEB128) into ``mat[:, col:col+width]``."""
-    for j in range(width):
-        v = (x >> _SHIFTS[j]) & 0x7F
-        mat[:, col + j] = v | 0x80 if j < width - 1 else v
-
-
-def _rows(n: int, pieces: list[Any]) -> list[bytes]:
-    """``n`` byte strings, each the concatenation of ``pieces``: ``bytes`` (the same in every
-    row), ``("leb", x)`` (row k: LEB128 of ``x[k]``, a ``uint64`` array), ``("opt", x,
-    present)`` (``opt nat``: ``\\x01`` + LEB128 of ``x[k]`` where ``present[k]``, else
-    ``\\x00``) or ``("copy", buf, starts, widths)`` (row k: ``buf[starts[k]:starts[k] +
-    widths[k]]``, ``buf`` a ``uint8`` array)."""
-    if n == 0:
-        return []
-    var: list[np.ndarray] = []
-    for p in pieces:
-        if type(p) is bytes:
-            continue
-        if p[0] == "leb":
-            var.append(_leb_widths(p[1]))
-        elif p[0] == "opt":
-            var.append(np.where(p[2], 1 + _leb_widths(p[1]), 1))
-        else:
-            var.append(np.asarray(p[3], np.int64))
-    if all(bool((w == w[0]).all()) for w in var):
-        return _build_rows(pieces, [int(w[0]) for w in var], None, n)
-    shapes, group = np.unique(np.stack(var, axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    out = np.empty(n, dtype=object)
-    for g, shape in enumerate(shapes.tolist()):
-        idx = np.flatnonzero(group == g)
-        out[idx] = _build_rows(pieces, shape, idx, len(idx))
-    return list(out.tolist())
-
-
-def _build_rows(
-    pieces: list[Any], widths: list[int], idx: np.ndarray | None, m: int
-) -> list[bytes]:
-    """The rows ``idx`` (None: all) of :func:`_rows`, whose variable pieces are ``widths``
-    bytes long."""
-    total = sum(len(p) for p in pieces if type(p) is bytes) + sum(widths)
-    if total == 0:
-        return [b""] * m
-    mat = np.empty((m, total), np.uint8)
-    col = v = 0
-    for p in pieces:
-        if type(p) is bytes:
-            if p:
-                mat[:, col : col + len(p)] = np.frombuffer(p, np.uint8)
-                col += len(p)
-            continue
-        w = widths[v]
-        v += 1
-        kind = p[0]
-        if kind == "leb":
-            _put_leb(mat, col, p[1] if idx is None else p[1][idx], w)
-        elif kind == "opt":
-            mat[:, col] = 0 if w == 1 else 1
-            if w > 1:
-                _put_leb(mat, col + 1, p[1] if idx is None else p[1][idx], w - 1)
-        elif w:
-            starts = p[2] if idx is None else p[2][idx]
-            mat[:, col : col + w] = p[1][starts[:, None] + np.arange(w)]
-        col += w
-    return list(mat.view(f"V{total}").ravel().tolist())
-
-
-def _interleave(*columns: list[bytes]) -> bytes:
-    """``columns[0][0] + columns[1][0] + … + columns[0][1] + …``: the rows joined in order."""
-    k = len(columns)
-    parts: list[bytes] = [b""] * (k * len(columns[0]))
-    for j, c in enumerate(columns):
-        parts[j::k] = c
-    return b"".join(parts)
-
-
-def _nat_array(xs: Sequence[Any] | np.ndarray) -> np.ndarray | None:
-    """``xs`` as a ``uint64`` array if every one is an ``int`` in ``[0, 2**64)``, else None."""
-    if isinstance(xs, np.ndarray):
-        if xs.dtype.kind == "u" or (xs.dtype.kind == "i" and not bool((xs < 0).any())):
-            return xs.astype(np.uint64)
-        return None
-    if set(map(type, xs)) != {int}:
-        return None
-    try:
-        return np.array(xs, dtype=np.uint64)
-    except (OverflowError, ValueError):
-        return None
 
 
 def decode_nats(data: bytes) -> list[int] | None:
@@ -887,7 +383,7 @@ def decode_nats(data: bytes) -> list[int] | None:
         return None
     if n < AT_ONCE:
         return None  # the generic reader: cheaper for a few ids
-    body = np.frombuffer(b[i:] + _PAD, np.uint8)
+    body = np.frombuffer(b[i:] + kernels.PAD, np.uint8)
     size = len(b) - i
     ends = np.flatnonzero(body[:size] < 0x80)
     if len(ends) != n or ends[-1] != size - 1:
@@ -895,7 +391,7 @@ def decode_nats(data: bytes) -> list[int] | None:
     starts = np.empty(n, np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
-    got = _uleb_at(body, starts, True)
+    got = kernels.uleb_at(body, starts, True)
     if got is None:
         return None
     return list(got[1].tolist())
@@ -992,17 +488,9 @@ class EventBatch(_LazyBatch[Event]):
         """The ``vec EventNotification`` message of the first ``count`` events, with
         ``headers`` and ``filter``, notification ids ``first_id``, ``first_id + step``, … —
         each event's id, source, data, previous id and timestamp copied as they are."""
-        hb = bytearray()
-        _headers(headers, hb, {})
-        fb = bytearray()
-        if filter is None:
-            fb.append(0)
-        else:
-            fb.append(1)
-            text(filter, fb, "filter")
         ns = bytearray()
-        text(self.namespace, ns, "namespace")
-        hdr, flt, nsb = bytes(hb), bytes(fb), bytes(ns)
+        _write_text(self.namespace, ns)
+        hdr, flt, nsb = _opt_headers(headers), _opt_text(filter), bytes(ns)
         skip_h = len(self.headers_enc)
         skip_ns = len(nsb)
         if count >= AT_ONCE and first_id >= 0 and step >= 0 and first_id + step * count < 1 << 63:
@@ -1014,7 +502,7 @@ class EventBatch(_LazyBatch[Event]):
             B = np.frombuffer(b, np.uint8)
             nids = np.arange(count, dtype=np.uint64) * np.uint64(step) + np.uint64(first_id)
             prev_at = D + skip_h
-            tails = _rows(
+            tails = kernels.rows(
                 count,
                 [
                     hdr,
@@ -1026,11 +514,11 @@ class EventBatch(_LazyBatch[Event]):
                 ],
             )
             out0 = bytearray(NOTIFICATIONS_HEADER)
-            uleb(count, out0)
-            return bytes(out0) + _interleave(heads, tails)
+            _leb(count, out0)
+            return bytes(out0) + kernels.interleave(heads, tails)
         b, sp = self.raw, self.spans
         out = bytearray(NOTIFICATIONS_HEADER)
-        uleb(count, out)
+        _leb(count, out)
         nid = first_id
         for k in range(0, count << 2, 4):
             s, d, t, e = sp[k], sp[k + 1], sp[k + 2], sp[k + 3]
@@ -1080,16 +568,10 @@ def _scan_loop(b: bytes, start: int, notes: bool) -> tuple[tuple[Any, ...], list
     add = out.extend
     i = s0
     for _ in range(n):
-        m = hm(b, i)
-        if m is not None:
-            d = m.end() + val(m.group(2))
-            if d > size:
-                return None
-        else:
-            m = hm_any(b, i)
-            if m is None:
-                return None
-            _, d = _read_value(b, m.end(), 0)
+        got = _data_end(b, i, hm, hm_any)
+        if got is None:
+            return None
+        m, d = got
         t = tm(b, d)
         if t is None:
             return None
@@ -1150,70 +632,65 @@ def _walk(b: bytes, start: int, n: int, pats: tuple[re.Pattern[bytes], ...]) -> 
     """Where each of the ``n`` events from ``start`` ends its data; None: the batch is not of
     this shape (or is damaged: the full reader decides)."""
     first, first_any, step, step_any, last = pats
-    size = len(b)
-    m = first.match(b, start)
-    if m is not None:
-        d = m.end() + _uleb_value(m.group(1))
-        if d > size:
-            return None
-    else:
-        m = first_any.match(b, start)
-        if m is None:
-            return None
-        _, d = _read_value(b, m.end(), 0)
-    lens: dict[bytes, int] = {}  # a #Blob length's bytes → its value
+    got = _data_end(b, start, first.match, first_any.match)
+    if got is None:
+        return None
+    d = got[1]
     ds = [d]
     add = ds.append
-    sm, sam, val = step.match, step_any.match, _uleb_value
+    sm, sam = step.match, step_any.match
     for _ in range(n - 1):
-        m = sm(b, d)
-        if m is not None:
-            g = m.group(1)
-            k = lens.get(g)
-            if k is None:
-                k = lens[g] = val(g)
-            d = m.end() + k
-            if d > size:
-                return None
-        else:
-            m = sam(b, d)
-            if m is None:
-                return None
-            _, d = _read_value(b, m.end(), 0)
+        got = _data_end(b, d, sm, sam)
+        if got is None:
+            return None
+        d = got[1]
         add(d)
     if last.fullmatch(b, d) is None:
         return None
     return ds
 
 
+_Match = Callable[[bytes, int], "re.Match[bytes] | None"]
+
+
+def _data_end(b: bytes, i: int, blob: _Match, other: _Match) -> tuple[Any, int] | None:
+    """The match at ``i`` and where the event's data ends after it: ``blob`` matches up to a
+    ``#Blob``'s length (its last group: the data is that many bytes), ``other`` up to any
+    value (read and checked by the codec); None if neither matches or the data runs past the
+    end."""
+    m = blob(b, i)
+    if m is not None:
+        d = m.end() + _uleb_value(m.group(m.lastindex or 0))
+        return (m, d) if d <= len(b) else None
+    m = other(b, i)
+    if m is None:
+        return None
+    return m, read_value(b, m.end(), 0)[1]
+
+
+def _field_readers(batch: candid.Node) -> list[candid.Reader]:
+    """The codec's reader of each field of a batch's item, in wire order."""
+    assert batch.inner is not None
+    return [candid.own_reader(n) for _, _, n in batch.inner.fields]
+
+
+_EVENT_FIELDS = _field_readers(EVENTS)
+_NOTE_FIELDS = _field_readers(NOTIFICATIONS)
+
+
 def _first_event(b: bytes, i: int, with_filter: bool) -> tuple[Any, ...]:
     """The first event's shared parts and where its data and itself end: ``(source, src_enc,
     headers, headers_enc, filter_enc, namespace, ns_enc, data_end, end)`` (``filter_enc``
-    b"" for an ``Event``)."""
-    _, i = _uleb_r(b, i)
-    src_at = i
-    source, i = _Interned().principal(b, i)
-    src_enc = b[src_at:i]
-    _, i = _read_value(b, i, 0)
-    h_at = i
-    headers, i = _HeaderCache().read(b, i)
-    headers_enc = b[h_at:i]
-    _, i = _opt_nat_r(b, i)
-    f_at = i
-    if with_filter:
-        if b[i] == 1:
-            _, i = _text_r(b, i + 1)
-        elif b[i] == 0:
-            i += 1
-        else:
-            raise ValueError("opt flag must be 0 or 1")
-    filter_enc = b[f_at:i]
-    _, i = _uleb_r(b, i)
-    if with_filter:
-        _, i = _uleb_r(b, i)
-    ns_at = i
-    namespace, i = _Interned().namespace(b, i)
-    return source, src_enc, headers, headers_enc, filter_enc, namespace, b[ns_at:i], h_at, i
+    b"" for an ``Event``), read field by field by the codec."""
+    at, vals = [], []
+    for r in _NOTE_FIELDS if with_filter else _EVENT_FIELDS:
+        at.append(i)
+        v, i = r(b, i, 0)
+        vals.append(v)
+    at.append(i)  # eventId source data headers prevEventId [filter] timestamp [nid] namespace
+    filter_enc = b[at[5] : at[6]] if with_filter else b""
+    src_enc, headers_enc, ns_enc = b[at[1] : at[2]], b[at[3] : at[4]], b[at[-2] : i]
+    return vals[1], src_enc, vals[3], headers_enc, filter_enc, vals[-1], ns_enc, at[3], i
 
 
 def _after_data(
@@ -1225,12 +702,12 @@ def _after_data(
     T = prev_at + 1
     has_prev = buf[prev_at] == 1
     if has_prev.any():
-        got = _uleb_at(buf, T[has_prev], False)
+        got = kernels.uleb_at(buf, T[has_prev], False)
         if got is None:
             return None
         T[has_prev] += got[0]
     T += skip_f
-    got = _uleb_at(buf, T, False)
+    got = kernels.uleb_at(buf, T, False)
     if got is None:
         return None
     return T, got[0]
@@ -1245,37 +722,6 @@ def _after_data(
 # and every byte was checked as it checks them. Headers' bytes inside some event's data (the
 # split then disagrees with the chain), a value that is not a ``#Blob``, a LEB128 longer than
 # 9 bytes: the walk decides.
-_PAD = b"\xff" * 16  # after the message: a LEB128 running into it never ends
-
-
-def _rows_of(buf: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width`` consecutive bytes of ``buf`` as a row (a view: row ``k`` starts at
-    offset ``k``)."""
-    return np.ndarray((len(buf) - width + 1, width), np.uint8, buffer=buf, strides=(1, 1))
-
-
-def _uleb_at(buf: np.ndarray, at: np.ndarray, values: bool) -> tuple[Any, Any] | None:
-    """``(width, value)`` of the LEB128 numbers at ``at`` (``buf`` padded with ``_PAD``), read
-    by the one vectorised decoder (``wire.varint``): ``width`` an ``int`` when all are as long
-    (the usual case, which the scans then step by), else an array; ``value`` None unless
-    ``values``. None: a number longer than 9 bytes (the scalar walk decides those)."""
-    got = decode_uleb_batch_uniform(buf, at, values)
-    if got is not None:
-        return None if got[0] > 9 else got
-    value, nxt, ok = decode_uleb_batch(buf, at, np.full(len(at), len(buf), np.int64))
-    w = nxt - at
-    if not bool(ok.all()) or bool((w > 9).any()):
-        return None
-    return w, (value if values else None)
-
-
-def _is_at(buf: np.ndarray, at: np.ndarray, lit: bytes) -> bool:
-    """``lit`` is at every offset ``at``."""
-    if not lit:
-        return True
-    return bool(_rows_of(buf, len(lit))[at].tobytes() == lit * len(at))
-
-
 @dataclass
 class _Chain:
     S: np.ndarray
@@ -1296,7 +742,7 @@ def _chain(
     first), then found by splitting at the headers' bytes; the chain checks either guess."""
     _, src_enc, _, headers_enc, _, _, ns_enc, d0, e0 = first
     size = len(b)
-    buf = np.frombuffer(b + _PAD, np.uint8)
+    buf = np.frombuffer(b + kernels.PAD, np.uint8)
     D = d0 + np.arange(n, dtype=np.int64) * (e0 - s0)
     if int(D[-1]) < size:
         try:
@@ -1332,7 +778,7 @@ def _chain_from(
     """:func:`_chain` for the guessed data ends ``D``: the chain, or None if it does not
     hold."""
     n = len(D)
-    if not _is_at(buf, D, headers_enc):
+    if not kernels.is_at(buf, D, headers_enc):
         return None
     notes = filter_enc is not None
     # every event's tail, from its data end
@@ -1343,26 +789,26 @@ def _chain_from(
     T = prev_at + 1
     has = flags == 1
     if bool(has.any()):
-        got = _uleb_at(buf, T[has], False)
+        got = kernels.uleb_at(buf, T[has], False)
         if got is None:
             return None
         T[has] += got[0]
     if notes:
-        if not _is_at(buf, T, filter_enc or b""):
+        if not kernels.is_at(buf, T, filter_enc or b""):
             return None
         T += len(filter_enc or b"")
-    got = _uleb_at(buf, T, False)
+    got = kernels.uleb_at(buf, T, False)
     if got is None:
         return None
     after = T + got[0]
     nids = None
     if notes:
-        got = _uleb_at(buf, after, True)
+        got = kernels.uleb_at(buf, after, True)
         if got is None:
             return None
         nids = got[1]
         after = after + got[0]
-    if not _is_at(buf, after, ns_enc):
+    if not kernels.is_at(buf, after, ns_enc):
         return None
     E = after + len(ns_enc)
     if int(E[-1]) != size:
@@ -1371,14 +817,14 @@ def _chain_from(
     S = np.empty(n, np.int64)
     S[0] = s0
     S[1:] = E[:-1]
-    got = _uleb_at(buf, S, notes)
+    got = kernels.uleb_at(buf, S, notes)
     if got is None:
         return None
     eids = got[1]
     at = S + got[0]
-    if not _is_at(buf, at, src_enc + _BLOB_TAG):
+    if not kernels.is_at(buf, at, src_enc + _BLOB_TAG):
         return None
-    got = _uleb_at(buf, at + len(src_enc) + 1, True)
+    got = kernels.uleb_at(buf, at + len(src_enc) + 1, True)
     if got is None:
         return None
     ends = at + len(src_enc) + 1 + got[0] + got[1].astype(np.int64)
@@ -1403,7 +849,7 @@ def _scan_events(b: bytes) -> EventBatch | None:
     if ds is None:
         return None
     D = np.array(ds, np.int64)
-    got = _after_data(np.frombuffer(b + _PAD, np.uint8), D, len(headers_enc), 0)
+    got = _after_data(np.frombuffer(b + kernels.PAD, np.uint8), D, len(headers_enc), 0)
     if got is None:
         return _scan_events_loop(b)
     T, tw = got
@@ -1414,10 +860,9 @@ def _scan_events(b: bytes) -> EventBatch | None:
     return EventBatch(b, np.stack([S, D, T, E], axis=1), source, headers, headers_enc, namespace)
 
 
-def decode_event_batch(data: bytes) -> EventBatch | list[Event] | None:
+def decode_event_batch(data: bytes) -> EventBatch | list[Event]:
     """``vec Event`` (``icrc72_publish``) → an :class:`EventBatch` (events sharing source,
-    headers and namespace: read lazily), else the list :func:`decode_events` reads; None when
-    the header is not our encoder's."""
+    headers and namespace: read lazily), else the list :func:`decode_events` reads."""
     return _lazy_or_full(data, _events_header(), _scan_events, "event batch", _events)
 
 
@@ -1429,10 +874,10 @@ def _lazy_or_full(
     full: Callable[[bytes], list[Any]],
 ) -> Any:
     """The lazy batch ``scan`` makes of a message with our ``header``, else the items ``full``
-    reads (which reports any damage); None when the header is not ours."""
-    if not data.startswith(header):
-        return None
+    reads (any encoder's table; it reports any damage)."""
     b = bytes(data)
+    if not b.startswith(header):
+        return _decoding(what, full, b)
     try:
         batch = scan(b)
     except Exception:  # any failure: the full reader below reports it
@@ -1488,11 +933,11 @@ class PublishResults(Sequence[Any]):
 
 def _encode_results_run(r: PublishResults) -> bytes:
     out = bytearray(PUBLISH_RESULTS_HEADER)
-    uleb(r.length, out)
+    _leb(r.length, out)
     per, nid = r.per_event, r.first_id
     if per == 1 and r.delivered >= AT_ONCE and nid >= 0 and nid + r.delivered < 1 << 63:
         ids = np.arange(r.delivered, dtype=np.uint64) + np.uint64(nid)
-        out += b"".join(_rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
+        out += b"".join(kernels.rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
     elif per == 1:
         for x in range(nid, nid + r.delivered):
             out += b"\x01\x00\x01"
@@ -1510,9 +955,9 @@ def _encode_results_run(r: PublishResults) -> bytes:
     else:
         for _ in range(r.delivered):
             out += b"\x01\x00"
-            uleb(per, out)
+            _leb(per, out)
             for x in range(nid, nid + per):
-                uleb(x, out)
+                _leb(x, out)
             nid += per
     out += bytes([1, 1, _ERR_INDEX["Busy"]]) * (r.length - r.delivered)
     return bytes(out)
@@ -1610,89 +1055,40 @@ def _scan_notes(b: bytes) -> NotificationBatch | None:
     ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
     if ds is None:
         return None
-    buf = np.frombuffer(b + _PAD, np.uint8)
+    buf = np.frombuffer(b + kernels.PAD, np.uint8)
     got = _after_data(buf, np.array(ds, np.int64), len(headers_enc), len(filter_enc))
     if got is None:
         return _scan_notes_loop(b)
     T, tw = got
-    nids = _uleb_at(buf, T + tw, True)
+    nids = kernels.uleb_at(buf, T + tw, True)
     if nids is None:
         return _scan_notes_loop(b)
     S = np.empty(n, np.int64)
     S[0] = s0
     S[1:] = (T + tw + nids[0] + len(ns_enc))[:-1]
-    eids = _uleb_at(buf, S, True)
+    eids = kernels.uleb_at(buf, S, True)
     if eids is None:
         return _scan_notes_loop(b)
     return NotificationBatch(b, list(eids[1].tolist()), list(nids[1].tolist()), headers, namespace)
 
 
-def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNotification] | None:
+def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNotification]:
     """``vec EventNotification`` → a :class:`NotificationBatch` (notifications sharing source,
     headers, filter and namespace: read lazily), else the list :func:`decode_notifications`
-    reads; None when the header is not our encoder's."""
+    reads."""
     return _lazy_or_full(data, NOTIFICATIONS_HEADER, _scan_notes, "notification batch", _notes)
-
-
-def _leb(x: int, out: bytearray) -> None:
-    if x < 0x80:
-        out.append(x)
-    else:
-        out += encode_uleb(x)
 
 
 def _shared_parts(source: Any, namespace: str, headers: ICRC16Map | None) -> tuple[bytes, ...]:
     """A batch's shared fields as encoded: source, namespace, ``opt`` headers."""
-    c = _Cache()
-    hb = bytearray()
-    _headers(headers, hb, {})
-    return c.source(source), c.namespace(namespace), bytes(hb)
+    src = bytearray()
+    _write_principal(source, src)
+    ns = bytearray()
+    _write_text(namespace, ns)
+    return bytes(src), bytes(ns), _opt_headers(headers)
 
 
 def event_batch(
-    ids: Sequence[int] | np.ndarray,
-    timestamps: Sequence[int] | np.ndarray,
-    values: Sequence[bytes],
-    namespace: str,
-    source: Any,
-    headers: ICRC16Map | None,
-) -> EventBatch:
-    """:func:`_event_batch_loop`'s message, its ids, previous ids and timestamps written for
-    the whole batch at once (:func:`_rows`): each event is ``LEB128(id) · source`` · its value
-    · ``headers · opt prevEventId · LEB128(timestamp) · namespace``. Ids or timestamps that
-    are not all nats below 2**64 go the per-event way (which raises the typed error)."""
-    n = len(values)
-    ida = _nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
-    tsa = _nat_array(timestamps) if ida is not None and len(timestamps) == n else None
-    if n == 0 or ida is None or tsa is None:
-        if isinstance(ids, np.ndarray):
-            ids = ids.tolist()
-        if isinstance(timestamps, np.ndarray):
-            timestamps = timestamps.tolist()
-        return _event_batch_loop(ids, timestamps, values, namespace, source, headers)
-    src, nsb, hdr = _shared_parts(source, namespace, headers)
-    pre = _rows(n, [("leb", ida), src])
-    post = _rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
-    out = bytearray(_events_header())
-    uleb(n, out)
-    body = _interleave(pre, list(values), post)
-    # offsets: each event is its pre row, its value, its post row
-    lens = np.empty((n, 3), np.int64)
-    lens[:, 0] = _leb_widths(ida) + len(src)
-    lens[:, 1] = np.fromiter(map(len, values), np.int64, n)
-    lens[:, 2] = np.where(ida > 0, 1 + _leb_widths(ida - np.uint64(1)), 1)
-    lens[:, 2] += len(hdr) + _leb_widths(tsa) + len(nsb)
-    ends = np.cumsum(lens.ravel()).reshape(n, 3) + len(out)
-    S = ends[:, 2] - lens.sum(axis=1)
-    D = ends[:, 1]
-    E = ends[:, 2]
-    T = E - len(nsb) - _leb_widths(tsa)
-    return EventBatch(
-        bytes(out) + body, np.stack([S, D, T, E], axis=1), source, headers, hdr, namespace
-    )
-
-
-def _event_batch_loop(
     ids: Sequence[int] | np.ndarray,
     timestamps: Sequence[int] | np.ndarray,
     values: Sequence[bytes],
@@ -1704,10 +1100,48 @@ def _event_batch_loop(
     the ICRC-16 value bytes ``values[k]`` (spliced as a ``RawValue`` is), sharing namespace,
     source and headers, written as the ``icrc72_publish`` message and kept as an
     :class:`EventBatch` — what a Publisher sends for a replay batch, without an ``Event``
-    each (same bytes as :func:`encode_events` on those events)."""
+    each (same bytes as :func:`encode_events` on those events).
+
+    Each event is ``LEB128(id) · source`` · its value · ``headers · opt prevEventId ·
+    LEB128(timestamp) · namespace``; a long batch's ids, previous ids and timestamps are
+    written at once (:func:`_rows`). Ids or timestamps that are not all nats below 2**64 go
+    the per-event way (:func:`_event_rows`, which raises the typed error)."""
     src, nsb, hdr = _shared_parts(source, namespace, headers)
     out = bytearray(_events_header())
-    uleb(len(ids), out)
+    _leb(len(ids), out)
+    n = len(values)
+    ida = kernels.nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
+    tsa = kernels.nat_array(timestamps) if ida is not None and len(timestamps) == n else None
+    if n == 0 or ida is None or tsa is None:
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
+        timestamps = timestamps.tolist() if isinstance(timestamps, np.ndarray) else timestamps
+        spans = _event_rows(out, ids, timestamps, values, (src, nsb, hdr))
+        return EventBatch(bytes(out), spans, source, headers, hdr, namespace)
+    pre = kernels.rows(n, [("leb", ida), src])
+    post = kernels.rows(n, [hdr, ("opt", ida - np.uint64(1), ida > 0), ("leb", tsa), nsb])
+    body = kernels.interleave(pre, list(values), post)
+    # offsets: each event is its pre row, its value, its post row
+    lens = np.empty((n, 3), np.int64)
+    lens[:, 0] = kernels.leb_widths(ida) + len(src)
+    lens[:, 1] = np.fromiter(map(len, values), np.int64, n)
+    lens[:, 2] = np.where(ida > 0, 1 + kernels.leb_widths(ida - np.uint64(1)), 1)
+    lens[:, 2] += len(hdr) + kernels.leb_widths(tsa) + len(nsb)
+    ends = np.cumsum(lens.ravel()).reshape(n, 3) + len(out)
+    S = ends[:, 2] - lens.sum(axis=1)
+    D = ends[:, 1]
+    E = ends[:, 2]
+    T = E - len(nsb) - kernels.leb_widths(tsa)
+    return EventBatch(
+        bytes(out) + body, np.stack([S, D, T, E], axis=1), source, headers, hdr, namespace
+    )
+
+
+def _event_rows(
+    out: bytearray, ids: Any, timestamps: Any, values: Sequence[bytes], shared: tuple[bytes, ...]
+) -> list[int]:
+    """:func:`event_batch` event by event into ``out``; per event its start, data end,
+    timestamp start and end."""
+    src, nsb, hdr = shared
     spans: list[int] = []
     add = spans.extend
     last_ts: Any = None
@@ -1729,9 +1163,9 @@ def _event_batch_loop(
         t = len(out)
         if ts != last_ts or type(ts) is not int:
             tb = bytearray()
-            nat(ts, tb, "timestamp")
+            _write_nat(ts, tb)
             last_ts, tsb = ts, bytes(tb)
         out += tsb
         out += nsb
         add((s, d, t, len(out)))
-    return EventBatch(bytes(out), spans, source, headers, hdr, namespace)
+    return spans

@@ -56,6 +56,15 @@ records as lists), ``opt`` as ``[]``/``[v]``, ``vec nat8`` as bytes, principals 
 ``icrc16.ICRC16_RAW_AWARE`` whose wire type is exactly ICRC-16's is read — every byte checked —
 and returned as an ``icrc16.RawValue`` of its bytes, so whoever passes it on splices it.
 
+A type can be *shaped* instead (:func:`shaped`: the same type table, another Python form), so
+the plan builds the caller's objects directly rather than a dict per record to be converted
+after: ``opt`` as None or the value, a record as a dataclass or a tuple (:class:`RecordForm`),
+a value that every item of a batch repeats read once a message. ICRC-16 values in loglake's
+form (``icrc16.VALUE``) and the replay batches as ``Event`` / ``EventNotification``
+(``events/fastcodec.py``) are read and written that way: one decoder and one encoder for every
+form, the batches' numpy kernels aside (they check a long batch's repeated parts at once and
+leave every value, and any doubt, to the plan).
+
 The plan runs over ``bytes`` (a memoryview is copied once on entry): CPython indexes and slices
 ``bytes`` faster than a memoryview, and every value read from a slice must be copied anyway.
 Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
@@ -63,14 +72,16 @@ Value layout: Candid spec, "Binary format" → "Memory" (M) encodings.
 The encoder (:func:`encode`) writes loglake's own header — the type table laid out as
 icp-py-core lays it out, so every message and stored value keeps the bytes it had — then each
 value from the same value form, checked as it is written (``icrc16.ICRC16Error``: the caller's
-fault). The replay batches' own writers (``events/fastcodec.py``) put the same header in front.
+fault). :func:`own_writer` writes one value without the header, for a caller that puts
+several in one message (the replay batches' kernels).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from icp_candid import candid as C
 from icp_principal import Principal
@@ -131,10 +142,49 @@ Skipper = Callable[[bytes, int, int], int]
 
 
 # --- expected types ------------------------------------------------------------------------------
-class Node:
-    """An expected type: ``op`` is the Candid opcode; constructed types carry their parts."""
+@dataclass(frozen=True)
+class RecordForm:
+    """A record whose Python value is an object, not a dict: ``make`` builds it from the
+    fields' values in field-id order, ``take`` gives them back in that order (after checking
+    ``type(v) is cls``; a ``tuple`` form takes a list too). How the ICRC dataclasses
+    (``Event``, ``Property``, a map's ``(key, value)``) are read and written without a dict
+    each and a conversion after."""
 
-    __slots__ = ("alias", "as_tuple", "blob", "fields", "inner", "op", "raw")
+    cls: type
+    make: Callable[..., Any]
+    take: Callable[[Any], Any]
+
+
+TUPLE: Final = RecordForm(tuple, lambda *a: a, lambda v: v)
+"""A tuple record read as a Python ``tuple`` (``icp_candid``'s form is a list)."""
+
+
+class Node:
+    """An expected type: ``op`` is the Candid opcode; constructed types carry their parts.
+
+    The Python form of its values is icp_candid's unless :func:`shaped` says otherwise:
+    ``optional`` (an ``opt`` read as None or its value), ``form`` (a record as an object),
+    ``repeats`` (a value met again and again in one message, e.g. a batch's namespace: equal
+    bytes are not read again, the same object is returned). A *family* (``limit`` on its
+    root, ``flat`` on the types below it) counts its own nesting — only the root's levels,
+    from 0 where the family is entered — and refuses more than ``limit`` levels, reading and
+    writing alike (ICRC-16 values, ``icrc16.MAX_DEPTH``)."""
+
+    __slots__ = (
+        "alias",
+        "as_tuple",
+        "blob",
+        "fields",
+        "flat",
+        "form",
+        "inner",
+        "limit",
+        "op",
+        "optional",
+        "raw",
+        "repeats",
+        "splice",
+    )
 
     def __init__(self, op: int) -> None:
         self.op = op
@@ -144,6 +194,16 @@ class Node:
         self.blob = False  # vec nat8: its value is bytes
         self.raw = False  # icrc16.ICRC16_RAW_AWARE: kept as bytes when the wire type is exact
         self.alias: Node | None = None  # a raw node: the type it is (one type table entry)
+        self.optional = False
+        self.form: RecordForm | None = None
+        self.repeats = False
+        self.limit: int | None = None
+        self.flat = False
+        self.splice = False  # the writer takes an icrc16.RawValue here (its bytes spliced)
+
+    @property
+    def family(self) -> bool:
+        return self.flat or self.limit is not None
 
 
 _NODES: dict[int, tuple[Any, Node]] = {}
@@ -158,7 +218,10 @@ run). ``_NODES`` keeps its keys alive the same way."""
 
 
 def node(t: Any) -> Node:
-    """The :class:`Node` graph of the icp_candid type ``t`` (cached per type object)."""
+    """The :class:`Node` graph of the icp_candid type ``t`` (cached per type object); a
+    :class:`Node` (from :func:`shaped`) is itself."""
+    if type(t) is Node:
+        return t
     got = _NODES.get(id(t))
     if got is None:
         got = _NODES[id(t)] = (t, _convert(t, _MEMO))
@@ -214,6 +277,45 @@ def _convert(t: Any, memo: dict[int, Node]) -> Node:
         ]
         return n
     raise TypeError(f"loglake's Candid decoder does not take expected type {t!r}")
+
+
+def shaped(t: Any, shape: Callable[[Callable[[Any], Node]], None]) -> Node:
+    """A new :class:`Node` graph of the icp_candid type ``t`` — the same type table as
+    ``node(t)``'s — whose Python form ``shape`` sets on its nodes: it is called with ``find``,
+    which gives the node of one of ``t``'s constructed type objects."""
+    memo: dict[int, Node] = {}
+    root = _convert(t, memo)
+
+    def find(x: Any) -> Node:
+        if isinstance(x, C.RecClass) and not getattr(x, "raw_aware", False):
+            x = x.get_type()
+        return memo[id(x)]
+
+    shape(find)
+    return root
+
+
+def make_family(root: Node, limit: int) -> None:
+    """Make ``root`` and every constructed type below it a family (see :class:`Node`)."""
+    root.limit = limit
+    seen, stack = {id(root)}, [root]
+    while stack:
+        n = stack.pop()
+        for k in [n.inner, n.alias, *(t for _, _, t in n.fields)]:
+            if k is not None and k.op not in _PRIMITIVES and id(k) not in seen:
+                seen.add(id(k))
+                k.flat = True
+                stack.append(k)
+
+
+def _nesting(e: Node) -> tuple[int, int]:
+    """``(limit, step)`` of a constructed type's reader and writer: a value deeper than
+    ``limit`` is refused, its parts are at ``depth + step``."""
+    if e.limit is not None:
+        return e.limit, 1
+    if e.flat:
+        return 1 << 62, 0  # counted by its family's root
+    return MAX_NESTING, 1
 
 
 # --- the header ----------------------------------------------------------------------------------
@@ -344,6 +446,14 @@ def _r_nat(b: bytes, i: int, d: int) -> tuple[Any, int]:
     c = b[i]
     if c < 0x80:
         return c, i + 1
+    v, shift, j = c & 0x7F, 7, i + 1
+    while j < i + 10:  # up to 2**70 in line (ids, timestamps); longer: the bounded decoder
+        c = b[j]
+        j += 1
+        if c < 0x80:
+            return v | c << shift, j
+        v |= (c & 0x7F) << shift
+        shift += 7
     return _leb(b, i)
 
 
@@ -352,8 +462,18 @@ def _r_int(b: bytes, i: int, d: int) -> tuple[Any, int]:
 
 
 def _r_text(b: bytes, i: int, d: int) -> tuple[Any, int]:
-    raw, j = _r_blob(b, i, d)
-    return _utf8(raw, j - len(raw)), j
+    n = b[i]  # _r_blob and _utf8 in line: a map's keys are most of its reads
+    if n < 0x80:
+        i += 1
+    else:
+        n, i = _leb(b, i)
+    j = i + n
+    if j > len(b):
+        raise _truncated(i)
+    try:
+        return str(b[i:j], "utf-8"), j
+    except UnicodeDecodeError:
+        raise CandidError(f"text at byte {i} is not UTF-8") from None
 
 
 def _r_blob(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -413,8 +533,8 @@ def _fixed(s: struct.Struct) -> Reader:
     return read
 
 
-def _too_deep() -> CandidError:
-    return CandidError(f"Candid value nested deeper than {MAX_NESTING}")
+def _too_deep(limit: int = MAX_NESTING) -> CandidError:
+    return CandidError(f"Candid value nested deeper than {limit}")
 
 
 # --- the compiler --------------------------------------------------------------------------------
@@ -426,6 +546,8 @@ class _Compiler:
     def __init__(self, table: list[Entry], reference_quirks: bool = False) -> None:
         self.table = table
         self.quirks = reference_quirks
+        self.in_family = False  # compiling the parts of a family's type (see Node)
+        self.entries: dict[tuple[int, int], Reader | None] = {}
         self.readers: dict[tuple[int, int], Reader | None] = {}
         self.skippers: dict[int, Skipper] = {}
         self.wire_nodes: dict[int, Node] = {}
@@ -486,6 +608,8 @@ class _Compiler:
 
     # -- reading a value of wire type w as the expected type e --
     def reader(self, w: int, e: Node) -> Reader | None:
+        if e.family and not self.in_family:
+            return self._entry(w, e)
         key = (w, id(e))
         if key in self.readers:
             return self.readers[key]
@@ -498,10 +622,38 @@ class _Compiler:
             return r(b, i, d)
 
         self.readers[key] = lazy
-        r = self._reader(w, e)
+        outer, self.in_family = self.in_family, e.family
+        try:
+            r = self._reader(w, e)
+        finally:
+            self.in_family = outer
+        if r is not None and e.repeats:
+            r = _repeating(r)
         slot.append(r)
         self.readers[key] = r
+        if r is not None:
+            _tie(r, lazy, r)
         return r
+
+    def _entry(self, w: int, e: Node) -> Reader | None:
+        """Where a family is entered: its nesting counts from 0 (see :class:`Node`)."""
+        key = (w, id(e))
+        if key not in self.entries:
+            self.in_family = True
+            try:
+                inner = self.reader(w, e)
+            finally:
+                self.in_family = False
+            if inner is None:
+                self.entries[key] = None
+            else:
+                read = inner
+
+                def entry(b: bytes, i: int, d: int) -> tuple[Any, int]:
+                    return read(b, i, 0)
+
+                self.entries[key] = entry
+        return self.entries[key]
 
     def _reader(self, w: int, e: Node) -> Reader | None:
         eop = e.op
@@ -529,7 +681,7 @@ class _Compiler:
             if e.blob and payload == NAT8:
                 return _r_blob
             elem = self.reader(payload, e.inner)
-            return _vec(elem or _mismatch("vec elements of another type"))
+            return _vec(elem or _mismatch("vec elements of another type"), *_nesting(e))
         if eop == RECORD:
             return self._record(payload, e)
         if eop == VARIANT:
@@ -539,7 +691,17 @@ class _Compiler:
     def _raw(self, w: int, e: Node) -> Reader:
         from loglake.wire.icrc16 import RawValue
 
-        skip = self.skipper(w)
+        skip: Skipper
+        if e.alias is not None and e.alias.family:  # checked as the family reads it
+            read = self.reader(w, e.alias)
+            assert read is not None  # the wire type is exactly the alias's
+
+            def skip_family(b: bytes, i: int, d: int) -> int:
+                return read(b, i, d)[1]
+
+            skip = skip_family
+        else:
+            skip = self.skipper(w)
 
         def raw(b: bytes, i: int, d: int) -> tuple[Any, int]:
             j = skip(b, i, d)
@@ -549,45 +711,48 @@ class _Compiler:
 
     def _opt(self, w: int, e: Node) -> Reader:
         assert e.inner is not None
+        optional = e.optional  # None / the value, else icp_candid's [] / [value]
         wop = w if w < 0 else self.table[w][0]
         if wop in (NULL, RESERVED):  # null <: opt t, reserved: null
-            return lambda b, i, d: ([], i)
+            return lambda b, i, d: (None if optional else [], i)
         if wop == OPT:
             wi = self.table[w][1]
             inner = self.reader(wi, e.inner)
             skip = self.skipper(wi)
+            limit, step = _nesting(e)
 
             def opt(b: bytes, i: int, d: int) -> tuple[Any, int]:
                 flag = b[i]
                 if flag == 0:
-                    return [], i + 1
+                    return None if optional else [], i + 1
                 if flag != 1:
                     raise CandidError(f"opt flag {flag} at byte {i} (must be 0 or 1)")
-                if d > MAX_NESTING:
-                    raise _too_deep()
+                if d > limit:
+                    raise _too_deep(limit)
                 if inner is not None:
                     try:
-                        v, j = inner(b, i + 1, d + 1)
-                        return [v], j
+                        v, j = inner(b, i + 1, d + step)
+                        return v if optional else [v], j
                     except _Mismatch:
                         pass
-                return [], skip(b, i + 1, d + 1)  # the value does not coerce: null
+                # the value does not coerce: null
+                return None if optional else [], skip(b, i + 1, d + step)
 
             return opt
         # the opt rule for a wire type that is not opt/null/reserved: opt of its coercion
         skip = self.skipper(w)
         if e.inner.op in (NULL, OPT, RESERVED):  # null <: t: always null
-            return lambda b, i, d: ([], skip(b, i, d))
+            return lambda b, i, d: (None if optional else [], skip(b, i, d))
         inner = self.reader(w, e.inner)
 
         def lift(b: bytes, i: int, d: int) -> tuple[Any, int]:
             if inner is not None:
                 try:
                     v, j = inner(b, i, d)
-                    return [v], j
+                    return v if optional else [v], j
                 except _Mismatch:
                     pass
-            return [], skip(b, i, d)
+            return None if optional else [], skip(b, i, d)
 
         return lift
 
@@ -606,32 +771,24 @@ class _Compiler:
         for h, name, et in e.fields:
             if h not in on_wire:
                 if et.op == OPT:
-                    defaults.append((name, []))
+                    defaults.append((name, None if et.optional else []))
                 elif et.op == RESERVED or (et.op == NULL and not self.quirks):
                     defaults.append((name, None))  # the spec fills null; agent-js refuses
                 else:
                     return _mismatch(f"record field {name!r} missing")
         names = [name for _, name, _ in e.fields]
-        as_tuple = e.as_tuple
-        if all(name is not None for name, _ in steps) and not defaults and not as_tuple:
-            plain: list[tuple[str, Reader]] = steps  # type: ignore[assignment]
-
-            def record(b: bytes, i: int, d: int) -> tuple[Any, int]:  # the exact case
-                if d > MAX_NESTING:
-                    raise _too_deep()
-                out = {}
-                d += 1
-                for name, r in plain:
-                    out[name], i = r(b, i, d)
-                return out, i
-
-            return record
+        limit, step = _nesting(e)
+        make: Callable[..., Any] | None = (
+            e.form.make if e.form is not None else (lambda *a: list(a)) if e.as_tuple else None
+        )
+        if all(name is not None for name, _ in steps) and not defaults:
+            return _exact_record([r for _, r in steps], names, make, limit, step)
 
         def subrecord(b: bytes, i: int, d: int) -> tuple[Any, int]:
-            if d > MAX_NESTING:
-                raise _too_deep()
+            if d > limit:
+                raise _too_deep(limit)
             out: dict[str, Any] = {}
-            d += 1
+            d += step
             for name, r in steps:
                 if name is None:
                     i = r(b, i, d)
@@ -639,42 +796,152 @@ class _Compiler:
                     out[name], i = r(b, i, d)
             for name, v in defaults:
                 out[name] = [] if v is not None else None  # a fresh list per value
-            if as_tuple:
-                return [out[n] for n in names], i
+            if make is not None:
+                return make(*[out[n] for n in names]), i
             return out, i
 
         return subrecord
 
     def _variant(self, wire: list[tuple[int, int]], e: Node) -> Reader:
         expected = {h: (name, t) for h, name, t in e.fields}
-        cases: list[tuple[str, Reader] | None] = []
-        for h, t in wire:
+        cases: list[tuple[str, Reader]] = []
+        for k, (h, t) in enumerate(wire):
+            r = None
             if h in expected:
                 name, et = expected[h]
                 r = self.reader(t, et)
-                cases.append(None if r is None else (name, r))
-            else:
-                cases.append(None)  # a tag the expected variant lacks
+            # a tag the expected variant lacks (or of a type that does not match)
+            cases.append((name, r) if r is not None else ("", _lacking(k)))
         n = len(cases)
+        limit, step = _nesting(e)
 
         def variant(b: bytes, i: int, d: int) -> tuple[Any, int]:
-            if d > MAX_NESTING:
-                raise _too_deep()
-            at = i
+            if d > limit:
+                raise _too_deep(limit)
             k = b[i]
             if k < 0x80:
                 i += 1
             else:
                 k, i = _leb(b, i)
             if k >= n:
-                raise CandidError(f"variant index {k} at byte {at} out of range")
-            case = cases[k]
-            if case is None:
-                raise _Mismatch(f"variant index {k} at byte {at}: a tag the type lacks")
-            v, i = case[1](b, i, d + 1)
-            return {case[0]: v}, i
+                raise CandidError(f"variant index {k} before byte {i} out of range")
+            name, r = cases[k]
+            v, i = r(b, i, d + step)
+            return {name: v}, i
 
         return variant
+
+
+def _exact_record(
+    readers: list[Reader],
+    names: list[str],
+    make: Callable[..., Any] | None,
+    limit: int,
+    step: int,
+) -> Reader:
+    """A record whose wire fields are exactly the expected ones: a dict, or ``make`` of the
+    values (a pair without the call: a map's items are most of an ICRC-16 map's work)."""
+    if make is None:
+        plain = list(zip(names, readers, strict=True))
+
+        def record(b: bytes, i: int, d: int) -> tuple[Any, int]:
+            if d > limit:
+                raise _too_deep(limit)
+            out = {}
+            d += step
+            for name, r in plain:
+                out[name], i = r(b, i, d)
+            return out, i
+
+        return record
+    if make is TUPLE.make and len(readers) == 2:
+        r0, r1 = readers
+
+        def pair(b: bytes, i: int, d: int) -> tuple[Any, int]:
+            if d > limit:
+                raise _too_deep(limit)
+            d += step
+            x, i = r0(b, i, d)
+            y, i = r1(b, i, d)
+            return (x, y), i
+
+        return pair
+
+    def made(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        if d > limit:
+            raise _too_deep(limit)
+        d += step
+        args = []
+        for r in readers:
+            v, i = r(b, i, d)
+            args.append(v)
+        return make(*args), i
+
+    return made
+
+
+def _repeating(read: Reader) -> Reader:
+    """``read``, but bytes equal to the last value's in the same message are not read again:
+    the same object is returned (a deterministic reader makes equal values of equal bytes;
+    a batch repeats its namespace, source and headers in every item)."""
+    last: list[tuple[bytes, bytes, Any]] = [(b"", b"", None)]
+
+    def repeating(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        msg, raw, v = last[0]
+        if msg is b and raw and b.startswith(raw, i):
+            return v, i + len(raw)
+        v, j = read(b, i, d)
+        last[0] = (b, b[i:j], v)
+        return v, j
+
+    return repeating
+
+
+def _lacking(k: int) -> Reader:
+    def lacking(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        raise _Mismatch(f"variant index {k} before byte {i}: a tag the type lacks")
+
+    return lacking
+
+
+def _tie(start: Any, lazy: Any, final: Any) -> None:
+    """Replace ``lazy`` by ``final`` wherever the readers reachable from ``start`` hold it.
+
+    A recursive type's readers are compiled before their own reader exists, so they hold a
+    stand-in (``lazy``, one more call a level: an ICRC-16 value is recursive at every level,
+    and the stand-in cost a map about a third of its reading time). Once ``final`` exists the
+    knot is tied: every closure cell and list of this module's readers that holds the stand-in
+    gets ``final`` instead (closure cells are writable: ``cell_contents``)."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        if type(f) is list:
+            for k, x in enumerate(f):
+                if x is lazy:
+                    f[k] = final
+                elif type(x) is tuple and any(y is lazy for y in x):
+                    f[k] = tuple(final if y is lazy else y for y in x)
+                elif type(x) is tuple or callable(x):
+                    stack.append(x)
+            continue
+        if type(f) is tuple:
+            stack.extend(f)
+            continue
+        if getattr(f, "__module__", None) != __name__ or not getattr(f, "__closure__", None):
+            continue
+        for cell in f.__closure__:
+            try:
+                x = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if x is lazy and x is not f:
+                cell.cell_contents = final
+            elif type(x) in (list, tuple) or callable(x):
+                stack.append(x)
 
 
 def _mismatch(why: str) -> Reader:
@@ -706,10 +973,10 @@ def _vec_at_expected_width(e: Node) -> Reader:
     return vec
 
 
-def _vec(elem: Reader) -> Reader:
+def _vec(elem: Reader, limit: int = MAX_NESTING, step: int = 1) -> Reader:
     def vec(b: bytes, i: int, d: int) -> tuple[Any, int]:
-        if d > MAX_NESTING:
-            raise _too_deep()
+        if d > limit:
+            raise _too_deep(limit)
         n = b[i]
         if n < 0x80:
             i += 1
@@ -718,7 +985,7 @@ def _vec(elem: Reader) -> Reader:
         if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
             raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
         out = []
-        d += 1
+        d += step
         for _ in range(n):
             v, i = elem(b, i, d)
             out.append(v)
@@ -890,7 +1157,10 @@ def own_header_of(types: list[Any]) -> bytes:
 
 
 # --- the encoder ---------------------------------------------------------------------------------
-Writer = Callable[[Any, bytearray], None]
+class Writer(Protocol):
+    """``(value, out, depth=0)``: appends the value's bytes to ``out``."""
+
+    def __call__(self, v: Any, out: bytearray, d: int = 0) -> None: ...
 
 
 def _bad(what: str, v: Any) -> Exception:
@@ -899,52 +1169,59 @@ def _bad(what: str, v: Any) -> Exception:
     return ICRC16Error(f"{what}, not {v!r:.80}")
 
 
-def _w_null(v: Any, out: bytearray) -> None:
+def _w_null(v: Any, out: bytearray, d: int = 0) -> None:
     if v is not None:
         raise _bad("a Candid null is None", v)
 
 
-def _w_bool(v: Any, out: bytearray) -> None:
+def _w_bool(v: Any, out: bytearray, d: int = 0) -> None:
     if type(v) is not bool:
         raise _bad("a Candid bool is a bool", v)
     out.append(1 if v else 0)
 
 
-def _w_nat(v: Any, out: bytearray) -> None:
+def _w_nat(v: Any, out: bytearray, d: int = 0) -> None:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise _bad("a Candid nat is an int >= 0", v)
     if v < 0x80:
         out.append(v)
+    elif v < 0x4000:
+        out.append(v & 0x7F | 0x80)
+        out.append(v >> 7)
     else:
         out += encode_uleb(v)
 
 
-def _w_int(v: Any, out: bytearray) -> None:
+def _w_int(v: Any, out: bytearray, d: int = 0) -> None:
     if not isinstance(v, int) or isinstance(v, bool):
         raise _bad("a Candid int is an int", v)
     out += encode_sleb(v)
 
 
-def _w_text(v: Any, out: bytearray) -> None:
+def _w_text(v: Any, out: bytearray, d: int = 0) -> None:
     if not isinstance(v, str):
         raise _bad("a Candid text is a str", v)
     try:
         b = v.encode("utf-8")
     except UnicodeEncodeError:
         raise _bad("a Candid text is encodable as UTF-8", v) from None
-    out += encode_uleb(len(b))
+    n = len(b)
+    if n < 0x80:
+        out.append(n)
+    else:
+        out += encode_uleb(n)
     out += b
 
 
-def _w_reserved(v: Any, out: bytearray) -> None:
+def _w_reserved(v: Any, out: bytearray, d: int = 0) -> None:
     return None
 
 
-def _w_empty(v: Any, out: bytearray) -> None:
+def _w_empty(v: Any, out: bytearray, d: int = 0) -> None:
     raise _bad("no value has the Candid type empty", v)
 
 
-def _w_principal(v: Any, out: bytearray) -> None:
+def _w_principal(v: Any, out: bytearray, d: int = 0) -> None:
     if not isinstance(v, Principal) or len(v.bytes) > MAX_PRINCIPAL_BYTES:
         raise _bad("a Candid principal is an icp_principal.Principal of at most 29 bytes", v)
     out.append(1)
@@ -952,7 +1229,7 @@ def _w_principal(v: Any, out: bytearray) -> None:
     out += v.bytes
 
 
-def _w_blob(v: Any, out: bytearray) -> None:
+def _w_blob(v: Any, out: bytearray, d: int = 0) -> None:
     if isinstance(v, list | tuple) and all(type(x) is int and 0 <= x < 256 for x in v):
         v = bytes(v)  # a vec nat8 given as numbers
     elif not isinstance(v, bytes | bytearray | memoryview):
@@ -964,8 +1241,8 @@ def _w_blob(v: Any, out: bytearray) -> None:
 def _w_fixed(op: int, s: struct.Struct) -> Writer:
     if op in (FLOAT32, FLOAT64):
 
-        def w_float(v: Any, out: bytearray) -> None:
-            if not isinstance(v, float | int) or isinstance(v, bool):
+        def w_float(v: Any, out: bytearray, d: int = 0) -> None:
+            if not isinstance(v, float):  # as icrc16.validate: an int is not taken for one
                 raise _bad("a Candid float is a float", v)
             out += s.pack(v)
 
@@ -973,7 +1250,7 @@ def _w_fixed(op: int, s: struct.Struct) -> Writer:
     bits = s.size * 8
     lo, hi = (0, (1 << bits) - 1) if op >= NAT64 else (-(1 << bits - 1), (1 << bits - 1) - 1)
 
-    def w_fixed(v: Any, out: bytearray) -> None:
+    def w_fixed(v: Any, out: bytearray, d: int = 0) -> None:
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise _bad(f"this Candid number is an int in [{lo}, {hi}]", v)
         out += s.pack(v)
@@ -996,45 +1273,91 @@ _PRIM_READERS: Final = {op: rw[0] for op, rw in _PRIMS.items()}
 _PRIM_WRITERS: Final = {op: rw[1] for op, rw in _PRIMS.items()}
 
 
-def _writer(n: Node, memo: dict[int, Writer]) -> Writer:
-    """The writer of values of ``n`` in icp_candid's value form (the form the decoder
-    builds), checked as they are written."""
+def _writer(n: Node, memo: dict[Any, Writer], in_family: bool = False) -> Writer:
+    """The writer of values of ``n`` in its Python form (the form the decoder builds),
+    checked as they are written."""
     if n.op in _PRIMITIVES:
         return _PRIM_WRITERS[n.op]
+    if n.family and not in_family:  # a family entered: its nesting counts from 0
+        key = ("entry", id(n))
+        if key not in memo:
+            inner = _writer(n, memo, True)
+
+            def entry(v: Any, out: bytearray, d: int = 0) -> None:
+                inner(v, out, 0)
+
+            memo[key] = entry
+        return memo[key]
     if id(n) in memo:
         return memo[id(n)]
     slot: list[Writer] = []
-    memo[id(n)] = lambda v, out: slot[0](v, out)  # a recursive type
+
+    def recursive(v: Any, out: bytearray, d: int = 0) -> None:  # a recursive type
+        slot[0](v, out, d)
+
+    memo[id(n)] = recursive
     w = _compile_writer(n, memo)
+    if n.repeats:
+        w = _repeating_writer(w)
     slot.append(w)
     memo[id(n)] = w
+    _tie(w, recursive, w)
     return w
 
 
-def _compile_writer(n: Node, memo: dict[int, Writer]) -> Writer:
+def _repeating_writer(write: Writer) -> Writer:
+    """``write``, but the same object written again into the same message is copied from
+    its first bytes (a batch's headers list, shared by its items)."""
+    last: list[tuple[Any, Any, bytes]] = [(None, None, b"")]
+
+    def repeating(v: Any, out: bytearray, d: int = 0) -> None:
+        o, x, raw = last[0]
+        if o is out and x is v:
+            out += raw
+            return
+        at = len(out)
+        write(v, out, d)
+        last[0] = (out, v, bytes(out[at:]))
+
+    return repeating
+
+
+def _compile_writer(n: Node, memo: dict[Any, Writer]) -> Writer:
+    fam = n.family
+    limit, step = _nesting(n)
     if n.raw:
         from loglake.wire.icrc16 import RawValue
 
         assert n.alias is not None
-        value = _writer(n.alias, memo)
+        value = _writer(n.alias, memo, fam)
 
-        def w_raw(v: Any, out: bytearray) -> None:
+        def w_raw(v: Any, out: bytearray, d: int = 0) -> None:
             if type(v) is RawValue:
                 out += v.value_bytes  # stored value bytes, spliced
             else:
-                value(v, out)
+                value(v, out, d)
 
         return w_raw
     if n.op == OPT:
         assert n.inner is not None
-        inner = _writer(n.inner, memo)
+        inner = _writer(n.inner, memo, fam)
+        if n.optional:
 
-        def w_opt(v: Any, out: bytearray) -> None:
+            def w_optional(v: Any, out: bytearray, d: int = 0) -> None:
+                if v is None:
+                    out.append(0)
+                else:
+                    out.append(1)
+                    inner(v, out, d + step)
+
+            return w_optional
+
+        def w_opt(v: Any, out: bytearray, d: int = 0) -> None:
             if not isinstance(v, list | tuple) or len(v) > 1:
                 raise _bad("a Candid opt is [] or [value]", v)
             if v:
                 out.append(1)
-                inner(v[0], out)
+                inner(v[0], out, d + step)
             else:
                 out.append(0)
 
@@ -1043,50 +1366,107 @@ def _compile_writer(n: Node, memo: dict[int, Writer]) -> Writer:
         if n.blob:
             return _w_blob
         assert n.inner is not None
-        elem = _writer(n.inner, memo)
+        elem = _writer(n.inner, memo, fam)
+        kind = list if fam else list | tuple  # a family's vec is a list (icrc16.validate)
 
-        def w_vec(v: Any, out: bytearray) -> None:
-            if not isinstance(v, list | tuple):
+        def w_vec(v: Any, out: bytearray, d: int = 0) -> None:
+            if not isinstance(v, kind):
                 raise _bad("a Candid vec is a list", v)
-            out += encode_uleb(len(v))
+            n = len(v)
+            if n < 0x80:
+                out.append(n)
+            else:
+                out += encode_uleb(n)
+            d += step
             for x in v:
-                elem(x, out)
+                elem(x, out, d)
 
         return w_vec
-    fields = [(name, _writer(t, memo)) for _, name, t in n.fields]
+    writers = [_writer(t, memo, fam) for _, _, t in n.fields]
     if n.op == RECORD:
-        if n.as_tuple:
+        return _record_writer(n, [name for _, name, _ in n.fields], writers, step)
+    tags = {name: (k, w) for k, ((_, name, _), w) in enumerate(zip(n.fields, writers, strict=True))}
+    if n.splice:
+        from loglake.wire.icrc16 import RawValue
 
-            def w_tuple(v: Any, out: bytearray) -> None:
-                if not isinstance(v, list | tuple) or len(v) != len(fields):
-                    raise _bad(f"this Candid tuple is a list of {len(fields)}", v)
-                for name, w in fields:  # fields 0..n-1: id order is index order
-                    w(v[int(name)], out)
+        raw: Any = RawValue
+    else:
+        raw = None
 
-            return w_tuple
-
-        def w_record(v: Any, out: bytearray) -> None:
-            if not isinstance(v, dict):
-                raise _bad("a Candid record is a dict", v)
-            for name, w in fields:
-                if name not in v:
-                    raise _bad(f"this Candid record has a field {name!r}", v)
-                w(v[name], out)
-
-        return w_record
-    tags = {name: (k, w) for k, (name, w) in enumerate(fields)}
-
-    def w_variant(v: Any, out: bytearray) -> None:
+    def w_variant(v: Any, out: bytearray, d: int = 0) -> None:
+        if type(v) is raw:  # stored value bytes, spliced
+            out += v.value_bytes
+            return
+        if d > limit:
+            raise _bad(f"a value nested at most {limit} deep", v)
         if not isinstance(v, dict) or len(v) != 1:
             raise _bad("a Candid variant is a one-key dict", v)
         ((tag, x),) = v.items()
         case = tags.get(tag)
         if case is None:
             raise _bad(f"{tag!r} is not a tag of this Candid variant", v)
-        out += encode_uleb(case[0])
-        case[1](x, out)
+        k = case[0]
+        if k < 0x80:
+            out.append(k)
+        else:
+            out += encode_uleb(k)
+        case[1](x, out, d + step)
 
     return w_variant
+
+
+def _record_writer(n: Node, names: list[str], writers: list[Writer], step: int) -> Writer:
+    """A record from a dict by field name, from a list (a tuple record), or from an object
+    (:class:`RecordForm`)."""
+    form = n.form
+    if form is not None:
+        cls, take = form.cls, form.take
+        if form is TUPLE and len(writers) == 2:
+            w0, w1 = writers
+
+            def w_pair(v: Any, out: bytearray, d: int = 0) -> None:
+                if (type(v) is not tuple and type(v) is not list) or len(v) != 2:
+                    raise _bad("this Candid pair is a tuple of 2", v)
+                d += step
+                w0(v[0], out, d)
+                w1(v[1], out, d)
+
+            return w_pair
+
+        def w_form(v: Any, out: bytearray, d: int = 0) -> None:
+            if type(v) is not cls and not (cls is tuple and type(v) is list):
+                raise _bad(f"this Candid record is a {cls.__name__}", v)
+            parts = take(v)
+            if len(parts) != len(writers):
+                raise _bad(f"this Candid record has {len(writers)} fields", v)
+            d += step
+            for w, x in zip(writers, parts, strict=True):
+                w(x, out, d)
+
+        return w_form
+    if n.as_tuple:
+        order = [int(name) for name in names]  # fields 0..n-1: id order is index order
+
+        def w_tuple(v: Any, out: bytearray, d: int = 0) -> None:
+            if not isinstance(v, list | tuple) or len(v) != len(writers):
+                raise _bad(f"this Candid tuple is a list of {len(writers)}", v)
+            d += step
+            for k, w in zip(order, writers, strict=True):
+                w(v[k], out, d)
+
+        return w_tuple
+    fields = list(zip(names, writers, strict=True))
+
+    def w_record(v: Any, out: bytearray, d: int = 0) -> None:
+        if not isinstance(v, dict):
+            raise _bad("a Candid record is a dict", v)
+        d += step
+        for name, w in fields:
+            if name not in v:
+                raise _bad(f"this Candid record has a field {name!r}", v)
+            w(v[name], out, d)
+
+    return w_record
 
 
 _ENCODERS: dict[tuple[int, ...], tuple[list[Any], bytes, list[Writer]]] = {}
@@ -1098,7 +1478,7 @@ def encode(types: list[Any], values: list[Any]) -> bytes:
     key = tuple(id(t) for t in types)
     got = _ENCODERS.get(key)
     if got is None:
-        memo: dict[int, Writer] = {}
+        memo: dict[Any, Writer] = {}
         got = _ENCODERS[key] = (
             list(types),
             own_header_of(types),
@@ -1108,7 +1488,7 @@ def encode(types: list[Any], values: list[Any]) -> bytes:
         raise _bad(f"{len(types)} Candid values", values)
     out = bytearray(got[1])
     for w, v in zip(got[2], values, strict=True):
-        w(v, out)
+        w(v, out, 0)
     return bytes(out)
 
 
@@ -1124,3 +1504,10 @@ def own_reader(t: Any) -> Reader:
     r = _Compiler(table).reader(args[0], node(t))
     assert r is not None
     return r
+
+
+def own_writer(t: Any) -> Writer:
+    """The writer of a value of ``t`` (no header: what :func:`encode` writes after
+    :func:`header`), for callers that put several values in one message (the replay
+    batches)."""
+    return _writer(node(t), {})  # every writer's depth defaults to 0

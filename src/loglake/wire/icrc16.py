@@ -95,6 +95,41 @@ ICRC16.fill(
 )
 
 TAGS = tuple(ICRC16.get_type()._field_map[h][0] for h in ICRC16.get_type()._sorted_hashes)
+MAX_DEPTH = 64
+"""Nesting limit on values we accept, so a hostile value cannot exhaust the Python stack."""
+_PROPERTY_ORDER = [ICRC16Property._field_map[h][0] for h in ICRC16Property._sorted_hashes]
+if _PROPERTY_ORDER != ["value", "name", "immutable"]:  # pragma: no cover - guards the form
+    raise ImportError(f"ICRC16Property field order changed: {_PROPERTY_ORDER}")
+_PROPERTY = candid.RecordForm(
+    Property, lambda v, n, m: Property(n, v, m), lambda p: (p.value, p.name, p.immutable)
+)
+
+
+def loglake_form(find: Any) -> None:
+    """Give the ICRC-16 types among a :func:`candid.shaped` graph loglake's Python form (the
+    module docstring): ``Option`` as the value or None, map items as tuples, ``Class`` as
+    :class:`Property`, a :class:`RawValue` written as its bytes anywhere a value goes, and
+    :data:`MAX_DEPTH` levels at most, counted the same way when reading and writing."""
+    root = find(ICRC16)
+    find(ICRC16MapItem).form = candid.TUPLE
+    find(ICRC16ValueMapItem).form = candid.TUPLE
+    find(ICRC16Property).form = _PROPERTY
+    variant = ICRC16.get_type()
+    find(variant._field_map[_tag_hash("Option")][1]).optional = True
+    candid.make_family(root, MAX_DEPTH)
+    root.splice = True
+
+
+def _tag_hash(tag: str) -> int:
+    t = ICRC16.get_type()
+    return next(h for h in t._sorted_hashes if t._field_map[h][0] == tag)
+
+
+VALUE = candid.shaped(ICRC16, loglake_form)
+"""ICRC16 with values in loglake's form: what :func:`encode` writes and :func:`decode` reads,
+through the one Candid codec (same type table as :data:`ICRC16`)."""
+MAP = candid.shaped(ICRC16Map, loglake_form)
+"""ICRC16Map in loglake's form (a list of ``(str, value)``)."""
 _INT_RANGES = {
     "Int8": (-(2**7), 2**7 - 1),
     "Int16": (-(2**15), 2**15 - 1),
@@ -105,8 +140,6 @@ _INT_RANGES = {
     "Nat32": (0, 2**32 - 1),
     "Nat64": (0, 2**64 - 1),
 }
-MAX_DEPTH = 64
-"""Nesting limit on values we accept, so a hostile value cannot exhaust the Python stack."""
 
 
 def _is_int(x: Any) -> bool:
@@ -254,27 +287,22 @@ def validate_map(m: Any) -> list[tuple[str, Value]]:
 
 # --- bytes -----------------------------------------------------------------------------------
 def encode(v: Value) -> bytes:
-    """One ICRC-16 value as a complete Candid message (``DIDL`` + type table + value)."""
-    validate(v)
-    return candid.encode([ICRC16], [to_candid(v)])
+    """One ICRC-16 value as a complete Candid message (``DIDL`` + type table + value);
+    :class:`ICRC16Error` for what :func:`validate` refuses (checked as it is written)."""
+    return candid.encode([VALUE], [v])
 
 
 def decode(data: bytes) -> Value:
     """Inverse of :func:`encode`; any malformed input raises :class:`ICRC16DecodeError`."""
-    return from_candid(candid_decode(data, [ICRC16])[0])
+    return candid_decode(data, [VALUE])[0]
 
 
 def encode_map(m: list[tuple[str, Value]]) -> bytes:
-    validate_map(m)
-    return candid.encode([ICRC16Map], [map_to_candid(m)])
+    return candid.encode([MAP], [m])
 
 
 def decode_map(data: bytes) -> list[tuple[str, Value]]:
-    out = candid_decode(data, [ICRC16Map])[0]
-    try:
-        return map_from_candid(out)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ICRC16DecodeError(f"not an ICRC16Map: {e}") from e
+    return candid_decode(data, [MAP])[0]
 
 
 def candid_decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
@@ -369,3 +397,23 @@ class _RawAwareICRC16(RecClass):  # an icp_candid recursive type resolving to IC
 
 ICRC16_RAW_AWARE = _RawAwareICRC16()
 """The ICRC16 Candid type, whose encoder also takes :class:`RawValue` (same type table)."""
+
+
+write_value = candid.own_writer(VALUE)
+"""``write_value(v, out)``: append the Candid value bytes of ``v`` (loglake's form, or a
+:class:`RawValue`) to the bytearray ``out`` — what :func:`encode` writes after its header."""
+write_map = candid.own_writer(MAP)
+"""``write_map(m, out)``: the same for an ``ICRC16Map``."""
+read_value = candid.own_reader(VALUE)
+"""``read_value(b, i, depth) -> (value, next)``: one value at ``b[i:]`` under our own table."""
+
+
+def value_bytes(v: Value | RawValue) -> bytes:
+    """The Candid value bytes of one ICRC-16 value (no header)."""
+    out = bytearray()
+    write_value(v, out)
+    return bytes(out)
+
+
+if candid.header(VALUE) != MESSAGE_PREFIX:  # pragma: no cover - a shaped graph keeps the table
+    raise ImportError("the loglake-form ICRC16 has another type table")
