@@ -302,7 +302,7 @@ def test_confirmation_ids_refuse_non_nats(bad):
 )
 def test_damaged_messages_decode_as_the_generic_decoder_does(notes, evs, rs, pos, byte, cut):
     """The same value or a typed error (``ICRC16DecodeError``), never anything else; a damaged
-    header is not ours (None: the generic decoder takes it)."""
+    header gets a plan of its own (publish results: None where not a run, the codec reads it)."""
     cases = [
         (encode_notifications(notes), decode_notifications, NOTES_T, from_notes),
         (encode_events(evs), decode_events, EVENTS_T, from_events),
@@ -316,8 +316,8 @@ def test_damaged_messages_decode_as_the_generic_decoder_does(notes, evs, rs, pos
     for data, f, t, conv in cases:
         bad = mutated(data, pos, byte, cut)
         got = fast(bad, f)
-        if got is not None:
-            assert got == generic(bad, t, conv)
+        if got is not None:  # by repr: a damaged byte can make a NaN, unequal to itself
+            assert repr(got) == repr(generic(bad, t, conv))
 
 
 def test_other_types_are_decode_errors():

@@ -11,7 +11,7 @@ decoding maps every failure to ``ICRC16DecodeError`` (a ``DecodeError``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from icp_candid import Types
@@ -390,7 +390,6 @@ def _batch(
     result: Any,
     arg_to: Callable[[Any], Any],
     arg_from: Callable[[Any], Any],
-    **fast: Any,
 ) -> Method:
     """An ICRC-72/77 batch method: ``vec item -> vec opt variant { Ok; Err }`` (the results'
     shape is ``result``)."""
@@ -402,7 +401,6 @@ def _batch(
         arg_from,
         opt_results_to,
         opt_results_from,
-        **fast,
     )
 
 
@@ -489,10 +487,6 @@ _M = [
         T.PublishResult,
         _vec(event_to),
         _vec(event_from),
-        fast_arg=fastcodec.encode_events,
-        fast_ret=fastcodec.encode_publish_results,
-        fast_arg_decode=fastcodec.decode_event_batch,
-        fast_ret_decode=fastcodec.decode_publish_results,
     ),
     Method(
         "icrc72_confirm_notifications",
@@ -502,8 +496,6 @@ _M = [
         _ident,
         confirm_to,
         confirm_from,
-        fast_arg=fastcodec.encode_nats,
-        fast_arg_decode=fastcodec.decode_nats,
     ),
     # Subscriber, and every role for system namespaces (ICRC-72 "Subscriber Update Functions").
     # The candidate writes `(vec notification) -> ()` (one-shot); we return the count accepted so
@@ -516,8 +508,6 @@ _M = [
         _vec(notification_from),
         _ident,
         _ident,
-        fast_arg=fastcodec.encode_notifications,
-        fast_arg_decode=fastcodec.decode_notification_batch,
     ),
 ]
 # loglake's local methods (Candid too): a publisher's own key publishes, a subscriber's own key
@@ -579,9 +569,31 @@ _LOCAL = {
         int,
         _vec(notification_to),
         _vec(notification_from),
-        fast_ret=fastcodec.encode_notifications,
-        fast_ret_decode=fastcodec.decode_notifications,
     ),
 }
 
-METHODS: dict[str, Method] = {m.name: m for m in _M} | _LOCAL
+# The replay data plane's methods read and write their batches as dataclasses, lazy batches and
+# numpy rows (``fastcodec``); the others go through the converters above.
+_BATCHES: dict[str, dict[str, Any]] = {
+    "icrc72_publish": {
+        "fast_arg": fastcodec.encode_events,
+        "fast_ret": fastcodec.encode_publish_results,
+        "fast_arg_decode": fastcodec.decode_event_batch,
+        "fast_ret_decode": fastcodec.decode_publish_results,
+    },
+    "icrc72_confirm_notifications": {
+        "fast_arg": fastcodec.encode_nats,
+        "fast_arg_decode": fastcodec.decode_nats,
+    },
+    "icrc72_handle_notification": {
+        "fast_arg": fastcodec.encode_notifications,
+        "fast_arg_decode": fastcodec.decode_notification_batch,
+    },
+    "loglake_inbox": {
+        "fast_ret": fastcodec.encode_notifications,
+        "fast_ret_decode": fastcodec.decode_notifications,
+    },
+}
+METHODS: dict[str, Method] = {
+    m.name: replace(m, **_BATCHES.get(m.name, {})) for m in [*_M, *_LOCAL.values()]
+}

@@ -462,18 +462,11 @@ def _r_int(b: bytes, i: int, d: int) -> tuple[Any, int]:
 
 
 def _r_text(b: bytes, i: int, d: int) -> tuple[Any, int]:
-    n = b[i]  # _r_blob and _utf8 in line: a map's keys are most of its reads
-    if n < 0x80:
-        i += 1
-    else:
-        n, i = _leb(b, i)
-    j = i + n
-    if j > len(b):
-        raise _truncated(i)
-    try:
-        return str(b[i:j], "utf-8"), j
+    raw, j = _r_blob(b, i, d)
+    try:  # the check in line, not through _utf8: a map's keys are most of its reads
+        return str(raw, "utf-8"), j
     except UnicodeDecodeError:
-        raise CandidError(f"text at byte {i} is not UTF-8") from None
+        raise CandidError(f"text at byte {j - len(raw)} is not UTF-8") from None
 
 
 def _r_blob(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -819,10 +812,9 @@ class _Compiler:
             if d > limit:
                 raise _too_deep(limit)
             k = b[i]
-            if k < 0x80:
-                i += 1
-            else:
-                k, i = _leb(b, i)
+            i += 1
+            if k >= 0x80:  # an index of more than one octet: rare
+                k, i = _leb(b, i - 1)
             if k >= n:
                 raise CandidError(f"variant index {k} before byte {i} out of range")
             name, r = cases[k]
@@ -1206,11 +1198,12 @@ def _w_text(v: Any, out: bytearray, d: int = 0) -> None:
     except UnicodeEncodeError:
         raise _bad("a Candid text is encodable as UTF-8", v) from None
     n = len(b)
-    if n < 0x80:
-        out.append(n)
-    else:
-        out += encode_uleb(n)
+    out += _OCTETS[n] if n < 0x80 else encode_uleb(n)
     out += b
+
+
+_OCTETS: Final = tuple(bytes([k]) for k in range(0x80))
+"""The one-octet LEB128 numbers, as bytes."""
 
 
 def _w_reserved(v: Any, out: bytearray, d: int = 0) -> None:
