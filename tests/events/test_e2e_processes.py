@@ -9,8 +9,6 @@ range, cancelling another's replay) → the right error and no state change.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
 
 import pytest
@@ -154,18 +152,6 @@ def status_of(c: Cluster, rid: int) -> ReplayState:
     return st.status
 
 
-@contextlib.contextmanager
-def stopped(c: Cluster, role: str):
-    """``role``'s process SIGSTOPped: it holds its sockets and answers nothing (a call to it
-    waits, up to the callers' call timeout of 120 s) until the block ends."""
-    proc = c.procs[role]
-    proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGCONT)
-
-
 def test_status_pending_running_then_cancel_mid_way(cluster):
     """Each state is held, not raced: with the broadcaster stopped the orchestrator's
     broadcaster-first add waits, so the publisher has not heard of the replay (pending); with
@@ -173,8 +159,8 @@ def test_status_pending_running_then_cancel_mid_way(cluster):
     unconfirmed notifications every event is answered Busy and the replay cannot end (running)
     until it is canceled."""
     rid = None
-    with stopped(cluster, "subscriber"):
-        with stopped(cluster, "broadcaster"):
+    with cluster.paused("subscriber"):
+        with cluster.paused("broadcaster"):
             r = register(cluster, 0, 2000)
             assert isinstance(r, Ok), r
             rid = r.value
