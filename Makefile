@@ -8,7 +8,9 @@ NODE_DIR := interop/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 SYSTEM_STAMP := .cache/system-deps.installed
 # Two workers, each file whole on one worker (module fixtures and the Spark sessions stay
-# shared per file): 915 s instead of 1,106 s serial on this project's 2-core VM.
+# shared per file): 915 s instead of 1,106 s serial on this project's 2-core VM. Under
+# loadfile, tests/conftest.py keeps every file on the standalone Spark cluster on one worker
+# (one cluster per run) and hands out the Spark files first.
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 
 .PHONY: run test test-fast install system-deps framer node-deps check-java check-java-warn lint typecheck fmt proto bench clean help

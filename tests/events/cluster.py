@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,18 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    @contextlib.contextmanager
+    def paused(self, role: str) -> Iterator[None]:
+        """``role``'s process SIGSTOPped for the block: it holds its sockets and answers nothing
+        (a call to it waits, up to the callers' 120 s call timeout), so a test holds a replay in
+        a state instead of racing the clock for it."""
+        proc = self.procs[role]
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGCONT)
 
     def orchestrator_journal(self) -> list[dict]:
         """The orchestrator's journal records, read while it runs (read-only, from its store)."""

@@ -40,3 +40,17 @@ def test_the_cli_counts_what_a_skip_keeps_as_the_broadcaster_does():
         assert _skip_keeps(f"{mod},{offset}", start, start + n) == kept
 
     check()
+
+
+def test_serve_refuses_a_broadcaster_window_below_one_before_starting(tmp_path):
+    """``--max-unconfirmed 0`` would answer every event Busy for ever: refused as a usage error
+    (one line naming the option), before any key or port is touched."""
+    base = ["serve", "--role", "broadcaster", "--key-file", str(tmp_path / "none.key")]
+    base += ["--port", "1", "--directory", str(tmp_path / "none.json")]
+    for bad in ("0", "-5", "many"):
+        r = CliRunner().invoke(command, [*base, "--max-unconfirmed", bad])
+        assert r.exit_code == 2, r.output
+        assert "Invalid value for '--max-unconfirmed'" in r.output, r.output
+    # a window of one is taken (the run then stops at the missing key file)
+    r = CliRunner().invoke(command, [*base, "--max-unconfirmed", "1"])
+    assert "--max-unconfirmed" not in r.output and "none.key" in r.output, r.output

@@ -31,6 +31,9 @@ from tests.events.wait import gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 10_000
+WINDOW = 500
+"""The broadcaster's ``--max-unconfirmed``: at most this many notifications of a subscriber
+that confirms nothing."""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,9 @@ def cluster(tmp_path_factory):
         extra={
             "publisher": ["--batch-size", "100", "--throttle-ms", "5"],
             "orchestrator": ["--max-events-per-replay", "8000"],
+            # a stopped subscriber confirms nothing: past this window its replays get Busy and
+            # stay running (test_status_pending_running_then_cancel_mid_way holds one so)
+            "broadcaster": ["--max-unconfirmed", str(WINDOW)],
         },
     )
     c.start()
@@ -140,21 +146,41 @@ def test_filter_and_skip(cluster):
     assert [n.event_id for n in drain(cluster, len(want))] == want
 
 
+def status_of(c: Cluster, rid: int) -> ReplayState:
+    sub = c.client("orchestrator", "subscriber")
+    [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == rid]
+    return st.status
+
+
 def test_status_pending_running_then_cancel_mid_way(cluster):
-    r = register(cluster, 0, 2000)
-    sub = cluster.client("orchestrator", "subscriber")
-    inbox = cluster.client("subscriber")
-    got = gather(lambda: inbox.call("loglake_inbox", 100_000), bool, 10)
-    [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]
-    assert st.status.tag == "running"
-    assert sub.call("icrc77_cancel_replay", [r.value]) == [Ok(r.value)]
-    final = wait_final(cluster, r.value)[-1]
-    got += drain(cluster)
-    assert final.tag == "canceled" and 0 < final.value < 2000
+    """Each state is held, not raced: with the broadcaster stopped the orchestrator's
+    broadcaster-first add waits, so the publisher has not heard of the replay (pending); with
+    the subscriber stopped nothing is confirmed, so past the broadcaster's window of WINDOW
+    unconfirmed notifications every event is answered Busy and the replay cannot end (running)
+    until it is canceled."""
+    rid = None
+    with cluster.paused("subscriber"):
+        with cluster.paused("broadcaster"):
+            r = register(cluster, 0, 2000)
+            assert isinstance(r, Ok), r
+            rid = r.value
+            assert status_of(cluster, rid) == ReplayState("pending")
+        wait_until(lambda: status_of(cluster, rid).tag == "running", what=f"replay {rid} running")
+        # sent reports run up to the window, then the publisher only gets Busy
+        time.sleep(0.5)  # not a wait for state: the replay cannot end while nothing is confirmed
+        assert status_of(cluster, rid).tag == "running"
+        sub = cluster.client("orchestrator", "subscriber")
+        assert sub.call("icrc77_cancel_replay", [rid]) == [Ok(rid)]
+        # the publisher reports canceled(n) with no call to the stopped subscriber in its way
+        final = wait_final(cluster, rid)[-1]
+    assert final.tag == "canceled" and 0 < final.value <= WINDOW, final
+    got = drain(cluster, final.value)
     ids = [n.event_id for n in got]
-    assert ids == list(range(len(ids))) and len(ids) <= final.value
+    # every event the broadcaster accepted reaches the subscriber once, in order, and no more
+    assert ids == list(range(final.value))
+    assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": rid} for n in got)
     time.sleep(0.3)  # a quiet period (not a wait for state): nothing more is enqueued
-    assert inbox.call("loglake_inbox", 100_000) == []
+    assert cluster.client("subscriber").call("loglake_inbox", 100_000) == []
 
 
 def test_bad_input_gets_the_right_error_and_changes_nothing(cluster):

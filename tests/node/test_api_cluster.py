@@ -11,7 +11,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,58 +20,19 @@ import pytest
 from loglake.log import Entry
 from loglake.node.backend import ONCE_ONLY
 from loglake.node.config import ConfigError, load_config
+from loglake.node.localcluster import CLUSTER_NAME
 from loglake.node.runner import BackgroundNode
 from loglake.streams.jetstream import JetStreamLog
 from tests.conftest import require_peer
 from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
-
-
-@pytest.fixture(scope="module")
-def nats3() -> Iterator[NatsCluster]:
-    require_peer("nats-server", have_nats_server(), NATS_HINT)
-    c = NatsCluster(3).start()
-    yield c
-    c.close()
-
-
-def monitors(c: NatsCluster) -> str:
-    return ",".join(f"http://127.0.0.1:{p}" for p in c.http_ports)
-
-
-def node_on(url: str, data_dir: Path, prefix: str, **streams: Any) -> BackgroundNode:
-    cfg = load_config(
-        data={
-            "data_dir": str(data_dir),
-            "http": {"port": 0},
-            "streams": {
-                "port": 0,
-                "backend": url,
-                "replicas": 3 if url.count(",") >= 2 else 1,
-                "nats_prefix": prefix,
-                "lease_ttl": 2,
-                **streams,
-            },
-        },
-        env={},
-    )
-    return BackgroundNode(cfg, say=lambda _: None).start()
+from tests.node.conftest import background_node
+from tests.waiting import wait_until
 
 
 def api(node: BackgroundNode) -> httpx.Client:
     return httpx.Client(
         base_url=node.url, headers={"Authorization": f"Bearer {node.token}"}, timeout=30
     )
-
-
-def wait_until(probe: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s (last: {last})")
 
 
 Labels = tuple[tuple[str, str], ...]
@@ -112,8 +72,12 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
 ) -> None:
     prefix = "ops" + uuid.uuid4().hex[:8]
     # a seal round only at start: what is pushed afterwards waits, so the lag is seen
-    a = node_on(nats3.url, tmp_path / "a", prefix, nats_monitor=monitors(nats3), seal_interval=3600)
-    b = node_on(nats3.url, tmp_path / "b", prefix, nats_monitor=monitors(nats3), seal_interval=3600)
+    a = background_node(
+        nats3.url, tmp_path / "a", prefix, nats_monitor=nats3.monitor_urls, seal_interval=3600
+    )
+    b = background_node(
+        nats3.url, tmp_path / "b", prefix, nats_monitor=nats3.monitor_urls, seal_interval=3600
+    )
     log = JetStreamLog(nats3.url, prefix=prefix)
     try:
         with api(a) as ha, api(b) as hb:
@@ -140,7 +104,7 @@ def test_two_nodes_agree_on_the_lease_holder_and_the_sealer_reports_its_lag(
 
             # the meta group from /jsz: a leader and its two peers, all current
             meta = holder_view["meta"]
-            assert meta["cluster"] == "loglake" and meta["size"] == 3
+            assert meta["cluster"] == CLUSTER_NAME and meta["size"] == 3
             assert meta["leader"] in {"n1", "n2", "n3"}
             assert sorted(p["name"] for p in meta["peers"]) == ["n1", "n2", "n3"]
             assert set(meta["monitors"].values()) == {"ok"}
@@ -259,7 +223,7 @@ def test_bad_monitoring_urls_and_a_dead_cluster_are_reported_not_raised(tmp_path
     one = NatsCluster(1).start()
     node = None
     try:
-        node = node_on(
+        node = background_node(
             one.url,
             tmp_path / "n",
             "bad" + uuid.uuid4().hex[:6],

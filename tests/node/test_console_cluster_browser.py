@@ -21,7 +21,7 @@ from loglake.node.runner import BackgroundNode
 from loglake.streams.jetstream import JetStreamLog
 from tests.conftest import require_peer
 from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
-from tests.node.test_api_cluster import monitors, node_on
+from tests.node.conftest import background_node
 from tests.node.test_console_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
@@ -55,9 +55,9 @@ def test_the_cluster_page_shows_leases_leaders_and_the_sealer_lag(
     prefix = "con" + uuid.uuid4().hex[:8]
     errors: list[str] = []
     with NatsCluster(3) as nats3:
-        mon = monitors(nats3)
-        a = node_on(nats3.url, tmp_path / "a", prefix, nats_monitor=mon, seal_interval=3600)
-        b = node_on(nats3.url, tmp_path / "b", prefix, nats_monitor=mon, seal_interval=3600)
+        mon = nats3.monitor_urls
+        a = background_node(nats3.url, tmp_path / "a", prefix, nats_monitor=mon, seal_interval=3600)
+        b = background_node(nats3.url, tmp_path / "b", prefix, nats_monitor=mon, seal_interval=3600)
         log = JetStreamLog(nats3.url, prefix=prefix)
         try:
             log.create_stream_replicated("orders", None, 3)

@@ -20,9 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -37,72 +35,16 @@ from loglake.events.journal import stream_name as journal_stream
 from loglake.streams import StreamClient
 from loglake.streams.fence import is_claim
 from loglake.streams.jetstream import JetStreamLog
-from tests.conftest import require_peer
-from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
-from tests.procs import free_port, process
+from tests.nats_cluster import NatsCluster
+from tests.node.conftest import EVENTS_NS as NS
+from tests.node.conftest import NodeProcess, started_pair
+from tests.procs import process
+from tests.waiting import wait_until
 
 TTL = 2
-NS = "demo.events"
 
 
-@pytest.fixture(scope="module")
-def nats3() -> Iterator[NatsCluster]:
-    require_peer("nats-server", have_nats_server(), NATS_HINT)
-    c = NatsCluster(3).start()
-    yield c
-    c.close()
-
-
-def wait_until(probe, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := probe():
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
-class Node:
-    def __init__(self, root: Path, name: str, url: str, prefix: str, rate: float) -> None:
-        self.data = root / name
-        self.http, self.stream_port = free_port(), free_port()
-        self.cmd = [
-            sys.executable, "-m", "loglake.cli", "node", "--no-console",
-            "--data-dir", str(self.data), "--http-port", str(self.http),
-            "--streams-port", str(self.stream_port),
-            "--backend", url, "--replicas", "3", "--streams-nats-prefix", prefix,
-            "--streams-lease-ttl", str(TTL), "--streams-seal-interval", "0.5",
-            "--events-enabled", "--events-namespaces", NS, "--events-replay-rate", str(rate),
-            "--no-archives-enabled", "--no-sds-enabled", "--no-jobs-enabled",
-        ]  # fmt: skip
-        self.api: httpx.Client | None = None
-
-    def log(self) -> Any:
-        """The node's stderr, kept in a file beside its data dir (read it when a test fails)."""
-        return (self.data.parent / f"{self.data.name}.stderr").open("w")
-
-    def connect(self) -> httpx.Client:
-        token = (self.data / "node.token").read_text().strip()
-        self.api = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.http}",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-        return self.api
-
-    def publish(self, texts: list[str]) -> httpx.Response:
-        assert self.api is not None
-        return self.api.post(f"/api/events/namespaces/{NS}/events", json={"texts": texts})
-
-    def holds_events(self) -> bool:
-        """Whether this node runs the ICRC roles now (another holding the journal: 503); a
-        probe event is published when it does."""
-        r = self.publish(["probe"])
-        assert r.status_code in (200, 503), r.text
-        return r.status_code == 200
-
-
-def publish_many(node: Node, n: int) -> list[int]:
+def publish_many(node: NodeProcess, n: int) -> list[int]:
     """Publish ``n`` events (in calls of 600): more than one replay batch (500 in the node),
     so a paced replay of them runs for a while."""
     ids: list[int] = []
@@ -137,95 +79,90 @@ def test_node_a_sigkilled_mid_replay_node_b_takes_over_and_loses_nothing(
     nats3: NatsCluster, tmp_path: Path
 ) -> None:
     prefix = "fo" + uuid.uuid4().hex[:8]
-    a = Node(tmp_path, "a", nats3.url, prefix, rate=400)
-    b = Node(tmp_path, "b", nats3.url, prefix, rate=400)
-    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
-        a.connect()
-        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        with process(b.cmd, b.http, stderr=b.log()):
-            b.connect()
-            # B refuses what A holds, with a 503 that says why
-            r = b.publish(["too early"])
-            assert r.status_code == 503 and r.json()["error"] == "EventsElsewhere", r.text
+    a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=400)
+    b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=400)
+    with started_pair(a, b) as proc_a:
+        # B refuses what A holds, with a 503 that says why
+        r = b.publish(["too early"])
+        assert r.status_code == 503 and r.json()["error"] == "EventsElsewhere", r.text
 
-            # the stream service: records and a consumer index, acknowledged by A
-            with StreamClient(port=a.stream_port, timeout=30) as ca:
-                ca.create_stream("orders", 3)
-                for p in range(3):
-                    ca.push_many("orders", [b"o%d-%d" % (p, i) for i in range(10)], p)
-                ca.get_index("billing", "orders", 1)
-                ca.save_index("billing", "orders", 4, 1)
-                # Cardinal: a 12-block chain; a consumer takes part of it and commits
-                _, canonical = produce_chain(ca, "demo.chain", 12, partitions=2)
-                consumer = StreamConsumer(
-                    StreamTransport(ca),
-                    topics_for("demo.chain"),
-                    "chain-app",
-                    start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
-                )
-                chain: list[bytes] = []  # the application's view: updates applied in order
-                got_a: list[bytes] = []
-                for _ in range(40):
-                    for ev in consumer.poll(limit=4):
-                        got_a += apply(chain, ev)
-                    if len(got_a) >= 4:
-                        break
-                consumer.commit()
-            assert 4 <= len(got_a) < 12, len(got_a)
-
-            # ICRC: events missed by the subscriber, then a replay of them, paced (400
-            # events/s, batches of 500) to be running when A dies
-            missed = publish_many(a, 1200)
-            a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
-            rid = a.api.post(
-                "/api/events/replays",
-                json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
-            ).json()["id"]
-            wait_until(
-                lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
-                10,
-                "the replay running on A",
+        # the stream service: records and a consumer index, acknowledged by A
+        with StreamClient(port=a.stream_port, timeout=30) as ca:
+            ca.create_stream("orders", 3)
+            for p in range(3):
+                ca.push_many("orders", [b"o%d-%d" % (p, i) for i in range(10)], p)
+            ca.get_index("billing", "orders", 1)
+            ca.save_index("billing", "orders", 4, 1)
+            # Cardinal: a 12-block chain; a consumer takes part of it and commits
+            _, canonical = produce_chain(ca, "demo.chain", 12, partitions=2)
+            consumer = StreamConsumer(
+                StreamTransport(ca),
+                topics_for("demo.chain"),
+                "chain-app",
+                start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
             )
+            chain: list[bytes] = []  # the application's view: updates applied in order
+            got_a: list[bytes] = []
+            for _ in range(40):
+                for ev in consumer.poll(limit=4):
+                    got_a += apply(chain, ev)
+                if len(got_a) >= 4:
+                    break
+            consumer.commit()
+        assert 4 <= len(got_a) < 12, len(got_a)
 
-            proc_a.send_signal(signal.SIGKILL)
-            proc_a.wait(10)
-            killed = time.monotonic()
-            wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
-            took = time.monotonic() - killed
-            assert took <= TTL + 2, took
+        # ICRC: events missed by the subscriber, then a replay of them, paced (400
+        # events/s, batches of 500) to be running when A dies
+        missed = publish_many(a, 1200)
+        a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
+        rid = a.api.post(
+            "/api/events/replays",
+            json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
+        ).json()["id"]
+        wait_until(
+            lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
+            10,
+            "the replay running on A",
+        )
 
-            # B finishes the replay A was running, from the journal A wrote
-            rep = wait_until(
-                lambda: (
-                    (r := b.api.get(f"/api/events/replays/{rid}").json())["status"] == "completed"
-                    and r
-                ),
-                30,
-                "B completes the replay",
+        proc_a.send_signal(signal.SIGKILL)
+        proc_a.wait(10)
+        killed = time.monotonic()
+        wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
+        took = time.monotonic() - killed
+        assert took <= TTL + 2, took
+
+        # B finishes the replay A was running, from the journal A wrote
+        rep = wait_until(
+            lambda: (
+                (r := b.api.get(f"/api/events/replays/{rid}").json())["status"] == "completed" and r
+            ),
+            30,
+            "B completes the replay",
+        )
+        assert rep["sent"] == rep["expected"] == 1200, rep
+        assert b.publish(["after failover"]).status_code == 200
+
+        # every acknowledged record and the consumer index, through B
+        with StreamClient(port=b.stream_port, timeout=30) as cb:
+            for p in range(3):
+                assert [m.data for m in cb.pull("orders", 0, 100, p)] == [
+                    b"o%d-%d" % (p, i) for i in range(10)
+                ]
+            assert cb.get_index("billing", "orders", 1) == 4
+            # the Cardinal consumer resumes on B from its checkpoint: each block once
+            got_b: list[bytes] = []
+            consume_topic(
+                cb,
+                "demo.chain",
+                "chain-app",
+                idle_seconds=0.5,
+                on_event=lambda ev: got_b.extend(apply(chain, ev)),
             )
-            assert rep["sent"] == rep["expected"] == 1200, rep
-            assert b.publish(["after failover"]).status_code == 200
-
-            # every acknowledged record and the consumer index, through B
-            with StreamClient(port=b.stream_port, timeout=30) as cb:
-                for p in range(3):
-                    assert [m.data for m in cb.pull("orders", 0, 100, p)] == [
-                        b"o%d-%d" % (p, i) for i in range(10)
-                    ]
-                assert cb.get_index("billing", "orders", 1) == 4
-                # the Cardinal consumer resumes on B from its checkpoint: each block once
-                got_b: list[bytes] = []
-                consume_topic(
-                    cb,
-                    "demo.chain",
-                    "chain-app",
-                    idle_seconds=0.5,
-                    on_event=lambda ev: got_b.extend(apply(chain, ev)),
-                )
-            # no block delivered twice across the failover, and the chain is whole
-            assert len(set(got_a + got_b)) == len(got_a + got_b), "a block delivered twice"
-            assert chain == [blk.hash for blk in canonical]
-            print(f"B took the leases {took:.2f}s after A was SIGKILLed")
+        # no block delivered twice across the failover, and the chain is whole
+        assert len(set(got_a + got_b)) == len(got_a + got_b), "a block delivered twice"
+        assert chain == [blk.hash for blk in canonical]
+        print(f"B took the leases {took:.2f}s after A was SIGKILLed")
 
 
 @pytest.mark.slow
@@ -233,44 +170,40 @@ def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
     nats3: NatsCluster, tmp_path: Path
 ) -> None:
     prefix = "st" + uuid.uuid4().hex[:8]
-    a = Node(tmp_path, "a", nats3.url, prefix, rate=50)
-    b = Node(tmp_path, "b", nats3.url, prefix, rate=100_000)
-    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
-        a.connect()
-        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        with process(b.cmd, b.http, stderr=b.log()):
-            b.connect()
-            missed = publish_many(a, 1200)
-            a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
-            rid = a.api.post(
-                "/api/events/replays",
-                json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
-            ).json()["id"]
+    a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=50)
+    b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=100_000)
+    with started_pair(a, b) as proc_a:
+        missed = publish_many(a, 1200)
+        a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
+        rid = a.api.post(
+            "/api/events/replays",
+            json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
+        ).json()["id"]
+        wait_until(
+            lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
+            10,
+            "the replay running on A (50 events/s: A has work left when it stops)",
+        )
+        os.kill(proc_a.pid, signal.SIGSTOP)
+        try:
+            wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
             wait_until(
-                lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
-                10,
-                "the replay running on A (50 events/s: A has work left when it stops)",
+                lambda: b.api.get(f"/api/events/replays/{rid}").json()["status"] == "completed",
+                30,
+                "B completes the replay",
             )
-            os.kill(proc_a.pid, signal.SIGSTOP)
-            try:
-                wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
-                wait_until(
-                    lambda: b.api.get(f"/api/events/replays/{rid}").json()["status"] == "completed",
-                    30,
-                    "B completes the replay",
-                )
-                time.sleep(1.0)  # B idle: its journal is settled
-                before = journal(nats3.url, prefix)
-            finally:
-                os.kill(proc_a.pid, signal.SIGCONT)
-            time.sleep(TTL + 1)  # A runs again: its pump, its lease task, its publisher
-            after = journal(nats3.url, prefix)
-            assert after == before, f"{len(after) - len(before)} journal records after resume"
-            claims = [d for d in before if is_claim(d)]
-            assert len(claims) == 2  # A's at its start, B's at the takeover
-            assert proc_a.poll() is None  # A lives on, as a node that holds nothing
-            assert a.publish(["from A"]).status_code == 503
-            assert journal(nats3.url, prefix) == before
+            time.sleep(1.0)  # B idle: its journal is settled
+            before = journal(nats3.url, prefix)
+        finally:
+            os.kill(proc_a.pid, signal.SIGCONT)
+        time.sleep(TTL + 1)  # A runs again: its pump, its lease task, its publisher
+        after = journal(nats3.url, prefix)
+        assert after == before, f"{len(after) - len(before)} journal records after resume"
+        claims = [d for d in before if is_claim(d)]
+        assert len(claims) == 2  # A's at its start, B's at the takeover
+        assert proc_a.poll() is None  # A lives on, as a node that holds nothing
+        assert a.publish(["from A"]).status_code == 503
+        assert journal(nats3.url, prefix) == before
 
 
 @pytest.mark.slow
@@ -289,110 +222,106 @@ def test_the_five_protocol_walkthrough_on_a_then_a_killed_and_b_carries_every_pa
     prefix = "wk" + uuid.uuid4().hex[:8]
     parts = ["--sds-enabled", "--archives-enabled", "--archives-wait", "0"]
     parts += ["--archives-check-every", "1"]
-    a = Node(tmp_path, "a", nats3.url, prefix, rate=0)
-    b = Node(tmp_path, "b", nats3.url, prefix, rate=0)
+    a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=0)
+    b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=0)
     for n in (a, b):
         n.cmd = [x for x in n.cmd if x not in ("--no-archives-enabled", "--no-sds-enabled")]
         n.cmd += parts
     b.cmd += ["--sds-participants", "carol,dave"]  # a participant is one identity, one place
     console = Console(quiet=True)
-    with process(a.cmd, a.http, stderr=a.log()) as proc_a:
-        a.connect()
-        wait_until(a.holds_events, 15, "node A runs the ICRC roles")
-        with process(b.cmd, b.http, stderr=b.log()):
-            b.connect()
-            token_a = (a.data / "node.token").read_text().strip()
-            api_a = w.Api(f"http://127.0.0.1:{a.http}", token_a)
-            with StreamClient(port=a.stream_port, timeout=30) as ca:
-                s = {
-                    "streams": w._streams(console, api_a, ca),
-                    "icrc": w._icrc(console, api_a),
-                    "cardinal": w._cardinal(console, ca),
-                    "sds": w._sds(console, api_a),
-                    "archives": w._archives(console, api_a, ca),
-                }
-            assert s["streams"]["records"] == 30 and s["streams"]["consumer_lag"] == 6
-            assert s["icrc"]["replay_status"] == "completed" and s["icrc"]["replayed"] == 10
-            assert s["cardinal"]["reorgs"] >= 1 and s["sds"]["repaired"] >= 1
-            assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
 
-            proc_a.send_signal(signal.SIGKILL)
-            proc_a.wait(10)
-            killed = time.monotonic()
-            token_b = (b.data / "node.token").read_text().strip()
-            api_b = w.Api(f"http://127.0.0.1:{b.http}", token_b)
-            wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
-            took = time.monotonic() - killed
-            orders = api_b("GET", "/api/streams/demo.orders")
-            assert orders["records"] == 30
-            lag = api_b("GET", "/api/streams/demo.orders/consumers")
-            assert [(c["client_id"], c["index"], c["lag"]) for c in lag] == [("billing", 4, 6)]
-            replays = api_b("GET", "/api/events/replays")
-            assert [(r["status"], r["sent"]) for r in replays] == [("completed", 10)]
+    with started_pair(a, b) as proc_a:
+        token_a = (a.data / "node.token").read_text().strip()
+        api_a = w.Api(f"http://127.0.0.1:{a.http}", token_a)
+        with StreamClient(port=a.stream_port, timeout=30) as ca:
+            s = {
+                "streams": w._streams(console, api_a, ca),
+                "icrc": w._icrc(console, api_a),
+                "cardinal": w._cardinal(console, ca),
+                "sds": w._sds(console, api_a),
+                "archives": w._archives(console, api_a, ca),
+            }
+        assert s["streams"]["records"] == 30 and s["streams"]["consumer_lag"] == 6
+        assert s["icrc"]["replay_status"] == "completed" and s["icrc"]["replayed"] == 10
+        assert s["cardinal"]["reorgs"] >= 1 and s["sds"]["repaired"] >= 1
+        assert s["archives"]["archives"] == 1 and s["archives"]["fetched"] == 1
 
-            # SDS on B (its own participants, carol and dave, on the same channel): a message
-            # lost for dave is repaired from the channel's store after the failover
-            ch = api_b("GET", "/api/sds/channels")[0]["channel"]
-            path = f"/api/sds/channels/{ch}"
-            # (texts of their own: an SDS message id is the hash of its content)
-            texts = ["hi dave, on B", "lost on B", "did you get that, on B?"]
-            for text, lose in zip(texts, ([], ["dave"], []), strict=True):
-                api_b(
-                    "POST",
-                    f"{path}/messages",
-                    json={"sender": "carol", "text": text, "lose_for": lose},
-                )
+        proc_a.send_signal(signal.SIGKILL)
+        proc_a.wait(10)
+        killed = time.monotonic()
+        token_b = (b.data / "node.token").read_text().strip()
+        api_b = w.Api(f"http://127.0.0.1:{b.http}", token_b)
+        wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")
+        took = time.monotonic() - killed
+        orders = api_b("GET", "/api/streams/demo.orders")
+        assert orders["records"] == 30
+        lag = api_b("GET", "/api/streams/demo.orders/consumers")
+        assert [(c["client_id"], c["index"], c["lag"]) for c in lag] == [("billing", 4, 6)]
+        replays = api_b("GET", "/api/events/replays")
+        assert [(r["status"], r["sent"]) for r in replays] == [("completed", 10)]
 
-            def dave() -> dict:
-                states = api_b("GET", path)["participant_states"]
-                return next(p for p in states if p["id"] == "dave")
-
-            d = wait_until(
-                lambda: (d := dave())["repaired"] >= 1 and not d["missing"] and d,
-                60,
-                f"dave repairs the lost message on B ({api_b('GET', path)})",
+        # SDS on B (its own participants, carol and dave, on the same channel): a message
+        # lost for dave is repaired from the channel's store after the failover
+        ch = api_b("GET", "/api/sds/channels")[0]["channel"]
+        path = f"/api/sds/channels/{ch}"
+        # (texts of their own: an SDS message id is the hash of its content)
+        texts = ["hi dave, on B", "lost on B", "did you get that, on B?"]
+        for text, lose in zip(texts, ([], ["dave"], []), strict=True):
+            api_b(
+                "POST",
+                f"{path}/messages",
+                json={"sender": "carol", "text": text, "lose_for": lose},
             )
-            assert set(texts) <= {m["text"] for m in d["recent"]}
 
-            # archives on B: the control lease is B's now; messages of the current week,
-            # built early (partial), make a second archive that B's member fetches
-            info = api_b("GET", "/api/archives")
-            from loglake.archives import get_layout
+        def dave() -> dict:
+            states = api_b("GET", path)["participant_states"]
+            return next(p for p in states if p["id"] == "dave")
 
-            layout = get_layout("spec")
-            now = time.time_ns()
-            with StreamClient(port=b.stream_port, timeout=30) as cb:
-                cb.push_many(
-                    info["stream"],
-                    [
-                        layout.make_record(
-                            payload=f"after failover {i}".encode(),
-                            topic="/status/1/community-chat/proto",
-                            timestamp_ns=now - 3600 * 10**9 + i,
-                        )
-                        for i in range(20)
-                    ],
-                )
-            built = wait_until(
-                lambda: (
-                    (r := b.api.post("/api/archives/build", json={"partial": True})).status_code
-                    == 200
-                    and r.json()
-                ),
-                TTL + 2 + 5,
-                "B builds as the archives control node",
+        d = wait_until(
+            lambda: (d := dave())["repaired"] >= 1 and not d["missing"] and d,
+            60,
+            f"dave repairs the lost message on B ({api_b('GET', path)})",
+        )
+        assert set(texts) <= {m["text"] for m in d["recent"]}
+
+        # archives on B: the control lease is B's now; messages of the current week,
+        # built early (partial), make a second archive that B's member fetches
+        info = api_b("GET", "/api/archives")
+        from loglake.archives import get_layout
+
+        layout = get_layout("spec")
+        now = time.time_ns()
+        with StreamClient(port=b.stream_port, timeout=30) as cb:
+            cb.push_many(
+                info["stream"],
+                [
+                    layout.make_record(
+                        payload=f"after failover {i}".encode(),
+                        topic="/status/1/community-chat/proto",
+                        timestamp_ns=now - 3600 * 10**9 + i,
+                    )
+                    for i in range(20)
+                ],
             )
-            assert built["new_archives"] >= 1, built
-            got = wait_until(
-                lambda: (
-                    (m := api_b("GET", "/api/archives")["member"]) and len(m["archives"]) >= 2 and m
-                ),
-                90,
-                "B's member fetches the archive B built",
-            )
-            assert got["messages"] >= 120, got
-            assert not [*a.data.rglob("*.key"), *b.data.rglob("*.key")]  # keys: in the cluster
-            print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")
+        built = wait_until(
+            lambda: (
+                (r := b.api.post("/api/archives/build", json={"partial": True})).status_code == 200
+                and r.json()
+            ),
+            TTL + 2 + 5,
+            "B builds as the archives control node",
+        )
+        assert built["new_archives"] >= 1, built
+        got = wait_until(
+            lambda: (
+                (m := api_b("GET", "/api/archives")["member"]) and len(m["archives"]) >= 2 and m
+            ),
+            90,
+            "B's member fetches the archive B built",
+        )
+        assert got["messages"] >= 120, got
+        assert not [*a.data.rglob("*.key"), *b.data.rglob("*.key")]  # keys: in the cluster
+        print(f"B took the journal lease {took:.2f}s after A was SIGKILLed")
 
 
 @pytest.mark.parametrize("held", [True, False])
@@ -582,8 +511,8 @@ def test_an_sds_participant_runs_on_one_node_at_a_time_and_moves_when_its_node_d
     bob's reply that names one): the channel is healthy on both. A is SIGKILLed: B takes alice
     over within the lease TTL + 2 s and sends as her; carol delivers it."""
     prefix = "sd" + uuid.uuid4().hex[:8]
-    a = Node(tmp_path, "a", nats3.url, prefix, rate=0)
-    b = Node(tmp_path, "b", nats3.url, prefix, rate=0)
+    a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=0)
+    b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=0)
     for n, who in ((a, "alice,bob"), (b, "alice,carol")):
         n.cmd = [x for x in n.cmd if x not in ("--no-sds-enabled", "--events-enabled")]
         n.cmd += ["--no-events-enabled", "--sds-enabled", "--sds-participants", who]

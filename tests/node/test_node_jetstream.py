@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,20 +16,13 @@ from loglake.node.config import ConfigError, embedded_default, load_config
 from loglake.node.runner import BackgroundNode
 from loglake.node.walkthrough import run_walkthrough
 from loglake.streams.jetstream import JetStreamLog, _parse_key
-from tests.conftest import require_peer
-from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
+from tests.nats_cluster import NatsCluster
+from tests.node.conftest import background_node
+from tests.waiting import wait_until
 
 LOCAL_ONLY = {"node.token", "archives", "lake"}
 """What a node on JetStream keeps in its data dir: the token, the parts' caches, the sealed
 lake — no log, no identity keys (they are in the cluster's key bucket)."""
-
-
-@pytest.fixture(scope="module")
-def nats3() -> Iterator[NatsCluster]:
-    require_peer("nats-server", have_nats_server(), NATS_HINT)
-    c = NatsCluster(3).start()
-    yield c
-    c.close()
 
 
 def api(node: BackgroundNode) -> httpx.Client:
@@ -205,25 +197,6 @@ def test_index_keys_decode_back() -> None:
     assert _parse_key("cYmlsbGluZw.sZGVtby5vcmRlcnM.1") == ("billing", "demo.orders", 1)
 
 
-def node_on(nats3: NatsCluster, data_dir: Path, prefix: str) -> BackgroundNode:
-    cfg = load_config(
-        data={
-            "data_dir": str(data_dir),
-            "http": {"port": 0},
-            "streams": {
-                "port": 0,
-                "backend": nats3.url,
-                "replicas": 3,
-                "nats_prefix": prefix,
-                "lease_ttl": 2,
-                "seal_interval": 0.2,
-            },
-        },
-        env={},
-    )
-    return BackgroundNode(cfg, say=lambda _: None).start()
-
-
 def sealed(data_dir: Path, stream: str) -> int:
     """Records in the lake files the node's sealer wrote for ``stream``."""
     from loglake.log.lake import list_lake_files, visible_lake_files
@@ -233,21 +206,12 @@ def sealed(data_dir: Path, stream: str) -> int:
     return sum(f.last - f.first + 1 for f in files)
 
 
-def wait_until(probe, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := probe():
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
 def test_two_nodes_on_one_cluster_seal_once_and_hand_the_sealer_over(
     nats3: NatsCluster, tmp_path: Path
 ) -> None:
     prefix = "two" + uuid.uuid4().hex[:8]
-    a = node_on(nats3, tmp_path / "a", prefix)
-    b = node_on(nats3, tmp_path / "b", prefix)
+    a = background_node(nats3.url, tmp_path / "a", prefix, seal_interval=0.2)
+    b = background_node(nats3.url, tmp_path / "b", prefix, seal_interval=0.2)
     try:
         holder, other = wait_until(
             lambda: (

@@ -119,8 +119,11 @@ def test_a_cli_job_shows_progress_and_no_jvm_noise(tmp_path):
     import re
 
     from tests.pipeline.test_job_sds_audit import STREAM, simulated
+    from tests.pipeline.test_job_sds_audit_cluster import CLUSTER_CFG
 
-    simulated(tmp_path / "data")
+    # the smaller channel of the cluster test: what is checked here (the progress line, no JVM
+    # noise) does not depend on the channel's size, and the job's cost is mostly Spark's
+    simulated(tmp_path / "data", CLUSTER_CFG)
     args = ["job", "sds-audit", "--data-dir", str(tmp_path / "data"), "--stream", STREAM]
     r = subprocess.run(
         [sys.executable, "-m", "loglake.cli", *args, "--out", str(tmp_path / "out")],

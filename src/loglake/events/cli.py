@@ -184,6 +184,14 @@ def whoami(key: str) -> None:
     help="(publisher) events a second one replay is sent at, at most (default: no limit).",
 )
 @click.option(
+    "--max-unconfirmed",
+    type=click.IntRange(min=1),
+    default=200_000,
+    show_default=True,
+    help="(broadcaster) unconfirmed notifications one subscriber may have; events beyond that "
+    "are answered Busy and the publisher sends them again later.",
+)
+@click.option(
     "--max-body-bytes",
     type=click.IntRange(min=1024),
     default=8 * 1024 * 1024,
@@ -210,6 +218,7 @@ def serve(
     batch_size: int,
     throttle_ms: float,
     replay_rate: float | None,
+    max_unconfirmed: int,
     max_body_bytes: int,
 ) -> None:
     """Run one role over HTTP until interrupted."""
@@ -260,7 +269,7 @@ def serve(
             except ValueError as e:
                 raise CliError(str(e)) from e
         elif role == "broadcaster":
-            core = Broadcaster(me, orch)
+            core = Broadcaster(me, orch, max_unconfirmed=max_unconfirmed)
         elif role == "publisher":
             # throttled: one batch in flight, then the pause (calls to one role are pipelined,
             # so several batches in flight would leave together and the pause throttle nothing)
