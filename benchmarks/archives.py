@@ -230,7 +230,9 @@ def main() -> None:
     ap.add_argument("--payload", type=int, default=300)
     ap.add_argument("--layout", choices=["spec", "status-go"], default="spec")
     ap.add_argument("--no-fetch", action="store_true")
-    ap.add_argument("--no-control", action="store_true", help="skip the control-node build")
+    ap.add_argument(
+        "--no-control", action="store_true", help="skip the control-node build (also in --job)"
+    )
     ap.add_argument("--budget", type=float, default=180.0, help="seconds per fetch client")
     ap.add_argument("--job", action="store_true", help="job archives-build vs ControlNode")
     ap.add_argument("--weeks", type=int, default=52, help="--job: weeks of the catch-up")
@@ -239,6 +241,13 @@ def main() -> None:
     ap.add_argument("--no-many", action="store_true", help="--job: skip the many-communities run")
     ap.add_argument("--no-catchup", action="store_true", help="--job: skip the catch-up run")
     ap.add_argument("--tmp", default=None, help="--job: folder for the streams and outputs")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="--job: the catch-up stream's data dir, written if absent and kept (so runs of "
+        "two source trees, alternated, read the same lake)",
+    )
+    ap.add_argument("--runs", type=int, default=1, help="--job: job + write floor pairs")
     ap.add_argument("--decode", action="store_true", help="the job's decoder vs decode_record")
     ap.add_argument("--batch", type=int, default=10_000, help="--decode: records per batch")
     args = ap.parse_args()
@@ -408,6 +417,105 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def catchup(args, layout, spark, tmp: Path, n: int) -> None:
+    """The catch-up run: ``--runs`` pairs of (job into a new root, its ``data`` written once
+    more and fdatasync'd), beside ``ControlNode`` end to end unless ``--no-control``."""
+    from coincurve import PrivateKey
+
+    from loglake.archives.signing import community_id
+    from loglake.pipeline.jobs.archives_build import ArchivesBuildOptions, Community, run
+
+    weeks = args.weeks
+    now = START + weeks * WINDOW_NS + 1
+    data_dir = Path(args.data) if args.data else tmp / "data"
+    if not data_dir.exists() or not any(data_dir.iterdir()):
+        t0 = time.perf_counter()
+        write_community_stream(data_dir, "community", layout, n, weeks, args.payload)
+        console.print(
+            f"wrote {n:,} messages over {weeks} weeks in {time.perf_counter() - t0:.1f} s"
+        )
+    else:
+        console.print(f"reading the stream already in {data_dir} (--data)")
+    key = PrivateKey(hashlib.sha256(b"loglake archives benchmark").digest())  # fixed: the
+    # info hash of one run compares with another's (two source trees, alternated)
+    cid = community_id(key)
+    c = None
+    if not args.no_control:
+        c = control_end_to_end(data_dir, tmp / "control", key, layout, "community", now)
+    opts = [
+        ArchivesBuildOptions(
+            str(data_dir),
+            str(tmp / f"job-{i}"),
+            (Community("community", cid),),
+            layout=layout.name,
+            now_ns=now,
+        )
+        for i in range(args.runs)
+    ]
+    for i, o in enumerate(opts):
+        console.print(f"load average {load()} before job run {i + 1}")
+        t0 = time.perf_counter()
+        rep = run(spark, o)
+        t_job = time.perf_counter() - t0
+        out = Path(o.root)
+        data = out / cid / "data"
+        torrent = (out / f"{cid}.torrent").read_bytes()
+        same = "no ControlNode" if c is None else str(torrent == c["torrent"])
+        t_write = write_floor(data)
+        sha1 = sha1_piece_rate(data)
+        mb = data.stat().st_size / 1e6
+        t = Table(
+            title=f"{weeks}-week catch-up, {n:,} messages × {args.payload} B, "
+            f"layout={layout.name}: {mb:,.0f} MB of data, {rep.new_archives} archives"
+        )
+        for col in ("what", "s", "MB/s", "msgs/s", "note"):
+            t.add_column(col, justify="left" if col in ("what", "note") else "right")
+        if c is not None:
+            t.add_row(
+                "ControlNode end to end",
+                f"{c['total_s']:.1f}",
+                f"{mb / c['total_s']:.0f}",
+                f"{n / c['total_s']:,.0f}",
+                f"ingest {c['ingest_s']:.1f} s + build {c['build_s']:.1f} s",
+            )
+            t.add_row(
+                "ControlNode build only",
+                f"{c['build_s']:.1f}",
+                f"{mb / c['build_s']:.0f}",
+                f"{n / c['build_s']:,.0f}",
+                "SQLite store → files",
+            )
+        secs = ", ".join(f"{k} {v:.1f}" for k, v in rep.seconds.items() if k != "total")
+        t.add_row(
+            "job archives-build, local[*]",
+            f"{t_job:.1f}",
+            f"{mb / t_job:.0f}",
+            f"{n / t_job:,.0f}",
+            f"{secs}; identical: {same}; info hash {rep.communities[0].info_hash}",
+        )
+        t.add_row("SHA-1 per 100 KiB piece", "", f"{sha1:.0f}", "", "same data, same run")
+        t.add_row(
+            "data written once + fdatasync",
+            f"{t_write:.1f}",
+            f"{mb / t_write:.0f}",
+            "",
+            "a kernel copy of the job's data: the floor under any build on this disk",
+        )
+        console.print(t)
+        vs_control = (
+            "" if c is None else f"job / ControlNode = {c['total_s'] / t_job:.1f}× (target ≥ 4×); "
+        )
+        console.print(
+            f"{vs_control}job / write floor = {t_write / t_job:.0%} (target ≥ 50%: the job in "
+            f"≤ {2 * t_write:.1f} s); job / SHA-1 piece rate = {mb / t_job / sha1:.0%}; "
+            f"load average {load()}"
+        )
+        shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(tmp / "control", ignore_errors=True)
+    if not args.data:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def main_job(args, layout) -> None:
     from coincurve import PrivateKey
 
@@ -425,77 +533,7 @@ def main_job(args, layout) -> None:
             f"Spark {spark.sparkContext.master} started in {time.perf_counter() - t0:.1f} s"
         )
         if not args.no_catchup:
-            weeks = args.weeks
-            now = START + weeks * WINDOW_NS + 1
-            data_dir = tmp / "data"
-            t0 = time.perf_counter()
-            write_community_stream(data_dir, "community", layout, n, weeks, args.payload)
-            console.print(
-                f"wrote {n:,} messages over {weeks} weeks in {time.perf_counter() - t0:.1f} s"
-            )
-            key = PrivateKey()
-            cid = community_id(key)
-            c = control_end_to_end(data_dir, tmp / "control", key, layout, "community", now)
-            opts = ArchivesBuildOptions(
-                str(data_dir),
-                str(tmp / "job"),
-                (Community("community", cid),),
-                layout=layout.name,
-                now_ns=now,
-            )
-            t0 = time.perf_counter()
-            rep = run(spark, opts)
-            t_job = time.perf_counter() - t0
-            same = (tmp / "job" / f"{cid}.torrent").read_bytes() == c["torrent"]
-            sha1 = sha1_piece_rate(tmp / "job" / cid / "data")
-            t_write = write_floor(tmp / "job" / cid / "data")
-            mb = c["bytes"] / 1e6
-            t = Table(
-                title=f"{weeks}-week catch-up, {n:,} messages × {args.payload} B, "
-                f"layout={layout.name}: {mb:,.0f} MB of data, {rep.new_archives} archives"
-            )
-            for col in ("what", "s", "MB/s", "msgs/s", "note"):
-                t.add_column(col, justify="left" if col in ("what", "note") else "right")
-            ctl_rate = mb / c["total_s"]
-            t.add_row(
-                "ControlNode end to end",
-                f"{c['total_s']:.1f}",
-                f"{ctl_rate:.0f}",
-                f"{n / c['total_s']:,.0f}",
-                f"ingest {c['ingest_s']:.1f} s + build {c['build_s']:.1f} s",
-            )
-            t.add_row(
-                "ControlNode build only",
-                f"{c['build_s']:.1f}",
-                f"{mb / c['build_s']:.0f}",
-                f"{n / c['build_s']:,.0f}",
-                "SQLite store → files",
-            )
-            secs = ", ".join(f"{k} {v:.1f}" for k, v in rep.seconds.items() if k != "total")
-            t.add_row(
-                "job archives-build, local[*]",
-                f"{t_job:.1f}",
-                f"{mb / t_job:.0f}",
-                f"{n / t_job:,.0f}",
-                f"{secs}; identical: {same}",
-            )
-            t.add_row("SHA-1 per 100 KiB piece", "", f"{sha1:.0f}", "", "same data, same run")
-            t.add_row(
-                "data written once + fdatasync",
-                f"{t_write:.1f}",
-                f"{mb / t_write:.0f}",
-                "",
-                "a kernel copy of the job's data: the floor under any build on this disk",
-            )
-            console.print(t)
-            console.print(
-                f"job / ControlNode = {c['total_s'] / t_job:.1f}× (target ≥ 4×); "
-                f"job / SHA-1 piece rate = {mb / t_job / sha1:.0%} (target ≥ 50%: the job "
-                f"in ≤ {2 * mb / sha1:.1f} s, of which writing the data once takes "
-                f"{t_write:.1f} s here); load average {load()}"
-            )
-            shutil.rmtree(tmp / "control", ignore_errors=True)
-            shutil.rmtree(data_dir, ignore_errors=True)
+            catchup(args, layout, spark, tmp, n)
         if not args.no_many:
             k, per = args.communities, args.per_community
             data_dir = tmp / "many"

@@ -15,9 +15,9 @@ from loglake.pipeline.errors import JobFailed
 from loglake.pipeline.jobs import archives_build as ab
 from tests.archives.helpers import DAY, START, WEEK
 from tests.pipeline.test_job_archives_build import (
+    CID,
     assert_same,
     control_build,
-    job,
     staging_empty,
     write_weeks,
 )
@@ -84,11 +84,28 @@ def test_one_window_per_task_gives_the_control_nodes_bytes(
     write_weeks(data, "c", layout, range(0, 4), per_week=30)
     monkeypatch.setattr(ab, "TASK_RECORDS", (1, 1))  # every window its own task
     now = START + 4 * WEEK + DAY
-    rep = job(spark, data, tmp_path / "job", layout_name, now)
+    seen: dict[str, object] = {}
+
+    def fault(point: str) -> None:
+        """After the build: what the build tasks left in the staging folder."""
+        if point == "parts":
+            base = tmp_path / "job" / ab.STAGING_DIR
+            seen["parts"] = sorted(f.name for d in base.glob("_parts-*") for f in d.iterdir())
+            staged = base / CID / "data"
+            seen["staged"] = staged.stat().st_size if staged.exists() else None
+
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), layout=layout_name, now_ns=now
+    )
+    rep = ab.run(spark, opts, fault=fault)
     out = control_build(data, tmp_path / "ctl", "c", layout, now)
     assert_same(tmp_path / "job", tmp_path / "ctl")
     assert rep.new_archives == len(out.new) and rep.communities[0].records == 4 * 30
     assert staging_empty(tmp_path / "job")
+    if layout_name == "spec":  # sized by the driver: written in place, no part file
+        assert seen == {"parts": [], "staged": rep.communities[0].data_bytes}
+    else:  # status-go: a part file per task, copied in by the driver
+        assert len(seen["parts"]) == 4 and seen["staged"] is None  # type: ignore[arg-type]
 
 
 def test_framed_records_are_frame_parts_joined():
@@ -111,6 +128,24 @@ def test_framed_records_are_frame_parts_joined():
         assert bytes(ab._data_view(framed)) == b"".join(frame_parts(part.to_pylist())[0])
     assert ab._framed(pa.array([bytes(1 << 21)], pa.binary())) is None
     assert ab._framed(pa.array([b"x"], pa.large_binary())) is None
+
+
+def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, monkeypatch):
+    """A build task's archive goes to its offset in the shared staged file whatever the
+    number of buffers (groups of ``IOV_MAX``), leaving the bytes around it as they were."""
+    import os
+
+    monkeypatch.setattr(ab.fs, "IOV_MAX", 3)
+    parts = [bytes([i]) * (i % 5) for i in range(20)] + [memoryview(b"tail")]
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        ab._pwritev_all(fd, parts, 10)
+    finally:
+        os.close(fd)
+    body = b"".join(bytes(p) for p in parts)
+    assert path.read_bytes() == b"x" * 10 + body + b"x" * (90 - len(body))
 
 
 def _lake(data_dir: Path, first: int, last: int) -> Path:

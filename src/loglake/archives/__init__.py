@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         CorruptArchive,
         TorrentTimeout,
     )
-    from loglake.archives.layout import Layout, get_layout, padding_field
+    from loglake.archives.layout import Layout, frame_parts, get_layout, padding_field
     from loglake.archives.member import MemberCore
     from loglake.archives.member_node import FetchReport, MemberNode, fetch_archives
     from loglake.archives.messages import ArchiveMetadata, IndexEntry
@@ -64,6 +64,7 @@ _FACE = {
     "community_id": "loglake.archives.signing",
     "decode_waku_batch": "loglake.archives.columnar",
     "fetch_archives": "loglake.archives.member_node",
+    "frame_parts": "loglake.archives.layout",
     "get_layout": "loglake.archives.layout",
     "load_private_key": "loglake.archives.signing",
     "padding_field": "loglake.archives.layout",
@@ -99,6 +100,7 @@ __all__ = [
     "community_id",
     "decode_waku_batch",
     "fetch_archives",
+    "frame_parts",
     "get_layout",
     "load_private_key",
     "padding_field",

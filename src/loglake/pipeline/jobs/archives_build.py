@@ -18,14 +18,18 @@ send back only small results. Two stages, one read and one decode of every recor
   windows are planned from the oldest message); the unit's good records stay, decoded and in
   the store's order (time, then index), in an Arrow IPC spill file (a lake file's without the
   record bytes, which the build reads again from Parquet);
+- plan (driver, spec layout): every archive sized before any is built, from the spills' time,
+  framed size and topic codes (``_plan_direct``: metadata, layout head, padding), each build
+  task given its offset in the community's staged ``data``, made that long;
 - build, one call per group of whole consecutive windows of one community (about a quarter of
   the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
-  ``_build_spec`` (the layout's archive head, the records framed in C, ``padding_field``: no
-  Python object per record), otherwise by the archives part's sans-I/O ``ArchiveBuilder``
-  (framing, padding, status-go chunks) — every archive padded to whole pieces, so a task's
-  pieces and SHA-1 hashes do not depend on any other task; the bytes written to a part file
-  by the task itself.
+  ``_build_direct`` (the layout's archive head, the records framed in C, ``padding_field``: no
+  Python object per record), written with one ``pwritev`` per archive at its planned offset
+  in the staged ``data``; otherwise (status-go, ``--topic``) by the archives part's sans-I/O
+  ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
+  in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
+  depend on any other task.
 
 This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
 tasks; spills and part files under ``root`` are written by one task and read by another
@@ -50,12 +54,12 @@ archive), so it neither rebuilds nor re-exports.
 
 Atomic and re-runnable (a job killed midway leaves no partial archive visible):
 
-1. Scan tasks write their spills and build tasks their windows' archive bytes to
+1. Scan tasks write their spills (and build tasks of the general path their part files) to
    ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run).
 2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
    ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
-   with ``copy_file_range``, then each window's part), ``index``, ``torrent``, ``magnet``; every
-   file and folder fsync'd.
+   with ``copy_file_range``, then the new archives: written in place by the build tasks, or
+   each part copied in), ``index``, ``torrent``, ``magnet``; every file and folder fsync'd.
 3. ``COMMIT`` (a JSON plan, written atomically: ``fs.replace_file_atomic``) is the commit point.
 4. Roll forward: ``data``, then ``index``, then the torrent, then the magnet are renamed into
    place (each folder fsync'd). Between the first two renames a reader sees the old index over a
@@ -75,6 +79,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import fcntl
 import fnmatch
 import json
@@ -281,7 +286,17 @@ def _spill_path(spill_dir: str, sid: int, u: Unit) -> str:
     return os.path.join(spill_dir, f"s-{sid}-{u.start}.arrow")
 
 
-_SPILL_COLUMNS = ("index", "ts", "topic", "cap", "data")
+_SPILL_COLUMNS = ("index", "ts", "topic", "cap", "flen", "data")
+"""A spill's columns: stream index, message time, topic (dictionary-encoded: one dictionary
+per spill), cap (payload size), flen (the record's size framed in an archive: tag, varint
+length, record; the driver sizes every archive from it before any is built) and, for a live
+range only, the record's bytes."""
+
+
+def _framed_len(lens: np.ndarray) -> np.ndarray:
+    """``len(b"\x1a" + varint(n) + record)`` for records of ``lens`` bytes."""
+    v = lens.astype(np.int64)
+    return 2 + v + (v >= 1 << 7) + (v >= 1 << 14) + (v >= 1 << 21) + (v >= 1 << 28)
 
 
 def _scan_task(
@@ -316,10 +331,14 @@ def _scan_task(
                 sel = np.flatnonzero(good)
                 idx, ts, cap = idx[sel], ts[sel], cap[sel]
                 topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
+            offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
+            flen = _framed_len(np.diff(offs[col.offset :]))
             keep.append(
                 pa.RecordBatch.from_arrays(
-                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), col][: 4 if u.path else 5],
-                    names=list(_SPILL_COLUMNS)[: 4 if u.path else 5],
+                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), pa.array(flen), col][
+                        : 5 if u.path else 6
+                    ],
+                    names=list(_SPILL_COLUMNS)[: 5 if u.path else 6],
                 )
             )
             bucket = ts // BUCKET_NS
@@ -352,13 +371,15 @@ def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
 
     ts = np.concatenate([b.column(1).to_numpy() for b in batches])
     idx = np.concatenate([b.column(0).to_numpy() for b in batches])
+    table = pa.Table.from_batches(batches)
     if _out_of_order(ts, idx):
-        table = pa.Table.from_batches(batches).take(pa.array(np.lexsort((idx, ts))))
-        batches = table.combine_chunks().to_batches()
+        table = table.take(pa.array(np.lexsort((idx, ts))))
+    # one batch, its topics one dictionary: the driver sizes archives from its codes
+    table = table.combine_chunks()
+    table = table.set_column(2, "topic", table.column(2).dictionary_encode().combine_chunks())
     tmp = f"{path}.tmp"
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batches[0].schema) as w:
-        for b in batches:
-            w.write_batch(b)
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
     os.replace(tmp, path)
 
 
@@ -381,6 +402,20 @@ class _BuildTask:
     units: tuple[Unit, ...]
     lo: int
     hi: int
+    place: _Place | None = None
+    """Where the task writes its archives when the driver sized them (``_plan_direct``)."""
+
+
+@dataclass(frozen=True)
+class _Place:
+    """A build task's archives, sized by the driver from the spills: the staged ``data`` file
+    they go into, the offset of the first, and each one's metadata and size (windows without
+    a record have no archive)."""
+
+    path: str
+    offset: int
+    archives: tuple[tuple[Any, int], ...]
+    """``(ArchiveMetadata, size)`` per non-empty window of the task, in window order."""
 
 
 def _build_task(
@@ -399,6 +434,12 @@ def _build_task(
         import pyarrow as pa
 
         frm, to = t.windows[0][0], t.windows[-1][1]
+        # the sized path needs no topic (the driver put them in each archive's metadata)
+        names = (
+            ["index", "ts", "data"]
+            if t.place is not None
+            else ["index", "ts", "topic", "cap", "data"]
+        )
         tables = []
         for u in t.units:
             path = _spill_path(spill_dir, t.sid, u)
@@ -406,32 +447,35 @@ def _build_task(
                 continue
             with pa.memory_map(path) as src:
                 table = pa.ipc.open_file(src).read_all()
-            ts = table.column(1).to_numpy()
+            ts = table.column("ts").to_numpy()
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
             if z > a:
                 part = table.slice(a, z - a)
-                if part.num_columns < len(_SPILL_COLUMNS):  # a lake file's: bytes from Parquet
+                if "data" not in part.column_names:  # a lake file's: bytes from Parquet
                     part = part.append_column("data", _lake_data(data_dir, u, part.column(0)))
-                tables.append(part)
+                if "topic" in names:  # each spill has its own dictionary: plain values
+                    topic = part.column("topic")
+                    part = part.set_column(
+                        part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
+                    )
+                tables.append(part.select(names))
         layout = get_layout(layout_name)
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
-            ts = table.column(1).to_numpy()
-            if _out_of_order(ts, table.column(0).to_numpy()):
-                order = np.lexsort((table.column(0).to_numpy(), ts))  # the store's order
+            ts = table.column("ts").to_numpy()
+            if _out_of_order(ts, table.column("index").to_numpy()):
+                order = np.lexsort((table.column("index").to_numpy(), ts))  # the store's order
                 table = table.take(pa.array(order))
-        if table is not None and topics is None and layout.max_archive_bytes is None:
-            framed = _build_spec(layout, t.sid, t.group, list(t.windows), table, parts_dir)
-            if framed is not None:
-                return framed
+        if t.place is not None:
+            return _build_direct(layout, t, table)
         rows: list[Any] = []
         if table is not None:
             rows = list(
                 zip(
-                    table.column(1).to_numpy().tolist(),
-                    table.column(2).to_pylist(),
-                    table.column(4).to_pylist(),
-                    table.column(3).to_numpy().tolist(),
+                    table.column("ts").to_numpy().tolist(),
+                    table.column("topic").to_pylist(),
+                    table.column("data").to_pylist(),
+                    table.column("cap").to_numpy().tolist(),
                     strict=True,
                 )
             )
@@ -460,6 +504,84 @@ def _lake_data(data_dir: str, u: Unit, index: pa.ChunkedArray) -> pa.ChunkedArra
     ):
         raise JobFailed(f"lake file {u.path} changed during the job (index range {lo}..{hi})")
     return data.take(pa.array(pos))
+
+
+def _plan_direct(
+    root: Path,
+    layout: Layout,
+    states: list[_State],
+    windows: Mapping[int, list[tuple[int, int]]],
+    tasks: list[_BuildTask],
+    units: Mapping[int, list[Unit]],
+    spill_dir: str,
+) -> tuple[list[_BuildTask], dict[int, Path]]:
+    """Every archive of the spec layout sized before any is built, from the spills' time,
+    framed size and topic codes (memory-mapped; no record bytes read): per window its
+    metadata (the window's topics, sorted) and size (the layout's head + framed records +
+    ``padding_field``); then each task's offset by prefix sum, and the community's staged
+    ``data`` made that long (``_open_stage``). The tasks come back with their ``_Place``;
+    a community whose head is not the shape this assumes keeps the part files."""
+    import pyarrow as pa
+
+    from loglake.archives import ArchiveMetadata, padding_field
+
+    staged: dict[int, Path] = {}
+    out: list[_BuildTask] = []
+    by_sid: dict[int, list[_BuildTask]] = {}
+    for t in tasks:
+        by_sid.setdefault(t.sid, []).append(t)
+    for sid, ts_ in by_sid.items():
+        ws = windows[sid]
+        frm = np.array([w[0] for w in ws], dtype=np.int64)
+        to = np.array([w[1] for w in ws], dtype=np.int64)
+        body = np.zeros(len(ws), dtype=np.int64)
+        count = np.zeros(len(ws), dtype=np.int64)
+        topics: list[set[Any]] = [set() for _ in ws]
+        for u in units[sid]:
+            path = _spill_path(spill_dir, sid, u)
+            if not os.path.exists(path):  # no good record in this unit
+                continue
+            with pa.memory_map(path) as src:
+                table = pa.ipc.open_file(src).read_all()
+            ts = table.column("ts").to_numpy()
+            csum = np.zeros(len(ts) + 1, dtype=np.int64)
+            np.cumsum(table.column("flen").to_numpy(), out=csum[1:])
+            a, z = np.searchsorted(ts, frm, side="left"), np.searchsorted(ts, to, side="left")
+            body += csum[z] - csum[a]
+            count += z - a
+            topic = table.column("topic").combine_chunks()
+            codes = topic.indices.to_numpy()
+            names = topic.dictionary.to_pylist()
+            for k in np.flatnonzero(z > a).tolist():
+                topics[k].update(names[c] for c in np.unique(codes[a[k] : z[k]]).tolist())
+        sizes: dict[int, tuple[Any, int]] = {}
+        for k in np.flatnonzero(count).tolist():
+            meta = ArchiveMetadata(
+                ws[k][0], ws[k][1], tuple(sorted(topics[k])), layout.archive_version
+            )
+            empty = layout.encode_archive(meta, [], 0)
+            if len(empty.parts) != 2 or empty.trailing_zeros:
+                break  # not the shape _build_direct writes: part files for this community
+            n = len(empty.parts[0]) + int(body[k])
+            sizes[k] = (meta, n + len(padding_field(n, layout.piece_length)))
+        else:
+            index = {w: k for k, w in enumerate(ws)}
+            base = states[sid].indexed_end
+            for t in ts_:
+                archives = tuple(sizes[index[w]] for w in t.windows if index[w] in sizes)
+                out.append(dataclasses.replace(t, place=_Place("", base, archives)))
+                base += sum(size for _, size in archives)
+            stage = _open_stage(root, states[sid], base)
+            staged[sid] = stage
+            path = str(stage / "data")
+            out[-len(ts_) :] = [
+                dataclasses.replace(t, place=dataclasses.replace(t.place, path=path))
+                for t in out[-len(ts_) :]
+                if t.place is not None
+            ]
+            continue
+        out += ts_
+    return out, staged
 
 
 def _in_groups(items: Sequence[Any], sizes: Sequence[int], n: int) -> list[list[Any]]:
@@ -601,69 +723,93 @@ def _data_view(framed: pa.Array) -> memoryview:
     return memoryview(buf)[a:z] if buf is not None else memoryview(b"")
 
 
-def _build_spec(
-    layout: Layout,
-    sid: int,
-    w: int,
-    windows: list[tuple[int, int]],
-    table: pa.Table,
-    parts_dir: str,
-) -> dict[str, Any] | None:
-    """``_build_window`` for the spec layout without a Python object per record (why: turning
-    every record into ``bytes`` and framing them one by one was most of the build): per
-    window, the archive is the layout's head for its metadata (``encode_archive`` of no
-    records), the framed records (``_framed``, C) and ``padding_field``; pieces hashed from
-    those three buffers, which are written with ``writev``. The same bytes as
-    ``ArchiveBuilder.build`` (one archive per non-empty window, topics the window's own,
-    sorted); None (use ``_build_window``) for what ``_framed`` does not handle."""
-    import pyarrow.compute as pc
+def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict[str, Any]:
+    """The archives of a task the driver sized (``_plan_direct``), written straight into the
+    staged ``data`` at their offsets: per window, the layout's head for the metadata the
+    driver chose, the records framed in C (``_framed``; ``frame_parts`` for what it does not
+    handle) and ``padding_field``; pieces hashed from those buffers, which go to the file in
+    one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build`` (one archive per
+    non-empty window, its topics sorted); an archive whose size is not the planned one (the
+    spills changed under the job) fails the job. Why: part files copied into the staged
+    ``data`` wrote every byte twice, and at 10 M records the copies reached the disk."""
+    from loglake.archives import frame_parts, padding_field
 
-    from loglake.archives import ArchiveMetadata, padding_field
-
-    ts = table.column(1).to_numpy()
+    assert t.place is not None
+    place = t.place
     hashes = PieceHashes(layout.piece_length)
-    archives: list[tuple[list[Any], Any]] = []
-    for frm, to in windows:
-        a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
-        if z <= a:
-            continue
-        win = table.slice(a, z - a)
-        tops = tuple(sorted(set(pc.unique(win.column(2)).to_pylist())))
-        meta = ArchiveMetadata(frm, to, tops, layout.archive_version)
-        empty = layout.encode_archive(meta, [], hashes.data_size)
-        if len(empty.parts) != 2 or empty.trailing_zeros:
-            return None  # not the shape this path assumes: the general path
-        head = empty.parts[0]
-        body: list[Any] = [head]
-        for chunk in win.column(4).chunks:
-            framed = _framed(chunk)
-            if framed is None:
-                return None
-            body.append(_data_view(framed))
-        body_len = sum(map(len, body))
-        body.append(padding_field(body_len, layout.piece_length))
-        size = body_len + len(body[-1])
-        entry = layout.make_entry(meta, hashes.data_size, size, 0)
-        hashes.extend_parts(body, size, 0)
-        archives.append((body, entry))
-    path = os.path.join(parts_dir, f"{sid}-{w}")
-    if archives:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for body, _ in archives:
-                fs.writev_all(fd, body)
-        finally:
-            os.close(fd)
-    entries = [(e.metadata, e.offset, e.size, e.padding) for _, e in archives]
+    ts = table.column("ts").to_numpy() if table is not None else np.zeros(0, np.int64)
+    entries: list[tuple[Any, int, int, int]] = []
+    todo = iter(place.archives)
+    fd = os.open(place.path, os.O_WRONLY)
+    try:
+        for frm, to in t.windows:
+            a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
+            if z <= a or table is None:
+                continue
+            planned = next(todo, None)
+            if planned is None:
+                raise JobFailed(
+                    f"window {frm}..{to} has records the plan did not count: the scan's spill "
+                    "changed during the job"
+                )
+            meta, size = planned
+            empty = layout.encode_archive(meta, [], 0)
+            body: list[Any] = [empty.parts[0]]
+            for chunk in table.column("data").slice(a, z - a).chunks:
+                framed = _framed(chunk)
+                if framed is None:
+                    body += frame_parts(chunk.to_pylist())[0]
+                else:
+                    body.append(_data_view(framed))
+            body_len = sum(map(len, body))
+            body.append(padding_field(body_len, layout.piece_length))
+            if body_len + len(body[-1]) != size:
+                raise JobFailed(
+                    f"archive of window {frm}..{to} is {body_len + len(body[-1])} bytes, "
+                    f"planned {size}: the scan's spill changed during the job"
+                )
+            off = place.offset + hashes.data_size
+            hashes.extend_parts(body, size, 0)
+            _pwritev_all(fd, body, off)
+            entries.append((meta, off - place.offset, size, 0))
+    finally:
+        os.close(fd)
+    if next(todo, None) is not None:
+        raise JobFailed(f"task {t.group} of stream {t.sid} built fewer archives than planned")
     return {
-        "sid": sid,
-        "w": w,
-        "path": path if archives else "",
+        "sid": t.sid,
+        "w": t.group,
+        "path": "",
         "nbytes": hashes.data_size,
         "hashes": b"".join(hashes.hashes),
         "entries": pickle.dumps(entries),
-        "records": len(table),
+        "records": 0 if table is None else len(table),
     }
+
+
+def _pwritev_all(fd: int, parts: Sequence[Any], offset: int) -> None:
+    """``parts`` written at ``offset`` with ``pwritev`` (``IOV_MAX`` buffers a call; a short
+    write continues from where it stopped). A task's archives go to their own offsets in the
+    one staged file, so tasks need no order among them."""
+    start = 0
+    while start < len(parts):
+        group = parts[start : start + fs.IOV_MAX]
+        want = sum(map(len, group))
+        n = os.pwritev(fd, group, offset)
+        if n <= 0 and want:
+            raise OSError(f"pwritev returned {n}")
+        offset += n
+        if n == want:
+            start += len(group)
+            continue
+        for i, part in enumerate(group):  # short: finish the part it stopped in
+            k = len(part)
+            if n < k:
+                fs.pwrite_all(fd, memoryview(part)[n:], offset)
+                offset += k - n
+                start += i + 1
+                break
+            n -= k
 
 
 # -- driver: state of a community's files ------------------------------------------------------
@@ -792,6 +938,28 @@ def job_lock(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _open_stage(root: Path, st: _State, size: int | None = None) -> Path:
+    """A new staging folder for the community, its ``data`` holding the live ``data`` up to
+    the end of its last indexed archive (a kernel copy), extended to ``size`` bytes if given
+    (the build tasks then write their archives into it at their offsets)."""
+    stage = root / STAGING_DIR / st.community.community_id
+    shutil.rmtree(stage, ignore_errors=True)
+    fs.makedirs_durable(stage)
+    fd = fs.open(stage / "data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if st.indexed_end:
+            src = os.open(st.folder / "data", os.O_RDONLY)
+            try:
+                _copy_range(src, fd, st.indexed_end)
+            finally:
+                os.close(src)
+        if size is not None:
+            os.ftruncate(fd, size)
+    finally:
+        fs.close(fd)
+    return stage
+
+
 def _stage_community(
     root: Path,
     st: _State,
@@ -800,9 +968,11 @@ def _stage_community(
     end_ns: int,
     announce: tuple[str, ...] | None,
     report: CommunityReport,
+    staged: Path | None = None,
 ) -> Path | None:
     """Offsets by prefix sum, index, torrent, magnet; stage the new files and ``COMMIT``.
-    None when the build adds no archive (nothing to write, as for ``ControlNode``)."""
+    None when the build adds no archive (nothing to write, as for ``ControlNode``).
+    ``staged``: the staging folder whose ``data`` the build tasks already wrote."""
     cid = st.community.community_id
     new: list[IndexEntry] = []
     new_hashes: list[bytes] = []
@@ -828,17 +998,14 @@ def _stage_community(
     builder = ArchiveBuilder(layout, cid, st.entries + new, hashes, end_ns, announce)
     index = layout.encode_index(builder.entries)
     torrent = builder.torrent(index)
-    stage = root / STAGING_DIR / cid
-    shutil.rmtree(stage, ignore_errors=True)
-    fs.makedirs_durable(stage)
-    fd = fs.open(stage / "data", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if staged is not None:  # the build tasks wrote every archive into it (_plan_direct)
+        stage = staged
+        fd = fs.open(stage / "data", os.O_WRONLY)
+    else:
+        stage = _open_stage(root, st)
+        fd = fs.open(stage / "data", os.O_WRONLY)
+        os.lseek(fd, 0, os.SEEK_END)  # (not O_APPEND: copy_file_range refuses such a file)
     try:
-        if st.indexed_end:
-            src = os.open(data_path, os.O_RDONLY)
-            try:
-                _copy_range(src, fd, st.indexed_end)
-            finally:
-                os.close(src)
         for r in rows:
             if r["path"]:
                 require_visible(r["path"], "archives-build", "--root")
@@ -995,6 +1162,12 @@ def _scan_build_stage(
         report.seconds["total"] = time.perf_counter() - t0
         return report
 
+    # the spec layout's archives sized here from the spills: build tasks write them in place
+    placed: dict[int, Path] = {}
+    if opts.topics is None and layout.max_archive_bytes is None:
+        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, str(parts_dir))
+    report.seconds["plan"] = time.perf_counter() - t0 - report.seconds["scan"]
+
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
@@ -1018,7 +1191,14 @@ def _scan_build_stage(
     for sid, ws in windows.items():
         wrows = sorted(by_sid.get(sid, []), key=lambda r: r["w"])
         stage = _stage_community(
-            root, states[sid], layout, wrows, ws[-1][1], opts.announce, report.communities[sid]
+            root,
+            states[sid],
+            layout,
+            wrows,
+            ws[-1][1],
+            opts.announce,
+            report.communities[sid],
+            placed.get(sid),
         )
         if stage is not None:
             payload = {"community_id": opts.communities[sid].community_id, "job": job}
