@@ -695,9 +695,6 @@ def _messages_task(
 
 def _distinct_sorted_lists(n: int, rows: Any, values: pa.Array) -> pa.ListArray:
     """``n`` lists: row r's list holds the distinct ``values`` at ``rows == r``, sorted."""
-    import numpy as np
-    import pyarrow.compute as pc
-
     t = (
         pa.table({"r": pa.array(rows, pa.int64()), "v": values})
         .group_by("r")
@@ -706,7 +703,6 @@ def _distinct_sorted_lists(n: int, rows: Any, values: pa.Array) -> pa.ListArray:
     out: list[list[str]] = [[] for _ in range(n)]
     for r, vs in zip(t.column("r").to_pylist(), t.column("v_distinct").to_pylist(), strict=True):
         out[r] = sorted(vs)
-    del np, pc
     return pa.array(out, pa.list_(pa.string()))
 
 
@@ -1179,9 +1175,9 @@ def _repairs(first: pa.Table, good: pa.Table) -> pa.Table:
         copies.column("timestamp_ns").to_pylist(),
         strict=True,
     ):
-        got = by_id.setdefault(mid, ([], []))
-        got[0].append(i)  # in index order: the records are
-        got[1].append(ts)
+        seen = by_id.setdefault(mid, ([], []))
+        seen[0].append(i)  # in index order: the records are
+        seen[1].append(ts)
     req_index = first.column("index").to_numpy()[at]
     req_ts = first.column("timestamp_ns").to_numpy()[at]
     resp_index: list[int | None] = []
