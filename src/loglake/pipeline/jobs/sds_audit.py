@@ -9,25 +9,26 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as zstd
-   Parquet part files under ``_work/decoded`` themselves; Spark reads those back. Why: through
+   Parquet part files under ``_work/decoded`` themselves; later stages read those. Why: through
    ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
    200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
    write: most of the decode stage (docs/sds.md, "Auditing a channel"). This needs ``data_dir`` and
    ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
    standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
-   it cannot see;
-2. keeps the first copy of each message id (later copies of a content message are resends or
-   SDS-R repair responses) and computes, per participant (grouped by sender, ``applyInArrow``),
-   which content messages of others it *showed it held* in its own later messages — the id in
-   the message's causal history or in its bloom filter (``loglake.sds.bloom.contains``, the
-   filter's own bit layout) — with the first such message's position and time: an
-   acknowledgement and its latency;
-3. joins causal histories with first positions (dependencies never on the channel, and
-   dependencies referenced before they appeared), repair requests with the copies that answered
-   them, and writes the tables and ``report.html``. The two large tables are written by tasks
-   with pyarrow, not Spark's writer (docs/sds.md, "Auditing a channel"): ``acks`` by each sender's
-   sweep task, ``messages`` by a task per decoded part file, which reads the causal histories
-   from that file itself (``_write_part``: temporary name, then rename).
+   it cannot see (the driver also reads the decoded files and the written tables itself);
+2. on the driver, from the small columns of every decoded record read with pyarrow (no
+   history, no bloom filter): the rejects, the first copy of each message id (later copies of a
+   content message are resends or SDS-R repair responses) and the content messages;
+3. sweeps, in plain tasks each holding a group of senders, which content messages of others
+   each participant *showed it held* in its own later messages — the id in the message's
+   causal history or in its bloom filter (``loglake.sds.bloom.contains``, the filter's own bit
+   layout) — with the first such message's position and time: an acknowledgement and its
+   latency (``_sweep_task``: each sender's ``acks`` part file written with pyarrow);
+4. joins, on the driver, what is keyed by id or index and small (acks per message, repairs,
+   dependencies seen later) and has ``messages`` written by a task per decoded part file, which
+   reads the causal histories from that file itself (``_messages_task``); then the
+   participants' unresolved dependencies and the report. Why no Spark SQL: each join or
+   aggregate was a Spark job (67 for a 1,000-message audit), most of the job's fixed cost.
 
 Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth mapping):
 - *acknowledged by j at position q*: q is the first message authored by j (a content or sync
