@@ -9,25 +9,26 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as zstd
-   Parquet part files under ``_work/decoded`` themselves; Spark reads those back. Why: through
+   Parquet part files under ``_work/decoded`` themselves; later stages read those. Why: through
    ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
    200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
    write: most of the decode stage (docs/sds.md, "Auditing a channel"). This needs ``data_dir`` and
    ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
    standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
-   it cannot see;
-2. keeps the first copy of each message id (later copies of a content message are resends or
-   SDS-R repair responses) and computes, per participant (grouped by sender, ``applyInArrow``),
-   which content messages of others it *showed it held* in its own later messages — the id in
-   the message's causal history or in its bloom filter (``loglake.sds.bloom.contains``, the
-   filter's own bit layout) — with the first such message's position and time: an
-   acknowledgement and its latency;
-3. joins causal histories with first positions (dependencies never on the channel, and
-   dependencies referenced before they appeared), repair requests with the copies that answered
-   them, and writes the tables and ``report.html``. The two large tables are written by tasks
-   with pyarrow, not Spark's writer (docs/sds.md, "Auditing a channel"): ``acks`` by each sender's
-   sweep task, ``messages`` by a task per decoded part file, which reads the causal histories
-   from that file itself (``_write_part``: temporary name, then rename).
+   it cannot see (the driver also reads the decoded files and the written tables itself);
+2. on the driver, from the small columns of every decoded record read with pyarrow (no
+   history, no bloom filter): the rejects, the first copy of each message id (later copies of a
+   content message are resends or SDS-R repair responses) and the content messages;
+3. sweeps, in plain tasks each holding a group of senders, which content messages of others
+   each participant *showed it held* in its own later messages — the id in the message's
+   causal history or in its bloom filter (``loglake.sds.bloom.contains``, the filter's own bit
+   layout) — with the first such message's position and time: an acknowledgement and its
+   latency (``_sweep_task``: each sender's ``acks`` part file written with pyarrow);
+4. joins, on the driver, what is keyed by id or index and small (acks per message, repairs,
+   dependencies seen later) and has ``messages`` written by a task per decoded part file, which
+   reads the causal histories from that file itself (``_messages_task``); then the
+   participants' unresolved dependencies and the report. Why no Spark SQL: each join or
+   aggregate was a Spark job (67 for a 1,000-message audit), most of the job's fixed cost.
 
 Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth mapping):
 - *acknowledged by j at position q*: q is the first message authored by j (a content or sync
@@ -203,30 +204,6 @@ def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
     return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
 
 
-def sweep_participant(
-    participant: str,
-    own: pa.Table,
-    content_ids: list[str],
-    content_first: list[int],
-    content_ts: list[int],
-    content_sender: list[str],
-    positions: Positions | None = None,
-) -> tuple[pa.Table, pa.Table]:
-    """One participant's acknowledgements (``ACKS_SCHEMA``) and figures
-    (``PARTICIPANT_SWEEP_SCHEMA``). ``own``: its first-copy content and sync messages (index,
-    timestamp_ns, kind, causal_new, bloom_filter), ordered by index; ``content_*``: every
-    content message's first copy, ordered by position. Without bloom filters the sweep is
-    ``_sweep_arrays`` (the same result, in Arrow and numpy), with ``positions`` if given."""
-    if own.column("bloom_filter").null_count == own.num_rows:
-        return _sweep_arrays(
-            participant,
-            own,
-            _ContentArrays.of(content_ids, content_first, content_ts, content_sender),
-            positions,
-        )
-    return _sweep_loop(participant, own, content_ids, content_first, content_ts, content_sender)
-
-
 @dataclass
 class _ContentArrays:
     """Every content message's first copy (ordered by position) as Arrow/numpy arrays, made
@@ -253,6 +230,10 @@ class _ContentArrays:
             _CONTENT_CACHE.clear()
             _CONTENT_CACHE[key] = hit = (ids, arrays)
         return hit[1]
+
+    def lists(self) -> tuple[list[str], list[int], list[int], list[str]]:
+        """The arrays as the lists ``_sweep_loop`` takes."""
+        return self.ids.to_pylist(), self.first.tolist(), self.ts.tolist(), self.sender.to_pylist()
 
 
 _CONTENT_CACHE: dict[tuple[int, ...], tuple[list[str], _ContentArrays]] = {}
@@ -287,6 +268,15 @@ def _sweep_arrays(
     acknowledged at the first own message q after its first copy whose ``causal_new`` lists it;
     the (q, c) pairs come from one ``index_in`` of all the ids against the content ids, and the
     first q per c from a stable sort."""
+    acks, figures, _ = _sweep_positions(participant, own, content, positions)
+    return acks, figures
+
+
+def _sweep_positions(
+    participant: str, own: pa.Table, content: _ContentArrays, positions: Positions | None = None
+) -> tuple[pa.Table, pa.Table, Any]:
+    """``_sweep_arrays`` and the content positions of its acknowledgements, in the acks' order
+    (the sweep task adds up per-message figures by position)."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -340,7 +330,7 @@ def _sweep_arrays(
         "ack_p99_ms": [nearest_rank(latencies, 0.99)],
         "not_acknowledged": [not_acked.to_pylist()],
     }
-    return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA)
+    return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
 
 
 def _sweep_loop(
@@ -454,114 +444,267 @@ def dependency_figures(
     return late, never
 
 
-SWEEP_OUT_SCHEMA = pa.schema(
-    [
-        ("table", pa.string()),
-        ("acks_file", pa.string()),  # "participant": the part file of ``acks`` it wrote
-        ("participant", pa.struct(list(PARTICIPANT_SWEEP_SCHEMA))),
-        ("message_id", pa.string()),  # "late": a message with references seen later ...
-        ("deps_seen_later", pa.int64()),  # ... and how many
-        ("dep", pa.string()),  # "never": a referenced id of no content message
-    ]
-)
+SweepResult = tuple[pa.Table, pa.Table, list[str], list[str], str]
+"""A sweep task's answer: its participants' rows (``PARTICIPANT_SWEEP_SCHEMA``), the
+dependency figures of their messages (``LATE_SCHEMA``, and the ids never on the channel), the
+``acks`` part files it wrote, and the file of its per-message acknowledgement figures."""
+
+SWEEP_COLUMNS = [
+    "index",
+    "timestamp_ns",
+    "kind",
+    "message_id",
+    "sender",
+    "causal_new",
+    "bloom_filter",
+]
 
 
-def _sweep_group(content_bc: Any, acks_dir: str) -> Callable[[pa.Table], pa.Table]:
-    """The ``applyInArrow`` function, one sender's first-copy content and sync messages in:
-    its acknowledgements written as a part file of ``acks`` in ``acks_dir`` (``_write_part``,
-    named by the sender: the table's rows never pass through Spark's writer, which turned
-    them from Arrow into JVM rows), its figures (one "participant" row, naming the file), and
-    the dependency figures of its messages (``dependency_figures``: "late" and "never"
-    rows)."""
+def _sweep_task(
+    decoded: list[str], later: Any, content_bc: Any, acks_dir: str, work_dir: str
+) -> Callable[[tuple[int, list[str]]], SweepResult]:
+    """One sweep task: the first-copy content and sync messages of its senders, read from
+    every decoded part file with pyarrow (``later``: the indexes of the later copies, left
+    out), swept one sender at a time (``_sweep_arrays``, or ``_sweep_loop`` where a message
+    carries a bloom filter) with the dependency figures from the same ``index_in``
+    (``dependency_figures``). Each sender's acknowledgements become a part file of ``acks``
+    (``_write_part``, named by the sender); the task's per-message figures (how many
+    acknowledged each content message, the first and last latency) go to one ``.npy`` file in
+    ``work_dir``, indexed by the content message's position, for the driver to add up. Why
+    plain tasks and not a ``groupBy(sender)``: the rows, their histories and bloom filters
+    never pass through the JVM, and the whole sweep is one Spark job."""
 
-    def run(own: pa.Table) -> pa.Table:
+    def run(task: tuple[int, list[str]]) -> SweepResult:
         import hashlib
+        import os
 
-        content = content_bc.value
-        participant = own.column("sender")[0].as_py()
-        own = own.sort_by("index")
-        arrays = _ContentArrays.of(
-            content["ids"], content["first"], content["ts"], content["sender"]
-        )
-        positions = _causal_positions(own, arrays)  # one index_in, for both below
-        acks, part = sweep_participant(
-            participant,
-            own,
-            content["ids"],
-            content["first"],
-            content["ts"],
-            content["sender"],
-            positions,
-        )
-        late, never = dependency_figures(own, arrays, positions)
-        key = hashlib.sha1(str(participant).encode()).hexdigest()[:20]
-        path, _ = _write_part(acks_dir, f"part-{key}.zstd.parquet", ACKS_SCHEMA, acks.to_batches())
-        n_late, n_never = late.num_rows, len(never)
-        n = 1 + n_late + n_never
-        lead = 1
-        part_struct = pa.StructArray.from_arrays(
-            [c.combine_chunks() for c in part.columns], fields=list(PARTICIPANT_SWEEP_SCHEMA)
-        )
-        tables = pa.array(
-            ["participant"] + ["late"] * n_late + ["never"] * n_never,
-            pa.string(),
-        )
-        file_col = pa.array([path] + [None] * (n - 1), pa.string())
-        part_col = pa.concat_arrays([part_struct, pa.nulls(n - lead, part_struct.type)])
-        mid_col = pa.concat_arrays(
-            [
-                pa.nulls(lead, pa.string()),
-                late.column("message_id").combine_chunks(),
-                pa.nulls(n_never, pa.string()),
-            ]
-        )
-        late_col = pa.concat_arrays(
-            [
-                pa.nulls(lead, pa.int64()),
-                late.column("deps_seen_later").combine_chunks(),
-                pa.nulls(n_never, pa.int64()),
-            ]
-        )
-        dep_col = pa.concat_arrays(
-            [pa.nulls(lead + n_late, pa.string()), pa.array(never, pa.string())]
-        )
-        return pa.Table.from_arrays(
-            [tables, file_col, part_col, mid_col, late_col, dep_col], schema=SWEEP_OUT_SCHEMA
-        )
-
-    return run
-
-
-def _references(
-    cand_bc: Any,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: (message_id, history_ids, history_lens) → (message_id, dep)
-    for every causal-history entry that is a candidate (``cand_bc``), in C per batch."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import numpy as np
         import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
-        wanted = pa.array(cand_bc.value, pa.string())
-        for batch in batches:
-            hist = history_lists(batch.column("history_ids"), batch.column("history_lens"))
-            offs = np.asarray(hist.offsets, dtype=np.int64)
-            rows = np.repeat(np.arange(len(hist), dtype=np.int64), np.diff(offs))
-            values = (
-                hist.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
-                if len(hist)
-                else hist.values
+        k, senders = task
+        content = _content_arrays(content_bc)
+        n_content = len(content.ids)
+        filters = [("ok", "=", True), ("kind", "in", ["content", "sync"])]
+        filters.append(("sender", "in", senders))
+        rows = pa.concat_tables(
+            [pq.read_table(f, columns=SWEEP_COLUMNS, filters=filters) for f in decoded]
+        )
+        if len(later):
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
+        stats = np.zeros((3, n_content), dtype=np.float64)
+        stats[1], stats[2] = np.inf, -np.inf
+        figures, lates, never, files = [], [], set(), []
+        for participant in senders:
+            own = rows.filter(pc.equal(rows.column("sender"), participant)).sort_by("index")
+            positions = _causal_positions(own, content)
+            if own.column("bloom_filter").null_count == own.num_rows:
+                acks, part, at = _sweep_positions(participant, own, content, positions)
+            else:
+                acks, part = _sweep_loop(participant, own, *content.lists())
+                found = pc.index_in(acks.column("message_id"), value_set=content.ids)
+                at = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+            lat = acks.column("latency_ms").to_numpy()
+            stats[0, at] += 1  # a sender acknowledges a message once: ``at`` has no repeats
+            stats[1, at] = np.minimum(stats[1, at], lat)
+            stats[2, at] = np.maximum(stats[2, at], lat)
+            late, nev = dependency_figures(own, content, positions)
+            key = hashlib.sha1(str(participant).encode()).hexdigest()[:20]
+            path, _ = _write_part(
+                acks_dir, f"part-{key}.zstd.parquet", ACKS_SCHEMA, acks.to_batches()
             )
-            hit = np.asarray(pc.is_in(values, value_set=wanted).to_numpy(zero_copy_only=False))
-            yield pa.RecordBatch.from_arrays(
-                [
-                    batch.column("message_id").take(pa.array(rows[hit])),
-                    values.filter(pa.array(hit)),
-                ],
-                names=["message_id", "dep"],
-            )
+            figures.append(part)
+            lates.append(late)
+            never.update(nev)
+            files.append(path)
+        stats_path = os.path.join(work_dir, f"acks-{k:05d}.npy")
+        np.save(stats_path, stats)
+        return (
+            pa.concat_tables(figures) if figures else PARTICIPANT_SWEEP_SCHEMA.empty_table(),
+            pa.concat_tables(lates) if lates else LATE_SCHEMA.empty_table(),
+            sorted(never),
+            files,
+            stats_path,
+        )
 
     return run
+
+
+_CONTENT_BY_BROADCAST: list[tuple[pa.Table, _ContentArrays]] = []
+
+
+def _content_arrays(content_bc: Any) -> _ContentArrays:
+    """The broadcast content table as ``_ContentArrays``, made once per Python worker (a
+    worker runs several tasks of one job, and the broadcast's value is loaded once)."""
+    import numpy as np
+
+    t = content_bc.value
+    if _CONTENT_BY_BROADCAST and _CONTENT_BY_BROADCAST[0][0] is t:
+        return _CONTENT_BY_BROADCAST[0][1]
+    arrays = _ContentArrays(
+        t.column("message_id").combine_chunks(),
+        np.asarray(t.column("index").to_numpy(), dtype=np.int64),
+        np.asarray(t.column("timestamp_ns").to_numpy(), dtype=np.int64),
+        t.column("sender").combine_chunks(),
+    )
+    _CONTENT_BY_BROADCAST[:] = [(t, arrays)]  # the table kept: its id is not reused meanwhile
+    return arrays
+
+
+MESSAGES_SCHEMA = pa.schema(
+    [
+        ("message_id", pa.string()),
+        ("partition", pa.int32()),
+        ("first_index", pa.int64()),
+        ("first_timestamp_ns", pa.int64()),
+        ("kind", pa.string()),
+        ("sender", pa.string()),
+        ("lamport", pa.int64()),
+        ("causal_history", pa.list_(pa.string())),
+        ("repair_request", pa.list_(pa.string())),
+        ("content_bytes", pa.int64()),
+        ("copies", pa.int64()),
+        pa.field("never_delivered_deps", pa.list_(pa.string()), nullable=False),
+        pa.field("deps_seen_later", pa.int64(), nullable=False),
+        pa.field("acknowledged_by", pa.int64(), nullable=False),
+        ("first_ack_ms", pa.float64()),
+        ("last_ack_ms", pa.float64()),
+        pa.field("repair_requests", pa.int64(), nullable=False),
+        pa.field("repair_responses", pa.int64(), nullable=False),
+    ]
+)
+"""``messages`` as Spark wrote it before the job wrote it itself (the figures filled with 0
+are never null)."""
+MESSAGE_FIGURES = (
+    "copies",
+    "deps_seen_later",
+    "acknowledged_by",
+    "first_ack_ms",
+    "last_ack_ms",
+    "repair_requests",
+    "repair_responses",
+)
+"""The columns of ``messages`` the driver computes (``_messages_task`` gets them per file)."""
+EDGES_SCHEMA = pa.schema([("message_id", pa.string()), ("dep", pa.string())])
+"""A causal-history reference to a candidate for "unresolved" (``_messages_task``)."""
+
+
+def _messages_task(
+    out_dir: str, never: list[str], cands: list[str]
+) -> Callable[[tuple[str, pa.Table]], tuple[str, pa.Table]]:
+    """One ``messages`` task per decoded part file: the first copies in that file (``figures``
+    from the driver: their indexes and ``MESSAGE_FIGURES``, in index order) read with their
+    causal histories from the file with pyarrow, a row group at a time, and written as a part
+    file of ``messages`` (``_write_part``). On the way, from the same expanded histories: each
+    message's ``never_delivered_deps`` (its history's ids in ``never``) and the references to
+    the candidates for "unresolved" (``cands``; ``EDGES_SCHEMA``, returned). Ephemeral
+    messages count in neither, as before. Why: the histories (13 KB a row with 200 ids) go
+    from the decoded file to the table's file inside one Python process."""
+
+    def run(task: tuple[str, pa.Table]) -> tuple[str, pa.Table]:
+        import os
+
+        import numpy as np
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        source, figures = task
+        want = figures.column("first_index").combine_chunks()
+        never_set = pa.array(never, pa.string())
+        cand_set = pa.array(cands, pa.string())
+        edges: list[pa.RecordBatch] = []
+        columns = [
+            "partition",
+            "index",
+            "timestamp_ns",
+            "kind",
+            "message_id",
+            "sender",
+            "lamport",
+            "repair_request",
+            "content_bytes",
+            "history_ids",
+            "history_lens",
+        ]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            done = 0
+            for b in pq.ParquetFile(source).iter_batches(DECODE_BATCH, columns=columns):
+                got = b.filter(pc.is_in(b.column("index"), value_set=want))
+                n = got.num_rows
+                if not n:
+                    continue
+                part = figures.slice(done, n)
+                if not part.column("first_index").combine_chunks().equals(got.column("index")):
+                    raise ValueError(f"{source}: decoded rows out of step with the first copies")
+                done += n
+                hist = history_lists(got.column("history_ids"), got.column("history_lens"))
+                offs = np.asarray(hist.offsets, dtype=np.int64)
+                rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offs))
+                values = hist.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
+                held = np.asarray(
+                    pc.not_equal(got.column("kind"), "ephemeral").to_numpy(zero_copy_only=False)
+                )
+                empty = pa.array([[]] * n, pa.list_(pa.string()))
+                never_deps = empty
+                if len(never):
+                    hit = np.asarray(pc.is_in(values, never_set).to_numpy(zero_copy_only=False))
+                    hit &= held[rows]
+                    if hit.any():
+                        never_deps = _distinct_sorted_lists(n, rows[hit], values.filter(hit))
+                if len(cands):
+                    hit = np.asarray(pc.is_in(values, cand_set).to_numpy(zero_copy_only=False))
+                    hit &= held[rows]
+                    edges.append(
+                        pa.RecordBatch.from_arrays(
+                            [
+                                got.column("message_id").take(pa.array(rows[hit])),
+                                values.filter(hit),
+                            ],
+                            schema=EDGES_SCHEMA,
+                        )
+                    )
+                cols = {
+                    "message_id": got.column("message_id"),
+                    "partition": got.column("partition"),
+                    "first_index": got.column("index"),
+                    "first_timestamp_ns": got.column("timestamp_ns"),
+                    "kind": got.column("kind"),
+                    "sender": got.column("sender"),
+                    "lamport": got.column("lamport"),
+                    "causal_history": hist,
+                    "repair_request": got.column("repair_request"),
+                    "content_bytes": got.column("content_bytes"),
+                    "never_delivered_deps": never_deps,
+                }
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        cols[n] if n in cols else part.column(n).combine_chunks()
+                        for n in MESSAGES_SCHEMA.names
+                    ],
+                    schema=MESSAGES_SCHEMA,
+                )
+            if done != figures.num_rows:
+                raise ValueError(f"{source}: {figures.num_rows - done} first copies not found")
+
+        name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
+        path, _ = _write_part(out_dir, f"{name}.zstd.parquet", MESSAGES_SCHEMA, batches())
+        return path, pa.Table.from_batches(edges, EDGES_SCHEMA)
+
+    return run
+
+
+def _distinct_sorted_lists(n: int, rows: Any, values: pa.Array) -> pa.ListArray:
+    """``n`` lists: row r's list holds the distinct ``values`` at ``rows == r``, sorted."""
+    t = (
+        pa.table({"r": pa.array(rows, pa.int64()), "v": values})
+        .group_by("r")
+        .aggregate([("v", "distinct")])
+    )
+    out: list[list[str]] = [[] for _ in range(n)]
+    for r, vs in zip(t.column("r").to_pylist(), t.column("v_distinct").to_pylist(), strict=True):
+        out[r] = sorted(vs)
+    return pa.array(out, pa.list_(pa.string()))
 
 
 def _write_part(
@@ -587,91 +730,7 @@ def _write_part(
     return path, rows
 
 
-def _write_messages(out_dir: str, schema: pa.Schema) -> Callable[[pa.Table], pa.Table]:
-    """The ``applyInArrow`` function that writes ``messages`` itself, one part file
-    (``_write_part``) per decoded part file: the group is the first copies whose decoded row
-    is in that file (every column but the history), and the task reads their causal histories
-    from the file with pyarrow, a row group at a time, in index order, and expands them
-    (``history_lists``). Why: Spark's writer turned each of the 200 ids of every history from
-    Arrow into a JVM row, and then the JVM still read the packed histories (13 KB a row) to
-    hand them to a task as Arrow; now the histories go from the decoded file to the table's
-    file inside one Python process."""
-
-    def run(rows: pa.Table) -> pa.Table:
-        import os
-        from urllib.parse import unquote, urlparse
-
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        uri = rows.column(DECODED_FILE)[0].as_py()
-        source = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-        rows = rows.drop_columns([DECODED_FILE]).sort_by("first_index")
-        want = rows.column("first_index").combine_chunks()
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            done = 0
-            columns = ["index", "history_ids", "history_lens"]
-            for b in pq.ParquetFile(source).iter_batches(DECODE_BATCH, columns=columns):
-                got = b.filter(pc.is_in(b.column("index"), value_set=want))
-                if not got.num_rows:
-                    continue
-                part = rows.slice(done, got.num_rows)
-                if not part.column("first_index").combine_chunks().equals(got.column("index")):
-                    raise ValueError(f"{source}: decoded rows out of step with the first copies")
-                done += got.num_rows
-                hist = history_lists(got.column("history_ids"), got.column("history_lens"))
-                cols = [
-                    hist if n == "causal_history" else part.column(n).combine_chunks()
-                    for n in schema.names
-                ]
-                yield pa.RecordBatch.from_arrays(cols, names=schema.names)
-            if done != rows.num_rows:
-                raise ValueError(f"{source}: {rows.num_rows - done} first copies not found")
-
-        name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
-        path, _ = _write_part(out_dir, f"{name}.zstd.parquet", schema, batches())
-        return pa.table({"path": [path]})
-
-    return run
-
-
-def _messages_schema(schema: Any) -> Any:
-    """The ``messages`` table's Spark schema, from that of its other columns."""
-    from pyspark.sql.types import ArrayType, StringType, StructField, StructType
-
-    fields = {f.name: f for f in schema.fields}
-    out: list[Any] = []
-    for name in MESSAGES_COLUMNS:
-        if name == "causal_history":
-            out.append(StructField(name, ArrayType(StringType(), True), True))
-        elif name in _FILLED:  # never null (filled with 0), as written before
-            out.append(StructField(name, fields[name].dataType, False))
-        else:
-            out.append(fields[name])
-    return StructType(out)
-
-
-_FILLED = ("acknowledged_by", "repair_requests", "repair_responses", "deps_seen_later")
-
-
 # -- driver ----------------------------------------------------------------------------------
-
-
-def _write_messages_table(messages: DataFrame, folder: Path) -> None:
-    """``messages`` (every column but the history, and ``DECODED_FILE``) written to
-    ``folder`` by ``_write_messages``, the histories added from the decoded files: the
-    columns Spark's writer would have written, one file per decoded part file."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(_messages_schema(messages.schema))
-    folder.mkdir(parents=True, exist_ok=True)
-    written = (
-        messages.groupBy(DECODED_FILE)
-        .applyInArrow(_write_messages(str(folder), schema), "path string")
-        .collect()
-    )
-    _check_parts(folder, [row["path"] for row in written], schema)
 
 
 def _check_parts(folder: Path, paths: list[str], schema: pa.Schema, shared: str = "--out") -> None:
@@ -688,16 +747,7 @@ def _check_parts(folder: Path, paths: list[str], schema: pa.Schema, shared: str 
         pq.write_table(schema.empty_table(), folder / "part-empty.zstd.parquet")
 
 
-def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
-
-
 DECODE_COLUMNS = ("partition", "index", "timestamp_ns", "data")
-DECODED_FILE = "_decoded_file"
-"""The decoded part file a row was read from (Spark's ``_metadata.file_path``): the
-``messages`` writer reads the row's causal history from there itself."""
 DECODE_BATCH = 10_000
 """Records decoded at once (a row group of the part file): Spark's Arrow batch size, which
 the decode was tuned with (a batch rebuilds the id array of the task's codes once)."""
@@ -764,10 +814,11 @@ def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
 
 def _decode_stage(
     spark: SparkSession, opts: SdsAuditOptions, decoded: Path
-) -> tuple[int, dict[str, int]]:
+) -> tuple[int, dict[str, int], list[str]]:
     """Every record of the channel's partition decoded into ``decoded`` (Parquet part files of
     ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata. Returned: the
-    records decoded and the rejects per reason, from the tasks' own counts."""
+    records decoded and the rejects per reason, from the tasks' own counts, and the part
+    files in index order (an empty channel: one empty file)."""
     from loglake.pipeline.units import plan_units
 
     assert opts.channel is not None
@@ -780,19 +831,18 @@ def _decode_stage(
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
     # an empty channel: the schema alone, for the reads that follow
-    _check_parts(decoded, [p[0] for p in parts], DECODED_SCHEMA, "--out (and the data dir)")
+    paths = [p[0] for p in parts]
+    _check_parts(decoded, paths, DECODED_SCHEMA, "--out (and the data dir)")
     reasons: dict[str, int] = {}
     for _, _, counts in parts:
         for k, v in counts.items():
             reasons[k] = reasons.get(k, 0) + v
-    return sum(p[1] for p in parts), reasons
+    return sum(p[1] for p in parts), reasons, paths or [str(decoded / "part-empty.zstd.parquet")]
 
 
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     """The audit; ``opts`` must be ``validate()``d. Tables go to ``out/<table>/`` (Parquet),
     ``out/summary.json`` and ``out/report.html``."""
-    from pyspark.sql import functions as F
-
     t0 = time.monotonic()
     assert opts.channel is not None
     summary = AuditSummary(opts.stream, opts.channel)
@@ -804,277 +854,244 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     with staged_output(opts.out_dir, keep=lambda name: name not in audit_files) as stage:
         staged = dataclasses.replace(opts, out_dir=str(stage))
         # decoded once, to Parquet: later passes read only the columns they need (the 200-id
-        # causal histories twice: dependencies on candidates, the messages table), where a
-        # cached DataFrame (DISK_ONLY: 13 KB a row) was read back whole by every pass. zstd,
-        # not snappy: a packed history mostly repeats the previous row's, which snappy's 64 KB
-        # blocks do not see across rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
+        # causal histories once, for the messages table). zstd, not snappy: a packed history
+        # mostly repeats the previous row's, which snappy's 64 KB blocks do not see across
+        # rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
         work = stage / WORK_DIR
         try:
-            summary.records, reasons = _decode_stage(spark, staged, work / "decoded")
+            summary.records, reasons, decoded = _decode_stage(spark, staged, work / "decoded")
             summary.rejects = sum(reasons.values())
             summary.reject_reasons = dict(sorted(reasons.items()))
-            decoded = spark.read.parquet(str(work / "decoded")).withColumn(
-                DECODED_FILE, F.col("_metadata.file_path")
-            )
-            result = _audit(spark, staged, decoded, summary, t0, F)
+            result = _audit(spark, staged, decoded, work, summary, t0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return result
 
 
+META_COLUMNS = [
+    "partition",
+    "index",
+    "timestamp_ns",
+    "ok",
+    "reason",
+    "detail",
+    "kind",
+    "message_id",
+    "sender",
+    "repair_request",
+]
+"""What the driver reads of every decoded record (no history, no bloom filter)."""
+
+
 def _audit(
     spark: SparkSession,
     opts: SdsAuditOptions,
-    decoded: DataFrame,
+    decoded: list[str],
+    work: Path,
     summary: AuditSummary,
     t0: float,
-    F: Any,  # pyspark.sql.functions, imported where Spark runs
 ) -> AuditSummary:
+    """Everything after the decode, as three waves of plain tasks and the driver's pyarrow in
+    between: the driver reads the small columns of every record (``META_COLUMNS``) and finds
+    the first copies, the content messages and the repairs; sweep tasks make ``acks`` and
+    each sender's figures (``_sweep_task``); the driver adds up the per-message figures;
+    ``messages`` tasks write that table with the histories (``_messages_task``). Why not Spark
+    SQL for the joins: each was a Spark job of its own (67 for a 1,000-message audit, most of
+    its time), and what they join is keyed by index or id and small enough for one process:
+    the ids, indexes and times of the records, never their histories or bloom filters."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     out = Path(opts.out_dir)
-    rejects = decoded.where(~F.col("ok")).select(
-        "partition", "index", "timestamp_ns", "reason", "detail"
+    sc = spark.sparkContext
+    meta = pa.concat_tables([pq.read_table(f, columns=META_COLUMNS) for f in decoded])
+    idx = meta.column("index").to_numpy()
+    if len(idx) > 1 and not bool(np.all(np.diff(idx) > 0)):  # the tasks' files in index order
+        raise ValueError("decoded records out of index order")
+    ok = meta.column("ok").combine_chunks()
+    rejects = meta.filter(pc.invert(ok)).select(
+        ["partition", "index", "timestamp_ns", "reason", "detail"]
     )
-    rejects.orderBy("index").write.parquet(str(out / "rejects"))
+    _write_table(out / "rejects", rejects)
     lap = summary.lap("decode + rejects", t0)
-    good = decoded.where(F.col("ok")).drop("ok", "reason", "detail")
 
-    # first copy of each message id; later copies counted (resends, repair responses). Only
-    # ids and indexes are shuffled: the first copies are the records minus the (few) later
-    # copies, removed by a broadcast anti-join, so no row with its history moves
-    firsts = (
-        good.groupBy("message_id")
-        .agg(F.min("index").alias("first_index"), F.count(F.lit(1)).alias("copies"))
-        .persist()
+    # first copy of each message id (the records are in index order: the first occurrence);
+    # later copies counted (resends, repair responses)
+    good = meta.filter(ok)
+    codes = np.asarray(
+        pc.dictionary_encode(good.column("message_id")).combine_chunks().indices, dtype=np.int64
     )
-    later = (
-        good.select("message_id", "index")
-        .join(firsts, "message_id")
-        .where(F.col("index") != F.col("first_index"))
-        .select("index")
-        .persist()
+    _, first_at, copies = np.unique(codes, return_index=True, return_counts=True)
+    is_first = np.zeros(good.num_rows, dtype=bool)
+    is_first[first_at] = True
+    n_copies = np.empty(good.num_rows, dtype=np.int64)
+    n_copies[first_at] = copies
+    first = good.filter(pa.array(is_first)).append_column(
+        "copies", pa.array(n_copies[is_first], pa.int64())
     )
-    first = good.join(F.broadcast(later), "index", "left_anti")
+    later = good.column("index").to_numpy()[~is_first]
+    kind = first.column("kind")
+    content = first.filter(pc.equal(kind, "content")).select(
+        ["message_id", "index", "timestamp_ns", "sender"]
+    )
 
-    content = first.where(F.col("kind") == "content").select(
-        "message_id", "index", "timestamp_ns", "sender"
-    )
-    # ordered here, not by Spark: a sort in Spark is two more jobs (sampling, range shuffle)
-    ct = content.toArrow().sort_by("index")
-    content_bc = spark.sparkContext.broadcast(
-        {
-            "ids": ct.column("message_id").to_pylist(),
-            "first": ct.column("index").to_pylist(),
-            "ts": ct.column("timestamp_ns").to_pylist(),
-            "sender": ct.column("sender").to_pylist(),
-        }
-    )
+    # the sweep: one job, a task per group of senders
+    swept = first.filter(pc.is_in(kind, pa.array(["content", "sync"])))
+    senders = swept.group_by("sender").aggregate([("index", "count")])
+    acks_dir = out / "acks"
+    acks_dir.mkdir(parents=True, exist_ok=True)
+    groups = _sender_groups(senders, max(1, sc.defaultParallelism))
+    content_bc = sc.broadcast(content)
     try:
-        swept = (
-            first.where(F.col("kind").isin("content", "sync"))
-            .select(
-                "sender",
-                "message_id",
-                "index",
-                "timestamp_ns",
-                "kind",
-                "causal_new",
-                "bloom_filter",
-            )
-            .groupBy("sender")
-            .applyInArrow(
-                _sweep_group(content_bc, str(out / "acks")), _spark_schema(SWEEP_OUT_SCHEMA)
-            )
-            .persist()
+        task = _sweep_task(decoded, later, content_bc, str(acks_dir), str(work))
+        results = (
+            sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect()
+            if groups
+            else []
         )
-        (out / "acks").mkdir(parents=True, exist_ok=True)
-        files = (
-            swept.where(F.col("table") == "participant")
-            .select("acks_file", "participant.acknowledged", "participant.not_acknowledged")
-            .collect()
-        )
-        _check_parts(out / "acks", [r[0] for r in files], ACKS_SCHEMA)
-        # one row per sender, each naming its acks: the summary's counts, with no job of their own
-        summary.participants = len(files)
-        summary.acks = sum(int(r[1]) for r in files)
-        acks = spark.read.parquet(str(out / "acks"))
-        lap = summary.lap("first copies + ack sweep", lap)
-        sweep_parts = swept.where(F.col("table") == "participant").select("participant.*")
-
-        # dependencies, from the sweep's own pass over ``causal_new`` (``dependency_figures``):
-        # the ids never on the channel, and "referenced before it was on the channel"
-        # (made distinct here: the rows are few, and a distinct in Spark is a shuffle)
-        never = sorted(
-            {r[0] for r in swept.where(F.col("table") == "never").select("dep").collect()}
-        )
-        late = swept.where(F.col("table") == "late").select("message_id", "deps_seen_later")
-        # candidates for "unresolved": never on the channel, or not acknowledged by someone
-        not_acked = sweep_parts.select(
-            "participant", F.explode("not_acknowledged").alias("dep")
-        ).persist()
-        # the full histories are read once, for the references to candidates only (none
-        # when there is no candidate: every dependency on the channel and acknowledged); the
-        # candidates come from the participants' rows the driver already holds
-        cands = sorted({d for r in files for d in r[2] or ()} | set(never))
-        if cands:
-            cand_bc = spark.sparkContext.broadcast(cands)
-            cand_edges = (
-                first.where(F.col("kind") != "ephemeral")
-                .select("message_id", "history_ids", "history_lens")
-                .mapInArrow(_references(cand_bc), "message_id string, dep string")
-                .persist()
-            )
-        else:
-            cand_bc = None
-            cand_edges = spark.createDataFrame([], "message_id string, dep string")
-        never_df = spark.createDataFrame([(d,) for d in never], "dep string")
-        dep_stats = (
-            cand_edges.join(F.broadcast(never_df), "dep")
-            .groupBy("message_id")
-            .agg(F.sort_array(F.collect_set("dep")).alias("never_delivered_deps"))
-        )
-        ack_stats = acks.groupBy("message_id").agg(
-            F.count(F.lit(1)).alias("acknowledged_by"),
-            F.min("latency_ms").alias("first_ack_ms"),
-            F.max("latency_ms").alias("last_ack_ms"),
-        )
-
-        # repair requests, answered by the first copy after them
-        requests = first.select(
-            F.col("sender").alias("requester"),
-            F.col("index").alias("request_index"),
-            F.col("timestamp_ns").alias("request_timestamp_ns"),
-            F.explode("repair_request").alias("message_id"),
-        )
-        copies = good.where(F.col("kind") == "content").select(
-            "message_id",
-            F.col("index").alias("copy_index"),
-            F.col("timestamp_ns").alias("copy_timestamp_ns"),
-        )
-        answered = (
-            requests.join(copies, "message_id", "left")
-            .where(F.col("copy_index").isNull() | (F.col("copy_index") > F.col("request_index")))
-            .groupBy("requester", "request_index", "request_timestamp_ns", "message_id")
-            .agg(F.min(F.struct("copy_index", "copy_timestamp_ns")).alias("r"))
-        )
-        # requests with no later copy are kept: the left join above kept nothing for them
-        repairs = requests.join(
-            answered.select("requester", "request_index", "message_id", "r"),
-            ["requester", "request_index", "message_id"],
-            "left",
-        ).select(
-            "message_id",
-            "requester",
-            "request_index",
-            "request_timestamp_ns",
-            F.col("r.copy_index").alias("response_index"),
-            F.col("r.copy_timestamp_ns").alias("response_timestamp_ns"),
-            ((F.col("r.copy_timestamp_ns") - F.col("request_timestamp_ns")) / 1e6).alias(
-                "response_ms"
-            ),
-        )
-        repairs.write.parquet(str(out / "repairs"))
-        lap = summary.lap("dependencies + repairs", lap)
-
-        # from the table just written: the plan of ``repairs`` (two joins) is not run again
-        requested = (
-            spark.read.parquet(str(out / "repairs"))
-            .groupBy("message_id")
-            .agg(
-                F.count(F.lit(1)).alias("repair_requests"),
-                F.count("response_index").alias("repair_responses"),
-            )
-        )
-        # per-message figures, all keyed by id and small, broadcast to the first copies (a
-        # shuffle join would move every causal history)
-        stats = (
-            firsts.select("message_id", "copies")
-            .join(dep_stats, "message_id", "left")
-            .join(late, "message_id", "left")
-            .join(ack_stats, "message_id", "left")
-            .join(requested, "message_id", "left")
-        )
-        messages = (
-            first.select(
-                F.col("partition"),
-                F.col("index").alias("first_index"),
-                F.col("timestamp_ns").alias("first_timestamp_ns"),
-                "kind",
-                "message_id",
-                "sender",
-                "lamport",
-                "repair_request",
-                "content_bytes",
-                DECODED_FILE,
-            )
-            .join(F.broadcast(stats), "message_id", "left")
-            .fillna(0, list(_FILLED))
-            .withColumn(
-                "never_delivered_deps",
-                F.coalesce(F.col("never_delivered_deps"), F.array().cast("array<string>")),
-            )
-        )
-        messages = messages.select(
-            *[c for c in MESSAGES_COLUMNS if c != "causal_history"], DECODED_FILE
-        )
-        _write_messages_table(messages, out / "messages")
-        lap = summary.lap("messages", lap)
-
-        # unresolved: a dependency of a message j held (acknowledged or sent) that j never
-        # acknowledged: never on the channel, or in j's not-acknowledged list
-        held_cand = (
-            acks.select("participant", "message_id")
-            .join(F.broadcast(cand_edges.select("message_id").distinct()), "message_id")
-            .unionByName(content.select(F.col("sender").alias("participant"), "message_id"))
-            .join(F.broadcast(cand_edges), "message_id")
-            .select("participant", "dep")
-            .distinct()
-        )
-        missing_for = not_acked.unionByName(
-            sweep_parts.select("participant").crossJoin(F.broadcast(never_df))
-        ).distinct()
-        unresolved = (
-            held_cand.join(missing_for, ["participant", "dep"])
-            .groupBy("participant")
-            .agg(F.sort_array(F.collect_list("dep")).alias("unresolved_deps"))
-        )
-        participants = (
-            sweep_parts.join(unresolved, "participant", "left")
-            .withColumn(
-                "unresolved_deps",
-                F.coalesce(F.col("unresolved_deps"), F.array().cast("array<string>")),
-            )
-            .withColumn("unresolved", F.size("unresolved_deps"))
-        )
-        participants.write.parquet(str(out / "participants"))
-        lap = summary.lap("participants", lap)
-
-        # the rest of the summary from the written tables, one job each: records, rejects,
-        # participants and acks were counted by the tasks that made them
-        by_kind = (
-            spark.read.parquet(str(out / "messages"))
-            .groupBy("kind")
-            .agg(
-                F.count(F.lit(1)).alias("n"),
-                F.sum(F.col("copies") - 1).alias("dups"),
-                F.sum(F.col("repair_responses")).alias("resp"),
-            )
-            .collect()
-        )
-        kinds: dict[str, int] = {r["kind"]: int(r["n"]) for r in by_kind}
-        summary.content_messages = int(kinds.get("content", 0))
-        summary.sync_messages = int(kinds.get("sync", 0))
-        summary.ephemeral_messages = int(kinds.get("ephemeral", 0))
-        summary.duplicate_copies = sum(int(r["dups"] or 0) for r in by_kind)
-        summary.repair_requests = spark.read.parquet(str(out / "repairs")).count()
-        summary.repair_responses = sum(int(r["resp"] or 0) for r in by_kind)
-        summary.never_delivered = len(never)
-        for df in (not_acked, cand_edges, firsts, later):
-            df.unpersist()
-        swept.unpersist()
-        if cand_bc is not None:
-            cand_bc.unpersist()
     finally:
         content_bc.unpersist()
+    ack_files = [p for r in results for p in r[3]]
+    _check_parts(acks_dir, ack_files, ACKS_SCHEMA)
+    figures = pa.concat_tables(
+        [r[0] for r in results] or [PARTICIPANT_SWEEP_SCHEMA.empty_table()]
+    ).sort_by("participant")
+    late = pa.concat_tables([r[1] for r in results] or [LATE_SCHEMA.empty_table()])
+    never = sorted({d for r in results for d in r[2]})
+    n_content = content.num_rows
+    acked = np.zeros(n_content, dtype=np.int64)
+    lo = np.full(n_content, np.inf)
+    hi = np.full(n_content, -np.inf)
+    for r in results:
+        s = np.load(r[4])
+        acked += s[0].astype(np.int64)
+        lo, hi = np.minimum(lo, s[1]), np.maximum(hi, s[2])
+    summary.participants = figures.num_rows
+    summary.acks = int(pc.sum(figures.column("acknowledged")).as_py() or 0)
+    lap = summary.lap("first copies + ack sweep", lap)
+
+    # repairs: each request answered by the first content copy after it
+    repairs = _repairs(first, good)
+    _write_table(out / "repairs", repairs)
+
+    # the per-message figures, in the first copies' order
+    n_first = first.num_rows
+    ids = first.column("message_id")
+
+    def at(keys: pa.Array) -> Any:
+        found = pc.index_in(ids, value_set=keys)
+        return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
+
+    late_at = at(late.column("message_id"))
+    deps_seen_later = (
+        np.where(late_at >= 0, late.column("deps_seen_later").to_numpy()[np.maximum(late_at, 0)], 0)
+        if late.num_rows
+        else np.zeros(n_first, dtype=np.int64)
+    )
+    content_at = at(content.column("message_id"))
+    has = content_at >= 0
+    ack_n = np.where(has, acked[np.maximum(content_at, 0)] if n_content else 0, 0)
+    some = has & (ack_n > 0)
+    first_ack = np.where(some, lo[np.maximum(content_at, 0)] if n_content else 0, np.nan)
+    last_ack = np.where(some, hi[np.maximum(content_at, 0)] if n_content else 0, np.nan)
+    asked = repairs.group_by("message_id").aggregate(
+        [("message_id", "count"), ("response_index", "count")]
+    )
+    asked_at = at(asked.column("message_id"))
+    pick = np.maximum(asked_at, 0)
+    n_req = asked.column("message_id_count").to_numpy()
+    n_resp = asked.column("response_index_count").to_numpy()
+    req = np.where(asked_at >= 0, n_req[pick] if asked.num_rows else 0, 0)
+    resp = np.where(asked_at >= 0, n_resp[pick] if asked.num_rows else 0, 0)
+    stats = pa.table(
+        {
+            "first_index": first.column("index"),
+            "copies": first.column("copies"),
+            "deps_seen_later": pa.array(deps_seen_later, pa.int64()),
+            "acknowledged_by": pa.array(ack_n, pa.int64()),
+            "first_ack_ms": pa.array(first_ack, pa.float64(), mask=~some),
+            "last_ack_ms": pa.array(last_ack, pa.float64(), mask=~some),
+            "repair_requests": pa.array(req, pa.int64()),
+            "repair_responses": pa.array(resp, pa.int64()),
+        }
+    )
+    lap = summary.lap("dependencies + repairs", lap)
+
+    # messages: one task per decoded part file, with that file's first copies' figures
+    not_acked = {
+        p: set(na or ())
+        for p, na in zip(
+            figures.column("participant").to_pylist(),
+            figures.column("not_acknowledged").to_pylist(),
+            strict=True,
+        )
+    }
+    cands = sorted(set().union(*not_acked.values(), never))
+    msg_dir = out / "messages"
+    msg_dir.mkdir(parents=True, exist_ok=True)
+    items: list[tuple[str, pa.Table]] = []
+    first_idx = first.column("index").to_numpy()
+    done = 0
+    for f in decoded:
+        end = int(np.searchsorted(first_idx, _last_index(f), side="right"))
+        if end > done:
+            items.append((f, stats.slice(done, end - done)))
+        done = end
+    written = (
+        sc.parallelize(items, len(items)).map(_messages_task(str(msg_dir), never, cands)).collect()
+        if items
+        else []
+    )
+    _check_parts(msg_dir, [w[0] for w in written], MESSAGES_SCHEMA)
+    edges = pa.concat_tables([w[1] for w in written] or [EDGES_SCHEMA.empty_table()])
+    lap = summary.lap("messages", lap)
+
+    # unresolved: a dependency of a message j held (acknowledged or sent) that j never
+    # acknowledged: never on the channel, or in j's not-acknowledged list
+    unresolved: dict[str, list[str]] = {}
+    if edges.num_rows:
+        mids = pc.unique(edges.column("message_id"))
+        held = pq.read_table(
+            acks_dir,
+            columns=["participant", "message_id"],
+            filters=pc.is_in(pc.field("message_id"), value_set=mids),
+        )
+        own = content.filter(pc.is_in(content.column("message_id"), value_set=mids))
+        held = pa.concat_tables(
+            [
+                held,
+                own.select(["sender", "message_id"]).rename_columns(["participant", "message_id"]),
+            ]
+        )
+        pairs = held.join(edges, "message_id").select(["participant", "dep"])
+        never_set = set(never)
+        found: dict[str, set[str]] = {}
+        for p, d in zip(
+            pairs.column("participant").to_pylist(), pairs.column("dep").to_pylist(), strict=True
+        ):
+            if p in not_acked and (d in never_set or d in not_acked[p]):
+                found.setdefault(p, set()).add(d)
+        unresolved = {p: sorted(ds) for p, ds in found.items()}
+    deps = [unresolved.get(p, []) for p in figures.column("participant").to_pylist()]
+    participants = figures.append_column(
+        pa.field("unresolved_deps", pa.list_(pa.string()), nullable=False),
+        pa.array(deps, pa.list_(pa.string())),
+    ).append_column(
+        pa.field("unresolved", pa.int32(), nullable=False),
+        pa.array([len(d) for d in deps], pa.int32()),
+    )
+    _write_table(out / "participants", participants)
+    lap = summary.lap("participants", lap)
+
+    kinds = first.column("kind").to_pylist()
+    summary.content_messages = kinds.count("content")
+    summary.sync_messages = kinds.count("sync")
+    summary.ephemeral_messages = kinds.count("ephemeral")
+    summary.duplicate_copies = good.num_rows - n_first
+    summary.repair_requests = repairs.num_rows
+    summary.repair_responses = int(resp.sum()) if n_first else 0
+    summary.never_delivered = len(never)
     lap = summary.lap("summary", lap)
     summary.seconds = round(time.monotonic() - t0, 3)
     if opts.report:
@@ -1085,6 +1102,117 @@ def _audit(
         summary.seconds = round(time.monotonic() - t0, 3)
     (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
+
+
+def _last_index(path: str) -> int:
+    """The last index in a decoded part file, from its footer's statistics."""
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(path).metadata
+    col = md.schema.names.index("index")
+    hi = -1
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(col).statistics
+        if st is not None and st.has_min_max:
+            hi = max(hi, int(st.max))
+    return hi
+
+
+def _sender_groups(senders: pa.Table, n: int) -> list[list[str]]:
+    """The senders (``sender``, ``index_count``) dealt to at most ``n`` tasks, the largest
+    first to the least loaded, so the tasks sweep about as many messages each."""
+    order = sorted(
+        zip(
+            senders.column("index_count").to_pylist(),
+            senders.column("sender").to_pylist(),
+            strict=True,
+        ),
+        key=lambda x: (-x[0], x[1]),
+    )
+    n = max(1, min(n, len(order)))
+    groups: list[list[str]] = [[] for _ in range(n)]
+    load = [0] * n
+    for count, sender in order:
+        k = load.index(min(load))
+        groups[k].append(sender)
+        load[k] += count
+    return [sorted(g) for g in groups if g]
+
+
+REPAIRS_SCHEMA = pa.schema(
+    [
+        ("message_id", pa.string()),
+        ("requester", pa.string()),
+        ("request_index", pa.int64()),
+        ("request_timestamp_ns", pa.int64()),
+        ("response_index", pa.int64()),
+        ("response_timestamp_ns", pa.int64()),
+        ("response_ms", pa.float64()),
+    ]
+)
+
+
+def _repairs(first: pa.Table, good: pa.Table) -> pa.Table:
+    """Every repair request of a first copy (one row per id it asks for), answered by the first
+    content copy of that id after it (null when none), in the requests' order."""
+    import bisect
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    req = first.column("repair_request").combine_chunks()
+    at = np.asarray(pc.list_parent_indices(req).to_numpy(), dtype=np.int64)
+    asked = pc.list_flatten(req)
+    copies = good.filter(
+        pc.and_(
+            pc.equal(good.column("kind"), "content"),
+            pc.is_in(good.column("message_id"), value_set=pc.unique(asked)),
+        )
+    )
+    by_id: dict[str, tuple[list[int], list[int]]] = {}
+    for mid, i, ts in zip(
+        copies.column("message_id").to_pylist(),
+        copies.column("index").to_pylist(),
+        copies.column("timestamp_ns").to_pylist(),
+        strict=True,
+    ):
+        seen = by_id.setdefault(mid, ([], []))
+        seen[0].append(i)  # in index order: the records are
+        seen[1].append(ts)
+    req_index = first.column("index").to_numpy()[at]
+    req_ts = first.column("timestamp_ns").to_numpy()[at]
+    resp_index: list[int | None] = []
+    resp_ts: list[int | None] = []
+    for mid, i in zip(asked.to_pylist(), req_index.tolist(), strict=True):
+        got = by_id.get(mid)
+        k = bisect.bisect_right(got[0], i) if got else 0
+        if got and k < len(got[0]):
+            resp_index.append(got[0][k])
+            resp_ts.append(got[1][k])
+        else:
+            resp_index.append(None)
+            resp_ts.append(None)
+    rts = pa.array(resp_ts, pa.int64())
+    return pa.table(
+        [
+            asked,
+            first.column("sender").take(pa.array(at)),
+            pa.array(req_index, pa.int64()),
+            pa.array(req_ts, pa.int64()),
+            pa.array(resp_index, pa.int64()),
+            rts,
+            pc.divide(pc.cast(pc.subtract(rts, pa.array(req_ts, pa.int64())), pa.float64()), 1e6),
+        ],
+        schema=REPAIRS_SCHEMA,
+    )
+
+
+def _write_table(folder: Path, t: pa.Table) -> None:
+    """A small table written by the driver as one zstd Parquet file in ``folder``."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(t, folder / "part-00000.zstd.parquet", compression="zstd")
 
 
 def table(spark: SparkSession, out_dir: str, name: str) -> DataFrame:

@@ -217,26 +217,31 @@ def build_html(data: dict[str, Any]) -> str:
 
 
 def gather(spark: SparkSession, out: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    acks = spark.read.parquet(str(out / "acks"))
-    messages = spark.read.parquet(str(out / "messages"))
-    participants = spark.read.parquet(str(out / "participants"))
-    rejects = spark.read.parquet(str(out / "rejects"))
+    """The page's data from the written tables, read with pyarrow on the driver (which wrote
+    them or sees them: the audit needs a shared filesystem). Why not Spark: each aggregate was
+    a Spark job, ten for a page of a few kilobytes. The one Spark job left is the latency
+    quantile, kept Spark's own (``approxQuantile``) so the histogram's range is the same."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
     # latency histogram, range clipped at p99 (the tail goes into the last bin)
     lat_svg = "<p><em>no acknowledgements</em></p>"
     # the summary's counts spare a job where they already give the answer (no acks, no rejects)
-    q = acks.approxQuantile("latency_ms", [0.99], 0.001) if summary["acks"] else []
+    q = (
+        spark.read.parquet(str(out / "acks")).approxQuantile("latency_ms", [0.99], 0.001)
+        if summary["acks"]
+        else []
+    )
     if q:
-        row = acks.agg(F.min("latency_ms")).first()
-        assert row is not None  # an aggregate without grouping has exactly one row
-        lo = row[0]
+        lat = pq.read_table(out / "acks", columns=["latency_ms"]).column(0)
+        lat_np = np.asarray(lat.drop_null().to_numpy(), dtype=np.float64)
+        lo = float(lat_np.min())
         hi = max(q[0], lo + 1e-9)
         width = (hi - lo) / BINS
-        b = F.least(F.floor((F.col("latency_ms") - lo) / width), F.lit(BINS - 1))
-        got: dict[int, int] = dict(acks.groupBy(b.alias("b")).count().collect())
-        counts = [int(got.get(k, 0)) for k in range(BINS)]
+        b = np.minimum(np.floor((lat_np - lo) / width), BINS - 1).astype(np.int64)
+        counts = np.bincount(b, minlength=BINS).tolist()
         edges = [lo + k * width for k in range(BINS + 1)]
         lat_svg = bars_svg(
             edges, counts, "ms to acknowledgement (last bin: ≥ p99)", "acks", "ack latency"
@@ -244,54 +249,66 @@ def gather(spark: SparkSession, out: Path, summary: dict[str, Any]) -> dict[str,
 
     # messages per sender per time bucket
     timeline_svg = missing_svg = "<p><em>no messages</em></p>"
-    span = messages.agg(F.min("first_timestamp_ns"), F.max("first_timestamp_ns")).first()
-    if span and span[0] is not None:
-        t0, t1 = int(span[0]), int(span[1])
+    cols = [
+        "first_timestamp_ns",
+        "kind",
+        "sender",
+        "deps_seen_later",
+        "never_delivered_deps",
+        "repair_request",
+    ]
+    messages = pq.read_table(out / "messages", columns=cols)
+    ts = messages.column("first_timestamp_ns")
+    if messages.num_rows and ts.null_count < messages.num_rows:
+        t0, t1 = pc.min(ts).as_py(), pc.max(ts).as_py()
         width_ns = max(1, (t1 - t0) // BINS + 1)
-        bucket = F.floor((F.col("first_timestamp_ns") - t0) / width_ns).cast("int")
+        ts_np = ts.to_numpy(zero_copy_only=False)
+        bucket = np.floor((ts_np - t0) / width_ns).astype(np.int64)
         xs = [(k * width_ns) / 1e9 for k in range(BINS)]
-        content = messages.where(F.col("kind") == "content")
+        is_content = np.asarray(
+            pc.equal(messages.column("kind"), "content").to_numpy(zero_copy_only=False), bool
+        )
+        senders = messages.column("sender").filter(pa.array(is_content))
+        per = pc.value_counts(senders).to_pylist()
         top = [
-            r[0]
-            for r in content.groupBy("sender").count().orderBy(F.desc("count"), "sender").collect()
+            r["values"]
+            for r in sorted(
+                per, key=lambda r: (-r["counts"], r["values"] is not None, r["values"] or "")
+            )
         ]
         shown = top[:MAX_SERIES]
-        who = F.when(F.col("sender").isin(shown), F.col("sender")).otherwise(F.lit("others"))
-        rows = content.groupBy(who.alias("who"), bucket.alias("b")).count().collect()
         series: dict[str, list[float]] = {n: [0.0] * BINS for n in shown}
         if len(top) > MAX_SERIES:
             series["others"] = [0.0] * BINS
-        for r in rows:
-            series[r["who"]][r["b"]] = float(r["count"])
+        in_shown = set(shown)
+        for sender, k in zip(senders.to_pylist(), bucket[is_content].tolist(), strict=True):
+            series[sender if sender in in_shown else "others"][k] += 1.0
         timeline_svg = lines_svg(
             xs, series, "seconds since the first message", "content messages", "messages", True
         )
-        miss = (
-            messages.groupBy(bucket.alias("b"))
-            .agg(
-                F.sum("deps_seen_later").alias("later"),
-                F.sum(F.size(F.coalesce("never_delivered_deps", F.array()))).alias("never"),
-                F.sum(F.size(F.coalesce("repair_request", F.array()))).alias("req"),
-            )
-            .collect()
-        )
+        later = messages.column("deps_seen_later").to_numpy(zero_copy_only=False)
+        never = pc.list_value_length(messages.column("never_delivered_deps")).fill_null(0)
+        req = pc.list_value_length(messages.column("repair_request")).fill_null(0)
         ms: dict[str, list[float]] = {
-            "not yet seen": [0.0] * BINS,
-            "never seen": [0.0] * BINS,
-            "repair requests": [0.0] * BINS,
+            "not yet seen": np.bincount(bucket, later, BINS).tolist(),
+            "never seen": np.bincount(bucket, never.to_numpy(zero_copy_only=False), BINS).tolist(),
+            "repair requests": np.bincount(
+                bucket, req.to_numpy(zero_copy_only=False), BINS
+            ).tolist(),
         }
-        for r in miss:
-            ms["not yet seen"][r["b"]] = float(r["later"] or 0)
-            ms["never seen"][r["b"]] = float(r["never"] or 0)
-            ms["repair requests"][r["b"]] = float(r["req"] or 0)
         missing_svg = lines_svg(
             xs, ms, "seconds since the first message", "references", "missing dependencies", True
         )
 
     n_parts = int(summary["participants"])
-    prow = (
-        participants.orderBy(F.asc_nulls_last("delivery_ratio"), "participant").limit(200).collect()
+    parts = pq.read_table(out / "participants").to_pylist()
+    parts.sort(
+        key=lambda r: (r["delivery_ratio"] is None, r["delivery_ratio"] or 0.0, r["participant"])
     )
+    prow = parts[:200]
+    rejects: list[dict[str, Any]] = []
+    if summary["rejects"]:
+        rejects = pq.read_table(out / "rejects").sort_by("index").slice(0, 50).to_pylist()
     return {
         "summary": summary,
         "latency_svg": lat_svg,
@@ -311,10 +328,7 @@ def gather(spark: SparkSession, out: Path, summary: dict[str, Any]) -> dict[str,
             for r in prow
         ],
         "participants_more": max(0, n_parts - len(prow)),
-        "rejects": [
-            [r["partition"], r["index"], r["reason"], r["detail"]]
-            for r in (rejects.orderBy("index").limit(50).collect() if summary["rejects"] else [])
-        ],
+        "rejects": [[r["partition"], r["index"], r["reason"], r["detail"]] for r in rejects],
     }
 
 
