@@ -75,6 +75,7 @@ from loglake.cardinal import (
     ReorgEvent,
     UnknownAncestor,
     assemble_block,
+    assemble_blocks,
     decode,
     open_envelope,
     reorg_channel_name,
@@ -363,7 +364,7 @@ class Assembler:
         cols = [records.column(c).to_pylist() for c in _IN_COLUMNS]
         for rec in zip(*cols, strict=True):
             self._one(out, new, st.done, rec)
-        return self._assemble(out, new, st)
+        return self._assemble(out, new, st, shared=False)
 
     def run(self, records: pa.Table, st: AssemblyState) -> Assembled:
         """Assemble one micro-batch's ``records`` (columns ``_IN_COLUMNS``) onto ``st``: the
@@ -420,14 +421,23 @@ class Assembler:
         out: Assembled,
         new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]],
         st: AssemblyState,
+        shared: bool = True,
     ) -> Assembled:
+        """Each block's messages so far through ``assemble_block``'s rules, in hash order:
+        ``shared`` through one assembler for all (``assemble_blocks``), else one
+        ``assemble_block`` call a block (the reference ``run_reference`` keeps)."""
         done, pending = st.done, st.pending
-        for h in sorted(new):
-            time, msgs = pending.get(h, (-1, []))
+        hashes = sorted(new)
+        groups = [pending.get(h, (-1, []))[1] + [m[:4] for m in new[h]] for h in hashes]
+        if shared:
+            results = assemble_blocks(groups, self.tracked)
+        else:
+            results = [assemble_block(g, self.tracked) for g in groups]
+        for h, result in zip(hashes, results, strict=True):
+            time = pending.get(h, (-1, []))[0]
             for m in new[h]:
                 if m[4] > time:
                     time = m[4]
-            result = assemble_block(msgs + [m[:4] for m in new[h]], self.tracked)
             for source, offset, why in result.rejected:
                 topic, _, part = source.rpartition(":")
                 out.rejects.append(BatchWriter._reject(topic, int(part), offset, why))
