@@ -202,7 +202,7 @@ def test_a_restart_with_other_options_is_refused_naming_the_option(small_input, 
     out = tmp_path / "out"
     out.mkdir()
     identity = {
-        "plan": 3,
+        "plan": 4,
         "data_dir": str(small_input),
         "topics": list(TOPICS),
         "reorg_threshold": THRESHOLD,

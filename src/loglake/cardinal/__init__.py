@@ -24,7 +24,11 @@ from loglake.faces import lazy_face
 if TYPE_CHECKING:
     from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
     from loglake.cardinal.codec import decode, encode
-    from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, assemble_block
+    from loglake.cardinal.consumer import (
+        DEFAULT_REORG_THRESHOLD,
+        assemble_block,
+        assemble_blocks,
+    )
     from loglake.cardinal.errors import (
         CardinalDecodeError,
         CheckpointError,
@@ -78,6 +82,7 @@ _FACE = {
     "UnknownAncestor": "loglake.cardinal.errors",
     "ZERO_HASH": "loglake.cardinal.messages",
     "assemble_block": "loglake.cardinal.consumer",
+    "assemble_blocks": "loglake.cardinal.consumer",
     "decode": "loglake.cardinal.codec",
     "encode": "loglake.cardinal.codec",
     "open_envelope": "loglake.cardinal.transport",
@@ -118,6 +123,7 @@ __all__ = [
     "Transport",
     "UnknownAncestor",
     "assemble_block",
+    "assemble_blocks",
     "decode",
     "encode",
     "open_envelope",

@@ -1,8 +1,9 @@
 """``cardinal-blocks``: Cardinal blocks as Parquet tables, by Structured Streaming, exactly once.
 
-A streaming query reads every partition of a Cardinal application's topics through
-the ``loglake`` source and hands each micro-batch's records to the driver as one Arrow table
-(``foreachBatch``), which:
+A streaming query follows every partition of a Cardinal application's topics (the
+``loglake-ranges`` source: the ``loglake`` source's offsets, a micro-batch's index ranges as its
+rows, ``cardinal_blocks_source``); the driver (``foreachBatch``) reads each micro-batch's
+records where they lie, as one Arrow table, and:
 
 1. assembles blocks (``Assembler``): each record's envelope is opened
    (``cardinal.transport.open_envelope``), block messages are gathered by block hash, and a
@@ -20,9 +21,11 @@ the ``loglake`` source and hands each micro-batch's records to the driver as one
    ReorgComplete and fed to the same consumer, as ``StreamConsumer`` does.
 
 Why on the driver: the ordering is one sequence and runs there anyway; assembling beside it
-costs one hand-off of the records (JVM → driver, Arrow). Assembling in a stateful Python stage
-(``applyInPandasWithState``, plans 1 and 2) cost a shuffle, a state store, pandas frames and a
-second trip of every block back to the driver: about twice the CPU a message.
+costs no hand-off of the records at all (the driver reads them; through the ``loglake`` source
+they crossed executor Python, the JVM and Arrow twice, about half the job's CPU). Assembling
+in a stateful Python stage (``applyInPandasWithState``, plans 1 and 2) cost a shuffle, a state
+store, pandas frames and a second trip of every block back to the driver: about twice the CPU a
+message.
 
 Tables under ``out_dir`` (Parquet, one file per table per micro-batch): ``blocks`` (a row per
 update or delete of a block, or one row for a block with neither), ``chain_updates`` (what each
@@ -72,6 +75,7 @@ from loglake.cardinal import (
     ReorgEvent,
     UnknownAncestor,
     assemble_block,
+    assemble_blocks,
     decode,
     open_envelope,
     reorg_channel_name,
@@ -91,13 +95,15 @@ CHECKPOINT = "_checkpoint"
 TABLES = ("blocks", "chain_updates", "rejects")
 KEEP_STATES = 3
 MAX_PENDING_REORGS = 32
-PLAN = 3
+PLAN = 4
 """The query's shape, recorded in ``_job.json``: 1 = route records in a ``mapInArrow`` stage,
 then assemble in ``applyInPandasWithState`` (two Python stages); 2 = group key computed in the
 JVM, the same stateful assembly (one Python stage); 3 = no stateful operator: the records go
 to the driver, which assembles and orders them, the assembly state saved with the ordering
-state. Spark's checkpoint holds the plan's operators and state: one of another plan cannot
-resume this query, so such an output is refused."""
+state; 4 = as 3, but the query's source is ``loglake-ranges`` (a micro-batch's index ranges)
+and the driver reads the records itself. Spark's checkpoint holds the plan's sources,
+operators and state: one of another plan cannot resume this query, so such an output is
+refused."""
 
 BLOCKS_SCHEMA = pa.schema(
     [
@@ -358,7 +364,7 @@ class Assembler:
         cols = [records.column(c).to_pylist() for c in _IN_COLUMNS]
         for rec in zip(*cols, strict=True):
             self._one(out, new, st.done, rec)
-        return self._assemble(out, new, st)
+        return self._assemble(out, new, st, shared=False)
 
     def run(self, records: pa.Table, st: AssemblyState) -> Assembled:
         """Assemble one micro-batch's ``records`` (columns ``_IN_COLUMNS``) onto ``st``: the
@@ -415,14 +421,23 @@ class Assembler:
         out: Assembled,
         new: dict[bytes, list[tuple[bytes, bytes, str, int, int]]],
         st: AssemblyState,
+        shared: bool = True,
     ) -> Assembled:
+        """Each block's messages so far through ``assemble_block``'s rules, in hash order:
+        ``shared`` through one assembler for all (``assemble_blocks``), else one
+        ``assemble_block`` call a block (the reference ``run_reference`` keeps)."""
         done, pending = st.done, st.pending
-        for h in sorted(new):
-            time, msgs = pending.get(h, (-1, []))
+        hashes = sorted(new)
+        groups = [pending.get(h, (-1, []))[1] + [m[:4] for m in new[h]] for h in hashes]
+        if shared:
+            results = assemble_blocks(groups, self.tracked)
+        else:
+            results = [assemble_block(g, self.tracked) for g in groups]
+        for h, result in zip(hashes, results, strict=True):
+            time = pending.get(h, (-1, []))[0]
             for m in new[h]:
                 if m[4] > time:
                     time = m[4]
-            result = assemble_block(msgs + [m[:4] for m in new[h]], self.tracked)
             for source, offset, why in result.rejected:
                 topic, _, part = source.rpartition(":")
                 out.rejects.append(BatchWriter._reject(topic, int(part), offset, why))
@@ -515,7 +530,11 @@ class BatchWriter:
 
     # -- the batch
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.process(df.toArrow(), batch_id)
+        """The micro-batch's rows are its index ranges (``cardinal_blocks_source``); the
+        records are read here, on the driver, where they lie."""
+        from loglake.pipeline.jobs.cardinal_blocks_source import read_records
+
+        self.process(read_records(self.opts.data_dir, self.opts.topics, df.toArrow()), batch_id)
 
     def process(self, records: pa.Table, batch_id: int) -> dict[str, int]:
         """Assemble, order and write one micro-batch's records (columns ``_IN_COLUMNS``)."""
@@ -771,20 +790,16 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
     job = out / JOB_FILE
     if not job.exists():
         fs.replace_file_atomic(job, json.dumps(opts.identity(), indent=1).encode())
+    from loglake.pipeline.jobs.cardinal_blocks_source import FORMAT, RangesDataSource
+
+    spark.dataSource.register(RangesDataSource)
     frames = []
     for i, t in enumerate(opts.topics):
-        r = spark.readStream.format("loglake").option("data_dir", opts.data_dir).option("stream", t)
+        r = spark.readStream.format(FORMAT).option("data_dir", opts.data_dir).option("stream", t)
         if opts.max_records_per_trigger:
             r = r.option("maxRecordsPerTrigger", str(opts.max_records_per_trigger))
-        frames.append(  # the assembler's input (``_IN_COLUMNS``)
-            r.load().selectExpr(
-                "data",
-                f"CAST({i} AS INT) AS t",
-                "partition",
-                "index AS offset",
-                "coalesce(timestamp_ns, CAST(-1 AS BIGINT)) AS ts",
-            )
-        )
+        # a micro-batch's index ranges, topic by topic: ``BatchWriter`` reads their records
+        frames.append(r.load().selectExpr(f"CAST({i} AS INT) AS t", "partition", "start", "end"))
     records = frames[0]
     for f in frames[1:]:
         records = records.unionByName(f)
