@@ -30,7 +30,7 @@ def test_orchestrator_restart_mid_replay(tmp_path):
         tmp_path,
         extra={
             "orchestrator": ["--data-dir", str(tmp_path / "orch-data")],
-            "publisher": ["--batch-size", "50", "--throttle-ms", "20"],
+            "publisher": ["--batch-size", "50", "--throttle-ms", "100"],
             "broadcaster": ["--max-unconfirmed", "500"],
         },
     )
@@ -49,16 +49,16 @@ def test_orchestrator_restart_mid_replay(tmp_path):
         [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, stopped)])
         assert isinstance(r, Ok), r
         wait_until(lambda: c.known_head() == N, what="the publisher's head update")
-        # Held mid-way, not raced: the subscriber stopped confirms nothing, so past the
-        # broadcaster's window every event is answered Busy and the replay cannot end while the
-        # orchestrator restarts.
+        # Held mid-way, not raced: the replay is registered and seen running (paced at 500
+        # events/s, so 3,000 take 6 s), then the subscriber is stopped: it confirms nothing, so
+        # past the broadcaster's window every event is answered Busy and the replay cannot end
+        # while the orchestrator restarts. (Stopped before registering, a call to it could hold
+        # the replay pending instead.)
+        [r] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")])
+        assert isinstance(r, Ok), r
+        rid = r.value
+        wait_until(lambda: _status(sub, rid).status.tag == "running", what="replay running")
         with c.paused("subscriber"):
-            [r] = sub.call(
-                "icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")]
-            )
-            assert isinstance(r, Ok), r
-            rid = r.value
-            wait_until(lambda: _status(sub, rid).status.tag == "running", what="replay running")
             c.stop("orchestrator")
             c.start_one("orchestrator")
             st = _status(sub, rid)  # answered by the restarted process
