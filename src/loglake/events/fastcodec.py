@@ -19,10 +19,8 @@ them — the same bytes as :func:`encode_notifications` on the finished notifica
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,7 +28,7 @@ from icp_candid import Types
 
 from loglake.events import candid_types as T
 from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
-from loglake.wire import candid
+from loglake.wire import candid, candid_vec
 from loglake.wire import candid_batch as kernels
 from loglake.wire.icrc16 import (
     TAGS,
@@ -38,7 +36,6 @@ from loglake.wire.icrc16 import (
     ICRC16Error,
     candid_decode,
     loglake_form,
-    read_value,
     write_value,
 )
 from loglake.wire.varint import (
@@ -241,17 +238,6 @@ if TAGS.index("Nat") != 2:  # pragma: no cover - guards the constant above
 
 
 # --- reading: the one codec's plans -----------------------------------------------------------
-_uleb_r = decode_candid_uleb
-
-
-def _count(b: bytes, i: int) -> tuple[int, int]:
-    """A vector's length (every element of our types takes at least one byte)."""
-    n, i = _uleb_r(b, i)
-    if n > len(b) - i:
-        raise ValueError("vector longer than the message")
-    return n, i
-
-
 def _decoding(what: str, f: Callable[[bytes], Any], data: bytes) -> Any:
     try:
         return f(data)
@@ -300,15 +286,19 @@ def encode_publish_results(results: Sequence[Any]) -> bytes | None:
     return None
 
 
+_OK_ONE = b"\x01\x00\x01"
+"""``Ok`` with one id, before the id: ``vec`` of 1 … written as the codec writes it (checked
+below)."""
+_BUSY = bytes([1, 1, _ERR_INDEX["Busy"]])
+
+
 def decode_publish_results(data: bytes) -> Sequence[Any] | None:
-    """``vec PublishResult`` → ``Ok([id])``… then ``Busy``… read at once (a Broadcaster's
-    answer to a replay batch); None: the codec reads it."""
-    if not data.startswith(PUBLISH_RESULTS_HEADER):
+    """``vec PublishResult`` → ``Ok([id])``… then ``Busy``… read at once by the codec's run
+    kernel (a Broadcaster's answer to a replay batch); None: the plan reads it."""
+    got = candid_vec.runs(bytes(data), PUBLISH_RESULTS_HEADER, _OK_ONE, _BUSY)
+    if got is None:
         return None
-    try:
-        return _read_results_run(bytes(data))
-    except Exception:  # any failure: the codec reports it
-        return None
+    return _ReadResults(*got)
 
 
 def encode_nats(ids: Sequence[Any]) -> bytes | None:
@@ -328,73 +318,24 @@ def encode_nats(ids: Sequence[Any]) -> bytes | None:
 # Why: a Broadcaster that turns a replay's ``icrc72_publish`` batch into notifications needs no
 # event as an object: a notification is the event's bytes with the Broadcaster's headers, the
 # filter and the notification id put in between (``eventId source data`` · headers ·
-# ``prevEventId`` · filter · ``timestamp`` · notificationId · ``namespace``). A batch whose
-# events share source, headers and namespace (every batch ``procure`` makes) is scanned once —
-# every byte checked as the full reader checks it (compiled patterns for the fixed parts and the
-# LEB128 numbers; a ``#Blob`` by its length, any other value by the full value reader) — and
-# kept as its bytes and the events' offsets; an ``Event`` is built only when asked for
-# (``EventBatch[k]``, iteration: the full reader then runs once). Any other batch, and any batch
-# the scan does not accept (damaged bytes included: the full reader then raises the typed
-# error), is read as before into a list.
-_ULEB = rb"[\x80-\xff]*[\x00-\x7f]"
-_BLOB_TAG = bytes([TAGS.index("Blob")])
-
-
-def _uleb_value(raw: bytes) -> int:
-    """The value of one LEB128 number, ``raw`` being exactly its bytes (checked by a pattern)."""
-    n = len(raw)
-    if n == 1:
-        return raw[0]
-    if n == 2:
-        return raw[0] & 0x7F | raw[1] << 7
-    if n == 3:
-        return raw[0] & 0x7F | (raw[1] & 0x7F) << 7 | raw[2] << 14
-    v = 0
-    for c in reversed(raw):
-        v = (v << 7) | (c & 0x7F)
-    return v
-
-
-# --- numpy for the per-event fields ------------------------------------------------------------
-# Why: with lazy batches no event was decoded or re-encoded on the replay path, but every
-# hop still ran a Python loop per event — writing ids and timestamps as LEB128, copying each
-# notification's fields, reading ids back. The fields around each event's data are small and
-# shaped alike along a batch (the same LEB128 lengths, the same shared parts), so they are
-# written or read for the whole batch at once as rows of a byte matrix (numpy), and the
-# message is assembled by ``bytes.join`` from those rows and each event's data. Rows whose
-# field lengths differ (an id crossing 128, 16,384, … within a batch) are built in groups of
-# equal lengths; anything these paths do not cover (a nat of 2**63 or more, an over-long
-# LEB128) goes the per-event way, as before.
+# ``prevEventId`` · filter · ``timestamp`` · notificationId · ``namespace``). The codec's batch
+# executor (``wire.candid_vec``) finds where each field of each item starts in a batch whose
+# items repeat source, headers and namespace (every batch ``procure`` makes), every byte checked
+# as the plan checks it; the batch keeps its bytes and those offsets, and an ``Event`` is built
+# only when asked for (``EventBatch[k]``, iteration: the plan then runs once). Any other batch,
+# and any batch the executor does not take (damaged bytes included: the plan then raises the
+# typed error), is read by the plan into a list.
 AT_ONCE = 64
-"""Batches of fewer events go the per-event way: numpy's fixed cost per call (5–10 µs) would
-cost a short batch (a live publish of one event) more than its loop does."""
+"""Batches of fewer events are written event by event: numpy's fixed cost per call (5–10 µs)
+would cost a short batch (a live publish of one event) more than its loop does."""
+_EVENT_VEC = candid_vec.RecordVec(EVENTS)
+_NOTE_VEC = candid_vec.RecordVec(NOTIFICATIONS, frozenset({"filter"}))
 
 
 def decode_nats(data: bytes) -> list[int] | None:
-    """``vec nat`` (``icrc72_confirm_notifications``' argument) → the ids, read at once; None
-    when the header is not our encoder's or anything is unusual (a nat past 63 bits, a
-    malformed message): the generic reader then decides, as before."""
-    if not data.startswith(NATS_HEADER):
-        return None
-    b = bytes(data)
-    try:
-        n, i = _count(b, len(NATS_HEADER))
-    except Exception:  # the generic reader reports it
-        return None
-    if n < AT_ONCE:
-        return None  # the generic reader: cheaper for a few ids
-    body = np.frombuffer(b[i:] + kernels.PAD, np.uint8)
-    size = len(b) - i
-    ends = np.flatnonzero(body[:size] < 0x80)
-    if len(ends) != n or ends[-1] != size - 1:
-        return None
-    starts = np.empty(n, np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    got = kernels.uleb_at(body, starts, True)
-    if got is None:
-        return None
-    return list(got[1].tolist())
+    """``vec nat`` (``icrc72_confirm_notifications``' argument) → the ids, read at once by the
+    codec's kernel; None for a short vector or anything unusual: the plan decides."""
+    return candid_vec.nat_vec(bytes(data), NATS_HEADER)
 
 
 _Item = TypeVar("_Item")
@@ -544,326 +485,22 @@ class EventBatch(_LazyBatch[Event]):
         return bytes(out)
 
 
-def _scan_loop(b: bytes, start: int, notes: bool) -> tuple[tuple[Any, ...], list[int]] | None:
-    """Event by event (the reference scan the batch scans fall back to), from the vector at
-    ``start``: the first event's shared parts (:func:`_first_event`) and, per event, its start,
-    data end, timestamp start, end and event id, and for notifications its notification id —
-    if every event repeats the first one's source, headers, filter and namespace and every
-    byte reads; None otherwise (the full reader decides)."""
-    n, s0 = _count(b, start)
-    size = len(b)
-    if n == 0:
-        return None
-    try:
-        first = _first_event(b, s0, notes)
-    except ValueError:  # a bad opt flag: the full reader decides
-        return None
-    _, src_enc, _, headers_enc, filter_enc, _, ns_enc, _, _ = first
-    uleb_g = b"(" + _ULEB + b")"
-    head = re.compile(uleb_g + re.escape(src_enc) + re.escape(_BLOB_TAG) + uleb_g)
-    head_any = re.compile(uleb_g + re.escape(src_enc))
-    tail = re.compile(_tail(headers_enc, filter_enc, ns_enc, notes, True))
-    hm, hm_any, tm, val = head.match, head_any.match, tail.match, _uleb_value
-    out: list[int] = []
-    add = out.extend
-    i = s0
-    for _ in range(n):
-        got = _data_end(b, i, hm, hm_any)
-        if got is None:
-            return None
-        m, d = got
-        t = tm(b, d)
-        if t is None:
-            return None
-        e = t.end()
-        add((i, d, t.end(1) + len(filter_enc), e, val(m.group(1))))
-        if notes:
-            out.append(val(t.group(2)))
-        i = e
-    if i != size:
-        return None
-    return first, out
-
-
-def _tail(headers_enc: bytes, filter_enc: bytes, ns_enc: bytes, notes: bool, groups: bool) -> bytes:
-    """The pattern of an event's bytes after its data: the batch's headers, ``opt
-    prevEventId``, its filter, the timestamp, a notification's id, the namespace; ``groups``:
-    capture ``opt prevEventId`` (group 1) and the notification id (group 2)."""
-    prev = rb"(\x00|\x01" + _ULEB + b")" if groups else rb"(?:\x00|\x01" + _ULEB + b")"
-    nid = (b"(" + _ULEB + b")" if groups else _ULEB) if notes else b""
-    return re.escape(headers_enc) + prev + re.escape(filter_enc) + _ULEB + nid + re.escape(ns_enc)
-
-
-def _scan_events_loop(b: bytes) -> EventBatch | None:
-    """:func:`_scan_loop` over a ``vec Event``."""
-    got = _scan_loop(b, len(_events_header()), False)
-    if got is None:
-        return None
-    (source, _, headers, headers_enc, _, namespace, _, _, _), out = got
-    spans = [x for k in range(0, len(out), 5) for x in out[k : k + 4]]
-    return EventBatch(b, spans, source, headers, headers_enc, namespace)
-
-
-# The per-event walk: one pattern match per event walks the batch — from the end of
-# an event's data over its fixed fields and the next event's start to that event's data
-# length, every byte checked as :func:`_scan_events_loop` checks it — and records only where
-# each event's data ends; the offsets and ids after those points are then read for the whole
-# batch at once (:func:`_uleb_at`). Patterns are compiled once per (source, headers,
-# namespace[, filter]).
-@lru_cache(maxsize=64)
-def _walk_patterns(src_enc: bytes, tail: bytes) -> tuple[re.Pattern[bytes], ...]:
-    """``(first, first_any, step, step_any, last)`` for a batch whose events repeat
-    ``src_enc`` and whose bytes after each event's data match ``tail`` (a pattern): ``first``
-    reads the first event up to its ``#Blob`` length (``first_any``: up to its data, any
-    value), ``step`` an event's tail and the next event up to its ``#Blob`` length
-    (``step_any``: up to its data), ``last`` the last tail (to the end)."""
-    head = _ULEB + re.escape(src_enc)
-    blob = re.escape(_BLOB_TAG) + b"(" + _ULEB + b")"
-    return (
-        re.compile(head + blob),
-        re.compile(head),
-        re.compile(tail + head + blob),
-        re.compile(tail + head),
-        re.compile(tail),
-    )
-
-
-def _walk(b: bytes, start: int, n: int, pats: tuple[re.Pattern[bytes], ...]) -> list[int] | None:
-    """Where each of the ``n`` events from ``start`` ends its data; None: the batch is not of
-    this shape (or is damaged: the full reader decides)."""
-    first, first_any, step, step_any, last = pats
-    got = _data_end(b, start, first.match, first_any.match)
-    if got is None:
-        return None
-    d = got[1]
-    ds = [d]
-    add = ds.append
-    sm, sam = step.match, step_any.match
-    for _ in range(n - 1):
-        got = _data_end(b, d, sm, sam)
-        if got is None:
-            return None
-        d = got[1]
-        add(d)
-    if last.fullmatch(b, d) is None:
-        return None
-    return ds
-
-
-_Match = Callable[[bytes, int], "re.Match[bytes] | None"]
-
-
-def _data_end(b: bytes, i: int, blob: _Match, other: _Match) -> tuple[Any, int] | None:
-    """The match at ``i`` and where the event's data ends after it: ``blob`` matches up to a
-    ``#Blob``'s length (its last group: the data is that many bytes), ``other`` up to any
-    value (read and checked by the codec); None if neither matches or the data runs past the
-    end."""
-    m = blob(b, i)
-    if m is not None:
-        d = m.end() + _uleb_value(m.group(m.lastindex or 0))
-        return (m, d) if d <= len(b) else None
-    m = other(b, i)
-    if m is None:
-        return None
-    return m, read_value(b, m.end(), 0)[1]
-
-
-def _field_readers(batch: candid.Node) -> list[candid.Reader]:
-    """The codec's reader of each field of a batch's item, in wire order."""
-    assert batch.inner is not None
-    return [candid.own_reader(n) for _, _, n in batch.inner.fields]
-
-
-_EVENT_FIELDS = _field_readers(EVENTS)
-_NOTE_FIELDS = _field_readers(NOTIFICATIONS)
-
-
-def _first_event(b: bytes, i: int, with_filter: bool) -> tuple[Any, ...]:
-    """The first event's shared parts and where its data and itself end: ``(source, src_enc,
-    headers, headers_enc, filter_enc, namespace, ns_enc, data_end, end)`` (``filter_enc``
-    b"" for an ``Event``), read field by field by the codec."""
-    at, vals = [], []
-    for r in _NOTE_FIELDS if with_filter else _EVENT_FIELDS:
-        at.append(i)
-        v, i = r(b, i, 0)
-        vals.append(v)
-    at.append(i)  # eventId source data headers prevEventId [filter] timestamp [nid] namespace
-    filter_enc = b[at[5] : at[6]] if with_filter else b""
-    src_enc, headers_enc, ns_enc = b[at[1] : at[2]], b[at[3] : at[4]], b[at[-2] : i]
-    return vals[1], src_enc, vals[3], headers_enc, filter_enc, vals[-1], ns_enc, at[3], i
-
-
-def _after_data(
-    buf: np.ndarray, D: np.ndarray, skip_h: int, skip_f: int
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """From each data end ``D``: past the headers (``skip_h`` bytes) and ``opt prevEventId``,
-    then ``skip_f`` bytes (the filter): where ``timestamp`` starts, and its LEB128 width."""
-    prev_at = D + skip_h
-    T = prev_at + 1
-    has_prev = buf[prev_at] == 1
-    if has_prev.any():
-        got = kernels.uleb_at(buf, T[has_prev], False)
-        if got is None:
-            return None
-        T[has_prev] += got[0]
-    T += skip_f
-    got = kernels.uleb_at(buf, T, False)
-    if got is None:
-        return None
-    return T, got[0]
-
-
-# Faster still, for any sizes of data: the bytes between two events' data begin with the
-# batch's headers, so splitting the message at them (``bytes.split``: C) gives every event's
-# data end at once — if the headers' bytes occur nowhere else. The chain below then checks, for
-# the whole batch at once, that from each data end the tail and the next event's head read as
-# the walk reads them and that the next event's data ends exactly at the next split point;
-# the first data end comes from the first event, so by induction the data ends are the walk's
-# and every byte was checked as it checks them. Headers' bytes inside some event's data (the
-# split then disagrees with the chain), a value that is not a ``#Blob``, a LEB128 longer than
-# 9 bytes: the walk decides.
-@dataclass
-class _Chain:
-    S: np.ndarray
-    D: np.ndarray
-    T: np.ndarray
-    E: np.ndarray
-    eids: np.ndarray | None
-    nids: np.ndarray | None
-
-
-def _chain(
-    b: bytes, s0: int, n: int, first: tuple[Any, ...], filter_enc: bytes | None
-) -> _Chain | None:
-    """The offsets (and, for notifications — ``filter_enc`` not None —, the event and
-    notification ids) of a batch whose events share source, headers, filter and namespace
-    (``first``: :func:`_first_event`) and whose values are ``#Blob``s; None: the walk
-    decides. Data ends are guessed first at the first event's stride (events as long as the
-    first), then found by splitting at the headers' bytes; the chain checks either guess."""
-    _, src_enc, _, headers_enc, _, _, ns_enc, d0, e0 = first
-    size = len(b)
-    buf = np.frombuffer(b + kernels.PAD, np.uint8)
-    D = d0 + np.arange(n, dtype=np.int64) * (e0 - s0)
-    if int(D[-1]) < size:
-        try:
-            got = _chain_from(buf, size, s0, D, src_enc, headers_enc, filter_enc, ns_enc)
-        except IndexError:  # a guess past the end: not this shape
-            got = None
-        if got is not None:
-            return got
-    if len(headers_enc) < 8:
-        return None  # too short to be rare in data
-    pieces = b.split(headers_enc)
-    if len(pieces) != n + 1:
-        return None
-    lens = np.fromiter(map(len, pieces[:n]), np.int64, n)
-    D = np.cumsum(lens)
-    D[1:] += np.arange(1, n, dtype=np.int64) * len(headers_enc)
-    try:
-        return _chain_from(buf, size, s0, D, src_enc, headers_enc, filter_enc, ns_enc)
-    except IndexError:  # pragma: no cover - the split's offsets are inside the message
-        return None
-
-
-def _chain_from(
-    buf: np.ndarray,
-    size: int,
-    s0: int,
-    D: np.ndarray,
-    src_enc: bytes,
-    headers_enc: bytes,
-    filter_enc: bytes | None,
-    ns_enc: bytes,
-) -> _Chain | None:
-    """:func:`_chain` for the guessed data ends ``D``: the chain, or None if it does not
-    hold."""
-    n = len(D)
-    if not kernels.is_at(buf, D, headers_enc):
-        return None
-    notes = filter_enc is not None
-    # every event's tail, from its data end
-    prev_at = D + len(headers_enc)
-    flags = buf[prev_at]
-    if bool((flags > 1).any()):
-        return None
-    T = prev_at + 1
-    has = flags == 1
-    if bool(has.any()):
-        got = kernels.uleb_at(buf, T[has], False)
-        if got is None:
-            return None
-        T[has] += got[0]
-    if notes:
-        if not kernels.is_at(buf, T, filter_enc or b""):
-            return None
-        T += len(filter_enc or b"")
-    got = kernels.uleb_at(buf, T, False)
-    if got is None:
-        return None
-    after = T + got[0]
-    nids = None
-    if notes:
-        got = kernels.uleb_at(buf, after, True)
-        if got is None:
-            return None
-        nids = got[1]
-        after = after + got[0]
-    if not kernels.is_at(buf, after, ns_enc):
-        return None
-    E = after + len(ns_enc)
-    if int(E[-1]) != size:
-        return None
-    # every event's head: the first one's start, then each tail's end
-    S = np.empty(n, np.int64)
-    S[0] = s0
-    S[1:] = E[:-1]
-    got = kernels.uleb_at(buf, S, notes)
-    if got is None:
-        return None
-    eids = got[1]
-    at = S + got[0]
-    if not kernels.is_at(buf, at, src_enc + _BLOB_TAG):
-        return None
-    got = kernels.uleb_at(buf, at + len(src_enc) + 1, True)
-    if got is None:
-        return None
-    ends = at + len(src_enc) + 1 + got[0] + got[1].astype(np.int64)
-    if not bool((ends == D).all()):
-        return None
-    return _Chain(S, D, T, E, eids, nids)
-
-
-def _scan_events(b: bytes) -> EventBatch | None:
-    """:func:`_scan_events_loop`'s result, read by :func:`_walk` and numpy (the loop for
-    what they do not cover)."""
-    n, s0 = _count(b, len(_events_header()))
-    if n < AT_ONCE:  # short batches (and empty ones): the loop
-        return _scan_events_loop(b)
-    first = _first_event(b, s0, False)
-    source, src_enc, headers, headers_enc, _, namespace, ns_enc, _, _ = first
-    ch = _chain(b, s0, n, first, None)
-    if ch is not None:
-        sp = np.stack([ch.S, ch.D, ch.T, ch.E], axis=1)
-        return EventBatch(b, sp, source, headers, headers_enc, namespace)
-    ds = _walk(b, s0, n, _walk_patterns(src_enc, _tail(headers_enc, b"", ns_enc, False, False)))
-    if ds is None:
-        return None
-    D = np.array(ds, np.int64)
-    got = _after_data(np.frombuffer(b + kernels.PAD, np.uint8), D, len(headers_enc), 0)
-    if got is None:
-        return _scan_events_loop(b)
-    T, tw = got
-    E = T + tw + len(ns_enc)
-    S = np.empty(n, np.int64)
-    S[0] = s0
-    S[1:] = E[:-1]
-    return EventBatch(b, np.stack([S, D, T, E], axis=1), source, headers, headers_enc, namespace)
-
-
 def decode_event_batch(data: bytes) -> EventBatch | list[Event]:
     """``vec Event`` (``icrc72_publish``) → an :class:`EventBatch` (events sharing source,
     headers and namespace: read lazily), else the list :func:`decode_events` reads."""
     return _lazy_or_full(data, _events_header(), _scan_events, "event batch", _events)
+
+
+def _scan_events(b: bytes) -> EventBatch | None:
+    """The :class:`EventBatch` of ``b``, if the codec's batch executor takes it."""
+    run = candid_vec.scan(_EVENT_VEC, b)
+    if run is None:
+        return None
+    c, at, first = _EVENT_VEC.column, run.at, run.first
+    h = c["headers"]
+    sp = np.stack([at[:, 0], at[:, h], at[:, c["timestamp"]], at[:, -1]], axis=1)
+    headers_enc = b[int(at[0, h]) : int(at[0, h + 1])]
+    return EventBatch(b, sp, first[c["source"]], first[h], headers_enc, first[c["namespace"]])
 
 
 def _lazy_or_full(
@@ -975,28 +612,8 @@ class _ReadResults(PublishResults):
 
     def _item(self, k: int) -> Ok | Err:
         if k < self.delivered:
-            return Ok([_uleb_r(self.ids[k], 3)[0]])
+            return Ok([decode_candid_uleb(self.ids[k], 0)[0]])
         return Err("Busy")
-
-
-_OK_ONE = re.compile(rb"\x01\x00\x01" + _ULEB)
-_BUSY = bytes([1, 1, _ERR_INDEX["Busy"]])
-_OKS_THEN_BUSY = re.compile(
-    b"((?:" + _OK_ONE.pattern + b")*)(?:" + re.escape(_BUSY) + b")*", re.DOTALL
-)
-
-
-def _read_results_run(b: bytes) -> _ReadResults | None:
-    """``Ok([id])``… then ``Busy``… (a Broadcaster's answer to a replay batch), else None."""
-    n, i = _count(b, len(PUBLISH_RESULTS_HEADER))
-    m = _OKS_THEN_BUSY.fullmatch(b, i)
-    if m is None:
-        return None
-    ids = _OK_ONE.findall(b, i, m.end(1))  # the Ok entries tile [i, end(1))
-    busy, extra = divmod(len(b) - m.end(1), len(_BUSY))
-    if extra or len(ids) + busy != n:
-        return None
-    return _ReadResults(ids, busy)
 
 
 class NotificationBatch(_LazyBatch[EventNotification]):
@@ -1029,54 +646,26 @@ class NotificationBatch(_LazyBatch[EventNotification]):
         return len(self.event_ids)
 
 
-def _scan_notes_loop(b: bytes) -> NotificationBatch | None:
-    """:func:`_scan_loop` over a ``vec EventNotification``."""
-    got = _scan_loop(b, len(NOTIFICATIONS_HEADER), True)
-    if got is None:
-        return None
-    (_, _, headers, _, _, namespace, _, _, _), out = got
-    return NotificationBatch(b, out[4::6], out[5::6], headers, namespace)
-
-
-def _scan_notes(b: bytes) -> NotificationBatch | None:
-    """:func:`_scan_notes_loop`'s result, read by :func:`_walk` and numpy (the loop for what
-    they do not cover)."""
-    n, s0 = _count(b, len(NOTIFICATIONS_HEADER))
-    if n < AT_ONCE:  # short batches (and empty ones): the loop
-        return _scan_notes_loop(b)
-    first = _first_event(b, s0, True)
-    _, src_enc, headers, headers_enc, filter_enc, namespace, ns_enc, _, _ = first
-    ch = _chain(b, s0, n, first, filter_enc)
-    if ch is not None and ch.eids is not None and ch.nids is not None:
-        return NotificationBatch(
-            b, list(ch.eids.tolist()), list(ch.nids.tolist()), headers, namespace
-        )
-    tail = _tail(headers_enc, filter_enc, ns_enc, True, False)
-    ds = _walk(b, s0, n, _walk_patterns(src_enc, tail))
-    if ds is None:
-        return None
-    buf = np.frombuffer(b + kernels.PAD, np.uint8)
-    got = _after_data(buf, np.array(ds, np.int64), len(headers_enc), len(filter_enc))
-    if got is None:
-        return _scan_notes_loop(b)
-    T, tw = got
-    nids = kernels.uleb_at(buf, T + tw, True)
-    if nids is None:
-        return _scan_notes_loop(b)
-    S = np.empty(n, np.int64)
-    S[0] = s0
-    S[1:] = (T + tw + nids[0] + len(ns_enc))[:-1]
-    eids = kernels.uleb_at(buf, S, True)
-    if eids is None:
-        return _scan_notes_loop(b)
-    return NotificationBatch(b, list(eids[1].tolist()), list(nids[1].tolist()), headers, namespace)
-
-
 def decode_notification_batch(data: bytes) -> NotificationBatch | list[EventNotification]:
     """``vec EventNotification`` → a :class:`NotificationBatch` (notifications sharing source,
     headers, filter and namespace: read lazily), else the list :func:`decode_notifications`
     reads."""
     return _lazy_or_full(data, NOTIFICATIONS_HEADER, _scan_notes, "notification batch", _notes)
+
+
+def _scan_notes(b: bytes) -> NotificationBatch | None:
+    """The :class:`NotificationBatch` of ``b``, if the codec's batch executor takes it."""
+    run = candid_vec.scan(_NOTE_VEC, b, ("eventId", "notificationId"))
+    if run is None:
+        return None
+    c, first = _NOTE_VEC.column, run.first
+    return NotificationBatch(
+        b,
+        run.nats["eventId"],
+        run.nats["notificationId"],
+        first[c["headers"]],
+        first[c["namespace"]],
+    )
 
 
 def _shared_parts(source: Any, namespace: str, headers: ICRC16Map | None) -> tuple[bytes, ...]:
