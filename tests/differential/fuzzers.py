@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.differential import archives, bare, candid, sds, torrents
+from tests.differential import archives, bare, candid, candid_batches, sds, torrents
 from tests.differential._run import Check, Outcome, run
 from tests.differential.peer import DiffPeer
 
@@ -85,6 +85,14 @@ FUZZERS: dict[str, Fuzzer] = {
             candid.batches,
             lambda peer: lambda v: candid.check_both(peer, v),
             True,
+        ),
+        Fuzzer(
+            "candid-batches",
+            "@dfinity/candid",
+            candid_batches.batches,
+            lambda peer: lambda v: candid_batches.check(peer, v),
+            True,
+            share=0.3,
         ),
     )
 }

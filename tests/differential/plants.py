@@ -17,7 +17,7 @@ from loglake.archives import layout as archives_layout
 from loglake.archives import torrent as archives_torrent
 from loglake.sds import codec as sds_codec
 from loglake.sds.messages import HistoryEntry
-from loglake.wire import bare, candid
+from loglake.wire import bare, candid, candid_vec
 from loglake.wire.varint import encode_uleb
 
 
@@ -181,6 +181,12 @@ PLANTS: dict[str, Plant] = {
             "candid",
             "a Candid opt flag other than 0 or 1 read as present",
             _opt_flag_any_nonzero,
+        ),
+        Plant(
+            "candid-vec-opt-flag",
+            "candid-batches",
+            "the batch executor's opt kernel takes any flag byte (2 read as absent)",
+            lambda: _swapped(candid_vec, "_opt_flags", lambda flags: True),
         ),
         Plant(
             "torrent-str-length",

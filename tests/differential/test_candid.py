@@ -14,3 +14,10 @@ def test_candid_agrees_with_dfinity_candid(peer: DiffPeer) -> None:
     out = FUZZERS["candid"].run(peer, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
     assert out.cases > 0
     assert not out.disagreements, out.report(10)
+
+
+def test_candid_batches_agree_with_dfinity_candid(peer: DiffPeer) -> None:
+    """Long batches through the codec's batch executor (``candid_batches.py``)."""
+    out = FUZZERS["candid-batches"].run(peer, examples=EXAMPLES, seed=SEED, max_seconds=MAX_SECONDS)
+    assert out.cases > 0
+    assert not out.disagreements, out.report(10)

@@ -234,7 +234,7 @@ def _forward(
             at = at + got[0]
         else:  # OPT_NAT: a flag 0, or 1 and a nat
             flags = buf[at]
-            if bool((flags > 1).any()):
+            if not _opt_flags(flags):
                 return None
             at = at + 1
             has = flags == 1
@@ -244,6 +244,11 @@ def _forward(
                     return None
                 at[has] += got[0]
     return at
+
+
+def _opt_flags(flags: np.ndarray) -> bool:
+    """Every ``opt`` flag is 0 or 1 (Candid spec: ``M(opt)``; anything else is malformed)."""
+    return not bool((flags > 1).any())
 
 
 def _offsets(
