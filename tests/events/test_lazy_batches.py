@@ -16,6 +16,7 @@ from icp_principal import Principal
 from loglake.events.broadcaster import Broadcaster, ReplayRoute, Route
 from loglake.events.codec import METHODS
 from loglake.events.fastcodec import (
+    PUBLISH_RESULTS_HEADER,
     EncodedNotifications,
     EventBatch,
     NotificationBatch,
@@ -33,7 +34,8 @@ from loglake.events.fastcodec import (
 from loglake.events.filters import Skip
 from loglake.events.messages import H_REPLAY_ID, Event, EventNotification
 from loglake.events.subscriber import Subscriber
-from loglake.wire.icrc16 import RawValue, value_bytes
+from loglake.wire.icrc16 import ICRC16DecodeError, RawValue, value_bytes
+from loglake.wire.varint import CANDID_MAX_OCTETS
 from tests.events.test_fastcodec import fast, header_maps, mutated, names, nats, principals
 from tests.wire.test_icrc16 import values
 
@@ -280,3 +282,16 @@ def test_procure_batch_equals_procure():
     mixed = [*msgs, StreamMessage(5, stored_event({"Nat": 5}, [("h", {"Nat": 1})], 15))]
     got = procure_batch(mixed, "ns", 3, P[0], False, 9)
     assert type(got) is list and got == procure(mixed, "ns", 3, P[0], False, 9)
+
+
+def test_an_over_long_id_in_publish_results_is_refused_as_the_plan_refuses_it():
+    """A LEB128 id of more than ``CANDID_MAX_OCTETS`` octets inside a run of ``Ok([id])``: the
+    plan refuses the reply with the typed error, so the run kernel must not take it (it once
+    did, and reading the results then raised an untyped varint error)."""
+    enc = encode_publish_results(PublishResults(100, 100, 7, 1))
+    i = len(PUBLISH_RESULTS_HEADER) + 1
+    assert enc[i : i + 4] == b"\x01\x00\x01\x07"
+    bad = enc[: i + 3] + b"\x87" + b"\x80" * CANDID_MAX_OCTETS + b"\x00" + enc[i + 4 :]
+    assert decode_publish_results(bad) is None
+    with pytest.raises(ICRC16DecodeError, match="too long"):
+        METHODS["icrc72_publish"].decode_ret(bad)
