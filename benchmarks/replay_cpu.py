@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import loglake  # noqa: E402
-from replay import build, end_to_end  # noqa: E402
+from replay import build, end_to_end
 
-from loglake.log import open_log  # noqa: E402
+import loglake
+from loglake.log import open_log
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """The replay data plane's batches: ``vec Event`` and ``vec EventNotification`` (and the
 replies and confirmations that go with them) read and written through the one Candid codec
-(``loglake.wire.candid``), plus the kernels that handle a long batch without an object per
-item.
+(``loglake.wire.candid``), plus lazy batches that carry a long batch without an object per
+item: the codec's batch executor (``loglake.wire.candid_vec``) reads where each item's fields
+are, and this module only maps them to the ICRC types — it parses no Candid bytes itself.
 
 What is ICRC-specific here, and nothing else: how the batch items map to the dataclasses of
 ``messages.py`` — :data:`EVENTS` and :data:`NOTIFICATIONS` are the Candid types of the two

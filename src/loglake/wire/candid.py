@@ -62,8 +62,9 @@ after: ``opt`` as None or the value, a record as a dataclass or a tuple (:class:
 a value that every item of a batch repeats read once a message. ICRC-16 values in loglake's
 form (``icrc16.VALUE``) and the replay batches as ``Event`` / ``EventNotification``
 (``events/fastcodec.py``) are read and written that way: one decoder and one encoder for every
-form, the batches' numpy kernels aside (they check a long batch's repeated parts at once and
-leave every value, and any doubt, to the plan).
+form. A long batch whose items repeat parts is read by this codec's batch executor
+(``wire/candid_vec.py``: offsets per item and field, checked at once with the numpy kernels of
+``wire/candid_batch.py`` and the plan's own field readers), which leaves any doubt to the plan.
 
 The plan runs over ``bytes`` (a memoryview is copied once on entry): CPython indexes and slices
 ``bytes`` faster than a memoryview, and every value read from a slice must be copied anyway.
