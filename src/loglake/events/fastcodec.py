@@ -39,10 +39,7 @@ from loglake.wire.icrc16 import (
     loglake_form,
     write_value,
 )
-from loglake.wire.varint import (
-    decode_candid_uleb,
-    encode_uleb,
-)
+from loglake.wire.varint import encode_uleb
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -613,7 +610,7 @@ class _ReadResults(PublishResults):
 
     def _item(self, k: int) -> Ok | Err:
         if k < self.delivered:
-            return Ok([decode_candid_uleb(self.ids[k], 0)[0]])
+            return Ok([candid_vec.nat(self.ids[k])])
         return Err("Busy")
 
 

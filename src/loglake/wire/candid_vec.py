@@ -457,6 +457,12 @@ def runs(b: bytes, header: bytes, head: bytes, tail: bytes) -> tuple[list[bytes]
     return nats, rest
 
 
+def nat(raw: bytes) -> int:
+    """The value of one of the nats :func:`runs` returns (its bytes, bounded as the plan
+    bounds them)."""
+    return int(decode_candid_uleb(raw, 0)[0])
+
+
 @lru_cache(maxsize=8)
 def _runs_pattern(one: bytes, tail: bytes) -> re.Pattern[bytes]:
     return re.compile(b"((?:" + one + b")*)(?:" + tail + b")*", re.DOTALL)
