@@ -120,8 +120,9 @@ def _from_run(run: candid_vec.Run, data: bytes) -> dict[str, Any]:
     """The batch as the executor reports it (module docstring)."""
     out = []
     fields = LAYOUT.fields
+    rows = run.at.tolist()
     for k in range(len(run)):
-        row = run.at[k].tolist()
+        row = rows[k]
         item: dict[str, Any] = {}
         for j, f in enumerate(fields):
             if f.kind == candid_vec.SAME:

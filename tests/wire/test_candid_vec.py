@@ -76,9 +76,10 @@ def check(data: bytes) -> candid_vec.Run | None:
         return None
     assert want is not None, "the executor took bytes the plan refuses"
     assert len(run) == len(want)
-    assert int(run.at[-1, -1]) == len(data)
+    rows = run.at.tolist()
+    assert rows[-1][-1] == len(data)
     for k, item in enumerate(want):
-        row = run.at[k].tolist()
+        row = rows[k]
         for j, f in enumerate(LAYOUT.fields):
             v, end = f.read(data, row[j], 0)
             assert end == row[j + 1] and v == item[f.name]
@@ -87,7 +88,7 @@ def check(data: bytes) -> candid_vec.Run | None:
         for name in WANT:
             assert run.nats[name][k] == item[name]
         if k + 1 < len(want):
-            assert row[-1] == int(run.at[k + 1, 0])
+            assert row[-1] == rows[k + 1][0]
     return run
 
 

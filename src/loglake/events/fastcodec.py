@@ -494,10 +494,10 @@ def _scan_events(b: bytes) -> EventBatch | None:
     run = candid_vec.scan(_EVENT_VEC, b)
     if run is None:
         return None
-    c, at, first = _EVENT_VEC.column, run.at, run.first
+    c, cols, first = _EVENT_VEC.column, run.cols, run.first
     h = c["headers"]
-    sp = np.stack([at[:, 0], at[:, h], at[:, c["timestamp"]], at[:, -1]], axis=1)
-    headers_enc = b[int(at[0, h]) : int(at[0, h + 1])]
+    sp = np.stack([cols[0], cols[h], cols[c["timestamp"]], cols[-1]], axis=1)
+    headers_enc = b[int(cols[h][0]) : int(cols[h + 1][0])]
     return EventBatch(b, sp, first[c["source"]], first[h], headers_enc, first[c["namespace"]])
 
 

@@ -101,16 +101,22 @@ class RecordVec:
 
 @dataclass
 class Run:
-    """What :func:`scan` found: ``at[k, j]`` is where field ``j`` of item ``k`` starts (column
-    ``len(fields)``: where the item ends); ``first`` the first item's field values as the plan
-    reads them; ``nats`` the values of the ``nat`` fields asked for."""
+    """What :func:`scan` found: ``cols[j][k]`` is where field ``j`` of item ``k`` starts
+    (``cols[len(fields)]``: where each item ends); ``first`` the first item's field values as the
+    plan reads them; ``nats`` the values of the ``nat`` fields asked for. Columns, not a
+    matrix: the kernels make each column once and a caller takes the few it needs."""
 
-    at: np.ndarray
+    cols: list[np.ndarray]
     first: list[Any]
     nats: dict[str, list[int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return len(self.at)
+        return len(self.cols[0])
+
+    @property
+    def at(self) -> np.ndarray:
+        """The offsets as a matrix: row ``k``, column ``j`` (tests, tools)."""
+        return np.stack(self.cols, axis=1)
 
 
 def count(b: bytes, i: int) -> tuple[int, int]:
@@ -179,7 +185,7 @@ def _walk_items(layout: RecordVec, b: bytes, s0: int, n: int, want: Sequence[str
         at[k] = row
     if i != len(b):
         return None
-    return Run(at, first, nats)
+    return Run([at[:, j] for j in range(F + 1)], first, nats)
 
 
 @dataclass(frozen=True)
@@ -208,18 +214,18 @@ def _forward(
     layout: RecordVec,
     buf: np.ndarray,
     first: _First,
-    cols: range,
+    fields: range,
     at: np.ndarray,
-    out: np.ndarray,
+    cols: list[Any],
     want: Sequence[str],
     nats: dict[str, list[int]],
 ) -> np.ndarray | None:
-    """From ``at`` (where field ``cols[0]`` of every item starts) over the fields ``cols``,
-    none of them the value: each field's start into ``out``; where the last one ends, or None
+    """From ``at`` (where field ``fields[0]`` of every item starts) over the fields ``fields``,
+    none of them the value: each field's starts into ``cols``; where the last one ends, or None
     if some item's bytes do not read so."""
-    for j in cols:
+    for j in fields:
         f = layout.fields[j]
-        out[:, j] = at
+        cols[j] = at
         if f.kind == SAME:
             enc = first.enc[j]
             if not kernels.is_at(buf, at, enc):
@@ -271,19 +277,19 @@ def _offsets(
     assert v is not None
     F = len(layout.fields)
     n = len(D)
-    out = np.empty((n, F + 1), np.int64)
+    cols: list[Any] = [None] * (F + 1)
     nats: dict[str, list[int]] = {}
-    E = _forward(layout, buf, first, range(v + 1, F), D, out, want, nats)
+    E = _forward(layout, buf, first, range(v + 1, F), D, cols, want, nats)
     if E is None or int(E[-1]) != len(b):
         return None
-    out[:, F] = E
+    cols[F] = E
     S = np.empty(n, np.int64)
     S[0] = s0
     S[1:] = E[:-1]
-    V = _forward(layout, buf, first, range(v), S, out, want, nats)
+    V = _forward(layout, buf, first, range(v), S, cols, want, nats)
     if V is None:
         return None
-    out[:, v] = V
+    cols[v] = V
     if blob_tag is not None:
         if not bool((buf[V] == blob_tag).all()):
             return None
@@ -292,7 +298,7 @@ def _offsets(
             return None
         if not bool((V + 1 + got[0] + got[1].astype(np.int64) == D).all()):
             return None
-    return Run(out, first.values, nats)
+    return Run(cols, first.values, nats)
 
 
 def _chained(
