@@ -416,17 +416,24 @@ def _value_end(b: bytes, i: int, blob: _Match, other: _Match, read: candid.Reade
 
 
 # --- vec nat ---------------------------------------------------------------------------------
-def nat_vec(b: bytes, header: bytes) -> list[int] | None:
-    """The ``vec nat`` after ``header`` (loglake's own) read at once; None for a short vector
-    or anything unusual (a nat of more than 9 octets, malformed bytes): the plan decides."""
+def _after(b: bytes, header: bytes) -> tuple[int, int] | None:
+    """The length of the vector after ``header`` and where its items start; None if ``b`` does
+    not start with ``header`` or the length does not read (the plan reports it)."""
     if not b.startswith(header):
         return None
     try:
-        n, i = count(b, len(header))
+        return count(b, len(header))
     except ValueError:
         return None
-    if n < AT_ONCE:
+
+
+def nat_vec(b: bytes, header: bytes) -> list[int] | None:
+    """The ``vec nat`` after ``header`` (loglake's own) read at once; None for a short vector
+    or anything unusual (a nat of more than 9 octets, malformed bytes): the plan decides."""
+    vec = _after(b, header)
+    if vec is None or vec[0] < AT_ONCE:
         return None
+    n, i = vec
     size = len(b) - i
     body = np.frombuffer(b[i:] + kernels.PAD, np.uint8)
     ends = np.flatnonzero(body[:size] < 0x80)
@@ -446,12 +453,10 @@ def runs(b: bytes, header: bytes, head: bytes, tail: bytes) -> tuple[list[bytes]
     """The vector after ``header``: items ``head · nat`` (their nats' bytes, in order), then
     items equal to ``tail`` (their number) — e.g. ``Ok([id])``… then ``Err(#Busy)``…; None
     for anything else (the plan decides)."""
-    if not b.startswith(header):
+    vec = _after(b, header)
+    if vec is None:
         return None
-    try:
-        n, i = count(b, len(header))
-    except ValueError:
-        return None
+    n, i = vec
     one = re.escape(head) + ULEB
     m = _runs_pattern(one, re.escape(tail)).fullmatch(b, i)
     if m is None:
