@@ -279,3 +279,11 @@ def test_procure_batch_of_many_records_equals_procure():
     want = procure(msgs, "ns", 3, SRC, True, 99_999)
     assert type(got) is EventBatch and encode_events(got) == encode_events(want)
     assert got == want
+
+
+def test_a_last_event_shorter_than_the_first_is_still_read_at_once():
+    """The stride guess (every event as long as the first) then runs past the end of the
+    message: the executor must go on to its next guess, not give the batch up."""
+    ids = list(range(1000, 1300))
+    vals = [BLOB] * (len(ids) - 1) + [{"Blob": bytes(140)}]
+    check_batch(events(ids, ids, vals))

@@ -319,7 +319,10 @@ def _chained(
     d0, e0 = first.at[v + 1], first.at[-1]
     D = d0 + np.arange(n, dtype=np.int64) * (e0 - s0)
     if int(D[-1]) < size:
-        got = _offsets(layout, b, buf, s0, D, first, want, tag)
+        try:
+            got = _offsets(layout, b, buf, s0, D, first, want, tag)
+        except IndexError:  # a guess running past the end: not this shape, try the split
+            got = None
         if got is not None:
             return got
     after = [first.enc[j] for j in range(v + 1, len(layout.fields)) if j in first.enc]
