@@ -460,11 +460,11 @@ def runs(b: bytes, header: bytes, head: bytes, tail: bytes) -> tuple[list[bytes]
     if vec is None:
         return None
     n, i = vec
-    one = re.escape(head) + ULEB
-    m = _runs_pattern(one, re.escape(tail)).fullmatch(b, i)
+    whole, each = _runs_patterns(head, tail)
+    m = whole.fullmatch(b, i)
     if m is None:
         return None
-    nats = re.findall(re.escape(head) + b"(" + ULEB + b")", b[i : m.end(1)], re.DOTALL)
+    nats = each.findall(b, i, m.end(1))  # the head items tile [i, end(1)): one match each
     rest, extra = divmod(len(b) - m.end(1), len(tail))
     if extra or len(nats) + rest != n:
         return None
@@ -478,5 +478,9 @@ def nat(raw: bytes) -> int:
 
 
 @lru_cache(maxsize=8)
-def _runs_pattern(one: bytes, tail: bytes) -> re.Pattern[bytes]:
-    return re.compile(b"((?:" + one + b")*)(?:" + tail + b")*", re.DOTALL)
+def _runs_patterns(head: bytes, tail: bytes) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """The whole vector's pattern (group 1: the ``head · nat`` items), and one such item's
+    (group 1: its nat)."""
+    one = re.escape(head) + ULEB
+    whole = re.compile(b"((?:" + one + b")*)(?:" + re.escape(tail) + b")*", re.DOTALL)
+    return whole, re.compile(re.escape(head) + b"(" + ULEB + b")", re.DOTALL)
