@@ -19,8 +19,8 @@ EXAMPLES = int(os.environ.get("LOGLAKE_DIFF_EXAMPLES", "100"))
 2-5 s per fuzzer on an idle machine, ~20 s for the whole folder."""
 SEED = int(os.environ.get("LOGLAKE_DIFF_SEED", "33"))
 MAX_SECONDS = float(os.environ.get("LOGLAKE_DIFF_SECONDS", "8"))
-"""Per fuzzer: the run stops here, so a loaded machine does not stretch the suite (seven runs
-and five plants stay under a minute); every planted bug is caught within ~1 s idle."""
+"""Per fuzzer and per plant: the run stops here, so a loaded machine does not stretch the
+suite; every planted bug is caught within ~1 s idle."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
