@@ -247,3 +247,26 @@ def test_job_output_is_ordered_parts(spark, history, tmp_path):
     assert ids == list(range(N))
     assert [p[0] for p in iter_parts(out, 123)] == list(range(123, N))
     w.close()
+
+
+def test_job_over_a_nodes_url_writes_the_parts_the_data_dir_gives(spark, history, tmp_path):
+    """Given the Publisher's data dir the job reads where the records lie (plain tasks); given
+    a ``loglake serve`` node's url, through the ``loglake`` source over the stream protocol.
+    Both write the same notification parts, in order."""
+    from loglake.events import ReplayJobSpec
+    from loglake.pipeline.jobs.replay import run_replay_job
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    spec = ReplayJobSpec(7, NS, 5, N - 3, P["pub"].bytes, "amount >= 20", (3, 1), False)
+    local = run_replay_job(spark, spec, tmp_path / "dir", str(history))
+    want = list(iter_parts(local.output))
+    assert [p[0] for p in want] == [i for i in range(20, N - 3) if (i + 1) % 3 == 0]
+    log = open_log(history)
+    try:
+        with BackgroundServer(StreamService(log)) as srv:
+            url = f"loglake://127.0.0.1:{srv.port}"
+            remote = run_replay_job(spark, spec, tmp_path / "url", url=url)
+    finally:
+        log.close()
+    assert list(iter_parts(remote.output)) == want and remote.selected == local.selected
