@@ -343,7 +343,7 @@ def job_fixed_cost(spark, data_dir: Path, n: int, source, runs: int) -> None:
         walls.append(time.perf_counter() - t)
         cpus.append(tree_cpu_seconds() - c0)
     load = os.getloadavg()[0]
-    verdict = "meets" if min(walls) <= 5 else "misses"
+    verdict = "meets" if sorted(walls)[len(walls) // 2] <= 5 else "misses"  # the median
     console.print(
         f"  Spark job fixed cost (warm session, {k:,} events, {runs} runs): wall "
         + "/".join(f"{w:.2f}" for w in walls)
