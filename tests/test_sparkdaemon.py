@@ -29,3 +29,22 @@ def test_only_the_installed_pysparks_own_zips_leave_the_path(tmp_path):
     assert own_spark_zips(path) == own
     # no installed pyspark on the path: nothing is taken away
     assert own_spark_zips([*own, other]) == []
+
+
+def test_the_zips_leave_the_path_when_the_venv_is_reached_through_a_symlink(tmp_path):
+    """A worktree's ``.venv`` is a symlink: the package is found under the link while Spark
+    names its zips under the resolved ``SPARK_HOME``. The same folder, two names: the zips
+    must still leave the path, whichever side holds the link."""
+    import pyspark
+
+    from loglake.sparkdaemon import own_spark_zips
+
+    site = os.path.dirname(os.path.dirname(os.path.realpath(pyspark.__file__)))
+    link = tmp_path / "venv-link"
+    link.symlink_to(site)
+    real_lib = os.path.join(site, "pyspark", "python", "lib")
+    link_lib = os.path.join(str(link), "pyspark", "python", "lib")
+    real_zips = [os.path.join(real_lib, "pyspark.zip"), os.path.join(real_lib, "py4j.zip")]
+    link_zips = [os.path.join(link_lib, "pyspark.zip")]
+    assert own_spark_zips([*real_zips, str(link), *sys.path]) == real_zips
+    assert own_spark_zips([*link_zips, site, *sys.path]) == link_zips

@@ -44,11 +44,17 @@ def installed_pyspark_lib(path: list[str]) -> str | None:
 
 
 def own_spark_zips(path: list[str]) -> list[str]:
-    """The entries of ``path`` that are zips of the installed pyspark's own ``python/lib``."""
+    """The entries of ``path`` that are zips of the installed pyspark's own ``python/lib``.
+
+    Compared by real path: Spark names its zips under ``SPARK_HOME``, which pyspark resolves
+    (``find_spark_home`` takes the package's real path), while ``path`` finds the package
+    through the venv as it was named; a venv reached through a symlink (a worktree's
+    ``.venv``) then names one folder two ways, and a plain comparison kept the zips."""
     lib = installed_pyspark_lib(path)
     if lib is None:
         return []
-    return [p for p in path if p.endswith(".zip") and os.path.dirname(p) == lib]
+    real = os.path.realpath(lib)
+    return [p for p in path if p.endswith(".zip") and os.path.realpath(os.path.dirname(p)) == real]
 
 
 def preload() -> None:

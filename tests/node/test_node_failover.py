@@ -55,6 +55,24 @@ def publish_many(node: NodeProcess, n: int) -> list[int]:
     return ids
 
 
+def start_replay(node: NodeProcess, n: int, why: str) -> int:
+    """Publish ``n`` events the subscriber misses, subscribe, register a replay of them on
+    ``node`` and wait until it runs there; the replay's id. The node's pace (its ``rate``)
+    decides how long it keeps running: ``why`` says why the test needs it running."""
+    missed = publish_many(node, n)
+    node.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
+    rid = node.api.post(
+        "/api/events/replays",
+        json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
+    ).json()["id"]
+    wait_until(
+        lambda: node.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
+        10,
+        f"the replay running on {node.data.name} ({why})",
+    )
+    return int(rid)
+
+
 def apply(chain: list[bytes], ev: object) -> list[bytes]:
     """Apply a Cardinal chain update to ``chain`` (hashes); the blocks it added."""
     if not isinstance(ev, ChainUpdate):
@@ -113,17 +131,7 @@ def test_node_a_sigkilled_mid_replay_node_b_takes_over_and_loses_nothing(
 
         # ICRC: events missed by the subscriber, then a replay of them, paced (400
         # events/s, batches of 500) to be running when A dies
-        missed = publish_many(a, 1200)
-        a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
-        rid = a.api.post(
-            "/api/events/replays",
-            json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
-        ).json()["id"]
-        wait_until(
-            lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
-            10,
-            "the replay running on A",
-        )
+        rid = start_replay(a, 1200, "400 events/s: still running when A dies")
 
         proc_a.send_signal(signal.SIGKILL)
         proc_a.wait(10)
@@ -173,17 +181,7 @@ def test_a_sigstopped_holder_resumed_after_losing_its_lease_writes_nothing(
     a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=50)
     b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=100_000)
     with started_pair(a, b) as proc_a:
-        missed = publish_many(a, 1200)
-        a.api.post("/api/events/subscriptions", json={"namespace": NS}).raise_for_status()
-        rid = a.api.post(
-            "/api/events/replays",
-            json={"namespace": NS, "start": missed[0], "end": missed[-1] + 1},
-        ).json()["id"]
-        wait_until(
-            lambda: a.api.get(f"/api/events/replays/{rid}").json()["status"] == "running",
-            10,
-            "the replay running on A (50 events/s: A has work left when it stops)",
-        )
+        rid = start_replay(a, 1200, "50 events/s: A has work left when it stops")
         os.kill(proc_a.pid, signal.SIGSTOP)
         try:
             wait_until(b.holds_events, TTL + 2 + 1, "B takes the journal lease")

@@ -247,3 +247,51 @@ def test_job_output_is_ordered_parts(spark, history, tmp_path):
     assert ids == list(range(N))
     assert [p[0] for p in iter_parts(out, 123)] == list(range(123, N))
     w.close()
+
+
+def test_job_over_a_nodes_url_writes_the_parts_the_data_dir_gives(spark, history, tmp_path):
+    """Given the Publisher's data dir the job reads where the records lie (plain tasks); given
+    a ``loglake serve`` node's url, through the ``loglake`` source over the stream protocol.
+    Both write the same notification parts, in order."""
+    from loglake.events import ReplayJobSpec
+    from loglake.pipeline.jobs.replay import run_replay_job
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    spec = ReplayJobSpec(7, NS, 5, N - 3, P["pub"].bytes, "amount >= 20", (3, 1), False)
+    local = run_replay_job(spark, spec, tmp_path / "dir", str(history))
+    want = list(iter_parts(local.output))
+    assert [p[0] for p in want] == [i for i in range(20, N - 3) if (i + 1) % 3 == 0]
+    log = open_log(history)
+    try:
+        with BackgroundServer(StreamService(log)) as srv:
+            url = f"loglake://127.0.0.1:{srv.port}"
+            remote = run_replay_job(spark, spec, tmp_path / "url", url=url)
+    finally:
+        log.close()
+    assert list(iter_parts(remote.output)) == want and remote.selected == local.selected
+
+
+def test_a_malformed_stored_event_fails_the_job_and_leaves_no_output(spark, tmp_path):
+    """A stored record that is not an event (its data not ICRC-16 Candid) fails the job with
+    the decoder's typed error, as the in-process path raises it — no hang, no partial output
+    folder, no staging left beside it."""
+    from loglake.events import ReplayJobSpec
+    from loglake.events.publisher import STORED_PLAIN, event_of
+    from loglake.pipeline.jobs.replay import run_replay_job
+    from loglake.wire import icrc16
+
+    good = bytes([STORED_PLAIN]) + (1).to_bytes(8, "big") + icrc16.encode({"Nat": 1})
+    bad = bytes([STORED_PLAIN]) + (1).to_bytes(8, "big") + b"\xffnot candid"
+    with pytest.raises(Exception) as direct:
+        event_of(3, bad, NS, P["pub"])
+    log = open_log(tmp_path / "data")
+    log.create_stream(NS)
+    log.append_payloads(NS, [good] * 3 + [bad] + [good] * 3)
+    log.close()
+    spec = ReplayJobSpec(9, NS, 0, 7, P["pub"].bytes, None, None, False)
+    out = tmp_path / "out"
+    with pytest.raises(Exception) as e:
+        run_replay_job(spark, spec, out, str(tmp_path / "data"))
+    assert type(direct.value).__name__ in str(e.value)
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["data"]

@@ -89,3 +89,28 @@ def test_any_offsets_text_is_parsed_or_rejected_with_bad_option(text):
         assert e.option == "startingOffsets" and e.value == text
     else:
         assert parsed and all(isinstance(k, int) and v >= -2 for k, v in parsed.items())
+
+
+def test_a_data_dir_is_parsed_without_the_nats_client_stack(tmp_path):
+    """Every Spark process that parses a ``data_dir`` option (the driver, the data source's
+    planners, the tasks) looks for the sealer's note; naming the note imported the sealer's
+    module and with it nats, aiohttp and asyncio (~180 modules, ~1 s of CPU a process here).
+    Parsing and resolving a stream of a plain data dir imports none of them."""
+    import subprocess
+    import sys
+
+    from loglake.log import open_log
+
+    log = open_log(tmp_path / "d")
+    log.create_stream("s")
+    log.close()
+    code = (
+        "import sys; import loglake.pipeline.datasource; "
+        "from loglake.pipeline.options import parse_options, resolve_stream; "
+        f"resolve_stream(parse_options({{'data_dir': {str(tmp_path / 'd')!r}, 'stream': 's'}})); "
+        "print(sorted(m for m in ('nats', 'aiohttp', 'pandas', 'loglake.streams.jetstream_seal') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

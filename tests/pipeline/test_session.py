@@ -103,6 +103,34 @@ def test_spark_python_starts_python_without_the_installed_pysparks_own_zips(tmp_
     assert spark_python(cache=blocked) == sys.executable
 
 
+def test_spark_python_drops_the_zips_when_the_venv_is_reached_through_a_symlink(
+    tmp_path, monkeypatch
+):
+    """A worktree's ``.venv`` is a symlink: the package is found under the link, while Spark
+    names its zips under the resolved ``SPARK_HOME`` (and a user's ``SPARK_HOME`` may be the
+    link). Either way the script must take them off the path, or every Python process Spark
+    starts compiles pyspark's zip again."""
+    import pyspark
+
+    from loglake.pipeline.session import spark_python
+
+    site = os.path.dirname(os.path.dirname(os.path.realpath(pyspark.__file__)))
+    link = tmp_path / "venv-link"
+    link.symlink_to(site)
+    kept = "/some/where"
+    code = "import os; print(os.environ.get('PYTHONPATH', ''))"
+    for found, named in ((str(link), site), (site, str(link))):
+        monkeypatch.setattr(sys, "path", [found, *sys.path])
+        script = spark_python(cache=tmp_path / "cache")
+        zips = [f"{named}/pyspark/python/lib/pyspark.zip", f"{named}/pyspark/python/lib/py4j.zip"]
+        env = {**os.environ, "PYTHONPATH": ":".join([zips[0], kept, zips[1]])}
+        out = subprocess.run(
+            [script, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.stdout.strip() == kept, (found, named, out.stdout, out.stderr)
+        monkeypatch.undo()
+
+
 def test_only_a_local_master_gets_the_script():
     local, cluster = {}, {}
     prepare_environment(local, master="local[2]")

@@ -15,6 +15,13 @@ import pyarrow as pa
 
 LAKE_DIR = "lake"
 INDEX_WIDTH = 20
+BACKEND_NOTE = "_jetstream.json"
+"""``<data_dir>/lake/_jetstream.json``: which cluster and prefix the lake's streams live in, so a
+reader given only the data dir (every Spark job's ``--data-dir``) reads the unsealed part from
+JetStream too (``pipeline/options.py``). Server URLs are written without user or password.
+Named here, with the layout, and not beside its writer (``streams.jetstream_seal``): every
+Spark process that parses a data dir option reads it, and the writer's module imports the NATS
+client stack (nats, aiohttp, asyncio: ~180 modules) that a reader never needs."""
 
 LAKE_SCHEMA = pa.schema(
     [

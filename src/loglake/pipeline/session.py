@@ -118,15 +118,18 @@ def prepare_environment(
 _SPARK_PYTHON = """#!/bin/sh
 # Written by loglake (pipeline/session.py, spark_python): run Python without the installed
 # pyspark's own zips on PYTHONPATH; the same code, from the package's cached bytecode.
+# Zips are compared by their folder's real path (cd -P): Spark names them under the resolved
+# SPARK_HOME, which may differ from the venv's path when the venv is reached by a symlink.
 set -f
 lib={lib}
 new=
 IFS=:
 for p in $PYTHONPATH; do
   case $p in
-    "$lib"/*) ;;
-    *) new=${{new:+$new:}}$p ;;
+    *.zip) dir=$(cd -P -- "${{p%/*}}" 2>/dev/null && pwd -P) ;;
+    *) dir= ;;
   esac
+  if [ "$dir" != "$lib" ]; then new=${{new:+$new:}}$p; fi
 done
 unset IFS
 PYTHONPATH=$new
@@ -146,14 +149,18 @@ def spark_python(python: str = sys.executable, cache: Path | None = None) -> str
     source starts several (``loglake.sparkdaemon`` covers only the task workers): docs/pipeline.md
     has the figures. Only on a local master, whose processes run on this machine where the
     script is, and only for the installed package's own zips (a cluster's Spark keeps its
-    Python). The script is written once, named by its content, in loglake's cache folder;
-    ``python`` itself if that is not possible."""
+    Python). Paths are compared by their real path on both sides: Spark names the zips under
+    the resolved ``SPARK_HOME``, and a venv reached through a symlink names the same folder
+    another way (then every process compiled the zip again). The script is written once, named
+    by its content, in loglake's cache folder; ``python`` itself if that is not possible."""
     from loglake.sparkdaemon import installed_pyspark_lib
 
     lib = installed_pyspark_lib(sys.path)
     if lib is None or not os.path.isdir(lib):
         return python
-    text = _SPARK_PYTHON.format(lib=shlex.quote(lib), python=shlex.quote(python))
+    # the real path: the script resolves each zip's folder the same way before comparing
+    real = os.path.realpath(lib)
+    text = _SPARK_PYTHON.format(lib=shlex.quote(real), python=shlex.quote(python))
     folder = cache or Path(platformdirs.user_cache_dir("loglake"))
     script = folder / f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     if script.exists():
