@@ -249,3 +249,25 @@ def test_the_scan_vouches_only_for_records_made_of_the_schemas_fields():
     assert scan is not None
     assert scan.ok.tolist() == [True, False, False, False, False, False, True, False]
     assert _scan(pa.array([good, None], pa.binary())) is None  # nulls: per record
+
+
+def test_forgetting_unused_codes_changes_nothing(monkeypatch):
+    """A task's state forgets the codes no kept history uses once it holds many
+    (``DecodeState.compact``); the ids read afterwards are still each entry's own."""
+    datas: list[bytes | None] = []
+    window: list[bytes] = []
+    for k in range(40):
+        head = _ld(TAG_SENDER_ID, b"p%d" % (k % 3)) + _ld(TAG_MESSAGE_ID, b"id%d" % k)
+        head += _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
+        datas.append(head + b"".join(window) + _ld(TAG_CONTENT, b"c%d" % k))
+        window = [*window, encode_history_entry(HistoryEntry(f"id{k}", b"h%d" % k, "p"))][-4:]
+    batches = _batches(datas, [7, 15, 22, 30])
+    slow = DecodeState(CHANNEL, BLOOM, batched=False)
+    want = [slow.decode(b) for b in batches]
+    monkeypatch.setattr("loglake.sds.columnar._MAX_CODES", 6)
+    fast = DecodeState(CHANNEL, BLOOM)
+    for batch, w in zip(batches, want, strict=True):
+        got = fast.decode(batch)
+        for name in w.schema.names:
+            assert got.column(name).to_pylist() == w.column(name).to_pylist(), name
+    assert len(fast.ids) < len(slow.ids)  # it did forget

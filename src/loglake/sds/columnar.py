@@ -351,6 +351,10 @@ class DecodeState:
     last_base: _Base | None = None
     fast: int = 0  # histories read against a base (for tests and profiling)
     whole: int = 0  # histories read entry by entry
+    id_array: pa.Array | None = None
+    """``ids`` as an Arrow array, extended as codes are added (rebuilt after ``compact``): each
+    batch's histories are a ``take`` from it, and converting every id again per batch cost
+    time growing with the task."""
     batched: bool = True
     """Read a batch's records with ``_scan`` (numpy over the column's buffers) and take the
     per-record path (``_decode_row``) only for the records it cannot vouch for. False: every
@@ -479,6 +483,7 @@ class DecodeState:
         remap = np.full(len(self.ids), -1, dtype=np.int64)
         remap[live] = np.arange(len(live), dtype=np.int64)
         live_list = live.tolist()
+        self.id_array = None
         self.code_of = {b: int(remap[c]) for b, c in self.code_of.items() if remap[c] >= 0}
         self.ids = [self.ids[c] for c in live_list]
         self.encoded = [self.encoded[c] for c in live_list]
@@ -727,7 +732,13 @@ class DecodeState:
         for r in np.flatnonzero(~ok).tolist():
             kind[r] = mid[r] = sender[r] = lamport[r] = blooms[r] = cbytes[r] = requests[r] = None
 
-        id_arr = pa.array(self.ids, pa.string())
+        built = 0 if self.id_array is None else len(self.id_array)
+        if built < len(self.ids):
+            more = pa.array(self.ids[built:], pa.string())
+            self.id_array = (
+                more if self.id_array is None else pa.concat_arrays([self.id_array, more])
+            )
+        id_arr = self.id_array if self.id_array is not None else pa.array([], pa.string())
         keep = ok[row_of]
 
         def lists(elems: Any) -> pa.ListArray:
