@@ -156,6 +156,7 @@ def io_floor(data: Path, out: Path, n: int) -> None:
 
     lake = sorted(glob.glob(f"{data}/lake/*/partition=*/*.parquet"))
     secs: dict[str, float] = {}
+    cpu0 = time.process_time()  # the untimed reads included: an upper bound
     with ThreadPoolExecutor(2) as pool:
         t0 = time.perf_counter()
         records = sum(pool.map(read, lake))
@@ -179,10 +180,45 @@ def io_floor(data: Path, out: Path, n: int) -> None:
         f"  I/O floor (both cores, nothing else): read {records:,} lake records "
         f"{secs['read']:.1f} s + write messages {secs['messages']:.1f} s + acks "
         f"{secs['acks']:.1f} s = {floor:.1f} s, i.e. at most {n / floor:,.0f} messages/s "
-        "before any decoding"
+        f"before any decoding ({time.process_time() - cpu0:.1f} CPU-s with the untimed reads, "
+        f"{load()})"
     )
     if records < 0.9 * n:
         print("  (most of this channel is still in the live tail, which the floor leaves out)")
+
+
+def tree_cpu() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every live
+    descendant, from ``/proc``: the driver, its JVM and Spark's Python workers. Why: on a shared
+    machine the wall time says more about the neighbours than about the job."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(name))
+        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+def load() -> str:
+    import os
+
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f} {five:.1f} {fifteen:.1f}"
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -212,16 +248,17 @@ def run_audit(args: argparse.Namespace) -> int:
             opts = SdsAuditOptions(
                 str(data), "sds.bench", str(out), report=report, overwrite=True
             ).validate()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), tree_cpu()
             summary = run(spark, opts)
-            secs = time.perf_counter() - t0
+            secs, cpu = time.perf_counter() - t0, tree_cpu() - c0
             rate = summary.records / secs
             verdict = "meets" if rate >= 100_000 else "below"
             print(
                 f"  audit ({'tables + report' if report else 'tables'}"
                 f"{', same session again' if k and not report else ''}): {secs:.1f} s, "
                 f"{rate:,.0f} messages/s ({verdict} the 100,000/s target); "
-                f"{summary.acks:,} acks, {summary.rejects} rejects"
+                f"{summary.acks:,} acks, {summary.rejects} rejects; {cpu:.1f} CPU-s "
+                f"(driver, JVM and Python workers), {load()}"
             )
             stages = ", ".join(f"{k} {v:.1f}" for k, v in summary.stage_seconds.items())
             print(f"    seconds per stage: {stages}")

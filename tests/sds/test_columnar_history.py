@@ -147,8 +147,10 @@ def reference(datas: list[bytes | None]) -> list[dict]:
     return rows
 
 
-def decoded(datas: list[bytes | None], cuts: list[int]) -> tuple[list[dict], DecodeState]:
-    state = DecodeState(CHANNEL, BLOOM)
+def decoded(
+    datas: list[bytes | None], cuts: list[int], batched: bool = True
+) -> tuple[list[dict], DecodeState]:
+    state = DecodeState(CHANNEL, BLOOM, batched=batched)
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(datas)}), len(datas)]
     rows: list[dict] = []
     for a, b in itertools.pairwise(bounds):
@@ -180,13 +182,14 @@ def decoded(datas: list[bytes | None], cuts: list[int]) -> tuple[list[dict], Dec
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(datas=records(), cuts=st.lists(st.integers(0, 14), max_size=3))
 def test_history_decode_equals_the_straightforward_one(datas, cuts):
-    got, _ = decoded(datas, cuts)
-    assert got == reference(datas)
+    assert decoded(datas, cuts)[0] == reference(datas)
+    assert decoded(datas, cuts, batched=False)[0] == reference(datas)
 
 
 def test_sliding_windows_are_read_against_the_previous_history():
-    """Senders taking turns over one window (the benchmark's channel): every history after the
-    first is read against a base, and the result is the straightforward one."""
+    """Senders taking turns over one window (the benchmark's channel): on the per-record path
+    (the batch path's fallback) every history after the first is read against a base, and the
+    result is the straightforward one."""
     window: list[bytes] = []
     datas: list[bytes | None] = []
     for k in range(60):
@@ -194,9 +197,10 @@ def test_sliding_windows_are_read_against_the_previous_history():
         head += _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
         datas.append(head + b"".join(window) + _ld(TAG_CONTENT, b"c%d" % k))
         window = ([*window, encode_history_entry(HistoryEntry(f"id{k}", b"h", "p"))])[-20:]
-    got, state = decoded(datas, [25])
+    got, state = decoded(datas, [25], batched=False)
     assert got == reference(datas)
     assert state.whole <= 2 and state.fast >= 57
+    assert decoded(datas, [25])[0] == got
 
 
 def test_packed_histories_round_trip():
@@ -241,6 +245,7 @@ def test_entry_bytes_elsewhere_in_the_record_are_not_taken_for_the_history():
         + ENTRIES[2]
         + _ld(TAG_CONTENT, m0 + ENTRIES[1]),
     ]
-    got, _ = decoded(datas, [])
-    assert got == reference(datas)
-    assert [r["history"] for r in got] == [["m0", "m1"], ["m0", "m2"]]
+    for batched in (True, False):
+        got, _ = decoded(datas, [], batched)
+        assert got == reference(datas)
+        assert [r["history"] for r in got] == [["m0", "m1"], ["m0", "m2"]]

@@ -176,17 +176,15 @@ def read_unit_columns(
         return
     cols = list(columns)
     if u.path:
-        import pyarrow.parquet as pq
-
-        filters = (
-            None if (lo, hi) == (u.start, u.end) else [("index", ">=", lo), ("index", "<", hi)]
-        )
         try:
-            table = pq.read_table(u.path, columns=cols, filters=filters)
+            tables = _read_lake_file(
+                u.path, cols, None if (lo, hi) == (u.start, u.end) else (lo, hi)
+            )
         except FileNotFoundError:
             yield from _read_replanned(data_dir, u, cols, lo, hi, batch_rows)
             return
-        yield from table.to_batches(max_chunksize=batch_rows)
+        for table in tables:
+            yield from table.to_batches(max_chunksize=batch_rows)
         return
     if u.cluster is not None:
         yield from _rebatch(_read_cluster(data_dir, u, cols, lo, hi), batch_rows)
@@ -196,6 +194,35 @@ def read_unit_columns(
     with open_log_readonly(data_dir) as log:
         for table in log.read_tables(u.stream, lo, hi, partition=u.partition):
             yield from table.select(cols).to_batches(max_chunksize=batch_rows)
+
+
+def _read_lake_file(
+    path: str, columns: list[str], within: tuple[int, int] | None
+) -> list[pa.Table]:
+    """``columns`` of a lake file's records (those with an index in ``within``), a table per
+    row group kept: row groups pruned by the index statistics, rows by a numpy mask. Why not
+    ``pq.read_table(filters=…)``: it goes through ``pyarrow.dataset``, whose first use in a
+    worker imports the dataset and query modules (and pandas where the daemon did not)."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    if within is None:
+        return [f.read(columns=columns, use_threads=True)]
+    lo, hi = within
+    at = f.schema_arrow.get_field_index("index")
+    want = columns if "index" in columns else [*columns, "index"]
+    out = []
+    for g in range(f.metadata.num_row_groups):
+        stats = f.metadata.row_group(g).column(at).statistics
+        if stats is not None and stats.has_min_max and (stats.max < lo or stats.min >= hi):
+            continue
+        t = f.read_row_group(g, columns=want)
+        idx = np.asarray(t.column("index").to_numpy())
+        keep = (idx >= lo) & (idx < hi)
+        if not keep.all():
+            t = t.filter(keep)
+        out.append(t.select(columns))
+    return out
 
 
 def _read_cluster(

@@ -53,12 +53,15 @@ def decode_batches(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows.
 
-    Per record, Python does only the message-level work (``parse``: one C-level protobuf parse,
-    history entries kept as bytes) and reads the history against the previous one
-    (``DecodeState.history``: only the entries after the previous history's tail become
-    Python objects, each distinct entry parsed once by ``parse_entry``). Every entry gets a code
-    (its encoded bytes' identity); the batch's histories and ``causal_new`` are ``take``s of the
-    codes' ids, and histories leave packed (``history_ids`` + ``history_lens``)."""
+    A batch is read a column at a time (``_scan``: every record's fields found by numpy
+    rounds over the column's buffers; the history entries identified by Arrow's hash table,
+    each distinct entry parsed once by ``parse_entry``); Python per record is a few list
+    writes. A record the scan cannot vouch for (unknown or repeated fields, other wire types,
+    non-ASCII ids, anything rejected) is read by the per-record path (``parse`` and the
+    history read against the previous one, ``DecodeState.history``), the reference the batch
+    path is tested equal to. Every entry gets a code (its encoded bytes' identity); the
+    batch's histories and ``causal_new`` are ``take``s of the codes' ids, and histories leave
+    packed (``history_ids`` + ``history_lens``)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from loglake.sds.bloom import BloomFilter
@@ -92,6 +95,235 @@ _ENTRY_TAG = b"\x5a"  # field 11, length-delimited
 _MAX_CODES = 400_000
 
 
+# SdsMessage's fields (sds.proto) as the batch scan reads them
+_F_SENDER, _F_MESSAGE_ID, _F_CHANNEL, _F_LAMPORT = 1, 2, 3, 10
+_F_HISTORY, _F_BLOOM, _F_REPAIR, _F_CONTENT = 11, 12, 13, 20
+_SINGULAR_BYTES = (_F_SENDER, _F_MESSAGE_ID, _F_CHANNEL, _F_BLOOM, _F_CONTENT)
+_MAX_FIELD_BYTES = 1 << 31  # a longer length is past any batch: the per-record path says so
+
+
+@dataclass
+class _Rows:
+    """What ``DecodeState.decode`` gathers per record before building the batch's columns."""
+
+    n: int
+    ok: Any = None
+    reason: list[str | None] = field(default_factory=list)
+    detail: list[str | None] = field(default_factory=list)
+    kind: list[str | None] = field(default_factory=list)
+    mid: list[str | None] = field(default_factory=list)
+    sender: list[str | None] = field(default_factory=list)
+    lamport: list[int | None] = field(default_factory=list)
+    blooms: list[bytes | None] = field(default_factory=list)
+    cbytes: list[int | None] = field(default_factory=list)
+    requests: list[list[str] | None] = field(default_factory=list)
+    codes: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        import numpy as np
+
+        n = self.n
+        self.ok = np.zeros(n, dtype=bool)
+        self.reason, self.detail, self.kind = [None] * n, [None] * n, [None] * n
+        self.mid, self.sender, self.lamport = [None] * n, [None] * n, [None] * n
+        self.blooms, self.cbytes, self.requests = [None] * n, [None] * n, [None] * n
+        self.codes = [np.zeros(0, dtype=np.int64)] * n
+
+
+@dataclass
+class _Scan:
+    """Where each field of each record of a batch lies (``_scan``), as numpy arrays over the
+    column's value buffer ``data``. ``ok``: the record is made only of ``SdsMessage``'s fields
+    with their wire types and single-octet tags (two for content), each singular field at most
+    once, every length inside the record; any other record (unknown or repeated fields, other
+    wire types, over-long or truncated varints, lengths past the end, an empty record) is left
+    to the per-record path. ``entries`` / ``requests``: the causal history / repair request
+    entries as (offsets per record, body start, body length)."""
+
+    data: Any
+    begin: Any
+    end: Any
+    ok: Any
+    has: dict[int, Any]
+    start: dict[int, Any]
+    length: dict[int, Any]
+    lamport: Any
+    entries: tuple[Any, Any, Any]
+    requests: tuple[Any, Any, Any]
+
+
+def _tag_fields() -> Any:
+    """First octet of a tag → the ``SdsMessage`` field it opens (0: none the scan takes).
+    0xa2 is content's first octet (field 20, two octets: a2 01)."""
+    import numpy as np
+
+    table = np.zeros(256, dtype=np.int64)
+    for tag, f in ((0x0A, 1), (0x12, 2), (0x1A, 3), (0x50, 10), (0x5A, 11), (0x62, 12)):
+        table[tag] = f
+    table[0x6A], table[0xA2] = 13, 20
+    return table
+
+
+def _scan(column: pa.Array) -> _Scan | None:
+    """The fields of every record of a binary column, one field of every unfinished record per
+    round (numpy over the value buffer: no Python object per record or per entry); None for a
+    column that is not plain binary without nulls (the per-record path reads it).
+
+    Why rounds: protobuf fields follow one another, so a record's next field is known only once
+    the previous one's length is; a round reads the next field of every record at once (a
+    history of 200 entries: ~205 rounds a batch). Bounded: every round moves each record past
+    at least one octet, and every read is inside the buffer (``decode_uleb_batch``)."""
+    import numpy as np
+
+    from loglake.wire.varint import decode_uleb_batch
+
+    n = len(column)
+    if column.type != pa.binary() or column.null_count or not n:
+        return None
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
+    # the batch's own bytes (a slice of a larger chunk shares its buffer): positions below are
+    # relative to the first record
+    lo, hi = int(offs[0]), int(offs[-1])
+    data = np.frombuffer(bufs[2], dtype=np.uint8)[lo:hi] if hi > lo else np.zeros(0, np.uint8)
+    begin = offs[:-1].astype(np.int64) - lo
+    end = offs[1:].astype(np.int64) - lo
+    pos = begin.copy()
+    ok = begin < end  # an empty record: the per-record path names what it lacks
+    twice = np.zeros(n, dtype=bool)
+    table = _tag_fields()
+    has = {f: np.zeros(n, dtype=bool) for f in (*_SINGULAR_BYTES, _F_LAMPORT)}
+    start = {f: np.zeros(n, dtype=np.int64) for f in _SINGULAR_BYTES}
+    length = {f: np.zeros(n, dtype=np.int64) for f in _SINGULAR_BYTES}
+    lamport = np.zeros(n, dtype=np.uint64)
+    runs: dict[int, list[tuple[Any, ...]]] = {_F_HISTORY: [], _F_REPAIR: []}
+    count = {_F_HISTORY: np.zeros(n, dtype=np.int64), _F_REPAIR: np.zeros(n, dtype=np.int64)}
+    top = len(data) - 1
+    rows = np.flatnonzero(ok)
+    hist, hist_count = runs[_F_HISTORY], count[_F_HISTORY]
+    while len(rows):
+        p, e = pos[rows], end[rows]
+        t = data[p]
+        if t[0] == 0x5A and t[-1] == 0x5A and bool((t == 0x5A).all()):
+            # every record at a history entry with a one-octet length (the rounds of a
+            # 200-entry history): the general round below, without its masks
+            p2 = p + 2
+            if int(p2[-1]) <= top + 1 and int(p2.max()) <= top + 1:
+                ln = data[p2 - 1].astype(np.int64)
+                nxt = p2 + ln
+                if int(ln.max()) < 0x80 and bool((nxt <= e).all()):
+                    hist.append((rows, hist_count[rows], p2, ln))
+                    hist_count[rows] += 1
+                    pos[rows] = nxt
+                    rows = rows[nxt < e]
+                    continue
+        f = table[t]
+        two = f == _F_CONTENT
+        if two.any():
+            second = data[np.minimum(p + 1, top)]
+            f = np.where(two & ((second != 1) | (p + 1 >= e)), 0, f)
+            p1 = p + 1 + two
+        else:
+            p1 = p + 1
+        val, p2, good = decode_uleb_batch(data, p1, e)
+        good &= f != 0
+        is_len = f != _F_LAMPORT
+        over = is_len & (val >= np.uint64(_MAX_FIELD_BYTES))
+        ln = np.where(is_len & ~over, val, np.uint64(0)).astype(np.int64)
+        nxt = p2 + ln
+        good &= ~over & (nxt <= e)
+        f0 = int(f[0])
+        fields = [f0] if bool((f == f0).all()) else np.unique(f[good]).tolist()
+        for num in fields:
+            m = good if len(fields) == 1 else good & (f == num)
+            r = rows[m]
+            if not len(r):
+                continue
+            if num in runs:
+                c = count[num]
+                runs[num].append((r, c[r], p2[m], ln[m]))
+                c[r] += 1
+            elif num:
+                h = has[num]
+                twice[r] |= h[r]
+                h[r] = True
+                if num == _F_LAMPORT:
+                    lamport[r] = val[m]
+                else:
+                    start[num][r] = p2[m]
+                    length[num][r] = ln[m]
+        if not bool(good.all()):
+            ok[rows[~good]] = False
+            rows, nxt = rows[good], nxt[good]
+        pos[rows] = nxt
+        rows = rows[nxt < end[rows]]
+    ok &= ~twice  # a singular field twice: protobuf keeps the last; the per-record path reads it
+    return _Scan(
+        data,
+        begin,
+        end,
+        ok,
+        has,
+        start,
+        length,
+        lamport,
+        _flatten(runs[_F_HISTORY], count[_F_HISTORY], ok),
+        _flatten(runs[_F_REPAIR], count[_F_REPAIR], ok),
+    )
+
+
+def _flatten(runs: list[tuple[Any, ...]], count: Any, ok: Any) -> tuple[Any, Any, Any]:
+    """A repeated field's occurrences collected round by round → in record order: offsets per
+    record (none for a record that is not ``ok``), body start, body length."""
+    import numpy as np
+
+    n = len(count)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.where(ok, count, 0), out=offs[1:])
+    total = int(offs[-1])
+    body = np.zeros(total, dtype=np.int64)
+    length = np.zeros(total, dtype=np.int64)
+    if not runs or not total:
+        return offs, body, length
+    rows, k, at, ln = (np.concatenate(c) for c in zip(*runs, strict=True))
+    keep = ok[rows]
+    if not bool(keep.all()):
+        rows, k, at, ln = rows[keep], k[keep], at[keep], ln[keep]
+    dest = offs[rows] + k
+    body[dest] = at
+    length[dest] = ln
+    return offs, body, length
+
+
+def _gather(data: Any, start: Any, length: Any) -> pa.Array:
+    """The binary array of ``data[start[i] : start[i] + length[i]]`` (short values: ids)."""
+    import numpy as np
+
+    n = len(start)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(length, out=offs[1:])
+    at = np.repeat(start - offs[:-1], length) + np.arange(int(offs[-1]), dtype=np.int64)
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [None, pa.py_buffer(offs.astype(np.int32)), pa.py_buffer(data[at].tobytes())],
+    )
+
+
+def _non_ascii_rows(arr: pa.Array) -> Any:
+    """Which values of a binary array (``_gather``'s) hold an octet above 0x7f."""
+    import numpy as np
+
+    n = len(arr)
+    bufs = arr.buffers()
+    values = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else None
+    if values is None or not len(values) or int(values.max()) < 0x80:
+        return np.zeros(n, dtype=bool)
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1).astype(np.int64)
+    high = np.concatenate(([0], np.cumsum(values >= 0x80)))
+    return high[offs[1:]] > high[offs[:-1]]
+
+
 @dataclass
 class DecodeState:
     """What one task remembers between batches: a code per distinct encoded history entry (its
@@ -119,6 +351,14 @@ class DecodeState:
     last_base: _Base | None = None
     fast: int = 0  # histories read against a base (for tests and profiling)
     whole: int = 0  # histories read entry by entry
+    id_array: pa.Array | None = None
+    """``ids`` as an Arrow array, extended as codes are added (rebuilt after ``compact``): each
+    batch's histories are a ``take`` from it, and converting every id again per batch cost
+    time growing with the task."""
+    batched: bool = True
+    """Read a batch's records with ``_scan`` (numpy over the column's buffers) and take the
+    per-record path (``_decode_row``) only for the records it cannot vouch for. False: every
+    record through ``_decode_row``, the reference the tests hold the batch path to."""
 
     def _code(self, body: bytes) -> int:
         c = self.code_of.get(body)
@@ -243,6 +483,7 @@ class DecodeState:
         remap = np.full(len(self.ids), -1, dtype=np.int64)
         remap[live] = np.arange(len(live), dtype=np.int64)
         live_list = live.tolist()
+        self.id_array = None
         self.code_of = {b: int(remap[c]) for b, c in self.code_of.items() if remap[c] >= 0}
         self.ids = [self.ids[c] for c in live_list]
         self.encoded = [self.encoded[c] for c in live_list]
@@ -258,59 +499,189 @@ class DecodeState:
             lb = self.last_base
             self.last_base = seen.get(id(lb)) or _Base(lb.raw, lb.offsets, remap[lb.codes])
 
-    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import numpy as np
-
+    def _decode_row(self, r: int, data: bytes | None, rows: _Rows) -> None:
+        """Record ``r`` the way a participant reads it (``codec.parse``, then ``parse_entry``
+        per entry through ``history``): the reference, and the batch path's fallback."""
         from loglake.sds.codec import parse, parse_entry
         from loglake.sds.errors import DropReason, SdsDecodeError
+
+        try:
+            if data is None:
+                raise SdsDecodeError(DropReason.MALFORMED, "no data")
+            pb = parse(data)
+            if pb.channel_id != self.channel:
+                raise SdsDecodeError(DropReason.WRONG_CHANNEL, f"channel {pb.channel_id!r}")
+            bloom = pb.bloom_filter if pb.HasField("bloom_filter") else None
+            if bloom is not None and len(bloom) != self.bloom_bytes:
+                raise SdsDecodeError(
+                    DropReason.BAD_BLOOM_FILTER, f"bloom filter of {len(bloom)} bytes"
+                )
+            # a bad entry rejects its message (the first bad one in order names the
+            # reason), then a bad repair request; those are never a sender's previous one
+            codes, bad = self.history(pb.sender_id, data, pb.causal_history)
+            rows.codes[r] = codes
+            if bad is not None:
+                raise bad
+            reqs = [parse_entry(b).message_id for b in pb.repair_request]
+        except SdsDecodeError as e:
+            rows.reason[r], rows.detail[r] = _reason(e)
+            return
+        has_lamport = pb.HasField("lamport_timestamp")
+        content = pb.content
+        rows.ok[r] = True
+        rows.kind[r] = ("content" if content else "sync") if has_lamport else "ephemeral"
+        rows.mid[r] = pb.message_id
+        rows.sender[r] = pb.sender_id
+        rows.lamport[r] = pb.lamport_timestamp if has_lamport else None
+        rows.blooms[r] = bloom
+        rows.cbytes[r] = len(content)
+        rows.requests[r] = reqs
+
+    def _decode_scanned(self, column: pa.Array, scan: _Scan, rows: _Rows) -> None:
+        """The batch path: ``scan``'s fields checked a column at a time (what ``codec.parse``
+        and this class's ``_decode_row`` check, for records whose ids are ASCII: the same
+        verdicts), then per record only its history's codes (``_scanned_codes``) and repair
+        requests. A record failing any check goes through ``_decode_row``, which names the
+        reason exactly as a participant would."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        from loglake.sds.codec import DEFAULT_LIMITS as lim
+        from loglake.sds.codec import parse_entry
+        from loglake.sds.errors import SdsDecodeError
+
+        n = len(column)
+        data = scan.data
+        length, start, has = scan.length, scan.start, scan.has
+        ok = scan.ok.copy()
+        sizes = scan.end - scan.begin
+        ok &= sizes <= lim.max_message_bytes
+        ids = {}
+        for f in (_F_SENDER, _F_MESSAGE_ID, _F_CHANNEL):
+            ln = np.where(ok, length[f], 0)
+            ok &= ln <= lim.max_id_chars
+            ids[f] = _gather(data, start[f], np.where(ok, ln, 0))
+        # ASCII ids only: then protobuf's UTF-8 check passes and characters are bytes; any
+        # other byte sends the record to the per-record path, which checks it as protobuf does
+        wide = np.zeros(n, dtype=bool)
+        for arr in ids.values():
+            wide |= _non_ascii_rows(arr)
+        ok &= ~wide
+        ok &= (length[_F_MESSAGE_ID] > 0) & (length[_F_SENDER] > 0)
+        same = pc.equal(ids[_F_CHANNEL], pa.scalar(self.channel.encode(), pa.binary()))
+        ok &= np.asarray(same.fill_null(False))
+        content = length[_F_CONTENT]
+        ok &= content <= lim.max_content_bytes
+        ok &= np.diff(scan.entries[0]) <= lim.max_causal_history
+        ok &= np.diff(scan.requests[0]) <= lim.max_repair_request
+        ok &= has[_F_LAMPORT] | (content > 0)
+        ok &= ~has[_F_BLOOM] | (length[_F_BLOOM] == self.bloom_bytes)
+        ok &= scan.lamport < np.uint64(1 << 63)
+
+        raw = memoryview(data)  # bytes are copied out only where a record needs them
+        codes = self._entry_codes(scan)
+        eoffs = scan.entries[0]
+        if self.errors and len(codes):
+            # a record with a bad entry goes through ``_decode_row``, which names the first
+            bad = np.isin(codes, np.fromiter(self.errors, dtype=np.int64))
+            if bool(bad.any()):
+                seen = np.concatenate(([0], np.cumsum(bad)))
+                ok &= seen[eoffs[1:]] == seen[eoffs[:-1]]
+        mids = ids[_F_MESSAGE_ID].to_pylist()
+        senders = ids[_F_SENDER].to_pylist()
+        lamports = scan.lamport.tolist()
+        has_lamport = has[_F_LAMPORT].tolist()
+        has_bloom = has[_F_BLOOM].tolist()
+        cbytes = content.tolist()
+        eo = eoffs.tolist()
+        roffs, rbody, rlen = scan.requests[0].tolist(), scan.requests[1], scan.requests[2]
+        begin, end = scan.begin.tolist(), scan.end.tolist()
+        for r, good in enumerate(ok.tolist()):
+            if not good:
+                self._decode_row(r, raw[begin[r] : end[r]].tobytes(), rows)
+                continue
+            reqs: list[str] = []
+            try:
+                for j in range(roffs[r], roffs[r + 1]):
+                    at = int(rbody[j])
+                    reqs.append(parse_entry(raw[at : at + int(rlen[j])].tobytes()).message_id)
+            except SdsDecodeError:  # named by the per-record path
+                self._decode_row(r, raw[begin[r] : end[r]].tobytes(), rows)
+                continue
+            rows.codes[r] = codes[eo[r] : eo[r + 1]]
+            rows.ok[r] = True
+            c = cbytes[r]
+            rows.kind[r] = ("content" if c else "sync") if has_lamport[r] else "ephemeral"
+            rows.mid[r] = mids[r].decode()
+            rows.sender[r] = senders[r].decode()
+            rows.lamport[r] = lamports[r] if has_lamport[r] else None
+            if has_bloom[r]:
+                at = int(start[_F_BLOOM][r])
+                rows.blooms[r] = raw[at : at + self.bloom_bytes].tobytes()
+            rows.cbytes[r] = c
+            rows.requests[r] = reqs
+
+    def _entry_codes(self, scan: _Scan) -> Any:
+        """The code of every history entry ``scan`` found, in order, each distinct body looked
+        up (and, new, parsed by ``_code``) once. How, without a Python object per entry: the
+        column's buffer read as an Arrow binary array whose values alternate between the
+        bytes before an entry's body and the body, and ``dictionary_encode``d (Arrow's hash
+        table); only the distinct bodies become Python ``bytes``."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        _, body, blen = scan.entries
+        m = len(body)
+        if not m:
+            return np.zeros(0, dtype=np.int64)
+        bounds = np.empty(2 * m + 2, dtype=np.int64)
+        bounds[0] = 0
+        bounds[1:-1:2] = body
+        bounds[2:-1:2] = body + blen
+        bounds[-1] = len(scan.data)
+        values = pa.Array.from_buffers(
+            pa.large_binary(), 2 * m + 1, [None, pa.py_buffer(bounds), pa.py_buffer(scan.data)]
+        )
+        encoded = pc.dictionary_encode(values)
+        local = np.asarray(encoded.indices)[1::2]
+        used = np.zeros(len(encoded.dictionary), dtype=bool)
+        used[local] = True
+        which = np.flatnonzero(used)
+        bodies = encoded.dictionary.take(pa.array(which)).to_pylist()
+        code_of = np.zeros(len(used), dtype=np.int64)
+        code_of[which] = [self._code(b) for b in bodies]
+        return code_of[local]
+
+    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import numpy as np
 
         self.compact()
         n = batch.num_rows
         idxs = batch.column("index").to_pylist()
-        ok = np.zeros(n, dtype=bool)
-        reason: list[str | None] = [None] * n
-        detail: list[str | None] = [None] * n
-        kind: list[str | None] = [None] * n
-        mid: list[str | None] = [None] * n
-        sender: list[str | None] = [None] * n
-        lamport: list[int | None] = [None] * n
-        blooms: list[bytes | None] = [None] * n
-        cbytes: list[int | None] = [None] * n
-        requests: list[list[str] | None] = [None] * n
+        rows = _Rows(n)
+        column = batch.column("data")
+        scan = _scan(column) if self.batched else None
+        if scan is None:
+            for r, data in enumerate(column.to_pylist()):
+                self._decode_row(r, data, rows)
+        else:
+            self._decode_scanned(column, scan, rows)
+        ok, reason, detail, kind, mid, sender = (
+            rows.ok,
+            rows.reason,
+            rows.detail,
+            rows.kind,
+            rows.mid,
+            rows.sender,
+        )
+        lamport, blooms, cbytes, requests, row_codes = (
+            rows.lamport,
+            rows.blooms,
+            rows.cbytes,
+            rows.requests,
+            rows.codes,
+        )
         empty = np.zeros(0, dtype=np.int64)
-        row_codes: list[Any] = [empty] * n
-        for r, data in enumerate(batch.column("data").to_pylist()):
-            try:
-                if data is None:
-                    raise SdsDecodeError(DropReason.MALFORMED, "no data")
-                pb = parse(data)
-                if pb.channel_id != self.channel:
-                    raise SdsDecodeError(DropReason.WRONG_CHANNEL, f"channel {pb.channel_id!r}")
-                bloom = pb.bloom_filter if pb.HasField("bloom_filter") else None
-                if bloom is not None and len(bloom) != self.bloom_bytes:
-                    raise SdsDecodeError(
-                        DropReason.BAD_BLOOM_FILTER, f"bloom filter of {len(bloom)} bytes"
-                    )
-                # a bad entry rejects its message (the first bad one in order names the
-                # reason), then a bad repair request; those are never a sender's previous one
-                codes, bad = self.history(pb.sender_id, data, pb.causal_history)
-                row_codes[r] = codes
-                if bad is not None:
-                    raise bad
-                reqs = [parse_entry(b).message_id for b in pb.repair_request]
-            except SdsDecodeError as e:
-                reason[r], detail[r] = _reason(e)
-                continue
-            has_lamport = pb.HasField("lamport_timestamp")
-            content = pb.content
-            ok[r] = True
-            kind[r] = ("content" if content else "sync") if has_lamport else "ephemeral"
-            mid[r] = pb.message_id
-            sender[r] = pb.sender_id
-            lamport[r] = pb.lamport_timestamp if has_lamport else None
-            blooms[r] = bloom
-            cbytes[r] = len(content)
-            requests[r] = reqs
 
         counts = np.fromiter((len(c) for c in row_codes), dtype=np.int64, count=n)
         codes = np.concatenate(row_codes) if n else empty
@@ -361,7 +732,13 @@ class DecodeState:
         for r in np.flatnonzero(~ok).tolist():
             kind[r] = mid[r] = sender[r] = lamport[r] = blooms[r] = cbytes[r] = requests[r] = None
 
-        id_arr = pa.array(self.ids, pa.string())
+        built = 0 if self.id_array is None else len(self.id_array)
+        if built < len(self.ids):
+            more = pa.array(self.ids[built:], pa.string())
+            self.id_array = (
+                more if self.id_array is None else pa.concat_arrays([self.id_array, more])
+            )
+        id_arr = self.id_array if self.id_array is not None else pa.array([], pa.string())
         keep = ok[row_of]
 
         def lists(elems: Any) -> pa.ListArray:
