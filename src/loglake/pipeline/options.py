@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loglake.log.api import STREAM_NAME_RE
+from loglake.log.lake_schema import BACKEND_NOTE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.lake import DEFAULT_SPLIT_RECORDS, lake_partitions, lake_streams
 from loglake.pipeline.livelog import (
@@ -270,8 +271,6 @@ def _nats_options(
 
 
 def _backend_note(data_dir: str) -> tuple[str, str, str | None] | None:
-    from loglake.streams.jetstream_seal import BACKEND_NOTE
-
     path = os.path.join(os.path.expanduser(data_dir), "lake", BACKEND_NOTE)
     try:
         with open(path, encoding="utf-8") as f:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from loglake.log.api import Log, Record
 from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
 from loglake.log.lake import write_lake_table as _write
-from loglake.log.lake_schema import lake_partition_dir
+from loglake.log.lake_schema import BACKEND_NOTE, lake_partition_dir
 from loglake.streams.jetstream import JetStreamLog
 from loglake.structured_logging import log_event
 
@@ -38,12 +38,6 @@ logger = logging.getLogger(__name__)
 
 FILE_RECORDS = 100_000
 """Records per lake file the sealer writes (at most)."""
-
-
-BACKEND_NOTE = "_jetstream.json"
-"""``<data_dir>/lake/_jetstream.json``: which cluster and prefix the lake's streams live in, so a
-reader given only the data dir (every Spark job's ``--data-dir``) reads the unsealed part from
-JetStream too (``pipeline/options.py``). Server URLs are written without user or password."""
 
 
 def write_backend_note(data_dir: Path | str, log: JetStreamLog) -> None:
