@@ -4,6 +4,8 @@ record once, in index order, from sealed lake files and the live tail alike."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -112,3 +114,21 @@ def test_bad_options_fail_before_anything_runs(tmp_path):
         RangesDataSource({"data_dir": str(tmp_path), "stream": "nope"}).schema()
     with pytest.raises(BadOption, match="streaming only"):
         RangesDataSource({"data_dir": str(tmp_path), "stream": "s"}).reader(None)  # type: ignore[arg-type]
+
+
+def test_the_source_runner_plans_without_the_nats_client(data):
+    """Spark runs the source's offsets in a Python process of its own for every query: what it
+    imports is paid again each time. Planning a data dir with no JetStream note needs neither
+    the sealer nor the NATS client (they were most of that process's start)."""
+    d, _ = data
+    code = (
+        "import sys\n"
+        "from loglake.pipeline.jobs.cardinal_blocks_source import RangesDataSource\n"
+        f"r = RangesDataSource({{'data_dir': {str(d)!r}, 'stream': 's'}}).streamReader(None)\n"
+        "assert r.latestOffset(r.initialOffset(), None)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('nats', 'loglake.streams.jet'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

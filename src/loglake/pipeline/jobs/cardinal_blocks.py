@@ -517,12 +517,15 @@ class BatchWriter:
         fs.makedirs_durable(path.parent)
         fs.replace_file_atomic(path, data)
 
-    def _write_table(self, name: str, batch_id: int, rows: list[dict]) -> int:
+    def _write_table(self, name: str, batch_id: int, rows: list[dict] | _Columns) -> int:
         path = self.out / name / f"batch-{batch_id:012d}.parquet"
-        if not rows:
+        if not len(rows):
             path.unlink(missing_ok=True)
             return 0
-        table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        if isinstance(rows, _Columns):
+            table = pa.Table.from_pydict(rows.cols, schema=SCHEMAS[name])
+        else:
+            table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         self._write_atomic(path, sink.getvalue().to_pybytes())
@@ -653,13 +656,29 @@ class BatchWriter:
         return out
 
 
+class _Columns:
+    """A table's rows as one list per column (``SCHEMAS`` order): Arrow takes columns without
+    a dict a row to build and take apart again (a block row a message at 1 update a block)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        self._lists = tuple(self.cols.values())
+
+    def __len__(self) -> int:
+        return len(self._lists[0])
+
+    def add(self, *values: Any) -> None:
+        for col, v in zip(self._lists, values, strict=True):
+            col.append(v)
+
+
 class _Output:
     """Rows of one micro-batch, built as the ordering runs."""
 
     def __init__(self, batch_id: int, st: OrderingState) -> None:
         self.batch_id, self.st = batch_id, st
-        self.block_rows: list[dict] = []
-        self.update_rows: list[dict] = []
+        self.block_rows = _Columns(BLOCKS_SCHEMA)
+        self.update_rows = _Columns(CHAIN_UPDATES_SCHEMA)
         self.new_blocks = 0
         self.late = 0
 
@@ -678,19 +697,15 @@ class _Output:
             return False
         self.st.emitted[blk.hash] = blk.number
         self.new_blocks += 1
-        base = {
-            "number": blk.number,
-            "hash": _hex(blk.hash),
-            "parent": _hex(blk.parent),
-            "weight": str(blk.weight),
-            "time": time if time >= 0 else None,
-            "batch_id": self.batch_id,
-        }
-        rows = [
-            {**base, "key": k, "value": blk.values[k], "deleted": False} for k in sorted(blk.values)
-        ]
-        rows += [{**base, "key": k, "value": None, "deleted": True} for k in sorted(blk.deletes)]
-        self.block_rows += rows or [{**base, "key": None, "value": None, "deleted": False}]
+        base = (blk.number, _hex(blk.hash), _hex(blk.parent), str(blk.weight))
+        t = time if time >= 0 else None
+        add, bid = self.block_rows.add, self.batch_id
+        for k in sorted(blk.values):
+            add(*base, t, k, blk.values[k], False, bid)
+        for k in sorted(blk.deletes):
+            add(*base, t, k, None, True, bid)
+        if not blk.values and not blk.deletes:
+            add(*base, t, None, None, False, bid)
         return True
 
     def chain(self, events: Sequence[ChainUpdate | ReorgEvent]) -> None:
@@ -717,17 +732,15 @@ class _Output:
         hash_: bytes,
         b: Block | BlockRef | None = None,
     ) -> None:
-        self.update_rows.append(
-            {
-                "seq": seq,
-                "position": pos,
-                "action": action,
-                "number": number,
-                "hash": _hex(hash_),
-                "parent": _hex(b.parent) if b is not None else None,
-                "weight": str(b.weight) if b is not None else None,
-                "batch_id": self.batch_id,
-            }
+        self.update_rows.add(
+            seq,
+            pos,
+            action,
+            number,
+            _hex(hash_),
+            _hex(b.parent) if b is not None else None,
+            str(b.weight) if b is not None else None,
+            self.batch_id,
         )
 
     def receive(
