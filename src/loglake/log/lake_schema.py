@@ -14,12 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 
 LAKE_DIR = "lake"
-BACKEND_NOTE = "_jetstream.json"
-"""``<data_dir>/lake/_jetstream.json``: which cluster and prefix the lake's streams live in, so a
-reader given only the data dir (every Spark job's ``--data-dir``) reads the unsealed part from
-JetStream too (``pipeline/options.py``). Server URLs are written without user or password. Named
-here, with the lake's other names, so a reader checks for it without importing the sealer (and
-with it the NATS client: most of a Spark data-source worker's start)."""
 INDEX_WIDTH = 20
 BACKEND_NOTE = "_jetstream.json"
 """``<data_dir>/lake/_jetstream.json``: which cluster and prefix the lake's streams live in, so a
