@@ -2,7 +2,10 @@
 replies and confirmations that go with them) read and written through the one Candid codec
 (``loglake.wire.candid``), plus lazy batches that carry a long batch without an object per
 item: the codec's batch executor (``loglake.wire.candid_vec``) reads where each item's fields
-are, and this module only maps them to the ICRC types — it parses no Candid bytes itself.
+are, and this module only maps them to the ICRC types — it parses no Candid bytes itself, and
+writes none: vector lengths and numbers come from the codec's writers, and the fixed bytes of
+an item (an ``Ok`` result before its ids, the headers before the Broadcaster's ``received``)
+are what the codec's writer of that type writes (``candid_vec.head_of``), never spelled out.
 
 What is ICRC-specific here, and nothing else: how the batch items map to the dataclasses of
 ``messages.py`` — :data:`EVENTS` and :data:`NOTIFICATIONS` are the Candid types of the two
