@@ -5,7 +5,8 @@ item: the codec's batch executor (``loglake.wire.candid_vec``) reads where each 
 are, and this module only maps them to the ICRC types — it parses no Candid bytes itself, and
 writes none: vector lengths and numbers come from the codec's writers, and the fixed bytes of
 an item (an ``Ok`` result before its ids, the headers before the Broadcaster's ``received``)
-are what the codec's writer of that type writes (``candid_vec.head_of``), never spelled out.
+are what the codec's writer of that type writes (``candid_vec.write_head``), never spelled
+out.
 
 What is ICRC-specific here, and nothing else: how the batch items map to the dataclasses of
 ``messages.py`` — :data:`EVENTS` and :data:`NOTIFICATIONS` are the Candid types of the two
@@ -122,7 +123,20 @@ _write_opt_nat = candid.own_writer(EVENTS.inner.fields[4][2])  # type: ignore[un
 
 
 _NOTE_WRITERS = {name: candid.own_writer(n) for _, name, n in NOTIFICATIONS.inner.fields}  # type: ignore[union-attr]
-_write_headers = _NOTE_WRITERS["headers"]
+_OPT_MAP = Types.Opt(T.ICRC16Map)
+
+
+def _optional_map(find: Callable[[Any], candid.Node]) -> None:
+    loglake_form(find)
+    find(_OPT_MAP).optional = True
+
+
+_write_headers = candid.own_writer(candid.shaped(_OPT_MAP, _optional_map))
+"""A notification's ``opt ICRC16Map`` headers, as the batch writes them but not marked
+``repeats`` (each notification of :func:`notification_parts` has its own)."""
+_RECEIVED_0 = (H_RECEIVED, {"Nat": 0})
+"""The Broadcaster's header with its nat as 0: :func:`notification_parts` writes the headers
+up to that nat."""
 
 
 def _encoded(field: str, v: Any) -> bytes:
@@ -184,13 +198,13 @@ def notification_parts(
     The Broadcaster's notification is ``a · nat(received) · b · nat(notificationId) · c``:
     ``a`` ends inside the headers, whose last entry is ``(H_RECEIVED, #Nat received)``
     (``headers`` are the event's, without it): the codec's writer of the headers writes them
-    with that entry's nat as 0, which ``candid_vec.head_of`` takes off.
+    with that entry's nat as 0, which ``candid_vec.write_head`` leaves out.
     """
     a = bytearray()
     _write_nat(event_id, a)
     _write_principal(source, a)
     write_value(data, a)
-    a += candid_vec.head_of(_write_headers, [*(headers or []), (H_RECEIVED, {"Nat": 0})], 1)
+    candid_vec.write_head(_write_headers, [*(headers or []), _RECEIVED_0], 1, a)
     b = bytearray()
     _write_opt_nat(prev_event_id, b)
     b += _opt_text(filter)

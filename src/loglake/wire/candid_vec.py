@@ -20,7 +20,7 @@ what the plan refuses, and what it returns is what the plan reads (checked by hy
 on valid and hostile bytes, and by the differential fuzzer against @dfinity/candid).
 
 The same vectors are written here (:func:`start`, :func:`write_nat_vec`, :func:`write_runs`,
-with :func:`head_of` for the fixed bytes of an item): from the plan's own writers — the bytes of
+with :func:`write_head` for the fixed bytes of an item): from the plan's own writers — the bytes of
 an item's fixed part are what the codec's writer of that item type writes, never spelled out by
 the caller — and the numpy kernels of ``candid_batch`` for the numbers of a long vector. What
 they write is what ``candid.encode`` writes for the same values (hypothesis tests, and
@@ -507,16 +507,25 @@ def start(header: bytes, n: int) -> bytearray:
     return out
 
 
-def head_of(write: candid.Writer, value: Any, nats: int) -> bytes:
-    """What ``write`` writes for ``value`` before its last ``nats`` nats, which ``value`` holds
-    as 0 (one octet each): the fixed part of an item whose last parts are numbers, for a caller
-    that writes those numbers itself (kernels, or numbers known only later)."""
-    out = bytearray()
+def write_head(write: candid.Writer, value: Any, nats: int, out: bytearray) -> None:
+    """Append to ``out`` what ``write`` writes for ``value`` but its last ``nats`` nats, which
+    ``value`` holds as 0 (one octet each): the fixed part of an item whose last parts are
+    numbers, for a caller that writes those numbers itself (kernels, or numbers known only
+    later)."""
+    at = len(out)
     write(value, out)
     end = len(out) - nats
-    if end < 0 or any(out[end:]):
+    if end < at or any(out[end:]):
+        del out[at:]
         raise ValueError(f"the value does not end with {nats} nats of 0")
-    return bytes(out[:end])
+    del out[end:]
+
+
+def head_of(write: candid.Writer, value: Any, nats: int) -> bytes:
+    """:func:`write_head`'s bytes on their own."""
+    out = bytearray()
+    write_head(write, value, nats, out)
+    return bytes(out)
 
 
 def write_nat_vec(header: bytes, ids: Sequence[Any]) -> bytes | None:
