@@ -110,8 +110,7 @@ def check_batch(evs: list[Event], first_id: int = 500, step: int = 1) -> None:
     hs, ns = evs[0].headers, evs[0].namespace
     data = encode_events(evs)
     batch = event_batch(ids, tss, vals, ns, SRC, hs)
-    loop = bytearray(F.EVENTS_HEADER)  # the per-event writer
-    F._leb(len(ids), loop)
+    loop = candid_vec.start(F.EVENTS_HEADER, len(ids))  # the per-event writer
     spans = F._event_rows(loop, ids, tss, vals, F._shared_parts(SRC, ns, hs))
     assert batch.raw == bytes(loop) == data and batch.spans == spans
     agrees(F._scan_events, F.decode_events, data)

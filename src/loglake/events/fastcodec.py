@@ -2,7 +2,11 @@
 replies and confirmations that go with them) read and written through the one Candid codec
 (``loglake.wire.candid``), plus lazy batches that carry a long batch without an object per
 item: the codec's batch executor (``loglake.wire.candid_vec``) reads where each item's fields
-are, and this module only maps them to the ICRC types — it parses no Candid bytes itself.
+are, and this module only maps them to the ICRC types — it parses no Candid bytes itself, and
+writes none: vector lengths and numbers come from the codec's writers, and the fixed bytes of
+an item (an ``Ok`` result before its ids, the headers before the Broadcaster's ``received``)
+are what the codec's writer of that type writes (``candid_vec.write_head``), never spelled
+out.
 
 What is ICRC-specific here, and nothing else: how the batch items map to the dataclasses of
 ``messages.py`` — :data:`EVENTS` and :data:`NOTIFICATIONS` are the Candid types of the two
@@ -32,14 +36,12 @@ from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
 from loglake.wire import candid, candid_vec
 from loglake.wire import candid_batch as kernels
 from loglake.wire.icrc16 import (
-    TAGS,
     ICRC16DecodeError,
     ICRC16Error,
     candid_decode,
     loglake_form,
     write_value,
 )
-from loglake.wire.varint import encode_uleb
 
 H_RECEIVED = "icrc72:broadcaster:received"
 """The Broadcaster's header (candidate "Event Headers"); see broadcaster.py."""
@@ -114,20 +116,27 @@ NOTIFICATIONS = candid.shaped(
 NOTIFICATIONS_HEADER = candid.header(NOTIFICATIONS)
 """``DIDL`` + type table + arg type of ``vec EventNotification``, as icp-py-core writes it."""
 EVENTS_HEADER = candid.header(EVENTS)
-_write_nat = candid.own_writer(Types.Nat)
+_write_nat = candid_vec.write_nat
 _write_text = candid.own_writer(Types.Text)
 _write_principal = candid.own_writer(Types.Principal)
 _write_opt_nat = candid.own_writer(EVENTS.inner.fields[4][2])  # type: ignore[union-attr]
 
 
-def _leb(x: int, out: bytearray) -> None:
-    if x < 0x80:
-        out.append(x)
-    else:
-        out += encode_uleb(x)
-
-
 _NOTE_WRITERS = {name: candid.own_writer(n) for _, name, n in NOTIFICATIONS.inner.fields}  # type: ignore[union-attr]
+_OPT_MAP = Types.Opt(T.ICRC16Map)
+
+
+def _optional_map(find: Callable[[Any], candid.Node]) -> None:
+    loglake_form(find)
+    find(_OPT_MAP).optional = True
+
+
+_write_headers = candid.own_writer(candid.shaped(_OPT_MAP, _optional_map))
+"""A notification's ``opt ICRC16Map`` headers, as the batch writes them but not marked
+``repeats`` (each notification of :func:`notification_parts` has its own)."""
+_RECEIVED_0 = (H_RECEIVED, {"Nat": 0})
+"""The Broadcaster's header with its nat as 0: :func:`notification_parts` writes the headers
+up to that nat."""
 
 
 def _encoded(field: str, v: Any) -> bytes:
@@ -188,20 +197,14 @@ def notification_parts(
 
     The Broadcaster's notification is ``a · nat(received) · b · nat(notificationId) · c``:
     ``a`` ends inside the headers, whose last entry is ``(H_RECEIVED, #Nat received)``
-    (``headers`` are the event's, without it).
+    (``headers`` are the event's, without it): the codec's writer of the headers writes them
+    with that entry's nat as 0, which ``candid_vec.write_head`` leaves out.
     """
     a = bytearray()
     _write_nat(event_id, a)
     _write_principal(source, a)
     write_value(data, a)
-    hs = list(headers or [])
-    a.append(1)
-    _leb(len(hs) + 1, a)
-    for k, v in hs:
-        _write_text(k, a)
-        write_value(v, a)
-    _write_text(H_RECEIVED, a)
-    a += b"\x02"  # index of #Nat among the ICRC-16 tags (checked below)
+    candid_vec.write_head(_write_headers, [*(headers or []), _RECEIVED_0], 1, a)
     b = bytearray()
     _write_opt_nat(prev_event_id, b)
     b += _opt_text(filter)
@@ -215,8 +218,7 @@ def join_notifications(
     parts: Sequence[tuple[bytes, bytes, bytes]], received: int, first_id: int
 ) -> bytes:
     """The ``vec EventNotification`` message of ``parts``, numbered from ``first_id``."""
-    out = bytearray(NOTIFICATIONS_HEADER)
-    _leb(len(parts), out)
+    out = candid_vec.start(NOTIFICATIONS_HEADER, len(parts))
     rb = bytearray()
     _write_nat(received, rb)
     recv = bytes(rb)
@@ -225,14 +227,10 @@ def join_notifications(
         out += a
         out += recv
         out += b
-        _leb(nid, out)
+        _write_nat(nid, out)
         out += c
         nid += 1
     return bytes(out)
-
-
-if TAGS.index("Nat") != 2:  # pragma: no cover - guards the constant above
-    raise ImportError("ICRC-16 #Nat is no longer variant index 2")
 
 
 # --- reading: the one codec's plans -----------------------------------------------------------
@@ -270,10 +268,7 @@ def decode_events(data: bytes) -> list[Event]:
 PUBLISH_RESULTS_HEADER = candid.header(Types.Vec(T.PublishResult))
 """``DIDL`` + type table + arg type of ``vec PublishResult``, as icp-py-core writes it."""
 NATS_HEADER = candid.header(Types.Vec(Types.Nat))
-_RESULT = T.PublishResult._type
-if _order(_RESULT) != ["Ok", "Err"]:  # pragma: no cover - guards the hand order
-    raise ImportError(f"PublishResult variant order changed: {_order(_RESULT)}")
-_ERR_INDEX = {tag: k for k, tag in enumerate(_order(T.PublishError))}
+_write_result = candid.own_writer(T.PublishResult)
 
 
 def encode_publish_results(results: Sequence[Any]) -> bytes | None:
@@ -284,10 +279,20 @@ def encode_publish_results(results: Sequence[Any]) -> bytes | None:
     return None
 
 
-_OK_ONE = b"\x01\x00\x01"
-"""``Ok`` with one id, before the id: ``vec`` of 1 … written as the codec writes it (checked
-below)."""
-_BUSY = bytes([1, 1, _ERR_INDEX["Busy"]])
+def _ok_head(per: int) -> bytes:
+    """A ``PublishResult`` of ``Ok`` with ``per`` ids, before the ids, as the codec writes it."""
+    return candid_vec.head_of(_write_result, [{"Ok": [0] * per}], per)
+
+
+def _written(write: candid.Writer, v: Any) -> bytes:
+    out = bytearray()
+    write(v, out)
+    return bytes(out)
+
+
+_OK_ONE = _ok_head(1)
+_BUSY = _written(_write_result, [{"Err": {"Busy": None}}])
+"""``Err(#Busy)``, as the codec writes it."""
 
 
 def decode_publish_results(data: bytes) -> Sequence[Any] | None:
@@ -302,14 +307,7 @@ def decode_publish_results(data: bytes) -> Sequence[Any] | None:
 def encode_nats(ids: Sequence[Any]) -> bytes | None:
     """``vec nat`` (``icrc72_confirm_notifications``' argument) of a long batch, its LEB128
     written at once; None for a short one or anything unusual (the codec writes it)."""
-    if not isinstance(ids, list | tuple) or len(ids) < AT_ONCE:
-        return None
-    arr = kernels.nat_array(ids)
-    if arr is None:
-        return None
-    out = bytearray(NATS_HEADER)
-    _leb(len(ids), out)
-    return bytes(out) + b"".join(kernels.rows(len(ids), [("leb", arr)]))
+    return candid_vec.write_nat_vec(NATS_HEADER, ids)
 
 
 # --- lazy batches: the replay data plane without a dataclass per event ----------------------
@@ -452,12 +450,10 @@ class EventBatch(_LazyBatch[Event]):
                     nsb,
                 ],
             )
-            out0 = bytearray(NOTIFICATIONS_HEADER)
-            _leb(count, out0)
+            out0 = candid_vec.start(NOTIFICATIONS_HEADER, count)
             return bytes(out0) + kernels.interleave(heads, tails)
         b, sp = self.raw, self.spans
-        out = bytearray(NOTIFICATIONS_HEADER)
-        _leb(count, out)
+        out = candid_vec.start(NOTIFICATIONS_HEADER, count)
         nid = first_id
         for k in range(0, count << 2, 4):
             s, d, t, e = sp[k], sp[k + 1], sp[k + 2], sp[k + 3]
@@ -466,18 +462,7 @@ class EventBatch(_LazyBatch[Event]):
             out += b[d + skip_h : t]
             out += flt
             out += b[t : e - skip_ns]
-            if nid < 0x4000:  # LEB128 inline: one to three bytes for the usual ids
-                if nid < 0x80:
-                    out.append(nid)
-                else:
-                    out.append(nid & 0x7F | 0x80)
-                    out.append(nid >> 7)
-            elif nid < 0x200000:
-                out.append(nid & 0x7F | 0x80)
-                out.append(nid >> 7 & 0x7F | 0x80)
-                out.append(nid >> 14)
-            else:
-                out += encode_uleb(nid)
+            _write_nat(nid, out)
             out += nsb
             nid += step
         return bytes(out)
@@ -567,35 +552,12 @@ class PublishResults(Sequence[Any]):
 
 
 def _encode_results_run(r: PublishResults) -> bytes:
-    out = bytearray(PUBLISH_RESULTS_HEADER)
-    _leb(r.length, out)
-    per, nid = r.per_event, r.first_id
-    if per == 1 and r.delivered >= AT_ONCE and nid >= 0 and nid + r.delivered < 1 << 63:
-        ids = np.arange(r.delivered, dtype=np.uint64) + np.uint64(nid)
-        out += b"".join(kernels.rows(r.delivered, [b"\x01\x00\x01", ("leb", ids)]))
-    elif per == 1:
-        for x in range(nid, nid + r.delivered):
-            out += b"\x01\x00\x01"
-            if x < 0x80:
-                out.append(x)
-            elif x < 0x200000:  # LEB128 inline
-                out.append(x & 0x7F | 0x80)
-                if x < 0x4000:
-                    out.append(x >> 7)
-                else:
-                    out.append(x >> 7 & 0x7F | 0x80)
-                    out.append(x >> 14)
-            else:
-                out += encode_uleb(x)
-    else:
-        for _ in range(r.delivered):
-            out += b"\x01\x00"
-            _leb(per, out)
-            for x in range(nid, nid + per):
-                _leb(x, out)
-            nid += per
-    out += bytes([1, 1, _ERR_INDEX["Busy"]]) * (r.length - r.delivered)
-    return bytes(out)
+    per = r.per_event
+    head = _OK_ONE if per == 1 else _ok_head(per)
+    busy = r.length - r.delivered
+    return candid_vec.write_runs(
+        PUBLISH_RESULTS_HEADER, head, r.first_id, r.delivered, per, _BUSY, busy
+    )
 
 
 class _ReadResults(PublishResults):
@@ -694,8 +656,7 @@ def event_batch(
     written at once (:func:`_rows`). Ids or timestamps that are not all nats below 2**64 go
     the per-event way (:func:`_event_rows`, which raises the typed error)."""
     src, nsb, hdr = _shared_parts(source, namespace, headers)
-    out = bytearray(_events_header())
-    _leb(len(ids), out)
+    out = candid_vec.start(_events_header(), len(ids))
     n = len(values)
     ida = kernels.nat_array(ids) if len(ids) == n and n >= AT_ONCE else None
     tsa = kernels.nat_array(timestamps) if ida is not None and len(timestamps) == n else None
@@ -737,16 +698,12 @@ def _event_rows(
         if type(i) is not int or i < 0:
             raise ICRC16Error(f"eventId must be a nat, not {i!r:.80}")
         s = len(out)
-        _leb(i, out)
+        _write_nat(i, out)
         out += src
         out += vb
         d = len(out)
         out += hdr
-        if i:
-            out.append(1)
-            _leb(i - 1, out)
-        else:
-            out.append(0)
+        _write_opt_nat(i - 1 if i else None, out)
         t = len(out)
         if ts != last_ts or type(ts) is not int:
             tb = bytearray()

@@ -19,6 +19,13 @@ over, a vector longer than the bytes left — answers None, and the caller runs 
 what the plan refuses, and what it returns is what the plan reads (checked by hypothesis tests
 on valid and hostile bytes, and by the differential fuzzer against @dfinity/candid).
 
+The same vectors are written here (:func:`start`, :func:`write_nat_vec`, :func:`write_runs`,
+with :func:`write_head` for the fixed bytes of an item): from the plan's own writers — the bytes of
+an item's fixed part are what the codec's writer of that item type writes, never spelled out by
+the caller — and the numpy kernels of ``candid_batch`` for the numbers of a long vector. What
+they write is what ``candid.encode`` writes for the same values (hypothesis tests, and
+@dfinity/candid decodes it).
+
 Layout: Candid spec, "Binary format" → "Memory" (``M``): a record is its fields in field-id
 order, ``opt`` a flag byte then the value, a variant its index then the value, ``vec nat8`` a
 length then the bytes; numbers are LEB128 (at most ``varint.CANDID_MAX_OCTETS`` octets, as the
@@ -35,6 +42,7 @@ from functools import lru_cache
 from typing import Any, Final
 
 import numpy as np
+from icp_candid import Types
 
 from loglake.wire import candid
 from loglake.wire import candid_batch as kernels
@@ -484,3 +492,76 @@ def _runs_patterns(head: bytes, tail: bytes) -> tuple[re.Pattern[bytes], re.Patt
     one = re.escape(head) + ULEB
     whole = re.compile(b"((?:" + one + b")*)(?:" + re.escape(tail) + b")*", re.DOTALL)
     return whole, re.compile(re.escape(head) + b"(" + ULEB + b")", re.DOTALL)
+
+
+# --- writing: the same vectors, from the plan's own writers -----------------------------------
+write_nat: Final = candid.own_writer(Types.Nat)
+"""The codec's writer of a ``nat`` (LEB128, checked: an ``int >= 0``)."""
+
+
+def start(header: bytes, n: int) -> bytearray:
+    """``header`` and a vector's length ``n``: a message of one vector argument up to its
+    items (Candid spec, ``M(vec)``: the length is a LEB128 as a ``nat`` is)."""
+    out = bytearray(header)
+    write_nat(n, out)
+    return out
+
+
+def write_head(write: candid.Writer, value: Any, nats: int, out: bytearray) -> None:
+    """Append to ``out`` what ``write`` writes for ``value`` but its last ``nats`` nats, which
+    ``value`` holds as 0 (one octet each): the fixed part of an item whose last parts are
+    numbers, for a caller that writes those numbers itself (kernels, or numbers known only
+    later)."""
+    at = len(out)
+    write(value, out)
+    end = len(out) - nats
+    if end < at or any(out[end:]):
+        del out[at:]
+        raise ValueError(f"the value does not end with {nats} nats of 0")
+    del out[end:]
+
+
+def head_of(write: candid.Writer, value: Any, nats: int) -> bytes:
+    """:func:`write_head`'s bytes on their own."""
+    out = bytearray()
+    write_head(write, value, nats, out)
+    return bytes(out)
+
+
+def write_nat_vec(header: bytes, ids: Sequence[Any]) -> bytes | None:
+    """The ``vec nat`` message after ``header`` (loglake's own) of a long vector, its LEB128
+    numbers written at once; None for a short one or anything unusual (not all ``int`` in
+    ``[0, 2**64)``): the codec's writer writes it, and checks it."""
+    if not isinstance(ids, list | tuple) or len(ids) < AT_ONCE:
+        return None
+    arr = kernels.nat_array(ids)
+    if arr is None:
+        return None
+    return bytes(start(header, len(ids))) + b"".join(kernels.rows(len(ids), [("leb", arr)]))
+
+
+_RUN_KERNEL_NATS: Final = 16
+"""Items of more nats than this are written one by one (the kernels build a column per nat)."""
+
+
+def write_runs(
+    header: bytes, head: bytes, first: int, count: int, per: int, tail: bytes, busy: int
+) -> bytes:
+    """The vector after ``header`` that :func:`runs` reads: ``count`` items ``head · nat ·
+    …`` with ``per`` nats each, numbered ``first``, ``first + 1``, … in order, then ``busy``
+    items equal to ``tail`` — e.g. ``Ok([id])``… then ``Err(#Busy)``…, ``head`` and ``tail``
+    written by the item type's writer (:func:`head_of`)."""
+    out = start(header, count + busy)
+    last = first + count * per
+    if count >= AT_ONCE and 0 < per <= _RUN_KERNEL_NATS and first >= 0 and last < 1 << 63:
+        ids = np.arange(count, dtype=np.uint64) * np.uint64(per) + np.uint64(first)
+        pieces: list[Any] = [head] + [("leb", ids + np.uint64(j)) for j in range(per)]
+        out += b"".join(kernels.rows(count, pieces))
+    else:
+        for k in range(count):
+            out += head
+            base = first + k * per
+            for x in range(base, base + per):
+                write_nat(x, out)
+    out += tail * busy
+    return bytes(out)
