@@ -15,17 +15,17 @@ send back only small results. Two stages, one read and one decode of every recor
   the layout's own ``decode_record`` for any record it cannot vouch for);
   out come only, per community and hour of message time, the index range and oldest time of
   its messages, and the bad records (so a bad record fails the job before any build work, and
-  windows are planned from the oldest message); the unit's good records stay, decoded and in
-  the store's order (time, then index), in an Arrow IPC spill file (a lake file's without the
-  record bytes, which the build reads again from Parquet);
+  windows are planned from the oldest message); the unit's good records stay, decoded, with
+  their bytes (framed as the spec layout's archive holds them) and in the store's order (time,
+  then index), in an Arrow IPC spill file: no lake file is read twice;
 - plan (driver, spec layout): every archive sized before any is built, from the spills' time,
   framed size and topic codes (``_plan_direct``: metadata, layout head, padding), each build
   task given its offset in the community's staged ``data``, made that long;
 - build, one call per group of whole consecutive windows of one community (about a quarter of
   the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
-  ``_build_direct`` (the layout's archive head, the records framed in C, ``padding_field``: no
-  Python object per record), written with one ``pwritev`` per archive at its planned offset
+  ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
+  no Python object per record), written with one ``pwritev`` per archive at its planned offset
   in the staged ``data``; otherwise (status-go, ``--topic``) by the archives part's sans-I/O
   ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
   in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
