@@ -228,3 +228,40 @@ def test_the_commit_makes_each_rename_durable_before_the_next_and_deletes_no_out
         assert path.read_bytes() == b"new " + name.encode()
     assert not stage.exists()
     assert ab.recover(tmp_path) == 0  # nothing left to roll forward
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("layout_name", ["spec", "status-go"])
+def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
+    spark, tmp_path, monkeypatch, layout_name
+):
+    """The scan is the only read of a lake file: with every lake file made unreadable once
+    the scan is done (when the driver groups windows into build tasks; the same records are
+    still in the live log, where a re-plan would find them), the build still writes the
+    control node's bytes, from the scan's spills alone."""
+    layout = get_layout(layout_name)
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 3), per_week=30)
+    files = sorted((data / "lake").rglob("*.parquet"))
+    assert files, "the test needs records in lake files"
+    saved = {f: f.read_bytes() for f in files}
+    real = ab._group_windows
+
+    def group_after_spoiling_the_lake(*a: object, **kw: object) -> list[ab._BuildTask]:
+        for f in files:
+            f.write_bytes(b"not parquet")
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "_group_windows", group_after_spoiling_the_lake)
+    now = START + 3 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), layout=layout_name, now_ns=now
+    )
+    try:
+        rep = ab.run(spark, opts)
+    finally:
+        for f, body in saved.items():
+            f.write_bytes(body)
+    control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    assert rep.communities[0].records == 3 * 30
