@@ -401,9 +401,11 @@ def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
     table = pa.Table.from_batches(batches)
     if _out_of_order(ts, idx):
         table = table.take(pa.array(np.lexsort((idx, ts))))
-    # one batch, its topics one dictionary: the driver sizes archives from its codes
-    table = table.combine_chunks()
-    table = table.set_column(2, "topic", table.column(2).dictionary_encode().combine_chunks())
+    # the topics one dictionary for the whole file (the driver sizes archives from its codes;
+    # the writer slices it along the other columns' batches and writes it once); the
+    # records' bytes stay in their batches: combining them was a copy of every byte
+    topic = table.column(2).combine_chunks().dictionary_encode()
+    table = table.set_column(2, "topic", pa.chunked_array([topic]))
     tmp = f"{path}.tmp"
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
