@@ -126,8 +126,14 @@ def test_framed_records_are_frame_parts_joined():
         framed = ab._framed(part)
         assert framed is not None
         assert bytes(ab._data_view(framed)) == b"".join(frame_parts(part.to_pylist())[0])
-    assert ab._framed(pa.array([bytes(1 << 21)], pa.binary())) is None
+    big = pa.array([bytes(1 << 21), b"x", b""], pa.binary())
+    assert ab._framed(big) is None
     assert ab._framed(pa.array([b"x"], pa.large_binary())) is None
+    # what the scan frames instead: the same bytes, record by record
+    framed = ab._framed_slow(big)
+    assert bytes(ab._data_view(framed)) == b"".join(frame_parts(big.to_pylist())[0])
+    assert [ab._unframe(f) for f in framed.to_pylist()] == big.to_pylist()
+    assert bytes(ab._data_view(framed.cast(pa.large_binary()).slice(1))) == b"\x1a\x01x\x1a\x00"
 
 
 def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, monkeypatch):
