@@ -513,11 +513,12 @@ def _build_task(
 
 
 def _unframe(framed: bytes) -> bytes:
-    """The record of ``0x1a varint(len) record``."""
-    from loglake.wire.varint import decode_uleb
-
-    n, at = decode_uleb(framed, 1)
-    return framed[at : at + n]
+    """The record of ``0x1a varint(len) record`` (as the scan framed it: the record is all
+    that follows the varint, whose last octet is the first without the continuation bit)."""
+    at = 1
+    while framed[at] & 0x80:
+        at += 1
+    return framed[at + 1 :]
 
 
 def _plan_direct(
