@@ -126,8 +126,14 @@ def test_framed_records_are_frame_parts_joined():
         framed = ab._framed(part)
         assert framed is not None
         assert bytes(ab._data_view(framed)) == b"".join(frame_parts(part.to_pylist())[0])
-    assert ab._framed(pa.array([bytes(1 << 21)], pa.binary())) is None
+    big = pa.array([bytes(1 << 21), b"x", b""], pa.binary())
+    assert ab._framed(big) is None
     assert ab._framed(pa.array([b"x"], pa.large_binary())) is None
+    # what the scan frames instead: the same bytes, record by record
+    framed = ab._framed_slow(big)
+    assert bytes(ab._data_view(framed)) == b"".join(frame_parts(big.to_pylist())[0])
+    assert [ab._unframe(f) for f in framed.to_pylist()] == big.to_pylist()
+    assert bytes(ab._data_view(framed.cast(pa.large_binary()).slice(1))) == b"\x1a\x01x\x1a\x00"
 
 
 def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, monkeypatch):
@@ -228,3 +234,40 @@ def test_the_commit_makes_each_rename_durable_before_the_next_and_deletes_no_out
         assert path.read_bytes() == b"new " + name.encode()
     assert not stage.exists()
     assert ab.recover(tmp_path) == 0  # nothing left to roll forward
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("layout_name", ["spec", "status-go"])
+def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
+    spark, tmp_path, monkeypatch, layout_name
+):
+    """The scan is the only read of a lake file: with every lake file made unreadable once
+    the scan is done (when the driver groups windows into build tasks; the same records are
+    still in the live log, where a re-plan would find them), the build still writes the
+    control node's bytes, from the scan's spills alone."""
+    layout = get_layout(layout_name)
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 3), per_week=30)
+    files = sorted((data / "lake").rglob("*.parquet"))
+    assert files, "the test needs records in lake files"
+    saved = {f: f.read_bytes() for f in files}
+    real = ab._group_windows
+
+    def group_after_spoiling_the_lake(*a: object, **kw: object) -> list[ab._BuildTask]:
+        for f in files:
+            f.write_bytes(b"not parquet")
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "_group_windows", group_after_spoiling_the_lake)
+    now = START + 3 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), layout=layout_name, now_ns=now
+    )
+    try:
+        rep = ab.run(spark, opts)
+    finally:
+        for f, body in saved.items():
+            f.write_bytes(body)
+    control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    assert rep.communities[0].records == 3 * 30

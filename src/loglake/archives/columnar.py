@@ -11,7 +11,7 @@ one Python ``bytes`` per record was most of each pass's Python time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -95,6 +95,49 @@ def _waku_fields(layout_name: str) -> _WakuFields:
     )
 
 
+@dataclass
+class _Columns:
+    """What ``decode_waku_batch`` has read of a batch's ``n`` records, per field number: which
+    records hold the field, and its value (varint) or its start and length in the batch's
+    data buffer (length-delimited)."""
+
+    n: int
+    seen: dict[int, np.ndarray] = field(default_factory=dict)
+    values: dict[int, np.ndarray] = field(default_factory=dict)
+    starts: dict[int, np.ndarray] = field(default_factory=dict)
+    lengths: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def store(
+        self,
+        num: int,
+        wire: int,
+        rows: np.ndarray,
+        m: np.ndarray,
+        good: np.ndarray,
+        val: np.ndarray,
+        start: np.ndarray,
+        length: np.ndarray,
+    ) -> np.ndarray:
+        """Field ``num`` (wire type ``wire``) read this round at positions ``m`` (records
+        ``rows[m]``; ``val``, ``start``, ``length`` are the round's arrays): a record that
+        already held the field is marked not ``good`` (protobuf keeps the last of a repeated
+        field: the slow path decides), the others' value or start and length are kept.
+        Returns the positions kept. One step for the uniform-shape and mixed-shape rounds."""
+        r = rows[m]
+        seen = self.seen.setdefault(num, np.zeros(self.n, dtype=bool))
+        dup = seen[r]
+        if dup.any():
+            good[m[dup]] = False
+            m, r = m[~dup], r[~dup]
+        seen[r] = True
+        if wire == 2:
+            self.starts.setdefault(num, np.zeros(self.n, dtype=np.int64))[r] = start[m]
+            self.lengths.setdefault(num, np.zeros(self.n, dtype=np.int64))[r] = length[m]
+        else:
+            self.values.setdefault(num, np.zeros(self.n, dtype=np.uint64))[r] = val[m]
+        return m
+
+
 def decode_waku_batch(
     layout_name: str, column: pa.Array
 ) -> tuple[np.ndarray, pa.Array, np.ndarray, list[str | None]]:
@@ -121,10 +164,7 @@ def decode_waku_batch(
     pos = offs[:-1].astype(np.int64)
     end = offs[1:].astype(np.int64)
     ok = np.ones(n, dtype=bool)
-    seen: dict[int, np.ndarray] = {}
-    values: dict[int, np.ndarray] = {}
-    starts: dict[int, np.ndarray] = {}
-    lengths: dict[int, np.ndarray] = {}
+    cols = _Columns(n)
     rows = np.flatnonzero(pos < end)
     for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
         if not len(rows):
@@ -148,15 +188,7 @@ def decode_waku_batch(
                 good &= ~over & (p2 + ln <= er)
             else:
                 ln = np.zeros(len(rows), dtype=np.int64)
-            s = seen.setdefault(num, np.zeros(n, dtype=bool))
-            good &= ~s[rows]  # repeated: protobuf keeps the last; the slow path decides
-            r = rows[good]
-            s[r] = True
-            if wt == 2:
-                starts.setdefault(num, np.zeros(n, dtype=np.int64))[r] = p2[good]
-                lengths.setdefault(num, np.zeros(n, dtype=np.int64))[r] = ln[good]
-            else:
-                values.setdefault(num, np.zeros(n, dtype=np.uint64))[r] = val[good]
+            cols.store(num, wt, rows, np.flatnonzero(good), good, val, p2, ln)
         else:
             field_no = (tag >> np.uint64(3)).astype(np.int64)
             wtype = (tag & np.uint64(7)).astype(np.int64)
@@ -167,20 +199,8 @@ def decode_waku_batch(
             matched = np.zeros(len(rows), dtype=bool)
             for num, want in f.wire.items():
                 m = np.flatnonzero(good & (field_no == num) & (wtype == want))
-                if not len(m):
-                    continue
-                r = rows[m]
-                s = seen.setdefault(num, np.zeros(n, dtype=bool))
-                dup = s[r]  # repeated: protobuf keeps the last; the slow path decides
-                good[m[dup]] = False
-                m, r = m[~dup], r[~dup]
-                s[r] = True
-                matched[m] = True
-                if want == 2:
-                    starts.setdefault(num, np.zeros(n, dtype=np.int64))[r] = p2[m]
-                    lengths.setdefault(num, np.zeros(n, dtype=np.int64))[r] = ln[m]
-                else:
-                    values.setdefault(num, np.zeros(n, dtype=np.uint64))[r] = val[m]
+                if len(m):
+                    matched[cols.store(num, want, rows, m, good, val, p2, ln)] = True
             good &= matched
         ok[rows[~good]] = False
         rows, nxt = rows[good], (p2 + ln)[good]
@@ -188,10 +208,10 @@ def decode_waku_batch(
         rows = rows[nxt < end[rows]]
     ok[rows] = False  # more fields than the schema has: repeated ones
     for num in f.strings:
-        if num in seen:
-            ok &= ~seen[num]
-    has_ts = seen.get(f.ts, np.zeros(n, dtype=bool))
-    raw_ts = values.get(f.ts, np.zeros(n, dtype=np.uint64))
+        if num in cols.seen:
+            ok &= ~cols.seen[num]
+    has_ts = cols.seen.get(f.ts, np.zeros(n, dtype=bool))
+    raw_ts = cols.values.get(f.ts, np.zeros(n, dtype=np.uint64))
     if f.ts_zigzag:
         ok &= has_ts  # no timestamp: BadRecord, named by decode_record
         ts = (raw_ts >> np.uint64(1)).astype(np.int64) ^ -(raw_ts & np.uint64(1)).astype(np.int64)
@@ -201,10 +221,10 @@ def decode_waku_batch(
         ts = np.where(big, 0, raw_ts).astype(np.int64) * f.ts_scale
     cap = np.zeros(n, dtype=np.int64)
     for num in f.cap:
-        if num in lengths:
-            cap += lengths[num]
-    t_start = starts.get(f.topic, np.zeros(n, dtype=np.int64))
-    t_len = np.where(ok, lengths.get(f.topic, np.zeros(n, dtype=np.int64)), 0)
+        if num in cols.lengths:
+            cap += cols.lengths[num]
+    t_start = cols.starts.get(f.topic, np.zeros(n, dtype=np.int64))
+    t_len = np.where(ok, cols.lengths.get(f.topic, np.zeros(n, dtype=np.int64)), 0)
     topic_bin = _gather(data, t_start, t_len)
     topics: pa.Array = topic_bin
     if f.topic_utf8:

@@ -15,17 +15,17 @@ send back only small results. Two stages, one read and one decode of every recor
   the layout's own ``decode_record`` for any record it cannot vouch for);
   out come only, per community and hour of message time, the index range and oldest time of
   its messages, and the bad records (so a bad record fails the job before any build work, and
-  windows are planned from the oldest message); the unit's good records stay, decoded and in
-  the store's order (time, then index), in an Arrow IPC spill file (a lake file's without the
-  record bytes, which the build reads again from Parquet);
+  windows are planned from the oldest message); the unit's good records stay, decoded, with
+  their bytes (framed as the spec layout's archive holds them) and in the store's order (time,
+  then index), in an Arrow IPC spill file: no lake file is read twice;
 - plan (driver, spec layout): every archive sized before any is built, from the spills' time,
   framed size and topic codes (``_plan_direct``: metadata, layout head, padding), each build
   task given its offset in the community's staged ``data``, made that long;
 - build, one call per group of whole consecutive windows of one community (about a quarter of
   the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
-  ``_build_direct`` (the layout's archive head, the records framed in C, ``padding_field``: no
-  Python object per record), written with one ``pwritev`` per archive at its planned offset
+  ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
+  no Python object per record), written with one ``pwritev`` per archive at its planned offset
   in the staged ``data``; otherwise (status-go, ``--topic``) by the archives part's sans-I/O
   ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
   in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
@@ -286,11 +286,13 @@ def _spill_path(spill_dir: str, sid: int, u: Unit) -> str:
     return os.path.join(spill_dir, f"s-{sid}-{u.start}.arrow")
 
 
-_SPILL_COLUMNS = ("index", "ts", "topic", "cap", "flen", "data")
+_SPILL_COLUMNS = ("index", "ts", "topic", "cap", "flen")
 """A spill's columns: stream index, message time, topic (dictionary-encoded: one dictionary
 per spill), cap (payload size), flen (the record's size framed in an archive: tag, varint
-length, record; the driver sizes every archive from it before any is built) and, for a live
-range only, the record's bytes."""
+length, record; the driver sizes every archive from it before any is built); then the
+record's bytes (large binary: a unit's bytes may pass the 2 GiB a binary array can offset),
+as ``framed`` (``0x1a varint(len) record``, what the spec layout's archive holds: the
+build's body is a slice of it) or as ``data`` (the record, for ``ArchiveBuilder``)."""
 
 
 def _framed_len(lens: np.ndarray) -> np.ndarray:
@@ -300,17 +302,18 @@ def _framed_len(lens: np.ndarray) -> np.ndarray:
 
 
 def _scan_task(
-    layout_name: str, data_dir: str, spill_dir: str
+    layout_name: str, data_dir: str, spill_dir: str, framed: bool
 ) -> Callable[[tuple[int, Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
     """The scan, one call per unit, and the only read and decode of every record: out come,
     per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
     bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
-    records, decoded (index, time, topic, cap, data) and in the store's order (time, then
-    index), are left in an uncompressed Arrow IPC file under ``spill_dir`` for the build, which
-    memory-maps it (why: reading and decoding every record a second time in the build was a
-    third of the job). A lake file's spill leaves the records'
-    bytes out (the build reads them again from Parquet, by index: cheaper than writing them
-    to disk once more); a live range's keeps them (its read is per record)."""
+    records, decoded (index, time, topic, cap, framed size) with their bytes, in the store's
+    order (time, then index), are left in an uncompressed Arrow IPC file under ``spill_dir``
+    for the build, which memory-maps it. ``framed``: the bytes are kept framed as the spec
+    layout's archive holds them (``_framed``, in C), so the build writes slices of the spill.
+    Why the bytes: a lake file read and decompressed a second time by the build (and each
+    record framed there) was the build's largest cost; the spill is scratch in the page
+    cache, removed before the driver fsyncs the output."""
 
     def run(task: tuple[int, Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
@@ -319,6 +322,7 @@ def _scan_task(
         rows: list[tuple[int, ...]] = []
         bad: list[tuple[int, int, str]] = []
         keep: list[pa.RecordBatch] = []
+        names = [*_SPILL_COLUMNS, "framed" if framed else "data"]
         for idx, col in read_unit(data_dir, u):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
             good = np.ones(len(ts), dtype=bool)
@@ -331,14 +335,26 @@ def _scan_task(
                 sel = np.flatnonzero(good)
                 idx, ts, cap = idx[sel], ts[sel], cap[sel]
                 topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
+            if col.type != pa.binary():
+                col = col.cast(pa.binary())
             offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
             flen = _framed_len(np.diff(offs[col.offset :]))
+            body = col
+            if framed:
+                body = _framed(col)
+                if body is None:
+                    body = _framed_slow(col)
             keep.append(
                 pa.RecordBatch.from_arrays(
-                    [pa.array(idx), pa.array(ts), topic, pa.array(cap), pa.array(flen), col][
-                        : 5 if u.path else 6
+                    [
+                        pa.array(idx),
+                        pa.array(ts),
+                        topic,
+                        pa.array(cap),
+                        pa.array(flen),
+                        body.cast(pa.large_binary()),
                     ],
-                    names=list(_SPILL_COLUMNS)[: 5 if u.path else 6],
+                    names=names,
                 )
             )
             bucket = ts // BUCKET_NS
@@ -361,6 +377,17 @@ def _scan_task(
     return run
 
 
+def _framed_slow(chunk: pa.Array) -> pa.Array:
+    """``_framed`` for what it does not handle (a record of 2 MiB or more): ``frame_parts``,
+    each prefix joined to its record in Python."""
+    import pyarrow as pa
+
+    from loglake.archives import frame_parts
+
+    parts, _ = frame_parts(chunk.to_pylist())
+    return pa.array([a + b for a, b in zip(parts[0::2], parts[1::2], strict=True)], pa.binary())
+
+
 def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
     """The batches in the store's order (time, then index; no sort when already in it) as an
     Arrow IPC file, written under a temporary name and renamed (a retried task rewrites it).
@@ -374,9 +401,11 @@ def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
     table = pa.Table.from_batches(batches)
     if _out_of_order(ts, idx):
         table = table.take(pa.array(np.lexsort((idx, ts))))
-    # one batch, its topics one dictionary: the driver sizes archives from its codes
-    table = table.combine_chunks()
-    table = table.set_column(2, "topic", table.column(2).dictionary_encode().combine_chunks())
+    # the topics one dictionary for the whole file (the driver sizes archives from its codes;
+    # the writer slices it along the other columns' batches and writes it once); the
+    # records' bytes stay in their batches: combining them was a copy of every byte
+    topic = table.column(2).combine_chunks().dictionary_encode()
+    table = table.set_column(2, "topic", pa.chunked_array([topic]))
     tmp = f"{path}.tmp"
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
@@ -420,26 +449,23 @@ class _Place:
 
 def _build_task(
     layout_name: str,
-    data_dir: str,
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
     spill_dir: str,
 ) -> Callable[[_BuildTask], dict[str, Any]]:
     """The build, one call per group of windows: the group's records taken from the scan's
-    spill files of its units (memory-mapped, already decoded and in the store's order, each
-    window a slice by time), ``_build_window``: archives framed, padded, pieces hashed, bytes
-    written to a part file; returned: sizes, hashes, entries."""
+    spill files of its units (memory-mapped, already decoded, with their bytes, in the store's
+    order, each window a slice by time); then ``_build_direct`` (archives sized by the
+    driver, written in place) or ``_build_window`` (archives framed, padded, pieces hashed,
+    bytes written to a part file); returned: sizes, hashes, entries. No lake file is read
+    again."""
 
     def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
 
         frm, to = t.windows[0][0], t.windows[-1][1]
         # the sized path needs no topic (the driver put them in each archive's metadata)
-        names = (
-            ["index", "ts", "data"]
-            if t.place is not None
-            else ["index", "ts", "topic", "cap", "data"]
-        )
+        names = ["index", "ts"] if t.place is not None else ["index", "ts", "topic", "cap"]
         tables = []
         for u in t.units:
             path = _spill_path(spill_dir, t.sid, u)
@@ -451,14 +477,12 @@ def _build_task(
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
             if z > a:
                 part = table.slice(a, z - a)
-                if "data" not in part.column_names:  # a lake file's: bytes from Parquet
-                    part = part.append_column("data", _lake_data(data_dir, u, part.column(0)))
                 if "topic" in names:  # each spill has its own dictionary: plain values
                     topic = part.column("topic")
                     part = part.set_column(
                         part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
                     )
-                tables.append(part.select(names))
+                tables.append(part.select([*names, part.column_names[-1]]))
         layout = get_layout(layout_name)
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
@@ -470,11 +494,15 @@ def _build_task(
             return _build_direct(layout, t, table)
         rows: list[Any] = []
         if table is not None:
+            if "data" in table.column_names:
+                data = table.column("data").to_pylist()
+            else:  # spilled framed, and the driver fell back to the builder: unframe
+                data = [_unframe(f) for f in table.column("framed").to_pylist()]
             rows = list(
                 zip(
                     table.column("ts").to_numpy().tolist(),
                     table.column("topic").to_pylist(),
-                    table.column("data").to_pylist(),
+                    data,
                     table.column("cap").to_numpy().tolist(),
                     strict=True,
                 )
@@ -484,26 +512,13 @@ def _build_task(
     return run
 
 
-def _lake_data(data_dir: str, u: Unit, index: pa.ChunkedArray) -> pa.ChunkedArray:
-    """The records of lake unit ``u`` at ``index`` (any order), read again from its file (only
-    the row groups of their index range)."""
-    import pyarrow as pa
-
-    want = index.to_numpy()
-    lo, hi = int(want.min()), int(want.max()) + 1
-    got = list(read_unit(data_dir, u, lo, hi))
-    have = np.concatenate([i for i, _ in got]) if got else np.zeros(0, np.int64)
-    data = pa.chunked_array([c for _, c in got], type=pa.binary())
-    if len(have) == len(want) and np.array_equal(have, want):
-        return data  # the usual case: every record, in index order
-    pos = np.searchsorted(have, want)
-    if (
-        len(have) == 0
-        or np.any(pos >= len(have))
-        or np.any(have[np.minimum(pos, len(have) - 1)] != want)
-    ):
-        raise JobFailed(f"lake file {u.path} changed during the job (index range {lo}..{hi})")
-    return data.take(pa.array(pos))
+def _unframe(framed: bytes) -> bytes:
+    """The record of ``0x1a varint(len) record`` (as the scan framed it: the record is all
+    that follows the varint, whose last octet is the first without the continuation bit)."""
+    at = 1
+    while framed[at] & 0x80:
+        at += 1
+    return framed[at + 1 :]
 
 
 def _plan_direct(
@@ -714,10 +729,13 @@ def _framed(chunk: pa.Array) -> pa.Array | None:
 
 
 def _data_view(framed: pa.Array) -> memoryview:
-    """The concatenated values of a binary array (its data buffer between its first and last
-    offsets)."""
+    """The concatenated values of a binary or large binary array (its data buffer between its
+    first and last offsets)."""
+    import pyarrow as pa
+
     n = len(framed)
-    offs = np.frombuffer(framed.buffers()[1], dtype=np.int32, count=framed.offset + n + 1)
+    dtype = np.int64 if framed.type == pa.large_binary() else np.int32
+    offs = np.frombuffer(framed.buffers()[1], dtype=dtype, count=framed.offset + n + 1)
     a, z = int(offs[framed.offset]), int(offs[framed.offset + n])
     buf = framed.buffers()[2]
     return memoryview(buf)[a:z] if buf is not None else memoryview(b"")
@@ -726,13 +744,14 @@ def _data_view(framed: pa.Array) -> memoryview:
 def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict[str, Any]:
     """The archives of a task the driver sized (``_plan_direct``), written straight into the
     staged ``data`` at their offsets: per window, the layout's head for the metadata the
-    driver chose, the records framed in C (``_framed``; ``frame_parts`` for what it does not
-    handle) and ``padding_field``; pieces hashed from those buffers, which go to the file in
-    one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build`` (one archive per
-    non-empty window, its topics sorted); an archive whose size is not the planned one (the
-    spills changed under the job) fails the job. Why: part files copied into the staged
-    ``data`` wrote every byte twice, and at 10 M records the copies reached the disk."""
-    from loglake.archives import frame_parts, padding_field
+    driver chose, the records as the scan framed them (slices of the memory-mapped spills'
+    ``framed`` bytes: no copy) and ``padding_field``; pieces hashed from those buffers, which
+    go to the file in one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build``
+    (one archive per non-empty window, its topics sorted); an archive whose size is not the
+    planned one (the spills changed under the job) fails the job. Why: part files copied
+    into the staged ``data`` wrote every byte twice, and at 10 M records the copies reached
+    the disk."""
+    from loglake.archives import padding_field
 
     assert t.place is not None
     place = t.place
@@ -755,12 +774,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
             meta, size = planned
             empty = layout.encode_archive(meta, [], 0)
             body: list[Any] = [empty.parts[0]]
-            for chunk in table.column("data").slice(a, z - a).chunks:
-                framed = _framed(chunk)
-                if framed is None:
-                    body += frame_parts(chunk.to_pylist())[0]
-                else:
-                    body.append(_data_view(framed))
+            body += [_data_view(c) for c in table.column("framed").slice(a, z - a).chunks]
             body_len = sum(map(len, body))
             body.append(padding_field(body_len, layout.piece_length))
             if body_len + len(body[-1]) != size:
@@ -1106,7 +1120,9 @@ def _scan_build_stage(
     slots = 4 * max(1, sc.defaultParallelism)
     progress("scan", 0, 1)
     scan_tasks = [(sid, u) for sid in all_sids for u in units[sid]]
-    scan = _scan_task(opts.layout, opts.data_dir, str(parts_dir))
+    # the spec layout's records spilled framed, ready to be written (``_plan_direct``)
+    direct = opts.topics is None and layout.max_archive_bytes is None
+    scan = _scan_task(opts.layout, opts.data_dir, str(parts_dir), direct)
     groups = _in_groups(scan_tasks, [u.end - u.start for _, u in scan_tasks], slots)
     summary = (
         sc.parallelize(groups, len(groups)).flatMap(lambda g: [scan(x) for x in g]).collect()
@@ -1164,14 +1180,14 @@ def _scan_build_stage(
 
     # the spec layout's archives sized here from the spills: build tasks write them in place
     placed: dict[int, Path] = {}
-    if opts.topics is None and layout.max_archive_bytes is None:
+    if direct:
         tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, str(parts_dir))
     report.seconds["plan"] = time.perf_counter() - t0 - report.seconds["scan"]
 
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir), str(parts_dir))
+    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(parts_dir))
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
