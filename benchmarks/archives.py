@@ -49,6 +49,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.archives.tracker
 
+from proctree import tree_cpu
+
 from loglake.archives.builder import WINDOW_NS, ArchiveBuilder
 from loglake.archives.layout import NS, PIECE_LENGTH, DecodedMessage, get_layout
 from loglake.streams.api import LocalStreams
@@ -410,31 +412,6 @@ def write_floor(path: Path) -> float:
     secs = time.perf_counter() - t0
     copy.unlink()
     return secs
-
-
-def tree_cpu() -> float:
-    """CPU seconds (user + system, reaped children included) of this process and all its
-    descendants (the driver, its JVM, Spark's Python daemon and workers), from ``/proc``: a
-    job's cost on a shared machine, where wall time depends on the neighbours."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
-    total, todo = 0.0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
 
 
 def load() -> str:

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import proctree
+
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
@@ -236,19 +238,7 @@ def process_trees(roots: dict[str, int]) -> tuple[dict[str, set[int]], dict[int,
     """Each named process with all its descendants, and ``"job"``: this process's tree less the
     named ones (the driver, its JVM and Spark's Python workers); with every process's CPU
     seconds (user + system, reaped children included), from ``/proc``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
+    children, cpu = proctree.snapshot()
 
     def tree(root: int) -> set[int]:
         out, todo = {root}, [root]

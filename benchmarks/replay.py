@@ -59,6 +59,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from proctree import tree_cpu
+
 from loglake.events import (
     C_REPLAY,
     Broadcaster,
@@ -301,29 +303,6 @@ def inprocess_filter(log, n: int, source) -> tuple[float, int]:
     return time.perf_counter() - t, kept
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and every descendant — Spark's JVM, its
-    Python daemons and workers — reaped children included, from ``/proc``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    total, todo = 0.0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
-
-
 FIXED_EVENTS = 1_000
 
 
@@ -338,10 +317,10 @@ def job_fixed_cost(spark, data_dir: Path, n: int, source, runs: int) -> None:
     spec = ReplayJobSpec(2, JOB_NS, 0, k, source.bytes, "sel == 0", None, False)
     walls, cpus = [], []
     for r in range(runs):
-        c0, t = tree_cpu_seconds(), time.perf_counter()
+        c0, t = tree_cpu(), time.perf_counter()
         run_replay_job(spark, spec, data_dir / f"fixed-{r}", str(data_dir / "log"))
         walls.append(time.perf_counter() - t)
-        cpus.append(tree_cpu_seconds() - c0)
+        cpus.append(tree_cpu() - c0)
     load = os.getloadavg()[0]
     verdict = "meets" if sorted(walls)[len(walls) // 2] <= 5 else "misses"  # the median
     console.print(

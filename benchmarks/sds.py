@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.differential.peer
 
+from proctree import tree_cpu
+
 from loglake.sds.participant import Participant, ParticipantOptions
 from tests.differential.peer import NodePeer, available
 
@@ -185,33 +187,6 @@ def io_floor(data: Path, out: Path, n: int) -> None:
     )
     if records < 0.9 * n:
         print("  (most of this channel is still in the live tail, which the floor leaves out)")
-
-
-def tree_cpu() -> float:
-    """CPU seconds (user + system, reaped children included) of this process and every live
-    descendant, from ``/proc``: the driver, its JVM and Spark's Python workers. Why: on a shared
-    machine the wall time says more about the neighbours than about the job."""
-    import os
-
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
-    total, todo = 0.0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
 
 
 def load() -> str:
