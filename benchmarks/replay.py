@@ -194,7 +194,7 @@ def end_to_end(log, n: int, relay: bool = False) -> tuple[float, int]:
     dt = time.perf_counter() - t
     orch = net.roles[p["orch"].bytes]
     assert orch.replays[r.value].status == ReplayState("completed", n), orch.replays[r.value]
-    return dt, len(sub.seen)
+    return dt, sum(map(len, sub.seen.values()))
 
 
 def http_end_to_end(log_dir: Path, n: int, batch: int | None = None) -> float:
@@ -408,7 +408,7 @@ def _job_end_to_end(log_dir: Path, n: int, jobs) -> tuple[float, int]:
         dt = time.perf_counter() - t
         rep = orch.replays[r.value]
         assert rep.job and rep.status.tag == "completed", rep.status
-        return dt, len(sub.seen)
+        return dt, sum(map(len, sub.seen.values()))
     finally:
         log.close()
 

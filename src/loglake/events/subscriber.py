@@ -49,7 +49,10 @@ class Subscriber(Role):
         super().__init__(principal)
         self.orchestrator = orchestrator
         self.valid: dict[str, set[bytes]] = {}
-        self.seen: set[tuple[str, int]] = set()
+        self.seen: dict[str, set[int]] = {}
+        """Event ids delivered, by namespace: plain ints in one set per namespace, not a
+        ``(namespace, id)`` tuple per event (a replay of 200,000 events made as many tuples
+        for the cyclic garbage collector to count and scan)."""
         self.inbox: deque[Any] = deque(maxlen=keep)
         """Delivered notifications, oldest first: an ``EventNotification``, or ``(batch, k)`` —
         the ``k``-th of a :class:`NotificationBatch` not built yet (:meth:`take` builds it)."""
@@ -95,11 +98,13 @@ class Subscriber(Role):
             if p is not None:
                 p.received += 1
                 p.last_event_id = n.event_id
-            ident = (ns, n.event_id)
-            if ident in seen:
+            ids = seen.get(ns)
+            if ids is None:
+                ids = seen[ns] = set()
+            if n.event_id in ids:
                 self.duplicates += 1
                 continue
-            seen.add(ident)
+            ids.add(n.event_id)
             inbox.append(n)
         if confirm:
             self.outbox.append(Call(caller, "icrc72_confirm_notifications", confirm))
@@ -117,18 +122,20 @@ class Subscriber(Role):
         if p is not None:
             p.received += n
             p.last_event_id = notes.event_ids[-1]
-        seen, inbox = self.seen, self.inbox
-        idents = [(ns, eid) for eid in notes.event_ids]
-        fresh = set(idents)
-        if len(fresh) == n and seen.isdisjoint(fresh):  # the usual case: all new, no repeat
-            seen |= fresh
+        inbox, eids = self.inbox, notes.event_ids
+        ids = self.seen.get(ns)
+        if ids is None:
+            ids = self.seen[ns] = set()
+        fresh = set(eids)
+        if len(fresh) == n and ids.isdisjoint(fresh):  # the usual case: all new, no repeat
+            ids |= fresh
             inbox.extend(zip(repeat(notes), range(n), strict=False))
         else:
-            for k, ident in enumerate(idents):
-                if ident in seen:
+            for k, eid in enumerate(eids):
+                if eid in ids:
                     self.duplicates += 1
                     continue
-                seen.add(ident)
+                ids.add(eid)
                 inbox.append((notes, k))
         self.outbox.append(
             Call(caller, "icrc72_confirm_notifications", list(notes.notification_ids))
