@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import (
     TAG_BLOOM_FILTER,
     TAG_CHANNEL_ID,
@@ -30,13 +29,7 @@ from loglake.sds.codec import (
 from loglake.sds.columnar import DecodeState, _scan
 from loglake.sds.messages import HistoryEntry
 from loglake.wire.varint import encode_uleb
-
-CHANNEL = "room"
-BLOOM = BloomFilter().n_bytes
-
-
-def _ld(tag: bytes, payload: bytes) -> bytes:
-    return tag + encode_uleb(len(payload)) + payload
+from tests.sds.records import BLOOM, CHANNEL, ld, sliding_window
 
 
 def _long(n: int, extra: int) -> bytes:
@@ -70,9 +63,9 @@ def record(draw, k: int, hist: list[bytes]) -> bytes | None:
         return draw(st.binary(max_size=40))
     sender = draw(st.sampled_from(IDS[:3] * 3 + IDS))
     fields = [
-        _ld(TAG_SENDER_ID, sender),
-        _ld(TAG_MESSAGE_ID, draw(st.sampled_from([b"id%d" % k] * 6 + IDS))),
-        _ld(TAG_CHANNEL_ID, draw(st.sampled_from([CHANNEL.encode()] * 5 + [b"other", b""]))),
+        ld(TAG_SENDER_ID, sender),
+        ld(TAG_MESSAGE_ID, draw(st.sampled_from([b"id%d" % k] * 6 + IDS))),
+        ld(TAG_CHANNEL_ID, draw(st.sampled_from([CHANNEL.encode()] * 5 + [b"other", b""]))),
     ]
     if draw(st.integers(0, 5)):
         fields.append(
@@ -80,12 +73,12 @@ def record(draw, k: int, hist: list[bytes]) -> bytes | None:
         )
     fields += hist
     if not draw(st.integers(0, 8)):
-        fields.append(_ld(TAG_BLOOM_FILTER, b"\x01" * draw(st.sampled_from([BLOOM, 7]))))
+        fields.append(ld(TAG_BLOOM_FILTER, b"\x01" * draw(st.sampled_from([BLOOM, 7]))))
     for e in draw(st.lists(st.sampled_from(ENTRIES), max_size=2)):
         fields.append(TAG_REPAIR_REQUEST + e[1:])
     content = draw(st.sampled_from([b"hello", b"", b"x" * 200, ENTRIES[0], None]))
     if content is not None:
-        fields.append(_ld(TAG_CONTENT, content))
+        fields.append(ld(TAG_CONTENT, content))
     for _ in range(draw(st.integers(0, 2))):  # hostile edits
         edit = draw(
             st.sampled_from(
@@ -130,12 +123,12 @@ def record(draw, k: int, hist: list[bytes]) -> bytes | None:
                 draw(
                     st.sampled_from(
                         [
-                            _ld(TAG_MESSAGE_ID, b"zz"),
-                            _ld(TAG_SENDER_ID, b"q"),
-                            _ld(TAG_CHANNEL_ID, CHANNEL.encode()),
+                            ld(TAG_MESSAGE_ID, b"zz"),
+                            ld(TAG_SENDER_ID, b"q"),
+                            ld(TAG_CHANNEL_ID, CHANNEL.encode()),
                             TAG_LAMPORT + encode_uleb(9),
-                            _ld(TAG_CONTENT, b"other"),
-                            _ld(TAG_BLOOM_FILTER, bytes(BLOOM)),
+                            ld(TAG_CONTENT, b"other"),
+                            ld(TAG_BLOOM_FILTER, bytes(BLOOM)),
                         ]
                     )
                 ),
@@ -219,24 +212,18 @@ def test_batch_path_equals_the_per_record_path(datas, cuts):
 def test_batch_path_on_a_slice_of_a_larger_chunk():
     """A batch that is a slice of a column (as ``Table.to_batches`` makes): positions are the
     slice's own, and the result is the per-record path's."""
-    datas: list[bytes | None] = []
-    window: list[bytes] = []
-    for k in range(30):
-        head = _ld(TAG_SENDER_ID, b"p%d" % (k % 3)) + _ld(TAG_MESSAGE_ID, b"id%d" % k)
-        head += _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
-        datas.append(head + b"".join(window) + _ld(TAG_CONTENT, b"c%d" % k))
-        window = [*window, encode_history_entry(HistoryEntry(f"id{k}", b"h", "p"))][-8:]
+    datas = sliding_window(30, senders=3, keep=8)
     (whole,) = _batches(datas, [])
     _both([whole.slice(0, 7), whole.slice(7, 13), whole.slice(20)])
 
 
 def test_the_scan_vouches_only_for_records_made_of_the_schemas_fields():
-    good = _ld(TAG_SENDER_ID, b"a") + _ld(TAG_MESSAGE_ID, b"m") + _ld(TAG_CONTENT, b"x")
+    good = ld(TAG_SENDER_ID, b"a") + ld(TAG_MESSAGE_ID, b"m") + ld(TAG_CONTENT, b"x")
     column = pa.array(
         [
             good,
             good + b"\x78\x01",  # an unknown field
-            good + _ld(TAG_MESSAGE_ID, b"n"),  # message_id twice: protobuf keeps the last
+            good + ld(TAG_MESSAGE_ID, b"n"),  # message_id twice: protobuf keeps the last
             good + b"\x52\x01x",  # lamport_timestamp as length-delimited
             good[:-1],  # truncated
             b"",
@@ -254,13 +241,7 @@ def test_the_scan_vouches_only_for_records_made_of_the_schemas_fields():
 def test_forgetting_unused_codes_changes_nothing(monkeypatch):
     """A task's state forgets the codes no kept history uses once it holds many
     (``DecodeState.compact``); the ids read afterwards are still each entry's own."""
-    datas: list[bytes | None] = []
-    window: list[bytes] = []
-    for k in range(40):
-        head = _ld(TAG_SENDER_ID, b"p%d" % (k % 3)) + _ld(TAG_MESSAGE_ID, b"id%d" % k)
-        head += _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
-        datas.append(head + b"".join(window) + _ld(TAG_CONTENT, b"c%d" % k))
-        window = [*window, encode_history_entry(HistoryEntry(f"id{k}", b"h%d" % k, "p"))][-4:]
+    datas = sliding_window(40, senders=3, keep=4, hint=True)
     batches = _batches(datas, [7, 15, 22, 30])
     slow = DecodeState(CHANNEL, BLOOM, batched=False)
     want = [slow.decode(b) for b in batches]

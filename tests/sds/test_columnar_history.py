@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import (
     TAG_BLOOM_FILTER,
     TAG_CHANNEL_ID,
@@ -37,14 +36,7 @@ from loglake.sds.columnar import (
 from loglake.sds.errors import DropReason, SdsDecodeError
 from loglake.sds.messages import HistoryEntry
 from loglake.wire.varint import encode_uleb
-
-CHANNEL = "room"
-BLOOM = BloomFilter().n_bytes
-
-
-def _ld(tag: bytes, payload: bytes) -> bytes:
-    return tag + encode_uleb(len(payload)) + payload
-
+from tests.sds.records import BLOOM, CHANNEL, ld, sliding_window
 
 ENTRIES = [
     encode_history_entry(HistoryEntry(f"m{i}", b"\x01hint%d" % i if i % 3 else None, "s"))
@@ -77,17 +69,17 @@ def records(draw) -> list[bytes | None]:
             hist = draw(st.lists(st.sampled_from(ENTRIES), max_size=8))
         sender = draw(st.sampled_from(["a", "b", "c"]))
         head = [
-            _ld(TAG_SENDER_ID, sender.encode()),
-            _ld(TAG_MESSAGE_ID, b"id%d" % k),
-            _ld(
+            ld(TAG_SENDER_ID, sender.encode()),
+            ld(TAG_MESSAGE_ID, b"id%d" % k),
+            ld(
                 TAG_CHANNEL_ID, draw(st.sampled_from([CHANNEL, CHANNEL, CHANNEL, "other"])).encode()
             ),
             TAG_LAMPORT + encode_uleb(draw(st.sampled_from([5, 7, 2**63 + 1]))),
         ]
         content = draw(st.sampled_from([b"hi", b"", b"x" + ENTRIES[0], ENTRIES[2], ENTRIES[0]]))
-        tail = [_ld(TAG_CONTENT, content)] if content or draw(st.booleans()) else []
+        tail = [ld(TAG_CONTENT, content)] if content or draw(st.booleans()) else []
         if draw(st.integers(0, 9)) == 0:
-            tail.append(_ld(TAG_BLOOM_FILTER, b"\x00" * draw(st.sampled_from([BLOOM, 3]))))
+            tail.append(ld(TAG_BLOOM_FILTER, b"\x00" * draw(st.sampled_from([BLOOM, 3]))))
         for e in draw(st.lists(st.sampled_from(ENTRIES), max_size=2)):
             tail.append(TAG_REPAIR_REQUEST + e[1:])
         if draw(st.booleans()):
@@ -190,13 +182,7 @@ def test_sliding_windows_are_read_against_the_previous_history():
     """Senders taking turns over one window (the benchmark's channel): on the per-record path
     (the batch path's fallback) every history after the first is read against a base, and the
     result is the straightforward one."""
-    window: list[bytes] = []
-    datas: list[bytes | None] = []
-    for k in range(60):
-        head = _ld(TAG_SENDER_ID, b"p%d" % (k % 4)) + _ld(TAG_MESSAGE_ID, b"id%d" % k)
-        head += _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
-        datas.append(head + b"".join(window) + _ld(TAG_CONTENT, b"c%d" % k))
-        window = ([*window, encode_history_entry(HistoryEntry(f"id{k}", b"h", "p"))])[-20:]
+    datas = sliding_window(60, senders=4, keep=20)
     got, state = decoded(datas, [25], batched=False)
     assert got == reference(datas)
     assert state.whole <= 2 and state.fast >= 57
@@ -213,10 +199,10 @@ def test_packed_histories_round_trip():
 
 def test_decode_batches_is_the_state_per_task():
     datas = [
-        _ld(TAG_SENDER_ID, b"a")
-        + _ld(TAG_MESSAGE_ID, b"m")
-        + _ld(TAG_CHANNEL_ID, CHANNEL.encode())
-        + _ld(TAG_CONTENT, b"x")
+        ld(TAG_SENDER_ID, b"a")
+        + ld(TAG_MESSAGE_ID, b"m")
+        + ld(TAG_CHANNEL_ID, CHANNEL.encode())
+        + ld(TAG_CONTENT, b"x")
     ]
     batch = pa.RecordBatch.from_pydict(
         {
@@ -235,15 +221,15 @@ def test_entry_bytes_elsewhere_in_the_record_are_not_taken_for_the_history():
     length varint: the same entry, other bytes) is earlier: the bytes before the found tail hold
     an entry, so the record is read entry by entry."""
     m0, m0_long = ENTRIES[0], ENTRIES[-1]
-    head = _ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(3)
+    head = ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(3)
     datas: list[bytes | None] = [
-        _ld(TAG_SENDER_ID, b"a") + _ld(TAG_MESSAGE_ID, b"x1") + head + m0 + ENTRIES[1],
-        _ld(TAG_SENDER_ID, b"a")
-        + _ld(TAG_MESSAGE_ID, b"x2")
+        ld(TAG_SENDER_ID, b"a") + ld(TAG_MESSAGE_ID, b"x1") + head + m0 + ENTRIES[1],
+        ld(TAG_SENDER_ID, b"a")
+        + ld(TAG_MESSAGE_ID, b"x2")
         + head
         + m0_long
         + ENTRIES[2]
-        + _ld(TAG_CONTENT, m0 + ENTRIES[1]),
+        + ld(TAG_CONTENT, m0 + ENTRIES[1]),
     ]
     for batched in (True, False):
         got, _ = decoded(datas, [], batched)
