@@ -70,7 +70,7 @@ class Subscriber(Role):
         accepted, confirm = 0, []
         key = caller.bytes
         valid = self.valid
-        seen, inbox = self.seen, self.inbox
+        inbox = self.inbox
         replay: dict[int, ReplayProgress | None] = {}  # by id() of a headers list: its replay
         keep = []  # header lists stay alive while their id() is a key of `replay`
         for n in notes:
@@ -98,9 +98,7 @@ class Subscriber(Role):
             if p is not None:
                 p.received += 1
                 p.last_event_id = n.event_id
-            ids = seen.get(ns)
-            if ids is None:
-                ids = seen[ns] = set()
+            ids = self._delivered(ns)
             if n.event_id in ids:
                 self.duplicates += 1
                 continue
@@ -123,9 +121,7 @@ class Subscriber(Role):
             p.received += n
             p.last_event_id = notes.event_ids[-1]
         inbox, eids = self.inbox, notes.event_ids
-        ids = self.seen.get(ns)
-        if ids is None:
-            ids = self.seen[ns] = set()
+        ids = self._delivered(ns)
         fresh = set(eids)
         if len(fresh) == n and ids.isdisjoint(fresh):  # the usual case: all new, no repeat
             ids |= fresh
@@ -141,6 +137,13 @@ class Subscriber(Role):
             Call(caller, "icrc72_confirm_notifications", list(notes.notification_ids))
         )
         return n
+
+    def _delivered(self, ns: str) -> set[int]:
+        """The ids delivered in ``ns`` (:attr:`seen`'s set, made on first use)."""
+        ids = self.seen.get(ns)
+        if ids is None:
+            ids = self.seen[ns] = set()
+        return ids
 
     def _replay_of(self, headers: Any, caller: Principal) -> ReplayProgress | None:
         """The replay a notification with these headers belongs to (None: not a replay's);
