@@ -32,8 +32,9 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from loglake.log import fs
 
@@ -181,3 +182,35 @@ def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -
         remove_tree(stage)
         raise
     commit_dir(stage, dest)
+
+
+def write_part(
+    folder: str,
+    name: str,
+    schema: Any,
+    batches: Iterable[Any],
+    compression: str = "snappy",
+) -> tuple[str, int]:
+    """``batches`` (Arrow record batches of ``schema``) written by a plain task as
+    ``folder/name``, one Parquet file, under a hidden temporary name and then renamed: a retried
+    or speculative attempt rewrites the same file whole, and a failed or cancelled one leaves no
+    half-written file. Returns the file's path and its row count. (The staging folder it writes
+    into is made durable by ``commit_dir``.)"""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    path = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression=compression) as w:
+            for batch in batches:
+                w.write_batch(batch)
+                rows += batch.num_rows
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return path, rows

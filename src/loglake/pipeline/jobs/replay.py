@@ -178,12 +178,7 @@ def _plain_task(
     speculative attempt rewrites the same file whole."""
 
     def run(group: TaskGroup) -> tuple[str, int]:
-        import contextlib
-        import os
-        import uuid
-
-        import pyarrow.parquet as pq
-
+        from loglake.pipeline.output_dir import write_part
         from loglake.pipeline.units import read_unit_columns
 
         k, units = group
@@ -193,20 +188,7 @@ def _plain_task(
             for b in read_unit_columns(data_dir, u, ("index", "data"), spec.start, spec.end)
         )
         name = f"part-{k:05d}.parquet"
-        path = os.path.join(folder, name)
-        tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
-        rows = 0
-        try:
-            with pq.ParquetWriter(tmp, _output_schema()) as w:
-                for batch in _encode_partition(spec)(batches):
-                    w.write_batch(batch)
-                    rows += batch.num_rows
-            os.replace(tmp, path)
-        except BaseException:  # a failed or cancelled attempt leaves no half-written file
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
-        return path, rows
+        return write_part(folder, name, _output_schema(), _encode_partition(spec)(batches))
 
     return run
 

@@ -744,20 +744,10 @@ def _write_part(
     under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
     same file whole. Why zstd: rows that repeat their neighbours' (causal histories, ids)
     stay small, as for the decoded rows. Returns the file's path and its row count."""
-    import os
-    import uuid
+    from loglake.pipeline.output_dir import write_part
 
-    import pyarrow.parquet as pq
-
-    path = os.path.join(folder, name)
-    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
-    rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-        for batch in batches:
-            w.write_batch(batch.cast(schema))
-            rows += batch.num_rows
-    os.replace(tmp, path)
-    return path, rows
+    casts = (batch.cast(schema) for batch in batches)
+    return write_part(folder, name, schema, casts, compression="zstd")
 
 
 # -- driver ----------------------------------------------------------------------------------
