@@ -23,9 +23,9 @@ help:
 	@echo "make proto   regenerate the committed protobuf modules from the .proto sources"
 	@echo "make bench   run every benchmark (long)"
 
-# setup.py builds the log's C framer (src/loglake/log/_framing.c) into the source tree: an edit
-# to either reinstalls
-$(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c
+# setup.py builds the C kernels (the log's framer, the sds-audit decoder's) into the source
+# tree: an edit to any of them reinstalls
+$(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c src/loglake/sds/_decode.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; loglake needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -60,10 +60,11 @@ node-deps: $(NODE_STAMP)
 run: install check-java-warn
 	$(BIN)/loglake node walkthrough $(RUN_ARGS)
 
-# The log's C framer: the install builds it where a compiler is; the tests require it, and
-# system-deps installs gcc, so build it here if the install could not
+# The C kernels (the log's framer, the sds-audit decoder's): the install builds them where a
+# compiler is; the tests require them, and system-deps installs gcc, so build them here if the
+# install could not
 framer: install system-deps
-	@$(BIN)/python -c "import loglake.log._framing" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
+	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
 test: install system-deps framer node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,7 +1,11 @@
 """The one thing ``pyproject.toml`` cannot declare without setuptools' experimental table: the
-log's batch framer in C (``src/loglake/log/_framing.c``; why, in its header). Optional: where
-it cannot be built (no C compiler), the install goes on and the log frames records in Python,
-the same bytes (``loglake.log.record_codec``)."""
+C kernels, each optional (where one cannot be built, e.g. no C compiler, the install goes on
+and the Python path, the reference, does the same work with the same bytes):
+
+- the log's batch framer (``src/loglake/log/_framing.c``; why, in its header; the Python
+  path: ``loglake.log.record_codec``);
+- the sds-audit decoder's batch kernel (``src/loglake/sds/_decode.c``; the Python path:
+  ``loglake.sds.columnar``)."""
 
 from setuptools import Extension, setup
 
@@ -12,6 +16,12 @@ setup(
             sources=["src/loglake/log/_framing.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "loglake.sds._decode",
+            sources=["src/loglake/sds/_decode.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

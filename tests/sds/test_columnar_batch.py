@@ -193,13 +193,17 @@ def _batches(datas: list[bytes | None], cuts: list[int]) -> list[pa.RecordBatch]
 
 
 def _both(batches: list[pa.RecordBatch]) -> None:
-    fast = DecodeState(CHANNEL, BLOOM)
+    """The C kernel's batch path and ``_scan``'s against the per-record path."""
+    kernel = DecodeState(CHANNEL, BLOOM)
+    scan = DecodeState(CHANNEL, BLOOM, kernel=False)
     slow = DecodeState(CHANNEL, BLOOM, batched=False)
     for batch in batches:
-        got, want = fast.decode(batch), slow.decode(batch)
-        assert got.schema == want.schema
-        for name in want.schema.names:
-            assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+        want = slow.decode(batch)
+        for fast in (kernel, scan):
+            got = fast.decode(batch)
+            assert got.schema == want.schema
+            for name in want.schema.names:
+                assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
 
 
 @pytest.mark.slow  # hypothesis: ~10 s

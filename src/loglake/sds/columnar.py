@@ -8,11 +8,20 @@ history read against the previous one), testable without Spark; the job
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+_decode: Any
+try:  # the batch kernel in C (``_decode.c``); where it is not built, ``_scan`` reads the batch
+    _decode = importlib.import_module("loglake.sds._decode")
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _decode = None
+
+_STRING = pa.string()
 
 DECODED_SCHEMA = pa.schema(
     [
@@ -356,9 +365,17 @@ class DecodeState:
     batch's histories are a ``take`` from it, and converting every id again per batch cost
     time growing with the task."""
     batched: bool = True
-    """Read a batch's records with ``_scan`` (numpy over the column's buffers) and take the
-    per-record path (``_decode_row``) only for the records it cannot vouch for. False: every
-    record through ``_decode_row``, the reference the tests hold the batch path to."""
+    """Read a batch's records with the C kernel (``_decode_kernel``) where it is built, else
+    with ``_scan`` (numpy over the column's buffers), and take the per-record path
+    (``_decode_row``) only for the records they cannot vouch for. False: every record through
+    ``_decode_row``, the reference the tests hold both batch paths to."""
+    kernel: bool = True
+    """Use the C kernel when it is built (False: ``_scan``, for the tests and benchmarks that
+    compare the two)."""
+    senders: dict[bytes, bytes] = field(default_factory=dict)
+    """The C kernel's ``causal_new`` state (``previous`` in its own form): sender's UTF-8 →
+    its previous message's index and entries' encoded bytes, as ``_decode.causal`` packs
+    them."""
 
     def _code(self, body: bytes) -> int:
         c = self.code_of.get(body)
@@ -656,6 +673,8 @@ class DecodeState:
         import numpy as np
 
         self.compact()
+        if self.batched and self.kernel and _decode is not None:
+            return self._decode_kernel(batch)
         n = batch.num_rows
         idxs = batch.column("index").to_pylist()
         rows = _Rows(n)
@@ -770,6 +789,246 @@ class DecodeState:
             ],
             schema=DECODED_SCHEMA,
         )
+
+    def _decode_kernel(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch read by the C kernel: ``_decode.scan`` walks every record's protobuf and
+        vouches for it or flags it (module docstring of ``_decode.c``: what it vouches for);
+        a flagged record goes through ``_decode_row``, the reference, and what it read is
+        appended to ``extra`` (positions past ``data``'s end address it). ``_decode.causal``
+        then marks the entries not in the sender's previous message (by their encoded bytes,
+        compared exactly), and the columns are ``_decode.gather``s of spans: no Python object
+        per record or per entry, except for the flagged records."""
+        import numpy as np
+
+        from loglake.sds.codec import DEFAULT_LIMITS as lim
+
+        assert _decode is not None
+        n = batch.num_rows
+        given = batch.column("data")
+        column = given if given.type == pa.binary() else given.cast(pa.binary())
+        if column.null_count:  # a null record is empty to the kernel: flagged
+            column = column.fill_null(b"")
+        bufs = column.buffers()
+        if n and bufs[1] is not None:
+            offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)
+            offs = offs[column.offset :].astype(np.int64)
+        else:
+            offs = np.zeros(n + 1, dtype=np.int64)
+        data = bufs[2] if n and bufs[2] is not None else pa.py_buffer(b"")
+        rec = np.zeros((n, _decode.R_FIELDS), dtype=np.int64)
+        limits = (
+            lim.max_message_bytes,
+            lim.max_id_chars,
+            lim.max_hint_bytes,
+            lim.max_content_bytes,
+            lim.max_causal_history,
+            lim.max_repair_request,
+        )
+        ents_b, reqs_b = _decode.scan(
+            offs, data, self.channel.encode(), self.bloom_bytes, limits, rec
+        )
+        ents = np.frombuffer(ents_b, dtype=np.int64).reshape(-1, 4)
+        reqs = np.frombuffer(reqs_b, dtype=np.int64).reshape(-1, 2)
+        hist_end = np.zeros(n + 1, dtype=np.int64)
+        hist_end[1:] = rec[:, _R_HIST_END]
+        req_end = np.zeros(n + 1, dtype=np.int64)
+        req_end[1:] = rec[:, _R_REQ_END]
+        ok = rec[:, _R_FLAG] == 0
+        late = np.zeros(n, dtype=bool)  # read, then rejected: lamport over 2^63 - 1
+        reason: list[str | None] | None = None
+        detail: list[str | None] | None = None
+        extra = bytearray()
+        flagged = np.flatnonzero(~ok).tolist()
+        if flagged:
+            rows = _Rows(n)
+            base = data.size
+            more_e: list[tuple[int, list[tuple[int, int, int, int]]]] = []
+            more_r: list[tuple[int, list[tuple[int, int]]]] = []
+
+            def put(b: bytes) -> tuple[int, int]:
+                at = base + len(extra)
+                extra.extend(b)
+                return at, len(b)
+
+            values = given.to_pylist() if given.null_count else None
+            for r in flagged:
+                raw = values[r] if values is not None else None
+                if values is None:
+                    raw = data[int(offs[r]) : int(offs[r + 1])].to_pybytes()
+                self._decode_row(r, raw, rows)
+                if not rows.ok[r]:
+                    continue
+                ok[r] = True
+                row = rec[r]
+                row[_R_SENDER_AT], row[_R_SENDER_LEN] = put(str(rows.sender[r]).encode())
+                row[_R_MID_AT], row[_R_MID_LEN] = put(str(rows.mid[r]).encode())
+                lam = rows.lamport[r]
+                row[_R_HAS_LAMPORT] = lam is not None
+                if lam is not None and lam >= 1 << 63:
+                    late[r] = True
+                else:
+                    row[_R_LAMPORT] = lam or 0
+                bloom = rows.blooms[r]
+                row[_R_BLOOM_AT] = put(bloom)[0] if bloom is not None else -1
+                row[_R_CONTENT_LEN] = rows.cbytes[r] or 0
+                es = []
+                for c in rows.codes[r].tolist():
+                    enc = self.encoded[c]
+                    es.append((*put(_entry_body(enc)), *put(self.ids[c].encode())))
+                more_e.append((r, es))
+                more_r.append((r, [put(q.encode()) for q in rows.requests[r] or []]))
+            ents, hist_end = _insert(ents, hist_end, more_e, 4)
+            reqs, req_end = _insert(reqs, req_end, more_r, 2)
+            reason, detail = rows.reason, rows.detail
+        xbuf = bytes(extra)
+        index = np.ascontiguousarray(batch.column("index").to_numpy(), dtype=np.int64)
+        sender = np.ascontiguousarray(rec[:, [_R_SENDER_AT, _R_SENDER_LEN]])
+        new = _decode.causal(
+            self.senders,
+            data,
+            xbuf,
+            ok.astype(np.uint8),
+            sender,
+            index,
+            hist_end,
+            np.ascontiguousarray(ents),
+        )
+        if late.any():
+            ok &= ~late
+            assert reason is not None and detail is not None
+            for r in np.flatnonzero(late).tolist():
+                reason[r], detail[r] = "oversized", "lamport_timestamp over 2^63 - 1"
+
+        def strings(at: Any, ln: Any, valid: Any, typ: pa.DataType = _STRING) -> pa.Array:
+            ln = np.where(valid, ln, 0)
+            at = np.where(valid, at, 0)
+            offsets = np.zeros(len(ln) + 1, dtype=np.int64)
+            np.cumsum(ln, out=offsets[1:])
+            return pa.Array.from_buffers(
+                typ,
+                len(ln),
+                [
+                    _validity(valid),
+                    pa.py_buffer(offsets.astype(np.int32)),
+                    pa.py_buffer(_decode.gather(data, xbuf, at, ln)),
+                ],
+            )
+
+        def lists(spans: Any, ends: Any, keep: bytes = b"") -> tuple[pa.ListArray, Any]:
+            """The ids of ``spans`` (rows of int64 whose last two are an id's at and len),
+            each row's from ``ends``, those ``keep`` marks (empty: all), as list<string> (null
+            where the row is not ok); and the ids' lengths."""
+            width = spans.shape[1]
+            values, voffs, loffs, lens = _decode.lists(data, xbuf, spans, width, ends, ok8, keep)
+            k = len(lens) // 4
+            strs = pa.Array.from_buffers(
+                pa.string(), k, [None, pa.py_buffer(voffs), pa.py_buffer(values)]
+            )
+            offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(loffs)])
+            return pa.ListArray.from_arrays(offsets, strs, mask=mask), lens
+
+        ok8 = ok.astype(np.uint8)
+        mask = pa.array(~ok)
+        history, id_lens = lists(ents, hist_end)
+        hist_ids, hist_lens = _packed(history, id_lens, ok)
+        has_bloom = ok & (rec[:, _R_BLOOM_AT] >= 0)
+        clen = rec[:, _R_CONTENT_LEN]
+        has_lamport = rec[:, _R_HAS_LAMPORT] != 0
+        kinds = np.where(has_lamport, np.where(clen > 0, 0, 1), 2)
+        kind = pa.array(["content", "sync", "ephemeral"]).take(pa.array(kinds, mask=~ok))
+        return pa.RecordBatch.from_arrays(
+            [
+                batch.column("partition"),
+                batch.column("index"),
+                batch.column("timestamp_ns"),
+                pa.array(ok, pa.bool_()),
+                pa.array(reason, pa.string()) if reason else pa.nulls(n, pa.string()),
+                pa.array(detail, pa.string()) if detail else pa.nulls(n, pa.string()),
+                kind,
+                strings(rec[:, _R_MID_AT], rec[:, _R_MID_LEN], ok),
+                strings(rec[:, _R_SENDER_AT], rec[:, _R_SENDER_LEN], ok),
+                pa.array(rec[:, _R_LAMPORT], pa.int64(), mask=~(ok & has_lamport)),
+                hist_ids,
+                hist_lens,
+                lists(ents, hist_end, new)[0],
+                lists(reqs, req_end)[0],
+                strings(
+                    rec[:, _R_BLOOM_AT],
+                    np.full(n, self.bloom_bytes, dtype=np.int64),
+                    has_bloom,
+                    pa.binary(),
+                ),
+                pa.array(np.maximum(clen, 0), pa.int64(), mask=~ok),
+            ],
+            schema=DECODED_SCHEMA,
+        )
+
+
+# ``_decode.scan``'s per-record columns (the enum at the top of ``_decode.c``)
+(
+    _R_FLAG,
+    _R_SENDER_AT,
+    _R_SENDER_LEN,
+    _R_MID_AT,
+    _R_MID_LEN,
+    _R_LAMPORT,
+    _R_HAS_LAMPORT,
+    _R_BLOOM_AT,
+    _R_CONTENT_LEN,
+    _R_HIST_END,
+    _R_REQ_END,
+) = range(11)
+
+
+def _entry_body(encoded: bytes) -> bytes:
+    """An entry's body from its encoding (tag, varint length, body)."""
+    at = 1
+    while encoded[at] & 0x80:
+        at += 1
+    return encoded[at + 1 :]
+
+
+def _packed(history: pa.ListArray, lens: bytes, ok: Any) -> tuple[pa.Array, pa.ListArray]:
+    """``pack_lists`` of a list<string> of no offset whose ids' lengths are known."""
+    import numpy as np
+
+    n = len(history)
+    strs = history.values
+    voffs = np.frombuffer(strs.buffers()[1], dtype=np.int32)
+    loffs = np.frombuffer(history.offsets.buffers()[1], dtype=np.int32)
+    mask = _validity(ok)
+    ids = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [mask, pa.py_buffer(voffs[loffs]), strs.buffers()[2]],
+        null_count=n - int(np.count_nonzero(ok)),
+    )
+    values = pa.Array.from_buffers(pa.int32(), len(lens) // 4, [None, pa.py_buffer(lens)])
+    return ids, pa.ListArray.from_arrays(history.offsets, values, mask=pa.array(~ok))
+
+
+def _validity(valid: Any) -> pa.Buffer | None:
+    """An Arrow validity bitmap of a numpy bool array (None: every value valid)."""
+    import numpy as np
+
+    if bool(np.all(valid)):
+        return None
+    return pa.array(valid, pa.bool_()).buffers()[1]
+
+
+def _insert(spans: Any, ends: Any, more: list[tuple[int, list[Any]]], width: int) -> Any:
+    """``spans`` (rows of ``width`` int64, each record's from ``ends``) with ``more``'s rows
+    added at the end of their records' (which hold none): the records the reference path
+    read."""
+    import numpy as np
+
+    at = [int(ends[r + 1]) for r, rs in more for _ in rs]
+    vals = np.array([v for _, rs in more for v in rs], dtype=np.int64).reshape(-1, width)
+    counts = np.zeros(len(ends) - 1, dtype=np.int64)
+    for r, rs in more:
+        counts[r] = len(rs)
+    out = np.insert(spans, np.array(at, dtype=np.int64), vals, axis=0) if len(at) else spans
+    return out, ends + np.concatenate(([0], np.cumsum(counts)))
 
 
 def pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:

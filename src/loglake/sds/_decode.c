@@ -1,0 +1,742 @@
+/* The sds-audit decoder's batch kernel, in C: a batch of SdsMessage records walked in one call.
+ *
+ * Why C: the decode read ~20 KB records with 200-entry causal histories; numpy rounds over the
+ * column's buffers (one round per field of every record) and Arrow's hash table for the
+ * entries left it at ~100 us of CPU a record, most of it in per-round and per-batch overheads
+ * that no vectorised formulation removes. A walk of the protobuf in C is one pass over the
+ * bytes.
+ *
+ * What it vouches for, and nothing more: records made only of SdsMessage's fields
+ * (src/loglake/wire/proto/sds.proto) with their wire types, each singular field at most once,
+ * every varint minimal and every length inside its record, ids ASCII (then protobuf's UTF-8
+ * check passes and characters are bytes), history and repair entries made only of
+ * HistoryEntry's fields likewise, and every check of sds.codec.parse / parse_entry and of the
+ * decoder's own (channel, bloom filter length, lamport below 2^63) passed. Any other record
+ * is flagged, and the Python side reads it with the per-record reference path
+ * (loglake.sds.columnar.DecodeState._decode_row), which names its reason exactly as a
+ * participant would. Every read is bounds-checked against its record.
+ *
+ * Three calls:
+ *   scan(offsets, data, channel, bloom_bytes, limits, rec) -> (entries, requests)
+ *   causal(state, data, extra, ok, sender, index, hist_end, entries) -> new (one octet an entry)
+ *   gather(data, extra, at, len) -> the spans' bytes concatenated
+ *   lists(data, extra, spans, width, ends, ok, keep) -> list<string> buffers of the ids
+ * Positions handed to causal and gather address data, then extra after it (as if the two were
+ * concatenated): the records the reference path read carry their ids in extra.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* rec's columns (int64 each), one row per record: the Python side names them the same */
+enum {
+    R_FLAG,        /* 1: the reference path reads this record */
+    R_SENDER_AT,
+    R_SENDER_LEN,
+    R_MID_AT,
+    R_MID_LEN,
+    R_LAMPORT,     /* lamport_timestamp when R_HAS_LAMPORT */
+    R_HAS_LAMPORT,
+    R_BLOOM_AT,    /* -1: no bloom_filter field */
+    R_CONTENT_LEN, /* -1: no content field */
+    R_HIST_END,    /* entries of this record and those before it */
+    R_REQ_END,     /* likewise repair requests */
+    R_FIELDS
+};
+
+typedef struct {
+    Py_ssize_t max_message, max_id, max_hint, max_content, max_history, max_requests;
+} Limits;
+
+/* A growable array of int64 */
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} Vec;
+
+/* Room for k more */
+static int vec_reserve(Vec *a, Py_ssize_t k) {
+    if (a->n + k > a->cap) {
+        Py_ssize_t cap = a->cap ? 2 * a->cap : 1 << 16;
+        int64_t *v = realloc(a->v, (size_t)cap * sizeof(int64_t));
+        if (!v) return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    return 0;
+}
+
+/* A minimal varint of at most 10 octets inside [p, e), its value < 2^64: 1 and *p moved past
+ * it; else 0 (the record is flagged: protobuf may still read a longer encoding) */
+static inline int varint(const uint8_t **pp, const uint8_t *e, uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (p < e && *p < 0x80) { /* one octet: an id's or an entry's length */
+        *out = *p;
+        *pp = p + 1;
+        return 1;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= e) return 0;
+        uint8_t b = *p++;
+        if (i == 9 && b > 1) return 0;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (b == 0 && i > 0) return 0; /* over-long */
+            *pp = p;
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A length-delimited field's body: 1 and [*at, *at + *len) inside [p, e) */
+static inline int body(const uint8_t **pp, const uint8_t *e, const uint8_t **at, Py_ssize_t *len) {
+    uint64_t n;
+    if (!varint(pp, e, &n) || n > (uint64_t)(e - *pp)) return 0;
+    *at = *pp;
+    *len = (Py_ssize_t)n;
+    *pp += n;
+    return 1;
+}
+
+static int ascii(const uint8_t *p, Py_ssize_t n) {
+    uint64_t w, any = 0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        any |= w;
+    }
+    for (; i < n; i++) any |= p[i];
+    return !(any & 0x8080808080808080ull);
+}
+
+/* One HistoryEntry body: 1 and its message_id's span when parse_entry accepts it with the
+ * ids ASCII; 0 for anything else */
+static int entry(const uint8_t *p, const uint8_t *e, const Limits *lim, const uint8_t **id,
+                 Py_ssize_t *id_len) {
+    int seen[4] = {0, 0, 0, 0};
+    *id = NULL;
+    *id_len = 0;
+    while (p < e) {
+        uint8_t tag = *p++;
+        int f = tag == 0x0a ? 1 : tag == 0x12 ? 2 : tag == 0x1a ? 3 : 0;
+        const uint8_t *at;
+        Py_ssize_t n;
+        if (!f || seen[f] || !body(&p, e, &at, &n)) return 0;
+        seen[f] = 1;
+        if (f == 2) {
+            if (n > lim->max_hint) return 0;
+        } else {
+            if (n > lim->max_id || !ascii(at, n)) return 0;
+            if (f == 1) {
+                *id = at;
+                *id_len = n;
+            }
+        }
+    }
+    return *id_len > 0;
+}
+
+static PyObject *vec_bytes(Vec *a) {
+    return PyBytes_FromStringAndSize((const char *)a->v, a->n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* Walk record [p, e) (at position base in data) into row; entries / requests appended.
+ * Returns 1 when vouched for, 0 when flagged (appended entries are then dropped by the
+ * caller), -1 on memory error. */
+static int walk(const uint8_t *data, const uint8_t *p, const uint8_t *e, const uint8_t *channel,
+                Py_ssize_t channel_len, Py_ssize_t bloom_bytes, const Limits *lim, int64_t *row,
+                Vec *ents, Vec *reqs, Py_ssize_t *n_hist, Py_ssize_t *n_req) {
+    const uint8_t *at;
+    Py_ssize_t n;
+    const uint8_t *sender = NULL, *mid = NULL, *chan = NULL;
+    Py_ssize_t sender_len = 0, mid_len = 0, chan_len = 0;
+    int seen_lamport = 0, seen_bloom = 0, seen_content = 0;
+    uint64_t lamport = 0;
+    Py_ssize_t bloom_len = 0, content_len = -1;
+    const uint8_t *bloom = NULL;
+    if (e - p > lim->max_message || p == e) return 0;
+    while (p < e) {
+        uint8_t tag = *p++;
+        switch (tag) {
+        case 0x0a:
+        case 0x12:
+        case 0x1a: {
+            const uint8_t **slot = tag == 0x0a ? &sender : tag == 0x12 ? &mid : &chan;
+            Py_ssize_t *slot_len = tag == 0x0a ? &sender_len : tag == 0x12 ? &mid_len : &chan_len;
+            if (*slot || !body(&p, e, &at, &n) || n > lim->max_id || !ascii(at, n)) return 0;
+            *slot = at;
+            *slot_len = n;
+            break;
+        }
+        case 0x50:
+            if (seen_lamport || !varint(&p, e, &lamport)) return 0;
+            seen_lamport = 1;
+            break;
+        case 0x5a:
+        case 0x6a: {
+            const uint8_t *id;
+            Py_ssize_t id_len;
+            if (!body(&p, e, &at, &n) || !entry(at, at + n, lim, &id, &id_len)) return 0;
+            Vec *out = tag == 0x5a ? ents : reqs;
+            if (tag == 0x5a ? ++*n_hist > lim->max_history : ++*n_req > lim->max_requests)
+                return 0;
+            if (vec_reserve(out, 4)) return -1;
+            int64_t *w = out->v + out->n;
+            if (tag == 0x5a) {
+                w[0] = at - data;
+                w[1] = n;
+                w += 2;
+            }
+            w[0] = id - data;
+            w[1] = id_len;
+            out->n = w + 2 - out->v;
+            break;
+        }
+        case 0x62:
+            if (seen_bloom || !body(&p, e, &bloom, &bloom_len)) return 0;
+            seen_bloom = 1;
+            break;
+        case 0xa2:
+            if (seen_content || p >= e || *p++ != 0x01 || !body(&p, e, &at, &content_len))
+                return 0;
+            seen_content = 1;
+            break;
+        default:
+            return 0;
+        }
+    }
+    if (!sender_len || !mid_len) return 0;
+    if (chan_len != channel_len || (chan_len && memcmp(chan, channel, (size_t)chan_len)))
+        return 0;
+    if (content_len > lim->max_content) return 0;
+    if (!seen_lamport && content_len <= 0) return 0;
+    if (seen_bloom && bloom_len != bloom_bytes) return 0;
+    if (lamport >= ((uint64_t)1 << 63)) return 0;
+    row[R_SENDER_AT] = sender - data;
+    row[R_SENDER_LEN] = sender_len;
+    row[R_MID_AT] = mid - data;
+    row[R_MID_LEN] = mid_len;
+    row[R_LAMPORT] = (int64_t)lamport;
+    row[R_HAS_LAMPORT] = seen_lamport;
+    row[R_BLOOM_AT] = seen_bloom ? bloom - data : -1;
+    row[R_CONTENT_LEN] = content_len;
+    return 1;
+}
+
+static int int64_buffer(Py_buffer *b, const char *what) {
+    if (b->itemsize != 8 || b->len % 8) {
+        PyErr_Format(PyExc_ValueError, "%s: an int64 array expected", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer offs, data, chan, rec;
+    Py_ssize_t bloom_bytes;
+    Limits lim;
+    PyObject *result = NULL;
+    Vec ents = {0}, reqs = {0};
+    if (!PyArg_ParseTuple(args, "y*y*y*n(nnnnnn)w*", &offs, &data, &chan, &bloom_bytes,
+                          &lim.max_message, &lim.max_id, &lim.max_hint, &lim.max_content,
+                          &lim.max_history, &lim.max_requests, &rec))
+        return NULL;
+    if (int64_buffer(&offs, "offsets") || int64_buffer(&rec, "rec")) goto done;
+    Py_ssize_t n = offs.len / 8 - 1;
+    if (n < 0 || rec.len != n * R_FIELDS * 8) {
+        PyErr_SetString(PyExc_ValueError, "rec must hold R_FIELDS int64 per record");
+        goto done;
+    }
+    const int64_t *o = offs.buf;
+    const uint8_t *d = data.buf;
+    int64_t *rows = rec.buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int64_t *row = rows + r * R_FIELDS;
+        memset(row, 0, R_FIELDS * sizeof(int64_t));
+        Py_ssize_t e0 = ents.n, q0 = reqs.n, n_hist = 0, n_req = 0;
+        int v = 0;
+        if (o[r] >= 0 && o[r] <= o[r + 1] && o[r + 1] <= data.len)
+            v = walk(d, d + o[r], d + o[r + 1], chan.buf, chan.len, bloom_bytes, &lim, row, &ents,
+                     &reqs, &n_hist, &n_req);
+        if (v < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (!v) {
+            ents.n = e0;
+            reqs.n = q0;
+            row[R_FLAG] = 1;
+        }
+        row[R_HIST_END] = ents.n / 4;
+        row[R_REQ_END] = reqs.n / 2;
+    }
+    {
+        PyObject *a = vec_bytes(&ents), *b = a ? vec_bytes(&reqs) : NULL;
+        if (a && b) result = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+done:
+    free(ents.v);
+    free(reqs.v);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&chan);
+    PyBuffer_Release(&rec);
+    return result;
+}
+
+/* ---- positions over data, then extra --------------------------------------------------- */
+typedef struct {
+    const uint8_t *data, *extra;
+    Py_ssize_t dlen, xlen;
+} Space;
+
+static const uint8_t *span(const Space *s, int64_t at, int64_t len) {
+    if (at < 0 || len < 0) return NULL;
+    if (at < s->dlen) return len <= s->dlen - at ? s->data + at : NULL;
+    at -= s->dlen;
+    return at <= s->xlen && len <= s->xlen - at ? s->extra + at : NULL;
+}
+
+/* A 64-bit hash of a span from its length and up to four of its words: an entry's identity is
+ * decided by comparing its bytes, the hash only picks the candidates */
+static uint64_t hash_span(const uint8_t *p, int64_t n) {
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ull, w;
+    if (n >= 8) {
+        int64_t at[4] = {0, n / 3, (2 * n) / 3, n - 8};
+        for (int i = 0; i < 4; i++) {
+            int64_t a = at[i] < n - 8 ? at[i] : n - 8;
+            memcpy(&w, p + a, 8);
+            h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+            h ^= h >> 31;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    }
+    h ^= h >> 29;
+    return h * 0x94D049BB133111EBull;
+}
+
+/* One sender's previous message: its index and its entries' bodies */
+typedef struct {
+    int64_t index;
+    Py_ssize_t k;
+    const uint8_t **at;
+    int64_t *len;
+    uint64_t *hash;
+} Prev;
+
+/* Entries seen by a sender's previous message, as an open-addressing table of entry numbers */
+typedef struct {
+    int32_t *slot; /* entry number + 1; 0: empty */
+    size_t mask;
+} Table;
+
+static int table_fill(Table *t, const Prev *p) {
+    size_t size = 16;
+    while (size < 2 * (size_t)p->k) size <<= 1;
+    if (size - 1 > t->mask || !t->slot) {
+        free(t->slot);
+        t->slot = calloc(size, sizeof(int32_t));
+        if (!t->slot) return -1;
+        t->mask = size - 1;
+    } else {
+        memset(t->slot, 0, (t->mask + 1) * sizeof(int32_t));
+    }
+    for (Py_ssize_t i = 0; i < p->k; i++) {
+        size_t h = (size_t)p->hash[i] & t->mask;
+        while (t->slot[h]) h = (h + 1) & t->mask;
+        t->slot[h] = (int32_t)(i + 1);
+    }
+    return 0;
+}
+
+static int table_has(const Table *t, const Prev *p, const uint8_t *at, int64_t len,
+                     uint64_t hash) {
+    size_t h = (size_t)hash & t->mask;
+    while (t->slot[h]) {
+        Py_ssize_t i = t->slot[h] - 1;
+        if (p->hash[i] == hash && p->len[i] == len && !memcmp(p->at[i], at, (size_t)len))
+            return 1;
+        h = (h + 1) & t->mask;
+    }
+    return 0;
+}
+
+/* state's value for a sender: index:i64 k:i64 len[k]:i64 bodies */
+static PyObject *prev_blob(int64_t index, const uint8_t **at, const int64_t *len, Py_ssize_t k) {
+    Py_ssize_t total = 16 + 8 * k;
+    for (Py_ssize_t i = 0; i < k; i++) total += len[i];
+    PyObject *b = PyBytes_FromStringAndSize(NULL, total);
+    if (!b) return NULL;
+    char *w = PyBytes_AS_STRING(b);
+    int64_t kk = k;
+    memcpy(w, &index, 8);
+    memcpy(w + 8, &kk, 8);
+    memcpy(w + 16, len, 8 * (size_t)k);
+    w += 16 + 8 * k;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        memcpy(w, at[i], (size_t)len[i]);
+        w += len[i];
+    }
+    return b;
+}
+
+/* A blob read back into prev (pointing into it): 0, or -1 if it is not one prev_blob made */
+static int prev_read(PyObject *blob, Prev *p) {
+    const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(blob);
+    Py_ssize_t n = PyBytes_GET_SIZE(blob);
+    int64_t k;
+    if (n < 16) return -1;
+    memcpy(&p->index, b, 8);
+    memcpy(&k, b + 8, 8);
+    if (k < 0 || k > (n - 16) / 8) return -1;
+    p->k = (Py_ssize_t)k;
+    p->at = malloc(sizeof(*p->at) * (size_t)(k + 1));
+    p->len = malloc(sizeof(*p->len) * (size_t)(k + 1));
+    p->hash = malloc(sizeof(*p->hash) * (size_t)(k + 1));
+    if (!p->at || !p->len || !p->hash) return -2;
+    const uint8_t *w = b + 16 + 8 * k, *e = b + n;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        memcpy(&p->len[i], b + 16 + 8 * i, 8);
+        if (p->len[i] < 0 || p->len[i] > e - w) return -1;
+        p->at[i] = w;
+        p->hash[i] = hash_span(w, p->len[i]);
+        w += p->len[i];
+    }
+    return 0;
+}
+
+static void prev_free(Prev *p) {
+    free(p->at);
+    free(p->len);
+    free(p->hash);
+    memset(p, 0, sizeof(*p));
+}
+
+/* This batch's senders: sender bytes -> the last row read, in order of first appearance */
+typedef struct {
+    const uint8_t *at;
+    int64_t len;
+    uint64_t hash;
+    Py_ssize_t last;
+} Sender;
+
+static PyObject *causal(PyObject *self, PyObject *args) {
+    PyObject *state, *result = NULL;
+    Py_buffer data, extra, okb, senderb, indexb, endb, entb;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*y*y*y*y*", &PyDict_Type, &state, &data, &extra, &okb,
+                          &senderb, &indexb, &endb, &entb))
+        return NULL;
+    Sender *senders = NULL;
+    int64_t *tslot = NULL;
+    const uint8_t **eat = NULL;
+    uint64_t *ehash = NULL;
+    Table table = {0};
+    Prev carried = {0};
+    size_t smask = 0;
+    Py_ssize_t n_senders = 0;
+    Space sp = {data.buf, extra.buf, data.len, extra.len};
+    Py_ssize_t n = okb.len;
+    if (int64_buffer(&senderb, "sender") || int64_buffer(&indexb, "index") ||
+        int64_buffer(&endb, "hist_end") || int64_buffer(&entb, "entries"))
+        goto done;
+    if (senderb.len != 16 * n || indexb.len != 8 * n || endb.len != 8 * (n + 1) ||
+        entb.len % 32) {
+        PyErr_SetString(PyExc_ValueError, "causal: arrays of unequal lengths");
+        goto done;
+    }
+    const uint8_t *ok = okb.buf;
+    const int64_t *snd = senderb.buf, *idx = indexb.buf, *end = endb.buf, *ent = entb.buf;
+    Py_ssize_t m = entb.len / 32;
+    if (end[0] != 0 || end[n] != m) {
+        PyErr_SetString(PyExc_ValueError, "causal: hist_end does not cover the entries");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (end[r] > end[r + 1]) {
+            PyErr_SetString(PyExc_ValueError, "causal: hist_end decreases");
+            goto done;
+        }
+    result = PyBytes_FromStringAndSize(NULL, m);
+    if (!result) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    memset(out, 1, (size_t)m);
+    eat = malloc(sizeof(*eat) * (size_t)(m + 1));
+    ehash = malloc(sizeof(*ehash) * (size_t)(m + 1));
+    size_t ssize = 16;
+    while (ssize < 2 * (size_t)n) ssize <<= 1;
+    smask = ssize - 1;
+    senders = calloc(ssize, sizeof(Sender));
+    tslot = malloc(sizeof(int64_t) * ssize);
+    if (!eat || !ehash || !senders || !tslot) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (size_t i = 0; i < ssize; i++) tslot[i] = -1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        eat[j] = span(&sp, ent[4 * j], ent[4 * j + 1]);
+        if (!eat[j]) {
+            PyErr_SetString(PyExc_ValueError, "causal: an entry outside the buffers");
+            goto fail;
+        }
+        ehash[j] = hash_span(eat[j], ent[4 * j + 1]);
+    }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (!ok[r]) continue;
+        const uint8_t *s = span(&sp, snd[2 * r], snd[2 * r + 1]);
+        if (!s) {
+            PyErr_SetString(PyExc_ValueError, "causal: a sender outside the buffers");
+            goto fail;
+        }
+        int64_t slen = snd[2 * r + 1];
+        uint64_t h = hash_span(s, slen);
+        size_t at = (size_t)h & smask;
+        while (tslot[at] >= 0) {
+            Sender *c = &senders[tslot[at]];
+            if (c->hash == h && c->len == slen && !memcmp(c->at, s, (size_t)slen)) break;
+            at = (at + 1) & smask;
+        }
+        Prev prev = {0}, *use = NULL;
+        if (tslot[at] >= 0) {
+            Sender *c = &senders[tslot[at]];
+            Py_ssize_t p = c->last;
+            if (idx[p] < idx[r]) {
+                prev.k = (Py_ssize_t)(end[p + 1] - end[p]);
+                prev.at = eat + end[p];
+                prev.hash = ehash + end[p];
+                prev.len = NULL; /* read from ent below */
+                use = &prev;
+            }
+            c->last = r;
+            if (use) {
+                /* the row's lengths are strided in ent: gather them for the compare */
+                prev.len = malloc(sizeof(int64_t) * (size_t)(prev.k + 1));
+                if (!prev.len) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                for (Py_ssize_t i = 0; i < prev.k; i++) prev.len[i] = ent[4 * (end[p] + i) + 1];
+            }
+        } else {
+            tslot[at] = n_senders;
+            senders[n_senders] = (Sender){s, slen, h, r};
+            n_senders++;
+            PyObject *key = PyBytes_FromStringAndSize((const char *)s, slen);
+            if (!key) goto fail;
+            PyObject *blob = PyDict_GetItemWithError(state, key);
+            Py_DECREF(key);
+            if (!blob && PyErr_Occurred()) goto fail;
+            if (blob) {
+                int bad = PyBytes_Check(blob) ? prev_read(blob, &carried) : -1;
+                if (bad) {
+                    prev_free(&carried);
+                    if (bad == -2)
+                        PyErr_NoMemory();
+                    else
+                        PyErr_SetString(PyExc_ValueError, "causal: a state value it did not make");
+                    goto fail;
+                }
+                if (carried.index < idx[r]) use = &carried;
+            }
+        }
+        if (use) {
+            if (table_fill(&table, use)) {
+                if (use == &prev) free(prev.len);
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (int64_t j = end[r]; j < end[r + 1]; j++)
+                out[j] = !table_has(&table, use, eat[j], ent[4 * j + 1], ehash[j]);
+        }
+        if (use == &prev) free(prev.len);
+        prev_free(&carried);
+    }
+    /* each sender's last row becomes its previous message for the next batch */
+    for (Py_ssize_t i = 0; i < n_senders; i++) {
+        Sender *c = &senders[i];
+        Py_ssize_t r = c->last, k = (Py_ssize_t)(end[r + 1] - end[r]);
+        int64_t *lens = malloc(sizeof(int64_t) * (size_t)(k + 1));
+        if (!lens) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < k; j++) lens[j] = ent[4 * (end[r] + j) + 1];
+        PyObject *blob = prev_blob(idx[r], eat + end[r], lens, k);
+        free(lens);
+        PyObject *key = blob ? PyBytes_FromStringAndSize((const char *)c->at, c->len) : NULL;
+        /* bounded memory over a long task: the reference forgets every sender past 100,000 */
+        if (key && PyDict_Size(state) > 100000) PyDict_Clear(state);
+        int err = !key || PyDict_SetItem(state, key, blob);
+        Py_XDECREF(key);
+        Py_XDECREF(blob);
+        if (err) goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    free(senders);
+    free(tslot);
+    free(eat);
+    free(ehash);
+    free(table.slot);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&extra);
+    PyBuffer_Release(&okb);
+    PyBuffer_Release(&senderb);
+    PyBuffer_Release(&indexb);
+    PyBuffer_Release(&endb);
+    PyBuffer_Release(&entb);
+    return result;
+}
+
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer data, extra, atb, lenb;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &data, &extra, &atb, &lenb)) return NULL;
+    if (int64_buffer(&atb, "at") || int64_buffer(&lenb, "len")) goto done;
+    if (atb.len != lenb.len) {
+        PyErr_SetString(PyExc_ValueError, "gather: at and len of unequal lengths");
+        goto done;
+    }
+    Space sp = {data.buf, extra.buf, data.len, extra.len};
+    const int64_t *at = atb.buf, *len = lenb.buf;
+    Py_ssize_t k = atb.len / 8, total = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (!span(&sp, at[i], len[i])) {
+            PyErr_SetString(PyExc_ValueError, "gather: a span outside the buffers");
+            goto done;
+        }
+        total += len[i];
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (!result) goto done;
+    char *w = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        memcpy(w, span(&sp, at[i], len[i]), (size_t)len[i]);
+        w += len[i];
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&extra);
+    PyBuffer_Release(&atb);
+    PyBuffer_Release(&lenb);
+    return result;
+}
+
+/* The ids at spans (rows of width int64, the id's (at, len) its last two) as Arrow list<string>
+ * buffers: rows r with ok[r] take their spans from ends[r] to ends[r + 1], those whose octet in
+ * keep is 1 (keep empty: all). Returns (values, value offsets i32, list offsets i32, lengths
+ * i32): the values are also the concatenated ids of each row (history_ids). */
+static PyObject *lists(PyObject *self, PyObject *args) {
+    Py_buffer data, extra, spanb, endb, okb, keepb;
+    Py_ssize_t width;
+    PyObject *result = NULL, *values = NULL, *voffs = NULL, *loffs = NULL, *lens = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*", &data, &extra, &spanb, &width, &endb, &okb,
+                          &keepb))
+        return NULL;
+    Space sp = {data.buf, extra.buf, data.len, extra.len};
+    Py_ssize_t n = okb.len, m;
+    if (int64_buffer(&spanb, "spans") || int64_buffer(&endb, "ends")) goto done;
+    if (width < 2 || spanb.len % (8 * width) || endb.len != 8 * (n + 1)) {
+        PyErr_SetString(PyExc_ValueError, "lists: arrays of unequal lengths");
+        goto done;
+    }
+    m = spanb.len / (8 * width);
+    if (keepb.len && keepb.len != m) {
+        PyErr_SetString(PyExc_ValueError, "lists: keep of another length");
+        goto done;
+    }
+    const int64_t *sp64 = spanb.buf, *end = endb.buf;
+    const uint8_t *ok = okb.buf, *keep = keepb.len ? keepb.buf : NULL;
+    if (end[0] < 0 || end[n] > m) goto bad;
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (end[r] > end[r + 1]) goto bad;
+    /* first pass: counts and sizes, every span checked */
+    Py_ssize_t k = 0, total = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (!ok[r]) continue;
+        for (int64_t j = end[r]; j < end[r + 1]; j++) {
+            if (keep && !keep[j]) continue;
+            const int64_t *s = sp64 + j * width + width - 2;
+            if (!span(&sp, s[0], s[1])) goto bad;
+            k++;
+            total += s[1];
+        }
+    }
+    if (total > INT32_MAX || k > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "lists: a batch's ids over 2 GiB");
+        goto done;
+    }
+    values = PyBytes_FromStringAndSize(NULL, total);
+    voffs = PyBytes_FromStringAndSize(NULL, 4 * (k + 1));
+    loffs = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
+    lens = PyBytes_FromStringAndSize(NULL, 4 * k);
+    if (!values || !voffs || !loffs || !lens) goto done;
+    {
+        char *w = PyBytes_AS_STRING(values);
+        int32_t *vo = (int32_t *)PyBytes_AS_STRING(voffs), *lo = (int32_t *)PyBytes_AS_STRING(loffs);
+        int32_t *ln = (int32_t *)PyBytes_AS_STRING(lens);
+        int32_t at = 0, i = 0;
+        vo[0] = 0;
+        lo[0] = 0;
+        for (Py_ssize_t r = 0; r < n; r++) {
+            if (ok[r])
+                for (int64_t j = end[r]; j < end[r + 1]; j++) {
+                    if (keep && !keep[j]) continue;
+                    const int64_t *s = sp64 + j * width + width - 2;
+                    memcpy(w + at, span(&sp, s[0], s[1]), (size_t)s[1]);
+                    at += (int32_t)s[1];
+                    ln[i] = (int32_t)s[1];
+                    vo[++i] = at;
+                }
+            lo[r + 1] = i;
+        }
+    }
+    result = PyTuple_Pack(4, values, voffs, loffs, lens);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "lists: a span outside the buffers or ends out of order");
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(voffs);
+    Py_XDECREF(loffs);
+    Py_XDECREF(lens);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&extra);
+    PyBuffer_Release(&spanb);
+    PyBuffer_Release(&endb);
+    PyBuffer_Release(&okb);
+    PyBuffer_Release(&keepb);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"lists", lists, METH_VARARGS,
+     "lists(data, extra, spans, width, ends, ok, keep) -> (values, offsets, list offsets, lens)"},
+    {"scan", scan, METH_VARARGS,
+     "scan(offsets, data, channel, bloom_bytes, limits, rec) -> (entries, requests)"},
+    {"causal", causal, METH_VARARGS,
+     "causal(state, data, extra, ok, sender, index, hist_end, entries) -> new"},
+    {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode",
+                                    "The sds-audit decoder's batch kernel (see the C source).",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__decode(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "R_FIELDS", R_FIELDS)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
