@@ -1,0 +1,205 @@
+"""The sds-audit decoder's batch kernel in C (``loglake.sds._decode``) on its own: what it
+vouches for, that no bytes crash it, that ``causal_new`` is decided by entry bytes and carried
+across batches, and that positions it did not make are refused. Its columns against the
+per-record reference path on generated and hostile channels: ``test_columnar_batch.py``."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loglake.sds import columnar
+from loglake.sds.codec import (
+    DEFAULT_LIMITS,
+    TAG_CHANNEL_ID,
+    TAG_CONTENT,
+    TAG_LAMPORT,
+    TAG_MESSAGE_ID,
+    TAG_SENDER_ID,
+    encode_history_entry,
+)
+from loglake.sds.columnar import DecodeState
+from loglake.sds.messages import HistoryEntry
+from loglake.wire.varint import encode_uleb
+from tests.sds.records import BLOOM, CHANNEL, ld, sliding_window
+
+_decode = columnar._decode
+# the install builds it where a C compiler is (setup.py; ``make test`` installs gcc first): a
+# missing build skips these tests on a developer's machine and fails them under CI=true
+pytestmark = pytest.mark.peer(
+    "loglake.sds._decode (the decoder's C kernel)",
+    _decode is not None,
+    "a C compiler and Python's headers: apt-get install gcc python3-dev, then make test",
+)
+
+LIMITS = (
+    DEFAULT_LIMITS.max_message_bytes,
+    DEFAULT_LIMITS.max_id_chars,
+    DEFAULT_LIMITS.max_hint_bytes,
+    DEFAULT_LIMITS.max_content_bytes,
+    DEFAULT_LIMITS.max_causal_history,
+    DEFAULT_LIMITS.max_repair_request,
+)
+
+
+def _scan(records: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_decode.scan`` over ``records``: the per-record columns, entries and requests."""
+    column = pa.array(records, pa.binary())
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=len(records) + 1).astype(np.int64)
+    data = bufs[2] if bufs[2] is not None else pa.py_buffer(b"")
+    rec = np.zeros((len(records), _decode.R_FIELDS), dtype=np.int64)
+    ents, reqs = _decode.scan(offs, data, CHANNEL.encode(), BLOOM, LIMITS, rec)
+    return rec, np.frombuffer(ents, np.int64), np.frombuffer(reqs, np.int64)
+
+
+def _batch(datas: list[bytes | None], first: int = 0) -> pa.RecordBatch:
+    n = len(datas)
+    return pa.RecordBatch.from_pydict(
+        {
+            "partition": pa.array([0] * n, pa.int32()),
+            "index": pa.array(range(first, first + n), pa.int64()),
+            "timestamp_ns": pa.array(range(first, first + n), pa.int64()),
+            "data": pa.array(datas, pa.binary()),
+        }
+    )
+
+
+GOOD = (
+    ld(TAG_SENDER_ID, b"a")
+    + ld(TAG_MESSAGE_ID, b"m")
+    + ld(TAG_CHANNEL_ID, CHANNEL.encode())
+    + TAG_LAMPORT
+    + encode_uleb(7)
+    + encode_history_entry(HistoryEntry("e1", b"h", "s"))
+    + ld(TAG_CONTENT, b"x")
+)
+
+
+def test_the_kernel_vouches_only_for_records_made_of_the_schemas_fields():
+    records = [
+        GOOD,
+        GOOD + b"\x78\x01",  # an unknown field
+        GOOD + ld(TAG_MESSAGE_ID, b"n"),  # message_id twice: protobuf keeps the last
+        GOOD + b"\x52\x01x",  # lamport_timestamp as length-delimited
+        GOOD[:-1],  # truncated
+        b"",
+        b"\x0a\x81\x00a" + GOOD[3:],  # a non-minimal length: protobuf reads it, the kernel not
+        GOOD + b"\x5a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",  # an 11-octet length
+        ld(TAG_SENDER_ID, "é".encode()) + GOOD[3:],  # a non-ASCII id
+        GOOD + encode_history_entry(HistoryEntry("")),  # an entry without an id
+        GOOD + b"\x5a\x04\x0a\x01e\x20",  # an entry with an unknown field
+        GOOD.replace(CHANNEL.encode(), b"moor"),  # another channel
+        GOOD + b"\x50\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",  # lamport 2^63: rejected late
+    ]
+    rec, ents, _ = _scan(records)
+    assert rec[:, 0].tolist() == [0] + [1] * (len(records) - 1)
+    # the vouched record's one entry: its body and its id, where they lie in the buffer
+    assert len(ents) == 4
+    body_at, body_len, id_at, id_len = ents.tolist()
+    assert (body_len, id_len, id_at - body_at) == (10, 2, 2)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=120), max_size=12))
+def test_any_bytes_are_flagged_or_read_and_never_crash(records):
+    rec, ents, reqs = _scan(records)
+    assert rec.shape == (len(records), _decode.R_FIELDS)
+    flagged = rec[:, 0] == 1
+    assert (rec[flagged, 1:9] == 0).all()
+    assert len(ents) % 4 == 0 and len(reqs) % 2 == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, len(GOOD) - 1), max_size=4),
+    st.lists(st.integers(0, 255), min_size=4, max_size=4),
+)
+def test_a_record_with_octets_changed_is_read_as_the_reference_reads_it(where, octets):
+    data = bytearray(GOOD)
+    for at, b in zip(where, octets, strict=False):
+        data[at] = b
+    batch = _batch([bytes(data), GOOD])
+    got = DecodeState(CHANNEL, BLOOM).decode(batch)
+    want = DecodeState(CHANNEL, BLOOM, batched=False).decode(batch)
+    for name in want.schema.names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
+@pytest.mark.parametrize("cut", range(1, 12, 2))
+def test_causal_new_is_carried_across_batches_by_the_kernel_alone(cut):
+    """A sliding window of 3 senders cut anywhere: ``causal_new`` equals the reference's, and
+    no record went through the per-record path (the kernel's state carried it)."""
+    datas = sliding_window(24, senders=3, keep=5, hint=True)
+    fast = DecodeState(CHANNEL, BLOOM)
+    slow = DecodeState(CHANNEL, BLOOM, batched=False)
+    bounds = [0, *range(cut, 24, cut + 3), 24]
+    news = []
+    for a, b in itertools.pairwise(bounds):
+        batch = _batch(datas[a:b], a)
+        got, want = fast.decode(batch), slow.decode(batch)
+        assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
+        news += got.column("causal_new").to_pylist()
+    assert fast.fast + fast.whole == 0  # every history read by the kernel
+    # a sender's second message onwards: only what the others sent since is new
+    assert news[6] == ["id3", "id4", "id5"]
+    assert len(fast.senders) == 3
+
+
+def test_entries_of_equal_hash_are_told_apart_by_their_bytes():
+    """Two entry bodies equal in the octets the kernel's hash samples (its first, last and
+    two middle words) but not elsewhere: the second message's entry is new to its sender."""
+    a = "x" * 10 + "A" + "x" * 53
+    b = "x" * 10 + "B" + "x" * 53
+    first, second = (
+        ld(TAG_SENDER_ID, b"s")
+        + ld(TAG_MESSAGE_ID, m)
+        + ld(TAG_CHANNEL_ID, CHANNEL.encode())
+        + TAG_LAMPORT
+        + encode_uleb(k)
+        + encode_history_entry(HistoryEntry(e))
+        for k, (m, e) in enumerate(((b"m1", a), (b"m2", b)), 1)
+    )
+    for cuts in ([first, second],), ([first], [second]):
+        state = DecodeState(CHANNEL, BLOOM)
+        got = [state.decode(_batch(part, i)) for i, part in enumerate(cuts)]
+        news = [x for g in got for x in g.column("causal_new").to_pylist()]
+        assert news == [[a], [b]]
+
+
+def test_positions_and_state_it_did_not_make_are_refused():
+    data = pa.py_buffer(b"abcdef")
+    with pytest.raises(ValueError, match="outside"):
+        _decode.gather(data, b"", np.array([4], np.int64), np.array([5], np.int64))
+    with pytest.raises(ValueError, match="outside"):
+        _decode.gather(data, b"xy", np.array([5], np.int64), np.array([2], np.int64))
+    assert _decode.gather(data, b"xy", np.array([1, 6], np.int64), np.array([2, 2], np.int64))
+    one = np.ones(1, np.uint8)
+    sender = np.array([[0, 1]], np.int64)
+    ends = np.array([0, 0], np.int64)
+    no_entries = np.zeros((0, 4), np.int64)
+    index = np.array([5], np.int64)
+    for bad in (b"", b"\x00" * 15, b"\x00" * 8 + b"\xff" * 8, 7):
+        with pytest.raises(ValueError, match="state"):
+            _decode.causal({b"a": bad}, data, b"", one, sender, index, ends, no_entries)
+    with pytest.raises(ValueError, match="unequal"):
+        _decode.causal({}, data, b"", one, sender, index[:0], ends, no_entries)
+    with pytest.raises(ValueError, match="cover"):
+        _decode.causal({}, data, b"", one, sender, index, np.array([0, 1], np.int64), no_entries)
+    with pytest.raises(ValueError, match="outside"):
+        _decode.lists(data, b"", np.array([[9, 1]], np.int64), 2, np.array([0, 1]), one, b"")
+
+
+def test_a_large_binary_column_with_nulls_is_read_as_the_reference_reads_it():
+    datas = [*sliding_window(6, senders=2, keep=3), None, b""]
+    batch = _batch(datas)
+    large = batch.set_column(3, "data", batch.column("data").cast(pa.large_binary()))
+    want = DecodeState(CHANNEL, BLOOM, batched=False).decode(batch)
+    got = DecodeState(CHANNEL, BLOOM).decode(large)
+    for name in want.schema.names:
+        assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
