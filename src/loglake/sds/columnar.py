@@ -62,6 +62,8 @@ def decode_batches(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows.
 
+    Where the C kernel is built (``_decode.c``), a batch is one walk of its records in C
+    (``DecodeState._decode_kernel``); the numpy path below is the fallback where it is not.
     A batch is read a column at a time (``_scan``: every record's fields found by numpy
     rounds over the column's buffers; the history entries identified by Arrow's hash table,
     each distinct entry parsed once by ``parse_entry``); Python per record is a few list
