@@ -21,6 +21,31 @@ from tests.procs import free_port
 settings.register_profile("loglake", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "loglake"))
 
+TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+"""The JVM flag every Spark JVM the tests start runs with: only the C1 (client) JIT compiler.
+
+Why: the tests' JVMs live seconds to a minute and run jobs on kilobytes, and in such a JVM the
+C2 compiler's threads spend more CPU compiling Spark's hot paths than the jobs save by running
+them compiled (a ``local[2]`` session with two tiny queries: ~45-50 CPU-s with the default
+tiered JIT, ~30 with C1 only). On the suite's 2-core machine that CPU is wall time. What a test
+asserts does not depend on the JIT; ``LOGLAKE_TEST_FULL_JIT=1`` runs them with the JVM's default.
+
+Where it reaches: ``SPARK_SUBMIT_OPTS`` is read by Spark's launcher for every driver JVM
+(the ``spark`` fixture's session, and the CLI, node and worker subprocesses, which inherit this
+environment); the standalone cluster's daemons and executors get it from
+tests/pipeline/conftest.py (``SPARK_DAEMON_JAVA_OPTS``, ``spark.executor.extraJavaOptions``)."""
+
+
+def jvm_opts() -> str:
+    """:data:`TEST_JVM_OPTS`, or nothing with ``LOGLAKE_TEST_FULL_JIT=1``."""
+    return "" if os.environ.get("LOGLAKE_TEST_FULL_JIT") == "1" else TEST_JVM_OPTS
+
+
+if jvm_opts() and jvm_opts() not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        os.environ.get("SPARK_SUBMIT_OPTS", "") + " " + jvm_opts()
+    ).strip()
+
 
 def in_ci() -> bool:
     return os.environ.get("CI") == "true"
