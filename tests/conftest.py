@@ -111,6 +111,7 @@ SPARK_CLUSTER_UNIT = "spark-cluster"
 """The one xdist work unit of every test file that uses the standalone Spark cluster."""
 _USES_CLUSTER = re.compile(r"\bcluster_driver\b")
 _USES_SPARK = re.compile(r"pytest\.mark\.spark\b")
+_IS_SLOW = re.compile(r"pytest\.mark\.slow\b")
 
 
 @cache
@@ -136,11 +137,14 @@ if LoadFileScheduling is not None:
           ``cluster``/``cluster_driver`` in tests/pipeline/conftest.py) is one work unit, so
           one worker starts the cluster and its driver application (70-80 s on the shared
           machine, four JVMs) instead of each worker starting its own.
-        - Longest work first: that unit, then the other Spark files, then the rest (in xdist's
-          order) — a long Spark file started last would leave the other worker idle at the end.
+        - Longest work first: that unit, then the other Spark files, then the other files with
+          ``slow`` tests (subprocesses, servers, mypy), then the rest (each group in xdist's
+          order). A worker keeps two units queued, so whatever is handed out last decides how
+          long the other worker idles at the end: a long file there (mypy's ~45 s is collected
+          near the end of the tree) would leave it idle that long; a file of quick tests does not.
 
-        Which files: read from their source (the fixture's name; the ``spark`` mark), so a new
-        cluster or Spark test file is placed without a list to keep."""
+        Which files: read from their source (the fixture's name; the ``spark`` and ``slow``
+        marks), so a new test file is placed without a list to keep."""
 
         def __init__(self, config: pytest.Config, log=None) -> None:
             super().__init__(config, log)
@@ -156,7 +160,10 @@ if LoadFileScheduling is not None:
         def _rank(self, unit: str) -> int:
             if unit == SPARK_CLUSTER_UNIT:
                 return 0
-            return 1 if _USES_SPARK.search(_source(self._rootpath, unit)) else 2
+            source = _source(self._rootpath, unit)
+            if _USES_SPARK.search(source):
+                return 1
+            return 2 if _IS_SLOW.search(source) else 3
 
         def _assign_work_unit(self, node) -> None:
             if not self._ordered:  # the queue is complete before the first unit is handed out
