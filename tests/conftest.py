@@ -21,6 +21,31 @@ from tests.procs import free_port
 settings.register_profile("loglake", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "loglake"))
 
+TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1"
+"""The JVM flag every Spark JVM the tests start runs with: only the C1 (client) JIT compiler.
+
+Why: the tests' JVMs live seconds to a minute and run jobs on kilobytes, and in such a JVM the
+C2 compiler's threads spend more CPU compiling Spark's hot paths than the jobs save by running
+them compiled (a ``local[2]`` session with two tiny queries: ~45-50 CPU-s with the default
+tiered JIT, ~30 with C1 only). On the suite's 2-core machine that CPU is wall time. What a test
+asserts does not depend on the JIT; ``LOGLAKE_TEST_FULL_JIT=1`` runs them with the JVM's default.
+
+Where it reaches: ``SPARK_SUBMIT_OPTS`` is read by Spark's launcher for every driver JVM
+(the ``spark`` fixture's session, and the CLI, node and worker subprocesses, which inherit this
+environment); the standalone cluster's daemons and executors get it from
+tests/pipeline/conftest.py (``SPARK_DAEMON_JAVA_OPTS``, ``spark.executor.extraJavaOptions``)."""
+
+
+def jvm_opts() -> str:
+    """:data:`TEST_JVM_OPTS`, or nothing with ``LOGLAKE_TEST_FULL_JIT=1``."""
+    return "" if os.environ.get("LOGLAKE_TEST_FULL_JIT") == "1" else TEST_JVM_OPTS
+
+
+if jvm_opts() and jvm_opts() not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        os.environ.get("SPARK_SUBMIT_OPTS", "") + " " + jvm_opts()
+    ).strip()
+
 
 def in_ci() -> bool:
     return os.environ.get("CI") == "true"
@@ -86,6 +111,7 @@ SPARK_CLUSTER_UNIT = "spark-cluster"
 """The one xdist work unit of every test file that uses the standalone Spark cluster."""
 _USES_CLUSTER = re.compile(r"\bcluster_driver\b")
 _USES_SPARK = re.compile(r"pytest\.mark\.spark\b")
+_IS_SLOW = re.compile(r"pytest\.mark\.slow\b")
 
 
 @cache
@@ -111,11 +137,14 @@ if LoadFileScheduling is not None:
           ``cluster``/``cluster_driver`` in tests/pipeline/conftest.py) is one work unit, so
           one worker starts the cluster and its driver application (70-80 s on the shared
           machine, four JVMs) instead of each worker starting its own.
-        - Longest work first: that unit, then the other Spark files, then the rest (in xdist's
-          order) — a long Spark file started last would leave the other worker idle at the end.
+        - Longest work first: that unit, then the other Spark files, then the other files with
+          ``slow`` tests (subprocesses, servers, mypy), then the rest (each group in xdist's
+          order). A worker keeps two units queued, so whatever is handed out last decides how
+          long the other worker idles at the end: a long file there (mypy's ~45 s is collected
+          near the end of the tree) would leave it idle that long; a file of quick tests does not.
 
-        Which files: read from their source (the fixture's name; the ``spark`` mark), so a new
-        cluster or Spark test file is placed without a list to keep."""
+        Which files: read from their source (the fixture's name; the ``spark`` and ``slow``
+        marks), so a new test file is placed without a list to keep."""
 
         def __init__(self, config: pytest.Config, log=None) -> None:
             super().__init__(config, log)
@@ -131,7 +160,10 @@ if LoadFileScheduling is not None:
         def _rank(self, unit: str) -> int:
             if unit == SPARK_CLUSTER_UNIT:
                 return 0
-            return 1 if _USES_SPARK.search(_source(self._rootpath, unit)) else 2
+            source = _source(self._rootpath, unit)
+            if _USES_SPARK.search(source):
+                return 1
+            return 2 if _IS_SLOW.search(source) else 3
 
         def _assign_work_unit(self, node) -> None:
             if not self._ordered:  # the queue is complete before the first unit is handed out

@@ -16,6 +16,7 @@ mark tells its answers from anything else a library prints).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
@@ -29,7 +30,14 @@ def main() -> None:
     spark = build_session(
         master=master,
         app_name="loglake-cluster-tests",
-        conf={"spark.executor.memory": "1g", "spark.driver.memory": "1g", "spark.cores.max": "2"},
+        conf={
+            "spark.executor.memory": "1g",
+            "spark.driver.memory": "1g",
+            "spark.cores.max": "2",
+            # the executors run with this driver's JVM options: the tests' JIT flag
+            # (tests/conftest.py TEST_JVM_OPTS, inherited in SPARK_SUBMIT_OPTS)
+            "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
+        },
     )
     print(MARK + json.dumps({"ready": spark.sparkContext.master}), flush=True)
     try:

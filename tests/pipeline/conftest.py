@@ -28,6 +28,8 @@ from typing import Any
 import pyspark
 import pytest
 
+from tests.conftest import jvm_opts
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -93,6 +95,8 @@ def cluster(tmp_path_factory):
         "PYSPARK_PYTHON": sys.executable,
         # the submission REST server would take the fixed port 6066 (the tests do not submit)
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        # the master and worker only schedule: C1 only, as every test JVM (tests/conftest.py)
+        "SPARK_DAEMON_JAVA_OPTS": jvm_opts(),
     }
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     procs: list[subprocess.Popen] = []
