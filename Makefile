@@ -63,7 +63,7 @@ run: install check-java-warn
 # The log's C framer: the install builds it where a compiler is; the tests require it, and
 # system-deps installs gcc, so build it here if the install could not
 framer: install system-deps
-	@$(BIN)/python -c "import loglake.log._framing" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
+	@$(BIN)/python -c "import loglake.log._framing, loglake.archives._waku" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
 test: install system-deps framer node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -12,6 +12,15 @@ setup(
             sources=["src/loglake/log/_framing.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        # archives-build's scan: WakuMessage fields and archive frames of a whole batch
+        # (src/loglake/archives/_waku.c); the numpy paths in archives/columnar.py are the
+        # reference and the fallback
+        Extension(
+            "loglake.archives._waku",
+            sources=["src/loglake/archives/_waku.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -105,6 +105,7 @@ from loglake.archives import (
     PieceHashes,
     check_trackers,
     decode_waku_batch,
+    frame_records,
     get_layout,
     plan_windows,
 )
@@ -340,8 +341,10 @@ def _scan_task(
             offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
             flen = _framed_len(np.diff(offs[col.offset :]))
             body = col
-            if framed:
-                body = _framed(col)
+            if framed:  # in C where built, else pyarrow, else per record
+                body = frame_records(col)
+                if body is None:
+                    body = _framed(col)
                 if body is None:
                     body = _framed_slow(col)
             keep.append(
