@@ -271,3 +271,68 @@ def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
     control_build(data, tmp_path / "ctl", "c", layout, now)
     assert_same(tmp_path / "job", tmp_path / "ctl")
     assert rep.communities[0].records == 3 * 30
+
+
+@pytest.mark.parametrize("layout_name", ["spec", "status-go"])
+def test_spills_are_kept_in_memory_on_a_local_master_and_removed_after(
+    spark, tmp_path, monkeypatch, layout_name
+):
+    """On ``local[*]`` the scan's spills go to the memory folder (no disk write-back of
+    bytes removed seconds later), the output is still the control node's, and nothing of the
+    job is left in that folder afterwards."""
+    layout = get_layout(layout_name)
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 2), per_week=20)
+    root = tmp_path / "job"
+    seen: dict[str, list[Path]] = {}
+    real = ab._group_windows
+
+    def look_after_the_scan(*a: object, **kw: object) -> list[ab._BuildTask]:
+        prefix = ab._spill_root_prefix(root.resolve())
+        seen["memory"] = list(Path(ab.MEMORY_DIR).glob(f"{prefix}*/s-*.arrow"))
+        seen["root"] = list((root / ab.STAGING_DIR).glob("*/s-*.arrow"))
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "_group_windows", look_after_the_scan)
+    now = START + 2 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(root), (ab.Community("c", CID),), layout=layout_name, now_ns=now
+    )
+    ab.run(spark, opts)
+    control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(root, tmp_path / "ctl")
+    assert seen["memory"] and not seen["root"]  # the scan's spills, in memory only
+    assert not list(Path(ab.MEMORY_DIR).glob(ab._spill_root_prefix(root.resolve()) + "*"))
+    assert staging_empty(root)
+
+
+def test_spills_stay_under_root_off_a_local_master_or_when_they_do_not_fit(tmp_path, monkeypatch):
+    """A cluster's executors do not share this machine's memory folder, and a spill larger
+    than a quarter of free memory would starve it: both keep the spills under ``root``."""
+    monkeypatch.setattr(ab, "MEMORY_DIR", str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    small = {0: [ab.Unit("c", "", 0, 1000)]}
+    huge = {0: [ab.Unit("c", "", 0, 10**12)]}
+    root = tmp_path / "root"
+    assert ab._memory_spill_dir(root, "j1", "spark://127.0.0.1:7077", small) is None
+    assert ab._memory_spill_dir(root, "j2", "local[*]", huge) is None
+    got = ab._memory_spill_dir(root, "j3", "local[*]", small)
+    assert got is not None and got.parent == tmp_path / "shm" and got.is_dir()
+
+
+def test_memory_spills_a_killed_run_left_are_removed_by_the_next_run_on_that_root(
+    tmp_path, monkeypatch
+):
+    """A run killed mid-scan leaves its spills in memory; the next run on the same ``root``
+    (``recover``, under the job lock) removes them, and leaves another root's alone."""
+    monkeypatch.setattr(ab, "MEMORY_DIR", str(tmp_path / "shm"))
+    (tmp_path / "shm").mkdir()
+    root, other = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    root.mkdir()
+    mine = tmp_path / "shm" / (ab._spill_root_prefix(root) + "deadjob")
+    theirs = tmp_path / "shm" / (ab._spill_root_prefix(other) + "running")
+    for d in (mine, theirs):
+        d.mkdir()
+        (d / "s-0-0.arrow").write_bytes(b"x" * 100)
+    ab.recover(root)
+    assert not mine.exists() and theirs.exists()

@@ -164,3 +164,20 @@ def test_a_cli_job_shows_progress_and_no_jvm_noise(tmp_path):
         assert noise not in r.stderr, r.stderr
     m = re.search(r"auditing sds\.sim .*\d+ stages, ([\d,]+)/([\d,]+) tasks", r.stderr)
     assert m and m.group(1) == m.group(2) != "0", r.stderr  # its last line: every task done
+
+
+def test_c1_only_is_added_for_a_job_that_asks_and_a_users_java_options_win():
+    """The JVMs compile with C1 alone only for a job that asks (``c1_only``), on the driver
+    beside the quiet log4j profile and on executors; options the user set are kept as given."""
+    from loglake.pipeline.session import C1_ONLY, java_options
+
+    plain = java_options({}, quiet=True)
+    assert C1_ONLY not in plain["spark.driver.extraJavaOptions"]
+    assert "spark.executor.extraJavaOptions" not in plain
+    c1 = java_options({}, quiet=True, c1_only=True)
+    assert c1["spark.driver.extraJavaOptions"].split()[0] == C1_ONLY
+    assert "log4j2.configurationFile" in c1["spark.driver.extraJavaOptions"]
+    assert c1["spark.executor.extraJavaOptions"] == C1_ONLY
+    mine = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.executor.extraJavaOptions": "-Dy=2"}
+    assert java_options(mine, quiet=True, c1_only=True) == mine
+    assert java_options({}, quiet=False) == {}

@@ -176,6 +176,13 @@ def spark_python(python: str = sys.executable, cache: Path | None = None) -> str
     return str(script)
 
 
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+"""JVM option: compile with C1 only (no C2). Why: a job that keeps its records out of the JVM
+(``job archives-build``: plain tasks, small results) leaves the JVM little to do but schedule,
+yet its C1/C2 compiler threads took 3.0-3.7 of its 3.6-4.5 CPU seconds. What it costs: code the
+JVM runs for long stays at C1's speed; the replay job, which reads through Spark SQL, took
+2.5-3x the wall time with it on the 2-core VM, so it is per job, not the default."""
+
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties").as_uri()
 """Errors only: Spark's default profile prints banner lines and WARNs nobody can act on."""
 
@@ -187,21 +194,37 @@ def quiet_jvm() -> bool:
     return logging.getLogger("loglake").getEffectiveLevel() > logging.DEBUG
 
 
+def java_options(conf: dict[str, str], quiet: bool, c1_only: bool = False) -> dict[str, str]:
+    """``conf`` with the JVMs' options loglake adds unless the user set them: the quiet log4j
+    profile on the driver (``quiet``), and ``C1_ONLY`` on the driver and executors for a job
+    that asks for it (``c1_only``)."""
+    out = dict(conf)
+    opts = ([C1_ONLY] if c1_only else []) + (
+        [f"-Dlog4j2.configurationFile={QUIET_LOG4J}"] if quiet else []
+    )
+    if opts and "spark.driver.extraJavaOptions" not in out:
+        out["spark.driver.extraJavaOptions"] = " ".join(opts)
+    if c1_only:
+        out.setdefault("spark.executor.extraJavaOptions", C1_ONLY)
+    return out
+
+
 def build_session(
     master: str | None = None,
     app_name: str = "loglake",
     conf: dict[str, str] | None = None,
+    c1_only: bool = False,
 ) -> SparkSession:
-    """Start (or reuse) the SparkSession and register the ``loglake`` data source on it."""
+    """Start (or reuse) the SparkSession and register the ``loglake`` data source on it.
+    ``c1_only``: the JVMs compile with C1 alone (``C1_ONLY``), for a job whose JVM only
+    schedules."""
     check_java()
     spec = SessionSpec(master=resolve_master(master), app_name=app_name, conf=dict(conf or {}))
     prepare_environment(master=spec.master)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(spec.master).appName(spec.app_name)
-    conf_items = spec.spark_conf()
-    if "spark.driver.extraJavaOptions" not in conf_items and quiet_jvm():
-        conf_items["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={QUIET_LOG4J}"
+    conf_items = java_options(spec.spark_conf(), quiet_jvm(), c1_only)
     for k, v in conf_items.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

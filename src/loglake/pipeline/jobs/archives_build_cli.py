@@ -127,7 +127,8 @@ def archives_build_command(
     )
     console = Console(stderr=True)
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        spark = build_session(master=spark_master, app_name="loglake-archives-build")
+        # C1 only: the JVM only schedules this job's plain tasks (session.C1_ONLY)
+        spark = build_session(master=spark_master, app_name="loglake-archives-build", c1_only=True)
 
     def progress(step: str, done: int, total: int) -> None:
         console.log(f"{step}: {done}/{total}")
