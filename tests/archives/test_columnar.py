@@ -205,6 +205,26 @@ def test_hypothesis_edited_records_agree_with_decode_record(layout_name, edits, 
     _agrees(layout_name, recs)
 
 
+def test_a_status_go_timestamp_past_int64_nanoseconds_is_a_bad_record_not_a_crash():
+    """status-go keeps seconds in a uint64; past 2262 their nanoseconds do not fit the int64
+    loglake keeps times in. The record is refused by name, alone and in a batch (the batch
+    raised OverflowError, losing the whole batch)."""
+    from loglake.wire.pb import archives_statusgo_pb2 as pb
+
+    layout = get_layout("status-go")
+    for seconds in ((2**63 - 1) // NS + 1, 2**62, 2**64 - 1):
+        m = pb.WakuMessage()
+        m.ParseFromString(_good("status-go"))
+        m.timestamp = seconds
+        raw = m.SerializeToString()
+        with pytest.raises(BadRecord, match="int64 nanoseconds"):
+            layout.decode_record(raw)
+        _, bads = _agrees("status-go", [_good("status-go", 1), raw, _good("status-go", 2)])
+        assert bads[1] and "int64 nanoseconds" in bads[1] and bads[0] is bads[2] is None
+    m.timestamp = (2**63 - 1) // NS  # the last second that fits is a good record
+    _agrees("status-go", [m.SerializeToString()])
+
+
 # -- the C kernel (``_waku``) against the numpy reference -----------------------------------------
 
 needs_kernel = pytest.mark.skipif(columnar._waku is None, reason="the C kernel was not built")

@@ -369,6 +369,13 @@ class StatusGoLayout(Layout):
             # a record of the other layout parses (its fields land in unknown ones) with no
             # timestamp: archiving it would put it in the week of 1970-01-01
             raise BadRecord("status-go WakuMessage without timestamp cannot be archived")
+        if m.timestamp > (2**63 - 1) // NS:
+            # seconds past 2262-04-11: the week's nanoseconds would not fit the int64 every
+            # timestamp of the log, the lake and the index is kept in
+            raise BadRecord(
+                f"status-go WakuMessage timestamp {m.timestamp} s is past"
+                " what int64 nanoseconds hold"
+            )
         return DecodedMessage(m.timestamp * NS, m.topic, raw, len(m.payload) + len(m.sig))
 
     def make_record(
