@@ -47,6 +47,7 @@ job reads a data dir (``url`` nodes: not yet).
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -541,7 +542,22 @@ class BatchWriter:
         self.process(read_records(self.opts.data_dir, self.opts.topics, df.toArrow()), batch_id)
 
     def process(self, records: pa.Table, batch_id: int) -> dict[str, int]:
-        """Assemble, order and write one micro-batch's records (columns ``_IN_COLUMNS``)."""
+        """Assemble, order and write one micro-batch's records (columns ``_IN_COLUMNS``).
+
+        The cyclic garbage collector is paused meanwhile: a micro-batch makes tens of
+        thousands of short-lived objects (messages, blocks, rows), none in a cycle, all freed
+        by reference counts, and the collections their allocations set off walked them again
+        and again — about a quarter of the driver's CPU at 80,000 messages. It runs again
+        after the batch."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._process(records, batch_id)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _process(self, records: pa.Table, batch_id: int) -> dict[str, int]:
         st = self.load_state(batch_id)
         got = self.assembler.run(records, st.assembly)
         blocks, control, rejects = got.blocks, got.control, got.rejects
