@@ -86,7 +86,7 @@ def _blocks(draw):
     return updates, msgs
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     _blocks(),
     st.lists(st.tuples(st.sampled_from(["t:0", "t:1", "u:0"]), st.integers(0, 9)), min_size=1),

@@ -33,14 +33,14 @@ def _reference(data: bytes) -> tuple | None:
         return None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(batches)
 def test_decode_batch_common_reads_every_encoded_batch(b):
     data = avro.encode_batch(*b)
     assert avro.decode_batch_common(data) == avro.decode_batch(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(batches, st.data())
 def test_decode_batch_common_on_hostile_bytes_is_none_or_equal(b, data):
     raw = bytearray(avro.encode_batch(*b))

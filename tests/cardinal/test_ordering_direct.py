@@ -34,7 +34,7 @@ def _snap(p: OrderedProcessor) -> list:
     return [list(v.items()) if isinstance(v, dict) else v for v in (getattr(p, f) for f in STATE)]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(trees(), st.integers(1, 6), st.integers(1, 8))
 def test_direct_path_equals_the_general_steps(blocks, threshold, max_held):
     direct = OrderedProcessor(threshold, max_held=max_held)
