@@ -161,6 +161,11 @@ class Checkpoint:
 class OrderedProcessor:
     """Completed blocks in, ``ChainUpdate``s out (see the module docstring)."""
 
+    direct: bool = True
+    """Extend the head directly when a block's parent is the head and nothing waits below it;
+    False takes the general steps for every block (the reference the direct path is tested
+    equal to, ``tests/cardinal/test_ordering_direct.py``)."""
+
     def __init__(
         self,
         reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
@@ -230,6 +235,21 @@ class OrderedProcessor:
             return []
         if self._chain and h == self._chain[0].parent:
             return self._extend_down(block)
+        if (
+            self.direct
+            and head is not None
+            and block.parent == head.hash
+            and h not in self._children
+            and len(self._held) < self.max_held
+        ):
+            # The common case: the block extends the head and no held block hangs below it.
+            # The steps below would hold it, find it connected, walk no further, switch to the
+            # one-block path from the head and unhold it again: the same chain, held blocks
+            # and update, without the bookkeeping (a tenth of the block job's CPU a block).
+            self._chain.append(block)
+            self._on_chain[h] = block.number
+            self._prune()
+            return [ChainUpdate((block,), ())]
         self._held[h] = block
         self._children.setdefault(block.parent, {})[h] = None
         if len(self._held) > self.max_held:
