@@ -1,11 +1,17 @@
-"""The acknowledgement sweep without bloom filters runs on arrays (``_sweep_arrays``); it must
-give what the message-by-message sweep (``_sweep_loop``) gives, acks and figures, on any
-channel: ids repeated in a history, ids of no content message, a participant's own messages,
-references before a message's first copy. The dependency figures the sweep task also makes
-(``dependency_figures``) equal the exploded join the job did before. No Spark."""
+"""The acknowledgement sweep runs on arrays (``_sweep_arrays``); it must give what the
+message-by-message sweep (``_sweep_loop``) gives, acks and figures, on any channel: ids
+repeated in a history, ids of no content message, a participant's own messages, references
+before a message's first copy, bloom filters on some messages (holding ids acknowledged by a
+history before, at or after the filter, ids of no content message, and false positives as
+the filter's bits give them). The dependency figures the sweep task also makes
+(``dependency_figures``) equal the exploded join the job did before. The batch bloom checks
+equal ``BloomFilter.positions`` and ``contains``. No Spark."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -19,6 +25,7 @@ from loglake.pipeline.jobs.sds_audit import (
     _sweep_loop,
     dependency_figures,
 )
+from loglake.sds.bloom import BloomFilter, contains, contains_batch, positions_batch
 
 OWN = pa.schema(
     [
@@ -32,7 +39,7 @@ OWN = pa.schema(
 
 
 @st.composite
-def channels(draw):
+def channels(draw, blooms: bool = False):
     n = draw(st.integers(1, 40))
     senders = draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n))
     kinds = draw(st.lists(st.sampled_from(["content", "content", "sync"]), min_size=n, max_size=n))
@@ -43,7 +50,21 @@ def channels(draw):
     for i in range(n):
         if senders[i] == "a":
             refs = draw(st.lists(st.sampled_from([*ids, "x", "y"]), max_size=8))
-            own.append((i, ts[i], kinds[i], refs))
+            bloom = None
+            shape = draw(st.sampled_from(["none", "held", "dense"])) if blooms else "none"
+            if shape == "held":  # the ids a participant held, as its filter has them
+                f = BloomFilter()
+                for mid in draw(st.lists(st.sampled_from([*ids, "x", "y"]), max_size=n)):
+                    f.insert(mid)
+                bloom = f.to_bytes()
+            elif shape == "dense":  # 7 bits in 8 set: about one id in four a false positive
+                rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+                width = BloomFilter().n_bytes
+                bloom = bytes(
+                    rng.getrandbits(8) | rng.getrandbits(8) | rng.getrandbits(8)
+                    for _ in range(width)
+                )
+            own.append((i, ts[i], kinds[i], refs, bloom))
     return (
         [ids[i] for i in content],
         content,
@@ -55,7 +76,7 @@ def channels(draw):
 
 @pytest.mark.slow  # hypothesis: 4-10 s
 @settings(max_examples=100, deadline=None)
-@given(ch=channels())
+@given(ch=st.one_of(channels(), channels(blooms=True)))
 def test_array_sweep_equals_the_loop(ch):
     ids, first, ts, senders, own_rows = ch
     if not own_rows:
@@ -66,7 +87,7 @@ def test_array_sweep_equals_the_loop(ch):
             "timestamp_ns": [r[1] for r in own_rows],
             "kind": [r[2] for r in own_rows],
             "causal_new": [r[3] for r in own_rows],
-            "bloom_filter": [None] * len(own_rows),
+            "bloom_filter": [r[4] for r in own_rows],
         },
         schema=OWN,
     )
@@ -86,7 +107,7 @@ def _figures_the_long_way(own_rows, ids, first):
     pos = dict(zip(ids, first, strict=True))
     late = {}
     never = set()
-    for i, _, _, refs in own_rows:
+    for i, _, _, refs, _ in own_rows:
         n = sum(1 for d in refs if d in pos and pos[d] > i)
         if n:
             late[f"own{i}"] = n
@@ -120,3 +141,31 @@ def test_dependency_figures_equal_the_exploded_join(ch):
         assert late.schema == LATE_SCHEMA
         assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
         assert never == want_never
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.one_of(st.text(max_size=70), st.from_regex(r"[0-9a-f]{64}", fullmatch=True))),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_batch_bloom_checks_equal_positions_and_contains(ids, seed):
+    """``positions_batch`` equals ``BloomFilter.positions`` id by id (ASCII ids of any length,
+    Latin-1, astral characters, the empty id) and ``contains_batch`` equals ``contains``."""
+    f = BloomFilter()
+    want = np.array([f.positions(i) for i in ids], dtype=np.int64).reshape(len(ids), f.k)
+    got = positions_batch(pa.array(ids, pa.string()))
+    assert np.array_equal(got, want)
+    rng = random.Random(seed)
+    filters = []
+    for _ in range(3):
+        g = BloomFilter()
+        for i in ids:
+            if rng.random() < 0.5:
+                g.insert(i)
+        filters.append(g.to_bytes())
+    matrix = np.frombuffer(b"".join(filters), dtype=np.uint8).reshape(3, -1)
+    rows = np.array([rng.randrange(3) for _ in ids], dtype=np.int64)
+    hits = contains_batch(matrix, rows, got)
+    assert hits.tolist() == [
+        contains(filters[r], p) for r, p in zip(rows.tolist(), want, strict=True)
+    ]

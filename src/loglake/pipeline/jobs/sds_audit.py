@@ -243,6 +243,16 @@ class _ContentArrays:
     first: Any  # np.ndarray[int64]
     ts: Any  # np.ndarray[int64]
     sender: pa.Array
+    _bloom_positions: Any = None  # ``bloom_positions``, made on first use
+
+    def bloom_positions(self) -> Any:
+        """Every content id's bloom-filter bit positions ((n, k) ``positions_batch``), made
+        once and kept: every sender of a task checks the same ids."""
+        if self._bloom_positions is None:
+            from loglake.sds.bloom import positions_batch
+
+            self._bloom_positions = positions_batch(self.ids)
+        return self._bloom_positions
 
     @staticmethod
     def of(ids: list[str], first: list[int], ts: list[int], sender: list[str]) -> _ContentArrays:
@@ -294,10 +304,11 @@ def _causal_positions(own: pa.Table, content: _ContentArrays) -> Positions:
 def _sweep_arrays(
     participant: str, own: pa.Table, content: _ContentArrays, positions: Positions | None = None
 ) -> tuple[pa.Table, pa.Table]:
-    """``_sweep_loop`` for messages without bloom filters: message c (of another sender) is
-    acknowledged at the first own message q after its first copy whose ``causal_new`` lists it;
-    the (q, c) pairs come from one ``index_in`` of all the ids against the content ids, and the
-    first q per c from a stable sort."""
+    """``_sweep_loop`` on arrays: message c (of another sender) is acknowledged at the first own
+    message q after its first copy whose ``causal_new`` lists it or whose bloom filter contains
+    it; the (q, c) pairs of the histories come from one ``index_in`` of all the ids against the
+    content ids and the first q per c from a stable sort; the bloom filters are searched only
+    before that q (``_bloom_acks``)."""
     acks, figures, _ = _sweep_positions(participant, own, content, positions)
     return acks, figures
 
@@ -324,8 +335,11 @@ def _sweep_positions(
     c_sorted = c[order]
     uc, at = np.unique(c_sorted, return_index=True)
     uj = j[order][at]
-    by_q = np.lexsort((uc, uj))  # acks in the loop's order: by q, then position
-    uc, uj = uc[by_q], uj[by_q]
+    by_bloom = np.zeros(len(uc), dtype=bool)
+    if "bloom_filter" in own.column_names and own.column("bloom_filter").null_count < n_own:
+        uc, uj, by_bloom = _bloom_acks(own, content, others, uc, uj)
+    by_q = np.lexsort((uc, uj))  # acks by q, then position
+    uc, uj, by_bloom = uc[by_q], uj[by_q], by_bloom[by_q]
     lat = (tss[uj] - content.ts[uc]) / 1e6
     n_acked = len(uc)
     acks = pa.table(
@@ -335,7 +349,7 @@ def _sweep_positions(
             pa.array(idxs[uj], pa.int64()),
             pa.array(tss[uj], pa.int64()),
             pa.array(lat, pa.float64()),
-            pa.array(["causal_history"] * n_acked, pa.string()),
+            _VIA.take(pa.array(by_bloom.astype(np.int8))),
         ],
         schema=ACKS_SCHEMA,
     )
@@ -363,6 +377,100 @@ def _sweep_positions(
     return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
 
 
+_VIA = pa.array(["causal_history", "bloom_filter"], pa.string())
+BLOOM_CHECKS = 500_000
+"""At most this many (id, filter) checks at once in ``_bloom_acks`` (each reads k bytes)."""
+
+
+def _bloom_acks(
+    own: pa.Table, content: _ContentArrays, others: Any, uc: Any, uj: Any
+) -> tuple[Any, Any, Any]:
+    """The acknowledgements of one sender (``own``, in index order) with its bloom filters:
+    ``uc``/``uj`` (content position, own row) those of the causal histories; returned, the
+    same with every content message a filter shows earlier, and which came from a filter.
+
+    What the message-by-message loop does, without a Python step per (message, pending id):
+    a content message c is acknowledged at the first own message after c's first copy whose
+    history lists c or whose filter contains c (``_sweep_loop``: the history first); so only
+    the filters of the own messages after c's first copy and before its history
+    acknowledgement can move it earlier. All such (c, filter) checks go in rounds: each
+    round checks, for every c not yet found, its next filters (1, 2, 4, ... of them), with
+    ``bloom.contains_batch`` over the filters as one byte matrix; a c is settled at its first
+    hit or once its filters are used up. The work is the loop's (a pending id is checked
+    against each filter until one contains it), the rounds are logarithmic in the longest
+    wait, and each round is a few array operations."""
+    import numpy as np
+
+    from loglake.sds.bloom import contains_batch
+
+    idxs = own.column("index").to_numpy()
+    n_own = len(idxs)
+    brow, filters = _bloom_matrix(own.column("bloom_filter"))
+    k = int(np.searchsorted(content.first, idxs[-1], side="left"))  # first before the last q
+    hist_row = np.full(k, n_own, dtype=np.int64)
+    hist_row[uc] = uj
+    cand = np.flatnonzero(others[:k])
+    start = np.searchsorted(idxs[brow], content.first[cand], side="right")
+    end = np.searchsorted(brow, hist_row[cand], side="left")
+    live = start < end
+    cand, cur, end = cand[live], start[live], end[live]
+    pos = content.bloom_positions()[cand] if len(cand) else np.zeros((0, 1), dtype=np.int64)
+    found = np.full(len(cand), -1, dtype=np.int64)
+    left = np.arange(len(cand))
+    width = 1
+    while len(left):
+        n = np.minimum(width, end[left] - cur[left])
+        first = np.cumsum(n) - n
+        seg = np.repeat(np.arange(len(left)), n)
+        r = cur[left][seg] + (np.arange(int(n.sum())) - first[seg])
+        hit = contains_batch(filters, r, pos[left[seg]])
+        at = np.minimum.reduceat(np.where(hit, r, n_own + len(brow)), first)
+        got = at < len(brow)
+        found[left[got]] = at[got]
+        cur[left] += n
+        left = left[~got & (cur[left] < end[left])]
+        width = max(1, min(2 * width, BLOOM_CHECKS // max(1, len(left))))
+    ack_row = np.full(k, -1, dtype=np.int64)
+    ack_row[uc] = uj
+    by_bloom = np.zeros(k, dtype=bool)
+    hit_c = found >= 0
+    ack_row[cand[hit_c]] = brow[found[hit_c]]
+    by_bloom[cand[hit_c]] = True
+    acked = np.flatnonzero(ack_row >= 0)
+    return acked, ack_row[acked], by_bloom[acked]
+
+
+def _bloom_matrix(col: pa.ChunkedArray) -> tuple[Any, Any]:
+    """A sender's bloom filters: the rows that carry one, and the filters as an (n, bytes)
+    uint8 matrix (one copy of their bytes; a filter of another length is a reject of the
+    decode, so all have the one length)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from loglake.sds.bloom import BloomFilter
+
+    width = BloomFilter().n_bytes
+    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(valid)
+    pieces = []
+    for ch in col.chunks:
+        if ch.null_count == len(ch):
+            continue
+        offs = np.frombuffer(ch.buffers()[1], dtype=np.int32)[ch.offset : ch.offset + len(ch) + 1]
+        lens = np.diff(offs)
+        ok = np.asarray(ch.is_valid())
+        data = np.frombuffer(ch.buffers()[2], dtype=np.uint8)
+        if np.all(lens[ok] == width) and not lens[~ok].any():  # the filters end to end
+            pieces.append(data[offs[0] : offs[-1]])
+        else:
+            for i in np.flatnonzero(ok).tolist():
+                if lens[i] != width:
+                    raise ValueError(f"a bloom filter of {lens[i]} bytes, not {width}")
+                pieces.append(data[offs[i] : offs[i + 1]])
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+    return rows, flat.reshape(len(rows), width)
+
+
 def _sweep_loop(
     participant: str,
     own: pa.Table,
@@ -371,7 +479,8 @@ def _sweep_loop(
     content_ts: list[int],
     content_sender: list[str],
 ) -> tuple[pa.Table, pa.Table]:
-    """The sweep message by message (any message with a bloom filter); ``own`` sorted."""
+    """The sweep message by message; ``own`` sorted. The reference ``_sweep_arrays`` (what
+    the job runs) is tested equal to."""
     from loglake.sds import BloomFilter, contains
 
     positions_of = BloomFilter().positions
@@ -524,18 +633,33 @@ def _sweep_task(
         if len(later):
             keep = pc.and_(keep, pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
         rows = rows.filter(keep).select(SWEEP_COLUMNS)
+        # every sender's rows together, in index order, and every causal_new id's content
+        # position from one ``index_in`` for the whole task (one hash table of the content
+        # ids, not one a sender); the bloom filters stay where they were read (a copy of
+        # them all would be the task's largest allocation) and are taken a sender at a time
+        blooms = rows.column("bloom_filter")
+        small = rows.drop_columns(["bloom_filter"]).append_column(
+            "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        )
+        small = small.sort_by([("sender", "ascending"), ("index", "ascending")])
+        all_rows, all_values, all_pos = _causal_positions(small, content)
+        causal = small.column("causal_new").combine_chunks()
+        offs = np.asarray(causal.offsets, dtype=np.int64)
+        offs -= offs[0]
+        sender_of = small.column("sender").to_numpy(zero_copy_only=False)
+        any_bloom = blooms.null_count < len(blooms)
         stats = np.zeros((3, n_content), dtype=np.float64)
         stats[1], stats[2] = np.inf, -np.inf
         figures, lates, never, files = [], [], set(), []
         for participant in senders:
-            own = rows.filter(pc.equal(rows.column("sender"), participant)).sort_by("index")
-            positions = _causal_positions(own, content)
-            if own.column("bloom_filter").null_count == own.num_rows:
-                acks, part, at = _sweep_positions(participant, own, content, positions)
-            else:
-                acks, part = _sweep_loop(participant, own, *content.lists())
-                found = pc.index_in(acks.column("message_id"), value_set=content.ids)
-                at = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+            a = int(np.searchsorted(sender_of, participant, side="left"))
+            b = int(np.searchsorted(sender_of, participant, side="right"))
+            own = small.slice(a, b - a)
+            lo, hi = int(offs[a]), int(offs[b])
+            positions = (all_rows[lo:hi] - a, all_values.slice(lo, hi - lo), all_pos[lo:hi])
+            if any_bloom:
+                own = own.append_column("bloom_filter", blooms.take(own.column("row")))
+            acks, part, at = _sweep_positions(participant, own, content, positions)
             lat = acks.column("latency_ms").to_numpy()
             stats[0, at] += 1  # a sender acknowledges a message once: ``at`` has no repeats
             stats[1, at] = np.minimum(stats[1, at], lat)
