@@ -764,7 +764,9 @@ def _messages_task(
         import pyarrow.compute as pc
 
         source, figures = task
-        want = figures.column("first_index").combine_chunks()
+        # the first copies' indexes, ascending as the file's: a row is one when a binary
+        # search finds its index there (an ``is_in`` built the same hash set for every batch)
+        want = np.asarray(figures.column("first_index").to_numpy(), dtype=np.int64)
         never_set = pa.array(never, pa.string())
         cand_set = pa.array(cands, pa.string())
         edges: list[pa.RecordBatch] = []
@@ -785,7 +787,9 @@ def _messages_task(
         def batches() -> Iterator[pa.RecordBatch]:
             done = 0
             for b in _work_batches(source, columns):
-                got = b.filter(pc.is_in(b.column("index"), value_set=want))
+                idx = np.asarray(b.column("index").to_numpy(), dtype=np.int64)
+                at = np.minimum(np.searchsorted(want, idx), max(len(want) - 1, 0))
+                got = b.filter(pa.array(want[at] == idx)) if len(want) else b.slice(0, 0)
                 n = got.num_rows
                 if not n:
                     continue
@@ -800,8 +804,9 @@ def _messages_task(
                 held = np.asarray(
                     pc.not_equal(got.column("kind"), "ephemeral").to_numpy(zero_copy_only=False)
                 )
-                empty = pa.array([[]] * n, pa.list_(pa.string()))
-                never_deps = empty
+                never_deps = pa.ListArray.from_arrays(
+                    pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())
+                )
                 if len(never):
                     hit = np.asarray(pc.is_in(values, never_set).to_numpy(zero_copy_only=False))
                     hit &= held[rows]
