@@ -4,14 +4,12 @@ repeated in a history, ids of no content message, a participant's own messages, 
 before a message's first copy, bloom filters on some messages (holding ids acknowledged by a
 history before, at or after the filter, ids of no content message, and false positives as
 the filter's bits give them). The dependency figures the sweep task also makes
-(``dependency_figures``) equal the exploded join the job did before. The batch bloom checks
-equal ``BloomFilter.positions`` and ``contains``. No Spark."""
+(``dependency_figures``) equal the exploded join the job did before. No Spark."""
 
 from __future__ import annotations
 
 import random
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -25,7 +23,7 @@ from loglake.pipeline.jobs.sds_audit import (
     _sweep_loop,
     dependency_figures,
 )
-from loglake.sds.bloom import BloomFilter, contains, contains_batch, positions_batch
+from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
     [
@@ -141,31 +139,3 @@ def test_dependency_figures_equal_the_exploded_join(ch):
         assert late.schema == LATE_SCHEMA
         assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
         assert never == want_never
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    ids=st.lists(st.one_of(st.text(max_size=70), st.from_regex(r"[0-9a-f]{64}", fullmatch=True))),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_batch_bloom_checks_equal_positions_and_contains(ids, seed):
-    """``positions_batch`` equals ``BloomFilter.positions`` id by id (ASCII ids of any length,
-    Latin-1, astral characters, the empty id) and ``contains_batch`` equals ``contains``."""
-    f = BloomFilter()
-    want = np.array([f.positions(i) for i in ids], dtype=np.int64).reshape(len(ids), f.k)
-    got = positions_batch(pa.array(ids, pa.string()))
-    assert np.array_equal(got, want)
-    rng = random.Random(seed)
-    filters = []
-    for _ in range(3):
-        g = BloomFilter()
-        for i in ids:
-            if rng.random() < 0.5:
-                g.insert(i)
-        filters.append(g.to_bytes())
-    matrix = np.frombuffer(b"".join(filters), dtype=np.uint8).reshape(3, -1)
-    rows = np.array([rng.randrange(3) for _ in ids], dtype=np.int64)
-    hits = contains_batch(matrix, rows, got)
-    assert hits.tolist() == [
-        contains(filters[r], p) for r, p in zip(rows.tolist(), want, strict=True)
-    ]
