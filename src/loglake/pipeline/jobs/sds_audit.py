@@ -8,21 +8,22 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    reason, detail) and the job goes on. The records never enter the JVM: the driver plans
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
-   lie, in index order, decode them (``decode_batches``) and write the decoded rows as zstd
-   Parquet part files under ``_work/decoded`` themselves; later stages read those. Why: through
-   ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
-   200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
-   write: most of the decode stage (docs/sds.md, "Auditing a channel"). This needs ``data_dir`` and
-   ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
-   standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
-   it cannot see (the driver also reads the decoded files and the written tables itself);
+   lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
+   IPC files (zstd buffers) under ``_work/decoded`` themselves; later stages read those.
+   Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
+   (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
+   back for the write: most of the decode stage (docs/sds.md, "Auditing a channel"). This
+   needs ``data_dir`` and ``out_dir`` on a filesystem shared by the driver and every executor
+   (``local[*]``, the standalone cluster on one machine); the driver fails with ``JobFailed``
+   naming a part file it cannot see (the driver also reads the decoded files and the written
+   tables itself);
 2. on the driver, from the small columns of every decoded record read with pyarrow (no
    history, no bloom filter): the rejects, the first copy of each message id (later copies of a
    content message are resends or SDS-R repair responses) and the content messages;
 3. sweeps, in plain tasks each holding a group of senders, which content messages of others
    each participant *showed it held* in its own later messages — the id in the message's
-   causal history or in its bloom filter (``loglake.sds.bloom.contains``, the filter's own bit
-   layout) — with the first such message's position and time: an acknowledgement and its
+   causal history or in its bloom filter (``loglake.sds.bloom.contains_batch``, the filter's
+   own bit layout) — with the first such message's position and time: an acknowledgement and its
    latency (``_sweep_task``: each sender's ``acks`` part file written with pyarrow);
 4. joins, on the driver, what is keyed by id or index and small (acks per message, repairs,
    dependencies seen later) and has ``messages`` written by a task per decoded part file, which
@@ -249,7 +250,7 @@ class _ContentArrays:
         """Every content id's bloom-filter bit positions ((n, k) ``positions_batch``), made
         once and kept: every sender of a task checks the same ids."""
         if self._bloom_positions is None:
-            from loglake.sds.bloom import positions_batch
+            from loglake.sds import positions_batch
 
             self._bloom_positions = positions_batch(self.ids)
         return self._bloom_positions
@@ -401,7 +402,7 @@ def _bloom_acks(
     wait, and each round is a few array operations."""
     import numpy as np
 
-    from loglake.sds.bloom import contains_batch
+    from loglake.sds import contains_batch
 
     idxs = own.column("index").to_numpy()
     n_own = len(idxs)
@@ -447,7 +448,7 @@ def _bloom_matrix(col: pa.ChunkedArray) -> tuple[Any, Any]:
     import numpy as np
     import pyarrow.compute as pc
 
-    from loglake.sds.bloom import BloomFilter
+    from loglake.sds import BloomFilter
 
     width = BloomFilter().n_bytes
     valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
@@ -604,8 +605,8 @@ def _sweep_task(
 ) -> Callable[[tuple[int, list[str]]], SweepResult]:
     """One sweep task: the first-copy content and sync messages of its senders, read from
     every decoded part file with pyarrow (``later``: the indexes of the later copies, left
-    out), swept one sender at a time (``_sweep_arrays``, or ``_sweep_loop`` where a message
-    carries a bloom filter) with the dependency figures from the same ``index_in``
+    out), swept one sender at a time (``_sweep_positions``, bloom filters or not) with the
+    dependency figures from the same ``index_in``
     (``dependency_figures``). Each sender's acknowledgements become a part file of ``acks``
     (``_write_part``, named by the sender); the task's per-message figures (how many
     acknowledged each content message, the first and last latency) go to one ``.npy`` file in
@@ -1043,10 +1044,10 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     # Files in --out that are not the audit's (--overwrite) are carried over.
     with staged_output(opts.out_dir, keep=lambda name: name not in audit_files) as stage:
         staged = dataclasses.replace(opts, out_dir=str(stage))
-        # decoded once, to Parquet: later passes read only the columns they need (the 200-id
-        # causal histories once, for the messages table). zstd, not snappy: a packed history
-        # mostly repeats the previous row's, which snappy's 64 KB blocks do not see across
-        # rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
+        # decoded once, to Arrow IPC files: later passes read only the columns they need (the
+        # 200-id causal histories once, for the messages table). zstd: a packed history
+        # mostly repeats the previous row's, which zstd sees across rows (a 51,000-row file of
+        # the benchmark's channel: 770 MB of Arrow buffers → 9 MB)
         work = stage / WORK_DIR
         try:
             summary.records, reasons, decoded = _decode_stage(spark, staged, work / "decoded")
