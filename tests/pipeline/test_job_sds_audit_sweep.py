@@ -1,10 +1,14 @@
-"""The acknowledgement sweep without bloom filters runs on arrays (``_sweep_arrays``); it must
-give what the message-by-message sweep (``_sweep_loop``) gives, acks and figures, on any
-channel: ids repeated in a history, ids of no content message, a participant's own messages,
-references before a message's first copy. The dependency figures the sweep task also makes
+"""The acknowledgement sweep runs on arrays (``_sweep_arrays``); it must give what the
+message-by-message sweep (``_sweep_loop``) gives, acks and figures, on any channel: ids
+repeated in a history, ids of no content message, a participant's own messages, references
+before a message's first copy, bloom filters on some messages (holding ids acknowledged by a
+history before, at or after the filter, ids of no content message, and false positives as
+the filter's bits give them). The dependency figures the sweep task also makes
 (``dependency_figures``) equal the exploded join the job did before. No Spark."""
 
 from __future__ import annotations
+
+import random
 
 import pyarrow as pa
 import pytest
@@ -19,6 +23,7 @@ from loglake.pipeline.jobs.sds_audit import (
     _sweep_loop,
     dependency_figures,
 )
+from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
     [
@@ -32,7 +37,7 @@ OWN = pa.schema(
 
 
 @st.composite
-def channels(draw):
+def channels(draw, blooms: bool = False):
     n = draw(st.integers(1, 40))
     senders = draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n))
     kinds = draw(st.lists(st.sampled_from(["content", "content", "sync"]), min_size=n, max_size=n))
@@ -43,7 +48,21 @@ def channels(draw):
     for i in range(n):
         if senders[i] == "a":
             refs = draw(st.lists(st.sampled_from([*ids, "x", "y"]), max_size=8))
-            own.append((i, ts[i], kinds[i], refs))
+            bloom = None
+            shape = draw(st.sampled_from(["none", "held", "dense"])) if blooms else "none"
+            if shape == "held":  # the ids a participant held, as its filter has them
+                f = BloomFilter()
+                for mid in draw(st.lists(st.sampled_from([*ids, "x", "y"]), max_size=n)):
+                    f.insert(mid)
+                bloom = f.to_bytes()
+            elif shape == "dense":  # 7 bits in 8 set: about one id in four a false positive
+                rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+                width = BloomFilter().n_bytes
+                bloom = bytes(
+                    rng.getrandbits(8) | rng.getrandbits(8) | rng.getrandbits(8)
+                    for _ in range(width)
+                )
+            own.append((i, ts[i], kinds[i], refs, bloom))
     return (
         [ids[i] for i in content],
         content,
@@ -55,7 +74,7 @@ def channels(draw):
 
 @pytest.mark.slow  # hypothesis: 4-10 s
 @settings(max_examples=100, deadline=None)
-@given(ch=channels())
+@given(ch=st.one_of(channels(), channels(blooms=True)))
 def test_array_sweep_equals_the_loop(ch):
     ids, first, ts, senders, own_rows = ch
     if not own_rows:
@@ -66,7 +85,7 @@ def test_array_sweep_equals_the_loop(ch):
             "timestamp_ns": [r[1] for r in own_rows],
             "kind": [r[2] for r in own_rows],
             "causal_new": [r[3] for r in own_rows],
-            "bloom_filter": [None] * len(own_rows),
+            "bloom_filter": [r[4] for r in own_rows],
         },
         schema=OWN,
     )
@@ -86,7 +105,7 @@ def _figures_the_long_way(own_rows, ids, first):
     pos = dict(zip(ids, first, strict=True))
     late = {}
     never = set()
-    for i, _, _, refs in own_rows:
+    for i, _, _, refs, _ in own_rows:
         n = sum(1 for d in refs if d in pos and pos[d] > i)
         if n:
             late[f"own{i}"] = n

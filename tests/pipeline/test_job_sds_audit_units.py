@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from loglake.log import open_log
@@ -20,6 +19,7 @@ from loglake.pipeline.jobs.sds_audit import (
     DECODED_SCHEMA,
     SdsAuditOptions,
     _decode_task,
+    _read_work,
     decode_batches,
     run,
     table,
@@ -68,7 +68,7 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     out.mkdir()
     task = _decode_task(str(data), CHANNEL, str(out))
     path, rows, reasons = task((0, units))
-    got = pq.read_table(path)
+    got = _read_work(path, DECODED_SCHEMA.names)
     assert rows == n and got.schema == DECODED_SCHEMA and reasons == {}
     assert got.to_pylist() == want
     assert [p.name for p in out.iterdir()] == [Path(path).name]  # no temporary file left
@@ -78,7 +78,7 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     for f in small:
         f.unlink()
     path, rows, _ = task((1, units))
-    assert pq.read_table(path).to_pylist() == want
+    assert _read_work(path, DECODED_SCHEMA.names).to_pylist() == want
 
 
 @pytest.mark.spark

@@ -6,11 +6,23 @@ interop/node/diff_peer.mjs (commands ``sds_hash_n`` / ``bloom``) and recorded he
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loglake.sds.bloom import BloomFilter, contains, hash_n, nim_hash, sizing
+from loglake.sds.bloom import (
+    BloomFilter,
+    contains,
+    contains_batch,
+    hash_n,
+    nim_hash,
+    positions_batch,
+    sizing,
+)
 
 
 def test_default_sizing_is_k10_m150000_2344_words() -> None:
@@ -65,3 +77,31 @@ def test_no_false_negatives_and_roundtrip(ids: list[str], other: str) -> None:
 def test_from_bytes_rejects_wrong_length() -> None:
     with pytest.raises(ValueError):
         BloomFilter.from_bytes(bytes(18_751))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.one_of(st.text(max_size=70), st.from_regex(r"[0-9a-f]{64}", fullmatch=True))),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_batch_bloom_checks_equal_positions_and_contains(ids: list[str], seed: int) -> None:
+    """``positions_batch`` equals ``BloomFilter.positions`` id by id (ASCII ids of any length,
+    Latin-1, astral characters, the empty id) and ``contains_batch`` equals ``contains``."""
+    f = BloomFilter()
+    want = np.array([f.positions(i) for i in ids], dtype=np.int64).reshape(len(ids), f.k)
+    got = positions_batch(pa.array(ids, pa.string()))
+    assert np.array_equal(got, want)
+    rng = random.Random(seed)
+    filters = []
+    for _ in range(3):
+        g = BloomFilter()
+        for i in ids:
+            if rng.random() < 0.5:
+                g.insert(i)
+        filters.append(g.to_bytes())
+    matrix = np.frombuffer(b"".join(filters), dtype=np.uint8).reshape(3, -1)
+    rows = np.array([rng.randrange(3) for _ in ids], dtype=np.int64)
+    hits = contains_batch(matrix, rows, got)
+    assert hits.tolist() == [
+        contains(filters[r], p) for r, p in zip(rows.tolist(), want, strict=True)
+    ]

@@ -190,24 +190,35 @@ def write_part(
     schema: Any,
     batches: Iterable[Any],
     compression: str = "snappy",
+    arrow_ipc: bool = False,
 ) -> tuple[str, int]:
     """``batches`` (Arrow record batches of ``schema``) written by a plain task as
     ``folder/name``, one Parquet file, under a hidden temporary name and then renamed: a retried
     or speculative attempt rewrites the same file whole, and a failed or cancelled one leaves no
     half-written file. Returns the file's path and its row count. (The staging folder it writes
-    into is made durable by ``commit_dir``.)"""
+    into is made durable by ``commit_dir``.) ``arrow_ipc``: an Arrow IPC file instead (its
+    buffers compressed with ``compression``, ``lz4`` or ``zstd``), for a job's intermediate
+    files read back once by pyarrow on the same machine: no Parquet encoding either way."""
     import uuid
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = os.path.join(folder, name)
     tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
     rows = 0
     try:
-        with pq.ParquetWriter(tmp, schema, compression=compression) as w:
-            for batch in batches:
-                w.write_batch(batch)
-                rows += batch.num_rows
+        if arrow_ipc:
+            options = pa.ipc.IpcWriteOptions(compression=compression)
+            with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, schema, options=options) as w:
+                for batch in batches:
+                    w.write_batch(batch)
+                    rows += batch.num_rows
+        else:
+            with pq.ParquetWriter(tmp, schema, compression=compression) as w:
+                for batch in batches:
+                    w.write_batch(batch)
+                    rows += batch.num_rows
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

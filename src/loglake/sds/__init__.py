@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from loglake.faces import lazy_face
 
 if TYPE_CHECKING:
-    from loglake.sds.bloom import BloomFilter, contains
+    from loglake.sds.bloom import BloomFilter, contains, contains_batch, positions_batch
     from loglake.sds.channel import SdsChannel, decode_hint
     from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
     from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
@@ -63,9 +63,11 @@ _FACE = {
     "SdsError": "loglake.sds.errors",
     "SdsLocalError": "loglake.sds.errors",
     "contains": "loglake.sds.bloom",
+    "contains_batch": "loglake.sds.bloom",
     "decode_batches": "loglake.sds.columnar",
     "decode_hint": "loglake.sds.channel",
     "history_lists": "loglake.sds.columnar",
+    "positions_batch": "loglake.sds.bloom",
 }
 """Each public name and the module that defines it, imported on first use: a Spark task that
 needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
@@ -97,7 +99,9 @@ __all__ = [
     "SdsError",
     "SdsLocalError",
     "contains",
+    "contains_batch",
     "decode_batches",
     "decode_hint",
     "history_lists",
+    "positions_batch",
 ]

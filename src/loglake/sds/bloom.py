@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import mmh3
 
@@ -171,3 +172,99 @@ class BloomFilter:
 def contains(data: bytes | bytearray, positions: Iterable[int]) -> bool:
     """Lookup on serialised filter bytes without building a ``BloomFilter``."""
     return all(data[(h >> 6 << 3) + 7 - ((h & 63) >> 3)] & 1 << (h & 7) for h in positions)
+
+
+# -- a batch of ids at once (the sds-audit job checks every pending id against a filter) --------
+
+_C1, _C2 = 0xCC9E2D51, 0x1B873593
+
+
+def _murmur3_rows(rows: Any) -> Any:
+    """MurmurHash3_x86_32, seed 0, of each row of ``rows`` (an (n, L) uint8 array: n keys of
+    L bytes), as signed int32 values in an int64 array: ``mmh3.hash`` a row at a time, in
+    numpy over all rows at once (uint32 arithmetic wraps as the C code's does)."""
+    import numpy as np
+
+    n, size = rows.shape
+    h = np.zeros(n, dtype=np.uint32)
+    c1, c2 = np.uint32(_C1), np.uint32(_C2)
+
+    def rotl(x: Any, r: int) -> Any:
+        return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+    nblocks = size // 4
+    if nblocks:
+        blocks = np.ascontiguousarray(rows[:, : nblocks * 4]).view("<u4")
+        for i in range(nblocks):
+            k1 = rotl(blocks[:, i] * c1, 15) * c2
+            h = rotl(h ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+    tail = size & 3
+    if tail:
+        k1 = np.zeros(n, dtype=np.uint32)
+        for j in range(tail - 1, -1, -1):
+            k1 = (k1 << np.uint32(8)) | rows[:, nblocks * 4 + j].astype(np.uint32)
+        h ^= rotl(k1 * c1, 15) * c2
+    h ^= np.uint32(size & 0xFFFFFFFF)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x85EBCA6B)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h ^= h >> np.uint32(16)
+    return h.view(np.int32).astype(np.int64)
+
+
+def positions_batch(
+    items: Any, capacity: int = DEFAULT_CAPACITY, error_rate: float = DEFAULT_ERROR_RATE
+) -> Any:
+    """``BloomFilter(capacity, error_rate).positions`` of every id in ``items`` (a pyarrow
+    string array, or a sequence of str) as an (n, k) int64 array, row i the positions of id i.
+    Why: the audit checks thousands of ids against each message's filter; the hash of an ASCII
+    id is MurmurHash3 over its bytes (as ``nim_hash``), computed here for every id of a length
+    at once; any other id (a null counts as the empty id) goes through ``positions``, the
+    reference this is tested equal to."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    k, m_bits, _ = sizing(capacity, error_rate)
+    arr = items if isinstance(items, pa.Array) else pa.array(list(items), pa.string())
+    arr = pc.fill_null(arr.cast(pa.string()), "")
+    n = len(arr)
+    out = np.empty((n, k), dtype=np.int64)
+    if n == 0:
+        return out
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
+    offs = offs.astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2] or b"", dtype=np.uint8)
+    lens = np.diff(offs)
+    high = np.zeros(n, dtype=bool)  # a byte >= 0x80: not ASCII, the reference's way
+    if len(data):
+        hi_at = np.flatnonzero(data[offs[0] : offs[-1]] >= 0x80) + offs[0]
+        high[np.searchsorted(offs, hi_at, side="right") - 1] = True
+    suffix = np.frombuffer(b" b", dtype=np.uint8)
+    steps = np.arange(k, dtype=np.int64)
+    for size in np.unique(lens[~high]).tolist():
+        at = np.flatnonzero((lens == size) & ~high)
+        keys = data[offs[at][:, None] + np.arange(size, dtype=np.int64)]
+        hash_a = np.abs(_murmur3_rows(keys)) % m_bits
+        with_b = np.concatenate([keys, np.broadcast_to(suffix, (len(at), 2))], axis=1)
+        hash_b = np.abs(_murmur3_rows(with_b)) % m_bits
+        out[at] = (hash_a[:, None] + steps[None, :] * hash_b[:, None]) % m_bits
+    if high.any():
+        f = BloomFilter(capacity, error_rate)
+        for i in np.flatnonzero(high).tolist():
+            out[i] = f.positions(arr[i].as_py())
+    return out
+
+
+def contains_batch(filters: Any, rows: Any, positions: Any) -> Any:
+    """``contains(filters[rows[i]], positions[i])`` for every i at once: ``filters`` an
+    (f, n_bytes) uint8 array of serialised filters (one a row), ``rows`` which filter each
+    check reads, ``positions`` an (n, k) array (``positions_batch``). A bool array of n."""
+    import numpy as np
+
+    pos = np.asarray(positions, dtype=np.int64)
+    byte = ((pos >> 6) << 3) + 7 - ((pos & 63) >> 3)
+    bit = (np.uint8(1) << (pos & 7).astype(np.uint8)).astype(np.uint8)
+    got = filters[np.asarray(rows, dtype=np.int64)[:, None], byte]
+    return np.all((got & bit) != 0, axis=1)

@@ -8,21 +8,22 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    reason, detail) and the job goes on. The records never enter the JVM: the driver plans
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
-   lie, in index order, decode them (``decode_batches``) and write the decoded rows as zstd
-   Parquet part files under ``_work/decoded`` themselves; later stages read those. Why: through
-   ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record (~20 KB with a
-   200-entry history) from the lake into Arrow for Python, and the decoded rows back for the
-   write: most of the decode stage (docs/sds.md, "Auditing a channel"). This needs ``data_dir`` and
-   ``out_dir`` on a filesystem shared by the driver and every executor (``local[*]``, the
-   standalone cluster on one machine); the driver fails with ``JobFailed`` naming a part file
-   it cannot see (the driver also reads the decoded files and the written tables itself);
+   lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
+   IPC files (zstd buffers) under ``_work/decoded`` themselves; later stages read those.
+   Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
+   (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
+   back for the write: most of the decode stage (docs/sds.md, "Auditing a channel"). This
+   needs ``data_dir`` and ``out_dir`` on a filesystem shared by the driver and every executor
+   (``local[*]``, the standalone cluster on one machine); the driver fails with ``JobFailed``
+   naming a part file it cannot see (the driver also reads the decoded files and the written
+   tables itself);
 2. on the driver, from the small columns of every decoded record read with pyarrow (no
    history, no bloom filter): the rejects, the first copy of each message id (later copies of a
    content message are resends or SDS-R repair responses) and the content messages;
 3. sweeps, in plain tasks each holding a group of senders, which content messages of others
    each participant *showed it held* in its own later messages — the id in the message's
-   causal history or in its bloom filter (``loglake.sds.bloom.contains``, the filter's own bit
-   layout) — with the first such message's position and time: an acknowledgement and its
+   causal history or in its bloom filter (``loglake.sds.bloom.contains_batch``, the filter's
+   own bit layout) — with the first such message's position and time: an acknowledgement and its
    latency (``_sweep_task``: each sender's ``acks`` part file written with pyarrow);
 4. joins, on the driver, what is keyed by id or index and small (acks per message, repairs,
    dependencies seen later) and has ``messages`` written by a task per decoded part file, which
@@ -243,6 +244,16 @@ class _ContentArrays:
     first: Any  # np.ndarray[int64]
     ts: Any  # np.ndarray[int64]
     sender: pa.Array
+    _bloom_positions: Any = None  # ``bloom_positions``, made on first use
+
+    def bloom_positions(self) -> Any:
+        """Every content id's bloom-filter bit positions ((n, k) ``positions_batch``), made
+        once and kept: every sender of a task checks the same ids."""
+        if self._bloom_positions is None:
+            from loglake.sds import positions_batch
+
+            self._bloom_positions = positions_batch(self.ids)
+        return self._bloom_positions
 
     @staticmethod
     def of(ids: list[str], first: list[int], ts: list[int], sender: list[str]) -> _ContentArrays:
@@ -294,10 +305,11 @@ def _causal_positions(own: pa.Table, content: _ContentArrays) -> Positions:
 def _sweep_arrays(
     participant: str, own: pa.Table, content: _ContentArrays, positions: Positions | None = None
 ) -> tuple[pa.Table, pa.Table]:
-    """``_sweep_loop`` for messages without bloom filters: message c (of another sender) is
-    acknowledged at the first own message q after its first copy whose ``causal_new`` lists it;
-    the (q, c) pairs come from one ``index_in`` of all the ids against the content ids, and the
-    first q per c from a stable sort."""
+    """``_sweep_loop`` on arrays: message c (of another sender) is acknowledged at the first own
+    message q after its first copy whose ``causal_new`` lists it or whose bloom filter contains
+    it; the (q, c) pairs of the histories come from one ``index_in`` of all the ids against the
+    content ids and the first q per c from a stable sort; the bloom filters are searched only
+    before that q (``_bloom_acks``)."""
     acks, figures, _ = _sweep_positions(participant, own, content, positions)
     return acks, figures
 
@@ -324,8 +336,11 @@ def _sweep_positions(
     c_sorted = c[order]
     uc, at = np.unique(c_sorted, return_index=True)
     uj = j[order][at]
-    by_q = np.lexsort((uc, uj))  # acks in the loop's order: by q, then position
-    uc, uj = uc[by_q], uj[by_q]
+    by_bloom = np.zeros(len(uc), dtype=bool)
+    if "bloom_filter" in own.column_names and own.column("bloom_filter").null_count < n_own:
+        uc, uj, by_bloom = _bloom_acks(own, content, others, uc, uj)
+    by_q = np.lexsort((uc, uj))  # acks by q, then position
+    uc, uj, by_bloom = uc[by_q], uj[by_q], by_bloom[by_q]
     lat = (tss[uj] - content.ts[uc]) / 1e6
     n_acked = len(uc)
     acks = pa.table(
@@ -335,7 +350,7 @@ def _sweep_positions(
             pa.array(idxs[uj], pa.int64()),
             pa.array(tss[uj], pa.int64()),
             pa.array(lat, pa.float64()),
-            pa.array(["causal_history"] * n_acked, pa.string()),
+            _VIA.take(pa.array(by_bloom.astype(np.int8))),
         ],
         schema=ACKS_SCHEMA,
     )
@@ -363,6 +378,100 @@ def _sweep_positions(
     return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
 
 
+_VIA = pa.array(["causal_history", "bloom_filter"], pa.string())
+BLOOM_CHECKS = 500_000
+"""At most this many (id, filter) checks at once in ``_bloom_acks`` (each reads k bytes)."""
+
+
+def _bloom_acks(
+    own: pa.Table, content: _ContentArrays, others: Any, uc: Any, uj: Any
+) -> tuple[Any, Any, Any]:
+    """The acknowledgements of one sender (``own``, in index order) with its bloom filters:
+    ``uc``/``uj`` (content position, own row) those of the causal histories; returned, the
+    same with every content message a filter shows earlier, and which came from a filter.
+
+    What the message-by-message loop does, without a Python step per (message, pending id):
+    a content message c is acknowledged at the first own message after c's first copy whose
+    history lists c or whose filter contains c (``_sweep_loop``: the history first); so only
+    the filters of the own messages after c's first copy and before its history
+    acknowledgement can move it earlier. All such (c, filter) checks go in rounds: each
+    round checks, for every c not yet found, its next filters (1, 2, 4, ... of them), with
+    ``bloom.contains_batch`` over the filters as one byte matrix; a c is settled at its first
+    hit or once its filters are used up. The work is the loop's (a pending id is checked
+    against each filter until one contains it), the rounds are logarithmic in the longest
+    wait, and each round is a few array operations."""
+    import numpy as np
+
+    from loglake.sds import contains_batch
+
+    idxs = own.column("index").to_numpy()
+    n_own = len(idxs)
+    brow, filters = _bloom_matrix(own.column("bloom_filter"))
+    k = int(np.searchsorted(content.first, idxs[-1], side="left"))  # first before the last q
+    hist_row = np.full(k, n_own, dtype=np.int64)
+    hist_row[uc] = uj
+    cand = np.flatnonzero(others[:k])
+    start = np.searchsorted(idxs[brow], content.first[cand], side="right")
+    end = np.searchsorted(brow, hist_row[cand], side="left")
+    live = start < end
+    cand, cur, end = cand[live], start[live], end[live]
+    pos = content.bloom_positions()[cand] if len(cand) else np.zeros((0, 1), dtype=np.int64)
+    found = np.full(len(cand), -1, dtype=np.int64)
+    left = np.arange(len(cand))
+    width = 1
+    while len(left):
+        n = np.minimum(width, end[left] - cur[left])
+        first = np.cumsum(n) - n
+        seg = np.repeat(np.arange(len(left)), n)
+        r = cur[left][seg] + (np.arange(int(n.sum())) - first[seg])
+        hit = contains_batch(filters, r, pos[left[seg]])
+        at = np.minimum.reduceat(np.where(hit, r, n_own + len(brow)), first)
+        got = at < len(brow)
+        found[left[got]] = at[got]
+        cur[left] += n
+        left = left[~got & (cur[left] < end[left])]
+        width = max(1, min(2 * width, BLOOM_CHECKS // max(1, len(left))))
+    ack_row = np.full(k, -1, dtype=np.int64)
+    ack_row[uc] = uj
+    by_bloom = np.zeros(k, dtype=bool)
+    hit_c = found >= 0
+    ack_row[cand[hit_c]] = brow[found[hit_c]]
+    by_bloom[cand[hit_c]] = True
+    acked = np.flatnonzero(ack_row >= 0)
+    return acked, ack_row[acked], by_bloom[acked]
+
+
+def _bloom_matrix(col: pa.ChunkedArray) -> tuple[Any, Any]:
+    """A sender's bloom filters: the rows that carry one, and the filters as an (n, bytes)
+    uint8 matrix (one copy of their bytes; a filter of another length is a reject of the
+    decode, so all have the one length)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from loglake.sds import BloomFilter
+
+    width = BloomFilter().n_bytes
+    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(valid)
+    pieces = []
+    for ch in col.chunks:
+        if ch.null_count == len(ch):
+            continue
+        offs = np.frombuffer(ch.buffers()[1], dtype=np.int32)[ch.offset : ch.offset + len(ch) + 1]
+        lens = np.diff(offs)
+        ok = np.asarray(ch.is_valid())
+        data = np.frombuffer(ch.buffers()[2], dtype=np.uint8)
+        if np.all(lens[ok] == width) and not lens[~ok].any():  # the filters end to end
+            pieces.append(data[offs[0] : offs[-1]])
+        else:
+            for i in np.flatnonzero(ok).tolist():
+                if lens[i] != width:
+                    raise ValueError(f"a bloom filter of {lens[i]} bytes, not {width}")
+                pieces.append(data[offs[i] : offs[i + 1]])
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+    return rows, flat.reshape(len(rows), width)
+
+
 def _sweep_loop(
     participant: str,
     own: pa.Table,
@@ -371,7 +480,8 @@ def _sweep_loop(
     content_ts: list[int],
     content_sender: list[str],
 ) -> tuple[pa.Table, pa.Table]:
-    """The sweep message by message (any message with a bloom filter); ``own`` sorted."""
+    """The sweep message by message; ``own`` sorted. The reference ``_sweep_arrays`` (what
+    the job runs) is tested equal to."""
     from loglake.sds import BloomFilter, contains
 
     positions_of = BloomFilter().positions
@@ -495,8 +605,8 @@ def _sweep_task(
 ) -> Callable[[tuple[int, list[str]]], SweepResult]:
     """One sweep task: the first-copy content and sync messages of its senders, read from
     every decoded part file with pyarrow (``later``: the indexes of the later copies, left
-    out), swept one sender at a time (``_sweep_arrays``, or ``_sweep_loop`` where a message
-    carries a bloom filter) with the dependency figures from the same ``index_in``
+    out), swept one sender at a time (``_sweep_positions``, bloom filters or not) with the
+    dependency figures from the same ``index_in``
     (``dependency_figures``). Each sender's acknowledgements become a part file of ``acks``
     (``_write_part``, named by the sender); the task's per-message figures (how many
     acknowledged each content message, the first and last latency) go to one ``.npy`` file in
@@ -510,30 +620,47 @@ def _sweep_task(
 
         import numpy as np
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         k, senders = task
         content = _content_arrays(content_bc)
         n_content = len(content.ids)
-        filters = [("ok", "=", True), ("kind", "in", ["content", "sync"])]
-        filters.append(("sender", "in", senders))
-        rows = pa.concat_tables(
-            [pq.read_table(f, columns=SWEEP_COLUMNS, filters=filters) for f in decoded]
+        rows = pa.concat_tables([_read_work(f, ["ok", *SWEEP_COLUMNS]) for f in decoded])
+        keep = pc.and_(
+            pc.and_(
+                rows.column("ok"), pc.is_in(rows.column("kind"), pa.array(["content", "sync"]))
+            ),
+            pc.is_in(rows.column("sender"), pa.array(senders, pa.string())),
         )
         if len(later):
-            rows = rows.filter(pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
+            keep = pc.and_(keep, pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
+        rows = rows.filter(keep).select(SWEEP_COLUMNS)
+        # every sender's rows together, in index order, and every causal_new id's content
+        # position from one ``index_in`` for the whole task (one hash table of the content
+        # ids, not one a sender); the bloom filters stay where they were read (a copy of
+        # them all would be the task's largest allocation) and are taken a sender at a time
+        blooms = rows.column("bloom_filter")
+        small = rows.drop_columns(["bloom_filter"]).append_column(
+            "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        )
+        small = small.sort_by([("sender", "ascending"), ("index", "ascending")])
+        all_rows, all_values, all_pos = _causal_positions(small, content)
+        causal = small.column("causal_new").combine_chunks()
+        offs = np.asarray(causal.offsets, dtype=np.int64)
+        offs -= offs[0]
+        sender_of = small.column("sender").to_numpy(zero_copy_only=False)
+        any_bloom = blooms.null_count < len(blooms)
         stats = np.zeros((3, n_content), dtype=np.float64)
         stats[1], stats[2] = np.inf, -np.inf
         figures, lates, never, files = [], [], set(), []
         for participant in senders:
-            own = rows.filter(pc.equal(rows.column("sender"), participant)).sort_by("index")
-            positions = _causal_positions(own, content)
-            if own.column("bloom_filter").null_count == own.num_rows:
-                acks, part, at = _sweep_positions(participant, own, content, positions)
-            else:
-                acks, part = _sweep_loop(participant, own, *content.lists())
-                found = pc.index_in(acks.column("message_id"), value_set=content.ids)
-                at = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+            a = int(np.searchsorted(sender_of, participant, side="left"))
+            b = int(np.searchsorted(sender_of, participant, side="right"))
+            own = small.slice(a, b - a)
+            lo, hi = int(offs[a]), int(offs[b])
+            positions = (all_rows[lo:hi] - a, all_values.slice(lo, hi - lo), all_pos[lo:hi])
+            if any_bloom:
+                own = own.append_column("bloom_filter", blooms.take(own.column("row")))
+            acks, part, at = _sweep_positions(participant, own, content, positions)
             lat = acks.column("latency_ms").to_numpy()
             stats[0, at] += 1  # a sender acknowledges a message once: ``at`` has no repeats
             stats[1, at] = np.minimum(stats[1, at], lat)
@@ -636,10 +763,11 @@ def _messages_task(
 
         import numpy as np
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         source, figures = task
-        want = figures.column("first_index").combine_chunks()
+        # the first copies' indexes, ascending as the file's: a row is one when a binary
+        # search finds its index there (an ``is_in`` built the same hash set for every batch)
+        want = np.asarray(figures.column("first_index").to_numpy(), dtype=np.int64)
         never_set = pa.array(never, pa.string())
         cand_set = pa.array(cands, pa.string())
         edges: list[pa.RecordBatch] = []
@@ -659,8 +787,10 @@ def _messages_task(
 
         def batches() -> Iterator[pa.RecordBatch]:
             done = 0
-            for b in pq.ParquetFile(source).iter_batches(DECODE_BATCH, columns=columns):
-                got = b.filter(pc.is_in(b.column("index"), value_set=want))
+            for b in _work_batches(source, columns):
+                idx = np.asarray(b.column("index").to_numpy(), dtype=np.int64)
+                at = np.minimum(np.searchsorted(want, idx), max(len(want) - 1, 0))
+                got = b.filter(pa.array(want[at] == idx)) if len(want) else b.slice(0, 0)
                 n = got.num_rows
                 if not n:
                     continue
@@ -675,8 +805,9 @@ def _messages_task(
                 held = np.asarray(
                     pc.not_equal(got.column("kind"), "ephemeral").to_numpy(zero_copy_only=False)
                 )
-                empty = pa.array([[]] * n, pa.list_(pa.string()))
-                never_deps = empty
+                never_deps = pa.ListArray.from_arrays(
+                    pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())
+                )
                 if len(never):
                     hit = np.asarray(pc.is_in(values, never_set).to_numpy(zero_copy_only=False))
                     hit &= held[rows]
@@ -738,16 +869,44 @@ def _distinct_sorted_lists(n: int, rows: Any, values: pa.Array) -> pa.ListArray:
 
 
 def _write_part(
-    folder: str, name: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+    folder: str,
+    name: str,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    work: bool = False,
 ) -> tuple[str, int]:
     """``batches`` written by a task as ``folder/name``, a zstd Parquet file of ``schema``,
     under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
     same file whole. Why zstd: rows that repeat their neighbours' (causal histories, ids)
-    stay small, as for the decoded rows. Returns the file's path and its row count."""
+    stay small. Returns the file's path and its row count. ``work``: one of the job's own
+    intermediate files (``_work``), an Arrow IPC file with zstd buffers instead (``_read_work``
+    reads it back)."""
     from loglake.pipeline.output_dir import write_part
 
     casts = (batch.cast(schema) for batch in batches)
-    return write_part(folder, name, schema, casts, compression="zstd")
+    return write_part(folder, name, schema, casts, compression="zstd", arrow_ipc=work)
+
+
+def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
+    """``columns`` of a decoded file in ``_work`` (an Arrow IPC file of ``DECODED_SCHEMA``,
+    ``_write_part(work=True)``): only their buffers are read and decompressed."""
+    return pa.Table.from_batches(list(_work_batches(path, columns)), _work_schema(columns))
+
+
+def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]:
+    """``_read_work`` a record batch at a time (as the decode task wrote them)."""
+    fields = sorted(DECODED_SCHEMA.get_field_index(c) for c in columns)
+    options = pa.ipc.IpcReadOptions(included_fields=fields)
+    with pa.OSFile(path) as f:
+        reader = pa.ipc.open_file(f, options=options)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _work_schema(columns: Iterable[str]) -> pa.Schema:
+    """The schema ``_read_work`` gives: ``columns`` in ``DECODED_SCHEMA``'s order."""
+    want = set(columns)
+    return pa.schema([f for f in DECODED_SCHEMA if f.name in want])
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -782,9 +941,13 @@ def _decode_task(
 ) -> Callable[[tuple[int, list[Unit]]], DecodedPart]:
     """One decode task: its units (consecutive, in index order) read where they lie and
     decoded by one ``decode_batches`` state (``causal_new`` is against the previous message of
-    the same sender read by this task), written as one part file of ``DECODED_SCHEMA``
-    (``_write_part``). Returned: the file's path, its row count and its rejects per reason,
-    counted as the rows pass: the summary's records and rejects then cost no Spark job."""
+    the same sender read by this task), written as one file of ``DECODED_SCHEMA``
+    (``_write_part(work=True)``: an Arrow IPC file with zstd buffers; read back once, by
+    pyarrow on the same machine, it needs no Parquet encoding: at 200,000 messages of the
+    benchmark's channel the write and the later reads of its 2.6 GB of packed histories cost
+    about a third of what zstd Parquet did). Returned: the file's path, its row count and its
+    rejects per reason, counted as the rows pass: the summary's records and rejects then cost
+    no Spark job."""
 
     def run(task: tuple[int, list[Unit]]) -> DecodedPart:
         import pyarrow.compute as pc
@@ -806,9 +969,13 @@ def _decode_task(
                     reasons[key] = reasons.get(key, 0) + int(r["counts"])
                 yield b
 
-        name = f"part-{k:05d}.zstd.parquet"
+        name = f"part-{k:05d}.arrow"
         path, rows = _write_part(
-            decoded_dir, name, DECODED_SCHEMA, counted(decode_batches(channel)(batches()))
+            decoded_dir,
+            name,
+            DECODED_SCHEMA,
+            counted(decode_batches(channel)(batches())),
+            work=True,
         )
         return path, rows, reasons
 
@@ -850,14 +1017,18 @@ def _decode_stage(
     parts = (
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
-    # an empty channel: the schema alone, for the reads that follow
     paths = [p[0] for p in parts]
-    _check_parts(decoded, paths, DECODED_SCHEMA, "--out (and the data dir)")
+    from loglake.pipeline.units import require_visible
+
+    for path in paths:
+        require_visible(path, "sds-audit", "--out (and the data dir)")
+    if not paths:  # an empty channel: the schema alone, for the reads that follow
+        paths = [_write_part(str(decoded), "part-empty.arrow", DECODED_SCHEMA, [], work=True)[0]]
     reasons: dict[str, int] = {}
     for _, _, counts in parts:
         for k, v in counts.items():
             reasons[k] = reasons.get(k, 0) + v
-    return sum(p[1] for p in parts), reasons, paths or [str(decoded / "part-empty.zstd.parquet")]
+    return sum(p[1] for p in parts), reasons, paths
 
 
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
@@ -873,10 +1044,10 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     # Files in --out that are not the audit's (--overwrite) are carried over.
     with staged_output(opts.out_dir, keep=lambda name: name not in audit_files) as stage:
         staged = dataclasses.replace(opts, out_dir=str(stage))
-        # decoded once, to Parquet: later passes read only the columns they need (the 200-id
-        # causal histories once, for the messages table). zstd, not snappy: a packed history
-        # mostly repeats the previous row's, which snappy's 64 KB blocks do not see across
-        # rows and zstd does (the benchmark's 20k channel: 149 → 4 MB)
+        # decoded once, to Arrow IPC files: later passes read only the columns they need (the
+        # 200-id causal histories once, for the messages table). zstd: a packed history
+        # mostly repeats the previous row's, which zstd sees across rows (a 51,000-row file of
+        # the benchmark's channel: 770 MB of Arrow buffers → 9 MB)
         work = stage / WORK_DIR
         try:
             summary.records, reasons, decoded = _decode_stage(spark, staged, work / "decoded")
@@ -925,8 +1096,10 @@ def _audit(
 
     out = Path(opts.out_dir)
     sc = spark.sparkContext
-    meta = pa.concat_tables([pq.read_table(f, columns=META_COLUMNS) for f in decoded])
+    metas = [_read_work(f, META_COLUMNS) for f in decoded]
+    meta = pa.concat_tables(metas)
     idx = meta.column("index").to_numpy()
+    ends = np.cumsum([m.num_rows for m in metas])  # each file's last index: idx[end - 1]
     if len(idx) > 1 and not bool(np.all(np.diff(idx) > 0)):  # the tasks' files in index order
         raise ValueError("decoded records out of index order")
     ok = meta.column("ok").combine_chunks()
@@ -1053,8 +1226,9 @@ def _audit(
     items: list[tuple[str, pa.Table]] = []
     first_idx = first.column("index").to_numpy()
     done = 0
-    for f in decoded:
-        end = int(np.searchsorted(first_idx, _last_index(f), side="right"))
+    for f, n_to in zip(decoded, ends, strict=True):
+        last = int(idx[n_to - 1]) if n_to else -1
+        end = int(np.searchsorted(first_idx, last, side="right"))
         if end > done:
             items.append((f, stats.slice(done, end - done)))
         done = end
@@ -1122,20 +1296,6 @@ def _audit(
         summary.seconds = round(time.monotonic() - t0, 3)
     (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
-
-
-def _last_index(path: str) -> int:
-    """The last index in a decoded part file, from its footer's statistics."""
-    import pyarrow.parquet as pq
-
-    md = pq.ParquetFile(path).metadata
-    col = md.schema.names.index("index")
-    hi = -1
-    for g in range(md.num_row_groups):
-        st = md.row_group(g).column(col).statistics
-        if st is not None and st.has_min_max:
-            hi = max(hi, int(st.max))
-    return hi
 
 
 def _sender_groups(senders: pa.Table, n: int) -> list[list[str]]:
