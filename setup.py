@@ -5,17 +5,13 @@ and the Python path, the reference, does the same work with the same bytes):
 - the log's batch framer (``src/loglake/log/_framing.c``; why, in its header; the Python
   path: ``loglake.log.record_codec``);
 - the sds-audit decoder's batch kernel (``src/loglake/sds/_decode.c``; the Python path:
-  ``loglake.sds.columnar``);
-- archives-build's scan: WakuMessage fields and archive frames of a whole batch
-  (``src/loglake/archives/_waku.c``; the Python path: the numpy code in
-  ``loglake.archives.columnar``)."""
+  ``loglake.sds.columnar``)."""
 
 from setuptools import Extension, setup
 
 KERNELS = {
     "loglake.log._framing": "src/loglake/log/_framing.c",
     "loglake.sds._decode": "src/loglake/sds/_decode.c",
-    "loglake.archives._waku": "src/loglake/archives/_waku.c",
 }
 
 setup(

@@ -55,9 +55,7 @@ archive), so it neither rebuilds nor re-exports.
 Atomic and re-runnable (a job killed midway leaves no partial archive visible):
 
 1. Scan tasks write their spills (and build tasks of the general path their part files) to
-   ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run); on a
-   local master the spills go to ``/dev/shm`` instead when they fit (``_memory_spill_dir``),
-   under a name the next run on the same ``root`` finds and removes.
+   ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run).
 2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
    ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
    with ``copy_file_range``, then the new archives: written in place by the build tasks, or
@@ -107,7 +105,6 @@ from loglake.archives import (
     PieceHashes,
     check_trackers,
     decode_waku_batch,
-    frame_records,
     get_layout,
     plan_windows,
 )
@@ -343,10 +340,8 @@ def _scan_task(
             offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
             flen = _framed_len(np.diff(offs[col.offset :]))
             body = col
-            if framed:  # in C where built, else pyarrow, else per record
-                body = frame_records(col)
-                if body is None:
-                    body = _framed(col)
+            if framed:
+                body = _framed(col)
                 if body is None:
                     body = _framed_slow(col)
             keep.append(
@@ -929,9 +924,6 @@ def commit_staged(root: Path, stage: Path) -> None:
 
 def recover(root: Path) -> int:
     """Roll forward the committed builds of a killed run; drop everything else it staged."""
-    with contextlib.suppress(OSError):  # spills in memory a killed run on this root left
-        for d in Path(MEMORY_DIR).glob(_spill_root_prefix(root) + "*"):
-            shutil.rmtree(d, ignore_errors=True)
     base = root / STAGING_DIR
     if not base.is_dir():
         return 0
@@ -1100,87 +1092,12 @@ def _run(
     job = uuid.uuid4().hex[:12]
     parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
     fs.makedirs_durable(parts_dir)
-    spill_dir = _memory_spill_dir(root, job, sc.master or "", units) or parts_dir
     try:
         return _scan_build_stage(
-            sc,
-            opts,
-            root,
-            layout,
-            states,
-            report,
-            units,
-            now,
-            parts_dir,
-            spill_dir,
-            job,
-            progress,
-            fault,
-            t0,
+            sc, opts, root, layout, states, report, units, now, parts_dir, job, progress, fault, t0
         )
     finally:
         shutil.rmtree(parts_dir, ignore_errors=True)
-        if spill_dir != parts_dir:
-            shutil.rmtree(spill_dir, ignore_errors=True)
-
-
-MEMORY_DIR = "/dev/shm"
-"""Where a job on a local master keeps its spills when they fit (``_memory_spill_dir``)."""
-SPILL_PREFIX = "loglake-archives-build-"
-
-
-def _spill_root_prefix(root: Path) -> str:
-    """The memory folder's name prefix of a job on ``root`` (the next run on that root, which
-    holds its lock, removes what a killed one left there: ``recover``)."""
-    import hashlib
-
-    return SPILL_PREFIX + hashlib.sha256(str(root).encode()).hexdigest()[:16] + "-"
-
-
-def _memory_spill_dir(
-    root: Path, job: str, master: str, units: Mapping[int, list[Unit]]
-) -> Path | None:
-    """A folder in memory (``/dev/shm``) for the scan's spills, on a local master only (its
-    executors are processes of this machine) and only when the spills' estimated size (the
-    lake files' uncompressed ``data``, 4 KiB a live record) is at most a quarter of both the
-    free memory and the folder's free space; else None (the spills stay under ``root``).
-
-    Why: a spill holds every record's bytes once more (3.4 GB at 10 M messages); on disk it
-    is dirty page cache the kernel starts writing back once dirty memory passes its background
-    threshold (10% of memory here) or 30 s, so the disk wrote the spills beside the archives
-    the job must write, for files removed seconds later. In memory they never reach the disk."""
-    if not master.startswith("local") or not os.path.isdir(MEMORY_DIR):
-        return None
-    import pyarrow.parquet as pq
-
-    need = 0
-    for us in units.values():
-        for u in us:
-            if not u.path:
-                need += (u.end - u.start) * 4096
-                continue
-            try:
-                md = pq.ParquetFile(u.path).metadata
-            except (OSError, ValueError):
-                return None
-            at = md.schema.to_arrow_schema().get_field_index("data")
-            need += sum(
-                md.row_group(g).column(at).total_uncompressed_size for g in range(md.num_row_groups)
-            )
-    try:
-        st = os.statvfs(MEMORY_DIR)
-        with open("/proc/meminfo") as f:
-            avail = next(int(x.split()[1]) * 1024 for x in f if x.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    if need > min(st.f_bavail * st.f_frsize, avail) // 4:
-        return None
-    path = Path(MEMORY_DIR) / f"{_spill_root_prefix(root)}{job}"
-    try:
-        path.mkdir(mode=0o700)
-    except OSError:
-        return None
-    return path
 
 
 def _scan_build_stage(
@@ -1193,21 +1110,19 @@ def _scan_build_stage(
     units: dict[int, list[Unit]],
     now: int,
     parts_dir: Path,
-    spill_dir: Path,
     job: str,
     progress: Progress,
     fault: Fault,
     t0: float,
 ) -> ArchivesBuildReport:
-    """Both passes, staging and commit (``_run`` owns ``parts_dir`` and ``spill_dir`` and
-    removes them)."""
+    """Both passes, staging and commit (``_run`` owns ``parts_dir`` and removes it)."""
     all_sids = list(range(len(states)))
     slots = 4 * max(1, sc.defaultParallelism)
     progress("scan", 0, 1)
     scan_tasks = [(sid, u) for sid in all_sids for u in units[sid]]
     # the spec layout's records spilled framed, ready to be written (``_plan_direct``)
     direct = opts.topics is None and layout.max_archive_bytes is None
-    scan = _scan_task(opts.layout, opts.data_dir, str(spill_dir), direct)
+    scan = _scan_task(opts.layout, opts.data_dir, str(parts_dir), direct)
     groups = _in_groups(scan_tasks, [u.end - u.start for _, u in scan_tasks], slots)
     summary = (
         sc.parallelize(groups, len(groups)).flatMap(lambda g: [scan(x) for x in g]).collect()
@@ -1266,18 +1181,18 @@ def _scan_build_stage(
     # the spec layout's archives sized here from the spills: build tasks write them in place
     placed: dict[int, Path] = {}
     if direct:
-        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, str(spill_dir))
+        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, str(parts_dir))
     report.seconds["plan"] = time.perf_counter() - t0 - report.seconds["scan"]
 
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(spill_dir))
+    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(parts_dir))
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
     report.seconds["build"] = time.perf_counter() - t1
-    for spill in spill_dir.glob("s-*.arrow"):  # read by every build task: no longer needed
+    for spill in parts_dir.glob("s-*.arrow"):  # read by every build task: no longer needed
         spill.unlink()
     fault("parts")
 
