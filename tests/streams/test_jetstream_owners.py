@@ -175,3 +175,16 @@ def test_served_on_jetstream_another_identity_cannot_move_a_consumer(pki, server
         assert alice.reset_index("billing-eu", "orders", 0, partition=1) == 0
         assert bob.save_index("billing-eu", "orders", 5, partition=1) == 5
     assert jlog.index_owner("billing-eu", "orders", partition=1) == "cn:bob"
+
+
+def test_the_consumers_list_is_empty_on_an_empty_bucket_and_leaves_deleted_keys_out(
+    jlog: JetStreamLog,
+) -> None:
+    """The list is read from the bucket stream's per-subject state, not nats-py's key
+    watcher (whose initial replay can end early and list too few keys)."""
+    assert jlog.consumer_indexes() == {}
+    for i in range(30):
+        jlog.save_index(f"c{i}", "orders", i + 1, partition=i % 2)
+    jlog.reset_index("c7", "orders", None, partition=1)
+    want = {(f"c{i}", "orders", i % 2): i + 1 for i in range(30) if i != 7}
+    assert jlog.consumer_indexes() == want

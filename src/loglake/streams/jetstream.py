@@ -1074,11 +1074,16 @@ class JetStreamLog(Log):
         return self._call(self._consumer_indexes())
 
     async def _consumer_indexes(self) -> dict[tuple[str, str, int], int]:
+        bucket = f"{self.options.prefix}_indexes"
+        pre = f"$KV.{bucket}."  # a key's subject in the bucket's stream (ADR-8)
+
         async def keys() -> list[str]:
-            try:
-                return await self.kv.keys()
-            except nats.js.errors.NoKeysError:
-                return []
+            # Not kv.keys(): its watcher can end the initial replay early and list too few
+            # keys, or none (nats-io/nats.py#842: seen here as an empty consumers list after a
+            # restart under load). The stream's per-subject state is one request with no such
+            # race; a deleted key is listed too, and its get below skips it.
+            info = await self.js.stream_info(f"KV_{bucket}", subjects_filter=f"{pre}>")
+            return [s[len(pre) :] for s in (info.state.subjects or {})]
 
         out: dict[tuple[str, str, int], int] = {}
         for key in await self._retry("index list", keys, self.options.request_timeout):
