@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -60,14 +63,38 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(timeout)
 
 
+def _tail(out: Any, limit: int = 4000) -> str:
+    """The end of what a child wrote to ``out`` (a file given as its stderr), for the error
+    that says it exited: without it a start that fails once in a CI run leaves no cause."""
+    try:
+        if isinstance(getattr(out, "name", None), str):
+            out.flush()
+            data = Path(out.name).read_bytes()
+        elif hasattr(out, "seek"):
+            out.seek(0)
+            data = out.read()
+        else:
+            return "(its stderr was not kept)"
+    except (OSError, ValueError) as e:
+        return f"(its stderr could not be read: {e})"
+    text = data[-limit:].decode(errors="replace") if isinstance(data, bytes) else data[-limit:]
+    return text.strip() or "(its stderr is empty)"
+
+
 @contextlib.contextmanager
 def process(cmd: list[str], port: int, **popen) -> Iterator[subprocess.Popen]:
-    """Start ``cmd``, wait until it listens on ``port``, stop it on exit."""
+    """Start ``cmd``, wait until it listens on ``port``, stop it on exit. Its stderr, unless
+    the caller takes it, goes to a temporary file whose end an early exit reports."""
     popen.setdefault("stdout", subprocess.DEVNULL)
-    popen.setdefault("stderr", subprocess.DEVNULL)
-    proc = subprocess.Popen(cmd, **popen)
-    try:
-        wait_port(port, proc)
-        yield proc
-    finally:
-        stop(proc)
+    with contextlib.ExitStack() as files:
+        if "stderr" not in popen:
+            popen["stderr"] = files.enter_context(tempfile.TemporaryFile())
+        proc = subprocess.Popen(cmd, **popen)
+        try:
+            try:
+                wait_port(port, proc)
+            except RuntimeError as e:
+                raise RuntimeError(f"{e}; its stderr ends:\n{_tail(popen['stderr'])}") from None
+            yield proc
+        finally:
+            stop(proc)

@@ -265,7 +265,6 @@ def test_a_killed_node_process_hands_the_sealer_to_the_other(
 ) -> None:
     """Two ``loglake node --backend … --replicas 3`` processes on one cluster: only one seals;
     SIGKILL it, and the other seals what follows within the lease TTL + 2 s (+ a seal round)."""
-    import subprocess
     import sys
 
     from tests.procs import free_port, process
@@ -285,8 +284,8 @@ def test_a_killed_node_process_hands_the_sealer_to_the_other(
     log = JetStreamLog(nats3.url, prefix=prefix)
     try:
         with (
-            process(cmd("a", ports["a"]), ports["a"], stderr=subprocess.DEVNULL) as a,
-            process(cmd("b", ports["b"]), ports["b"], stderr=subprocess.DEVNULL) as b,
+            process(cmd("a", ports["a"]), ports["a"]) as a,
+            process(cmd("b", ports["b"]), ports["b"]) as b,
         ):
             log.create_stream("orders")
             log.append_payloads("orders", [b"x%d" % i for i in range(20)])
