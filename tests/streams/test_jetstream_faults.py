@@ -210,3 +210,38 @@ def test_no_quorum_is_a_typed_error_within_the_timeout_never_a_hang(
         assert rows[-1][1] == b"back"
     finally:
         log.close()
+
+
+def test_a_bucket_opened_without_quorum_waits_for_it_then_opens_or_is_a_typed_error(
+    cluster: NatsCluster,
+) -> None:
+    """What a node does at start (its index, lease and key buckets): on a cluster that has no
+    quorum yet, ``open_bucket`` waits for it within its timeout instead of failing at the
+    first "no leader" — and after the timeout it is ``ClusterUnavailable``, never a hang."""
+    import threading
+
+    from nats.js import api as jsapi
+
+    from loglake.streams.jetstream import open_bucket
+    from loglake.streams.lease import lease_bucket
+
+    log = connect(cluster, push_timeout=3.0, request_timeout=2.0)
+    try:
+        for i in (1, 2):
+            cluster.kill(i)
+        t0 = time.monotonic()
+        lost = jsapi.KeyValueConfig(bucket=f"{fx.new_prefix()}_x", history=1, replicas=3)
+        with pytest.raises(ClusterUnavailable, match="_x"):
+            log.call(open_bucket(log.js, lost, 2.0))
+        assert time.monotonic() - t0 < 2.0 + 2.0 + 1.0  # the timeout, one request, slack
+        bucket = f"{fx.new_prefix()}_leases"
+        back = threading.Timer(1.0, lambda: [cluster.start_node(i) for i in (1, 2)])
+        back.start()
+        log.call(lease_bucket(log.js, bucket, replicas=3, timeout=30.0), timeout=40)
+        back.join()
+        # made once quorum was back, R3 as asked (a put may wait for its new stream's own
+        # leader: in one of two runs here that election took over 20 s, the server's affair)
+        info = log.call(log.js.stream_info(f"KV_{bucket}"))
+        assert info.config.num_replicas == 3
+    finally:
+        log.close()

@@ -20,8 +20,10 @@ an ordinary KV bucket). Protect them as you protect that account's credentials
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,7 @@ class NodeKeys:
             path.parent.mkdir(parents=True, exist_ok=True)
             return _file_key(path, make)
         try:
-            value: str = self._log.call(self._shared(name, path, make))
+            value: str = self._log.call(self._settled(name, path, make))
         except NodeKeyError:
             raise
         except Exception as e:  # nats-py's errors, a cluster without quorum
@@ -89,20 +91,27 @@ class NodeKeys:
         return value
 
     async def _bucket(self) -> Any:
-        import nats.js.errors
         from nats.js import api as jsapi
 
-        js = self._log.js
-        try:
-            return await js.key_value(self.bucket)
-        except nats.js.errors.BucketNotFoundError:
-            pass
-        try:
-            return await js.create_key_value(
-                jsapi.KeyValueConfig(bucket=self.bucket, history=1, replicas=self.replicas)
-            )
-        except nats.js.errors.APIError:  # another node made it meanwhile
-            return await js.key_value(self.bucket)
+        from loglake.streams.jetstream import open_bucket
+
+        config = jsapi.KeyValueConfig(bucket=self.bucket, history=1, replicas=self.replicas)
+        return await open_bucket(self._log.js, config, self._log.options.push_timeout)
+
+    async def _settled(self, name: str, path: Path, make: Callable[[], str]) -> str:
+        """``_shared``, with what a settling or loaded cluster answers for a while (a
+        timeout, no leader yet) retried for the log's push timeout: a node starting beside
+        a cluster that is still electing waits for it rather than exits."""
+        from loglake.streams.jetstream import transient
+
+        deadline = time.monotonic() + self._log.options.push_timeout
+        while True:
+            try:
+                return await self._shared(name, path, make)
+            except Exception as e:
+                if not transient(e) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
 
     async def _shared(self, name: str, path: Path, make: Callable[[], str]) -> str:
         import nats.js.errors

@@ -343,8 +343,45 @@ def _loglake_error(e: BaseException) -> BaseException:
     return err
 
 
-def _retryable(e: BaseException) -> bool:
+def transient(e: BaseException) -> bool:
+    """Whether nats-py's error ``e`` is one a settling or loaded cluster answers for a while
+    (worth retrying until a deadline), not a refusal."""
     return getattr(_loglake_error(e), "retriable", False)
+
+
+async def open_bucket(js: Any, config: jsapi.KeyValueConfig, timeout: float) -> Any:
+    """The KV bucket ``config.bucket``, created if missing (idempotent: two nodes may race), with
+    what a starting or loaded cluster answers for a while (a timeout, no leader, no placement
+    yet) retried for ``timeout`` seconds: a node started beside a cluster still settling waits
+    instead of exiting. ``ClusterUnavailable`` after that; any other error at once. The one
+    opener of the index, lease and key buckets."""
+
+    async def attempt() -> Any:
+        with contextlib.suppress(nats.js.errors.BucketNotFoundError):
+            return await js.key_value(config.bucket)
+        try:
+            return await js.create_key_value(config)
+        except nats.js.errors.APIError as e:
+            if transient(e):
+                raise
+            # another node created it meanwhile (with a config this one would not make
+            # twice): open theirs; if it is not there either, the refusal stands
+            try:
+                return await js.key_value(config.bucket)
+            except nats.js.errors.BucketNotFoundError:
+                raise e from None
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            # each attempt bounded too: nats-py's calls keep their own, longer timeouts
+            return await asyncio.wait_for(attempt(), max(0.05, deadline - time.monotonic()))
+        except Exception as e:
+            if not (transient(e) or isinstance(e, TimeoutError)):
+                raise
+            if time.monotonic() >= deadline:
+                raise ClusterUnavailable(f"the bucket {config.bucket!r}", timeout, e) from e
+            await asyncio.sleep(0.2)
 
 
 class JetStreamLog(Log):
@@ -435,24 +472,13 @@ class JetStreamLog(Log):
 
     async def _bucket(self) -> Any:
         o = self.options
-        bucket = f"{o.prefix}_indexes"
-        deadline = time.monotonic() + o.push_timeout
-        while True:
-            try:
-                with contextlib.suppress(nats.js.errors.BucketNotFoundError):
-                    return await self.js.key_value(bucket)
-                return await self.js.create_key_value(
-                    jsapi.KeyValueConfig(
-                        bucket=bucket,
-                        history=1,
-                        replicas=o.replicas,
-                        storage=jsapi.StorageType(o.storage),
-                    )
-                )
-            except Exception as e:
-                if not _retryable(e) or time.monotonic() > deadline:
-                    raise ClusterUnavailable("the index bucket", o.push_timeout, e) from e
-                await asyncio.sleep(0.2)
+        config = jsapi.KeyValueConfig(
+            bucket=f"{o.prefix}_indexes",
+            history=1,
+            replicas=o.replicas,
+            storage=jsapi.StorageType(o.storage),
+        )
+        return await open_bucket(self.js, config, o.push_timeout)
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -532,7 +558,7 @@ class JetStreamLog(Log):
                     raise ClusterUnavailable(what, timeout, e) from e
                 continue
             except Exception as e:
-                if not _retryable(e):
+                if not transient(e):
                     if isinstance(e, nats.js.errors.APIError):
                         raise JetStreamError(f"{what}: {e}") from e
                     raise
@@ -780,7 +806,7 @@ class JetStreamLog(Log):
                     await self.nc.publish(subject, datas[i], reply=prefix + token, headers=h)
                 except Exception as e:  # disconnected and its buffer full: next round
                     fut.cancel()
-                    if not _retryable(e):
+                    if not transient(e):
                         raise
                     last_error = e
                     break
@@ -802,7 +828,7 @@ class JetStreamLog(Log):
                 elif f is not None and not f.cancelled():
                     err = f.exception()
                     assert err is not None
-                    if not _retryable(err):
+                    if not transient(err):
                         raise JetStreamError(f"push to {stream!r}/{partition}: {err}") from err
                     last_error = err
                 left.append(i)

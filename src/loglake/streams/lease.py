@@ -300,12 +300,15 @@ def lease_bucket_config(bucket: str, replicas: int = 1) -> jsapi.KeyValueConfig:
     )
 
 
-async def lease_bucket(js: JetStreamContext, bucket: str, replicas: int = 1) -> KeyValue:
-    """Open the lease bucket, creating it (idempotently) if it does not exist."""
-    try:
-        return await js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
-        return await js.create_key_value(lease_bucket_config(bucket, replicas))
+async def lease_bucket(
+    js: JetStreamContext, bucket: str, replicas: int = 1, timeout: float = 10.0
+) -> KeyValue:
+    """Open the lease bucket, creating it (idempotently) if it does not exist; what a settling
+    cluster answers transiently is retried for ``timeout`` seconds (``open_bucket``)."""
+    from loglake.streams.jetstream import open_bucket
+
+    kv: KeyValue = await open_bucket(js, lease_bucket_config(bucket, replicas), timeout)
+    return kv
 
 
 def _wrong_last_sequence(e: BaseException) -> bool:
@@ -386,7 +389,7 @@ class JetStreamLease:
     async def start(self) -> JetStreamLease:
         try:
             self._kv = await lease_bucket(self.js, self.bucket, self.replicas)
-        except (nats.errors.Error, TimeoutError) as e:  # nats-py's errors, timeouts included
+        except (nats.errors.Error, TimeoutError, LogError) as e:  # nats-py's, ClusterUnavailable
             raise LeaseUnavailable(f"lease bucket {self.bucket!r}: {e}") from e
         self._task = asyncio.create_task(self._run(), name=f"lease {self.name}")
         return self
