@@ -58,7 +58,8 @@ def generate(
     headers_type = LAKE_SCHEMA.field("headers").type
     for p in range(partitions):
         seg_dir = data_dir / "streams" / STREAM / str(p)
-        for name in os.listdir(seg_dir):  # the empty first segment at index 0
+        seg_dir.mkdir(parents=True, exist_ok=True)  # the log makes a partition's dir on use
+        for name in os.listdir(seg_dir):  # the empty first segment at index 0, if made
             os.unlink(seg_dir / name)
         Segment.create(seg_dir, sealed).close()
         folder = lake_partition_dir(data_dir, STREAM, p)
