@@ -790,7 +790,10 @@ def _messages_task(
             for b in _work_batches(source, columns):
                 idx = np.asarray(b.column("index").to_numpy(), dtype=np.int64)
                 at = np.minimum(np.searchsorted(want, idx), max(len(want) - 1, 0))
-                got = b.filter(pa.array(want[at] == idx)) if len(want) else b.slice(0, 0)
+                first = want[at] == idx if len(want) else np.zeros(len(idx), dtype=bool)
+                # all first copies (a channel without resends): the batch as read; a filter
+                # would copy its histories (13 KB a row with 200 ids) to keep every row
+                got = b if bool(first.all()) else b.filter(pa.array(first))
                 n = got.num_rows
                 if not n:
                     continue
@@ -799,15 +802,16 @@ def _messages_task(
                     raise ValueError(f"{source}: decoded rows out of step with the first copies")
                 done += n
                 hist = history_lists(got.column("history_ids"), got.column("history_lens"))
-                offs = np.asarray(hist.offsets, dtype=np.int64)
-                rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offs))
-                values = hist.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
-                held = np.asarray(
-                    pc.not_equal(got.column("kind"), "ephemeral").to_numpy(zero_copy_only=False)
-                )
                 never_deps = pa.ListArray.from_arrays(
                     pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())
                 )
+                if len(never) or len(cands):  # each id's row: only to look ids up
+                    offs = np.asarray(hist.offsets, dtype=np.int64)
+                    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offs))
+                    values = hist.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
+                    held = np.asarray(
+                        pc.not_equal(got.column("kind"), "ephemeral").to_numpy(zero_copy_only=False)
+                    )
                 if len(never):
                     hit = np.asarray(pc.is_in(values, never_set).to_numpy(zero_copy_only=False))
                     hit &= held[rows]
