@@ -568,7 +568,10 @@ def _plan_direct(
             codes = topic.indices.to_numpy()
             names = topic.dictionary.to_pylist()
             for k in np.flatnonzero(z > a).tolist():
-                topics[k].update(names[c] for c in np.unique(codes[a[k] : z[k]]).tolist())
+                # the codes a window holds, by counting (a pass over them) rather than
+                # np.unique (a sort of them): the driver does this alone, for every record
+                held = np.bincount(codes[a[k] : z[k]], minlength=len(names))
+                topics[k].update(names[c] for c in np.flatnonzero(held).tolist())
         sizes: dict[int, tuple[Any, int]] = {}
         for k in np.flatnonzero(count).tolist():
             meta = ArchiveMetadata(
