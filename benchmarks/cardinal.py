@@ -493,7 +493,8 @@ def spark_main(args) -> None:
             # growing by more than 5% of the offered rate, every second, after the start
             grows = trend > 0.05 * r["offered_per_s"]
             print(
-                f"live, {updates} updates/block: TCP producer {r['tcp_rate']:,.0f} msgs/s; "
+                f"live, {updates} updates/block, a micro-batch every {args.trigger:g} s: "
+                f"TCP producer {r['tcp_rate']:,.0f} msgs/s; "
                 f"offered {r['offered_per_s']:,.0f} msgs/s for {args.seconds:.0f} s "
                 f"({r['offered_per_s'] / r['tcp_rate']:.0%} of their solo rate); "
                 f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
@@ -520,7 +521,14 @@ if __name__ == "__main__":
         ap.add_argument("--quick", action="store_true")
         ap.add_argument("--messages", type=int, default=60_000, help="per case (both copies)")
         ap.add_argument("--seconds", type=float, default=60.0, help="live run length")
-        ap.add_argument("--trigger", type=float, default=0.0, help="live micro-batch interval")
+        ap.add_argument(
+            "--trigger",
+            type=float,
+            default=2.0,
+            help="live micro-batch interval, seconds (the job's --follow). A micro-batch has a "
+            "fixed cost (the JVM's planning, its one task, the driver's state and files) whatever "
+            "its size; 0 runs them back to back and the job takes whatever CPU is free",
+        )
         ap.add_argument(
             "--job-nice",
             type=int,
