@@ -457,10 +457,13 @@ def spark_live(
 def spark_main(args) -> None:
     from loglake.pipeline.session import build_session
 
+    # the JVM the CLI's cardinal-blocks starts (C1 only: session.C1_ONLY), so the figures
+    # are the command's
     spark = build_session(
         master=args.master,
         app_name="bench-cardinal",
         conf={"spark.sql.shuffle.partitions": str(args.shuffle_partitions)},
+        c1_only=True,
     )
     budget = 20_000 if args.quick else args.messages
     with tempfile.TemporaryDirectory() as tmp:

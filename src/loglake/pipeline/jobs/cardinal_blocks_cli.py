@@ -82,7 +82,9 @@ def cardinal_blocks_command(
     from loglake.pipeline.session import build_session
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        spark = build_session(master=spark_master, app_name="loglake-cardinal-blocks")
+        # C1 only: the records go to the driver's Python, the JVM plans micro-batches
+        # (session.C1_ONLY; docs/pipeline.md has what it saved here)
+        spark = build_session(master=spark_master, app_name="loglake-cardinal-blocks", c1_only=True)
     from loglake.pipeline.progress import JobProgress
 
     what = "assembling blocks" + (" (Ctrl-C stops)" if follow is not None else "")
