@@ -13,6 +13,7 @@ import pytest
 from loglake.streams.jetstream import ClusterUnavailable, JetStreamLog
 from tests.nats_cluster import NatsCluster
 from tests.streams import jetstream_fixtures as fx
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -239,9 +240,21 @@ def test_a_bucket_opened_without_quorum_waits_for_it_then_opens_or_is_a_typed_er
         back.start()
         log.call(lease_bucket(log.js, bucket, replicas=3, timeout=30.0), timeout=40)
         back.join()
-        # made once quorum was back, R3 as asked (a put may wait for its new stream's own
-        # leader: in one of two runs here that election took over 20 s, the server's affair)
-        info = log.call(log.js.stream_info(f"KV_{bucket}"))
+        # made once quorum was back, R3 as asked. The cluster may still be settling (a
+        # fresh-clone run timed out one stream info right after), so it is asked until 20 s;
+        # a put may wait longer for the new stream's own leader (once over 20 s here, the
+        # server's affair), so the test does not put
+        info = wait_until(lambda: _stream_info(log, f"KV_{bucket}"), 20, "the stream info")
         assert info.config.num_replicas == 3
     finally:
         log.close()
+
+
+def _stream_info(log: JetStreamLog, name: str):
+    """The stream's info, or None while the cluster does not answer."""
+    import nats.errors
+
+    try:
+        return log.call(log.js.stream_info(name), timeout=5)
+    except (ClusterUnavailable, nats.errors.Error, TimeoutError):
+        return None
