@@ -20,10 +20,8 @@ an ordinary KV bucket). Protect them as you protect that account's credentials
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,19 +97,12 @@ class NodeKeys:
         return await open_bucket(self._log.js, config, self._log.options.push_timeout)
 
     async def _settled(self, name: str, path: Path, make: Callable[[], str]) -> str:
-        """``_shared``, with what a settling or loaded cluster answers for a while (a
-        timeout, no leader yet) retried for the log's push timeout: a node starting beside
-        a cluster that is still electing waits for it rather than exits."""
-        from loglake.streams.jetstream import transient
+        """``_shared`` ``until_settled`` for the log's push timeout."""
+        from loglake.streams.jetstream import until_settled
 
-        deadline = time.monotonic() + self._log.options.push_timeout
-        while True:
-            try:
-                return await self._shared(name, path, make)
-            except Exception as e:
-                if not transient(e) or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.2)
+        return await until_settled(
+            f"key {name!r}", lambda: self._shared(name, path, make), self._log.options.push_timeout
+        )
 
     async def _shared(self, name: str, path: Path, make: Callable[[], str]) -> str:
         import nats.js.errors

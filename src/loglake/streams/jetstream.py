@@ -52,7 +52,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -349,12 +349,27 @@ def transient(e: BaseException) -> bool:
     return getattr(_loglake_error(e), "retriable", False)
 
 
+async def until_settled(what: str, make: Callable[[], Awaitable[_T]], timeout: float) -> _T:
+    """``make()``, again while the cluster answers what a starting or loaded cluster answers
+    for a while (a timeout, no leader, no placement yet), for ``timeout`` seconds, each attempt
+    bounded by what is left (nats-py's calls keep their own, longer timeouts); then
+    ``ClusterUnavailable`` for ``what``. Any other error at once. Why: a node started beside a
+    cluster still settling waits for it instead of exiting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await asyncio.wait_for(make(), max(0.05, deadline - time.monotonic()))
+        except Exception as e:
+            if not transient(e):
+                raise
+            if time.monotonic() >= deadline:
+                raise ClusterUnavailable(what, timeout, e) from e
+            await asyncio.sleep(0.2)
+
+
 async def open_bucket(js: Any, config: jsapi.KeyValueConfig, timeout: float) -> Any:
-    """The KV bucket ``config.bucket``, created if missing (idempotent: two nodes may race), with
-    what a starting or loaded cluster answers for a while (a timeout, no leader, no placement
-    yet) retried for ``timeout`` seconds: a node started beside a cluster still settling waits
-    instead of exiting. ``ClusterUnavailable`` after that; any other error at once. The one
-    opener of the index, lease and key buckets."""
+    """The KV bucket ``config.bucket``, created if missing (idempotent: two nodes may race),
+    ``until_settled``. The one opener of the index, lease and key buckets."""
 
     async def attempt() -> Any:
         with contextlib.suppress(nats.js.errors.BucketNotFoundError):
@@ -371,17 +386,7 @@ async def open_bucket(js: Any, config: jsapi.KeyValueConfig, timeout: float) -> 
             except nats.js.errors.BucketNotFoundError:
                 raise e from None
 
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            # each attempt bounded too: nats-py's calls keep their own, longer timeouts
-            return await asyncio.wait_for(attempt(), max(0.05, deadline - time.monotonic()))
-        except Exception as e:
-            if not (transient(e) or isinstance(e, TimeoutError)):
-                raise
-            if time.monotonic() >= deadline:
-                raise ClusterUnavailable(f"the bucket {config.bucket!r}", timeout, e) from e
-            await asyncio.sleep(0.2)
+    return await until_settled(f"the bucket {config.bucket!r}", attempt, timeout)
 
 
 class JetStreamLog(Log):
@@ -470,10 +475,15 @@ class JetStreamLog(Log):
         self.js = self.nc.jetstream(timeout=o.request_timeout)
         self.kv = await self._bucket()
 
+    @property
+    def index_bucket(self) -> str:
+        """The KV bucket of the consumers' indexes."""
+        return f"{self.options.prefix}_indexes"
+
     async def _bucket(self) -> Any:
         o = self.options
         config = jsapi.KeyValueConfig(
-            bucket=f"{o.prefix}_indexes",
+            bucket=self.index_bucket,
             history=1,
             replicas=o.replicas,
             storage=jsapi.StorageType(o.storage),
@@ -1100,7 +1110,7 @@ class JetStreamLog(Log):
         return self._call(self._consumer_indexes())
 
     async def _consumer_indexes(self) -> dict[tuple[str, str, int], int]:
-        bucket = f"{self.options.prefix}_indexes"
+        bucket = self.index_bucket
         pre = f"$KV.{bucket}."  # a key's subject in the bucket's stream (ADR-8)
 
         async def keys() -> list[str]:
