@@ -250,6 +250,12 @@ def main() -> None:
         "two source trees, alternated, read the same lake)",
     )
     ap.add_argument("--runs", type=int, default=1, help="--job: job + write floor pairs")
+    ap.add_argument(
+        "--scratch",
+        choices=["auto", "memory", "disk"],
+        default="auto",
+        help="--job: where the scan's spills go (the command's --scratch)",
+    )
     ap.add_argument("--decode", action="store_true", help="the job's decoder vs decode_record")
     ap.add_argument("--batch", type=int, default=10_000, help="--decode: records per batch")
     args = ap.parse_args()
@@ -451,6 +457,7 @@ def catchup(args, layout, spark, tmp: Path, n: int) -> None:
             (Community("community", cid),),
             layout=layout.name,
             now_ns=now,
+            scratch=args.scratch,
         )
         for i in range(args.runs)
     ]
@@ -572,7 +579,12 @@ def main_job(args, layout) -> None:
                 Community(f"community-{i:03d}", community_id(key)) for i, key in enumerate(keys)
             )
             opts = ArchivesBuildOptions(
-                str(data_dir), str(tmp / "many-job"), comms, layout=layout.name, now_ns=now
+                str(data_dir),
+                str(tmp / "many-job"),
+                comms,
+                layout=layout.name,
+                now_ns=now,
+                scratch=args.scratch,
             )
             t0 = time.perf_counter()
             rep = run(spark, opts)

@@ -271,3 +271,50 @@ def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
     control_build(data, tmp_path / "ctl", "c", layout, now)
     assert_same(tmp_path / "job", tmp_path / "ctl")
     assert rep.communities[0].records == 3 * 30
+
+
+@pytest.mark.parametrize("scratch", ["memory", "disk"])
+def test_the_spills_go_where_the_scratch_option_says_and_are_gone_after(
+    spark, tmp_path, monkeypatch, scratch
+):
+    """The scan's spills in memory (``/dev/shm``) or on disk under ``root``: the same
+    control-node bytes either way; while the build is planned the spills are in the one
+    place; after the job neither holds anything, and a killed run's memory spills for the
+    same root are removed by the next run."""
+    from loglake.pipeline import scratch as sc
+
+    if scratch == "memory" and not sc._is_tmpfs(sc.MEMORY_ROOT):
+        pytest.skip(f"{sc.MEMORY_ROOT} is not a tmpfs here")
+    layout = get_layout("spec")
+    data, root = tmp_path / "data", (tmp_path / "job").resolve()
+    write_weeks(data, "c", layout, range(0, 3), per_week=30)
+    key = sc.scratch_key("archives-build", root)
+    mem = Path(sc.MEMORY_ROOT, f"loglake-{key}")
+    (mem / "killed").mkdir(parents=True, exist_ok=True)
+    (mem / "killed" / "s-7-7.arrow").write_bytes(b"a killed run's spill")
+    seen: dict[str, list[str]] = {}
+    real = ab._group_windows
+
+    def look(*a: object, **kw: object) -> list[ab._BuildTask]:
+        seen["memory"] = sorted(p.name for p in mem.rglob("s-*.arrow"))
+        seen["disk"] = sorted(p.name for p in (root / ab.STAGING_DIR).rglob("s-*.arrow"))
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "_group_windows", look)
+    now = START + 3 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(root), (ab.Community("c", CID),), now_ns=now, scratch=scratch
+    )
+    ab.run(spark, opts)
+    control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(root, tmp_path / "ctl")
+    assert staging_empty(root) and not mem.exists()
+    full, empty = ("memory", "disk") if scratch == "memory" else ("disk", "memory")
+    assert seen[full] and "s-7-7.arrow" not in seen[full] and seen[empty] == []
+
+
+def test_a_scratch_option_that_is_not_one_of_the_modes_is_refused(tmp_path):
+    with pytest.raises(ab.BadOption, match="scratch"):
+        ab.ArchivesBuildOptions(
+            str(tmp_path), str(tmp_path), (ab.Community("c", CID),), scratch="x"
+        )

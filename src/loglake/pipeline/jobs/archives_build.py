@@ -33,11 +33,14 @@ send back only small results. Two stages, one read and one decode of every recor
 
 This relies on a filesystem shared by the driver and every executor (``data_dir`` is read by
 tasks; spills and part files under ``root`` are written by one task and read by another
-or by the driver): true for ``local[*]`` and for the
-standalone cluster on one machine; the driver fails with ``JobFailed`` naming a part file it
-cannot see. Dropped (docs/archives.md): the DataFrame path — records through
-``pipeline.read``, decoded in ``mapInArrow`` twice and shuffled by window to ``applyInArrow`` —
-crossed the JVM/Python boundary three times per record and was slower than ``ControlNode``.
+or by the driver): true for ``local[*]`` and for the standalone cluster on one machine; the
+driver fails with ``JobFailed`` naming a part file it cannot see. The spills go to memory
+(``/dev/shm``) when it has room and the executors share it (``pipeline.scratch``,
+``ArchivesBuildOptions.scratch``): on disk, past the kernel's dirty-page thresholds, they
+were written out to the disk beside the output and throttled every writer. Dropped
+(docs/archives.md): the DataFrame path — records through ``pipeline.read``, decoded in
+``mapInArrow`` twice and shuffled by window to ``applyInArrow`` — crossed the JVM/Python
+boundary three times per record and was slower than ``ControlNode``.
 
 The driver then does what only depends on order: offsets by prefix sum (``Layout.make_entry``
 at the real offset gives each keccak-256 key), the index (``Layout.encode_index``) and the
@@ -55,7 +58,8 @@ archive), so it neither rebuilds nor re-exports.
 Atomic and re-runnable (a job killed midway leaves no partial archive visible):
 
 1. Scan tasks write their spills (and build tasks of the general path their part files) to
-   ``<root>/.archives-build/_parts-<job>/`` (removed at the end, or by the next run).
+   ``<root>/.archives-build/_parts-<job>/``, the spills to ``/dev/shm/loglake-<key>/<job>``
+   when in memory (both removed at the end, or by the next run).
 2. The driver stages the community's new files in ``<root>/.archives-build/<community id>/``:
    ``data`` (the live ``data`` up to the end of its last indexed archive, copied in the kernel
    with ``copy_file_range``, then the new archives: written in place by the build tasks, or
@@ -110,6 +114,7 @@ from loglake.archives import (
 )
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
 
 if TYPE_CHECKING:
@@ -159,6 +164,10 @@ class ArchivesBuildOptions:
     announce: tuple[str, ...] | None = None
     """Tracker URLs of the torrent (None: the layout's defaults, as ``ControlNode``)."""
     on_bad_record: str = "fail"
+    scratch: str = "auto"
+    """Where the scan's spills go (``pipeline.scratch``): ``auto`` (memory when it has room
+    and the master is local), ``memory`` (also for a cluster whose executors share this
+    machine's ``/dev/shm``), ``disk``."""
 
     def __post_init__(self) -> None:
         if not Path(self.data_dir).is_dir():
@@ -167,6 +176,8 @@ class ArchivesBuildOptions:
             raise BadOption("streams", "", "no community stream to build")
         if self.on_bad_record not in ON_BAD_RECORD:
             raise BadOption("on_bad_record", self.on_bad_record, "use fail or skip")
+        if self.scratch not in MODES:
+            raise BadOption("scratch", self.scratch, f"use one of {', '.join(MODES)}")
         if self.period_ns <= 0:
             raise BadOption("period_ns", self.period_ns, "must be positive")
         get_layout(self.layout)  # ArchiveConfigError for an unknown layout
@@ -281,9 +292,9 @@ TASK_RECORDS = (20_000, 500_000)
 job's records per core, so both cores stay busy and a straggler is small)."""
 
 
-def _spill_path(spill_dir: str, sid: int, u: Unit) -> str:
-    """Where the scan leaves a unit's decoded records for the build (one file per unit)."""
-    return os.path.join(spill_dir, f"s-{sid}-{u.start}.arrow")
+def _spill_name(sid: int, u: Unit) -> str:
+    """The scratch file where the scan leaves a unit's decoded records for the build."""
+    return f"s-{sid}-{u.start}.arrow"
 
 
 _SPILL_COLUMNS = ("index", "ts", "topic", "cap", "flen")
@@ -302,18 +313,18 @@ def _framed_len(lens: np.ndarray) -> np.ndarray:
 
 
 def _scan_task(
-    layout_name: str, data_dir: str, spill_dir: str, framed: bool
+    layout_name: str, data_dir: str, scratch: Scratch, framed: bool
 ) -> Callable[[tuple[int, Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
     """The scan, one call per unit, and the only read and decode of every record: out come,
     per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
     bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
     records, decoded (index, time, topic, cap, framed size) with their bytes, in the store's
-    order (time, then index), are left in an uncompressed Arrow IPC file under ``spill_dir``
-    for the build, which memory-maps it. ``framed``: the bytes are kept framed as the spec
-    layout's archive holds them (``_framed``, in C), so the build writes slices of the spill.
-    Why the bytes: a lake file read and decompressed a second time by the build (and each
-    record framed there) was the build's largest cost; the spill is scratch in the page
-    cache, removed before the driver fsyncs the output."""
+    order (time, then index), are left in an uncompressed Arrow IPC file in ``scratch`` (in
+    memory when it has room: ``pipeline.scratch``) for the build, which memory-maps it.
+    ``framed``: the bytes are kept framed as the spec layout's archive holds them
+    (``_framed``, in C), so the build writes slices of the spill. Why the bytes: a lake file
+    read and decompressed a second time by the build (and each record framed there) was the
+    build's largest cost; the spill is scratch, removed before the driver fsyncs the output."""
 
     def run(task: tuple[int, Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
@@ -371,7 +382,7 @@ def _scan_task(
             )
             rows += [(sid, *c) for c in cols]
         if keep:
-            _write_spill(_spill_path(spill_dir, sid, u), keep)
+            _write_spill(scratch, _spill_name(sid, u), keep)
         return rows, bad
 
     return run
@@ -388,11 +399,11 @@ def _framed_slow(chunk: pa.Array) -> pa.Array:
     return pa.array([a + b for a, b in zip(parts[0::2], parts[1::2], strict=True)], pa.binary())
 
 
-def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
+def _write_spill(scratch: Scratch, name: str, batches: list[pa.RecordBatch]) -> None:
     """The batches in the store's order (time, then index; no sort when already in it) as an
-    Arrow IPC file, written under a temporary name and renamed (a retried task rewrites it).
-    Not fsynced: a spill is scratch of this run under ``_parts-<job>``, read back by its build
-    tasks; a crash discards the whole folder, and what reaches the output is staged, fsynced
+    Arrow IPC file ``name`` in ``scratch`` (``Scratch.write``: a temporary name, renamed).
+    Not fsynced: a spill is scratch of this run, read back by its build tasks; a crash
+    discards the whole folder, and what reaches the output is staged, fsynced
     and committed by ``COMMIT`` (module docstring, steps 2-4)."""
     import pyarrow as pa
 
@@ -406,10 +417,12 @@ def _write_spill(path: str, batches: list[pa.RecordBatch]) -> None:
     # records' bytes stay in their batches: combining them was a copy of every byte
     topic = table.column(2).combine_chunks().dictionary_encode()
     table = table.set_column(2, "topic", pa.chunked_array([topic]))
-    tmp = f"{path}.tmp"
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    os.replace(tmp, path)
+
+    def write(path: str) -> None:
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
+
+    scratch.write(name, table.nbytes, write)
 
 
 def _out_of_order(ts: np.ndarray, idx: np.ndarray) -> bool:
@@ -451,7 +464,7 @@ def _build_task(
     layout_name: str,
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
-    spill_dir: str,
+    scratch: Scratch,
 ) -> Callable[[_BuildTask], dict[str, Any]]:
     """The build, one call per group of windows: the group's records taken from the scan's
     spill files of its units (memory-mapped, already decoded, with their bytes, in the store's
@@ -468,8 +481,8 @@ def _build_task(
         names = ["index", "ts"] if t.place is not None else ["index", "ts", "topic", "cap"]
         tables = []
         for u in t.units:
-            path = _spill_path(spill_dir, t.sid, u)
-            if not os.path.exists(path):  # no good record in this unit
+            path = scratch.find(_spill_name(t.sid, u))
+            if path is None:  # no good record in this unit
                 continue
             with pa.memory_map(path) as src:
                 table = pa.ipc.open_file(src).read_all()
@@ -528,7 +541,7 @@ def _plan_direct(
     windows: Mapping[int, list[tuple[int, int]]],
     tasks: list[_BuildTask],
     units: Mapping[int, list[Unit]],
-    spill_dir: str,
+    scratch: Scratch,
 ) -> tuple[list[_BuildTask], dict[int, Path]]:
     """Every archive of the spec layout sized before any is built, from the spills' time,
     framed size and topic codes (memory-mapped; no record bytes read): per window its
@@ -553,8 +566,8 @@ def _plan_direct(
         count = np.zeros(len(ws), dtype=np.int64)
         topics: list[set[Any]] = [set() for _ in ws]
         for u in units[sid]:
-            path = _spill_path(spill_dir, sid, u)
-            if not os.path.exists(path):  # no good record in this unit
+            path = scratch.find(_spill_name(sid, u))
+            if path is None:  # no good record in this unit
                 continue
             with pa.memory_map(path) as src:
                 table = pa.ipc.open_file(src).read_all()
@@ -1092,15 +1105,33 @@ def _run(
     # pass 1 (executors): every record read and decoded where it lies, once; per community
     # and hour of message time, the index range of its messages; bad records. Small,
     # collected. The decoded records stay in spill files under parts_dir for pass 2.
+    # The spills go to memory when it has room (``pipeline.scratch``), else beside the
+    # part files of the general path.
     job = uuid.uuid4().hex[:12]
     parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
     fs.makedirs_durable(parts_dir)
+    key = scratch_key("archives-build", root)
+    clear_stale(key)  # a killed run's memory spills (this run holds root's lock)
+    scratch = open_scratch(parts_dir, key, job, opts.scratch, sc.master.startswith("local"))
     try:
         return _scan_build_stage(
-            sc, opts, root, layout, states, report, units, now, parts_dir, job, progress, fault, t0
+            sc,
+            opts,
+            root,
+            layout,
+            states,
+            report,
+            units,
+            now,
+            parts_dir,
+            scratch,
+            job,
+            progress,
+            fault,
+            t0,
         )
     finally:
-        shutil.rmtree(parts_dir, ignore_errors=True)
+        scratch.remove()
 
 
 def _scan_build_stage(
@@ -1113,6 +1144,7 @@ def _scan_build_stage(
     units: dict[int, list[Unit]],
     now: int,
     parts_dir: Path,
+    scratch: Scratch,
     job: str,
     progress: Progress,
     fault: Fault,
@@ -1125,7 +1157,7 @@ def _scan_build_stage(
     scan_tasks = [(sid, u) for sid in all_sids for u in units[sid]]
     # the spec layout's records spilled framed, ready to be written (``_plan_direct``)
     direct = opts.topics is None and layout.max_archive_bytes is None
-    scan = _scan_task(opts.layout, opts.data_dir, str(parts_dir), direct)
+    scan = _scan_task(opts.layout, opts.data_dir, scratch, direct)
     groups = _in_groups(scan_tasks, [u.end - u.start for _, u in scan_tasks], slots)
     summary = (
         sc.parallelize(groups, len(groups)).flatMap(lambda g: [scan(x) for x in g]).collect()
@@ -1184,19 +1216,18 @@ def _scan_build_stage(
     # the spec layout's archives sized here from the spills: build tasks write them in place
     placed: dict[int, Path] = {}
     if direct:
-        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, str(parts_dir))
+        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, scratch)
     report.seconds["plan"] = time.perf_counter() - t0 - report.seconds["scan"]
 
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.topics, str(parts_dir), str(parts_dir))
+    build = _build_task(opts.layout, opts.topics, str(parts_dir), scratch)
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
     report.seconds["build"] = time.perf_counter() - t1
-    for spill in parts_dir.glob("s-*.arrow"):  # read by every build task: no longer needed
-        spill.unlink()
+    scratch.unlink("s-*.arrow")  # read by every build task: no longer needed
     fault("parts")
 
     by_sid: dict[int, list[Any]] = {}

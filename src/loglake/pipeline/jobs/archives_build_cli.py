@@ -72,6 +72,15 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
     show_default=True,
     help="A record that is not a WakuMessage: fail naming it, or skip and count it.",
 )
+@click.option(
+    "--scratch",
+    type=click.Choice(["auto", "memory", "disk"]),
+    default="auto",
+    show_default=True,
+    help="Where the scan's spills go: auto = in memory (/dev/shm) when it has room and the "
+    "master is local, else on disk under --root; memory = also for a cluster whose executors "
+    "run on this machine.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job report as JSON.")
 @click.option(
     "--spark-master",
@@ -92,6 +101,7 @@ def archives_build_command(
     announce: tuple[str, ...],
     no_trackers: bool,
     on_bad_record: str,
+    scratch: str,
     as_json: bool,
     spark_master: str | None,
 ) -> None:
@@ -124,6 +134,7 @@ def archives_build_command(
         topics=tuple(lay.parse_topic(t) for t in topics) or None,
         announce=() if no_trackers else (announce or None),
         on_bad_record=on_bad_record,
+        scratch=scratch,
     )
     console = Console(stderr=True)
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
