@@ -1112,7 +1112,7 @@ def _run(
     fs.makedirs_durable(parts_dir)
     key = scratch_key("archives-build", root)
     clear_stale(key)  # a killed run's memory spills (this run holds root's lock)
-    scratch = open_scratch(parts_dir, key, job, opts.scratch, sc.master.startswith("local"))
+    scratch = open_scratch(parts_dir, key, job, opts.scratch, (sc.master or "").startswith("local"))
     try:
         return _scan_build_stage(
             sc,
