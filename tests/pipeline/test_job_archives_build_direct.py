@@ -154,6 +154,25 @@ def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, mon
     assert path.read_bytes() == b"x" * 10 + body + b"x" * (90 - len(body))
 
 
+def test_a_written_archive_is_handed_to_the_disk_at_once_and_a_bad_fd_is_only_a_no(tmp_path):
+    """A build task starts the write-back of each archive it wrote (``sync_file_range``, not
+    waiting): the kernel takes it for the staged file's range, the bytes stay as written, and
+    a descriptor it refuses is a False, never an error (durability is the driver's fsync)."""
+    import os
+
+    path = tmp_path / "data"
+    body = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        ab._pwritev_all(fd, [body], 4096)
+        assert ab._start_writeback(fd, 4096, len(body)) is True
+        assert ab._start_writeback(fd, 4096, 0) is False  # nothing to write back
+    finally:
+        os.close(fd)
+    assert ab._start_writeback(fd, 0, 4096) is False  # closed: refused, no exception
+    assert path.read_bytes() == bytes(4096) + body
+
+
 def _lake(data_dir: Path, first: int, last: int) -> Path:
     from loglake.log.lake import records_table, write_lake_table
     from loglake.log.lake_schema import lake_partition_dir

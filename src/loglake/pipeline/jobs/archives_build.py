@@ -86,6 +86,7 @@ import contextlib
 import dataclasses
 import fcntl
 import fnmatch
+import functools
 import json
 import os
 import pickle
@@ -801,6 +802,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
             off = place.offset + hashes.data_size
             hashes.extend_parts(body, size, 0)
             _pwritev_all(fd, body, off)
+            _start_writeback(fd, off, size)
             entries.append((meta, off - place.offset, size, 0))
     finally:
         os.close(fd)
@@ -815,6 +817,38 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
         "entries": pickle.dumps(entries),
         "records": 0 if table is None else len(table),
     }
+
+
+SYNC_FILE_RANGE_WRITE = 2
+"""``sync_file_range`` flag (linux/fs.h): start writing the range's dirty pages, do not wait."""
+
+
+@functools.cache
+def _sync_file_range() -> Callable[..., int] | None:
+    """libc's ``sync_file_range`` through ``ctypes`` (the standard library has no binding), or
+    None where libc has none (not Linux)."""
+    import ctypes
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if fn is None:
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _start_writeback(fd: int, offset: int, count: int) -> bool:
+    """Start writing an archive the task just wrote to the disk, without waiting for it.
+
+    Why: the staged ``data`` must reach the disk before ``COMMIT`` (the driver fsyncs it), and
+    the kernel starts writing dirty pages back only past its background threshold or after
+    30 s; the driver's fsync then waited alone for most of the file while the executors sat
+    idle (about 3 s of the stage at 10 M messages). Written back as the tasks go, the disk
+    works while they hash and write the next archives, and the fsync finds little left. Only a
+    hint: durability still comes from the driver's fsync, so an error here changes nothing.
+    Returns whether the kernel took it."""
+    fn = _sync_file_range()
+    return fn is not None and count > 0 and fn(fd, offset, count, SYNC_FILE_RANGE_WRITE) == 0
 
 
 def _pwritev_all(fd: int, parts: Sequence[Any], offset: int) -> None:
