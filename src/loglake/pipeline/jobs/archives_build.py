@@ -26,7 +26,8 @@ send back only small results. Two stages, one read and one decode of every recor
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
   ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
   no Python object per record), written with one ``pwritev`` per archive at its planned offset
-  in the staged ``data``; otherwise (status-go, ``--topic``) by the archives part's sans-I/O
+  in the staged ``data``, its write-back to the disk started at once (``_start_writeback``);
+  otherwise (status-go, ``--topic``) by the archives part's sans-I/O
   ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
   in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
   depend on any other task.
