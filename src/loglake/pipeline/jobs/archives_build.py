@@ -845,8 +845,9 @@ def _start_writeback(fd: int, offset: int, count: int) -> bool:
     the kernel starts writing dirty pages back only past its background threshold or after
     30 s; the driver's fsync then waited alone for most of the file while the executors sat
     idle (about 3 s of the stage at 10 M messages). Written back as the tasks go, the disk
-    works while they hash and write the next archives, and the fsync finds little left. Only a
-    hint: durability still comes from the driver's fsync, so an error here changes nothing.
+    works while they hash and write the next archives, and the fsync finds little left (with
+    the spills on disk it competed with their write-out and was slower; they are in memory
+    now: ``pipeline.scratch``). Only a hint: durability still comes from the driver's fsync, so an error here changes nothing.
     Returns whether the kernel took it."""
     fn = _sync_file_range()
     return fn is not None and count > 0 and fn(fd, offset, count, SYNC_FILE_RANGE_WRITE) == 0
