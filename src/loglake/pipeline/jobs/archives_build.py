@@ -847,8 +847,8 @@ def _start_writeback(fd: int, offset: int, count: int) -> bool:
     idle (about 3 s of the stage at 10 M messages). Written back as the tasks go, the disk
     works while they hash and write the next archives, and the fsync finds little left (with
     the spills on disk it competed with their write-out and was slower; they are in memory
-    now: ``pipeline.scratch``). Only a hint: durability still comes from the driver's fsync, so an error here changes nothing.
-    Returns whether the kernel took it."""
+    now: ``pipeline.scratch``). Only a hint: durability still comes from the driver's fsync,
+    so an error here changes nothing. Returns whether the kernel took it."""
     fn = _sync_file_range()
     return fn is not None and count > 0 and fn(fd, offset, count, SYNC_FILE_RANGE_WRITE) == 0
 
