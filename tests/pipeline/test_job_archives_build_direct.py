@@ -14,6 +14,7 @@ from loglake.archives.messages import ArchiveMetadata
 from loglake.pipeline.errors import JobFailed
 from loglake.pipeline.jobs import archives_build as ab
 from tests.archives.helpers import DAY, START, WEEK
+from tests.conftest import require_peer
 from tests.pipeline.test_job_archives_build import (
     CID,
     assert_same,
@@ -302,8 +303,8 @@ def test_the_spills_go_where_the_scratch_option_says_and_are_gone_after(
     same root are removed by the next run."""
     from loglake.pipeline import scratch as sc
 
-    if scratch == "memory" and not sc._is_tmpfs(sc.MEMORY_ROOT):
-        pytest.skip(f"{sc.MEMORY_ROOT} is not a tmpfs here")
+    if scratch == "memory":
+        require_peer(f"a tmpfs at {sc.MEMORY_ROOT}", sc._is_tmpfs(sc.MEMORY_ROOT))
     layout = get_layout("spec")
     data, root = tmp_path / "data", (tmp_path / "job").resolve()
     write_weeks(data, "c", layout, range(0, 3), per_week=30)

@@ -11,7 +11,7 @@ import pytest
 from loglake.pipeline import scratch as sc
 
 TMPFS = sc._is_tmpfs(sc.MEMORY_ROOT)
-needs_tmpfs = pytest.mark.skipif(not TMPFS, reason=f"{sc.MEMORY_ROOT} is not a tmpfs here")
+needs_tmpfs = pytest.mark.peer(f"a tmpfs at {sc.MEMORY_ROOT}", TMPFS, "the memory path's folder")
 
 
 @pytest.fixture
