@@ -25,6 +25,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef __SIZEOF_INT128__
+/* the overflow message needs the 70-bit value a ten-octet varint spells; without a 128-bit
+ * integer the build stops here and, the extension being optional, the Python reader decodes */
+#error "a 128-bit integer type is needed (GCC or Clang on a 64-bit target)"
+#endif
+
 #define HASH_SIZE 32     /* spec "Message Payloads": parent and subbatch are fixed(32) */
 #define MAX_OCTETS 10    /* the longest Avro long: ceil(64 / 7) (wire/varint.py MAX_OCTETS_64) */
 
