@@ -9,6 +9,9 @@ here (about 60 lines). The reader is written here too: it accepts both block for
 "Complex Types / Maps"), bounds every length by the bytes present, and raises
 ``CardinalDecodeError`` naming the message type; the tests cross-check both directions against
 fastavro's ``schemaless_writer``/``schemaless_reader`` with the spec's schemas (``*.avsc``).
+A Batch, read once a block by the block job, is read in C where the install built ``_avro.c``
+(``decode_batch``): the same fields and the same errors, word for word, as the reader here
+(``decode_batch_reference``), which stays the reference and the fallback.
 
 Map order: Go iterates maps randomly, so the reference's bytes for a multi-entry map vary run to
 run; we write keys sorted, which is one of the orders Go may produce.
