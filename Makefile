@@ -25,7 +25,8 @@ help:
 
 # setup.py builds the C kernels (the log's framer, the sds-audit decoder's) into the source
 # tree: an edit to any of them reinstalls
-$(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c src/loglake/sds/_decode.c
+$(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c src/loglake/sds/_decode.c \
+		src/loglake/cardinal/_avro.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; loglake needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -63,7 +64,7 @@ run: install check-java-warn
 # The C kernels (setup.py): the install builds them where a compiler is; the tests require
 # them, and system-deps installs gcc, so build them here if the install could not
 framer: install system-deps
-	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
+	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode, loglake.cardinal._avro" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
 test: install system-deps framer node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -92,3 +93,4 @@ bench: install system-deps node-deps check-java
 clean:
 	rm -rf $(VENV) .cache $(NODE_DIR)/node_modules .pytest_cache build
 	rm -f src/loglake/log/_framing*.so src/loglake/sds/_decode*.so
+	rm -f src/loglake/cardinal/_avro*.so

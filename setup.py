@@ -5,13 +5,16 @@ and the Python path, the reference, does the same work with the same bytes):
 - the log's batch framer (``src/loglake/log/_framing.c``; why, in its header; the Python
   path: ``loglake.log.record_codec``);
 - the sds-audit decoder's batch kernel (``src/loglake/sds/_decode.c``; the Python path:
-  ``loglake.sds.columnar``)."""
+  ``loglake.sds.columnar``);
+- the Cardinal Batch record's Avro decode (``src/loglake/cardinal/_avro.c``; the Python path:
+  ``loglake.cardinal.avro.decode_batch_reference``)."""
 
 from setuptools import Extension, setup
 
 KERNELS = {
     "loglake.log._framing": "src/loglake/log/_framing.c",
     "loglake.sds._decode": "src/loglake/sds/_decode.c",
+    "loglake.cardinal._avro": "src/loglake/cardinal/_avro.c",
 }
 
 setup(

@@ -517,8 +517,64 @@ def spark_main(args) -> None:
     spark.stop()
 
 
+def driver_only(args: argparse.Namespace) -> None:
+    """The job's driver step alone, no Spark: what ``foreachBatch`` does with a micro-batch
+    (read its records from the log, assemble, order, write the tables and the state), over the
+    catch-up's data cut into ``--batches`` micro-batches, in CPU µs a message of this process.
+
+    Why: on a shared machine the whole job's figure moves by more than the driver's per-message
+    work changes; this one runs the same Python and C the driver runs, in one process, so two
+    trees (PYTHONPATH) can be compared run against run."""
+    import pyarrow as pa
+
+    from loglake.cardinal import avro
+    from loglake.pipeline.jobs.cardinal_blocks import BatchWriter, CardinalBlocksOptions
+    from loglake.pipeline.jobs.cardinal_blocks_source import read_records
+
+    n_blocks = max(5, args.messages // 2)  # one update a block: 2 messages a copy, 2 copies
+    with tempfile.TemporaryDirectory() as tmp:
+        d = f"{tmp}/data"
+        sent = produce_to_dir(blocks(n_blocks, 1), d, 100)
+        log = open_log(d)
+        try:
+            ends = [
+                log.next_index("bench", partition=p) for p in range(log.partition_count("bench"))
+            ]
+        finally:
+            log.close()
+        cuts = [[e * i // args.batches for i in range(args.batches + 1)] for e in ends]
+        kernel = "C kernel" if getattr(avro, "_avro", None) is not None else "Python decoder"
+        for run in range(args.runs):
+            opts = CardinalBlocksOptions(d, ("bench",), f"{tmp}/out{run}")
+            writer = BatchWriter(opts)
+            c0 = time.process_time()
+            for b in range(args.batches):
+                ranges = pa.table(
+                    {
+                        "t": [0] * len(ends),
+                        "partition": list(range(len(ends))),
+                        "start": [c[b] for c in cuts],
+                        "end": [c[b + 1] for c in cuts],
+                    }
+                )
+                writer.process(read_records(d, ("bench",), ranges), b)
+            cpu = time.process_time() - c0
+            print(
+                f"driver only ({kernel}): {sent:,} messages, {n_blocks:,} blocks, "
+                f"{args.batches} micro-batches: {cpu:.2f} CPU s, {cpu / sent * 1e6:.1f} µs/msg",
+                flush=True,
+            )
+
+
 if __name__ == "__main__":
-    if "--spark" in sys.argv:
+    if "--driver-only" in sys.argv:
+        ap = argparse.ArgumentParser(description="Cardinal: the block job's driver step alone")
+        ap.add_argument("--driver-only", action="store_true")
+        ap.add_argument("--messages", type=int, default=40_000, help="per copy (both copies)")
+        ap.add_argument("--batches", type=int, default=10, help="micro-batches")
+        ap.add_argument("--runs", type=int, default=3)
+        driver_only(ap.parse_args())
+    elif "--spark" in sys.argv:
         ap = argparse.ArgumentParser(description="Cardinal: the Spark job vs the consumer")
         ap.add_argument("--spark", action="store_true")
         ap.add_argument("--quick", action="store_true")

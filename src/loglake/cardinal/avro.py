@@ -9,6 +9,9 @@ here (about 60 lines). The reader is written here too: it accepts both block for
 "Complex Types / Maps"), bounds every length by the bytes present, and raises
 ``CardinalDecodeError`` naming the message type; the tests cross-check both directions against
 fastavro's ``schemaless_writer``/``schemaless_reader`` with the spec's schemas (``*.avsc``).
+A Batch, read once a block by the block job, is read in C where the install built ``_avro.c``
+(``decode_batch``): the same fields and the same errors, word for word, as the reader here
+(``decode_batch_reference``), which stays the reference and the fallback.
 
 Map order: Go iterates maps randomly, so the reference's bytes for a multi-entry map vary run to
 run; we write keys sorted, which is one of the orders Go may produce.
@@ -17,6 +20,7 @@ run; we write keys sorted, which is one of the orders Go may produce.
 from __future__ import annotations
 
 import builtins
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +35,12 @@ from loglake.wire.varint import (
     encode_zigzag,
     unzigzag,
 )
+
+_avro: Any
+try:  # the Batch decode in C, built by the install where a compiler is (setup.py)
+    _avro = importlib.import_module("loglake.cardinal._avro")
+except ImportError:  # the same fields and errors, read in Python below
+    _avro = None
 
 BLOCK_LENGTH = 100  # hamba/avro config.go getBlockLength default
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -206,7 +216,10 @@ class Reader:
             raise self.fail(f"{len(self.data) - self.pos} trailing bytes")
 
 
-def decode_batch(data: bytes) -> tuple[int, bytes, bytes, dict[str, BatchRecord]]:
+def decode_batch_reference(data: bytes) -> tuple[int, bytes, bytes, dict[str, BatchRecord]]:
+    """Record ``cloud.rivet.cardinal.batch`` from Avro binary: ``(num, weight, parent,
+    updates)``; ``CardinalDecodeError`` naming the field for anything else. The reference the
+    C kernel (``_avro``) is held equal to, and the decoder where it is not built."""
     r = Reader(data, "Batch")
     number = r.long("num")
     weight = r.bytes_("weight")
@@ -221,6 +234,23 @@ def decode_batch(data: bytes) -> tuple[int, bytes, bytes, dict[str, BatchRecord]
         updates[key] = BatchRecord(value, count, delete, subbatch)
     r.end()
     return number, weight, parent, updates
+
+
+BatchFields = tuple[int, bytes, bytes, dict[str, BatchRecord]]
+
+decode_batch: Callable[[bytes], BatchFields]
+"""``decode_batch_reference``'s answer for any bytes (value, or error class and text): the C
+kernel where it is built, else the reference itself."""
+
+
+def _decode_batch_c_or_none(data: bytes) -> BatchFields | None:
+    try:
+        return _avro.decode_batch(data)
+    except CardinalDecodeError:
+        return None
+
+
+decode_batch = _avro.decode_batch if _avro is not None else decode_batch_reference
 
 
 def _uv(data: bytes, pos: int) -> tuple[int, int]:
@@ -304,6 +334,14 @@ def decode_batch_common(data: bytes) -> tuple[int, bytes, bytes, dict[str, Batch
     if pos != n:
         return None
     return number, weight, parent, updates
+
+
+decode_batch_or_none: Callable[[bytes], BatchFields | None]
+"""The block job's Batch decode: the fields, or None where ``decode`` must judge (and word)
+the bytes. With the C kernel that is any bytes it refuses; without it, ``decode_batch_common``
+(which also leaves the odd varint forms to ``decode``: a block then takes the slower path, with
+the same result)."""
+decode_batch_or_none = _decode_batch_c_or_none if _avro is not None else decode_batch_common
 
 
 def decode_update(

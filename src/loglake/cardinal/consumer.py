@@ -54,7 +54,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from loglake.cardinal.avro import decode_batch_common
+from loglake.cardinal.avro import decode_batch_or_none
 from loglake.cardinal.blocks import Block, ReorgEvent
 from loglake.cardinal.codec import decode
 from loglake.cardinal.errors import CardinalDecodeError
@@ -647,7 +647,7 @@ def _assemble_simple(messages: list[tuple[bytes, bytes, str, int]]) -> Assembled
             return None
     if head is None or len(head[0]) != 33:
         return None  # no Batch, or a key ``decode`` refuses
-    got = decode_batch_common(head[1])
+    got = decode_batch_or_none(head[1])
     if got is None or len(got[1]) > 32:
         return None  # ``decode`` judges (and words) what does not decode
     number, weight, parent, updates = got
