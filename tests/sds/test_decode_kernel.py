@@ -263,3 +263,33 @@ def test_an_allocator_that_fails_or_falls_short_is_an_error_and_the_kernel_goes_
     want = _decode.scan(*_scan_args(records))
     got = _decode.scan(*_scan_args(records), pa.allocate_buffer)
     assert [bytes(x) for x in got] == [bytes(x) for x in want]
+
+
+def _from_s(k: int, ids: list[str], between: bytes = b"") -> bytes:
+    """Sender s's message k whose history is ``ids`` (hint ``h``), ``between`` after the first."""
+    entries = [encode_history_entry(HistoryEntry(i, b"h", "p")) for i in ids]
+    head = ld(TAG_SENDER_ID, b"s") + ld(TAG_MESSAGE_ID, b"m%d" % k)
+    head += ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k)
+    return head + entries[0] + between + b"".join(entries[1:]) + ld(TAG_CONTENT, b"x")
+
+
+@pytest.mark.parametrize(
+    ("second", "between", "new"),
+    [
+        (["id1", "id2", "id3", "id9"], b"", ["id9"]),  # the window slid: a run, then a new id
+        (["id1", "idX", "id3", "id9"], b"", ["idX", "id9"]),  # same layout, one id's bytes not
+        (["id3", "id2", "id1"], b"", []),  # the same ids in another order
+        (["id1", "id2", "id3"], b"\x6a" + encode_history_entry(HistoryEntry("r"))[1:], []),
+        (["id0", "id1"], b"", []),  # the previous message's first ids
+    ],  # the fourth: a repair request between two entries (not laid out as before)
+)
+def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second, between, new):
+    """The kernel compares a row's leading entries with its sender's previous message as one run
+    of bytes when they are laid out alike (``same_run``); whatever the layout, causal_new is the
+    reference's: the ids not in the previous message."""
+    first = _from_s(1, ["id0", "id1", "id2", "id3"])
+    records = [first, _from_s(2, second, between)]
+    got = DecodeState(CHANNEL, BLOOM).decode(_batch(records))
+    want = DecodeState(CHANNEL, BLOOM, batched=False).decode(_batch(records))
+    assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
+    assert got.column("causal_new").to_pylist()[1] == new
