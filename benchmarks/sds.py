@@ -31,13 +31,14 @@ timed alone on both cores (``io_floor``): the bound under any audit here.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.differential.peer
 
-from proctree import tree_cpu
+from proctree import tree_cpu, tree_user_sys
 
 from loglake.sds.participant import Participant, ParticipantOptions
 from tests.differential.peer import NodePeer, available
@@ -216,14 +217,18 @@ def run_audit(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
         size, gen_s = make_channel(str(data), n, p, args.history, args.audit_bloom)
         print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
-    spark = build_session(master="local[*]", app_name="loglake-bench-sds-audit")
+    # the session the CLI's sds-audit starts (C1-only JVMs, session.C1_ONLY)
+    spark = build_session(master="local[*]", app_name="loglake-sds-audit", c1_only=True)
+    stage_cpu = _stage_cpu()
     try:
         runs = [False] * args.audit_repeat + ([] if args.audit_no_report else [True])
         for k, report in enumerate(runs):
             opts = SdsAuditOptions(
                 str(data), "sds.bench", str(out), report=report, overwrite=True
             ).validate()
+            stage_cpu.clear()
             t0, c0 = time.perf_counter(), tree_cpu()
+            stage_cpu.append(("", *tree_user_sys()))
             summary = run(spark, opts)
             secs, cpu = time.perf_counter() - t0, tree_cpu() - c0
             rate = summary.records / secs
@@ -237,6 +242,12 @@ def run_audit(args: argparse.Namespace) -> int:
             )
             stages = ", ".join(f"{k} {v:.1f}" for k, v in summary.stage_seconds.items())
             print(f"    seconds per stage: {stages}")
+            cpu_by = [
+                f"{b[0]} {b[1] - a[1]:.1f} + {b[2] - a[2]:.1f}"
+                for a, b in itertools.pairwise(stage_cpu)
+                if b[1] - a[1] + b[2] - a[2] >= 0.05
+            ]
+            print(f"    CPU-s per stage (tree, user + system): {', '.join(cpu_by)}")
         if args.audit_floor:
             spark.stop()  # the floor runs with nothing else
             io_floor(data, out, n)
@@ -245,6 +256,24 @@ def run_audit(args: argparse.Namespace) -> int:
         if not args.audit_dir:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _stage_cpu() -> list[tuple[str, float, float]]:
+    """The process tree's (stage, user, system) CPU seconds at each of the audit's stage laps
+    (``AuditSummary.lap``, wrapped for this process): where the CPU goes, stage by stage, and
+    how much of it is the kernel's (page faults, page-cache writes) rather than the job's."""
+    from loglake.pipeline.jobs.sds_audit import AuditSummary
+
+    marks: list[tuple[str, float, float]] = []
+    lap = AuditSummary.lap
+
+    def timed(self: AuditSummary, stage: str, since: float) -> float:
+        now = lap(self, stage, since)
+        marks.append((stage, *tree_user_sys()))
+        return now
+
+    AuditSummary.lap = timed  # type: ignore[method-assign]
+    return marks
 
 
 def main() -> int:

@@ -203,3 +203,93 @@ def test_a_large_binary_column_with_nulls_is_read_as_the_reference_reads_it():
     got = DecodeState(CHANNEL, BLOOM).decode(large)
     for name in want.schema.names:
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
+def _lists_of(records: list[bytes], alloc=None):
+    """``_decode.lists`` of ``records``' history ids (all kept), with ``alloc`` or bytes."""
+    rec, ents, _ = _scan(records)
+    column = pa.array(records, pa.binary())
+    data = column.buffers()[2] if column.buffers()[2] is not None else pa.py_buffer(b"")
+    ends = np.concatenate(([0], rec[:, 9])).astype(np.int64)  # R_HIST_END
+    ok = (rec[:, 0] == 0).astype(np.uint8)
+    args = (data, b"", ents.reshape(-1, 4), 4, ends, ok, b"")
+    return _decode.lists(*args, alloc) if alloc else _decode.lists(*args)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(0, 30), st.integers(0, 3))
+def test_outputs_in_the_callers_buffers_are_the_bytes_outputs(n, senders, keep, cut):
+    """scan and lists write into ``alloc``'s buffers (the job passes the Arrow pool's) the
+    octets they return as bytes without it; scan's arrays kept from the call before (a
+    larger batch) leave nothing of that batch in the next one's answer."""
+    records = [*sliding_window(n, senders=senders, keep=keep)]
+    small = records[: max(1, n // (cut + 1))]
+    before = _decode.scan(*_scan_args(small))
+    _decode.scan(*_scan_args(records), pa.allocate_buffer)  # a larger batch first
+    for alloc in (None, pa.allocate_buffer):
+        args = _scan_args(small)
+        got = _decode.scan(*args, alloc) if alloc else _decode.scan(*args)
+        assert [bytes(x) for x in got] == [bytes(x) for x in before]
+        if alloc:
+            assert all(isinstance(x, pa.Buffer) for x in got)
+    want = _lists_of(records)
+    got = _lists_of(records, pa.allocate_buffer)
+    assert [bytes(x) for x in got] == [bytes(x) for x in want]
+    assert all(isinstance(x, pa.Buffer) for x in got)
+
+
+def _scan_args(records: list[bytes]) -> tuple:
+    column = pa.array(records, pa.binary())
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=len(records) + 1).astype(np.int64)
+    data = bufs[2] if bufs[2] is not None else pa.py_buffer(b"")
+    rec = np.zeros((len(records), _decode.R_FIELDS), dtype=np.int64)
+    return offs, data, CHANNEL.encode(), BLOOM, LIMITS, rec
+
+
+def test_an_allocator_that_fails_or_falls_short_is_an_error_and_the_kernel_goes_on():
+    records = [*sliding_window(6, senders=2, keep=3)]
+
+    def boom(n):
+        raise MemoryError("no room")
+
+    short = lambda n: pa.allocate_buffer(max(0, n - 1))  # noqa: E731
+    frozen = lambda n: bytes(n)  # noqa: E731 - read-only: not a buffer to write into
+    for bad, err in ((boom, MemoryError), (short, ValueError), (frozen, BufferError)):
+        with pytest.raises(err):
+            _decode.scan(*_scan_args(records), bad)
+        with pytest.raises(err):
+            _lists_of(records, bad)
+    want = _decode.scan(*_scan_args(records))
+    got = _decode.scan(*_scan_args(records), pa.allocate_buffer)
+    assert [bytes(x) for x in got] == [bytes(x) for x in want]
+
+
+def _from_s(k: int, ids: list[str], between: bytes = b"") -> bytes:
+    """Sender s's message k whose history is ``ids`` (hint ``h``), ``between`` after the first."""
+    entries = [encode_history_entry(HistoryEntry(i, b"h", "p")) for i in ids]
+    head = ld(TAG_SENDER_ID, b"s") + ld(TAG_MESSAGE_ID, b"m%d" % k)
+    head += ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k)
+    return head + entries[0] + between + b"".join(entries[1:]) + ld(TAG_CONTENT, b"x")
+
+
+@pytest.mark.parametrize(
+    ("second", "between", "new"),
+    [
+        (["id1", "id2", "id3", "id9"], b"", ["id9"]),  # the window slid: a run, then a new id
+        (["id1", "idX", "id3", "id9"], b"", ["idX", "id9"]),  # same layout, one id's bytes not
+        (["id3", "id2", "id1"], b"", []),  # the same ids in another order
+        (["id1", "id2", "id3"], b"\x6a" + encode_history_entry(HistoryEntry("r"))[1:], []),
+        (["id0", "id1"], b"", []),  # the previous message's first ids
+    ],  # the fourth: a repair request between two entries (not laid out as before)
+)
+def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second, between, new):
+    """The kernel compares a row's leading entries with its sender's previous message as one run
+    of bytes when they are laid out alike (``same_run``); whatever the layout, causal_new is the
+    reference's: the ids not in the previous message."""
+    first = _from_s(1, ["id0", "id1", "id2", "id3"])
+    records = [first, _from_s(2, second, between)]
+    got = DecodeState(CHANNEL, BLOOM).decode(_batch(records))
+    want = DecodeState(CHANNEL, BLOOM, batched=False).decode(_batch(records))
+    assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
+    assert got.column("causal_new").to_pylist()[1] == new

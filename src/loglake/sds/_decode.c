@@ -16,13 +16,21 @@
  * (loglake.sds.columnar.DecodeState._decode_row), which names its reason exactly as a
  * participant would. Every read is bounds-checked against its record.
  *
- * Three calls:
- *   scan(offsets, data, channel, bloom_bytes, limits, rec) -> (entries, requests)
+ * Four calls:
+ *   scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)
  *   causal(state, data, extra, ok, sender, index, hist_end, entries) -> new (one octet an entry)
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
- *   lists(data, extra, spans, width, ends, ok, keep) -> list<string> buffers of the ids
+ *   lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> list<string> buffers of the ids
  * Positions handed to causal and gather address data, then extra after it (as if the two were
  * concatenated): the records the reference path read carry their ids in extra.
+ *
+ * alloc: where scan and lists put their large outputs (a batch's entries, ~20 MB, and its
+ * history ids, ~40 MB, for 3,000 records of 200-entry histories). Without it they are bytes
+ * objects, from malloc; glibc serves blocks over its mmap threshold (at most 32 MB) with a
+ * fresh mmap each time, so every batch faulted its output in page by page (about a third of a
+ * decode task's CPU time was system time, measured). The caller passes the Arrow memory
+ * pool's allocate_buffer, which keeps and reuses freed memory, and the arrays the outputs
+ * become are Arrow's own buffers anyway.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -141,8 +149,69 @@ static int entry(const uint8_t *p, const uint8_t *e, const Limits *lim, const ui
     return *id_len > 0;
 }
 
-static PyObject *vec_bytes(Vec *a) {
-    return PyBytes_FromStringAndSize((const char *)a->v, a->n * (Py_ssize_t)sizeof(int64_t));
+/* An output buffer of n octets: alloc(n), a writable buffer, when the caller gives an
+ * allocator, else a bytes object. The view stays held until out_release. 0, or -1 with an
+ * exception set. */
+typedef struct {
+    PyObject *obj;
+    char *w;
+    Py_buffer view;
+    int held;
+} Out;
+
+static int out_new(Out *o, PyObject *alloc, Py_ssize_t n) {
+    if (!alloc || alloc == Py_None) {
+        o->obj = PyBytes_FromStringAndSize(NULL, n);
+        if (!o->obj) return -1;
+        o->w = PyBytes_AS_STRING(o->obj);
+        return 0;
+    }
+    o->obj = PyObject_CallFunction(alloc, "n", n);
+    if (!o->obj) return -1;
+    if (PyObject_GetBuffer(o->obj, &o->view, PyBUF_WRITABLE) < 0) {
+        Py_CLEAR(o->obj);
+        return -1;
+    }
+    o->held = 1;
+    if (o->view.len < n) {
+        PyErr_SetString(PyExc_ValueError, "alloc: a buffer shorter than asked for");
+        PyBuffer_Release(&o->view);
+        o->held = 0;
+        Py_CLEAR(o->obj);
+        return -1;
+    }
+    o->w = o->view.buf;
+    return 0;
+}
+
+/* The view released; the object (a new reference, NULL after an error) is the caller's */
+static PyObject *out_release(Out *o) {
+    if (o->held) PyBuffer_Release(&o->view);
+    o->held = 0;
+    return o->obj;
+}
+
+static PyObject *vec_bytes(Vec *a, PyObject *alloc) {
+    Out o = {0};
+    Py_ssize_t n = a->n * (Py_ssize_t)sizeof(int64_t);
+    if (out_new(&o, alloc, n)) return NULL;
+    if (n) memcpy(o.w, a->v, (size_t)n);
+    return out_release(&o);
+}
+
+/* scan's entry and request arrays, kept from one call to the next (a task calls it once a
+ * batch, holding the GIL throughout): their growth by realloc faulted in fresh pages for every
+ * batch. Let go of past KEEP_BYTES, so one huge batch does not pin its memory. */
+static Vec kept_ents, kept_reqs;
+#define KEEP_BYTES ((Py_ssize_t)256 << 20)
+
+static void vec_keep(Vec *kept, Vec *a) {
+    if (a->cap * (Py_ssize_t)sizeof(int64_t) > KEEP_BYTES) {
+        free(a->v);
+        *a = (Vec){0};
+    }
+    a->n = 0;
+    *kept = *a;
 }
 
 /* Walk record [p, e) (at position base in data) into row; entries / requests appended.
@@ -240,12 +309,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer offs, data, chan, rec;
     Py_ssize_t bloom_bytes;
     Limits lim;
-    PyObject *result = NULL;
-    Vec ents = {0}, reqs = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*n(nnnnnn)w*", &offs, &data, &chan, &bloom_bytes,
+    PyObject *result = NULL, *alloc = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*n(nnnnnn)w*|O", &offs, &data, &chan, &bloom_bytes,
                           &lim.max_message, &lim.max_id, &lim.max_hint, &lim.max_content,
-                          &lim.max_history, &lim.max_requests, &rec))
+                          &lim.max_history, &lim.max_requests, &rec, &alloc))
         return NULL;
+    Vec ents = kept_ents, reqs = kept_reqs;
+    kept_ents = kept_reqs = (Vec){0}; /* ours until done */
+    ents.n = reqs.n = 0;
     if (int64_buffer(&offs, "offsets") || int64_buffer(&rec, "rec")) goto done;
     Py_ssize_t n = offs.len / 8 - 1;
     if (n < 0 || rec.len != n * R_FIELDS * 8) {
@@ -276,14 +347,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         row[R_REQ_END] = reqs.n / 2;
     }
     {
-        PyObject *a = vec_bytes(&ents), *b = a ? vec_bytes(&reqs) : NULL;
+        PyObject *a = vec_bytes(&ents, alloc), *b = a ? vec_bytes(&reqs, alloc) : NULL;
         if (a && b) result = PyTuple_Pack(2, a, b);
         Py_XDECREF(a);
         Py_XDECREF(b);
     }
 done:
-    free(ents.v);
-    free(reqs.v);
+    vec_keep(&kept_ents, &ents);
+    vec_keep(&kept_reqs, &reqs);
     PyBuffer_Release(&offs);
     PyBuffer_Release(&data);
     PyBuffer_Release(&chan);
@@ -420,6 +491,46 @@ static void prev_free(Prev *p) {
     memset(p, 0, sizeof(*p));
 }
 
+/* How many of a row's first entries (entries [j0, j1)) are, in order, entries of its sender's
+ * previous message in this batch (entries [p0, p1)), laid out the same way in one run of bytes
+ * equal to the previous message's (their out octets are then 0, as table_has finds): where a
+ * sender's history is a window sliding over the channel, all but the new entries at its end.
+ * Why: the entries are compared as one run of bytes (one memcmp of ~20 KB) instead of one hash
+ * probe and one memcmp each. Exact: the two runs' bytes are equal and each entry sits at the
+ * same offset in its run with the same length, so each is byte for byte an entry of the
+ * previous message. The run starts where the previous message holds the row's first entry
+ * (found by its bytes); anything else, or a run crossing from data into extra, gives 0 and the
+ * caller compares entry by entry. */
+static Py_ssize_t same_run(const Space *sp, const int64_t *ent, int64_t p0, int64_t p1,
+                           int64_t j0, int64_t j1) {
+    if (j0 >= j1 || p0 >= p1) return 0;
+    const int64_t *first = ent + 4 * j0;
+    int64_t i0 = p0;
+    for (; i0 < p1; i0++) {
+        const int64_t *e = ent + 4 * i0;
+        if (e[1] == first[1]) {
+            const uint8_t *a = span(sp, e[0], e[1]), *b = span(sp, first[0], first[1]);
+            if (a && b && !memcmp(a, b, (size_t)e[1])) break;
+        }
+    }
+    if (i0 >= p1) return 0;
+    int64_t n = 0, base_r = first[0], base_p = ent[4 * i0], next = 0;
+    while (j0 + n < j1 && i0 + n < p1) {
+        const int64_t *er = ent + 4 * (j0 + n), *ep = ent + 4 * (i0 + n);
+        int64_t off = er[0] - base_r;
+        /* in order and apart, as scan lays them out: then the run's bytes cover each */
+        if (er[1] != ep[1] || off != ep[0] - base_p || off < next) break;
+        next = off + er[1];
+        n++;
+    }
+    if (n < 2) return 0; /* one entry: the table's way costs no more */
+    const int64_t *last = ent + 4 * (j0 + n - 1);
+    int64_t bytes = last[0] + last[1] - base_r;
+    const uint8_t *a = span(sp, base_r, bytes), *b = span(sp, base_p, bytes);
+    if (!a || !b || memcmp(a, b, (size_t)bytes)) return 0;
+    return (Py_ssize_t)n;
+}
+
 /* This batch's senders: sender bytes -> the last row read, in order of first appearance */
 typedef struct {
     const uint8_t *at;
@@ -480,15 +591,18 @@ static PyObject *causal(PyObject *self, PyObject *args) {
         goto fail;
     }
     for (size_t i = 0; i < ssize; i++) tslot[i] = -1;
-    for (Py_ssize_t j = 0; j < m; j++) {
-        eat[j] = span(&sp, ent[4 * j], ent[4 * j + 1]);
-        if (!eat[j]) {
-            PyErr_SetString(PyExc_ValueError, "causal: an entry outside the buffers");
-            goto fail;
-        }
-        ehash[j] = hash_span(eat[j], ent[4 * j + 1]);
-    }
     for (Py_ssize_t r = 0; r < n; r++) {
+        /* the row's entries located and hashed right before they are compared: one pass over
+         * a batch's ~60 MB of records for both, where a pass hashing every entry first had
+         * the compare read them again from memory */
+        for (int64_t j = end[r]; j < end[r + 1]; j++) {
+            eat[j] = span(&sp, ent[4 * j], ent[4 * j + 1]);
+            if (!eat[j]) {
+                PyErr_SetString(PyExc_ValueError, "causal: an entry outside the buffers");
+                goto fail;
+            }
+            ehash[j] = hash_span(eat[j], ent[4 * j + 1]);
+        }
         if (!ok[r]) continue;
         const uint8_t *s = span(&sp, snd[2 * r], snd[2 * r + 1]);
         if (!s) {
@@ -504,10 +618,12 @@ static PyObject *causal(PyObject *self, PyObject *args) {
             at = (at + 1) & smask;
         }
         Prev prev = {0}, *use = NULL;
+        Py_ssize_t prow = -1; /* the previous message's row when it is in this batch */
         if (tslot[at] >= 0) {
             Sender *c = &senders[tslot[at]];
             Py_ssize_t p = c->last;
             if (idx[p] < idx[r]) {
+                prow = p;
                 prev.k = (Py_ssize_t)(end[p + 1] - end[p]);
                 prev.at = eat + end[p];
                 prev.hash = ehash + end[p];
@@ -547,12 +663,18 @@ static PyObject *causal(PyObject *self, PyObject *args) {
             }
         }
         if (use) {
-            if (table_fill(&table, use)) {
+            int64_t j = end[r];
+            if (use == &prev) {
+                Py_ssize_t run = same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1]);
+                memset(out + j, 0, (size_t)run);
+                j += run;
+            }
+            if (j < end[r + 1] && table_fill(&table, use)) {
                 if (use == &prev) free(prev.len);
                 PyErr_NoMemory();
                 goto fail;
             }
-            for (int64_t j = end[r]; j < end[r + 1]; j++)
+            for (; j < end[r + 1]; j++)
                 out[j] = !table_has(&table, use, eat[j], ent[4 * j + 1], ehash[j]);
         }
         if (use == &prev) free(prev.len);
@@ -638,9 +760,10 @@ done:
 static PyObject *lists(PyObject *self, PyObject *args) {
     Py_buffer data, extra, spanb, endb, okb, keepb;
     Py_ssize_t width;
-    PyObject *result = NULL, *values = NULL, *voffs = NULL, *loffs = NULL, *lens = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*", &data, &extra, &spanb, &width, &endb, &okb,
-                          &keepb))
+    PyObject *result = NULL, *alloc = NULL;
+    Out values = {0}, voffs = {0}, loffs = {0}, lens = {0};
+    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|O", &data, &extra, &spanb, &width, &endb, &okb,
+                          &keepb, &alloc))
         return NULL;
     Space sp = {data.buf, extra.buf, data.len, extra.len};
     Py_ssize_t n = okb.len, m;
@@ -675,15 +798,12 @@ static PyObject *lists(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_OverflowError, "lists: a batch's ids over 2 GiB");
         goto done;
     }
-    values = PyBytes_FromStringAndSize(NULL, total);
-    voffs = PyBytes_FromStringAndSize(NULL, 4 * (k + 1));
-    loffs = PyBytes_FromStringAndSize(NULL, 4 * (n + 1));
-    lens = PyBytes_FromStringAndSize(NULL, 4 * k);
-    if (!values || !voffs || !loffs || !lens) goto done;
+    if (out_new(&values, alloc, total) || out_new(&voffs, alloc, 4 * (k + 1)) ||
+        out_new(&loffs, alloc, 4 * (n + 1)) || out_new(&lens, alloc, 4 * k))
+        goto done;
     {
-        char *w = PyBytes_AS_STRING(values);
-        int32_t *vo = (int32_t *)PyBytes_AS_STRING(voffs), *lo = (int32_t *)PyBytes_AS_STRING(loffs);
-        int32_t *ln = (int32_t *)PyBytes_AS_STRING(lens);
+        char *w = values.w;
+        int32_t *vo = (int32_t *)voffs.w, *lo = (int32_t *)loffs.w, *ln = (int32_t *)lens.w;
         int32_t at = 0, i = 0;
         vo[0] = 0;
         lo[0] = 0;
@@ -700,15 +820,15 @@ static PyObject *lists(PyObject *self, PyObject *args) {
             lo[r + 1] = i;
         }
     }
-    result = PyTuple_Pack(4, values, voffs, loffs, lens);
+    result = PyTuple_Pack(4, values.obj, voffs.obj, loffs.obj, lens.obj);
     goto done;
 bad:
     PyErr_SetString(PyExc_ValueError, "lists: a span outside the buffers or ends out of order");
 done:
-    Py_XDECREF(values);
-    Py_XDECREF(voffs);
-    Py_XDECREF(loffs);
-    Py_XDECREF(lens);
+    Py_XDECREF(out_release(&values));
+    Py_XDECREF(out_release(&voffs));
+    Py_XDECREF(out_release(&loffs));
+    Py_XDECREF(out_release(&lens));
     PyBuffer_Release(&data);
     PyBuffer_Release(&extra);
     PyBuffer_Release(&spanb);
@@ -720,9 +840,10 @@ done:
 
 static PyMethodDef methods[] = {
     {"lists", lists, METH_VARARGS,
-     "lists(data, extra, spans, width, ends, ok, keep) -> (values, offsets, list offsets, lens)"},
+     "lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> (values, offsets, list offsets, "
+     "lens)"},
     {"scan", scan, METH_VARARGS,
-     "scan(offsets, data, channel, bloom_bytes, limits, rec) -> (entries, requests)"},
+     "scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)"},
     {"causal", causal, METH_VARARGS,
      "causal(state, data, extra, ok, sender, index, hist_end, entries) -> new"},
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},

@@ -827,7 +827,7 @@ class DecodeState:
             lim.max_repair_request,
         )
         ents_b, reqs_b = _decode.scan(
-            offs, data, self.channel.encode(), self.bloom_bytes, limits, rec
+            offs, data, self.channel.encode(), self.bloom_bytes, limits, rec, pa.allocate_buffer
         )
         ents = np.frombuffer(ents_b, dtype=np.int64).reshape(-1, 4)
         reqs = np.frombuffer(reqs_b, dtype=np.int64).reshape(-1, 2)
@@ -921,7 +921,9 @@ class DecodeState:
             each row's from ``ends``, those ``keep`` marks (empty: all), as list<string> (null
             where the row is not ok); and the ids' lengths."""
             width = spans.shape[1]
-            values, voffs, loffs, lens = _decode.lists(data, xbuf, spans, width, ends, ok8, keep)
+            values, voffs, loffs, lens = _decode.lists(
+                data, xbuf, spans, width, ends, ok8, keep, pa.allocate_buffer
+            )
             k = len(lens) // 4
             strs = pa.Array.from_buffers(
                 pa.string(), k, [None, pa.py_buffer(voffs), pa.py_buffer(values)]

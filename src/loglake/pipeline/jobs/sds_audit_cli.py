@@ -70,7 +70,11 @@ def sds_audit_command(
     from loglake.pipeline.session import build_session
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        spark = build_session(master=spark_master, app_name="loglake-sds-audit", conf=conf)
+        # C1 only: the JVM schedules plain tasks and runs the report's one quantile
+        # (session.C1_ONLY; docs/pipeline.md has what it saved here)
+        spark = build_session(
+            master=spark_master, app_name="loglake-sds-audit", conf=conf, c1_only=True
+        )
     from loglake.pipeline.progress import JobProgress
 
     with JobProgress(spark, console, f"auditing {stream}"):
