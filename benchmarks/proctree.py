@@ -10,39 +10,9 @@ from __future__ import annotations
 import os
 
 
-def snapshot() -> tuple[dict[int, list[int]], dict[int, float]]:
-    """Every live process's children, and its CPU seconds (utime stime cutime cstime)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick
-    return children, cpu
-
-
-def tree_cpu(root: int | None = None) -> float:
-    """CPU seconds of ``root`` (this process by default) and every live descendant."""
-    children, cpu = snapshot()
-    total, todo = 0.0, [os.getpid() if root is None else root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo += children.get(pid, [])
-    return total
-
-
-def tree_user_sys(root: int | None = None) -> tuple[float, float]:
-    """``tree_cpu`` split into user and system CPU seconds (reaped children included). Why:
-    system time here is mostly page faults and page-cache writes, which a change of
-    allocation or of where scratch files go moves without touching the user time."""
+def snapshot_split() -> tuple[dict[int, list[int]], dict[int, tuple[float, float]]]:
+    """Every live process's children, and its user and system CPU seconds (reaped children
+    included: utime + cutime, stime + cstime)."""
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
     split: dict[int, tuple[float, float]] = {}
@@ -53,10 +23,29 @@ def tree_user_sys(root: int | None = None) -> tuple[float, float]:
             with open(f"/proc/{name}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            continue
+            continue  # gone meanwhile
         children.setdefault(int(fields[1]), []).append(int(name))
         user = (int(fields[11]) + int(fields[13])) / tick
         split[int(name)] = (user, (int(fields[12]) + int(fields[14])) / tick)
+    return children, split
+
+
+def snapshot() -> tuple[dict[int, list[int]], dict[int, float]]:
+    """Every live process's children, and its CPU seconds (user + system)."""
+    children, split = snapshot_split()
+    return children, {pid: u + s for pid, (u, s) in split.items()}
+
+
+def tree_cpu(root: int | None = None) -> float:
+    """CPU seconds of ``root`` (this process by default) and every live descendant."""
+    return sum(tree_user_sys(root))
+
+
+def tree_user_sys(root: int | None = None) -> tuple[float, float]:
+    """``tree_cpu`` split into user and system CPU seconds (reaped children included). Why:
+    system time here is mostly page faults and page-cache writes, which a change of
+    allocation or of where scratch files go moves without touching the user time."""
+    children, split = snapshot_split()
     user = system = 0.0
     todo = [os.getpid() if root is None else root]
     while todo:
