@@ -238,8 +238,19 @@ def test_a_bucket_opened_without_quorum_waits_for_it_then_opens_or_is_a_typed_er
         bucket = f"{fx.new_prefix()}_leases"
         back = threading.Timer(1.0, lambda: [cluster.start_node(i) for i in (1, 2)])
         back.start()
-        log.call(lease_bucket(log.js, bucket, replicas=3, timeout=30.0), timeout=40)
-        back.join()
+        t0 = time.monotonic()
+        try:
+            log.call(lease_bucket(log.js, bucket, replicas=3, timeout=30.0), timeout=40)
+        except ClusterUnavailable:
+            # nats-server may leave a stream created just as quorum came back without a
+            # leader for longer than the 30 s (seen in a fresh-clone CI run, and over 20 s
+            # before): then the typed error is the right answer, in time, and only if the
+            # server itself still does not answer for that stream
+            assert time.monotonic() - t0 < 30.0 + 2.0 + 1.0
+            assert _stream_info(log, f"KV_{bucket}") is None
+            return
+        finally:
+            back.join()
         # made once quorum was back, R3 as asked. The cluster may still be settling (a
         # fresh-clone run timed out one stream info right after), so it is asked until 20 s;
         # a put may wait longer for the new stream's own leader (once over 20 s here, the
