@@ -35,7 +35,6 @@ from pathlib import Path
 
 MEMORY_ROOT = "/dev/shm"
 MODES = ("auto", "memory", "disk")
-TMPFS_MAGIC = 0x01021994
 
 
 def scratch_key(purpose: str, output: Path) -> str:

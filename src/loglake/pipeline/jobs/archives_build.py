@@ -1140,9 +1140,8 @@ def _run(
 
     # pass 1 (executors): every record read and decoded where it lies, once; per community
     # and hour of message time, the index range of its messages; bad records. Small,
-    # collected. The decoded records stay in spill files under parts_dir for pass 2.
-    # The spills go to memory when it has room (``pipeline.scratch``), else beside the
-    # part files of the general path.
+    # collected. The decoded records stay in spill files for pass 2: in memory when it has
+    # room (``pipeline.scratch``), else beside the part files of the general path.
     job = uuid.uuid4().hex[:12]
     parts_dir = root / STAGING_DIR / f"{PARTS_PREFIX}{job}"
     fs.makedirs_durable(parts_dir)
