@@ -114,28 +114,29 @@ class Scratch:
                     os.unlink(tmp)
         raise AssertionError("unreachable: the disk is always the last folder")
 
+    def _folders(self) -> list[str]:
+        """Memory first, then disk: where files are written and looked for."""
+        return [d for d in (self.memory, self.disk) if d is not None]
+
     def find(self, name: str) -> str | None:
         """Where ``name`` was written (memory first), or None if it never was."""
-        for d in (self.memory, self.disk):
-            if d is not None:
-                path = os.path.join(d, name)
-                if os.path.exists(path):
-                    return path
+        for d in self._folders():
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                return path
         return None
 
     def unlink(self, pattern: str) -> None:
         """Remove the files matching ``pattern`` (a glob) from both folders: scratch no
         longer needed frees its memory before the job's end."""
-        for d in (self.memory, self.disk):
-            if d is not None:
-                for path in glob.glob(os.path.join(glob.escape(d), pattern)):
-                    os.unlink(path)
+        for d in self._folders():
+            for path in glob.glob(os.path.join(glob.escape(d), pattern)):
+                os.unlink(path)
 
     def remove(self) -> None:
         """Both folders and everything in them (the end of the job, failed or not)."""
-        for d in (self.memory, self.disk):
-            if d is not None:
-                shutil.rmtree(d, ignore_errors=True)
+        for d in self._folders():
+            shutil.rmtree(d, ignore_errors=True)
         if self.memory is not None:
             with contextlib.suppress(OSError):  # the key's folder, if no other run is left
                 os.rmdir(os.path.dirname(self.memory))
