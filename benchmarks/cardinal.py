@@ -300,54 +300,64 @@ def cores_used(before: dict[str, float], after: dict[str, float], secs: float) -
     return ", ".join(f"{k} {(after[k] - before[k]) / secs:.2f}" for k in after)
 
 
+def _send_for(cps, chain, chunk: int, seconds: float) -> tuple[dict[str, float], float]:
+    """Both producers send runs of ``chunk`` blocks of ``chain`` as fast as the server
+    acknowledges them, for ``seconds`` (or the whole chain): when each block was acknowledged
+    (``time.perf_counter``: CLOCK_MONOTONIC, the same clock in every process), and the time
+    taken."""
+    sent_at: dict[str, float] = {}
+    t0 = time.perf_counter()
+    for j in range(0, len(chain), chunk):
+        if time.perf_counter() - t0 >= seconds:
+            break
+        part = chain[j : j + chunk]
+        for cp in cps:
+            cp.send_blocks(part)
+        now = time.perf_counter()
+        for b in part:
+            sent_at[b.hash.hex()] = now
+    return sent_at, time.perf_counter() - t0
+
+
 def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
     """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
-    application would run them, so they share no interpreter (GIL) with the Spark driver. First
-    their top rate for 8 s on another topic (sent to the parent), then, once told to go, the
-    blocks of ``bench`` paced at that rate for ``seconds``; at the end, when each block was
-    acknowledged (``time.perf_counter``: CLOCK_MONOTONIC, the same clock in every process)."""
+    application would run them, so they share no interpreter (GIL) with the Spark driver. Two
+    phases of the same work, told apart only by the job: first alone, the blocks on topic
+    ``solo`` (a stream the job does not read) for ``seconds``; then, once told to go, the same
+    blocks on ``bench`` for ``seconds`` while the job follows it. Each phase sends as fast as
+    the server acknowledges, so the rate beside the job over the rate alone is what the job
+    costs the producers (an 8 s burst on another topic, paced rates after it, measured the
+    benchmark as well: with no job at all the producers then reached 90% of it)."""
     per_block = 2 * (updates + 1)
-    chain = blocks(max(5, 3_000_000 // per_block), updates)  # more than 68 s of the TCP rate
+    chain = blocks(max(5, int(seconds * 60_000) // per_block), updates)  # > 60 k msgs/s
     with StreamClient(port=port, timeout=60) as client:
-        cps = [
-            StreamProducer(StreamTransport(client, 4), Producer("rate", {"foo/": "rate"}))
+        conn.send("start")  # the parent starts counting CPU
+        solo = [
+            StreamProducer(StreamTransport(client, 4), Producer("solo", {"foo/": "solo"}))
             for _ in "ab"
         ]
-        conn.send("start")  # the parent starts counting CPU
-        t = time.perf_counter()
-        i = 0
-        while time.perf_counter() - t < 8 and i < len(chain):
-            for cp in cps:
-                cp.send_blocks(chain[i : i + chunk])
-            i += chunk
-        tcp_rate = sum(cp.sent for cp in cps) / (time.perf_counter() - t)
-        conn.send(tcp_rate)
-        conn.recv()  # the job is running
+        sent_at, took = _send_for(solo, chain, chunk, seconds)
+        conn.send(len(sent_at) * per_block / took)
+        conn.recv()  # the job is running (or, for the control, not)
         cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
-        sent_at: dict[str, float] = {}
-        t0 = time.perf_counter()
-        j = 0
-        while j < len(chain) and time.perf_counter() - t0 < seconds:
-            part = chain[j : j + chunk]
-            for cp in cps:
-                cp.send_blocks(part)
-            now = time.perf_counter()
-            for b in part:
-                sent_at[b.hash.hex()] = now
-            j += chunk
-            ahead = j * per_block / tcp_rate - (now - t0)  # pace at the measured rate
-            if ahead > 0:
-                time.sleep(ahead)
-        conn.send(sent_at)
+        conn.send(_send_for(cps, chain, chunk, seconds))
 
 
 def spark_live(
-    spark, updates: int, seconds: float, tmp: str, trigger: float, nice: int = 0
+    spark,
+    updates: int,
+    seconds: float,
+    tmp: str,
+    trigger: float,
+    nice: int = 0,
+    control: bool = False,
 ) -> dict:
     """A stream server (``loglake serve``, its own process) on a data dir; two producers in
-    another process over TCP: first their top rate alone, then the job follows the topic while
-    they send at that rate for ``seconds``: produce (ack) → block row visible (its micro-batch
-    marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every 5 s.
+    another process over TCP send as fast as it acknowledges, ``seconds`` alone, then
+    ``seconds`` while the job follows their topic (``_live_producers``): their rate in both
+    phases, produce (ack) → block row visible (its micro-batch marked complete) p50/p99, and
+    the backlog (records acknowledged, not yet visible) every 5 s. ``control``: the second
+    phase without the job (how far two phases of the same work differ by themselves).
     Only the job and the watcher run in this process. Also the cores each side used in both
     phases (``cpu_by_tree``; ``job`` is this process's tree: driver, watcher, JVM, workers).
     ``nice`` > 0 runs the job at that lower CPU priority (``renice_job``) so the producers and
@@ -382,11 +392,11 @@ def spark_live(
         roots = {"producers": producers.pid, "server": server.pid}
         assert here.recv() == "start"
         c0, t_0 = cpu_by_tree(roots), time.perf_counter()
-        tcp_rate = here.recv()  # 1. the producers alone
+        solo_rate = here.recv()  # 1. the producers alone
         alone = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
-        # 2. the job follows "bench" while the producers send at that rate
+        # 2. the job follows "bench" while the producers send the same blocks there
         opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
-        q = build_query(spark, opts)
+        q = None if control else build_query(spark, opts)
         if nice:
             renice_job(roots, nice)
         seen_at: dict[str, float] = {}
@@ -413,15 +423,16 @@ def spark_live(
         watcher.start()
         c0, t_0 = cpu_by_tree(roots), time.perf_counter()
         here.send("go")
-        sent_at: dict[str, float] = here.recv()
+        sent_at, took = here.recv()
         beside = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
         target = len(sent_at)
         deadline = time.perf_counter() + 120
-        while sum(h in seen_at for h in sent_at) < target and time.perf_counter() < deadline:
+        while q and sum(h in seen_at for h in sent_at) < target and time.perf_counter() < deadline:
             time.sleep(0.2)
         caught_up = time.perf_counter() - t0
         stop.set()
-        q.stop()
+        if q:
+            q.stop()
         producers.join(30)
     finally:
         if producers.is_alive():
@@ -440,9 +451,9 @@ def spark_live(
     sent = len(sent_at) * per_block
     return {
         "updates": updates,
-        "tcp_rate": tcp_rate,
+        "solo_rate": solo_rate,
         "sent": sent,
-        "offered_per_s": sent / seconds,
+        "offered_per_s": sent / took,
         "visible": len(lat),
         "blocks": target,
         "p50_ms": pick(0.5),
@@ -491,15 +502,24 @@ def spark_main(args) -> None:
                 flush=True,
             )
         for updates in [] if args.catch_up_only else args.live_updates:
-            r = spark_live(spark, updates, args.seconds, tmp, args.trigger, args.job_nice)
+            r = spark_live(
+                spark, updates, args.seconds, tmp, args.trigger, args.job_nice, args.live_control
+            )
+            rates = (
+                f"live, {updates} updates/block, two producers over TCP, {args.seconds:.0f} s "
+                f"alone then {args.seconds:.0f} s "
+                + ("again, no job (control)" if args.live_control else "beside the job")
+                + f": {r['solo_rate']:,.0f} then {r['offered_per_s']:,.0f} msgs/s "
+                f"({r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone)"
+            )
+            if args.live_control:
+                print(rates, flush=True)
+                continue
             trend = backlog_trend(r["backlog"])
             # growing by more than 5% of the offered rate, every second, after the start
             grows = trend > 0.05 * r["offered_per_s"]
             print(
-                f"live, {updates} updates/block, a micro-batch every {args.trigger:g} s: "
-                f"TCP producer {r['tcp_rate']:,.0f} msgs/s; "
-                f"offered {r['offered_per_s']:,.0f} msgs/s for {args.seconds:.0f} s "
-                f"({r['offered_per_s'] / r['tcp_rate']:.0%} of their solo rate); "
+                f"{rates}; a micro-batch every {args.trigger:g} s; "
                 f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
                 f"({r['visible']}/{r['blocks']} blocks); backlog (s, records) "
                 + ", ".join(f"{s:.0f}:{b}" for s, b in r["backlog"])
@@ -603,6 +623,12 @@ if __name__ == "__main__":
             help="catch-up: updates per block of each case",
         )
         ap.add_argument("--live-updates", type=int, nargs="*", default=[100])
+        ap.add_argument(
+            "--live-control",
+            action="store_true",
+            help="live: the second phase without the job (how far two phases of the same "
+            "work differ by themselves)",
+        )
         ap.add_argument("--master", default=None)
         ap.add_argument("--live-only", action="store_true")
         ap.add_argument("--catch-up-only", action="store_true")
