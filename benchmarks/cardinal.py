@@ -254,10 +254,14 @@ def process_trees(roots: dict[str, int]) -> tuple[dict[str, set[int]], dict[int,
 
 
 def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
-    """CPU seconds of each tree of ``process_trees``. For the live run's CPU split: on 2 cores
-    the producers and the job share the machine, and this says who used what."""
+    """CPU seconds of each tree of ``process_trees``, and (``<name> waited``) the seconds the
+    named trees' threads waited for a CPU. For the live run's split: on 2 cores the producers
+    and the job share the machine, and this says who used what, and whether the producers
+    were slowed by waiting for a CPU or for something else (the disk's fsyncs)."""
     trees, cpu = process_trees(roots)
-    return {name: sum(cpu.get(p, 0.0) for p in t) for name, t in trees.items()}
+    out = {name: sum(cpu.get(p, 0.0) for p in t) for name, t in trees.items()}
+    out.update({f"{name} waited": proctree.runqueue_wait(trees[name]) for name in roots})
+    return out
 
 
 def renice_job(roots: dict[str, int], nice: int) -> None:
@@ -530,8 +534,8 @@ def spark_main(args) -> None:
                 flush=True,
             )
             print(
-                f"  cores used: producers alone ({r['cores_alone']}); "
-                f"while the job ran ({r['cores_beside']})",
+                f"  cores used (and spent waiting for a CPU): producers alone "
+                f"({r['cores_alone']}); while the job ran ({r['cores_beside']})",
                 flush=True,
             )
     spark.stop()

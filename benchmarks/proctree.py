@@ -54,3 +54,22 @@ def tree_user_sys(root: int | None = None) -> tuple[float, float]:
         user, system = user + u, system + s
         todo += children.get(pid, [])
     return user, system
+
+
+def runqueue_wait(pids: set[int]) -> float:
+    """Seconds the live threads of ``pids`` have spent runnable but waiting for a CPU
+    (``/proc/<pid>/task/<tid>/schedstat``, second field, ns). Why: a process slowed beside
+    another either waited for a CPU (this grows) or for something else, the disk or a peer."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+    return total / 1e9
