@@ -64,7 +64,7 @@ run: install check-java-warn
 # The C kernels (setup.py): the install builds them where a compiler is; the tests require
 # them, and system-deps installs gcc, so build them here if the install could not
 framer: install system-deps
-	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode, loglake.cardinal._avro" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
+	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode, loglake.cardinal._avro, loglake.archives._waku" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
 test: install system-deps framer node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

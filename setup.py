@@ -15,6 +15,9 @@ KERNELS = {
     "loglake.log._framing": "src/loglake/log/_framing.c",
     "loglake.sds._decode": "src/loglake/sds/_decode.c",
     "loglake.cardinal._avro": "src/loglake/cardinal/_avro.c",
+    # archives-build's scan: WakuMessage fields and archive frames of a whole batch; the numpy
+    # paths in archives/columnar.py are the reference and the fallback
+    "loglake.archives._waku": "src/loglake/archives/_waku.c",
 }
 
 setup(

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loglake.archives import get_layout
-from loglake.archives.columnar import decode_waku_batch
+from loglake.archives import columnar, get_layout
+from loglake.archives.columnar import decode_waku_batch, frame_records
 from loglake.archives.errors import BadRecord
-from loglake.archives.layout import NS, Layout
+from loglake.archives.layout import NS, Layout, frame_parts
 
 LAYOUTS = ["spec", "status-go"]
 
@@ -223,3 +223,152 @@ def test_a_status_go_timestamp_past_int64_nanoseconds_is_a_bad_record_not_a_cras
         assert bads[1] and "int64 nanoseconds" in bads[1] and bads[0] is bads[2] is None
     m.timestamp = (2**63 - 1) // NS  # the last second that fits is a good record
     _agrees("status-go", [m.SerializeToString()])
+
+
+# -- the C kernel (``_waku``) against the numpy reference -----------------------------------------
+
+# the install builds it where a C compiler is (setup.py; ``make test`` installs gcc first): a
+# missing build skips these tests on a developer's machine and fails them under CI=true
+needs_kernel = pytest.mark.peer(
+    "loglake.archives._waku (the scan's C kernel)",
+    columnar._waku is not None,
+    "a C compiler and Python's headers: apt-get install gcc python3-dev, then make test",
+)
+
+
+def _fields_both(layout_name: str, col: pa.Array) -> None:
+    """``_read_fields_c`` and ``_read_fields_numpy`` of a column: the same records vouched
+    for, and for those the same fields with the same values, starts and lengths."""
+    f = columnar._waku_fields(layout_name)
+    n = len(col)
+    bufs = col.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=col.offset + n + 1)[col.offset :]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    ok_c, c = columnar._read_fields_c(f, data, offs)
+    ok_np, r = columnar._read_fields_numpy(f, data, offs)
+    assert ok_c.tolist() == ok_np.tolist()
+    for num, wire in f.wire.items():
+        seen_c = c.seen[num] & ok_c
+        seen_np = r.seen.get(num, np.zeros(n, dtype=bool)) & ok_np
+        assert seen_c.tolist() == seen_np.tolist(), num
+        if wire == 2:
+            for got, want in ((c.starts, r.starts), (c.lengths, r.lengths)):
+                w = want.get(num, np.zeros(n, dtype=np.int64))
+                assert got[num][seen_c].tolist() == w[seen_c].tolist(), num
+        else:
+            w = r.values.get(num, np.zeros(n, dtype=np.uint64))
+            assert c.values[num][seen_c].tolist() == w[seen_c].tolist(), num
+
+
+@needs_kernel
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_the_c_kernel_reads_the_fields_the_numpy_reference_reads(layout_name):
+    """Good, truncated, garbage, repeated, unknown, over-long and empty records (the odd
+    records above), whole and sliced: the kernel and the numpy rounds agree record for
+    record, and ``decode_waku_batch`` through either agrees with ``decode_record``."""
+    layout = get_layout(layout_name)
+    for seed in range(6):
+        recs = _odd_records(layout, random.Random(100 + seed), 300)
+        col = pa.array(recs, type=pa.binary())
+        _fields_both(layout_name, col)
+        _fields_both(layout_name, col.slice(5, 150))
+    _fields_both(layout_name, pa.array([], type=pa.binary()))
+
+
+@needs_kernel
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layout_name=st.sampled_from(LAYOUTS),
+    recs=st.lists(st.binary(max_size=40), max_size=12),
+    edits=st.lists(
+        st.tuples(st.integers(0, 400), st.binary(min_size=0, max_size=12), st.booleans()),
+        max_size=4,
+    ),
+)
+def test_hypothesis_hostile_bytes_the_c_kernel_and_numpy_agree(layout_name, recs, edits):
+    """Random bytes, and good records with random bytes spliced in or cut out: the kernel
+    vouches for exactly the records the numpy reference vouches for, with the same fields."""
+    good = []
+    for i in range(3):
+        r = bytearray(_good(layout_name, i))
+        for at, blob, cut in edits:
+            at %= len(r) + 1
+            if cut:
+                del r[at : at + len(blob)]
+            else:
+                r[at:at] = blob
+        good.append(bytes(r))
+    _fields_both(layout_name, pa.array(recs + good, type=pa.binary()))
+
+
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_without_the_kernel_the_numpy_path_agrees_with_decode_record(layout_name, monkeypatch):
+    """The fallback where no C compiler built the kernel: ``decode_waku_batch`` on the numpy
+    rounds alone still gives what ``decode_record`` gives, record for record."""
+    monkeypatch.setattr(columnar, "_waku", None)
+    layout = get_layout(layout_name)
+    for seed in range(4):
+        _agrees(layout_name, _odd_records(layout, random.Random(200 + seed), 200))
+    assert frame_records(pa.array([b"x"], type=pa.binary())) is None
+
+
+def _framed_reference(recs: list[bytes]) -> bytes:
+    parts, _ = frame_parts(recs)
+    return b"".join(parts)
+
+
+@needs_kernel
+@settings(max_examples=150, deadline=None)
+@given(
+    recs=st.lists(
+        st.one_of(
+            st.binary(max_size=300),
+            st.sampled_from([127, 128, 16_383, 16_384, 2_097_152]).map(lambda k: b"r" * k),
+        ),
+        max_size=10,
+    ),
+    cut=st.integers(0, 3),
+)
+def test_frame_records_is_frame_parts_joined(recs, cut):
+    """``frame_records`` (C) holds each record as ``frame_parts`` frames it (``0x1a
+    varint(len) record``; lengths at every varint width, past 2 MiB too), on a sliced column,
+    with offsets that slice out each frame."""
+    col = pa.array(recs, type=pa.binary()).slice(min(cut, len(recs)))
+    want = recs[min(cut, len(recs)) :]
+    out = frame_records(col)
+    assert out is not None and out.type == pa.large_binary()
+    assert out.to_pylist() == [_framed_reference([r]) for r in want]
+    bufs = out.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int64, count=len(want) + 1)
+    body = bufs[2].to_pybytes()[: int(offs[-1])] if bufs[2] is not None else b""
+    assert body == _framed_reference(want)
+
+
+@needs_kernel
+def test_the_kernel_refuses_malformed_buffers_without_reading_past_them():
+    """Called with offsets that go backwards or past the data, or with buffers too small for
+    the answers: a record it cannot read is not vouched for, a frame is refused (None), a
+    buffer too small is a ValueError — never a read or write outside the buffers."""
+    k = columnar._waku
+    f = columnar._waku_fields("spec")
+    nums, slots, wires = columnar._slots(f)
+    data = np.frombuffer(_good("spec"), dtype=np.uint8)
+    offs = np.array([0, len(data), 5, len(data) + 100, -3, 0], dtype=np.int32)
+    n, ns = len(offs) - 1, len(nums)
+    seen = np.zeros((n, ns), np.uint8)
+    value = np.zeros((n, ns), np.uint64)
+    length = np.zeros((n, ns), np.int64)
+    ok = np.full(n, 7, np.uint8)
+    k.fields(data, offs, slots, wires, seen, value, length, ok)
+    assert ok.tolist() == [1, 0, 0, 0, 0]
+    assert k.frame(data, offs) is None
+    with pytest.raises(ValueError):
+        k.fields(data, offs, slots, wires, seen[:2], value, length, ok)
+    with pytest.raises(ValueError):
+        k.fields(data, offs[:-1].tobytes() + b"x", slots, wires, seen, value, length, ok)
+    with pytest.raises(ValueError):
+        k.fields(data, offs, slots[:10], wires, seen, value, length, ok)
+    with pytest.raises(ValueError):
+        k.fields(data, offs, b"\x09" * 256, wires, seen, value, length, ok)  # slot past wires
+    with pytest.raises(ValueError):
+        k.frame(data, b"\x00\x00")

@@ -11,9 +11,9 @@ What a user needs is exported here. The nodes do the I/O (files, BitTorrent, str
 ``ControlNode`` (ingest, build, publish the magnet, prune) and ``MemberNode`` (follow the special
 channel, fetch, hydrate; ``fetch_archives`` for a one-off fetch), each over a ``MessageStore``.
 The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``. What the pipeline's build job
-runs in Spark: ``decode_waku_batch`` (columnar), ``plan_windows``, the layout, ``PieceHashes``.
-Names are imported on first use: a Spark task that decodes a batch does not load libtorrent or
-the storage engine that the nodes need.
+runs in Spark: ``decode_waku_batch`` and ``frame_records`` (columnar), ``plan_windows``, the
+layout, ``PieceHashes``. Names are imported on first use: a Spark task that decodes a batch
+does not load libtorrent or the storage engine that the nodes need.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from loglake.faces import lazy_face
 
 if TYPE_CHECKING:
     from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
-    from loglake.archives.columnar import decode_waku_batch
+    from loglake.archives.columnar import decode_waku_batch, frame_records
     from loglake.archives.control import BuildOutcome, ControlNode, Pruned
     from loglake.archives.errors import (
         ArchiveConfigError,
@@ -65,6 +65,7 @@ _FACE = {
     "decode_waku_batch": "loglake.archives.columnar",
     "fetch_archives": "loglake.archives.member_node",
     "frame_parts": "loglake.archives.layout",
+    "frame_records": "loglake.archives.columnar",
     "get_layout": "loglake.archives.layout",
     "load_private_key": "loglake.archives.signing",
     "padding_field": "loglake.archives.layout",
@@ -101,6 +102,7 @@ __all__ = [
     "decode_waku_batch",
     "fetch_archives",
     "frame_parts",
+    "frame_records",
     "get_layout",
     "load_private_key",
     "padding_field",

@@ -20,6 +20,11 @@ from loglake.archives.errors import BadRecord
 from loglake.archives.layout import Layout, get_layout
 from loglake.wire.varint import decode_uleb_batch
 
+try:  # the C kernel (setup.py builds it where a compiler is): the numpy paths are the fallback
+    from loglake.archives import _waku  # type: ignore[attr-defined, unused-ignore]
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _waku = None
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -161,52 +166,7 @@ def decode_waku_batch(
     bufs = column.buffers()
     offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    pos = offs[:-1].astype(np.int64)
-    end = offs[1:].astype(np.int64)
-    ok = np.ones(n, dtype=bool)
-    cols = _Columns(n)
-    rows = np.flatnonzero(pos < end)
-    for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
-        if not len(rows):
-            break
-        er = end[rows]
-        tag, p, good = decode_uleb_batch(data, pos[rows], er)
-        val, p2, vok = decode_uleb_batch(data, p, er)  # the value, or the length
-        good &= vok
-        t0 = int(tag[0])
-        if bool((tag == tag[0]).all()):
-            # every record holds the same field next (one producer's records mostly have one
-            # shape): whole-array operations, no mask per schema field
-            num, wt = t0 >> 3, t0 & 7
-            if f.wire.get(num) != wt:
-                ok[rows] = False  # an unknown field or another wire type: the slow path
-                rows = rows[:0]
-                break
-            if wt == 2:
-                over = val > np.uint64(1 << 31)
-                ln = np.where(over, np.uint64(0), val).astype(np.int64)
-                good &= ~over & (p2 + ln <= er)
-            else:
-                ln = np.zeros(len(rows), dtype=np.int64)
-            cols.store(num, wt, rows, np.flatnonzero(good), good, val, p2, ln)
-        else:
-            field_no = (tag >> np.uint64(3)).astype(np.int64)
-            wtype = (tag & np.uint64(7)).astype(np.int64)
-            is_len = wtype == 2
-            over = is_len & (val > np.uint64(1 << 31))
-            ln = np.where(is_len & ~over, val, np.uint64(0)).astype(np.int64)
-            good &= ~(over | (is_len & (p2 + ln > er)))
-            matched = np.zeros(len(rows), dtype=bool)
-            for num, want in f.wire.items():
-                m = np.flatnonzero(good & (field_no == num) & (wtype == want))
-                if len(m):
-                    matched[cols.store(num, want, rows, m, good, val, p2, ln)] = True
-            good &= matched
-        ok[rows[~good]] = False
-        rows, nxt = rows[good], (p2 + ln)[good]
-        pos[rows] = nxt
-        rows = rows[nxt < end[rows]]
-    ok[rows] = False  # more fields than the schema has: repeated ones
+    ok, cols = _read_fields(f, data, offs)
     for num in f.strings:
         if num in cols.seen:
             ok &= ~cols.seen[num]
@@ -256,6 +216,133 @@ def decode_waku_batch(
     if not any(b is not None for b in bads):
         bads = []
     return ts, pa.array(topic_list, type=topic_type), cap, bads
+
+
+def _read_fields(f: _WakuFields, data: np.ndarray, offs: np.ndarray) -> tuple[np.ndarray, _Columns]:
+    """Every record's fields (``_Columns``) and whether the fast path vouches for it: the C
+    kernel (``_waku.fields``) where it was built, else ``_read_fields_numpy`` (the reference;
+    the tests hold the two equal)."""
+    if _waku is None:
+        return _read_fields_numpy(f, data, offs)
+    return _read_fields_c(f, data, offs)
+
+
+def _slots(f: _WakuFields) -> tuple[list[int], bytes, bytes]:
+    """The schema's field numbers, and the kernel's tables: output slot per field number
+    (255: not in the schema), wire type per slot."""
+    nums = sorted(f.wire)
+    slots = bytearray(b"\xff" * 256)
+    for k, num in enumerate(nums):
+        slots[num] = k
+    return nums, bytes(slots), bytes(f.wire[num] for num in nums)
+
+
+def _read_fields_c(
+    f: _WakuFields, data: np.ndarray, offs: np.ndarray
+) -> tuple[np.ndarray, _Columns]:
+    """``_read_fields_numpy`` in one C pass over the records (why: the numpy rounds were
+    about a third of the scan's CPU)."""
+    assert _waku is not None
+    n = len(offs) - 1
+    nums, slots, wires = _slots(f)
+    ns = len(nums)
+    seen = np.empty((n, ns), dtype=np.uint8)
+    value = np.empty((n, ns), dtype=np.uint64)
+    length = np.empty((n, ns), dtype=np.int64)
+    ok = np.empty(n, dtype=np.uint8)
+    _waku.fields(
+        data, np.ascontiguousarray(offs, dtype=np.int32), slots, wires, seen, value, length, ok
+    )
+    cols = _Columns(n)
+    for k, num in enumerate(nums):
+        cols.seen[num] = seen[:, k].astype(bool)
+        if f.wire[num] == 2:
+            cols.starts[num] = value[:, k].astype(np.int64)
+            cols.lengths[num] = length[:, k].copy()
+        else:
+            cols.values[num] = value[:, k].copy()
+    return ok.astype(bool), cols
+
+
+def _read_fields_numpy(
+    f: _WakuFields, data: np.ndarray, offs: np.ndarray
+) -> tuple[np.ndarray, _Columns]:
+    """The fields of every record read a round at a time, one field of every unfinished record
+    per round (numpy over whole arrays): ``(ok, columns)``, ``ok`` False for a record the fast
+    path cannot vouch for (an unknown or repeated field, another wire type, an over-long
+    varint, a length past the record's end)."""
+    n = len(offs) - 1
+    pos = offs[:-1].astype(np.int64)
+    end = offs[1:].astype(np.int64)
+    ok = np.ones(n, dtype=bool)
+    cols = _Columns(n)
+    rows = np.flatnonzero(pos < end)
+    for _ in range(len(f.wire) + 1):  # one field of every unfinished record per round
+        if not len(rows):
+            break
+        er = end[rows]
+        tag, p, good = decode_uleb_batch(data, pos[rows], er)
+        val, p2, vok = decode_uleb_batch(data, p, er)  # the value, or the length
+        good &= vok
+        t0 = int(tag[0])
+        if bool((tag == tag[0]).all()):
+            # every record holds the same field next (one producer's records mostly have one
+            # shape): whole-array operations, no mask per schema field
+            num, wt = t0 >> 3, t0 & 7
+            if f.wire.get(num) != wt:
+                ok[rows] = False  # an unknown field or another wire type: the slow path
+                rows = rows[:0]
+                break
+            if wt == 2:
+                over = val > np.uint64(1 << 31)
+                ln = np.where(over, np.uint64(0), val).astype(np.int64)
+                good &= ~over & (p2 + ln <= er)
+            else:
+                ln = np.zeros(len(rows), dtype=np.int64)
+            cols.store(num, wt, rows, np.flatnonzero(good), good, val, p2, ln)
+        else:
+            field_no = (tag >> np.uint64(3)).astype(np.int64)
+            wtype = (tag & np.uint64(7)).astype(np.int64)
+            is_len = wtype == 2
+            over = is_len & (val > np.uint64(1 << 31))
+            ln = np.where(is_len & ~over, val, np.uint64(0)).astype(np.int64)
+            good &= ~(over | (is_len & (p2 + ln > er)))
+            matched = np.zeros(len(rows), dtype=bool)
+            for num, want in f.wire.items():
+                m = np.flatnonzero(good & (field_no == num) & (wtype == want))
+                if len(m):
+                    matched[cols.store(num, want, rows, m, good, val, p2, ln)] = True
+            good &= matched
+        ok[rows[~good]] = False
+        rows, nxt = rows[good], (p2 + ln)[good]
+        pos[rows] = nxt
+        rows = rows[nxt < end[rows]]
+    ok[rows] = False  # more fields than the schema has: repeated ones
+    return ok, cols
+
+
+def frame_records(column: pa.Array) -> pa.Array | None:
+    """Every record of a binary column as the spec layout's archive holds it, ``0x1a
+    varint(len) record`` (``frame_parts`` of the records, joined), as one large binary array
+    whose data buffer is their concatenation: built by the C kernel in one pass (why: the
+    job's scan frames every record it keeps, and the build writes slices of that buffer).
+    None where the kernel was not built or the column is not plain binary without nulls:
+    the caller frames another way (the pipeline's pyarrow path, or ``frame_parts``)."""
+    import pyarrow as pa
+
+    if _waku is None or column.type != pa.binary() or column.null_count:
+        return None
+    n = len(column)
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
+    data = bufs[2] if bufs[2] is not None else b""
+    out = _waku.frame(data, offs)
+    if out is None:  # pragma: no cover - pyarrow validates offsets
+        return None
+    body, body_offs = out
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(body_offs), pa.py_buffer(body)]
+    )
 
 
 def _gather(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
