@@ -254,13 +254,15 @@ def process_trees(roots: dict[str, int]) -> tuple[dict[str, set[int]], dict[int,
 
 
 def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
-    """CPU seconds of each tree of ``process_trees``, and (``<name> waited``) the seconds the
-    named trees' threads waited for a CPU. For the live run's split: on 2 cores the producers
-    and the job share the machine, and this says who used what, and whether the producers
-    were slowed by waiting for a CPU or for something else (the disk's fsyncs)."""
+    """CPU seconds of each tree of ``process_trees``, the seconds the named trees' threads
+    waited for a CPU (``<name> waited``) and the machine's steal time (``host's steal``). For
+    the live run's split: on 2 cores the producers and the job share the machine, and this
+    says who used what, and whether the producers were slowed by waiting for a CPU, for the
+    host (a VM's steal), or for something else (the disk's fsyncs)."""
     trees, cpu = process_trees(roots)
     out = {name: sum(cpu.get(p, 0.0) for p in t) for name, t in trees.items()}
     out.update({f"{name} waited": proctree.runqueue_wait(trees[name]) for name in roots})
+    out["host's steal"] = proctree.steal_seconds()
     return out
 
 

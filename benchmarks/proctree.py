@@ -73,3 +73,12 @@ def runqueue_wait(pids: set[int]) -> float:
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
     return total / 1e9
+
+
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor gave to others since boot, all CPUs (``/proc/stat``'s
+    ``steal``). Why: on a VM a phase slowed by the host's other guests looks like one slowed
+    by what the benchmark runs beside it; this tells them apart."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
