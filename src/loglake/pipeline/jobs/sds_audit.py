@@ -235,6 +235,13 @@ def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
     return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
 
 
+def _nearest_rank_of(sorted_xs: Any, p: float) -> float | None:
+    """``nearest_rank`` of a sorted numpy array, as a Python float: the sweep reads three
+    ranks of a sender's ~190,000 latencies, and a list made a Python float of each."""
+    n = len(sorted_xs)
+    return float(sorted_xs[min(n - 1, int(p * n))]) if n else None
+
+
 @dataclass
 class _ContentArrays:
     """Every content message's first copy (ordered by position) as Arrow/numpy arrays, made
@@ -361,7 +368,7 @@ def _sweep_positions(
     not_acked = content.ids.take(pa.array(np.flatnonzero(pending)))
     not_acked = not_acked.take(pc.sort_indices(not_acked))
     seen = int(others[:k].sum())
-    latencies = np.sort(lat).tolist()
+    latencies = np.sort(lat)
     row = {
         "participant": [participant],
         "messages_sent": [pc.sum(pc.equal(kinds, "content")).as_py() or 0],
@@ -370,9 +377,9 @@ def _sweep_positions(
         "expected": [seen],
         "acknowledged": [n_acked],
         "delivery_ratio": [n_acked / seen if seen else None],
-        "ack_p50_ms": [nearest_rank(latencies, 0.5)],
-        "ack_p90_ms": [nearest_rank(latencies, 0.9)],
-        "ack_p99_ms": [nearest_rank(latencies, 0.99)],
+        "ack_p50_ms": [_nearest_rank_of(latencies, 0.5)],
+        "ack_p90_ms": [_nearest_rank_of(latencies, 0.9)],
+        "ack_p99_ms": [_nearest_rank_of(latencies, 0.99)],
         "not_acknowledged": [not_acked.to_pylist()],
     }
     return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
@@ -633,16 +640,26 @@ def _sweep_task(
         )
         if len(later):
             keep = pc.and_(keep, pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
-        rows = rows.filter(keep).select(SWEEP_COLUMNS)
         # every sender's rows together, in index order, and every causal_new id's content
         # position from one ``index_in`` for the whole task (one hash table of the content
-        # ids, not one a sender); the bloom filters stay where they were read (a copy of
-        # them all would be the task's largest allocation) and are taken a sender at a time
-        blooms = rows.column("bloom_filter")
-        small = rows.drop_columns(["bloom_filter"]).append_column(
-            "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        # ids, not one a sender). The rows kept are found and ordered on their (sender,
+        # index) alone and taken once, in that order: a filter then a sort copied every kept
+        # history twice. The bloom filters stay where they were read (a copy of them all
+        # would be the task's largest allocation) and are taken a sender at a time (``row``:
+        # the position among the rows read)
+        keep = pc.fill_null(keep, False).combine_chunks()
+        kept = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+        order = pc.sort_indices(
+            rows.select(["sender", "index"]).take(pa.array(kept)),
+            sort_keys=[("sender", "ascending"), ("index", "ascending")],
         )
-        small = small.sort_by([("sender", "ascending"), ("index", "ascending")])
+        pick = kept[np.asarray(order.to_numpy(), dtype=np.int64)]
+        blooms = rows.column("bloom_filter")
+        small = (
+            rows.select([c for c in SWEEP_COLUMNS if c != "bloom_filter"])
+            .take(pa.array(pick))
+            .append_column("row", pa.array(pick, pa.int64()))
+        )
         all_rows, all_values, all_pos = _causal_positions(small, content)
         causal = small.column("causal_new").combine_chunks()
         offs = np.asarray(causal.offsets, dtype=np.int64)
