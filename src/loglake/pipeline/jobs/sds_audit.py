@@ -631,34 +631,40 @@ def _sweep_task(
         k, senders = task
         content = _content_arrays(content_bc)
         n_content = len(content.ids)
-        rows = pa.concat_tables([_read_work(f, ["ok", *SWEEP_COLUMNS]) for f in decoded])
-        keep = pc.and_(
-            pc.and_(
-                rows.column("ok"), pc.is_in(rows.column("kind"), pa.array(["content", "sync"]))
-            ),
-            pc.is_in(rows.column("sender"), pa.array(senders, pa.string())),
-        )
-        if len(later):
-            keep = pc.and_(keep, pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
-        # every sender's rows together, in index order, and every causal_new id's content
-        # position from one ``index_in`` for the whole task (one hash table of the content
-        # ids, not one a sender). The rows kept are found and ordered on their (sender,
-        # index) alone and taken once, in that order: a filter then a sort copied every kept
-        # history twice. The bloom filters stay where they were read (a copy of them all
-        # would be the task's largest allocation) and are taken a sender at a time (``row``:
-        # the position among the rows read)
-        keep = pc.fill_null(keep, False).combine_chunks()
-        kept = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+        # each decoded file's rows of these senders (first copies of content and sync
+        # messages), kept as the file is read: the task holds its own rows, not every
+        # file's whole columns at once (the largest allocation of the task, faulted in by
+        # each fresh worker). Then every sender's rows together, in index order, taken once,
+        # and every causal_new id's content position from one ``index_in`` for the whole
+        # task (one hash table of the content ids, not one a sender). The bloom filters stay
+        # where they were taken and are taken again a sender at a time (``row``: a row's
+        # position among the task's rows before the sort)
+        wanted = pa.array(["content", "sync"])
+        mine = pa.array(senders, pa.string())
+        copies = pa.array(later) if len(later) else None
+        parts = []
+        for f in decoded:
+            t = _read_work(f, ["ok", *SWEEP_COLUMNS])
+            keep = pc.and_(
+                pc.and_(t.column("ok"), pc.is_in(t.column("kind"), wanted)),
+                pc.is_in(t.column("sender"), mine),
+            )
+            if copies is not None:
+                keep = pc.and_(keep, pc.invert(pc.is_in(t.column("index"), copies)))
+            keep = pc.fill_null(keep, False).combine_chunks()
+            at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+            if len(at):
+                parts.append(t.select(SWEEP_COLUMNS).take(pa.array(at)))
+        rows = pa.concat_tables(parts) if parts else _work_schema(SWEEP_COLUMNS).empty_table()
         order = pc.sort_indices(
-            rows.select(["sender", "index"]).take(pa.array(kept)),
+            rows.select(["sender", "index"]),
             sort_keys=[("sender", "ascending"), ("index", "ascending")],
         )
-        pick = kept[np.asarray(order.to_numpy(), dtype=np.int64)]
         blooms = rows.column("bloom_filter")
         small = (
             rows.select([c for c in SWEEP_COLUMNS if c != "bloom_filter"])
-            .take(pa.array(pick))
-            .append_column("row", pa.array(pick, pa.int64()))
+            .take(order)
+            .append_column("row", pc.cast(order, pa.int64()))
         )
         all_rows, all_values, all_pos = _causal_positions(small, content)
         causal = small.column("causal_new").combine_chunks()
