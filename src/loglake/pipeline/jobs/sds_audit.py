@@ -1161,7 +1161,7 @@ def _audit(
     senders = swept.group_by("sender").aggregate([("index", "count")])
     acks_dir = out / "acks"
     acks_dir.mkdir(parents=True, exist_ok=True)
-    groups = _sender_groups(senders, max(1, sc.defaultParallelism))
+    groups = _sender_groups(senders, _concurrent_tasks(sc))
     content_bc = sc.broadcast(content)
     try:
         task = _sweep_task(decoded, later, content_bc, str(acks_dir), str(work))
@@ -1323,6 +1323,26 @@ def _audit(
         summary.seconds = round(time.monotonic() - t0, 3)
     (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
+
+
+def _concurrent_tasks(sc: Any) -> int:
+    """How many sweep tasks: as many as run at once. Why not ``defaultParallelism``: a sweep
+    task reads the sweep columns of every decoded file whatever senders it holds, so a task
+    more than the cores is that read again for no parallelism (``local[*]`` on 2 cores with
+    loglake's default parallelism of 4 read them 4 times). A local master says its cores
+    (``local``, ``local[N]``, ``local[N, F]``, ``local[*]``) and caps it; elsewhere the default
+    parallelism, as before."""
+    import os
+    import re
+
+    n = max(1, int(sc.defaultParallelism))
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?", str(getattr(sc, "master", "")))
+    if m is None:
+        return n
+    cores = (
+        1 if m.group(1) is None else (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+    )
+    return max(1, min(n, cores))
 
 
 def _sender_groups(senders: pa.Table, n: int) -> list[list[str]]:
