@@ -666,6 +666,9 @@ def _sweep_task(
             .take(order)
             .append_column("row", pc.cast(order, pa.int64()))
         )
+        # the rows as read let go (but their bloom filters): the sweep below holds its
+        # copy of the histories, and this one was the task's largest while it ran
+        del rows, parts
         all_rows, all_values, all_pos = _causal_positions(small, content)
         causal = small.column("causal_new").combine_chunks()
         offs = np.asarray(causal.offsets, dtype=np.int64)
