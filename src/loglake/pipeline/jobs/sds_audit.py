@@ -634,9 +634,10 @@ def _sweep_task(
         # each decoded file's rows of these senders (first copies of content and sync
         # messages), kept as the file is read: the task holds its own rows, not every
         # file's whole columns at once (the largest allocation of the task, faulted in by
-        # each fresh worker). Then every sender's rows together, in index order, taken once,
-        # and every causal_new id's content position from one ``index_in`` for the whole
-        # task (one hash table of the content ids, not one a sender). The bloom filters stay
+        # each fresh worker). Then every sender's rows together, in index order (their small
+        # columns taken once), and every causal_new id's content position from one
+        # ``index_in`` for the whole task (one hash table of the content ids, not one a
+        # sender). The bloom filters stay
         # where they were taken and are taken again a sender at a time (``row``: a row's
         # position among the task's rows before the sort)
         wanted = pa.array(["content", "sync"])
@@ -656,23 +657,47 @@ def _sweep_task(
             if len(at):
                 parts.append(t.select(SWEEP_COLUMNS).take(pa.array(at)))
         rows = pa.concat_tables(parts) if parts else _work_schema(SWEEP_COLUMNS).empty_table()
-        order = pc.sort_indices(
-            rows.select(["sender", "index"]),
-            sort_keys=[("sender", "ascending"), ("index", "ascending")],
+        order = np.asarray(
+            pc.sort_indices(
+                rows.select(["sender", "index"]),
+                sort_keys=[("sender", "ascending"), ("index", "ascending")],
+            ).to_numpy(),
+            dtype=np.int64,
         )
         blooms = rows.column("bloom_filter")
         small = (
-            rows.select([c for c in SWEEP_COLUMNS if c != "bloom_filter"])
-            .take(order)
-            .append_column("row", pc.cast(order, pa.int64()))
+            rows.select(["index", "timestamp_ns", "kind", "message_id", "sender"])
+            .take(pa.array(order))
+            .append_column("row", pa.array(order))
         )
-        # the rows as read let go (but their bloom filters): the sweep below holds its
-        # copy of the histories, and this one was the task's largest while it ran
-        del rows, parts
-        all_rows, all_values, all_pos = _causal_positions(small, content)
-        causal = small.column("causal_new").combine_chunks()
-        offs = np.asarray(causal.offsets, dtype=np.int64)
-        offs -= offs[0]
+        # the histories stay in the order read: every causal_new id's content position from
+        # one ``index_in`` there, and the (sender, index) order is a permutation of those
+        # positions (numpy), not a take of ~20 strings a row (at 1M messages the sort's take
+        # of the histories was the task's largest cost); the ids themselves are taken only for
+        # a sender with some of no content message (``dependency_figures`` names them)
+        causal = rows.column("causal_new").combine_chunks()
+        offs_read = np.asarray(causal.offsets, dtype=np.int64)
+        values = causal.values.slice(int(offs_read[0]), int(offs_read[-1] - offs_read[0]))
+        offs_read -= offs_read[0]
+        found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
+        pos_read = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+        del rows, parts, causal, found  # the rows as read let go (but their bloom filters)
+        lens = np.diff(offs_read)[order]
+        offs = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        vperm = np.repeat(offs_read[:-1][order] - offs[:-1], lens) + np.arange(
+            int(offs[-1]), dtype=np.int64
+        )
+        all_pos = pos_read[vperm]
+        all_rows = np.repeat(np.arange(len(order), dtype=np.int64), lens)
+
+        def ids_at(lo: int, hi: int) -> pa.Array:
+            """The causal_new ids of sorted positions [lo, hi): taken only when some are of
+            no content message (the only ones ``dependency_figures`` reads)."""
+            if bool((all_pos[lo:hi] < 0).any()):
+                return values.take(pa.array(vperm[lo:hi]))
+            return pa.nulls(hi - lo, pa.string())
+
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
         any_bloom = blooms.null_count < len(blooms)
         stats = np.zeros((3, n_content), dtype=np.float64)
@@ -683,7 +708,7 @@ def _sweep_task(
             b = int(np.searchsorted(sender_of, participant, side="right"))
             own = small.slice(a, b - a)
             lo, hi = int(offs[a]), int(offs[b])
-            positions = (all_rows[lo:hi] - a, all_values.slice(lo, hi - lo), all_pos[lo:hi])
+            positions = (all_rows[lo:hi] - a, ids_at(lo, hi), all_pos[lo:hi])
             if any_bloom:
                 own = own.append_column("bloom_filter", blooms.take(own.column("row")))
             acks, part, at = _sweep_positions(participant, own, content, positions)
