@@ -799,9 +799,11 @@ EDGES_SCHEMA = pa.schema([("message_id", pa.string()), ("dep", pa.string())])
 
 def _messages_task(
     out_dir: str, never: list[str], cands: list[str]
-) -> Callable[[tuple[str, pa.Table]], tuple[str, pa.Table]]:
+) -> Callable[[tuple[str, str]], tuple[str, pa.Table]]:
     """One ``messages`` task per decoded part file: the first copies in that file (``figures``
-    from the driver: their indexes and ``MESSAGE_FIGURES``, in index order) read with their
+    from the driver, an Arrow IPC file in ``_work`` the task reads: their indexes and
+    ``MESSAGE_FIGURES``, in index order; through Spark they were pickled into the JVM and out
+    again, ~64 MB at 1M messages, which the JVM's heap faulted in) read with their
     causal histories from the file with pyarrow, a row group at a time, and written as a part
     file of ``messages`` (``_write_part``). On the way, from the same expanded histories: each
     message's ``never_delivered_deps`` (its history's ids in ``never``) and the references to
@@ -809,13 +811,15 @@ def _messages_task(
     messages count in neither, as before. Why: the histories (13 KB a row with 200 ids) go
     from the decoded file to the table's file inside one Python process."""
 
-    def run(task: tuple[str, pa.Table]) -> tuple[str, pa.Table]:
+    def run(task: tuple[str, str]) -> tuple[str, pa.Table]:
         import os
 
         import numpy as np
         import pyarrow.compute as pc
 
-        source, figures = task
+        source, figures_path = task
+        with pa.OSFile(figures_path) as f:
+            figures = pa.ipc.open_file(f).read_all()
         # the first copies' indexes, ascending as the file's: a row is one when a binary
         # search finds its index there (an ``is_in`` built the same hash set for every batch)
         want = np.asarray(figures.column("first_index").to_numpy(), dtype=np.int64)
@@ -1278,14 +1282,19 @@ def _audit(
     cands = sorted(set().union(*not_acked.values(), never))
     msg_dir = out / "messages"
     msg_dir.mkdir(parents=True, exist_ok=True)
-    items: list[tuple[str, pa.Table]] = []
+    items: list[tuple[str, str]] = []
     first_idx = first.column("index").to_numpy()
+    figures_dir = work / "figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
     done = 0
-    for f, n_to in zip(decoded, ends, strict=True):
+    for k, (f, n_to) in enumerate(zip(decoded, ends, strict=True)):
         last = int(idx[n_to - 1]) if n_to else -1
         end = int(np.searchsorted(first_idx, last, side="right"))
         if end > done:
-            items.append((f, stats.slice(done, end - done)))
+            path = str(figures_dir / f"part-{k:05d}.arrow")
+            with pa.ipc.new_file(path, stats.schema) as w:
+                w.write_table(stats.slice(done, end - done))
+            items.append((f, path))
         done = end
     written = (
         sc.parallelize(items, len(items)).map(_messages_task(str(msg_dir), never, cands)).collect()
