@@ -245,7 +245,7 @@ def _nearest_rank_of(sorted_xs: Any, p: float) -> float | None:
 @dataclass
 class _ContentArrays:
     """Every content message's first copy (ordered by position) as Arrow/numpy arrays, made
-    once per Python worker and broadcast (``of`` keeps the last one)."""
+    once per sweep task from the driver's file (``_content_arrays``; ``of`` keeps the last one)."""
 
     ids: pa.Array
     first: Any  # np.ndarray[int64]
@@ -608,7 +608,7 @@ SWEEP_COLUMNS = [
 
 
 def _sweep_task(
-    decoded: list[str], later: Any, content_bc: Any, acks_dir: str, work_dir: str
+    decoded: list[str], later: Any, content_path: str, acks_dir: str, work_dir: str
 ) -> Callable[[tuple[int, list[str]]], SweepResult]:
     """One sweep task: the first-copy content and sync messages of its senders, read from
     every decoded part file with pyarrow (``later``: the indexes of the later copies, left
@@ -629,7 +629,7 @@ def _sweep_task(
         import pyarrow.compute as pc
 
         k, senders = task
-        content = _content_arrays(content_bc)
+        content = _content_arrays(content_path)
         n_content = len(content.ids)
         # each decoded file's rows of these senders (first copies of content and sync
         # messages), kept as the file is read: the task holds its own rows, not every
@@ -738,25 +738,22 @@ def _sweep_task(
     return run
 
 
-_CONTENT_BY_BROADCAST: list[tuple[pa.Table, _ContentArrays]] = []
-
-
-def _content_arrays(content_bc: Any) -> _ContentArrays:
-    """The broadcast content table as ``_ContentArrays``, made once per Python worker (a
-    worker runs several tasks of one job, and the broadcast's value is loaded once)."""
+def _content_arrays(path: str) -> _ContentArrays:
+    """The content messages' first copies (``message_id``, ``index``, ``timestamp_ns``,
+    ``sender``), an Arrow IPC file the driver wrote in ``_work``, as ``_ContentArrays``. Why a
+    file and not a broadcast: the broadcast pickled the table in the driver, through the JVM
+    and into each worker (~70 MB at 1M messages, faulted in by each of them); the sweep's
+    tasks read the decoded files from the same filesystem anyway."""
     import numpy as np
 
-    t = content_bc.value
-    if _CONTENT_BY_BROADCAST and _CONTENT_BY_BROADCAST[0][0] is t:
-        return _CONTENT_BY_BROADCAST[0][1]
-    arrays = _ContentArrays(
+    with pa.OSFile(path) as f:
+        t = pa.ipc.open_file(f).read_all()
+    return _ContentArrays(
         t.column("message_id").combine_chunks(),
         np.asarray(t.column("index").to_numpy(), dtype=np.int64),
         np.asarray(t.column("timestamp_ns").to_numpy(), dtype=np.int64),
         t.column("sender").combine_chunks(),
     )
-    _CONTENT_BY_BROADCAST[:] = [(t, arrays)]  # the table kept: its id is not reused meanwhile
-    return arrays
 
 
 MESSAGES_SCHEMA = pa.schema(
@@ -1194,16 +1191,13 @@ def _audit(
     acks_dir = out / "acks"
     acks_dir.mkdir(parents=True, exist_ok=True)
     groups = _sender_groups(senders, _concurrent_tasks(sc))
-    content_bc = sc.broadcast(content)
-    try:
-        task = _sweep_task(decoded, later, content_bc, str(acks_dir), str(work))
-        results = (
-            sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect()
-            if groups
-            else []
-        )
-    finally:
-        content_bc.unpersist()
+    content_path = str(work / "content.arrow")
+    with pa.ipc.new_file(content_path, content.schema) as w:
+        w.write_table(content)
+    task = _sweep_task(decoded, later, content_path, str(acks_dir), str(work))
+    results = (
+        sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
+    )
     ack_files = [p for r in results for p in r[3]]
     _check_parts(acks_dir, ack_files, ACKS_SCHEMA)
     figures = pa.concat_tables(
