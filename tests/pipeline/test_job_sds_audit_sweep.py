@@ -4,7 +4,8 @@ repeated in a history, ids of no content message, a participant's own messages, 
 before a message's first copy, bloom filters on some messages (holding ids acknowledged by a
 history before, at or after the filter, ids of no content message, and false positives as
 the filter's bits give them). The dependency figures the sweep task also makes
-(``dependency_figures``) equal the exploded join the job did before. No Spark."""
+(``dependency_figures``) equal the exploded join the job did before. The sweep runs as many
+tasks as run at once (``_concurrent_tasks``). No Spark."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
     _causal_positions,
+    _concurrent_tasks,
     _ContentArrays,
     _sweep_arrays,
     _sweep_loop,
@@ -139,3 +141,26 @@ def test_dependency_figures_equal_the_exploded_join(ch):
         assert late.schema == LATE_SCHEMA
         assert dict(zip(*late.to_pydict().values(), strict=True)) == want_late
         assert never == want_never
+
+
+@pytest.mark.parametrize(
+    ("master", "parallelism", "tasks"),
+    [
+        ("local", 4, 1),
+        ("local[3]", 4, 3),
+        ("local[8]", 4, 4),
+        ("local[2, 3]", 4, 2),
+        ("local[*]", 64, None),  # the machine's cores
+        ("spark://host:7077", 6, 6),
+        ("local-cluster[2,1,1024]", 4, 4),
+    ],
+)
+def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks):
+    """A sweep task reads every decoded file's sweep columns: tasks beyond the cores a local
+    master has read them again for nothing; elsewhere the default parallelism."""
+    import os
+    from types import SimpleNamespace
+
+    sc = SimpleNamespace(master=master, defaultParallelism=parallelism)
+    want = min(parallelism, os.cpu_count() or 1) if tasks is None else tasks
+    assert _concurrent_tasks(sc) == want

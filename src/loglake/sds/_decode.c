@@ -531,6 +531,40 @@ static Py_ssize_t same_run(const Space *sp, const int64_t *ent, int64_t p0, int6
     return (Py_ssize_t)n;
 }
 
+/* causal's working arrays (each entry's place and hash, the batch's senders), kept from one
+ * call to the next like scan's (kept_ents): as fresh mallocs (~10 MB a batch of 3,000 records
+ * of 200-entry histories) glibc handed back pages it had trimmed or unmapped, and the writes
+ * faulted them in again every batch: over half the page faults of a decode task, measured.
+ * Let go of past KEEP_BYTES, as kept_ents. */
+typedef struct {
+    void *v;
+    size_t cap;
+} Scratch;
+static Scratch kept_scratch;
+
+static int scratch_reserve(Scratch *s, size_t need) {
+    if (need <= s->cap) return 0;
+    free(s->v);
+    s->v = malloc(need);
+    s->cap = s->v ? need : 0;
+    return s->v ? 0 : -1;
+}
+
+static void scratch_keep(Scratch *s) {
+    if (s->cap > (size_t)KEEP_BYTES) {
+        free(s->v);
+        *s = (Scratch){0};
+    }
+    if (kept_scratch.v) { /* a nested call kept one meanwhile: keep the larger */
+        if (kept_scratch.cap >= s->cap) {
+            free(s->v);
+            return;
+        }
+        free(kept_scratch.v);
+    }
+    kept_scratch = *s;
+}
+
 /* This batch's senders: sender bytes -> the last row read, in order of first appearance */
 typedef struct {
     const uint8_t *at;
@@ -549,6 +583,8 @@ static PyObject *causal(PyObject *self, PyObject *args) {
     int64_t *tslot = NULL;
     const uint8_t **eat = NULL;
     uint64_t *ehash = NULL;
+    Scratch scratch = kept_scratch;
+    kept_scratch = (Scratch){0}; /* ours until done */
     Table table = {0};
     Prev carried = {0};
     size_t smask = 0;
@@ -579,17 +615,21 @@ static PyObject *causal(PyObject *self, PyObject *args) {
     if (!result) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     memset(out, 1, (size_t)m);
-    eat = malloc(sizeof(*eat) * (size_t)(m + 1));
-    ehash = malloc(sizeof(*ehash) * (size_t)(m + 1));
     size_t ssize = 16;
     while (ssize < 2 * (size_t)n) ssize <<= 1;
     smask = ssize - 1;
-    senders = calloc(ssize, sizeof(Sender));
-    tslot = malloc(sizeof(int64_t) * ssize);
-    if (!eat || !ehash || !senders || !tslot) {
+    /* one block: eat, ehash, senders, tslot (every part a multiple of 8 octets) */
+    size_t need = (sizeof(*eat) + sizeof(*ehash)) * (size_t)(m + 1) +
+                  (sizeof(Sender) + sizeof(int64_t)) * ssize;
+    if (scratch_reserve(&scratch, need)) {
         PyErr_NoMemory();
         goto fail;
     }
+    eat = (const uint8_t **)scratch.v;
+    ehash = (uint64_t *)(eat + (m + 1));
+    senders = (Sender *)(ehash + (m + 1));
+    tslot = (int64_t *)(senders + ssize);
+    memset(senders, 0, sizeof(Sender) * ssize);
     for (size_t i = 0; i < ssize; i++) tslot[i] = -1;
     for (Py_ssize_t r = 0; r < n; r++) {
         /* the row's entries located and hashed right before they are compared: one pass over
@@ -704,10 +744,7 @@ static PyObject *causal(PyObject *self, PyObject *args) {
 fail:
     Py_CLEAR(result);
 done:
-    free(senders);
-    free(tslot);
-    free(eat);
-    free(ehash);
+    scratch_keep(&scratch);
     free(table.slot);
     PyBuffer_Release(&data);
     PyBuffer_Release(&extra);

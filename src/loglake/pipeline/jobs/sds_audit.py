@@ -235,10 +235,17 @@ def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
     return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
 
 
+def _nearest_rank_of(sorted_xs: Any, p: float) -> float | None:
+    """``nearest_rank`` of a sorted numpy array, as a Python float: the sweep reads three
+    ranks of a sender's ~190,000 latencies, and a list made a Python float of each."""
+    n = len(sorted_xs)
+    return float(sorted_xs[min(n - 1, int(p * n))]) if n else None
+
+
 @dataclass
 class _ContentArrays:
     """Every content message's first copy (ordered by position) as Arrow/numpy arrays, made
-    once per Python worker and broadcast (``of`` keeps the last one)."""
+    once per sweep task from the driver's file (``_content_arrays``; ``of`` keeps the last one)."""
 
     ids: pa.Array
     first: Any  # np.ndarray[int64]
@@ -361,7 +368,7 @@ def _sweep_positions(
     not_acked = content.ids.take(pa.array(np.flatnonzero(pending)))
     not_acked = not_acked.take(pc.sort_indices(not_acked))
     seen = int(others[:k].sum())
-    latencies = np.sort(lat).tolist()
+    latencies = np.sort(lat)
     row = {
         "participant": [participant],
         "messages_sent": [pc.sum(pc.equal(kinds, "content")).as_py() or 0],
@@ -370,9 +377,9 @@ def _sweep_positions(
         "expected": [seen],
         "acknowledged": [n_acked],
         "delivery_ratio": [n_acked / seen if seen else None],
-        "ack_p50_ms": [nearest_rank(latencies, 0.5)],
-        "ack_p90_ms": [nearest_rank(latencies, 0.9)],
-        "ack_p99_ms": [nearest_rank(latencies, 0.99)],
+        "ack_p50_ms": [_nearest_rank_of(latencies, 0.5)],
+        "ack_p90_ms": [_nearest_rank_of(latencies, 0.9)],
+        "ack_p99_ms": [_nearest_rank_of(latencies, 0.99)],
         "not_acknowledged": [not_acked.to_pylist()],
     }
     return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
@@ -601,7 +608,7 @@ SWEEP_COLUMNS = [
 
 
 def _sweep_task(
-    decoded: list[str], later: Any, content_bc: Any, acks_dir: str, work_dir: str
+    decoded: list[str], later: Any, content_path: str, acks_dir: str, work_dir: str
 ) -> Callable[[tuple[int, list[str]]], SweepResult]:
     """One sweep task: the first-copy content and sync messages of its senders, read from
     every decoded part file with pyarrow (``later``: the indexes of the later copies, left
@@ -622,31 +629,75 @@ def _sweep_task(
         import pyarrow.compute as pc
 
         k, senders = task
-        content = _content_arrays(content_bc)
+        content = _content_arrays(content_path)
         n_content = len(content.ids)
-        rows = pa.concat_tables([_read_work(f, ["ok", *SWEEP_COLUMNS]) for f in decoded])
-        keep = pc.and_(
-            pc.and_(
-                rows.column("ok"), pc.is_in(rows.column("kind"), pa.array(["content", "sync"]))
-            ),
-            pc.is_in(rows.column("sender"), pa.array(senders, pa.string())),
+        # each decoded file's rows of these senders (first copies of content and sync
+        # messages), kept as the file is read: the task holds its own rows, not every
+        # file's whole columns at once (the largest allocation of the task, faulted in by
+        # each fresh worker). Then every sender's rows together, in index order (their small
+        # columns taken once), and every causal_new id's content position from one
+        # ``index_in`` for the whole task (one hash table of the content ids, not one a
+        # sender). The bloom filters stay
+        # where they were taken and are taken again a sender at a time (``row``: a row's
+        # position among the task's rows before the sort)
+        wanted = pa.array(["content", "sync"])
+        mine = pa.array(senders, pa.string())
+        copies = pa.array(later) if len(later) else None
+        parts = []
+        for f in decoded:
+            t = _read_work(f, ["ok", *SWEEP_COLUMNS])
+            keep = pc.and_(
+                pc.and_(t.column("ok"), pc.is_in(t.column("kind"), wanted)),
+                pc.is_in(t.column("sender"), mine),
+            )
+            if copies is not None:
+                keep = pc.and_(keep, pc.invert(pc.is_in(t.column("index"), copies)))
+            keep = pc.fill_null(keep, False).combine_chunks()
+            at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+            if len(at):
+                parts.append(t.select(SWEEP_COLUMNS).take(pa.array(at)))
+        rows = pa.concat_tables(parts) if parts else _work_schema(SWEEP_COLUMNS).empty_table()
+        order = np.asarray(
+            pc.sort_indices(
+                rows.select(["sender", "index"]),
+                sort_keys=[("sender", "ascending"), ("index", "ascending")],
+            ).to_numpy(),
+            dtype=np.int64,
         )
-        if len(later):
-            keep = pc.and_(keep, pc.invert(pc.is_in(rows.column("index"), pa.array(later))))
-        rows = rows.filter(keep).select(SWEEP_COLUMNS)
-        # every sender's rows together, in index order, and every causal_new id's content
-        # position from one ``index_in`` for the whole task (one hash table of the content
-        # ids, not one a sender); the bloom filters stay where they were read (a copy of
-        # them all would be the task's largest allocation) and are taken a sender at a time
         blooms = rows.column("bloom_filter")
-        small = rows.drop_columns(["bloom_filter"]).append_column(
-            "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        small = (
+            rows.select(["index", "timestamp_ns", "kind", "message_id", "sender"])
+            .take(pa.array(order))
+            .append_column("row", pa.array(order))
         )
-        small = small.sort_by([("sender", "ascending"), ("index", "ascending")])
-        all_rows, all_values, all_pos = _causal_positions(small, content)
-        causal = small.column("causal_new").combine_chunks()
-        offs = np.asarray(causal.offsets, dtype=np.int64)
-        offs -= offs[0]
+        # the histories stay in the order read: every causal_new id's content position from
+        # one ``index_in`` there, and the (sender, index) order is a permutation of those
+        # positions (numpy), not a take of ~20 strings a row (at 1M messages the sort's take
+        # of the histories was the task's largest cost); the ids themselves are taken only for
+        # a sender with some of no content message (``dependency_figures`` names them)
+        causal = rows.column("causal_new").combine_chunks()
+        offs_read = np.asarray(causal.offsets, dtype=np.int64)
+        values = causal.values.slice(int(offs_read[0]), int(offs_read[-1] - offs_read[0]))
+        offs_read -= offs_read[0]
+        found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
+        pos_read = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+        del rows, parts, causal, found  # the rows as read let go (but their bloom filters)
+        lens = np.diff(offs_read)[order]
+        offs = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        vperm = np.repeat(offs_read[:-1][order] - offs[:-1], lens) + np.arange(
+            int(offs[-1]), dtype=np.int64
+        )
+        all_pos = pos_read[vperm]
+        all_rows = np.repeat(np.arange(len(order), dtype=np.int64), lens)
+
+        def ids_at(lo: int, hi: int) -> pa.Array:
+            """The causal_new ids of sorted positions [lo, hi): taken only when some are of
+            no content message (the only ones ``dependency_figures`` reads)."""
+            if bool((all_pos[lo:hi] < 0).any()):
+                return values.take(pa.array(vperm[lo:hi]))
+            return pa.nulls(hi - lo, pa.string())
+
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
         any_bloom = blooms.null_count < len(blooms)
         stats = np.zeros((3, n_content), dtype=np.float64)
@@ -657,7 +708,7 @@ def _sweep_task(
             b = int(np.searchsorted(sender_of, participant, side="right"))
             own = small.slice(a, b - a)
             lo, hi = int(offs[a]), int(offs[b])
-            positions = (all_rows[lo:hi] - a, all_values.slice(lo, hi - lo), all_pos[lo:hi])
+            positions = (all_rows[lo:hi] - a, ids_at(lo, hi), all_pos[lo:hi])
             if any_bloom:
                 own = own.append_column("bloom_filter", blooms.take(own.column("row")))
             acks, part, at = _sweep_positions(participant, own, content, positions)
@@ -687,25 +738,22 @@ def _sweep_task(
     return run
 
 
-_CONTENT_BY_BROADCAST: list[tuple[pa.Table, _ContentArrays]] = []
-
-
-def _content_arrays(content_bc: Any) -> _ContentArrays:
-    """The broadcast content table as ``_ContentArrays``, made once per Python worker (a
-    worker runs several tasks of one job, and the broadcast's value is loaded once)."""
+def _content_arrays(path: str) -> _ContentArrays:
+    """The content messages' first copies (``message_id``, ``index``, ``timestamp_ns``,
+    ``sender``), an Arrow IPC file the driver wrote in ``_work``, as ``_ContentArrays``. Why a
+    file and not a broadcast: the broadcast pickled the table in the driver, through the JVM
+    and into each worker (~70 MB at 1M messages, faulted in by each of them); the sweep's
+    tasks read the decoded files from the same filesystem anyway."""
     import numpy as np
 
-    t = content_bc.value
-    if _CONTENT_BY_BROADCAST and _CONTENT_BY_BROADCAST[0][0] is t:
-        return _CONTENT_BY_BROADCAST[0][1]
-    arrays = _ContentArrays(
+    with pa.OSFile(path) as f:
+        t = pa.ipc.open_file(f).read_all()
+    return _ContentArrays(
         t.column("message_id").combine_chunks(),
         np.asarray(t.column("index").to_numpy(), dtype=np.int64),
         np.asarray(t.column("timestamp_ns").to_numpy(), dtype=np.int64),
         t.column("sender").combine_chunks(),
     )
-    _CONTENT_BY_BROADCAST[:] = [(t, arrays)]  # the table kept: its id is not reused meanwhile
-    return arrays
 
 
 MESSAGES_SCHEMA = pa.schema(
@@ -748,9 +796,11 @@ EDGES_SCHEMA = pa.schema([("message_id", pa.string()), ("dep", pa.string())])
 
 def _messages_task(
     out_dir: str, never: list[str], cands: list[str]
-) -> Callable[[tuple[str, pa.Table]], tuple[str, pa.Table]]:
+) -> Callable[[tuple[str, str]], tuple[str, pa.Table]]:
     """One ``messages`` task per decoded part file: the first copies in that file (``figures``
-    from the driver: their indexes and ``MESSAGE_FIGURES``, in index order) read with their
+    from the driver, an Arrow IPC file in ``_work`` the task reads: their indexes and
+    ``MESSAGE_FIGURES``, in index order; through Spark they were pickled into the JVM and out
+    again, ~64 MB at 1M messages, which the JVM's heap faulted in) read with their
     causal histories from the file with pyarrow, a row group at a time, and written as a part
     file of ``messages`` (``_write_part``). On the way, from the same expanded histories: each
     message's ``never_delivered_deps`` (its history's ids in ``never``) and the references to
@@ -758,13 +808,15 @@ def _messages_task(
     messages count in neither, as before. Why: the histories (13 KB a row with 200 ids) go
     from the decoded file to the table's file inside one Python process."""
 
-    def run(task: tuple[str, pa.Table]) -> tuple[str, pa.Table]:
+    def run(task: tuple[str, str]) -> tuple[str, pa.Table]:
         import os
 
         import numpy as np
         import pyarrow.compute as pc
 
-        source, figures = task
+        source, figures_path = task
+        with pa.OSFile(figures_path) as f:
+            figures = pa.ipc.open_file(f).read_all()
         # the first copies' indexes, ascending as the file's: a row is one when a binary
         # search finds its index there (an ``is_in`` built the same hash set for every batch)
         want = np.asarray(figures.column("first_index").to_numpy(), dtype=np.int64)
@@ -1138,17 +1190,14 @@ def _audit(
     senders = swept.group_by("sender").aggregate([("index", "count")])
     acks_dir = out / "acks"
     acks_dir.mkdir(parents=True, exist_ok=True)
-    groups = _sender_groups(senders, max(1, sc.defaultParallelism))
-    content_bc = sc.broadcast(content)
-    try:
-        task = _sweep_task(decoded, later, content_bc, str(acks_dir), str(work))
-        results = (
-            sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect()
-            if groups
-            else []
-        )
-    finally:
-        content_bc.unpersist()
+    groups = _sender_groups(senders, _concurrent_tasks(sc))
+    content_path = str(work / "content.arrow")
+    with pa.ipc.new_file(content_path, content.schema) as w:
+        w.write_table(content)
+    task = _sweep_task(decoded, later, content_path, str(acks_dir), str(work))
+    results = (
+        sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
+    )
     ack_files = [p for r in results for p in r[3]]
     _check_parts(acks_dir, ack_files, ACKS_SCHEMA)
     figures = pa.concat_tables(
@@ -1227,14 +1276,19 @@ def _audit(
     cands = sorted(set().union(*not_acked.values(), never))
     msg_dir = out / "messages"
     msg_dir.mkdir(parents=True, exist_ok=True)
-    items: list[tuple[str, pa.Table]] = []
+    items: list[tuple[str, str]] = []
     first_idx = first.column("index").to_numpy()
+    figures_dir = work / "figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
     done = 0
-    for f, n_to in zip(decoded, ends, strict=True):
+    for k, (f, n_to) in enumerate(zip(decoded, ends, strict=True)):
         last = int(idx[n_to - 1]) if n_to else -1
         end = int(np.searchsorted(first_idx, last, side="right"))
         if end > done:
-            items.append((f, stats.slice(done, end - done)))
+            path = str(figures_dir / f"part-{k:05d}.arrow")
+            with pa.ipc.new_file(path, stats.schema) as w:
+                w.write_table(stats.slice(done, end - done))
+            items.append((f, path))
         done = end
     written = (
         sc.parallelize(items, len(items)).map(_messages_task(str(msg_dir), never, cands)).collect()
@@ -1300,6 +1354,26 @@ def _audit(
         summary.seconds = round(time.monotonic() - t0, 3)
     (out / "summary.json").write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
+
+
+def _concurrent_tasks(sc: Any) -> int:
+    """How many sweep tasks: as many as run at once. Why not ``defaultParallelism``: a sweep
+    task reads the sweep columns of every decoded file whatever senders it holds, so a task
+    more than the cores is that read again for no parallelism (``local[*]`` on 2 cores with
+    loglake's default parallelism of 4 read them 4 times). A local master says its cores
+    (``local``, ``local[N]``, ``local[N, F]``, ``local[*]``) and caps it; elsewhere the default
+    parallelism, as before."""
+    import os
+    import re
+
+    n = max(1, int(sc.defaultParallelism))
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?", str(getattr(sc, "master", "")))
+    if m is None:
+        return n
+    cores = (
+        1 if m.group(1) is None else (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+    )
+    return max(1, min(n, cores))
 
 
 def _sender_groups(senders: pa.Table, n: int) -> list[list[str]]:
