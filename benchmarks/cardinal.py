@@ -327,26 +327,33 @@ def _send_for(cps, chain, chunk: int, seconds: float) -> tuple[dict[str, float],
 
 def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
     """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
-    application would run them, so they share no interpreter (GIL) with the Spark driver. Two
-    phases of the same work, told apart only by the job: first alone, the blocks on topic
-    ``solo`` (a stream the job does not read) for ``seconds``; then, once told to go, the same
-    blocks on ``bench`` for ``seconds`` while the job follows it. Each phase sends as fast as
-    the server acknowledges, so the rate beside the job over the rate alone is what the job
-    costs the producers (an 8 s burst on another topic, paced rates after it, measured the
-    benchmark as well: with no job at all the producers then reached 90% of it)."""
+    application would run them, so they share no interpreter (GIL) with the Spark driver.
+    Three phases of the same work, told apart only by the job: alone for ``seconds`` / 2 on
+    topic ``solo`` (a stream the job does not read); once told to go, the same blocks on
+    ``bench`` for ``seconds`` while the job follows it; once the job has stopped, alone again
+    for ``seconds`` / 2 on ``solo2``. Each phase sends as fast as the server acknowledges, so
+    the rate beside the job over the rate alone is what the job costs the producers. Why alone
+    on both sides of the job: with no job at all, the second of two phases ran 3–14% slower
+    than the first (the server's data growing, the host), which counted against the job."""
     per_block = 2 * (updates + 1)
     chain = blocks(max(5, int(seconds * 60_000) // per_block), updates)  # > 60 k msgs/s
-    with StreamClient(port=port, timeout=60) as client:
-        conn.send("start")  # the parent starts counting CPU
-        solo = [
-            StreamProducer(StreamTransport(client, 4), Producer("solo", {"foo/": "solo"}))
+
+    def alone(topic: str) -> tuple[int, float]:
+        cps = [
+            StreamProducer(StreamTransport(client, 4), Producer(topic, {"foo/": topic}))
             for _ in "ab"
         ]
-        sent_at, took = _send_for(solo, chain, chunk, seconds)
-        conn.send(len(sent_at) * per_block / took)
+        sent_at, took = _send_for(cps, chain, chunk, seconds / 2)
+        return len(sent_at) * per_block, took
+
+    with StreamClient(port=port, timeout=60) as client:
+        conn.send("start")  # the parent starts counting CPU
+        conn.send(alone("solo"))
         conn.recv()  # the job is running (or, for the control, not)
         cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
         conn.send(_send_for(cps, chain, chunk, seconds))
+        conn.recv()  # the job has stopped
+        conn.send(alone("solo2"))
 
 
 def spark_live(
@@ -359,11 +366,12 @@ def spark_live(
     control: bool = False,
 ) -> dict:
     """A stream server (``loglake serve``, its own process) on a data dir; two producers in
-    another process over TCP send as fast as it acknowledges, ``seconds`` alone, then
-    ``seconds`` while the job follows their topic (``_live_producers``): their rate in both
-    phases, produce (ack) → block row visible (its micro-batch marked complete) p50/p99, and
-    the backlog (records acknowledged, not yet visible) every 5 s. ``control``: the second
-    phase without the job (how far two phases of the same work differ by themselves).
+    another process over TCP send as fast as it acknowledges, alone, then ``seconds`` while
+    the job follows their topic, then alone again (``_live_producers``): their rate alone
+    (both halves) and beside the job, produce (ack) → block row visible (its micro-batch
+    marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every
+    5 s. ``control``: the middle phase without the job (how far phases of the same work
+    differ by themselves).
     Only the job and the watcher run in this process. Also the cores each side used in both
     phases (``cpu_by_tree``; ``job`` is this process's tree: driver, watcher, JVM, workers).
     ``nice`` > 0 runs the job at that lower CPU priority (``renice_job``) so the producers and
@@ -398,7 +406,7 @@ def spark_live(
         roots = {"producers": producers.pid, "server": server.pid}
         assert here.recv() == "start"
         c0, t_0 = cpu_by_tree(roots), time.perf_counter()
-        solo_rate = here.recv()  # 1. the producers alone
+        solo1 = here.recv()  # 1. the producers alone (messages, seconds)
         alone = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
         # 2. the job follows "bench" while the producers send the same blocks there
         opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
@@ -439,6 +447,8 @@ def spark_live(
         stop.set()
         if q:
             q.stop()
+        here.send("stopped")  # 3. the producers alone again
+        solo2 = here.recv()
         producers.join(30)
     finally:
         if producers.is_alive():
@@ -457,7 +467,8 @@ def spark_live(
     sent = len(sent_at) * per_block
     return {
         "updates": updates,
-        "solo_rate": solo_rate,
+        "solo_rate": (solo1[0] + solo2[0]) / (solo1[1] + solo2[1]),
+        "solo_halves": (solo1[0] / solo1[1], solo2[0] / solo2[1]),
         "sent": sent,
         "offered_per_s": sent / took,
         "visible": len(lat),
@@ -511,12 +522,16 @@ def spark_main(args) -> None:
             r = spark_live(
                 spark, updates, args.seconds, tmp, args.trigger, args.job_nice, args.live_control
             )
+            half = args.seconds / 2
             rates = (
-                f"live, {updates} updates/block, two producers over TCP, {args.seconds:.0f} s "
-                f"alone then {args.seconds:.0f} s "
-                + ("again, no job (control)" if args.live_control else "beside the job")
-                + f": {r['solo_rate']:,.0f} then {r['offered_per_s']:,.0f} msgs/s "
-                f"({r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone)"
+                f"live, {updates} updates/block, two producers over TCP, {half:g} s alone, "
+                f"{args.seconds:g} s "
+                + ("more, no job (control)" if args.live_control else "beside the job")
+                + f", {half:g} s alone: {r['solo_rate']:,.0f} msgs/s alone "
+                f"({r['solo_halves'][0]:,.0f} before, {r['solo_halves'][1]:,.0f} after), "
+                f"{r['offered_per_s']:,.0f} "
+                + ("between" if args.live_control else "beside")
+                + f" ({r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone)"
             )
             if args.live_control:
                 print(rates, flush=True)
@@ -632,8 +647,8 @@ if __name__ == "__main__":
         ap.add_argument(
             "--live-control",
             action="store_true",
-            help="live: the second phase without the job (how far two phases of the same "
-            "work differ by themselves)",
+            help="live: the middle phase without the job (how far phases of the same work "
+            "differ by themselves)",
         )
         ap.add_argument("--master", default=None)
         ap.add_argument("--live-only", action="store_true")
