@@ -328,13 +328,14 @@ def _send_for(cps, chain, chunk: int, seconds: float) -> tuple[dict[str, float],
 def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
     """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
     application would run them, so they share no interpreter (GIL) with the Spark driver.
-    Three phases of the same work, told apart only by the job: alone for ``seconds`` / 2 on
-    topic ``solo`` (a stream the job does not read); once told to go, the same blocks on
-    ``bench`` for ``seconds`` while the job follows it; once the job has stopped, alone again
-    for ``seconds`` / 2 on ``solo2``. Each phase sends as fast as the server acknowledges, so
-    the rate beside the job over the rate alone is what the job costs the producers. Why alone
-    on both sides of the job: with no job at all, the second of two phases ran 3–14% slower
-    than the first (the server's data growing, the host), which counted against the job."""
+    Three phases of the same work, ``seconds`` each on a new topic, told apart only by the
+    job: alone on ``solo`` (a stream the job does not read); once told to go, on ``bench``
+    while the job follows it; once the job has stopped, alone again on ``solo2``. Each phase
+    sends as fast as the server acknowledges, so the rate beside the job over the rate alone
+    is what the job costs the producers. Why alone on both sides of the job, and phases of
+    one length: with no job at all, the second of two phases ran 3–14% slower than the first
+    (the server's data growing, the host), and a 60 s phase 8% slower than two 30 s ones
+    around it; either counted against the job."""
     per_block = 2 * (updates + 1)
     chain = blocks(max(5, int(seconds * 60_000) // per_block), updates)  # > 60 k msgs/s
 
@@ -343,7 +344,7 @@ def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -
             StreamProducer(StreamTransport(client, 4), Producer(topic, {"foo/": topic}))
             for _ in "ab"
         ]
-        sent_at, took = _send_for(cps, chain, chunk, seconds / 2)
+        sent_at, took = _send_for(cps, chain, chunk, seconds)
         return len(sent_at) * per_block, took
 
     with StreamClient(port=port, timeout=60) as client:
@@ -366,9 +367,9 @@ def spark_live(
     control: bool = False,
 ) -> dict:
     """A stream server (``loglake serve``, its own process) on a data dir; two producers in
-    another process over TCP send as fast as it acknowledges, alone, then ``seconds`` while
-    the job follows their topic, then alone again (``_live_producers``): their rate alone
-    (both halves) and beside the job, produce (ack) → block row visible (its micro-batch
+    another process over TCP send as fast as it acknowledges, ``seconds`` alone, ``seconds``
+    while the job follows their topic, ``seconds`` alone again (``_live_producers``): their
+    rate alone (both phases) and beside the job, produce (ack) → block row visible (its micro-batch
     marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every
     5 s. ``control``: the middle phase without the job (how far phases of the same work
     differ by themselves).
@@ -522,12 +523,11 @@ def spark_main(args) -> None:
             r = spark_live(
                 spark, updates, args.seconds, tmp, args.trigger, args.job_nice, args.live_control
             )
-            half = args.seconds / 2
             rates = (
-                f"live, {updates} updates/block, two producers over TCP, {half:g} s alone, "
+                f"live, {updates} updates/block, two producers over TCP, {args.seconds:g} s alone, "
                 f"{args.seconds:g} s "
                 + ("more, no job (control)" if args.live_control else "beside the job")
-                + f", {half:g} s alone: {r['solo_rate']:,.0f} msgs/s alone "
+                + f", {args.seconds:g} s alone: {r['solo_rate']:,.0f} msgs/s alone "
                 f"({r['solo_halves'][0]:,.0f} before, {r['solo_halves'][1]:,.0f} after), "
                 f"{r['offered_per_s']:,.0f} "
                 + ("between" if args.live_control else "beside")
