@@ -180,6 +180,19 @@ def test_batches_of_one_shape_and_of_mixed_shapes_agree_with_decode_record(layou
     _agrees(layout_name, [*same, other])
 
 
+def _edited(record: bytes, edits: list[tuple[int, bytes, bool]]) -> bytes:
+    """``record`` with each ``(at, blob, cut)`` applied in turn: ``blob``'s length of bytes cut
+    out at ``at``, or ``blob`` spliced in there (``at`` wrapped to the record's length)."""
+    r = bytearray(record)
+    for at, blob, cut in edits:
+        at %= len(r) + 1
+        if cut:
+            del r[at : at + len(blob)]
+        else:
+            r[at:at] = blob
+    return bytes(r)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     layout_name=st.sampled_from(LAYOUTS),
@@ -192,17 +205,7 @@ def test_batches_of_one_shape_and_of_mixed_shapes_agree_with_decode_record(layou
 def test_hypothesis_edited_records_agree_with_decode_record(layout_name, edits, n):
     """Good records with random bytes spliced in or cut out (hypothesis) decode as the
     scalar reference decodes them, or are bad exactly where it raises."""
-    recs = []
-    for i in range(n):
-        r = bytearray(_good(layout_name, i))
-        for at, blob, cut in edits:
-            at %= len(r) + 1
-            if cut:
-                del r[at : at + len(blob)]
-            else:
-                r[at:at] = blob
-        recs.append(bytes(r))
-    _agrees(layout_name, recs)
+    _agrees(layout_name, [_edited(_good(layout_name, i), edits) for i in range(n)])
 
 
 def test_a_status_go_timestamp_past_int64_nanoseconds_is_a_bad_record_not_a_crash():
@@ -288,16 +291,7 @@ def test_the_c_kernel_reads_the_fields_the_numpy_reference_reads(layout_name):
 def test_hypothesis_hostile_bytes_the_c_kernel_and_numpy_agree(layout_name, recs, edits):
     """Random bytes, and good records with random bytes spliced in or cut out: the kernel
     vouches for exactly the records the numpy reference vouches for, with the same fields."""
-    good = []
-    for i in range(3):
-        r = bytearray(_good(layout_name, i))
-        for at, blob, cut in edits:
-            at %= len(r) + 1
-            if cut:
-                del r[at : at + len(blob)]
-            else:
-                r[at:at] = blob
-        good.append(bytes(r))
+    good = [_edited(_good(layout_name, i), edits) for i in range(3)]
     _fields_both(layout_name, pa.array(recs + good, type=pa.binary()))
 
 
