@@ -406,11 +406,18 @@ def sha1_piece_rate(path: Path, limit: int = 300 * 1024 * 1024) -> float:
 def write_floor(path: Path) -> float:
     """Seconds to write ``path``'s bytes once more to a new file on the same disk and
     ``fdatasync`` it (a kernel copy: no Python buffer). Every build must write its ``data``
-    at least once, durably, so this is a floor under the job on this machine's disk."""
+    at least once, durably, so this is a floor under the job on this machine's disk. The
+    bytes are read into the page cache first, untimed: the job writes its archives past the
+    page cache (``O_DIRECT``), and a floor that read them back from the disk would be a read
+    and a write."""
     from loglake.pipeline.jobs.archives_build import _copy_range  # the job's own copy
 
     copy = path.with_name(path.name + ".floor")
     size = path.stat().st_size
+    buf = bytearray(8 << 20)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
     t0 = time.perf_counter()
     with open(path, "rb") as src, open(copy, "wb") as dst:
         _copy_range(src.fileno(), dst.fileno(), size)

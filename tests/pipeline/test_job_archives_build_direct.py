@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from loglake.archives import get_layout
@@ -153,6 +154,60 @@ def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, mon
         os.close(fd)
     body = b"".join(bytes(p) for p in parts)
     assert path.read_bytes() == b"x" * 10 + body + b"x" * (90 - len(body))
+
+
+def test_a_direct_write_puts_every_part_at_its_offset_past_the_page_cache(tmp_path, monkeypatch):
+    """An archive written past the page cache (``O_DIRECT``, a chunk of the aligned buffer at
+    a time, parts crossing chunks) lands at its aligned offset whole, the bytes around it as
+    they were; the file is opened direct only where archives start and end on a block."""
+    import os
+
+    require_peer("O_DIRECT on the test folder's file system", _direct_works(tmp_path))
+    monkeypatch.setattr(ab, "DIRECT_CHUNK", 2 * ab.DIRECT_ALIGN)
+    ab._direct_buffer.cache_clear()
+    try:
+        rng = np.random.default_rng(7)
+        sizes = [1, 5000, 3, 9000, 17 * 1024, 7]
+        parts: list = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+        parts.append(bytes(10 * ab.DIRECT_ALIGN - sum(sizes)))  # padding to whole blocks
+        parts[1] = memoryview(parts[1])
+        path = tmp_path / "data"
+        path.write_bytes(b"x" * (16 * ab.DIRECT_ALIGN))
+        fd = ab._open_direct(str(path), ab.DIRECT_ALIGN, ab.DIRECT_ALIGN)
+        assert fd is not None
+        try:
+            ab._write_direct(fd, parts, ab.DIRECT_ALIGN)
+        finally:
+            os.close(fd)
+        body = b"".join(bytes(p) for p in parts)
+        got = path.read_bytes()
+        assert got[: ab.DIRECT_ALIGN] == b"x" * ab.DIRECT_ALIGN
+        assert got[ab.DIRECT_ALIGN : ab.DIRECT_ALIGN + len(body)] == body
+        assert got[ab.DIRECT_ALIGN + len(body) :] == b"x" * (5 * ab.DIRECT_ALIGN)
+        # not whole blocks: refused before a byte is written past the last whole chunk
+        fd = ab._open_direct(str(path), 0, ab.DIRECT_ALIGN)
+        assert fd is not None
+        try:
+            with pytest.raises(JobFailed, match="whole"):
+                ab._write_direct(fd, [b"y" * 100], 0)
+        finally:
+            os.close(fd)
+    finally:
+        ab._direct_buffer.cache_clear()
+    # where an archive would start or end off a block, the build writes through the cache
+    assert ab._open_direct(str(path), 100, ab.DIRECT_ALIGN) is None
+    assert ab._open_direct(str(path), 0, 100 * 1000) is None
+
+
+def _direct_works(folder: Path) -> bool:
+    import os
+
+    f = folder / "probe"
+    f.write_bytes(b"")
+    fd = ab._open_direct(str(f), 0, ab.DIRECT_ALIGN)
+    if fd is not None:
+        os.close(fd)
+    return fd is not None
 
 
 def test_a_written_archive_is_handed_to_the_disk_at_once_and_a_bad_fd_is_only_a_no(tmp_path):
