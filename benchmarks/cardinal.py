@@ -469,7 +469,7 @@ def spark_live(
     return {
         "updates": updates,
         "solo_rate": (solo1[0] + solo2[0]) / (solo1[1] + solo2[1]),
-        "solo_halves": (solo1[0] / solo1[1], solo2[0] / solo2[1]),
+        "solo_phases": (solo1[0] / solo1[1], solo2[0] / solo2[1]),
         "sent": sent,
         "offered_per_s": sent / took,
         "visible": len(lat),
@@ -528,7 +528,7 @@ def spark_main(args) -> None:
                 f"{args.seconds:g} s "
                 + ("more, no job (control)" if args.live_control else "beside the job")
                 + f", {args.seconds:g} s alone: {r['solo_rate']:,.0f} msgs/s alone "
-                f"({r['solo_halves'][0]:,.0f} before, {r['solo_halves'][1]:,.0f} after), "
+                f"({r['solo_phases'][0]:,.0f} before, {r['solo_phases'][1]:,.0f} after), "
                 f"{r['offered_per_s']:,.0f} "
                 + ("between" if args.live_control else "beside")
                 + f" ({r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone)"

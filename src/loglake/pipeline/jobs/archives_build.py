@@ -335,12 +335,14 @@ def _keep_heap() -> bool:
     """Let glibc's ``malloc`` keep what a batch freed for the next batch, in this worker
     (process-wide, once; it stays for the worker's later tasks). Returns whether libc took it.
 
-    Why: the scan's numpy temporaries (a few dozen arrays of a batch's 65,536 rows, 0.5 MiB
-    each) were each ``mmap``'d and unmapped by glibc, or trimmed off the heap's top as soon as
-    freed (its default thresholds: 128 KiB and twice the largest freed map), so every batch
-    faulted its pages in again: at 10 M records, ~290,000 minor faults in the scan tasks
-    against ~35,000 with these settings, their system time 2.6 → 1.9 s and their CPU 0.70 →
-    0.64 µs a record (medians of 5 runs, measured in the tasks). On this VM a page the host
+    Why: with batches of 65,536 rows (before ``SCAN_ROWS``), the scan's numpy temporaries (a
+    few dozen arrays of 0.5 MiB) were each ``mmap``'d and unmapped by glibc, or trimmed off
+    the heap's top as soon as freed (its default thresholds: 128 KiB and twice the largest
+    freed map), so every batch faulted its pages in again: at 10 M records, ~290,000 minor
+    faults in the scan tasks against ~35,000 with these settings, their system time 2.6 →
+    1.9 s and their CPU 0.70 → 0.64 µs a record (medians of 5 runs, measured in the tasks).
+    With ``SCAN_ROWS`` batches (arrays of 64 KiB, under glibc's mmap threshold) the whole
+    job's CPU was the same with or without it (3 alternations). On this VM a page the host
     has reclaimed costs several µs to fault in. The cost: a worker keeps up to
     ``HEAP_KEEP[0]`` of free heap. Arrow's buffers are not concerned (its own pool)."""
     import ctypes
@@ -809,10 +811,9 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     ``framed`` bytes: no copy) and ``padding_field``; pieces hashed from those buffers, which
     go to the file direct (``_write_direct``) or in one ``pwritev`` per archive. The same
     bytes as ``ArchiveBuilder.build`` (one archive per non-empty window, its topics sorted);
-    an archive whose size is not the
-    planned one (the spills changed under the job) fails the job. Why: part files copied
-    into the staged ``data`` wrote every byte twice, and at 10 M records the copies reached
-    the disk."""
+    an archive whose size is not the planned one (the spills changed under the job) fails
+    the job. Why: part files copied into the staged ``data`` wrote every byte twice, and at
+    10 M records the copies reached the disk."""
     from loglake.archives import padding_field
 
     assert t.place is not None
@@ -821,8 +822,10 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     ts = table.column("ts").to_numpy() if table is not None else np.zeros(0, np.int64)
     entries: list[tuple[Any, int, int, int]] = []
     todo = iter(place.archives)
-    fd = os.open(place.path, os.O_WRONLY)
-    dfd = _open_direct(place.path, place.offset, layout.piece_length)
+    fd = _open_direct(place.path, place.offset, layout.piece_length)
+    direct = fd is not None
+    if fd is None:
+        fd = os.open(place.path, os.O_WRONLY)
     try:
         for frm, to in t.windows:
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
@@ -847,16 +850,14 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
                 )
             off = place.offset + hashes.data_size
             hashes.extend_parts(body, size, 0)
-            if dfd is not None:
-                _write_direct(dfd, body, off)
+            if direct:
+                _write_direct(fd, body, off)
             else:
                 _pwritev_all(fd, body, off)
                 _start_writeback(fd, off, size)
             entries.append((meta, off - place.offset, size, 0))
     finally:
         os.close(fd)
-        if dfd is not None:
-            os.close(dfd)
     if next(todo, None) is not None:
         raise JobFailed(f"task {t.group} of stream {t.sid} built fewer archives than planned")
     return {
