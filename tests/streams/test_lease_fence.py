@@ -12,6 +12,7 @@ import asyncio
 import math
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -308,7 +309,7 @@ def test_a_cardinal_member_that_lost_its_lease_cannot_commit_and_the_chain_resum
             take(ca.poll(limit=3))
             if len(added) >= 3:
                 break
-        ca.commit()
+        first = ca.commit()
         committed = len(added)
         assert 3 <= committed < 10
         for _ in range(40):  # A reads on past its commit: work B will redo, not commit
@@ -324,6 +325,12 @@ def test_a_cardinal_member_that_lost_its_lease_cannot_commit_and_the_chain_resum
         cb.commit()
         with pytest.raises(FencedOut):
             ca.commit()  # A wakes and commits what B has done already
+        # A's own clock now shows its lease ran out (as a resumed process's does): a round with
+        # nothing new for the checkpoint stream (offsets moved only) saves no offset either
+        fa.lease.core.valid_until = 0.0
+        moved = replace(first, offsets={k: v + 1 for k, v in first.offsets.items()})
+        with pytest.raises(LeaseLost):
+            ca.transport.save_checkpoint("app", moved)
         offsets = {
             k: b.get_index("app", k[0], partition=k[1]) for k in (("chain", 0), ("chain", 1))
         }

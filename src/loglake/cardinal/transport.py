@@ -234,11 +234,23 @@ class StreamTransport(Transport):
         And each record is a whole checkpoint, so only the last one is needed: on an embedded
         log (``LocalStreams``) the records below it are dropped with ``Log.truncate_before``.
         The per-partition offsets always go to the index service (it overwrites, not grows).
+
+        Under a lease (``fence``) a round with nothing new for the checkpoint stream saves its
+        offsets only while this process's view says it holds the lease, ``LeaseLost`` otherwise
+        (a member resumed after SIGSTOP past its TTL sees it at once: the view is its own
+        monotonic clock). The cluster does not fence the index service, so a former holder can
+        still save offsets in the instant between that look and the write; those cannot cost a
+        block twice: ``load_checkpoint`` resumes from the lower of the record's offsets and the
+        index's, and a lower one only re-reads blocks the record's window recognises.
         """
         name = self._ckpt_stream(client_id)
         self._ensure(name, 1)
         shape = (checkpoint.chain, frozenset(checkpoint.offsets), checkpoint.reorgs)
         appended = False
+        if self._last_shape.get(client_id) == shape and not self.fence.holds():
+            from loglake.streams.lease import LeaseLost
+
+            raise LeaseLost(self.fence.name, "its ttl ran out before this commit; nothing saved")
         if self._last_shape.get(client_id) != shape:
             self.fence.guard(name)
             (idx,) = self.fence.append(self.streams, name, [checkpoint.to_bytes()])
