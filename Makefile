@@ -13,7 +13,7 @@ SYSTEM_STAMP := .cache/system-deps.installed
 # (one cluster per run) and hands out the Spark files first.
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=25
 
-.PHONY: run test test-fast install system-deps framer node-deps check-java check-java-warn lint typecheck fmt proto bench clean help
+.PHONY: run test test-fast install bytecode system-deps framer node-deps check-java check-java-warn lint typecheck fmt proto bench clean help
 
 help:
 	@echo "make run     install everything and run the end-to-end demo on the embedded default"
@@ -26,7 +26,7 @@ help:
 # setup.py builds the C kernels (the log's framer, the sds-audit decoder's) into the source
 # tree: an edit to any of them reinstalls
 $(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c src/loglake/sds/_decode.c \
-		src/loglake/cardinal/_avro.c
+		src/loglake/cardinal/_avro.c src/loglake/archives/_waku.c
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; loglake needs Python 3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -34,6 +34,12 @@ $(STAMP): pyproject.toml setup.py src/loglake/log/_framing.c src/loglake/sds/_de
 	@touch $@
 
 install: $(STAMP)
+
+# pip compiles a regular install's modules; an editable one's it leaves to the first import,
+# which writes nothing under PYTHONDONTWRITEBYTECODE=1 (set on CI machines): then every CLI
+# process and Spark Python worker compiled loglake again. Fresh .pyc files are kept as is.
+bytecode: install
+	@$(BIN)/python -m compileall -q src >/dev/null
 
 check-java:
 	@scripts/check-java.sh
@@ -58,7 +64,7 @@ node-deps: $(NODE_STAMP)
 
 # `make run RUN_ARGS=--keep` leaves the node (and its console) running afterwards;
 # `make run RUN_ARGS=--backend` runs it on a local 3-node NATS JetStream cluster
-run: install check-java-warn
+run: install bytecode check-java-warn
 	$(BIN)/loglake node walkthrough $(RUN_ARGS)
 
 # The C kernels (setup.py): the install builds them where a compiler is; the tests require
@@ -66,11 +72,11 @@ run: install check-java-warn
 framer: install system-deps
 	@$(BIN)/python -c "import loglake.log._framing, loglake.sds._decode, loglake.cardinal._avro, loglake.archives._waku" 2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
-test: install system-deps framer node-deps check-java
+test: install bytecode system-deps framer node-deps check-java
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The edit loop: no test peers, Java or Node needed (those tests are all marked slow/spark/interop).
-test-fast: install
+test-fast: install bytecode
 	$(BIN)/python -m pytest -m "not slow and not spark and not interop" $(PYTEST_ARGS)
 
 lint: install typecheck
@@ -93,4 +99,4 @@ bench: install system-deps node-deps check-java
 clean:
 	rm -rf $(VENV) .cache $(NODE_DIR)/node_modules .pytest_cache build
 	rm -f src/loglake/log/_framing*.so src/loglake/sds/_decode*.so
-	rm -f src/loglake/cardinal/_avro*.so
+	rm -f src/loglake/cardinal/_avro*.so src/loglake/archives/_waku*.so
