@@ -349,12 +349,16 @@ def transient(e: BaseException) -> bool:
     return getattr(_loglake_error(e), "retriable", False)
 
 
-async def until_settled(what: str, make: Callable[[], Awaitable[_T]], timeout: float) -> _T:
-    """``make()``, again while the cluster answers what a starting or loaded cluster answers
-    for a while (a timeout, no leader, no placement yet), for ``timeout`` seconds, each attempt
-    bounded by what is left (nats-py's calls keep their own, longer timeouts); then
+async def until_settled(
+    what: str, make: Callable[[], Awaitable[_T]], timeout: float, pause: float = 0.2
+) -> _T:
+    """``make()``, again (``pause`` seconds later) while the cluster answers what a starting or
+    loaded cluster answers for a while (a timeout, no leader, no placement yet), for ``timeout``
+    seconds, each attempt bounded by what is left (nats-py's calls keep their own, longer
+    timeouts: one once made an index save under no quorum take 10 s, not ~2-3 s); then
     ``ClusterUnavailable`` for ``what``. Any other error at once. Why: a node started beside a
-    cluster still settling waits for it instead of exiting."""
+    cluster still settling waits for it instead of exiting. The one retry loop of single
+    requests (``JetStreamLog._retry`` is this one); a push's acks have their own rounds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -364,7 +368,7 @@ async def until_settled(what: str, make: Callable[[], Awaitable[_T]], timeout: f
                 raise
             if time.monotonic() >= deadline:
                 raise ClusterUnavailable(what, timeout, e) from e
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(pause)
 
 
 async def open_bucket(js: Any, config: jsapi.KeyValueConfig, timeout: float) -> Any:
@@ -555,26 +559,12 @@ class JetStreamLog(Log):
         log_event(logger, logging.INFO, "jetstream stream created", stream=name, partitions=n)
 
     async def _retry(self, what: str, make: Any, timeout: float | None = None) -> Any:
-        timeout = timeout or self.options.push_timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                # each attempt is bounded too: one nats-py call can block for its own (longer)
-                # timeout, which once made an index save under no quorum take 10 s, not ~2-3 s
-                left = max(0.05, deadline - time.monotonic())
-                return await asyncio.wait_for(make(), left)
-            except TimeoutError as e:
-                if time.monotonic() > deadline:
-                    raise ClusterUnavailable(what, timeout, e) from e
-                continue
-            except Exception as e:
-                if not transient(e):
-                    if isinstance(e, nats.js.errors.APIError):
-                        raise JetStreamError(f"{what}: {e}") from e
-                    raise
-                if time.monotonic() > deadline:
-                    raise ClusterUnavailable(what, timeout, e) from e
-                await asyncio.sleep(0.1)
+        """``until_settled`` for this log's requests (``push_timeout`` unless given); a refusal
+        (any other nats-py ``APIError``) becomes ``JetStreamError``, its cause kept."""
+        try:
+            return await until_settled(what, make, timeout or self.options.push_timeout, 0.1)
+        except nats.js.errors.APIError as e:
+            raise JetStreamError(f"{what}: {e}") from e
 
     async def _discover(self, name: str, missing_ok: bool = False) -> int | None:
         n = self._partitions.get(name)
