@@ -267,14 +267,17 @@ def cpu_by_tree(roots: dict[str, int]) -> dict[str, float]:
 
 
 def renice_job(roots: dict[str, int], nice: int) -> None:
-    """Lower the CPU priority of every thread of the job's tree (``process_trees``) by ``nice``
-    but the calling thread, which measures (Linux niceness is per thread; threads and processes
-    started later inherit it from the thread that starts them, so the driver's ``foreachBatch``
-    callbacks, the JVM's and Python workers' new threads are niced too, and a watcher this
-    thread starts afterwards is not). Raising niceness needs no privilege."""
+    """Run every thread of the job's tree (``process_trees``) ``nice`` lower in CPU priority
+    than the calling thread, which measures and is left as it is (Linux niceness is per thread;
+    threads and processes started later inherit it from the thread that starts them, so the
+    driver's ``foreachBatch`` callbacks, the JVM's and Python workers' new threads are niced
+    too, and a watcher this thread starts afterwards is not). Absolute, so calling it again for
+    the next round's query threads does not lower the others further. Raising niceness needs
+    no privilege."""
     import threading
 
     me = threading.get_native_id()
+    level = min(19, os.getpriority(os.PRIO_PROCESS, me) + nice)
     for pid in process_trees(roots)[0]["job"]:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -284,8 +287,8 @@ def renice_job(roots: dict[str, int], nice: int) -> None:
             if int(tid) == me:
                 continue
             try:
-                now = os.getpriority(os.PRIO_PROCESS, int(tid))
-                os.setpriority(os.PRIO_PROCESS, int(tid), min(19, now + nice))
+                if os.getpriority(os.PRIO_PROCESS, int(tid)) < level:
+                    os.setpriority(os.PRIO_PROCESS, int(tid), level)
             except OSError:
                 continue  # gone meanwhile
 
@@ -325,36 +328,111 @@ def _send_for(cps, chain, chunk: int, seconds: float) -> tuple[dict[str, float],
     return sent_at, time.perf_counter() - t0
 
 
-def _live_producers(port: int, updates: int, seconds: float, chunk: int, conn) -> None:
+def _live_producers(port: int, updates: int, seconds: float, chunk: int, rounds: int, conn) -> None:
     """In its own process (spawned): the two redundant producers over TCP, as a Cardinal
     application would run them, so they share no interpreter (GIL) with the Spark driver.
-    Three phases of the same work, ``seconds`` each on a new topic, told apart only by the
-    job: alone on ``solo`` (a stream the job does not read); once told to go, on ``bench``
-    while the job follows it; once the job has stopped, alone again on ``solo2``. Each phase
-    sends as fast as the server acknowledges, so the rate beside the job over the rate alone
-    is what the job costs the producers. Why alone on both sides of the job, and phases of
-    one length: with no job at all, the second of two phases ran 3–14% slower than the first
-    (the server's data growing, the host), and a 60 s phase 8% slower than two 30 s ones
-    around it; either counted against the job."""
+    ``2 * rounds + 1`` phases of the same work, ``seconds`` each on a new topic, told apart
+    only by the job: alone on ``solo0`` (a stream the job does not read); then, ``rounds``
+    times: once told to go, on ``bench<k>`` while the job follows it, and once the job has
+    stopped, alone again on ``solo<k+1>``. Each phase sends as fast as the server acknowledges,
+    so the rate beside the job over the rate alone is what the job costs the producers. Why
+    alone on both sides of each phase beside the job, and phases of one length: with no job at
+    all, the second of two phases ran 3-14% slower than the first (the server's data growing,
+    the host), and a 60 s phase 8% slower than two 30 s ones around it; either counted against
+    the job. Several rounds (A B A B A) average that drift out instead of betting on one."""
     per_block = 2 * (updates + 1)
     chain = blocks(max(5, int(seconds * 60_000) // per_block), updates)  # > 60 k msgs/s
 
-    def alone(topic: str) -> tuple[int, float]:
+    def phase(topic: str) -> tuple[dict[str, float], float]:
         cps = [
             StreamProducer(StreamTransport(client, 4), Producer(topic, {"foo/": topic}))
             for _ in "ab"
         ]
-        sent_at, took = _send_for(cps, chain, chunk, seconds)
+        return _send_for(cps, chain, chunk, seconds)
+
+    def alone(topic: str) -> tuple[int, float]:
+        sent_at, took = phase(topic)
         return len(sent_at) * per_block, took
 
     with StreamClient(port=port, timeout=60) as client:
         conn.send("start")  # the parent starts counting CPU
-        conn.send(alone("solo"))
-        conn.recv()  # the job is running (or, for the control, not)
-        cps = [StreamProducer(StreamTransport(client, 4), Producer("bench", SCHEMA)) for _ in "ab"]
-        conn.send(_send_for(cps, chain, chunk, seconds))
-        conn.recv()  # the job has stopped
-        conn.send(alone("solo2"))
+        conn.send(alone("solo0"))
+        for k in range(rounds):
+            conn.recv()  # the job follows bench<k> (or, for the control, nothing runs)
+            conn.send(phase(f"bench{k}"))
+            conn.recv()  # the job has stopped
+            conn.send(alone(f"solo{k + 1}"))
+
+
+def _beside_phase(
+    spark,
+    d: str,
+    port: int,
+    topic: str,
+    out: str,
+    trigger: float,
+    nice: int,
+    control: bool,
+    here,
+    roots,
+) -> dict:
+    """One phase beside the job: the job follows ``topic`` (nothing runs for the control)
+    while the producers send there; then until every block they sent is visible (at most
+    120 s). When each block was acknowledged and seen in the job's output, and the cores each
+    side used."""
+    import threading
+
+    import pyarrow.parquet as pq
+
+    from loglake.pipeline.jobs.cardinal_blocks import BATCHES, CardinalBlocksOptions, build_query
+
+    with StreamClient(port=port, timeout=60) as client:
+        client.create_stream(topic, 4)  # as the producers' transport makes theirs
+    opts = CardinalBlocksOptions(d, (topic,), out, follow_seconds=trigger).validate()
+    q = None if control else build_query(spark, opts)
+    if nice:
+        renice_job(roots, nice)
+    seen_at: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        seen: set[str] = set()
+        folder = os.path.join(out, BATCHES)
+        while not stop.is_set():
+            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            for name in names:
+                if name in seen or not name.endswith(".json"):
+                    continue
+                seen.add(name)
+                now = time.perf_counter()
+                f = os.path.join(out, "blocks", f"batch-{name[:-5]}.parquet")
+                if os.path.exists(f):
+                    for h in set(pq.read_table(f, columns=["hash"]).column(0).to_pylist()):
+                        seen_at.setdefault(h, now)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    t0 = time.perf_counter()
+    watcher.start()
+    c0 = cpu_by_tree(roots)
+    here.send("go")
+    sent_at, took = here.recv()
+    beside = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t0)
+    deadline = time.perf_counter() + 120
+    while q and not all(h in seen_at for h in sent_at) and time.perf_counter() < deadline:
+        time.sleep(0.2)
+    caught_up = time.perf_counter() - t0
+    stop.set()
+    watcher.join(5)
+    if q:
+        q.stop()
+    return {
+        "sent_at": sent_at,
+        "took": took,
+        "seen_at": dict(seen_at),
+        "cores": beside,
+        "caught_up_s": caught_up,
+    }
 
 
 def spark_live(
@@ -365,31 +443,26 @@ def spark_live(
     trigger: float,
     nice: int = 0,
     control: bool = False,
+    rounds: int = 1,
 ) -> dict:
     """A stream server (``loglake serve``, its own process) on a data dir; two producers in
-    another process over TCP send as fast as it acknowledges, ``seconds`` alone, ``seconds``
-    while the job follows their topic, ``seconds`` alone again (``_live_producers``): their
-    rate alone (both phases) and beside the job, produce (ack) → block row visible (its micro-batch
-    marked complete) p50/p99, and the backlog (records acknowledged, not yet visible) every
-    5 s. ``control``: the middle phase without the job (how far phases of the same work
+    another process over TCP send as fast as it acknowledges: ``seconds`` alone, then
+    ``rounds`` times ``seconds`` while the job follows their topic and ``seconds`` alone again
+    (``_live_producers``): their rate alone (every alone phase) and beside the job, produce
+    (ack) → block row visible (its micro-batch marked complete) p50/p99 and the backlog
+    (records acknowledged, not yet visible) every 5 s of the first round beside the job.
+    ``control``: the phases beside the job without the job (how far phases of the same work
     differ by themselves).
-    Only the job and the watcher run in this process. Also the cores each side used in both
-    phases (``cpu_by_tree``; ``job`` is this process's tree: driver, watcher, JVM, workers).
+    Only the job and the watcher run in this process. Also the cores each side used alone and
+    beside the job (``cpu_by_tree``; ``job`` is this process's tree: driver, watcher, JVM,
+    workers).
     ``nice`` > 0 runs the job at that lower CPU priority (``renice_job``) so the producers and
     the server get the CPU they need first: on a machine they share, the job then runs on what
     the producers leave, and whether its backlog grows says whether that is enough."""
     import multiprocessing
     import subprocess
-    import threading
 
-    import pyarrow.parquet as pq
-
-    from loglake.log import StreamConfig
-    from loglake.pipeline.jobs.cardinal_blocks import BATCHES, CardinalBlocksOptions, build_query
-
-    d, out = f"{tmp}/live{updates}", f"{tmp}/liveout{updates}"
-    with open_log(d) as log:
-        log.create_stream("bench", StreamConfig(partitions=4))
+    d = f"{tmp}/live{updates}"
     chunk = max(1, 200 // (updates + 1))
     per_block = 2 * (updates + 1)  # messages per block, both copies
     port = free_port()
@@ -400,62 +473,33 @@ def spark_live(
     )
     ctx = multiprocessing.get_context("spawn")  # this process runs a JVM gateway and threads
     here, there = ctx.Pipe()
-    producers = ctx.Process(target=_live_producers, args=(port, updates, seconds, chunk, there))
+    producers = ctx.Process(
+        target=_live_producers, args=(port, updates, seconds, chunk, rounds, there)
+    )
+    solos: list[tuple[int, float]] = []
+    besides: list[dict] = []
     try:
         wait_port(port, server, timeout=60)
         producers.start()
         roots = {"producers": producers.pid, "server": server.pid}
         assert here.recv() == "start"
-        c0, t_0 = cpu_by_tree(roots), time.perf_counter()
-        solo1 = here.recv()  # 1. the producers alone (messages, seconds)
-        alone = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
-        # 2. the job follows "bench" while the producers send the same blocks there
-        opts = CardinalBlocksOptions(d, ("bench",), out, follow_seconds=trigger).validate()
-        q = None if control else build_query(spark, opts)
-        if nice:
-            renice_job(roots, nice)
-        seen_at: dict[str, float] = {}
-        stop = threading.Event()
-
-        def watch() -> None:
-            seen: set[str] = set()
-            folder = os.path.join(out, BATCHES)
-            while not stop.is_set():
-                names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-                for name in names:
-                    if name in seen or not name.endswith(".json"):
-                        continue
-                    seen.add(name)
-                    now = time.perf_counter()
-                    f = os.path.join(out, "blocks", f"batch-{name[:-5]}.parquet")
-                    if os.path.exists(f):
-                        for h in set(pq.read_table(f, columns=["hash"]).column(0).to_pylist()):
-                            seen_at.setdefault(h, now)
-                time.sleep(0.02)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        t0 = time.perf_counter()
-        watcher.start()
-        c0, t_0 = cpu_by_tree(roots), time.perf_counter()
-        here.send("go")
-        sent_at, took = here.recv()
-        beside = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t_0)
-        target = len(sent_at)
-        deadline = time.perf_counter() + 120
-        while q and sum(h in seen_at for h in sent_at) < target and time.perf_counter() < deadline:
-            time.sleep(0.2)
-        caught_up = time.perf_counter() - t0
-        stop.set()
-        if q:
-            q.stop()
-        here.send("stopped")  # 3. the producers alone again
-        solo2 = here.recv()
+        c0, t0 = cpu_by_tree(roots), time.perf_counter()
+        solos.append(here.recv())  # the producers alone
+        alone = cores_used(c0, cpu_by_tree(roots), time.perf_counter() - t0)
+        for k in range(rounds):
+            out = f"{tmp}/liveout{updates}-{k}"
+            phase = (spark, d, port, f"bench{k}", out, trigger, nice, control, here, roots)
+            besides.append(_beside_phase(*phase))
+            here.send("stopped")  # the producers alone again
+            solos.append(here.recv())
         producers.join(30)
     finally:
         if producers.is_alive():
             producers.kill()
         server.terminate()
         server.wait(30)
+    first = besides[0]
+    sent_at, seen_at = first["sent_at"], first["seen_at"]
     backlog: list[tuple[float, int]] = []
     # backlog at time s: messages of blocks acknowledged by s and not yet visible at s
     start_t = min(sent_at.values())
@@ -463,23 +507,32 @@ def spark_live(
         at = start_t + 5 * k
         late = sum(1 for h, t in sent_at.items() if t <= at and seen_at.get(h, 1e18) > at)
         backlog.append((5.0 * k, late * per_block))
-    lat = sorted(seen_at[h] - sent_at[h] for h in sent_at if h in seen_at)
+    lat = sorted(
+        b["seen_at"][h] - t for b in besides for h, t in b["sent_at"].items() if h in b["seen_at"]
+    )
     pick = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] * 1000 if lat else float("nan")  # noqa: E731
-    sent = len(sent_at) * per_block
+    rate = lambda n, s: n / s  # noqa: E731
+    beside_rates = [rate(len(b["sent_at"]) * per_block, b["took"]) for b in besides]
+    solo_rates = [rate(n, s) for n, s in solos]
     return {
         "updates": updates,
-        "solo_rate": (solo1[0] + solo2[0]) / (solo1[1] + solo2[1]),
-        "solo_phases": (solo1[0] / solo1[1], solo2[0] / solo2[1]),
-        "sent": sent,
-        "offered_per_s": sent / took,
+        "solo_rate": sum(n for n, _ in solos) / sum(s for _, s in solos),
+        "solo_phases": solo_rates,
+        "beside_phases": beside_rates,
+        # each phase beside the job against the two alone phases around it
+        "round_ratios": [
+            r / ((solo_rates[k] + solo_rates[k + 1]) / 2) for k, r in enumerate(beside_rates)
+        ],
+        "offered_per_s": sum(len(b["sent_at"]) * per_block for b in besides)
+        / sum(b["took"] for b in besides),
         "visible": len(lat),
-        "blocks": target,
+        "blocks": sum(len(b["sent_at"]) for b in besides),
         "p50_ms": pick(0.5),
         "p99_ms": pick(0.99),
         "backlog": backlog,
-        "caught_up_s": caught_up,
+        "caught_up_s": max(b["caught_up_s"] for b in besides),
         "cores_alone": alone,
-        "cores_beside": beside,
+        "cores_beside": first["cores"],
     }
 
 
@@ -521,17 +574,37 @@ def spark_main(args) -> None:
             )
         for updates in [] if args.catch_up_only else args.live_updates:
             r = spark_live(
-                spark, updates, args.seconds, tmp, args.trigger, args.job_nice, args.live_control
+                spark,
+                updates,
+                args.seconds,
+                tmp,
+                args.trigger,
+                args.job_nice,
+                args.live_control,
+                args.live_rounds,
             )
+            pct = lambda xs: "/".join(f"{x:.0%}" for x in xs)  # noqa: E731
             rates = (
-                f"live, {updates} updates/block, two producers over TCP, {args.seconds:g} s alone, "
-                f"{args.seconds:g} s "
-                + ("more, no job (control)" if args.live_control else "beside the job")
-                + f", {args.seconds:g} s alone: {r['solo_rate']:,.0f} msgs/s alone "
-                f"({r['solo_phases'][0]:,.0f} before, {r['solo_phases'][1]:,.0f} after), "
-                f"{r['offered_per_s']:,.0f} "
+                f"live, {updates} updates/block, two producers over TCP, phases of "
+                f"{args.seconds:g} s: alone"
+                + (
+                    " / no job (control) / alone"
+                    if args.live_control
+                    else " / beside the job / alone"
+                )
+                * args.live_rounds
+                + f": {r['solo_rate']:,.0f} msgs/s alone ("
+                + ", ".join(f"{x:,.0f}" for x in r["solo_phases"])
+                + f"), {r['offered_per_s']:,.0f} "
                 + ("between" if args.live_control else "beside")
-                + f" ({r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone)"
+                + " ("
+                + ", ".join(f"{x:,.0f}" for x in r["beside_phases"])
+                + f"): {r['offered_per_s'] / r['solo_rate']:.0%} of their rate alone"
+                + (
+                    f" (each round against the phases around it: {pct(r['round_ratios'])})"
+                    if args.live_rounds > 1
+                    else ""
+                )
             )
             if args.live_control:
                 print(rates, flush=True)
@@ -647,8 +720,15 @@ if __name__ == "__main__":
         ap.add_argument(
             "--live-control",
             action="store_true",
-            help="live: the middle phase without the job (how far phases of the same work "
-            "differ by themselves)",
+            help="live: the phases beside the job without the job (how far phases of the same "
+            "work differ by themselves)",
+        )
+        ap.add_argument(
+            "--live-rounds",
+            type=int,
+            default=1,
+            help="live: phases beside the job, each followed by one alone (alone / beside / "
+            "alone / beside / alone … ): more rounds average the drift between phases out",
         )
         ap.add_argument("--master", default=None)
         ap.add_argument("--live-only", action="store_true")
