@@ -429,6 +429,40 @@ def test_a_scratch_option_that_is_not_one_of_the_modes_is_refused(tmp_path):
         )
 
 
+_HEAP_ROUNDS = """
+import resource, sys
+import numpy as np
+from loglake.pipeline.jobs import archives_build as ab
+if sys.argv[1] == "keep":
+    assert ab._keep_heap()
+def batch():  # a batch's temporaries: many 0.5 MiB arrays, all freed at its end
+    return [np.ones(1 << 16) for _ in range(80)]
+batch()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    batch()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_the_scan_keeps_what_a_batch_freed_for_the_next_batch():
+    # glibc's defaults give a batch's freed temporaries back to the kernel and the next batch
+    # faults them in again; kept, the next batches reuse them (a fresh process each: the
+    # settings are process-wide)
+    import subprocess
+    import sys
+
+    def faults(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _HEAP_ROUNDS, mode], capture_output=True, text=True, check=True
+        )
+        return int(out.stdout)
+
+    pages = 5 * 80 * (1 << 19) // 4096  # every page of the 5 batches
+    assert faults("default") > pages // 2  # what the setting is for
+    assert faults("keep") < pages // 20
+
+
 def test_a_whole_lake_unit_is_read_in_batches_of_at_most_batch_rows_with_every_record(tmp_path):
     # the scan's batches (SCAN_ROWS) come from the row groups as they are decompressed: the same
     # records in index order whatever the batch size, none larger than asked
