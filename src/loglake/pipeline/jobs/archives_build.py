@@ -384,6 +384,8 @@ def _scan_task(
         names = [*_SPILL_COLUMNS, "framed" if framed else "data"]
         for idx, col in read_unit(data_dir, u, batch_rows=SCAN_ROWS):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
+            if not pa.types.is_dictionary(topic.type):  # one type for every batch of a spill
+                topic = topic.dictionary_encode()
             good = np.ones(len(ts), dtype=bool)
             if bads:
                 good = np.array([x is None for x in bads], dtype=bool)
@@ -463,9 +465,10 @@ def _write_spill(scratch: Scratch, name: str, batches: list[pa.RecordBatch]) -> 
     if _out_of_order(ts, idx):
         table = table.take(pa.array(np.lexsort((idx, ts))))
     # the topics one dictionary for the whole file (the driver sizes archives from its codes;
-    # the writer slices it along the other columns' batches and writes it once); the
-    # records' bytes stay in their batches: combining them was a copy of every byte
-    topic = table.column(2).combine_chunks().dictionary_encode()
+    # the writer slices it along the other columns' batches and writes it once): the
+    # batches' dictionaries unified; the records' bytes stay in their batches: combining
+    # them was a copy of every byte
+    topic = table.column(2).combine_chunks().dictionary_encode()  # (as is when encoded)
     table = table.set_column(2, "topic", pa.chunked_array([topic]))
 
     def write(path: str) -> None:
