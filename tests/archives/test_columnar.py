@@ -366,3 +366,67 @@ def test_the_kernel_refuses_malformed_buffers_without_reading_past_them():
         k.fields(data, offs, b"\x09" * 256, wires, seen, value, length, ok)  # slot past wires
     with pytest.raises(ValueError):
         k.frame(data, b"\x00\x00")
+
+
+@needs_kernel
+@settings(max_examples=200, deadline=None)
+@given(
+    pool=st.lists(st.binary(max_size=6), min_size=1, max_size=80),
+    picks=st.lists(st.integers(0, 79), max_size=60),
+    utf8=st.booleans(),
+)
+def test_topic_codes_hold_the_topics_the_plain_reference_gathers(pool, picks, utf8):
+    """``_topic_codes`` (C: codes into the distinct topics) holds, record for record, the
+    topics ``_topics_plain`` (the reference) gathers, as ``topic_type``; it gives None (the
+    caller gathers them plainly) only for more than ``TOPIC_CODES_MAX`` distinct topics or a
+    topic that is not UTF-8 where UTF-8 is wanted."""
+    topics = [pool[i % len(pool)] for i in picks]
+    data = np.frombuffer(b"~" + b"".join(topics) + b"~", dtype=np.uint8)
+    lengths = np.array([len(t) for t in topics], dtype=np.int64)
+    starts = np.zeros(len(topics), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    starts += 1
+    topic_type = pa.string() if utf8 else pa.binary()
+    got = columnar._topic_codes(data, starts, lengths, topic_type)
+    ok = np.ones(len(topics), dtype=bool)
+    want = columnar._topics_plain(data, starts, lengths, ok, topic_type)
+    too_many = len(set(topics)) > columnar.TOPIC_CODES_MAX
+    not_utf8 = utf8 and not ok.all()
+    if got is None:
+        assert not topics or too_many or not_utf8
+        return
+    assert not too_many and not not_utf8
+    assert pa.types.is_dictionary(got.type) and got.type.value_type == topic_type
+    assert got.to_pylist() == want.to_pylist()
+    assert len(got.dictionary) == len(set(topics))  # each distinct topic once
+
+
+@needs_kernel
+def test_topic_codes_refuse_slices_past_the_data_and_many_topics():
+    """Hostile starts or lengths (negative, past the buffer) get None, never a read outside
+    it; a batch of more distinct topics than ``TOPIC_CODES_MAX`` gets None; a column of such
+    topics still decodes as ``decode_record`` decodes it (through the plain gather)."""
+    from loglake.archives import _waku  # type: ignore[attr-defined]
+
+    data = np.frombuffer(b"abcdef", dtype=np.uint8)
+    codes = np.empty(1, dtype=np.int32)
+    for s, n in ((-1, 1), (0, 7), (6, 1), (2, -1), (7, 0)):
+        assert _waku.topic_codes(data, np.array([s]), np.array([n]), codes, 4) is None
+    with pytest.raises(ValueError):
+        _waku.topic_codes(data, np.array([0]), np.array([1, 1]), codes, 4)
+    many = np.arange(6, dtype=np.int64)
+    assert _waku.topic_codes(data, many, np.ones(6, np.int64), np.empty(6, np.int32), 5) is None
+    assert _waku.topic_codes(data, many, np.ones(6, np.int64), np.empty(6, np.int32), 6) == [
+        b"a",
+        b"b",
+        b"c",
+        b"d",
+        b"e",
+        b"f",
+    ]
+    layout = get_layout("spec")
+    recs = [
+        layout.make_record(payload=b"p", topic=f"/t/{i}", timestamp_ns=(i + 1) * NS)
+        for i in range(columnar.TOPIC_CODES_MAX + 5)
+    ]
+    _agrees("spec", recs + recs[:3])

@@ -157,46 +157,80 @@ def test_pwritev_writes_every_part_at_its_offset_in_iov_max_groups(tmp_path, mon
 
 
 def test_a_direct_write_puts_every_part_at_its_offset_past_the_page_cache(tmp_path, monkeypatch):
-    """An archive written past the page cache (``O_DIRECT``, a chunk of the aligned buffer at
-    a time, parts crossing chunks) lands at its aligned offset whole, the bytes around it as
-    they were; the file is opened direct only where archives start and end on a block."""
+    """An archive written past the page cache (``O_DIRECT``, a buffer of whole pieces at a
+    time, parts crossing pieces and buffers, two archives back to back) lands at its aligned
+    offset whole, the bytes around it as they were, and its pieces hash as ``extend_parts``
+    hashes the same parts; the file is opened direct only where archives start and end on a
+    block."""
     import os
 
+    from loglake.archives import PieceHashes
+
     require_peer("O_DIRECT on the test folder's file system", _direct_works(tmp_path))
-    monkeypatch.setattr(ab, "DIRECT_CHUNK", 2 * ab.DIRECT_ALIGN)
-    ab._direct_buffer.cache_clear()
+    plen = ab.DIRECT_ALIGN
+    monkeypatch.setattr(ab, "DIRECT_CHUNK", 2 * plen + 100)  # 2 pieces a buffer
+    rng = np.random.default_rng(7)
+    sizes = [1, 5000, 3, 9000, 17 * 1024, 7]
+    parts: list = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+    parts.append(bytes(10 * plen - sum(sizes)))  # padding to whole pieces
+    parts[1] = memoryview(parts[1])
+    second = [rng.integers(0, 256, 3 * plen, dtype=np.uint8).tobytes()]
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * (16 * plen))
+    fd = ab._open_direct(str(path), plen, plen)
+    assert fd is not None
+    got_hashes = PieceHashes(plen)
     try:
-        rng = np.random.default_rng(7)
-        sizes = [1, 5000, 3, 9000, 17 * 1024, 7]
-        parts: list = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
-        parts.append(bytes(10 * ab.DIRECT_ALIGN - sum(sizes)))  # padding to whole blocks
-        parts[1] = memoryview(parts[1])
-        path = tmp_path / "data"
-        path.write_bytes(b"x" * (16 * ab.DIRECT_ALIGN))
-        fd = ab._open_direct(str(path), ab.DIRECT_ALIGN, ab.DIRECT_ALIGN)
-        assert fd is not None
-        try:
-            ab._write_direct(fd, parts, ab.DIRECT_ALIGN)
-        finally:
-            os.close(fd)
-        body = b"".join(bytes(p) for p in parts)
-        got = path.read_bytes()
-        assert got[: ab.DIRECT_ALIGN] == b"x" * ab.DIRECT_ALIGN
-        assert got[ab.DIRECT_ALIGN : ab.DIRECT_ALIGN + len(body)] == body
-        assert got[ab.DIRECT_ALIGN + len(body) :] == b"x" * (5 * ab.DIRECT_ALIGN)
-        # not whole blocks: refused before a byte is written past the last whole chunk
-        fd = ab._open_direct(str(path), 0, ab.DIRECT_ALIGN)
-        assert fd is not None
-        try:
-            with pytest.raises(JobFailed, match="whole"):
-                ab._write_direct(fd, [b"y" * 100], 0)
-        finally:
-            os.close(fd)
+        w = ab._DirectWriter(fd, plen)
+        assert w.chunk == 2 * plen
+        w.write(parts, plen, got_hashes)
+        w.write(second, 11 * plen, got_hashes)
+        w.wait()
     finally:
-        ab._direct_buffer.cache_clear()
+        os.close(fd)
+    body = b"".join(bytes(p) for p in parts) + second[0]
+    want_hashes = PieceHashes(plen)
+    want_hashes.extend_parts(parts, 10 * plen, 0)
+    want_hashes.extend_parts(second, 3 * plen, 0)
+    assert got_hashes.hashes == want_hashes.hashes and len(got_hashes.hashes) == 13
+    got = path.read_bytes()
+    assert got[:plen] == b"x" * plen
+    assert got[plen : plen + len(body)] == body
+    assert got[plen + len(body) :] == b"x" * (2 * plen)
+    # not whole pieces: refused before a byte is written past the last whole buffer
+    fd = ab._open_direct(str(path), 0, plen)
+    assert fd is not None
+    try:
+        with pytest.raises(JobFailed, match="whole"):
+            ab._DirectWriter(fd, plen).write([b"y" * 100], 0, PieceHashes(plen))
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == got
     # where an archive would start or end off a block, the build writes through the cache
-    assert ab._open_direct(str(path), 100, ab.DIRECT_ALIGN) is None
+    assert ab._open_direct(str(path), 100, plen) is None
     assert ab._open_direct(str(path), 0, 100 * 1000) is None
+
+
+def test_a_direct_write_that_fails_on_the_writer_thread_fails_the_task(tmp_path):
+    """A write the writer thread could not do raises in the task (at the next buffer or at
+    ``wait``), never lost; ``settle`` only waits (the task is failing already)."""
+    import os
+
+    from loglake.archives import PieceHashes
+
+    path = tmp_path / "data"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)  # every write refused (EBADF)
+    try:
+        w = ab._DirectWriter(fd, ab.DIRECT_ALIGN)
+        w.write([bytes(ab.DIRECT_ALIGN)], 0, PieceHashes(ab.DIRECT_ALIGN))
+        with pytest.raises(OSError):
+            w.wait()
+        w.write([bytes(ab.DIRECT_ALIGN)], 0, PieceHashes(ab.DIRECT_ALIGN))
+        w.settle()
+        assert w.pending is None
+    finally:
+        os.close(fd)
 
 
 def _direct_works(folder: Path) -> bool:

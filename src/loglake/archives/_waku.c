@@ -22,6 +22,13 @@
  * of a repeated field: such a record is left to the layout's decode_record, as the numpy path
  * does). Offsets that are decreasing or past `data` mark the record not ok (never read).
  *
+ * topic_codes(data, starts, lengths, codes, max_distinct) -> list[bytes] | None: the distinct
+ * values of the slices data[starts[i] : starts[i] + lengths[i]] (n int64 each), in order of
+ * first appearance, with codes[i] (n int32, written) the index of slice i's value among them:
+ * a dictionary encoding of a batch's topics without a binary array of n values first. None
+ * when there are more than max_distinct values (a linear search each: the caller takes
+ * another way) or a slice is not inside data.
+ *
  * frame(data, offsets) -> (bytes, bytes): every record as `0x1a varint(len) record` (the spec
  * layout's archive holds its messages as field 3 of WakuMessageArchive), concatenated, and the
  * n + 1 int64 offsets of those frames: a large_binary array's two buffers. None when an
@@ -218,10 +225,93 @@ done:
     return res;
 }
 
+static PyObject *topic_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, starts, lengths, codes;
+    Py_ssize_t max_distinct;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*n", &data, &starts, &lengths, &codes, &max_distinct))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = starts.len / 8;
+    const unsigned char *base = data.buf;
+    const int64_t *st = starts.buf, *ln = lengths.buf;
+    int32_t *code = codes.buf;
+    if (starts.len % 8 || lengths.len != starts.len || codes.len < n * 4 || max_distinct < 1 ||
+        max_distinct > 4096) {
+        PyErr_SetString(PyExc_ValueError, "starts, lengths: n int64 values; codes: n int32; "
+                                          "1 <= max_distinct <= 4096");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* every slice inside data, or no answer */
+        if (st[i] < 0 || ln[i] < 0 || st[i] > (int64_t)data.len ||
+            ln[i] > (int64_t)data.len - st[i]) {
+            res = Py_None;
+            Py_INCREF(res);
+            goto done;
+        }
+    }
+    /* distinct values as (start, length) of their first record; a record is compared with the
+     * record before it first (a batch's records mostly share one topic), then with each value */
+    int64_t *dst = PyMem_Malloc((size_t)max_distinct * 2 * sizeof(int64_t));
+    if (dst == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t nd = 0;
+    int too_many = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = st[i], m = ln[i];
+        if (i > 0 && ln[i - 1] == m && memcmp(base + st[i - 1], base + a, (size_t)m) == 0) {
+            code[i] = code[i - 1];
+            continue;
+        }
+        Py_ssize_t k = 0;
+        while (k < nd &&
+               !(dst[2 * k + 1] == m && memcmp(base + dst[2 * k], base + a, (size_t)m) == 0))
+            k++;
+        if (k == nd) {
+            if (nd == max_distinct) {
+                too_many = 1;
+                break;
+            }
+            dst[2 * nd] = a;
+            dst[2 * nd + 1] = m;
+            nd++;
+        }
+        code[i] = (int32_t)k;
+    }
+    Py_END_ALLOW_THREADS
+    if (too_many) {
+        res = Py_None;
+        Py_INCREF(res);
+    } else {
+        res = PyList_New(nd);
+        for (Py_ssize_t k = 0; res != NULL && k < nd; k++) {
+            PyObject *v = PyBytes_FromStringAndSize((const char *)base + dst[2 * k],
+                                                    (Py_ssize_t)dst[2 * k + 1]);
+            if (v == NULL) {
+                Py_CLEAR(res);
+                break;
+            }
+            PyList_SET_ITEM(res, k, v);
+        }
+    }
+    PyMem_Free(dst);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&codes);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"fields", fields, METH_VARARGS,
      "fields(data, offsets, slots, wires, seen, value, length, ok) -> None"},
     {"frame", frame, METH_VARARGS, "frame(data, offsets) -> (bytes, int64 offsets) or None"},
+    {"topic_codes", topic_codes, METH_VARARGS,
+     "topic_codes(data, starts, lengths, codes, max_distinct) -> list of bytes or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

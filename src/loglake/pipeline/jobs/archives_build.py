@@ -26,7 +26,7 @@ send back only small results. Two stages, one read and one decode of every recor
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
   ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
   no Python object per record), written at its planned offset in the staged ``data``
-  past the page cache (``O_DIRECT``, ``_write_direct``) where the file system allows it, else
+  past the page cache (``O_DIRECT``, ``_DirectWriter``) where the file system allows it, else
   with one ``pwritev`` per archive, its write-back to the disk started at once
   (``_start_writeback``);
   otherwise (status-go, ``--topic``) by the archives part's sans-I/O
@@ -341,10 +341,13 @@ def _keep_heap() -> bool:
     freed map), so every batch faulted its pages in again: at 10 M records, ~290,000 minor
     faults in the scan tasks against ~35,000 with these settings, their system time 2.6 →
     1.9 s and their CPU 0.70 → 0.64 µs a record (medians of 5 runs, measured in the tasks).
-    With ``SCAN_ROWS`` batches (arrays of 64 KiB, under glibc's mmap threshold) the whole
-    job's CPU was the same with or without it (3 alternations). On this VM a page the host
-    has reclaimed costs several µs to fault in. The cost: a worker keeps up to
-    ``HEAP_KEEP[0]`` of free heap. Arrow's buffers are not concerned (its own pool)."""
+    With ``SCAN_ROWS`` batches it still pays inside Spark, though not in one process (the
+    scan's loop alone: 131 against 134 ms of CPU a lake file): at 10 M records, with it
+    against without, the job took 11.6/12.0/13.8 against 13.2/17.2/16.3 CPU-s and its scan
+    4.4/5.5/9.5 against 5.7/12.9/11.8 s (3 alternations, load 2.8-3.1: other benchmarks on
+    the machine). On this VM a page the host has reclaimed costs several µs to fault in.
+    The cost: a worker keeps up to ``HEAP_KEEP[0]`` of free heap. Arrow's buffers are not
+    concerned (its own pool)."""
     import ctypes
 
     fn = getattr(ctypes.CDLL(None), "mallopt", None)
@@ -381,6 +384,8 @@ def _scan_task(
         names = [*_SPILL_COLUMNS, "framed" if framed else "data"]
         for idx, col in read_unit(data_dir, u, batch_rows=SCAN_ROWS):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
+            if not pa.types.is_dictionary(topic.type):  # one type for every batch of a spill
+                topic = topic.dictionary_encode()
             good = np.ones(len(ts), dtype=bool)
             if bads:
                 good = np.array([x is None for x in bads], dtype=bool)
@@ -460,9 +465,10 @@ def _write_spill(scratch: Scratch, name: str, batches: list[pa.RecordBatch]) -> 
     if _out_of_order(ts, idx):
         table = table.take(pa.array(np.lexsort((idx, ts))))
     # the topics one dictionary for the whole file (the driver sizes archives from its codes;
-    # the writer slices it along the other columns' batches and writes it once); the
-    # records' bytes stay in their batches: combining them was a copy of every byte
-    topic = table.column(2).combine_chunks().dictionary_encode()
+    # the writer slices it along the other columns' batches and writes it once): the
+    # batches' dictionaries unified; the records' bytes stay in their batches: combining
+    # them was a copy of every byte
+    topic = table.column(2).combine_chunks().dictionary_encode()  # (as is when encoded)
     table = table.set_column(2, "topic", pa.chunked_array([topic]))
 
     def write(path: str) -> None:
@@ -808,12 +814,13 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     """The archives of a task the driver sized (``_plan_direct``), written straight into the
     staged ``data`` at their offsets: per window, the layout's head for the metadata the
     driver chose, the records as the scan framed them (slices of the memory-mapped spills'
-    ``framed`` bytes: no copy) and ``padding_field``; pieces hashed from those buffers, which
-    go to the file direct (``_write_direct``) or in one ``pwritev`` per archive. The same
-    bytes as ``ArchiveBuilder.build`` (one archive per non-empty window, its topics sorted);
-    an archive whose size is not the planned one (the spills changed under the job) fails
-    the job. Why: part files copied into the staged ``data`` wrote every byte twice, and at
-    10 M records the copies reached the disk."""
+    ``framed`` bytes: no copy) and ``padding_field``; written direct (``_DirectWriter``: each
+    piece hashed as it is copied into the aligned buffer) or hashed from those buffers and
+    written in one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build`` (one
+    archive per non-empty window, its topics sorted); an archive whose size is not the
+    planned one (the spills changed under the job) fails the job. Why: part files copied
+    into the staged ``data`` wrote every byte twice, and at 10 M records the copies reached
+    the disk."""
     from loglake.archives import padding_field
 
     assert t.place is not None
@@ -823,7 +830,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     entries: list[tuple[Any, int, int, int]] = []
     todo = iter(place.archives)
     fd = _open_direct(place.path, place.offset, layout.piece_length)
-    direct = fd is not None
+    direct = _DirectWriter(fd, layout.piece_length) if fd is not None else None
     if fd is None:
         fd = os.open(place.path, os.O_WRONLY)
     try:
@@ -849,14 +856,18 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
                     f"planned {size}: the scan's spill changed during the job"
                 )
             off = place.offset + hashes.data_size
-            hashes.extend_parts(body, size, 0)
-            if direct:
-                _write_direct(fd, body, off)
+            if direct is not None:
+                direct.write(body, off, hashes)
             else:
+                hashes.extend_parts(body, size, 0)
                 _pwritev_all(fd, body, off)
                 _start_writeback(fd, off, size)
             entries.append((meta, off - place.offset, size, 0))
+        if direct is not None:
+            direct.wait()
     finally:
+        if direct is not None:
+            direct.settle()  # no write may still use fd once it is closed
         os.close(fd)
     if next(todo, None) is not None:
         raise JobFailed(f"task {t.group} of stream {t.sid} built fewer archives than planned")
@@ -908,8 +919,9 @@ DIRECT_ALIGN = 4096
 """What ``O_DIRECT`` needs of a write's offset, length and buffer address here: a page
 (every block size Linux file systems use divides it)."""
 DIRECT_CHUNK = 8 << 20
-"""Bytes a direct write takes at a time: the archive's bytes are copied into one buffer this
-size (page-aligned, kept by the worker) and written from it."""
+"""Bytes a direct write takes at a time (rounded down to whole pieces): the archive's bytes are
+copied into one of two buffers this size (page-aligned, kept by the worker) and written from
+it while the other is filled (``_DirectWriter``)."""
 
 
 def _open_direct(path: str, offset: int, piece_length: int) -> int | None:
@@ -932,37 +944,89 @@ def _open_direct(path: str, offset: int, piece_length: int) -> int | None:
 
 
 @functools.cache
-def _direct_buffer() -> memoryview:
-    """The worker's ``DIRECT_CHUNK`` buffer for ``_write_direct``: an anonymous map, so
-    page-aligned, reused by every archive (its pages touched once)."""
+def _direct_buffers(size: int) -> tuple[memoryview, memoryview]:
+    """The worker's two ``size`` buffers for ``_DirectWriter``: anonymous maps, so
+    page-aligned, reused by every archive (their pages touched once)."""
     import mmap
 
-    return memoryview(mmap.mmap(-1, DIRECT_CHUNK))
+    return memoryview(mmap.mmap(-1, size)), memoryview(mmap.mmap(-1, size))
 
 
-def _write_direct(fd: int, parts: Sequence[Any], offset: int) -> None:
-    """``parts`` (an archive: whole pieces, ``offset`` aligned) written at ``offset`` through
-    ``fd`` (``_open_direct``), ``DIRECT_CHUNK`` bytes at a time from the aligned buffer. The
-    writes wait for the device, not for the page cache; the driver's fsync before ``COMMIT``
-    still flushes the device's cache."""
-    mv = _direct_buffer()
-    fill = 0
-    for part in parts:
-        p = memoryview(part).cast("B")
-        i = 0
-        while i < len(p):
-            n = min(len(p) - i, DIRECT_CHUNK - fill)
-            mv[fill : fill + n] = p[i : i + n]
-            fill += n
-            i += n
-            if fill == DIRECT_CHUNK:
-                fs.pwrite_all(fd, mv, offset)
-                offset += fill
-                fill = 0
-    if fill % DIRECT_ALIGN:
-        raise JobFailed(f"an archive is not whole {DIRECT_ALIGN}-byte blocks: {fill} left")
-    if fill:
-        fs.pwrite_all(fd, mv[:fill], offset)
+@functools.cache
+def _direct_writer_thread() -> Any:
+    """The worker's one thread for ``_DirectWriter``'s writes (a ``ThreadPoolExecutor`` of
+    one: a task's writes stay in order, and ``pwrite`` runs without the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, thread_name_prefix="archives-build-direct")
+
+
+class _DirectWriter:
+    """A build task's archives written past the page cache through ``fd`` (``_open_direct``):
+    each archive's parts copied a piece at a time into one of two aligned buffers, each
+    piece hashed (SHA-1, into ``PieceHashes``) right after it is copied, and each full
+    buffer (``DIRECT_CHUNK`` rounded down to whole pieces) written by the worker's writer
+    thread while the other one is filled. ``wait`` (before the task's result) returns when
+    every write is done and raises the first write's error; ``settle`` waits for a write
+    still running without raising (before ``fd`` is closed on an error).
+
+    Why: hashed from the spills and then copied from them, every archive byte was read twice
+    from memory (3.3 GB each at 10 M records), the second time long out of the CPU's cache;
+    copied first, a piece is hashed from the cache. And a direct write waits for the device:
+    with the copy, the hashing and the write one after the other, each core sat idle during
+    its writes; with the writes on their own thread, the disk writes one buffer while the
+    core hashes the next. The driver's fsync before ``COMMIT`` still flushes the device's
+    cache."""
+
+    def __init__(self, fd: int, piece_length: int) -> None:
+        self.fd = fd  # pieces are whole blocks (``_open_direct``): so is every buffer
+        self.chunk = piece_length * max(1, DIRECT_CHUNK // piece_length)
+        self.buffers = _direct_buffers(self.chunk)
+        self.turn = 0
+        self.pending: Any = None
+
+    def write(self, parts: Sequence[Any], offset: int, hashes: PieceHashes) -> None:
+        """``parts`` (an archive: whole pieces, at ``offset``: aligned) hashed into ``hashes``
+        and written; an archive that is not whole pieces raises ``JobFailed`` before its last
+        partial buffer is written."""
+        import hashlib
+
+        plen, sha1, out = hashes.piece_length, hashlib.sha1, hashes.hashes
+        mv, fill = self.buffers[self.turn], 0
+        for part in parts:
+            p = memoryview(part).cast("B")
+            i, size = 0, len(p)
+            while i < size:
+                n = min(size - i, plen - fill % plen)
+                mv[fill : fill + n] = p[i : i + n]
+                fill += n
+                i += n
+                if fill % plen == 0:
+                    out.append(sha1(mv[fill - plen : fill]).digest())
+                    if fill == self.chunk:
+                        self._submit(mv, offset)
+                        offset += fill
+                        mv, fill = self.buffers[self.turn], 0
+        if fill % plen:
+            raise JobFailed(f"an archive is not whole {plen}-byte pieces: {fill % plen} left")
+        if fill:
+            self._submit(mv[:fill], offset)
+
+    def _submit(self, buf: memoryview, offset: int) -> None:
+        """``buf`` written at ``offset`` by the writer thread, once the write before it is
+        done (that one's buffer is the next to be filled)."""
+        self.wait()
+        self.pending = _direct_writer_thread().submit(fs.pwrite_all, self.fd, buf, offset)
+        self.turn ^= 1
+
+    def wait(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def settle(self) -> None:
+        with contextlib.suppress(Exception):
+            self.wait()
 
 
 def _pwritev_all(fd: int, parts: Sequence[Any], offset: int) -> None:
