@@ -33,3 +33,30 @@ def test_cover_rule_hides_contained_files_and_refuses_partial_overlap():
     assert sorted((c.first, by.last) for c, by in covered) == [(0, 19), (10, 19)]
     with pytest.raises(CorruptStore, match="without containing it"):
         split_covered([f(0, 9), f(5, 14)])
+
+
+def test_a_lake_file_dictionary_encodes_the_repeating_columns_and_writes_payloads_plain(tmp_path):
+    """Payloads, indexes and timestamps are written plain (no dictionary tried and dropped
+    halfway through a row group), the columns whose values repeat with a dictionary; the
+    file reads back the same records."""
+    import pyarrow.parquet as pq
+
+    from loglake.log.api import Record
+    from loglake.log.lake import LAKE_DICTIONARY_COLUMNS, records_table, write_lake_table
+
+    records = [
+        Record("s", 0, i, 1_000 + i, b"k", (("h", b"v"),), bytes([i % 256]) * 300)
+        for i in range(3_000)
+    ]
+    table = records_table(records, "s", 0)
+    lake = write_lake_table(tmp_path, table)
+    meta = pq.ParquetFile(lake.path).metadata.row_group(0)
+    dictionary = {"RLE_DICTIONARY", "PLAIN_DICTIONARY"}
+    encodings = {
+        meta.column(i).path_in_schema: set(meta.column(i).encodings)
+        for i in range(meta.num_columns)
+    }
+    assert set(encodings) >= set(LAKE_DICTIONARY_COLUMNS) | {"index", "timestamp_ns", "data"}
+    for name, used in encodings.items():
+        assert bool(used & dictionary) == (name in LAKE_DICTIONARY_COLUMNS), (name, used)
+    assert pq.read_table(lake.path).equals(table)

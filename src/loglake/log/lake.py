@@ -39,6 +39,21 @@ LAKE_ROW_GROUP_ROWS = 8192
 """Rows per Parquet row group: small enough that a read of a few thousand indexes touches
 one or two row groups (pruned by the ``index`` column statistics), large enough for scans."""
 
+LAKE_DICTIONARY_COLUMNS = (
+    "stream",
+    "partition",
+    "key",
+    "headers.list.element.key",
+    "headers.list.element.value",
+)
+"""The columns a lake file dictionary-encodes: those whose values repeat. ``index``,
+``timestamp_ns`` and ``data`` are written plain. Why: a payload (or an index) is almost never
+repeated, yet the writer's default built a dictionary of each row group's first ~1 MB of
+payloads before falling back to plain, and every reader then decoded two encodings (seen in
+profiles of the archives-build scan). 32,768 records × 300 B here: the file written in
+21-27 ms against 26-35, its ``data`` read in 2.7-3.1 ms against 3.4 (3 runs each, load ~4).
+Lake files written before are read as ever: Parquet records each page's encoding."""
+
 
 @dataclass(frozen=True, slots=True)
 class LakeFile:
@@ -242,6 +257,7 @@ def write_lake_table(directory: Path, table: pa.Table) -> LakeFile:
         sink,
         compression="zstd",
         row_group_size=LAKE_ROW_GROUP_ROWS,
+        use_dictionary=list(LAKE_DICTIONARY_COLUMNS),
         write_page_checksum=True,  # a flipped byte in a page is an error, not other data
     )
     fs.replace_file_atomic(final, memoryview(sink.getvalue()), tmp=tmp)
