@@ -5,7 +5,8 @@ before a message's first copy, bloom filters on some messages (holding ids ackno
 history before, at or after the filter, ids of no content message, and false positives as
 the filter's bits give them). The dependency figures the sweep task also makes
 (``dependency_figures``) equal the exploded join the job did before. The sweep runs as many
-tasks as run at once (``_concurrent_tasks``). No Spark."""
+tasks as run at once (``_concurrent_tasks``). A task's kept ids, chunk by chunk
+(``_chunked_values``), are what one combined column gives. No Spark."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
     _causal_positions,
+    _chunked_values,
     _concurrent_tasks,
     _ContentArrays,
     _sweep_arrays,
@@ -164,3 +166,31 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
     sc = SimpleNamespace(master=master, defaultParallelism=parallelism)
     want = min(parallelism, os.cpu_count() or 1) if tasks is None else tasks
     assert _concurrent_tasks(sc) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.lists(st.sampled_from("abcde"), max_size=4)), max_size=5),
+        max_size=4,
+    ),
+    st.integers(0, 2),
+)
+def test_chunked_values_are_the_combined_columns_offsets_and_values(chunks, cut):
+    """Chunks of any length (empty ones, null rows, a chunk that is a slice of a larger
+    array): the offsets and values are those of ``combine_chunks``, no string copied."""
+    typ = pa.list_(pa.string())
+    arrays = [pa.array(c, typ) for c in chunks]
+    arrays = [a.slice(min(cut, len(a))) for a in arrays]  # chunks that start past offset 0
+    col = pa.chunked_array(arrays, typ)
+    offs, values = _chunked_values(col)
+    whole = col.combine_chunks()
+    want = whole.offsets.to_numpy()
+    assert offs.tolist() == (want - want[0]).tolist()
+    assert (
+        values.to_pylist() == whole.values.slice(int(want[0]), int(want[-1] - want[0])).to_pylist()
+    )
+    assert all(
+        a.values.buffers()[2] is None or v.buffers()[2].address == a.values.buffers()[2].address
+        for a, v in zip(arrays, values.chunks, strict=True)
+    )
