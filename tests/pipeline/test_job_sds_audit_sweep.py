@@ -6,7 +6,8 @@ history before, at or after the filter, ids of no content message, and false pos
 the filter's bits give them). The dependency figures the sweep task also makes
 (``dependency_figures``) equal the exploded join the job did before. The sweep runs as many
 tasks as run at once (``_concurrent_tasks``). A task's kept ids, chunk by chunk
-(``_chunked_values``), are what one combined column gives. No Spark."""
+(``_chunked_values``), are what one combined column gives, and a sender's latency ranks from
+one partition (``_nearest_ranks``) those of the sorted latencies. No Spark."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from loglake.pipeline.jobs.sds_audit import (
     _chunked_values,
     _concurrent_tasks,
     _ContentArrays,
+    _nearest_rank_of,
+    _nearest_ranks,
     _sweep_arrays,
     _sweep_loop,
     dependency_figures,
@@ -194,3 +197,14 @@ def test_chunked_values_are_the_combined_columns_offsets_and_values(chunks, cut)
         a.values.buffers()[2] is None or v.buffers()[2].address == a.values.buffers()[2].address
         for a, v in zip(arrays, values.chunks, strict=True)
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=300))
+def test_latency_ranks_from_a_partition_are_those_of_the_sorted_latencies(xs):
+    """Ties, one value, none: each rank is the sorted array's (``nearest_rank``)."""
+    import numpy as np
+
+    lat = np.array(xs, dtype=np.float64)
+    want = [_nearest_rank_of(np.sort(lat), p) for p in (0.5, 0.9, 0.99)]
+    assert _nearest_ranks(lat, (0.5, 0.9, 0.99)) == want
