@@ -5,9 +5,10 @@ before a message's first copy, bloom filters on some messages (holding ids ackno
 history before, at or after the filter, ids of no content message, and false positives as
 the filter's bits give them). The dependency figures the sweep task also makes
 (``dependency_figures``) equal the exploded join the job did before. The sweep runs as many
-tasks as run at once (``_concurrent_tasks``). A task's kept ids, chunk by chunk
-(``_chunked_values``), are what one combined column gives, and a sender's latency ranks from
-one partition (``_nearest_ranks``) those of the sorted latencies. No Spark."""
+tasks as run at once (``_concurrent_tasks``). A task's kept ids, looked up where they lie
+(``_kept_causal``), are what a take of the rows and one ``index_in`` give, and a sender's
+latency ranks from one partition (``_nearest_ranks``) those of the sorted latencies. No
+Spark."""
 
 from __future__ import annotations
 
@@ -21,15 +22,16 @@ from hypothesis import strategies as st
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
     _causal_positions,
-    _chunked_values,
     _concurrent_tasks,
     _ContentArrays,
+    _kept_causal,
     _nearest_rank_of,
     _nearest_ranks,
     _sweep_arrays,
     _sweep_loop,
     dependency_figures,
 )
+from loglake.sds import IdIndex
 from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
@@ -174,29 +176,37 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.lists(st.one_of(st.none(), st.lists(st.sampled_from("abcde"), max_size=4)), max_size=5),
+        st.lists(
+            st.one_of(st.none(), st.lists(st.sampled_from("abcdexy"), max_size=4)), max_size=5
+        ),
         max_size=4,
     ),
     st.integers(0, 2),
+    st.data(),
 )
-def test_chunked_values_are_the_combined_columns_offsets_and_values(chunks, cut):
+def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
     """Chunks of any length (empty ones, null rows, a chunk that is a slice of a larger
-    array): the offsets and values are those of ``combine_chunks``, no string copied."""
+    array), any rows kept: each kept row's count of ids, their content positions and the ids
+    of no content message are what a take of the rows and one ``index_in`` give."""
+    import numpy as np
+    import pyarrow.compute as pc
+
     typ = pa.list_(pa.string())
     arrays = [pa.array(c, typ) for c in chunks]
     arrays = [a.slice(min(cut, len(a))) for a in arrays]  # chunks that start past offset 0
     col = pa.chunked_array(arrays, typ)
-    offs, values = _chunked_values(col)
-    whole = col.combine_chunks()
-    want = whole.offsets.to_numpy()
-    assert offs.tolist() == (want - want[0]).tolist()
-    assert (
-        values.to_pylist() == whole.values.slice(int(want[0]), int(want[-1] - want[0])).to_pylist()
-    )
-    assert all(
-        a.values.buffers()[2] is None or v.buffers()[2].address == a.values.buffers()[2].address
-        for a, v in zip(arrays, values.chunks, strict=True)
-    )
+    n = len(col)
+    at = np.array(sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n))), np.int64)
+    at = at[at < n]
+    ids = pa.array(["a", "b", "c", "d", "e"])
+    lens, pos, missing = _kept_causal(col, at, IdIndex(ids))
+    taken = col.take(pa.array(at, pa.int64()))
+    want_lens = [len(x or []) for x in taken.to_pylist()]
+    flat = pa.chunked_array([c.flatten() for c in taken.chunks], pa.string())
+    want = pc.fill_null(pc.index_in(flat, value_set=ids), -1).to_pylist()
+    assert lens.tolist() == want_lens
+    assert pos.tolist() == want
+    assert missing.to_pylist() == [v for v, p in zip(flat.to_pylist(), want, strict=True) if p < 0]
 
 
 @settings(max_examples=100, deadline=None)

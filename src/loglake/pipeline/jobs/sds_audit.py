@@ -60,7 +60,7 @@ from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
-from loglake.sds import DECODED_SCHEMA, decode_batches, history_lists
+from loglake.sds import DECODED_SCHEMA, IdIndex, decode_batches, history_lists, value_indices
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -661,7 +661,9 @@ def _sweep_task(
         wanted = pa.array(["content", "sync"])
         mine = pa.array(senders, pa.string())
         copies = pa.array(later) if len(later) else None
-        parts = []
+        index = IdIndex(content.ids)  # the content ids' hash table, for the whole task
+        parts, lens_read, pos_parts, miss_at, miss_ids = [], [], [], [], []
+        done = 0
         for f in decoded:
             t = _read_work(f, ["ok", *SWEEP_COLUMNS])
             keep = pc.and_(
@@ -673,8 +675,15 @@ def _sweep_task(
             keep = pc.fill_null(keep, False).combine_chunks()
             at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
             if len(at):
-                parts.append(t.select(SWEEP_COLUMNS).take(pa.array(at)))
-        rows = pa.concat_tables(parts) if parts else _work_schema(SWEEP_COLUMNS).empty_table()
+                parts.append(t.select(_SWEEP_ROWS).take(pa.array(at)))
+                lens, pos, missing = _kept_causal(t.column("causal_new"), at, index)
+                lens_read.append(lens)
+                pos_parts.append(pos)
+                if len(missing):
+                    miss_at.append(done + np.flatnonzero(pos < 0))
+                    miss_ids.append(missing)
+                done += len(pos)
+        rows = pa.concat_tables(parts) if parts else _work_schema(_SWEEP_ROWS).empty_table()
         order = np.asarray(
             pc.sort_indices(
                 rows.select(["sender", "index"]),
@@ -688,19 +697,16 @@ def _sweep_task(
             .take(pa.array(order))
             .append_column("row", pa.array(order))
         )
-        # the histories stay in the order read: every causal_new id's content position from
-        # one ``index_in`` there, and the (sender, index) order is a permutation of those
-        # positions (numpy), not a take of ~20 strings a row (at 1M messages the sort's take
-        # of the histories was the task's largest cost); the ids themselves are taken only for
-        # a sender with some of no content message (``dependency_figures`` names them)
-        # each file's taken ids stay a chunk of their own: one ``index_in`` over the chunks
-        # (one hash table of the content ids) instead of a ``combine_chunks`` copying every
-        # kept id once more into fresh memory (at 1M messages ~0.7 GB a task, a seventh of
-        # the task's time, most of it the kernel zeroing the new pages)
-        offs_read, values = _chunked_values(rows.column("causal_new"))
-        found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
-        pos_read = np.asarray(found.to_numpy(), dtype=np.int64)
-        del rows, parts, found  # the rows as read let go (but their bloom filters)
+        # the histories are never taken: every kept causal_new id's content position was
+        # looked up in its file's column (``_kept_causal``), in the order read, and the
+        # (sender, index) order is a permutation of those positions (numpy); the ids of no
+        # content message alone were taken (``dependency_figures`` names them)
+        offs_read = np.zeros(1 + sum(len(x) for x in lens_read), dtype=np.int64)
+        np.cumsum(np.concatenate([np.zeros(0, dtype=np.int64), *lens_read]), out=offs_read[1:])
+        pos_read = np.concatenate([np.zeros(0, dtype=np.int64), *pos_parts])
+        miss_where = np.concatenate([np.zeros(0, dtype=np.int64), *miss_at])
+        missing_ids = pa.concat_arrays(miss_ids) if miss_ids else pa.array([], pa.string())
+        del rows, parts, pos_parts  # the rows as read let go (but their bloom filters)
         lens = np.diff(offs_read)[order]
         offs = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
@@ -713,9 +719,12 @@ def _sweep_task(
         def ids_at(lo: int, hi: int) -> pa.Array:
             """The causal_new ids of sorted positions [lo, hi): taken only when some are of
             no content message (the only ones ``dependency_figures`` reads)."""
-            if bool((all_pos[lo:hi] < 0).any()):
-                return values.take(pa.array(vperm[lo:hi])).combine_chunks()
-            return pa.nulls(hi - lo, pa.string())
+            miss = all_pos[lo:hi] < 0
+            if not bool(miss.any()):
+                return pa.nulls(hi - lo, pa.string())
+            at = np.zeros(hi - lo, dtype=np.int64)
+            at[miss] = np.searchsorted(miss_where, vperm[lo:hi][miss])
+            return missing_ids.take(pa.array(at, mask=~miss))
 
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
         any_bloom = blooms.null_count < len(blooms)
@@ -757,21 +766,39 @@ def _sweep_task(
     return run
 
 
-def _chunked_values(lists: pa.ChunkedArray) -> tuple[Any, pa.ChunkedArray]:
-    """A list<string> column's values as a ChunkedArray (a chunk per chunk of ``lists``, no
-    copy) and its rows' offsets into them as one int64 array (``len(lists) + 1``): what
-    ``combine_chunks`` then ``.offsets``/``.values`` gave, without copying the strings."""
+_SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_new"]
+"""What a sweep task takes of its rows (their ``causal_new`` ids stay where read)."""
+
+
+def _kept_causal(col: pa.ChunkedArray, at: Any, index: IdIndex) -> tuple[Any, Any, pa.Array]:
+    """The ``causal_new`` ids of rows ``at`` (ascending) of a decoded file's column, where they
+    lie: each row's count of ids, each id's content position (``index``; -1 for none) and the
+    ids of no content message, in order (the only ids ``dependency_figures`` reads). Why not
+    a take of the rows then one ``index_in``: the take copied every kept id (~0.7 GB a task at
+    1M messages, into fresh pages) and ``index_in`` built the content ids' hash table again."""
     import numpy as np
 
-    offs = [np.zeros(1, dtype=np.int64)]
-    chunks = []
-    done = 0
-    for ch in lists.chunks:
-        o = np.asarray(ch.offsets, dtype=np.int64)
-        chunks.append(ch.values.slice(int(o[0]), int(o[-1] - o[0])))
-        offs.append(o[1:] - o[0] + done)
-        done += int(o[-1] - o[0])
-    return np.concatenate(offs), pa.chunked_array(chunks, pa.string())
+    parts, lens = [], [np.zeros(0, dtype=np.int64)]
+    first = 0
+    for ch in col.chunks:
+        lo, hi = np.searchsorted(at, [first, first + len(ch)])
+        rows = at[lo:hi] - first
+        first += len(ch)
+        if len(rows):
+            offs = np.asarray(ch.offsets, dtype=np.int64)
+            parts.append((ch.values, offs[rows], offs[rows + 1]))
+            lens.append(offs[rows + 1] - offs[rows])
+    pos = index.positions(parts)
+    missing = []
+    k = 0
+    for values, starts, ends in parts:
+        n = int((ends - starts).sum())
+        miss = pos[k : k + n] < 0
+        if miss.any():
+            missing.append(values.take(pa.array(value_indices(starts, ends)[miss])))
+        k += n
+    ids = pa.concat_arrays(missing) if missing else pa.array([], pa.string())
+    return np.concatenate(lens), pos, ids
 
 
 def _content_arrays(path: str) -> _ContentArrays:
