@@ -218,3 +218,13 @@ def test_latency_ranks_from_a_partition_are_those_of_the_sorted_latencies(xs):
     lat = np.array(xs, dtype=np.float64)
     want = [_nearest_rank_of(np.sort(lat), p) for p in (0.5, 0.9, 0.99)]
     assert _nearest_ranks(lat, (0.5, 0.9, 0.99)) == want
+
+
+def test_the_jobs_session_keeps_its_workers_memory_and_a_users_conf_wins():
+    """The CLI's and the benchmark's session (``session_conf``): the workers' mimalloc keeps
+    what it frees (``SESSION_CONF``); a user's ``--spark-conf`` of the same key wins."""
+    from loglake.pipeline.jobs.sds_audit import session_conf
+
+    key = "spark.executorEnv.MIMALLOC_PURGE_DELAY"
+    assert session_conf()[key] == "-1"
+    assert session_conf({key: "10", "spark.x": "1"}) == {key: "10", "spark.x": "1"}
