@@ -89,14 +89,23 @@ MESSAGES_COLUMNS = (
     "repair_responses",
 )
 WORK_DIR = "_work"  # the decoded records while the job runs (removed at the end)
-SESSION_CONF = {"spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1"}
-"""What the job's own session sets (``session_conf``: the CLI's and the benchmark's): its
-Python workers' Arrow memory pool (mimalloc) keeps the memory it frees for the tasks' next
-allocations instead of handing it back to the system 10 ms later. Why: the tasks allocate and
-free buffers of hundreds of MB (decoded files' columns, the sweep's arrays), and every page
-handed back came back as a fresh one the kernel zeroed (transparent huge pages here, most of
-the system time of two sweep tasks at once): two 1M sweep tasks at once, 4 alternations,
-system time 2.1-8.5 -> 1.6-3.8 s; the whole job at 1M, 5 alternations under load 2-5,
+SESSION_CONF = {
+    "spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1",
+    "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": "0",
+}
+"""What the job's own session sets (``session_conf``: the CLI's and the benchmark's) for its
+Python workers (their daemon reads them before it imports pyarrow and numpy).
+
+``NUMPY_MADVISE_HUGEPAGE=0``: numpy asks for transparent huge pages for its large arrays (the
+sweep's positions and permutations, ~80 MB each at 1M messages), which this kernel then
+zeroes 2 MB at a time, compacting memory for them: two 1M sweep tasks at once, 4
+alternations, system time 2.4-6.1 s without it, 1.6-2.8 s with it (1.9 s with it alone).
+
+``MIMALLOC_PURGE_DELAY=-1``: the Arrow memory pool (mimalloc) keeps the memory it frees for
+the tasks' next allocations instead of handing it back to the system 10 ms later. Why: the
+tasks allocate and free buffers of hundreds of MB (decoded files' columns), and every page
+handed back came back as a fresh one the kernel zeroed: two 1M sweep tasks at once, 4
+alternations, system time 2.1-8.5 -> 1.6-3.8 s; the whole job at 1M, 5 alternations under load 2-5,
 49.3-54.7 CPU-s (median 51.2) against 49.1-55.9 (median 53.6), inside this machine's noise.
 The cost: a worker holds its peak (~1.3-2 GB at 1M messages) until it exits (Spark ends
 idle workers after a minute)."""
