@@ -201,7 +201,7 @@ def run_audit(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run
+    from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run, session_conf
     from loglake.pipeline.session import build_session
 
     work = Path(args.audit_dir or tempfile.mkdtemp(prefix="sds-audit-bench-"))
@@ -217,8 +217,10 @@ def run_audit(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
         size, gen_s = make_channel(str(data), n, p, args.history, args.audit_bloom)
         print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
-    # the session the CLI's sds-audit starts (C1-only JVMs, session.C1_ONLY)
-    spark = build_session(master="local[*]", app_name="loglake-sds-audit", c1_only=True)
+    # the session the CLI's sds-audit starts (C1-only JVMs, session.C1_ONLY; SESSION_CONF)
+    spark = build_session(
+        master="local[*]", app_name="loglake-sds-audit", conf=session_conf(), c1_only=True
+    )
     stage_cpu = _stage_cpu()
     try:
         runs = [False] * args.audit_repeat + ([] if args.audit_no_report else [True])

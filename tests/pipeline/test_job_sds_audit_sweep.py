@@ -5,7 +5,10 @@ before a message's first copy, bloom filters on some messages (holding ids ackno
 history before, at or after the filter, ids of no content message, and false positives as
 the filter's bits give them). The dependency figures the sweep task also makes
 (``dependency_figures``) equal the exploded join the job did before. The sweep runs as many
-tasks as run at once (``_concurrent_tasks``). No Spark."""
+tasks as run at once (``_concurrent_tasks``). A task's kept ids, looked up where they lie
+(``_kept_causal``), are what a take of the rows and one ``index_in`` give, and a sender's
+latency ranks from one partition (``_nearest_ranks``) those of the sorted latencies. No
+Spark."""
 
 from __future__ import annotations
 
@@ -21,10 +24,14 @@ from loglake.pipeline.jobs.sds_audit import (
     _causal_positions,
     _concurrent_tasks,
     _ContentArrays,
+    _kept_causal,
+    _nearest_rank_of,
+    _nearest_ranks,
     _sweep_arrays,
     _sweep_loop,
     dependency_figures,
 )
+from loglake.sds import IdIndex
 from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
@@ -164,3 +171,62 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
     sc = SimpleNamespace(master=master, defaultParallelism=parallelism)
     want = min(parallelism, os.cpu_count() or 1) if tasks is None else tasks
     assert _concurrent_tasks(sc) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.none(), st.lists(st.sampled_from("abcdexy"), max_size=4)), max_size=5
+        ),
+        max_size=4,
+    ),
+    st.integers(0, 2),
+    st.data(),
+)
+def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
+    """Chunks of any length (empty ones, null rows, a chunk that is a slice of a larger
+    array), any rows kept: each kept row's count of ids, their content positions and the ids
+    of no content message are what a take of the rows and one ``index_in`` give."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    typ = pa.list_(pa.string())
+    arrays = [pa.array(c, typ) for c in chunks]
+    arrays = [a.slice(min(cut, len(a))) for a in arrays]  # chunks that start past offset 0
+    col = pa.chunked_array(arrays, typ)
+    n = len(col)
+    at = np.array(sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n))), np.int64)
+    at = at[at < n]
+    ids = pa.array(["a", "b", "c", "d", "e"])
+    lens, pos, missing = _kept_causal(col, at, IdIndex(ids))
+    taken = col.take(pa.array(at, pa.int64()))
+    want_lens = [len(x or []) for x in taken.to_pylist()]
+    flat = pa.chunked_array([c.flatten() for c in taken.chunks], pa.string())
+    want = pc.fill_null(pc.index_in(flat, value_set=ids), -1).to_pylist()
+    assert lens.tolist() == want_lens
+    assert pos.tolist() == want
+    assert missing.to_pylist() == [v for v, p in zip(flat.to_pylist(), want, strict=True) if p < 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=300))
+def test_latency_ranks_from_a_partition_are_those_of_the_sorted_latencies(xs):
+    """Ties, one value, none: each rank is the sorted array's (``nearest_rank``)."""
+    import numpy as np
+
+    lat = np.array(xs, dtype=np.float64)
+    want = [_nearest_rank_of(np.sort(lat), p) for p in (0.5, 0.9, 0.99)]
+    assert _nearest_ranks(lat, (0.5, 0.9, 0.99)) == want
+
+
+def test_the_jobs_session_keeps_its_workers_memory_and_a_users_conf_wins():
+    """The CLI's and the benchmark's session (``session_conf``): the workers' mimalloc keeps
+    what it frees (``SESSION_CONF``); a user's ``--spark-conf`` of the same key wins."""
+    from loglake.pipeline.jobs.sds_audit import session_conf
+
+    key = "spark.executorEnv.MIMALLOC_PURGE_DELAY"
+    assert session_conf()[key] == "-1"
+    assert session_conf()["spark.executorEnv.NUMPY_MADVISE_HUGEPAGE"] == "0"
+    mine = session_conf({key: "10", "spark.x": "1"})
+    assert (mine[key], mine["spark.x"]) == ("10", "1")

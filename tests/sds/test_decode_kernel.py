@@ -1,7 +1,9 @@
 """The sds-audit decoder's batch kernel in C (``loglake.sds._decode``) on its own: what it
 vouches for, that no bytes crash it, that ``causal_new`` is decided by entry bytes and carried
 across batches, and that positions it did not make are refused. Its columns against the
-per-record reference path on generated and hostile channels: ``test_columnar_batch.py``."""
+per-record reference path on generated and hostile channels: ``test_columnar_batch.py``. The
+sweep's id lookup (``id_table``/``id_lookup``) against ``index_in``, and refusing what it did
+not make."""
 
 from __future__ import annotations
 
@@ -293,3 +295,63 @@ def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second,
     want = DecodeState(CHANNEL, BLOOM, batched=False).decode(_batch(records))
     assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
     assert got.column("causal_new").to_pylist()[1] == new
+
+
+IDS = st.text(alphabet="ab\u00e9c", max_size=9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(IDS, max_size=40), st.lists(IDS, max_size=60), st.integers(0, 3), st.data())
+def test_id_lookup_gives_what_index_in_gives(ids, values, cut, data):
+    """Repeated ids in the set (the first position wins), empty and non-ASCII ids, values
+    sliced past offset 0, any ranges: the kernel's positions are ``index_in``'s."""
+    index = columnar.IdIndex(pa.array(ids, pa.string()))
+    assert index._slots is not None  # the kernel's table, not the reference
+    vals = pa.array(values, pa.string()).slice(min(cut, len(values)))
+    n = len(vals)
+    bounds = st.tuples(st.integers(0, n), st.integers(0, n)).map(sorted)
+    ranges = data.draw(st.lists(bounds, max_size=6))
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    ends = np.array([b for _, b in ranges], dtype=np.int64)
+    parts = [(vals, starts, ends), (vals, ends[:0], ends[:0])]
+    assert index.positions(parts).tolist() == index.reference(parts).tolist()
+
+
+def test_id_lookup_tells_ids_of_one_hash_slot_apart_by_their_bytes():
+    """A set larger than a few slots: many ids share a probe run; each is found at its own
+    position and an id of the same length not in the set is not found."""
+    ids = pa.array([f"{i:064x}" for i in range(5000)])
+    index = columnar.IdIndex(ids)
+    vals = pa.array([f"{i:064x}" for i in range(0, 10000, 3)])
+    parts = [(vals, np.array([0]), np.array([len(vals)]))]
+    got = index.positions(parts)
+    assert got.tolist() == [i if i < 5000 else -1 for i in range(0, 10000, 3)]
+
+
+def test_id_lookup_refuses_tables_ranges_and_outputs_it_did_not_make():
+    """Slots of another table, ranges past the values, an output of another length: a
+    ValueError each, never a read outside the buffers."""
+    ids = pa.array(["a", "b"])
+    index = columnar.IdIndex(ids)
+    vals = pa.array(["a", "c"])
+    offs, data = columnar._string_offsets(vals), vals.buffers()[2]
+
+    def lookup(slots: object, starts: list[int], ends: list[int], out: int) -> None:
+        _decode.id_lookup(
+            slots, index._offs, index._data, offs, data,
+            np.array(starts, np.int64), np.array(ends, np.int64), np.zeros(out, np.int64),
+        )  # fmt: skip
+
+    lookup(index._slots, [0], [2], 2)
+    bad_slots = index._slots.copy()
+    bad_slots[0] = 7  # not an id of the table
+    with pytest.raises(ValueError):
+        lookup(bad_slots, [0], [2], 2)
+    with pytest.raises(ValueError):
+        lookup(index._slots, [0], [3], 3)  # past the values
+    with pytest.raises(ValueError):
+        lookup(index._slots, [1], [0], 0)  # a range backwards
+    with pytest.raises(ValueError):
+        lookup(index._slots, [0], [2], 1)  # an output too short
+    with pytest.raises(ValueError):
+        _decode.id_table(index._offs, index._data, np.zeros(2, np.int32))  # too few slots

@@ -22,7 +22,13 @@ from loglake.faces import lazy_face
 if TYPE_CHECKING:
     from loglake.sds.bloom import BloomFilter, contains, contains_batch, positions_batch
     from loglake.sds.channel import SdsChannel, decode_hint
-    from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
+    from loglake.sds.columnar import (
+        DECODED_SCHEMA,
+        IdIndex,
+        decode_batches,
+        history_lists,
+        value_indices,
+    )
     from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
     from loglake.sds.events import (
         EphemeralReceived,
@@ -45,6 +51,7 @@ _FACE = {
     "DECODED_SCHEMA": "loglake.sds.columnar",
     "DropReason": "loglake.sds.errors",
     "EphemeralReceived": "loglake.sds.events",
+    "IdIndex": "loglake.sds.columnar",
     "Event": "loglake.sds.events",
     "MessageAcknowledged": "loglake.sds.events",
     "MessageDelivered": "loglake.sds.events",
@@ -68,6 +75,7 @@ _FACE = {
     "decode_hint": "loglake.sds.channel",
     "history_lists": "loglake.sds.columnar",
     "positions_batch": "loglake.sds.bloom",
+    "value_indices": "loglake.sds.columnar",
 }
 """Each public name and the module that defines it, imported on first use: a Spark task that
 needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
@@ -82,6 +90,7 @@ __all__ = [
     "DropReason",
     "EphemeralReceived",
     "Event",
+    "IdIndex",
     "MessageAcknowledged",
     "MessageDelivered",
     "MessageDropped",
@@ -104,4 +113,5 @@ __all__ = [
     "decode_hint",
     "history_lists",
     "positions_batch",
+    "value_indices",
 ]

@@ -21,6 +21,8 @@
  *   causal(state, data, extra, ok, sender, index, hist_end, entries) -> new (one octet an entry)
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
  *   lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> list<string> buffers of the ids
+ * and two for the sweep that reads the decoded rows (id_table, id_lookup: ids looked up in a set
+ * of ids, as pyarrow's index_in, with the set's hash table kept from one call to the next).
  * Positions handed to causal and gather address data, then extra after it (as if the two were
  * concatenated): the records the reference path read carry their ids in extra.
  *
@@ -875,6 +877,142 @@ done:
     return result;
 }
 
+/* ---- id_table / id_lookup: where each of a list column's ids lies among a set of ids ----
+ *
+ * What pyarrow.compute.index_in gives (the first position of the value in the set, -1 for
+ * none), with the set's hash table built once and kept by the caller (slots), not once a call:
+ * the sds-audit sweep looks up each decoded file's kept causal_new ids against the ~1M content
+ * ids, straight from the file's column (index_in needed them taken out first, a copy of every
+ * kept id). Ids are compared by their bytes; the caller passes no null value (ids are never
+ * null in the decoded columns; the Python side falls back to index_in when one is). */
+
+static uint64_t id_hash(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, w;
+    while (n >= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 32);
+}
+
+/* offsets of n strings (int32, n + 1 of them) checked against data's length */
+static int offsets_ok(const int32_t *o, Py_ssize_t n, Py_ssize_t data_len) {
+    if (n < 0 || o[0] < 0 || o[n] > data_len) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (o[i] > o[i + 1]) return 0;
+    return 1;
+}
+
+static int64_t id_find(const int32_t *slots, Py_ssize_t m, const int32_t *to, const uint8_t *td,
+                       const uint8_t *p, Py_ssize_t len) {
+    size_t s = (size_t)(id_hash(p, len) & (uint64_t)(m - 1));
+    for (;;) {
+        int32_t c = slots[s];
+        if (c < 0) return -1;
+        if (to[c + 1] - to[c] == len && !memcmp(td + to[c], p, (size_t)len)) return c;
+        s = (s + 1) & (size_t)(m - 1);
+    }
+}
+
+/* id_table(offsets, data, slots): the set's ids (string offsets int32, data) hashed into slots
+ * (int32, m of them, a power of two over n; -1 empty), the first of repeated ids kept */
+static PyObject *id_table(PyObject *self, PyObject *args) {
+    Py_buffer ob, db, sb;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &ob, &db, &sb)) return NULL;
+    Py_ssize_t n = ob.len / 4 - 1, m = sb.len / 4;
+    const int32_t *o = ob.buf;
+    int32_t *slots = sb.buf;
+    const uint8_t *d = db.buf;
+    if (ob.len % 4 || sb.len % 4 || n < 0 || n >= INT32_MAX || m <= n || (m & (m - 1)) ||
+        !offsets_ok(o, n, db.len)) {
+        PyErr_SetString(PyExc_ValueError, "id_table: bad offsets or slots");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) slots[i] = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *p = d + o[i];
+        Py_ssize_t len = o[i + 1] - o[i];
+        size_t s = (size_t)(id_hash(p, len) & (uint64_t)(m - 1));
+        for (;;) {
+            int32_t c = slots[s];
+            if (c < 0) {
+                slots[s] = (int32_t)i;
+                break;
+            }
+            if (o[c + 1] - o[c] == len && !memcmp(d + o[c], p, (size_t)len)) break;
+            s = (s + 1) & (size_t)(m - 1);
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&sb);
+    return result;
+}
+
+/* id_lookup(slots, t_offsets, t_data, offsets, data, starts, ends, out): the values starts[i]
+ * to ends[i] of (offsets, data), for each i in turn, each's position among the table's ids or
+ * -1, written one after another into out (int64, as many as the ranges hold) */
+static PyObject *id_lookup(PyObject *self, PyObject *args) {
+    Py_buffer sb, tob, tdb, ob, db, stb, enb, outb;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*", &sb, &tob, &tdb, &ob, &db, &stb, &enb, &outb))
+        return NULL;
+    Py_ssize_t m = sb.len / 4, n = tob.len / 4 - 1, nv = ob.len / 4 - 1, k = stb.len / 8;
+    const int32_t *slots = sb.buf, *to = tob.buf, *o = ob.buf;
+    const int64_t *st = stb.buf, *en = enb.buf;
+    int64_t *out = outb.buf;
+    if (int64_buffer(&stb, "starts") || int64_buffer(&enb, "ends") || int64_buffer(&outb, "out"))
+        goto done;
+    if (sb.len % 4 || tob.len % 4 || ob.len % 4 || m < 1 || (m & (m - 1)) || n < 0 || m <= n ||
+        enb.len != stb.len || !offsets_ok(to, n, tdb.len) || !offsets_ok(o, nv, db.len)) {
+        PyErr_SetString(PyExc_ValueError, "id_lookup: bad table, offsets or ranges");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (slots[i] < -1 || slots[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "id_lookup: slots not of this table");
+            goto done;
+        }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (st[i] < 0 || st[i] > en[i] || en[i] > nv) {
+            PyErr_SetString(PyExc_ValueError, "id_lookup: a range outside the values");
+            goto done;
+        }
+        total += en[i] - st[i];
+    }
+    if (total * 8 != outb.len) {
+        PyErr_SetString(PyExc_ValueError, "id_lookup: out of another length");
+        goto done;
+    }
+    const uint8_t *td = tdb.buf, *d = db.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < k; i++)
+        for (int64_t j = st[i]; j < en[i]; j++)
+            *out++ = id_find(slots, m, to, td, d + o[j], o[j + 1] - o[j]);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&tob);
+    PyBuffer_Release(&tdb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&stb);
+    PyBuffer_Release(&enb);
+    PyBuffer_Release(&outb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"lists", lists, METH_VARARGS,
      "lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> (values, offsets, list offsets, "
@@ -884,6 +1022,9 @@ static PyMethodDef methods[] = {
     {"causal", causal, METH_VARARGS,
      "causal(state, data, extra, ok, sender, index, hist_end, entries) -> new"},
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
+    {"id_table", id_table, METH_VARARGS, "id_table(offsets, data, slots) -> None"},
+    {"id_lookup", id_lookup, METH_VARARGS,
+     "id_lookup(slots, t_offsets, t_data, offsets, data, starts, ends, out) -> None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode",

@@ -1083,3 +1083,73 @@ def history_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
     return pa.ListArray.from_arrays(
         pa.array((loffs - lo).astype(np.int32)), values, mask=pa.array(np.asarray(ids.is_null()))
     )
+
+
+class IdIndex:
+    """Where ids lie among a set of ids (``ids``, a string array: its positions), what
+    ``pyarrow.compute.index_in(values, value_set=ids)`` gives (-1 for none), with the set's
+    hash table built once and kept (``_decode.id_table``): the sds-audit sweep looks up each
+    decoded file's kept ``causal_new`` ids against the ~1M content ids, in place in the file's
+    column (``index_in`` needed them taken out first, a copy of every kept id, and one table
+    for all of them). Without the C kernel, or for values with nulls, ``index_in`` of the ids
+    taken: the reference the kernel is tested equal to."""
+
+    def __init__(self, ids: pa.Array) -> None:
+        import numpy as np
+
+        self.ids = ids
+        self._slots = None
+        if _decode is not None and ids.null_count == 0 and len(ids) < 2**30:
+            self._offs = _string_offsets(ids)
+            self._data = ids.buffers()[2] or pa.py_buffer(b"")
+            m = 1 << max(1, int(2 * len(ids)).bit_length())
+            self._slots = np.empty(m, dtype=np.int32)
+            _decode.id_table(self._offs, self._data, self._slots)
+
+    def positions(self, parts: list[tuple[pa.Array, Any, Any]]) -> Any:
+        """The positions (int64, -1 for none) of ``values[starts[i]:ends[i]]`` for each i of
+        each (values, starts, ends) of ``parts`` in turn, one after another."""
+        import numpy as np
+
+        if self._slots is None or any(v.null_count or v.type != pa.string() for v, _, _ in parts):
+            return self.reference(parts)
+        outs = [np.zeros(0, dtype=np.int64)]
+        for values, starts, ends in parts:
+            starts = np.ascontiguousarray(starts, dtype=np.int64)
+            ends = np.ascontiguousarray(ends, dtype=np.int64)
+            out = np.empty(int((ends - starts).sum()), dtype=np.int64)
+            data = values.buffers()[2] or pa.py_buffer(b"")
+            offs = _string_offsets(values)
+            _decode.id_lookup(self._slots, self._offs, self._data, offs, data, starts, ends, out)
+            outs.append(out)
+        return np.concatenate(outs)
+
+    def reference(self, parts: list[tuple[pa.Array, Any, Any]]) -> Any:
+        """``positions`` by one ``index_in`` of the values taken (what the kernel is tested
+        equal to)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        taken = [v.take(pa.array(value_indices(s, e))) for v, s, e in parts]
+        found = pc.index_in(pa.chunked_array(taken, pa.string()), value_set=self.ids)
+        return np.asarray(pc.fill_null(found, -1).to_numpy(), dtype=np.int64)
+
+
+def value_indices(starts: Any, ends: Any) -> Any:
+    """The indexes ``starts[i] .. ends[i] - 1`` for each i in turn (int64)."""
+    import numpy as np
+
+    starts = np.asarray(starts, dtype=np.int64)
+    lens = np.asarray(ends, dtype=np.int64) - starts
+    before = np.cumsum(lens) - lens
+    return np.repeat(starts - before, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+
+
+def _string_offsets(arr: pa.Array) -> Any:
+    """A string array's int32 offsets (``len + 1``, from its slice offset), as numpy, no copy."""
+    import numpy as np
+
+    if arr.buffers()[1] is None:
+        return np.zeros(len(arr) + 1, dtype=np.int32)
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)
+    return offs[arr.offset : arr.offset + len(arr) + 1]

@@ -60,7 +60,7 @@ from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
-from loglake.sds import DECODED_SCHEMA, decode_batches, history_lists
+from loglake.sds import DECODED_SCHEMA, IdIndex, decode_batches, history_lists, value_indices
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,6 +89,26 @@ MESSAGES_COLUMNS = (
     "repair_responses",
 )
 WORK_DIR = "_work"  # the decoded records while the job runs (removed at the end)
+SESSION_CONF = {
+    "spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1",
+    "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": "0",
+}
+"""What the job's own session sets (``session_conf``: the CLI's and the benchmark's) for its
+Python workers (their daemon reads them before it imports pyarrow and numpy).
+
+``NUMPY_MADVISE_HUGEPAGE=0``: numpy asks for transparent huge pages for its large arrays (the
+sweep's positions and permutations, ~80 MB each at 1M messages), which this kernel then
+zeroes 2 MB at a time, compacting memory for them: two 1M sweep tasks at once, 4
+alternations, system time 2.4-6.1 s without it, 1.6-2.8 s with it (1.9 s with it alone).
+
+``MIMALLOC_PURGE_DELAY=-1``: the Arrow memory pool (mimalloc) keeps the memory it frees for
+the tasks' next allocations instead of handing it back to the system 10 ms later. Why: the
+tasks allocate and free buffers of hundreds of MB (decoded files' columns), and every page
+handed back came back as a fresh one the kernel zeroed: two 1M sweep tasks at once, 4
+alternations, system time 2.1-8.5 -> 1.6-3.8 s; the whole job at 1M, 5 alternations under load 2-5,
+49.3-54.7 CPU-s (median 51.2) against 49.1-55.9 (median 53.6), inside this machine's noise.
+The cost: a worker holds its peak (~1.3-2 GB at 1M messages) until it exits (Spark ends
+idle workers after a minute)."""
 
 ACKS_SCHEMA = pa.schema(
     [
@@ -166,6 +186,12 @@ class SdsAuditOptions:
         )
 
 
+def session_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark configuration of the job's own session: ``SESSION_CONF`` under ``conf`` (a
+    user's ``--spark-conf`` wins)."""
+    return {**SESSION_CONF, **(conf or {})}
+
+
 def _stream_partitions(opts: SourceOptions) -> set[int]:
     """The stream's partitions, as ``options.resolve_stream`` finds them; for the embedded log
     from its streams' configuration, without opening a partition. Why: opening one (as
@@ -236,10 +262,24 @@ def nearest_rank(sorted_xs: list[float], p: float) -> float | None:
 
 
 def _nearest_rank_of(sorted_xs: Any, p: float) -> float | None:
-    """``nearest_rank`` of a sorted numpy array, as a Python float: the sweep reads three
-    ranks of a sender's ~190,000 latencies, and a list made a Python float of each."""
+    """``nearest_rank`` of a sorted numpy array, as a Python float: the reference
+    ``_nearest_ranks`` (what the sweep reads) is tested equal to."""
     n = len(sorted_xs)
     return float(sorted_xs[min(n - 1, int(p * n))]) if n else None
+
+
+def _nearest_ranks(xs: Any, ps: tuple[float, ...]) -> list[float | None]:
+    """``_nearest_rank_of`` of ``xs`` sorted, for each of ``ps``, from one ``np.partition``
+    at those ranks instead of a sort: the same values (the k-th smallest is the k-th of the
+    sorted array), without sorting a sender's ~950,000 latencies at 1M messages for three."""
+    import numpy as np
+
+    n = len(xs)
+    if not n:
+        return [None] * len(ps)
+    ks = [min(n - 1, int(p * n)) for p in ps]
+    part = np.partition(xs, sorted(set(ks)))
+    return [float(part[k]) for k in ks]
 
 
 @dataclass
@@ -341,7 +381,11 @@ def _sweep_positions(
     j, c = j[keep], c[keep]
     order = np.argsort(c, kind="stable")  # j ascending within each c
     c_sorted = c[order]
-    uc, at = np.unique(c_sorted, return_index=True)
+    # each c's first row in that order (np.unique would sort the sorted array again)
+    starts = np.ones(len(c_sorted), dtype=bool)
+    starts[1:] = c_sorted[1:] != c_sorted[:-1]
+    at = np.flatnonzero(starts)
+    uc = c_sorted[at]
     uj = j[order][at]
     by_bloom = np.zeros(len(uc), dtype=bool)
     if "bloom_filter" in own.column_names and own.column("bloom_filter").null_count < n_own:
@@ -353,7 +397,7 @@ def _sweep_positions(
     acks = pa.table(
         [
             content.ids.take(pa.array(uc)),
-            pa.array([participant] * n_acked, pa.string()),
+            pa.repeat(pa.scalar(participant, pa.string()), n_acked),
             pa.array(idxs[uj], pa.int64()),
             pa.array(tss[uj], pa.int64()),
             pa.array(lat, pa.float64()),
@@ -368,7 +412,7 @@ def _sweep_positions(
     not_acked = content.ids.take(pa.array(np.flatnonzero(pending)))
     not_acked = not_acked.take(pc.sort_indices(not_acked))
     seen = int(others[:k].sum())
-    latencies = np.sort(lat)
+    p50, p90, p99 = _nearest_ranks(lat, (0.5, 0.9, 0.99))
     row = {
         "participant": [participant],
         "messages_sent": [pc.sum(pc.equal(kinds, "content")).as_py() or 0],
@@ -377,9 +421,9 @@ def _sweep_positions(
         "expected": [seen],
         "acknowledged": [n_acked],
         "delivery_ratio": [n_acked / seen if seen else None],
-        "ack_p50_ms": [_nearest_rank_of(latencies, 0.5)],
-        "ack_p90_ms": [_nearest_rank_of(latencies, 0.9)],
-        "ack_p99_ms": [_nearest_rank_of(latencies, 0.99)],
+        "ack_p50_ms": [p50],
+        "ack_p90_ms": [p90],
+        "ack_p99_ms": [p99],
         "not_acknowledged": [not_acked.to_pylist()],
     }
     return acks, pa.Table.from_pydict(row, schema=PARTICIPANT_SWEEP_SCHEMA), uc
@@ -643,7 +687,9 @@ def _sweep_task(
         wanted = pa.array(["content", "sync"])
         mine = pa.array(senders, pa.string())
         copies = pa.array(later) if len(later) else None
-        parts = []
+        index = IdIndex(content.ids)  # the content ids' hash table, for the whole task
+        parts, lens_read, pos_parts, miss_at, miss_ids = [], [], [], [], []
+        done = 0
         for f in decoded:
             t = _read_work(f, ["ok", *SWEEP_COLUMNS])
             keep = pc.and_(
@@ -655,8 +701,15 @@ def _sweep_task(
             keep = pc.fill_null(keep, False).combine_chunks()
             at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
             if len(at):
-                parts.append(t.select(SWEEP_COLUMNS).take(pa.array(at)))
-        rows = pa.concat_tables(parts) if parts else _work_schema(SWEEP_COLUMNS).empty_table()
+                parts.append(t.select(_SWEEP_ROWS).take(pa.array(at)))
+                lens, pos, missing = _kept_causal(t.column("causal_new"), at, index)
+                lens_read.append(lens)
+                pos_parts.append(pos)
+                if len(missing):
+                    miss_at.append(done + np.flatnonzero(pos < 0))
+                    miss_ids.append(missing)
+                done += len(pos)
+        rows = pa.concat_tables(parts) if parts else _work_schema(_SWEEP_ROWS).empty_table()
         order = np.asarray(
             pc.sort_indices(
                 rows.select(["sender", "index"]),
@@ -670,18 +723,16 @@ def _sweep_task(
             .take(pa.array(order))
             .append_column("row", pa.array(order))
         )
-        # the histories stay in the order read: every causal_new id's content position from
-        # one ``index_in`` there, and the (sender, index) order is a permutation of those
-        # positions (numpy), not a take of ~20 strings a row (at 1M messages the sort's take
-        # of the histories was the task's largest cost); the ids themselves are taken only for
-        # a sender with some of no content message (``dependency_figures`` names them)
-        causal = rows.column("causal_new").combine_chunks()
-        offs_read = np.asarray(causal.offsets, dtype=np.int64)
-        values = causal.values.slice(int(offs_read[0]), int(offs_read[-1] - offs_read[0]))
-        offs_read -= offs_read[0]
-        found = pc.fill_null(pc.index_in(values, value_set=content.ids), -1)
-        pos_read = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-        del rows, parts, causal, found  # the rows as read let go (but their bloom filters)
+        # the histories are never taken: every kept causal_new id's content position was
+        # looked up in its file's column (``_kept_causal``), in the order read, and the
+        # (sender, index) order is a permutation of those positions (numpy); the ids of no
+        # content message alone were taken (``dependency_figures`` names them)
+        offs_read = np.zeros(1 + sum(len(x) for x in lens_read), dtype=np.int64)
+        np.cumsum(np.concatenate([np.zeros(0, dtype=np.int64), *lens_read]), out=offs_read[1:])
+        pos_read = np.concatenate([np.zeros(0, dtype=np.int64), *pos_parts])
+        miss_where = np.concatenate([np.zeros(0, dtype=np.int64), *miss_at])
+        missing_ids = pa.concat_arrays(miss_ids) if miss_ids else pa.array([], pa.string())
+        del rows, parts, pos_parts  # the rows as read let go (but their bloom filters)
         lens = np.diff(offs_read)[order]
         offs = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
@@ -694,9 +745,12 @@ def _sweep_task(
         def ids_at(lo: int, hi: int) -> pa.Array:
             """The causal_new ids of sorted positions [lo, hi): taken only when some are of
             no content message (the only ones ``dependency_figures`` reads)."""
-            if bool((all_pos[lo:hi] < 0).any()):
-                return values.take(pa.array(vperm[lo:hi]))
-            return pa.nulls(hi - lo, pa.string())
+            miss = all_pos[lo:hi] < 0
+            if not bool(miss.any()):
+                return pa.nulls(hi - lo, pa.string())
+            at = np.zeros(hi - lo, dtype=np.int64)
+            at[miss] = np.searchsorted(miss_where, vperm[lo:hi][miss])
+            return missing_ids.take(pa.array(at, mask=~miss))
 
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
         any_bloom = blooms.null_count < len(blooms)
@@ -736,6 +790,41 @@ def _sweep_task(
         )
 
     return run
+
+
+_SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_new"]
+"""What a sweep task takes of its rows (their ``causal_new`` ids stay where read)."""
+
+
+def _kept_causal(col: pa.ChunkedArray, at: Any, index: IdIndex) -> tuple[Any, Any, pa.Array]:
+    """The ``causal_new`` ids of rows ``at`` (ascending) of a decoded file's column, where they
+    lie: each row's count of ids, each id's content position (``index``; -1 for none) and the
+    ids of no content message, in order (the only ids ``dependency_figures`` reads). Why not
+    a take of the rows then one ``index_in``: the take copied every kept id (~0.7 GB a task at
+    1M messages, into fresh pages) and ``index_in`` built the content ids' hash table again."""
+    import numpy as np
+
+    parts, lens = [], [np.zeros(0, dtype=np.int64)]
+    first = 0
+    for ch in col.chunks:
+        lo, hi = np.searchsorted(at, [first, first + len(ch)])
+        rows = at[lo:hi] - first
+        first += len(ch)
+        if len(rows):
+            offs = np.asarray(ch.offsets, dtype=np.int64)
+            parts.append((ch.values, offs[rows], offs[rows + 1]))
+            lens.append(offs[rows + 1] - offs[rows])
+    pos = index.positions(parts)
+    missing = []
+    k = 0
+    for values, starts, ends in parts:
+        n = int((ends - starts).sum())
+        miss = pos[k : k + n] < 0
+        if miss.any():
+            missing.append(values.take(pa.array(value_indices(starts, ends)[miss])))
+        k += n
+    ids = pa.concat_arrays(missing) if missing else pa.array([], pa.string())
+    return np.concatenate(lens), pos, ids
 
 
 def _content_arrays(path: str) -> _ContentArrays:
@@ -1167,7 +1256,8 @@ def _audit(
 
     # first copy of each message id (the records are in index order: the first occurrence);
     # later copies counted (resends, repair responses)
-    good = meta.filter(ok)
+    # every record decoded (no reject): the table as read (the filter copied its 1M ids)
+    good = meta if ok.null_count == 0 and ok.false_count == 0 else meta.filter(ok)
     codes = np.asarray(
         pc.dictionary_encode(good.column("message_id")).combine_chunks().indices, dtype=np.int64
     )
@@ -1186,8 +1276,11 @@ def _audit(
     )
 
     # the sweep: one job, a task per group of senders
-    swept = first.filter(pc.is_in(kind, pa.array(["content", "sync"])))
-    senders = swept.group_by("sender").aggregate([("index", "count")])
+    # each sender's content and sync messages counted from the one column (a filter of
+    # ``first`` copied every column of its rows, then a group_by)
+    swept = first.column("sender").filter(pc.is_in(kind, pa.array(["content", "sync"])))
+    counts = pc.value_counts(swept)
+    senders = pa.table({"sender": counts.field("values"), "index_count": counts.field("counts")})
     acks_dir = out / "acks"
     acks_dir.mkdir(parents=True, exist_ok=True)
     groups = _sender_groups(senders, _concurrent_tasks(sc))

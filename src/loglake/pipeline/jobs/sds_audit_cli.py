@@ -55,7 +55,7 @@ def sds_audit_command(
     from rich.table import Table
 
     from loglake.pipeline.errors import BadOption
-    from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run
+    from loglake.pipeline.jobs.sds_audit import SdsAuditOptions, run, session_conf
 
     conf = {}
     for item in spark_conf:
@@ -72,8 +72,12 @@ def sds_audit_command(
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
         # C1 only: the JVM schedules plain tasks and runs the report's one quantile
         # (session.C1_ONLY; docs/pipeline.md has what it saved here)
+        # and its workers' memory kept for their next allocations (SESSION_CONF)
         spark = build_session(
-            master=spark_master, app_name="loglake-sds-audit", conf=conf, c1_only=True
+            master=spark_master,
+            app_name="loglake-sds-audit",
+            conf=session_conf(conf),
+            c1_only=True,
         )
     from loglake.pipeline.progress import JobProgress
 
