@@ -329,8 +329,8 @@ def test_id_lookup_tells_ids_of_one_hash_slot_apart_by_their_bytes():
 
 
 def test_id_lookup_refuses_tables_ranges_and_outputs_it_did_not_make():
-    """Slots of another table, ranges past the values, an output of another length: a
-    ValueError each, never a read outside the buffers."""
+    """Slots of another table (or with no empty slot), ranges past the values, an output of
+    another length: a ValueError each, never a read outside the buffers or an endless probe."""
     ids = pa.array(["a", "b"])
     index = columnar.IdIndex(ids)
     vals = pa.array(["a", "c"])
@@ -347,6 +347,9 @@ def test_id_lookup_refuses_tables_ranges_and_outputs_it_did_not_make():
     bad_slots[0] = 7  # not an id of the table
     with pytest.raises(ValueError):
         lookup(bad_slots, [0], [2], 2)
+    full = np.zeros_like(index._slots)  # every slot taken: a miss ("c") would probe forever
+    with pytest.raises(ValueError, match="none empty"):
+        lookup(full, [0], [2], 2)
     with pytest.raises(ValueError):
         lookup(index._slots, [0], [3], 3)  # past the values
     with pytest.raises(ValueError):

@@ -977,11 +977,18 @@ static PyObject *id_lookup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "id_lookup: bad table, offsets or ranges");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < m; i++)
+    Py_ssize_t empty = 0; /* a probe for a missing id ends at an empty slot: one at least */
+    for (Py_ssize_t i = 0; i < m; i++) {
         if (slots[i] < -1 || slots[i] >= n) {
             PyErr_SetString(PyExc_ValueError, "id_lookup: slots not of this table");
             goto done;
         }
+        empty += slots[i] == -1;
+    }
+    if (!empty) {
+        PyErr_SetString(PyExc_ValueError, "id_lookup: slots not of this table (none empty)");
+        goto done;
+    }
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < k; i++) {
         if (st[i] < 0 || st[i] > en[i] || en[i] > nv) {
