@@ -247,10 +247,6 @@ class StreamTransport(Transport):
         self._ensure(name, 1)
         shape = (checkpoint.chain, frozenset(checkpoint.offsets), checkpoint.reorgs)
         appended = False
-        if self._last_shape.get(client_id) == shape and not self.fence.holds():
-            from loglake.streams.lease import LeaseLost
-
-            raise LeaseLost(self.fence.name, "its ttl ran out before this commit; nothing saved")
         if self._last_shape.get(client_id) != shape:
             self.fence.guard(name)
             (idx,) = self.fence.append(self.streams, name, [checkpoint.to_bytes()])
@@ -258,6 +254,10 @@ class StreamTransport(Transport):
             self._last_shape[client_id] = shape
             self._truncate(name, idx)
             appended = True
+        elif not self.fence.holds():
+            from loglake.streams.lease import LeaseLost
+
+            raise LeaseLost(self.fence.name, "its ttl ran out before this commit; nothing saved")
         for source, offset in checkpoint.offsets.items():
             topic, part = split_source(source)
             self.streams.save_index(client_id, topic, offset, part)
