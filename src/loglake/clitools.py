@@ -6,7 +6,9 @@ no part shows a traceback for a mistake, whether it runs under ``loglake`` or al
 ``python -m loglake.<part>.cli``. The same holds for the machine refusing a file operation
 (read-only, full or missing data dir, a file where a folder should be, no permission): the
 user fixes the machine, not the code, so one line naming the path helps and a traceback does
-not (``-vv`` still logs it). Anything else is a bug and keeps its traceback.
+not (``-vv`` still logs it). Either error raised inside a Spark task reaches the driver wrapped
+in Spark's exception; it is read back from there (``loglake.errors.task_error``) and printed the
+same. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import click
 
-from loglake.errors import LoglakeError
+from loglake.errors import LoglakeError, task_error
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -74,10 +76,12 @@ class TypedErrorGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except LoglakeError as e:
-            raise click.ClickException(str(e)) from e
-        except OSError as e:
-            if e.errno not in ENVIRONMENT_ERRNOS:
+        except Exception as e:
+            # a Spark task's typed error arrives wrapped in Spark's exception: read back
+            err = e if isinstance(e, (LoglakeError, OSError)) else task_error(e)
+            if isinstance(err, LoglakeError):
+                raise click.ClickException(str(err)) from e
+            if not isinstance(err, OSError) or err.errno not in ENVIRONMENT_ERRNOS:
                 raise
             logging.getLogger("loglake").debug("file system error", exc_info=True)
-            raise click.ClickException(environment_error_message(e)) from e
+            raise click.ClickException(environment_error_message(err)) from e

@@ -10,6 +10,9 @@ retries by that attribute, never by a list of classes of its own, so a new trans
 is retried everywhere the day its class says so.
 """
 
+import builtins
+import importlib
+import re
 from typing import ClassVar
 
 
@@ -39,3 +42,65 @@ class LocalProtocolError(LoglakeError):
 
 class RemoteProtocolError(LoglakeError):
     """The peer sent something the protocol forbids."""
+
+
+def task_error(e: BaseException) -> Exception | None:
+    """The typed error a Spark task raised, rebuilt on the driver from the wrapper Spark raised
+    instead (``PythonException``, ``Py4JJavaError``, ``StreamingQueryException``), or None.
+
+    Why: a task's ``LoglakeError`` (``LiveHistoryGone`` from a live range read in an executor,
+    a job's own refusal) reaches the driver only as text, the Python traceback inside Spark's
+    message; a caller catching the typed error, and the CLI printing it as one line, would see
+    instead a wrapper and a hundred lines of JVM and worker stack. Spark keeps no exception
+    object to unpickle, so the traceback's last exception line is read back: a class of
+    ``loglake`` deriving from ``LoglakeError`` is rebuilt with that message (its own
+    attributes, set by its ``__init__``, are not: the message already names what they hold);
+    an ``OSError`` written ``[Errno N] reason: 'path'`` is rebuilt as one (the CLI names the
+    path). Anything else (a bug in a task, Spark's own failure) is None: the wrapper stands."""
+    if not type(e).__module__.startswith(("pyspark", "py4j")):
+        return None
+    try:
+        text = str(e)  # a Py4JJavaError asks the JVM, which may be gone
+    except Exception:
+        return None
+    line = _last_exception_line(text)
+    if line is None:
+        return None
+    name, _, message = line.partition(": ")
+    if "." in name:
+        module, _, qual = name.rpartition(".")
+        if module != "loglake" and not module.startswith("loglake."):
+            return None
+        try:
+            cls = getattr(importlib.import_module(module), qual)
+        except (ImportError, AttributeError):
+            return None
+        if not (isinstance(cls, type) and issubclass(cls, LoglakeError)):
+            return None
+        err = cls.__new__(cls)
+        Exception.__init__(err, message)
+        return err
+    cls = getattr(builtins, name, None)
+    found = re.fullmatch(r"\[Errno (\d+)\] (.*?)(?:: '(.*)')?", message)
+    if not (isinstance(cls, type) and issubclass(cls, OSError) and found):
+        return None
+    return OSError(int(found[1]), found[2], found[3])  # OSError picks the errno's subclass
+
+
+def _last_exception_line(text: str) -> str | None:
+    """The exception line (``module.Class: message``) closing the last Python traceback in
+    ``text``: the first line after ``Traceback (most recent call last):`` that is not indented
+    (the frames are). The last traceback is the one raised last (a chained one comes after the
+    exception it was raised while handling)."""
+    lines = text.splitlines()
+    found = None
+    i = 0
+    while i < len(lines):
+        if lines[i].endswith("Traceback (most recent call last):"):
+            i += 1
+            while i < len(lines) and lines[i].startswith(" "):
+                i += 1
+            if i < len(lines):
+                found = lines[i]
+        i += 1
+    return found

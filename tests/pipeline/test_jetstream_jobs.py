@@ -319,3 +319,28 @@ def test_units_refuse_a_malformed_cluster_note_naming_the_data_dir(tmp_path, not
     for call in (lambda: plan_units(str(tmp_path), {0: "c"}), lambda: stream_names(str(tmp_path))):
         with pytest.raises(BadOption, match=r"data_dir.*unreadable _jetstream\.json"):
             call()
+
+
+def test_a_job_over_records_retention_dropped_fails_with_the_typed_error(
+    spark,
+    nats_single,  # noqa: F811
+    tmp_path,
+):
+    """Records JetStream dropped before the sealer copied them are found missing by a task (a
+    live unit read in an executor): the job fails with ``LiveHistoryGone`` naming the range,
+    as if the driver had read it, not with Spark's wrapper around the executor's traceback."""
+    from loglake.pipeline.errors import LiveHistoryGone
+
+    node = tmp_path / "node"
+    js = JetStreamLog(nats_single.url, prefix=new_prefix(), lake_dir=str(node))
+    try:
+        js.create_stream(STREAM, StreamConfig(partitions=1, retention_records=10))
+        js.append_many(STREAM, [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(10)])
+        JetStreamSealer(js, node).seal()  # 0..9 into the lake
+        js.append_many(STREAM, [Entry(b"r%d" % i, timestamp_ns=i + 1) for i in range(10, 30)])
+        with pytest.raises(LiveHistoryGone, match=r"indexes 10\.\.19 are in neither") as info:
+            sds_run(spark, SdsAuditOptions(str(node), STREAM, str(tmp_path / "out")).validate())
+        assert type(info.value.__cause__).__module__.startswith(("py4j", "pyspark"))
+        assert not (tmp_path / "out").exists()  # nothing half-written
+    finally:
+        js.close()

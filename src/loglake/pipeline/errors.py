@@ -7,7 +7,14 @@ They derive from ``loglake.errors`` so the ``loglake`` CLI prints them as messag
 
 from __future__ import annotations
 
-from loglake.errors import LocalProtocolError, LoglakeError
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from loglake.errors import LocalProtocolError, LoglakeError, task_error
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class PipelineError(LoglakeError):
@@ -49,3 +56,22 @@ class LiveHistoryGone(PipelineError, LookupError):
         )
         self.stream, self.partition = stream, partition
         self.missing, self.first_held = missing, first_held
+
+
+def raises_task_errors(job: Callable[P, R]) -> Callable[P, R]:
+    """``job`` (a job's entry point), raising the typed error a Spark task raised as itself
+    (``loglake.errors.task_error``) rather than Spark's wrapper around its traceback: a caller
+    catches ``LiveHistoryGone`` or a job's refusal the same whether the driver or an executor
+    found it, and the CLI prints it as one line."""
+
+    @functools.wraps(job)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return job(*args, **kwargs)
+        except Exception as e:
+            typed = task_error(e)
+            if typed is None:
+                raise
+            raise typed from e
+
+    return run

@@ -118,7 +118,7 @@ from loglake.archives import (
     plan_windows,
 )
 from loglake.log import fs
-from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
 
@@ -1279,6 +1279,7 @@ def _stage_community(
 # -- the job ---------------------------------------------------------------------------------
 
 
+@raises_task_errors
 def run(
     spark: SparkSession,
     opts: ArchivesBuildOptions,

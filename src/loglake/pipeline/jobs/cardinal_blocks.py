@@ -83,7 +83,7 @@ from loglake.cardinal import (
     source_name,
 )
 from loglake.log.api import STREAM_NAME_RE
-from loglake.pipeline.errors import BadOption
+from loglake.pipeline.errors import BadOption, raises_task_errors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -851,6 +851,7 @@ def build_query(spark: SparkSession, opts: CardinalBlocksOptions) -> StreamingQu
     return writer.start()
 
 
+@raises_task_errors
 def run(
     spark: SparkSession, opts: CardinalBlocksOptions, timeout: float | None = None
 ) -> JobSummary:

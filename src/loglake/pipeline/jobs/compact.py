@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from loglake.log import fs
 from loglake.log.lake import LakeFile, lake_lock
 from loglake.log.lake_schema import lake_file_name, lake_partition_dir
-from loglake.pipeline.errors import BadOption, JobFailed
+from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.lake import (
     all_lake_files,
     lake_partitions,
@@ -310,6 +310,7 @@ def stage(
     return job_dir
 
 
+@raises_task_errors
 def run(
     spark: SparkSession, opts: CompactOptions, progress: Progress | None = None
 ) -> CompactResult:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loglake.events import ReplayJobSpec
+from loglake.pipeline.errors import raises_task_errors
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
 
@@ -107,6 +108,7 @@ class ReplayJobResult:
     selected: int
 
 
+@raises_task_errors
 def run_replay_job(
     spark: SparkSession,
     spec: ReplayJobSpec,

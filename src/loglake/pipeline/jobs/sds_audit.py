@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from loglake.log.api import STREAM_NAME_RE
-from loglake.pipeline.errors import BadOption
+from loglake.pipeline.errors import BadOption, raises_task_errors
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
 from loglake.sds import DECODED_SCHEMA, IdIndex, decode_batches, history_lists, value_indices
@@ -1176,6 +1176,7 @@ def _decode_stage(
     return sum(p[1] for p in parts), reasons, paths
 
 
+@raises_task_errors
 def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     """The audit; ``opts`` must be ``validate()``d. Tables go to ``out/<table>/`` (Parquet),
     ``out/summary.json`` and ``out/report.html``."""
