@@ -507,7 +507,9 @@ def test_an_sds_participant_runs_on_one_node_at_a_time_and_moves_when_its_node_d
     her lease); B refuses to send as alice with a 503 that says where she runs, and does not
     run a second alice (which would drop A's alice's messages as its own and never repair
     bob's reply that names one): the channel is healthy on both. A is SIGKILLed: B takes alice
-    over within the lease TTL + 2 s and sends as her; carol delivers it."""
+    over within the lease TTL + 2 s, from the channel's stream (her own hello back in her log:
+    bob's reply that names it is delivered, nothing missing), and sends as her; carol delivers
+    it."""
     prefix = "sd" + uuid.uuid4().hex[:8]
     a = NodeProcess(tmp_path, "a", nats3.url, prefix, rate=0)
     b = NodeProcess(tmp_path, "b", nats3.url, prefix, rate=0)
@@ -560,6 +562,10 @@ def test_an_sds_participant_runs_on_one_node_at_a_time_and_moves_when_its_node_d
             wait_until(lambda: state(api_b, "alice")["here"], TTL + 3, "B takes alice over")
             took = time.monotonic() - killed
             assert took <= TTL + 2, took
+            # alice on B starts from the channel's stream and takes her own hello back into
+            # her log: bob's reply, which names it, is delivered, nothing is missing
+            wait_until(lambda: "hi alice" in texts(api_b, "alice"), 15, "alice on B has bob's")
+            assert not state(api_b, "alice")["missing"] and api_b.get(path).json()["healthy"]
             send(api_b, "alice", "alice, now on B")
             wait_until(lambda: "alice, now on B" in texts(api_b, "carol"), 15, "carol delivers it")
             print(f"B took alice over {took:.2f}s after A was SIGKILLed")

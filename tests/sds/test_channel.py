@@ -252,3 +252,58 @@ def test_a_settled_channel_stops_syncing_only_when_asked(streams, clock, only_wh
     assert not chans[1].participant.unacked and not chans[1].participant.possibly_acked
     if only_when_needed:
         assert _settle(streams, clock, chans, 20) == again <= settled + 4
+
+
+def test_a_participant_resumed_from_the_stream_takes_its_own_messages_back(streams, clock):
+    """A node taking a participant over (its former node died, its state with it) starts it
+    from the channel's stream: its own earlier messages go back into its local log (they are
+    its history: the spec's log holds every message of the channel), so a message naming
+    one of them is delivered at once, not left waiting for a dependency it would drop as its
+    own when fetched, until marked lost; and its next message names them and goes on from
+    their Lamport timestamps."""
+    alice = SdsChannel(streams, "room", "alice", clock=clock)
+    bob = SdsChannel(streams, "room", "bob", clock=clock)
+    clock.advance(1)
+    mine = [alice.send(b"alice %d" % i).to_send[0].message_id for i in range(3)]
+    bob.poll()
+    clock.advance(1)
+    reply = bob.send(b"bob names alice's messages").to_send[0]
+    high = alice.participant.lamport
+    clock.t -= 60_000  # the new node's clock is behind the old one's
+
+    resumed = SdsChannel(streams, "room", "alice", clock=clock)  # new state, from index 0
+    out = resumed.poll()
+    assert [d.content for d in out.of(MessageDelivered)] == [b"bob names alice's messages"]
+    assert not out.of(MessagesMissing) and not resumed.participant.missing
+    assert resumed.participant.log_ids() == [*mine, reply.message_id]
+    assert resumed.participant.lamport > high
+    nxt = resumed.send(b"alice again").to_send[0]
+    (d,) = bob.poll().of(MessageDelivered)
+    assert d.content == b"alice again"
+    from loglake.sds.codec import parse, parse_entry
+
+    pb = parse(nxt.data)
+    assert [parse_entry(e).message_id for e in pb.causal_history][-4:] == [
+        *mine,
+        reply.message_id,
+    ]
+    assert pb.lamport_timestamp > high
+    assert not resumed.participant.unacked.keys() & set(mine)  # resending is not its work
+
+
+def test_a_participant_resumed_at_the_tail_fetches_its_own_messages_into_its_log(streams, clock):
+    """Resumed from the stream's tail instead, it finds its own earlier messages missing when
+    a later message names them, fetches them by hint like any dependency, and takes them
+    back: the message that named them is delivered on the same poll."""
+    alice = SdsChannel(streams, "room", "alice", clock=clock)
+    bob = SdsChannel(streams, "room", "bob", clock=clock)
+    mine = [alice.send(b"alice %d" % i).to_send[0].message_id for i in range(2)]
+    resumed = SdsChannel(streams, "room", "alice", clock=clock, from_index=None)
+    bob.poll()
+    clock.advance(1)
+    bob.send(b"bob names them")
+    out = resumed.poll()
+    assert {e.message_id for ev in out.of(MessagesMissing) for e in ev.entries} == set(mine)
+    assert [d.content for d in out.of(MessageDelivered)] == [b"bob names them"]
+    assert not resumed.participant.missing and not resumed.participant.pending
+    assert set(mine) <= set(resumed.participant.log_ids())

@@ -341,3 +341,38 @@ def test_forged_dependency_cycle_is_broken_by_the_timeout(make, clock) -> None:
     out = c.tick()
     assert sorted(d.content for d in out.of(MessageDelivered)) == [b"A", b"B"]
     assert c.log_ids() == [ia, ib, selfref.message_id] and not c.pending
+
+
+def test_restore_own_takes_back_only_own_content_messages_not_in_the_log(make, clock):
+    """``restore_own`` (a participant resumed from the channel's store) puts its own content
+    messages back into its log and wakes what waited for them; anything else leaves the state
+    as it was."""
+    old = make("alice")
+    sent = [old.send(b"a%d" % i).to_send[0] for i in range(2)]
+    sync = old.make_sync().to_send[0]
+    ephemeral = old.send_ephemeral(b"e").to_send[0]
+    other = make("alice", channel="elsewhere").send(b"x").to_send[0]
+    bob = make("bob")
+    for o in sent:
+        bob.receive(o.data)
+    reply = bob.send(b"names them").to_send[0]
+
+    new = make("alice")
+    got = new.receive(reply.data)  # before its own messages are back: it waits for them
+    assert not got.of(MessageDelivered) and set(new.missing) == {o.message_id for o in sent}
+    before = (new.log_ids(), new.lamport)
+    for data in (sync.data, ephemeral.data, other.data, reply.data, b"\xff\x00 not sds", b""):
+        assert new.restore_own(data).events == [] and (new.log_ids(), new.lamport) == before
+    assert new.restore_own(sent[0].data).events == []  # the reply still waits for the other
+    out = new.restore_own(sent[1].data)
+    assert [d.content for d in out.of(MessageDelivered)] == [b"names them"]
+    assert new.log_ids() == [*(o.message_id for o in sent), reply.message_id]
+    assert not new.missing and not new.pending and not new.unacked
+    assert new.restore_own(sent[0].data).events == [] and len(new.log_ids()) == 3  # once
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_restore_own_never_raises_on_any_bytes(make, data):
+    p = make("alice")
+    assert p.restore_own(data).events == [] and p.log_ids() == []

@@ -159,6 +159,12 @@ class SdsChannel:
 
     def _receive(self, data: bytes, index: int, out: Output) -> None:
         got = self.participant.receive(data, self.hint(index))
+        if any(
+            isinstance(e, MessageDropped) and e.reason is DropReason.OWN_MESSAGE for e in got.events
+        ):
+            # our own message back from the stream: already in the log, unless this state
+            # was resumed from the stream after another one sent it (``restore_own``)
+            got.extend(self.participant.restore_own(data, self.hint(index)))
         if any(isinstance(e, MessageDelivered) for e in got.events):
             self.owe_acks = True
         out.to_send.extend(got.to_send)

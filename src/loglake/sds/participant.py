@@ -363,6 +363,44 @@ class Participant:
             self._deliver(rec, content, out)
         return out
 
+    def restore_own(self, data: bytes, retrieval_hint: bytes | None = None) -> Output:
+        """An own content message read back from the channel's store, put back into the local
+        log (``receive`` ignores own messages, as the spec says it SHOULD): what a participant
+        resumed on a new state (a node taking it over after its former node died) does with
+        the messages its former state sent. Why: they are its history (the spec's local log
+        holds every message of the channel); without them a message naming one waits for a
+        dependency this participant would drop as its own when fetched, until marked lost,
+        and its own next messages would not name them. The Lamport timestamp moves past
+        theirs (the new node's clock may be behind), and the messages that waited for one are
+        delivered. Not put in the outgoing buffer: whether others acknowledged it is not known
+        here, and resending is the former state's work. Anything else (not own, no content,
+        already in the log, not decodable) is left as it is: an empty output."""
+        out = Output()
+        try:
+            pb = parse(data, self.options.limits)
+        except SdsDecodeError:
+            return out
+        mid = pb.message_id
+        if (
+            pb.sender_id != self.participant_id
+            or pb.channel_id != self.channel_id
+            or not pb.HasField("lamport_timestamp")
+            or not pb.content
+            or mid in self.log.records
+        ):
+            return out
+        lamport = pb.lamport_timestamp
+        self.lamport = max(self.lamport, lamport)
+        self._bloom_insert(mid, self.bloom.positions(mid))
+        self.missing.pop(mid, None)
+        self.lost.discard(mid)
+        self.log.insert(LogRecord(lamport, mid, self.participant_id, retrieval_hint, bytes(data)))
+        woken: list[tuple[LogRecord, bytes]] = []
+        self._wake(mid, woken)
+        for rec, content in woken:
+            self._deliver(rec, content, out)
+        return out
+
     def _review_acks(self, ids: list[str], bloom: bytes | None, out: Output) -> None:
         """Spec "Review ACK Status"."""
         unacked, possibly = self.unacked, self.possibly_acked

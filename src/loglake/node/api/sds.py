@@ -14,8 +14,9 @@ its own sender id as its own, so the same id run on two nodes never delivers wha
 copy sent, and a message that names one of those in its causal history stays missing for ever
 (repair never completes). A node asked to send as a participant another node holds answers 503
 ``SdsElsewhere``; when that node dies this one takes the participant over within the lease TTL,
-as a new participant state read from the channel's start (its history before the takeover is
-the other copy's: messages naming those as dependencies wait for them, see docs/node.md).
+as a new participant state read from the channel's start; the messages the other copy sent
+go back into its local log as its own (``SdsChannel`` → ``Participant.restore_own``), so the
+messages naming them are delivered (docs/node.md).
 
 ``POST .../messages`` may name participants that lose the broadcast (``lose_for``): the message
 is in the stream but their cursor skips it, as if the transport dropped it. They find it
@@ -155,7 +156,8 @@ class SdsHandle:
     def runs_here(self, pid: str) -> bool:
         """Whether this node runs ``pid`` now (holds its lease, or has no cluster to share). A
         participant taken over (a new tenure after another node ran it) starts from a new
-        state: the old one here may be behind what the other node sent as it."""
+        state read from the channel's start: the old one here may be behind what the other
+        node sent as it."""
         fence = self.fences.get(pid)
         if fence is None:
             return True
