@@ -328,33 +328,50 @@ def test_id_lookup_tells_ids_of_one_hash_slot_apart_by_their_bytes():
     assert got.tolist() == [i if i < 5000 else -1 for i in range(0, 10000, 3)]
 
 
-def test_id_lookup_refuses_tables_ranges_and_outputs_it_did_not_make():
-    """Slots of another table (or with no empty slot), ranges past the values, an output of
-    another length: a ValueError each, never a read outside the buffers or an endless probe."""
+def test_id_lookup_refuses_tables_ranges_parts_and_outputs_it_did_not_make():
+    """Slots of another table (or with no empty slot), ranges past the values, parts that are
+    not (offsets, data, starts, ends) or whose offsets leave their data, an output of another
+    length: a ValueError each (a TypeError for what is not even a buffer), never a read outside
+    the buffers or an endless probe."""
     ids = pa.array(["a", "b"])
     index = columnar.IdIndex(ids)
     vals = pa.array(["a", "c"])
     offs, data = columnar._string_offsets(vals), vals.buffers()[2]
 
-    def lookup(slots: object, starts: list[int], ends: list[int], out: int) -> None:
-        _decode.id_lookup(
-            slots, index._offs, index._data, offs, data,
-            np.array(starts, np.int64), np.array(ends, np.int64), np.zeros(out, np.int64),
-        )  # fmt: skip
+    def part(starts: list[int], ends: list[int]) -> tuple:
+        return (offs, data, np.array(starts, np.int64), np.array(ends, np.int64))
 
-    lookup(index._slots, [0], [2], 2)
+    def lookup(slots: object, parts: object, out: int) -> np.ndarray:
+        got = np.zeros(out, np.int64)
+        _decode.id_lookup(slots, index._offs, index._data, parts, got)
+        return got
+
+    assert lookup(index._slots, [part([0], [2]), part([1], [2])], 3).tolist() == [0, -1, -1]
+    assert lookup(index._slots, [], 0).tolist() == []
     bad_slots = index._slots.copy()
     bad_slots[0] = 7  # not an id of the table
     with pytest.raises(ValueError):
-        lookup(bad_slots, [0], [2], 2)
+        lookup(bad_slots, [part([0], [2])], 2)
     full = np.zeros_like(index._slots)  # every slot taken: a miss ("c") would probe forever
     with pytest.raises(ValueError, match="none empty"):
-        lookup(full, [0], [2], 2)
+        lookup(full, [part([0], [2])], 2)
     with pytest.raises(ValueError):
-        lookup(index._slots, [0], [3], 3)  # past the values
+        lookup(index._slots, [part([0], [2]), part([0], [3])], 5)  # past the values
     with pytest.raises(ValueError):
-        lookup(index._slots, [1], [0], 0)  # a range backwards
+        lookup(index._slots, [part([1], [0])], 0)  # a range backwards
     with pytest.raises(ValueError):
-        lookup(index._slots, [0], [2], 1)  # an output too short
+        lookup(index._slots, [part([0], [2])], 1)  # an output too short
+    with pytest.raises(ValueError):
+        lookup(index._slots, [part([0], [2])[:3]], 2)  # not four things
+    with pytest.raises(ValueError):
+        lookup(index._slots, [list(part([0], [2]))], 2)  # not a tuple
+    with pytest.raises(ValueError):
+        lookup(index._slots, [(offs, data[:1], *part([0], [2])[2:])], 2)  # offsets past data
+    with pytest.raises(ValueError):
+        lookup(index._slots, [(offs, data, b"\0" * 8, b"\2" * 8)], 2)  # bytes, not int64
+    with pytest.raises(TypeError):
+        lookup(index._slots, [(offs, data, None, None)], 2)
+    with pytest.raises(TypeError):
+        lookup(index._slots, 7, 2)  # parts not a sequence
     with pytest.raises(ValueError):
         _decode.id_table(index._offs, index._data, np.zeros(2, np.int32))  # too few slots

@@ -958,22 +958,59 @@ done:
     return result;
 }
 
-/* id_lookup(slots, t_offsets, t_data, offsets, data, starts, ends, out): the values starts[i]
- * to ends[i] of (offsets, data), for each i in turn, each's position among the table's ids or
- * -1, written one after another into out (int64, as many as the ranges hold) */
+/* One part of an id_lookup: a string array's offsets and data, and the ranges of its values
+ * to look up */
+typedef struct {
+    Py_buffer b[4]; /* offsets, data, starts, ends */
+    int held;       /* how many of b are held (released on the way out) */
+} Part;
+
+/* A part taken from its (offsets, data, starts, ends) tuple and checked: offsets within the
+ * data, ranges within the values. Returns the values it covers, or -1 (error set). */
+static Py_ssize_t part_take(PyObject *item, Part *pt) {
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
+        PyErr_SetString(PyExc_ValueError, "id_lookup: a part is not (offsets, data, starts, ends)");
+        return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, i), &pt->b[i], PyBUF_SIMPLE) < 0) return -1;
+        pt->held = i + 1;
+    }
+    if (int64_buffer(&pt->b[2], "starts") || int64_buffer(&pt->b[3], "ends")) return -1;
+    Py_ssize_t nv = pt->b[0].len / 4 - 1, k = pt->b[2].len / 8, total = 0;
+    const int64_t *st = pt->b[2].buf, *en = pt->b[3].buf;
+    if (pt->b[0].len % 4 || pt->b[3].len != pt->b[2].len ||
+        !offsets_ok(pt->b[0].buf, nv, pt->b[1].len)) {
+        PyErr_SetString(PyExc_ValueError, "id_lookup: bad offsets or ranges");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (st[i] < 0 || st[i] > en[i] || en[i] > nv) {
+            PyErr_SetString(PyExc_ValueError, "id_lookup: a range outside the values");
+            return -1;
+        }
+        total += en[i] - st[i];
+    }
+    return total;
+}
+
+/* id_lookup(slots, t_offsets, t_data, parts, out): for each (offsets, data, starts, ends) of
+ * parts in turn, the values starts[i] to ends[i] of (offsets, data), for each i in turn, each's
+ * position among the table's ids or -1, written one after another into out (int64, as many as
+ * the ranges hold). Why every part in one call: the table (~1M ids, ~2M slots) is checked once
+ * per call, and the sweep has a part per record batch of each file it reads. */
 static PyObject *id_lookup(PyObject *self, PyObject *args) {
-    Py_buffer sb, tob, tdb, ob, db, stb, enb, outb;
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*", &sb, &tob, &tdb, &ob, &db, &stb, &enb, &outb))
-        return NULL;
-    Py_ssize_t m = sb.len / 4, n = tob.len / 4 - 1, nv = ob.len / 4 - 1, k = stb.len / 8;
-    const int32_t *slots = sb.buf, *to = tob.buf, *o = ob.buf;
-    const int64_t *st = stb.buf, *en = enb.buf;
+    Py_buffer sb, tob, tdb, outb;
+    PyObject *parts_obj, *seq = NULL, *result = NULL;
+    Part *parts = NULL;
+    Py_ssize_t np_ = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*Ow*", &sb, &tob, &tdb, &parts_obj, &outb)) return NULL;
+    Py_ssize_t m = sb.len / 4, n = tob.len / 4 - 1;
+    const int32_t *slots = sb.buf, *to = tob.buf;
     int64_t *out = outb.buf;
-    if (int64_buffer(&stb, "starts") || int64_buffer(&enb, "ends") || int64_buffer(&outb, "out"))
-        goto done;
-    if (sb.len % 4 || tob.len % 4 || ob.len % 4 || m < 1 || (m & (m - 1)) || n < 0 || m <= n ||
-        enb.len != stb.len || !offsets_ok(to, n, tdb.len) || !offsets_ok(o, nv, db.len)) {
+    if (int64_buffer(&outb, "out")) goto done;
+    if (sb.len % 4 || tob.len % 4 || m < 1 || (m & (m - 1)) || n < 0 || m <= n ||
+        !offsets_ok(to, n, tdb.len)) {
         PyErr_SetString(PyExc_ValueError, "id_lookup: bad table, offsets or ranges");
         goto done;
     }
@@ -989,33 +1026,45 @@ static PyObject *id_lookup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "id_lookup: slots not of this table (none empty)");
         goto done;
     }
+    seq = PySequence_Fast(parts_obj, "id_lookup: parts must be a sequence");
+    if (!seq) goto done;
+    np_ = PySequence_Fast_GET_SIZE(seq);
+    parts = calloc(np_ ? (size_t)np_ : 1, sizeof(Part));
+    if (!parts) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        if (st[i] < 0 || st[i] > en[i] || en[i] > nv) {
-            PyErr_SetString(PyExc_ValueError, "id_lookup: a range outside the values");
-            goto done;
-        }
-        total += en[i] - st[i];
+    for (Py_ssize_t p = 0; p < np_; p++) {
+        Py_ssize_t t = part_take(PySequence_Fast_GET_ITEM(seq, p), &parts[p]);
+        if (t < 0) goto done;
+        total += t;
     }
     if (total * 8 != outb.len) {
         PyErr_SetString(PyExc_ValueError, "id_lookup: out of another length");
         goto done;
     }
-    const uint8_t *td = tdb.buf, *d = db.buf;
+    const uint8_t *td = tdb.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < k; i++)
-        for (int64_t j = st[i]; j < en[i]; j++)
-            *out++ = id_find(slots, m, to, td, d + o[j], o[j + 1] - o[j]);
+    for (Py_ssize_t p = 0; p < np_; p++) {
+        const int32_t *o = parts[p].b[0].buf;
+        const uint8_t *d = parts[p].b[1].buf;
+        const int64_t *st = parts[p].b[2].buf, *en = parts[p].b[3].buf;
+        Py_ssize_t k = parts[p].b[2].len / 8;
+        for (Py_ssize_t i = 0; i < k; i++)
+            for (int64_t j = st[i]; j < en[i]; j++)
+                *out++ = id_find(slots, m, to, td, d + o[j], o[j + 1] - o[j]);
+    }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
+    for (Py_ssize_t p = 0; parts && p < np_; p++)
+        for (int i = 0; i < parts[p].held; i++) PyBuffer_Release(&parts[p].b[i]);
+    free(parts);
+    Py_XDECREF(seq);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&tob);
     PyBuffer_Release(&tdb);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&db);
-    PyBuffer_Release(&stb);
-    PyBuffer_Release(&enb);
     PyBuffer_Release(&outb);
     return result;
 }
@@ -1031,7 +1080,8 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
     {"id_table", id_table, METH_VARARGS, "id_table(offsets, data, slots) -> None"},
     {"id_lookup", id_lookup, METH_VARARGS,
-     "id_lookup(slots, t_offsets, t_data, offsets, data, starts, ends, out) -> None"},
+     "id_lookup(slots, t_offsets, t_data, parts, out) -> None (parts: (offsets, data, starts, "
+     "ends) each)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode",

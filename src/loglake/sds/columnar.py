@@ -1113,16 +1113,18 @@ class IdIndex:
 
         if self._slots is None or any(v.null_count or v.type != pa.string() for v, _, _ in parts):
             return self.reference(parts)
-        outs = [np.zeros(0, dtype=np.int64)]
-        for values, starts, ends in parts:
-            starts = np.ascontiguousarray(starts, dtype=np.int64)
-            ends = np.ascontiguousarray(ends, dtype=np.int64)
-            out = np.empty(int((ends - starts).sum()), dtype=np.int64)
-            data = values.buffers()[2] or pa.py_buffer(b"")
-            offs = _string_offsets(values)
-            _decode.id_lookup(self._slots, self._offs, self._data, offs, data, starts, ends, out)
-            outs.append(out)
-        return np.concatenate(outs)
+        given = [
+            (
+                _string_offsets(values),
+                values.buffers()[2] or pa.py_buffer(b""),
+                np.ascontiguousarray(starts, dtype=np.int64),
+                np.ascontiguousarray(ends, dtype=np.int64),
+            )
+            for values, starts, ends in parts
+        ]
+        out = np.empty(sum(int((e - s).sum()) for _, _, s, e in given), dtype=np.int64)
+        _decode.id_lookup(self._slots, self._offs, self._data, given, out)
+        return out
 
     def reference(self, parts: list[tuple[pa.Array, Any, Any]]) -> Any:
         """``positions`` by one ``index_in`` of the values taken (what the kernel is tested
