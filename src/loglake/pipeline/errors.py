@@ -1,8 +1,11 @@
 """Typed errors of the Spark pipeline.
 
 Every error names the option and the value that caused it, so a user can fix it from the
-message alone, and is raised on the driver before any Spark job starts, so nothing half-runs.
-They derive from ``loglake.errors`` so the ``loglake`` CLI prints them as messages, not tracebacks.
+message alone, and is raised on the driver before any Spark job starts where it can be, so
+nothing half-runs. What only a task can find (``LiveHistoryGone``: a range read in an executor)
+fails the job from there, and the job's entry point raises it as itself
+(``raises_task_errors``). They derive from ``loglake.errors`` so the ``loglake`` CLI prints
+them as messages, not tracebacks.
 """
 
 from __future__ import annotations
