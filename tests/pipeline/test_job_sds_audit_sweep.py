@@ -228,5 +228,6 @@ def test_the_jobs_session_keeps_its_workers_memory_and_a_users_conf_wins():
     key = "spark.executorEnv.MIMALLOC_PURGE_DELAY"
     assert session_conf()[key] == "-1"
     assert session_conf()["spark.executorEnv.NUMPY_MADVISE_HUGEPAGE"] == "0"
+    assert session_conf()["spark.executorEnv.MIMALLOC_ALLOW_THP"] == "0"
     mine = session_conf({key: "10", "spark.x": "1"})
     assert (mine[key], mine["spark.x"]) == ("10", "1")

@@ -92,6 +92,7 @@ WORK_DIR = "_work"  # the decoded records while the job runs (removed at the end
 SESSION_CONF = {
     "spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1",
     "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": "0",
+    "spark.executorEnv.MIMALLOC_ALLOW_THP": "0",
 }
 """What the job's own session sets (``session_conf``: the CLI's and the benchmark's) for its
 Python workers (their daemon reads them before it imports pyarrow and numpy).
@@ -108,7 +109,15 @@ handed back came back as a fresh one the kernel zeroed: two 1M sweep tasks at on
 alternations, system time 2.1-8.5 -> 1.6-3.8 s; the whole job at 1M, 5 alternations under load 2-5,
 49.3-54.7 CPU-s (median 51.2) against 49.1-55.9 (median 53.6), inside this machine's noise.
 The cost: a worker holds its peak (~1.3-2 GB at 1M messages) until it exits (Spark ends
-idle workers after a minute)."""
+idle workers after a minute).
+
+``MIMALLOC_ALLOW_THP=0``: the Arrow memory pool asks for transparent huge pages for what it
+maps, and the kernel zeroes each 2 MB page at its first touch: the decode's Parquet reads grow
+~60 MB buffers by reallocation and the sweep allocates and frees large ones. With it, 1M
+messages, quiet, 2 alternations against the same code without it: job 26.1/26.5 s against
+26.9/26.8 s, 46.6/47.5 CPU-s against 48.0/48.1; system time of the decode 1.3/1.4 s against
+2.9/3.0 (its user time grows about as much: more TLB misses on small pages) and of the sweep
+2.6/2.7 against 3.8/3.6."""
 
 ACKS_SCHEMA = pa.schema(
     [
