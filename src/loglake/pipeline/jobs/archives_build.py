@@ -7,7 +7,7 @@ already ``WakuMessage`` bytes, so the driver plans from metadata only — the la
 name) and the live log's bounds, the log opened once for every stream — and Spark runs plain
 tasks (``SparkContext.parallelize`` of small descriptors) that read their records where they
 lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
-send back only small results. Two stages, one read and one decode of every record:
+send back only small results. Two stages, one decode of every record:
 
 - scan, one call per unit (``loglake.pipeline.units``, shared with ``job sds-audit``: a lake
   file, or up to ``LIVE_SPLIT`` records of the live log; units packed into a few Spark
@@ -15,20 +15,20 @@ send back only small results. Two stages, one read and one decode of every recor
   the layout's own ``decode_record`` for any record it cannot vouch for);
   out come only, per community and hour of message time, the index range and oldest time of
   its messages, and the bad records (so a bad record fails the job before any build work, and
-  windows are planned from the oldest message); the unit's good records stay, decoded, with
-  their bytes (framed as the spec layout's archive holds them) and in the store's order (time,
-  then index), in an Arrow IPC spill file: no lake file is read twice;
+  windows are planned from the oldest message); the unit's good records stay, decoded and in
+  the store's order (time, then index), in an Arrow IPC spill file, with their bytes for the
+  general path (for the spec layout's, the build reads them again: ``_scan_task`` says why);
 - plan (driver, spec layout): every archive sized before any is built, from the spills' time,
   framed size and topic codes (``_plan_direct``: metadata, layout head, padding), each build
   task given its offset in the community's staged ``data``, made that long;
 - build, one call per group of whole consecutive windows of one community (about a quarter of
   the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
-  ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
-  no Python object per record), written at its planned offset in the staged ``data``
-  past the page cache (``O_DIRECT``, ``_DirectWriter``) where the file system allows it, else
-  with one ``pwritev`` per archive, its write-back to the disk started at once
-  (``_start_writeback``);
+  ``_build_direct`` (the layout's archive head, the records read again and framed in C,
+  ``_reread``, ``padding_field``: no Python object per record), written at its planned
+  offset in the staged ``data`` past the page cache (``O_DIRECT``, ``_DirectWriter``) where
+  the file system allows it, else with one ``pwritev`` per archive, its write-back to the
+  disk started at once (``_start_writeback``);
   otherwise (status-go, ``--topic``) by the archives part's sans-I/O
   ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
   in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
@@ -360,18 +360,23 @@ def _keep_heap() -> bool:
 
 
 def _scan_task(
-    layout_name: str, data_dir: str, scratch: Scratch, framed: bool
+    layout_name: str, data_dir: str, scratch: Scratch, direct: bool
 ) -> Callable[[tuple[int, Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
-    """The scan, one call per unit, and the only read and decode of every record: out come,
-    per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
+    """The scan, one call per unit, and the only decode of every record: out come, per
+    (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
     bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
-    records, decoded (index, time, topic, cap, framed size) with their bytes, in the store's
-    order (time, then index), are left in an uncompressed Arrow IPC file in ``scratch`` (in
-    memory when it has room: ``pipeline.scratch``) for the build, which memory-maps it.
-    ``framed``: the bytes are kept framed as the spec layout's archive holds them
-    (``_framed``, in C), so the build writes slices of the spill. Why the bytes: a lake file
-    read and decompressed a second time by the build (and each record framed there) was the
-    build's largest cost; the spill is scratch, removed before the driver fsyncs the output."""
+    records, decoded (index, time, topic, cap, framed size), in the store's order (time, then
+    index), are left in an uncompressed Arrow IPC file in ``scratch`` (in memory when it has
+    room: ``pipeline.scratch``) for the driver's plan and the build, which memory-map it.
+
+    ``direct`` (the spec layout, sized by the driver): the spill holds no record bytes; the
+    build reads its records from the stream again (``_reread``), each framed right after it is
+    decompressed. Why: kept in the spill (framed, 3.3 GB at 10 M records), the bytes were
+    written into fresh memory pages, which this VM's host must back first: the scan's system
+    time was most of that (with the bytes against without, scan CPU 5.9-7.6 s against
+    4.2-4.5 s at 10 M records), more than a second decompression costs (about 30 ms of CPU a
+    lake file, into buffers the worker reuses). Otherwise the spill keeps each record's bytes
+    (``data``), which the general path's builder takes whole."""
 
     def run(task: tuple[int, Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
@@ -381,7 +386,7 @@ def _scan_task(
         rows: list[tuple[int, ...]] = []
         bad: list[tuple[int, int, str]] = []
         keep: list[pa.RecordBatch] = []
-        names = [*_SPILL_COLUMNS, "framed" if framed else "data"]
+        names = [*_SPILL_COLUMNS] if direct else [*_SPILL_COLUMNS, "data"]
         for idx, col in read_unit(data_dir, u, batch_rows=SCAN_ROWS):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
             if not pa.types.is_dictionary(topic.type):  # one type for every batch of a spill
@@ -400,26 +405,10 @@ def _scan_task(
                 col = col.cast(pa.binary())
             offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
             flen = _framed_len(np.diff(offs[col.offset :]))
-            body = col
-            if framed:  # in C where built, else pyarrow, else per record
-                body = frame_records(col)
-                if body is None:
-                    body = _framed(col)
-                if body is None:
-                    body = _framed_slow(col)
-            keep.append(
-                pa.RecordBatch.from_arrays(
-                    [
-                        pa.array(idx),
-                        pa.array(ts),
-                        topic,
-                        pa.array(cap),
-                        pa.array(flen),
-                        body.cast(pa.large_binary()),
-                    ],
-                    names=names,
-                )
-            )
+            arrays = [pa.array(idx), pa.array(ts), topic, pa.array(cap), pa.array(flen)]
+            if not direct:
+                arrays.append(col.cast(pa.large_binary()))
+            keep.append(pa.RecordBatch.from_arrays(arrays, names=names))
             bucket = ts // BUCKET_NS
             order = np.argsort(bucket, kind="stable")
             i_, t_, bucket = idx[order], ts[order], bucket[order]
@@ -515,16 +504,17 @@ class _Place:
 
 def _build_task(
     layout_name: str,
+    data_dir: str,
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
     scratch: Scratch,
 ) -> Callable[[_BuildTask], dict[str, Any]]:
     """The build, one call per group of windows: the group's records taken from the scan's
-    spill files of its units (memory-mapped, already decoded, with their bytes, in the store's
-    order, each window a slice by time); then ``_build_direct`` (archives sized by the
-    driver, written in place) or ``_build_window`` (archives framed, padded, pieces hashed,
-    bytes written to a part file); returned: sizes, hashes, entries. No lake file is read
-    again."""
+    spill files of its units (memory-mapped, already decoded, in the store's order, each
+    window a slice by time), with their bytes from the spill or, where the scan kept none
+    (the spec layout), read from the stream again (``_reread``); then ``_build_direct``
+    (archives sized by the driver, written in place) or ``_build_window`` (archives framed,
+    padded, pieces hashed, bytes written to a part file); returned: sizes, hashes, entries."""
 
     def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
@@ -548,7 +538,13 @@ def _build_task(
                     part = part.set_column(
                         part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
                     )
-                tables.append(part.select([*names, part.column_names[-1]]))
+                if "data" in part.column_names:
+                    tables.append(part.select([*names, "data"]))
+                    continue
+                framed = t.place is not None
+                body = _reread(data_dir, u, part.column("index").to_numpy(), framed)
+                part = part.select(names)
+                tables.append(part.append_column("framed" if framed else "data", body))
         layout = get_layout(layout_name)
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
@@ -560,15 +556,11 @@ def _build_task(
             return _build_direct(layout, t, table)
         rows: list[Any] = []
         if table is not None:
-            if "data" in table.column_names:
-                data = table.column("data").to_pylist()
-            else:  # spilled framed, and the driver fell back to the builder: unframe
-                data = [_unframe(f) for f in table.column("framed").to_pylist()]
             rows = list(
                 zip(
                     table.column("ts").to_numpy().tolist(),
                     table.column("topic").to_pylist(),
-                    data,
+                    table.column("data").to_pylist(),
                     table.column("cap").to_numpy().tolist(),
                     strict=True,
                 )
@@ -578,13 +570,45 @@ def _build_task(
     return run
 
 
-def _unframe(framed: bytes) -> bytes:
-    """The record of ``0x1a varint(len) record`` (as the scan framed it: the record is all
-    that follows the varint, whose last octet is the first without the continuation bit)."""
-    at = 1
-    while framed[at] & 0x80:
-        at += 1
-    return framed[at + 1 :]
+def _reread(data_dir: str, u: Unit, want: np.ndarray, framed: bool) -> pa.ChunkedArray:
+    """The bytes of ``u``'s records of index ``want`` (in that order: the spill's, the store's
+    order), read from the stream again, ``SCAN_ROWS`` at a time (``read_unit``: a lake file's
+    row groups outside ``want``'s range are skipped), each batch framed right after it is
+    decompressed where ``framed`` (``frame_records``, in C; else ``_framed``, else
+    ``_framed_slow``): one large binary chunk a batch, no copy when the records read are
+    ``want`` itself (a whole unit in index order, none skipped as bad); else taken by
+    position. A record no longer there fails the job (the stream changed under it)."""
+    import pyarrow as pa
+
+    want = np.asarray(want, dtype=np.int64)
+    lo, hi = int(want.min()), int(want.max()) + 1
+    idxs: list[np.ndarray] = []
+    chunks: list[pa.Array] = []
+    for idx, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+        body = col
+        if framed:  # in C where built, else pyarrow, else per record
+            if col.type != pa.binary():
+                col = col.cast(pa.binary())
+            body = frame_records(col)
+            if body is None:
+                body = _framed(col)
+            if body is None:
+                body = _framed_slow(col)
+        idxs.append(idx)
+        chunks.append(body.cast(pa.large_binary()))
+    got = np.concatenate(idxs) if idxs else np.zeros(0, np.int64)
+    out = pa.chunked_array(chunks, pa.large_binary())
+    if len(got) == len(want) and np.array_equal(got, want):
+        return out
+    pos = np.searchsorted(got, want)
+    missing = pos >= len(got)
+    missing[~missing] = got[pos[~missing]] != want[~missing]
+    if missing.any():
+        raise JobFailed(
+            f"record {int(want[np.argmax(missing)])} of stream {u.stream!r} is gone since the "
+            "scan: the stream changed during the job"
+        )
+    return out.take(pa.array(pos))
 
 
 def _plan_direct(
@@ -813,14 +837,14 @@ def _data_view(framed: pa.Array) -> memoryview:
 def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict[str, Any]:
     """The archives of a task the driver sized (``_plan_direct``), written straight into the
     staged ``data`` at their offsets: per window, the layout's head for the metadata the
-    driver chose, the records as the scan framed them (slices of the memory-mapped spills'
-    ``framed`` bytes: no copy) and ``padding_field``; written direct (``_DirectWriter``: each
+    driver chose, the records framed (``_reread``: slices of its ``framed`` chunks, no copy)
+    and ``padding_field``; written direct (``_DirectWriter``: each
     piece hashed as it is copied into the aligned buffer) or hashed from those buffers and
     written in one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build`` (one
     archive per non-empty window, its topics sorted); an archive whose size is not the
-    planned one (the spills changed under the job) fails the job. Why: part files copied
-    into the staged ``data`` wrote every byte twice, and at 10 M records the copies reached
-    the disk."""
+    planned one (the stream or the spills changed under the job) fails the job. Why: part
+    files copied into the staged ``data`` wrote every byte twice, and at 10 M records the
+    copies reached the disk."""
     from loglake.archives import padding_field
 
     assert t.place is not None
@@ -1314,7 +1338,7 @@ def _run(
     units = plan_units(opts.data_dir, streams)
     sc = spark.sparkContext
 
-    # pass 1 (executors): every record read and decoded where it lies, once; per community
+    # pass 1 (executors): every record read and decoded where it lies; per community
     # and hour of message time, the index range of its messages; bad records. Small,
     # collected. The decoded records stay in spill files for pass 2: in memory when it has
     # room (``pipeline.scratch``), else beside the part files of the general path.
@@ -1433,7 +1457,7 @@ def _scan_build_stage(
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.topics, str(parts_dir), scratch)
+    build = _build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir), scratch)
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
