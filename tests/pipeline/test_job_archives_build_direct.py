@@ -110,6 +110,67 @@ def test_one_window_per_task_gives_the_control_nodes_bytes(
         assert len(seen["parts"]) == 4 and seen["staged"] is None  # type: ignore[arg-type]
 
 
+@pytest.mark.spark
+def test_records_in_index_order_are_read_framed_and_written_as_they_go(
+    spark, tmp_path, monkeypatch
+):
+    """A stream appended in time order (each task's records one index run per unit, the
+    common case): the spec build streams them from the stream into the archives
+    (``_streamed``), two windows a task, and writes the control node's bytes."""
+    layout = get_layout("spec")
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 5), per_week=30, in_order=True)
+    assert sorted((data / "lake").rglob("*.parquet")), "the test needs records in lake files"
+    monkeypatch.setattr(ab, "TASK_RECORDS", (1, 60))  # two windows a task
+    now = START + 5 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), now_ns=now
+    )
+    rep = ab.run(spark, opts)
+    out = control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    assert rep.new_archives == len(out.new) == 5 and rep.communities[0].records == 5 * 30
+
+
+def test_a_streamed_task_gives_each_range_its_records_framed_and_checks_them(tmp_path, monkeypatch):
+    """``_streamed``: records of index runs (``_in_index_runs``) read and framed in order,
+    each range asked for given its records (records between two ranges skipped); a record
+    that is not the one the spill holds at its place fails the job."""
+    import pyarrow as pa
+
+    from loglake.archives.layout import frame_parts
+
+    _lake(tmp_path, 0, 29)
+    (u,) = ab.plan_units(str(tmp_path), {0: "c"})[0]
+
+    def slices(idx: list[int]) -> list[tuple[ab.Unit, pa.Table]]:
+        n = len(idx)
+        cols = {"index": idx, "ts": list(range(n)), "flen": [4] * n}
+        return [(u, pa.table({k: pa.array(v, pa.int64()) for k, v in cols.items()}))]
+
+    def joined(idx: range) -> bytes:
+        return b"".join(frame_parts([b"r%d" % i for i in idx])[0])
+
+    assert ab._in_index_runs(slices(list(range(3, 20))))
+    assert not ab._in_index_runs(slices([3, 4, 6]))  # a record skipped as bad
+    assert not ab._in_index_runs(slices([])) and not ab._in_index_runs([])
+    recs = ab._streamed(str(tmp_path), slices(list(range(3, 20))))
+    assert list(recs.ts) == list(range(17)) and int(recs.flen.sum()) == 17 * 4
+    assert b"".join(recs.framed(0, 5)) == joined(range(3, 8))
+    assert b"".join(recs.framed(7, 17)) == joined(range(10, 20))  # 8 and 9: no window's
+    with pytest.raises(JobFailed, match=r"records 5\.\.10 of a build task are gone"):
+        list(ab._streamed(str(tmp_path), slices(list(range(25, 35)))).framed(0, 10))
+    real = ab.read_unit
+
+    def shifted(*a: object, **kw: object) -> object:
+        for idx, col in real(*a, **kw):  # type: ignore[arg-type]
+            yield idx + 1, col
+
+    monkeypatch.setattr(ab, "read_unit", shifted)
+    with pytest.raises(JobFailed, match="record 3 is not where the scan saw it"):
+        list(ab._streamed(str(tmp_path), slices(list(range(3, 20)))).framed(0, 3))
+
+
 def test_framed_records_are_frame_parts_joined():
     """The spec build's C framing: ``0x1a varint(len) record`` for every record (varints of
     1, 2 and 3 bytes, empty records, a sliced column) equals ``frame_parts`` joined; a record

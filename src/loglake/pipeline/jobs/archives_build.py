@@ -90,13 +90,14 @@ import dataclasses
 import fcntl
 import fnmatch
 import functools
+import itertools
 import json
 import os
 import pickle
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -521,7 +522,12 @@ def _build_task(
 
         frm, to = t.windows[0][0], t.windows[-1][1]
         # the sized path needs no topic (the driver put them in each archive's metadata)
-        names = ["index", "ts"] if t.place is not None else ["index", "ts", "topic", "cap"]
+        names = ["index", "ts", "flen"] if t.place is not None else ["index", "ts", "topic", "cap"]
+        layout = get_layout(layout_name)
+        if t.place is not None:
+            slices = _spill_slices(scratch, t, names)
+            if _in_index_runs(slices):  # the common case: read, framed and written as it goes
+                return _build_direct(layout, t, _streamed(data_dir, slices))
         tables = []
         for u in t.units:
             path = scratch.find(_spill_name(t.sid, u))
@@ -545,7 +551,6 @@ def _build_task(
                 body = _reread(data_dir, u, part.column("index").to_numpy(), framed)
                 part = part.select(names)
                 tables.append(part.append_column("framed" if framed else "data", body))
-        layout = get_layout(layout_name)
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
             ts = table.column("ts").to_numpy()
@@ -553,7 +558,7 @@ def _build_task(
                 order = np.lexsort((table.column("index").to_numpy(), ts))  # the store's order
                 table = table.take(pa.array(order))
         if t.place is not None:
-            return _build_direct(layout, t, table)
+            return _build_direct(layout, t, _Records.of_table(table))
         rows: list[Any] = []
         if table is not None:
             rows = list(
@@ -585,17 +590,8 @@ def _reread(data_dir: str, u: Unit, want: np.ndarray, framed: bool) -> pa.Chunke
     idxs: list[np.ndarray] = []
     chunks: list[pa.Array] = []
     for idx, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
-        body = col
-        if framed:  # in C where built, else pyarrow, else per record
-            if col.type != pa.binary():
-                col = col.cast(pa.binary())
-            body = frame_records(col)
-            if body is None:
-                body = _framed(col)
-            if body is None:
-                body = _framed_slow(col)
         idxs.append(idx)
-        chunks.append(body.cast(pa.large_binary()))
+        chunks.append(_frame_batch(col) if framed else col.cast(pa.large_binary()))
     got = np.concatenate(idxs) if idxs else np.zeros(0, np.int64)
     out = pa.chunked_array(chunks, pa.large_binary())
     if len(got) == len(want) and np.array_equal(got, want):
@@ -609,6 +605,126 @@ def _reread(data_dir: str, u: Unit, want: np.ndarray, framed: bool) -> pa.Chunke
             "scan: the stream changed during the job"
         )
     return out.take(pa.array(pos))
+
+
+def _frame_batch(col: pa.Array) -> pa.Array:
+    """``0x1a varint(len) record`` of every record of a batch, as large binary: in C where
+    built (``frame_records``), else pyarrow (``_framed``), else per record."""
+    import pyarrow as pa
+
+    if col.type != pa.binary():
+        col = col.cast(pa.binary())
+    body = frame_records(col)
+    if body is None:
+        body = _framed(col)
+    if body is None:
+        body = _framed_slow(col)
+    return body.cast(pa.large_binary())
+
+
+def _spill_slices(
+    scratch: Scratch, t: _BuildTask, names: Sequence[str]
+) -> list[tuple[Unit, pa.Table]]:
+    """Per unit of ``t`` with records in its windows, the spill's rows of them (``names``)."""
+    import pyarrow as pa
+
+    frm, to = t.windows[0][0], t.windows[-1][1]
+    out = []
+    for u in t.units:
+        path = scratch.find(_spill_name(t.sid, u))
+        if path is None:  # no good record in this unit
+            continue
+        with pa.memory_map(path) as src:
+            table = pa.ipc.open_file(src).read_all()
+        a, z = np.searchsorted(table.column("ts").to_numpy(), [frm, to], side="left").tolist()
+        if z > a:
+            out.append((u, table.slice(a, z - a).select(list(names))))
+    return out
+
+
+def _in_index_runs(slices: Sequence[tuple[Unit, pa.Table]]) -> bool:
+    """Whether a task's records, in the store's order (time, then index), are each unit's
+    records of one index range, units in order: then reading each range in index order gives
+    them in the order the archives hold them (``_streamed``). Not so where a record was
+    skipped as bad or message times run against the index."""
+    idx = [np.asarray(p.column("index").to_numpy()) for _, p in slices]
+    if not idx or any(not len(i) or not bool(np.all(np.diff(i) == 1)) for i in idx):
+        return False
+    ts = np.concatenate([p.column("ts").to_numpy() for _, p in slices])
+    return not _out_of_order(ts, np.concatenate(idx))
+
+
+@dataclass
+class _Records:
+    """A build task's records in the store's order, as ``_build_direct`` takes them: each
+    one's time and framed size (from the spills), and ``framed(a, z)``: the framed bytes of
+    records ``[a, z)`` as buffers, asked for in order, each range once."""
+
+    ts: np.ndarray
+    flen: np.ndarray
+    framed: Callable[[int, int], Iterator[Any]]
+
+    @staticmethod
+    def of_table(table: pa.Table | None) -> _Records:
+        """Records held in memory: a table with ``ts``, ``flen`` and ``framed`` (slices of its
+        chunks, no copy)."""
+        if table is None:
+            empty = np.zeros(0, np.int64)
+            return _Records(empty, empty, lambda a, z: iter(()))
+        col = table.column("framed")
+        return _Records(
+            table.column("ts").to_numpy(),
+            table.column("flen").to_numpy(),
+            lambda a, z: (_data_view(c) for c in col.slice(a, z - a).chunks),
+        )
+
+
+def _streamed(data_dir: str, slices: Sequence[tuple[Unit, pa.Table]]) -> _Records:
+    """Records in index runs (``_in_index_runs``) read from the stream as ``_build_direct``
+    asks for them: each unit's range through ``read_unit``, ``SCAN_ROWS`` at a time, each
+    batch framed right after it is decompressed (``_frame_batch``) and handed over as it is.
+
+    Why: read whole before the build (``_reread``), a task's records (about 150 MB) were
+    decompressed and framed while its disk sat idle, then written while its core did
+    little but hash. Streamed, the writer thread (``_DirectWriter``) writes one buffer while
+    the core decompresses, frames and hashes the next. A record that is not the one the spill
+    holds at its place (the stream changed under the job) fails the job."""
+    want = np.concatenate([np.asarray(p.column("index").to_numpy()) for _, p in slices])
+
+    def batches() -> Iterator[tuple[np.ndarray, pa.Array]]:
+        for u, p in slices:
+            idx = p.column("index").to_numpy()
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            for got, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+                yield got, _frame_batch(col)
+
+    source = batches()
+    left: list[Any] = []  # the rest of a batch a range ended in: (indexes, framed)
+    at = [0]  # the next record the source gives
+
+    def framed(a: int, z: int) -> Iterator[Any]:
+        first = at[0]
+        at[0] = z
+        while first < z:
+            got, body = left.pop() if left else next(source, (None, None))
+            if got is None or body is None:
+                raise JobFailed(f"records {first}..{z} of a build task are gone since the scan")
+            k = min(z - first, len(got))
+            if not np.array_equal(got[:k], want[first : first + k]):
+                raise JobFailed(
+                    f"record {int(want[first])} is not where the scan saw it: the stream "
+                    "changed during the job"
+                )
+            if k < len(got):
+                left.append((got[k:], body.slice(k)))
+            if first + k > a:  # records before a: in no window of the task, skipped
+                skip = max(0, a - first)
+                yield _data_view(body.slice(skip, k - skip))
+            first += k
+
+    ts = np.concatenate([p.column("ts").to_numpy() for _, p in slices])
+    flen = np.concatenate([p.column("flen").to_numpy() for _, p in slices])
+    return _Records(ts, flen, framed)
 
 
 def _plan_direct(
@@ -834,7 +950,7 @@ def _data_view(framed: pa.Array) -> memoryview:
     return memoryview(buf)[a:z] if buf is not None else memoryview(b"")
 
 
-def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict[str, Any]:
+def _build_direct(layout: Layout, t: _BuildTask, records: _Records) -> dict[str, Any]:
     """The archives of a task the driver sized (``_plan_direct``), written straight into the
     staged ``data`` at their offsets: per window, the layout's head for the metadata the
     driver chose, the records framed (``_reread``: slices of its ``framed`` chunks, no copy)
@@ -850,7 +966,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     assert t.place is not None
     place = t.place
     hashes = PieceHashes(layout.piece_length)
-    ts = table.column("ts").to_numpy() if table is not None else np.zeros(0, np.int64)
+    ts = records.ts
     entries: list[tuple[Any, int, int, int]] = []
     todo = iter(place.archives)
     fd = _open_direct(place.path, place.offset, layout.piece_length)
@@ -860,7 +976,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     try:
         for frm, to in t.windows:
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
-            if z <= a or table is None:
+            if z <= a:
                 continue
             planned = next(todo, None)
             if planned is None:
@@ -869,23 +985,35 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
                     "changed during the job"
                 )
             meta, size = planned
-            empty = layout.encode_archive(meta, [], 0)
-            body: list[Any] = [empty.parts[0]]
-            body += [_data_view(c) for c in table.column("framed").slice(a, z - a).chunks]
-            body_len = sum(map(len, body))
-            body.append(padding_field(body_len, layout.piece_length))
-            if body_len + len(body[-1]) != size:
+            head = layout.encode_archive(meta, [], 0).parts[0]
+            want = int(records.flen[a:z].sum())
+            pad = padding_field(len(head) + want, layout.piece_length)
+            if len(head) + want + len(pad) != size:
                 raise JobFailed(
-                    f"archive of window {frm}..{to} is {body_len + len(body[-1])} bytes, "
+                    f"archive of window {frm}..{to} is {len(head) + want + len(pad)} bytes, "
                     f"planned {size}: the scan's spill changed during the job"
                 )
+            seen = [0]
+
+            def counted(parts: Iterator[Any], seen: list[int] = seen) -> Iterator[Any]:
+                for part in parts:
+                    seen[0] += len(part)
+                    yield part
+
+            body = itertools.chain([head], counted(records.framed(a, z)), [pad])
             off = place.offset + hashes.data_size
             if direct is not None:
                 direct.write(body, off, hashes)
             else:
-                hashes.extend_parts(body, size, 0)
-                _pwritev_all(fd, body, off)
+                parts = list(body)
+                hashes.extend_parts(parts, size, 0)
+                _pwritev_all(fd, parts, off)
                 _start_writeback(fd, off, size)
+            if seen[0] != want:
+                raise JobFailed(
+                    f"window {frm}..{to}: {seen[0]} bytes of records, the scan counted {want}: "
+                    "the stream changed during the job"
+                )
             entries.append((meta, off - place.offset, size, 0))
         if direct is not None:
             direct.wait()
@@ -902,7 +1030,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
         "nbytes": hashes.data_size,
         "hashes": b"".join(hashes.hashes),
         "entries": pickle.dumps(entries),
-        "records": 0 if table is None else len(table),
+        "records": len(ts),
     }
 
 
@@ -1009,7 +1137,7 @@ class _DirectWriter:
         self.turn = 0
         self.pending: Any = None
 
-    def write(self, parts: Sequence[Any], offset: int, hashes: PieceHashes) -> None:
+    def write(self, parts: Iterable[Any], offset: int, hashes: PieceHashes) -> None:
         """``parts`` (an archive: whole pieces, at ``offset``: aligned) hashed into ``hashes``
         and written; an archive that is not whole pieces raises ``JobFailed`` before its last
         partial buffer is written."""
