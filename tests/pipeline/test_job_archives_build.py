@@ -45,10 +45,17 @@ OTHER_TOPIC = {"spec": "/status/1/other/proto", "status-go": bytes.fromhex("0bad
 
 
 def write_weeks(
-    data_dir: Path, stream: str, layout: Layout, weeks: range, per_week: int = 40, seed: int = 0
+    data_dir: Path,
+    stream: str,
+    layout: Layout,
+    weeks: range,
+    per_week: int = 40,
+    seed: int = 0,
+    in_order: bool = False,
 ) -> None:
     """``per_week`` messages a week (a few of 150 KB, so archives span several pieces; two
-    topics; some sharing a timestamp), appended out of time order within each week."""
+    topics; some sharing a timestamp), appended out of time order within each week, or in
+    it (``in_order``: as a live community's stream mostly is)."""
     rng = random.Random(seed * 1000 + weeks.start)
     with open_log(data_dir) as log:
         if not log.has_stream(stream):
@@ -70,8 +77,10 @@ def write_weeks(
                     )
                 else:
                     raw = record(layout, at, payload)
-                recs.append(Entry(raw))
-            log.append_many(stream, recs)
+                recs.append((at, Entry(raw)))
+            if in_order:
+                recs.sort(key=lambda r: r[0])
+            log.append_many(stream, [e for _, e in recs])
 
 
 def control_build(data_dir: Path, root: Path, stream: str, layout: Layout, now: int, **kw):

@@ -110,6 +110,67 @@ def test_one_window_per_task_gives_the_control_nodes_bytes(
         assert len(seen["parts"]) == 4 and seen["staged"] is None  # type: ignore[arg-type]
 
 
+@pytest.mark.spark
+def test_records_in_index_order_are_read_framed_and_written_as_they_go(
+    spark, tmp_path, monkeypatch
+):
+    """A stream appended in time order (each task's records one index run per unit, the
+    common case): the spec build streams them from the stream into the archives
+    (``_streamed``), two windows a task, and writes the control node's bytes."""
+    layout = get_layout("spec")
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 5), per_week=30, in_order=True)
+    assert sorted((data / "lake").rglob("*.parquet")), "the test needs records in lake files"
+    monkeypatch.setattr(ab, "TASK_RECORDS", (1, 60))  # two windows a task
+    now = START + 5 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), now_ns=now
+    )
+    rep = ab.run(spark, opts)
+    out = control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    assert rep.new_archives == len(out.new) == 5 and rep.communities[0].records == 5 * 30
+
+
+def test_a_streamed_task_gives_each_range_its_records_framed_and_checks_them(tmp_path, monkeypatch):
+    """``_streamed``: records of index runs (``_in_index_runs``) read and framed in order,
+    each range asked for given its records (records between two ranges skipped); a record
+    that is not the one the spill holds at its place fails the job."""
+    import pyarrow as pa
+
+    from loglake.archives.layout import frame_parts
+
+    _lake(tmp_path, 0, 29)
+    (u,) = ab.plan_units(str(tmp_path), {0: "c"})[0]
+
+    def slices(idx: list[int]) -> list[tuple[ab.Unit, pa.Table]]:
+        n = len(idx)
+        cols = {"index": idx, "ts": list(range(n)), "flen": [4] * n}
+        return [(u, pa.table({k: pa.array(v, pa.int64()) for k, v in cols.items()}))]
+
+    def joined(idx: range) -> bytes:
+        return b"".join(frame_parts([b"r%d" % i for i in idx])[0])
+
+    assert ab._in_index_runs(slices(list(range(3, 20))))
+    assert not ab._in_index_runs(slices([3, 4, 6]))  # a record skipped as bad
+    assert not ab._in_index_runs(slices([])) and not ab._in_index_runs([])
+    recs = ab._streamed(str(tmp_path), slices(list(range(3, 20))))
+    assert list(recs.ts) == list(range(17)) and int(recs.flen.sum()) == 17 * 4
+    assert b"".join(recs.framed(0, 5)) == joined(range(3, 8))
+    assert b"".join(recs.framed(7, 17)) == joined(range(10, 20))  # 8 and 9: no window's
+    with pytest.raises(JobFailed, match=r"records 5\.\.10 of a build task are gone"):
+        list(ab._streamed(str(tmp_path), slices(list(range(25, 35)))).framed(0, 10))
+    real = ab.read_unit
+
+    def shifted(*a: object, **kw: object) -> object:
+        for idx, col in real(*a, **kw):  # type: ignore[arg-type]
+            yield idx + 1, col
+
+    monkeypatch.setattr(ab, "read_unit", shifted)
+    with pytest.raises(JobFailed, match="record 3 is not where the scan saw it"):
+        list(ab._streamed(str(tmp_path), slices(list(range(3, 20)))).framed(0, 3))
+
+
 def test_framed_records_are_frame_parts_joined():
     """The spec build's C framing: ``0x1a varint(len) record`` for every record (varints of
     1, 2 and 3 bytes, empty records, a sliced column) equals ``frame_parts`` joined; a record
@@ -134,7 +195,6 @@ def test_framed_records_are_frame_parts_joined():
     # what the scan frames instead: the same bytes, record by record
     framed = ab._framed_slow(big)
     assert bytes(ab._data_view(framed)) == b"".join(frame_parts(big.to_pylist())[0])
-    assert [ab._unframe(f) for f in framed.to_pylist()] == big.to_pylist()
     assert bytes(ab._data_view(framed.cast(pa.large_binary()).slice(1))) == b"\x1a\x01x\x1a\x00"
 
 
@@ -297,6 +357,33 @@ def test_a_unit_compacted_away_after_the_plan_is_read_from_the_file_that_covers_
         _read(tmp_path, units[1])
 
 
+def test_the_spec_build_reads_its_records_again_in_the_spills_order_framed(tmp_path):
+    """``_reread``: the records of the indexes asked for, in the order asked (the spill's),
+    each framed as the spec archive holds it; the whole unit in index order is the read
+    itself; a range within one lake file, records in another order, or some skipped (bad
+    records the scan left out) are taken by position; an index the stream no longer holds
+    fails the job naming it."""
+    from loglake.archives.layout import frame_parts
+
+    _lake(tmp_path, 0, 29)
+    (u,) = ab.plan_units(str(tmp_path), {0: "c"})[0]
+
+    def framed(idx: list[int]) -> list[bytes]:
+        return frame_parts([b"r%d" % i for i in idx])[0]
+
+    def got(idx: list[int], is_framed: bool = True) -> list[bytes]:
+        return ab._reread(str(tmp_path), u, np.array(idx), is_framed).to_pylist()
+
+    every = list(range(30))
+    assert got(every) == [a + b for a, b in zip(*[iter(framed(every))] * 2, strict=True)]
+    for idx in ([12, 13, 14], [5, 3, 4, 29], [0, 2, 28]):
+        parts = framed(idx)
+        assert got(idx) == [a + b for a, b in zip(parts[0::2], parts[1::2], strict=True)]
+        assert got(idx, False) == [b"r%d" % i for i in idx]
+    with pytest.raises(JobFailed, match=r"record 30 of stream .c. is gone"):
+        got([28, 30])
+
+
 def test_the_commit_makes_each_rename_durable_before_the_next_and_deletes_no_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -347,13 +434,14 @@ def test_the_commit_makes_each_rename_durable_before_the_next_and_deletes_no_out
 
 @pytest.mark.spark
 @pytest.mark.parametrize("layout_name", ["spec", "status-go"])
-def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
+def test_the_general_path_builds_from_the_spills_the_spec_path_reads_the_lake_again(
     spark, tmp_path, monkeypatch, layout_name
 ):
-    """The scan is the only read of a lake file: with every lake file made unreadable once
-    the scan is done (when the driver groups windows into build tasks; the same records are
-    still in the live log, where a re-plan would find them), the build still writes the
-    control node's bytes, from the scan's spills alone."""
+    """status-go (the general path) takes its records' bytes from the scan's spills: with
+    every lake file made unreadable once the scan is done (when the driver groups windows
+    into build tasks; the same records are still in the live log, where a re-plan would find
+    them), the build still writes the control node's bytes. The spec layout's spills hold no
+    bytes (``_scan_task``): its build reads the lake again, and fails on the spoiled file."""
     layout = get_layout(layout_name)
     data = tmp_path / "data"
     write_weeks(data, "c", layout, range(0, 3), per_week=30)
@@ -373,6 +461,10 @@ def test_each_lake_file_is_read_once_the_build_takes_the_records_from_the_scan(
         str(data), str(tmp_path / "job"), (ab.Community("c", CID),), layout=layout_name, now_ns=now
     )
     try:
+        if layout_name == "spec":
+            with pytest.raises(Exception, match=r"[Pp]arquet"):
+                ab.run(spark, opts)
+            return
         rep = ab.run(spark, opts)
     finally:
         for f, body in saved.items():

@@ -7,7 +7,7 @@ already ``WakuMessage`` bytes, so the driver plans from metadata only — the la
 name) and the live log's bounds, the log opened once for every stream — and Spark runs plain
 tasks (``SparkContext.parallelize`` of small descriptors) that read their records where they
 lie (lake Parquet through pyarrow, the live tail through ``loglake.log``'s read-only view) and
-send back only small results. Two stages, one read and one decode of every record:
+send back only small results. Two stages, one decode of every record:
 
 - scan, one call per unit (``loglake.pipeline.units``, shared with ``job sds-audit``: a lake
   file, or up to ``LIVE_SPLIT`` records of the live log; units packed into a few Spark
@@ -15,20 +15,20 @@ send back only small results. Two stages, one read and one decode of every recor
   the layout's own ``decode_record`` for any record it cannot vouch for);
   out come only, per community and hour of message time, the index range and oldest time of
   its messages, and the bad records (so a bad record fails the job before any build work, and
-  windows are planned from the oldest message); the unit's good records stay, decoded, with
-  their bytes (framed as the spec layout's archive holds them) and in the store's order (time,
-  then index), in an Arrow IPC spill file: no lake file is read twice;
+  windows are planned from the oldest message); the unit's good records stay, decoded and in
+  the store's order (time, then index), in an Arrow IPC spill file, with their bytes for the
+  general path (for the spec layout's, the build reads them again: ``_scan_task`` says why);
 - plan (driver, spec layout): every archive sized before any is built, from the spills' time,
   framed size and topic codes (``_plan_direct``: metadata, layout head, padding), each build
   task given its offset in the community's staged ``data``, made that long;
 - build, one call per group of whole consecutive windows of one community (about a quarter of
   the records per core, ``TASK_RECORDS``; a window never spans two tasks): its windows' slices
   of its units' spills (memory-mapped, no decode), built — for the spec layout by
-  ``_build_direct`` (the layout's archive head, the spill's framed records, ``padding_field``:
-  no Python object per record), written at its planned offset in the staged ``data``
-  past the page cache (``O_DIRECT``, ``_DirectWriter``) where the file system allows it, else
-  with one ``pwritev`` per archive, its write-back to the disk started at once
-  (``_start_writeback``);
+  ``_build_direct`` (the layout's archive head, the records read again and framed in C,
+  ``_reread``, ``padding_field``: no Python object per record), written at its planned
+  offset in the staged ``data`` past the page cache (``O_DIRECT``, ``_DirectWriter``) where
+  the file system allows it, else with one ``pwritev`` per archive, its write-back to the
+  disk started at once (``_start_writeback``);
   otherwise (status-go, ``--topic``) by the archives part's sans-I/O
   ``ArchiveBuilder`` (framing, padding, status-go chunks) into a part file the driver copies
   in — every archive padded to whole pieces, so a task's pieces and SHA-1 hashes do not
@@ -90,13 +90,14 @@ import dataclasses
 import fcntl
 import fnmatch
 import functools
+import itertools
 import json
 import os
 import pickle
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -360,18 +361,23 @@ def _keep_heap() -> bool:
 
 
 def _scan_task(
-    layout_name: str, data_dir: str, scratch: Scratch, framed: bool
+    layout_name: str, data_dir: str, scratch: Scratch, direct: bool
 ) -> Callable[[tuple[int, Unit]], tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]]:
-    """The scan, one call per unit, and the only read and decode of every record: out come,
-    per (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
+    """The scan, one call per unit, and the only decode of every record: out come, per
+    (community, hour of message time), ``(sid, bucket, lo, hi, n, oldest time)`` and every
     bad record as ``(sid, index, error)`` (small: windows are planned from it); the unit's good
-    records, decoded (index, time, topic, cap, framed size) with their bytes, in the store's
-    order (time, then index), are left in an uncompressed Arrow IPC file in ``scratch`` (in
-    memory when it has room: ``pipeline.scratch``) for the build, which memory-maps it.
-    ``framed``: the bytes are kept framed as the spec layout's archive holds them
-    (``_framed``, in C), so the build writes slices of the spill. Why the bytes: a lake file
-    read and decompressed a second time by the build (and each record framed there) was the
-    build's largest cost; the spill is scratch, removed before the driver fsyncs the output."""
+    records, decoded (index, time, topic, cap, framed size), in the store's order (time, then
+    index), are left in an uncompressed Arrow IPC file in ``scratch`` (in memory when it has
+    room: ``pipeline.scratch``) for the driver's plan and the build, which memory-map it.
+
+    ``direct`` (the spec layout, sized by the driver): the spill holds no record bytes; the
+    build reads its records from the stream again (``_reread``), each framed right after it is
+    decompressed. Why: kept in the spill (framed, 3.3 GB at 10 M records), the bytes were
+    written into fresh memory pages, which this VM's host must back first: the scan's system
+    time was most of that (with the bytes against without, scan CPU 5.9-7.6 s against
+    4.2-4.5 s at 10 M records), more than a second decompression costs (about 30 ms of CPU a
+    lake file, into buffers the worker reuses). Otherwise the spill keeps each record's bytes
+    (``data``), which the general path's builder takes whole."""
 
     def run(task: tuple[int, Unit]) -> tuple[list[tuple[int, ...]], list[tuple[int, int, str]]]:
         import pyarrow as pa
@@ -381,7 +387,7 @@ def _scan_task(
         rows: list[tuple[int, ...]] = []
         bad: list[tuple[int, int, str]] = []
         keep: list[pa.RecordBatch] = []
-        names = [*_SPILL_COLUMNS, "framed" if framed else "data"]
+        names = [*_SPILL_COLUMNS] if direct else [*_SPILL_COLUMNS, "data"]
         for idx, col in read_unit(data_dir, u, batch_rows=SCAN_ROWS):
             ts, topic, cap, bads = decode_waku_batch(layout_name, col)
             if not pa.types.is_dictionary(topic.type):  # one type for every batch of a spill
@@ -400,26 +406,10 @@ def _scan_task(
                 col = col.cast(pa.binary())
             offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
             flen = _framed_len(np.diff(offs[col.offset :]))
-            body = col
-            if framed:  # in C where built, else pyarrow, else per record
-                body = frame_records(col)
-                if body is None:
-                    body = _framed(col)
-                if body is None:
-                    body = _framed_slow(col)
-            keep.append(
-                pa.RecordBatch.from_arrays(
-                    [
-                        pa.array(idx),
-                        pa.array(ts),
-                        topic,
-                        pa.array(cap),
-                        pa.array(flen),
-                        body.cast(pa.large_binary()),
-                    ],
-                    names=names,
-                )
-            )
+            arrays = [pa.array(idx), pa.array(ts), topic, pa.array(cap), pa.array(flen)]
+            if not direct:
+                arrays.append(col.cast(pa.large_binary()))
+            keep.append(pa.RecordBatch.from_arrays(arrays, names=names))
             bucket = ts // BUCKET_NS
             order = np.argsort(bucket, kind="stable")
             i_, t_, bucket = idx[order], ts[order], bucket[order]
@@ -515,23 +505,29 @@ class _Place:
 
 def _build_task(
     layout_name: str,
+    data_dir: str,
     topics: Sequence[bytes | str] | None,
     parts_dir: str,
     scratch: Scratch,
 ) -> Callable[[_BuildTask], dict[str, Any]]:
     """The build, one call per group of windows: the group's records taken from the scan's
-    spill files of its units (memory-mapped, already decoded, with their bytes, in the store's
-    order, each window a slice by time); then ``_build_direct`` (archives sized by the
-    driver, written in place) or ``_build_window`` (archives framed, padded, pieces hashed,
-    bytes written to a part file); returned: sizes, hashes, entries. No lake file is read
-    again."""
+    spill files of its units (memory-mapped, already decoded, in the store's order, each
+    window a slice by time), with their bytes from the spill or, where the scan kept none
+    (the spec layout), read from the stream again (``_reread``); then ``_build_direct``
+    (archives sized by the driver, written in place) or ``_build_window`` (archives framed,
+    padded, pieces hashed, bytes written to a part file); returned: sizes, hashes, entries."""
 
     def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
 
         frm, to = t.windows[0][0], t.windows[-1][1]
         # the sized path needs no topic (the driver put them in each archive's metadata)
-        names = ["index", "ts"] if t.place is not None else ["index", "ts", "topic", "cap"]
+        names = ["index", "ts", "flen"] if t.place is not None else ["index", "ts", "topic", "cap"]
+        layout = get_layout(layout_name)
+        if t.place is not None:
+            slices = _spill_slices(scratch, t, names)
+            if _in_index_runs(slices):  # the common case: read, framed and written as it goes
+                return _build_direct(layout, t, _streamed(data_dir, slices))
         tables = []
         for u in t.units:
             path = scratch.find(_spill_name(t.sid, u))
@@ -548,8 +544,13 @@ def _build_task(
                     part = part.set_column(
                         part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
                     )
-                tables.append(part.select([*names, part.column_names[-1]]))
-        layout = get_layout(layout_name)
+                if "data" in part.column_names:
+                    tables.append(part.select([*names, "data"]))
+                    continue
+                framed = t.place is not None
+                body = _reread(data_dir, u, part.column("index").to_numpy(), framed)
+                part = part.select(names)
+                tables.append(part.append_column("framed" if framed else "data", body))
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
             ts = table.column("ts").to_numpy()
@@ -557,18 +558,14 @@ def _build_task(
                 order = np.lexsort((table.column("index").to_numpy(), ts))  # the store's order
                 table = table.take(pa.array(order))
         if t.place is not None:
-            return _build_direct(layout, t, table)
+            return _build_direct(layout, t, _Records.of_table(table))
         rows: list[Any] = []
         if table is not None:
-            if "data" in table.column_names:
-                data = table.column("data").to_pylist()
-            else:  # spilled framed, and the driver fell back to the builder: unframe
-                data = [_unframe(f) for f in table.column("framed").to_pylist()]
             rows = list(
                 zip(
                     table.column("ts").to_numpy().tolist(),
                     table.column("topic").to_pylist(),
-                    data,
+                    table.column("data").to_pylist(),
                     table.column("cap").to_numpy().tolist(),
                     strict=True,
                 )
@@ -578,13 +575,156 @@ def _build_task(
     return run
 
 
-def _unframe(framed: bytes) -> bytes:
-    """The record of ``0x1a varint(len) record`` (as the scan framed it: the record is all
-    that follows the varint, whose last octet is the first without the continuation bit)."""
-    at = 1
-    while framed[at] & 0x80:
-        at += 1
-    return framed[at + 1 :]
+def _reread(data_dir: str, u: Unit, want: np.ndarray, framed: bool) -> pa.ChunkedArray:
+    """The bytes of ``u``'s records of index ``want`` (in that order: the spill's, the store's
+    order), read from the stream again, ``SCAN_ROWS`` at a time (``read_unit``: a lake file's
+    row groups outside ``want``'s range are skipped), each batch framed right after it is
+    decompressed where ``framed`` (``frame_records``, in C; else ``_framed``, else
+    ``_framed_slow``): one large binary chunk a batch, no copy when the records read are
+    ``want`` itself (a whole unit in index order, none skipped as bad); else taken by
+    position. A record no longer there fails the job (the stream changed under it)."""
+    import pyarrow as pa
+
+    want = np.asarray(want, dtype=np.int64)
+    lo, hi = int(want.min()), int(want.max()) + 1
+    idxs: list[np.ndarray] = []
+    chunks: list[pa.Array] = []
+    for idx, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+        idxs.append(idx)
+        chunks.append(_frame_batch(col) if framed else col.cast(pa.large_binary()))
+    got = np.concatenate(idxs) if idxs else np.zeros(0, np.int64)
+    out = pa.chunked_array(chunks, pa.large_binary())
+    if len(got) == len(want) and np.array_equal(got, want):
+        return out
+    pos = np.searchsorted(got, want)
+    missing = pos >= len(got)
+    missing[~missing] = got[pos[~missing]] != want[~missing]
+    if missing.any():
+        raise JobFailed(
+            f"record {int(want[np.argmax(missing)])} of stream {u.stream!r} is gone since the "
+            "scan: the stream changed during the job"
+        )
+    return out.take(pa.array(pos))
+
+
+def _frame_batch(col: pa.Array) -> pa.Array:
+    """``0x1a varint(len) record`` of every record of a batch, as large binary: in C where
+    built (``frame_records``), else pyarrow (``_framed``), else per record."""
+    import pyarrow as pa
+
+    if col.type != pa.binary():
+        col = col.cast(pa.binary())
+    body = frame_records(col)
+    if body is None:
+        body = _framed(col)
+    if body is None:
+        body = _framed_slow(col)
+    return body.cast(pa.large_binary())
+
+
+def _spill_slices(
+    scratch: Scratch, t: _BuildTask, names: Sequence[str]
+) -> list[tuple[Unit, pa.Table]]:
+    """Per unit of ``t`` with records in its windows, the spill's rows of them (``names``)."""
+    import pyarrow as pa
+
+    frm, to = t.windows[0][0], t.windows[-1][1]
+    out = []
+    for u in t.units:
+        path = scratch.find(_spill_name(t.sid, u))
+        if path is None:  # no good record in this unit
+            continue
+        with pa.memory_map(path) as src:
+            table = pa.ipc.open_file(src).read_all()
+        a, z = np.searchsorted(table.column("ts").to_numpy(), [frm, to], side="left").tolist()
+        if z > a:
+            out.append((u, table.slice(a, z - a).select(list(names))))
+    return out
+
+
+def _in_index_runs(slices: Sequence[tuple[Unit, pa.Table]]) -> bool:
+    """Whether a task's records, in the store's order (time, then index), are each unit's
+    records of one index range, units in order: then reading each range in index order gives
+    them in the order the archives hold them (``_streamed``). Not so where a record was
+    skipped as bad or message times run against the index."""
+    idx = [np.asarray(p.column("index").to_numpy()) for _, p in slices]
+    if not idx or any(not len(i) or not bool(np.all(np.diff(i) == 1)) for i in idx):
+        return False
+    ts = np.concatenate([p.column("ts").to_numpy() for _, p in slices])
+    return not _out_of_order(ts, np.concatenate(idx))
+
+
+@dataclass
+class _Records:
+    """A build task's records in the store's order, as ``_build_direct`` takes them: each
+    one's time and framed size (from the spills), and ``framed(a, z)``: the framed bytes of
+    records ``[a, z)`` as buffers, asked for in order, each range once."""
+
+    ts: np.ndarray
+    flen: np.ndarray
+    framed: Callable[[int, int], Iterator[Any]]
+
+    @staticmethod
+    def of_table(table: pa.Table | None) -> _Records:
+        """Records held in memory: a table with ``ts``, ``flen`` and ``framed`` (slices of its
+        chunks, no copy)."""
+        if table is None:
+            empty = np.zeros(0, np.int64)
+            return _Records(empty, empty, lambda a, z: iter(()))
+        col = table.column("framed")
+        return _Records(
+            table.column("ts").to_numpy(),
+            table.column("flen").to_numpy(),
+            lambda a, z: (_data_view(c) for c in col.slice(a, z - a).chunks),
+        )
+
+
+def _streamed(data_dir: str, slices: Sequence[tuple[Unit, pa.Table]]) -> _Records:
+    """Records in index runs (``_in_index_runs``) read from the stream as ``_build_direct``
+    asks for them: each unit's range through ``read_unit``, ``SCAN_ROWS`` at a time, each
+    batch framed right after it is decompressed (``_frame_batch``) and handed over as it is.
+
+    Why: read whole before the build (``_reread``), a task's records (about 150 MB) were
+    decompressed and framed while its disk sat idle, then written while its core did
+    little but hash. Streamed, the writer thread (``_DirectWriter``) writes one buffer while
+    the core decompresses, frames and hashes the next. A record that is not the one the spill
+    holds at its place (the stream changed under the job) fails the job."""
+    want = np.concatenate([np.asarray(p.column("index").to_numpy()) for _, p in slices])
+
+    def batches() -> Iterator[tuple[np.ndarray, pa.Array]]:
+        for u, p in slices:
+            idx = p.column("index").to_numpy()
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            for got, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+                yield got, _frame_batch(col)
+
+    source = batches()
+    left: list[Any] = []  # the rest of a batch a range ended in: (indexes, framed)
+    at = [0]  # the next record the source gives
+
+    def framed(a: int, z: int) -> Iterator[Any]:
+        first = at[0]
+        at[0] = z
+        while first < z:
+            got, body = left.pop() if left else next(source, (None, None))
+            if got is None or body is None:
+                raise JobFailed(f"records {first}..{z} of a build task are gone since the scan")
+            k = min(z - first, len(got))
+            if not np.array_equal(got[:k], want[first : first + k]):
+                raise JobFailed(
+                    f"record {int(want[first])} is not where the scan saw it: the stream "
+                    "changed during the job"
+                )
+            if k < len(got):
+                left.append((got[k:], body.slice(k)))
+            if first + k > a:  # records before a: in no window of the task, skipped
+                skip = max(0, a - first)
+                yield _data_view(body.slice(skip, k - skip))
+            first += k
+
+    ts = np.concatenate([p.column("ts").to_numpy() for _, p in slices])
+    flen = np.concatenate([p.column("flen").to_numpy() for _, p in slices])
+    return _Records(ts, flen, framed)
 
 
 def _plan_direct(
@@ -810,23 +950,23 @@ def _data_view(framed: pa.Array) -> memoryview:
     return memoryview(buf)[a:z] if buf is not None else memoryview(b"")
 
 
-def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict[str, Any]:
+def _build_direct(layout: Layout, t: _BuildTask, records: _Records) -> dict[str, Any]:
     """The archives of a task the driver sized (``_plan_direct``), written straight into the
     staged ``data`` at their offsets: per window, the layout's head for the metadata the
-    driver chose, the records as the scan framed them (slices of the memory-mapped spills'
-    ``framed`` bytes: no copy) and ``padding_field``; written direct (``_DirectWriter``: each
+    driver chose, the records framed (``_reread``: slices of its ``framed`` chunks, no copy)
+    and ``padding_field``; written direct (``_DirectWriter``: each
     piece hashed as it is copied into the aligned buffer) or hashed from those buffers and
     written in one ``pwritev`` per archive. The same bytes as ``ArchiveBuilder.build`` (one
     archive per non-empty window, its topics sorted); an archive whose size is not the
-    planned one (the spills changed under the job) fails the job. Why: part files copied
-    into the staged ``data`` wrote every byte twice, and at 10 M records the copies reached
-    the disk."""
+    planned one (the stream or the spills changed under the job) fails the job. Why: part
+    files copied into the staged ``data`` wrote every byte twice, and at 10 M records the
+    copies reached the disk."""
     from loglake.archives import padding_field
 
     assert t.place is not None
     place = t.place
     hashes = PieceHashes(layout.piece_length)
-    ts = table.column("ts").to_numpy() if table is not None else np.zeros(0, np.int64)
+    ts = records.ts
     entries: list[tuple[Any, int, int, int]] = []
     todo = iter(place.archives)
     fd = _open_direct(place.path, place.offset, layout.piece_length)
@@ -836,7 +976,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
     try:
         for frm, to in t.windows:
             a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
-            if z <= a or table is None:
+            if z <= a:
                 continue
             planned = next(todo, None)
             if planned is None:
@@ -845,23 +985,35 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
                     "changed during the job"
                 )
             meta, size = planned
-            empty = layout.encode_archive(meta, [], 0)
-            body: list[Any] = [empty.parts[0]]
-            body += [_data_view(c) for c in table.column("framed").slice(a, z - a).chunks]
-            body_len = sum(map(len, body))
-            body.append(padding_field(body_len, layout.piece_length))
-            if body_len + len(body[-1]) != size:
+            head = layout.encode_archive(meta, [], 0).parts[0]
+            want = int(records.flen[a:z].sum())
+            pad = padding_field(len(head) + want, layout.piece_length)
+            if len(head) + want + len(pad) != size:
                 raise JobFailed(
-                    f"archive of window {frm}..{to} is {body_len + len(body[-1])} bytes, "
+                    f"archive of window {frm}..{to} is {len(head) + want + len(pad)} bytes, "
                     f"planned {size}: the scan's spill changed during the job"
                 )
+            seen = [0]
+
+            def counted(parts: Iterator[Any], seen: list[int] = seen) -> Iterator[Any]:
+                for part in parts:
+                    seen[0] += len(part)
+                    yield part
+
+            body = itertools.chain([head], counted(records.framed(a, z)), [pad])
             off = place.offset + hashes.data_size
             if direct is not None:
                 direct.write(body, off, hashes)
             else:
-                hashes.extend_parts(body, size, 0)
-                _pwritev_all(fd, body, off)
+                parts = list(body)
+                hashes.extend_parts(parts, size, 0)
+                _pwritev_all(fd, parts, off)
                 _start_writeback(fd, off, size)
+            if seen[0] != want:
+                raise JobFailed(
+                    f"window {frm}..{to}: {seen[0]} bytes of records, the scan counted {want}: "
+                    "the stream changed during the job"
+                )
             entries.append((meta, off - place.offset, size, 0))
         if direct is not None:
             direct.wait()
@@ -878,7 +1030,7 @@ def _build_direct(layout: Layout, t: _BuildTask, table: pa.Table | None) -> dict
         "nbytes": hashes.data_size,
         "hashes": b"".join(hashes.hashes),
         "entries": pickle.dumps(entries),
-        "records": 0 if table is None else len(table),
+        "records": len(ts),
     }
 
 
@@ -985,7 +1137,7 @@ class _DirectWriter:
         self.turn = 0
         self.pending: Any = None
 
-    def write(self, parts: Sequence[Any], offset: int, hashes: PieceHashes) -> None:
+    def write(self, parts: Iterable[Any], offset: int, hashes: PieceHashes) -> None:
         """``parts`` (an archive: whole pieces, at ``offset``: aligned) hashed into ``hashes``
         and written; an archive that is not whole pieces raises ``JobFailed`` before its last
         partial buffer is written."""
@@ -1315,7 +1467,7 @@ def _run(
     units = plan_units(opts.data_dir, streams)
     sc = spark.sparkContext
 
-    # pass 1 (executors): every record read and decoded where it lies, once; per community
+    # pass 1 (executors): every record read and decoded where it lies; per community
     # and hour of message time, the index range of its messages; bad records. Small,
     # collected. The decoded records stay in spill files for pass 2: in memory when it has
     # room (``pipeline.scratch``), else beside the part files of the general path.
@@ -1434,7 +1586,7 @@ def _scan_build_stage(
     # pass 2 (executors): each group of windows built by the archives part's builder
     t1 = time.perf_counter()
     progress("build", 0, len(tasks))
-    build = _build_task(opts.layout, opts.topics, str(parts_dir), scratch)
+    build = _build_task(opts.layout, opts.data_dir, opts.topics, str(parts_dir), scratch)
     bgroups = _in_groups(tasks, [t.hi - t.lo for t in tasks], slots)
     rows = sc.parallelize(bgroups, len(bgroups)).flatMap(lambda g: [build(x) for x in g]).collect()
     progress("build", len(tasks), len(tasks))
