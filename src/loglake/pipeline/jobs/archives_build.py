@@ -520,37 +520,26 @@ def _build_task(
     def run(t: _BuildTask) -> dict[str, Any]:
         import pyarrow as pa
 
-        frm, to = t.windows[0][0], t.windows[-1][1]
         # the sized path needs no topic (the driver put them in each archive's metadata)
         names = ["index", "ts", "flen"] if t.place is not None else ["index", "ts", "topic", "cap"]
         layout = get_layout(layout_name)
-        if t.place is not None:
-            slices = _spill_slices(scratch, t, names)
-            if _in_index_runs(slices):  # the common case: read, framed and written as it goes
-                return _build_direct(layout, t, _streamed(data_dir, slices))
+        slices = _spill_slices(scratch, t)
+        if t.place is not None and _in_index_runs(slices):
+            # the common case: read, framed and written as it goes
+            return _build_direct(layout, t, _streamed(data_dir, slices))
         tables = []
-        for u in t.units:
-            path = scratch.find(_spill_name(t.sid, u))
-            if path is None:  # no good record in this unit
+        for u, part in slices:
+            if "topic" in names:  # each spill has its own dictionary: plain values
+                topic = part.column("topic")
+                part = part.set_column(
+                    part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
+                )
+            if "data" in part.column_names:
+                tables.append(part.select([*names, "data"]))
                 continue
-            with pa.memory_map(path) as src:
-                table = pa.ipc.open_file(src).read_all()
-            ts = table.column("ts").to_numpy()
-            a, z = np.searchsorted(ts, [frm, to], side="left").tolist()
-            if z > a:
-                part = table.slice(a, z - a)
-                if "topic" in names:  # each spill has its own dictionary: plain values
-                    topic = part.column("topic")
-                    part = part.set_column(
-                        part.column_names.index("topic"), "topic", topic.cast(topic.type.value_type)
-                    )
-                if "data" in part.column_names:
-                    tables.append(part.select([*names, "data"]))
-                    continue
-                framed = t.place is not None
-                body = _reread(data_dir, u, part.column("index").to_numpy(), framed)
-                part = part.select(names)
-                tables.append(part.append_column("framed" if framed else "data", body))
+            framed = t.place is not None
+            body = _reread(data_dir, u, part.column("index").to_numpy(), framed)
+            tables.append(part.select(names).append_column("framed" if framed else "data", body))
         table = pa.concat_tables(tables) if tables else None
         if table is not None and len(tables) > 1:
             ts = table.column("ts").to_numpy()
@@ -622,10 +611,9 @@ def _frame_batch(col: pa.Array) -> pa.Array:
     return body.cast(pa.large_binary())
 
 
-def _spill_slices(
-    scratch: Scratch, t: _BuildTask, names: Sequence[str]
-) -> list[tuple[Unit, pa.Table]]:
-    """Per unit of ``t`` with records in its windows, the spill's rows of them (``names``)."""
+def _spill_slices(scratch: Scratch, t: _BuildTask) -> list[tuple[Unit, pa.Table]]:
+    """Per unit of ``t`` with records in its windows, the spill's rows of them (memory-mapped,
+    in the store's order: a slice by time)."""
     import pyarrow as pa
 
     frm, to = t.windows[0][0], t.windows[-1][1]
@@ -638,7 +626,7 @@ def _spill_slices(
             table = pa.ipc.open_file(src).read_all()
         a, z = np.searchsorted(table.column("ts").to_numpy(), [frm, to], side="left").tolist()
         if z > a:
-            out.append((u, table.slice(a, z - a).select(list(names))))
+            out.append((u, table.slice(a, z - a)))
     return out
 
 
