@@ -211,6 +211,46 @@ def test_rejects_and_never_delivered_dependencies(spark, tmp_path):
     assert "Rejected records" in (tmp_path / "out" / "report.html").read_text()
 
 
+def test_later_copies_of_a_message_are_counted_and_not_audited_again(spark, tmp_path):
+    """Records that repeat an earlier message (a resend, an SDS-R repair response): the message
+    is its first copy (its index, its time), ``copies`` counts every record of it, and the
+    later ones acknowledge nothing: ``acks`` is the audit's of the channel without them."""
+    cfg = SimConfig(
+        participants=4,
+        messages=12,
+        seed=7,
+        loss=0.0,
+        send_window_ms=12_000,
+        settle_ms=10_000,
+        causal_history_size=5,
+        record_channel=True,
+    )
+    plain, copied = tmp_path / "plain", tmp_path / "copied"
+    sim = simulated(plain, cfg)
+    simulated(copied, cfg)
+    contents = [(k, d) for k, (_, _, d) in enumerate(sim.channel) if parse(d).content]
+    again = [contents[0][1], contents[4][1], contents[0][1], sim.channel[-1][2]]
+    with open_log(copied) as log:
+        log.append_many(STREAM, [Entry(d) for d in again])
+    want = audit(spark, plain, tmp_path / "out-plain", report=False)
+    got = audit(spark, copied, tmp_path / "out-copied", report=False)
+    assert got.records == want.records + len(again)
+    assert (got.content_messages, got.acks) == (want.content_messages, want.acks)
+
+    def rows(out: Path, name: str) -> list[dict]:
+        return sorted(
+            (r.asDict(recursive=True) for r in table(spark, str(out), name).collect()),
+            key=lambda r: tuple(str(v) for v in r.values()),
+        )
+
+    assert rows(tmp_path / "out-copied", "acks") == rows(tmp_path / "out-plain", "acks")
+    n_again = {parse(d).message_id: again.count(d) for d in again}
+    first = {parse(d).message_id: k for k, (_, _, d) in reversed(list(enumerate(sim.channel)))}
+    for r in table(spark, str(tmp_path / "out-copied"), "messages").collect():
+        assert r["copies"] == 1 + n_again.get(r["message_id"], 0), r["message_id"]
+        assert r["first_index"] == first[r["message_id"]]
+
+
 def test_a_channel_of_bad_records_only_gives_empty_tables_with_their_columns(spark, tmp_path):
     """Nothing decodes: every record is a reject, and ``messages`` (written by the job's own
     tasks, not Spark's writer) is still a table with its columns and no rows."""
