@@ -1276,16 +1276,18 @@ def _audit(
     first_row = IdIndex(mids).positions([(mids, row[:1], row[-1:] + 1)]) if len(row) else row
     first_row = np.where(first_row < 0, row, first_row)  # no id (not decoded): its own
     is_first = first_row == row
-    first = good.filter(pa.array(is_first)).append_column(
-        "copies", pa.array(np.bincount(first_row, minlength=len(row))[is_first], pa.int64())
+    copies = pa.array(np.bincount(first_row, minlength=len(row))[is_first], pa.int64())
+    # no later copy (no resend on the channel): the rows as read, not a copy of every column
+    first = (good if bool(is_first.all()) else good.filter(pa.array(is_first))).append_column(
+        "copies", copies
     )
     later = good.column("index").to_numpy()[~is_first]
     kind = first.column("kind")
     is_content = np.asarray(
         pc.fill_null(pc.equal(kind, "content"), False).to_numpy(zero_copy_only=False), dtype=bool
     )
-    content = first.filter(pa.array(is_content)).select(
-        ["message_id", "index", "timestamp_ns", "sender"]
+    content = first.select(["message_id", "index", "timestamp_ns", "sender"]).filter(
+        pa.array(is_content)
     )
 
     # the sweep: one job, a task per group of senders
