@@ -909,15 +909,14 @@ static int offsets_ok(const int32_t *o, Py_ssize_t n, Py_ssize_t data_len) {
     return 1;
 }
 
-static int64_t id_find(const int32_t *slots, Py_ssize_t m, const int32_t *to, const uint8_t *td,
+/* The slot where a probe for the id (p, len) ends among slots (m of them) over the ids (to,
+ * td): the slot holding an equal id, or the first empty one (-1) */
+static size_t id_probe(const int32_t *slots, Py_ssize_t m, const int32_t *to, const uint8_t *td,
                        const uint8_t *p, Py_ssize_t len) {
     size_t s = (size_t)(id_hash(p, len) & (uint64_t)(m - 1));
-    for (;;) {
-        int32_t c = slots[s];
-        if (c < 0) return -1;
-        if (to[c + 1] - to[c] == len && !memcmp(td + to[c], p, (size_t)len)) return c;
-        s = (s + 1) & (size_t)(m - 1);
-    }
+    for (int32_t c; (c = slots[s]) >= 0; s = (s + 1) & (size_t)(m - 1))
+        if (to[c + 1] - to[c] == len && !memcmp(td + to[c], p, (size_t)len)) break;
+    return s;
 }
 
 /* id_table(offsets, data, slots): the set's ids (string offsets int32, data) hashed into slots
@@ -937,18 +936,8 @@ static PyObject *id_table(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < m; i++) slots[i] = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *p = d + o[i];
-        Py_ssize_t len = o[i + 1] - o[i];
-        size_t s = (size_t)(id_hash(p, len) & (uint64_t)(m - 1));
-        for (;;) {
-            int32_t c = slots[s];
-            if (c < 0) {
-                slots[s] = (int32_t)i;
-                break;
-            }
-            if (o[c + 1] - o[c] == len && !memcmp(d + o[c], p, (size_t)len)) break;
-            s = (s + 1) & (size_t)(m - 1);
-        }
+        size_t s = id_probe(slots, m, o, d, d + o[i], o[i + 1] - o[i]);
+        if (slots[s] < 0) slots[s] = (int32_t)i; /* else an earlier equal id stays */
     }
     result = Py_NewRef(Py_None);
 done:
@@ -1053,7 +1042,7 @@ static PyObject *id_lookup(PyObject *self, PyObject *args) {
         Py_ssize_t k = parts[p].b[2].len / 8;
         for (Py_ssize_t i = 0; i < k; i++)
             for (int64_t j = st[i]; j < en[i]; j++)
-                *out++ = id_find(slots, m, to, td, d + o[j], o[j + 1] - o[j]);
+                *out++ = slots[id_probe(slots, m, to, td, d + o[j], o[j + 1] - o[j])];
     }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
