@@ -19,12 +19,13 @@ from loglake.pipeline.jobs.sds_audit import (
     DECODED_SCHEMA,
     SdsAuditOptions,
     _decode_task,
-    _read_work,
+    _work_batches,
     decode_batches,
     run,
     table,
 )
 from loglake.pipeline.units import plan_units
+from tests.sds.records import readable
 
 from .test_job_sds_audit import CFG, STREAM, expected_from_truth, simulated
 
@@ -47,7 +48,7 @@ def _whole(data_dir: Path) -> list[dict]:
             for t in log.read_tables(STREAM, 0, None)
             for b in t.select(list(DECODE_COLUMNS)).to_batches()
         ]
-    return pa.Table.from_batches(list(decode_batches(CHANNEL)(iter(batches)))).to_pylist()
+    return readable(decode_batches(CHANNEL)(iter(batches)))
 
 
 def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_path):
@@ -68,9 +69,9 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     out.mkdir()
     task = _decode_task(str(data), CHANNEL, str(out))
     path, rows, reasons = task((0, units))
-    got = _read_work(path, DECODED_SCHEMA.names)
-    assert rows == n and got.schema == DECODED_SCHEMA and reasons == {}
-    assert got.to_pylist() == want
+    got = list(_work_batches(path, DECODED_SCHEMA.names))
+    assert rows == n and all(b.schema == DECODED_SCHEMA for b in got) and reasons == {}
+    assert readable(got) == want
     assert [p.name for p in out.iterdir()] == [Path(path).name]  # no temporary file left
 
     # job compact replaced the planned files by one covering them: read from that one
@@ -78,7 +79,7 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     for f in small:
         f.unlink()
     path, rows, _ = task((1, units))
-    assert _read_work(path, DECODED_SCHEMA.names).to_pylist() == want
+    assert readable(_work_batches(path, DECODED_SCHEMA.names)) == want
 
 
 @pytest.mark.spark

@@ -3,6 +3,10 @@ order, lengths as the tests choose them, so a record can be what no encoder writ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import pyarrow as pa
+
 from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import (
     TAG_CHANNEL_ID,
@@ -12,6 +16,7 @@ from loglake.sds.codec import (
     TAG_SENDER_ID,
     encode_history_entry,
 )
+from loglake.sds.columnar import history_lists
 from loglake.sds.messages import HistoryEntry
 from loglake.wire.varint import encode_uleb
 
@@ -37,3 +42,21 @@ def sliding_window(n: int, senders: int, keep: int, hint: bool = False) -> list[
         entry = HistoryEntry(f"id{k}", b"h%d" % k if hint else b"h", "p")
         window = [*window, encode_history_entry(entry)][-keep:]
     return datas
+
+
+STORED_HISTORY = ("history_ids", "history_lens", "history_back", "history_from", "history_run")
+"""How ``DECODED_SCHEMA`` stores a causal history: the ids a run does not cover, and the run."""
+
+
+def readable(batches: Iterable[pa.RecordBatch]) -> list[dict]:
+    """Decoded rows as dicts, each history as its list of ids (``causal_history``, from
+    ``history_lists`` of its own batch) in place of how it is stored: what two decodes that
+    cut the records into other batches (so store other runs) must agree on."""
+    rows: list[dict] = []
+    for b in batches:
+        hist = history_lists(b).to_pylist()
+        for r, h in zip(b.to_pylist(), hist, strict=True):
+            for c in STORED_HISTORY:
+                del r[c]
+            rows.append({**r, "causal_history": h})
+    return rows

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from loglake.sds.codec import encode
-from loglake.sds.columnar import DECODED_SCHEMA, decode_batches, history_lists
+from loglake.sds.columnar import DECODED_SCHEMA, decode_batches
 from loglake.sds.messages import HistoryEntry, SdsMessage
+from tests.sds.records import readable
 
 
 def _msg(sender: str, mid: str, hist: list[str], **kw) -> bytes:
@@ -34,12 +35,7 @@ def _decode(records: list[bytes | None], split: int | None = None) -> list[dict]
     ]
     out = list(decode_batches("room")(iter(batches)))
     assert all(b.schema == DECODED_SCHEMA for b in out)
-    rows = pa.Table.from_batches(out).to_pylist()
-    hist = [h for b in out for h in history_lists(b["history_ids"], b["history_lens"]).to_pylist()]
-    for r, h in zip(rows, hist, strict=True):
-        r["causal_history"] = h
-        del r["history_ids"], r["history_lens"]
-    return rows
+    return readable(out)
 
 
 RECORDS = [

@@ -29,6 +29,7 @@ from loglake.sds.codec import (
 )
 from loglake.sds.columnar import (
     DecodeState,
+    _stored_lists,
     decode_batches,
     history_lists,
     pack_lists,
@@ -155,7 +156,7 @@ def decoded(
             }
         )
         out = state.decode(batch)
-        hist = history_lists(out.column("history_ids"), out.column("history_lens")).to_pylist()
+        hist = history_lists(out).to_pylist()
         for r, h in zip(out.to_pylist(), hist, strict=True):
             rows.append(
                 {
@@ -193,8 +194,8 @@ def test_packed_histories_round_trip():
     lists = pa.array([["a", "bc"], None, [], ["défg", ""], ["x"]], pa.list_(pa.string()))
     for arr in (lists, lists.slice(1), lists.slice(2, 2)):
         ids, lens = pack_lists(arr)
-        assert history_lists(ids, lens).to_pylist() == arr.to_pylist()
-        assert history_lists(ids.slice(1), lens.slice(1)).to_pylist() == arr.to_pylist()[1:]
+        assert _stored_lists(ids, lens).to_pylist() == arr.to_pylist()
+        assert _stored_lists(ids.slice(1), lens.slice(1)).to_pylist() == arr.to_pylist()[1:]
 
 
 def test_decode_batches_is_the_state_per_task():

@@ -28,7 +28,7 @@ from loglake.sds.codec import (
 from loglake.sds.columnar import DecodeState
 from loglake.sds.messages import HistoryEntry
 from loglake.wire.varint import encode_uleb
-from tests.sds.records import BLOOM, CHANNEL, ld, sliding_window
+from tests.sds.records import BLOOM, CHANNEL, STORED_HISTORY, ld, readable, sliding_window
 
 _decode = columnar._decode
 # the install builds it where a C compiler is (setup.py; ``make test`` installs gcc first): a
@@ -186,13 +186,21 @@ def test_positions_and_state_it_did_not_make_are_refused():
     ends = np.array([0, 0], np.int64)
     no_entries = np.zeros((0, 4), np.int64)
     index = np.array([5], np.int64)
+    runs = np.zeros((1, 3), np.int32)
     for bad in (b"", b"\x00" * 15, b"\x00" * 8 + b"\xff" * 8, 7):
         with pytest.raises(ValueError, match="state"):
-            _decode.causal({b"a": bad}, data, b"", one, sender, index, ends, no_entries)
+            _decode.causal({b"a": bad}, data, b"", one, sender, index, ends, no_entries, runs)
     with pytest.raises(ValueError, match="unequal"):
-        _decode.causal({}, data, b"", one, sender, index[:0], ends, no_entries)
+        _decode.causal({}, data, b"", one, sender, index[:0], ends, no_entries, runs)
+    for short in (np.zeros((1, 2), np.int32), np.zeros(3, np.int64)):  # runs: 3 int32 a row
+        with pytest.raises(ValueError, match="unequal"):
+            _decode.causal({}, data, b"", one, sender, index, ends, no_entries, short)
+    with pytest.raises(TypeError):  # written: a read-only buffer is refused
+        _decode.causal({}, data, b"", one, sender, index, ends, no_entries, bytes(12))
     with pytest.raises(ValueError, match="cover"):
-        _decode.causal({}, data, b"", one, sender, index, np.array([0, 1], np.int64), no_entries)
+        _decode.causal(
+            {}, data, b"", one, sender, index, np.array([0, 1], np.int64), no_entries, runs
+        )
     with pytest.raises(ValueError, match="outside"):
         _decode.lists(data, b"", np.array([[9, 1]], np.int64), 2, np.array([0, 1]), one, b"")
 
@@ -275,26 +283,36 @@ def _from_s(k: int, ids: list[str], between: bytes = b"") -> bytes:
     return head + entries[0] + between + b"".join(entries[1:]) + ld(TAG_CONTENT, b"x")
 
 
+REQUEST = b"\x6a" + encode_history_entry(HistoryEntry("r"))[1:]  # a repair request's entry
+
+
 @pytest.mark.parametrize(
-    ("second", "between", "new"),
+    ("second", "between", "new", "run"),
     [
-        (["id1", "id2", "id3", "id9"], b"", ["id9"]),  # the window slid: a run, then a new id
-        (["id1", "idX", "id3", "id9"], b"", ["idX", "id9"]),  # same layout, one id's bytes not
-        (["id3", "id2", "id1"], b"", []),  # the same ids in another order
-        (["id1", "id2", "id3"], b"\x6a" + encode_history_entry(HistoryEntry("r"))[1:], []),
-        (["id0", "id1"], b"", []),  # the previous message's first ids
+        (["id1", "id2", "id3", "id9"], b"", ["id9"], (1, 1, 3)),  # the window slid: a run, a new id
+        (["id1", "idX", "id3", "id9"], b"", ["idX", "id9"], (0, 0, 0)),  # one id's bytes not
+        (["id3", "id2", "id1"], b"", [], (0, 0, 0)),  # the same ids in another order
+        (["id1", "id2", "id3"], REQUEST, [], (0, 0, 0)),
+        (["id0", "id1"], b"", [], (1, 0, 2)),  # the previous message's first ids
     ],  # the fourth: a repair request between two entries (not laid out as before)
 )
-def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second, between, new):
+def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second, between, new, run):
     """The kernel compares a row's leading entries with its sender's previous message as one run
     of bytes when they are laid out alike (``same_run``); whatever the layout, causal_new is the
-    reference's: the ids not in the previous message."""
+    reference's: the ids not in the previous message. The run is also how the history is
+    stored (``history_back``, ``history_from``, ``history_run``: only the ids after it are
+    kept), and the history read back is the reference's."""
     first = _from_s(1, ["id0", "id1", "id2", "id3"])
     records = [first, _from_s(2, second, between)]
     got = DecodeState(CHANNEL, BLOOM).decode(_batch(records))
     want = DecodeState(CHANNEL, BLOOM, batched=False).decode(_batch(records))
     assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
     assert got.column("causal_new").to_pylist()[1] == new
+    stored = tuple(got.column(c)[1].as_py() for c in STORED_HISTORY[2:])
+    assert stored == run
+    assert len(got.column("history_lens")[1].as_py()) == len(second) - run[2]
+    assert readable([got]) == readable([want])
+    assert readable([got])[1]["causal_history"] == second
 
 
 IDS = st.text(alphabet="ab\u00e9c", max_size=9)
@@ -375,3 +393,107 @@ def test_id_lookup_refuses_tables_ranges_parts_and_outputs_it_did_not_make():
         lookup(index._slots, 7, 2)  # parts not a sequence
     with pytest.raises(ValueError):
         _decode.id_table(index._offs, index._data, np.zeros(2, np.int32))  # too few slots
+
+
+def _stored(lists: list[list[str] | None], runs: list[tuple[int, int, int]]) -> pa.RecordBatch:
+    """A batch of the decoded rows' history columns: ``lists`` stored, with ``runs``."""
+    ids, lens = columnar.pack_lists(pa.array(lists, pa.list_(pa.string())))
+    cols = [ids, lens, *(pa.array([r[i] for r in runs], pa.int32()) for i in range(3))]
+    return pa.RecordBatch.from_arrays(cols, names=list(STORED_HISTORY))
+
+
+@st.composite
+def histories_with_runs(draw):
+    """Whole histories built row by row, a row's starting with a run of an earlier valid row's
+    (as the decoder finds them), and what is stored of each: (whole, stored, runs)."""
+    whole: list[list[str] | None] = []
+    stored: list[list[str] | None] = []
+    runs: list[tuple[int, int, int]] = []
+    for r in range(draw(st.integers(0, 12))):
+        if draw(st.integers(0, 5)) == 0:
+            whole.append(None)
+            stored.append(None)
+            runs.append((0, 0, 0))
+            continue
+        own = draw(st.lists(IDS, max_size=5))
+        bases = [p for p in range(r) if whole[p]]
+        run = (0, 0, 0)
+        if bases and draw(st.booleans()):
+            p = draw(st.sampled_from(bases))
+            base = whole[p]
+            assert base is not None
+            f = draw(st.integers(0, len(base) - 1))
+            k = draw(st.integers(1, len(base) - f))
+            run = (r - p, f, k)
+            whole.append(base[f : f + k] + own)
+        else:
+            whole.append(own)
+        stored.append(own)
+        runs.append(run)
+    return whole, stored, runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories_with_runs(), st.integers(0, 12))
+def test_unpack_rebuilds_the_histories_the_runs_were_cut_from(case, cut):
+    """``history_lists`` (``_decode.unpack``) gives each row's whole history back, as built;
+    so does the Python reference; and a prefix of the batch reads as the prefix."""
+    whole, stored, runs = case
+    batch = _stored(stored, runs)
+    assert columnar.history_lists(batch).to_pylist() == whole
+    stored_lists = columnar._stored_lists(batch.column(0), batch.column(1))
+    cols = [np.array([r[i] for r in runs], np.int32) for i in range(3)]
+    assert columnar.unpacked_reference(stored_lists, *cols).to_pylist() == whole
+    assert columnar.history_lists(batch.slice(0, cut)).to_pylist() == whole[:cut]
+
+
+RUN = st.tuples(st.integers(-2, 4), st.integers(-1, 4), st.integers(-1, 4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(IDS, max_size=3)), max_size=6), st.data())
+def test_unpack_refuses_runs_the_reference_refuses(lists, data):
+    """Any runs at all, most of them impossible (no base, a null base, past its end, on a
+    null row, negative): the kernel raises ValueError exactly where the reference does, and
+    otherwise gives what it gives."""
+    runs = data.draw(st.lists(RUN, min_size=len(lists), max_size=len(lists)))
+    batch = _stored(lists, runs)
+    stored = columnar._stored_lists(batch.column(0), batch.column(1))
+    cols = [np.array([r[i] for r in runs], np.int32) for i in range(3)]
+    try:
+        want = columnar.unpacked_reference(stored, *cols).to_pylist()
+    except ValueError:
+        want = None
+    if want is None:
+        with pytest.raises(ValueError):
+            columnar.history_lists(batch)
+    else:
+        assert columnar.history_lists(batch).to_pylist() == want
+
+
+def test_unpack_refuses_buffers_it_did_not_make():
+    offs = np.array([0, 2, 3], np.int32)
+    loffs = np.array([0, 1, 2], np.int32)
+    ok = np.ones(2, np.uint8)
+    zero = np.zeros(2, np.int32)
+    back, start, run = np.array([0, 1], np.int32), zero, np.array([0, 1], np.int32)
+    values, voffs, lists = _decode.unpack(offs, b"abc", loffs, ok, back, start, run)
+    assert bytes(values) == b"ababc"  # ["ab"], then the first row's "ab" and its own "c"
+    assert np.frombuffer(voffs, np.int32).tolist() == [0, 2, 4, 5]
+    assert np.frombuffer(lists, np.int32).tolist() == [0, 1, 3]
+    for bad in (
+        (np.array([0, 2, 9], np.int32), b"abc", loffs, ok, back, start, run),  # past data
+        (np.array([0, 2, 1], np.int32), b"abc", loffs, ok, back, start, run),  # decreasing
+        (offs, b"abc", np.array([0, 2, 1], np.int32), ok, back, start, run),
+        (offs, b"abc", np.array([0, 1, 5], np.int32), ok, back, start, run),  # past the ids
+        (offs, b"abc", loffs, ok, np.array([0, 2], np.int32), start, run),  # base before 0
+        (offs, b"abc", loffs, ok, zero, start, run),  # a run with no base
+        (offs, b"abc", loffs, ok, back, np.array([0, 1], np.int32), run),  # past its base
+        (offs, b"abc", loffs, np.array([0, 1], np.uint8), back, start, run),  # a null base
+    ):
+        with pytest.raises(ValueError):
+            _decode.unpack(*bad)
+    with pytest.raises(ValueError, match="another length"):
+        _decode.unpack(offs, b"abc", loffs[:2], ok, back, start, run)
+    with pytest.raises(ValueError, match="another length"):
+        _decode.unpack(offs, b"abc", loffs, ok, back[:1], start, run)

@@ -16,13 +16,16 @@
  * (loglake.sds.columnar.DecodeState._decode_row), which names its reason exactly as a
  * participant would. Every read is bounds-checked against its record.
  *
- * Four calls:
+ * Four calls to decode:
  *   scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)
- *   causal(state, data, extra, ok, sender, index, hist_end, entries) -> new (one octet an entry)
+ *   causal(state, data, extra, ok, sender, index, hist_end, entries, runs) -> new (one octet an
+ *     entry); runs (int32, 3 a record, written): where a history starts with a run of its
+ *     sender's previous message's entries in the batch (rows back, its first entry, length)
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
  *   lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> list<string> buffers of the ids
- * and two for the sweep that reads the decoded rows (id_table, id_lookup: ids looked up in a set
- * of ids, as pyarrow's index_in, with the set's hash table kept from one call to the next).
+ * one for the readers of the decoded rows (unpack: whole histories from causal's runs) and two
+ * for the sweep that reads them (id_table, id_lookup: ids looked up in a set of ids, as
+ * pyarrow's index_in, with the set's hash table kept from one call to the next).
  * Positions handed to causal and gather address data, then extra after it (as if the two were
  * concatenated): the records the reference path read carry their ids in extra.
  *
@@ -502,9 +505,10 @@ static void prev_free(Prev *p) {
  * same offset in its run with the same length, so each is byte for byte an entry of the
  * previous message. The run starts where the previous message holds the row's first entry
  * (found by its bytes); anything else, or a run crossing from data into extra, gives 0 and the
- * caller compares entry by entry. */
+ * caller compares entry by entry. *from: where the run starts among the previous message's
+ * entries. */
 static Py_ssize_t same_run(const Space *sp, const int64_t *ent, int64_t p0, int64_t p1,
-                           int64_t j0, int64_t j1) {
+                           int64_t j0, int64_t j1, int64_t *from) {
     if (j0 >= j1 || p0 >= p1) return 0;
     const int64_t *first = ent + 4 * j0;
     int64_t i0 = p0;
@@ -530,6 +534,7 @@ static Py_ssize_t same_run(const Space *sp, const int64_t *ent, int64_t p0, int6
     int64_t bytes = last[0] + last[1] - base_r;
     const uint8_t *a = span(sp, base_r, bytes), *b = span(sp, base_p, bytes);
     if (!a || !b || memcmp(a, b, (size_t)bytes)) return 0;
+    *from = i0 - p0;
     return (Py_ssize_t)n;
 }
 
@@ -577,9 +582,9 @@ typedef struct {
 
 static PyObject *causal(PyObject *self, PyObject *args) {
     PyObject *state, *result = NULL;
-    Py_buffer data, extra, okb, senderb, indexb, endb, entb;
-    if (!PyArg_ParseTuple(args, "O!y*y*y*y*y*y*y*", &PyDict_Type, &state, &data, &extra, &okb,
-                          &senderb, &indexb, &endb, &entb))
+    Py_buffer data, extra, okb, senderb, indexb, endb, entb, runb;
+    if (!PyArg_ParseTuple(args, "O!y*y*y*y*y*y*y*w*", &PyDict_Type, &state, &data, &extra, &okb,
+                          &senderb, &indexb, &endb, &entb, &runb))
         return NULL;
     Sender *senders = NULL;
     int64_t *tslot = NULL;
@@ -597,10 +602,12 @@ static PyObject *causal(PyObject *self, PyObject *args) {
         int64_buffer(&endb, "hist_end") || int64_buffer(&entb, "entries"))
         goto done;
     if (senderb.len != 16 * n || indexb.len != 8 * n || endb.len != 8 * (n + 1) ||
-        entb.len % 32) {
+        entb.len % 32 || runb.len != 12 * n) {
         PyErr_SetString(PyExc_ValueError, "causal: arrays of unequal lengths");
         goto done;
     }
+    int32_t *runs = runb.buf;
+    memset(runs, 0, (size_t)runb.len);
     const uint8_t *ok = okb.buf;
     const int64_t *snd = senderb.buf, *idx = indexb.buf, *end = endb.buf, *ent = entb.buf;
     Py_ssize_t m = entb.len / 32;
@@ -707,9 +714,16 @@ static PyObject *causal(PyObject *self, PyObject *args) {
         if (use) {
             int64_t j = end[r];
             if (use == &prev) {
-                Py_ssize_t run = same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1]);
+                int64_t from = 0;
+                Py_ssize_t run =
+                    same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1], &from);
                 memset(out + j, 0, (size_t)run);
                 j += run;
+                if (run && r - prow <= INT32_MAX && from <= INT32_MAX && run <= INT32_MAX) {
+                    runs[3 * r] = (int32_t)(r - prow);
+                    runs[3 * r + 1] = (int32_t)from;
+                    runs[3 * r + 2] = (int32_t)run;
+                }
             }
             if (j < end[r + 1] && table_fill(&table, use)) {
                 if (use == &prev) free(prev.len);
@@ -755,6 +769,7 @@ done:
     PyBuffer_Release(&indexb);
     PyBuffer_Release(&endb);
     PyBuffer_Release(&entb);
+    PyBuffer_Release(&runb);
     return result;
 }
 
@@ -874,6 +889,143 @@ done:
     PyBuffer_Release(&endb);
     PyBuffer_Release(&okb);
     PyBuffer_Release(&keepb);
+    return result;
+}
+
+/* ---- unpack: causal histories from the decoder's runs ----
+ *
+ * The decoded rows keep of a history only what its run (causal's runs) does not cover: a row
+ * whose history starts with `run` entries of the history `back` rows before it, from its
+ * entry `from`, stores the entries after them. unpack rebuilds every row's whole history in
+ * row order (a row's base comes before it, rebuilt already) as Arrow list<string> buffers.
+ * Why: a history mostly repeats its sender's previous one, and storing it whole made the
+ * decode copy and compress ~13 KB a record that the messages table's writer reads once.
+ *
+ *   unpack(offs, data, loffs, valid, back, from, run[, alloc]) -> (values, value offsets i32,
+ *     list offsets i32)
+ * offs (i32, k + 1) and data: the stored ids, as a string array's buffers; loffs (i32, n + 1):
+ * each row's stored ids among them; valid (u8, n); back, from, run (i32, n). A null row has
+ * no run and no ids; a base must be a valid row before its row, and its entries
+ * [from, from + run) must exist: anything else raises ValueError. */
+static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *what) {
+    if (b->len != 4 * n) {
+        PyErr_Format(PyExc_ValueError, "unpack: %s of another length", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *unpack(PyObject *self, PyObject *args) {
+    Py_buffer offb, data, loffb, validb, backb, fromb, runb;
+    PyObject *result = NULL, *alloc = NULL;
+    Out values = {0}, voffs = {0}, loffs = {0};
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*|O", &offb, &data, &loffb, &validb, &backb,
+                          &fromb, &runb, &alloc))
+        return NULL;
+    Py_ssize_t n = validb.len, k = offb.len / 4 - 1;
+    if (offb.len % 4 || k < 0 || i32_buffer(&loffb, n + 1, "list offsets") ||
+        i32_buffer(&backb, n, "back") || i32_buffer(&fromb, n, "from") ||
+        i32_buffer(&runb, n, "run"))
+        goto done;
+    const int32_t *off = offb.buf, *lo = loffb.buf, *back = backb.buf, *from = fromb.buf,
+                  *run = runb.buf;
+    const uint8_t *valid = validb.buf;
+    if (off[0] < 0 || off[k] > data.len || lo[0] < 0 || lo[n] > k) goto bad;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (off[i] > off[i + 1]) goto bad;
+    /* first pass: every row checked and its count; a base's count is known before its row */
+    int64_t *count = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t total = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (lo[r] > lo[r + 1] || back[r] < 0 || from[r] < 0 || run[r] < 0) goto bad_count;
+        count[r] = lo[r + 1] - lo[r];
+        if (run[r]) {
+            Py_ssize_t p = r - back[r];
+            if (!back[r] || !valid[r] || p < 0 || !valid[p] ||
+                (int64_t)from[r] + run[r] > count[p])
+                goto bad_count;
+            count[r] += run[r];
+        } else if (back[r] || from[r]) {
+            goto bad_count;
+        }
+        if (!valid[r] && count[r]) goto bad_count;
+        total += count[r];
+    }
+    if (total > INT32_MAX) {
+        free(count);
+        PyErr_SetString(PyExc_OverflowError, "unpack: a batch's ids over 2 GiB");
+        goto done;
+    }
+    if (out_new(&voffs, alloc, 4 * (total + 1)) || out_new(&loffs, alloc, 4 * (n + 1))) {
+        free(count);
+        goto done;
+    }
+    /* second pass: list and value offsets (a run's lengths are its base's) */
+    int32_t *vo = (int32_t *)voffs.w, *lw = (int32_t *)loffs.w;
+    int64_t at = 0, i = 0;
+    vo[0] = 0;
+    lw[0] = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (run[r]) {
+            const int32_t *b = vo + lw[r - back[r]] + from[r];
+            for (int32_t j = 0; j < run[r]; j++) {
+                at += b[j + 1] - b[j];
+                if (at > INT32_MAX) goto too_big;
+                vo[++i] = (int32_t)at;
+            }
+        }
+        for (int32_t j = lo[r]; j < lo[r + 1]; j++) {
+            at += off[j + 1] - off[j];
+            if (at > INT32_MAX) goto too_big;
+            vo[++i] = (int32_t)at;
+        }
+        lw[r + 1] = (int32_t)i;
+    }
+    free(count);
+    count = NULL;
+    if (out_new(&values, alloc, at)) goto done;
+    /* third pass: the bytes, a run in one copy from its base's (earlier in values) */
+    {
+        char *w = values.w;
+        const char *d = data.buf;
+        for (Py_ssize_t r = 0; r < n; r++) {
+            char *o = w + vo[lw[r]];
+            if (run[r]) {
+                const int32_t *b = vo + lw[r - back[r]] + from[r];
+                size_t len = (size_t)(b[run[r]] - b[0]);
+                memcpy(o, w + b[0], len);
+                o += len;
+            }
+            size_t len = (size_t)(off[lo[r + 1]] - off[lo[r]]);
+            memcpy(o, d + off[lo[r]], len);
+        }
+    }
+    result = PyTuple_Pack(3, values.obj, voffs.obj, loffs.obj);
+    goto done;
+too_big:
+    free(count);
+    PyErr_SetString(PyExc_OverflowError, "unpack: a batch's ids over 2 GiB");
+    goto done;
+bad_count:
+    free(count);
+bad:
+    PyErr_SetString(PyExc_ValueError,
+                    "unpack: offsets out of order, or a run without a valid earlier base");
+done:
+    Py_XDECREF(out_release(&values));
+    Py_XDECREF(out_release(&voffs));
+    Py_XDECREF(out_release(&loffs));
+    PyBuffer_Release(&offb);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&loffb);
+    PyBuffer_Release(&validb);
+    PyBuffer_Release(&backb);
+    PyBuffer_Release(&fromb);
+    PyBuffer_Release(&runb);
     return result;
 }
 
@@ -1065,8 +1217,10 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)"},
     {"causal", causal, METH_VARARGS,
-     "causal(state, data, extra, ok, sender, index, hist_end, entries) -> new"},
+     "causal(state, data, extra, ok, sender, index, hist_end, entries, runs) -> new"},
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
+    {"unpack", unpack, METH_VARARGS,
+     "unpack(offs, data, loffs, valid, back, from, run[, alloc]) -> history list buffers"},
     {"id_table", id_table, METH_VARARGS, "id_table(offsets, data, slots) -> None"},
     {"id_lookup", id_lookup, METH_VARARGS,
      "id_lookup(slots, t_offsets, t_data, parts, out) -> None (parts: (offsets, data, starts, "

@@ -37,18 +37,26 @@ DECODED_SCHEMA = pa.schema(
         ("lamport", pa.int64()),
         ("history_ids", pa.binary()),
         ("history_lens", pa.list_(pa.int32())),
+        ("history_back", pa.int32()),
+        ("history_from", pa.int32()),
+        ("history_run", pa.int32()),
         ("causal_new", pa.list_(pa.string())),
         ("repair_request", pa.list_(pa.string())),
         ("bloom_filter", pa.binary()),
         ("content_bytes", pa.int64()),
     ]
 )
-"""The causal history of a message is ``history_ids`` (its ids' UTF-8 bytes, concatenated)
-and ``history_lens`` (each id's length in bytes): ``history_lists`` turns them back into the
-list of ids, a batch at a time without a Python object per id. Why not a list of strings: 200
-ids a row as strings cost the JVM a string object each, every time the column moves (into
-``_work``, out of it, into the ``messages`` table); a binary value and an int array move as
-a copy each.
+"""The causal history of a message is ``history_run`` ids of the history ``history_back``
+rows before it in the same batch, from its id ``history_from`` on (none when
+``history_run`` is 0), then ``history_ids`` (the other ids' UTF-8 bytes, concatenated) and
+``history_lens`` (each of those ids' length in bytes): ``history_lists`` turns a batch's
+rows back into lists of ids, without a Python object per id. Why the run: a history mostly
+repeats its sender's previous one (a window sliding over the channel), which the decoder
+compares anyway (``causal_new``); stored whole, the decode copied and compressed ~13 KB a
+record that only the ``messages`` table's writer reads (1M messages of 200-entry histories:
+~3 CPU-s of the decode). Why not a list of strings: 200 ids a row as strings cost a string
+object each, every time the column moves; a binary value and an int array move as a copy
+each. A reader must rebuild a batch's histories before it filters or reorders its rows.
 
 ``causal_new``: the causal-history ids that were not in the previous message of the same
 sender read by the same task (all of them for a sender's first message in a task). An id left
@@ -784,6 +792,7 @@ class DecodeState:
                 pa.array(lamport, pa.int64()),
                 hist_ids,
                 hist_lens,
+                *_stored_whole(n),
                 lists(keep & new),
                 pa.array(requests, pa.list_(pa.string())),
                 pa.array(blooms, pa.binary()),
@@ -885,6 +894,7 @@ class DecodeState:
         xbuf = bytes(extra)
         index = np.ascontiguousarray(batch.column("index").to_numpy(), dtype=np.int64)
         sender = np.ascontiguousarray(rec[:, [_R_SENDER_AT, _R_SENDER_LEN]])
+        runs = np.empty((n, 3), dtype=np.int32)  # history_back, history_from, history_run
         new = _decode.causal(
             self.senders,
             data,
@@ -894,12 +904,21 @@ class DecodeState:
             index,
             hist_end,
             np.ascontiguousarray(ents),
+            runs,
         )
         if late.any():
             ok &= ~late
             assert reason is not None and detail is not None
             for r in np.flatnonzero(late).tolist():
                 reason[r], detail[r] = "oversized", "lamport_timestamp over 2^63 - 1"
+            # a rejected row has no history, so none starts with its run or with its own
+            runs[~ok | ~ok[np.arange(n) - runs[:, 0]]] = 0
+        in_run = runs[:, 2] > 0
+        stored = np.ones(len(ents), dtype=np.uint8)  # the ids a run does not cover
+        if in_run.any():
+            stored[
+                value_indices(hist_end[:-1][in_run], hist_end[:-1][in_run] + runs[in_run, 2])
+            ] = 0
 
         def strings(at: Any, ln: Any, valid: Any, typ: pa.DataType = _STRING) -> pa.Array:
             ln = np.where(valid, ln, 0)
@@ -933,7 +952,7 @@ class DecodeState:
 
         ok8 = ok.astype(np.uint8)
         mask = pa.array(~ok)
-        history, id_lens = lists(ents, hist_end)
+        history, id_lens = lists(ents, hist_end, stored.tobytes())
         hist_ids, hist_lens = _packed(history, id_lens, ok)
         has_bloom = ok & (rec[:, _R_BLOOM_AT] >= 0)
         clen = rec[:, _R_CONTENT_LEN]
@@ -954,6 +973,7 @@ class DecodeState:
                 pa.array(rec[:, _R_LAMPORT], pa.int64(), mask=~(ok & has_lamport)),
                 hist_ids,
                 hist_lens,
+                *(pa.array(runs[:, i]) for i in range(3)),
                 lists(ents, hist_end, new)[0],
                 lists(reqs, req_end)[0],
                 strings(
@@ -1011,6 +1031,15 @@ def _packed(history: pa.ListArray, lens: bytes, ok: Any) -> tuple[pa.Array, pa.L
     return ids, pa.ListArray.from_arrays(history.offsets, values, mask=pa.array(~ok))
 
 
+def _stored_whole(n: int) -> list[pa.Array]:
+    """``history_back``, ``history_from`` and ``history_run`` of ``n`` rows whose histories
+    are stored whole (no run)."""
+    import numpy as np
+
+    zeros = pa.array(np.zeros(n, dtype=np.int32))
+    return [zeros, zeros, zeros]
+
+
 def _validity(valid: Any) -> pa.Buffer | None:
     """An Arrow validity bitmap of a numpy bool array (None: every value valid)."""
     import numpy as np
@@ -1063,9 +1092,61 @@ def pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
     )
 
 
-def history_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
-    """(``history_ids``, ``history_lens``) of a batch → the causal histories as list<string>,
-    with no Python object per id (``pack_lists`` in reverse)."""
+def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
+    """The causal histories of a batch of ``DECODED_SCHEMA`` rows (as the decoder wrote it,
+    or a slice of one whose runs' bases are in it) as list<string>, with no Python object per
+    id: the stored ids (``pack_lists`` in reverse), each row's run put in front of its own
+    (``_decode.unpack``; ``unpacked_reference`` without the C kernel). ValueError when the
+    columns disagree or a run has no base in the batch."""
+    import numpy as np
+
+    stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
+    runs = [
+        np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
+        for c in ("history_back", "history_from", "history_run")
+    ]
+    if not runs[2].any():
+        if runs[0].any() or runs[1].any():
+            raise ValueError("a history run of no length")
+        return stored
+    if _decode is None:
+        return unpacked_reference(stored, *runs)
+    valid = np.asarray(stored.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    strs = stored.values
+    values, voffs, loffs = _decode.unpack(
+        strs.buffers()[1],
+        strs.buffers()[2] or pa.py_buffer(b""),
+        stored.offsets.buffers()[1],
+        valid,
+        *runs,
+        pa.allocate_buffer,
+    )
+    k = len(voffs) // 4 - 1
+    ids = pa.Array.from_buffers(pa.string(), k, [None, voffs, values])
+    offsets = pa.Array.from_buffers(pa.int32(), len(valid) + 1, [None, loffs])
+    return pa.ListArray.from_arrays(offsets, ids, mask=pa.array(valid == 0))
+
+
+def unpacked_reference(stored: pa.ListArray, back: Any, start: Any, run: Any) -> pa.ListArray:
+    """``history_lists`` from the stored ids (list<string>) and the runs, one Python list per
+    row: the reference ``_decode.unpack`` is tested equal to."""
+    out: list[list[str] | None] = []
+    for r, ids in enumerate(stored.to_pylist()):
+        b, f, k = int(back[r]), int(start[r]), int(run[r])
+        if k < 0 or b < 0 or f < 0 or (not k and (b or f)):
+            raise ValueError("a history run out of range")
+        if k:
+            base = out[r - b] if 0 < b <= r else None
+            if ids is None or base is None or f + k > len(base):
+                raise ValueError("a history run without a valid earlier base")
+            ids = base[f : f + k] + ids
+        out.append(ids)
+    return pa.array(out, pa.list_(pa.string()))
+
+
+def _stored_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
+    """(``history_ids``, ``history_lens``) → the stored ids as list<string> (``pack_lists`` in
+    reverse)."""
     import numpy as np
 
     n = len(ids)

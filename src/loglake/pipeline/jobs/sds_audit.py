@@ -933,6 +933,9 @@ def _messages_task(
             "content_bytes",
             "history_ids",
             "history_lens",
+            "history_back",
+            "history_from",
+            "history_run",
         ]
 
         def batches() -> Iterator[pa.RecordBatch]:
@@ -941,17 +944,20 @@ def _messages_task(
                 idx = np.asarray(b.column("index").to_numpy(), dtype=np.int64)
                 at = np.minimum(np.searchsorted(want, idx), max(len(want) - 1, 0))
                 first = want[at] == idx if len(want) else np.zeros(len(idx), dtype=bool)
-                # all first copies (a channel without resends): the batch as read; a filter
-                # would copy its histories (13 KB a row with 200 ids) to keep every row
-                got = b if bool(first.all()) else b.filter(pa.array(first))
-                n = got.num_rows
-                if not n:
+                if not first.any():
                     continue
+                # the histories rebuilt from the whole batch (a run's base may be a resend);
+                # all first copies (a channel without resends): the batch as read, as a
+                # filter would copy its histories (13 KB a row with 200 ids) to keep every row
+                hist = history_lists(b)
+                got, n = b.select(columns[:9]), int(first.sum())
+                if n < len(first):
+                    keep = pa.array(first)
+                    got, hist = got.filter(keep), hist.filter(keep)
                 part = figures.slice(done, n)
                 if not part.column("first_index").combine_chunks().equals(got.column("index")):
                     raise ValueError(f"{source}: decoded rows out of step with the first copies")
                 done += n
-                hist = history_lists(got.column("history_ids"), got.column("history_lens"))
                 never_deps = pa.ListArray.from_arrays(
                     pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())
                 )
