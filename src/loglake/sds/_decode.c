@@ -641,18 +641,17 @@ static PyObject *causal(PyObject *self, PyObject *args) {
     memset(senders, 0, sizeof(Sender) * ssize);
     for (size_t i = 0; i < ssize; i++) tslot[i] = -1;
     for (Py_ssize_t r = 0; r < n; r++) {
-        /* the row's entries located and hashed right before they are compared: one pass over
-         * a batch's ~60 MB of records for both, where a pass hashing every entry first had
-         * the compare read them again from memory */
+        /* the row's entries located, and hashed (below) right before they are compared: one
+         * pass over a batch's ~60 MB of records for both, where a pass hashing every entry
+         * first had the compare read them again from memory */
         for (int64_t j = end[r]; j < end[r + 1]; j++) {
             eat[j] = span(&sp, ent[4 * j], ent[4 * j + 1]);
             if (!eat[j]) {
                 PyErr_SetString(PyExc_ValueError, "causal: an entry outside the buffers");
                 goto fail;
             }
-            ehash[j] = hash_span(eat[j], ent[4 * j + 1]);
         }
-        if (!ok[r]) continue;
+        if (!ok[r]) continue; /* never a previous message: no hash needed */
         const uint8_t *s = span(&sp, snd[2 * r], snd[2 * r + 1]);
         if (!s) {
             PyErr_SetString(PyExc_ValueError, "causal: a sender outside the buffers");
@@ -711,20 +710,24 @@ static PyObject *causal(PyObject *self, PyObject *args) {
                 if (carried.index < idx[r]) use = &carried;
             }
         }
-        if (use) {
-            int64_t j = end[r];
-            if (use == &prev) {
-                int64_t from = 0;
-                Py_ssize_t run =
-                    same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1], &from);
-                memset(out + j, 0, (size_t)run);
-                j += run;
-                if (run && r - prow <= INT32_MAX && from <= INT32_MAX && run <= INT32_MAX) {
-                    runs[3 * r] = (int32_t)(r - prow);
-                    runs[3 * r + 1] = (int32_t)from;
-                    runs[3 * r + 2] = (int32_t)run;
-                }
+        int64_t j = end[r]; /* the row's entries from j on: compared through the table */
+        if (use == &prev) {
+            int64_t from = 0;
+            Py_ssize_t run = same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1], &from);
+            memset(out + j, 0, (size_t)run);
+            /* a run's entries are its base's, byte for byte: so are their hashes (a sliding
+             * window hashes each entry once, not once per message holding it) */
+            memcpy(ehash + j, ehash + end[prow] + from, sizeof(*ehash) * (size_t)run);
+            j += run;
+            if (run && r - prow <= INT32_MAX && from <= INT32_MAX && run <= INT32_MAX) {
+                runs[3 * r] = (int32_t)(r - prow);
+                runs[3 * r + 1] = (int32_t)from;
+                runs[3 * r + 2] = (int32_t)run;
             }
+        }
+        /* the other entries' hashes: for the table, and for the sender's next message */
+        for (int64_t i = j; i < end[r + 1]; i++) ehash[i] = hash_span(eat[i], ent[4 * i + 1]);
+        if (use) {
             if (j < end[r + 1] && table_fill(&table, use)) {
                 if (use == &prev) free(prev.len);
                 PyErr_NoMemory();
