@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from loglake.log import open_log
 from loglake.log.lake import write_lake_table
 from loglake.log.lake_schema import lake_partition_dir
+from loglake.pipeline.jobs import sds_audit
 from loglake.pipeline.jobs.sds_audit import (
     DECODE_COLUMNS,
     DECODED_SCHEMA,
@@ -24,7 +26,7 @@ from loglake.pipeline.jobs.sds_audit import (
     run,
     table,
 )
-from loglake.pipeline.units import plan_units
+from loglake.pipeline.units import Unit, plan_units, read_unit_columns, read_unit_pieces
 from tests.sds.records import readable
 
 from .test_job_sds_audit import CFG, STREAM, expected_from_truth, simulated
@@ -51,7 +53,14 @@ def _whole(data_dir: Path) -> list[dict]:
     return readable(decode_batches(CHANNEL)(iter(batches)))
 
 
-def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_path):
+@pytest.mark.parametrize(("batch", "piece"), [(10_000, 1_000), (6, 3), (8, 1)])
+def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(
+    tmp_path, monkeypatch, batch, piece
+):
+    """Also with batches of several pieces (the decoder takes a piece at a time, the file
+    keeps the batches ``read_unit_columns`` cuts): the same rows, in the same batches."""
+    monkeypatch.setattr(sds_audit, "DECODE_BATCH", batch)
+    monkeypatch.setattr(sds_audit, "DECODE_PIECE", piece)
     data = tmp_path / "data"
     sim = simulated(data)
     n = len(sim.channel)
@@ -72,6 +81,12 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     got = list(_work_batches(path, DECODED_SCHEMA.names))
     assert rows == n and all(b.schema == DECODED_SCHEMA for b in got) and reasons == {}
     assert readable(got) == want
+    sizes = [
+        b.num_rows
+        for u in units
+        for b in read_unit_columns(str(data), u, DECODE_COLUMNS, batch_rows=batch)
+    ]
+    assert [b.num_rows for b in got] == sizes
     assert [p.name for p in out.iterdir()] == [Path(path).name]  # no temporary file left
 
     # job compact replaced the planned files by one covering them: read from that one
@@ -79,7 +94,38 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(tmp_pa
     for f in small:
         f.unlink()
     path, rows, _ = task((1, units))
-    assert readable(_work_batches(path, DECODED_SCHEMA.names)) == want
+    got = list(_work_batches(path, DECODED_SCHEMA.names))
+    assert readable(got) == want
+    assert [b.num_rows for b in got] == [
+        b.num_rows
+        for u in units
+        for b in read_unit_columns(str(data), u, DECODE_COLUMNS, batch_rows=batch)
+    ]
+
+
+def test_pieces_make_the_batches_read_unit_columns_cuts(tmp_path):
+    """``read_unit_pieces``: a lake file of several row groups (iter_batches crosses them),
+    the live tail and an empty unit; each batch's pieces, concatenated, are the batch, and
+    none is over ``piece_rows``."""
+    data = tmp_path / "data"
+    sim = simulated(data)
+    n = len(sim.channel)
+    with open_log(data, readonly=True) as log:
+        t = pa.concat_tables(log.read_tables(STREAM, 0, 30))
+    lake = tmp_path / "groups.parquet"
+    pq.write_table(t, lake, row_group_size=7)
+    units = [Unit(STREAM, str(lake), 0, 30), Unit(STREAM, "", 30, n), Unit(STREAM, "", 5, 5)]
+    cols = list(DECODE_COLUMNS)
+    for batch, piece in [(12, 4), (12, 12), (5, 1), (10_000, 1_000)]:
+        for u in units:
+            want = list(read_unit_columns(str(data), u, cols, batch_rows=batch))
+            got = list(read_unit_pieces(str(data), u, cols, batch, piece))
+            assert len(got) == len(want)
+            for g, w in zip(got, want, strict=True):
+                assert all(0 < p.num_rows <= piece for p in g)
+                assert pa.Table.from_batches(g).equals(pa.Table.from_batches([w]))
+    with pytest.raises(ValueError, match="multiple"):
+        next(read_unit_pieces(str(data), units[0], cols, 10, 4))
 
 
 @pytest.mark.spark

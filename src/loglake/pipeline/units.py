@@ -197,6 +197,42 @@ def read_unit_columns(
             yield from table.select(cols).to_batches(max_chunksize=batch_rows)
 
 
+def read_unit_pieces(
+    data_dir: str, u: Unit, columns: Sequence[str], batch_rows: int, piece_rows: int
+) -> Iterator[list[pa.RecordBatch]]:
+    """``read_unit_columns``'s batches of ``u`` (all its records), each as the list of its
+    pieces of at most ``piece_rows`` records (``batch_rows`` a multiple of it), for a reader
+    that keeps the batches but works a piece at a time. A whole lake file is read
+    ``piece_rows`` at a time (``iter_batches`` cuts exact sizes across row groups, so
+    consecutive pieces make ``read_unit_columns``'s batches); the rest is cut from its batches
+    (slices, no copy). Why: pyarrow grows a batch's binary column by reallocation, and copying
+    ~60 MB batches of ~20 KB records went through memory where ~20 MB pieces stay in the CPU's
+    cache (``job sds-audit``'s decode: 1M records' read 30% less CPU)."""
+    if batch_rows % piece_rows:
+        raise ValueError(
+            f"batch_rows ({batch_rows}) is not a multiple of piece_rows ({piece_rows})"
+        )
+    if u.start >= u.end:
+        return
+    if u.path:
+        try:
+            pieces = _lake_file_batches(u.path, list(columns), piece_rows)
+        except FileNotFoundError:
+            pass  # replaced by a compaction: read_unit_columns reads where its records went
+        else:
+            group: list[pa.RecordBatch] = []
+            for p in pieces:
+                group.append(p)
+                if len(group) * piece_rows == batch_rows:
+                    yield group
+                    group = []
+            if group:
+                yield group
+            return
+    for b in read_unit_columns(data_dir, u, columns, batch_rows=batch_rows):
+        yield [b.slice(i, piece_rows) for i in range(0, b.num_rows, piece_rows)] or [b]
+
+
 def _lake_file_batches(path: str, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
     """Every record of a lake file, ``batch_rows`` at a time, each row group decompressed when
     its records are asked for (the file is opened here: a missing one raises at once). Why not
