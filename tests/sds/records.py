@@ -16,7 +16,7 @@ from loglake.sds.codec import (
     TAG_SENDER_ID,
     encode_history_entry,
 )
-from loglake.sds.columnar import history_lists
+from loglake.sds.columnar import HISTORY_RUN_COLUMNS, history_lists
 from loglake.sds.messages import HistoryEntry
 from loglake.wire.varint import encode_uleb
 
@@ -44,7 +44,7 @@ def sliding_window(n: int, senders: int, keep: int, hint: bool = False) -> list[
     return datas
 
 
-STORED_HISTORY = ("history_ids", "history_lens", "history_back", "history_from", "history_run")
+STORED_HISTORY = ("history_ids", "history_lens", *HISTORY_RUN_COLUMNS)
 """How ``DECODED_SCHEMA`` stores a causal history: the ids a run does not cover, and the run."""
 
 

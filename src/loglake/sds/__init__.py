@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from loglake.sds.channel import SdsChannel, decode_hint
     from loglake.sds.columnar import (
         DECODED_SCHEMA,
+        HISTORY_RUN_COLUMNS,
         IdIndex,
         decode_batches,
         history_lists,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 _FACE = {
     "BloomFilter": "loglake.sds.bloom",
     "DECODED_SCHEMA": "loglake.sds.columnar",
+    "HISTORY_RUN_COLUMNS": "loglake.sds.columnar",
     "DropReason": "loglake.sds.errors",
     "EphemeralReceived": "loglake.sds.events",
     "IdIndex": "loglake.sds.columnar",
@@ -86,6 +88,7 @@ __getattr__, __dir__ = lazy_face(__name__, _FACE)
 
 __all__ = [
     "DECODED_SCHEMA",
+    "HISTORY_RUN_COLUMNS",
     "BloomFilter",
     "DropReason",
     "EphemeralReceived",

@@ -63,6 +63,8 @@ sender read by the same task (all of them for a sender's first message in a task
 out was in an earlier message of that sender, so whatever it shows (an acknowledgement, a
 reference) was shown there first: the sweep and the dependency counts read only these, about
 ``participants`` ids a message instead of 200 when senders take turns."""
+HISTORY_RUN_COLUMNS = ("history_back", "history_from", "history_run")
+"""Where a decoded row's history starts with a run of an earlier row's (``DECODED_SCHEMA``)."""
 
 
 def decode_batches(
@@ -1113,7 +1115,7 @@ def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
     stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
     runs = [
         np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
-        for c in ("history_back", "history_from", "history_run")
+        for c in HISTORY_RUN_COLUMNS
     ]
     if not runs[2].any():
         if runs[0].any() or runs[1].any():

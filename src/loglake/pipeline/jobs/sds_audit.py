@@ -60,7 +60,14 @@ from loglake.log.api import STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption, raises_task_errors
 from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
-from loglake.sds import DECODED_SCHEMA, IdIndex, decode_batches, history_lists, value_indices
+from loglake.sds import (
+    DECODED_SCHEMA,
+    HISTORY_RUN_COLUMNS,
+    IdIndex,
+    decode_batches,
+    history_lists,
+    value_indices,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -921,7 +928,7 @@ def _messages_task(
         never_set = pa.array(never, pa.string())
         cand_set = pa.array(cands, pa.string())
         edges: list[pa.RecordBatch] = []
-        columns = [
+        kept = [
             "partition",
             "index",
             "timestamp_ns",
@@ -931,12 +938,8 @@ def _messages_task(
             "lamport",
             "repair_request",
             "content_bytes",
-            "history_ids",
-            "history_lens",
-            "history_back",
-            "history_from",
-            "history_run",
         ]
+        columns = [*kept, "history_ids", "history_lens", *HISTORY_RUN_COLUMNS]
 
         def batches() -> Iterator[pa.RecordBatch]:
             done = 0
@@ -950,7 +953,7 @@ def _messages_task(
                 # all first copies (a channel without resends): the batch as read, as a
                 # filter would copy its histories (13 KB a row with 200 ids) to keep every row
                 hist = history_lists(b)
-                got, n = b.select(columns[:9]), int(first.sum())
+                got, n = b.select(kept), int(first.sum())
                 if n < len(first):
                     keep = pa.array(first)
                     got, hist = got.filter(keep), hist.filter(keep)
