@@ -17,8 +17,9 @@ from loglake.log.lake import write_lake_table
 from loglake.log.lake_schema import lake_partition_dir
 from loglake.pipeline.jobs import sds_audit
 from loglake.pipeline.jobs.sds_audit import (
+    BLOOMS_SCHEMA,
     DECODE_COLUMNS,
-    DECODED_SCHEMA,
+    WORK_SCHEMA,
     SdsAuditOptions,
     _decode_task,
     _work_batches,
@@ -77,30 +78,58 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(
     out = tmp_path / "decoded"
     out.mkdir()
     task = _decode_task(str(data), CHANNEL, str(out))
-    path, rows, reasons = task((0, units))
-    got = list(_work_batches(path, DECODED_SCHEMA.names))
-    assert rows == n and all(b.schema == DECODED_SCHEMA for b in got) and reasons == {}
-    assert readable(got) == want
+    path, rows, reasons, sweep, senders = task((0, units))
+    got = list(_work_batches(path, WORK_SCHEMA.names))
+    assert rows == n and all(b.schema == WORK_SCHEMA for b in got) and reasons == {}
+    assert readable(got) == _without_blooms(want)
     sizes = [
         b.num_rows
         for u in units
         for b in read_unit_columns(str(data), u, DECODE_COLUMNS, batch_rows=batch)
     ]
     assert [b.num_rows for b in got] == sizes
-    assert [p.name for p in out.iterdir()] == [Path(path).name]  # no temporary file left
+    _assert_bloom_file(sweep, senders, want)
+    # no temporary file left
+    assert sorted(p.name for p in out.iterdir()) == sorted([Path(path).name, Path(sweep).name])
 
     # job compact replaced the planned files by one covering them: read from that one
     _seal(data, 0, 39)
     for f in small:
         f.unlink()
-    path, rows, _ = task((1, units))
-    got = list(_work_batches(path, DECODED_SCHEMA.names))
-    assert readable(got) == want
+    path, rows, _, sweep, senders = task((1, units))
+    got = list(_work_batches(path, WORK_SCHEMA.names))
+    assert readable(got) == _without_blooms(want)
+    _assert_bloom_file(sweep, senders, want)
     assert [b.num_rows for b in got] == [
         b.num_rows
         for u in units
         for b in read_unit_columns(str(data), u, DECODE_COLUMNS, batch_rows=batch)
     ]
+
+
+def _without_blooms(rows: list[dict]) -> list[dict]:
+    """Decoded rows as a decoded file keeps them: the bloom filters are in the bloom file."""
+    return [{k: v for k, v in r.items() if k != "bloom_filter"} for r in rows]
+
+
+def _assert_bloom_file(path: str, senders: list[str], want: list[dict]) -> None:
+    """The bloom file holds the filter of every decoded content and sync message that has
+    one, its batches each one sender's (``senders``) in index order."""
+    with pa.OSFile(path) as f:
+        reader = pa.ipc.open_file(f)
+        assert reader.schema == BLOOMS_SCHEMA and reader.num_record_batches == len(senders)
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    by_sender: dict[str, list[dict]] = {}
+    for name, b in zip(senders, batches, strict=True):
+        assert b.num_rows
+        by_sender.setdefault(name, []).extend(b.to_pylist())
+    expect: dict[str, list[dict]] = {}
+    for r in want:
+        if r["ok"] and r["kind"] in ("content", "sync") and r["bloom_filter"] is not None:
+            row = {"index": r["index"], "bloom_filter": r["bloom_filter"]}
+            expect.setdefault(r["sender"], []).append(row)
+    assert expect  # the simulated channel's messages carry filters
+    assert by_sender == expect
 
 
 def test_pieces_make_the_batches_read_unit_columns_cuts(tmp_path):

@@ -199,15 +199,11 @@ def write_part(
     into is made durable by ``commit_dir``.) ``arrow_ipc``: an Arrow IPC file instead (its
     buffers compressed with ``compression``, ``lz4`` or ``zstd``), for a job's intermediate
     files read back once by pyarrow on the same machine: no Parquet encoding either way."""
-    import uuid
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = os.path.join(folder, name)
-    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
     rows = 0
-    try:
+    with part_file(folder, name) as tmp:
         if arrow_ipc:
             options = pa.ipc.IpcWriteOptions(compression=compression)
             with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, schema, options=options) as w:
@@ -219,9 +215,21 @@ def write_part(
                 for batch in batches:
                     w.write_batch(batch)
                     rows += batch.num_rows
-        os.replace(tmp, path)
+    return os.path.join(folder, name), rows
+
+
+@contextlib.contextmanager
+def part_file(folder: str, name: str) -> Iterator[str]:
+    """A hidden temporary path in ``folder`` to write ``name`` at: renamed to ``name`` when
+    the block ends, removed when it raises (``write_part``'s way, for a task writing a file
+    another way)."""
+    import uuid
+
+    tmp = os.path.join(folder, f".{name}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, os.path.join(folder, name))
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
-    return path, rows

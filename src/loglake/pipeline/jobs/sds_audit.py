@@ -9,7 +9,8 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
-   IPC files (zstd buffers) under ``_work/decoded`` themselves; later stages read those.
+   IPC files (zstd buffers) under ``_work/decoded`` themselves, the bloom filters apart, a
+   record batch per sender (``WORK_SCHEMA``); later stages read those.
    Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
    (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
    back for the write: most of the decode stage (docs/sds.md, "Auditing a channel"). This
@@ -663,16 +664,32 @@ SWEEP_COLUMNS = [
     "message_id",
     "sender",
     "causal_new",
-    "bloom_filter",
 ]
+"""What the sweep reads of every decoded file (the bloom filters are in the bloom files)."""
+BLOOMS_SCHEMA = pa.schema([DECODED_SCHEMA.field("index"), DECODED_SCHEMA.field("bloom_filter")])
+"""A decode task's bloom file: the bloom filters of its decoded content and sync messages
+(``_by_sender``), a record batch per sender (``BloomFiles`` names them)."""
+WORK_SCHEMA = pa.schema([f for f in DECODED_SCHEMA if f.name != "bloom_filter"])
+"""A decoded file in ``_work/decoded``: every decoded column but the bloom filters, which
+the task writes by sender into its bloom file: a sweep task then reads only its own
+senders' filters, and holds one sender's at a time (~18 KB a message: a task's senders'
+filters at once were ~9 GB at 1M messages; 100,000 messages with filters, same machine:
+peak worker memory 2.8 GB -> 0.9, sweep 3.9 s -> 1.3)."""
+_SWEPT_KINDS = pa.array(["content", "sync"])
 
 
 def _sweep_task(
-    decoded: list[str], later: Any, content_path: str, acks_dir: str, work_dir: str
+    decoded: list[str],
+    bloom_files: BloomFiles,
+    later: Any,
+    content_path: str,
+    acks_dir: str,
+    work_dir: str,
 ) -> Callable[[tuple[int, list[str]]], SweepResult]:
     """One sweep task: the first-copy content and sync messages of its senders, read from
     every decoded part file with pyarrow (``later``: the indexes of the later copies, left
-    out), swept one sender at a time (``_sweep_positions``, bloom filters or not) with the
+    out), swept one sender at a time (``_sweep_positions``, with the sender's bloom filters
+    from the bloom files, ``_sender_blooms``) with the
     dependency figures from the same ``index_in``
     (``dependency_figures``). Each sender's acknowledgements become a part file of ``acks``
     (``_write_part``, named by the sender); the task's per-message figures (how many
@@ -697,9 +714,7 @@ def _sweep_task(
         # each fresh worker). Then every sender's rows together, in index order (their small
         # columns taken once), and every causal_new id's content position from one
         # ``index_in`` for the whole task (one hash table of the content ids, not one a
-        # sender). The bloom filters stay
-        # where they were taken and are taken again a sender at a time (``row``: a row's
-        # position among the task's rows before the sort)
+        # sender)
         wanted = pa.array(["content", "sync"])
         mine = pa.array(senders, pa.string())
         copies = pa.array(later) if len(later) else None
@@ -733,11 +748,8 @@ def _sweep_task(
             ).to_numpy(),
             dtype=np.int64,
         )
-        blooms = rows.column("bloom_filter")
-        small = (
-            rows.select(["index", "timestamp_ns", "kind", "message_id", "sender"])
-            .take(pa.array(order))
-            .append_column("row", pa.array(order))
+        small = rows.select(["index", "timestamp_ns", "kind", "message_id", "sender"]).take(
+            pa.array(order)
         )
         # the histories are never taken: every kept causal_new id's content position was
         # looked up in its file's column (``_kept_causal``), in the order read, and the
@@ -748,7 +760,7 @@ def _sweep_task(
         pos_read = np.concatenate([np.zeros(0, dtype=np.int64), *pos_parts])
         miss_where = np.concatenate([np.zeros(0, dtype=np.int64), *miss_at])
         missing_ids = pa.concat_arrays(miss_ids) if miss_ids else pa.array([], pa.string())
-        del rows, parts, pos_parts  # the rows as read let go (but their bloom filters)
+        del rows, parts, pos_parts  # the rows as read let go
         lens = np.diff(offs_read)[order]
         offs = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
@@ -769,7 +781,6 @@ def _sweep_task(
             return missing_ids.take(pa.array(at, mask=~miss))
 
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
-        any_bloom = blooms.null_count < len(blooms)
         stats = np.zeros((3, n_content), dtype=np.float64)
         stats[1], stats[2] = np.inf, -np.inf
         figures, lates, never, files = [], [], set(), []
@@ -779,8 +790,9 @@ def _sweep_task(
             own = small.slice(a, b - a)
             lo, hi = int(offs[a]), int(offs[b])
             positions = (all_rows[lo:hi] - a, ids_at(lo, hi), all_pos[lo:hi])
-            if any_bloom:
-                own = own.append_column("bloom_filter", blooms.take(own.column("row")))
+            blooms = _sender_blooms(bloom_files, participant, own.column("index"))
+            if blooms is not None:
+                own = own.append_column("bloom_filter", blooms)
             acks, part, at = _sweep_positions(participant, own, content, positions)
             lat = acks.column("latency_ms").to_numpy()
             stats[0, at] += 1  # a sender acknowledges a message once: ``at`` has no repeats
@@ -806,6 +818,28 @@ def _sweep_task(
         )
 
     return run
+
+
+def _sender_blooms(bloom_files: BloomFiles, sender: str, index: pa.ChunkedArray) -> pa.Array | None:
+    """The bloom filters of ``sender``'s messages at ``index`` (ascending; null where a
+    message has none), read from the bloom files' batches of that sender only; None when it
+    has none."""
+    import numpy as np
+
+    batches = []
+    for path, names in bloom_files:
+        if sender in names:
+            with pa.OSFile(path) as f:
+                reader = pa.ipc.open_file(f)
+                batches += [reader.get_batch(i) for i, n in enumerate(names) if n == sender]
+    if not batches:
+        return None
+    held = pa.Table.from_batches(batches, BLOOMS_SCHEMA)
+    have = np.asarray(held.column("index").to_numpy(), dtype=np.int64)
+    want = np.asarray(index.to_numpy(), dtype=np.int64)
+    at = np.minimum(np.searchsorted(have, want), len(have) - 1)
+    found = have[at] == want
+    return held.column("bloom_filter").take(pa.array(at, mask=~found)).combine_chunks()
 
 
 _SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_new"]
@@ -1051,14 +1085,14 @@ def _write_part(
 
 
 def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
-    """``columns`` of a decoded file in ``_work`` (an Arrow IPC file of ``DECODED_SCHEMA``,
+    """``columns`` of a decoded file in ``_work`` (an Arrow IPC file of ``WORK_SCHEMA``,
     ``_write_part(work=True)``): only their buffers are read and decompressed."""
     return pa.Table.from_batches(list(_work_batches(path, columns)), _work_schema(columns))
 
 
 def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]:
     """``_read_work`` a record batch at a time (as the decode task wrote them)."""
-    fields = sorted(DECODED_SCHEMA.get_field_index(c) for c in columns)
+    fields = sorted(WORK_SCHEMA.get_field_index(c) for c in columns)
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     with pa.OSFile(path) as f:
         reader = pa.ipc.open_file(f, options=options)
@@ -1067,9 +1101,9 @@ def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]
 
 
 def _work_schema(columns: Iterable[str]) -> pa.Schema:
-    """The schema ``_read_work`` gives: ``columns`` in ``DECODED_SCHEMA``'s order."""
+    """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order."""
     want = set(columns)
-    return pa.schema([f for f in DECODED_SCHEMA if f.name in want])
+    return pa.schema([f for f in WORK_SCHEMA if f.name in want])
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -1101,8 +1135,9 @@ against 3.25-3.44 for whole batches; 500 or 1,500 records were no better than wh
 batches."""
 
 
-DecodedPart = tuple[str, int, dict[str, int]]
-"""A decode task's answer: its part file, its row count and its rejects per reason."""
+DecodedPart = tuple[str, int, dict[str, int], str, list[str]]
+"""A decode task's answer: its part file, its row count, its rejects per reason, its bloom
+file and the sender of each of that file's record batches."""
 
 
 def _decode_task(
@@ -1120,9 +1155,11 @@ def _decode_task(
 
     def run(task: tuple[int, list[Unit]]) -> DecodedPart:
         import itertools
+        import os
 
         import pyarrow.compute as pc
 
+        from loglake.pipeline.output_dir import part_file
         from loglake.pipeline.units import read_unit_pieces
 
         k, units = task
@@ -1154,16 +1191,92 @@ def _decode_task(
                 yield b
 
         name = f"part-{k:05d}.arrow"
-        path, rows = _write_part(
-            decoded_dir,
-            name,
-            DECODED_SCHEMA,
-            counted(batches(decode_batches(channel)(pieces()))),
-            work=True,
-        )
-        return path, rows, reasons
+        bloom_name = f"blooms-{k:05d}.arrow"
+        senders: list[str] = []
+        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        with (
+            part_file(decoded_dir, bloom_name) as tmp,
+            pa.OSFile(tmp, "wb") as f,
+            pa.ipc.new_file(f, BLOOMS_SCHEMA, options=options) as out,
+        ):
+            pending: dict[str, list[pa.RecordBatch]] = {}
+            held: dict[str, int] = {}
+
+            def flush(sender: str) -> None:
+                parts = pending.pop(sender)
+                del held[sender]
+                out.write_batch(parts[0] if len(parts) == 1 else pa.concat_batches(parts))
+                senders.append(sender)
+
+            def split(decoded: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                """Each decoded batch without its bloom filters, for the decoded file; those
+                of its content and sync messages to the bloom file, gathered by sender into
+                record batches of about ``BLOOM_BATCH_BYTES`` (a batch per sender and
+                decoded batch is ~150 rows: per-batch costs in the writes and the reads)."""
+                for b in decoded:
+                    for sender, rows, size in _by_sender(b):
+                        pending.setdefault(sender, []).append(rows)
+                        held[sender] = held.get(sender, 0) + size
+                        if held[sender] >= BLOOM_BATCH_BYTES:
+                            flush(sender)
+                    yield b.select(WORK_SCHEMA.names)
+                for sender in list(pending):
+                    flush(sender)
+
+            path, rows = _write_part(
+                decoded_dir,
+                name,
+                WORK_SCHEMA,
+                split(counted(batches(decode_batches(channel)(pieces())))),
+                work=True,
+            )
+        return path, rows, reasons, os.path.join(decoded_dir, bloom_name), senders
 
     return run
+
+
+BLOOM_BATCH_BYTES = 16 << 20
+"""About the size of a record batch of a bloom file (one sender's filters)."""
+
+
+def _by_sender(b: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch, int]]:
+    """The bloom filters of a decoded batch's content and sync messages (``BLOOMS_SCHEMA``),
+    a record batch per sender in index order (one take of the rows, stably sorted by
+    sender), with its size in bytes (about: its share of the rows' buffers)."""
+    import itertools
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    blooms = b.column("bloom_filter")
+    if blooms.null_count == len(blooms):
+        return
+    keep = pc.fill_null(
+        pc.and_(
+            pc.and_(b.column("ok"), pc.is_valid(blooms)),
+            pc.is_in(b.column("kind"), _SWEPT_KINDS),
+        ),
+        False,
+    )
+    at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
+    if not len(at):
+        return
+    senders = b.column("sender").take(pa.array(at))
+    order = np.asarray(pc.sort_indices(senders).to_numpy(), dtype=np.int64)  # stable
+    rows = b.select(BLOOMS_SCHEMA.names).take(pa.array(at[order]))
+    names = senders.take(pa.array(order))
+    cuts = np.flatnonzero(
+        np.asarray(
+            pc.not_equal(names.slice(1), names.slice(0, len(names) - 1)).to_numpy(
+                zero_copy_only=False
+            ),
+            dtype=bool,
+        )
+    )
+    bounds = [0, *(cuts + 1).tolist(), len(names)]
+    per_row = rows.nbytes / max(1, rows.num_rows)
+    for lo, hi in itertools.pairwise(bounds):
+        yield str(names[lo].as_py()), rows.slice(lo, hi - lo), int(per_row * (hi - lo))
 
 
 def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
@@ -1183,13 +1296,19 @@ def _task_groups(units: list[Unit], n: int) -> list[list[Unit]]:
     return [g for g in groups if g]
 
 
+BloomFiles = list[tuple[str, list[str]]]
+"""The decode tasks' bloom files (``BLOOMS_SCHEMA``), in index order, each with the sender of
+each of its record batches."""
+
+
 def _decode_stage(
     spark: SparkSession, opts: SdsAuditOptions, decoded: Path
-) -> tuple[int, dict[str, int], list[str]]:
-    """Every record of the channel's partition decoded into ``decoded`` (Parquet part files of
-    ``DECODED_SCHEMA``), by plain tasks over units planned here from metadata. Returned: the
-    records decoded and the rejects per reason, from the tasks' own counts, and the part
-    files in index order (an empty channel: one empty file)."""
+) -> tuple[int, dict[str, int], list[str], BloomFiles]:
+    """Every record of the channel's partition decoded into ``decoded`` (Arrow IPC files of
+    ``WORK_SCHEMA``, and the bloom files), by plain tasks over units planned here from
+    metadata. Returned: the records decoded and the rejects per reason, from the tasks' own
+    counts, the part files in index order (an empty channel: one empty file) and the bloom
+    files."""
     from loglake.pipeline.units import plan_units
 
     assert opts.channel is not None
@@ -1202,17 +1321,18 @@ def _decode_stage(
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
     paths = [p[0] for p in parts]
+    bloom_files = [(p[3], p[4]) for p in parts]
     from loglake.pipeline.units import require_visible
 
-    for path in paths:
+    for path in [*paths, *(s for s, _ in bloom_files)]:
         require_visible(path, "sds-audit", "--out (and the data dir)")
     if not paths:  # an empty channel: the schema alone, for the reads that follow
-        paths = [_write_part(str(decoded), "part-empty.arrow", DECODED_SCHEMA, [], work=True)[0]]
+        paths = [_write_part(str(decoded), "part-empty.arrow", WORK_SCHEMA, [], work=True)[0]]
     reasons: dict[str, int] = {}
-    for _, _, counts in parts:
-        for k, v in counts.items():
+    for p in parts:
+        for k, v in p[2].items():
             reasons[k] = reasons.get(k, 0) + v
-    return sum(p[1] for p in parts), reasons, paths
+    return sum(p[1] for p in parts), reasons, paths, bloom_files
 
 
 @raises_task_errors
@@ -1235,10 +1355,12 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
         # the benchmark's channel: 770 MB of Arrow buffers → 9 MB)
         work = stage / WORK_DIR
         try:
-            summary.records, reasons, decoded = _decode_stage(spark, staged, work / "decoded")
+            summary.records, reasons, decoded, bloom_files = _decode_stage(
+                spark, staged, work / "decoded"
+            )
             summary.rejects = sum(reasons.values())
             summary.reject_reasons = dict(sorted(reasons.items()))
-            result = _audit(spark, staged, decoded, work, summary, t0)
+            result = _audit(spark, staged, decoded, bloom_files, work, summary, t0)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return result
@@ -1263,6 +1385,7 @@ def _audit(
     spark: SparkSession,
     opts: SdsAuditOptions,
     decoded: list[str],
+    bloom_files: BloomFiles,
     work: Path,
     summary: AuditSummary,
     t0: float,
@@ -1332,7 +1455,7 @@ def _audit(
     content_path = str(work / "content.arrow")
     with pa.ipc.new_file(content_path, content.schema) as w:
         w.write_table(content)
-    task = _sweep_task(decoded, later, content_path, str(acks_dir), str(work))
+    task = _sweep_task(decoded, bloom_files, later, content_path, str(acks_dir), str(work))
     results = (
         sc.parallelize(list(enumerate(groups)), len(groups)).map(task).collect() if groups else []
     )
