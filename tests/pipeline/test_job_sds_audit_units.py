@@ -22,6 +22,7 @@ from loglake.pipeline.jobs.sds_audit import (
     WORK_SCHEMA,
     SdsAuditOptions,
     _decode_task,
+    _sender_blooms,
     _work_batches,
     decode_batches,
     run,
@@ -193,3 +194,26 @@ def test_a_part_file_the_driver_cannot_see_fails_the_job_naming_it(tmp_path):
     gone = str(tmp_path / "elsewhere" / "part-00001.zstd.parquet")
     with pytest.raises(JobFailed, match=r"part-00001.*not visible to the driver: sds-audit"):
         require_visible(gone, "sds-audit", "--out (and the data dir)")
+
+
+def test_a_senders_filters_come_from_its_batches_of_every_bloom_file(tmp_path):
+    """``_sender_blooms``: the filters of one sender's messages at the indexes asked for, from
+    its batches in each bloom file (the other senders' batches unread), null where a message
+    has none; None for a sender with no filter at all."""
+
+    def bloom_file(name: str, batches: list[tuple[str, list[int]]]) -> tuple[str, list[str]]:
+        path = str(tmp_path / name)
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, BLOOMS_SCHEMA) as w:
+            for _, idx in batches:
+                filters = [b"%d" % i * 3 for i in idx]
+                w.write_batch(pa.record_batch([idx, filters], schema=BLOOMS_SCHEMA))
+        return path, [s for s, _ in batches]
+
+    files = [
+        bloom_file("a.arrow", [("s", [1, 4]), ("t", [2]), ("s", [6])]),
+        bloom_file("b.arrow", [("t", [9]), ("s", [11])]),
+    ]
+    got = _sender_blooms(files, "s", pa.chunked_array([[1, 3, 4], [6, 11, 12]], pa.int64()))
+    assert got is not None
+    assert got.to_pylist() == [b"111", None, b"444", b"666", b"111111", None]
+    assert _sender_blooms(files, "u", pa.chunked_array([[1]], pa.int64())) is None
