@@ -674,7 +674,7 @@ WORK_SCHEMA = pa.schema([f for f in DECODED_SCHEMA if f.name != "bloom_filter"])
 the task writes by sender into its bloom file: a sweep task then reads only its own
 senders' filters, and holds one sender's at a time (~18 KB a message: a task's senders'
 filters at once were ~9 GB at 1M messages; 100,000 messages with filters, same machine:
-peak worker memory 2.8 GB -> 0.9, sweep 3.9 s -> 1.3)."""
+peak worker memory 2.8-2.9 GB -> 0.76-0.85, sweep 3.6-3.9 s -> 1.7-1.8)."""
 _SWEPT_KINDS = pa.array(["content", "sync"])
 
 
