@@ -668,7 +668,7 @@ SWEEP_COLUMNS = [
 """What the sweep reads of every decoded file (the bloom filters are in the bloom files)."""
 BLOOMS_SCHEMA = pa.schema([DECODED_SCHEMA.field("index"), DECODED_SCHEMA.field("bloom_filter")])
 """A decode task's bloom file: the bloom filters of its decoded content and sync messages
-(``_by_sender``), a record batch per sender (``BloomFiles`` names them)."""
+(``_blooms_by_sender``), a record batch per sender (``BloomFiles`` names them)."""
 WORK_SCHEMA = pa.schema([f for f in DECODED_SCHEMA if f.name != "bloom_filter"])
 """A decoded file in ``_work/decoded``: every decoded column but the bloom filters, which
 the task writes by sender into its bloom file: a sweep task then reads only its own
@@ -676,6 +676,7 @@ senders' filters, and holds one sender's at a time (~18 KB a message: a task's s
 filters at once were ~9 GB at 1M messages; 100,000 messages with filters, same machine:
 peak worker memory 2.8-2.9 GB -> 0.76-0.85, sweep 3.6-3.9 s -> 1.7-1.8)."""
 _SWEPT_KINDS = pa.array(["content", "sync"])
+"""The kinds of message a sweep reads (the others acknowledge nothing)."""
 
 
 def _sweep_task(
@@ -715,7 +716,6 @@ def _sweep_task(
         # columns taken once), and every causal_new id's content position from one
         # ``index_in`` for the whole task (one hash table of the content ids, not one a
         # sender)
-        wanted = pa.array(["content", "sync"])
         mine = pa.array(senders, pa.string())
         copies = pa.array(later) if len(later) else None
         index = IdIndex(content.ids)  # the content ids' hash table, for the whole task
@@ -724,7 +724,7 @@ def _sweep_task(
         for f in decoded:
             t = _read_work(f, ["ok", *SWEEP_COLUMNS])
             keep = pc.and_(
-                pc.and_(t.column("ok"), pc.is_in(t.column("kind"), wanted)),
+                pc.and_(t.column("ok"), pc.is_in(t.column("kind"), _SWEPT_KINDS)),
                 pc.is_in(t.column("sender"), mine),
             )
             if copies is not None:
@@ -1214,7 +1214,7 @@ def _decode_task(
                 record batches of about ``BLOOM_BATCH_BYTES`` (a batch per sender and
                 decoded batch is ~150 rows: per-batch costs in the writes and the reads)."""
                 for b in decoded:
-                    for sender, rows, size in _by_sender(b):
+                    for sender, rows, size in _blooms_by_sender(b):
                         pending.setdefault(sender, []).append(rows)
                         held[sender] = held.get(sender, 0) + size
                         if held[sender] >= BLOOM_BATCH_BYTES:
@@ -1239,7 +1239,7 @@ BLOOM_BATCH_BYTES = 16 << 20
 """About the size of a record batch of a bloom file (one sender's filters)."""
 
 
-def _by_sender(b: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch, int]]:
+def _blooms_by_sender(b: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch, int]]:
     """The bloom filters of a decoded batch's content and sync messages (``BLOOMS_SCHEMA``),
     a record batch per sender in index order (one take of the rows, stably sorted by
     sender), with its size in bytes (about: its share of the rows' buffers)."""
@@ -1446,7 +1446,7 @@ def _audit(
     # the sweep: one job, a task per group of senders
     # each sender's content and sync messages counted from the one column (a filter of
     # ``first`` copied every column of its rows, then a group_by)
-    swept = first.column("sender").filter(pc.is_in(kind, pa.array(["content", "sync"])))
+    swept = first.column("sender").filter(pc.is_in(kind, _SWEPT_KINDS))
     counts = pc.value_counts(swept)
     senders = pa.table({"sender": counts.field("values"), "index_count": counts.field("counts")})
     acks_dir = out / "acks"
