@@ -824,7 +824,6 @@ def _sender_blooms(bloom_files: BloomFiles, sender: str, index: pa.ChunkedArray)
     """The bloom filters of ``sender``'s messages at ``index`` (ascending; null where a
     message has none), read from the bloom files' batches of that sender only; None when it
     has none."""
-    import numpy as np
 
     batches = []
     for path, names in bloom_files:
@@ -835,11 +834,21 @@ def _sender_blooms(bloom_files: BloomFiles, sender: str, index: pa.ChunkedArray)
     if not batches:
         return None
     held = pa.Table.from_batches(batches, BLOOMS_SCHEMA)
-    have = np.asarray(held.column("index").to_numpy(), dtype=np.int64)
-    want = np.asarray(index.to_numpy(), dtype=np.int64)
-    at = np.minimum(np.searchsorted(have, want), len(have) - 1)
-    found = have[at] == want
+    at, found = _find_sorted(held.column("index").to_numpy(), index.to_numpy())
     return held.column("bloom_filter").take(pa.array(at, mask=~found)).combine_chunks()
+
+
+def _find_sorted(keys: Any, values: Any) -> tuple[Any, Any]:
+    """Where each of ``values`` is among ``keys`` (indexes, ascending): its position (any
+    position where it is not) and whether it is there; one binary search each."""
+    import numpy as np
+
+    keys = np.asarray(keys, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    if not len(keys):
+        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    return at, keys[at] == values
 
 
 _SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_new"]
@@ -978,9 +987,7 @@ def _messages_task(
         def batches() -> Iterator[pa.RecordBatch]:
             done = 0
             for b in _work_batches(source, columns):
-                idx = np.asarray(b.column("index").to_numpy(), dtype=np.int64)
-                at = np.minimum(np.searchsorted(want, idx), max(len(want) - 1, 0))
-                first = want[at] == idx if len(want) else np.zeros(len(idx), dtype=bool)
+                first = _find_sorted(want, b.column("index").to_numpy())[1]
                 if not first.any():
                     continue
                 # the histories rebuilt from the whole batch (a run's base may be a resend);
