@@ -91,6 +91,7 @@ SIMULATED = (
     "pread",
     "fsync",
     "fdatasync",
+    "start_writeback",
     "ftruncate",
     "truncate",
     "replace",
@@ -418,6 +419,13 @@ class SimDisk:
         self._sync(fd, os.fdatasync)
         if self.fsync_latency:
             time.sleep(self.fsync_latency)
+
+    def start_writeback(self, fd: int, offset: int = 0, count: int = 0) -> bool:
+        """Only a hint to the kernel: it makes nothing durable, and a simulated power loss
+        may keep any part of what was not fsynced anyway, so the disk's state is unchanged."""
+        with self._lock:
+            self._alive()
+            return True
 
     def ftruncate(self, fd: int, size: int) -> None:
         with self._lock:

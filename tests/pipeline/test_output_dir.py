@@ -171,3 +171,47 @@ def test_files_that_are_not_the_jobs_are_carried_over(tmp_path):
     got = read_tree(dest)
     assert got == {**NEW, "summary.json": b'{"new": 1}', "notes.txt": b"mine", "mine/a.txt": b"a"}
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_finished_output_part_is_handed_to_the_disk_before_its_rename(tmp_path, monkeypatch):
+    """``write_part`` starts the write-back of a Parquet part of the output as soon as it is
+    written (whole, under its temporary name), so the commit's fsync finds little left; a job's
+    intermediate Arrow IPC file is never written back (it is removed at the end)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    seen: list[tuple[str, int]] = []
+    real = fs.start_writeback
+
+    def spy(fd: int, offset: int = 0, count: int = 0) -> bool:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        seen.append((os.path.basename(path), os.fstat(fd).st_size))
+        return real(fd, offset, count)
+
+    monkeypatch.setattr(fs, "start_writeback", spy)
+    table = pa.table({"x": list(range(1000))})
+    path, rows = output_dir.write_part(
+        str(tmp_path), "part-0.parquet", table.schema, table.to_batches()
+    )
+    assert rows == 1000 and pq.read_table(path).equals(table)
+    assert len(seen) == 1
+    name, size = seen[0]
+    assert name.startswith(".part-0.parquet-") and name.endswith(".tmp")
+    assert size == os.path.getsize(path)  # the whole file, footer included
+    output_dir.write_part(
+        str(tmp_path), "w.arrow", table.schema, table.to_batches(), "zstd", arrow_ipc=True
+    )
+    assert len(seen) == 1
+
+
+def test_start_writeback_is_taken_for_a_written_file_and_only_a_no_for_a_bad_fd(tmp_path):
+    body = os.urandom(1 << 20)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fs.write_all(fd, body)
+        assert fs.start_writeback(fd) is True
+        assert fs.start_writeback(fd, 4096, len(body) - 4096) is True
+    finally:
+        os.close(fd)
+    assert fs.start_writeback(fd) is False  # closed: refused, no exception
+    assert (tmp_path / "f").read_bytes() == body

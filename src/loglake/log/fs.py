@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 open = os.open  # the os name, on purpose: fs.open(path, flags, mode) -> fd
@@ -136,6 +137,38 @@ def fsync_file(path: str | Path) -> None:
         fsync(fd)
     finally:
         close(fd)
+
+
+SYNC_FILE_RANGE_WRITE = 2
+"""``sync_file_range`` flag (linux/fs.h): start writing the range's dirty pages, do not wait."""
+
+
+@functools.cache
+def _sync_file_range() -> Callable[..., int] | None:
+    """libc's ``sync_file_range`` through ``ctypes`` (the standard library has no binding), or
+    None where libc has none (not Linux)."""
+    import ctypes
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if fn is None:
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, offset: int = 0, count: int = 0) -> bool:
+    """Ask the kernel to start writing a file's dirty pages in ``[offset, offset + count)``
+    (``count`` 0: to the end of the file) to the disk, without waiting for them.
+
+    Why: a job's output is fsync'd once, when it is committed; the kernel starts writing dirty
+    pages back on its own only past its background threshold (10% of memory) or after 30 s, so
+    that fsync waited alone for everything the job wrote while every core sat idle. Started as
+    each file is written, the disk works while the job computes the next ones. Only a hint, so
+    it changes no durability rule: the commit's fsync still decides, and a refusal (an fd the
+    kernel does not take, no such call outside Linux) is a False, never an error."""
+    fn = _sync_file_range()
+    return fn is not None and fn(fd, offset, count, SYNC_FILE_RANGE_WRITE) == 0
 
 
 def fsync_dir(path: str | Path) -> None:

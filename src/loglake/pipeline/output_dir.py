@@ -215,7 +215,19 @@ def write_part(
                 for batch in batches:
                     w.write_batch(batch)
                     rows += batch.num_rows
+            _start_writeback(tmp)
     return os.path.join(folder, name), rows
+
+
+def _start_writeback(path: str) -> None:
+    """The disk starts writing a finished part of the job's output now (``fs.start_writeback``):
+    ``commit_dir``'s fsync then finds little left, instead of waiting alone for the whole
+    output once every task is done (``sds-audit`` at 1M messages: 627 MB of ``acks``)."""
+    fd = fs.open(path, os.O_RDONLY)
+    try:
+        fs.start_writeback(fd)
+    finally:
+        fs.close(fd)
 
 
 @contextlib.contextmanager

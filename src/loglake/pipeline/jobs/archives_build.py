@@ -1022,26 +1022,9 @@ def _build_direct(layout: Layout, t: _BuildTask, records: _Records) -> dict[str,
     }
 
 
-SYNC_FILE_RANGE_WRITE = 2
-"""``sync_file_range`` flag (linux/fs.h): start writing the range's dirty pages, do not wait."""
-
-
-@functools.cache
-def _sync_file_range() -> Callable[..., int] | None:
-    """libc's ``sync_file_range`` through ``ctypes`` (the standard library has no binding), or
-    None where libc has none (not Linux)."""
-    import ctypes
-
-    fn = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
-    if fn is None:
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    fn.restype = ctypes.c_int
-    return fn
-
-
 def _start_writeback(fd: int, offset: int, count: int) -> bool:
-    """Start writing an archive the task just wrote to the disk, without waiting for it.
+    """Start writing an archive the task just wrote to the disk, without waiting for it
+    (``fs.start_writeback``).
 
     Why: the staged ``data`` must reach the disk before ``COMMIT`` (the driver fsyncs it), and
     the kernel starts writing dirty pages back only past its background threshold or after
@@ -1051,8 +1034,7 @@ def _start_writeback(fd: int, offset: int, count: int) -> bool:
     the spills on disk it competed with their write-out and was slower; they are in memory
     now: ``pipeline.scratch``). Only a hint: durability still comes from the driver's fsync,
     so an error here changes nothing. Returns whether the kernel took it."""
-    fn = _sync_file_range()
-    return fn is not None and count > 0 and fn(fd, offset, count, SYNC_FILE_RANGE_WRITE) == 0
+    return count > 0 and fs.start_writeback(fd, offset, count)
 
 
 DIRECT_ALIGN = 4096
