@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from crc32c import crc32c
 
 from loglake.log import fs
@@ -58,7 +59,13 @@ from loglake.log.record_codec import (
     plain_columns,
     scan,
 )
-from loglake.log.sparse_index import ENTRY, INTERVAL_BYTES, SparseIndex, write_index_file
+from loglake.log.sparse_index import (
+    ENTRY,
+    INTERVAL_BYTES,
+    SparseIndex,
+    checked_entries,
+    write_index_file,
+)
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -246,18 +253,27 @@ class Segment:
     ) -> tuple[int, int, SparseIndex]:
         """``(position, index, sparse index so far)`` to start the tail scan from: the newest
         index entry below ``durable_size`` (any entry when None) that checks out."""
+        pos, index, entries = self._resume_entries(file_size, durable_size)
+        return pos, index, SparseIndex.of(entries)
+
+    def _resume_entries(
+        self, file_size: int, durable_size: int | None
+    ) -> tuple[int, int, np.ndarray]:
+        """``_resume_point`` with the index's entries as ``checked_entries``' rows: no Python
+        list of them for ``ends_at``, which reads only the last."""
+        none = np.zeros((0, 2), dtype=np.uint64)
         try:
             raw = fs.read_file(self.idx_path)
         except FileNotFoundError:
-            return 0, self.base, SparseIndex()
-        idx = SparseIndex.parse(raw[: len(raw) - len(raw) % ENTRY.size], self.base, file_size)
-        if idx is None or not idx.indexes:
-            return 0, self.base, SparseIndex()
+            return 0, self.base, none
+        entries = checked_entries(raw, self.base, file_size)
+        if entries is None or not len(entries):
+            return 0, self.base, none
         if durable_size is not None:
-            idx.truncate_to(durable_size)
-            if not idx.indexes:
-                return 0, self.base, SparseIndex()
-        last_i, last_p = idx.indexes[-1], idx.positions[-1]
+            entries = entries[: int(np.searchsorted(entries[:, 1], np.uint64(durable_size)))]
+            if not len(entries):
+                return 0, self.base, none
+        last_i, last_p = int(entries[-1, 0]), int(entries[-1, 1])
         head = _pread_range(self.path, last_p, last_p + FRAME_HEAD.size)
         try:
             need = frame_length_at(head, 0)
@@ -266,8 +282,8 @@ class Segment:
         except RecordDecodeError:
             rec = None
         if rec is None or rec.index != last_i:
-            return 0, self.base, SparseIndex()
-        return last_p, last_i, idx
+            return 0, self.base, none
+        return last_p, last_i, entries
 
     @classmethod
     def sealed(cls, directory: Path, base: int, next_index: int, readonly: bool) -> Segment:
@@ -282,7 +298,7 @@ class Segment:
         """The index after this segment's last whole record, from its own bytes (a tail scan
         from the last index entry that checks out); None when the tail is damaged (reads will
         report it). Used on open to check the index a sealed segment's successor implies."""
-        pos, first, _ = self._resume_point(self.size, None)
+        pos, first, _ = self._resume_entries(self.size, None)
         records, end, err = scan(_pread_range(self.path, pos, self.size), 0, pos)
         if err is not None or end != self.size:
             return None

@@ -17,6 +17,8 @@ import os
 import struct
 from collections.abc import Sequence
 
+import numpy as np
+
 from loglake.log import fs
 
 ENTRY = struct.Struct("<QQ")
@@ -83,23 +85,48 @@ class SparseIndex:
 
     @classmethod
     def parse(cls, raw: bytes, base: int, segment_size: int) -> SparseIndex | None:
-        """Entries from a file's bytes, or None if they are not trustworthy (not increasing,
-        outside the segment, or before its first index). A partial last entry is ignored;
-        entries at or past ``segment_size`` are dropped (the segment was truncated)."""
+        """Entries from a file's bytes, or None if they are not trustworthy
+        (``checked_entries``)."""
+        entries = checked_entries(raw, base, segment_size)
+        return None if entries is None else cls.of(entries)
+
+    @classmethod
+    def of(cls, entries: np.ndarray) -> SparseIndex:
+        """An index of ``checked_entries``' rows."""
         idx = cls()
-        whole = len(raw) - len(raw) % ENTRY.size
-        prev_i, prev_p = base - 1, -1
-        for i, p in ENTRY.iter_unpack(raw[:whole]):
-            if p >= segment_size:
-                break
-            if i <= prev_i or p <= prev_p or (p == 0) != (i == base):
-                return None
-            idx.indexes.append(i)
-            idx.positions.append(p)
-            prev_i, prev_p = i, p
-        if idx.positions:
+        if len(entries):
+            idx.indexes = entries[:, 0].tolist()
+            idx.positions = entries[:, 1].tolist()
             idx.last_pos = idx.positions[-1]
         return idx
+
+
+def checked_entries(raw: bytes, base: int, segment_size: int) -> np.ndarray | None:
+    """A file's entries as rows ``(index, position)`` (uint64), or None if they are not
+    trustworthy (not increasing, outside the segment, or before its first index). A partial
+    last entry is ignored; entries at or past ``segment_size`` are dropped (the segment was
+    truncated), and those after the first of them are not checked.
+
+    Checked with numpy over the whole file, not entry by entry: every open of a partition
+    reads the index of each of its sealed segments (``recovery.drop_resurrected``), and a
+    1M-message log's 333 segments hold 2M entries: 0.1 s of Python an open, paid by every
+    live read of the pipeline (each micro-batch of a streaming job)."""
+    whole = len(raw) - len(raw) % ENTRY.size
+    entries = np.frombuffer(raw, dtype="<u8", count=whole // 8).reshape(-1, 2)
+    past = np.flatnonzero(entries[:, 1] >= np.uint64(segment_size))
+    if len(past):
+        entries = entries[: past[0]]
+    if not len(entries):
+        return entries
+    i, p = entries[:, 0], entries[:, 1]
+    if (
+        int(i[0]) < base
+        or not bool(np.all(i[1:] > i[:-1]))
+        or not bool(np.all(p[1:] > p[:-1]))
+        or not bool(np.array_equal(p == 0, i == np.uint64(base)))
+    ):
+        return None
+    return entries
 
 
 def write_index_file(path: str, index: SparseIndex) -> bool:
