@@ -27,6 +27,7 @@ from loglake.sds.codec import (
 )
 from loglake.sds.columnar import DecodeState
 from loglake.sds.messages import HistoryEntry
+from loglake.wire.arrow_offsets import value_offsets
 from loglake.wire.varint import encode_uleb
 from tests.sds.records import BLOOM, CHANNEL, STORED_HISTORY, ld, readable, sliding_window
 
@@ -354,7 +355,7 @@ def test_id_lookup_refuses_tables_ranges_parts_and_outputs_it_did_not_make():
     ids = pa.array(["a", "b"])
     index = columnar.IdIndex(ids)
     vals = pa.array(["a", "c"])
-    offs, data = columnar._string_offsets(vals), vals.buffers()[2]
+    offs, data = value_offsets(vals), vals.buffers()[2]
 
     def part(starts: list[int], ends: list[int]) -> tuple:
         return (offs, data, np.array(starts, np.int64), np.array(ends, np.int64))

@@ -226,6 +226,8 @@ def positions_batch(
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from loglake.wire.arrow_offsets import value_offsets
+
     k, m_bits, _ = sizing(capacity, error_rate)
     arr = items if isinstance(items, pa.Array) else pa.array(list(items), pa.string())
     arr = pc.fill_null(arr.cast(pa.string()), "")
@@ -233,8 +235,7 @@ def positions_batch(
     out = np.empty((n, k), dtype=np.int64)
     if n == 0:
         return out
-    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1]
-    offs = offs.astype(np.int64)
+    offs = value_offsets(arr).astype(np.int64)
     data = np.frombuffer(arr.buffers()[2] or b"", dtype=np.uint8)
     lens = np.diff(offs)
     high = np.zeros(n, dtype=bool)  # a byte >= 0x80: not ASCII, the reference's way

@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from loglake.wire.arrow_offsets import value_offsets
+
 _decode: Any
 try:  # the batch kernel in C (``_decode.c``); where it is not built, ``_scan`` reads the batch
     _decode = importlib.import_module("loglake.sds._decode")
@@ -1014,8 +1016,8 @@ def _packed(history: pa.ListArray, lens: bytes, ok: Any) -> tuple[pa.Array, pa.L
 
     n = len(history)
     strs = history.values
-    voffs = np.frombuffer(strs.buffers()[1], dtype=np.int32)
-    loffs = np.frombuffer(history.offsets.buffers()[1], dtype=np.int32)
+    voffs = value_offsets(strs)
+    loffs = value_offsets(history)
     mask = _validity(ok)
     ids = pa.Array.from_buffers(
         pa.binary(),
@@ -1083,9 +1085,7 @@ def pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
 
     n = len(lists)
     values = lists.values
-    voffs = np.frombuffer(values.buffers()[1], dtype=np.int32)[
-        values.offset : values.offset + len(values) + 1
-    ]
+    voffs = value_offsets(values)
     data = values.buffers()[2] or pa.py_buffer(b"")
     loffs = np.asarray(lists.offsets, dtype=np.int64)  # into ``values``
     valid = lists.is_valid()
@@ -1162,7 +1162,7 @@ def _stored_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
     import numpy as np
 
     n = len(ids)
-    ioffs = np.frombuffer(ids.buffers()[1], dtype=np.int32)[ids.offset : ids.offset + n + 1]
+    ioffs = value_offsets(ids)
     loffs = np.asarray(lens.offsets, dtype=np.int64)
     lo, hi = (int(loffs[0]), int(loffs[-1])) if n else (0, 0)
     flat = np.asarray(lens.values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), np.int64)
@@ -1193,7 +1193,7 @@ class IdIndex:
         self.ids = ids
         self._slots = None
         if _decode is not None and ids.null_count == 0 and len(ids) < 2**30:
-            self._offs = _string_offsets(ids)
+            self._offs = value_offsets(ids)
             self._data = ids.buffers()[2] or pa.py_buffer(b"")
             m = 1 << max(1, int(2 * len(ids)).bit_length())
             self._slots = np.empty(m, dtype=np.int32)
@@ -1208,7 +1208,7 @@ class IdIndex:
             return self.reference(parts)
         given = [
             (
-                _string_offsets(values),
+                value_offsets(values),
                 values.buffers()[2] or pa.py_buffer(b""),
                 np.ascontiguousarray(starts, dtype=np.int64),
                 np.ascontiguousarray(ends, dtype=np.int64),
@@ -1238,13 +1238,3 @@ def value_indices(starts: Any, ends: Any) -> Any:
     lens = np.asarray(ends, dtype=np.int64) - starts
     before = np.cumsum(lens) - lens
     return np.repeat(starts - before, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-
-
-def _string_offsets(arr: pa.Array) -> Any:
-    """A string array's int32 offsets (``len + 1``, from its slice offset), as numpy, no copy."""
-    import numpy as np
-
-    if arr.buffers()[1] is None:
-        return np.zeros(len(arr) + 1, dtype=np.int32)
-    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32)
-    return offs[arr.offset : arr.offset + len(arr) + 1]

@@ -122,6 +122,7 @@ from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
+from loglake.wire.arrow_offsets import value_offsets
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -404,8 +405,7 @@ def _scan_task(
                 topic, col = topic.take(pa.array(sel)), col.take(pa.array(sel))
             if col.type != pa.binary():
                 col = col.cast(pa.binary())
-            offs = np.frombuffer(col.buffers()[1], dtype=np.int32, count=col.offset + len(col) + 1)
-            flen = _framed_len(np.diff(offs[col.offset :]))
+            flen = _framed_len(np.diff(value_offsets(col)))
             arrays = [pa.array(idx), pa.array(ts), topic, pa.array(cap), pa.array(flen)]
             if not direct:
                 arrays.append(col.cast(pa.large_binary()))
@@ -903,8 +903,7 @@ def _framed(chunk: pa.Array) -> pa.Array | None:
     n = len(chunk)
     if chunk.type != pa.binary() or chunk.null_count:
         return None
-    offs = np.frombuffer(chunk.buffers()[1], dtype=np.int32, count=chunk.offset + n + 1)
-    lens = np.diff(offs[chunk.offset :]).astype(np.int64)
+    lens = np.diff(value_offsets(chunk)).astype(np.int64)
     if n and int(lens.max()) >= 1 << 21:
         return None
     pre = 2 + (lens >= 1 << 7).astype(np.int64) + (lens >= 1 << 14)  # tag + varint bytes
@@ -928,12 +927,8 @@ def _framed(chunk: pa.Array) -> pa.Array | None:
 def _data_view(framed: pa.Array) -> memoryview:
     """The concatenated values of a binary or large binary array (its data buffer between its
     first and last offsets)."""
-    import pyarrow as pa
-
-    n = len(framed)
-    dtype = np.int64 if framed.type == pa.large_binary() else np.int32
-    offs = np.frombuffer(framed.buffers()[1], dtype=dtype, count=framed.offset + n + 1)
-    a, z = int(offs[framed.offset]), int(offs[framed.offset + n])
+    offs = value_offsets(framed)
+    a, z = int(offs[0]), int(offs[-1])
     buf = framed.buffers()[2]
     return memoryview(buf)[a:z] if buf is not None else memoryview(b"")
 

@@ -69,6 +69,7 @@ from loglake.sds import (
     history_lists,
     value_indices,
 )
+from loglake.wire.arrow_offsets import value_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -525,7 +526,7 @@ def _bloom_matrix(col: pa.ChunkedArray) -> tuple[Any, Any]:
     for ch in col.chunks:
         if ch.null_count == len(ch):
             continue
-        offs = np.frombuffer(ch.buffers()[1], dtype=np.int32)[ch.offset : ch.offset + len(ch) + 1]
+        offs = value_offsets(ch)
         lens = np.diff(offs)
         ok = np.asarray(ch.is_valid())
         data = np.frombuffer(ch.buffers()[2], dtype=np.uint8)
