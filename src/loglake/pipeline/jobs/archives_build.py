@@ -122,7 +122,7 @@ from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
-from loglake.wire.arrow_offsets import value_offsets
+from loglake.wire import value_offsets
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -69,7 +69,7 @@ from loglake.sds import (
     history_lists,
     value_indices,
 )
-from loglake.wire.arrow_offsets import value_offsets
+from loglake.wire import value_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
