@@ -215,3 +215,22 @@ def test_start_writeback_is_taken_for_a_written_file_and_only_a_no_for_a_bad_fd(
         os.close(fd)
     assert fs.start_writeback(fd) is False  # closed: refused, no exception
     assert (tmp_path / "f").read_bytes() == body
+
+
+def test_a_part_the_hint_cannot_open_is_still_written(tmp_path, monkeypatch):
+    """The write-back is only a hint: a part file it cannot open (a file system that refuses a
+    second open) is written and renamed as ever, and left to the commit's fsync."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    real = fs.open
+
+    def refuse_read_only(path, flags, *mode):
+        if flags == os.O_RDONLY:
+            raise PermissionError(13, "refused", str(path))
+        return real(path, flags, *mode)
+
+    monkeypatch.setattr(fs, "open", refuse_read_only)
+    table = pa.table({"x": [1, 2, 3]})
+    path, rows = output_dir.write_part(str(tmp_path), "p.parquet", table.schema, table.to_batches())
+    assert rows == 3 and pq.read_table(path).equals(table)

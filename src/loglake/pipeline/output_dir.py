@@ -222,8 +222,12 @@ def write_part(
 def _start_writeback(path: str) -> None:
     """The disk starts writing a finished part of the job's output now (``fs.start_writeback``):
     ``commit_dir``'s fsync then finds little left, instead of waiting alone for the whole
-    output once every task is done (``sds-audit`` at 1M messages: 627 MB of ``acks``)."""
-    fd = fs.open(path, os.O_RDONLY)
+    output once every task is done (``sds-audit`` at 1M messages: 627 MB of ``acks``). Only a
+    hint: a file it cannot open is left to that fsync, and the task goes on."""
+    try:
+        fd = fs.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         fs.start_writeback(fd)
     finally:
