@@ -39,6 +39,7 @@ from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Producer
 from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport
 from loglake.log import MemoryLog, open_log
+from loglake.pipeline.jobs.cardinal_blocks_cli import JOB_NICE
 from loglake.streams.api import LocalStreams
 from loglake.streams.client import StreamClient
 from loglake.streams.server import BackgroundServer
@@ -709,9 +710,10 @@ if __name__ == "__main__":
         ap.add_argument(
             "--job-nice",
             type=int,
-            default=0,
+            default=JOB_NICE,
             help="live: run the job this much nicer than the producers and server (they get "
-            "the CPU first; the job keeps up only if it does on what they leave)",
+            "the CPU first; the job keeps up only if it does on what they leave); the default "
+            "is the command's (loglake job cardinal-blocks --nice), 0 the shell's priority",
         )
         ap.add_argument(
             "--updates",

@@ -244,6 +244,71 @@ def test_cli_names_the_option(small_input, tmp_path):
     assert "--topic" in r.output and "nope" in r.output
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (Linux's ``children`` lists)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        out += kids
+        todo += kids
+    return out
+
+
+def comm_and_nice(pid: int) -> tuple[str, int] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None  # gone meanwhile
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    return comm, int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19: nice
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_command_lowers_its_priority_and_its_jvm_inherits_it(small_input, tmp_path):
+    """``--nice N``: the command starts its JVM (and through it the Python workers) N steps
+    below the priority it was started with, so a stream server beside it gets the CPU first;
+    seen from outside, in ``/proc``, while the job runs."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    cmd = [sys.executable, "-m", "loglake.cli", "job", "cardinal-blocks"]
+    args = ["--data-dir", str(small_input), "--out", str(tmp_path / "out"), "--nice", "3"]
+    topics = [a for t in TOPICS for a in ("--topic", t)]
+    proc = subprocess.Popen(
+        [*cmd, *args, *topics], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    seen: dict[int, tuple[str, int]] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            for pid in [proc.pid, *descendants(proc.pid)]:
+                got = comm_and_nice(pid)
+                if got:
+                    seen[pid] = got  # the last sighting: the command lowers its own at start
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    want = min(19, base + 3)
+    assert seen[proc.pid][1] == want
+    jvms = [n for c, n in seen.values() if c == "java"]
+    assert jvms and set(jvms) == {want}, seen
+
+
+def test_nice_is_checked_before_spark_starts(small_input, tmp_path):
+    from click.testing import CliRunner
+
+    from loglake.cli import main
+
+    args = ["job", "cardinal-blocks", "--data-dir", str(small_input), "--topic", TOPIC]
+    r = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "o"), "--nice", "20"])
+    assert r.exit_code != 0 and "--nice" in r.output, r.output
+
+
 # -- the stateful operator's core, without Spark ------------------------------------------------
 
 

@@ -209,6 +209,19 @@ def java_options(conf: dict[str, str], quiet: bool, c1_only: bool = False) -> di
     return out
 
 
+def lower_priority(steps: int) -> int:
+    """The calling thread, and every thread and process it starts from now on, ``steps`` lower
+    in CPU priority (``nice``; the kernel caps it at 19). Called before ``build_session``, that
+    is the JVM of a local session and its Python workers too; a cluster's executors keep the
+    priority their worker was started with. Why: a job that follows a stream server on the
+    same machine (``job cardinal-blocks --follow``) should take the CPU the server and its
+    producers leave rather than share it with them. Linux keeps niceness per thread: threads
+    started earlier keep theirs. Raising niceness needs no privilege. Returns the niceness."""
+    import os
+
+    return os.nice(steps)
+
+
 def build_session(
     master: str | None = None,
     app_name: str = "loglake",

@@ -12,6 +12,14 @@ import click
 from loglake.cardinal import DEFAULT_REORG_THRESHOLD
 from loglake.pipeline.session import MASTER_ENV
 
+JOB_NICE = 10
+"""``--nice``'s default. Why lower at all: the job usually follows a stream server on the
+same machine, and at the shell's priority each micro-batch took both cores for a moment while
+the server waited for a CPU: live at 1 update per block on 2 cores, the producers lost 5-12%
+of their rate beside the job, 1-4% beside it niced +10, and it kept up either way
+(docs/benchmarks.md). Why not 19: on a machine kept busy by other work the job still gets a
+share, so a backlog still shrinks."""
+
 
 @click.command("cardinal-blocks")
 @click.option("--data-dir", required=True, help="The loglake data directory.")
@@ -48,6 +56,15 @@ from loglake.pipeline.session import MASTER_ENV
     default=None,
     help=f"Spark master URL (default local[*]; env {MASTER_ENV}).",
 )
+@click.option(
+    "--nice",
+    type=click.IntRange(0, 19),
+    default=JOB_NICE,
+    show_default=True,
+    help="Run the job (a local session's JVM and Python workers too) this many steps lower in "
+    "CPU priority, so a stream server on the same machine and its producers get the CPU first; "
+    "0 keeps the shell's priority.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def cardinal_blocks_command(
     data_dir: str,
@@ -59,6 +76,7 @@ def cardinal_blocks_command(
     max_records_per_trigger: int | None,
     follow: float | None,
     spark_master: str | None,
+    nice: int,
     as_json: bool,
 ) -> None:
     """Assemble a Cardinal topic's blocks into Parquet tables (blocks, chain_updates, rejects)
@@ -79,12 +97,15 @@ def cardinal_blocks_command(
         follow,
     ).validate()
     console = Console(stderr=True)
-    from loglake.pipeline.session import build_session
+    from loglake.pipeline import session
 
+    session.lower_priority(nice)  # before the JVM starts: it and its workers inherit it
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
         # C1 only: the records go to the driver's Python, the JVM plans micro-batches
         # (session.C1_ONLY; docs/pipeline.md has what it saved here)
-        spark = build_session(master=spark_master, app_name="loglake-cardinal-blocks", c1_only=True)
+        spark = session.build_session(
+            master=spark_master, app_name="loglake-cardinal-blocks", c1_only=True
+        )
     from loglake.pipeline.progress import JobProgress
 
     what = "assembling blocks" + (" (Ctrl-C stops)" if follow is not None else "")
