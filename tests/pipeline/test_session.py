@@ -181,3 +181,19 @@ def test_c1_only_is_added_for_a_job_that_asks_and_a_users_java_options_win():
     mine = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.executor.extraJavaOptions": "-Dy=2"}
     assert java_options(mine, quiet=True, c1_only=True) == mine
     assert java_options({}, quiet=False) == {}
+
+
+def test_a_refused_priority_change_leaves_the_job_running(monkeypatch, caplog):
+    """A sandbox that refuses ``setpriority`` costs the job its lower priority, not its run."""
+    import logging
+
+    from loglake.pipeline import session
+
+    def refuse(steps):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "nice", refuse)
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.session"):
+        assert session.lower_priority(5) == os.getpriority(os.PRIO_PROCESS, 0)
+    [rec] = [r for r in caplog.records if r.getMessage() == "cpu priority unchanged"]
+    assert "Operation not permitted" in rec.fields["error"]

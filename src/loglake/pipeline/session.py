@@ -216,10 +216,20 @@ def lower_priority(steps: int) -> int:
     priority their worker was started with. Why: a job that follows a stream server on the
     same machine (``job cardinal-blocks --follow``) should take the CPU the server and its
     producers leave rather than share it with them. Linux keeps niceness per thread: threads
-    started earlier keep theirs. Raising niceness needs no privilege. Returns the niceness."""
+    started earlier keep theirs. Raising niceness needs no privilege, but a sandbox may refuse
+    the call: the job then runs at the priority it has, with a warning. Returns the niceness."""
+    import logging
     import os
 
-    return os.nice(steps)
+    from loglake.structured_logging import log_event
+
+    try:
+        return os.nice(steps)
+    except OSError as e:
+        log_event(
+            logging.getLogger(__name__), logging.WARNING, "cpu priority unchanged", error=repr(e)
+        )
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def build_session(
