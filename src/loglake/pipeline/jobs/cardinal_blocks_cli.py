@@ -16,7 +16,7 @@ JOB_NICE = 10
 """``--nice``'s default. Why lower at all: the job usually follows a stream server on the
 same machine, and at the shell's priority each micro-batch took both cores for a moment while
 the server waited for a CPU: live at 1 update per block on 2 cores, the producers lost 6-12%
-of their rate beside the job, 1-4% beside it niced +10, and it kept up either way
+of their rate beside the job, 1-5% beside it niced +10, and it kept up either way
 (docs/benchmarks.md). Why not 19: on a machine kept busy by other work the job still gets a
 share, so a backlog still shrinks."""
 
