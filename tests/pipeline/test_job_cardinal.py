@@ -277,9 +277,9 @@ def test_the_command_lowers_its_priority_and_its_jvm_inherits_it(small_input, tm
     cmd = [sys.executable, "-m", "loglake.cli", "job", "cardinal-blocks"]
     args = ["--data-dir", str(small_input), "--out", str(tmp_path / "out"), "--nice", "3"]
     topics = [a for t in TOPICS for a in ("--topic", t)]
-    proc = subprocess.Popen(
-        [*cmd, *args, *topics], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    log = tmp_path / "stderr.txt"  # a file, not a pipe nobody reads while it runs
+    with log.open("w") as err:
+        proc = subprocess.Popen([*cmd, *args, *topics], stdout=subprocess.DEVNULL, stderr=err)
     seen: dict[int, tuple[str, int]] = {}
     try:
         deadline = time.monotonic() + 240
@@ -289,10 +289,10 @@ def test_the_command_lowers_its_priority_and_its_jvm_inherits_it(small_input, tm
                 if got:
                     seen[pid] = got  # the last sighting: the command lowers its own at start
             time.sleep(0.05)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(60)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, log.read_text()
     want = min(19, base + 3)
     assert seen[proc.pid][1] == want
     jvms = [n for c, n in seen.values() if c == "java"]
