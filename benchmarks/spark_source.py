@@ -19,6 +19,13 @@ after the lake (``Segment.create``) before appending. Scans materialise every co
 Spark's ``noop`` sink.
 
     .venv/bin/python benchmarks/spark_source.py [--records 5000000] [--spark-master URL]
+
+``--task-latency``: what a Python task costs Spark beyond its own work: jobs of ``--tasks``
+(54) tasks that return their input, in loglake's session (the JVM's sockets to its Python
+workers are Unix domain sockets, ``session.DEFAULT_CONF``) and, in a second process of the
+same run, with loopback TCP instead (Spark's default): ms per task, best of 3 jobs each.
+
+    .venv/bin/python benchmarks/spark_source.py --task-latency [--tasks 54]
 """
 
 from __future__ import annotations
@@ -174,6 +181,49 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+UDS = "spark.python.unix.domain.socket.enabled"
+
+
+def task_latency_child(uds: str, tasks: int, master: str | None) -> None:
+    """Prints the best of 3 jobs of ``tasks`` trivial tasks, in ms per task, as JSON (after a
+    warm-up job: the Python daemon and workers started)."""
+    from loglake.pipeline import build_session
+
+    spark = build_session(master=master, app_name="loglake-bench-tasks", conf={UDS: uds})
+    sc = spark.sparkContext
+    sc.parallelize(range(tasks), tasks).map(lambda x: x).collect()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        sc.parallelize(range(tasks), tasks).map(lambda x: x).collect()
+        best = min(best, time.perf_counter() - t)
+    spark.stop()
+    print(json.dumps({"ms_per_task": 1000 * best / tasks, "job_s": best}))
+
+
+def task_latency(tasks: int, master: str | None) -> None:
+    import subprocess
+    import sys
+
+    got = {}
+    for uds in ("true", "false"):
+        out = subprocess.run(
+            [sys.executable, __file__, "--task-latency-child", uds, "--tasks", str(tasks)]
+            + (["--spark-master", master] if master else []),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        ).stdout
+        got[uds] = json.loads(out.strip().splitlines()[-1])
+    for uds, what in (("true", "loglake (Unix domain sockets)"), ("false", "loopback TCP")):
+        r = got[uds]
+        console.print(
+            f"{tasks} trivial Python tasks, {what}: {r['job_s']:.2f} s, "
+            f"{r['ms_per_task']:.1f} ms per task"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=5_000_000)
@@ -193,7 +243,14 @@ def main() -> None:
     ap.add_argument("--spark-master", default=None)
     ap.add_argument("--data-dir", default=None, help="keep data here (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--task-latency", action="store_true", help="ms per trivial Python task")
+    ap.add_argument("--task-latency-child", choices=["true", "false"], help=argparse.SUPPRESS)
+    ap.add_argument("--tasks", type=int, default=54, help="--task-latency: tasks per job")
     args = ap.parse_args()
+    if args.task_latency_child:
+        return task_latency_child(args.task_latency_child, args.tasks, args.spark_master)
+    if args.task_latency:
+        return task_latency(args.tasks, args.spark_master)
 
     tmp = Path(tempfile.mkdtemp(prefix="loglake-spark-bench-"))
     data_dir = Path(args.data_dir) if args.data_dir else tmp / "data"

@@ -197,3 +197,32 @@ def test_a_refused_priority_change_leaves_the_job_running(monkeypatch, caplog):
         assert session.lower_priority(5) == os.getpriority(os.PRIO_PROCESS, 0)
     [rec] = [r for r in caplog.records if r.getMessage() == "cpu priority unchanged"]
     assert "Operation not permitted" in rec.fields["error"]
+
+
+def _socket_families(_: object) -> list[int]:
+    """The address families of the sockets this Python worker holds (its link to the JVM)."""
+    import socket
+
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        out.append(int(s.family))
+        s.close()
+    return out
+
+
+@pytest.mark.spark
+def test_python_workers_reach_the_jvm_through_unix_domain_sockets(spark):
+    """Over loopback TCP every Python task waited ~40 ms for its input (Nagle against delayed
+    ACKs); the session's workers talk to the JVM through Unix domain sockets instead."""
+    import socket
+
+    families = spark.sparkContext.parallelize([0, 1], 2).map(_socket_families).collect()
+    assert families and all(f for f in families), families
+    for f in families:
+        assert socket.AF_UNIX in f and socket.AF_INET not in f and socket.AF_INET6 not in f

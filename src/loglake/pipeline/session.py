@@ -50,6 +50,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     # executors' Python daemon: the tasks' imports done once, before the workers fork
     "spark.python.daemon.module": "loglake.sparkdaemon",
+    # the JVM's sockets to its Python workers (and the driver's for local data) as Unix
+    # domain sockets. Why: over loopback TCP every Python task waited ~40 ms, the JVM's
+    # command and its input going out as two small writes (Nagle's algorithm against the
+    # worker's delayed ACK): 54 trivial tasks took 1.4 s, 0.2 s with these. Spark 4.1+.
+    "spark.python.unix.domain.socket.enabled": "true",
 }
 
 
