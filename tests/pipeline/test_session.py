@@ -226,3 +226,38 @@ def test_python_workers_reach_the_jvm_through_unix_domain_sockets(spark):
     assert families and all(f for f in families), families
     for f in families:
         assert socket.AF_UNIX in f and socket.AF_INET not in f and socket.AF_INET6 not in f
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_command_that_exits_without_stopping_spark_leaves_no_socket_file():
+    """Spark removes its Python daemon's socket file only from ``stop()``: a command that
+    just exited left one in the temporary folder per run; ``build_session`` stops the session
+    at exit."""
+    import shutil
+    import tempfile
+
+    # a short path of its own: a socket's path has a length limit, and other tests' sockets
+    # are in the default folder
+    socks = tempfile.mkdtemp(prefix="ll-socks-", dir="/tmp")
+    try:
+        _exit_without_stop(socks)
+    finally:
+        shutil.rmtree(socks, ignore_errors=True)
+
+
+def _exit_without_stop(socks: str) -> None:
+    probe = (
+        "import os, sys\n"
+        "from loglake.pipeline.session import build_session\n"
+        "conf = {'spark.python.unix.domain.socket.dir': sys.argv[1]}\n"
+        "spark = build_session(master='local[1]', conf=conf)\n"
+        "spark.sparkContext.parallelize([1], 1).collect()\n"
+        "print(len(os.listdir(sys.argv[1])))\n"  # the daemon's (and the driver's) sockets
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, socks], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) >= 1  # there were sockets to remove
+    assert os.listdir(socks) == []

@@ -11,6 +11,7 @@ default in Spark 4.3 (``spark.sql.python.filterPushdown.enabled``).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
@@ -237,6 +238,21 @@ def lower_priority(steps: int) -> int:
         return os.getpriority(os.PRIO_PROCESS, 0)
 
 
+def _stop_at_exit() -> None:
+    """The process's SparkContext stopped as the interpreter exits, if a command left it
+    running. Why: Spark stops its Python daemon cleanly only from ``stop()``; a process that
+    just exits leaves the daemon's Unix domain socket file behind in the temporary folder
+    (``spark.python.unix.domain.socket.enabled``), one per command run."""
+    import contextlib
+
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        with contextlib.suppress(Exception):  # the JVM may be gone already
+            sc.stop()
+
+
 def build_session(
     master: str | None = None,
     app_name: str = "loglake",
@@ -256,6 +272,8 @@ def build_session(
     for k, v in conf_items.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    atexit.unregister(_stop_at_exit)  # once, however many sessions are built
+    atexit.register(_stop_at_exit)
     spark.sparkContext.setLogLevel("ERROR")
     from loglake.pipeline import register
 
