@@ -225,7 +225,6 @@ def lower_priority(steps: int) -> int:
     started earlier keep theirs. Raising niceness needs no privilege, but a sandbox may refuse
     the call: the job then runs at the priority it has, with a warning. Returns the niceness."""
     import logging
-    import os
 
     from loglake.structured_logging import log_event
 
