@@ -32,7 +32,10 @@ Bounded memory, at all times: a pending block more than ``reorg_threshold`` belo
 top (the chain head when an ordered layer drives ``advance``, else the highest completed
 number) is evicted with a logged warning. Messages queued for a Batch not seen yet carry no
 block number: at most ``max_queued`` are held, checked on every message queued (beyond it, the
-oldest queued blocks' messages go, with a log line). At most ``max_pending`` incomplete batches
+oldest queued blocks' messages go, with a log line). SubBatchMsgs of a pending block that came
+before their SubBatchHeader (which sets how many there are): at most ``max_queued`` in all too,
+beyond which they are dropped with a log line (the block then completes only if another copy
+comes, as for any message the window evicts). At most ``max_pending`` incomplete batches
 are held (beyond it, the highest-numbered goes), and at most ``max_done`` done hashes
 (``max(8 * reorg_threshold + 16, MIN_DONE)``, the one noted longest ago goes first).
 Protocol violations with well-formed bytes (index past ItemCount, a
@@ -147,6 +150,7 @@ class BlockAssembler:
         self._early_at: OrderedDict[bytes, int] = OrderedDict()
         self._early_offsets: dict[bytes, dict[str, int]] = {}
         self._queued = 0
+        self._early_items = 0  # SubBatchMsgs held in pending blocks before their header
         self.max_queued = max_queued
         self.max_pending = max_pending
         self.max_done = max(8 * reorg_threshold + 16, MIN_DONE)
@@ -355,8 +359,16 @@ class BlockAssembler:
                 if msg.batch_id in pb.waiting_headers:
                     if (msg.batch_id, msg.index) in pb.early_items:
                         self.stats.duplicates += 1
+                    elif self._early_items >= self.max_queued:
+                        self._drop(
+                            pb,
+                            "too many SubBatchMsgs held before their SubBatchHeader",
+                            batch_id=msg.batch_id.hex(),
+                            held=self._early_items,
+                        )
                     else:
                         pb.early_items[(msg.batch_id, msg.index)] = msg
+                        self._early_items += 1
                 elif msg.batch_id in pb.ignored_batches:
                     self.stats.ignored += 1
                 else:
@@ -390,6 +402,7 @@ class BlockAssembler:
                 pb.items[bid] = (msg.item_count, set())
                 pb.remaining += msg.item_count - 1
                 early = [m for (b, _i), m in pb.early_items.items() if b == bid]
+                self._early_items -= len(early)
                 for m in early:
                     del pb.early_items[(bid, m.index)]
                     self._apply(pb, m)
@@ -426,7 +439,7 @@ class BlockAssembler:
         """Over ``max_pending``: drop the incomplete batch with the highest number (a producer
         announcing far-future blocks must not grow memory without bound)."""
         h, pb = max(self._pending.items(), key=lambda kv: kv[1].batch.number)
-        del self._pending[h]
+        self._unpend(h)
         self.stats.evicted += 1
         log_event(
             log,
@@ -468,7 +481,7 @@ class BlockAssembler:
     def _evict(self) -> None:
         floor = self._high - self.reorg_threshold
         for h in [h for h, pb in self._pending.items() if pb.batch.number < floor]:
-            pb = self._pending.pop(h)
+            pb = self._unpend(h)
             # Remembered like the reference's ``oldBlocks``: the rest of its messages are
             # dropped on sight instead of queued for a Batch that was already read (queued,
             # they would hold their partitions' offsets back for good).
@@ -483,6 +496,12 @@ class BlockAssembler:
                 remaining=pb.remaining,
                 high=self._high,
             )
+
+    def _unpend(self, h: bytes) -> _Pending:
+        """Pending block ``h`` dropped before it completed, with the SubBatchMsgs it held."""
+        pb = self._pending.pop(h)
+        self._early_items -= len(pb.early_items)
+        return pb
 
     def _drop_early(self, h: bytes) -> dict | None:
         q = self._early.pop(h, None)
@@ -509,6 +528,11 @@ class BlockAssembler:
     @property
     def queued(self) -> int:
         return self._queued
+
+    @property
+    def early_items(self) -> int:
+        """SubBatchMsgs held in pending blocks whose SubBatchHeader has not come."""
+        return self._early_items
 
     def done(self) -> dict[bytes, int]:
         """Blocks whose messages are dropped on sight (complete, or too old): hash -> number.
