@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loglake.sds.codec import decode, encode
+from loglake.sds.codec import UINT64_MAX, decode, encode, encode_message_fast
 from loglake.sds.errors import DropReason
 from loglake.sds.events import (
     EphemeralReceived,
@@ -42,6 +43,33 @@ def test_delivery_raises_lamport_to_received(make, clock) -> None:
     b.lamport = clock.t
     b.receive(data)
     assert b.lamport == decode(data).lamport_timestamp
+
+
+def test_a_peers_largest_lamport_holds_ours_there_instead_of_wrapping(make, clock) -> None:
+    # A peer's lamport 2^64 - 1 is a valid uint64 and raises our clock to it. Our next sends
+    # stay at 2^64 - 1: what peers read is what we log. Before, the next send was 2^64, which
+    # the fast encoder wrote as an 11-byte varint that readers cut to 0 (our later messages
+    # ordered before the whole channel by every peer, last in our own log).
+    a, b = make("a"), make("b")
+    evil = SdsMessage("mallory", "m1", "chan", UINT64_MAX, (), None, (), b"hi")
+    a.receive(encode(evil))
+    b.receive(encode(evil))
+    assert a.lamport == UINT64_MAX
+    for text in (b"1", b"2"):
+        data = a.send(text).to_send[0].data
+        sent = decode(data)
+        assert sent.lamport_timestamp == UINT64_MAX
+        assert a.log.records[sent.message_id].lamport_timestamp == UINT64_MAX
+        b.receive(data)
+        assert b.log.records[sent.message_id].lamport_timestamp == UINT64_MAX
+
+
+def test_both_encoders_refuse_a_lamport_past_uint64(make) -> None:
+    msg = SdsMessage("a", "m", "chan", UINT64_MAX + 1, (), None, (), b"x")
+    with pytest.raises(ValueError, match="not a uint64"):
+        encode(msg)
+    with pytest.raises(ValueError, match="not a uint64"):
+        encode_message_fast(msg)
 
 
 def test_content_message_carries_history_bloom_and_content(make) -> None:

@@ -82,6 +82,11 @@ def encode_history_entry(entry: HistoryEntry, tag: bytes = TAG_CAUSAL_HISTORY) -
     return _ld(tag, body)
 
 
+def _check_lamport(value: int) -> None:
+    if not 0 <= value <= UINT64_MAX:
+        raise ValueError(f"lamport_timestamp {value} is not a uint64")
+
+
 def encode_fast(
     sender_id: str,
     message_id: str,
@@ -103,6 +108,7 @@ def encode_fast(
     if channel_id:
         parts.append(_ld(TAG_CHANNEL_ID, channel_id.encode()))
     if lamport_timestamp is not None:
+        _check_lamport(lamport_timestamp)
         parts.append(TAG_LAMPORT + encode_uleb(lamport_timestamp))
     parts.append(causal_history)
     if bloom_filter is not None:
@@ -155,8 +161,8 @@ def to_pb(msg: SdsMessage) -> sds_pb2.SdsMessage:
 
 def encode(msg: SdsMessage) -> bytes:
     """Reference encoder: the protobuf runtime's canonical serialisation."""
-    if msg.lamport_timestamp is not None and not 0 <= msg.lamport_timestamp <= UINT64_MAX:
-        raise ValueError(f"lamport_timestamp {msg.lamport_timestamp} is not a uint64")
+    if msg.lamport_timestamp is not None:
+        _check_lamport(msg.lamport_timestamp)
     return to_pb(msg).SerializeToString(deterministic=True)
 
 

@@ -43,6 +43,7 @@ from loglake.sds.bloom import DEFAULT_CAPACITY, DEFAULT_ERROR_RATE, BloomFilter,
 from loglake.sds.codec import (
     DEFAULT_LIMITS,
     TAG_REPAIR_REQUEST,
+    UINT64_MAX,
     Limits,
     encode_fast,
     encode_history_entry,
@@ -162,8 +163,13 @@ class Participant:
 
     def _increment_lamport(self, now: int) -> int:
         # spec "Send Message": max(timeNowInMs, current + 1) (message_channel.ts
-        # lamportTimestampIncrement)
-        self.lamport = max(now, self.lamport + 1)
+        # lamportTimestampIncrement), held at the field's largest value: a peer may send
+        # lamport 2^64 - 1 (a valid uint64), delivery raises the clock to it, and one more
+        # would not fit the uint64 field (written anyway, readers would cut it to 0 and order
+        # every later message of ours first, while our log kept it last). The spec and the
+        # reference are silent on it; held there, every peer reads the value we log, and ties
+        # are ordered by message id as any others.
+        self.lamport = min(max(now, self.lamport + 1), UINT64_MAX)
         return self.lamport
 
     def _repair_requests(self, now: int) -> list[HistoryEntry]:
