@@ -218,6 +218,32 @@ def test_index_with_a_forged_key_is_rejected(layout):
         layout.decode_index(index.SerializeToString())
 
 
+@pytest.mark.parametrize(
+    ("pb", "frm", "to"),
+    [
+        (spec_pb, 0, 2**63),  # nanoseconds
+        (sg_pb, 0, 2**63 // NS + 1),  # seconds, times NS when read
+        (spec_pb, 2**40 + 1, 2**40),
+        (sg_pb, 2**30 + 1, 2**30),
+    ],
+    ids=["spec-past-int64", "status-go-past-int64", "spec-backwards", "status-go-backwards"],
+)
+def test_an_index_whose_times_the_store_cannot_hold_is_corrupt(pb, frm, to):
+    # uint64 on the wire: an archive ending past int64 nanoseconds was accepted, and its
+    # hydration failed with a bare OverflowError from SQLite, not an ArchiveError (a member's
+    # fetch loop died on it)
+    meta = pb.WakuMessageArchiveMetadata(to=to, **{"from": frm})
+    if pb is sg_pb:
+        md = pb.WakuMessageArchiveIndexMetadata(metadata=meta, offset=0, size=PIECE_LENGTH)
+    else:
+        md = pb.WakuMessageArchiveIndexMetadata(metadata=meta, offset=0, num_pieces=1)
+    raw = md.SerializeToString(deterministic=True)
+    index = pb.WakuMessageArchiveIndex()
+    index.archives[archive_id(raw)].ParseFromString(raw)
+    with pytest.raises(CorruptIndex, match="int64"):
+        (SG if pb is sg_pb else SPEC).decode_index(index.SerializeToString(deterministic=True))
+
+
 def test_statusgo_index_with_size_not_a_multiple_of_the_piece_length_is_rejected():
     md = sg_pb.WakuMessageArchiveIndexMetadata(offset=0, size=PIECE_LENGTH + 5, padding=0)
     raw = md.SerializeToString()

@@ -57,6 +57,8 @@ from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
 from loglake.wire.varint import encode_uleb
 
+INT64_MAX = 2**63 - 1
+"""The largest nanosecond time kept anywhere (store, log, lake, Parquet)."""
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
 
@@ -200,7 +202,16 @@ class Layout(ABC):
             encoded = meta.SerializeToString(deterministic=True)
             if archive_id(encoded) != key:
                 raise CorruptIndex(f"index key {key[:18]}… is not keccak-256 of its metadata")
-            out.append(self._entry_from_pb(key, meta, encoded))
+            entry = self._entry_from_pb(key, meta, encoded)
+            m = entry.metadata
+            if not 0 <= m.from_ns <= m.to_ns <= INT64_MAX:
+                # uint64 on the wire, but every time of the store, the log and the lake is
+                # int64 nanoseconds: such an archive would fail its hydration untyped
+                raise CorruptIndex(
+                    f"archive {key[:18]}… covers {m.from_ns}..{m.to_ns} ns: ending before it "
+                    "starts, or past what int64 nanoseconds hold"
+                )
+            out.append(entry)
         out.sort(key=lambda e: e.offset)
         end = 0
         for entry in out:
@@ -369,7 +380,7 @@ class StatusGoLayout(Layout):
             # a record of the other layout parses (its fields land in unknown ones) with no
             # timestamp: archiving it would put it in the week of 1970-01-01
             raise BadRecord("status-go WakuMessage without timestamp cannot be archived")
-        if m.timestamp > (2**63 - 1) // NS:
+        if m.timestamp > INT64_MAX // NS:
             # seconds past 2262-04-11: the week's nanoseconds would not fit the int64 every
             # timestamp of the log, the lake and the index is kept in
             raise BadRecord(
