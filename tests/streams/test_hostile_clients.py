@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -396,3 +397,54 @@ def test_clients_not_reading_are_closed_past_the_output_budget(big_log) -> None:
     assert closed >= 2, closed
     # a recount every tick: the budget plus what reads in flight added meanwhile
     assert peak <= 4 * MiB + 6 * (READS_PER_CONNECTION + 1) * (1 * MiB + RECORD), peak
+
+
+BAD_FRAME = struct.pack(">I", 1 << 30)
+"""A frame header past ``max_frame``: a protocol error, whose close is graceful (the replies to
+what came before it are still sent)."""
+
+
+def test_clients_that_end_with_a_bad_frame_are_still_held_to_the_output_budget(big_log) -> None:
+    """As above, but each client's pulls are followed by a bad frame, read with them: the
+    server starts a graceful close, which waits for replies the client never reads. Such
+    connections were exempt from the budget: 9-11 MiB stayed held against 4 MiB, and none
+    was closed."""
+    with (
+        serving(big_log, connection_output=1 * MiB, output_budget=4 * MiB) as srv,
+        GoodClient(srv.port) as good,
+    ):
+        socks = []
+        for _ in range(6):
+            s = attacker(srv.port)
+            s.sendall(pull_frames(50) + BAD_FRAME)
+            socks.append(s)
+        peak = 0
+        for _ in range(15):
+            time.sleep(0.1)
+            peak = max(peak, on_loop(srv, unsent))
+        settled = on_loop(srv, unsent)
+        closed = sum(closed_by_server(s, 0.2) for s in socks)
+        for s in socks:
+            s.close()
+    good.check()
+    assert settled <= 4 * MiB, settled
+    assert peak <= 4 * MiB + 6 * (READS_PER_CONNECTION + 1) * (1 * MiB + RECORD), peak
+    assert closed >= 2, closed
+
+
+def test_a_graceful_close_the_client_never_reads_is_dropped_after_the_frame_timeout(
+    big_log,
+) -> None:
+    """Within the budget, a connection closed after a bad frame whose client reads nothing
+    is dropped once ``frame_timeout`` has passed: it held its descriptor and replies for good
+    before. Watched from the server (reading would let the close finish)."""
+    with serving(big_log, connection_output=1 * MiB, frame_timeout=0.5) as srv:
+        s = attacker(srv.port)
+        s.sendall(pull_frames(4) + BAD_FRAME)
+        t = time.monotonic()
+        while on_loop(srv, lambda server: len(server._conns)) and time.monotonic() - t < 5:
+            time.sleep(0.05)
+        left = on_loop(srv, lambda server: len(server._conns))
+        s.close()
+    assert left == 0
+    assert time.monotonic() - t < 3

@@ -101,7 +101,8 @@ class ServerLimits:
         "seconds",
         0.1,
         "A frame once started (its first length byte) must be complete within this; else the "
-        "connection is closed.",
+        "connection is closed. A connection closed for a protocol error has as long to take its "
+        "last replies before it is dropped.",
     )
     idle_timeout: float = _limit(
         0.0,

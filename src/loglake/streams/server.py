@@ -153,6 +153,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.queued = 0
         self.closing = False
+        self.closing_since: float | None = None
+        """When a graceful close began (its replies still being sent): it must end within
+        ``frame_timeout``, else the connection is dropped (``StreamServer._tick``)."""
         self.peer = "?"
         self.host = "?"
         """The peer's IP address (what ``max_connections_per_peer`` counts)."""
@@ -261,18 +264,30 @@ class _Connection(asyncio.BufferedProtocol):
     def close_for(self, what: str, reason: str, graceful: bool = False) -> None:
         """Close this connection and say why (a hostile or broken client is closed, never
         served at the others' expense). ``graceful``: the replies to what it sent before are
-        still sent (a protocol error); else it is dropped at once (its buffers freed)."""
+        still sent (a protocol error); else it is dropped at once (its buffers freed). A
+        connection already closing gracefully is dropped by a second, not graceful, close:
+        a client that stops reading its replies must not keep them, or its descriptor, by
+        having sent a bad frame."""
+        t = self.transport
         if self.closing:
+            if not graceful and t is not None and self.closing_since is not None:
+                self.server._warn(
+                    f"dropping closing connection: {what}", peer=self.peer, reason=reason
+                )
+                self.closing_since = None
+                self.reads.clear()
+                t.abort()
             return
         self.server._warn(f"closing connection: {what}", peer=self.peer, reason=reason)
         self.closing = True
         self._release(drop_reads=not graceful)
-        t = self.transport
         if t is None:
             return
         if not graceful:
             t.abort()
-        elif self.queued == 0:
+            return
+        self.closing_since = time.monotonic()
+        if self.queued == 0:
             t.close()
 
     def _release(self, drop_reads: bool = True) -> None:
@@ -291,6 +306,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.closing_since = None
         if self.version_timer is not None:
             self.version_timer.cancel()
             self.version_timer = None
@@ -671,17 +687,17 @@ class StreamServer:
         the newest among equals — until the rest fit: a client that stops reading is the
         offender, and readers go on being served."""
         unsent = 0
-        held: list[tuple[int, int, _Connection]] = []
+        held: list[tuple[bool, int, int, _Connection]] = []
         for c in self._conns:
             t = c.transport
             if t is not None:
                 n = t.get_write_buffer_size()
                 unsent += n
-                if c.write_paused and not c.closing:
-                    held.append((n, c.serial, c))
+                if c.write_paused:  # closing ones first: their replies are a parting gift
+                    held.append((c.closing, n, c.serial, c))
         budget = self.limits.output_budget
         if unsent > budget:
-            for n, _, c in sorted(held, key=lambda h: (h[0], h[1]), reverse=True):
+            for _, n, _, c in sorted(held, key=lambda h: h[:3], reverse=True):
                 if unsent <= budget:
                     break
                 self.dropped += 1
@@ -728,6 +744,14 @@ class StreamServer:
         if self._input_waiting:
             self._resume_input()
         for c in list(self._conns):
+            began = c.closing_since
+            if began is not None and now - began > limits.frame_timeout:
+                self.dropped += 1
+                c.close_for(
+                    "close timeout",
+                    f"its last replies are unsent {now - began:.1f} s after it was closed "
+                    f"(frame_timeout {limits.frame_timeout:g} s)",
+                )
             if c.closing or (c.paused and not c.input_paused):  # held back by us: no clocks
                 continue
             since = c.partial_since
