@@ -22,6 +22,7 @@ DATA = {
         ("maybe", {"Option": {"Int": -3}}),
         ("nothing", {"Option": None}),
         ("com.example.host", {"Text": "h1"}),
+        ("grid", {"Array": [{"Array": [{"Nat": 4}, {"Nat": 5}]}]}),
     ]
 }
 
@@ -45,6 +46,9 @@ DATA = {
         ("amount == 'x'", False),  # a type mismatch does not match
         ("absent", False),
         ("kind", True),  # existence
+        ("grid.0.1 == 5", True),  # index after index: not the decimal 0.1
+        ("grid.0.1.0", False),
+        ("grid.0.0 < 4.5", True),  # a decimal literal still reads as one
     ],
 )
 def test_filter_semantics(text, expected):
@@ -52,7 +56,13 @@ def test_filter_semantics(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["", "   ", "a ==", "== 1", "a == 1 2", "a.b.", "a >> 1", "a == b", "paid < true"]
+    "text",
+    [
+        *("", "   ", "a ==", "== 1", "a == 1 2", "a.b.", "a >> 1", "a == b", "paid < true"),
+        "tags.\u0661 == 1",  # an index is ASCII digits: ARABIC-INDIC ONE was read as 1
+        "grid.0.1e5",
+        "grid.-1",
+    ],
 )
 def test_malformed_filters_are_improper_config(text):
     with pytest.raises(ImproperConfig):

@@ -9,6 +9,7 @@ Filter text::
 
     filter  := path [op literal]
     path    := seg ("." seg)*            seg := name | index | "quoted name"
+    index   := [0-9]+                    (so ``m.0.1`` is element 1 of element 0)
     op      := "==" | "!=" | "<" | "<=" | ">" | ">=" | "~="
     literal := integer | decimal | "text" | 'text' | true | false
 
@@ -51,8 +52,11 @@ _TOKEN = re.compile(
       | (?P<name>[A-Za-z_][A-Za-z0-9_:\-]*)
       | (?P<dot>\.)
     )""",
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,  # an index is ASCII digits (``\d`` would take any script's)
 )
+_INDEXES = re.compile(r"[0-9]+(?:\.[0-9]+)*", re.ASCII)
+"""What the number token reads where a path segment goes: ``0.1`` in ``m.0.1`` is two index
+segments (element 1 of element 0), not a decimal."""
 _NUMERIC = {"Nat", "Int", "Float", "Nat8", "Nat16", "Nat32", "Nat64", "Int8", "Int16", "Int32"}
 _NUMERIC |= {"Int64"}
 _MISSING = object()
@@ -97,8 +101,8 @@ class Filter:
             kind, val = toks[i]
             if kind == "name" or kind == "str":
                 path.append(val)
-            elif kind == "num" and val.isdigit():
-                path.append(int(val))
+            elif kind == "num" and _INDEXES.fullmatch(val):
+                path.extend(int(x) for x in val.split("."))
             else:
                 raise ImproperConfig(f"filter: path segment expected, got {val!r}")
             i += 1
