@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loglake.archives.control import ControlNode
-from loglake.archives.layout import get_layout
+from loglake.archives.errors import CorruptArchive
+from loglake.archives.layout import NS, get_layout
 from loglake.archives.member import unpack
 from loglake.archives.messages import ArchiveMetadata, DecodedMessage, IndexEntry
 from loglake.archives.signing import community_id
@@ -31,7 +32,7 @@ from loglake.log import MemoryLog
 from loglake.log.api import Entry
 from loglake.streams.api import LocalStreams
 
-from .helpers import DAY, START, WEEK, record
+from .helpers import DAY, START, WEEK, record, topic_for
 
 KEY = PrivateKey(bytes.fromhex("77" * 32))
 CID = community_id(KEY)
@@ -74,6 +75,27 @@ def test_a_week_split_into_several_archives_hydrates_every_message(tmp_path):
     assert member.hydrated_counts() == {e.archive_id: len(m) for e, m in items}
     member.close()
     other.close()
+
+
+@pytest.mark.parametrize("name", ["spec", "status-go"])
+def test_a_message_at_an_archives_end_is_refused_not_lost(name):
+    # An archive is [from, to), as status-go selects its messages and as hydration replaces
+    # them. One holding a message at exactly ``to`` (another implementation's, or a hostile
+    # control node's) was accepted, and the next week's hydration deleted that message: the
+    # report counted 2, the store held 1. It is a CorruptArchive now.
+    layout = get_layout(name)
+    weeks = [
+        ArchiveMetadata(START + k * WEEK, START + (k + 1) * WEEK, (topic_for(layout),))
+        for k in (0, 1)
+    ]
+    a = layout.encode_archive(weeks[0], [record(layout, START + WEEK)], 0)
+    b = layout.encode_archive(weeks[1], [record(layout, START + WEEK + DAY)], a.size)
+    entries = layout.decode_index(layout.encode_index([a.entry, b.entry]), a.size + b.size)
+    with pytest.raises(CorruptArchive, match="outside its time range"):
+        unpack(layout, entries[0], a.data_bytes())
+    last = record(layout, START + WEEK - (NS if name == "status-go" else 1))  # still in
+    a = layout.encode_archive(weeks[0], [last], 0)
+    assert [m.raw for m in unpack(layout, a.entry, a.data_bytes())] == [last]
 
 
 @pytest.mark.slow

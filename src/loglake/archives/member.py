@@ -111,7 +111,10 @@ def unpack(layout: Layout, entry: IndexEntry, region: bytes) -> list[DecodedMess
     msgs = [layout.decode_record(r) for r in layout.decode_archive(region, entry)]
     m = entry.metadata
     for x in msgs:
-        if not m.from_ns <= x.timestamp_ns < m.to_ns + (NS if layout.name == "status-go" else 1):
+        # [from, to), as status-go selects an archive's messages (GetWakuMessagesByFilterTopic:
+        # timestamp >= from AND timestamp < to) and as hydration replaces them: a message at
+        # ``to`` would belong to no archive's window, and be deleted by the next one's
+        if not m.from_ns <= x.timestamp_ns < m.to_ns:
             raise CorruptArchive(
                 f"archive {entry.archive_id[:18]}… holds a message outside its time range"
             )
