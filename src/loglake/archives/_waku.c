@@ -40,6 +40,7 @@
 #include <string.h>
 
 #define MAX_VARINT 10
+#define MAX_TAG 5 /* octets of a field tag upb reads (a 32-bit varint); more is a bad record */
 #define MAX_LEN ((uint64_t)1 << 31)
 #define NO_SLOT 255
 
@@ -115,8 +116,9 @@ static PyObject *fields(PyObject *self, PyObject *args) {
         int good = 1;
         while (p < end) {
             uint64_t tag, v;
+            const unsigned char *at = p;
             p = uleb(p, end, &tag);
-            if (p == NULL || (tag >> 3) > 255) {
+            if (p == NULL || p - at > MAX_TAG || (tag >> 3) > 255) {
                 good = 0;
                 break;
             }

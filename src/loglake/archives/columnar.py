@@ -216,6 +216,9 @@ def decode_waku_batch(
     return ts, pa.array(topic_list, type=topic_type), cap, bads
 
 
+MAX_TAG = 5
+"""Octets of a field tag the layout's parser reads (upb: a 32-bit varint, so up to 5 octets,
+padded or not); a longer one is a bad record there, so the fast paths do not vouch for it."""
 TOPIC_CODES_MAX = 64
 """Distinct topics a batch may hold for ``_topic_codes`` (each record is compared with the one
 before it, then with each distinct topic so far): a community has a few content topics."""
@@ -351,6 +354,7 @@ def _read_fields_numpy(
             break
         er = end[rows]
         tag, p, good = decode_uleb_batch(data, pos[rows], er)
+        good &= p - pos[rows] <= MAX_TAG
         val, p2, vok = decode_uleb_batch(data, p, er)  # the value, or the length
         good &= vok
         t0 = int(tag[0])
