@@ -129,7 +129,16 @@ def test_create_stream_with_other_partitions_is_stream_exists(log: Log):
         log.create_stream("s", StreamConfig(partitions=3))
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a b", "x" * 201])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("", ".", "..", "a/b", "a b", "x" * 201),
+        "abc\n",  # ``$`` matched before a final newline: streams/abc\n/ was made beside abc
+        "_jetstream.json",  # the lake's note of a JetStream node: its folder hid the note
+        "_x",
+        ".hidden",
+    ],
+)
 def test_invalid_stream_names_are_rejected(log: Log, name: str):
     with pytest.raises(InvalidStreamName):
         log.create_stream(name)

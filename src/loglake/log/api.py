@@ -27,7 +27,10 @@ Durability = Literal["always", "batch", "none"]
 """``always``: fsync each append before acknowledging it. ``batch`` (default): group commit,
 an append is acknowledged only after the fsync that covers it. ``none``: the OS decides."""
 
-STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9:\-][A-Za-z0-9_.:\-]{0,199}$")
+"""A stream name: it names folders (``streams/<name>``, ``lake/<name>``), so not one starting
+with ``_`` or ``.``: those are the data dir's own (``lake/_jetstream.json``, hidden files), and
+the lake's listings skip them. Use ``fullmatch``: ``$`` also matches before a final newline."""
 Headers = tuple[tuple[str, bytes], ...]
 
 
@@ -140,10 +143,10 @@ class ReadOnlyLog(LogError, LocalProtocolError):
 
 
 def check_stream_name(name: str) -> str:
-    # "." and ".." match the pattern but name folders that are not the stream's own.
-    if not isinstance(name, str) or not STREAM_NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not STREAM_NAME_RE.fullmatch(name):
         raise InvalidStreamName(
-            f"invalid stream name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -"
+            f"invalid stream name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -, "
+            "not starting with _ or ."
         )
     return name
 

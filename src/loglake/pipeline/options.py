@@ -172,7 +172,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     stream = _get(options, "stream")
     if not stream:
         raise BadOption("stream", stream, "required (the stream to read or write)")
-    if not STREAM_NAME_RE.match(stream):
+    if not STREAM_NAME_RE.fullmatch(stream):
         raise BadOption("stream", stream, "not a valid stream name")
     url = _get(options, "url")
     data_dir = _get(options, "data_dir") or _get(options, "path")

@@ -140,14 +140,14 @@ def _is_stream_name(name: str) -> bool:
     a log call's error about a 70 KB name, caught in a cycle of frames, held those 70 KB until
     the collector's next run (300 MiB of such garbage in a server whose collector runs rarely,
     ``streams/server.GC_YOUNG_THRESHOLD``)."""
-    return STREAM_NAME_RE.match(name) is not None and name not in (".", "..")
+    return STREAM_NAME_RE.fullmatch(name) is not None
 
 
 def _bad_name(name: str) -> str:
     shown = name if len(name) <= 40 else name[:40] + "…"
     return (
         f"invalid stream name {shown!r} ({len(name)} characters): "
-        "use 1-200 characters from A-Z a-z 0-9 _ . : -"
+        "use 1-200 characters from A-Z a-z 0-9 _ . : -, not starting with _ or ."
     )
 
 

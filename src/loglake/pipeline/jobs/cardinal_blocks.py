@@ -186,7 +186,7 @@ class CardinalBlocksOptions:
         if not self.topics:
             raise BadOption("--topic", "", "give at least one topic")
         for t in self.topics:
-            if not STREAM_NAME_RE.match(t):
+            if not STREAM_NAME_RE.fullmatch(t):
                 raise BadOption("--topic", t, "not a valid stream name")
             try:
                 resolve_stream(parse_options({"data_dir": str(data_dir), "stream": t}))

@@ -171,7 +171,7 @@ class SdsAuditOptions:
         d = Path(self.data_dir).expanduser()
         if not d.is_dir():
             raise BadOption("--data-dir", self.data_dir, "not a directory")
-        if not STREAM_NAME_RE.match(self.stream or ""):
+        if not STREAM_NAME_RE.fullmatch(self.stream or ""):
             raise BadOption("--stream", self.stream, "not a stream name")
         if self.partition < 0:
             raise BadOption("--partition", self.partition, "must be >= 0")
