@@ -346,6 +346,26 @@ def test_lake_retention_deletes_old_lake_files(tmp_path):
         assert all(r.timestamp_ns >= base for r in log.read("s", 0))
 
 
+def test_segment_retention_goes_on_after_lake_retention_removed_a_live_segments_copy(tmp_path):
+    # The lake window (50 ms) ends before the live one (the newest 20 records): lake
+    # retention removes the lake copies of segments still live. Those segments stayed "waiting
+    # for the sealer" for good, and segment retention kept them and every newer one (190
+    # records live of 20 wanted, growing until the log was reopened).
+    base, ms = 1_000_000_000_000, 1_000_000
+    cfg = StreamConfig(segment_bytes=500, retention_records=20, lake_retention_ms=50)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 30, ts=lambda i: base + i * ms)
+        log.wait_for_seals()
+        log.enforce_retention(now_ns=base + 1000 * ms)
+        fill(log, 170, ts=lambda i: base + (1000 + i) * ms)
+        log.wait_for_seals()
+        log.enforce_retention(now_ns=base + 1200 * ms)
+        live = log._partition("s", 0).segments
+        assert live[-1].next_index - live[0].base <= 20 + 7  # a segment holds 7 records
+        assert [r.index for r in log.read("s", 0, limit=1)] == [live[0].base]
+
+
 def test_lake_retention_waits_for_the_lake_lock_a_compaction_holds(tmp_path):
     """A compaction checks its sources and commits under ``lake_lock``; lake retention removes
     files under it too, so it can never remove a source between that check and the commit."""

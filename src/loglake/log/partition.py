@@ -113,6 +113,9 @@ class Partition:
         self.retention_error: str | None = None
         self.segments: list[Segment] = []
         self.lake: list[LakeFile] = []
+        self.lake_expired_to = 0
+        """Records below this had their lake copies removed by lake retention (in this
+        process): a segment wholly below it was sealed, it does not wait for the sealer."""
         self.damaged: set[str] = set()
         """Sealed segments found damaged and served from their lake copies (logged once)."""
         self._mark: watermark.MarkWriter | None = None

@@ -131,7 +131,8 @@ def enforce(p: Partition, now_ns: int) -> int:
                 or (cfg.retention_bytes is not None and newer_bytes >= cfg.retention_bytes)
                 or (horizon is not None and (seg.compute_max_ts() or 0) < horizon)
             )
-            if not out or (cfg.seal_to_lake and not lake_has(p, seg)):
+            sealed = lake_has(p, seg) or seg.next_index <= p.lake_expired_to
+            if not out or (cfg.seal_to_lake and not sealed):
                 break  # an unsealed segment waits for the sealer
             seg.delete()
             p.segments.pop(0)
@@ -147,6 +148,9 @@ def enforce(p: Partition, now_ns: int) -> int:
                 p.lake = visible_lake_files(list_lake_files(p.lake_dir))
                 while p.lake and lake_file_max_timestamp(p.lake[0]) < lake_horizon:
                     gone = p.lake.pop(0)
+                    # a live segment it copied is sealed still: without this, segment
+                    # retention waited at it for the sealer for good, and kept every newer one
+                    p.lake_expired_to = max(p.lake_expired_to, gone.last + 1)
                     # the files it covers go too, or they would become visible again
                     for f in list_lake_files(p.lake_dir):
                         if gone.first <= f.first and f.last <= gone.last:
