@@ -202,3 +202,30 @@ def test_a_failed_zero_fill_fails_the_append_and_loses_nothing(tmp_path, monkeyp
         got = [r.data for r in log.read("s", 0)]
     assert got[:25] == [payload(i) for i in range(25)] and got[-1] == payload(n)
     assert len(got) == n + 1
+
+
+def test_a_disk_too_full_for_the_index_entry_still_takes_the_record_once(tmp_path, monkeypatch):
+    # The data lands in blocks zero-filled ahead; the .idx append needs a new block and the
+    # disk is full. The append did happen, so it must not be reported as failed: it was, and
+    # the caller's retry stored the record twice. The .idx goes instead (derived data: it is
+    # rebuilt from the segment wherever it is missing).
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(durability="always", segment_bytes=1 << 20))
+    assert log.append("s", b"a" * 5000) == 0  # the next record is past INTERVAL_BYTES
+    seg = log._partition("s", 0).segments[-1]
+    idx, real = seg.ifd, fs.write
+
+    def write(fd, data):
+        if fd == idx:
+            raise OSError(errno.ENOSPC, "injected")
+        return real(fd, data)
+
+    monkeypatch.setattr(fs, "write", write)
+    assert log.append("s", b"b" * 100) == 1  # an index entry was due: it is not written
+    monkeypatch.setattr(fs, "write", real)
+    assert seg.ifd is None and not Path(seg.idx_path).exists()
+    assert log.append("s", b"c" * 100) == 2
+    log.close()
+    with open_log(tmp_path) as log:
+        assert [r.data[:1] for r in log.read("s", 0)] == [b"a", b"b", b"c"]
+        assert [r.index for r in log.read("s", 1)] == [1, 2]  # found through a rebuilt index

@@ -484,7 +484,30 @@ class Segment:
         if self.max_ts is None or max_ts > self.max_ts:
             self.max_ts = max_ts
         if new_indexes and self.ifd is not None:
-            fs.write_all(self.ifd, SparseIndex.entries_bytes(new_indexes, new_positions))
+            try:
+                fs.write_all(self.ifd, SparseIndex.entries_bytes(new_indexes, new_positions))
+            except OSError as e:
+                self._drop_index_file(e)
+
+    def _drop_index_file(self, error: OSError) -> None:
+        """The ``.idx`` could not take the batch's entries (a full disk: the data went into
+        blocks zero-filled ahead, the index needed a new one): the file goes, and the index
+        stays in memory; it is rebuilt from the segment wherever the file is missing. Why not
+        raise: the batch is in the segment already, so the append did happen: reported as
+        failed, a retry stored it twice."""
+        assert self.ifd is not None
+        with contextlib.suppress(OSError):
+            fs.close(self.ifd)
+        self.ifd = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.idx_path)
+        log_event(
+            logger,
+            logging.WARNING,
+            "sparse index file dropped: it is rebuilt from the segment when needed",
+            file=self.idx_path,
+            error=repr(error),
+        )
 
     def _zero_ahead(self, need: int) -> None:
         """Write zeros from the file's end to past ``need`` (by the segment's size, within
