@@ -72,7 +72,7 @@ def data_dir_cluster(data_dir: str) -> NatsSource | None:
     from loglake.pipeline.options import parse_options
 
     # the stream name is only there to satisfy the parser: the note is per data dir
-    opts = parse_options({"data_dir": data_dir, "stream": "_"})
+    opts = parse_options({"data_dir": data_dir, "stream": "x"})
     if not opts.backend:
         return None
     return NatsSource(opts.backend, opts.nats_prefix, opts.nats_creds)
