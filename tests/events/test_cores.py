@@ -17,6 +17,7 @@ from loglake.events.messages import (
     ReplayState,
     ReplayStatusUpdate,
 )
+from loglake.events.network import Faults
 from loglake.events.orchestrator import Quotas
 from loglake.log.api import StreamConfig
 from loglake.wire.icrc16 import map_get
@@ -490,18 +491,17 @@ def test_a_message_that_is_not_a_stored_event_errors_the_replay():
 
 @pytest.mark.parametrize(("start", "end"), [(20, 30), (25, None), (10, 21), (0, 10**30)])
 def test_a_range_past_the_namespaces_end_errors_with_improper_config(start, end):
-    """ICRC-77 validates range bounds: a range past the last event was "completed" with fewer
-    or no events. Only the Publisher knows its stream's end (events can be imported past the
-    head the orchestrator was told), so the replay errors there, naming the range."""
+    """ICRC-77: the orchestrator validates range bounds. A range past the last event was
+    "completed" with fewer or no events; it is refused at registration, naming the range (the
+    orchestrator knows the head: its Publisher reports it)."""
     w = World()
     w.register_publication()
     w.publish(20)
     w.subscribe("bob")
-    rid = w.replay("bob", start, end).value
+    err = w.replay("bob", start, end)
+    assert err.tag == "ImproperConfig" and err.payload.startswith("range"), err
+    assert "past the end" in err.payload and "0..19" in err.payload
     w.net.run()
-    st = w.status("bob", rid).status
-    assert st.tag == "errored" and st.value.startswith("ImproperConfig: range"), st
-    assert "past the end" in st.value and "0..19" in st.value
     assert w.bob.take() == []  # nothing was delivered
     ok = w.replay("bob", 20, None).value  # nothing missed: completes with 0
     w.net.run()
@@ -585,3 +585,36 @@ def test_a_registration_the_orchestrator_does_not_answer_is_retried_with_back_of
     assert pub.registrations["ns.x"].state == "registered" and pub.publication_ids["ns.x"] == 7
     pub.pump(t + 10**12)
     assert calls() == []  # final: no more calls
+
+
+def test_history_stored_before_the_publication_registered_is_priced_and_capped():
+    """The orchestrator prices a replay and applies ``max_events_per_replay`` by the head its
+    Publisher reports. Events stored before the publication registered were never reported:
+    a replay of them was delivered free (100 events, no tokens) and past the cap. The Publisher
+    now reports its stream's head when it registers."""
+    w = World(quotas=Quotas(max_events_per_replay=50))
+    w.publish(100)  # before the registration: no head report finds a publication
+    w.priced(per_event=2)
+    w.subscribe("bob")
+    assert w.orch.publications[NS].head == 100
+    assert w.replay("bob", 0, 100).tag == "RangeTooLarge"
+    assert w.replay("bob", 0, None).tag == "RangeTooLarge"
+    r = w.replay("bob", 60, 100)  # within the cap: bob has no tokens and approved nothing
+    assert r.tag == "PaymentRequired", r
+    w.net.run()
+    assert w.bob.take() == []
+
+
+def test_a_lost_head_report_is_sent_again():
+    """A head report the network lost left the orchestrator's head behind the stream's for
+    good (it was sent once, after each publish): the events past it could not be replayed
+    (and, before the orchestrator checked ranges, went out unpriced)."""
+    w = World()
+    w.register_publication()
+    w.net.faults = Faults(seed=1, drop=1.0)  # every call lost, the head report too
+    w.publish(10)
+    assert w.orch.publications[NS].head == 0
+    w.net.faults = None
+    w.clock.now += 10**9  # past the first resend delay
+    w.net.run()
+    assert w.orch.publications[NS].head == 10

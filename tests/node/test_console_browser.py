@@ -473,6 +473,13 @@ def test_a_running_replay_is_cancelled_from_the_console(
         client.create_stream(bulk)  # the Publisher makes it on its first event; none yet
         for _ in range(0, BULK_EVENTS, 5000):
             client.push_many(bulk, [event] * 5000)
+    wait_until(  # the Publisher reads its stream's head every second and reports it
+        lambda: any(
+            n["namespace"] == bulk and n["head"] == BULK_EVENTS
+            for n in node.api.get("/events/namespaces").json()
+        ),
+        what=f"{bulk}'s head known to the orchestrator",
+    )
     open_console(page, node, "/replays")
     expect(page.locator('[data-testid="replays-table"]')).to_be_visible()
     body = {"namespace": bulk, "start": 0, "end": BULK_EVENTS}

@@ -117,8 +117,9 @@ def test_roles_split_over_two_nodes_publish_deliver_and_replay(tmp_path: Path) -
 @pytest.mark.slow
 def test_replay_of_events_pushed_past_the_publisher_expects_the_range(tmp_path: Path) -> None:
     """Events pushed to the namespace's stream over the stream service (an import), stored as
-    the Publisher stores them: the orchestrator's head stays 0, so its ``expected`` is 0; the
-    row shows the publisher's count, what it replays."""
+    the Publisher stores them: the Publisher reads its stream's head every second and reports
+    it, so the orchestrator prices and bounds a replay of them (before, its head stayed 0: a
+    range past it was refused... or, earlier still, delivered unpriced)."""
     ns, pushed = "bulk.ns", 20_000
     data = _events(
         tmp_path,
@@ -137,12 +138,19 @@ def test_replay_of_events_pushed_past_the_publisher_expects_the_range(tmp_path: 
             for _ in range(0, pushed, 5000):
                 client.push_many(ns, [event] * 5000)
         assert c.post("/api/events/subscriptions", json={"namespace": ns}).status_code == 201
+        wait_until(
+            lambda: (
+                {r["namespace"]: r["head"] for r in c.get("/api/events/namespaces").json()}
+                == {ns: pushed}
+            ),
+            what="the orchestrator told the imported events' head",
+        )
         posted = c.post("/api/events/replays", json={"namespace": ns, "start": 0, "end": pushed})
         assert posted.status_code == 201, posted.text
         rid = posted.json()["id"]
         first = c.get(f"/api/events/replays/{rid}").json()
         assert first["status"] in ("pending", "running"), first
-        assert first["expected"] == pushed, first  # counted on the stream, not the head (0)
+        assert first["expected"] == pushed, first
         running = wait_until(
             lambda: (r := c.get(f"/api/events/replays/{rid}").json())["sent"] > 0 and r,
             what="the replay sending",

@@ -416,8 +416,18 @@ class Orchestrator(ReplayScheduling, Role):
             return Err("ImproperConfig", f"range start {r.start} > end {r.end}")
         if not (pub.replay and pub.capable):
             return _generic(E_NOT_CAPABLE, "no ICRC-77 capable publisher for this namespace")
-        stop = pub.head if r.end is None else min(r.end, pub.head)
-        expected = max(0, stop - r.start)
+        if r.start > pub.head or (r.end is not None and r.end > pub.head):
+            # ICRC-77: the orchestrator validates range bounds. It prices and caps a replay
+            # by the events it knows of (its Publisher reports the head on registering and
+            # after every publish): a range past them was delivered unpriced and uncapped
+            shown = "null" if r.end is None else r.end
+            have = f"its events are 0..{pub.head - 1}" if pub.head else "it has no events"
+            return Err(
+                "ImproperConfig",
+                f"range [{r.start}, {shown}) is past the end of {r.namespace}: {have}",
+            )
+        stop = pub.head if r.end is None else r.end
+        expected = stop - r.start
         if expected > q.max_events_per_replay:
             return Err(
                 "RangeTooLarge",

@@ -269,6 +269,9 @@ def publication_config(price_per_event: int = 0, currency: str = "icrc1:loglake"
     return cfg
 
 
+HEAD_POLL_NS = 1_000_000_000
+"""How often a Publisher reads each namespace's head for the orchestrator (``_poll_heads``):
+events stored other than through it are replayable within this."""
 REGISTER_RETRY_FIRST_NS = 500_000_000
 REGISTER_RETRY_MAX_NS = 30_000_000_000
 """A registration the orchestrator did not answer is sent again after 0.5 s, doubling to 30 s."""
@@ -314,7 +317,12 @@ class Publisher(Role):
         """Replay ids whose stream bounds are being read (``ReadBounds`` queued)."""
         self._removed_early: set[int] = set()
         self.resender = Resender()
-        """Replay status reports whose call failed, sent again."""
+        """Replay status reports and head reports whose call failed, sent again."""
+        self._head_reported: dict[str, int] = {}
+        """namespace → the highest head reported to the orchestrator."""
+        self._head_polled: dict[str, int] = {}
+        """namespace → when its head was last read (``_poll_heads``)."""
+        self._head_reading: set[str] = set()
         self.registration_results: dict[str, Any] = {}
         self.registrations: dict[str, RegistrationState] = {}
         """namespace → where its ``icrc72_register_publication`` stands."""
@@ -352,6 +360,7 @@ class Publisher(Role):
         result = reply[0] if isinstance(reply, list) and reply else None
         if isinstance(result, Ok):
             self.publication_ids[namespace] = result.value
+            self._head_polled.pop(namespace, None)  # read the head at the next pump
         self.registration_results[namespace] = result
         if st is not None:
             st.state = "registered" if isinstance(result, Ok) else "refused"
@@ -392,11 +401,38 @@ class Publisher(Role):
                 for i, p, h in zip(ids, a.payloads, headers, strict=True)
             ]
             self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", ns)))
+        self._report_head(ns, ids[-1] + 1)
+
+    def _poll_heads(self, now: int) -> bool:
+        """Read each registered namespace's head every ``HEAD_POLL_NS`` (and at once after
+        registering): events stored other than through :meth:`publish` (before the
+        registration, by an earlier run, imported over the stream service) are replayable
+        once the orchestrator knows of them, since it prices and bounds replays by the head
+        it was told."""
+        queued = False
+        for ns in self.publication_ids:
+            last = self._head_polled.get(ns)
+            if ns in self._head_reading or (last is not None and now - last < HEAD_POLL_NS):
+                continue
+            self._head_polled[ns] = now
+            self._head_reading.add(ns)
+            self.outbox.append(ReadBounds(ns, token=("head", ns)))
+            queued = True
+        return queued
+
+    def _report_head(self, namespace: str, head: int) -> None:
+        """Tell the orchestrator the namespace's head, when it is past what it was told
+        (sent again until it answers: a lost report would leave the events past it out of
+        every replay)."""
+        if namespace not in self.publication_ids or head <= self._head_reported.get(namespace, 0):
+            return  # (not registered yet: the poll after registering reports it)
+        self._head_reported[namespace] = head
         self.outbox.append(
             Call(
                 self.orchestrator,
                 "icrc72_update_publication",
-                [(ns, HEAD_KEY, {"Nat": ids[-1] + 1})],
+                [(namespace, HEAD_KEY, {"Nat": head})],
+                token=("head", namespace),
             )
         )
 
@@ -404,7 +440,11 @@ class Publisher(Role):
         if isinstance(action, AppendEvents):
             self._published(action, result)
         elif isinstance(action, ReadBounds):
-            self._opened(action.token, *result)
+            if isinstance(action.token, tuple):  # ("head", namespace): _poll_heads
+                self._head_reading.discard(action.token[1])
+                self._report_head(action.token[1], result[1])
+            else:
+                self._opened(action.token, *result)
         elif isinstance(action, ReadRange):
             self._procured(action, result)
 
@@ -515,7 +555,7 @@ class Publisher(Role):
         and registrations whose retry is due."""
         again = self.resender.due(now)
         self.outbox.extend(again)
-        queued = bool(again)
+        queued = self._poll_heads(now) or bool(again)
         for ns, st in self.registrations.items():
             if st.state == "retrying" and st.retry_at is not None and st.retry_at <= now:
                 self._send_registration(ns, now)
@@ -610,8 +650,9 @@ class Publisher(Role):
         return any(not r.done for r in self.replays.values())
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
-        if call.method == "icrc77_replay_status":
-            # a lost report would leave the replay running (or pending) at the orchestrator
+        if call.method == "icrc77_replay_status" or (call.token and call.token[0] == "head"):
+            # a lost report would leave the replay running (or pending) at the orchestrator,
+            # or its head behind the stream's
             if isinstance(reply, BaseException):
                 self.resender.failed(call, now)
             else:

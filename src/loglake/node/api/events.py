@@ -473,10 +473,11 @@ def publisher_counts(r: Any, pub: Any, store: Any) -> tuple[int | None, int | No
     """``(expected, sent)`` of replay ``r`` as the node's publisher ``pub`` sees them (its
     stream read through ``store``), or Nones when ``pub`` is absent or not ``r``'s publisher.
 
-    The orchestrator's ``expected`` is ``min(end, head) - start`` with the head the
-    publisher reported for its own publishes, so events that reached the namespace's stream
-    another way (pushed over the stream service, an import) count 0 there, though the
-    publisher replays them. The publisher's span is ``[start, end)`` cut at the stream's
+    The orchestrator's ``expected`` is ``end - start`` (``head - start`` for an open end),
+    by the head the publisher reports: after its publishes, and from reading its stream
+    every second (``Publisher._poll_heads``), so events that reached the namespace's stream
+    another way (pushed over the stream service, an import) count once it has read them.
+    The publisher's span is ``[start, end)`` cut at the stream's
     head when the replay opened (what it will send); before it opens, the stream's bounds
     say the same. Its ``sent`` is live (the orchestrator's moves every 5,000). Call it where
     ``pub`` runs (its thread or loop), so its ``replays`` are not read half-updated."""
