@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -36,6 +37,7 @@ from loglake.log import (
 )
 from loglake.node.api.context import NodeContext, PartDisabled
 from loglake.node.auth import require_token
+from loglake.node.gate import Gate
 from loglake.structured_logging import log_event
 
 _logger = logging.getLogger(__name__)
@@ -78,9 +80,11 @@ def create_app(
     token: str | None,
     console: bool = True,
     metrics_public: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """The node's ASGI app. ``token`` None turns authentication off (embedding, benchmarks);
-    ``console`` False leaves the web console out (``loglake.node.console``, built apart)."""
+    ``console`` False leaves the web console out (``loglake.node.console``, built apart);
+    ``allowed_hosts``: the ``Host`` names it answers (None: any; ``node/gate.py``)."""
     from loglake.node.api import archives, cluster, events, jobs, sds, streams, system
 
     app = FastAPI(
@@ -108,6 +112,16 @@ def create_app(
             include_in_schema=False,
             dependencies=[] if metrics_public else auth,
         )
+    app.add_middleware(
+        Gate,
+        token=token,
+        guarded=lambda path: (
+            path == "/api"
+            or path.startswith("/api/")
+            or (path == "/metrics" and not metrics_public)
+        ),
+        allowed_hosts=allowed_hosts,
+    )
     _install_error_handlers(app)
     if console:
         _mount_console(app)

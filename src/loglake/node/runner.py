@@ -37,6 +37,7 @@ from loglake.node.backend import (
     start_sealer,
 )
 from loglake.node.config import NodeConfig
+from loglake.node.gate import LOOPBACK_HOSTS
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
 from loglake.structured_logging import log_event
@@ -167,6 +168,7 @@ class Node:
             token=self.token.value,
             console=cfg.console,
             metrics_public=cfg.http.metrics_public,
+            allowed_hosts=loopback_names(cfg.http.host),
         )
         sock = bind(cfg.http.host, cfg.http.port)
         self.http_port = sock.getsockname()[1]
@@ -267,6 +269,15 @@ def token_banner(node: Node) -> str:
     else:
         lines.append(f"  access token in {node.token.path}")
     return "\n".join(lines)
+
+
+def loopback_names(host: str) -> tuple[str, ...] | None:
+    """The ``Host`` names a node bound to ``host`` answers (``node/gate.py``): on a loopback
+    address, the loopback names and the address itself; elsewhere any (None: the names it is
+    reached by are the operator's)."""
+    if not _loopback(host):
+        return None
+    return (*LOOPBACK_HOSTS, host.lower(), f"[{host.lower()}]")
 
 
 def _loopback(host: str) -> bool:

@@ -1,0 +1,126 @@
+"""``Gate``: what the node's HTTP server checks of a request before anything reads its body.
+
+Why an ASGI middleware and not only the routes' ``require_token`` dependency: FastAPI reads a
+request's body (and parses it, when it is JSON) before it runs the route's dependencies, so a
+caller without the token could make the node read and parse a body of any size before the
+401 (64 MiB read in full, measured; a 100 MiB JSON body took about 512 MiB at its peak). A
+``text/plain`` POST is a "simple" cross-origin request: any web page the operator has open
+could send one. Here the bearer token is checked from the headers alone, and a body past
+``max_body`` bytes is refused (413) from its ``Content-Length``, or as it arrives when it has
+none. The dependency stays on the routes: it is what the OpenAPI document shows, and it guards
+an app served without this gate.
+
+``allowed_hosts``: on a loopback address the node answers only requests addressed to it by a
+loopback name (the ``Host`` header), so a web page that rebinds its own DNS name to 127.0.0.1
+cannot read what needs no token (``/metrics`` when public, the console's files).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_BODY = 32 * 1024 * 1024
+"""The largest request body the API takes: its largest request is a publish of 1,000 texts of
+4,096 characters (at most ~25 MB of JSON); a record browser's decode sends one page of a range
+read (4 MiB of records, base64)."""
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def _json(status: int, kind: str, message: str, **headers: str) -> tuple[dict, bytes]:
+    body = json.dumps({"error": kind, "message": message, "status": status}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return {"type": "http.response.start", "status": status, "headers": head}, body
+
+
+class Gate:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        guarded: Callable[[str], bool],
+        max_body: int = MAX_BODY,
+        allowed_hosts: Iterable[str] | None = None,
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.guarded = guarded
+        """Whether a path needs the token (``/api/…``, and ``/metrics`` unless public)."""
+        self.max_body = max_body
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        refusal = self._refusal(scope["path"], headers)
+        if refusal is not None:
+            start, body = refusal
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+            return
+        if b"content-length" in headers:  # checked above: at most max_body
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, self._counted(receive), send)
+
+    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[dict, bytes] | None:
+        if self.allowed_hosts is not None:
+            host = headers.get(b"host", b"").decode("latin-1").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if host and name not in self.allowed_hosts:  # (no Host: not a browser's request)
+                return _json(421, "MisdirectedRequest", f"this node does not serve host {host!r}")
+        if self.token is not None and self.guarded(path):
+            given = headers.get(b"authorization", b"")
+            scheme, _, value = given.partition(b" ")
+            ok = scheme.lower() == b"bearer" and hmac.compare_digest(
+                value.strip(), self.token.encode()
+            )
+            if not ok:
+                return _json(
+                    401,
+                    "HTTPError",
+                    "missing or wrong bearer token (see <data dir>/node.token)",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return _json(400, "HTTPError", "Content-Length is not a number")
+            if n > self.max_body:
+                return _json(
+                    413, "HTTPError", f"request body of {n} bytes: at most {self.max_body}"
+                )
+        return None
+
+    def _counted(self, receive: Receive) -> Receive:
+        """``receive`` that refuses a body (sent without ``Content-Length``) once it passes
+        ``max_body``: the route reading it gets a 413."""
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise HTTPException(413, f"request body past {self.max_body} bytes")
+            return message
+
+        return counted

@@ -1,0 +1,129 @@
+"""What the node checks before a request's body is read (``node/gate.py``): the token, the
+body's size and, on a loopback address, the ``Host`` it was sent to."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from loglake.log import open_log
+from loglake.node.api.context import NodeContext
+from loglake.node.app import create_app
+from loglake.node.config import load_config
+from loglake.node.gate import MAX_BODY
+from loglake.node.runner import BackgroundNode
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    log = open_log(tmp_path)
+    yield create_app(NodeContext(log=log, data_dir=tmp_path), token="secret", console=True)
+    log.close()
+
+
+def asgi_post(app: Any, path: str, headers: list[tuple[bytes, bytes]], chunks: int) -> tuple:
+    """POST ``chunks`` MiB to ``app`` through ASGI; returns (status, bytes the app took)."""
+    taken, sent = 0, []
+
+    async def run() -> None:
+        left = chunks
+
+        async def receive() -> dict:
+            nonlocal taken, left
+            if left == 0:
+                return {"type": "http.disconnect"}
+            left -= 1
+            taken += MiB
+            return {"type": "http.request", "body": b" " * MiB, "more_body": left > 0}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await app(
+            {
+                "type": "http",
+                "asgi": {"version": "3.0"},
+                "http_version": "1.1",
+                "method": "POST",
+                "scheme": "http",
+                "path": path,
+                "raw_path": path.encode(),
+                "root_path": "",
+                "query_string": b"",
+                "headers": [(b"host", b"127.0.0.1:8080"), *headers],
+                "client": ("127.0.0.1", 5555),
+                "server": ("127.0.0.1", 8080),
+                "state": {},
+            },
+            receive,
+            send,
+        )
+
+    asyncio.run(run())
+    return next(m["status"] for m in sent if m["type"] == "http.response.start"), taken
+
+
+def test_a_request_without_the_token_is_refused_before_its_body_is_read(app: Any) -> None:
+    # The routes' token check is a FastAPI dependency, which runs after the body was read
+    # (and parsed, for JSON): 64 MiB were read of a caller with no token, and a malformed
+    # JSON body got a 422, not a 401. A text/plain POST needs no CORS preflight: any web page
+    # the operator has open could send one.
+    plain = [(b"content-type", b"text/plain"), (b"content-length", str(64 * MiB).encode())]
+    assert asgi_post(app, "/api/console/decode", plain, 64) == (401, 0)
+    chunked = [(b"content-type", b"text/plain"), (b"transfer-encoding", b"chunked")]
+    assert asgi_post(app, "/api/streams", chunked, 64) == (401, 0)
+    with TestClient(app) as anon:
+        r = anon.post(
+            "/api/console/decode", content=b"{", headers={"content-type": "application/json"}
+        )
+        assert (r.status_code, r.json()["error"]) == (401, "HTTPError")
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert anon.get("/metrics").status_code == 401
+        assert anon.get("/openapi.json").status_code == 200  # open, as before
+        assert anon.get("/console/").status_code == 200
+
+
+def test_a_body_past_the_limit_is_refused_with_or_without_its_length(app: Any) -> None:
+    auth = (b"authorization", b"Bearer secret")
+    big = str(MAX_BODY + 1).encode()
+    status, taken = asgi_post(
+        app, "/api/console/decode", [auth, (b"content-length", big)], MAX_BODY // MiB + 1
+    )
+    assert (status, taken) == (413, 0)
+    status, taken = asgi_post(
+        app, "/api/console/decode", [auth, (b"content-type", b"application/json")], 40
+    )
+    assert status == 413 and taken <= MAX_BODY + MiB
+    with TestClient(app, headers={"Authorization": "Bearer secret"}) as c:
+        ok = c.post("/api/console/decode", json={"format": "sds", "records": []})
+        assert ok.status_code == 200, ok.text
+
+
+def test_a_loopback_node_answers_only_its_own_host_names(tmp_path: Path) -> None:
+    # DNS rebinding: a page whose name the attacker re-points at 127.0.0.1 is same-origin with
+    # the node for the browser; only its Host header gives it away. It read /metrics (public
+    # here) and the console's files; now the node answers 421.
+    cfg = load_config(
+        data={
+            "data_dir": str(tmp_path),
+            "http": {"port": 0, "metrics_public": True},
+            "streams": {"port": 0},
+        },
+        env={},
+    )
+    with BackgroundNode(cfg, say=lambda _: None) as node, httpx.Client(timeout=30) as c:
+        port = node.url.rsplit(":", 1)[1]
+        url = f"{node.url}/metrics"
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
+            assert c.get(url, headers={"Host": host}).status_code == 200, host
+        for host in (f"rebind.attacker.example:{port}", "rebind.attacker.example"):
+            r = c.get(url, headers={"Host": host})
+            assert (r.status_code, r.json()["error"]) == (421, "MisdirectedRequest"), host
+        assert c.get(f"{node.url}/console/", headers={"Host": "evil:1"}).status_code == 421
