@@ -4,6 +4,8 @@ body's size and, on a loopback address, the ``Host`` it was sent to."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +129,56 @@ def test_a_loopback_node_answers_only_its_own_host_names(tmp_path: Path) -> None
             r = c.get(url, headers={"Host": host})
             assert (r.status_code, r.json()["error"]) == (421, "MisdirectedRequest"), host
         assert c.get(f"{node.url}/console/", headers={"Host": "evil:1"}).status_code == 421
+
+
+def test_a_request_head_that_does_not_come_is_dropped(tmp_path: Path, monkeypatch) -> None:
+    # uvicorn times nothing but the wait between requests (and stops at the next byte): a
+    # client that connected and sent nothing, or half a request's headers, was held for good,
+    # with no token needed (20 such sockets all still open 8 s on).
+    from loglake.node import http_protocol
+
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT", 0.5)
+    cfg = load_config(data={"data_dir": str(tmp_path), "http": {"port": 0}}, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as node:
+        port = int(node.url.rsplit(":", 1)[1])
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+        for s in slow[:5]:
+            s.sendall(b"GET /api/node HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
+        t = time.monotonic()
+        assert all(closed(s, 5) for s in slow)
+        assert time.monotonic() - t < 3
+        with httpx.Client(timeout=30) as c:  # a request that comes whole is served
+            r = c.get(
+                f"{node.url}/api/node", headers={"Authorization": f"Bearer {node.node.token.value}"}
+            )
+            assert r.status_code == 200, r.text
+
+
+def test_connections_past_the_cap_are_dropped_as_they_come(tmp_path: Path, monkeypatch) -> None:
+    from loglake.node import http_protocol
+
+    monkeypatch.setattr(http_protocol, "MAX_CONNECTIONS", 4)
+    cfg = load_config(data={"data_dir": str(tmp_path), "http": {"port": 0}}, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as node:
+        port = int(node.url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        extra = socket.create_connection(("127.0.0.1", port))
+        assert closed(extra, 5)
+        assert not any(closed(s, 0.2) for s in held)
+        for s in (*held, extra):
+            s.close()
+
+
+def closed(s: socket.socket, within: float) -> bool:
+    """Whether the server closes ``s`` within ``within`` seconds."""
+    s.settimeout(0.1)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if s.recv(1 << 16) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False

@@ -38,6 +38,7 @@ from loglake.node.backend import (
 )
 from loglake.node.config import NodeConfig
 from loglake.node.gate import LOOPBACK_HOSTS
+from loglake.node.http_protocol import NodeH11Protocol
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
 from loglake.streams.server import LoopThread
 from loglake.structured_logging import log_event
@@ -173,7 +174,9 @@ class Node:
         sock = bind(cfg.http.host, cfg.http.port)
         self.http_port = sock.getsockname()[1]
         self._uvicorn = _Uvicorn(
-            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+            uvicorn.Config(
+                app, log_level="warning", lifespan="off", access_log=False, http=NodeH11Protocol
+            )
         )
         self._uvicorn_task = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
         while not self._uvicorn.started:
