@@ -72,6 +72,67 @@ def test_both_encoders_refuse_a_lamport_past_uint64(make) -> None:
         encode_message_fast(msg)
 
 
+def test_made_up_dependencies_keep_the_buffers_bounded(make, clock) -> None:
+    # With no lost-message timeout (the default), what a message waited for left only when it
+    # came: a peer naming 1,000 made-up ids a message had 20,000 sought after 20 messages,
+    # and its messages waited for good. Past ``max_missing`` the oldest sought ids are given
+    # up as the timeout would: reported lost, their dependents delivered.
+    a = make("a", max_missing=2_500)
+    lost, delivered = [], []
+    for i in range(20):
+        ghosts = tuple(HistoryEntry(f"ghost-{i}-{j}") for j in range(1000))
+        out = a.receive(
+            encode(SdsMessage("mallory", f"m{i}", "chan", clock.t, ghosts, None, (), b"x"))
+        )
+        lost += [e.message_id for ev in out.of(MessagesLost) for e in ev.entries]
+        delivered += [e.message_id for e in out.of(MessageDelivered)]
+        assert len(a.missing) <= 2_500 and len(a._waiters) <= 2_500 + 1000
+    assert len(lost) == 20_000 - len(a.missing) and lost[:3] == [
+        "ghost-0-0",
+        "ghost-0-1",
+        "ghost-0-2",
+    ]
+    assert delivered == [f"m{i}" for i in range(len(delivered))] and len(delivered) >= 17
+    assert set(a.pending) == {f"m{i}" for i in range(len(delivered), 20)}
+
+
+def test_the_incoming_buffer_is_bounded_in_messages_and_bytes(make, clock) -> None:
+    # Messages waiting for dependencies that do not come: past ``max_pending`` messages, or
+    # ``max_pending_bytes`` of them, the oldest is delivered without them (reported lost).
+    a = make("a", max_pending=50)
+    for i in range(200):
+        gone = (HistoryEntry(f"never-{i}"),)
+        a.receive(encode(SdsMessage("b", f"m{i}", "chan", clock.t, gone, None, (), b"x")))
+        assert len(a.pending) <= 50
+    assert set(a.pending) == {f"m{i}" for i in range(150, 200)}
+    assert {f"never-{i}" for i in range(150)} <= set(a.lost)
+    # in bytes; and the messages that waited for what is given up go with the oldest
+    b = make("b", max_pending_bytes=1_000_000)
+    never = (HistoryEntry("never-sent"),)
+    for i in range(30):
+        body = b"%d" % i + b"." * 50_000
+        out = b.receive(encode(SdsMessage("c", f"m{i}", "chan", clock.t, never, None, (), body)))
+        assert b._pending_bytes <= 1_000_000
+        if out.of(MessagesLost):
+            assert not b.pending and len(out.of(MessageDelivered)) == i + 1
+            break
+    else:
+        raise AssertionError("never given up")
+    out = b.receive(encode(SdsMessage("c", "late", "chan", clock.t, never, None, (), b"y")))
+    assert [e.message_id for e in out.of(MessageDelivered)] == ["late"]  # lost: not waited for
+
+
+def test_the_ids_remembered_as_lost_are_bounded(make, clock) -> None:
+    a = make("a", max_missing=1, max_lost=100)
+    for i in range(300):
+        a.receive(
+            encode(
+                SdsMessage("b", f"s{i}", "chan", clock.t, (HistoryEntry(f"g{i}"),), None, (), None)
+            )
+        )
+    assert len(a.lost) == 100 and "g298" in a.lost and "g0" not in a.lost
+
+
 def test_content_message_carries_history_bloom_and_content(make) -> None:
     a, b = make("a"), make("b")
     d1 = a.send(b"one").to_send[0].data

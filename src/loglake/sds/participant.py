@@ -35,6 +35,7 @@ off the wire and noted where they happen:
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,10 @@ class ParticipantOptions:
     resend_possibly_acked_ms: int | None = None
     limits: Limits = DEFAULT_LIMITS
     repair_cache_messages: int = 1000  # newest messages kept whole to answer SDS-R requests
+    max_pending: int = 10_000  # messages in the incoming buffer (past it the oldest is given up)
+    max_pending_bytes: int = 64 * 1024 * 1024  # and their bytes
+    max_missing: int = 100_000  # dependencies sought (past it the oldest is reported lost)
+    max_lost: int = 100_000  # ids remembered as lost
 
 
 @dataclass(slots=True)
@@ -111,6 +116,8 @@ class _Pending:
     content: bytes
     waiting: set[str]
     received_at: int
+    size: int
+    """Bytes it holds (its wire bytes and its content): ``max_pending_bytes``."""
 
 
 class Participant:
@@ -139,7 +146,10 @@ class Participant:
         self.pending: dict[str, _Pending] = {}
         self._waiters: dict[str, set[str]] = {}  # dependency id -> pending ids
         self.missing: dict[str, tuple[HistoryEntry, int]] = {}  # id -> (entry, detected at)
-        self.lost: set[str] = set()
+        self._pending_bytes = 0
+        self.lost: dict[str, None] = {}
+        """Ids reported lost (their dependents no longer wait for them), the newest
+        ``max_lost``: an insertion-ordered set."""
         # encoded history entries seen before whose message is in the log (see receive)
         self._known_bodies: set[bytes] = set()
         self._known_limit = max(10_000, 20 * opts.causal_history_size)
@@ -359,14 +369,18 @@ class Participant:
                 for rid, due in repair.mark_missing(newly_missing, now):
                     out.events.append(RepairRequestQueued(rid, due))
         if not is_content:
+            self._bound_buffers(out)
             return out
         rec = LogRecord(pb.lamport_timestamp, mid, sender, retrieval_hint, bytes(data))
         if waiting:
-            self.pending[mid] = _Pending(rec, content, waiting, now)
+            held = _Pending(rec, content, waiting, now, len(data) + len(content))
+            self.pending[mid] = held
+            self._pending_bytes += held.size
             for dep in waiting:
                 self._waiters.setdefault(dep, set()).add(mid)
         else:
             self._deliver(rec, content, out)
+        self._bound_buffers(out)
         return out
 
     def restore_own(self, data: bytes, retrieval_hint: bytes | None = None) -> Output:
@@ -399,7 +413,7 @@ class Participant:
         self.lamport = max(self.lamport, lamport)
         self._bloom_insert(mid, self.bloom.positions(mid))
         self.missing.pop(mid, None)
-        self.lost.discard(mid)
+        self.lost.pop(mid, None)
         self.log.insert(LogRecord(lamport, mid, self.participant_id, retrieval_hint, bytes(data)))
         woken: list[tuple[LogRecord, bytes]] = []
         self._wake(mid, woken)
@@ -456,6 +470,68 @@ class Participant:
                 )
             self._wake(rec.message_id, stack)
 
+    def _lose(self, entries: list[HistoryEntry], out: Output) -> None:
+        """Spec: missing dependencies "MAY [be marked] as irretrievably lost"; the messages
+        that waited only for them are delivered."""
+        stack: list[tuple[LogRecord, bytes]] = []
+        for entry in entries:
+            del self.missing[entry.message_id]
+            self._mark_lost(entry.message_id)
+            self._wake(entry.message_id, stack)
+        out.events.append(MessagesLost(tuple(entries)))
+        for rec, content in stack:
+            self._deliver(rec, content, out)
+
+    def _give_up(self, pid: str, out: Output) -> None:
+        """Deliver pending message ``pid`` without the dependencies it still waits for,
+        reported lost (those not themselves in the incoming buffer), and the messages that
+        waited only for those."""
+        held = self.pending.pop(pid, None)
+        if held is None:
+            return  # delivered meanwhile
+        self._pending_bytes -= held.size
+        gone = []
+        for dep in held.waiting:
+            self._waiters.get(dep, set()).discard(pid)
+            if dep not in self.pending:
+                item = self.missing.pop(dep, None)
+                self._mark_lost(dep)
+                gone.append(item[0] if item else HistoryEntry(dep))
+        if gone:
+            out.events.append(MessagesLost(tuple(gone)))
+        held.waiting.clear()
+        self._deliver(held.record, held.content, out)
+        # the others that waited for what is now lost wait no more (a later message naming
+        # it does not wait either)
+        stack: list[tuple[LogRecord, bytes]] = []
+        for entry in gone:
+            self._wake(entry.message_id, stack)
+        for rec, content in stack:
+            self._deliver(rec, content, out)
+
+    def _mark_lost(self, mid: str) -> None:
+        self.lost[mid] = None
+        if len(self.lost) > self.options.max_lost:
+            del self.lost[next(iter(self.lost))]  # the one noted longest ago
+        if self.repair is not None:
+            self.repair.outgoing.remove(mid)
+
+    def _bound_buffers(self, out: Output) -> None:
+        """At most ``max_pending`` messages (``max_pending_bytes``) wait in the incoming
+        buffer and ``max_missing``
+        dependencies are sought: past either, the oldest is given up as the timeout would
+        (delivered without its dependencies; reported lost). Why: a peer naming up to 1,000
+        made-up ids a message filled both without end when no timeout was set (20,000
+        ids sought after 20 messages)."""
+        opts = self.options
+        while self.pending and (
+            len(self.pending) > opts.max_pending or self._pending_bytes > opts.max_pending_bytes
+        ):
+            self._give_up(next(iter(self.pending)), out)
+        if len(self.missing) > opts.max_missing:
+            over = len(self.missing) - opts.max_missing
+            self._lose([e for e, _ in itertools.islice(self.missing.values(), over)], out)
+
     def _wake(self, dep: str, stack: list[tuple[LogRecord, bytes]]) -> None:
         for pid in sorted(self._waiters.pop(dep, ())):
             p = self.pending.get(pid)
@@ -464,6 +540,7 @@ class Participant:
             p.waiting.discard(dep)
             if not p.waiting:
                 del self.pending[pid]
+                self._pending_bytes -= p.size
                 stack.append((p.record, p.content))
 
     # -- time -------------------------------------------------------------------------------
@@ -479,16 +556,7 @@ class Participant:
                     break  # insertion order is detection order
                 lost.append(entry)
             if lost:
-                stack: list[tuple[LogRecord, bytes]] = []
-                for entry in lost:
-                    del self.missing[entry.message_id]
-                    self.lost.add(entry.message_id)
-                    if self.repair is not None:
-                        self.repair.outgoing.remove(entry.message_id)
-                    self._wake(entry.message_id, stack)
-                out.events.append(MessagesLost(tuple(lost)))
-                for rec, content in stack:
-                    self._deliver(rec, content, out)
+                self._lose(lost, out)
             # A message waiting longer than the timeout is delivered anyway (its absent
             # dependencies reported lost); this also breaks dependency cycles a peer forged.
             stuck = []
@@ -497,22 +565,7 @@ class Participant:
                     break  # insertion order is arrival order
                 stuck.append(pid)
             for pid in stuck:
-                held = self.pending.pop(pid, None)
-                if held is None:
-                    continue  # delivered meanwhile
-                gone = []
-                for dep in held.waiting:
-                    self._waiters.get(dep, set()).discard(pid)
-                    if dep not in self.pending:
-                        item = self.missing.pop(dep, None)
-                        self.lost.add(dep)
-                        if self.repair is not None:
-                            self.repair.outgoing.remove(dep)
-                        gone.append(item[0] if item else HistoryEntry(dep))
-                if gone:
-                    out.events.append(MessagesLost(tuple(gone)))
-                held.waiting.clear()
-                self._deliver(held.record, held.content, out)
+                self._give_up(pid, out)
         if self.repair is not None:
             for entry in self.repair.responses_due(now):
                 logged = self.log.get(entry.message_id)
