@@ -218,6 +218,46 @@ def test_member_node_reads_the_special_channel_stream(tmp_path, layout):
     assert member.poll(streams, "special", now_ns=NS) == []  # consumer index saved
 
 
+def test_a_restarted_member_keeps_the_link_it_read_and_its_quiet_period(tmp_path):
+    # The read position was saved in the member's store, the link it read was not: a member
+    # restarted within the 20 s (or after its loop died on a failed fetch) went on past the
+    # link and fetched nothing until the next week's. Both are saved in one transaction now.
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("special")
+    streams.push("special", encode_magnet_message(5, MAGNET, KEY))
+    path, layout = tmp_path / "member.sqlite", get_layout("spec")
+    first = MemberNode(tmp_path / "m", MessageStore(path), layout, CID, wait_ns=20 * NS)
+    first.poll(streams, "special", now_ns=0)
+    first.store.close()
+    second = MemberNode(tmp_path / "m", MessageStore(path), layout, CID, wait_ns=20 * NS)
+    assert second.poll(streams, "special", now_ns=10 * NS) == []  # read already
+    assert second.core.due(19 * NS) is None  # its quiet period still counts from the link
+    assert second.core.due(20 * NS) == MAGNET
+    # an older signed link replayed after the restart stays refused
+    streams.push("special", encode_magnet_message(4, MAGNET[:-2] + "ef", KEY))
+    [old] = second.poll(streams, "special", now_ns=21 * NS)
+    assert isinstance(old, Ignored) and "older" in old.reason
+    second.store.close()
+
+
+def test_a_failed_fetch_is_tried_again_after_another_quiet_period(tmp_path, monkeypatch):
+    from loglake.archives import member_node
+    from loglake.archives.errors import TorrentTimeout
+
+    def no_peer(*a, **k):
+        raise TorrentTimeout("no peer gave the metadata in time")
+
+    monkeypatch.setattr(member_node, "fetch_archives", no_peer)
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("special")
+    streams.push("special", encode_magnet_message(5, MAGNET, KEY))
+    member = MemberNode(tmp_path / "m", MessageStore(), get_layout("spec"), CID, wait_ns=20 * NS)
+    member.poll(streams, "special", now_ns=0)
+    with pytest.raises(TorrentTimeout):
+        member.step(20 * NS)
+    assert member.core.due(39 * NS) is None and member.core.due(40 * NS) == MAGNET
+
+
 def test_hydrate_replaces_the_archive_time_range_only(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(1), 10)

@@ -466,6 +466,7 @@ def follow(
 ) -> None:
     """Member loop: follow the special channel, ignore unsigned or foreign messages, wait the
     quiet period after the last magnet link, fetch missing archives, hydrate the store."""
+    from loglake.archives.errors import ArchiveError
     from loglake.archives.member import Accepted
     from loglake.archives.member_node import MemberNode
     from loglake.archives.store import MessageStore
@@ -487,7 +488,11 @@ def follow(
                     console.print(f"magnet clock={ev.message.clock}: waiting {wait:g} s")
                 else:
                     console.print(f"[yellow]ignored[/yellow]: {ev.reason}")
-            report = member.step(now, timeout=timeout)
+            try:
+                report = member.step(now, timeout=timeout)
+            except ArchiveError as e:  # no peer in time, a corrupt archive: try again later
+                console.print(f"[yellow]fetch failed[/yellow]: {e}; trying again in {wait:g} s")
+                report = None
             if report is not None:
                 click.echo(
                     json.dumps(

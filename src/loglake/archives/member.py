@@ -15,7 +15,9 @@ The I/O adapters (libtorrent, files, a ``Streams`` channel) are in ``member_node
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from loglake.archives.errors import (
     BadMagnetMessage,
@@ -83,6 +85,24 @@ class MemberCore:
     def done(self, magnet: str) -> None:
         self.fetched.add(magnet)
         self.last_fetched = magnet
+
+    def postpone(self, now_ns: int) -> None:
+        """The fetch of the pending magnet failed: try it again after another quiet period."""
+        if self.magnet is not None:
+            self.last_at_ns = now_ns
+
+    STATE_FIELDS = ("last_clock", "magnet", "last_at_ns", "last_fetched")
+
+    def state(self) -> dict[str, Any]:
+        """What a member must keep across a restart: the pending link and when it came, the
+        newest clock (an older signed link replayed later stays refused), the link fetched
+        last."""
+        return {k: getattr(self, k) for k in self.STATE_FIELDS}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        for k in self.STATE_FIELDS:
+            if k in state:
+                setattr(self, k, state[k])
 
 
 def missing_archives(

@@ -11,6 +11,7 @@ the core says so.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
-from loglake.archives.errors import CorruptArchive, CorruptIndex
+from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
 from loglake.archives.layout import DecodedMessage, IndexEntry, Layout
 from loglake.archives.member import (
     MEMBER_WAIT_NS,
@@ -121,7 +122,14 @@ class MemberNode:
     ) -> None:
         self.root, self.store, self.layout = Path(root), store, layout
         self.core = MemberCore(community_id.lower(), wait_ns)
+        self._state_key = f"member_state:{self.core.community_id}"
+        saved = store.get_meta(self._state_key)
+        if saved:  # a restart: the pending link (and its quiet period) is not lost
+            self.core.restore(json.loads(saved))
         self.events: list[Accepted | Ignored] = []
+
+    def _state(self) -> dict[str, str]:
+        return {self._state_key: json.dumps(self.core.state())}
 
     def poll(self, streams: Streams, channel: str, now_ns: int) -> list[Accepted | Ignored]:
         """Read new special-channel messages. The position is kept in the member's own store
@@ -134,16 +142,27 @@ class MemberNode:
             if is_claim(m.data):  # a control node taking the channel over (streams.fence)
                 continue
             new.append(self.core.on_message(m.data, now_ns))
-        self.store.set_meta(key, pos)
+        # with the read position, in one transaction: a link read is never a link forgotten
+        # (kept in memory only, a restart before its fetch lost it until the next week's)
+        self.store.set_metas({key: pos, **self._state()})
         self.events += new
         return new
 
     def step(self, now_ns: int, **kw: Any) -> FetchReport | None:
+        """Fetch the pending link if its quiet period is over. A fetch that fails (no peer in
+        time, a corrupt archive) raises, and the link is tried again after another quiet
+        period."""
         magnet = self.core.due(now_ns)
         if magnet is None:
             return None
-        report = fetch_archives(
-            magnet, self.root, self.store, self.layout, self.core.community_id, **kw
-        )
+        try:
+            report = fetch_archives(
+                magnet, self.root, self.store, self.layout, self.core.community_id, **kw
+            )
+        except ArchiveError:
+            self.core.postpone(now_ns)
+            self.store.set_metas(self._state())
+            raise
         self.core.done(magnet)
+        self.store.set_metas(self._state())
         return report

@@ -35,7 +35,7 @@ import contextlib
 import errno
 import gc
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -164,6 +164,12 @@ class MessageStore:
     def set_meta(self, key: str, value: object) -> None:
         with self._tx():
             self._set_meta(key, value)
+
+    def set_metas(self, items: Mapping[str, object]) -> None:
+        """Several meta values in one transaction (all or none)."""
+        with self._tx():
+            for key, value in items.items():
+                self._set_meta(key, value)
 
     def _set_meta(self, key: str, value: object) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
