@@ -124,13 +124,15 @@ def test_the_banner_prints_the_token_on_first_start_only(tmp_path: Path) -> None
         again = token_banner(node.node)
         assert node.token == token
     assert token in first and "printed once" in first
-    assert f"/console/#token={token}" in first  # the console URL a person can open
     assert token not in again and f"access token in {tmp_path / 'node.token'}" in again
+    for banner in (first, again):  # a console link that logs in once, never the token
+        [link] = [line for line in banner.splitlines() if "/console/#login=" in line]
+        assert token not in link
 
 
 def test_a_failed_first_start_leaves_no_token_so_the_next_start_prints_one(tmp_path: Path) -> None:
     """The token file used to survive a start that failed before its banner: every later start
-    then said only "access token in ..." and never printed the token or the console URL."""
+    then said only "access token in ..." and never printed the token."""
     import socket
 
     from loglake.node.runner import BackgroundNode, NodeStartError, token_banner
@@ -145,7 +147,7 @@ def test_a_failed_first_start_leaves_no_token_so_the_next_start_prints_one(tmp_p
     assert not (tmp_path / "node.token").exists()
     with BackgroundNode(_cfg({**data, "http": {"port": 0}})) as node:
         banner = token_banner(node.node)
-        assert f"/console/#token={node.token}" in banner
+        assert node.token in banner and "/console/#login=" in banner
 
 
 def test_a_token_that_cannot_be_written_whole_is_not_left_behind(tmp_path: Path) -> None:
@@ -161,3 +163,17 @@ def test_a_token_that_cannot_be_written_whole_is_not_left_behind(tmp_path: Path)
         with pytest.raises(OSError):
             load_or_create_token(full)
         assert not (full / "node.token").exists()
+
+
+def test_a_login_code_is_good_once_and_until_it_expires() -> None:
+    from loglake.node.auth import MAX_LOGIN_CODES, LoginCodes
+
+    now = [0.0]
+    codes = LoginCodes(clock=lambda: now[0])
+    a, b = codes.issue(), codes.issue(ttl_s=10)
+    assert codes.redeem(a) and not codes.redeem(a)  # once
+    assert not codes.redeem("made-up")
+    now[0] = 11
+    assert not codes.redeem(b)  # expired
+    many = [codes.issue() for _ in range(MAX_LOGIN_CODES + 1)]
+    assert not codes.redeem(many[0]) and codes.redeem(many[-1])  # the oldest went

@@ -68,6 +68,8 @@ class Node:
     url: str
     console_url: str
     """The console URL with the token in its fragment."""
+    link: str
+    """The console link the node printed (a one-time login code in its fragment)."""
     token: str
     streams_port: int
     api: httpx.Client
@@ -97,9 +99,10 @@ participants = ["alice", "bob"]
 """
 
 
-def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int, list[str]]:
-    """``loglake node --config cfg``; returns the process, its URL, the token it printed, its
-    stream service port and its output so far (kept up to date, for failure messages)."""
+def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, str, int, list[str]]:
+    """``loglake node --config cfg``; returns the process, its URL, the token and the console
+    link it printed, its stream service port and its output so far (kept up to date, for
+    failure messages)."""
     http = free_port()
     streams = free_port()
     while streams == http:
@@ -131,6 +134,8 @@ def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int,
     if not (token and "access token" in output[-1]):
         stop(proc)
         raise AssertionError("the node printed no token:\n" + "".join(output))
+    output.append(proc.stdout.readline())  # the console link, next
+    link = output[-1].split(": ", 1)[-1].strip()
     # keep reading the node's output so a full pipe never blocks it
     threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True).start()
     try:
@@ -138,7 +143,7 @@ def _start(data: Path, cfg: Path) -> tuple[subprocess.Popen[str], str, str, int,
     except (RuntimeError, TimeoutError) as e:
         stop(proc)
         raise AssertionError(f"{e}; the node said:\n" + "".join(output)) from None
-    return proc, f"http://127.0.0.1:{http}", token, streams, output
+    return proc, f"http://127.0.0.1:{http}", token, link, streams, output
 
 
 def _populate(api: httpx.Client, streams_port: int) -> tuple[int, list[str]]:
@@ -193,7 +198,7 @@ def _populate(api: httpx.Client, streams_port: int) -> tuple[int, list[str]]:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("node")
-    proc, url, token, streams_port, output = _start(base / "data", base / "loglake.toml")
+    proc, url, token, link, streams_port, output = _start(base / "data", base / "loglake.toml")
     api = httpx.Client(
         base_url=url + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=60
     )
@@ -202,7 +207,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             rid, archive_ids = _populate(api, streams_port)
         except Exception as e:
             raise AssertionError(f"{e!r}; the node said:\n" + "".join(output)) from e
-        yield Node(url, f"{url}/console/#token={token}", token, streams_port, api, rid, archive_ids)
+        yield Node(
+            url, f"{url}/console/#token={token}", link, token, streams_port, api, rid, archive_ids
+        )
     finally:
         api.close()
         stop(proc, timeout=30)
@@ -268,6 +275,27 @@ def test_token_from_the_url_is_kept_for_the_tab_and_leaves_the_address_bar(
     page.reload()  # still signed in: the token is in sessionStorage, not the URL
     expect(page.locator('[data-testid="streams-table"]')).to_be_visible()
     shot(page, tmp_path, "streams")
+
+
+def test_the_printed_link_logs_in_once_and_never_holds_the_token(
+    page: Any, node: Node, tmp_path: Path
+) -> None:
+    # The node printed ``/console/#token=<token>``: the console cleared its address bar, but
+    # the browser's history (on disk, and synced) kept the token for good. The link holds a
+    # one-time code now, which the console trades for the token; in the history it is spent.
+    assert node.link.startswith(f"{node.url}/console/#login=") and node.token not in node.link
+    page.goto(node.link)
+    expect(page.locator('[data-testid="streams-table"]')).to_be_visible()
+    assert "login" not in page.url and page.url.endswith("#/streams")
+    assert page.evaluate("sessionStorage.getItem('loglake.token')") == node.token
+    other = page.context.new_page()  # the same link again (from the history): spent
+    other.goto(node.link)
+    err = other.locator('[data-testid="auth-error"]')
+    expect(err).to_contain_text("This console link did not log in")
+    expect(err).to_contain_text("used already")
+    assert other.evaluate("sessionStorage.getItem('loglake.token')") is None
+    shot(other, tmp_path, "link-spent")
+    other.close()
 
 
 def test_a_wrong_token_says_so_and_the_login_form_takes_the_right_one(

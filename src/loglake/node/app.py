@@ -36,7 +36,7 @@ from loglake.log import (
     UnknownStream,
 )
 from loglake.node.api.context import NodeContext, PartDisabled
-from loglake.node.auth import require_token
+from loglake.node.auth import LoginCodes, require_token
 from loglake.node.gate import Gate
 from loglake.structured_logging import log_event
 
@@ -81,10 +81,12 @@ def create_app(
     console: bool = True,
     metrics_public: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    logins: LoginCodes | None = None,
 ) -> FastAPI:
     """The node's ASGI app. ``token`` None turns authentication off (embedding, benchmarks);
     ``console`` False leaves the web console out (``loglake.node.console``, built apart);
-    ``allowed_hosts``: the ``Host`` names it answers (None: any; ``node/gate.py``)."""
+    ``allowed_hosts``: the ``Host`` names it answers (None: any; ``node/gate.py``);
+    ``logins``: the one-time codes of the console links the node prints."""
     from loglake.node.api import archives, cluster, events, jobs, sds, streams, system
 
     app = FastAPI(
@@ -99,6 +101,7 @@ def create_app(
     )
     app.state.node = node
     app.state.token = token
+    app.state.logins = logins
     auth = [Depends(require_token)]
     for module in (system, cluster, streams, events, archives, sds, jobs):
         app.include_router(module.router, prefix="/api", dependencies=auth)

@@ -13,6 +13,9 @@ import hmac
 import os
 import secrets
 import stat
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -104,3 +107,39 @@ def require_token(
             detail="missing or wrong bearer token (see <data dir>/node.token)",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+LOGIN_TTL_S = 24 * 3600
+"""How long a console login link the node printed stays good, if nobody opens it."""
+MAX_LOGIN_CODES = 64
+
+
+class LoginCodes:
+    """One-time codes a console link carries instead of the token (``/console/#login=<code>``):
+    the console trades one for the token once (``POST /console/login``), and a code is good
+    once.
+
+    Why: a link with the token itself (``#token=…``) left the token in the browser's history
+    on disk, and in a synced history, though the console cleared its address bar; whoever
+    read it had the API for good. A code in the history is spent by then."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._codes: dict[str, float] = {}  # code -> expiry, oldest first
+        self._lock = threading.Lock()
+
+    def issue(self, ttl_s: float = LOGIN_TTL_S) -> str:
+        code = secrets.token_urlsafe(TOKEN_BYTES)
+        with self._lock:
+            self._codes[code] = self._clock() + ttl_s
+            while len(self._codes) > MAX_LOGIN_CODES:
+                del self._codes[next(iter(self._codes))]
+        return code
+
+    def redeem(self, code: str) -> bool:
+        with self._lock:
+            expiry = None
+            for known in list(self._codes):  # compared in constant time, each
+                if hmac.compare_digest(known.encode(), code.encode()):
+                    expiry = self._codes.pop(known)
+            return expiry is not None and self._clock() < expiry

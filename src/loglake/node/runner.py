@@ -28,7 +28,7 @@ from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, StreamConfig
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
-from loglake.node.auth import Token, forget_token, load_or_create_token
+from loglake.node.auth import LoginCodes, Token, forget_token, load_or_create_token
 from loglake.node.backend import (
     RETENTION,
     NodeLeases,
@@ -87,12 +87,18 @@ class Node:
         """Once-only work (the sealer, retention, the ICRC journal, the archives control
         node) on a cluster shared with other nodes."""
         self._stop_retention = asyncio.Event()
+        self.logins = LoginCodes()
 
     @property
     def url(self) -> str:
         host = self.config.http.host
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.http_port}"
+
+    def console_link(self) -> str:
+        """A console URL that logs in once (``auth.LoginCodes``): safe in a browser's
+        history, unlike the token."""
+        return f"{self.url}/console/#login={self.logins.issue()}"
 
     async def start(self) -> Node:
         cfg = self.config
@@ -170,6 +176,7 @@ class Node:
             console=cfg.console,
             metrics_public=cfg.http.metrics_public,
             allowed_hosts=loopback_names(cfg.http.host),
+            logins=self.logins,
         )
         sock = bind(cfg.http.host, cfg.http.port)
         self.http_port = sock.getsockname()[1]
@@ -268,9 +275,9 @@ def token_banner(node: Node) -> str:
         lines.append(
             f"  access token (printed once; kept in {node.token.path}): {node.token.value}"
         )
-        lines.append(f"  console with the token: {node.url}/console/#token={node.token.value}")
     else:
         lines.append(f"  access token in {node.token.path}")
+    lines.append(f"  console (the link logs in once): {node.console_link()}")
     return "\n".join(lines)
 
 
@@ -309,6 +316,9 @@ class BackgroundNode:
     def token(self) -> str:
         assert self.node.token is not None
         return self.node.token.value
+
+    def console_link(self) -> str:
+        return self.node.console_link()
 
     @property
     def context(self) -> NodeContext:

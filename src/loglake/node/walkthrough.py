@@ -134,7 +134,7 @@ def run_walkthrough(
         summary["metrics"] = _metrics(api)
         if backend:
             summary["cluster"] = _cluster(console, api)
-        console_url = f"{node.url}/console/#token={node.token}"
+        console_url = node.console_link()
         _summary(console, summary, console_url)
         if keep:
             console.print("[bold]--keep[/]: the node keeps running; Ctrl-C stops it")

@@ -71,7 +71,7 @@ class ConsoleFiles(StaticFiles):
 
 def mount(app: FastAPI) -> None:
     """Serve the console's static files at ``/console/`` on ``app`` (``/console`` redirects
-    there, keeping the ``#token=...`` fragment, which the browser never sends)."""
+    there, keeping the ``#login=...`` fragment, which the browser never sends)."""
     # ES modules must be served as JavaScript; not every system's mime table knows ``.mjs``.
     mimetypes.add_type("text/javascript", ".mjs")
     mimetypes.add_type("text/javascript", ".js")

@@ -14,7 +14,7 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
 
 from loglake.errors import DecodeError
@@ -77,6 +77,27 @@ def decode(body: DecodeRequest) -> DecodeResponse:
     return DecodeResponse(format=body.format, records=rows)
 
 
+class LoginIn(BaseModel):
+    code: str = Field(min_length=1, max_length=200)
+
+
+class LoginOut(BaseModel):
+    token: str
+
+
 def include(app: FastAPI) -> None:
-    """Add the console's API routes under ``/api``, behind the node's bearer token."""
+    """Add the console's API routes under ``/api``, behind the node's bearer token, and
+    ``POST /console/login``, open: a one-time code of a link the node printed, traded for
+    the token (``auth.LoginCodes``)."""
     app.include_router(router, prefix="/api", dependencies=[Depends(require_token)])
+
+    @app.post("/console/login", include_in_schema=False)
+    def login(body: LoginIn, request: Request) -> LoginOut:
+        codes = request.app.state.logins
+        if codes is None or not codes.redeem(body.code):
+            raise HTTPException(
+                401,
+                "this console link was used already, or is unknown or expired: paste the "
+                "token (in <data dir>/node.token)",
+            )
+        return LoginOut(token=request.app.state.token or "")

@@ -1,10 +1,12 @@
 // The node's JSON API as the console uses it: the bearer token and one fetch wrapper.
 //
-// The token arrives once in the URL fragment (the node prints `/console/#token=...`; a fragment
-// is never sent to a server, so it stays out of access logs and Referer headers) or through the
-// login form. It is kept in sessionStorage (gone when the tab closes) and sent as
-// `Authorization: Bearer` on every /api call. The fragment is cleared at once so the token does
-// not linger in the address bar or the history.
+// The token arrives through a link the node prints (`/console/#login=<code>`: a one-time code
+// the console trades for the token, `POST /console/login`, so what the browser's history keeps
+// of the link is spent), through `#token=<token>` (a link made by hand; the browser's history
+// keeps that one), or through the login form. A fragment is never sent to a server, so neither
+// reaches access logs or Referer headers; it is cleared from the address bar at once. The token
+// is kept in sessionStorage (gone when the tab closes) and sent as `Authorization: Bearer` on
+// every /api call.
 
 const KEY = "loglake.token";
 
@@ -16,21 +18,38 @@ export class ApiError extends Error {
   }
 }
 
-/** Take `#token=...` (alone, or `#/page&token=...`) out of the fragment; keep the token. */
-export function takeTokenFromFragment() {
+/** Why the link's login failed (shown by the login form), or null. */
+export let loginError = null;
+
+/** Take `#login=<code>` or `#token=<token>` (alone, or `#/page&...`) out of the fragment, and
+ * keep the token (a code is traded for it first). */
+export async function takeTokenFromFragment() {
   const hash = window.location.hash.replace(/^#/, "");
-  const parts = hash.split("&");
   const rest = [];
   let token = null;
-  for (const part of parts) {
+  let code = null;
+  for (const part of hash.split("&")) {
     if (part.startsWith("token=")) token = decodeURIComponent(part.slice(6));
+    else if (part.startsWith("login=")) code = decodeURIComponent(part.slice(6));
     else if (part) rest.push(part);
   }
-  if (token !== null) {
-    setToken(token);
-    const route = rest.join("&") || "/streams";
-    history.replaceState(null, "", window.location.pathname + "#" + route);
+  if (token === null && code === null) return null;
+  history.replaceState(null, "", window.location.pathname + "#" + (rest.join("&") || "/streams"));
+  if (code !== null) {
+    try {
+      const res = await fetch("/console/login", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ code }),
+      });
+      const body = await res.json().catch(() => ({}));
+      if (res.ok) token = body.token;
+      else loginError = body.message || res.status + " " + res.statusText;
+    } catch (e) {
+      loginError = "the node did not answer (" + e.message + ")";
+    }
   }
+  if (token !== null) setToken(token);
   return token;
 }
 

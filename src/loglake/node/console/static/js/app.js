@@ -3,7 +3,7 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 
-import { clearToken, getToken, setToken, takeTokenFromFragment } from "./api.js";
+import { clearToken, getToken, loginError, setToken, takeTokenFromFragment } from "./api.js";
 import { ArchivesPage } from "./pages/archives.js";
 import { ClusterPage } from "./pages/cluster.js";
 import { JobsPage } from "./pages/jobs.js";
@@ -102,7 +102,9 @@ function Shell({ route, onLogout }) {
 function App() {
   const route = useRoute();
   const [authed, setAuthed] = useState(!!getToken());
-  const [authError, setAuthError] = useState(null);
+  const [authError, setAuthError] = useState(
+    loginError && "This console link did not log in: " + loginError,
+  );
   useEffect(() => {
     const onBad = (e) => {
       clearToken();
@@ -132,7 +134,7 @@ function App() {
   return html`<${Shell} route=${route} onLogout=${logout} />`;
 }
 
-takeTokenFromFragment();
+await takeTokenFromFragment();
 const root = document.getElementById("app");
 root.textContent = ""; // the "Loading" text: render() adds to a container, it does not replace it
 render(html`<${App} />`, root);
