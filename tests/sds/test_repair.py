@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from loglake.sds.codec import decode
+from loglake.sds.codec import decode, encode
 from loglake.sds.errors import DropReason
 from loglake.sds.events import (
     MessageDelivered,
@@ -19,7 +19,7 @@ from loglake.sds.events import (
     RepairResponseQueued,
     RepairResponseSent,
 )
-from loglake.sds.messages import message_id_of
+from loglake.sds.messages import HistoryEntry, SdsMessage, message_id_of
 from loglake.sds.repair import (
     RepairConfig,
     RepairManager,
@@ -123,3 +123,38 @@ def test_receiving_a_repair_request_cancels_own_request(make, clock) -> None:
     assert len(b.repair.outgoing) == 1
     b.receive(carrier)
     assert len(b.repair.outgoing) == 0  # someone else asked
+
+
+def test_a_request_naming_a_made_up_sender_waits_the_real_senders_backoff(make, clock) -> None:
+    # T_resp is distance(this participant, the message's sender) * hash(id) % T_max. A peer
+    # naming *b* as the sender of a's message made b answer at once (distance 0), every
+    # time it asked. The message's real sender counts (a), whatever the request says.
+    a, b = make("a"), make("b")
+    d1 = a.send(b"1").to_send[0].data
+    b.receive(d1)
+    mid = message_id_of(b"1")
+    forged = SdsMessage(
+        "mallory", "r1", "chan", clock.t, (), None, (HistoryEntry(mid, None, "b"),), b"x"
+    )
+    (queued,) = b.receive(encode(forged)).of(RepairResponseQueued)
+    assert queued.t_resp == t_resp("b", "a", mid, clock.t, b.repair.config) != clock.t
+
+
+def test_a_message_rebroadcast_is_not_sent_again_before_t_min(make, clock) -> None:
+    # A peer asking for the same message again and again had it rebroadcast each time (38 KB
+    # of requests, 11 MB sent). Within T_min of a repair (no honest peer asks sooner: its own
+    # T_req backoff is at least T_min) a request for it is not answered.
+    a = make("a")
+    a.send(b"1")
+    mid = message_id_of(b"1")
+
+    def ask(n: int) -> list:
+        req = (HistoryEntry(mid, None, "a"),)
+        msg = SdsMessage("m", f"ask{n}", "chan", clock.t, (), None, req, b"x")
+        return a.receive(encode(msg)).of(RepairResponseQueued)
+
+    assert ask(1) and a.tick().of(RepairResponseSent)  # the sender: due at once
+    clock.t += a.repair.config.t_min_ms - 1
+    assert not ask(2) and not a.tick().of(RepairResponseSent)
+    clock.t += 1
+    assert ask(3) and a.tick().of(RepairResponseSent)

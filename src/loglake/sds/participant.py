@@ -346,7 +346,7 @@ class Participant:
                 out.events.append(
                     RepairRequestReceived(tuple(r.message_id for r in requests), sender)
                 )
-                for rid, due in repair.on_repair_requests(requests, log.raw, now):
+                for rid, due in repair.on_repair_requests(requests, self._sender_of, now):
                     out.events.append(RepairResponseQueued(rid, due))
         self._review_acks(ids, bloom, out)
         if is_content:
@@ -469,6 +469,12 @@ class Participant:
                     )
                 )
             self._wake(rec.message_id, stack)
+
+    def _sender_of(self, message_id: str) -> str | None:
+        """Who sent ``message_id``, if this participant can rebroadcast it (its bytes are in
+        the repair cache), else None."""
+        rec = self.log.records.get(message_id)
+        return None if rec is None or rec.raw is None else rec.sender_id
 
     def _lose(self, entries: list[HistoryEntry], out: Output) -> None:
         """Spec: missing dependencies "MAY [be marked] as irretrievably lost"; the messages

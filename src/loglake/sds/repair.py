@@ -169,6 +169,9 @@ class RepairManager:
         self.config = config or RepairConfig()
         self.outgoing = OutgoingRepairBuffer(self.config.buffer_size)
         self.incoming = IncomingRepairBuffer(self.config.buffer_size)
+        self._answered: dict[str, int] = {}
+        """message id -> when this participant last rebroadcast it (the newest
+        ``buffer_size``): a request for it within ``t_min_ms`` of that is not answered."""
 
     def mark_missing(self, entries: list[HistoryEntry], now: int) -> list[tuple[str, int]]:
         """Queue missing dependencies; return (message_id, T_req) for each newly queued."""
@@ -190,23 +193,43 @@ class RepairManager:
         return self.outgoing.take_eligible(now, limit)
 
     def on_repair_requests(
-        self, requests: list[HistoryEntry], have: Callable[[str], object], now: int
+        self, requests: list[HistoryEntry], sender_of: Callable[[str], str | None], now: int
     ) -> list[tuple[str, int]]:
-        """Process a received ``repair_request``; return (message_id, T_resp) newly queued."""
+        """Process a received ``repair_request``; return (message_id, T_resp) newly queued.
+        ``sender_of(id)``: who sent the message, where this participant can rebroadcast it,
+        else None.
+
+        The spec computes ``T_resp`` and the response group from the ``sender_id`` the request
+        names, which a peer may make up: naming this participant (distance 0) made it answer
+        at once, every time, a request listing up to ``Limits.max_repair_request`` ids (38 KB
+        of requests had 11 MB rebroadcast, measured). Here the sender is the one the message
+        itself came from, and a message this participant rebroadcast less than ``t_min_ms``
+        ago is not sent again (a peer that still lacks it asks again no sooner: its own
+        ``T_req`` backoff is at least ``t_min_ms``)."""
         queued = []
         for r in requests:
             self.outgoing.remove(r.message_id)  # someone else asks: we need not
-            if not have(r.message_id):
+            sender = sender_of(r.message_id)
+            if sender is None:
+                continue
+            last = self._answered.get(r.message_id)
+            if last is not None and now - last < self.config.t_min_ms:
                 continue
             if not in_response_group(
-                self.participant_id, r.sender_id, r.message_id, self.config.num_response_groups
+                self.participant_id, sender, r.message_id, self.config.num_response_groups
             ):
                 continue
-            assert r.sender_id is not None
-            due = t_resp(self.participant_id, r.sender_id, r.message_id, now, self.config)
-            if self.incoming.add(r, due):
+            due = t_resp(self.participant_id, sender, r.message_id, now, self.config)
+            if self.incoming.add(HistoryEntry(r.message_id, r.retrieval_hint, sender), due):
                 queued.append((r.message_id, due))
         return queued
 
     def responses_due(self, now: int) -> list[HistoryEntry]:
-        return self.incoming.take_ready(now)
+        ready = self.incoming.take_ready(now)
+        answered = self._answered
+        for e in ready:
+            answered.pop(e.message_id, None)
+            answered[e.message_id] = now
+        while len(answered) > self.config.buffer_size:
+            del answered[next(iter(answered))]
+        return ready
