@@ -511,3 +511,27 @@ def test_append_payloads_fast_path_fails_reopens_and_refuses_like_append(tmp_pat
     log.close()
     with pytest.raises(LogClosed):
         log.append_payloads("s", [b"x"])
+
+
+def test_foreign_files_with_non_ascii_digits_in_their_names_are_left_alone(tmp_path):
+    # ``str.isdigit`` is True for "²" and any script's digits, which ``int`` then refuses or
+    # reads as a number: such a file in a stream's, a partition's or a lake folder failed the
+    # log's open (ValueError) or was taken for one of its own.
+    from loglake.log import StreamConfig, open_log
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=200))
+        for _ in range(20):
+            log.append("s", b"x" * 40)
+        log.wait_for_seals()
+    part = tmp_path / "streams" / "s" / "0"
+    for folder, name in (
+        (part, "²"),  # beside the partition's segments
+        (part, "00000000000000000²³.log"),
+        (tmp_path / "streams" / "s", "²"),  # beside the partition folders
+        (tmp_path / "lake" / "s" / "partition=0", "0²-1².parquet"),
+    ):
+        (folder / name).write_bytes(b"not loglake's")
+    with open_log(tmp_path) as log:
+        assert [r.index for r in log.read("s", 0)] == list(range(20))
+        assert log.stream_info("s").partitions[0].next_index == 20

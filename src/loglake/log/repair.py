@@ -146,7 +146,7 @@ def _partitions(data_dir: Path) -> Iterator[_Partition]:
         if not sdir.is_dir():
             continue
         for name in sorted(fs.listdir(sdir), key=lambda n: (len(n), n)):
-            if not name.isdigit() or not (sdir / name).is_dir():
+            if not (name.isascii() and name.isdigit()) or not (sdir / name).is_dir():
                 continue
             p = int(name)
             bases = _bases(sdir / name)

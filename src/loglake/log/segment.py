@@ -92,7 +92,7 @@ def segment_name(first_index: int) -> str:
 
 def parse_segment_name(name: str) -> int | None:
     stem, suffix = name[: -len(SEGMENT_SUFFIX)], name[-len(SEGMENT_SUFFIX) :]
-    if suffix != SEGMENT_SUFFIX or not stem.isdigit():
+    if suffix != SEGMENT_SUFFIX or not (stem.isascii() and stem.isdigit()):
         return None
     return int(stem)
 

@@ -523,12 +523,14 @@ class SegmentLog(Log):
         written): two directory listings, not a path lookup per partition."""
         out: set[int] = set()
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            out.update(int(n) for n in fs.listdir(self._stream_dir(name)) if n.isdigit())
+            out.update(
+                int(n) for n in fs.listdir(self._stream_dir(name)) if n.isascii() and n.isdigit()
+            )
         lake = lake_partition_dir(self.data_dir, name, 0).parent
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for n in fs.listdir(lake):
                 key, _, num = n.partition("=")
-                if key == "partition" and num.isdigit():
+                if key == "partition" and num.isascii() and num.isdigit():
                     out.add(int(num))
         return out
 

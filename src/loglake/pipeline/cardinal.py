@@ -27,7 +27,9 @@ def committed_batches(out_dir: str | Path) -> list[int]:
     folder = Path(out_dir) / BATCHES
     if not folder.is_dir():
         return []
-    return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+    return sorted(
+        int(p.stem) for p in folder.glob("*.json") if p.stem.isascii() and p.stem.isdigit()
+    )
 
 
 def table(spark: SparkSession, out_dir: str | Path, name: str) -> DataFrame:

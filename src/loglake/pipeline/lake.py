@@ -95,7 +95,12 @@ def lake_partitions(data_dir: Path | str, stream: str) -> list[int]:
     out = []
     for p in root.iterdir():
         num = p.name[len(PARTITION_DIR_PREFIX) :]
-        if p.is_dir() and p.name.startswith(PARTITION_DIR_PREFIX) and num.isdigit():
+        if (
+            p.is_dir()
+            and p.name.startswith(PARTITION_DIR_PREFIX)
+            and num.isascii()
+            and num.isdigit()
+        ):
             out.append(int(num))
     return sorted(out)
 

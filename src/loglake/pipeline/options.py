@@ -296,7 +296,7 @@ def parse_offsets_json(text: str) -> dict[int, int]:
         raise BadOption("startingOffsets", text, 'expected a JSON object like {"0": 42}')
     out: dict[int, int] = {}
     for k, v in value.items():
-        if not str(k).isdigit():
+        if not (str(k).isascii() and str(k).isdigit()):
             raise BadOption("startingOffsets", text, f"key {k!r} is not a partition number")
         if isinstance(v, bool) or not isinstance(v, int) or v < -2:
             raise BadOption(

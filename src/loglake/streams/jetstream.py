@@ -241,7 +241,12 @@ def _unb64(s: str) -> str:
 def _parse_key(key: str) -> tuple[str, str, int] | None:
     """``c<client>.s<stream>.<partition>`` (``JetStreamLog._key``) back to its parts."""
     parts = key.split(".")
-    if len(parts) != 3 or parts[0][:1] != "c" or parts[1][:1] != "s" or not parts[2].isdigit():
+    if (
+        len(parts) != 3
+        or parts[0][:1] != "c"
+        or parts[1][:1] != "s"
+        or not (parts[2].isascii() and parts[2].isdigit())
+    ):
         return None
     try:
         client, stream = _unb64(parts[0][1:]), _unb64(parts[1][1:])
