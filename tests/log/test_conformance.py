@@ -11,6 +11,7 @@ import pytest
 
 from loglake.log import (
     Entry,
+    InvalidIndex,
     InvalidStreamName,
     Log,
     MemoryLog,
@@ -251,3 +252,17 @@ def test_save_index_speaks_the_streams_vocabulary_and_never_moves_back(log):
     assert log.get_index("c", "v") == 5
     assert log.save_index("c", "v", 7, partition=1) == 7
     assert log.get_index("c", "v", partition=1) == 7 and log.get_index("c", "v") == 5
+
+
+@pytest.mark.parametrize("index", [-1, 2**64, True, 1.5])
+def test_a_consumer_index_outside_uint64_is_a_typed_error(log: Log, index):
+    # the log on disk raised a bare struct.error, the in-memory one stored it: they agree now
+    log.create_stream("s")
+    for save in (
+        lambda: log.save_index("c", "s", index),
+        lambda: log.save_index_as("c", "s", index, "me"),
+        lambda: log.reset_index("c", "s", index),
+    ):
+        with pytest.raises(InvalidIndex):
+            save()
+    assert log.save_index("c", "s", 2**64 - 1) == 2**64 - 1

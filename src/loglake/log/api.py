@@ -151,6 +151,22 @@ def check_stream_name(name: str) -> str:
     return name
 
 
+INDEX_MAX = 2**64 - 1
+"""The largest consumer index (a uint64, as the Ockam stream service carries it)."""
+
+
+class InvalidIndex(LogError, LocalProtocolError, ValueError):
+    """A consumer index outside ``0..INDEX_MAX``."""
+
+
+def check_index(index: int) -> int:
+    """``index`` if it can be saved as a consumer index, else ``InvalidIndex`` (before, the
+    log on disk raised a bare ``struct.error`` and the in-memory one stored it)."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INDEX_MAX:
+        raise InvalidIndex(f"consumer index {index!r} is not in 0..2^64-1")
+    return index
+
+
 class NotOwner(LogError):
     """A save of a consumer index another identity owns (``Log.save_index_as``)."""
 

@@ -22,6 +22,7 @@ from loglake.log.api import (
     StreamInfo,
     UnknownPartition,
     UnknownStream,
+    check_index,
     check_stream_name,
 )
 
@@ -122,6 +123,7 @@ class MemoryLog(Log):
             return dict(self._consumers)
 
     def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
+        check_index(index)
         with self._lock:
             self._partition(stream, partition)
             key = (client_id, stream, partition)
@@ -141,6 +143,7 @@ class MemoryLog(Log):
         *,
         partition: int = 0,
     ) -> int:
+        check_index(index)
         with self._lock:
             self._partition(stream, partition)
             key = (client_id, stream, partition)
@@ -158,6 +161,8 @@ class MemoryLog(Log):
     def reset_index(
         self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
+        if index is not None:
+            check_index(index)
         with self._lock:
             self._partition(stream, partition)
             key = (client_id, stream, partition)

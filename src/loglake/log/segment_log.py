@@ -68,6 +68,7 @@ from loglake.log.api import (
     StreamInfo,
     UnknownPartition,
     UnknownStream,
+    check_index,
     check_stream_name,
 )
 from loglake.log.consumer_store import ConsumerStore
@@ -623,6 +624,7 @@ class SegmentLog(Log):
         return self._consumers.all()
 
     def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
+        check_index(index)
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
         with self._lock:
@@ -639,6 +641,7 @@ class SegmentLog(Log):
         *,
         partition: int = 0,
     ) -> int:
+        check_index(index)
         if self.readonly:
             raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
         with self._lock:
@@ -651,6 +654,8 @@ class SegmentLog(Log):
     def reset_index(
         self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
+        if index is not None:
+            check_index(index)
         if self.readonly:
             raise ReadOnlyLog("cannot reset a consumer index: the log is read-only")
         with self._lock:

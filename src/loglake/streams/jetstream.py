@@ -76,6 +76,7 @@ from loglake.log.api import (
     StreamInfo,
     UnknownPartition,
     UnknownStream,
+    check_index,
     check_stream_name,
 )
 from loglake.streams.api import LocalStreams
@@ -1073,6 +1074,7 @@ class JetStreamLog(Log):
         return self._call(self._get_index(client_id, stream, partition))
 
     def save_index(self, client_id: str, stream: str, index: int, *, partition: int = 0) -> int:
+        check_index(index)
         return self._call(self._save_index(client_id, stream, partition, index), self._push_wait)
 
     def save_index_as(
@@ -1085,6 +1087,7 @@ class JetStreamLog(Log):
         *,
         partition: int = 0,
     ) -> int:
+        check_index(index)
         return self._call(
             self._save_index(client_id, stream, partition, index, owner, override),
             self._push_wait,
@@ -1096,6 +1099,8 @@ class JetStreamLog(Log):
     def reset_index(
         self, client_id: str, stream: str, index: int | None, *, partition: int = 0
     ) -> int | None:
+        if index is not None:
+            check_index(index)
         return self._call(self._reset_index(client_id, stream, partition, index), self._push_wait)
 
     def consumer_indexes(self) -> dict[tuple[str, str, int], int]:
