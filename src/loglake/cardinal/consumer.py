@@ -450,6 +450,10 @@ class BlockAssembler:
             pending=len(self._pending),
         )
 
+    def remember_done(self, h: bytes, number: int) -> None:
+        """Note block ``h`` as done: its messages are dropped on sight (``_remember``)."""
+        self._remember(h, number)
+
     def _remember(self, h: bytes, number: int) -> None:
         """Note ``h`` as done (complete, or too old to assemble): its messages are dropped on
         sight. Bounded: over the cap, the hash noted longest ago goes (a dict keeps insertion

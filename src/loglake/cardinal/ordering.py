@@ -440,8 +440,13 @@ class OrderedProcessor:
                 hash_,
                 f"not on our chain #{self._chain[0].number}..#{self._chain[-1].number}",
             )
-        # The reorg channel re-sends what follows the ancestor: forget held blocks above it.
-        for h in [h for h, b in self._held.items() if b.number > number]:
+        # The reorg channel re-sends what follows the ancestor: forget the held blocks above it
+        # that hang from the chain as it was (forks of the branch given up). Not the held
+        # blocks whose parent has not come (read ahead of the Reorg from another partition:
+        # in order only within one): they may extend the new branch once its blocks land, and
+        # their messages do not come again (dropped here, the chain stopped at the channel's
+        # end for good, every later block an orphan; the reference drops nothing pending).
+        for h in [h for h, b in self._held.items() if b.number > number and h in self._connected]:
             self._unhold(h)
         self._connected.clear()
         for b in self._chain:
@@ -525,6 +530,15 @@ class OrderedConsumer:
             for ev in self.consumer.handle(msg, source, offset):
                 assert isinstance(ev, ReorgEvent)  # a Reorg yields its event, never a block
                 updates.append(ev)
+            # The assembler forgot every done block (the reference's, so the channel's blocks
+            # assemble again); the branch given up stays done: a redundant producer's late
+            # copy of one of its messages was queued for a Batch never read again, and held
+            # its partition's committed offset back for good. A later Reorg back to that
+            # branch forgets them again.
+            for change in updates:
+                if isinstance(change, ChainUpdate):
+                    for b in change.removed:
+                        self.consumer.remember_done(b.hash, b.number)
             return updates
         return self._route(self.consumer.handle(msg, source, offset))
 
