@@ -569,7 +569,9 @@ class _Compiler:
         return got
 
     def _skipper(self, w: int) -> Skipper:
-        op, payload = (w, None) if w < 0 else self.table[w]
+        if w < 0:
+            return self._dropped(w)
+        op, payload = self.table[w]
         limit = MAX_NESTING
         if op == OPT:
             inner = self.skipper(payload)
@@ -634,7 +636,11 @@ class _Compiler:
                 return cases[k](b, i, d + 1)
 
             return variant
-        # a primitive (its value is small), a reference, quirks' fixed-width vec: read, dropped
+        return self._dropped(w)
+
+    def _dropped(self, w: int) -> Skipper:
+        """A primitive (its value is small), a reference, quirks' fixed-width vec: read,
+        dropped."""
         read = _PRIM_READERS[w] if w < 0 else self.reader(w, self._wire_node(w))
         assert read is not None  # a wire type always reads as itself
 
