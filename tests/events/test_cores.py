@@ -618,3 +618,28 @@ def test_a_lost_head_report_is_sent_again():
     w.clock.now += 10**9  # past the first resend delay
     w.net.run()
     assert w.orch.publications[NS].head == 10
+
+
+def test_approve_checks_expected_allowance_expiry_and_fee():
+    """ICRC-2 ``icrc2_approve``'s ``expected_allowance``, ``expires_at`` and ``fee`` were
+    dropped unread: a client's approval meant to fail on a changed allowance, a past expiry
+    or a wrong fee got Ok. (Through the Candid codec, as any ICRC-2 client sends them.)"""
+    from loglake.events.ledger import account
+
+    w = World()
+    w.ledger.mint(account(w.p["bob"]), 1_000, 0)
+    now = w.clock.now
+    orch = w.p["orch"]
+    assert w.call("bob", "icrc2_approve", (orch, 500, 7, None, None)) == Err(
+        "AllowanceChanged", {"current_allowance": 0}
+    )
+    got = w.call("bob", "icrc2_approve", (orch, 500, None, 1, None))
+    assert got.tag == "Expired" and got.payload["ledger_time"] > now
+    got = w.call("bob", "icrc2_approve", (orch, 500, None, now + 10**12, None))
+    assert got.tag == "GenericError" and "expiry" in got.payload["message"]
+    assert w.call("bob", "icrc2_approve", (orch, 500, None, None, 0)) == Err(
+        "BadFee", {"expected_fee": w.ledger.fee}
+    )
+    assert w.call("bob", "icrc2_approve", (orch, 500, 0, None, w.ledger.fee)) == Ok(1)
+    assert w.call("bob", "icrc2_approve", (orch, 300, 500, None, None)) == Ok(2)
+    assert w.ledger.allowance(account(w.p["bob"]), account(orch)) == 300

@@ -108,24 +108,36 @@ def account_from(v: dict[str, Any]) -> tuple[Principal, bytes | None]:
     return (v["owner"], _unopt(v["subaccount"]))
 
 
-def approve_to(a: tuple[Principal, int]) -> dict[str, Any]:
-    spender, amount = a
+def approve_to(a: tuple[Any, ...]) -> dict[str, Any]:
+    """``(spender, amount)``, optionally followed by ``expected_allowance``, ``expires_at``
+    and ``fee`` (None: unset)."""
+    spender, amount, *rest = a
+    expected, expires_at, fee = (*rest, None, None, None)[:3]
     return {
         "from_subaccount": [],
         "spender": {"owner": spender, "subaccount": []},
         "amount": _nat(amount, "amount"),
-        "expected_allowance": [],
-        "expires_at": [],
-        "fee": [],
+        "expected_allowance": _opt(expected),
+        "expires_at": _opt(expires_at),
+        "fee": _opt(fee),
         "memo": [],
         "created_at_time": [],
     }
 
 
-def approve_from(v: dict[str, Any]) -> tuple[Principal, int]:
+def approve_from(v: dict[str, Any]) -> tuple[Principal, int, int | None, int | None, int | None]:
+    """``(spender, amount, expected_allowance, expires_at, fee)``: the fields the ledger
+    checks (ICRC-2 ``icrc2_approve``; they were dropped unread, so an approval meant to fail
+    on a changed allowance, an expiry past or a wrong fee went through)."""
     if v["from_subaccount"] or v["spender"]["subaccount"]:
         raise ICRC16DecodeError("the embedded ledger supports default subaccounts only")
-    return (v["spender"]["owner"], v["amount"])
+    return (
+        v["spender"]["owner"],
+        v["amount"],
+        _unopt(v["expected_allowance"]),
+        _unopt(v["expires_at"]),
+        _unopt(v["fee"]),
+    )
 
 
 def event_from(v: dict[str, Any]) -> Event:

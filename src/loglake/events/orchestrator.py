@@ -189,16 +189,27 @@ class Orchestrator(ReplayScheduling, Role):
         return 0 if self.ledger is None else self.ledger.balance_of(account(owner, sub))
 
     def icrc2_approve(self, caller: Principal, arg: Any, now: int) -> Ok | Err:
-        spender, amount = arg
-        if self.ledger is None:
+        spender, amount, *rest = arg
+        expected, expires_at, fee = (*rest, None, None, None)[:3]
+        ledger = self.ledger
+        if ledger is None:
             return _generic(E_LEDGER, "no ledger configured")
+        # ICRC-2: a fee set must be the ledger's; an approval already expired is refused; with
+        # expected_allowance, the allowance must be that now (else AllowanceChanged)
+        if fee is not None and fee != ledger.fee:
+            return Err("BadFee", {"expected_fee": ledger.fee})
+        if expires_at is not None and expires_at <= now:
+            return Err("Expired", {"ledger_time": now})
+        if expires_at is not None:  # refused, not dropped: it would never expire here
+            return _generic(E_LEDGER, "the embedded ledger keeps no allowance expiry")
+        current = ledger.allowance(account(caller), account(spender))
+        if expected is not None and expected != current:
+            return Err("AllowanceChanged", {"current_allowance": current})
         try:
-            return Ok(self.ledger.approve(account(caller), account(spender), amount, now))
+            return Ok(ledger.approve(account(caller), account(spender), amount, now))
         except LedgerError as e:
             if e.kind == "InsufficientFunds":
-                return Err(
-                    "InsufficientFunds", {"balance": self.ledger.balance_of(account(caller))}
-                )
+                return Err("InsufficientFunds", {"balance": ledger.balance_of(account(caller))})
             return _generic(E_LEDGER, str(e))
 
     # -- system messages ---------------------------------------------------------------------
