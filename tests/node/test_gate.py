@@ -19,6 +19,7 @@ from loglake.node.app import create_app
 from loglake.node.config import load_config
 from loglake.node.gate import MAX_BODY
 from loglake.node.runner import BackgroundNode
+from tests.streams.test_hostile_clients import closed_by_server
 
 MiB = 1 << 20
 
@@ -145,7 +146,7 @@ def test_a_request_head_that_does_not_come_is_dropped(tmp_path: Path, monkeypatc
         for s in slow[:5]:
             s.sendall(b"GET /api/node HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends
         t = time.monotonic()
-        assert all(closed(s, 5) for s in slow)
+        assert all(closed_by_server(s, 5) for s in slow)
         assert time.monotonic() - t < 3
         with httpx.Client(timeout=30) as c:  # a request that comes whole is served
             r = c.get(
@@ -163,22 +164,7 @@ def test_connections_past_the_cap_are_dropped_as_they_come(tmp_path: Path, monke
         port = int(node.url.rsplit(":", 1)[1])
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
         extra = socket.create_connection(("127.0.0.1", port))
-        assert closed(extra, 5)
-        assert not any(closed(s, 0.2) for s in held)
+        assert closed_by_server(extra, 5)
+        assert not any(closed_by_server(s, 0.2) for s in held)
         for s in (*held, extra):
             s.close()
-
-
-def closed(s: socket.socket, within: float) -> bool:
-    """Whether the server closes ``s`` within ``within`` seconds."""
-    s.settimeout(0.1)
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if s.recv(1 << 16) == b"":
-                return True
-        except TimeoutError:
-            continue
-        except OSError:
-            return True
-    return False

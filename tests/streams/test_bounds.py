@@ -7,12 +7,13 @@ import asyncio
 
 import pytest
 
-from loglake.log import open_log
+from loglake.log import MemoryLog, open_log
 from loglake.log.api import UnknownPartition, UnknownStream
 from loglake.streams import LocalStreams, RetryingStreams
-from loglake.streams.client import AsyncStreamClient, StreamClient
+from loglake.streams.client import AsyncStreamClient, ClientCore, StreamClient
 from loglake.streams.server import BackgroundServer
-from loglake.streams.service import StreamService
+from loglake.streams.service import StreamService, worker_address
+from loglake.wire.ockam import DEFAULT_MAX_FRAME, Address
 
 
 def test_bounds_in_process_and_over_tcp_agree(tmp_path) -> None:
@@ -50,3 +51,29 @@ def test_bounds_in_process_and_over_tcp_agree(tmp_path) -> None:
                     s.bounds("s", 3)
     finally:
         log.close()
+
+
+def _data_size_for_a_full_push_frame() -> int:
+    """Data size whose push frame (as StreamClient builds it: lane p0, 1-octet request id)
+    has a body of exactly DEFAULT_MAX_FRAME bytes (the server accepts size <= limit)."""
+    probe = ClientCore()
+    probe._n = 1  # the next request id is 2, as in the client below (create used 1)
+    worker = Address.local(worker_address("s", 0))
+    n = 1 << 25  # same varint/CBOR head sizes as the target size
+    _, frame = probe.push_frames(worker, [bytes(n)])
+    overhead = len(frame) - 4 - n
+    return DEFAULT_MAX_FRAME - overhead
+
+
+def test_a_record_pushed_in_a_frame_at_the_limit_is_pulled_back() -> None:
+    # The pull's reply carries the record with its index and the message count: a few bytes
+    # more than the push that stored it, past the frame limit the client held it to (the
+    # client refused it, and its connection with it: an acknowledged record nobody could read).
+    size = _data_size_for_a_full_push_frame()
+    data = b"\xab" * size
+    with BackgroundServer(StreamService(MemoryLog())) as srv, StreamClient(port=srv.port) as c:
+        c.create_stream("s")
+        index = c.push("s", data)  # accepted and confirmed: the frame is within the limit
+        assert index == 0
+        msgs = c.pull("s", 0, 1)
+        assert [(m.index, len(m.data)) for m in msgs] == [(0, size)]

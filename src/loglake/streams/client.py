@@ -204,6 +204,13 @@ def _retrieve(futs: list[asyncio.Future]) -> None:
             f.exception()
 
 
+REPLY_HEADROOM = 64 * 1024
+"""What a client takes in a frame beyond the server's ``DEFAULT_MAX_FRAME``: a pull's reply
+carries a record with more than the push that stored it (its index, the message count, the
+routes), so a record pushed in a frame at the limit came back in a frame past it, which the
+client refused (and its connection with it): an acknowledged record nobody could read."""
+
+
 class ClientCore:
     """Sans-I/O client: builds request frames, sorts reply frames by request.
 
@@ -217,7 +224,7 @@ class ClientCore:
     Other requests get their own return address ``r<n>``.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME + REPLY_HEADROOM) -> None:
         self.conn = TcpConnection(max_frame)
         self._n = 0
         self.replies: dict[int, list[RoutingMessage]] = collections.defaultdict(list)
