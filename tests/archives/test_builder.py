@@ -201,3 +201,11 @@ def test_status_go_chunking_matches_the_reference_loop(sizes, cap):
     msgs = [(i, TOPIC, b"", s) for i, s in enumerate(sizes)]
     got = [[m[0] for m in c] for c in layout.chunk(msgs)]
     assert got == _status_go_chunks(sizes, cap)
+
+
+def test_a_partial_window_ends_on_the_layouts_time_unit():
+    assert plan_windows(START, START + 12_500_000_000, partial=True, unit_ns=NS) == [
+        (START, START + 12 * NS)
+    ]
+    assert plan_windows(START, START + 400_000_000, partial=True, unit_ns=NS) == []
+    assert plan_windows(START, START + 5, partial=True) == [(START, START + 5)]

@@ -16,6 +16,7 @@ from loglake.archives.member_node import MemberNode
 from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
+from loglake.log.api import Entry
 from loglake.streams.api import LocalStreams
 
 from .helpers import DAY, START, WEEK, fill_weeks, record
@@ -343,3 +344,23 @@ def test_crash_after_index_before_store_update_does_not_re_export(tmp_path, layo
     again = ControlNode(tmp_path / "root", KEY, layout, MessageStore(store_path))
     assert again.build(START + 2 * WEEK).new == []
     assert len(again.entries) == 2
+
+
+def test_a_status_go_partial_build_at_a_sub_second_now_is_one_a_member_takes(tmp_path):
+    # status-go's metadata holds whole seconds: a partial window ending at a wall-clock now
+    # (12.5 s) held the message of second 12 with ``to`` = 12, which a member refuses (and
+    # status-go selects [from, to) in whole seconds: that message is the next archive's).
+    layout = get_layout("status-go")
+    log = MemoryLog()
+    boundary = START + 3 * DAY
+    fill = [record(layout, START), record(layout, boundary)]
+    log.create_stream("c")
+    log.append_many("c", [Entry(r) for r in fill])
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_streams(LocalStreams(log), "c")
+    assert len(node.build(boundary + NS // 2, partial=True).new) == 1
+    folder = tmp_path / "root" / node.community_id
+    [entry] = layout.decode_index((folder / "index").read_bytes())
+    assert entry.metadata.to_ns == boundary
+    region = (folder / "data").read_bytes()[entry.offset : entry.offset + entry.size]
+    assert [m.timestamp_ns for m in unpack(layout, entry, region)] == [START]

@@ -36,13 +36,20 @@ RETENTION_NS = 30 * 24 * 3600 * NS
 
 
 def plan_windows(
-    start_ns: int, now_ns: int, period_ns: int = WINDOW_NS, partial: bool = False
+    start_ns: int,
+    now_ns: int,
+    period_ns: int = WINDOW_NS,
+    partial: bool = False,
+    unit_ns: int = 1,
 ) -> list[tuple[int, int]]:
     """The windows to export between ``start_ns`` and ``now_ns``.
 
     Full windows only by default, so a node offline 30 days builds 4 archives (the spec's
     example); ``partial=True`` adds status-go's truncated last window ``[from, now)`` (what an
-    on-demand build does there: ``to = endDate`` when ``from + partition`` passes it)."""
+    on-demand build does there: ``to = endDate`` when ``from + partition`` passes it), its end
+    cut to a multiple of ``unit_ns`` (the layout's ``time_unit_ns``: status-go's metadata holds
+    whole seconds, and ``now`` at 12.5 s made an archive holding a message of second 12 with
+    ``to`` = 12, which a member refuses; status-go selects by whole seconds too)."""
     if period_ns <= 0:
         raise ValueError("period must be positive")
     out = []
@@ -50,8 +57,9 @@ def plan_windows(
     while frm + period_ns <= now_ns:
         out.append((frm, frm + period_ns))
         frm += period_ns
-    if partial and frm < now_ns:
-        out.append((frm, now_ns))
+    end = now_ns - now_ns % unit_ns
+    if partial and frm < end:
+        out.append((frm, end))
     return out
 
 

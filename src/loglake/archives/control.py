@@ -223,7 +223,9 @@ class ControlNode:
         if start is None:
             return BuildOutcome([], None, BuildResult([], b"", None, None))
         kw = {} if period_ns is None else {"period_ns": period_ns}
-        windows = plan_windows(start, now_ns, partial=partial, **kw)
+        windows = plan_windows(
+            start, now_ns, partial=partial, unit_ns=self.layout.time_unit_ns, **kw
+        )
         if not windows:
             return BuildOutcome([], self._current_torrent(), BuildResult([], b"", None, start))
         msgs = self.store.decoded(windows[0][0], windows[-1][1])

@@ -122,6 +122,10 @@ class Layout(ABC):
     """Tracker URLs a torrent gets unless the user names others. The spec names none (peers
     come from the magnet link and DHT); status-go sets its ``defaultAnnounceList``."""
     archive_version: int = 0
+    time_unit_ns: int = 1
+    """The resolution of the archive metadata's ``from``/``to`` (status-go: whole seconds):
+    a window's bounds must be multiples of it, or the metadata cuts its end below a message
+    the window holds (``plan_windows``)."""
 
     # -- records ----------------------------------------------------------------------------
     @abstractmethod
@@ -368,6 +372,7 @@ class StatusGoLayout(Layout):
     name = "status-go"
     max_archive_bytes = MAX_ARCHIVE_SIZE
     default_trackers = STATUS_GO_TRACKERS
+    time_unit_ns = NS  # from/to in seconds
     archive_version = 0  # status-go never sets WakuMessageArchive.version
 
     def decode_record(self, raw: bytes) -> DecodedMessage:

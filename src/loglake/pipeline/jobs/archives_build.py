@@ -1525,7 +1525,9 @@ def _scan_build_stage(
             start = min(v[3] for v in bk.values())
         if start is None:
             continue  # no valid message at all: nothing to build
-        ws = plan_windows(start, now, period_ns=opts.period_ns, partial=opts.partial)
+        ws = plan_windows(
+            start, now, opts.period_ns, partial=opts.partial, unit_ns=layout.time_unit_ns
+        )
         if ws:
             windows[sid] = ws
             report.communities[sid].windows = len(ws)
