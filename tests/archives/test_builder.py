@@ -209,3 +209,37 @@ def test_a_partial_window_ends_on_the_layouts_time_unit():
     ]
     assert plan_windows(START, START + 400_000_000, partial=True, unit_ns=NS) == []
     assert plan_windows(START, START + 5, partial=True) == [(START, START + 5)]
+
+
+def test_a_build_that_fails_leaves_the_builder_as_it_was(monkeypatch):
+    # Its end moved before the windows were encoded, and entries and piece hashes grew in
+    # place: a retry after a failure skipped the windows it had failed on.
+    layout = get_layout("spec")
+    b = ArchiveBuilder(layout, "0x02" + "11" * 32, announce=())
+    msgs = [
+        (
+            START + k * WINDOW_NS,
+            "/t",
+            layout.make_record(payload=b"x", topic="/t", timestamp_ns=START + k * WINDOW_NS),
+            1,
+        )
+        for k in range(3)
+    ]
+    b.build(plan_windows(START, START + WINDOW_NS), msgs[:1])
+    before = (b.end_ns, list(b.entries), list(b.hashes.hashes))
+    real, calls = layout.encode_archive, []
+
+    def fails_on_the_second(meta, raws, offset):
+        calls.append(meta)
+        if len(calls) == 2:
+            raise ValueError("injected")
+        return real(meta, raws, offset)
+
+    monkeypatch.setattr(layout, "encode_archive", fails_on_the_second)
+    with pytest.raises(ValueError, match="injected"):
+        b.build(plan_windows(START + WINDOW_NS, START + 3 * WINDOW_NS), msgs[1:])
+    assert (b.end_ns, b.entries, b.hashes.hashes) == before
+    monkeypatch.setattr(layout, "encode_archive", real)
+    assert (
+        len(b.build(plan_windows(START + WINDOW_NS, START + 3 * WINDOW_NS), msgs[1:]).archives) == 2
+    )

@@ -437,3 +437,21 @@ def test_topic_codes_refuse_slices_past_the_data_and_many_topics():
         for i in range(columnar.TOPIC_CODES_MAX + 5)
     ]
     _agrees("spec", recs + recs[:3])
+
+
+def test_a_spec_timestamp_before_1970_is_bad_on_every_path():
+    # sint64 on the wire: a negative time went through, and the build then failed untyped at
+    # its window (an archive's from/to are uint64)
+    layout = get_layout("spec")
+    recs = [
+        layout.make_record(payload=b"x", topic="/t", timestamp_ns=-1),
+        _good("spec"),
+        layout.make_record(payload=b"x", topic="/t", timestamp_ns=0),
+    ]
+    with pytest.raises(BadRecord, match="before 1970"):
+        layout.decode_record(recs[0])
+    _, bads = _agrees("spec", recs)
+    assert [b is not None for b in bads] == [True, False, False]
+    with pytest.MonkeyPatch.context() as m:  # the numpy path, where no kernel was built
+        m.setattr(columnar, "_waku", None)
+        _agrees("spec", recs)

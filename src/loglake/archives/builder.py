@@ -114,6 +114,28 @@ class ArchiveBuilder:
         ts = operator.itemgetter(0)
         msgs = messages if presorted else sorted(messages, key=ts)
         wanted = None if topics is None else set(topics)
+        # all or nothing: a build that raises leaves the builder as it was (its end moved, a
+        # retry skipped the windows it had failed on)
+        before = self.end_ns, len(self.entries), len(self.hashes.hashes)
+        try:
+            out = self._build(windows, msgs, topics, wanted)
+        except BaseException:
+            self.end_ns = before[0]
+            del self.entries[before[1] :]
+            del self.hashes.hashes[before[2] :]
+            raise
+        index = self.layout.encode_index(self.entries) if self.entries else b""
+        torrent = self.torrent(index) if self.entries else None
+        return BuildResult(out, index, torrent, self.end_ns)
+
+    def _build(
+        self,
+        windows: Sequence[tuple[int, int]],
+        msgs: Sequence[MessageRow],
+        topics: Sequence[bytes | str] | None,
+        wanted: set[bytes | str] | None,
+    ) -> list[EncodedArchive]:
+        ts = operator.itemgetter(0)
         out: list[EncodedArchive] = []
         for frm, to in windows:
             if self.end_ns is not None and frm < self.end_ns:
@@ -140,9 +162,7 @@ class ArchiveBuilder:
                 )
                 self.entries.append(enc.entry)
                 out.append(enc)
-        index = self.layout.encode_index(self.entries) if self.entries else b""
-        torrent = self.torrent(index) if self.entries else None
-        return BuildResult(out, index, torrent, self.end_ns)
+        return out
 
     def torrent(self, index: bytes | None = None) -> Torrent:
         if index is None:

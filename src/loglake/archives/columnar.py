@@ -180,8 +180,9 @@ def decode_waku_batch(
     has_ts = cols.seen.get(f.ts, np.zeros(n, dtype=bool))
     raw_ts = cols.values.get(f.ts, np.zeros(n, dtype=np.uint64))
     if f.ts_zigzag:
-        ok &= has_ts  # no timestamp: BadRecord, named by decode_record
         ts = (raw_ts >> np.uint64(1)).astype(np.int64) ^ -(raw_ts & np.uint64(1)).astype(np.int64)
+        # no timestamp, or one before 1970: BadRecord, named by decode_record
+        ok &= has_ts & (ts >= 0)
     else:
         big = raw_ts > np.uint64((2**63 - 1) // f.ts_scale)
         ok &= ~big & (raw_ts != 0)  # no timestamp: BadRecord, named by decode_record

@@ -271,6 +271,10 @@ class SpecLayout(Layout):
             raise BadRecord(f"record is not a 14/WAKU2-MESSAGE: {e}") from e
         if not m.HasField("timestamp"):
             raise BadRecord("14/WAKU2-MESSAGE without timestamp cannot be archived")
+        if m.timestamp < 0:
+            # before 1970: an archive's from/to are uint64 (the build failed, untyped, at the
+            # oldest message's window; decode_index refuses such an index too)
+            raise BadRecord(f"14/WAKU2-MESSAGE timestamp {m.timestamp} is before 1970")
         return DecodedMessage(m.timestamp, m.content_topic, raw, len(m.payload))
 
     def make_record(
