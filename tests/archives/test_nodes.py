@@ -364,3 +364,35 @@ def test_a_status_go_partial_build_at_a_sub_second_now_is_one_a_member_takes(tmp
     assert entry.metadata.to_ns == boundary
     region = (folder / "data").read_bytes()[entry.offset : entry.offset + entry.size]
     assert [m.timestamp_ns for m in unpack(layout, entry, region)] == [START]
+
+
+def test_rows_of_a_build_whose_store_update_failed_are_flagged_and_pruned(tmp_path):
+    # The files got the archives, the store's transaction failed (a full disk). A later build
+    # moved the store's end past them, so a restart saw no store lagging the index: the rows
+    # were never flagged archived, and the live stream never truncated past them.
+    import errno
+
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "c", layout, range(3), 5, size=50)
+    streams = LocalStreams(log)
+    path = tmp_path / "s.sqlite"
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(path))
+    node.ingest_streams(streams, "c")
+    real, calls = node.store.record_archives, []
+
+    def fails_once(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "disk full (injected)")
+        return real(*a, **kw)
+
+    node.store.record_archives = fails_once
+    with pytest.raises(OSError):
+        node.build(START + WEEK)
+    node.build(START + 3 * WEEK)
+    node.store.close()
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(path))  # a restart
+    node.ingest_streams(streams, "c")
+    assert len(node.entries) == 3
+    assert node.prune(START + 3 * WEEK + 40 * 7 * DAY).kept_from == 15

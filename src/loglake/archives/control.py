@@ -96,9 +96,14 @@ class ControlNode:
         self._truncate: Callable[[int], int] | None = None
         # a new or lagging store (crash after writing the index): its rows older than the last
         # archive must be re-flagged from the archives themselves
+        # (or one whose update failed after a build wrote its files: the store knows fewer
+        # archives than the index, though a later build moved its end past them)
         last = self.store.last_archive_end_ns()
-        self._reflag_due = bool(self.builder.entries) and (
-            last is None or last < max(e.metadata.to_ns for e in self.builder.entries)
+        entries = self.builder.entries
+        self._reflag_due = bool(entries) and (
+            last is None
+            or last < max(e.metadata.to_ns for e in entries)
+            or not {e.archive_id for e in entries} <= self.store.archive_ids()
         )
 
     def _repair_torrent(self) -> None:
@@ -254,13 +259,20 @@ class ControlNode:
                 raise
         new = self.builder.entries[before:]
         # the rows this build exported (its windows, its topics, status-go's size cap)
-        self.store.record_archives(
-            new,
-            result.end_ns,
-            exported=(windows[0][0], result.end_ns),
-            topics=self.topics,
-            max_cap=self.layout.max_archive_bytes,
-        )
+        try:
+            self.store.record_archives(
+                new,
+                result.end_ns,
+                exported=(windows[0][0], result.end_ns),
+                topics=self.topics,
+                max_cap=self.layout.max_archive_bytes,
+            )
+        except BaseException:
+            # the files hold these archives, the store does not know: the next ingest
+            # re-flags its rows from the archives (the next build went on past them, and a
+            # restart saw no store lagging the index: they were never flagged, never pruned)
+            self._reflag_due = True
+            raise
         log_event(
             logger,
             logging.INFO,
