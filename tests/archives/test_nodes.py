@@ -396,3 +396,28 @@ def test_rows_of_a_build_whose_store_update_failed_are_flagged_and_pruned(tmp_pa
     node.ingest_streams(streams, "c")
     assert len(node.entries) == 3
     assert node.prune(START + 3 * WEEK + 40 * 7 * DAY).kept_from == 15
+
+
+def test_a_store_that_outlived_its_archive_folder_is_refused(tmp_path):
+    # The folder was lost, the store kept its flags: prune truncated the live stream past
+    # messages no archive held any more (10 records, 0 archives). The node refuses to start
+    # on such a store; a new one is filled from the stream (nothing flagged, nothing pruned).
+    import shutil
+
+    from loglake.archives.errors import ArchiveConfigError
+
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "c", layout, range(2), 5, size=50)
+    streams = LocalStreams(log)
+    root, path = tmp_path / "root", tmp_path / "s.sqlite"
+    node = ControlNode(root, KEY, layout, MessageStore(path))
+    node.ingest_streams(streams, "c")
+    assert len(node.build(START + 2 * WEEK).new) == 2
+    node.store.close()
+    shutil.rmtree(root / node.community_id)
+    with pytest.raises(ArchiveConfigError, match="does not hold"):
+        ControlNode(root, KEY, layout, MessageStore(path))
+    node = ControlNode(root, KEY, layout, MessageStore(tmp_path / "new.sqlite"))
+    node.ingest_streams(streams, "c")
+    assert node.prune(START + 2 * WEEK + 60 * DAY).log_records == 0

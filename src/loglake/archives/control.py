@@ -91,6 +91,15 @@ class ControlNode:
         self.skipped: list[tuple[int, str]] = []
         """(stream index, reason) of each record ingest skipped as not the layout's message."""
         self.builder = self._load(announce)
+        lost = self.store.archive_ids() - {e.archive_id for e in self.builder.entries}
+        if lost:
+            # the store's flags say its rows are archived, and prune would truncate the live
+            # stream past them, while no archive on disk holds them any more
+            raise ArchiveConfigError(
+                f"the store records {len(lost)} archive(s) that {self.folder} does not hold "
+                "(the archive folder was lost or replaced): move the store aside, and a new one "
+                "is filled from the stream and the archives left"
+            )
         self._repair_torrent()
         # how to truncate the live community stream last ingested from (None: nothing yet)
         self._truncate: Callable[[int], int] | None = None
