@@ -412,7 +412,9 @@ class Publisher(Role):
         queued = False
         for ns in self.publication_ids:
             last = self._head_polled.get(ns)
-            if ns in self._head_reading or (last is not None and now - last < HEAD_POLL_NS):
+            # (a read whose result never came, its action failed: asked again after 10 polls)
+            wait = 10 * HEAD_POLL_NS if ns in self._head_reading else HEAD_POLL_NS
+            if last is not None and now - last < wait:
                 continue
             self._head_polled[ns] = now
             self._head_reading.add(ns)
