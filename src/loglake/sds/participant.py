@@ -524,11 +524,10 @@ class Participant:
 
     def _bound_buffers(self, out: Output) -> None:
         """At most ``max_pending`` messages (``max_pending_bytes``) wait in the incoming
-        buffer and ``max_missing``
-        dependencies are sought: past either, the oldest is given up as the timeout would
-        (delivered without its dependencies; reported lost). Why: a peer naming up to 1,000
-        made-up ids a message filled both without end when no timeout was set (20,000
-        ids sought after 20 messages)."""
+        buffer and ``max_missing`` dependencies are sought: past either, the oldest is given
+        up as the timeout would (delivered without its dependencies; reported lost). Why: a
+        peer naming up to 1,000 made-up ids a message filled both without end when no timeout
+        was set (20,000 ids sought after 20 messages)."""
         opts = self.options
         while self.pending and (
             len(self.pending) > opts.max_pending or self._pending_bytes > opts.max_pending_bytes
