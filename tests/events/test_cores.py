@@ -307,6 +307,13 @@ def test_generic_batch_error_for_oversized_batches():
     out = w.call("bob", "icrc77_register_replay", regs)
     assert [r.tag for r in out] == ["GenericBatchError"] * 3
     assert w.orch.replays == {}
+    # the publisher's batch methods too (they had no bound: each item was journalled)
+    updates = [(NS, "loglake:publication:head", {"Nat": 5})] * 3
+    out = w.call("pub", "icrc72_update_publication", updates)
+    assert [r.tag for r in out] == ["GenericBatchError"] * 3
+    statuses = [ReplayStatusUpdate(1, ReplayState("running", None))] * 3
+    out = w.call("pub", "icrc77_replay_status", statuses)
+    assert [(r.tag, r.payload["error_code"]) for r in out] == [("GenericError", 413)] * 3
 
 
 def test_publication_and_subscription_not_found():

@@ -309,6 +309,8 @@ class Orchestrator(ReplayScheduling, Role):
 
     def update_publication(self, caller: Principal, updates: list[Any], now: int) -> list[Any]:
         """``icrc72_update_publication``: :data:`HEAD_KEY` and :data:`PROGRESS_KEY` only."""
+        if len(updates) > self.quotas.max_batch:  # as every other batch method
+            return [Err("GenericBatchError", "batch too large")] * len(updates)
         out: list[Any] = []
         for ns, key, value in updates:
             pub = self.publications.get(ns)

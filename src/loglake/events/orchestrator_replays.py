@@ -32,6 +32,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.orchestrator_state import (
+    E_BATCH,
     E_NOT_ASSIGNED,
     E_NOT_FOUND,
     E_RATE,
@@ -250,6 +251,8 @@ class ReplayScheduling(OrchestratorState):
     def replay_status(
         self, caller: Principal, updates: list[ReplayStatusUpdate], now: int
     ) -> list[Ok | Err]:
+        if len(updates) > self.quotas.max_batch:  # bounded as every other batch method
+            return [_generic(E_BATCH, "batch too large")] * len(updates)
         return [self._status(caller, u, now) for u in updates]
 
     def _status(self, caller: Principal, u: ReplayStatusUpdate, now: int) -> Ok | Err:
