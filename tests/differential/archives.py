@@ -519,9 +519,12 @@ def check_records(d: dict, rng: random.Random) -> tuple[int, list[str]]:
     for raw in inputs:
         m = _parse(ref["WakuMessage"], raw)
         # status-go's uint64 seconds: loglake's rule on top is that their nanoseconds fit the
-        # int64 it keeps times in (past 2262 the record is refused, by name)
+        # int64 it keeps times in (past 2262 the record is refused, by name); the spec's
+        # sint64: one before 1970 is refused (an archive's from/to are uint64)
         ok = m is not None and (
-            m.HasField("timestamp") if name == "spec" else 0 < m.timestamp <= (2**63 - 1) // NS
+            m.HasField("timestamp") and m.timestamp >= 0
+            if name == "spec"
+            else 0 < m.timestamp <= (2**63 - 1) // NS
         )
         try:
             got = lay.decode_record(raw)
