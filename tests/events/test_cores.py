@@ -558,6 +558,9 @@ def test_get_replays_pages_past_a_thousand_and_honours_the_statistics_filter():
     assert len(stats["All"]) > 5
     # a principal that is not a cursor lists nothing (not the first page again)
     assert w.call("bob", "icrc77_get_replays", GetReplays(w.p["alice"], 10)) == []
+    # take 0 asks for no replay (it gave 100); no take, the default page
+    assert w.call("bob", "icrc77_get_replays", GetReplays(None, 0)) == []
+    assert len(w.call("bob", "icrc77_get_replays", GetReplays(None, None))) == 100
 
 
 def test_a_registration_the_orchestrator_does_not_answer_is_retried_with_back_off():

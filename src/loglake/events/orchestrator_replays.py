@@ -283,7 +283,9 @@ class ReplayScheduling(OrchestratorState):
         by its id, so loglake's page cursor is ``replay_cursor(last id)``, an opaque principal
         holding that id (``next_replays_cursor`` builds it from a page); any other principal
         is a caller's mistake, answered with no replays rather than with the first page again."""
-        take = min(args.take or DEFAULT_TAKE, MAX_TAKE)
+        take = min(DEFAULT_TAKE if args.take is None else args.take, MAX_TAKE)
+        if take == 0:  # asked for none (it gave the default page)
+            return []
         after = -1
         if args.prev is not None:
             cursor = cursor_replay_id(args.prev)
