@@ -91,8 +91,9 @@ class ControlNode:
         self.skipped: list[tuple[int, str]] = []
         """(stream index, reason) of each record ingest skipped as not the layout's message."""
         self.builder = self._load(announce)
-        lost = self.store.archive_ids() - {e.archive_id for e in self.builder.entries}
-        if lost:
+        on_disk = {e.archive_id for e in self.builder.entries}
+        stored = self.store.archive_ids()
+        if lost := stored - on_disk:
             # the store's flags say its rows are archived, and prune would truncate the live
             # stream past them, while no archive on disk holds them any more
             raise ArchiveConfigError(
@@ -110,9 +111,7 @@ class ControlNode:
         last = self.store.last_archive_end_ns()
         entries = self.builder.entries
         self._reflag_due = bool(entries) and (
-            last is None
-            or last < max(e.metadata.to_ns for e in entries)
-            or not {e.archive_id for e in entries} <= self.store.archive_ids()
+            last is None or last < max(e.metadata.to_ns for e in entries) or not on_disk <= stored
         )
 
     def _repair_torrent(self) -> None:
