@@ -46,6 +46,7 @@ from loglake.cardinal.codec import decode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, BlockAssembler
 from loglake.cardinal.errors import CheckpointError, UnknownAncestor
 from loglake.cardinal.messages import ZERO_HASH, Message, Reorg, ReorgComplete
+from loglake.log.api import ascii_digits
 from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _nat(v: object, minimum: int = 0) -> int:
 
 def _weight(w: object) -> int:
     """A 256-bit weight, written as a decimal string (JSON numbers lose precision past 2^53)."""
-    if not isinstance(w, str) or not w.isdigit() or not w.isascii() or len(w) > 78:
+    if not isinstance(w, str) or not ascii_digits(w) or len(w) > 78:
         raise ValueError(f"a weight is a decimal string of at most 78 digits, got {w!r}")
     return int(w)
 

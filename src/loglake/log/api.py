@@ -142,6 +142,13 @@ class ReadOnlyLog(LogError, LocalProtocolError):
     """A write was asked of a log opened with ``readonly=True``."""
 
 
+def ascii_digits(text: str | bytes) -> bool:
+    """Whether ``text`` is ASCII digits alone, as every number in a name, an address or a
+    stored key is: ``isdigit`` alone also takes "²" (which ``int`` refuses: a foreign file so
+    named failed the log's open) and any script's digits, "٣" or "３" (which ``int`` reads)."""
+    return text.isascii() and text.isdigit()
+
+
 def check_stream_name(name: str) -> str:
     if not isinstance(name, str) or not STREAM_NAME_RE.fullmatch(name):
         raise InvalidStreamName(

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from loglake.log.api import ascii_digits
+
 LAKE_DIR = "lake"
 INDEX_WIDTH = 20
 BACKEND_NOTE = "_jetstream.json"
@@ -55,12 +57,6 @@ def lake_file_name(first: int, last: int) -> str:
     return f"{first:0{INDEX_WIDTH}d}-{last:0{INDEX_WIDTH}d}.parquet"
 
 
-def _digits(text: str) -> bool:
-    """ASCII digits only: ``str.isdigit`` takes any script's digits and ``²``, which
-    ``int`` then refuses (a foreign file so named failed the open of the partition)."""
-    return text.isascii() and text.isdigit()
-
-
 def parse_lake_file_name(name: str) -> tuple[int, int] | None:
     """``(first, last)`` of a lake file name, or None for anything else in the folder
     (including a name whose range is empty: no writer makes one)."""
@@ -68,6 +64,6 @@ def parse_lake_file_name(name: str) -> tuple[int, int] | None:
     if ext != "parquet" or not dot:
         return None
     first, dash, last = stem.partition("-")
-    if not dash or not _digits(first) or not _digits(last) or int(first) > int(last):
+    if not dash or not ascii_digits(first) or not ascii_digits(last) or int(first) > int(last):
         return None
     return int(first), int(last)

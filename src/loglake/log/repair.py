@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Literal
 
 from loglake.log import fs
-from loglake.log.api import CorruptSegment, Entry, LogLocked, Record
+from loglake.log.api import CorruptSegment, Entry, LogLocked, Record, ascii_digits
 from loglake.log.lake import (
     LakeFile,
     check_lake_file,
@@ -146,7 +146,7 @@ def _partitions(data_dir: Path) -> Iterator[_Partition]:
         if not sdir.is_dir():
             continue
         for name in sorted(fs.listdir(sdir), key=lambda n: (len(n), n)):
-            if not (name.isascii() and name.isdigit()) or not (sdir / name).is_dir():
+            if not ascii_digits(name) or not (sdir / name).is_dir():
                 continue
             p = int(name)
             bases = _bases(sdir / name)

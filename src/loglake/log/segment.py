@@ -42,7 +42,7 @@ import numpy as np
 from crc32c import crc32c
 
 from loglake.log import fs
-from loglake.log.api import CorruptSegment
+from loglake.log.api import CorruptSegment, ascii_digits
 from loglake.log.record_codec import (
     BODY_HEAD_NO_KEY,
     FRAME_HEAD,
@@ -92,7 +92,7 @@ def segment_name(first_index: int) -> str:
 
 def parse_segment_name(name: str) -> int | None:
     stem, suffix = name[: -len(SEGMENT_SUFFIX)], name[-len(SEGMENT_SUFFIX) :]
-    if suffix != SEGMENT_SUFFIX or not (stem.isascii() and stem.isdigit()):
+    if suffix != SEGMENT_SUFFIX or not ascii_digits(stem):
         return None
     return int(stem)
 

@@ -68,6 +68,7 @@ from loglake.log.api import (
     StreamInfo,
     UnknownPartition,
     UnknownStream,
+    ascii_digits,
     check_index,
     check_stream_name,
 )
@@ -524,14 +525,12 @@ class SegmentLog(Log):
         written): two directory listings, not a path lookup per partition."""
         out: set[int] = set()
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            out.update(
-                int(n) for n in fs.listdir(self._stream_dir(name)) if n.isascii() and n.isdigit()
-            )
+            out.update(int(n) for n in fs.listdir(self._stream_dir(name)) if ascii_digits(n))
         lake = lake_partition_dir(self.data_dir, name, 0).parent
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for n in fs.listdir(lake):
                 key, _, num = n.partition("=")
-                if key == "partition" and num.isascii() and num.isdigit():
+                if key == "partition" and ascii_digits(num):
                     out.add(int(num))
         return out
 

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loglake.log.api import ascii_digits
 from loglake.pipeline.jobs.cardinal_blocks import BATCHES, SCHEMAS, TABLES
 
 if TYPE_CHECKING:
@@ -27,9 +28,7 @@ def committed_batches(out_dir: str | Path) -> list[int]:
     folder = Path(out_dir) / BATCHES
     if not folder.is_dir():
         return []
-    return sorted(
-        int(p.stem) for p in folder.glob("*.json") if p.stem.isascii() and p.stem.isdigit()
-    )
+    return sorted(int(p.stem) for p in folder.glob("*.json") if ascii_digits(p.stem))
 
 
 def table(spark: SparkSession, out_dir: str | Path, name: str) -> DataFrame:

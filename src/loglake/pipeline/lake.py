@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loglake.log import lake as log_lake
-from loglake.log.api import CorruptStore
+from loglake.log.api import CorruptStore, ascii_digits
 from loglake.log.lake import LakeFile
 from loglake.log.lake_schema import LAKE_DIR, lake_partition_dir, parse_lake_file_name
 from loglake.pipeline.errors import LakeLayoutError
@@ -95,12 +95,7 @@ def lake_partitions(data_dir: Path | str, stream: str) -> list[int]:
     out = []
     for p in root.iterdir():
         num = p.name[len(PARTITION_DIR_PREFIX) :]
-        if (
-            p.is_dir()
-            and p.name.startswith(PARTITION_DIR_PREFIX)
-            and num.isascii()
-            and num.isdigit()
-        ):
+        if p.is_dir() and p.name.startswith(PARTITION_DIR_PREFIX) and ascii_digits(num):
             out.append(int(num))
     return sorted(out)
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loglake.log.api import STREAM_NAME_RE
+from loglake.log.api import STREAM_NAME_RE, ascii_digits
 from loglake.log.lake_schema import BACKEND_NOTE
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.lake import DEFAULT_SPLIT_RECORDS, lake_partitions, lake_streams
@@ -296,7 +296,7 @@ def parse_offsets_json(text: str) -> dict[int, int]:
         raise BadOption("startingOffsets", text, 'expected a JSON object like {"0": 42}')
     out: dict[int, int] = {}
     for k, v in value.items():
-        if not (str(k).isascii() and str(k).isdigit()):
+        if not ascii_digits(str(k)):
             raise BadOption("startingOffsets", text, f"key {k!r} is not a partition number")
         if isinstance(v, bool) or not isinstance(v, int) or v < -2:
             raise BadOption(

@@ -76,6 +76,7 @@ from loglake.log.api import (
     StreamInfo,
     UnknownPartition,
     UnknownStream,
+    ascii_digits,
     check_index,
     check_stream_name,
 )
@@ -242,12 +243,7 @@ def _unb64(s: str) -> str:
 def _parse_key(key: str) -> tuple[str, str, int] | None:
     """``c<client>.s<stream>.<partition>`` (``JetStreamLog._key``) back to its parts."""
     parts = key.split(".")
-    if (
-        len(parts) != 3
-        or parts[0][:1] != "c"
-        or parts[1][:1] != "s"
-        or not (parts[2].isascii() and parts[2].isdigit())
-    ):
+    if len(parts) != 3 or parts[0][:1] != "c" or parts[1][:1] != "s" or not ascii_digits(parts[2]):
         return None
     try:
         client, stream = _unb64(parts[0][1:]), _unb64(parts[1][1:])
@@ -282,7 +278,7 @@ def decode_index_value(value: bytes | None) -> tuple[int, str | None] | None:
     if not value:
         return None
     digits, sep, owner = value.partition(b"\n")
-    if not digits.isdigit() or not digits.isascii():
+    if not ascii_digits(digits):
         return None
     try:
         who = owner.decode() if sep else None

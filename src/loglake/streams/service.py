@@ -54,6 +54,7 @@ from loglake.log.api import (
     StreamConfig,
     UnknownPartition,
     UnknownStream,
+    ascii_digits,
     check_stream_name,
 )
 from loglake.log.fs import DISK_FULL_ERRNOS
@@ -684,9 +685,8 @@ class StreamService:
         """``(stream, partition)`` a worker address names, or None if it is not one."""
         rest = dest.value[len(self._worker_prefix) :].decode("utf-8", "replace")
         name, sep, part = rest.rpartition("/")
-        # ASCII digits only: str.isdigit() also takes "٣", "３" (int() reads them as 3) and
-        # "³" (int() refuses it); a partition number never needs more than 10 digits
-        if not sep or not (part.isascii() and part.isdigit()) or len(part) > 10:
+        # (a partition number never needs more than 10 digits)
+        if not sep or not ascii_digits(part) or len(part) > 10:
             return None
         if (part != "0" and part.startswith("0")) or not _is_stream_name(name):
             return None
