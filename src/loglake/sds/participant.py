@@ -479,14 +479,11 @@ class Participant:
     def _lose(self, entries: list[HistoryEntry], out: Output) -> None:
         """Spec: missing dependencies "MAY [be marked] as irretrievably lost"; the messages
         that waited only for them are delivered."""
-        stack: list[tuple[LogRecord, bytes]] = []
         for entry in entries:
             del self.missing[entry.message_id]
             self._mark_lost(entry.message_id)
-            self._wake(entry.message_id, stack)
         out.events.append(MessagesLost(tuple(entries)))
-        for rec, content in stack:
-            self._deliver(rec, content, out)
+        self._deliver_waiting_on(entries, out)
 
     def _give_up(self, pid: str, out: Output) -> None:
         """Deliver pending message ``pid`` without the dependencies it still waits for,
@@ -509,8 +506,12 @@ class Participant:
         self._deliver(held.record, held.content, out)
         # the others that waited for what is now lost wait no more (a later message naming
         # it does not wait either)
+        self._deliver_waiting_on(gone, out)
+
+    def _deliver_waiting_on(self, entries: list[HistoryEntry], out: Output) -> None:
+        """Deliver the messages that waited only for ``entries`` (now lost)."""
         stack: list[tuple[LogRecord, bytes]] = []
-        for entry in gone:
+        for entry in entries:
             self._wake(entry.message_id, stack)
         for rec, content in stack:
             self._deliver(rec, content, out)
