@@ -89,6 +89,13 @@ def _read_token(path: Path) -> str:
 
 
 _bearer = HTTPBearer(auto_error=False, description="The token in <data dir>/node.token.")
+UNAUTHORIZED = "missing or wrong bearer token (see <data dir>/node.token)"
+
+
+def token_matches(given: str, expected: str) -> bool:
+    """Whether a bearer token is the node's (compared in constant time): the routes'
+    dependency and the HTTP gate (``node/gate.py``) both ask."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def require_token(
@@ -101,11 +108,9 @@ def require_token(
     if expected is None:
         return
     given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    if not token_matches(given, expected):
         raise HTTPException(
-            status_code=401,
-            detail="missing or wrong bearer token (see <data dir>/node.token)",
-            headers={"WWW-Authenticate": "Bearer"},
+            status_code=401, detail=UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"}
         )
 
 

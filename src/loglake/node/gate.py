@@ -17,12 +17,13 @@ cannot read what needs no token (``/metrics`` when public, the console's files).
 
 from __future__ import annotations
 
-import hmac
-import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from loglake.node.auth import UNAUTHORIZED, token_matches
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,11 +39,9 @@ read (4 MiB of records, base64)."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
-def _json(status: int, kind: str, message: str, **headers: str) -> tuple[dict, bytes]:
-    body = json.dumps({"error": kind, "message": message, "status": status}).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    return {"type": "http.response.start", "status": status, "headers": head}, body
+def _json(status: int, kind: str, message: str, **headers: str) -> JSONResponse:
+    """The node's error body (``app.error_body``'s shape)."""
+    return JSONResponse({"error": kind, "message": message, "status": status}, status, headers)
 
 
 class Gate:
@@ -69,34 +68,23 @@ class Gate:
         headers = dict(scope.get("headers") or ())
         refusal = self._refusal(scope["path"], headers)
         if refusal is not None:
-            start, body = refusal
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
+            await refusal(scope, receive, send)
             return
         if b"content-length" in headers:  # checked above: at most max_body
             await self.app(scope, receive, send)
             return
         await self.app(scope, self._counted(receive), send)
 
-    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[dict, bytes] | None:
+    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> JSONResponse | None:
         if self.allowed_hosts is not None:
             host = headers.get(b"host", b"").decode("latin-1").lower()
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if host and name not in self.allowed_hosts:  # (no Host: not a browser's request)
                 return _json(421, "MisdirectedRequest", f"this node does not serve host {host!r}")
         if self.token is not None and self.guarded(path):
-            given = headers.get(b"authorization", b"")
-            scheme, _, value = given.partition(b" ")
-            ok = scheme.lower() == b"bearer" and hmac.compare_digest(
-                value.strip(), self.token.encode()
-            )
-            if not ok:
-                return _json(
-                    401,
-                    "HTTPError",
-                    "missing or wrong bearer token (see <data dir>/node.token)",
-                    **{"WWW-Authenticate": "Bearer"},
-                )
+            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not token_matches(given.strip(), self.token):
+                return _json(401, "HTTPError", UNAUTHORIZED, **{"WWW-Authenticate": "Bearer"})
         length = headers.get(b"content-length")
         if length is not None:
             try:
