@@ -22,6 +22,9 @@ from loglake.node.runner import BackgroundNode
 from tests.streams.test_hostile_clients import closed_by_server
 
 MiB = 1 << 20
+QUIET = {"http": {"port": 0}, "streams": {"enabled": False}}
+"""A node on a free HTTP port, without the stream service (its default port 4000 would be
+taken by any other test node running beside)."""
 
 
 @pytest.fixture
@@ -139,7 +142,7 @@ def test_a_request_head_that_does_not_come_is_dropped(tmp_path: Path, monkeypatc
     from loglake.node import http_protocol
 
     monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT", 0.5)
-    cfg = load_config(data={"data_dir": str(tmp_path), "http": {"port": 0}}, env={})
+    cfg = load_config(data={"data_dir": str(tmp_path), **QUIET}, env={})
     with BackgroundNode(cfg, say=lambda _: None) as node:
         port = int(node.url.rsplit(":", 1)[1])
         slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
@@ -159,7 +162,7 @@ def test_connections_past_the_cap_are_dropped_as_they_come(tmp_path: Path, monke
     from loglake.node import http_protocol
 
     monkeypatch.setattr(http_protocol, "MAX_CONNECTIONS", 4)
-    cfg = load_config(data={"data_dir": str(tmp_path), "http": {"port": 0}}, env={})
+    cfg = load_config(data={"data_dir": str(tmp_path), **QUIET}, env={})
     with BackgroundNode(cfg, say=lambda _: None) as node:
         port = int(node.url.rsplit(":", 1)[1])
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
