@@ -189,8 +189,7 @@ class Orchestrator(ReplayScheduling, Role):
         return 0 if self.ledger is None else self.ledger.balance_of(account(owner, sub))
 
     def icrc2_approve(self, caller: Principal, arg: Any, now: int) -> Ok | Err:
-        spender, amount, *rest = arg
-        expected, expires_at, fee = (*rest, None, None, None)[:3]
+        spender, amount, expected, expires_at, fee = arg  # codec.approve_from
         ledger = self.ledger
         if ledger is None:
             return _generic(E_LEDGER, "no ledger configured")
