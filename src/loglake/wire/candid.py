@@ -30,7 +30,9 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
   a variant value whose tag the expected variant lacks does not match; the ``opt`` rule: under
   an expected ``opt t``, a wire ``null``/``reserved`` reads as null, a wire ``opt t'`` whose
   value does not coerce to ``t`` reads as null, and a wire ``t'`` that is not ``opt``/``null``/
-  ``reserved`` reads as ``opt`` of its coercion (or null if it does not coerce). A value that
+  ``reserved`` reads as ``opt`` of its coercion to ``t`` (or null if it does not coerce) —
+  whatever ``t`` is: at ``opt opt t`` it lifts twice, and under an ``opt`` that is ``opt`` all
+  the way down (``type Opt = opt Opt``) it is an error, as the reference's tests say. A value that
   does not match anywhere else is an error. Missing trailing arguments of type ``opt``/
   ``null``/``reserved`` read as null; extra arguments are read and dropped.
 - loglake's own bounds, where the spec sets none: LEB128 of at most ``varint.CANDID_MAX_OCTETS``;
@@ -42,9 +44,11 @@ Where the reference @dfinity/candid (3.4.3, ``idl.js``) differs from the spec, t
 follows the spec and says so: it reads a wire ``nat`` as an expected ``int`` (the reference
 refuses), fills a missing record field of type ``null`` (the reference fills only ``opt``
 and ``reserved``), reads missing trailing ``opt`` arguments as null (the reference refuses),
-and checks a ``vec`` of fixed-size ints element type against the wire's (the reference reads
-the bytes at the expected width). :func:`decode_with_reference_quirks` decodes with those
-departures, so the differential fuzzer can tell them from defects.
+checks a ``vec`` of fixed-size ints element type against the wire's (the reference reads
+the bytes at the expected width), and lifts a value that is not ``opt`` into an ``opt opt t``
+(the reference reads it as null, or refuses it if its wire type is constructed).
+:func:`decode_with_reference_quirks` decodes with those departures, so the differential fuzzer
+can tell them from defects.
 
 What icp_candid is still for: its type objects (``Types.Record`` …) are how the ICRC types are
 declared (``events/candid_types.py``, ``wire/icrc16.py``); they are converted once into this
@@ -822,10 +826,17 @@ class _Compiler:
                 return None if optional else [], skip(b, i + 1, d + step)
 
             return opt
-        # the opt rule for a wire type that is not opt/null/reserved: opt of its coercion
+        # the opt rule for a wire type that is not opt/null/reserved: opt of its coercion to the
+        # expected content, whatever that is. The spec's premise `not (null <: <t>)` is on the
+        # wire type t (Candid spec 0.1.8, "Coercion" → "Options"), so an expected `opt opt t'`
+        # lifts twice: dfinity/candid's test/construct.test.did reads `true : bool` at
+        # `opt opt bool` as `opt opt true`, and its Rust decoder (`deserialize_option`) lifts
+        # whatever the expected content is.
         skip = self.skipper(w)
-        if e.inner.op in (NULL, OPT, RESERVED):  # null <: t: always null
-            return lambda b, i, d: (None if optional else [], skip(b, i, d))
+        if self.quirks and e.inner.op in (NULL, OPT, RESERVED):
+            return _no_lift(w, optional, skip)
+        if _endless_opt(e):
+            return _endless_lift
         inner = self.reader(w, e.inner)
 
         def lift(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -977,6 +988,40 @@ def _repeating(read: Reader) -> Reader:
         return v, j
 
     return repeating
+
+
+def _endless_opt(e: Node) -> bool:
+    """``e`` is ``opt`` all the way down (``type Opt = opt Opt``): a value that is not ``opt``
+    never ends lifting into it."""
+    seen: set[int] = set()
+    n: Node | None = e
+    while n is not None and n.op == OPT:
+        if id(n) in seen:
+            return True
+        seen.add(id(n))
+        n = n.inner
+    return False
+
+
+def _endless_lift(b: bytes, i: int, d: int) -> tuple[Any, int]:
+    """A value that is not ``opt`` under an endless ``opt``: an error, not null, as
+    dfinity/candid's test/construct.test.did has it ("opt: parsing (true : bool) at "fix opt"
+    fails"; its Rust decoder stops at its recursion limit). A CandidError, so an ``opt``
+    above does not read it as null."""
+    raise CandidError(f"value at byte {i} lifted into an endless opt type")
+
+
+def _no_lift(w: int, optional: bool, skip: Skipper) -> Reader:
+    """@dfinity/candid's reading of a wire value that is not ``opt``/``null``/``reserved`` at
+    ``opt t`` where ``t`` is ``null``/``opt``/``reserved`` (quirks mode only). It puts the
+    spec's premise ``not (null <: <t>)`` on the expected content (``OptClass.decodeValue``)
+    and skips the value as null; skipping a constructed wire type, it calls the type's
+    ``decodeValue`` with itself unwrapped, which ``checkType`` refuses ("type mismatch: type
+    on the wire vec int32, expect type vec int32"): an error an ``opt`` above catches as
+    null."""
+    if w >= 0:
+        return _mismatch("@dfinity/candid refuses a wire type as not equal to itself")
+    return lambda b, i, d: (None if optional else [], skip(b, i, d))
 
 
 def _lacking(k: int) -> Reader:
@@ -1161,10 +1206,11 @@ def decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
 
 
 def decode_with_reference_quirks(data: bytes, types: list[Any]) -> list[Any]:
-    """:func:`decode` with @dfinity/candid's four departures from the spec: it refuses a wire
+    """:func:`decode` with @dfinity/candid's five departures from the spec: it refuses a wire
     ``nat`` as an ``int``, a missing record field of type ``null``, and missing trailing
-    ``opt`` arguments, and it reads a ``vec`` of fixed-size ints at the expected element's
-    width without checking the wire's. Only for the differential fuzzer: a disagreement that
+    ``opt`` arguments, it reads a ``vec`` of fixed-size ints at the expected element's
+    width without checking the wire's, and it does not lift a value that is not ``opt`` into
+    an ``opt opt t`` (:func:`_no_lift`). Only for the differential fuzzer: a disagreement that
     vanishes here is one of those documented differences, not a defect. Never cached."""
     b = bytes(data)
     plan = compile_plan(b, [node(t) for t in types], reference_quirks=True)
