@@ -11,6 +11,7 @@ from tests.differential import candid
 from tests.differential.conftest import EXAMPLES, MAX_SECONDS, SEED
 from tests.differential.fuzzers import FUZZERS
 from tests.differential.peer import DiffPeer
+from tests.wire.test_candid_strict import SERVICES, VALID_SERVICE
 
 
 def test_candid_agrees_with_dfinity_candid(peer: DiffPeer) -> None:
@@ -70,3 +71,30 @@ def test_a_value_lifted_through_nested_opts_is_the_spec_s_and_no_disagreement(
         assert candid.loglake_decode(t, m) == {"value": want}, m.hex()
         assert ref != {"value": want}, f"{m.hex()}: the reference lifts it (see _no_lift)"
         assert candid.compare(t, m, ref) is None
+
+
+def test_service_types_are_refused_as_the_reference_refuses_them(peer: DiffPeer) -> None:
+    """A service method whose type is not a func: @dfinity/candid refuses the message (for a
+    primitive "Illegal op_code: -3", for another table entry a TypeError reading the entry it
+    has not built yet; "services can only contain functions" is its intended answer), and so
+    does loglake. Unsorted or duplicate method names the
+    reference accepts (it reads the methods into an object); the spec sorts them ("Binary
+    format" → "Types") and dfinity/candid's Rust decoder refuses them ("method name …
+    duplicate or not sorted"), as loglake does."""
+    null = {"k": "null"}
+    cases = {**SERVICES, "valid": VALID_SERVICE}
+    refs = dict(
+        zip(
+            cases,
+            peer.call("candid_decode", [{"type": null, "hex": m.hex()} for m in cases.values()]),
+            strict=True,
+        )
+    )
+    assert refs["valid"] == {"value": None}
+    assert candid.loglake_decode(null, VALID_SERVICE) == {"value": None}
+    for name, m in SERVICES.items():
+        assert "rejects" in candid.loglake_decode(null, m), name
+        if name.startswith("methods-"):
+            assert refs[name] == {"value": None}, name  # the reference does not check
+        else:
+            assert "throws" in refs[name], name

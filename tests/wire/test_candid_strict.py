@@ -91,3 +91,30 @@ def test_extra_arguments_are_read_and_checked_then_ignored() -> None:
     assert candid_decode(head + b"\x05\x01\x14", [Types.Nat]) == [5]
     with pytest.raises(DecodeError):
         candid_decode(head + b"\x05\x03\x14", [Types.Nat])
+
+
+# Service types in the type table (never an ICRC value, but any header may carry one): spec,
+# "Binary format" → "Types": methods sorted by name, and "the serialised data type representing
+# a method type must denote a function type". Each message's one argument is ``null``.
+FUNC = b"\x6a\x00\x00\x00"  # func () -> ()
+SERVICES = {
+    "method-of-type-nat": b"DIDL\x01\x69\x01\x01m\x7d\x01\x7f",
+    "method-of-type-null": b"DIDL\x01\x69\x01\x01m\x7f\x01\x7f",
+    "method-of-a-vec-entry": b"DIDL\x02\x69\x01\x01m\x01\x6d\x7d\x01\x7f",
+    "method-of-the-service-itself": b"DIDL\x01\x69\x01\x01m\x00\x01\x7f",
+    "second-method-not-a-func": b"DIDL\x02\x69\x02\x01a\x01\x01b\x7d" + FUNC + b"\x01\x7f",
+    "methods-unsorted": b"DIDL\x02\x69\x02\x01b\x01\x01a\x01" + FUNC + b"\x01\x7f",
+    "methods-duplicate": b"DIDL\x02\x69\x02\x01m\x01\x01m\x01" + FUNC + b"\x01\x7f",
+}
+VALID_SERVICE = b"DIDL\x02\x69\x02\x01a\x01\x01b\x01" + FUNC + b"\x01\x7f"
+
+
+@pytest.mark.parametrize("data", SERVICES.values(), ids=SERVICES.keys())
+def test_a_service_type_whose_methods_are_not_sorted_funcs_is_rejected(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        candid_decode(data, [Types.Null])
+
+
+def test_a_service_type_of_sorted_func_methods_is_accepted() -> None:
+    # the method refers ahead to its func (the table is checked whole)
+    assert candid_decode(VALID_SERVICE, [Types.Null]) == [None]

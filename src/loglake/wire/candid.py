@@ -18,7 +18,8 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
 
 - Header: ``DIDL``; the type table holds only constructed types; every type reference is a
   primitive opcode or an index inside the table; record and variant field ids strictly
-  increase; service method names strictly increase.
+  increase; service method names strictly increase (sorted, no duplicates), and each method's
+  type is a table entry that is a ``func``.
 - Values: ``bool`` is 0 or 1; the ``opt`` flag is 0 or 1; a variant index is below its field
   count; text is UTF-8; a reference (principal, service, func) has flag 1 (loglake never holds
   opaque references); ``empty`` has no value; every byte is consumed (leftover bytes are an
@@ -365,6 +366,7 @@ def read_header(data: bytes) -> tuple[list[Entry], list[int], int]:
         return out, i
 
     table: list[Entry] = []
+    methods: list[tuple[bytes, int, int]] = []  # (name, type reference, at byte)
     for _ in range(n):
         at = i
         op, i = _leb(data, i, True)
@@ -397,10 +399,20 @@ def read_header(data: bytes) -> tuple[list[Entry], list[int], int]:
                 if last is not None and name <= last:
                     raise CandidError(f"service methods not strictly increasing at byte {i}")
                 last, i = name, i + ln
-                _, i = ref(i)
+                t, j = ref(i)
+                methods.append((name, t, i))
+                i = j
             table.append((op, None))
         else:
             raise CandidError(f"type table entry at byte {at}: opcode {op} is not a constructor")
+    for name, t, at in methods:  # once the table is whole: a method may refer ahead
+        if t < 0 or table[t][0] != FUNC:
+            # spec, "Binary format" → "Types": "The serialised data type representing a method
+            # type must denote a function type" (dfinity/candid's Rust decoder: "Method … has a
+            # non-function type"; @dfinity/candid: "services can only contain functions")
+            raise CandidError(
+                f"service method {name.decode()!r} at byte {at}: its type is not a func"
+            )
     m, i = _leb(data, i)
     args = []
     for _ in range(m):
