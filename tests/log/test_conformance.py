@@ -13,6 +13,7 @@ from loglake.log import (
     Entry,
     InvalidIndex,
     InvalidStreamName,
+    InvalidTimestamp,
     Log,
     MemoryLog,
     StreamConfig,
@@ -50,6 +51,33 @@ def test_records_keep_every_field(log: Log):
     assert (r0.key, r0.headers, r0.data) == (b"k", (("h", b"1"), ("h", b"2")), b"data")
     assert (r1.key, r1.headers, r1.data) == (b"", (), b"")
     assert r1.timestamp_ns > 0  # assigned by the log
+
+
+def test_a_timestamp_is_an_int64_and_its_bounds_are_kept(log: Log):
+    # the record's timestamp_ns:i64 (log.record_codec), the lake's int64 column
+    log.create_stream("s")
+    log.append_many(
+        "s", [Entry(b"lo", timestamp_ns=-(2**63)), Entry(b"hi", timestamp_ns=2**63 - 1)]
+    )
+    assert [r.timestamp_ns for r in log.read("s", 0)] == [-(2**63), 2**63 - 1]
+
+
+@pytest.mark.parametrize("ts", [2**63, -(2**63) - 1, 2**64, 1.5, "1", True])
+def test_a_timestamp_outside_int64_is_a_typed_error_and_nothing_is_written(log: Log, ts):
+    # the log on disk raised a bare struct.error (a TypeError for a str), the in-memory one
+    # stored it: both refuse it now, before writing any record of the batch
+    log.create_stream("s")
+    log.append("s", b"before")
+    for append in (
+        lambda: log.append("s", b"x", timestamp_ns=ts),
+        lambda: log.append("s", b"x", key=b"k", timestamp_ns=ts),
+        lambda: log.append_many("s", [Entry(b"ok"), Entry(b"x", timestamp_ns=ts)]),
+    ):
+        with pytest.raises(InvalidTimestamp):
+            append()
+    assert log.next_index("s") == 1
+    assert [r.data for r in log.read("s", 0)] == [b"before"]
+    assert log.append("s", b"after") == 1
 
 
 def test_read_ranges_limits_and_past_the_end(log: Log):

@@ -14,7 +14,7 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loglake.log import Entry, StreamConfig, open_log, partition, record_codec
+from loglake.log import Entry, InvalidTimestamp, StreamConfig, open_log, partition, record_codec
 from loglake.log.record_codec import encode_batch_parts, encode_plain_parts, scan
 
 _framing = record_codec._framing
@@ -28,6 +28,8 @@ pytestmark = pytest.mark.peer(
 
 U64 = 2**64
 I64 = st.integers(-(2**63), 2**63 - 1)
+NEAR_I64 = st.sampled_from([-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 2**64]) | I64
+"""int64's bounds and the integers just past them, or any int64"""
 
 
 def python_only(fn, *args):
@@ -76,6 +78,48 @@ def test_entry_frames_are_the_python_encoders(records, first, now):
     entries = [Entry(data, timestamp_ns=ts) for data, ts in records]
     got = joined(encode_batch_parts(entries, first, now))
     assert got == joined(python_only(encode_batch_parts, entries, first, now))
+
+
+def outcome(fn, *args):
+    """The frames, or the type of the error (the C framer and the Python encoder must agree
+    on both)."""
+    try:
+        return joined(fn(*args))
+    except Exception as e:
+        return type(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(st.tuples(st.binary(max_size=50), st.none() | NEAR_I64), max_size=8),
+    now=NEAR_I64,
+)
+def test_a_timestamp_outside_int64_is_the_same_typed_error_on_both_paths(records, now):
+    # the rule of both: a timestamp a record would carry must be an int64 (InvalidTimestamp);
+    # now_ns is only read for an entry without its own timestamp (before, the C framer raised
+    # OverflowError for an unread now_ns, and the Python encoder a bare struct.error)
+    entries = [Entry(data, timestamp_ns=ts) for data, ts in records]
+    got = outcome(encode_batch_parts, entries, 0, now)
+    assert got == outcome(python_only, encode_batch_parts, entries, 0, now)
+    stamps = [now if ts is None else ts for _, ts in records]
+    assert (got is InvalidTimestamp) == any(not -(2**63) <= t < 2**63 for t in stamps)
+    datas = [data for data, _ in records]
+    got = outcome(encode_plain_parts, datas, 0, now)
+    assert got == outcome(python_only, encode_plain_parts, datas, 0, now)
+    assert (got is InvalidTimestamp) == (bool(datas) and not -(2**63) <= now < 2**63)
+
+
+def test_the_c_framer_reads_now_ns_only_where_it_is_the_timestamp():
+    assert _framing.frame_plain([b"a"], 0, 2**63) is None  # left to Python, which names it
+    assert _framing.frame_plain([b"a"], 0, 1.0) is None
+    with_stamps = _framing.frame_plain([b"a"], 0, 2**63, [5])  # now_ns not used: not read
+    assert with_stamps == _framing.frame_plain([b"a"], 0, 5)
+    entries = [Entry(b"a", timestamp_ns=5)]
+    assert joined(encode_batch_parts(entries, 0, 2**63)) == joined(
+        python_only(encode_batch_parts, entries, 0, 2**63)
+    )
+    with pytest.raises(InvalidTimestamp):
+        encode_plain_parts([b"a"], 0, 2**63)
 
 
 def test_what_the_c_framer_does_not_take_is_framed_in_python():

@@ -17,6 +17,7 @@ import pytest
 from loglake.log import (
     CorruptSegment,
     Entry,
+    InvalidTimestamp,
     LogLocked,
     ReadOnlyLog,
     SegmentLog,
@@ -670,6 +671,26 @@ def test_a_write_that_fails_midway_is_cut_off(tmp_path, monkeypatch):
     monkeypatch.setattr(fs, "write", real)
     assert log.append("s", b"second") == 1
     assert [r.data for r in log.read("s", 0)] == [b"first", b"second"]
+    log.close()
+    with open_log(tmp_path) as log:
+        assert [r.data for r in log.read("s", 0)] == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["c-framer", "python-encoder"])
+def test_a_batch_with_a_timestamp_outside_int64_writes_nothing(tmp_path, keyed):
+    # a batch this large is written a chunk at a time (partition.CHUNK_BYTES): the bad
+    # timestamp in its last entry is refused before the first chunk is written
+    key = b"k" if keyed else None
+    entries = [Entry(b"z" * 1024, key=key, timestamp_ns=i) for i in range(1000)]
+    entries.append(Entry(b"last", key=key, timestamp_ns=2**63))
+    log = SegmentLog(tmp_path)
+    log.create_stream("s", StreamConfig(durability="batch"))
+    log.append("s", b"first")
+    size = log.stream_info("s").partitions[0].bytes
+    with pytest.raises(InvalidTimestamp):
+        log.append_many("s", entries)
+    assert log.stream_info("s").partitions[0].bytes == size
+    assert log.append("s", b"second") == 1
     log.close()
     with open_log(tmp_path) as log:
         assert [r.data for r in log.read("s", 0)] == [b"first", b"second"]

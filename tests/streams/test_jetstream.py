@@ -22,6 +22,8 @@ from loglake.streams.jetstream import (
 # tests/log/test_conformance.py except retention by segment, which JetStream enforces itself:
 # see test_retention_maps_to_jetstream_limits).
 from tests.log.test_conformance import (  # noqa: F401
+    test_a_timestamp_is_an_int64_and_its_bounds_are_kept,
+    test_a_timestamp_outside_int64_is_a_typed_error_and_nothing_is_written,
     test_append_payloads_stores_data_only_records_like_append_many,
     test_create_stream_is_idempotent,
     test_create_stream_with_other_partitions_is_stream_exists,

@@ -97,15 +97,25 @@ static void put_u64(unsigned char *p, uint64_t v) {
 /* frame_plain(datas, first_index, stamp, stamps=None) -> (bytes, offsets) or None
  *
  * datas: a list or tuple of bytes; records first_index, first_index + 1, ...; timestamps
- * stamp, or stamps[i] where stamps is given (a list or tuple of ints). None when the batch is
- * not for this path (an item that is not bytes, a record too large for a frame): the caller
- * frames it in Python, which names what is wrong. */
+ * stamp, or stamps[i] where stamps is given (a list or tuple of ints; stamp is then not read,
+ * as the Python encoder does not read now_ns when every entry has its timestamp). None when
+ * the batch is not for this path (an item that is not bytes, a record too large for a frame,
+ * a timestamp that is not an int64): the caller frames it in Python, which names what is
+ * wrong (a timestamp: InvalidTimestamp). */
 static PyObject *frame_plain(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *datas, *first_obj, *stamps = Py_None;
-    long long stamp;
-    if (!PyArg_ParseTuple(args, "OOL|O", &datas, &first_obj, &stamp, &stamps)) return NULL;
+    PyObject *datas, *first_obj, *stamp_obj, *stamps = Py_None;
+    long long stamp = 0;
+    if (!PyArg_ParseTuple(args, "OOO|O", &datas, &first_obj, &stamp_obj, &stamps)) return NULL;
     if (!PyList_Check(datas) && !PyTuple_Check(datas)) Py_RETURN_NONE;
+    if (stamps == Py_None) {
+        if (!PyLong_CheckExact(stamp_obj)) Py_RETURN_NONE;
+        stamp = PyLong_AsLongLong(stamp_obj);
+        if (stamp == -1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* not an int64: the Python encoder's error */
+            Py_RETURN_NONE;
+        }
+    }
     unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
     if (first == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear(); /* negative or too large: the Python encoder's error */

@@ -12,6 +12,7 @@ backend must show.
 
 from __future__ import annotations
 
+import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -172,6 +173,41 @@ def check_index(index: int) -> int:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= INDEX_MAX:
         raise InvalidIndex(f"consumer index {index!r} is not in 0..2^64-1")
     return index
+
+
+TIMESTAMP_MIN, TIMESTAMP_MAX = -(2**63), 2**63 - 1
+"""A record's ``timestamp_ns`` is an int64 (the segment frame's ``timestamp_ns:i64``, the
+lake's ``timestamp_ns`` column)."""
+
+
+class InvalidTimestamp(LogError, LocalProtocolError, ValueError):
+    """An ``Entry.timestamp_ns`` that is not an int64 of nanoseconds."""
+
+
+def check_timestamp(timestamp_ns: int) -> int:
+    """``timestamp_ns`` if a record can carry it, else ``InvalidTimestamp`` (the log on disk
+    raised a bare ``struct.error`` and the in-memory one stored it). An ``int`` or another
+    integer type (``operator.index``: numpy's), not ``bool``."""
+    try:
+        if isinstance(timestamp_ns, bool):
+            raise TypeError
+        value = operator.index(timestamp_ns)
+    except TypeError:
+        raise InvalidTimestamp(f"timestamp_ns {timestamp_ns!r} is not an integer") from None
+    if not TIMESTAMP_MIN <= value <= TIMESTAMP_MAX:
+        raise InvalidTimestamp(f"timestamp_ns {value} is not in -2^63..2^63-1")
+    return value
+
+
+def check_timestamps(entries: Sequence[Entry]) -> None:
+    """``check_timestamp`` for every entry that carries a timestamp, before the log writes
+    any of them: a batch is refused whole, never half-written (``SegmentLog`` writes a large
+    batch a chunk at a time)."""
+    for e in entries:
+        ts = e.timestamp_ns
+        # inline for the common case (an int in range): this runs once per appended entry
+        if ts is not None and not (type(ts) is int and TIMESTAMP_MIN <= ts <= TIMESTAMP_MAX):
+            check_timestamp(ts)
 
 
 class NotOwner(LogError):

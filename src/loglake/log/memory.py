@@ -24,6 +24,7 @@ from loglake.log.api import (
     UnknownStream,
     check_index,
     check_stream_name,
+    check_timestamps,
 )
 
 
@@ -82,6 +83,7 @@ class MemoryLog(Log):
     def append_many(
         self, stream: str, entries: Sequence[Entry], *, partition: int = 0
     ) -> list[int]:
+        check_timestamps(entries)
         with self._lock:
             recs = self._partition(stream, partition)
             nxt = self._first[(stream, partition)] + len(recs)

@@ -31,7 +31,7 @@ import numpy as np
 from crc32c import crc32c
 
 from loglake.errors import DecodeError
-from loglake.log.api import Entry, Headers
+from loglake.log.api import Entry, Headers, check_timestamp
 
 try:  # the batch framer in C, built by the install where a compiler is (setup.py)
     from loglake.log import _framing  # type: ignore[attr-defined]
@@ -129,26 +129,33 @@ def encode_batch_parts(
     pos = 0
     idx = first_index
     max_ts = -(1 << 63)
-    for e in entries:
-        ts = now_ns if e.timestamp_ns is None else e.timestamp_ns
-        if ts > max_ts:
-            max_ts = ts
-        data = e.data
-        if type(data) is not bytes:
-            data = as_octets(data)
-        if e.key is None and not e.headers:
-            prefix = pack_plain(idx, ts, 0, 0)
-        else:
-            prefix = _encode_prefix(idx, ts, e.key, e.headers)
-        length = len(prefix) + len(data)
-        if length > MAX_BODY:
-            raise ValueError(f"record of {length} bytes exceeds the {MAX_BODY}-byte maximum")
-        offsets.append(pos)
-        add(pack_frame(length, crc32c(data, crc32c(prefix))))
-        add(prefix)
-        add(data)
-        pos += 8 + length
-        idx += 1
+    ts = now_ns
+    try:
+        for e in entries:
+            ts = now_ns if e.timestamp_ns is None else e.timestamp_ns
+            if ts > max_ts:
+                max_ts = ts
+            data = e.data
+            if type(data) is not bytes:
+                data = as_octets(data)
+            if e.key is None and not e.headers:
+                prefix = pack_plain(idx, ts, 0, 0)
+            else:
+                prefix = _encode_prefix(idx, ts, e.key, e.headers)
+            length = len(prefix) + len(data)
+            if length > MAX_BODY:
+                raise ValueError(f"record of {length} bytes exceeds the {MAX_BODY}-byte maximum")
+            offsets.append(pos)
+            add(pack_frame(length, crc32c(data, crc32c(prefix))))
+            add(prefix)
+            add(data)
+            pos += 8 + length
+            idx += 1
+    except (struct.error, TypeError):
+        # a timestamp that is no int64 is named as such (InvalidTimestamp), as the C framer's
+        # fallback to here has it; a check per record would cost the loop, a try nothing
+        check_timestamp(ts)
+        raise
     return parts, pos, offsets, max_ts
 
 
@@ -188,22 +195,27 @@ def encode_plain_parts(
     pack_head = _PLAIN_HEAD.pack
     max_data = _PLAIN_MAX_DATA
     pos = 0
-    for idx, data in enumerate(datas, first_index):
-        if type(data) is not bytes:
-            data = as_octets(data)
-        n = len(data)
-        if n > max_data:
-            raise ValueError(
-                f"record of {n + BODY_HEAD_NO_KEY.size} bytes exceeds the {MAX_BODY}-byte maximum"
+    try:
+        for idx, data in enumerate(datas, first_index):
+            if type(data) is not bytes:
+                data = as_octets(data)
+            n = len(data)
+            if n > max_data:
+                raise ValueError(
+                    f"record of {n + BODY_HEAD_NO_KEY.size} bytes exceeds the "
+                    f"{MAX_BODY}-byte maximum"
+                )
+            note(pos)
+            add(
+                pack_head(
+                    n + 19, crc32c(data, crc32c(pack_plain(idx, now_ns, 0, 0))), idx, now_ns, 0, 0
+                )
             )
-        note(pos)
-        add(
-            pack_head(
-                n + 19, crc32c(data, crc32c(pack_plain(idx, now_ns, 0, 0))), idx, now_ns, 0, 0
-            )
-        )
-        add(data)
-        pos += n + 27
+            add(data)
+            pos += n + 27
+    except (struct.error, TypeError):
+        check_timestamp(now_ns)  # InvalidTimestamp, as in encode_batch_parts
+        raise
     return parts, pos, offsets, now_ns if offsets else -(1 << 63)
 
 

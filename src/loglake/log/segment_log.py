@@ -71,6 +71,7 @@ from loglake.log.api import (
     ascii_digits,
     check_index,
     check_stream_name,
+    check_timestamps,
 )
 from loglake.log.consumer_store import ConsumerStore
 from loglake.log.lake_schema import lake_partition_dir
@@ -546,6 +547,7 @@ class SegmentLog(Log):
     ) -> list[int]:
         if self.readonly:
             raise ReadOnlyLog(f"cannot append to {stream!r}: the log is read-only")
+        check_timestamps(entries)
         return self._on(
             stream, partition, lambda p: p.append_many(entries, p.config.durability), True
         )

@@ -79,6 +79,7 @@ from loglake.log.api import (
     ascii_digits,
     check_index,
     check_stream_name,
+    check_timestamps,
 )
 from loglake.streams.api import LocalStreams
 from loglake.structured_logging import log_event
@@ -677,6 +678,7 @@ class JetStreamLog(Log):
     def append_many(
         self, stream: str, entries: Sequence[Entry], *, partition: int = 0
     ) -> list[int]:
+        check_timestamps(entries)  # JetStream would keep any number in the header
         datas, headers = [], []
         for e in entries:
             datas.append(e.data)
