@@ -572,3 +572,56 @@ def test_a_part_the_node_does_not_run_says_so(page: Any, node: Node, tmp_path: P
     )
     expect(page.locator('[data-testid="job-form"]')).to_have_count(0)
     shot(page, tmp_path, "jobs-off")
+
+
+# -- /docs ---------------------------------------------------------------------------------
+
+
+def test_docs_renders_under_its_content_security_policy(browser: Any, tmp_path: Path) -> None:
+    # /docs is served with a policy that allows its one inline style sheet by hash and nothing
+    # else: in chromium the page is styled, lists every route and reports no violation; a style
+    # the policy does not name is blocked (the policy is enforced, and a violation is seen)
+    from loglake.node.config import load_config
+    from loglake.node.runner import BackgroundNode
+
+    cfg = load_config(
+        data={
+            "data_dir": str(tmp_path / "data"),
+            "http": {"port": 0},
+            "streams": {"enabled": False},
+        },
+        env={},
+    )
+    with BackgroundNode(cfg, say=lambda _: None) as n:
+        operations = sum(
+            len(m) for m in httpx.get(f"{n.url}/openapi.json").json()["paths"].values()
+        )
+        context = browser.new_context()
+        pg = context.new_page()
+        violations: list[str] = []
+
+        def blocked(message: Any) -> bool:
+            return "Content Security Policy" in message.text
+
+        pg.on("console", lambda m: blocked(m) and violations.append(m.text))
+        requests: list[str] = []
+        pg.on("request", lambda r: requests.append(r.url))
+        try:
+            response = pg.goto(f"{n.url}/docs")
+            assert response is not None and response.status == 200
+            assert "style-src 'sha256-" in response.headers["content-security-policy"]
+            expect(pg.locator("h1")).to_contain_text("loglake node")
+            expect(pg.locator("table tr")).to_have_count(operations + 1)  # and the head row
+            assert pg.evaluate("getComputedStyle(document.body).marginTop") == "32px"  # 2em
+            assert pg.evaluate("getComputedStyle(document.body).fontFamily") == "sans-serif"
+            pg.screenshot(path=str(tmp_path / "docs.png"), full_page=True)
+            assert not violations, violations
+            assert requests == [f"{n.url}/docs"]  # no asset from anywhere
+            with pg.expect_console_message(blocked, timeout=5_000):
+                pg.evaluate(
+                    "document.head.append(Object.assign(document.createElement('style'),"
+                    " {textContent: 'body{margin:5em}'}))"
+                )
+            assert pg.evaluate("getComputedStyle(document.body).marginTop") == "32px"
+        finally:
+            context.close()

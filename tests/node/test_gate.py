@@ -4,6 +4,9 @@ body's size and, on a loopback address, the ``Host`` it was sent to."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import re
 import socket
 import time
 from pathlib import Path
@@ -171,3 +174,78 @@ def test_connections_past_the_cap_are_dropped_as_they_come(tmp_path: Path, monke
         assert not any(closed_by_server(s, 0.2) for s in held)
         for s in (*held, extra):
             s.close()
+
+
+def directives(csp: str) -> dict[str, list[str]]:
+    """A Content-Security-Policy header as ``{directive: [sources]}``."""
+    parts = (d.split() for d in csp.split(";") if d.strip())
+    return {d[0]: d[1:] for d in parts}
+
+
+def test_every_answer_says_nosniff_and_a_policy_for_its_kind(tmp_path: Path) -> None:
+    # /docs and the JSON answers had neither header (only the console's files did): a JSON
+    # answer opened as a page could be sniffed into HTML, and any site could frame /docs
+    cfg = load_config(data={"data_dir": str(tmp_path), **QUIET}, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as node, httpx.Client(timeout=30) as c:
+        url, auth = node.url, {"Authorization": f"Bearer {node.token}"}
+        answers = {
+            "json": c.get(f"{url}/api/node", headers=auth),
+            "token refused by the gate": c.get(f"{url}/api/streams"),
+            "unknown stream": c.get(f"{url}/api/streams/nope", headers=auth),
+            "invalid body": c.post(f"{url}/api/streams", json={"partitions": "x"}, headers=auth),
+            "other host": c.get(f"{url}/api/node", headers={**auth, "Host": "evil.example"}),
+            "no such path": c.get(f"{url}/nope"),
+            "openapi": c.get(f"{url}/openapi.json"),
+            "metrics": c.get(f"{url}/metrics", headers=auth),
+            "redirect": c.get(f"{url}/"),
+        }
+        statuses = {name: r.status_code for name, r in answers.items()}
+        assert statuses == {
+            "json": 200,
+            "token refused by the gate": 401,
+            "unknown stream": 404,
+            "invalid body": 422,
+            "other host": 421,
+            "no such path": 404,
+            "openapi": 200,
+            "metrics": 200,
+            "redirect": 307,
+        }
+        for name, r in answers.items():
+            assert r.headers.get("x-content-type-options") == "nosniff", name
+            assert directives(r.headers.get("content-security-policy", "")) == {
+                "default-src": ["'none'"],
+                "frame-ancestors": ["'none'"],
+            }, name
+
+        docs = c.get(f"{url}/docs")
+        assert docs.status_code == 200 and docs.headers["x-content-type-options"] == "nosniff"
+        policy = directives(docs.headers["content-security-policy"])
+        # the page's one inline <style>, by its hash (CSP3 hash-source), and nothing else
+        (style,) = re.findall(r"<style>(.*?)</style>", docs.text, re.S)
+        digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+        assert policy == {
+            "default-src": ["'none'"],
+            "style-src": [f"'sha256-{digest}'"],
+            "base-uri": ["'none'"],
+            "form-action": ["'none'"],
+            "frame-ancestors": ["'none'"],
+        }
+        assert "<script" not in docs.text and "://" not in docs.text  # nothing from elsewhere
+
+        console = c.get(f"{url}/console/")  # the console keeps its own policy
+        assert console.headers["x-content-type-options"] == "nosniff"
+        assert "script-src 'self' 'sha256-" in console.headers["content-security-policy"]
+
+
+def test_an_unexpected_error_is_answered_with_the_headers_too(app: Any) -> None:
+    # Starlette answers a 500 from outside the middleware added with add_middleware
+    async def boom() -> None:
+        raise RuntimeError("unexpected")
+
+    app.add_api_route("/boom", boom)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/boom")
+    assert (r.status_code, r.json()["error"]) == (500, "InternalError")
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"

@@ -23,6 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from loglake import __version__
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, Unavailable
@@ -37,7 +38,7 @@ from loglake.log import (
 )
 from loglake.node.api.context import NodeContext, PartDisabled
 from loglake.node.auth import LoginCodes, require_token
-from loglake.node.gate import Gate
+from loglake.node.gate import Gate, SecurityHeaders, csp_hash
 from loglake.structured_logging import log_event
 
 _logger = logging.getLogger(__name__)
@@ -74,6 +75,15 @@ def status_of(e: BaseException) -> int:
     return 500
 
 
+class NodeApp(FastAPI):
+    """``FastAPI`` with ``gate.SecurityHeaders`` around its whole middleware stack: a
+    middleware added the usual way (``add_middleware``) runs inside Starlette's error
+    middleware, whose 500 answers would go out without the headers."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(
     node: NodeContext,
     *,
@@ -89,7 +99,7 @@ def create_app(
     ``logins``: the one-time codes of the console links the node prints."""
     from loglake.node.api import archives, cluster, events, jobs, sds, streams, system
 
-    app = FastAPI(
+    app = NodeApp(
         title="loglake node",
         version=__version__,
         description="The HTTP API of a loglake node: streams, consumers, ICRC-72/77 replays, "
@@ -139,12 +149,26 @@ def _add_front_pages(app: FastAPI, *, console: bool) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return HTMLResponse(api_docs_html(app.openapi()))
+        return HTMLResponse(
+            api_docs_html(app.openapi()), headers={"Content-Security-Policy": DOCS_CSP}
+        )
+
+
+DOCS_STYLE = (
+    "body{font-family:sans-serif;margin:2em}td{padding:2px 8px;border-bottom:1px solid #ddd}"
+)
+"""The ``/docs`` page's one inline style sheet (allowed by its hash in ``DOCS_CSP``)."""
+DOCS_CSP = (
+    f"default-src 'none'; style-src {csp_hash(DOCS_STYLE)}; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""``/docs`` is one page with no script and no asset (not Swagger UI: it loads its own from a
+CDN): its style sheet, and nothing else."""
 
 
 def api_docs_html(spec: dict[str, Any]) -> str:
     """The OpenAPI document as one self-contained page: every route, its summary and its
-    parameters, with a link to the JSON for tools."""
+    parameters, with a link to the JSON for tools. Served with ``DOCS_CSP``."""
     rows = []
     for path, methods in sorted(spec.get("paths", {}).items()):
         for method, op in methods.items():
@@ -157,8 +181,7 @@ def api_docs_html(spec: dict[str, Any]) -> str:
     info = spec.get("info", {})
     return (
         "<!doctype html><meta charset=utf-8><title>{t} API</title>"
-        "<style>body{{font-family:sans-serif;margin:2em}}td{{padding:2px 8px;"
-        "border-bottom:1px solid #ddd}}</style><h1>{t} {v}</h1><p>{d}</p>"
+        "<style>{style}</style><h1>{t} {v}</h1><p>{d}</p>"
         '<p>Machine-readable: <a href="/openapi.json">/openapi.json</a>.</p>'
         "<table><tr><th>method</th><th>path</th><th>parameters</th><th>summary</th></tr>"
         "{rows}</table>"
@@ -167,6 +190,7 @@ def api_docs_html(spec: dict[str, Any]) -> str:
         v=html.escape(info.get("version", "")),
         d=html.escape(info.get("description", "")),
         rows="".join(rows),
+        style=DOCS_STYLE,
     )
 
 

@@ -13,13 +13,23 @@ an app served without this gate.
 ``allowed_hosts``: on a loopback address the node answers only requests addressed to it by a
 loopback name (the ``Host`` header), so a web page that rebinds its own DNS name to 127.0.0.1
 cannot read what needs no token (``/metrics`` when public, the console's files).
+
+``SecurityHeaders``: the one place that puts ``X-Content-Type-Options: nosniff`` on every answer
+of the node's HTTP server, and ``Content-Security-Policy: API_CSP`` on every answer that brings
+no policy of its own. Only the pages do (the console's files, ``/docs``): each allows what it
+needs by its own content (``csp_hash``). Why on the JSON too: a browser that is sent a JSON
+answer (an error that echoes a caller's text, a record's data) as a page must neither sniff it
+into HTML nor run or load anything for it, nor let another site frame it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -37,6 +47,41 @@ MAX_BODY = 32 * 1024 * 1024
 read (4 MiB of records, base64)."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+API_CSP = "default-src 'none'; frame-ancestors 'none'"
+"""The policy of every answer that is not a page (JSON, ``/metrics``, redirects, errors):
+nothing may load or run, no site may frame it."""
+
+
+def csp_hash(inline: str) -> str:
+    """The CSP source that allows one inline ``<script>`` or ``<style>`` by its content
+    (CSP Level 3, "hash-source": base64 of the SHA-256 of the element's text, UTF-8)."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode() + "'"
+
+
+class SecurityHeaders:
+    """``nosniff`` on every HTTP answer of ``app``, ``API_CSP`` where it set no policy.
+
+    Wrapped around the whole app (``app.NodeApp``), outside Starlette's error middleware, so
+    the 500 it answers for an unexpected exception has them too, as do the ``Gate``'s
+    refusals."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers.setdefault("Content-Security-Policy", API_CSP)
+            await send(message)
+
+        await self.app(scope, receive, send_secured)
 
 
 def _json(status: int, kind: str, message: str, **headers: str) -> JSONResponse:

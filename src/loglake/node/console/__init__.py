@@ -15,8 +15,6 @@ and ``frame-ancestors 'none'`` keeps other sites from framing it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import mimetypes
 import re
 from pathlib import Path
@@ -28,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from loglake.node.console import routes
+from loglake.node.gate import csp_hash
 
 STATIC_DIR = Path(__file__).parent / "static"
 CONSOLE_PATH = "/console"
@@ -36,10 +35,7 @@ _INLINE_SCRIPT = re.compile(r"<script type=\"importmap\">(.*?)</script>", re.S)
 
 def content_security_policy(index_html: str) -> str:
     """The console's CSP: everything from the node itself; the import map by its sha256."""
-    hashes = " ".join(
-        "'sha256-" + base64.b64encode(hashlib.sha256(m.encode()).digest()).decode() + "'"
-        for m in _INLINE_SCRIPT.findall(index_html)
-    )
+    hashes = " ".join(csp_hash(m) for m in _INLINE_SCRIPT.findall(index_html))
     return (
         "default-src 'none'; "
         f"script-src 'self' {hashes}; "
@@ -50,7 +46,8 @@ def content_security_policy(index_html: str) -> str:
 
 
 class ConsoleFiles(StaticFiles):
-    """``StaticFiles`` with the console's security headers on every answer."""
+    """``StaticFiles`` with the console's security headers on every answer (``nosniff`` is
+    the node's on every answer: ``gate.SecurityHeaders``)."""
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory=directory, html=True)
@@ -58,7 +55,6 @@ class ConsoleFiles(StaticFiles):
             "Content-Security-Policy": content_security_policy(
                 (directory / "index.html").read_text()
             ),
-            "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer",
             "Cache-Control": "no-cache",  # revalidate (ETag): a new node version, new files
         }
