@@ -158,6 +158,28 @@ def test_create_stream_with_other_partitions_is_stream_exists(log: Log):
         log.create_stream("s", StreamConfig(partitions=3))
 
 
+def test_grow_stream_adds_empty_partitions_and_keeps_the_others(log: Log):
+    log.create_stream("s", StreamConfig(partitions=2))
+    log.append_many("s", [Entry(b"a"), Entry(b"b")], partition=1)
+    log.save_index("c", "s", 2, partition=1)
+    info = log.grow_stream("s", 4)
+    assert [(p.partition, p.first_index, p.next_index) for p in info.partitions] == [
+        (0, 0, 0),
+        (1, 0, 2),
+        (2, 0, 0),
+        (3, 0, 0),
+    ]
+    assert log.partition_count("s") == 4 and log.stream_info("s").config.partitions == 4
+    assert log.append("s", b"new", partition=3) == 0
+    assert log.read_payloads("s", 0, partition=1) == [(0, b"a"), (1, b"b")]
+    assert (
+        log.get_index("c", "s", partition=1) == 2 and log.get_index("c", "s", partition=3) is None
+    )
+    assert log.grow_stream("s", 3).config.partitions == 4  # never shrinks
+    with pytest.raises(UnknownStream):
+        log.grow_stream("nosuch", 2)
+
+
 @pytest.mark.parametrize(
     "name",
     [

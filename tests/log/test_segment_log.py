@@ -4,6 +4,7 @@ indexes, rolling, retention, sealing to the lake, readonly readers and the write
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from loglake.log import (
     Entry,
     InvalidTimestamp,
     LogLocked,
+    QuotaExceeded,
     ReadOnlyLog,
     SegmentLog,
     StreamConfig,
@@ -971,3 +973,50 @@ def test_fsync_count_counts_the_fsyncs_of_always_appends_too(tmp_path):
         for i in range(3):
             log.append("a", b"%d" % i)
         assert log.fsync_count("a") == 3
+
+
+def test_grow_stream_is_durable_and_leaves_existing_partitions_as_they_were(tmp_path):
+    """The Ockam reference grows a stream on a CREATE for more partitions
+    (stream/workers/service.ex ``ensure_streams``); here the count lives in ``config.json``,
+    rewritten whole, and nothing of partition 0 (segments, sparse indexes, lake) moves."""
+    cfg = StreamConfig(segment_bytes=800, retention_records=5)
+    with open_log(tmp_path) as log:
+        log.create_stream("s", cfg)
+        fill(log, 80)  # rolls segments; the rolled ones are sealed to the lake
+        log.save_index("c", "s", 40)
+        log.wait_for_seals()
+        before = log.read("s", 0)
+    kept = [*part_dir(tmp_path).iterdir(), *(tmp_path / "lake").rglob("*.parquet")]
+    files = {p: p.read_bytes() for p in kept}
+    assert len(files) > 4
+    with open_log(tmp_path) as log:
+        reader = open_log(tmp_path, readonly=True)
+        assert reader.partition_count("s") == 1
+        log.grow_stream("s", 3)
+        assert reader.partition_count("s") == 3  # a reader follows the writer's growth
+        assert log.append("s", b"p2", partition=2) == 0
+        assert reader.read_payloads("s", 0, partition=2) == [(0, b"p2")]
+        reader.close()
+    # partition 0's segments, sparse indexes and lake files are byte for byte as they were
+    assert {p: p.read_bytes() for p in files} == files
+    with open_log(tmp_path) as log:  # after a restart
+        assert log.stream_info("s").config == dataclasses.replace(cfg, partitions=3)
+        assert log.read("s", 0) == before
+        assert log.get_index("c", "s") == 40
+        assert log.read_payloads("s", 0, partition=2) == [(0, b"p2")]
+        assert log.partition_count("s") == 3
+
+
+def test_grow_stream_keeps_to_the_partition_quotas(tmp_path):
+    with open_log(tmp_path, max_partitions_per_stream=4, max_partitions_total=6) as log:
+        log.create_stream("a", StreamConfig(partitions=2))
+        log.create_stream("b", StreamConfig(partitions=2))
+        with pytest.raises(QuotaExceeded, match="max_partitions_per_stream"):
+            log.grow_stream("a", 5)
+        log.grow_stream("a", 4)  # 2 more: 6 of 6
+        assert log.partition_count("a") == 4
+        with pytest.raises(QuotaExceeded, match="holds 6 of at most 6"):
+            log.grow_stream("b", 3)
+        assert log.partition_count("b") == 2
+    with open_log(tmp_path, readonly=True) as reader, pytest.raises(ReadOnlyLog):
+        reader.grow_stream("a", 5)

@@ -112,6 +112,27 @@ def test_reference_partitioned_create_and_index(serve) -> None:
         assert ref.decode_response(reply.payload)[1] == ("me", "interop_parts", 2, 7)
 
 
+def test_reference_create_for_more_partitions_grows_the_stream(serve) -> None:
+    """stream/workers/service.ex ``ensure_streams``: every partition 0..n-1 answers INIT from
+    its worker, the missing ones newly started; what the old ones hold stays."""
+    with peer(serve) as c:
+        c.send(SERVICE, ref.create_partitioned("interop_grow", 2))
+        old = {ref.decode_response(m.payload)[1][1]: m.ret for m in (c.recv(), c.recv())}
+        c.send(old[1], ref.push(1, b"before"))
+        assert ref.decode_response(c.recv().payload) == ("stream_push", (1, "ok", 0))
+        c.send(SERVICE, ref.create_partitioned("interop_grow", 4))
+        inits = [c.recv() for _ in range(4)]
+        got = {ref.decode_response(m.payload)[1][1]: m.ret for m in inits}
+        assert sorted(ref.decode_response(m.payload) for m in inits) == [
+            ("stream_create_partitioned", ("interop_grow", p)) for p in range(4)
+        ]
+        assert got[0] == old[0] and got[1] == old[1]
+        c.send(got[3], ref.push(2, b"after"))
+        assert ref.decode_response(c.recv().payload) == ("stream_push", (2, "ok", 0))
+        reply = c.call(got[1], ref.pull(3, 0, 10))
+        assert ref.decode_response(reply.payload) == ("stream_pull", (3, [(0, b"before")]))
+
+
 def test_reference_plain_index_save_gets_no_reply(serve) -> None:
     with peer(serve) as c:
         c.call(SERVICE, ref.create("interop_idx"))

@@ -130,11 +130,28 @@ def test_partitioned_create_under_the_reference_name_is_answered_under_it(svc) -
     ] * 2
 
 
-def test_create_asking_more_partitions_than_exist_is_an_error(svc) -> None:
-    create(svc, "t", 2)
-    _, err = one(svc, "stream_service", CreatePartitionedStreamRequest("t", 5), Init)
-    assert isinstance(err, Error) and "2 partitions" in err.reason
+def test_create_asking_more_partitions_than_exist_grows_the_stream(svc) -> None:
+    """The reference's ``ensure_streams`` (stream/workers/service.ex): a worker is started for
+    each missing partition and every partition 0..n-1 answers INIT from its own address."""
+    addrs = create(svc, "t", 2)
+    _, c = one(svc, addrs[1], PushRequest(1, b"kept"), PushConfirm)
+    replies = send(svc, "stream_service", CreatePartitionedStreamRequest("t", 5))
+    decoded = [codec.decode_response(r.payload, CreatePartitionedStreamResponse) for r in replies]
+    assert decoded == [CreatePartitionedStreamResponse("t", p) for p in range(5)]
+    assert [r.return_route for r in replies] == [route(worker_address("t", p)) for p in range(5)]
+    assert svc.log.partition_count("t") == 5
+    _, c4 = one(svc, replies[4].return_route, PushRequest(2, b"new"), PushConfirm)
+    assert (c.index, c4.index) == (0, 0)  # a new partition starts its own sequence at 0
+    assert svc.log.read_payloads("t", 0, partition=1) == [(0, b"kept")]
     assert len(create(svc, "t", 1)) == 1  # fewer: INIT for partitions 0..n-1 (reference)
+    assert svc.log.partition_count("t") == 5
+
+
+def test_growing_a_stream_past_the_partition_cap_is_an_error(svc) -> None:
+    create(svc, "t", 2)
+    _, err = one(svc, "stream_service", CreatePartitionedStreamRequest("t", 5000), Init)
+    assert isinstance(err, Error)
+    assert svc.log.partition_count("t") == 2
 
 
 def test_partitions_are_independent_index_sequences(svc) -> None:

@@ -361,6 +361,16 @@ class Log(ABC):
         """Create ``name``, or return the existing stream (Ockam: CREATE on an existing stream
         answers INIT). Raises ``StreamExists`` if ``config.partitions`` contradicts it."""
 
+    def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        """Give ``name`` at least ``partitions`` partitions: new, empty ones after the existing
+        ones, whose records, indexes and consumer indexes are untouched (asking for no more
+        than it has changes nothing). Why: the Ockam reference answers a CREATE for more
+        partitions than a stream has by starting workers for the missing ones
+        (``stream/workers/service.ex``, ``ensure_streams``). ``UnknownStream`` if there is no
+        such stream; the partition quotas of ``create_stream`` apply (``QuotaExceeded``). A
+        backend that cannot grow a stream raises ``UnsupportedByBackend``."""
+        raise UnsupportedByBackend(f"{type(self).__name__} cannot add partitions to a stream")
+
     @abstractmethod
     def streams(self) -> list[str]: ...
 

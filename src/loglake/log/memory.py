@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from loglake.log.api import (
     Entry,
@@ -53,6 +54,18 @@ class MemoryLog(Log):
             self._parts[name] = [[] for _ in range(config.partitions)]
             for p in range(config.partitions):
                 self._first[(name, p)] = 0
+            return self.stream_info(name)
+
+    def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        with self._lock:
+            if name not in self._configs:
+                raise UnknownStream(name)
+            have = self._configs[name].partitions
+            if partitions > have:
+                self._configs[name] = replace(self._configs[name], partitions=partitions)
+                self._parts[name] += [[] for _ in range(partitions - have)]
+                for p in range(have, partitions):
+                    self._first[(name, p)] = 0
             return self.stream_info(name)
 
     def streams(self) -> list[str]:

@@ -135,6 +135,9 @@ class _Stream:
     def __init__(self, config: StreamConfig) -> None:
         self.config = config
         self.slots: list[Partition | None] = [None] * config.partitions
+        self.stamp: tuple[int, int, int] | None = None
+        """``(mtime_ns, size, inode)`` of the config a read-only log last read
+        (``_follow_growth``)."""
         self.closed_info: dict[int, tuple[int, int, int, int]] = {}
         """``snapshot()`` of partitions closed to free descriptors, taken as they closed (all
         written and fsynced, so exact until they open again): ``stream_info`` answers for
@@ -369,19 +372,50 @@ class SegmentLog(Log):
             self._streams[name] = _Stream(config)
             return self.stream_info(name)
 
-    def _check_quota(self, name: str, partitions: int) -> None:
+    def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        """``Log.grow_stream``: the count lives in the stream's ``config.json`` alone, so growing
+        rewrites that file (temp + fsync + rename, as ``create_stream`` writes it) and nothing
+        else — existing partitions' segments, sparse indexes and lake files, and the consumer
+        store, are keyed by partition number and stay as they are; a new partition's folder is
+        made when it is first used. A crash leaves the old count or the new one, whole."""
+        check_stream_name(name)
+        with self._lock:
+            s = self._stream(name)
+            have = s.config.partitions
+            if partitions <= have:
+                return self.stream_info(name)
+            if self.readonly:
+                raise ReadOnlyLog(f"cannot grow stream {name!r}: the log is read-only")
+            self._check_quota(name, partitions, partitions - have, "grow")
+            config = dataclasses.replace(s.config, partitions=partitions)
+            try:
+                fs.replace_file_atomic(self._stream_dir(name) / CONFIG_FILE, config_to_json(config))
+            except OSError as e:
+                if e.errno in (*fs.DISK_FULL_ERRNOS, errno.EIO):
+                    raise  # a storage fault: the callers' "disk full" / failed-disk answers
+                raise CreateFailed(f"cannot grow stream {name!r}: {e}") from e
+            s.config = config
+            s.slots += [None] * (partitions - have)
+            return self.stream_info(name)
+
+    def _check_quota(
+        self, name: str, partitions: int, new: int | None = None, verb: str = "create"
+    ) -> None:
+        """Whether a stream of ``partitions`` partitions, ``new`` of them not counted yet
+        (default: all), fits the quotas."""
+        new = partitions if new is None else new
         per = self.max_partitions_per_stream
         if per is not None and partitions > per:
             raise QuotaExceeded(
-                f"cannot create stream {name!r} with {partitions} partitions: "
+                f"cannot {verb} stream {name!r} with {partitions} partitions: "
                 f"at most {per} per stream (max_partitions_per_stream)"
             )
         total = self.max_partitions_total
         if total is not None:
             have = sum(s.config.partitions for s in self._streams.values())
-            if have + partitions > total:
+            if have + new > total:
                 raise QuotaExceeded(
-                    f"cannot create stream {name!r} with {partitions} partitions: the log "
+                    f"cannot {verb} stream {name!r} with {partitions} partitions: the log "
                     f"holds {have} of at most {total} (max_partitions_total)"
                 )
 
@@ -400,7 +434,30 @@ class SegmentLog(Log):
             s = self._streams.get(name)
         if s is None:
             raise UnknownStream(name)
+        if self.readonly:
+            self._follow_growth(name, s)
         return s
+
+    def _follow_growth(self, name: str, s: _Stream) -> None:
+        """A read-only log takes up partitions the writer added (``grow_stream``) since it
+        read the stream's config: it looks again when the file changed (one ``stat``)."""
+        path = self._stream_dir(name) / CONFIG_FILE
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == s.stamp:
+            return
+        with self._lock:
+            try:
+                config = config_from_json(fs.read_file(path), str(path))
+            except OSError:
+                return
+            s.stamp = stamp
+            if config.partitions > s.config.partitions:
+                s.slots += [None] * (config.partitions - s.config.partitions)
+                s.config = config
 
     def _partition(self, stream: str, partition: int) -> Partition:
         s = self._stream(stream)

@@ -190,6 +190,9 @@ class InstrumentedLog(Log):
     def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
         return self.inner.create_stream(name, config)
 
+    def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        return self.inner.grow_stream(name, partitions)
+
     def streams(self) -> list[str]:
         return self.inner.streams()
 

@@ -17,8 +17,9 @@ address is derived from the name, workers need no registry and survive a restart
 Decisions where spec and reference leave room (each also in docs/streams.md):
 - A message to an unknown stream worker, and an index request for an unknown stream, get an
   ``error`` reply naming the stream (the reference router would drop them silently).
-- CREATE of an existing stream with ``n`` partitions answers INIT for partitions ``0..n-1`` when
-  the stream has at least ``n`` (as the reference does); asking for more → ``error``.
+- CREATE of an existing stream with ``n`` partitions answers INIT for partitions ``0..n-1``, as
+  the reference does; when the stream has fewer, it is grown first (``Log.grow_stream``), as
+  the reference's ``ensure_streams`` starts the missing partitions' workers.
 - ``SaveIndex`` gets no reply, as in the reference (``stream/index/shard.ex`` casts it; a failed
   save is logged). A client learns the stored, monotonic value with a ``GetIndex`` after it.
 - ``loglake_stream_info`` (an extension) lists streams and partitions.
@@ -764,9 +765,15 @@ class StreamService:
             if (yield LogCall("has_stream", (name,))):
                 have = yield LogCall("partition_count", (name,))
                 if n > have:
-                    return self._error(
-                        msg, src, f"stream {name!r} exists with {have} partitions, not {n}"
-                    )
+                    # The reference grows the stream: ``ensure_streams`` (stream/workers/
+                    # service.ex) starts a worker for each partition 0..n-1 not running yet and
+                    # notifies the ones that are. Adding partitions changes the stream, so it
+                    # needs admin, as creating one does.
+                    if perms is not None and Permission.ADMIN not in perms:
+                        return self._error(msg, src, denied(peer, "grow", name, "admin"))
+                    yield LogCall("grow_stream", (name, n))
+                    log_event(logger, logging.INFO, "stream grown", stream=name,
+                              partitions=n, before=have)  # fmt: skip
             elif perms is not None and Permission.ADMIN not in perms:
                 return self._error(msg, src, denied(peer, "create", name, "admin"))
             else:
