@@ -13,10 +13,19 @@ import time
 
 import pytest
 
+from loglake.errors import RemoteProtocolError
 from loglake.log import MemoryLog
-from loglake.streams.client import AsyncStreamClient, StreamClient, StreamServiceError
+from loglake.streams import codec
+from loglake.streams.client import (
+    AsyncStreamClient,
+    StreamClient,
+    StreamServiceError,
+    _Addresses,
+)
+from loglake.streams.messages import Init
 from loglake.streams.server import BackgroundServer
 from loglake.streams.service import StreamService
+from loglake.wire.ockam import Address, RoutingMessage, route
 from tests.procs import free_port, wait_port
 from tests.streams.interop import ockam_peer as ref
 from tests.streams.interop.ockam_peer import PeerClient, PeerServer, local
@@ -213,6 +222,53 @@ def test_loglake_client_against_a_reference_service() -> None:
     assert not any(n == "stream_create_partitions" for n, _ in seen)
     answered = [ref.decode_response(m.payload)[0] for m in srv.service.sent]
     assert answered.count("stream_index") + answered.count("stream_index_partitioned") == 5
+
+
+def test_loglake_client_follows_every_hop_of_the_init_return_route() -> None:
+    """The reference clients send to the INIT's whole return route (Elixir
+    ``stream/client/publisher.ex`` ``add_stream(…, Message.return_route(message))``; Rust
+    ``stream/producer.rs`` ``w.route = return_route``): a worker behind a hop is reached
+    through it. Following only the first hop, every push and pull ended at the hop."""
+    with PeerServer() as srv, StreamClient(port=srv.port, timeout=5) as c:
+        srv.service.hop = "relay_1"
+        assert c.create_stream("p", 2) == "p"
+        assert c.addresses.map[("p", 1)] == (Address.local("relay_1"), Address.local("w_p_1"))
+        assert c.push("p", b"a", partition=1) == 0
+        assert c.push_many("p", [b"b", b"c"], partition=1) == [1, 2]
+        assert [(m.index, m.data) for m in c.pull("p", 0, 10, partition=1)] == [
+            (0, b"a"),
+            (1, b"b"),
+            (2, b"c"),
+        ]
+        assert srv.service.dropped == [] and srv.errors == []
+    assert srv.service.streams[("p", 1)] == [b"a", b"b", b"c"]
+
+
+def test_the_async_client_follows_every_hop_of_the_init_return_route() -> None:
+    import asyncio
+
+    async def run(port: int) -> list[tuple[int, bytes]]:
+        c = await AsyncStreamClient.connect(port=port)
+        try:
+            await c.create_stream("q")
+            await c.push_many("q", [b"x", b"y"])
+            return [(m.index, m.data) for m in await c.pull("q", 0, 10)]
+        finally:
+            await c.close()
+
+    with PeerServer() as srv:
+        srv.service.hop = "relay_1"
+        got = asyncio.run(asyncio.wait_for(run(srv.port), 5))
+        assert srv.service.dropped == []
+    assert got == [(0, b"x"), (1, b"y")]
+
+
+def test_an_init_without_a_return_route_is_a_protocol_error() -> None:
+    replies = [
+        RoutingMessage(route("r1"), (), codec.encode_payload(Init("s"))),
+    ]
+    with pytest.raises(RemoteProtocolError, match="empty return route"):
+        _Addresses().learn(replies, Init)
 
 
 def test_loglake_client_reports_a_save_the_service_did_not_store() -> None:

@@ -134,7 +134,7 @@ def connect(pki, server, who: str) -> StreamClient:
 def knows(c: StreamClient, stream: str, partition: int = 0) -> None:
     """Give the client the worker address without asking the service (it is derived from the
     name), so the request reaches the worker and the worker's own check answers."""
-    c.addresses.map[(stream, partition)] = Address.local(worker_address(stream, partition))
+    c.addresses.map[(stream, partition)] = (Address.local(worker_address(stream, partition)),)
 
 
 @pytest.fixture

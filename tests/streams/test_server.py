@@ -257,7 +257,7 @@ def test_server_on_the_embedded_log(tmp_path) -> None:
 def test_push_to_a_worker_that_is_not_a_stream_fails_all_pushes_in_flight(client) -> None:
     from loglake.wire.ockam import Address
 
-    client.addresses.map[("ghost", 0)] = Address.local(worker_address("ghost", 0))
+    client.addresses.map[("ghost", 0)] = (Address.local(worker_address("ghost", 0)),)
     with pytest.raises(UnknownStream):
         client.push_many("ghost", [b"a", b"b", b"c"])
     client.create_stream("real")
@@ -273,7 +273,7 @@ def test_async_push_error_lane(server) -> None:
 
     async def main() -> None:
         async with await AsyncStreamClient.connect(port=server.port) as c:
-            c.addresses.map[("ghost", 0)] = Address.local(worker_address("ghost", 0))
+            c.addresses.map[("ghost", 0)] = (Address.local(worker_address("ghost", 0)),)
             with pytest.raises(UnknownStream):
                 await c.push_many("ghost", [b"a"] * 10)
             await c.create_stream("real")

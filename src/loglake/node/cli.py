@@ -47,6 +47,7 @@ from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
 from loglake.streams.tls import TestPki, client_context, server_context, write_test_pki
 from loglake.structured_logging import log_event
+from loglake.wire.ockam import route_text
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 _logger = logging.getLogger(__name__)
@@ -403,7 +404,7 @@ def demo(data_dir: Path | None, spark: bool, tls: bool = False) -> None:
         name = client.create_stream("demo.orders", partitions=3)
         console.print(f"[bold]2.[/] created stream [cyan]{name}[/] with 3 partitions")
         for a, addr in sorted(client.addresses.map.items()):
-            console.print(f"     partition {a[1]} → worker address [dim]{addr.name}[/]")
+            console.print(f"     partition {a[1]} → worker address [dim]{route_text(addr)}[/]")
 
         pushed = Table("partition", "index", "data", title="3. pushed (PushConfirm)")
         for i in range(6):

@@ -21,6 +21,7 @@ from rich.table import Table
 from loglake.clitools import PORT, Renamed
 from loglake.streams.client import DEFAULT_PORT, StreamClient
 from loglake.streams.tls import client_context
+from loglake.wire.ockam import route_text
 
 
 def _client(ctx: click.Context) -> StreamClient:
@@ -148,7 +149,7 @@ def create(ctx: click.Context, name: str | None, partitions: int, as_json: bool)
     """Create stream NAME (a random name if omitted), or open it if it exists."""
     c = _client(ctx)
     name = c.create_stream(name, partitions)
-    addrs = {p: a.name for (s, p), a in sorted(c.addresses.map.items()) if s == name}
+    addrs = {p: route_text(a) for (s, p), a in sorted(c.addresses.map.items()) if s == name}
     table = Table("partition", "worker address", title=f"stream {name}")
     for p, a in addrs.items():
         table.add_row(str(p), a)

@@ -12,9 +12,12 @@ be in flight (``push_many`` pipelines up to ``window`` pushes; pushes use one re
 partition and are matched by ``request_id``, see ``ClientCore``).
 
 Stream addresses: the spec says "The client MUST use stream address from the return route"; the
-client learns each partition's worker address from the INIT replies of a CREATE, and for a stream
-it did not create asks ``loglake_stream_info`` (loglake extension) for the partition count, then
-sends the CREATE that returns the INITs.
+client learns each partition's worker route from the INIT replies of a CREATE — the whole return
+route, every hop, as the reference clients keep it (Elixir ``stream/client/publisher.ex``
+``add_stream(…, Message.return_route(message))``, Rust ``ockam/src/stream/producer.rs``
+``w.route = return_route``), so a worker behind a relay or another node is reached through it —
+and for a stream it did not create asks ``loglake_stream_info`` (loglake extension) for the
+partition count, then sends the CREATE that returns the INITs.
 
 TLS (docs/security.md): given an ``ssl.SSLContext`` (``streams/tls.client_context``), both clients
 connect over TLS and wait for the service's first byte, so a refused client certificate (which
@@ -232,7 +235,7 @@ class ClientCore:
         """``request_id → (ok, index)`` of answered pushes, until the caller takes them."""
         self.push_errors: dict[int, Error] = {}
         """``request_id → error`` of pushes answered by an ``error`` reply."""
-        self._lanes: dict[Address, int] = {}
+        self._lanes: dict[Route, int] = {}
         self._lane_routes: list[Route] = []
         self._templates: list[FrameTemplate] = []
         self._push_heads: list[dict[tuple[int, int], tuple[bytes, bytes]]] = []
@@ -258,12 +261,15 @@ class ClientCore:
         one anyway is dropped, not kept."""
         return encode_frame(RoutingMessage(dest, (Address.local(CAST_RETURN),), payload))
 
-    def lane(self, worker: Address) -> int:
-        lane = self._lanes.get(worker)
+    def lane(self, worker: Address | Route) -> int:
+        """The push lane to ``worker``: its route (an INIT's whole return route), or one
+        address for a single hop."""
+        dest = (worker,) if isinstance(worker, Address) else worker
+        lane = self._lanes.get(dest)
         if lane is None:
-            lane = self._lanes[worker] = len(self._lane_routes)
+            lane = self._lanes[dest] = len(self._lane_routes)
             self._lane_routes.append((Address.local(f"p{lane}"),))
-            self._templates.append(FrameTemplate((worker,), self._lane_routes[lane]))
+            self._templates.append(FrameTemplate(dest, self._lane_routes[lane]))
             self._push_heads.append({})
             self.in_flight.append(collections.deque())
         return lane
@@ -278,12 +284,16 @@ class ClientCore:
             if rid in waiting:
                 self._forgotten.add(rid)
 
-    def push_frames(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], bytes]:
+    def push_frames(
+        self, worker: Address | Route, datas: Sequence[bytes]
+    ) -> tuple[list[int], bytes]:
         """Frames pushing ``datas`` to ``worker``; returns their request ids and the bytes."""
         rids, parts = self.push_parts(worker, datas)
         return rids, b"".join(parts)
 
-    def push_parts(self, worker: Address, datas: Sequence[bytes]) -> tuple[list[int], list[bytes]]:
+    def push_parts(
+        self, worker: Address | Route, datas: Sequence[bytes]
+    ) -> tuple[list[int], list[bytes]]:
         """``push_frames`` as a list of parts whose concatenation is the frames: per push the
         constant head (length, routes, payload head, protocol name, body length; built once
         per lane, data size and id length), the request id, the data length, the caller's
@@ -428,10 +438,10 @@ def _saved(stored: int, index: int, client_id: str, stream: str, partition: int)
 
 
 class _Addresses:
-    """(stream, partition) → worker address, learned from INIT return routes."""
+    """(stream, partition) → worker route: the INIT's whole return route (module docstring)."""
 
     def __init__(self) -> None:
-        self.map: dict[tuple[str, int], Address] = {}
+        self.map: dict[tuple[str, int], Route] = {}
 
     def learn(self, replies: list[RoutingMessage], expect: type) -> str:
         name = None
@@ -441,7 +451,11 @@ class _Addresses:
                 _raise_error(r)
             part = getattr(r, "partition", 0)
             name = r.stream_name
-            self.map[(name, part)] = m.return_route[0]
+            if not m.return_route:  # nothing to send the stream's pushes and pulls to
+                raise RemoteProtocolError(
+                    f"INIT of stream {name!r} partition {part} has an empty return route"
+                )
+            self.map[(name, part)] = m.return_route
         assert name is not None
         return name
 
@@ -527,7 +541,7 @@ class StreamClient:
                 return replies.pop(tok)
             self._read()
 
-    def _address(self, stream: str, partition: int) -> Address:
+    def _address(self, stream: str, partition: int) -> Route:
         addr = self.addresses.map.get((stream, partition))
         if addr is None:
             n = len(self.info(stream)[0].partitions)
@@ -603,7 +617,7 @@ class StreamClient:
         return out
 
     def pull(self, stream: str, index: int, limit: int, partition: int = 0) -> list[StreamMessage]:
-        dest = (self._address(stream, partition),)
+        dest = self._address(stream, partition)
         reply = self._call(dest, codec.encode_payload(PullRequest(0, index, limit)))[0]
         r = codec.decode_pull_reply(reply.payload)
         if isinstance(r, Error):
@@ -806,7 +820,7 @@ class AsyncStreamClient:
         self._writer.write(before + frame)
         return await fut
 
-    async def _address(self, stream: str, partition: int) -> Address:
+    async def _address(self, stream: str, partition: int) -> Route:
         addr = self.addresses.map.get((stream, partition))
         if addr is None:
             n = len((await self.info(stream))[0].partitions)
@@ -898,7 +912,7 @@ class AsyncStreamClient:
     async def pull(
         self, stream: str, index: int, limit: int, partition: int = 0
     ) -> list[StreamMessage]:
-        dest = (await self._address(stream, partition),)
+        dest = await self._address(stream, partition)
         reply = (await self._call(dest, codec.encode_payload(PullRequest(0, index, limit))))[0]
         r = codec.decode_pull_reply(reply.payload)
         if isinstance(r, Error):

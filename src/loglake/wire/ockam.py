@@ -151,6 +151,12 @@ def route(*names: str | Address) -> Route:
     return tuple(n if isinstance(n, Address) else Address.local(n) for n in names)
 
 
+def route_text(r: Route) -> str:
+    """A route for people: its addresses' names joined by `` => `` (the spec's notation,
+    ``onward_route: ... => stream_service``); a one-hop route is its address's name."""
+    return " => ".join(a.name for a in r)
+
+
 def tcp_address(host: str, port: int) -> Address:
     """A ``TCPAddress`` (``transport/tcp/address.ex`` ``format_host_port``): type 1, value the
     text ``"host:port"``. An IPv6 host is written bare, as the reference does (it has a TODO to

@@ -325,13 +325,29 @@ class PeerService:
     lock: threading.Lock = field(default_factory=threading.Lock)
     drop_saves: bool = False
     """Lose every save (as a reference shard whose storage fails: it only logs)."""
+    hop: str | None = None
+    """The stream workers sit behind this address (a relay, another node): an INIT's return
+    route is ``[hop, worker]``. The hop does what an Ockam router hop does: a message to
+    ``[hop, worker, …]`` goes on to ``[worker, …]`` with ``hop`` put before its return route,
+    and the worker's reply leaves through it (``[hop, worker]`` as its return route). A message
+    whose route ends at the hop goes nowhere: it is dropped, as an Ockam router drops it."""
+    dropped: list[Message] = field(default_factory=list)
 
     def handle(self, m: Message) -> list[Message]:
         with self.lock:
-            return self._handle(m)
+            hop = local(self.hop) if self.hop is not None else None
+            if hop is None or m.onward[:1] != [hop]:
+                return self._handle(m)
+            if len(m.onward) < 2:
+                self.dropped.append(m)
+                return []
+            inner = Message(m.onward[1:], [hop, *m.ret], m.payload, m.tracing)
+            # the reply comes back out through the hop (``_reply`` put it in its return route)
+            return [Message(r.onward[1:], r.ret, r.payload) for r in self._handle(inner)]
 
     def _reply(self, m: Message, src: str, payload: bytes) -> list[Message]:
-        out = [Message(m.ret, [local(src)], payload)]
+        via = [local(self.hop)] if self.hop is not None and not src.startswith("stream_") else []
+        out = [Message(m.ret, [*via, local(src)], payload)]
         self.sent += out
         return out
 
