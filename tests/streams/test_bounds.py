@@ -13,7 +13,7 @@ from loglake.streams import LocalStreams, RetryingStreams
 from loglake.streams.client import AsyncStreamClient, ClientCore, StreamClient
 from loglake.streams.server import BackgroundServer
 from loglake.streams.service import StreamService, worker_address
-from loglake.wire.ockam import DEFAULT_MAX_FRAME, Address
+from loglake.wire.ockam import DEFAULT_MAX_FRAME, Address, FrameTooLarge
 
 
 def test_bounds_in_process_and_over_tcp_agree(tmp_path) -> None:
@@ -77,3 +77,45 @@ def test_a_record_pushed_in_a_frame_at_the_limit_is_pulled_back() -> None:
         assert index == 0
         msgs = c.pull("s", 0, 1)
         assert [(m.index, len(m.data)) for m in msgs] == [(0, size)]
+
+
+MiB = 1024 * 1024
+
+
+def test_a_record_a_server_with_a_larger_max_frame_accepted_is_pulled_back() -> None:
+    """A server may take frames past the 32 MiB default (``--limits-max-frame``); the client
+    holds replies to no limit of its own by default — the reference transport's only limit is
+    its 4-byte length (handler.ex ``{:packet, 4}``) — so what the server stored, both clients
+    can pull. Before, a 36 MiB record pushed to a 48 MiB server closed the puller's
+    connection (``FrameTooLarge`` at 32 MiB + 64 KiB)."""
+    data = bytes(range(256)) * (36 * MiB // 256)
+    with (
+        BackgroundServer(StreamService(MemoryLog()), max_frame=48 * MiB) as srv,
+        StreamClient(port=srv.port) as c,
+    ):
+        c.create_stream("big")
+        assert c.push("big", data) == 0
+        (msg,) = c.pull("big", 0, 1)
+        assert msg.index == 0 and msg.data == data
+
+        async def in_async() -> bytes:
+            a = await AsyncStreamClient.connect(port=srv.port)
+            try:
+                (m,) = await a.pull("big", 0, 1)
+                return m.data
+            finally:
+                await a.close()
+
+        assert asyncio.run(in_async()) == data
+
+
+def test_a_client_given_a_max_frame_refuses_a_larger_reply_with_a_typed_error() -> None:
+    with (
+        BackgroundServer(StreamService(MemoryLog()), max_frame=48 * MiB) as srv,
+        StreamClient(port=srv.port) as c,
+        StreamClient(port=srv.port, max_frame=1 * MiB) as small,
+    ):
+        c.create_stream("big")
+        c.push("big", bytes(2 * MiB))
+        with pytest.raises(FrameTooLarge):
+            small.pull("big", 0, 1)

@@ -69,7 +69,7 @@ from loglake.streams.reply_codes import (
 )
 from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
 from loglake.wire.ockam import (
-    DEFAULT_MAX_FRAME,
+    MAX_WIRE_FRAME,
     Address,
     FrameTemplate,
     Route,
@@ -207,11 +207,14 @@ def _retrieve(futs: list[asyncio.Future]) -> None:
             f.exception()
 
 
-REPLY_HEADROOM = 64 * 1024
-"""What a client takes in a frame beyond the server's ``DEFAULT_MAX_FRAME``: a pull's reply
-carries a record with more than the push that stored it (its index, the message count, the
-routes), so a record pushed in a frame at the limit came back in a frame past it, which the
-client refused (and its connection with it): an acknowledged record nobody could read."""
+CLIENT_MAX_FRAME = MAX_WIRE_FRAME
+"""The largest reply frame a client takes by default: any the wire can carry, as the reference
+transport does (handler.ex ``{:packet, 4}``). Why not the server's ``DEFAULT_MAX_FRAME`` (plus
+headroom, as before): a server's ``max_frame`` is its operator's (``--limits-max-frame``), and
+a pull's reply carries a stored record whole — held to 32 MiB, a client could not pull back a
+record a server with a larger limit had confirmed. The limit guards a server against its many
+clients; a client reads only replies to what it asked of the server it chose, and a frame is
+buffered as its bytes arrive (its announced length reserves nothing). ``max_frame=`` bounds it."""
 
 
 class ClientCore:
@@ -227,7 +230,7 @@ class ClientCore:
     Other requests get their own return address ``r<n>``.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME + REPLY_HEADROOM) -> None:
+    def __init__(self, max_frame: int = CLIENT_MAX_FRAME) -> None:
         self.conn = TcpConnection(max_frame)
         self._n = 0
         self.replies: dict[int, list[RoutingMessage]] = collections.defaultdict(list)
@@ -464,7 +467,8 @@ class StreamClient:
     """Blocking client. ``with StreamClient(host, port) as c: c.push("s", b"x")``.
 
     ``tls``: connect over TLS with this context (``streams.tls.client_context``); the server's
-    certificate must name ``server_hostname`` (default: ``host``)."""
+    certificate must name ``server_hostname`` (default: ``host``). ``max_frame``: the largest
+    reply frame taken (``CLIENT_MAX_FRAME``); a larger one is ``FrameTooLarge``."""
 
     def __init__(
         self,
@@ -475,6 +479,7 @@ class StreamClient:
         window: int = DEFAULT_WINDOW,
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        max_frame: int = CLIENT_MAX_FRAME,
     ) -> None:
         self.host, self.port, self.window = host, port, window
         try:
@@ -490,7 +495,7 @@ class StreamClient:
                 raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
         self.sock = sock
         self._rbuf = memoryview(bytearray(1 << 20))
-        self.core = ClientCore()
+        self.core = ClientCore(max_frame)
         self.addresses = _Addresses()
         try:
             self.sock.sendall(self.core.initial_bytes())
@@ -693,9 +698,10 @@ class AsyncStreamClient:
         writer: asyncio.StreamWriter,
         window: int,
         received: bytes = b"",
+        max_frame: int = CLIENT_MAX_FRAME,
     ):
         self._reader, self._writer, self.window = reader, writer, window
-        self.core = ClientCore()
+        self.core = ClientCore(max_frame)
         self.addresses = _Addresses()
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._push_waiters: dict[int, tuple[_PushChunk, int]] = {}
@@ -715,8 +721,9 @@ class AsyncStreamClient:
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         timeout: float = 30.0,
+        max_frame: int = CLIENT_MAX_FRAME,
     ) -> AsyncStreamClient:
-        """Connect (over TLS with ``tls``, as ``StreamClient``)."""
+        """Connect (over TLS with ``tls``, and ``max_frame``, as ``StreamClient``)."""
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(
@@ -744,7 +751,7 @@ class AsyncStreamClient:
             except (OSError, TimeoutError) as e:
                 writer.close()
                 raise TlsError(f"TLS handshake with {host}:{port} refused: {e}") from None
-        return cls(reader, writer, window, received)
+        return cls(reader, writer, window, received, max_frame)
 
     async def close(self) -> None:
         self._task.cancel()

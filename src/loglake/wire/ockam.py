@@ -68,7 +68,10 @@ ADDRESS_TYPE_TCP = 1
 """Ockam.Transport.TCPAddress type."""
 
 DEFAULT_MAX_FRAME = 32 * 1024 * 1024
-"""loglake's limit on one frame (the reference has none)."""
+"""loglake's server limit on one frame (the reference has none)."""
+MAX_WIRE_FRAME = 2**32 - 1
+"""The largest frame the 4-byte length can state: the reference transport's only limit
+(handler.ex ``{:packet, 4}``)."""
 
 _LEN = struct.Struct(">I")
 _TCP_MESSAGE_HEAD = b"\x84"
