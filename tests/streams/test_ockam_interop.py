@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from loglake.errors import RemoteProtocolError
-from loglake.log import MemoryLog
+from loglake.errors import LocalProtocolError, RemoteProtocolError
+from loglake.log import InvalidStreamName, MemoryLog
 from loglake.streams import codec
 from loglake.streams.client import (
     AsyncStreamClient,
@@ -153,10 +153,19 @@ def test_reference_plain_index_save_gets_no_reply(serve) -> None:
 
 
 def test_reference_error_reply(serve) -> None:
+    """The reference's stream service answers a refused CREATE (an empty name: ``return_error``
+    in workers/service.ex) and an undecodable one with the error ``Invalid request`` from
+    ``stream_service``; a worker answers an undecodable request alike (workers/stream.ex)."""
+    invalid = ref.error("Invalid request")
+    assert invalid == b"\x05error\x10\x0fInvalid request"
     with peer(serve) as c:
-        reply = c.call(SERVICE, ref.create(""))
-        assert ref.decode_response(reply.payload) == ("error", ("Empty stream name",))
-        assert reply.ret == [local("stream_service")]
+        for request in [ref.create(""), ref.base("stream_create", b"\x07"), ref.pull(1, 0, 1)]:
+            reply = c.call(SERVICE, request)
+            assert reply.payload == invalid
+            assert reply.ret == [local("stream_service")]
+        worker = c.call(SERVICE, ref.create("interop_err")).ret
+        reply = c.call(worker, ref.base("stream_push", b"\x01\x09ab"))
+        assert reply.payload == invalid and reply.ret == worker
 
 
 @pytest.mark.parametrize(
@@ -333,3 +342,17 @@ def test_a_client_that_sent_its_version_byte_is_kept(quick_server) -> None:
     with StreamClient(port=quick_server, timeout=10) as c:
         time.sleep(0.8)
         assert c.create_stream("kept") == "kept"
+
+
+def test_loglake_client_checks_a_create_before_sending_it() -> None:
+    """The service answers a refused CREATE with the reference's bare ``Invalid request``, so
+    the client gives the reason itself, as ``LocalStreams`` would, and sends nothing."""
+    with PeerServer() as srv, StreamClient(port=srv.port, timeout=5) as c:
+        with pytest.raises(InvalidStreamName, match="invalid stream name"):
+            c.create_stream("bad/name")
+        with pytest.raises(InvalidStreamName):
+            c.create_stream("")
+        with pytest.raises(LocalProtocolError, match="partitions must be >= 1"):
+            c.create_stream("ok", 0)
+        assert c.create_stream("ok") == "ok"
+    assert srv.service.seen == [("stream_create", "create")]

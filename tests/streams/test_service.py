@@ -101,11 +101,20 @@ def test_create_of_an_existing_stream_sends_init_again(svc) -> None:
     assert svc.log.streams() == ["orders"]
 
 
-def test_create_with_empty_or_invalid_name_is_an_error(svc) -> None:
-    _, err = one(svc, "stream_service", CreateStreamRequest(""), Init)
-    assert err == Error("Empty stream name")
-    _, err = one(svc, "stream_service", CreateStreamRequest("bad/name"), Init)
-    assert isinstance(err, Error) and "invalid stream name" in err.reason
+def test_a_refused_create_is_invalid_request_with_the_reason_in_the_log(svc, caplog) -> None:
+    """workers/service.ex ``return_error``: every refused CREATE gets ``Invalid request`` (the
+    reference logs "Empty stream name" and sends that); the detail is in loglake's log."""
+    caplog.set_level("INFO", logger="loglake.streams.service")
+    for request, why in [
+        (CreateStreamRequest(""), "Empty stream name"),
+        (CreateStreamRequest("bad/name"), "invalid stream name"),
+        (CreatePartitionedStreamRequest("t", 0), "partitions must be 1..4096, not 0"),
+    ]:
+        reply, err = one(svc, "stream_service", request, Init)
+        assert err == Error("Invalid request")
+        assert reply.return_route == route("stream_service")
+        refused = [r for r in caplog.records if r.getMessage() == "create refused"]
+        assert why in refused[-1].fields["reason"]  # type: ignore[attr-defined]
     assert svc.log.streams() == []
 
 

@@ -36,8 +36,8 @@ import ssl
 from collections.abc import Sequence
 from typing import NoReturn
 
-from loglake.errors import LoglakeError, RemoteProtocolError, Unavailable
-from loglake.log.api import UnknownPartition, UnknownStream
+from loglake.errors import LocalProtocolError, LoglakeError, RemoteProtocolError, Unavailable
+from loglake.log.api import UnknownPartition, UnknownStream, check_stream_name
 from loglake.streams import codec
 from loglake.streams.api import StreamMessage
 from loglake.streams.messages import (
@@ -395,6 +395,14 @@ class ClientCore:
 # ``stream_create_partitioned``, ``stream_index_partitioned``), which an Ockam node understands;
 # loglake's service accepts those and the spec's spellings alike.
 def _create_payload(name: str | None, partitions: int) -> tuple[bytes, type]:
+    """The CREATE for ``name``, checked here first: the service answers a refused CREATE with
+    the reference's bare ``Invalid request`` (``service.INVALID_REQUEST``), so the reason —
+    the ``InvalidStreamName`` or ``LocalProtocolError`` ``LocalStreams`` raises — is given
+    before sending."""
+    if name is not None:
+        check_stream_name(name)
+    if partitions < 1:
+        raise LocalProtocolError(f"partitions must be >= 1, got {partitions}")
     if partitions == 1:
         return codec.encode_payload(CreateStreamRequest(name)), Init
     return (

@@ -56,7 +56,6 @@ from loglake.log.api import (
     UnknownPartition,
     UnknownStream,
     ascii_digits,
-    check_stream_name,
 )
 from loglake.log.fs import DISK_FULL_ERRNOS
 from loglake.streams import codec
@@ -103,7 +102,10 @@ STREAM_SERVICE_ADDRESS = "stream_service"
 INDEX_SERVICE_ADDRESS = "stream_index_service"
 """Spec "Addition ... Addresses": 'e.g. "stream_index_service"'."""
 INVALID_REQUEST = "Invalid request"
-"""The reason the reference sends for an undecodable payload (workers/stream.ex)."""
+"""The one reason the reference's stream service sends: for a payload a worker cannot decode
+(``workers/stream.ex`` ``handle_decode_error``), and for every CREATE the service refuses —
+an undecodable one, and one with an empty name, whose own reason ("Empty stream name") it only
+logs (``workers/service.ex`` ``return_error``)."""
 MAX_PARTITIONS = 4096
 """loglake's cap on partitions per stream (a CREATE asking more gets an error)."""
 MAX_PULL_MESSAGES = 100_000
@@ -744,6 +746,14 @@ class StreamService:
             if not (yield LogCall("has_stream", (name,))):
                 return name
 
+    def _invalid_create(self, msg: RoutingMessage, why: str) -> list[RoutingMessage]:
+        """A CREATE refused for what it asks (a name, a partition count): ``Invalid request``
+        on the wire, as the reference answers every refused CREATE (``return_error`` in
+        ``workers/service.ex`` logs its reason and sends that text), and the reason in the
+        log. loglake's client checks what it can before sending (``client._create_payload``)."""
+        log_event(logger, logging.INFO, "create refused", reason=why[:MAX_REASON])
+        return self._error(msg, self._service_addr, INVALID_REQUEST)
+
     def _create(
         self, msg: RoutingMessage, name: str | None, n: int, partitioned: str | None, peer: Peer
     ) -> _Handler:
@@ -751,12 +761,13 @@ class StreamService:
         if name is None:
             name = yield from self._new_name()
         elif name == "":
-            return self._error(msg, src, "Empty stream name")
+            return self._invalid_create(msg, "Empty stream name")
         if not 1 <= n <= MAX_PARTITIONS:
-            return self._error(msg, src, f"partitions must be 1..{MAX_PARTITIONS}, not {n}")
+            return self._invalid_create(msg, f"partitions must be 1..{MAX_PARTITIONS}, not {n}")
+        if not _is_stream_name(name):
+            return self._invalid_create(msg, _bad_name(name))
         access = self.access
         try:
-            check_stream_name(name)
             # opening an existing stream (to learn its workers) needs any permission on it,
             # creating one needs admin; a peer with none does not learn whether it exists
             perms = access.permissions(peer, name) if access is not None else None
