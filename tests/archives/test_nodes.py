@@ -19,7 +19,7 @@ from loglake.log import MemoryLog
 from loglake.log.api import Entry
 from loglake.streams.api import LocalStreams
 
-from .helpers import DAY, START, WEEK, fill_weeks, record
+from .helpers import DAY, START, WEEK, fill_weeks, record, topic_for
 
 KEY = PrivateKey(bytes.fromhex("33" * 32))
 CID = community_id(KEY)
@@ -155,6 +155,48 @@ def test_store_is_rebuilt_from_stream_and_archives(tmp_path, layout):
     assert pruned.log_records == 14  # weeks 1-2, exactly what the archives hold
     assert _live(log) == everything[14:]
     assert node2.build(START + 2 * WEEK).new == []  # no window is exported twice
+
+
+def test_a_message_received_twice_is_archived_once(tmp_path, layout):
+    """status-go keeps one row per message hash (protocol/communities/persistence.go
+    ``SaveWakuMessages``: ``INSERT OR REPLACE INTO waku_messages``, ``hash TEXT PRIMARY KEY``):
+    a message received twice — again in the same batch, in a later one, and after its window
+    was archived (a store node's history sent again) — is in the archive once, exactly as if
+    it had arrived once, holds no record back from truncation, and a member hydrates it once."""
+    extra = {"hash": b"\x5a" * 32} if layout.name == "status-go" else {}
+    twice = layout.make_record(
+        payload=b"twice", topic=topic_for(layout), timestamp_ns=START + DAY, **extra
+    )
+    same_time = record(layout, START + DAY, b"same time, other bytes")
+    once, log = MemoryLog(), MemoryLog()
+    for target, recs in (
+        (once, [twice, same_time, record(layout, START + 2 * DAY)]),
+        (log, [twice, same_time, twice, record(layout, START + 2 * DAY)]),
+    ):
+        target.create_stream("community")
+        target.append_many("community", [Entry(r) for r in recs])
+    log.append("community", twice)  # a later batch
+    ref = ControlNode(tmp_path / "ref", KEY, layout, MessageStore())
+    ref.ingest_streams(LocalStreams(once), "community")
+    ref.build(START + 2 * WEEK)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    assert node.ingest_streams(LocalStreams(log), "community") == 3
+    out = node.build(START + 2 * WEEK)
+    data = node.data_path.read_bytes()
+    assert data == ref.data_path.read_bytes()
+    (entry,) = out.new
+    assert layout.decode_archive(data[entry.offset : entry.offset + entry.size], entry) == [
+        twice,
+        same_time,
+        record(layout, START + 2 * DAY),
+    ]
+    log.append("community", twice)  # after its window was archived
+    assert node.ingest_streams(LocalStreams(log), "community") == 0
+    pruned = node.prune(START + 10 * WEEK)
+    assert pruned.log_records == 6 and _live(log) == []  # no copy holds the live log
+    member = MessageStore()
+    member.hydrate(entry, unpack(layout, entry, data[entry.offset : entry.offset + entry.size]))
+    assert member.count() == 3
 
 
 def test_member_waits_20_seconds_after_the_last_magnet():

@@ -39,3 +39,23 @@ def test_deleted_messages_leave_no_bytes_in_the_file(tmp_path):
     assert store.prune(START + WEEK) == 1
     store.close()  # checkpoints the WAL into the database file
     assert secret[:64] not in path.read_bytes()
+
+
+def test_a_record_stored_already_is_not_stored_again():
+    """One row per message, as status-go's ``waku_messages`` (its hash the primary key): a
+    copy in the same batch or a later one is not stored; another record of the same time is;
+    the first copy keeps its place and stream index."""
+    store = MessageStore()
+    a, b = _msg(START + 1, b"a"), _msg(START + 1, b"b")
+    assert store.add([a, b, a], indexes=[0, 1, 2]) == 2
+    assert store.add([_msg(START, b"older"), a], indexes=[3, 4]) == 1
+    assert store.add([_msg(START + 2, b"newer")], indexes=[5]) == 1
+    assert store.messages() == [
+        (START, b"topic", b"older"),
+        (START + 1, b"topic", b"a"),
+        (START + 1, b"topic", b"b"),
+        (START + 2, b"topic", b"newer"),
+    ]
+    rows = store.db.execute("SELECT raw, idx FROM messages ORDER BY idx").fetchall()
+    assert rows == [(b"a", 0), (b"b", 1), (b"older", 3), (b"newer", 5)]
+    store.close()

@@ -212,6 +212,41 @@ def test_a_control_node_continues_from_what_the_job_wrote(spark, tmp_path, layou
     assert_same(tmp_path / "job", tmp_path / "ctl")
 
 
+def _append_copies(data: Path, stream: str, picks: list[int]) -> list[bytes]:
+    """Append again the records at the stream indexes ``picks`` (Waku messages received
+    twice); returns every record of the stream, copies included."""
+    with open_log(data) as log:
+        recs = [r.data for r in log.read(stream, 0)]
+        log.append_many(stream, [Entry(recs[i]) for i in picks])
+    return recs + [recs[i] for i in picks]
+
+
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_a_message_received_twice_is_archived_once_as_by_the_control_node(
+    spark, tmp_path, layout_name
+):
+    """status-go keeps one row per message hash (persistence.go ``SaveWakuMessages``: INSERT
+    OR REPLACE, ``hash`` the primary key): copies in the same lake file, in another one and in
+    the live tail, and a record sent twice in a row, are archived once, by the job exactly as
+    by the control node, whose store keeps the first copy (``MessageStore.add``)."""
+    layout = get_layout(layout_name)
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 3))
+    _append_copies(data, "c", [3, 5, 41, 90, 90])  # weeks 1, 2 and 3 (index 90 three times)
+    write_weeks(data, "c", layout, range(3, 4), seed=3)
+    recs = _append_copies(data, "c", [1, 2, 119, 160])
+    now = START + 4 * WEEK + DAY
+    rep = job(spark, data, tmp_path / "job", layout_name, now)
+    out = control_build(data, tmp_path / "ctl", "c", layout, now)
+    assert_same(tmp_path / "job", tmp_path / "ctl")
+    blob = files(tmp_path / "job")["data"]
+    archived = [
+        r for e in out.new for r in layout.decode_archive(blob[e.offset : e.offset + e.size], e)
+    ]
+    assert sorted(archived) == sorted(set(recs))  # every message, once
+    assert rep.communities[0].records == len(set(recs)) == 4 * 40
+
+
 def _with_bad_record(data: Path, layout: Layout) -> int:
     write_weeks(data, "c", layout, range(0, 2))
     with open_log(data) as log:

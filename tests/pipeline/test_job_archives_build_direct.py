@@ -576,3 +576,36 @@ def test_a_whole_lake_unit_is_read_in_batches_of_at_most_batch_rows_with_every_r
         got = pa.Table.from_batches(batches)
         assert got.column("index").to_pylist() == list(range(n))
         assert got.column("data").to_pylist() == table.column("data").to_pylist()
+
+
+def test_copies_are_the_records_whose_bytes_an_earlier_index_holds_and_only_they_are_read():
+    import pyarrow as pa
+
+    # index: bytes (time, framed size and cap follow from them); the spills' order is by time
+    recs = {
+        10: b"a" * 5,  # time 1
+        11: b"b" * 5,  # time 1, same size and cap as a: read, kept
+        12: b"c" * 7,  # time 1, other size: never read
+        13: b"d" * 5,  # time 2, alone at its time: never read
+        14: b"a" * 5,  # time 1: a copy of 10
+        15: b"b" * 5,  # time 1: a copy of 11
+        16: b"a" * 5,  # time 1: a copy of 10 again
+    }
+    times = {10: 1, 11: 1, 12: 1, 13: 2, 14: 1, 15: 1, 16: 1}
+    idx = np.array([10, 11, 12, 14, 15, 16, 13], dtype=np.int64)  # a spill: time, then index
+    ts = np.array([times[i] for i in idx.tolist()], dtype=np.int64)
+    flen = np.array([len(recs[i]) + 2 for i in idx.tolist()], dtype=np.int64)
+    cap = flen - 2
+    read: list[int] = []
+
+    def records(pos: np.ndarray) -> pa.Array:
+        assert list(pos) == sorted(pos)
+        read.extend(idx[pos].tolist())
+        return pa.array([recs[i] for i in idx[pos].tolist()], pa.large_binary())
+
+    assert ab._copies(ts, flen, cap, idx, records).tolist() == [14, 15, 16]
+    assert sorted(read) == [10, 11, 14, 15, 16]
+    # nothing shares a time: nothing read
+    read.clear()
+    one = np.array([1, 2, 3], dtype=np.int64)
+    assert ab._copies(one, one, one, one, records).tolist() == [] and read == []

@@ -177,7 +177,8 @@ class ControlNode:
     # -- ingest -----------------------------------------------------------------------------
     def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
         """Copy new records of the community stream into the store (records that are not the
-        layout's WakuMessage are logged and skipped). ``prune`` truncates ``stream`` through
+        layout's WakuMessage are logged and skipped, a copy of a stored record is not stored:
+        ``MessageStore.add``); returns how many were stored. ``prune`` truncates ``stream`` through
         ``streams`` (an embedded log can: ``LocalStreams(log)``; a remote stream service
         cannot, and ``prune`` says so)."""
         self._truncate = partial(streams.truncate_before, stream, partition=0)

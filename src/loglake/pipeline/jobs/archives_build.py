@@ -242,7 +242,8 @@ class CommunityReport:
     """7-day windows consumed by this build (empty ones included)."""
     new_archives: int = 0
     records: int = 0
-    """Records in the windows built (before topic filtering and status-go's size cap)."""
+    """Records in the windows built (before topic filtering and status-go's size cap; a
+    copy of an earlier record is not counted: ``_copies``)."""
     bad_records: int = 0
     bad_sample: list[tuple[int, str]] = field(default_factory=list)
     appended_bytes: int = 0
@@ -489,6 +490,9 @@ class _BuildTask:
     hi: int
     place: _Place | None = None
     """Where the task writes its archives when the driver sized them (``_plan_direct``)."""
+    drop: tuple[int, ...] = ()
+    """Stream indexes of records in its windows that are copies of an earlier one, left out
+    (``_copies``)."""
 
 
 @dataclass(frozen=True)
@@ -614,20 +618,94 @@ def _frame_batch(col: pa.Array) -> pa.Array:
 def _spill_slices(scratch: Scratch, t: _BuildTask) -> list[tuple[Unit, pa.Table]]:
     """Per unit of ``t`` with records in its windows, the spill's rows of them (memory-mapped,
     in the store's order: a slice by time)."""
-    import pyarrow as pa
 
     frm, to = t.windows[0][0], t.windows[-1][1]
+    drop = np.asarray(t.drop, dtype=np.int64)
     out = []
     for u in t.units:
-        path = scratch.find(_spill_name(t.sid, u))
-        if path is None:  # no good record in this unit
+        table = _read_spill(scratch, t.sid, u, drop)
+        if table is None:  # no good record in this unit
             continue
-        with pa.memory_map(path) as src:
-            table = pa.ipc.open_file(src).read_all()
         a, z = np.searchsorted(table.column("ts").to_numpy(), [frm, to], side="left").tolist()
         if z > a:
             out.append((u, table.slice(a, z - a)))
     return out
+
+
+def _read_spill(
+    scratch: Scratch, sid: int, u: Unit, drop: np.ndarray | None = None
+) -> pa.Table | None:
+    """The spill of unit ``u`` (memory-mapped), without the records of stream index ``drop``
+    (sorted: the copies ``_copies`` found), or None where the unit had no good record."""
+    import pyarrow as pa
+
+    path = scratch.find(_spill_name(sid, u))
+    if path is None:
+        return None
+    with pa.memory_map(path) as src:
+        table = pa.ipc.open_file(src).read_all()
+    if drop is not None and len(drop):
+        a, z = np.searchsorted(drop, [u.start, u.end]).tolist()
+        if z > a:
+            keep = ~np.isin(table.column("index").to_numpy(), drop[a:z])
+            table = table.filter(pa.array(keep))
+    return table
+
+
+def _copies(
+    ts: np.ndarray,
+    flen: np.ndarray,
+    cap: np.ndarray,
+    idx: np.ndarray,
+    records: Callable[[np.ndarray], Any],
+) -> np.ndarray:
+    """The stream indexes (sorted) of the records that are a copy of a record of a lower
+    index: the same bytes, a Waku message received twice. ``MessageStore.add`` keeps the
+    first copy of a message, as status-go keeps one row per message hash (its docstring
+    cites status-go and says why the first); this drops the same copies, so the job's
+    archives stay the control node's.
+
+    Without a pass per record: only records whose time, framed size and cap all equal
+    another's can be copies; they are found with numpy over the spills' columns (an argsort
+    of the times, which the spills hold in sorted runs, then one sort of the few records
+    sharing a time, by time and a 64-bit mix of size and cap: a collision of the mix only
+    reads a record more), and only those are read (``records(positions)``, positions sorted:
+    their bytes in that order) and grouped by their bytes (Arrow's hash grouping)."""
+    import pyarrow as pa
+
+    none = np.zeros(0, dtype=np.int64)
+    if len(ts) < 2:
+        return none
+    order = np.argsort(ts, kind="stable")
+    st = ts[order]
+    eq = st[1:] == st[:-1]
+    if not eq.any():
+        return none
+    shared = np.zeros(len(st), dtype=bool)
+    shared[1:] |= eq
+    shared[:-1] |= eq
+    cand = order[shared]  # in time order
+    ct = ts[cand]
+    rank = np.concatenate(([0], np.cumsum(ct[1:] != ct[:-1]))).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        mix = flen[cand].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ cap[cand].astype(
+            np.uint64
+        ) * np.uint64(0xC2B2AE3D27D4EB4F)
+    # past 2**24 shared times the ranks wrap and keys of other times may meet: only a record
+    # more is read (equal records always have equal keys)
+    key = (rank << np.uint64(40)) | (mix >> np.uint64(24))
+    by = np.argsort(key, kind="stable")  # sorted by rank already: cheap
+    ks = key[by]
+    same = ks[1:] == ks[:-1]
+    if not same.any():
+        return none
+    sel = np.zeros(len(ks), dtype=bool)
+    sel[1:] |= same
+    sel[:-1] |= same
+    pos = np.sort(cand[by[sel]])
+    table = pa.table({"data": records(pos), "index": pa.array(idx[pos])})
+    first = table.group_by("data", use_threads=False).aggregate([("index", "min")])
+    return np.setdiff1d(idx[pos], first.column("index_min").to_numpy())
 
 
 def _in_index_runs(slices: Sequence[tuple[Unit, pa.Table]]) -> bool:
@@ -723,6 +801,7 @@ def _plan_direct(
     tasks: list[_BuildTask],
     units: Mapping[int, list[Unit]],
     scratch: Scratch,
+    drops: Mapping[int, np.ndarray],
 ) -> tuple[list[_BuildTask], dict[int, Path]]:
     """Every archive of the spec layout sized before any is built, from the spills' time,
     framed size and topic codes (memory-mapped; no record bytes read): per window its
@@ -730,7 +809,6 @@ def _plan_direct(
     ``padding_field``); then each task's offset by prefix sum, and the community's staged
     ``data`` made that long (``_open_stage``). The tasks come back with their ``_Place``;
     a community whose head is not the shape this assumes keeps the part files."""
-    import pyarrow as pa
 
     from loglake.archives import ArchiveMetadata, padding_field
 
@@ -747,11 +825,9 @@ def _plan_direct(
         count = np.zeros(len(ws), dtype=np.int64)
         topics: list[set[Any]] = [set() for _ in ws]
         for u in units[sid]:
-            path = scratch.find(_spill_name(sid, u))
-            if path is None:  # no good record in this unit
+            table = _read_spill(scratch, sid, u, drops.get(sid))
+            if table is None:  # no good record in this unit
                 continue
-            with pa.memory_map(path) as src:
-                table = pa.ipc.open_file(src).read_all()
             ts = table.column("ts").to_numpy()
             csum = np.zeros(len(ts) + 1, dtype=np.int64)
             np.cumsum(table.column("flen").to_numpy(), out=csum[1:])
@@ -794,6 +870,47 @@ def _plan_direct(
             continue
         out += ts_
     return out, staged
+
+
+def _community_copies(
+    data_dir: str, scratch: Scratch, sid: int, units: Sequence[Unit], frm: int, to: int
+) -> np.ndarray:
+    """``_copies`` among a community's records of time ``[frm, to)`` (the windows to build:
+    a copy has its original's time, so both are in one window): from the scan's spills,
+    the few records compared read from the spill (general path) or the stream again (the
+    spec layout's spills hold no bytes: ``_reread``)."""
+    import pyarrow as pa
+
+    parts: list[tuple[Unit, pa.Table]] = []
+    for u in units:
+        table = _read_spill(scratch, sid, u)
+        if table is None:
+            continue
+        a, z = np.searchsorted(table.column("ts").to_numpy(), [frm, to], side="left").tolist()
+        if z > a:
+            parts.append((u, table.slice(a, z - a)))
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum([0] + [p.num_rows for _, p in parts])
+
+    def col(name: str) -> np.ndarray:
+        return np.concatenate([p.column(name).to_numpy() for _, p in parts]).astype(np.int64)
+
+    def records(pos: np.ndarray) -> pa.ChunkedArray:
+        chunks: list[pa.Array] = []
+        for k, (u, p) in enumerate(parts):
+            a, z = np.searchsorted(pos, starts[k : k + 2]).tolist()
+            if z <= a:
+                continue
+            at = pos[a:z] - starts[k]
+            if "data" in p.column_names:
+                chunks += p.column("data").take(pa.array(at)).chunks
+            else:
+                want = p.column("index").to_numpy()[at]
+                chunks += _reread(data_dir, u, want, framed=False).chunks
+        return pa.chunked_array(chunks, pa.large_binary())
+
+    return _copies(col("ts"), col("flen"), col("cap"), col("index"), records)
 
 
 def _in_groups(items: Sequence[Any], sizes: Sequence[int], n: int) -> list[list[Any]]:
@@ -1544,10 +1661,23 @@ def _scan_build_stage(
         report.seconds["total"] = time.perf_counter() - t0
         return report
 
+    # a message received twice is archived once, as by the control node (``_copies``)
+    drops: dict[int, np.ndarray] = {}
+    for sid, ws in windows.items():
+        found = _community_copies(opts.data_dir, scratch, sid, units[sid], ws[0][0], ws[-1][1])
+        if len(found):
+            drops[sid] = found
+    tasks = [
+        dataclasses.replace(t, drop=tuple(d[(d >= t.lo) & (d < t.hi)].tolist()))
+        if len(d := drops.get(t.sid, np.zeros(0, dtype=np.int64)))
+        else t
+        for t in tasks
+    ]
+
     # the spec layout's archives sized here from the spills: build tasks write them in place
     placed: dict[int, Path] = {}
     if direct:
-        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, scratch)
+        tasks, placed = _plan_direct(root, layout, states, windows, tasks, units, scratch, drops)
     report.seconds["plan"] = time.perf_counter() - t0 - report.seconds["scan"]
 
     # pass 2 (executors): each group of windows built by the archives part's builder
