@@ -199,6 +199,45 @@ def test_a_message_received_twice_is_archived_once(tmp_path, layout):
     assert member.count() == 3
 
 
+def _fields_reversed(layout, raw: bytes) -> bytes:
+    """``raw`` with its fields written last to first: the same message to any protobuf
+    reader (fields may come in any order), other bytes than protobuf writes."""
+    parsed = layout.decode_record(raw)
+    assert parsed.raw == raw
+    from loglake.wire.pb import archives_spec_pb2 as spec_pb
+    from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
+
+    cls = (spec_pb if layout.name == "spec" else sg_pb).WakuMessage
+    out = b""
+    for field, value in cls.FromString(raw).ListFields():
+        out = cls(**{field.name: value}).SerializeToString() + out
+    return out
+
+
+def test_a_record_in_non_canonical_protobuf_bytes_is_re_flagged_after_a_lost_store(
+    tmp_path, layout
+):
+    """A lost store is re-flagged from the archives: a row is archived iff its record is in
+    one. A record whose valid protobuf bytes are not the ones protobuf writes is archived as
+    it is (its bytes framed), so it must be found there as it is: the live log is truncated
+    past it, as past every other archived record."""
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(2), 7)
+    odd = _fields_reversed(layout, record(layout, START + 2 * DAY, b"fields in reverse"))
+    assert layout.decode_record(odd).timestamp_ns == START + 2 * DAY
+    log.append("community", odd)  # index 14, in week 1
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore(tmp_path / "a.sqlite"))
+    node.ingest_streams(LocalStreams(log), "community")
+    node.build(START + 2 * WEEK)
+    assert odd in node.data_path.read_bytes()  # archived as it came
+    node.store.close()
+    fresh = MessageStore(tmp_path / "b.sqlite")
+    node2 = ControlNode(tmp_path / "root", KEY, layout, fresh)
+    node2.ingest_streams(LocalStreams(log), "community")
+    assert fresh.rows_before(START + 2 * WEEK) == []  # every row re-flagged
+    assert node2.prune(START + 10 * WEEK).log_records == 15 and _live(log) == []
+
+
 def test_member_waits_20_seconds_after_the_last_magnet():
     core = MemberCore(CID)
     t = 1_000 * NS

@@ -207,7 +207,11 @@ class ControlNode:
     def _reflag(self) -> None:
         """Rebuild the store's ``archived`` flags from the local archives (once, after the
         first ingest into a new or lagging store): a row older than the last archive's end is
-        archived iff its record is in an archive. Holds every archived record in memory."""
+        archived iff its record is in an archive. Holds every archived record in memory.
+        ``decode_archive`` gives records back as protobuf writes them: a row whose bytes are
+        not among them is looked for as it would come back (``Layout.as_decoded``), or a
+        record in valid but other protobuf bytes was never flagged again, and held the
+        live log from truncation for good."""
         if not self._reflag_due:
             return
         self._reflag_due = False
@@ -220,7 +224,10 @@ class ControlNode:
                 for e in entries:
                     f.seek(e.offset)
                     archived.update(self.layout.decode_archive(f.read(e.size), e))
-            self.store.flag_archived([rid for rid, raw in rows if raw in archived])
+            again = self.layout.as_decoded
+            self.store.flag_archived(
+                [rid for rid, raw in rows if raw in archived or again(raw) in archived]
+            )
         self.store.record_archives(entries, self.builder.end_ns)
         log_event(logger, logging.INFO, "store re-flagged from archives", rows=len(rows))
 

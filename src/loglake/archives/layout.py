@@ -142,6 +142,23 @@ class Layout(ABC):
     def parse_topic(self, text: str) -> bytes | str:
         """A topic from the command line: hex for status-go, the string for spec."""
 
+    _record_cls: Any
+    """The layout's generated ``WakuMessage`` class."""
+
+    def as_decoded(self, raw: bytes) -> bytes:
+        """``raw`` as ``decode_archive`` gives it back from an archive: parsed and written
+        again by protobuf (deterministic). An archive frames a record's own bytes, which a
+        valid record need not write as protobuf does (fields in another order, a default
+        value written out): a record is in an archive iff its ``as_decoded`` is among the
+        archive's records. ``raw`` as it is where it does not parse (never archived)."""
+        m = self._record_cls()
+        try:
+            m.ParseFromString(raw)
+        except (PbDecodeError, RuntimeError, ValueError):
+            return raw
+        out: bytes = m.SerializeToString(deterministic=True)
+        return out
+
     # -- archives ---------------------------------------------------------------------------
     @abstractmethod
     def _metadata_pb(self, meta: ArchiveMetadata) -> Message: ...
@@ -262,6 +279,7 @@ class Layout(ABC):
 class SpecLayout(Layout):
     name = "spec"
     archive_version = 1
+    _record_cls = spec_pb.WakuMessage
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = spec_pb.WakuMessage()
@@ -378,6 +396,7 @@ class StatusGoLayout(Layout):
     default_trackers = STATUS_GO_TRACKERS
     time_unit_ns = NS  # from/to in seconds
     archive_version = 0  # status-go never sets WakuMessageArchive.version
+    _record_cls = sg_pb.WakuMessage
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = sg_pb.WakuMessage()
