@@ -65,6 +65,7 @@ from nats.js import api as jsapi
 from loglake.errors import Unavailable
 from loglake.log.api import (
     Entry,
+    Headers,
     Log,
     LogClosed,
     LogError,
@@ -262,6 +263,53 @@ def _parse_ts(value: str | None) -> int:
     head, _, frac = value.rstrip("Z").partition(".")
     secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
     return secs * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def _decode_key(value: str) -> bytes:
+    return base64.b64decode(value, validate=True)
+
+
+def _decode_headers(value: str) -> Headers:
+    pairs = json.loads(value)
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise ValueError("not a list of [name, base64 value] pairs")
+    return tuple((k, base64.b64decode(v, validate=True)) for k, v in pairs)
+
+
+def _decode_ts(value: str) -> int:
+    digits = value[1:] if value[:1] == "-" else value
+    if not ascii_digits(digits) or len(digits) > 19 or not -(2**63) <= int(value) < 2**63:
+        raise ValueError("not a decimal int64")  # the lake's column (and the log's) is int64
+    return int(value)
+
+
+def _loglake_field(
+    headers: dict[str, str], name: str, decode: Callable[[str], _T], index: int
+) -> _T | None:
+    """A ``Loglake-*`` header of a read record, decoded, or None if it is absent or does not
+    decode: another NATS client may publish on a partition's subject with any headers, and
+    such a record is served (and sealed) as JetStream holds it, without the field, rather
+    than failing every read and the sealer at its index (the data and the index are intact;
+    other clients' headers are never part of a record either)."""
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        return decode(value)
+    except ValueError as e:  # binascii.Error and json's errors are ValueErrors
+        log_event(
+            logger,
+            logging.WARNING,
+            "jetstream record header not written by loglake: left out",
+            jetstream_stream=headers.get("Nats-Stream"),
+            index=index,
+            header=name,
+            value=value[:80],
+            error=str(e)[:200],
+        )
+        return None
 
 
 class BadIndexValue(JetStreamError):
@@ -992,13 +1040,11 @@ class JetStreamLog(Log):
         if not full:
             return (i, m.data)
         h = m.headers
-        key = base64.b64decode(h[KEY_HEADER]) if KEY_HEADER in h else None
-        hdrs = (
-            tuple((k, base64.b64decode(v)) for k, v in json.loads(h[HEADERS_HEADER]))
-            if HEADERS_HEADER in h
-            else ()
-        )
-        ts = int(h[TS_HEADER]) if TS_HEADER in h else _parse_ts(h.get("Nats-Time-Stamp"))
+        key = _loglake_field(h, KEY_HEADER, _decode_key, i)
+        hdrs = _loglake_field(h, HEADERS_HEADER, _decode_headers, i) or ()
+        ts = _loglake_field(h, TS_HEADER, _decode_ts, i)
+        if ts is None:
+            ts = _parse_ts(h.get("Nats-Time-Stamp"))
         return (i, m.data, ts, key, hdrs)
 
     def _gap(

@@ -1,0 +1,80 @@
+"""What other clients of the cluster do to the JetStream streams and buckets loglake uses
+(streams/jetstream.py): records published straight onto a partition's subject with headers
+loglake cannot read. loglake answers each with what the cluster really holds or a typed error,
+and keeps serving."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from loglake.streams.jetstream import JetStreamLog
+from loglake.streams.jetstream_seal import JetStreamSealer, sealed_next
+from tests.streams import jetstream_fixtures as fx
+
+pytestmark = pytest.mark.slow  # a real nats-server
+
+
+@pytest.fixture
+def jlog(nats_single, tmp_path):
+    log = JetStreamLog(
+        nats_single.url,
+        prefix=fx.new_prefix(),
+        lake_dir=str(tmp_path),
+        request_timeout=2.0,
+        push_timeout=3.0,
+    )
+    yield log
+    log.close()
+
+
+def publish_raw(log: JetStreamLog, stream: str, data: bytes, headers: dict[str, str]) -> None:
+    """A message another NATS client puts on the partition's subject (nats-py, not loglake)."""
+    log.call(log.js.publish(log.subject(stream, 0), data, headers=headers))
+
+
+FOREIGN = [  # loglake's own header names, values loglake never writes
+    {"Loglake-Key": "!!not base64"},
+    {"Loglake-Key": "YQ"},  # base64 without its padding
+    {"Loglake-Headers": "not json"},
+    {"Loglake-Headers": '[["a"]]'},
+    {"Loglake-Headers": '{"a": "YQ=="}'},
+    {"Loglake-Headers": '[[1, "YQ=="]]'},
+    {"Loglake-Headers": '[["a", "%%"]]'},
+    {"Loglake-Timestamp": "yesterday"},
+    {"Loglake-Timestamp": "1.5"},
+    {"Loglake-Timestamp": "9" * 5000},
+    {"Loglake-Timestamp": str(2**63)},  # past the lake's int64 column
+]
+
+
+def test_records_with_loglake_headers_it_cannot_read_are_served_and_sealed(jlog, tmp_path) -> None:
+    """Before: each of these records made ``read`` raise a bare ValueError (binascii, json,
+    int), and the sealer — which reads records, not payloads — stopped at the first one for
+    good, so retention would later drop everything after it unsealed."""
+    jlog.create_stream("f")
+    jlog.push_many("f", 0, [b"ours"])
+    for i, headers in enumerate(FOREIGN):
+        publish_raw(jlog, "f", f"theirs{i}".encode(), headers)
+    good_key = base64.b64encode(b"k").decode()
+    publish_raw(jlog, "f", b"readable", {"Loglake-Key": good_key, "Loglake-Timestamp": "7"})
+    n = len(FOREIGN) + 2
+
+    recs = jlog.read("f", 0, lake=False)
+    assert [r.index for r in recs] == list(range(n))
+    assert [r.data for r in recs[1:-1]] == [f"theirs{i}".encode() for i in range(len(FOREIGN))]
+    before = time.time_ns()
+    for r in recs[1:-1]:  # the unreadable field is left out; the record's time is JetStream's
+        assert (r.key, r.headers) == (None, ())
+        assert 0 < r.timestamp_ns <= before
+    assert (recs[-1].key, recs[-1].timestamp_ns) == (b"k", 7)  # a readable one is read as ever
+
+    sealer = JetStreamSealer(jlog, tmp_path)
+    sealer.seal(["f"])
+    assert sealed_next(tmp_path, "f", 0) == n
+    table = pq.read_table(next((tmp_path / "lake" / "f" / "partition=0").glob("*.parquet")))
+    assert table.column("data").to_pylist()[-1] == b"readable"
+    assert jlog.push_many("f", 0, [b"more"]) == [n]  # and the partition takes writes
