@@ -1,7 +1,7 @@
 """What other clients of the cluster do to the JetStream streams and buckets loglake uses
 (streams/jetstream.py): records published straight onto a partition's subject with headers
-loglake cannot read. loglake answers each with what the cluster really holds or a typed error,
-and keeps serving."""
+loglake cannot read, consumer-index values no uint64 holds. loglake answers each with what the
+cluster really holds or a typed error, and keeps serving."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from loglake.streams.jetstream import JetStreamLog
+from loglake.log.api import INDEX_MAX
+from loglake.streams.jetstream import BadIndexValue, JetStreamLog
 from loglake.streams.jetstream_seal import JetStreamSealer, sealed_next
 from tests.streams import jetstream_fixtures as fx
 
@@ -78,3 +79,34 @@ def test_records_with_loglake_headers_it_cannot_read_are_served_and_sealed(jlog,
     table = pq.read_table(next((tmp_path / "lake" / "f" / "partition=0").glob("*.parquet")))
     assert table.column("data").to_pylist()[-1] == b"readable"
     assert jlog.push_many("f", 0, [b"more"]) == [n]  # and the partition takes writes
+
+
+@pytest.mark.parametrize("value", [str(INDEX_MAX + 1).encode(), b"9" * 5000, b"9" * 21 + b"\nbob"])
+def test_index_values_no_uint64_holds_are_bad_index_values(jlog, value: bytes) -> None:
+    """Before: ``2**64`` came back from ``get_index`` (and was listed; the stream service then
+    failed to encode it: "internal error: BareEncodeError"), and a 5,000-digit value raised
+    Python's bare int-conversion ValueError from every call, ``consumer_indexes`` — the node's
+    consumers list — included."""
+    jlog.create_stream("orders")
+    jlog.call(jlog.kv.put(jlog._key("bad", "orders", 0), value))
+    jlog.save_index("good", "orders", INDEX_MAX)
+    with pytest.raises(BadIndexValue, match="not an index"):
+        jlog.get_index("bad", "orders")
+    with pytest.raises(BadIndexValue):
+        jlog.save_index("bad", "orders", 5)
+    assert jlog.consumer_indexes() == {("good", "orders", 0): INDEX_MAX}
+    assert jlog.save_index("good", "orders", 5) == INDEX_MAX  # the largest index is one
+
+
+def test_the_stream_service_answers_a_bad_index_value_with_an_error_reply(jlog) -> None:
+    from loglake.streams.client import StreamClient, StreamServiceError
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    jlog.create_stream("orders")
+    jlog.call(jlog.kv.put(jlog._key("bad", "orders", 0), str(INDEX_MAX + 1).encode()))
+    with BackgroundServer(StreamService(jlog)) as srv, StreamClient(port=srv.port) as c:
+        with pytest.raises(StreamServiceError) as e:
+            c.get_index("bad", "orders")
+        assert "internal error" not in str(e.value) and "not an index" in str(e.value)
+        assert c.push("orders", b"x") == 0  # the connection and the service carry on

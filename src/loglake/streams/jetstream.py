@@ -64,6 +64,7 @@ from nats.js import api as jsapi
 
 from loglake.errors import Unavailable
 from loglake.log.api import (
+    INDEX_MAX,
     Entry,
     Headers,
     Log,
@@ -327,7 +328,9 @@ def decode_index_value(value: bytes | None) -> tuple[int, str | None] | None:
     if not value:
         return None
     digits, sep, owner = value.partition(b"\n")
-    if not ascii_digits(digits):
+    # an index is a uint64 (what the stream service carries): a longer number is not one, and
+    # more than 4,300 digits would make int() itself raise
+    if not ascii_digits(digits) or len(digits) > len(str(INDEX_MAX)) or int(digits) > INDEX_MAX:
         return None
     try:
         who = owner.decode() if sep else None
