@@ -1,7 +1,8 @@
 """What other clients of the cluster do to the JetStream streams and buckets loglake uses
 (streams/jetstream.py): records published straight onto a partition's subject with headers
-loglake cannot read, consumer-index values no uint64 holds. loglake answers each with what the
-cluster really holds or a typed error, and keeps serving."""
+loglake cannot read, consumer-index values no uint64 holds, a partition stream deleted by an
+operator. loglake answers each with what the cluster really holds or a typed error, and keeps
+serving."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+from loglake.log import StreamConfig, UnknownStream
 from loglake.log.api import INDEX_MAX
 from loglake.streams.jetstream import BadIndexValue, JetStreamLog
 from loglake.streams.jetstream_seal import JetStreamSealer, sealed_next
@@ -110,3 +112,49 @@ def test_the_stream_service_answers_a_bad_index_value_with_an_error_reply(jlog) 
             c.get_index("bad", "orders")
         assert "internal error" not in str(e.value) and "not an index" in str(e.value)
         assert c.push("orders", b"x") == 0  # the connection and the service carry on
+
+
+def test_a_stream_deleted_outside_loglake_is_unknown_at_once_and_can_be_made_again(jlog) -> None:
+    """Before: this process kept the deleted stream's partition count, so a read waited out
+    ``request_timeout`` and a push ``push_timeout`` to raise ``ClusterUnavailable``,
+    ``has_stream`` said True, and ``create_stream`` failed ("stream not found") until restart."""
+    jlog.create_stream("d", StreamConfig(partitions=2))
+    jlog.push_many("d", 1, [b"a", b"b"])
+    for p in range(2):  # an operator's `nats stream rm`
+        jlog.call(jlog.js.delete_stream(jlog.js_name("d", p)))
+
+    t0 = time.monotonic()
+    with pytest.raises(UnknownStream):
+        jlog.read_payloads("d", 0, partition=1)
+    with pytest.raises(UnknownStream):
+        jlog.push_many("d", 1, [b"c"])
+    with pytest.raises(UnknownStream):
+        jlog.stream_info("d")
+    assert time.monotonic() - t0 < 1.5  # at once, not after the deadlines (2 s, 3 s)
+    assert not jlog.has_stream("d")
+
+    jlog.create_stream("d", StreamConfig(partitions=3))  # made again, with its new shape
+    assert jlog.partitions("d") == 3
+    assert jlog.push_many("d", 2, [b"new"]) == [0]
+    assert jlog.read_payloads("d", 0, partition=2) == [(0, b"new")]
+
+
+def test_serve_answers_a_push_to_a_deleted_stream_at_once_and_creates_it_again(jlog) -> None:
+    """Through the stream service: before, the push waited out ``push_timeout`` and the stream
+    service's create found the stream "existing" (this process's memory), so the client could
+    never make it again."""
+    from loglake.streams.client import PushFailed, StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with BackgroundServer(StreamService(jlog)) as srv, StreamClient(port=srv.port) as c:
+        c.create_stream("e")
+        assert c.push("e", b"old") == 0
+        jlog.call(jlog.js.delete_stream(jlog.js_name("e", 0)))
+        t0 = time.monotonic()
+        with pytest.raises(PushFailed):  # Ockam's PushConfirm ERROR (the log: UnknownStream)
+            c.push("e", b"lost")
+        assert time.monotonic() - t0 < 1.5
+        c.create_stream("e")
+        assert c.push("e", b"new") == 0
+        assert [m.data for m in c.pull("e", 0, 10)] == [b"new"]

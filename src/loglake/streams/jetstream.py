@@ -581,6 +581,7 @@ class JetStreamLog(Log):
         return self.stream_info(name)
 
     async def _create(self, name: str, config: StreamConfig | None, replicas: int) -> None:
+        self._forget(name)  # the cluster's word, not this process's memory: it may be deleted
         have = await self._discover(name, missing_ok=True)
         if have is not None:
             if config is not None and have != config.partitions:
@@ -660,6 +661,38 @@ class JetStreamLog(Log):
         )
         return n
 
+    def _forget(self, stream: str) -> None:
+        """Drop what this process remembers of ``stream`` (partition count, config, acked
+        sequences): the next call asks the cluster again."""
+        for p in range(self._partitions.pop(stream, 0)):
+            self._acked.pop(self.js_name(stream, p), None)
+        self._configs.pop(stream, None)
+
+    async def _deleted(self, stream: str, partition: int) -> bool:
+        """Whether the partition's JetStream stream is gone — deleted outside loglake (``nats
+        stream rm``, another tool) after this process learnt of it: the cluster answers "stream
+        not found". Then ``stream`` is forgotten (``UnknownStream`` follows, and
+        ``create_stream`` makes it again). Asked when a read or a push finds no responder, which
+        is otherwise what an unavailable cluster answers: any other answer (no leader, a
+        timeout) is not a deletion, and those calls go on to their deadlines as before."""
+        try:
+            await asyncio.wait_for(
+                self.js.stream_info(self.js_name(stream, partition)), self.options.request_timeout
+            )
+        except nats.js.errors.NotFoundError:
+            log_event(
+                logger,
+                logging.WARNING,
+                "jetstream stream deleted outside loglake",
+                stream=stream,
+                partition=partition,
+            )
+            self._forget(stream)
+            return True
+        except Exception:  # unavailable: not known to be deleted
+            return False
+        return False
+
     async def _check(self, stream: str, partition: int) -> str:
         n = await self._discover(stream)
         assert n is not None
@@ -699,11 +732,17 @@ class JetStreamLog(Log):
         assert n is not None
         parts = []
         for p in range(n):
-            si = await self._retry(
-                f"stream info {name!r}",
-                lambda p=p: self.js.stream_info(self.js_name(name, p)),
-                self.options.request_timeout,
-            )
+            try:
+                si = await self._retry(
+                    f"stream info {name!r}",
+                    lambda p=p: self.js.stream_info(self.js_name(name, p)),
+                    self.options.request_timeout,
+                )
+            except JetStreamError as e:
+                if isinstance(e.__cause__, nats.js.errors.NotFoundError):  # deleted outside
+                    self._forget(name)
+                    raise UnknownStream(name) from None
+                raise
             st = si.state
             parts.append(
                 PartitionInfo(p, max(st.first_seq, 1) - 1, st.last_seq, st.bytes, st.last_seq)
@@ -846,57 +885,68 @@ class JetStreamLog(Log):
         seqs: list[int | None] = [None] * len(datas)
         todo = list(range(len(datas)))
         last_error: BaseException | None = None
-        while todo:
-            futs = []
-            prefix = await self._ack_inbox()
-            loop = asyncio.get_running_loop()
-            for i in todo:
-                h = dict(headers[i]) if headers is not None else {}
-                h["Nats-Msg-Id"] = msg_ids[i]
-                token = f"{next(self._tokens):x}"
-                fut = loop.create_future()
-                self._acks[token] = fut
-                fut.add_done_callback(functools.partial(self._forget_ack, token))
-                try:
-                    await self.nc.publish(subject, datas[i], reply=prefix + token, headers=h)
-                except Exception as e:  # disconnected and its buffer full: next round
-                    fut.cancel()
-                    if not transient(e):
-                        raise
-                    last_error = e
-                    break
-                futs.append(fut)
-            round_wait = (
-                o.ack_wait if len(todo) == len(datas) and last_error is None else o.retry_wait
-            )
-            wait = max(0.05, min(round_wait, deadline - time.monotonic()))
-            if futs:
-                await asyncio.wait(futs, timeout=wait)
-            left = []
-            for k, i in enumerate(todo):
-                f = futs[k] if k < len(futs) else None
-                if f is not None and f.done() and not f.cancelled() and f.exception() is None:
-                    seqs[i] = f.result()
-                    continue
-                if f is not None and not f.done():
-                    f.cancel()
-                elif f is not None and not f.cancelled():
-                    err = f.exception()
-                    assert err is not None
-                    if not transient(err):
-                        raise JetStreamError(f"push to {stream!r}/{partition}: {err}") from err
-                    last_error = err
-                left.append(i)
-            todo = left
-            if todo:
-                if time.monotonic() >= deadline:
-                    raise ClusterUnavailable(
-                        f"push to {stream!r} partition {partition} "
-                        f"({len(todo)} of {len(datas)} unacknowledged)",
-                        o.push_timeout,
-                        last_error or "no ack",
-                    )
-                await asyncio.sleep(0.05)
+        probe: asyncio.Future[bool] | None = None  # ``_deleted``, once "no responders" came
+        try:
+            while todo:
+                futs = []
+                prefix = await self._ack_inbox()
+                loop = asyncio.get_running_loop()
+                for i in todo:
+                    h = dict(headers[i]) if headers is not None else {}
+                    h["Nats-Msg-Id"] = msg_ids[i]
+                    token = f"{next(self._tokens):x}"
+                    fut = loop.create_future()
+                    self._acks[token] = fut
+                    fut.add_done_callback(functools.partial(self._forget_ack, token))
+                    try:
+                        await self.nc.publish(subject, datas[i], reply=prefix + token, headers=h)
+                    except Exception as e:  # disconnected and its buffer full: next round
+                        fut.cancel()
+                        if not transient(e):
+                            raise
+                        last_error = e
+                        break
+                    futs.append(fut)
+                round_wait = (
+                    o.ack_wait if len(todo) == len(datas) and last_error is None else o.retry_wait
+                )
+                wait = max(0.05, min(round_wait, deadline - time.monotonic()))
+                if futs:
+                    await asyncio.wait(futs, timeout=wait)
+                left = []
+                for k, i in enumerate(todo):
+                    f = futs[k] if k < len(futs) else None
+                    if f is not None and f.done() and not f.cancelled() and f.exception() is None:
+                        seqs[i] = f.result()
+                        continue
+                    if f is not None and not f.done():
+                        f.cancel()
+                    elif f is not None and not f.cancelled():
+                        err = f.exception()
+                        assert err is not None
+                        if not transient(err):
+                            raise JetStreamError(f"push to {stream!r}/{partition}: {err}") from err
+                        last_error = err
+                    left.append(i)
+                todo = left
+                if todo and isinstance(last_error, nats.js.errors.NoStreamResponseError):
+                    # no responders: a leader election, or the stream deleted outside loglake.
+                    # Asked beside the re-sends, so a failover is not slowed by the question.
+                    probe = probe or asyncio.ensure_future(self._deleted(stream, partition))
+                if todo and probe is not None and probe.done() and probe.result():
+                    raise UnknownStream(stream)  # no stream took them: nothing was stored
+                if todo:
+                    if time.monotonic() >= deadline:
+                        raise ClusterUnavailable(
+                            f"push to {stream!r} partition {partition} "
+                            f"({len(todo)} of {len(datas)} unacknowledged)",
+                            o.push_timeout,
+                            last_error or "no ack",
+                        )
+                    await asyncio.sleep(0.05)
+        finally:
+            if probe is not None:
+                probe.cancel()
         out = [s - 1 for s in seqs if s is not None]
         top = max(out) + 1
         if top > self._acked.get(name, 0):
@@ -1003,31 +1053,47 @@ class JetStreamLog(Log):
         seq = start + 1
         deadline = time.monotonic() + self.options.request_timeout
         acked = self._acked.get(name, 0)
-        while len(out) < limit:
-            batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
-            if batch is None:  # no answer: that replica is paused/partitioned, or none serves
-                if out:
-                    break
-                if time.monotonic() < deadline:
-                    continue  # the queue group may pick a replica that answers
-                raise ClusterUnavailable(
-                    f"read of {stream!r}/{partition}", self.options.request_timeout, "no replica"
-                )
-            for m in batch:
-                got = int(m.headers["Nats-Sequence"])
-                if got != seq:
-                    if not out and seq == start + 1 and await self._below_first(name, got):
-                        seq = got  # retention dropped the head: start at the first index
-                    else:
-                        return self._gap(stream, partition, seq - 1, got - 1, out)
-                out.append(self._row(m, full))
-                seq += 1
-            if batch and pending:
-                continue  # the reply was cut (max_bytes): read on
-            if seq - 1 < acked and time.monotonic() < deadline and await self._behind(name, seq):
-                await asyncio.sleep(0.005)  # this replica has not applied our acked pushes yet
-                continue
-            break
+        probe: asyncio.Future[bool] | None = None  # ``_deleted``, once a read went unanswered
+        try:
+            while len(out) < limit:
+                batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
+                if batch is None:  # no answer: that replica is paused/partitioned, or none serves
+                    if out:
+                        break
+                    # a paused replica, no quorum, or the stream deleted outside loglake: asked
+                    # beside the next attempts, which a paused replica's reads are not slowed by
+                    probe = probe or asyncio.ensure_future(self._deleted(stream, partition))
+                    if probe.done() and probe.result():
+                        raise UnknownStream(stream)
+                    if time.monotonic() < deadline:
+                        continue  # the queue group may pick a replica that answers
+                    raise ClusterUnavailable(
+                        f"read of {stream!r}/{partition}",
+                        self.options.request_timeout,
+                        "no replica",
+                    )
+                for m in batch:
+                    got = int(m.headers["Nats-Sequence"])
+                    if got != seq:
+                        if not out and seq == start + 1 and await self._below_first(name, got):
+                            seq = got  # retention dropped the head: start at the first index
+                        else:
+                            return self._gap(stream, partition, seq - 1, got - 1, out)
+                    out.append(self._row(m, full))
+                    seq += 1
+                if batch and pending:
+                    continue  # the reply was cut (max_bytes): read on
+                if (
+                    seq - 1 < acked
+                    and time.monotonic() < deadline
+                    and await self._behind(name, seq)
+                ):
+                    await asyncio.sleep(0.005)  # this replica has not applied our acked pushes yet
+                    continue
+                break
+        finally:
+            if probe is not None:
+                probe.cancel()
         return out
 
     async def _behind(self, name: str, seq: int) -> bool:
