@@ -255,6 +255,50 @@ def test_bad_monitoring_urls_and_a_dead_cluster_are_reported_not_raised(tmp_path
         junk.shutdown()
 
 
+def test_streams_another_client_made_under_the_prefix_do_not_break_the_view(tmp_path: Path) -> None:
+    """JetStream streams named under the node's prefix by another client, with ``loglake.*``
+    metadata loglake never writes. Before: ``int()`` of their partition ("²", "zero") failed
+    every ``/api/cluster`` read (400, "ValueError: invalid literal for int()")."""
+    require_peer("nats-server", have_nats_server(), NATS_HINT)
+    from nats.js import api as jsapi
+
+    one = NatsCluster(1).start()
+    node = None
+    prefix = "junk" + uuid.uuid4().hex[:6]
+    try:
+        node = background_node(one.url, tmp_path / "n", prefix)
+        log = JetStreamLog(one.url, prefix=prefix)
+        try:
+            log.create_stream("ok")
+            log.push_many("ok", 0, [b"1"])
+            foreign = {
+                f"{prefix}-junk": {"loglake.stream": "junk", "loglake.partition": "zero"},
+                f"{prefix}-up": {"loglake.stream": "../../up", "loglake.partition": "²"},
+                f"{prefix}-odd-0": {"loglake.stream": "other", "loglake.partition": "0"},
+            }
+            for i, (name, meta) in enumerate(foreign.items()):
+                cfg = jsapi.StreamConfig(name=name, subjects=[f"x{i}.{prefix}"], metadata=meta)
+                log.call(log.js.add_stream(cfg))
+        finally:
+            log.close()
+        with api(node) as http_:
+            r = http_.get("/api/cluster")
+            assert r.status_code == 200, r.text
+            v = r.json()
+            assert v["reachable"], v
+            groups = {g["jetstream_stream"]: g for g in v["groups"]}
+            assert set(foreign) <= set(groups)  # listed, as JetStream has them
+            assert groups[f"{prefix}-up"]["partition"] is None
+            assert [(x["stream"], x["partition"]) for x in v["sealer"]["lag"]] == [("ok", 0)]
+            m = http_.get("/metrics")
+            assert m.status_code == 200, m.text
+            assert series(m.text, "loglake_jetstream_reachable") == {(): 1.0}
+    finally:
+        if node is not None:
+            node.stop()
+        one.close()
+
+
 @pytest.mark.parametrize("value", ["ftp://x:1", "127.0.0.1:8222", "http://a:1,,nats://b:2"])
 def test_a_bad_monitoring_url_names_the_key(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match=r"\[streams\] nats_monitor: expected http://"):

@@ -14,7 +14,7 @@ import pytest
 
 from loglake.log import StreamConfig, UnknownStream
 from loglake.log.api import INDEX_MAX
-from loglake.streams.jetstream import BadIndexValue, JetStreamLog
+from loglake.streams.jetstream import BadIndexValue, JetStreamError, JetStreamLog
 from loglake.streams.jetstream_seal import JetStreamSealer, sealed_next
 from tests.streams import jetstream_fixtures as fx
 
@@ -158,3 +158,32 @@ def test_serve_answers_a_push_to_a_deleted_stream_at_once_and_creates_it_again(j
         c.create_stream("e")
         assert c.push("e", b"new") == 0
         assert [m.data for m in c.pull("e", 0, 10)] == [b"new"]
+
+
+@pytest.mark.parametrize("count", ["many", "-3", "0", "²", ""])
+def test_a_stream_under_the_prefix_with_a_partition_count_loglake_never_writes_is_refused(
+    jlog, count: str
+) -> None:
+    """Another client's stream named like partition 0 of ``imit`` whose metadata claims it for
+    loglake. Before: "many" raised a bare ValueError from every call on ``imit``; "-3" was
+    believed (then a bare ``LocalProtocolError``, a ``KeyError`` from ``stream_info``, and
+    pushes refused with "partitions 0..-4")."""
+    from nats.js import api as jsapi
+
+    from loglake.streams.jetstream import META_PARTITION, META_PARTITIONS, META_STREAM
+
+    meta = {META_STREAM: "imit", META_PARTITION: "0", META_PARTITIONS: count}
+    name = jlog.js_name("imit", 0)
+    jlog.call(
+        jlog.js.add_stream(jsapi.StreamConfig(name=name, subjects=[f"{name}.x"], metadata=meta))
+    )
+    for call in (
+        lambda: jlog.partitions("imit"),
+        lambda: jlog.stream_info("imit"),
+        lambda: jlog.push_many("imit", 0, [b"x"]),
+        lambda: jlog.create_stream("imit"),
+    ):
+        with pytest.raises(JetStreamError, match="not created by loglake"):
+            call()
+    jlog.create_stream("mine")  # and the log carries on
+    assert jlog.push_many("mine", 0, [b"x"]) == [0]

@@ -43,6 +43,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel
 
+from loglake.log.api import ascii_digits
+
 STATUS_TIMEOUT = 3.0
 """Seconds one status read may wait on the cluster (all requests together)."""
 MONITOR_TIMEOUT = 1.5
@@ -260,15 +262,14 @@ class ClusterView:
         )
         if not here or not infos:
             return status
-        from loglake.streams.jetstream import META_PARTITION, META_STREAM
         from loglake.streams.jetstream_seal import sealed_next
 
         rows = []
         for si in infos:
-            meta = si.config.metadata or {}
-            if META_STREAM not in meta or META_PARTITION not in meta:
+            part = loglake_partition(si, self.cfg.nats_prefix)
+            if part is None:
                 continue
-            stream, p = meta[META_STREAM], int(meta[META_PARTITION])
+            stream, p = part
             st = si.state
             first, end = max(st.first_seq, 1) - 1, st.last_seq
             sealed = sealed_next(self.data_dir, stream, p)
@@ -422,12 +423,32 @@ def group_of(si: Any) -> GroupStatus | None:
     return GroupStatus(
         jetstream_stream=si.config.name,
         stream=meta.get(META_STREAM),
-        partition=int(partition) if partition is not None and partition.isdigit() else None,
+        partition=int(partition) if partition is not None and ascii_digits(partition) else None,
         leader=leader,
         replicas=replicas,
         messages=si.state.messages,
         last_seq=si.state.last_seq,
     )
+
+
+def loglake_partition(si: Any, prefix: str) -> tuple[str, int] | None:
+    """``(stream, partition)`` of a JetStream stream loglake made under ``prefix``, or None: its
+    metadata names a valid stream and partition whose JetStream name is this stream's (what
+    ``JetStreamLog.streams`` checks). Another client's stream under the prefix may carry any
+    metadata: an ``int()`` of it failed every status read (``/api/cluster``, ``/metrics``), and
+    its stream name reached the lake's paths."""
+    from loglake.log.api import STREAM_NAME_RE
+    from loglake.streams.jetstream import META_PARTITION, META_STREAM, encode_name
+
+    meta = si.config.metadata or {}
+    stream, partition = meta.get(META_STREAM), meta.get(META_PARTITION)
+    if not isinstance(stream, str) or not STREAM_NAME_RE.fullmatch(stream):
+        return None
+    if not isinstance(partition, str) or not ascii_digits(partition):
+        return None
+    if si.config.name != f"{prefix}-{encode_name(stream)}-{int(partition)}":
+        return None
+    return stream, int(partition)
 
 
 async def read_lease(js: Any, bucket: str, name: str) -> tuple[str | None, int | None, int | None]:

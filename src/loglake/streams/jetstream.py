@@ -642,11 +642,15 @@ class JetStreamLog(Log):
                 raise UnknownStream(name) from None
             raise
         meta = si.config.metadata or {}
-        if meta.get(META_STREAM) != name or META_PARTITIONS not in meta:
+        count = meta.get(META_PARTITIONS, "")
+        # a count loglake writes: decimal digits, at least 1 (another client's metadata may
+        # say anything; int() alone raised a bare ValueError, or took "-3")
+        if meta.get(META_STREAM) != name or not ascii_digits(count) or int(count) < 1:
             raise JetStreamError(
                 f"JetStream stream {si.config.name!r} was not created by loglake for {name!r}"
+                f" (its metadata: {str(meta)[:200]})"
             )
-        n = int(meta[META_PARTITIONS])
+        n = int(count)
         self._partitions[name] = n
         self._configs[name] = StreamConfig(
             partitions=n,
