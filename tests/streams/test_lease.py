@@ -106,3 +106,45 @@ def test_an_expired_lease_fences_its_last_token_even_with_no_new_holder(contende
     answer = contenders("b").send(f"putfenced {token} state late")
     # b may have acquired meanwhile; either way the released holder's token is dead
     assert answer.startswith("error FencedOut"), answer
+
+
+@pytest.mark.parametrize(("ttl", "taken"), [(None, True), ("never", True), ("30s", False)])
+def test_a_value_left_on_the_lease_key_by_hand_blocks_it_only_while_it_can_expire(
+    nats_single, ttl: str | None, taken: bool
+) -> None:
+    """``nats kv put <bucket> lease.sealer …`` by a careless operator: no TTL (or one that never
+    expires). Before: the key looked held for good, so no node ever took the lease again — no
+    sealing, no retention, no journal — and nothing was logged. A value with a real TTL is left
+    alone until it expires, as a holder's is."""
+    import asyncio
+
+    import nats
+
+    from loglake.node.cluster import read_lease
+    from loglake.streams.lease import JetStreamLease, lease_bucket
+
+    async def main() -> None:
+        nc = await nats.connect(nats_single.url)
+        try:
+            js = nc.jetstream()
+            bucket = new_prefix() + "_leases"
+            kv = await lease_bucket(js, bucket)
+            headers = {"Nats-TTL": ttl} if ttl else None
+            for name in ("sealer", "idle"):
+                await js.publish(f"$KV.{bucket}.lease.{name}", b"by hand", headers=headers)
+            lease = await JetStreamLease(js, bucket, "sealer", "node-a", ttl=1, retry=0.2).start()
+            deadline = time.monotonic() + 3
+            while not lease.holds() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert lease.holds() is taken
+            holder, _, _ = await read_lease(js, bucket, "idle")  # nobody contends for it
+            assert holder == (None if taken else "by hand")  # the Cluster page's holder
+            if taken:
+                assert (await kv.get("lease.sealer")).value == b"node-a"
+                assert await lease.put("state", b"x") > 0  # fenced writes pass
+                assert (await read_lease(js, bucket, "sealer"))[0] == "node-a"
+            await lease.release()
+        finally:
+            await nc.close()
+
+    asyncio.run(main())

@@ -453,10 +453,11 @@ def loglake_partition(si: Any, prefix: str) -> tuple[str, int] | None:
 
 async def read_lease(js: Any, bucket: str, name: str) -> tuple[str | None, int | None, int | None]:
     """(holder, revision, written ns) of lease ``name`` from the newest message on its key; a
-    marker (expired) or a delete (released) is no holder."""
+    marker (expired), a delete (released) or a value with no TTL (another client's) is no
+    holder."""
     import nats.js.errors
 
-    from loglake.streams.lease import KV_OPERATION, LEASE_PREFIX, MARKER_REASON
+    from loglake.streams.lease import LEASE_PREFIX, lease_holder_message
 
     subject = f"$KV.{bucket}.{LEASE_PREFIX}{name}"
     try:
@@ -464,7 +465,7 @@ async def read_lease(js: Any, bucket: str, name: str) -> tuple[str | None, int |
     except nats.js.errors.NotFoundError:
         return None, None, None
     headers = msg.headers or {}
-    if MARKER_REASON in headers or headers.get(KV_OPERATION) in ("DEL", "PURGE"):
+    if not lease_holder_message(headers):  # a marker, a delete, or another client's value
         return None, msg.seq, None
     written = None
     stamp = headers.get("Nats-Time-Stamp")

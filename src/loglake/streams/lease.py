@@ -6,7 +6,8 @@ DESIGN.md principle 4 — an existing distributed engine, never a home-made cons
 is one KV key written with compare-and-set on its revision and a per-message TTL, and the
 server, not this module, decides who wins.
 
-- **acquire**: read ``lease.<name>``; if it is absent or a marker, write it with a message TTL
+- **acquire**: read ``lease.<name>``; if it is absent, a marker, or a value with no expiry
+  (another client's: ``lease_holder_message``), write it with a message TTL
   and ``Nats-Expected-Last-Subject-Sequence`` = that marker's revision (0 if absent), which fails
   while anyone else's lease message exists. A holder that dies stops renewing, its message
   expires after the TTL, and the next contender's write succeeds (the bucket is made with
@@ -322,6 +323,26 @@ MARKER_REASON = "Nats-Marker-Reason"
 """Set on the marker the server leaves where a message expired (``limit_marker_ttl``)."""
 KV_OPERATION = "KV-Operation"
 """``DEL``/``PURGE`` on a KV delete marker (what ``release`` leaves)."""
+NATS_TTL = "Nats-TTL"
+"""A message's TTL, as the server keeps it: every lease message loglake writes has one
+(``Create``/``Renew`` carry ``msg_ttl``)."""
+NEVER_EXPIRES = ("never", "-1")
+"""``Nats-TTL`` values that turn expiry off (ADR-43)."""
+
+
+def lease_holder_message(headers: dict[str, str] | None) -> bool:
+    """Whether the newest message on a lease key is a holder's: one with a TTL, so it expires
+    unless renewed. An expiry marker or a delete is no holder (the lease is free); so is a value
+    another client put on the key without a TTL, or with one that never expires — a ``nats kv
+    put`` by hand once blocked the lease, and all the once-only work under it, for good and
+    without a word. Such a value is taken over like a marker, by compare-and-set on its
+    revision; former holders are fenced all the same (it is not their revision). Any other TTL
+    is a holder's (it expires by itself): never steal a live lease over its TTL's spelling."""
+    h = headers or {}
+    if MARKER_REASON in h or h.get(KV_OPERATION) in ("DEL", "PURGE"):
+        return False
+    ttl = h.get(NATS_TTL)
+    return ttl is not None and ttl.strip().lower() not in NEVER_EXPIRES
 
 
 class JetStreamLease:
@@ -442,7 +463,8 @@ class JetStreamLease:
 
     async def _create(self, action: Create) -> int:
         """Write the lease key if it is absent, deleted (a released lease) or expired: read its
-        newest message and, if there is none or it is either marker, overwrite it by
+        newest message and, if there is none, it is either marker, or it is another client's
+        value that never expires (``lease_holder_message``), overwrite it by
         compare-and-set on that sequence (a contender that wins meanwhile makes the set fail;
         nats-py's ``kv.create`` takes only delete markers for absence, which would delay every
         handover by the expired lease's marker). ``before_acquire`` runs between the read and
@@ -455,9 +477,17 @@ class JetStreamLease:
         except nats.js.errors.NotFoundError:
             last = 0
         else:
+            if lease_holder_message(msg.headers):
+                raise nats.js.errors.KeyWrongLastSequenceError()  # a live holder
             headers = msg.headers or {}
             if MARKER_REASON not in headers and headers.get(KV_OPERATION) not in ("DEL", "PURGE"):
-                raise nats.js.errors.KeyWrongLastSequenceError()  # a live holder
+                logger.warning(
+                    "lease %s: taking over a value another client left on its key with no "
+                    "expiry (Nats-TTL %s, value %r)",
+                    self.name,
+                    headers.get(NATS_TTL, "absent"),
+                    bytes(msg.data or b"")[:80],
+                )
             last = msg.seq or 0
         if self.before_acquire is not None:
             await self.before_acquire(last)
