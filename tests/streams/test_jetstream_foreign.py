@@ -14,7 +14,12 @@ import pytest
 
 from loglake.log import StreamConfig, UnknownStream
 from loglake.log.api import INDEX_MAX
-from loglake.streams.jetstream import BadIndexValue, JetStreamError, JetStreamLog
+from loglake.streams.jetstream import (
+    BadIndexValue,
+    ConsumerKeyTooLong,
+    JetStreamError,
+    JetStreamLog,
+)
 from loglake.streams.jetstream_seal import JetStreamSealer, sealed_next
 from tests.streams import jetstream_fixtures as fx
 
@@ -187,3 +192,25 @@ def test_a_stream_under_the_prefix_with_a_partition_count_loglake_never_writes_i
             call()
     jlog.create_stream("mine")  # and the log carries on
     assert jlog.push_many("mine", 0, [b"x"]) == [0]
+
+
+def test_a_consumer_id_too_long_for_a_bucket_key_is_refused_and_the_connection_lives(jlog) -> None:
+    """Before: a 5,000-character consumer id (the node's reset route takes 65,535) made a KV
+    request whose protocol line passed nats-server's 4 KiB ``max_control_line``; the server
+    closed the connection, nats-py did not reconnect, and every later call — any stream's
+    push included — failed with ``ClusterUnavailable`` after its deadline until a restart."""
+    jlog.create_stream("s")
+    longest = "é" * 765  # 1,530 UTF-8 bytes: a key of 2,047 characters, which the server takes
+    assert len(jlog._key(longest, "s", 0)) == 2047
+    assert jlog.save_index(longest, "s", 5) == 5 and jlog.get_index(longest, "s") == 5
+    for n in (5000, 65_535):
+        with pytest.raises(ConsumerKeyTooLong, match="too long"):
+            jlog.save_index("c" * n, "s", 5)
+        with pytest.raises(ConsumerKeyTooLong):
+            jlog.get_index("c" * n, "s")
+        with pytest.raises(ConsumerKeyTooLong):
+            jlog.reset_index("c" * n, "s", None)
+    t0 = time.monotonic()
+    assert jlog.push_many("s", 0, [b"x"]) == [0]
+    assert jlog.consumer_indexes() == {(longest, "s", 0): 5}
+    assert time.monotonic() - t0 < 1.0

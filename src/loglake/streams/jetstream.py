@@ -62,7 +62,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api as jsapi
 
-from loglake.errors import Unavailable
+from loglake.errors import LocalProtocolError, Unavailable
 from loglake.log.api import (
     INDEX_MAX,
     Entry,
@@ -311,6 +311,21 @@ def _loglake_field(
             error=str(e)[:200],
         )
         return None
+
+
+MAX_INDEX_KEY = 2048
+"""Longest consumer-index key (``c<b64 client>.s<b64 stream>.<p>``), in characters. Every KV
+request carries the key in its subject, and nats-server closes a connection whose protocol
+line passes ``max_control_line`` (4 KiB by default): a longer consumer id once closed this
+log's connection for good (nats-py does not reconnect after that error), failing every call,
+pushes included. 2,048 leaves room for the API prefix and the reply inbox: a client id of up
+to ~1,350 UTF-8 bytes with the longest stream name (the stream service's ``max_client_id`` is
+1,024)."""
+
+
+class ConsumerKeyTooLong(JetStreamError, LocalProtocolError):
+    """A consumer id (with its stream name) too long for a key of the index bucket
+    (``MAX_INDEX_KEY``): refused before any request."""
 
 
 class BadIndexValue(JetStreamError):
@@ -1185,7 +1200,13 @@ class JetStreamLog(Log):
 
     # -- consumer indexes -------------------------------------------------------------------
     def _key(self, client_id: str, stream: str, partition: int) -> str:
-        return f"c{_b64(client_id)}.s{_b64(stream)}.{partition}"
+        key = f"c{_b64(client_id)}.s{_b64(stream)}.{partition}"
+        if len(key) > MAX_INDEX_KEY:
+            raise ConsumerKeyTooLong(
+                f"consumer id of {len(client_id.encode())} bytes is too long for the JetStream "
+                f"index bucket (its key would be {len(key)} characters, at most {MAX_INDEX_KEY})"
+            )
+        return key
 
     def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         return self._call(self._get_index(client_id, stream, partition))
