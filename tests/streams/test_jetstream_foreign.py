@@ -214,3 +214,19 @@ def test_a_consumer_id_too_long_for_a_bucket_key_is_refused_and_the_connection_l
     assert jlog.push_many("s", 0, [b"x"]) == [0]
     assert jlog.consumer_indexes() == {(longest, "s", 0): 5}
     assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize("value", [b"x", str(INDEX_MAX + 1).encode(), b"\xff\xfe"])
+def test_an_operators_reset_or_delete_repairs_a_value_that_is_not_an_index(jlog, value) -> None:
+    """Before: ``reset_index`` and the deletion raised ``BadIndexValue`` too (a 500 on the node's
+    reset route), so nothing in loglake could repair such a consumer."""
+    jlog.create_stream("orders")
+    key = jlog._key("bad", "orders", 0)
+    jlog.call(jlog.kv.put(key, value))
+    assert jlog.reset_index("bad", "orders", 3) is None  # it had no index
+    assert (jlog.get_index("bad", "orders"), jlog.index_owner("bad", "orders")) == (3, None)
+    assert jlog.save_index_as("bad", "orders", 4, "cn:bob") == 4  # a consumer like any other
+    jlog.call(jlog.kv.put(key, value))
+    assert jlog.reset_index("bad", "orders", None) is None
+    assert jlog.get_index("bad", "orders") is None
+    assert jlog.consumer_indexes() == {}

@@ -1269,16 +1269,18 @@ class JetStreamLog(Log):
         return out
 
     async def _index_entry(
-        self, client_id: str, stream: str, partition: int
+        self, client_id: str, stream: str, partition: int, foreign_ok: bool = False
     ) -> tuple[str, Any, tuple[int, str | None] | None]:
-        """``(key, KV entry or None, (index, owner) or None)`` of one consumer."""
+        """``(key, KV entry or None, (index, owner) or None)`` of one consumer; a value that is
+        not an index is ``BadIndexValue``, or with ``foreign_ok`` (an operator's reset, which
+        replaces it) the entry with None."""
         await self._check(stream, partition)
         key = self._key(client_id, stream, partition)
         entry = await self._kv_get(key)
         if entry is None:
             return key, None, None
         value = decode_index_value(entry.value)
-        if value is None:
+        if value is None and not foreign_ok:
             raise BadIndexValue(
                 f"consumer {client_id!r} of {stream}/{partition}: the index bucket holds "
                 f"{bytes(entry.value or b'')[:40]!r}, not an index (written by something else?)"
@@ -1350,8 +1352,8 @@ class JetStreamLog(Log):
         if index is not None and index < 0:
             raise ValueError(f"index must be >= 0, got {index}")
         while True:
-            key, entry, value = await self._index_entry(client_id, stream, partition)
-            if entry is None or value is None:
+            key, entry, value = await self._index_entry(client_id, stream, partition, True)
+            if entry is None:
                 if index is None:
                     return None
                 try:
@@ -1362,7 +1364,10 @@ class JetStreamLog(Log):
                     if not _lost_cas(e):
                         raise
                     continue
-            before, had = value
+            # a value that is not an index (written by something else) has no index and no
+            # owner: the reset overwrites it and the deletion removes it, by compare-and-set
+            # as ever — the one way to repair such a consumer through loglake
+            before, had = value if value is not None else (None, None)
             try:
                 if index is None:
                     await self._retry(
