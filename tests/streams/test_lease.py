@@ -148,3 +148,45 @@ def test_a_value_left_on_the_lease_key_by_hand_blocks_it_only_while_it_can_expir
             await nc.close()
 
     asyncio.run(main())
+
+
+def test_a_recreated_lease_bucket_never_gives_back_a_former_holders_token(nats_single) -> None:
+    """An operator deletes the lease bucket ("reset the leases") while a holder is paused; a
+    node recreates it and takes the lease. Before: the new bucket's revisions started at 1
+    again, so once the new holder's revision reached the paused holder's token, that holder's
+    fenced write was accepted — while the new one held the lease (seen: token 6, accepted at
+    revision 7 after ~2 s). The tokens of a new bucket start above any earlier bucket's."""
+    import asyncio
+
+    import nats
+
+    from loglake.streams.lease import FencedOut, JetStreamLease
+
+    async def main() -> None:
+        nc = await nats.connect(nats_single.url)
+        try:
+            js = nc.jetstream()
+            bucket = new_prefix() + "_leases"
+            a = await JetStreamLease(js, bucket, "sealer", "node-a", ttl=1, retry=0.1).start()
+            while not a.holds():
+                await asyncio.sleep(0.02)
+            for _ in range(3):
+                await a.put("state", b"a")
+            token = a.fence()
+            await a.close()  # paused: no more renewals, its token kept
+            await js.delete_stream(f"KV_{bucket}")
+            b = await JetStreamLease(js, bucket, "sealer", "node-b", ttl=1, retry=0.1).start()
+            while not b.holds():
+                await asyncio.sleep(0.02)
+            deadline = time.monotonic() + 4  # several of b's renewals (every ttl / 3)
+            while time.monotonic() < deadline:
+                with pytest.raises(FencedOut):
+                    await a.put_fenced("state", b"from the paused holder", token)
+                await asyncio.sleep(0.05)
+            assert await b.get("state") is None  # nothing of a's in the new bucket
+            assert b.token is not None and b.token > token
+            await b.close()
+        finally:
+            await nc.close()
+
+    asyncio.run(main())

@@ -440,15 +440,21 @@ async def until_settled(
             await asyncio.sleep(pause)
 
 
-async def open_bucket(js: Any, config: jsapi.KeyValueConfig, timeout: float) -> Any:
+async def open_bucket(
+    js: Any,
+    config: jsapi.KeyValueConfig,
+    timeout: float,
+    create: Callable[[Any, jsapi.KeyValueConfig], Awaitable[Any]] | None = None,
+) -> Any:
     """The KV bucket ``config.bucket``, created if missing (idempotent: two nodes may race),
-    ``until_settled``. The one opener of the index, lease and key buckets."""
+    ``until_settled``. The one opener of the index, lease and key buckets; ``create`` (default
+    nats-py's ``create_key_value``) makes a missing one."""
 
     async def attempt() -> Any:
         with contextlib.suppress(nats.js.errors.BucketNotFoundError):
             return await js.key_value(config.bucket)
         try:
-            return await js.create_key_value(config)
+            return await (create(js, config) if create else js.create_key_value(config))
         except nats.js.errors.APIError as e:
             if transient(e):
                 raise

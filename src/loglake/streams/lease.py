@@ -47,6 +47,7 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -301,14 +302,47 @@ def lease_bucket_config(bucket: str, replicas: int = 1) -> jsapi.KeyValueConfig:
     )
 
 
+async def create_lease_bucket(js: JetStreamContext, config: jsapi.KeyValueConfig) -> KeyValue:
+    """nats-py's ``create_key_value(config)`` (the same KV stream, ADR-8), with one difference:
+    the stream's first sequence is the wall clock in microseconds, not 1. Fencing tokens are
+    the bucket's sequences, so a bucket deleted and made again (an operator "resetting the
+    leases") would otherwise hand out a former holder's token once more: that holder, paused
+    meanwhile, had its fenced writes accepted while the new holder held the lease. A bucket
+    writes far fewer than a million messages a second, so a later bucket's tokens start above
+    every earlier one's unless the creating node's clock is behind by more than the time
+    between the two buckets. (Microseconds stay below 2^53 until the year 2255: exact in JSON
+    readers that use doubles.)"""
+    stream = jsapi.StreamConfig(
+        name=f"KV_{config.bucket}",
+        subjects=[f"$KV.{config.bucket}.>"],
+        allow_direct=config.direct,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        discard=jsapi.DiscardPolicy.NEW,
+        duplicate_window=120.0,
+        max_consumers=-1,
+        max_msgs=-1,
+        max_msgs_per_subject=config.history,
+        num_replicas=config.replicas,
+        storage=config.storage,
+        subject_delete_marker_ttl=config.limit_marker_ttl,
+        first_seq=time.time_ns() // 1000,
+    )
+    await js.add_stream(stream)
+    return await js.key_value(config.bucket)
+
+
 async def lease_bucket(
     js: JetStreamContext, bucket: str, replicas: int = 1, timeout: float = 10.0
 ) -> KeyValue:
-    """Open the lease bucket, creating it (idempotently) if it does not exist; what a settling
-    cluster answers transiently is retried for ``timeout`` seconds (``open_bucket``)."""
+    """Open the lease bucket, creating it (idempotently, ``create_lease_bucket``) if it does
+    not exist; what a settling cluster answers transiently is retried for ``timeout`` seconds
+    (``open_bucket``)."""
     from loglake.streams.jetstream import open_bucket
 
-    kv: KeyValue = await open_bucket(js, lease_bucket_config(bucket, replicas), timeout)
+    config = lease_bucket_config(bucket, replicas)
+    kv: KeyValue = await open_bucket(js, config, timeout, create_lease_bucket)
     return kv
 
 
