@@ -230,3 +230,31 @@ def test_an_operators_reset_or_delete_repairs_a_value_that_is_not_an_index(jlog,
     assert jlog.reset_index("bad", "orders", None) is None
     assert jlog.get_index("bad", "orders") is None
     assert jlog.consumer_indexes() == {}
+
+
+def test_a_read_no_replica_answers_asks_again_at_a_bounded_rate(jlog, monkeypatch) -> None:
+    """No replica serving a partition (no quorum, all down): every direct get comes back "no
+    responders" at once. The read asks again until its ``request_timeout`` (2 s here) and then
+    raises, with a pause between attempts: it asked again at once before (5 million attempts in
+    those 2 s against this instant answer; each a request to the cluster in the real outage)."""
+    from loglake.streams.jetstream import ClusterUnavailable
+
+    jlog.create_stream("s", StreamConfig(partitions=1))
+    jlog.append("s", b"x")
+    calls = 0
+
+    async def unanswered(name: str, seq: int, n: int) -> tuple[None, int]:
+        nonlocal calls
+        calls += 1
+        return None, 0
+
+    async def not_deleted(stream: str, partition: int) -> bool:
+        return False
+
+    monkeypatch.setattr(jlog, "_direct_batch", unanswered)
+    monkeypatch.setattr(jlog, "_deleted", not_deleted)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnavailable):
+        jlog.read("s", 0, 10)
+    assert 1.9 <= time.monotonic() - t0 < 4.0
+    assert 5 <= calls <= 40, calls  # 2 s at ≤ 0.1 s apart: ~25

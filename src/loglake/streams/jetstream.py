@@ -107,6 +107,11 @@ PURGE = "$JS.API.STREAM.PURGE.{}"
 MAX_PULL_BYTES = 8 * 1024 * 1024
 READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
+READ_RETRY_FIRST, READ_RETRY_MAX = 0.005, 0.1
+"""Seconds between a read's unanswered attempts, doubling from the first to the most. Why: with
+no replica serving (no quorum, every replica down) a direct get is answered "no responders" at
+once, and the read asked again in a tight loop until ``request_timeout``: thousands of requests
+a second from every reader for the length of the outage."""
 
 
 class ClusterUnavailable(LogError, Unavailable):
@@ -1079,6 +1084,7 @@ class JetStreamLog(Log):
         deadline = time.monotonic() + self.options.request_timeout
         acked = self._acked.get(name, 0)
         probe: asyncio.Future[bool] | None = None  # ``_deleted``, once a read went unanswered
+        pause = READ_RETRY_FIRST  # between unanswered attempts (``READ_RETRY_FIRST``)
         try:
             while len(out) < limit:
                 batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
@@ -1091,7 +1097,11 @@ class JetStreamLog(Log):
                     if probe.done() and probe.result():
                         raise UnknownStream(stream)
                     if time.monotonic() < deadline:
-                        continue  # the queue group may pick a replica that answers
+                        # the queue group may pick a replica that answers; a "no responders"
+                        # comes back at once, so the next attempt waits a little (doubling)
+                        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                        pause = min(2 * pause, READ_RETRY_MAX)
+                        continue
                     raise ClusterUnavailable(
                         f"read of {stream!r}/{partition}",
                         self.options.request_timeout,
