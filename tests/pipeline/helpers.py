@@ -92,3 +92,14 @@ def rows_of(df) -> dict[tuple[int, int], bytes]:
     out = {(r["partition"], r["index"]): bytes(r["data"]) for r in rows}
     assert len(out) == len(rows), "duplicate (partition, index) rows"
     return out
+
+
+def damage_lake_file(path: Path, how: str) -> None:
+    """Make the lake file at ``path`` unreadable as one: ``truncated`` (its second half and
+    footer lost, as a copy cut short leaves it) or ``foreign`` (a Parquet file of another
+    table under the lake's name: no ``index``, ``data``, ... columns)."""
+    if how == "truncated":
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+    else:
+        pq.write_table(pa.table({"foo": list(range(10))}), path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -24,7 +25,7 @@ from loglake.pipeline.jobs.compact import (
 )
 from loglake.pipeline.lake import LakeFile, all_lake_files, stream_lake_dir, visible_lake_files
 
-from .helpers import make_log_stream, rows_of
+from .helpers import damage_lake_file, make_log_stream, rows_of
 
 
 def lf(first, last, size):
@@ -93,6 +94,25 @@ def test_compact_merges_sorts_and_keeps_every_record(spark, stream):
     assert not list(stream_lake_dir(d, "cs").glob(f"{JOB_PREFIX}*"))
     assert log_view(d) == expected
     assert rows_of(read(spark, str(d), "cs")) == expected
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["truncated", "foreign"])
+def test_a_damaged_or_foreign_source_stops_the_job_before_it_writes(spark, stream, how):
+    # a foreign file under a lake name was compacted as rows of null index and data, and
+    # its neighbours deleted; a truncated one was a pyarrow traceback from the CLI
+    d, _ = stream
+    bad = visible_lake_files(d, "cs", 0)[1].path
+    damage_lake_file(Path(bad), how)
+    before = {p: all_lake_files(d, "cs", p) for p in (0, 1)}
+    res = CliRunner().invoke(
+        main, ["job", "compact", "--data-dir", str(d), "--stream", "cs", "--target-size", "16KB"]
+    )
+    assert res.exit_code == 1
+    error = [line for line in res.output.splitlines() if line.startswith("Error: ")]
+    assert len(error) == 1 and Path(bad).name in error[0], res.output
+    assert "Traceback" not in res.output
+    assert {p: all_lake_files(d, "cs", p) for p in (0, 1)} == before
 
 
 @pytest.mark.spark

@@ -6,19 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loglake.log.api import CorruptSegment
 from loglake.pipeline.errors import LakeLayoutError
 from loglake.pipeline.lake import (
     IndexRange,
     LakeFile,
     all_lake_files,
     chunk,
+    lake_file_rows,
     plan_partition,
     split_covered,
     subtract,
     visible_lake_files,
 )
 
-from .helpers import write_lake
+from .helpers import damage_lake_file, write_lake
 
 
 def lf(first: int, last: int, size: int = 100) -> LakeFile:
@@ -89,3 +91,19 @@ def test_plan_range_inside_the_lake_reads_no_live_record():
 def test_plan_without_a_readable_log_is_lake_only():
     plan = plan_partition(0, [lf(0, 9)], log_first=None, log_next=None)
     assert len(plan.files) == 1 and plan.live == []
+
+
+@pytest.mark.parametrize("how", ["truncated", "foreign"])
+def test_a_damaged_or_foreign_lake_file_is_corrupt_segment_naming_it(tmp_path, how):
+    from loglake.pipeline.units import Unit, read_unit_columns
+
+    good = write_lake(tmp_path, "s", 0, 0, 9)
+    assert lake_file_rows(good) == 10
+    bad = write_lake(tmp_path, "s", 0, 10, 19)
+    damage_lake_file(bad, how)
+    with pytest.raises(CorruptSegment, match=bad.name):
+        lake_file_rows(bad)
+    # the protocol jobs' reader of lake files (pipeline/units.py), whole file and a range
+    for lo in (10, 12):
+        with pytest.raises(CorruptSegment, match=bad.name):
+            list(read_unit_columns(str(tmp_path), Unit("s", str(bad), 10, 20), lo=lo))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from loglake.errors import task_error
+from loglake.log.api import CorruptSegment
 from loglake.pipeline import read
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.options import parse_options, resolve_stream
 from loglake.pipeline.read import make_plan
 
-from .helpers import make_log_stream, rows_of, write_lake
+from .helpers import damage_lake_file, make_log_stream, rows_of, write_lake
 
 pytestmark = pytest.mark.spark
 
@@ -159,6 +161,22 @@ def test_lake_only_stream_written_by_another_tool(spark, tmp_path):
         *((0, i) for i in range(20)),
         *((2, i) for i in range(5, 10)),
     ]
+
+
+@pytest.mark.parametrize("how", ["truncated", "foreign"])
+def test_a_damaged_or_foreign_lake_file_is_a_typed_error_not_null_rows(spark, tmp_path, how):
+    # Spark's Parquet reader given the record schema read a foreign file's rows as nulls
+    # (read() returned 10 rows of nulls) and failed on a truncated one with a JVM trace
+    write_lake(tmp_path, "ext", 0, 0, 9)
+    bad = write_lake(tmp_path, "ext", 0, 10, 19)
+    damage_lake_file(bad, how)
+    with pytest.raises(CorruptSegment, match=bad.name):
+        read(spark, str(tmp_path), "ext")  # on the driver, before any job
+    df = spark.read.format("loglake").option("data_dir", str(tmp_path)).option("stream", "ext")
+    with pytest.raises(Exception) as e:
+        df.load().collect()
+    assert isinstance(task_error(e.value), CorruptSegment), str(e.value)[:500]
+    assert bad.name in str(task_error(e.value))
 
 
 def test_bad_input_is_a_typed_error_before_any_job(spark, tmp_path):

@@ -297,8 +297,8 @@ def _yield_gil() -> None:
 
 
 @contextlib.contextmanager
-def _typed_lake_errors(lf: LakeFile) -> Iterator[None]:
-    """A damaged lake file is ``CorruptSegment`` naming it. A missing one stays
+def typed_lake_errors(path: str | Path) -> Iterator[None]:
+    """A damaged lake file (at ``path``) is ``CorruptSegment`` naming it. A missing one stays
     ``FileNotFoundError``: readers re-list the lake when compaction or retention removed it.
     A disk error (an ``OSError`` with an errno, such as EIO) stays an ``OSError``: the file
     may be whole, and calling it damage would send its user looking in the wrong place."""
@@ -309,9 +309,9 @@ def _typed_lake_errors(lf: LakeFile) -> Iterator[None]:
     except OSError as e:
         if e.errno is not None:
             raise
-        raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
+        raise CorruptSegment(str(path), 0, f"unreadable Parquet: {e}") from None
     except (pa.ArrowException, ValueError, KeyError) as e:
-        raise CorruptSegment(str(lf.path), 0, f"unreadable Parquet: {e}") from None
+        raise CorruptSegment(str(path), 0, f"unreadable Parquet: {e}") from None
 
 
 def read_lake_file(
@@ -321,7 +321,7 @@ def read_lake_file(
     lo, hi = max(start, lf.first), min(end, lf.last + 1, max(start, lf.first) + limit)
     if lo >= hi:
         return []
-    with _typed_lake_errors(lf):
+    with typed_lake_errors(lf.path):
         table = pq.read_table(
             lf.path,
             columns=["index", "timestamp_ns", "key", "headers", "data"],
@@ -349,7 +349,7 @@ def read_lake_file(
 
 def lake_file_max_timestamp(lf: LakeFile) -> int:
     """Newest ``timestamp_ns`` in a lake file, from the Parquet column statistics."""
-    with _typed_lake_errors(lf):
+    with typed_lake_errors(lf.path):
         meta = pq.ParquetFile(lf.path).metadata
     col = LAKE_SCHEMA.get_field_index("timestamp_ns")
     best: int | None = None
@@ -360,7 +360,7 @@ def lake_file_max_timestamp(lf: LakeFile) -> int:
             break
         best = stats.max if best is None else max(best, stats.max)
     if best is None:
-        with _typed_lake_errors(lf):
+        with typed_lake_errors(lf.path):
             ts = pq.read_table(lf.path, columns=["timestamp_ns"]).column(0)
         return int(pc.max(ts).as_py())
     return int(best)

@@ -62,10 +62,16 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from loglake.log.lake import LakeFile
+from loglake.log.lake import LakeFile, typed_lake_errors
 from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption, LiveHistoryGone, SchemaMismatch
-from loglake.pipeline.lake import chunk, overlaps, subtract, visible_lake_files
+from loglake.pipeline.lake import (
+    chunk,
+    lake_file_rows,
+    overlaps,
+    subtract,
+    visible_lake_files,
+)
 from loglake.pipeline.livelog import LiveSource
 from loglake.pipeline.options import (
     EARLIEST,
@@ -152,7 +158,11 @@ class RangeSplit(InputPartition):
 
 
 def _read_lake_file(path: str, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-    table = pq.read_table(path, filters=[("index", ">=", lo), ("index", "<", hi)])
+    """``[lo, hi)`` of a lake file; a damaged or foreign one is ``CorruptSegment`` naming it
+    (``lake_file_rows``), a removed one stays ``FileNotFoundError`` (``read_range`` re-lists)."""
+    lake_file_rows(path)
+    with typed_lake_errors(path):
+        table = pq.read_table(path, filters=[("index", ">=", lo), ("index", "<", hi)])
     yield from table.to_batches(max_chunksize=8192)
 
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loglake.pipeline.datasource import COLUMNS, FORMAT, RECORD_SCHEMA
-from loglake.pipeline.lake import ReadPlan, plan_partition, visible_lake_files
+from loglake.pipeline.lake import ReadPlan, lake_file_rows, plan_partition, visible_lake_files
 from loglake.pipeline.options import (
     SourceOptions,
     StreamLayout,
@@ -149,6 +149,10 @@ def _driver_tail(spark: SparkSession, opts: SourceOptions, plan: ReadPlan) -> Da
 def _native(spark: SparkSession, opts: SourceOptions, files: Sequence[LakeFile]) -> DataFrame:
     from pyspark.sql import functions as F
 
+    # each file's footer checked here, on the driver: Spark's reader would read a column a
+    # foreign file lacks as nulls and fail on a truncated one with a JVM trace at the action
+    for f in files:
+        lake_file_rows(f.path)
     df = spark.read.schema(RECORD_SCHEMA).parquet(*[str(f.path) for f in files])
     lo, hi = opts.start_index, opts.end_index
     if any(f.first < lo for f in files):

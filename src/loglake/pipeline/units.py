@@ -34,11 +34,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loglake.pipeline.errors import BadOption, JobFailed
-from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
+from loglake.pipeline.lake import (
+    check_lake_schema,
+    plan_partition,
+    subtract,
+    visible_lake_files,
+)
 from loglake.pipeline.livelog import NatsSource
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 SCAN_BATCH = 65_536
 """Records read at once (one Arrow batch) unless a reader asks for fewer."""
@@ -233,6 +239,21 @@ def read_unit_pieces(
         yield [b.slice(i, piece_rows) for i in range(0, b.num_rows, piece_rows)] or [b]
 
 
+def _open_lake_file(path: str, columns: list[str]) -> pq.ParquetFile:
+    """The lake file at ``path``, opened and checked to hold ``columns`` (and ``index``) as
+    the lake types them (``lake.check_lake_schema``): a truncated or foreign file is
+    ``CorruptSegment`` naming it, which the job's entry point raises as itself, not a pyarrow
+    error inside Spark's wrapper."""
+    import pyarrow.parquet as pq
+
+    from loglake.log.lake import typed_lake_errors
+
+    with typed_lake_errors(path):
+        f = pq.ParquetFile(path)
+    check_lake_schema(path, f.schema_arrow, [*columns, "index"])
+    return f
+
+
 def _lake_file_batches(path: str, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
     """Every record of a lake file, ``batch_rows`` at a time, each row group decompressed when
     its records are asked for (the file is opened here: a missing one raises at once). Why not
@@ -241,9 +262,7 @@ def _lake_file_batches(path: str, columns: list[str], batch_rows: int) -> Iterat
     2.7 MB, against a 56 MB file read before its first batch). Without Arrow's threads: each
     Spark task is one core's work already, and waking a pool thread per row group showed in
     the scan's profile (``pthread_cond_signal``, a fifth of its main thread's samples)."""
-    import pyarrow.parquet as pq
-
-    f = pq.ParquetFile(path)
+    f = _open_lake_file(path, columns)
     return f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
 
 
@@ -252,9 +271,7 @@ def _read_lake_file(path: str, columns: list[str], within: tuple[int, int]) -> l
     row group kept: row groups pruned by the index statistics, rows by a numpy mask. Why not
     ``pq.read_table(filters=…)``: it goes through ``pyarrow.dataset``, whose first use in a
     worker imports the dataset and query modules (and pandas where the daemon did not)."""
-    import pyarrow.parquet as pq
-
-    f = pq.ParquetFile(path)
+    f = _open_lake_file(path, columns)
     lo, hi = within
     at = f.schema_arrow.get_field_index("index")
     want = columns if "index" in columns else [*columns, "index"]

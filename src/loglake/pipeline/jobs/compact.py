@@ -52,6 +52,7 @@ from loglake.log.lake_schema import lake_file_name, lake_partition_dir
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.lake import (
     all_lake_files,
+    lake_file_rows,
     lake_partitions,
     split_covered,
     stream_lake_dir,
@@ -113,7 +114,9 @@ class CompactResult:
 
 
 def _rows(path: str) -> int:
-    return pq.ParquetFile(path).metadata.num_rows
+    # checked to be a lake file: Spark reads a foreign one's missing columns as nulls, which
+    # the compacted file would then hold in place of the sources it replaces
+    return lake_file_rows(path)
 
 
 def plan_groups(files: list[LakeFile], target_bytes: int) -> list[list[LakeFile]]:
