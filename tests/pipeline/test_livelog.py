@@ -12,6 +12,7 @@ import pytest
 
 from loglake.log import Entry, StreamConfig, fs, open_log
 from loglake.pipeline import livelog
+from loglake.pipeline.errors import LiveHistoryGone
 from loglake.pipeline.livelog import DirSource
 from loglake.pipeline.options import parse_options, resolve_stream
 
@@ -80,3 +81,26 @@ def test_the_live_log_is_never_taken_for_absent(tmp_path, monkeypatch):
 
 def _broken_open_log(*a, **k):
     raise OSError("data dir unreadable")
+
+
+def test_a_range_retention_removed_is_live_history_gone_not_a_gap(tmp_path):
+    # the log reads from its first index: a read of [0, 60) after retention removed 0..39
+    # returned 40..59 alone, and a streaming query resumed at 0 skipped 0..39 without a word
+    log = open_log(tmp_path)
+    try:
+        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
+        for i in range(6):
+            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+        log.flush()
+        log.truncate_before("s", 40)
+        first = log.stream_info("s").partitions[0].first_index
+    finally:
+        log.close()
+    assert 0 < first <= 40
+    src = DirSource(str(tmp_path))
+    with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
+        list(src.read("s", 0, 0, 60))
+    with pytest.raises(LiveHistoryGone, match=f"indexes 1..{first - 1} "):
+        list(src.read("s", 0, 1, first))  # nothing of it held at all
+    kept = pa.Table.from_batches(list(src.read("s", 0, first, 60))).column("index").to_pylist()
+    assert kept == list(range(first, 60))

@@ -63,6 +63,38 @@ def test_restart_from_checkpoint_picks_up_new_records_once(spark, tmp_path):
     assert sink_rows(spark, out) == expected_rows(expected)
 
 
+def test_a_checkpoint_past_retention_fails_the_query_with_live_history_gone(spark, tmp_path):
+    # Kafka's failOnDataLoss: a resumed query whose next offsets retention removed used to
+    # skip them silently (the sink went 0..49, then 120..149)
+    from loglake.errors import task_error
+    from loglake.log import Entry, StreamConfig, open_log
+    from loglake.pipeline.errors import LiveHistoryGone
+
+    d = tmp_path / "data"
+    log = open_log(d)
+    log.create_stream("ev", StreamConfig(segment_bytes=2048, seal_to_lake=False))
+    log.close()
+
+    def add(n: int) -> None:
+        with open_log(d) as w:
+            for _ in range(n // 10):
+                w.append_many("ev", [Entry(b"x" * 100) for _ in range(10)])
+
+    add(50)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_available_now(spark, d, out, cp)
+    add(100)
+    with open_log(d) as w:
+        w.truncate_before("ev", 120)
+        assert w.stream_info("ev").partitions[0].first_index > 50
+    with pytest.raises(Exception) as e:
+        run_available_now(spark, d, out, cp)
+    gone = task_error(e.value)
+    assert isinstance(gone, LiveHistoryGone), str(e.value)[:500]
+    assert "indexes 50.." in str(gone)
+    assert [i for _, i, _ in sink_rows(spark, out)] == list(range(50))
+
+
 def test_starting_offsets_latest_and_json(spark, tmp_path):
     d = tmp_path / "data"
     make_log_stream(d, "ev", partitions=2, records=30)

@@ -50,12 +50,21 @@ class JobFailed(PipelineError):
 
 class LiveHistoryGone(PipelineError, LookupError):
     """A range of a stream is in neither the lake nor the live log: JetStream's retention
-    dropped it before the sealer copied it (seal more often than the streams' ``max_age``)."""
+    dropped it before the sealer copied it (seal more often than the streams' ``max_age``), or
+    a data dir's retention removed it before a streaming query resumed from a checkpoint that
+    still expects it (Kafka's ``failOnDataLoss``: said, never skipped)."""
 
-    def __init__(self, stream: str, partition: int, missing: int, first_held: int) -> None:
+    def __init__(
+        self, stream: str, partition: int, missing: int, first_held: int, held_by: str = ""
+    ) -> None:
+        why = (
+            f"the live log of {held_by} (removed by retention)"
+            if held_by
+            else "JetStream (dropped by retention before they were sealed)"
+        )
         super().__init__(
             f"stream {stream!r} partition {partition}: indexes {missing}..{first_held - 1} are "
-            "in neither the lake nor JetStream (dropped by retention before they were sealed)"
+            f"in neither the lake nor {why}"
         )
         self.stream, self.partition = stream, partition
         self.missing, self.first_held = missing, first_held

@@ -84,11 +84,25 @@ class DirSource:
             log.close()
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """``[start, end)`` in index order. A head the log no longer holds (retention removed
+        it after the plan, or before a streaming query resumed from a checkpoint) raises
+        ``LiveHistoryGone``, as ``NatsSource.read`` does: the log reads from its first index,
+        and those rows alone were a silent gap in the query's output."""
         log = open_log_readonly(self.data_dir)
         try:
+            checked = start >= end
             # columns from the segments' bytes, no Record per row (Log.read_tables)
             for table in log.read_tables(stream, start, end, partition=partition):
+                if not checked and table.num_rows:
+                    first = table.column("index")[0].as_py()
+                    if first != start:
+                        raise LiveHistoryGone(stream, partition, start, first, self.data_dir)
+                    checked = True
                 yield from table.to_batches(max_chunksize=READ_BATCH)
+            if not checked:  # nothing at all: below the first index, or not written yet
+                first = log.stream_info(stream).partitions[partition].first_index
+                if first > start:
+                    raise LiveHistoryGone(stream, partition, start, min(first, end), self.data_dir)
         finally:
             log.close()
 
