@@ -69,6 +69,31 @@ def test_bad_numbers_and_choices(tmp_path, name, value):
     assert e.value.option == name
 
 
+@pytest.mark.parametrize(
+    ("name", "hint"), [("start_index", "startIndex"), ("endindx", "endIndex"), ("foo", None)]
+)
+def test_an_unknown_option_is_rejected_not_ignored(tmp_path, name, hint):
+    # a misspelt range option was ignored: the whole stream was read instead of the range
+    with pytest.raises(BadOption) as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", name: "90"})
+    assert e.value.option == name and "unknown option" in e.value.reason
+    assert (f"did you mean {hint}?" in e.value.reason) if hint else "did you mean" not in str(e)
+
+
+def test_option_names_are_case_insensitive_as_spark_passes_them(tmp_path):
+    write_lake(tmp_path, "s", 0, 0, 9)
+    opts = parse_options({"DATA_DIR": str(tmp_path), "Stream": "s", "startindex": "3"})
+    assert opts.start_index == 3
+
+
+@pytest.mark.parametrize("value", [" ", ",", " , "])
+def test_partitions_that_name_none_are_rejected(tmp_path, value):
+    # "partitions= " read no partition at all: an empty DataFrame, no error
+    with pytest.raises(BadOption) as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", "partitions": value})
+    assert e.value.option == "partitions"
+
+
 def test_end_below_start(tmp_path):
     with pytest.raises(BadOption, match="endIndex"):
         parse_options(

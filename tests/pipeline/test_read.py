@@ -192,6 +192,14 @@ def test_bad_input_is_a_typed_error_before_any_job(spark, tmp_path):
         ).load()
 
 
+def test_a_misspelt_option_fails_load_instead_of_reading_everything(spark, stream_dir):
+    # start_index (for startIndex) was ignored: 600 rows instead of the 20 asked for
+    d, _ = stream_dir
+    with pytest.raises(Exception, match=r"start_index='290'.*did you mean startIndex"):
+        _load(spark, d, start_index="290").count()
+    assert _load(spark, d, startIndex="290").count() == 20
+
+
 def test_plain_python_source_reports_the_bad_option(spark, tmp_path):
     with pytest.raises(Exception, match="unknown stream") as e:
         spark.read.format("loglake").option("data_dir", str(tmp_path)).option(

@@ -39,6 +39,20 @@ from loglake.pipeline.livelog import (
 )
 
 EARLIEST, LATEST = "earliest", "latest"
+
+OPTIONS = (
+    *("stream", "data_dir", "path", "url", "partitionCount"),
+    *("tls", "tlsCa", "tlsCert", "tlsKey", "tlsServerName"),
+    *("backend", "natsPrefix", "natsCreds"),
+    *("partitions", "startIndex", "endIndex", "splitRecords"),
+    *("startingOffsets", "maxRecordsPerTrigger", "partitionBy"),
+    *("nativeSealed", "driverTailRecords", "pushFilters"),
+)
+"""Every option of the ``loglake`` format and ``read_options`` (docs/pipeline.md's table), and
+``_liveRanges`` (``read()``'s own). Any other name is ``BadOption``: Spark's built-in sources
+ignore one, and a misspelt range or partition option then read the whole stream without a word
+(``start_index=90`` gave all 200 rows)."""
+_OPTION_NAMES = {n.lower(): n for n in (*OPTIONS, "_liveRanges")}
 DEFAULT_DRIVER_TAIL = 0
 """Off by default: the issue's design sends the tail through the Python source."""
 
@@ -168,7 +182,20 @@ class SourceOptions:
         return UrlSource(self.url, self.partition_count or 1)
 
 
+def _check_names(options: Mapping[str, str]) -> None:
+    import difflib
+
+    for name in options:
+        if str(name).lower() not in _OPTION_NAMES:
+            close = difflib.get_close_matches(str(name).lower(), list(_OPTION_NAMES), n=1)
+            hint = f"did you mean {_OPTION_NAMES[close[0]]}? " if close else ""
+            raise BadOption(
+                str(name), options[name], f"unknown option ({hint}options: {', '.join(OPTIONS)})"
+            )
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    _check_names(options)
     stream = _get(options, "stream")
     if not stream:
         raise BadOption("stream", stream, "required (the stream to read or write)")
@@ -194,6 +221,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             ) from None
         if any(p < 0 for p in partitions):
             raise BadOption("partitions", parts_raw, "partition numbers are >= 0")
+        if not partitions:  # " " or ",": it read no partition at all, with no error
+            raise BadOption("partitions", parts_raw, "expected partition numbers like 0,2")
     start = _int(options, "startIndex", 0) or 0
     end = _int(options, "endIndex", None)
     if end is not None and end < start:
@@ -204,7 +233,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     live_raw = _get(options, "_liveRanges")
     live_ranges = None
     if live_raw:
-        live_ranges = {int(k): [tuple(r) for r in v] for k, v in json.loads(live_raw).items()}
+        try:
+            live_ranges = {int(k): [(a, b) for a, b in v] for k, v in json.loads(live_raw).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise BadOption("_liveRanges", live_raw, "internal to read(): do not set it") from None
     push = (_get(options, "pushFilters") or "false").lower()
     if push not in ("true", "false"):
         raise BadOption("pushFilters", push, "expected true or false")
