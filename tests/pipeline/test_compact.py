@@ -25,7 +25,7 @@ from loglake.pipeline.jobs.compact import (
 )
 from loglake.pipeline.lake import LakeFile, all_lake_files, stream_lake_dir, visible_lake_files
 
-from .helpers import damage_lake_file, make_log_stream, rows_of
+from .helpers import damage_lake_file, make_log_stream, rows_of, write_lake
 
 
 def lf(first, last, size):
@@ -44,6 +44,29 @@ def test_bad_options_are_typed(tmp_path):
         CompactOptions(str(tmp_path / "missing"), "s")
     with pytest.raises(BadOption, match="stream"):
         CompactOptions(str(tmp_path), "s")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("grace_seconds", float("nan")), ("grace_seconds", -1.0), ("row_group_bytes", 0)],
+)
+def test_bad_numbers_are_typed(tmp_path, name, value):
+    # NaN grace kept every superseded file for good (nothing is ever >= NaN seconds old);
+    # a 0 row group size went to Spark's writer as is
+    write_lake(tmp_path, "s", 0, 0, 9)
+    with pytest.raises(BadOption) as e:
+        CompactOptions(str(tmp_path), "s", **{name: value})
+    assert e.value.option == name
+
+
+def test_a_stream_name_that_is_a_path_is_refused(tmp_path):
+    # "--stream ../outside" compacted the Parquet files of <data_dir>/outside/partition=0
+    write_lake(tmp_path, "s", 0, 0, 9)
+    outside = tmp_path / "outside" / "partition=0"
+    outside.mkdir(parents=True)
+    with pytest.raises(BadOption) as e:
+        CompactOptions(str(tmp_path), "../outside")
+    assert e.value.option == "stream"
 
 
 def log_view(d, stream="cs"):

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from loglake.log import fs
+from loglake.log.api import STREAM_NAME_RE
 from loglake.log.lake import LakeFile, lake_lock
 from loglake.log.lake_schema import lake_file_name, lake_partition_dir
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
@@ -81,12 +82,16 @@ class CompactOptions:
     def __post_init__(self) -> None:
         if not Path(self.data_dir).is_dir():
             raise BadOption("data_dir", self.data_dir, "no such directory")
+        if not STREAM_NAME_RE.fullmatch(self.stream):  # ``../x`` named a folder outside the lake
+            raise BadOption("stream", self.stream, "not a valid stream name")
         if not stream_lake_dir(self.data_dir, self.stream).is_dir():
             raise BadOption("stream", self.stream, f"no lake folder for it in {self.data_dir}")
         if self.target_bytes < 1024:
             raise BadOption("target_bytes", self.target_bytes, "must be at least 1024")
-        if self.grace_seconds < 0:
+        if not self.grace_seconds >= 0:  # NaN too: no file was ever old enough to delete
             raise BadOption("grace_seconds", self.grace_seconds, "must be >= 0")
+        if self.row_group_bytes < 1024:  # 0 was handed to Spark's writer as is
+            raise BadOption("row_group_bytes", self.row_group_bytes, "must be at least 1024")
         known = lake_partitions(self.data_dir, self.stream)
         for p in self.partitions or ():
             if p not in known:
