@@ -109,6 +109,18 @@ def test_failed_write_leaves_the_stream_unchanged(spark, target):
     assert next_indexes(target) == [20, 21, 20]
 
 
+def test_a_partition_value_past_int32_is_out_of_range_not_an_overflow(spark, target):
+    # a bigint partition column holding 2^40 failed the task with pyarrow's cast overflow
+    from loglake.errors import task_error
+
+    df = spark.createDataFrame([(b"x", 2**40)], "data binary, partition bigint")
+    with pytest.raises(Exception) as e:
+        write(df, str(target), "out")
+    assert isinstance(task_error(e.value), BadOption), str(e.value)[:500]
+    assert f"partition {2**40} out of range 0..2" in str(task_error(e.value))
+    assert next_indexes(target) == [20, 20, 20]
+
+
 def test_bad_write_options(spark, target, tmp_path):
     df = spark.createDataFrame([(b"x",)], "data binary")
     with pytest.raises(BadOption, match="stream"):

@@ -568,7 +568,8 @@ class LoglakeWriter(DataSourceArrowWriter):
                     col = batch.column(self.partition_by[7:])
                     if col.null_count:
                         raise BadOption("partitionBy", self.partition_by, "null partition value")
-                    parts = col.cast(pa.int32()).to_pylist()
+                    # checked before any cast: a bigint past int32 was a pyarrow overflow
+                    parts = col.to_pylist()
                     bad = [p for p in parts if not 0 <= p < n]
                     if bad:
                         raise BadOption(
