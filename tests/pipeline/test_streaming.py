@@ -95,6 +95,27 @@ def test_a_checkpoint_past_retention_fails_the_query_with_live_history_gone(spar
     assert [i for _, i, _ in sink_rows(spark, out)] == list(range(50))
 
 
+def test_a_checkpoint_past_the_end_of_a_remade_stream_fails_the_query(spark, tmp_path):
+    # the stream made again with 20 records under a checkpoint at 60: the query read nothing
+    # and would have skipped every record appended below 60
+    import shutil
+
+    from loglake.errors import task_error
+    from loglake.pipeline.errors import StreamBehindCheckpoint
+
+    d = tmp_path / "data"
+    make_log_stream(d, "ev", partitions=2, records=60)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_available_now(spark, d, out, cp)
+    shutil.rmtree(d)
+    make_log_stream(d, "ev", partitions=2, records=20)
+    with pytest.raises(Exception) as e:
+        run_available_now(spark, d, out, cp)
+    behind = task_error(e.value)
+    assert isinstance(behind, StreamBehindCheckpoint), str(e.value)[:500]
+    assert "ends at index 20, below the checkpoint's offset 60" in str(behind)
+
+
 def test_starting_offsets_latest_and_json(spark, tmp_path):
     d = tmp_path / "data"
     make_log_stream(d, "ev", partitions=2, records=30)

@@ -64,7 +64,12 @@ from pyspark.sql.types import (
 
 from loglake.log.lake import LakeFile, typed_lake_errors
 from loglake.log.lake_schema import LAKE_SCHEMA
-from loglake.pipeline.errors import BadOption, LiveHistoryGone, SchemaMismatch
+from loglake.pipeline.errors import (
+    BadOption,
+    LiveHistoryGone,
+    SchemaMismatch,
+    StreamBehindCheckpoint,
+)
 from loglake.pipeline.lake import (
     chunk,
     lake_file_rows,
@@ -417,6 +422,12 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         to read (``share_budget``). ``ReadAllAvailable`` ignores the option, as the API requires
         (``Trigger.AvailableNow`` relies on it)."""
         bounds = self._current()
+        for p, (_, nxt) in bounds.items():
+            # the durable prefix readers see never shrinks: a stream made again, or restored
+            # from an older copy, under this checkpoint (Kafka's failOnDataLoss: said, not
+            # skipped; reading on would skip what is appended below the checkpoint's offset)
+            if start.get(p, 0) > nxt:
+                raise StreamBehindCheckpoint(self.opts.stream, int(p), start[p], nxt)
         end = {p: max(b[1], start.get(p, b[0])) for p, b in bounds.items()}
         if self._target is not None:  # Trigger.AvailableNow: never past the recorded target
             end = {p: min(e, max(self._target.get(p, e), start.get(p, 0))) for p, e in end.items()}

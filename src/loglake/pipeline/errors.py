@@ -70,6 +70,22 @@ class LiveHistoryGone(PipelineError, LookupError):
         self.missing, self.first_held = missing, first_held
 
 
+class StreamBehindCheckpoint(PipelineError, LookupError):
+    """A streaming query's checkpoint is past the end of its stream: the stream was deleted
+    and made again, or its data dir restored from an older copy. Kafka's source calls this
+    data loss (``failOnDataLoss``); reading on would skip every record appended below the
+    checkpoint's offset without a word."""
+
+    def __init__(self, stream: str, partition: int, offset: int, next_index: int) -> None:
+        super().__init__(
+            f"stream {stream!r} partition {partition} ends at index {next_index}, below the "
+            f"checkpoint's offset {offset} (the stream was made again or restored from an "
+            "older copy): start the query on a new checkpoint"
+        )
+        self.stream, self.partition = stream, partition
+        self.offset, self.next_index = offset, next_index
+
+
 def raises_task_errors(job: Callable[P, R]) -> Callable[P, R]:
     """``job`` (a job's entry point), raising the typed error a Spark task raised as itself
     (``loglake.errors.task_error``) rather than Spark's wrapper around its traceback: a caller
