@@ -104,3 +104,24 @@ def test_a_range_retention_removed_is_live_history_gone_not_a_gap(tmp_path):
         list(src.read("s", 0, 1, first))  # nothing of it held at all
     kept = pa.Table.from_batches(list(src.read("s", 0, first, 60))).column("index").to_pylist()
     assert kept == list(range(first, 60))
+
+
+def test_the_jobs_reader_of_a_removed_live_range_is_live_history_gone(tmp_path):
+    # pipeline/units.py (replay, archives-build, sds-audit) read the embedded log directly:
+    # a unit planned at 0..59 whose head retention removed before the task gave 40..59 alone
+    from loglake.pipeline.units import Unit, read_unit_columns
+
+    log = open_log(tmp_path)
+    try:
+        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
+        for i in range(6):
+            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+        log.flush()
+        log.truncate_before("s", 40)
+        first = log.stream_info("s").partitions[0].first_index
+    finally:
+        log.close()
+    with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
+        list(read_unit_columns(str(tmp_path), Unit("s", "", 0, 60)))
+    got = pa.Table.from_batches(list(read_unit_columns(str(tmp_path), Unit("s", "", first, 60))))
+    assert got.column("index").to_pylist() == list(range(first, 60))

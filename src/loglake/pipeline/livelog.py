@@ -84,21 +84,26 @@ class DirSource:
             log.close()
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        """``[start, end)`` in index order. A head the log no longer holds (retention removed
-        it after the plan, or before a streaming query resumed from a checkpoint) raises
-        ``LiveHistoryGone``, as ``NatsSource.read`` does: the log reads from its first index,
-        and those rows alone were a silent gap in the query's output."""
+        """``tables``, in batches of at most ``READ_BATCH`` records."""
+        for table in self.tables(stream, partition, start, end):
+            yield from table.to_batches(max_chunksize=READ_BATCH)
+
+    def tables(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.Table]:
+        """``[start, end)`` in index order, as the log's tables (``Log.read_tables``: columns
+        from the segments' bytes, no Record per row). A head the log no longer holds
+        (retention removed it after the plan, or before a streaming query resumed from a
+        checkpoint) raises ``LiveHistoryGone``, as ``NatsSource.read`` does: the log reads from
+        its first index, and those rows alone were a silent gap in the output."""
         log = open_log_readonly(self.data_dir)
         try:
             checked = start >= end
-            # columns from the segments' bytes, no Record per row (Log.read_tables)
             for table in log.read_tables(stream, start, end, partition=partition):
                 if not checked and table.num_rows:
                     first = table.column("index")[0].as_py()
                     if first != start:
                         raise LiveHistoryGone(stream, partition, start, first, self.data_dir)
                     checked = True
-                yield from table.to_batches(max_chunksize=READ_BATCH)
+                yield table
             if not checked:  # nothing at all: below the first index, or not written yet
                 first = log.stream_info(stream).partitions[partition].first_index
                 if first > start:

@@ -196,11 +196,11 @@ def read_unit_columns(
     if u.cluster is not None:
         yield from _rebatch(_read_cluster(data_dir, u, cols, lo, hi), batch_rows)
         return
-    from loglake.pipeline.livelog import open_log_readonly
+    from loglake.pipeline.livelog import DirSource
 
-    with open_log_readonly(data_dir) as log:
-        for table in log.read_tables(u.stream, lo, hi, partition=u.partition):
-            yield from table.select(cols).to_batches(max_chunksize=batch_rows)
+    # the source's reader: a range retention removed after the plan is ``LiveHistoryGone``
+    for table in DirSource(data_dir).tables(u.stream, u.partition, lo, hi):
+        yield from table.select(cols).to_batches(max_chunksize=batch_rows)
 
 
 def read_unit_pieces(
