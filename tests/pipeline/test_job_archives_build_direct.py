@@ -521,6 +521,30 @@ def test_a_scratch_option_that_is_not_one_of_the_modes_is_refused(tmp_path):
         )
 
 
+@pytest.mark.parametrize("now", ["1e30", "inf", "nan", "-1", "9999-01-01", "1969-12-31"])
+def test_a_now_outside_int64_nanoseconds_is_refused_before_spark(tmp_path, now):
+    # --now 1e30 reached the window planner, which steps a week at a time up to now (~10^24
+    # steps); inf was an OverflowError traceback
+    from click.testing import CliRunner
+
+    from loglake.cli import main
+
+    from .helpers import write_lake
+
+    write_lake(tmp_path, "c", 0, 0, 9)
+    kf = tmp_path / "c.key"
+    kf.write_text("11" * 32)
+    res = CliRunner().invoke(main, ["job", "archives-build", "--data-dir", str(tmp_path),
+                                    "--stream", "c", "--root", str(tmp_path / "out"),
+                                    "--key-file", str(kf), "--now", now])  # fmt: skip
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert f"Error: option --now={now!r}: expected a time from 1970 to 2262" in res.output
+    with pytest.raises(ab.BadOption, match="now_ns"):
+        ab.ArchivesBuildOptions(
+            str(tmp_path), str(tmp_path), (ab.Community("c", CID),), now_ns=10**39
+        )
+
+
 _HEAP_ROUNDS = """
 import resource, sys
 import numpy as np

@@ -187,6 +187,10 @@ class ArchivesBuildOptions:
             raise BadOption("scratch", self.scratch, f"use one of {', '.join(MODES)}")
         if self.period_ns <= 0:
             raise BadOption("period_ns", self.period_ns, "must be positive")
+        if self.now_ns is not None and not 0 <= self.now_ns <= 2**63 - 1:
+            # int64 ns, as the node's archives API bounds it: windows are planned one period
+            # at a time up to now, so a now of 10^39 ns never finished planning
+            raise BadOption("now_ns", self.now_ns, "expected 0..2^63-1 (int64 nanoseconds)")
         get_layout(self.layout)  # ArchiveConfigError for an unknown layout
         if self.announce is not None:  # before any Spark work: ArchiveConfigError naming it
             check_trackers(self.announce)

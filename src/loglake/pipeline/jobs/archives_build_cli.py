@@ -7,6 +7,7 @@ one place. Options are checked, and typed errors raised, before Spark starts.
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,22 +17,31 @@ from loglake.clitools import Renamed
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.session import MASTER_ENV
 
+NOW_NS_MAX = 2**63 - 1
+"""The latest ``--now``: int64 ns (2262), the bound the node's archives API puts on ``now_ns``.
+Past it (``1e30``) the job planned a 7-day window at a time up to ``now``, ~10^24 of them."""
+
 
 def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
-    """Unix seconds or ISO 8601 (UTC unless it says otherwise) → Unix ns; None stays None."""
+    """Unix seconds or ISO 8601 (UTC unless it says otherwise) → Unix ns; None stays None.
+    A time before 1970 or past ``NOW_NS_MAX``, ``nan`` or ``inf`` is ``BadOption``."""
     if text is None:
         return None
     try:
-        return int(float(text) * 1_000_000_000)
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise BadOption(option, text, "expected Unix seconds or ISO 8601") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp()) * 1_000_000_000
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            raise BadOption(option, text, "expected Unix seconds or ISO 8601") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        ns = int(dt.timestamp()) * 1_000_000_000
+    else:
+        ns = int(seconds * 1_000_000_000) if math.isfinite(seconds) else -1  # nan, inf: none
+    if not 0 <= ns <= NOW_NS_MAX:
+        raise BadOption(option, text, "expected a time from 1970 to 2262 (int64 nanoseconds)")
+    return ns
 
 
 @click.command("archives-build")
