@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from loglake.pipeline.errors import JavaNotFound
+from loglake.pipeline.errors import BadOption, JavaNotFound
 from loglake.pipeline.session import (
     DEFAULT_MASTER,
     MASTER_ENV,
@@ -46,6 +46,38 @@ def test_java_21_is_accepted(tmp_path):
 def test_missing_java(tmp_path):
     with pytest.raises(JavaNotFound, match="Java not found"):
         check_java(str(tmp_path / "no-java"))
+
+
+@pytest.mark.parametrize("given", ["flag", "env"])
+def test_a_master_spark_would_refuse_is_bad_option_before_a_jvm(monkeypatch, given):
+    # "--spark-master foo://x" started a JVM that printed 55 lines of Java and Py4J traces
+    monkeypatch.delenv(MASTER_ENV, raising=False)
+    if given == "env":
+        monkeypatch.setenv(MASTER_ENV, "foo://x")
+    with pytest.raises(BadOption) as e:
+        resolve_master("foo://x" if given == "flag" else None)
+    assert e.value.option == ("--spark-master" if given == "flag" else MASTER_ENV)
+    for ok in ("local", "local[2]", "local[*]", "spark://h:7077,h2:7077", "yarn", "k8s://h:443"):
+        assert resolve_master(ok) == ok
+
+
+@pytest.mark.spark
+def test_a_setting_spark_refuses_is_one_line_from_the_cli(tmp_path):
+    # a bad spark.sql.* value failed in register() with 79 lines of Py4J and JVM traces
+    from .helpers import write_lake
+
+    write_lake(tmp_path, "sds.x", 0, 0, 9)
+    out = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "job", "sds-audit", "--data-dir", str(tmp_path),
+         "--stream", "sds.x", "--out", str(tmp_path / "out"),
+         "--spark-master", "local[1]", "--spark-conf", "spark.sql.shuffle.partitions=-5"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1
+    lines = [ln for ln in out.stderr.splitlines() if "incubator" not in ln]
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("Error: Spark did not start (master local[1]): ")
+    assert "spark.sql.shuffle.partitions" in lines[0]
 
 
 def test_installed_java_is_17_or_newer():

@@ -28,6 +28,18 @@ class JavaNotFound(PipelineError):
     """Spark 4 needs Java 17+; raised before the JVM is started."""
 
 
+class SparkStartFailed(PipelineError):
+    """The SparkSession did not start: a master that does not answer, a Spark setting the JVM
+    refused. One line naming the master and Spark's reason, instead of the Py4J and JVM
+    traces PySpark raises (what the JVM itself printed before it exited stays above it)."""
+
+    def __init__(self, master: str, cause: BaseException) -> None:
+        lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if not ln.startswith("at ")), type(cause).__name__)
+        super().__init__(f"Spark did not start (master {master}): {reason[:300]}")
+        self.master = master
+
+
 class BadOption(PipelineError, LocalProtocolError, ValueError):
     """An option of the ``loglake`` source, ``read()`` or a job has an unusable value."""
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from loglake.pipeline.errors import JavaNotFound
+from loglake.pipeline.errors import BadOption, JavaNotFound, SparkStartFailed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,9 +89,22 @@ def check_java(java: str | None = None) -> int:
     return major
 
 
+MASTER_PREFIXES = ("local", "spark://", "k8s://")
+"""What Spark's launcher takes as a master (``yarn`` besides): apache/spark
+``SparkSubmitArguments`` refuses anything else ("Master must either be yarn or start with spark,
+k8s, or local"), but only after the JVM started, as a stack trace on the terminal."""
+
+
 def resolve_master(master: str | None = None) -> str:
-    """The explicit ``master``, else ``$LOGLAKE_SPARK_MASTER``, else ``local[*]``."""
-    return master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    """The explicit ``master``, else ``$LOGLAKE_SPARK_MASTER``, else ``local[*]``; one Spark's
+    launcher would refuse is ``BadOption`` here, before a JVM starts."""
+    value = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    if value != "yarn" and not value.startswith(MASTER_PREFIXES):
+        name = "--spark-master" if master else MASTER_ENV
+        raise BadOption(
+            name, value, "expected local[*], local[N], spark://HOST:PORT, yarn or k8s://"
+        )
+    return value
 
 
 @dataclass
@@ -270,11 +283,15 @@ def build_session(
     conf_items = java_options(spec.spark_conf(), quiet_jvm(), c1_only)
     for k, v in conf_items.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    atexit.unregister(_stop_at_exit)  # once, however many sessions are built
-    atexit.register(_stop_at_exit)
-    spark.sparkContext.setLogLevel("ERROR")
     from loglake.pipeline import register
 
-    register(spark)
+    try:
+        spark = builder.getOrCreate()
+        atexit.unregister(_stop_at_exit)  # once, however many sessions are built
+        atexit.register(_stop_at_exit)
+        spark.sparkContext.setLogLevel("ERROR")
+        # the first SQL setting set checks the session's (a bad spark.sql.* value fails here)
+        register(spark)
+    except Exception as e:  # pyspark's or py4j's: the JVM did not start, or refused a setting
+        raise SparkStartFailed(spec.master, e) from e
     return spark
