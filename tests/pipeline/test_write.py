@@ -121,6 +121,29 @@ def test_a_partition_value_past_int32_is_out_of_range_not_an_overflow(spark, tar
     assert next_indexes(target) == [20, 20, 20]
 
 
+@pytest.mark.parametrize(
+    ("rows", "schema", "named"),
+    [
+        ([(None,)], "data binary", "null in data"),
+        ([(b"a", [(None, b"v")])], "data binary, headers array<struct<key:string,value:binary>>",
+         "null in headers.key"),
+        ([(b"a", [("k", None)])], "data binary, headers array<struct<key:string,value:binary>>",
+         "null in headers.value"),
+    ],
+)  # fmt: skip
+def test_a_null_data_or_header_is_schema_mismatch_not_a_cast_error(
+    spark, target, rows, schema, named
+):
+    # the staged cast failed the task with pyarrow's "column ... is not nullable" instead
+    from loglake.errors import task_error
+
+    with pytest.raises(Exception) as e:
+        write(spark.createDataFrame(rows, schema), str(target), "out")
+    assert isinstance(task_error(e.value), SchemaMismatch), str(e.value)[:500]
+    assert named in str(task_error(e.value))
+    assert next_indexes(target) == [20, 20, 20]
+
+
 def test_bad_write_options(spark, target, tmp_path):
     df = spark.createDataFrame([(b"x",)], "data binary")
     with pytest.raises(BadOption, match="stream"):

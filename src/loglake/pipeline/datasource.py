@@ -595,6 +595,7 @@ class LoglakeWriter(DataSourceArrowWriter):
                     ]
                 else:
                     parts = [(rows + i) % n for i in range(batch.num_rows)]
+                _check_no_nulls(batch, self.opts.stream)
                 table = _normalise(batch, parts)
                 if writer is None:
                     writer = pq.ParquetWriter(str(path), table.schema)
@@ -629,6 +630,25 @@ STAGE_SCHEMA = pa.schema(
         LAKE_SCHEMA.field("data"),
     ]
 )
+
+
+def _check_no_nulls(batch: pa.RecordBatch, stream: str) -> None:
+    """``SchemaMismatch`` naming the field if ``data`` or a header's key or value is null: a
+    record has none of those (``LAKE_SCHEMA``: not null). Why here: the cast to the staged
+    schema failed the task with a pyarrow error, which no typed error was read back from."""
+    nulls = []
+    if batch.column("data").null_count:
+        nulls.append("data")
+    if "headers" in batch.schema.names:
+        flat = pc.list_flatten(batch.column("headers"))
+        if flat.null_count:
+            nulls.append("headers (a header)")
+        nulls += [f"headers.{n}" for n in ("key", "value") if flat.field(n).null_count]
+    if nulls:
+        raise SchemaMismatch(
+            f"stream {stream}: null in {', '.join(nulls)}; a record's data and its headers' "
+            "keys and values cannot be null"
+        )
 
 
 def _normalise(batch: pa.RecordBatch, parts: list[int]) -> pa.Table:
