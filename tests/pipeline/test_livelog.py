@@ -83,19 +83,25 @@ def _broken_open_log(*a, **k):
     raise OSError("data dir unreadable")
 
 
-def test_a_range_retention_removed_is_live_history_gone_not_a_gap(tmp_path):
-    # the log reads from its first index: a read of [0, 60) after retention removed 0..39
-    # returned 40..59 alone, and a streaming query resumed at 0 skipped 0..39 without a word
-    log = open_log(tmp_path)
+def _sixty_records_retention_cut_below_40(path) -> int:
+    """A stream ``s`` of records 0..59 in the data dir at ``path`` (no lake), whose head
+    retention removed up to 40: the first index it still holds."""
+    log = open_log(path)
     try:
         log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
         for i in range(6):
             log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
         log.flush()
         log.truncate_before("s", 40)
-        first = log.stream_info("s").partitions[0].first_index
+        return log.stream_info("s").partitions[0].first_index
     finally:
         log.close()
+
+
+def test_a_range_retention_removed_is_live_history_gone_not_a_gap(tmp_path):
+    # the log reads from its first index: a read of [0, 60) after retention removed 0..39
+    # returned 40..59 alone, and a streaming query resumed at 0 skipped 0..39 without a word
+    first = _sixty_records_retention_cut_below_40(tmp_path)
     assert 0 < first <= 40
     src = DirSource(str(tmp_path))
     with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
@@ -111,16 +117,7 @@ def test_the_jobs_reader_of_a_removed_live_range_is_live_history_gone(tmp_path):
     # a unit planned at 0..59 whose head retention removed before the task gave 40..59 alone
     from loglake.pipeline.units import Unit, read_unit_columns
 
-    log = open_log(tmp_path)
-    try:
-        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
-        for i in range(6):
-            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
-        log.flush()
-        log.truncate_before("s", 40)
-        first = log.stream_info("s").partitions[0].first_index
-    finally:
-        log.close()
+    first = _sixty_records_retention_cut_below_40(tmp_path)
     with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
         list(read_unit_columns(str(tmp_path), Unit("s", "", 0, 60)))
     got = pa.Table.from_batches(list(read_unit_columns(str(tmp_path), Unit("s", "", first, 60))))

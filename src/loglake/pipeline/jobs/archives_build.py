@@ -681,13 +681,9 @@ def _copies(
     if len(ts) < 2:
         return none
     order = np.argsort(ts, kind="stable")
-    st = ts[order]
-    eq = st[1:] == st[:-1]
-    if not eq.any():
+    shared = _with_an_equal_neighbour(ts[order])
+    if not shared.any():
         return none
-    shared = np.zeros(len(st), dtype=bool)
-    shared[1:] |= eq
-    shared[:-1] |= eq
     cand = order[shared]  # in time order
     ct = ts[cand]
     rank = np.concatenate(([0], np.cumsum(ct[1:] != ct[:-1]))).astype(np.uint64)
@@ -699,13 +695,9 @@ def _copies(
     # more is read (equal records always have equal keys)
     key = (rank << np.uint64(40)) | (mix >> np.uint64(24))
     by = np.argsort(key, kind="stable")  # sorted by rank already: cheap
-    ks = key[by]
-    same = ks[1:] == ks[:-1]
-    if not same.any():
+    sel = _with_an_equal_neighbour(key[by])
+    if not sel.any():
         return none
-    sel = np.zeros(len(ks), dtype=bool)
-    sel[1:] |= same
-    sel[:-1] |= same
     pos = np.sort(cand[by[sel]])
     table = pa.table({"data": records(pos), "index": pa.array(idx[pos])})
     first = table.group_by("data", use_threads=False).aggregate([("index", "min")])
@@ -874,6 +866,15 @@ def _plan_direct(
             continue
         out += ts_
     return out, staged
+
+
+def _with_an_equal_neighbour(values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` (sorted) equal the value before or after them."""
+    eq = values[1:] == values[:-1]
+    out = np.zeros(len(values), dtype=bool)
+    out[1:] |= eq
+    out[:-1] |= eq
+    return out
 
 
 def _community_copies(
