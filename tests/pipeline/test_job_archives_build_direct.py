@@ -633,3 +633,15 @@ def test_copies_are_the_records_whose_bytes_an_earlier_index_holds_and_only_they
     read.clear()
     one = np.array([1, 2, 3], dtype=np.int64)
     assert ab._copies(one, one, one, one, records).tolist() == [] and read == []
+
+
+def test_times_shared_checks_each_spill_and_only_overlapping_spills_against_each_other():
+    def runs(*rs: list[int]) -> list[np.ndarray]:
+        return [np.array(r, dtype=np.int64) for r in rs]
+
+    assert not ab._times_shared(runs([1, 2, 3], [4, 5], [], [9]))  # spills one after another
+    assert ab._times_shared(runs([1, 2, 2, 3], [4, 5]))  # a time twice in one spill
+    assert ab._times_shared(runs([1, 3, 7], [2, 7]))  # overlapping spans, a time in both
+    assert not ab._times_shared(runs([1, 3, 7], [2, 6, 8]))  # overlapping, no time in both
+    assert ab._times_shared(runs([4, 5], [1, 4]))  # the spills out of time order
+    assert not ab._times_shared(runs()) and not ab._times_shared(runs([]))
