@@ -152,6 +152,28 @@ def test_reference_plain_index_save_gets_no_reply(serve) -> None:
         assert ref.decode_response(reply.payload) == ("stream_index", ("me", "interop_idx", 4))
 
 
+def test_reference_index_get_of_an_unknown_stream_or_partition_is_an_index_with_none(serve):
+    """The reference's index service answers every get with an Index; for a (client, stream)
+    it holds nothing for, with index ``none`` (storage/internal.ex ``:undefined``), streams
+    unknown to it or not. loglake answered an ``error`` a reference consumer only logs."""
+    with peer(serve) as c:
+        reply = c.call(INDEX, ref.index_get("me", "interop_nosuch"))
+        assert reply.ret == INDEX
+        assert reply.payload == ref.index_response("me", "interop_nosuch", None)
+        assert ref.decode_response(reply.payload) == (
+            "stream_index",
+            ("me", "interop_nosuch", None),
+        )
+        c.send(SERVICE, ref.create_partitioned("interop_few", 2))
+        for _ in range(2):  # the INITs
+            c.recv()
+        reply = c.call(INDEX, ref.index_get_partitioned("me", "interop_few", 5))
+        assert ref.decode_response(reply.payload) == (
+            "stream_index_partitioned",
+            ("me", "interop_few", 5, None),
+        )
+
+
 def test_reference_error_reply(serve) -> None:
     """The reference's stream service answers a refused CREATE (an empty name: ``return_error``
     in workers/service.ex) and an undecodable one with the error ``Invalid request`` from
@@ -288,6 +310,30 @@ def test_loglake_client_reports_a_save_the_service_did_not_store() -> None:
         with pytest.raises(StreamServiceError, match=r"did not store index 5 .* holds 0"):
             c.save_index("me", "s", 5)
         assert c.save_index("me", "s", 0) == 0  # a save at or below what is stored is kept
+
+
+def test_loglake_client_reads_an_absent_index_as_0_from_a_reference_service() -> None:
+    """A reference node answers a consumer that never saved with index ``none``; the clients
+    return 0, as a reference consumer starts there (client/consumer.ex), after a
+    ``loglake_stream_info`` the reference refuses with ``Invalid request``."""
+    import asyncio
+
+    async def run(port: int) -> int:
+        c = await AsyncStreamClient.connect(port=port)
+        try:
+            return await c.get_index("you", "s")
+        finally:
+            await c.close()
+
+    with PeerServer() as srv, StreamClient(port=srv.port, timeout=10) as c:
+        srv.service.undefined_index = True
+        c.create_stream("s")
+        assert c.get_index("me", "s") == 0
+        assert c.save_index("me", "s", 2) == 2
+        assert asyncio.run(asyncio.wait_for(run(srv.port), 5)) == 0
+        answered = [ref.decode_response(m.payload) for m in srv.service.sent]
+    assert ("stream_index", ("me", "s", None)) in answered
+    assert ("loglake_stream_info", "unknown") in srv.service.seen
 
 
 def test_the_async_client_against_a_reference_service() -> None:

@@ -33,6 +33,7 @@ from loglake.streams.messages import (
 )
 from loglake.streams.service import StreamService, worker_address
 from loglake.wire.ockam import Address, RoutingMessage, route
+from tests.streams.interop import ockam_peer as ref
 
 CLIENT = route("client_1")
 
@@ -319,9 +320,34 @@ def test_partitioned_index_is_per_partition(svc) -> None:
     assert one(svc, "stream_index_service", GetIndex("c", "t"), Index)[1].index == 0
 
 
-def test_index_of_an_unknown_stream_is_an_error(svc) -> None:
-    _, err = one(svc, "stream_index_service", GetIndex("c", "nope"), Index)
-    assert isinstance(err, Error) and "nope" in err.reason
+# The reference's answer to a get it holds nothing for (its index service knows no streams):
+# ``Index`` with ``index: none`` (stream/index/storage/internal.ex ``:undefined``), the bytes of
+# the reference's schemas (protocol/stream.ex, stream_partitioned.ex) spelled out.
+ABSENT_INDEX = bytes.fromhex("0c73747265616d5f696e646578080163046e6f706500")
+"""BasePayload{"stream_index", Index{client_id "c", stream_name "nope", index none}}."""
+ABSENT_PARTITION_INDEX = bytes.fromhex(
+    "1873747265616d5f696e6465785f706172746974696f6e656406016301730700"
+)
+"""BasePayload{"stream_index_partitioned", Index{"c", "s", partition 7, index none}}."""
+
+
+def test_index_of_an_unknown_stream_is_an_index_with_none_as_the_reference(svc) -> None:
+    assert ref.index_response("c", "nope", None) == ABSENT_INDEX
+    payload = ref.index_get("c", "nope")
+    for _ in range(2):  # and again: no record was made
+        (reply,) = svc.handle(RoutingMessage(route("stream_index_service"), CLIENT, payload))
+        assert reply.payload == ABSENT_INDEX
+        assert reply.return_route == route("stream_index_service")
+    assert svc.log.streams() == []
+
+
+def test_index_of_an_unknown_partition_is_an_index_with_none_as_the_reference(svc) -> None:
+    assert ref.index_response_partitioned("c", "s", 7, None) == ABSENT_PARTITION_INDEX
+    create(svc, "s", 2)
+    payload = ref.index_get_partitioned("c", "s", 7)
+    (reply,) = svc.handle(RoutingMessage(route("stream_index_service"), CLIENT, payload))
+    assert reply.payload == ABSENT_PARTITION_INDEX
+    assert svc.log.consumer_indexes() == {}
 
 
 # -- bad input ---------------------------------------------------------------------------------

@@ -653,11 +653,23 @@ class StreamClient:
     def _index(
         self, payload: bytes, expect: type, stream: str, partition: int, before: bytes = b""
     ) -> int:
+        """The stored index a get is answered with. An ``Index`` with no index (``none``)
+        means nothing is stored: a reference node sends it for a consumer that never saved
+        (its storage backends' ``:undefined``), a loglake service only for a stream or
+        partition it does not have (for one it has it creates the spec's record of 0). A
+        reference consumer starts at 0 on it (client/consumer.ex), and so 0 is returned — after
+        asking ``loglake_stream_info``, so that a stream or partition the service lacks raises
+        ``UnknownStream``/``UnknownPartition`` as ``LocalStreams`` does. A reference node
+        answers that request with ``error "Invalid request"``, which leaves the 0."""
         reply = self._call(route(INDEX_SERVICE_ADDRESS), payload, 1, before)[0]
         r = codec.decode_response(reply.payload, expect)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
-        return r.index if r.index is not None else 0
+        if r.index is not None:
+            return r.index
+        with contextlib.suppress(StreamServiceError):  # a reference node: "Invalid request"
+            self.bounds(stream, partition)
+        return 0
 
     # -- loglake extension -------------------------------------------------------------------
     def reset_index(
@@ -954,7 +966,11 @@ class AsyncStreamClient:
         r = codec.decode_response(reply.payload, expect)
         if isinstance(r, Error):
             _raise_error(r, stream, partition)
-        return r.index if r.index is not None else 0
+        if r.index is not None:
+            return r.index
+        with contextlib.suppress(StreamServiceError):  # as StreamClient._index
+            await self.bounds(stream, partition)
+        return 0
 
     async def info(self, stream: str | None = None) -> list[StreamSummary]:
         payload = codec.encode_payload(StreamInfoRequest(stream))

@@ -15,8 +15,10 @@ Addresses (spec "Addresses"): the stream service is ``stream_service``, the inde
 address is derived from the name, workers need no registry and survive a restart.
 
 Decisions where spec and reference leave room (each also in docs/streams.md):
-- A message to an unknown stream worker, and an index request for an unknown stream, get an
-  ``error`` reply naming the stream (the reference router would drop them silently).
+- A message to an unknown stream worker gets an ``error`` reply naming the stream (the
+  reference router would drop it silently). A ``GetIndex`` for an unknown stream or partition
+  gets the reference's answer, an ``Index`` with no index (``none``); only loglake's own
+  ``loglake_index_reset`` answers ``unknown stream``/``unknown partition`` errors.
 - CREATE of an existing stream with ``n`` partitions answers INIT for partitions ``0..n-1``, as
   the reference does; when the stream has fewer, it is grown first (``Log.grow_stream``), as
   the reference's ``ensure_streams`` starts the missing partitions' workers.
@@ -958,7 +960,18 @@ class StreamService:
                     stored = yield LogCall(
                         "save_index", (req.client_id, req.stream_name, 0), partition
                     )
-            except (LoglakeError, OSError) as e:  # unknown stream, or the store cannot write
+            except (UnknownStream, UnknownPartition):
+                # No record can be made where there is no stream: answer the Index with no
+                # index, as the reference does. Its index service knows no streams: every
+                # storage backend answers a (client, stream) pair it holds nothing for with
+                # ``:undefined`` (stream/index/storage/internal.ex ``Map.get(state, id,
+                # :undefined)``; ockam_kafka's KafkaOffset, an offset of -1), which
+                # ``index/service.ex`` sends as the ``none`` of ``index: optional<uint>``. A
+                # reference consumer starts from 0 on it (client/consumer.ex); an ``error``
+                # it only logged, and stopped at its request timeout. loglake's client asks
+                # ``loglake_stream_info`` on a ``none`` to raise its typed error.
+                stored = None
+            except (LoglakeError, OSError) as e:  # the store cannot write
                 return self._index_error(msg, req.stream_name, partition, e)
         elif isinstance(req, SaveIndex | SavePartitionIndex):
             # Saving is a cast in the reference (stream/index/shard.ex: GenServer.cast, a failure

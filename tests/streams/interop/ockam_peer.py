@@ -315,7 +315,8 @@ class PeerClient:
 @dataclass
 class PeerService:
     """The reference's stream and index services, in memory: workers answer INIT from their own
-    address, push → PushConfirm, pull → PullResponse, index get → Index, index save → nothing.
+    address, push → PushConfirm, pull → PullResponse, index get → Index, index save → nothing,
+    any other request to ``stream_service`` → ``error "Invalid request"``.
     ``seen``: ``(protocol, request shape)`` of every request, in order, for the tests."""
 
     streams: dict[tuple[str, int], list[bytes]] = field(default_factory=dict)
@@ -325,6 +326,10 @@ class PeerService:
     lock: threading.Lock = field(default_factory=threading.Lock)
     drop_saves: bool = False
     """Lose every save (as a reference shard whose storage fails: it only logs)."""
+    undefined_index: bool = False
+    """Answer a get for a consumer that never saved with index ``none``, as every reference
+    storage backend does (storage/internal.ex ``Map.get(state, id, :undefined)``, KafkaOffset's
+    offset -1); by default the spec's record of 0."""
     hop: str | None = None
     """The stream workers sit behind this address (a relay, another node): an INIT's return
     route is ``[hop, worker]``. The hop does what an Ockam router hop does: a message to
@@ -386,7 +391,10 @@ class PeerService:
                 return []
             r.end()
             self.seen.append((name, "get"))
-            index = self.indexes.setdefault((client, stream, partition), 0)
+            key = (client, stream, partition)
+            index = (
+                self.indexes.get(key) if self.undefined_index else self.indexes.setdefault(key, 0)
+            )
             if name == "stream_index_partitioned":
                 return self._reply(
                     m, dest, index_response_partitioned(client, stream, partition, index)
