@@ -190,6 +190,18 @@ def test_reference_error_reply(serve) -> None:
         assert reply.payload == invalid and reply.ret == worker
 
 
+def test_reference_create_for_0_partitions_gets_invalid_request_not_silence(serve) -> None:
+    """The reference sends nothing for 0 partitions (``ensure_streams`` starts a worker per
+    ``:lists.seq(0, -1)``, none, and only workers send INIT): a choice of loglake's to answer
+    it, at once, with the reference's own refusal; and no stream is made."""
+    with peer(serve) as c:
+        reply = c.call(SERVICE, ref.create_partitioned("interop_zero", 0))
+        assert reply.payload == ref.error("Invalid request")
+        assert reply.ret == [local("stream_service")]
+        reply = c.call(INDEX, ref.index_get("me", "interop_zero"))  # no stream: no record
+        assert ref.decode_response(reply.payload)[1] == ("me", "interop_zero", None)
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -765,6 +765,15 @@ class StreamService:
         elif name == "":
             return self._invalid_create(msg, "Empty stream name")
         if not 1 <= n <= MAX_PARTITIONS:
+            # For 0 partitions the reference sends nothing: ``ensure_streams`` (workers/
+            # service.ex) starts a worker per ``:lists.seq(0, n - 1)``, empty for 0, and only
+            # workers send INIT (its Kafka and Kinesis storages fail to make a stream of 0 and
+            # the service crashes: no reply either). A silence the code falls into, not a rule:
+            # a client cannot tell it from a lost request and waits for its timeout (the
+            # reference consumer 10 s, then stops). loglake answers at once with the error the
+            # reference gives every CREATE it refuses, ``Invalid request`` from
+            # ``stream_service``, which a reference client already reads (``Ockam.Protocol
+            # .Error``, spec: stream service responses ``error:response``).
             return self._invalid_create(msg, f"partitions must be 1..{MAX_PARTITIONS}, not {n}")
         if not _is_stream_name(name):
             return self._invalid_create(msg, _bad_name(name))
