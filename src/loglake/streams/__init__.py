@@ -14,6 +14,7 @@ from loglake.streams.api import LocalStreams, StreamMessage, Streams
 from loglake.streams.client import (
     AsyncStreamClient,
     DamagedHistory,
+    PushTooLarge,
     StreamClient,
     StreamServiceError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "DamagedHistory",
     "JetStreamLog",
     "LocalStreams",
+    "PushTooLarge",
     "RetryPolicy",
     "RetryingStreams",
     "StreamClient",

@@ -69,6 +69,7 @@ from loglake.streams.reply_codes import (
 )
 from loglake.streams.service import INDEX_SERVICE_ADDRESS, STREAM_SERVICE_ADDRESS
 from loglake.wire.ockam import (
+    DEFAULT_MAX_FRAME,
     MAX_WIRE_FRAME,
     Address,
     FrameTemplate,
@@ -127,6 +128,22 @@ class IndexNotSaved(StreamServiceError):
     authentication the usual reason is that the consumer (client id) belongs to another
     identity and this one has no ``consume`` grant for it; else the store failed. A save gets
     no reply (a cast, as in the Ockam reference), so the service's log says which."""
+
+
+class PushTooLarge(LocalProtocolError):
+    """A push whose frame would be larger than the server takes (``server_max_frame``): refused
+    before anything is sent, so the connection stays usable. A server closes the connection on
+    a frame over its ``max_frame`` (``FrameTooLarge`` there), and that limit is not announced
+    on the wire; the client knows it only from its configuration. ``size`` is the frame body's
+    length (what its 4-byte length would state), ``limit`` the limit, ``position`` the push's
+    place in what was asked to be pushed."""
+
+    def __init__(self, size: int, limit: int, position: int = 0) -> None:
+        super().__init__(
+            f"push {position}: a frame of {size} bytes exceeds the server's limit of {limit} "
+            "bytes (server_max_frame; the server's --limits-max-frame)"
+        )
+        self.size, self.limit, self.position = size, limit, position
 
 
 class DamagedHistory(StreamServiceError):
@@ -207,6 +224,15 @@ def _retrieve(futs: list[asyncio.Future]) -> None:
             f.exception()
 
 
+SERVER_MAX_FRAME = DEFAULT_MAX_FRAME
+"""The largest push frame a client sends by default: loglake's server default (``ServerLimits
+.max_frame``, ``--limits-max-frame``), since a server does not announce its own. A server given
+a larger limit takes larger pushes from a client given the same ``server_max_frame``; a
+reference node has no limit but the 4-byte length (``MAX_WIRE_FRAME``)."""
+_PUSH_OVERHEAD_MAX = 64
+"""More than a push frame's body holds besides its routes and data: the payload's CBOR head
+(at most 9), the tail (1), ``stream_push`` as a BARE string (12) and three uints (at most 10
+each)."""
 CLIENT_MAX_FRAME = MAX_WIRE_FRAME
 """The largest reply frame a client takes by default: any the wire can carry, as the reference
 transport does (handler.ex ``{:packet, 4}``). Why not the server's ``DEFAULT_MAX_FRAME`` (plus
@@ -230,8 +256,12 @@ class ClientCore:
     Other requests get their own return address ``r<n>``.
     """
 
-    def __init__(self, max_frame: int = CLIENT_MAX_FRAME) -> None:
+    def __init__(
+        self, max_frame: int = CLIENT_MAX_FRAME, server_max_frame: int = SERVER_MAX_FRAME
+    ) -> None:
         self.conn = TcpConnection(max_frame)
+        self.server_max_frame = server_max_frame
+        """The largest frame body a push may have (``PushTooLarge`` beyond it)."""
         self._n = 0
         self.replies: dict[int, list[RoutingMessage]] = collections.defaultdict(list)
         self.confirms: dict[int, tuple[bool, int]] = {}
@@ -301,8 +331,10 @@ class ClientCore:
         constant head (length, routes, payload head, protocol name, body length; built once
         per lane, data size and id length), the request id, the data length, the caller's
         data object itself (not copied) and the frame's tail (no tracing context) — for
-        ``writelines``, ``sendmsg`` or one ``join``."""
+        ``writelines``, ``sendmsg`` or one ``join``. ``PushTooLarge`` (nothing framed, no
+        request id taken) if a push's frame would pass ``server_max_frame``."""
         lane = self.lane(worker)
+        self.check_pushes(lane, datas)
         head, heads = self._templates[lane].head, self._push_heads[lane]
         first = self._n + 1
         self._n += len(datas)
@@ -328,6 +360,34 @@ class ClientCore:
                 before, after = cached
             add((before, r, after, data, tail))
         return rids, parts
+
+    def push_frame_size(self, lane: int, request_id: int, size: int) -> int:
+        """The body length of the frame pushing ``size`` bytes on ``lane`` with
+        ``request_id`` (what the frame's 4-byte length states, and a server holds to its
+        ``max_frame``)."""
+        id_len = len(codec.encode_uint(request_id))
+        before, after = codec.push_request_parts(id_len, size)
+        payload = len(before) + id_len + len(after) + size
+        head = self._templates[lane].head(payload)
+        return len(head) - 4 + payload + len(FrameTemplate.TAIL)
+
+    def check_pushes(self, lane: int, datas: Sequence[bytes]) -> None:
+        """``PushTooLarge`` if a push of ``datas`` on ``lane`` would be framed larger than
+        ``server_max_frame``, with the request id the last of them would get (ids only grow,
+        and so does a frame with its id). One pass over the sizes; the exact size is
+        computed only for a largest data within ``_PUSH_OVERHEAD_MAX`` of the limit."""
+        if not datas:
+            return
+        limit, last_id = self.server_max_frame, self._n + len(datas)
+        largest = max(map(len, datas))
+        if largest + len(self._templates[lane].prefix) + _PUSH_OVERHEAD_MAX <= limit:
+            return
+        if self.push_frame_size(lane, last_id, largest) <= limit:
+            return
+        for i, data in enumerate(datas):
+            size = self.push_frame_size(lane, last_id, len(data))
+            if size > limit:
+                raise PushTooLarge(size, limit, i)
 
     def _route_kind(self, onward: Route) -> tuple[int, int]:
         """``(LANE, lane)`` for a push lane ``p<lane>`` of ours, ``(REPLY, token)`` for a
@@ -476,7 +536,10 @@ class StreamClient:
 
     ``tls``: connect over TLS with this context (``streams.tls.client_context``); the server's
     certificate must name ``server_hostname`` (default: ``host``). ``max_frame``: the largest
-    reply frame taken (``CLIENT_MAX_FRAME``); a larger one is ``FrameTooLarge``."""
+    reply frame taken (``CLIENT_MAX_FRAME``); a larger one is ``FrameTooLarge``.
+    ``server_max_frame``: the largest frame the server takes (``SERVER_MAX_FRAME``, its
+    default; set it to the server's ``--limits-max-frame``): a push whose frame would be larger
+    raises ``PushTooLarge`` before it is sent, and the connection stays open."""
 
     def __init__(
         self,
@@ -488,6 +551,7 @@ class StreamClient:
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         max_frame: int = CLIENT_MAX_FRAME,
+        server_max_frame: int = SERVER_MAX_FRAME,
     ) -> None:
         self.host, self.port, self.window = host, port, window
         try:
@@ -503,7 +567,7 @@ class StreamClient:
                 raise TlsError(f"TLS handshake with {host}:{port} failed: {e}") from None
         self.sock = sock
         self._rbuf = memoryview(bytearray(1 << 20))
-        self.core = ClientCore(max_frame)
+        self.core = ClientCore(max_frame, server_max_frame)
         self.addresses = _Addresses()
         try:
             self.sock.sendall(self.core.initial_bytes())
@@ -604,6 +668,7 @@ class StreamClient:
         worker = self._address(stream, partition)
         core = self.core
         lane = core.lane(worker)
+        core.check_pushes(lane, datas)  # all of them, before the first chunk is sent
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         inflight: collections.deque[list[int]] = collections.deque()
@@ -719,9 +784,10 @@ class AsyncStreamClient:
         window: int,
         received: bytes = b"",
         max_frame: int = CLIENT_MAX_FRAME,
+        server_max_frame: int = SERVER_MAX_FRAME,
     ):
         self._reader, self._writer, self.window = reader, writer, window
-        self.core = ClientCore(max_frame)
+        self.core = ClientCore(max_frame, server_max_frame)
         self.addresses = _Addresses()
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._push_waiters: dict[int, tuple[_PushChunk, int]] = {}
@@ -742,8 +808,10 @@ class AsyncStreamClient:
         server_hostname: str | None = None,
         timeout: float = 30.0,
         max_frame: int = CLIENT_MAX_FRAME,
+        server_max_frame: int = SERVER_MAX_FRAME,
     ) -> AsyncStreamClient:
-        """Connect (over TLS with ``tls``, and ``max_frame``, as ``StreamClient``)."""
+        """Connect (over TLS with ``tls``, and ``max_frame`` and ``server_max_frame``, as
+        ``StreamClient``)."""
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(
@@ -771,7 +839,7 @@ class AsyncStreamClient:
             except (OSError, TimeoutError) as e:
                 writer.close()
                 raise TlsError(f"TLS handshake with {host}:{port} refused: {e}") from None
-        return cls(reader, writer, window, received, max_frame)
+        return cls(reader, writer, window, received, max_frame, server_max_frame)
 
     async def close(self) -> None:
         self._task.cancel()
@@ -904,6 +972,7 @@ class AsyncStreamClient:
         """Push in order, ``window`` in flight (quarter-window chunks, as ``StreamClient``)."""
         worker = await self._address(stream, partition)
         lane = self.core.lane(worker)
+        self.core.check_pushes(lane, datas)  # all of them, before the first chunk is sent
         out: list[int] = []
         chunk = max(1, self.window // _CHUNKS_IN_FLIGHT)
         inflight: collections.deque[tuple[list[int], asyncio.Future]] = collections.deque()
