@@ -228,3 +228,25 @@ def test_push_frame_size_counts_every_byte_of_the_frame(size: int) -> None:
     want = core.push_frame_size(lane, 301, size)
     (rid,), frame = core.push_frames(worker, [bytes(size)])
     assert rid == 301 and len(frame) - 4 == want == int.from_bytes(frame[:4], "big")
+
+
+def test_pushes_after_the_server_closed_the_connection_are_unavailable() -> None:
+    """A push over the server's limit, sent anyway (a client not told the server's lower
+    limit), makes the server close the connection: that push and every later one on the
+    connection are ``Unavailable``. The second was a bare ``BrokenPipeError`` (the send,
+    unlike the read, was not typed)."""
+    from loglake.errors import Unavailable
+
+    limit = 64 * KiB
+    with (
+        BackgroundServer(StreamService(MemoryLog()), max_frame=limit) as srv,
+        StreamClient(port=srv.port) as c,
+    ):
+        c.create_stream("s")
+        with pytest.raises(Unavailable):
+            c.push("s", bytes(2 * limit))
+        for _ in range(3):
+            with pytest.raises(Unavailable):
+                c.push_many("s", [bytes(limit // 2)] * 8)
+            with pytest.raises(Unavailable):
+                c.push("s", b"x")

@@ -604,13 +604,25 @@ class StreamClient:
             raise Unavailable("the stream service closed the connection")
         self.core.receive_data(self._rbuf[:n])
 
+    def _send(self, data: bytes) -> None:
+        """``sendall``, its failures typed as ``_read`` types them: a connection the server
+        closed raised a bare ``BrokenPipeError`` at the next push."""
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise Unavailable("timed out sending to the stream service") from None
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS failed: {e}") from None
+        except OSError as e:
+            raise Unavailable(f"connection failed: {e}") from None
+
     def _call(
         self, dest: Route, payload: bytes, count: int = 1, before: bytes = b""
     ) -> list[RoutingMessage]:
         """Send one request (after the frames ``before``, in the same write); wait for
         ``count`` replies (or the first, if it is an error)."""
         tok, frame = self.core.request(dest, payload)
-        self.sock.sendall(before + frame)
+        self._send(before + frame)
         replies = self.core.replies
         while True:
             got = replies.get(tok)
@@ -642,7 +654,7 @@ class StreamClient:
         core = self.core
         rids, parts = core.push_parts(worker, (data,))
         try:
-            self.sock.sendall(b"".join(parts))
+            self._send(b"".join(parts))
             return self._confirm(rids[0], stream, partition)
         except BaseException:  # its answer, when it comes, belongs to no one
             core.forget(core.lane(worker), rids)
@@ -681,7 +693,7 @@ class StreamClient:
         try:
             for lo in range(0, len(datas), chunk):
                 rids, parts = core.push_parts(worker, datas[lo : lo + chunk])
-                self.sock.sendall(b"".join(parts))  # one copy of the chunk, no per-frame ones
+                self._send(b"".join(parts))  # one copy of the chunk, no per-frame ones
                 inflight.append(rids)
                 if len(inflight) >= _CHUNKS_IN_FLIGHT:
                     rids = inflight.popleft()
