@@ -121,13 +121,17 @@ def test_async_client_leftover_errors_never_fail_the_next_push(server, log):
 
 def test_async_concurrent_pushes_on_one_lane_each_get_their_own_answer(server, log):
     """Many tasks push to one partition at once, a seeded mix of failing and succeeding
-    batches: every push that returned an index is stored there, every one that raised is not."""
+    batches: every push that returned an index is stored there, every one that raised is not.
+    One batch in ten is bad: under load the server appends all 8 tasks' batches at once (group
+    commit), and one bad batch refuses the whole append, so with 4 in 10 (as before) no push
+    succeeded in some runs (3 of 14, on a loaded machine) and ``check`` saw one outcome only;
+    at 1 in 10, no success in 15 rounds of 8 is ~2e-4 even if every round is one append."""
     rng = random.Random(16)
     print("seed 16")
 
     async def pusher(c: AsyncStreamClient, k: int, results: list):
         for j in range(15):
-            bad = rng.random() < 0.4
+            bad = rng.random() < 0.1
             datas = [f"{'bad' if bad else 'ok'} {k}.{j}.{n}".encode() for n in range(1, 9)]
             try:
                 results.append((datas, await c.push_many("s", datas)))
