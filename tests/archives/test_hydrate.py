@@ -98,6 +98,46 @@ def test_a_message_at_an_archives_end_is_refused_not_lost(name):
     assert [m.raw for m in unpack(layout, a.entry, a.data_bytes())] == [last]
 
 
+@pytest.mark.parametrize("name", ["spec", "status-go"])
+def test_an_archive_holding_a_message_twice_is_hydrated_with_it_once(name):
+    # An archive built elsewhere (an older loglake archived a message received twice; any
+    # other builder may) holds the same WakuMessage twice. status-go's member imports an
+    # archive's messages as received ones and skips a message whose id it holds already
+    # (messenger_handler.go handleArchiveMessages -> handleRetrievedMessages, "Don't process
+    # duplicates"): one row each. loglake stored both copies.
+    layout = get_layout(name)
+    md = ArchiveMetadata(START, START + WEEK, (topic_for(layout),))
+    one, two = record(layout, START + DAY, b"one"), record(layout, START + 2 * DAY, b"two")
+    a = layout.encode_archive(md, [one, two, one], 0)
+    entry = layout.decode_index(layout.encode_index([a.entry]), a.size)[0]
+    msgs = unpack(layout, entry, a.data_bytes())
+    assert [m.raw for m in msgs] == [one, two, one]  # the archive holds it twice
+    member = MessageStore()
+    member.add([unpack(layout, entry, a.data_bytes())[0]])  # received live too, before
+    assert member.hydrate(entry, msgs) == 2
+    assert [raw for *_, raw in member.messages()] == [one, two]
+    assert member.hydrate(entry, msgs) == 2  # again: still once
+    assert member.count() == 2
+    member.close()
+
+
+def test_a_message_two_archives_of_a_window_hold_is_hydrated_once():
+    # status-go splits a window into several archives; a builder that put a message into two
+    # of them (its copies fell into two chunks) gives a member two copies across archives
+    md = ArchiveMetadata(START, START + WEEK, (b"t",))
+    a = IndexEntry("0x" + "0a" * 32, md, 0, 4096, 0, b"")
+    b = IndexEntry("0x" + "0b" * 32, md, 4096, 4096, 0, b"")
+    both = _msg(START + DAY, "both")
+    items = [(a, [both, _msg(START + 2 * DAY, "a")]), (b, [_msg(START, "b"), both])]
+    member = MessageStore()
+    assert member.hydrate_many(items) == 3
+    assert Counter(raw for *_, raw in member.messages()) == Counter([b"both", b"a", b"b"])
+    for entry, msgs in reversed(items):  # again, one at a time, in the other order
+        member.hydrate(entry, msgs)
+    assert Counter(raw for *_, raw in member.messages()) == Counter([b"both", b"a", b"b"])
+    member.close()
+
+
 @pytest.mark.slow
 def test_the_fetch_report_counts_the_messages_the_member_store_holds(tmp_path):
     """The reproduction as a user meets it: ``loglake archives fetch --json`` in a process of
