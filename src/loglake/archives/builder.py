@@ -109,7 +109,19 @@ class ArchiveBuilder:
         ``topics``: the community's channel topics (metadata ``contentTopic``, and only
         messages on them are exported); None = the topics seen in each window, sorted.
         ``presorted``: the caller guarantees time order (the store's query sorts), which saves
-        a sort of every message (a tenth of the build)."""
+        a sort of every message (a tenth of the build).
+
+        Precondition: ``messages`` holds each message once (no two rows of the same record
+        bytes); every row given is exported. status-go archives a window from
+        ``waku_messages``, one row per message hash (protocol/communities/persistence.go), and
+        loglake's callers hold the same: ``ControlNode`` passes the store's rows
+        (``MessageStore.add`` keeps the first copy) and the ``archives-build`` job drops the
+        same copies before its build tasks (``_copies``). Not checked here because it is
+        not cheap in Python: a copy has its original's time, but finding one meant a list of
+        every row's time and a comparison of the bytes of rows sharing a time, measured on a
+        1M-row window (300-byte records) at +0.33 s over a 0.55 s build with whole-second
+        times (status-go's), +0.06 s with distinct ones; a caller with rows from elsewhere
+        removes the copies first (``MessageStore`` does: ``add`` them to one)."""
         # positional access: DecodedMessage or a store row laid out like it (ts, topic, raw, cap)
         ts = operator.itemgetter(0)
         msgs = messages if presorted else sorted(messages, key=ts)
