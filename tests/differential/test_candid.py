@@ -11,7 +11,7 @@ from tests.differential import candid
 from tests.differential.conftest import EXAMPLES, MAX_SECONDS, SEED
 from tests.differential.fuzzers import FUZZERS
 from tests.differential.peer import DiffPeer
-from tests.wire.test_candid_strict import SERVICES, VALID_SERVICE
+from tests.wire.test_candid_strict import BAD_FUNCS, GOOD_FUNCS, SERVICES, VALID_SERVICE
 
 
 def test_candid_agrees_with_dfinity_candid(peer: DiffPeer) -> None:
@@ -98,3 +98,32 @@ def test_service_types_are_refused_as_the_reference_refuses_them(peer: DiffPeer)
             assert refs[name] == {"value": None}, name  # the reference does not check
         else:
             assert "throws" in refs[name], name
+
+
+def test_func_annotations_are_refused_where_the_rust_reference_or_the_spec_refuses_them(
+    peer: DiffPeer,
+) -> None:
+    """A func type with several annotations: @dfinity/candid takes it (it reads a LEB128
+    count and any number), dfinity/candid's Rust decoder refuses it ("function annotation
+    length should be at most 1"), as loglake does; a oneway func with results the spec
+    forbids and the reference takes. Both are documented departures
+    (``decode_with_reference_quirks`` gives the reference's answer, so the fuzzer counts them
+    in ``SPEC_OVER_REFERENCE``); an unknown annotation (4) or cut bytes both refuse."""
+    null = {"k": "null"}
+    cases = {**BAD_FUNCS, **GOOD_FUNCS}
+    refs = dict(
+        zip(
+            cases,
+            peer.call("candid_decode", [{"type": null, "hex": m.hex()} for m in cases.values()]),
+            strict=True,
+        )
+    )
+    for name, m in GOOD_FUNCS.items():
+        assert refs[name] == {"value": None} == candid.loglake_decode(null, m), name
+    for name, m in BAD_FUNCS.items():
+        assert "rejects" in candid.loglake_decode(null, m), name
+        if name in ("annotation-4", "annotations-cut"):
+            assert "throws" in refs[name], name
+        else:
+            assert refs[name] == {"value": None}, name  # the reference does not check
+            assert candid.compare(null, m, refs[name]) is None, name  # a departure, counted

@@ -118,3 +118,46 @@ def test_a_service_type_whose_methods_are_not_sorted_funcs_is_rejected(data: byt
 def test_a_service_type_of_sorted_func_methods_is_accepted() -> None:
     # the method refers ahead to its func (the table is checked whole)
     assert candid_decode(VALID_SERVICE, [Types.Null]) == [None]
+
+
+# Func types in the type table: at most one annotation (dfinity/candid's Rust decoder,
+# binary_parser.rs: "function annotation length should be at most 1", its count one byte; the
+# spec's grammar is silent on how many), and a oneway func has no results (spec, "Function
+# References" → "Structure": "The result list of a oneway function must be empty"). Each
+# message is ``DIDL``, one func entry, one argument of type ``null``.
+def _func(args: bytes, rets: bytes, anns: bytes) -> bytes:
+    return b"DIDL\x01\x6a" + args + rets + anns + b"\x01\x7f"
+
+
+NO_ARGS = b"\x00"
+ONE_NAT = b"\x01\x7d"
+BAD_FUNCS = {
+    "query-and-oneway": _func(NO_ARGS, NO_ARGS, b"\x02\x01\x02"),
+    "query-and-composite-query": _func(NO_ARGS, ONE_NAT, b"\x02\x01\x03"),
+    "query-twice": _func(NO_ARGS, ONE_NAT, b"\x02\x01\x01"),
+    "three-annotations": _func(NO_ARGS, NO_ARGS, b"\x03\x01\x02\x03"),
+    "count-as-overlong-leb": _func(NO_ARGS, ONE_NAT, b"\x81\x00\x01"),  # 1, in two bytes
+    "oneway-with-a-result": _func(NO_ARGS, ONE_NAT, b"\x01\x02"),
+    "oneway-with-two-results": _func(ONE_NAT, b"\x02\x7d\x71", b"\x01\x02"),
+    "annotation-4": _func(NO_ARGS, NO_ARGS, b"\x01\x04"),
+    "annotations-cut": _func(NO_ARGS, NO_ARGS, b"")[:-2],
+}
+GOOD_FUNCS = {
+    "none": _func(NO_ARGS, ONE_NAT, b"\x00"),
+    "query": _func(ONE_NAT, ONE_NAT, b"\x01\x01"),
+    "oneway-no-results": _func(ONE_NAT, NO_ARGS, b"\x01\x02"),
+    "composite-query": _func(NO_ARGS, ONE_NAT, b"\x01\x03"),
+}
+
+
+@pytest.mark.parametrize("data", BAD_FUNCS.values(), ids=BAD_FUNCS.keys())
+def test_a_func_type_with_several_annotations_or_a_oneway_with_results_is_rejected(
+    data: bytes,
+) -> None:
+    with pytest.raises(DecodeError):
+        candid_decode(data, [Types.Null])
+
+
+@pytest.mark.parametrize("data", GOOD_FUNCS.values(), ids=GOOD_FUNCS.keys())
+def test_a_func_type_with_at_most_one_annotation_is_accepted(data: bytes) -> None:
+    assert candid_decode(data, [Types.Null]) == [None]

@@ -19,7 +19,8 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
 - Header: ``DIDL``; the type table holds only constructed types; every type reference is a
   primitive opcode or an index inside the table; record and variant field ids strictly
   increase; service method names strictly increase (sorted, no duplicates), and each method's
-  type is a table entry that is a ``func``.
+  type is a table entry that is a ``func``; a ``func`` has at most one annotation (``query``,
+  ``oneway`` or ``composite_query``), and a ``oneway`` one no results.
 - Values: ``bool`` is 0 or 1; the ``opt`` flag is 0 or 1; a variant index is below its field
   count; text is UTF-8; a reference (principal, service, func) has flag 1 (loglake never holds
   opaque references); ``empty`` has no value; every byte is consumed (leftover bytes are an
@@ -46,10 +47,12 @@ follows the spec and says so: it reads a wire ``nat`` as an expected ``int`` (th
 refuses), fills a missing record field of type ``null`` (the reference fills only ``opt``
 and ``reserved``), reads missing trailing ``opt`` arguments as null (the reference refuses),
 checks a ``vec`` of fixed-size ints element type against the wire's (the reference reads
-the bytes at the expected width), and lifts a value that is not ``opt`` into an ``opt opt t``
-(the reference reads it as null, or refuses it if its wire type is constructed).
-:func:`decode_with_reference_quirks` decodes with those departures, so the differential fuzzer
-can tell them from defects.
+the bytes at the expected width), lifts a value that is not ``opt`` into an ``opt opt t``
+(the reference reads it as null, or refuses it if its wire type is constructed), and refuses
+a func type in the type table with more than one annotation (as dfinity/candid's Rust decoder
+does; the spec is silent) or ``oneway`` with results (the spec forbids it; the reference takes
+both). :func:`decode_with_reference_quirks` decodes with those departures, so the differential
+fuzzer can tell them from defects.
 
 What icp_candid is still for: its type objects (``Types.Record`` …) are how the ICRC types are
 declared (``events/candid_types.py``, ``wire/icrc16.py``); they are converted once into this
@@ -117,6 +120,9 @@ NAT8, NAT16, NAT32, NAT64 = -5, -6, -7, -8
 INT8, INT16, INT32, INT64 = -9, -10, -11, -12
 FLOAT32, FLOAT64, TEXT, RESERVED, EMPTY = -13, -14, -15, -16, -17
 OPT, VEC, RECORD, VARIANT, FUNC, SERVICE = -18, -19, -20, -21, -22, -23
+QUERY, ONEWAY, COMPOSITE_QUERY = 1, 2, 3
+"""Func annotations: Candid spec, "Binary format" → "Types": ``T(query) = i8(1)``,
+``T(oneway) = i8(2)``, ``T(composite_query) = i8(3)``."""
 PRINCIPAL: Final = -24
 _PRIMITIVES: Final = frozenset(range(-17, 0)) | {PRINCIPAL}
 _STRUCTS: Final = {
@@ -337,8 +343,10 @@ def _leb(data: bytes, i: int, signed: bool = False) -> tuple[int, int]:
         raise CandidError(f"{'s' if signed else ''}leb128 {e.kind} at byte {e.offset}") from None
 
 
-def read_header(data: bytes) -> tuple[list[Entry], list[int], int]:
-    """The type table, the argument types and where the values start (checked as above)."""
+def read_header(data: bytes, reference_quirks: bool = False) -> tuple[list[Entry], list[int], int]:
+    """The type table, the argument types and where the values start (checked as above).
+    ``reference_quirks``: func annotations read as @dfinity/candid reads them
+    (:func:`_func_annotations`)."""
     if data[:4] != b"DIDL":
         raise CandidError("not Candid (missing DIDL magic)")
     n, i = _leb(data, 4)
@@ -377,15 +385,11 @@ def read_header(data: bytes) -> tuple[list[Entry], list[int], int]:
             fs, i = fields(i)
             table.append((op, fs))
         elif op == FUNC:
-            for _ in range(2):
+            for _ in range(2):  # arguments, then results: ``k`` is the results' count
                 k, i = _leb(data, i)
                 for _ in range(k):
                     _, i = ref(i)
-            k, i = _leb(data, i)
-            for _ in range(k):
-                if i >= len(data) or data[i] not in (1, 2, 3):
-                    raise CandidError(f"bad func annotation at byte {i}")
-                i += 1
+            i = _func_annotations(data, i, k, reference_quirks)
             table.append((op, None))
         elif op == SERVICE:
             k, i = _leb(data, i)
@@ -420,6 +424,41 @@ def read_header(data: bytes) -> tuple[list[Entry], list[int], int]:
         args.append(t)
     _check_no_zero_sized_vec(table)
     return table, args, i
+
+
+def _func_annotations(data: bytes, i: int, results: int, reference_quirks: bool) -> int:
+    """Check a func type's annotations at byte ``i`` (the func has ``results`` results);
+    returns where they end.
+
+    At most one annotation, its count one byte: the spec's grammar writes ``<funcann>*`` and
+    is silent on how many, so this follows dfinity/candid's Rust decoder
+    (rust/candid/src/binary_parser.rs ``FuncType``: the count read as a ``u8``, "function
+    annotation length should be at most 1"; its type checker says "cannot have more than one
+    mode", candid_parser/src/typing.rs). A oneway func has no results: the spec's "The result
+    list of a ``oneway`` function must be empty" (the Rust type checker: "oneway function has
+    non-unit return type"; its binary decoder does not check). Each annotation is 1, 2 or 3,
+    one byte, as the Rust decoder reads it. ``reference_quirks``: @dfinity/candid's reading
+    (3.4.3 ``idl.js``: a LEB128 count, any number, results under ``oneway`` unchecked)."""
+    if reference_quirks:
+        k, i = _leb(data, i)
+    else:
+        if i >= len(data):
+            raise CandidError(f"truncated func type at byte {i}")
+        k = data[i]
+        if k > 1:
+            raise CandidError(
+                f"func type at byte {i}: annotation count byte {k:#04x}, at most one annotation"
+            )
+        i += 1
+    for _ in range(k):
+        if i >= len(data) or data[i] not in (QUERY, ONEWAY, COMPOSITE_QUERY):
+            raise CandidError(f"bad func annotation at byte {i}")
+        if data[i] == ONEWAY and results and not reference_quirks:
+            raise CandidError(
+                f"func type at byte {i}: oneway with {results} result(s); a oneway func has none"
+            )
+        i += 1
+    return i
 
 
 def _check_no_zero_sized_vec(table: list[Entry]) -> None:
@@ -1162,7 +1201,7 @@ def compile_plan(data: bytes, expected: list[Node], reference_quirks: bool = Fal
 
 
 def _compile_plan(data: bytes, expected: list[Node], reference_quirks: bool) -> Plan:
-    table, args, start = read_header(data)
+    table, args, start = read_header(data, reference_quirks)
     comp = _Compiler(table, reference_quirks)
     readers: list[Reader] = []
     for k, e in enumerate(expected):
@@ -1218,12 +1257,14 @@ def decode(data: bytes | bytearray | memoryview, types: list[Any]) -> list[Any]:
 
 
 def decode_with_reference_quirks(data: bytes, types: list[Any]) -> list[Any]:
-    """:func:`decode` with @dfinity/candid's five departures from the spec: it refuses a wire
+    """:func:`decode` with @dfinity/candid's six departures from the spec: it refuses a wire
     ``nat`` as an ``int``, a missing record field of type ``null``, and missing trailing
     ``opt`` arguments, it reads a ``vec`` of fixed-size ints at the expected element's
-    width without checking the wire's, and it does not lift a value that is not ``opt`` into
-    an ``opt opt t`` (:func:`_no_lift`). Only for the differential fuzzer: a disagreement that
-    vanishes here is one of those documented differences, not a defect. Never cached."""
+    width without checking the wire's, it does not lift a value that is not ``opt`` into
+    an ``opt opt t`` (:func:`_no_lift`), and it takes a func type with several annotations
+    or a ``oneway`` one with results (:func:`_func_annotations`). Only for the differential
+    fuzzer: a disagreement that vanishes here is one of those documented differences, not a
+    defect. Never cached."""
     b = bytes(data)
     plan = compile_plan(b, [node(t) for t in types], reference_quirks=True)
     return _run(plan, b)[: len(types)]
