@@ -177,3 +177,39 @@ def test_a_login_code_is_good_once_and_until_it_expires() -> None:
     assert not codes.redeem(b)  # expired
     many = [codes.issue() for _ in range(MAX_LOGIN_CODES + 1)]
     assert not codes.redeem(many[0]) and codes.redeem(many[-1])  # the oldest went
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [
+        ("sds", "sync_interval", "inf"),
+        ("archives", "wait", "inf"),
+        ("archives", "check_every", "1e300"),
+        ("streams", "retention_interval", "-inf"),
+        ("events", "replay_rate", "inf"),
+        ("streams", "seal_interval", "nan"),
+    ],
+)
+def test_an_infinite_or_huge_period_is_refused_naming_the_key(
+    section: str, key: str, value: str, tmp_path: Path
+) -> None:
+    """TOML has inf and nan; the parts sleep on threads and count in integer nanoseconds, so
+    `sync_interval = inf` passed the config and stopped the node with an OverflowError."""
+    path = tmp_path / "loglake.toml"
+    path.write_text(f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key}: expected a number .*, got "):
+        load_config(path, env={})
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key}: .*LOGLAKE_"):
+        load_config(env={f"LOGLAKE_{section.upper()}_{key.upper()}": value})
+
+
+def test_an_infinite_period_in_the_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "loglake.toml"
+    path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\nconsole = false\n[http]\nport = 0\n'
+        "[streams]\nenabled = false\n[sds]\nenabled = true\nsync_interval = inf\n"
+    )
+    r = CliRunner().invoke(command, ["--config", str(path)])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output.startswith("Error: [sds] sync_interval: expected a number 0.1-31536000")
+    assert len(r.output.splitlines()) == 1

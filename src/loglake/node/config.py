@@ -60,15 +60,23 @@ def _int(lo: int, hi: int) -> Check:
     return check
 
 
-def _float(lo: float) -> Check:
+MAX_SECONDS = 365 * 86400.0
+"""The most a period or wait may be: a year. Why a bound at all: the parts sleep on threads
+(``threading.Event.wait``) and count in integer nanoseconds, so ``inf`` or ``1e300`` stopped the
+node at start with an ``OverflowError`` traceback instead of naming the key."""
+
+
+def _float(lo: float, hi: float = MAX_SECONDS) -> Check:
+    expected = f"expected a number {lo:g}-{hi:.0f}"
+
     def check(v: Any) -> float:
         if isinstance(v, str):
             try:
                 v = float(v.strip())
             except ValueError:
-                raise ValueError(f"expected a number >= {lo:g}") from None
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= lo:
-            raise ValueError(f"expected a number >= {lo:g}")
+                raise ValueError(expected) from None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+            raise ValueError(expected)  # nan and inf too
         return float(v)
 
     return check
@@ -254,7 +262,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "events",
         "replay_rate",
-        _float(0.0),
+        _float(0.0, 1e9),
         0.0,
         "Events a second one replay is sent at, at most (0: no limit); spares the node and "
         "slow subscribers.",
