@@ -108,3 +108,20 @@ def test_signature_bytes_equal_eth_keys_rfc6979():
     ours = sign_payload(payload, KEY)
     theirs = keys.PrivateKey(bytes.fromhex("11" * 32)).sign_msg_hash(keccak256(payload)).to_bytes()
     assert ours == theirs
+
+
+@pytest.mark.parametrize("text", ["abcd", "01" * 31, "01" * 33, ""])
+def test_a_private_key_of_another_length_than_32_bytes_is_refused(text: str) -> None:
+    """coincurve pads a short secret ("abcd" was the key 0x00…abcd, anyone could guess it);
+    go-ethereum's HexToECDSA (status-go) and eth_keys refuse it, and so does loglake."""
+    from eth_keys.exceptions import ValidationError
+
+    from loglake.archives.errors import ArchiveConfigError
+    from loglake.archives.signing import load_private_key
+
+    with pytest.raises(ValidationError):
+        keys.PrivateKey(bytes.fromhex(text))
+    with pytest.raises(ArchiveConfigError, match="32 bytes"):
+        load_private_key(text)
+    good = "07" * 32
+    assert load_private_key(good).to_hex() == keys.PrivateKey(bytes.fromhex(good)).to_hex()[2:]

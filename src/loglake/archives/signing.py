@@ -49,6 +49,11 @@ def load_private_key(hex_or_bytes: str | bytes) -> PrivateKey:
             if isinstance(hex_or_bytes, str)
             else hex_or_bytes
         )
+        # coincurve left-pads a short secret ("abcd" became the scalar 0xabcd, a key anyone
+        # could guess); go-ethereum's crypto.HexToECDSA, which status-go loads keys with,
+        # refuses any length but 32 bytes ("invalid length, need 256 bits"): so do we
+        if len(raw) != 32:
+            raise ValueError(f"expected 32 bytes (64 hex digits), got {len(raw)}")
         return PrivateKey(raw)
     except ValueError as e:
         raise ArchiveConfigError(f"not a secp256k1 private key: {e}") from None
