@@ -213,3 +213,51 @@ def test_an_infinite_period_in_the_file_is_one_line_not_a_traceback(tmp_path: Pa
     assert r.exit_code == 1, r.output + repr(r.exception)
     assert r.output.startswith("Error: [sds] sync_interval: expected a number 0.1-31536000")
     assert len(r.output.splitlines()) == 1
+
+
+def _key_file(tmp_path: Path, rel: str, content: bytes, mode: int = 0o600) -> Path:
+    path = tmp_path / "data" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("rel", ["events/orchestrator.key", "archives/control.key"])
+def test_a_binary_key_file_is_one_line_naming_it(tmp_path: Path, rel: str) -> None:
+    """A key file that is not text stopped the node with a UnicodeDecodeError traceback."""
+    path = _key_file(tmp_path, rel, b"\xff\xfe\x00")
+    cfg = tmp_path / "loglake.toml"
+    cfg.write_text(
+        f'data_dir = "{tmp_path / "data"}"\nconsole = false\n[http]\nport = 0\n'
+        "[streams]\nenabled = false\n[events]\nenabled = true\n[archives]\nenabled = true\n"
+    )
+    r = CliRunner().invoke(command, ["--config", str(cfg)])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == f"Error: {path}: not a key (expected hex text)\n"
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    """Like the token: a private key in a file others can read was used as it was."""
+    from loglake.node.api.archives import _control_key
+    from loglake.node.api.events import _identity
+    from loglake.node.keys import NodeKeyError
+
+    seed = _key_file(tmp_path, "events/publisher.key", b"07" * 32 + b"\n", 0o644)
+    with pytest.raises(NodeKeyError, match=rf"{seed} holds a private key and is readable"):
+        _identity(seed.parent, "publisher")
+    seed.chmod(0o600)
+    assert _identity(seed.parent, "publisher").seed == bytes([7]) * 32
+    control = _key_file(tmp_path, "archives/control.key", b"07" * 32, 0o640)
+    with pytest.raises(NodeKeyError, match="mode 640"):
+        _control_key(control.parent)
+
+
+def test_a_short_control_key_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """coincurve padded "abcd" to the key 0x00…abcd: the community ran on a guessable key."""
+    from loglake.node.api.archives import _control_key
+    from loglake.node.keys import NodeKeyError
+
+    control = _key_file(tmp_path, "archives/control.key", b"abcd\n")
+    with pytest.raises(NodeKeyError, match=rf"control key in {control}: .*32 bytes"):
+        _control_key(control.parent)

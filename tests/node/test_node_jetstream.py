@@ -121,6 +121,7 @@ def test_node_keys_live_in_the_cluster_one_per_name_a_legacy_file_kept_bad_value
         assert a.call(replicas()) == 3
         legacy = tmp_path / "old.key"
         legacy.write_text("from-the-data-dir\n")
+        legacy.chmod(0o600)  # a key file others may read is refused (node/keys.py)
         assert kb.text("y", legacy, lambda: "new") == "from-the-data-dir"
         (tmp_path / "other.key").write_text("another\n")
         assert ka.text("y", tmp_path / "other.key", lambda: "new") == "from-the-data-dir"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,29 @@ class NodeKeyError(LoglakeError):
     """A node identity's key could not be read or stored (a damaged value, no cluster)."""
 
 
+def read_key_file(path: Path) -> str:
+    """The key text in ``path``, refused (``NodeKeyError`` naming the file) when others may
+    read it or it is not text: it is a private key, kept like the node's token
+    (``node/auth.py``), and a binary file used to stop the node with a UnicodeDecodeError
+    traceback."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise NodeKeyError(
+            f"{path} holds a private key and is readable by others (mode {mode:o}); run "
+            f"`chmod 600 {path}`"
+        )
+    try:
+        return path.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise NodeKeyError(f"{path}: not a key (expected hex text)") from None
+
+
 def _file_key(path: Path, make: Callable[[], str]) -> str:
     """The key in ``path``, made (mode 0600, created exclusively, fsynced) if absent."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return path.read_text().strip()
+        return read_key_file(path)
     value = make()
     with os.fdopen(fd, "w") as f:
         f.write(value + "\n")
@@ -73,8 +91,12 @@ class NodeKeys:
     def shared(self) -> bool:
         return self._log is not None
 
-    def where(self) -> str:
-        return f"JetStream KV bucket {self.bucket}" if self.shared else "the data dir"
+    def where(self, path: Path | None = None) -> str:
+        """Where a key is kept, for errors: the bucket, or ``path`` (the file) on the
+        embedded log, so the operator knows which file to fix."""
+        if self.shared:
+            return f"JetStream KV bucket {self.bucket}"
+        return str(path) if path is not None else "the data dir"
 
     def text(self, name: str, path: Path, make: Callable[[], str]) -> str:
         if self._log is None:
@@ -116,7 +138,7 @@ class NodeKeys:
             if entry is not None and entry.value:
                 return bytes(entry.value).decode().strip()
             if path.exists():  # this node's key from before the cluster had one: keep it
-                value = path.read_text().strip()
+                value = read_key_file(path)
                 logger.info("node key %s: uploading %s to %s", name, path, self.bucket)
             else:
                 value = make()

@@ -48,11 +48,12 @@ def _control_key(folder: Path, keys: Any = None) -> Any:
     from loglake.node.keys import NodeKeyError, NodeKeys
 
     keys = keys if keys is not None else NodeKeys()
-    text = keys.text("archives.control", folder / "control.key", lambda: PrivateKey().to_hex())
+    path = folder / "control.key"
+    text = keys.text("archives.control", path, lambda: PrivateKey().to_hex())
     try:
         return load_private_key(text)
     except LoglakeError as e:  # ArchiveConfigError: not a secp256k1 key
-        raise NodeKeyError(f"the archives control key in {keys.where()}: {e}") from None
+        raise NodeKeyError(f"the archives control key in {keys.where(path)}: {e}") from None
 
 
 def _entry(e: Any) -> dict[str, Any]:

@@ -89,13 +89,12 @@ def _identity(folder: Path, role: str, keys: Any = None) -> Any:
     from loglake.node.keys import NodeKeyError, NodeKeys
 
     keys = keys if keys is not None else NodeKeys()
-    text = keys.text(
-        f"events.{role}", folder / f"{role}.key", lambda: Identity.generate().seed.hex()
-    )
+    path = folder / f"{role}.key"
+    text = keys.text(f"events.{role}", path, lambda: Identity.generate().seed.hex())
     try:
         return Identity.from_seed(bytes.fromhex(text))
     except ValueError as e:
-        raise NodeKeyError(f"the {role} key in {keys.where()} is not a hex seed: {e}") from None
+        raise NodeKeyError(f"the {role} key in {keys.where(path)} is not a hex seed: {e}") from None
 
 
 class EventsHandle:
