@@ -261,3 +261,20 @@ def test_a_short_control_key_is_refused_naming_the_file(tmp_path: Path) -> None:
     control = _key_file(tmp_path, "archives/control.key", b"abcd\n")
     with pytest.raises(NodeKeyError, match=rf"control key in {control}: .*32 bytes"):
         _control_key(control.parent)
+
+
+def test_a_binary_token_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A token file that is not text stopped the node with a UnicodeDecodeError traceback."""
+    token = tmp_path / "data" / "node.token"
+    token.parent.mkdir()
+    token.write_bytes(b"\xff\xfe\n")
+    token.chmod(0o600)
+    r = CliRunner().invoke(
+        command,
+        ["--data-dir", str(token.parent), "--http-port", "0", "--no-streams-enabled"],
+        env={},
+    )
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == (
+        f"Error: {token} is not a token (expected text); delete it to have a new token generated\n"
+    )

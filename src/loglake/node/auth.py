@@ -82,7 +82,12 @@ def _read_token(path: Path) -> str:
             f"{path} is readable by others (mode {mode:o}); run `chmod 600 {path}` or delete "
             "it to have a new token generated"
         )
-    value = path.read_text().strip()
+    try:  # a binary file here stopped the node with a UnicodeDecodeError traceback
+        value = path.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise TokenFileError(
+            f"{path} is not a token (expected text); delete it to have a new token generated"
+        ) from None
     if not value:
         raise TokenFileError(f"{path} is empty; delete it to have a new token generated")
     return value
