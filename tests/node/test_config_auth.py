@@ -278,3 +278,38 @@ def test_a_binary_token_file_is_one_line_naming_it(tmp_path: Path) -> None:
     assert r.output == (
         f"Error: {token} is not a token (expected text); delete it to have a new token generated\n"
     )
+
+
+def test_events_ports_overlapping_the_stream_service_are_refused() -> None:
+    events = {"enabled": True, "transport": "http", "http_port": 9000}
+    with pytest.raises(ConfigError, match=r"\[events\] http_port: 9000..\+3 overlaps \[streams\]"):
+        _cfg({"streams": {"port": 9002}, "http": {"port": 0}, "events": events})
+    assert _cfg({"streams": {"port": 9004}, "http": {"port": 0}, "events": events})
+    off = {"port": 9002, "enabled": False}  # a disabled stream service holds no port
+    assert _cfg({"streams": off, "http": {"port": 0}, "events": events})
+
+
+def test_a_taken_events_port_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    """An ICRC role port taken by another program stopped the node with an OSError
+    traceback."""
+    import socket
+
+    from tests.procs import free_consecutive_ports
+
+    first = free_consecutive_ports(4)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", first + 1))  # the broadcaster's
+        s.listen()
+        r = CliRunner().invoke(
+            command,
+            ["--data-dir", str(tmp_path), "--http-port", "0", "--no-streams-enabled",
+             "--no-console", "--events-enabled", "--events-transport", "http",
+             "--events-http-port", str(first)],
+        )  # fmt: skip
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output.startswith(
+        f"Error: [events] http_port: cannot listen on 127.0.0.1:{first + 1} for the broadcaster"
+    )
+    assert len(r.output.splitlines()) == 1
+    with socket.socket() as s:  # the orchestrator's port, bound before, was released
+        s.bind(("127.0.0.1", first))

@@ -472,6 +472,9 @@ def _check_events_http(cfg: NodeConfig) -> None:
         raise ConfigError(f"[events] directory: {ev.directory} is not a file")
     if ev.http_port and cfg.http.port and ev.http_port <= cfg.http.port < ev.http_port + 4:
         raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [http] port")
+    streams_port = cfg.streams.port if cfg.streams.enabled else 0
+    if ev.http_port and streams_port and ev.http_port <= streams_port < ev.http_port + 4:
+        raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [streams] port")
 
 
 def embedded_default(

@@ -137,9 +137,19 @@ class EventsHttpHandle:
         from loglake.events import HttpRoleServer
 
         # bind first: every URL must be in the directory before any server sends a call
-        socks = {}
+        from loglake.node.runner import NodeStartError
+
+        socks: dict[str, socket.socket] = {}
         for r in self.roles:
-            s = socket.create_server((self.host, self.ports[r]))
+            try:
+                s = socket.create_server((self.host, self.ports[r]))
+            except OSError as e:  # a port taken: one line naming the key, not a traceback
+                for bound in socks.values():
+                    bound.close()
+                raise NodeStartError(
+                    f"[events] http_port: cannot listen on {self.host}:{self.ports[r]} for the "
+                    f"{r}: {e.strerror or e}"
+                ) from None
             socks[r] = s
             self.urls[r] = f"http://{self.host}:{s.getsockname()[1]}"
         local = {self.principals[r].bytes: self.urls[r] for r in self.roles}
