@@ -313,3 +313,19 @@ def test_a_taken_events_port_is_one_line_naming_the_key(tmp_path: Path) -> None:
     assert len(r.output.splitlines()) == 1
     with socket.socket() as s:  # the orchestrator's port, bound before, was released
         s.bind(("127.0.0.1", first))
+
+
+def test_a_second_node_on_a_data_dir_in_use_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Two nodes on one data dir must not both write: the second is refused, in words an
+    operator can act on (it used to be told to "open it with readonly=True"), and leaves the
+    first one's token alone."""
+    from loglake.node.runner import BackgroundNode
+
+    data = {"data_dir": str(tmp_path), "console": False, "streams": {"enabled": False}}
+    with BackgroundNode(_cfg({**data, "http": {"port": 0}})) as first:
+        args = ["--data-dir", str(tmp_path), "--http-port", "0", "--no-streams-enabled"]
+        r = CliRunner().invoke(command, args)
+        assert r.exit_code == 1, r.output + repr(r.exception)
+        assert r.output.startswith(f"Error: data_dir {tmp_path} is in use by another process")
+        assert "readonly" not in r.output and len(r.output.splitlines()) == 1
+        assert (tmp_path / "node.token").read_text().strip() == first.token

@@ -124,3 +124,13 @@ def test_serve_says_stopped_only_after_it_served(tmp_path) -> None:
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{taken}" in r.stderr
     assert "stopped" not in r.stderr + r.stdout
+
+
+def test_serve_on_a_data_dir_in_use_names_the_flag(tmp_path) -> None:
+    from loglake.log import open_log
+
+    with open_log(tmp_path):  # another writer holds the data dir
+        r = CliRunner().invoke(command, ["serve", "--data-dir", str(tmp_path), "--port", "0"])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output.startswith(f"Error: --data-dir {tmp_path} is in use by another process")
+    assert "readonly" not in r.output

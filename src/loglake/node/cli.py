@@ -36,7 +36,7 @@ from rich.table import Table
 
 from loglake.clitools import PORT
 from loglake.errors import LoglakeError
-from loglake.log import Durability, Log, StreamConfig, open_log
+from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.limits import LimitError
@@ -71,6 +71,17 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def data_dir_in_use(data_dir: Path, key: str) -> str:
+    """What a second writer on one data dir is told (``key``: the option that names it). Why
+    not ``LogLocked``'s own text: it speaks to a programmer (``readonly=True``); an operator
+    needs to know that another process has the data dir and what to change."""
+    return (
+        f"{key} {data_dir} is in use by another process (a running `loglake node` or "
+        "`loglake serve`, or a `loglake log` command; one writer per data dir): stop it, or "
+        f"give this one another {key}"
+    )
 
 
 def check_exposure(host: str, tls: bool, insecure: bool) -> None:
@@ -235,6 +246,8 @@ def serve(
     else:
         try:  # seals off the server's GIL; partitions open lazily, within the limits
             log = open_log(data_dir, seal_processes=True, **limits.log_options())
+        except LogLocked:
+            raise click.ClickException(data_dir_in_use(data_dir, "--data-dir")) from None
         except (OSError, LoglakeError) as e:  # e.g. EMFILE under a low ulimit -n: one line
             raise click.ClickException(f"cannot open the data dir {data_dir}: {e}") from None
     config = StreamConfig(

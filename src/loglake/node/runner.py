@@ -25,7 +25,7 @@ from typing import Any, cast
 import uvicorn
 
 from loglake.errors import LoglakeError
-from loglake.log import Durability, Log, StreamConfig
+from loglake.log import Durability, Log, LogLocked, StreamConfig
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import LoginCodes, Token, forget_token, load_or_create_token
@@ -109,7 +109,12 @@ class Node:
             segment_bytes=cfg.streams.segment_bytes,
         )
         try:
-            raw = open_node_log(cfg, stream_config)  # the embedded log or JetStream
+            try:
+                raw = open_node_log(cfg, stream_config)  # the embedded log or JetStream
+            except LogLocked:
+                from loglake.node.cli import data_dir_in_use
+
+                raise NodeStartError(data_dir_in_use(cfg.data_dir, "data_dir")) from None
             self._log = raw
             await self._start_parts(raw, stream_config)
         except BaseException:
