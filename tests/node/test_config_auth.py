@@ -329,3 +329,13 @@ def test_a_second_node_on_a_data_dir_in_use_is_refused_in_one_line(tmp_path: Pat
         assert r.output.startswith(f"Error: data_dir {tmp_path} is in use by another process")
         assert "readonly" not in r.output and len(r.output.splitlines()) == 1
         assert (tmp_path / "node.token").read_text().strip() == first.token
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+    """TOML is UTF-8 (toml.io); a Latin-1 comment stopped the node with a UnicodeDecodeError
+    traceback."""
+    path = tmp_path / "loglake.toml"
+    path.write_bytes("# café\n[http]\nport = 0\n".encode("latin-1"))
+    r = CliRunner().invoke(command, ["--config", str(path)])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == f"Error: {path}: not valid TOML: not UTF-8 text (byte 5)\n"

@@ -348,6 +348,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # tomllib decodes before it parses: TOML is UTF-8
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {e.start})") from None
 
 
 def load_config(
