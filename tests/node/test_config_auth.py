@@ -339,3 +339,15 @@ def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) ->
     r = CliRunner().invoke(command, ["--config", str(path)])
     assert r.exit_code == 1, r.output + repr(r.exception)
     assert r.output == f"Error: {path}: not valid TOML: not UTF-8 text (byte 5)\n"
+
+
+def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """It used to say only "File exists: <path>", which reads as if all were well."""
+    path = tmp_path / "data"
+    path.write_text("not a folder")
+    cfg = tmp_path / "loglake.toml"
+    cfg.write_text(f'data_dir = "{path}"\n[http]\nport = 0\n[streams]\nenabled = false\n')
+    r = CliRunner().invoke(command, ["--config", str(cfg)])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == f"Error: data_dir {path} is a file, not a directory\n"
+    assert path.read_text() == "not a folder"

@@ -102,6 +102,8 @@ class Node:
 
     async def start(self) -> Node:
         cfg = self.config
+        if cfg.data_dir.exists() and not cfg.data_dir.is_dir():  # mkdir said only "File exists"
+            raise NodeStartError(f"data_dir {cfg.data_dir} is a file, not a directory")
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self.token = load_or_create_token(cfg.data_dir)
         stream_config = StreamConfig(
