@@ -351,3 +351,31 @@ def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
     assert r.exit_code == 1, r.output + repr(r.exception)
     assert r.output == f"Error: data_dir {path} is a file, not a directory\n"
     assert path.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('[http]\nport = "80"\n', "[http] port: expected an integer (no quotes), got '80'"),
+        ('[sds]\nenabled = "false"\n', "[sds] enabled: expected true or false (no quotes)"),
+        ('[archives]\nwait = "5"\n', "[archives] wait: expected a number (no quotes), got '5'"),
+        ('[events]\nroles = "publisher"\n', "[events] roles: expected an array ([...])"),
+        ('[http]\nport = "eighty"\n', "[http] port: expected an integer 0-65535, got 'eighty'"),
+    ],
+)
+def test_a_quoted_number_boolean_or_list_in_the_file_is_refused(
+    toml: str, message: str, tmp_path: Path
+) -> None:
+    """TOML types its values; a string where a number, boolean or array goes was parsed like
+    a flag's text (`port = "80"` bound port 80, `enabled = "false"` read false), so a file
+    could mean something else than it says. Flags and variables stay text."""
+    path = tmp_path / "loglake.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as e:
+        load_config(path, env={})
+    assert str(e.value).startswith(message) and str(path) in str(e.value)
+    assert load_config(env={"LOGLAKE_HTTP_PORT": "80"}).http.port == 80
+    assert load_config(flags={"sds.enabled": "false"}, env={}).sds.enabled is False
+    limits = tmp_path / "limits.toml"  # sizes are text by design there
+    limits.write_text('[limits]\nmax_frame = "64KiB"\n')
+    assert load_config(limits, env={}).limits.max_frame == 64 * 1024

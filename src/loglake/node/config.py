@@ -200,6 +200,26 @@ class Option:
     def is_bool(self) -> bool:
         return self.check is _bool
 
+    @property
+    def toml_type(self) -> str | None:
+        """The TOML type a file must give (``port = 8080``), None where text is the value.
+
+        Why: flags and variables are text, so the checks parse strings; a string in the file
+        for a number, boolean or list (``port = "8080"``, ``enabled = "false"``) is an
+        operator's mistake the checks would have quietly read, and a file should mean one
+        thing. ``[limits]`` takes sizes as text (``"32MiB"``), so it is left out."""
+        if self.section == "limits":
+            return None
+        return _TOML_TYPES.get(type(self.default))
+
+
+_TOML_TYPES = {
+    bool: "true or false (no quotes)",
+    int: "an integer (no quotes)",
+    float: "a number (no quotes)",
+    tuple: "an array ([...])",
+}
+
 
 OPTIONS: tuple[Option, ...] = (
     Option("", "data_dir", _path, None, "Data dir (log, lake, token, part state)."),
@@ -383,6 +403,8 @@ def load_config(
         else:
             try:
                 value = o.check(raw)
+                if origin == where and isinstance(raw, str) and o.toml_type is not None:
+                    raise ValueError(f"expected {o.toml_type}")
             except ValueError as e:
                 raise ConfigError(f"{o.where}: {e}, got {raw!r} (from {origin})") from None
         source[o.name] = origin
