@@ -379,3 +379,33 @@ def test_a_quoted_number_boolean_or_list_in_the_file_is_refused(
     limits = tmp_path / "limits.toml"  # sizes are text by design there
     limits.write_text('[limits]\nmax_frame = "64KiB"\n')
     assert load_config(limits, env={}).limits.max_frame == 64 * 1024
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"{bad", "not a JSON directory"),
+        (b"\xff{}", "not a JSON directory"),
+        (b'["http://127.0.0.1:1"]', "expected a JSON object"),
+        (b'{"not-a-principal": "http://127.0.0.1:1"}', "'not-a-principal': "),
+        (b'{"aaaaa-aa": 5}', "'aaaaa-aa': expected an http(s) URL, got 5"),
+    ],
+)
+def test_a_bad_events_directory_is_the_configs_error(
+    content: bytes, message: str, tmp_path: Path
+) -> None:
+    """The directory file was read only as the roles started: bad JSON stopped the node with a
+    JSONDecodeError traceback, a number for a URL with an AttributeError."""
+    directory = tmp_path / "directory.json"
+    directory.write_bytes(content)
+    events = {
+        "enabled": True,
+        "transport": "http",
+        "roles": ["publisher"],
+        "orchestrator": "aaaaa-aa",
+        "directory": str(directory),
+    }
+    with pytest.raises(ConfigError) as e:
+        _cfg({"events": events})
+    assert str(e.value).startswith(f"[events] directory: {directory}: ")
+    assert message in str(e.value)

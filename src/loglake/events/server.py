@@ -48,6 +48,7 @@ from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
 from loglake.events.identity import (
     Identity,
+    PrincipalError,
     ReplayCacheFull,
     ReplayGuard,
     SignatureError,
@@ -498,7 +499,29 @@ def _consume(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
+class DirectoryError(DecodeError):
+    """A directory file (``--directory``, ``[events] directory``) that is not a JSON object of
+    principal → http(s) URL; the message names the file."""
+
+
 def load_directory(path: str | Path) -> dict[bytes, str]:
-    """``{"<principal text>": "http://127.0.0.1:PORT", ...}`` → ``{principal bytes: url}``."""
-    raw = json.loads(Path(path).read_text())
-    return {principal_from_text(k).bytes: v.rstrip("/") for k, v in raw.items()}
+    """``{"<principal text>": "http://127.0.0.1:PORT", ...}`` → ``{principal bytes: url}``.
+
+    Checked whole before use: a file that is not JSON, not an object, or names a principal
+    or URL badly is a ``DirectoryError`` naming the file (it stopped a node with a
+    JSONDecodeError traceback)."""
+    try:
+        raw = json.loads(Path(path).read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DirectoryError(f"{path}: not a JSON directory: {e}") from None
+    if not isinstance(raw, dict):
+        raise DirectoryError(f"{path}: expected a JSON object {{principal: url}}")
+    out = {}
+    for k, v in raw.items():
+        if not isinstance(v, str) or not v.startswith(("http://", "https://")):
+            raise DirectoryError(f"{path}: {k!r}: expected an http(s) URL, got {v!r}")
+        try:
+            out[principal_from_text(k).bytes] = v.rstrip("/")
+        except PrincipalError as e:
+            raise DirectoryError(f"{path}: {k!r}: {e}") from None
+    return out

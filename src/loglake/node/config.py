@@ -494,6 +494,13 @@ def _check_events_http(cfg: NodeConfig) -> None:
         raise ConfigError("[events] broadcasters: the orchestrator needs a broadcaster")
     if ev.directory is not None and not Path(ev.directory).is_file():
         raise ConfigError(f"[events] directory: {ev.directory} is not a file")
+    if ev.directory is not None:  # read at start too: a bad file is the config's error
+        from loglake.events.server import DirectoryError, load_directory
+
+        try:
+            load_directory(ev.directory)
+        except DirectoryError as e:
+            raise ConfigError(f"[events] directory: {e}") from None
     if ev.http_port and cfg.http.port and ev.http_port <= cfg.http.port < ev.http_port + 4:
         raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [http] port")
     streams_port = cfg.streams.port if cfg.streams.enabled else 0
