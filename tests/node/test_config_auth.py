@@ -409,3 +409,13 @@ def test_a_bad_events_directory_is_the_configs_error(
         _cfg({"events": events})
     assert str(e.value).startswith(f"[events] directory: {directory}: ")
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize("prefix", ["a.b", "a b", "*", "café", "a-b"])
+def test_a_nats_prefix_jetstream_cannot_use_is_the_configs_error(prefix: str) -> None:
+    """It was checked only as JetStreamLog opened: a ValueError traceback at start. NATS names
+    a KV bucket [a-zA-Z0-9_-]+ and the log joins prefix and stream with '-'."""
+    backend = {"backend": "nats://127.0.0.1:4222", "nats_prefix": prefix}
+    with pytest.raises(ConfigError, match=r"\[streams\] nats_prefix: prefix must be"):
+        _cfg({"streams": backend})
+    assert _cfg({"streams": {**backend, "nats_prefix": "team_1"}}).streams.nats_prefix == "team_1"

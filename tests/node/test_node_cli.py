@@ -134,3 +134,10 @@ def test_serve_on_a_data_dir_in_use_names_the_flag(tmp_path) -> None:
     assert r.exit_code == 1, r.output + repr(r.exception)
     assert r.output.startswith(f"Error: --data-dir {tmp_path} is in use by another process")
     assert "readonly" not in r.output
+
+
+def test_serve_with_a_bad_nats_prefix_is_a_usage_error(tmp_path) -> None:
+    args = ["serve", "--data-dir", str(tmp_path), "--port", "0", "--backend", "nats://x:1"]
+    r = CliRunner().invoke(command, [*args, "--nats-prefix", "a.b"])
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert "Invalid value for '--nats-prefix': prefix must be [A-Za-z0-9_]+" in r.output

@@ -84,6 +84,17 @@ def data_dir_in_use(data_dir: Path, key: str) -> str:
     )
 
 
+def _checked_prefix(prefix: str) -> str:
+    """``--nats-prefix`` as JetStreamLog will take it: a bad one is a usage error naming the
+    option, not a ValueError traceback as the log opens."""
+    from loglake.streams.jetstream import check_prefix
+
+    try:
+        return check_prefix(prefix)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 def check_exposure(host: str, tls: bool, insecure: bool) -> None:
     """Refuse to serve plain TCP beyond loopback unless the operator said ``--insecure``."""
     if not tls and not insecure and not is_loopback(host):
@@ -153,6 +164,7 @@ def command() -> None:
 )
 @click.option(
     "--nats-prefix",
+    callback=lambda _ctx, _param, v: _checked_prefix(v),
     default="loglake",
     show_default=True,
     help="With --backend: namespace of stream names, subjects and the index bucket.",

@@ -155,6 +155,14 @@ def _nats_url(v: Any) -> str:
     return url
 
 
+def _nats_prefix(v: Any) -> str:
+    """What JetStreamLog accepts as a prefix (``streams.jetstream.check_prefix``), checked
+    here so a bad one is the config's error, not a ValueError traceback as the log opens."""
+    from loglake.streams.jetstream import check_prefix
+
+    return check_prefix(_str(v))
+
+
 def _monitor_urls(v: Any) -> tuple[str, ...]:
     """``http://h1:8222,http://h2:8222``: the NATS servers' monitoring endpoints (``-m``)."""
     if isinstance(v, str):
@@ -243,7 +251,13 @@ OPTIONS: tuple[Option, ...] = (
         "dir then keeps only the sealed lake and caches (default: the embedded log there).",
     ),
     Option("streams", "replicas", _int(1, 5), 1, "With backend: replicas of each stream created."),
-    Option("streams", "nats_prefix", _str, "loglake", "With backend: namespace of stream names."),
+    Option(
+        "streams",
+        "nats_prefix",
+        _nats_prefix,
+        "loglake",
+        "With backend: namespace of stream names.",
+    ),
     Option("streams", "nats_creds", _path, None, "With backend: a NATS .creds file."),
     Option(
         "streams",

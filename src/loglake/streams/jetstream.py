@@ -160,6 +160,15 @@ class JetStreamError(LogError):
     """JetStream refused a request for a reason that retrying does not fix."""
 
 
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it can name the node's streams and KV buckets, else ``ValueError``. ASCII
+    only: NATS names a KV bucket ``[a-zA-Z0-9_-]+`` (``str.isalnum`` let ``é`` through, to fail
+    at the first bucket), and ``-`` separates the prefix from the stream in a stream's name."""
+    if not prefix.isascii() or not prefix.replace("_", "").isalnum():
+        raise ValueError(f"prefix must be [A-Za-z0-9_]+, not {prefix!r}")
+    return prefix
+
+
 @dataclass(frozen=True, slots=True)
 class JetStreamOptions:
     """How to reach and use a NATS cluster (``loglake serve --backend nats://…``)."""
@@ -481,8 +490,7 @@ class JetStreamLog(Log):
             options = JetStreamOptions.from_url(options, **kw)
         elif kw:
             raise TypeError("keyword options go with a URL, not with JetStreamOptions")
-        if not options.prefix.replace("_", "").isalnum():
-            raise ValueError(f"prefix must be [A-Za-z0-9_]+, not {options.prefix!r}")
+        check_prefix(options.prefix)
         self.options = options
         self._partitions: dict[str, int] = {}
         self._configs: dict[str, StreamConfig] = {}
