@@ -419,3 +419,14 @@ def test_a_nats_prefix_jetstream_cannot_use_is_the_configs_error(prefix: str) ->
     with pytest.raises(ConfigError, match=r"\[streams\] nats_prefix: prefix must be"):
         _cfg({"streams": backend})
     assert _cfg({"streams": {**backend, "nats_prefix": "team_1"}}).streams.nats_prefix == "team_1"
+
+
+def test_a_missing_nats_creds_file_is_the_configs_error(tmp_path: Path) -> None:
+    """A missing .creds file surfaced only after the 5 s connect timeout, as an error about
+    something else."""
+    missing = tmp_path / "nope.creds"
+    backend = {"backend": "nats://127.0.0.1:4222", "nats_creds": str(missing)}
+    with pytest.raises(ConfigError, match=rf"\[streams\] nats_creds: {missing} is not a file"):
+        _cfg({"streams": backend})
+    missing.write_text("creds")
+    assert _cfg({"streams": backend}).streams.nats_creds == missing

@@ -163,6 +163,15 @@ def _nats_prefix(v: Any) -> str:
     return check_prefix(_str(v))
 
 
+def _file(v: Any) -> Path:
+    """A path that must be an existing file (a credentials file read when the node connects:
+    a missing one surfaced as a connect timeout naming something else)."""
+    path = _path(v)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    return path
+
+
 def _monitor_urls(v: Any) -> tuple[str, ...]:
     """``http://h1:8222,http://h2:8222``: the NATS servers' monitoring endpoints (``-m``)."""
     if isinstance(v, str):
@@ -258,7 +267,7 @@ OPTIONS: tuple[Option, ...] = (
         "loglake",
         "With backend: namespace of stream names.",
     ),
-    Option("streams", "nats_creds", _path, None, "With backend: a NATS .creds file."),
+    Option("streams", "nats_creds", _file, None, "With backend: a NATS .creds file."),
     Option(
         "streams",
         "lease_ttl",
