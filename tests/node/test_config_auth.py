@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -429,4 +430,21 @@ def test_a_missing_nats_creds_file_is_the_configs_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"\[streams\] nats_creds: {missing} is not a file"):
         _cfg({"streams": backend})
     missing.write_text("creds")
-    assert _cfg({"streams": backend}).streams.nats_creds == missing
+    if importlib.util.find_spec("nkeys") is not None:
+        assert _cfg({"streams": backend}).streams.nats_creds == missing
+
+
+def test_nats_creds_without_nkeys_is_the_configs_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-py reads a .creds file with nkeys, an extra loglake does not install: the node
+    failed 5 s later with "NATS JetStream unavailable … ModuleNotFoundError('nkeys')"."""
+    creds = tmp_path / "user.creds"
+    creds.write_text("creds")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nkeys" else real(name, *a)
+    )
+    backend = {"backend": "nats://127.0.0.1:4222", "nats_creds": str(creds)}
+    with pytest.raises(ConfigError, match=r"\[streams\] nats_creds: .*nats-py\[nkeys\]"):
+        _cfg({"streams": backend})

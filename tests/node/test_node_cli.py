@@ -141,3 +141,19 @@ def test_serve_with_a_bad_nats_prefix_is_a_usage_error(tmp_path) -> None:
     r = CliRunner().invoke(command, [*args, "--nats-prefix", "a.b"])
     assert r.exit_code == 2, r.output + repr(r.exception)
     assert "Invalid value for '--nats-prefix': prefix must be [A-Za-z0-9_]+" in r.output
+
+
+def test_serve_with_nats_creds_but_no_nkeys_says_what_to_install(tmp_path, monkeypatch) -> None:
+    """nats-py needs nkeys for a .creds file; serve failed 5 s later naming a connect error."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nkeys" else real(name, *a)
+    )
+    creds = tmp_path / "user.creds"
+    creds.write_text("creds")
+    args = ["serve", "--data-dir", str(tmp_path / "d"), "--port", "0"]
+    r = CliRunner().invoke(command, [*args, "--backend", "nats://x:1", "--nats-creds", str(creds)])
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert "Invalid value for '--nats-creds': a .creds file needs the nkeys package" in r.output

@@ -172,6 +172,18 @@ def _file(v: Any) -> Path:
     return path
 
 
+def _nats_creds(v: Any) -> Path:
+    """A NATS ``.creds`` file, and what reading it needs: nats-py signs with ``nkeys``, an extra
+    (``nats-py[nkeys]``) loglake does not install, whose absence surfaced as a connect failure
+    5 s later (``ModuleNotFoundError('nkeys')``)."""
+    import importlib.util
+
+    path = _file(v)
+    if importlib.util.find_spec("nkeys") is None:
+        raise ValueError("a .creds file needs the nkeys package: pip install 'nats-py[nkeys]'")
+    return path
+
+
 def _monitor_urls(v: Any) -> tuple[str, ...]:
     """``http://h1:8222,http://h2:8222``: the NATS servers' monitoring endpoints (``-m``)."""
     if isinstance(v, str):
@@ -267,7 +279,7 @@ OPTIONS: tuple[Option, ...] = (
         "loglake",
         "With backend: namespace of stream names.",
     ),
-    Option("streams", "nats_creds", _file, None, "With backend: a NATS .creds file."),
+    Option("streams", "nats_creds", _nats_creds, None, "With backend: a NATS .creds file."),
     Option(
         "streams",
         "lease_ttl",
