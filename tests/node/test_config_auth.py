@@ -448,3 +448,26 @@ def test_nats_creds_without_nkeys_is_the_configs_error(
     backend = {"backend": "nats://127.0.0.1:4222", "nats_creds": str(creds)}
     with pytest.raises(ConfigError, match=r"\[streams\] nats_creds: .*nats-py\[nkeys\]"):
         _cfg({"streams": backend})
+
+
+def test_a_misspelt_variable_is_warned_about_not_silently_ignored(tmp_path: Path) -> None:
+    """An unknown key in the file stops the node; LOGLAKE_HTTP_PROT=9000 was ignored without a
+    word, and the node came up on 8080. The environment is shared, so it is a warning, and
+    variables other commands read are not named."""
+    path = tmp_path / "data"
+    path.write_text("a file, so the node stops right after the warnings")
+    env = {
+        "LOGLAKE_HTTP_PROT": "9000",
+        "LOGLAKE_SDS_NONSENSE": "1",
+        "LOGLAKE_ARCHIVES_KEY": "07" * 32,  # `loglake archives`'
+        "LOGLAKE_HTTP_PORT": "0",
+    }
+    r = CliRunner().invoke(command, ["--data-dir", str(path)], env=env)
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    lines = r.output.splitlines()
+    assert lines[:2] == [
+        "warning: LOGLAKE_HTTP_PROT is not a node setting and is ignored; did you mean "
+        "LOGLAKE_HTTP_PORT?",
+        "warning: LOGLAKE_SDS_NONSENSE is not a node setting and is ignored",
+    ]
+    assert lines[2].startswith("Error: data_dir") and len(lines) == 3

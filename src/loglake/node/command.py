@@ -13,7 +13,13 @@ from typing import Any
 import click
 
 from loglake.clitools import CONTEXT_SETTINGS, PORT, TypedErrorGroup
-from loglake.node.config import OPTIONS, Option, default_data_dir, load_config
+from loglake.node.config import (
+    OPTIONS,
+    Option,
+    default_data_dir,
+    load_config,
+    unknown_variables,
+)
 from loglake.streams import eventloop
 
 SHORT_FLAGS = {"streams.backend": "--backend", "streams.replicas": "--replicas"}
@@ -69,6 +75,8 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
         return
     from loglake.node.runner import run_until_signalled
 
+    for warning in unknown_variables():
+        click.echo(warning, err=True)
     config = load_config(config_path, {k.replace("__", "."): v for k, v in flags.items()})
     eventloop.run(run_until_signalled(config, say=lambda s: click.echo(s, err=True)))
 

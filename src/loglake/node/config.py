@@ -454,6 +454,44 @@ def load_config(
     return cfg
 
 
+OTHER_VARIABLES = frozenset(
+    {
+        "LOGLAKE_CONFIG",  # `loglake node --config`
+        "LOGLAKE_ARCHIVES_KEY",  # `loglake archives`' control key
+        "LOGLAKE_EVENTS_KEY",  # `loglake events`' key and role URL
+        "LOGLAKE_EVENTS_URL",
+        "LOGLAKE_EVENT_LOOP",  # streams/eventloop.py
+        "LOGLAKE_SPARK_MASTER",
+        "LOGLAKE_TLS_CA",
+        "LOGLAKE_TLS_CERT",
+        "LOGLAKE_TLS_KEY",
+    }
+)
+"""``LOGLAKE_*`` variables other commands read: not the node's, not typos."""
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """A warning per ``LOGLAKE_*`` variable that looks like a node setting but names none
+    (``LOGLAKE_HTTP_PROT``): the environment is shared with other programs, so this warns
+    where an unknown key in the file stops the node; either way a typo is not silently
+    ignored. Looks like a setting: a section's prefix (``LOGLAKE_HTTP_``), or close to a
+    setting's name."""
+    import difflib
+
+    env = os.environ if env is None else env
+    known = [o.env for o in OPTIONS]
+    prefixes = tuple(f"LOGLAKE_{s.upper()}_" for s in SECTIONS)
+    out = []
+    for name in sorted(env):
+        if not name.startswith("LOGLAKE_") or name in known or name in OTHER_VARIABLES:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close or name.startswith(prefixes):
+            hint = f"; did you mean {close[0]}?" if close else ""
+            out.append(f"warning: {name} is not a node setting and is ignored{hint}")
+    return out
+
+
 def _reject_unknown(file: Mapping[str, Any], where: str) -> None:
     known_top = {o.key for o in OPTIONS if not o.section}
     for key, value in file.items():
