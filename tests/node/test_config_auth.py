@@ -471,3 +471,27 @@ def test_a_misspelt_variable_is_warned_about_not_silently_ignored(tmp_path: Path
         "warning: LOGLAKE_SDS_NONSENSE is not a node setting and is ignored",
     ]
     assert lines[2].startswith("Error: data_dir") and len(lines) == 3
+
+
+def test_a_key_that_cannot_be_written_whole_is_not_left_behind(tmp_path: Path) -> None:
+    """On a full disk the archives control key was created empty, the start failed with "No
+    space left on device" naming no file, and every later start refused the empty key."""
+    import errno
+
+    from loglake.node.api.archives import _control_key
+    from tests.tmpfs import small_tmpfs
+
+    with small_tmpfs(tmp_path / "full", "64k") as full:
+        (full / "archives").mkdir()
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while os.write(fd, b"\0" * 4096):
+                pass
+        os.close(fd)
+        with pytest.raises(OSError) as e:
+            _control_key(full / "archives")
+        assert e.value.errno == errno.ENOSPC
+        assert e.value.filename == str(full / "archives" / "control.key")
+        assert not (full / "archives" / "control.key").exists()
+        (full / "filler").unlink()
+        assert len(_control_key(full / "archives").to_hex()) == 64  # the next start makes one

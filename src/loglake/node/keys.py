@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from loglake.errors import LoglakeError
+from loglake.log import fs
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +63,20 @@ def _file_key(path: Path, make: Callable[[], str]) -> str:
     except FileExistsError:
         return read_key_file(path)
     value = make()
-    with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        try:
+            fs.write_all(fd, (value + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fs.fsync_dir(path.parent)
+    except BaseException as e:
+        # a half-written key (a full disk) was refused as "got 0 bytes" at every later start,
+        # and the error did not say which file: remove it and name it (the token does the same)
+        path.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
     return value
 
 
