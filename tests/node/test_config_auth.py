@@ -495,3 +495,14 @@ def test_a_key_that_cannot_be_written_whole_is_not_left_behind(tmp_path: Path) -
         assert not (full / "archives" / "control.key").exists()
         (full / "filler").unlink()
         assert len(_control_key(full / "archives").to_hex()) == 64  # the next start makes one
+
+
+def test_a_config_path_that_never_ends_is_refused_not_read_whole(tmp_path: Path) -> None:
+    """`--config /dev/zero` (or a big log named by mistake) was read whole into memory until a
+    MemoryError; a config is read up to 1 MiB."""
+    r = CliRunner().invoke(command, ["--config", "/dev/zero"])
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == "Error: /dev/zero: not a config file: larger than 1048576 bytes\n"
+    small = tmp_path / "loglake.toml"  # a usual one still reads
+    small.write_text("# " + "x" * 1000 + "\n[http]\nport = 0\n")
+    assert load_config(small, env={}).http.port == 0

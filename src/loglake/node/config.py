@@ -395,15 +395,23 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("loglake"))
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A node's config is a few KiB; reading stops past this. Why a bound: ``--config /dev/zero``
+(or a log file named by mistake) was read whole into memory until a MemoryError traceback."""
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            text = f.read(MAX_CONFIG_BYTES + 1)  # a pipe (--config <(...)) reads as well
+        if len(text) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: not a config file: larger than {MAX_CONFIG_BYTES} bytes")
+        return tomllib.loads(text.decode())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:  # tomllib decodes before it parses: TOML is UTF-8
+    except UnicodeDecodeError as e:  # TOML is UTF-8
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {e.start})") from None
 
 
