@@ -506,3 +506,22 @@ def test_a_config_path_that_never_ends_is_refused_not_read_whole(tmp_path: Path)
     small = tmp_path / "loglake.toml"  # a usual one still reads
     small.write_text("# " + "x" * 1000 + "\n[http]\nport = 0\n")
     assert load_config(small, env={}).http.port == 0
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"archives": {"stream": "../../etc"}}, "[archives] stream: invalid stream name"),
+        ({"archives": {"channel": "a b"}}, "[archives] channel: invalid stream name"),
+        ({"sds": {"channel": "bad/chan"}}, "[sds] channel: invalid stream name 'sds.bad/chan'"),
+        ({"events": {"namespaces": ["ok.ns", "../x"]}}, "[events] namespaces: invalid stream"),
+    ],
+)
+def test_a_stream_name_the_log_refuses_is_the_configs_error(data: dict, message: str) -> None:
+    """These passed the config: the node came up with its archives rounds failing every time
+    or the publisher's namespace never registered (the orchestrator checks it as a stream name),
+    and a bad SDS channel stopped the node with an error that named no key."""
+    with pytest.raises(ConfigError) as e:
+        _cfg(data)
+    assert str(e.value).startswith(message)
+    assert _cfg({"sds": {"channel": "team:chat-1"}}).sds.channel == "team:chat-1"

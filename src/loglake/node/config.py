@@ -155,6 +155,31 @@ def _nats_url(v: Any) -> str:
     return url
 
 
+def _stream(prefix: str = "") -> Check:
+    """A name the part keeps in the stream ``prefix + name`` (``[sds] channel`` → ``sds.<it>``),
+    checked with the log's rule: a name the log refuses used to pass here and leave the part
+    failing every round (archives, ICRC registration) with the node up, or stop it with an error
+    that named no key."""
+
+    def check(v: Any) -> str:
+        from loglake.streams.api import check_stream_name
+
+        name = _str(v)
+        check_stream_name(prefix + name)  # InvalidStreamName is a ValueError
+        return name
+
+    return check
+
+
+def _namespaces(v: Any) -> tuple[str, ...]:
+    """ICRC namespaces: the orchestrator keeps each in the stream of its name
+    (``events/orchestrator.py`` checks it on registration, too late for the config)."""
+    names: tuple[str, ...] = _names()(v)
+    for name in names:
+        _stream()(name)
+    return names
+
+
 def _nats_prefix(v: Any) -> str:
     """What JetStreamLog accepts as a prefix (``streams.jetstream.check_prefix``), checked
     here so a bad one is the config's error, not a ValueError traceback as the log opens."""
@@ -305,7 +330,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("events", "enabled", _bool, False, "Run ICRC-72/77 roles in this process."),
     Option("events", "roles", _names(ROLES), ROLES, "Which roles (comma-separated)."),
-    Option("events", "namespaces", _names(), (), "Namespaces the publisher registers."),
+    Option("events", "namespaces", _namespaces, (), "Namespaces the publisher registers."),
     Option(
         "events",
         "transport",
@@ -330,8 +355,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("archives", "enabled", _bool, False, "Run the Status archives loops."),
     Option("archives", "control", _bool, True, "Run the control node loop (build, seed)."),
     Option("archives", "member", _bool, True, "Run a member loop (follow, fetch)."),
-    Option("archives", "stream", _str, "community", "Community stream."),
-    Option("archives", "channel", _str, "community-archives", "Special channel stream."),
+    Option("archives", "stream", _stream(), "community", "Community stream."),
+    Option("archives", "channel", _stream(), "community-archives", "Special channel stream."),
     Option("archives", "layout", _choice(*LAYOUTS), "spec", "Archive byte layout."),
     Option("archives", "check_every", _float(0.1), 60.0, "Control loop period, s."),
     Option("archives", "wait", _float(0.0), 20.0, "Member quiet period after a magnet, s."),
@@ -344,7 +369,9 @@ OPTIONS: tuple[Option, ...] = (
         "status-go's two UDP trackers for status-go, none for spec).",
     ),
     Option("sds", "enabled", _bool, False, "Run SDS participants on a channel stream."),
-    Option("sds", "channel", _str, "chat", "SDS channel id (its stream: sds.<channel>)."),
+    Option(
+        "sds", "channel", _stream("sds."), "chat", "SDS channel id (its stream: sds.<channel>)."
+    ),
     Option("sds", "participants", _names(), ("alice", "bob"), "Participant ids."),
     Option(
         "sds",
