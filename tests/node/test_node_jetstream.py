@@ -20,9 +20,9 @@ from tests.nats_cluster import NatsCluster
 from tests.node.conftest import background_node
 from tests.waiting import wait_until
 
-LOCAL_ONLY = {"node.token", "archives", "lake"}
-"""What a node on JetStream keeps in its data dir: the token, the parts' caches, the sealed
-lake — no log, no identity keys (they are in the cluster's key bucket)."""
+LOCAL_ONLY = {"node.token", "node.lock", "archives", "lake"}
+"""What a node on JetStream keeps in its data dir: the token, its lock, the parts' caches, the
+sealed lake — no log, no identity keys (they are in the cluster's key bucket)."""
 
 
 def api(node: BackgroundNode) -> httpx.Client:
@@ -307,3 +307,24 @@ def test_a_killed_node_process_hands_the_sealer_to_the_other(
             print(f"sealed by the other node {time.monotonic() - killed:.2f}s after SIGKILL")
     finally:
         log.close()
+
+
+def test_a_second_node_on_the_same_data_dir_is_refused_on_a_cluster_too(
+    nats3: NatsCluster, tmp_path: Path
+) -> None:
+    """On JetStream the log locks nothing in the data dir: a second node given the first one's
+    data dir ran beside it, both writing its token, archives state and caches. The node's own
+    lock (node.lock) refuses it, as the embedded log's lock does, and frees it at stop."""
+    from loglake.node.runner import NodeStartError
+
+    prefix = f"lk{uuid.uuid4().hex[:8]}"
+    first = background_node(nats3.url, tmp_path, prefix)
+    try:
+        token = (tmp_path / "node.token").read_text()
+        with pytest.raises(NodeStartError, match=f"data_dir {tmp_path} is in use by another"):
+            background_node(nats3.url, tmp_path, prefix)
+        assert (tmp_path / "node.token").read_text() == token
+    finally:
+        first.stop()
+    again = background_node(nats3.url, tmp_path, prefix)  # the lock went with the first node
+    again.stop()

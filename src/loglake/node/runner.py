@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import uvicorn
@@ -58,6 +60,32 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+NODE_LOCK = "node.lock"
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """An exclusive ``flock`` on ``<data_dir>/node.lock``, held while the node runs; the fd.
+
+    Why the node's own lock, beside the log's (``LOCK``): on a cluster (``[streams] backend``)
+    the log is JetStream's and locks nothing here, so a second node given the same data dir
+    ran beside the first, both writing its token, archives member state and caches. One data
+    dir per node, whatever the backend; the lock goes with the process (no stale file)."""
+    import fcntl
+
+    fd = os.open(data_dir / NODE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        from loglake.node.cli import data_dir_in_use
+
+        raise NodeStartError(data_dir_in_use(data_dir, "data_dir")) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def bind(host: str, port: int) -> socket.socket:
     try:
         sock = socket.create_server((host, port), reuse_port=False)
@@ -88,6 +116,8 @@ class Node:
         node) on a cluster shared with other nodes."""
         self._stop_retention = asyncio.Event()
         self.logins = LoginCodes()
+        self._dir_lock: int | None = None
+        """The fd holding ``<data dir>/node.lock`` (``lock_data_dir``) while the node runs."""
 
     @property
     def url(self) -> str:
@@ -105,7 +135,12 @@ class Node:
         if cfg.data_dir.exists() and not cfg.data_dir.is_dir():  # mkdir said only "File exists"
             raise NodeStartError(f"data_dir {cfg.data_dir} is a file, not a directory")
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        self.token = load_or_create_token(cfg.data_dir)
+        self._dir_lock = lock_data_dir(cfg.data_dir)
+        try:
+            self.token = load_or_create_token(cfg.data_dir)
+        except BaseException:
+            self._release_data_dir()
+            raise
         stream_config = StreamConfig(
             durability=cast(Durability, cfg.streams.durability),  # checked by config
             segment_bytes=cfg.streams.segment_bytes,
@@ -258,6 +293,12 @@ class Node:
         if self._log is not None:
             self._log.close()
             self._log = None
+        self._release_data_dir()
+
+    def _release_data_dir(self) -> None:
+        if self._dir_lock is not None:
+            os.close(self._dir_lock)  # closing the descriptor releases the flock
+            self._dir_lock = None
 
 
 def token_banner(node: Node) -> str:
