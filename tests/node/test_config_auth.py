@@ -360,11 +360,10 @@ def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
         ('[http]\nport = "80"\n', "[http] port: expected an integer (no quotes), got '80'"),
         ('[sds]\nenabled = "false"\n', "[sds] enabled: expected true or false (no quotes)"),
         ('[archives]\nwait = "5"\n', "[archives] wait: expected a number (no quotes), got '5'"),
-        ('[events]\nroles = "publisher"\n', "[events] roles: expected an array ([...])"),
         ('[http]\nport = "eighty"\n', "[http] port: expected an integer 0-65535, got 'eighty'"),
     ],
 )
-def test_a_quoted_number_boolean_or_list_in_the_file_is_refused(
+def test_a_quoted_number_or_boolean_in_the_file_is_refused(
     toml: str, message: str, tmp_path: Path
 ) -> None:
     """TOML types its values; a string where a number, boolean or array goes was parsed like
@@ -377,6 +376,9 @@ def test_a_quoted_number_boolean_or_list_in_the_file_is_refused(
     assert str(e.value).startswith(message) and str(path) in str(e.value)
     assert load_config(env={"LOGLAKE_HTTP_PORT": "80"}).http.port == 80
     assert load_config(flags={"sds.enabled": "false"}, env={}).sds.enabled is False
+    lists = tmp_path / "lists.toml"  # a list as one comma-separated string, as in a flag
+    lists.write_text('[events]\nroles = "publisher,subscriber"\n')
+    assert load_config(lists, env={}).events.roles == ("publisher", "subscriber")
     limits = tmp_path / "limits.toml"  # sizes are text by design there
     limits.write_text('[limits]\nmax_frame = "64KiB"\n')
     assert load_config(limits, env={}).limits.max_frame == 64 * 1024

@@ -261,7 +261,10 @@ class Option:
         Why: flags and variables are text, so the checks parse strings; a string in the file
         for a number, boolean or list (``port = "8080"``, ``enabled = "false"``) is an
         operator's mistake the checks would have quietly read, and a file should mean one
-        thing. ``[limits]`` takes sizes as text (``"32MiB"``), so it is left out."""
+        thing. ``[limits]`` takes sizes as text (``"32MiB"``), so it is left out; a list may be
+        one comma-separated string, as in a flag (``nats_monitor = "http://h1:8222,…"``, the
+        form docs/operations.md shows and ``LocalNatsCluster.monitor_urls`` gives): it cannot
+        be read as anything else."""
         if self.section == "limits":
             return None
         return _TOML_TYPES.get(type(self.default))
@@ -271,7 +274,6 @@ _TOML_TYPES = {
     bool: "true or false (no quotes)",
     int: "an integer (no quotes)",
     float: "a number (no quotes)",
-    tuple: "an array ([...])",
 }
 
 
