@@ -9,11 +9,12 @@ from __future__ import annotations
 import base64
 import time
 
+import nats.js.errors
 import pyarrow.parquet as pq
 import pytest
 
 from loglake.log import StreamConfig, UnknownStream
-from loglake.log.api import INDEX_MAX
+from loglake.log.api import INDEX_MAX, InvalidStreamName
 from loglake.streams.jetstream import (
     BadIndexValue,
     ConsumerKeyTooLong,
@@ -258,3 +259,38 @@ def test_a_read_no_replica_answers_asks_again_at_a_bounded_rate(jlog, monkeypatc
         jlog.read("s", 0, 10)
     assert 1.9 <= time.monotonic() - t0 < 4.0
     assert 5 <= calls <= 40, calls  # 2 s at ≤ 0.1 s apart: ~25
+
+
+def _name_of_length(log: JetStreamLog, js_len: int, partition: int = 0) -> str:
+    """A loglake name (within its 200 characters) whose partition stream name is ``js_len``
+    characters long: mostly dots, each written ``_d``."""
+    fixed = len(log.js_name("", partition))
+    dots = (js_len - fixed - 1) // 2  # and at least one letter: a name starts with one
+    return "a" * (js_len - fixed - 2 * dots) + "." * dots
+
+
+def test_a_name_too_long_for_jetstream_is_an_invalid_stream_name_at_the_servers_limit(
+    jlog,
+) -> None:
+    """nats-server takes a stream name of 255 characters (``JSMaxNameLen``) and no longer. A
+    loglake name within its own 200 characters can encode past it (``.`` → ``_d``). Before:
+    ``create_stream`` sent it and got an opaque ``JetStreamError`` ("ServerError code=500
+    err_code=10")."""
+    fits, over = _name_of_length(jlog, 255), _name_of_length(jlog, 256)
+    assert (len(jlog.js_name(fits, 0)), len(jlog.js_name(over, 0))) == (255, 256)
+    assert len(over) <= 200
+    jlog.create_stream(fits)  # the real server takes the longest
+    assert jlog.push_many(fits, 0, [b"x"]) == [0]
+    # and refuses one more: the limit is the server's
+    with pytest.raises(nats.js.errors.APIError, match="maximum allowed is 255"):
+        jlog.call(jlog.js.add_stream(name=jlog.js_name(over, 0), subjects=["over.x"]))
+    for name in (over, "a" + "." * 199):
+        with pytest.raises(InvalidStreamName, match="at most 255"):
+            jlog.create_stream(name)
+        assert not jlog.has_stream(name)
+    # the last partition's name is the longest: 10 partitions (0..9) fit where 11 do not
+    many = "b" + fits[1:]
+    jlog.create_stream(many, StreamConfig(partitions=10))
+    with pytest.raises(InvalidStreamName, match="256 characters"):
+        jlog.create_stream("c" + fits[1:], StreamConfig(partitions=11))
+    assert jlog.streams() == sorted([fits, many])

@@ -67,6 +67,7 @@ from loglake.log.api import (
     INDEX_MAX,
     Entry,
     Headers,
+    InvalidStreamName,
     Log,
     LogClosed,
     LogError,
@@ -226,6 +227,13 @@ class JetStreamOptions:
         if not servers:
             raise ValueError(f"no NATS server in {url!r}")
         return cls(servers=tuple(servers), **kw)
+
+
+MAX_JS_NAME = 255
+"""Longest JetStream stream name nats-server accepts (``JSMaxNameLen``, server/jetstream_api.go:
+"stream name is too long, maximum allowed is 255"). A partition's name is ``<prefix>-<enc(name)>-
+<p>`` and ``enc`` doubles every ``_`` and ``.``, so a loglake name within its own 200 characters
+can pass it: nats-server then answered an opaque 500 (err_code 10), not its own message."""
 
 
 def encode_name(name: str) -> str:
@@ -611,8 +619,21 @@ class JetStreamLog(Log):
     ) -> StreamInfo:
         """``create_stream`` with this stream's replica count (default: the options')."""
         check_stream_name(name)
+        self._check_js_name(name, (config or StreamConfig()).partitions)
         self._call(self._create(name, config, replicas or self.options.replicas))
         return self.stream_info(name)
+
+    def _check_js_name(self, name: str, partitions: int) -> None:
+        """``InvalidStreamName`` before any request if the longest partition's JetStream name
+        (the last partition's: the most digits) passes ``MAX_JS_NAME``."""
+        longest = self.js_name(name, max(partitions, 1) - 1)
+        if len(longest) > MAX_JS_NAME:
+            raise InvalidStreamName(
+                f"stream name {name!r} is too long for JetStream: its partition stream "
+                f"{longest[:40]!r}… would be {len(longest)} characters, at most {MAX_JS_NAME} "
+                f"(each '_' and '.' counts twice, plus the prefix {self.options.prefix!r} and the "
+                "partition number)"
+            )
 
     async def _create(self, name: str, config: StreamConfig | None, replicas: int) -> None:
         self._forget(name)  # the cluster's word, not this process's memory: it may be deleted
