@@ -13,7 +13,7 @@ import nats.js.errors
 import pyarrow.parquet as pq
 import pytest
 
-from loglake.log import StreamConfig, UnknownStream
+from loglake.log import StreamConfig, StreamExists, UnknownStream
 from loglake.log.api import INDEX_MAX, InvalidStreamName
 from loglake.streams.jetstream import (
     BadIndexValue,
@@ -294,3 +294,55 @@ def test_a_name_too_long_for_jetstream_is_an_invalid_stream_name_at_the_servers_
     with pytest.raises(InvalidStreamName, match="256 characters"):
         jlog.create_stream("c" + fits[1:], StreamConfig(partitions=11))
     assert jlog.streams() == sorted([fits, many])
+
+
+def test_a_partition_deleted_outside_loglake_is_made_again_by_create_stream(jlog) -> None:
+    """An operator's ``nats stream rm`` of partition 1 of 3. Before: reads of it raised
+    ``UnknownStream`` for good, and ``create_stream`` (which the module says makes a deleted
+    stream again) found partition 0 and returned — then raised ``UnknownStream`` itself from
+    the stream info that follows. Now the missing partition is made again (empty, indexes from
+    0), configured like partition 0, and the others keep their records."""
+    jlog.create_stream("p", StreamConfig(partitions=3, retention_ms=3_600_000))
+    for p in range(3):
+        jlog.push_many("p", p, [b"a%d" % p, b"b%d" % p])
+    jlog.call(jlog.js.delete_stream(jlog.js_name("p", 1)))
+    with pytest.raises(UnknownStream):
+        jlog.read_payloads("p", 0, partition=1)
+
+    info = jlog.create_stream("p", StreamConfig(partitions=3))
+    assert [(q.first_index, q.next_index) for q in info.partitions] == [(0, 2), (0, 0), (0, 2)]
+    assert jlog.read_payloads("p", 0, partition=1) == []
+    assert jlog.push_many("p", 1, [b"new"]) == [0]
+    assert jlog.read_payloads("p", 0, partition=1) == [(0, b"new")]
+    assert jlog.read_payloads("p", 0, partition=2) == [(0, b"a2"), (1, b"b2")]
+    made = jlog.call(jlog.js.stream_info(jlog.js_name("p", 1))).config
+    first = jlog.call(jlog.js.stream_info(jlog.js_name("p", 0))).config
+    assert made.metadata == {**first.metadata, "loglake.partition": "1"}
+    assert (made.max_age, made.num_replicas, made.subjects) == (
+        first.max_age,
+        first.num_replicas,
+        [jlog.subject("p", 1)],
+    )
+    with pytest.raises(StreamExists):  # another count is still refused
+        jlog.create_stream("p", StreamConfig(partitions=4))
+
+    # a fresh process (no memory of the stream) sees the same
+    other = JetStreamLog(jlog.options)
+    try:
+        assert other.partitions("p") == 3
+        assert other.read_payloads("p", 0, partition=1) == [(0, b"new")]
+    finally:
+        other.close()
+
+
+def test_create_stream_remakes_partition_zero_last_when_it_was_deleted_too(jlog) -> None:
+    """Partitions 0 and 2 of 3 deleted: the stream is unknown (partition 0 is what says it
+    exists), and ``create_stream`` with the same count makes both again, 0 last; partition 1
+    keeps its records."""
+    jlog.create_stream("z", StreamConfig(partitions=3))
+    jlog.push_many("z", 1, [b"kept"])
+    for p in (0, 2):
+        jlog.call(jlog.js.delete_stream(jlog.js_name("z", p)))
+    jlog.create_stream("z", StreamConfig(partitions=3))
+    assert jlog.read_payloads("z", 0, partition=1) == [(0, b"kept")]
+    assert [jlog.push_many("z", p, [b"x"]) for p in (0, 2)] == [[0], [0]]

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -643,7 +644,9 @@ class JetStreamLog(Log):
                 raise StreamExists(
                     f"stream {name!r} exists with {have} partitions, not {config.partitions}"
                 )
-            return
+            if await self._remake_missing(name, have):
+                return
+            self._forget(name)  # partition 0 went meanwhile: made as a new stream below
         config = config or StreamConfig()
         n = config.partitions
         for p in reversed(range(n)):  # partition 0 last: its existence means all exist
@@ -667,6 +670,50 @@ class JetStreamLog(Log):
         self._partitions[name] = n
         self._configs[name] = config
         log_event(logger, logging.INFO, "jetstream stream created", stream=name, partitions=n)
+
+    async def _remake_missing(self, name: str, n: int) -> bool:
+        """Make again, empty and configured as partition 0, the partitions of ``name`` whose
+        JetStream streams were deleted outside loglake (``nats stream rm`` of one partition):
+        reads of them raised ``UnknownStream`` and ``create_stream`` found the stream existing
+        (partition 0 is there), so nothing could bring them back. Their records are gone and
+        their indexes start at 0 again. False if partition 0 itself is missing (then the whole
+        stream is made again, partition 0 last)."""
+        template: jsapi.StreamConfig | None = None
+        missing = []
+        for p in range(n):
+            try:
+                si = await self._retry(
+                    f"stream info {name!r}",
+                    lambda p=p: self.js.stream_info(self.js_name(name, p)),
+                    self.options.request_timeout,
+                )
+            except JetStreamError as e:
+                if not isinstance(e.__cause__, nats.js.errors.NotFoundError):
+                    raise
+                if p == 0:
+                    return False
+                missing.append(p)
+                continue
+            if p == 0:
+                template = si.config
+        assert template is not None
+        for p in reversed(missing):  # partition 0 stays: only the missing ones are made
+            cfg = dataclasses.replace(
+                template,
+                name=self.js_name(name, p),
+                subjects=[self.subject(name, p)],
+                metadata={**(template.metadata or {}), META_PARTITION: str(p)},
+            )
+            await self._retry(f"create {name!r}", lambda cfg=cfg: self.js.add_stream(cfg))
+        if missing:
+            log_event(
+                logger,
+                logging.WARNING,
+                "jetstream partitions deleted outside loglake made again (empty)",
+                stream=name,
+                partitions=missing,
+            )
+        return True
 
     async def _retry(self, what: str, make: Any, timeout: float | None = None) -> Any:
         """``until_settled`` for this log's requests (``push_timeout`` unless given); a refusal
