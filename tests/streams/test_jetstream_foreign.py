@@ -346,3 +346,39 @@ def test_create_stream_remakes_partition_zero_last_when_it_was_deleted_too(jlog)
     jlog.create_stream("z", StreamConfig(partitions=3))
     assert jlog.read_payloads("z", 0, partition=1) == [(0, b"kept")]
     assert [jlog.push_many("z", p, [b"x"]) for p in (0, 2)] == [[0], [0]]
+
+
+def test_a_purge_between_two_batches_of_one_read_is_not_a_gap(jlog, monkeypatch, caplog) -> None:
+    """Retention (or ``truncate_before``) purging the head while a read is between two batched
+    direct gets: the next batch starts at the new first sequence. That is the head moving, not
+    messages deleted from the middle (``gaps()`` is empty). Before: the read logged an ERROR
+    "jetstream stream has a gap (messages deleted outside loglake)". Now it serves the batch it
+    has, and the next read from there starts at the new head, as any read from below it does."""
+    import logging
+
+    from loglake.streams import jetstream as jsmod
+
+    jlog.create_stream("g")
+    jlog.push_many("g", 0, [b"%03d" % i + b"." * 97 for i in range(100)])  # 100 B each
+    monkeypatch.setattr(jsmod, "MAX_PULL_BYTES", 1500)  # a batch is cut after a few records
+    real = jlog._direct_batch
+    calls = 0
+
+    async def purge_after_first(name: str, seq: int, n: int):
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # between the first and the second batch: retention runs
+            await jlog._truncate("g", 0, 50)
+        return await real(name, seq, n)
+
+    monkeypatch.setattr(jlog, "_direct_batch", purge_after_first)
+    with caplog.at_level(logging.ERROR, logger="loglake.streams.jetstream"):
+        first = jlog.read("g", 0, lake=False)
+    assert calls >= 2
+    assert jlog.gaps("g") == {}  # JetStream agrees: nothing deleted from the middle
+    assert not [r for r in caplog.records if "gap" in r.getMessage()]
+    got = [r.index for r in first]
+    assert got == list(range(len(got))) and 0 < len(got) < 50  # the first batch, contiguous
+    monkeypatch.setattr(jlog, "_direct_batch", real)
+    rest = jlog.read("g", got[-1] + 1, lake=False)
+    assert [r.index for r in rest] == list(range(50, 100))  # from the new head

@@ -1186,10 +1186,14 @@ class JetStreamLog(Log):
                 for m in batch:
                     got = int(m.headers["Nats-Sequence"])
                     if got != seq:
-                        if not out and seq == start + 1 and await self._below_first(name, got):
-                            seq = got  # retention dropped the head: start at the first index
-                        else:
+                        if not await self._below_first(name, got):
                             return self._gap(stream, partition, seq - 1, got - 1, out)
+                        if out:
+                            # the head was purged (retention, truncate_before) between two
+                            # batches of this read: not a gap. Serve what is read, contiguous;
+                            # the next read from here starts at the new head (or the lake)
+                            return out
+                        seq = got  # retention dropped the head: start at the first index
                     out.append(self._row(m, full))
                     seq += 1
                 if batch and pending:
