@@ -207,6 +207,32 @@ def makedirs_durable(path: str | Path) -> None:
         fsync_dir(path)
 
 
+def create_exclusive(path: str | Path, data: bytes, mode: int = 0o600) -> bool:
+    """``data`` written to a new file ``path`` (created exclusively, ``mode``, fsynced with its
+    folder): True; False if ``path`` exists (nothing written). A write that fails removes the
+    half-written file (a full disk left an empty secret, refused at every later start) and
+    an ``OSError`` names ``path``. The node's token and keys."""
+    path = Path(path)
+    try:
+        fd = open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return False
+    try:
+        try:
+            write_all(fd, data)
+            fsync(fd)
+        finally:
+            close(fd)
+        fsync_dir(path.parent)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            unlink(path)
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
+    return True
+
+
 def replace_file_atomic(
     path: str | Path, data: bytes | memoryview, tmp: str | Path | None = None
 ) -> None:

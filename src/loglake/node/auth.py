@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import os
 import secrets
 import stat
 import threading
@@ -50,21 +49,8 @@ def load_or_create_token(data_dir: Path) -> Token:
     could use the API."""
     path = Path(data_dir) / TOKEN_FILE
     value = secrets.token_urlsafe(TOKEN_BYTES)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if not fs.create_exclusive(path, (value + "\n").encode()):
         return Token(_read_token(path), False, path)
-    try:
-        try:
-            fs.write_all(fd, (value + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fs.fsync_dir(path.parent)
-    except BaseException:
-        # a half-written token (a full disk) would be refused as empty at every later start
-        forget_token(path)
-        raise
     return Token(value, True, path)
 
 

@@ -21,7 +21,6 @@ an ordinary KV bucket). Protect them as you protect that account's credentials
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -57,27 +56,12 @@ def read_key_file(path: Path) -> str:
 
 
 def _file_key(path: Path, make: Callable[[], str]) -> str:
-    """The key in ``path``, made (mode 0600, created exclusively, fsynced) if absent."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    """The key in ``path``, made (``fs.create_exclusive``: mode 0600, fsynced, removed and
+    named if its write fails) if absent."""
+    if path.exists():
         return read_key_file(path)
     value = make()
-    try:
-        try:
-            fs.write_all(fd, (value + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fs.fsync_dir(path.parent)
-    except BaseException as e:
-        # a half-written key (a full disk) was refused as "got 0 bytes" at every later start,
-        # and the error did not say which file: remove it and name it (the token does the same)
-        path.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise OSError(e.errno, e.strerror, str(path)) from None
-        raise
-    return value
+    return value if fs.create_exclusive(path, (value + "\n").encode()) else read_key_file(path)
 
 
 class NodeKeys:

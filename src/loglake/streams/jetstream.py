@@ -681,15 +681,8 @@ class JetStreamLog(Log):
         template: jsapi.StreamConfig | None = None
         missing = []
         for p in range(n):
-            try:
-                si = await self._retry(
-                    f"stream info {name!r}",
-                    lambda p=p: self.js.stream_info(self.js_name(name, p)),
-                    self.options.request_timeout,
-                )
-            except JetStreamError as e:
-                if not isinstance(e.__cause__, nats.js.errors.NotFoundError):
-                    raise
+            si = await self._partition_info(name, p)
+            if si is None:
                 if p == 0:
                     return False
                 missing.append(p)
@@ -714,6 +707,20 @@ class JetStreamLog(Log):
                 partitions=missing,
             )
         return True
+
+    async def _partition_info(self, name: str, p: int) -> Any:
+        """The JetStream stream info of partition ``p`` of ``name``; None if that stream does
+        not exist (deleted outside loglake)."""
+        try:
+            return await self._retry(
+                f"stream info {name!r}",
+                lambda: self.js.stream_info(self.js_name(name, p)),
+                self.options.request_timeout,
+            )
+        except JetStreamError as e:
+            if isinstance(e.__cause__, nats.js.errors.NotFoundError):
+                return None
+            raise
 
     async def _retry(self, what: str, make: Any, timeout: float | None = None) -> Any:
         """``until_settled`` for this log's requests (``push_timeout`` unless given); a refusal
@@ -838,17 +845,10 @@ class JetStreamLog(Log):
         assert n is not None
         parts = []
         for p in range(n):
-            try:
-                si = await self._retry(
-                    f"stream info {name!r}",
-                    lambda p=p: self.js.stream_info(self.js_name(name, p)),
-                    self.options.request_timeout,
-                )
-            except JetStreamError as e:
-                if isinstance(e.__cause__, nats.js.errors.NotFoundError):  # deleted outside
-                    self._forget(name)
-                    raise UnknownStream(name) from None
-                raise
+            si = await self._partition_info(name, p)
+            if si is None:  # deleted outside loglake
+                self._forget(name)
+                raise UnknownStream(name)
             st = si.state
             parts.append(
                 PartitionInfo(p, max(st.first_seq, 1) - 1, st.last_seq, st.bytes, st.last_seq)
