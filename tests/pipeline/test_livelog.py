@@ -13,7 +13,7 @@ import pytest
 from loglake.log import Entry, StreamConfig, fs, open_log
 from loglake.pipeline import livelog
 from loglake.pipeline.errors import LiveHistoryGone
-from loglake.pipeline.livelog import DirSource
+from loglake.pipeline.livelog import DirSource, UrlSource
 from loglake.pipeline.options import parse_options, resolve_stream
 
 WAIT = 30.0
@@ -122,3 +122,26 @@ def test_the_jobs_reader_of_a_removed_live_range_is_live_history_gone(tmp_path):
         list(read_unit_columns(str(tmp_path), Unit("s", "", 0, 60)))
     got = pa.Table.from_batches(list(read_unit_columns(str(tmp_path), Unit("s", "", first, 60))))
     assert got.column("index").to_pylist() == list(range(first, 60))
+
+
+def test_a_range_the_servers_retention_removed_is_live_history_gone_over_url(tmp_path):
+    # a pull answers from the first index the server keeps: a read of [0, 60) over ``url``
+    # after retention removed 0..39 returned 40..59 alone, the same silent gap as DirSource's
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+    log = open_log(tmp_path)
+    try:
+        with BackgroundServer(StreamService(log)) as srv:
+            src = UrlSource(f"loglake://127.0.0.1:{srv.port}")
+            assert src.partitions("s") == {0: (first, 60)}
+            with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
+                list(src.read("s", 0, 0, 60))
+            with pytest.raises(LiveHistoryGone, match=f"indexes 1..{first - 1} "):
+                list(src.read("s", 0, 1, first))  # nothing of it held at all
+            got = pa.Table.from_batches(list(src.read("s", 0, first, 60)))
+            assert got.column("index").to_pylist() == list(range(first, 60))
+            assert list(src.read("s", 0, 60, 70)) == []  # past the end: not written yet
+    finally:
+        log.close()

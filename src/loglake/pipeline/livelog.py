@@ -41,7 +41,7 @@ from loglake.log.lake_schema import LAKE_SCHEMA
 from loglake.pipeline.errors import BadOption, LiveHistoryGone
 
 if TYPE_CHECKING:
-    from loglake.streams import JetStreamLog, StreamClient
+    from loglake.streams import JetStreamLog, StreamClient, StreamMessage
 
 READ_BATCH = 8192
 _T = TypeVar("_T")
@@ -149,11 +149,17 @@ class UrlSource:
         return {p.partition: (p.first_index, p.next_index) for p in summaries[0].partitions}
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """``[start, end)`` in index order. A head the server no longer holds (its retention
+        removed it after the plan, or before a streaming query resumed from a checkpoint)
+        raises ``LiveHistoryGone``, as ``DirSource.read`` does: a pull answers from the first
+        index it keeps, and those rows alone were a silent gap in the output."""
         client = self.client()
         try:
             pos = start
             while pos < end:
                 msgs = client.pull(stream, pos, min(READ_BATCH, end - pos), partition=partition)
+                if pos == start:
+                    self._check_head(client, stream, partition, start, end, msgs)
                 msgs = [m for m in msgs if m.index < end]
                 if not msgs:
                     return
@@ -174,6 +180,23 @@ class UrlSource:
             close = getattr(client, "close", None)
             if close:
                 close()
+
+    def _check_head(
+        self,
+        client: StreamClient,
+        stream: str,
+        partition: int,
+        start: int,
+        end: int,
+        msgs: list[StreamMessage],
+    ) -> None:
+        """``LiveHistoryGone`` if the first pull of ``[start, end)`` did not begin at ``start``:
+        the first message is past it, or there is none and the server's first kept index
+        (``Streams.bounds``) is (the whole range removed)."""
+        first = msgs[0].index if msgs else client.bounds(stream, partition)[0]
+        if first > start:
+            first = min(first, end)
+            raise LiveHistoryGone(stream, partition, start, first, self.url)
 
 
 NATS_READ_BATCH = 1000
