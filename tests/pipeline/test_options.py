@@ -69,6 +69,49 @@ def test_bad_numbers_and_choices(tmp_path, name, value):
     assert e.value.option == name
 
 
+NUMBER_OPTIONS = (
+    "startIndex",
+    "endIndex",
+    "splitRecords",
+    "maxRecordsPerTrigger",
+    "driverTailRecords",
+    "partitionCount",
+)
+
+
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+@pytest.mark.parametrize("value", [" 5", "5 ", "1_000", "+5", "\u0665", "\uff15", "5.0", "0x5"])
+def test_a_number_option_is_ascii_digits_alone(tmp_path, name, value):
+    # int() read " 5", "1_000", "+5" and any script's digits ("٥", "５") as numbers: a typo
+    # or a pasted value silently became an index; only 0-9 are digits in an option
+    with pytest.raises(BadOption, match="ASCII digits") as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", name: value})
+    assert e.value.option == name
+
+
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+def test_a_negative_number_option_says_its_minimum(tmp_path, name):
+    with pytest.raises(BadOption, match="must be >= ") as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", name: "-1"})
+    assert e.value.option == name
+
+
+def test_plain_digits_still_pass(tmp_path):
+    opts = parse_options(
+        {"data_dir": str(tmp_path), "stream": "s", "startIndex": "0012", "partitions": "2, 0"}
+    )
+    assert opts.start_index == 12 and opts.partitions == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [("0,1_0", "like 0,2"), ("\u0661", "like 0,2"), ("0,-1", ">= 0")]
+)
+def test_partitions_are_ascii_digits_alone(tmp_path, value, why):
+    with pytest.raises(BadOption, match=why) as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", "partitions": value})
+    assert e.value.option == "partitions"
+
+
 @pytest.mark.parametrize(
     ("name", "hint"), [("start_index", "startIndex"), ("endindx", "endIndex"), ("foo", None)]
 )

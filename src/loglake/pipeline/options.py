@@ -123,13 +123,15 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
 def _int(
     options: Mapping[str, str], name: str, default: int | None, minimum: int = 0
 ) -> int | None:
+    """A whole-number option, plain ASCII digits alone (``ascii_digits``): ``int`` alone also
+    took " 5", "1_000" and other scripts' digits ("٣", "５"), so a typo read as a number. A
+    leading ``-`` is parsed only to say the value is below ``minimum`` (no option is negative)."""
     raw = _get(options, name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadOption(name, raw, "expected an integer") from None
+    if not ascii_digits(raw.removeprefix("-")):
+        raise BadOption(name, raw, "expected an integer (ASCII digits 0-9)")
+    value = int(raw)
     if value < minimum:
         raise BadOption(name, raw, f"must be >= {minimum}")
     return value
@@ -213,14 +215,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     parts_raw = _get(options, "partitions")
     partitions = None
     if parts_raw:
-        try:
-            partitions = tuple(sorted({int(p) for p in parts_raw.split(",") if p.strip()}))
-        except ValueError:
-            raise BadOption(
-                "partitions", parts_raw, "expected partition numbers like 0,2"
-            ) from None
-        if any(p < 0 for p in partitions):
+        # blanks around a comma are a list's spacing ("0, 2"); each number is ASCII digits
+        # alone, as ``_int`` takes (``int`` also read "1_0" and "٣")
+        items = [p.strip(" ") for p in parts_raw.split(",") if p.strip(" ")]
+        if any(p.startswith("-") and ascii_digits(p[1:]) for p in items):
             raise BadOption("partitions", parts_raw, "partition numbers are >= 0")
+        if not all(ascii_digits(p) for p in items):
+            raise BadOption("partitions", parts_raw, "expected partition numbers like 0,2")
+        partitions = tuple(sorted({int(p) for p in items}))
         if not partitions:  # " " or ",": it read no partition at all, with no error
             raise BadOption("partitions", parts_raw, "expected partition numbers like 0,2")
     start = _int(options, "startIndex", 0) or 0
