@@ -145,3 +145,22 @@ def test_a_range_the_servers_retention_removed_is_live_history_gone_over_url(tmp
             assert list(src.read("s", 0, 60, 70)) == []  # past the end: not written yet
     finally:
         log.close()
+
+
+def test_starting_offsets_below_the_first_kept_index_is_live_history_gone(tmp_path):
+    # a JSON offset retention removed started at the first kept index: 0..39 skipped without a
+    # word. Kafka's source fails here (failOnDataLoss, default true), as a removed range does
+    from loglake.pipeline.datasource import LoglakeDataSource
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+
+    def initial(offsets: str) -> dict:
+        opts = {"data_dir": str(tmp_path), "stream": "s", "startingOffsets": offsets}
+        return LoglakeDataSource(opts).streamReader(None).initialOffset()
+
+    with pytest.raises(LiveHistoryGone, match=f"indexes 3..{first - 1} are in neither"):
+        initial('{"0": 3}')
+    assert initial(f'{{"0": {first}}}') == {"0": first}
+    assert initial(f'{{"0": {first + 5}}}') == {"0": first + 5}
+    assert initial('{"0": -2}') == {"0": first}  # earliest: from what is kept, as asked
+    assert initial('{"0": -1}') == {"0": 60}

@@ -407,8 +407,17 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = {}
         for p, (first, nxt) in bounds.items():
             v = explicit.get(int(p), -2)
-            out[p] = first if v == -2 else nxt if v == -1 else max(v, first)
+            if 0 <= v < first:
+                # an offset retention removed: it started at the first kept index, the records
+                # asked for skipped in silence. Kafka's source reports data loss here
+                # (failOnDataLoss, default true); the same rule as a read of a removed range
+                raise LiveHistoryGone(self.opts.stream, int(p), v, first, self._held_by())
+            out[p] = first if v == -2 else nxt if v == -1 else v
         return out
+
+    def _held_by(self) -> str:
+        """Where the live log is, for ``LiveHistoryGone`` ("" names JetStream)."""
+        return "" if self.opts.backend else self.opts.url or self.opts.data_dir or ""
 
     def getDefaultReadLimit(self) -> ReadLimit:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
