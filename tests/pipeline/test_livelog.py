@@ -164,3 +164,28 @@ def test_starting_offsets_below_the_first_kept_index_is_live_history_gone(tmp_pa
     assert initial(f'{{"0": {first + 5}}}') == {"0": first + 5}
     assert initial('{"0": -2}') == {"0": first}  # earliest: from what is kept, as asked
     assert initial('{"0": -1}') == {"0": 60}
+
+
+def test_retention_overtaking_a_url_read_between_pulls_is_live_history_gone(tmp_path, monkeypatch):
+    # a read pulls READ_BATCH records at a time: retention removing the next ones between two
+    # pulls made the next pull answer from the first kept index, a gap in the middle
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    monkeypatch.setattr(livelog, "READ_BATCH", 10)
+    log = open_log(tmp_path)
+    try:
+        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
+        for i in range(6):
+            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+        log.flush()
+        with BackgroundServer(StreamService(log)) as srv:
+            batches = UrlSource(f"loglake://127.0.0.1:{srv.port}").read("s", 0, 0, 60)
+            assert next(batches).column("index").to_pylist() == list(range(10))
+            log.truncate_before("s", 40)
+            first = log.stream_info("s").partitions[0].first_index
+            assert 10 < first <= 40
+            with pytest.raises(LiveHistoryGone, match=f"indexes 10..{first - 1} are in neither"):
+                next(batches)
+    finally:
+        log.close()

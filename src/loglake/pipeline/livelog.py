@@ -150,7 +150,8 @@ class UrlSource:
 
     def read(self, stream: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
         """``[start, end)`` in index order. A head the server no longer holds (its retention
-        removed it after the plan, or before a streaming query resumed from a checkpoint)
+        removed it after the plan, before a streaming query resumed from a checkpoint, or
+        between two pulls of this read)
         raises ``LiveHistoryGone``, as ``DirSource.read`` does: a pull answers from the first
         index it keeps, and those rows alone were a silent gap in the output."""
         client = self.client()
@@ -158,8 +159,8 @@ class UrlSource:
             pos = start
             while pos < end:
                 msgs = client.pull(stream, pos, min(READ_BATCH, end - pos), partition=partition)
-                if pos == start:
-                    self._check_head(client, stream, partition, start, end, msgs)
+                # every pull: retention can overtake the read between two pulls, too
+                self._check_head(client, stream, partition, pos, end, msgs)
                 msgs = [m for m in msgs if m.index < end]
                 if not msgs:
                     return
@@ -190,7 +191,7 @@ class UrlSource:
         end: int,
         msgs: list[StreamMessage],
     ) -> None:
-        """``LiveHistoryGone`` if the first pull of ``[start, end)`` did not begin at ``start``:
+        """``LiveHistoryGone`` if a pull from ``start`` (of ``[start, end)``) did not begin there:
         the first message is past it, or there is none and the server's first kept index
         (``Streams.bounds``) is (the whole range removed)."""
         first = msgs[0].index if msgs else client.bounds(stream, partition)[0]
