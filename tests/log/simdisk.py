@@ -103,7 +103,7 @@ SIMULATED = (
 )
 """Every primitive of ``loglake.log.fs`` this module replaces. The helpers built on them
 (``read_file``, ``write_all``, ``pwrite_all``, ``writev_all``, ``fsync_file``, ``fsync_dir``,
-``makedirs_durable``, ``replace_file_atomic``)
+``makedirs_durable``, ``replace_file_atomic``, ``create_exclusive``)
 look them up at call time, so they run on the simulated disk unchanged."""
 
 HELPERS = {
@@ -115,6 +115,7 @@ HELPERS = {
     "fsync_dir",
     "makedirs_durable",
     "replace_file_atomic",
+    "create_exclusive",
 }
 
 

@@ -207,6 +207,15 @@ def makedirs_durable(path: str | Path) -> None:
         fsync_dir(path)
 
 
+def _write_and_close(fd: int, data: bytes | memoryview) -> None:
+    """Every byte of ``data`` written to ``fd`` and fsynced; ``fd`` closed either way."""
+    try:
+        write_all(fd, data)
+        fsync(fd)
+    finally:
+        close(fd)
+
+
 def create_exclusive(path: str | Path, data: bytes, mode: int = 0o600) -> bool:
     """``data`` written to a new file ``path`` (created exclusively, ``mode``, fsynced with its
     folder): True; False if ``path`` exists (nothing written). A write that fails removes the
@@ -218,11 +227,7 @@ def create_exclusive(path: str | Path, data: bytes, mode: int = 0o600) -> bool:
     except FileExistsError:
         return False
     try:
-        try:
-            write_all(fd, data)
-            fsync(fd)
-        finally:
-            close(fd)
+        _write_and_close(fd, data)
         fsync_dir(path.parent)
     except BaseException as e:
         with contextlib.suppress(OSError):
@@ -243,11 +248,7 @@ def replace_file_atomic(
     tmp = path.with_name(path.name + ".tmp") if tmp is None else Path(tmp)
     fd = open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        try:
-            write_all(fd, data)
-            fsync(fd)
-        finally:
-            close(fd)
+        _write_and_close(fd, data)
     except BaseException:
         with contextlib.suppress(OSError):
             unlink(tmp)
