@@ -114,9 +114,11 @@ def test_messages_for_batches_that_never_arrive_stay_within_max_queued():
     finally:
         tracemalloc.stop()
     assert c.queued == 1_000
-    # 50,000 more queued messages (~20 MiB if kept) add next to nothing
+    # 50,000 more queued messages (~20 MiB if kept) add next to nothing. The peak gets more
+    # room: it reached 1.14 MiB once in a fresh-clone CI run (not reproduced alone), and
+    # tracemalloc counts every thread of the process, an xdist worker's others included
     assert at_60k - at_10k < 512 * 1024, (at_10k, at_60k)
-    assert peak - at_10k < 1024 * 1024, (at_10k, peak)
+    assert peak - at_10k < 4 * 1024 * 1024, (at_10k, peak)
 
 
 def test_sub_batch_messages_before_their_header_stay_within_max_queued(caplog):
