@@ -33,7 +33,7 @@ import collections
 import contextlib
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from loglake.errors import LocalProtocolError, LoglakeError, RemoteProtocolError, Unavailable
@@ -531,6 +531,20 @@ class _Addresses:
         return name
 
 
+@contextlib.contextmanager
+def _socket_errors(doing: str) -> Iterator[None]:
+    """A socket call's failures as the client's typed errors (``doing``: "waiting for", "sending
+    to" the stream service)."""
+    try:
+        yield
+    except TimeoutError:
+        raise Unavailable(f"timed out {doing} the stream service") from None
+    except ssl.SSLError as e:
+        raise TlsError(f"TLS failed: {e}") from None
+    except OSError as e:
+        raise Unavailable(f"connection failed: {e}") from None
+
+
 class StreamClient:
     """Blocking client. ``with StreamClient(host, port) as c: c.push("s", b"x")``.
 
@@ -590,31 +604,19 @@ class StreamClient:
         self.close()
 
     def _read(self) -> None:
-        try:
+        with _socket_errors("waiting for"):
             # into one kept buffer: a fresh 1 MiB ``bytes`` per recv costs an mmap and a
             # munmap (~40 µs here); ``receive_data`` copies what it keeps
             n = self.sock.recv_into(self._rbuf)
-        except TimeoutError:
-            raise Unavailable("timed out waiting for the stream service") from None
-        except ssl.SSLError as e:
-            raise TlsError(f"TLS failed: {e}") from None
-        except OSError as e:
-            raise Unavailable(f"connection failed: {e}") from None
         if not n:
             raise Unavailable("the stream service closed the connection")
         self.core.receive_data(self._rbuf[:n])
 
     def _send(self, data: bytes) -> None:
-        """``sendall``, its failures typed as ``_read`` types them: a connection the server
-        closed raised a bare ``BrokenPipeError`` at the next push."""
-        try:
+        """``sendall``, its failures typed as a read's: a connection the server closed raised
+        a bare ``BrokenPipeError`` at the next push."""
+        with _socket_errors("sending to"):
             self.sock.sendall(data)
-        except TimeoutError:
-            raise Unavailable("timed out sending to the stream service") from None
-        except ssl.SSLError as e:
-            raise TlsError(f"TLS failed: {e}") from None
-        except OSError as e:
-            raise Unavailable(f"connection failed: {e}") from None
 
     def _call(
         self, dest: Route, payload: bytes, count: int = 1, before: bytes = b""
