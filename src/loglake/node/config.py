@@ -198,9 +198,9 @@ def _file(v: Any) -> Path:
 
 
 def _nats_creds(v: Any) -> Path:
-    """A NATS ``.creds`` file, and what reading it needs: nats-py signs with ``nkeys``, an extra
-    (``nats-py[nkeys]``) loglake does not install, whose absence surfaced as a connect failure
-    5 s later (``ModuleNotFoundError('nkeys')``)."""
+    """A NATS ``.creds`` file, and what reading it needs: nats-py signs with ``nkeys``. loglake
+    depends on it, but an install without loglake's dependencies may lack it, and its absence
+    surfaced as a connect failure 5 s later (``ModuleNotFoundError('nkeys')``)."""
     import importlib.util
 
     path = _file(v)
