@@ -442,3 +442,42 @@ def test_a_graceful_close_the_client_never_reads_is_dropped_after_the_frame_time
         s.close()
     assert left == 0
     assert time.monotonic() - t < 3
+
+
+def test_replies_finished_out_of_order_wait_without_more_reads(big_log) -> None:
+    """The read threads finish pulls out of order: a later pull's reply waits in its slot for
+    an earlier one on the same return route, in no write buffer, so neither flow control nor
+    the output budget saw it. With the first read slowed by 1 s and a client that never
+    reads, the server went on reading pulls meanwhile, held their replies, then wrote them all
+    at once (CI once saw 5.6 MB unsent where the bound is 5.0). Now no read starts while a
+    finished reply waits: one is held, and the unsent bytes stay within the bound (before:
+    39 replies of 1 MiB held)."""
+    with serving(big_log, connection_output=1 * MiB, output_budget=64 * MiB) as srv:
+        server = srv.server
+        assert server is not None
+        real, slowed = server._read, threading.Event()
+
+        def slow_first(pending: Any) -> Any:
+            if not slowed.is_set():
+                slowed.set()
+                time.sleep(1.0)
+            return real(pending)
+
+        server._read = slow_first  # type: ignore[method-assign]
+        s = attacker(srv.port)
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.send(pull_frames(40))
+        time.sleep(0.7)  # the first read still asleep
+
+        def held(server: StreamServer) -> int:
+            return sum(sum(r is not None for _, r in (c.slots or ())) for c in server._conns)
+
+        waiting = on_loop(srv, held)
+        peak = 0
+        for _ in range(15):
+            time.sleep(0.1)
+            peak = max(peak, on_loop(srv, unsent))
+        assert waiting <= 1, waiting
+        assert peak <= 1 * MiB + (READS_PER_CONNECTION + 1) * (1 * MiB + RECORD), peak
+        s.close()
