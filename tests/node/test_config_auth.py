@@ -204,16 +204,23 @@ def test_an_infinite_or_huge_period_is_refused_naming_the_key(
         load_config(env={f"LOGLAKE_{section.upper()}_{key.upper()}": value})
 
 
-def test_an_infinite_period_in_the_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+def _node_start_fails(tmp_path: Path, toml: str) -> str:
+    """What ``loglake node`` prints when it refuses to start on a config of ``toml`` after a
+    data dir under ``tmp_path``, no console, HTTP on any port and no stream service."""
     path = tmp_path / "loglake.toml"
     path.write_text(
         f'data_dir = "{tmp_path / "data"}"\nconsole = false\n[http]\nport = 0\n'
-        "[streams]\nenabled = false\n[sds]\nenabled = true\nsync_interval = inf\n"
+        "[streams]\nenabled = false\n" + toml
     )
     r = CliRunner().invoke(command, ["--config", str(path)])
     assert r.exit_code == 1, r.output + repr(r.exception)
-    assert r.output.startswith("Error: [sds] sync_interval: expected a number 0.1-31536000")
-    assert len(r.output.splitlines()) == 1
+    return r.output
+
+
+def test_an_infinite_period_in_the_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    out = _node_start_fails(tmp_path, "[sds]\nenabled = true\nsync_interval = inf\n")
+    assert out.startswith("Error: [sds] sync_interval: expected a number 0.1-31536000")
+    assert len(out.splitlines()) == 1
 
 
 def _key_file(tmp_path: Path, rel: str, content: bytes, mode: int = 0o600) -> Path:
@@ -228,14 +235,8 @@ def _key_file(tmp_path: Path, rel: str, content: bytes, mode: int = 0o600) -> Pa
 def test_a_binary_key_file_is_one_line_naming_it(tmp_path: Path, rel: str) -> None:
     """A key file that is not text stopped the node with a UnicodeDecodeError traceback."""
     path = _key_file(tmp_path, rel, b"\xff\xfe\x00")
-    cfg = tmp_path / "loglake.toml"
-    cfg.write_text(
-        f'data_dir = "{tmp_path / "data"}"\nconsole = false\n[http]\nport = 0\n'
-        "[streams]\nenabled = false\n[events]\nenabled = true\n[archives]\nenabled = true\n"
-    )
-    r = CliRunner().invoke(command, ["--config", str(cfg)])
-    assert r.exit_code == 1, r.output + repr(r.exception)
-    assert r.output == f"Error: {path}: not a key (expected hex text)\n"
+    out = _node_start_fails(tmp_path, "[events]\nenabled = true\n[archives]\nenabled = true\n")
+    assert out == f"Error: {path}: not a key (expected hex text)\n"
 
 
 def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:

@@ -83,15 +83,21 @@ def _broken_open_log(*a, **k):
     raise OSError("data dir unreadable")
 
 
+def _sixty_records(log) -> None:
+    """A stream ``s`` of records 0..59 in ``log`` (no lake), in small segments so retention
+    removes some of them."""
+    log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
+    for i in range(6):
+        log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+    log.flush()
+
+
 def _sixty_records_retention_cut_below_40(path) -> int:
     """A stream ``s`` of records 0..59 in the data dir at ``path`` (no lake), whose head
     retention removed up to 40: the first index it still holds."""
     log = open_log(path)
     try:
-        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
-        for i in range(6):
-            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
-        log.flush()
+        _sixty_records(log)
         log.truncate_before("s", 40)
         return log.stream_info("s").partitions[0].first_index
     finally:
@@ -175,10 +181,7 @@ def test_retention_overtaking_a_url_read_between_pulls_is_live_history_gone(tmp_
     monkeypatch.setattr(livelog, "READ_BATCH", 10)
     log = open_log(tmp_path)
     try:
-        log.create_stream("s", StreamConfig(segment_bytes=512, seal_to_lake=False))
-        for i in range(6):
-            log.append_many("s", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
-        log.flush()
+        _sixty_records(log)
         with BackgroundServer(StreamService(log)) as srv:
             batches = UrlSource(f"loglake://127.0.0.1:{srv.port}").read("s", 0, 0, 60)
             assert next(batches).column("index").to_pylist() == list(range(10))
