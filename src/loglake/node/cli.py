@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import ipaddress
 import logging
 import signal
@@ -241,11 +240,13 @@ def serve(
         raise click.UsageError("--tls-cert and --tls-key go together")
     if tls_client_ca and not tls_cert:
         raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
-    if nats_creds and importlib.util.find_spec("nkeys") is None:  # nats-py reads it with nkeys
-        raise click.BadParameter(
-            "a .creds file needs the nkeys package: pip install 'nats-py[nkeys]'",
-            param_hint="'--nats-creds'",
-        )
+    if nats_creds:
+        from loglake.streams.jetstream import check_creds_readable
+
+        try:
+            check_creds_readable()
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--nats-creds'") from None
     check_exposure(host, tls=bool(tls_cert), insecure=insecure)
     tls = server_context(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     policy = AccessPolicy.load(access) if access else None

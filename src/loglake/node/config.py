@@ -198,14 +198,11 @@ def _file(v: Any) -> Path:
 
 
 def _nats_creds(v: Any) -> Path:
-    """A NATS ``.creds`` file, and what reading it needs: nats-py signs with ``nkeys``. loglake
-    depends on it, but an install without loglake's dependencies may lack it, and its absence
-    surfaced as a connect failure 5 s later (``ModuleNotFoundError('nkeys')``)."""
-    import importlib.util
+    """A NATS ``.creds`` file, and what reading it needs (``jetstream.check_creds_readable``)."""
+    from loglake.streams.jetstream import check_creds_readable
 
     path = _file(v)
-    if importlib.util.find_spec("nkeys") is None:
-        raise ValueError("a .creds file needs the nkeys package: pip install 'nats-py[nkeys]'")
+    check_creds_readable()
     return path
 
 

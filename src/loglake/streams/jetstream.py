@@ -171,6 +171,17 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def check_creds_readable() -> None:
+    """``ValueError`` saying what to install where nats-py cannot read a ``.creds`` file: it
+    signs with ``nkeys``, a loglake dependency that an install without its dependencies may
+    lack, whose absence surfaced as a connect failure 5 s later
+    (``ModuleNotFoundError('nkeys')``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("nkeys") is None:
+        raise ValueError("a .creds file needs the nkeys package: pip install 'nats-py[nkeys]'")
+
+
 @dataclass(frozen=True, slots=True)
 class JetStreamOptions:
     """How to reach and use a NATS cluster (``loglake serve --backend nats://…``)."""
