@@ -3,10 +3,10 @@
 Why one place: the bounds that keep one hostile or careless client from taking the server's
 memory, descriptors or time (a puller that never reads, thousands of half-sent frames,
 connections that go silent) are only useful if an operator can find them, read their defaults
-and change them. ``ServerLimits`` is that list: each field carries its default, its unit and a
-sentence saying what it bounds (``field.metadata``), and the same table gives ``loglake serve``
-its ``--limits-*`` flags, ``loglake node`` its ``[limits]`` config section, both the
-``LOGLAKE_LIMITS_*`` environment variables, and docs/security.md its table.
+and change them. ``ServerLimits`` is that list: each field carries its default, its unit, its
+range and a sentence saying what it bounds (``field.metadata``), and the same table gives
+``loglake serve`` its ``--limits-*`` flags, ``loglake node`` its ``[limits]`` config section,
+both the ``LOGLAKE_LIMITS_*`` environment variables, and docs/security.md its table.
 
 Defaults keep the server under about 512 MiB whatever the clients do: at most twice
 ``input_budget`` of partial frames (connections starting large frames in the same instant may
@@ -32,8 +32,31 @@ ENV_PREFIX = "LOGLAKE_LIMITS_"
 """``LOGLAKE_LIMITS_<FIELD>``: the same names ``loglake node`` derives for ``[limits] <field>``."""
 
 
-def _limit(default: Any, unit: str, lo: float, help: str) -> Any:
-    return field(default=default, metadata={"unit": unit, "min": lo, "help": help})
+MAX_TIMEOUT = 86400.0
+"""The longest any timeout may be: a day. A connection that may sit on a half-sent frame, or a
+shutdown that may wait, for longer than a day is not bounded at all; ``1e300`` was taken."""
+
+MAX_U32 = 2**32 - 1
+"""An Ockam TCP frame's length is a 4-byte big-endian integer (``wire/ockam.py``, ``_LEN``),
+so no frame a client announces can be longer."""
+
+MAX_MEMORY = 2**40
+"""The most bytes a budget may be: 1 TiB, more memory than the machines a node runs on have
+(``[streams] segment_bytes`` has the same ceiling); a larger budget bounds nothing."""
+
+MAX_DESCRIPTORS = 2**20
+"""Linux's ceiling on one process's descriptors by default (``fs.nr_open``, 1,048,576): more
+connections, or more open partitions (each holds at least one), cannot be open at once."""
+
+MAX_PARTITIONS = 2**24
+"""16,777,216 partitions in one data dir: each is a folder with its files, and 4,096 streams of
+4,096 partitions (the service's most per stream) already make this many."""
+
+
+def _limit(default: Any, unit: str, lo: float, hi: float, help: str) -> Any:
+    """One limit: ``lo`` and ``hi`` are the smallest and largest values it may take (each
+    field says why its ceiling is that one)."""
+    return field(default=default, metadata={"unit": unit, "min": lo, "max": hi, "help": help})
 
 
 class LogLimits(TypedDict):
@@ -52,24 +75,28 @@ class ServerLimits:
         32 * MiB,
         "bytes",
         64,
+        MAX_U32,  # a frame's 4-byte length field
         "Largest Ockam TCP frame a client may announce; a larger one closes its connection.",
     )
     max_connections: int = _limit(
         1024,
         "count",
         1,
+        MAX_DESCRIPTORS,  # each holds a descriptor
         "Open client connections in all; one more is closed at once (logged).",
     )
     max_connections_per_peer: int = _limit(
         256,
         "count",
         1,
+        MAX_DESCRIPTORS,
         "Open connections from one peer IP address; one more is closed at once (logged).",
     )
     input_budget: int = _limit(
         64 * MiB,
         "bytes",
         64 * KiB,
+        MAX_MEMORY,
         "Bytes of incomplete frames held across all connections; over it, connections with "
         "an incomplete frame over 64 KiB stop being read until there is room (their frame "
         "timeout runs on); over twice it, the connections holding the most are closed (logged).",
@@ -78,6 +105,7 @@ class ServerLimits:
         128 * MiB,
         "bytes",
         64 * KiB,
+        MAX_MEMORY,
         "Bytes of unsent replies (plus pulls being read) across all connections; over it, "
         "pulls wait before they are read, and the clients not reading their replies that hold "
         "the most are closed (logged).",
@@ -86,6 +114,7 @@ class ServerLimits:
         8 * MiB,
         "bytes",
         16 * KiB,
+        MAX_MEMORY,
         "Unsent reply bytes one connection may have; over it, the server stops reading that "
         "connection and holds its pulls until the client reads its replies.",
     )
@@ -93,6 +122,7 @@ class ServerLimits:
         20_000,
         "count",
         1,
+        2**24,  # each waits as Python objects of a few hundred bytes: gigabytes already
         "Requests of one connection waiting for their replies; over it, the server stops "
         "reading that connection.",
     )
@@ -100,6 +130,7 @@ class ServerLimits:
         30.0,
         "seconds",
         0.1,
+        MAX_TIMEOUT,
         "A frame once started (its first length byte) must be complete within this; else the "
         "connection is closed. A connection closed for a protocol error has as long to take its "
         "last replies before it is dropped.",
@@ -108,12 +139,14 @@ class ServerLimits:
         0.0,
         "seconds",
         0.0,
+        MAX_TIMEOUT,
         "Close a connection that sends nothing and waits for nothing this long (0: never).",
     )
     version_timeout: float = _limit(
         5.0,
         "seconds",
         0.1,
+        MAX_TIMEOUT,
         "Once connected (after TLS, if any), a peer must send its protocol version byte within "
         "this, or it is dropped (the Ockam reference's handler.ex waits 5 s).",
     )
@@ -121,6 +154,7 @@ class ServerLimits:
         5.0,
         "seconds",
         0.1,
+        MAX_TIMEOUT,
         "A TLS handshake must finish within this (the Ockam reference drops a silent peer after "
         "5 s).",
     )
@@ -128,6 +162,7 @@ class ServerLimits:
         3.0,
         "seconds",
         0.0,
+        MAX_TIMEOUT,
         "On SIGTERM, how long requests already read may take to be answered before the "
         "remaining connections are dropped.",
     )
@@ -135,6 +170,7 @@ class ServerLimits:
         1024,
         "bytes",
         1,
+        0xFFFF,  # the consumer store keeps its length in 2 bytes (consumer_store.py)
         "Longest consumer (client) id in an index request, in UTF-8 bytes; a longer one gets "
         "an error reply.",
     )
@@ -142,6 +178,7 @@ class ServerLimits:
         0,
         "count",
         0,
+        MAX_DESCRIPTORS,
         "Partitions the embedded log keeps open at once (each holds up to four descriptors, "
         "plus one per sealed segment being read); opening another closes the least recently "
         "used, after an fsync. 0: an eighth of the process's descriptor limit (ulimit -n), at "
@@ -151,6 +188,7 @@ class ServerLimits:
         4096,
         "count",
         1,
+        4096,  # the service never allows more (streams/service.py)
         "Partitions one CREATE may ask for (the service never allows more than 4,096); a "
         "larger CREATE gets an error reply and nothing is made.",
     )
@@ -158,6 +196,7 @@ class ServerLimits:
         65_536,
         "count",
         1,
+        MAX_PARTITIONS,
         "Partitions of all streams together in the data dir; a CREATE that would pass it gets "
         "an error reply and nothing is made.",
     )
@@ -167,8 +206,8 @@ class ServerLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise LimitError(f"{f.name}: expected a number, got {value!r}")
-            if value < f.metadata["min"]:
-                raise LimitError(f"{f.name}: must be at least {f.metadata['min']}, got {value!r}")
+            if not f.metadata["min"] <= value <= f.metadata["max"]:  # nan too
+                raise LimitError(f"{f.name}: {expected(f)}, got {value!r}")
 
     def log_options(self) -> LogLimits:
         """The keyword arguments of ``open_log`` these limits set."""
@@ -190,7 +229,7 @@ class ServerLimits:
                 kw[f.name] = parse_limit(f, values[f.name])
             except ValueError as e:
                 where = f" (from {origin})" if origin else ""
-                raise LimitError(f"{f.name}: {e}{where}") from None
+                raise LimitError(f"{f.name}: {e}, got {values[f.name]!r}{where}") from None
         return cls(**kw)
 
 
@@ -202,32 +241,46 @@ _SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|k|m|g)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB}
 
 
+def expected(f: dataclasses.Field) -> str:
+    """What a limit's value must be, range included, as its errors say it (``expected a
+    number of seconds 0.1-86400``)."""
+    lo, hi, unit = f.metadata["min"], f.metadata["max"], f.metadata["unit"]
+    if unit == "seconds":
+        return f"expected a number of seconds {lo:g}-{hi:g}"
+    if unit == "bytes":
+        return f"expected a size of {lo}-{hi} bytes (e.g. 32MiB)"
+    return f"expected a whole number {lo}-{hi}"
+
+
 def parse_limit(f: dataclasses.Field, raw: Any) -> int | float:
-    """One limit's value: a number, or text; sizes also as ``64KiB``/``32MiB``/``1GiB``."""
-    lo = f.metadata["min"]
+    """One limit's value: a number, or text; sizes also as ``64KiB``/``32MiB``/``1GiB``.
+    A value outside the field's range (``min``-``max``), ``nan`` and ``inf`` are refused with
+    the range named. The ``ValueError`` says what was expected; the caller adds the value and
+    where it came from (``[limits] frame_timeout: expected a number of seconds 0.1-86400, got
+    1e+300 (from …)``)."""
+    lo, hi = f.metadata["min"], f.metadata["max"]
     unit = f.metadata["unit"]
+    value: int | float
     if isinstance(raw, bool):
-        raise ValueError(f"expected a number, got {raw!r}")
+        raise ValueError(expected(f))
     if unit == "seconds":
         try:
             value = float(raw.strip()) if isinstance(raw, str) else float(raw)
         except (TypeError, ValueError):
-            raise ValueError(f"expected a number of seconds, got {raw!r}") from None
-        if not value >= lo or value == float("inf"):
-            raise ValueError(f"expected a number of seconds >= {lo:g}, got {raw!r}")
-        return value
-    if isinstance(raw, str):
+            raise ValueError(expected(f)) from None
+    elif isinstance(raw, str):
         m = _SIZE.match(raw) if unit == "bytes" else re.match(r"^\s*(\d+)\s*()$", raw)
         if m is None:
-            what = "a size in bytes (e.g. 32MiB)" if unit == "bytes" else "a whole number"
-            raise ValueError(f"expected {what}, got {raw!r}")
-        value = int(m.group(1)) * _UNITS[(m.group(2) or "").lower() or None]
+            raise ValueError(expected(f))
+        digits = m.group(1)  # int() refuses over 4,300 digits, with a message of its own
+        scale = _UNITS[(m.group(2) or "").lower() or None]
+        value = int(digits) * scale if len(digits) <= 20 else hi + 1
     elif isinstance(raw, int):
         value = raw
     else:
-        raise ValueError(f"expected a whole number, got {raw!r}")
-    if value < lo:
-        raise ValueError(f"expected at least {lo}, got {raw!r}")
+        raise ValueError(expected(f))
+    if not lo <= value <= hi:  # nan and inf too
+        raise ValueError(expected(f))
     return value
 
 
