@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -95,6 +96,38 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     os.chmod(token.path, 0o644)
     with pytest.raises(TokenFileError, match="readable by others"):
         load_or_create_token(tmp_path)
+
+
+def test_a_token_shorter_than_the_minimum_is_refused_at_start(tmp_path: Path) -> None:
+    """A one-character token file was taken: the API was then open to whoever tried a-z."""
+    import socket
+
+    _key_file(tmp_path, "node.token", b"x\n")
+    config = tmp_path / "loglake.toml"
+    with socket.socket() as taken:  # were the token taken, the start would stop on the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config.write_text(
+            f'data_dir = "{tmp_path / "data"}"\nconsole = false\n'
+            f"[http]\nport = {taken.getsockname()[1]}\n[streams]\nenabled = false\n"
+        )
+        r = CliRunner().invoke(command, ["--config", str(config)])
+    out = r.output
+    assert r.exit_code == 1 and len(out.splitlines()) == 1, out
+    assert str(tmp_path / "data" / "node.token") in out
+    assert "token of 1 characters, shorter than 16" in out
+    _key_file(tmp_path, "node.token", b"0123456789abcde\n")  # 15
+    with pytest.raises(TokenFileError, match="shorter than 16"):
+        load_or_create_token(tmp_path / "data")
+
+
+def test_tokens_the_node_makes_and_an_openssl_hex_token_pass_the_minimum(tmp_path: Path) -> None:
+    made = load_or_create_token(tmp_path)
+    assert made.created and len(made.value) >= 16
+    assert load_or_create_token(tmp_path).value == made.value  # read back: taken
+    own = secrets.token_hex(8)  # what `openssl rand -hex 8` prints: 16 characters
+    _key_file(tmp_path, "node.token", own.encode() + b"\n")
+    assert load_or_create_token(tmp_path / "data").value == own
 
 
 def test_a_taken_port_is_a_readable_error_and_releases_the_data_dir(tmp_path: Path) -> None:

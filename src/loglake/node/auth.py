@@ -28,10 +28,16 @@ from loglake.log import fs
 TOKEN_FILE = "node.token"
 """Name of the token file in the data dir."""
 TOKEN_BYTES = 32
+MIN_TOKEN_CHARS = 16
+"""The shortest token a token file may hold. The node's own are 43 characters (``TOKEN_BYTES``
+random bytes, base64url); an operator's own must be at least 16, which ``openssl rand -hex 8``
+(64 random bits) already is: guessing one over HTTP then takes far longer than the node runs.
+A one-character token used to be taken, and with it the API by whoever tried ``a``-``z``."""
 
 
 class TokenFileError(LoglakeError):
-    """The token file exists but cannot be used (unreadable, empty, or readable by others)."""
+    """The token file exists but cannot be used (unreadable, empty, shorter than
+    ``MIN_TOKEN_CHARS``, or readable by others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,11 @@ def _read_token(path: Path) -> str:
         ) from None
     if not value:
         raise TokenFileError(f"{path} is empty; delete it to have a new token generated")
+    if len(value) < MIN_TOKEN_CHARS:
+        raise TokenFileError(
+            f"{path} holds a token of {len(value)} characters, shorter than {MIN_TOKEN_CHARS} "
+            "(guessable); delete it to have a new token generated, or write a longer one"
+        )
     return value
 
 
