@@ -249,3 +249,40 @@ def test_an_unexpected_error_is_answered_with_the_headers_too(app: Any) -> None:
     assert (r.status_code, r.json()["error"]) == (500, "InternalError")
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
+
+
+def raw_answer(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as bytes and read the answer until the server closes: (status,
+    headers with lower-case names, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    fields = (line.split(":", 1) for line in lines)
+    return int(status_line.split()[1]), {k.strip().lower(): v.strip() for k, v in fields}, body
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        b"NOT A REQUEST LINE\r\n\r\n",  # bad request line
+        b"GET /api/node HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n",  # bad header
+        b"GET /api/node HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n",
+        b"GET /api/node HTTP/1.1\r\n\r\n",  # HTTP/1.1 without Host
+    ],
+)
+def test_the_servers_own_400_says_nosniff_and_the_api_policy(tmp_path: Path, request_) -> None:
+    # A request h11 cannot parse is answered by uvicorn itself (h11_impl.send_400_response),
+    # outside the app and its SecurityHeaders: that 400 carried neither header.
+    cfg = load_config(data={"data_dir": str(tmp_path), **QUIET}, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as node:
+        status, headers, body = raw_answer(int(node.url.rsplit(":", 1)[1]), request_)
+    assert status == 400 and body == b"Invalid HTTP request received.", (status, body)
+    assert headers.get("x-content-type-options") == "nosniff", headers
+    assert directives(headers.get("content-security-policy", "")) == {
+        "default-src": ["'none'"],
+        "frame-ancestors": ["'none'"],
+    }, headers

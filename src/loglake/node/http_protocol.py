@@ -1,5 +1,6 @@
-"""``NodeH11Protocol``: uvicorn's h11 protocol with the two bounds the node's HTTP server needs
-and uvicorn does not have: a request's head (request line and headers) must arrive within
+"""``NodeH11Protocol``: uvicorn's h11 protocol with what the node's HTTP server needs and
+uvicorn does not have: the security headers on the 400 uvicorn answers itself (below), and two
+bounds: a request's head (request line and headers) must arrive within
 ``HEAD_TIMEOUT`` seconds of the connection or of its first byte, and at most
 ``MAX_CONNECTIONS`` connections are open at once (one past it is dropped as it is accepted).
 
@@ -9,6 +10,13 @@ was held forever, with no token needed (20 such sockets were all still open 8 s 
 stream server bounds the same with ``version_timeout`` and ``frame_timeout``
 (``streams/limits.py``); the node's descriptors are shared by both servers and the log.
 Written by hand because uvicorn takes a protocol class and has no such option.
+
+The 400: a request h11 cannot parse (a bad request line or header) is answered by uvicorn
+itself (``h11_impl.send_400_response``), never reaching the app, so ``gate.SecurityHeaders``
+did not put ``nosniff`` and ``API_CSP`` on it as it does on every answer of the app. uvicorn's
+``headers=`` option does not help: that 400 leaves out its default headers (uvicorn 0.54), and
+the app's answers would carry the policy twice (a page's own policy and ``API_CSP``, both
+enforced, would break ``/docs`` and the console).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from loglake.node.gate import API_CSP
 
 HEAD_TIMEOUT = 10.0
 """Seconds a request's line and headers may take (from the connection, or from the first byte
@@ -44,6 +54,23 @@ class NodeH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._disarm()  # its head is in
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's 400 (its status, body and ``Connection: close``), with the headers every
+        answer of the app carries (``gate.SecurityHeaders``)."""
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"connection", b"close"),
+            (b"x-content-type-options", b"nosniff"),
+            (b"content-security-policy", API_CSP.encode()),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=msg.encode("ascii")),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
