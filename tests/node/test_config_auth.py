@@ -52,7 +52,11 @@ def test_flag_beats_env_beats_file() -> None:
             {},
             "[events] roles: the roles run in one in-process network",
         ),
-        ({"streams": {"port": 9000}, "http": {"port": 9000}}, {}, "[streams] port: 9000 is also"),
+        (
+            {"streams": {"port": 9000}, "http": {"port": 9000}},
+            {},
+            "[streams] port: 127.0.0.1:9000 clashes with [http] 127.0.0.1:9000",
+        ),
     ],
 )
 def test_config_errors_name_the_key(data: dict, env: dict, message: str) -> None:
@@ -317,11 +321,85 @@ def test_a_binary_token_file_is_one_line_naming_it(tmp_path: Path) -> None:
 
 def test_events_ports_overlapping_the_stream_service_are_refused() -> None:
     events = {"enabled": True, "transport": "http", "http_port": 9000}
-    with pytest.raises(ConfigError, match=r"\[events\] http_port: 9000..\+3 overlaps \[streams\]"):
+    with pytest.raises(ConfigError, match=r"http_port: 127.0.0.1:9000..\+3 overlaps \[streams\]"):
         _cfg({"streams": {"port": 9002}, "http": {"port": 0}, "events": events})
     assert _cfg({"streams": {"port": 9004}, "http": {"port": 0}, "events": events})
     off = {"port": 9002, "enabled": False}  # a disabled stream service holds no port
     assert _cfg({"streams": off, "http": {"port": 0}, "events": events})
+
+
+def _os_refuses(http_host: str, streams_host: str) -> bool | None:
+    """Whether the OS refuses the stream service's listener beside the HTTP API's on one port,
+    each bound as the node binds it (``runner.bind``; ``StreamServer.start``: asyncio's
+    ``create_server``); None if this machine cannot bind one of them alone (no IPv6)."""
+    import asyncio
+    import socket
+
+    async def both() -> bool | None:
+        try:
+            http = socket.create_server((http_host, 0), reuse_port=False)
+        except OSError:
+            return None
+        port = http.getsockname()[1]
+        try:
+            server = await asyncio.get_running_loop().create_server(
+                asyncio.Protocol, streams_host, port
+            )
+        except OSError:
+            http.close()
+            try:  # alone, it binds: the clash was the two together
+                server = await asyncio.get_running_loop().create_server(
+                    asyncio.Protocol, streams_host, port
+                )
+            except OSError:
+                return None
+            server.close()
+            return True
+        server.close()
+        http.close()
+        return False
+
+    return asyncio.run(both())
+
+
+@pytest.mark.parametrize(
+    ("http_host", "streams_host", "clash"),
+    [
+        ("127.0.0.1", "127.0.0.1", True),
+        ("127.0.0.1", "127.0.0.2", False),  # two loopback addresses: both bind
+        ("0.0.0.0", "127.0.0.1", True),  # a wildcard clashes with every address of its family
+        ("127.0.0.1", "0.0.0.0", True),
+        ("127.0.0.1", "localhost", True),  # a name: what it resolves to
+        ("127.0.0.1", "::1", False),  # another family
+        ("0.0.0.0", "::", False),  # asyncio binds :: as IPv6 only
+    ],
+)
+def test_role_ports_clash_as_the_os_says(http_host: str, streams_host: str, clash: bool) -> None:
+    """The stream port was compared with the HTTP port alone: two listeners on different
+    addresses with one port were refused though both bind."""
+    os_says = _os_refuses(http_host, streams_host)
+    if os_says is None:
+        pytest.skip(f"this machine cannot listen on {http_host} or {streams_host}")
+    assert os_says is clash  # the expectation is the OS's
+    data = {"http": {"host": http_host, "port": 9000}, "streams": {"host": streams_host}}
+    data["streams"]["port"] = 9000
+    if clash:
+        with pytest.raises(ConfigError, match=r"\[streams\] port: .*:9000 clashes with \[http\]"):
+            _cfg(data)
+    else:
+        assert _cfg(data).streams.host == streams_host
+
+
+def test_port_0_never_clashes_and_events_ranges_compare_hosts_too() -> None:
+    assert _cfg({"http": {"port": 0}, "streams": {"port": 0}})
+    events = {"enabled": True, "transport": "http", "http_port": 9000}
+    other = {**events, "http_host": "127.0.0.2"}
+    assert _cfg({"streams": {"port": 9002}, "http": {"port": 9001}, "events": other})
+    wild = {**events, "http_host": "0.0.0.0"}
+    with pytest.raises(ConfigError, match=r"0.0.0.0:9000..\+3 overlaps \[http\] 127.0.0.1:9001"):
+        _cfg({"streams": {"port": 0}, "http": {"port": 9001}, "events": wild})
+    with pytest.raises(ConfigError, match=r"0.0.0.0:9000..\+3 overlaps \[streams\] 127.0.0.1:9003"):
+        _cfg({"streams": {"port": 9003}, "http": {"port": 0}, "events": wild})
 
 
 def test_a_taken_events_port_is_one_line_naming_the_key(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ enabled. docs/node.md has the table with defaults.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -569,8 +571,50 @@ def _check_together(cfg: NodeConfig) -> None:
         raise ConfigError("[sds] participants: at least one participant")
     if cfg.streams.replicas > 1 and not cfg.streams.backend:
         raise ConfigError("[streams] replicas: replicas are JetStream's; set [streams] backend")
-    if cfg.streams.enabled and cfg.http.port and cfg.streams.port == cfg.http.port:
-        raise ConfigError(f"[streams] port: {cfg.streams.port} is also [http] port")
+    http = (cfg.http.host, cfg.http.port)
+    if cfg.streams.enabled and _clash((cfg.streams.host, cfg.streams.port), http):
+        raise ConfigError(
+            f"[streams] port: {cfg.streams.host}:{cfg.streams.port} clashes with [http] "
+            f"{cfg.http.host}:{cfg.http.port} (one address, or a wildcard and any of its family)"
+        )
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _addresses(host: str) -> set[Address] | None:
+    """The addresses a listener on ``host`` binds: a literal as it is, a name as it resolves
+    (``localhost`` → 127.0.0.1), as the node's binds resolve it; None if it does not resolve
+    (the bind will say so; until then the names themselves are compared)."""
+    try:
+        return {ipaddress.ip_address(host)}
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, ValueError):  # gaierror; a NUL byte, a label over 63 characters
+        return None
+    return {ipaddress.ip_address(info[4][0]) for info in infos}
+
+
+def _clash(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether listeners on ``a`` and ``b`` (``(host, port)``) cannot both bind, as Linux
+    decides: the same port, not 0 (any free port never clashes), and the same address, or a
+    wildcard (``0.0.0.0``, ``::``) and any address of its family. Other families never
+    clash: the node's listeners bind IPv4 only, or IPv6 only (asyncio's ``create_server``
+    sets ``IPV6_V6ONLY``). Why not the ports alone: two roles on different interfaces with one
+    port bind side by side, and were refused."""
+    (host_a, port_a), (host_b, port_b) = a, b
+    if not port_a or port_a != port_b:
+        return False
+    addrs_a, addrs_b = _addresses(host_a), _addresses(host_b)
+    if addrs_a is None or addrs_b is None:
+        return host_a == host_b
+    return any(
+        x.version == y.version and (x == y or x.is_unspecified or y.is_unspecified)
+        for x in addrs_a
+        for y in addrs_b
+    )
 
 
 def _check_events_http(cfg: NodeConfig) -> None:
@@ -608,11 +652,17 @@ def _check_events_http(cfg: NodeConfig) -> None:
             load_directory(ev.directory)
         except DirectoryError as e:
             raise ConfigError(f"[events] directory: {e}") from None
-    if ev.http_port and cfg.http.port and ev.http_port <= cfg.http.port < ev.http_port + 4:
-        raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [http] port")
-    streams_port = cfg.streams.port if cfg.streams.enabled else 0
-    if ev.http_port and streams_port and ev.http_port <= streams_port < ev.http_port + 4:
-        raise ConfigError(f"[events] http_port: {ev.http_port}..+3 overlaps [streams] port")
+    others = {"[http]": (cfg.http.host, cfg.http.port)}
+    if cfg.streams.enabled:
+        others["[streams]"] = (cfg.streams.host, cfg.streams.port)
+    for name, (host, port) in others.items():
+        if ev.http_port and any(
+            _clash((ev.http_host, ev.http_port + i), (host, port)) for i in range(4)
+        ):
+            raise ConfigError(
+                f"[events] http_port: {ev.http_host}:{ev.http_port}..+3 overlaps {name} "
+                f"{host}:{port}"
+            )
 
 
 def embedded_default(
