@@ -20,9 +20,10 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import uvicorn
 
@@ -95,8 +96,56 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+_T = TypeVar("_T")
+
+
+async def _off_loop(fn: Callable[[], _T], close: Callable[[_T], object]) -> _T:
+    """``fn()`` on a daemon thread of its own, awaited without blocking the loop; a start
+    cancelled meanwhile does not wait for it: what ``fn`` returns later is ``close``d, what it
+    raises is dropped.
+
+    Why not ``asyncio.to_thread``: a JetStream connect to a cluster that does not answer takes
+    its whole timeout (5 s by default), and the default executor's threads are joined before
+    the process exits, so a SIGTERM then waited for it. Why not on the loop, as it was: the
+    loop runs the signal handlers, so a SIGTERM was not even seen until the connect ended."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[_T] = loop.create_future()
+
+    def deliver(result: _T | None, error: BaseException | None) -> None:
+        if fut.cancelled():  # the start gave up on it
+            if error is None:
+                with contextlib.suppress(Exception):
+                    close(cast(_T, result))
+        elif error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(cast(_T, result))
+
+    def run() -> None:
+        result: _T | None = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as e:
+            error = e
+        try:
+            loop.call_soon_threadsafe(deliver, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits for it any more
+            if error is None:
+                with contextlib.suppress(Exception):
+                    close(cast(_T, result))
+
+    threading.Thread(target=run, name="loglake-node-start", daemon=True).start()
+    return await fut
+
+
 class Node:
-    """One node, as ``config`` says. ``await node.start()``, then ``await node.stop()``."""
+    """One node, as ``config`` says. ``await node.start()``, then ``await node.stop()``.
+
+    A cancelled ``start()`` (``loglake node`` cancels it on SIGTERM or SIGINT) stops at once
+    where it is, or after the part being started (parts start one after another on a thread,
+    which checks ``_stopping`` between them), and stops what it had started, as a failed
+    start does: ports and ``node.lock`` released, a token never shown forgotten."""
 
     def __init__(self, config: NodeConfig, *, say: Callable[[str], None] = print) -> None:
         self.config = config
@@ -118,6 +167,8 @@ class Node:
         self.logins = LoginCodes()
         self._dir_lock: int | None = None
         """The fd holding ``<data dir>/node.lock`` (``lock_data_dir``) while the node runs."""
+        self._stopping = threading.Event()
+        """Set once the node stops, or its start is given up: no further part starts."""
 
     @property
     def url(self) -> str:
@@ -146,15 +197,16 @@ class Node:
             segment_bytes=cfg.streams.segment_bytes,
         )
         try:
-            try:
-                raw = open_node_log(cfg, stream_config)  # the embedded log or JetStream
+            try:  # the embedded log or JetStream, whose connect may take its timeout
+                raw = await _off_loop(lambda: open_node_log(cfg, stream_config), Log.close)
             except LogLocked:
                 from loglake.node.cli import data_dir_in_use
 
                 raise NodeStartError(data_dir_in_use(cfg.data_dir, "data_dir")) from None
             self._log = raw
             await self._start_parts(raw, stream_config)
-        except BaseException:
+        except BaseException:  # a failed start, or one cancelled (a signal)
+            self._stopping.set()
             await self.stop()
             if self.token.created:
                 forget_token(self.token.path)
@@ -184,7 +236,7 @@ class Node:
             ctx.stream_address = (host, self._server.port)
         from loglake.node.cli import _retention_loop
 
-        self.leases = await asyncio.to_thread(NodeLeases, raw, cfg)
+        self.leases = await _off_loop(lambda: NodeLeases(raw, cfg), NodeLeases.close)
         self._retention = asyncio.create_task(
             _retention_loop(
                 raw,
@@ -210,7 +262,16 @@ class Node:
             "console": cfg.console,
             "metrics": metrics is not None,
         }
-        await asyncio.to_thread(self._start_protocol_parts, ctx, asyncio.get_running_loop())
+        parts = asyncio.ensure_future(
+            asyncio.to_thread(self._start_protocol_parts, ctx, asyncio.get_running_loop())
+        )
+        try:
+            await asyncio.shield(parts)
+        except asyncio.CancelledError:  # the part being started finishes, no other starts;
+            self._stopping.set()  # then stop() closes every part started
+            with contextlib.suppress(Exception):
+                await parts
+            raise
         assert self.token is not None
         app = create_app(
             ctx,
@@ -239,6 +300,9 @@ class Node:
         """Blocking starts (keys, stores, rebuilding cores from their streams), off the loop;
         ``loop`` serves what must run on it (the ICRC roles' HTTP servers)."""
         cfg = self.config
+        stopping = self._stopping.is_set  # checked before each part: a start given up
+        if stopping():
+            return
         if cfg.events.enabled and cfg.events.transport == "http":
             from loglake.node.api.events_http import EventsHttpHandle
 
@@ -249,17 +313,17 @@ class Node:
 
             ctx.events = EventsHandle.start(ctx, cfg.events)
             self.parts.append(ctx.events)
-        if cfg.sds.enabled:
+        if cfg.sds.enabled and not stopping():
             from loglake.node.api.sds import SdsHandle
 
             ctx.sds = SdsHandle.start(ctx, cfg.sds)
             self.parts.append(ctx.sds)
-        if cfg.archives.enabled:
+        if cfg.archives.enabled and not stopping():
             from loglake.node.api.archives import ArchivesHandle
 
             ctx.archives = ArchivesHandle.start(ctx, cfg.archives)
             self.parts.append(ctx.archives)
-        if cfg.jobs.enabled:
+        if cfg.jobs.enabled and not stopping():
             from loglake.node.api.jobs import JobManager
 
             ctx.jobs = JobManager(ctx)
@@ -267,6 +331,7 @@ class Node:
 
     async def stop(self) -> None:
         """Stop in reverse order of start; the log closes last."""
+        self._stopping.set()
         if self._uvicorn is not None and self._uvicorn_task is not None:
             self._uvicorn.should_exit = True
             with contextlib.suppress(Exception):
@@ -388,7 +453,9 @@ class BackgroundNode:
 
 
 async def run_until_signalled(config: NodeConfig, say: Callable[[str], None] = print) -> None:
-    """``loglake node``: start, print the banner, run until SIGINT/SIGTERM, stop cleanly."""
+    """``loglake node``: start, print the banner, run until SIGINT/SIGTERM, stop cleanly. A
+    signal while the node starts cuts the start short (``Node.start`` stops what it started)
+    and ends the same way: "stopped", exit code 0."""
     import signal
 
     stop = asyncio.Event()
@@ -396,7 +463,18 @@ async def run_until_signalled(config: NodeConfig, say: Callable[[str], None] = p
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    node = await Node(config, say=say).start()
+    node = Node(config, say=say)
+    starting = asyncio.ensure_future(node.start())
+    signalled = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # a signal while starting: give the start up (it stops itself)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        say("stopped")
+        return
+    signalled.cancel()
+    starting.result()  # a failed start's error
     try:
         say(token_banner(node))
         await stop.wait()
