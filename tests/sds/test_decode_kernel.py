@@ -134,6 +134,59 @@ def test_a_record_with_octets_changed_is_read_as_the_reference_reads_it(where, o
         assert got.column(name).to_pylist() == want.column(name).to_pylist(), name
 
 
+def test_a_history_repeating_its_senders_earlier_record_is_one_compare_with_the_same_entries():
+    """Three senders taking turns, 8-id windows: from a sender's second message with two ids to
+    repeat, ``scan`` takes the entries its previous message holds from the first id on as one
+    run of bytes (``R_RUN``: 2, 3, 4, then 5 once the window is full; the 3 ids sent since are
+    walked), and finds the entries a walk of each record alone finds, where they lie."""
+    datas = sliding_window(30, senders=3, keep=8)
+    rec, ents, _ = _scan(datas)
+    assert (rec[:, 0] == 0).all()
+    assert rec[:, columnar._R_RUN].tolist() == [0] * 5 + [2, 3, 4] + [5] * 22
+    offs = np.cumsum([0] + [len(d) for d in datas])
+    ends = np.concatenate([[0], rec[:, columnar._R_HIST_END]])
+    for r, d in enumerate(datas):
+        alone_rec, alone, _ = _scan([d])
+        assert alone_rec[0, columnar._R_RUN] == 0  # nothing earlier to take a run from
+        mine = ents.reshape(-1, 4)[ends[r] : ends[r + 1]] - [offs[r], 0, offs[r], 0]
+        assert mine.tolist() == alone.reshape(-1, 4).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(4, 11),
+    st.lists(st.integers(0, 10**6), max_size=4),
+    st.lists(st.integers(0, 255), min_size=4, max_size=4),
+)
+def test_a_run_with_octets_changed_is_read_as_the_reference_reads_it(row, where, octets):
+    """A record whose history would be a run of its sender's previous one, with octets changed
+    anywhere (in the run's bytes, its entries' lengths, the fields after it): the kernel takes
+    the run only while the bytes are the earlier record's, and reads every column as the
+    reference does."""
+    datas = sliding_window(12, senders=2, keep=6, hint=True)
+    data = bytearray(datas[row])
+    for at, b in zip(where, octets, strict=False):
+        data[at % len(data)] = b
+    datas[row] = bytes(data)
+    batch = _batch(datas)
+    got = DecodeState(CHANNEL, BLOOM).decode(batch)
+    want = DecodeState(CHANNEL, BLOOM, batched=False).decode(batch)
+    assert readable([got]) == readable([want])
+
+
+def test_a_runs_entries_count_against_the_histories_limit():
+    """Entries taken as a run count as walked ones: with the limit one below the window every
+    full record is flagged, run or not; at the window none is."""
+    datas = sliding_window(20, senders=2, keep=6)
+    column = pa.array(datas, pa.binary())
+    offs = np.frombuffer(column.buffers()[1], np.int32, count=len(datas) + 1).astype(np.int64)
+    for most, flagged in ((6, [0] * 20), (5, [0] * 6 + [1] * 14)):
+        limits = (*LIMITS[:4], most, LIMITS[5])
+        rec = np.zeros((len(datas), _decode.R_FIELDS), dtype=np.int64)
+        _decode.scan(offs, column.buffers()[2], CHANNEL.encode(), BLOOM, limits, rec)
+        assert rec[:, 0].tolist() == flagged
+
+
 @pytest.mark.parametrize("cut", range(1, 12, 2))
 def test_causal_new_is_carried_across_batches_by_the_kernel_alone(cut):
     """A sliding window of 3 senders cut anywhere: ``causal_new`` equals the reference's, and

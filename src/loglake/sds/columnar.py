@@ -999,7 +999,8 @@ class DecodeState:
     _R_CONTENT_LEN,
     _R_HIST_END,
     _R_REQ_END,
-) = range(11)
+    _R_RUN,
+) = range(12)
 
 
 def _entry_body(encoded: bytes) -> bytes:
