@@ -187,6 +187,43 @@ def test_a_runs_entries_count_against_the_histories_limit():
         assert rec[:, 0].tolist() == flagged
 
 
+def _causal_of(records: list[bytes], hints: np.ndarray | str | None = "scan"):
+    """``_decode.causal`` of ``records`` scanned as one batch (a fresh state), handed scan's
+    runs (``"scan"``), ``hints`` or none: the new-entry octets and the runs it writes."""
+    rec, ents, _ = _scan(records)
+    column = pa.array(records, pa.binary())
+    n = len(records)
+    sender = np.ascontiguousarray(rec[:, [1, 2]])  # R_SENDER_AT, R_SENDER_LEN
+    ends = np.concatenate(([0], rec[:, columnar._R_HIST_END])).astype(np.int64)
+    ok = (rec[:, 0] == 0).astype(np.uint8)
+    runs = np.zeros((n, 3), dtype=np.int32)
+    args = [{}, column.buffers()[2], b"", ok, sender, np.arange(n, dtype=np.int64), ends]
+    args += [ents.reshape(-1, 4), runs]
+    if isinstance(hints, str):
+        hints = rec[:, [columnar._R_RUN_ROW, columnar._R_RUN_FROM, columnar._R_RUN]]
+    if hints is not None:
+        args.append(np.ascontiguousarray(hints, dtype=np.int64))
+    return bytes(_decode.causal(*args)), runs.tolist()
+
+
+def test_causal_takes_the_runs_scan_found_and_finds_what_it_finds_alone():
+    """scan's runs (``R_RUN_ROW``, ``R_RUN_FROM``, ``R_RUN``) handed to causal spare it
+    comparing them again; its answer is the one it finds by itself. Hints that are not a run
+    of the row's previous message (another row, past its entries, too short) are not taken;
+    hints of another length are refused."""
+    datas = sliding_window(30, senders=3, keep=8, hint=True)
+    alone = _causal_of(datas, None)
+    assert alone[1][12] == [3, 3, 5]  # a run: 3 rows back, from its 4th entry, 5 entries
+    assert _causal_of(datas) == alone
+    rec, _, _ = _scan(datas)
+    good = rec[:, [columnar._R_RUN_ROW, columnar._R_RUN_FROM, columnar._R_RUN]]
+    shifts = np.eye(3, dtype=np.int64)  # the row, the first entry, the length one off
+    for bad in (good + shifts[0], good + shifts[1], good + shifts[2], good * (1 - shifts[2]) + 1):
+        assert _causal_of(datas, bad) == alone
+    with pytest.raises(ValueError, match="unequal lengths"):
+        _causal_of(datas, good[:-1])
+
+
 @pytest.mark.parametrize("cut", range(1, 12, 2))
 def test_causal_new_is_carried_across_batches_by_the_kernel_alone(cut):
     """A sliding window of 3 senders cut anywhere: ``causal_new`` equals the reference's, and

@@ -20,9 +20,12 @@
  *   scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests);
  *     a history that starts with the entries of its sender's last record scan vouched for in
  *     the batch, byte for byte, is compared as one run instead of walked (earlier_run; R_RUN)
- *   causal(state, data, extra, ok, sender, index, hist_end, entries, runs) -> new (one octet an
- *     entry); runs (int32, 3 a record, written): where a history starts with a run of its
- *     sender's previous message's entries in the batch (rows back, its first entry, length)
+ *   causal(state, data, extra, ok, sender, index, hist_end, entries, runs[, hints]) -> new (one
+ *     octet an entry); runs (int32, 3 a record, written): where a history starts with a run of
+ *     its sender's previous message's entries in the batch (rows back, its first entry,
+ *     length); hints (int64, 3 a record: scan's R_RUN_ROW, R_RUN_FROM, R_RUN): the runs scan
+ *     already compared, taken as they are where they are a run of the row's previous message
+ *     to its last entry (the bytes are not compared again: the caller passes scan's own)
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
  *   lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> list<string> buffers of the ids
  * one for the readers of the decoded rows (unpack: whole histories from causal's runs) and two
@@ -59,6 +62,8 @@ enum {
     R_HIST_END,    /* entries of this record and those before it */
     R_REQ_END,     /* likewise repair requests */
     R_RUN,         /* history entries taken as one run of an earlier record's (earlier_run) */
+    R_RUN_ROW,     /* that record's row */
+    R_RUN_FROM,    /* the run's first entry among that record's */
     R_FIELDS
 };
 
@@ -271,10 +276,11 @@ static Py_ssize_t uleb_len(uint64_t v) {
  * those checks read only the entry's own bytes; the run's bytes are theirs, one after another
  * with nothing between (each entry starts where the one before ends), so a walk of them would
  * see the same fields and give the same verdicts, ending on a field boundary at *next. The
- * record's other checks (the count of entries, its other fields) are made as before. */
+ * record's other checks (the count of entries, its other fields) are made as before.
+ * row: R_RUN_ROW and R_RUN_FROM set (the earlier record, its entry the run starts at). */
 static Py_ssize_t earlier_run(const Vouched *v, const uint8_t *data, const uint8_t *sender,
                               Py_ssize_t sender_len, const uint8_t *x, const uint8_t *e,
-                              Vec *ents, const uint8_t **next) {
+                              Vec *ents, const uint8_t **next, int64_t *row) {
     if (!v || !sender) return 0;
     Seen *s = vouched_at(v, sender, sender_len);
     if (s->row < 0) return 0;
@@ -312,6 +318,8 @@ static Py_ssize_t earlier_run(const Vouched *v, const uint8_t *data, const uint8
     }
     ents->n += 4 * k;
     *next = x + len;
+    row[R_RUN_ROW] = q;
+    row[R_RUN_FROM] = i0 - lo;
     return k;
 }
 
@@ -351,7 +359,8 @@ static int walk(const uint8_t *data, const uint8_t *p, const uint8_t *e, const u
         case 0x5a:
             if (!*n_hist && !row[R_RUN]) { /* the first entry: a run of an earlier record's? */
                 const uint8_t *next;
-                Py_ssize_t k = earlier_run(vouched, data, sender, sender_len, p - 1, e, ents, &next);
+                Py_ssize_t k = earlier_run(vouched, data, sender, sender_len, p - 1, e, ents, &next,
+                                           row);
                 if (k < 0) return -1;
                 if (k) {
                     if ((*n_hist += k) > lim->max_history) return 0;
@@ -706,9 +715,9 @@ typedef struct {
 
 static PyObject *causal(PyObject *self, PyObject *args) {
     PyObject *state, *result = NULL;
-    Py_buffer data, extra, okb, senderb, indexb, endb, entb, runb;
-    if (!PyArg_ParseTuple(args, "O!y*y*y*y*y*y*y*w*", &PyDict_Type, &state, &data, &extra, &okb,
-                          &senderb, &indexb, &endb, &entb, &runb))
+    Py_buffer data, extra, okb, senderb, indexb, endb, entb, runb, hintb = {0};
+    if (!PyArg_ParseTuple(args, "O!y*y*y*y*y*y*y*w*|y*", &PyDict_Type, &state, &data, &extra,
+                          &okb, &senderb, &indexb, &endb, &entb, &runb, &hintb))
         return NULL;
     Sender *senders = NULL;
     int64_t *tslot = NULL;
@@ -726,7 +735,7 @@ static PyObject *causal(PyObject *self, PyObject *args) {
         int64_buffer(&endb, "hist_end") || int64_buffer(&entb, "entries"))
         goto done;
     if (senderb.len != 16 * n || indexb.len != 8 * n || endb.len != 8 * (n + 1) ||
-        entb.len % 32 || runb.len != 12 * n) {
+        entb.len % 32 || runb.len != 12 * n || (hintb.obj && hintb.len != 24 * n)) {
         PyErr_SetString(PyExc_ValueError, "causal: arrays of unequal lengths");
         goto done;
     }
@@ -734,6 +743,7 @@ static PyObject *causal(PyObject *self, PyObject *args) {
     memset(runs, 0, (size_t)runb.len);
     const uint8_t *ok = okb.buf;
     const int64_t *snd = senderb.buf, *idx = indexb.buf, *end = endb.buf, *ent = entb.buf;
+    const int64_t *hint = hintb.obj ? hintb.buf : NULL;
     Py_ssize_t m = entb.len / 32;
     if (end[0] != 0 || end[n] != m) {
         PyErr_SetString(PyExc_ValueError, "causal: hist_end does not cover the entries");
@@ -837,7 +847,16 @@ static PyObject *causal(PyObject *self, PyObject *args) {
         int64_t j = end[r]; /* the row's entries from j on: compared through the table */
         if (use == &prev) {
             int64_t from = 0;
-            Py_ssize_t run = same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1], &from);
+            Py_ssize_t run = 0;
+            const int64_t *h = hint ? hint + 3 * r : NULL;
+            if (h && h[2] >= 2 && h[0] == prow && h[1] >= 0 && h[1] + h[2] == prev.k &&
+                h[2] <= end[r + 1] - j) {
+                /* scan's run of this very row (earlier_run): what same_run would find */
+                from = h[1];
+                run = (Py_ssize_t)h[2];
+            } else {
+                run = same_run(&sp, ent, end[prow], end[prow + 1], j, end[r + 1], &from);
+            }
             memset(out + j, 0, (size_t)run);
             /* a run's entries are its base's, byte for byte: so are their hashes (a sliding
              * window hashes each entry once, not once per message holding it) */
@@ -897,6 +916,7 @@ done:
     PyBuffer_Release(&endb);
     PyBuffer_Release(&entb);
     PyBuffer_Release(&runb);
+    if (hintb.obj) PyBuffer_Release(&hintb);
     return result;
 }
 
@@ -1344,7 +1364,7 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)"},
     {"causal", causal, METH_VARARGS,
-     "causal(state, data, extra, ok, sender, index, hist_end, entries, runs) -> new"},
+     "causal(state, data, extra, ok, sender, index, hist_end, entries, runs[, hints]) -> new"},
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
     {"unpack", unpack, METH_VARARGS,
      "unpack(offs, data, loffs, valid, back, from, run[, alloc]) -> history list buffers"},

@@ -909,6 +909,7 @@ class DecodeState:
             hist_end,
             np.ascontiguousarray(ents),
             runs,
+            np.ascontiguousarray(rec[:, [_R_RUN_ROW, _R_RUN_FROM, _R_RUN]]),
         )
         if late.any():
             ok &= ~late
@@ -1000,7 +1001,9 @@ class DecodeState:
     _R_HIST_END,
     _R_REQ_END,
     _R_RUN,
-) = range(12)
+    _R_RUN_ROW,
+    _R_RUN_FROM,
+) = range(14)
 
 
 def _entry_body(encoded: bytes) -> bytes:
