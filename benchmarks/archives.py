@@ -16,8 +16,10 @@
    same bytes (info hashes compared), beside the SHA-1 per-piece rate of the same ``data``;
    then ``--communities`` × ``--per-community`` (100 × 100,000) in one job vs one
    ``ControlNode`` build per community. Targets: job ≥ 4× the control node, ≥ 50% of SHA-1.
-   Also timed: the job's ``data`` written once more and fdatasync'd (a kernel copy), the
-   least any build writes on this disk, beside the SHA-1 budget.
+   Also timed: the job's ``data`` written once more and fdatasync'd, twice: a kernel copy
+   (through the page cache) and past the page cache (``O_DIRECT``, as the job writes); the
+   faster of the two is the write floor, the least any build writes on this disk (on this
+   project's VM the buffered copy is often the slower), beside the SHA-1 budget.
 
     .venv/bin/python benchmarks/archives.py --job [--messages 10000000] [--weeks 52]
         [--communities 100 --per-community 100000] [--no-many] [--no-catchup]
@@ -427,6 +429,52 @@ def write_floor(path: Path) -> float:
     return secs
 
 
+def write_floor_direct(path: Path) -> float | None:
+    """Seconds to write ``path``'s bytes once more past the page cache (``O_DIRECT``, 8 MiB
+    at a time from two aligned buffers, a writer thread writing one while the other is
+    filled from the page cache) and ``fdatasync`` it: how the job writes its ``data``. On
+    this project's VM a buffered write (``write_floor``) is often the slower of the two, so
+    the floor is the faster one. None where ``O_DIRECT`` cannot be used here."""
+    import mmap
+    from concurrent.futures import ThreadPoolExecutor
+
+    flag = getattr(os, "O_DIRECT", 0)
+    copy = path.with_name(path.name + ".floor")
+    size = path.stat().st_size
+    chunk = 8 << 20
+    try:
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag) if flag else None
+    except OSError:
+        fd = None
+    if fd is None:
+        return None
+    bufs = [mmap.mmap(-1, chunk), mmap.mmap(-1, chunk)]
+    try:
+        with open(path, "rb", buffering=0) as src, ThreadPoolExecutor(1) as writer:
+            t0 = time.perf_counter()
+            pending, off, turn = None, 0, 0
+            while off < size:
+                buf = bufs[turn]
+                n = src.readinto(buf)
+                if not n:
+                    break
+                if pending is not None:
+                    pending.result()
+                # a short last chunk: written whole pages (O_DIRECT), then cut to size
+                view = memoryview(buf)[: -(-n // 4096) * 4096]
+                pending = writer.submit(os.pwrite, fd, view, off)
+                off, turn = off + n, turn ^ 1
+            if pending is not None:
+                pending.result()
+            os.ftruncate(fd, size)
+            os.fdatasync(fd)
+            secs = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        copy.unlink()
+    return secs
+
+
 def load() -> str:
     """The 1/5/15-minute load averages: this machine is shared, so every figure carries it."""
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
@@ -477,7 +525,9 @@ def catchup(args, layout, spark, tmp: Path, n: int) -> None:
         data = out / cid / "data"
         torrent = (out / f"{cid}.torrent").read_bytes()
         same = "no ControlNode" if c is None else str(torrent == c["torrent"])
-        t_write = write_floor(data)
+        t_kernel = write_floor(data)
+        t_direct = write_floor_direct(data)
+        t_write = min(t_kernel, t_direct or t_kernel)
         sha1 = sha1_piece_rate(data)
         mb = data.stat().st_size / 1e6
         t = Table(
@@ -513,11 +563,19 @@ def catchup(args, layout, spark, tmp: Path, n: int) -> None:
         t.add_row("SHA-1 per 100 KiB piece", "", f"{sha1:.0f}", "", "same data, same run")
         t.add_row(
             "data written once + fdatasync",
-            f"{t_write:.1f}",
-            f"{mb / t_write:.0f}",
+            f"{t_kernel:.1f}",
+            f"{mb / t_kernel:.0f}",
             "",
-            "a kernel copy of the job's data: the floor under any build on this disk",
+            "a kernel copy of the job's data",
         )
+        if t_direct is not None:
+            t.add_row(
+                "data written once past the page cache + fdatasync",
+                f"{t_direct:.1f}",
+                f"{mb / t_direct:.0f}",
+                "",
+                "O_DIRECT, as the job writes",
+            )
         console.print(t)
         vs_control = (
             "" if c is None else f"job / ControlNode = {c['total_s'] / t_job:.1f}× (target ≥ 4×); "
@@ -528,7 +586,8 @@ def catchup(args, layout, spark, tmp: Path, n: int) -> None:
             soft_wrap=True,
         )
         console.print(
-            f"{vs_control}job / write floor = {t_write / t_job:.0%} (target ≥ 50%: the job in "
+            f"{vs_control}job / write floor (the faster of the two writes, {t_write:.1f} s) = "
+            f"{t_write / t_job:.0%} (target ≥ 50%: the job in "
             f"≤ {2 * t_write:.1f} s); job / SHA-1 piece rate = {mb / t_job / sha1:.0%}; "
             f"load average {load()}"
         )
