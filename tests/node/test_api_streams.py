@@ -28,6 +28,38 @@ def test_create_list_info_and_partition_stats(api_node: ApiNode) -> None:
     assert c.get("/api/streams/orders").json()["partition_stats"] == parts
 
 
+def test_create_with_more_partitions_grows_the_stream_as_the_stream_service_does(
+    api_node: ApiNode,
+) -> None:
+    """POST of an existing stream with more partitions grows it, as a CREATE over the stream
+    service does (the Ockam reference's ``ensure_streams``); with fewer it is left as it is.
+    Both were a 409 before."""
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    c = api_node.client
+    assert c.post("/api/streams", json={"name": "s", "partitions": 2}).status_code == 201
+    api_node.log.append_payloads("s", [b"a", b"b"], partition=1)
+    r = c.post("/api/streams", json={"name": "s", "partitions": 4})
+    assert r.status_code == 200, r.text
+    assert r.json()["config"]["partitions"] == 4 and r.json()["partitions"] == 4
+    assert [p["next_index"] for p in r.json()["partition_stats"]] == [0, 2, 0, 0]
+    r = c.post("/api/streams", json={"name": "s", "partitions": 1})
+    assert r.status_code == 200 and r.json()["partitions"] == 4
+    assert c.post("/api/streams", json={"name": "s"}).json()["partitions"] == 4
+    # the stream service, on the node's log, now sees the 4 partitions and the old records
+    with (
+        BackgroundServer(StreamService(api_node.log), port=0) as srv,
+        StreamClient(port=srv.port) as sc,
+    ):
+        assert sc.partitions("s") == 4
+        assert [m.data for m in sc.pull("s", 0, 10, partition=1)] == [b"a", b"b"]
+        assert sc.push("s", b"x", partition=3) == 0
+    parts = c.get("/api/streams/s/partitions").json()
+    assert [p["next_index"] for p in parts] == [0, 2, 0, 1]
+
+
 def test_read_a_range_gives_raw_bytes_index_and_size(api_node: ApiNode) -> None:
     c = api_node.client
     c.post("/api/streams", json={"name": "raw"})
@@ -72,9 +104,6 @@ def test_bad_requests_are_4xx_naming_the_field(api_node: ApiNode) -> None:
     assert r.status_code == 422 and r.json()["message"].startswith("body.name")
     r = c.post("/api/streams", json={"name": "s", "partitions": 0})
     assert r.status_code == 422 and "partitions" in r.json()["message"]
-    c.post("/api/streams", json={"name": "s", "partitions": 2})
-    r = c.post("/api/streams", json={"name": "s", "partitions": 3})
-    assert r.status_code == 409 and r.json()["error"] == "StreamExists"
     r = c.get("/api/streams/s/partitions/0/records", params={"limit": 0})
     assert r.status_code == 422
 

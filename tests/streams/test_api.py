@@ -35,6 +35,48 @@ def test_partitions_of_an_unknown_stream_is_unknown_stream(streams) -> None:
     assert e.value.stream == "nope"
 
 
+def _grow_and_shrink(s: Streams) -> list[object]:
+    """CREATE an existing stream with more, then fewer partitions; what a part sees."""
+    s.create_stream("g", partitions=2)
+    s.push_many("g", [b"a", b"b"], partition=1)
+    seen: list[object] = [s.create_stream("g", partitions=4), s.partitions("g")]
+    seen += [s.bounds("g", p) for p in range(4)]
+    seen += [s.push("g", b"new", partition=3), s.push("g", b"c", partition=1)]
+    seen += [s.create_stream("g", partitions=1), s.partitions("g")]
+    seen += [[(m.index, m.data) for m in s.pull("g", 0, 10, partition=p)] for p in range(4)]
+    return seen
+
+
+def test_create_with_more_partitions_grows_as_the_stream_service_does(streams) -> None:
+    """The stream service grows a stream a CREATE asks more partitions of (the Ockam
+    reference's ``ensure_streams``) and leaves one asked fewer as it is; ``LocalStreams`` did
+    refuse both (``StreamExists``). Both now answer alike, checked against a real server."""
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    local = _grow_and_shrink(streams)
+    with BackgroundServer(StreamService(MemoryLog())) as srv, StreamClient(port=srv.port) as c:
+        remote = _grow_and_shrink(c)
+    assert local == remote
+    assert local[:6] == ["g", 4, (0, 0), (0, 2), (0, 0), (0, 0)]
+    assert local[8:10] == ["g", 4]
+
+
+def test_a_grown_stream_keeps_its_partitions_across_a_restart(tmp_path) -> None:
+    with open_log(tmp_path / "d") as log:
+        s = LocalStreams(log)
+        s.create_stream("g")
+        s.push("g", b"kept")
+        s.create_stream("g", partitions=3)
+        s.push("g", b"p2", partition=2)
+    with open_log(tmp_path / "d") as log:
+        s = LocalStreams(log)
+        assert s.partitions("g") == 3
+        assert [m.data for m in s.pull("g", 0, 10)] == [b"kept"]
+        assert [m.data for m in s.pull("g", 0, 10, partition=2)] == [b"p2"]
+
+
 def test_truncate_before_drops_live_history_below_the_index(tmp_path) -> None:
     from loglake.log import StreamConfig
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from loglake.log.api import Log, StreamConfig, UnknownPartition, UnknownStream
+from loglake.log.api import Log, StreamConfig, StreamExists, UnknownPartition, UnknownStream
 from loglake.log.api import check_stream_name as check_stream_name  # re-exported: the name rule
 
 
@@ -91,10 +91,19 @@ class LocalStreams:
         self.log.close()
 
     def create_stream(self, name: str | None = None, partitions: int = 1) -> str:
+        """Create ``name``, or open it if it exists: with fewer partitions than asked it is
+        grown (``Log.grow_stream``), with as many or more it is left as it is. Why: that is what
+        the stream service answers a CREATE over TCP (``StreamService``, after the Ockam
+        reference's ``ensure_streams``), so a part runs the same on ``LocalStreams`` and on a
+        ``StreamClient``. A backend that cannot grow raises ``UnsupportedByBackend``."""
         import uuid
 
         name = name or f"stream-{uuid.uuid4().hex}"
-        self.log.create_stream(name, replace(self.default_config, partitions=partitions))
+        config = replace(self.default_config, partitions=partitions)  # refuses partitions < 1
+        try:
+            self.log.create_stream(name, config)
+        except StreamExists:  # it exists with another count
+            self.log.grow_stream(name, partitions)
         return name
 
     def partitions(self, stream: str) -> int:

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, Field
 
-from loglake.log import Log, StreamConfig, StreamInfo, UnknownPartition
+from loglake.log import Log, StreamConfig, StreamExists, StreamInfo, UnknownPartition
 from loglake.log.api import STREAM_NAME_RE
 from loglake.node.api.context import Node, NodeContext
 
@@ -222,10 +222,13 @@ def list_streams(node: Node) -> list[dict]:
     "/streams",
     response_model=StreamDetail,
     status_code=201,
-    summary="Create a stream (200 with the stream if it exists with as many partitions)",
-    responses={200: {"model": StreamDetail}, 409: {"description": "exists, other partitions"}},
+    summary="Create a stream (200 with the stream if it exists, grown to `partitions` if fewer)",
+    responses={200: {"model": StreamDetail}},
 )
 def create_stream(body: StreamCreate, node: Node, response: Response) -> StreamDetail:
+    """An existing stream is answered as the stream service answers a CREATE over TCP: with
+    fewer partitions than asked it is grown (``Log.grow_stream``, as the Ockam reference's
+    ``ensure_streams``), with as many or more it is left as it is; 200 either way."""
     if node.log.has_stream(body.name):
         response.status_code = 200
     base = getattr(node.log, "default_config", None) or StreamConfig()
@@ -234,7 +237,11 @@ def create_stream(body: StreamCreate, node: Node, response: Response) -> StreamD
         for k, v in body.model_dump().items()
         if k != "name" and v is not None and k in StreamConfig.__dataclass_fields__
     }
-    info = node.log.create_stream(body.name, replace(base, **changes))
+    try:
+        info = node.log.create_stream(body.name, replace(base, **changes))
+    except StreamExists:  # it exists with another partition count
+        response.status_code = 200
+        info = node.log.grow_stream(body.name, body.partitions)
     return _detail(node, info)
 
 
