@@ -69,3 +69,61 @@ def test_errors_are_readable(run) -> None:
     assert "nope" in str(r.exception)
     r = run("push", "s", ok=False)
     assert r.exit_code == 2 and "nothing to push" in r.output
+
+
+def test_server_max_frame_lets_a_push_use_the_servers_larger_limit(tmp_path) -> None:
+    """A server started with ``--limits-max-frame`` 48 MiB takes a 33 MiB push; the CLI's
+    client, which cannot learn the server's limit, refuses it before sending (``PushTooLarge``,
+    one line, exit 1) unless ``--server-max-frame`` tells it the server's value."""
+    import subprocess
+    import sys
+
+    from loglake.log import open_log
+    from loglake.streams.client import SERVER_MAX_FRAME, StreamClient
+    from loglake.streams.limits import MiB, ServerLimits
+
+    big = b"x" * (SERVER_MAX_FRAME + MiB)  # one line of standard input, one push
+    with (
+        open_log(tmp_path / "data") as log,
+        BackgroundServer(
+            StreamService(log), port=0, limits=ServerLimits(max_frame=48 * MiB)
+        ) as srv,
+    ):
+
+        def stream_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+            cmd = [sys.executable, "-m", "loglake.cli", "stream", "--port", str(srv.port)]
+            return subprocess.run([*cmd, *args], input=big, capture_output=True, timeout=120)
+
+        assert stream_cli("create", "big").returncode == 0
+        refused = stream_cli("push", "big", "--stdin", "--json")
+        lines = refused.stderr.decode().strip().splitlines()
+        assert refused.returncode == 1 and len(lines) == 1, refused.stderr[-2000:]
+        assert lines[0].startswith("Error: push 0: a frame of ")
+        assert f"exceeds the server's limit of {SERVER_MAX_FRAME} bytes" in lines[0]
+        assert "--server-max-frame" in lines[0]
+
+        ok = stream_cli("push", "big", "--stdin", "--json", "--server-max-frame", "48MiB")
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        assert json.loads(ok.stdout)["indexes"] == [0]
+        ok = stream_cli("--server-max-frame", str(48 * MiB), "push", "big", "--stdin", "--json")
+        assert ok.returncode == 0 and json.loads(ok.stdout)["indexes"] == [1], ok.stderr[-2000:]
+        with StreamClient(port=srv.port) as c:
+            for i in (0, 1):  # a pull reply holds one message this large
+                [m] = c.pull("big", i, 1)
+                assert (m.index, m.data == big) == (i, True)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("0", "expected at least 64, got '0'"),
+        ("-5", "expected a size in bytes"),
+        ("lots", "expected a size in bytes (e.g. 32MiB), got 'lots'"),
+        ("5GiB", "expected at most 4294967295"),
+    ],
+)
+def test_server_max_frame_is_validated(value: str, says: str) -> None:
+    for args in (["push", "s", "x", "--server-max-frame", value], ["--server-max-frame", value]):
+        r = CliRunner().invoke(command, args)
+        assert r.exit_code == 2, r.output
+        assert "Invalid value for '--server-max-frame'" in r.output and says in r.output

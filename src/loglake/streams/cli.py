@@ -7,21 +7,26 @@ decodes, else as hex (``--json`` always gives ``data`` as text and ``data_hex``)
 TLS (docs/security.md): ``--tls-ca`` (the CA that signed the service's certificate), and for mutual
 TLS ``--tls-cert``/``--tls-key``; each also from ``LOGLAKE_TLS_CA``/``_CERT``/``_KEY``. ``--tls``
 alone trusts the system's CAs.
+
+``--server-max-frame``: a server does not announce its ``--limits-max-frame``, so a push larger
+than the default's 32 MiB is refused by the client (``PushTooLarge``) unless told the server's.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from loglake.clitools import PORT, Renamed
-from loglake.streams.client import DEFAULT_PORT, StreamClient
+from loglake.streams.client import DEFAULT_PORT, SERVER_MAX_FRAME, PushTooLarge, StreamClient
+from loglake.streams.limits import ServerLimits, limit_fields, parse_limit
 from loglake.streams.tls import client_context
-from loglake.wire.ockam import route_text
+from loglake.wire.ockam import MAX_WIRE_FRAME, route_text
 
 
 def _client(ctx: click.Context) -> StreamClient:
@@ -29,9 +34,44 @@ def _client(ctx: click.Context) -> StreamClient:
     tls = None
     if obj.get("tls") or obj.get("tls_ca") or obj.get("tls_cert"):
         tls = client_context(obj.get("tls_ca"), obj.get("tls_cert"), obj.get("tls_key"))
-    client = StreamClient(obj["host"], obj["port"], tls=tls, server_hostname=obj.get("server_name"))
+    client = StreamClient(
+        obj["host"],
+        obj["port"],
+        tls=tls,
+        server_hostname=obj.get("server_name"),
+        server_max_frame=obj.get("server_max_frame") or SERVER_MAX_FRAME,
+    )
     ctx.call_on_close(client.close)
     return client
+
+
+class FrameSize(click.ParamType):
+    """``--server-max-frame``: bytes, written as the server's ``--limits-max-frame`` takes them
+    (``67108864`` or ``64MiB``), so an operator copies the server's value as it is; at least
+    that limit's minimum and at most what the 4-byte frame length can state."""
+
+    name = "bytes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            raw: Any = value
+        else:
+            raw = str(value)
+        [field] = [f for f in limit_fields() if f.name == "max_frame"]
+        try:
+            size = int(parse_limit(field, raw))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        if size > MAX_WIRE_FRAME:
+            self.fail(f"expected at most {MAX_WIRE_FRAME} (the frame length's 4 bytes)", param, ctx)
+        return size
+
+
+SERVER_MAX_FRAME_HELP = (
+    "The largest push frame the server takes: the server's --limits-max-frame (bytes, or "
+    f"e.g. 64MiB; default {ServerLimits().max_frame // 2**20}MiB, the server's default). A "
+    "larger push is refused before it is sent."
+)
 
 
 def _out(ctx: click.Context, as_json: bool, doc: object, table: Table | str) -> None:
@@ -115,6 +155,7 @@ def _with_connection(cmd: click.Command) -> None:
 @click.option(
     "--server-name", help="The name the service's certificate must carry (default: --host)."
 )
+@click.option("--server-max-frame", type=FrameSize(), metavar="BYTES", help=SERVER_MAX_FRAME_HELP)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -125,6 +166,7 @@ def command(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     server_name: str | None = None,
+    server_max_frame: int | None = None,
 ) -> None:
     """Create, push to, pull from and inspect streams of a running stream service."""
     if bool(tls_cert) != bool(tls_key):
@@ -137,6 +179,7 @@ def command(
         tls_cert=tls_cert,
         tls_key=tls_key,
         server_name=server_name,
+        server_max_frame=server_max_frame,
     )
 
 
@@ -161,6 +204,14 @@ def create(ctx: click.Context, name: str | None, partitions: int, as_json: bool)
 @click.argument("messages", nargs=-1)
 @partition_option
 @click.option("--stdin", is_flag=True, help="Push each line of standard input.")
+@click.option(
+    "--server-max-frame",
+    type=FrameSize(),
+    metavar="BYTES",
+    callback=_override,
+    expose_value=False,
+    help=SERVER_MAX_FRAME_HELP,
+)
 @json_option
 @click.pass_context
 def push(
@@ -177,7 +228,13 @@ def push(
         datas += [line.rstrip("\n").encode() for line in sys.stdin]
     if not datas:
         raise click.UsageError("nothing to push: give MESSAGES or --stdin")
-    indexes = _client(ctx).push_many(stream, datas, partition)
+    try:
+        indexes = _client(ctx).push_many(stream, datas, partition)
+    except PushTooLarge as e:  # nothing was sent; say which option lifts the client's limit
+        raise click.ClickException(
+            f"{e}; if the server takes larger frames, pass its --limits-max-frame as "
+            "--server-max-frame"
+        ) from e
     table = Table("index", "data", title=f"pushed to {stream}/{partition}")
     for i, d in zip(indexes, datas, strict=True):
         table.add_row(str(i), _text(d))
