@@ -39,6 +39,7 @@ from tests.nats_cluster import NatsCluster
 from tests.node.conftest import EVENTS_NS as NS
 from tests.node.conftest import NodeProcess, started_pair
 from tests.procs import process
+from tests.streams.jetstream_fixtures import read_to_head
 from tests.waiting import wait_until
 
 TTL = 2
@@ -85,9 +86,11 @@ def apply(chain: list[bytes], ev: object) -> list[bytes]:
 
 
 def journal(url: str, prefix: str) -> list[bytes]:
+    """The journal as the cluster holds it, through a fresh connection: up to the leader's head
+    (``read_to_head``: another process's direct get may briefly miss the nodes' last writes)."""
     log = JetStreamLog(url, prefix=prefix)
     try:
-        return [r.data for r in log.read(journal_stream(), 0, limit=100_000, partition=0)]
+        return [r.data for r in read_to_head(log, journal_stream())]
     finally:
         log.close()
 

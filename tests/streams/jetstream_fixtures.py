@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import require_peer
 from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from loglake.log import Record
+    from loglake.streams.jetstream import JetStreamLog
 
 
 def start_cluster(n: int) -> NatsCluster:
@@ -50,3 +56,22 @@ def js_log(cluster: NatsCluster):
     log = JetStreamLog(cluster.url, prefix=new_prefix(), replicas=cluster.n)
     yield log
     log.close()
+
+
+def read_to_head(
+    log: JetStreamLog, stream: str, partition: int = 0, timeout: float = 10.0
+) -> list[Record]:
+    """Every record of the partition, read through ``log`` once the read reaches the head the
+    stream's leader reports (``stream_info``, asked before each read). Why: a direct get is
+    served by any replica, and ``JetStreamLog`` is read-your-writes for its own pushes only
+    (docs/jetstream.md: "Across processes, a pull right after another process's push may
+    briefly miss it"); a test reading what another process or node wrote waits, bounded, for
+    that to be visible instead of asserting on a lagging replica's answer."""
+
+    def whole() -> list[Record] | None:
+        part = log.stream_info(stream).partitions[partition]
+        recs = log.read(stream, 0, limit=1_000_000, partition=partition)
+        end = recs[-1].index + 1 if recs else part.first_index
+        return recs if end >= part.next_index else None
+
+    return wait_until(whole, timeout, f"a read of {stream!r}/{partition} at the leader's head")
