@@ -6,6 +6,8 @@ partition counts from the cluster, retention as JetStream limits, gaps reported)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from loglake.log import StreamConfig, UnknownPartition, UnknownStream
@@ -27,6 +29,7 @@ from tests.log.test_conformance import (  # noqa: F401
     test_append_payloads_stores_data_only_records_like_append_many,
     test_create_stream_is_idempotent,
     test_create_stream_with_other_partitions_is_stream_exists,
+    test_grow_stream_adds_empty_partitions_and_keeps_the_others,
     test_indexes_start_at_zero_per_partition_and_increase_by_one,
     test_invalid_stream_names_are_rejected,
     test_read_payloads_is_index_and_data_of_read,
@@ -248,3 +251,190 @@ def test_serve_backend_processes_share_one_cluster(nats_r3, tmp_path) -> None:
         assert sealed_next(tmp_path / "d1", "shared", 1) == 3
     assert a.stderr is not None
     assert b"NATS JetStream" in a.stderr.read()
+
+
+def test_a_grown_stream_is_taken_up_by_another_process_while_it_reads(nats_r3) -> None:
+    """``grow_stream`` on the R3 cluster: the new partitions are JetStream streams configured as
+    partition 0 (R3, its limits), partition 0's count says 4 afterwards, and another process
+    that had learnt 2 — pulling partitions 0 and 1 all the while — reads them unchanged, pushes
+    to partition 3 and reports 4 partitions without being restarted."""
+    import threading
+
+    prefix = fx.new_prefix()
+    a = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    b = JetStreamLog(nats_r3.url, prefix=prefix, replicas=3)
+    stop, errors, reads = threading.Event(), [], [0]
+    try:
+        a.create_stream("g", StreamConfig(partitions=2, retention_records=1000))
+        a.push_many("g", 0, [b"a0", b"a1"])
+        a.push_many("g", 1, [b"b0"])
+        assert b.partitions("g") == 2
+        want = {0: fx.read_to_head(b, "g", 0), 1: fx.read_to_head(b, "g", 1)}
+        assert [r.data for r in want[0]] == [b"a0", b"a1"]
+
+        def reader() -> None:  # another process's pulls of the old partitions go on
+            try:
+                while not stop.is_set():
+                    for p in (0, 1):
+                        assert b.read("g", 0, limit=10, partition=p, lake=False) == want[p]
+                    reads[0] += 1
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        info = a.grow_stream("g", 4)
+        stop.set()
+        t.join(30)
+        assert not errors and reads[0] > 0, errors
+        assert [(p.partition, p.next_index) for p in info.partitions] == [
+            (0, 2),
+            (1, 1),
+            (2, 0),
+            (3, 0),
+        ]
+
+        def config(p: int):
+            return a.call(a.js.stream_info(a.js_name("g", p))).config
+
+        first = config(0)
+        assert first.metadata["loglake.partitions"] == "4"
+        for p in (2, 3):
+            made = config(p)
+            assert made.metadata == {
+                **first.metadata,
+                "loglake.partition": str(p),
+                "loglake.partitions": str(p + 1),  # the least the stream has once p exists
+            }
+            assert (made.num_replicas, made.max_msgs, made.subjects) == (
+                3,
+                1000,
+                [a.subject("g", p)],
+            )
+        # b learnt 2 partitions; a push to partition 3 asks the cluster again
+        assert b.push_many("g", 3, [b"d0"]) == [0]
+        assert b.partitions("g") == 4 and len(b.stream_info("g").partitions) == 4
+        assert fx.read_to_head(a, "g", 3)[0].data == b"d0"
+        assert a.grow_stream("g", 2).config.partitions == 4  # never shrinks
+        # a fresh process discovers 4
+        c = JetStreamLog(nats_r3.url, prefix=prefix)
+        try:
+            assert c.partitions("g") == 4
+        finally:
+            c.close()
+    finally:
+        stop.set()
+        a.close()
+        b.close()
+
+
+def test_the_count_never_names_a_partition_that_is_not_there(nats_single, monkeypatch) -> None:
+    """New partitions first, partition 0's count last: a grow that stops between the two (here
+    partition 0's update is refused) leaves the count as it was, so no process is sent to a
+    partition that does not exist; the next grow takes up the partitions already made."""
+    import nats.js.errors
+
+    log = JetStreamLog(nats_single.url, prefix=fx.new_prefix())
+    other = JetStreamLog(log.options)
+    try:
+        log.create_stream("h", StreamConfig(partitions=1))
+        log.push_many("h", 0, [b"x"])
+
+        async def refused(*args, **kwargs):
+            raise nats.js.errors.BadRequestError(description="refused for the test")
+
+        with monkeypatch.context() as m:
+            m.setattr(log.js, "update_stream", refused)
+            with pytest.raises(Exception, match="refused for the test"):
+                log.grow_stream("h", 3)
+        made = [log.call(log.js.stream_info(log.js_name("h", p))).config.name for p in (1, 2)]
+        assert made == [log.js_name("h", 1), log.js_name("h", 2)]
+        assert other.partitions("h") == 1
+        with pytest.raises(UnknownPartition):
+            other.push_many("h", 2, [b"y"])
+        assert log.grow_stream("h", 3).config.partitions == 3
+        assert other.push_many("h", 2, [b"y"]) == [0]
+        assert other.read_payloads("h", 0, partition=0) == [(0, b"x")]
+    finally:
+        log.close()
+        other.close()
+
+
+def _race(call, logs: list[JetStreamLog], args: tuple[int, ...]) -> list[BaseException]:
+    """``call(log, arg)`` for each pair at once (on threads released together); the errors."""
+    import threading
+
+    go, errors = threading.Barrier(len(logs)), []
+
+    def run(log: JetStreamLog, arg: int) -> None:
+        try:
+            go.wait(10)
+            call(log, arg)
+        except BaseException as e:
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=la) for la in zip(logs, args, strict=True)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    return errors
+
+
+def test_a_smaller_count_written_last_is_raised_again_by_the_next_grow(nats_single) -> None:
+    """The race's outcome made by hand: partition 0 says 2 while partitions 2 and 3 exist (a
+    grower to 4 wrote first, one to 2 last). The round every grow ends with looks for the
+    partition past the count, finds partition 2 made for 4, and writes 4 again."""
+    log = JetStreamLog(nats_single.url, prefix=fx.new_prefix())
+    try:
+        log.create_stream("s", StreamConfig(partitions=2))
+        log.grow_stream("s", 4)
+        first = log.call(log.js.stream_info(log.js_name("s", 0))).config
+        stale = {**first.metadata, "loglake.partitions": "2"}
+        log.call(log.js.update_stream(replace(first, metadata=stale)))
+        assert log.partitions("s") == 2
+        assert log.grow_stream("s", 2).config.partitions == 4
+        assert log.partitions("s") == 4
+    finally:
+        log.close()
+
+
+def test_racing_growers_settle_on_the_larger_count(nats_r3) -> None:
+    """Two processes grow one stream at once, to 3 and to 6. Partition 0's config has no
+    compare-and-set, so the smaller count may be written last; the grower that wrote it sees the
+    partition past it and writes the larger one again: at rest the count is 6, and every
+    partition it names exists."""
+    prefix = fx.new_prefix()
+    logs = [JetStreamLog(nats_r3.url, prefix=prefix, replicas=3) for _ in range(2)]
+    try:
+        for round_ in range(3):
+            name = f"r{round_}"
+            logs[0].create_stream(name, StreamConfig(partitions=1))
+            errors = _race(lambda lg, n, name=name: lg.grow_stream(name, n), logs, (3, 6))
+            assert not errors, errors
+            fresh = JetStreamLog(nats_r3.url, prefix=prefix)
+            try:
+                assert fresh.partitions(name) == 6
+                assert [p.partition for p in fresh.stream_info(name).partitions] == list(range(6))
+                assert fresh.push_many(name, 5, [b"z"]) == [0]
+            finally:
+                fresh.close()
+    finally:
+        for lg in logs:
+            lg.close()
+
+
+def test_the_stream_service_grows_a_stream_on_jetstream(js_log: JetStreamLog) -> None:
+    """A CREATE for more partitions over the stream service on ``--backend nats://…``: INIT for
+    every partition, the new ones empty (it was an ``error`` reply before)."""
+    from loglake.streams.client import StreamClient
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    with BackgroundServer(StreamService(js_log)) as srv, StreamClient(port=srv.port) as c:
+        c.create_stream("o", partitions=1)
+        assert c.push("o", b"a") == 0
+        c.create_stream("o", partitions=3)
+        assert c.partitions("o") == 3
+        assert c.push("o", b"c", partition=2) == 0
+        assert [m.data for m in c.pull("o", 0, 10)] == [b"a"]

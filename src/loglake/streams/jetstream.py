@@ -12,7 +12,9 @@ every other part). The mapping, and why:
   ``allow_direct`` so any current replica serves reads. The stream's metadata says which loglake
   stream and partition it is and how many partitions the stream has: that is how partition
   counts are discovered from the cluster (partition 0 is created last, so its existence means
-  all partitions exist).
+  all partitions exist). A stream grows the same way round (``grow_stream``): the new
+  partitions' streams first, then partition 0's count; a process learns of it when it asks for
+  a partition past the count it knew, or for the stream's info.
 - **the loglake index is the JetStream sequence − 1**. JetStream sequences are gapless unless
   someone deletes a message from the middle of the stream; a read that meets such a gap raises
   ``StreamGap`` (the part before the gap is served first) and ``gaps()`` reports every
@@ -107,6 +109,9 @@ TS_HEADER = "Loglake-Timestamp"
 DIRECT_GET = "$JS.API.DIRECT.GET.{}"
 PURGE = "$JS.API.STREAM.PURGE.{}"
 MAX_PULL_BYTES = 8 * 1024 * 1024
+MAX_GROW_ROUNDS = 50
+"""Rounds a ``grow_stream`` takes at most to see partition 0's count settle (each round reads
+it, and writes it when it is short); racing growers settle in a few."""
 READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
 READ_RETRY_FIRST, READ_RETRY_MAX = 0.005, 0.1
@@ -719,6 +724,98 @@ class JetStreamLog(Log):
             )
         return True
 
+    def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        """``Log.grow_stream`` on the cluster (the stream service's CREATE for more partitions,
+        as the Ockam reference's ``ensure_streams``): the new partitions' JetStream streams are
+        made first, configured as partition 0 is, then partition 0's ``loglake.partitions`` is
+        raised, so a process that reads the new count finds every partition it names. Readers
+        of the existing partitions are not touched; other processes take up the new count when
+        they next ask partition 0 (``stream_info``, ``partitions``, a partition they did not
+        know). A crash between the two steps leaves empty partition streams that the count does
+        not name yet; the next grow takes them up."""
+        check_stream_name(name)
+        self._check_js_name(name, partitions)
+        self._call(self._grow(name, partitions))
+        return self.stream_info(name)
+
+    async def _grow(self, name: str, target: int) -> None:
+        # JetStream has no compare-and-set on a stream's config: two processes growing at once
+        # may write partition 0's count in either order, the smaller last. So after each write
+        # (and before returning) the partitions just past the count are looked for: any there
+        # were made by a grower for a larger count, which is written again. The count never
+        # names a partition that does not exist; at rest it names every one. A new partition's
+        # config depends on its number alone (``loglake.partitions`` there is ``p + 1``, the
+        # least the stream has once it exists; partition 0's is the stream's count), so racing
+        # growers make the same stream and JetStream takes the second ``add_stream`` as a no-op.
+        for _ in range(MAX_GROW_ROUNDS):
+            have = await self._refresh(name)
+            if have >= target:
+                beyond = have
+                while await self._partition_info(name, beyond) is not None:
+                    await self._check_ours(name, beyond)
+                    beyond += 1
+                if beyond == have:
+                    self._partitions[name] = have
+                    return
+                target = beyond
+                continue
+            first = await self._partition_info(name, 0)
+            if first is None:  # deleted outside loglake meanwhile
+                self._forget(name)
+                raise UnknownStream(name)
+            template = first.config
+            for p in range(have, target):
+                await self._make_partition(name, p, template)
+            meta = {**(template.metadata or {}), META_PARTITIONS: str(target)}
+            cfg = dataclasses.replace(template, metadata=meta)
+            await self._retry(f"grow {name!r}", lambda cfg=cfg: self.js.update_stream(cfg))
+            log_event(logger, logging.INFO, "jetstream stream grown", stream=name,
+                      partitions=target, before=have)  # fmt: skip
+        raise JetStreamError(
+            f"grow {name!r}: partition 0's count did not settle after {MAX_GROW_ROUNDS} rounds"
+        )
+
+    async def _make_partition(self, name: str, p: int, template: jsapi.StreamConfig) -> None:
+        """Partition ``p``'s JetStream stream, configured as ``template`` (partition 0's); one
+        that is there already as this partition (a grower racing this one, or a grow that
+        stopped before it wrote partition 0's count) is taken as it is."""
+        meta = {**(template.metadata or {}), META_PARTITION: str(p), META_PARTITIONS: str(p + 1)}
+        cfg = dataclasses.replace(
+            template, name=self.js_name(name, p), subjects=[self.subject(name, p)], metadata=meta
+        )
+        try:
+            await self._retry(f"grow {name!r}", lambda: self.js.add_stream(cfg))
+        except JetStreamError:
+            if await self._partition_info(name, p) is None:
+                raise
+            await self._check_ours(name, p)
+
+    async def _check_ours(self, name: str, p: int) -> None:
+        """``JetStreamError`` unless the JetStream stream of partition ``p`` says it is that
+        partition of ``name`` (another client may have made one under the same name)."""
+        si = await self._partition_info(name, p)
+        meta = (si.config.metadata or {}) if si is not None else {}
+        if meta.get(META_STREAM) != name or meta.get(META_PARTITION) != str(p):
+            raise JetStreamError(
+                f"JetStream stream {self.js_name(name, p)!r} was not created by loglake for "
+                f"{name!r} (its metadata: {str(meta)[:200]})"
+            )
+
+    async def _refresh(self, name: str) -> int:
+        """The partition count partition 0 holds now (another process may have grown the
+        stream since this one learnt it). What this process acknowledged is kept, unlike
+        ``_forget``: its pulls stay read-your-writes."""
+        known = self._partitions.pop(name, None)
+        try:
+            n = await self._discover(name)
+        except UnknownStream:
+            if known is not None:  # deleted outside loglake: forget all of it
+                self._partitions[name] = known
+                self._forget(name)
+            raise
+        assert n is not None
+        return n
+
     async def _partition_info(self, name: str, p: int) -> Any:
         """The JetStream stream info of partition ``p`` of ``name``; None if that stream does
         not exist (deleted outside loglake)."""
@@ -820,14 +917,15 @@ class JetStreamLog(Log):
     async def _check(self, stream: str, partition: int) -> str:
         n = await self._discover(stream)
         assert n is not None
+        if partition >= n:  # another process may have grown the stream (``grow_stream``)
+            n = await self._refresh(stream)
         if not 0 <= partition < n:
             raise UnknownPartition(stream, partition, n)
         return self.js_name(stream, partition)
 
     def partitions(self, stream: str) -> int:
-        n = self._call(self._discover(stream))
-        assert n is not None
-        return n
+        """Partition 0's count, asked each time: another process may have grown the stream."""
+        return self._call(self._refresh(stream))
 
     def has_stream(self, name: str) -> bool:
         return self._call(self._discover(name, missing_ok=True)) is not None
@@ -852,8 +950,7 @@ class JetStreamLog(Log):
         return self._call(self._stream_info(name))
 
     async def _stream_info(self, name: str) -> StreamInfo:
-        n = await self._discover(name)
-        assert n is not None
+        n = await self._refresh(name)  # another process may have grown it
         parts = []
         for p in range(n):
             si = await self._partition_info(name, p)
