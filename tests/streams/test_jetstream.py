@@ -405,7 +405,12 @@ def test_racing_growers_settle_on_the_larger_count(nats_r3) -> None:
     partition past it and writes the larger one again: at rest the count is 6, and every
     partition it names exists."""
     prefix = fx.new_prefix()
-    logs = [JetStreamLog(nats_r3.url, prefix=prefix, replicas=3) for _ in range(2)]
+    # two R3 stream updates at once under a loaded CI machine took past the default 5 s once
+    # in ~130 runs: the timeout bounds a hang, the race is what is tested
+    logs = [
+        JetStreamLog(nats_r3.url, prefix=prefix, replicas=3, request_timeout=20.0)
+        for _ in range(2)
+    ]
     try:
         for round_ in range(3):
             name = f"r{round_}"
