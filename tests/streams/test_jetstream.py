@@ -408,8 +408,7 @@ def test_racing_growers_settle_on_the_larger_count(nats_r3) -> None:
     # two R3 stream updates at once under a loaded CI machine took past the default 5 s once
     # in ~130 runs: the timeout bounds a hang, the race is what is tested
     logs = [
-        JetStreamLog(nats_r3.url, prefix=prefix, replicas=3, request_timeout=20.0)
-        for _ in range(2)
+        JetStreamLog(nats_r3.url, prefix=prefix, replicas=3, request_timeout=20.0) for _ in range(2)
     ]
     try:
         for round_ in range(3):
