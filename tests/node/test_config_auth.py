@@ -9,6 +9,7 @@ import secrets
 import stat
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -321,11 +322,58 @@ def test_a_binary_token_file_is_one_line_naming_it(tmp_path: Path) -> None:
 
 def test_events_ports_overlapping_the_stream_service_are_refused() -> None:
     events = {"enabled": True, "transport": "http", "http_port": 9000}
-    with pytest.raises(ConfigError, match=r"http_port: 127.0.0.1:9000..\+3 overlaps \[streams\]"):
+    with pytest.raises(
+        ConfigError, match=r"http_port: the publisher's 127.0.0.1:9002 overlaps \[streams\]"
+    ):
         _cfg({"streams": {"port": 9002}, "http": {"port": 0}, "events": events})
     assert _cfg({"streams": {"port": 9004}, "http": {"port": 0}, "events": events})
     off = {"port": 9002, "enabled": False}  # a disabled stream service holds no port
     assert _cfg({"streams": off, "http": {"port": 0}, "events": events})
+
+
+def test_events_ports_are_one_per_role_run(tmp_path: Path) -> None:
+    """The check refused any listener on http_port..+3 whatever the roles; a node running two
+    roles binds two ports. A stream service on the third port, which the old rule refused,
+    starts beside them, and the roles listen where the check says."""
+    import socket
+
+    from loglake.node.runner import BackgroundNode
+    from tests.procs import free_consecutive_ports
+
+    first = free_consecutive_ports(3)
+    events = {
+        "enabled": True,
+        "transport": "http",
+        "roles": ["orchestrator", "broadcaster"],
+        "http_port": first,
+    }
+    data = {"data_dir": str(tmp_path), "console": False, "http": {"port": 0}, "events": events}
+    cfg = _cfg({**data, "streams": {"port": first + 2}})
+    with BackgroundNode(cfg) as node:
+        r = httpx.get(f"{node.url}/api/events", headers={"Authorization": f"Bearer {node.token}"})
+        assert r.json()["urls"] == {
+            "orchestrator": f"http://127.0.0.1:{first}",
+            "broadcaster": f"http://127.0.0.1:{first + 1}",
+        }
+        # the stream service holds the port past the roles'
+        with socket.socket() as s, pytest.raises(OSError):
+            s.bind(("127.0.0.1", first + 2))
+    with pytest.raises(ConfigError, match=rf"the broadcaster's 127.0.0.1:{first + 1} overlaps"):
+        _cfg({**data, "streams": {"port": first + 1}})
+
+
+def test_events_ports_past_65535_are_refused_by_the_roles_run() -> None:
+    """http_port was capped at 65532 for four roles; one role may listen on 65535, and four
+    from 65534 are refused naming the key, not a bind's OverflowError."""
+    events = {"enabled": True, "transport": "http", "http_port": 65535}
+    from loglake.events import Identity
+
+    broadcaster = Identity.generate().principal.to_str()
+    one = {**events, "roles": ["orchestrator"], "broadcasters": [broadcaster]}
+    assert _cfg({"http": {"port": 0}, "streams": {"port": 0}, "events": one}).events.http_port
+    four = {**events, "http_port": 65534}
+    with pytest.raises(ConfigError, match=r"http_port: 4 roles from 65534 need ports up to 65537"):
+        _cfg({"http": {"port": 0}, "streams": {"port": 0}, "events": four})
 
 
 def _os_refuses(http_host: str, streams_host: str) -> bool | None:
@@ -396,9 +444,9 @@ def test_port_0_never_clashes_and_events_ranges_compare_hosts_too() -> None:
     other = {**events, "http_host": "127.0.0.2"}
     assert _cfg({"streams": {"port": 9002}, "http": {"port": 9001}, "events": other})
     wild = {**events, "http_host": "0.0.0.0"}
-    with pytest.raises(ConfigError, match=r"0.0.0.0:9000..\+3 overlaps \[http\] 127.0.0.1:9001"):
+    with pytest.raises(ConfigError, match=r"0.0.0.0:9001 overlaps \[http\] 127.0.0.1:9001"):
         _cfg({"streams": {"port": 0}, "http": {"port": 9001}, "events": wild})
-    with pytest.raises(ConfigError, match=r"0.0.0.0:9000..\+3 overlaps \[streams\] 127.0.0.1:9003"):
+    with pytest.raises(ConfigError, match=r"0.0.0.0:9003 overlaps \[streams\] 127.0.0.1:9003"):
         _cfg({"streams": {"port": 9003}, "http": {"port": 0}, "events": wild})
 
 

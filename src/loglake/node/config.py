@@ -349,7 +349,7 @@ OPTIONS: tuple[Option, ...] = (
         "slow subscribers.",
     ),
     Option("events", "http_host", _str, "127.0.0.1", "(http) address the roles listen on."),
-    Option("events", "http_port", _int(0, 65532), 0, "(http) first role port (0: any)."),
+    Option("events", "http_port", _int(0, 65535), 0, "(http) first role port (0: any)."),
     Option("events", "directory", _path, None, "(http) JSON {principal: url} of other roles."),
     Option("events", "orchestrator", _str, None, "(http) principal of a remote orchestrator."),
     Option("events", "broadcasters", _names(), (), "(http) principals of remote broadcasters."),
@@ -652,17 +652,33 @@ def _check_events_http(cfg: NodeConfig) -> None:
             load_directory(ev.directory)
         except DirectoryError as e:
             raise ConfigError(f"[events] directory: {e}") from None
+    ports = role_ports(ev.roles, ev.http_port)
+    last = max(ports.values())
+    if last > 65535:
+        raise ConfigError(
+            f"[events] http_port: {len(ports)} roles from {ev.http_port} need ports up to "
+            f"{last}, past 65535"
+        )
     others = {"[http]": (cfg.http.host, cfg.http.port)}
     if cfg.streams.enabled:
         others["[streams]"] = (cfg.streams.host, cfg.streams.port)
     for name, (host, port) in others.items():
-        if ev.http_port and any(
-            _clash((ev.http_host, ev.http_port + i), (host, port)) for i in range(4)
-        ):
-            raise ConfigError(
-                f"[events] http_port: {ev.http_host}:{ev.http_port}..+3 overlaps {name} "
-                f"{host}:{port}"
-            )
+        for role, role_port in ports.items():
+            if _clash((ev.http_host, role_port), (host, port)):
+                raise ConfigError(
+                    f"[events] http_port: the {role}'s {ev.http_host}:{role_port} overlaps "
+                    f"{name} {host}:{port}"
+                )
+
+
+def role_ports(roles: tuple[str, ...], base: int) -> dict[str, int]:
+    """The port each ICRC role the node runs listens on with ``transport = "http"``, in the
+    order of ``ROLES``: ``base``, ``base + 1``, … one per role configured (all 0, any free port,
+    when ``base`` is 0). The config's clash check and the node's binds (``api/events_http.py``)
+    both read it: the check assumed four ports whatever the roles, and refused a listener on a
+    port the node never binds."""
+    ordered = [r for r in ROLES if r in roles]
+    return {r: (base + i if base else 0) for i, r in enumerate(ordered)}
 
 
 def embedded_default(

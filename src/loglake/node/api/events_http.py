@@ -3,7 +3,8 @@
 The in-process network (``events.py``) needs every role in the node. Here each role the node
 runs is served by the part's own adapter, ``events.HttpRoleServer`` (signed Candid over HTTP,
 the one ``loglake events serve`` runs), on the node's event loop, one port per role
-(``http_port`` + 0..3, or any free port). Roles elsewhere are reached through the
+(``http_port`` + 0, 1, … in the order orchestrator, broadcaster, publisher, subscriber, one
+per role run; or any free port: ``config.role_ports``). Roles elsewhere are reached through the
 ``directory`` file (``{"<principal>": "http://host:port"}``, as ``events serve`` reads it), so
 a node can run, say, only a publisher and a subscriber against a remote orchestrator.
 
@@ -34,9 +35,9 @@ from loglake.node.api.events import (
     registration_rows,
     replay_rows,
 )
+from loglake.node.config import role_ports
 
 INBOX_POLL_S = 0.2
-ROLE_ORDER = ("orchestrator", "broadcaster", "publisher", "subscriber")
 
 
 class EventsHttpHandle:
@@ -56,13 +57,12 @@ class EventsHttpHandle:
         from loglake.streams import LocalStreams
 
         self.loop = loop
-        self.roles = tuple(r for r in ROLE_ORDER if r in section.roles)
+        self.ports = role_ports(section.roles, section.http_port)
+        self.roles = tuple(self.ports)
         folder = ctx.data_dir / "events"
         self.ids = {r: _identity(folder, r, ctx.keys) for r in self.roles}
         self.principals = {r: i.principal for r, i in self.ids.items()}
         self.host = section.http_host
-        base = section.http_port
-        self.ports = {r: (base + i if base else 0) for i, r in enumerate(self.roles)}
         self.directory: dict[bytes, str] = (
             load_directory(section.directory) if section.directory else {}
         )
