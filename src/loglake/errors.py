@@ -104,3 +104,33 @@ def _last_exception_line(text: str) -> str | None:
                 found = lines[i]
         i += 1
     return found
+
+
+SHOWN_CHARS = 80
+"""How much of a value from outside an error message quotes."""
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its first ``limit`` characters, an ellipsis and its length. Why: messages
+    quote what the user gave (a config value, a stream name), and a 5000-character value made
+    a 5000-character error line that hid the words saying what was wrong."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` as an error message quotes it, cut as ``cut`` does; the length given is
+    the value's own (characters of a string, items of a list), which says more than its
+    repr's."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value)} characters"
+    elif isinstance(value, list | tuple | dict | set | frozenset):
+        size = f"{len(value)} item{'s' if len(value) != 1 else ''}"
+    else:
+        size = f"{len(text)} characters"
+    return f"{text[:limit]}… ({size})"

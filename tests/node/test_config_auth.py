@@ -261,6 +261,45 @@ def test_an_infinite_period_in_the_file_is_one_line_not_a_traceback(tmp_path: Pa
     assert len(out.splitlines()) == 1
 
 
+HUGE = 5000
+X, NINES, A_LOT_OF_A = "x" * HUGE, "9" * 4000, '"a",' * HUGE  # tomllib reads 4300 digits
+
+
+@pytest.mark.parametrize(
+    ("toml", "starts", "size"),
+    [
+        (f"[events]\nreplay_rate = {NINES}", "[events] replay_rate: expected", "4000 characters"),
+        (f'[archives]\nlayout = "{X}"', "[archives] layout: expected one of", "5000 characters"),
+        (f'[archives]\nstream = "{X}"', "[archives] stream: invalid stream", "5000 characters"),
+        (f'[events]\nroles = ["{X}"]', "[events] roles: 'xxx", "5000 characters"),
+        (f"[sds]\nparticipants = [{A_LOT_OF_A}]", "[sds] participants: names", "5000 items"),
+        (f'[limits]\nframe_timeout = "{X}"', "[limits] frame_timeout", "5000 characters"),
+        (f"[jobs]\n{X} = 1", "[jobs] xxx", "5000 characters"),
+    ],
+)
+def test_a_huge_value_is_quoted_in_part(tmp_path: Path, toml: str, starts: str, size: str) -> None:
+    """A 5000-character value made a 5000-character error line (twice that where the check's
+    own words quote it too): the quote is cut at 80 characters, with the value's size."""
+    out = _node_start_fails(tmp_path, toml + "\n")
+    assert out.startswith(f"Error: {starts}"), out[:200]
+    line = out.replace(str(tmp_path), "<tmp>")  # the file's name is the machine's
+    assert len(out.splitlines()) == 1 and len(line) < 400, len(line)
+    assert f"… ({size})" in out
+
+
+def test_a_huge_value_from_the_environment_is_quoted_in_part() -> None:
+    with pytest.raises(ConfigError) as e:
+        _cfg({"http": {"host": "h" * HUGE}, "streams": {"host": "h" * HUGE, "port": 8080}})
+    assert str(e.value).startswith(f"[streams] port: {'h' * 80}… (5000 characters):8080 clashes")
+    assert len(str(e.value)) < 300
+    with pytest.raises(ConfigError) as e:
+        _cfg({}, env={"LOGLAKE_HTTP_PORT": "8" * HUGE})
+    assert str(e.value) == (
+        f"[http] port: expected an integer 0-65535, got '{'8' * 79}… (5000 characters) "
+        "(from LOGLAKE_HTTP_PORT)"
+    )
+
+
 def _key_file(tmp_path: Path, rel: str, content: bytes, mode: int = 0o600) -> Path:
     path = tmp_path / "data" / rel
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import PIECE_LENGTH
+from loglake.errors import shown
 
 TRACKER_SCHEMES = ("http", "https", "udp")
 """Announce URL schemes BitTorrent clients speak: HTTP(S) trackers (BEP 3) and UDP trackers
@@ -56,12 +57,12 @@ def check_trackers(urls: object) -> tuple[str, ...]:
     out: list[str] = []
     for url in urls:
         if not isinstance(url, str):
-            raise ArchiveConfigError(f"tracker {url!r} is not a URL")
+            raise ArchiveConfigError(f"tracker {shown(url)} is not a URL")
         try:
             parts = urlsplit(url)
             parts.port  # noqa: B018 - raises ValueError for a bad port
         except ValueError as e:
-            raise ArchiveConfigError(f"tracker {url!r} is not a URL: {e}") from None
+            raise ArchiveConfigError(f"tracker {shown(url)} is not a URL: {e}") from None
         if (
             parts.scheme not in TRACKER_SCHEMES
             or not parts.hostname
@@ -69,7 +70,7 @@ def check_trackers(urls: object) -> tuple[str, ...]:
             or not _tracker_host(parts.netloc)
         ):
             raise ArchiveConfigError(
-                f"tracker {url!r} is not an announce URL (http://, https:// or udp://host[:port]/...)"
+                f"tracker {shown(url)} is not an announce URL (http://, https:// or udp://host[:port]/...)"
             )
         if url not in out:
             out.append(url)

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from icp_principal import Principal
 
-from loglake.errors import DecodeError, LoglakeError, RemoteProtocolError
+from loglake.errors import DecodeError, LoglakeError, RemoteProtocolError, shown
 
 ANONYMOUS = Principal.anonymous()
 DOMAIN_SEPARATOR = b"\x0cloglake-call"
@@ -71,11 +71,11 @@ class ReplayCacheFull(LoglakeError):
 
 def principal_from_text(text: str) -> Principal:
     if not isinstance(text, str) or text != text.lower():
-        raise PrincipalError(f"not a canonical (lower case) principal: {text!r}")
+        raise PrincipalError(f"not a canonical (lower case) principal: {shown(text)}")
     try:
         return Principal.from_str(text)
     except (ValueError, TypeError) as e:
-        raise PrincipalError(f"not a principal: {text!r} ({e})") from e
+        raise PrincipalError(f"not a principal: {shown(text)} ({e})") from e
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from loglake.errors import DecodeError, LoglakeError
+from loglake.errors import DecodeError, LoglakeError, shown
 from loglake.events.actions import Action, AppendEvents, Call, JobAction
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
@@ -519,9 +519,9 @@ def load_directory(path: str | Path) -> dict[bytes, str]:
     out = {}
     for k, v in raw.items():
         if not isinstance(v, str) or not v.startswith(("http://", "https://")):
-            raise DirectoryError(f"{path}: {k!r}: expected an http(s) URL, got {v!r}")
+            raise DirectoryError(f"{path}: {shown(k)}: expected an http(s) URL, got {shown(v)}")
         try:
             out[principal_from_text(k).bytes] = v.rstrip("/")
         except PrincipalError as e:
-            raise DirectoryError(f"{path}: {k!r}: {e}") from None
+            raise DirectoryError(f"{path}: {shown(k)}: {e}") from None
     return out

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Self
 
-from loglake.errors import DecodeError, LocalProtocolError, LoglakeError
+from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, shown
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -153,7 +153,7 @@ def ascii_digits(text: str | bytes) -> bool:
 def check_stream_name(name: str) -> str:
     if not isinstance(name, str) or not STREAM_NAME_RE.fullmatch(name):
         raise InvalidStreamName(
-            f"invalid stream name {name!r}: use 1-200 characters from A-Z a-z 0-9 _ . : -, "
+            f"invalid stream name {shown(name)}: use 1-200 characters from A-Z a-z 0-9 _ . : -, "
             "not starting with _ or ."
         )
     return name

@@ -31,7 +31,7 @@ from typing import Any
 
 import platformdirs
 
-from loglake.errors import LoglakeError
+from loglake.errors import LoglakeError, cut, shown
 from loglake.streams.limits import describe, limit_fields, parse_limit
 
 ROLES = ("orchestrator", "broadcaster", "publisher", "subscriber")
@@ -120,7 +120,7 @@ def _names(allowed: tuple[str, ...] | None = None) -> Check:
         if allowed is not None:
             bad = [x for x in v if x not in allowed]
             if bad:
-                raise ValueError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+                raise ValueError(f"{shown(bad[0])} is not one of {', '.join(allowed)}")
         if len(set(v)) != len(v):
             raise ValueError("names must not repeat")
         return tuple(v)
@@ -190,12 +190,17 @@ def _nats_prefix(v: Any) -> str:
     return check_prefix(_str(v))
 
 
+PATH_CHARS = 512
+"""How much of a path an error names: more than of other values (``errors.SHOWN_CHARS``), as a
+path's end names the file and real ones pass 80 characters (a pytest worker's tmp dir does)."""
+
+
 def _file(v: Any) -> Path:
     """A path that must be an existing file (a credentials file read when the node connects:
     a missing one surfaced as a connect timeout naming something else)."""
     path = _path(v)
     if not path.is_file():
-        raise ValueError(f"{path} is not a file")
+        raise ValueError(f"{cut(str(path), PATH_CHARS)} is not a file")
     return path
 
 
@@ -477,7 +482,7 @@ def load_config(
                 if origin == where and isinstance(raw, str) and o.toml_type is not None:
                     raise ValueError(f"expected {o.toml_type}")
             except ValueError as e:
-                raise ConfigError(f"{o.where}: {e}, got {raw!r} (from {origin})") from None
+                raise ConfigError(f"{o.where}: {e}, got {shown(raw)} (from {origin})") from None
         source[o.name] = origin
         (values[o.section] if o.section else top)[o.key] = value
     cfg = NodeConfig(
@@ -533,16 +538,18 @@ def _reject_unknown(file: Mapping[str, Any], where: str) -> None:
     for key, value in file.items():
         if key in SECTIONS:
             if not isinstance(value, dict):
-                raise ConfigError(f"[{key}]: expected a table, got {value!r} ({where})")
+                raise ConfigError(f"[{key}]: expected a table, got {shown(value)} ({where})")
             known = {o.key for o in OPTIONS if o.section == key}
             for k in value:
                 if k not in known:
                     raise ConfigError(
-                        f"[{key}] {k}: unknown key ({where}); known: {', '.join(sorted(known))}"
+                        f"[{key}] {cut(k)}: unknown key ({where}); "
+                        f"known: {', '.join(sorted(known))}"
                     )
         elif key not in known_top:
             raise ConfigError(
-                f"{key}: unknown key ({where}); top-level keys: {', '.join(sorted(known_top))}, "
+                f"{cut(key)}: unknown key ({where}); "
+                f"top-level keys: {', '.join(sorted(known_top))}, "
                 f"sections: {', '.join(sorted(SECTIONS))}"
             )
 
@@ -574,8 +581,9 @@ def _check_together(cfg: NodeConfig) -> None:
     http = (cfg.http.host, cfg.http.port)
     if cfg.streams.enabled and _clash((cfg.streams.host, cfg.streams.port), http):
         raise ConfigError(
-            f"[streams] port: {cfg.streams.host}:{cfg.streams.port} clashes with [http] "
-            f"{cfg.http.host}:{cfg.http.port} (one address, or a wildcard and any of its family)"
+            f"[streams] port: {cut(cfg.streams.host)}:{cfg.streams.port} clashes with [http] "
+            f"{cut(cfg.http.host)}:{cfg.http.port} (one address, or a wildcard and any of its "
+            "family)"
         )
 
 
@@ -644,7 +652,7 @@ def _check_events_http(cfg: NodeConfig) -> None:
     elif "broadcaster" not in roles and not ev.broadcasters:
         raise ConfigError("[events] broadcasters: the orchestrator needs a broadcaster")
     if ev.directory is not None and not Path(ev.directory).is_file():
-        raise ConfigError(f"[events] directory: {ev.directory} is not a file")
+        raise ConfigError(f"[events] directory: {cut(str(ev.directory), PATH_CHARS)} is not a file")
     if ev.directory is not None:  # read at start too: a bad file is the config's error
         from loglake.events.server import DirectoryError, load_directory
 
@@ -666,8 +674,8 @@ def _check_events_http(cfg: NodeConfig) -> None:
         for role, role_port in ports.items():
             if _clash((ev.http_host, role_port), (host, port)):
                 raise ConfigError(
-                    f"[events] http_port: the {role}'s {ev.http_host}:{role_port} overlaps "
-                    f"{name} {host}:{port}"
+                    f"[events] http_port: the {role}'s {cut(ev.http_host)}:{role_port} overlaps "
+                    f"{name} {cut(host)}:{port}"
                 )
 
 
