@@ -287,6 +287,13 @@ def test_a_huge_value_is_quoted_in_part(tmp_path: Path, toml: str, starts: str, 
     assert f"… ({size})" in out
 
 
+def test_a_number_past_int_conversion_limit_is_one_line(tmp_path: Path) -> None:
+    """tomllib raises int()'s ValueError past 4300 digits, not TOMLDecodeError: a traceback."""
+    out = _node_start_fails(tmp_path, f"[events]\nreplay_rate = {'9' * HUGE}\n")
+    assert out.startswith("Error: ") and "not a config file: Exceeds the limit" in out, out
+    assert len(out.splitlines()) == 1 and "sys.set_int_max_str_digits" not in out
+
+
 def test_a_huge_value_from_the_environment_is_quoted_in_part() -> None:
     with pytest.raises(ConfigError) as e:
         _cfg({"http": {"host": "h" * HUGE}, "streams": {"host": "h" * HUGE, "port": 8080}})

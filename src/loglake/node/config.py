@@ -446,6 +446,9 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {e.start})") from None
+    except ValueError as e:  # tomllib lets int()'s limit through: 4300 digits (the part before
+        # its "; use sys.set_int_max_str_digits()" is for programmers)
+        raise ConfigError(f"{path}: not a config file: {str(e).split(';')[0]}") from None
 
 
 def load_config(
