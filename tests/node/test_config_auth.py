@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from loglake.node.auth import TokenFileError, load_or_create_token
 from loglake.node.command import command
 from loglake.node.config import OPTIONS, ConfigError, load_config
+from tests.conftest import require_peer
 
 
 def _cfg(data: dict, env: dict | None = None, flags: dict | None = None):
@@ -472,8 +473,9 @@ def test_role_ports_clash_as_the_os_says(http_host: str, streams_host: str, clas
     """The stream port was compared with the HTTP port alone: two listeners on different
     addresses with one port were refused though both bind."""
     os_says = _os_refuses(http_host, streams_host)
-    if os_says is None:
-        pytest.skip(f"this machine cannot listen on {http_host} or {streams_host}")
+    require_peer(  # ::1 and :: need IPv6 on the loopback interface
+        f"listening on {http_host} and {streams_host}", os_says is not None, "IPv6 loopback"
+    )
     assert os_says is clash  # the expectation is the OS's
     data = {"http": {"host": http_host, "port": 9000}, "streams": {"host": streams_host}}
     data["streams"]["port"] = 9000
