@@ -162,7 +162,7 @@ def test_serve_answers_a_push_to_a_deleted_stream_at_once_and_creates_it_again(j
             c.push("e", b"lost")
         assert time.monotonic() - t0 < 1.5
         c.create_stream("e")
-        assert c.push("e", b"new") == 0
+        assert c.push("e", b"new") == 1  # past the old record's index (0), not 0 again
         assert [m.data for m in c.pull("e", 0, 10)] == [b"new"]
 
 
@@ -300,8 +300,9 @@ def test_a_partition_deleted_outside_loglake_is_made_again_by_create_stream(jlog
     """An operator's ``nats stream rm`` of partition 1 of 3. Before: reads of it raised
     ``UnknownStream`` for good, and ``create_stream`` (which the module says makes a deleted
     stream again) found partition 0 and returned — then raised ``UnknownStream`` itself from
-    the stream info that follows. Now the missing partition is made again (empty, indexes from
-    0), configured like partition 0, and the others keep their records."""
+    the stream info that follows. Now the missing partition is made again (empty, its indexes
+    going on past the old ones), configured like partition 0, and the others keep their
+    records."""
     jlog.create_stream("p", StreamConfig(partitions=3, retention_ms=3_600_000))
     for p in range(3):
         jlog.push_many("p", p, [b"a%d" % p, b"b%d" % p])
@@ -310,14 +311,15 @@ def test_a_partition_deleted_outside_loglake_is_made_again_by_create_stream(jlog
         jlog.read_payloads("p", 0, partition=1)
 
     info = jlog.create_stream("p", StreamConfig(partitions=3))
-    assert [(q.first_index, q.next_index) for q in info.partitions] == [(0, 2), (0, 0), (0, 2)]
+    assert [(q.first_index, q.next_index) for q in info.partitions] == [(0, 2), (2, 2), (0, 2)]
     assert jlog.read_payloads("p", 0, partition=1) == []
-    assert jlog.push_many("p", 1, [b"new"]) == [0]
-    assert jlog.read_payloads("p", 0, partition=1) == [(0, b"new")]
+    assert jlog.push_many("p", 1, [b"new"]) == [2]
+    assert jlog.read_payloads("p", 0, partition=1) == [(2, b"new")]
     assert jlog.read_payloads("p", 0, partition=2) == [(0, b"a2"), (1, b"b2")]
     made = jlog.call(jlog.js.stream_info(jlog.js_name("p", 1))).config
     first = jlog.call(jlog.js.stream_info(jlog.js_name("p", 0))).config
     assert made.metadata == {**first.metadata, "loglake.partition": "1"}
+    assert (made.first_seq, first.first_seq) == (3, None)  # index 2 is sequence 3
     assert (made.max_age, made.num_replicas, made.subjects) == (
         first.max_age,
         first.num_replicas,
@@ -330,7 +332,7 @@ def test_a_partition_deleted_outside_loglake_is_made_again_by_create_stream(jlog
     other = JetStreamLog(jlog.options)
     try:
         assert other.partitions("p") == 3
-        assert other.read_payloads("p", 0, partition=1) == [(0, b"new")]
+        assert other.read_payloads("p", 0, partition=1) == [(2, b"new")]
     finally:
         other.close()
 
@@ -346,6 +348,89 @@ def test_create_stream_remakes_partition_zero_last_when_it_was_deleted_too(jlog)
     jlog.create_stream("z", StreamConfig(partitions=3))
     assert jlog.read_payloads("z", 0, partition=1) == [(0, b"kept")]
     assert [jlog.push_many("z", p, [b"x"]) for p in (0, 2)] == [[0], [0]]
+
+
+def test_a_stream_made_again_goes_on_past_the_indexes_used_before(
+    cluster, tmp_path, caplog
+) -> None:
+    """An operator's ``nats stream rm`` of a partition, then of the whole stream, each made
+    again by ``create_stream``. Before: the new JetStream stream started at sequence 1, so the
+    indexes restarted at 0: the consumer whose saved index was 5 skipped the first five new
+    records, and index 0 named an old record and a new one. Now the new stream's
+    ``first_seq`` is past every index known used: what this process pushed, and the highest
+    index a consumer saved (a fresh process knows only that one)."""
+    import logging
+
+    opts = dict(prefix=fx.new_prefix(), replicas=cluster.n, request_timeout=5.0)
+    log = JetStreamLog(cluster.url, **opts)
+    try:
+        log.create_stream("r", StreamConfig(partitions=2))
+        assert log.push_many("r", 0, [b"old%d" % i for i in range(5)]) == list(range(5))
+        log.push_many("r", 1, [b"a", b"b", b"c"])
+        log.save_index("reader", "r", 5)  # it read all five
+        log.save_index("reader", "r", 2, partition=1)
+
+        log.call(log.js.delete_stream(log.js_name("r", 1)))  # one partition
+        with caplog.at_level(logging.WARNING, logger="loglake.streams.jetstream"):
+            info = log.create_stream("r", StreamConfig(partitions=2))
+        assert (info.partitions[1].first_index, info.partitions[1].next_index) == (3, 3)
+        assert log.push_many("r", 1, [b"new1"]) == [3]  # past this process's pushes (0..2)
+        remade = [r for r in caplog.records if "made again" in r.getMessage()]
+        assert remade and remade[-1].fields["first_indexes"] == {"1": 3}  # type: ignore[attr-defined]
+
+        for p in range(2):  # the whole stream
+            log.call(log.js.delete_stream(log.js_name("r", p)))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="loglake.streams.jetstream"):
+            log.create_stream("r", StreamConfig(partitions=2))
+        remade = [r for r in caplog.records if "past the indexes used" in r.getMessage()]
+        assert remade[-1].fields["first_indexes"] == {"0": 5, "1": 4}  # type: ignore[attr-defined]
+        assert log.push_many("r", 0, [b"new0", b"new1"]) == [5, 6]
+        assert log.push_many("r", 1, [b"x"]) == [4]
+        # the consumer resumes where it was and reads exactly the new records
+        start = log.get_index("reader", "r")
+        assert start == 5
+        assert log.read_payloads("r", start) == [(5, b"new0"), (6, b"new1")]
+        # partition 0's first_seq is its own: a grow neither copies it nor trips on it
+        log.grow_stream("r", 3)
+        assert log.push_many("r", 2, [b"grown"]) == [0]
+    finally:
+        log.close()
+
+    # a fresh process (nothing acknowledged in memory) learns the used indexes from the bucket
+    fresh = JetStreamLog(cluster.url, **opts)
+    try:
+        fresh.save_index("far", "r", 9)
+        fresh.call(fresh.js.delete_stream(fresh.js_name("r", 0)))
+        fresh.create_stream("r", StreamConfig(partitions=2))
+        assert fresh.stream_info("r").partitions[0].first_index == 9
+        assert fresh.push_many("r", 0, [b"after"]) == [9]
+        assert fx.read_to_head(fresh, "r", 1)[-1].data == b"x"  # partition 1 kept its records
+    finally:
+        fresh.close()
+
+
+def test_a_stream_made_again_goes_on_past_another_process_s_sealed_lake(jlog, tmp_path) -> None:
+    """The lake holds files another process sealed past what this process pushed: a stream
+    made again starts past the lake's end (``lake_dir``), so a lake file and a new record
+    never share an index, and a read from 0 is the old history then the new records."""
+    jlog.create_stream("l")
+    assert jlog.push_many("l", 0, [b"mine%d" % i for i in range(3)]) == [0, 1, 2]
+    other = JetStreamLog(jlog.options)  # another process: pushes 3..9 and seals 0..9
+    try:
+        other.push_many("l", 0, [b"theirs%d" % i for i in range(3, 10)])
+        fx.read_to_head(other, "l")
+        JetStreamSealer(other, tmp_path).seal(["l"])
+    finally:
+        other.close()
+    assert sealed_next(tmp_path, "l", 0) == 10
+
+    jlog.call(jlog.js.delete_stream(jlog.js_name("l", 0)))
+    jlog.create_stream("l")
+    assert jlog.push_many("l", 0, [b"new"]) == [10]  # not 3 (this process's end), nor 0
+    got = jlog.read_payloads("l", 0)
+    assert [i for i, _ in got] == list(range(11))
+    assert got[2:4] == [(2, b"mine2"), (3, b"theirs3")] and got[-1] == (10, b"new")
 
 
 def test_a_purge_between_two_batches_of_one_read_is_not_a_gap(jlog, monkeypatch, caplog) -> None:

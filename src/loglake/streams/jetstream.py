@@ -55,7 +55,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -522,6 +522,9 @@ class JetStreamLog(Log):
         self._acked: dict[str, int] = {}
         """Per JetStream stream: the highest sequence this process saw acknowledged (a read
         from a replica behind it waits for the replica: read-your-writes)."""
+        self._acked_gone: dict[str, int] = {}
+        """What ``_forget`` dropped from ``_acked``: a partition deleted outside loglake and
+        made again starts past it (``_first_indexes``)."""
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid():x}-{time.time_ns():x}-"
         self._closed = False
@@ -665,6 +668,8 @@ class JetStreamLog(Log):
             self._forget(name)  # partition 0 went meanwhile: made as a new stream below
         config = config or StreamConfig()
         n = config.partitions
+        # the name may have been used before (deleted outside loglake): start past its indexes
+        firsts = await self._first_indexes(name, range(n))
         for p in reversed(range(n)):  # partition 0 last: its existence means all exist
             cfg = jsapi.StreamConfig(
                 name=self.js_name(name, p),
@@ -682,18 +687,19 @@ class JetStreamLog(Log):
                 max_msgs=config.retention_records if config.retention_records is not None else None,
                 metadata={META_STREAM: name, META_PARTITION: str(p), META_PARTITIONS: str(n)},
             )
-            await self._retry(f"create {name!r}", lambda cfg=cfg: self.js.add_stream(cfg))
+            await self._add_partition(name, p, cfg, firsts[p])
         self._partitions[name] = n
         self._configs[name] = config
         log_event(logger, logging.INFO, "jetstream stream created", stream=name, partitions=n)
+        self._log_remade(name, firsts)
 
     async def _remake_missing(self, name: str, n: int) -> bool:
         """Make again, empty and configured as partition 0, the partitions of ``name`` whose
         JetStream streams were deleted outside loglake (``nats stream rm`` of one partition):
         reads of them raised ``UnknownStream`` and ``create_stream`` found the stream existing
-        (partition 0 is there), so nothing could bring them back. Their records are gone and
-        their indexes start at 0 again. False if partition 0 itself is missing (then the whole
-        stream is made again, partition 0 last)."""
+        (partition 0 is there), so nothing could bring them back. Their records are gone; their
+        indexes go on past every index known used (``_first_indexes``). False if partition 0
+        itself is missing (then the whole stream is made again, partition 0 last)."""
         template: jsapi.StreamConfig | None = None
         missing = []
         for p in range(n):
@@ -706,14 +712,16 @@ class JetStreamLog(Log):
             if p == 0:
                 template = si.config
         assert template is not None
+        firsts = await self._first_indexes(name, missing) if missing else {}
         for p in reversed(missing):  # partition 0 stays: only the missing ones are made
             cfg = dataclasses.replace(
                 template,
                 name=self.js_name(name, p),
                 subjects=[self.subject(name, p)],
                 metadata={**(template.metadata or {}), META_PARTITION: str(p)},
+                first_seq=None,  # partition 0's own, if it was made again: not this one's
             )
-            await self._retry(f"create {name!r}", lambda cfg=cfg: self.js.add_stream(cfg))
+            await self._add_partition(name, p, cfg, firsts[p])
         if missing:
             log_event(
                 logger,
@@ -721,8 +729,101 @@ class JetStreamLog(Log):
                 "jetstream partitions deleted outside loglake made again (empty)",
                 stream=name,
                 partitions=missing,
+                first_indexes={str(p): firsts[p] for p in missing},
             )
         return True
+
+    async def _add_partition(
+        self, name: str, p: int, cfg: jsapi.StreamConfig, first_index: int
+    ) -> None:
+        """Make partition ``p``'s JetStream stream with ``cfg``, its first index
+        ``first_index`` (JetStream's ``first_seq`` is the first index + 1). A stream already
+        there with the same config is JetStream's no-op, as before. With a first index, one
+        there with another (a partition that outlived the deletion of partition 0, or a
+        process racing this one that chose another first index) is taken as it is, if it is
+        this partition of ``name``: JetStream compares ``first_seq`` too."""
+        if first_index:
+            cfg = dataclasses.replace(cfg, first_seq=first_index + 1)
+        try:
+            await self._retry(f"create {name!r}", lambda: self.js.add_stream(cfg))
+        except JetStreamError:
+            if not first_index or await self._partition_info(name, p) is None:
+                raise
+            await self._check_ours(name, p)
+
+    async def _first_indexes(self, name: str, partitions: Iterable[int]) -> dict[int, int]:
+        """The first index each of ``partitions`` of ``name`` is (re)made at: past every index
+        loglake knows was used there, so a stream deleted outside loglake (``nats stream rm``)
+        and made again never hands an index out twice. A new JetStream stream starts at
+        sequence 1, and its indexes at 0, while consumers' saved indexes in the bucket and the
+        sealed lake's files still name the old ones: a consumer would skip the first new
+        records, and the lake would hold old records under new records' indexes. The highest
+        of: what this process saw acknowledged (``_acked``, kept past ``_forget``), the end of
+        the partition's lake files (with ``lake_dir``), and the highest consumer index saved
+        for the partition. 0 for a name never used."""
+        saved = await self._saved_indexes(name)
+        lake = await asyncio.to_thread(self._lake_ends, name, list(partitions))
+        out = {}
+        for p, lake_next in lake.items():
+            js = self.js_name(name, p)
+            acked = max(self._acked.get(js, 0), self._acked_gone.get(js, 0))
+            out[p] = max(acked, lake_next, saved.get(p, 0))
+        return out
+
+    def _lake_ends(self, name: str, partitions: list[int]) -> dict[int, int]:
+        """One past the last index of each partition's lake files (0 without ``lake_dir`` or
+        files): the sealer of any process may have written them (``jetstream_seal``)."""
+        from loglake.log.lake import list_lake_files
+        from loglake.log.lake_schema import lake_partition_dir
+
+        out = {}
+        for p in partitions:
+            files = (
+                list_lake_files(lake_partition_dir(self.options.lake_dir, name, p))
+                if self.options.lake_dir
+                else []
+            )
+            out[p] = max((f.last + 1 for f in files), default=0)
+        return out
+
+    async def _saved_indexes(self, name: str) -> dict[int, int]:
+        """``{partition: highest consumer index saved}`` for ``name`` in the index bucket. What
+        it costs: one stream info of the bucket filtered on the stream's keys (every consumer
+        and partition, ``c*.s<name>.*``), then a get per key found. Acceptable: it runs only
+        when a stream or partition is made, and a stream with no consumers costs the one
+        request."""
+        bucket = self.index_bucket
+        pre = f"$KV.{bucket}."
+
+        async def subjects() -> list[str]:
+            info = await self.js.stream_info(
+                f"KV_{bucket}", subjects_filter=f"{pre}*.s{_b64(name)}.*"
+            )
+            return list(info.state.subjects or {})
+
+        out: dict[int, int] = {}
+        for subject in await self._retry("index list", subjects, self.options.request_timeout):
+            key = subject[len(pre) :]
+            parsed = _parse_key(key)
+            if parsed is None or parsed[1] != name:
+                continue
+            entry = await self._kv_get(key)
+            value = decode_index_value(entry.value) if entry is not None else None
+            if value is not None:  # a value that is not an index names none
+                out[parsed[2]] = max(out.get(parsed[2], 0), value[0])
+        return out
+
+    def _log_remade(self, name: str, firsts: dict[int, int]) -> None:
+        """Log the partitions of a stream made past indexes used before (not a new name)."""
+        used = {str(p): first for p, first in sorted(firsts.items()) if first}
+        if used:
+            log_event(
+                logger,
+                logging.WARNING,
+                "jetstream stream made again past the indexes used before",
+                stream=name,
+                first_indexes=used,
+            )
 
     def grow_stream(self, name: str, partitions: int) -> StreamInfo:
         """``Log.grow_stream`` on the cluster (the stream service's CREATE for more partitions,
@@ -781,7 +882,11 @@ class JetStreamLog(Log):
         stopped before it wrote partition 0's count) is taken as it is."""
         meta = {**(template.metadata or {}), META_PARTITION: str(p), META_PARTITIONS: str(p + 1)}
         cfg = dataclasses.replace(
-            template, name=self.js_name(name, p), subjects=[self.subject(name, p)], metadata=meta
+            template,
+            name=self.js_name(name, p),
+            subjects=[self.subject(name, p)],
+            metadata=meta,
+            first_seq=None,  # partition 0's, if it was made again (``_first_indexes``)
         )
         try:
             await self._retry(f"grow {name!r}", lambda: self.js.add_stream(cfg))
@@ -886,7 +991,10 @@ class JetStreamLog(Log):
         """Drop what this process remembers of ``stream`` (partition count, config, acked
         sequences): the next call asks the cluster again."""
         for p in range(self._partitions.pop(stream, 0)):
-            self._acked.pop(self.js_name(stream, p), None)
+            name = self.js_name(stream, p)
+            seq = self._acked.pop(name, None)
+            if seq is not None:
+                self._acked_gone[name] = max(self._acked_gone.get(name, 0), seq)
         self._configs.pop(stream, None)
 
     async def _deleted(self, stream: str, partition: int) -> bool:
