@@ -145,6 +145,25 @@ def test_a_stream_deleted_outside_loglake_is_unknown_at_once_and_can_be_made_aga
     assert jlog.read_payloads("d", 0, partition=2) == [(0, b"new")]
 
 
+def test_has_stream_asks_the_cluster_after_another_process_deleted_it(cluster) -> None:
+    """Before: ``has_stream`` answered from this process's memory (``_discover`` returns the
+    cached count), so a stream deleted by another client (nats-py, as ``nats stream rm``)
+    stayed True here until this process happened to read or push it."""
+    opts = dict(prefix=fx.new_prefix(), replicas=cluster.n)
+    a, b = JetStreamLog(cluster.url, **opts), JetStreamLog(cluster.url, **opts)
+    try:
+        a.create_stream("h", StreamConfig(partitions=2))
+        assert b.partitions("h") == 2 and b.has_stream("h")  # b has learnt it
+        a.call(a.js.delete_stream(a.js_name("h", 0)))
+        assert not b.has_stream("h")
+        assert not b.has_stream("never")
+        b.create_stream("h", StreamConfig(partitions=2))  # made again, partition 0 last
+        assert a.has_stream("h") and b.has_stream("h")
+    finally:
+        a.close()
+        b.close()
+
+
 def test_serve_answers_a_push_to_a_deleted_stream_at_once_and_creates_it_again(jlog) -> None:
     """Through the stream service: before, the push waited out ``push_timeout`` and the stream
     service's create found the stream "existing" (this process's memory), so the client could

@@ -1036,7 +1036,23 @@ class JetStreamLog(Log):
         return self._call(self._refresh(stream))
 
     def has_stream(self, name: str) -> bool:
-        return self._call(self._discover(name, missing_ok=True)) is not None
+        """Whether the cluster holds ``name``: partition 0's JetStream stream, asked each time
+        (one request), as ``partitions`` does. Before, a name this process had learnt was
+        answered from its memory, True after the stream was deleted outside loglake (``nats
+        stream rm``), so a caller that creates what is missing (the stream service's CREATE)
+        did not make it again until a read or push here found it gone. A stream found gone
+        is forgotten; one grown by another process is taken up. No caller asks it per record
+        or per pull: the stream service's and the node's CREATE, the node's consumers list
+        (once per stream), ``Streams.get_index`` (a consumer's resume) and one-off jobs, so
+        the request is not cached."""
+        return self._call(self._has_stream(name))
+
+    async def _has_stream(self, name: str) -> bool:
+        try:
+            await self._refresh(name)
+        except UnknownStream:
+            return False
+        return True
 
     def streams(self) -> list[str]:
         return self._call(self._streams())
