@@ -4,6 +4,7 @@ stream (issue 18). No Spark: these are the calls the source makes on the driver 
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
@@ -192,3 +193,85 @@ def test_retention_overtaking_a_url_read_between_pulls_is_live_history_gone(tmp_
                 next(batches)
     finally:
         log.close()
+
+
+def _lost_warnings(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name == "loglake.pipeline.datasource"
+    ]
+
+
+def test_fail_on_data_loss_false_skips_a_removed_range_with_a_warning(tmp_path, caplog):
+    # Spark's Kafka source, failOnDataLoss=false: the lost offsets are logged and the read goes
+    # on from the earliest still held. Default (true): LiveHistoryGone, as before
+    from loglake.pipeline.datasource import RangeSplit, read_range
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+    base = {"data_dir": str(tmp_path), "stream": "s"}
+    with pytest.raises(LiveHistoryGone, match=f"indexes 0..{first - 1} are in neither"):
+        list(read_range(parse_options(base), RangeSplit(0, 0, 60)))
+    assert _lost_warnings(caplog) == []
+    opts = parse_options({**base, "failOnDataLoss": "false"})
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        got = pa.Table.from_batches(list(read_range(opts, RangeSplit(0, 0, 60))))
+    assert got.column("index").to_pylist() == list(range(first, 60))
+    assert got.column("data").to_pylist() == [b"r%d" % i for i in range(first, 60)]
+    (warning,) = _lost_warnings(caplog)
+    assert f"stream 's' partition 0: indexes 0..{first - 1} are in neither" in warning
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.fields == {  # type: ignore[attr-defined]
+        "stream": "s",
+        "partition": 0,
+        "lost_first": 0,
+        "lost_last": first - 1,
+    }
+    caplog.clear()  # a range wholly lost reads nothing, and says so
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        assert list(read_range(opts, RangeSplit(0, 2, 7))) == []
+    assert ["indexes 2..6 are in neither" in w for w in _lost_warnings(caplog)] == [True]
+
+
+def test_fail_on_data_loss_false_skips_a_gap_retention_made_between_pulls(
+    tmp_path, monkeypatch, caplog
+):
+    # the lost range in the middle of a read (over url, between two pulls): the rows before and
+    # after it, each once, and the warning names only what is gone
+    from loglake.pipeline.datasource import RangeSplit, read_range
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    monkeypatch.setattr(livelog, "READ_BATCH", 10)
+    log = open_log(tmp_path)
+    try:
+        _sixty_records(log)
+        with BackgroundServer(StreamService(log)) as srv:
+            opts = parse_options(
+                {"url": f"loglake://127.0.0.1:{srv.port}", "stream": "s", "failOnDataLoss": "FALSE"}
+            )
+            batches = read_range(opts, RangeSplit(0, 0, 60))
+            rows = next(batches).column("index").to_pylist()
+            log.truncate_before("s", 40)
+            first = log.stream_info("s").partitions[0].first_index
+            with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+                rows += [i for b in batches for i in b.column("index").to_pylist()]
+    finally:
+        log.close()
+    assert rows == [*range(10), *range(first, 60)]
+    (warning,) = _lost_warnings(caplog)
+    assert f"indexes 10..{first - 1} are in neither" in warning
+
+
+def test_fail_on_data_loss_false_starts_a_query_at_the_first_kept_index(tmp_path, caplog):
+    # Kafka's source with failOnDataLoss=false: a starting offset out of range is reported as a
+    # warning and the query starts at the earliest offset still held
+    from loglake.pipeline.datasource import LoglakeDataSource
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+    opts = {"data_dir": str(tmp_path), "stream": "s", "startingOffsets": '{"0": 3}'}
+    reader = LoglakeDataSource({**opts, "failOnDataLoss": "false"}).streamReader(None)
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        assert reader.initialOffset() == {"0": first}
+    (warning,) = _lost_warnings(caplog)
+    assert f"stream 's' partition 0: indexes 3..{first - 1} are in neither" in warning

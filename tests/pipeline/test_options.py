@@ -182,3 +182,20 @@ def test_a_data_dir_is_parsed_without_the_nats_client_stack(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, True), ("true", True), ("false", False), ("False", False)]
+)
+def test_fail_on_data_loss_is_kafkas_boolean_default_true(tmp_path, value, expected):
+    # Spark's Kafka source: failOnDataLoss, "true" or "false" in any case, default true
+    given = {} if value is None else {"failOnDataLoss": value}
+    opts = parse_options({"data_dir": str(tmp_path), "stream": "s", **given})
+    assert opts.fail_on_data_loss is expected
+
+
+@pytest.mark.parametrize("value", ["no", "0", "1", "yes", "flase", " false"])
+def test_fail_on_data_loss_that_is_not_a_boolean_is_rejected(tmp_path, value):
+    with pytest.raises(BadOption, match="expected true or false") as e:
+        parse_options({"data_dir": str(tmp_path), "stream": "s", "failondataloss": value})
+    assert e.value.option == "failOnDataLoss" and e.value.value == value

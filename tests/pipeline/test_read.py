@@ -206,3 +206,37 @@ def test_plain_python_source_reports_the_bad_option(spark, tmp_path):
             "stream", "nope"
         ).option("nativeSealed", "false").load().count()
     assert "stream='nope'" in str(e.value)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_fail_on_data_loss_in_a_batch_read_whose_plan_retention_overtook(spark, tmp_path, native):
+    # read() plans the live tail on the driver; retention removing its head before the action
+    # is LiveHistoryGone (failOnDataLoss, default true), or with false the records still held,
+    # each once (Kafka's batch source takes the option too)
+    from loglake.log import Entry, StreamConfig, open_log
+    from loglake.pipeline.errors import LiveHistoryGone
+    from loglake.pipeline.read import read_options
+
+    with open_log(tmp_path) as log:
+        log.create_stream("ev", StreamConfig(segment_bytes=2048, seal_to_lake=False))
+        for i in range(20):
+            log.append_many("ev", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+    base = {"data_dir": str(tmp_path), "stream": "ev", "startIndex": "10"}
+    if not native:
+        base["nativeSealed"] = "false"
+    strict = read_options(spark, base)
+    lossy = read_options(spark, {**base, "failOnDataLoss": "false"})
+    assert strict.count() == lossy.count() == 190
+    with open_log(tmp_path) as log:
+        log.truncate_before("ev", 120)
+        first = log.stream_info("ev").partitions[0].first_index
+    assert 10 < first <= 120
+    got = rows_of(lossy)
+    assert got == {(0, i): b"r%d" % i for i in range(first, 200)}
+    # the plan (read()'s live ranges; the Python source's splits, kept by the DataFrame) was
+    # made before retention ran
+    with pytest.raises(Exception) as e:
+        strict.collect()
+    gone = task_error(e.value)
+    assert isinstance(gone, LiveHistoryGone), str(e.value)[:500]
+    assert f"indexes 10..{first - 1} are in neither" in str(gone)

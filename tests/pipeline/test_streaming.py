@@ -63,12 +63,10 @@ def test_restart_from_checkpoint_picks_up_new_records_once(spark, tmp_path):
     assert sink_rows(spark, out) == expected_rows(expected)
 
 
-def test_a_checkpoint_past_retention_fails_the_query_with_live_history_gone(spark, tmp_path):
-    # Kafka's failOnDataLoss: a resumed query whose next offsets retention removed used to
-    # skip them silently (the sink went 0..49, then 120..149)
-    from loglake.errors import task_error
+def _resume_past_retention(spark, tmp_path, **options) -> tuple:
+    """A query that read 0..49 of ``ev``, then 100 more records appended and retention cut the
+    head below 120 (0..first-1 gone): the resumed query's outcome, its sink, and ``first``."""
     from loglake.log import Entry, StreamConfig, open_log
-    from loglake.pipeline.errors import LiveHistoryGone
 
     d = tmp_path / "data"
     log = open_log(d)
@@ -82,38 +80,42 @@ def test_a_checkpoint_past_retention_fails_the_query_with_live_history_gone(spar
 
     add(50)
     out, cp = tmp_path / "out", tmp_path / "cp"
-    run_available_now(spark, d, out, cp)
+    run_available_now(spark, d, out, cp, **options)
     add(100)
     with open_log(d) as w:
         w.truncate_before("ev", 120)
-        assert w.stream_info("ev").partitions[0].first_index > 50
-    with pytest.raises(Exception) as e:
-        run_available_now(spark, d, out, cp)
-    gone = task_error(e.value)
-    assert isinstance(gone, LiveHistoryGone), str(e.value)[:500]
-    assert "indexes 50.." in str(gone)
-    assert [i for _, i, _ in sink_rows(spark, out)] == list(range(50))
+        first = w.stream_info("ev").partitions[0].first_index
+    assert 50 < first <= 120
+    try:
+        run_available_now(spark, d, out, cp, **options)
+        failed = None
+    except Exception as e:
+        failed = e
+    return failed, [i for _, i, _ in sink_rows(spark, out)], first
 
 
-def test_a_checkpoint_past_the_end_of_a_remade_stream_fails_the_query(spark, tmp_path):
-    # the stream made again with 20 records under a checkpoint at 60: the query read nothing
-    # and would have skipped every record appended below 60
-    import shutil
-
+@pytest.mark.parametrize("option", [{}, {"failOnDataLoss": "true"}])
+def test_a_checkpoint_past_retention_fails_the_query_with_live_history_gone(
+    spark, tmp_path, option
+):
+    # Kafka's failOnDataLoss (default true): a resumed query whose next offsets retention
+    # removed used to skip them silently (the sink went 0..49, then 120..149)
     from loglake.errors import task_error
-    from loglake.pipeline.errors import StreamBehindCheckpoint
+    from loglake.pipeline.errors import LiveHistoryGone
 
-    d = tmp_path / "data"
-    make_log_stream(d, "ev", partitions=2, records=60)
-    out, cp = tmp_path / "out", tmp_path / "cp"
-    run_available_now(spark, d, out, cp)
-    shutil.rmtree(d)
-    make_log_stream(d, "ev", partitions=2, records=20)
-    with pytest.raises(Exception) as e:
-        run_available_now(spark, d, out, cp)
-    behind = task_error(e.value)
-    assert isinstance(behind, StreamBehindCheckpoint), str(e.value)[:500]
-    assert "ends at index 20, below the checkpoint's offset 60" in str(behind)
+    failed, rows, _ = _resume_past_retention(spark, tmp_path, **option)
+    gone = task_error(failed) if failed else None
+    assert isinstance(gone, LiveHistoryGone), str(failed)[:500]
+    assert "indexes 50.." in str(gone)
+    assert rows == list(range(50))
+
+
+def test_fail_on_data_loss_false_skips_what_retention_removed_and_goes_on(spark, tmp_path):
+    # Kafka's failOnDataLoss=false: the query skips the lost range (a warning names it) and
+    # writes what is still held, each record once, and nothing of another range
+    failed, rows, first = _resume_past_retention(spark, tmp_path, failOnDataLoss="false")
+    assert failed is None
+    assert rows == [*range(50), *range(first, 150)]
 
 
 def test_starting_offsets_latest_and_json(spark, tmp_path):

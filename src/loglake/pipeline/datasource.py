@@ -25,6 +25,7 @@ needs ``spark.sql.python.filterPushdown.enabled``, which ``register`` sets), ``p
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -87,11 +88,13 @@ from loglake.pipeline.options import (
     parse_options,
     resolve_stream,
 )
+from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 FORMAT = "loglake"
+_logger = logging.getLogger(__name__)
 # Nullable throughout: Spark reads every Parquet column as nullable, and the native and Python
 # halves of ``read()`` must union by name without casts. Values follow ``LAKE_SCHEMA``.
 HEADER_TYPE = StructType(
@@ -182,11 +185,14 @@ def read_range(
     planned, so a range the sealer or a compaction moved in between is still read once. If a
     listed file was removed (compaction) or the live log no longer holds a range
     (``LiveHistoryGone``: JetStream's retention dropped it, usually just after the sealer
-    copied it), the rest of the split is read again from a fresh listing, once."""
+    copied it), the rest of the split is read again from a fresh listing, once. A range in
+    neither then fails the read, or with ``failOnDataLoss=false`` is skipped: a warning names
+    it and the read goes on from the first index still held (``skip_lost``)."""
     target = target or _arrow_schema()
     live: LiveSource = opts.live()
     done = split.start  # every index below this one has been yielded (or filtered out)
-    for attempt in range(2):
+    attempt = 0
+    while done < split.end:
         files = []
         # a live-only split (``read()``'s tail) looks in the lake only when the live log lost
         # its range: the sealer copied it there after the plan was made
@@ -216,9 +222,39 @@ def read_range(
                     if batch.num_rows:
                         yield batch.cast(target)
             return
-        except (FileNotFoundError, LiveHistoryGone):
+        except FileNotFoundError:
             if attempt:
                 raise
+            attempt = 1
+        except LiveHistoryGone as gone:
+            if not attempt:
+                attempt = 1
+                continue
+            if opts.fail_on_data_loss or gone.first_held <= done:
+                raise
+            done = skip_lost(gone, done, split.end)
+            attempt = 0  # what follows the lost range gets its own fresh look
+
+
+def skip_lost(gone: LiveHistoryGone, done: int, end: int) -> int:
+    """``failOnDataLoss=false``: log the range ``gone`` names as lost (WARNING, naming the
+    stream, the partition and the indexes, within ``[done, end)``) and return where reading
+    goes on — the first index still held. Kafka's source does the same (a warning naming the
+    lost offsets, then the earliest offset still available) and says it may be a false alarm:
+    ours is not, the range was looked for in the lake and the live log both."""
+    lost = (max(done, gone.missing), min(gone.first_held, end))
+    log_event(
+        _logger,
+        logging.WARNING,
+        f"stream {gone.stream!r} partition {gone.partition}: indexes {lost[0]}..{lost[1] - 1} "
+        "are in neither the lake nor the live log (removed by retention); skipped "
+        "(failOnDataLoss=false)",
+        stream=gone.stream,
+        partition=gone.partition,
+        lost_first=lost[0],
+        lost_last=lost[1] - 1,
+    )
+    return gone.first_held
 
 
 # -- filter pushdown ------------------------------------------------------------------------
@@ -411,7 +447,10 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # an offset retention removed: it started at the first kept index, the records
                 # asked for skipped in silence. Kafka's source reports data loss here
                 # (failOnDataLoss, default true); the same rule as a read of a removed range
-                raise LiveHistoryGone(self.opts.stream, int(p), v, first, self._held_by())
+                gone = LiveHistoryGone(self.opts.stream, int(p), v, first, self._held_by())
+                if self.opts.fail_on_data_loss:
+                    raise gone
+                v = skip_lost(gone, v, nxt)
             out[p] = first if v == -2 else nxt if v == -1 else v
         return out
 

@@ -64,7 +64,8 @@ class LiveHistoryGone(PipelineError, LookupError):
     """A range of a stream is in neither the lake nor the live log: JetStream's retention
     dropped it before the sealer copied it (seal more often than the streams' ``max_age``), or
     a data dir's retention removed it before a streaming query resumed from a checkpoint that
-    still expects it (Kafka's ``failOnDataLoss``: said, never skipped)."""
+    still expects it (Kafka's ``failOnDataLoss``: said, not skipped, unless the reader set
+    ``failOnDataLoss=false``)."""
 
     def __init__(
         self, stream: str, partition: int, missing: int, first_held: int, held_by: str = ""

@@ -46,7 +46,7 @@ OPTIONS = (
     *("backend", "natsPrefix", "natsCreds"),
     *("partitions", "startIndex", "endIndex", "splitRecords"),
     *("startingOffsets", "maxRecordsPerTrigger", "partitionBy"),
-    *("nativeSealed", "driverTailRecords", "pushFilters"),
+    *("nativeSealed", "driverTailRecords", "pushFilters", "failOnDataLoss"),
 )
 """Every option of the ``loglake`` format and ``read_options`` (docs/pipeline.md's table), and
 ``_liveRanges`` (``read()``'s own). Any other name is ``BadOption``: Spark's built-in sources
@@ -160,6 +160,10 @@ class SourceOptions:
     hands it to Spark as Arrow; a larger one goes through the Python source in parallel."""
     push_filters: bool = False
     """``pushFilters``: opt into Spark's Python filter pushdown (see ``LoglakeReader``)."""
+    fail_on_data_loss: bool = True
+    """``failOnDataLoss`` (Spark's Kafka source's name, default and meaning): False skips a
+    range retention removed, from the first index still held, with a warning naming it
+    (``datasource.read_range``), instead of failing with ``LiveHistoryGone``."""
     live_ranges: dict[int, list[tuple[int, int]]] | None = None
     """Internal (``read()``): read exactly these live ranges and no lake file."""
     backend: str | None = None
@@ -242,6 +246,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     push = (_get(options, "pushFilters") or "false").lower()
     if push not in ("true", "false"):
         raise BadOption("pushFilters", push, "expected true or false")
+    lossy_raw = _get(options, "failOnDataLoss") or "true"
+    lossy = lossy_raw.lower()  # as Kafka's source reads it (Scala's toBoolean: any case)
+    if lossy not in ("true", "false"):
+        raise BadOption("failOnDataLoss", lossy_raw, "expected true or false")
     by = _get(options, "partitionBy")
     if by is not None and by not in ("key", "round_robin") and not by.startswith("column:"):
         raise BadOption("partitionBy", by, "expected key, round_robin or column:NAME")
@@ -260,6 +268,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None, minimum=1),
         partition_by=by,
         push_filters=push == "true",
+        fail_on_data_loss=lossy == "true",
         driver_tail_records=_int(options, "driverTailRecords", DEFAULT_DRIVER_TAIL) or 0,
         live_ranges=live_ranges,
         backend=backend,

@@ -73,13 +73,16 @@ def read(
     backend: str | None = None,
     nats_prefix: str | None = None,
     nats_creds: str | None = None,
+    fail_on_data_loss: bool | None = None,
 ) -> DataFrame:
     """The records of ``stream`` (optionally some partitions and ``start <= index < end``):
     sealed lake files through Spark's native Parquet reader, the live tail through the
     ``loglake`` source (or, up to ``driver_tail_records`` records, read here on the driver).
     ``tls``: how the ``url`` client speaks TLS (``TlsFiles()`` alone trusts the system's CAs).
     ``backend`` (``nats://h1,h2,h3``, with ``nats_prefix``/``nats_creds``): the stream is kept in
-    NATS JetStream by a node; its unsealed part is read from there, the lake from ``data_dir``."""
+    NATS JetStream by a node; its unsealed part is read from there, the lake from ``data_dir``.
+    ``fail_on_data_loss=False`` (option ``failOnDataLoss``): a planned range retention removed
+    before the read is skipped with a warning instead of failing with ``LiveHistoryGone``."""
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "stream": stream,
@@ -93,6 +96,7 @@ def read(
         "backend": backend,
         "natsPrefix": nats_prefix,
         "natsCreds": nats_creds,
+        "failOnDataLoss": None if fail_on_data_loss is None else str(fail_on_data_loss).lower(),
     }
     if tls is not None:
         options.update(tls.as_options())
