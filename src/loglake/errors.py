@@ -56,14 +56,16 @@ def task_error(e: BaseException) -> Exception | None:
     ``loglake`` deriving from ``LoglakeError`` is rebuilt with that message (its own
     attributes, set by its ``__init__``, are not: the message already names what they hold);
     an ``OSError`` written ``[Errno N] reason: 'path'`` is rebuilt as one (the CLI names the
-    path). Anything else (a bug in a task, Spark's own failure) is None: the wrapper stands."""
+    path). Spark's own Parquet reader failing on a damaged file (no Python traceback at all) is
+    the storage engine's ``CorruptSegment`` naming the file (``_damaged_parquet_line``).
+    Anything else (a bug in a task, Spark's own failure) is None: the wrapper stands."""
     if not type(e).__module__.startswith(("pyspark", "py4j")):
         return None
     try:
         text = str(e)  # a Py4JJavaError asks the JVM, which may be gone
     except Exception:
         return None
-    line = _last_exception_line(text)
+    line = _last_exception_line(text) or _damaged_parquet_line(text)
     if line is None:
         return None
     name, _, message = line.partition(": ")
@@ -85,6 +87,50 @@ def task_error(e: BaseException) -> Exception | None:
     if not (isinstance(cls, type) and issubclass(cls, OSError) and found):
         return None
     return OSError(int(found[1]), found[2], found[3])  # OSError picks the errno's subclass
+
+
+_FAILED_READ_FILE = re.compile(
+    r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file (\S+?)\.?\s"
+)
+"""Spark's error class for a file its reader could not read, naming the file (SQLSTATE KD001)."""
+_DAMAGE_CAUSES = (
+    "org.apache.parquet.",  # ParquetDecodingException: a page's CRC, a value that does not decode
+    "shaded.parquet.org.apache.thrift.",  # a page header that does not parse
+    "java.io.IOException: can not read class org.apache.parquet.format.",
+    "java.io.EOFException",  # a page header's sizes past the column chunk
+    "com.github.luben.zstd.",  # a page that does not decompress
+)
+"""``Caused by:`` lines of a ``FAILED_READ_FILE`` that mean the file's bytes are damaged. Not
+a ``FileNotFoundException`` (a compaction or retention removed the file: not damage) nor a
+disk's ``IOException`` (the file may be whole), which keep Spark's wrapper."""
+
+
+def _damaged_parquet_line(text: str) -> str | None:
+    """Where Spark's own Parquet reader (``read()``'s native half, ``compact``) failed on a
+    file's damaged bytes — a page whose CRC does not match (``parquet.page.verify-checksum
+    .enabled``), a page header that does not parse — the exception line of the storage
+    engine's ``CorruptSegment`` naming the file, as pyarrow's reads in a task raise it
+    (``log.lake.typed_lake_errors``). There is no Python traceback in that text, only the JVM's:
+    the file is named by Spark's ``FAILED_READ_FILE`` and the damage by its first ``Caused by:``
+    line that says so. The class is named, not imported: this module imports no part."""
+    found = _FAILED_READ_FILE.search(text)
+    if found is None:
+        return None
+    causes = [
+        ln.strip().removeprefix("Caused by: ")
+        for ln in text.splitlines()
+        if ln.strip().startswith("Caused by: ")
+    ]
+    reason = next((c for c in causes if c.startswith(_DAMAGE_CAUSES)), None)
+    if reason is None:
+        return None
+    path = found[1]
+    if path.startswith("file:"):  # Spark names a local file by its URI (``%20`` for a blank)
+        from urllib.parse import unquote, urlsplit
+
+        path = unquote(urlsplit(path).path)
+    message = f"{path}: corrupt record at byte 0: unreadable Parquet: {reason[:300]}"
+    return f"loglake.log.api.CorruptSegment: {message}"
 
 
 def _last_exception_line(text: str) -> str | None:

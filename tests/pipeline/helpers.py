@@ -35,7 +35,8 @@ def write_lake(data_dir: Path, stream: str, partition: int, first: int, last: in
     folder = lake_partition_dir(data_dir, stream, partition)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / lake_file_name(first, last)
-    pq.write_table(lake_table(stream, partition, first, last), path)
+    # page checksums, as the storage engine writes lake files (log.lake.write_lake_table)
+    pq.write_table(lake_table(stream, partition, first, last), path, write_page_checksum=True)
     return path
 
 
@@ -94,12 +95,33 @@ def rows_of(df) -> dict[tuple[int, int], bytes]:
     return out
 
 
+DAMAGED_PAGE = ("page", "page-header")
+"""``damage_lake_file``'s ways that keep the footer whole: only a read of the page finds them."""
+
+
 def damage_lake_file(path: Path, how: str) -> None:
     """Make the lake file at ``path`` unreadable as one: ``truncated`` (its second half and
-    footer lost, as a copy cut short leaves it) or ``foreign`` (a Parquet file of another
-    table under the lake's name: no ``index``, ``data``, ... columns)."""
+    footer lost, as a copy cut short leaves it), ``foreign`` (a Parquet file of another
+    table under the lake's name: no ``index``, ``data``, ... columns), ``page`` (3 bytes in the
+    middle of the first row group's ``data`` pages flipped, the footer whole: a bad disk
+    sector or a bit rot) or ``page-header`` (the same at the start of that column chunk: its
+    first page's header)."""
     if how == "truncated":
         raw = path.read_bytes()
         path.write_bytes(raw[: len(raw) // 2])
+    elif how in DAMAGED_PAGE:
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        chunk = next(
+            group.column(i)
+            for i in range(group.num_columns)
+            if group.column(i).path_in_schema == "data"
+        )
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        at = start + chunk.total_compressed_size // 2 if how == "page" else start
+        raw = bytearray(path.read_bytes())
+        for k in range(3):
+            raw[at + k] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        assert pq.ParquetFile(path).metadata.row_group(0).num_rows == group.num_rows  # footer
     else:
         pq.write_table(pa.table({"foo": list(range(10))}), path)

@@ -25,7 +25,7 @@ from loglake.pipeline.jobs.compact import (
 )
 from loglake.pipeline.lake import LakeFile, all_lake_files, stream_lake_dir, visible_lake_files
 
-from .helpers import damage_lake_file, make_log_stream, rows_of, write_lake
+from .helpers import DAMAGED_PAGE, damage_lake_file, make_log_stream, rows_of, write_lake
 
 
 def lf(first, last, size):
@@ -120,10 +120,11 @@ def test_compact_merges_sorts_and_keeps_every_record(spark, stream):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("how", ["truncated", "foreign"])
+@pytest.mark.parametrize("how", ["truncated", "foreign", *DAMAGED_PAGE])
 def test_a_damaged_or_foreign_source_stops_the_job_before_it_writes(spark, stream, how):
     # a foreign file under a lake name was compacted as rows of null index and data, and
-    # its neighbours deleted; a truncated one was a pyarrow traceback from the CLI
+    # its neighbours deleted; a truncated one was a pyarrow traceback from the CLI; a damaged
+    # page (footer whole) was compacted as other rows (data) or a JVM trace (a page header)
     d, _ = stream
     bad = visible_lake_files(d, "cs", 0)[1].path
     damage_lake_file(Path(bad), how)

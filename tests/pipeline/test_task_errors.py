@@ -145,3 +145,58 @@ def test_the_cli_prints_a_tasks_typed_error_as_one_line(spark):
     assert (r.exit_code, r.output) == (1, "Error: Permission denied: /out/part-00000.arrow\n")
     r = CliRunner().invoke(g, ["broken"])
     assert r.exit_code == 1 and type(r.exception).__module__.startswith(("py4j", "pyspark"))
+
+
+@pytest.mark.parametrize("job", ["compact", "sds-audit"])
+def test_a_damaged_lake_page_is_one_line_from_the_job_cli(tmp_path, job):
+    # a few bytes damaged inside a lake file's data page, its footer whole: compact (Spark's
+    # Parquet reader) compacted them as other rows or, in a page header, printed a Java stack
+    # trace; sds-audit (pyarrow in its tasks, pipeline/units.py) read them as other records or
+    # printed a pyarrow traceback. Now one line naming the file, the JVM's task logs included
+    import subprocess
+    import sys
+
+    from .helpers import damage_lake_file, make_log_stream, write_lake
+
+    d = tmp_path / "data"
+    if job == "compact":
+        make_log_stream(d, "cs", partitions=1, records=120)
+        bad = sorted((d / "lake" / "cs" / "partition=0").glob("*.parquet"))[1]
+        args = ["--stream", "cs", "--target-size", "16KB"]
+    else:
+        write_lake(d, "sds.x", 0, 0, 9)
+        bad = write_lake(d, "sds.x", 0, 10, 19)
+        args = ["--stream", "sds.x", "--out", str(tmp_path / "out")]
+    damage_lake_file(bad, "page")
+    out = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "job", job, "--data-dir", str(d), *args,
+         "--spark-master", "local[1]"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("Error: ")]
+    assert errors == [
+        f"Error: {bad}: corrupt record at byte 0: unreadable Parquet: "
+        + errors[0].split("unreadable Parquet: ", 1)[-1]
+    ], out.stderr[-3000:]
+    assert "CRC checksum verification failed" in errors[0]
+    noise = [
+        ln for ln in out.stderr.splitlines() if ln.startswith(("\tat ", "Traceback", "Caused"))
+    ]
+    assert noise == [], out.stderr[-3000:]
+
+
+def test_a_lake_file_removed_under_a_read_keeps_sparks_error(spark, tmp_path):
+    # only damage is CorruptSegment: a file a compaction or retention removed after the plan
+    # is Spark's own error (not the file's fault), as typed_lake_errors keeps FileNotFoundError
+    from loglake.pipeline import read
+
+    from .helpers import write_lake
+
+    write_lake(tmp_path, "s", 0, 0, 9)
+    gone = write_lake(tmp_path, "s", 0, 10, 19)
+    df = read(spark, str(tmp_path), "s")
+    gone.unlink()
+    with pytest.raises(Exception) as e:
+        df.collect()
+    assert "FAILED_READ_FILE" in str(e.value) and task_error(e.value) is None

@@ -167,10 +167,15 @@ class RangeSplit(InputPartition):
 
 def _read_lake_file(path: str, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
     """``[lo, hi)`` of a lake file; a damaged or foreign one is ``CorruptSegment`` naming it
-    (``lake_file_rows``), a removed one stays ``FileNotFoundError`` (``read_range`` re-lists)."""
+    (``lake_file_rows``; a damaged page by its CRC, as the storage engine reads lake files), a
+    removed one stays ``FileNotFoundError`` (``read_range`` re-lists)."""
     lake_file_rows(path)
     with typed_lake_errors(path):
-        table = pq.read_table(path, filters=[("index", ">=", lo), ("index", "<", hi)])
+        table = pq.read_table(
+            path,
+            filters=[("index", ">=", lo), ("index", "<", hi)],
+            page_checksum_verification=True,
+        )
     yield from table.to_batches(max_chunksize=8192)
 
 

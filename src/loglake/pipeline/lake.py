@@ -42,6 +42,13 @@ from loglake.log.lake_schema import (
 from loglake.pipeline.errors import LakeLayoutError
 
 DEFAULT_SPLIT_RECORDS = 1_000_000
+VERIFY_PAGES = ("parquet.page.verify-checksum.enabled", "true")
+"""The Spark (parquet-mr) read option that checks each page's CRC, which every lake file
+carries (``log.lake.write_lake_table``: ``write_page_checksum``), as pyarrow's
+``page_checksum_verification`` does for the Python readers. Off by default in parquet-mr: a few
+bytes damaged inside a page whose footer was whole were read as other rows without a word
+(``index``, ``data``, ``timestamp_ns``) or, in a page header, failed with a JVM trace. A read
+option, not a session setting, so only loglake's own reads of the lake pay it."""
 PARTITION_DIR_PREFIX = "partition="
 
 

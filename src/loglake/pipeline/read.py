@@ -26,7 +26,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loglake.pipeline.datasource import COLUMNS, FORMAT, RECORD_SCHEMA
-from loglake.pipeline.lake import ReadPlan, lake_file_rows, plan_partition, visible_lake_files
+from loglake.pipeline.lake import (
+    VERIFY_PAGES,
+    ReadPlan,
+    lake_file_rows,
+    plan_partition,
+    visible_lake_files,
+)
 from loglake.pipeline.options import (
     SourceOptions,
     StreamLayout,
@@ -157,7 +163,10 @@ def _native(spark: SparkSession, opts: SourceOptions, files: Sequence[LakeFile])
     # foreign file lacks as nulls and fail on a truncated one with a JVM trace at the action
     for f in files:
         lake_file_rows(f.path)
-    df = spark.read.schema(RECORD_SCHEMA).parquet(*[str(f.path) for f in files])
+    # a damaged page (the footer whole) fails the action on its CRC, and ``task_error`` gives
+    # that as ``CorruptSegment`` naming the file: checking every page here would read it twice
+    reader = spark.read.schema(RECORD_SCHEMA).option(*VERIFY_PAGES)
+    df = reader.parquet(*[str(f.path) for f in files])
     lo, hi = opts.start_index, opts.end_index
     if any(f.first < lo for f in files):
         df = df.where(F.col("index") >= lo)

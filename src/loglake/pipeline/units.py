@@ -249,7 +249,9 @@ def _open_lake_file(path: str, columns: list[str]) -> pq.ParquetFile:
     from loglake.log.lake import typed_lake_errors
 
     with typed_lake_errors(path):
-        f = pq.ParquetFile(path)
+        # each page's CRC checked as it is decompressed (the lake writes them): a damaged page
+        # whose footer is whole is ``CorruptSegment`` too, not other rows
+        f = pq.ParquetFile(path, page_checksum_verification=True)
     check_lake_schema(path, f.schema_arrow, [*columns, "index"])
     return f
 
@@ -263,7 +265,18 @@ def _lake_file_batches(path: str, columns: list[str], batch_rows: int) -> Iterat
     Spark task is one core's work already, and waking a pool thread per row group showed in
     the scan's profile (``pthread_cond_signal``, a fifth of its main thread's samples)."""
     f = _open_lake_file(path, columns)
-    return f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+    return _typed_batches(
+        path, f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+    )
+
+
+def _typed_batches(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` of the lake file at ``path``, a damaged page among them ``CorruptSegment``
+    naming the file (pyarrow reads a row group's pages when its batches are asked for)."""
+    from loglake.log.lake import typed_lake_errors
+
+    with typed_lake_errors(path):
+        yield from batches
 
 
 def _read_lake_file(path: str, columns: list[str], within: tuple[int, int]) -> list[pa.Table]:
@@ -271,6 +284,8 @@ def _read_lake_file(path: str, columns: list[str], within: tuple[int, int]) -> l
     row group kept: row groups pruned by the index statistics, rows by a numpy mask. Why not
     ``pq.read_table(filters=…)``: it goes through ``pyarrow.dataset``, whose first use in a
     worker imports the dataset and query modules (and pandas where the daemon did not)."""
+    from loglake.log.lake import typed_lake_errors
+
     f = _open_lake_file(path, columns)
     lo, hi = within
     at = f.schema_arrow.get_field_index("index")
@@ -280,7 +295,8 @@ def _read_lake_file(path: str, columns: list[str], within: tuple[int, int]) -> l
         stats = f.metadata.row_group(g).column(at).statistics
         if stats is not None and stats.has_min_max and (stats.max < lo or stats.min >= hi):
             continue
-        t = f.read_row_group(g, columns=want)
+        with typed_lake_errors(path):
+            t = f.read_row_group(g, columns=want)
         idx = np.asarray(t.column("index").to_numpy())
         keep = (idx >= lo) & (idx < hi)
         if not keep.all():

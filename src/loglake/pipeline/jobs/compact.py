@@ -52,6 +52,7 @@ from loglake.log.lake import LakeFile, lake_lock
 from loglake.log.lake_schema import lake_file_name, lake_partition_dir
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
 from loglake.pipeline.lake import (
+    VERIFY_PAGES,
     all_lake_files,
     lake_file_rows,
     lake_partitions,
@@ -164,7 +165,10 @@ def plan(opts: CompactOptions) -> tuple[list[Group], int]:
 def _write_group(spark: SparkSession, g: Group, out: Path, row_group_bytes: int) -> str:
     from loglake.pipeline.datasource import COLUMNS, RECORD_SCHEMA
 
-    df = spark.read.schema(RECORD_SCHEMA).parquet(*g.sources).select(*COLUMNS)
+    # each page's CRC checked as it is read: a damaged one fails the job (``CorruptSegment``
+    # naming the file, by ``raises_task_errors``) instead of being compacted as other rows
+    reader = spark.read.schema(RECORD_SCHEMA).option(*VERIFY_PAGES)
+    df = reader.parquet(*g.sources).select(*COLUMNS)
     (
         df.repartition(1)
         .sortWithinPartitions("index")
