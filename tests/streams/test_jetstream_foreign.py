@@ -486,3 +486,71 @@ def test_a_purge_between_two_batches_of_one_read_is_not_a_gap(jlog, monkeypatch,
     monkeypatch.setattr(jlog, "_direct_batch", real)
     rest = jlog.read("g", got[-1] + 1, lake=False)
     assert [r.index for r in rest] == list(range(50, 100))  # from the new head
+
+
+def test_a_grow_after_a_remake_with_fewer_partitions_goes_on_past_their_old_indexes(
+    cluster, tmp_path, caplog
+) -> None:
+    """A stream of 3 partitions deleted outside loglake, made again with 1, then grown to 3.
+    Before: the re-added partitions 1 and 2 started at index 0 (a grow made them with no
+    ``first_seq``) although this process had pushed 0..3 to partition 1 and a consumer had
+    saved index 6 on partition 2: the consumer skipped the first new records and index 0
+    named an old record and a new one. Now a grow chooses their first indexes as a remake
+    does (``_first_indexes``)."""
+    import logging
+
+    opts = dict(prefix=fx.new_prefix(), replicas=cluster.n, request_timeout=5.0)
+    log = JetStreamLog(cluster.url, **opts)
+    try:
+        log.create_stream("g", StreamConfig(partitions=3))
+        log.push_many("g", 1, [b"old%d" % i for i in range(4)])
+        log.push_many("g", 2, [b"a", b"b"])
+        log.save_index("reader", "g", 6, partition=2)
+        for p in range(3):  # an operator's `nats stream rm` of every partition
+            log.call(log.js.delete_stream(log.js_name("g", p)))
+        log.create_stream("g", StreamConfig(partitions=1))
+        with caplog.at_level(logging.WARNING, logger="loglake.streams.jetstream"):
+            info = log.grow_stream("g", 3)
+        assert [(q.first_index, q.next_index) for q in info.partitions[1:]] == [(4, 4), (6, 6)]
+        remade = [r for r in caplog.records if "past the indexes used" in r.getMessage()]
+        assert remade[-1].fields["first_indexes"] == {"1": 4, "2": 6}  # type: ignore[attr-defined]
+        assert log.push_many("g", 1, [b"new"]) == [4]
+        assert log.push_many("g", 2, [b"new"]) == [6]
+        start = log.get_index("reader", "g", partition=2)
+        assert log.read_payloads("g", start, partition=2) == [(6, b"new")]
+    finally:
+        log.close()
+
+
+def test_racing_growers_that_choose_different_first_indexes_make_one_stream(cluster) -> None:
+    """Grower A looks for the indexes used (none on partition 2 yet), then, before it makes
+    the partitions, a consumer index is saved on partition 2 (a process that still holds the
+    old count) and grower B grows: B makes partition 2 at that index. A's ``add_stream``
+    differs (no ``first_seq``): JetStream refuses it and A takes B's partition as it is, so
+    both grows succeed on the identical stream."""
+    opts = dict(prefix=fx.new_prefix(), replicas=cluster.n, request_timeout=5.0)
+    a, b = JetStreamLog(cluster.url, **opts), JetStreamLog(cluster.url, **opts)
+    try:
+        a.create_stream("race", StreamConfig(partitions=1))
+        real = a._first_indexes
+
+        async def then_b_grows(name, partitions):
+            firsts = await real(name, partitions)
+            if not getattr(then_b_grows, "done", False):
+                then_b_grows.done = True  # type: ignore[attr-defined]
+                a_key = a._key("reader", "race", 2)
+                await a.kv.put(a_key, b"8")  # the bucket changes between the two looks
+                import asyncio
+
+                await asyncio.to_thread(b.grow_stream, "race", 3)
+            return firsts
+
+        a._first_indexes = then_b_grows  # type: ignore[method-assign]
+        info = a.grow_stream("race", 3)
+        assert then_b_grows.done  # type: ignore[attr-defined]
+        assert [q.first_index for q in info.partitions] == [0, 0, 8]  # B's, taken by A
+        assert b.stream_info("race") == info
+        assert b.push_many("race", 2, [b"x"]) == [8] and a.push_many("race", 1, [b"y"]) == [0]
+    finally:
+        a.close()
+        b.close()

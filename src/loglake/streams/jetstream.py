@@ -734,20 +734,22 @@ class JetStreamLog(Log):
         return True
 
     async def _add_partition(
-        self, name: str, p: int, cfg: jsapi.StreamConfig, first_index: int
+        self, name: str, p: int, cfg: jsapi.StreamConfig, first_index: int, taken: bool = False
     ) -> None:
         """Make partition ``p``'s JetStream stream with ``cfg``, its first index
         ``first_index`` (JetStream's ``first_seq`` is the first index + 1). A stream already
         there with the same config is JetStream's no-op, as before. With a first index, one
         there with another (a partition that outlived the deletion of partition 0, or a
         process racing this one that chose another first index) is taken as it is, if it is
-        this partition of ``name``: JetStream compares ``first_seq`` too."""
+        this partition of ``name``: JetStream compares ``first_seq`` too. ``taken`` takes one
+        there as it is whatever first index this process chose, 0 included (a grow: racing
+        growers may have seen different indexes used, and the first made wins)."""
         if first_index:
             cfg = dataclasses.replace(cfg, first_seq=first_index + 1)
         try:
             await self._retry(f"create {name!r}", lambda: self.js.add_stream(cfg))
         except JetStreamError:
-            if not first_index or await self._partition_info(name, p) is None:
+            if not (first_index or taken) or await self._partition_info(name, p) is None:
                 raise
             await self._check_ours(name, p)
 
@@ -865,8 +867,12 @@ class JetStreamLog(Log):
                 self._forget(name)
                 raise UnknownStream(name)
             template = first.config
+            # the re-added partitions of a stream made again with fewer (deleted outside
+            # loglake) start past their old indexes, as a remade partition does
+            firsts = await self._first_indexes(name, range(have, target))
             for p in range(have, target):
-                await self._make_partition(name, p, template)
+                await self._make_partition(name, p, template, firsts[p])
+            self._log_remade(name, firsts)
             meta = {**(template.metadata or {}), META_PARTITIONS: str(target)}
             cfg = dataclasses.replace(template, metadata=meta)
             await self._retry(f"grow {name!r}", lambda cfg=cfg: self.js.update_stream(cfg))
@@ -876,24 +882,29 @@ class JetStreamLog(Log):
             f"grow {name!r}: partition 0's count did not settle after {MAX_GROW_ROUNDS} rounds"
         )
 
-    async def _make_partition(self, name: str, p: int, template: jsapi.StreamConfig) -> None:
-        """Partition ``p``'s JetStream stream, configured as ``template`` (partition 0's); one
-        that is there already as this partition (a grower racing this one, or a grow that
-        stopped before it wrote partition 0's count) is taken as it is."""
+    async def _make_partition(
+        self, name: str, p: int, template: jsapi.StreamConfig, first_index: int
+    ) -> None:
+        """Partition ``p``'s JetStream stream, configured as ``template`` (partition 0's), its
+        first index ``first_index`` (``_first_indexes``); one that is there already as this
+        partition (a grower racing this one, or a grow that stopped before it wrote partition
+        0's count) is taken as it is. Two growers may choose different first indexes (a
+        consumer index saved, a file sealed or a push acknowledged between their looks, or
+        each process knowing its own pushes): JetStream refuses the second ``add_stream``
+        (its ``first_seq`` differs) and the second takes the first's stream as it is, so both
+        grow to the identical stream. The first index is then what the first grower knew used
+        when it looked; an index only the second knew is not counted, as no process's
+        knowledge but its own is (docs/jetstream.md). Raising the head afterwards (a purge
+        past it) could drop a record pushed meanwhile, so it is not done."""
         meta = {**(template.metadata or {}), META_PARTITION: str(p), META_PARTITIONS: str(p + 1)}
         cfg = dataclasses.replace(
             template,
             name=self.js_name(name, p),
             subjects=[self.subject(name, p)],
             metadata=meta,
-            first_seq=None,  # partition 0's, if it was made again (``_first_indexes``)
+            first_seq=None,  # partition 0's, if it was made again: this one's is first_index
         )
-        try:
-            await self._retry(f"grow {name!r}", lambda: self.js.add_stream(cfg))
-        except JetStreamError:
-            if await self._partition_info(name, p) is None:
-                raise
-            await self._check_ours(name, p)
+        await self._add_partition(name, p, cfg, first_index, taken=True)
 
     async def _check_ours(self, name: str, p: int) -> None:
         """``JetStreamError`` unless the JetStream stream of partition ``p`` says it is that
