@@ -554,3 +554,49 @@ def test_racing_growers_that_choose_different_first_indexes_make_one_stream(clus
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("claim", [INDEX_MAX, 2**63, (1 << 40) + 3])
+def test_a_saved_index_no_evidence_backs_does_not_stop_a_stream_being_made_again(
+    cluster, claim: int, caplog
+) -> None:
+    """A consumer saved an index far past anything written (any client may save any index
+    for its own consumer id). Before: the remake asked nats-server for ``first_seq``
+    ``INDEX_MAX + 1`` = 2**64, which it refuses ("bad request"), so ``create_stream`` raised
+    ``JetStreamError`` and the stream stayed missing (2**63 was taken, past the lake's int64
+    index column). Now such a claim is not counted (logged); the other consumer's real index
+    still is."""
+    import logging
+
+    opts = dict(prefix=fx.new_prefix(), replicas=cluster.n, request_timeout=5.0)
+    log = JetStreamLog(cluster.url, **opts)
+    try:
+        log.create_stream("x", StreamConfig(partitions=2))
+        log.push_many("x", 0, [b"a", b"b"])
+        log.save_index("mallory", "x", claim)
+        log.save_index("reader", "x", 2)
+        log.save_index("mallory", "x", claim, partition=1)
+        for p in range(2):
+            log.call(log.js.delete_stream(log.js_name("x", p)))
+        with caplog.at_level(logging.WARNING, logger="loglake.streams.jetstream"):
+            info = log.create_stream("x", StreamConfig(partitions=2))
+        assert [q.first_index for q in info.partitions] == [2, 0]
+        assert log.push_many("x", 0, [b"new"]) == [2]
+        assert log.push_many("x", 1, [b"new"]) == [0]
+        ignored = [r for r in caplog.records if "not counted" in r.getMessage()]
+        assert {r.fields["saved_index"] for r in ignored} == {claim}  # type: ignore[attr-defined]
+    finally:
+        log.close()
+
+
+def test_a_saved_index_within_the_slack_of_the_evidence_is_counted(jlog) -> None:
+    """The bound is relative to what was used: a saved index up to ``SAVED_INDEX_SLACK`` past
+    this process's pushes is still a first index (the partition is usable from there)."""
+    from loglake.streams.jetstream import SAVED_INDEX_SLACK
+
+    jlog.create_stream("y")
+    jlog.push_many("y", 0, [b"a"])
+    jlog.save_index("far", "y", 1 + SAVED_INDEX_SLACK)
+    jlog.call(jlog.js.delete_stream(jlog.js_name("y", 0)))
+    jlog.create_stream("y")
+    assert jlog.push_many("y", 0, [b"new"]) == [1 + SAVED_INDEX_SLACK]

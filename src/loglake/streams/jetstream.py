@@ -112,6 +112,16 @@ MAX_PULL_BYTES = 8 * 1024 * 1024
 MAX_GROW_ROUNDS = 50
 """Rounds a ``grow_stream`` takes at most to see partition 0's count settle (each round reads
 it, and writes it when it is short); racing growers settle in a few."""
+SAVED_INDEX_SLACK = 1 << 40
+"""How far past the indexes this process has evidence of (its acknowledged pushes, the end of
+the lake's files) a consumer's saved index still counts toward the first index of a partition
+made again (``_first_indexes``). A saved index is a client's claim, not proof the index was
+used: any client may save any index up to 2**64 − 1 for its own consumer id, and counting
+that one asked nats-server for ``first_seq`` 2**64, which it refuses, so the partition could
+not be made at all (and 2**63 or more would pass the lake's int64 index column). 2**40 (about
+10**12 records) is more than any partition is written between two sightings, so a real
+consumer's index is counted (a fresh process, which has no evidence, counts any index up to
+it); a claim past it is logged and left out, and the first index stays far below both limits."""
 READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
 READ_RETRY_FIRST, READ_RETRY_MAX = 0.005, 0.1
@@ -762,14 +772,29 @@ class JetStreamLog(Log):
         records, and the lake would hold old records under new records' indexes. The highest
         of: what this process saw acknowledged (``_acked``, kept past ``_forget``), the end of
         the partition's lake files (with ``lake_dir``), and the highest consumer index saved
-        for the partition. 0 for a name never used."""
+        for the partition, unless it passes the other two by more than ``SAVED_INDEX_SLACK``
+        (a client's claim no evidence backs: left out and logged, so no saved value can stop
+        a partition from being made). 0 for a name never used."""
         saved = await self._saved_indexes(name)
         lake = await asyncio.to_thread(self._lake_ends, name, list(partitions))
         out = {}
         for p, lake_next in lake.items():
             js = self.js_name(name, p)
-            acked = max(self._acked.get(js, 0), self._acked_gone.get(js, 0))
-            out[p] = max(acked, lake_next, saved.get(p, 0))
+            known = max(self._acked.get(js, 0), self._acked_gone.get(js, 0), lake_next)
+            claims = saved.get(p, [])
+            counted = [i for i in claims if i <= known + SAVED_INDEX_SLACK]
+            if len(counted) < len(claims):
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "jetstream saved consumer index too far past the indexes used: not counted "
+                    "for the first index of a partition made again",
+                    stream=name,
+                    partition=p,
+                    saved_index=max(claims),
+                    known_used=known,
+                )
+            out[p] = max([known, *counted])
         return out
 
     def _lake_ends(self, name: str, partitions: list[int]) -> dict[int, int]:
@@ -788,8 +813,8 @@ class JetStreamLog(Log):
             out[p] = max((f.last + 1 for f in files), default=0)
         return out
 
-    async def _saved_indexes(self, name: str) -> dict[int, int]:
-        """``{partition: highest consumer index saved}`` for ``name`` in the index bucket. What
+    async def _saved_indexes(self, name: str) -> dict[int, list[int]]:
+        """``{partition: every consumer index saved}`` for ``name`` in the index bucket. What
         it costs: one stream info of the bucket filtered on the stream's keys (every consumer
         and partition, ``c*.s<name>.*``), then a get per key found. Acceptable: it runs only
         when a stream or partition is made, and a stream with no consumers costs the one
@@ -803,7 +828,7 @@ class JetStreamLog(Log):
             )
             return list(info.state.subjects or {})
 
-        out: dict[int, int] = {}
+        out: dict[int, list[int]] = {}
         for subject in await self._retry("index list", subjects, self.options.request_timeout):
             key = subject[len(pre) :]
             parsed = _parse_key(key)
@@ -812,7 +837,7 @@ class JetStreamLog(Log):
             entry = await self._kv_get(key)
             value = decode_index_value(entry.value) if entry is not None else None
             if value is not None:  # a value that is not an index names none
-                out[parsed[2]] = max(out.get(parsed[2], 0), value[0])
+                out.setdefault(parsed[2], []).append(value[0])
         return out
 
     def _log_remade(self, name: str, firsts: dict[int, int]) -> None:
