@@ -156,6 +156,11 @@ SHOWN_CHARS = 80
 """How much of a value from outside an error message quotes."""
 
 
+PATH_CHARS = 512
+"""How much of a path an error names: more than of other values (``SHOWN_CHARS``), as a
+path's end names the file and real ones pass 80 characters (a pytest worker's tmp dir does)."""
+
+
 def cut(text: str, limit: int = SHOWN_CHARS) -> str:
     """``text``, or its first ``limit`` characters, an ellipsis and its length. Why: messages
     quote what the user gave (a config value, a stream name), and a 5000-character value made

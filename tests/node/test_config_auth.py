@@ -644,6 +644,25 @@ def test_a_missing_nats_creds_file_is_the_configs_error(tmp_path: Path) -> None:
         assert _cfg({"streams": backend}).streams.nats_creds == missing
 
 
+@pytest.mark.parametrize("length", [300, 5000])
+def test_a_nats_creds_path_too_long_for_the_file_system_is_one_line_naming_the_key(
+    tmp_path: Path, length: int
+) -> None:
+    """A file name longer than the file system takes (255 bytes: ``ENAMETOOLONG``). Before:
+    ``Path.is_file`` raised its ``OSError`` through the config, and the node printed
+    ``Error: File name too long: <the whole path>``, naming no setting."""
+    path = str(tmp_path / ("c" * length)) + ".creds"
+    backend = {"backend": "nats://127.0.0.1:4222", "nats_creds": path}
+    with pytest.raises(ConfigError) as e:
+        _cfg({"streams": backend})
+    msg = str(e.value)
+    assert msg.startswith("[streams] nats_creds: ") and "\n" not in msg
+    assert "File name too long" in msg
+    assert len(msg) < 800  # the path cut (512 characters, then its length), as config errors do
+    if length == 5000:
+        assert f"({len(path)} characters)" in msg
+
+
 def test_nats_creds_without_nkeys_is_the_configs_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -143,6 +143,23 @@ def test_serve_with_a_bad_nats_prefix_is_a_usage_error(tmp_path) -> None:
     assert "Invalid value for '--nats-prefix': prefix must be [A-Za-z0-9_]+" in r.output
 
 
+@pytest.mark.parametrize("length", [300, 5000])
+def test_serve_with_a_nats_creds_path_too_long_names_the_option_and_cuts_it(
+    tmp_path, length: int
+) -> None:
+    """``ENAMETOOLONG``: click's ``Path(exists=True)`` said the file "does not exist" and quoted
+    the whole path (5,000 characters on one line); now ``--nats-creds`` with why, the path cut
+    as config errors cut it."""
+    path = str(tmp_path / ("c" * length)) + ".creds"
+    args = ["serve", "--data-dir", str(tmp_path / "d"), "--port", "0"]
+    r = CliRunner().invoke(command, [*args, "--backend", "nats://x:1", "--nats-creds", path])
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    error = [line for line in r.output.splitlines() if line.startswith("Error")]
+    assert len(error) == 1 and error[0].startswith("Error: Invalid value for '--nats-creds': ")
+    assert error[0].endswith(": File name too long") and len(error[0]) < 600
+    assert r.output.count("c" * 513) == 0
+
+
 def test_serve_with_nats_creds_but_no_nkeys_says_what_to_install(tmp_path, monkeypatch) -> None:
     """nats-py needs nkeys for a .creds file; serve failed 5 s later naming a connect error."""
     import importlib.util

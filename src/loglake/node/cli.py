@@ -158,8 +158,8 @@ def command() -> None:
     help="With --backend: replicas of each JetStream stream created (1 or 3).",
 )
 @click.option(
-    "--nats-creds",
-    type=click.Path(dir_okay=False, exists=True),
+    "--nats-creds",  # checked by jetstream.check_creds_readable, whose message cuts the path
+    type=click.Path(dir_okay=False),
     help="With --backend: a NATS .creds file (user:password@ and token@ go in the URL).",
 )
 @click.option(
@@ -244,7 +244,7 @@ def serve(
         from loglake.streams.jetstream import check_creds_readable
 
         try:
-            check_creds_readable()
+            check_creds_readable(nats_creds)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--nats-creds'") from None
     check_exposure(host, tls=bool(tls_cert), insecure=insecure)

@@ -31,7 +31,7 @@ from typing import Any
 
 import platformdirs
 
-from loglake.errors import LoglakeError, cut, shown
+from loglake.errors import PATH_CHARS, LoglakeError, cut, shown
 from loglake.streams.limits import describe, limit_fields, parse_limit
 
 ROLES = ("orchestrator", "broadcaster", "publisher", "subscriber")
@@ -190,27 +190,12 @@ def _nats_prefix(v: Any) -> str:
     return check_prefix(_str(v))
 
 
-PATH_CHARS = 512
-"""How much of a path an error names: more than of other values (``errors.SHOWN_CHARS``), as a
-path's end names the file and real ones pass 80 characters (a pytest worker's tmp dir does)."""
-
-
-def _file(v: Any) -> Path:
-    """A path that must be an existing file (a credentials file read when the node connects:
-    a missing one surfaced as a connect timeout naming something else)."""
-    path = _path(v)
-    if not path.is_file():
-        raise ValueError(f"{cut(str(path), PATH_CHARS)} is not a file")
-    return path
-
-
 def _nats_creds(v: Any) -> Path:
-    """A NATS ``.creds`` file, and what reading it needs (``jetstream.check_creds_readable``)."""
+    """A NATS ``.creds`` file, and what reading it needs (``jetstream.check_creds_readable``:
+    a missing one surfaced as a connect timeout naming something else)."""
     from loglake.streams.jetstream import check_creds_readable
 
-    path = _file(v)
-    check_creds_readable()
-    return path
+    return check_creds_readable(_path(v))
 
 
 def _monitor_urls(v: Any) -> tuple[str, ...]:

@@ -58,6 +58,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -65,7 +66,7 @@ import nats.errors
 import nats.js.errors
 from nats.js import api as jsapi
 
-from loglake.errors import LocalProtocolError, Unavailable
+from loglake.errors import PATH_CHARS, LocalProtocolError, Unavailable, cut
 from loglake.log.api import (
     INDEX_MAX,
     Entry,
@@ -186,15 +187,27 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def check_creds_readable() -> None:
-    """``ValueError`` saying what to install where nats-py cannot read a ``.creds`` file: it
-    signs with ``nkeys``, a loglake dependency that an install without its dependencies may
-    lack, whose absence surfaced as a connect failure 5 s later
+def check_creds_readable(path: str | os.PathLike[str]) -> Path:
+    """``path`` if it is a ``.creds`` file nats-py can read, else ``ValueError`` in one line
+    that quotes the path cut (``errors.cut``), for the caller to name its key (the config's
+    ``nats_creds``, serve's ``--nats-creds``). Why: a path the system refuses to look at (a
+    name longer than the file system's, ``ENAMETOOLONG``) made ``Path.is_file`` raise an
+    ``OSError`` that reached the user as ``Error: File name too long: <the whole path>``,
+    naming no setting. It signs with ``nkeys``, a loglake dependency that an install without
+    its dependencies may lack, whose absence surfaced as a connect failure 5 s later
     (``ModuleNotFoundError('nkeys')``)."""
     import importlib.util
 
+    file = Path(path)
+    try:
+        is_file = file.is_file()
+    except OSError as e:  # is_file answers False only for a missing file or directory
+        raise ValueError(f"{cut(str(file), PATH_CHARS)}: {e.strerror or e}") from None
+    if not is_file:
+        raise ValueError(f"{cut(str(file), PATH_CHARS)} is not a file")
     if importlib.util.find_spec("nkeys") is None:
         raise ValueError("a .creds file needs the nkeys package: pip install 'nats-py[nkeys]'")
+    return file
 
 
 @dataclass(frozen=True, slots=True)
