@@ -296,3 +296,42 @@ def test_a_malformed_stored_event_fails_the_job_and_leaves_no_output(spark, tmp_
     # the task's typed error itself, not Spark's wrapper around its traceback
     assert (type(e.value), str(e.value)) == (type(direct.value), str(direct.value))
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["data"]
+
+
+def test_a_replay_from_below_the_first_kept_event_starts_there_over_url_too(
+    spark, history, tmp_path
+):
+    """A replay whose start is below the first event the Publisher still keeps (retention
+    removed the head; ICRC-77 is silent) is procured from the first kept event on both paths.
+    The url path goes through ``read()``, whose ``startIndex`` below the first kept index is
+    data loss (``failOnDataLoss``): the job starts it at the first kept index itself."""
+    import shutil
+
+    from loglake.events import ReplayJobSpec
+    from loglake.pipeline.jobs.replay import run_replay_job
+    from loglake.pipeline.lake import visible_lake_files
+    from loglake.streams.server import BackgroundServer
+    from loglake.streams.service import StreamService
+
+    d = tmp_path / "pub"
+    shutil.copytree(history, d)
+    with open_log(d) as log:  # the sealed segments below 100 leave the live log...
+        log.truncate_before(NS, 100)
+    for f in visible_lake_files(str(d), NS, 0):  # ...and the lake's copies below it go too
+        if f.last < 100:
+            Path(f.path).unlink()
+    with open_log(d) as log:
+        first = log.stream_info(NS).partitions[0].first_index
+    assert first == 100
+    spec = ReplayJobSpec(8, NS, 0, N, P["pub"].bytes, None, None, False)
+    local = run_replay_job(spark, spec, tmp_path / "dir", str(d))
+    want = list(iter_parts(local.output))
+    assert [p[0] for p in want] == list(range(first, N))
+    log = open_log(d)
+    try:
+        with BackgroundServer(StreamService(log)) as srv:
+            url = f"loglake://127.0.0.1:{srv.port}"
+            remote = run_replay_job(spark, spec, tmp_path / "url", url=url)
+    finally:
+        log.close()
+    assert list(iter_parts(remote.output)) == want

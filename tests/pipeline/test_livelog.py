@@ -275,3 +275,21 @@ def test_fail_on_data_loss_false_starts_a_query_at_the_first_kept_index(tmp_path
         assert reader.initialOffset() == {"0": first}
     (warning,) = _lost_warnings(caplog)
     assert f"stream 's' partition 0: indexes 3..{first - 1} are in neither" in warning
+
+
+def test_fail_on_data_loss_false_starts_a_batch_read_at_the_first_kept_index(tmp_path, caplog):
+    # format("loglake"): a startIndex below the first kept index, planned on the driver, is
+    # LiveHistoryGone, or with failOnDataLoss=false a warning and splits from the first kept
+    from loglake.pipeline.datasource import LoglakeDataSource
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+    opts = {"data_dir": str(tmp_path), "stream": "s", "startIndex": "3"}
+    source = LoglakeDataSource(opts)
+    with pytest.raises(LiveHistoryGone, match=f"indexes 3..{first - 1} are in neither"):
+        source.reader(source.schema()).partitions()
+    source = LoglakeDataSource({**opts, "failOnDataLoss": "false"})
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        (split,) = source.reader(source.schema()).partitions()
+    assert (split.start, split.end) == (first, 60)  # type: ignore[attr-defined]
+    (warning,) = _lost_warnings(caplog)
+    assert f"stream 's' partition 0: indexes 3..{first - 1} are in neither" in warning

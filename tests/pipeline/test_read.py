@@ -279,3 +279,60 @@ def test_fail_on_data_loss_in_a_batch_read_whose_plan_retention_overtook(spark, 
     gone = task_error(e.value)
     assert isinstance(gone, LiveHistoryGone), str(e.value)[:500]
     assert f"indexes 10..{first - 1} are in neither" in str(gone)
+
+
+def _head_cut_below_120(tmp_path) -> int:
+    """Stream ``ev``: records 0..199 (``r<i>``) in the live log, retention then removed its
+    head below 120; the first index it still holds."""
+    from loglake.log import Entry, StreamConfig, open_log
+
+    with open_log(tmp_path) as log:
+        log.create_stream("ev", StreamConfig(segment_bytes=2048, seal_to_lake=False))
+        for i in range(20):
+            log.append_many("ev", [Entry(b"r%d" % (i * 10 + j)) for j in range(10)])
+        log.truncate_before("ev", 120)
+        first = log.stream_info("ev").partitions[0].first_index
+    assert 10 < first <= 120
+    return first
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_start_index_retention_removed_is_data_loss_as_kafkas_batch_source(
+    spark, tmp_path, native, caplog
+):
+    # Kafka's batch source with startingOffsets below the earliest offset kept: failOnDataLoss
+    # (default true) fails the query; false logs the lost offsets and reads from the earliest.
+    # Before, startIndex=10 started at the first kept index in silence, whatever the option
+    import logging
+
+    from loglake.pipeline.errors import LiveHistoryGone
+    from loglake.pipeline.read import read_options
+
+    first = _head_cut_below_120(tmp_path)
+    base = {"data_dir": str(tmp_path), "stream": "ev"}
+    if not native:
+        base["nativeSealed"] = "false"  # spark.read.format("loglake")
+    kept = {(0, i): b"r%d" % i for i in range(first, 200)}
+    # no startIndex is earliest (Kafka's batch default): what is kept, no error, no warning
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        assert rows_of(read_options(spark, base)) == kept
+        assert rows_of(read_options(spark, {**base, "startIndex": str(first)})) == kept
+    assert caplog.records == []
+    for strict in (
+        {**base, "startIndex": "10"},
+        {**base, "startIndex": "10", "failOnDataLoss": "TRUE"},
+    ):
+        with pytest.raises(Exception) as e:
+            rows_of(read_options(spark, strict))
+        gone = e.value if isinstance(e.value, LiveHistoryGone) else task_error(e.value)
+        assert isinstance(gone, LiveHistoryGone), str(e.value)[:500]
+        assert f"stream 'ev' partition 0: indexes 10..{first - 1} are in neither" in str(gone)
+    lossy = {**base, "startIndex": "10", "failOnDataLoss": "false"}
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        assert rows_of(read_options(spark, lossy)) == kept
+        # an endIndex below the first kept index: all of [10, 50) is lost, nothing read
+        assert rows_of(read_options(spark, {**lossy, "endIndex": "50"})) == {}
+    if native:  # planned here, on the driver (the Python source plans in a Spark worker)
+        got = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert [f"indexes 10..{first - 1} are in neither" in m for m in got] == [True, False]
+        assert "indexes 10..49 are in neither" in got[1]

@@ -352,6 +352,7 @@ class LoglakeReader(DataSourceReader):
             if pushed.partitions is not None and p not in pushed.partitions:
                 continue
             first, nxt = _partition_bounds(opts, self.layout, p)
+            check_start_index(opts, p, first)
             splits += _clip_chunks(p, first, nxt, pushed.lo, pushed.hi, opts.split_records, False)
         return splits or [RangeSplit(0, 0, 0)]
 
@@ -385,19 +386,51 @@ def _clip_chunks(
 
 def _partition_bounds(opts: SourceOptions, layout: StreamLayout, p: int) -> tuple[int, int]:
     """``(first, next)`` of partition ``p`` over the lake and the live log together."""
+    files = visible_lake_files(opts.data_dir, opts.stream, p) if opts.data_dir else []
+    return kept_bounds(files, layout.live.get(p))
+
+
+def kept_bounds(files: Sequence[LakeFile], live: tuple[int, int] | None) -> tuple[int, int]:
+    """``(first, next)`` of a partition from its visible lake ``files`` and its live log's
+    ``(first_index, next_index)`` (None: no live log): the first index still kept anywhere,
+    and the next one to be written."""
     firsts, nexts = [], []
-    if p in layout.live:
-        lf, ln = layout.live[p]
+    if live is not None:
+        lf, ln = live
         if ln > lf:
             firsts.append(lf)
         nexts.append(ln)
-    if opts.data_dir:
-        files = visible_lake_files(opts.data_dir, opts.stream, p)
-        if files:
-            firsts.append(files[0].first)
-            nexts.append(files[-1].last + 1)
+    if files:
+        firsts.append(files[0].first)
+        nexts.append(files[-1].last + 1)
     nxt = max(nexts, default=0)
     return min(firsts, default=nxt), nxt
+
+
+def check_start_index(opts: SourceOptions, partition: int, first: int) -> None:
+    """A batch read's ``startIndex`` below ``partition``'s first kept index ``first`` (the
+    records asked for from there were removed by retention) is ``LiveHistoryGone`` naming the
+    lost range, as a JSON ``startingOffsets`` below it is for a streaming query; with
+    ``failOnDataLoss=false`` a warning names it (``skip_lost``) and the read starts at
+    ``first``, as it did in silence before. Kafka's batch source does the same: its
+    ``startingOffsets`` offsets are read as given, and the executor's consumer, finding one
+    below the earliest offset still held, reports data loss (``KafkaDataConsumer.get``:
+    ``reportDataLoss`` then ``getEarliestAvailableOffsetBetween``), which fails the query
+    or, with ``failOnDataLoss=false``, is a warning and the read goes on from the earliest
+    offset (Spark's Kafka integration docs: ``failOnDataLoss`` applies to "streaming and
+    batch", SPARK PR 24932). No ``startIndex`` given is ``earliest`` (Kafka's batch default)."""
+    upto = first if opts.end_index is None else min(first, opts.end_index)
+    if not opts.start_index_set or opts.start_index >= upto:
+        return
+    gone = LiveHistoryGone(opts.stream, partition, opts.start_index, first, held_by(opts))
+    if opts.fail_on_data_loss:
+        raise gone
+    skip_lost(gone, opts.start_index, upto)
+
+
+def held_by(opts: SourceOptions) -> str:
+    """Where the live log is, for ``LiveHistoryGone`` ("" names JetStream)."""
+    return "" if opts.backend else opts.url or opts.data_dir or ""
 
 
 # -- streaming ------------------------------------------------------------------------------
@@ -452,16 +485,12 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # an offset retention removed: it started at the first kept index, the records
                 # asked for skipped in silence. Kafka's source reports data loss here
                 # (failOnDataLoss, default true); the same rule as a read of a removed range
-                gone = LiveHistoryGone(self.opts.stream, int(p), v, first, self._held_by())
+                gone = LiveHistoryGone(self.opts.stream, int(p), v, first, held_by(self.opts))
                 if self.opts.fail_on_data_loss:
                     raise gone
                 v = skip_lost(gone, v, nxt)
             out[p] = first if v == -2 else nxt if v == -1 else v
         return out
-
-    def _held_by(self) -> str:
-        """Where the live log is, for ``LiveHistoryGone`` ("" names JetStream)."""
-        return "" if self.opts.backend else self.opts.url or self.opts.data_dir or ""
 
     def getDefaultReadLimit(self) -> ReadLimit:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows

@@ -149,6 +149,10 @@ class SourceOptions:
     partitions: tuple[int, ...] | None = None
     """``partitions``: the log partitions to read, e.g. ``"0,2"`` (default all)."""
     start_index: int = 0
+    start_index_set: bool = False
+    """``startIndex`` was given: the batch counterpart of a JSON ``startingOffsets``, so one
+    below a partition's first kept index is data loss (``datasource.check_start_index``).
+    Not given (0) is earliest, as Kafka's batch ``startingOffsets`` defaults to."""
     end_index: int | None = None
     split_records: int = DEFAULT_SPLIT_RECORDS
     starting_offsets: str = EARLIEST
@@ -261,6 +265,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         tls=_tls_options(options, url),
         partitions=partitions,
         start_index=start,
+        start_index_set=_get(options, "startIndex") not in (None, ""),
         end_index=end,
         split_records=_int(options, "splitRecords", DEFAULT_SPLIT_RECORDS, minimum=1)
         or DEFAULT_SPLIT_RECORDS,

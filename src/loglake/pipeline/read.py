@@ -25,7 +25,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from loglake.pipeline.datasource import COLUMNS, FORMAT, RECORD_SCHEMA
+from loglake.pipeline.datasource import (
+    COLUMNS,
+    FORMAT,
+    RECORD_SCHEMA,
+    check_start_index,
+    kept_bounds,
+)
 from loglake.pipeline.lake import (
     VERIFY_PAGES,
     ReadPlan,
@@ -50,10 +56,13 @@ LIVE_RANGES_OPTION = "_liveRanges"
 
 
 def make_plan(opts: SourceOptions, layout: StreamLayout) -> ReadPlan:
-    """Split the asked range of every chosen partition into lake files and live ranges."""
+    """Split the asked range of every chosen partition into lake files and live ranges; a
+    ``startIndex`` below a partition's first kept index is data loss (``check_start_index``),
+    as in the ``loglake`` source's plan."""
     parts = []
     for p in layout.partitions:
         files = visible_lake_files(opts.data_dir, opts.stream, p) if opts.data_dir else []
+        check_start_index(opts, p, kept_bounds(files, layout.live.get(p))[0])
         first, nxt = layout.live.get(p, (None, None))
         parts.append(
             plan_partition(
@@ -88,7 +97,8 @@ def read(
     ``backend`` (``nats://h1,h2,h3``, with ``nats_prefix``/``nats_creds``): the stream is kept in
     NATS JetStream by a node; its unsealed part is read from there, the lake from ``data_dir``.
     ``fail_on_data_loss=False`` (option ``failOnDataLoss``): a planned range retention removed
-    before the read is skipped with a warning instead of failing with ``LiveHistoryGone``."""
+    before the read, or a ``start_index`` below the first index kept, is skipped with a warning
+    instead of failing with ``LiveHistoryGone``."""
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "stream": stream,

@@ -140,12 +140,27 @@ def _run_dataframe(
         data_dir,
         spec.namespace,
         partitions=[0],
-        start_index=spec.start,
+        start_index=max(spec.start, _first_kept(spec.namespace, data_dir, url)),
         end_index=spec.end,
         url=url,
     ).select("index", "data")
     parts = df.mapInArrow(_encode_partition(spec), OUTPUT_SCHEMA)
     parts.sortWithinPartitions("index").write.mode("overwrite").parquet(str(staging))
+
+
+def _first_kept(stream: str, data_dir: str | None, url: str | None) -> int:
+    """The first index of ``stream``'s partition 0 still kept (lake or live log). A replay
+    whose start is below it (retention removed the head; ICRC-77 is silent) is procured from
+    there, as the plain path's units are (``units.plan_units``): ``read()``'s ``startIndex``
+    below it would be data loss (``failOnDataLoss``, Kafka's batch rule), not a replay."""
+    from loglake.pipeline.datasource import kept_bounds
+    from loglake.pipeline.lake import visible_lake_files
+    from loglake.pipeline.options import parse_options, resolve_stream
+
+    given = {"stream": stream, "data_dir": data_dir, "url": url, "partitions": "0"}
+    opts = parse_options({k: v for k, v in given.items() if v is not None})
+    files = visible_lake_files(opts.data_dir, stream, 0) if opts.data_dir else []
+    return kept_bounds(files, resolve_stream(opts).live.get(0))[0]
 
 
 TaskGroup = tuple[int, list[Unit]]
