@@ -293,3 +293,33 @@ def test_fail_on_data_loss_false_starts_a_batch_read_at_the_first_kept_index(tmp
     assert (split.start, split.end) == (first, 60)  # type: ignore[attr-defined]
     (warning,) = _lost_warnings(caplog)
     assert f"stream 's' partition 0: indexes 3..{first - 1} are in neither" in warning
+
+
+def test_fail_on_data_loss_false_goes_on_from_the_end_of_a_stream_behind_its_checkpoint(
+    tmp_path, caplog
+):
+    # a checkpoint at 90 over a stream of 60 records whose head retention removed: default
+    # StreamBehindCheckpoint; false: the batch ends at the stream's end (60) with a warning
+    # naming the checkpoint's offset and what is not read, as Kafka's "offset was changed"
+    from loglake.pipeline.datasource import LoglakeDataSource
+    from loglake.pipeline.errors import StreamBehindCheckpoint
+
+    first = _sixty_records_retention_cut_below_40(tmp_path)
+    opts = {"data_dir": str(tmp_path), "stream": "s"}
+    with pytest.raises(StreamBehindCheckpoint, match=r"ends at index 60, below .* offset 90"):
+        LoglakeDataSource(opts).streamReader(None).latestOffset({"0": 90}, None)
+    reader = LoglakeDataSource({**opts, "failOnDataLoss": "false"}).streamReader(None)
+    with caplog.at_level(logging.WARNING, logger="loglake.pipeline.datasource"):
+        assert reader.latestOffset({"0": 90}, None) == {"0": 60}
+        assert reader.partitions({"0": 90}, {"0": 60}) == []
+    (warning,) = _lost_warnings(caplog)
+    assert "stream 's' partition 0 ends at index 60, below the checkpoint's offset 90" in warning
+    assert f"indexes 60..89 the checkpoint counted are gone and {first}..59 held now" in warning
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.fields == {  # type: ignore[attr-defined]
+        "stream": "s",
+        "partition": 0,
+        "checkpoint_offset": 90,
+        "next_index": 60,
+        "unread_first": first,
+    }

@@ -118,6 +118,58 @@ def test_fail_on_data_loss_false_skips_what_retention_removed_and_goes_on(spark,
     assert rows == [*range(50), *range(first, 150)]
 
 
+def _resume_on_a_remade_stream(spark, tmp_path, **options) -> tuple:
+    """A query that read 60 records a partition of ``ev``; the stream then deleted and made
+    again with 20 other records a partition: the resumed query's error (None if it went on),
+    its sink, the first run's records, the data dir and the query's (sink, checkpoint)."""
+    import shutil
+
+    d = tmp_path / "data"
+    before = make_log_stream(d, "ev", partitions=2, records=60)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_available_now(spark, d, out, cp, **options)
+    assert sink_rows(spark, out) == expected_rows(before)
+    shutil.rmtree(d)
+    make_log_stream(d, "ev", partitions=2, records=20, seed=2)
+    try:
+        run_available_now(spark, d, out, cp, **options)
+        failed = None
+    except Exception as e:
+        failed = e
+    return failed, sink_rows(spark, out), before, d, (out, cp)
+
+
+@pytest.mark.parametrize("option", [{}, {"failOnDataLoss": "true"}])
+def test_a_checkpoint_past_the_end_of_a_remade_stream_fails_the_query(spark, tmp_path, option):
+    # the stream made again with 20 records under a checkpoint at 60: the query read nothing
+    # and would have skipped every record appended below 60 (Kafka: "offset was changed")
+    from loglake.errors import task_error
+    from loglake.pipeline.errors import StreamBehindCheckpoint
+
+    failed, rows, before, _, _ = _resume_on_a_remade_stream(spark, tmp_path, **option)
+    behind = task_error(failed) if failed else None
+    assert isinstance(behind, StreamBehindCheckpoint), str(failed)[:500]
+    assert "ends at index 20, below the checkpoint's offset 60" in str(behind)
+    assert rows == expected_rows(before)
+
+
+def test_fail_on_data_loss_false_goes_on_from_the_end_of_a_remade_stream(spark, tmp_path):
+    # Kafka's source with failOnDataLoss=false, a partition's offset gone backwards: a
+    # warning, the batch ends at the partition's latest offset and the query goes on from
+    # there. Before, StreamBehindCheckpoint whatever the option said
+    failed, rows, before, d, (out, cp) = _resume_on_a_remade_stream(
+        spark, tmp_path, failOnDataLoss="false"
+    )
+    assert failed is None, str(failed)[:500]
+    assert rows == expected_rows(before)  # the remade stream's 0..19 are not read
+    new = {(p, i): b"new-%d-%d" % (p, i) for p in (0, 1) for i in range(20, 25)}
+    for p in (0, 1):
+        assert append(d, "ev", p, [new[(p, i)] for i in range(20, 25)]) == list(range(20, 25))
+    run_available_now(spark, d, out, cp, failOnDataLoss="false")
+    # the sink holds indexes 20..24 twice: the old stream's and the remade one's
+    assert sink_rows(spark, out) == sorted(expected_rows(before) + expected_rows(new))
+
+
 def test_starting_offsets_latest_and_json(spark, tmp_path):
     d = tmp_path / "data"
     make_log_stream(d, "ev", partitions=2, records=30)

@@ -262,6 +262,37 @@ def skip_lost(gone: LiveHistoryGone, done: int, end: int) -> int:
     return gone.first_held
 
 
+def reset_behind(behind: StreamBehindCheckpoint, first: int) -> int:
+    """``failOnDataLoss=false``: log (WARNING) that the checkpoint's offset of a partition is
+    past its end — the records the checkpoint counted are gone and the indexes now mean
+    others — and return where the query goes on: the partition's current end,
+    ``behind.next_index``, so the records it holds now (``first``..end-1) are not read.
+
+    Kafka's source does this: a partition whose latest offset is below the batch's start
+    offset is data loss ("Partition ...'s offset was changed from X to Y", Spark's
+    ``KafkaOffsetReaderAdmin.getOffsetRangesFromResolvedOffsets``); with ``failOnDataLoss=false``
+    that is a warning, the range (negative size) is dropped (``KafkaOffsetRangeCalculator
+    .getRanges``) and the batch ends at the latest offset, where the next one starts. Not its
+    start: what the stream holds below its end now may be the old records restored (an older
+    copy of the data dir) that the query's sink already holds."""
+    end = behind.next_index
+    unread = f"{first}..{end - 1} held now are not read" if first < end else "none is held below"
+    log_event(
+        _logger,
+        logging.WARNING,
+        f"stream {behind.stream!r} partition {behind.partition} ends at index {end}, below the "
+        f"checkpoint's offset {behind.offset} (made again or restored from an older copy); "
+        f"going on from index {end}, its end: indexes {end}..{behind.offset - 1} the checkpoint "
+        f"counted are gone and {unread} (failOnDataLoss=false)",
+        stream=behind.stream,
+        partition=behind.partition,
+        checkpoint_offset=behind.offset,
+        next_index=behind.next_index,
+        unread_first=first,
+    )
+    return behind.next_index
+
+
 # -- filter pushdown ------------------------------------------------------------------------
 
 
@@ -502,14 +533,21 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every partition's ``next_index``; with ``ReadMaxRows`` (``maxRecordsPerTrigger``)
         at most that many records, shared across the partitions in proportion to what each has
         to read (``share_budget``). ``ReadAllAvailable`` ignores the option, as the API requires
-        (``Trigger.AvailableNow`` relies on it)."""
+        (``Trigger.AvailableNow`` relies on it). A partition that ends below ``start`` is
+        ``StreamBehindCheckpoint``, or with ``failOnDataLoss=false`` ends this batch at its
+        ``next_index``, below ``start`` (``partitions`` plans nothing for it), so the query goes
+        on from there (``reset_behind``)."""
         bounds = self._current()
-        for p, (_, nxt) in bounds.items():
+        start = dict(start)
+        for p, (kept, nxt) in bounds.items():
             # the durable prefix readers see never shrinks: a stream made again, or restored
             # from an older copy, under this checkpoint (Kafka's failOnDataLoss: said, not
             # skipped; reading on would skip what is appended below the checkpoint's offset)
             if start.get(p, 0) > nxt:
-                raise StreamBehindCheckpoint(self.opts.stream, int(p), start[p], nxt)
+                behind = StreamBehindCheckpoint(self.opts.stream, int(p), start[p], nxt)
+                if self.opts.fail_on_data_loss:
+                    raise behind
+                start[p] = reset_behind(behind, kept)
         end = {p: max(b[1], start.get(p, b[0])) for p, b in bounds.items()}
         if self._target is not None:  # Trigger.AvailableNow: never past the recorded target
             end = {p: min(e, max(self._target.get(p, e), start.get(p, 0))) for p, e in end.items()}

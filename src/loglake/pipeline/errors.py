@@ -87,13 +87,15 @@ class StreamBehindCheckpoint(PipelineError, LookupError):
     """A streaming query's checkpoint is past the end of its stream: the stream was deleted
     and made again, or its data dir restored from an older copy. Kafka's source calls this
     data loss (``failOnDataLoss``); reading on would skip every record appended below the
-    checkpoint's offset without a word."""
+    checkpoint's offset without a word. With ``failOnDataLoss=false`` it is not raised: the
+    query goes on from the stream's end with a warning (``datasource.reset_behind``)."""
 
     def __init__(self, stream: str, partition: int, offset: int, next_index: int) -> None:
         super().__init__(
             f"stream {stream!r} partition {partition} ends at index {next_index}, below the "
             f"checkpoint's offset {offset} (the stream was made again or restored from an "
-            "older copy): start the query on a new checkpoint"
+            "older copy): start the query on a new checkpoint, or set failOnDataLoss=false to "
+            "go on from the stream's end"
         )
         self.stream, self.partition = stream, partition
         self.offset, self.next_index = offset, next_index
