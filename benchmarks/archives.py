@@ -609,9 +609,9 @@ def main_job(args, layout) -> None:
     console.print(f"temporary folder {tmp}")
     try:
         t0 = time.perf_counter()
-        # the JVM the CLI's archives-build starts (C1 only: session.C1_ONLY), so the figures
-        # are the command's
-        spark = build_session(app_name="loglake-archives-build", c1_only=True)
+        # the session the CLI's archives-build starts (C1 only: session.C1_ONLY; no data
+        # source registered), so the figures are the command's
+        spark = build_session(app_name="loglake-archives-build", c1_only=True, data_source=False)
         console.print(
             f"Spark {spark.sparkContext.master} started in {time.perf_counter() - t0:.1f} s"
         )

@@ -293,3 +293,42 @@ def _exit_without_stop(socks: str) -> None:
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) >= 1  # there were sockets to remove
     assert os.listdir(socks) == []
+
+
+def _lookups(data_source: bool) -> int:
+    """Spark's Python data source look-ups (``lookup_data_sources`` processes under the JVM)
+    of a fresh session built with ``data_source``, after a plain task."""
+    probe = (
+        "import os\n"
+        "from loglake.pipeline.session import build_session\n"
+        f"spark = build_session(master='local[1]', data_source={data_source})\n"
+        "spark.sparkContext.parallelize([1], 1).collect()\n"
+        "kids, cmds = {}, {}\n"
+        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        cmds[int(p)] = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+        "        ppid = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "    except (OSError, ValueError):\n"
+        "        continue\n"
+        "    kids.setdefault(ppid, []).append(int(p))\n"
+        "todo, mine = [os.getpid()], []\n"
+        "while todo:\n"
+        "    found = kids.get(todo.pop(), [])\n"
+        "    mine += found\n"
+        "    todo += found\n"
+        "print(sum(b'lookup_data_sources' in cmds.get(p, b'') for p in mine))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_session_without_the_data_source_starts_no_python_to_look_sources_up():
+    """``job archives-build``'s session (``data_source=False``) runs plain tasks only: Spark's
+    look-up of Python data sources, which the registration starts (a Python daemon and a worker,
+    about 2 CPU-s of the session's start), does not run; the default session still registers
+    ``loglake``."""
+    assert _lookups(False) == 0
+    assert _lookups(True) >= 1

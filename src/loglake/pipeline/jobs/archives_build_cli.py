@@ -148,8 +148,14 @@ def archives_build_command(
     )
     console = Console(stderr=True)
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        # C1 only: the JVM only schedules this job's plain tasks (session.C1_ONLY)
-        spark = build_session(master=spark_master, app_name="loglake-archives-build", c1_only=True)
+        # C1 only: the JVM only schedules this job's plain tasks (session.C1_ONLY); they read
+        # the stream themselves, so the loglake data source is not registered (build_session)
+        spark = build_session(
+            master=spark_master,
+            app_name="loglake-archives-build",
+            c1_only=True,
+            data_source=False,
+        )
 
     def progress(step: str, done: int, total: int) -> None:
         console.log(f"{step}: {done}/{total}")
