@@ -254,22 +254,29 @@ def test_job_over_a_nodes_url_writes_the_parts_the_data_dir_gives(spark, history
     a ``loglake serve`` node's url, through the ``loglake`` source over the stream protocol.
     Both write the same notification parts, in order."""
     from loglake.events import ReplayJobSpec
+
+    spec = ReplayJobSpec(7, NS, 5, N - 3, P["pub"].bytes, "amount >= 20", (3, 1), False)
+    local, remote = _over_dir_and_url(spark, spec, tmp_path, history)
+    want = list(iter_parts(local.output))
+    assert [p[0] for p in want] == [i for i in range(20, N - 3) if (i + 1) % 3 == 0]
+    assert list(iter_parts(remote.output)) == want and remote.selected == local.selected
+
+
+def _over_dir_and_url(spark, spec, tmp_path: Path, data_dir: Path):
+    """The replay job run on ``data_dir`` itself, then over a node's URL serving it."""
     from loglake.pipeline.jobs.replay import run_replay_job
     from loglake.streams.server import BackgroundServer
     from loglake.streams.service import StreamService
 
-    spec = ReplayJobSpec(7, NS, 5, N - 3, P["pub"].bytes, "amount >= 20", (3, 1), False)
-    local = run_replay_job(spark, spec, tmp_path / "dir", str(history))
-    want = list(iter_parts(local.output))
-    assert [p[0] for p in want] == [i for i in range(20, N - 3) if (i + 1) % 3 == 0]
-    log = open_log(history)
+    local = run_replay_job(spark, spec, tmp_path / "dir", str(data_dir))
+    log = open_log(data_dir)
     try:
         with BackgroundServer(StreamService(log)) as srv:
             url = f"loglake://127.0.0.1:{srv.port}"
             remote = run_replay_job(spark, spec, tmp_path / "url", url=url)
     finally:
         log.close()
-    assert list(iter_parts(remote.output)) == want and remote.selected == local.selected
+    return local, remote
 
 
 def test_a_malformed_stored_event_fails_the_job_and_leaves_no_output(spark, tmp_path):
@@ -308,10 +315,7 @@ def test_a_replay_from_below_the_first_kept_event_starts_there_over_url_too(
     import shutil
 
     from loglake.events import ReplayJobSpec
-    from loglake.pipeline.jobs.replay import run_replay_job
     from loglake.pipeline.lake import visible_lake_files
-    from loglake.streams.server import BackgroundServer
-    from loglake.streams.service import StreamService
 
     d = tmp_path / "pub"
     shutil.copytree(history, d)
@@ -324,14 +328,7 @@ def test_a_replay_from_below_the_first_kept_event_starts_there_over_url_too(
         first = log.stream_info(NS).partitions[0].first_index
     assert first == 100
     spec = ReplayJobSpec(8, NS, 0, N, P["pub"].bytes, None, None, False)
-    local = run_replay_job(spark, spec, tmp_path / "dir", str(d))
+    local, remote = _over_dir_and_url(spark, spec, tmp_path, d)
     want = list(iter_parts(local.output))
     assert [p[0] for p in want] == list(range(first, N))
-    log = open_log(d)
-    try:
-        with BackgroundServer(StreamService(log)) as srv:
-            url = f"loglake://127.0.0.1:{srv.port}"
-            remote = run_replay_job(spark, spec, tmp_path / "url", url=url)
-    finally:
-        log.close()
     assert list(iter_parts(remote.output)) == want
