@@ -737,13 +737,7 @@ class JetStreamLog(Log):
         assert template is not None
         firsts = await self._first_indexes(name, missing) if missing else {}
         for p in reversed(missing):  # partition 0 stays: only the missing ones are made
-            cfg = dataclasses.replace(
-                template,
-                name=self.js_name(name, p),
-                subjects=[self.subject(name, p)],
-                metadata={**(template.metadata or {}), META_PARTITION: str(p)},
-                first_seq=None,  # partition 0's own, if it was made again: not this one's
-            )
+            cfg = self._partition_config(template, name, p)
             await self._add_partition(name, p, cfg, firsts[p])
         if missing:
             log_event(
@@ -934,15 +928,23 @@ class JetStreamLog(Log):
         when it looked; an index only the second knew is not counted, as no process's
         knowledge but its own is (docs/jetstream.md). Raising the head afterwards (a purge
         past it) could drop a record pushed meanwhile, so it is not done."""
-        meta = {**(template.metadata or {}), META_PARTITION: str(p), META_PARTITIONS: str(p + 1)}
-        cfg = dataclasses.replace(
+        cfg = self._partition_config(template, name, p, {META_PARTITIONS: str(p + 1)})
+        await self._add_partition(name, p, cfg, first_index, taken=True)
+
+    def _partition_config(
+        self, template: jsapi.StreamConfig, name: str, p: int, meta: dict[str, str] | None = None
+    ) -> jsapi.StreamConfig:
+        """Partition ``p``'s JetStream config, made from ``template`` (partition 0's, whose
+        settings every partition shares): its own name, subject and ``loglake.partition``
+        (and ``meta`` on top), and no ``first_seq`` (partition 0's, if it was made again; a
+        partition's own comes from ``_first_indexes`` in ``_add_partition``)."""
+        return dataclasses.replace(
             template,
             name=self.js_name(name, p),
             subjects=[self.subject(name, p)],
-            metadata=meta,
-            first_seq=None,  # partition 0's, if it was made again: this one's is first_index
+            metadata={**(template.metadata or {}), META_PARTITION: str(p), **(meta or {})},
+            first_seq=None,
         )
-        await self._add_partition(name, p, cfg, first_index, taken=True)
 
     async def _check_ours(self, name: str, p: int) -> None:
         """``JetStreamError`` unless the JetStream stream of partition ``p`` says it is that
