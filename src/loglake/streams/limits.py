@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from loglake.wire.ockam import MAX_WIRE_FRAME
+
 KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 
 ENV_PREFIX = "LOGLAKE_LIMITS_"
@@ -35,10 +37,6 @@ ENV_PREFIX = "LOGLAKE_LIMITS_"
 MAX_TIMEOUT = 86400.0
 """The longest any timeout may be: a day. A connection that may sit on a half-sent frame, or a
 shutdown that may wait, for longer than a day is not bounded at all; ``1e300`` was taken."""
-
-MAX_U32 = 2**32 - 1
-"""An Ockam TCP frame's length is a 4-byte big-endian integer (``wire/ockam.py``, ``_LEN``),
-so no frame a client announces can be longer."""
 
 MAX_MEMORY = 2**40
 """The most bytes a budget may be: 1 TiB, more memory than the machines a node runs on have
@@ -75,7 +73,7 @@ class ServerLimits:
         32 * MiB,
         "bytes",
         64,
-        MAX_U32,  # a frame's 4-byte length field
+        MAX_WIRE_FRAME,  # a frame's 4-byte length field: no frame a client announces is longer
         "Largest Ockam TCP frame a client may announce; a larger one closes its connection.",
     )
     max_connections: int = _limit(
