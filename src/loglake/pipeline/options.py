@@ -95,14 +95,12 @@ class TlsUrlSource(UrlSource):
 
 def _tls_options(options: Mapping[str, str], url: str | None) -> TlsFiles | None:
     files = {n: _get(options, n) or None for n in ("tlsCa", "tlsCert", "tlsKey", "tlsServerName")}
-    on = (_get(options, "tls") or "false").lower()
-    if on not in ("true", "false"):
-        raise BadOption("tls", on, "expected true or false")
-    if on == "false" and not any(files.values()):
+    on = _bool(options, "tls", False)
+    if not on and not any(files.values()):
         return None
     if not url:
-        given = "tls" if on == "true" else next(k for k, v in files.items() if v)
-        raise BadOption(given, files.get(given) or on, "TLS options go with url")
+        given = "tls" if on else next(k for k, v in files.items() if v)
+        raise BadOption(given, files.get(given) or "true", "TLS options go with url")
     if bool(files["tlsCert"]) != bool(files["tlsKey"]):
         raise BadOption("tlsCert", files["tlsCert"], "tlsCert and tlsKey go together")
     for name in ("tlsCa", "tlsCert", "tlsKey"):
@@ -110,6 +108,17 @@ def _tls_options(options: Mapping[str, str], url: str | None) -> TlsFiles | None
         if path and not os.path.isfile(path):
             raise BadOption(name, path, "no such file (it must exist on every executor too)")
     return TlsFiles(files["tlsCa"], files["tlsCert"], files["tlsKey"], files["tlsServerName"])
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """A true/false option, in any case (as Spark's Kafka source reads its own: Scala's
+    ``toBoolean``); absent or empty is ``default``; anything else is ``BadOption``."""
+    raw = _get(options, name)
+    if not raw:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise BadOption(name, raw, "expected true or false")
+    return raw.lower() == "true"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -247,13 +256,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             live_ranges = {int(k): [(a, b) for a, b in v] for k, v in json.loads(live_raw).items()}
         except (ValueError, TypeError, AttributeError):
             raise BadOption("_liveRanges", live_raw, "internal to read(): do not set it") from None
-    push = (_get(options, "pushFilters") or "false").lower()
-    if push not in ("true", "false"):
-        raise BadOption("pushFilters", push, "expected true or false")
-    lossy_raw = _get(options, "failOnDataLoss") or "true"
-    lossy = lossy_raw.lower()  # as Kafka's source reads it (Scala's toBoolean: any case)
-    if lossy not in ("true", "false"):
-        raise BadOption("failOnDataLoss", lossy_raw, "expected true or false")
+    push = _bool(options, "pushFilters", False)
+    lossy = _bool(options, "failOnDataLoss", True)
     by = _get(options, "partitionBy")
     if by is not None and by not in ("key", "round_robin") and not by.startswith("column:"):
         raise BadOption("partitionBy", by, "expected key, round_robin or column:NAME")
@@ -272,8 +276,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=starting,
         max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None, minimum=1),
         partition_by=by,
-        push_filters=push == "true",
-        fail_on_data_loss=lossy == "true",
+        push_filters=push,
+        fail_on_data_loss=lossy,
         driver_tail_records=_int(options, "driverTailRecords", DEFAULT_DRIVER_TAIL) or 0,
         live_ranges=live_ranges,
         backend=backend,
