@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -137,6 +138,33 @@ def fsync_file(path: str | Path) -> None:
         fsync(fd)
     finally:
         close(fd)
+
+
+class LockHeld(BlockingIOError):
+    """``lock_file``: another open of the lock file (another process, or another ``lock_file``
+    in this one) holds its lock. Each caller turns it into its own error and wording."""
+
+
+def lock_file(path: str | Path, *, blocking: bool = False) -> int:
+    """An exclusive ``flock`` on ``path`` (created, mode 0o644, if missing); the fd holding it.
+
+    Why one helper: the log's writer lock, the repair's, the compact and archives-build jobs',
+    the node's and the lake's were each written by hand, and the log's leaked the fd when ``flock``
+    failed other than by contention. Here any failure closes the fd; contention raises
+    ``LockHeld`` at once, or with ``blocking`` the call waits for the holder. The lock goes
+    with the fd: close it (``fs.close``) to release it, and a process that dies releases it,
+    so no stale lock file is ever left to clean up. The file carries no data and is not made
+    durable (a crash may lose the empty file; the next call creates it again)."""
+    fd = open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        close(fd)
+        raise LockHeld(errno.EWOULDBLOCK, "locked by another process", str(path)) from None
+    except BaseException:
+        close(fd)
+        raise
+    return fd
 
 
 SYNC_FILE_RANGE_WRITE = 2

@@ -10,7 +10,6 @@ is always a whole one. Temporary files start with ``.`` so Hive-style readers sk
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -130,16 +129,13 @@ def lake_lock(directory: Path | str) -> Iterator[None]:
     replaces lake files of the partition in bulk (the ``compact`` job commits and deletes
     under it; log retention may take it too), so that a compaction never commits a file over
     sources another process removed since it planned. Advisory: sealing a new file needs no
-    lock. The lock file itself carries no data and need not be durable (plain ``os.open``)."""
-    import fcntl
-
+    lock. The lock file itself carries no data and need not be durable (``fs.lock_file``)."""
     Path(directory).mkdir(parents=True, exist_ok=True)
-    fd = os.open(Path(directory) / LAKE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = fs.lock_file(Path(directory) / LAKE_LOCK, blocking=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        fs.close(fd)  # closing the descriptor releases the lock
 
 
 def remove_temp_files(directory: Path) -> None:

@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import itertools
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,12 +296,11 @@ def _segment_copies(part: _Partition, lf: LakeFile) -> list[tuple[int, int]] | N
 @contextlib.contextmanager
 def writer_lock(data_dir: Path) -> Iterator[None]:
     """The data dir's writer lock (the one ``SegmentLog`` takes), or ``RepairRefused``."""
-    fd = fs.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RepairRefused(str(data_dir)) from None
+        fd = fs.lock_file(data_dir / LOCK_FILE)
+    except fs.LockHeld:
+        raise RepairRefused(str(data_dir)) from None
+    try:
         yield
     finally:
         fs.close(fd)  # closing the descriptor releases the lock

@@ -237,13 +237,10 @@ class SegmentLog(Log):
 
     # -- lock -------------------------------------------------------------------------------
     def _take_lock(self) -> None:
-        fd = fs.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fs.close(fd)
+            self._lock_fd = fs.lock_file(self.data_dir / LOCK_FILE)
+        except fs.LockHeld:
             raise LogLocked(str(self.data_dir)) from None
-        self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:

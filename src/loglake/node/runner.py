@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from typing import Any, TypeVar, cast
 import uvicorn
 
 from loglake.errors import LoglakeError
-from loglake.log import Durability, Log, LogLocked, StreamConfig
+from loglake.log import Durability, Log, LogLocked, StreamConfig, fs
 from loglake.node.api.context import NodeContext
 from loglake.node.app import create_app
 from loglake.node.auth import LoginCodes, Token, forget_token, load_or_create_token
@@ -71,20 +70,12 @@ def lock_data_dir(data_dir: Path) -> int:
     the log is JetStream's and locks nothing here, so a second node given the same data dir
     ran beside the first, both writing its token, archives member state and caches. One data
     dir per node, whatever the backend; the lock goes with the process (no stale file)."""
-    import fcntl
-
-    fd = os.open(data_dir / NODE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        return fs.lock_file(data_dir / NODE_LOCK)
+    except fs.LockHeld:
         from loglake.node.cli import data_dir_in_use
 
         raise NodeStartError(data_dir_in_use(data_dir, "data_dir")) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -362,7 +353,7 @@ class Node:
 
     def _release_data_dir(self) -> None:
         if self._dir_lock is not None:
-            os.close(self._dir_lock)  # closing the descriptor releases the flock
+            fs.close(self._dir_lock)  # closing the descriptor releases the flock
             self._dir_lock = None
 
 

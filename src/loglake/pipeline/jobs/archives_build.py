@@ -87,7 +87,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import fcntl
 import fnmatch
 import functools
 import itertools
@@ -1428,15 +1427,14 @@ def recover(root: Path) -> int:
 @contextlib.contextmanager
 def job_lock(root: Path) -> Iterator[None]:
     """One archives-build job per ``root`` at a time (``flock``); a second fails at once."""
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise JobFailed(f"archives-build: another job is running on {root}") from None
+        fd = fs.lock_file(root / LOCK)
+    except fs.LockHeld:
+        raise JobFailed(f"archives-build: another job is running on {root}") from None
+    try:
         yield
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 def _open_stage(root: Path, st: _State, size: int | None = None) -> Path:

@@ -33,7 +33,6 @@ misses one):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -209,16 +208,15 @@ def job_lock(data_dir: str, stream: str) -> Iterator[None]:
     a second job would take the first one's unfinished staging for a crash leftover and
     remove it. A second job fails at once with ``JobFailed``."""
     root = stream_lake_dir(data_dir, stream)
-    fd = os.open(root / JOB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            msg = f"compact: another compact job is running on stream {stream!r}"
-            raise JobFailed(msg) from None
+        fd = fs.lock_file(root / JOB_LOCK)
+    except fs.LockHeld:
+        msg = f"compact: another compact job is running on stream {stream!r}"
+        raise JobFailed(msg) from None
+    try:
         yield
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 def commit(job_dir: Path, data_dir: str, stream: str) -> int:
