@@ -622,6 +622,30 @@ def test_a_bad_events_directory_is_the_configs_error(
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize("length", [300, 5000])
+def test_an_events_directory_path_too_long_for_the_file_system_is_one_line_naming_the_key(
+    tmp_path: Path, length: int
+) -> None:
+    """A file name longer than the file system takes (255 bytes: ``ENAMETOOLONG``). Before:
+    ``Path.is_file`` raised its ``OSError`` through the config check, and the node said
+    ``Error: File name too long: <the whole path>`` (5,000 characters), naming no setting."""
+    path = str(tmp_path / ("d" * length)) + ".json"
+    config = tmp_path / "loglake.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\nconsole = false\n[http]\nport = 0\n'
+        '[streams]\nenabled = false\n[events]\nenabled = true\ntransport = "http"\n'
+        f'roles = ["publisher"]\norchestrator = "aaaaa-aa"\ndirectory = "{path}"\n'
+    )
+    r = CliRunner().invoke(command, ["--config", str(config)])
+    assert r.exit_code == 1, r.output + repr(r.exception)  # as every config error
+    assert r.output.startswith("Error: [events] directory: ")
+    assert r.output.endswith(": File name too long\n") and r.output.count("\n") == 1
+    assert len(r.output) < 800 and "d" * 513 not in r.output  # cut as config errors cut paths
+    if length == 5000:
+        assert f"({len(path)} characters)" in r.output
+    assert not (tmp_path / "data").exists()  # refused before the node touched anything
+
+
 @pytest.mark.parametrize("prefix", ["a.b", "a b", "*", "café", "a-b"])
 def test_a_nats_prefix_jetstream_cannot_use_is_the_configs_error(prefix: str) -> None:
     """It was checked only as JetStreamLog opened: a ValueError traceback at start. NATS names

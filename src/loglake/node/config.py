@@ -639,15 +639,21 @@ def _check_events_http(cfg: NodeConfig) -> None:
             raise ConfigError("[events] directory: where the remote orchestrator listens")
     elif "broadcaster" not in roles and not ev.broadcasters:
         raise ConfigError("[events] broadcasters: the orchestrator needs a broadcaster")
-    if ev.directory is not None and not Path(ev.directory).is_file():
-        raise ConfigError(f"[events] directory: {cut(str(ev.directory), PATH_CHARS)} is not a file")
     if ev.directory is not None:  # read at start too: a bad file is the config's error
         from loglake.events.server import DirectoryError, load_directory
 
+        path = cut(str(ev.directory), PATH_CHARS)
         try:
+            if not Path(ev.directory).is_file():
+                raise ConfigError(f"[events] directory: {path} is not a file")
             load_directory(ev.directory)
         except DirectoryError as e:
             raise ConfigError(f"[events] directory: {e}") from None
+        except OSError as e:
+            # is_file answers False only for a missing file or folder: a name longer than the
+            # file system takes (ENAMETOOLONG) raised, and the node said "File name too long:"
+            # and the whole path, naming no setting (as jetstream.check_creds_readable)
+            raise ConfigError(f"[events] directory: {path}: {e.strerror or e}") from None
     ports = role_ports(ev.roles, ev.http_port)
     last = max(ports.values())
     if last > 65535:
