@@ -31,7 +31,7 @@ from loglake.log.api import Log, Record
 from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
 from loglake.log.lake import write_lake_table as _write
 from loglake.log.lake_schema import BACKEND_NOTE, lake_partition_dir
-from loglake.streams.jetstream import JetStreamLog
+from loglake.streams.jetstream import JetStreamLog, check_creds_readable
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,9 @@ class JetStreamSealer:
     help="The namespace the streams were created under (serve --nats-prefix).",
 )
 @click.option(
-    "--nats-creds", type=click.Path(dir_okay=False, exists=True), help="A NATS .creds file."
+    "--nats-creds",  # checked by jetstream.check_creds_readable, as serve's: one message
+    type=click.Path(dir_okay=False),
+    help="A NATS .creds file.",
 )
 @click.option(
     "--file-records",
@@ -164,6 +166,11 @@ def seal_command(
     file_records: int,
 ) -> None:
     """Copy JetStream-backed streams into the lake layout under DATA_DIR/lake."""
+    if nats_creds:  # click's exists=True said "does not exist" of a name too long, uncut
+        try:
+            check_creds_readable(nats_creds)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--nats-creds'") from None
     log = JetStreamLog(backend, prefix=nats_prefix, credentials=nats_creds)
     try:
         files = JetStreamSealer(log, data_dir, file_records).seal(list(streams) or None)
