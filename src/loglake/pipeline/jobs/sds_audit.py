@@ -9,7 +9,7 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
-   IPC files (zstd buffers) under ``_work/decoded`` themselves, the bloom filters apart, a
+   IPC files (lz4 buffers) under ``_work/decoded`` themselves, the bloom filters apart, a
    record batch per sender (``WORK_SCHEMA``); later stages read those.
    Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
    (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
@@ -1084,12 +1084,18 @@ def _write_part(
     under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
     same file whole. Why zstd: rows that repeat their neighbours' (causal histories, ids)
     stay small. Returns the file's path and its row count. ``work``: one of the job's own
-    intermediate files (``_work``), an Arrow IPC file with zstd buffers instead (``_read_work``
-    reads it back)."""
+    intermediate files (``_work``), an Arrow IPC file with lz4 buffers instead (``_read_work``
+    reads it back). Why lz4 there: the file is written once and read by two later passes on
+    the same machine, where decompressing zstd cost more than the bigger files do (1M messages
+    of the benchmark's channel, four alternated pairs at load 4-6: the audit's CPU 2.0-3.8 s
+    less with lz4, 42.5-46.6 against 45.6-50.2 CPU-s, most of it in the ``messages`` stage's
+    reads of the histories; the files 364 MB against 176 MB)."""
     from loglake.pipeline.output_dir import write_part
 
     casts = (batch.cast(schema) for batch in batches)
-    return write_part(folder, name, schema, casts, compression="zstd", arrow_ipc=work)
+    return write_part(
+        folder, name, schema, casts, compression="lz4" if work else "zstd", arrow_ipc=work
+    )
 
 
 def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
@@ -1154,7 +1160,7 @@ def _decode_task(
     """One decode task: its units (consecutive, in index order) read where they lie and
     decoded by one ``decode_batches`` state (``causal_new`` is against the previous message of
     the same sender read by this task), written as one file of ``DECODED_SCHEMA``
-    (``_write_part(work=True)``: an Arrow IPC file with zstd buffers; read back once, by
+    (``_write_part(work=True)``: an Arrow IPC file with lz4 buffers; read back once, by
     pyarrow on the same machine, it needs no Parquet encoding: at 200,000 messages of the
     benchmark's channel the write and the later reads of its 2.6 GB of packed histories cost
     about a third of what zstd Parquet did). Returned: the file's path, its row count and its
@@ -1201,7 +1207,7 @@ def _decode_task(
         name = f"part-{k:05d}.arrow"
         bloom_name = f"blooms-{k:05d}.arrow"
         senders: list[str] = []
-        options = pa.ipc.IpcWriteOptions(compression="zstd")
+        options = pa.ipc.IpcWriteOptions(compression="lz4")  # as _write_part(work=True)
         with (
             part_file(decoded_dir, bloom_name) as tmp,
             pa.OSFile(tmp, "wb") as f,
@@ -1358,9 +1364,8 @@ def run(spark: SparkSession, opts: SdsAuditOptions) -> AuditSummary:
     with staged_output(opts.out_dir, keep=lambda name: name not in audit_files) as stage:
         staged = dataclasses.replace(opts, out_dir=str(stage))
         # decoded once, to Arrow IPC files: later passes read only the columns they need (the
-        # 200-id causal histories once, for the messages table). zstd: a packed history
-        # mostly repeats the previous row's, which zstd sees across rows (a 51,000-row file of
-        # the benchmark's channel: 770 MB of Arrow buffers → 9 MB)
+        # 200-id causal histories once, for the messages table), with lz4 buffers
+        # (_write_part says why)
         work = stage / WORK_DIR
         try:
             summary.records, reasons, decoded, bloom_files = _decode_stage(
