@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +29,6 @@ from loglake.sds.codec import (
 )
 from loglake.sds.columnar import (
     DecodeState,
-    _outside_runs,
     _stored_lists,
     decode_batches,
     history_lists,
@@ -238,14 +236,3 @@ def test_entry_bytes_elsewhere_in_the_record_are_not_taken_for_the_history():
         got, _ = decoded(datas, [], batched)
         assert got == reference(datas)
         assert [r["history"] for r in got] == [["m0", "m1"], ["m0", "m2"]]
-
-
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=12))
-def test_the_stored_entries_are_those_after_each_rows_run(rows):
-    """``_outside_runs``: an entry is stored unless among its row's first ``run`` entries,
-    also where one row's run ends as the next row's starts."""
-    counts = [c for c, _ in rows]
-    runs = np.array([min(r, c) for c, r in rows], dtype=np.int32)
-    ends = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-    want = bytes(int(j >= k) for c, k in zip(counts, runs.tolist(), strict=True) for j in range(c))
-    assert _outside_runs(ends, runs) == want

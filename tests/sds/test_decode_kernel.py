@@ -588,3 +588,61 @@ def test_unpack_refuses_buffers_it_did_not_make():
         _decode.unpack(offs, b"abc", loffs[:2], ok, back, start, run)
     with pytest.raises(ValueError, match="another length"):
         _decode.unpack(offs, b"abc", loffs, ok, back[:1], start, run)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.integers(0, 45), st.booleans()), min_size=1, max_size=12
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_lists_takes_each_rows_entries_past_its_skip_and_those_keep_marks(rows, rnd):
+    """``_decode.lists`` with ``skip`` (the job's history_ids: each row's entries past its
+    run) and ``keep`` (causal_new), alone and together, against a plain reading of the same
+    spans; runs of kept entries longer than a word, and none, included."""
+    counts = [c for c, _, _ in rows]
+    skip = np.array([min(k, c) for c, k, _ in rows], dtype=np.int32)
+    ok = np.array([o for _, _, o in rows], dtype=np.uint8)
+    ends = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    m = int(ends[-1])
+    data = bytes(rnd.randrange(97, 123) for _ in range(3 * m + 1))
+    spans = np.array([[3 * j, rnd.randrange(0, 4)] for j in range(m)], dtype=np.int64)
+    spans = spans.reshape(m, 2)
+    keep = bytes(rnd.choice((0, 1, 1)) if rnd.random() < 0.5 else 0 for _ in range(m))
+    buf = pa.py_buffer(data)
+
+    def want(use_skip: bool, use_keep: bool) -> list[list[bytes] | None]:
+        out: list[list[bytes] | None] = []
+        for r in range(len(rows)):
+            start = int(ends[r]) + (int(skip[r]) if use_skip else 0)
+            ids = [
+                data[int(a) : int(a) + int(n)]
+                for j, (a, n) in enumerate(spans[start : ends[r + 1]].tolist(), start)
+                if not use_keep or keep[j]
+            ]
+            out.append(ids if ok[r] else None)
+        return out
+
+    for use_skip, use_keep in ((True, False), (False, True), (True, True)):
+        args = [buf, b"", spans, 2, ends, ok.tobytes(), keep if use_keep else b""]
+        values, voffs, loffs, _ = _decode.lists(*args, None, skip if use_skip else b"")
+        vo = np.frombuffer(voffs, np.int32)
+        lo = np.frombuffer(loffs, np.int32)
+        got = [
+            [bytes(values)[vo[i] : vo[i + 1]] for i in range(lo[r], lo[r + 1])] if ok[r] else None
+            for r in range(len(rows))
+        ]
+        assert got == want(use_skip, use_keep), (use_skip, use_keep)
+
+
+def test_lists_refuses_a_skip_past_its_row_or_of_another_length():
+    data = pa.py_buffer(b"abcdef")
+    spans = np.array([[0, 1], [1, 1], [2, 1]], dtype=np.int64)
+    ends = np.array([0, 2, 3], dtype=np.int64)
+    ok = b"\x01\x01"
+    for bad in (np.array([3, 0], np.int32), np.array([-1, 0], np.int32)):
+        with pytest.raises(ValueError, match=r"outside|order"):
+            _decode.lists(data, b"", spans, 2, ends, ok, b"", None, bad)
+    with pytest.raises(ValueError, match="skip of another length"):
+        _decode.lists(data, b"", spans, 2, ends, ok, b"", None, np.array([0], np.int32))

@@ -27,7 +27,8 @@
  *     already compared, taken as they are where they are a run of the row's previous message
  *     to its last entry (the bytes are not compared again: the caller passes scan's own)
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
- *   lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> list<string> buffers of the ids
+ *   lists(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> list<string> buffers of
+ *     the ids
  * one for the readers of the decoded rows (unpack: whole histories from causal's runs) and two
  * for the sweep that reads them (id_table, id_lookup: ids looked up in a set of ids, as
  * pyarrow's index_in, with the set's hash table kept from one call to the next).
@@ -954,18 +955,40 @@ done:
     return result;
 }
 
+/* The next j in [j, stop) whose octet in keep is not 0 (stop if none), 8 octets at a time
+ * over runs of 0s: kept entries come in runs (a row's last ids), so a row of 200 entries of
+ * which 20 are kept is a few loads, not 200 tests. */
+static inline int64_t next_kept(const uint8_t *keep, int64_t j, int64_t stop) {
+    while (j < stop && (j & 7)) {
+        if (keep[j]) return j;
+        j++;
+    }
+    while (j + 8 <= stop) {
+        uint64_t w;
+        memcpy(&w, keep + j, 8);
+        if (w) break;
+        j += 8;
+    }
+    while (j < stop && !keep[j]) j++;
+    return j;
+}
+
 /* The ids at spans (rows of width int64, the id's (at, len) its last two) as Arrow list<string>
- * buffers: rows r with ok[r] take their spans from ends[r] to ends[r + 1], those whose octet in
- * keep is 1 (keep empty: all). Returns (values, value offsets i32, list offsets i32, lengths
- * i32): the values are also the concatenated ids of each row (history_ids). */
+ * buffers: rows r with ok[r] take their spans from ends[r] + skip[r] to ends[r + 1] (skip
+ * empty: from ends[r]), those whose octet in keep is 1 (keep empty: all). Returns (values,
+ * value offsets i32, list offsets i32, lengths i32): the values are also the concatenated ids
+ * of each row (history_ids). skip (int32 a row: the row's run, its first entries that
+ * history_ids leaves out) costs nothing per skipped entry, where a keep octet per entry was
+ * an array to build and to test (decode task, 1M messages). */
 static PyObject *lists(PyObject *self, PyObject *args) {
-    Py_buffer data, extra, spanb, endb, okb, keepb;
+    Py_buffer data, extra, spanb, endb, okb, keepb, skipb = {0};
     Py_ssize_t width;
     PyObject *result = NULL, *alloc = NULL;
     Out values = {0}, voffs = {0}, loffs = {0}, lens = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|O", &data, &extra, &spanb, &width, &endb, &okb,
-                          &keepb, &alloc))
+    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|Oy*", &data, &extra, &spanb, &width, &endb, &okb,
+                          &keepb, &alloc, &skipb))
         return NULL;
+    if (alloc == Py_None) alloc = NULL;
     Space sp = {data.buf, extra.buf, data.len, extra.len};
     Py_ssize_t n = okb.len, m;
     if (int64_buffer(&spanb, "spans") || int64_buffer(&endb, "ends")) goto done;
@@ -978,17 +1001,23 @@ static PyObject *lists(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "lists: keep of another length");
         goto done;
     }
+    if (skipb.buf && skipb.len && skipb.len != 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "lists: skip of another length");
+        goto done;
+    }
     const int64_t *sp64 = spanb.buf, *end = endb.buf;
     const uint8_t *ok = okb.buf, *keep = keepb.len ? keepb.buf : NULL;
+    const int32_t *skip = skipb.buf && skipb.len ? skipb.buf : NULL;
     if (end[0] < 0 || end[n] > m) goto bad;
     for (Py_ssize_t r = 0; r < n; r++)
-        if (end[r] > end[r + 1]) goto bad;
+        if (end[r] > end[r + 1] || (skip && (skip[r] < 0 || skip[r] > end[r + 1] - end[r])))
+            goto bad;
     /* first pass: counts and sizes, every span checked */
     Py_ssize_t k = 0, total = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
         if (!ok[r]) continue;
-        for (int64_t j = end[r]; j < end[r + 1]; j++) {
-            if (keep && !keep[j]) continue;
+        for (int64_t j = end[r] + (skip ? skip[r] : 0); j < end[r + 1]; j++) {
+            if (keep && (j = next_kept(keep, j, end[r + 1])) == end[r + 1]) break;
             const int64_t *s = sp64 + j * width + width - 2;
             if (!span(&sp, s[0], s[1])) goto bad;
             k++;
@@ -1010,8 +1039,8 @@ static PyObject *lists(PyObject *self, PyObject *args) {
         lo[0] = 0;
         for (Py_ssize_t r = 0; r < n; r++) {
             if (ok[r])
-                for (int64_t j = end[r]; j < end[r + 1]; j++) {
-                    if (keep && !keep[j]) continue;
+                for (int64_t j = end[r] + (skip ? skip[r] : 0); j < end[r + 1]; j++) {
+                    if (keep && (j = next_kept(keep, j, end[r + 1])) == end[r + 1]) break;
                     const int64_t *s = sp64 + j * width + width - 2;
                     memcpy(w + at, span(&sp, s[0], s[1]), (size_t)s[1]);
                     at += (int32_t)s[1];
@@ -1036,6 +1065,7 @@ done:
     PyBuffer_Release(&endb);
     PyBuffer_Release(&okb);
     PyBuffer_Release(&keepb);
+    if (skipb.buf) PyBuffer_Release(&skipb);
     return result;
 }
 
@@ -1359,8 +1389,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"lists", lists, METH_VARARGS,
-     "lists(data, extra, spans, width, ends, ok, keep[, alloc]) -> (values, offsets, list offsets, "
-     "lens)"},
+     "lists(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> (values, offsets, "
+     "list offsets, lens)"},
     {"scan", scan, METH_VARARGS,
      "scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc]) -> (entries, requests)"},
     {"causal", causal, METH_VARARGS,

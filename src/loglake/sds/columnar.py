@@ -934,13 +934,16 @@ class DecodeState:
                 ],
             )
 
-        def lists(spans: Any, ends: Any, keep: bytes = b"") -> tuple[pa.ListArray, Any]:
+        def lists(
+            spans: Any, ends: Any, keep: bytes = b"", skip: Any = b""
+        ) -> tuple[pa.ListArray, Any]:
             """The ids of ``spans`` (rows of int64 whose last two are an id's at and len),
-            each row's from ``ends``, those ``keep`` marks (empty: all), as list<string> (null
-            where the row is not ok); and the ids' lengths."""
+            each row's from ``ends`` past its first ``skip`` (int32 a row; empty: none), those
+            ``keep`` marks (empty: all), as list<string> (null where the row is not ok); and
+            the ids' lengths."""
             width = spans.shape[1]
             values, voffs, loffs, lens = _decode.lists(
-                data, xbuf, spans, width, ends, ok8, keep, pa.allocate_buffer
+                data, xbuf, spans, width, ends, ok8, keep, pa.allocate_buffer, skip
             )
             k = len(lens) // 4
             strs = pa.Array.from_buffers(
@@ -951,7 +954,8 @@ class DecodeState:
 
         ok8 = ok.astype(np.uint8)
         mask = pa.array(~ok)
-        history, id_lens = lists(ents, hist_end, _outside_runs(hist_end, runs[:, 2]))
+        # what history_ids stores: each row's entries past its run
+        history, id_lens = lists(ents, hist_end, skip=np.ascontiguousarray(runs[:, 2]))
         hist_ids, hist_lens = _packed(history, id_lens, ok)
         has_bloom = ok & (rec[:, _R_BLOOM_AT] >= 0)
         clen = rec[:, _R_CONTENT_LEN]
@@ -1031,22 +1035,6 @@ def _packed(history: pa.ListArray, lens: bytes, ok: Any) -> tuple[pa.Array, pa.L
     )
     values = pa.Array.from_buffers(pa.int32(), len(lens) // 4, [None, pa.py_buffer(lens)])
     return ids, pa.ListArray.from_arrays(history.offsets, values, mask=pa.array(~ok))
-
-
-def _outside_runs(ends: Any, run: Any) -> bytes:
-    """One octet an entry (``ends``: where each row's entries end, after a first 0): 1 where
-    the entry is not among its row's first ``run[r]``, i.e. the ids ``history_ids`` stores.
-    As int8 edges and a cumulative sum (an octet an entry), not int64 indexes of every entry
-    in a run: those were fresh pages to fault in at every batch (over a third of the decode's
-    page faults, measured)."""
-    import numpy as np
-
-    m = int(ends[-1])
-    has = run > 0
-    edge = np.zeros(m + 1, dtype=np.int8)
-    edge[ends[:-1][has]] = 1  # distinct: a row with a run has entries
-    edge[ends[:-1][has] + run[has]] -= 1  # distinct; a run ending where the next starts: 0
-    return (np.cumsum(edge[:m], dtype=np.int8) == 0).view(np.uint8).tobytes()
 
 
 def _stored_whole(n: int) -> list[pa.Array]:
