@@ -605,6 +605,8 @@ def main_job(args, layout) -> None:
     from loglake.pipeline.jobs.archives_build import ArchivesBuildOptions, Community, run
 
     n = args.messages if "--messages" in sys.argv else 10_000_000
+    if args.tmp:
+        Path(args.tmp).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="loglake-bench-job-", dir=args.tmp))
     console.print(f"temporary folder {tmp}")
     try:
