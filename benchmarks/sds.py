@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.differential.peer
 
-from proctree import tree_cpu, tree_user_sys
+from proctree import tree_cpu, tree_faults, tree_user_sys
 
 from loglake.sds.participant import Participant, ParticipantOptions
 from tests.differential.peer import NodePeer, available
@@ -240,7 +240,7 @@ def run_audit(args: argparse.Namespace) -> int:
             ).validate()
             stage_cpu.clear()
             t0, c0 = time.perf_counter(), tree_cpu()
-            stage_cpu.append(("", *tree_user_sys()))
+            stage_cpu.append(("", *tree_user_sys(), tree_faults()))
             summary = run(spark, opts)
             secs, cpu = time.perf_counter() - t0, tree_cpu() - c0
             if not report:
@@ -262,6 +262,10 @@ def run_audit(args: argparse.Namespace) -> int:
                 if b[1] - a[1] + b[2] - a[2] >= 0.05
             ]
             print(f"    CPU-s per stage (tree, user + system): {', '.join(cpu_by)}")
+            faults_by = [
+                f"{b[0]} {(b[3] - a[3]) / 1e6:.2f}" for a, b in itertools.pairwise(stage_cpu)
+            ]
+            print(f"    minor page faults per stage (tree, millions): {', '.join(faults_by)}")
         if args.audit_floor:
             spark.stop()  # the floor runs with nothing else
             floor = io_floor(data, out, n)
@@ -277,18 +281,19 @@ def run_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stage_cpu() -> list[tuple[str, float, float]]:
-    """The process tree's (stage, user, system) CPU seconds at each of the audit's stage laps
-    (``AuditSummary.lap``, wrapped for this process): where the CPU goes, stage by stage, and
-    how much of it is the kernel's (page faults, page-cache writes) rather than the job's."""
+def _stage_cpu() -> list[tuple[str, float, float, int]]:
+    """The process tree's (stage, user, system) CPU seconds and minor page faults at each of
+    the audit's stage laps (``AuditSummary.lap``, wrapped for this process): where the CPU
+    goes, stage by stage, and how much of it is the kernel's (page faults, page-cache writes)
+    rather than the job's; the fault counts, unlike the times, do not grow with the load."""
     from loglake.pipeline.jobs.sds_audit import AuditSummary
 
-    marks: list[tuple[str, float, float]] = []
+    marks: list[tuple[str, float, float, int]] = []
     lap = AuditSummary.lap
 
     def timed(self: AuditSummary, stage: str, since: float) -> float:
         now = lap(self, stage, since)
-        marks.append((stage, *tree_user_sys()))
+        marks.append((stage, *tree_user_sys(), tree_faults()))
         return now
 
     AuditSummary.lap = timed  # type: ignore[method-assign]

@@ -231,3 +231,39 @@ def test_the_jobs_session_keeps_its_workers_memory_and_a_users_conf_wins():
     assert session_conf()["spark.executorEnv.MIMALLOC_ALLOW_THP"] == "0"
     mine = session_conf({key: "10", "spark.x": "1"})
     assert (mine[key], mine["spark.x"]) == ("10", "1")
+
+
+_REFAULT = """
+import resource, numpy as np
+a = np.ones(40 << 20, dtype=np.uint8)  # 40 MB: above glibc's largest mmap threshold (32 MB)
+del a
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+b = np.ones(40 << 20, dtype=np.uint8)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_the_jobs_workers_reuse_the_pages_numpy_freed():
+    """``SESSION_CONF``'s glibc settings, as the workers get them (environment variables read
+    at the process's first ``malloc``): an array freed and made again reuses its pages, where
+    without them each large array is a fresh ``mmap`` faulted in page by page."""
+    import os
+    import subprocess
+    import sys
+
+    from loglake.pipeline.jobs.sds_audit import session_conf
+
+    prefix = "spark.executorEnv."
+    workers = {k[len(prefix) :]: v for k, v in session_conf().items() if k.startswith(prefix)}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    base |= {k: v for k, v in workers.items() if not k.startswith("MALLOC_")}  # no huge pages
+
+    def faults(env: dict[str, str]) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _REFAULT], env=env, capture_output=True, text=True, check=True
+        )
+        return int(out.stdout)
+
+    pages = (40 << 20) // 4096
+    assert faults(base) >= pages // 2  # the second array faulted in again
+    assert faults({**base, **workers}) < pages // 10

@@ -102,6 +102,8 @@ SESSION_CONF = {
     "spark.executorEnv.MIMALLOC_PURGE_DELAY": "-1",
     "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": "0",
     "spark.executorEnv.MIMALLOC_ALLOW_THP": "0",
+    "spark.executorEnv.MALLOC_MMAP_MAX_": "0",
+    "spark.executorEnv.MALLOC_TRIM_THRESHOLD_": str(1 << 36),
 }
 """What the job's own session sets (``session_conf``: the CLI's and the benchmark's) for its
 Python workers (their daemon reads them before it imports pyarrow and numpy).
@@ -126,7 +128,16 @@ maps, and the kernel zeroes each 2 MB page at its first touch: the decode's Parq
 messages, quiet, 2 alternations against the same code without it: job 26.1/26.5 s against
 26.9/26.8 s, 46.6/47.5 CPU-s against 48.0/48.1; system time of the decode 1.3/1.4 s against
 2.9/3.0 (its user time grows about as much: more TLB misses on small pages) and of the sweep
-2.6/2.7 against 3.8/3.6."""
+2.6/2.7 against 3.8/3.6.
+
+``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_=2**36``: what ``MIMALLOC_PURGE_DELAY``
+does for Arrow's pool, for glibc's malloc, numpy's allocator: its arrays of 128 KB and more
+were each a fresh ``mmap`` handed back at ``free`` (the sweep's positions, permutations and
+offsets, ~150 MB each at 1M messages, made and freed sender by sender), so every one was
+faulted in again; from the heap, kept, they reuse the pages the last one freed. 1M messages,
+two alternated pairs on a loaded machine: the sweep's minor page faults 0.69/0.72 M -> 0.53/
+0.56 M (the fault count, not the time: its system time per fault here follows the load). The
+cost is the same as mimalloc's: a worker holds its peak until it exits."""
 
 ACKS_SCHEMA = pa.schema(
     [
