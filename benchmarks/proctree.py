@@ -8,6 +8,29 @@ Python daemon and workers say what the job cost.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+
+
+def _stats() -> Iterator[tuple[int, list[str]]]:
+    """Every live process's pid and ``/proc/<pid>/stat`` fields after its name (the state
+    first)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                yield int(name), f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+
+
+def _tree(root: int | None, children: dict[int, list[int]]) -> Iterator[int]:
+    """``root`` (this process by default) and every live descendant."""
+    todo = [os.getpid() if root is None else root]
+    while todo:
+        pid = todo.pop()
+        yield pid
+        todo += children.get(pid, [])
 
 
 def snapshot_split() -> tuple[dict[int, list[int]], dict[int, tuple[float, float]]]:
@@ -16,17 +39,10 @@ def snapshot_split() -> tuple[dict[int, list[int]], dict[int, tuple[float, float
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
     split: dict[int, tuple[float, float]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
+    for pid, fields in _stats():
+        children.setdefault(int(fields[1]), []).append(pid)
         user = (int(fields[11]) + int(fields[13])) / tick
-        split[int(name)] = (user, (int(fields[12]) + int(fields[14])) / tick)
+        split[pid] = (user, (int(fields[12]) + int(fields[14])) / tick)
     return children, split
 
 
@@ -47,12 +63,9 @@ def tree_user_sys(root: int | None = None) -> tuple[float, float]:
     allocation or of where scratch files go moves without touching the user time."""
     children, split = snapshot_split()
     user = system = 0.0
-    todo = [os.getpid() if root is None else root]
-    while todo:
-        pid = todo.pop()
+    for pid in _tree(root, children):
         u, s = split.get(pid, (0.0, 0.0))
         user, system = user + u, system + s
-        todo += children.get(pid, [])
     return user, system
 
 
@@ -63,22 +76,10 @@ def tree_faults(root: int | None = None) -> int:
     neighbours' load: an allocation change is judged by it on a busy machine."""
     counts: dict[int, int] = {}
     children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(name))
-        counts[int(name)] = int(fields[7]) + int(fields[8])
-    total, todo = 0, [os.getpid() if root is None else root]
-    while todo:
-        pid = todo.pop()
-        total += counts.get(pid, 0)
-        todo += children.get(pid, [])
-    return total
+    for pid, fields in _stats():
+        children.setdefault(int(fields[1]), []).append(pid)
+        counts[pid] = int(fields[7]) + int(fields[8])
+    return sum(counts.get(pid, 0) for pid in _tree(root, children))
 
 
 def runqueue_wait(pids: set[int]) -> float:
