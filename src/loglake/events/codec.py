@@ -34,6 +34,7 @@ from loglake.events.messages import (
 )
 from loglake.wire import candid, icrc16
 from loglake.wire.icrc16 import ICRC16DecodeError, RawValue, candid_decode
+from loglake.wire.varint import encode_uleb
 
 EventWire = T.EventWire  # icrc72_publish's argument (data may be a stored RawValue)
 # icrc72_update_publication (ICRC-72 candidate): PublicationUpdate and its result.
@@ -302,6 +303,29 @@ def opt_results_to(rs: list[Ok | Err | None]) -> list[Any]:
 
 def opt_results_from(vs: list[Any]) -> list[Ok | Err | None]:
     return [result_from(v[0]) if v else None for v in vs]
+
+
+def uniform_results(write: Callable[[list[Any]], bytes], results: Any) -> bytes | None:
+    """The reply of a batch refused whole — every item the one result object, as
+    ``[err] * n`` makes it — written as its type table, the count and one item's bytes
+    repeated (``write`` encodes a list of results the generic way). Why: the generic encoder
+    takes microseconds and several objects an item, and a refused batch is as long as the
+    caller made it. None for anything else (the codec writes it)."""
+    if not isinstance(results, list) or len(results) < 2:
+        return None
+    first = results[0]
+    if not all(r is first for r in results):
+        return None
+    empty = write([])
+    one = write([first])
+    head = empty[:-1]  # the count (LEB128 0) is the last octet of an empty vector's message
+    if not one.startswith(head) or one[len(head)] != 1:
+        return None
+    return head + encode_uleb(len(results)) + one[len(head) + 1 :] * len(results)
+
+
+def _confirm_fast(r: Any) -> bytes | None:
+    return uniform_results(lambda rs: candid.encode([T.ConfirmationResult], [confirm_to(rs)]), r)
 
 
 def confirm_to(r: Any) -> Any:
@@ -594,6 +618,7 @@ _BATCHES: dict[str, dict[str, Any]] = {
         "fast_ret_decode": fastcodec.decode_publish_results,
     },
     "icrc72_confirm_notifications": {
+        "fast_ret": _confirm_fast,
         "fast_arg": fastcodec.encode_nats,
         "fast_arg_decode": fastcodec.decode_nats,
     },
