@@ -284,7 +284,8 @@ def test_range_too_large():
 
 
 def test_generic_error_for_concurrency_rate_and_capability():
-    w = _ready(quotas=Quotas(max_concurrent_per_subscriber=1, max_requests_per_window=3))
+    # four requests a window: bob's subscription (a request too) and three replays
+    w = _ready(quotas=Quotas(max_concurrent_per_subscriber=1, max_requests_per_window=4))
     assert isinstance(w.replay("bob", 0, 10), Ok)
     r = w.replay("bob", 0, 10)
     assert r.tag == "GenericError" and r.payload["error_code"] == 1

@@ -163,6 +163,9 @@ class Orchestrator(ReplayScheduling, Role):
         self.sys = SysEmitter(principal)
         self.publications: dict[str, Publication] = {}
         self.subscriptions: dict[tuple[str, bytes], Subscription] = {}
+        self.subscription_counts: dict[bytes, int] = {}
+        """Subscriber principal bytes → subscriptions held, so that the quota
+        (``Quotas.max_subscriptions_per_subscriber``) is checked without a scan."""
         self.replays: dict[int, Replay] = {}
         self._requests: dict[bytes, deque[int]] = {}
         self._next_pub = self._next_sub = self._next_replay = 1
@@ -348,6 +351,9 @@ class Orchestrator(ReplayScheduling, Role):
     def _register_subscription(self, caller: Principal, r: Registration, now: int) -> Ok | Err:
         if caller == ANONYMOUS:
             return Err("Unauthorized")
+        q = self.quotas
+        if not self._rate_ok(caller, now):  # each one is kept and journalled
+            return _generic(E_RATE, f"more than {q.max_requests_per_window} requests a window")
         try:
             check_stream_name(r.namespace)
             parse_subscription_config(r.config)
@@ -359,6 +365,13 @@ class Orchestrator(ReplayScheduling, Role):
         key = (r.namespace, caller.bytes)
         sub = self.subscriptions.get(key)
         if sub is None:
+            held = self.subscription_counts.get(caller.bytes, 0)
+            if held >= q.max_subscriptions_per_subscriber:
+                return _generic(
+                    E_QUOTA,
+                    f"at most {q.max_subscriptions_per_subscriber} subscriptions a subscriber",
+                )
+            self.subscription_counts[caller.bytes] = held + 1
             sub = Subscription(self._next_sub, r.namespace, caller, r.config)
             self._next_sub += 1
         else:

@@ -58,6 +58,9 @@ class Quotas:
     max_events_per_replay: int = 5_000_000
     max_concurrent_per_subscriber: int = 4
     max_concurrent_per_namespace: int = 16
+    max_subscriptions_per_subscriber: int = 1000
+    """Subscriptions one principal may hold (a namespace need not exist to be subscribed to:
+    without a bound one caller made tens of thousands a second, each kept and journalled)."""
     max_requests_per_window: int = 100
     window_ns: int = 60 * 1_000_000_000
 
@@ -159,6 +162,7 @@ class OrchestratorState:
     journal: Journal
     publications: dict[str, Publication]
     subscriptions: dict[tuple[str, bytes], Subscription]
+    subscription_counts: dict[bytes, int]
     replays: dict[int, Replay]
     _next_pub: int
     _next_sub: int
@@ -202,7 +206,11 @@ class OrchestratorState:
             self._next_pub = max(self._next_pub, pub.id + 1)
         elif kind == "sub":
             s = Subscription(op["id"], op["ns"], Principal(op["sub"]), icrc16.decode_map(op["cfg"]))
-            self.subscriptions[(s.namespace, s.subscriber.bytes)] = s
+            key = (s.namespace, s.subscriber.bytes)
+            if key not in self.subscriptions:
+                n = self.subscription_counts.get(key[1], 0)
+                self.subscription_counts[key[1]] = n + 1
+            self.subscriptions[key] = s
             self._next_sub = max(self._next_sub, s.id + 1)
         elif kind == "head":
             self.publications[op["ns"]].head = op["head"]
