@@ -490,7 +490,9 @@ def test_a_message_that_is_not_a_stored_event_errors_the_replay():
     w.publish(20)
     w.pub_log.append(NS, b"DIDL not a stored event")  # written behind the publisher's back
     w.subscribe("bob")
-    # open-ended: the publisher reads to its stream's end, past the head it reported (20)
+    w.clock.now += 10**9  # the publisher's next head poll reports it to the orchestrator
+    w.net.run()
+    assert w.orch.publications[NS].head == 21
     rid = w.replay("bob", 0, None).value
     w.net.run()
     st = w.status("bob", rid).status
@@ -614,6 +616,33 @@ def test_history_stored_before_the_publication_registered_is_priced_and_capped()
     assert r.tag == "PaymentRequired", r
     w.net.run()
     assert w.bob.take() == []
+
+
+def test_an_open_ended_replay_ends_at_the_head_it_was_priced_and_capped_at():
+    """``[from, null)`` is priced and capped by the head the orchestrator knows; the Publisher
+    ended it at its own head when it opened the replay, so events stored in between went out
+    unpaid and past ``max_events_per_replay`` (10 paid for, cap 20: 1,010 sent). The
+    orchestrator's add now carries the priced end (a sixth element) and the Publisher stops
+    there."""
+    from loglake.events.ledger import account
+    from loglake.events.messages import C_SUB_STOPPED
+
+    w = World(quotas=Quotas(max_events_per_replay=20))
+    w.priced(per_event=1)
+    w.publish(10)
+    w.subscribe("bob", [(C_SUB_STOPPED, {"Bool": True})])  # replays only, no live events
+    w.ledger.mint(account(w.p["bob"]), 100, 0)
+    assert isinstance(w.call("bob", "icrc2_approve", (w.p["orch"], 50, None, None, None)), Ok)
+    r = w.replay("bob", 0, None)
+    assert isinstance(r, Ok) and w.orch.replays[r.value].cost == 10
+    w.pub.publish(NS, [({"Nat": i}, None) for i in range(1000)], w.clock.now)  # before it opens
+    w.net._collect(w.pub)
+    w.net.run()
+    notes = w.bob.take()
+    assert [n.event_id for n in notes] == list(range(10))  # was 0..1009
+    assert {str(map_get(n.headers, H_REPLAY_END_ID)) for n in notes} == {"{'Nat': 9}"}
+    assert w.status("bob", r.value).status == ReplayState("completed", 10)
+    assert w.orch.publications[NS].head == 1010  # the rest is a later replay's
 
 
 def test_a_lost_head_report_is_sent_again():

@@ -110,6 +110,14 @@ def test_system_payloads_round_trip_in_the_spec_shapes():
     [(_, pp)] = sysmsg.entries(sysmsg.publisher_replay_add([padd]))
     assert pp["Array"][0]["Array"][3] == {"Option": None}
     assert sysmsg.read_publisher_replay_add(pp) == [padd]
+    # an open-ended item carries the end it was priced at as a sixth element; a closed one not
+    priced = sysmsg.PublisherReplayAdd(7, "ns", 5, None, P, 40)
+    [(_, pp)] = sysmsg.entries(sysmsg.publisher_replay_add([priced]))
+    assert pp["Array"][0]["Array"][5] == {"Nat": 40}
+    assert sysmsg.read_publisher_replay_add(pp) == [priced]
+    closed = sysmsg.PublisherReplayAdd(7, "ns", 5, 9, P, 40)
+    [(_, pp)] = sysmsg.entries(sysmsg.publisher_replay_add([closed]))
+    assert len(pp["Array"][0]["Array"]) == 5
     [(_, rm)] = sysmsg.entries(sysmsg.publisher_replay_remove([7, 8]))
     assert rm == {"Array": [{"Nat": 7}, {"Nat": 8}]}
 
@@ -142,6 +150,20 @@ def test_system_payloads_round_trip_in_the_spec_shapes():
                         {"Nat": 0},
                         {"Option": None},
                         {"Blob": b"x" * 30},
+                    ]
+                }
+            ]
+        },
+        {
+            "Array": [
+                {
+                    "Array": [
+                        {"Nat": 1},
+                        {"Text": "ns"},
+                        {"Nat": 0},
+                        {"Option": {"Nat": 3}},
+                        {"Blob": b"x"},
+                        {"Nat": 2},
                     ]
                 }
             ]

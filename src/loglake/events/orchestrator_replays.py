@@ -88,7 +88,11 @@ class ReplayScheduling(OrchestratorState):
         if rep.job:
             self._start_job(rep, now)
             return
-        padd = sysmsg.PublisherReplayAdd(rep.id, rep.namespace, rep.start, rep.end, bc)
+        # an open-ended request ends where it was priced and capped (start + expected), not
+        # at whatever head the Publisher has when it opens the replay
+        padd = sysmsg.PublisherReplayAdd(
+            rep.id, rep.namespace, rep.start, rep.end, bc, rep.start + rep.expected
+        )
         self._emit(
             rep.publisher,
             sysmsg.publisher_sys(rep.publisher),

@@ -19,7 +19,8 @@ and republishes each event through ``icrc72_publish`` with the replay headers ap
   and our subscriber accepts both. We put it on every event of the replay rather than only the
   first, so a subscriber whose filter drops the first event still learns the end.
 
-An open-ended request's end is the stream's head when procurement starts. Step 7: status goes
+An open-ended request's end is the head the orchestrator priced and capped it at (the add's
+sixth element), or the stream's head when procurement starts if lower. Step 7: status goes
 to the orchestrator with ``icrc77_replay_status`` (``running`` when procurement starts,
 ``completed(n)`` / ``canceled(n)`` / ``errored(text)`` at the end, ``n`` = events republished
 and accepted by the Broadcaster). Back-pressure: at most ``max_inflight`` publish calls per
@@ -511,6 +512,8 @@ class Publisher(Role):
         if a.replay_id in self.replays:
             return
         end = head if a.end is None else min(a.end, head)
+        if a.end is None and a.priced_end is not None:
+            end = min(end, a.priced_end)  # what the subscriber paid for and the cap allowed
         first = first if head else 0
         r = ActiveReplay(
             a.replay_id,

@@ -24,6 +24,10 @@ A system notification's ``data`` is ``#Map([(key, payload)])``. ICRC-77 payload 
   lists more fields the type does not have).
 - ``icrc77:publisher:replay:add``: ``#Array[#Array[#Nat id, #Text namespace, #Nat start,
   #Option(#Nat end)|#Option(null), #Blob broadcaster]]``; ``…:remove``: ``#Array[#Nat id]``.
+  loglake's orchestrator appends a sixth element, ``#Nat priced end``, to an open-ended item
+  (end ``#Option(null)``): the head it priced and capped the request at. The Publisher stops
+  there, so events stored after the registration are not delivered unpaid and past
+  ``max_events_per_replay``; an item of five (another orchestrator) still reads.
 - ``icrc77:subscriber:replay:add``: ``#Array[#Array[#Nat id, #Blob broadcaster]]``;
   ``…:remove``: ``#Array[#Array[#Nat id]]``.
 
@@ -121,6 +125,8 @@ class PublisherReplayAdd:
     start: int
     end: int | None
     broadcaster: Principal
+    priced_end: int | None = None
+    """An open-ended request's end as the orchestrator priced and capped it (None: not sent)."""
 
 
 def message(key: str, payload: Value) -> Value:
@@ -204,6 +210,11 @@ def publisher_replay_add(items: list[PublisherReplayAdd]) -> Value:
                     {"Nat": i.start},
                     {"Option": None if i.end is None else {"Nat": i.end}},
                     {"Blob": i.broadcaster.bytes},
+                    *(
+                        [{"Nat": i.priced_end}]
+                        if i.end is None and i.priced_end is not None
+                        else []
+                    ),
                 )
                 for i in items
             )
@@ -372,8 +383,11 @@ def read_publisher_replay_add(payload: Value) -> list[PublisherReplayAdd]:
     k = PUBLISHER_REPLAY_ADD
     out = []
     for item in _items(payload, k):
-        rid, ns, start, end, bc = _fields(item, k, 5)
+        six = isinstance(item, dict) and len(item.get("Array", ())) == 6
+        rid, ns, start, end, bc, *priced = _fields(item, k, 6 if six else 5)
         e = _get(end, "Option", k)
+        if priced and e is not None:
+            raise SysMessageError(f"{k}: a priced end is only for an open-ended item")
         out.append(
             PublisherReplayAdd(
                 _get(rid, "Nat", k),
@@ -381,6 +395,7 @@ def read_publisher_replay_add(payload: Value) -> list[PublisherReplayAdd]:
                 _get(start, "Nat", k),
                 None if e is None else _get(e, "Nat", k),
                 _principal(bc, k),
+                _get(priced[0], "Nat", k) if priced else None,
             )
         )
     return out

@@ -476,10 +476,11 @@ def publisher_counts(r: Any, pub: Any, store: Any) -> tuple[int | None, int | No
     by the head the publisher reports: after its publishes, and from reading its stream
     every second (``Publisher._poll_heads``), so events that reached the namespace's stream
     another way (pushed over the stream service, an import) count once it has read them.
-    The publisher's span is ``[start, end)`` cut at the stream's
-    head when the replay opened (what it will send); before it opens, the stream's bounds
-    say the same. Its ``sent`` is live (the orchestrator's moves every 5,000). Call it where
-    ``pub`` runs (its thread or loop), so its ``replays`` are not read half-updated."""
+    The publisher's span is ``[start, end)`` cut at the stream's head when the replay opened
+    (what it will send; an open end is the head the orchestrator priced it at); before it
+    opens, the stream's bounds say the same. Its ``sent`` is live (the orchestrator's moves
+    every 5,000). Call it where ``pub`` runs (its thread or loop), so its ``replays`` are not
+    read half-updated."""
     if pub is None or store is None or r.publisher != pub.principal:
         return None, None
     active = pub.replays.get(r.id)
@@ -488,7 +489,7 @@ def publisher_counts(r: Any, pub: Any, store: Any) -> tuple[int | None, int | No
     if r.status.final:
         return None, None  # finished (or before a restart): the orchestrator's figures
     first, head = store.bounds(r.namespace)
-    stop = head if r.end is None else min(r.end, head)
+    stop = min(r.start + r.expected if r.end is None else r.end, head)  # as Publisher._opened
     return max(0, stop - max(r.start, first)), None
 
 
