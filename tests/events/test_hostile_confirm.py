@@ -1,12 +1,13 @@
-"""``icrc72_confirm_notifications`` from a hostile caller: a batch of more ids than the caller
-has notifications pending is refused whole, cheaply.
+"""``icrc72_confirm_notifications`` from a hostile caller: a batch of far more ids than the
+caller has notifications pending is refused whole, cheaply.
 
 Any signed caller may call a Broadcaster's ``icrc72_confirm_notifications``. Answered item by
 item, 3 MB of ids (one million) held the event loop about 3 s (0.8 s checking, 2.2 s writing
 the itemized reply) and built ~580 MB of reply objects, so every other client of the
 Broadcaster waited; an 8 MiB body is millions more ids. A subscriber only ever confirms its own
-notifications pending here, each once, so a batch longer than its pending count is refused
-whole (every item ``Unauthorized``, written once by the codec).
+notifications pending here, so a batch longer than its pending count and a slack
+(``CONFIRM_SLACK``: room for a batch sent again after a lost reply) is refused whole (every
+item ``Unauthorized``, written once by the codec).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from aiohttp import web
 
 from loglake.events import candid_types as T
-from loglake.events.broadcaster import Broadcaster, Route
+from loglake.events.broadcaster import CONFIRM_SLACK, Broadcaster, Route
 from loglake.events.client import HttpEventsClient, post_raw
 from loglake.events.codec import METHODS, confirm_to
 from loglake.events.identity import Identity
@@ -55,13 +56,24 @@ def test_a_subscriber_confirms_its_pending_notifications_item_by_item():
 
 def test_more_ids_than_the_caller_has_pending_are_refused_whole():
     bc, sub, nids = _broadcaster_with_pending(3)
-    got = bc.confirm_notifications(sub.principal, [*nids, 10**9], 2)
-    assert got == [Err("Unauthorized")] * 4
+    extra = list(range(10**9, 10**9 + CONFIRM_SLACK + 1))
+    got = bc.confirm_notifications(sub.principal, [*nids, *extra], 2)
+    assert got == [Err("Unauthorized")] * (3 + len(extra))
     assert bc.unconfirmed[sub.principal.bytes] == 3  # nothing confirmed
     assert set(bc.pending) == set(nids)
     stranger = Identity.generate().principal
     assert bc.confirm_notifications(stranger, [nids[0]], 3) == [Err("Unauthorized")]
     assert set(bc.pending) == set(nids)
+
+
+def test_a_batch_sent_again_after_a_lost_reply_confirms_its_new_ids():
+    """Within the slack, ids already confirmed are answered one by one (``NotFound``) and the
+    new ones confirmed, though the batch is longer than what is pending."""
+    bc, sub, nids = _broadcaster_with_pending(3)
+    assert bc.confirm_notifications(sub.principal, nids[:2], 2) is None  # the reply was lost
+    got = bc.confirm_notifications(sub.principal, nids, 3)  # 3 ids, 1 pending
+    assert got == [Err("NotFound"), Err("NotFound"), Ok(None)]
+    assert bc.unconfirmed[sub.principal.bytes] == 0 and not bc.pending
 
 
 def test_a_refused_batch_is_written_as_the_generic_encoder_writes_it():
@@ -128,7 +140,9 @@ def test_a_flood_of_confirmations_does_not_hold_other_clients_up():
             latencies.append(time.perf_counter() - t)
         th.join(60)
         assert len(replies) == 3
-        assert max(latencies) < 1.0, latencies  # an attack call held the loop ~3 s
+        # an attack call held the loop ~4 s alone; now ~0.1 s alone, 1.1-1.2 s seen beside
+        # a full test run and three helpers' tests (load 5 on two cores)
+        assert max(latencies) < 2.0, latencies
         assert CONFIRM.decode_ret(replies[0]) == [Err("Unauthorized")] * len(MILLION)
     finally:
         stop()

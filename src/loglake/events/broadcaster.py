@@ -527,11 +527,11 @@ class Broadcaster(Role):
         pending = self.pending
         key = caller.bytes
         held = self.unconfirmed.get(key, 0)
-        if len(ids) > held:
+        if len(ids) > held + CONFIRM_SLACK:
             # Why: every id a subscriber may confirm is one of its own notifications pending
-            # here, and distinct, so a longer batch holds ids that are not; answered item by
-            # item, a body of millions of ids any signed caller sends cost seconds on the
-            # event loop and ~580 bytes of reply objects an id. Refused whole: every item
+            # here, so a batch longer than those and the slack holds ids that are not; answered
+            # item by item, a body of millions of ids any signed caller sends cost seconds on
+            # the event loop and ~580 bytes of reply objects an id. Refused whole: every item
             # ``Unauthorized`` (one shared object, written once by the codec,
             # ``codec.uniform_results``: 3 octets an item), nothing confirmed.
             return [_REFUSED] * len(ids)
@@ -554,6 +554,12 @@ class Broadcaster(Role):
         return results
 
 
+CONFIRM_SLACK = 1024
+"""Ids a confirmation may hold past the caller's pending notifications and still be answered
+item by item. Why: a subscriber whose confirmation's reply was lost sends the batch again,
+with new ids beside the ones already confirmed; those are answered ``NotFound`` each and the
+new ones confirmed, not refused whole. The per-item work stays bounded by the broadcaster's
+unconfirmed window (``--max-unconfirmed``) plus this."""
 _OK = Ok(None)
 _REFUSED = Err("Unauthorized")
 _NO_DATA = RawValue(b"")
