@@ -24,6 +24,15 @@ from loglake.sds.events import (
 from loglake.sds.messages import HistoryEntry, MessageKind, SdsMessage, message_id_of
 from loglake.sds.participant import Participant
 
+mid = message_id_of
+
+
+def content(
+    sender: str, body: bytes, lamport: int, history: tuple[HistoryEntry, ...] = ()
+) -> SdsMessage:
+    """A content message under its true id (the SHA-256 of its content)."""
+    return SdsMessage(sender, mid(body), "chan", lamport, history, None, (), body)
+
 
 def test_lamport_starts_at_clock_and_send_uses_max_now_or_plus_one(make, clock) -> None:
     a = make("a")
@@ -51,7 +60,7 @@ def test_a_peers_largest_lamport_holds_ours_there_instead_of_wrapping(make, cloc
     # the fast encoder wrote as an 11-byte varint that readers cut to 0 (our later messages
     # ordered before the whole channel by every peer, last in our own log).
     a, b = make("a"), make("b")
-    evil = SdsMessage("mallory", "m1", "chan", UINT64_MAX, (), None, (), b"hi")
+    evil = SdsMessage("mallory", message_id_of(b"hi"), "chan", UINT64_MAX, (), None, (), b"hi")
     a.receive(encode(evil))
     b.receive(encode(evil))
     assert a.lamport == UINT64_MAX
@@ -81,9 +90,7 @@ def test_made_up_dependencies_keep_the_buffers_bounded(make, clock) -> None:
     lost, delivered = [], []
     for i in range(20):
         ghosts = tuple(HistoryEntry(f"ghost-{i}-{j}") for j in range(1000))
-        out = a.receive(
-            encode(SdsMessage("mallory", f"m{i}", "chan", clock.t, ghosts, None, (), b"x"))
-        )
+        out = a.receive(encode(content("mallory", b"m%d" % i, clock.t, ghosts)))
         lost += [e.message_id for ev in out.of(MessagesLost) for e in ev.entries]
         delivered += [e.message_id for e in out.of(MessageDelivered)]
         assert len(a.missing) <= 2_500 and len(a._waiters) <= 2_500 + 1000
@@ -92,8 +99,8 @@ def test_made_up_dependencies_keep_the_buffers_bounded(make, clock) -> None:
         "ghost-0-1",
         "ghost-0-2",
     ]
-    assert delivered == [f"m{i}" for i in range(len(delivered))] and len(delivered) >= 17
-    assert set(a.pending) == {f"m{i}" for i in range(len(delivered), 20)}
+    assert delivered == [mid(b"m%d" % i) for i in range(len(delivered))] and len(delivered) >= 17
+    assert set(a.pending) == {mid(b"m%d" % i) for i in range(len(delivered), 20)}
 
 
 def test_the_incoming_buffer_is_bounded_in_messages_and_bytes(make, clock) -> None:
@@ -102,24 +109,25 @@ def test_the_incoming_buffer_is_bounded_in_messages_and_bytes(make, clock) -> No
     a = make("a", max_pending=50)
     for i in range(200):
         gone = (HistoryEntry(f"never-{i}"),)
-        a.receive(encode(SdsMessage("b", f"m{i}", "chan", clock.t, gone, None, (), b"x")))
+        a.receive(encode(content("b", b"m%d" % i, clock.t, gone)))
         assert len(a.pending) <= 50
-    assert set(a.pending) == {f"m{i}" for i in range(150, 200)}
+    assert set(a.pending) == {mid(b"m%d" % i) for i in range(150, 200)}
     assert {f"never-{i}" for i in range(150)} <= set(a.lost)
     # in bytes; and the messages that waited for what is given up go with the oldest
     b = make("b", max_pending_bytes=1_000_000)
     never = (HistoryEntry("never-sent"),)
     for i in range(30):
         body = b"%d" % i + b"." * 50_000
-        out = b.receive(encode(SdsMessage("c", f"m{i}", "chan", clock.t, never, None, (), body)))
+        out = b.receive(encode(content("c", body, clock.t, never)))
         assert b._pending_bytes <= 1_000_000
         if out.of(MessagesLost):
             assert not b.pending and len(out.of(MessageDelivered)) == i + 1
             break
     else:
         raise AssertionError("never given up")
-    out = b.receive(encode(SdsMessage("c", "late", "chan", clock.t, never, None, (), b"y")))
-    assert [e.message_id for e in out.of(MessageDelivered)] == ["late"]  # lost: not waited for
+    out = b.receive(encode(content("c", b"late", clock.t, never)))
+    # lost: not waited for
+    assert [e.message_id for e in out.of(MessageDelivered)] == [mid(b"late")]
 
 
 def test_the_ids_remembered_as_lost_are_bounded(make, clock) -> None:

@@ -134,7 +134,7 @@ def test_a_request_naming_a_made_up_sender_waits_the_real_senders_backoff(make, 
     b.receive(d1)
     mid = message_id_of(b"1")
     forged = SdsMessage(
-        "mallory", "r1", "chan", clock.t, (), None, (HistoryEntry(mid, None, "b"),), b"x"
+        "mallory", "r1", "chan", clock.t, (), None, (HistoryEntry(mid, None, "b"),), None
     )
     (queued,) = b.receive(encode(forged)).of(RepairResponseQueued)
     assert queued.t_resp == t_resp("b", "a", mid, clock.t, b.repair.config) != clock.t
@@ -150,7 +150,7 @@ def test_a_message_rebroadcast_is_not_sent_again_before_t_min(make, clock) -> No
 
     def ask(n: int) -> list:
         req = (HistoryEntry(mid, None, "a"),)
-        msg = SdsMessage("m", f"ask{n}", "chan", clock.t, (), None, req, b"x")
+        msg = SdsMessage("m", f"ask{n}", "chan", clock.t, (), None, req, None)
         return a.receive(encode(msg)).of(RepairResponseQueued)
 
     assert ask(1) and a.tick().of(RepairResponseSent)  # the sender: due at once

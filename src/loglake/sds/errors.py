@@ -24,6 +24,7 @@ class DropReason(StrEnum):
     WRONG_CHANNEL = "wrong-channel"  # channel_id is not ours
     OWN_MESSAGE = "own-message"  # sender_id is ours (spec: SHOULD ignore)
     DUPLICATE = "duplicate"  # a content message already received
+    BAD_MESSAGE_ID = "bad-message-id"  # content message whose id is not its content's SHA-256
 
 
 class SdsError(LoglakeError):

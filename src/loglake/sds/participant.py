@@ -30,6 +30,13 @@ off the wire and noted where they happen:
    (``set_retrieval_hint``), as @waku/sds's send callback returns it.
 7. Received messages that are not valid (see ``DropReason``) are dropped with an event before
    any state changes; @waku/sds reports some of them as task errors after partial processing.
+8. A content message's id must be the SHA-256 of its content (``verify_message_ids``), the id
+   @waku/sds's ``getMessageId`` gives every message it sends; @waku/sds does not check it on
+   receipt. Why: any member could otherwise send other content under a message's id (ids are
+   public: they are in every causal history and repair request), and whoever lacked the
+   message took the forgery and then dropped the real one as a duplicate, for good, while
+   those holding the real one cancelled their repair responses for it. The spec only says the
+   id is "likely based on a message hash"; set it False for a channel whose ids are not.
 """
 
 from __future__ import annotations
@@ -98,6 +105,7 @@ class ParticipantOptions:
     max_pending_bytes: int = 64 * 1024 * 1024  # and their bytes
     max_missing: int = 100_000  # dependencies sought (past it the oldest is reported lost)
     max_lost: int = 100_000  # ids remembered as lost
+    verify_message_ids: bool = True  # a content message's id must be its content's SHA-256
 
 
 @dataclass(slots=True)
@@ -299,6 +307,12 @@ class Participant:
                     f"bloom filter of {len(bloom)} bytes, expected {self.bloom.n_bytes}",
                 )
             requests = [parse_entry(b, limits) for b in pb.repair_request]
+            if is_content and self.options.verify_message_ids and mid != message_id_of(content):
+                # Before the duplicate check: a copy under the id with other content must
+                # not pass for the message (nor cancel a repair response queued for it).
+                raise SdsDecodeError(
+                    DropReason.BAD_MESSAGE_ID, "message_id is not the SHA-256 of the content"
+                )
             log = self.log
             if pb.sender_id == self.participant_id:
                 if self.repair is not None:
@@ -407,6 +421,7 @@ class Participant:
             or not pb.HasField("lamport_timestamp")
             or not pb.content
             or mid in self.log.records
+            or (self.options.verify_message_ids and mid != message_id_of(pb.content))
         ):
             return out
         lamport = pb.lamport_timestamp

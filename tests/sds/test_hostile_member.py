@@ -1,0 +1,55 @@
+"""What one hostile member of a channel can do to an honest participant, bounded: each test
+sends a few forged messages and checks the honest participant's state afterwards."""
+
+from __future__ import annotations
+
+from loglake.sds.codec import encode
+from loglake.sds.errors import DropReason
+from loglake.sds.events import MessageDelivered, MessageDropped, RepairResponseQueued
+from loglake.sds.messages import HistoryEntry, SdsMessage, message_id_of
+
+
+def test_content_under_another_messages_id_is_dropped_and_the_real_one_delivered(
+    make, clock
+) -> None:
+    # bob lost alice's "real"; its id is public (in carol's history, in repair requests).
+    # mallory sends "evil" under that id first: bob took it as alice's message and then
+    # dropped the real one as a duplicate, for good.
+    alice, bob = make("alice"), make("bob")
+    real = alice.send(b"real").to_send[0].data
+    mid = message_id_of(b"real")
+    forged = encode(SdsMessage("mallory", mid, "chan", clock.t, (), None, (), b"evil"))
+    out = bob.receive(forged)
+    (drop,) = out.of(MessageDropped)
+    assert drop.reason is DropReason.BAD_MESSAGE_ID and drop.message_id == mid
+    assert mid not in bob.log and bob.log_ids() == []
+    (got,) = bob.receive(real).of(MessageDelivered)
+    assert got.content == b"real" and got.sender_id == "alice"
+
+
+def test_a_forged_copy_does_not_cancel_a_queued_repair_response(make, clock) -> None:
+    # carol holds alice's message and queued a repair response for it; a "duplicate" under
+    # its id with other content used to cancel it as if someone had answered.
+    alice, carol = make("alice"), make("carol")
+    real = alice.send(b"real").to_send[0].data
+    mid = message_id_of(b"real")
+    carol.receive(real)
+    ask = SdsMessage("dave", "ask", "chan", clock.t, (), None, (HistoryEntry(mid, None, "alice"),))
+    assert carol.receive(encode(ask)).of(RepairResponseQueued)
+    forged = encode(SdsMessage("mallory", mid, "chan", clock.t, (), None, (), b"evil"))
+    assert carol.receive(forged).of(MessageDropped)[0].reason is DropReason.BAD_MESSAGE_ID
+    clock.advance(120_000)
+    assert [o.data for o in carol.tick().to_send] == [real]
+
+
+def test_a_forged_own_message_under_another_messages_id_is_not_restored(make, clock) -> None:
+    # restore_own takes our own messages back from the stream; one "from us" under alice's
+    # message id with other content took that id in our log, and alice's message was then
+    # dropped as a duplicate.
+    alice, bob = make("alice"), make("bob")
+    real = alice.send(b"real").to_send[0].data
+    mid = message_id_of(b"real")
+    forged = encode(SdsMessage("bob", mid, "chan", clock.t, (), None, (), b"evil"))
+    assert bob.receive(forged).of(MessageDropped)[0].reason is DropReason.BAD_MESSAGE_ID
+    assert bob.restore_own(forged).events == [] and mid not in bob.log
+    assert bob.receive(real).of(MessageDelivered)[0].content == b"real"
