@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from loglake.sds.codec import encode
 from loglake.sds.errors import DropReason
-from loglake.sds.events import MessageDelivered, MessageDropped, RepairResponseQueued
+from loglake.sds.events import (
+    MessageDelivered,
+    MessageDropped,
+    RepairRequestQueued,
+    RepairResponseQueued,
+)
 from loglake.sds.messages import HistoryEntry, SdsMessage, message_id_of
 
 
@@ -53,3 +58,25 @@ def test_a_forged_own_message_under_another_messages_id_is_not_restored(make, cl
     assert bob.receive(forged).of(MessageDropped)[0].reason is DropReason.BAD_MESSAGE_ID
     assert bob.restore_own(forged).events == [] and mid not in bob.log
     assert bob.receive(real).of(MessageDelivered)[0].content == b"real"
+
+
+def test_a_sync_under_a_messages_id_does_not_stand_down_its_repair(make, clock) -> None:
+    # A sync message carries no message (its id MAY repeat, spec "Periodic Sync Message"), yet
+    # one under a missing message's id cancelled every queued request and response for it:
+    # a ~100-byte sync stopped the repair of any message a member asked for.
+    alice, bob, carol = make("alice"), make("bob"), make("carol")
+    real = alice.send(b"real").to_send[0].data
+    mid = message_id_of(b"real")
+    carol.receive(real)
+    later = alice.send(b"later").to_send[0].data
+    assert bob.receive(later).of(RepairRequestQueued)  # bob lost "real"
+    ask = SdsMessage("dave", "ask", "chan", clock.t, (), None, (HistoryEntry(mid, None, "alice"),))
+    assert carol.receive(encode(ask)).of(RepairResponseQueued)
+    for who in ("mallory", "carol", "bob"):  # a sync "from" anyone, the victim included
+        sync = encode(SdsMessage(who, mid, "chan", clock.t, (HistoryEntry(mid),)))
+        bob.receive(sync)
+        carol.receive(sync)
+    assert mid in bob.repair.outgoing and mid in carol.repair.incoming
+    clock.advance(120_000)
+    assert [o.data for o in carol.tick().to_send] == [real]
+    assert bob.repair_request_due()

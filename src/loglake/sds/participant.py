@@ -37,6 +37,11 @@ off the wire and noted where they happen:
    message took the forgery and then dropped the real one as a duplicate, for good, while
    those holding the real one cancelled their repair responses for it. The spec only says the
    id is "likely based on a message hash"; set it False for a channel whose ids are not.
+9. Only a content message stands down the SDS-R request and response queued for its id (spec
+   "SDS-R receive message": entries "matching the received message ID"); @waku/sds does it
+   for sync messages too. Why: a sync carries no message and its id MAY repeat (spec
+   "Periodic Sync Message"), so a sync under a missing message's id, ~100 bytes from any
+   member, cancelled every participant's request and response for it.
 """
 
 from __future__ import annotations
@@ -315,7 +320,7 @@ class Participant:
                 )
             log = self.log
             if pb.sender_id == self.participant_id:
-                if self.repair is not None:
+                if self.repair is not None and is_content:
                     self.repair.mark_received(mid)
                 raise SdsDecodeError(DropReason.OWN_MESSAGE, "own message")
             if is_content and (mid in log.records or mid in self.pending):
@@ -355,7 +360,8 @@ class Participant:
             out.events.append(SyncReceived(mid, sender))
         repair = self.repair
         if repair is not None:
-            repair.mark_received(mid)
+            if is_content:  # a sync's id names no message (difference 9 above)
+                repair.mark_received(mid)
             if requests:
                 out.events.append(
                     RepairRequestReceived(tuple(r.message_id for r in requests), sender)
