@@ -16,13 +16,16 @@ from hypothesis import strategies as st
 
 from loglake.sds.bloom import (
     BloomFilter,
+    bits_set,
     contains,
     contains_batch,
     hash_n,
+    max_honest_bits,
     nim_hash,
     positions_batch,
     sizing,
 )
+from loglake.sds.messages import message_id_of
 
 
 def test_default_sizing_is_k10_m150000_2344_words() -> None:
@@ -105,3 +108,13 @@ def test_batch_bloom_checks_equal_positions_and_contains(ids: list[str], seed: i
     assert hits.tolist() == [
         contains(filters[r], p) for r, p in zip(rows.tolist(), want, strict=True)
     ]
+
+
+def test_a_filter_of_capacity_ids_stays_within_max_honest_bits() -> None:
+    # The bound past which a received filter acknowledges nothing must never catch an honest
+    # filter: @waku/sds's default sizing filled with exactly ``capacity`` distinct ids.
+    f = BloomFilter()
+    for i in range(f.capacity):
+        f.insert(message_id_of(b"%d" % i))
+    assert bits_set(f.to_bytes()) <= max_honest_bits(f.capacity, f.error_rate) == 74_537
+    assert (max_honest_bits(f.capacity, f.error_rate) / f.m_bits) ** f.k < 2 * f.error_rate

@@ -6,8 +6,10 @@ from __future__ import annotations
 from loglake.sds.codec import encode
 from loglake.sds.errors import DropReason
 from loglake.sds.events import (
+    MessageAcknowledged,
     MessageDelivered,
     MessageDropped,
+    MessagePossiblyAcknowledged,
     RepairRequestQueued,
     RepairResponseQueued,
 )
@@ -80,3 +82,37 @@ def test_a_sync_under_a_messages_id_does_not_stand_down_its_repair(make, clock) 
     clock.advance(120_000)
     assert [o.data for o in carol.tick().to_send] == [real]
     assert bob.repair_request_due()
+
+
+def test_a_saturated_bloom_filter_acknowledges_nothing(make, clock) -> None:
+    # Two syncs whose filter has every bit set "possibly acknowledged" twice, so acknowledged,
+    # every message in alice's outgoing buffer, none of which anyone had received: they
+    # were never resent. A filter fuller than ``capacity`` ids fill it (what the error rate
+    # is computed for) matches any id with more than that probability and counts for none.
+    alice = make("alice", resend_unacked_ms=10_000, resend_possibly_acked_ms=10_000)
+    lost = [alice.send(b"lost %d" % i).to_send[0].data for i in range(50)]
+    full = b"\xff" * alice.bloom.n_bytes
+    for n in range(2):
+        sync = SdsMessage("mallory", f"s{n}", "chan", clock.t, (), full)
+        out = alice.receive(encode(sync))
+        assert not out.of(MessageAcknowledged) and not out.of(MessagePossiblyAcknowledged)
+    assert len(alice.unacked) == 50
+    clock.advance(10_000)
+    assert sorted(o.data for o in alice.tick().to_send) == sorted(lost)
+
+
+def test_an_honest_filter_at_capacity_still_acknowledges(make, clock) -> None:
+    # The bound leaves honest filters alone: one that holds ``capacity`` ids (the most a
+    # rolling filter holds) possibly acknowledges what it holds.
+    alice, bob = make("alice", bloom_capacity=500), make("bob", bloom_capacity=500)
+    mine = alice.send(b"mine").to_send[0].data
+    bob.receive(mine)
+    for i in range(499):
+        bob.receive(encode(content_message("carol", b"c%d" % i, clock.t)))
+    assert bob.bloom.count == 500
+    sync = SdsMessage("bob", "s", "chan", clock.t, (), bob.bloom.to_bytes())
+    assert alice.receive(encode(sync)).of(MessagePossiblyAcknowledged)
+
+
+def content_message(sender: str, body: bytes, lamport: int) -> SdsMessage:
+    return SdsMessage(sender, message_id_of(body), "chan", lamport, (), None, (), body)

@@ -113,6 +113,23 @@ def sizing(capacity: int, error_rate: float) -> tuple[int, int, int]:
     return k, m_bits, m_ints
 
 
+def max_honest_bits(capacity: int, error_rate: float) -> int:
+    """The most bits a filter of ``capacity`` ids sets, with room to spare: the expected
+    count ``m·(1 − e^(−k·capacity/m))`` plus 4·√m (over ten standard deviations of that count).
+    Why: the error rate a filter is sized for holds only up to that fill; a filter any fuller
+    (every bit set, say) is no evidence of receipt, yet with @waku/sds's rule it counted as a
+    possible acknowledgement of every id, so two such syncs from one member acknowledged a
+    whole outgoing buffer nobody had received. At this bound a forged filter matches an id
+    with about the design's error rate (0.5^10 ≈ 0.001 with the defaults: m = 150,000,
+    k = 10, at most 74,537 bits)."""
+    k, m_bits, _ = sizing(capacity, error_rate)
+    return math.ceil(m_bits * -math.expm1(-k * capacity / m_bits) + 4 * math.sqrt(m_bits))
+
+
+def bits_set(data: bytes | bytearray) -> int:
+    return int.from_bytes(data, "big").bit_count()
+
+
 class BloomFilter:
     """A set of message ids with no false negatives, serialised as @waku/sds does."""
 

@@ -42,6 +42,13 @@ off the wire and noted where they happen:
    for sync messages too. Why: a sync carries no message and its id MAY repeat (spec
    "Periodic Sync Message"), so a sync under a missing message's id, ~100 bytes from any
    member, cancelled every participant's request and response for it.
+10. A received bloom filter with more bits set than ``bloom_capacity`` ids set
+    (``bloom.max_honest_bits``) acknowledges nothing, not even possibly (spec "Review ACK
+    Status": acknowledge "taking into account the bloom filter size and hash number");
+    @waku/sds counts any filter. Why: two syncs with every bit set acknowledged a whole
+    outgoing buffer, so messages nobody had received were never resent. A @waku/sds peer's
+    filter past 10,000 ids (it never rolls over) is such a filter; its causal history still
+    acknowledges.
 """
 
 from __future__ import annotations
@@ -52,7 +59,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loglake.sds.bloom import DEFAULT_CAPACITY, DEFAULT_ERROR_RATE, BloomFilter, contains
+from loglake.sds.bloom import (
+    DEFAULT_CAPACITY,
+    DEFAULT_ERROR_RATE,
+    BloomFilter,
+    bits_set,
+    contains,
+    max_honest_bits,
+)
 from loglake.sds.codec import (
     DEFAULT_LIMITS,
     TAG_REPAIR_REQUEST,
@@ -150,6 +164,7 @@ class Participant:
         # spec "Participant state": lamport initialised to the current epoch time in ms.
         self.lamport: int = int(clock())
         self.bloom = BloomFilter(opts.bloom_capacity, opts.bloom_error_rate)
+        self._max_bloom_bits = max_honest_bits(opts.bloom_capacity, opts.bloom_error_rate)
         self._bloom_ids: deque[tuple[str, tuple[int, ...]]] = deque()
         self.log = LocalLog(opts.causal_history_size, opts.repair_cache_messages)
         # outgoing buffer, split by state; each dict is ordered by last send time
@@ -451,8 +466,8 @@ class Participant:
             if m in unacked or m in possibly:
                 unacked.pop(m, None) or possibly.pop(m, None)
                 out.events.append(MessageAcknowledged(m))
-        if bloom is None:
-            return
+        if bloom is None or bits_set(bloom) > self._max_bloom_bits:
+            return  # over-full: no evidence of receipt (bloom.max_honest_bits)
         threshold = self.options.possible_acks_threshold
         hits = [
             (buf, m)
