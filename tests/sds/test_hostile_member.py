@@ -3,7 +3,7 @@ sends a few forged messages and checks the honest participant's state afterwards
 
 from __future__ import annotations
 
-from loglake.sds.codec import encode
+from loglake.sds.codec import UINT64_MAX, decode, encode
 from loglake.sds.errors import DropReason
 from loglake.sds.events import (
     MessageAcknowledged,
@@ -116,3 +116,28 @@ def test_an_honest_filter_at_capacity_still_acknowledges(make, clock) -> None:
 
 def content_message(sender: str, body: bytes, lamport: int) -> SdsMessage:
     return SdsMessage(sender, message_id_of(body), "chan", lamport, (), None, (), body)
+
+
+def test_a_far_future_lamport_does_not_pin_the_clock(make, clock) -> None:
+    # One message at lamport 2^64 - 1 raised every receiver's clock there for good: every
+    # later message of the channel carried that same timestamp, so the log ordered them by id
+    # and an answer could come before its question (here it did). The clock follows a peer's
+    # timestamp no further than ``max_lamport_lead_ms`` past the wall clock.
+    alice, bob = make("alice"), make("bob")
+    evil = content_message("mallory", b"from the end of time", UINT64_MAX)
+    for p in (alice, bob):
+        assert p.receive(encode(evil)).of(MessageDelivered)
+        assert p.lamport == clock.t + p.options.max_lamport_lead_ms
+    question = alice.send(b"question 0").to_send[0].data
+    clock.advance(1)
+    bob.receive(question)
+    answer = bob.send(b"answer 0").to_send[0].data
+    alice.receive(answer)
+    ids = [message_id_of(b"question 0"), message_id_of(b"answer 0"), evil.message_id]
+    assert alice.log_ids() == bob.log_ids() == ids
+    assert decode(answer).lamport_timestamp == decode(question).lamport_timestamp + 1
+    # and as an own message taken back from the stream (restore_own)
+    carol = make("carol")
+    forged_own = content_message("carol", b"mine, from the end of time", UINT64_MAX)
+    carol.restore_own(encode(forged_own))
+    assert carol.lamport == clock.t + carol.options.max_lamport_lead_ms

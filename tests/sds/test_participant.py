@@ -58,8 +58,9 @@ def test_a_peers_largest_lamport_holds_ours_there_instead_of_wrapping(make, cloc
     # A peer's lamport 2^64 - 1 is a valid uint64 and raises our clock to it. Our next sends
     # stay at 2^64 - 1: what peers read is what we log. Before, the next send was 2^64, which
     # the fast encoder wrote as an 11-byte varint that readers cut to 0 (our later messages
-    # ordered before the whole channel by every peer, last in our own log).
-    a, b = make("a"), make("b")
+    # ordered before the whole channel by every peer, last in our own log). (With the
+    # default max_lamport_lead_ms the clock does not follow a peer there at all.)
+    a, b = make("a", max_lamport_lead_ms=None), make("b", max_lamport_lead_ms=None)
     evil = SdsMessage("mallory", message_id_of(b"hi"), "chan", UINT64_MAX, (), None, (), b"hi")
     a.receive(encode(evil))
     b.receive(encode(evil))

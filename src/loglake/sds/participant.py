@@ -49,6 +49,14 @@ off the wire and noted where they happen:
     outgoing buffer, so messages nobody had received were never resent. A @waku/sds peer's
     filter past 10,000 ids (it never rolls over) is such a filter; its causal history still
     acknowledges.
+11. A delivered message moves the Lamport clock to its timestamp only up to
+    ``max_lamport_lead_ms`` (a day) past the wall clock; the message itself is logged at its
+    own timestamp. The spec says the clock MUST match it and @waku/sds does; neither bounds
+    it. Why: one message at 2^64 - 1 pinned every receiver's clock there for good (sends are
+    held at the uint64's largest value), so every later message of the channel had the same
+    timestamp, the log ordered them by id, and an answer could precede its question. The
+    spec's aim is a clock "staying close to the current epoch time"; with the bound, honest
+    messages keep counting up past each other and only the far-future message sorts last.
 """
 
 from __future__ import annotations
@@ -125,6 +133,8 @@ class ParticipantOptions:
     max_missing: int = 100_000  # dependencies sought (past it the oldest is reported lost)
     max_lost: int = 100_000  # ids remembered as lost
     verify_message_ids: bool = True  # a content message's id must be its content's SHA-256
+    max_lamport_lead_ms: int | None = 24 * 3600 * 1000  # how far past the wall clock a peer's
+    # timestamp moves ours (difference 11); None: as far as it says (the spec's rule)
 
 
 @dataclass(slots=True)
@@ -209,6 +219,14 @@ class Participant:
         # are ordered by message id as any others.
         self.lamport = min(max(now, self.lamport + 1), UINT64_MAX)
         return self.lamport
+
+    def _follow_lamport(self, received: int) -> None:
+        """Spec "Deliver Message": the clock moves up to a delivered message's timestamp, here
+        to no more than ``max_lamport_lead_ms`` past the wall clock (difference 11)."""
+        lead = self.options.max_lamport_lead_ms
+        if lead is not None:
+            received = min(received, max(self.lamport, self._now() + lead))
+        self.lamport = max(self.lamport, received)
 
     def _repair_requests(self, now: int) -> list[HistoryEntry]:
         if self.repair is None:
@@ -446,7 +464,7 @@ class Participant:
         ):
             return out
         lamport = pb.lamport_timestamp
-        self.lamport = max(self.lamport, lamport)
+        self._follow_lamport(lamport)
         self._bloom_insert(mid, self.bloom.positions(mid))
         self.missing.pop(mid, None)
         self.lost.pop(mid, None)
@@ -493,7 +511,7 @@ class Participant:
         while stack:
             rec, content = stack.pop()
             if rec.lamport_timestamp > self.lamport:
-                self.lamport = rec.lamport_timestamp
+                self._follow_lamport(rec.lamport_timestamp)
             if self.log.insert(rec):
                 out.events.append(
                     MessageDelivered(
