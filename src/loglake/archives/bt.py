@@ -217,6 +217,15 @@ class Fetcher:
         for p in self._peers:
             handle.connect_peer(p)
 
+    def files(self) -> list[tuple[tuple[str, ...], int]]:
+        """Every file of the torrent: its path, split (the torrent's name first for a multi-file
+        torrent), and libtorrent's flags for it (``file_storage.flag_symlink``, ``flag_pad_file``
+        ...)."""
+        with warnings.catch_warnings():  # files() is marked deprecated in the 2.x binding
+            warnings.simplefilter("ignore", DeprecationWarning)
+            fs = self._info().files()
+        return [(Path(fs.file_path(i)).parts, int(fs.file_flags(i))) for i in range(fs.num_files())]
+
     def file_range(self, name: str) -> tuple[int, int]:
         """(offset, size) of a file inside the torrent's byte stream."""
         with warnings.catch_warnings():  # files() is marked deprecated in the 2.x binding

@@ -67,6 +67,17 @@ def fetch_archives(
             raise CorruptIndex(f"torrent name {name[:40]!r} is not a community id")
         if community_id is not None and name.lower() != community_id.lower():
             raise CorruptIndex(f"torrent is named {name!r}, not the community {community_id}")
+        # exactly <name>/data and <name>/index, plain files: the member reads these two paths,
+        # so a torrent whose index lay in a subfolder, or was a symlink (libtorrent points one
+        # leaving the torrent at itself), made it read a missing file, a loop (ELOOP) or an
+        # older fetch's index — untyped, and the member loop stopped on it
+        layout_files = fetcher.files()
+        if layout_files != [((name, "data"), 0), ((name, "index"), 0)]:
+            shown = ", ".join("/".join(parts)[:80] for parts, _ in layout_files[:4])
+            raise CorruptIndex(
+                f"torrent must hold exactly the plain files {name[:18]}…/data and …/index, "
+                f"it holds {len(layout_files)}: {shown}"
+            )
         fetcher.start(peers or ())
         idx_off, idx_size = fetcher.file_range("index")
         data_off, data_size = fetcher.file_range("data")

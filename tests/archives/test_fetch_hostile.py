@@ -1,0 +1,115 @@
+"""A member fetching from a hostile torrent: every file layout, size and byte it reads from the
+network is the seeder's choice. Real libtorrent on loopback, small torrents, bounded waits."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from coincurve import PrivateKey
+
+from loglake.archives.bt import Seeder
+from loglake.archives.control import ControlNode
+from loglake.archives.errors import ArchiveError, CorruptIndex
+from loglake.archives.layout import NS, PIECE_LENGTH, get_layout
+from loglake.archives.member_node import MemberNode, fetch_archives
+from loglake.archives.signing import community_id
+from loglake.archives.store import MessageStore
+from loglake.archives.torrent import bencode
+from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
+
+from .helpers import START, WEEK, fill_weeks
+
+pytestmark = pytest.mark.slow
+
+KEY = PrivateKey(bytes.fromhex("55" * 32))
+CID = community_id(KEY)
+
+
+@pytest.fixture
+def seeder():
+    s = Seeder()
+    yield s
+    s.close()
+
+
+def seed_files(seeder: Seeder, base: Path, files: list[dict], contents: list[bytes]) -> str:
+    """Seed a torrent named ``CID`` with these info-dict ``files`` (``contents`` of the
+    regular ones, in order, written under ``base``); return its magnet."""
+    blob = b"".join(contents)
+    p = PIECE_LENGTH
+    pieces = b"".join(hashlib.sha1(blob[i : i + p]).digest() for i in range(0, len(blob), p))
+    regular = iter(contents)
+    for f in files:
+        if "attr" not in f:
+            path = base / CID / Path(*f["path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(next(regular))
+    info = bencode({"files": files, "name": CID, "piece length": p, "pieces": pieces})
+    seeder.seed(b"d" + bencode("info") + info + b"e", base)
+    return f"magnet:?xt=urn:btih:{hashlib.sha1(info).hexdigest()}&dn={CID}&x.pe={seeder.peer}"
+
+
+def one_week(tmp_path: Path) -> ControlNode:
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 50)
+    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
+    control.ingest_streams(LocalStreams(log), "community")
+    control.build(START + WEEK)
+    return control
+
+
+def _files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["index in a subfolder", "index a symlink", "data in a subfolder", "a third file"],
+)
+def test_a_torrent_not_made_of_data_then_index_is_refused_before_a_byte_is_written(
+    tmp_path, seeder, shape
+):
+    # the member reads <name>/data and <name>/index: a torrent laying its files out otherwise
+    # made it open a missing file (ENOENT), a symlink libtorrent points at itself (ELOOP), or
+    # an index an earlier fetch left there, untyped, and MemberNode.step did not postpone
+    control = one_week(tmp_path)
+    data = (tmp_path / "control" / CID / "data").read_bytes()
+    index = (tmp_path / "control" / CID / "index").read_bytes()
+    files: list[dict] = [
+        {"length": len(data), "path": ["data"]},
+        {"length": len(index), "path": ["index"]},
+    ]
+    contents = [data, index]
+    if shape == "index in a subfolder":
+        files[1]["path"] = ["sub", "index"]
+    elif shape == "index a symlink":
+        files[1] = {"length": 0, "path": ["index"], "attr": "l", "symlink path": ["..", "x"]}
+        contents = [data]
+    elif shape == "data in a subfolder":
+        files[0]["path"] = ["sub", "data"]
+    else:
+        files.append({"length": PIECE_LENGTH, "path": ["extra"]})
+        contents.append(bytes(PIECE_LENGTH))
+    magnet = seed_files(seeder, tmp_path / "hostile", files, contents)
+    store = MessageStore()
+    before = store.snapshot()
+    with pytest.raises(CorruptIndex, match="exactly the plain files"):
+        fetch_archives(magnet, tmp_path / "m", store, get_layout("spec"), CID, timeout=10)
+    assert store.snapshot() == before
+    assert _files_under(tmp_path / "m") == []
+    # the member node postpones the link as for any bad fetch, and keeps following
+    member = MemberNode(tmp_path / "m", store, get_layout("spec"), CID, wait_ns=NS)
+    member.core.magnet, member.core.last_at_ns = magnet, 0
+    with pytest.raises(ArchiveError):
+        member.step(5 * NS, timeout=10)
+    assert member.core.due(5 * NS) is None and member.core.due(6 * NS) == magnet
+    # a good torrent into the same folder afterwards: fetched and hydrated
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    report = fetch_archives(
+        control.magnet((seeder.peer,)), tmp_path / "m", store, get_layout("spec"), CID, timeout=10
+    )
+    assert report.hydrated_messages == 50 and store.count() == 50
