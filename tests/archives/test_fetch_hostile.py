@@ -12,7 +12,7 @@ from coincurve import PrivateKey
 from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
 from loglake.archives.errors import ArchiveError, CorruptIndex
-from loglake.archives.layout import NS, PIECE_LENGTH, get_layout
+from loglake.archives.layout import MAX_INDEX_BYTES, NS, PIECE_LENGTH, get_layout
 from loglake.archives.member_node import MemberNode, fetch_archives
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
@@ -113,3 +113,24 @@ def test_a_torrent_not_made_of_data_then_index_is_refused_before_a_byte_is_writt
         control.magnet((seeder.peer,)), tmp_path / "m", store, get_layout("spec"), CID, timeout=10
     )
     assert report.hydrated_messages == 50 and store.count() == 50
+
+
+def test_an_index_past_max_index_bytes_is_refused_before_it_is_downloaded(tmp_path, seeder):
+    # the member read the torrent's whole index into memory, whatever its size (a 9 MB index of
+    # 100,000 minimal entries decoded in 1.8 s and 76 MB: gigabytes took the member's memory)
+    size = MAX_INDEX_BYTES + 1
+    files = [{"length": 0, "path": ["data"]}, {"length": size, "path": ["index"]}]
+    magnet = seed_files(seeder, tmp_path / "hostile", files, [b"", bytes(size)])
+    store = MessageStore()
+    seen: list[int] = []
+    with pytest.raises(CorruptIndex, match=f"index of {size} bytes: more than"):
+        fetch_archives(
+            magnet, tmp_path / "m", store, get_layout("spec"), CID, timeout=10,
+            progress=lambda p: seen.append(p.bytes_downloaded),
+        )  # fmt: skip
+    assert seen == [] and store.archive_ids() == set()
+    index = tmp_path / "m" / CID / "index"
+    assert not index.exists() or index.read_bytes().count(0) == index.stat().st_size
+    # and the bound holds for an index already on disk (``archives ls``)
+    with pytest.raises(CorruptIndex, match="more than"):
+        get_layout("status-go").decode_index(bytes(size))

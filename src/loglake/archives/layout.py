@@ -59,6 +59,12 @@ from loglake.wire.varint import encode_uleb
 
 INT64_MAX = 2**63 - 1
 """The largest nanosecond time kept anywhere (store, log, lake, Parquet)."""
+MAX_INDEX_BYTES = 32 * 1024 * 1024
+"""The largest ``index`` a member downloads or decodes. Neither the spec nor status-go bounds
+it, and a member reads the torrent's whole index into memory: decoding 9 MB of minimal entries
+(100,000 archives) took 1.8 s and 76 MB, so a 4 GB index would take the member's memory, not
+just its disk. 32 MiB still holds 47,000 archives of 100 status-go topics each (702 bytes an
+entry, measured; at one a week, 900 years)."""
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
 
@@ -211,6 +217,8 @@ class Layout(ABC):
     def decode_index(self, raw: bytes, data_size: int | None = None) -> list[IndexEntry]:
         """Entries sorted by offset. Checks every key is keccak-256 of its metadata, every
         archive is piece-aligned, archives do not overlap and (if given) fit in ``data``."""
+        if len(raw) > MAX_INDEX_BYTES:
+            raise CorruptIndex(f"index of {len(raw)} bytes: more than {MAX_INDEX_BYTES} bytes")
         index = self._index_cls()
         try:
             index.ParseFromString(raw)

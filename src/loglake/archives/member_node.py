@@ -20,7 +20,7 @@ from typing import Any
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
 from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
-from loglake.archives.layout import DecodedMessage, IndexEntry, Layout
+from loglake.archives.layout import MAX_INDEX_BYTES, DecodedMessage, IndexEntry, Layout
 from loglake.archives.member import (
     MEMBER_WAIT_NS,
     Accepted,
@@ -83,6 +83,8 @@ def fetch_archives(
         data_off, data_size = fetcher.file_range("data")
         if data_off != 0 or idx_off != data_size or data_size % layout.piece_length:
             raise CorruptIndex("torrent must hold data (whole pieces) then index")
+        if idx_size > MAX_INDEX_BYTES:  # refused before a byte of it is downloaded
+            raise CorruptIndex(f"index of {idx_size} bytes: more than {MAX_INDEX_BYTES} bytes")
         index_pieces = fetcher.pieces_of(idx_off, idx_size)
         fetcher.download(index_pieces, progress=progress)
         folder = Path(root) / name
