@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
-from loglake.archives.layout import NS, get_layout
+from loglake.archives.layout import INT64_MAX, NS, get_layout
 from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
 from loglake.log.api import UnknownStream
 
@@ -44,20 +44,38 @@ def _key(key_file: str | None) -> PrivateKey:
     return load_private_key(raw)
 
 
-def _now_ns(now: str | None) -> int:
-    if now is None:
-        return time.time_ns()
-    try:
-        return int(float(now) * NS)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(now)
-    except ValueError:
-        raise ArchiveConfigError(f"a time is Unix seconds or ISO 8601, not {now!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp()) * NS
+class Time(click.ParamType):
+    """A time option (``--now``, ``--since``, ``--until``): Unix seconds or ISO 8601 (UTC unless
+    it says otherwise), as Unix ns, from 1970 to 2262 (``INT64_MAX`` ns, what the store and the
+    index hold), else click's usage error. Unbounded, ``inf`` or ``1e300`` ended in an
+    ``OverflowError`` traceback, and ``build --now 1e13`` planned a 7-day window at a time up
+    to then (2.8 GB, 9 s) before it."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value)
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                dt = datetime.fromisoformat(text)
+            except ValueError:
+                self.fail(f"{text!r}: expected Unix seconds or ISO 8601", param, ctx)
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=UTC)
+            ns = int(dt.timestamp()) * NS
+        else:
+            # 1e300 * NS is inf: bound the seconds before they become nanoseconds
+            ns = int(seconds * NS) if 0 <= seconds <= INT64_MAX / NS else -1
+        if not 0 <= ns <= INT64_MAX:
+            self.fail(f"{text!r}: expected a time from 1970 to 2262 (int64 ns)", param, ctx)
+        return ns
+
+
+TIME = Time()
 
 
 def _ts(ns: int) -> str:
@@ -124,7 +142,9 @@ def keygen(out: str) -> None:
 @click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
 @_layout_opt
-@click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
+@click.option(
+    "--now", type=TIME, help="Build as of this time (Unix seconds or ISO 8601); default now."
+)
 @click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
 @click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
 @click.option("--publish", "channel", help="Push the signed magnet link to this stream.")
@@ -136,7 +156,7 @@ def build(
     root: str,
     key_file: str | None,
     layout: str,
-    now: str | None,
+    now: int | None,
     partial: bool,
     topics: tuple[str, ...],
     channel: str | None,
@@ -171,7 +191,7 @@ def build(
                 f"(first at index {idx}: {why}); nothing was built. Is the stream in the "
                 f"{other} layout (--layout {other})?"
             )
-        out = node.build(_now_ns(now), partial=partial)
+        out = node.build(time.time_ns() if now is None else now, partial=partial)
         table = Table(title=f"archives of {cid[:18]}… ({layout})")
         for col in ("id", "from", "to", "offset", "size", "pieces"):
             table.add_column(col)
@@ -252,8 +272,10 @@ def seed(
 @click.option("--community", help="Expected community id (0x…); checked against the torrent.")
 @_layout_opt
 @click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
-@click.option("--since", help="Only archives overlapping [since, until): Unix s or ISO 8601.")
-@click.option("--until", help="End of that range (default: open).")
+@click.option(
+    "--since", type=TIME, help="Only archives overlapping [since, until): Unix s or ISO 8601."
+)
+@click.option("--until", type=TIME, help="End of that range (default: open).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 def fetch(
     magnet: str,
@@ -262,8 +284,8 @@ def fetch(
     community: str | None,
     layout: str,
     timeout: float,
-    since: str | None,
-    until: str | None,
+    since: int | None,
+    until: int | None,
     as_json: bool,
 ) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
@@ -304,8 +326,8 @@ def fetch(
                 community,
                 timeout=timeout,
                 progress=progress,
-                since_ns=None if since is None else _now_ns(since),
-                until_ns=None if until is None else _now_ns(until),
+                since_ns=since,
+                until_ns=until,
             )
         finally:
             store.close()

@@ -35,7 +35,7 @@ from coincurve import PrivateKey
 
 from loglake.archives.builder import RETENTION_NS, ArchiveBuilder, BuildResult, plan_windows
 from loglake.archives.errors import ArchiveConfigError, BadRecord
-from loglake.archives.layout import IndexEntry, Layout
+from loglake.archives.layout import INT64_MAX, IndexEntry, Layout
 from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
@@ -235,6 +235,10 @@ class ControlNode:
     def build(
         self, now_ns: int, partial: bool = False, period_ns: int | None = None
     ) -> BuildOutcome:
+        if not 0 <= now_ns <= INT64_MAX:
+            # windows are planned one at a time up to now: 1e22 ns took 2.8 GB and 9 s before
+            # failing untyped, and every time the store and the index keep is int64 ns
+            raise ArchiveConfigError(f"now_ns {now_ns} is outside 0..{INT64_MAX} (1970..2262)")
         if self._reload_due:  # a failed build could not reload the builder from the files
             self.builder = self._load(self.builder.announce)
             self._reload_due = False

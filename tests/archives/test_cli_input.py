@@ -1,0 +1,92 @@
+"""Bad values for ``loglake archives`` options: click's one-line usage error, exit status 2, no
+traceback, nothing built or fetched."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from click.testing import CliRunner
+from coincurve import PrivateKey
+
+from loglake.archives.cli import command
+from loglake.archives.control import ControlNode
+from loglake.archives.errors import ArchiveConfigError
+from loglake.archives.layout import NS, get_layout
+from loglake.archives.store import MessageStore
+from loglake.log import MemoryLog, open_log
+from loglake.streams.api import LocalStreams
+
+from .helpers import START, WEEK, fill_weeks
+
+BAD_TIMES = ["inf", "-inf", "nan", "1e300", "1e12", "-1", "9999-12-31", "next tuesday"]
+"""Past 2262 (``1e12`` s, year 9999), before 1970, not numbers, not times."""
+
+
+def _usage_error(r, option: str) -> None:
+    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
+    assert "Traceback" not in r.output
+    [line] = [x for x in r.output.splitlines() if x.startswith("Error:")]
+    assert option in line, line
+
+
+@pytest.mark.parametrize("value", BAD_TIMES)
+def test_build_now_outside_1970_to_2262_is_a_usage_error(tmp_path, value):
+    # --now inf, 1e300: OverflowError traceback; --now 1e13: 7-day windows planned one by one
+    # up to then (2.8 GB, 9 s), then the same traceback
+    key = tmp_path / "key"
+    key.write_text(PrivateKey().to_hex())
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", get_layout("spec"), range(1), 5, size=10)
+    log.close()
+    root = tmp_path / "archives"
+    t0 = time.monotonic()
+    r = CliRunner().invoke(
+        command,
+        ["build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
+         "--key-file", str(key), "--now", value],
+    )  # fmt: skip
+    _usage_error(r, "--now")
+    assert time.monotonic() - t0 < 5
+    assert not list(root.glob("*/index"))
+
+
+@pytest.mark.parametrize("option", ["--since", "--until"])
+@pytest.mark.parametrize("value", ["inf", "1e300", "nan", "-5"])
+def test_fetch_range_outside_1970_to_2262_is_a_usage_error(tmp_path, option, value):
+    magnet = "magnet:?xt=urn:btih:" + "ee" * 20
+    r = CliRunner().invoke(
+        command,
+        ["fetch", "--magnet", magnet, "--root", str(tmp_path / "m"), "--timeout", "1",
+         option, value],
+    )  # fmt: skip
+    _usage_error(r, option)
+
+
+def test_good_times_still_parse(tmp_path):
+    key = tmp_path / "key"
+    key.write_text(PrivateKey().to_hex())
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", get_layout("spec"), range(2), 5, size=10)
+    log.close()
+    for now in (str((START + WEEK) // NS), "2020-01-15T00:00:00", "2020-01-15T00:00:00+00:00"):
+        r = CliRunner().invoke(
+            command,
+            ["build", "--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / now),
+             "--key-file", str(key), "--now", now],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert r.output.strip().splitlines()[-1].startswith("magnet:?")
+
+
+@pytest.mark.parametrize("now_ns", [10**22, -1, 2**63])
+def test_control_node_build_refuses_a_now_past_int64_nanoseconds(tmp_path, now_ns):
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 5, size=10)
+    control = ControlNode(tmp_path, PrivateKey(), layout, MessageStore())
+    control.ingest_streams(LocalStreams(log), "community")
+    t0 = time.monotonic()
+    with pytest.raises(ArchiveConfigError, match="is outside 0"):
+        control.build(now_ns)
+    assert time.monotonic() - t0 < 1 and control.entries == []
