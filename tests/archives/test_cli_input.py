@@ -90,3 +90,64 @@ def test_control_node_build_refuses_a_now_past_int64_nanoseconds(tmp_path, now_n
     with pytest.raises(ArchiveConfigError, match="is outside 0"):
         control.build(now_ns)
     assert time.monotonic() - t0 < 1 and control.entries == []
+
+
+def _follow(tmp_path, *extra: str) -> list[str]:
+    return ["follow", "--data-dir", str(tmp_path / "log"), "--community", "0x02" + "11" * 32,
+            "--root", str(tmp_path / "member"), "--duration", "1", *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["--wait", "nan"], "--wait"),  # ValueError traceback
+        (["--wait", "inf"], "--wait"),  # OverflowError traceback
+        (["--wait", "-1"], "--wait"),
+        (["--poll", "-1"], "--poll"),  # ValueError from time.sleep after the first poll
+        (["--poll", "0"], "--poll"),
+        (["--timeout", "nan"], "--timeout"),
+        (["--timeout", "inf"], "--timeout"),  # a metadata wait without end
+        (["--duration", "nan"], "--duration"),  # a loop that never ran, exit 0
+        (["--wait", "soon"], "--wait"),
+    ],
+)
+def test_follow_durations_not_finite_or_negative_are_usage_errors(tmp_path, extra, option):
+    open_log(tmp_path / "log").close()
+    t0 = time.monotonic()
+    r = CliRunner().invoke(command, _follow(tmp_path, *extra))
+    _usage_error(r, option)
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("value", ["host:abc", "127.0.0.1", "127.0.0.1:0", "h:70000", "h:-1"])
+def test_connect_and_peer_not_host_port_are_usage_errors(tmp_path, value):
+    # --connect host:abc and seed --peer foo were ValueError tracebacks
+    open_log(tmp_path / "log").close()
+    r = CliRunner().invoke(
+        command,
+        ["follow", "--connect", value, "--community", "0x02" + "11" * 32,
+         "--root", str(tmp_path / "member"), "--duration", "1"],
+    )  # fmt: skip
+    _usage_error(r, "--connect")
+    key = tmp_path / "key"
+    key.write_text(PrivateKey().to_hex())
+    r = CliRunner().invoke(
+        command, ["seed", "--root", str(tmp_path), "--key-file", str(key), "--peer", value]
+    )
+    _usage_error(r, "--peer")
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_run_check_every_not_a_positive_finite_duration_is_a_usage_error(tmp_path, value):
+    # nan or -1 made the control loop run without a pause until --duration
+    key = tmp_path / "key"
+    key.write_text(PrivateKey().to_hex())
+    open_log(tmp_path / "log").close()
+    t0 = time.monotonic()
+    r = CliRunner().invoke(
+        command,
+        ["run", "--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "arch"),
+         "--key-file", str(key), "--check-every", value, "--duration", "2"],
+    )  # fmt: skip
+    _usage_error(r, "--check-every")
+    assert time.monotonic() - t0 < 5

@@ -78,6 +78,55 @@ class Time(click.ParamType):
 TIME = Time()
 
 
+class Seconds(click.ParamType):
+    """A duration option: a finite number of seconds, at least 0 (``positive``: above 0).
+    click's ``float`` (and ``FloatRange``) takes ``nan`` and ``inf``: ``follow --wait nan`` was
+    a ``ValueError`` traceback, ``--wait inf`` an ``OverflowError`` one, ``--poll -1`` a
+    ``ValueError`` from ``time.sleep`` after the first poll, ``run --check-every nan`` or ``-1``
+    a loop without a pause, ``--duration nan`` a loop that never ran."""
+
+    name = "seconds"
+
+    def __init__(self, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < v < float("inf") if self.positive else 0 <= v < float("inf")):
+            bound = "above 0" if self.positive else "0 or more"
+            self.fail(f"{value!r}: expected a finite number of seconds, {bound}", param, ctx)
+        return v
+
+
+SECONDS = Seconds()
+POSITIVE_SECONDS = Seconds(positive=True)
+
+
+class HostPort(click.ParamType):
+    """``host:port`` of a peer to dial (``127.0.0.1`` when the host is left out), the port
+    1-65535: ``--connect host:abc`` and ``seed --peer foo`` were ``ValueError`` tracebacks."""
+
+    name = "host:port"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        host, sep, port = str(value).rpartition(":")
+        if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+            self.fail(f"{value!r}: expected host:port, the port 1-65535", param, ctx)
+        return host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port)
+
+
+HOST_PORT = HostPort()
+
+
 def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -224,7 +273,7 @@ def build(
 @click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
 @click.option("--port", type=PORT, default=0, help="Listen port on 127.0.0.1 (0: any).")
-@click.option("--duration", type=float, help="Seconds to seed (default: until Ctrl-C).")
+@click.option("--duration", type=SECONDS, help="Seconds to seed (default: until Ctrl-C).")
 @click.option(
     "--peer",
     "--connect",
@@ -232,10 +281,15 @@ def build(
     cls=Renamed,
     old=("--connect",),
     multiple=True,
+    type=HOST_PORT,
     help="host:port of a BitTorrent peer to dial.",
 )
 def seed(
-    root: str, key_file: str | None, port: int, duration: float | None, connects: tuple[str, ...]
+    root: str,
+    key_file: str | None,
+    port: int,
+    duration: float | None,
+    connects: tuple[tuple[str, int], ...],
 ) -> None:
     """Seed the newest archive torrent on loopback and print its magnet link."""
     from loglake.archives.bt import Seeder, load_torrent
@@ -253,9 +307,8 @@ def seed(
     try:
         seeder.seed(meta, root, source=str(tfile))
         click.echo(magnet_link(str(info.info_hashes().v1), cid, announce, (seeder.peer,)), nl=True)
-        for c in connects:
-            host, _, p = c.rpartition(":")
-            seeder.connect(host, int(p))
+        for host, p in connects:
+            seeder.connect(host, p)
         deadline = None if duration is None else time.monotonic() + duration
         while deadline is None or time.monotonic() < deadline:
             time.sleep(0.2)
@@ -271,7 +324,9 @@ def seed(
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Member store.")
 @click.option("--community", help="Expected community id (0x…); checked against the torrent.")
 @_layout_opt
-@click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
+@click.option(
+    "--timeout", type=POSITIVE_SECONDS, default=20.0, show_default=True, help="Metadata wait, s."
+)
 @click.option(
     "--since", type=TIME, help="Only archives overlapping [since, until): Unix s or ISO 8601."
 )
@@ -349,7 +404,7 @@ def fetch(
 
 
 def _open_streams(
-    data_dir: str | None, connect: str | None, readonly: bool
+    data_dir: str | None, connect: tuple[str, int] | None, readonly: bool
 ) -> tuple[Streams, Callable[[], None]]:
     """A ``Streams`` on the embedded log (``--data-dir``) or on ``loglake serve``
     (``--connect host:port``), and a function that closes it."""
@@ -359,9 +414,9 @@ def _open_streams(
         from loglake.streams.client import StreamClient
         from loglake.streams.retry import RetryingStreams
 
-        host, _, port = connect.rpartition(":")
+        host, port = connect
         # the builder reads history: every call it makes is safe to repeat after a restart
-        client = RetryingStreams(lambda: StreamClient(host or "127.0.0.1", int(port)))
+        client = RetryingStreams(lambda: StreamClient(host, port))
         return client, client.close
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams
@@ -373,7 +428,9 @@ def _open_streams(
 
 _source_opts = [
     click.option("--data-dir", type=click.Path(file_okay=False), help="Embedded loglake log."),
-    click.option("--connect", help="host:port of a running `loglake serve` instead."),
+    click.option(
+        "--connect", type=HOST_PORT, help="host:port of a running `loglake serve` instead."
+    ),
 ]
 
 
@@ -392,12 +449,14 @@ def _source(f: F) -> F:
 @_layout_opt
 @click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
 @click.option("--port", type=PORT, default=0, help="Seeder port on 127.0.0.1 (0: any).")
-@click.option("--check-every", type=float, default=60.0, show_default=True, help="Seconds.")
-@click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+@click.option(
+    "--check-every", type=POSITIVE_SECONDS, default=60.0, show_default=True, help="Seconds."
+)
+@click.option("--duration", type=SECONDS, help="Stop after this many seconds (default: never).")
 @_trackers_opt
 def run(
     data_dir: str | None,
-    connect: str | None,
+    connect: tuple[str, int] | None,
     stream: str,
     channel: str,
     root: str,
@@ -467,14 +526,18 @@ def run(
 @click.option("--root", type=click.Path(file_okay=False), required=True, help="Member folder.")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), help="Member store.")
 @_layout_opt
-@click.option("--wait", type=float, default=20.0, show_default=True, help="Quiet period, s.")
-@click.option("--poll", type=float, default=1.0, show_default=True, help="Channel poll, s.")
-@click.option("--timeout", type=float, default=20.0, show_default=True, help="Metadata wait, s.")
-@click.option("--duration", type=float, help="Stop after this many seconds (default: never).")
+@click.option("--wait", type=SECONDS, default=20.0, show_default=True, help="Quiet period, s.")
+@click.option(
+    "--poll", type=POSITIVE_SECONDS, default=1.0, show_default=True, help="Channel poll, s."
+)
+@click.option(
+    "--timeout", type=POSITIVE_SECONDS, default=20.0, show_default=True, help="Metadata wait, s."
+)
+@click.option("--duration", type=SECONDS, help="Stop after this many seconds (default: never).")
 @click.option("--once", is_flag=True, help="Stop after the first fetch.")
 def follow(
     data_dir: str | None,
-    connect: str | None,
+    connect: tuple[str, int] | None,
     channel: str,
     community: str,
     root: str,
