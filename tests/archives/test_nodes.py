@@ -12,7 +12,7 @@ from loglake.archives.control import ControlNode
 from loglake.archives.errors import CorruptArchive
 from loglake.archives.layout import NS, get_layout
 from loglake.archives.member import Accepted, Ignored, MemberCore, unpack
-from loglake.archives.member_node import MemberNode
+from loglake.archives.member_node import RECENT_EVENTS, MemberNode
 from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog
@@ -502,3 +502,19 @@ def test_a_store_that_outlived_its_archive_folder_is_refused(tmp_path):
     node = ControlNode(root, KEY, layout, MessageStore(tmp_path / "new.sqlite"))
     node.ingest_streams(streams, "c")
     assert node.prune(START + 2 * WEEK + 60 * DAY).log_records == 0
+
+
+def test_junk_on_the_special_channel_is_counted_not_kept(tmp_path):
+    # anyone can post to the special channel: a member that follows it for good kept every
+    # decision (50,000 junk messages held 11 MB), and the node counted them all every tick
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("special")
+    junk = 3 * RECENT_EVENTS + 7
+    streams.push_many("special", [b"\x00junk%d" % i for i in range(junk)])
+    member = MemberNode(tmp_path, MessageStore(), get_layout("spec"), CID, wait_ns=0)
+    while member.poll(streams, "special", now_ns=0):
+        pass
+    assert len(member.events) == RECENT_EVENTS
+    assert member.ignored == junk
+    assert all(isinstance(e, Ignored) for e in member.events)
+    assert member.store.get_meta("channel_next_index:special") == str(junk)

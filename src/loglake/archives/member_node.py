@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,12 @@ def fetch_archives(
         fetcher.close()
 
 
+RECENT_EVENTS = 100
+"""How many of its last decisions a ``MemberNode`` keeps. It kept every one: 50,000 junk
+messages on the special channel, which anyone can post to, held 11 MB in a member that
+follows it for good, and the node counted them all again every tick."""
+
+
 class MemberNode:
     """Subscribes to the special channel stream and fetches when the core says so."""
 
@@ -139,7 +146,11 @@ class MemberNode:
         saved = store.get_meta(self._state_key)
         if saved:  # a restart: the pending link (and its quiet period) is not lost
             self.core.restore(json.loads(saved))
-        self.events: list[Accepted | Ignored] = []
+        self.events: deque[Accepted | Ignored] = deque(maxlen=RECENT_EVENTS)
+        """The last ``RECENT_EVENTS`` decisions on special-channel messages."""
+        self.ignored = 0
+        """Special-channel messages ignored since this node started (unsigned, foreign, stale,
+        not a magnet message): counted, not kept, as anyone can post to the channel."""
 
     def _state(self) -> dict[str, str]:
         return {self._state_key: json.dumps(self.core.state())}
@@ -158,7 +169,8 @@ class MemberNode:
         # with the read position, in one transaction: a link read is never a link forgotten
         # (kept in memory only, a restart before its fetch lost it until the next week's)
         self.store.set_metas({key: pos, **self._state()})
-        self.events += new
+        self.events.extend(new)
+        self.ignored += sum(isinstance(e, Ignored) for e in new)
         return new
 
     def step(self, now_ns: int, **kw: Any) -> FetchReport | None:

@@ -296,7 +296,7 @@ class ArchivesHandle:
             ],
             "messages": m.store.count(),
             "fetches": list(self._fetches),
-            "ignored": sum(1 for e in m.events if type(e).__name__ == "Ignored"),
+            "ignored": m.ignored,
         }
         return self.member_snapshot
 
