@@ -3,6 +3,7 @@ traceback, nothing built or fetched."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -11,13 +12,13 @@ from coincurve import PrivateKey
 
 from loglake.archives.cli import command
 from loglake.archives.control import ControlNode
-from loglake.archives.errors import ArchiveConfigError
+from loglake.archives.errors import ArchiveConfigError, CorruptStore
 from loglake.archives.layout import NS, get_layout
 from loglake.archives.store import MessageStore
 from loglake.log import MemoryLog, open_log
 from loglake.streams.api import LocalStreams
 
-from .helpers import START, WEEK, fill_weeks
+from .helpers import START, WEEK, fill_weeks, record
 
 BAD_TIMES = ["inf", "-inf", "nan", "1e300", "1e12", "-1", "9999-12-31", "next tuesday"]
 """Past 2262 (``1e12`` s, year 9999), before 1970, not numbers, not times."""
@@ -151,3 +152,35 @@ def test_run_check_every_not_a_positive_finite_duration_is_a_usage_error(tmp_pat
     )  # fmt: skip
     _usage_error(r, "--check-every")
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("content", ["random", "text", "truncated store"])
+@pytest.mark.parametrize("sub", ["fetch", "ls"])
+def test_a_store_file_that_is_not_a_store_is_one_line_and_left_as_it_was(tmp_path, content, sub):
+    # apsw.NotADBError ("file is not a database") was a traceback
+    junk = tmp_path / "junk.sqlite"
+    if content == "random":
+        junk.write_bytes(random.Random(7).randbytes(5000))
+    elif content == "text":
+        junk.write_text("not a database\n" * 300)
+    else:
+        s = MessageStore(tmp_path / "real.sqlite")
+        s.add([get_layout("spec").decode_record(record(get_layout("spec"), START))])
+        s.close()
+        junk.write_bytes((tmp_path / "real.sqlite").read_bytes()[:100] + bytes(4000))
+    before = junk.read_bytes()
+    root = tmp_path / "root"
+    (root / "0xab").mkdir(parents=True)
+    (root / "0xab" / "index").write_bytes(b"")
+    args = {
+        "fetch": ["fetch", "--magnet", "magnet:?xt=urn:btih:" + "ee" * 20, "--timeout", "1"],
+        "ls": ["ls"],
+    }[sub]
+    r = CliRunner().invoke(command, [*args, "--root", str(root), "--store", str(junk)])
+    assert isinstance(r.exception, SystemExit), repr(r.exception)  # click's exit, no traceback
+    assert r.exit_code == 1, r.output
+    [line] = r.output.strip().splitlines()[-1:]
+    assert line.startswith("Error:") and "is not a message store" in line, r.output
+    assert junk.read_bytes() == before
+    with pytest.raises(CorruptStore, match="is not a message store"):
+        MessageStore(junk)

@@ -40,6 +40,12 @@ class WrongSigner(BadMagnetMessage):
     histories": messages not signed by the control node MUST be ignored)."""
 
 
+class CorruptStore(ArchiveError, DecodeError):
+    """A node's store file (``--store``, ``<root>/member.sqlite``) is not a SQLite database, or
+    SQLite finds it corrupt: named with SQLite's reason, which apsw raises as its own
+    exception."""
+
+
 class CorruptTorrent(ArchiveError, DecodeError):
     """A ``.torrent`` file (metainfo) libtorrent refuses to load; names the file and libtorrent's
     reason, which libtorrent itself raises as a bare ``RuntimeError``."""

@@ -45,6 +45,7 @@ from typing import Any
 
 import apsw
 
+from loglake.archives.errors import CorruptStore
 from loglake.archives.layout import DecodedMessage, IndexEntry
 from loglake.archives.messages import MessageRow
 from loglake.structured_logging import log_event
@@ -110,6 +111,10 @@ class MessageStore:
         except apsw.Error as e:
             with contextlib.suppress(apsw.Error):
                 self.db.close()
+            if isinstance(e, (apsw.NotADBError, apsw.CorruptError)):
+                # a file given as --store that is something else, or a damaged one: one line,
+                # not apsw's traceback
+                raise CorruptStore(f"{self.path} is not a message store: SQLite: {e}") from e
             raise _disk_error(e, self.path) from e
 
     def _attribute_old_rows(self) -> None:
