@@ -4,6 +4,7 @@ network is the seeder's choice. Real libtorrent on loopback, small torrents, bou
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -11,16 +12,17 @@ from coincurve import PrivateKey
 
 from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
-from loglake.archives.errors import ArchiveError, CorruptIndex
+from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
 from loglake.archives.layout import MAX_INDEX_BYTES, NS, PIECE_LENGTH, get_layout
 from loglake.archives.member_node import MemberNode, fetch_archives
+from loglake.archives.messages import ArchiveMetadata
 from loglake.archives.signing import community_id
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import bencode
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
 
-from .helpers import START, WEEK, fill_weeks
+from .helpers import DAY, START, WEEK, fill_weeks, record
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +136,51 @@ def test_an_index_past_max_index_bytes_is_refused_before_it_is_downloaded(tmp_pa
     # and the bound holds for an index already on disk (``archives ls``)
     with pytest.raises(CorruptIndex, match="more than"):
         get_layout("status-go").decode_index(bytes(size))
+
+
+def test_a_fetch_holds_one_archive_in_memory_not_every_one_it_fetched(tmp_path, seeder):
+    # every missing archive was decoded before the first was hydrated: 8 archives of 2 MB
+    # peaked at 19 MB of Python objects, and a member catching up on years of weeks at all
+    # of them at once
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(8), 500, size=4000)
+    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
+    control.ingest_streams(LocalStreams(log), "community")
+    control.build(START + 8 * WEEK)
+    del log
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    largest = max(e.size for e in control.entries)
+    store = MessageStore(tmp_path / "member.sqlite")
+    tracemalloc.start()
+    try:
+        report = fetch_archives(
+            control.magnet((seeder.peer,)), tmp_path / "m", store, layout, CID, timeout=10
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.hydrated_messages == 4000 and store.count() == 4000
+    assert peak < 3 * largest, (peak, largest, sum(e.size for e in control.entries))
+
+
+def test_an_archive_outside_its_window_after_a_good_one_leaves_the_store_as_it_was(
+    tmp_path, seeder
+):
+    # archives are decoded as they are hydrated, in one transaction: the bad second one rolls
+    # back the first
+    layout = get_layout("spec")
+    good = [record(layout, START + i * DAY) for i in range(5)]
+    bad = [record(layout, START + 3 * WEEK)]  # in the archive of week 2
+    a = layout.encode_archive(ArchiveMetadata(START, START + WEEK, ()), good, 0)
+    b = layout.encode_archive(ArchiveMetadata(START + WEEK, START + 2 * WEEK, ()), bad, a.size)
+    data = a.data_bytes() + b.data_bytes()
+    index = layout.encode_index([a.entry, b.entry])
+    files = [{"length": len(data), "path": ["data"]}, {"length": len(index), "path": ["index"]}]
+    magnet = seed_files(seeder, tmp_path / "hostile", files, [data, index])
+    store = MessageStore(tmp_path / "member.sqlite")
+    store.add([layout.decode_record(record(layout, START + 1))])  # a live message of week 1
+    before = store.snapshot()
+    with pytest.raises(CorruptArchive, match="outside its time range"):
+        fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
+    assert store.snapshot() == before

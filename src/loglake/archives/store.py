@@ -445,14 +445,22 @@ class MessageStore:
             [(x.timestamp_ns, x.topic, x.raw, x.cap_size, origin) for x in messages], "origin"
         )
 
-    def hydrate_many(self, items: Sequence[tuple[IndexEntry, Sequence[DecodedMessage]]]) -> int:
+    def hydrate_many(self, items: Iterable[tuple[IndexEntry, Sequence[DecodedMessage]]]) -> int:
         """``hydrate`` several archives in one transaction (all or nothing). Returns how many
         messages of these archives the store holds afterwards (counted, not summed: the
-        figure a report shows is what a reader of the store will find)."""
+        figure a report shows is what a reader of the store will find).
+
+        ``items`` is taken one archive at a time, inside the transaction, and each archive's
+        messages let go once stored: a fetch passes a generator that decodes an archive only
+        when it is asked for, so a member holds one archive in memory, not every one it
+        fetched; an error the generator raises rolls back the archives before it."""
+        ids: list[str] = []
         with self._tx():
             for entry, messages in items:
                 self._hydrate(entry, messages)
-            return self._count_from([e.archive_id for e, _ in items])
+                ids.append(entry.archive_id)
+                del messages  # before the next archive is decoded
+            return self._count_from(ids)
 
     def _count_from(self, archive_ids: Sequence[str]) -> int:
         n = 0
