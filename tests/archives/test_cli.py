@@ -192,3 +192,32 @@ def test_build_refuses_records_of_the_other_layout(tmp_path, written, chosen):
     assert f"20 record(s) of community do not decode in the {chosen} layout" in r.output
     assert f"--layout {written}" in r.output
     assert not list(root.glob("*/index")) and not list(root.glob("*.torrent"))
+
+
+@pytest.mark.parametrize(("written", "chosen"), [("spec", "status-go"), ("status-go", "spec")])
+def test_after_a_build_in_the_wrong_layout_the_right_one_archives_every_record(
+    tmp_path, written, chosen
+):
+    """The refused build had stored the stream position past every record: the rerun with the
+    layout the error names built nothing ("ingested 0 messages; 0 new archive(s)")."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", get_layout(written), range(2), 20)
+    log.close()
+    root = tmp_path / "archives"
+    args = ["build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
+            "--key-file", str(key), "--now", str((START + 2 * WEEK) // NS)]  # fmt: skip
+    r = CliRunner().invoke(command, [*args, "--layout", chosen])
+    assert r.exit_code == 1 and f"--layout {written}" in r.output, r.output
+    r = CliRunner().invoke(command, [*args, "--layout", written])
+    assert r.exit_code == 0, r.output
+    assert "ingested 40 messages; 2 new archive(s)" in r.output, r.output
+    layout = get_layout(written)
+    [index] = root.glob("*/index")
+    entries = layout.decode_index(index.read_bytes())
+    data = (index.parent / "data").read_bytes()
+    held = [
+        raw for e in entries for raw in layout.decode_archive(data[e.offset : e.offset + e.size], e)
+    ]
+    assert len(held) == 40

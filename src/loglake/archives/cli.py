@@ -231,8 +231,15 @@ def build(
     )
     log = open_log(data_dir, readonly=channel is None)
     try:
+        before = store.get_meta("ingest_next_index")
         n = node.ingest_streams(LocalStreams(log), stream)
         if node.skipped:
+            if not node.decoded:
+                # not one record is the layout's: the ingest stored nothing, and its position
+                # is forgotten. Kept, it had moved past every record, so the rerun with the
+                # other layout this error advises ingested none (and retention, which lets
+                # records never stored go, could truncate them unarchived)
+                store.set_meta("ingest_next_index", before or 0)
             idx, why = node.skipped[0]
             other = "spec" if layout == "status-go" else "status-go"
             raise ArchiveConfigError(

@@ -90,6 +90,8 @@ class ControlNode:
         self._reload_due = False
         self.skipped: list[tuple[int, str]] = []
         """(stream index, reason) of each record ingest skipped as not the layout's message."""
+        self.decoded = 0
+        """Records ingest decoded as the layout's message (stored, or copies of stored ones)."""
         self.builder = self._load(announce)
         on_disk = {e.archive_id for e in self.builder.entries}
         stored = self.store.archive_ids()
@@ -202,6 +204,7 @@ class ControlNode:
             except BadRecord as e:
                 log_event(logger, logging.WARNING, "skipping record", index=idx, reason=str(e))
                 self.skipped.append((idx, str(e)))
+        self.decoded += len(good)
         return self.store.add(good, next_index, idxs)
 
     def _reflag(self) -> None:
