@@ -8,7 +8,7 @@ import logging
 import pytest
 from coincurve import PrivateKey
 
-from loglake.archives.control import ControlNode
+from loglake.archives.control import SKIPPED_KEPT, ControlNode
 from loglake.archives.errors import CorruptArchive
 from loglake.archives.layout import NS, get_layout
 from loglake.archives.member import Accepted, Ignored, MemberCore, unpack
@@ -518,3 +518,18 @@ def test_junk_on_the_special_channel_is_counted_not_kept(tmp_path):
     assert member.ignored == junk
     assert all(isinstance(e, Ignored) for e in member.events)
     assert member.store.get_meta("channel_next_index:special") == str(junk)
+
+
+def test_junk_on_the_community_stream_is_counted_not_kept(tmp_path):
+    # anyone can post to the community stream: a control node that runs for good kept the
+    # index and reason of every record it skipped
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("community")
+    layout = get_layout("spec")
+    junk = 3 * SKIPPED_KEPT + 7
+    streams.push_many("community", [b"\x00junk%d" % i for i in range(junk)])
+    streams.push_many("community", [record(layout, START)])
+    control = ControlNode(tmp_path, KEY, layout, MessageStore())
+    assert control.ingest_streams(streams, "community", batch=100) == 1
+    assert len(control.skipped) == SKIPPED_KEPT
+    assert control.skipped_count == junk and control.skipped[0][0] == 0

@@ -243,7 +243,7 @@ def build(
             idx, why = node.skipped[0]
             other = "spec" if layout == "status-go" else "status-go"
             raise ArchiveConfigError(
-                f"{len(node.skipped)} record(s) of {stream} do not decode in the {layout} layout "
+                f"{node.skipped_count} record(s) of {stream} do not decode in the {layout} layout "
                 f"(first at index {idx}: {why}); nothing was built. Is the stream in the "
                 f"{other} layout (--layout {other})?"
             )

@@ -47,6 +47,12 @@ from loglake.structured_logging import log_event
 logger = logging.getLogger(__name__)
 
 
+SKIPPED_KEPT = 100
+"""How many skipped records a ``ControlNode`` names. Anyone can post to a community stream, and
+the node kept every skipped record's index and reason for as long as it ran (``archives run``,
+the node's control loop): junk grew its memory without end."""
+
+
 @dataclass(frozen=True, slots=True)
 class Pruned:
     log_records: int
@@ -89,7 +95,9 @@ class ControlNode:
         self.torrent_path = self.root / f"{self.community_id}.torrent"
         self._reload_due = False
         self.skipped: list[tuple[int, str]] = []
-        """(stream index, reason) of each record ingest skipped as not the layout's message."""
+        """(stream index, reason) of the first ``SKIPPED_KEPT`` records ingest skipped as not the
+        layout's message; ``skipped_count`` counts them all."""
+        self.skipped_count = 0
         self.decoded = 0
         """Records ingest decoded as the layout's message (stored, or copies of stored ones)."""
         self.builder = self._load(announce)
@@ -203,7 +211,9 @@ class ControlNode:
                 idxs.append(idx)
             except BadRecord as e:
                 log_event(logger, logging.WARNING, "skipping record", index=idx, reason=str(e))
-                self.skipped.append((idx, str(e)))
+                self.skipped_count += 1
+                if len(self.skipped) < SKIPPED_KEPT:
+                    self.skipped.append((idx, str(e)))
         self.decoded += len(good)
         return self.store.add(good, next_index, idxs)
 
