@@ -8,7 +8,10 @@ from click.testing import CliRunner
 
 from loglake.archives.bt import Seeder, load_torrent
 from loglake.archives.cli import command
-from loglake.archives.errors import ArchiveError, CorruptTorrent
+from loglake.archives.errors import ArchiveConfigError, ArchiveError, CorruptTorrent
+from loglake.archives.layout import get_layout
+from loglake.archives.member_node import fetch_archives
+from loglake.archives.store import MessageStore
 from loglake.errors import DecodeError
 
 CORRUPT = [b"", b"not bencode at all", b"d4:infod6:lengthi-1eee", b"d8:announce3:abce"]
@@ -77,3 +80,19 @@ def test_the_downloaded_total_is_read_after_the_last_blocks_are_counted(tmp_path
     finally:
         f.handle = None
         f.close()
+
+
+@pytest.mark.parametrize("info_hash", ["0" * 40, "A" * 32], ids=["hex zeros", "base32 zeros"])
+def test_a_magnet_with_an_all_zero_info_hash_is_a_bad_magnet_not_a_runtime_error(
+    tmp_path, info_hash
+):
+    # libtorrent parses it, then refuses to add it with a bare RuntimeError (a traceback from
+    # `archives fetch`, and a follow loop stopped by a signed link)
+    magnet = f"magnet:?xt=urn:btih:{info_hash}&dn=x"
+    with pytest.raises(ArchiveConfigError, match="bad magnet link: missing info-hash"):
+        fetch_archives(magnet, tmp_path, MessageStore(), get_layout("spec"), None, timeout=1)
+    r = CliRunner().invoke(
+        command, ["fetch", "--magnet", magnet, "--root", str(tmp_path / "m"), "--timeout", "1"]
+    )
+    assert isinstance(r.exception, SystemExit) and r.exit_code == 1, repr(r.exception)
+    assert r.output.strip().splitlines()[-1].startswith("Error: bad magnet link"), r.output

@@ -186,7 +186,12 @@ class Fetcher:
             for _attempt in range(retries + 1):
                 atp.save_path = tmp
                 atp.flags |= lt.torrent_flags.upload_mode
-                h = self.session.add_torrent(atp)
+                try:
+                    h = self.session.add_torrent(atp)
+                except RuntimeError as e:
+                    # a magnet libtorrent parses but will not add: an all-zero info-hash
+                    # (``btih:0000…``, or 32 ``A``s in base32) was a bare RuntimeError
+                    raise ArchiveConfigError(f"bad magnet link: {e}") from e
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline:
                     if h.status().has_metadata:
