@@ -521,10 +521,10 @@ def test_a_scratch_option_that_is_not_one_of_the_modes_is_refused(tmp_path):
         )
 
 
-@pytest.mark.parametrize("now", ["1e30", "inf", "nan", "-1", "9999-01-01", "1969-12-31"])
+@pytest.mark.parametrize("now", ["1e30", "1e300", "inf", "nan", "-1", "9999-01-01", "1969-12-31"])
 def test_a_now_outside_int64_nanoseconds_is_refused_before_spark(tmp_path, now):
     # --now 1e30 reached the window planner, which steps a week at a time up to now (~10^24
-    # steps); inf was an OverflowError traceback
+    # steps); inf, then 1e300 (inf once in nanoseconds), was an OverflowError traceback
     from click.testing import CliRunner
 
     from loglake.cli import main

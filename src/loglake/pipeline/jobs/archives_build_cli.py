@@ -7,7 +7,6 @@ one place. Options are checked, and typed errors raised, before Spark starts.
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,7 +37,9 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
             dt = dt.replace(tzinfo=UTC)
         ns = int(dt.timestamp()) * 1_000_000_000
     else:
-        ns = int(seconds * 1_000_000_000) if math.isfinite(seconds) else -1  # nan, inf: none
+        # bounded before the product: 1e300 * 1e9 is inf (an OverflowError traceback); nan and
+        # inf fail the comparison too
+        ns = int(seconds * 1_000_000_000) if 0 <= seconds <= NOW_NS_MAX / 1e9 else -1
     if not 0 <= ns <= NOW_NS_MAX:
         raise BadOption(option, text, "expected a time from 1970 to 2262 (int64 nanoseconds)")
     return ns
