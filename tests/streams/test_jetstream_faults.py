@@ -1,6 +1,7 @@
 """Faults on a real 3-node JetStream cluster (issue 13, "A real cluster in the tests" and "Bad
 input and faults"). Each test starts its own cluster (nodes are killed) and checks that every
-acknowledged push is present exactly once afterwards."""
+acknowledged push is present exactly once afterwards; a request lost on its way to a real
+server (``LossyRelay``) is asked again."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from loglake.log import StreamConfig
 from loglake.streams.jetstream import ClusterUnavailable, JetStreamLog
 from tests.nats_cluster import NatsCluster
 from tests.streams import jetstream_fixtures as fx
+from tests.streams.lossy_relay import LossyRelay
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -269,3 +272,34 @@ def _stream_info(log: JetStreamLog, name: str):
         return log.call(log.js.stream_info(name), timeout=5)
     except (ClusterUnavailable, nats.errors.Error, TimeoutError):
         return None
+
+
+def test_a_stream_info_nobody_answers_is_asked_again(nats_single: NatsCluster) -> None:
+    """A stream-info request that no server answers, as nats-server answers none for a stream
+    just made whose group has no leader yet (a racing grower's new partition on the 3-node
+    cluster): here a relay loses it on its way to a real server. Before: the one request waited
+    out ``request_timeout`` and the call raised ``ClusterUnavailable``, naming only the loglake
+    stream. Now it is sent again after a second (the wait doubling after that) and answered;
+    when none is ever answered, the error names the partition's JetStream stream."""
+    with LossyRelay(nats_single.url, "") as relay:
+        log = JetStreamLog(relay.url, prefix=fx.new_prefix(), request_timeout=5.0)
+        try:
+            log.create_stream("s", StreamConfig(partitions=2))
+            log.push_many("s", 1, [b"a"])
+            relay.subject = f"$JS.API.STREAM.INFO.{log.js_name('s', 1)}"
+            relay.drop = 1
+            t0 = time.monotonic()
+            info = log.stream_info("s")
+            took = time.monotonic() - t0
+            assert [(p.first_index, p.next_index) for p in info.partitions] == [(0, 0), (0, 1)]
+            assert (relay.seen, relay.drop) == (2, 0)  # lost once, asked again
+            assert took < 3.0  # the first wait (1 s), not the request timeout (5 s)
+
+            relay.drop, relay.seen = 1000, 0
+            t0 = time.monotonic()
+            with pytest.raises(ClusterUnavailable, match=log.js_name("s", 1)):
+                log.stream_info("s")
+            assert 3 <= relay.seen <= 4  # waits of 1 s, 2 s, then the ~1.8 s left of the 5 s
+            assert 4.5 < time.monotonic() - t0 < 8.0
+        finally:
+            log.close()

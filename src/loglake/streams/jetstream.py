@@ -125,6 +125,15 @@ consumer's index is counted (a fresh process, which has no evidence, counts any 
 it); a claim past it is logged and left out, and the first index stays far below both limits."""
 READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
+INFO_ATTEMPT = 1.0
+"""Seconds the first request for a JetStream stream's info waits for its answer before it is
+sent again (each later wait doubles, within ``request_timeout``). Why: on a cluster, a stream
+just made (by a racing grower, say) has no leader for a moment, and then no server answers its
+info at all: nats-server stays silent by design (server/jetstream_api.go,
+``jsStreamInfoRequest``: a server that is not the stream's leader returns without a reply
+while the group is new and has none). One request waited out the whole timeout and the call
+failed with ``ClusterUnavailable`` although the leader was elected a moment later (22 of 400
+racing grows on the local 3-node cluster); asked again, the leader answers."""
 READ_RETRY_FIRST, READ_RETRY_MAX = 0.005, 0.1
 """Seconds between a read's unanswered attempts, doubling from the first to the most. Why: with
 no replica serving (no quorum, every replica down) a direct get is answered "no responders" at
@@ -481,7 +490,11 @@ def transient(e: BaseException) -> bool:
 
 
 async def until_settled(
-    what: str, make: Callable[[], Awaitable[_T]], timeout: float, pause: float = 0.2
+    what: str,
+    make: Callable[[], Awaitable[_T]],
+    timeout: float,
+    pause: float = 0.2,
+    attempt: float | None = None,
 ) -> _T:
     """``make()``, again (``pause`` seconds later) while the cluster answers what a starting or
     loaded cluster answers for a while (a timeout, no leader, no placement yet), for ``timeout``
@@ -489,16 +502,25 @@ async def until_settled(
     timeouts: one once made an index save under no quorum take 10 s, not ~2-3 s); then
     ``ClusterUnavailable`` for ``what``. Any other error at once. Why: a node started beside a
     cluster still settling waits for it instead of exiting. The one retry loop of single
-    requests (``JetStreamLog._retry`` is this one); a push's acks have their own rounds."""
+    requests (``JetStreamLog._retry`` is this one); a push's acks have their own rounds.
+
+    With ``attempt``, the first attempt is given up after that many seconds, and each later
+    one after twice the one before (still within what is left): for a request the server may
+    drop without a word (``INFO_ATTEMPT``), which is better asked again than waited out."""
     deadline = time.monotonic() + timeout
     while True:
+        left = deadline - time.monotonic()
         try:
-            return await asyncio.wait_for(make(), max(0.05, deadline - time.monotonic()))
+            return await asyncio.wait_for(
+                make(), max(0.05, left if attempt is None else min(attempt, left))
+            )
         except Exception as e:
             if not transient(e):
                 raise
             if time.monotonic() >= deadline:
                 raise ClusterUnavailable(what, timeout, e) from e
+            if attempt is not None:
+                attempt *= 2
             await asyncio.sleep(pause)
 
 
@@ -829,14 +851,9 @@ class JetStreamLog(Log):
         bucket = self.index_bucket
         pre = f"$KV.{bucket}."
 
-        async def subjects() -> list[str]:
-            info = await self.js.stream_info(
-                f"KV_{bucket}", subjects_filter=f"{pre}*.s{_b64(name)}.*"
-            )
-            return list(info.state.subjects or {})
-
+        info = await self._info(f"KV_{bucket}", subjects_filter=f"{pre}*.s{_b64(name)}.*")
         out: dict[int, list[int]] = {}
-        for subject in await self._retry("index list", subjects, self.options.request_timeout):
+        for subject in info.state.subjects or {}:
             key = subject[len(pre) :]
             parsed = _parse_key(key)
             if parsed is None or parsed[1] != name:
@@ -976,21 +993,33 @@ class JetStreamLog(Log):
         """The JetStream stream info of partition ``p`` of ``name``; None if that stream does
         not exist (deleted outside loglake)."""
         try:
-            return await self._retry(
-                f"stream info {name!r}",
-                lambda: self.js.stream_info(self.js_name(name, p)),
-                self.options.request_timeout,
-            )
+            return await self._info(self.js_name(name, p))
         except JetStreamError as e:
             if isinstance(e.__cause__, nats.js.errors.NotFoundError):
                 return None
             raise
 
-    async def _retry(self, what: str, make: Any, timeout: float | None = None) -> Any:
+    async def _info(self, js: str, subjects_filter: str | None = None) -> Any:
+        """The info of the JetStream stream ``js`` (a partition's, or a bucket's): every
+        stream-info request of this log goes through here, so each is asked again when it goes
+        unanswered (``INFO_ATTEMPT``) and ``ClusterUnavailable`` names the stream that did not
+        answer, not only the loglake stream it belongs to."""
+        return await self._retry(
+            f"stream info of {js}",
+            lambda: self.js.stream_info(js, subjects_filter=subjects_filter),
+            self.options.request_timeout,
+            INFO_ATTEMPT,
+        )
+
+    async def _retry(
+        self, what: str, make: Any, timeout: float | None = None, attempt: float | None = None
+    ) -> Any:
         """``until_settled`` for this log's requests (``push_timeout`` unless given); a refusal
         (any other nats-py ``APIError``) becomes ``JetStreamError``, its cause kept."""
         try:
-            return await until_settled(what, make, timeout or self.options.push_timeout, 0.1)
+            return await until_settled(
+                what, make, timeout or self.options.push_timeout, 0.1, attempt
+            )
         except nats.js.errors.APIError as e:
             raise JetStreamError(f"{what}: {e}") from e
 
@@ -998,22 +1027,11 @@ class JetStreamLog(Log):
         n = self._partitions.get(name)
         if n is not None:
             return n
-        try:
-            si = await self._retry(
-                f"stream info {name!r}",
-                lambda: self.js.stream_info(self.js_name(name, 0)),
-                self.options.request_timeout,
-            )
-        except nats.js.errors.NotFoundError:
+        si = await self._partition_info(name, 0)
+        if si is None:
             if missing_ok:
                 return None
-            raise UnknownStream(name) from None
-        except JetStreamError as e:
-            if isinstance(e.__cause__, nats.js.errors.NotFoundError):
-                if missing_ok:
-                    return None
-                raise UnknownStream(name) from None
-            raise
+            raise UnknownStream(name)
         meta = si.config.metadata or {}
         count = meta.get(META_PARTITIONS, "")
         # a count loglake writes: decimal digits, at least 1 (another client's metadata may
@@ -1056,22 +1074,19 @@ class JetStreamLog(Log):
         is otherwise what an unavailable cluster answers: any other answer (no leader, a
         timeout) is not a deletion, and those calls go on to their deadlines as before."""
         try:
-            await asyncio.wait_for(
-                self.js.stream_info(self.js_name(stream, partition)), self.options.request_timeout
-            )
-        except nats.js.errors.NotFoundError:
-            log_event(
-                logger,
-                logging.WARNING,
-                "jetstream stream deleted outside loglake",
-                stream=stream,
-                partition=partition,
-            )
-            self._forget(stream)
-            return True
+            if await self._partition_info(stream, partition) is not None:
+                return False
         except Exception:  # unavailable: not known to be deleted
             return False
-        return False
+        log_event(
+            logger,
+            logging.WARNING,
+            "jetstream stream deleted outside loglake",
+            stream=stream,
+            partition=partition,
+        )
+        self._forget(stream)
+        return True
 
     async def _check(self, stream: str, partition: int) -> str:
         n = await self._discover(stream)
@@ -1148,7 +1163,7 @@ class JetStreamLog(Log):
         assert n is not None
         out = {}
         for p in range(n):
-            si = await self.js.stream_info(self.js_name(stream, p))
+            si = await self._info(self.js_name(stream, p))
             if si.state.num_deleted:
                 out[p] = si.state.num_deleted
         return out
@@ -1496,9 +1511,7 @@ class JetStreamLog(Log):
 
     async def _behind(self, name: str, seq: int) -> bool:
         """Does the stream's leader hold ``seq`` (so the replica that answered is behind)?"""
-        si = await self._retry(
-            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
-        )
+        si = await self._info(name)
         return si.state.first_seq <= seq <= si.state.last_seq
 
     @staticmethod
@@ -1531,9 +1544,7 @@ class JetStreamLog(Log):
 
     async def _below_first(self, name: str, got_seq: int) -> bool:
         """Is ``got_seq`` the stream's first sequence (the head was purged), not past a gap?"""
-        si = await self._retry(
-            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
-        )
+        si = await self._info(name)
         return si.state.first_seq >= got_seq
 
     async def _direct_batch(self, name: str, seq: int, n: int) -> tuple[list | None, int]:
@@ -1630,16 +1641,13 @@ class JetStreamLog(Log):
         bucket = self.index_bucket
         pre = f"$KV.{bucket}."  # a key's subject in the bucket's stream (ADR-8)
 
-        async def keys() -> list[str]:
-            # Not kv.keys(): its watcher can end the initial replay early and list too few
-            # keys, or none (nats-io/nats.py#842: seen here as an empty consumers list after a
-            # restart under load). The stream's per-subject state is one request with no such
-            # race; a deleted key is listed too, and its get below skips it.
-            info = await self.js.stream_info(f"KV_{bucket}", subjects_filter=f"{pre}>")
-            return [s[len(pre) :] for s in (info.state.subjects or {})]
-
+        # Not kv.keys(): its watcher can end the initial replay early and list too few keys,
+        # or none (nats-io/nats.py#842: seen here as an empty consumers list after a restart
+        # under load). The stream's per-subject state is one request with no such race; a
+        # deleted key is listed too, and its get below skips it.
+        info = await self._info(f"KV_{bucket}", subjects_filter=f"{pre}>")
         out: dict[tuple[str, str, int], int] = {}
-        for key in await self._retry("index list", keys, self.options.request_timeout):
+        for key in [s[len(pre) :] for s in (info.state.subjects or {})]:
             parsed = _parse_key(key)
             entry = await self._kv_get(key) if parsed is not None else None
             value = decode_index_value(entry.value) if entry is not None else None
@@ -1771,9 +1779,7 @@ class JetStreamLog(Log):
         name = await self._check(stream, partition)
         if index <= 0:
             return 0
-        si = await self._retry(
-            f"stream info {name}", lambda: self.js.stream_info(name), self.options.request_timeout
-        )
+        si = await self._info(name)
         seq = min(index + 1, si.state.last_seq + 1)  # past the end: indexes go on from there
         if seq <= si.state.first_seq:
             return 0
