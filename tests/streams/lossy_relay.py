@@ -1,11 +1,14 @@
 """A TCP relay on loopback between NATS clients and a real nats-server that loses chosen
-requests on their way: the server never sees them, so nothing answers them. What a client meets
-when nats-server stays silent (a stream just made whose group has no leader yet: no server
-answers its info, server/jetstream_api.go ``jsStreamInfoRequest``), made deterministic: the
-relay drops exactly the publishes it is told to, and passes every other byte unchanged."""
+requests on their way (the server never sees them, so nothing answers them), or sends them to
+another subject (the server answers that one). What a client meets when nats-server stays
+silent (a stream just made whose group has no leader yet: no server answers its info,
+server/jetstream_api.go ``jsStreamInfoRequest``), or when a server that has not yet taken up a
+stream just made answers "stream not found" for it, made deterministic: the relay meddles with
+exactly the publishes it is told to, and passes every other byte unchanged."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import socket
 import threading
@@ -14,20 +17,34 @@ _PUBLISH = (b"PUB", b"HPUB")
 
 
 class LossyRelay:
-    """``LossyRelay("nats://127.0.0.1:4222", subject)``: connect a client to ``url``; the next
-    ``drop`` publishes to ``subject`` (0 until set) are lost, the rest go through. ``seen``
-    counts every publish to ``subject``, lost or not."""
+    """``LossyRelay("nats://127.0.0.1:4222")``: connect a client to ``url``. ``lose(subject,
+    n)`` loses the next ``n`` publishes to ``subject``; ``redirect(subject, to, n)`` sends them
+    to ``to`` instead (same reply subject and payload); every other publish goes through.
+    ``seen[subject]`` counts the publishes to ``subject``, meddled with or not."""
 
-    def __init__(self, upstream: str, subject: str) -> None:
+    def __init__(self, upstream: str) -> None:
         host, port = upstream.removeprefix("nats://").rsplit(":", 1)
         self.upstream = (host, int(port))
-        self.subject = subject
-        self.drop = 0
-        self.seen = 0
+        self.seen: collections.Counter[str] = collections.Counter()
+        self._rules: dict[str, tuple[int, str | None]] = {}
+        self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"nats://127.0.0.1:{self._listener.getsockname()[1]}"
         self._socks: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def lose(self, subject: str, times: int = 1) -> None:
+        with self._lock:
+            self._rules[subject] = (times, None)
+
+    def redirect(self, subject: str, to: str, times: int = 1) -> None:
+        with self._lock:
+            self._rules[subject] = (times, to)
+
+    def pending(self, subject: str) -> int:
+        """How many publishes to ``subject`` are still to be meddled with."""
+        with self._lock:
+            return self._rules.get(subject, (0, None))[0]
 
     def _accept(self) -> None:
         while True:
@@ -63,11 +80,17 @@ class LossyRelay:
             if len(buf) < whole:
                 break
             op, buf = buf[:whole], buf[whole:]
-            if publish and words[1].decode() == self.subject:
-                self.seen += 1
-                if self.drop > 0:
-                    self.drop -= 1
-                    continue
+            if publish:
+                subject = words[1].decode()
+                with self._lock:
+                    self.seen[subject] += 1
+                    times, to = self._rules.get(subject, (0, None))
+                    if times > 0:
+                        self._rules[subject] = (times - 1, to)
+                if times > 0:
+                    if to is None:
+                        continue
+                    op = b" ".join([words[0], to.encode(), *words[2:]]) + op[end:]
             out.append(op)
         return b"".join(out), buf
 

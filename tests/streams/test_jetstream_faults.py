@@ -274,6 +274,10 @@ def _stream_info(log: JetStreamLog, name: str):
         return None
 
 
+def info_subject(log: JetStreamLog, stream: str, partition: int) -> str:
+    return f"$JS.API.STREAM.INFO.{log.js_name(stream, partition)}"
+
+
 def test_a_stream_info_nobody_answers_is_asked_again(nats_single: NatsCluster) -> None:
     """A stream-info request that no server answers, as nats-server answers none for a stream
     just made whose group has no leader yet (a racing grower's new partition on the 3-node
@@ -281,25 +285,57 @@ def test_a_stream_info_nobody_answers_is_asked_again(nats_single: NatsCluster) -
     out ``request_timeout`` and the call raised ``ClusterUnavailable``, naming only the loglake
     stream. Now it is sent again after a second (the wait doubling after that) and answered;
     when none is ever answered, the error names the partition's JetStream stream."""
-    with LossyRelay(nats_single.url, "") as relay:
+    with LossyRelay(nats_single.url) as relay:
         log = JetStreamLog(relay.url, prefix=fx.new_prefix(), request_timeout=5.0)
         try:
             log.create_stream("s", StreamConfig(partitions=2))
             log.push_many("s", 1, [b"a"])
-            relay.subject = f"$JS.API.STREAM.INFO.{log.js_name('s', 1)}"
-            relay.drop = 1
+            info1 = info_subject(log, "s", 1)
+            relay.lose(info1)
+            relay.seen.clear()
             t0 = time.monotonic()
             info = log.stream_info("s")
             took = time.monotonic() - t0
             assert [(p.first_index, p.next_index) for p in info.partitions] == [(0, 0), (0, 1)]
-            assert (relay.seen, relay.drop) == (2, 0)  # lost once, asked again
+            assert (relay.seen[info1], relay.pending(info1)) == (2, 0)  # lost once, asked again
             assert took < 3.0  # the first wait (1 s), not the request timeout (5 s)
 
-            relay.drop, relay.seen = 1000, 0
+            relay.lose(info1, 1000)
+            relay.seen.clear()
             t0 = time.monotonic()
             with pytest.raises(ClusterUnavailable, match=log.js_name("s", 1)):
                 log.stream_info("s")
-            assert 3 <= relay.seen <= 4  # waits of 1 s, 2 s, then the ~1.8 s left of the 5 s
+            assert 3 <= relay.seen[info1] <= 4  # waits of 1 s, 2 s, then the ~1.8 s left of 5 s
             assert 4.5 < time.monotonic() - t0 < 8.0
+        finally:
+            log.close()
+
+
+def test_a_partition_a_server_says_is_not_there_is_asked_again_while_partition_0_names_it(
+    nats_single: NatsCluster,
+) -> None:
+    """A server still making a partition stream another process has made answers "stream not
+    found" (10059) for it: here a relay sends partition 1's
+    info request to a stream that does not exist, and the real server answers that. Before:
+    ``stream_info`` (which every grow ends with) took it for a deletion outside loglake
+    (``UnknownStream``, the stream forgotten), and so did the question a push asks when no
+    stream took its messages. Now partition 0 still names partition 1, so it is asked again,
+    and both calls go on."""
+    with LossyRelay(nats_single.url) as relay:
+        log = JetStreamLog(relay.url, prefix=fx.new_prefix(), request_timeout=2.0)
+        try:
+            log.create_stream("s", StreamConfig(partitions=2))
+            info1, nowhere = info_subject(log, "s", 1), info_subject(log, "nowhere", 1)
+            relay.redirect(info1, nowhere)
+            assert [p.partition for p in log.stream_info("s").partitions] == [0, 1]
+            assert relay.pending(info1) == 0
+            # a push that no stream takes ("no responders") asks whether the partition is gone
+            # (``_deleted``) while it sends again: its messages go nowhere three times, long
+            # enough for that answer to count
+            relay.redirect(log.subject("s", 1), log.subject("nowhere", 1), 3)
+            relay.redirect(info1, nowhere)
+            assert log.push_many("s", 1, [b"a"]) == [0]
+            assert relay.pending(log.subject("s", 1)) == relay.pending(info1) == 0
+            assert log.read_payloads("s", 0, partition=1) == [(0, b"a")]
         finally:
             log.close()

@@ -16,6 +16,7 @@ import pytest
 from loglake.log import StreamConfig, StreamExists, UnknownStream
 from loglake.log.api import INDEX_MAX, InvalidStreamName
 from loglake.streams.jetstream import (
+    ABSENT_DOUBT,
     BadIndexValue,
     ConsumerKeyTooLong,
     JetStreamError,
@@ -143,6 +144,29 @@ def test_a_stream_deleted_outside_loglake_is_unknown_at_once_and_can_be_made_aga
     assert jlog.partitions("d") == 3
     assert jlog.push_many("d", 2, [b"new"]) == [0]
     assert jlog.read_payloads("d", 0, partition=2) == [(0, b"new")]
+
+
+def test_a_partition_deleted_outside_loglake_is_unknown_after_a_second_of_doubt(jlog) -> None:
+    """Partition 2 of 3 deleted (``nats stream rm``) while partition 0 still names it. A server
+    still making a partition another process made says "not found" too, so the answer is asked
+    again for ``ABSENT_DOUBT`` (1 s), then believed: the stream's info, a
+    read and a push each raise ``UnknownStream`` then, well within their deadlines (2 s, 3 s).
+    A stream deleted whole is still unknown at once (the test above)."""
+    jlog.create_stream("one", StreamConfig(partitions=3))
+    jlog.push_many("one", 2, [b"a"])
+    jlog.call(jlog.js.delete_stream(jlog.js_name("one", 2)))
+    calls = {
+        "stream_info": lambda: jlog.stream_info("one"),
+        "read": lambda: jlog.read_payloads("one", 0, partition=2),
+        "push": lambda: jlog.push_many("one", 2, [b"b"]),
+    }
+    for what, call in calls.items():
+        assert jlog.partitions("one") == 3  # learnt again (each UnknownStream forgets it)
+        t0 = time.monotonic()
+        with pytest.raises(UnknownStream):
+            call()
+        took = time.monotonic() - t0
+        assert ABSENT_DOUBT <= took < ABSENT_DOUBT + 0.8, (what, took)
 
 
 def test_has_stream_asks_the_cluster_after_another_process_deleted_it(cluster) -> None:

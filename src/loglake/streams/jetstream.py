@@ -134,6 +134,16 @@ info at all: nats-server stays silent by design (server/jetstream_api.go,
 while the group is new and has none). One request waited out the whole timeout and the call
 failed with ``ClusterUnavailable`` although the leader was elected a moment later (22 of 400
 racing grows on the local 3-node cluster); asked again, the leader answers."""
+ABSENT_DOUBT, ABSENT_PAUSE = 1.0, 0.05
+"""Seconds a "stream not found" for a partition that partition 0's count names is asked again
+(``ABSENT_PAUSE`` apart) before loglake believes the partition was deleted outside it. Why:
+nats-server answers "not found" (err_code 10059) for a stream whose creation is still under way
+on the server answering, and a racing grow has raised ``UnknownStream`` from such an answer
+about a partition the other grower had just made (the count names it only once its create was
+acknowledged: the server answering lagged); taken at once for a deletion, it makes loglake
+forget the stream. Partition 0's own "not found" is believed at once: it is what says a stream
+does not exist, so a stream deleted whole is still unknown at once, and so is any name never
+made."""
 READ_RETRY_FIRST, READ_RETRY_MAX = 0.005, 0.1
 """Seconds between a read's unanswered attempts, doubling from the first to the most. Why: with
 no replica serving (no quorum, every replica down) a direct get is answered "no responders" at
@@ -326,6 +336,14 @@ def _parse_key(key: str) -> tuple[str, str, int] | None:
     if key != f"c{_b64(client)}.s{_b64(stream)}.{int(parts[2])}":
         return None  # not the one spelling _key writes (padding, leading zeros)
     return client, stream, int(parts[2])
+
+
+def _count(si: Any) -> int | None:
+    """The partition count partition 0's stream info holds, or None if it is not one loglake
+    writes (decimal digits, at least 1): another client's metadata may say anything, and
+    ``int()`` alone raised a bare ValueError, or took "-3"."""
+    count = (si.config.metadata or {}).get(META_PARTITIONS, "")
+    return int(count) if ascii_digits(count) and int(count) >= 1 else None
 
 
 def _parse_ts(value: str | None) -> int:
@@ -999,6 +1017,22 @@ class JetStreamLog(Log):
                 return None
             raise
 
+    async def _named_info(self, name: str, p: int) -> Any:
+        """``_partition_info`` of a partition that partition 0's count names, where None (gone)
+        makes the caller forget the stream: a "not found" for ``p`` > 0 is believed at once only
+        if partition 0 is gone too or no longer names ``p``; otherwise ``p`` is asked again for
+        ``ABSENT_DOUBT`` seconds (a server still making a partition another process made says
+        "not found" for it) before it counts as deleted."""
+        doubt_until = time.monotonic() + ABSENT_DOUBT
+        while True:
+            si = await self._partition_info(name, p)
+            if si is not None or p == 0 or time.monotonic() >= doubt_until:
+                return si
+            first = await self._partition_info(name, 0)
+            if first is None or (_count(first) or 0) <= p:
+                return None
+            await asyncio.sleep(ABSENT_PAUSE)
+
     async def _info(self, js: str, subjects_filter: str | None = None) -> Any:
         """The info of the JetStream stream ``js`` (a partition's, or a bucket's): every
         stream-info request of this log goes through here, so each is asked again when it goes
@@ -1033,15 +1067,12 @@ class JetStreamLog(Log):
                 return None
             raise UnknownStream(name)
         meta = si.config.metadata or {}
-        count = meta.get(META_PARTITIONS, "")
-        # a count loglake writes: decimal digits, at least 1 (another client's metadata may
-        # say anything; int() alone raised a bare ValueError, or took "-3")
-        if meta.get(META_STREAM) != name or not ascii_digits(count) or int(count) < 1:
+        n = _count(si)
+        if meta.get(META_STREAM) != name or n is None:
             raise JetStreamError(
                 f"JetStream stream {si.config.name!r} was not created by loglake for {name!r}"
                 f" (its metadata: {str(meta)[:200]})"
             )
-        n = int(count)
         self._partitions[name] = n
         self._configs[name] = StreamConfig(
             partitions=n,
@@ -1069,12 +1100,13 @@ class JetStreamLog(Log):
     async def _deleted(self, stream: str, partition: int) -> bool:
         """Whether the partition's JetStream stream is gone — deleted outside loglake (``nats
         stream rm``, another tool) after this process learnt of it: the cluster answers "stream
-        not found". Then ``stream`` is forgotten (``UnknownStream`` follows, and
+        not found" (for a partition partition 0 still names, still after ``ABSENT_DOUBT``:
+        ``_named_info``). Then ``stream`` is forgotten (``UnknownStream`` follows, and
         ``create_stream`` makes it again). Asked when a read or a push finds no responder, which
         is otherwise what an unavailable cluster answers: any other answer (no leader, a
         timeout) is not a deletion, and those calls go on to their deadlines as before."""
         try:
-            if await self._partition_info(stream, partition) is not None:
+            if await self._named_info(stream, partition) is not None:
                 return False
         except Exception:  # unavailable: not known to be deleted
             return False
@@ -1143,7 +1175,7 @@ class JetStreamLog(Log):
         n = await self._refresh(name)  # another process may have grown it
         parts = []
         for p in range(n):
-            si = await self._partition_info(name, p)
+            si = await self._named_info(name, p)
             if si is None:  # deleted outside loglake
                 self._forget(name)
                 raise UnknownStream(name)
