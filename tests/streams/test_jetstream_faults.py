@@ -339,3 +339,30 @@ def test_a_partition_a_server_says_is_not_there_is_asked_again_while_partition_0
             assert log.read_payloads("s", 0, partition=1) == [(0, b"a")]
         finally:
             log.close()
+
+
+def test_a_bucket_made_but_not_found_yet_is_asked_again(nats_single: NatsCluster) -> None:
+    """``open_bucket`` meeting a bucket another attempt has just made: its create is refused
+    ("name already in use", 10058) while the server asked still answers "not found" for it,
+    as a bucket made as quorum came back (``test_a_bucket_opened_without_quorum...`` met it
+    in 2 of 10 runs). Here the bucket is made first with another history, and a relay sends
+    the first two info requests for it to a stream that does not exist. Before: the refusal
+    (``BadRequestError`` 10058) ended the start; now it is asked again, and the bucket there is
+    opened."""
+    from nats.js import api as jsapi
+
+    from loglake.streams.jetstream import open_bucket
+
+    with LossyRelay(nats_single.url) as relay:
+        log = JetStreamLog(relay.url, prefix=fx.new_prefix(), request_timeout=2.0)
+        try:
+            name = f"{fx.new_prefix()}_b"
+            log.call(log.js.create_key_value(jsapi.KeyValueConfig(bucket=name, history=5)))
+            info = f"$JS.API.STREAM.INFO.KV_{name}"
+            relay.redirect(info, f"$JS.API.STREAM.INFO.KV_{name}_nowhere", 2)
+            mine = jsapi.KeyValueConfig(bucket=name, history=1)
+            kv = log.call(open_bucket(log.js, mine, 5.0))
+            assert relay.pending(info) == 0 and relay.seen[info] == 3
+            assert log.call(kv.status()).history == 5  # the bucket that was there
+        finally:
+            log.close()

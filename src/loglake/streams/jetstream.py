@@ -125,6 +125,9 @@ consumer's index is counted (a fresh process, which has no evidence, counts any 
 it); a claim past it is logged and left out, and the first index stays far below both limits."""
 READ_ATTEMPT = 1.0
 """Seconds a direct get waits for its first message before asking again (another replica)."""
+STREAM_NAME_IN_USE = 10058
+"""JetStream's error code for a create refused because the stream's name is taken (by a
+stream of another configuration)."""
 INFO_ATTEMPT = 1.0
 """Seconds the first request for a JetStream stream's info waits for its answer before it is
 sent again (each later wait doubles, within ``request_timeout``). Why: on a cluster, a stream
@@ -561,10 +564,18 @@ async def open_bucket(
             if transient(e):
                 raise
             # another node created it meanwhile (with a config this one would not make
-            # twice): open theirs; if it is not there either, the refusal stands
+            # twice): open theirs; if it is not there either, the refusal stands, but for
+            # "name already in use" (10058): then the bucket's stream is there, made a moment
+            # ago (by this node's own earlier attempt, as quorum came back, or by another), and
+            # the server asked has not taken it up yet and answers "not found" for it (as for a
+            # racing grower's new partition, ``ABSENT_DOUBT``): asked again within the timeout
             try:
                 return await js.key_value(config.bucket)
             except nats.js.errors.BucketNotFoundError:
+                if e.err_code == STREAM_NAME_IN_USE:
+                    raise NatsUnavailable(
+                        f"the bucket {config.bucket!r} is made but not found yet"
+                    ) from e
                 raise e from None
 
     return await until_settled(f"the bucket {config.bucket!r}", attempt, timeout)
