@@ -12,7 +12,6 @@ import sys
 import pytest
 from coincurve import PrivateKey
 
-from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
 from loglake.archives.errors import CorruptIndex, MisalignedArchive, TorrentTimeout
 from loglake.archives.layout import PIECE_LENGTH, get_layout
@@ -29,13 +28,6 @@ pytestmark = pytest.mark.slow
 
 KEY = PrivateKey(bytes.fromhex("55" * 32))
 CID = community_id(KEY)
-
-
-@pytest.fixture
-def seeder():
-    s = Seeder()
-    yield s
-    s.close()
 
 
 def run_member(magnet, root, store, layout) -> dict:

@@ -30,13 +30,6 @@ KEY = PrivateKey(bytes.fromhex("55" * 32))
 CID = community_id(KEY)
 
 
-@pytest.fixture
-def seeder():
-    s = Seeder()
-    yield s
-    s.close()
-
-
 def seed_files(seeder: Seeder, base: Path, files: list[dict], contents: list[bytes]) -> str:
     """Seed a torrent named ``CID`` with these info-dict ``files`` (``contents`` of the
     regular ones, in order, written under ``base``); return its magnet."""

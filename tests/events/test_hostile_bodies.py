@@ -8,13 +8,11 @@ hostile bodies (signed, so they reach the decoder) and another makes ordinary ca
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import tracemalloc
 
 import pytest
-from aiohttp import web
 
 from loglake.events.client import CallRejected, HttpEventsClient, post_raw
 from loglake.events.codec import METHODS
@@ -22,7 +20,7 @@ from loglake.events.identity import Identity
 from loglake.events.server import HttpRoleServer
 from loglake.events.subscriber import Subscriber
 from loglake.wire.varint import encode_uleb
-from tests.procs import free_port
+from tests.events.served import serve
 
 HOSTILE_NAT = b"DIDL\x00\x01\x7d" + b"\xff" * 500_000 + b"\x01"
 """``loglake_inbox``'s argument (a ``nat``) as 500 kB of LEB128 continuation octets."""
@@ -35,21 +33,7 @@ def _serve(max_body_bytes: int | None = None):
     me = Identity.generate()
     core = Subscriber(me.principal, Identity.generate().principal)
     kw = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
-    server = HttpRoleServer(core, me, {}, **kw)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(server.app)
-    loop.run_until_complete(runner.setup())
-    port = free_port()
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
+    port, stop = serve(HttpRoleServer(core, me, {}, **kw))
     return me, f"http://127.0.0.1:{port}", stop
 
 

@@ -12,11 +12,8 @@ item ``Unauthorized``, written once by the codec).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-
-from aiohttp import web
 
 from loglake.events import candid_types as T
 from loglake.events.broadcaster import CONFIRM_SLACK, Broadcaster, Route
@@ -26,7 +23,7 @@ from loglake.events.identity import Identity
 from loglake.events.messages import Err, Event, Ok
 from loglake.events.server import HttpRoleServer
 from loglake.wire import candid
-from tests.procs import free_port
+from tests.events.served import serve
 
 CONFIRM = METHODS["icrc72_confirm_notifications"]
 NS = "com.example.orders"
@@ -97,21 +94,7 @@ def test_a_million_ids_from_a_stranger_cost_little():
 
 
 def _serve(core: Broadcaster, me: Identity):
-    server = HttpRoleServer(core, me, {})
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(server.app)
-    loop.run_until_complete(runner.setup())
-    port = free_port()
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
+    port, stop = serve(HttpRoleServer(core, me, {}))
     return f"http://127.0.0.1:{port}", stop
 
 

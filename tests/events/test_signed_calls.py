@@ -7,13 +7,11 @@ server refuses it with a clear 401; expired and far-future calls are refused the
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
 
 import pytest
-from aiohttp import web
 
 from loglake.events.client import CallRejected, HttpEventsClient, post_raw
 from loglake.events.codec import METHODS
@@ -28,7 +26,7 @@ from loglake.events.identity import (
 )
 from loglake.events.server import HttpRoleServer
 from loglake.events.subscriber import Subscriber
-from tests.procs import free_port
+from tests.events.served import serve
 
 NOW = 1_700_000_000_000_000_000
 S = 1_000_000_000
@@ -168,21 +166,11 @@ def subscriber_server():
     """A subscriber role served over HTTP on loopback (its inbox method needs no storage)."""
     me = Identity.generate()
     core = Subscriber(me.principal, Identity.generate().principal)
-    server = HttpRoleServer(core, me, {})
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(server.app)
-    loop.run_until_complete(runner.setup())
-    port = free_port()
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
+    port, stop = serve(HttpRoleServer(core, me, {}))
     try:
         yield me, port
     finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+        stop()
 
 
 def test_a_captured_request_replayed_byte_for_byte_is_refused(subscriber_server):

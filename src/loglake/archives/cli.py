@@ -20,8 +20,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
-from loglake.archives.layout import INT64_MAX, NS, get_layout
-from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
+from loglake.archives.layout import NS, get_layout
+from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup, time_ns
 from loglake.log.api import UnknownStream
 
 if TYPE_CHECKING:
@@ -56,23 +56,10 @@ class Time(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        text = str(value)
         try:
-            seconds = float(text)
-        except ValueError:
-            try:
-                dt = datetime.fromisoformat(text)
-            except ValueError:
-                self.fail(f"{text!r}: expected Unix seconds or ISO 8601", param, ctx)
-            if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=UTC)
-            ns = int(dt.timestamp()) * NS
-        else:
-            # 1e300 * NS is inf: bound the seconds before they become nanoseconds
-            ns = int(seconds * NS) if 0 <= seconds <= INT64_MAX / NS else -1
-        if not 0 <= ns <= INT64_MAX:
-            self.fail(f"{text!r}: expected a time from 1970 to 2262 (int64 ns)", param, ctx)
-        return ns
+            return time_ns(str(value))
+        except ValueError as e:
+            self.fail(f"{str(value)!r}: {e}", param, ctx)
 
 
 TIME = Time()

@@ -7,42 +7,24 @@ one place. Options are checked, and typed errors raised, before Spark starts.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
-from loglake.clitools import Renamed
+from loglake.clitools import Renamed, time_ns
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.session import MASTER_ENV
 
-NOW_NS_MAX = 2**63 - 1
-"""The latest ``--now``: int64 ns (2262), the bound the node's archives API puts on ``now_ns``.
-Past it (``1e30``) the job planned a 7-day window at a time up to ``now``, ~10^24 of them."""
-
 
 def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
-    """Unix seconds or ISO 8601 (UTC unless it says otherwise) → Unix ns; None stays None.
-    A time before 1970 or past ``NOW_NS_MAX``, ``nan`` or ``inf`` is ``BadOption``."""
+    """``clitools.time_ns``, None staying None; a refusal is ``BadOption``. Past 2262
+    (``1e30``) the job planned a 7-day window at a time up to ``now``, ~10^24 of them."""
     if text is None:
         return None
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
-            raise BadOption(option, text, "expected Unix seconds or ISO 8601") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=UTC)
-        ns = int(dt.timestamp()) * 1_000_000_000
-    else:
-        # bounded before the product: 1e300 * 1e9 is inf (an OverflowError traceback); nan and
-        # inf fail the comparison too
-        ns = int(seconds * 1_000_000_000) if 0 <= seconds <= NOW_NS_MAX / 1e9 else -1
-    if not 0 <= ns <= NOW_NS_MAX:
-        raise BadOption(option, text, "expected a time from 1970 to 2262 (int64 nanoseconds)")
-    return ns
+        return time_ns(text)
+    except ValueError as e:
+        raise BadOption(option, text, str(e)) from None
 
 
 @click.command("archives-build")
