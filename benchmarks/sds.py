@@ -228,7 +228,11 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"  generated {size / 1e6:,.0f} MB in {gen_s:.1f} s")
     # the session the CLI's sds-audit starts (C1-only JVMs, session.C1_ONLY; SESSION_CONF)
     spark = build_session(
-        master="local[*]", app_name="loglake-sds-audit", conf=session_conf(), c1_only=True
+        master="local[*]",
+        app_name="loglake-sds-audit",
+        conf=session_conf(),
+        c1_only=True,
+        data_source=False,
     )
     stage_cpu = _stage_cpu()
     try:

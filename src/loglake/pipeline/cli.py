@@ -108,7 +108,11 @@ def compact_command(
     from loglake.pipeline.session import build_session
 
     with console.status(f"starting Spark ({spark_master or 'local[*]'})"):
-        spark = build_session(master=spark_master, app_name="loglake-compact")
+        # compact reads the lake with Spark's own Parquet reader, never the loglake source: not
+        # registered, Spark starts no Python at all (build_session). With it, the stock
+        # daemon Spark starts to look sources up printed a BrokenPipeError traceback when a
+        # job failing on a damaged page stopped Spark under it (a fresh-clone CI run)
+        spark = build_session(master=spark_master, app_name="loglake-compact", data_source=False)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

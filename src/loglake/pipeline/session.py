@@ -274,12 +274,14 @@ def build_session(
 ) -> SparkSession:
     """Start (or reuse) the SparkSession and register the ``loglake`` data source on it.
     ``c1_only``: the JVMs compile with C1 alone (``C1_ONLY``), for a job whose JVM only
-    schedules. ``data_source=False``: the source is not registered, for a session that runs
-    only plain tasks (``job archives-build``). Why: Spark's first registration of a Python
-    data source starts a Python daemon and worker to look the installed ones up
-    (``pyspark.sql.worker.lookup_data_sources``), for a source such a job never reads: the
-    session's start took 7.3-8.5 s and 8.1-8.4 CPU-s with it against 5.3-5.7 s and 6.2-6.6
-    CPU-s without (3 alternations, load 3-4)."""
+    schedules. ``data_source=False``: the source is not registered, for a session that never
+    reads it (``job archives-build`` and ``job sds-audit``, which read the lake in their own
+    tasks, and ``compact``, which reads it with Spark's Parquet reader). Why: Spark's first
+    registration of a Python data source starts a Python daemon and worker to look the
+    installed ones up (``pyspark.sql.worker.lookup_data_sources``), for a source such a job
+    never reads (and that stock daemon printed a ``BrokenPipeError`` traceback when a failing
+    job stopped Spark under it): the session's start took 7.3-8.5 s and 8.1-8.4 CPU-s with
+    it against 5.3-5.7 s and 6.2-6.6 CPU-s without (3 alternations, load 3-4)."""
     check_java()
     spec = SessionSpec(master=resolve_master(master), app_name=app_name, conf=dict(conf or {}))
     prepare_environment(master=spec.master)

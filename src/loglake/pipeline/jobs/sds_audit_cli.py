@@ -78,6 +78,7 @@ def sds_audit_command(
             app_name="loglake-sds-audit",
             conf=session_conf(conf),
             c1_only=True,
+            data_source=False,  # its tasks read the lake themselves (pipeline/units.py)
         )
     from loglake.pipeline.progress import JobProgress
 
