@@ -4,6 +4,8 @@ for a server to listen, and stop what was started."""
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -13,7 +15,49 @@ from pathlib import Path
 from typing import Any
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections and port 0."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_PORTS_HIGH = min(_ephemeral_low(), 32768)
+_PORTS = range(max(1024, _PORTS_HIGH - 12000), _PORTS_HIGH)
+_handed: set[int] = set()
+
+
+def _my_ports() -> range:
+    """This process's share of ``_PORTS``: one slice per pytest-xdist worker, so two workers
+    never hand out the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    k = int(worker) % count if worker.isdigit() else 0
+    size = len(_PORTS) // count
+    return range(_PORTS.start + k * size, _PORTS.start + (k + 1) * size)
+
+
 def free_port() -> int:
+    """A loopback port free now, for a server a test starts, below the kernel's ephemeral
+    range, from this xdist worker's slice, and not handed out before by this process. Why:
+    a port the kernel chose (bind to 0) is one it also gives any process's outgoing
+    connection, and in the time between this call and the server's bind one did (a node's
+    stream port taken in a fresh-clone CI run: "address already in use")."""
+    ports = _my_ports()
+    start = random.randrange(len(ports))
+    for i in range(len(ports)):
+        port = ports[(start + i) % len(ports)]
+        if port in _handed:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    _handed.clear()  # every port of the slice handed out once: start over
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
