@@ -171,23 +171,24 @@ def test_run_and_follow_through_a_stream_server(tmp_path):
             control.wait(10)
 
 
+def _build_args(tmp_path, written: str, weeks: int) -> list[str]:
+    """A key, a log of ``weeks`` weeks of 20 community records in the ``written`` layout, and
+    the ``build`` arguments for them (into ``tmp_path/archives``, as of week 2), no layout."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    log = open_log(tmp_path / "log")
+    fill_weeks(log, "community", get_layout(written), range(weeks), 20)
+    log.close()
+    return ["build", "--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "archives"),
+            "--key-file", str(key), "--now", str((START + 2 * WEEK) // NS)]  # fmt: skip
+
+
 @pytest.mark.parametrize(("written", "chosen"), [("spec", "status-go"), ("status-go", "spec")])
 def test_build_refuses_records_of_the_other_layout(tmp_path, written, chosen):
     """status-go's layout read spec records as messages of 1970 (their timestamp lands in an
     unknown field) and built an archive of the week of 1970-01-01 without a word."""
-    key = tmp_path / "key"
-    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
-    log = open_log(tmp_path / "log")
-    fill_weeks(log, "community", get_layout(written), range(1), 20)
-    log.close()
     root = tmp_path / "archives"
-    r = CliRunner().invoke(
-        command,
-        [
-            "build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
-            "--key-file", str(key), "--layout", chosen, "--now", str((START + 2 * WEEK) // NS),
-        ],
-    )  # fmt: skip
+    r = CliRunner().invoke(command, [*_build_args(tmp_path, written, 1), "--layout", chosen])
     assert r.exit_code == 1, r.output
     assert f"20 record(s) of community do not decode in the {chosen} layout" in r.output
     assert f"--layout {written}" in r.output
@@ -200,21 +201,14 @@ def test_after_a_build_in_the_wrong_layout_the_right_one_archives_every_record(
 ):
     """The refused build had stored the stream position past every record: the rerun with the
     layout the error names built nothing ("ingested 0 messages; 0 new archive(s)")."""
-    key = tmp_path / "key"
-    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
-    log = open_log(tmp_path / "log")
-    fill_weeks(log, "community", get_layout(written), range(2), 20)
-    log.close()
-    root = tmp_path / "archives"
-    args = ["build", "--data-dir", str(tmp_path / "log"), "--root", str(root),
-            "--key-file", str(key), "--now", str((START + 2 * WEEK) // NS)]  # fmt: skip
+    args = _build_args(tmp_path, written, 2)
     r = CliRunner().invoke(command, [*args, "--layout", chosen])
     assert r.exit_code == 1 and f"--layout {written}" in r.output, r.output
     r = CliRunner().invoke(command, [*args, "--layout", written])
     assert r.exit_code == 0, r.output
     assert "ingested 40 messages; 2 new archive(s)" in r.output, r.output
     layout = get_layout(written)
-    [index] = root.glob("*/index")
+    [index] = (tmp_path / "archives").glob("*/index")
     entries = layout.decode_index(index.read_bytes())
     data = (index.parent / "data").read_bytes()
     held = [
