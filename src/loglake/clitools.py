@@ -115,3 +115,72 @@ def time_ns(text: str) -> int:
     if not 0 <= ns <= TIME_NS_MAX:
         raise ValueError("expected a time from 1970 to 2262 (int64 ns)")
     return ns
+
+
+class Time(click.ParamType):
+    """A time option (``archives build --now``, ``fetch --since/--until``): ``time_ns``, else
+    click's usage error."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return time_ns(str(value))
+        except ValueError as e:
+            self.fail(f"{str(value)!r}: {e}", param, ctx)
+
+
+TIME = Time()
+
+
+class Seconds(click.ParamType):
+    """A duration option: a finite number of seconds, at least 0 (``positive``: above 0).
+    click's ``float`` (and ``FloatRange``) takes ``nan`` and ``inf``: in the archives commands
+    ``follow --wait nan`` was a ``ValueError`` traceback, ``--wait inf`` an ``OverflowError``
+    one, ``--poll -1`` a ``ValueError`` from ``time.sleep`` after the first poll, ``run
+    --check-every nan`` or ``-1`` a loop without a pause, ``--duration nan`` a loop that never
+    ran."""
+
+    name = "seconds"
+
+    def __init__(self, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (0 < v < float("inf") if self.positive else 0 <= v < float("inf")):
+            bound = "above 0" if self.positive else "0 or more"
+            self.fail(f"{value!r}: expected a finite number of seconds, {bound}", param, ctx)
+        return v
+
+
+SECONDS = Seconds()
+POSITIVE_SECONDS = Seconds(positive=True)
+
+
+class HostPort(click.ParamType):
+    """``host:port`` of a peer to dial (``127.0.0.1`` when the host is left out), the port
+    1-65535: ``archives --connect host:abc`` and ``seed --peer foo`` were ``ValueError``
+    tracebacks."""
+
+    name = "host:port"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        host, sep, port = str(value).rpartition(":")
+        if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+            self.fail(f"{value!r}: expected host:port, the port 1-65535", param, ctx)
+        return host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port)
+
+
+HOST_PORT = HostPort()

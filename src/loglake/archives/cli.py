@@ -21,7 +21,16 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import NS, get_layout
-from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup, time_ns
+from loglake.clitools import (
+    CONTEXT_SETTINGS,
+    HOST_PORT,
+    PORT,
+    POSITIVE_SECONDS,
+    SECONDS,
+    TIME,
+    Renamed,
+    TypedErrorGroup,
+)
 from loglake.log.api import UnknownStream
 
 if TYPE_CHECKING:
@@ -42,76 +51,6 @@ def _key(key_file: str | None) -> PrivateKey:
     if not raw:
         raise ArchiveConfigError("give --key-file (hex secp256k1 key) or LOGLAKE_ARCHIVES_KEY")
     return load_private_key(raw)
-
-
-class Time(click.ParamType):
-    """A time option (``--now``, ``--since``, ``--until``): Unix seconds or ISO 8601 (UTC unless
-    it says otherwise), as Unix ns, from 1970 to 2262 (``INT64_MAX`` ns, what the store and the
-    index hold), else click's usage error. Unbounded, ``inf`` or ``1e300`` ended in an
-    ``OverflowError`` traceback, and ``build --now 1e13`` planned a 7-day window at a time up
-    to then (2.8 GB, 9 s) before it."""
-
-    name = "time"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        try:
-            return time_ns(str(value))
-        except ValueError as e:
-            self.fail(f"{str(value)!r}: {e}", param, ctx)
-
-
-TIME = Time()
-
-
-class Seconds(click.ParamType):
-    """A duration option: a finite number of seconds, at least 0 (``positive``: above 0).
-    click's ``float`` (and ``FloatRange``) takes ``nan`` and ``inf``: ``follow --wait nan`` was
-    a ``ValueError`` traceback, ``--wait inf`` an ``OverflowError`` one, ``--poll -1`` a
-    ``ValueError`` from ``time.sleep`` after the first poll, ``run --check-every nan`` or ``-1``
-    a loop without a pause, ``--duration nan`` a loop that never ran."""
-
-    name = "seconds"
-
-    def __init__(self, positive: bool = False) -> None:
-        self.positive = positive
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not (0 < v < float("inf") if self.positive else 0 <= v < float("inf")):
-            bound = "above 0" if self.positive else "0 or more"
-            self.fail(f"{value!r}: expected a finite number of seconds, {bound}", param, ctx)
-        return v
-
-
-SECONDS = Seconds()
-POSITIVE_SECONDS = Seconds(positive=True)
-
-
-class HostPort(click.ParamType):
-    """``host:port`` of a peer to dial (``127.0.0.1`` when the host is left out), the port
-    1-65535: ``--connect host:abc`` and ``seed --peer foo`` were ``ValueError`` tracebacks."""
-
-    name = "host:port"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[str, int]:
-        if isinstance(value, tuple):
-            return value
-        host, sep, port = str(value).rpartition(":")
-        if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-            self.fail(f"{value!r}: expected host:port, the port 1-65535", param, ctx)
-        return host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port)
-
-
-HOST_PORT = HostPort()
 
 
 def _ts(ns: int) -> str:
