@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,42 @@ def test_a_flipped_byte_is_reported_with_its_file_or_harmless(tmp_path, pristine
         assert reported == FLIPS, "every flip of primary data is reported"
     if kind in ("sparse index", "durable watermark"):
         assert harmless == FLIPS, "derived data is rebuilt or falls back, never an error"
+
+
+def test_a_flip_in_a_lake_footers_names_is_reported_or_harmless(tmp_path, pristine):
+    """Each byte of every column and field name in a lake file's footer flipped in turn: a
+    renamed header field (``key`` → ``kez``) read back as a ``KeyError`` from the reader
+    (fresh-clone CI of bab1970, where the seeded flip happened to land there)."""
+    source, expected = pristine
+    lake = KINDS["lake file"](source)[0]
+    raw = lake.read_bytes()
+    footer = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    names = (b"index", b"timestamp_ns", b"key", b"headers", b"value", b"data")
+    offsets = sorted(
+        at + i for name in names for at in _occurrences(raw, name, footer) for i in range(len(name))
+    )
+    assert len(offsets) > 20, offsets
+    for offset in offsets:
+        data = tmp_path / f"flip{offset}"
+        shutil.copytree(source, data)
+        path = data / lake.relative_to(source)
+        flipped = bytearray(raw)
+        flipped[offset] ^= 1
+        path.write_bytes(bytes(flipped))
+        try:
+            got = _observe(data)
+        except CorruptSegment as e:
+            assert e.path == str(path), offset
+        else:
+            assert got == expected, f"served differently after a flip at byte {offset}"
+        shutil.rmtree(data)
+
+
+def _occurrences(raw: bytes, name: bytes, start: int) -> Iterator[int]:
+    at = raw.find(name, start)
+    while at >= 0:
+        yield at
+        at = raw.find(name, at + 1)
 
 
 def test_a_disk_error_on_a_lake_file_is_not_reported_as_damage(tmp_path, pristine, monkeypatch):

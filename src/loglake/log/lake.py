@@ -310,6 +310,41 @@ def typed_lake_errors(path: str | Path) -> Iterator[None]:
         raise CorruptSegment(str(path), 0, f"unreadable Parquet: {e}") from None
 
 
+def check_lake_schema(
+    path: str | Path, schema: pa.Schema, columns: Iterable[str] | None = None
+) -> None:
+    """``CorruptSegment`` naming the file unless ``schema`` (its footer's) has every column of
+    the lake's (``LAKE_SCHEMA``; or those of ``columns``, what a reader reads) with its type;
+    nullability is not compared (``compact``'s
+    files are written by Spark, whose columns are all nullable). Why: Spark's Parquet reader,
+    given the record schema, reads a column a file lacks as nulls, so a foreign file under a
+    lake name became rows of nulls in ``read()`` and in ``compact``'s output."""
+    have = {f.name: f.type for f in schema}
+    wanted = LAKE_SCHEMA.names if columns is None else set(columns)
+    wrong = [
+        f"no column {f.name}" if f.name not in have else f"{f.name} is {have[f.name]}"
+        for f in LAKE_SCHEMA
+        if f.name in wanted
+        if f.name not in have or _nullable(have[f.name]) != _nullable(f.type)
+    ]
+    if wrong:
+        raise CorruptSegment(
+            str(path), 0, f"not a lake file: schema differs from LAKE_SCHEMA ({'; '.join(wrong)})"
+        )
+
+
+def _nullable(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable: types compared by shape alone."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _nullable(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(_nullable(t.value_type))
+    return t
+
+
+_RECORD_COLUMNS = ("index", "timestamp_ns", "key", "headers", "data")
+
+
 def read_lake_file(
     lf: LakeFile, stream: str, partition: int, start: int, end: int, limit: int
 ) -> list[Record]:
@@ -320,10 +355,13 @@ def read_lake_file(
     with typed_lake_errors(lf.path):
         table = pq.read_table(
             lf.path,
-            columns=["index", "timestamp_ns", "key", "headers", "data"],
+            columns=list(_RECORD_COLUMNS),
             filters=[("index", ">=", lo), ("index", "<", hi)],
             page_checksum_verification=True,
         )
+    # a flipped byte in the footer can rename a column or a header's field (CI, bab1970)
+    check_lake_schema(lf.path, table.schema, _RECORD_COLUMNS)
+    with typed_lake_errors(lf.path):
         cols = table.to_pydict()
     if sorted(cols["index"]) != list(range(lo, hi)):
         # e.g. damaged statistics pruned a row group: never serve a range with holes

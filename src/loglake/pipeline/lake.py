@@ -27,15 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loglake.log import lake as log_lake
-from loglake.log.api import CorruptSegment, CorruptStore, ascii_digits
-from loglake.log.lake import LakeFile, typed_lake_errors
+from loglake.log.api import CorruptStore, ascii_digits
+from loglake.log.lake import LakeFile, check_lake_schema, typed_lake_errors
 from loglake.log.lake_schema import (
     LAKE_DIR,
-    LAKE_SCHEMA,
     lake_partition_dir,
     parse_lake_file_name,
 )
@@ -150,38 +148,6 @@ def split_covered(
 
 def visible_lake_files(data_dir: Path | str, stream: str, partition: int) -> list[LakeFile]:
     return split_covered(all_lake_files(data_dir, stream, partition))[0]
-
-
-def check_lake_schema(
-    path: str | Path, schema: pa.Schema, columns: Iterable[str] | None = None
-) -> None:
-    """``CorruptSegment`` naming the file unless ``schema`` (its footer's) has every column of
-    the lake's (``LAKE_SCHEMA``; or those of ``columns``, what a reader reads) with its type;
-    nullability is not compared (``compact``'s
-    files are written by Spark, whose columns are all nullable). Why: Spark's Parquet reader,
-    given the record schema, reads a column a file lacks as nulls, so a foreign file under a
-    lake name became rows of nulls in ``read()`` and in ``compact``'s output."""
-    have = {f.name: f.type for f in schema}
-    wanted = LAKE_SCHEMA.names if columns is None else set(columns)
-    wrong = [
-        f"no column {f.name}" if f.name not in have else f"{f.name} is {have[f.name]}"
-        for f in LAKE_SCHEMA
-        if f.name in wanted
-        if f.name not in have or _nullable(have[f.name]) != _nullable(f.type)
-    ]
-    if wrong:
-        raise CorruptSegment(
-            str(path), 0, f"not a lake file: schema differs from LAKE_SCHEMA ({'; '.join(wrong)})"
-        )
-
-
-def _nullable(t: pa.DataType) -> pa.DataType:
-    """``t`` with every nested field nullable: types compared by shape alone."""
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _nullable(f.type)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(_nullable(t.value_type))
-    return t
 
 
 def lake_file_rows(path: str | Path) -> int:

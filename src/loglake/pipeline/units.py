@@ -33,13 +33,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loglake.log.lake import check_lake_schema
 from loglake.pipeline.errors import BadOption, JobFailed
-from loglake.pipeline.lake import (
-    check_lake_schema,
-    plan_partition,
-    subtract,
-    visible_lake_files,
-)
+from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
 from loglake.pipeline.livelog import NatsSource
 
 if TYPE_CHECKING:
@@ -241,7 +237,7 @@ def read_unit_pieces(
 
 def _open_lake_file(path: str, columns: list[str]) -> pq.ParquetFile:
     """The lake file at ``path``, opened and checked to hold ``columns`` (and ``index``) as
-    the lake types them (``lake.check_lake_schema``): a truncated or foreign file is
+    the lake types them (``log.lake.check_lake_schema``): a truncated or foreign file is
     ``CorruptSegment`` naming it, which the job's entry point raises as itself, not a pyarrow
     error inside Spark's wrapper."""
     import pyarrow.parquet as pq
