@@ -12,6 +12,7 @@ from loglake.sds.events import (
     MessagePossiblyAcknowledged,
     RepairRequestQueued,
     RepairResponseQueued,
+    RepairResponseSent,
 )
 from loglake.sds.messages import HistoryEntry, SdsMessage, message_id_of
 
@@ -141,3 +142,34 @@ def test_a_far_future_lamport_does_not_pin_the_clock(make, clock) -> None:
     forged_own = content_message("carol", b"mine, from the end of time", UINT64_MAX)
     carol.restore_own(encode(forged_own))
     assert carol.lamport == clock.t + carol.options.max_lamport_lead_ms
+
+
+def test_what_one_members_repair_requests_make_a_participant_send_is_bounded(make, clock) -> None:
+    # Each repair_request entry a participant holds the message for is a rebroadcast of that
+    # message (~23 KB here: the bloom filter alone is 18,752 bytes) for ~70 bytes of request.
+    # All of a message's entries (up to Limits.max_repair_request, 100) were answered: a
+    # member's syncs of 100 entries each, one a second for a minute, had alice rebroadcast
+    # 374 messages, 9.8 MB for 452 KB of requests. Now one message's first
+    # ``max_repair_requests_per_message`` (3, the spec's) entries are read, and one requester
+    # has at most ``max_responses_per_requester`` responses queued per T_min.
+    alice = make("alice")  # the messages' sender: it answers at once (distance 0)
+    ids = [alice.send(b"message %d" % i).to_send[0].message_id for i in range(200)]
+    cfg, per_message = alice.repair.config, alice.options.max_repair_requests_per_message
+    requests_bytes = sent = responses = 0
+    for j in range(60):  # one a second: two T_min windows
+        names = tuple(HistoryEntry(ids[(3 * j + i) % 200], None, "alice") for i in range(100))
+        data = encode(SdsMessage("mallory", f"sync-{j}", "chan", clock.t, (), None, names))
+        requests_bytes += len(data)
+        assert len(alice.receive(data).of(RepairResponseQueued)) <= per_message
+        out = alice.tick()
+        responses += len(out.of(RepairResponseSent))
+        sent += sum(len(o.data) for o in out.to_send)
+        clock.advance(1000)
+    # a budget per T_min window, renewed after it
+    assert responses == 2 * cfg.max_responses_per_requester
+    largest = max(len(alice.log.get(m).raw) for m in ids)
+    assert sent <= responses * largest and sent < 4 * requests_bytes
+    # the budget is the requester's: another member's request is still answered
+    asked = (HistoryEntry(ids[190], None, "alice"),)
+    ask = SdsMessage("carol", "ask", "chan", clock.t, (), None, asked)
+    assert alice.receive(encode(ask)).of(RepairResponseQueued)

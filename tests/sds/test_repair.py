@@ -158,3 +158,21 @@ def test_a_message_rebroadcast_is_not_sent_again_before_t_min(make, clock) -> No
     assert not ask(2) and not a.tick().of(RepairResponseSent)
     clock.t += 1
     assert ask(3) and a.tick().of(RepairResponseSent)
+
+
+def test_a_requesters_budget_renews_after_t_min_and_few_are_remembered() -> None:
+    rm = RepairManager("a", RepairConfig(buffer_size=4, max_responses_per_requester=2))
+    asks = [HistoryEntry(f"m{i}", None, "a") for i in range(3)]
+
+    def answered(requester: str, now: int) -> list[str]:
+        return [m for m, _ in rm.on_repair_requests(asks, requester, lambda m: "a", now)]
+
+    assert answered("mallory", 0) == ["m0", "m1"]
+    rm.incoming.items.clear()
+    assert answered("mallory", 29_999) == []
+    assert answered("carol", 29_999) == ["m0", "m1"]
+    rm.incoming.items.clear()
+    assert answered("mallory", 30_000) == ["m0", "m1"]
+    for i in range(10):  # requesters that change their id each time are not all remembered
+        answered(f"sybil{i}", 30_001)
+    assert len(rm._requesters) <= 4
