@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from loglake.pipeline.jobs.sds_audit import (
     run,
     table,
 )
+from loglake.sds.bloom import BloomFilter
 from loglake.sds.codec import decode, encode, parse
 from loglake.sds.messages import HistoryEntry, SdsMessage
 from loglake.sds.sim import SimConfig, Simulation, store_channel
@@ -44,9 +46,18 @@ CFG = SimConfig(
 )
 
 
-def simulated(data_dir: Path, cfg: SimConfig = CFG, drop: set[int] = frozenset()) -> Simulation:  # type: ignore[assignment]
+def simulated(
+    data_dir: Path,
+    cfg: SimConfig = CFG,
+    drop: set[int] = frozenset(),  # type: ignore[assignment]
+    hostile: Callable[[Simulation], dict[int, bytes]] | None = None,
+) -> Simulation:
+    """``cfg`` run and its channel stored, but for the records at ``drop``; ``hostile(sim)``:
+    records of an outside member to put on it (``put_before``)."""
     sim = Simulation(cfg)
     sim.run()
+    if hostile is not None:
+        put_before(sim, hostile(sim))
     kept = [c for k, c in enumerate(sim.channel) if k not in drop]
     with open_log(data_dir) as log:
         full = sim.channel
@@ -56,6 +67,28 @@ def simulated(data_dir: Path, cfg: SimConfig = CFG, drop: set[int] = frozenset()
     return sim
 
 
+OUTSIDER = -1
+"""The participant number of a record put on the channel by a member outside the simulation
+(``put_before``)."""
+
+
+def put_before(sim: Simulation, records: dict[int, bytes]) -> None:
+    """Each of ``records`` put on the simulated channel before the record at that position, at
+    its time, as sent by a member the simulation does not run (``OUTSIDER``); the positions
+    the ground truth names move with their records. What a participant holds is the same as
+    if it had received them, for the records these tests put: a content message whose id is
+    not its content's hash is dropped before any state changes, and a sync holds no message."""
+    channel: list[tuple[int, int, bytes]] = []
+    moved: dict[int, int] = {}
+    for pos, (t, i, data) in enumerate(sim.channel):
+        if pos in records:
+            channel.append((t, OUTSIDER, records[pos]))
+        moved[pos] = len(channel)
+        channel.append((t, i, data))
+    sim.channel = channel
+    sim.held_at = {key: moved[pos] for key, pos in sim.held_at.items()}
+
+
 def expected_from_truth(sim: Simulation) -> dict:
     """The audit's numbers, from what the simulator knows (docs/sds.md "Auditing a channel")."""
     truth = sim.ground_truth()
@@ -63,10 +96,11 @@ def expected_from_truth(sim: Simulation) -> dict:
     sent = truth["sent"]
     t_of = {pos: t for pos, (t, _, _) in enumerate(sim.channel)}
     first_pos: dict[str, int] = {}
-    for pos, (_, _, data) in enumerate(sim.channel):
-        first_pos.setdefault(parse(data).message_id, pos)
     last_own: dict[str, int] = {}
     for pos, (_, i, data) in enumerate(sim.channel):
+        if i == OUTSIDER:
+            continue
+        first_pos.setdefault(parse(data).message_id, pos)
         if parse(data).sender_id == ids[i]:
             last_own[ids[i]] = pos
     acks = {}
@@ -101,17 +135,38 @@ def audit(spark, data_dir: Path, out: Path, **kw):
     return run(spark, opts)
 
 
+def mallorys_records(sim: Simulation) -> dict[int, bytes]:
+    """Two records a member can send that a participant does not take as what they claim: a
+    content message under the id of the fifth content message, put before it (its content is
+    other than the one the id hashes), and, before the last record, a sync whose bloom filter
+    has every bit set (it "contains" every id)."""
+    contents = [k for k, (_, _, d) in enumerate(sim.channel) if parse(d).content]
+    victim = parse(sim.channel[contents[4]][2])
+    t = victim.lamport_timestamp
+    forged = SdsMessage("mallory", victim.message_id, "sim", t, content=b"not what was said")
+    full = b"\xff" * BloomFilter().n_bytes
+    saturated = SdsMessage("mallory", "sync-mallory", "sim", t, bloom_filter=full)
+    return {contents[4]: encode(forged), len(sim.channel) - 1: encode(saturated)}
+
+
 def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
-    sim = simulated(tmp_path / "data")
+    # with an outside member's records the participants do not take for what they claim (as
+    # a participant: loglake.sds.participant, differences 8 and 10): a forged copy put before
+    # a message is a reject, not its first copy, and a filter with every bit set acknowledges
+    # nothing; the audit then equals the ground truth of the participants the run had
+    sim = simulated(tmp_path / "data", hostile=mallorys_records)
     exp = expected_from_truth(sim)
     truth = exp["truth"]
     summary = audit(spark, tmp_path / "data", tmp_path / "out")
     out = str(tmp_path / "out")
 
     assert summary.records == len(sim.channel)
-    assert summary.rejects == 0
+    forged = [k for k, (_, i, d) in enumerate(sim.channel) if i == OUTSIDER and parse(d).content]
+    rejects = {r["index"]: r["reason"] for r in table(spark, out, "rejects").collect()}
+    assert rejects == {forged[0]: "bad-message-id"}
+    assert summary.rejects == 1
     assert summary.content_messages == len(truth["sent"]) == CFG.messages
-    assert summary.participants == len([p for p in truth["participants"]])
+    assert summary.participants == len(truth["participants"]) + 1  # mallory sent a sync
 
     got_acks = {
         (r["message_id"], r["participant"]): (r["ack_index"], r["latency_ms"])
@@ -122,6 +177,7 @@ def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
     assert len(got_acks) > 0
 
     parts = {r["participant"]: r.asDict() for r in table(spark, out, "participants").collect()}
+    assert parts["mallory"]["acknowledged"] == 0 < parts["mallory"]["expected"]
     for pid, want in exp["participants"].items():
         got = parts[pid]
         for k, v in want.items():
@@ -140,9 +196,9 @@ def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
         assert m["acknowledged_by"] == sum(1 for (x, _) in exp["acks"] if x == mid)
         assert m["never_delivered_deps"] == []
     # lamport times and causal histories are the messages' own
-    for _, _, data in sim.channel:
+    for _, i, data in sim.channel:
         pb = parse(data)
-        if pb.content:
+        if pb.content and i != OUTSIDER:
             assert msgs[pb.message_id]["lamport"] == pb.lamport_timestamp
             assert msgs[pb.message_id]["causal_history"] == [
                 e.message_id for e in decode(data).causal_history

@@ -17,7 +17,7 @@ from loglake.sds.codec import (
     encode_history_entry,
 )
 from loglake.sds.columnar import HISTORY_RUN_COLUMNS, history_lists
-from loglake.sds.messages import HistoryEntry
+from loglake.sds.messages import HistoryEntry, message_id_of
 from loglake.wire.varint import encode_uleb
 
 CHANNEL = "room"
@@ -29,6 +29,11 @@ def ld(tag: bytes, payload: bytes) -> bytes:
     return tag + encode_uleb(len(payload)) + payload
 
 
+def window_id(k: int) -> str:
+    """The id of ``sliding_window``'s message ``k``: its content's hash, as a sender's."""
+    return message_id_of(b"c%d" % k)
+
+
 def sliding_window(n: int, senders: int, keep: int, hint: bool = False) -> list[bytes | None]:
     """``n`` messages from ``senders`` taking turns, each carrying the last ``keep`` message
     ids as its causal history (the benchmark's channel); ``hint``: each entry's retrieval hint
@@ -36,10 +41,10 @@ def sliding_window(n: int, senders: int, keep: int, hint: bool = False) -> list[
     datas: list[bytes | None] = []
     window: list[bytes] = []
     for k in range(n):
-        head = ld(TAG_SENDER_ID, b"p%d" % (k % senders)) + ld(TAG_MESSAGE_ID, b"id%d" % k)
+        head = ld(TAG_SENDER_ID, b"p%d" % (k % senders)) + ld(TAG_MESSAGE_ID, window_id(k).encode())
         head += ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k + 1)
         datas.append(head + b"".join(window) + ld(TAG_CONTENT, b"c%d" % k))
-        entry = HistoryEntry(f"id{k}", b"h%d" % k if hint else b"h", "p")
+        entry = HistoryEntry(window_id(k), b"h%d" % k if hint else b"h", "p")
         window = [*window, encode_history_entry(entry)][-keep:]
     return datas
 

@@ -27,7 +27,7 @@ from loglake.sds.codec import (
     encode_history_entry,
 )
 from loglake.sds.columnar import DecodeState, _scan
-from loglake.sds.messages import HistoryEntry
+from loglake.sds.messages import HistoryEntry, message_id_of
 from loglake.wire.varint import encode_uleb
 from tests.sds.records import BLOOM, CHANNEL, ld, readable, sliding_window
 
@@ -62,9 +62,11 @@ def record(draw, k: int, hist: list[bytes]) -> bytes | None:
     if shape == "junk":
         return draw(st.binary(max_size=40))
     sender = draw(st.sampled_from(IDS[:3] * 3 + IDS))
+    content = draw(st.sampled_from([b"hello", b"", b"x" * 200, ENTRIES[0], None]))
+    own = [message_id_of(content).encode()] * 6 if content else []  # a sender's id for it
     fields = [
         ld(TAG_SENDER_ID, sender),
-        ld(TAG_MESSAGE_ID, draw(st.sampled_from([b"id%d" % k] * 6 + IDS))),
+        ld(TAG_MESSAGE_ID, draw(st.sampled_from([*own, b"id%d" % k, *IDS]))),
         ld(TAG_CHANNEL_ID, draw(st.sampled_from([CHANNEL.encode()] * 5 + [b"other", b""]))),
     ]
     if draw(st.integers(0, 5)):
@@ -72,11 +74,11 @@ def record(draw, k: int, hist: list[bytes]) -> bytes | None:
             TAG_LAMPORT + encode_uleb(draw(st.sampled_from([1, 5, 300, 2**63 - 1, 2**63 + 1])))
         )
     fields += hist
-    if not draw(st.integers(0, 8)):
-        fields.append(ld(TAG_BLOOM_FILTER, b"\x01" * draw(st.sampled_from([BLOOM, 7]))))
+    if not draw(st.integers(0, 8)):  # of one bit an octet, or over-full (every bit set)
+        octet = draw(st.sampled_from([b"\x01", b"\xff"]))
+        fields.append(ld(TAG_BLOOM_FILTER, octet * draw(st.sampled_from([BLOOM, 7]))))
     for e in draw(st.lists(st.sampled_from(ENTRIES), max_size=2)):
         fields.append(TAG_REPAIR_REQUEST + e[1:])
-    content = draw(st.sampled_from([b"hello", b"", b"x" * 200, ENTRIES[0], None]))
     if content is not None:
         fields.append(ld(TAG_CONTENT, content))
     for _ in range(draw(st.integers(0, 2))):  # hostile edits

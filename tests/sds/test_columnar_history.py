@@ -35,7 +35,7 @@ from loglake.sds.columnar import (
     pack_lists,
 )
 from loglake.sds.errors import DropReason, SdsDecodeError
-from loglake.sds.messages import HistoryEntry
+from loglake.sds.messages import HistoryEntry, message_id_of
 from loglake.wire.varint import encode_uleb
 from tests.sds.records import BLOOM, CHANNEL, ld, sliding_window
 
@@ -69,15 +69,18 @@ def records(draw) -> list[bytes | None]:
         else:
             hist = draw(st.lists(st.sampled_from(ENTRIES), max_size=8))
         sender = draw(st.sampled_from(["a", "b", "c"]))
+        content = draw(st.sampled_from([b"hi", b"", b"x" + ENTRIES[0], ENTRIES[2], ENTRIES[0]]))
+        mid = b"id%d" % k  # for a content message, mostly its content's hash (as a sender's)
+        if content and draw(st.integers(0, 3)):
+            mid = message_id_of(content).encode()
         head = [
             ld(TAG_SENDER_ID, sender.encode()),
-            ld(TAG_MESSAGE_ID, b"id%d" % k),
+            ld(TAG_MESSAGE_ID, mid),
             ld(
                 TAG_CHANNEL_ID, draw(st.sampled_from([CHANNEL, CHANNEL, CHANNEL, "other"])).encode()
             ),
             TAG_LAMPORT + encode_uleb(draw(st.sampled_from([5, 7, 2**63 + 1]))),
         ]
-        content = draw(st.sampled_from([b"hi", b"", b"x" + ENTRIES[0], ENTRIES[2], ENTRIES[0]]))
         tail = [ld(TAG_CONTENT, content)] if content or draw(st.booleans()) else []
         if draw(st.integers(0, 9)) == 0:
             tail.append(ld(TAG_BLOOM_FILTER, b"\x00" * draw(st.sampled_from([BLOOM, 3]))))
@@ -124,6 +127,9 @@ def reference(datas: list[bytes | None]) -> list[dict]:
             bodies = list(pb.causal_history)
             ids = [parse_entry(b).message_id for b in bodies]
             reqs = [parse_entry(b).message_id for b in pb.repair_request]
+            content = pb.HasField("lamport_timestamp") and pb.content
+            if content and pb.message_id != message_id_of(content):
+                raise ValueError("bad-message-id")
         except SdsDecodeError as e:
             row["reason"] = e.reason.value
             continue
@@ -226,7 +232,7 @@ def test_entry_bytes_elsewhere_in_the_record_are_not_taken_for_the_history():
     datas: list[bytes | None] = [
         ld(TAG_SENDER_ID, b"a") + ld(TAG_MESSAGE_ID, b"x1") + head + m0 + ENTRIES[1],
         ld(TAG_SENDER_ID, b"a")
-        + ld(TAG_MESSAGE_ID, b"x2")
+        + ld(TAG_MESSAGE_ID, message_id_of(m0 + ENTRIES[1]).encode())
         + head
         + m0_long
         + ENTRIES[2]

@@ -26,10 +26,18 @@ from loglake.sds.codec import (
     encode_history_entry,
 )
 from loglake.sds.columnar import DecodeState
-from loglake.sds.messages import HistoryEntry
+from loglake.sds.messages import HistoryEntry, message_id_of
 from loglake.wire.arrow_offsets import value_offsets
 from loglake.wire.varint import encode_uleb
-from tests.sds.records import BLOOM, CHANNEL, STORED_HISTORY, ld, readable, sliding_window
+from tests.sds.records import (
+    BLOOM,
+    CHANNEL,
+    STORED_HISTORY,
+    ld,
+    readable,
+    sliding_window,
+    window_id,
+)
 
 _decode = columnar._decode
 # the install builds it where a C compiler is (setup.py; ``make test`` installs gcc first): a
@@ -240,7 +248,7 @@ def test_causal_new_is_carried_across_batches_by_the_kernel_alone(cut):
         news += got.column("causal_new").to_pylist()
     assert fast.fast + fast.whole == 0  # every history read by the kernel
     # a sender's second message onwards: only what the others sent since is new
-    assert news[6] == ["id3", "id4", "id5"]
+    assert news[6] == [window_id(3), window_id(4), window_id(5)]
     assert len(fast.senders) == 3
 
 
@@ -369,9 +377,10 @@ def test_an_allocator_that_fails_or_falls_short_is_an_error_and_the_kernel_goes_
 def _from_s(k: int, ids: list[str], between: bytes = b"") -> bytes:
     """Sender s's message k whose history is ``ids`` (hint ``h``), ``between`` after the first."""
     entries = [encode_history_entry(HistoryEntry(i, b"h", "p")) for i in ids]
-    head = ld(TAG_SENDER_ID, b"s") + ld(TAG_MESSAGE_ID, b"m%d" % k)
+    content = b"x%d" % k
+    head = ld(TAG_SENDER_ID, b"s") + ld(TAG_MESSAGE_ID, message_id_of(content).encode())
     head += ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(k)
-    return head + entries[0] + between + b"".join(entries[1:]) + ld(TAG_CONTENT, b"x")
+    return head + entries[0] + between + b"".join(entries[1:]) + ld(TAG_CONTENT, content)
 
 
 REQUEST = b"\x6a" + encode_history_entry(HistoryEntry("r"))[1:]  # a repair request's entry
@@ -646,3 +655,26 @@ def test_lists_refuses_a_skip_past_its_row_or_of_another_length():
             _decode.lists(data, b"", spans, 2, ends, ok, b"", None, bad)
     with pytest.raises(ValueError, match="skip of another length"):
         _decode.lists(data, b"", spans, 2, ends, ok, b"", None, np.array([0], np.int32))
+
+
+def test_the_id_check_hashes_contents_of_every_length_as_hashlib_does():
+    """The kernel's SHA-256 (``id_of_content``) against ``hashlib``'s, around every block
+    boundary (55/56 octets: the length's room in the last block) and over many blocks: a
+    content message under its content's id is vouched for, under any other flagged (the
+    reference path then names it ``bad-message-id``)."""
+    sizes = [*range(1, 200), 1000, 4095, 70_000]
+    records = []
+    for n in sizes:
+        content = bytes((i * 7 + n) % 256 for i in range(n))
+        for mid in (message_id_of(content), message_id_of(content + b".")):
+            head = ld(TAG_SENDER_ID, b"a") + ld(TAG_MESSAGE_ID, mid.encode())
+            head += ld(TAG_CHANNEL_ID, CHANNEL.encode()) + TAG_LAMPORT + encode_uleb(1)
+            records.append(head + ld(TAG_CONTENT, content))
+    column = pa.array(records, pa.binary())
+    bufs = column.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=len(records) + 1).astype(np.int64)
+    rec = np.zeros((len(records), _decode.R_FIELDS), dtype=np.int64)
+    _decode.scan(offs, bufs[2], CHANNEL.encode(), BLOOM, LIMITS, rec, None, True, -1)
+    assert rec[:, columnar._R_FLAG].tolist() == [0, 1] * len(sizes)
+    _decode.scan(offs, bufs[2], CHANNEL.encode(), BLOOM, LIMITS, rec, None, False, -1)
+    assert not rec[:, columnar._R_FLAG].any()  # the check off: none flagged

@@ -60,6 +60,10 @@ record that only the ``messages`` table's writer reads (1M messages of 200-entry
 object each, every time the column moves; a binary value and an int array move as a copy
 each. A reader must rebuild a batch's histories before it filters or reorders its rows.
 
+``bloom_filter``: null where the record has none, and where it has more bits set than a
+filter of the default capacity sets (``DecodeState.max_bloom_bits``): such a filter
+acknowledges nothing, as a participant counts it (``loglake.sds.participant``, difference 10).
+
 ``causal_new``: the causal-history ids that were not in the previous message of the same
 sender read by the same task (all of them for a sender's first message in a task). An id left
 out was in an earlier message of that sender, so whatever it shows (an acknowledgement, a
@@ -70,7 +74,7 @@ HISTORY_RUN_COLUMNS = ("history_back", "history_from", "history_run")
 
 
 def decode_batches(
-    channel: str,
+    channel: str, verify_message_ids: bool = True
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: stream records → ``DECODED_SCHEMA`` rows.
 
@@ -84,16 +88,24 @@ def decode_batches(
     history read against the previous one, ``DecodeState.history``), the reference the batch
     path is tested equal to. Every entry gets a code (its encoded bytes' identity); the
     batch's histories and ``causal_new`` are ``take``s of the codes' ids, and histories leave
-    packed (``history_ids`` + ``history_lens``)."""
+    packed (``history_ids`` + ``history_lens``). ``verify_message_ids``: as
+    ``DecodeState``'s."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from loglake.sds.bloom import BloomFilter
 
-        state = DecodeState(channel, BloomFilter().n_bytes)
+        state = DecodeState(channel, BloomFilter().n_bytes, verify_message_ids=verify_message_ids)
         for batch in batches:
             yield state.decode(batch)
 
     return run
+
+
+def _default_max_bloom_bits() -> int:
+    """``DecodeState.max_bloom_bits``: the bound of the default filter, the audit's."""
+    from loglake.sds.bloom import DEFAULT_CAPACITY, DEFAULT_ERROR_RATE, max_honest_bits
+
+    return max_honest_bits(DEFAULT_CAPACITY, DEFAULT_ERROR_RATE)
 
 
 def _reason(e: Exception) -> tuple[str, str]:
@@ -390,6 +402,17 @@ class DecodeState:
     """The C kernel's ``causal_new`` state (``previous`` in its own form): sender's UTF-8 →
     its previous message's index and entries' encoded bytes, as ``_decode.causal`` packs
     them."""
+    verify_message_ids: bool = True
+    """A content message whose id is not its content's SHA-256 is a reject
+    (``bad-message-id``), as a participant drops it (``ParticipantOptions.verify_message_ids``,
+    the same default; ``loglake.sds.participant``, difference 8). Why: any member can send
+    other content under a message's id; taken as that message's first copy, it was the
+    message the audit reported, sender and all."""
+    max_bloom_bits: int = field(default_factory=_default_max_bloom_bits)
+    """A bloom filter with more bits set is read as none (``DECODED_SCHEMA``): the most a
+    filter of the default capacity sets (``bloom.max_honest_bits``), the bound a participant
+    applies. Why: one sync whose filter had every bit set acknowledged, in the audit, every
+    message before it."""
 
     def _code(self, body: bytes) -> int:
         c = self.code_of.get(body)
@@ -533,8 +556,10 @@ class DecodeState:
     def _decode_row(self, r: int, data: bytes | None, rows: _Rows) -> None:
         """Record ``r`` the way a participant reads it (``codec.parse``, then ``parse_entry``
         per entry through ``history``): the reference, and the batch path's fallback."""
+        from loglake.sds.bloom import bits_set
         from loglake.sds.codec import parse, parse_entry
         from loglake.sds.errors import DropReason, SdsDecodeError
+        from loglake.sds.messages import message_id_of
 
         try:
             if data is None:
@@ -554,17 +579,27 @@ class DecodeState:
             if bad is not None:
                 raise bad
             reqs = [parse_entry(b).message_id for b in pb.repair_request]
+            has_lamport = pb.HasField("lamport_timestamp")
+            content = pb.content
+            if (
+                self.verify_message_ids
+                and has_lamport
+                and content
+                and pb.message_id != message_id_of(content)
+            ):  # the participant's check and words (receive)
+                raise SdsDecodeError(
+                    DropReason.BAD_MESSAGE_ID, "message_id is not the SHA-256 of the content"
+                )
         except SdsDecodeError as e:
             rows.reason[r], rows.detail[r] = _reason(e)
             return
-        has_lamport = pb.HasField("lamport_timestamp")
-        content = pb.content
         rows.ok[r] = True
         rows.kind[r] = ("content" if content else "sync") if has_lamport else "ephemeral"
         rows.mid[r] = pb.message_id
         rows.sender[r] = pb.sender_id
         rows.lamport[r] = pb.lamport_timestamp if has_lamport else None
-        rows.blooms[r] = bloom
+        over = bloom is not None and bits_set(bloom) > self.max_bloom_bits
+        rows.blooms[r] = None if over else bloom
         rows.cbytes[r] = len(content)
         rows.requests[r] = reqs
 
@@ -608,6 +643,17 @@ class DecodeState:
         ok &= has[_F_LAMPORT] | (content > 0)
         ok &= ~has[_F_BLOOM] | (length[_F_BLOOM] == self.bloom_bytes)
         ok &= scan.lamport < np.uint64(1 << 63)
+        # over-full bloom filters (read as none): the bits of every filter at once, from one
+        # count per octet of the batch summed over each filter's span
+        bloom_rows = np.flatnonzero(ok & has[_F_BLOOM])
+        over_full = np.zeros(n, dtype=bool)
+        if len(bloom_rows):
+            at = start[_F_BLOOM][bloom_rows]
+            bounds = np.empty(2 * len(at), dtype=np.int64)
+            bounds[0::2], bounds[1::2] = at, at + self.bloom_bytes
+            counts = np.append(np.bitwise_count(data), np.uint8(0))  # room for an end bound
+            sums = np.add.reduceat(counts, bounds, dtype=np.int64)[0::2]
+            over_full[bloom_rows] = sums > self.max_bloom_bits
 
         raw = memoryview(data)  # bytes are copied out only where a record needs them
         codes = self._entry_codes(scan)
@@ -627,7 +673,16 @@ class DecodeState:
         eo = eoffs.tolist()
         roffs, rbody, rlen = scan.requests[0].tolist(), scan.requests[1], scan.requests[2]
         begin, end = scan.begin.tolist(), scan.end.tolist()
+        over = over_full.tolist()
+        verify = self.verify_message_ids
+        content_at = start[_F_CONTENT].tolist()
         for r, good in enumerate(ok.tolist()):
+            c = cbytes[r]
+            if good and verify and c and has_lamport[r]:
+                # a content message whose id is not its content's hash: the per-record path
+                # names it (one hash a message: this path runs where the C kernel is not built)
+                at = content_at[r]
+                good = mids[r] == _sha256_hex(raw[at : at + c])
             if not good:
                 self._decode_row(r, raw[begin[r] : end[r]].tobytes(), rows)
                 continue
@@ -641,12 +696,11 @@ class DecodeState:
                 continue
             rows.codes[r] = codes[eo[r] : eo[r + 1]]
             rows.ok[r] = True
-            c = cbytes[r]
             rows.kind[r] = ("content" if c else "sync") if has_lamport[r] else "ephemeral"
             rows.mid[r] = mids[r].decode()
             rows.sender[r] = senders[r].decode()
             rows.lamport[r] = lamports[r] if has_lamport[r] else None
-            if has_bloom[r]:
+            if has_bloom[r] and not over[r]:
                 at = int(start[_F_BLOOM][r])
                 rows.blooms[r] = raw[at : at + self.bloom_bytes].tobytes()
             rows.cbytes[r] = c
@@ -840,7 +894,15 @@ class DecodeState:
             lim.max_repair_request,
         )
         ents_b, reqs_b = _decode.scan(
-            offs, data, self.channel.encode(), self.bloom_bytes, limits, rec, pa.allocate_buffer
+            offs,
+            data,
+            self.channel.encode(),
+            self.bloom_bytes,
+            limits,
+            rec,
+            pa.allocate_buffer,
+            self.verify_message_ids,
+            self.max_bloom_bits,
         )
         ents = np.frombuffer(ents_b, dtype=np.int64).reshape(-1, 4)
         reqs = np.frombuffer(reqs_b, dtype=np.int64).reshape(-1, 2)
@@ -1008,6 +1070,13 @@ class DecodeState:
     _R_RUN_ROW,
     _R_RUN_FROM,
 ) = range(14)
+
+
+def _sha256_hex(content: memoryview) -> bytes:
+    """``messages.message_id_of`` as the ASCII bytes the scan compares ids in."""
+    import hashlib
+
+    return hashlib.sha256(content).hexdigest().encode()
 
 
 def _entry_body(encoded: bytes) -> bytes:

@@ -4,8 +4,10 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
 
 1. decodes every record in executors with ``loglake.sds.codec`` (``parse`` + ``parse_entry``:
    the same checks a participant makes); a record that does not decode, names another channel,
-   or carries a bloom filter of the wrong length becomes a ``rejects`` row (partition, index,
-   reason, detail) and the job goes on. The records never enter the JVM: the driver plans
+   carries a bloom filter of the wrong length or is a content message whose id is not its
+   content's SHA-256 becomes a ``rejects`` row (partition, index, reason, detail) and the job
+   goes on; a bloom filter over-full for its capacity is read as none (it acknowledges
+   nothing, as a participant counts it). The records never enter the JVM: the driver plans
    units from metadata (``loglake.pipeline.units``, as ``job archives-build``: the lake's
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
