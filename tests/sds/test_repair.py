@@ -176,3 +176,20 @@ def test_a_requesters_budget_renews_after_t_min_and_few_are_remembered() -> None
     for i in range(10):  # requesters that change their id each time are not all remembered
         answered(f"sybil{i}", 30_001)
     assert len(rm._requesters) <= 4
+
+
+def test_entries_past_the_answered_ones_still_cancel_own_requests(make, clock) -> None:
+    # Only a message's first max_repair_requests_per_message entries are answered, but the
+    # spec's MUST holds for every entry: one naming a message we are about to ask for
+    # cancels our request (someone else asked).
+    a, b = make("a"), make("b")
+    a.send(b"1")
+    (queued,) = b.receive(a.send(b"2").to_send[0].data).of(RepairRequestQueued)
+    assert queued.message_id in b.repair.outgoing.items
+    asked = [HistoryEntry(f"other-{i}", None, "a") for i in range(5)]
+    asked.append(HistoryEntry(queued.message_id, None, "a"))
+    assert len(asked) > b.options.max_repair_requests_per_message
+    got = b.receive(encode(SdsMessage("c", "sync-c", "chan", clock.t, (), None, tuple(asked))))
+    (received,) = got.of(RepairRequestReceived)
+    assert received.message_ids[-1] == queued.message_id
+    assert queued.message_id not in b.repair.outgoing.items

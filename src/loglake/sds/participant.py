@@ -58,7 +58,8 @@ off the wire and noted where they happen:
     spec's aim is a clock "staying close to the current epoch time"; with the bound, honest
     messages keep counting up past each other and only the far-future message sorts last.
 12. Of a received ``repair_request`` only the first ``max_repair_requests_per_message`` (3,
-    the spec's RECOMMENDed maximum per message, what @waku/sds sends) entries are read, and
+    the spec's RECOMMENDed maximum per message, what @waku/sds sends) entries are answered
+    (every entry still cancels this participant's own request for it: the spec's MUST), and
     one requester has at most ``RepairConfig.max_responses_per_requester`` responses queued
     per ``T_min``; @waku/sds reads every entry (up to ``Limits.max_repair_request`` here) and
     answers them all. Why: each answered entry rebroadcasts a whole message (its bloom filter
@@ -354,8 +355,6 @@ class Participant:
                     f"bloom filter of {len(bloom)} bytes, expected {self.bloom.n_bytes}",
                 )
             requests = [parse_entry(b, limits) for b in pb.repair_request]
-            # Only the first entries are acted on (difference 12): what an honest peer sends.
-            del requests[self.options.max_repair_requests_per_message :]
             if is_content and self.options.verify_message_ids and mid != message_id_of(content):
                 # Before the duplicate check: a copy under the id with other content must
                 # not pass for the message (nor cancel a repair response queued for it).
@@ -410,7 +409,10 @@ class Participant:
                 out.events.append(
                     RepairRequestReceived(tuple(r.message_id for r in requests), sender)
                 )
-                for rid, due in repair.on_repair_requests(requests, sender, self._sender_of, now):
+                answered = self.options.max_repair_requests_per_message  # difference 12
+                for rid, due in repair.on_repair_requests(
+                    requests, sender, self._sender_of, now, answered
+                ):
                     out.events.append(RepairResponseQueued(rid, due))
         self._review_acks(ids, bloom, out)
         if is_content:

@@ -20,7 +20,7 @@ open this follows @waku/sds 0.0.8 (``src/message_channel/repair/utils.ts`` and `
 
 Bounds on what others' requests make this participant send, which neither the spec nor
 @waku/sds sets (@waku/sds answers every entry of every request): a message's first 3 entries
-are read (the spec's number for what a message carries; the participant cuts the rest), a
+are answered (the spec's number for what a message carries; all still cancel our own), a
 message rebroadcast less than ``T_min`` ago is not sent again, and one requester has at most
 ``max_responses_per_requester`` responses queued per ``T_min`` window.
 
@@ -217,10 +217,12 @@ class RepairManager:
         requester: str,
         sender_of: Callable[[str], str | None],
         now: int,
+        answered: int | None = None,
     ) -> list[tuple[str, int]]:
         """Process a received ``repair_request`` from ``requester``; return (message_id, T_resp)
-        newly queued. ``sender_of(id)``: who sent the message, where this participant can
-        rebroadcast it, else None.
+        newly queued. Every entry cancels our own request for it; only the first ``answered``
+        (all if None) are answered. ``sender_of(id)``: who sent the message, where this
+        participant can rebroadcast it, else None.
 
         The spec computes ``T_resp`` and the response group from the ``sender_id`` the request
         names, which a peer may make up: naming this participant (distance 0) made it answer
@@ -233,9 +235,11 @@ class RepairManager:
         but are not answered."""
         queued = []
         budget = self._requester_window(requester, now)
-        for r in requests:
+        for i, r in enumerate(requests):
             self.outgoing.remove(r.message_id)  # someone else asks: we need not
-            if budget[1] >= self.config.max_responses_per_requester:
+            if budget[1] >= self.config.max_responses_per_requester or (
+                answered is not None and i >= answered
+            ):
                 continue
             sender = sender_of(r.message_id)
             if sender is None:
