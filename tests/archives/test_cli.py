@@ -15,9 +15,10 @@ from loglake.archives.layout import NS, get_layout
 from loglake.archives.member import MemberCore
 from loglake.archives.store import MessageStore
 from loglake.log import open_log
+from loglake.log.api import Entry, StreamConfig
 from loglake.streams.api import LocalStreams
 
-from .helpers import START, WEEK, fill_weeks
+from .helpers import DAY, START, WEEK, fill_weeks, record
 
 
 @pytest.mark.parametrize("sub", ["", "keygen", "build", "seed", "fetch", "ls"])
@@ -169,6 +170,38 @@ def test_run_and_follow_through_a_stream_server(tmp_path):
         finally:
             control.terminate()
             control.wait(10)
+
+
+@pytest.mark.slow
+def test_run_truncates_past_a_record_dated_in_the_future(tmp_path):
+    """One record of the year 2200 (index 1) among 70 of 2020: `archives run` archived the 70
+    and truncated 0 records from the live stream, as the 2200 one could only be archived in
+    2200 and held every record after it."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    layout = get_layout("spec")
+    log = open_log(tmp_path / "log")
+    # small segments: the disk log truncates whole segments
+    log.create_stream("community", StreamConfig(segment_bytes=4096, seal_to_lake=False))
+    recs = [record(layout, START + i * DAY, b"x" * 200) for i in range(70)]
+    recs.insert(1, record(layout, 7_258_118_400 * NS, b"of 2200"))
+    log.append_many("community", [Entry(r) for r in recs])
+    log.close()
+    run = subprocess.run(
+        [sys.executable, "-m", "loglake.archives.cli", "run", "--data-dir", str(tmp_path / "log"),
+         "--root", str(tmp_path / "arch"), "--key-file", str(key), "--duration", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    err = " ".join(run.stderr.split())  # rich wraps lines
+    assert "refused 1 record(s) dated more than 20 s ahead of this clock" in err, err
+    assert "first at index 1, dated 2200-01-01 00:00:00" in err
+    assert "ingested 70, new archives 10, truncated 71 from the live stream" in err, err
+    log = open_log(tmp_path / "log", readonly=True)
+    try:
+        assert log.read("community", 0, 100) == []
+    finally:
+        log.close()
 
 
 def _build_args(tmp_path, written: str, weeks: int) -> list[str]:

@@ -8,6 +8,7 @@ import logging
 import pytest
 from coincurve import PrivateKey
 
+from loglake.archives.builder import MAX_FUTURE_NS
 from loglake.archives.control import SKIPPED_KEPT, ControlNode
 from loglake.archives.errors import CorruptArchive
 from loglake.archives.layout import NS, get_layout
@@ -136,6 +137,35 @@ def test_prune_never_truncates_an_unarchived_record(tmp_path, layout):
     assert live[0] == late and len(live) == 2
     assert late not in _archived(node)
     assert node.store.count() == 1  # only the unarchived row is left in the store
+
+
+YEAR_2200 = 7_258_118_400 * NS  # 2200-01-01
+
+
+def test_a_record_dated_in_the_future_is_refused_and_holds_no_retention(tmp_path, layout):
+    # one record of the year 2200 at index 1 could only be archived in 2200: kept, it held
+    # every record after it, and prune truncated 1 record of 71 (kept_from 1)
+    now = START + 20 * WEEK
+    log = MemoryLog()
+    recs = [record(layout, START + i * DAY) for i in range(70)]
+    recs.insert(1, record(layout, YEAR_2200, b"future"))
+    edge = MAX_FUTURE_NS - MAX_FUTURE_NS % layout.time_unit_ns  # whole seconds for status-go
+    recs.append(record(layout, now + edge, b"edge"))  # index 71: just within the bound
+    recs.append(record(layout, now + edge + layout.time_unit_ns, b"past"))  # index 72
+    log.create_stream("community")
+    log.append_many("community", [Entry(r) for r in recs])
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    assert node.ingest_streams(LocalStreams(log), "community", now_ns=now) == 71
+    assert node.future_count == 2 and [i for i, _ in node.future] == [1, 72]
+    assert node.skipped_count == 0 and node.decoded == 73
+    node.build(now)
+    pruned = node.prune(now)
+    # all 70 archived records (and the refused one among them) leave the live stream; the
+    # record within the bound is stored, not yet archived (its window is open), and holds
+    # retention from index 71, the refused one after it with it
+    assert (pruned.log_records, pruned.store_rows, pruned.kept_from) == (71, 70, 71)
+    assert _live(log) == recs[71:]
+    assert node.store.count() == 1
 
 
 def test_store_is_rebuilt_from_stream_and_archives(tmp_path, layout):

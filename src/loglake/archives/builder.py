@@ -34,6 +34,17 @@ WINDOW_NS = 7 * 24 * 3600 * NS
 RETENTION_NS = 30 * 24 * 3600 * NS
 """Spec "Requirements / Assumptions": the storage time range limit is 30 days."""
 
+MAX_FUTURE_NS = 20 * NS
+"""How far ahead of the control node's clock a message may be dated when it is ingested; one
+dated further ahead is refused, as a record that is not the layout's message is. The Waku store
+nodes the spec relies on refuse it the same way: go-waku's ``MaxTimeVariance`` (20 s), which
+status-go's own store applies too (wakuv2/persistence/dbstore.go ``Validate``:
+``ErrFutureMessage`` past the receiver's time + 20 s). Why refuse and not keep: an archive's
+window must hold its messages' own timestamps (a member refuses one that does not, and the
+record's bytes are what the archive carries), so a message of the year 2200 can only be
+archived in 2200; kept, it held every record after it in the live stream until then, and
+retention stopped (one such record in 71: one record truncated)."""
+
 
 def plan_windows(
     start_ns: int,

@@ -57,6 +57,21 @@ def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _report_future(count: int, first: tuple[int, int] | None) -> None:
+    """One line on ``count`` records an ingest refused as dated in the future, naming the
+    ``first`` (stream index, timestamp) when known: they are never archived, and a user who
+    sees retention truncate them must know why."""
+    from loglake.archives.builder import MAX_FUTURE_NS
+
+    if not count:
+        return
+    where = f" (first at index {first[0]}, dated {_ts(first[1])})" if first else ""
+    console.print(
+        f"[yellow]refused {count} record(s) dated more than {MAX_FUTURE_NS // NS} s ahead of "
+        f"this clock[/yellow]{where}: never archived, and they do not hold retention"
+    )
+
+
 def _trackers_opt(f: F) -> F:
     f = click.option(
         "--no-trackers",
@@ -173,6 +188,7 @@ def build(
                 f"(first at index {idx}: {why}); nothing was built. Is the stream in the "
                 f"{other} layout (--layout {other})?"
             )
+        _report_future(node.future_count, node.future[0] if node.future else None)
         out = node.build(time.time_ns() if now is None else now, partial=partial)
         table = Table(title=f"archives of {cid[:18]}… ({layout})")
         for col in ("id", "from", "to", "offset", "size", "pieces"):
@@ -425,10 +441,13 @@ def run(
     try:
         while True:
             now = time.time_ns()
+            refused = node.future_count
             try:
                 n = node.ingest_streams(streams, stream)
             except UnknownStream:
                 n = 0  # no community message yet
+            first = node.future[refused] if refused < len(node.future) else None
+            _report_future(node.future_count - refused, first)
             out = node.build(now)
             if node.entries and (out.new or seeded is None):
                 seeder.seed(node.torrent().metainfo(), root)

@@ -17,15 +17,18 @@ window queries; a build flags the rows it exported; ``prune`` truncates from the
 the longest prefix whose records are all archived and older than 30 days (spec "Storing live
 messages"; ``Log.truncate_before``), then drops the same rows from the store. An unarchived
 message (not yet exported, or arrived after its window was archived) is never truncated and
-holds the prefix behind it. A lost or lagging store is rebuilt: ingest re-reads the stream from
-its first index, and rows older than the last archive are re-flagged by decoding the local
-archives (a row is archived iff its record is in one).
+holds the prefix behind it; so ingest refuses one dated more than ``MAX_FUTURE_NS`` ahead of its
+clock (as Waku's stores do), which no build could archive before its date. A lost or lagging
+store is rebuilt: ingest re-reads the stream from its first index, and rows older than the last
+archive are re-flagged by decoding the local archives (a row is archived iff its record is in
+one).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -33,7 +36,13 @@ from pathlib import Path
 
 from coincurve import PrivateKey
 
-from loglake.archives.builder import RETENTION_NS, ArchiveBuilder, BuildResult, plan_windows
+from loglake.archives.builder import (
+    MAX_FUTURE_NS,
+    RETENTION_NS,
+    ArchiveBuilder,
+    BuildResult,
+    plan_windows,
+)
 from loglake.archives.errors import ArchiveConfigError, BadRecord
 from loglake.archives.layout import INT64_MAX, IndexEntry, Layout
 from loglake.archives.signing import community_id, encode_magnet_message
@@ -99,7 +108,13 @@ class ControlNode:
         layout's message; ``skipped_count`` counts them all."""
         self.skipped_count = 0
         self.decoded = 0
-        """Records ingest decoded as the layout's message (stored, or copies of stored ones)."""
+        """Records ingest decoded as the layout's message (stored, copies of stored ones, or
+        dated in the future)."""
+        self.future: list[tuple[int, int]] = []
+        """(stream index, timestamp ns) of the first ``SKIPPED_KEPT`` records ingest refused as
+        dated more than ``MAX_FUTURE_NS`` ahead of its clock; ``future_count`` counts them
+        all."""
+        self.future_count = 0
         self.builder = self._load(announce)
         on_disk = {e.archive_id for e in self.builder.entries}
         stored = self.store.archive_ids()
@@ -185,36 +200,57 @@ class ControlNode:
         )
 
     # -- ingest -----------------------------------------------------------------------------
-    def ingest_streams(self, streams: Streams, stream: str, batch: int = 10_000) -> int:
+    def ingest_streams(
+        self, streams: Streams, stream: str, batch: int = 10_000, now_ns: int | None = None
+    ) -> int:
         """Copy new records of the community stream into the store (records that are not the
-        layout's WakuMessage are logged and skipped, a copy of a stored record is not stored:
-        ``MessageStore.add``); returns how many were stored. ``prune`` truncates ``stream`` through
-        ``streams`` (an embedded log can: ``LocalStreams(log)``; a remote stream service
-        cannot, and ``prune`` says so)."""
+        layout's WakuMessage, or dated more than ``MAX_FUTURE_NS`` ahead of ``now_ns``, are
+        logged and skipped, a copy of a stored record is not stored: ``MessageStore.add``);
+        returns how many were stored. ``now_ns``: the clock records are received by (None: the
+        system's; not a build's ``now``, which may be in the past). ``prune`` truncates
+        ``stream`` through ``streams`` (an embedded log can: ``LocalStreams(log)``; a remote
+        stream service cannot, and ``prune`` says so)."""
         self._truncate = partial(streams.truncate_before, stream, partition=0)
+        latest = (time.time_ns() if now_ns is None else now_ns) + MAX_FUTURE_NS
         pos = int(self.store.get_meta("ingest_next_index") or 0)
         total = 0
         while True:
             msgs = streams.pull(stream, pos, batch)
             if not msgs:
                 break
-            total += self._ingest([(m.index, m.data) for m in msgs], msgs[-1].index + 1)
+            total += self._ingest([(m.index, m.data) for m in msgs], msgs[-1].index + 1, latest)
             pos = msgs[-1].index + 1
         self._reflag()
         return total
 
-    def _ingest(self, recs: list[tuple[int, bytes]], next_index: int) -> int:
+    def _ingest(self, recs: list[tuple[int, bytes]], next_index: int, latest_ns: int) -> int:
+        """Store the records dated up to ``latest_ns``; skip (log, count) the others."""
         good, idxs = [], []
         for idx, raw in recs:
             try:
-                good.append(self.layout.decode_record(raw))
-                idxs.append(idx)
+                msg = self.layout.decode_record(raw)
             except BadRecord as e:
                 log_event(logger, logging.WARNING, "skipping record", index=idx, reason=str(e))
                 self.skipped_count += 1
                 if len(self.skipped) < SKIPPED_KEPT:
                     self.skipped.append((idx, str(e)))
-        self.decoded += len(good)
+                continue
+            self.decoded += 1
+            if msg.timestamp_ns > latest_ns:
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "refusing record dated in the future",
+                    index=idx,
+                    timestamp_ns=msg.timestamp_ns,
+                    latest_ns=latest_ns,
+                )
+                self.future_count += 1
+                if len(self.future) < SKIPPED_KEPT:
+                    self.future.append((idx, msg.timestamp_ns))
+                continue
+            good.append(msg)
+            idxs.append(idx)
         return self.store.add(good, next_index, idxs)
 
     def _reflag(self) -> None:
