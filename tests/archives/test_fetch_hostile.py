@@ -4,6 +4,7 @@ network is the seeder's choice. Real libtorrent on loopback, small torrents, bou
 from __future__ import annotations
 
 import hashlib
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -129,6 +130,31 @@ def test_an_index_past_max_index_bytes_is_refused_before_it_is_downloaded(tmp_pa
     # and the bound holds for an index already on disk (``archives ls``)
     with pytest.raises(CorruptIndex, match="more than"):
         get_layout("status-go").decode_index(bytes(size))
+
+
+def test_a_fetch_that_stopped_after_the_index_is_retried_into_the_same_folder(tmp_path, seeder):
+    # the retry found the whole index on disk: libtorrent held the torrent finished (every
+    # piece wanted was had), met the seeder as one upload-only peer meets another, dropped it
+    # for good, and the archive's pieces never came ("fetched 0/1 pieces, then no progress for
+    # 30 s (0 peers)") — on every retry of the link (MemberNode, the node's member loop)
+    control = one_week(tmp_path)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    magnet, layout = control.magnet((seeder.peer,)), get_layout("spec")
+    store = MessageStore()
+
+    class Stop(Exception):
+        pass
+
+    def stop(entries, missing):  # as an archive that timed out, was corrupt or too large
+        raise Stop
+
+    with pytest.raises(Stop):
+        fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10, on_index=stop)
+    assert (tmp_path / "m" / CID / "index").stat().st_size > 0
+    t0 = time.monotonic()
+    report = fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
+    assert report.hydrated_messages == 50 and store.count() == 50
+    assert time.monotonic() - t0 < 10
 
 
 def test_a_fetch_holds_one_archive_in_memory_not_every_one_it_fetched(tmp_path, seeder):

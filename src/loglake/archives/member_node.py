@@ -79,7 +79,6 @@ def fetch_archives(
                 f"torrent must hold exactly the plain files {name[:18]}…/data and …/index, "
                 f"it holds {len(layout_files)}: {shown}"
             )
-        fetcher.start(peers or ())
         idx_off, idx_size = fetcher.file_range("index")
         data_off, data_size = fetcher.file_range("data")
         if data_off != 0 or idx_off != data_size or data_size % layout.piece_length:
@@ -87,9 +86,16 @@ def fetch_archives(
         if idx_size > MAX_INDEX_BYTES:  # refused before a byte of it is downloaded
             raise CorruptIndex(f"index of {idx_size} bytes: more than {MAX_INDEX_BYTES} bytes")
         index_pieces = fetcher.pieces_of(idx_off, idx_size)
-        fetcher.download(index_pieces, progress=progress)
         folder = Path(root) / name
-        with open(folder / "index", "rb") as f:  # a longer, older index may be on disk
+        # the index is fetched again: a retry that found it whole on disk (a fetch stopped
+        # after it) added a torrent that held every piece it wanted, which libtorrent (2.1)
+        # meets the seeder with as one upload-only peer meets another: it dropped the seeder
+        # for good ("upload to upload connection"), and the archives' pieces never came. The
+        # archive pieces on disk are kept (libtorrent checks them: they are not fetched again)
+        (folder / "index").unlink(missing_ok=True)
+        fetcher.start(peers or ())
+        fetcher.download(index_pieces, progress=progress)
+        with open(folder / "index", "rb") as f:
             index = f.read(idx_size)
         entries = layout.decode_index(index, data_size)
         missing = missing_archives(entries, store.archive_ids(), since_ns, until_ns)
