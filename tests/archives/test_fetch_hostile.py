@@ -4,6 +4,9 @@ network is the seeder's choice. Real libtorrent on loopback, small torrents, bou
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -13,8 +16,14 @@ from coincurve import PrivateKey
 
 from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
-from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
-from loglake.archives.layout import MAX_INDEX_BYTES, NS, PIECE_LENGTH, get_layout
+from loglake.archives.errors import ArchiveError, ArchiveTooLarge, CorruptArchive, CorruptIndex
+from loglake.archives.layout import (
+    MAX_FETCHED_ARCHIVE_BYTES,
+    MAX_INDEX_BYTES,
+    NS,
+    PIECE_LENGTH,
+    get_layout,
+)
 from loglake.archives.member_node import MemberNode, fetch_archives
 from loglake.archives.messages import ArchiveMetadata
 from loglake.archives.signing import community_id
@@ -31,18 +40,48 @@ KEY = PrivateKey(bytes.fromhex("55" * 32))
 CID = community_id(KEY)
 
 
-def seed_files(seeder: Seeder, base: Path, files: list[dict], contents: list[bytes]) -> str:
-    """Seed a torrent named ``CID`` with these info-dict ``files`` (``contents`` of the
-    regular ones, in order, written under ``base``); return its magnet."""
-    blob = b"".join(contents)
+def _piece_hashes(contents: list[bytes | int]) -> bytes:
+    """SHA-1 of every piece of the concatenated ``contents`` (an int: that many zero bytes,
+    whose whole pieces are hashed once)."""
     p = PIECE_LENGTH
-    pieces = b"".join(hashlib.sha1(blob[i : i + p]).digest() for i in range(0, len(blob), p))
+    zero = hashlib.sha1(bytes(p)).digest()
+    out, buf = [], b""
+    for c in contents:
+        if isinstance(c, int):
+            fill = min(c, -len(buf) % p)
+            buf, c = buf + bytes(fill), c - fill
+            if len(buf) == p:
+                out.append(hashlib.sha1(buf).digest())
+                buf = b""
+            out += [zero] * (c // p)
+            buf += bytes(c % p)
+        else:
+            buf += c
+            while len(buf) >= p:
+                out.append(hashlib.sha1(buf[:p]).digest())
+                buf = buf[p:]
+    if buf:
+        out.append(hashlib.sha1(buf).digest())
+    return b"".join(out)
+
+
+def seed_files(seeder: Seeder, base: Path, files: list[dict], contents: list[bytes | int]) -> str:
+    """Seed a torrent named ``CID`` with these info-dict ``files`` (``contents`` of the
+    regular ones, in order, written under ``base``; an int is that many zero bytes, written as
+    a sparse file); return its magnet."""
+    p = PIECE_LENGTH
+    pieces = _piece_hashes(contents)
     regular = iter(contents)
     for f in files:
         if "attr" not in f:
             path = base / CID / Path(*f["path"])
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(next(regular))
+            content = next(regular)
+            if isinstance(content, int):
+                with open(path, "wb") as out:
+                    out.truncate(content)
+            else:
+                path.write_bytes(content)
     info = bencode({"files": files, "name": CID, "piece length": p, "pieces": pieces})
     seeder.seed(b"d" + bencode("info") + info + b"e", base)
     return f"magnet:?xt=urn:btih:{hashlib.sha1(info).hexdigest()}&dn={CID}&x.pe={seeder.peer}"
@@ -130,6 +169,59 @@ def test_an_index_past_max_index_bytes_is_refused_before_it_is_downloaded(tmp_pa
     # and the bound holds for an index already on disk (``archives ls``)
     with pytest.raises(CorruptIndex, match="more than"):
         get_layout("status-go").decode_index(bytes(size))
+
+
+def test_an_archive_past_max_fetched_archive_bytes_is_refused_before_it_is_downloaded(
+    tmp_path, seeder
+):
+    # the member downloaded whatever size the index named (data is the seeder's choice: 128 MiB
+    # of zeros here), then read it whole into memory: a torrent naming 100 GB took the disk,
+    # then the memory. Refused on the index, with the default bound
+    layout = get_layout("spec")
+    p = PIECE_LENGTH
+    size = (MAX_FETCHED_ARCHIVE_BYTES // p + 1) * p
+    entry = layout.make_entry(ArchiveMetadata(START, START + WEEK, ()), 0, size, 0)
+    index = layout.encode_index([entry])
+    files = [{"length": size, "path": ["data"]}, {"length": len(index), "path": ["index"]}]
+    magnet = seed_files(seeder, tmp_path / "hostile", files, [size, index])
+    store = MessageStore()
+    before = store.snapshot()
+    seen: list[int] = []
+    with pytest.raises(ArchiveTooLarge, match=f"is {size} bytes .*more than the") as ei:
+        fetch_archives(
+            magnet, tmp_path / "m", store, layout, CID, timeout=10,
+            progress=lambda pr: seen.append(pr.bytes_downloaded),
+        )  # fmt: skip
+    assert isinstance(ei.value, CorruptIndex)  # the seeder's fault, not the member's config
+    assert store.snapshot() == before
+    assert max(seen) <= len(index)  # the index only
+    assert not (tmp_path / "m" / CID / "data").exists()
+
+
+def test_fetch_max_archive_bytes_is_an_option_of_the_cli(tmp_path, seeder):
+    # a member with less memory takes smaller archives: one line naming the archive and the
+    # option, the store unchanged; the default takes the same archive
+    control = one_week(tmp_path)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    [entry] = control.entries
+    store = tmp_path / "member.sqlite"
+    cli = [
+        sys.executable, "-m", "loglake.archives.cli", "fetch", "--magnet",
+        control.magnet((seeder.peer,)), "--root", str(tmp_path / "m"), "--store", str(store),
+        "--community", CID, "--timeout", "10", "--json",
+    ]  # fmt: skip
+    small = entry.size - 1
+    out = subprocess.run(
+        [*cli, "--max-archive-bytes", str(small)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1, out.stderr
+    err = " ".join(out.stderr.split())
+    assert f"Error: archive {entry.archive_id[:18]}… is {entry.size} bytes" in err, err
+    assert f"more than the {small} bytes this member takes (--max-archive-bytes)" in err
+    assert MessageStore(store).count() == 0
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["hydrated_messages"] == 50
 
 
 def test_a_fetch_that_stopped_after_the_index_is_retried_into_the_same_folder(tmp_path, seeder):

@@ -10,6 +10,7 @@ from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
 from loglake.node.api.archives import ArchivesHandle
 from loglake.node.config import load_config
 from tests.archives.helpers import START, fill_weeks
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,5 +40,26 @@ def test_configured_trackers_are_in_the_seeded_torrent_and_magnet(api_node, trac
         meta = (handle.folder / "control" / f"{handle.community}.torrent").read_bytes()
         tiers = lt.bdecode(meta).get(b"announce-list", [])
         assert [u.decode() for tier in tiers for u in tier] == want
+    finally:
+        handle.close()
+
+
+def test_the_member_refuses_an_archive_past_the_configured_max_archive_bytes(api_node):
+    # [archives] max_archive_bytes reaches the member loop's fetch: its error names the type
+    # (the seeder's fault) and the archive, and nothing is hydrated
+    section = {"enabled": True, "wait": 0.0, "check_every": 3600.0, "max_archive_bytes": 1000}
+    cfg = load_config(data={"archives": section}, env={})
+    fill_weeks(api_node.log, "community", get_layout("spec"), range(1), 10)
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        got = wait_until(
+            lambda: api_node.client.get("/api/archives").json()["errors"]["member"],
+            what="the member's failed fetch",
+        )
+        assert got.startswith("ArchiveTooLarge: archive 0x")
+        assert "is 102400 bytes (padding 0): more than the 1000 bytes" in got
+        member = api_node.client.get("/api/archives").json()["member"]
+        assert member is None or member["messages"] == 0  # None: no round has ended well yet
     finally:
         handle.close()

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from loglake.archives.errors import (
         ArchiveConfigError,
         ArchiveError,
+        ArchiveTooLarge,
         BadRecord,
         CorruptArchive,
         TorrentTimeout,
@@ -46,6 +47,7 @@ _FACE = {
     "ArchiveConfigError": "loglake.archives.errors",
     "ArchiveError": "loglake.archives.errors",
     "ArchiveMetadata": "loglake.archives.messages",
+    "ArchiveTooLarge": "loglake.archives.errors",
     "BadRecord": "loglake.archives.errors",
     "BuildOutcome": "loglake.archives.control",
     "ControlNode": "loglake.archives.control",
@@ -84,6 +86,7 @@ __all__ = [
     "ArchiveConfigError",
     "ArchiveError",
     "ArchiveMetadata",
+    "ArchiveTooLarge",
     "BadRecord",
     "BuildOutcome",
     "ControlNode",

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
-from loglake.archives.layout import NS, get_layout
+from loglake.archives.layout import MAX_FETCHED_ARCHIVE_BYTES, NS, get_layout
 from loglake.clitools import (
     CONTEXT_SETTINGS,
     HOST_PORT,
@@ -95,6 +95,15 @@ def _announce(trackers: tuple[str, ...], no_trackers: bool) -> tuple[str, ...] |
         raise ArchiveConfigError("give --tracker or --no-trackers, not both")
     return () if no_trackers else (check_trackers(trackers) if trackers else None)
 
+
+_max_archive_opt = click.option(
+    "--max-archive-bytes",
+    type=click.IntRange(min=1),
+    default=MAX_FETCHED_ARCHIVE_BYTES,
+    show_default=True,
+    help="Refuse a fetch whose index names a missing archive bigger than this, before "
+    "downloading it (an archive is read whole into memory).",
+)
 
 _layout_opt = click.option(
     "--layout",
@@ -280,6 +289,7 @@ def seed(
     "--since", type=TIME, help="Only archives overlapping [since, until): Unix s or ISO 8601."
 )
 @click.option("--until", type=TIME, help="End of that range (default: open).")
+@_max_archive_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 def fetch(
     magnet: str,
@@ -290,6 +300,7 @@ def fetch(
     timeout: float,
     since: int | None,
     until: int | None,
+    max_archive_bytes: int,
     as_json: bool,
 ) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
@@ -332,6 +343,7 @@ def fetch(
                 progress=progress,
                 since_ns=since,
                 until_ns=until,
+                max_archive_bytes=max_archive_bytes,
             )
         finally:
             store.close()
@@ -485,6 +497,7 @@ def run(
 @click.option(
     "--timeout", type=POSITIVE_SECONDS, default=20.0, show_default=True, help="Metadata wait, s."
 )
+@_max_archive_opt
 @click.option("--duration", type=SECONDS, help="Stop after this many seconds (default: never).")
 @click.option("--once", is_flag=True, help="Stop after the first fetch.")
 def follow(
@@ -498,6 +511,7 @@ def follow(
     wait: float,
     poll: float,
     timeout: float,
+    max_archive_bytes: int,
     duration: float | None,
     once: bool,
 ) -> None:
@@ -526,7 +540,7 @@ def follow(
                 else:
                     console.print(f"[yellow]ignored[/yellow]: {ev.reason}")
             try:
-                report = member.step(now, timeout=timeout)
+                report = member.step(now, timeout=timeout, max_archive_bytes=max_archive_bytes)
             except ArchiveError as e:  # no peer in time, a corrupt archive: try again later
                 console.print(f"[yellow]fetch failed[/yellow]: {e}; trying again in {wait:g} s")
                 report = None

@@ -13,6 +13,12 @@ class CorruptIndex(ArchiveError, DecodeError):
     """The ``index`` file does not decode, or an entry's key is not keccak-256 of its value."""
 
 
+class ArchiveTooLarge(CorruptIndex):
+    """The index names a missing archive larger than the member takes (``fetch_archives``'
+    ``max_archive_bytes``): refused before a byte of it is downloaded. A ``CorruptIndex``, as an
+    index over ``MAX_INDEX_BYTES`` is: the seeder's torrent, not the member's configuration."""
+
+
 class CorruptArchive(ArchiveError, DecodeError):
     """An archive region of ``data`` does not decode as the layout's ``WakuMessageArchive``."""
 

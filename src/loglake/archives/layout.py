@@ -67,6 +67,16 @@ just its disk. 32 MiB still holds 47,000 archives of 100 status-go topics each (
 entry, measured; at one a week, 900 years)."""
 MAX_ARCHIVE_SIZE = 30_000_000
 """status-go manager.go: ``maxArchiveSizeInBytes`` (status-go layout only)."""
+MAX_FETCHED_ARCHIVE_BYTES = 128 * 1024 * 1024
+"""The largest archive a member fetches by default (``fetch_archives``' ``max_archive_bytes``,
+``--max-archive-bytes``). Neither the spec nor status-go's member bounds it, and a member reads
+an archive whole into memory to verify and decode it (about 3 times its size at the peak): an
+index naming one archive of 100 GB, within a torrent's ``data``, took the member's disk and
+then its memory. status-go's builder caps an archive's payload + signatures at
+``MAX_ARCHIVE_SIZE``, so its archives of signed messages (65-byte ``sig``) stay below 81 MiB even
+of empty payloads (461,538 messages of 183 framed bytes with ``hash`` and ``thirdPartyId``); the
+spec layout has one archive a week, whatever its size: 128 MiB holds a week of about 400,000
+messages of 300 bytes. A busier community's member raises it."""
 
 STATUS_GO_TRACKERS = (
     "udp://tracker.opentrackr.org:1337/announce",

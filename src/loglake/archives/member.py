@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loglake.archives.errors import (
+    ArchiveTooLarge,
     BadMagnetMessage,
     CorruptArchive,
 )
@@ -125,6 +126,18 @@ def missing_archives(
         ),
         key=lambda e: (e.metadata.from_ns, e.offset),
     )
+
+
+def refuse_oversized(missing: list[IndexEntry], max_bytes: int) -> None:
+    """``ArchiveTooLarge`` for the first of the ``missing`` archives larger than ``max_bytes``:
+    checked on the index, before any archive is downloaded, and all of them, as any bad archive
+    fails the fetch whole (one hydrate transaction)."""
+    for e in missing:
+        if e.size > max_bytes:
+            raise ArchiveTooLarge(
+                f"archive {e.archive_id[:18]}… is {e.size} bytes (padding {e.padding}): more than "
+                f"the {max_bytes} bytes this member takes (--max-archive-bytes)"
+            )
 
 
 def unpack(layout: Layout, entry: IndexEntry, region: bytes) -> list[DecodedMessage]:

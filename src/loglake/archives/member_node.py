@@ -21,13 +21,20 @@ from typing import Any, BinaryIO
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
 from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
-from loglake.archives.layout import MAX_INDEX_BYTES, DecodedMessage, IndexEntry, Layout
+from loglake.archives.layout import (
+    MAX_FETCHED_ARCHIVE_BYTES,
+    MAX_INDEX_BYTES,
+    DecodedMessage,
+    IndexEntry,
+    Layout,
+)
 from loglake.archives.member import (
     MEMBER_WAIT_NS,
     Accepted,
     Ignored,
     MemberCore,
     missing_archives,
+    refuse_oversized,
     unpack,
 )
 from loglake.archives.store import MessageStore
@@ -57,9 +64,11 @@ def fetch_archives(
     peers: list[tuple[str, int]] | None = None,
     since_ns: int | None = None,
     until_ns: int | None = None,
+    max_archive_bytes: int = MAX_FETCHED_ARCHIVE_BYTES,
 ) -> FetchReport:
     """Resolve ``magnet``, fetch ``index`` then the missing archives' pieces (optionally only
-    those overlapping ``[since_ns, until_ns)``), hydrate."""
+    those overlapping ``[since_ns, until_ns)``), hydrate. A missing archive over
+    ``max_archive_bytes`` fails the fetch (``ArchiveTooLarge``) before any is downloaded."""
     fetcher = Fetcher(root)
     try:
         info = fetcher.metadata(magnet, timeout=timeout)
@@ -99,6 +108,7 @@ def fetch_archives(
             index = f.read(idx_size)
         entries = layout.decode_index(index, data_size)
         missing = missing_archives(entries, store.archive_ids(), since_ns, until_ns)
+        refuse_oversized(missing, max_archive_bytes)
         if on_index:
             on_index(entries, missing)
         wanted = sorted({p for e in missing for p in e.pieces})

@@ -13,8 +13,8 @@ retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, le
 seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
 enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
-check_every, wait, trackers; ``[sds]`` enabled, channel, participants, sync_interval; ``[jobs]``
-enabled. docs/node.md has the table with defaults.
+check_every, wait, trackers, max_archive_bytes; ``[sds]`` enabled, channel, participants,
+sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
@@ -351,6 +351,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("archives", "layout", _choice(*LAYOUTS), "spec", "Archive byte layout."),
     Option("archives", "check_every", _float(0.1), 60.0, "Control loop period, s."),
     Option("archives", "wait", _float(0.0), 20.0, "Member quiet period after a magnet, s."),
+    Option(
+        "archives",
+        "max_archive_bytes",
+        _int(1, 2**62),
+        None,
+        "The member refuses a fetch whose index names a missing archive bigger than this "
+        "(default: 128 MiB, loglake.archives' MAX_FETCHED_ARCHIVE_BYTES).",
+    ),
     Option(
         "archives",
         "trackers",

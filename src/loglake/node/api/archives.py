@@ -139,6 +139,11 @@ class ArchivesHandle:
         alone): only its holder ingests, builds, publishes magnets and prunes."""
         self.fence.guard(section.channel)
         self.wait_ns = int(section.wait * NS)
+        self.fetch_limits = {
+            k: v
+            for k, v in (("max_archive_bytes", section.max_archive_bytes),)
+            if v is not None  # unset: fetch_archives' defaults
+        }
         self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
         self.control_snapshot: dict[str, Any] | None = None
         self.member_snapshot: dict[str, Any] | None = None
@@ -274,7 +279,7 @@ class ArchivesHandle:
         now = time.time_ns()
         with contextlib.suppress(UnknownStream):  # the control node has not published yet
             m.poll(self.streams, self.channel, now)
-        report = m.step(now, timeout=FETCH_TIMEOUT_S)
+        report = m.step(now, timeout=FETCH_TIMEOUT_S, **self.fetch_limits)
         if report is not None:
             self._fetches.append(
                 {
