@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from coincurve import PrivateKey
@@ -90,6 +91,21 @@ def test_magnet_to_a_missing_torrent_times_out_and_store_is_unchanged(tmp_path):
     with pytest.raises(TorrentTimeout, match="no peer gave the torrent's metadata"):
         fetch_archives(magnet, tmp_path, store, get_layout("spec"), CID, timeout=1.0)
     assert store.snapshot() == before
+
+
+def test_fetch_deadline_bounds_the_whole_fetch_from_the_cli(tmp_path):
+    # without a peer, `fetch` waited for the metadata twice (20 s, one retry): 40 s
+    magnet = "magnet:?xt=urn:btih:" + "ee" * 20 + f"&dn={CID}&x.pe=127.0.0.1:9"
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "loglake.archives.cli", "fetch", "--magnet", magnet,
+         "--root", str(tmp_path / "m"), "--deadline", "1.5", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    err = " ".join(out.stderr.split())
+    assert "Error: the fetch's deadline of 1.5 s passed before a peer gave the torrent's" in err
+    assert time.monotonic() - t0 < 8  # the interpreter and libtorrent start, then 1.5 s
 
 
 def _seed_custom(tmp_path, seeder, data: bytes, index: bytes) -> str:

@@ -16,7 +16,13 @@ from coincurve import PrivateKey
 
 from loglake.archives.bt import Seeder
 from loglake.archives.control import ControlNode
-from loglake.archives.errors import ArchiveError, ArchiveTooLarge, CorruptArchive, CorruptIndex
+from loglake.archives.errors import (
+    ArchiveError,
+    ArchiveTooLarge,
+    CorruptArchive,
+    CorruptIndex,
+    TorrentTimeout,
+)
 from loglake.archives.layout import (
     MAX_FETCHED_ARCHIVE_BYTES,
     MAX_INDEX_BYTES,
@@ -247,6 +253,40 @@ def test_a_fetch_that_stopped_after_the_index_is_retried_into_the_same_folder(tm
     report = fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
     assert report.hydrated_messages == 50 and store.count() == 50
     assert time.monotonic() - t0 < 10
+
+
+def test_a_seeder_that_trickles_is_cut_off_by_the_fetch_deadline(tmp_path, seeder):
+    # each archive had its own 120 s (and 30 s without a piece): a seeder sending 3 pieces a
+    # second held this fetch of 3 archives 7 s, one sending a piece every 29 s held N archives
+    # N x 120 s. The deadline bounds the whole fetch; the pieces it got are kept for the retry
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(3), 60, size=2000)
+    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
+    control.ingest_streams(LocalStreams(log), "community")
+    control.build(START + 3 * WEEK)
+    p = PIECE_LENGTH
+    data = control.data_path.read_bytes()
+    assert len(data) == 6 * p
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    assert seeder.handle is not None
+    seeder.handle.set_upload_limit(3 * p)  # bytes a second
+    magnet = control.magnet((seeder.peer,))
+    store = MessageStore()
+    before = store.snapshot()
+    t0 = time.monotonic()
+    with pytest.raises(TorrentTimeout, match="the fetch's deadline of 4 s passed: fetched"):
+        fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10, deadline=4)
+    assert time.monotonic() - t0 < 5.5
+    assert store.snapshot() == before
+    got = (tmp_path / "m" / CID / "data").read_bytes()
+    kept = sum(got[i : i + p] == data[i : i + p] for i in range(0, len(data), p))
+    assert kept < 6  # (2 in every run seen: the first archive's)
+    seeder.handle.set_upload_limit(0)  # no limit: the retry takes what is missing
+    report = fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
+    assert report.hydrated_messages == 180 and store.count() == 180
+    index = (tmp_path / "control" / CID / "index").stat().st_size
+    assert report.bytes_downloaded <= len(data) - kept * p + index
 
 
 def test_a_fetch_holds_one_archive_in_memory_not_every_one_it_fetched(tmp_path, seeder):

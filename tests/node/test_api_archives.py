@@ -63,3 +63,26 @@ def test_the_member_refuses_an_archive_past_the_configured_max_archive_bytes(api
         assert member is None or member["messages"] == 0  # None: no round has ended well yet
     finally:
         handle.close()
+
+
+def test_the_member_fetch_is_bounded_by_the_configured_fetch_deadline(api_node):
+    # [archives] fetch_deadline reaches the member loop: a signed link nobody seeds failed
+    # after 2 x 20 s of waiting for its metadata, the member loop stuck in it
+    from loglake.archives.signing import encode_magnet_message
+
+    section = {"enabled": True, "control": False, "wait": 0.0, "fetch_deadline": 0.5}
+    cfg = load_config(data={"archives": section}, env={})
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        magnet = f"magnet:?xt=urn:btih:{'ee' * 20}&dn={handle.community}&x.pe=127.0.0.1:9"
+        api_node.log.create_stream(handle.channel)
+        api_node.log.append(handle.channel, encode_magnet_message(1, magnet, handle.key))
+        got = wait_until(
+            lambda: api_node.client.get("/api/archives").json()["errors"]["member"],
+            timeout=10,
+            what="the member's failed fetch",
+        )
+        assert got.startswith("TorrentTimeout: the fetch's deadline of 0.5 s passed before"), got
+    finally:
+        handle.close()

@@ -151,8 +151,13 @@ ProgressFn = Callable[[Progress], None]
 class Fetcher:
     """Downloads chosen pieces of a magnet's torrent into ``save_path/<name>/{data,index}``."""
 
-    def __init__(self, save_path: str | Path, port: int = 0) -> None:
+    def __init__(self, save_path: str | Path, port: int = 0, deadline: float | None = None) -> None:
+        """``deadline``: seconds, from now, that this fetcher's waits on peers together may
+        take (metadata, pieces), each wait's own timeout still applying; None: no overall
+        bound."""
         self.save_path = Path(save_path)
+        self.deadline = deadline
+        self._end = None if deadline is None else time.monotonic() + deadline
         self.session = session(port)
         self.handle: lt.torrent_handle | None = None
         self.info: lt.torrent_info | None = None
@@ -160,6 +165,14 @@ class Fetcher:
         self.magnet_peers: list[tuple[str, int]] = []
         self.trackers: list[str] = []
         self._peers: list[tuple[str, int]] = []
+
+    def _until(self, timeout: float) -> float:
+        """When a wait of ``timeout`` seconds starting now ends: at the deadline if sooner."""
+        end = time.monotonic() + timeout
+        return end if self._end is None else min(end, self._end)
+
+    def _overdue(self) -> bool:
+        return self._end is not None and time.monotonic() >= self._end
 
     def _info(self) -> lt.torrent_info:
         if self.info is None:
@@ -192,7 +205,7 @@ class Fetcher:
                     # a magnet libtorrent parses but will not add: an all-zero info-hash
                     # (``btih:0000…``, or 32 ``A``s in base32) was a bare RuntimeError
                     raise ArchiveConfigError(f"bad magnet link: {e}") from e
-                deadline = time.monotonic() + timeout
+                deadline = self._until(timeout)
                 while time.monotonic() < deadline:
                     if h.status().has_metadata:
                         ti = h.torrent_file()
@@ -202,6 +215,11 @@ class Fetcher:
                         return self.info
                     time.sleep(0.05)
                 self.session.remove_torrent(h)
+                if self._overdue():
+                    raise TorrentTimeout(
+                        f"the fetch's deadline of {self.deadline:g} s passed before a peer gave "
+                        f"the torrent's metadata; is the control node seeding {magnet[:60]}…?"
+                    )
             raise TorrentTimeout(
                 f"no peer gave the torrent's metadata within {timeout:g} s "
                 f"({retries + 1} attempt(s)); is the control node seeding {magnet[:60]}…?"
@@ -260,7 +278,7 @@ class Fetcher:
         expected = h.status().total_payload_download + fetch
         for i in want:
             h.piece_priority(i, 7 if i == want[-1] else 4)
-        deadline = time.monotonic() + timeout
+        deadline = self._until(timeout)
         last_change, last_done = time.monotonic(), -1
         while True:
             st = h.status()
@@ -277,6 +295,11 @@ class Fetcher:
             if st.num_peers == 0 and self._peers:
                 for p in self._peers:
                     h.connect_peer(p)
+            if now > deadline and self._overdue():
+                raise TorrentTimeout(
+                    f"the fetch's deadline of {self.deadline:g} s passed: fetched {done}/"
+                    f"{len(want)} pieces of this request ({st.num_peers} peers)"
+                )
             if now > deadline or now - last_change > stall_timeout:
                 raise TorrentTimeout(
                     f"fetched {done}/{len(want)} pieces, then no progress for "
@@ -307,7 +330,7 @@ class Fetcher:
         h = self._handle()
         self.session.pop_alerts()  # drain, so a full alert queue cannot drop the one we want
         h.flush_cache()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout  # local work: not cut by the fetch's deadline
         while time.monotonic() < deadline:
             self.session.wait_for_alert(100)
             for a in self.session.pop_alerts():

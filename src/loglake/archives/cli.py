@@ -21,6 +21,7 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import MAX_FETCHED_ARCHIVE_BYTES, NS, get_layout
+from loglake.archives.member import FETCH_DEADLINE_S
 from loglake.clitools import (
     CONTEXT_SETTINGS,
     HOST_PORT,
@@ -103,6 +104,16 @@ _max_archive_opt = click.option(
     show_default=True,
     help="Refuse a fetch whose index names a missing archive bigger than this, before "
     "downloading it (an archive is read whole into memory).",
+)
+
+_deadline_opt = click.option(
+    "--deadline",
+    "fetch_deadline",
+    type=POSITIVE_SECONDS,
+    default=FETCH_DEADLINE_S,
+    show_default=True,
+    help="Seconds a fetch may wait on peers in all (metadata, index, every archive); the "
+    "pieces it got are kept for the next one.",
 )
 
 _layout_opt = click.option(
@@ -290,6 +301,7 @@ def seed(
 )
 @click.option("--until", type=TIME, help="End of that range (default: open).")
 @_max_archive_opt
+@_deadline_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 def fetch(
     magnet: str,
@@ -301,6 +313,7 @@ def fetch(
     since: int | None,
     until: int | None,
     max_archive_bytes: int,
+    fetch_deadline: float,
     as_json: bool,
 ) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
@@ -344,6 +357,7 @@ def fetch(
                 since_ns=since,
                 until_ns=until,
                 max_archive_bytes=max_archive_bytes,
+                deadline=fetch_deadline,
             )
         finally:
             store.close()
@@ -498,6 +512,7 @@ def run(
     "--timeout", type=POSITIVE_SECONDS, default=20.0, show_default=True, help="Metadata wait, s."
 )
 @_max_archive_opt
+@_deadline_opt
 @click.option("--duration", type=SECONDS, help="Stop after this many seconds (default: never).")
 @click.option("--once", is_flag=True, help="Stop after the first fetch.")
 def follow(
@@ -512,6 +527,7 @@ def follow(
     poll: float,
     timeout: float,
     max_archive_bytes: int,
+    fetch_deadline: float,
     duration: float | None,
     once: bool,
 ) -> None:
@@ -540,7 +556,12 @@ def follow(
                 else:
                     console.print(f"[yellow]ignored[/yellow]: {ev.reason}")
             try:
-                report = member.step(now, timeout=timeout, max_archive_bytes=max_archive_bytes)
+                report = member.step(
+                    now,
+                    timeout=timeout,
+                    max_archive_bytes=max_archive_bytes,
+                    deadline=fetch_deadline,
+                )
             except ArchiveError as e:  # no peer in time, a corrupt archive: try again later
                 console.print(f"[yellow]fetch failed[/yellow]: {e}; trying again in {wait:g} s")
                 report = None

@@ -34,6 +34,14 @@ MEMBER_WAIT_NS = 20 * NS
 """Spec "Downloading message archives": members MUST wait 20 seconds after the last
 CommunityMessageArchive before fetching the index."""
 
+FETCH_DEADLINE_S = 600.0
+"""How long a whole fetch may wait on the network (metadata, index, every archive), by default.
+status-go bounds only the metadata (20 s) and cancels a download when asked; here each archive
+had 120 s, and 30 s without a piece, so a seeder that trickles a piece every 29 s held a member
+N x 120 s for N archives (its loop stuck in that fetch). Ten minutes move gigabytes on a LAN;
+a fetch cut short keeps the pieces it got, and the next one (the member's retry) starts from
+them."""
+
 
 @dataclass(frozen=True, slots=True)
 class Accepted:

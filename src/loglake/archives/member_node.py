@@ -29,6 +29,7 @@ from loglake.archives.layout import (
     Layout,
 )
 from loglake.archives.member import (
+    FETCH_DEADLINE_S,
     MEMBER_WAIT_NS,
     Accepted,
     Ignored,
@@ -65,11 +66,15 @@ def fetch_archives(
     since_ns: int | None = None,
     until_ns: int | None = None,
     max_archive_bytes: int = MAX_FETCHED_ARCHIVE_BYTES,
+    deadline: float | None = FETCH_DEADLINE_S,
 ) -> FetchReport:
     """Resolve ``magnet``, fetch ``index`` then the missing archives' pieces (optionally only
     those overlapping ``[since_ns, until_ns)``), hydrate. A missing archive over
-    ``max_archive_bytes`` fails the fetch (``ArchiveTooLarge``) before any is downloaded."""
-    fetcher = Fetcher(root)
+    ``max_archive_bytes`` fails the fetch (``ArchiveTooLarge``) before any is downloaded.
+    ``deadline``: seconds the fetch may wait on the network in all (``TorrentTimeout`` once
+    they pass; ``timeout`` still bounds the metadata, each archive its own 120 s); None: no
+    overall bound. Hydrating what arrived is local work, after it."""
+    fetcher = Fetcher(root, deadline=deadline)
     try:
         info = fetcher.metadata(magnet, timeout=timeout)
         name = info.name()

@@ -13,8 +13,8 @@ retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, le
 seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
 enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
-check_every, wait, trackers, max_archive_bytes; ``[sds]`` enabled, channel, participants,
-sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
+check_every, wait, trackers, max_archive_bytes, fetch_deadline; ``[sds]`` enabled, channel,
+participants, sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
 """
 
 from __future__ import annotations
@@ -358,6 +358,14 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "The member refuses a fetch whose index names a missing archive bigger than this "
         "(default: 128 MiB, loglake.archives' MAX_FETCHED_ARCHIVE_BYTES).",
+    ),
+    Option(
+        "archives",
+        "fetch_deadline",
+        _float(0.1),
+        None,
+        "Seconds a member's fetch may wait on peers in all (metadata, index, every archive) "
+        "before it fails and is retried after the quiet period (default: 600).",
     ),
     Option(
         "archives",

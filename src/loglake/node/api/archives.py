@@ -141,7 +141,10 @@ class ArchivesHandle:
         self.wait_ns = int(section.wait * NS)
         self.fetch_limits = {
             k: v
-            for k, v in (("max_archive_bytes", section.max_archive_bytes),)
+            for k, v in (
+                ("max_archive_bytes", section.max_archive_bytes),
+                ("deadline", section.fetch_deadline),
+            )
             if v is not None  # unset: fetch_archives' defaults
         }
         self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
