@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from coincurve import PrivateKey
 
-from loglake.archives.bt import Seeder
+from loglake.archives.bt import Fetcher, Seeder
 from loglake.archives.control import ControlNode
 from loglake.archives.errors import (
     ArchiveError,
@@ -154,6 +154,23 @@ def test_a_torrent_not_made_of_data_then_index_is_refused_before_a_byte_is_writt
         control.magnet((seeder.peer,)), tmp_path / "m", store, get_layout("spec"), CID, timeout=10
     )
     assert report.hydrated_messages == 50 and store.count() == 50
+
+
+def test_a_torrent_without_the_file_asked_for_is_the_seeders_fault(tmp_path, seeder):
+    # Fetcher.file_range raised ArchiveConfigError (the caller's configuration) for a torrent
+    # the seeder made without an index
+    data = bytes(PIECE_LENGTH)
+    magnet = seed_files(
+        seeder, tmp_path / "hostile", [{"length": len(data), "path": ["data"]}], [data]
+    )
+    fetcher = Fetcher(tmp_path / "m")
+    try:
+        fetcher.metadata(magnet, timeout=10)
+        assert fetcher.file_range("data") == (0, PIECE_LENGTH)
+        with pytest.raises(CorruptIndex, match="torrent has no 'index' file"):
+            fetcher.file_range("index")
+    finally:
+        fetcher.close()
 
 
 def test_an_index_past_max_index_bytes_is_refused_before_it_is_downloaded(tmp_path, seeder):

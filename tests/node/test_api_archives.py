@@ -86,3 +86,29 @@ def test_the_member_fetch_is_bounded_by_the_configured_fetch_deadline(api_node):
         assert got.startswith("TorrentTimeout: the fetch's deadline of 0.5 s passed before"), got
     finally:
         handle.close()
+
+
+def test_a_signed_link_libtorrent_refuses_is_the_control_nodes_fault(api_node):
+    # the member loop showed "ArchiveConfigError: bad magnet link: …", a configuration error of
+    # this node, for a link the control node signed and published
+    from loglake.archives.signing import encode_magnet_message
+
+    section = {"enabled": True, "control": False, "wait": 0.0}
+    cfg = load_config(data={"archives": section}, env={})
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        magnet = f"magnet:?xt=urn:btih:{'0' * 40}&dn={handle.community}"  # all-zero info-hash
+        api_node.log.create_stream(handle.channel)
+        api_node.log.append(handle.channel, encode_magnet_message(1, magnet, handle.key))
+        got = wait_until(
+            lambda: api_node.client.get("/api/archives").json()["errors"]["member"],
+            timeout=10,
+            what="the member's failed fetch",
+        )
+        assert got.startswith(
+            "BadMagnetMessage: the control node's signed magnet link is not one libtorrent "
+            "takes: bad magnet link: missing info-hash"
+        ), got
+    finally:
+        handle.close()

@@ -25,7 +25,13 @@ from pathlib import Path
 
 import libtorrent as lt
 
-from loglake.archives.errors import ArchiveConfigError, CorruptTorrent, TorrentTimeout
+from loglake.archives.errors import (
+    ArchiveConfigError,
+    BadMagnetLink,
+    CorruptIndex,
+    CorruptTorrent,
+    TorrentTimeout,
+)
 
 METADATA_TIMEOUT_S = 20.0
 """status-go manager_archive.go ``DownloadHistoryArchivesByMagnetlink``: ``time.After(20 *
@@ -191,7 +197,7 @@ class Fetcher:
         try:
             atp = lt.parse_magnet_uri(magnet)
         except RuntimeError as e:
-            raise ArchiveConfigError(f"bad magnet link: {e}") from e
+            raise BadMagnetLink(f"bad magnet link: {e}") from e
         self.magnet_peers = [(str(host), int(port)) for host, port in atp.peers]
         self.trackers = list(atp.trackers)
         tmp = tempfile.mkdtemp(prefix="loglake-meta-")
@@ -204,7 +210,7 @@ class Fetcher:
                 except RuntimeError as e:
                     # a magnet libtorrent parses but will not add: an all-zero info-hash
                     # (``btih:0000…``, or 32 ``A``s in base32) was a bare RuntimeError
-                    raise ArchiveConfigError(f"bad magnet link: {e}") from e
+                    raise BadMagnetLink(f"bad magnet link: {e}") from e
                 deadline = self._until(timeout)
                 while time.monotonic() < deadline:
                     if h.status().has_metadata:
@@ -257,7 +263,8 @@ class Fetcher:
         for i in range(fs.num_files()):
             if Path(fs.file_path(i)).name == name:
                 return fs.file_offset(i), fs.file_size(i)
-        raise ArchiveConfigError(f"torrent has no {name!r} file (malformed archive torrent)")
+        # the torrent is the seeder's: its fault, not the caller's configuration
+        raise CorruptIndex(f"torrent has no {name!r} file (malformed archive torrent)")
 
     def pieces_of(self, offset: int, size: int) -> range:
         p = self._info().piece_length()

@@ -63,3 +63,9 @@ class TorrentTimeout(ArchiveError, RemoteProtocolError):
 
 class ArchiveConfigError(ArchiveError, LocalProtocolError):
     """The caller asked for something impossible (unknown layout, bad key, no archives)."""
+
+
+class BadMagnetLink(ArchiveConfigError):
+    """A magnet link libtorrent does not take (unparsable, an all-zero info-hash): the caller's
+    when it gave the link (``archives fetch --magnet``); a link from the special channel is the
+    control node's, and ``MemberNode`` raises ``BadMagnetMessage`` for it instead."""

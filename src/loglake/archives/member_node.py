@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from loglake.archives.bt import METADATA_TIMEOUT_S, Fetcher, ProgressFn
-from loglake.archives.errors import ArchiveError, CorruptArchive, CorruptIndex
+from loglake.archives.errors import (
+    ArchiveError,
+    BadMagnetLink,
+    BadMagnetMessage,
+    CorruptArchive,
+    CorruptIndex,
+)
 from loglake.archives.layout import (
     MAX_FETCHED_ARCHIVE_BYTES,
     MAX_INDEX_BYTES,
@@ -218,9 +224,16 @@ class MemberNode:
         if magnet is None:
             return None
         try:
-            report = fetch_archives(
-                magnet, self.root, self.store, self.layout, self.core.community_id, **kw
-            )
+            try:
+                report = fetch_archives(
+                    magnet, self.root, self.store, self.layout, self.core.community_id, **kw
+                )
+            except BadMagnetLink as e:
+                # the link came signed from the control node: its fault, not this member's
+                # configuration (an ArchiveConfigError, which the node showed as such)
+                raise BadMagnetMessage(
+                    f"the control node's signed magnet link is not one libtorrent takes: {e}"
+                ) from e
         except ArchiveError:
             self.core.postpone(now_ns)
             self.store.set_metas(self._state())
