@@ -105,6 +105,7 @@ from loglake.events.orchestrator_state import (
     Quotas,
     Replay,
     Subscription,
+    _count,
     _generic,
     _principals,
 )
@@ -166,6 +167,9 @@ class Orchestrator(ReplayScheduling, Role):
         self.subscription_counts: dict[bytes, int] = {}
         """Subscriber principal bytes → subscriptions held, so that the quota
         (``Quotas.max_subscriptions_per_subscriber``) is checked without a scan."""
+        self.publication_counts: dict[bytes, int] = {}
+        """Publisher principal bytes → publications held, for
+        ``Quotas.max_publications_per_publisher``."""
         self.replays: dict[int, Replay] = {}
         self._requests: dict[bytes, deque[int]] = {}
         self._next_pub = self._next_sub = self._next_replay = 1
@@ -240,6 +244,9 @@ class Orchestrator(ReplayScheduling, Role):
     def _register_publication(self, caller: Principal, r: Registration, now: int) -> Ok | Err:
         if caller == ANONYMOUS:
             return Err("Unauthorized")
+        q = self.quotas
+        if not self._rate_ok(caller, now):  # each one is kept, journalled and announced twice
+            return _generic(E_RATE, f"more than {q.max_requests_per_window} requests a window")
         if sysmsg.is_system(r.namespace):
             return Err("ImproperConfig", "icrc72:/icrc77: namespaces are reserved for the system")
         try:
@@ -258,6 +265,11 @@ class Orchestrator(ReplayScheduling, Role):
         if existing is not None and existing.publisher != caller:
             return Err("UnauthorizedPublisher", {"namespace": r.namespace})
         if existing is None:
+            if self.publication_counts.get(caller.bytes, 0) >= q.max_publications_per_publisher:
+                return _generic(
+                    E_QUOTA, f"at most {q.max_publications_per_publisher} publications a publisher"
+                )
+            _count(self.publication_counts, caller)
             bc = self.broadcasters[len(self.publications) % len(self.broadcasters)]
             pub = Publication(self._next_pub, r.namespace, caller, bc, r.config)
             self._next_pub += 1
@@ -365,13 +377,12 @@ class Orchestrator(ReplayScheduling, Role):
         key = (r.namespace, caller.bytes)
         sub = self.subscriptions.get(key)
         if sub is None:
-            held = self.subscription_counts.get(caller.bytes, 0)
-            if held >= q.max_subscriptions_per_subscriber:
+            if self.subscription_counts.get(caller.bytes, 0) >= q.max_subscriptions_per_subscriber:
                 return _generic(
                     E_QUOTA,
                     f"at most {q.max_subscriptions_per_subscriber} subscriptions a subscriber",
                 )
-            self.subscription_counts[caller.bytes] = held + 1
+            _count(self.subscription_counts, caller)
             sub = Subscription(self._next_sub, r.namespace, caller, r.config)
             self._next_sub += 1
         else:

@@ -61,6 +61,9 @@ class Quotas:
     max_subscriptions_per_subscriber: int = 1000
     """Subscriptions one principal may hold (a namespace need not exist to be subscribed to:
     without a bound one caller made tens of thousands a second, each kept and journalled)."""
+    max_publications_per_publisher: int = 1000
+    """Publications one principal may hold (any caller may claim a namespace nobody has: without
+    a bound one caller made ~1,000 a second, each kept, journalled and announced twice)."""
     max_requests_per_window: int = 100
     window_ns: int = 60 * 1_000_000_000
 
@@ -139,6 +142,11 @@ def _generic(code: int, message: str) -> Err:
     return Err("GenericError", {"error_code": code, "message": message})
 
 
+def _count(counts: dict[bytes, int], who: Principal) -> None:
+    """One more held by ``who``: the counts the per-principal quotas are checked against."""
+    counts[who.bytes] = counts.get(who.bytes, 0) + 1
+
+
 def _principals(v: Value | None, key: str) -> set[bytes]:
     if v is None:
         return set()
@@ -163,6 +171,7 @@ class OrchestratorState:
     publications: dict[str, Publication]
     subscriptions: dict[tuple[str, bytes], Subscription]
     subscription_counts: dict[bytes, int]
+    publication_counts: dict[bytes, int]
     replays: dict[int, Replay]
     _next_pub: int
     _next_sub: int
@@ -201,6 +210,8 @@ class OrchestratorState:
             old = self.publications.get(pub.namespace)
             if old is not None:
                 pub.head = old.head
+            else:
+                _count(self.publication_counts, pub.publisher)
             self.configure_publication(pub)
             self.publications[pub.namespace] = pub
             self._next_pub = max(self._next_pub, pub.id + 1)
@@ -208,8 +219,7 @@ class OrchestratorState:
             s = Subscription(op["id"], op["ns"], Principal(op["sub"]), icrc16.decode_map(op["cfg"]))
             key = (s.namespace, s.subscriber.bytes)
             if key not in self.subscriptions:
-                n = self.subscription_counts.get(key[1], 0)
-                self.subscription_counts[key[1]] = n + 1
+                _count(self.subscription_counts, s.subscriber)
             self.subscriptions[key] = s
             self._next_sub = max(self._next_sub, s.id + 1)
         elif kind == "head":

@@ -70,6 +70,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
 )
 from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
+from loglake.events.orchestrator_state import E_RATE
 from loglake.events.resend import Resender
 from loglake.events.role import Role
 from loglake.streams.api import StreamMessage
@@ -278,6 +279,17 @@ REGISTER_RETRY_MAX_NS = 30_000_000_000
 """A registration the orchestrator did not answer is sent again after 0.5 s, doubling to 30 s."""
 
 
+def _rate_refusal(result: Any) -> bool:
+    """The orchestrator's answer to a caller over its request rate (``GenericError`` 2): not a
+    refusal of the registration, which may be sent again once the window has moved on."""
+    return (
+        isinstance(result, Err)
+        and result.tag == "GenericError"
+        and isinstance(result.payload, dict)
+        and result.payload.get("error_code") == E_RATE
+    )
+
+
 @dataclass
 class RegistrationState:
     """One namespace's registration: ``pending`` (a call in flight), ``retrying`` (the last
@@ -353,12 +365,14 @@ class Publisher(Role):
 
     def _registered(self, namespace: str, reply: Any, now: int) -> None:
         st = self.registrations.get(namespace)
-        if isinstance(reply, BaseException):  # not answered: try again later
+        result = reply[0] if isinstance(reply, list) and reply else None
+        if isinstance(reply, BaseException) or _rate_refusal(result):
+            # not answered, or told to slow down (the request rate): try again later
             if st is not None:
                 delay = min(REGISTER_RETRY_MAX_NS, REGISTER_RETRY_FIRST_NS << (st.attempts - 1))
-                st.state, st.retry_at, st.last_error = "retrying", now + delay, str(reply)
+                why = reply if isinstance(reply, BaseException) else result
+                st.state, st.retry_at, st.last_error = "retrying", now + delay, str(why)
             return
-        result = reply[0] if isinstance(reply, list) and reply else None
         if isinstance(result, Ok):
             self.publication_ids[namespace] = result.value
             self._head_polled.pop(namespace, None)  # read the head at the next pump
