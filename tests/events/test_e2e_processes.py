@@ -27,7 +27,7 @@ from loglake.events.messages import (
 )
 from loglake.wire.icrc16 import map_get
 from tests.events.cluster import Cluster
-from tests.events.wait import gather, wait_until
+from tests.events.wait import STATUS_POLL_S, gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 10_000
@@ -91,7 +91,7 @@ def wait_final(c: Cluster, rid: int, timeout: float = 25.0) -> list[ReplayState]
         return st.status.final
 
     try:
-        wait_until(final, timeout, what=f"replay {rid} final")
+        wait_until(final, timeout, what=f"replay {rid} final", interval=STATUS_POLL_S)
     except AssertionError:
         raise AssertionError(f"replay {rid} still {seen} after {timeout}s\n{c.logs()}") from None
     return seen
@@ -165,7 +165,11 @@ def test_status_pending_running_then_cancel_mid_way(cluster):
             assert isinstance(r, Ok), r
             rid = r.value
             assert status_of(cluster, rid) == ReplayState("pending")
-        wait_until(lambda: status_of(cluster, rid).tag == "running", what=f"replay {rid} running")
+        wait_until(
+            lambda: status_of(cluster, rid).tag == "running",
+            what=f"replay {rid} running",
+            interval=STATUS_POLL_S,
+        )
         # sent reports run up to the window, then the publisher only gets Busy
         time.sleep(0.5)  # not a wait for state: the replay cannot end while nothing is confirmed
         assert status_of(cluster, rid).tag == "running"
@@ -242,6 +246,9 @@ def test_cli_replay_shows_progress_until_completed_and_lists_replays(cluster):
     assert r.exit_code == 0 and "completed(100)" in r.output
     r = run(command, ["replay-status", *base, str(rid)])
     assert r.exit_code == 0 and '"status": "completed(100)"' in r.output
+    for missing in (0, rid + 10**6, 2**70):  # one call each (none past a cursor's 64 bits)
+        r = run(command, ["replay-status", *base, str(missing)])
+        assert r.exit_code == 1 and f"no replay {missing} visible" in r.output, r.output
     r = run(command, ["cancel", *base, str(rid)])
     assert r.exit_code == 0 and "CannotCancel" in r.output
     r = run(command, ["replay", *base, "no.such.ns", "--from", "0"])

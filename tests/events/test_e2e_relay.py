@@ -11,7 +11,7 @@ from loglake.events.client import CallRejected
 from loglake.events.messages import H_REPLAY_ID, GetReplays, Ok, Registration, ReplayRegistration
 from loglake.wire.icrc16 import map_get
 from tests.events.cluster import Cluster
-from tests.events.wait import gather, wait_until
+from tests.events.wait import STATUS_POLL_S, gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 2_000
@@ -59,6 +59,7 @@ def test_replay_through_a_relay_broadcaster(tmp_path):
             10,
             what="the replay final",
             retry_on=(StopIteration,),
+            interval=STATUS_POLL_S,
         )
         assert (st.status.tag, st.status.value) == ("completed", N)
     finally:

@@ -9,7 +9,7 @@ import pytest
 from loglake.events.client import CallRejected
 from loglake.events.messages import GetReplays, Ok, Registration, ReplayRegistration
 from tests.events.cluster import Cluster
-from tests.events.wait import gather, wait_until
+from tests.events.wait import STATUS_POLL_S, gather, wait_until
 
 pytestmark = pytest.mark.slow
 N = 3_000
@@ -57,7 +57,11 @@ def test_orchestrator_restart_mid_replay(tmp_path):
         [r] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")])
         assert isinstance(r, Ok), r
         rid = r.value
-        wait_until(lambda: _status(sub, rid).status.tag == "running", what="replay running")
+        wait_until(
+            lambda: _status(sub, rid).status.tag == "running",
+            what="replay running",
+            interval=STATUS_POLL_S,
+        )
         with c.paused("subscriber"):
             c.stop("orchestrator")
             c.start_one("orchestrator")
@@ -66,7 +70,9 @@ def test_orchestrator_restart_mid_replay(tmp_path):
             assert st.status.tag == "running", st
         inbox = c.client("subscriber")
         fetch = lambda: inbox.call("loglake_inbox", 100_000)  # noqa: E731
-        st = wait_until(lambda: _final(sub, rid), 60, fail=False) or _status(sub, rid)
+        st = wait_until(
+            lambda: _final(sub, rid), 60, fail=False, interval=STATUS_POLL_S
+        ) or _status(sub, rid)
         assert (st.status.tag, st.status.value) == ("completed", N), c.logs()
         got = gather(fetch, lambda g: len(g) >= N, 10)
         assert [n.event_id for n in got] == list(range(N))

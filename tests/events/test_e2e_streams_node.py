@@ -26,7 +26,7 @@ from loglake.events.ledger import ledger_stream
 from loglake.streams import StreamClient
 from loglake.wire.icrc16 import map_get
 from tests.events.cluster import Cluster
-from tests.events.wait import gather, wait_until
+from tests.events.wait import STATUS_POLL_S, gather, wait_until
 from tests.procs import free_port, process
 
 pytestmark = pytest.mark.slow
@@ -67,14 +67,18 @@ def test_roles_publish_subscribe_and_replay_through_a_loglake_serve_node(tmp_pat
 
             # replay: a closed range and an open-ended one, each event once with the headers
             [r1] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 100, 600)])
-            st = wait_until(lambda: _final(sub, r1.value), 30, what="replay 1 final")
+            st = wait_until(
+                lambda: _final(sub, r1.value), 30, what="replay 1 final", interval=STATUS_POLL_S
+            )
             assert st.status == ReplayState("completed", 500)
             notes = gather(fetch, lambda g: len(g) >= 500, 20)
             assert [n.event_id for n in notes] == list(range(100, 600))
             assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r1.value} for n in notes)
             assert notes[0].data == {"Map": [("i", {"Nat": 100})]}
             [r2] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 1400)])
-            st = wait_until(lambda: _final(sub, r2.value), 30, what="replay 2 final")
+            st = wait_until(
+                lambda: _final(sub, r2.value), 30, what="replay 2 final", interval=STATUS_POLL_S
+            )
             assert st.status == ReplayState("completed", N - 1400)
             notes = gather(fetch, lambda g: len(g) >= N - 1400, 20)
             assert [n.event_id for n in notes] == list(range(1400, N))

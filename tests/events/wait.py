@@ -11,6 +11,11 @@ from tests.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
+STATUS_POLL_S = 0.2
+"""The pause between ``icrc77_get_replays`` polls while waiting for a replay (as the CLI's
+``replay`` polls): each call counts toward the subscriber's ``Quotas.max_queries_per_window``
+(600 a minute), and the module-scoped clusters keep one subscriber for many waits."""
+
 
 def wait_until(
     cond: Callable[[], T],

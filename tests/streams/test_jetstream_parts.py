@@ -79,7 +79,7 @@ def test_icrc_roles_publish_and_replay_through_serve_backend(nats_r3, tmp_path) 
         StreamsStore,
     )
     from tests.events.cluster import Cluster
-    from tests.events.wait import gather, wait_until
+    from tests.events.wait import STATUS_POLL_S, gather, wait_until
     from tests.procs import free_port, process
 
     n = 300
@@ -116,7 +116,7 @@ def test_icrc_roles_publish_and_replay_through_serve_backend(nats_r3, tmp_path) 
                 ]
                 return st if st.status.final else None
 
-            st = wait_until(final, 30, what="replay final")
+            st = wait_until(final, 30, what="replay final", interval=STATUS_POLL_S)
             assert st.status == ReplayState("completed", 150)
             notes = gather(
                 lambda: inbox.call("loglake_inbox", 100_000), lambda g: len(g) >= 150, 20

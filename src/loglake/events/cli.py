@@ -439,8 +439,18 @@ def _replays(
 
 
 def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
-    for s in _replays(c):
-        if s.replay_id == rid:
+    """Replay ``rid``: the page of one after ``rid - 1``. One call, whatever the key's other
+    replays (``replay`` asks 5 times a second; each call counts toward the orchestrator's
+    ``max_queries_per_window``)."""
+    from loglake.events.orchestrator import replay_cursor
+
+    try:
+        after = replay_cursor(rid - 1)
+    except OverflowError:  # no replay id is negative or past 64 bits
+        after = None
+    page = [] if after is None else c.call("icrc77_get_replays", GetReplays(after, 1))
+    for s in page:
+        if s is not None and s.replay_id == rid:
             return s
     raise CliError(f"no replay {rid} visible to this key")
 

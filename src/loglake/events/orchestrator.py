@@ -104,13 +104,14 @@ from loglake.events.orchestrator_state import (
     Publication,
     Quotas,
     Replay,
+    ReplayTable,
     Subscription,
     _count,
     _generic,
     _principals,
 )
 from loglake.events.resend import Resender
-from loglake.events.role import Role, SysEmitter
+from loglake.events.role import RateLimited, Role, SysEmitter
 from loglake.streams.api import check_stream_name
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import Value, map_get
@@ -170,8 +171,11 @@ class Orchestrator(ReplayScheduling, Role):
         self.publication_counts: dict[bytes, int] = {}
         """Publisher principal bytes → publications held, for
         ``Quotas.max_publications_per_publisher``."""
-        self.replays: dict[int, Replay] = {}
+        self.replays = ReplayTable()
         self._requests: dict[bytes, deque[int]] = {}
+        self._queries: dict[bytes, deque[int]] = {}
+        """Each principal's ``icrc77_get_replays`` calls in the window (``_requests``: its
+        registrations and cancels)."""
         self._next_pub = self._next_sub = self._next_replay = 1
         self.journal = Journal(self.outbox, journal_name)
         self._resend: list[int] = []
@@ -225,13 +229,20 @@ class Orchestrator(ReplayScheduling, Role):
         self.outbox.append(Call(target, "icrc72_handle_notification", [n]))
 
     def _rate_ok(self, caller: Principal, now: int) -> bool:
-        q = self._requests.setdefault(caller.bytes, deque())
-        while q and q[0] <= now - self.quotas.window_ns:
-            q.popleft()
-        if len(q) >= self.quotas.max_requests_per_window:
-            return False
-        q.append(now)
-        return True
+        return _within_rate(
+            self._requests, caller, now, self.quotas.max_requests_per_window, self.quotas.window_ns
+        )
+
+    def _query_rate(self, caller: Principal, now: int) -> None:
+        """Count an ``icrc77_get_replays`` call; :class:`RateLimited` over the caller's
+        ``max_queries_per_window``."""
+        q = self.quotas
+        if not _within_rate(self._queries, caller, now, q.max_queries_per_window, q.window_ns):
+            wait = self._queries[caller.bytes][0] + q.window_ns - now
+            raise RateLimited(
+                f"more than {q.max_queries_per_window} icrc77_get_replays calls a window",
+                wait / 1e9,
+            )
 
     # -- ICRC-72 -----------------------------------------------------------------------------
     def register_publication(
@@ -513,3 +524,17 @@ class Orchestrator(ReplayScheduling, Role):
         self.replays[rep.id] = rep
         self._emit_replay_add(rep, now)
         return Ok(rep.id)
+
+
+def _within_rate(
+    windows: dict[bytes, deque[int]], caller: Principal, now: int, limit: int, window_ns: int
+) -> bool:
+    """Count a call of ``caller`` in its window of ``windows`` unless it already holds
+    ``limit`` calls made within ``window_ns`` of ``now``."""
+    q = windows.setdefault(caller.bytes, deque())
+    while q and q[0] <= now - window_ns:
+        q.popleft()
+    if len(q) >= limit:
+        return False
+    q.append(now)
+    return True

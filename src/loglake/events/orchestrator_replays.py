@@ -11,6 +11,7 @@ payment) because the events simulation's "every replay ends, nothing twice" rest
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
 from icp_principal import Principal
@@ -58,6 +59,7 @@ class ReplayScheduling(OrchestratorState):
 
         def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None: ...
         def _rate_ok(self, caller: Principal, now: int) -> bool: ...
+        def _query_rate(self, caller: Principal, now: int) -> None: ...
 
     def _emit_replay_add(self, rep: Replay, now: int) -> None:
         caller, target = rep.subscriber, rep.broadcaster
@@ -286,7 +288,13 @@ class ReplayScheduling(OrchestratorState):
         ICRC-77 types ``prev`` as a principal without saying what it names. A replay is named
         by its id, so loglake's page cursor is ``replay_cursor(last id)``, an opaque principal
         holding that id (``next_replays_cursor`` builds it from a page); any other principal
-        is a caller's mistake, answered with no replays rather than with the first page again."""
+        is a caller's mistake, answered with no replays rather than with the first page again.
+
+        A call looks only at the replays of the shortest id list a listed replay must be in
+        (the caller's own, or a slice's), from ``prev`` on, so its cost is its page however
+        many replays the orchestrator holds; it counts toward the caller's
+        ``max_queries_per_window`` (:class:`~loglake.events.role.RateLimited` beyond)."""
+        self._query_rate(caller, now)
         take = min(DEFAULT_TAKE if args.take is None else args.take, MAX_TAKE)
         if take == 0:  # asked for none (it gave the default page)
             return []
@@ -296,21 +304,35 @@ class ReplayScheduling(OrchestratorState):
             if cursor is None:
                 return []
             after = cursor
+        ids = self._listed_among(caller, args.filter)
         out: list[Any] = []
-        for rid in sorted(self.replays):
-            if rid <= after:
-                continue
-            rep = self.replays[rid]
+        for k in range(bisect_right(ids, after), len(ids)):
+            rep = self.replays[ids[k]]
             if caller not in (rep.subscriber, rep.publisher, rep.broadcaster, rep.relay):
                 continue
             if args.filter is not None and not all(
-                self._slice_ok(rep, k, v) for k, v in args.filter.slices
+                self._slice_ok(rep, kind, v) for kind, v in args.filter.slices
             ):
                 continue
             out.append(_with_statistics(rep.to_status(), args.filter))
             if len(out) >= take:
                 break
         return out
+
+    def _listed_among(self, caller: Principal, flt: OrchestrationFilter | None) -> list[int]:
+        """The shortest of the id lists every replay the call lists is in: the caller's own,
+        and each slice's (a principal's replays, a namespace's); no list for an unknown
+        slice, which lists nothing."""
+        table = self.replays
+        lists = [table.by_party.get(caller.bytes, [])]
+        for kind, v in () if flt is None else flt.slices:
+            if kind == "ByNamespace":
+                lists.append(table.by_namespace.get(v, []))
+            elif kind in ("BySubscriber", "ByPublisher", "ByBroadcaster"):
+                lists.append(table.by_party.get(v.bytes, []))
+            else:
+                return []
+        return min(lists, key=len)
 
     @staticmethod
     def _slice_ok(rep: Replay, kind: str, v: Any) -> bool:

@@ -22,11 +22,24 @@ from loglake.events.actions import Action, Call, StorageAction
 from loglake.events.messages import EventNotification
 from loglake.wire.icrc16 import Value
 
-__all__ = ["Call", "Role", "SysEmitter", "UnknownMethod"]
+__all__ = ["Call", "RateLimited", "Role", "SysEmitter", "UnknownMethod"]
 
 
 class UnknownMethod(LocalProtocolError):
     pass
+
+
+class RateLimited(LocalProtocolError):
+    """A call refused because its caller made too many of its kind in the window (one the
+    method's result type has no error for: ``icrc77_get_replays``); an HTTP adapter answers it
+    429 with ``Retry-After``."""
+
+    retriable = True
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        """Seconds until the caller's oldest call in the window leaves it."""
 
 
 @dataclass

@@ -3,8 +3,9 @@
 The I/O adapter of the sans-I/O cores. Per request: verify the call's signature
 (``identity.verify_call``; bad, expired or replayed → 401; the replay guard full → 503), decode
 the Candid argument (malformed → 400), dispatch to the core with the verified caller (pure CPU
-work on the event loop), wait until the actions the core queued have been performed, encode the
-result.
+work on the event loop; a caller over a rate whose result has no error for it,
+``RateLimited`` → 429 with ``Retry-After``), wait until the actions the core queued have been
+performed, encode the result.
 
 Actions (``actions.py``) are performed in the order the core queued them by one task:
 storage actions run on a worker thread (``asyncio.to_thread``) through the role's
@@ -33,6 +34,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import ssl
 import time
 from collections.abc import Callable
@@ -57,7 +59,7 @@ from loglake.events.identity import (
 )
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher, publication_config
-from loglake.events.role import Role
+from loglake.events.role import RateLimited, Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import Subscriber
 
@@ -279,6 +281,10 @@ class HttpRoleServer:
         except Forbidden as e:
             self.drain()
             return web.Response(status=403, text=str(e))
+        except RateLimited as e:
+            self.drain()
+            wait = str(max(1, math.ceil(e.retry_after_s)))
+            return web.Response(status=429, text=str(e), headers={"retry-after": wait})
         except LoglakeError as e:
             self.drain()
             return web.Response(status=400, text=f"{type(e).__name__}: {e}")
