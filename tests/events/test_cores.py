@@ -220,6 +220,38 @@ def test_paid_replay_moves_tokens_and_the_ledger_survives_reopening():
     assert again.balances == w.ledger.balances and again.allowances == w.ledger.allowances
 
 
+def test_a_paid_replay_canceled_or_failed_keeps_its_charge():
+    """ICRC-77 says nothing of refunds (Payment: MAY require it, SHOULD advertise the price,
+    MUST answer ``PaymentRequired``; a cancel "stops enqueuing further events; sent
+    notifications are not recalled"), so loglake invents none: the price of the whole range is
+    taken at registration and stays with the publisher whatever the replay's end
+    (docs/events.md, "Payment for a replay that does not complete")."""
+    from loglake.events.ledger import account
+
+    w = World(batch_size=100, replay_rate=1000)  # a batch of 100 each 100 ms: cancelled mid-way
+    w.priced(per_event=2)
+    w.publish(1000)
+    w.subscribe("bob")
+    w.ledger.mint(account(w.p["bob"]), 10_000, w.clock())
+    assert w.call("bob", "icrc2_approve", (w.p["orch"], 10_000)) == Ok(1)
+
+    def balances() -> tuple[int, int]:
+        return tuple(w.call("bob", "icrc1_balance_of", (w.p[k], None)) for k in ("bob", "pub"))
+
+    canceled = w.replay("bob", 0, 1000).value
+    w.net.run()
+    assert w.call("bob", "icrc77_cancel_replay", [canceled]) == [Ok(canceled)]
+    w.clock.now += 10**9
+    w.net.run()
+    assert w.status("bob", canceled).status == ReplayState("canceled", 100)
+    assert balances() == (10_000 - 1 - 2_001, 2_000)  # 900 events never sent: no refund
+    failed = w.replay("bob", 0, 500).value
+    update = ReplayStatusUpdate(failed, ReplayState("errored", "archive unreachable"))
+    assert w.call("pub", "icrc77_replay_status", [update]) == [Ok(None)]
+    assert w.status("bob", failed).status.tag == "errored"
+    assert balances() == (10_000 - 1 - 2_001 - 1_001, 3_000)
+
+
 # --- every ReplayRegisterError variant through a real request ---------------------------------
 def _ready(**kw) -> World:
     w = World(**kw)
