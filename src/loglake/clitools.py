@@ -135,18 +135,40 @@ class Time(click.ParamType):
 TIME = Time()
 
 
-class Seconds(click.ParamType):
-    """A duration option: a finite number of seconds, at least 0 (``positive``: above 0).
-    click's ``float`` (and ``FloatRange``) takes ``nan`` and ``inf``: in the archives commands
-    ``follow --wait nan`` was a ``ValueError`` traceback, ``--wait inf`` an ``OverflowError``
-    one, ``--poll -1`` a ``ValueError`` from ``time.sleep`` after the first poll, ``run
-    --check-every nan`` or ``-1`` a loop without a pause, ``--duration nan`` a loop that never
-    ran."""
+MAX_SECONDS = 365 * 86400.0
+"""The longest a duration may be, on the command line or in a node's config: a year. Why a
+ceiling at all: the commands wait on threads, selectors and event loops, which count in integer
+milli- or nanoseconds, so ``archives follow --wait 1e300`` (and a node's ``sync_interval =
+1e300``) was an ``OverflowError`` traceback, and ``events serve --throttle-ms 1e300`` a
+publisher whose replays never moved."""
 
-    name = "seconds"
 
-    def __init__(self, positive: bool = False) -> None:
-        self.positive = positive
+def _shown(x: float) -> str:
+    """``31536000`` and ``0.1``, never ``3.1536e+07``: a bound as a user types it."""
+    return str(int(x)) if x == int(x) else f"{x:g}"
+
+
+class Number(click.ParamType):
+    """A number option: finite, from ``lo`` to ``hi`` (``lo`` itself refused when ``above``),
+    ``what`` naming it in the error (``seconds``, ``milliseconds``, ``a probability``), else
+    click's one-line usage error naming the option (exit 2). Why not click's ``float`` or
+    ``FloatRange``: both take ``nan`` and ``inf`` (``FloatRange`` with only a minimum takes
+    ``inf``; ``nan`` passes any range), which reached the code as sleeps and deadlines: in the
+    archives commands ``follow --wait nan`` was a ``ValueError`` traceback, ``--wait inf`` an
+    ``OverflowError`` one, ``--poll -1`` a ``ValueError`` from ``time.sleep`` after the first
+    poll, ``run --check-every nan`` or ``-1`` a loop without a pause, ``--duration nan`` a loop
+    that never ran."""
+
+    def __init__(self, lo: float, hi: float, what: str = "seconds", *, above: bool = False) -> None:
+        self.lo, self.hi, self.what, self.above = lo, hi, what, above
+        self.name = what.removeprefix("a ")  # the metavar: SECONDS, PROBABILITY
+
+    @property
+    def expected(self) -> str:
+        """``seconds from 0 to 31536000``, ``seconds above 0, at most 31536000``."""
+        if self.above:
+            return f"{self.what} above {_shown(self.lo)}, at most {_shown(self.hi)}"
+        return f"{self.what} from {_shown(self.lo)} to {_shown(self.hi)}"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -154,15 +176,17 @@ class Seconds(click.ParamType):
         try:
             v = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not (0 < v < float("inf") if self.positive else 0 <= v < float("inf")):
-            bound = "above 0" if self.positive else "0 or more"
-            self.fail(f"{value!r}: expected a finite number of seconds, {bound}", param, ctx)
+            self.fail(f"{value!r} is not a number: expected {self.expected}", param, ctx)
+        low = v > self.lo if self.above else v >= self.lo
+        if not (low and v <= self.hi):  # nan fails both, inf the second
+            self.fail(f"{value!r}: expected {self.expected}", param, ctx)
         return v
 
 
-SECONDS = Seconds()
-POSITIVE_SECONDS = Seconds(positive=True)
+SECONDS = Number(0, MAX_SECONDS)
+"""A duration where 0 means something (no wait, at once)."""
+POSITIVE_SECONDS = Number(0, MAX_SECONDS, above=True)
+"""A period or a wait that must pass some time: 0 would be a loop without a pause."""
 
 
 class HostPort(click.ParamType):

@@ -109,6 +109,9 @@ def _follow(tmp_path, *extra: str) -> list[str]:
         (["--timeout", "nan"], "--timeout"),
         (["--timeout", "inf"], "--timeout"),  # a metadata wait without end
         (["--duration", "nan"], "--duration"),  # a loop that never ran, exit 0
+        (["--wait", "1e300"], "--wait"),  # OverflowError traceback: past a year
+        (["--poll", "1e300"], "--poll"),  # OverflowError traceback from time.sleep
+        (["--timeout", "1e300"], "--timeout"),
         (["--wait", "soon"], "--wait"),
     ],
 )
@@ -138,7 +141,7 @@ def test_connect_and_peer_not_host_port_are_usage_errors(tmp_path, value):
     _usage_error(r, "--peer")
 
 
-@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf", "1e300"])
 def test_run_check_every_not_a_positive_finite_duration_is_a_usage_error(tmp_path, value):
     # nan or -1 made the control loop run without a pause until --duration
     key = tmp_path / "key"

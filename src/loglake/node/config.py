@@ -31,6 +31,7 @@ from typing import Any
 
 import platformdirs
 
+from loglake.clitools import MAX_SECONDS
 from loglake.errors import PATH_CHARS, LoglakeError, cut, shown
 from loglake.streams.limits import describe, limit_fields, parse_limit
 
@@ -62,13 +63,10 @@ def _int(lo: int, hi: int) -> Check:
     return check
 
 
-MAX_SECONDS = 365 * 86400.0
-"""The most a period or wait may be: a year. Why a bound at all: the parts sleep on threads
-(``threading.Event.wait``) and count in integer nanoseconds, so ``inf`` or ``1e300`` stopped the
-node at start with an ``OverflowError`` traceback instead of naming the key."""
-
-
 def _float(lo: float, hi: float = MAX_SECONDS) -> Check:
+    """A number from ``lo`` to ``hi`` (a period or wait: at most ``clitools.MAX_SECONDS``, a
+    year, as on the command line): ``inf`` or ``1e300`` stopped the node at start with an
+    ``OverflowError`` traceback instead of naming the key."""
     expected = f"expected a number {lo:g}-{hi:.0f}"
 
     def check(v: Any) -> float:
