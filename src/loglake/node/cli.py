@@ -34,7 +34,7 @@ import platformdirs
 from rich.console import Console
 from rich.table import Table
 
-from loglake.clitools import PORT
+from loglake.clitools import MAX_SECONDS, PORT, Number
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
 from loglake.streams import eventloop
@@ -50,6 +50,10 @@ from loglake.structured_logging import log_event
 from loglake.wire.ockam import route_text
 
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
+PERIOD = Number(0.1, MAX_SECONDS)
+"""``--retention-interval`` and ``--seal-interval``: 0.1 s to a year, the node's ``[streams]``
+range. click's ``FloatRange(min=0.1)`` took ``nan`` (retention never ran, and Ctrl-C ended in a
+``ValueError`` traceback) and ``inf`` (retention never ran)."""
 _logger = logging.getLogger(__name__)
 
 
@@ -139,7 +143,7 @@ def command() -> None:
 @click.option("--retention-records", type=click.IntRange(min=0), help="Keep this many records.")
 @click.option(
     "--retention-interval",
-    type=click.FloatRange(min=0.1),
+    type=PERIOD,
     default=60.0,
     show_default=True,
     help="Seconds between applications of each stream's retention (age, bytes, count).",
@@ -171,7 +175,7 @@ def command() -> None:
 )
 @click.option(
     "--seal-interval",
-    type=click.FloatRange(min=0.1),
+    type=PERIOD,
     default=60.0,
     show_default=True,
     help="With --backend: seconds between copies of JetStream history into the data dir's lake.",
