@@ -59,3 +59,74 @@ def test_serve_periods(tmp_path: Path, option: str, value: str) -> None:
     # inf, 1e300: retention (or sealing) never ran
     (tmp_path / "file").write_text("")  # a data dir under a file: mkdir fails, exit 1
     _sweep(["serve"], option, value, ["--data-dir", str(tmp_path / "file" / "d"), "--port", "0"])
+
+
+# ---- loglake events --------------------------------------------------------------------------
+
+
+def test_events_serve_throttle_nan_is_refused_by_the_real_command(tmp_path: Path) -> None:
+    # the publisher served, and its pump stopped at the first sleep: every replay stayed
+    # pending (measured on a four-role cluster: nan, inf and 1e300 alike; 5 completed in 0.5 s)
+    key = tmp_path / "key"
+    assert _loglake("events", "keygen", str(key)).returncode == 0
+    (tmp_path / "directory.json").write_text("{}")
+    r = _loglake("events", "serve", "--role", "publisher", "--key-file", str(key),
+                 "--port", "0", "--directory", str(tmp_path / "directory.json"),
+                 "--orchestrator", "aaaaa-aa", "--data-dir", str(tmp_path / "d"),
+                 "--throttle-ms", "nan")  # fmt: skip
+    _refused(r.returncode, r.stderr, "--throttle-ms")
+
+
+EVENTS_CALL = ["--url", "http://127.0.0.1:9", "--key-file", "/nonexistent/key"]
+"""A key file that is not there: a value wrongly taken ends at once, naming the key file."""
+EVENTS_SERVE = ["--role", "publisher", "--port", "0", "--directory", "/nonexistent/d.json",
+                "--key-file", "/nonexistent/key"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "rest"),
+    [
+        *[(["events", "serve"], "--throttle-ms", v, EVENTS_SERVE) for v in NOT_FINITE],
+        (["events", "serve"], "--throttle-ms", "-1", EVENTS_SERVE),
+        # nan: a ValueError traceback from the publisher; inf, 1e300: taken
+        *[(["events", "serve"], "--replay-rate", v, EVENTS_SERVE) for v in NOT_FINITE],
+        (["events", "serve"], "--replay-rate", "0", EVENTS_SERVE),
+        (["events", "serve"], "--replay-rate", "1.1e9", EVENTS_SERVE),
+        # 0: a replay stayed running for ever, sending nothing
+        (["events", "serve"], "--batch-size", "0", EVENTS_SERVE),
+        (["events", "serve"], "--max-events-per-replay", "0", EVENTS_SERVE),
+        (["events", "serve"], "--price-per-event", "-1", EVENTS_SERVE),
+        # nan, inf: a registration or a replay waited for ever
+        *[(["events", "register"], "--timeout", v, [*EVENTS_CALL, "ns"]) for v in NOT_FINITE],
+        (["events", "register"], "--timeout", "-1", [*EVENTS_CALL, "ns"]),
+        (["events", "register"], "--price-per-event", "-1", [*EVENTS_CALL, "ns"]),
+        *[
+            (["events", "replay"], "--timeout", v, [*EVENTS_CALL, "ns", "--from", "0"])
+            for v in NOT_FINITE
+        ],
+        (["events", "replay"], "--from", "-1", [*EVENTS_CALL, "ns"]),
+        (["events", "replay"], "--to", "-1", [*EVENTS_CALL, "ns", "--from", "0"]),
+        # --batch 0: a ValueError traceback from range(); -1: nothing published, exit 0
+        (["events", "publish"], "--batch", "0", [*EVENTS_CALL, "ns", "--text", "a"]),
+        (["events", "publish"], "--batch", "-1", [*EVENTS_CALL, "ns", "--text", "a"]),
+        (["events", "publish"], "--count", "-1", [*EVENTS_CALL, "ns"]),
+        (["events", "publish"], "--size", "-1", [*EVENTS_CALL, "ns"]),
+        (["events", "replays"], "--take", "-1", EVENTS_CALL),  # an empty table, exit 0
+        (["events", "received"], "--take", "-1", EVENTS_CALL),
+    ],
+)
+def test_events_numbers(command: list[str], option: str, value: str, rest: list[str]) -> None:
+    _sweep(command, option, value, rest)
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["approve", *EVENTS_CALL, "aaaaa-aa", "--", "-1"], "AMOUNT"),
+        (["replay-status", *EVENTS_CALL, "--", "-1"], "REPLAY_ID"),
+        (["cancel", *EVENTS_CALL, "--", "3", "-1"], "REPLAY_IDS..."),
+    ],
+)
+def test_events_negative_ids_and_amounts(args: list[str], what: str) -> None:
+    r = CliRunner().invoke(main, ["events", *args])
+    _refused(r.exit_code, r.output, what)

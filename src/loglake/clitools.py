@@ -143,6 +143,12 @@ milli- or nanoseconds, so ``archives follow --wait 1e300`` (and a node's ``sync_
 publisher whose replays never moved."""
 
 
+MAX_RATE = 1e9
+"""The highest rate (things a second) an option or a node's key takes: ``events serve
+--replay-rate``, ``[events] replay_rate``. More than a process sends at all, so a larger one
+limits nothing; ``inf`` passed click's ``FloatRange``."""
+
+
 def _shown(x: float) -> str:
     """``31536000`` and ``0.1``, never ``3.1536e+07``: a bound as a user types it."""
     return str(int(x)) if x == int(x) else f"{x:g}"
@@ -187,6 +193,8 @@ SECONDS = Number(0, MAX_SECONDS)
 """A duration where 0 means something (no wait, at once)."""
 POSITIVE_SECONDS = Number(0, MAX_SECONDS, above=True)
 """A period or a wait that must pass some time: 0 would be a loop without a pause."""
+MILLISECONDS = Number(0, MAX_SECONDS * 1000, "milliseconds")
+"""A pause in milliseconds (``events serve --throttle-ms``), up to a year as well."""
 
 
 class HostPort(click.ParamType):

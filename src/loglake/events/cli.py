@@ -24,7 +24,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loglake.clitools import CONTEXT_SETTINGS, PORT, Renamed, TypedErrorGroup
+from loglake.clitools import (
+    CONTEXT_SETTINGS,
+    MAX_RATE,
+    MILLISECONDS,
+    PORT,
+    SECONDS,
+    Number,
+    Renamed,
+    TypedErrorGroup,
+)
 from loglake.errors import LoglakeError
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity, principal_from_text
@@ -40,6 +49,10 @@ from loglake.events.messages import (
 from loglake.events.publisher import BATCH_SIZE, publication_config
 
 console = Console()
+
+NAT = click.IntRange(min=0)
+"""An event id, an amount, a price, a count: a Candid ``nat``. A negative one was taken and
+failed later: ``replay --from -1`` at the orchestrator, ``received --take -1`` in the codec."""
 
 
 class CliError(LoglakeError):
@@ -155,31 +168,31 @@ def whoami(key: str) -> None:
     help="Port of that node (default: loglake serve's).",
 )
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
-@click.option("--price-per-event", type=int, default=0, help="(publisher) icrc77:pricing.")
+@click.option("--price-per-event", type=NAT, default=0, help="(publisher) icrc77:pricing.")
 @click.option("--mint", multiple=True, help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.")
 @click.option(
     "--max-events-per-replay",
-    type=int,
+    type=click.IntRange(min=1),
     default=5_000_000,
     show_default=True,
     help="(orchestrator) quota: a longer range is refused with RangeTooLarge.",
 )
 @click.option(
     "--batch-size",
-    type=int,
+    type=click.IntRange(min=1),  # 0: a replay stayed running for ever, sending nothing
     default=BATCH_SIZE,
     show_default=True,
     help="(publisher) events procured and sent per replay batch.",
 )
 @click.option(
     "--throttle-ms",
-    type=float,
+    type=MILLISECONDS,  # nan, inf, 1e300: the pump stopped, every replay stayed pending
     default=0.0,
     help="(publisher) pause between batches; a throttled replay has one batch in flight at a time.",
 )
 @click.option(
     "--replay-rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(0, MAX_RATE, "events a second", above=True),  # nan: a traceback
     default=None,
     help="(publisher) events a second one replay is sent at, at most (default: no limit).",
 )
@@ -340,9 +353,15 @@ def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
 @key_opt
 @click.argument("namespace")
 @click.option("--text", "texts", multiple=True, help="Publish #Text(TEXT) (repeatable).")
-@click.option("--count", type=int, default=0, help="Publish COUNT generated #Blob events.")
-@click.option("--size", type=int, default=200, show_default=True, help="Bytes per #Blob.")
-@click.option("--batch", type=int, default=1000, show_default=True, help="Events per publish call.")
+@click.option("--count", type=NAT, default=0, help="Publish COUNT generated #Blob events.")
+@click.option("--size", type=NAT, default=200, show_default=True, help="Bytes per #Blob.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),  # 0: a ValueError traceback from range()
+    default=1000,
+    show_default=True,
+    help="Events per publish call.",
+)
 def publish(
     url: str,
     key: str,
@@ -367,10 +386,10 @@ def publish(
 @url_opt
 @key_opt
 @click.argument("namespace")
-@click.option("--price-per-event", type=int, default=0, help="icrc77:pricing (0: free).")
+@click.option("--price-per-event", type=NAT, default=0, help="icrc77:pricing (0: free).")
 @click.option(
     "--timeout",
-    type=float,
+    type=SECONDS,  # nan, inf: waited for ever
     default=60.0,
     show_default=True,
     help="Seconds to wait for the orchestrator's answer (the publisher keeps retrying).",
@@ -459,14 +478,14 @@ def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
 @url_opt
 @key_opt
 @click.argument("namespace")
-@click.option("--from", "start", type=int, required=True, help="First event id.")
-@click.option("--to", "end", type=int, default=None, help="End (exclusive); default: head.")
+@click.option("--from", "start", type=NAT, required=True, help="First event id.")
+@click.option("--to", "end", type=NAT, default=None, help="End (exclusive); default: head.")
 @click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
 @click.option("--skip", help="MOD[,OFFSET]")
 @click.option("--no-wait", is_flag=True, help="Return once registered.")
 @click.option(
     "--timeout",
-    type=float,
+    type=SECONDS,  # nan, inf: waited for ever
     default=600.0,
     show_default=True,
     help="Seconds to wait for the replay to end.",
@@ -547,7 +566,7 @@ def _range(s: ReplayStatus) -> str:
 @url_opt
 @key_opt
 @click.argument("spender")
-@click.argument("amount", type=int)
+@click.argument("amount", type=NAT)
 def approve(url: str, key: str, spender: str, amount: int) -> None:
     """ICRC-2 approve SPENDER (the orchestrator's principal) to spend AMOUNT for replays."""
     c = HttpEventsClient(url, load_identity(key))
@@ -560,7 +579,7 @@ def approve(url: str, key: str, spender: str, amount: int) -> None:
 @command.command(name="replay-status")
 @url_opt
 @key_opt
-@click.argument("replay_id", type=int)
+@click.argument("replay_id", type=NAT)
 def replay_status(url: str, key: str, replay_id: int) -> None:
     """Show one replay's status."""
     st = _status(HttpEventsClient(url, load_identity(key)), replay_id)
@@ -580,7 +599,7 @@ def _row(s: ReplayStatus) -> dict:
 @command.command()
 @url_opt
 @key_opt
-@click.argument("replay_ids", type=int, nargs=-1, required=True)
+@click.argument("replay_ids", type=NAT, nargs=-1, required=True)
 def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
     """Cancel replays (sent notifications stay sent)."""
     for rid, r in zip(
@@ -595,7 +614,7 @@ def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
 @url_opt
 @key_opt
 @click.option("--namespace", help="Only this namespace.")
-@click.option("--take", type=int, default=100, show_default=True, help="At most this many replays.")
+@click.option("--take", type=NAT, default=100, show_default=True, help="At most this many replays.")
 def replays(url: str, key: str, namespace: str | None, take: int) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter("All", slices=(("ByNamespace", namespace),)) if namespace else None
@@ -608,7 +627,7 @@ def replays(url: str, key: str, namespace: str | None, take: int) -> None:
 @command.command()
 @url_opt
 @key_opt
-@click.option("--take", type=int, default=100, show_default=True, help="At most this many.")
+@click.option("--take", type=NAT, default=100, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def received(url: str, key: str, take: int, as_json: bool) -> None:
     """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the

@@ -31,7 +31,7 @@ from typing import Any
 
 import platformdirs
 
-from loglake.clitools import MAX_SECONDS
+from loglake.clitools import MAX_RATE, MAX_SECONDS
 from loglake.errors import PATH_CHARS, LoglakeError, cut, shown
 from loglake.streams.limits import describe, limit_fields, parse_limit
 
@@ -331,7 +331,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "events",
         "replay_rate",
-        _float(0.0, 1e9),
+        _float(0.0, MAX_RATE),
         0.0,
         "Events a second one replay is sent at, at most (0: no limit); spares the node and "
         "slow subscribers.",
