@@ -130,3 +130,39 @@ def test_events_numbers(command: list[str], option: str, value: str, rest: list[
 def test_events_negative_ids_and_amounts(args: list[str], what: str) -> None:
     r = CliRunner().invoke(main, ["events", *args])
     _refused(r.exit_code, r.output, what)
+
+
+# ---- loglake cardinal ------------------------------------------------------------------------
+
+
+def test_cardinal_consume_idle_seconds_nan_is_refused_by_the_real_command(tmp_path: Path) -> None:
+    # polled on, printing nothing, until consume's one-hour cap: "nothing new for nan seconds"
+    # is never true (inf and 1e300 alike)
+    r = _loglake("cardinal", "consume", "--data-dir", str(tmp_path / "d"), "--topic", "t",
+                 "--idle-seconds", "nan")  # fmt: skip
+    _refused(r.returncode, r.stderr, "--idle-seconds")
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        *[(["cardinal", "consume"], "--idle-seconds", v) for v in NOT_FINITE],
+        (["cardinal", "consume"], "--idle-seconds", "-1"),
+        # nan, inf: no checkpoint committed while blocks came
+        *[(["cardinal", "consume"], "--commit-seconds", v) for v in NOT_FINITE],
+        (["cardinal", "consume"], "--commit-seconds", "-1"),
+        (["cardinal", "consume"], "--reorg-threshold", "0"),
+        (["cardinal", "consume"], "--reorg-threshold", "-1"),
+        (["cardinal", "produce"], "--reorg-threshold", "-1"),  # the Avro codec's error, exit 1
+        (["cardinal", "produce"], "--blocks", "0"),  # "sent 8 messages for 0 blocks"
+        (["cardinal", "produce"], "--blocks", "-1"),
+        (["cardinal", "produce"], "--deep-reorg", "-1"),
+        (["cardinal", "produce"], "--sub-items", "-1"),
+    ],
+)
+def test_cardinal_numbers(tmp_path: Path, command: list[str], option: str, value: str) -> None:
+    (tmp_path / "file").write_text("")  # streams in a folder under a file: exit 1 at once
+    rest = ["--topic", "t", "--data-dir", str(tmp_path / "file" / "d")]
+    if command[1] == "produce" and option != "--blocks":
+        rest += ["--blocks", "5"]
+    _sweep(command, option, value, rest)

@@ -27,7 +27,7 @@ from loglake.cardinal.transport import (
     StreamProducer,
     StreamTransport,
 )
-from loglake.clitools import PORT
+from loglake.clitools import PORT, SECONDS
 from loglake.errors import LocalProtocolError
 from loglake.streams.api import LocalStreams, Streams
 from loglake.streams.fence import UNFENCED, Fence
@@ -176,6 +176,10 @@ _connection = [
 ]
 
 
+REORG_THRESHOLD = click.IntRange(min=1)
+"""The application's ReorgThreshold, as ``job cardinal-blocks`` takes it: blocks kept for reorgs
+(``-1`` and ``0`` were taken: a producer's reorg block numbered ``-1`` failed the Avro codec)."""
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -191,13 +195,26 @@ def command() -> None:
 
 
 @command.command()
-@click.option("--blocks", type=int, required=True, help="How many block payloads to produce.")
+@click.option(
+    "--blocks",
+    type=click.IntRange(min=1),
+    required=True,
+    help="How many block payloads to produce.",
+)
 @click.option("--topic", required=True, help="Default topic (sub-batches go to TOPIC.state).")
-@click.option("--deep-reorg", type=int, default=0, help="End with a reorg of this depth.")
-@click.option("--sub-items", type=int, default=2, show_default=True, help="Items per sub-batch.")
+@click.option(
+    "--deep-reorg", type=click.IntRange(min=0), default=0, help="End with a reorg of this depth."
+)
+@click.option(
+    "--sub-items",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Items per sub-batch.",
+)
 @click.option(
     "--reorg-threshold",
-    type=int,
+    type=REORG_THRESHOLD,
     default=DEFAULT_REORG_THRESHOLD,
     show_default=True,
     help="Reorgs deeper than this go through a reorg channel.",
@@ -232,7 +249,7 @@ def produce(
 @click.option("--client-id", default="cardinal-cli", show_default=True, help="Checkpoint owner.")
 @click.option(
     "--reorg-threshold",
-    type=int,
+    type=REORG_THRESHOLD,
     default=DEFAULT_REORG_THRESHOLD,
     show_default=True,
     help="Blocks kept for reorgs; older incomplete batches are evicted.",
@@ -240,7 +257,7 @@ def produce(
 @click.option("--prefix", "prefixes", multiple=True, help="Track only these prefix regexes.")
 @click.option(
     "--idle-seconds",
-    type=float,
+    type=SECONDS,  # nan, inf: polled until the hour's cap instead of stopping
     default=0.0,
     show_default=True,
     help="Keep polling until nothing new came for this long.",
@@ -248,7 +265,7 @@ def produce(
 @click.option("--quiet", is_flag=True, help="Print only the summary.")
 @click.option(
     "--commit-seconds",
-    type=click.FloatRange(min=0),
+    type=SECONDS,  # nan, inf: no checkpoint while blocks came
     default=1.0,
     show_default=True,
     help="Commit a checkpoint at most this often while blocks come (0: after every round).",
