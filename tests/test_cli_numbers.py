@@ -166,3 +166,39 @@ def test_cardinal_numbers(tmp_path: Path, command: list[str], option: str, value
     if command[1] == "produce" and option != "--blocks":
         rest += ["--blocks", "5"]
     _sweep(command, option, value, rest)
+
+
+# ---- loglake job -----------------------------------------------------------------------------
+
+
+def test_job_follow_nan_is_refused_by_the_real_command(tmp_path: Path) -> None:
+    # exit 1, "option --follow=nan: …", after the data dir and topics were looked at
+    r = _loglake("job", "cardinal-blocks", "--data-dir", str(tmp_path), "--topic", "t",
+                 "--out", str(tmp_path / "out"), "--follow", "nan")  # fmt: skip
+    _refused(r.returncode, r.stderr, "--follow")
+
+
+JOB_ARGS = {
+    "compact": ["--data-dir", "/nonexistent", "--stream", "s"],
+    "cardinal-blocks": ["--data-dir", "/nonexistent", "--topic", "t", "--out", "/nonexistent/o"],
+    "sds-audit": ["--data-dir", "/nonexistent", "--stream", "sds.s", "--out", "/nonexistent/o"],
+}
+"""A data dir that is not there: a value wrongly taken ends before Spark, naming --data-dir."""
+
+
+@pytest.mark.parametrize(
+    ("job", "option", "value"),
+    [
+        # inf, 1e300: superseded files kept for ever; nan: exit 1 naming "grace_seconds"
+        *[("compact", "--grace-seconds", v) for v in NOT_FINITE],
+        ("compact", "--grace-seconds", "-1"),
+        *[("cardinal-blocks", "--follow", v) for v in NOT_FINITE],
+        ("cardinal-blocks", "--follow", "-1"),
+        ("cardinal-blocks", "--follow", "86401"),
+        ("cardinal-blocks", "--reorg-threshold", "0"),
+        ("cardinal-blocks", "--max-records-per-trigger", "0"),
+        ("sds-audit", "--partition", "-1"),
+    ],
+)
+def test_job_numbers(job: str, option: str, value: str) -> None:
+    _sweep(["job", job], option, value, JOB_ARGS[job])

@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from loglake.clitools import SECONDS
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.jobs.archives_build_cli import archives_build_command
 from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command
@@ -71,7 +72,7 @@ def _spark_master_option(f: F) -> F:
 @click.option("--partitions", default=None, help="Only these log partitions, e.g. 0,2.")
 @click.option(
     "--grace-seconds",
-    type=float,
+    type=SECONDS,  # inf, 1e300: superseded files kept for ever; nan: exit 1 naming grace_seconds
     default=0.0,
     show_default=True,
     help="Keep superseded files this long for readers that listed them.",

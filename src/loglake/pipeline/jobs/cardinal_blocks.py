@@ -157,6 +157,9 @@ SCHEMAS = {
 
 # -- options --------------------------------------------------------------------------------
 
+MAX_FOLLOW_SECONDS = 86_400.0
+"""The longest ``--follow`` (seconds between micro-batches): a day."""
+
 
 @dataclass(frozen=True)
 class CardinalBlocksOptions:
@@ -211,7 +214,7 @@ class CardinalBlocksOptions:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise BadOption("--max-records-per-trigger", m, "expected an integer >= 1")
         f = self.follow_seconds
-        if f is not None and not (isinstance(f, int | float) and 0 <= f < 86_400):
+        if f is not None and not (isinstance(f, int | float) and 0 <= f <= MAX_FOLLOW_SECONDS):
             raise BadOption("--follow", f, "expected seconds between 0 and 86400")
         if not str(self.out_dir).strip():
             raise BadOption("--out", self.out_dir, "required")

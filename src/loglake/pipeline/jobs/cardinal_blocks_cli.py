@@ -10,6 +10,8 @@ import json
 import click
 
 from loglake.cardinal import DEFAULT_REORG_THRESHOLD
+from loglake.clitools import Number
+from loglake.pipeline.jobs.cardinal_blocks import MAX_FOLLOW_SECONDS
 from loglake.pipeline.session import MASTER_ENV
 
 JOB_NICE = 10
@@ -35,18 +37,21 @@ share, so a backlog still shrinks."""
 @click.option("--checkpoint", default=None, help="Spark checkpoint (default OUT/_checkpoint).")
 @click.option(
     "--reorg-threshold",
-    type=int,
+    type=click.IntRange(min=1),
     default=DEFAULT_REORG_THRESHOLD,
     show_default=True,
     help="The application's ReorgThreshold (the window kept for reorgs).",
 )
 @click.option("--prefix", "prefixes", multiple=True, help="Track only these prefixes (regex).")
 @click.option(
-    "--max-records-per-trigger", type=int, default=None, help="Records per topic and micro-batch."
+    "--max-records-per-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Records per topic and micro-batch.",
 )
 @click.option(
     "--follow",
-    type=float,
+    type=Number(0, MAX_FOLLOW_SECONDS),  # nan, inf: exit 1, not a usage error
     default=None,
     help="Keep running, a micro-batch every this many seconds (default: stop when caught up).",
 )

@@ -19,7 +19,13 @@ from loglake.pipeline.session import MASTER_ENV
 @click.option(
     "--channel", default=None, help="The SDS channel id (default: the stream name minus 'sds.')."
 )
-@click.option("--partition", type=int, default=0, show_default=True, help="Stream partition.")
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Stream partition.",
+)
 @click.option("--no-report", is_flag=True, help="Write the tables only, no report.html.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder's audit files.")
 @click.option(
