@@ -202,3 +202,51 @@ JOB_ARGS = {
 )
 def test_job_numbers(job: str, option: str, value: str) -> None:
     _sweep(["job", job], option, value, JOB_ARGS[job])
+
+
+# ---- loglake log -----------------------------------------------------------------------------
+
+
+def test_log_read_from_negative_is_refused_by_the_real_command(tmp_path: Path) -> None:
+    # read as 0: the table said "from -1" and showed records from index 0
+    r = _loglake("log", "read", "--data-dir", str(tmp_path), "s", "--from", "-1")
+    _refused(r.returncode, r.stderr, "--from")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--partition", "-1"), ("--from", "-1"), ("--limit", "-1"), ("-n", "-5")],
+)
+def test_log_read_numbers(tmp_path: Path, option: str, value: str) -> None:
+    # a data dir with no streams: a value wrongly taken ends at once ("no stream 's'")
+    _sweep(["log", "read"], option, value, ["--data-dir", str(tmp_path), "s"])
+
+
+# ---- loglake stream --------------------------------------------------------------------------
+
+
+def test_stream_pull_from_negative_is_refused_by_the_real_command() -> None:
+    # a BareEncodeError traceback ("uint out of range: -1") once connected
+    r = _loglake("stream", "--port", "9", "pull", "s", "--from", "-1")
+    _refused(r.returncode, r.stderr, "--from")
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (["push", "s", "x"], "-p", "-1"),  # a KeyError traceback
+        (["pull", "s"], "-p", "-1"),  # a KeyError traceback
+        (["pull", "s"], "--partition", "4096"),
+        (["pull", "s"], "--from", str(2**64)),  # a BareEncodeError traceback
+        (["pull", "s"], "--limit", "-1"),  # a BareEncodeError traceback
+        (["index", "get", "c", "s"], "--save", "-1"),  # a BareEncodeError traceback
+        (["index", "get", "c", "s"], "-p", "-1"),  # a BareEncodeError traceback
+        (["index", "reset", "c", "s"], "--to", "-1"),
+        (["create", "s"], "--partitions", "0"),  # the server's refusal, exit 1
+        (["create", "s"], "--partitions", "4097"),  # the server's "Invalid request", exit 1
+    ],
+)
+def test_stream_numbers(command: list[str], option: str, value: str) -> None:
+    # port 9 (discard), where nothing listens: a value wrongly taken fails to connect, exit 1
+    r = CliRunner().invoke(main, ["stream", "--port", "9", *command, option, value])
+    _refused(r.exit_code, r.output, option)

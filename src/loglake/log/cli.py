@@ -101,10 +101,24 @@ def info(data_dir: Path, as_json: bool) -> None:
 @command.command()
 @data_dir_option
 @click.argument("stream")
-@click.option("--partition", "-p", type=int, default=0, show_default=True, help="Partition.")
-@click.option("--from", "start", type=int, default=0, show_default=True, help="First index.")
 @click.option(
-    "--limit", "-n", type=int, default=20, show_default=True, help="At most this many records."
+    "--partition", "-p", type=click.IntRange(min=0), default=0, show_default=True, help="Partition."
+)
+@click.option(
+    "--from",
+    "start",
+    type=click.IntRange(min=0),  # -1 was read as 0
+    default=0,
+    show_default=True,
+    help="First index.",
+)
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=0),  # -1 was an empty table
+    default=20,
+    show_default=True,
+    help="At most this many records.",
 )
 @json_option
 def read(

@@ -25,6 +25,7 @@ from rich.table import Table
 from loglake.clitools import PORT, Renamed
 from loglake.streams.client import DEFAULT_PORT, SERVER_MAX_FRAME, PushTooLarge, StreamClient
 from loglake.streams.limits import ServerLimits, limit_fields, parse_limit
+from loglake.streams.service import MAX_PARTITIONS
 from loglake.streams.tls import client_context
 from loglake.wire.ockam import route_text
 
@@ -85,9 +86,18 @@ def _text(data: bytes) -> str:
         return data.hex()
 
 
+INDEX = click.IntRange(0, 2**64 - 1)
+"""An index or a count on the wire: a BARE ``uint`` (u64). Outside it, ``pull --from -1``,
+``--limit -1`` and ``index --save -1`` were ``BareEncodeError`` tracebacks."""
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 partition_option = click.option(
-    "-p", "--partition", type=int, default=0, show_default=True, help="Partition number."
+    "-p",
+    "--partition",
+    type=click.IntRange(0, MAX_PARTITIONS - 1),  # -1: a KeyError traceback from push and pull
+    default=0,
+    show_default=True,
+    help="Partition number.",
 )
 
 
@@ -182,7 +192,13 @@ def command(
 
 @command.command()
 @click.argument("name", required=False)
-@click.option("--partitions", type=int, default=1, show_default=True, help="Partition count.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, MAX_PARTITIONS),  # past it: the server's "Invalid request", exit 1
+    default=1,
+    show_default=True,
+    help="Partition count.",
+)
 @json_option
 @click.pass_context
 def create(ctx: click.Context, name: str | None, partitions: int, as_json: bool) -> None:
@@ -247,12 +263,12 @@ def push(
     "index",
     cls=Renamed,
     old=("--index",),
-    type=int,
+    type=INDEX,
     default=0,
     show_default=True,
     help="First index to read.",
 )
-@click.option("--limit", type=int, default=100, show_default=True, help="At most this many.")
+@click.option("--limit", type=INDEX, default=100, show_default=True, help="At most this many.")
 @json_option
 @click.pass_context
 def pull(
@@ -302,7 +318,7 @@ def _show_index(
 @click.argument("client_id")
 @click.argument("stream")
 @partition_option
-@click.option("--save", type=int, default=None, help="Save this index (monotonic).")
+@click.option("--save", type=INDEX, default=None, help="Save this index (monotonic).")
 @json_option
 @click.pass_context
 def index_get(
@@ -330,7 +346,7 @@ def index_get(
 @click.option(
     "--to",
     "to",
-    type=click.IntRange(0, 2**64 - 1),
+    type=INDEX,
     default=0,
     show_default=True,
     help="The index to set, lower than the stored one or not.",
