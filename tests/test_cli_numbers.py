@@ -41,6 +41,21 @@ def _sweep(command: list[str], option: str, value: str, rest: list[str]) -> None
     _refused(r.exit_code, r.output, option)
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "shown"),
+    [
+        (["serve"], "--retention-interval", "0.1<=x<=31536000"),
+        (["events", "serve"], "--throttle-ms", "0<=x<=31536000000"),
+        (["events", "serve"], "--replay-rate", "0<x<=1000000000"),
+        (["archives", "follow"], "--poll", "0<x<=31536000"),
+    ],
+)
+def test_help_shows_each_range(command: list[str], option: str, shown: str) -> None:
+    r = CliRunner().invoke(main, [*command, "--help"], terminal_width=200)
+    [line] = [x for x in r.output.splitlines() if x.strip().startswith(option)]
+    assert shown in line, line
+
+
 # ---- loglake serve ---------------------------------------------------------------------------
 
 

@@ -135,7 +135,7 @@ class Time(click.ParamType):
 TIME = Time()
 
 
-MAX_SECONDS = 365 * 86400.0
+MAX_SECONDS = 365 * 86_400
 """The longest a duration may be, on the command line or in a node's config: a year. Why a
 ceiling at all: the commands wait on threads, selectors and event loops, which count in integer
 milli- or nanoseconds, so ``archives follow --wait 1e300`` (and a node's ``sync_interval =
@@ -143,18 +143,13 @@ milli- or nanoseconds, so ``archives follow --wait 1e300`` (and a node's ``sync_
 publisher whose replays never moved."""
 
 
-MAX_RATE = 1e9
+MAX_RATE = 10**9
 """The highest rate (things a second) an option or a node's key takes: ``events serve
 --replay-rate``, ``[events] replay_rate``. More than a process sends at all, so a larger one
 limits nothing; ``inf`` passed click's ``FloatRange``."""
 
 
-def _shown(x: float) -> str:
-    """``31536000`` and ``0.1``, never ``3.1536e+07``: a bound as a user types it."""
-    return str(int(x)) if x == int(x) else f"{x:g}"
-
-
-class Number(click.ParamType):
+class Number(click.FloatRange):
     """A number option: finite, from ``lo`` to ``hi`` (``lo`` itself refused when ``above``),
     ``what`` naming it in the error (``seconds``, ``milliseconds``, ``a probability``), else
     click's one-line usage error naming the option (exit 2). Why not click's ``float`` or
@@ -163,18 +158,27 @@ class Number(click.ParamType):
     archives commands ``follow --wait nan`` was a ``ValueError`` traceback, ``--wait inf`` an
     ``OverflowError`` one, ``--poll -1`` a ``ValueError`` from ``time.sleep`` after the first
     poll, ``run --check-every nan`` or ``-1`` a loop without a pause, ``--duration nan`` a loop
-    that never ran."""
+    that never ran. A ``FloatRange`` still, so ``--help`` shows the range."""
 
-    def __init__(self, lo: float, hi: float, what: str = "seconds", *, above: bool = False) -> None:
+    def __init__(
+        self,
+        lo: float,
+        hi: float,
+        what: str = "seconds",
+        *,
+        above: bool = False,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(lo, hi, min_open=above)
         self.lo, self.hi, self.what, self.above = lo, hi, what, above
-        self.name = what.removeprefix("a ")  # the metavar: SECONDS, PROBABILITY
+        self.name = name or what.removeprefix("a ")  # the metavar: SECONDS, PROBABILITY
 
     @property
     def expected(self) -> str:
         """``seconds from 0 to 31536000``, ``seconds above 0, at most 31536000``."""
         if self.above:
-            return f"{self.what} above {_shown(self.lo)}, at most {_shown(self.hi)}"
-        return f"{self.what} from {_shown(self.lo)} to {_shown(self.hi)}"
+            return f"{self.what} above {self.lo:g}, at most {self.hi:.0f}"
+        return f"{self.what} from {self.lo:g} to {self.hi:.0f}"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None

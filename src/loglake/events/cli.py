@@ -192,7 +192,7 @@ def whoami(key: str) -> None:
 )
 @click.option(
     "--replay-rate",
-    type=Number(0, MAX_RATE, "events a second", above=True),  # nan: a traceback
+    type=Number(0, MAX_RATE, "events a second", above=True, name="rate"),  # nan: a traceback
     default=None,
     help="(publisher) events a second one replay is sent at, at most (default: no limit).",
 )
