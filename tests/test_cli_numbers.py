@@ -265,3 +265,42 @@ def test_stream_numbers(command: list[str], option: str, value: str) -> None:
     # port 9 (discard), where nothing listens: a value wrongly taken fails to connect, exit 1
     r = CliRunner().invoke(main, ["stream", "--port", "9", *command, option, value])
     _refused(r.exit_code, r.output, option)
+
+
+# ---- loglake sds -----------------------------------------------------------------------------
+
+
+def test_sds_sim_latency_nan_is_refused_by_the_real_command() -> None:
+    # a ValueError traceback ("cannot convert float NaN to integer") once the run started
+    r = _loglake("sds", "sim", "--participants", "3", "--messages", "3", "--latency-ms", "nan")
+    _refused(r.returncode, r.stderr, "--latency-ms")
+
+
+SIM = ["sds", "sim", "--participants", "3", "--messages", "3"]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        # the chat's --interval went to select(): nan, inf, 1e300, -1 were tracebacks; 0 spun
+        *[(["sds", "chat"], "--interval", v) for v in [*NOT_FINITE, "-1", "0"]],
+        (["sds", "chat"], "--sync-ms", "-1"),
+        *[(SIM, "--latency-ms", v) for v in NOT_FINITE],  # nan, inf: tracebacks
+        (SIM, "--latency-ms", "-1"),
+        *[(SIM, "--loss", v) for v in ["nan", "inf", "-1", "2"]],  # a run, PASS or FAIL
+        (SIM, "--sync-ms", "0"),  # a randrange() traceback
+        (SIM, "--sync-ms", "-1"),
+        (SIM, "--participants", "0"),  # a randrange() traceback
+        (SIM, "--messages", "-1"),
+        (SIM, "--history", "-1"),
+        (SIM, "--late-joiners", "-1"),
+        (SIM, "--offline", "-1"),
+        (SIM, "--partition", "0:1000:nan"),  # a split with nobody on side B
+        (SIM, "--partition", "1000:0:0.5"),
+        (SIM, "--partition", "0:1000:2"),
+    ],
+)
+def test_sds_numbers(command: list[str], option: str, value: str) -> None:
+    # the chat: port 9, where nothing listens, so a value wrongly taken fails to connect
+    rest = ["--port", "9", "--channel", "c", "--id", "a"] if command[1] == "chat" else []
+    _sweep(command, option, value, rest)

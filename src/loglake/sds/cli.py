@@ -16,12 +16,14 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from loglake.clitools import PORT
+from loglake.clitools import MILLISECONDS, PORT, POSITIVE_SECONDS, Number
 
 if TYPE_CHECKING:
     from loglake.sds.chat import ChatSession
 
 STATE_STYLE = {"sent": "yellow", "acknowledged": "green", "delivered": "cyan"}
+COUNT = click.IntRange(min=0)
+PROBABILITY = Number(0, 1, "a probability")
 
 
 @click.group(name="sds", context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,9 +37,19 @@ def command() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="loglake serve host.")
 @click.option("--port", default=None, type=PORT, help="loglake serve port (default: its default).")
 @click.option("--history/--no-history", default=True, help="Replay the channel's history first.")
-@click.option("--interval", default=0.5, show_default=True, help="Seconds between polls.")
 @click.option(
-    "--sync-ms", default=5000, show_default=True, help="Sync after this much silence (0: never)."
+    "--interval",
+    type=POSITIVE_SECONDS,  # nan, inf, -1: a traceback from select(); 0: a busy loop
+    default=0.5,
+    show_default=True,
+    help="Seconds between polls.",
+)
+@click.option(
+    "--sync-ms",
+    type=COUNT,
+    default=5000,
+    show_default=True,
+    help="Sync after this much silence (0: never).",
 )
 def chat(
     channel: str,
@@ -103,19 +115,49 @@ def _show(console: Console, session: ChatSession) -> None:
 
 
 @command.command()
-@click.option("--participants", default=50, show_default=True, help="Number of participants.")
-@click.option("--messages", default=40, show_default=True, help="Content messages to send.")
-@click.option("--seed", default=1, show_default=True, help="Random seed (replays a run).")
-@click.option("--loss", default=0.05, show_default=True, help="Per-link loss probability.")
-@click.option("--latency-ms", default=80.0, show_default=True, help="Median link latency.")
-@click.option("--sync-ms", default=5000, show_default=True, help="Sync interval S.")
-@click.option("--history", default=20, show_default=True, help="Causal history size.")
-@click.option("--partition", default=None, help="START_MS:END_MS:FRACTION of a healing split.")
 @click.option(
-    "--late-joiners", default=0, show_default=True, help="Participants that join mid-run."
+    "--participants",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Number of participants.",
 )
 @click.option(
-    "--offline", default=0, show_default=True, help="Participants that go offline mid-run."
+    "--messages", type=COUNT, default=40, show_default=True, help="Content messages to send."
+)
+@click.option("--seed", default=1, show_default=True, help="Random seed (replays a run).")
+@click.option(
+    "--loss", type=PROBABILITY, default=0.05, show_default=True, help="Per-link loss probability."
+)
+@click.option(
+    "--latency-ms",
+    type=MILLISECONDS,  # nan, inf: a traceback converting to int
+    default=80.0,
+    show_default=True,
+    help="Median link latency.",
+)
+@click.option(
+    "--sync-ms",
+    type=click.IntRange(min=1),  # 0, -1: a randrange() traceback
+    default=5000,
+    show_default=True,
+    help="Sync interval S.",
+)
+@click.option("--history", type=COUNT, default=20, show_default=True, help="Causal history size.")
+@click.option("--partition", default=None, help="START_MS:END_MS:FRACTION of a healing split.")
+@click.option(
+    "--late-joiners",
+    type=COUNT,
+    default=0,
+    show_default=True,
+    help="Participants that join mid-run.",
+)
+@click.option(
+    "--offline",
+    type=COUNT,
+    default=0,
+    show_default=True,
+    help="Participants that go offline mid-run.",
 )
 @click.option("--no-store", is_flag=True, help="No store node: rely on SDS-R only.")
 @click.option(
@@ -157,9 +199,12 @@ def sim(
         try:
             a, b, f = partition.split(":")
             part = (int(a), int(b), float(f))
+            if not (0 <= part[0] <= part[1] and 0 <= part[2] <= 1):  # nan too
+                raise ValueError(partition)
         except ValueError:
             raise click.BadParameter(
-                "use START_MS:END_MS:FRACTION", param_hint="--partition"
+                "use START_MS:END_MS:FRACTION, 0 <= START_MS <= END_MS, FRACTION from 0 to 1",
+                param_hint="'--partition'",
             ) from None
     simulation = Simulation(
         SimConfig(
