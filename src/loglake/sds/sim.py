@@ -330,6 +330,9 @@ class Simulation:
                 self._receive(i, self.store[index], index.to_bytes(8, "big"))
             elif kind == "send":
                 online = [i for i in range(n) if self._online(i, t)]
+                if not online:  # everyone late or offline: sent by the first one back (a
+                    self._push(t + c.tick_ms, "send", args)  # randrange() traceback before)
+                    continue
                 i = online[rng.randrange(len(online))]
                 self._broadcast(i, self._participant(i).send(b"msg %d from %d" % (args[0], i)))
             elif kind == "sync":
