@@ -128,6 +128,18 @@ EVENTS_SERVE = ["--role", "publisher", "--port", "0", "--directory", "/nonexiste
         (["events", "publish"], "--size", "-1", [*EVENTS_CALL, "ns"]),
         (["events", "replays"], "--take", "-1", EVENTS_CALL),  # an empty table, exit 0
         (["events", "received"], "--take", "-1", EVENTS_CALL),
+        # MOD 0: refused by the orchestrator (exit 1); -1: the Candid codec's error
+        *[
+            (["events", "subscribe"], "--skip", v, [*EVENTS_CALL, "ns"])
+            for v in ["0", "-1", "abc", "2,-1", "1,2,3", "nan"]
+        ],
+        (["events", "replay"], "--skip", "0", [*EVENTS_CALL, "ns", "--from", "0"]),
+        # =nan, =abc: a ValueError traceback at start
+        *[
+            (["events", "serve"], "--mint", f"aaaaa-aa={v}", EVENTS_SERVE)
+            for v in ["nan", "abc", "-5", "1e300"]
+        ],
+        (["events", "serve"], "--mint", "aaaaa-aa", EVENTS_SERVE),
     ],
 )
 def test_events_numbers(command: list[str], option: str, value: str, rest: list[str]) -> None:

@@ -71,13 +71,43 @@ def _config(filter_: str | None, skip: str | None, prefix: str = "") -> list:
     cfg: list = []
     if filter_:
         cfg.append((f"{prefix}filter", {"Text": filter_}))
-    if skip:
-        try:
-            nums = [int(x) for x in skip.split(",")]
-        except ValueError as e:
-            raise CliError("--skip is MOD[,OFFSET]") from e
+    if skip:  # checked by _checked_skip
+        nums = [int(x) for x in skip.split(",")]
         cfg.append((f"{prefix}skip", {"Array": [{"Nat": n} for n in nums]}))
     return cfg
+
+
+def _checked_skip(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--skip MOD[,OFFSET]``: whole numbers, MOD at least 1, OFFSET not negative, else a
+    usage error. A MOD of 0 went to the orchestrator, which refused it; a negative one failed
+    in the Candid codec; ``abc`` was an error of exit status 1."""
+    if value is None:
+        return None
+    try:
+        nums = [int(x) for x in value.split(",")]
+    except ValueError:
+        nums = []
+    if not 1 <= len(nums) <= 2 or nums[0] < 1 or min(nums) < 0:
+        raise click.BadParameter(
+            f"{value!r}: expected MOD[,OFFSET], MOD 1 or more, OFFSET 0 or more"
+        )
+    return value
+
+
+def _checked_mint(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``--mint PRINCIPAL=AMOUNT``, the amount a whole number, not negative: ``=nan`` or
+    ``=abc`` was a ``ValueError`` traceback."""
+    for v in values:
+        _, sep, amount = v.partition("=")
+        try:
+            ok = bool(sep) and int(amount) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise click.BadParameter(f"{v!r}: expected PRINCIPAL=AMOUNT, AMOUNT 0 or more")
+    return values
 
 
 def _unwrap(result: object, what: str) -> int:
@@ -169,7 +199,12 @@ def whoami(key: str) -> None:
 )
 @click.option("--register", "register_ns", help="(publisher) namespace to register at start.")
 @click.option("--price-per-event", type=NAT, default=0, help="(publisher) icrc77:pricing.")
-@click.option("--mint", multiple=True, help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.")
+@click.option(
+    "--mint",
+    multiple=True,
+    callback=_checked_mint,
+    help="(orchestrator) PRINCIPAL=AMOUNT on the ledger.",
+)
 @click.option(
     "--max-events-per-replay",
     type=click.IntRange(min=1),
@@ -424,7 +459,11 @@ def register(url: str, key: str, namespace: str, price_per_event: int, timeout: 
 @key_opt
 @click.argument("namespace")
 @click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
-@click.option("--skip", help="MOD[,OFFSET]: deliver id i iff (i+OFFSET) % MOD == 0.")
+@click.option(
+    "--skip",
+    callback=_checked_skip,
+    help="MOD[,OFFSET]: deliver id i iff (i+OFFSET) % MOD == 0.",
+)
 @click.option("--stopped", is_flag=True, help="Register stopped (no live delivery).")
 def subscribe(
     url: str, key: str, namespace: str, filter_: str | None, skip: str | None, stopped: bool
@@ -481,7 +520,7 @@ def _status(c: HttpEventsClient, rid: int) -> ReplayStatus:
 @click.option("--from", "start", type=NAT, required=True, help="First event id.")
 @click.option("--to", "end", type=NAT, default=None, help="End (exclusive); default: head.")
 @click.option("--filter", "filter_", help='ICRC-16 path filter, e.g. kind == "a".')
-@click.option("--skip", help="MOD[,OFFSET]")
+@click.option("--skip", callback=_checked_skip, help="MOD[,OFFSET]")
 @click.option("--no-wait", is_flag=True, help="Return once registered.")
 @click.option(
     "--timeout",
