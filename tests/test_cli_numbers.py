@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from loglake.cli import main
+from loglake.clitools import Number
 
 NOT_FINITE = ["nan", "inf", "-inf", "1e300"]
 
@@ -39,6 +41,40 @@ def _sweep(command: list[str], option: str, value: str, rest: list[str]) -> None
     """``loglake COMMAND OPTION VALUE REST``: the option first, so that click checks it first."""
     r = CliRunner().invoke(main, [*command, option, value, *rest])
     _refused(r.exit_code, r.output, option)
+
+
+ANY_INTEGER = {("loglake sds sim", "seed")}
+"""Integer options any value of which is good."""
+
+
+def _every_parameter() -> list[tuple[str, click.Parameter]]:
+    """(command path, parameter) for every parameter of every ``loglake`` command."""
+    ctx = click.Context(main)
+    out: list[tuple[str, click.Parameter]] = []
+
+    def walk(cmd: click.Command, path: str) -> None:
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
+                walk(sub, f"{path} {name}")
+        out.extend((path, p) for p in cmd.params)
+
+    walk(main, "loglake")
+    return out
+
+
+def test_no_number_option_takes_nan_inf_or_any_integer() -> None:
+    """A new option typed ``float`` or ``FloatRange`` takes ``nan`` (and ``inf``); one typed
+    ``int`` takes negative and huge values: each number option says its range instead."""
+    loose = [
+        f"{path} {p.name}: {p.type!r}"
+        for path, p in _every_parameter()
+        if (isinstance(p.type, click.types.FloatParamType) and not isinstance(p.type, Number))
+        or (type(p.type) is click.types.IntParamType and (path, p.name) not in ANY_INTEGER)
+    ]
+    assert not loose, "\n".join(loose)
+    assert len(_every_parameter()) > 300  # every part's commands were walked
 
 
 @pytest.mark.parametrize(
