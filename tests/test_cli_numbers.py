@@ -112,6 +112,17 @@ def test_serve_periods(tmp_path: Path, option: str, value: str) -> None:
     _sweep(["serve"], option, value, ["--data-dir", str(tmp_path / "file" / "d"), "--port", "0"])
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--limits-frame-timeout", "nan"), ("--limits-idle-timeout", "inf"),
+     ("--limits-shutdown-timeout", "1e300"), ("--limits-max-connections", "-1")],
+)  # fmt: skip
+def test_serve_limits(tmp_path: Path, option: str, value: str) -> None:
+    # refused, exit 2, but naming "frame_timeout" and "the --limits-* flags", not the flag
+    (tmp_path / "file").write_text("")
+    _sweep(["serve"], option, value, ["--data-dir", str(tmp_path / "file" / "d"), "--port", "0"])
+
+
 # ---- loglake events --------------------------------------------------------------------------
 
 

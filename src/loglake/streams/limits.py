@@ -311,6 +311,21 @@ def click_options(name: Callable[[dataclasses.Field], str] | None = None) -> Cal
     ``LOGLAKE_LIMITS_<FIELD>``), each passed as ``limits_<field>`` (None when not given)."""
     import click
 
+    def checked(f: dataclasses.Field) -> Callable[[Any, Any, Any], Any]:
+        """The value as given, once ``parse_limit`` takes it: else click's usage error naming
+        this flag (``--limits-frame-timeout nan`` named only ``frame_timeout`` and "the
+        --limits-* flags")."""
+
+        def check(_ctx: Any, _param: Any, value: Any) -> Any:
+            if value is not None:
+                try:
+                    parse_limit(f, value)
+                except ValueError as e:
+                    raise click.BadParameter(f"{e}, got {value!r}") from None
+            return value
+
+        return check
+
     def decorate(fn: Any) -> Any:
         for f in reversed(limit_fields()):
             flag = name(f) if name else "--limits-" + f.name.replace("_", "-")
@@ -318,6 +333,7 @@ def click_options(name: Callable[[dataclasses.Field], str] | None = None) -> Cal
                 flag,
                 "limits_" + f.name,
                 default=None,
+                callback=checked(f),
                 metavar={"bytes": "SIZE", "seconds": "SECONDS"}.get(f.metadata["unit"], "N"),
                 envvar=ENV_PREFIX + f.name.upper(),
                 show_envvar=True,
