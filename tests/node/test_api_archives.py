@@ -68,47 +68,43 @@ def test_the_member_refuses_an_archive_past_the_configured_max_archive_bytes(api
 def test_the_member_fetch_is_bounded_by_the_configured_fetch_deadline(api_node):
     # [archives] fetch_deadline reaches the member loop: a signed link nobody seeds failed
     # after 2 x 20 s of waiting for its metadata, the member loop stuck in it
-    from loglake.archives.signing import encode_magnet_message
-
-    section = {"enabled": True, "control": False, "wait": 0.0, "fetch_deadline": 0.5}
-    cfg = load_config(data={"archives": section}, env={})
-    handle = ArchivesHandle.start(api_node.node, cfg.archives)
-    api_node.node.archives = handle
-    try:
-        magnet = f"magnet:?xt=urn:btih:{'ee' * 20}&dn={handle.community}&x.pe=127.0.0.1:9"
-        api_node.log.create_stream(handle.channel)
-        api_node.log.append(handle.channel, encode_magnet_message(1, magnet, handle.key))
-        got = wait_until(
-            lambda: api_node.client.get("/api/archives").json()["errors"]["member"],
-            timeout=10,
-            what="the member's failed fetch",
-        )
-        assert got.startswith("TorrentTimeout: the fetch's deadline of 0.5 s passed before"), got
-    finally:
-        handle.close()
+    got = _member_error_for_a_signed_link(
+        api_node, {"fetch_deadline": 0.5}, f"magnet:?xt=urn:btih:{'ee' * 20}&x.pe=127.0.0.1:9"
+    )
+    assert got.startswith("TorrentTimeout: the fetch's deadline of 0.5 s passed before"), got
 
 
 def test_a_signed_link_libtorrent_refuses_is_the_control_nodes_fault(api_node):
     # the member loop showed "ArchiveConfigError: bad magnet link: …", a configuration error of
     # this node, for a link the control node signed and published
+    got = _member_error_for_a_signed_link(
+        api_node,
+        {},
+        f"magnet:?xt=urn:btih:{'0' * 40}",  # all-zero info-hash
+    )
+    assert got.startswith(
+        "BadMagnetMessage: the control node's signed magnet link is not one libtorrent "
+        "takes: bad magnet link: missing info-hash"
+    ), got
+
+
+def _member_error_for_a_signed_link(api_node, options: dict, magnet: str) -> str:
+    """The member loop's error (``GET /api/archives``) once the control node's key has signed
+    ``magnet`` (``&dn=`` the community added) into the node's magnet channel."""
     from loglake.archives.signing import encode_magnet_message
 
-    section = {"enabled": True, "control": False, "wait": 0.0}
+    section = {"enabled": True, "control": False, "wait": 0.0, **options}
     cfg = load_config(data={"archives": section}, env={})
     handle = ArchivesHandle.start(api_node.node, cfg.archives)
     api_node.node.archives = handle
     try:
-        magnet = f"magnet:?xt=urn:btih:{'0' * 40}&dn={handle.community}"  # all-zero info-hash
+        link = f"{magnet}&dn={handle.community}"
         api_node.log.create_stream(handle.channel)
-        api_node.log.append(handle.channel, encode_magnet_message(1, magnet, handle.key))
-        got = wait_until(
+        api_node.log.append(handle.channel, encode_magnet_message(1, link, handle.key))
+        return wait_until(
             lambda: api_node.client.get("/api/archives").json()["errors"]["member"],
             timeout=10,
             what="the member's failed fetch",
         )
-        assert got.startswith(
-            "BadMagnetMessage: the control node's signed magnet link is not one libtorrent "
-            "takes: bad magnet link: missing info-hash"
-        ), got
     finally:
         handle.close()
