@@ -204,6 +204,46 @@ def test_run_truncates_past_a_record_dated_in_the_future(tmp_path):
         log.close()
 
 
+def test_run_truncates_past_a_record_that_arrived_after_its_window_was_archived(tmp_path):
+    """A record dated in week 1 appended (index 70) after `archives build` archived weeks 1-2,
+    then 10 more: its window is closed, so no build ever exports it, and it held every record
+    after it in the live stream for good (`archives run` years later truncated 70 of 81, the
+    segments before it). Now `run` names it, and retention goes past it once it is older
+    than 30 days."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    layout = get_layout("spec")
+    log = open_log(tmp_path / "log")
+    # small segments: the disk log truncates whole segments
+    log.create_stream("community", StreamConfig(segment_bytes=4096, seal_to_lake=False))
+    recs = [record(layout, START + i * DAY, b"x" * 200) for i in range(70)]
+    log.append_many("community", [Entry(r) for r in recs])
+    log.close()
+    common = ["--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "arch"),
+              "--key-file", str(key)]  # fmt: skip
+    built = CliRunner().invoke(command, ["build", *common, "--now", str((START + 2 * WEEK) // NS)])
+    assert built.exit_code == 0, built.output
+    log = open_log(tmp_path / "log")
+    late = record(layout, START + 3 * DAY, b"late")
+    after = [record(layout, START + (70 + i) * DAY, b"x" * 200) for i in range(10)]
+    log.append_many("community", [Entry(r) for r in [late, *after]])
+    log.close()
+    run = subprocess.run(
+        [sys.executable, "-m", "loglake.archives.cli", "run", *common, "--duration", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    err = " ".join(run.stderr.split())  # rich wraps lines
+    assert "1 record(s) arrived after their window was archived" in err, err
+    assert "first at index 70, dated 2020-01-04 00:00:00" in err, err
+    assert "truncated 81 from the live stream" in err, err
+    log = open_log(tmp_path / "log", readonly=True)
+    try:
+        assert log.read("community", 0, 100) == []
+    finally:
+        log.close()
+
+
 def _build_args(tmp_path, written: str, weeks: int) -> list[str]:
     """A key, a log of ``weeks`` weeks of 20 community records in the ``written`` layout, and
     the ``build`` arguments for them (into ``tmp_path/archives``, as of week 2), no layout."""

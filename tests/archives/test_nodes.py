@@ -9,7 +9,7 @@ import pytest
 from coincurve import PrivateKey
 
 from loglake.archives.builder import MAX_FUTURE_NS
-from loglake.archives.control import SKIPPED_KEPT, ControlNode
+from loglake.archives.control import SKIPPED_KEPT, ControlNode, Pruned
 from loglake.archives.errors import CorruptArchive
 from loglake.archives.layout import NS, get_layout
 from loglake.archives.member import Accepted, Ignored, MemberCore, unpack
@@ -119,24 +119,34 @@ def test_prune_truncates_only_archived_records_older_than_30_days(tmp_path, layo
     assert _live(log) == everything[12:]
 
 
-def test_prune_never_truncates_an_unarchived_record(tmp_path, layout):
+def test_prune_goes_past_a_record_that_arrived_after_its_window_was_archived(tmp_path, layout):
+    """A record dated in archived week 1 that arrives after the build is never exported
+    (windows are not reopened): kept, it held every record after it in the live stream for
+    good (14 of 16 truncated, years later). It is logged and counted at ingest, and truncated
+    with its window once older than 30 days; a record not yet exported still holds."""
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(2), 7)
     node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
     node.ingest_streams(LocalStreams(log), "community")
     node.build(START + 2 * WEEK)
-    # arrivals after the build: a message dated in archived week 1 (its window is closed, so
-    # it is never exported) and junk that is not a WakuMessage; then a normal week-1 record
+    # arrivals after the build: a message dated in archived week 1 and junk that is not a
+    # WakuMessage; then a record of week 3, whose window is not built yet
     late = record(layout, START + 3 * DAY, b"late")
     log.append("community", late)  # index 14
     log.append("community", b"\xff\xff not a waku message")  # index 15
-    node.ingest_streams(LocalStreams(log), "community")
-    pruned = node.prune(START + 10 * WEEK)
-    assert pruned.log_records == 14 and pruned.kept_from == 14  # the late record holds the rest
-    live = _live(log)
-    assert live[0] == late and len(live) == 2
+    week3 = record(layout, START + 2 * WEEK + DAY, b"week 3")
+    log.append("community", week3)  # index 16
+    assert node.ingest_streams(LocalStreams(log), "community") == 2
+    assert node.late_count == 1 and node.late == [(14, START + 3 * DAY)]
     assert late not in _archived(node)
-    assert node.store.count() == 1  # only the unarchived row is left in the store
+    # day 3 is not older than 30 days yet: the late record holds the rest
+    assert node.prune(START + 33 * DAY) == Pruned(3, 3, 3)
+    pruned = node.prune(START + 10 * WEEK)
+    assert (pruned.log_records, pruned.store_rows, pruned.kept_from) == (13, 12, 16)
+    assert _live(log) == [week3]  # not yet archived: held
+    assert node.store.count() == 1
+    assert node.ingest_streams(LocalStreams(log), "community") == 0
+    assert node.late_count == 1  # counted once
 
 
 YEAR_2200 = 7_258_118_400 * NS  # 2200-01-01
@@ -222,6 +232,7 @@ def test_a_message_received_twice_is_archived_once(tmp_path, layout):
     ]
     log.append("community", twice)  # after its window was archived
     assert node.ingest_streams(LocalStreams(log), "community") == 0
+    assert node.late_count == 0  # a copy of an archived record is not late: it is archived
     pruned = node.prune(START + 10 * WEEK)
     assert pruned.log_records == 6 and _live(log) == []  # no copy holds the live log
     member = MessageStore()

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from coincurve import PrivateKey
 
     from loglake.archives.bt import Progress as FetchProgress
+    from loglake.archives.control import ControlNode
     from loglake.streams.api import Streams
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,19 +59,34 @@ def _ts(ns: int) -> str:
     return datetime.fromtimestamp(ns / NS, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _report_future(count: int, first: tuple[int, int] | None) -> None:
-    """One line on ``count`` records an ingest refused as dated in the future, naming the
-    ``first`` (stream index, timestamp) when known: they are never archived, and a user who
-    sees retention truncate them must know why."""
+def _report_unarchived(node: ControlNode, since: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """A line on each kind of record the ingests since the counts ``since`` (``future_count``,
+    ``late_count``) found no archive will hold, naming the first when known: refused as dated
+    in the future, or stored after its window was archived. A user who sees retention truncate
+    them must know why. Returns the counts now, the next call's ``since``."""
     from loglake.archives.builder import MAX_FUTURE_NS
 
-    if not count:
-        return
-    where = f" (first at index {first[0]}, dated {_ts(first[1])})" if first else ""
-    console.print(
-        f"[yellow]refused {count} record(s) dated more than {MAX_FUTURE_NS // NS} s ahead of "
-        f"this clock[/yellow]{where}: never archived, and they do not hold retention"
-    )
+    for count, kept, n, what, then in (
+        (
+            node.future_count,
+            node.future,
+            since[0],
+            f"refused {{}} record(s) dated more than {MAX_FUTURE_NS // NS} s ahead of this clock",
+            "never archived, and they do not hold retention",
+        ),
+        (
+            node.late_count,
+            node.late,
+            since[1],
+            "{} record(s) arrived after their window was archived",
+            "never archived, and truncated once older than 30 days",
+        ),
+    ):
+        if count > n:
+            first = kept[n] if n < len(kept) else None
+            where = f" (first at index {first[0]}, dated {_ts(first[1])})" if first else ""
+            console.print(f"[yellow]{what.format(count - n)}[/yellow]{where}: {then}")
+    return node.future_count, node.late_count
 
 
 def _trackers_opt(f: F) -> F:
@@ -208,7 +224,7 @@ def build(
                 f"(first at index {idx}: {why}); nothing was built. Is the stream in the "
                 f"{other} layout (--layout {other})?"
             )
-        _report_future(node.future_count, node.future[0] if node.future else None)
+        _report_unarchived(node)
         out = node.build(time.time_ns() if now is None else now, partial=partial)
         table = Table(title=f"archives of {cid[:18]}… ({layout})")
         for col in ("id", "from", "to", "offset", "size", "pieces"):
@@ -464,16 +480,15 @@ def run(
     seeder = Seeder(port)
     seeded = None
     deadline = None if duration is None else time.monotonic() + duration
+    reported = (0, 0)
     try:
         while True:
             now = time.time_ns()
-            refused = node.future_count
             try:
                 n = node.ingest_streams(streams, stream)
             except UnknownStream:
                 n = 0  # no community message yet
-            first = node.future[refused] if refused < len(node.future) else None
-            _report_future(node.future_count - refused, first)
+            reported = _report_unarchived(node, reported)
             out = node.build(now)
             if node.entries and (out.new or seeded is None):
                 seeder.seed(node.torrent().metainfo(), root)

@@ -15,10 +15,14 @@ Where messages live: the community stream (a loglake ``Log`` stream, one partiti
 source of truth. The control node copies it into its ``MessageStore``, a working index for
 window queries; a build flags the rows it exported; ``prune`` truncates from the *live stream*
 the longest prefix whose records are all archived and older than 30 days (spec "Storing live
-messages"; ``Log.truncate_before``), then drops the same rows from the store. An unarchived
-message (not yet exported, or arrived after its window was archived) is never truncated and
-holds the prefix behind it; so ingest refuses one dated more than ``MAX_FUTURE_NS`` ahead of its
-clock (as Waku's stores do), which no build could archive before its date. A lost or lagging
+messages"; ``Log.truncate_before``), then drops the same rows from the store. A message not yet
+exported is never truncated and holds the prefix behind it; so ingest refuses one dated more
+than ``MAX_FUTURE_NS`` ahead of its clock (as Waku's stores do), which no build could archive
+before its date. A message that arrives after its window was archived is never exported
+(archives are append-only, a build starts where the last one ended; status-go's builds query
+their database by time range from there too): ingest logs and counts it (``late``), and
+retention truncates it once it is older than 30 days, as every row of a built window, archived
+or not (kept, it held every record after it in the live stream for good). A lost or lagging
 store is rebuilt: ingest re-reads the stream from its first index, and rows older than the last
 archive are re-flagged by decoding the local archives (a row is archived iff its record is in
 one).
@@ -115,6 +119,11 @@ class ControlNode:
         dated more than ``MAX_FUTURE_NS`` ahead of its clock; ``future_count`` counts them
         all."""
         self.future_count = 0
+        self.late: list[tuple[int, int]] = []
+        """(stream index, timestamp ns) of the first ``SKIPPED_KEPT`` records ingest stored
+        after their window was archived (never exported: retention truncates them once older
+        than 30 days, unarchived); ``late_count`` counts them all."""
+        self.late_count = 0
         self.builder = self._load(announce)
         on_disk = {e.archive_id for e in self.builder.entries}
         stored = self.store.archive_ids()
@@ -206,13 +215,15 @@ class ControlNode:
         """Copy new records of the community stream into the store (records that are not the
         layout's WakuMessage, or dated more than ``MAX_FUTURE_NS`` ahead of ``now_ns``, are
         logged and skipped, a copy of a stored record is not stored: ``MessageStore.add``);
-        returns how many were stored. ``now_ns``: the clock records are received by (None: the
+        returns how many were stored; stored records dated in an archived window are logged
+        and counted (``late``). ``now_ns``: the clock records are received by (None: the
         system's; not a build's ``now``, which may be in the past). ``prune`` truncates
         ``stream`` through ``streams`` (an embedded log can: ``LocalStreams(log)``; a remote
         stream service cannot, and ``prune`` says so)."""
         self._truncate = partial(streams.truncate_before, stream, partition=0)
         latest = (time.time_ns() if now_ns is None else now_ns) + MAX_FUTURE_NS
         pos = int(self.store.get_meta("ingest_next_index") or 0)
+        after = self.store.last_rowid()
         total = 0
         while True:
             msgs = streams.pull(stream, pos, batch)
@@ -221,7 +232,34 @@ class ControlNode:
             total += self._ingest([(m.index, m.data) for m in msgs], msgs[-1].index + 1, latest)
             pos = msgs[-1].index + 1
         self._reflag()
+        if total:
+            self._count_late(after)
         return total
+
+    def _count_late(self, after_rowid: int) -> None:
+        """Log and count the rows stored after ``after_rowid`` (this ingest's) that are dated
+        in a window already archived and are not in an archive (after ``_reflag``: a rebuilt
+        store's rows that are, are flagged): no build exports them. A copy of a stored record
+        is not stored, so one re-sent after its window was archived is not counted."""
+        end = self.builder.end_ns
+        if end is None:
+            return
+        count, first = self.store.late_rows(
+            after_rowid, end, self.topics, self.layout.max_archive_bytes, SKIPPED_KEPT
+        )
+        if not count:
+            return
+        log_event(
+            logger,
+            logging.WARNING,
+            "records arrived after their window was archived: never archived",
+            count=count,
+            first_index=first[0][0],
+            first_timestamp_ns=first[0][1],
+            archived_until_ns=end,
+        )
+        self.late_count += count
+        self.late.extend(first[: SKIPPED_KEPT - len(self.late)])
 
     def _ingest(self, recs: list[tuple[int, bytes]], next_index: int, latest_ns: int) -> int:
         """Store the records dated up to ``latest_ns``; skip (log, count) the others."""
@@ -405,17 +443,21 @@ class ControlNode:
     def prune(self, now_ns: int) -> Pruned:
         """Spec "Storing live messages": remove messages older than 30 days, but only those
         already turned into archives. Truncates the live community stream (the one last
-        ingested from a ``Log`` or ``LocalStreams``) before the first record that is not both
-        archived and older than 30 days, then drops archived rows older than that from the
-        store."""
+        ingested from a ``Log`` or ``LocalStreams``) before the first record that is not older
+        than 30 days and in an archived window, then drops the rows older than that from the
+        store. A row of an archived window is in an archive or never will be (it arrived
+        after the window was archived, ``late``; or a build leaves it out: another topic,
+        over the size cap): held, it held the live stream for good. Only while the store's
+        flags lag the archives (``_reflag`` due) do unflagged rows stay."""
         end = self.builder.end_ns
         if end is None:
             return Pruned(0, 0, None)
         cutoff = min(now_ns - RETENTION_NS, end)
+        archived_only = self._reflag_due
         dropped, kept_from = 0, None
         if self._truncate is not None:
             ingested = int(self.store.get_meta("ingest_next_index") or 0)
-            kept_from = self.store.removable_before(cutoff, ingested)
+            kept_from = self.store.removable_before(cutoff, ingested, archived_only)
             try:
                 dropped = self._truncate(kept_from)
             except NotImplementedError as e:  # a backend without truncation: keep everything
@@ -423,6 +465,6 @@ class ControlNode:
                 kept_from = None
         else:
             log_event(logger, logging.WARNING, "no live log to truncate (nothing ingested yet)")
-        rows = self.store.prune(cutoff, archived_only=True)
+        rows = self.store.prune(cutoff, archived_only)
         log_event(logger, logging.INFO, "pruned", log_records=dropped, store_rows=rows)
         return Pruned(dropped, rows, kept_from)

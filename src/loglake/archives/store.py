@@ -333,20 +333,51 @@ class MessageStore:
             if end_ns is not None:
                 self._set_meta("last_archive_end_ns", end_ns)
             if exported is not None:
-                q = (
+                cond, args = _exportable(topics, max_cap)
+                self.db.execute(
                     "INSERT OR IGNORE INTO archived SELECT rowid FROM messages"
-                    " WHERE ts_ns >= ? AND ts_ns < ?"
+                    f" WHERE ts_ns >= ? AND ts_ns < ?{cond}",
+                    [*exported, *args],
                 )
-                args: list = list(exported)
-                if topics is not None:
-                    q += f" AND topic IN ({','.join('?' * len(topics))})"
-                    args += list(topics)
-                if max_cap is not None:
-                    q += " AND cap <= ?"
-                    args.append(max_cap)
-                self.db.execute(q, args)
                 flagged = self.db.changes()
         return flagged
+
+    def last_rowid(self) -> int:
+        """The newest row's rowid (0: none): a row inserted later has a greater one."""
+        with self._reading():
+            return int(_value(self.db, "SELECT max(rowid) FROM messages") or 0)
+
+    def late_rows(
+        self,
+        after_rowid: int,
+        end_ns: int,
+        topics: Sequence[bytes | str] | None = None,
+        max_cap: int | None = None,
+        limit: int = 100,
+    ) -> tuple[int, list[tuple[int, int]]]:
+        """Rows inserted after ``after_rowid`` that a build would have exported (``topics``,
+        ``max_cap`` as ``record_archives``) but are dated before ``end_ns``, the end of the
+        last archived window, and not flagged archived: they arrived after their window was
+        archived, and no build will export them. Returns how many, and the first ``limit``
+        as ``(stream index, ts_ns)`` in stream order."""
+        cond, args = _exportable(topics, max_cap)
+        where = (
+            f"rowid > ? AND ts_ns < ?{cond} AND idx IS NOT NULL"
+            " AND rowid NOT IN (SELECT rowid FROM archived)"
+        )
+        with self._reading():
+            count = _value(
+                self.db,
+                f"SELECT count(*) FROM messages WHERE {where}",
+                (after_rowid, end_ns, *args),
+            )
+            first = _all(
+                self.db.execute(
+                    f"SELECT idx, ts_ns FROM messages WHERE {where} ORDER BY idx LIMIT ?",
+                    (after_rowid, end_ns, *args, limit),
+                )
+            )
+        return int(count), first
 
     def flag_archived(self, rowids: Sequence[int]) -> None:
         with self._tx():
@@ -363,16 +394,19 @@ class MessageStore:
                 )
             )
 
-    def removable_before(self, cutoff_ns: int, ingested: int) -> int:
-        """The stream index below which every ingested record is archived and older than
-        ``cutoff_ns``: the first row that is not (or ``ingested``, the next index to ingest,
-        when every row is). Records that are not the layout's WakuMessage were never stored
-        and hold nothing back; rows already pruned were removable."""
+    def removable_before(self, cutoff_ns: int, ingested: int, archived_only: bool = True) -> int:
+        """The stream index below which every ingested record is older than ``cutoff_ns``
+        (and, ``archived_only``, archived): the first row that is not (or ``ingested``, the
+        next index to ingest, when every row is). Records that are not the layout's
+        WakuMessage were never stored and hold nothing back; rows already pruned were
+        removable."""
+        keep = "ts_ns < ?"
+        if archived_only:
+            keep += " AND rowid IN (SELECT rowid FROM archived)"
         with self._reading():
             first = _value(
                 self.db,
-                "SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ?"
-                " AND NOT (ts_ns < ? AND rowid IN (SELECT rowid FROM archived))",
+                f"SELECT min(idx) FROM messages WHERE idx IS NOT NULL AND idx < ? AND NOT ({keep})",
                 (ingested, cutoff_ns),
             )
         return ingested if first is None else first
@@ -521,6 +555,19 @@ class MessageStore:
             if err is e:
                 raise
             raise err from e
+
+
+def _exportable(topics: Sequence[bytes | str] | None, max_cap: int | None) -> tuple[str, list]:
+    """The ``AND …`` condition (and its arguments) on the rows a build exports from its
+    windows: on ``topics`` (None: all), with ``cap <= max_cap`` (None: no cap)."""
+    cond, args = "", list[Any]()
+    if topics is not None:
+        cond += f" AND topic IN ({','.join('?' * len(topics))})"
+        args += list(topics)
+    if max_cap is not None:
+        cond += " AND cap <= ?"
+        args.append(max_cap)
+    return cond, args
 
 
 def _all(cur: apsw.Cursor) -> list[Any]:
