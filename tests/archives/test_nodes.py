@@ -574,3 +574,36 @@ def test_junk_on_the_community_stream_is_counted_not_kept(tmp_path):
     assert control.ingest_streams(streams, "community", batch=100) == 1
     assert len(control.skipped) == SKIPPED_KEPT
     assert control.skipped_count == junk and control.skipped[0][0] == 0
+
+
+def test_prune_after_a_build_that_could_not_reload_keeps_the_windows_it_did_not_write(
+    tmp_path, monkeypatch
+):
+    # A build's write fails (a full disk) and so does reloading the builder from the files:
+    # the builder's end is past windows no file holds, until the next build reloads it.
+    # Retention past every row of a built window must not go by that end: it truncated the
+    # week's 7 records, live stream and store, and the build after the fault archived none.
+    import errno
+
+    from loglake.log import fs
+
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 7)
+    everything = _live(log)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    node.ingest_streams(LocalStreams(log), "community")
+
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, "disk full (injected)")
+
+    with monkeypatch.context() as m:
+        m.setattr(fs, "write_all", full)
+        m.setattr(node, "_load", full)
+        with pytest.raises(OSError):
+            node.build(START + WEEK)
+    assert node.prune(START + 10 * WEEK).log_records == 0
+    assert _live(log) == everything
+    assert len(node.build(START + WEEK).new) == 1  # the fault cleared: the week is archived
+    assert set(everything) <= _archived(node)
+    assert node.prune(START + 10 * WEEK).log_records == 7

@@ -447,13 +447,16 @@ class ControlNode:
         than 30 days and in an archived window, then drops the rows older than that from the
         store. A row of an archived window is in an archive or never will be (it arrived
         after the window was archived, ``late``; or a build leaves it out: another topic,
-        over the size cap): held, it held the live stream for good. Only while the store's
-        flags lag the archives (``_reflag`` due) do unflagged rows stay."""
+        over the size cap): held, it held the live stream for good. (While the store's flags
+        lag the archives, ``_reflag`` due, its unflagged rows of built windows are in the
+        archives on disk or late.) Only while the builder's end is past windows no file holds
+        (a failed build whose reload failed too: the next build redoes them) do unflagged rows
+        stay."""
         end = self.builder.end_ns
         if end is None:
             return Pruned(0, 0, None)
         cutoff = min(now_ns - RETENTION_NS, end)
-        archived_only = self._reflag_due
+        archived_only = self._reload_due
         dropped, kept_from = 0, None
         if self._truncate is not None:
             ingested = int(self.store.get_meta("ingest_next_index") or 0)
