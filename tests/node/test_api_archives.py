@@ -9,7 +9,7 @@ import pytest
 from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
 from loglake.node.api.archives import ArchivesHandle
 from loglake.node.config import load_config
-from tests.archives.helpers import START, fill_weeks
+from tests.archives.helpers import START, WEEK, fill_weeks, record
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -40,6 +40,28 @@ def test_configured_trackers_are_in_the_seeded_torrent_and_magnet(api_node, trac
         meta = (handle.folder / "control" / f"{handle.community}.torrent").read_bytes()
         tiers = lt.bdecode(meta).get(b"announce-list", [])
         assert [u.decode() for tier in tiers for u in tier] == want
+    finally:
+        handle.close()
+
+
+def test_the_control_node_shows_the_records_it_will_never_archive(api_node):
+    # a record dated in the year 2200 (refused at ingest) and one that arrived after its
+    # week was archived were only a log line: the node's API and console now count them
+    layout = get_layout("spec")
+    section = {"enabled": True, "member": False, "wait": 0.0, "check_every": 3600.0}
+    cfg = load_config(data={"archives": section}, env={})
+    fill_weeks(api_node.log, "community", layout, range(2), 10)
+    api_node.log.append("community", record(layout, START + 200 * 52 * WEEK, b"future"))
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        assert api_node.client.post("/api/archives/build", json={}).status_code == 200
+        got = api_node.client.get("/api/archives").json()
+        assert (got["future_records"], got["late_records"]) == (1, 0), got
+        api_node.log.append("community", record(layout, START + 3, b"late"))  # week 0
+        assert api_node.client.post("/api/archives/build", json={}).status_code == 200
+        got = api_node.client.get("/api/archives").json()
+        assert (got["future_records"], got["late_records"]) == (1, 1), got
     finally:
         handle.close()
 

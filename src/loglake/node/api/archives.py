@@ -264,6 +264,8 @@ class ArchivesHandle:
             "last_new_archives": new,
             "last_pruned_records": pruned.log_records,
             "store_messages": node.store.count(),
+            "future_records": node.future_count,
+            "late_records": node.late_count,
         }
 
     # -- the member (its thread only) -----------------------------------------------------------
@@ -387,6 +389,11 @@ class ArchivesOut(BaseModel):
     uploaded_bytes: int
     last_round_ns: int | None
     store_messages: int | None
+    future_records: int | None
+    """Records the control node refused as dated too far ahead of its clock: never archived."""
+    late_records: int | None
+    """Records that arrived after their window was archived: never archived (retention
+    removes them once older than 30 days)."""
     member: MemberOut | None
     errors: dict[str, str | None]
 
@@ -423,6 +430,8 @@ def archives(node: Node) -> ArchivesOut:
         uploaded_bytes=c.get("uploaded_bytes", 0),
         last_round_ns=c.get("last_round_ns"),
         store_messages=c.get("store_messages"),
+        future_records=c.get("future_records"),
+        late_records=c.get("late_records"),
         member=MemberOut(**h.member_snapshot) if h.member_snapshot else None,
         errors=h.errors(),
     )
