@@ -30,7 +30,7 @@ from loglake.faces import lazy_face
 if TYPE_CHECKING:
     from loglake.events.actions import ReplayJobSpec
     from loglake.events.broadcaster import Broadcaster
-    from loglake.events.client import CallRejected, HttpEventsClient
+    from loglake.events.client import CallRejected, HttpEventsClient, RoleUnreachable
     from loglake.events.fastcodec import notification_parts
     from loglake.events.filters import Filter, ImproperConfig, Skip
     from loglake.events.identity import Identity, SignatureError, principal_from_text
@@ -58,6 +58,7 @@ _FACE = {
     "Broadcaster": "loglake.events.broadcaster",
     "C_REPLAY": "loglake.events.messages",
     "CallRejected": "loglake.events.client",
+    "RoleUnreachable": "loglake.events.client",
     "Err": "loglake.events.messages",
     "EventNotification": "loglake.events.messages",
     "Filter": "loglake.events.filters",
@@ -120,6 +121,7 @@ __all__ = [
     "ReplayJobSpec",
     "ReplayRegistration",
     "ReplayState",
+    "RoleUnreachable",
     "SignatureError",
     "Skip",
     "StreamsStore",

@@ -29,6 +29,7 @@ from loglake.clitools import (
     MAX_RATE,
     MILLISECONDS,
     PORT,
+    POSITIVE_SECONDS,
     SECONDS,
     Number,
     Renamed,
@@ -134,9 +135,31 @@ url_opt = click.option(
 )
 
 
+CALL_TIMEOUT = "loglake.events.call_timeout"
+"""``ctx.meta`` key of ``--call-timeout``, read by :func:`_client`."""
+
+
 @click.group(cls=TypedErrorGroup, context_settings=CONTEXT_SETTINGS)
-def command() -> None:
+@click.option(
+    "--call-timeout",
+    type=POSITIVE_SECONDS,
+    default=30.0,
+    show_default=True,
+    envvar="LOGLAKE_EVENTS_CALL_TIMEOUT",
+    help="Seconds one call to a role may take; a role that does not answer by then is an "
+    "error naming its URL.",
+)
+@click.pass_context
+def command(ctx: click.Context, call_timeout: float) -> None:
     """ICRC-72 pub/sub with ICRC-77 event replay."""
+    ctx.meta[CALL_TIMEOUT] = call_timeout
+
+
+def _client(url: str, ident: Identity) -> HttpEventsClient:
+    """The signed client of a command; a role it cannot reach is ``RoleUnreachable`` (the
+    URL and why: refused, timed out, not resolved), one line and exit 1 through
+    ``TypedErrorGroup``, not urllib's ``URLError`` traceback."""
+    return HttpEventsClient(url, ident, timeout=click.get_current_context().meta[CALL_TIMEOUT])
 
 
 @command.command()
@@ -407,7 +430,7 @@ def publish(
     batch: int,
 ) -> None:
     """Publish events (call the PUBLISHER's URL with the publisher's key)."""
-    c = HttpEventsClient(url, load_identity(key))
+    c = _client(url, load_identity(key))
     items: list[tuple[dict[str, str | bytes], None]] = [({"Text": t}, None) for t in texts]
     items += [({"Blob": i.to_bytes(8, "big") * (size // 8 + 1)}, None) for i in range(count)]
     ids: list[int] = []
@@ -433,7 +456,7 @@ def register(url: str, key: str, namespace: str, price_per_event: int, timeout: 
     """Register NAMESPACE as a replay-capable publication (call the PUBLISHER's URL with the
     publisher's key). The publisher sends it to the orchestrator, again with back-off until
     the orchestrator answers; this waits for the outcome and prints each state it sees."""
-    c = HttpEventsClient(url, load_identity(key))
+    c = _client(url, load_identity(key))
     state = c.call("loglake_register", (namespace, price_per_event))
     console.print(f"{namespace}: {state}")
     deadline = time.monotonic() + timeout
@@ -472,7 +495,7 @@ def subscribe(
     cfg = _config(filter_, skip, "icrc72:subscription:")
     if stopped:
         cfg.append((C_SUB_STOPPED, {"Bool": True}))
-    [r] = HttpEventsClient(url, load_identity(key)).call(
+    [r] = _client(url, load_identity(key)).call(
         "icrc72_register_subscription", [Registration(namespace, cfg)]
     )
     console.print(f"subscription {_unwrap(r, 'subscription')} on {namespace}")
@@ -542,7 +565,7 @@ def replay(
 ) -> None:
     """Register an ICRC-77 replay and show its progress until it ends."""
     ident = load_identity(key)
-    c = HttpEventsClient(url, ident)
+    c = _client(url, ident)
     [r] = c.call(
         "icrc77_register_replay",
         [ReplayRegistration(namespace, start, end, _config(filter_, skip))],
@@ -608,7 +631,7 @@ def _range(s: ReplayStatus) -> str:
 @click.argument("amount", type=NAT)
 def approve(url: str, key: str, spender: str, amount: int) -> None:
     """ICRC-2 approve SPENDER (the orchestrator's principal) to spend AMOUNT for replays."""
-    c = HttpEventsClient(url, load_identity(key))
+    c = _client(url, load_identity(key))
     r = c.call("icrc2_approve", (principal_from_text(spender), amount))
     console.print(f"approved {amount} (block {_unwrap(r, 'approve')})")
     bal = c.call("icrc1_balance_of", (load_identity(key).principal, None))
@@ -621,7 +644,7 @@ def approve(url: str, key: str, spender: str, amount: int) -> None:
 @click.argument("replay_id", type=NAT)
 def replay_status(url: str, key: str, replay_id: int) -> None:
     """Show one replay's status."""
-    st = _status(HttpEventsClient(url, load_identity(key)), replay_id)
+    st = _status(_client(url, load_identity(key)), replay_id)
     console.print_json(json.dumps(_row(st)))
 
 
@@ -643,7 +666,7 @@ def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
     """Cancel replays (sent notifications stay sent)."""
     for rid, r in zip(
         replay_ids,
-        HttpEventsClient(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
+        _client(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
         strict=True,
     ):
         console.print(f"{rid}: {'canceled' if isinstance(r, Ok) else r}")
@@ -658,7 +681,7 @@ def replays(url: str, key: str, namespace: str | None, take: int) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter("All", slices=(("ByNamespace", namespace),)) if namespace else None
     t = Table("id", "namespace", "range", "status")
-    for s in _replays(HttpEventsClient(url, load_identity(key)), flt, take):
+    for s in _replays(_client(url, load_identity(key)), flt, take):
         t.add_row(str(s.replay_id), s.namespace, _range(s), str(s.status))
     console.print(t)
 
@@ -672,7 +695,7 @@ def received(url: str, key: str, take: int, as_json: bool) -> None:
     """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the
     subscriber's key): event id, namespace, replay id (replayed events), value. Each
     notification is taken from the subscriber's inbox, so it is shown once."""
-    notes = HttpEventsClient(url, load_identity(key)).call("loglake_inbox", take)
+    notes = _client(url, load_identity(key)).call("loglake_inbox", take)
     rows = [_notification(n) for n in notes]
     if as_json:
         for r in rows:
