@@ -55,7 +55,6 @@ price not covered              ``PaymentRequired``
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from icp_principal import Principal
@@ -103,6 +102,7 @@ from loglake.events.orchestrator_state import (
     PROGRESS_KEY,
     Publication,
     Quotas,
+    RateWindows,
     Replay,
     ReplayTable,
     Subscription,
@@ -172,10 +172,11 @@ class Orchestrator(ReplayScheduling, Role):
         """Publisher principal bytes → publications held, for
         ``Quotas.max_publications_per_publisher``."""
         self.replays = ReplayTable()
-        self._requests: dict[bytes, deque[int]] = {}
-        self._queries: dict[bytes, deque[int]] = {}
+        q = self.quotas
+        self._requests = RateWindows(q.max_requests_per_window, q.window_ns, q.max_rate_principals)
+        self._queries = RateWindows(q.max_queries_per_window, q.window_ns, q.max_rate_principals)
         """Each principal's ``icrc77_get_replays`` calls in the window (``_requests``: its
-        registrations and cancels)."""
+        registrations and cancels); ended windows are forgotten."""
         self._next_pub = self._next_sub = self._next_replay = 1
         self.journal = Journal(self.outbox, journal_name)
         self._resend: list[int] = []
@@ -229,16 +230,14 @@ class Orchestrator(ReplayScheduling, Role):
         self.outbox.append(Call(target, "icrc72_handle_notification", [n]))
 
     def _rate_ok(self, caller: Principal, now: int) -> bool:
-        return _within_rate(
-            self._requests, caller, now, self.quotas.max_requests_per_window, self.quotas.window_ns
-        )
+        return self._requests.admit(caller.bytes, now)
 
     def _query_rate(self, caller: Principal, now: int) -> None:
         """Count an ``icrc77_get_replays`` call; :class:`RateLimited` over the caller's
         ``max_queries_per_window``."""
         q = self.quotas
-        if not _within_rate(self._queries, caller, now, q.max_queries_per_window, q.window_ns):
-            wait = self._queries[caller.bytes][0] + q.window_ns - now
+        if not self._queries.admit(caller.bytes, now):
+            wait = self._queries.wait_ns(caller.bytes, now)
             raise RateLimited(
                 f"more than {q.max_queries_per_window} icrc77_get_replays calls a window",
                 wait / 1e9,
@@ -524,17 +523,3 @@ class Orchestrator(ReplayScheduling, Role):
         self.replays[rep.id] = rep
         self._emit_replay_add(rep, now)
         return Ok(rep.id)
-
-
-def _within_rate(
-    windows: dict[bytes, deque[int]], caller: Principal, now: int, limit: int, window_ns: int
-) -> bool:
-    """Count a call of ``caller`` in its window of ``windows`` unless it already holds
-    ``limit`` calls made within ``window_ns`` of ``now``."""
-    q = windows.setdefault(caller.bytes, deque())
-    while q and q[0] <= now - window_ns:
-        q.popleft()
-    if len(q) >= limit:
-        return False
-    q.append(now)
-    return True
