@@ -31,6 +31,7 @@ from icp_principal import Principal
 from loglake.events.actions import Call, JobAction, StartReplayJob
 from loglake.events.codec import METHODS
 from loglake.events.orchestrator import Orchestrator
+from loglake.events.resend import NoAddress
 from loglake.events.role import Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 
@@ -146,9 +147,9 @@ class InProcessNetwork:
             self._ghosts.add(id(copy))
             self.queue.append((src, copy))
         target = self.roles.get(c.target.bytes)
-        lost = None
+        lost: ConnectionError | None = None
         if target is None:
-            lost = ConnectionError(f"no role {c.target}")
+            lost = NoAddress(c.target)  # the HTTP adapter: not in the directory
         elif f is not None and f.hit("drop"):
             lost = ConnectionError(f"{c.method} to {c.target}: lost on the way")
         if lost is not None:

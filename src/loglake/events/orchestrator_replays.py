@@ -162,7 +162,7 @@ class ReplayScheduling(OrchestratorState):
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
         if call.method == "icrc72_handle_notification":
             if isinstance(reply, BaseException):
-                self.resender.failed(call, now)
+                self.resender.failed(call, now, reply)
             else:
                 self.resender.succeeded(call)
 

@@ -329,8 +329,10 @@ class Publisher(Role):
         self._opening: set[int] = set()
         """Replay ids whose stream bounds are being read (``ReadBounds`` queued)."""
         self._removed_early: set[int] = set()
-        self.resender = Resender()
-        """Replay status reports and head reports whose call failed, sent again."""
+        self.resender = Resender(max_attempts=None)
+        """Replay status reports and head reports whose call failed, sent again until they
+        pass (one orchestrator, one entry a replay or namespace: a lost final status would
+        leave the replay running there)."""
         self._head_reported: dict[str, int] = {}
         """namespace → the highest head reported to the orchestrator."""
         self._head_polled: dict[str, int] = {}
@@ -673,7 +675,7 @@ class Publisher(Role):
             # a lost report would leave the replay running (or pending) at the orchestrator,
             # or its head behind the stream's
             if isinstance(reply, BaseException):
-                self.resender.failed(call, now)
+                self.resender.failed(call, now, reply)
             else:
                 self.resender.succeeded(call)
             return

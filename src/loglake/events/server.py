@@ -59,6 +59,7 @@ from loglake.events.identity import (
 )
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher, publication_config
+from loglake.events.resend import NoAddress
 from loglake.events.role import RateLimited, Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import Subscriber
@@ -424,7 +425,7 @@ class HttpRoleServer:
         """Encode, sign and write one call; the future resolves to the HTTP reply."""
         url = self.directory.get(c.target.bytes)
         if url is None:
-            raise ConnectionError(f"no address for {c.target}")
+            raise NoAddress(c.target)
         body = METHODS[c.method].encode_arg(c.arg)
         headers = self.identity.sign_call(c.method, body, self.clock())
         pipe = self.pipes.get(url)
