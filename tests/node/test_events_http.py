@@ -169,3 +169,27 @@ def test_http_transport_config_names_what_is_missing(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match=r"\[events\] broadcasters: the orchestrator needs"):
         load_config(data=_events(tmp_path, roles=["orchestrator"]), env={})
+
+
+def test_a_system_message_to_an_unlisted_principal_is_dropped_and_counted(tmp_path: Path) -> None:
+    """A key no directory lists registers a publication at the node's orchestrator: the
+    orchestrator's message telling it its broadcaster has nowhere to go. It is dropped at the
+    first failure and counted in ``/metrics`` (it was sent again every 10 s for good)."""
+    from loglake.events import HttpEventsClient, Ok, Registration
+    from tests.node.test_node_process import _metric
+
+    data = _events(tmp_path, roles=["orchestrator", "broadcaster", "publisher", "subscriber"])
+    cfg = load_config(data=data, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as n, _client(n) as c:
+        url = c.get("/api/events").json()["urls"]["orchestrator"]
+        stranger = HttpEventsClient(url, Identity.generate(), timeout=30)
+        [got] = stranger.call("icrc72_register_publication", [Registration("stranger.ns")])
+        assert isinstance(got, Ok), got
+        wait_until(
+            lambda: (
+                _metric(c.get("/metrics").text, "loglake_events_system_messages_dropped_total") == 1
+            ),
+            what="the message to the stranger dropped",
+        )
+        time.sleep(1.5)  # its first resends were due after 0.1, 0.2, 0.4, 0.8 s
+        assert _metric(c.get("/metrics").text, "loglake_events_system_messages_dropped_total") == 1

@@ -574,6 +574,13 @@ def metric_families(h: Any, has_orchestrator: bool) -> Iterator[Any]:
 
     if has_orchestrator:
         yield from _replay_families(h.replay_rows())
+        dropped = CounterMetricFamily(
+            "loglake_events_system_messages_dropped",
+            "System messages the orchestrator gave up sending: to a principal with no address "
+            "at the first failure, others after 360 sends (about an hour).",
+        )
+        dropped.add_metric([], h.read_orchestrator(lambda o: o.resender.dropped))
+        yield dropped
     received = CounterMetricFamily(
         "loglake_events_received",
         "Notifications the node's subscriber received.",
