@@ -30,7 +30,7 @@ from loglake.faces import lazy_face
 if TYPE_CHECKING:
     from loglake.events.actions import ReplayJobSpec
     from loglake.events.broadcaster import Broadcaster
-    from loglake.events.client import CallRejected, HttpEventsClient, RoleUnreachable
+    from loglake.events.client import BadReply, CallRejected, HttpEventsClient, RoleUnreachable
     from loglake.events.fastcodec import notification_parts
     from loglake.events.filters import Filter, ImproperConfig, Skip
     from loglake.events.identity import Identity, SignatureError, principal_from_text
@@ -59,6 +59,7 @@ _FACE = {
     "C_REPLAY": "loglake.events.messages",
     "CallRejected": "loglake.events.client",
     "RoleUnreachable": "loglake.events.client",
+    "BadReply": "loglake.events.client",
     "Err": "loglake.events.messages",
     "EventNotification": "loglake.events.messages",
     "Filter": "loglake.events.filters",
@@ -101,6 +102,7 @@ __all__ = [
     "C_REPLAY",
     "H_REPLAY_END_ID",
     "H_REPLAY_ID",
+    "BadReply",
     "Broadcaster",
     "CallRejected",
     "Err",

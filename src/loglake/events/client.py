@@ -3,19 +3,22 @@
 Wire: ``POST <url>/api/<method>``, body = the Candid argument, ``content-type:
 application/candid``, signature headers from :meth:`Identity.sign_call`. Replies: 200 with the
 Candid result; 4xx/5xx with a text reason, raised as :class:`CallRejected`. A role that cannot
-be reached (connection refused, no answer within the timeout, a name that does not resolve) is
-:class:`RoleUnreachable`, naming the URL and the reason.
+be reached (connection refused, no answer within the timeout, a name that does not resolve), or
+that drops the connection before its reply ends, is :class:`RoleUnreachable`, naming the URL and
+the reason. Something that answers but not with a reply (not HTTP, a 200 whose body is not the
+method's Candid result, a body over :data:`MAX_REPLY_BYTES`) is :class:`BadReply`.
 """
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-from loglake.errors import RemoteProtocolError, Unavailable
+from loglake.errors import DecodeError, RemoteProtocolError, Unavailable
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity
 
@@ -36,6 +39,40 @@ class RoleUnreachable(Unavailable):
         self.url, self.reason = url, reason
 
 
+class BadReply(RemoteProtocolError):
+    """Something answered at ``url`` but not with a reply to the call: bytes that are not HTTP
+    (another service on the port), a body that is not the method's Candid result, or one over
+    the size limit. Why typed: ``http.client``'s ``BadStatusLine`` reached the CLI user as a
+    traceback. The call may have been carried out."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"bad reply from {url}: {reason}")
+        self.url, self.reason = url, reason
+
+
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+"""The longest reply body a call reads; a longer one is refused (from its ``Content-Length``
+before a byte of it is read, else once the limit is passed) so a wrong or hostile server cannot
+make a client hold gigabytes. The longest legitimate replies are the inbox's and the event
+reads': an event carries at most ``publisher.MAX_MESSAGE_BYTES`` (1 MB) of data, so the CLI's
+default ``--take 100`` stays under 100 MB."""
+MAX_REASON_BYTES = 64 * 1024
+"""The most of a 4xx/5xx body read as the rejection's reason (a role writes one short line)."""
+
+
+def _read_reply(resp: http.client.HTTPResponse, url: str, limit: int) -> bytes:
+    """The reply's body, at most ``limit`` bytes, else :class:`BadReply`. With a
+    ``Content-Length`` the whole body is read (a short one raises ``IncompleteRead``); without
+    one (chunked, or up to the close) ``limit + 1`` bytes at most."""
+    length = resp.getheader("content-length")
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        raise BadReply(url, f"a reply of {int(length)} bytes, over the limit of {limit}")
+    data = resp.read() if resp.length is not None else resp.read(limit + 1)
+    if len(data) > limit:
+        raise BadReply(url, f"a reply of more than {limit} bytes, over the limit")
+    return data
+
+
 def _reason(e: BaseException) -> str:
     """One line for why a connection failed: urllib wraps the socket's error in ``URLError``."""
     cause = e.reason if isinstance(e, urllib.error.URLError) else e
@@ -48,7 +85,14 @@ def _reason(e: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-def post_raw(url: str, method: str, body: bytes, headers: dict[str, str], timeout: float) -> bytes:
+def post_raw(
+    url: str,
+    method: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: float,
+    max_reply_bytes: int = MAX_REPLY_BYTES,
+) -> bytes:
     req = urllib.request.Request(
         f"{url.rstrip('/')}/api/{method}",
         data=body,
@@ -57,11 +101,19 @@ def post_raw(url: str, method: str, body: bytes, headers: dict[str, str], timeou
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.read()
+            return _read_reply(resp, url, max_reply_bytes)
     except urllib.error.HTTPError as e:
-        raise CallRejected(e.code, e.read().decode(errors="replace")) from None
+        raise CallRejected(e.code, e.read(MAX_REASON_BYTES).decode(errors="replace")) from None
+    except http.client.RemoteDisconnected:  # accepted, then closed without a byte
+        raise RoleUnreachable(url, "closed the connection without a reply") from None
+    except http.client.IncompleteRead as e:
+        got, short = len(e.partial), e.expected or 0
+        why = f"the connection closed mid-reply ({got} of {got + short} bytes)"
+        raise RoleUnreachable(url, why) from None
     except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out, not resolved
         raise RoleUnreachable(url, _reason(e)) from None
+    except http.client.HTTPException as e:  # BadStatusLine, LineTooLong, ...: not HTTP
+        raise BadReply(url, f"not an HTTP reply ({type(e).__name__}: {str(e)[:80]!r})") from None
 
 
 class HttpEventsClient:
@@ -72,4 +124,8 @@ class HttpEventsClient:
         m = METHODS[method]
         body = m.encode_arg(arg)
         headers = self.identity.sign_call(method, body, time.time_ns())
-        return m.decode_ret(post_raw(self.url, method, body, headers, self.timeout))
+        reply = post_raw(self.url, method, body, headers, self.timeout)
+        try:
+            return m.decode_ret(reply)
+        except DecodeError as e:
+            raise BadReply(self.url, f"{method}: not its Candid result ({e})") from e
