@@ -6,8 +6,6 @@ interop/node/diff_peer.mjs (command ``sds_repair_times``), recorded here.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from loglake.sds.codec import decode, encode
@@ -195,25 +193,3 @@ def test_entries_past_the_answered_ones_still_cancel_own_requests(make, clock) -
     (received,) = got.of(RepairRequestReceived)
     assert received.message_ids[-1] == queued.message_id
     assert queued.message_id not in b.repair.outgoing.items
-
-
-def _churn_us(buffer_size: int, calls: int) -> float:
-    """Microseconds a repair request takes from a requester never seen before, once
-    ``10 * buffer_size`` others came and went (each new one evicts the oldest window)."""
-    m = RepairManager("me", RepairConfig(buffer_size=buffer_size))
-    for i in range(10 * buffer_size):
-        m.on_repair_requests([], f"r{i}", lambda _: None, now=0)
-    t0 = time.perf_counter()
-    for i in range(calls):
-        m.on_repair_requests([], f"n{i}", lambda _: None, now=0)
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def test_a_new_requester_costs_the_same_however_many_windows_are_held():
-    """The requester windows are swept from the oldest: with a plain dict, finding it skipped
-    the slots earlier deletions left (a request took 1.2 µs at 100 windows, 2.7 at the default
-    1,000, 10.4 at 10,000, measured); an OrderedDict finds it at once (1.1 µs at each).
-    Bounded: 110,000 + 40,000 calls, under a second."""
-    small = min(_churn_us(100, 20_000) for _ in range(2))
-    large = min(_churn_us(10_000, 20_000) for _ in range(2))
-    assert large < 4 * small, (small, large)
