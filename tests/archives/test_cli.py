@@ -177,31 +177,14 @@ def test_run_truncates_past_a_record_dated_in_the_future(tmp_path):
     """One record of the year 2200 (index 1) among 70 of 2020: `archives run` archived the 70
     and truncated 0 records from the live stream, as the 2200 one could only be archived in
     2200 and held every record after it."""
-    key = tmp_path / "key"
-    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
     layout = get_layout("spec")
-    log = open_log(tmp_path / "log")
-    # small segments: the disk log truncates whole segments
-    log.create_stream("community", StreamConfig(segment_bytes=4096, seal_to_lake=False))
     recs = [record(layout, START + i * DAY, b"x" * 200) for i in range(70)]
     recs.insert(1, record(layout, 7_258_118_400 * NS, b"of 2200"))
-    log.append_many("community", [Entry(r) for r in recs])
-    log.close()
-    run = subprocess.run(
-        [sys.executable, "-m", "loglake.archives.cli", "run", "--data-dir", str(tmp_path / "log"),
-         "--root", str(tmp_path / "arch"), "--key-file", str(key), "--duration", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    err = " ".join(run.stderr.split())  # rich wraps lines
+    err = _run_once(_disk_community(tmp_path, recs))
     assert "refused 1 record(s) dated more than 20 s ahead of this clock" in err, err
     assert "first at index 1, dated 2200-01-01 00:00:00" in err
     assert "ingested 70, new archives 10, truncated 71 from the live stream" in err, err
-    log = open_log(tmp_path / "log", readonly=True)
-    try:
-        assert log.read("community", 0, 100) == []
-    finally:
-        log.close()
+    assert _live(tmp_path) == []
 
 
 def test_run_truncates_past_a_record_that_arrived_after_its_window_was_archived(tmp_path):
@@ -210,17 +193,9 @@ def test_run_truncates_past_a_record_that_arrived_after_its_window_was_archived(
     after it in the live stream for good (`archives run` years later truncated 70 of 81, the
     segments before it). Now `run` names it, and retention goes past it once it is older
     than 30 days."""
-    key = tmp_path / "key"
-    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
     layout = get_layout("spec")
-    log = open_log(tmp_path / "log")
-    # small segments: the disk log truncates whole segments
-    log.create_stream("community", StreamConfig(segment_bytes=4096, seal_to_lake=False))
     recs = [record(layout, START + i * DAY, b"x" * 200) for i in range(70)]
-    log.append_many("community", [Entry(r) for r in recs])
-    log.close()
-    common = ["--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "arch"),
-              "--key-file", str(key)]  # fmt: skip
+    common = _disk_community(tmp_path, recs)
     built = CliRunner().invoke(command, ["build", *common, "--now", str((START + 2 * WEEK) // NS)])
     assert built.exit_code == 0, built.output
     log = open_log(tmp_path / "log")
@@ -228,18 +203,42 @@ def test_run_truncates_past_a_record_that_arrived_after_its_window_was_archived(
     after = [record(layout, START + (70 + i) * DAY, b"x" * 200) for i in range(10)]
     log.append_many("community", [Entry(r) for r in [late, *after]])
     log.close()
-    run = subprocess.run(
-        [sys.executable, "-m", "loglake.archives.cli", "run", *common, "--duration", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    err = " ".join(run.stderr.split())  # rich wraps lines
+    err = _run_once(common)
     assert "1 record(s) arrived after their window was archived" in err, err
     assert "first at index 70, dated 2020-01-04 00:00:00" in err, err
     assert "truncated 81 from the live stream" in err, err
+    assert _live(tmp_path) == []
+
+
+def _disk_community(tmp_path, recs: list[bytes]) -> list[str]:
+    """A key and a disk log whose stream ``community`` holds ``recs`` (small segments: the disk
+    log truncates whole segments); the arguments naming them and ``tmp_path/arch``."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    log = open_log(tmp_path / "log")
+    log.create_stream("community", StreamConfig(segment_bytes=4096, seal_to_lake=False))
+    log.append_many("community", [Entry(r) for r in recs])
+    log.close()
+    return ["--data-dir", str(tmp_path / "log"), "--root", str(tmp_path / "arch"),
+            "--key-file", str(key)]  # fmt: skip
+
+
+def _run_once(args: list[str]) -> str:
+    """``archives run ARGS --duration 0`` in a process of its own; its stderr, rich's line
+    wrapping undone."""
+    run = subprocess.run(
+        [sys.executable, "-m", "loglake.archives.cli", "run", *args, "--duration", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return " ".join(run.stderr.split())
+
+
+def _live(tmp_path) -> list:
+    """What the live stream ``community`` of ``tmp_path/log`` still holds."""
     log = open_log(tmp_path / "log", readonly=True)
     try:
-        assert log.read("community", 0, 100) == []
+        return log.read("community", 0, 100)
     finally:
         log.close()
 
