@@ -31,13 +31,14 @@ def test_the_cli_counts_what_a_skip_keeps_as_the_broadcaster_does():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from loglake.events.cli import _skip_keeps
+    from loglake.events.cli import _checked_skip, _skip_keeps
     from loglake.events.filters import Skip
 
     @given(st.integers(1, 9), st.integers(0, 9), st.integers(0, 50), st.integers(0, 50))
     def check(mod, offset, start, n):
         kept = sum(Skip(mod, offset).keeps(i) for i in range(start, start + n))
-        assert _skip_keeps(f"{mod},{offset}", start, start + n) == kept
+        skip = _checked_skip(None, None, f"{mod},{offset}")
+        assert _skip_keeps(skip, start, start + n) == kept
 
     check()
 

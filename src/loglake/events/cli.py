@@ -68,20 +68,22 @@ def load_identity(path: str) -> Identity:
         raise CliError(f"cannot read key file {path}: {e}") from e
 
 
-def _config(filter_: str | None, skip: str | None, prefix: str = "") -> list:
+def _config(filter_: str | None, skip: tuple[int, ...] | None, prefix: str = "") -> list:
     cfg: list = []
     if filter_:
         cfg.append((f"{prefix}filter", {"Text": filter_}))
-    if skip:  # checked by _checked_skip
-        nums = [int(x) for x in skip.split(",")]
-        cfg.append((f"{prefix}skip", {"Array": [{"Nat": n} for n in nums]}))
+    if skip:  # parsed and checked by _checked_skip
+        cfg.append((f"{prefix}skip", {"Array": [{"Nat": n} for n in skip]}))
     return cfg
 
 
-def _checked_skip(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """``--skip MOD[,OFFSET]``: whole numbers, MOD at least 1, OFFSET not negative, else a
-    usage error. A MOD of 0 went to the orchestrator, which refused it; a negative one failed
-    in the Candid codec; ``abc`` was an error of exit status 1."""
+def _checked_skip(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[int, ...] | None:
+    """``--skip MOD[,OFFSET]`` as (MOD,) or (MOD, OFFSET), parsed once here: whole numbers,
+    MOD at least 1, OFFSET not negative, else a usage error. A MOD of 0 went to the
+    orchestrator, which refused it; a negative one failed in the Candid codec; ``abc`` was an
+    error of exit status 1."""
     if value is None:
         return None
     try:
@@ -92,7 +94,7 @@ def _checked_skip(_ctx: click.Context, _param: click.Parameter, value: str | Non
         raise click.BadParameter(
             f"{value!r}: expected MOD[,OFFSET], MOD 1 or more, OFFSET 0 or more"
         )
-    return value
+    return tuple(nums)
 
 
 def _checked_mint(
@@ -489,7 +491,12 @@ def register(url: str, key: str, namespace: str, price_per_event: int, timeout: 
 )
 @click.option("--stopped", is_flag=True, help="Register stopped (no live delivery).")
 def subscribe(
-    url: str, key: str, namespace: str, filter_: str | None, skip: str | None, stopped: bool
+    url: str,
+    key: str,
+    namespace: str,
+    filter_: str | None,
+    skip: tuple[int, ...] | None,
+    stopped: bool,
 ) -> None:
     """Register a subscription with the orchestrator."""
     cfg = _config(filter_, skip, "icrc72:subscription:")
@@ -559,7 +566,7 @@ def replay(
     start: int,
     end: int | None,
     filter_: str | None,
-    skip: str | None,
+    skip: tuple[int, ...] | None,
     no_wait: bool,
     timeout: float,
 ) -> None:
@@ -609,12 +616,11 @@ def replay(
         )
 
 
-def _skip_keeps(skip: str | None, start: int, end: int) -> int | None:
+def _skip_keeps(skip: tuple[int, ...] | None, start: int, end: int) -> int | None:
     """How many ids of ``[start, end)`` ``--skip MOD[,OFFSET]`` keeps (``filters.Skip``)."""
     if not skip:
         return None
-    mod, _, offset = skip.partition(",")
-    m, o = int(mod), int(offset or 0)
+    m, o = skip[0], skip[1] if len(skip) > 1 else 0
     first = start + (-(start + o)) % m  # the first id i >= start with (i + o) % m == 0
     return max(0, (end - first + m - 1) // m)
 
