@@ -99,18 +99,20 @@ def _checked_skip(
 
 def _checked_mint(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> tuple[str, ...]:
-    """``--mint PRINCIPAL=AMOUNT``, the amount a whole number, not negative: ``=nan`` or
-    ``=abc`` was a ``ValueError`` traceback."""
+) -> list[tuple[str, int]]:
+    """``--mint PRINCIPAL=AMOUNT`` as (PRINCIPAL, AMOUNT) pairs, parsed once here, the amount a
+    whole number, not negative: ``=nan`` or ``=abc`` was a ``ValueError`` traceback."""
+    out = []
     for v in values:
-        _, sep, amount = v.partition("=")
+        who, sep, amount = v.partition("=")
         try:
-            ok = bool(sep) and int(amount) >= 0
+            n = int(amount) if sep else -1
         except ValueError:
-            ok = False
-        if not ok:
+            n = -1
+        if n < 0:
             raise click.BadParameter(f"{v!r}: expected PRINCIPAL=AMOUNT, AMOUNT 0 or more")
-    return values
+        out.append((who, n))
+    return out
 
 
 def _unwrap(result: object, what: str) -> int:
@@ -286,7 +288,7 @@ def serve(
     streams_port: int | None,
     register_ns: str | None,
     price_per_event: int,
-    mint: tuple[str, ...],
+    mint: list[tuple[str, int]],
     max_events_per_replay: int,
     batch_size: int,
     throttle_ms: float,
@@ -324,9 +326,8 @@ def serve(
         if role == "orchestrator":
             assert store is not None
             ledger = open_ledger(store, fee=1)
-            for m in mint:
-                who, _, amount = m.partition("=")
-                ledger.mint(account(principal_from_text(who)), int(amount), time.time_ns())
+            for who, amount in mint:
+                ledger.mint(account(principal_from_text(who)), amount, time.time_ns())
             store.perform_many(ledger.writes)  # durable before the first request
             ledger.writes.clear()
             try:
