@@ -615,6 +615,7 @@ class DecodeState:
         from loglake.sds.codec import DEFAULT_LIMITS as lim
         from loglake.sds.codec import parse_entry
         from loglake.sds.errors import SdsDecodeError
+        from loglake.sds.messages import message_id_of
 
         n = len(column)
         data = scan.data
@@ -682,7 +683,7 @@ class DecodeState:
                 # a content message whose id is not its content's hash: the per-record path
                 # names it (one hash a message: this path runs where the C kernel is not built)
                 at = content_at[r]
-                good = mids[r] == _sha256_hex(raw[at : at + c])
+                good = mids[r] == message_id_of(raw[at : at + c]).encode()
             if not good:
                 self._decode_row(r, raw[begin[r] : end[r]].tobytes(), rows)
                 continue
@@ -1070,13 +1071,6 @@ class DecodeState:
     _R_RUN_ROW,
     _R_RUN_FROM,
 ) = range(14)
-
-
-def _sha256_hex(content: memoryview) -> bytes:
-    """``messages.message_id_of`` as the ASCII bytes the scan compares ids in."""
-    import hashlib
-
-    return hashlib.sha256(content).hexdigest().encode()
 
 
 def _entry_body(encoded: bytes) -> bytes:

@@ -24,7 +24,7 @@ class MessageKind(StrEnum):
     EPHEMERAL = "ephemeral"
 
 
-def message_id_of(content: bytes) -> str:
+def message_id_of(content: bytes | memoryview) -> str:
     """``MessageChannel.getMessageId`` (message_channel.ts): lowercase hex SHA-256 of content."""
     return hashlib.sha256(content).hexdigest()
 
