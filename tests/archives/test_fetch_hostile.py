@@ -93,13 +93,15 @@ def seed_files(seeder: Seeder, base: Path, files: list[dict], contents: list[byt
     return f"magnet:?xt=urn:btih:{hashlib.sha1(info).hexdigest()}&dn={CID}&x.pe={seeder.peer}"
 
 
-def one_week(tmp_path: Path) -> ControlNode:
+def built_weeks(tmp_path: Path, weeks: int = 1, per_week: int = 50, size: int = 300) -> ControlNode:
+    """A control node under ``tmp_path/control`` that archived ``weeks`` weeks of ``per_week``
+    spec-layout records of ``size`` bytes each."""
     layout = get_layout("spec")
     log = MemoryLog()
-    fill_weeks(log, "community", layout, range(1), 50)
+    fill_weeks(log, "community", layout, range(weeks), per_week, size)
     control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
     control.ingest_streams(LocalStreams(log), "community")
-    control.build(START + WEEK)
+    control.build(START + weeks * WEEK)
     return control
 
 
@@ -117,7 +119,7 @@ def test_a_torrent_not_made_of_data_then_index_is_refused_before_a_byte_is_writt
     # the member reads <name>/data and <name>/index: a torrent laying its files out otherwise
     # made it open a missing file (ENOENT), a symlink libtorrent points at itself (ELOOP), or
     # an index an earlier fetch left there, untyped, and MemberNode.step did not postpone
-    control = one_week(tmp_path)
+    control = built_weeks(tmp_path)
     data = (tmp_path / "control" / CID / "data").read_bytes()
     index = (tmp_path / "control" / CID / "index").read_bytes()
     files: list[dict] = [
@@ -224,7 +226,7 @@ def test_an_archive_past_max_fetched_archive_bytes_is_refused_before_it_is_downl
 def test_fetch_max_archive_bytes_is_an_option_of_the_cli(tmp_path, seeder):
     # a member with less memory takes smaller archives: one line naming the archive and the
     # option, the store unchanged; the default takes the same archive
-    control = one_week(tmp_path)
+    control = built_weeks(tmp_path)
     seeder.seed(control.torrent().metainfo(), tmp_path / "control")
     [entry] = control.entries
     store = tmp_path / "member.sqlite"
@@ -252,7 +254,7 @@ def test_a_fetch_that_stopped_after_the_index_is_retried_into_the_same_folder(tm
     # piece wanted was had), met the seeder as one upload-only peer meets another, dropped it
     # for good, and the archive's pieces never came ("fetched 0/1 pieces, then no progress for
     # 30 s (0 peers)") — on every retry of the link (MemberNode, the node's member loop)
-    control = one_week(tmp_path)
+    control = built_weeks(tmp_path)
     seeder.seed(control.torrent().metainfo(), tmp_path / "control")
     magnet, layout = control.magnet((seeder.peer,)), get_layout("spec")
     store = MessageStore()
@@ -276,12 +278,8 @@ def test_a_seeder_that_trickles_is_cut_off_by_the_fetch_deadline(tmp_path, seede
     # each archive had its own 120 s (and 30 s without a piece): a seeder sending 3 pieces a
     # second held this fetch of 3 archives 7 s, one sending a piece every 29 s held N archives
     # N x 120 s. The deadline bounds the whole fetch; the pieces it got are kept for the retry
-    layout = get_layout("spec")
-    log = MemoryLog()
-    fill_weeks(log, "community", layout, range(3), 60, size=2000)
-    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
-    control.ingest_streams(LocalStreams(log), "community")
-    control.build(START + 3 * WEEK)
+    control = built_weeks(tmp_path, 3, 60, size=2000)
+    layout = control.layout
     p = PIECE_LENGTH
     data = control.data_path.read_bytes()
     assert len(data) == 6 * p
@@ -310,13 +308,8 @@ def test_a_fetch_holds_one_archive_in_memory_not_every_one_it_fetched(tmp_path, 
     # every missing archive was decoded before the first was hydrated: 8 archives of 2 MB
     # peaked at 19 MB of Python objects, and a member catching up on years of weeks at all
     # of them at once
-    layout = get_layout("spec")
-    log = MemoryLog()
-    fill_weeks(log, "community", layout, range(8), 500, size=4000)
-    control = ControlNode(tmp_path / "control", KEY, layout, MessageStore())
-    control.ingest_streams(LocalStreams(log), "community")
-    control.build(START + 8 * WEEK)
-    del log
+    control = built_weeks(tmp_path, 8, 500, size=4000)
+    layout = control.layout
     seeder.seed(control.torrent().metainfo(), tmp_path / "control")
     largest = max(e.size for e in control.entries)
     store = MessageStore(tmp_path / "member.sqlite")
