@@ -5,6 +5,7 @@ time (real processes and a raw socket server on loopback)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -18,14 +19,23 @@ from tests.events.test_cli_unreachable import _events, key  # noqa: F401  (fixtu
 from tests.procs import free_port
 
 
-def _head(s: socket.socket) -> None:
-    """Read the request's head (what a server reads before it answers)."""
+def _request(s: socket.socket) -> None:
+    """Read the whole request, head and body, before answering: a socket closed with unread
+    bytes sends a reset, and the client would see that instead of the answer under test."""
     data = b""
     while b"\r\n\r\n" not in data:
         got = s.recv(65536)
         if not got:
             return
         data += got
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    want = int(length.group(1)) if length else 0
+    while len(body) < want:
+        got = s.recv(65536)
+        if not got:
+            return
+        body += got
 
 
 def _endless(s: socket.socket) -> None:
@@ -49,7 +59,7 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
             with conn:
                 conn.settimeout(10)
                 try:
-                    _head(conn)
+                    _request(conn)
                     answer(conn)
                 except OSError:
                     pass
