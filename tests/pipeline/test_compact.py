@@ -184,10 +184,45 @@ def test_cli_bad_input_is_a_message_not_a_traceback(tmp_path):
     res = runner.invoke(
         main, ["job", "compact", "--data-dir", str(tmp_path / "x"), "--stream", "s"]
     )
-    assert res.exit_code != 0 and "data_dir=" in res.output and "Traceback" not in res.output
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"option --data-dir='{tmp_path / 'x'}'" in res.output, res.output
     res = runner.invoke(
         main,
         ["job", "compact", "--data-dir", str(tmp_path), "--stream", "s", "--target-size", "lots"],
     )
     assert res.exit_code != 0 and "--target-size='lots'" in res.output
     assert runner.invoke(main, ["job", "--help"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "shown"),
+    [
+        ("--target-size", "1000", "option --target-size=1000"),
+        ("--row-group-size", "0", "option --row-group-size=0"),
+    ],
+)
+def test_cli_errors_name_the_option_typed_not_the_python_field(stream, option, value, shown):
+    """The options dataclass names its fields (``target_bytes``); the command line's error
+    names the option the user typed, and nothing is compacted."""
+    d, _ = stream
+    before = all_lake_files(d, "cs", 0)
+    res = CliRunner().invoke(
+        main, ["job", "compact", "--data-dir", str(d), "--stream", "cs", option, value]
+    )
+    assert res.exit_code != 0 and "Traceback" not in res.output, res.output
+    assert shown in res.output, res.output
+    assert "_bytes" not in res.output, res.output
+    assert all_lake_files(d, "cs", 0) == before
+
+
+def test_cli_errors_of_other_jobs_name_their_options(stream, tmp_path):
+    """The same mapping for every job mounted under ``loglake job`` (archives-build here:
+    ``streams`` and ``key_dir`` are its fields)."""
+    d, _ = stream
+    runner = CliRunner()
+    base = ["job", "archives-build", "--data-dir", str(d), "--root", str(tmp_path / "r")]
+    res = runner.invoke(main, [*base, "--stream", "nomatch*", "--key-dir", str(tmp_path)])
+    assert "option --stream='nomatch*': no stream of" in res.output, res.output
+    res = runner.invoke(main, [*base, "--stream", "cs"])
+    assert "option --key-dir=None: give --key-file" in res.output, res.output
+    assert res.exit_code != 0 and "Traceback" not in res.output

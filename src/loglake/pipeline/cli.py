@@ -48,7 +48,36 @@ def command() -> None:
     """Spark pipeline commands."""
 
 
-@command.group()
+_FIELD_PARAMS = {
+    "target_bytes": "target_size",
+    "row_group_bytes": "row_group_size",
+    "now_ns": "now",
+    "communities": "streams",
+}
+"""A job's options field -> the parameter of its command that sets it, where the two names
+differ (a field named as its parameter needs no entry)."""
+
+
+class _JobGroup(click.Group):
+    """A job's options dataclass names its fields in ``BadOption`` (``target_bytes``, as the
+    Python API calls it); run from the command line, the error names the command's own option
+    (``--target-size``), the one the user typed."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BadOption as e:
+            sub = self.get_command(ctx, ctx.invoked_subcommand or "")
+            if sub is None or e.option.startswith("-"):
+                raise
+            want = _FIELD_PARAMS.get(e.option, e.option)
+            for p in sub.params:
+                if p.name == want and isinstance(p, click.Option):
+                    raise BadOption(p.opts[0], e.value, e.reason) from e
+            raise
+
+
+@command.group(cls=_JobGroup)
 def job() -> None:
     """Run a named Spark job (jobs live in loglake/pipeline/jobs/)."""
 
