@@ -775,24 +775,30 @@ def _sweep_task(
         miss_where = np.concatenate([np.zeros(0, dtype=np.int64), *miss_at])
         missing_ids = pa.concat_arrays(miss_ids) if miss_ids else pa.array([], pa.string())
         del rows, parts, pos_parts  # the rows as read let go
+        starts_read = offs_read[:-1][order]  # each sorted row's first entry as read
         lens = np.diff(offs_read)[order]
         offs = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
-        vperm = np.repeat(offs_read[:-1][order] - offs[:-1], lens) + np.arange(
-            int(offs[-1]), dtype=np.int64
-        )
-        all_pos = pos_read[vperm]
-        all_rows = np.repeat(np.arange(len(order), dtype=np.int64), lens)
 
-        def ids_at(lo: int, hi: int) -> pa.Array:
-            """The causal_new ids of sorted positions [lo, hi): taken only when some are of
-            no content message (the only ones ``dependency_figures`` reads)."""
-            miss = all_pos[lo:hi] < 0
+        def sender_positions(a: int, b: int) -> Positions:
+            """The ``causal_new`` entries of sorted rows [a, b) (one sender): each one's row
+            (from 0), id (taken only where some are of no content message: the only ones
+            ``dependency_figures`` reads) and content position. Gathered a sender at a time,
+            not for the whole task at once: the task-wide permutation and its gathers were
+            ~5 arrays of 8 bytes an entry (~0.4 GB a task at 1M messages), each faulted into
+            fresh pages, where one sender's are a few MB the next sender reuses."""
+            ln = lens[a:b]
+            lo, hi = int(offs[a]), int(offs[b])
+            read_at = np.repeat(starts_read[a:b] - offs[a:b], ln)
+            read_at += np.arange(lo, hi, dtype=np.int64)
+            pos = pos_read[read_at]
+            rows = np.repeat(np.arange(b - a, dtype=np.int64), ln)
+            miss = pos < 0
             if not bool(miss.any()):
-                return pa.nulls(hi - lo, pa.string())
+                return rows, pa.nulls(hi - lo, pa.string()), pos
             at = np.zeros(hi - lo, dtype=np.int64)
-            at[miss] = np.searchsorted(miss_where, vperm[lo:hi][miss])
-            return missing_ids.take(pa.array(at, mask=~miss))
+            at[miss] = np.searchsorted(miss_where, read_at[miss])
+            return rows, missing_ids.take(pa.array(at, mask=~miss)), pos
 
         sender_of = small.column("sender").to_numpy(zero_copy_only=False)
         stats = np.zeros((3, n_content), dtype=np.float64)
@@ -802,8 +808,7 @@ def _sweep_task(
             a = int(np.searchsorted(sender_of, participant, side="left"))
             b = int(np.searchsorted(sender_of, participant, side="right"))
             own = small.slice(a, b - a)
-            lo, hi = int(offs[a]), int(offs[b])
-            positions = (all_rows[lo:hi] - a, ids_at(lo, hi), all_pos[lo:hi])
+            positions = sender_positions(a, b)
             blooms = _sender_blooms(bloom_files, participant, own.column("index"))
             if blooms is not None:
                 own = own.append_column("bloom_filter", blooms)
