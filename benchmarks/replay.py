@@ -242,10 +242,10 @@ def http_end_to_end(log_dir: Path, n: int, batch: int | None = None) -> float:
         console.print("  CPU per event over the timed run: " + ", ".join(per))
         assert st.status == ReplayState("completed", n), st.status
         # not timed: every event reached the subscriber, once (its inbox read over HTTP)
-        inbox = c.client("subscriber")
+        inbox = c.inbox()
         got, deadline = 0, time.monotonic() + 600
         while got < n and time.monotonic() < deadline:
-            got += len(inbox.call("loglake_inbox", 20_000))
+            got += len(inbox.read(20_000))
             time.sleep(0.1)
         if got != n:
             console.print(f"[red]the subscriber's inbox holds {got:,} of {n:,} events[/]")

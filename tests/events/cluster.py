@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loglake.events.client import HttpEventsClient
+from loglake.events.client import HttpEventsClient, InboxReader
 from loglake.events.identity import Identity
 from tests.procs import free_port, wait_port
 
@@ -32,6 +32,7 @@ class Cluster:
     ``loglake serve``); default: a ``--data-dir`` per role under ``tmp``."""
 
     def __post_init__(self) -> None:
+        self._inbox: InboxReader | None = None
         self.ids = {r: Identity.generate() for r in self.roles}
         self.ports = {r: free_port() for r in self.roles}
         self.urls = {r: f"http://127.0.0.1:{p}" for r, p in self.ports.items()}
@@ -147,6 +148,13 @@ class Cluster:
 
     def client(self, role: str, as_role: str | None = None, ident: Identity | None = None):
         return HttpEventsClient(self.urls[role], ident or self.ids[as_role or role])
+
+    def inbox(self) -> InboxReader:
+        """The subscriber's inbox, one reader for the cluster's life: each read acknowledges
+        the one before, so what one test read is not read again by the next."""
+        if self._inbox is None:
+            self._inbox = InboxReader(self.client("subscriber"))
+        return self._inbox
 
     def logs(self) -> str:
         return "\n".join(

@@ -98,15 +98,15 @@ def wait_final(c: Cluster, rid: int, timeout: float = 25.0) -> list[ReplayState]
 
 
 def drain(c: Cluster, want: int | None = None, timeout: float = 10.0):
-    inbox = c.client("subscriber")
+    inbox = c.inbox()
     out = gather(
-        lambda: inbox.call("loglake_inbox", 100_000),
+        lambda: inbox.read(100_000),
         lambda got: want is None or len(got) >= want,
         timeout,
     )
     if want is None or len(out) >= want:
         time.sleep(0.2)  # not a wait for state: a quiet period, to see that nothing more arrives
-        out += inbox.call("loglake_inbox", 100_000)
+        out += inbox.read(100_000)
     return out
 
 
@@ -184,7 +184,7 @@ def test_status_pending_running_then_cancel_mid_way(cluster):
     assert ids == list(range(final.value))
     assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": rid} for n in got)
     time.sleep(0.3)  # a quiet period (not a wait for state): nothing more is enqueued
-    assert cluster.client("subscriber").call("loglake_inbox", 100_000) == []
+    assert cluster.inbox().read(100_000) == []
 
 
 def test_bad_input_gets_the_right_error_and_changes_nothing(cluster):

@@ -40,8 +40,8 @@ def test_replay_through_a_relay_broadcaster(tmp_path):
         wait_until(lambda: c.known_head() == N, what="the publisher's head update")
         [r] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 0, N, [], b"")])
         assert isinstance(r, Ok), r
-        inbox = c.client("subscriber")
-        got = gather(lambda: inbox.call("loglake_inbox", 100_000), lambda g: len(g) >= N, 30)
+        inbox = c.inbox()
+        got = gather(lambda: inbox.read(100_000), lambda g: len(g) >= N, 30)
         assert [n.event_id for n in got] == list(range(N)), c.logs()
         assert all(map_get(n.headers, H_REPLAY_ID) == {"Nat": r.value} for n in got)
         [st] = [s for s in sub.call("icrc77_get_replays", GetReplays()) if s.replay_id == r.value]

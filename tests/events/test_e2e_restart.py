@@ -68,8 +68,8 @@ def test_orchestrator_restart_mid_replay(tmp_path):
             st = _status(sub, rid)  # answered by the restarted process
             assert (st.namespace, st.start, st.end) == (c.namespace, 0, N)
             assert st.status.tag == "running", st
-        inbox = c.client("subscriber")
-        fetch = lambda: inbox.call("loglake_inbox", 100_000)  # noqa: E731
+        inbox = c.inbox()
+        fetch = lambda: inbox.read(100_000)  # noqa: E731
         st = wait_until(
             lambda: _final(sub, rid), 60, fail=False, interval=STATUS_POLL_S
         ) or _status(sub, rid)

@@ -62,8 +62,8 @@ def test_roles_publish_subscribe_and_replay_through_a_loglake_serve_node(tmp_pat
             [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, [])])
             assert isinstance(r, Ok), r
             wait_until(lambda: c.known_head() == N, what="the head at the orchestrator")
-            inbox = c.client("subscriber")
-            fetch = lambda: inbox.call("loglake_inbox", 100_000)  # noqa: E731
+            inbox = c.inbox()
+            fetch = lambda: inbox.read(100_000)  # noqa: E731
 
             # replay: a closed range and an open-ended one, each event once with the headers
             [r1] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 100, 600)])

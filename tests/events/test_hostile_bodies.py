@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from loglake.events.client import CallRejected, HttpEventsClient, post_raw
+from loglake.events.client import CallRejected, HttpEventsClient, InboxReader, post_raw
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity
 from loglake.events.server import HttpRoleServer
@@ -22,11 +22,13 @@ from loglake.events.subscriber import Subscriber
 from loglake.wire.varint import encode_uleb
 from tests.events.served import serve
 
-HOSTILE_NAT = b"DIDL\x00\x01\x7d" + b"\xff" * 500_000 + b"\x01"
-"""``loglake_inbox``'s argument (a ``nat``) as 500 kB of LEB128 continuation octets."""
-HOSTILE_FOREIGN = b"DIDL\x01\x6e\x7d\x01\x7d" + b"\xff" * 500_000 + b"\x01"
-"""The same through another encoder's type table (an unused ``opt nat`` entry, the argument a
-``nat``): not loglake's own header, so a plan of its own reads the value."""
+_LEB = b"\xff" * 500_000 + b"\x01"
+HOSTILE_NAT = b"DIDL\x01\x6c\x02\x00\x7d\x01\x7d\x01\x00" + _LEB + b"\x00"
+"""``loglake_inbox``'s argument (``record { nat; nat }``) with its first ``nat`` as 500 kB of
+LEB128 continuation octets."""
+HOSTILE_FOREIGN = b"DIDL\x02\x6e\x7d\x6c\x02\x00\x7d\x01\x7d\x01\x01" + _LEB + b"\x00"
+"""The same through another encoder's type table (an unused ``opt nat`` entry first): not
+loglake's own header, so a plan of its own reads the value."""
 
 
 def _serve(max_body_bytes: int | None = None):
@@ -49,7 +51,7 @@ def test_hostile_leb128_bodies_are_rejected_while_others_are_served():
     me, url, stop = _serve()
     try:
         client = HttpEventsClient(url, me, timeout=30)
-        assert client.call("loglake_inbox", 10) == []
+        assert InboxReader(client).read(10) == []
         rejected: list[CallRejected] = []
         took: list[float] = []
 
@@ -64,7 +66,7 @@ def test_hostile_leb128_bodies_are_rejected_while_others_are_served():
         latencies = []
         while attacker.is_alive() or not latencies:
             t = time.perf_counter()
-            assert client.call("loglake_inbox", 10) == []
+            assert InboxReader(client).read(10) == []
             latencies.append(time.perf_counter() - t)
         attacker.join(60)
         assert len(rejected) == 6
@@ -82,7 +84,7 @@ def test_a_body_over_the_limit_gets_413_before_decoding():
     try:
         err = _hostile(url, HOSTILE_NAT)
         assert err.status == 413, err
-        assert HttpEventsClient(url, me, timeout=30).call("loglake_inbox", 10) == []
+        assert InboxReader(HttpEventsClient(url, me, timeout=30)).read(10) == []
     finally:
         stop()
 
@@ -94,10 +96,12 @@ def test_the_body_limit_is_checked():
 
 
 def _skipped(n: int) -> bytes:
-    """``loglake_inbox``'s argument (nat 0) and an extra argument ``vec record { 0 : opt nat }``
-    of ``n`` items of one octet each (the opt flag 0): well-formed, the extra one dropped."""
-    table = b"\x03" + b"\x6e\x7d" + b"\x6c\x01\x00\x00" + b"\x6d\x01"  # opt nat, record, vec
-    return b"DIDL" + table + b"\x02\x7d\x02" + b"\x00" + encode_uleb(n) + b"\x00" * n
+    """``loglake_inbox``'s argument (``record { 0; 0 }``) and an extra argument ``vec record {
+    0 : opt nat }`` of ``n`` items of one octet each (the opt flag 0): well-formed, the extra one
+    dropped."""
+    table = b"\x04" + b"\x6e\x7d" + b"\x6c\x01\x00\x00" + b"\x6d\x01"  # opt nat, record, vec
+    table += b"\x6c\x02\x00\x7d\x01\x7d"  # record { nat; nat }
+    return b"DIDL" + table + b"\x02\x03\x02" + b"\x00\x00" + encode_uleb(n) + b"\x00" * n
 
 
 def test_a_skipped_value_is_not_built_first():
@@ -107,7 +111,7 @@ def test_a_skipped_value_is_not_built_first():
     body = _skipped(400_000)
     tracemalloc.start()
     try:
-        assert METHODS["loglake_inbox"].decode_arg(body) == 0
+        assert METHODS["loglake_inbox"].decode_arg(body) == (0, 0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -118,7 +122,7 @@ def test_a_large_skipped_argument_does_not_hold_other_clients_up():
     me, url, stop = _serve()
     try:
         client = HttpEventsClient(url, me, timeout=60)
-        assert client.call("loglake_inbox", 10) == []
+        assert InboxReader(client).read(10) == []
         body = _skipped(1_000_000)
         attacker = Identity.generate()
 
@@ -136,7 +140,7 @@ def test_a_large_skipped_argument_does_not_hold_other_clients_up():
         th.start()
         time.sleep(0.1)  # the hostile body is being decoded
         t = time.perf_counter()
-        assert client.call("loglake_inbox", 10) == []
+        assert InboxReader(client).read(10) == []
         latency = time.perf_counter() - t
         th.join(60)
         assert latency < 1.0, f"an ordinary call waited {latency:.1f} s"

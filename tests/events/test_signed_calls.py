@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from loglake.events.client import CallRejected, HttpEventsClient, post_raw
+from loglake.events.client import CallRejected, HttpEventsClient, InboxReader, post_raw
 from loglake.events.codec import METHODS
 from loglake.events.identity import (
     MAX_EXPIRY_NS,
@@ -178,7 +178,7 @@ def test_a_captured_request_replayed_byte_for_byte_is_refused(subscriber_server)
     proxy = RecordingProxy(port)
     try:
         client = HttpEventsClient(f"http://127.0.0.1:{proxy.port}", me, timeout=10)
-        assert client.call("loglake_inbox", 10) == []  # the real client, through the proxy
+        assert InboxReader(client).read(10) == []  # the real client, through the proxy
     finally:
         proxy.close()
     (captured,) = proxy.sent
@@ -187,13 +187,13 @@ def test_a_captured_request_replayed_byte_for_byte_is_refused(subscriber_server)
     assert status == 401
     assert b"replayed call: loglake_inbox" in body and b"sign a new call" in body
     # the real client signs each call anew: calling again is not a replay
-    assert HttpEventsClient(f"http://127.0.0.1:{port}", me).call("loglake_inbox", 10) == []
+    assert InboxReader(HttpEventsClient(f"http://127.0.0.1:{port}", me)).read(10) == []
 
 
 def test_expired_and_far_future_calls_are_refused_by_the_server(subscriber_server):
     me, port = subscriber_server
     url = f"http://127.0.0.1:{port}"
-    body = METHODS["loglake_inbox"].encode_arg(10)
+    body = METHODS["loglake_inbox"].encode_arg((0, 10))
     old = me.sign_call("loglake_inbox", body, time.time_ns() - MAX_EXPIRY_NS)
     with pytest.raises(CallRejected) as e:
         post_raw(url, "loglake_inbox", body, old, 10)

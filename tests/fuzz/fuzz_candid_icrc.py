@@ -79,7 +79,7 @@ def _values() -> dict[str, tuple[list[object], list[object]]]:
         "icrc72_confirm_notifications": ([[1, 2, 3]], [None, [Ok(1), None]]),
         "icrc72_handle_notification": ([[note, note2]], [2]),
         "loglake_publish": ([("ns", [(EVERY_VARIANT, CONFIG), ({"Nat": 1}, None)])], [[0, 1]]),
-        "loglake_inbox": ([5], [[note, note2]]),
+        "loglake_inbox": ([(0, 5), (2**64, 0)], [(7, [note, note2]), (0, [])]),
     }
 
 

@@ -105,7 +105,7 @@ def test_icrc_roles_publish_and_replay_through_serve_backend(nats_r3, tmp_path) 
             [r] = sub.call("icrc72_register_subscription", [Registration(c.namespace, [])])
             assert isinstance(r, Ok), r
             wait_until(lambda: c.known_head() == n, what="the head at the orchestrator")
-            inbox = c.client("subscriber")
+            inbox = c.inbox()
             [r1] = sub.call("icrc77_register_replay", [ReplayRegistration(c.namespace, 100, 250)])
 
             def final():
@@ -118,9 +118,7 @@ def test_icrc_roles_publish_and_replay_through_serve_backend(nats_r3, tmp_path) 
 
             st = wait_until(final, 30, what="replay final", interval=STATUS_POLL_S)
             assert st.status == ReplayState("completed", 150)
-            notes = gather(
-                lambda: inbox.call("loglake_inbox", 100_000), lambda g: len(g) >= 150, 20
-            )
+            notes = gather(lambda: inbox.read(100_000), lambda g: len(g) >= 150, 20)
             assert [x.event_id for x in notes] == list(range(100, 250))
         except BaseException:
             print(c.logs())

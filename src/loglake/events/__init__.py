@@ -6,7 +6,8 @@ actions; they hold no log, socket or file):
 
 The adapters, which do the I/O (their names say which):
 :class:`HttpRoleServer` serves one core over HTTP (aiohttp, one role per process);
-:class:`HttpEventsClient` calls a role over HTTP (signed Candid); :class:`InProcessNetwork` runs
+:class:`HttpEventsClient` calls a role over HTTP (signed Candid), :class:`InboxReader` reads a
+subscriber's inbox through it at least once; :class:`InProcessNetwork` runs
 cores together in one process (tests, simulations, benchmarks); :class:`StreamsStore` performs
 the cores' storage actions on a ``loglake.streams.Streams`` (an embedded log or a
 ``loglake serve`` node), and :func:`open_orchestrator` / :func:`open_ledger` rebuild a core from
@@ -30,7 +31,13 @@ from loglake.faces import lazy_face
 if TYPE_CHECKING:
     from loglake.events.actions import ReplayJobSpec
     from loglake.events.broadcaster import Broadcaster
-    from loglake.events.client import BadReply, CallRejected, HttpEventsClient, RoleUnreachable
+    from loglake.events.client import (
+        BadReply,
+        CallRejected,
+        HttpEventsClient,
+        InboxReader,
+        RoleUnreachable,
+    )
     from loglake.events.fastcodec import notification_parts
     from loglake.events.filters import Filter, ImproperConfig, Skip
     from loglake.events.identity import Identity, SignatureError, principal_from_text
@@ -67,6 +74,7 @@ _FACE = {
     "H_REPLAY_END_ID": "loglake.events.messages",
     "H_REPLAY_ID": "loglake.events.messages",
     "HttpEventsClient": "loglake.events.client",
+    "InboxReader": "loglake.events.client",
     "HttpRoleServer": "loglake.events.server",
     "Identity": "loglake.events.identity",
     "ImproperConfig": "loglake.events.filters",
@@ -114,6 +122,7 @@ __all__ = [
     "Identity",
     "ImproperConfig",
     "InProcessNetwork",
+    "InboxReader",
     "Ledger",
     "Ok",
     "Orchestrator",

@@ -36,7 +36,7 @@ from loglake.clitools import (
     TypedErrorGroup,
 )
 from loglake.errors import LoglakeError
-from loglake.events.client import HttpEventsClient
+from loglake.events.client import HttpEventsClient, InboxReader
 from loglake.events.identity import Identity, principal_from_text
 from loglake.events.messages import (
     C_SUB_STOPPED,
@@ -700,22 +700,26 @@ def replays(url: str, key: str, namespace: str | None, take: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def received(url: str, key: str, take: int, as_json: bool) -> None:
     """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the
-    subscriber's key): event id, namespace, replay id (replayed events), value. Each
-    notification is taken from the subscriber's inbox, so it is shown once."""
-    notes = _client(url, load_identity(key)).call("loglake_inbox", take)
-    rows = [_notification(n) for n in notes]
+    subscriber's key): event id, namespace, replay id (replayed events), value. The
+    notifications shown are then removed from the subscriber's inbox (acknowledged after they
+    are printed): a run cut short before that shows them again, none is lost. Fewer than
+    --take when they would make a reply over the subscriber's budget (64 MiB)."""
+    reader = InboxReader(_client(url, load_identity(key)))
+    rows = [_notification(n) for n in reader.read(take)]
     if as_json:
         for r in rows:
             click.echo(json.dumps(r))
-        return
-    t = Table("event", "namespace", "replay", "timestamp", "value")
-    for r in rows:
-        t.add_row(
-            str(r["event_id"]), r["namespace"], str(r["replay_id"] or ""), str(r["timestamp"]),
-            json.dumps(r["value"])[:60],
-        )  # fmt: skip
-    console.print(t)
-    console.print(f"{len(rows)} notification(s)")
+    else:
+        t = Table("event", "namespace", "replay", "timestamp", "value")
+        for r in rows:
+            t.add_row(
+                str(r["event_id"]), r["namespace"], str(r["replay_id"] or ""),
+                str(r["timestamp"]), json.dumps(r["value"])[:60],
+            )  # fmt: skip
+        console.print(t)
+        console.print(f"{len(rows)} notification(s)")
+    if rows:
+        reader.acknowledge()
 
 
 def _hex(v: Any) -> str:

@@ -7,6 +7,7 @@ be reached (connection refused, no answer within the timeout, a name that does n
 that drops the connection before its reply ends, is :class:`RoleUnreachable`, naming the URL and
 the reason. Something that answers but not with a reply (not HTTP, a 200 whose body is not the
 method's Candid result, a body over :data:`MAX_REPLY_BYTES`) is :class:`BadReply`.
+:class:`InboxReader` reads a subscriber's inbox at least once (``loglake_inbox``'s cursor).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from loglake.errors import DecodeError, RemoteProtocolError, Unavailable
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity
+from loglake.events.messages import EventNotification, InboxPage
 
 
 class CallRejected(RemoteProtocolError):
@@ -129,3 +131,27 @@ class HttpEventsClient:
             return m.decode_ret(reply)
         except DecodeError as e:
             raise BadReply(self.url, f"{method}: not its Candid result ({e})") from e
+
+
+class InboxReader:
+    """Reads a subscriber's inbox (``loglake_inbox``) at least once: each read acknowledges the
+    page the previous read returned, and the subscriber removes a notification only once it is
+    acknowledged — a reply that never arrived (too long, cut off, timed out) comes again with
+    the next read. Keep one reader for as long as you read: a new one starts by acknowledging
+    nothing, so it gets again what the last one read but did not acknowledge."""
+
+    def __init__(self, client: HttpEventsClient) -> None:
+        self.client = client
+        self.cursor = 0
+        """What to acknowledge: the cursor of the last page read (0: nothing)."""
+
+    def read(self, n: int) -> list[EventNotification]:
+        """The oldest ``n`` notifications not read yet (fewer when the subscriber's reply
+        budget is reached first; at least one if any are held and ``n`` >= 1)."""
+        page: InboxPage = self.client.call("loglake_inbox", (self.cursor, n))
+        self.cursor = page.cursor
+        return page.notes
+
+    def acknowledge(self) -> None:
+        """Have the subscriber remove what the last read returned (a reader about to stop)."""
+        self.read(0)

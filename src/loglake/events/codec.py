@@ -24,6 +24,7 @@ from loglake.events.messages import (
     Event,
     EventNotification,
     GetReplays,
+    InboxPage,
     Ok,
     OrchestrationFilter,
     Registration,
@@ -597,14 +598,16 @@ _LOCAL = {
         lambda rows: [list(r) for r in rows],
         lambda rows: [tuple(r) for r in rows],
     ),
+    # (acknowledged up to, at most this many) -> (cursor, the oldest notifications): the
+    # subscriber removes a notification once a later call acknowledges its page (InboxPage)
     "loglake_inbox": Method(
         "loglake_inbox",
-        Types.Nat,
-        Types.Vec(T.EventNotification),
-        int,
-        int,
-        _vec(notification_to),
-        _vec(notification_from),
+        Types.Tuple(Types.Nat, Types.Nat),
+        Types.Tuple(Types.Nat, Types.Vec(T.EventNotification)),
+        list,
+        tuple,
+        lambda p: [p[0], [notification_to(n) for n in p[1]]],
+        lambda v: InboxPage(v[0], [notification_from(x) for x in v[1]]),
     ),
 }
 
@@ -627,8 +630,8 @@ _BATCHES: dict[str, dict[str, Any]] = {
         "fast_arg_decode": fastcodec.decode_notification_batch,
     },
     "loglake_inbox": {
-        "fast_ret": fastcodec.encode_notifications,
-        "fast_ret_decode": fastcodec.decode_notifications,
+        "fast_ret": fastcodec.encode_inbox_page,
+        "fast_ret_decode": fastcodec.decode_inbox_page,
     },
 }
 METHODS: dict[str, Method] = {

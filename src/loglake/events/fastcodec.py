@@ -32,7 +32,7 @@ import numpy as np
 from icp_candid import Types
 
 from loglake.events import candid_types as T
-from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, Ok
+from loglake.events.messages import Err, Event, EventNotification, ICRC16Map, InboxPage, Ok
 from loglake.wire import candid, candid_vec
 from loglake.wire import candid_batch as kernels
 from loglake.wire.icrc16 import (
@@ -169,6 +169,57 @@ def encode_notifications(notes: Sequence[EventNotification] | EncodedNotificatio
     if isinstance(notes, EncodedNotifications):
         return notes.data
     return candid.encode([NOTIFICATIONS], [notes])
+
+
+INBOX_PAGE = candid.shaped(
+    Types.Tuple(Types.Nat, Types.Vec(T.EventNotification)),
+    _batch_form(T.EventNotification, _NOTE),
+)
+"""``loglake_inbox``'s result (:class:`InboxPage`), its notifications as dataclasses."""
+INBOX_PAGE_HEADER = candid.header(INBOX_PAGE)
+_write_note = candid.own_writer(NOTIFICATIONS.inner)
+
+
+def notification_bytes(n: EventNotification) -> bytes:
+    """One notification as a ``vec EventNotification`` holds it (no header, no length): what it
+    adds to a message. The inbox counts its reply's budget in these, then sends them as they
+    are (:class:`EncodedNotes`), so a notification is written once."""
+    out = bytearray()
+    _write_note(n, out)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class EncodedNotes:
+    """Notifications already written one by one (:func:`notification_bytes`), in order."""
+
+    parts: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+
+def encode_inbox_page(page: tuple[int, Sequence[EventNotification] | EncodedNotes]) -> bytes:
+    """The Candid message of ``loglake_inbox``'s result (an :class:`InboxPage`, or its
+    notifications as :class:`EncodedNotes`)."""
+    cursor, notes = page
+    parts = notes.parts if isinstance(notes, EncodedNotes) else map(notification_bytes, notes)
+    out = bytearray(INBOX_PAGE_HEADER)
+    _write_nat(cursor, out)
+    _write_nat(len(notes), out)
+    for b in parts:
+        out += b
+    return bytes(out)
+
+
+def decode_inbox_page(data: bytes) -> InboxPage:
+    """``loglake_inbox``'s result → an :class:`InboxPage` (any encoder's type table)."""
+    cursor, notes = _decoding("inbox page", _inbox_page, bytes(data))
+    return InboxPage(cursor, notes)
+
+
+def _inbox_page(b: bytes) -> Any:
+    return candid_decode(b, [INBOX_PAGE])[0]
 
 
 def encode_events(events: Sequence[Event]) -> bytes:

@@ -10,7 +10,7 @@ batch result that is Candid ``opt`` null is Python ``None``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from icp_principal import Principal
 
@@ -72,6 +72,15 @@ class EventNotification:
     headers: ICRC16Map | None
     source: Principal
     filter: str | None = None
+
+
+class InboxPage(NamedTuple):
+    """``loglake_inbox``'s result, ``record { nat; vec EventNotification }``: the oldest
+    notifications in a subscriber's inbox, still in it, and the cursor that removes them when
+    the next call acknowledges it (they are removed only once their reply arrived)."""
+
+    cursor: int
+    notes: list[EventNotification]
 
 
 @dataclass(frozen=True)

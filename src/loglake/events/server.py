@@ -23,7 +23,10 @@ its log: the server answers 503 from then on (restart it; the state is rebuilt f
 
 Besides the ICRC methods, two local methods serve the CLI and tests (Candid too):
 ``loglake_publish`` (publisher; caller must be the publisher itself) and ``loglake_inbox``
-(subscriber; caller must be the subscriber itself).
+(subscriber; caller must be the subscriber itself). ``loglake_inbox`` is at least once: it
+returns the oldest notifications without removing them, at most ``max_inbox_reply_bytes`` of
+them, with a cursor; a notification is removed when a later call acknowledges that cursor, so
+a reply that never reached its reader (too long for it, failed, or cut off) is sent again.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from loglake.errors import DecodeError, LoglakeError, shown
+from loglake.events import fastcodec
 from loglake.events.actions import Action, AppendEvents, Call, JobAction
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.codec import METHODS
@@ -62,7 +66,7 @@ from loglake.events.publisher import Publisher, publication_config
 from loglake.events.resend import NoAddress
 from loglake.events.role import RateLimited, Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
-from loglake.events.subscriber import Subscriber
+from loglake.events.subscriber import InboxCursorError, Subscriber
 
 log = logging.getLogger("loglake.events.server")
 
@@ -89,6 +93,11 @@ memory per request."""
 DECODE_OFF_LOOP_BYTES = 64 * 1024
 """Bodies at least this long are decoded in a worker thread so the event loop keeps serving
 other clients meanwhile (a 1 MB batch takes milliseconds to decode)."""
+MAX_INBOX_REPLY_BYTES = 64 * 1024 * 1024
+"""The most notification bytes one ``loglake_inbox`` reply carries (at least one notification,
+whatever its size: at most a request body, ``MAX_BODY_BYTES``). A quarter of the client's
+``client.MAX_REPLY_BYTES``, which refuses a longer reply whole: a node's reader asking for
+1,000 notifications of up to 1 MB each got a reply it could only drop."""
 PIPELINE = 4
 """Calls to one target, of one method, in flight at once (HTTP/1.1 pipelining on one
 connection: the receiver handles a connection's requests one after the other, in order)."""
@@ -208,11 +217,20 @@ class HttpRoleServer:
         replays: ReplayGuard | None = None,
         pipeline: int = PIPELINE,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_inbox_reply_bytes: int = MAX_INBOX_REPLY_BYTES,
     ) -> None:
         if pipeline < 1:
             raise ValueError("pipeline must be >= 1")
         if max_body_bytes < 1024:
             raise ValueError("max_body_bytes must be at least 1024")
+        if max_inbox_reply_bytes < 1:
+            raise ValueError("max_inbox_reply_bytes must be >= 1")
+        self.max_inbox_reply_bytes = max_inbox_reply_bytes
+        self.inbox_base = clock()
+        """Added to the inbox's numbers to make ``loglake_inbox``'s cursors: the clock at start,
+        so a cursor a reader kept from an earlier run of this subscriber (numbered from an
+        earlier clock, at most one a nanosecond) acknowledges nothing here rather than
+        notifications this run holds that the reader never saw."""
         self.throttle_s = throttle_s
         self.replays = replays if replays is not None else ReplayGuard()
         """Signed calls accepted and not yet expired: a second use is refused (401)."""
@@ -336,11 +354,34 @@ class HttpRoleServer:
             if not namespaces or ns in namespaces
         ]
 
-    def _inbox(self, caller: Any, n: int, now: int) -> list[Any]:
+    def _inbox(
+        self, caller: Any, arg: tuple[int, int], now: int
+    ) -> tuple[int, fastcodec.EncodedNotes]:
+        """Remove what the caller acknowledges (``ack``: a cursor it was given, or 0), then
+        the oldest ``n`` notifications within the reply budget, written here and removed only
+        when a later call acknowledges the returned cursor."""
         if caller != self.role.principal:
             raise Forbidden("only the subscriber itself may read its inbox")
-        assert isinstance(self.role, Subscriber)  # only a subscriber's server routes here
-        return self.role.take(n)
+        sub = self.role
+        assert isinstance(sub, Subscriber)  # only a subscriber's server routes here
+        ack, n = arg
+        base = self.inbox_base
+        try:
+            sub.acknowledge(max(0, ack - base))  # below base: nothing, or an earlier run's
+        except InboxCursorError:
+            raise InboxCursorError(
+                f"inbox cursor {ack} is past this inbox's {base + sub.inbox_seq} (another "
+                "subscriber's, or from a run whose clock was ahead): acknowledge 0"
+            ) from None
+        parts: list[bytes] = []
+
+        def size(note: Any) -> int:  # written once: counted here, sent as written
+            parts.append(fastcodec.notification_bytes(note))
+            return len(parts[-1])
+
+        notes = sub.peek(n, self.max_inbox_reply_bytes, size)
+        del parts[len(notes) :]  # the one that did not fit
+        return base + sub.inbox_first + len(notes), fastcodec.EncodedNotes(parts)
 
     # -- performing actions -------------------------------------------------------------------
     def drain(self) -> asyncio.Future[dict[Action, Any]]:

@@ -12,22 +12,32 @@
   names the ICRC-77 text uses (``icrc77:replay:end_id`` and ``icrc77:replay:end``).
 
 Delivered events are kept in ``inbox`` (bounded by ``keep``) for the application to take.
+Each is numbered as it is delivered (:attr:`Subscriber.inbox_seq`), so a reader across a
+connection can read without removing (:meth:`Subscriber.peek`) and remove only what it says it
+has (:meth:`Subscriber.acknowledge`): a reply lost on its way loses nothing.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any
 
 from icp_principal import Principal
 
+from loglake.errors import LoglakeError
 from loglake.events import sysmsg
 from loglake.events.fastcodec import NotificationBatch
 from loglake.events.messages import H_REPLAY_END, H_REPLAY_END_ID, H_REPLAY_ID, EventNotification
 from loglake.events.role import Call, Role
 from loglake.wire.icrc16 import map_get
+
+
+class InboxCursorError(LoglakeError):
+    """An acknowledgement of notifications the inbox never numbered (a cursor from another
+    subscriber, or made up): nothing is removed."""
 
 
 @dataclass
@@ -55,7 +65,10 @@ class Subscriber(Role):
         for the cyclic garbage collector to count and scan)."""
         self.inbox: deque[Any] = deque(maxlen=keep)
         """Delivered notifications, oldest first: an ``EventNotification``, or ``(batch, k)`` —
-        the ``k``-th of a :class:`NotificationBatch` not built yet (:meth:`take` builds it)."""
+        the ``k``-th of a :class:`NotificationBatch` not built yet (:meth:`peek` builds it)."""
+        self.inbox_seq = 0
+        """Notifications ever put in :attr:`inbox`: the number the next one gets. The oldest
+        held is :attr:`inbox_first`; those ``keep`` pushed out are counted all the same."""
         self.replays: dict[int, ReplayProgress] = {}
         self.duplicates = 0
         self.rejected = 0
@@ -67,7 +80,7 @@ class Subscriber(Role):
         my_sys = sysmsg.subscriber_sys(self.principal)
         if type(notes) is NotificationBatch and notes.namespace != my_sys:
             return self._handle_batch(caller, notes)
-        accepted, confirm = 0, []
+        accepted, delivered, confirm = 0, 0, []
         key = caller.bytes
         valid = self.valid
         inbox = self.inbox
@@ -104,6 +117,8 @@ class Subscriber(Role):
                 continue
             ids.add(n.event_id)
             inbox.append(n)
+            delivered += 1
+        self.inbox_seq += delivered
         if confirm:
             self.outbox.append(Call(caller, "icrc72_confirm_notifications", confirm))
         return accepted
@@ -126,6 +141,7 @@ class Subscriber(Role):
         if len(fresh) == n and ids.isdisjoint(fresh):  # the usual case: all new, no repeat
             ids |= fresh
             inbox.extend(zip(repeat(notes), range(n), strict=False))
+            self.inbox_seq += n
         else:
             for k, eid in enumerate(eids):
                 if eid in ids:
@@ -133,6 +149,7 @@ class Subscriber(Role):
                     continue
                 ids.add(eid)
                 inbox.append((notes, k))
+                self.inbox_seq += 1
         self.outbox.append(
             Call(caller, "icrc72_confirm_notifications", list(notes.notification_ids))
         )
@@ -170,9 +187,57 @@ class Subscriber(Role):
             for rid in sysmsg.read_nested_ids(payload, key):
                 self.replays.setdefault(rid, ReplayProgress(rid)).removed = True
 
-    def take(self, n: int | None = None) -> list[EventNotification]:
+    @property
+    def inbox_first(self) -> int:
+        """The number of the oldest notification in :attr:`inbox` (:attr:`inbox_seq` when it
+        is empty)."""
+        return self.inbox_seq - len(self.inbox)
+
+    def peek(
+        self,
+        n: int | None = None,
+        max_bytes: int | None = None,
+        size: Callable[[EventNotification], int] | None = None,
+    ) -> list[EventNotification]:
+        """The oldest ``n`` notifications (all: None), left in the inbox. With ``max_bytes``,
+        only as many as fit in it by ``size`` — at least one, so a notification larger than
+        the budget still goes, alone; the first that does not fit stays for the next read.
+        Why a budget: a reader's reply has a size cap, and notifications taken beyond it
+        would be refused with the reply."""
+        if (max_bytes is None) != (size is None):
+            raise ValueError("max_bytes and size go together")
         out: list[EventNotification] = []
-        while self.inbox and (n is None or len(out) < n):
-            x = self.inbox.popleft()
-            out.append(x[0][x[1]] if type(x) is tuple else x)
+        total = 0
+        for x in islice(self.inbox, n):
+            note = x[0][x[1]] if type(x) is tuple else x
+            if size is not None and max_bytes is not None:
+                total += size(note)
+                if out and total > max_bytes:
+                    break
+            out.append(note)
+        return out
+
+    def acknowledge(self, upto: int) -> int:
+        """Remove the notifications numbered below ``upto`` (a reader has them); those already
+        gone are not counted again. How many were removed. ``upto`` past :attr:`inbox_seq` is
+        an :class:`InboxCursorError` and removes nothing."""
+        if upto > self.inbox_seq:
+            raise InboxCursorError(
+                f"inbox cursor {upto} is past the {self.inbox_seq} notifications delivered"
+            )
+        k = max(0, upto - self.inbox_first)
+        for _ in range(k):
+            self.inbox.popleft()
+        return k
+
+    def take(
+        self,
+        n: int | None = None,
+        max_bytes: int | None = None,
+        size: Callable[[EventNotification], int] | None = None,
+    ) -> list[EventNotification]:
+        """:meth:`peek`, then remove what it returned (an in-process reader, which cannot lose
+        a reply)."""
+        out = self.peek(n, max_bytes, size)
+        self.acknowledge(self.inbox_first + len(out))
         return out

@@ -10,10 +10,10 @@ a node can run, say, only a publisher and a subscriber against a remote orchestr
 
 The API acts as the roles a person would: publishing is the publisher's ``loglake_publish``,
 subscribing, replays and cancels are the subscriber's signed calls to the orchestrator, and
-the subscriber's inbox is drained with ``loglake_inbox`` (``HttpEventsClient``, each signed with
-the in-node role's key). The orchestrator's tables (namespaces, subscriptions, replays) are
-read on the event loop that runs it, so a read never sees a half-applied call; without a local
-orchestrator those routes answer 404.
+the subscriber's inbox is drained with ``loglake_inbox`` (``InboxReader``: at least once, each
+call signed with the in-node role's key). The orchestrator's tables (namespaces,
+subscriptions, replays) are read on the event loop that runs it, so a read never sees a
+half-applied call; without a local orchestrator those routes answer 404.
 """
 
 from __future__ import annotations
@@ -200,10 +200,13 @@ class EventsHttpHandle:
             raise EventsCallFailed(f"{method}: {e}") from None
 
     def _drain_inbox(self) -> None:
-        client = self._client("subscriber", self.urls["subscriber"])
+        from loglake.events import InboxReader
+
+        # each read acknowledges the one before: a reply lost on the way comes again
+        reader = InboxReader(self._client("subscriber", self.urls["subscriber"]))
         while not self._stop.wait(INBOX_POLL_S):
             try:
-                got = client.call("loglake_inbox", 1000)
+                got = reader.read(1000)
             except Exception:  # the server is stopping, or busy: try again next round
                 continue
             with self._lock:
