@@ -5,6 +5,7 @@ time (real processes and a raw socket server on loopback)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -69,6 +70,9 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{srv.getsockname()[1]}"
     finally:
+        # close() alone does not wake the thread's accept(): the join took its whole 10 s
+        with contextlib.suppress(OSError):
+            srv.shutdown(socket.SHUT_RDWR)
         srv.close()
         t.join(10)
 
