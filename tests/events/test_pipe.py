@@ -1,17 +1,20 @@
 """The role server's pipelined HTTP/1.1 connection (``server._Pipe``) against a real aiohttp
 server: requests written back to back are handled and answered in the order they were
 written; a connection that breaks fails the calls in flight with ``ConnectionError`` and the
-next call opens a new one."""
+next call opens a new one. Against a raw socket server: a reply whose ``Content-Length`` is not
+a byte count, or is over the limit, fails the calls in flight before its body is read."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import socket
 
 import pytest
 from aiohttp import web
 
-from loglake.events.server import _Pipe
+from loglake.events.server import MAX_PIPE_REPLY_BYTES, _Pipe
+from tests.events.test_cli_bad_replies import raw_server
 
 
 async def _serve(handler) -> tuple[web.AppRunner, str]:
@@ -76,6 +79,83 @@ def test_a_broken_connection_fails_the_calls_in_flight_then_reconnects():
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def _until_closed(s: socket.socket) -> None:
+    """Read (the calls pipelined behind the first) until the client closes: closing with
+    unread bytes would send a reset, which the client could see before the answer."""
+    while s.recv(65536):
+        pass
+
+
+async def _two_calls_fail(url: str) -> list[str]:
+    """Two calls pipelined on one connection: each one's ``ConnectionError`` (10 s at most)."""
+    pipe = _Pipe(url)
+    try:
+        futs = [await pipe.send("m", b"x", {}) for _ in range(2)]
+        out = []
+        for f in futs:
+            with pytest.raises(ConnectionError) as e:
+                await asyncio.wait_for(f, 10)
+            out.append(str(e.value))
+        return out
+    finally:
+        pipe.close()
+
+
+BAD_LENGTHS = {
+    "negative": (b"Content-Length: -1", "reply with Content-Length '-1': not a byte count"),
+    "a word": (b"Content-Length: many", "reply with Content-Length 'many': not a byte count"),
+    "signed": (b"Content-Length: +5", "reply with Content-Length '+5': not a byte count"),
+    "underscored": (b"Content-Length: 1_0", "reply with Content-Length '1_0': not a byte count"),
+    "sent twice": (
+        b"Content-Length: 5\r\nContent-Length: 6",
+        "reply with Content-Length '5, 6': not a byte count",
+    ),
+    "over the limit": (
+        f"Content-Length: {MAX_PIPE_REPLY_BYTES + 1}".encode(),
+        f"reply of {MAX_PIPE_REPLY_BYTES + 1} bytes (its Content-Length), over the limit of "
+        f"{MAX_PIPE_REPLY_BYTES}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LENGTHS))
+def test_a_reply_with_a_bad_content_length_fails_every_call_in_flight(case):
+    field, why = BAD_LENGTHS[case]
+
+    def answer(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\n" + field + b"\r\n\r\n")  # and no body
+        _until_closed(s)
+
+    with raw_server(answer) as url:
+        assert asyncio.run(_two_calls_fail(url)) == [why, why]
+
+
+def test_a_reply_declaring_gigabytes_is_refused_before_its_body_is_read():
+    """A peer declaring 2 GB and streaming: the role buffered until memory ran out. Now the
+    call fails at the head, the connection is closed, and the peer can send only what the
+    sockets' buffers take — not the 64 MiB it would."""
+    sent = [0]
+
+    def answer(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000000\r\n\r\n")
+        chunk = b"\0" * 65536
+        while sent[0] < 64 * 1024 * 1024:  # bounded: the test ends even if the client reads on
+            s.sendall(chunk)  # an OSError once the client closed ends it
+            sent[0] += len(chunk)
+
+    with raw_server(answer) as url:
+        errors = asyncio.run(_two_calls_fail(url))
+    assert (
+        errors
+        == [
+            f"reply of 2000000000 bytes (its Content-Length), over the limit of "
+            f"{MAX_PIPE_REPLY_BYTES}"
+        ]
+        * 2
+    )
+    assert sent[0] < 16 * 1024 * 1024, f"the peer sent {sent[0]} bytes before the close"
 
 
 def test_only_http_urls():

@@ -51,6 +51,7 @@ from loglake.errors import DecodeError, LoglakeError, shown
 from loglake.events import fastcodec
 from loglake.events.actions import Action, AppendEvents, Call, JobAction
 from loglake.events.broadcaster import Broadcaster
+from loglake.events.client import MAX_REPLY_BYTES
 from loglake.events.codec import METHODS
 from loglake.events.identity import (
     Identity,
@@ -104,6 +105,12 @@ connection: the receiver handles a connection's requests one after the other, in
 CALL_TIMEOUT_S = 120.0
 IDLE_S = 30.0
 """A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
+MAX_PIPE_REPLY_BYTES = MAX_REPLY_BYTES
+"""The longest reply body a role reads from another role (``_Pipe``), the client's limit
+(``client.MAX_REPLY_BYTES``): a reply declaring more is refused from its ``Content-Length``
+before a byte of its body is read. The body is buffered whole, so a peer declaring 2 GB (hostile
+or broken) made the role buffer whatever it sent until memory ran out; a role's own replies to
+role calls (counts, one short result per item of a batch) are far shorter."""
 
 
 class _Pipe:
@@ -161,16 +168,18 @@ class _Pipe:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 status = int(lines[0].split(" ", 2)[1])
-                fields = {}
+                fields: dict[str, str] = {}
                 for line in lines[1:]:
                     k, sep, v = line.partition(":")
                     if sep:
-                        fields[k.strip().lower()] = v.strip()
+                        k = k.strip().lower()
+                        # a field sent twice is one list ("5, 5"): not a length, refused below
+                        fields[k] = f"{fields[k]}, {v.strip()}" if k in fields else v.strip()
                 if "content-length" not in fields or "chunked" in fields.get(
                     "transfer-encoding", ""
                 ):
                     raise ConnectionError(f"reply without Content-Length: {lines[0]!r}")
-                data = await reader.readexactly(int(fields["content-length"]))
+                data = await reader.readexactly(_body_length(fields["content-length"]))
                 if not self.waiting:
                     raise ConnectionError("a reply nobody asked for")
                 fut = self.waiting.popleft()
@@ -202,6 +211,20 @@ class _Pipe:
             f = self.waiting.popleft()
             if not f.done():
                 f.set_exception(ConnectionError("connection closed"))
+
+
+def _body_length(value: str) -> int:
+    """A reply's ``Content-Length``, checked before its body is read: ASCII digits only (``int``
+    also takes a sign, ``_`` and other scripts' digits), at most :data:`MAX_PIPE_REPLY_BYTES`;
+    else ``ConnectionError`` naming the problem."""
+    if not (value.isascii() and value.isdigit()):
+        raise ConnectionError(f"reply with Content-Length {shown(value)}: not a byte count")
+    n = int(value)
+    if n > MAX_PIPE_REPLY_BYTES:
+        raise ConnectionError(
+            f"reply of {n} bytes (its Content-Length), over the limit of {MAX_PIPE_REPLY_BYTES}"
+        )
+    return n
 
 
 class HttpRoleServer:
