@@ -132,6 +132,19 @@ def test_a_reply_with_a_bad_content_length_fails_every_call_in_flight(case):
         assert asyncio.run(_two_calls_fail(url)) == [why, why]
 
 
+def test_a_reply_head_that_never_ends_fails_every_call_in_flight():
+    """A peer sending header bytes without the blank line that ends them: the reader's 64 KiB
+    limit stopped it with ``LimitOverrunError``, which no except clause took (the calls failed
+    as "connection closed" and the task's error was logged as never retrieved)."""
+
+    def answer(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (128 * 1024))
+        _until_closed(s)
+
+    with raw_server(answer) as url:
+        assert asyncio.run(_two_calls_fail(url)) == ["reply head over 64 KiB without its end"] * 2
+
+
 def test_a_reply_declaring_gigabytes_is_refused_before_its_body_is_read():
     """A peer declaring 2 GB and streaming: the role buffered until memory ran out. Now the
     call fails at the head, the connection is closed, and the peer can send only what the

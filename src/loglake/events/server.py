@@ -189,6 +189,8 @@ class _Pipe:
                     break
         except asyncio.CancelledError:
             err = ConnectionError("connection closed")
+        except asyncio.LimitOverrunError:  # a head past the reader's limit (64 KiB)
+            err = ConnectionError("reply head over 64 KiB without its end")
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as e:
             err = e if isinstance(e, ConnectionError) else ConnectionError(f"{e!r}")
         finally:
