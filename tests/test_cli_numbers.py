@@ -21,6 +21,8 @@ from loglake.cli import main
 from loglake.clitools import Number
 
 NOT_FINITE = ["nan", "inf", "-inf", "1e300"]
+INT64_PAST = str(2**63)
+"""One past int64, the ceiling of the counts, sizes and indexes nothing smaller bounds."""
 
 
 def _refused(code: int, output: str, option: str) -> None:
@@ -77,6 +79,42 @@ def test_no_number_option_takes_nan_inf_or_any_integer() -> None:
     assert len(_every_parameter()) > 300  # every part's commands were walked
 
 
+UNBOUNDED = {
+    ("loglake events approve", "amount"): "an ICRC-2 amount: a Candid nat",
+    (
+        "loglake events cancel",
+        "replay_ids",
+    ): "replay ids: Candid nats, the orchestrator's to answer",
+    ("loglake events replay", "start"): "an event id: a Candid nat, the orchestrator's to check",
+    ("loglake events replay", "end"): "an event id: a Candid nat, the orchestrator's to check",
+    ("loglake events replay-status", "replay_id"): "a replay id: a Candid nat ('no replay N')",
+    ("loglake events register", "price_per_event"): "icrc77:pricing: a Candid nat",
+    ("loglake events serve", "price_per_event"): "icrc77:pricing: a Candid nat",
+    ("loglake", "verbose"): "click's count option -v: how many times it is given",
+}
+"""(command path, parameter) → why its ``IntRange`` has no maximum: values the protocol
+leaves unbounded, which the peer answers for."""
+
+
+def test_every_integer_range_has_a_maximum() -> None:
+    """``IntRange(min=...)`` alone takes any integer: ``events publish --size 10**12`` ended in
+    a MemoryError traceback, ``sds sim --history 1001`` in a run whose messages were dropped as
+    oversized. Each integer option says its ceiling (``--help`` shows it), unless listed in
+    ``UNBOUNDED`` with the reason."""
+    params = {(path, p.name): p for path, p in _every_parameter()}
+    open_ended = {
+        key
+        for key, p in params.items()
+        if isinstance(p.type, click.IntRange) and p.type.max is None
+    }
+    assert not open_ended - UNBOUNDED.keys(), "\n".join(
+        map(str, sorted(open_ended - set(UNBOUNDED)))
+    )
+    assert not UNBOUNDED.keys() - open_ended, (
+        f"bounded now, or gone: {UNBOUNDED.keys() - open_ended}"
+    )
+
+
 @pytest.mark.parametrize(
     ("command", "option", "shown"),
     [
@@ -84,6 +122,10 @@ def test_no_number_option_takes_nan_inf_or_any_integer() -> None:
         (["events", "serve"], "--throttle-ms", "0<=x<=31536000000"),
         (["events", "serve"], "--replay-rate", "0<x<=1000000000"),
         (["archives", "follow"], "--poll", "0<x<=31536000"),
+        (["events", "publish"], "--size", "0<=x<=1000000"),
+        (["sds", "sim"], "--participants", "1<=x<=10000"),
+        (["serve"], "--retention-ms", "0<=x<=9223372036854"),
+        (["cardinal", "produce"], "--blocks", "1<=x<=1000000"),
     ],
 )
 def test_help_shows_each_range(command: list[str], option: str, shown: str) -> None:
@@ -123,7 +165,30 @@ def test_serve_limits(tmp_path: Path, option: str, value: str) -> None:
     _sweep(["serve"], option, value, ["--data-dir", str(tmp_path / "file" / "d"), "--port", "0"])
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--retention-ms", str((2**63 - 1) // 10**6 + 1)),  # past int64 ns (JetStream max_age)
+        ("--retention-bytes", INT64_PAST),
+        ("--retention-records", INT64_PAST),
+        ("--segment-bytes", str(2**40 + 1)),  # the node's [streams] segment_bytes range
+    ],
+)
+def test_serve_sizes(tmp_path: Path, option: str, value: str) -> None:
+    (tmp_path / "file").write_text("")
+    _sweep(["serve"], option, value, ["--data-dir", str(tmp_path / "file" / "d"), "--port", "0"])
+
+
 # ---- loglake events --------------------------------------------------------------------------
+
+
+def test_events_publish_size_past_a_message_is_refused_by_the_real_command(tmp_path: Path) -> None:
+    # every payload was made before the first call: a MemoryError traceback, whatever the URL
+    (tmp_path / "key").write_text("00" * 32)
+    r = _loglake("events", "publish", "--url", "http://127.0.0.1:1",
+                 "--key-file", str(tmp_path / "key"), "--count", "1", "--size", "1000000000000",
+                 "ns")  # fmt: skip
+    _refused(r.returncode, r.stderr, "--size")
 
 
 def test_events_serve_throttle_nan_is_refused_by_the_real_command(tmp_path: Path) -> None:
@@ -173,8 +238,18 @@ EVENTS_SERVE = ["--role", "publisher", "--port", "0", "--directory", "/nonexiste
         (["events", "publish"], "--batch", "-1", [*EVENTS_CALL, "ns", "--text", "a"]),
         (["events", "publish"], "--count", "-1", [*EVENTS_CALL, "ns"]),
         (["events", "publish"], "--size", "-1", [*EVENTS_CALL, "ns"]),
+        # past a call's 1 MB: an event the publisher would send on alone, over its budget
+        (["events", "publish"], "--size", "1000001", [*EVENTS_CALL, "ns"]),
+        (["events", "publish"], "--count", str(10**9 + 1), [*EVENTS_CALL, "ns"]),
+        (["events", "publish"], "--batch", "10001", [*EVENTS_CALL, "ns", "--text", "a"]),
         (["events", "replays"], "--take", "-1", EVENTS_CALL),  # an empty table, exit 0
+        (["events", "replays"], "--take", "600001", EVENTS_CALL),
         (["events", "received"], "--take", "-1", EVENTS_CALL),
+        (["events", "received"], "--take", "2000001", EVENTS_CALL),  # a subscriber keeps less
+        (["events", "serve"], "--max-events-per-replay", INT64_PAST, EVENTS_SERVE),
+        (["events", "serve"], "--batch-size", "100001", EVENTS_SERVE),  # one pull holds less
+        (["events", "serve"], "--max-unconfirmed", "1000001", EVENTS_SERVE),
+        (["events", "serve"], "--max-body-bytes", str(2**30 + 1), EVENTS_SERVE),
         # MOD 0: refused by the orchestrator (exit 1); -1: the Candid codec's error
         *[
             (["events", "subscribe"], "--skip", v, [*EVENTS_CALL, "ns"])
@@ -232,6 +307,16 @@ def test_cardinal_consume_idle_seconds_nan_is_refused_by_the_real_command(tmp_pa
         (["cardinal", "produce"], "--blocks", "-1"),
         (["cardinal", "produce"], "--deep-reorg", "-1"),
         (["cardinal", "produce"], "--sub-items", "-1"),
+        # the whole chain is built in memory before a message is sent
+        (["cardinal", "produce"], "--blocks", "1000000000000"),
+        (["cardinal", "produce"], "--deep-reorg", "1000001"),
+        (["cardinal", "produce"], "--sub-items", "100001"),
+        # a Reorg names its block by an Avro int (int32): no deeper reorg can be told
+        (["cardinal", "consume"], "--reorg-threshold", str(2**31)),
+        (["cardinal", "produce"], "--reorg-threshold", str(2**31)),
+        # the stream service serves no topic with more (its CREATE is refused)
+        (["cardinal", "consume"], "--partitions", "4097"),
+        (["cardinal", "produce"], "--partitions", "4097"),
     ],
 )
 def test_cardinal_numbers(tmp_path: Path, command: list[str], option: str, value: str) -> None:
@@ -240,6 +325,26 @@ def test_cardinal_numbers(tmp_path: Path, command: list[str], option: str, value
     if command[1] == "produce" and option != "--blocks":
         rest += ["--blocks", "5"]
     _sweep(command, option, value, rest)
+
+
+def test_cardinal_produce_blocks_past_a_chain_is_refused_by_the_real_command(
+    tmp_path: Path,
+) -> None:
+    # the synthetic chain is built whole before the first message: memory ran out
+    r = _loglake("cardinal", "produce", "--blocks", "1000000000000", "--topic", "t",
+                 "--data-dir", str(tmp_path / "d"))  # fmt: skip
+    _refused(r.returncode, r.stderr, "--blocks")
+    assert not (tmp_path / "d").exists()
+
+
+def test_cardinal_produce_refuses_a_chain_of_too_many_sub_batch_items(tmp_path: Path) -> None:
+    # each within its ceiling, 101 blocks of 100,000 items are over the chain's 10,000,000
+    rest = ["--topic", "t", "--data-dir", str(tmp_path / "d")]
+    r = CliRunner().invoke(main, ["cardinal", "produce", "--blocks", "101",
+                                  "--sub-items", "100000", *rest])  # fmt: skip
+    _refused(r.exit_code, r.output, "--sub-items")
+    assert "10,000,000" in r.output
+    assert not (tmp_path / "d").exists()
 
 
 # ---- loglake job -----------------------------------------------------------------------------
@@ -256,6 +361,7 @@ JOB_ARGS = {
     "compact": ["--data-dir", "/nonexistent", "--stream", "s"],
     "cardinal-blocks": ["--data-dir", "/nonexistent", "--topic", "t", "--out", "/nonexistent/o"],
     "sds-audit": ["--data-dir", "/nonexistent", "--stream", "sds.s", "--out", "/nonexistent/o"],
+    "seal": ["--backend", "nats://127.0.0.1:9", "--data-dir", "/nonexistent"],
 }
 """A data dir that is not there: a value wrongly taken ends before Spark, naming --data-dir."""
 
@@ -272,6 +378,11 @@ JOB_ARGS = {
         ("cardinal-blocks", "--reorg-threshold", "0"),
         ("cardinal-blocks", "--max-records-per-trigger", "0"),
         ("sds-audit", "--partition", "-1"),
+        ("cardinal-blocks", "--reorg-threshold", str(2**31)),  # past a Reorg's Avro int
+        ("cardinal-blocks", "--max-records-per-trigger", INT64_PAST),
+        ("sds-audit", "--partition", str(2**31)),  # the lake's partition column is int32
+        ("seal", "--file-records", INT64_PAST),
+        ("seal", "--file-records", "0"),
     ],
 )
 def test_job_numbers(job: str, option: str, value: str) -> None:
@@ -289,8 +400,9 @@ def test_log_read_from_negative_is_refused_by_the_real_command(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--partition", "-1"), ("--from", "-1"), ("--limit", "-1"), ("-n", "-5")],
-)
+    [("--partition", "-1"), ("--from", "-1"), ("--limit", "-1"), ("-n", "-5"),
+     ("--partition", str(2**31)), ("--from", INT64_PAST), ("--limit", INT64_PAST)],
+)  # fmt: skip
 def test_log_read_numbers(tmp_path: Path, option: str, value: str) -> None:
     # a data dir with no streams: a value wrongly taken ends at once ("no stream 's'")
     _sweep(["log", "read"], option, value, ["--data-dir", str(tmp_path), "s"])
@@ -344,16 +456,23 @@ SIM = ["sds", "sim", "--participants", "3", "--messages", "3"]
         # the chat's --interval went to select(): nan, inf, 1e300, -1 were tracebacks; 0 spun
         *[(["sds", "chat"], "--interval", v) for v in [*NOT_FINITE, "-1", "0"]],
         (["sds", "chat"], "--sync-ms", "-1"),
+        (["sds", "chat"], "--sync-ms", "31536000001"),  # a year, as every duration
         *[(SIM, "--latency-ms", v) for v in NOT_FINITE],  # nan, inf: tracebacks
         (SIM, "--latency-ms", "-1"),
         *[(SIM, "--loss", v) for v in ["nan", "inf", "-1", "2"]],  # a run, PASS or FAIL
         (SIM, "--sync-ms", "0"),  # a randrange() traceback
         (SIM, "--sync-ms", "-1"),
+        (SIM, "--sync-ms", "31536000001"),
         (SIM, "--participants", "0"),  # a randrange() traceback
+        (SIM, "--participants", "10001"),
         (SIM, "--messages", "-1"),
+        (SIM, "--messages", str(10**8 + 1)),
         (SIM, "--history", "-1"),
+        (SIM, "--history", "1001"),  # a longer causal history is dropped as oversized
         (SIM, "--late-joiners", "-1"),
+        (SIM, "--late-joiners", "10001"),
         (SIM, "--offline", "-1"),
+        (SIM, "--offline", "10001"),
         (SIM, "--partition", "0:1000:nan"),  # a split with nobody on side B
         (SIM, "--partition", "1000:0:0.5"),
         (SIM, "--partition", "0:1000:2"),
@@ -363,3 +482,20 @@ def test_sds_numbers(command: list[str], option: str, value: str) -> None:
     # the chat: port 9, where nothing listens, so a value wrongly taken fails to connect
     rest = ["--port", "9", "--channel", "c", "--id", "a"] if command[1] == "chat" else []
     _sweep(command, option, value, rest)
+
+
+# ---- loglake archives ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["fetch", "follow"])
+@pytest.mark.parametrize("value", ["0", INT64_PAST])  # compared with the index's int64 sizes
+def test_archives_max_archive_bytes(tmp_path: Path, command: str, value: str) -> None:
+    # a member folder under a file: a value wrongly taken ends at once
+    (tmp_path / "file").write_text("")
+    root = ["--root", str(tmp_path / "file" / "r")]
+    rest = (
+        ["--magnet", "magnet:?xt=urn:btih:" + "0" * 40, *root]
+        if command == "fetch"
+        else ["--connect", "127.0.0.1:9", "--community", "0x00", *root, "--once"]
+    )
+    _sweep(["archives", command], "--max-archive-bytes", value, rest)

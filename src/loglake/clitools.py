@@ -88,7 +88,14 @@ class TypedErrorGroup(click.Group):
             raise click.ClickException(environment_error_message(err)) from e
 
 
-TIME_NS_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
+"""The largest count, size or index an integer option takes where nothing smaller bounds it:
+what the values become (the log's indexes, the lake's int64 columns, JetStream's ``max_bytes``
+and ``max_msgs``, Spark's row limits) holds no more. Why a ceiling at all: click's ``IntRange``
+with only a minimum took any integer, which went on to fail later or to mean nothing, instead
+of being a usage error naming the option."""
+
+TIME_NS_MAX = INT64_MAX
 """The latest time an option takes: int64 ns (2262), what the archives' store and index hold
 and the node's archives API puts on ``now_ns``."""
 

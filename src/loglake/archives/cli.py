@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
-from loglake.archives.layout import MAX_FETCHED_ARCHIVE_BYTES, NS, get_layout
+from loglake.archives.layout import INT64_MAX, MAX_FETCHED_ARCHIVE_BYTES, NS, get_layout
 from loglake.archives.member import FETCH_DEADLINE_S
 from loglake.clitools import (
     CONTEXT_SETTINGS,
@@ -115,7 +115,7 @@ def _announce(trackers: tuple[str, ...], no_trackers: bool) -> tuple[str, ...] |
 
 _max_archive_opt = click.option(
     "--max-archive-bytes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, INT64_MAX),  # compared with the index's int64 sizes
     default=MAX_FETCHED_ARCHIVE_BYTES,
     show_default=True,
     help="Refuse a fetch whose index names a missing archive bigger than this, before "

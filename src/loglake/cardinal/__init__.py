@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from loglake.cardinal.codec import decode, encode
     from loglake.cardinal.consumer import (
         DEFAULT_REORG_THRESHOLD,
+        MAX_REORG_THRESHOLD,
         assemble_block,
         assemble_blocks,
     )
@@ -66,6 +67,7 @@ _FACE = {
     "CheckpointError": "loglake.cardinal.errors",
     "DEFAULT_REORG_THRESHOLD": "loglake.cardinal.consumer",
     "Emission": "loglake.cardinal.producer",
+    "MAX_REORG_THRESHOLD": "loglake.cardinal.consumer",
     "OrderedConsumer": "loglake.cardinal.ordering",
     "PartitionMismatch": "loglake.cardinal.errors",
     "Producer": "loglake.cardinal.producer",
@@ -98,6 +100,7 @@ __getattr__, __dir__ = lazy_face(__name__, _FACE)
 
 __all__ = [
     "DEFAULT_REORG_THRESHOLD",
+    "MAX_REORG_THRESHOLD",
     "REORG",
     "REORG_COMPLETE",
     "ZERO_HASH",

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 
 from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
-from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
+from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, MAX_REORG_THRESHOLD
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.producer import BlockPayload, ChainProducer, Producer
@@ -31,6 +31,7 @@ from loglake.clitools import PORT, SECONDS
 from loglake.errors import LocalProtocolError
 from loglake.streams.api import LocalStreams, Streams
 from loglake.streams.fence import UNFENCED, Fence
+from loglake.streams.service import MAX_PARTITIONS
 
 
 @contextmanager
@@ -167,7 +168,7 @@ _connection = [
     ),
     click.option(
         "--partitions",
-        type=click.IntRange(min=1),
+        type=click.IntRange(1, MAX_PARTITIONS),  # past it: a topic no stream service serves
         default=None,
         help=f"Partitions per topic. Optional: a topic's count is read from the stream; the "
         f"producer creates a missing topic with this many (default {DEFAULT_PARTITIONS}); an "
@@ -176,9 +177,22 @@ _connection = [
 ]
 
 
-REORG_THRESHOLD = click.IntRange(min=1)
+REORG_THRESHOLD = click.IntRange(1, MAX_REORG_THRESHOLD)
 """The application's ReorgThreshold, as ``job cardinal-blocks`` takes it: blocks kept for reorgs
 (``-1`` and ``0`` were taken: a producer's reorg block numbered ``-1`` failed the Avro codec)."""
+
+MAX_BLOCKS = 1_000_000
+"""The longest synthetic chain ``produce --blocks`` makes (and the deepest ``--deep-reorg``).
+The chain is built whole in memory before a message is sent, about 1.8 KB a block at the
+default ``--sub-items``: 1.8 GB at this many. Its block numbers then stay far inside the Avro
+``int`` a Reorg carries (int32); without a ceiling ``--blocks 10**12`` built blocks until memory
+ran out."""
+MAX_SUB_ITEMS = 100_000
+"""The most items one block's sub-batch holds (``produce --sub-items``): all of them are built in
+memory with the chain, about 125 bytes each, and sent as one block's sub-batch messages."""
+MAX_CHAIN_SUB_ITEMS = 10_000_000
+"""Sub-batch items of the whole chain (``--blocks`` × ``--sub-items``), about 1.25 GB: each option
+within its own ceiling could still ask for 10^11 items held at once."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,20 +211,23 @@ def command() -> None:
 @command.command()
 @click.option(
     "--blocks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_BLOCKS),
     required=True,
     help="How many block payloads to produce.",
 )
 @click.option("--topic", required=True, help="Default topic (sub-batches go to TOPIC.state).")
 @click.option(
-    "--deep-reorg", type=click.IntRange(min=0), default=0, help="End with a reorg of this depth."
+    "--deep-reorg",
+    type=click.IntRange(0, MAX_BLOCKS),
+    default=0,
+    help="End with a reorg of this depth.",
 )
 @click.option(
     "--sub-items",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_SUB_ITEMS),
     default=2,
     show_default=True,
-    help="Items per sub-batch.",
+    help=f"Items per sub-batch (--blocks × --sub-items at most {MAX_CHAIN_SUB_ITEMS:,}).",
 )
 @click.option(
     "--reorg-threshold",
@@ -232,6 +249,12 @@ def produce(
     partitions: int | None,
 ) -> None:
     """Produce a synthetic chain with forks, reorgs and sub-batches."""
+    if blocks * sub_items > MAX_CHAIN_SUB_ITEMS:  # checked before any stream is opened
+        raise click.BadParameter(
+            f"{sub_items:,} items a block for {blocks:,} blocks is over the chain's "
+            f"{MAX_CHAIN_SUB_ITEMS:,} items (all held in memory at once)",
+            param_hint="'--sub-items'",
+        )
     console = Console()
     with open_streams(host, port, data_dir) as streams:
         sent, canonical = produce_chain(

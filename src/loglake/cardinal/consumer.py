@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from loglake.cardinal.avro import decode_batch_or_none
 from loglake.cardinal.blocks import Block, ReorgEvent
-from loglake.cardinal.codec import decode
+from loglake.cardinal.codec import MAX_AVRO_INT, decode
 from loglake.cardinal.errors import CardinalDecodeError
 from loglake.cardinal.messages import (
     BATCH,
@@ -86,6 +86,11 @@ _Part = SubBatchHeader | SubBatchMsg | BatchMsg | BatchDeleteMsg
 log = logging.getLogger(__name__)
 
 DEFAULT_REORG_THRESHOLD = 128  # the reference tests' ReorgThreshold
+MAX_REORG_THRESHOLD = MAX_AVRO_INT
+"""The deepest threshold a command takes (``cardinal consume/produce``, ``job
+cardinal-blocks --reorg-threshold``): a Reorg message names its block by an Avro ``int``
+(int32, ``codec.MAX_AVRO_INT``), so a reorg deeper than that cannot be told and a larger
+threshold bounds nothing."""
 DEFAULT_MAX_QUEUED = 100_000  # messages held for Batches not yet seen, before eviction starts
 DEFAULT_MAX_PENDING = 10_000  # incomplete batches held at most (highest numbers go first)
 MIN_DONE = 1_024

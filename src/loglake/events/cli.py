@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from rich.table import Table
 
 from loglake.clitools import (
     CONTEXT_SETTINGS,
+    INT64_MAX,
     MAX_RATE,
     MILLISECONDS,
     PORT,
@@ -47,13 +48,40 @@ from loglake.events.messages import (
     ReplayRegistration,
     ReplayStatus,
 )
-from loglake.events.publisher import BATCH_SIZE, publication_config
+from loglake.events.orchestrator import MAX_TAKE, Quotas
+from loglake.events.publisher import (
+    BATCH_SIZE,
+    EVENT_OVERHEAD,
+    MAX_MESSAGE_BYTES,
+    publication_config,
+)
+from loglake.events.subscriber import INBOX_KEEP
+from loglake.streams.service import MAX_PULL_MESSAGES
 
 console = Console()
 
 NAT = click.IntRange(min=0)
-"""An event id, an amount, a price, a count: a Candid ``nat``. A negative one was taken and
-failed later: ``replay --from -1`` at the orchestrator, ``received --take -1`` in the codec."""
+"""An event id, an amount, a price: a Candid ``nat``, which has no maximum (the role answers
+for a value it cannot use). A negative one was taken and failed later: ``replay --from -1`` at
+the orchestrator. Counts and sizes have their own ceilings below."""
+
+MAX_PUBLISH_COUNT = 10**9
+"""``publish --count`` at most: the events are made and sent a call at a time, so this bounds
+the run, not its memory."""
+MAX_PUBLISH_BATCH = MAX_MESSAGE_BYTES // EVENT_OVERHEAD
+"""``publish --batch`` at most (10,000): a call is also cut at ``MAX_MESSAGE_BYTES`` of its
+events, each counted with ``EVENT_OVERHEAD`` bytes besides its data, as the publisher cuts its own
+calls, so no call carries more events than this whatever --batch says."""
+MAX_LISTED_REPLAYS = MAX_TAKE * Quotas().max_queries_per_window
+"""``replays --take`` at most (600,000): the listing reads ``MAX_TAKE`` replays a call, and past
+this many calls in a window the orchestrator's default query quota refuses the next."""
+MAX_UNCONFIRMED = 1_000_000
+"""``serve --max-unconfirmed`` at most, five times the default: each unconfirmed notification
+is an entry of the broadcaster's pending table until its subscriber confirms it, so the window
+is memory one subscriber that stops confirming may pin."""
+MAX_BODY_BYTES_CEILING = 1 << 30
+"""``serve --max-body-bytes`` at most (1 GiB): a body is read whole into memory before it is
+decoded, by as many clients at once as call; the default is 8 MiB (``server.MAX_BODY_BYTES``)."""
 
 
 class CliError(LoglakeError):
@@ -234,14 +262,15 @@ def whoami(key: str) -> None:
 )
 @click.option(
     "--max-events-per-replay",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, INT64_MAX),  # compared with ranges of the log's int64 indexes
     default=5_000_000,
     show_default=True,
     help="(orchestrator) quota: a longer range is refused with RangeTooLarge.",
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),  # 0: a replay stayed running for ever, sending nothing
+    # 0: a replay stayed running for ever, sending nothing; a batch is one pull of the stream
+    type=click.IntRange(1, MAX_PULL_MESSAGES),
     default=BATCH_SIZE,
     show_default=True,
     help="(publisher) events procured and sent per replay batch.",
@@ -260,7 +289,7 @@ def whoami(key: str) -> None:
 )
 @click.option(
     "--max-unconfirmed",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_UNCONFIRMED),
     default=200_000,
     show_default=True,
     help="(broadcaster) unconfirmed notifications one subscriber may have; events beyond that "
@@ -268,7 +297,7 @@ def whoami(key: str) -> None:
 )
 @click.option(
     "--max-body-bytes",
-    type=click.IntRange(min=1024),
+    type=click.IntRange(1024, MAX_BODY_BYTES_CEILING),
     default=8 * 1024 * 1024,
     show_default=True,
     help="Largest request body read; longer ones get 413 before they are decoded.",
@@ -414,14 +443,27 @@ def _homes(items: tuple[str, ...]) -> dict[bytes, Any]:
 @key_opt
 @click.argument("namespace")
 @click.option("--text", "texts", multiple=True, help="Publish #Text(TEXT) (repeatable).")
-@click.option("--count", type=NAT, default=0, help="Publish COUNT generated #Blob events.")
-@click.option("--size", type=NAT, default=200, show_default=True, help="Bytes per #Blob.")
+@click.option(
+    "--count",
+    type=click.IntRange(0, MAX_PUBLISH_COUNT),
+    default=0,
+    help="Publish COUNT generated #Blob events.",
+)
+@click.option(
+    "--size",
+    # the publisher's budget for a call's events: one past it would go alone in a call over it
+    type=click.IntRange(0, MAX_MESSAGE_BYTES),
+    default=200,
+    show_default=True,
+    help="Bytes per #Blob.",
+)
 @click.option(
     "--batch",
-    type=click.IntRange(min=1),  # 0: a ValueError traceback from range()
+    type=click.IntRange(1, MAX_PUBLISH_BATCH),  # 0: a ValueError traceback from range()
     default=1000,
     show_default=True,
-    help="Events per publish call.",
+    help=f"Events per publish call, at most; a call also stops at {MAX_MESSAGE_BYTES:,} bytes "
+    f"of events ({EVENT_OVERHEAD} counted for each besides its data).",
 )
 def publish(
     url: str,
@@ -434,13 +476,49 @@ def publish(
 ) -> None:
     """Publish events (call the PUBLISHER's URL with the publisher's key)."""
     c = _client(url, load_identity(key))
-    items: list[tuple[dict[str, str | bytes], None]] = [({"Text": t}, None) for t in texts]
-    items += [({"Blob": i.to_bytes(8, "big") * (size // 8 + 1)}, None) for i in range(count)]
-    ids: list[int] = []
-    for lo in range(0, len(items), batch):
-        ids += c.call("loglake_publish", (namespace, items[lo : lo + batch]))
-    if ids:
-        console.print(f"published {len(ids)} events: ids {ids[0]}..{ids[-1]}")
+    n, first, last = 0, 0, 0
+    for call in _publish_calls(_publish_items(texts, count, size), batch):
+        ids = c.call("loglake_publish", (namespace, call))
+        if ids:
+            first = first if n else ids[0]
+            last = ids[-1]
+            n += len(ids)
+    if n:
+        console.print(f"published {n} events: ids {first}..{last}")
+
+
+PublishItem = tuple[dict[str, str | bytes], None]
+
+
+def _publish_items(texts: tuple[str, ...], count: int, size: int) -> Iterator[PublishItem]:
+    """The events of ``publish``, made as they are sent: each ``--text``, then ``count``
+    #Blobs of ``size`` bytes (the event's number, repeated). Why lazily: all of them were made
+    before the first call, so ``--size 1000000000000`` ended in a MemoryError traceback and
+    ``--count`` times ``--size`` had to fit in memory."""
+    for t in texts:
+        yield {"Text": t}, None
+    for i in range(count):
+        yield {"Blob": (i.to_bytes(8, "big") * (size // 8 + 1))[:size]}, None
+
+
+def _publish_calls(items: Iterable[PublishItem], batch: int) -> Iterator[list[PublishItem]]:
+    """``items`` a call at a time: at most ``batch`` events, and at most ``MAX_MESSAGE_BYTES``
+    of them, each counted with ``EVENT_OVERHEAD`` bytes besides its data, as the publisher cuts
+    the calls it makes (at least one event a call). Why by bytes too: 1,000 events of 1 MB were
+    one call of 1 GB, over any role's body limit (413), and the publisher sends a call's events
+    on to the broadcaster in one call."""
+    call: list[PublishItem] = []
+    used = 0
+    for item in items:
+        v = next(iter(item[0].values()))
+        cost = (len(v) if isinstance(v, bytes) else len(v.encode())) + EVENT_OVERHEAD
+        if call and (len(call) == batch or used + cost > MAX_MESSAGE_BYTES):
+            yield call
+            call, used = [], 0
+        call.append(item)
+        used += cost
+    if call:
+        yield call
 
 
 @command.command()
@@ -513,7 +591,7 @@ def _replays(
     c: HttpEventsClient, flt: OrchestrationFilter | None = None, limit: int | None = None
 ) -> Iterator[ReplayStatus]:
     """Every replay this key can see (at most ``limit``), a page at a time (``prev``)."""
-    from loglake.events.orchestrator import MAX_TAKE, next_replays_cursor
+    from loglake.events.orchestrator import next_replays_cursor
 
     prev, n = None, 0
     while limit is None or n < limit:
@@ -683,7 +761,13 @@ def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
 @url_opt
 @key_opt
 @click.option("--namespace", help="Only this namespace.")
-@click.option("--take", type=NAT, default=100, show_default=True, help="At most this many replays.")
+@click.option(
+    "--take",
+    type=click.IntRange(0, MAX_LISTED_REPLAYS),
+    default=100,
+    show_default=True,
+    help="At most this many replays.",
+)
 def replays(url: str, key: str, namespace: str | None, take: int) -> None:
     """List the replays this key can see."""
     flt = OrchestrationFilter("All", slices=(("ByNamespace", namespace),)) if namespace else None
@@ -696,7 +780,13 @@ def replays(url: str, key: str, namespace: str | None, take: int) -> None:
 @command.command()
 @url_opt
 @key_opt
-@click.option("--take", type=NAT, default=100, show_default=True, help="At most this many.")
+@click.option(
+    "--take",
+    type=click.IntRange(0, INBOX_KEEP),  # a subscriber keeps no more
+    default=100,
+    show_default=True,
+    help="At most this many.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def received(url: str, key: str, take: int, as_json: bool) -> None:
     """Take what a subscriber received, oldest first (call the SUBSCRIBER's URL with the

@@ -210,7 +210,7 @@ MAX_MESSAGE_BYTES = 1_000_000
 The IC caps a message at 2 MB (the ICRC-72 reference canisters respect it); half of it leaves
 room for each event's other fields and for the headers the Broadcaster adds to the
 notifications it makes of them (about 100 bytes an event)."""
-_EVENT_OVERHEAD = 100
+EVENT_OVERHEAD = 100
 """Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
 
 
@@ -222,7 +222,7 @@ def _by_size(events: list[Event], limit: int) -> list[list[Event]]:
     for e in events:
         d = e.data
         n = len(d.value_bytes) if type(d) is RawValue else len(repr(d))
-        sizes.append(n + _EVENT_OVERHEAD)
+        sizes.append(n + EVENT_OVERHEAD)
         total += sizes[-1]
     if total <= limit:
         return [events]
@@ -645,7 +645,7 @@ class Publisher(Role):
         # the read's place in flight becomes the publish call's (one more per extra call)
         if isinstance(events, EventBatch):
             data = sum(len(m.data) for m in msgs) - len(msgs) * (9 + _PLEN)
-            if data + _EVENT_OVERHEAD * len(msgs) <= self.max_message_bytes:
+            if data + EVENT_OVERHEAD * len(msgs) <= self.max_message_bytes:
                 chunks: list[Any] = [events]
             else:
                 chunks = _by_size(list(events), self.max_message_bytes)

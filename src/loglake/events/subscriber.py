@@ -34,6 +34,10 @@ from loglake.events.messages import H_REPLAY_END, H_REPLAY_END_ID, H_REPLAY_ID, 
 from loglake.events.role import Call, Role
 from loglake.wire.icrc16 import map_get
 
+INBOX_KEEP = 2_000_000
+"""Delivered notifications a subscriber keeps by default (``keep``): past it the oldest goes, so
+no reader takes more at once (``events received --take``)."""
+
 
 class InboxCursorError(LoglakeError):
     """An acknowledgement of notifications the inbox never numbered (a cursor from another
@@ -55,7 +59,7 @@ class ReplayProgress:
 
 
 class Subscriber(Role):
-    def __init__(self, principal: Principal, orchestrator: Principal, keep: int = 2_000_000):
+    def __init__(self, principal: Principal, orchestrator: Principal, keep: int = INBOX_KEEP):
         super().__init__(principal)
         self.orchestrator = orchestrator
         self.valid: dict[str, set[bytes]] = {}

@@ -21,7 +21,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from loglake.clitools import INT64_MAX
 from loglake.log.api import CorruptSegment
+from loglake.log.lake_schema import MAX_PARTITION
 from loglake.log.repair import Damage, planned_bytes, scan_damage
 from loglake.log.repair import repair as repair_damage
 from loglake.log.segment_log import SegmentLog
@@ -102,12 +104,17 @@ def info(data_dir: Path, as_json: bool) -> None:
 @data_dir_option
 @click.argument("stream")
 @click.option(
-    "--partition", "-p", type=click.IntRange(min=0), default=0, show_default=True, help="Partition."
+    "--partition",
+    "-p",
+    type=click.IntRange(0, MAX_PARTITION),
+    default=0,
+    show_default=True,
+    help="Partition.",
 )
 @click.option(
     "--from",
     "start",
-    type=click.IntRange(min=0),  # -1 was read as 0
+    type=click.IntRange(0, INT64_MAX),  # -1 was read as 0; the lake's index is int64
     default=0,
     show_default=True,
     help="First index.",
@@ -115,7 +122,7 @@ def info(data_dir: Path, as_json: bool) -> None:
 @click.option(
     "--limit",
     "-n",
-    type=click.IntRange(min=0),  # -1 was an empty table
+    type=click.IntRange(0, INT64_MAX),  # -1 was an empty table
     default=20,
     show_default=True,
     help="At most this many records.",

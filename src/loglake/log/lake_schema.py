@@ -25,6 +25,12 @@ Named here, with the layout, and not beside its writer (``streams.jetstream_seal
 Spark process that parses a data dir option reads it, and the writer's module imports the NATS
 client stack (nats, aiohttp, asyncio: ~180 modules) that a reader never needs."""
 
+MAX_PARTITION = 2**31 - 1
+"""The highest partition number a stream's sealed history holds: the lake's ``partition`` column
+(and the Spark jobs' tables') is int32, so no partition past it is sealed. The ceiling of the
+commands that read one partition of a data dir (``log read -p``, ``job sds-audit
+--partition``), which took any integer."""
+
 LAKE_SCHEMA = pa.schema(
     [
         pa.field("stream", pa.string(), nullable=False),

@@ -34,12 +34,12 @@ import platformdirs
 from rich.console import Console
 from rich.table import Table
 
-from loglake.clitools import MAX_SECONDS, PORT, Number
+from loglake.clitools import INT64_MAX, MAX_SECONDS, PORT, Number
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
-from loglake.streams.limits import LimitError
+from loglake.streams.limits import MAX_MEMORY, LimitError
 from loglake.streams.limits import click_options as limits_options
 from loglake.streams.limits import from_click as limits_from_click
 from loglake.streams.permissions import NO_OWNERS_BANNER, AccessConfigError, AccessPolicy
@@ -54,6 +54,9 @@ PERIOD = Number(0.1, MAX_SECONDS)
 """``--retention-interval`` and ``--seal-interval``: 0.1 s to a year, the node's ``[streams]``
 range. click's ``FloatRange(min=0.1)`` took ``nan`` (retention never ran, and Ctrl-C ended in a
 ``ValueError`` traceback) and ``inf`` (retention never ran)."""
+MAX_RETENTION_MS = INT64_MAX // 1_000_000
+"""``--retention-ms`` at most (292 years): it becomes int64 nanoseconds (the retention horizon
+against records' timestamps, JetStream's ``max_age``), so a longer one cannot be held."""
 _logger = logging.getLogger(__name__)
 
 
@@ -133,14 +136,20 @@ def command() -> None:
 )
 @click.option(
     "--segment-bytes",
-    type=click.IntRange(min=4096),
+    type=click.IntRange(4096, MAX_MEMORY),  # the node's [streams] segment_bytes range
     default=StreamConfig().segment_bytes,
     show_default=True,
     help="Roll a partition's segment (and seal it to the lake) past this size.",
 )
-@click.option("--retention-ms", type=click.IntRange(min=0), help="Keep segments this long.")
-@click.option("--retention-bytes", type=click.IntRange(min=0), help="Keep this many bytes.")
-@click.option("--retention-records", type=click.IntRange(min=0), help="Keep this many records.")
+@click.option(
+    "--retention-ms", type=click.IntRange(0, MAX_RETENTION_MS), help="Keep segments this long."
+)
+@click.option(  # JetStream's max_bytes and max_msgs are int64
+    "--retention-bytes", type=click.IntRange(0, INT64_MAX), help="Keep this many bytes."
+)
+@click.option(
+    "--retention-records", type=click.IntRange(0, INT64_MAX), help="Keep this many records."
+)
 @click.option(
     "--retention-interval",
     type=PERIOD,

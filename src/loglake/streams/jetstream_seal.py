@@ -27,6 +27,7 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loglake.clitools import INT64_MAX
 from loglake.log.api import Log, Record
 from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_lake_files
 from loglake.log.lake import write_lake_table as _write
@@ -152,7 +153,7 @@ class JetStreamSealer:
 )
 @click.option(
     "--file-records",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, INT64_MAX),  # the lake's index column is int64
     default=FILE_RECORDS,
     show_default=True,
     help="At most this many records per lake file.",

@@ -9,8 +9,8 @@ import json
 
 import click
 
-from loglake.cardinal import DEFAULT_REORG_THRESHOLD
-from loglake.clitools import Number
+from loglake.cardinal import DEFAULT_REORG_THRESHOLD, MAX_REORG_THRESHOLD
+from loglake.clitools import INT64_MAX, Number
 from loglake.pipeline.jobs.cardinal_blocks import MAX_FOLLOW_SECONDS
 from loglake.pipeline.session import MASTER_ENV
 
@@ -37,7 +37,7 @@ share, so a backlog still shrinks."""
 @click.option("--checkpoint", default=None, help="Spark checkpoint (default OUT/_checkpoint).")
 @click.option(
     "--reorg-threshold",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_REORG_THRESHOLD),
     default=DEFAULT_REORG_THRESHOLD,
     show_default=True,
     help="The application's ReorgThreshold (the window kept for reorgs).",
@@ -45,7 +45,7 @@ share, so a backlog still shrinks."""
 @click.option("--prefix", "prefixes", multiple=True, help="Track only these prefixes (regex).")
 @click.option(
     "--max-records-per-trigger",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, INT64_MAX),  # Spark's ReadMaxRows: a long
     default=None,
     help="Records per topic and micro-batch.",
 )

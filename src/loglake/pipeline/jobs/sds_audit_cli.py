@@ -9,6 +9,7 @@ import json
 
 import click
 
+from loglake.log.lake_schema import MAX_PARTITION
 from loglake.pipeline.session import MASTER_ENV
 
 
@@ -21,7 +22,7 @@ from loglake.pipeline.session import MASTER_ENV
 )
 @click.option(
     "--partition",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_PARTITION),
     default=0,
     show_default=True,
     help="Stream partition.",
