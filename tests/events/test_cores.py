@@ -715,3 +715,22 @@ def test_approve_checks_expected_allowance_expiry_and_fee():
     assert w.call("bob", "icrc2_approve", (orch, 500, 0, None, w.ledger.fee)) == Ok(1)
     assert w.call("bob", "icrc2_approve", (orch, 300, 500, None, None)) == Ok(2)
     assert w.ledger.allowance(account(w.p["bob"]), account(orch)) == 300
+
+
+def test_a_publish_call_of_many_events_reaches_live_subscribers_within_the_body_limit():
+    """One ``loglake_publish`` under the 8 MiB body limit became one ``icrc72_publish`` to the
+    broadcaster, each event ~100 bytes longer there (id, time, namespace, source): over the
+    limit, refused (413), and no live subscriber got any of them. The publisher cuts the call
+    at its 1 MB budget, as it cuts replay batches."""
+    from loglake.events.codec import METHODS
+    from loglake.events.server import MAX_BODY_BYTES
+
+    w = World(max_body_bytes=MAX_BODY_BYTES)
+    w.register_publication()
+    w.subscribe("bob")
+    items = [({"Blob": i.to_bytes(4, "big") * 10}, None) for i in range(100_000)]
+    assert len(METHODS["loglake_publish"].encode_arg((NS, items))) < MAX_BODY_BYTES
+    w.pub.publish(NS, items, w.clock())
+    w.net._collect(w.pub)
+    w.net.run()
+    assert ids(w.bob) == list(range(100_000))

@@ -44,10 +44,12 @@ class World:
     relay_replays: bool = False
     relay_window: int = 10_000
     replay_rate: float | None = None
+    max_body_bytes: int | None = None
+    """Calls over this many bytes are refused as the HTTP servers refuse them (413)."""
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
-        self.net = InProcessNetwork(self.clock)
+        self.net = InProcessNetwork(self.clock, max_body_bytes=self.max_body_bytes)
         self.ids = {
             name: seeded(i + 1)
             for i, name in enumerate(["orch", "bc", "pub", "alice", "bob", "bc2"])

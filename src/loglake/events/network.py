@@ -70,10 +70,15 @@ class InProcessNetwork:
         clock: Callable[[], int],
         jobs: ReplayJobs | None = None,
         faults: Faults | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         self.clock = clock
         self.faults = faults
         """None: a perfect in-order network (the default)."""
+        self.max_body_bytes = max_body_bytes
+        """A call whose encoded argument is longer is answered as ``HttpRoleServer`` answers
+        it (413: a ``ConnectionError`` to the caller) and never reaches its target; None: no
+        limit."""
         self.jobs = jobs
         """Performs replay job actions; their ends go to the orchestrator that
         started them, when the network is otherwise idle."""
@@ -161,10 +166,16 @@ class InProcessNetwork:
             return True
         assert target is not None  # a missing role was answered as lost above
         m = METHODS[c.method]
+        body = m.encode_arg(c.arg)
+        if self.max_body_bytes is not None and len(body) > self.max_body_bytes:
+            if not ghost:
+                src.on_reply(
+                    c, ConnectionError(f"{c.method} → 413: {len(body)} bytes"), self.clock()
+                )
+                self._collect(src)
+            return True
         try:
-            ret = target.dispatch(
-                src.principal, c.method, m.decode_arg(m.encode_arg(c.arg)), self.clock()
-            )
+            ret = target.dispatch(src.principal, c.method, m.decode_arg(body), self.clock())
             reply: Any = m.decode_ret(m.encode_ret(ret))
         except Exception as e:  # a failing callee is the caller's reply, as over HTTP
             reply = e

@@ -417,7 +417,10 @@ class Publisher(Role):
                 )
                 for i, p, h in zip(ids, a.payloads, headers, strict=True)
             ]
-            self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", ns)))
+            # cut at the budget, as replay batches are: one call of a whole loglake_publish
+            # (each event ~100 bytes longer here) went over the broadcaster's body limit
+            for chunk in _by_size(events, self.max_message_bytes):
+                self.outbox.append(Call(bc, "icrc72_publish", chunk, token=("live", ns)))
         self._report_head(ns, ids[-1] + 1)
 
     def _poll_heads(self, now: int) -> bool:
