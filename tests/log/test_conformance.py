@@ -203,6 +203,11 @@ def test_invalid_stream_names_are_rejected(log: Log, name: str):
         {"segment_bytes": 0},
         {"retention_records": -1},
         {"lake_retention_ms": -5},
+        # past int64 once in nanoseconds (JetStream's max_age) or as a count: 2**62 ms was taken
+        {"retention_ms": 2**62},
+        {"lake_retention_ms": (2**63 - 1) // 1_000_000 + 1},
+        {"retention_bytes": 2**63},
+        {"retention_records": 2**63},
     ],
 )
 def test_invalid_stream_configs_are_refused(bad):
@@ -210,6 +215,18 @@ def test_invalid_stream_configs_are_refused(bad):
 
     with pytest.raises(LocalProtocolError):
         StreamConfig(**bad)
+
+
+def test_the_longest_retention_is_292_years_and_is_taken():
+    from loglake.log.api import INT64_MAX, MAX_RETENTION_MS
+
+    cfg = StreamConfig(
+        retention_ms=MAX_RETENTION_MS,
+        lake_retention_ms=MAX_RETENTION_MS,
+        retention_bytes=INT64_MAX,
+        retention_records=INT64_MAX,
+    )
+    assert cfg.retention_ms * 1_000_000 <= INT64_MAX
 
 
 def test_truncate_before_drops_only_records_below_the_index(log: Log):

@@ -104,6 +104,9 @@ def test_bad_requests_are_4xx_naming_the_field(api_node: ApiNode) -> None:
     assert r.status_code == 422 and r.json()["message"].startswith("body.name")
     r = c.post("/api/streams", json={"name": "s", "partitions": 0})
     assert r.status_code == 422 and "partitions" in r.json()["message"]
+    # 2**62 ms was taken: past int64 once nanoseconds (JetStream's max_age)
+    r = c.post("/api/streams", json={"name": "s", "retention_ms": 2**62})
+    assert r.status_code == 422 and "retention_ms" in r.json()["message"]
     r = c.get("/api/streams/s/partitions/0/records", params={"limit": 0})
     assert r.status_code == 422
 

@@ -247,6 +247,14 @@ class Entry:
     timestamp_ns: int | None = None
 
 
+INT64_MAX = 2**63 - 1
+MAX_RETENTION_MS = INT64_MAX // 1_000_000
+"""``retention_ms`` and ``lake_retention_ms`` at most (292 years): each becomes int64
+nanoseconds (the horizon against records' timestamps, JetStream's ``max_age``), which a longer
+one overflows. ``retention_bytes`` and ``retention_records`` are int64 (JetStream's
+``max_bytes`` and ``max_msgs``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StreamConfig:
     partitions: int = 1
@@ -270,10 +278,15 @@ class StreamConfig:
             )
         if self.segment_bytes < 1:
             raise LocalProtocolError(f"segment_bytes must be >= 1, got {self.segment_bytes}")
-        for name in ("retention_ms", "retention_bytes", "retention_records", "lake_retention_ms"):
+        for name, most in (
+            ("retention_ms", MAX_RETENTION_MS),
+            ("retention_bytes", INT64_MAX),
+            ("retention_records", INT64_MAX),
+            ("lake_retention_ms", MAX_RETENTION_MS),
+        ):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise LocalProtocolError(f"{name} must be >= 0 or None, got {value}")
+            if value is not None and not 0 <= value <= most:
+                raise LocalProtocolError(f"{name} must be 0..{most} or None, got {value}")
 
 
 @dataclass(frozen=True, slots=True)

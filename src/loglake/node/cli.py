@@ -37,6 +37,7 @@ from rich.table import Table
 from loglake.clitools import INT64_MAX, MAX_SECONDS, PORT, Number
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
+from loglake.log.api import MAX_RETENTION_MS
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.limits import MAX_MEMORY, LimitError
@@ -54,9 +55,6 @@ PERIOD = Number(0.1, MAX_SECONDS)
 """``--retention-interval`` and ``--seal-interval``: 0.1 s to a year, the node's ``[streams]``
 range. click's ``FloatRange(min=0.1)`` took ``nan`` (retention never ran, and Ctrl-C ended in a
 ``ValueError`` traceback) and ``inf`` (retention never ran)."""
-MAX_RETENTION_MS = INT64_MAX // 1_000_000
-"""``--retention-ms`` at most (292 years): it becomes int64 nanoseconds (the retention horizon
-against records' timestamps, JetStream's ``max_age``), so a longer one cannot be held."""
 _logger = logging.getLogger(__name__)
 
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from loglake.log import Log, StreamConfig, StreamExists, StreamInfo, UnknownPartition
-from loglake.log.api import STREAM_NAME_RE
+from loglake.log.api import INT64_MAX, MAX_RETENTION_MS, STREAM_NAME_RE
 from loglake.node.api.context import Node, NodeContext
 
 router = APIRouter(tags=["streams"])
@@ -77,9 +77,9 @@ class StreamCreate(BaseModel):
     partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
     durability: Literal["always", "batch", "none"] | None = None
     segment_bytes: int | None = Field(None, ge=4096, le=2**40)
-    retention_ms: int | None = Field(None, ge=0, le=2**62)
-    retention_bytes: int | None = Field(None, ge=0, le=2**62)
-    retention_records: int | None = Field(None, ge=0, le=2**62)
+    retention_ms: int | None = Field(None, ge=0, le=MAX_RETENTION_MS)  # int64 ns downstream
+    retention_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+    retention_records: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class Header(BaseModel):
