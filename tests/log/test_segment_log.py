@@ -1020,3 +1020,25 @@ def test_grow_stream_keeps_to_the_partition_quotas(tmp_path):
         assert log.partition_count("b") == 2
     with open_log(tmp_path, readonly=True) as reader, pytest.raises(ReadOnlyLog):
         reader.grow_stream("a", 5)
+
+
+def test_a_retention_stored_before_its_bound_opens_as_the_longest_one(tmp_path):
+    """An earlier loglake stored ``retention_ms`` up to 2**62 (the node API's old bound); the
+    config now refuses more than ``MAX_RETENTION_MS`` (int64 nanoseconds), and such a stored
+    stream still opens, with the longest retention (292 years: as long, for any record)."""
+    import json
+
+    from loglake.log.api import MAX_RETENTION_MS
+    from loglake.log.segment_log import CONFIG_CHECKSUM, _config_crc, config_from_json
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(retention_ms=1000))
+        log.append("s", b"kept")
+    path = tmp_path / "streams" / "s" / "config.json"
+    d = json.loads(path.read_bytes())
+    d.pop(CONFIG_CHECKSUM)
+    d["retention_ms"] = 2**62
+    path.write_text(json.dumps({**d, CONFIG_CHECKSUM: _config_crc(d)}))
+    assert config_from_json(path.read_bytes()).retention_ms == MAX_RETENTION_MS
+    with open_log(tmp_path) as log:
+        assert [r.data for r in log.read("s", 0, 10)] == [b"kept"]
