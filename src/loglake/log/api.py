@@ -253,6 +253,13 @@ MAX_RETENTION_MS = INT64_MAX // 1_000_000
 nanoseconds (the horizon against records' timestamps, JetStream's ``max_age``), which a longer
 one overflows. ``retention_bytes`` and ``retention_records`` are int64 (JetStream's
 ``max_bytes`` and ``max_msgs``)."""
+RETENTION_BOUNDS = {
+    "retention_ms": MAX_RETENTION_MS,
+    "retention_bytes": INT64_MAX,
+    "retention_records": INT64_MAX,
+    "lake_retention_ms": MAX_RETENTION_MS,
+}
+"""Each retention field of ``StreamConfig`` and the most it holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,12 +285,7 @@ class StreamConfig:
             )
         if self.segment_bytes < 1:
             raise LocalProtocolError(f"segment_bytes must be >= 1, got {self.segment_bytes}")
-        for name, most in (
-            ("retention_ms", MAX_RETENTION_MS),
-            ("retention_bytes", INT64_MAX),
-            ("retention_records", INT64_MAX),
-            ("lake_retention_ms", MAX_RETENTION_MS),
-        ):
+        for name, most in RETENTION_BOUNDS.items():
             value = getattr(self, name)
             if value is not None and not 0 <= value <= most:
                 raise LocalProtocolError(f"{name} must be 0..{most} or None, got {value}")

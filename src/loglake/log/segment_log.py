@@ -50,7 +50,7 @@ from crc32c import crc32c
 from loglake.errors import LoglakeError
 from loglake.log import fs, recovery
 from loglake.log.api import (
-    MAX_RETENTION_MS,
+    RETENTION_BOUNDS,
     CorruptStore,
     CreateFailed,
     Entry,
@@ -124,9 +124,11 @@ def config_from_json(raw: bytes, path: str = "config.json") -> StreamConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ValueError(f"unknown keys {unknown}")
-        for k in ("retention_ms", "lake_retention_ms"):  # stored before the bound: 292 years
-            if isinstance(d.get(k), int) and d[k] > MAX_RETENTION_MS:  # is as long, kept
-                d[k] = MAX_RETENTION_MS
+        # stored before the config's bounds: the longest (292 years, int64 bytes or records)
+        # keeps every record the stored one kept
+        for k, most in RETENTION_BOUNDS.items():
+            if isinstance(d.get(k), int) and d[k] > most:
+                d[k] = most
         return StreamConfig(**d)
     except (ValueError, TypeError, AttributeError, LoglakeError) as e:
         raise CorruptStore(path, f"not a stream config: {e}") from None
