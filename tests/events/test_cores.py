@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from loglake.events.broadcaster import Broadcaster
 from loglake.events.messages import (
     C_SUBS_DISALLOWED,
     H_REPLAY_END_ID,
@@ -19,6 +20,8 @@ from loglake.events.messages import (
 )
 from loglake.events.network import Faults
 from loglake.events.orchestrator import Quotas
+from loglake.events.publisher import Publisher
+from loglake.events.subscriber import Subscriber
 from loglake.log.api import StreamConfig
 from loglake.wire.icrc16 import map_get
 from tests.events.world import NS, World
@@ -734,3 +737,26 @@ def test_a_publish_call_of_many_events_reaches_live_subscribers_within_the_body_
     w.net._collect(w.pub)
     w.net.run()
     assert ids(w.bob) == list(range(100_000))
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda p: Publisher(p, p, batch_size=0), "batch_size"),
+        (lambda p: Publisher(p, p, max_inflight=0), "max_inflight"),
+        (lambda p: Publisher(p, p, progress_every=0), "progress_every"),
+        (lambda p: Publisher(p, p, max_message_bytes=0), "max_message_bytes"),
+        (lambda p: Broadcaster(p, p, relay_window=0), "relay_window"),
+        (lambda p: Broadcaster(p, p, relay_batch=-1), "relay_batch"),
+        (lambda p: Subscriber(p, p, keep=0), "keep"),
+        (lambda p: Quotas(max_batch=0), "max_batch"),
+        (lambda p: Quotas(window_ns=0), "window_ns"),
+    ],
+)
+def test_a_core_refuses_the_sizes_its_command_line_refuses(make, name):
+    """``Publisher(batch_size=0)`` left a replay running for ever, sending nothing (the CLI
+    refused ``--batch-size 0`` since, the core took it): each size and window is at least 1."""
+    from tests.events.world import seeded
+
+    with pytest.raises(ValueError, match=f"^{name} must be >= 1"):
+        make(seeded(9).principal)

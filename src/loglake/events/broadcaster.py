@@ -55,7 +55,7 @@ from loglake.events.messages import (
     ReplayState,
     ReplayStatusUpdate,
 )
-from loglake.events.role import Call, Role, SysEmitter
+from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
 
 H_RECEIVED = "icrc72:broadcaster:received"
@@ -149,6 +149,7 @@ class Broadcaster(Role):
         relay_batch: int = 500,
     ) -> None:
         super().__init__(principal)
+        check_positive(relay_window=relay_window, relay_batch=relay_batch)
         self.orchestrator = orchestrator
         self.max_unconfirmed = max_unconfirmed
         self.relay_window = relay_window

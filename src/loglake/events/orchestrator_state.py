@@ -9,6 +9,7 @@ the journal must equal the live one — so what is persisted, and how, reads in 
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import insort
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from loglake.events.messages import (
     ReplayStatus,
 )
 from loglake.events.resend import Resender
-from loglake.events.role import SysEmitter
+from loglake.events.role import SysEmitter, check_positive
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import Value
 
@@ -77,6 +78,9 @@ class Quotas:
     whose calls are all older than ``window_ns`` is forgotten anyway; past this many callers in
     one window the oldest is, its budget starting over as a fresh key's would. Without it every
     principal that ever called was kept for good: fresh keys grew memory without limit."""
+
+    def __post_init__(self) -> None:
+        check_positive(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 @dataclass

@@ -72,7 +72,7 @@ from loglake.events.messages import (
 from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
 from loglake.events.orchestrator_state import E_RATE
 from loglake.events.resend import Resender
-from loglake.events.role import Role
+from loglake.events.role import Role, check_positive
 from loglake.streams.api import StreamMessage
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import Property, RawValue, Value
@@ -314,6 +314,12 @@ class Publisher(Role):
         replay_rate: float | None = None,
     ) -> None:
         super().__init__(principal)
+        check_positive(
+            batch_size=batch_size,
+            max_inflight=max_inflight,
+            progress_every=progress_every,
+            max_message_bytes=max_message_bytes,
+        )
         if replay_rate is not None and not replay_rate > 0:
             raise ValueError(f"replay_rate must be > 0 events/s, not {replay_rate!r}")
         self.replay_rate = replay_rate

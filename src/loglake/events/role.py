@@ -67,6 +67,15 @@ class SysEmitter:
         )
 
 
+def check_positive(**values: int) -> None:
+    """``ValueError`` naming the first of ``values`` below 1. A core's sizes and windows: the
+    CLI refuses 0 (``--batch-size 0`` left a replay running for ever, sending nothing), and a
+    core built in Python must refuse what its command line does."""
+    for name, value in values.items():
+        if not value >= 1:
+            raise ValueError(f"{name} must be >= 1, not {value!r}")
+
+
 class Role:
     """Base of the cores: ``outbox`` and a method table."""
 

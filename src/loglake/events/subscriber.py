@@ -31,7 +31,7 @@ from loglake.errors import LoglakeError
 from loglake.events import sysmsg
 from loglake.events.fastcodec import NotificationBatch
 from loglake.events.messages import H_REPLAY_END, H_REPLAY_END_ID, H_REPLAY_ID, EventNotification
-from loglake.events.role import Call, Role
+from loglake.events.role import Call, Role, check_positive
 from loglake.wire.icrc16 import map_get
 
 INBOX_KEEP = 2_000_000
@@ -61,6 +61,7 @@ class ReplayProgress:
 class Subscriber(Role):
     def __init__(self, principal: Principal, orchestrator: Principal, keep: int = INBOX_KEEP):
         super().__init__(principal)
+        check_positive(keep=keep)
         self.orchestrator = orchestrator
         self.valid: dict[str, set[bytes]] = {}
         self.seen: dict[str, set[int]] = {}
