@@ -436,9 +436,6 @@ class Orchestrator(ReplayScheduling, Role):
             ] * len(regs)
         return [self._register_replay(caller, r, now) for r in regs]
 
-    def _active(self, pred: Any) -> int:
-        return sum(1 for r in self.replays.values() if not r.status.final and pred(r))
-
     def _register_replay(self, caller: Principal, r: ReplayRegistration, now: int) -> Ok | Err:
         q = self.quotas
         if caller == ANONYMOUS:
@@ -479,9 +476,12 @@ class Orchestrator(ReplayScheduling, Role):
                 "RangeTooLarge",
                 f"{expected} events requested; at most {q.max_events_per_replay} a replay",
             )
-        if self._active(lambda x: x.subscriber == caller) >= q.max_concurrent_per_subscriber:
+        if self.replays.active(lambda x: x.subscriber == caller) >= q.max_concurrent_per_subscriber:
             return _generic(E_QUOTA, "too many concurrent replays for this subscriber")
-        if self._active(lambda x: x.namespace == r.namespace) >= q.max_concurrent_per_namespace:
+        if (
+            self.replays.active(lambda x: x.namespace == r.namespace)
+            >= q.max_concurrent_per_namespace
+        ):
             return _generic(E_QUOTA, "too many concurrent replays for this namespace")
         cost = pub.per_event * expected
         if cost:

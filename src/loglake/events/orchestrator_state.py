@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import insort
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -213,15 +214,27 @@ class ReplayTable(dict[int, Replay]):
         super().__init__()
         self.by_party: dict[bytes, list[int]] = {}
         self.by_namespace: dict[str, list[int]] = {}
+        self.live: set[int] = set()
+        """Ids of the replays not seen in a final state yet (``active`` drops the others)."""
 
     def __setitem__(self, rid: int, rep: Replay) -> None:
         if rid in self:
             raise ValueError(f"replay {rid} is already recorded")
         super().__setitem__(rid, rep)
+        self.live.add(rid)
         parties = (rep.subscriber, rep.publisher, rep.broadcaster, rep.relay)
         for who in {p.bytes for p in parties if p is not None}:
             _add_id(self.by_party.setdefault(who, []), rid)
         _add_id(self.by_namespace.setdefault(rep.namespace, []), rid)
+
+    def active(self, pred: Callable[[Replay], bool]) -> int:
+        """How many replays not in a final state ``pred`` holds for. Only those not seen final
+        yet are looked at, and a final one is dropped from them for good (no transition leaves
+        a final state): the concurrency quotas of every registration scanned every replay ever
+        made, twice (100,000 finished replays: ~20 ms a registration, 100 in a call)."""
+        done = [rid for rid in self.live if self[rid].status.final]
+        self.live.difference_update(done)
+        return sum(1 for rid in self.live if pred(self[rid]))
 
 
 def _add_id(ids: list[int], rid: int) -> None:
