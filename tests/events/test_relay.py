@@ -236,6 +236,41 @@ def test_target_busy_is_retried_by_the_relay():
     assert [n.event_id for n in w.bob.take()] == list(range(30))
 
 
+def test_events_the_target_answered_busy_are_resent_within_the_body_limit():
+    """The relay resent the events its target answered ``Busy`` in calls of ``relay_batch``
+    (500) events whatever their size: held back from several of the Publisher's 1 MB calls,
+    500 events of 20 kB were one 10 MB call, over the target's 8 MiB body limit (413). The
+    relay counted them in ``relay_failed`` and resent nothing, and the replay ended
+    ``completed(500)`` with none delivered. The relay cuts its calls at the Publisher's 1 MB
+    budget too."""
+    from loglake.events.server import MAX_BODY_BYTES
+
+    n, size = 500, 20_000
+    assert n * size > MAX_BODY_BYTES
+    w = World(homes={"bob": "bc2"}, max_body_bytes=MAX_BODY_BYTES, batch_size=n)
+    w.register_publication()
+    for lo in range(0, n, 50):
+        items = [({"Blob": i.to_bytes(4, "big") * (size // 4)}, None) for i in range(lo, lo + 50)]
+        w.pub.publish(NS, items, w.clock())
+        w.net._collect(w.pub)
+        w.net.run()
+    w.subscribe("bob")
+    w.bc2.max_unconfirmed = 0
+    rid = w.replay("bob", 0, n).value
+    for _ in range(1_000):  # until the relay holds every event the target answered Busy
+        w.net.step()
+        r = w.bc.relays.get(rid)
+        if r is not None and len(r.retry) + w.bc.stats.relay_failed >= n:
+            break
+    w.bc2.max_unconfirmed = 1_000
+    w.net.run()
+    notes = w.bob.take()
+    assert [x.event_id for x in notes] == list(range(n))
+    assert all(x.data == {"Blob": x.event_id.to_bytes(4, "big") * (size // 4)} for x in notes)
+    assert w.bc.stats.relay_failed == 0
+    assert w.status("bob", rid).status == ReplayState("completed", n)
+
+
 def test_relay_window_pushes_back_on_the_publisher():
     w = _relayed(relay_window=5, batch_size=10)
     w.bc2.max_unconfirmed = 0

@@ -48,12 +48,14 @@ from loglake.events.fastcodec import (
 from loglake.events.filters import Filter, Skip, parse_subscription_config
 from loglake.events.messages import (
     H_REPLAY_ID,
+    MAX_MESSAGE_BYTES,
     Err,
     Event,
     EventNotification,
     Ok,
     ReplayState,
     ReplayStatusUpdate,
+    by_size,
 )
 from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
@@ -431,11 +433,16 @@ class Broadcaster(Role):
         return Ok([])
 
     def _forward(self, relay: RelayRoute, events: list[Event]) -> None:
+        """``events`` to the target in calls of at most ``relay_batch`` events and of
+        ``MAX_MESSAGE_BYTES`` of their data, as the Publisher cuts its own. Why the size too:
+        events held back by ``Busy`` from several of the Publisher's calls are resent together,
+        and 500 of 20 kB were one 10 MB call, refused (413) by the target's 8 MiB body limit;
+        a failed forward is not resent, so none of them arrived."""
         for i in range(0, len(events), self.relay_batch):
-            chunk = events[i : i + self.relay_batch]
-            self.outbox.append(
-                Call(relay.target, "icrc72_publish", chunk, token=("relay", relay.replay_id))
-            )
+            for chunk in by_size(events[i : i + self.relay_batch], MAX_MESSAGE_BYTES):
+                self.outbox.append(
+                    Call(relay.target, "icrc72_publish", chunk, token=("relay", relay.replay_id))
+                )
 
     # -- replays procured by a Spark job (ranges too large to procure in process) ------------
     def _report(self, rid: int, state: ReplayState) -> None:

@@ -61,6 +61,40 @@ class Event:
     headers: ICRC16Map | None = None
 
 
+MAX_MESSAGE_BYTES = 1_000_000
+"""A replay batch's ``icrc72_publish`` call is split so that its events' data stay under this,
+and so are a live one and a relay's forward (``by_size``). The IC caps a message at 2 MB (the
+ICRC-72 reference canisters respect it); half of it leaves room for each event's other fields
+and for the headers the Broadcaster adds to the notifications it makes of them (about 100
+bytes an event)."""
+EVENT_OVERHEAD = 100
+"""Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
+
+
+def by_size(events: list[Event], limit: int) -> list[list[Event]]:
+    """``events`` in consecutive chunks whose estimated size stays under ``limit`` (at least
+    one event a chunk). Why: a call is refused whole (413) over its callee's body limit, and
+    the events in it never arrive — the Publisher's calls and a relay's forwards are cut by it."""
+    total = 0
+    sizes = []
+    for e in events:
+        d = e.data
+        n = len(d.value_bytes) if type(d) is RawValue else len(repr(d))
+        sizes.append(n + EVENT_OVERHEAD)
+        total += sizes[-1]
+    if total <= limit:
+        return [events]
+    out: list[list[Event]] = [[]]
+    used = 0
+    for e, n in zip(events, sizes, strict=True):
+        if out[-1] and used + n > limit:
+            out.append([])
+            used = 0
+        out[-1].append(e)
+        used += n
+    return out
+
+
 @dataclass(slots=True)
 class EventNotification:
     notification_id: int

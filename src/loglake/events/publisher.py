@@ -57,8 +57,10 @@ from loglake.events.fastcodec import EventBatch, PublishResults, event_batch
 from loglake.events.messages import (
     C_PRICING,
     C_REPLAY,
+    EVENT_OVERHEAD,
     H_REPLAY_END_ID,
     H_REPLAY_ID,
+    MAX_MESSAGE_BYTES,
     RUNNING,
     Err,
     Event,
@@ -68,6 +70,7 @@ from loglake.events.messages import (
     Registration,
     ReplayState,
     ReplayStatusUpdate,
+    by_size,
 )
 from loglake.events.orchestrator import HEAD_KEY, PROGRESS_KEY
 from loglake.events.orchestrator_state import E_RATE
@@ -205,36 +208,6 @@ BATCH_SIZE = 2000
 """Events procured (one ``ReadRange``) and published per replay batch, by default. Each call
 costs a request, a signature and its check, whatever its size: 2,000 events of 200 bytes
 (about 0.7 MB a call) cost about half the CPU per event that 500 did (benchmarks/replay.py)."""
-MAX_MESSAGE_BYTES = 1_000_000
-"""A replay batch's ``icrc72_publish`` call is split so that its events' data stay under this.
-The IC caps a message at 2 MB (the ICRC-72 reference canisters respect it); half of it leaves
-room for each event's other fields and for the headers the Broadcaster adds to the
-notifications it makes of them (about 100 bytes an event)."""
-EVENT_OVERHEAD = 100
-"""Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
-
-
-def _by_size(events: list[Event], limit: int) -> list[list[Event]]:
-    """``events`` in consecutive chunks whose estimated size stays under ``limit`` (at least
-    one event a chunk)."""
-    total = 0
-    sizes = []
-    for e in events:
-        d = e.data
-        n = len(d.value_bytes) if type(d) is RawValue else len(repr(d))
-        sizes.append(n + EVENT_OVERHEAD)
-        total += sizes[-1]
-    if total <= limit:
-        return [events]
-    out: list[list[Event]] = [[]]
-    used = 0
-    for e, n in zip(events, sizes, strict=True):
-        if out[-1] and used + n > limit:
-            out.append([])
-            used = 0
-        out[-1].append(e)
-        used += n
-    return out
 
 
 @dataclass
@@ -425,7 +398,7 @@ class Publisher(Role):
             ]
             # cut at the budget, as replay batches are: one call of a whole loglake_publish
             # (each event ~100 bytes longer here) went over the broadcaster's body limit
-            for chunk in _by_size(events, self.max_message_bytes):
+            for chunk in by_size(events, self.max_message_bytes):
                 self.outbox.append(Call(bc, "icrc72_publish", chunk, token=("live", ns)))
         self._report_head(ns, ids[-1] + 1)
 
@@ -614,7 +587,7 @@ class Publisher(Role):
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]
-                    for chunk in _by_size(events, self.max_message_bytes):
+                    for chunk in by_size(events, self.max_message_bytes):
                         r.inflight += 1
                         self.outbox.append(
                             Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id))
@@ -657,9 +630,9 @@ class Publisher(Role):
             if data + EVENT_OVERHEAD * len(msgs) <= self.max_message_bytes:
                 chunks: list[Any] = [events]
             else:
-                chunks = _by_size(list(events), self.max_message_bytes)
+                chunks = by_size(list(events), self.max_message_bytes)
         else:
-            chunks = _by_size(events, self.max_message_bytes)
+            chunks = by_size(events, self.max_message_bytes)
         r.inflight += len(chunks) - 1
         for chunk in chunks:
             self.outbox.append(Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id)))
