@@ -66,9 +66,9 @@ def history(tmp_path_factory) -> Path:
     return d
 
 
-def _roles(pub_streams, jobs, threshold, orch_log):
+def _roles(pub_streams, jobs, threshold, orch_log, max_body_bytes=None):
     clock = itertools.count(10**18)
-    net = InProcessNetwork(lambda: next(clock), jobs=jobs)
+    net = InProcessNetwork(lambda: next(clock), jobs=jobs, max_body_bytes=max_body_bytes)
     orch_store = StreamsStore(LocalStreams(orch_log))
     orch = open_orchestrator(
         orch_store,
@@ -168,6 +168,37 @@ def test_job_path_delivers_what_the_in_process_path_delivers(
     assert rep.status == ReplayState("completed", len(want)), rep.status
     assert w.sub.duplicates == 0
     w.close()
+
+
+def test_a_job_replay_of_large_events_reaches_the_subscriber_within_the_body_limit(spark, tmp_path):
+    """The Broadcaster delivered a job's output in notification calls of ``relay_batch`` rows
+    whatever their size: 50 notifications of 200 kB were one 10 MB call, over the subscriber's
+    8 MiB body limit (413). The failed call was not resent and the replay ended
+    ``completed(60)`` with 10 delivered. It cuts those calls at the Publisher's 1 MB budget."""
+    from loglake.events.server import MAX_BODY_BYTES
+
+    n, size = 60, 200_000
+    assert 50 * size > MAX_BODY_BYTES  # one relay_batch of these: over the limit
+    d = tmp_path / "pub"
+    log = open_log(d)
+    jobs = SparkReplayJobs(spark, tmp_path / "jobs", data_dir=d)
+    net, pub, sub = _roles(LocalStreams(log), jobs, 10, MemoryLog(), MAX_BODY_BYTES)
+    for lo in range(0, n, 4):
+        items = [({"Blob": i.to_bytes(4, "big") * (size // 4)}, None) for i in range(lo, lo + 4)]
+        pub.publish(NS, items, 1_000 + lo)
+        net._collect(pub)
+        net.run()
+    [r] = net.call(
+        P["sub"], P["orch"], "icrc77_register_replay", [ReplayRegistration(NS, 0, None, [])]
+    )
+    orch = net.roles[P["orch"].bytes]
+    assert orch.replays[r.value].job
+    net.run()
+    notes = sub.take()
+    log.close()
+    assert [x.event_id for x in notes] == list(range(n))
+    assert all(x.data == {"Blob": x.event_id.to_bytes(4, "big") * (size // 4)} for x in notes)
+    assert orch.replays[r.value].status == ReplayState("completed", n)
 
 
 def test_small_replays_stay_in_process(spark, history, tmp_path):

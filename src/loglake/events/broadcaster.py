@@ -488,14 +488,15 @@ class Broadcaster(Role):
         j.offset += len(result)
         self.stats.notified += len(result)
         self.stats.published += len(result)
-        data = join_notifications([(a, b, c) for _, a, b, c in result], now, first)
-        self.outbox.append(
-            Call(
-                route.subscriber,
-                "icrc72_handle_notification",
-                EncodedNotifications(data, len(result)),
+        for lo, hi in _parts_by_size(result, MAX_MESSAGE_BYTES):
+            data = join_notifications([(a, b, c) for _, a, b, c in result[lo:hi]], now, first + lo)
+            self.outbox.append(
+                Call(
+                    route.subscriber,
+                    "icrc72_handle_notification",
+                    EncodedNotifications(data, hi - lo),
+                )
             )
-        )
 
     def pump(self, now: int) -> bool:
         """Resend relayed events the target answered ``Busy`` (when nothing else is queued);
@@ -560,6 +561,25 @@ class Broadcaster(Role):
             self.unconfirmed[key] -= done
             self.stats.confirmed += done
         return results
+
+
+def _parts_by_size(rows: Sequence[Any], limit: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` slices of a job's ``(id, a, b, c)`` notification rows whose parts add up
+    to at most ``limit`` bytes (at least one row a slice). Why: ``relay_batch`` rows were one
+    ``icrc72_handle_notification`` call whatever their size — 50 of 200 kB, 10 MB, refused
+    (413) by the subscriber's 8 MiB body limit — and a failed notification call is not sent
+    again, so the replay completed without them."""
+    out: list[tuple[int, int]] = []
+    lo, used = 0, 0
+    for i, (_, a, b, c) in enumerate(rows):
+        n = len(a) + len(b) + len(c) + 20  # and the two numbers join_notifications writes
+        if i > lo and used + n > limit:
+            out.append((lo, i))
+            lo, used = i, 0
+        used += n
+    if lo < len(rows):
+        out.append((lo, len(rows)))
+    return out
 
 
 CONFIRM_SLACK = 1024

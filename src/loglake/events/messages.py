@@ -63,10 +63,10 @@ class Event:
 
 MAX_MESSAGE_BYTES = 1_000_000
 """A replay batch's ``icrc72_publish`` call is split so that its events' data stay under this,
-and so are a live one and a relay's forward (``by_size``). The IC caps a message at 2 MB (the
-ICRC-72 reference canisters respect it); half of it leaves room for each event's other fields
-and for the headers the Broadcaster adds to the notifications it makes of them (about 100
-bytes an event)."""
+and so are a live one, a relay's forward (``by_size``) and a job replay's notifications. The IC
+caps a message at 2 MB (the ICRC-72 reference canisters respect it); half of it leaves room for
+each event's other fields and for the headers the Broadcaster adds to the notifications it
+makes of them (about 100 bytes an event)."""
 EVENT_OVERHEAD = 100
 """Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
 
