@@ -760,3 +760,34 @@ def test_a_core_refuses_the_sizes_its_command_line_refuses(make, name):
 
     with pytest.raises(ValueError, match=f"^{name} must be >= 1"):
         make(seeded(9).principal)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [[], [("icrc72:subscription:skip", {"Array": [{"Nat": 1}]})]],
+    ids=["batch", "event by event"],
+)
+def test_a_publish_call_under_the_body_limit_reaches_live_subscribers_within_it(config):
+    """An ``icrc72_publish`` under the 8 MiB body limit from a publisher other than loglake's
+    (which cuts its calls at 1 MB): the Broadcaster made one notification call a subscriber
+    of all its events, each ~60% longer there (notification id, ``received`` header), over
+    the subscriber's limit (413). Every event was answered ``Ok``, none delivered, and all
+    stayed unconfirmed, filling the subscriber's window. The Broadcaster cuts its
+    notification calls at the 1 MB budget, on the batch path (``EventBatch``) and event by
+    event (a skip in the subscription) alike."""
+    from loglake.events.codec import METHODS
+    from loglake.events.messages import Event
+    from loglake.events.server import MAX_BODY_BYTES
+
+    w = World(max_body_bytes=MAX_BODY_BYTES)
+    w.register_publication()
+    w.subscribe("bob", config)
+    n = 100_000
+    evs = [Event(i, i - 1 if i else None, 1, NS, {"Nat": i}, w.p["pub"], None) for i in range(n)]
+    assert len(METHODS["icrc72_publish"].encode_arg(evs)) < MAX_BODY_BYTES
+    assert all(r == Ok([i + 1]) for i, r in enumerate(w.call("pub", "icrc72_publish", evs, "bc")))
+    w.net.run()
+    notes = w.bob.take()
+    assert [x.event_id for x in notes] == list(range(n))
+    assert all(x.data == {"Nat": x.event_id} for x in notes)
+    assert w.bc.pending == {}

@@ -31,7 +31,7 @@ Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notif
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from loglake.events.fastcodec import (
 )
 from loglake.events.filters import Filter, Skip, parse_subscription_config
 from loglake.events.messages import (
+    EVENT_OVERHEAD,
     H_REPLAY_ID,
     MAX_MESSAGE_BYTES,
     Err,
@@ -61,6 +62,12 @@ from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
 
 H_RECEIVED = "icrc72:broadcaster:received"
+MAX_NOTIFY_BYTES = 2 * MAX_MESSAGE_BYTES
+"""An ``icrc72_handle_notification`` call of a publish's events is cut at this many bytes of
+them (each counted with ``EVENT_OVERHEAD`` besides its bytes in the publish). Why: the
+notifications of a call are ~60% longer than its events (id, ``received``) and a publisher
+other than loglake's may send up to the body limit (8 MiB); the subscriber refused the whole
+call (413). Twice the Publisher's 1 MB budget, the IC's message cap: its calls stay one each."""
 
 
 @dataclass
@@ -282,7 +289,8 @@ class Broadcaster(Role):
             else:
                 out.append(r[1])
         for sub, notes in batches.values():
-            self.outbox.append(Call(sub, "icrc72_handle_notification", notes))
+            for chunk in by_size(notes, MAX_NOTIFY_BYTES):
+                self.outbox.append(Call(sub, "icrc72_handle_notification", chunk))
         for rid, evs in forwards.items():
             self._forward(self.relays[rid], evs)
         return out
@@ -320,15 +328,18 @@ class Broadcaster(Role):
         first = self.next_notification
         self.next_notification += delivered * per
         if delivered:
+            sizes = batch.event_bytes()[:delivered] + EVENT_OVERHEAD
+            cuts = [(0, delivered)] if sizes.sum() <= MAX_NOTIFY_BYTES else _slices(sizes)
             for j, t in enumerate(targets):
-                data = batch.notifications(r[3], None, first + j, per, delivered)
-                self.outbox.append(
-                    Call(
-                        t.subscriber,
-                        "icrc72_handle_notification",
-                        EncodedNotifications(data, delivered),
+                for lo, hi in cuts:
+                    data = batch.notifications(r[3], None, first + j + lo * per, per, hi - lo, lo)
+                    self.outbox.append(
+                        Call(
+                            t.subscriber,
+                            "icrc72_handle_notification",
+                            EncodedNotifications(data, hi - lo),
+                        )
                     )
-                )
                 p = Pending(t.subscriber, batch.namespace)
                 self.pending.update(
                     dict.fromkeys(range(first + j, first + delivered * per, per), p)
@@ -488,7 +499,8 @@ class Broadcaster(Role):
         j.offset += len(result)
         self.stats.notified += len(result)
         self.stats.published += len(result)
-        for lo, hi in _parts_by_size(result, MAX_MESSAGE_BYTES):
+        sizes = [len(a) + len(b) + len(c) + 20 for _, a, b, c in result]  # 20: id, received
+        for lo, hi in _slices(sizes, MAX_MESSAGE_BYTES):
             data = join_notifications([(a, b, c) for _, a, b, c in result[lo:hi]], now, first + lo)
             self.outbox.append(
                 Call(
@@ -563,22 +575,23 @@ class Broadcaster(Role):
         return results
 
 
-def _parts_by_size(rows: Sequence[Any], limit: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` slices of a job's ``(id, a, b, c)`` notification rows whose parts add up
-    to at most ``limit`` bytes (at least one row a slice). Why: ``relay_batch`` rows were one
-    ``icrc72_handle_notification`` call whatever their size — 50 of 200 kB, 10 MB, refused
-    (413) by the subscriber's 8 MiB body limit — and a failed notification call is not sent
-    again, so the replay completed without them."""
+def _slices(sizes: Iterable[int], limit: int = MAX_NOTIFY_BYTES) -> list[tuple[int, int]]:
+    """``[lo, hi)`` slices of consecutive items whose ``sizes`` add up to at most ``limit``
+    (at least one item a slice): one notification call each. Why: a call over the
+    subscriber's body limit is refused whole (413) and not sent again, so its notifications
+    never arrive and stay unconfirmed — a job's ``relay_batch`` rows of 200 kB were one 10 MB
+    call, an outside publisher's 6 MB ``icrc72_publish`` of small events 10 MB of
+    notifications."""
     out: list[tuple[int, int]] = []
-    lo, used = 0, 0
-    for i, (_, a, b, c) in enumerate(rows):
-        n = len(a) + len(b) + len(c) + 20  # and the two numbers join_notifications writes
+    lo = used = count = 0
+    for i, n in enumerate(sizes):
         if i > lo and used + n > limit:
             out.append((lo, i))
             lo, used = i, 0
-        used += n
-    if lo < len(rows):
-        out.append((lo, len(rows)))
+        used += int(n)
+        count = i + 1
+    if lo < count:
+        out.append((lo, count))
     return out
 
 

@@ -470,12 +470,22 @@ class EventBatch(_LazyBatch[Event]):
     def __len__(self) -> int:
         return len(self._sp)
 
+    def event_bytes(self) -> np.ndarray:
+        """Each event's length in the message (its data, headers and other fields)."""
+        return self._sp[:, 3] - self._sp[:, 0]
+
     def notifications(
-        self, headers: ICRC16Map | None, filter: str | None, first_id: int, step: int, count: int
+        self,
+        headers: ICRC16Map | None,
+        filter: str | None,
+        first_id: int,
+        step: int,
+        count: int,
+        start: int = 0,
     ) -> bytes:
-        """The ``vec EventNotification`` message of the first ``count`` events, with
-        ``headers`` and ``filter``, notification ids ``first_id``, ``first_id + step``, … —
-        each event's id, source, data, previous id and timestamp copied as they are."""
+        """The ``vec EventNotification`` message of ``count`` events from the ``start``-th,
+        with ``headers`` and ``filter``, notification ids ``first_id``, ``first_id + step``, …
+        — each event's id, source, data, previous id and timestamp copied as they are."""
         ns = bytearray()
         _write_text(self.namespace, ns)
         hdr, flt, nsb = _opt_headers(headers), _opt_text(filter), bytes(ns)
@@ -483,7 +493,7 @@ class EventBatch(_LazyBatch[Event]):
         skip_ns = len(nsb)
         if count >= AT_ONCE and first_id >= 0 and step >= 0 and first_id + step * count < 1 << 63:
             # every event's bytes up to its data end, then a row of the fields after it
-            rows = self._sp[:count]
+            rows = self._sp[start : start + count]
             b = self.raw
             S, D, T, E = rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
             heads = [b[s:d] for s, d in zip(S.tolist(), D.tolist(), strict=True)]
@@ -503,7 +513,7 @@ class EventBatch(_LazyBatch[Event]):
             )
             out0 = candid_vec.start(NOTIFICATIONS_HEADER, count)
             return bytes(out0) + kernels.interleave(heads, tails)
-        b, sp = self.raw, self.spans
+        b, sp = self.raw, self._sp[start : start + count].ravel().tolist()
         out = candid_vec.start(NOTIFICATIONS_HEADER, count)
         nid = first_id
         for k in range(0, count << 2, 4):

@@ -10,7 +10,7 @@ batch result that is Candid ``opt`` null is Python ``None``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from icp_principal import Principal
 
@@ -71,10 +71,19 @@ EVENT_OVERHEAD = 100
 """Bytes counted per event besides its data (ids, timestamp, source, namespace, headers)."""
 
 
-def by_size(events: list[Event], limit: int) -> list[list[Event]]:
+class _HasData(Protocol):
+    @property
+    def data(self) -> Value | RawValue: ...
+
+
+_E = TypeVar("_E", bound=_HasData)
+
+
+def by_size(events: list[_E], limit: int) -> list[list[_E]]:
     """``events`` in consecutive chunks whose estimated size stays under ``limit`` (at least
-    one event a chunk). Why: a call is refused whole (413) over its callee's body limit, and
-    the events in it never arrive — the Publisher's calls and a relay's forwards are cut by it."""
+    one event a chunk; events or notifications). Why: a call is refused whole (413) over its
+    callee's body limit, and the events in it never arrive — the Publisher's calls, a relay's
+    forwards and a Broadcaster's notifications are cut by it."""
     total = 0
     sizes = []
     for e in events:
@@ -84,7 +93,7 @@ def by_size(events: list[Event], limit: int) -> list[list[Event]]:
         total += sizes[-1]
     if total <= limit:
         return [events]
-    out: list[list[Event]] = [[]]
+    out: list[list[_E]] = [[]]
     used = 0
     for e, n in zip(events, sizes, strict=True):
         if out[-1] and used + n > limit:
