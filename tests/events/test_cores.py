@@ -6,6 +6,8 @@ passes through the Candid codec on the way, as it would over HTTP.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from loglake.events.broadcaster import Broadcaster
@@ -791,3 +793,48 @@ def test_a_publish_call_under_the_body_limit_reaches_live_subscribers_within_it(
     assert [x.event_id for x in notes] == list(range(n))
     assert all(x.data == {"Nat": x.event_id} for x in notes)
     assert w.bc.pending == {}
+
+
+def test_a_replay_opened_while_an_import_is_fsynced_ends_at_what_it_could_read(
+    tmp_path, monkeypatch
+):
+    """Events stored in a namespace by another writer (an import) while the Publisher read
+    its head: the head counted the import's records written but not yet fsynced, which no
+    pull returns yet. The orchestrator was told that head, took a replay up to it, and the
+    Publisher's read of the range stopped at the durable end: ``completed(5)`` for
+    ``[0, 10)``, events 5..9 never replayed. The head is what a reader can pull now; the
+    rest is replayable once durable (the next poll)."""
+    from loglake.events.publisher import HEAD_POLL_NS, stored_event
+    from loglake.log import open_log
+    from tests.log.test_durability import hold_fdatasync
+
+    w = World()
+    w.use_pub_log(open_log(tmp_path / "pub"))
+    w.register_publication()
+    w.publish(5)
+    w.subscribe("bob")
+    in_sync, release = hold_fdatasync(monkeypatch)
+    imported = [stored_event({"Nat": i}, None, 1) for i in range(5, 10)]
+    importer = threading.Thread(target=w.pub_log.append_payloads, args=(NS, imported))
+    importer.start()
+    try:
+        assert in_sync.wait(10)
+        w.clock.now += 2 * HEAD_POLL_NS  # the Publisher reads its head again
+        w.net.run()
+        r = w.replay("bob", 0, 10)
+        w.net.run()
+        got = ids(w.bob)
+        status = w.status("bob", r.value).status if isinstance(r, Ok) else None
+    finally:
+        release.set()
+        importer.join(10)
+    monkeypatch.undo()
+    # before the import is durable: [0, 10) is past the end, not completed with 5 of it
+    assert (r.tag if isinstance(r, Err) else r, got, status) == ("ImproperConfig", [], None)
+    w.clock.now += 2 * HEAD_POLL_NS
+    w.net.run()
+    r = w.replay("bob", 0, 10)
+    w.net.run()
+    assert ids(w.bob) == list(range(10))
+    assert w.status("bob", r.value).status == ReplayState("completed", 10)
+    w.pub_log.close()

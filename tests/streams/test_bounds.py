@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
+import threading
 
 import pytest
 
@@ -250,3 +251,31 @@ def test_pushes_after_the_server_closed_the_connection_are_unavailable() -> None
                 c.push_many("s", [bytes(limit // 2)] * 8)
             with pytest.raises(Unavailable):
                 c.push("s", b"x")
+
+
+def test_bounds_in_process_end_at_what_a_pull_returns_while_an_append_is_fsynced(
+    tmp_path, monkeypatch
+) -> None:
+    """``LocalStreams.bounds`` gave the log's ``next_index``: records another thread has
+    written whose fsync has not finished yet, which a pull does not return (readers see the
+    durable prefix). A part that read ``range(*bounds)`` stopped short of the end it was given
+    (the events publisher then replayed a range without its last records, ``completed``)."""
+    from tests.log.test_durability import hold_fdatasync
+
+    log = open_log(tmp_path / "data")
+    local = LocalStreams(log)
+    local.create_stream("s")
+    local.push_many("s", [b"durable"] * 5)
+    in_sync, release = hold_fdatasync(monkeypatch)
+    writer = threading.Thread(target=local.push_many, args=("s", [b"pending"] * 5))
+    writer.start()
+    try:
+        assert in_sync.wait(10)
+        first, end = local.bounds("s")
+        assert (first, end) == (0, 5)
+        assert [m.index for m in local.pull("s", first, 100)] == list(range(first, end))
+    finally:
+        release.set()
+        writer.join(10)
+    assert local.bounds("s") == (0, 10)
+    log.close()

@@ -126,7 +126,11 @@ class LocalStreams:
         if not 0 <= partition < len(parts):
             raise UnknownPartition(stream, partition, len(parts))
         p = parts[partition]
-        return p.first_index, p.next_index
+        # what a pull returns: the durable prefix (``durable_next``), not ``next_index``, which
+        # counts records another thread has written and not yet fsynced. Why: a part that read
+        # ``range(*bounds)`` stopped short of the end it was given (a replay opened during an
+        # import completed without the import's last records)
+        return p.first_index, p.next_index if p.durable_next is None else p.durable_next
 
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         if not self.log.has_stream(stream):
