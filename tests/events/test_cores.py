@@ -838,3 +838,25 @@ def test_a_replay_opened_while_an_import_is_fsynced_ends_at_what_it_could_read(
     assert ids(w.bob) == list(range(10))
     assert w.status("bob", r.value).status == ReplayState("completed", 10)
     w.pub_log.close()
+
+
+def test_a_replay_whose_range_retention_removes_while_it_runs_ends_errored():
+    """Retention removed the head of a replay's range while the replay ran: a batch's read
+    began past its start, and the Publisher, its cursor already past the batch, published what
+    it read and went on. The replay of ``[0, 100)`` ended ``completed(80)``, events 40..59
+    skipped without a word. A read that does not begin at its batch's start ends the replay
+    ``errored`` as a trimmed start does when the replay opens."""
+    w = World(batch_size=10)
+    w.register_publication()
+    w.publish(100)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 100).value
+    for _ in range(6):
+        w.net.step()
+    assert w.pub.replays[rid].cursor == 40  # batches up to 40 read, the rest not yet
+    w.pub_log.truncate_before(NS, 60)
+    w.net.run()
+    got = ids(w.bob)
+    assert got == list(range(len(got))) and len(got) <= 40  # nothing past the removed events
+    st = w.status("bob", rid).status
+    assert st == ReplayState("errored", "events before 60 are no longer kept"), st

@@ -210,6 +210,18 @@ costs a request, a signature and its check, whatever its size: 2,000 events of 2
 (about 0.7 MB a call) cost about half the CPU per event that 500 did (benchmarks/replay.py)."""
 
 
+def _unread(start: int, stop: int, read: list[StreamMessage]) -> str:
+    """Why a replay batch's ``read`` from ``start`` is not the whole of ``[start, stop)`` (a
+    stream's reads are contiguous from the first index kept): its head is no longer kept, or
+    the read ended early."""
+    if not read:
+        return f"events {start}..{stop - 1} are no longer kept"
+    if read[0].index != start:
+        return f"events before {read[0].index} are no longer kept"
+    last = max((m.index for m in read if m.index < stop), default=start - 1)
+    return f"events {last + 1}..{stop - 1} could not be read"
+
+
 @dataclass
 class ActiveReplay:
     id: int
@@ -615,6 +627,12 @@ class Publisher(Role):
             r.inflight -= 1  # read before the cancel: nothing more is enqueued
             return
         msgs = [m for m in messages if m.index < stop]
+        if not msgs or msgs[0].index != a.start or len(msgs) != stop - a.start:
+            # the cursor is past this batch already: what the read did not return would be
+            # skipped without a word (retention removed the range's head while the replay ran)
+            r.inflight -= 1
+            self._finish(r, ReplayState("errored", _unread(a.start, stop, messages)))
+            return
         try:
             events = procure_batch(msgs, r.namespace, r.id, self.principal, r.open_ended, r.end - 1)
         except DecodeError as e:  # not an event this publisher stored: the replay cannot go on
