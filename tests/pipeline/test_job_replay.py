@@ -66,9 +66,9 @@ def history(tmp_path_factory) -> Path:
     return d
 
 
-def _roles(pub_streams, jobs, threshold, orch_log, max_body_bytes=None):
-    clock = itertools.count(10**18)
-    net = InProcessNetwork(lambda: next(clock), jobs=jobs, max_body_bytes=max_body_bytes)
+def _roles(pub_streams, jobs, threshold, orch_log, max_body_bytes=None, clock=None):
+    ticks = itertools.count(10**18)
+    net = InProcessNetwork(clock or (lambda: next(ticks)), jobs=jobs, max_body_bytes=max_body_bytes)
     orch_store = StreamsStore(LocalStreams(orch_log))
     orch = open_orchestrator(
         orch_store,
@@ -199,6 +199,49 @@ def test_a_job_replay_of_large_events_reaches_the_subscriber_within_the_body_lim
     assert [x.event_id for x in notes] == list(range(n))
     assert all(x.data == {"Blob": x.event_id.to_bytes(4, "big") * (size // 4)} for x in notes)
     assert orch.replays[r.value].status == ReplayState("completed", n)
+
+
+def test_a_job_replays_final_status_that_failed_is_sent_again(spark, history, tmp_path):
+    """The Broadcaster reports the end of a job replay it delivered with one
+    ``icrc77_replay_status``; one that failed (a timeout, the orchestrator restarting) was not
+    sent again, and the replay stayed ``running`` at the orchestrator for good, held against
+    the subscriber's concurrent replays. It is sent again with back-off, as the Publisher's
+    reports are (``Resender``)."""
+    now = [10**18]
+
+    def clock() -> int:
+        now[0] += 1
+        return now[0]
+
+    log = open_log(history)
+    jobs = SparkReplayJobs(spark, tmp_path / "jobs", data_dir=history)
+    net, _, sub = _roles(LocalStreams(log), jobs, 50, MemoryLog(), clock=clock)
+    net.call(P["pub"], P["orch"], "icrc72_update_publication", [(NS, HEAD_KEY, {"Nat": N})])
+    net.run()
+    [r] = net.call(
+        P["sub"], P["orch"], "icrc77_register_replay", [ReplayRegistration(NS, 0, None, [])]
+    )
+    bc, orch = net.roles[P["bc"].bytes], net.roles[P["orch"].bytes]
+
+    def final_report() -> int | None:
+        for k, (src, c) in enumerate(net.queue):
+            if src is bc and c.method == "icrc77_replay_status":
+                return k
+        return None
+
+    while final_report() is None:
+        assert net.step()
+    k = final_report()
+    _, call = net.queue[k]
+    del net.queue[k]  # lost on the way, as InProcessNetwork answers a dropped call
+    bc.on_reply(call, ConnectionError("icrc77_replay_status: lost on the way"), clock())
+    net._collect(bc)
+    net.run()
+    assert len(sub.take()) == N
+    now[0] += 10**9  # past the first resend's back-off
+    net.run()
+    log.close()
+    assert orch.replays[r.value].status == ReplayState("completed", N)
 
 
 def test_small_replays_stay_in_process(spark, history, tmp_path):

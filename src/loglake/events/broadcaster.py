@@ -58,6 +58,7 @@ from loglake.events.messages import (
     ReplayStatusUpdate,
     by_size,
 )
+from loglake.events.resend import Resender
 from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
 
@@ -172,6 +173,9 @@ class Broadcaster(Role):
         self.unconfirmed: dict[bytes, int] = {}
         self.next_notification = 1
         self.stats = BroadcasterStats()
+        self.resender = Resender(max_attempts=None)
+        """A job replay's status reports that failed, sent again until they pass (a lost
+        final one left the replay running at the orchestrator for good), as the Publisher's."""
         self.methods = {
             "icrc72_publish": self.publish,
             "icrc72_confirm_notifications": self.confirm_notifications,
@@ -511,9 +515,11 @@ class Broadcaster(Role):
             )
 
     def pump(self, now: int) -> bool:
-        """Resend relayed events the target answered ``Busy`` (when nothing else is queued);
-        read on from replay jobs' outputs."""
-        queued = self._pump_jobs()
+        """Send failed status reports again when due; resend relayed events the target
+        answered ``Busy`` (when nothing else is queued); read on from replay jobs' outputs."""
+        again = self.resender.due(now)
+        self.outbox.extend(again)
+        queued = self._pump_jobs() or bool(again)
         for relay in self.relays.values():
             if relay.retry:
                 evs = list(relay.retry)
@@ -524,6 +530,12 @@ class Broadcaster(Role):
         return queued
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if call.method == "icrc77_replay_status":
+            if isinstance(reply, BaseException):
+                self.resender.failed(call, now, reply)
+            else:
+                self.resender.succeeded(call)
+            return
         if not call.token or call.token[0] != "relay":
             return
         relay = self.relays.get(call.token[1])
