@@ -31,7 +31,7 @@ Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notif
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,7 @@ from loglake.events.messages import (
     ReplayState,
     ReplayStatusUpdate,
     by_size,
+    size_slices,
 )
 from loglake.events.resend import Resender
 from loglake.events.role import Call, Role, SysEmitter, check_positive
@@ -333,7 +334,11 @@ class Broadcaster(Role):
         self.next_notification += delivered * per
         if delivered:
             sizes = batch.event_bytes()[:delivered] + EVENT_OVERHEAD
-            cuts = [(0, delivered)] if sizes.sum() <= MAX_NOTIFY_BYTES else _slices(sizes)
+            cuts = (
+                [(0, delivered)]
+                if sizes.sum() <= MAX_NOTIFY_BYTES
+                else size_slices(sizes, MAX_NOTIFY_BYTES)
+            )
             for j, t in enumerate(targets):
                 for lo, hi in cuts:
                     data = batch.notifications(r[3], None, first + j + lo * per, per, hi - lo, lo)
@@ -504,7 +509,7 @@ class Broadcaster(Role):
         self.stats.notified += len(result)
         self.stats.published += len(result)
         sizes = [len(a) + len(b) + len(c) + 20 for _, a, b, c in result]  # 20: id, received
-        for lo, hi in _slices(sizes, MAX_MESSAGE_BYTES):
+        for lo, hi in size_slices(sizes, MAX_MESSAGE_BYTES):
             data = join_notifications([(a, b, c) for _, a, b, c in result[lo:hi]], now, first + lo)
             self.outbox.append(
                 Call(
@@ -585,26 +590,6 @@ class Broadcaster(Role):
             self.unconfirmed[key] -= done
             self.stats.confirmed += done
         return results
-
-
-def _slices(sizes: Iterable[int], limit: int = MAX_NOTIFY_BYTES) -> list[tuple[int, int]]:
-    """``[lo, hi)`` slices of consecutive items whose ``sizes`` add up to at most ``limit``
-    (at least one item a slice): one notification call each. Why: a call over the
-    subscriber's body limit is refused whole (413) and not sent again, so its notifications
-    never arrive and stay unconfirmed — a job's ``relay_batch`` rows of 200 kB were one 10 MB
-    call, an outside publisher's 6 MB ``icrc72_publish`` of small events 10 MB of
-    notifications."""
-    out: list[tuple[int, int]] = []
-    lo = used = count = 0
-    for i, n in enumerate(sizes):
-        if i > lo and used + n > limit:
-            out.append((lo, i))
-            lo, used = i, 0
-        used += int(n)
-        count = i + 1
-    if lo < count:
-        out.append((lo, count))
-    return out
 
 
 CONFIRM_SLACK = 1024

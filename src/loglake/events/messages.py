@@ -9,6 +9,7 @@ batch result that is Candid ``opt`` null is Python ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -84,23 +85,29 @@ def by_size(events: list[_E], limit: int) -> list[list[_E]]:
     one event a chunk; events or notifications). Why: a call is refused whole (413) over its
     callee's body limit, and the events in it never arrive — the Publisher's calls, a relay's
     forwards and a Broadcaster's notifications are cut by it."""
-    total = 0
     sizes = []
     for e in events:
         d = e.data
         n = len(d.value_bytes) if type(d) is RawValue else len(repr(d))
         sizes.append(n + EVENT_OVERHEAD)
-        total += sizes[-1]
-    if total <= limit:
-        return [events]
-    out: list[list[_E]] = [[]]
-    used = 0
-    for e, n in zip(events, sizes, strict=True):
-        if out[-1] and used + n > limit:
-            out.append([])
-            used = 0
-        out[-1].append(e)
-        used += n
+    cuts = size_slices(sizes, limit)
+    return [events] if len(cuts) <= 1 else [events[lo:hi] for lo, hi in cuts]
+
+
+def size_slices(sizes: Iterable[int], limit: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` slices of consecutive items whose ``sizes`` add up to at most ``limit``
+    (at least one item a slice), in order: one call each (``by_size``, and the Broadcaster's
+    notifications made from bytes it already holds)."""
+    out: list[tuple[int, int]] = []
+    lo = used = count = 0
+    for i, n in enumerate(sizes):
+        if i > lo and used + n > limit:
+            out.append((lo, i))
+            lo, used = i, 0
+        used += int(n)
+        count = i + 1
+    if lo < count:
+        out.append((lo, count))
     return out
 
 
