@@ -175,7 +175,8 @@ def check_index(index: int) -> int:
     return index
 
 
-TIMESTAMP_MIN, TIMESTAMP_MAX = -(2**63), 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TIMESTAMP_MIN, TIMESTAMP_MAX = INT64_MIN, INT64_MAX
 """A record's ``timestamp_ns`` is an int64 (the segment frame's ``timestamp_ns:i64``, the
 lake's ``timestamp_ns`` column)."""
 
@@ -247,7 +248,6 @@ class Entry:
     timestamp_ns: int | None = None
 
 
-INT64_MAX = 2**63 - 1
 MAX_RETENTION_MS = INT64_MAX // 1_000_000
 """``retention_ms`` and ``lake_retention_ms`` at most (292 years): each becomes int64
 nanoseconds (the horizon against records' timestamps, JetStream's ``max_age``), which a longer

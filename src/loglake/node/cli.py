@@ -34,10 +34,10 @@ import platformdirs
 from rich.console import Console
 from rich.table import Table
 
-from loglake.clitools import INT64_MAX, MAX_SECONDS, PORT, Number
+from loglake.clitools import MAX_SECONDS, PORT, Number
 from loglake.errors import LoglakeError
 from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
-from loglake.log.api import MAX_RETENTION_MS
+from loglake.log.api import RETENTION_BOUNDS
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
 from loglake.streams.limits import MAX_MEMORY, LimitError
@@ -139,14 +139,20 @@ def command() -> None:
     show_default=True,
     help="Roll a partition's segment (and seal it to the lake) past this size.",
 )
-@click.option(
-    "--retention-ms", type=click.IntRange(0, MAX_RETENTION_MS), help="Keep segments this long."
+@click.option(  # each at most what StreamConfig holds (int64 ns, bytes, records)
+    "--retention-ms",
+    type=click.IntRange(0, RETENTION_BOUNDS["retention_ms"]),
+    help="Keep segments this long.",
 )
-@click.option(  # JetStream's max_bytes and max_msgs are int64
-    "--retention-bytes", type=click.IntRange(0, INT64_MAX), help="Keep this many bytes."
+@click.option(
+    "--retention-bytes",
+    type=click.IntRange(0, RETENTION_BOUNDS["retention_bytes"]),
+    help="Keep this many bytes.",
 )
 @click.option(
-    "--retention-records", type=click.IntRange(0, INT64_MAX), help="Keep this many records."
+    "--retention-records",
+    type=click.IntRange(0, RETENTION_BOUNDS["retention_records"]),
+    help="Keep this many records.",
 )
 @click.option(
     "--retention-interval",
