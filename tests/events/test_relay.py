@@ -17,7 +17,7 @@ from loglake.events.filters import Skip
 from loglake.events.messages import H_REPLAY_ID, Err, Event, Ok, ReplayState
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import map_get
-from tests.events.world import NS, World, seeded
+from tests.events.world import NS, World, blob, seeded
 
 P1, P2 = seeded(11).principal, seeded(12).principal
 
@@ -249,11 +249,7 @@ def test_events_the_target_answered_busy_are_resent_within_the_body_limit():
     assert n * size > MAX_BODY_BYTES
     w = World(homes={"bob": "bc2"}, max_body_bytes=MAX_BODY_BYTES, batch_size=n)
     w.register_publication()
-    for lo in range(0, n, 50):
-        items = [({"Blob": i.to_bytes(4, "big") * (size // 4)}, None) for i in range(lo, lo + 50)]
-        w.pub.publish(NS, items, w.clock())
-        w.net._collect(w.pub)
-        w.net.run()
+    w.publish_blobs(n, size, 50)
     w.subscribe("bob")
     w.bc2.max_unconfirmed = 0
     rid = w.replay("bob", 0, n).value
@@ -266,7 +262,7 @@ def test_events_the_target_answered_busy_are_resent_within_the_body_limit():
     w.net.run()
     notes = w.bob.take()
     assert [x.event_id for x in notes] == list(range(n))
-    assert all(x.data == {"Blob": x.event_id.to_bytes(4, "big") * (size // 4)} for x in notes)
+    assert all(x.data == {"Blob": blob(x.event_id, size)} for x in notes)
     assert w.bc.stats.relay_failed == 0
     assert w.status("bob", rid).status == ReplayState("completed", n)
 

@@ -13,7 +13,7 @@ from loglake.log import MemoryLog
 from loglake.streams.client import StreamClient
 from loglake.streams.server import BackgroundServer
 from loglake.streams.service import DEFAULT_MAX_PULL_BYTES, StreamService
-from tests.events.world import NS, World
+from tests.events.world import NS, World, blob
 
 N, SIZE = 2_000, 6_000  # 12 MB of events in one replay batch: over one pull's 8 MiB
 
@@ -27,18 +27,12 @@ def test_a_replay_batch_over_one_pull_of_the_stream_service_is_replayed_whole():
     ):
         w.net.stores[w.p["pub"].bytes] = StreamsStore(client)
         w.register_publication()
-        for lo in range(0, N, 100):
-            items = [
-                ({"Blob": i.to_bytes(4, "big") * (SIZE // 4)}, None) for i in range(lo, lo + 100)
-            ]
-            w.pub.publish(NS, items, w.clock())
-            w.net._collect(w.pub)
-            w.net.run()
+        w.publish_blobs(N, SIZE, 100)
         assert len(client.pull(NS, 0, N)) < N  # one pull: not the whole batch
         w.subscribe("bob")
         r = w.replay("bob", 0, N)
         w.net.run()
         notes = w.bob.take()
     assert [n.event_id for n in notes] == list(range(N))
-    assert all(n.data == {"Blob": n.event_id.to_bytes(4, "big") * (SIZE // 4)} for n in notes)
+    assert all(n.data == {"Blob": blob(n.event_id, SIZE)} for n in notes)
     assert w.status("bob", r.value).status == ReplayState("completed", N)

@@ -30,6 +30,11 @@ class FakeClock:
         return self.now
 
 
+def blob(i: int, size: int) -> bytes:
+    """Event ``i``'s data in ``World.publish_blobs``: its number, repeated to ``size`` bytes."""
+    return i.to_bytes(4, "big") * (size // 4)
+
+
 def seeded(n: int) -> Identity:
     return Identity.from_seed(bytes([n]) * 32)
 
@@ -125,13 +130,25 @@ class World:
 
     def publish(self, n: int, start: int = 0) -> None:
         for lo in range(start, start + n, 1000):
-            items = [
-                ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
-                for i in range(lo, min(start + n, lo + 1000))
-            ]
-            self.pub.publish(NS, items, self.clock())
-            self.net._collect(self.pub)
-            self.net.run()
+            self._publish_call(
+                [
+                    ({"Map": [("i", {"Nat": i}), ("kind", {"Text": "ab"[i % 2]})]}, None)
+                    for i in range(lo, min(start + n, lo + 1000))
+                ]
+            )
+
+    def publish_blobs(self, n: int, size: int, per_call: int) -> None:
+        """``n`` #Blob events of ``size`` bytes (event i: ``blob(i, size)``), ``per_call`` a
+        publish."""
+        for lo in range(0, n, per_call):
+            self._publish_call(
+                [({"Blob": blob(i, size)}, None) for i in range(lo, min(n, lo + per_call))]
+            )
+
+    def _publish_call(self, items) -> None:
+        self.pub.publish(NS, items, self.clock())
+        self.net._collect(self.pub)
+        self.net.run()
 
     def replay(self, who: str, start: int, end: int | None, config=None, memo=b""):
         [r] = self.call(

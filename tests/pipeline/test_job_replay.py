@@ -176,6 +176,7 @@ def test_a_job_replay_of_large_events_reaches_the_subscriber_within_the_body_lim
     8 MiB body limit (413). The failed call was not resent and the replay ended
     ``completed(60)`` with 10 delivered. It cuts those calls at the Publisher's 1 MB budget."""
     from loglake.events.server import MAX_BODY_BYTES
+    from tests.events.world import blob
 
     n, size = 60, 200_000
     assert 50 * size > MAX_BODY_BYTES  # one relay_batch of these: over the limit
@@ -184,7 +185,7 @@ def test_a_job_replay_of_large_events_reaches_the_subscriber_within_the_body_lim
     jobs = SparkReplayJobs(spark, tmp_path / "jobs", data_dir=d)
     net, pub, sub = _roles(LocalStreams(log), jobs, 10, MemoryLog(), MAX_BODY_BYTES)
     for lo in range(0, n, 4):
-        items = [({"Blob": i.to_bytes(4, "big") * (size // 4)}, None) for i in range(lo, lo + 4)]
+        items = [({"Blob": blob(i, size)}, None) for i in range(lo, lo + 4)]
         pub.publish(NS, items, 1_000 + lo)
         net._collect(pub)
         net.run()
@@ -197,7 +198,7 @@ def test_a_job_replay_of_large_events_reaches_the_subscriber_within_the_body_lim
     notes = sub.take()
     log.close()
     assert [x.event_id for x in notes] == list(range(n))
-    assert all(x.data == {"Blob": x.event_id.to_bytes(4, "big") * (size // 4)} for x in notes)
+    assert all(x.data == {"Blob": blob(x.event_id, size)} for x in notes)
     assert orch.replays[r.value].status == ReplayState("completed", n)
 
 
