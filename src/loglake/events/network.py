@@ -86,8 +86,10 @@ class InProcessNetwork:
         self.roles: dict[bytes, Role] = {}
         self.stores: dict[bytes, StreamsStore] = {}
         self.queue: deque[tuple[Role, Call]] = deque()
-        self._ghosts: set[int] = set()
-        """``id()`` of queued duplicate calls: their replies go nowhere."""
+        self._ghosts: dict[int, Call] = {}
+        """``id()`` → queued duplicate call: their replies go nowhere. The call is held so its
+        ``id`` cannot be reused: a ghost taken off the queue unstepped (a crashed role's calls)
+        left its id behind, and a later call that got the same id lost its reply."""
         self.delivered = 0
         self.dropped: list[Call] = []
 
@@ -143,13 +145,11 @@ class InProcessNetwork:
                     progressed = True
             return progressed or self._jobs_step()
         src, c = self._next()
-        ghost = id(c) in self._ghosts
-        if ghost:
-            self._ghosts.discard(id(c))
+        ghost = self._ghosts.pop(id(c), None) is c
         f = self.faults
         if f is not None and not ghost and f.hit("duplicate"):
             copy = Call(c.target, c.method, c.arg, c.token, c.ordered)
-            self._ghosts.add(id(copy))
+            self._ghosts[id(copy)] = copy
             self.queue.append((src, copy))
         target = self.roles.get(c.target.bytes)
         lost: ConnectionError | None = None
