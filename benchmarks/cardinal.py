@@ -18,7 +18,8 @@ once per copy. Figures:
 Target (issue 5): ≥ 50,000 messages/s consumed per core. The reference (Go) is not runnable
 here (no Go toolchain), so there is no peer figure from the same run.
 
-Run: ``.venv/bin/python benchmarks/cardinal.py [--quick]``.
+Run: ``.venv/bin/python benchmarks/cardinal.py [--quick]``; the block job's figures (issues 12
+and 35): ``--spark [--updates 1 --live-updates 1]``; its driver step alone: ``--driver-only``.
 """
 
 from __future__ import annotations
@@ -111,8 +112,15 @@ def through_streams(chain, streams, chunk: int) -> tuple[float, float, int, int]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Two more modes, each with its own --help: --spark (the cardinal-blocks job "
+        "against the single-process consumer: catch-up, fixed cost and a live run) and "
+        "--driver-only (the job's driver step alone, CPU µs a message).",
+    )
     ap.add_argument("--quick", action="store_true", help="smaller runs")
+    ap.add_argument("--spark", action="store_true", help="the Spark job's figures (see below)")
+    ap.add_argument("--driver-only", action="store_true", help="the driver step (see below)")
     args = ap.parse_args()
     budget = 20_000 if args.quick else 100_000  # messages per producer per case
     print(

@@ -22,6 +22,7 @@ VOCABULARY = {
     "journal",
     "ledger",
     "resend",
+    "live",
 }
 CORES = {
     "role",

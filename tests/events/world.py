@@ -51,6 +51,8 @@ class World:
     replay_rate: float | None = None
     max_body_bytes: int | None = None
     """Calls over this many bytes are refused as the HTTP servers refuse them (413)."""
+    subscriber: type[Subscriber] = Subscriber
+    """alice's and bob's class (a test's misbehaving subscriber)."""
 
     def __post_init__(self) -> None:
         self.clock = FakeClock()
@@ -87,8 +89,8 @@ class World:
             Publisher(p["pub"], p["orch"], self.batch_size, replay_rate=self.replay_rate),
             StreamsStore(LocalStreams(self.pub_log)),
         )
-        self.alice = self.net.add(Subscriber(p["alice"], p["orch"]))
-        self.bob = self.net.add(Subscriber(p["bob"], p["orch"]))
+        self.alice = self.net.add(self.subscriber(p["alice"], p["orch"]))
+        self.bob = self.net.add(self.subscriber(p["bob"], p["orch"]))
 
     def use_pub_log(self, log) -> None:
         """The publisher's namespaces live in ``log`` from now on."""

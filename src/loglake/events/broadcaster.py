@@ -25,11 +25,22 @@ hop: the relay keeps at most ``relay_window`` forwarded events unanswered per re
 ``Busy`` beyond that; events the target answers ``Busy`` are resent by the relay's ``pump``.
 
 Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notifications makes
-``icrc72_publish`` answer ``Busy`` for events that would go to it; the Publisher retries later.
+``icrc72_publish`` answer ``Busy`` for events that would go to it; the Publisher sends them again
+later (live events too: ``loglake.events.live``). ICRC-72 says no more, and a subscriber that
+stopped confirming would then hold every other subscriber of its namespaces back for good; so a
+subscriber whose window has been full for ``stall_ns`` (30 s) is *stalled*: live events skip it
+(a warning says so, once) until it confirms again, and it gets what it missed with an ICRC-77
+replay (its event ids show the gap). Replays to it still wait for it (``Busy``).
+
+Notification calls that fail (the subscriber restarting, a timeout) are sent again with back-off
+for about a minute (``NOTIFY_ATTEMPTS``), then given up: their notifications leave the
+subscriber's window (it gets the events with a replay). A resent call may arrive twice; the
+subscriber deduplicates by event id.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,6 +73,8 @@ from loglake.events.messages import (
 from loglake.events.resend import Resender
 from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
+
+log = logging.getLogger("loglake.events")
 
 H_RECEIVED = "icrc72:broadcaster:received"
 MAX_NOTIFY_BYTES = 2 * MAX_MESSAGE_BYTES
@@ -147,7 +160,18 @@ class BroadcasterStats:
     busy: int = 0
     relayed: int = 0
     relay_failed: int = 0
+    stalled_skips: int = 0
+    """Live events a stalled subscriber was not notified of (one per event and subscriber)."""
+    notify_dropped: int = 0
+    """Notifications whose call failed on every attempt (left the subscriber's window)."""
     routes: dict[str, int] = field(default_factory=dict)
+
+
+STALL_NS = 30_000_000_000
+"""A subscriber whose window of unconfirmed notifications has been full this long is stalled:
+live events stop waiting for it (module docstring)."""
+NOTIFY_ATTEMPTS = 12
+"""Sends of a notification call at most: 11 resends after 0.1 s doubling to 10 s, ~53 s."""
 
 
 class Broadcaster(Role):
@@ -158,9 +182,17 @@ class Broadcaster(Role):
         max_unconfirmed: int = 200_000,
         relay_window: int = 10_000,
         relay_batch: int = 500,
+        stall_ns: int = STALL_NS,
     ) -> None:
         super().__init__(principal)
-        check_positive(relay_window=relay_window, relay_batch=relay_batch)
+        check_positive(relay_window=relay_window, relay_batch=relay_batch, stall_ns=stall_ns)
+        self.stall_ns = stall_ns
+        self.full_since: dict[bytes, int] = {}
+        """subscriber → when an event was first held back by its full window (cleared when it
+        confirms)."""
+        self.stalled: set[bytes] = set()
+        """Subscribers live events skip (warned of once per stall)."""
+        self.notify_resender = Resender(max_attempts=NOTIFY_ATTEMPTS)
         self.orchestrator = orchestrator
         self.max_unconfirmed = max_unconfirmed
         self.relay_window = relay_window
@@ -258,7 +290,12 @@ class Broadcaster(Role):
 
     def _to_subscriber(self, sub: Principal, data: Value, now: int) -> None:
         n = self.sys.notification(sysmsg.subscriber_sys(sub), data, now)
-        self.outbox.append(Call(sub, "icrc72_handle_notification", [n]))
+        self._notify(sub, [n], ())
+
+    def _notify(self, sub: Principal, notes: Any, ids: Sequence[int]) -> None:
+        """An ``icrc72_handle_notification`` call of ``notes`` (their notification ids ``ids``:
+        released from the window if the call fails for good)."""
+        self.outbox.append(Call(sub, "icrc72_handle_notification", notes, token=("notify", ids)))
 
     # -- data plane ------------------------------------------------------------------------
     def publish(
@@ -285,7 +322,7 @@ class Broadcaster(Role):
                 r = resolved[k] = self._resolve(caller, e, now)
             kind = r[0]
             if kind == "route":
-                out.append(self._deliver(e, r[1], r[2], r[3], batches))
+                out.append(self._deliver(e, r[1], r[2], r[3], batches, now, r[4]))
             elif kind == "relay":
                 out.append(self._relay_one(r[1], e, forwards))
             elif kind == "drop":
@@ -295,7 +332,7 @@ class Broadcaster(Role):
                 out.append(r[1])
         for sub, notes in batches.values():
             for chunk in by_size(notes, MAX_NOTIFY_BYTES):
-                self.outbox.append(Call(sub, "icrc72_handle_notification", chunk))
+                self._notify(sub, chunk, [n.notification_id for n in chunk])
         for rid, evs in forwards.items():
             self._forward(self.relays[rid], evs)
         return out
@@ -327,8 +364,11 @@ class Broadcaster(Role):
             default=n,
         )
         delivered = max(0, min(n, room))
+        if delivered < n:
+            self._held_back(targets, now)
         self.stats.busy += n - delivered
         self.stats.published += delivered
+        self.stats.stalled_skips += delivered * r[4]
         per = len(targets)
         first = self.next_notification
         self.next_notification += delivered * per
@@ -342,13 +382,8 @@ class Broadcaster(Role):
             for j, t in enumerate(targets):
                 for lo, hi in cuts:
                     data = batch.notifications(r[3], None, first + j + lo * per, per, hi - lo, lo)
-                    self.outbox.append(
-                        Call(
-                            t.subscriber,
-                            "icrc72_handle_notification",
-                            EncodedNotifications(data, hi - lo),
-                        )
-                    )
+                    ids = range(first + j + lo * per, first + j + hi * per, per)
+                    self._notify(t.subscriber, EncodedNotifications(data, hi - lo), ids)
                 p = Pending(t.subscriber, batch.namespace)
                 self.pending.update(
                     dict.fromkeys(range(first + j, first + delivered * per, per), p)
@@ -362,8 +397,9 @@ class Broadcaster(Role):
 
     def _resolve(self, caller: Principal, e: Event, now: int) -> tuple[Any, ...]:
         """Where events with ``e``'s headers and namespace go: ``("err", Err)``, ``("drop",)``,
-        ``("relay", RelayRoute)`` or ``("route", targets, plain, headers)`` (``plain``: every
-        target keeps every event — no stop, skip or filter)."""
+        ``("relay", RelayRoute)`` or ``("route", targets, plain, headers, stalled)`` (``plain``:
+        every target keeps every event — no stop, skip or filter; ``stalled``: subscribers of
+        the namespace left out, ``_live_targets``)."""
         rid_v = map_get(e.headers, H_REPLAY_ID)
         if rid_v is None and self.publishers.get(e.namespace) != caller:
             return ("err", Err("Unauthorized"))
@@ -384,11 +420,13 @@ class Broadcaster(Role):
                     return ("err", Err("Unauthorized"))
                 return ("drop",)
             targets: list[Route] = [route]
+            stalled = 0
         else:
-            targets = list(self.routes.get(e.namespace, {}).values())
+            targets = self._live_targets(e.namespace, now)
+            stalled = len(self.routes.get(e.namespace, ())) - len(targets)
         plain = all(not t.stopped and t.skip is None and t.filter is None for t in targets)
         headers = [*(e.headers or []), (H_RECEIVED, {"Nat": now})]
-        return ("route", targets, plain, headers)
+        return ("route", targets, plain, headers, stalled)
 
     def _deliver(
         self,
@@ -397,6 +435,8 @@ class Broadcaster(Role):
         plain: bool,
         headers: list[Any],
         batches: dict[bytes, tuple[Principal, list[EventNotification]]],
+        now: int,
+        stalled: int,
     ) -> Ok | Err:
         if not plain:
             targets = [t for t in targets if t.keeps(e)]
@@ -404,8 +444,10 @@ class Broadcaster(Role):
         for t in targets:
             if unconfirmed.get(t.subscriber.bytes, 0) >= self.max_unconfirmed:
                 self.stats.busy += 1
+                self._held_back(targets, now)
                 return Err("Busy")
         self.stats.published += 1
+        self.stats.stalled_skips += stalled
         ids = []
         for t in targets:
             nid = self.next_notification
@@ -430,6 +472,42 @@ class Broadcaster(Role):
             ids.append(nid)
         self.stats.notified += len(ids)
         return Ok(ids)
+
+    def _held_back(self, targets: list[Route], now: int) -> None:
+        """An event was answered ``Busy``: the targets at their window are full since now
+        (unless they were already)."""
+        for t in targets:
+            key = t.subscriber.bytes
+            if self.unconfirmed.get(key, 0) >= self.max_unconfirmed:
+                self.full_since.setdefault(key, now)
+
+    def _live_targets(self, namespace: str, now: int) -> list[Route]:
+        """The namespace's subscribers live events go to: all but the stalled ones."""
+        routes = self.routes.get(namespace, {})
+        if not self.full_since:
+            return list(routes.values())
+        out = []
+        for t in routes.values():
+            key = t.subscriber.bytes
+            since = self.full_since.get(key)
+            if since is None or now - since < self.stall_ns:
+                out.append(t)
+                continue
+            if key not in self.stalled:
+                self.stalled.add(key)
+                log.warning(
+                    "subscriber %s stalled: %d notifications unconfirmed for %.0f s; live "
+                    "events of %r go on without it until it confirms (it can replay the gap)",
+                    t.subscriber, self.unconfirmed.get(key, 0), (now - since) / 1e9, namespace,
+                )  # fmt: skip
+        return out
+
+    def _unstalled(self, key: bytes) -> None:
+        """The subscriber's window moved (a confirmation, notifications given up on)."""
+        self.full_since.pop(key, None)
+        if key in self.stalled:
+            self.stalled.discard(key)
+            log.info("subscriber %s confirms again: live events go to it", Principal(key))
 
     def _replay_source(self, route: ReplayRoute, caller: Principal) -> bool:
         if route.relay is None or route.relay == self.principal:
@@ -511,18 +589,28 @@ class Broadcaster(Role):
         sizes = [len(a) + len(b) + len(c) + 20 for _, a, b, c in result]  # 20: id, received
         for lo, hi in size_slices(sizes, MAX_MESSAGE_BYTES):
             data = join_notifications([(a, b, c) for _, a, b, c in result[lo:hi]], now, first + lo)
-            self.outbox.append(
-                Call(
-                    route.subscriber,
-                    "icrc72_handle_notification",
-                    EncodedNotifications(data, hi - lo),
-                )
-            )
+            notes = EncodedNotifications(data, hi - lo)
+            self._notify(route.subscriber, notes, range(first + lo, first + hi))
+
+    def _release(self, key: bytes, ids: Sequence[int]) -> None:
+        """Notifications whose call failed for good leave the subscriber's window (those it
+        confirmed meanwhile, from an earlier attempt that did arrive, are gone already)."""
+        freed = 0
+        for nid in ids:
+            p = self.pending.get(nid)
+            if p is not None and p.subscriber.bytes == key:
+                del self.pending[nid]
+                freed += 1
+        if freed:
+            self.unconfirmed[key] -= freed
+            self.stats.notify_dropped += freed
+            self._unstalled(key)
 
     def pump(self, now: int) -> bool:
-        """Send failed status reports again when due; resend relayed events the target
-        answered ``Busy`` (when nothing else is queued); read on from replay jobs' outputs."""
-        again = self.resender.due(now)
+        """Send failed status reports and notification calls again when due; resend relayed
+        events the target answered ``Busy`` (when nothing else is queued); read on from replay
+        jobs' outputs."""
+        again = self.resender.due(now) + self.notify_resender.due(now)
         self.outbox.extend(again)
         queued = self._pump_jobs() or bool(again)
         for relay in self.relays.values():
@@ -535,6 +623,12 @@ class Broadcaster(Role):
         return queued
 
     def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if call.method == "icrc72_handle_notification" and call.token:
+            if not isinstance(reply, BaseException):
+                self.notify_resender.succeeded(call)
+            elif not self.notify_resender.failed(call, now, reply):
+                self._release(call.target.bytes, call.token[1])
+            return
         if call.method == "icrc77_replay_status":
             if isinstance(reply, BaseException):
                 self.resender.failed(call, now, reply)
@@ -589,6 +683,8 @@ class Broadcaster(Role):
         if done:
             self.unconfirmed[key] -= done
             self.stats.confirmed += done
+            if self.full_since:
+                self._unstalled(key)
         return results
 
 

@@ -293,7 +293,8 @@ def whoami(key: str) -> None:
     default=200_000,
     show_default=True,
     help="(broadcaster) unconfirmed notifications one subscriber may have; events beyond that "
-    "are answered Busy and the publisher sends them again later.",
+    "are answered Busy and the publisher sends them again later; a subscriber full for 30 s "
+    "is left out of live delivery until it confirms.",
 )
 @click.option(
     "--max-body-bytes",

@@ -41,6 +41,7 @@ adapter reports their indexes (``on_result``).
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -54,6 +55,8 @@ from loglake.errors import DecodeError
 from loglake.events import sysmsg
 from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
 from loglake.events.fastcodec import EventBatch, PublishResults, event_batch
+from loglake.events.live import MAX_EVENTS as MAX_LIVE_BACKLOG
+from loglake.events.live import LiveBacklog
 from loglake.events.messages import (
     C_PRICING,
     C_REPLAY,
@@ -87,6 +90,7 @@ _HLEN = struct.Struct(">I")
 _PREFIX = icrc16.MESSAGE_PREFIX
 _PLEN = len(_PREFIX)
 _PREFIX_ROW = np.frombuffer(_PREFIX, np.uint8)
+log = logging.getLogger("loglake.events")
 
 
 class StoredEventError(DecodeError):
@@ -297,6 +301,7 @@ class Publisher(Role):
         progress_every: int = 5000,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         replay_rate: float | None = None,
+        max_live_backlog: int = MAX_LIVE_BACKLOG,
     ) -> None:
         super().__init__(principal)
         check_positive(
@@ -304,6 +309,7 @@ class Publisher(Role):
             max_inflight=max_inflight,
             progress_every=progress_every,
             max_message_bytes=max_message_bytes,
+            max_live_backlog=max_live_backlog,
         )
         if replay_rate is not None and not replay_rate > 0:
             raise ValueError(f"replay_rate must be > 0 events/s, not {replay_rate!r}")
@@ -332,6 +338,12 @@ class Publisher(Role):
         self.registration_results: dict[str, Any] = {}
         self.registrations: dict[str, RegistrationState] = {}
         """namespace → where its ``icrc72_register_publication`` stands."""
+        self.max_live_backlog = max_live_backlog
+        self.live: dict[str, LiveBacklog] = {}
+        """namespace → its live events the broadcaster did not take, to send again
+        (``loglake.events.live``)."""
+        self.live_refused = 0
+        """Live events the broadcaster refused for good (an ``Err`` other than ``Busy``)."""
         self.methods = {"icrc72_handle_notification": self.handle_notification}
 
     # -- ICRC-72 publishing ------------------------------------------------------------------
@@ -408,11 +420,68 @@ class Publisher(Role):
                 )
                 for i, p, h in zip(ids, a.payloads, headers, strict=True)
             ]
-            # cut at the budget, as replay batches are: one call of a whole loglake_publish
-            # (each event ~100 bytes longer here) went over the broadcaster's body limit
-            for chunk in by_size(events, self.max_message_bytes):
-                self.outbox.append(Call(bc, "icrc72_publish", chunk, token=("live", ns)))
+            backlog = self.live.get(ns)
+            if backlog is not None and backlog.holding():
+                backlog.queue(events)  # behind the events waiting to be sent again
+            else:
+                # cut at the budget, as replay batches are: one call of a whole
+                # loglake_publish (each event ~100 bytes longer here) went over the
+                # broadcaster's body limit
+                for chunk in by_size(events, self.max_message_bytes):
+                    self.outbox.append(Call(bc, "icrc72_publish", chunk, token=("live", ns)))
         self._report_head(ns, ids[-1] + 1)
+
+    def _pump_live(self, now: int) -> bool:
+        """The next call of each namespace's live backlog, when its back-off has passed."""
+        queued = False
+        for ns, backlog in self.live.items():
+            bc = self.broadcaster_for(ns)
+            if bc is None:
+                continue
+            events = backlog.take(now, self.batch_size, self.max_message_bytes)
+            if events:
+                backlog.inflight += 1
+                self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", ns, 1)))
+                queued = True
+        return queued
+
+    def _live_replied(self, call: Call, reply: Any, now: int) -> None:
+        """A live publish call answered: its events answered ``Busy`` (or all of them, when
+        the call failed) are held to be sent again; other refusals are final."""
+        ns = call.token[1]
+        resend = len(call.token) > 2
+        backlog = self.live.get(ns)
+        if backlog is None:
+            backlog = self.live[ns] = LiveBacklog(ns, self.max_live_backlog)
+        if resend:
+            backlog.inflight -= 1
+        events: list[Event] = list(call.arg)
+        missed: list[Event] = []
+        if isinstance(reply, BaseException):
+            if getattr(reply, "retriable", True):  # not answered: may have arrived (dedup)
+                missed = events
+            else:
+                self.live_refused += len(events)
+                log.warning("live events %d.. of %r not sent: %s", events[0].event_id, ns, reply)
+        elif isinstance(reply, PublishResults):  # Ok… then Busy…
+            missed = events[min(reply.delivered, len(events)) : len(reply)]
+        else:
+            refused: list[Any] = []
+            for e, res in zip(events, reply, strict=False):
+                if isinstance(res, Err) and res.tag == "Busy":
+                    missed.append(e)
+                elif isinstance(res, Err):
+                    refused.append(res)
+            if refused:
+                self.live_refused += len(refused)
+                log.warning(
+                    "%d live event(s) of %r refused by the broadcaster: %s",
+                    len(refused), ns, refused[0],
+                )  # fmt: skip
+        if missed:
+            backlog.hold(missed, now, front=resend)
+        elif resend:
+            backlog.taken()
 
     def _poll_heads(self, now: int) -> bool:
         """Read each registered namespace's head every ``HEAD_POLL_NS`` (and at once after
@@ -571,6 +640,7 @@ class Publisher(Role):
         again = self.resender.due(now)
         self.outbox.extend(again)
         queued = self._poll_heads(now) or bool(again)
+        queued = self._pump_live(now) or queued
         for ns, st in self.registrations.items():
             if st.state == "retrying" and st.retry_at is not None and st.retry_at <= now:
                 self._send_registration(ns, now)
@@ -681,6 +751,9 @@ class Publisher(Role):
             return
         if call.token and call.token[0] == "register":
             self._registered(call.token[1], reply, now)
+            return
+        if call.token and call.token[0] == "live":
+            self._live_replied(call, reply, now)
             return
         if call.method != "icrc72_publish" or not call.token or call.token[0] != "replay":
             return

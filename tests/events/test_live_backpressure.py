@@ -1,0 +1,149 @@
+"""Live events under back-pressure: a subscriber that stops confirming, or whose calls fail.
+
+Before: the Publisher ignored the replies to live ``icrc72_publish`` calls, so events answered
+``Busy`` reached no subscriber; ``Busy`` for one subscriber's full window held the event back
+from every subscriber (bob stuck, ``max_unconfirmed=100``: alice got 100 of 300 live events);
+a failed notification call was not sent again, and its notifications stayed in the window for
+good (a subscriber down a moment filled its window and was then held back for ever).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from loglake.events.broadcaster import NOTIFY_ATTEMPTS, STALL_NS
+from loglake.events.live import CAP_NS
+from loglake.events.subscriber import Subscriber
+from tests.events.world import NS, World
+
+
+class Flaky(Subscriber):
+    """A subscriber that can be *stuck* (takes notifications, confirms none: its
+    confirmations are held until :meth:`unstick`) or *down* (its calls fail)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.stuck = False
+        self.down = False
+        self.held: list = []
+
+    def handle_notification(self, caller, notes, now):
+        if self.down:
+            raise ConnectionError("subscriber restarting")
+        return super().handle_notification(caller, notes, now)
+
+    def take_outbox(self):
+        out = super().take_outbox()
+        if self.stuck:
+            self.held += [c for c in out if c.method == "icrc72_confirm_notifications"]
+            out = [c for c in out if c.method != "icrc72_confirm_notifications"]
+        return out
+
+    def unstick(self) -> None:
+        self.stuck = False
+        self.outbox.extend(self.held)
+        self.held.clear()
+
+
+def _world(*subscribers: str, **kw) -> World:
+    w = World(subscriber=Flaky, **kw)
+    w.register_publication()
+    for s in subscribers:
+        w.subscribe(s)
+    return w
+
+
+def _got(sub) -> list[int]:
+    """The event ids a subscriber was given, in the order it got them."""
+    return [n.event_id for n in sub.take()]
+
+
+def _later(w: World, seconds: float, rounds: int = 1) -> None:
+    for _ in range(rounds):
+        w.clock.now += int(seconds * 1e9)
+        w.net.run()
+
+
+def test_busy_live_events_are_sent_again_once_the_subscriber_confirms():
+    w = _world("alice", max_unconfirmed=100)
+    w.alice.stuck = True
+    w.publish(300)
+    assert _got(w.alice) == list(range(100))
+    assert len(w.pub.live[NS].events) == 200  # held by the publisher, not dropped
+    _later(w, 1)
+    assert _got(w.alice) == [] and len(w.pub.live[NS].events) == 200  # still Busy
+    w.publish(300, start=300)  # new events queue behind the held ones
+    assert len(w.pub.live[NS].events) == 500
+    w.alice.unstick()
+    _later(w, CAP_NS / 1e9, rounds=12)
+    assert _got(w.alice) == list(range(100, 600))  # in order, each once
+    assert w.alice.duplicates == 0 and not w.pub.live[NS].holding()
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0
+
+
+def test_a_stuck_subscriber_stops_holding_back_the_others(caplog):
+    w = _world("alice", "bob", max_unconfirmed=100)
+    w.bob.stuck = True
+    w.publish(300)
+    assert _got(w.alice) == list(range(100)) and _got(w.bob) == list(range(100))
+    _later(w, 1)
+    assert _got(w.alice) == []  # bob's window is full, not yet for long
+    with caplog.at_level(logging.WARNING, "loglake.events"):
+        _later(w, STALL_NS / 1e9, rounds=2)
+    assert _got(w.alice) == list(range(100, 300))  # bob stalled: live events go on without it
+    assert _got(w.bob) == [] and w.bc.stats.stalled_skips == 200
+    assert [r.message for r in caplog.records].count(
+        next(m for m in (r.message for r in caplog.records) if "stalled" in m)
+    ) == 1  # warned once, not per event
+    w.bob.unstick()  # bob confirms again: live events reach it again
+    w.net.run()
+    w.publish(10, start=300)
+    assert _got(w.bob) == list(range(300, 310)) and _got(w.alice) == list(range(300, 310))
+    assert not w.bc.stalled
+
+
+def test_failed_notification_calls_are_sent_again():
+    w = _world("alice")
+    w.alice.down = True
+    w.publish(50)
+    assert _got(w.alice) == [] and w.bc.unconfirmed[w.p["alice"].bytes] == 50
+    w.alice.down = False
+    _later(w, 1)
+    assert _got(w.alice) == list(range(50))
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0 and not w.bc.pending
+
+
+def test_notifications_of_a_subscriber_down_for_good_leave_its_window():
+    w = _world("alice", "bob", max_unconfirmed=100)
+    w.alice.down = True
+    w.publish(60)
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 60
+    _later(w, 10, rounds=NOTIFY_ATTEMPTS + 1)
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0 and w.bc.stats.notify_dropped == 60
+    assert not [p for p in w.bc.pending.values() if p.subscriber == w.p["alice"]]
+    assert _got(w.bob) == list(range(60))
+    w.publish(100, start=60)  # alice's window is free: bob is not held back at 100
+    assert _got(w.bob) == list(range(60, 160))
+
+
+def test_the_live_backlog_is_bounded(caplog):
+    w = _world("alice", max_unconfirmed=10)
+    w.pub.max_live_backlog = 50
+    w.alice.stuck = True
+    with caplog.at_level(logging.WARNING, "loglake.events"):
+        w.publish(200)
+    backlog = w.pub.live[NS]
+    assert [e.event_id for e in backlog.events] == list(range(150, 200))  # the newest kept
+    assert backlog.dropped == 140
+    assert sum("dropped from the publisher's backlog" in r.message for r in caplog.records) == 1
+
+
+def test_refused_live_events_are_not_sent_again(caplog):
+    w = _world("alice")
+    w.bc.publishers[NS] = w.p["bob"]  # the broadcaster now takes NS from bob only
+    with caplog.at_level(logging.WARNING, "loglake.events"):
+        w.publish(20)
+    _later(w, 10, rounds=3)
+    assert _got(w.alice) == [] and w.pub.live_refused == 20
+    assert not w.pub.live[NS].holding()
+    assert any("refused by the broadcaster" in r.message for r in caplog.records)
