@@ -45,6 +45,27 @@ def test_ingest_from_log_and_streams_is_exactly_once(tmp_path, layout):
     assert store.count() == 110
 
 
+def test_ingest_and_member_poll_past_records_retention_removed_say_so(tmp_path, caplog):
+    layout = get_layout("spec")
+    log = MemoryLog()
+    fill_weeks(log, "community", layout, range(1), 10)
+    log.truncate_before("community", 4)  # retention took 4 records before the first ingest
+    streams = LocalStreams(log)
+    node = ControlNode(tmp_path / "root", KEY, layout, MessageStore())
+    with caplog.at_level("WARNING", "loglake.archives"):
+        assert node.ingest_streams(streams, "community") == 6
+        streams.create_stream("special")
+        for i in range(3):
+            streams.push("special", encode_magnet_message(i, MAGNET, KEY))
+        log.truncate_before("special", 2)
+        MemberNode(tmp_path / "m", MessageStore(), layout, CID).poll(streams, "special", 0)
+    gaps = [r.fields for r in caplog.records if "no longer kept" in r.getMessage()]
+    assert gaps == [
+        {"stream": "community", "first_missing": 0, "next_kept": 4},
+        {"stream": "special", "first_missing": 0, "next_kept": 2},
+    ]
+
+
 def test_build_writes_folder_named_by_community_and_resumes(tmp_path, layout):
     log = MemoryLog()
     fill_weeks(log, "community", layout, range(3), 200)

@@ -178,3 +178,17 @@ def test_undecodable_records_are_logged_and_skipped(caplog):
     assert model.chain == [b.hash for b in chain.canonical]
     assert c.errors == 2
     assert "dropping" in caplog.text
+
+
+def test_fetch_past_records_retention_removed_says_so(caplog):
+    streams = LocalStreams(MemoryLog())
+    t = StreamTransport(streams, 1)
+    streams.create_stream("blocks", 1)
+    for i in range(6):
+        streams.push("blocks", f"k{i}".encode(), 0)
+    streams.log.truncate_before("blocks", 4)
+    with caplog.at_level("WARNING", "loglake.cardinal.transport"):
+        got = t.fetch("blocks:0", 1, 10)
+    assert [d.offset for d in got] == [4, 5]
+    [r] = [r for r in caplog.records if "no longer kept" in r.getMessage()]
+    assert r.fields == {"source": "blocks:0", "first_missing": 1, "next_kept": 4}

@@ -307,3 +307,17 @@ def test_a_participant_resumed_at_the_tail_fetches_its_own_messages_into_its_log
     assert [d.content for d in out.of(MessageDelivered)] == [b"bob names them"]
     assert not resumed.participant.missing and not resumed.participant.pending
     assert set(mine) <= set(resumed.participant.log_ids())
+
+
+def test_records_retention_removed_are_skipped_with_a_warning(streams, clock, caplog) -> None:
+    alice = SdsChannel(streams, "room", "alice", clock=clock)
+    for i in range(5):
+        clock.advance(1)
+        alice.send(b"m %d" % i)
+    bob = SdsChannel(streams, "room", "bob", clock=clock)  # from index 0
+    streams.log.truncate_before("sds.room", 3)  # retention took records 0-2
+    with caplog.at_level("WARNING", "loglake.sds.channel"):
+        bob.poll()
+    assert bob.next_index == 5
+    [r] = [r for r in caplog.records if "no longer kept" in r.getMessage()]
+    assert (r.fields["first_missing"], r.fields["next_kept"]) == (0, 3)

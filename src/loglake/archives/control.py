@@ -53,7 +53,7 @@ from loglake.archives.signing import community_id, encode_magnet_message
 from loglake.archives.store import MessageStore
 from loglake.archives.torrent import PieceHashes, Torrent
 from loglake.log import fs
-from loglake.streams.api import Streams
+from loglake.streams.api import Streams, warn_gap
 from loglake.streams.fence import UNFENCED, Fence
 from loglake.structured_logging import log_event
 
@@ -229,6 +229,7 @@ class ControlNode:
             msgs = streams.pull(stream, pos, batch)
             if not msgs:
                 break
+            warn_gap(logger, pos, msgs, stream=stream)
             total += self._ingest([(m.index, m.data) for m in msgs], msgs[-1].index + 1, latest)
             pos = msgs[-1].index + 1
         self._reflag()

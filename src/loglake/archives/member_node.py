@@ -12,6 +12,7 @@ to ``member.MemberCore`` and fetches when the core says so.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -45,8 +46,10 @@ from loglake.archives.member import (
     unpack,
 )
 from loglake.archives.store import MessageStore
-from loglake.streams.api import Streams
+from loglake.streams.api import Streams, warn_gap
 from loglake.streams.fence import is_claim
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -204,7 +207,9 @@ class MemberNode:
         key = f"channel_next_index:{channel}"
         pos = int(self.store.get_meta(key) or 0)
         new = []
-        for m in streams.pull(channel, pos, 1000):
+        got = streams.pull(channel, pos, 1000)
+        warn_gap(log, pos, got, stream=channel)
+        for m in got:
             pos = m.index + 1
             if is_claim(m.data):  # a control node taking the channel over (streams.fence)
                 continue

@@ -41,7 +41,7 @@ from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
 from loglake.log.api import UnknownStream
-from loglake.streams.api import Streams
+from loglake.streams.api import Streams, warn_gap
 from loglake.streams.fence import UNFENCED, Fence
 from loglake.structured_logging import log_event
 
@@ -204,7 +204,9 @@ class StreamTransport(Transport):
     def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
         topic, part = split_source(source)
         out = []
-        for m in self.streams.pull(topic, offset, limit, part):
+        got = self.streams.pull(topic, offset, limit, part)
+        warn_gap(log, offset, got, source=source)
+        for m in got:
             try:
                 k, v = open_envelope(m.data)
             except CardinalDecodeError as e:

@@ -24,6 +24,7 @@ pass through untouched). This module does I/O; the participant it drives does no
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Callable
@@ -31,7 +32,9 @@ from collections.abc import Callable
 from loglake.sds.errors import DropReason
 from loglake.sds.events import MessageDelivered, MessageDropped, MessagesMissing, Output
 from loglake.sds.participant import Participant, ParticipantOptions
-from loglake.streams.api import Streams
+from loglake.streams.api import Streams, warn_gap
+
+log = logging.getLogger(__name__)
 
 HINT_VERSION = 1
 _TAIL = struct.Struct(">IQ")
@@ -177,7 +180,9 @@ class SdsChannel:
     def poll(self, limit: int = 1000) -> Output:
         """Receive what the stream has past our cursor, then fetch missing messages by hint."""
         out = Output()
-        for m in self.streams.pull(self.stream, self.next_index, limit, self.partition):
+        got = self.streams.pull(self.stream, self.next_index, limit, self.partition)
+        warn_gap(log, self.next_index, got, stream=self.stream, partition=self.partition)
+        for m in got:
             self.next_index = m.index + 1
             self._receive(m.data, m.index, out)
             self.last_activity = self.clock()

@@ -13,6 +13,7 @@ headers) travels inside ``data``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loglake.log.api import Log, StreamConfig, StreamExists, UnknownPartition, UnknownStream
 from loglake.log.api import check_stream_name as check_stream_name  # re-exported: the name rule
+from loglake.structured_logging import log_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,23 @@ class StreamMessage:
 
     index: int
     data: bytes
+
+
+def warn_gap(
+    logger: logging.Logger, start: int, got: Sequence[StreamMessage], **where: object
+) -> None:
+    """A warning when a pull from ``start`` began later: retention removed the records
+    between, and a reader that moves its cursor past them would skip them without a word (the
+    data is gone; the report is what is left to give)."""
+    if got and got[0].index > start:
+        log_event(
+            logger,
+            logging.WARNING,
+            "records no longer kept (retention) skipped",
+            **where,
+            first_missing=start,
+            next_kept=got[0].index,
+        )
 
 
 @runtime_checkable
