@@ -313,3 +313,44 @@ def test_home_broadcasters_must_be_known_and_the_cli_form_is_checked():
     }
     with pytest.raises(CliError):
         _homes(("no-equals-sign",))
+
+
+def _failing(role):
+    """``role``'s icrc72_publish fails (a connection error, as over HTTP) until undone."""
+    real = role.methods["icrc72_publish"]
+
+    def down(caller, arg, now):
+        raise ConnectionError("target restarting")
+
+    role.methods["icrc72_publish"] = down
+    return lambda: role.methods.__setitem__("icrc72_publish", real)
+
+
+def test_forwards_the_target_failed_to_answer_are_sent_again():
+    """A forward that failed (the target restarting) was counted in ``relay_failed`` and never
+    sent again, while the Publisher had its ``Ok``: the replay ended ``completed(30)`` with none
+    of the 30 delivered."""
+    w = _relayed()
+    up = _failing(w.bc2)
+    rid = w.replay("bob", 0, 30).value
+    w.net.run()
+    assert w.bob.take() == [] and len(w.bc.relays[rid].retry) == 30  # held, with back-off
+    up()
+    w.clock.now += 1_000_000_000
+    w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(30))
+    assert w.bc.stats.relay_failed == 0
+    assert w.status("bob", rid).status == ReplayState("completed", 30)
+
+
+def test_forwards_to_a_target_down_for_good_are_given_up(caplog):
+    w = _relayed()
+    _failing(w.bc2)
+    rid = w.replay("bob", 0, 30).value
+    with caplog.at_level("WARNING", "loglake.events"):
+        for _ in range(20):
+            w.net.run()
+            w.clock.now += 10_000_000_000
+    r = w.bc.relays[rid]
+    assert not r.retry and r.inflight == 0 and w.bc.stats.relay_failed == 30
+    assert any("given up after 12 failed forwards" in x.message for x in caplog.records)

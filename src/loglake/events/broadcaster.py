@@ -70,7 +70,7 @@ from loglake.events.messages import (
     by_size,
     size_slices,
 )
-from loglake.events.resend import Resender
+from loglake.events.resend import CAP_NS, Resender
 from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
 
@@ -135,6 +135,10 @@ class RelayRoute:
     inflight: int = 0
     retry: deque[Event] = field(default_factory=deque)
     forwarded: int = 0
+    failures: int = 0
+    """Forwards that failed in a row (the target unreachable); reset by one answered."""
+    due: int = 0
+    """After failures: the clock time (ns) before which ``retry`` is not resent."""
 
     def keeps(self, e: Event) -> bool:
         if self.skip is not None and not self.skip.keeps(e.event_id):
@@ -172,6 +176,9 @@ STALL_NS = 30_000_000_000
 live events stop waiting for it (module docstring)."""
 NOTIFY_ATTEMPTS = 12
 """Sends of a notification call at most: 11 resends after 0.1 s doubling to 10 s, ~53 s."""
+RELAY_ATTEMPTS = 12
+"""Failed forwards in a row a relay resends its events after (the same back-off), then gives
+them up (``relay_failed``, a warning): the Publisher was answered ``Ok`` for them already."""
 
 
 class Broadcaster(Role):
@@ -614,7 +621,7 @@ class Broadcaster(Role):
         self.outbox.extend(again)
         queued = self._pump_jobs() or bool(again)
         for relay in self.relays.values():
-            if relay.retry:
+            if relay.retry and now >= relay.due:
                 evs = list(relay.retry)
                 relay.retry.clear()
                 relay.inflight += len(evs)
@@ -642,8 +649,21 @@ class Broadcaster(Role):
             return  # removed (cancel): whatever was in flight is dropped
         relay.inflight -= len(call.arg)
         if isinstance(reply, BaseException):
-            self.stats.relay_failed += len(call.arg)
+            # the target restarting, a timeout: sent again with back-off (it deduplicates
+            # nothing, its subscriber does by event id); given up after RELAY_ATTEMPTS
+            relay.failures += 1
+            if getattr(reply, "retriable", True) and relay.failures < RELAY_ATTEMPTS:
+                relay.retry.extend(call.arg)
+                wait = min(self.notify_resender.first_ns << (relay.failures - 1), CAP_NS)
+                relay.due = now + wait
+            else:
+                self.stats.relay_failed += len(call.arg)
+                log.warning(
+                    "replay %d: %d relayed events given up after %d failed forwards to %s: %s",
+                    relay.replay_id, len(call.arg), relay.failures, relay.target, reply,
+                )  # fmt: skip
             return
+        relay.failures = 0
         for e, res in zip(call.arg, reply, strict=False):
             if isinstance(res, Ok):
                 relay.forwarded += 1
