@@ -211,6 +211,20 @@ def test_a_cursor_from_an_earlier_run_acknowledges_nothing_and_a_bogus_one_is_re
     assert len(s.core.inbox) == 0
 
 
+def test_a_reader_whose_cursor_is_refused_reads_from_the_start(served, caplog):
+    """A reader holding a cursor past the inbox's numbers (its subscriber restarted with the
+    clock set back) was refused on every read; it starts over from acknowledging nothing."""
+    s = served()
+    s.deliver(range(3), 10)
+    reader = s.reader()
+    assert _ids(reader.read(2)) == [0, 1]
+    reader.cursor += 10**12  # as if numbered by a clock 1,000 s ahead of this run's
+    with caplog.at_level("WARNING", "loglake.events"):
+        assert _ids(reader.read(10)) == [0, 1, 2]  # nothing was acknowledged: all again
+    assert any("refused" in r.getMessage() for r in caplog.records)
+    assert reader.read(10) == [] and len(s.core.inbox) == 0
+
+
 def test_events_received_shows_each_notification_and_then_acknowledges_it(served, tmp_path):
     import json
 

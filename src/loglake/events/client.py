@@ -13,6 +13,7 @@ method's Candid result, a body over :data:`MAX_REPLY_BYTES`) is :class:`BadReply
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
 import time
 import urllib.error
@@ -23,6 +24,8 @@ from loglake.errors import DecodeError, RemoteProtocolError, Unavailable
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity
 from loglake.events.messages import EventNotification, InboxPage
+
+log = logging.getLogger("loglake.events")
 
 
 class CallRejected(RemoteProtocolError):
@@ -148,7 +151,17 @@ class InboxReader:
     def read(self, n: int) -> list[EventNotification]:
         """The oldest ``n`` notifications not read yet (fewer when the subscriber's reply
         budget is reached first; at least one if any are held and ``n`` >= 1)."""
-        page: InboxPage = self.client.call("loglake_inbox", (self.cursor, n))
+        try:
+            page: InboxPage = self.client.call("loglake_inbox", (self.cursor, n))
+        except CallRejected as e:
+            # a cursor past the inbox's numbers (the subscriber restarted with its clock set
+            # back, or it is another subscriber's): every read would be refused; start over
+            # from acknowledging nothing, so what is held is read again (at least once)
+            if not (self.cursor and e.status == 400 and "InboxCursorError" in e.reason):
+                raise
+            log.warning("inbox cursor %d refused (%s): reading from the start", self.cursor, e)
+            self.cursor = 0
+            page = self.client.call("loglake_inbox", (0, n))
         self.cursor = page.cursor
         return page.notes
 
