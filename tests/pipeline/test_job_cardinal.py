@@ -173,8 +173,10 @@ def small_input(tmp_path):
         ({"topics": ("bad name!",)}, "--topic"),
         ({"topics": ("chain", "chain")}, "--topic"),
         ({"reorg_threshold": 0}, "--reorg-threshold"),
+        ({"reorg_threshold": 2**31}, "--reorg-threshold"),  # over Avro's int: the CLI's cap
         ({"prefixes": ("foo/(",)}, "--prefix"),
         ({"max_records_per_trigger": 0}, "--max-records-per-trigger"),
+        ({"max_records_per_trigger": 2**63}, "--max-records-per-trigger"),  # over Spark's long
         ({"follow_seconds": -1.0}, "--follow"),
     ],
 )

@@ -63,6 +63,7 @@ import pyarrow.parquet as pq
 
 from loglake.cardinal import (
     DEFAULT_REORG_THRESHOLD,
+    MAX_REORG_THRESHOLD,
     REORG,
     REORG_COMPLETE,
     ZERO_HASH,
@@ -82,7 +83,7 @@ from loglake.cardinal import (
     reorg_channel_name,
     source_name,
 )
-from loglake.log.api import STREAM_NAME_RE
+from loglake.log.api import INT64_MAX, STREAM_NAME_RE
 from loglake.pipeline.errors import BadOption, raises_task_errors
 
 if TYPE_CHECKING:
@@ -200,9 +201,13 @@ class CardinalBlocksOptions:
         if (
             isinstance(self.reorg_threshold, bool)
             or not isinstance(self.reorg_threshold, int)
-            or self.reorg_threshold < 1
+            or not 1 <= self.reorg_threshold <= MAX_REORG_THRESHOLD
         ):
-            raise BadOption("--reorg-threshold", self.reorg_threshold, "expected an integer >= 1")
+            raise BadOption(
+                "--reorg-threshold",
+                self.reorg_threshold,
+                f"expected an integer from 1 to {MAX_REORG_THRESHOLD}",
+            )
         if not self.prefixes:
             raise BadOption("--prefix", "", "give at least one prefix (.* tracks all)")
         for p in self.prefixes:
@@ -211,8 +216,12 @@ class CardinalBlocksOptions:
             except re.error as e:
                 raise BadOption("--prefix", p, f"not a regular expression: {e}") from None
         m = self.max_records_per_trigger
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise BadOption("--max-records-per-trigger", m, "expected an integer >= 1")
+        if m is not None and (
+            isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= INT64_MAX
+        ):
+            raise BadOption(
+                "--max-records-per-trigger", m, f"expected an integer from 1 to {INT64_MAX}"
+            )
         f = self.follow_seconds
         if f is not None and not (isinstance(f, int | float) and 0 <= f <= MAX_FOLLOW_SECONDS):
             raise BadOption("--follow", f, "expected seconds between 0 and 86400")
