@@ -147,3 +147,18 @@ def test_refused_live_events_are_not_sent_again(caplog):
     assert _got(w.alice) == [] and w.pub.live_refused == 20
     assert not w.pub.live[NS].holding()
     assert any("refused by the broadcaster" in r.message for r in caplog.records)
+
+
+def test_a_subscriber_down_for_good_holds_the_others_back_once():
+    """After its calls were given up, a dead subscriber's window is free and fills again; it
+    is left out at once then, not after another 30 s of the others waiting."""
+    w = _world("alice", "bob", max_unconfirmed=100)
+    w.alice.down = True
+    w.publish(150)
+    _later(w, STALL_NS / 1e9, rounds=2)  # alice stalled: bob gets the 50 held back
+    assert _got(w.bob) == list(range(150))
+    _later(w, 10, rounds=NOTIFY_ATTEMPTS)  # alice's 100 notifications given up
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0 and w.bc.stats.notify_dropped == 100
+    w.publish(150, start=150)  # alice's window fills again at 100 of these
+    _later(w, 0.5, rounds=4)
+    assert _got(w.bob) == list(range(150, 300))

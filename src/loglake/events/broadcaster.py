@@ -34,7 +34,8 @@ replay (its event ids show the gap). Replays to it still wait for it (``Busy``).
 
 Notification calls that fail (the subscriber restarting, a timeout) are sent again with back-off
 for about a minute (``NOTIFY_ATTEMPTS``), then given up: their notifications leave the
-subscriber's window (it gets the events with a replay). A resent call may arrive twice; the
+subscriber's window (it gets the events with a replay); a stalled subscriber stays stalled, left
+out as soon as its window is full again, until it confirms. A resent call may arrive twice; the
 subscriber deduplicates by event id.
 """
 
@@ -497,7 +498,9 @@ class Broadcaster(Role):
         for t in routes.values():
             key = t.subscriber.bytes
             since = self.full_since.get(key)
-            if since is None or now - since < self.stall_ns:
+            # stalled before and not heard from since (its calls failed and were given up):
+            # left out as soon as its window is full again, not after another stall_ns
+            if since is None or (now - since < self.stall_ns and key not in self.stalled):
                 out.append(t)
                 continue
             if key not in self.stalled:
@@ -510,7 +513,7 @@ class Broadcaster(Role):
         return out
 
     def _unstalled(self, key: bytes) -> None:
-        """The subscriber's window moved (a confirmation, notifications given up on)."""
+        """The subscriber confirmed: its window moves again."""
         self.full_since.pop(key, None)
         if key in self.stalled:
             self.stalled.discard(key)
@@ -611,7 +614,8 @@ class Broadcaster(Role):
         if freed:
             self.unconfirmed[key] -= freed
             self.stats.notify_dropped += freed
-            self._unstalled(key)
+            # room again, but still not heard from: it stays stalled (``_live_targets``)
+            self.full_since.pop(key, None)
 
     def pump(self, now: int) -> bool:
         """Send failed status reports and notification calls again when due; resend relayed
