@@ -162,3 +162,23 @@ def test_a_subscriber_down_for_good_holds_the_others_back_once():
     w.publish(150, start=150)  # alice's window fills again at 100 of these
     _later(w, 0.5, rounds=4)
     assert _got(w.bob) == list(range(150, 300))
+
+
+def test_the_backlog_keeps_event_id_order():
+    from loglake.events.live import LiveBacklog
+    from loglake.events.messages import Event
+
+    def evs(ids):
+        return [Event(i, None, 0, NS, {"Nat": i}, None, None) for i in ids]
+
+    b = LiveBacklog(NS)
+    b.hold(evs([0, 1]), 0)  # one call answered Busy
+    b.queue(evs([4, 5]))  # newer events published meanwhile
+    b.hold(evs([2, 3]), 0)  # a call sent before them, answered after: goes before 4
+    assert [e.event_id for e in b.events] == [0, 1, 2, 3, 4, 5]
+    out = b.take(10**9, 3, 10**6)
+    b.inflight += 1
+    assert [e.event_id for e in out] == [0, 1, 2]
+    b.inflight -= 1
+    b.hold(out[1:], 10**9, front=True)  # a resend partly Busy: ahead of what waits
+    assert [e.event_id for e in b.events] == [1, 2, 3, 4, 5]

@@ -65,10 +65,15 @@ class LiveBacklog:
         back-off. ``front``: a resend's own events, older than whatever queued meanwhile."""
         if not events:
             return
+        joint = len(events) if front else len(self.events)  # where the two runs meet
         if front:
             self.events.extendleft(reversed(events))
         else:
             self.events.extend(events)
+        if 0 < joint < len(self.events) and (
+            self.events[joint - 1].event_id > self.events[joint].event_id
+        ):  # an older call's events answered after newer ones were queued: back in id order
+            self.events = deque(sorted(self.events, key=lambda e: e.event_id))
         self.due = now + self.delay
         self.delay = min(self.delay * 2, CAP_NS)
         self._bound()
