@@ -182,3 +182,26 @@ def test_the_backlog_keeps_event_id_order():
     b.inflight -= 1
     b.hold(out[1:], 10**9, front=True)  # a resend partly Busy: ahead of what waits
     assert [e.event_id for e in b.events] == [1, 2, 3, 4, 5]
+
+
+def test_a_lost_confirmation_is_sent_again():
+    """A confirmation whose call failed was not sent again: its notifications stayed in the
+    window for good, so a subscriber losing a few filled it, held the namespace back 30 s and
+    was then left out of live events for good though it was up."""
+    w = _world("alice", max_unconfirmed=100)
+    real = w.bc.methods["icrc72_confirm_notifications"]
+    lost = []
+
+    def flaky(caller, ids, now):
+        if not lost:
+            lost.append(ids)
+            raise ConnectionError("reply timed out")
+        return real(caller, ids, now)
+
+    w.bc.methods["icrc72_confirm_notifications"] = flaky
+    w.publish(100)
+    assert lost and w.bc.unconfirmed[w.p["alice"].bytes] == 100
+    _later(w, 1)
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0
+    w.publish(100, start=100)
+    assert _got(w.alice) == list(range(200))

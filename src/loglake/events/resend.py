@@ -1,4 +1,6 @@
-"""Calls a core sends again when their reply was a failure: system messages and status reports.
+"""Calls a core sends again when their reply was a failure: system messages and status reports,
+and the Broadcaster's notifications and the Subscriber's confirmations (bounded, each core says
+how).
 
 Why: ICRC-72 system notifications (a replay's add and remove to its Publisher) and ICRC-77
 status reports (a Publisher's ``icrc77_replay_status``) are sent once; if one is lost — a

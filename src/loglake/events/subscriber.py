@@ -7,7 +7,11 @@
   new notification ids, so the event id is the identity. A duplicate is confirmed but not
   delivered again.
 - Confirms every notification it accepted with ``icrc72_confirm_notifications`` (ICRC-77
-  "Compatibility": replayed notifications require normal confirmation).
+  "Compatibility": replayed notifications require normal confirmation). A confirmation whose
+  call failed is sent again with back-off (``resend.Resender``): lost, it left the
+  notifications in the Broadcaster's window for good, and a subscriber whose window fills is
+  first a brake on its namespace's live events, then left out of them (``broadcaster``). A
+  repeated confirmation is harmless: ids already confirmed are answered ``NotFound``.
 - Follows replays through the headers: ``icrc77:replay:id`` and the end header, read under both
   names the ICRC-77 text uses (``icrc77:replay:end_id`` and ``icrc77:replay:end``).
 
@@ -31,6 +35,7 @@ from loglake.errors import LoglakeError
 from loglake.events import sysmsg
 from loglake.events.fastcodec import NotificationBatch
 from loglake.events.messages import H_REPLAY_END, H_REPLAY_END_ID, H_REPLAY_ID, EventNotification
+from loglake.events.resend import Resender
 from loglake.events.role import Call, Role, check_positive
 from loglake.wire.icrc16 import map_get
 
@@ -77,7 +82,22 @@ class Subscriber(Role):
         self.replays: dict[int, ReplayProgress] = {}
         self.duplicates = 0
         self.rejected = 0
+        self.resender = Resender()
+        """Confirmations whose call failed, sent again (module docstring)."""
         self.methods = {"icrc72_handle_notification": self.handle_notification}
+
+    def on_reply(self, call: Call, reply: Any, now: int) -> None:
+        if call.method != "icrc72_confirm_notifications":
+            return
+        if isinstance(reply, BaseException):
+            self.resender.failed(call, now, reply)
+        else:
+            self.resender.succeeded(call)
+
+    def pump(self, now: int) -> bool:
+        again = self.resender.due(now)
+        self.outbox.extend(again)
+        return bool(again)
 
     def handle_notification(
         self, caller: Principal, notes: list[EventNotification], now: int
