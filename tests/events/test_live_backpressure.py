@@ -205,3 +205,57 @@ def test_a_lost_confirmation_is_sent_again():
     assert w.bc.unconfirmed[w.p["alice"].bytes] == 0
     w.publish(100, start=100)
     assert _got(w.alice) == list(range(200))
+
+
+class Hung(Flaky):
+    """A subscriber whose calls time out (``hung``): it takes nothing and answers nothing."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.hung = False
+        self.calls = 0
+
+    def handle_notification(self, caller, notes, now):
+        self.calls += 1
+        if self.hung:
+            raise TimeoutError("no reply in 120 s")
+        return super().handle_notification(caller, notes, now)
+
+
+def test_a_hung_subscriber_is_left_out_at_its_first_timeout_until_heard_from(caplog):
+    """Over HTTP every call of the broadcaster waits behind one to a hung subscriber (120 s):
+    its timed-out notification call is not sent again, and no live event goes to it (no
+    probe) until it confirms or subscribes again."""
+    w = World(subscriber=Hung)
+    w.register_publication()
+    w.subscribe("alice")
+    w.subscribe("bob")
+    w.alice.hung = True
+    with caplog.at_level("WARNING", "loglake.events"):
+        w.publish(10)
+    calls = w.alice.calls
+    assert _got(w.bob) == list(range(10)) and w.bc.unconfirmed[w.p["alice"].bytes] == 0
+    assert any("timed out" in r.getMessage() for r in caplog.records)
+    _later(w, STALL_NS / 1e9, rounds=3)
+    w.publish(10, start=10)
+    assert w.alice.calls == calls and _got(w.bob) == list(range(10, 20))  # no resend, no probe
+    w.alice.hung = False
+    w.subscribe("alice")  # subscribed again: heard from
+    w.publish(10, start=20)
+    assert _got(w.alice) == list(range(20, 30)) and not w.bc.stalled
+
+
+def test_an_unreachable_subscriber_is_probed_and_comes_back():
+    w = _world("alice", "bob")
+    w.alice.down = True
+    w.publish(10)
+    _later(w, 10, rounds=NOTIFY_ATTEMPTS)  # its calls failed for a minute: given up, stalled
+    assert w.p["alice"].bytes in w.bc.stalled
+    w.publish(10, start=10)  # not a probe yet: alice left out
+    assert w.bc.unconfirmed[w.p["alice"].bytes] == 0
+    w.alice.down = False
+    _later(w, STALL_NS / 1e9)
+    w.publish(10, start=20)  # the probe: alice takes it and confirms
+    assert _got(w.alice) == list(range(20, 30)) and not w.bc.stalled
+    w.publish(5, start=30)
+    assert _got(w.alice) == list(range(30, 35))

@@ -29,14 +29,17 @@ Back-pressure: a subscriber with more than ``max_unconfirmed`` unconfirmed notif
 later (live events too: ``loglake.events.live``). ICRC-72 says no more, and a subscriber that
 stopped confirming would then hold every other subscriber of its namespaces back for good; so a
 subscriber whose window has been full for ``stall_ns`` (30 s) is *stalled*: live events skip it
-(a warning says so, once) until it confirms again, and it gets what it missed with an ICRC-77
-replay (its event ids show the gap). Replays to it still wait for it (``Busy``).
+(a warning says so, once) until it is heard from again (a confirmation, its subscription
+registered again), and it gets what it missed with an ICRC-77 replay (its event ids show the
+gap). Replays to it still wait for it (``Busy``).
 
-Notification calls that fail (the subscriber restarting, a timeout) are sent again with back-off
-for about a minute (``NOTIFY_ATTEMPTS``), then given up: their notifications leave the
-subscriber's window (it gets the events with a replay); a stalled subscriber stays stalled, left
-out as soon as its window is full again, until it confirms. A resent call may arrive twice; the
-subscriber deduplicates by event id.
+Notification calls that fail (the subscriber restarting) are sent again with back-off for about
+a minute (``NOTIFY_ATTEMPTS``), then given up: their notifications leave the subscriber's window
+(it gets the events with a replay) and it is stalled, one publish tried on it each ``stall_ns``
+(a probe: it comes back when it takes one). A call that timed out is not sent again and its
+subscriber is stalled at once, without probes: over HTTP every call of this broadcaster waited
+behind it (``server.CALL_TIMEOUT_S``). A resent call may arrive twice; the subscriber
+deduplicates by event id.
 """
 
 from __future__ import annotations
@@ -198,8 +201,9 @@ class Broadcaster(Role):
         self.full_since: dict[bytes, int] = {}
         """subscriber → when an event was first held back by its full window (cleared when it
         confirms)."""
-        self.stalled: set[bytes] = set()
-        """Subscribers live events skip (warned of once per stall)."""
+        self.stalled: dict[bytes, int | None] = {}
+        """Subscribers live events skip, until they confirm (warned of once a stall) → when a
+        publish may go to it again as a probe (None: not before it confirms)."""
         self.notify_resender = Resender(max_attempts=NOTIFY_ATTEMPTS)
         self.orchestrator = orchestrator
         self.max_unconfirmed = max_unconfirmed
@@ -244,6 +248,7 @@ class Broadcaster(Role):
             for ns, sub, cfg in sysmsg.read_subscriber_add(payload):
                 f, s, stopped = parse_subscription_config(cfg)
                 self.routes.setdefault(ns, {})[sub.bytes] = Route(sub, f, s, stopped)
+                self._unstalled(sub.bytes)  # subscribed again: heard from
         elif key == sysmsg.BROADCASTER_REPLAY_ADD:
             for a in sysmsg.read_broadcaster_replay_add(payload):
                 if a.replay_id in self.replays:
@@ -490,34 +495,48 @@ class Broadcaster(Role):
                 self.full_since.setdefault(key, now)
 
     def _live_targets(self, namespace: str, now: int) -> list[Route]:
-        """The namespace's subscribers live events go to: all but the stalled ones."""
+        """The namespace's subscribers live events go to: all but the stalled ones (a stalled
+        one with room in its window is tried once each ``stall_ns``: a probe)."""
         routes = self.routes.get(namespace, {})
-        if not self.full_since:
+        if not self.full_since and not self.stalled:
             return list(routes.values())
         out = []
         for t in routes.values():
             key = t.subscriber.bytes
-            since = self.full_since.get(key)
-            # stalled before and not heard from since (its calls failed and were given up):
-            # left out as soon as its window is full again, not after another stall_ns
-            if since is None or (now - since < self.stall_ns and key not in self.stalled):
-                out.append(t)
+            if key in self.stalled:
+                probe = self.stalled[key]
+                full = self.unconfirmed.get(key, 0) >= self.max_unconfirmed
+                if probe is not None and now >= probe and not full:
+                    self.stalled[key] = now + self.stall_ns
+                    out.append(t)
                 continue
-            if key not in self.stalled:
-                self.stalled.add(key)
-                log.warning(
-                    "subscriber %s stalled: %d notifications unconfirmed for %.0f s; live "
-                    "events of %r go on without it until it confirms (it can replay the gap)",
-                    t.subscriber, self.unconfirmed.get(key, 0), (now - since) / 1e9, namespace,
-                )  # fmt: skip
+            since = self.full_since.get(key)
+            if since is not None and now - since >= self.stall_ns:
+                why = f"its window has been full for {(now - since) / 1e9:.0f} s"
+                self._stall(t.subscriber, why, now + self.stall_ns)
+                continue
+            out.append(t)
         return out
 
+    def _stall(self, sub: Principal, why: str, probe: int | None) -> None:
+        """Leave ``sub`` out of live events until it confirms; ``probe``: when a publish may go
+        to it again (None: not before it confirms)."""
+        key = sub.bytes
+        if key not in self.stalled:
+            self.stalled[key] = probe
+            log.warning(
+                "subscriber %s stalled (%s): live events go on without it until it confirms "
+                "(it can replay the gap)",
+                sub, why,
+            )  # fmt: skip
+        elif probe is None:
+            self.stalled[key] = None
+
     def _unstalled(self, key: bytes) -> None:
-        """The subscriber confirmed: its window moves again."""
+        """The subscriber was heard from (a confirmation, its subscription again)."""
         self.full_since.pop(key, None)
-        if key in self.stalled:
-            self.stalled.discard(key)
-            log.info("subscriber %s confirms again: live events go to it", Principal(key))
+        if self.stalled.pop(key, False) is not False:
+            log.info("subscriber %s heard from again: live events go to it", Principal(key))
 
     def _replay_source(self, route: ReplayRoute, caller: Principal) -> bool:
         if route.relay is None or route.relay == self.principal:
@@ -614,8 +633,7 @@ class Broadcaster(Role):
         if freed:
             self.unconfirmed[key] -= freed
             self.stats.notify_dropped += freed
-            # room again, but still not heard from: it stays stalled (``_live_targets``)
-            self.full_since.pop(key, None)
+            self.full_since.pop(key, None)  # room again (the caller stalls it)
 
     def pump(self, now: int) -> bool:
         """Send failed status reports and notification calls again when due; resend relayed
@@ -637,8 +655,18 @@ class Broadcaster(Role):
         if call.method == "icrc72_handle_notification" and call.token:
             if not isinstance(reply, BaseException):
                 self.notify_resender.succeeded(call)
+            elif isinstance(reply, TimeoutError):
+                # the subscriber is hung: in the HTTP adapter every call of this broadcaster
+                # waited behind this one (CALL_TIMEOUT_S), so it is neither sent again nor
+                # probed: left out of live events until it confirms or subscribes again
+                self.notify_resender.forget(call)
+                self._release(call.target.bytes, call.token[1])
+                self._stall(call.target, "its notification call timed out", None)
             elif not self.notify_resender.failed(call, now, reply):
                 self._release(call.target.bytes, call.token[1])
+                # unreachable for a minute: probed each stall_ns rather than sent every event
+                why = "its notification calls failed for a minute"
+                self._stall(call.target, why, now + self.stall_ns)
             return
         if call.method == "icrc77_replay_status":
             if isinstance(reply, BaseException):
@@ -707,8 +735,9 @@ class Broadcaster(Role):
         if done:
             self.unconfirmed[key] -= done
             self.stats.confirmed += done
-            if self.full_since:
-                self._unstalled(key)
+        if ids and (key in self.stalled or key in self.full_since):
+            # heard from (even when every id was given up on here already: it was hung)
+            self._unstalled(key)
         return results
 
 
