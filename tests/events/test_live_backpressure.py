@@ -176,10 +176,9 @@ def test_the_backlog_keeps_event_id_order():
     b.queue(evs([4, 5]))  # newer events published meanwhile
     b.hold(evs([2, 3]), 0)  # a call sent before them, answered after: goes before 4
     assert [e.event_id for e in b.events] == [0, 1, 2, 3, 4, 5]
-    out = b.take(10**9, 3, 10**6)
-    b.inflight += 1
+    assert b.ready(10**9) and b.calls(4) == 1  # backing off: one call tries
+    out = b.take(3, 10**6)
     assert [e.event_id for e in out] == [0, 1, 2]
-    b.inflight -= 1
     b.hold(out[1:], 10**9, front=True)  # a resend partly Busy: ahead of what waits
     assert [e.event_id for e in b.events] == [1, 2, 3, 4, 5]
 
@@ -259,3 +258,29 @@ def test_an_unreachable_subscriber_is_probed_and_comes_back():
     assert _got(w.alice) == list(range(20, 30)) and not w.bc.stalled
     w.publish(5, start=30)
     assert _got(w.alice) == list(range(30, 35))
+
+
+def test_a_subscriber_that_never_confirms_has_its_window_released(caplog):
+    """Crashed after taking its notifications, a subscriber confirms none: its window stayed
+    full for good, and its replays (which wait for room there) were Busy for ever."""
+    w = _world("alice", "bob", max_unconfirmed=100)
+    w.bob.stuck = True
+    w.publish(150)
+    with caplog.at_level("WARNING", "loglake.events"):
+        _later(w, STALL_NS / 1e9, rounds=11)
+    assert w.bc.unconfirmed[w.p["bob"].bytes] == 0 and w.bc.stats.notify_dropped == 100
+    assert any("confirmed nothing" in r.getMessage() for r in caplog.records)
+    assert _got(w.alice) == list(range(150))
+
+
+def test_a_live_event_over_the_body_limit_is_refused_and_the_rest_flow():
+    """Over HTTP a 413 was a plain ConnectionError, resent for ever with every later live
+    event queued behind it; a 4xx is final (``CallRefused.retriable``)."""
+    w = World(subscriber=Flaky, max_body_bytes=64 * 1024)
+    w.register_publication()
+    w.subscribe("alice")
+    w._publish_call([({"Blob": b"x" * 100_000}, None)])
+    w.publish(20, start=1)
+    _later(w, 1, rounds=3)
+    assert _got(w.alice) == list(range(1, 21)) and w.pub.live_refused == 1
+    assert not w.pub.live[NS].holding()

@@ -354,3 +354,21 @@ def test_forwards_to_a_target_down_for_good_are_given_up(caplog):
     r = w.bc.relays[rid]
     assert not r.retry and r.inflight == 0 and w.bc.stats.relay_failed == 30
     assert any("given up after 12 failed forwards" in x.message for x in caplog.records)
+
+
+def test_forwards_failing_together_count_as_one_failed_round():
+    """The calls in flight when the target went down fail together: counted a failure each,
+    20 calls of an outage gave up calls 12 to 20 on their first attempt (450 of 1,000 events
+    lost, the replay completed(1000))."""
+    w = _relayed(batch_size=50)
+    w.bc.relay_batch = 50
+    up = _failing(w.bc2)
+    rid = w.replay("bob", 0, 1000).value
+    w.net.run()
+    up()
+    for _ in range(5):
+        w.clock.now += 1_000_000_000
+        w.net.run()
+    assert [n.event_id for n in w.bob.take()] == list(range(1000))
+    assert w.bc.stats.relay_failed == 0
+    assert w.status("bob", rid).status == ReplayState("completed", 1000)

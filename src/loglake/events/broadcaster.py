@@ -140,7 +140,8 @@ class RelayRoute:
     retry: deque[Event] = field(default_factory=deque)
     forwarded: int = 0
     failures: int = 0
-    """Forwards that failed in a row (the target unreachable); reset by one answered."""
+    """Rounds of forwards that failed in a row (the target unreachable; the calls in flight
+    when it went fail together, one round); reset by one answered."""
     due: int = 0
     """After failures: the clock time (ns) before which ``retry`` is not resent."""
 
@@ -180,6 +181,11 @@ STALL_NS = 30_000_000_000
 live events stop waiting for it (module docstring)."""
 NOTIFY_ATTEMPTS = 12
 """Sends of a notification call at most: 11 resends after 0.1 s doubling to 10 s, ~53 s."""
+RELEASE_AFTER_STALLS = 10
+"""A stalled subscriber whose window has stayed full this many ``stall_ns`` (5 minutes: it
+confirms nothing, crashed after taking its notifications, say) has them given up
+(``notify_dropped``): its replays, which wait for room in its window, can then run (it gets
+the gap with one)."""
 RELAY_ATTEMPTS = 12
 """Failed forwards in a row a relay resends its events after (the same back-off), then gives
 them up (``relay_failed``, a warning): the Publisher was answered ``Ok`` for them already."""
@@ -635,12 +641,26 @@ class Broadcaster(Role):
             self.stats.notify_dropped += freed
             self.full_since.pop(key, None)  # room again (the caller stalls it)
 
+    def _release_stalled(self, now: int) -> None:
+        for key, since in list(self.full_since.items()):
+            if key not in self.stalled or now - since < self.stall_ns * RELEASE_AFTER_STALLS:
+                continue
+            mine = [nid for nid, p in self.pending.items() if p.subscriber.bytes == key]
+            log.warning(
+                "subscriber %s confirmed nothing for %.0f s: its %d unconfirmed notifications "
+                "are given up (it gets them with a replay)",
+                Principal(key), (now - since) / 1e9, len(mine),
+            )  # fmt: skip
+            self._release(key, mine)
+
     def pump(self, now: int) -> bool:
         """Send failed status reports and notification calls again when due; resend relayed
         events the target answered ``Busy`` (when nothing else is queued); read on from replay
         jobs' outputs."""
         again = self.resender.due(now) + self.notify_resender.due(now)
         self.outbox.extend(again)
+        if self.full_since:
+            self._release_stalled(now)
         queued = self._pump_jobs() or bool(again)
         for relay in self.relays.values():
             if relay.retry and now >= relay.due:
@@ -683,7 +703,8 @@ class Broadcaster(Role):
         if isinstance(reply, BaseException):
             # the target restarting, a timeout: sent again with back-off (it deduplicates
             # nothing, its subscriber does by event id); given up after RELAY_ATTEMPTS
-            relay.failures += 1
+            if now >= relay.due:  # one failure a round: the calls in flight fail together
+                relay.failures += 1
             if getattr(reply, "retriable", True) and relay.failures < RELAY_ATTEMPTS:
                 relay.retry.extend(call.arg)
                 wait = min(self.notify_resender.first_ns << (relay.failures - 1), CAP_NS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 from loglake.events.messages import Event, by_size
 
@@ -55,6 +56,8 @@ class LiveBacklog:
     """Events given up on since the publisher started (the oldest, over ``max_events``)."""
     resent: int = 0
     """Events sent again (a call of them may hold more than one attempt's)."""
+    failed_calls: int = 0
+    """Resend calls that failed in a row (not answered at all; ``Busy`` is an answer)."""
 
     def holding(self) -> bool:
         """Events wait here, or a resend is out: new live events go behind them."""
@@ -99,13 +102,22 @@ class LiveBacklog:
             )  # fmt: skip
         self.dropped += over
 
-    def take(self, now: int, batch: int, max_bytes: int) -> list[Event]:
-        """The next call's events, oldest first, at most ``batch`` of them and one ``by_size``
-        chunk of ``max_bytes`` (one call out at a time keeps them in order): none while a
-        resend is out or before the back-off has passed."""
-        if self.inflight or not self.events or now < self.due:
+    def ready(self, now: int) -> bool:
+        """Events wait, no resend is out and the back-off has passed."""
+        return bool(self.events) and not self.inflight and now >= self.due
+
+    def calls(self, most: int) -> int:
+        """How many calls to send now: one while backing off (a try), else up to ``most``
+        (pipelined in order: one call at a time could not drain a backlog that new events
+        join as fast)."""
+        return most if self.delay == FIRST_NS else 1
+
+    def take(self, batch: int, max_bytes: int) -> list[Event]:
+        """The next call's events, oldest first: at most ``batch`` of them and one ``by_size``
+        chunk of ``max_bytes``."""
+        head = list(islice(self.events, batch))
+        if not head:
             return []
-        head = [self.events[i] for i in range(min(batch, len(self.events)))]
         out = by_size(head, max_bytes)[0]
         for _ in out:
             self.events.popleft()
@@ -116,3 +128,4 @@ class LiveBacklog:
         """A call of this backlog's events was answered with every event taken: the back-off
         starts again from ``FIRST_NS``."""
         self.delay = FIRST_NS
+        self.failed_calls = 0

@@ -31,7 +31,7 @@ from icp_principal import Principal
 from loglake.events.actions import Call, JobAction, StartReplayJob
 from loglake.events.codec import METHODS
 from loglake.events.orchestrator import Orchestrator
-from loglake.events.resend import NoAddress
+from loglake.events.resend import CallRefused, NoAddress
 from loglake.events.role import Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 
@@ -169,9 +169,7 @@ class InProcessNetwork:
         body = m.encode_arg(c.arg)
         if self.max_body_bytes is not None and len(body) > self.max_body_bytes:
             if not ghost:
-                src.on_reply(
-                    c, ConnectionError(f"{c.method} → 413: {len(body)} bytes"), self.clock()
-                )
+                src.on_reply(c, CallRefused(c.method, 413, b"%d bytes" % len(body)), self.clock())
                 self._collect(src)
             return True
         try:

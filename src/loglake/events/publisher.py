@@ -91,6 +91,10 @@ _PREFIX = icrc16.MESSAGE_PREFIX
 _PLEN = len(_PREFIX)
 _PREFIX_ROW = np.frombuffer(_PREFIX, np.uint8)
 log = logging.getLogger("loglake.events")
+LIVE_ATTEMPTS = 12
+"""Resend calls of a namespace's live backlog that may fail in a row (not answered: the
+broadcaster down, a 5xx) before the events of the failing one are given up (``live_refused``,
+a warning): they stay in the stream; the events behind them waited for them."""
 
 
 class StoredEventError(DecodeError):
@@ -436,10 +440,12 @@ class Publisher(Role):
         queued = False
         for ns, backlog in self.live.items():
             bc = self.broadcaster_for(ns)
-            if bc is None:
+            if bc is None or not backlog.ready(now):
                 continue
-            events = backlog.take(now, self.batch_size, self.max_message_bytes)
-            if events:
+            for _ in range(backlog.calls(self.max_inflight)):
+                events = backlog.take(self.batch_size, self.max_message_bytes)
+                if not events:
+                    break
                 backlog.inflight += 1
                 self.outbox.append(Call(bc, "icrc72_publish", events, token=("live", ns, 1)))
                 queued = True
@@ -458,13 +464,17 @@ class Publisher(Role):
         events: list[Event] = list(call.arg)
         missed: list[Event] = []
         if isinstance(reply, BaseException):
-            if getattr(reply, "retriable", True):  # not answered: may have arrived (dedup)
+            if resend:
+                backlog.failed_calls += 1
+            # not answered: may have arrived (subscribers deduplicate); not for ever, though:
+            # the events behind it wait for it
+            if getattr(reply, "retriable", True) and backlog.failed_calls < LIVE_ATTEMPTS:
                 missed = events
             else:
                 self.live_refused += len(events)
                 log.warning("live events %d.. of %r not sent: %s", events[0].event_id, ns, reply)
-        elif isinstance(reply, PublishResults):  # Ok… then Busy…
-            missed = events[min(reply.delivered, len(events)) : len(reply)]
+        elif isinstance(reply, PublishResults):  # Ok… then Busy… (a short one: the rest too)
+            missed = events[min(reply.delivered, len(events)) :]
         else:
             refused: list[Any] = []
             for e, res in zip(events, reply, strict=False):
@@ -472,6 +482,7 @@ class Publisher(Role):
                     missed.append(e)
                 elif isinstance(res, Err):
                     refused.append(res)
+            missed += events[len(reply) :]  # not answered (a reply shorter than the call)
             if refused:
                 self.live_refused += len(refused)
                 log.warning(
@@ -480,7 +491,7 @@ class Publisher(Role):
                 )  # fmt: skip
         if missed:
             backlog.hold(missed, now, front=resend)
-        elif resend:
+        elif resend and not isinstance(reply, BaseException):
             backlog.taken()
 
     def _poll_heads(self, now: int) -> bool:

@@ -48,6 +48,17 @@ class NoAddress(LoglakeError, ConnectionError):
         super().__init__(f"no address for {target}")
 
 
+class CallRefused(ConnectionError):
+    """A role answered a call with an HTTP error status. ``retriable`` (read by the cores'
+    resends): a server error, 408 or 429 may pass later; any other 4xx (413 too long, 400 bad
+    Candid, 401/403) will not, and resending it for ever held back whatever queued behind it."""
+
+    def __init__(self, method: str, status: int, body: bytes) -> None:
+        super().__init__(f"{method} → {status}: {body[:200]!r}")
+        self.status = status
+        self.retriable = status >= 500 or status in (408, 429)
+
+
 @dataclass
 class Resender:
     first_ns: int = FIRST_NS

@@ -64,7 +64,7 @@ from loglake.events.identity import (
 )
 from loglake.events.orchestrator import Orchestrator
 from loglake.events.publisher import Publisher, publication_config
-from loglake.events.resend import NoAddress
+from loglake.events.resend import CallRefused, NoAddress
 from loglake.events.role import RateLimited, Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import InboxCursorError, Subscriber
@@ -474,8 +474,9 @@ class HttpRoleServer:
             asyncio.create_task(self._replier()),
             asyncio.create_task(self._performer()),
         ]
-        if isinstance(self.role, Publisher | Broadcaster | Orchestrator):
-            # replays; relay resends; an orchestrator's resends after a restart
+        if isinstance(self.role, Publisher | Broadcaster | Orchestrator | Subscriber):
+            # replays; relay resends; an orchestrator's resends after a restart; resends of
+            # failed calls (a subscriber's confirmations)
             self.tasks.append(asyncio.create_task(self._pumper()))
         self.drain()
 
@@ -530,7 +531,7 @@ class HttpRoleServer:
             try:
                 status, data = await asyncio.wait_for(asyncio.shield(fut), CALL_TIMEOUT_S)
                 if status != 200:
-                    raise ConnectionError(f"{c.method} → {status}: {data[:200]!r}")
+                    raise CallRefused(c.method, status, data)
                 reply: Any = METHODS[c.method].decode_ret(data)
             except Exception as e:  # the core decides what a failed call means
                 if isinstance(e, TimeoutError):
