@@ -418,7 +418,7 @@ def test_broadcaster_answers_busy_and_the_publisher_resends():
         w.net.step()
     assert w.bc.stats.busy > 0 and ids(w.bob) == []
     w.bc.max_unconfirmed = 1_000
-    w.net.run()
+    w.settle()  # past the publisher's back-off
     assert ids(w.bob) == list(range(20))
     assert w.status("bob", rid).status == ReplayState("completed", 20)
 
@@ -860,3 +860,16 @@ def test_a_replay_whose_range_retention_removes_while_it_runs_ends_errored():
     assert got == list(range(len(got))) and len(got) <= 40  # nothing past the removed events
     st = w.status("bob", rid).status
     assert st == ReplayState("errored", "events before 60 are no longer kept"), st
+
+
+def test_a_replay_answered_busy_backs_off_instead_of_spinning():
+    """Each ``Busy`` was resent at once: publisher and broadcaster traded calls as fast as they
+    could for as long as the subscriber confirmed nothing (over HTTP, a core each spinning)."""
+    w = _ready(max_unconfirmed=0)
+    w.replay("bob", 0, 20)
+    steps = w.net.run(max_steps=10_000)
+    assert steps < 100 and w.bc.stats.busy < 50  # it waits for the clock
+    for _ in range(5):
+        w.clock.now += 5_000_000_000
+        w.net.run(max_steps=10_000)
+    assert w.bc.stats.busy <= 20 * 8  # a try of its 20 events each back-off, not a spin

@@ -275,7 +275,7 @@ def test_relay_window_pushes_back_on_the_publisher():
     assert w.bc.stats.busy > 0  # the relay answered Busy to the publisher
     assert len(w.bc.relays[rid].retry) + w.bc.relays[rid].inflight <= 5
     w.bc2.max_unconfirmed = 1_000
-    w.net.run()
+    w.settle(rounds=20, seconds=1)  # the publisher backs off a fully Busy reply (0.1 s...)
     assert [n.event_id for n in w.bob.take()] == list(range(40))
     assert w.status("bob", rid).status == ReplayState("completed", 40)
 

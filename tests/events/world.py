@@ -102,6 +102,14 @@ class World:
         out = self.net.call(caller, self.p[target], method, arg)
         return out
 
+    def settle(self, rounds: int = 5, seconds: float = 5.0) -> None:
+        """Run until quiet, ``rounds`` times, the clock moved ``seconds`` between: resends
+        after a back-off (``Busy``, failed calls) go out."""
+        for _ in range(rounds):
+            self.net.run()
+            self.clock.now += int(seconds * 1e9)
+        self.net.run()
+
     def register_publication(self, config=None) -> None:
         cfg = config if config is not None else [(C_REPLAY, {"Bool": True})]
         self.pub.register(NS, cfg)

@@ -52,7 +52,7 @@ import numpy as np
 from icp_principal import Principal
 
 from loglake.errors import DecodeError
-from loglake.events import sysmsg
+from loglake.events import live, sysmsg
 from loglake.events.actions import AppendEvents, Call, ReadBounds, ReadRange, StorageAction
 from loglake.events.fastcodec import EventBatch, PublishResults, event_batch
 from loglake.events.live import MAX_EVENTS as MAX_LIVE_BACKLOG
@@ -249,6 +249,9 @@ class ActiveReplay:
     retry: deque[Event] = field(default_factory=deque)
     next_at: int = 0
     """With a ``replay_rate``: the clock time (ns) before which no batch is procured."""
+    retry_at: int = 0
+    """After ``Busy``: the clock time (ns) before which nothing is sent (``live`` back-off)."""
+    retry_delay: int = live.FIRST_NS
 
 
 def publication_config(price_per_event: int = 0, currency: str = "icrc1:loglake") -> ICRC16Map:
@@ -677,6 +680,11 @@ class Publisher(Role):
             while r.inflight < self.max_inflight and (r.retry or r.cursor < r.end):
                 if self.replay_rate is not None and now < r.next_at:
                     break  # paced: the adapter pumps again later
+                if r.retry and now < r.retry_at:
+                    # the broadcaster answered Busy: sent again after the back-off (at once,
+                    # each Busy was another round trip, publisher and broadcaster spinning as
+                    # long as the subscriber confirmed nothing)
+                    break
                 if r.retry:
                     n = min(len(r.retry), self.batch_size)
                     events = [r.retry.popleft() for _ in range(n)]
@@ -777,6 +785,7 @@ class Publisher(Role):
         if isinstance(reply, BaseException):
             self._finish(r, ReplayState("errored", f"publish failed: {reply}"))
             return
+        held, sent = len(r.retry), r.sent
         if isinstance(reply, PublishResults):  # Ok… then Busy…: no result object each
             ok = min(reply.delivered, len(call.arg))
             r.sent += ok
@@ -784,6 +793,12 @@ class Publisher(Role):
                 r.retry.extend(call.arg[ok : len(reply)])
         elif not self._replied(r, call, reply):
             return
+        if len(r.retry) > held and r.sent == sent:
+            # nothing taken, all Busy: back off (pump), doubling while it lasts
+            r.retry_at = now + r.retry_delay
+            r.retry_delay = min(r.retry_delay * 2, live.CAP_NS)
+        elif r.sent > sent:  # some taken: the window moves, the rest go at once
+            r.retry_at, r.retry_delay = now, live.FIRST_NS
         if r.sent - r.reported >= self.progress_every and not r.canceled:
             r.reported = r.sent
             self.outbox.append(
