@@ -143,7 +143,10 @@ class RelayRoute:
     """Rounds of forwards that failed in a row (the target unreachable; the calls in flight
     when it went fail together, one round); reset by one answered."""
     due: int = 0
-    """After failures: the clock time (ns) before which ``retry`` is not resent."""
+    """After failures or a reply all ``Busy``: the clock time (ns) before which ``retry`` is
+    not resent."""
+    busy_delay: int = 0
+    """The next back-off after a reply all ``Busy`` (0: none yet; doubles to ``CAP_NS``)."""
 
     def keeps(self, e: Event) -> bool:
         if self.skip is not None and not self.skip.keeps(e.event_id):
@@ -717,14 +720,21 @@ class Broadcaster(Role):
                 )  # fmt: skip
             return
         relay.failures = 0
+        took = 0
         for e, res in zip(call.arg, reply, strict=False):
             if isinstance(res, Ok):
-                relay.forwarded += 1
-                self.stats.relayed += 1
+                took += 1
             elif isinstance(res, Err) and res.tag == "Busy":
                 relay.retry.append(e)
             else:
                 self.stats.relay_failed += 1
+        relay.forwarded += took
+        self.stats.relayed += took
+        if took or not relay.retry:
+            relay.busy_delay = 0
+        else:  # all Busy: back off, as the Publisher does (resent at once, the two spun)
+            relay.busy_delay = min(max(2 * relay.busy_delay, self.notify_resender.first_ns), CAP_NS)
+            relay.due = now + relay.busy_delay
 
     def confirm_notifications(
         self, caller: Principal, ids: list[int], now: int
