@@ -284,3 +284,15 @@ def test_a_live_event_over_the_body_limit_is_refused_and_the_rest_flow():
     _later(w, 1, rounds=3)
     assert _got(w.alice) == list(range(1, 21)) and w.pub.live_refused == 1
     assert not w.pub.live[NS].holding()
+
+
+def test_the_stall_clock_starts_when_the_window_fills():
+    """It started at the first event answered ``Busy``: a subscriber that filled its window
+    and went quiet held the next publish back another 30 s from then."""
+    w = _world("alice", "bob", max_unconfirmed=100)
+    w.bob.stuck = True
+    w.publish(100)  # fills bob's window exactly: nothing Busy yet
+    assert _got(w.alice) == list(range(100)) and w.bc.stats.busy == 0
+    _later(w, STALL_NS / 1e9)
+    w.publish(10, start=100)
+    assert _got(w.alice) == list(range(100, 110))  # bob left out at once

@@ -412,6 +412,8 @@ class Broadcaster(Role):
                 )
                 key = t.subscriber.bytes
                 unconfirmed[key] = unconfirmed.get(key, 0) + delivered
+                if unconfirmed[key] >= self.max_unconfirmed:  # full from now: the stall clock
+                    self.full_since.setdefault(key, now)
                 if isinstance(t, ReplayRoute):
                     t.delivered += delivered
         self.stats.notified += delivered * per
@@ -489,6 +491,8 @@ class Broadcaster(Role):
             batches.setdefault(key, (t.subscriber, []))[1].append(n)
             self.pending[nid] = Pending(t.subscriber, e.namespace)
             unconfirmed[key] = unconfirmed.get(key, 0) + 1
+            if unconfirmed[key] >= self.max_unconfirmed:  # full from now: the stall clock
+                self.full_since.setdefault(key, now)
             if isinstance(t, ReplayRoute):
                 t.delivered += 1
             ids.append(nid)
