@@ -74,7 +74,7 @@ from loglake.events.messages import (
     by_size,
     size_slices,
 )
-from loglake.events.resend import CAP_NS, Resender
+from loglake.events.resend import CAP_NS, FIRST_NS, Resender
 from loglake.events.role import Call, Role, SysEmitter, check_positive
 from loglake.wire.icrc16 import RawValue, Value, map_get
 
@@ -714,7 +714,7 @@ class Broadcaster(Role):
                 relay.failures += 1
             if getattr(reply, "retriable", True) and relay.failures < RELAY_ATTEMPTS:
                 relay.retry.extend(call.arg)
-                wait = min(self.notify_resender.first_ns << (relay.failures - 1), CAP_NS)
+                wait = min(FIRST_NS << (relay.failures - 1), CAP_NS)
                 relay.due = now + wait
             else:
                 self.stats.relay_failed += len(call.arg)
@@ -737,7 +737,7 @@ class Broadcaster(Role):
         if took or not relay.retry:
             relay.busy_delay = 0
         else:  # all Busy: back off, as the Publisher does (resent at once, the two spun)
-            relay.busy_delay = min(max(2 * relay.busy_delay, self.notify_resender.first_ns), CAP_NS)
+            relay.busy_delay = min(max(2 * relay.busy_delay, FIRST_NS), CAP_NS)
             relay.due = now + relay.busy_delay
 
     def confirm_notifications(

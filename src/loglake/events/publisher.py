@@ -464,7 +464,7 @@ class Publisher(Role):
             backlog = self.live[ns] = LiveBacklog(ns, self.max_live_backlog)
         if resend:
             backlog.inflight -= 1
-        events: list[Event] = list(call.arg)
+        events: list[Event] = call.arg  # a list (by_size's chunks, LiveBacklog.take)
         missed: list[Event] = []
         if isinstance(reply, BaseException):
             if resend:
