@@ -11,12 +11,14 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from loglake.log import Entry, open_log
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.jobs.sds_audit import (
     MESSAGES_COLUMNS,
+    MESSAGES_SCHEMA,
     SdsAuditOptions,
     nearest_rank,
     run,
@@ -135,6 +137,24 @@ def audit(spark, data_dir: Path, out: Path, **kw):
     return run(spark, opts)
 
 
+def assert_messages_as_pyarrow_writes_them(out: Path, scratch: Path) -> None:
+    """Each ``messages`` part file says it holds ``MESSAGES_SCHEMA`` and has the very bytes
+    pyarrow's own writer makes from its rows, histories as plain strings, a row group at a
+    time: the job hands the writer the histories dictionary-encoded (``history_dictionary``,
+    or ``dictionary_reference`` where it read the ids or left rows out), and that must be
+    only a faster way to the same file."""
+    files = sorted((out / "messages").glob("*.parquet"))
+    assert files
+    for f in files:
+        src = pq.ParquetFile(f)
+        assert src.schema_arrow == MESSAGES_SCHEMA
+        again = scratch / f"again-{f.name}"
+        with pq.ParquetWriter(again, MESSAGES_SCHEMA, compression="zstd") as w:
+            for i in range(src.num_row_groups):
+                w.write_table(src.read_row_group(i))
+        assert again.read_bytes() == f.read_bytes(), f.name
+
+
 def mallorys_records(sim: Simulation) -> dict[int, bytes]:
     """Two records a member can send that a participant does not take as what they claim: a
     content message under the id of the fifth content message, put before it (its content is
@@ -203,6 +223,7 @@ def test_audit_equals_the_simulators_ground_truth(spark, tmp_path):
             assert msgs[pb.message_id]["causal_history"] == [
                 e.message_id for e in decode(data).causal_history
             ]
+    assert_messages_as_pyarrow_writes_them(tmp_path / "out", tmp_path)
     repairs = table(spark, out, "repairs").collect()
     assert summary.repair_requests == len(repairs)
     report = (tmp_path / "out" / "report.html").read_text()
@@ -305,6 +326,9 @@ def test_later_copies_of_a_message_are_counted_and_not_audited_again(spark, tmp_
     for r in table(spark, str(tmp_path / "out-copied"), "messages").collect():
         assert r["copies"] == 1 + n_again.get(r["message_id"], 0), r["message_id"]
         assert r["first_index"] == first[r["message_id"]]
+    # rows left out (the later copies) and none: the same bytes as pyarrow's writer's
+    assert_messages_as_pyarrow_writes_them(tmp_path / "out-copied", tmp_path)
+    assert_messages_as_pyarrow_writes_them(tmp_path / "out-plain", tmp_path)
 
 
 def test_a_channel_of_bad_records_only_gives_empty_tables_with_their_columns(spark, tmp_path):

@@ -545,6 +545,20 @@ def test_unpack_rebuilds_the_histories_the_runs_were_cut_from(case, cut):
     cols = [np.array([r[i] for r in runs], np.int32) for i in range(3)]
     assert columnar.unpacked_reference(stored_lists, *cols).to_pylist() == whole
     assert columnar.history_lists(batch.slice(0, cut)).to_pylist() == whole[:cut]
+    _assert_dictionary_is_the_writers(batch, whole)
+    _assert_dictionary_is_the_writers(batch.slice(0, cut), whole[:cut])
+
+
+def _assert_dictionary_is_the_writers(batch: pa.RecordBatch, whole: list) -> None:
+    """``history_dictionary`` (``_decode.unpack_codes``) holds the histories, with the
+    dictionary Parquet's writer builds from them: every entry hashed, first appearance first
+    (``dictionary_reference``), the same codes and the same dictionary in the same order."""
+    got = columnar.history_dictionary(batch)
+    assert got.type == columnar.HISTORY_DICTIONARY
+    assert got.to_pylist() == whole
+    want = columnar.dictionary_reference(columnar.history_lists(batch))
+    assert got.equals(want)
+    assert got.values.dictionary.equals(want.values.dictionary)
 
 
 RUN = st.tuples(st.integers(-2, 4), st.integers(-1, 4), st.integers(-1, 4))
@@ -567,8 +581,11 @@ def test_unpack_refuses_runs_the_reference_refuses(lists, data):
     if want is None:
         with pytest.raises(ValueError):
             columnar.history_lists(batch)
+        with pytest.raises(ValueError):
+            columnar.history_dictionary(batch)
     else:
         assert columnar.history_lists(batch).to_pylist() == want
+        _assert_dictionary_is_the_writers(batch, want)
 
 
 def test_unpack_refuses_buffers_it_did_not_make():
@@ -593,6 +610,8 @@ def test_unpack_refuses_buffers_it_did_not_make():
     ):
         with pytest.raises(ValueError):
             _decode.unpack(*bad)
+    with pytest.raises(ValueError, match="not int32s"):
+        _decode.unpack(b"\0" * 5, b"abc", loffs, ok, back, start, run)
     with pytest.raises(ValueError, match="another length"):
         _decode.unpack(offs, b"abc", loffs[:2], ok, back, start, run)
     with pytest.raises(ValueError, match="another length"):
@@ -678,3 +697,32 @@ def test_the_id_check_hashes_contents_of_every_length_as_hashlib_does():
     assert rec[:, columnar._R_FLAG].tolist() == [0, 1] * len(sizes)
     _decode.scan(offs, bufs[2], CHANNEL.encode(), BLOOM, LIMITS, rec, None, False, -1)
     assert not rec[:, columnar._R_FLAG].any()  # the check off: none flagged
+
+
+def test_unpack_codes_refuses_what_unpack_refuses_and_codes_out_of_range():
+    """``unpack_codes`` checks runs as ``unpack`` does (the same first pass), and each stored
+    id's code against the dictionary's size: a bad call is ValueError, never a read out of
+    bounds."""
+    loffs = np.array([0, 1, 2], np.int32)
+    ok = np.ones(2, np.uint8)
+    zero = np.zeros(2, np.int32)
+    back, start, run = np.array([0, 1], np.int32), zero, np.array([0, 1], np.int32)
+    codes = np.array([0, 1], np.int32)
+    entries, lists = _decode.unpack_codes(loffs, ok, back, start, run, codes, 2)
+    assert np.frombuffer(entries, np.int32).tolist() == [0, 0, 1]  # [a], then a's run and b
+    assert np.frombuffer(lists, np.int32).tolist() == [0, 1, 3]
+    for bad in (
+        (loffs, ok, back, start, run, np.array([0, 2], np.int32), 2),  # a code past the end
+        (loffs, ok, back, start, run, np.array([-1, 0], np.int32), 2),  # a negative code
+        (np.array([0, 1, 5], np.int32), ok, back, start, run, codes, 2),  # past the ids
+        (np.array([0, 2, 1], np.int32), ok, back, start, run, codes, 2),  # decreasing
+        (loffs, ok, np.array([0, 2], np.int32), start, run, codes, 2),  # base before 0
+        (loffs, ok, zero, start, run, codes, 2),  # a run with no base
+        (loffs, ok, back, np.array([0, 1], np.int32), run, codes, 2),  # past its base
+        (loffs, np.array([0, 1], np.uint8), back, start, run, codes, 2),  # a null base
+        (loffs, ok, back, start, run, b"\0\0\0", 2),  # not int32s
+    ):
+        with pytest.raises(ValueError):
+            _decode.unpack_codes(*bad)
+    with pytest.raises(ValueError, match="another length"):
+        _decode.unpack_codes(loffs[:2], ok, back, start, run, codes, 2)

@@ -26,6 +26,7 @@ loss tests can run this module too.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import errno
@@ -191,6 +192,7 @@ def write_part(
     batches: Iterable[Any],
     compression: str = "snappy",
     arrow_ipc: bool = False,
+    file_schema: Any = None,
 ) -> tuple[str, int]:
     """``batches`` (Arrow record batches of ``schema``) written by a plain task as
     ``folder/name``, one Parquet file, under a hidden temporary name and then renamed: a retried
@@ -198,7 +200,11 @@ def write_part(
     half-written file. Returns the file's path and its row count. (The staging folder it writes
     into is made durable by ``commit_dir``.) ``arrow_ipc``: an Arrow IPC file instead (its
     buffers compressed with ``compression``, ``lz4`` or ``zstd``), for a job's intermediate
-    files read back once by pyarrow on the same machine: no Parquet encoding either way."""
+    files read back once by pyarrow on the same machine: no Parquet encoding either way.
+    ``file_schema``: the Arrow schema a Parquet file says it holds (its ``ARROW:schema``)
+    where ``schema`` is another Arrow form of the same Parquet columns (a column given
+    dictionary-encoded): readers see ``file_schema``, and the file's bytes are those
+    ``file_schema``'s batches would have made."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -211,10 +217,14 @@ def write_part(
                     w.write_batch(batch)
                     rows += batch.num_rows
         else:
-            with pq.ParquetWriter(tmp, schema, compression=compression) as w:
+            stored = file_schema is None
+            with pq.ParquetWriter(tmp, schema, compression=compression, store_schema=stored) as w:
                 for batch in batches:
                     w.write_batch(batch)
                     rows += batch.num_rows
+                if not stored:  # what the writer stores for a schema (base64 of its IPC form)
+                    form = base64.b64encode(file_schema.serialize().to_pybytes())
+                    w.add_key_value_metadata({b"ARROW:schema": form})
             _start_writeback(tmp)
     return os.path.join(folder, name), rows
 

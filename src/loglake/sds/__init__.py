@@ -24,9 +24,12 @@ if TYPE_CHECKING:
     from loglake.sds.channel import SdsChannel, decode_hint
     from loglake.sds.columnar import (
         DECODED_SCHEMA,
+        HISTORY_DICTIONARY,
         HISTORY_RUN_COLUMNS,
         IdIndex,
         decode_batches,
+        dictionary_reference,
+        history_dictionary,
         history_lists,
         value_indices,
     )
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
 _FACE = {
     "BloomFilter": "loglake.sds.bloom",
     "DECODED_SCHEMA": "loglake.sds.columnar",
+    "HISTORY_DICTIONARY": "loglake.sds.columnar",
     "HISTORY_RUN_COLUMNS": "loglake.sds.columnar",
     "DropReason": "loglake.sds.errors",
     "EphemeralReceived": "loglake.sds.events",
@@ -75,6 +79,8 @@ _FACE = {
     "contains_batch": "loglake.sds.bloom",
     "decode_batches": "loglake.sds.columnar",
     "decode_hint": "loglake.sds.channel",
+    "dictionary_reference": "loglake.sds.columnar",
+    "history_dictionary": "loglake.sds.columnar",
     "history_lists": "loglake.sds.columnar",
     "positions_batch": "loglake.sds.bloom",
     "value_indices": "loglake.sds.columnar",
@@ -88,6 +94,7 @@ __getattr__, __dir__ = lazy_face(__name__, _FACE)
 
 __all__ = [
     "DECODED_SCHEMA",
+    "HISTORY_DICTIONARY",
     "HISTORY_RUN_COLUMNS",
     "BloomFilter",
     "DropReason",
@@ -114,6 +121,8 @@ __all__ = [
     "contains_batch",
     "decode_batches",
     "decode_hint",
+    "dictionary_reference",
+    "history_dictionary",
     "history_lists",
     "positions_batch",
     "value_indices",

@@ -34,7 +34,8 @@
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
  *   lists(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> list<string> buffers of
  *     the ids
- * one for the readers of the decoded rows (unpack: whole histories from causal's runs) and two
+ * two for the readers of the decoded rows (unpack: whole histories from causal's runs;
+ * unpack_codes: the same as a code an entry, for a dictionary-encoded column) and two
  * for the sweep that reads them (id_table, id_lookup: ids looked up in a set of ids, as
  * pyarrow's index_in, with the set's hash table kept from one call to the next).
  * Positions handed to causal and gather address data, then extra after it (as if the two were
@@ -1249,55 +1250,72 @@ static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *what) {
     return 0;
 }
 
-static PyObject *unpack(PyObject *self, PyObject *args) {
-    Py_buffer offb, data, loffb, validb, backb, fromb, runb;
-    PyObject *result = NULL, *alloc = NULL;
-    Out values = {0}, voffs = {0}, loffs = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*|O", &offb, &data, &loffb, &validb, &backb,
-                          &fromb, &runb, &alloc))
-        return NULL;
-    Py_ssize_t n = validb.len, k = offb.len / 4 - 1;
-    if (offb.len % 4 || k < 0 || i32_buffer(&loffb, n + 1, "list offsets") ||
-        i32_buffer(&backb, n, "back") || i32_buffer(&fromb, n, "from") ||
-        i32_buffer(&runb, n, "run"))
-        goto done;
-    const int32_t *off = offb.buf, *lo = loffb.buf, *back = backb.buf, *from = fromb.buf,
-                  *run = runb.buf;
-    const uint8_t *valid = validb.buf;
-    if (off[0] < 0 || off[k] > data.len || lo[0] < 0 || lo[n] > k) goto bad;
-    for (Py_ssize_t i = 0; i < k; i++)
-        if (off[i] > off[i + 1]) goto bad;
-    /* first pass: every row checked and its count; a base's count is known before its row */
-    int64_t *count = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    if (!count) {
-        PyErr_NoMemory();
-        goto done;
-    }
+/* Every row's history length (count, n + 1 slots), its runs checked: a run's base is an
+ * earlier valid row with as many entries; a row that is not valid has none. The total, or -1
+ * with ValueError / OverflowError set. */
+static int64_t run_counts(Py_ssize_t n, Py_ssize_t k, const int32_t *lo, const uint8_t *valid,
+                          const int32_t *back, const int32_t *from, const int32_t *run,
+                          int64_t *count) {
     int64_t total = 0;
+    if (lo[0] < 0 || lo[n] > k) goto bad;
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (lo[r] > lo[r + 1] || back[r] < 0 || from[r] < 0 || run[r] < 0) goto bad_count;
+        if (lo[r] > lo[r + 1] || back[r] < 0 || from[r] < 0 || run[r] < 0) goto bad;
         count[r] = lo[r + 1] - lo[r];
         if (run[r]) {
             Py_ssize_t p = r - back[r];
             if (!back[r] || !valid[r] || p < 0 || !valid[p] ||
                 (int64_t)from[r] + run[r] > count[p])
-                goto bad_count;
+                goto bad;
             count[r] += run[r];
         } else if (back[r] || from[r]) {
-            goto bad_count;
+            goto bad;
         }
-        if (!valid[r] && count[r]) goto bad_count;
+        if (!valid[r] && count[r]) goto bad;
         total += count[r];
     }
     if (total > INT32_MAX) {
-        free(count);
         PyErr_SetString(PyExc_OverflowError, "unpack: a batch's ids over 2 GiB");
+        return -1;
+    }
+    return total;
+bad:
+    PyErr_SetString(PyExc_ValueError,
+                    "unpack: offsets out of order, or a run without a valid earlier base");
+    return -1;
+}
+
+static PyObject *unpack(PyObject *self, PyObject *args) {
+    Py_buffer offb, data, loffb, validb, backb, fromb, runb;
+    PyObject *result = NULL, *alloc = NULL;
+    Out values = {0}, voffs = {0}, loffs = {0};
+    int64_t *count = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*|O", &offb, &data, &loffb, &validb, &backb,
+                          &fromb, &runb, &alloc))
+        return NULL;
+    Py_ssize_t n = validb.len, k = offb.len / 4 - 1;
+    if (offb.len % 4 || k < 0) {
+        PyErr_SetString(PyExc_ValueError, "unpack: offsets not int32s");
         goto done;
     }
-    if (out_new(&voffs, alloc, 4 * (total + 1)) || out_new(&loffs, alloc, 4 * (n + 1))) {
-        free(count);
+    if (i32_buffer(&loffb, n + 1, "list offsets") || i32_buffer(&backb, n, "back") ||
+        i32_buffer(&fromb, n, "from") || i32_buffer(&runb, n, "run"))
+        goto done;
+    const int32_t *off = offb.buf, *lo = loffb.buf, *back = backb.buf, *from = fromb.buf,
+                  *run = runb.buf;
+    const uint8_t *valid = validb.buf;
+    if (off[0] < 0 || off[k] > data.len) goto bad;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (off[i] > off[i + 1]) goto bad;
+    /* first pass: every row checked and its count; a base's count is known before its row */
+    count = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!count) {
+        PyErr_NoMemory();
         goto done;
     }
+    int64_t total = run_counts(n, k, lo, valid, back, from, run, count);
+    if (total < 0) goto done;
+    if (out_new(&voffs, alloc, 4 * (total + 1)) || out_new(&loffs, alloc, 4 * (n + 1)))
+        goto done;
     /* second pass: list and value offsets (a run's lengths are its base's) */
     int32_t *vo = (int32_t *)voffs.w, *lw = (int32_t *)loffs.w;
     int64_t at = 0, i = 0;
@@ -1319,8 +1337,6 @@ static PyObject *unpack(PyObject *self, PyObject *args) {
         }
         lw[r + 1] = (int32_t)i;
     }
-    free(count);
-    count = NULL;
     if (out_new(&values, alloc, at)) goto done;
     /* third pass: the bytes, a run in one copy from its base's (earlier in values) */
     {
@@ -1341,15 +1357,13 @@ static PyObject *unpack(PyObject *self, PyObject *args) {
     result = PyTuple_Pack(3, values.obj, voffs.obj, loffs.obj);
     goto done;
 too_big:
-    free(count);
     PyErr_SetString(PyExc_OverflowError, "unpack: a batch's ids over 2 GiB");
     goto done;
-bad_count:
-    free(count);
 bad:
     PyErr_SetString(PyExc_ValueError,
                     "unpack: offsets out of order, or a run without a valid earlier base");
 done:
+    free(count);
     Py_XDECREF(out_release(&values));
     Py_XDECREF(out_release(&voffs));
     Py_XDECREF(out_release(&loffs));
@@ -1360,6 +1374,73 @@ done:
     PyBuffer_Release(&backb);
     PyBuffer_Release(&fromb);
     PyBuffer_Release(&runb);
+    return result;
+}
+
+/* unpack_codes: unpack's histories as an int32 code an entry, from one code a stored id
+ * (codes: k of them, each in [0, n_codes)): a run is a copy of its base's codes. The caller
+ * gives each distinct stored id one code, in order of first appearance among the stored ids
+ * (dictionary_encode); a history's run only repeats entries of earlier rows, so that is also
+ * their order of first appearance in the histories read row by row: the dictionary Parquet's
+ * writer would have built by hashing every entry (200 a row) is had from the ~20 stored ids a
+ * row, and the ids are never copied out. */
+static PyObject *unpack_codes(PyObject *self, PyObject *args) {
+    Py_buffer loffb, validb, backb, fromb, runb, codeb;
+    PyObject *result = NULL, *alloc = NULL;
+    Out codes = {0}, loffs = {0};
+    int64_t *count = NULL;
+    Py_ssize_t n_codes;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*n|O", &loffb, &validb, &backb, &fromb, &runb,
+                          &codeb, &n_codes, &alloc))
+        return NULL;
+    Py_ssize_t n = validb.len, k = codeb.len / 4;
+    if (codeb.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "unpack_codes: codes not int32s");
+        goto done;
+    }
+    if (i32_buffer(&loffb, n + 1, "list offsets") || i32_buffer(&backb, n, "back") ||
+        i32_buffer(&fromb, n, "from") || i32_buffer(&runb, n, "run"))
+        goto done;
+    const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf,
+                  *code = codeb.buf;
+    const uint8_t *valid = validb.buf;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (code[i] < 0 || code[i] >= n_codes) {
+            PyErr_SetString(PyExc_ValueError, "unpack_codes: a code out of range");
+            goto done;
+        }
+    count = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t total = run_counts(n, k, lo, valid, back, from, run, count);
+    if (total < 0) goto done;
+    if (out_new(&codes, alloc, 4 * total) || out_new(&loffs, alloc, 4 * (n + 1))) goto done;
+    int32_t *cw = (int32_t *)codes.w, *lw = (int32_t *)loffs.w;
+    int64_t at = 0;
+    lw[0] = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (run[r]) {
+            memcpy(cw + at, cw + lw[r - back[r]] + from[r], sizeof(int32_t) * (size_t)run[r]);
+            at += run[r];
+        }
+        Py_ssize_t own = lo[r + 1] - lo[r];
+        memcpy(cw + at, code + lo[r], sizeof(int32_t) * (size_t)own);
+        at += own;
+        lw[r + 1] = (int32_t)at;
+    }
+    result = PyTuple_Pack(2, codes.obj, loffs.obj);
+done:
+    free(count);
+    Py_XDECREF(out_release(&codes));
+    Py_XDECREF(out_release(&loffs));
+    PyBuffer_Release(&loffb);
+    PyBuffer_Release(&validb);
+    PyBuffer_Release(&backb);
+    PyBuffer_Release(&fromb);
+    PyBuffer_Release(&runb);
+    PyBuffer_Release(&codeb);
     return result;
 }
 
@@ -1556,6 +1637,9 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "gather(data, extra, at, len) -> bytes"},
     {"unpack", unpack, METH_VARARGS,
      "unpack(offs, data, loffs, valid, back, from, run[, alloc]) -> history list buffers"},
+    {"unpack_codes", unpack_codes, METH_VARARGS,
+     "unpack_codes(loffs, valid, back, from, run, codes, n_codes[, alloc]) -> (entry codes, "
+     "list offsets)"},
     {"id_table", id_table, METH_VARARGS, "id_table(offsets, data, slots) -> None"},
     {"id_lookup", id_lookup, METH_VARARGS,
      "id_lookup(slots, t_offsets, t_data, parts, out) -> None (parts: (offsets, data, starts, "

@@ -1194,6 +1194,61 @@ def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
     return pa.ListArray.from_arrays(offsets, ids, mask=pa.array(valid == 0))
 
 
+HISTORY_DICTIONARY = pa.list_(pa.dictionary(pa.int32(), pa.string()))
+"""``history_dictionary``'s type."""
+
+
+def history_dictionary(rows: pa.RecordBatch) -> pa.ListArray:
+    """``history_lists`` as list<dictionary<int32, string>>, its dictionary the batch's
+    distinct ids in order of first appearance, row by row: the dictionary Parquet's writer
+    builds for the column, so a ``ParquetWriter`` given this writes the bytes it writes from
+    ``history_lists`` (a row group of the batch). Why: the writer hashed every entry (200 a
+    row) to build it, and ``history_lists`` copied every id out (13 KB a row); here only the
+    ~20 ids a row stores are hashed (``dictionary_encode``) and each entry is an int32 code,
+    a run's copied from its base (``_decode.unpack_codes``). A run repeats entries of earlier
+    rows only, so the stored ids' order of first appearance is the histories' own. Without
+    the C kernel: ``history_lists`` dictionary-encoded (the reference it is tested equal to).
+    ValueError as ``history_lists``."""
+    import numpy as np
+
+    if _decode is None:
+        return dictionary_reference(history_lists(rows))
+    stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
+    runs = [
+        np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
+        for c in HISTORY_RUN_COLUMNS
+    ]
+    valid = np.asarray(stored.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    enc = stored.values.dictionary_encode()
+    codes = np.asarray(enc.indices.to_numpy(), dtype=np.int32)
+    entries, loffs = _decode.unpack_codes(
+        stored.offsets.buffers()[1],
+        valid,
+        *runs,
+        codes,
+        len(enc.dictionary),
+        pa.allocate_buffer,
+    )
+    k = len(entries) // 4
+    values = pa.DictionaryArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), k, [None, entries]), enc.dictionary
+    )
+    offsets = pa.Array.from_buffers(pa.int32(), len(valid) + 1, [None, loffs])
+    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(valid == 0))
+
+
+def dictionary_reference(lists: pa.ListArray) -> pa.ListArray:
+    """``lists`` (list<string>) as ``HISTORY_DICTIONARY``: every value hashed
+    (``dictionary_encode``, first appearance first), as Parquet's writer does."""
+    import numpy as np
+
+    flat = lists.flatten()
+    offsets = np.asarray(lists.offsets, dtype=np.int32) - np.int32(lists.offsets[0].as_py())
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), flat.dictionary_encode(), mask=lists.is_null()
+    )
+
+
 def unpacked_reference(stored: pa.ListArray, back: Any, start: Any, run: Any) -> pa.ListArray:
     """``history_lists`` from the stored ids (list<string>) and the runs, one Python list per
     row: the reference ``_decode.unpack`` is tested equal to."""

@@ -65,9 +65,12 @@ from loglake.pipeline.output_dir import staged_output
 from loglake.pipeline.units import Unit
 from loglake.sds import (
     DECODED_SCHEMA,
+    HISTORY_DICTIONARY,
     HISTORY_RUN_COLUMNS,
     IdIndex,
     decode_batches,
+    dictionary_reference,
+    history_dictionary,
     history_lists,
     value_indices,
 )
@@ -947,6 +950,12 @@ MESSAGES_SCHEMA = pa.schema(
 )
 """``messages`` as Spark wrote it before the job wrote it itself (the figures filled with 0
 are never null)."""
+MESSAGES_WRITE_SCHEMA = MESSAGES_SCHEMA.set(
+    MESSAGES_SCHEMA.get_field_index("causal_history"),
+    pa.field("causal_history", HISTORY_DICTIONARY),
+)
+"""What ``_messages_task`` hands Parquet's writer: ``causal_history`` dictionary-encoded, the
+same Parquet column (the file says ``MESSAGES_SCHEMA``)."""
 MESSAGE_FIGURES = (
     "copies",
     "deps_seen_later",
@@ -973,7 +982,12 @@ def _messages_task(
     message's ``never_delivered_deps`` (its history's ids in ``never``) and the references to
     the candidates for "unresolved" (``cands``; ``EDGES_SCHEMA``, returned). Ephemeral
     messages count in neither, as before. Why: the histories (13 KB a row with 200 ids) go
-    from the decoded file to the table's file inside one Python process."""
+    from the decoded file to the table's file inside one Python process. They go to the
+    writer dictionary-encoded (``history_dictionary``; ``MESSAGES_WRITE_SCHEMA``), a row
+    group a batch, and the file's bytes are the same: Parquet's writer had hashed every entry
+    to build that dictionary. Where the ids themselves are read (``never``, ``cands``) or rows
+    are left out (later copies), the batch's ``history_lists`` are encoded as the writer
+    would (``dictionary_reference``)."""
 
     def run(task: tuple[str, str]) -> tuple[str, pa.Table]:
         import os
@@ -1012,8 +1026,9 @@ def _messages_task(
                 # the histories rebuilt from the whole batch (a run's base may be a resend);
                 # all first copies (a channel without resends): the batch as read, as a
                 # filter would copy its histories (13 KB a row with 200 ids) to keep every row
-                hist = history_lists(b)
                 got, n = b.select(kept), int(first.sum())
+                plain = bool(n < len(first) or len(never) or len(cands))
+                hist = history_lists(b) if plain else history_dictionary(b)
                 if n < len(first):
                     keep = pa.array(first)
                     got, hist = got.filter(keep), hist.filter(keep)
@@ -1056,7 +1071,7 @@ def _messages_task(
                     "kind": got.column("kind"),
                     "sender": got.column("sender"),
                     "lamport": got.column("lamport"),
-                    "causal_history": hist,
+                    "causal_history": dictionary_reference(hist) if plain else hist,
                     "repair_request": got.column("repair_request"),
                     "content_bytes": got.column("content_bytes"),
                     "never_delivered_deps": never_deps,
@@ -1066,13 +1081,19 @@ def _messages_task(
                         cols[n] if n in cols else part.column(n).combine_chunks()
                         for n in MESSAGES_SCHEMA.names
                     ],
-                    schema=MESSAGES_SCHEMA,
+                    schema=MESSAGES_WRITE_SCHEMA,
                 )
             if done != figures.num_rows:
                 raise ValueError(f"{source}: {figures.num_rows - done} first copies not found")
 
         name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
-        path, _ = _write_part(out_dir, f"{name}.zstd.parquet", MESSAGES_SCHEMA, batches())
+        path, _ = _write_part(
+            out_dir,
+            f"{name}.zstd.parquet",
+            MESSAGES_WRITE_SCHEMA,
+            batches(),
+            file_schema=MESSAGES_SCHEMA,
+        )
         return path, pa.Table.from_batches(edges, EDGES_SCHEMA)
 
     return run
@@ -1097,6 +1118,7 @@ def _write_part(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     work: bool = False,
+    file_schema: pa.Schema | None = None,
 ) -> tuple[str, int]:
     """``batches`` written by a task as ``folder/name``, a zstd Parquet file of ``schema``,
     under a hidden temporary name, then renamed: a retried or speculative attempt rewrites the
@@ -1107,12 +1129,19 @@ def _write_part(
     the same machine, where decompressing zstd cost more than the bigger files do (1M messages
     of the benchmark's channel, four alternated pairs at load 4-6: the audit's CPU 2.0-3.8 s
     less with lz4, 42.5-46.6 against 45.6-50.2 CPU-s, most of it in the ``messages`` stage's
-    reads of the histories; the files 364 MB against 176 MB)."""
+    reads of the histories; the files 364 MB against 176 MB). ``file_schema``: as
+    ``output_dir.write_part``'s."""
     from loglake.pipeline.output_dir import write_part
 
     casts = (batch.cast(schema) for batch in batches)
     return write_part(
-        folder, name, schema, casts, compression="lz4" if work else "zstd", arrow_ipc=work
+        folder,
+        name,
+        schema,
+        casts,
+        compression="lz4" if work else "zstd",
+        arrow_ipc=work,
+        file_schema=file_schema,
     )
 
 
