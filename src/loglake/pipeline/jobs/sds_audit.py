@@ -53,6 +53,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -1464,7 +1465,9 @@ def _audit(
 
     out = Path(opts.out_dir)
     sc = spark.sparkContext
-    metas = [_read_work(f, META_COLUMNS) for f in decoded]
+    # two files at a time: pyarrow decompresses without the GIL, and the executors are idle
+    with ThreadPoolExecutor(2) as pool:
+        metas = list(pool.map(lambda f: _read_work(f, META_COLUMNS), decoded))
     meta = pa.concat_tables(metas)
     idx = meta.column("index").to_numpy()
     ends = np.cumsum([m.num_rows for m in metas])  # each file's last index: idx[end - 1]
@@ -1499,9 +1502,9 @@ def _audit(
     is_content = np.asarray(
         pc.fill_null(pc.equal(kind, "content"), False).to_numpy(zero_copy_only=False), dtype=bool
     )
-    content = first.select(["message_id", "index", "timestamp_ns", "sender"]).filter(
-        pa.array(is_content)
-    )
+    content = first.select(["message_id", "index", "timestamp_ns", "sender"])
+    if not bool(is_content.all()):  # only content messages: the columns as read, not copied
+        content = content.filter(pa.array(is_content))
 
     # the sweep: one job, a task per group of senders
     # each sender's content and sync messages counted from the one column (a filter of
@@ -1660,10 +1663,13 @@ def _audit(
     _write_table(out / "participants", participants)
     lap = summary.lap("participants", lap)
 
-    kinds = first.column("kind").to_pylist()
-    summary.content_messages = kinds.count("content")
-    summary.sync_messages = kinds.count("sync")
-    summary.ephemeral_messages = kinds.count("ephemeral")
+    kinds = {
+        str(r["values"]): int(r["counts"])
+        for r in pc.value_counts(first.column("kind")).to_pylist()
+    }
+    summary.content_messages = kinds.get("content", 0)
+    summary.sync_messages = kinds.get("sync", 0)
+    summary.ephemeral_messages = kinds.get("ephemeral", 0)
     summary.duplicate_copies = good.num_rows - n_first
     summary.repair_requests = repairs.num_rows
     summary.repair_responses = int(resp.sum()) if n_first else 0
