@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loglake.cardinal.blocks import BlockRef
 from loglake.cardinal.codec import encode
-from loglake.cardinal.errors import CardinalDecodeError
+from loglake.cardinal.errors import CardinalDecodeError, CheckpointError
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Producer, SubBatch
@@ -165,3 +166,26 @@ def test_transport_loads_back_reverted_and_done_blocks():
     with_done = Checkpoint(ckpt.chain, ckpt.offsets, ckpt.reorgs, ckpt.reverted, ((0, h(9)),))
     t.save_checkpoint("you", with_done)
     assert t.load_checkpoint("you") == with_done
+
+
+def test_a_checkpoint_whose_committed_record_is_gone_is_an_error_not_a_fresh_start():
+    # The index service says the committed checkpoint is record #1; retention (here a
+    # truncation) removed it and kept only a later record a crash left uncommitted. Loading
+    # that one, or nothing (a fresh start), would deliver blocks twice or skip some: the
+    # transport says which record is gone instead.
+    streams = LocalStreams(MemoryLog())
+    t = StreamTransport(streams, partitions=1)
+    chain = _chain(3)
+    refs = tuple(BlockRef(b.number, b.hash, b.parent, b.weight) for b in chain)
+    t.save_checkpoint("me", Checkpoint(refs[:1], {}))
+    t.save_checkpoint("me", Checkpoint(refs[:2], {}))
+    name = "cardinal.ckpt.me"
+    assert streams.get_index("me", name) == 2
+    assert t.load_checkpoint("me") == Checkpoint(refs[:2], {})
+    streams.push(name, Checkpoint(refs, {}).to_bytes())  # appended, never committed
+    streams.truncate_before(name, 2)
+    with pytest.raises(CheckpointError, match=r"#1 is no longer stored \(#2 is the first kept\)"):
+        StreamTransport(streams, partitions=1).load_checkpoint("me")
+    streams.truncate_before(name, 3)
+    with pytest.raises(CheckpointError, match=r"#1 is no longer stored \(none is kept\)"):
+        StreamTransport(streams, partitions=1).load_checkpoint("me")

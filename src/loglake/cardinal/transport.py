@@ -35,7 +35,12 @@ from loglake.cardinal import avro
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD
-from loglake.cardinal.errors import CardinalDecodeError, PartitionMismatch, UnknownAncestor
+from loglake.cardinal.errors import (
+    CardinalDecodeError,
+    CheckpointError,
+    PartitionMismatch,
+    UnknownAncestor,
+)
 from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message, Reorg
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
@@ -283,8 +288,15 @@ class StreamTransport(Transport):
         if idx == 0:
             return None
         msgs = self.streams.pull(name, idx - 1, 1)
-        if not msgs:
-            return None
+        if not msgs or msgs[0].index != idx - 1:
+            # the committed record is gone (a node's retention, a truncation): the next one
+            # kept, if any, was never committed; resuming from it, or from nothing, would
+            # deliver blocks twice or skip some
+            kept = f"#{msgs[0].index} is the first kept" if msgs else "none is kept"
+            raise CheckpointError(
+                f"{name}: the committed checkpoint #{idx - 1} is no longer stored ({kept}); "
+                "restore the stream, or start this consumer under another client id"
+            )
         ckpt = Checkpoint.from_bytes(msgs[0].data)
         self._last_shape[client_id] = (ckpt.chain, frozenset(ckpt.offsets), ckpt.reorgs)
         # The index service holds the offsets too; it only moves forward, so where the record
