@@ -1250,12 +1250,24 @@ static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *what) {
     return 0;
 }
 
-/* Every row's history length (count, n + 1 slots), its runs checked: a run's base is an
- * earlier valid row with as many entries; a row that is not valid has none. The total, or -1
- * with ValueError / OverflowError set. */
-static int64_t run_counts(Py_ssize_t n, Py_ssize_t k, const int32_t *lo, const uint8_t *valid,
-                          const int32_t *back, const int32_t *from, const int32_t *run,
-                          int64_t *count) {
+/* The history columns of unpack and unpack_codes checked (loffs: n + 1 int32 list offsets
+ * into k stored ids; back, from, run: n int32 each; n = valid's length) and every row's
+ * history length (*count, n + 1 slots, the caller's to free): a run's base is an earlier
+ * valid row with as many entries; a row that is not valid has none. The total, or -1 with
+ * an exception set. */
+static int64_t run_counts(Py_buffer *loffb, Py_buffer *validb, Py_buffer *backb,
+                          Py_buffer *fromb, Py_buffer *runb, Py_ssize_t k, int64_t **count_out) {
+    Py_ssize_t n = validb->len;
+    if (i32_buffer(loffb, n + 1, "list offsets") || i32_buffer(backb, n, "back") ||
+        i32_buffer(fromb, n, "from") || i32_buffer(runb, n, "run"))
+        return -1;
+    const int32_t *lo = loffb->buf, *back = backb->buf, *from = fromb->buf, *run = runb->buf;
+    const uint8_t *valid = validb->buf;
+    int64_t *count = *count_out = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!count) {
+        PyErr_NoMemory();
+        return -1;
+    }
     int64_t total = 0;
     if (lo[0] < 0 || lo[n] > k) goto bad;
     for (Py_ssize_t r = 0; r < n; r++) {
@@ -1297,23 +1309,14 @@ static PyObject *unpack(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unpack: offsets not int32s");
         goto done;
     }
-    if (i32_buffer(&loffb, n + 1, "list offsets") || i32_buffer(&backb, n, "back") ||
-        i32_buffer(&fromb, n, "from") || i32_buffer(&runb, n, "run"))
-        goto done;
-    const int32_t *off = offb.buf, *lo = loffb.buf, *back = backb.buf, *from = fromb.buf,
-                  *run = runb.buf;
-    const uint8_t *valid = validb.buf;
+    const int32_t *off = offb.buf;
     if (off[0] < 0 || off[k] > data.len) goto bad;
     for (Py_ssize_t i = 0; i < k; i++)
         if (off[i] > off[i + 1]) goto bad;
     /* first pass: every row checked and its count; a base's count is known before its row */
-    count = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    if (!count) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int64_t total = run_counts(n, k, lo, valid, back, from, run, count);
+    int64_t total = run_counts(&loffb, &validb, &backb, &fromb, &runb, k, &count);
     if (total < 0) goto done;
+    const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf;
     if (out_new(&voffs, alloc, 4 * (total + 1)) || out_new(&loffs, alloc, 4 * (n + 1)))
         goto done;
     /* second pass: list and value offsets (a run's lengths are its base's) */
@@ -1398,24 +1401,15 @@ static PyObject *unpack_codes(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unpack_codes: codes not int32s");
         goto done;
     }
-    if (i32_buffer(&loffb, n + 1, "list offsets") || i32_buffer(&backb, n, "back") ||
-        i32_buffer(&fromb, n, "from") || i32_buffer(&runb, n, "run"))
-        goto done;
-    const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf,
-                  *code = codeb.buf;
-    const uint8_t *valid = validb.buf;
+    const int32_t *code = codeb.buf;
     for (Py_ssize_t i = 0; i < k; i++)
         if (code[i] < 0 || code[i] >= n_codes) {
             PyErr_SetString(PyExc_ValueError, "unpack_codes: a code out of range");
             goto done;
         }
-    count = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    if (!count) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int64_t total = run_counts(n, k, lo, valid, back, from, run, count);
+    int64_t total = run_counts(&loffb, &validb, &backb, &fromb, &runb, k, &count);
     if (total < 0) goto done;
+    const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf;
     if (out_new(&codes, alloc, 4 * total) || out_new(&loffs, alloc, 4 * (n + 1))) goto done;
     int32_t *cw = (int32_t *)codes.w, *lw = (int32_t *)loffs.w;
     int64_t at = 0;
