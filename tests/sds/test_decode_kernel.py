@@ -726,3 +726,17 @@ def test_unpack_codes_refuses_what_unpack_refuses_and_codes_out_of_range():
             _decode.unpack_codes(*bad)
     with pytest.raises(ValueError, match="another length"):
         _decode.unpack_codes(loffs[:2], ok, back, start, run, codes, 2)
+
+
+def test_dictionary_reference_keeps_rows_in_step_with_their_values():
+    """A null row may span values (Arrow allows it) and a slice starts past its array's first
+    values: the encoded rows still hold their own ids."""
+    lists = pa.ListArray.from_arrays(
+        pa.array([0, 2, 3, 5], pa.int32()),
+        pa.array(list("abcae")),
+        mask=pa.array([False, True, False]),
+    )
+    for x in (lists, lists.slice(1), lists.slice(2)):
+        got = columnar.dictionary_reference(x)
+        assert got.type == columnar.HISTORY_DICTIONARY
+        assert got.to_pylist() == x.to_pylist()

@@ -1242,10 +1242,12 @@ def dictionary_reference(lists: pa.ListArray) -> pa.ListArray:
     (``dictionary_encode``, first appearance first), as Parquet's writer does."""
     import numpy as np
 
-    flat = lists.flatten()
-    offsets = np.asarray(lists.offsets, dtype=np.int32) - np.int32(lists.offsets[0].as_py())
+    # the values the offsets span (``flatten`` leaves out a null row's, which may span some)
+    offs = np.asarray(lists.offsets, dtype=np.int64)
+    lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
+    values = lists.values.slice(lo, hi - lo)
     return pa.ListArray.from_arrays(
-        pa.array(offsets), flat.dictionary_encode(), mask=lists.is_null()
+        pa.array((offs - lo).astype(np.int32)), values.dictionary_encode(), mask=lists.is_null()
     )
 
 
