@@ -302,6 +302,44 @@ def renice_job(roots: dict[str, int], nice: int) -> None:
                 continue  # gone meanwhile
 
 
+def backlog_series(
+    sent_at: dict[str, float], seen_at: dict[str, float], per_block: int, seconds: float
+) -> list[tuple[float, int]]:
+    """The backlog every ``BACKLOG_STEP_S`` from the first block sent to ``seconds`` after it:
+    messages of blocks acknowledged by then and not yet visible. A block is seen only after
+    it was sent, so that is the blocks sent by then less the blocks seen by then."""
+    import bisect
+
+    start = min(sent_at.values())
+    sent = sorted(sent_at.values())
+    seen = sorted(t for h, t in seen_at.items() if h in sent_at)
+    steps = int(seconds / BACKLOG_STEP_S)
+    out = []
+    for k in range(1, steps + 1):
+        at = start + k * BACKLOG_STEP_S
+        late = bisect.bisect_right(sent, at) - bisect.bisect_right(seen, at)
+        out.append((k * BACKLOG_STEP_S, late * per_block))
+    return out
+
+
+BACKLOG_STEP_S = 0.25
+"""How often the backlog is read (after the run, from when each block was sent and seen):
+well under a micro-batch, so its sawtooth is seen whole. Read every 5 s, a 2 s trigger's
+sawtooth aliased into a trend of its own."""
+
+
+def backlog_floors(backlog: list[tuple[float, int]], window: float) -> list[tuple[float, int]]:
+    """The least backlog in each ``window`` seconds (at least one micro-batch made visible in
+    each): the sawtooth's floor, what the job has not caught up with. Its trend says whether
+    the job gains on the producers (falling), holds (flat) or loses (growing)."""
+    floors: dict[int, tuple[float, int]] = {}
+    for t, b in backlog:
+        k = int(t // window)
+        if k not in floors or b < floors[k][1]:
+            floors[k] = (t, b)
+    return [floors[k] for k in sorted(floors)]
+
+
 def backlog_trend(backlog: list[tuple[float, int]], after: float = 20.0) -> float:
     """Least-squares slope (records/s) of the backlog samples from ``after`` seconds on: the
     query's start (planning, Python workers, the JIT) is over by then. Positive: it grows."""
@@ -513,13 +551,7 @@ def spark_live(
         server.wait(30)
     first = besides[0]
     sent_at, seen_at = first["sent_at"], first["seen_at"]
-    backlog: list[tuple[float, int]] = []
-    # backlog at time s: messages of blocks acknowledged by s and not yet visible at s
-    start_t = min(sent_at.values())
-    for k in range(1, int(seconds // 5) + 1):
-        at = start_t + 5 * k
-        late = sum(1 for h, t in sent_at.items() if t <= at and seen_at.get(h, 1e18) > at)
-        backlog.append((5.0 * k, late * per_block))
+    backlog = backlog_series(sent_at, seen_at, per_block, seconds)
     lat = sorted(
         b["seen_at"][h] - t for b in besides for h, t in b["sent_at"].items() if h in b["seen_at"]
     )
@@ -623,15 +655,23 @@ def spark_main(args) -> None:
                 print(rates, flush=True)
                 continue
             trend = backlog_trend(r["backlog"])
+            floors = backlog_floors(r["backlog"], max(4.0, 2 * args.trigger))
+            floor_trend = backlog_trend(floors)
             # growing by more than 5% of the offered rate, every second, after the start
             grows = trend > 0.05 * r["offered_per_s"]
+            flat = abs(floor_trend) <= 0.005 * r["offered_per_s"]
+            peak = max((b for _, b in r["backlog"]), default=0)
             print(
                 f"{rates}; a micro-batch every {args.trigger:g} s; "
                 f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
-                f"({r['visible']}/{r['blocks']} blocks); backlog (s, records) "
-                + ", ".join(f"{s:.0f}:{b}" for s, b in r["backlog"])
-                + f"; trend after 20 s {trend:+,.0f} records/s; "
-                + f"all visible after {r['caught_up_s']:.0f} s; "
+                f"({r['visible']}/{r['blocks']} blocks); backlog read every "
+                f"{BACKLOG_STEP_S:g} s: peak {peak:,} records, its floor (least in each "
+                f"{max(4.0, 2 * args.trigger):g} s) "
+                + ", ".join(f"{t:.0f}:{b}" for t, b in floors)
+                + f"; trend after 20 s {trend:+,.0f} records/s, of the floor "
+                + f"{floor_trend:+,.0f} ("
+                + ("flat" if flat else "falling" if floor_trend < 0 else "growing")
+                + f"); all visible after {r['caught_up_s']:.0f} s; "
                 + ("BACKLOG GROWS: the job does not keep up" if grows else "keeps up")
                 + (f" (job niced +{args.job_nice})" if args.job_nice else ""),
                 flush=True,
