@@ -217,3 +217,92 @@ def test_a_senders_filters_come_from_its_batches_of_every_bloom_file(tmp_path):
     assert got is not None
     assert got.to_pylist() == [b"111", None, b"444", b"666", b"111111", None]
     assert _sender_blooms(files, "u", pa.chunked_array([[1]], pa.int64())) is None
+
+
+def _messages_of(tmp_path: Path, name: str, decoded: str, figures: str) -> tuple[Path, pa.Table]:
+    """``_messages_task`` run here on a decoded file and its figures: the part file it wrote
+    and its rows."""
+    out = tmp_path / name
+    out.mkdir()
+    path, _ = sds_audit._messages_task(str(out), [], [])((decoded, figures))
+    return Path(path), pq.read_table(path)
+
+
+def test_messages_past_the_writers_dictionary_limit_are_written_from_strings(tmp_path, monkeypatch):
+    """The histories go to Parquet's writer dictionary-encoded, and the file is the one the
+    writer makes from strings, only while a batch's dictionary stays under the writer's
+    dictionary page limit: past it, the writer goes on in plain encoding from strings but
+    keeps a given dictionary whole. A batch past the limit (lowered here: the channel is
+    small) has the whole file written again from strings. Either way the rows are the same
+    and the bytes are pyarrow's own from strings, a row group a batch."""
+    data = tmp_path / "data"
+    simulated(data)
+    units = plan_units(str(data), {0: STREAM})[0]
+    dec = tmp_path / "decoded"
+    dec.mkdir()
+    decoded = _decode_task(str(data), CHANNEL, str(dec))((0, units))[0]
+    rows = sds_audit._read_work(decoded, ["index", "ok", "message_id"])
+    first: dict[str, int] = {}
+    cols = [rows.column(c).to_pylist() for c in ("index", "ok", "message_id")]
+    for i, ok, mid in zip(*cols, strict=True):
+        if ok:
+            first.setdefault(mid, i)
+    n = len(first)
+    figures = pa.table(
+        {
+            "first_index": pa.array(sorted(first.values()), pa.int64()),
+            **{c: pa.array([0] * n, pa.int64()) for c in sds_audit.MESSAGE_FIGURES},
+        }
+    )
+    fig_path = str(tmp_path / "figures.arrow")
+    with pa.ipc.new_file(fig_path, figures.schema) as w:
+        w.write_table(figures)
+
+    coded, want = _messages_of(tmp_path, "coded", decoded, fig_path)
+    monkeypatch.setattr(sds_audit, "DICTIONARY_PAGE_LIMIT", 1)  # every batch past it
+    strings, got = _messages_of(tmp_path, "strings", decoded, fig_path)
+    assert got.equals(want) and want.num_rows == n
+    for f in (coded, strings):
+        src = pq.ParquetFile(f)
+        assert src.schema_arrow == sds_audit.MESSAGES_SCHEMA
+        again = tmp_path / f"again-{f.parent.name}.parquet"
+        with pq.ParquetWriter(again, sds_audit.MESSAGES_SCHEMA, compression="zstd") as w:
+            for i in range(src.num_row_groups):
+                w.write_table(src.read_row_group(i))
+        assert again.read_bytes() == f.read_bytes(), f
+
+
+def test_the_dictionary_limit_is_the_writers():
+    """``DICTIONARY_PAGE_LIMIT`` is where pyarrow's writer stops dictionary-encoding a column
+    of strings: a dictionary just under it written as a dictionary is the file strings make,
+    one just past it is not (which is why the task goes back to strings there)."""
+    import base64
+    import hashlib
+    import io
+
+    from loglake.sds import HISTORY_DICTIONARY, dictionary_reference
+
+    plain = pa.schema([("h", pa.list_(pa.string()))])
+    coded = pa.schema([("h", HISTORY_DICTIONARY)])
+
+    def written(schema: pa.Schema, lists: pa.Array) -> bytes:
+        buf = io.BytesIO()
+        stored = schema == plain
+        with pq.ParquetWriter(buf, schema, compression="zstd", store_schema=stored) as w:
+            w.write_batch(pa.record_batch([lists], schema=schema))
+            if not stored:
+                form = base64.b64encode(plain.serialize().to_pybytes())
+                w.add_key_value_metadata({b"ARROW:schema": form})
+        return buf.getvalue()
+
+    each = 4 + 64  # a 64-character id, PLAIN-encoded
+    for count, same in (
+        (sds_audit.DICTIONARY_PAGE_LIMIT // each - 50, True),
+        (sds_audit.DICTIONARY_PAGE_LIMIT // each + 200, False),
+    ):
+        ids = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(count)]
+        lists = pa.array([ids[i : i + 4] for i in range(0, count, 4)], pa.list_(pa.string()))
+        as_dict = dictionary_reference(lists)
+        size = sds_audit._dictionary_bytes(as_dict.values.dictionary)
+        assert (size < sds_audit.DICTIONARY_PAGE_LIMIT) == same
+        assert (written(coded, as_dict) == written(plain, lists)) == same, count

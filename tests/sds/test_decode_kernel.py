@@ -730,7 +730,7 @@ def test_unpack_codes_refuses_what_unpack_refuses_and_codes_out_of_range():
 
 def test_dictionary_reference_keeps_rows_in_step_with_their_values():
     """A null row may span values (Arrow allows it) and a slice starts past its array's first
-    values: the encoded rows still hold their own ids."""
+    values: the encoded rows still hold their own ids, and the dictionary only theirs."""
     lists = pa.ListArray.from_arrays(
         pa.array([0, 2, 3, 5], pa.int32()),
         pa.array(list("abcae")),
@@ -740,3 +740,25 @@ def test_dictionary_reference_keeps_rows_in_step_with_their_values():
         got = columnar.dictionary_reference(x)
         assert got.type == columnar.HISTORY_DICTIONARY
         assert got.to_pylist() == x.to_pylist()
+    # the writer's dictionary: the ids of the rows only ("c" is under the null row)
+    assert columnar.dictionary_reference(lists).values.dictionary.to_pylist() == ["a", "b", "e"]
+
+
+def test_history_dictionary_reads_what_history_lists_reads_without_runs():
+    """A batch without runs is its stored lists, for both readers: a zero-row slice past the
+    first row, and a null row whose lengths span ids (the decoder writes none such, but
+    ``history_lists`` reads it), give ``history_dictionary`` what ``history_lists`` gives."""
+    batch = _stored([["a"], ["b", "c"]], [(0, 0, 0), (0, 0, 0)])
+    for rows in (batch.slice(1), batch.slice(2)):
+        want = columnar.history_lists(rows)
+        assert columnar.history_dictionary(rows).equals(columnar.dictionary_reference(want))
+    ids = pa.array([b"ab", None, b"c"], pa.binary())
+    lens = pa.array([[1, 1], [0], [1]], pa.list_(pa.int32()))  # the null row spans an id
+    spans = pa.RecordBatch.from_arrays(
+        [ids, lens, *(pa.array([0, 0, 0], pa.int32()) for _ in range(3))],
+        names=list(STORED_HISTORY),
+    )
+    want = columnar.history_lists(spans)
+    got = columnar.history_dictionary(spans)
+    assert got.to_pylist() == want.to_pylist() == [["a", "b"], None, ["c"]]
+    assert got.equals(columnar.dictionary_reference(want))

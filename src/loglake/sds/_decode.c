@@ -1242,9 +1242,9 @@ done:
  * each row's stored ids among them; valid (u8, n); back, from, run (i32, n). A null row has
  * no run and no ids; a base must be a valid row before its row, and its entries
  * [from, from + run) must exist: anything else raises ValueError. */
-static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *what) {
+static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *fn, const char *what) {
     if (b->len != 4 * n) {
-        PyErr_Format(PyExc_ValueError, "unpack: %s of another length", what);
+        PyErr_Format(PyExc_ValueError, "%s: %s of another length", fn, what);
         return -1;
     }
     return 0;
@@ -1255,11 +1255,12 @@ static int i32_buffer(Py_buffer *b, Py_ssize_t n, const char *what) {
  * history length (*count, n + 1 slots, the caller's to free): a run's base is an earlier
  * valid row with as many entries; a row that is not valid has none. The total, or -1 with
  * an exception set. */
-static int64_t run_counts(Py_buffer *loffb, Py_buffer *validb, Py_buffer *backb,
-                          Py_buffer *fromb, Py_buffer *runb, Py_ssize_t k, int64_t **count_out) {
+static int64_t run_counts(const char *fn, Py_buffer *loffb, Py_buffer *validb,
+                          Py_buffer *backb, Py_buffer *fromb, Py_buffer *runb, Py_ssize_t k,
+                          int64_t **count_out) {
     Py_ssize_t n = validb->len;
-    if (i32_buffer(loffb, n + 1, "list offsets") || i32_buffer(backb, n, "back") ||
-        i32_buffer(fromb, n, "from") || i32_buffer(runb, n, "run"))
+    if (i32_buffer(loffb, n + 1, fn, "list offsets") || i32_buffer(backb, n, fn, "back") ||
+        i32_buffer(fromb, n, fn, "from") || i32_buffer(runb, n, fn, "run"))
         return -1;
     const int32_t *lo = loffb->buf, *back = backb->buf, *from = fromb->buf, *run = runb->buf;
     const uint8_t *valid = validb->buf;
@@ -1286,13 +1287,13 @@ static int64_t run_counts(Py_buffer *loffb, Py_buffer *validb, Py_buffer *backb,
         total += count[r];
     }
     if (total > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "unpack: a batch's ids over 2 GiB");
+        PyErr_Format(PyExc_OverflowError, "%s: a batch's history entries over 2^31 - 1", fn);
         return -1;
     }
     return total;
 bad:
-    PyErr_SetString(PyExc_ValueError,
-                    "unpack: offsets out of order, or a run without a valid earlier base");
+    PyErr_Format(PyExc_ValueError,
+                 "%s: offsets out of order, or a run without a valid earlier base", fn);
     return -1;
 }
 
@@ -1314,7 +1315,7 @@ static PyObject *unpack(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < k; i++)
         if (off[i] > off[i + 1]) goto bad;
     /* first pass: every row checked and its count; a base's count is known before its row */
-    int64_t total = run_counts(&loffb, &validb, &backb, &fromb, &runb, k, &count);
+    int64_t total = run_counts("unpack", &loffb, &validb, &backb, &fromb, &runb, k, &count);
     if (total < 0) goto done;
     const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf;
     if (out_new(&voffs, alloc, 4 * (total + 1)) || out_new(&loffs, alloc, 4 * (n + 1)))
@@ -1407,7 +1408,8 @@ static PyObject *unpack_codes(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "unpack_codes: a code out of range");
             goto done;
         }
-    int64_t total = run_counts(&loffb, &validb, &backb, &fromb, &runb, k, &count);
+    int64_t total =
+        run_counts("unpack_codes", &loffb, &validb, &backb, &fromb, &runb, k, &count);
     if (total < 0) goto done;
     const int32_t *lo = loffb.buf, *back = backb.buf, *from = fromb.buf, *run = runb.buf;
     if (out_new(&codes, alloc, 4 * total) || out_new(&loffs, alloc, 4 * (n + 1))) goto done;

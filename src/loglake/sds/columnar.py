@@ -1218,6 +1218,10 @@ def history_dictionary(rows: pa.RecordBatch) -> pa.ListArray:
         np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
         for c in HISTORY_RUN_COLUMNS
     ]
+    if not runs[2].any():  # as history_lists: the stored lists are the histories
+        if runs[0].any() or runs[1].any():
+            raise ValueError("a history run of no length")
+        return dictionary_reference(stored)
     valid = np.asarray(stored.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
     enc = stored.values.dictionary_encode()
     codes = np.asarray(enc.indices.to_numpy(), dtype=np.int32)
@@ -1241,13 +1245,15 @@ def dictionary_reference(lists: pa.ListArray) -> pa.ListArray:
     """``lists`` (list<string>) as ``HISTORY_DICTIONARY``: every value hashed
     (``dictionary_encode``, first appearance first), as Parquet's writer does."""
     import numpy as np
+    import pyarrow.compute as pc
 
-    # the values the offsets span (``flatten`` leaves out a null row's, which may span some)
-    offs = np.asarray(lists.offsets, dtype=np.int64)
-    lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
-    values = lists.values.slice(lo, hi - lo)
+    # the rows' own values (a null row may span some, which the writer never sees), each
+    # row's offsets counted from its length (0 for a null row)
+    lens = np.asarray(pc.fill_null(pc.list_value_length(lists), 0).to_numpy(), dtype=np.int64)
+    offsets = np.zeros(len(lists) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
     return pa.ListArray.from_arrays(
-        pa.array((offs - lo).astype(np.int32)), values.dictionary_encode(), mask=lists.is_null()
+        pa.array(offsets), lists.flatten().dictionary_encode(), mask=lists.is_null()
     )
 
 
@@ -1276,7 +1282,7 @@ def _stored_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
     n = len(ids)
     ioffs = value_offsets(ids)
     loffs = np.asarray(lens.offsets, dtype=np.int64)
-    lo, hi = (int(loffs[0]), int(loffs[-1])) if n else (0, 0)
+    lo, hi = (int(loffs[0]), int(loffs[-1])) if len(loffs) else (0, 0)
     flat = np.asarray(lens.values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), np.int64)
     voffs = int(ioffs[0]) + np.concatenate(([0], np.cumsum(flat)))
     if n and not np.array_equal(voffs[loffs - lo], ioffs.astype(np.int64)):

@@ -951,6 +951,24 @@ MESSAGES_SCHEMA = pa.schema(
 )
 """``messages`` as Spark wrote it before the job wrote it itself (the figures filled with 0
 are never null)."""
+DICTIONARY_PAGE_LIMIT = 1 << 20
+"""pyarrow's ``dictionary_pagesize_limit`` (its default, which ``_write_part`` keeps): a
+column chunk whose dictionary reaches it, PLAIN-encoded (4 + length octets an id), goes on in
+plain encoding. Given a dictionary-encoded column, the writer keeps the dictionary whole
+instead, so a ``messages`` file past it would not be the file strings make
+(``_messages_task``)."""
+
+
+class _PastDictionaryLimit(Exception):
+    """A batch's history dictionary at ``DICTIONARY_PAGE_LIMIT``: its file goes as strings."""
+
+
+def _dictionary_bytes(dictionary: pa.Array) -> int:
+    """The PLAIN-encoded size Parquet's writer measures a dictionary by."""
+    offs = value_offsets(dictionary)
+    return int(offs[-1] - offs[0]) + 4 * len(dictionary) if len(dictionary) else 0
+
+
 MESSAGES_WRITE_SCHEMA = MESSAGES_SCHEMA.set(
     MESSAGES_SCHEMA.get_field_index("causal_history"),
     pa.field("causal_history", HISTORY_DICTIONARY),
@@ -988,7 +1006,10 @@ def _messages_task(
     group a batch, and the file's bytes are the same: Parquet's writer had hashed every entry
     to build that dictionary. Where the ids themselves are read (``never``, ``cands``) or rows
     are left out (later copies), the batch's ``history_lists`` are encoded as the writer
-    would (``dictionary_reference``)."""
+    would (``dictionary_reference``). A batch whose dictionary reaches
+    ``DICTIONARY_PAGE_LIMIT`` (~15,000 distinct ids of 64 characters; a 10,000-row batch of
+    the benchmark's channel holds ~10,200) has the whole file written again from strings: the
+    writer would have gone on in plain encoding there, and keeps a given dictionary whole."""
 
     def run(task: tuple[str, str]) -> tuple[str, pa.Table]:
         import os
@@ -1018,7 +1039,9 @@ def _messages_task(
         ]
         columns = [*kept, "history_ids", "history_lens", *HISTORY_RUN_COLUMNS]
 
-        def batches() -> Iterator[pa.RecordBatch]:
+        def batches(coded: bool) -> Iterator[pa.RecordBatch]:
+            """The table's rows a decoded batch at a time; ``coded``: the histories
+            dictionary-encoded (``MESSAGES_WRITE_SCHEMA``), else as strings."""
             done = 0
             for b in _work_batches(source, columns):
                 first = _find_sorted(want, b.column("index").to_numpy())[1]
@@ -1029,7 +1052,7 @@ def _messages_task(
                 # filter would copy its histories (13 KB a row with 200 ids) to keep every row
                 got, n = b.select(kept), int(first.sum())
                 plain = bool(n < len(first) or len(never) or len(cands))
-                hist = history_lists(b) if plain else history_dictionary(b)
+                hist = history_lists(b) if plain or not coded else history_dictionary(b)
                 if n < len(first):
                     keep = pa.array(first)
                     got, hist = got.filter(keep), hist.filter(keep)
@@ -1072,29 +1095,40 @@ def _messages_task(
                     "kind": got.column("kind"),
                     "sender": got.column("sender"),
                     "lamport": got.column("lamport"),
-                    "causal_history": dictionary_reference(hist) if plain else hist,
+                    "causal_history": dictionary_reference(hist) if coded and plain else hist,
                     "repair_request": got.column("repair_request"),
                     "content_bytes": got.column("content_bytes"),
                     "never_delivered_deps": never_deps,
                 }
+                if coded and (
+                    _dictionary_bytes(cols["causal_history"].values.dictionary)
+                    >= DICTIONARY_PAGE_LIMIT
+                ):
+                    raise _PastDictionaryLimit
                 yield pa.RecordBatch.from_arrays(
                     [
                         cols[n] if n in cols else part.column(n).combine_chunks()
                         for n in MESSAGES_SCHEMA.names
                     ],
-                    schema=MESSAGES_WRITE_SCHEMA,
+                    schema=MESSAGES_WRITE_SCHEMA if coded else MESSAGES_SCHEMA,
                 )
             if done != figures.num_rows:
                 raise ValueError(f"{source}: {figures.num_rows - done} first copies not found")
 
         name = os.path.basename(source).split(".")[0]  # part-00003 (the decode task's)
-        path, _ = _write_part(
-            out_dir,
-            f"{name}.zstd.parquet",
-            MESSAGES_WRITE_SCHEMA,
-            batches(),
-            file_schema=MESSAGES_SCHEMA,
-        )
+        try:
+            path, _ = _write_part(
+                out_dir,
+                f"{name}.zstd.parquet",
+                MESSAGES_WRITE_SCHEMA,
+                batches(coded=True),
+                file_schema=MESSAGES_SCHEMA,
+            )
+        except _PastDictionaryLimit:  # the file again, as strings (the partial one is gone)
+            edges.clear()
+            path, _ = _write_part(
+                out_dir, f"{name}.zstd.parquet", MESSAGES_SCHEMA, batches(coded=False)
+            )
         return path, pa.Table.from_batches(edges, EDGES_SCHEMA)
 
     return run
