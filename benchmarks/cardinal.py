@@ -655,7 +655,8 @@ def spark_main(args) -> None:
                 print(rates, flush=True)
                 continue
             trend = backlog_trend(r["backlog"])
-            floors = backlog_floors(r["backlog"], max(4.0, 2 * args.trigger))
+            window = max(4.0, 2 * args.trigger)  # at least one micro-batch made visible
+            floors = backlog_floors(r["backlog"], window)
             floor_trend = backlog_trend(floors)
             # growing by more than 5% of the offered rate, every second, after the start
             grows = trend > 0.05 * r["offered_per_s"]
@@ -666,7 +667,7 @@ def spark_main(args) -> None:
                 f"produce → block row visible p50 {r['p50_ms']:,.0f} ms, p99 {r['p99_ms']:,.0f} ms "
                 f"({r['visible']}/{r['blocks']} blocks); backlog read every "
                 f"{BACKLOG_STEP_S:g} s: peak {peak:,} records, its floor (least in each "
-                f"{max(4.0, 2 * args.trigger):g} s) "
+                f"{window:g} s) "
                 + ", ".join(f"{t:.0f}:{b}" for t, b in floors)
                 + f"; trend after 20 s {trend:+,.0f} records/s, of the floor "
                 + f"{floor_trend:+,.0f} ("

@@ -204,7 +204,10 @@ def write_part(
     ``file_schema``: the Arrow schema a Parquet file says it holds (its ``ARROW:schema``)
     where ``schema`` is another Arrow form of the same Parquet columns (a column given
     dictionary-encoded): readers see ``file_schema``, and the file's bytes are those
-    ``file_schema``'s batches would have made."""
+    ``file_schema``'s batches would have made while every given dictionary stays under the
+    writer's dictionary page limit (past it, from strings the writer goes on in plain
+    encoding, and a given dictionary it keeps whole: the caller checks, as ``job
+    sds-audit``'s ``_messages_task`` does)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

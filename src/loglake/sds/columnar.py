@@ -1159,12 +1159,10 @@ def pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
     )
 
 
-def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
-    """The causal histories of a batch of ``DECODED_SCHEMA`` rows (as the decoder wrote it,
-    or a slice of one whose runs' bases are in it) as list<string>, with no Python object per
-    id: the stored ids (``pack_lists`` in reverse), each row's run put in front of its own
-    (``_decode.unpack``; ``unpacked_reference`` without the C kernel). ValueError when the
-    columns disagree or a run has no base in the batch."""
+def _stored_and_runs(rows: pa.RecordBatch) -> tuple[pa.ListArray, list[Any] | None]:
+    """A batch's stored ids (list<string>) and its ``HISTORY_RUN_COLUMNS`` (int32 arrays),
+    the readers' common start; None for the runs when the batch has none (its stored lists
+    are its histories). ValueError for a run of no length."""
     import numpy as np
 
     stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
@@ -1172,13 +1170,32 @@ def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
         np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
         for c in HISTORY_RUN_COLUMNS
     ]
-    if not runs[2].any():
-        if runs[0].any() or runs[1].any():
-            raise ValueError("a history run of no length")
+    if runs[2].any():
+        return stored, runs
+    if runs[0].any() or runs[1].any():
+        raise ValueError("a history run of no length")
+    return stored, None
+
+
+def _valid8(lists: pa.ListArray) -> Any:
+    """Each row's validity, one octet a row (the kernel's ``valid``)."""
+    import numpy as np
+
+    return np.asarray(lists.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+
+
+def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
+    """The causal histories of a batch of ``DECODED_SCHEMA`` rows (as the decoder wrote it,
+    or a slice of one whose runs' bases are in it) as list<string>, with no Python object per
+    id: the stored ids (``pack_lists`` in reverse), each row's run put in front of its own
+    (``_decode.unpack``; ``unpacked_reference`` without the C kernel). ValueError when the
+    columns disagree or a run has no base in the batch."""
+    stored, runs = _stored_and_runs(rows)
+    if runs is None:
         return stored
     if _decode is None:
         return unpacked_reference(stored, *runs)
-    valid = np.asarray(stored.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    valid = _valid8(stored)
     strs = stored.values
     values, voffs, loffs = _decode.unpack(
         strs.buffers()[1],
@@ -1213,16 +1230,10 @@ def history_dictionary(rows: pa.RecordBatch) -> pa.ListArray:
 
     if _decode is None:
         return dictionary_reference(history_lists(rows))
-    stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
-    runs = [
-        np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
-        for c in HISTORY_RUN_COLUMNS
-    ]
-    if not runs[2].any():  # as history_lists: the stored lists are the histories
-        if runs[0].any() or runs[1].any():
-            raise ValueError("a history run of no length")
+    stored, runs = _stored_and_runs(rows)
+    if runs is None:
         return dictionary_reference(stored)
-    valid = np.asarray(stored.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    valid = _valid8(stored)
     enc = stored.values.dictionary_encode()
     codes = np.asarray(enc.indices.to_numpy(), dtype=np.int32)
     entries, loffs = _decode.unpack_codes(
