@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
+    _causal_codes,
     _causal_positions,
+    _causal_strings,
     _concurrent_tasks,
     _ContentArrays,
     _kept_causal,
@@ -187,19 +189,25 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
 def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
     """Chunks of any length (empty ones, null rows, a chunk that is a slice of a larger
     array), any rows kept: each kept row's count of ids, their content positions and the ids
-    of no content message are what a take of the rows and one ``index_in`` give."""
+    of no content message are what a take of the rows of ``causal_new`` (before its coding,
+    ``_causal_codes``) and one ``index_in`` give."""
     import numpy as np
     import pyarrow.compute as pc
 
     typ = pa.list_(pa.string())
-    arrays = [pa.array(c, typ) for c in chunks]
-    arrays = [a.slice(min(cut, len(a))) for a in arrays]  # chunks that start past offset 0
+    whole = [pa.array(c, typ) for c in chunks]
+    coded = [_causal_codes(a) for a in whole]
+    # chunks that start past offset 0 (the codes of a batch as a slice of its column)
+    arrays = [a.slice(min(cut, len(a))) for a in whole]
+    codes = [c.slice(min(cut, len(c))) for c, _ in coded]
     col = pa.chunked_array(arrays, typ)
     n = len(col)
     at = np.array(sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n))), np.int64)
     at = at[at < n]
     ids = pa.array(["a", "b", "c", "d", "e"])
-    lens, pos, missing = _kept_causal(col, at, IdIndex(ids))
+    lens, pos, missing = _kept_causal(
+        pa.chunked_array(codes, pa.list_(pa.int32())), [d for _, d in coded], at, IdIndex(ids)
+    )
     taken = col.take(pa.array(at, pa.int64()))
     want_lens = [len(x or []) for x in taken.to_pylist()]
     flat = pa.chunked_array([c.flatten() for c in taken.chunks], pa.string())
@@ -207,6 +215,38 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
     assert lens.tolist() == want_lens
     assert pos.tolist() == want
     assert missing.to_pylist() == [v for v, p in zip(flat.to_pylist(), want, strict=True) if p < 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.lists(st.sampled_from("abcdexy"), max_size=5)), max_size=8),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_causal_codes_are_the_first_appearances_of_the_ids(rows, cut, kernel):
+    """A decoded batch's ``causal_new`` as codes: its ids once each, in order of first
+    appearance, each id its code there, the rows' offsets and nulls as they were (also for a
+    column that is a slice); ``_causal_strings`` gives the column back. With the C kernel's
+    hash table and without it (``index_in``)."""
+    import loglake.sds.columnar as columnar
+
+    col = pa.array(rows, pa.list_(pa.string())).slice(min(cut, len(rows)))
+    kept = columnar._decode
+    if not kernel:
+        columnar._decode = None
+    try:
+        codes, ids = _causal_codes(col)
+    finally:
+        columnar._decode = kept
+    flat = [v for r in col.to_pylist() for v in r or []]
+    first = list(dict.fromkeys(flat))
+    assert ids.to_pylist() == first
+    assert codes.type == pa.list_(pa.int32())
+    assert codes.to_pylist() == [
+        None if r is None else [first.index(v) for v in r] for r in col.to_pylist()
+    ]
+    back = _causal_strings(codes, ids)
+    assert back.to_pylist() == col.to_pylist() and back.type == col.type
 
 
 @settings(max_examples=100, deadline=None)

@@ -19,11 +19,13 @@ from loglake.pipeline.jobs import sds_audit
 from loglake.pipeline.jobs.sds_audit import (
     BLOOMS_SCHEMA,
     DECODE_COLUMNS,
-    WORK_SCHEMA,
+    DECODED_SCHEMA,
     SdsAuditOptions,
     _decode_task,
+    _ids_path,
     _sender_blooms,
     _work_batches,
+    _work_schema,
     decode_batches,
     run,
     table,
@@ -34,6 +36,8 @@ from tests.sds.records import readable
 from .test_job_sds_audit import CFG, STREAM, expected_from_truth, simulated
 
 CHANNEL = "sim"
+DECODED = [n for n in DECODED_SCHEMA.names if n != "bloom_filter"]
+"""What a decoded file gives back (``causal_new`` from its codes and ids file)."""
 
 
 def _seal(data_dir: Path, first: int, last: int) -> Path:
@@ -80,8 +84,9 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(
     out.mkdir()
     task = _decode_task(str(data), CHANNEL, str(out))
     path, rows, reasons, sweep, senders = task((0, units))
-    got = list(_work_batches(path, WORK_SCHEMA.names))
-    assert rows == n and all(b.schema == WORK_SCHEMA for b in got) and reasons == {}
+    got = list(_work_batches(path, DECODED))
+    assert rows == n and reasons == {}
+    assert all(b.schema == _work_schema(DECODED) == DECODED_SCHEMA.remove(17) for b in got)
     assert readable(got) == _without_blooms(want)
     sizes = [
         b.num_rows
@@ -91,14 +96,15 @@ def test_a_task_decodes_lake_files_and_the_live_tail_and_a_compacted_file(
     assert [b.num_rows for b in got] == sizes
     _assert_bloom_file(sweep, senders, want)
     # no temporary file left
-    assert sorted(p.name for p in out.iterdir()) == sorted([Path(path).name, Path(sweep).name])
+    files = [Path(path).name, Path(sweep).name, Path(_ids_path(path)).name]
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
 
     # job compact replaced the planned files by one covering them: read from that one
     _seal(data, 0, 39)
     for f in small:
         f.unlink()
     path, rows, _, sweep, senders = task((1, units))
-    got = list(_work_batches(path, WORK_SCHEMA.names))
+    got = list(_work_batches(path, DECODED))
     assert readable(got) == _without_blooms(want)
     _assert_bloom_file(sweep, senders, want)
     assert [b.num_rows for b in got] == [

@@ -12,7 +12,8 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
    IPC files (lz4 buffers) under ``_work/decoded`` themselves, the bloom filters apart, a
-   record batch per sender (``WORK_SCHEMA``); later stages read those.
+   record batch per sender, and ``causal_new`` as codes into each batch's distinct ids, a file
+   beside (``WORK_SCHEMA``); later stages read those.
    Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
    (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
    back for the write: most of the decode stage (docs/sds.md, "Auditing a channel"). This
@@ -681,18 +682,79 @@ SWEEP_COLUMNS = [
     "kind",
     "message_id",
     "sender",
-    "causal_new",
+    "causal_codes",
 ]
 """What the sweep reads of every decoded file (the bloom filters are in the bloom files)."""
 BLOOMS_SCHEMA = pa.schema([DECODED_SCHEMA.field("index"), DECODED_SCHEMA.field("bloom_filter")])
 """A decode task's bloom file: the bloom filters of its decoded content and sync messages
 (``_blooms_by_sender``), a record batch per sender (``BloomFiles`` names them)."""
-WORK_SCHEMA = pa.schema([f for f in DECODED_SCHEMA if f.name != "bloom_filter"])
+WORK_SCHEMA = pa.schema(
+    [
+        pa.field("causal_codes", pa.list_(pa.int32())) if f.name == "causal_new" else f
+        for f in DECODED_SCHEMA
+        if f.name != "bloom_filter"
+    ]
+)
 """A decoded file in ``_work/decoded``: every decoded column but the bloom filters, which
 the task writes by sender into its bloom file: a sweep task then reads only its own
 senders' filters, and holds one sender's at a time (~18 KB a message: a task's senders'
 filters at once were ~9 GB at 1M messages; 100,000 messages with filters, same machine:
-peak worker memory 2.8-2.9 GB -> 0.76-0.85, sweep 3.6-3.9 s -> 1.7-1.8)."""
+peak worker memory 2.8-2.9 GB -> 0.76-0.85, sweep 3.6-3.9 s -> 1.7-1.8).
+
+``causal_new`` as ``causal_codes``: each id as its position among its record batch's distinct
+``causal_new`` ids, which the part's ids file holds (``_ids_path``, a record batch of
+``CAUSAL_IDS_SCHEMA`` per record batch of the part, in the same order; ``_causal_codes``).
+Why: a content message's id is in the ``causal_new`` of about one message per sender, so a
+batch's ids are ~20 copies of ~1 a row. Written as strings, the decode compressed ~1.4 KB a
+row and each sweep task hashed every kept copy against the content ids (~10M lookups a task
+at 1M messages of 20 senders); as codes, a sweep task looks up each batch's distinct ids
+once and takes the codes' positions (numpy)."""
+CAUSAL_IDS_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
+"""A record batch of a part's ids file: the distinct ``causal_new`` ids of a record batch of
+the part, in order of first appearance (``WORK_SCHEMA``)."""
+
+
+def _ids_path(part: str) -> str:
+    """The ids file of the decoded part file ``part`` (``WORK_SCHEMA``), beside it."""
+    import os
+
+    folder, name = os.path.split(part)
+    return os.path.join(folder, "ids-" + name.removeprefix("part-"))
+
+
+def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
+    """A ``causal_new`` column as codes (``causal_codes``, the same offsets and nulls) and the
+    distinct ids they point into, in order of first appearance (each found by one
+    ``IdIndex`` of the column's ids, which keeps the first of repeated ids)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    offs = value_offsets(col)
+    lo, hi = int(offs[0]), int(offs[-1])
+    values = col.values.slice(lo, hi - lo)
+    at = np.arange(hi - lo, dtype=np.int64)
+    first = IdIndex(values).positions([(values, at[:1], at[-1:] + 1)]) if hi > lo else at
+    is_first = first == at
+    rank = np.cumsum(is_first, dtype=np.int64) - 1
+    codes = pa.array(rank[first].astype(np.int32), pa.int32())
+    ids = values.filter(pa.array(is_first)) if hi > lo else pa.array([], pa.string())
+    offsets = pa.array((offs - lo).astype(np.int32), pa.int32())
+    mask = None if col.null_count == 0 else pc.invert(col.is_valid())
+    return pa.ListArray.from_arrays(offsets, codes, mask=mask), ids
+
+
+def _causal_strings(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
+    """``causal_new`` again from its codes and its batch's ids (``_causal_codes`` undone)."""
+    import pyarrow.compute as pc
+
+    offs = value_offsets(codes)
+    lo, hi = int(offs[0]), int(offs[-1])
+    values = ids.take(codes.values.slice(lo, hi - lo))
+    offsets = pa.array((offs - lo).astype("int32"), pa.int32())
+    mask = None if codes.null_count == 0 else pc.invert(codes.is_valid())
+    return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+
 _SWEPT_KINDS = pa.array(["content", "sync"])
 """The kinds of message a sweep reads (the others acknowledge nothing)."""
 
@@ -751,7 +813,9 @@ def _sweep_task(
             at = np.flatnonzero(np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool))
             if len(at):
                 parts.append(t.select(_SWEEP_ROWS).take(pa.array(at)))
-                lens, pos, missing = _kept_causal(t.column("causal_new"), at, index)
+                lens, pos, missing = _kept_causal(
+                    t.column("causal_codes"), _causal_ids(f), at, index
+                )
                 lens_read.append(lens)
                 pos_parts.append(pos)
                 if len(missing):
@@ -874,39 +938,47 @@ def _find_sorted(keys: Any, values: Any) -> tuple[Any, Any]:
     return at, keys[at] == values
 
 
-_SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_new"]
-"""What a sweep task takes of its rows (their ``causal_new`` ids stay where read)."""
+_SWEEP_ROWS = [c for c in SWEEP_COLUMNS if c != "causal_codes"]
+"""What a sweep task takes of its rows (their ``causal_new`` codes stay where read)."""
 
 
-def _kept_causal(col: pa.ChunkedArray, at: Any, index: IdIndex) -> tuple[Any, Any, pa.Array]:
-    """The ``causal_new`` ids of rows ``at`` (ascending) of a decoded file's column, where they
-    lie: each row's count of ids, each id's content position (``index``; -1 for none) and the
-    ids of no content message, in order (the only ids ``dependency_figures`` reads). Why not
-    a take of the rows then one ``index_in``: the take copied every kept id (~0.7 GB a task at
-    1M messages, into fresh pages) and ``index_in`` built the content ids' hash table again."""
+def _kept_causal(
+    col: pa.ChunkedArray, ids: list[pa.Array], at: Any, index: IdIndex
+) -> tuple[Any, Any, pa.Array]:
+    """The ``causal_new`` ids of rows ``at`` (ascending) of a decoded file, from its
+    ``causal_codes`` column (a chunk per record batch) and each batch's ids (``ids``, its ids
+    file): each row's count of ids, each id's content position (``index``; -1 for none) and
+    the ids of no content message, in order (the only ids ``dependency_figures`` reads). Each
+    batch's distinct ids are looked up once (``index``, the content ids' hash table kept for
+    the task), and the kept codes take their positions: the ids are never copied."""
     import numpy as np
 
-    parts, lens = [], [np.zeros(0, dtype=np.int64)]
+    chunks = []
     first = 0
-    for ch in col.chunks:
+    for ch, dictionary in zip(col.chunks, ids, strict=True):
         lo, hi = np.searchsorted(at, [first, first + len(ch)])
         rows = at[lo:hi] - first
         first += len(ch)
         if len(rows):
-            offs = np.asarray(ch.offsets, dtype=np.int64)
-            parts.append((ch.values, offs[rows], offs[rows + 1]))
-            lens.append(offs[rows + 1] - offs[rows])
-    pos = index.positions(parts)
-    missing = []
+            offs = np.asarray(value_offsets(ch), dtype=np.int64)
+            chunks.append((ch, dictionary, offs[rows], offs[rows + 1]))
+    whole = [(d, np.zeros(1, np.int64), np.full(1, len(d), np.int64)) for _, d, _, _ in chunks]
+    found = index.positions(whole) if whole else np.zeros(0, dtype=np.int64)
+    lens, pos, missing = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)], []
     k = 0
-    for values, starts, ends in parts:
-        n = int((ends - starts).sum())
-        miss = pos[k : k + n] < 0
+    for ch, dictionary, starts, ends in chunks:
+        codes = np.asarray(ch.values.to_numpy(), dtype=np.int64)[value_indices(starts, ends)]
+        if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(dictionary)):
+            raise ValueError("decoded causal_codes outside their batch's ids")
+        p = found[k : k + len(dictionary)][codes]
+        k += len(dictionary)
+        lens.append(ends - starts)
+        pos.append(p)
+        miss = p < 0
         if miss.any():
-            missing.append(values.take(pa.array(value_indices(starts, ends)[miss])))
-        k += n
-    ids = pa.concat_arrays(missing) if missing else pa.array([], pa.string())
-    return np.concatenate(lens), pos, ids
+            missing.append(dictionary.take(pa.array(codes[miss])))
+    out = pa.concat_arrays(missing) if missing else pa.array([], pa.string())
+    return np.concatenate(lens), np.concatenate(pos), out
 
 
 def _content_arrays(path: str) -> _ContentArrays:
@@ -1187,19 +1259,45 @@ def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
 
 
 def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]:
-    """``_read_work`` a record batch at a time (as the decode task wrote them)."""
-    fields = sorted(WORK_SCHEMA.get_field_index(c) for c in columns)
+    """``_read_work`` a record batch at a time (as the decode task wrote them). Asked for
+    ``causal_new``, the ids again (``_causal_strings`` of ``causal_codes`` and the ids
+    file), in ``causal_codes``' place."""
+    columns = list(columns)
+    strings = "causal_new" in columns
+    wanted = {"causal_codes" if c == "causal_new" else c for c in columns}
+    fields = sorted(WORK_SCHEMA.get_field_index(c) for c in wanted)
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     with pa.OSFile(path) as f:
         reader = pa.ipc.open_file(f, options=options)
+        ids = _causal_ids(path) if strings and reader.num_record_batches else []
         for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
+            b = reader.get_batch(i)
+            if strings:
+                at = b.schema.get_field_index("causal_codes")
+                col = _causal_strings(b.column(at), ids[i])
+                b = b.set_column(at, DECODED_SCHEMA.field("causal_new"), col)
+            yield b
+
+
+def _causal_ids(part: str) -> list[pa.Array]:
+    """The ids of each record batch of the decoded part ``part`` (its ids file, in order)."""
+    with pa.OSFile(_ids_path(part)) as f:
+        reader = pa.ipc.open_file(f)
+        return [reader.get_batch(i).column(0) for i in range(reader.num_record_batches)]
 
 
 def _work_schema(columns: Iterable[str]) -> pa.Schema:
-    """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order."""
+    """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order
+    (``causal_new`` as the strings, in ``causal_codes``' place)."""
     want = set(columns)
-    return pa.schema([f for f in WORK_SCHEMA if f.name in want])
+    strings = "causal_new" in want
+    return pa.schema(
+        [
+            DECODED_SCHEMA.field("causal_new") if strings and f.name == "causal_codes" else f
+            for f in WORK_SCHEMA
+            if f.name in want or (strings and f.name == "causal_codes")
+        ]
+    )
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -1290,10 +1388,14 @@ def _decode_task(
         bloom_name = f"blooms-{k:05d}.arrow"
         senders: list[str] = []
         options = pa.ipc.IpcWriteOptions(compression="lz4")  # as _write_part(work=True)
+        ids_name = os.path.basename(_ids_path(name))
         with (
             part_file(decoded_dir, bloom_name) as tmp,
             pa.OSFile(tmp, "wb") as f,
             pa.ipc.new_file(f, BLOOMS_SCHEMA, options=options) as out,
+            part_file(decoded_dir, ids_name) as ids_tmp,
+            pa.OSFile(ids_tmp, "wb") as ids_f,
+            pa.ipc.new_file(ids_f, CAUSAL_IDS_SCHEMA, options=options) as ids_out,
         ):
             pending: dict[str, list[pa.RecordBatch]] = {}
             held: dict[str, int] = {}
@@ -1315,6 +1417,10 @@ def _decode_task(
                         held[sender] = held.get(sender, 0) + size
                         if held[sender] >= BLOOM_BATCH_BYTES:
                             flush(sender)
+                    codes, ids = _causal_codes(b.column("causal_new"))
+                    ids_out.write_batch(pa.record_batch([ids], schema=CAUSAL_IDS_SCHEMA))
+                    at = b.schema.get_field_index("causal_new")
+                    b = b.set_column(at, WORK_SCHEMA.field("causal_codes"), codes)
                     yield b.select(WORK_SCHEMA.names)
                 for sender in list(pending):
                     flush(sender)
