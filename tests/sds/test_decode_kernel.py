@@ -495,6 +495,67 @@ def test_id_lookup_refuses_tables_ranges_parts_and_outputs_it_did_not_make():
         _decode.id_table(index._offs, index._data, np.zeros(2, np.int32))  # too few slots
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.one_of(st.none(), IDS), max_size=30), max_size=4),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_first_rows_are_each_ids_first_row(chunks, cut, data):
+    """Chunks of any length (empty ones, slices past offset 0), repeated, empty and non-ASCII
+    ids, null ids (their own row), few or many repeats (the sorted hashes, or one table of
+    all): each row's first row of its id, what a dict of first appearances gives and what
+    ``first_rows_reference`` (one ``IdIndex``) gives."""
+    arrays = [pa.array(c, pa.string()).slice(min(cut, len(c))) for c in chunks]
+    ids = pa.chunked_array(arrays, pa.string())
+    if data.draw(st.booleans()) and len(arrays) == 1:
+        ids = arrays[0]  # an array, not a chunked one
+    flat = ids.to_pylist()
+    seen: dict[str, int] = {}
+    want = [i if v is None else seen.setdefault(v, i) for i, v in enumerate(flat)]
+    assert columnar.first_rows(ids).tolist() == want
+    assert columnar.first_rows_reference(ids).tolist() == want
+
+
+def test_first_rows_tells_ids_of_one_hash_apart_by_their_bytes(monkeypatch):
+    """Ids whose 64-bit hashes are equal (the first eight here, the kernel's hash replaced:
+    three ids, one of them repeated, and two distinct) are told apart by their bytes: a hash
+    shared is a candidate, not a repeat."""
+    real = _decode
+
+    class SameHash:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @staticmethod
+        def id_hashes(offs: object, data: object, out: np.ndarray) -> None:
+            out[:] = np.arange(len(out), dtype=np.uint64) + 100
+            out[:8] = 7
+
+    monkeypatch.setattr(columnar, "_decode", SameHash())
+    ids = pa.array([f"{i % 3:064x}" if i < 6 else f"{i:064x}" for i in range(40)])
+    want = [i % 3 if i < 6 else i for i in range(40)]
+    monkeypatch.setattr(columnar, "first_rows_reference", None)  # not this way
+    assert columnar.first_rows(ids).tolist() == want
+
+
+def test_id_hashes_refuses_offsets_and_outputs_it_did_not_make():
+    """Offsets past the data or backwards, an output of another length: a ValueError."""
+    vals = pa.array(["a", "bc"])
+    offs, data = value_offsets(vals), vals.buffers()[2]
+    out = np.zeros(2, np.uint64)
+    _decode.id_hashes(offs, data, out)
+    assert out[0] != out[1]
+    with pytest.raises(ValueError):
+        _decode.id_hashes(offs, data[:1], out)
+    with pytest.raises(ValueError):
+        _decode.id_hashes(offs, data, np.zeros(3, np.uint64))
+    with pytest.raises(ValueError):
+        _decode.id_hashes(np.array([0, 2, 1], np.int32), data, out)
+    with pytest.raises(ValueError):
+        _decode.id_hashes(b"", data, np.zeros(0, np.uint64))
+
+
 def _stored(lists: list[list[str] | None], runs: list[tuple[int, int, int]]) -> pa.RecordBatch:
     """A batch of the decoded rows' history columns: ``lists`` stored, with ``runs``."""
     ids, lens = columnar.pack_lists(pa.array(lists, pa.list_(pa.string())))

@@ -37,7 +37,8 @@
  * two for the readers of the decoded rows (unpack: whole histories from causal's runs;
  * unpack_codes: the same as a code an entry, for a dictionary-encoded column) and two
  * for the sweep that reads them (id_table, id_lookup: ids looked up in a set of ids, as
- * pyarrow's index_in, with the set's hash table kept from one call to the next).
+ * pyarrow's index_in, with the set's hash table kept from one call to the next), and
+ * id_hashes for the driver's first copies (columnar.first_rows).
  * Positions handed to causal and gather address data, then extra after it (as if the two were
  * concatenated): the records the reference path read carry their ids in extra.
  *
@@ -1510,6 +1511,34 @@ done:
     return result;
 }
 
+/* id_hashes(offsets, data, out): each of the n strings' id_hash (out: uint64, n of them),
+ * without the GIL. Why: the driver of sds-audit finds each message id's first copy among ~1M
+ * ids by sorting their hashes (equal ids have equal hashes; the few rows whose hash is
+ * another's are compared as strings), where one hash table of the ids held every id
+ * combined into one array first. */
+static PyObject *id_hashes(PyObject *self, PyObject *args) {
+    Py_buffer ob, db, hb;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &ob, &db, &hb)) return NULL;
+    Py_ssize_t n = ob.len / 4 - 1;
+    const int32_t *o = ob.buf;
+    const uint8_t *d = db.buf;
+    uint64_t *out = hb.buf;
+    if (ob.len % 4 || n < 0 || hb.len != 8 * n || !offsets_ok(o, n, db.len)) {
+        PyErr_SetString(PyExc_ValueError, "id_hashes: bad offsets, or out of another length");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = id_hash(d + o[i], o[i + 1] - o[i]);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&hb);
+    return result;
+}
+
 /* One part of an id_lookup: a string array's offsets and data, and the ranges of its values
  * to look up */
 typedef struct {
@@ -1637,6 +1666,7 @@ static PyMethodDef methods[] = {
      "unpack_codes(loffs, valid, back, from, run, codes, n_codes[, alloc]) -> (entry codes, "
      "list offsets)"},
     {"id_table", id_table, METH_VARARGS, "id_table(offsets, data, slots) -> None"},
+    {"id_hashes", id_hashes, METH_VARARGS, "id_hashes(offsets, data, out) -> None"},
     {"id_lookup", id_lookup, METH_VARARGS,
      "id_lookup(slots, t_offsets, t_data, parts, out) -> None (parts: (offsets, data, starts, "
      "ends) each)"},

@@ -1359,6 +1359,60 @@ class IdIndex:
         return np.asarray(pc.fill_null(found, -1).to_numpy(), dtype=np.int64)
 
 
+def first_rows(ids: pa.Array | pa.ChunkedArray) -> Any:
+    """Each row's first row with the same id (int64; a row whose id is null: its own), what
+    one ``IdIndex`` of the ids looked up in itself gives (``first_rows_reference``). Why not
+    that: it needed the ids combined into one array and a hash table of all of them; here
+    each id is hashed where it lies (``_decode.id_hashes``) and the hashes sorted, so only
+    the rows whose hash another row shares (repeated ids, and 64-bit collisions) go through
+    an ``IdIndex``, of those rows alone. 1M distinct ids: ~3x faster on the sds-audit
+    driver, which idles the executors meanwhile."""
+    import numpy as np
+
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    n = len(ids)
+    if _decode is None or n >= 2**31 or any(c.type != _STRING for c in chunks):
+        return first_rows_reference(ids)
+    hashes = np.empty(n, dtype=np.uint64)
+    at = 0
+    for c in chunks:
+        data = c.buffers()[2] or pa.py_buffer(b"")
+        _decode.id_hashes(value_offsets(c), data, hashes[at : at + len(c)])
+        at += len(c)
+    row = np.arange(n, dtype=np.int64)
+    ordered = np.sort(hashes)  # no permutation: most channels repeat no id
+    shared = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not len(shared):
+        return row
+    some = np.isin(hashes, shared)
+    if any(c.null_count for c in chunks):
+        valid = [np.asarray(c.is_valid().to_numpy(zero_copy_only=False), bool) for c in chunks]
+        some &= np.concatenate(valid)
+    rows = np.flatnonzero(some)
+    if len(rows) > n // 4:  # many repeated ids (resends): one table of all is cheaper
+        return first_rows_reference(ids)
+    picked = ids.take(pa.array(rows))
+    picked = picked.combine_chunks() if isinstance(picked, pa.ChunkedArray) else picked
+    k = np.arange(len(rows), dtype=np.int64)
+    first = IdIndex(picked).positions([(picked, k[:1], k[-1:] + 1)]) if len(rows) else k
+    row[rows] = rows[first]
+    return row
+
+
+def first_rows_reference(ids: pa.Array | pa.ChunkedArray) -> Any:
+    """``first_rows`` by one ``IdIndex`` of all the ids (what it is tested equal to)."""
+    import numpy as np
+
+    flat = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    row = np.arange(len(flat), dtype=np.int64)
+    if not len(row):
+        return row
+    first = IdIndex(flat).positions([(flat, row[:1], row[-1:] + 1)])
+    if flat.null_count:  # index_in finds a null among the nulls: a null id is its own
+        first[np.asarray(flat.is_null().to_numpy(zero_copy_only=False), bool)] = -1
+    return np.where(first < 0, row, first)
+
+
 def value_indices(starts: Any, ends: Any) -> Any:
     """The indexes ``starts[i] .. ends[i] - 1`` for each i in turn (int64)."""
     import numpy as np

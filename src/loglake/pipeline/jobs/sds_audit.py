@@ -72,6 +72,7 @@ from loglake.sds import (
     IdIndex,
     decode_batches,
     dictionary_reference,
+    first_rows,
     history_dictionary,
     history_lists,
     value_indices,
@@ -1624,13 +1625,11 @@ def _audit(
     # later copies counted (resends, repair responses)
     # every record decoded (no reject): the table as read (the filter copied its 1M ids)
     good = meta if ok.null_count == 0 and ok.false_count == 0 else meta.filter(ok)
-    # each row's first row of its id, from one hash table of the ids (``IdIndex``, which
-    # keeps the first of repeated ids; a ``dictionary_encode`` + ``np.unique`` took ~0.9 s
-    # of the driver's one core at 1M messages while the other idled)
-    mids = good.column("message_id").combine_chunks()
+    # each row's first row of its id, from the ids' sorted hashes (``first_rows``; a
+    # ``dictionary_encode`` + ``np.unique`` took ~0.9 s of the driver's one core at 1M
+    # messages while the other idled)
     row = np.arange(good.num_rows, dtype=np.int64)
-    first_row = IdIndex(mids).positions([(mids, row[:1], row[-1:] + 1)]) if len(row) else row
-    first_row = np.where(first_row < 0, row, first_row)  # no id (not decoded): its own
+    first_row = first_rows(good.column("message_id"))  # no id (not decoded): its own
     is_first = first_row == row
     copies = pa.array(np.bincount(first_row, minlength=len(row))[is_first], pa.int64())
     # no later copy (no resend on the channel): the rows as read, not a copy of every column
