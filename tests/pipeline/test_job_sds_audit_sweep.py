@@ -33,7 +33,7 @@ from loglake.pipeline.jobs.sds_audit import (
     _sweep_loop,
     dependency_figures,
 )
-from loglake.sds import IdIndex
+from loglake.sds import DECODED_SCHEMA, IdIndex
 from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
@@ -246,7 +246,12 @@ def test_causal_codes_are_the_first_appearances_of_the_ids(rows, cut, kernel):
         None if r is None else [first.index(v) for v in r] for r in col.to_pylist()
     ]
     back = _causal_strings(codes, ids)
-    assert back.to_pylist() == col.to_pylist() and back.type == col.type
+    assert back.to_pylist() == col.to_pylist()
+    assert back.type == DECODED_SCHEMA.field("causal_new").type
+    # the decoder's dictionary-encoded column: its dictionary and indices as they are
+    coded = _causal_strings(codes, ids)
+    again, same = _causal_codes(coded)
+    assert again.to_pylist() == codes.to_pylist() and same.to_pylist() == first
 
 
 @settings(max_examples=100, deadline=None)

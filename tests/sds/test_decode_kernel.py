@@ -725,6 +725,62 @@ def test_lists_takes_each_rows_entries_past_its_skip_and_those_keep_marks(rows, 
         assert got == want(use_skip, use_keep), (use_skip, use_keep)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.booleans()), min_size=1, max_size=12),
+    st.integers(1, 6),
+    st.randoms(use_true_random=False),
+)
+def test_list_codes_are_the_kept_ids_first_appearances(rows, alphabet, rnd):
+    """``_decode.list_codes`` (the decoder's ``causal_new``): the ids ``lists`` keeps, as
+    codes into their distinct values in order of first appearance (a dict's), with the same
+    row offsets; few distinct ids (many repeats) and many, empty ids, ids that hash alike but
+    differ, with and without ``keep``."""
+    counts = [c for c, _ in rows]
+    ok = np.array([o for _, o in rows], dtype=np.uint8)
+    ends = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    m = int(ends[-1])
+    data = bytes(rnd.randrange(97, 97 + alphabet) for _ in range(3 * m + 1))
+    spans = np.array([[3 * j, rnd.randrange(0, 4)] for j in range(m)], dtype=np.int64)
+    spans = spans.reshape(m, 2)
+    keep = bytes(rnd.choice((0, 1, 1)) for _ in range(m))
+    buf = pa.py_buffer(data)
+    for kept in (keep, b""):
+        args = [buf, b"", spans, 2, ends, ok.tobytes(), kept]
+        values, voffs, loffs, _ = _decode.lists(*args, None)
+        vo, lo = np.frombuffer(voffs, np.int32), np.frombuffer(loffs, np.int32)
+        want = [
+            [bytes(values)[vo[i] : vo[i + 1]] for i in range(lo[r], lo[r + 1])] if ok[r] else []
+            for r in range(len(rows))
+        ]
+        first = list(dict.fromkeys(x for r in want for x in r))
+        d_vals, d_offs, codes, c_loffs, distinct, used = _decode.list_codes(*args, None)
+        do = np.frombuffer(d_offs, np.int32)
+        ids = [bytes(d_vals)[do[i] : do[i + 1]] for i in range(distinct)]
+        assert ids == first and used == do[distinct]
+        co, clo = np.frombuffer(codes, np.int32), np.frombuffer(c_loffs, np.int32)
+        assert clo.tolist() == lo.tolist()
+        assert [ids[c] for c in co.tolist()] == [x for r in want for x in r]
+
+
+def test_list_codes_refuses_what_lists_refuses():
+    """Spans past the buffers, ends out of order, arrays of other lengths: a ValueError each,
+    named for list_codes."""
+    data = pa.py_buffer(b"abcdef")
+    spans = np.array([[0, 1], [1, 1], [2, 1]], dtype=np.int64)
+    ends = np.array([0, 2, 3], dtype=np.int64)
+    ok = b"\x01\x01"
+    assert _decode.list_codes(data, b"", spans, 2, ends, ok, b"")[4] == 3
+    with pytest.raises(ValueError, match="list_codes: a span outside"):
+        _decode.list_codes(data, b"", np.array([[0, 1], [5, 2], [2, 1]]), 2, ends, ok, b"")
+    with pytest.raises(ValueError, match="list_codes: a span outside"):
+        _decode.list_codes(data, b"", spans, 2, np.array([0, 3, 2], np.int64), ok, b"")
+    with pytest.raises(ValueError, match="list_codes: keep of another length"):
+        _decode.list_codes(data, b"", spans, 2, ends, ok, b"\x01")
+    with pytest.raises(ValueError, match="list_codes: arrays of unequal lengths"):
+        _decode.list_codes(data, b"", spans, 2, ends[:2], ok, b"")
+
+
 def test_lists_refuses_a_skip_past_its_row_or_of_another_length():
     data = pa.py_buffer(b"abcdef")
     spans = np.array([[0, 1], [1, 1], [2, 1]], dtype=np.int64)

@@ -42,7 +42,7 @@ DECODED_SCHEMA = pa.schema(
         ("history_back", pa.int32()),
         ("history_from", pa.int32()),
         ("history_run", pa.int32()),
-        ("causal_new", pa.list_(pa.string())),
+        ("causal_new", pa.list_(pa.dictionary(pa.int32(), pa.string()))),
         ("repair_request", pa.list_(pa.string())),
         ("bloom_filter", pa.binary()),
         ("content_bytes", pa.int64()),
@@ -68,7 +68,10 @@ acknowledges nothing, as a participant counts it (``loglake.sds.participant``, d
 sender read by the same task (all of them for a sender's first message in a task). An id left
 out was in an earlier message of that sender, so whatever it shows (an acknowledgement, a
 reference) was shown there first: the sweep and the dependency counts read only these, about
-``participants`` ids a message instead of 200 when senders take turns."""
+``participants`` ids a message instead of 200 when senders take turns. Dictionary-encoded, in
+order of first appearance in the batch (``_decode.list_codes``): an id is in the
+``causal_new`` of about one message per sender, ~20 copies a batch, and its readers hash each
+id once (concatenated batches unify their dictionaries)."""
 HISTORY_RUN_COLUMNS = ("history_back", "history_from", "history_run")
 """Where a decoded row's history starts with a run of an earlier row's (``DECODED_SCHEMA``)."""
 
@@ -740,6 +743,7 @@ class DecodeState:
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import numpy as np
+        import pyarrow.compute as pc
 
         self.compact()
         if self.batched and self.kernel and _decode is not None:
@@ -837,6 +841,12 @@ class DecodeState:
 
         history = lists(keep)
         hist_ids, hist_lens = pack_lists(history)
+        causal_new = lists(keep & new)
+        coded = pa.ListArray.from_arrays(
+            causal_new.offsets,
+            pc.dictionary_encode(causal_new.values),
+            mask=pc.invert(causal_new.is_valid()),
+        )
         return pa.RecordBatch.from_arrays(
             [
                 batch.column("partition"),
@@ -852,7 +862,7 @@ class DecodeState:
                 hist_ids,
                 hist_lens,
                 *_stored_whole(n),
-                lists(keep & new),
+                coded,
                 pa.array(requests, pa.list_(pa.string())),
                 pa.array(blooms, pa.binary()),
                 pa.array(cbytes, pa.int64()),
@@ -1015,6 +1025,19 @@ class DecodeState:
             offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(loffs)])
             return pa.ListArray.from_arrays(offsets, strs, mask=mask), lens
 
+        def coded(spans: Any, ends: Any, keep: bytes) -> pa.ListArray:
+            """``lists`` of ``keep``'s entries, dictionary-encoded (``_decode.list_codes``)."""
+            values, voffs, codes, loffs, distinct, _ = _decode.list_codes(
+                data, xbuf, spans, spans.shape[1], ends, ok8, keep, pa.allocate_buffer
+            )
+            ids = pa.Array.from_buffers(
+                pa.string(), distinct, [None, pa.py_buffer(voffs), pa.py_buffer(values)]
+            )
+            at = pa.Array.from_buffers(pa.int32(), len(codes) // 4, [None, pa.py_buffer(codes)])
+            offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(loffs)])
+            items = pa.DictionaryArray.from_arrays(at, ids)
+            return pa.ListArray.from_arrays(offsets, items, mask=mask)
+
         ok8 = ok.astype(np.uint8)
         mask = pa.array(~ok)
         # what history_ids stores: each row's entries past its run
@@ -1040,7 +1063,7 @@ class DecodeState:
                 hist_ids,
                 hist_lens,
                 *(pa.array(runs[:, i]) for i in range(3)),
-                lists(ents, hist_end, new)[0],
+                coded(ents, hist_end, new),
                 lists(reqs, req_end)[0],
                 strings(
                     rec[:, _R_BLOOM_AT],

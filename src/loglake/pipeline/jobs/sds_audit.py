@@ -725,13 +725,20 @@ def _ids_path(part: str) -> str:
 
 def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
     """A ``causal_new`` column as codes (``causal_codes``, the same offsets and nulls) and the
-    distinct ids they point into, in order of first appearance (each found by one
+    ids they point into: the decoder's dictionary as it is (``DECODED_SCHEMA``), or for a
+    list of strings the distinct ids in order of first appearance (each found by one
     ``IdIndex`` of the column's ids, which keeps the first of repeated ids)."""
     import numpy as np
     import pyarrow.compute as pc
 
     offs = value_offsets(col)
     lo, hi = int(offs[0]), int(offs[-1])
+    offsets = pa.array((offs - lo).astype(np.int32), pa.int32())
+    mask = None if col.null_count == 0 else pc.invert(col.is_valid())
+    if pa.types.is_dictionary(col.type.value_type):
+        items = col.values
+        codes = items.indices.slice(lo, hi - lo).cast(pa.int32())
+        return pa.ListArray.from_arrays(offsets, codes, mask=mask), items.dictionary
     values = col.values.slice(lo, hi - lo)
     at = np.arange(hi - lo, dtype=np.int64)
     first = IdIndex(values).positions([(values, at[:1], at[-1:] + 1)]) if hi > lo else at
@@ -739,18 +746,17 @@ def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
     rank = np.cumsum(is_first, dtype=np.int64) - 1
     codes = pa.array(rank[first].astype(np.int32), pa.int32())
     ids = values.filter(pa.array(is_first)) if hi > lo else pa.array([], pa.string())
-    offsets = pa.array((offs - lo).astype(np.int32), pa.int32())
-    mask = None if col.null_count == 0 else pc.invert(col.is_valid())
     return pa.ListArray.from_arrays(offsets, codes, mask=mask), ids
 
 
 def _causal_strings(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
-    """``causal_new`` again from its codes and its batch's ids (``_causal_codes`` undone)."""
+    """``causal_new`` again (``DECODED_SCHEMA``'s type) from its codes and its batch's ids
+    (``_causal_codes`` undone)."""
     import pyarrow.compute as pc
 
     offs = value_offsets(codes)
     lo, hi = int(offs[0]), int(offs[-1])
-    values = ids.take(codes.values.slice(lo, hi - lo))
+    values = pa.DictionaryArray.from_arrays(codes.values.slice(lo, hi - lo), ids)
     offsets = pa.array((offs - lo).astype("int32"), pa.int32())
     mask = None if codes.null_count == 0 else pc.invert(codes.is_valid())
     return pa.ListArray.from_arrays(offsets, values, mask=mask)
