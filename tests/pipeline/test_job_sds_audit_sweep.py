@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
     _causal_codes,
+    _causal_new,
     _causal_positions,
-    _causal_strings,
     _concurrent_tasks,
     _ContentArrays,
     _kept_causal,
@@ -175,6 +175,15 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
     assert _concurrent_tasks(sc) == want
 
 
+def _dictionary_encoded(lists: pa.ListArray) -> pa.ListArray:
+    """A list of strings as the decoder gives ``causal_new``: its ids dictionary-encoded."""
+    import pyarrow.compute as pc
+
+    return pa.ListArray.from_arrays(
+        lists.offsets, pc.dictionary_encode(lists.values), mask=pc.invert(lists.is_valid())
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -196,7 +205,7 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
 
     typ = pa.list_(pa.string())
     whole = [pa.array(c, typ) for c in chunks]
-    coded = [_causal_codes(a) for a in whole]
+    coded = [_causal_codes(_dictionary_encoded(a)) for a in whole]
     # chunks that start past offset 0 (the codes of a batch as a slice of its column)
     arrays = [a.slice(min(cut, len(a))) for a in whole]
     codes = [c.slice(min(cut, len(c))) for c, _ in coded]
@@ -221,37 +230,24 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
 @given(
     st.lists(st.one_of(st.none(), st.lists(st.sampled_from("abcdexy"), max_size=5)), max_size=8),
     st.integers(0, 3),
-    st.booleans(),
 )
-def test_causal_codes_are_the_first_appearances_of_the_ids(rows, cut, kernel):
-    """A decoded batch's ``causal_new`` as codes: its ids once each, in order of first
-    appearance, each id its code there, the rows' offsets and nulls as they were (also for a
-    column that is a slice); ``_causal_strings`` gives the column back. With the C kernel's
-    hash table and without it (``index_in``)."""
-    import loglake.sds.columnar as columnar
+def test_causal_codes_are_the_decoded_columns_codes_and_ids(rows, cut):
+    """A decoded ``causal_new`` column (dictionary-encoded, also a slice of one) as codes and
+    ids: the same ids row by row, offsets and nulls as they were; ``_causal_new`` gives the
+    column back; a column of plain strings is refused."""
 
-    col = pa.array(rows, pa.list_(pa.string())).slice(min(cut, len(rows)))
-    kept = columnar._decode
-    if not kernel:
-        columnar._decode = None
-    try:
-        codes, ids = _causal_codes(col)
-    finally:
-        columnar._decode = kept
-    flat = [v for r in col.to_pylist() for v in r or []]
-    first = list(dict.fromkeys(flat))
-    assert ids.to_pylist() == first
+    plain = pa.array(rows, pa.list_(pa.string()))
+    col = _dictionary_encoded(plain).slice(min(cut, len(rows)))
+    codes, ids = _causal_codes(col)
     assert codes.type == pa.list_(pa.int32())
-    assert codes.to_pylist() == [
-        None if r is None else [first.index(v) for v in r] for r in col.to_pylist()
-    ]
-    back = _causal_strings(codes, ids)
+    assert [
+        None if r is None else [ids[c].as_py() for c in r] for r in codes.to_pylist()
+    ] == col.to_pylist()
+    back = _causal_new(codes, ids)
     assert back.to_pylist() == col.to_pylist()
-    assert back.type == DECODED_SCHEMA.field("causal_new").type
-    # the decoder's dictionary-encoded column: its dictionary and indices as they are
-    coded = _causal_strings(codes, ids)
-    again, same = _causal_codes(coded)
-    assert again.to_pylist() == codes.to_pylist() and same.to_pylist() == first
+    assert back.type == DECODED_SCHEMA.field("causal_new").type == col.type
+    with pytest.raises(TypeError):
+        _causal_codes(plain)
 
 
 @settings(max_examples=100, deadline=None)

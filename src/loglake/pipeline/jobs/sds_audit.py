@@ -724,33 +724,24 @@ def _ids_path(part: str) -> str:
 
 
 def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
-    """A ``causal_new`` column as codes (``causal_codes``, the same offsets and nulls) and the
-    ids they point into: the decoder's dictionary as it is (``DECODED_SCHEMA``), or for a
-    list of strings the distinct ids in order of first appearance (each found by one
-    ``IdIndex`` of the column's ids, which keeps the first of repeated ids)."""
+    """A decoded ``causal_new`` column (dictionary-encoded, ``DECODED_SCHEMA``) as codes
+    (``causal_codes``: the same offsets and nulls) and the ids they point into (its
+    dictionary, as it is)."""
     import numpy as np
     import pyarrow.compute as pc
 
+    if not pa.types.is_dictionary(col.type.value_type):
+        raise TypeError(f"causal_new of {col.type}: a list of dictionary-encoded ids expected")
     offs = value_offsets(col)
     lo, hi = int(offs[0]), int(offs[-1])
     offsets = pa.array((offs - lo).astype(np.int32), pa.int32())
     mask = None if col.null_count == 0 else pc.invert(col.is_valid())
-    if pa.types.is_dictionary(col.type.value_type):
-        items = col.values
-        codes = items.indices.slice(lo, hi - lo).cast(pa.int32())
-        return pa.ListArray.from_arrays(offsets, codes, mask=mask), items.dictionary
-    values = col.values.slice(lo, hi - lo)
-    at = np.arange(hi - lo, dtype=np.int64)
-    first = IdIndex(values).positions([(values, at[:1], at[-1:] + 1)]) if hi > lo else at
-    is_first = first == at
-    rank = np.cumsum(is_first, dtype=np.int64) - 1
-    codes = pa.array(rank[first].astype(np.int32), pa.int32())
-    ids = values.filter(pa.array(is_first)) if hi > lo else pa.array([], pa.string())
-    return pa.ListArray.from_arrays(offsets, codes, mask=mask), ids
+    codes = col.values.indices.slice(lo, hi - lo).cast(pa.int32())
+    return pa.ListArray.from_arrays(offsets, codes, mask=mask), col.values.dictionary
 
 
-def _causal_strings(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
-    """``causal_new`` again (``DECODED_SCHEMA``'s type) from its codes and its batch's ids
+def _causal_new(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
+    """A decoded ``causal_new`` column again from its codes and its batch's ids
     (``_causal_codes`` undone)."""
     import pyarrow.compute as pc
 
@@ -1267,21 +1258,21 @@ def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
 
 def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]:
     """``_read_work`` a record batch at a time (as the decode task wrote them). Asked for
-    ``causal_new``, the ids again (``_causal_strings`` of ``causal_codes`` and the ids
+    ``causal_new``, the decoded column again (``_causal_new`` of ``causal_codes`` and the ids
     file), in ``causal_codes``' place."""
     columns = list(columns)
-    strings = "causal_new" in columns
+    decoded = "causal_new" in columns
     wanted = {"causal_codes" if c == "causal_new" else c for c in columns}
     fields = sorted(WORK_SCHEMA.get_field_index(c) for c in wanted)
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     with pa.OSFile(path) as f:
         reader = pa.ipc.open_file(f, options=options)
-        ids = _causal_ids(path) if strings and reader.num_record_batches else []
+        ids = _causal_ids(path) if decoded and reader.num_record_batches else []
         for i in range(reader.num_record_batches):
             b = reader.get_batch(i)
-            if strings:
+            if decoded:
                 at = b.schema.get_field_index("causal_codes")
-                col = _causal_strings(b.column(at), ids[i])
+                col = _causal_new(b.column(at), ids[i])
                 b = b.set_column(at, DECODED_SCHEMA.field("causal_new"), col)
             yield b
 
@@ -1295,14 +1286,14 @@ def _causal_ids(part: str) -> list[pa.Array]:
 
 def _work_schema(columns: Iterable[str]) -> pa.Schema:
     """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order
-    (``causal_new`` as the strings, in ``causal_codes``' place)."""
+    (``causal_new`` as decoded, in ``causal_codes``' place)."""
     want = set(columns)
-    strings = "causal_new" in want
+    decoded = "causal_new" in want
     return pa.schema(
         [
-            DECODED_SCHEMA.field("causal_new") if strings and f.name == "causal_codes" else f
+            DECODED_SCHEMA.field("causal_new") if decoded and f.name == "causal_codes" else f
             for f in WORK_SCHEMA
-            if f.name in want or (strings and f.name == "causal_codes")
+            if f.name in want or (decoded and f.name == "causal_codes")
         ]
     )
 
