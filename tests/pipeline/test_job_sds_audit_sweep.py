@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from loglake.pipeline.jobs.sds_audit import (
     LATE_SCHEMA,
-    _causal_codes,
-    _causal_new,
     _causal_positions,
+    _codes,
     _concurrent_tasks,
     _ContentArrays,
+    _decoded,
     _kept_causal,
     _nearest_rank_of,
     _nearest_ranks,
@@ -199,13 +199,13 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
     """Chunks of any length (empty ones, null rows, a chunk that is a slice of a larger
     array), any rows kept: each kept row's count of ids, their content positions and the ids
     of no content message are what a take of the rows of ``causal_new`` (before its coding,
-    ``_causal_codes``) and one ``index_in`` give."""
+    ``_codes``) and one ``index_in`` give."""
     import numpy as np
     import pyarrow.compute as pc
 
     typ = pa.list_(pa.string())
     whole = [pa.array(c, typ) for c in chunks]
-    coded = [_causal_codes(_dictionary_encoded(a)) for a in whole]
+    coded = [_codes(_dictionary_encoded(a)) for a in whole]
     # chunks that start past offset 0 (the codes of a batch as a slice of its column)
     arrays = [a.slice(min(cut, len(a))) for a in whole]
     codes = [c.slice(min(cut, len(c))) for c, _ in coded]
@@ -233,21 +233,21 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
 )
 def test_causal_codes_are_the_decoded_columns_codes_and_ids(rows, cut):
     """A decoded ``causal_new`` column (dictionary-encoded, also a slice of one) as codes and
-    ids: the same ids row by row, offsets and nulls as they were; ``_causal_new`` gives the
+    ids: the same ids row by row, offsets and nulls as they were; ``_decoded`` gives the
     column back; a column of plain strings is refused."""
 
     plain = pa.array(rows, pa.list_(pa.string()))
     col = _dictionary_encoded(plain).slice(min(cut, len(rows)))
-    codes, ids = _causal_codes(col)
+    codes, ids = _codes(col)
     assert codes.type == pa.list_(pa.int32())
     assert [
         None if r is None else [ids[c].as_py() for c in r] for r in codes.to_pylist()
     ] == col.to_pylist()
-    back = _causal_new(codes, ids)
+    back = _decoded(codes, ids)
     assert back.to_pylist() == col.to_pylist()
     assert back.type == DECODED_SCHEMA.field("causal_new").type == col.type
     with pytest.raises(TypeError):
-        _causal_codes(plain)
+        _codes(plain)
 
 
 @settings(max_examples=100, deadline=None)

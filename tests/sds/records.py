@@ -49,7 +49,7 @@ def sliding_window(n: int, senders: int, keep: int, hint: bool = False) -> list[
     return datas
 
 
-STORED_HISTORY = ("history_ids", "history_lens", *HISTORY_RUN_COLUMNS)
+STORED_HISTORY = ("history_stored", *HISTORY_RUN_COLUMNS)
 """How ``DECODED_SCHEMA`` stores a causal history: the ids a run does not cover, and the run."""
 
 

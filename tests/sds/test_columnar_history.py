@@ -29,10 +29,10 @@ from loglake.sds.codec import (
 )
 from loglake.sds.columnar import (
     DecodeState,
-    _stored_lists,
     decode_batches,
+    dictionary_reference,
+    history_dictionary,
     history_lists,
-    pack_lists,
 )
 from loglake.sds.errors import DropReason, SdsDecodeError
 from loglake.sds.messages import HistoryEntry, message_id_of
@@ -196,12 +196,23 @@ def test_sliding_windows_are_read_against_the_previous_history():
     assert decoded(datas, [25])[0] == got
 
 
-def test_packed_histories_round_trip():
-    lists = pa.array([["a", "bc"], None, [], ["défg", ""], ["x"]], pa.list_(pa.string()))
-    for arr in (lists, lists.slice(1), lists.slice(2, 2)):
-        ids, lens = pack_lists(arr)
-        assert _stored_lists(ids, lens).to_pylist() == arr.to_pylist()
-        assert _stored_lists(ids.slice(1), lens.slice(1)).to_pylist() == arr.to_pylist()[1:]
+def test_stored_histories_read_back_from_a_slice():
+    """A batch's stored histories (no runs) read back as they were from any slice of it: its
+    dictionary then holds ids the slice's rows do not (the writer's dictionary does not)."""
+    lists = pa.array([["a", "bc"], None, [], ["défg", ""], ["x", "a"]], pa.list_(pa.string()))
+    zero = pa.array([0] * len(lists), pa.int32())
+    batch = pa.RecordBatch.from_arrays(
+        [dictionary_reference(lists), zero, zero, zero],
+        names=["history_stored", "history_back", "history_from", "history_run"],
+    )
+    for a, b in ((0, 5), (1, 4), (2, 2), (3, 2), (5, 0)):
+        rows = batch.slice(a, b)
+        assert history_lists(rows).to_pylist() == lists.to_pylist()[a : a + b]
+        got = history_dictionary(rows)
+        assert got.equals(dictionary_reference(lists.slice(a, b)))
+        assert got.values.dictionary.equals(
+            dictionary_reference(lists.slice(a, b)).values.dictionary
+        )
 
 
 def test_decode_batches_is_the_state_per_task():

@@ -408,9 +408,9 @@ def test_causal_new_from_a_run_of_the_previous_messages_entries_is_exact(second,
     want = DecodeState(CHANNEL, BLOOM, batched=False).decode(_batch(records))
     assert got.column("causal_new").to_pylist() == want.column("causal_new").to_pylist()
     assert got.column("causal_new").to_pylist()[1] == new
-    stored = tuple(got.column(c)[1].as_py() for c in STORED_HISTORY[2:])
+    stored = tuple(got.column(c)[1].as_py() for c in STORED_HISTORY[1:])
     assert stored == run
-    assert len(got.column("history_lens")[1].as_py()) == len(second) - run[2]
+    assert len(got.column("history_stored")[1].as_py()) == len(second) - run[2]
     assert readable([got]) == readable([want])
     assert readable([got])[1]["causal_history"] == second
 
@@ -556,11 +556,28 @@ def test_id_hashes_refuses_offsets_and_outputs_it_did_not_make():
         _decode.id_hashes(b"", data, np.zeros(0, np.uint64))
 
 
-def _stored(lists: list[list[str] | None], runs: list[tuple[int, int, int]]) -> pa.RecordBatch:
-    """A batch of the decoded rows' history columns: ``lists`` stored, with ``runs``."""
-    ids, lens = columnar.pack_lists(pa.array(lists, pa.list_(pa.string())))
-    cols = [ids, lens, *(pa.array([r[i] for r in runs], pa.int32()) for i in range(3))]
+def _stored(
+    lists: list[list[str] | None], runs: list[tuple[int, int, int]], scrambled: bool = False
+) -> pa.RecordBatch:
+    """A batch of the decoded rows' history columns: ``lists`` stored, with ``runs``; its
+    dictionary in order of first appearance (the decoder's), or ``scrambled``: reversed,
+    with an id no row holds (as a filter or a slice of a batch leaves it)."""
+    stored = columnar.dictionary_reference(pa.array(lists, pa.list_(pa.string())))
+    if scrambled:
+        items = stored.values
+        n = len(items.dictionary)
+        ids = pa.concat_arrays([items.dictionary[::-1], pa.array(["unused"])])
+        at = pa.array((n - 1 - items.indices.to_numpy()).astype(np.int32))
+        stored = pa.ListArray.from_arrays(
+            stored.offsets, pa.DictionaryArray.from_arrays(at, ids), mask=stored.is_null()
+        )
+    cols = [stored, *(pa.array([r[i] for r in runs], pa.int32()) for i in range(3))]
     return pa.RecordBatch.from_arrays(cols, names=list(STORED_HISTORY))
+
+
+def _strings(stored: pa.Array) -> pa.ListArray:
+    """``history_stored`` as list<string>."""
+    return stored.cast(pa.list_(pa.string()))
 
 
 @st.composite
@@ -595,14 +612,15 @@ def histories_with_runs(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(histories_with_runs(), st.integers(0, 12))
-def test_unpack_rebuilds_the_histories_the_runs_were_cut_from(case, cut):
+@given(histories_with_runs(), st.integers(0, 12), st.booleans())
+def test_unpack_rebuilds_the_histories_the_runs_were_cut_from(case, cut, scrambled):
     """``history_lists`` (``_decode.unpack``) gives each row's whole history back, as built;
-    so does the Python reference; and a prefix of the batch reads as the prefix."""
+    so does the Python reference; and a prefix of the batch reads as the prefix. Also from a
+    dictionary out of the order of first appearance, with an id no row holds."""
     whole, stored, runs = case
-    batch = _stored(stored, runs)
+    batch = _stored(stored, runs, scrambled)
     assert columnar.history_lists(batch).to_pylist() == whole
-    stored_lists = columnar._stored_lists(batch.column(0), batch.column(1))
+    stored_lists = _strings(batch.column(0))
     cols = [np.array([r[i] for r in runs], np.int32) for i in range(3)]
     assert columnar.unpacked_reference(stored_lists, *cols).to_pylist() == whole
     assert columnar.history_lists(batch.slice(0, cut)).to_pylist() == whole[:cut]
@@ -632,8 +650,8 @@ def test_unpack_refuses_runs_the_reference_refuses(lists, data):
     null row, negative): the kernel raises ValueError exactly where the reference does, and
     otherwise gives what it gives."""
     runs = data.draw(st.lists(RUN, min_size=len(lists), max_size=len(lists)))
-    batch = _stored(lists, runs)
-    stored = columnar._stored_lists(batch.column(0), batch.column(1))
+    batch = _stored(lists, runs, data.draw(st.booleans()))
+    stored = _strings(batch.column(0))
     cols = [np.array([r[i] for r in runs], np.int32) for i in range(3)]
     try:
         want = columnar.unpacked_reference(stored, *cols).to_pylist()
@@ -687,7 +705,7 @@ def test_unpack_refuses_buffers_it_did_not_make():
     st.randoms(use_true_random=False),
 )
 def test_lists_takes_each_rows_entries_past_its_skip_and_those_keep_marks(rows, rnd):
-    """``_decode.lists`` with ``skip`` (the job's history_ids: each row's entries past its
+    """``_decode.lists`` with ``skip`` (``history_stored``: each row's entries past its
     run) and ``keep`` (causal_new), alone and together, against a plain reading of the same
     spans; runs of kept entries longer than a word, and none, included."""
     counts = [c for c, _, _ in rows]
@@ -869,10 +887,14 @@ def test_history_dictionary_reads_what_history_lists_reads_without_runs():
     for rows in (batch.slice(1), batch.slice(2)):
         want = columnar.history_lists(rows)
         assert columnar.history_dictionary(rows).equals(columnar.dictionary_reference(want))
-    ids = pa.array([b"ab", None, b"c"], pa.binary())
-    lens = pa.array([[1, 1], [0], [1]], pa.list_(pa.int32()))  # the null row spans an id
+    items = pa.DictionaryArray.from_arrays(
+        pa.array([0, 1, 2, 3], pa.int32()), pa.array(["a", "b", "x", "c"])
+    )
+    stored = pa.ListArray.from_arrays(  # the null row spans an id ("x")
+        pa.array([0, 2, 3, 4], pa.int32()), items, mask=pa.array([False, True, False])
+    )
     spans = pa.RecordBatch.from_arrays(
-        [ids, lens, *(pa.array([0, 0, 0], pa.int32()) for _ in range(3))],
+        [stored, *(pa.array([0, 0, 0], pa.int32()) for _ in range(3))],
         names=list(STORED_HISTORY),
     )
     want = columnar.history_lists(spans)

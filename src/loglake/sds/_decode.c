@@ -20,7 +20,7 @@
  * more than max_bloom_bits bits set (when >= 0) is read as none (R_BLOOM_AT -1): it
  * acknowledges nothing, as a participant counts it (participant.py, difference 10).
  *
- * Four calls to decode:
+ * Five calls to decode:
  *   scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc[, verify_ids[,
  *     max_bloom_bits]]]) -> (entries, requests);
  *     a history that starts with the entries of its sender's last record scan vouched for in
@@ -34,6 +34,7 @@
  *   gather(data, extra, at, len) -> the spans' bytes concatenated
  *   lists(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> list<string> buffers of
  *     the ids
+ *   list_codes(the same) -> those ids dictionary-encoded (the stored histories, causal_new)
  * two for the readers of the decoded rows (unpack: whole histories from causal's runs;
  * unpack_codes: the same as a code an entry, for a dictionary-encoded column) and two
  * for the sweep that reads them (id_table, id_lookup: ids looked up in a set of ids, as
@@ -1135,10 +1136,9 @@ static inline int64_t next_kept(const uint8_t *keep, int64_t j, int64_t stop) {
 /* The ids at spans (rows of width int64, the id's (at, len) its last two) as Arrow list<string>
  * buffers: rows r with ok[r] take their spans from ends[r] + skip[r] to ends[r + 1] (skip
  * empty: from ends[r]), those whose octet in keep is 1 (keep empty: all). Returns (values,
- * value offsets i32, list offsets i32, lengths i32): the values are also the concatenated ids
- * of each row (history_ids). skip (int32 a row: the row's run, its first entries that
- * history_ids leaves out) costs nothing per skipped entry, where a keep octet per entry was
- * an array to build and to test (decode task, 1M messages). */
+ * value offsets i32, list offsets i32, lengths i32). skip (int32 a row: the row's run, its
+ * first entries that history_stored leaves out) costs nothing per skipped entry, where a keep
+ * octet per entry was an array to build and to test (decode task, 1M messages). */
 static uint64_t id_hash(const uint8_t *p, Py_ssize_t n);
 
 /* The arguments lists and list_codes share, parsed and checked: every kept span inside the
@@ -1262,22 +1262,22 @@ done:
     return result;
 }
 
-/* list_codes(data, extra, spans, width, ends, ok, keep[, alloc]) -> (values, value offsets
- * i32, codes i32, list offsets i32, distinct, bytes): lists' kept ids (no skip) as codes into
- * the distinct ids, in order of first appearance: values and value offsets hold the first
+/* list_codes(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> (values, value
+ * offsets i32, codes i32, list offsets i32, distinct, bytes): the ids lists takes, as codes
+ * into the distinct ids, in order of first appearance: values and value offsets hold the first
  * `distinct` of them (`bytes` octets; the buffers are sized for all the ids), codes one per
- * kept entry. Why: a content message's id is in causal_new of about one message per sender,
- * so a batch's kept ids are ~20 copies each; the job stores them as codes anyway
- * (sds_audit._causal_codes), and copying every copy out to hash it again in Python cost more
- * than hashing each here (~0.4 us a record of 20 ids against ~1.9, measured). Equal ids are
- * found by their bytes (id_hash picks the slot, memcmp decides). */
+ * entry taken. Why: a content message's id is in causal_new of about one message per
+ * sender, and in the stored history (past the run) of about one message per sender too, so a
+ * batch's ids are ~20 copies each; copied out as strings, each was hashed again in Python
+ * (the job's codes, Parquet's dictionary) and compressed into the job's work file. Equal ids
+ * are found by their bytes (id_hash picks the slot, memcmp decides). */
 static PyObject *list_codes(PyObject *self, PyObject *args) {
     ListsArgs a = {0};
     PyObject *result = NULL, *alloc = NULL;
     Out values = {0}, voffs = {0}, codes = {0}, loffs = {0};
     int32_t *slots = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|O", &a.data, &a.extra, &a.spanb, &a.width,
-                          &a.endb, &a.okb, &a.keepb, &alloc))
+    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|Oy*", &a.data, &a.extra, &a.spanb, &a.width,
+                          &a.endb, &a.okb, &a.keepb, &alloc, &a.skipb))
         return NULL;
     if (alloc == Py_None) alloc = NULL;
     if (lists_args("list_codes", &a)) goto done;
@@ -1300,7 +1300,7 @@ static PyObject *list_codes(PyObject *self, PyObject *args) {
     lo[0] = 0;
     for (Py_ssize_t r = 0; r < a.n; r++) {
         if (a.ok[r])
-            for (int64_t j = end[r]; j < end[r + 1]; j++) {
+            for (int64_t j = end[r] + (a.skip ? a.skip[r] : 0); j < end[r + 1]; j++) {
                 if ((j = NEXT_KEPT(&a, j, end[r + 1])) == end[r + 1]) break;
                 const int64_t *s = a.spans + j * a.width + a.width - 2;
                 const uint8_t *id = span(&a.sp, s[0], s[1]);
@@ -1758,8 +1758,8 @@ static PyMethodDef methods[] = {
      "lists(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> (values, offsets, "
      "list offsets, lens)"},
     {"list_codes", list_codes, METH_VARARGS,
-     "list_codes(data, extra, spans, width, ends, ok, keep[, alloc]) -> (values, offsets, codes, "
-     "list offsets, distinct, bytes)"},
+     "list_codes(data, extra, spans, width, ends, ok, keep[, alloc[, skip]]) -> (values, offsets, "
+     "codes, list offsets, distinct, bytes)"},
     {"scan", scan, METH_VARARGS,
      "scan(offsets, data, channel, bloom_bytes, limits, rec[, alloc[, verify_ids[, "
      "max_bloom_bits]]]) -> (entries, requests)"},

@@ -25,6 +25,10 @@ except ImportError:  # pragma: no cover - a build without a C compiler
 
 _STRING = pa.string()
 
+HISTORY_DICTIONARY = pa.list_(pa.dictionary(pa.int32(), pa.string()))
+"""A list of dictionary-encoded ids: the decoder's ``history_stored`` and ``causal_new``, and
+``history_dictionary``'s type."""
+
 DECODED_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
@@ -37,12 +41,11 @@ DECODED_SCHEMA = pa.schema(
         ("message_id", pa.string()),
         ("sender", pa.string()),
         ("lamport", pa.int64()),
-        ("history_ids", pa.binary()),
-        ("history_lens", pa.list_(pa.int32())),
+        ("history_stored", HISTORY_DICTIONARY),
         ("history_back", pa.int32()),
         ("history_from", pa.int32()),
         ("history_run", pa.int32()),
-        ("causal_new", pa.list_(pa.dictionary(pa.int32(), pa.string()))),
+        ("causal_new", HISTORY_DICTIONARY),
         ("repair_request", pa.list_(pa.string())),
         ("bloom_filter", pa.binary()),
         ("content_bytes", pa.int64()),
@@ -50,15 +53,18 @@ DECODED_SCHEMA = pa.schema(
 )
 """The causal history of a message is ``history_run`` ids of the history ``history_back``
 rows before it in the same batch, from its id ``history_from`` on (none when
-``history_run`` is 0), then ``history_ids`` (the other ids' UTF-8 bytes, concatenated) and
-``history_lens`` (each of those ids' length in bytes): ``history_lists`` turns a batch's
-rows back into lists of ids, without a Python object per id. Why the run: a history mostly
-repeats its sender's previous one (a window sliding over the channel), which the decoder
-compares anyway (``causal_new``); stored whole, the decode copied and compressed ~13 KB a
-record that only the ``messages`` table's writer reads (1M messages of 200-entry histories:
-~3 CPU-s of the decode). Why not a list of strings: 200 ids a row as strings cost a string
-object each, every time the column moves; a binary value and an int array move as a copy
-each. A reader must rebuild a batch's histories before it filters or reorders its rows.
+``history_run`` is 0), then ``history_stored`` (the other ids, dictionary-encoded: the
+decoder's dictionary holds the batch's stored ids in order of first appearance, which a
+slice or a filter of the batch does not keep): ``history_lists`` turns a batch's rows back
+into lists of ids, without a Python object per id. Why the run: a history mostly repeats its
+sender's previous one (a window sliding over the channel), which the decoder compares anyway
+(``causal_new``); stored whole, the decode copied and compressed ~13 KB a record that only
+the ``messages`` table's writer reads (1M messages of 200-entry histories: ~3 CPU-s of the
+decode). Why dictionary-encoded: an id the channel sends is in the stored history of about
+one message per sender (~20 copies a batch); as strings each copy was copied out of the
+record, compressed into the job's work file and hashed again for Parquet's dictionary
+(``history_dictionary``). A reader must rebuild a batch's histories before it filters or
+reorders its rows.
 
 ``bloom_filter``: null where the record has none, and where it has more bits set than a
 filter of the default capacity sets (``DecodeState.max_bloom_bits``): such a filter
@@ -91,7 +97,7 @@ def decode_batches(
     history read against the previous one, ``DecodeState.history``), the reference the batch
     path is tested equal to. Every entry gets a code (its encoded bytes' identity); the
     batch's histories and ``causal_new`` are ``take``s of the codes' ids, and histories leave
-    packed (``history_ids`` + ``history_lens``). ``verify_message_ids``: as
+    cut at their runs (``history_stored``). ``verify_message_ids``: as
     ``DecodeState``'s."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -743,7 +749,6 @@ class DecodeState:
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import numpy as np
-        import pyarrow.compute as pc
 
         self.compact()
         if self.batched and self.kernel and _decode is not None:
@@ -839,14 +844,8 @@ class DecodeState:
             values = id_arr.take(pa.array(codes[elems])) if total else pa.array([], pa.string())
             return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~ok))
 
-        history = lists(keep)
-        hist_ids, hist_lens = pack_lists(history)
-        causal_new = lists(keep & new)
-        coded = pa.ListArray.from_arrays(
-            causal_new.offsets,
-            pc.dictionary_encode(causal_new.values),
-            mask=pc.invert(causal_new.is_valid()),
-        )
+        history = dictionary_reference(lists(keep))
+        causal_new = dictionary_reference(lists(keep & new))
         return pa.RecordBatch.from_arrays(
             [
                 batch.column("partition"),
@@ -859,10 +858,9 @@ class DecodeState:
                 pa.array(mid, pa.string()),
                 pa.array(sender, pa.string()),
                 pa.array(lamport, pa.int64()),
-                hist_ids,
-                hist_lens,
+                history,
                 *_stored_whole(n),
-                coded,
+                causal_new,
                 pa.array(requests, pa.list_(pa.string())),
                 pa.array(blooms, pa.binary()),
                 pa.array(cbytes, pa.int64()),
@@ -1025,10 +1023,10 @@ class DecodeState:
             offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(loffs)])
             return pa.ListArray.from_arrays(offsets, strs, mask=mask), lens
 
-        def coded(spans: Any, ends: Any, keep: bytes) -> pa.ListArray:
+        def coded(spans: Any, ends: Any, keep: bytes, skip: Any = b"") -> pa.ListArray:
             """``lists`` of ``keep``'s entries, dictionary-encoded (``_decode.list_codes``)."""
             values, voffs, codes, loffs, distinct, _ = _decode.list_codes(
-                data, xbuf, spans, spans.shape[1], ends, ok8, keep, pa.allocate_buffer
+                data, xbuf, spans, spans.shape[1], ends, ok8, keep, pa.allocate_buffer, skip
             )
             ids = pa.Array.from_buffers(
                 pa.string(), distinct, [None, pa.py_buffer(voffs), pa.py_buffer(values)]
@@ -1040,9 +1038,6 @@ class DecodeState:
 
         ok8 = ok.astype(np.uint8)
         mask = pa.array(~ok)
-        # what history_ids stores: each row's entries past its run
-        history, id_lens = lists(ents, hist_end, skip=np.ascontiguousarray(runs[:, 2]))
-        hist_ids, hist_lens = _packed(history, id_lens, ok)
         has_bloom = ok & (rec[:, _R_BLOOM_AT] >= 0)
         clen = rec[:, _R_CONTENT_LEN]
         has_lamport = rec[:, _R_HAS_LAMPORT] != 0
@@ -1060,8 +1055,8 @@ class DecodeState:
                 strings(rec[:, _R_MID_AT], rec[:, _R_MID_LEN], ok),
                 strings(rec[:, _R_SENDER_AT], rec[:, _R_SENDER_LEN], ok),
                 pa.array(rec[:, _R_LAMPORT], pa.int64(), mask=~(ok & has_lamport)),
-                hist_ids,
-                hist_lens,
+                # what history_stored stores: each row's entries past its run
+                coded(ents, hist_end, b"", np.ascontiguousarray(runs[:, 2])),
                 *(pa.array(runs[:, i]) for i in range(3)),
                 coded(ents, hist_end, new),
                 lists(reqs, req_end)[0],
@@ -1104,25 +1099,6 @@ def _entry_body(encoded: bytes) -> bytes:
     return encoded[at + 1 :]
 
 
-def _packed(history: pa.ListArray, lens: bytes, ok: Any) -> tuple[pa.Array, pa.ListArray]:
-    """``pack_lists`` of a list<string> of no offset whose ids' lengths are known."""
-    import numpy as np
-
-    n = len(history)
-    strs = history.values
-    voffs = value_offsets(strs)
-    loffs = value_offsets(history)
-    mask = _validity(ok)
-    ids = pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [mask, pa.py_buffer(voffs[loffs]), strs.buffers()[2]],
-        null_count=n - int(np.count_nonzero(ok)),
-    )
-    values = pa.Array.from_buffers(pa.int32(), len(lens) // 4, [None, pa.py_buffer(lens)])
-    return ids, pa.ListArray.from_arrays(history.offsets, values, mask=pa.array(~ok))
-
-
 def _stored_whole(n: int) -> list[pa.Array]:
     """``history_back``, ``history_from`` and ``history_run`` of ``n`` rows whose histories
     are stored whole (no run)."""
@@ -1156,39 +1132,48 @@ def _insert(spans: Any, ends: Any, more: list[tuple[int, list[Any]]], width: int
     return out, ends + np.concatenate(([0], np.cumsum(counts)))
 
 
-def pack_lists(lists: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
-    """list<string> → (``history_ids``, ``history_lens``): each row's strings' bytes
-    concatenated, and their lengths; no Python object per string."""
+@dataclass
+class _Stored:
+    """A batch's ``history_stored`` as the kernels read it: each row's own codes one after
+    another (a null row has none, whatever it spans), their offsets, each row's validity (one
+    octet a row) and the dictionary."""
+
+    codes: Any  # np.ndarray[int32]
+    offsets: Any  # np.ndarray[int32], n + 1
+    valid: Any  # np.ndarray[uint8]
+    ids: pa.Array
+
+
+def _stored_codes(col: pa.ListArray) -> _Stored:
     import numpy as np
 
-    n = len(lists)
-    values = lists.values
-    voffs = value_offsets(values)
-    data = values.buffers()[2] or pa.py_buffer(b"")
-    loffs = np.asarray(lists.offsets, dtype=np.int64)  # into ``values``
-    valid = lists.is_valid()
-    vbuf = None if lists.null_count == 0 else valid.buffers()[1]
-    ids = pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [vbuf, pa.py_buffer(voffs[loffs].astype(np.int32)), data],
-        null_count=lists.null_count,
+    if not pa.types.is_dictionary(col.type.value_type):
+        raise TypeError(f"history_stored of {col.type}: {HISTORY_DICTIONARY} expected")
+    n = len(col)
+    own = np.asarray(value_offsets(col), dtype=np.int64)
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
+    lens = np.where(valid != 0, np.diff(own), 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise OverflowError("history_stored: a batch's entries over 2^31")
+    items = col.values
+    at = (
+        np.arange(own[0], own[-1], dtype=np.int64)
+        if n and offsets[-1] == own[-1] - own[0]  # no null row spans values
+        else value_indices(own[:-1][valid != 0], own[1:][valid != 0])
     )
-    lens = np.diff(voffs)[loffs[0] : loffs[-1]] if n else np.zeros(0, dtype=np.int32)
-    return ids, pa.ListArray.from_arrays(
-        pa.array((loffs - loffs[0]).astype(np.int32)),
-        pa.array(lens.astype(np.int32), pa.int32()),
-        mask=pa.array(~np.asarray(valid)),
-    )
+    codes = np.asarray(items.indices.take(pa.array(at)).to_numpy(), dtype=np.int32)
+    return _Stored(codes, offsets.astype(np.int32), valid, items.dictionary)
 
 
-def _stored_and_runs(rows: pa.RecordBatch) -> tuple[pa.ListArray, list[Any] | None]:
-    """A batch's stored ids (list<string>) and its ``HISTORY_RUN_COLUMNS`` (int32 arrays),
-    the readers' common start; None for the runs when the batch has none (its stored lists
-    are its histories). ValueError for a run of no length."""
+def _stored_and_runs(rows: pa.RecordBatch) -> tuple[_Stored, list[Any] | None]:
+    """A batch's stored ids (``_Stored``) and its ``HISTORY_RUN_COLUMNS`` (int32 arrays), the
+    readers' common start; None for the runs when the batch has none (its stored lists are
+    its histories). ValueError for a run of no length."""
     import numpy as np
 
-    stored = _stored_lists(rows.column("history_ids"), rows.column("history_lens"))
+    stored = _stored_codes(rows.column("history_stored"))
     runs = [
         np.asarray(rows.column(c).fill_null(0).to_numpy(), dtype=np.int32)
         for c in HISTORY_RUN_COLUMNS
@@ -1200,42 +1185,30 @@ def _stored_and_runs(rows: pa.RecordBatch) -> tuple[pa.ListArray, list[Any] | No
     return stored, None
 
 
-def _valid8(lists: pa.ListArray) -> Any:
-    """Each row's validity, one octet a row (the kernel's ``valid``)."""
-    import numpy as np
-
-    return np.asarray(lists.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8)
-
-
 def history_lists(rows: pa.RecordBatch) -> pa.ListArray:
     """The causal histories of a batch of ``DECODED_SCHEMA`` rows (as the decoder wrote it,
     or a slice of one whose runs' bases are in it) as list<string>, with no Python object per
-    id: the stored ids (``pack_lists`` in reverse), each row's run put in front of its own
-    (``_decode.unpack``; ``unpacked_reference`` without the C kernel). ValueError when the
-    columns disagree or a run has no base in the batch."""
-    stored, runs = _stored_and_runs(rows)
-    if runs is None:
-        return stored
-    if _decode is None:
-        return unpacked_reference(stored, *runs)
-    valid = _valid8(stored)
-    strs = stored.values
+    id: the stored ids (a take of ``history_stored``'s dictionary), each row's run put in
+    front of its own (``_decode.unpack``; ``unpacked_reference`` without the C kernel).
+    ValueError when a run has no base in the batch."""
+    st, runs = _stored_and_runs(rows)
+    strs = st.ids.take(pa.array(st.codes))
+    mask = pa.array(st.valid == 0)
+    if runs is None or _decode is None:
+        stored = pa.ListArray.from_arrays(pa.array(st.offsets), strs, mask=mask)
+        return stored if runs is None else unpacked_reference(stored, *runs)
     values, voffs, loffs = _decode.unpack(
-        strs.buffers()[1],
+        value_offsets(strs),
         strs.buffers()[2] or pa.py_buffer(b""),
-        stored.offsets.buffers()[1],
-        valid,
+        st.offsets,
+        st.valid,
         *runs,
         pa.allocate_buffer,
     )
     k = len(voffs) // 4 - 1
     ids = pa.Array.from_buffers(pa.string(), k, [None, voffs, values])
-    offsets = pa.Array.from_buffers(pa.int32(), len(valid) + 1, [None, loffs])
-    return pa.ListArray.from_arrays(offsets, ids, mask=pa.array(valid == 0))
-
-
-HISTORY_DICTIONARY = pa.list_(pa.dictionary(pa.int32(), pa.string()))
-"""``history_dictionary``'s type."""
+    offsets = pa.Array.from_buffers(pa.int32(), len(st.valid) + 1, [None, loffs])
+    return pa.ListArray.from_arrays(offsets, ids, mask=mask)
 
 
 def history_dictionary(rows: pa.RecordBatch) -> pa.ListArray:
@@ -1243,36 +1216,51 @@ def history_dictionary(rows: pa.RecordBatch) -> pa.ListArray:
     distinct ids in order of first appearance, row by row: the dictionary Parquet's writer
     builds for the column, so a ``ParquetWriter`` given this writes the bytes it writes from
     ``history_lists`` (a row group of the batch). Why: the writer hashed every entry (200 a
-    row) to build it, and ``history_lists`` copied every id out (13 KB a row); here only the
-    ~20 ids a row stores are hashed (``dictionary_encode``) and each entry is an int32 code,
-    a run's copied from its base (``_decode.unpack_codes``). A run repeats entries of earlier
-    rows only, so the stored ids' order of first appearance is the histories' own. Without
-    the C kernel: ``history_lists`` dictionary-encoded (the reference it is tested equal to).
-    ValueError as ``history_lists``."""
-    import numpy as np
+    row) to build it, and ``history_lists`` copied every id out (13 KB a row); here no id is
+    hashed: the stored ids' codes are the decoder's (``history_stored``, put in order of
+    first appearance where a slice or a filter left them out of it, ``_first_appearance``)
+    and each entry is an int32 code, a run's copied from its base (``_decode.unpack_codes``).
+    A run repeats entries of earlier rows only, so the stored ids' order of first appearance
+    is the histories' own. Without the C kernel, or for a dictionary that repeats an id:
+    ``history_lists`` dictionary-encoded (the reference it is tested equal to). ValueError as
+    ``history_lists``."""
+    import pyarrow.compute as pc
 
     if _decode is None:
         return dictionary_reference(history_lists(rows))
-    stored, runs = _stored_and_runs(rows)
-    if runs is None:
-        return dictionary_reference(stored)
-    valid = _valid8(stored)
-    enc = stored.values.dictionary_encode()
-    codes = np.asarray(enc.indices.to_numpy(), dtype=np.int32)
-    entries, loffs = _decode.unpack_codes(
-        stored.offsets.buffers()[1],
-        valid,
-        *runs,
-        codes,
-        len(enc.dictionary),
-        pa.allocate_buffer,
-    )
-    k = len(entries) // 4
-    values = pa.DictionaryArray.from_arrays(
-        pa.Array.from_buffers(pa.int32(), k, [None, entries]), enc.dictionary
-    )
-    offsets = pa.Array.from_buffers(pa.int32(), len(valid) + 1, [None, loffs])
-    return pa.ListArray.from_arrays(offsets, values, mask=pa.array(valid == 0))
+    st, runs = _stored_and_runs(rows)
+    if pc.count_distinct(st.ids).as_py() < len(st.ids):  # not the decoder's: hash them
+        return dictionary_reference(history_lists(rows))
+    codes, ids = _first_appearance(st.codes, st.ids)
+    mask = pa.array(st.valid == 0)
+    offsets = pa.array(st.offsets)
+    if runs is not None:
+        entries, loffs = _decode.unpack_codes(
+            st.offsets, st.valid, *runs, codes, len(ids), pa.allocate_buffer
+        )
+        codes = pa.Array.from_buffers(pa.int32(), len(entries) // 4, [None, entries])
+        offsets = pa.Array.from_buffers(pa.int32(), len(st.valid) + 1, [None, loffs])
+    values = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), ids)
+    return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+
+def _first_appearance(codes: Any, ids: pa.Array) -> tuple[Any, pa.Array]:
+    """``codes`` into ``ids`` recoded so that the dictionary holds only the ids used, in order
+    of first appearance (as they are when they already are: the decoder's batches)."""
+    import numpy as np
+
+    n, m = len(ids), len(codes)
+    if m and (int(codes.min()) < 0 or int(codes.max()) >= n):
+        raise ValueError("history_stored: a code outside its dictionary")
+    first = np.full(n, m, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(m, dtype=np.int64))
+    if bool((first < m).all()) and bool((first[1:] > first[:-1]).all()):
+        return codes, ids
+    used = np.flatnonzero(first < m)
+    order = used[np.argsort(first[used], kind="stable")]
+    remap = np.full(n, -1, dtype=np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    return remap[codes], ids.take(pa.array(order))
 
 
 def dictionary_reference(lists: pa.ListArray) -> pa.ListArray:
@@ -1306,28 +1294,6 @@ def unpacked_reference(stored: pa.ListArray, back: Any, start: Any, run: Any) ->
             ids = base[f : f + k] + ids
         out.append(ids)
     return pa.array(out, pa.list_(pa.string()))
-
-
-def _stored_lists(ids: pa.Array, lens: pa.Array) -> pa.ListArray:
-    """(``history_ids``, ``history_lens``) → the stored ids as list<string> (``pack_lists`` in
-    reverse)."""
-    import numpy as np
-
-    n = len(ids)
-    ioffs = value_offsets(ids)
-    loffs = np.asarray(lens.offsets, dtype=np.int64)
-    lo, hi = (int(loffs[0]), int(loffs[-1])) if len(loffs) else (0, 0)
-    flat = np.asarray(lens.values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), np.int64)
-    voffs = int(ioffs[0]) + np.concatenate(([0], np.cumsum(flat)))
-    if n and not np.array_equal(voffs[loffs - lo], ioffs.astype(np.int64)):
-        raise ValueError("history_ids and history_lens disagree")
-    data = ids.buffers()[2] or pa.py_buffer(b"")
-    values = pa.Array.from_buffers(
-        pa.string(), len(flat), [None, pa.py_buffer(voffs.astype(np.int32)), data]
-    )
-    return pa.ListArray.from_arrays(
-        pa.array((loffs - lo).astype(np.int32)), values, mask=pa.array(np.asarray(ids.is_null()))
-    )
 
 
 class IdIndex:

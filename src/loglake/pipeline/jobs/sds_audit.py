@@ -49,6 +49,7 @@ Definitions (docs/sds.md "Auditing a channel" has them with the ground-truth map
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -689,9 +690,11 @@ SWEEP_COLUMNS = [
 BLOOMS_SCHEMA = pa.schema([DECODED_SCHEMA.field("index"), DECODED_SCHEMA.field("bloom_filter")])
 """A decode task's bloom file: the bloom filters of its decoded content and sync messages
 (``_blooms_by_sender``), a record batch per sender (``BloomFiles`` names them)."""
+CODED = {"history_stored": "history_codes", "causal_new": "causal_codes"}
+"""The decoded columns a decoded file holds as codes (``WORK_SCHEMA``), and their names there."""
 WORK_SCHEMA = pa.schema(
     [
-        pa.field("causal_codes", pa.list_(pa.int32())) if f.name == "causal_new" else f
+        pa.field(CODED[f.name], pa.list_(pa.int32())) if f.name in CODED else f
         for f in DECODED_SCHEMA
         if f.name != "bloom_filter"
     ]
@@ -702,36 +705,39 @@ senders' filters, and holds one sender's at a time (~18 KB a message: a task's s
 filters at once were ~9 GB at 1M messages; 100,000 messages with filters, same machine:
 peak worker memory 2.8-2.9 GB -> 0.76-0.85, sweep 3.6-3.9 s -> 1.7-1.8).
 
-``causal_new`` as ``causal_codes``: each id as its position among its record batch's distinct
-``causal_new`` ids, which the part's ids file holds (``_ids_path``, a record batch of
-``CAUSAL_IDS_SCHEMA`` per record batch of the part, in the same order; ``_causal_codes``).
-Why: a content message's id is in the ``causal_new`` of about one message per sender, so a
-batch's ids are ~20 copies of ~1 a row. Written as strings, the decode compressed ~1.4 KB a
-row and each sweep task hashed every kept copy against the content ids (~10M lookups a task
-at 1M messages of 20 senders); as codes, a sweep task looks up each batch's distinct ids
-once and takes the codes' positions (numpy)."""
-CAUSAL_IDS_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
-"""A record batch of a part's ids file: the distinct ``causal_new`` ids of a record batch of
-the part, in order of first appearance (``WORK_SCHEMA``)."""
+The dictionary-encoded columns (``CODED``: ``causal_new``, ``history_stored``) as their
+codes: each id as its position in its record batch's dictionary, which the part's ids file
+of that column holds (``_ids_path``, a record batch of ``IDS_SCHEMA`` per record batch of
+the part, in the same order; ``_codes``). Why: an Arrow IPC file keeps one dictionary a
+column for all its batches, and the decoder's differ batch by batch; and an id the channel
+sends is in the ``causal_new`` and the stored history of about one message per sender, so a
+batch's ids are ~20 copies of ~1 a row. Written as strings, the decode compressed ~3 KB a row
+and each sweep task hashed every kept copy against the content ids (~10M lookups a task at
+1M messages of 20 senders); as codes, a sweep task looks up each batch's distinct ids once
+and takes the codes' positions (numpy), and the ``messages`` task gives the writer the
+decoder's dictionary (``history_dictionary``)."""
+IDS_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
+"""A record batch of a part's ids file: the dictionary of a record batch of the part's column,
+the decoder's (distinct ids, in order of first appearance)."""
 
 
-def _ids_path(part: str) -> str:
-    """The ids file of the decoded part file ``part`` (``WORK_SCHEMA``), beside it."""
+def _ids_path(part: str, column: str) -> str:
+    """The ids file of ``column`` (of ``CODED``) of the decoded part file ``part``, beside
+    it."""
     import os
 
     folder, name = os.path.split(part)
-    return os.path.join(folder, "ids-" + name.removeprefix("part-"))
+    return os.path.join(folder, f"ids-{column}-" + name.removeprefix("part-"))
 
 
-def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
-    """A decoded ``causal_new`` column (dictionary-encoded, ``DECODED_SCHEMA``) as codes
-    (``causal_codes``: the same offsets and nulls) and the ids they point into (its
-    dictionary, as it is)."""
+def _codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
+    """A decoded dictionary-encoded column (``CODED``) as codes (the same offsets and nulls)
+    and the ids they point into (its dictionary, as it is)."""
     import numpy as np
     import pyarrow.compute as pc
 
     if not pa.types.is_dictionary(col.type.value_type):
-        raise TypeError(f"causal_new of {col.type}: a list of dictionary-encoded ids expected")
+        raise TypeError(f"a column of {col.type}: a list of dictionary-encoded ids expected")
     offs = value_offsets(col)
     lo, hi = int(offs[0]), int(offs[-1])
     offsets = pa.array((offs - lo).astype(np.int32), pa.int32())
@@ -740,9 +746,9 @@ def _causal_codes(col: pa.ListArray) -> tuple[pa.ListArray, pa.Array]:
     return pa.ListArray.from_arrays(offsets, codes, mask=mask), col.values.dictionary
 
 
-def _causal_new(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
-    """A decoded ``causal_new`` column again from its codes and its batch's ids
-    (``_causal_codes`` undone)."""
+def _decoded(codes: pa.ListArray, ids: pa.Array) -> pa.ListArray:
+    """A decoded dictionary-encoded column again from its codes and its batch's ids
+    (``_codes`` undone)."""
     import pyarrow.compute as pc
 
     offs = value_offsets(codes)
@@ -812,7 +818,7 @@ def _sweep_task(
             if len(at):
                 parts.append(t.select(_SWEEP_ROWS).take(pa.array(at)))
                 lens, pos, missing = _kept_causal(
-                    t.column("causal_codes"), _causal_ids(f), at, index
+                    t.column("causal_codes"), _column_ids(f, "causal_new"), at, index
                 )
                 lens_read.append(lens)
                 pos_parts.append(pos)
@@ -1107,7 +1113,7 @@ def _messages_task(
             "repair_request",
             "content_bytes",
         ]
-        columns = [*kept, "history_ids", "history_lens", *HISTORY_RUN_COLUMNS]
+        columns = [*kept, "history_stored", *HISTORY_RUN_COLUMNS]
 
         def batches(coded: bool) -> Iterator[pa.RecordBatch]:
             """The table's rows a decoded batch at a time; ``coded``: the histories
@@ -1257,43 +1263,42 @@ def _read_work(path: str, columns: Iterable[str]) -> pa.Table:
 
 
 def _work_batches(path: str, columns: Iterable[str]) -> Iterator[pa.RecordBatch]:
-    """``_read_work`` a record batch at a time (as the decode task wrote them). Asked for
-    ``causal_new``, the decoded column again (``_causal_new`` of ``causal_codes`` and the ids
-    file), in ``causal_codes``' place."""
+    """``_read_work`` a record batch at a time (as the decode task wrote them). Asked for a
+    decoded column of ``CODED``, that column again (``_decoded`` of its codes and its ids
+    file), in its codes' place."""
     columns = list(columns)
-    decoded = "causal_new" in columns
-    wanted = {"causal_codes" if c == "causal_new" else c for c in columns}
-    fields = sorted(WORK_SCHEMA.get_field_index(c) for c in wanted)
+    decoded = [c for c in CODED if c in columns]
+    fields = sorted(WORK_SCHEMA.get_field_index(CODED.get(c, c)) for c in columns)
     options = pa.ipc.IpcReadOptions(included_fields=fields)
     with pa.OSFile(path) as f:
         reader = pa.ipc.open_file(f, options=options)
-        ids = _causal_ids(path) if decoded and reader.num_record_batches else []
-        for i in range(reader.num_record_batches):
+        n = reader.num_record_batches
+        ids = {c: _column_ids(path, c) for c in decoded} if n else {}
+        for i in range(n):
             b = reader.get_batch(i)
-            if decoded:
-                at = b.schema.get_field_index("causal_codes")
-                col = _causal_new(b.column(at), ids[i])
-                b = b.set_column(at, DECODED_SCHEMA.field("causal_new"), col)
+            for c in decoded:
+                at = b.schema.get_field_index(CODED[c])
+                b = b.set_column(at, DECODED_SCHEMA.field(c), _decoded(b.column(at), ids[c][i]))
             yield b
 
 
-def _causal_ids(part: str) -> list[pa.Array]:
-    """The ids of each record batch of the decoded part ``part`` (its ids file, in order)."""
-    with pa.OSFile(_ids_path(part)) as f:
+def _column_ids(part: str, column: str) -> list[pa.Array]:
+    """The ids of each record batch of the decoded part ``part``'s ``column`` (its ids file,
+    in order)."""
+    with pa.OSFile(_ids_path(part, column)) as f:
         reader = pa.ipc.open_file(f)
         return [reader.get_batch(i).column(0) for i in range(reader.num_record_batches)]
 
 
 def _work_schema(columns: Iterable[str]) -> pa.Schema:
-    """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order
-    (``causal_new`` as decoded, in ``causal_codes``' place)."""
-    want = set(columns)
-    decoded = "causal_new" in want
+    """The schema ``_read_work`` gives: ``columns`` in ``WORK_SCHEMA``'s order (a decoded
+    column of ``CODED`` as decoded, in its codes' place)."""
+    want = {CODED.get(c, c): c for c in columns}
     return pa.schema(
         [
-            DECODED_SCHEMA.field("causal_new") if decoded and f.name == "causal_codes" else f
+            DECODED_SCHEMA.field(want[f.name]) if want[f.name] in CODED else f
             for f in WORK_SCHEMA
-            if f.name in want or (decoded and f.name == "causal_codes")
+            if f.name in want
         ]
     )
 
@@ -1386,15 +1391,19 @@ def _decode_task(
         bloom_name = f"blooms-{k:05d}.arrow"
         senders: list[str] = []
         options = pa.ipc.IpcWriteOptions(compression="lz4")  # as _write_part(work=True)
-        ids_name = os.path.basename(_ids_path(name))
-        with (
-            part_file(decoded_dir, bloom_name) as tmp,
-            pa.OSFile(tmp, "wb") as f,
-            pa.ipc.new_file(f, BLOOMS_SCHEMA, options=options) as out,
-            part_file(decoded_dir, ids_name) as ids_tmp,
-            pa.OSFile(ids_tmp, "wb") as ids_f,
-            pa.ipc.new_file(ids_f, CAUSAL_IDS_SCHEMA, options=options) as ids_out,
-        ):
+        with contextlib.ExitStack() as stack:
+            ids_out = {}  # each coded column's ids file
+            for c in CODED:
+                ids_name = os.path.basename(_ids_path(name, c))
+                ids_f = stack.enter_context(
+                    pa.OSFile(stack.enter_context(part_file(decoded_dir, ids_name)), "wb")
+                )
+                ids_out[c] = stack.enter_context(
+                    pa.ipc.new_file(ids_f, IDS_SCHEMA, options=options)
+                )
+            tmp = stack.enter_context(part_file(decoded_dir, bloom_name))
+            f = stack.enter_context(pa.OSFile(tmp, "wb"))
+            out = stack.enter_context(pa.ipc.new_file(f, BLOOMS_SCHEMA, options=options))
             pending: dict[str, list[pa.RecordBatch]] = {}
             held: dict[str, int] = {}
 
@@ -1415,10 +1424,11 @@ def _decode_task(
                         held[sender] = held.get(sender, 0) + size
                         if held[sender] >= BLOOM_BATCH_BYTES:
                             flush(sender)
-                    codes, ids = _causal_codes(b.column("causal_new"))
-                    ids_out.write_batch(pa.record_batch([ids], schema=CAUSAL_IDS_SCHEMA))
-                    at = b.schema.get_field_index("causal_new")
-                    b = b.set_column(at, WORK_SCHEMA.field("causal_codes"), codes)
+                    for c, coded in CODED.items():
+                        codes, ids = _codes(b.column(c))
+                        ids_out[c].write_batch(pa.record_batch([ids], schema=IDS_SCHEMA))
+                        at = b.schema.get_field_index(c)
+                        b = b.set_column(at, WORK_SCHEMA.field(coded), codes)
                     yield b.select(WORK_SCHEMA.names)
                 for sender in list(pending):
                     flush(sender)
