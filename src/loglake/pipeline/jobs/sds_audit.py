@@ -1696,6 +1696,8 @@ def _audit(
     ids = first.column("message_id")
 
     def at(keys: pa.Array) -> Any:
+        if not len(keys):  # none: no need to hash every first copy's id
+            return np.full(n_first, -1, dtype=np.int64)
         found = pc.index_in(ids, value_set=keys)
         return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
 
@@ -1897,11 +1899,13 @@ def _repairs(first: pa.Table, good: pa.Table) -> pa.Table:
     req = first.column("repair_request").combine_chunks()
     at = np.asarray(pc.list_parent_indices(req).to_numpy(), dtype=np.int64)
     asked = pc.list_flatten(req)
-    copies = good.filter(
+    copies = good.filter(  # none asked: no need to hash every record's id
         pc.and_(
             pc.equal(good.column("kind"), "content"),
             pc.is_in(good.column("message_id"), value_set=pc.unique(asked)),
         )
+        if len(asked)
+        else pa.array(np.zeros(good.num_rows, dtype=bool))
     )
     by_id: dict[str, tuple[list[int], list[int]]] = {}
     for mid, i, ts in zip(
