@@ -799,6 +799,71 @@ def test_list_codes_refuses_what_lists_refuses():
         _decode.list_codes(data, b"", spans, 2, ends[:2], ok, b"")
 
 
+def test_lists_and_list_codes_refuse_a_width_past_the_buffers():
+    """A width whose octets overflow (found by review: 2^61 killed the process, 2^61 + 1 read
+    before the spans): a ValueError, as for any width the spans do not hold."""
+    spans, ends = np.zeros((2, 2), np.int64), np.array([0, 1], np.int64)
+    for fn in (_decode.lists, _decode.list_codes):
+        for width in (2**61, 2**61 + 1, 2**62, 2**63 - 1, 3):
+            with pytest.raises(ValueError, match="unequal lengths"):
+                fn(b"abcd", b"", spans, width, ends, b"\x01", b"")
+
+
+def _alike_ids(n: int) -> list[str]:
+    """``n`` 64-character ids that differ only in their middle octets (9 to 20): a hash of a
+    few words of each gave them all one slot (found by review)."""
+    import hashlib
+
+    base = hashlib.sha256(b"x").hexdigest()
+    return [f"{base[:9]}{i:012x}{base[21:]}" for i in range(n)]
+
+
+def test_ids_chosen_alike_take_no_longer_than_random_ones():
+    """Bounded attack: 40,000 ids a member chose to differ only where a sampling hash does not
+    look, through list_codes, against as many random ones: about as fast (a walk of every
+    equal-slot id per probe took 2 s where random ids took 5 ms)."""
+    import hashlib
+    import time
+
+    def timed(ids: list[str]) -> float:
+        data = "".join(ids).encode()
+        spans = np.array([[64 * i, 64] for i in range(len(ids))], np.int64)
+        ends = np.arange(0, len(ids) + 1, 200, dtype=np.int64)
+        t = time.perf_counter()
+        out = _decode.list_codes(data, b"", spans, 2, ends, b"\x01" * (len(ends) - 1), b"")
+        assert out[4] == len(ids)  # every id distinct
+        return time.perf_counter() - t
+
+    random_ids = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(40_000)]
+    base = min(timed(random_ids) for _ in range(3))
+    assert min(timed(_alike_ids(40_000)) for _ in range(3)) < 10 * base + 0.05
+
+
+def test_histories_of_entries_chosen_alike_decode_in_bounded_time():
+    """Bounded attack through the whole decoder: one sender's records of 1,000 history entries
+    each, every entry new (so causal's table holds the previous record's 1,000), their ids
+    chosen alike; the decode finishes about as fast as for random ids."""
+    import hashlib
+    import time
+
+    def timed(make: object) -> float:
+        records = [_from_s(k + 1, make(k)) for k in range(20)]  # type: ignore[operator]
+        batch = _batch(records)
+        t = time.perf_counter()
+        got = DecodeState(CHANNEL, BLOOM).decode(batch)
+        assert got.column("ok").to_pylist() == [True] * 20
+        return time.perf_counter() - t
+
+    alike = _alike_ids(20_000)
+    crafted = min(timed(lambda k: alike[1000 * k : 1000 * (k + 1)]) for _ in range(2))
+
+    def random_ids(k: int) -> list[str]:
+        return [hashlib.sha256(b"%d-%d" % (k, i)).hexdigest() for i in range(1000)]
+
+    base = min(timed(random_ids) for _ in range(2))
+    assert crafted < 10 * base + 0.2
+
+
 def test_lists_refuses_a_skip_past_its_row_or_of_another_length():
     data = pa.py_buffer(b"abcdef")
     spans = np.array([[0, 1], [1, 1], [2, 1]], dtype=np.int64)

@@ -56,6 +56,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 /* rec's columns (int64 each), one row per record: the Python side names them the same */
 enum {
@@ -674,23 +676,28 @@ static const uint8_t *span(const Space *s, int64_t at, int64_t len) {
     return at <= s->xlen && len <= s->xlen - at ? s->extra + at : NULL;
 }
 
-/* A 64-bit hash of a span from its length and up to four of its words: an entry's identity is
- * decided by comparing its bytes, the hash only picks the candidates */
-static uint64_t hash_span(const uint8_t *p, int64_t n) {
-    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ull, w;
-    if (n >= 8) {
-        int64_t at[4] = {0, n / 3, (2 * n) / 3, n - 8};
-        for (int i = 0; i < 4; i++) {
-            int64_t a = at[i] < n - 8 ? at[i] : n - 8;
-            memcpy(&w, p + a, 8);
-            h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-            h ^= h >> 31;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+/* id_hash's key, drawn once a process at import (getentropy): what the tables of this file
+ * hash (history entries, senders, ids) is what a channel's members send; with a key they cannot know, they
+ * cannot choose ids that share a slot and make each probe a walk of all of them (a hash of a
+ * few words of each did let 40,000 chosen 64-character ids take 2 s in list_codes, against
+ * 5 ms for as many random ones: found by review; causal's tables read entries the same way).
+ * No output depends on it: the tables decide equality by the bytes, and codes follow first
+ * appearance. */
+static uint64_t hash_key;
+
+static uint64_t id_hash(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = (0x9E3779B97F4A7C15ULL ^ hash_key) ^ (uint64_t)n, w;
+    while (n >= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
     }
-    h ^= h >> 29;
-    return h * 0x94D049BB133111EBull;
+    w = 0;
+    memcpy(&w, p, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 32);
 }
 
 /* One sender's previous message: its index and its entries' bodies */
@@ -777,7 +784,7 @@ static int prev_read(PyObject *blob, Prev *p) {
         memcpy(&p->len[i], b + 16 + 8 * i, 8);
         if (p->len[i] < 0 || p->len[i] > e - w) return -1;
         p->at[i] = w;
-        p->hash[i] = hash_span(w, p->len[i]);
+        p->hash[i] = id_hash(w, p->len[i]);
         w += p->len[i];
     }
     return 0;
@@ -953,7 +960,7 @@ static PyObject *causal(PyObject *self, PyObject *args) {
             goto fail;
         }
         int64_t slen = snd[2 * r + 1];
-        uint64_t h = hash_span(s, slen);
+        uint64_t h = id_hash(s, slen);
         size_t at = (size_t)h & smask;
         while (tslot[at] >= 0) {
             Sender *c = &senders[tslot[at]];
@@ -1030,7 +1037,7 @@ static PyObject *causal(PyObject *self, PyObject *args) {
             }
         }
         /* the other entries' hashes: for the table, and for the sender's next message */
-        for (int64_t i = j; i < end[r + 1]; i++) ehash[i] = hash_span(eat[i], ent[4 * i + 1]);
+        for (int64_t i = j; i < end[r + 1]; i++) ehash[i] = id_hash(eat[i], ent[4 * i + 1]);
         if (use) {
             if (j < end[r + 1] && table_fill(&table, use)) {
                 if (use == &prev) free(prev.len);
@@ -1172,7 +1179,8 @@ static int lists_args(const char *fn, ListsArgs *a) {
     a->sp = (Space){a->data.buf, a->extra.buf, a->data.len, a->extra.len};
     a->n = n;
     if (int64_buffer(&a->spanb, "spans") || int64_buffer(&a->endb, "ends")) return -1;
-    if (a->width < 2 || a->spanb.len % (8 * a->width) || a->endb.len != 8 * (n + 1)) {
+    if (a->width < 2 || a->width > PY_SSIZE_T_MAX / 8 || a->spanb.len % (8 * a->width) ||
+        a->endb.len != 8 * (n + 1)) {
         PyErr_Format(PyExc_ValueError, "%s: arrays of unequal lengths", fn);
         return -1;
     }
@@ -1268,8 +1276,7 @@ done:
  * sender, and in the stored history (past the run) of about one message per sender too, so a
  * batch's ids are ~20 copies each; copied out as strings, each was hashed again in Python
  * (the job's codes, Parquet's dictionary) and compressed into the job's work file. Equal ids
- * are found by their bytes (hash_span, four words of each, picks the slot; memcmp decides:
- * a full id_hash of each id cost ~10% more of the call, measured). */
+ * are found by their bytes (id_hash, keyed, picks the slot; memcmp decides). */
 static PyObject *list_codes(PyObject *self, PyObject *args) {
     ListsArgs a = {0};
     PyObject *result = NULL, *alloc = NULL;
@@ -1304,7 +1311,7 @@ static PyObject *list_codes(PyObject *self, PyObject *args) {
                 const int64_t *s = a.spans + j * a.width + a.width - 2;
                 const uint8_t *id = span(&a.sp, s[0], s[1]);
                 int32_t len = (int32_t)s[1], c;
-                size_t h = (size_t)hash_span(id, len) & (m - 1);
+                size_t h = (size_t)id_hash(id, len) & (m - 1);
                 while ((c = slots[h]) >= 0 &&
                        (vo[c + 1] - vo[c] != len || memcmp(w + vo[c], id, (size_t)len)))
                     h = (h + 1) & (m - 1);
@@ -1552,21 +1559,6 @@ done:
  * kept id). Ids are compared by their bytes; the caller passes no null value (ids are never
  * null in the decoded columns; the Python side falls back to index_in when one is). */
 
-static uint64_t id_hash(const uint8_t *p, Py_ssize_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, w;
-    while (n >= 8) {
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 29;
-        p += 8;
-        n -= 8;
-    }
-    w = 0;
-    memcpy(&w, p, (size_t)n);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 32);
-}
-
 /* offsets of n strings (int32, n + 1 of them) checked against data's length */
 static int offsets_ok(const int32_t *o, Py_ssize_t n, Py_ssize_t data_len) {
     if (n < 0 || o[0] < 0 || o[n] > data_len) return 0;
@@ -1782,6 +1774,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode",
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__decode(void) {
+    if (getentropy(&hash_key, sizeof(hash_key)) != 0) /* no entropy source: the next best */
+        hash_key = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&hash_key;
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "R_FIELDS", R_FIELDS)) {
         Py_DECREF(m);
