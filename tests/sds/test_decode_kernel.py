@@ -546,6 +546,9 @@ def test_id_hashes_refuses_offsets_and_outputs_it_did_not_make():
     out = np.zeros(2, np.uint64)
     _decode.id_hashes(offs, data, out)
     assert out[0] != out[1]
+    odd = bytearray(17)  # an output at an odd address (found by review: an unaligned store)
+    _decode.id_hashes(offs, data, memoryview(odd)[1:])
+    assert np.frombuffer(bytes(odd[1:]), np.uint64).tolist() == out.tolist()
     with pytest.raises(ValueError):
         _decode.id_hashes(offs, data[:1], out)
     with pytest.raises(ValueError):
@@ -942,6 +945,26 @@ def test_dictionary_reference_keeps_rows_in_step_with_their_values():
         assert got.to_pylist() == x.to_pylist()
     # the writer's dictionary: the ids of the rows only ("c" is under the null row)
     assert columnar.dictionary_reference(lists).values.dictionary.to_pylist() == ["a", "b", "e"]
+
+
+def test_stored_histories_of_another_type_are_refused():
+    """``history_stored`` whose ids are not dictionary-encoded strings (found by review: large
+    strings made ``history_lists`` raise ValueError and ``history_dictionary`` succeed, binary
+    made them give strings and bytes): a TypeError from both."""
+    lists = [["a", "b"], ["c"]]
+    for typ in (pa.large_string(), pa.binary()):
+        plain = pa.array(lists, pa.list_(typ))
+        for stored in (
+            plain,
+            pa.ListArray.from_arrays(plain.offsets, plain.values.dictionary_encode()),
+        ):
+            batch = pa.RecordBatch.from_arrays(
+                [stored, *(pa.array([0, 0], pa.int32()) for _ in range(3))],
+                names=list(STORED_HISTORY),
+            )
+            for read in (columnar.history_lists, columnar.history_dictionary):
+                with pytest.raises(TypeError):
+                    read(batch)
 
 
 def test_history_dictionary_reads_what_history_lists_reads_without_runs():

@@ -1617,13 +1617,16 @@ static PyObject *id_hashes(PyObject *self, PyObject *args) {
     Py_ssize_t n = ob.len / 4 - 1;
     const int32_t *o = ob.buf;
     const uint8_t *d = db.buf;
-    uint64_t *out = hb.buf;
+    uint8_t *out = hb.buf;
     if (ob.len % 4 || n < 0 || hb.len != 8 * n || !offsets_ok(o, n, db.len)) {
         PyErr_SetString(PyExc_ValueError, "id_hashes: bad offsets, or out of another length");
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) out[i] = id_hash(d + o[i], o[i + 1] - o[i]);
+    for (Py_ssize_t i = 0; i < n; i++) { /* out may be any buffer: no aligned store */
+        uint64_t h = id_hash(d + o[i], o[i + 1] - o[i]);
+        memcpy(out + 8 * i, &h, sizeof h);
+    }
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:

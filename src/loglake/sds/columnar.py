@@ -1147,7 +1147,8 @@ class _Stored:
 def _stored_codes(col: pa.ListArray) -> _Stored:
     import numpy as np
 
-    if not pa.types.is_dictionary(col.type.value_type):
+    items = col.type.value_type
+    if not (pa.types.is_dictionary(items) and items.value_type == _STRING):
         raise TypeError(f"history_stored of {col.type}: {HISTORY_DICTIONARY} expected")
     n = len(col)
     own = np.asarray(value_offsets(col), dtype=np.int64)

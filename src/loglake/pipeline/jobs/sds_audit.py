@@ -1534,7 +1534,8 @@ def _decode_stage(
     bloom_files = [(p[3], p[4]) for p in parts]
     from loglake.pipeline.units import require_visible
 
-    for path in [*paths, *(s for s, _ in bloom_files)]:
+    ids_files = [_ids_path(p, c) for p in paths for c in CODED]
+    for path in [*paths, *(s for s, _ in bloom_files), *ids_files]:
         require_visible(path, "sds-audit", "--out (and the data dir)")
     if not paths:  # an empty channel: the schema alone, for the reads that follow
         paths = [_write_part(str(decoded), "part-empty.arrow", WORK_SCHEMA, [], work=True)[0]]
