@@ -1146,8 +1146,9 @@ static inline int64_t next_kept(const uint8_t *keep, int64_t j, int64_t stop) {
  * value offsets i32, list offsets i32, lengths i32). skip (int32 a row: the row's run, its
  * first entries that history_stored leaves out) costs nothing per skipped entry, where a keep
  * octet per entry was an array to build and to test (decode task, 1M messages). */
-/* The arguments lists and list_codes share, parsed and checked: every kept span inside the
- * buffers, ends in order; k and total: the kept entries and their bytes. */
+/* The arguments lists and list_codes share (data, extra, spans, width, ends, ok, keep[, alloc[,
+ * skip]]), parsed and checked: every kept span inside the buffers, ends in order; k and total:
+ * the kept entries and their bytes. */
 typedef struct {
     Py_buffer data, extra, spanb, endb, okb, keepb, skipb;
     int held; /* the buffers above are held (released by lists_release) */
@@ -1170,10 +1171,24 @@ static void lists_release(ListsArgs *a) {
     a->held = 0;
 }
 
-/* The row's kept entries from j on: the next one, or end[r + 1] */
-#define NEXT_KEPT(a, j, stop) ((a)->keep ? next_kept((a)->keep, (j), (stop)) : (j))
+/* Row r's entries taken (from end[r] + skip[r] on, those keep marks): the span (at, len) of
+ * the next one from *j on, *j moved to it; NULL past the row's last. A row's loop:
+ *   for (int64_t j = first_taken(a, r); (s = next_taken(a, r, &j)); j++) */
+static inline int64_t first_taken(const ListsArgs *a, Py_ssize_t r) {
+    return a->end[r] + (a->skip ? a->skip[r] : 0);
+}
 
-static int lists_args(const char *fn, ListsArgs *a) {
+static inline const int64_t *next_taken(const ListsArgs *a, Py_ssize_t r, int64_t *j) {
+    int64_t stop = a->end[r + 1];
+    if (*j < stop && a->keep) *j = next_kept(a->keep, *j, stop);
+    return *j < stop ? a->spans + *j * a->width + a->width - 2 : NULL;
+}
+
+static int lists_args(const char *fn, PyObject *args, ListsArgs *a, PyObject **alloc) {
+    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|Oy*", &a->data, &a->extra, &a->spanb, &a->width,
+                          &a->endb, &a->okb, &a->keepb, alloc, &a->skipb))
+        return -1; /* nothing held */
+    if (*alloc == Py_None) *alloc = NULL;
     Py_ssize_t n = a->okb.len, m;
     a->held = 1;
     a->sp = (Space){a->data.buf, a->extra.buf, a->data.len, a->extra.len};
@@ -1208,9 +1223,8 @@ static int lists_args(const char *fn, ListsArgs *a) {
     a->k = a->total = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
         if (!a->ok[r]) continue;
-        for (int64_t j = end[r] + (skip ? skip[r] : 0); j < end[r + 1]; j++) {
-            if ((j = NEXT_KEPT(a, j, end[r + 1])) == end[r + 1]) break;
-            const int64_t *s = a->spans + j * a->width + a->width - 2;
+        const int64_t *s;
+        for (int64_t j = first_taken(a, r); (s = next_taken(a, r, &j)); j++) {
             if (!span(&a->sp, s[0], s[1])) goto bad;
             a->k++;
             a->total += s[1];
@@ -1230,26 +1244,20 @@ static PyObject *lists(PyObject *self, PyObject *args) {
     ListsArgs a = {0};
     PyObject *result = NULL, *alloc = NULL;
     Out values = {0}, voffs = {0}, loffs = {0}, lens = {0};
-    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|Oy*", &a.data, &a.extra, &a.spanb, &a.width,
-                          &a.endb, &a.okb, &a.keepb, &alloc, &a.skipb))
-        return NULL;
-    if (alloc == Py_None) alloc = NULL;
-    if (lists_args("lists", &a)) goto done;
+    if (lists_args("lists", args, &a, &alloc)) goto done;
     if (out_new(&values, alloc, a.total) || out_new(&voffs, alloc, 4 * (a.k + 1)) ||
         out_new(&loffs, alloc, 4 * (a.n + 1)) || out_new(&lens, alloc, 4 * a.k))
         goto done;
     {
         char *w = values.w;
         int32_t *vo = (int32_t *)voffs.w, *lo = (int32_t *)loffs.w, *ln = (int32_t *)lens.w;
-        const int64_t *end = a.end;
         int32_t at = 0, i = 0;
         vo[0] = 0;
         lo[0] = 0;
         for (Py_ssize_t r = 0; r < a.n; r++) {
+            const int64_t *s;
             if (a.ok[r])
-                for (int64_t j = end[r] + (a.skip ? a.skip[r] : 0); j < end[r + 1]; j++) {
-                    if ((j = NEXT_KEPT(&a, j, end[r + 1])) == end[r + 1]) break;
-                    const int64_t *s = a.spans + j * a.width + a.width - 2;
+                for (int64_t j = first_taken(&a, r); (s = next_taken(&a, r, &j)); j++) {
                     memcpy(w + at, span(&a.sp, s[0], s[1]), (size_t)s[1]);
                     at += (int32_t)s[1];
                     ln[i] = (int32_t)s[1];
@@ -1282,11 +1290,7 @@ static PyObject *list_codes(PyObject *self, PyObject *args) {
     PyObject *result = NULL, *alloc = NULL;
     Out values = {0}, voffs = {0}, codes = {0}, loffs = {0};
     int32_t *slots = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*y*ny*y*y*|Oy*", &a.data, &a.extra, &a.spanb, &a.width,
-                          &a.endb, &a.okb, &a.keepb, &alloc, &a.skipb))
-        return NULL;
-    if (alloc == Py_None) alloc = NULL;
-    if (lists_args("list_codes", &a)) goto done;
+    if (lists_args("list_codes", args, &a, &alloc)) goto done;
     if (out_new(&values, alloc, a.total) || out_new(&voffs, alloc, 4 * (a.k + 1)) ||
         out_new(&codes, alloc, 4 * a.k) || out_new(&loffs, alloc, 4 * (a.n + 1)))
         goto done;
@@ -1300,15 +1304,13 @@ static PyObject *list_codes(PyObject *self, PyObject *args) {
     memset(slots, 0xff, m * sizeof(int32_t)); /* -1: empty */
     char *w = values.w;
     int32_t *vo = (int32_t *)voffs.w, *co = (int32_t *)codes.w, *lo = (int32_t *)loffs.w;
-    const int64_t *end = a.end;
     int32_t at = 0, i = 0, distinct = 0;
     vo[0] = 0;
     lo[0] = 0;
     for (Py_ssize_t r = 0; r < a.n; r++) {
+        const int64_t *s;
         if (a.ok[r])
-            for (int64_t j = end[r] + (a.skip ? a.skip[r] : 0); j < end[r + 1]; j++) {
-                if ((j = NEXT_KEPT(&a, j, end[r + 1])) == end[r + 1]) break;
-                const int64_t *s = a.spans + j * a.width + a.width - 2;
+            for (int64_t j = first_taken(&a, r); (s = next_taken(&a, r, &j)); j++) {
                 const uint8_t *id = span(&a.sp, s[0], s[1]);
                 int32_t len = (int32_t)s[1], c;
                 size_t h = (size_t)id_hash(id, len) & (m - 1);
