@@ -1005,23 +1005,17 @@ class DecodeState:
                 ],
             )
 
-        def lists(
-            spans: Any, ends: Any, keep: bytes = b"", skip: Any = b""
-        ) -> tuple[pa.ListArray, Any]:
+        def lists(spans: Any, ends: Any) -> pa.ListArray:
             """The ids of ``spans`` (rows of int64 whose last two are an id's at and len),
-            each row's from ``ends`` past its first ``skip`` (int32 a row; empty: none), those
-            ``keep`` marks (empty: all), as list<string> (null where the row is not ok); and
-            the ids' lengths."""
-            width = spans.shape[1]
+            each row's from ``ends``, as list<string> (null where the row is not ok)."""
             values, voffs, loffs, lens = _decode.lists(
-                data, xbuf, spans, width, ends, ok8, keep, pa.allocate_buffer, skip
+                data, xbuf, spans, spans.shape[1], ends, ok8, b"", pa.allocate_buffer
             )
-            k = len(lens) // 4
             strs = pa.Array.from_buffers(
-                pa.string(), k, [None, pa.py_buffer(voffs), pa.py_buffer(values)]
+                pa.string(), len(lens) // 4, [None, pa.py_buffer(voffs), pa.py_buffer(values)]
             )
             offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(loffs)])
-            return pa.ListArray.from_arrays(offsets, strs, mask=mask), lens
+            return pa.ListArray.from_arrays(offsets, strs, mask=mask)
 
         def coded(spans: Any, ends: Any, keep: bytes, skip: Any = b"") -> pa.ListArray:
             """``lists`` of ``keep``'s entries, dictionary-encoded (``_decode.list_codes``)."""
@@ -1059,7 +1053,7 @@ class DecodeState:
                 coded(ents, hist_end, b"", np.ascontiguousarray(runs[:, 2])),
                 *(pa.array(runs[:, i]) for i in range(3)),
                 coded(ents, hist_end, new),
-                lists(reqs, req_end)[0],
+                lists(reqs, req_end),
                 strings(
                     rec[:, _R_BLOOM_AT],
                     np.full(n, self.bloom_bytes, dtype=np.int64),
@@ -1145,6 +1139,8 @@ class _Stored:
 
 
 def _stored_codes(col: pa.ListArray) -> _Stored:
+    """``history_stored`` (``HISTORY_DICTIONARY``, any slice of it) as ``_Stored``; TypeError
+    for another type."""
     import numpy as np
 
     items = col.type.value_type
@@ -1159,12 +1155,13 @@ def _stored_codes(col: pa.ListArray) -> _Stored:
     if offsets[-1] >= 2**31:
         raise OverflowError("history_stored: a batch's entries over 2^31")
     items = col.values
-    at = (
-        np.arange(own[0], own[-1], dtype=np.int64)
-        if n and offsets[-1] == own[-1] - own[0]  # no null row spans values
-        else value_indices(own[:-1][valid != 0], own[1:][valid != 0])
-    )
-    codes = np.asarray(items.indices.take(pa.array(at)).to_numpy(), dtype=np.int32)
+    if not n or offsets[-1] == own[-1] - own[0]:  # no null row spans values: a slice
+        own_codes = items.indices.slice(int(own[0]), int(offsets[-1]))
+    else:
+        own_codes = items.indices.take(
+            pa.array(value_indices(own[:-1][valid != 0], own[1:][valid != 0]))
+        )
+    codes = np.ascontiguousarray(own_codes.to_numpy(), dtype=np.int32)
     return _Stored(codes, offsets.astype(np.int32), valid, items.dictionary)
 
 
