@@ -12,8 +12,9 @@ Reads a stored SDS channel (a loglake stream, one partition) and:
    visible files and the live tail's ranges), plain tasks read their units' columns where they
    lie, in index order, decode them (``decode_batches``) and write the decoded rows as Arrow
    IPC files (lz4 buffers) under ``_work/decoded`` themselves, the bloom filters apart, a
-   record batch per sender, and ``causal_new`` as codes into each batch's distinct ids, a file
-   beside (``WORK_SCHEMA``); later stages read those.
+   record batch per sender, and the dictionary-encoded ids (``causal_new``, the stored
+   histories) as codes into each batch's dictionary, in files beside (``WORK_SCHEMA``); later
+   stages read those.
    Why: through ``loglake.pipeline.read`` + ``mapInArrow`` the JVM copied every record
    (~20 KB with a 200-entry history) from the lake into Arrow for Python, and the decoded rows
    back for the write: most of the decode stage (docs/sds.md, "Auditing a channel"). This
