@@ -33,7 +33,7 @@ from loglake.pipeline.jobs.sds_audit import (
     _sweep_loop,
     dependency_figures,
 )
-from loglake.sds import DECODED_SCHEMA, IdIndex
+from loglake.sds import DECODED_SCHEMA, IdIndex, dictionary_reference
 from loglake.sds.bloom import BloomFilter
 
 OWN = pa.schema(
@@ -175,15 +175,6 @@ def test_the_sweep_runs_as_many_tasks_as_run_at_once(master, parallelism, tasks)
     assert _concurrent_tasks(sc) == want
 
 
-def _dictionary_encoded(lists: pa.ListArray) -> pa.ListArray:
-    """A list of strings as the decoder gives ``causal_new``: its ids dictionary-encoded."""
-    import pyarrow.compute as pc
-
-    return pa.ListArray.from_arrays(
-        lists.offsets, pc.dictionary_encode(lists.values), mask=pc.invert(lists.is_valid())
-    )
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -205,7 +196,7 @@ def test_kept_causal_ids_are_those_of_the_rows_taken(chunks, cut, data):
 
     typ = pa.list_(pa.string())
     whole = [pa.array(c, typ) for c in chunks]
-    coded = [_codes(_dictionary_encoded(a)) for a in whole]
+    coded = [_codes(dictionary_reference(a)) for a in whole]
     # chunks that start past offset 0 (the codes of a batch as a slice of its column)
     arrays = [a.slice(min(cut, len(a))) for a in whole]
     codes = [c.slice(min(cut, len(c))) for c, _ in coded]
@@ -237,7 +228,7 @@ def test_causal_codes_are_the_decoded_columns_codes_and_ids(rows, cut):
     column back; a column of plain strings is refused."""
 
     plain = pa.array(rows, pa.list_(pa.string()))
-    col = _dictionary_encoded(plain).slice(min(cut, len(rows)))
+    col = dictionary_reference(plain).slice(min(cut, len(rows)))
     codes, ids = _codes(col)
     assert codes.type == pa.list_(pa.int32())
     assert [

@@ -677,12 +677,12 @@ static const uint8_t *span(const Space *s, int64_t at, int64_t len) {
 }
 
 /* id_hash's key, drawn once a process at import (getentropy): what the tables of this file
- * hash (history entries, senders, ids) is what a channel's members send; with a key they cannot know, they
- * cannot choose ids that share a slot and make each probe a walk of all of them (a hash of a
- * few words of each did let 40,000 chosen 64-character ids take 2 s in list_codes, against
- * 5 ms for as many random ones: found by review; causal's tables read entries the same way).
- * No output depends on it: the tables decide equality by the bytes, and codes follow first
- * appearance. */
+ * hash (history entries, senders, ids) is what a channel's members send; with a key they
+ * cannot know, they cannot choose ids that share a slot and make each probe a walk of all of
+ * them (a hash of a few words of each did let 40,000 chosen 64-character ids take 2 s in
+ * list_codes, against 5 ms for as many random ones: found by review; causal's tables read
+ * entries the same way). No output depends on it: the tables decide equality by the bytes,
+ * and codes follow first appearance. */
 static uint64_t hash_key;
 
 static uint64_t id_hash(const uint8_t *p, Py_ssize_t n) {
@@ -1140,12 +1140,6 @@ static inline int64_t next_kept(const uint8_t *keep, int64_t j, int64_t stop) {
     return j;
 }
 
-/* The ids at spans (rows of width int64, the id's (at, len) its last two) as Arrow list<string>
- * buffers: rows r with ok[r] take their spans from ends[r] + skip[r] to ends[r + 1] (skip
- * empty: from ends[r]), those whose octet in keep is 1 (keep empty: all). Returns (values,
- * value offsets i32, list offsets i32, lengths i32). skip (int32 a row: the row's run, its
- * first entries that history_stored leaves out) costs nothing per skipped entry, where a keep
- * octet per entry was an array to build and to test (decode task, 1M messages). */
 /* The arguments lists and list_codes share (data, extra, spans, width, ends, ok, keep[, alloc[,
  * skip]]), parsed and checked: every kept span inside the buffers, ends in order; k and total:
  * the kept entries and their bytes. */
@@ -1240,6 +1234,12 @@ bad:
     return -1;
 }
 
+/* The ids at spans (rows of width int64, the id's (at, len) its last two) as Arrow list<string>
+ * buffers: rows r with ok[r] take their spans from ends[r] + skip[r] to ends[r + 1] (skip
+ * empty: from ends[r]), those whose octet in keep is 1 (keep empty: all). Returns (values,
+ * value offsets i32, list offsets i32, lengths i32). skip (int32 a row: the row's run, its
+ * first entries that history_stored leaves out) costs nothing per skipped entry, where a keep
+ * octet per entry was an array to build and to test (decode task, 1M messages). */
 static PyObject *lists(PyObject *self, PyObject *args) {
     ListsArgs a = {0};
     PyObject *result = NULL, *alloc = NULL;
