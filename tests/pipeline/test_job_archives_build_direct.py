@@ -474,6 +474,60 @@ def test_the_general_path_builds_from_the_spills_the_spec_path_reads_the_lake_ag
     assert rep.communities[0].records == 3 * 30
 
 
+@pytest.mark.spark
+def test_each_lake_page_is_checked_once_a_job_by_the_scan_and_damage_fails_the_job(
+    spark, tmp_path, monkeypatch
+):
+    """The scan reads every lake file whole with its pages' CRCs checked; the build reads the
+    same pages again unchecked (``read_unit_columns``' ``checked``). A damaged page still
+    fails the job, at the scan, naming the file, with nothing written."""
+    import pyarrow.parquet as pq
+
+    from loglake.log import CorruptSegment
+
+    from .helpers import damage_lake_file
+
+    layout = get_layout("spec")
+    data = tmp_path / "data"
+    write_weeks(data, "c", layout, range(0, 3), per_week=30, in_order=True)
+    files = sorted((data / "lake").rglob("*.parquet"))
+    assert len(files) >= 2, "the test needs records in lake files"
+    now = START + 3 * WEEK + DAY
+    opts = ab.ArchivesBuildOptions(
+        str(data), str(tmp_path / "job"), (ab.Community("c", CID),), now_ns=now
+    )
+    opened: list[bool] = []
+    real = pq.ParquetFile
+
+    def spy(*a: object, **kw: object) -> pq.ParquetFile:
+        opened.append(bool(kw.get("page_checksum_verification")))
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    # the scan's and the build's reads, in this process (Spark's workers do not see the spy)
+    monkeypatch.setattr(pq, "ParquetFile", spy)
+    scratch = ab.open_scratch(tmp_path / "parts", "t", "t", "disk", True)
+    units = [u for u in ab.plan_units(str(data), {0: "c"})[0] if u.path]  # the lake's
+    scan = ab._scan_task("spec", str(data), scratch, direct=True)
+    for u in units:
+        scan((0, u))
+    assert opened == [True] * len(units)
+    opened.clear()
+    for u in units:  # both ways the build reads: all at once, and streamed
+        table = ab._read_spill(scratch, 0, u)
+        assert table is not None and ab._in_index_runs([(u, table)])
+        ab._reread(str(data), u, table.column("index").to_numpy(), True)
+        assert len(list(ab._streamed(str(data), [(u, table)]).framed(0, table.num_rows)))
+    assert opened == [False] * (2 * len(units))
+    scratch.remove()
+    monkeypatch.undo()
+
+    damage_lake_file(files[1], "page")
+    with pytest.raises(CorruptSegment, match=files[1].name):
+        ab.run(spark, opts)
+    assert not (tmp_path / "job" / CID / "data").exists()
+    assert staging_empty(tmp_path / "job")
+
+
 @pytest.mark.parametrize("scratch", ["memory", "disk"])
 def test_the_spills_go_where_the_scratch_option_says_and_are_gone_after(
     spark, tmp_path, monkeypatch, scratch

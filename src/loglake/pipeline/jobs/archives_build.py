@@ -585,7 +585,8 @@ def _reread(data_dir: str, u: Unit, want: np.ndarray, framed: bool) -> pa.Chunke
     lo, hi = int(want.min()), int(want.max()) + 1
     idxs: list[np.ndarray] = []
     chunks: list[pa.Array] = []
-    for idx, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+    # the scan read this unit whole and checked its pages' CRCs (``read_unit_columns``)
+    for idx, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS, checked=True):
         idxs.append(idx)
         chunks.append(_frame_batch(col) if framed else col.cast(pa.large_binary()))
     got = np.concatenate(idxs) if idxs else np.zeros(0, np.int64)
@@ -756,7 +757,7 @@ def _streamed(data_dir: str, slices: Sequence[tuple[Unit, pa.Table]]) -> _Record
         for u, p in slices:
             idx = p.column("index").to_numpy()
             lo, hi = int(idx[0]), int(idx[-1]) + 1
-            for got, col in read_unit(data_dir, u, lo, hi, batch_rows=SCAN_ROWS):
+            for got, col in read_unit(data_dir, u, lo, hi, SCAN_ROWS, checked=True):
                 yield got, _frame_batch(col)
 
     source = batches()
