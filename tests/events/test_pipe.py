@@ -7,8 +7,11 @@ a byte count, or is over the limit, fails the calls in flight before its body is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
+import threading
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -241,3 +244,124 @@ def test_the_sender_keeps_order_across_roles_and_lets_reports_through():
             await rb.cleanup()
 
     asyncio.run(main())
+
+
+@contextlib.contextmanager
+def _never_reading() -> Iterator[str]:
+    """A loopback server that accepts every connection and never reads from it (a hung or
+    hostile role): what a client writes stays in the sockets' buffers until they are full."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def run() -> None:
+        while True:
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                return
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            srv.shutdown(socket.SHUT_RDWR)
+        srv.close()
+        for s in held:
+            s.close()
+        t.join(10)
+
+
+def test_a_target_that_never_reads_times_its_calls_out_and_holds_up_no_other(monkeypatch):
+    """Calls of a few MB to a role that accepted the connection and never reads: the sender
+    waited in ``drain`` for good once the sockets' buffers were full, so every later call of
+    the role, to any target, waited too (closing the connection did not end the wait). Now
+    the calls to it fail as timed out after ``SEND_TIMEOUT_S`` (the core treats the target as
+    hung) and the next call, to another role, leaves."""
+    from loglake.events import server as srv_mod
+    from loglake.events.actions import Call
+    from loglake.events.identity import Identity
+    from loglake.events.role import Role
+    from loglake.events.server import HttpRoleServer
+
+    monkeypatch.setattr(srv_mod, "SEND_TIMEOUT_S", 0.5)
+    # a call whose bytes fit in the buffers waits for its reply: CALL_TIMEOUT_S (120 s), as
+    # before; the change is that the role's sender is no longer stuck behind it for good
+    monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 1.0)
+
+    async def main(hung_url: str) -> tuple[list[str], dict[str, str], float]:
+        arrived: list[str] = []
+
+        async def fast(request: web.Request) -> web.Response:
+            arrived.append((await request.read())[-1:].decode())
+            return web.Response(status=500, text="no")
+
+        rb, url_b = await _serve(fast)
+        me, a, b = Identity.generate(), Identity.generate(), Identity.generate()
+        replies: dict[str, str] = {}
+
+        class Core(Role):
+            def on_reply(self, call, reply, now):
+                replies[call.token] = type(reply).__name__
+
+        core = Core(me.principal)
+        server = HttpRoleServer(
+            core, me, {a.principal.bytes: hung_url, b.principal.bytes: url_b}, pipeline=4
+        )
+        m = "icrc72_confirm_notifications"
+        big = list(range(1_000_000, 2_000_000))  # ~3 MB of Candid nats a call
+        await server._start(server.app)
+        t0 = asyncio.get_running_loop().time()
+        try:
+            core.outbox += [Call(a.principal, m, big, token=f"a{i}") for i in range(3)]
+            core.outbox.append(Call(b.principal, m, [4], token="b4"))
+            server.drain()
+            for _ in range(1500):  # 15 s at most: before the change, b4 never left
+                await asyncio.sleep(0.01)
+                if len(replies) == 4:
+                    break
+            return arrived, replies, asyncio.get_running_loop().time() - t0
+        finally:
+            await server._stop(server.app)
+            await rb.cleanup()
+
+    with _never_reading() as hung_url:
+        arrived, replies, took = asyncio.run(main(hung_url))
+    assert arrived == ["\x04"], (arrived, replies)
+    assert replies == {"a0": "TimeoutError", "a1": "TimeoutError", "a2": "TimeoutError",
+                       "b4": "CallRefused"}  # fmt: skip
+    assert took < 10, took
+
+
+def test_a_target_whose_connection_never_opens_fails_as_unreachable_in_bounded_time(
+    monkeypatch,
+):
+    """A target whose SYNs are dropped (here: its accept queue is full): opening the
+    connection waited for the system's SYN retries (about 2 minutes), the role's sender with
+    it. Now the call fails with ``ConnectionError`` after ``CONNECT_TIMEOUT_S``."""
+    from loglake.events import server as srv_mod
+
+    monkeypatch.setattr(srv_mod, "CONNECT_TIMEOUT_S", 0.5)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    queued = [socket.create_connection(srv.getsockname(), timeout=5)]  # fills the queue
+
+    async def main() -> str:
+        pipe = _Pipe(f"http://127.0.0.1:{srv.getsockname()[1]}")
+        try:
+            with pytest.raises(ConnectionError) as e:
+                await asyncio.wait_for(pipe.send("m", b"x", {}), 10)
+            return str(e.value)
+        finally:
+            pipe.close()
+
+    try:
+        assert asyncio.run(main()) == (
+            f"no connection to 127.0.0.1:{srv.getsockname()[1]} within 0.5 s"
+        )
+    finally:
+        for s in queued:
+            s.close()
+        srv.close()

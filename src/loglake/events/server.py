@@ -103,6 +103,18 @@ PIPELINE = 4
 """Calls to one target, of one method, in flight at once (HTTP/1.1 pipelining on one
 connection: the receiver handles a connection's requests one after the other, in order)."""
 CALL_TIMEOUT_S = 120.0
+SEND_TIMEOUT_S = 30.0
+"""How long a call's bytes may wait for its target to take them (``_Pipe.send``): past it the
+target is treated as hung. Why: a target that accepted the connection but never read (hostile,
+or stopped) filled the socket's buffers with ~3 MB of calls, and the sender task then waited
+in ``drain`` for good — every later call of the role, to any target, stuck behind it (closing
+the connection did not end that wait: asyncio's ``close`` waits for the unsent bytes first).
+30 s lets the longest call (``MAX_BODY_BYTES``, 8 MB) through at 280 KB/s."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long opening a connection to a target may take before its calls fail with
+``ConnectionError`` (unreachable: sent again with back-off). Why: a target whose SYNs are
+dropped (a full accept queue, a filtered port) held the sender for the system's 2 minutes of
+SYN retries, every other call of the role waiting behind it."""
 IDLE_S = 30.0
 """A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
 MAX_PIPE_REPLY_BYTES = MAX_REPLY_BYTES
@@ -141,13 +153,22 @@ class _Pipe:
             return
         self.close()
         ctx = ssl.create_default_context() if self.ssl else None
-        reader, self.writer = await asyncio.open_connection(self.host, self.port, ssl=ctx)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                reader, self.writer = await asyncio.open_connection(self.host, self.port, ssl=ctx)
+        except TimeoutError:
+            raise ConnectionError(
+                f"no connection to {self.authority} within {CONNECT_TIMEOUT_S:g} s"
+            ) from None
         self.reader_task = asyncio.create_task(self._read(reader, self.writer))
 
     async def send(
         self, method: str, body: bytes, headers: dict[str, str]
     ) -> asyncio.Future[tuple[int, bytes]]:
-        """Write one request; the future resolves to ``(status, body)``."""
+        """Write one request; the future resolves to ``(status, body)``. A target that does
+        not take the request's bytes within ``SEND_TIMEOUT_S`` is hung: the connection is
+        dropped and this call and every call in flight on it fail with ``TimeoutError`` (none
+        was answered; the core treats them as timed out)."""
         await self._open()
         assert self.writer is not None
         head = [f"POST {self.prefix}/api/{method} HTTP/1.1", f"Host: {self.authority}"]
@@ -158,7 +179,15 @@ class _Pipe:
         self.waiting.append(fut)
         self.writer.writelines([("\r\n".join(head) + "\r\n\r\n").encode("latin-1"), body])
         self.used = asyncio.get_running_loop().time()
-        await self.writer.drain()
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S):  # no task, no turn of the loop
+                await self.writer.drain()
+        except TimeoutError:
+            self._drop(
+                TimeoutError(
+                    f"{self.authority} took no call bytes for {SEND_TIMEOUT_S:g} s: treated as hung"
+                )
+            )
         return fut
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -203,16 +232,22 @@ class _Pipe:
                         f.set_exception(err)
 
     def close(self) -> None:
+        self._drop(ConnectionError("connection closed"))
+
+    def _drop(self, err: BaseException) -> None:
+        """The connection aborted (its unsent bytes discarded: a ``drain`` waiting on a target
+        that does not read returns at once, where ``close`` would wait to send them first) and
+        every call in flight on it failed with ``err``."""
         if self.reader_task is not None:
             self.reader_task.cancel()
             self.reader_task = None
         if self.writer is not None:
-            self.writer.close()
+            self.writer.transport.abort()
             self.writer = None
         while self.waiting:
             f = self.waiting.popleft()
             if not f.done():
-                f.set_exception(ConnectionError("connection closed"))
+                f.set_exception(err)
 
 
 def _body_length(value: str) -> int:
@@ -534,7 +569,9 @@ class HttpRoleServer:
                     raise CallRefused(c.method, status, data)
                 reply: Any = METHODS[c.method].decode_ret(data)
             except Exception as e:  # the core decides what a failed call means
-                if isinstance(e, TimeoutError):
+                if isinstance(e, TimeoutError) and not fut.done():
+                    # no reply in time (a call whose bytes the target did not take failed
+                    # as timed out in _Pipe.send, its connection dropped there already)
                     url = self.directory.get(c.target.bytes)
                     if url in self.pipes:
                         self.pipes[url].close()  # fails what is in flight behind it
