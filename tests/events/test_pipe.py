@@ -11,7 +11,8 @@ import contextlib
 import random
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiohttp import web
@@ -247,18 +248,26 @@ def test_the_sender_keeps_order_across_roles_and_lets_reports_through():
 
 
 @contextlib.contextmanager
-def _never_reading() -> Iterator[str]:
-    """A loopback server that accepts every connection and never reads from it (a hung or
-    hostile role): what a client writes stays in the sockets' buffers until they are full."""
+def _peer(handle: Callable[[socket.socket], None] | None = None) -> Iterator[str]:
+    """A loopback server that runs ``handle`` on each connection (in a thread, nothing read
+    before it) and keeps the connection open until the test ends; without ``handle`` it never
+    reads (a hung or hostile role: what a client writes stays in the sockets' buffers)."""
     srv = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
 
     def run() -> None:
         while True:
             try:
-                held.append(srv.accept()[0])
+                conn = srv.accept()[0]
             except OSError:
                 return
+            held.append(conn)
+            if handle is not None:
+                threading.Thread(target=serve, args=(handle, conn), daemon=True).start()
+
+    def serve(handle: Callable[[socket.socket], None], conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # the test closed the connection under it
+            handle(conn)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -326,7 +335,7 @@ def test_a_target_that_never_reads_times_its_calls_out_and_holds_up_no_other(mon
             await server._stop(server.app)
             await rb.cleanup()
 
-    with _never_reading() as hung_url:
+    with _peer() as hung_url:
         arrived, replies, took = asyncio.run(main(hung_url))
     assert arrived == ["\x04"], (arrived, replies)
     assert replies == {"a0": "TimeoutError", "a1": "TimeoutError", "a2": "TimeoutError",
@@ -348,20 +357,100 @@ def test_a_target_whose_connection_never_opens_fails_as_unreachable_in_bounded_t
     srv.listen(0)
     queued = [socket.create_connection(srv.getsockname(), timeout=5)]  # fills the queue
 
-    async def main() -> str:
+    async def main() -> list[tuple[str, float]]:
         pipe = _Pipe(f"http://127.0.0.1:{srv.getsockname()[1]}")
+        out = []
         try:
-            with pytest.raises(ConnectionError) as e:
-                await asyncio.wait_for(pipe.send("m", b"x", {}), 10)
-            return str(e.value)
+            for _ in range(2):  # the second at once: no second wait of CONNECT_TIMEOUT_S
+                t0 = asyncio.get_running_loop().time()
+                with pytest.raises(ConnectionError) as e:
+                    await asyncio.wait_for(pipe.send("m", b"x", {}), 10)
+                out.append((str(e.value), asyncio.get_running_loop().time() - t0))
+            return out
         finally:
             pipe.close()
 
     try:
-        assert asyncio.run(main()) == (
-            f"no connection to 127.0.0.1:{srv.getsockname()[1]} within 0.5 s"
-        )
+        (first, t1), (second, t2) = asyncio.run(main())
+        where = f"127.0.0.1:{srv.getsockname()[1]}"
+        assert first == f"no connection to {where} within 0.5 s" and 0.4 < t1 < 5
+        assert second == f"no connection to {where} within 0.5 s (tried again from 30 s after)"
+        assert t2 < 0.1
     finally:
         for s in queued:
             s.close()
         srv.close()
+
+
+def _read_head(s: socket.socket) -> None:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk:
+            return
+        buf += chunk
+
+
+def test_a_connection_the_reply_ends_is_dropped_at_once_though_the_target_stops_reading(
+    monkeypatch,
+):
+    """A target that answers ``Connection: close`` (or anything the reader refuses) and stops
+    reading: the reader closed the connection gently, which waits for the unsent bytes, so the
+    role's sender waited until ``SEND_TIMEOUT_S`` and the connection stayed open as long as
+    the target kept it. Now the reader aborts it: the call's send returns at once."""
+    from loglake.events import server as srv_mod
+
+    monkeypatch.setattr(srv_mod, "SEND_TIMEOUT_S", 10.0)
+
+    def answer(s: socket.socket) -> None:
+        _read_head(s)  # and not the body: kept open, never read again
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    async def main(url: str) -> tuple[tuple[int, bytes], float]:
+        pipe = _Pipe(url)
+        t0 = asyncio.get_running_loop().time()
+        try:
+            fut = await asyncio.wait_for(pipe.send("m", b"x" * (16 << 20), {}), 20)
+            return await fut, asyncio.get_running_loop().time() - t0
+        finally:
+            pipe.close()
+
+    with _peer(answer) as url:
+        reply, took = asyncio.run(main(url))
+    assert reply == (200, b"ok") and took < 5, took
+
+
+def test_a_target_that_reads_slowly_is_waited_for(monkeypatch):
+    """``SEND_TIMEOUT_S`` is time without progress: a target that takes a call's bytes
+    slowly, each window of the timeout some of them, gets the whole call and answers it."""
+    from loglake.events import server as srv_mod
+
+    # the kernel says a socket is writable again once a third of its send buffer (up to 4
+    # MB) is free: each window must see more than that taken (here ~6 MB); the sockets'
+    # buffers take ~10 MB of the call at once, the rest is read at ~4 MB/s (~3.5 s)
+    monkeypatch.setattr(srv_mod, "SEND_TIMEOUT_S", 1.5)
+    body = b"x" * (24 << 20)
+
+    def answer(s: socket.socket) -> None:
+        got = 0  # len(body) bytes read, a MB at a time (the head's few left in the buffers)
+        while got < len(body):
+            want = min(1 << 20, len(body) - got)
+            while want:
+                chunk = s.recv(want)
+                if not chunk:
+                    return
+                want -= len(chunk)
+                got += len(chunk)
+            time.sleep(0.25)
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def main(url: str) -> tuple[int, bytes]:
+        pipe = _Pipe(url)
+        try:
+            fut = await asyncio.wait_for(pipe.send("m", body, {}), 30)
+            return await asyncio.wait_for(fut, 30)
+        finally:
+            pipe.close()
+
+    with _peer(answer) as url:
+        assert asyncio.run(main(url)) == (200, b"ok")

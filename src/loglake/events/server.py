@@ -104,17 +104,22 @@ PIPELINE = 4
 connection: the receiver handles a connection's requests one after the other, in order)."""
 CALL_TIMEOUT_S = 120.0
 SEND_TIMEOUT_S = 30.0
-"""How long a call's bytes may wait for its target to take them (``_Pipe.send``): past it the
-target is treated as hung. Why: a target that accepted the connection but never read (hostile,
-or stopped) filled the socket's buffers with ~3 MB of calls, and the sender task then waited
-in ``drain`` for good — every later call of the role, to any target, stuck behind it (closing
-the connection did not end that wait: asyncio's ``close`` waits for the unsent bytes first).
-30 s lets the longest call (``MAX_BODY_BYTES``, 8 MB) through at 280 KB/s."""
+"""How long a target may take none of a call's bytes (``_Pipe.send``) before it is treated as
+hung. Why: a target that accepted the connection but never read (hostile, or stopped) filled
+the socket's buffers with ~3 MB of calls, and the sender task then waited in ``drain`` for
+good: every later call of the role, to any target, stuck behind it (closing the connection did
+not end that wait: asyncio's ``close`` waits for the unsent bytes first). A target that reads,
+however slowly, is waited for; one busy for 30 s with calls pipelined behind the one it handles
+is hung too (the sender cannot wait on it without every other target waiting as well)."""
 CONNECT_TIMEOUT_S = 10.0
 """How long opening a connection to a target may take before its calls fail with
-``ConnectionError`` (unreachable: sent again with back-off). Why: a target whose SYNs are
-dropped (a full accept queue, a filtered port) held the sender for the system's 2 minutes of
-SYN retries, every other call of the role waiting behind it."""
+``ConnectionError`` (unreachable: sent again with back-off by the core). Why: a target whose
+SYNs are dropped (a full accept queue, a filtered port) held the sender for the system's 2
+minutes of SYN retries, every other call of the role waiting behind it."""
+UNREACHABLE_S = 30.0
+"""After a connection that did not open within ``CONNECT_TIMEOUT_S``, the target's calls fail
+at once (``ConnectionError``) for this long instead of each waiting ``CONNECT_TIMEOUT_S`` on
+the role's sender: the calls queued for it, and their resends, would wait one after the other."""
 IDLE_S = 30.0
 """A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
 MAX_PIPE_REPLY_BYTES = MAX_REPLY_BYTES
@@ -146,17 +151,28 @@ class _Pipe:
         self.waiting: collections.deque[asyncio.Future[tuple[int, bytes]]] = collections.deque()
         self.reader_task: asyncio.Task[None] | None = None
         self.used = 0.0
+        self.unreachable_until = 0.0
 
     async def _open(self) -> None:
         fresh = self.waiting or asyncio.get_running_loop().time() - self.used <= IDLE_S
         if self.writer is not None and not self.writer.is_closing() and fresh:
             return
         self.close()
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.unreachable_until:
+            raise ConnectionError(
+                f"no connection to {self.authority} within {CONNECT_TIMEOUT_S:g} s "
+                f"(tried again from {UNREACHABLE_S:g} s after)"
+            )
         ctx = ssl.create_default_context() if self.ssl else None
+        cm = asyncio.timeout(CONNECT_TIMEOUT_S)
         try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            async with cm:
                 reader, self.writer = await asyncio.open_connection(self.host, self.port, ssl=ctx)
         except TimeoutError:
+            if not cm.expired():  # the system's own (ETIMEDOUT)
+                raise
+            self.unreachable_until = loop.time() + UNREACHABLE_S
             raise ConnectionError(
                 f"no connection to {self.authority} within {CONNECT_TIMEOUT_S:g} s"
             ) from None
@@ -179,10 +195,7 @@ class _Pipe:
         self.waiting.append(fut)
         self.writer.writelines([("\r\n".join(head) + "\r\n\r\n").encode("latin-1"), body])
         self.used = asyncio.get_running_loop().time()
-        try:
-            async with asyncio.timeout(SEND_TIMEOUT_S):  # no task, no turn of the loop
-                await self.writer.drain()
-        except TimeoutError:
+        if not await _drained(self.writer):
             self._drop(
                 TimeoutError(
                     f"{self.authority} took no call bytes for {SEND_TIMEOUT_S:g} s: treated as hung"
@@ -223,7 +236,9 @@ class _Pipe:
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as e:
             err = e if isinstance(e, ConnectionError) else ConnectionError(f"{e!r}")
         finally:
-            writer.close()
+            # aborted, not closed: close would keep the connection, and a drain waiting on
+            # it, until a target that stopped reading took the unsent bytes
+            writer.transport.abort()
             if self.writer is writer:
                 self.writer = None
                 while self.waiting:
@@ -248,6 +263,25 @@ class _Pipe:
             f = self.waiting.popleft()
             if not f.done():
                 f.set_exception(err)
+
+
+async def _drained(writer: asyncio.StreamWriter) -> bool:
+    """``writer.drain()``, False once the target has taken none of the unsent bytes for
+    ``SEND_TIMEOUT_S`` (``asyncio.timeout``: no task, no turn of the loop when nothing waits)."""
+    left = writer.transport.get_write_buffer_size()
+    while True:
+        cm = asyncio.timeout(SEND_TIMEOUT_S)
+        try:
+            async with cm:
+                await writer.drain()
+            return True
+        except TimeoutError:
+            if not cm.expired():  # the system's own (ETIMEDOUT): the connection's error
+                raise
+            now = writer.transport.get_write_buffer_size()
+            if now >= left:
+                return False
+            left = now
 
 
 def _body_length(value: str) -> int:
