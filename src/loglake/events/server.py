@@ -104,13 +104,16 @@ PIPELINE = 4
 connection: the receiver handles a connection's requests one after the other, in order)."""
 CALL_TIMEOUT_S = 120.0
 SEND_TIMEOUT_S = 30.0
-"""How long a target may take none of a call's bytes (``_Pipe.send``) before it is treated as
-hung. Why: a target that accepted the connection but never read (hostile, or stopped) filled
-the socket's buffers with ~3 MB of calls, and the sender task then waited in ``drain`` for
-good: every later call of the role, to any target, stuck behind it (closing the connection did
-not end that wait: asyncio's ``close`` waits for the unsent bytes first). A target that reads,
-however slowly, is waited for; one busy for 30 s with calls pipelined behind the one it handles
-is hung too (the sender cannot wait on it without every other target waiting as well)."""
+"""How long a call's bytes may wait for its target to take them (``_Pipe.send``) before the
+target is treated as hung. Why: a target that accepted the connection but never read (hostile,
+or stopped) filled the socket's buffers with ~3 MB of calls, and the sender task then waited in
+``drain`` for good: every later call of the role, to any target, stuck behind it (closing the
+connection did not end that wait: asyncio's ``close`` waits for the unsent bytes first). A
+bound on the whole wait, not on a wait without progress: a target taking a few KB a second
+would otherwise hold the sender for as long as its calls last (minutes per 32 MB pipelined).
+So a target slower than ~280 KB/s on the longest call (``MAX_BODY_BYTES``, 8 MB), or busy for
+30 s with calls pipelined behind the one it handles, is hung too: the sender cannot wait on it
+without every other target waiting as well."""
 CONNECT_TIMEOUT_S = 10.0
 """How long opening a connection to a target may take before its calls fail with
 ``ConnectionError`` (unreachable: sent again with back-off by the core). Why: a target whose
@@ -195,10 +198,17 @@ class _Pipe:
         self.waiting.append(fut)
         self.writer.writelines([("\r\n".join(head) + "\r\n\r\n").encode("latin-1"), body])
         self.used = asyncio.get_running_loop().time()
-        if not await _drained(self.writer):
+        cm = asyncio.timeout(SEND_TIMEOUT_S)  # no task, no turn of the loop when nothing waits
+        try:
+            async with cm:
+                await self.writer.drain()
+        except TimeoutError:
+            if not cm.expired():  # the system's own (ETIMEDOUT): the connection's error
+                raise
             self._drop(
                 TimeoutError(
-                    f"{self.authority} took no call bytes for {SEND_TIMEOUT_S:g} s: treated as hung"
+                    f"{self.authority} did not take a call's bytes within {SEND_TIMEOUT_S:g} s: "
+                    "treated as hung"
                 )
             )
         return fut
@@ -263,25 +273,6 @@ class _Pipe:
             f = self.waiting.popleft()
             if not f.done():
                 f.set_exception(err)
-
-
-async def _drained(writer: asyncio.StreamWriter) -> bool:
-    """``writer.drain()``, False once the target has taken none of the unsent bytes for
-    ``SEND_TIMEOUT_S`` (``asyncio.timeout``: no task, no turn of the loop when nothing waits)."""
-    left = writer.transport.get_write_buffer_size()
-    while True:
-        cm = asyncio.timeout(SEND_TIMEOUT_S)
-        try:
-            async with cm:
-                await writer.drain()
-            return True
-        except TimeoutError:
-            if not cm.expired():  # the system's own (ETIMEDOUT): the connection's error
-                raise
-            now = writer.transport.get_write_buffer_size()
-            if now >= left:
-                return False
-            left = now
 
 
 def _body_length(value: str) -> int:
