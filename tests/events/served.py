@@ -14,7 +14,7 @@ from loglake.events.identity import Identity
 from loglake.events.orchestrator import Orchestrator, Quotas
 from loglake.events.publisher import Publisher
 from loglake.events.role import Role
-from loglake.events.server import HttpRoleServer
+from loglake.events.server import HttpRoleServer, RoleRunner
 from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
@@ -25,7 +25,7 @@ from tests.waiting import wait_until
 def serve(server: HttpRoleServer) -> tuple[int, Callable[[], None]]:
     """``server`` listening on 127.0.0.1: its port, and the call that stops it."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(server.app)
+    runner = RoleRunner(server.app)  # the bounds the node and ``events serve`` run with
     loop.run_until_complete(runner.setup())
     port = free_port()
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())

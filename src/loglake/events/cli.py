@@ -339,6 +339,7 @@ def serve(
         open_orchestrator,
     )
     from loglake.events.ledger import account
+    from loglake.events.server import serve_role
 
     ident = load_identity(key)
     me = ident.principal
@@ -394,9 +395,7 @@ def serve(
             max_body_bytes=max_body_bytes,
         )
         console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}; streams: {where}")
-        from aiohttp import web
-
-        web.run_app(server.app, host=host, port=port, print=None, handle_signals=True)
+        serve_role(server.app, host, port)
 
 
 def _open_streams(

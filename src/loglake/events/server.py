@@ -125,12 +125,76 @@ at once (``ConnectionError``) for this long instead of each waiting ``CONNECT_TI
 the role's sender: the calls queued for it, and their resends, would wait one after the other."""
 IDLE_S = 30.0
 """A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
+MAX_CONNECTIONS = 512
+"""Connections a role server keeps open at once (``RoleRunner``): one past it is aborted as it
+is accepted. Why: aiohttp has no such bound, and 200 connections of a client sending half a
+request each took a role's (or a node's, whose stream server and log share the process's
+descriptors) last descriptors: a signed call of another client timed out."""
+KEEPALIVE_S = 75.0
+"""A role server's connection idle, or with a request head unfinished, this long is closed
+(aiohttp's keep-alive timer, which runs from the connection's start; ``RoleRunner`` sets it:
+``web.AppRunner``'s default is 3630 s, and a connection that sent nothing was kept an hour).
+Above the client's ``IDLE_S``, so a pipe never reuses a connection the server is closing."""
+BODY_TIMEOUT_S = 30.0
+"""How long a request's body may take to arrive (then 408, and the connection closed once
+aiohttp has read what is left of the body for at most its lingering 10 s): a client sending a
+body a byte at a time held its handler, and its share of ``MAX_READING_BYTES``, for good."""
+MAX_READING_BYTES = 64 * 1024 * 1024
+"""Request bodies a role server holds at once, all connections together (each counted at its
+``Content-Length``, or the body limit when it has none, from before its read to its answer);
+a call past it is answered 503 with ``Retry-After`` at once (one call alone always goes: the
+body limit may be set above this). Why: each handler read up to ``MAX_BODY_BYTES`` before the
+signature could be checked (it signs the body), so 40 connections sending 8 MB bodies took a
+role from 105 to 448 MB, and more took the process's memory."""
 MAX_PIPE_REPLY_BYTES = MAX_REPLY_BYTES
 """The longest reply body a role reads from another role (``_Pipe``), the client's limit
 (``client.MAX_REPLY_BYTES``): a reply declaring more is refused from its ``Content-Length``
 before a byte of its body is read. The body is buffered whole, so a peer declaring 2 GB (hostile
 or broken) made the role buffer whatever it sent until memory ran out; a role's own replies to
 role calls (counts, one short result per item of a batch) are far shorter."""
+
+
+RETRY_SOON = {"retry-after": "1"}
+
+
+class RoleRunner(web.AppRunner):
+    """``web.AppRunner`` of a role server with the bounds aiohttp has no option for: at most
+    ``MAX_CONNECTIONS`` open connections (one past it aborted as it is accepted), and the
+    keep-alive timer at ``KEEPALIVE_S``. The node's roles and ``loglake events serve`` run on
+    it (``serve_role``)."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("keepalive_timeout", KEEPALIVE_S)
+        super().__init__(app, **kwargs)
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        admit = server.connection_made
+
+        def capped(handler: Any, transport: asyncio.Transport) -> None:
+            admit(handler, transport)
+            if len(server.connections) > MAX_CONNECTIONS:
+                transport.abort()
+
+        server.connection_made = capped  # type: ignore[method-assign]
+        return server
+
+
+def serve_role(app: web.Application, host: str, port: int) -> None:
+    """Serve a role's app on ``host:port`` until SIGINT or SIGTERM, as ``web.run_app`` does,
+    on a ``RoleRunner``."""
+
+    async def main() -> None:
+        runner = RoleRunner(app, handle_signals=True)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
+        asyncio.run(main())
 
 
 class _Pipe:
@@ -343,6 +407,9 @@ class HttpRoleServer:
         """One worker: large bodies decode off the loop, and in the order they arrived."""
         self.decoding = 0
         """Decodes queued on ``decoder``; while any is, small bodies queue behind them too."""
+        self.max_body_bytes = max_body_bytes
+        self.reading = 0
+        """Bytes of request bodies held now (``MAX_READING_BYTES``)."""
         self.app = web.Application(client_max_size=max_body_bytes)
         self.app.router.add_post("/api/{method}", self.handle)
         self.app.on_startup.append(self._start)
@@ -354,7 +421,28 @@ class HttpRoleServer:
         m = ALL_METHODS.get(name)
         if m is None or (name not in self.role.methods and name not in self._local()):
             return web.Response(status=404, text=f"no method {name}")
-        body = await request.read()
+        size = request.content_length
+        size = self.max_body_bytes if size is None else min(size, self.max_body_bytes)
+        if self.reading and self.reading + size > MAX_READING_BYTES:
+            return web.Response(
+                status=503, text="busy: other calls' bodies are being read", headers=RETRY_SOON
+            )
+        self.reading += size
+        try:
+            try:
+                async with asyncio.timeout(BODY_TIMEOUT_S):
+                    body = await request.read()
+            except TimeoutError:
+                return web.Response(
+                    status=408,
+                    text=f"the body did not arrive within {BODY_TIMEOUT_S:g} s",
+                    headers={"connection": "close"},
+                )
+            return await self._answer(name, m, request, body)
+        finally:
+            self.reading -= size
+
+    async def _answer(self, name: str, m: Any, request: web.Request, body: bytes) -> web.Response:
         if self.failed is not None:
             return web.Response(status=503, text=f"storage failed; restart the role: {self.failed}")
         now = self.clock()

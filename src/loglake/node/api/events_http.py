@@ -135,6 +135,7 @@ class EventsHttpHandle:
         from aiohttp import web
 
         from loglake.events import HttpRoleServer
+        from loglake.events.server import RoleRunner
 
         # bind first: every URL must be in the directory before any server sends a call
         from loglake.node.runner import NodeStartError
@@ -156,7 +157,7 @@ class EventsHttpHandle:
         directory = {**self.directory, **local}
         for r in self.roles:
             server = HttpRoleServer(self.cores[r], self.ids[r], directory, self.stores.get(r))
-            runner = web.AppRunner(server.app, access_log=None)
+            runner = RoleRunner(server.app, access_log=None)
             await runner.setup()
             await web.SockSite(runner, socks[r]).start()
             self.servers[r] = server
