@@ -20,23 +20,26 @@ from tests.events.test_cli_unreachable import _events, key  # noqa: F401  (fixtu
 from tests.procs import free_port
 
 
-def _request(s: socket.socket) -> None:
+def read_request(s: socket.socket, body: bool = True) -> None:
     """Read the whole request, head and body, before answering: a socket closed with unread
-    bytes sends a reset, and the client would see that instead of the answer under test."""
+    bytes sends a reset, and the client would see that instead of the answer under test.
+    ``body`` False: the head only (and what came with it)."""
     data = b""
     while b"\r\n\r\n" not in data:
         got = s.recv(65536)
         if not got:
             return
         data += got
-    head, _, body = data.partition(b"\r\n\r\n")
+    if not body:
+        return
+    head, _, rest = data.partition(b"\r\n\r\n")
     length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
     want = int(length.group(1)) if length else 0
-    while len(body) < want:
+    while len(rest) < want:
         got = s.recv(65536)
         if not got:
             return
-        body += got
+        rest += got
 
 
 def _endless(s: socket.socket) -> None:
@@ -47,9 +50,18 @@ def _endless(s: socket.socket) -> None:
 
 
 @contextmanager
-def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
-    """A loopback TCP server that runs ``answer`` on each connection, then closes it."""
+def peer_server(handle: Callable[[socket.socket], None] | None = None) -> Iterator[str]:
+    """A loopback TCP server that runs ``handle`` on each connection (in a thread of its own,
+    nothing read before it) and closes every connection when the test ends; without
+    ``handle`` it never reads (a hung or hostile peer: what a client writes stays in the
+    sockets' buffers)."""
     srv = socket.create_server(("127.0.0.1", free_port()))
+    held: list[socket.socket] = []
+
+    def serve(conn: socket.socket) -> None:
+        assert handle is not None
+        with contextlib.suppress(OSError):  # the client, or the test's end, closed it
+            handle(conn)
 
     def run() -> None:
         while True:
@@ -57,13 +69,9 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
                 conn, _ = srv.accept()
             except OSError:
                 return
-            with conn:
-                conn.settimeout(10)
-                try:
-                    _request(conn)
-                    answer(conn)
-                except OSError:
-                    pass
+            held.append(conn)
+            if handle is not None:
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -74,7 +82,24 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
         with contextlib.suppress(OSError):
             srv.shutdown(socket.SHUT_RDWR)
         srv.close()
+        for conn in held:
+            conn.close()
         t.join(10)
+
+
+@contextmanager
+def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A loopback TCP server that reads each request whole, runs ``answer`` on its connection,
+    then closes it."""
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            read_request(conn)
+            answer(conn)
+
+    with peer_server(handle) as url:
+        yield url
 
 
 CASES = {

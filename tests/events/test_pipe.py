@@ -7,18 +7,15 @@ a byte count, or is over the limit, fails the calls in flight before its body is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from aiohttp import web
 
 from loglake.events.server import MAX_PIPE_REPLY_BYTES, _Pipe
-from tests.events.test_cli_bad_replies import raw_server
+from tests.events.test_cli_bad_replies import peer_server, raw_server, read_request
 
 
 async def _serve(handler) -> tuple[web.AppRunner, str]:
@@ -247,41 +244,6 @@ def test_the_sender_keeps_order_across_roles_and_lets_reports_through():
     asyncio.run(main())
 
 
-@contextlib.contextmanager
-def _peer(handle: Callable[[socket.socket], None] | None = None) -> Iterator[str]:
-    """A loopback server that runs ``handle`` on each connection (in a thread, nothing read
-    before it) and keeps the connection open until the test ends; without ``handle`` it never
-    reads (a hung or hostile role: what a client writes stays in the sockets' buffers)."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def run() -> None:
-        while True:
-            try:
-                conn = srv.accept()[0]
-            except OSError:
-                return
-            held.append(conn)
-            if handle is not None:
-                threading.Thread(target=serve, args=(handle, conn), daemon=True).start()
-
-    def serve(handle: Callable[[socket.socket], None], conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):  # the test closed the connection under it
-            handle(conn)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        with contextlib.suppress(OSError):
-            srv.shutdown(socket.SHUT_RDWR)
-        srv.close()
-        for s in held:
-            s.close()
-        t.join(10)
-
-
 def test_a_target_that_never_reads_times_its_calls_out_and_holds_up_no_other(monkeypatch):
     """Calls of a few MB to a role that accepted the connection and never reads: the sender
     waited in ``drain`` for good once the sockets' buffers were full, so every later call of
@@ -335,7 +297,7 @@ def test_a_target_that_never_reads_times_its_calls_out_and_holds_up_no_other(mon
             await server._stop(server.app)
             await rb.cleanup()
 
-    with _peer() as hung_url:
+    with peer_server() as hung_url:
         arrived, replies, took = asyncio.run(main(hung_url))
     assert arrived == ["\x04"], (arrived, replies)
     assert replies == {"a0": "TimeoutError", "a1": "TimeoutError", "a2": "TimeoutError",
@@ -382,15 +344,6 @@ def test_a_target_whose_connection_never_opens_fails_as_unreachable_in_bounded_t
         srv.close()
 
 
-def _read_head(s: socket.socket) -> None:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(4096)
-        if not chunk:
-            return
-        buf += chunk
-
-
 def test_a_connection_the_reply_ends_is_dropped_at_once_though_the_target_stops_reading(
     monkeypatch,
 ):
@@ -403,7 +356,7 @@ def test_a_connection_the_reply_ends_is_dropped_at_once_though_the_target_stops_
     monkeypatch.setattr(srv_mod, "SEND_TIMEOUT_S", 10.0)
 
     def answer(s: socket.socket) -> None:
-        _read_head(s)  # and not the body: kept open, never read again
+        read_request(s, body=False)  # and not the body: kept open, never read again
         s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 
     async def main(url: str) -> tuple[tuple[int, bytes], float]:
@@ -415,7 +368,7 @@ def test_a_connection_the_reply_ends_is_dropped_at_once_though_the_target_stops_
         finally:
             pipe.close()
 
-    with _peer(answer) as url:
+    with peer_server(answer) as url:
         reply, took = asyncio.run(main(url))
     assert reply == (200, b"ok") and took < 5, took
 
@@ -446,6 +399,6 @@ def test_a_target_that_takes_a_call_slowly_is_hung_once_the_send_timeout_passes(
         finally:
             pipe.close()
 
-    with _peer(drip) as url:
+    with peer_server(drip) as url:
         why, took = asyncio.run(main(url))
     assert "did not take a call's bytes within 1 s: treated as hung" in why and took < 3, took
