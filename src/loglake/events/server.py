@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import ssl
 import time
 from collections.abc import Callable
@@ -132,17 +133,18 @@ request each took a role's (or a node's, whose stream server and log share the p
 descriptors) last descriptors: a signed call of another client timed out."""
 KEEPALIVE_S = 75.0
 """A role server's connection idle, or with a request head unfinished, this long is closed
-(aiohttp's keep-alive timer, which runs from the connection's start; ``RoleRunner`` sets it:
-``web.AppRunner``'s default is 3630 s, and a connection that sent nothing was kept an hour).
+(aiohttp's keep-alive timer, which runs from the connection's start since aiohttp 3.14.4,
+the oldest this project takes; ``RoleRunner`` sets it: ``web.AppRunner``'s default is 3630 s,
+and a connection that sent nothing was kept an hour).
 Above the client's ``IDLE_S``, so a pipe never reuses a connection the server is closing."""
 BODY_TIMEOUT_S = 30.0
-"""How long a request's body may take to arrive (then 408, and the connection closed once
-aiohttp has read what is left of the body for at most its lingering 10 s): a client sending a
-body a byte at a time held its handler, and its share of ``MAX_READING_BYTES``, for good."""
+"""How long a request's body may take to arrive (then 408 and the connection closed): a
+client sending a body a byte at a time held its handler, and what it had sent of
+``MAX_READING_BYTES``, for good."""
 MAX_READING_BYTES = 64 * 1024 * 1024
-"""Request bodies a role server holds at once, all connections together (each counted at its
-``Content-Length``, or the body limit when it has none, from before its read to its answer);
-a call past it is answered 503 with ``Retry-After`` at once (one call alone always goes: the
+"""Request bodies a role server holds at once, all connections together (each counted as its
+bytes arrive, until its answer: a declared length holds nothing); a call whose next bytes
+would pass it is answered 503 with ``Retry-After`` at once (one call alone always goes: the
 body limit may be set above this). Why: each handler read up to ``MAX_BODY_BYTES`` before the
 signature could be checked (it signs the body), so 40 connections sending 8 MB bodies took a
 role from 105 to 448 MB, and more took the process's memory."""
@@ -165,6 +167,12 @@ class RoleRunner(web.AppRunner):
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         kwargs.setdefault("keepalive_timeout", KEEPALIVE_S)
+        # bodies as sent: no role sends a Content-Encoding, and aiohttp's decompression let
+        # a few KB of gzip become MB held past MAX_READING_BYTES (which counts what arrives)
+        kwargs.setdefault("auto_decompress", False)
+        # a request answered before its body was read (408, 413, 503) closes its connection
+        # at once: aiohttp read the rest for 10 s first, a slow client's handler held so long
+        kwargs.setdefault("lingering_time", 0)
         super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:
@@ -174,27 +182,33 @@ class RoleRunner(web.AppRunner):
         def capped(handler: Any, transport: asyncio.Transport) -> None:
             admit(handler, transport)
             if len(server.connections) > MAX_CONNECTIONS:
-                transport.abort()
+                # after the handler has started: aborted at once, its start() found the
+                # connection gone and logged an AssertionError for each one refused
+                asyncio.get_running_loop().call_soon(transport.abort)
 
         server.connection_made = capped  # type: ignore[method-assign]
         return server
 
 
 def serve_role(app: web.Application, host: str, port: int) -> None:
-    """Serve a role's app on ``host:port`` until SIGINT or SIGTERM, as ``web.run_app`` does,
-    on a ``RoleRunner``."""
+    """Serve a role's app on ``host:port`` on a ``RoleRunner`` until SIGINT or SIGTERM, then
+    stop as ``web.run_app`` does: the requests in flight answered first (the runner's
+    ``shutdown_timeout``), then the role's tasks."""
 
     async def main() -> None:
-        runner = RoleRunner(app, handle_signals=True)
+        runner = RoleRunner(app)
         await runner.setup()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         try:
             await web.TCPSite(runner, host, port).start()
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await runner.cleanup()
 
-    with contextlib.suppress(web.GracefulExit, KeyboardInterrupt):
-        asyncio.run(main())
+    asyncio.run(main())
 
 
 class _Pipe:
@@ -421,26 +435,46 @@ class HttpRoleServer:
         m = ALL_METHODS.get(name)
         if m is None or (name not in self.role.methods and name not in self._local()):
             return web.Response(status=404, text=f"no method {name}")
-        size = request.content_length
-        size = self.max_body_bytes if size is None else min(size, self.max_body_bytes)
-        if self.reading and self.reading + size > MAX_READING_BYTES:
-            return web.Response(
-                status=503, text="busy: other calls' bodies are being read", headers=RETRY_SOON
-            )
-        self.reading += size
+        parts: list[bytes] = []
         try:
-            try:
-                async with asyncio.timeout(BODY_TIMEOUT_S):
-                    body = await request.read()
-            except TimeoutError:
-                return web.Response(
-                    status=408,
-                    text=f"the body did not arrive within {BODY_TIMEOUT_S:g} s",
-                    headers={"connection": "close"},
-                )
-            return await self._answer(name, m, request, body)
+            refused = await self._read_body(request, parts)
+            if refused is not None:
+                refused.force_close()  # the rest of its body is not read
+                return refused
+            return await self._answer(name, m, request, b"".join(parts))
         finally:
-            self.reading -= size
+            self.reading -= sum(map(len, parts))
+
+    async def _read_body(self, request: web.Request, parts: list[bytes]) -> web.Response | None:
+        """The request's body into ``parts`` as it arrives, each chunk counted in ``reading``
+        (``MAX_READING_BYTES``) when it is in: bytes a client declared and never sent hold
+        nothing. A refusal is returned: 503 past the budget, 408 past ``BODY_TIMEOUT_S``, 400
+        when the client left; past the body limit, aiohttp's own 413 (``request.read``'s)."""
+        got = 0
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                async for chunk in request.content.iter_any():
+                    got += len(chunk)
+                    if got > self.max_body_bytes:
+                        raise web.HTTPRequestEntityTooLarge(
+                            max_size=self.max_body_bytes, actual_size=got
+                        )
+                    others = self.reading - sum(map(len, parts))  # other calls' bytes
+                    if others and self.reading + len(chunk) > MAX_READING_BYTES:
+                        return web.Response(
+                            status=503,
+                            text="busy: other calls' bodies are being read",
+                            headers=RETRY_SOON,
+                        )
+                    self.reading += len(chunk)
+                    parts.append(chunk)
+        except TimeoutError:
+            return web.Response(
+                status=408, text=f"the body did not arrive within {BODY_TIMEOUT_S:g} s"
+            )
+        except ConnectionError:  # the client left mid-body (aiohttp logged a traceback)
+            return web.Response(status=400, text="the connection closed mid-body")
+        return None
 
     async def _answer(self, name: str, m: Any, request: web.Request, body: bytes) -> web.Response:
         if self.failed is not None:
