@@ -135,8 +135,8 @@ KEEPALIVE_S = 75.0
 """A role server's connection idle, or with a request head unfinished, this long is closed
 (aiohttp's keep-alive timer, which runs from the connection's start since aiohttp 3.14.4,
 the oldest this project takes; ``RoleRunner`` sets it: ``web.AppRunner``'s default is 3630 s,
-and a connection that sent nothing was kept an hour).
-Above the client's ``IDLE_S``, so a pipe never reuses a connection the server is closing."""
+and a connection that sent nothing was kept an hour). Above the client's ``IDLE_S``, so a
+pipe never reuses a connection the server is closing."""
 BODY_TIMEOUT_S = 30.0
 """How long a request's body may take to arrive (then 408 and the connection closed): a
 client sending a body a byte at a time held its handler, and what it had sent of
@@ -156,14 +156,11 @@ or broken) made the role buffer whatever it sent until memory ran out; a role's 
 role calls (counts, one short result per item of a batch) are far shorter."""
 
 
-RETRY_SOON = {"retry-after": "1"}
-
-
 class RoleRunner(web.AppRunner):
-    """``web.AppRunner`` of a role server with the bounds aiohttp has no option for: at most
-    ``MAX_CONNECTIONS`` open connections (one past it aborted as it is accepted), and the
-    keep-alive timer at ``KEEPALIVE_S``. The node's roles and ``loglake events serve`` run on
-    it (``serve_role``)."""
+    """``web.AppRunner`` of a role server: at most ``MAX_CONNECTIONS`` open connections (one past
+    it aborted as it is accepted: aiohttp has no option for it), the keep-alive timer at
+    ``KEEPALIVE_S``, bodies as sent, no lingering read of a refused request's body. The node's
+    roles and ``loglake events serve`` (``serve_role``) run on it."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         kwargs.setdefault("keepalive_timeout", KEEPALIVE_S)
@@ -454,19 +451,19 @@ class HttpRoleServer:
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 async for chunk in request.content.iter_any():
-                    got += len(chunk)
-                    if got > self.max_body_bytes:
+                    if got + len(chunk) > self.max_body_bytes:
                         raise web.HTTPRequestEntityTooLarge(
-                            max_size=self.max_body_bytes, actual_size=got
+                            max_size=self.max_body_bytes, actual_size=got + len(chunk)
                         )
-                    others = self.reading - sum(map(len, parts))  # other calls' bytes
-                    if others and self.reading + len(chunk) > MAX_READING_BYTES:
+                    # other calls hold bytes (``reading`` counts this one's ``got`` too)
+                    if self.reading > got and self.reading + len(chunk) > MAX_READING_BYTES:
                         return web.Response(
                             status=503,
                             text="busy: other calls' bodies are being read",
-                            headers=RETRY_SOON,
+                            headers={"retry-after": "1"},
                         )
                     self.reading += len(chunk)
+                    got += len(chunk)
                     parts.append(chunk)
         except TimeoutError:
             return web.Response(
