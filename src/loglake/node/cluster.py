@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import json
 import threading
 import time
@@ -48,7 +49,8 @@ from loglake.log.api import ascii_digits
 STATUS_TIMEOUT = 3.0
 """Seconds one status read may wait on the cluster (all requests together)."""
 MONITOR_TIMEOUT = 1.5
-"""Seconds one ``/jsz`` read may take (the monitoring endpoints are read in parallel)."""
+"""Seconds one ``/jsz`` read may take (the monitoring endpoints are read in parallel): the
+socket's timeout, and the whole read's (``read_meta``)."""
 CACHE_S = 1.0
 """An answer younger than this is reused."""
 NS = 1_000_000_000
@@ -487,12 +489,18 @@ def read_meta(urls: tuple[str, ...]) -> MetaStatus | None:
         return None
     answers: dict[str, dict] = {}
     monitors: dict[str, str] = {}
-    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
-        for url, got in zip(urls, pool.map(_jsz, urls), strict=True):
-            if isinstance(got, dict):
-                answers[url], monitors[url] = got, "ok"
-            else:
-                monitors[url] = got
+    reads = {url: _jsz_read(url) for url in urls}
+    concurrent.futures.wait(reads.values(), timeout=MONITOR_TIMEOUT)
+    for url, read in reads.items():
+        got = (
+            read.result()
+            if read.done()
+            else f"unreachable: no whole answer in {MONITOR_TIMEOUT:g} s"
+        )
+        if isinstance(got, dict):
+            answers[url], monitors[url] = got, "ok"
+        else:
+            monitors[url] = got
     best = None
     for got in answers.values():
         mc = got.get("meta_cluster") or {}
@@ -528,12 +536,39 @@ def read_meta(urls: tuple[str, ...]) -> MetaStatus | None:
     )
 
 
+_jsz_reads: dict[str, concurrent.futures.Future[dict | str]] = {}
+_jsz_lock = threading.Lock()
+
+
+def _jsz_read(url: str) -> concurrent.futures.Future[dict | str]:
+    """``_jsz(url)`` on a thread of its own, or the read of ``url`` still running (at most one
+    a URL). Why: ``urlopen``'s timeout bounds each socket read, not the request, so an endpoint
+    sending a byte a second held ``read_meta`` (and ``/metrics`` and ``/api/cluster``, behind
+    ``ClusterView``'s lock: 12 s measured with a 1.5 s timeout) for as long as it sent;
+    ``read_meta`` waits ``MONITOR_TIMEOUT`` for the reads, and a read still running is not
+    started again, so such an endpoint holds one thread, not one a status read."""
+    with _jsz_lock:
+        read = _jsz_reads.get(url)
+        if read is None or read.done():
+            read = concurrent.futures.Future()
+            _jsz_reads[url] = read
+            threading.Thread(target=_jsz_into, args=(url, read), daemon=True).start()
+        return read
+
+
+def _jsz_into(url: str, read: concurrent.futures.Future[dict | str]) -> None:
+    try:
+        read.set_result(_jsz(url))
+    except BaseException as e:  # pragma: no cover - _jsz says why in a string
+        read.set_exception(e)
+
+
 def _jsz(url: str) -> dict | str:
     """``url``/jsz as a dict, or why not (one line)."""
     try:
         with urllib.request.urlopen(f"{url}/jsz", timeout=MONITOR_TIMEOUT) as r:
             body = json.loads(r.read(4 * 1024 * 1024))
-    except (OSError, urllib.error.URLError) as e:
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as e:
         return f"unreachable: {getattr(e, 'reason', None) or e}"
     except ValueError as e:
         return f"not a NATS monitoring endpoint (answer is not JSON: {e})"
