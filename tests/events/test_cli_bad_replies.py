@@ -5,10 +5,8 @@ time (real processes and a raw socket server on loopback)."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +15,7 @@ import pytest
 
 from loglake.events.client import MAX_REPLY_BYTES, BadReply, post_raw
 from tests.events.test_cli_unreachable import _events, key  # noqa: F401  (fixture)
-from tests.procs import free_port
+from tests.peers import peer_server
 
 
 def read_request(s: socket.socket, body: bool = True) -> None:
@@ -47,44 +45,6 @@ def _endless(s: socket.socket) -> None:
     end = time.monotonic() + 30
     while time.monotonic() < end:
         s.sendall(b"\0" * 65536)
-
-
-@contextmanager
-def peer_server(handle: Callable[[socket.socket], None] | None = None) -> Iterator[str]:
-    """A loopback TCP server that runs ``handle`` on each connection (in a thread of its own,
-    nothing read before it) and closes every connection when the test ends; without
-    ``handle`` it never reads (a hung or hostile peer: what a client writes stays in the
-    sockets' buffers)."""
-    srv = socket.create_server(("127.0.0.1", free_port()))
-    held: list[socket.socket] = []
-
-    def serve(conn: socket.socket) -> None:
-        assert handle is not None
-        with contextlib.suppress(OSError):  # the client, or the test's end, closed it
-            handle(conn)
-
-    def run() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            held.append(conn)
-            if handle is not None:
-                threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        # close() alone does not wake the thread's accept(): the join took its whole 10 s
-        with contextlib.suppress(OSError):
-            srv.shutdown(socket.SHUT_RDWR)
-        srv.close()
-        for conn in held:
-            conn.close()
-        t.join(10)
 
 
 @contextmanager

@@ -15,7 +15,8 @@ import pytest
 from aiohttp import web
 
 from loglake.events.server import MAX_PIPE_REPLY_BYTES, _Pipe
-from tests.events.test_cli_bad_replies import peer_server, raw_server, read_request
+from tests.events.test_cli_bad_replies import raw_server, read_request
+from tests.peers import peer_server
 
 
 async def _serve(handler) -> tuple[web.AppRunner, str]:

@@ -6,12 +6,12 @@ Loopback only; every wait bounded."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
 
 from loglake.node import cluster
+from tests.peers import peer_server
 
 
 def _read_into(got: list[cluster.MetaStatus | None], url: str) -> None:
@@ -22,28 +22,17 @@ def test_a_dripping_monitoring_endpoint_holds_the_status_read_no_longer_than_its
     monkeypatch,
 ):
     monkeypatch.setattr(cluster, "MONITOR_TIMEOUT", 0.5)
-    srv = socket.create_server(("127.0.0.1", 0))
     accepted: list[socket.socket] = []
-    done = threading.Event()
 
-    def drip() -> None:
-        while not done.is_set():
-            try:
-                conn = srv.accept()[0]
-            except OSError:
-                return
-            accepted.append(conn)
-            with contextlib.suppress(OSError):
-                conn.recv(4096)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{")
-                while not done.is_set():  # a byte every 0.2 s: no socket read waits 0.5 s
-                    conn.sendall(b" ")
-                    time.sleep(0.2)
+    def drip(conn: socket.socket) -> None:  # until the test's end closes the connection
+        accepted.append(conn)
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{")
+        while True:  # a byte every 0.2 s: no socket read waits 0.5 s
+            conn.sendall(b" ")
+            time.sleep(0.2)
 
-    t = threading.Thread(target=drip, daemon=True)
-    t.start()
-    url = f"http://127.0.0.1:{srv.getsockname()[1]}"
-    try:
+    with peer_server(drip) as url:
         for _ in range(3):  # the second and third find the first read still running
             got: list[cluster.MetaStatus | None] = []
             reader = threading.Thread(target=_read_into, args=(got, url), daemon=True)
@@ -54,9 +43,3 @@ def test_a_dripping_monitoring_endpoint_holds_the_status_read_no_longer_than_its
             assert got[0] is not None
             assert got[0].monitors == {url: "unreachable: no whole answer in 0.5 s"}
         assert len(accepted) == 1  # one read a URL at a time, not one a status read
-    finally:
-        done.set()
-        srv.close()
-        for c in accepted:
-            c.close()
-        t.join(5)
