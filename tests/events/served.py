@@ -72,7 +72,8 @@ def serve_orchestrator(
         try:
             wait_until(
                 lambda: all(
-                    not s.batches and s.queue.empty() and not s.inflight_n for s in servers
+                    not s.batches and s.queue.empty() and not s.inflight_n and not s.unordered
+                    for s in servers
                 ),
                 30,
                 what="every role's calls answered",

@@ -178,10 +178,13 @@ def test_only_http_urls():
         _Pipe("ftp://127.0.0.1:1")
 
 
-def test_the_sender_keeps_order_across_roles_and_lets_reports_through():
+def test_the_sender_keeps_order_across_roles_and_lets_unordered_calls_through():
     """Calls to one role and method are pipelined; a call to another role waits until those
-    are answered; a call marked unordered (a progress report) leaves at once; replies reach
-    the core in call order."""
+    are answered. A call marked unordered (a notification to a subscriber, a progress
+    report) leaves at once and its reply reaches the core as soon as it comes: it neither
+    waits for nor holds up the ordered calls, and it stays in its place among the calls to
+    its own target. Before, its reply reached the core in call order, so a target that
+    answered slowly held every later call of the role."""
     from loglake.events.actions import Call
     from loglake.events.identity import Identity
     from loglake.events.role import Role
@@ -220,23 +223,30 @@ def test_the_sender_keeps_order_across_roles_and_lets_reports_through():
                 Call(a.principal, m, [1], token="a1"),
                 Call(a.principal, m, [2], token="a2"),
                 Call(b.principal, m, [3], token="b3", ordered=False),
+                Call(a.principal, m, [5], token="a5", ordered=False),
+                Call(b.principal, m, [6], token="b6", ordered=False),
                 Call(b.principal, m, [4], token="b4"),
             ]
             server.drain()
             for _ in range(100):
                 await asyncio.sleep(0.01)
-                if len(arrived) >= 2:
+                if len(replies) >= 2:
                     break
             await asyncio.sleep(0.1)  # a quiet period: b4 must not leave while a1, a2 wait
-            # a2 is written behind a1 on A's connection; A handles it once a1 is answered
-            assert arrived == ["A\x01", "B\x03"]
+            # a2 and a5 are written behind a1 on A's connection; A handles them once a1 is
+            # answered. b3 and b6 are answered while A holds a1
+            assert arrived == ["A\x01", "B\x03", "B\x06"]
+            assert replies == ["b3", "b6"]
             release.set()
             for _ in range(200):
                 await asyncio.sleep(0.01)
-                if len(replies) == 4:
+                if len(replies) == 6:
                     break
-            assert arrived == ["A\x01", "B\x03", "A\x02", "B\x04"]
-            assert replies == ["a1", "a2", "b3", "b4"]
+            # A's calls in the order written; b4 once a1 and a2 are answered
+            assert arrived[3] == "A\x02" and sorted(arrived[4:]) == ["A\x05", "B\x04"]
+            assert sorted(arrived) == ["A\x01", "A\x02", "A\x05", "B\x03", "B\x04", "B\x06"]
+            assert replies[:4] == ["b3", "b6", "a1", "a2"]  # the ordered ones in call order
+            assert sorted(replies[4:]) == ["a5", "b4"]
         finally:
             await server._stop(server.app)
             await ra.cleanup()

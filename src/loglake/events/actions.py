@@ -43,9 +43,13 @@ class Call:
     token: Any = None
     """Opaque to adapters; returned with the reply to :meth:`Role.on_reply`."""
     ordered: bool = True
-    """False: the call may leave while calls to other roles are in flight (it still follows
-    the calls to its own target, and its reply still reaches the core in call order). For
-    reports nothing else waits on — a replay's progress — so they do not stall a data plane."""
+    """True: the call leaves once the role's ordered calls to other roles are answered, and
+    its reply reaches the core in call order (a role that tells one role something, then
+    another, knows the first has handled it). False: the call neither waits for nor holds up
+    any other; it keeps its place only among the calls to its own target (written in queue
+    order; its reply reaches the core after those of the unordered calls to that target
+    queued before it, as soon as it comes). For calls nothing else waits on — a
+    notification to a subscriber, a replay's progress — so one slow target stalls no other."""
 
 
 @dataclass(eq=False)

@@ -37,8 +37,9 @@ Notification calls that fail (the subscriber restarting) are sent again with bac
 a minute (``NOTIFY_ATTEMPTS``), then given up: their notifications leave the subscriber's window
 (it gets the events with a replay) and it is stalled, one publish tried on it each ``stall_ns``
 (a probe: it comes back when it takes one). A call that timed out is not sent again and its
-subscriber is stalled at once, without probes: over HTTP every call of this broadcaster waited
-behind it (``server.CALL_TIMEOUT_S``). A resent call may arrive twice; the subscriber
+subscriber is stalled at once, without probes: it is hung, and each call to it would wait
+``server.CALL_TIMEOUT_S``. Notification calls are unordered (``Call.ordered``): a subscriber
+slow to answer holds up no call to anyone else. A resent call may arrive twice; the subscriber
 deduplicates by event id.
 """
 
@@ -316,8 +317,10 @@ class Broadcaster(Role):
 
     def _notify(self, sub: Principal, notes: Any, ids: Sequence[int]) -> None:
         """An ``icrc72_handle_notification`` call of ``notes`` (their notification ids ``ids``:
-        released from the window if the call fails for good)."""
-        self.outbox.append(Call(sub, "icrc72_handle_notification", notes, token=("notify", ids)))
+        released from the window if the call fails for good). Unordered: a subscriber slow to
+        answer holds up no other call of this broadcaster (``Call.ordered``)."""
+        call = Call(sub, "icrc72_handle_notification", notes, token=("notify", ids), ordered=False)
+        self.outbox.append(call)
 
     # -- data plane ------------------------------------------------------------------------
     def publish(
@@ -683,9 +686,9 @@ class Broadcaster(Role):
             if not isinstance(reply, BaseException):
                 self.notify_resender.succeeded(call)
             elif isinstance(reply, TimeoutError):
-                # the subscriber is hung: in the HTTP adapter every call of this broadcaster
-                # waited behind this one (CALL_TIMEOUT_S), so it is neither sent again nor
-                # probed: left out of live events until it confirms or subscribes again
+                # the subscriber is hung: each call to it waits CALL_TIMEOUT_S, so it is
+                # neither sent again nor probed: left out of live events until it confirms or
+                # subscribes again
                 self.notify_resender.forget(call)
                 self._release(call.target.bytes, call.token[1])
                 self._stall(call.target, "its notification call timed out", None)

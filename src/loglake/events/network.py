@@ -12,9 +12,11 @@ With :class:`Faults` the network misbehaves the ways the HTTP adapter can, drawn
 ``random.Random`` so a run replays exactly from its seed (TigerBeetle's simulator, STYLE.md): a
 call is lost on the way (the caller's reply is a ``ConnectionError``), runs but its reply is lost
 (the same error, after the callee acted — a timeout), runs twice (a redelivery whose second
-reply nobody reads), or is held back while other senders' calls overtake it. What the HTTP
-adapter guarantees is kept: one sender's ordered calls are delivered in the order it queued them
-(its sender waits for every reply before the next), so faults reorder between senders only.
+reply nobody reads), or is held back while later calls overtake it. What the HTTP adapter
+guarantees is kept: one sender's ordered calls are delivered in the order it queued them (its
+sender waits for every reply before the next), and its calls to one target in the order it
+queued them (one connection); an unordered call may overtake or be overtaken by its sender's
+calls to other targets.
 """
 
 from __future__ import annotations
@@ -188,16 +190,21 @@ class InProcessNetwork:
         return True
 
     def _next(self) -> tuple[Role, Call]:
-        """The next call to deliver: the oldest, or with ``delay`` faults another sender's
-        first call — never one queued behind an earlier ordered call of the same sender."""
+        """The next call to deliver: the oldest, or with ``delay`` faults a later one the HTTP
+        adapter could deliver first — never one queued behind an earlier call of the same
+        sender to the same target, nor an ordered call behind an earlier ordered call of the
+        same sender (``Call.ordered``)."""
         f = self.faults
         if f is None or len(self.queue) < 2 or not f.hit("delay"):
             return self.queue.popleft()
         held: set[int] = set()  # senders with an earlier ordered call still queued
+        lanes: set[tuple[int, bytes]] = set()  # (sender, target) with an earlier call queued
         movable = []
         for k, (src, c) in enumerate(self.queue):
-            if id(src) not in held:
+            lane = (id(src), c.target.bytes)
+            if lane not in lanes and not (c.ordered and id(src) in held):
                 movable.append(k)
+            lanes.add(lane)
             if c.ordered:
                 held.add(id(src))
         k = f.rng.choice(movable)

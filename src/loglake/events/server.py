@@ -41,7 +41,7 @@ import math
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -230,6 +230,10 @@ class _Pipe:
         self.reader_task: asyncio.Task[None] | None = None
         self.used = 0.0
         self.unreachable_until = 0.0
+        self.turn: asyncio.Future[None] | None = None
+        """Done when the last send begun has written its request (or failed): each send waits
+        for the one begun before it, so requests go out in the order ``send`` was called, though
+        their senders run apart (the role's ordered sender, its unordered calls' tasks)."""
 
     async def _open(self) -> None:
         fresh = self.waiting or asyncio.get_running_loop().time() - self.used <= IDLE_S
@@ -256,13 +260,36 @@ class _Pipe:
             ) from None
         self.reader_task = asyncio.create_task(self._read(reader, self.writer))
 
-    async def send(
+    def send(
+        self, method: str, body: bytes, headers: dict[str, str]
+    ) -> Coroutine[Any, Any, asyncio.Future[tuple[int, bytes]]]:
+        """Take the request's turn on the connection now; the coroutine writes it once the
+        requests begun before it are written, and returns a future that resolves to ``(status,
+        body)``. A target that does not take the request's bytes within ``SEND_TIMEOUT_S`` is
+        hung: the connection is dropped and this call and every call in flight on it fail with
+        ``TimeoutError`` (none was answered; the core treats them as timed out)."""
+        before, self.turn = self.turn, asyncio.get_running_loop().create_future()
+        return self._send(before, self.turn, method, body, headers)
+
+    async def _send(
+        self,
+        before: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+        method: str,
+        body: bytes,
+        headers: dict[str, str],
+    ) -> asyncio.Future[tuple[int, bytes]]:
+        try:
+            if before is not None:
+                await asyncio.wait([before])  # (a cancelled wait leaves ``before`` as it is)
+            return await self._write(method, body, headers)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+
+    async def _write(
         self, method: str, body: bytes, headers: dict[str, str]
     ) -> asyncio.Future[tuple[int, bytes]]:
-        """Write one request; the future resolves to ``(status, body)``. A target that does
-        not take the request's bytes within ``SEND_TIMEOUT_S`` is hung: the connection is
-        dropped and this call and every call in flight on it fail with ``TimeoutError`` (none
-        was answered; the core treats them as timed out)."""
         await self._open()
         assert self.writer is not None
         head = [f"POST {self.prefix}/api/{method} HTTP/1.1", f"Host: {self.authority}"]
@@ -413,6 +440,10 @@ class HttpRoleServer:
         """(target, method) of the calls in flight; ``inflight_n`` of them."""
         self.inflight_n = 0
         self.settled = asyncio.Event()
+        self.unordered: set[asyncio.Task[None]] = set()
+        """The tasks of the unordered calls still sent or answered (``_unordered``)."""
+        self.unordered_last: dict[bytes, asyncio.Task[None]] = {}
+        """The last of them to each target."""
         self.wake = asyncio.Event()
         self.decoder = concurrent.futures.ThreadPoolExecutor(1, "candid-decode")
         """One worker: large bodies decode off the loop, and in the order they arrived."""
@@ -661,14 +692,16 @@ class HttpRoleServer:
 
     async def _stop(self, app: web.Application) -> None:
         self.decoder.shutdown(wait=False, cancel_futures=True)
-        for t in self.tasks:
+        tasks = [*self.tasks, *self.unordered]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for p in self.pipes.values():
             p.close()
 
-    async def _post(self, c: Call) -> asyncio.Future[tuple[int, bytes]]:
-        """Encode, sign and write one call; the future resolves to the HTTP reply."""
+    def _post(self, c: Call) -> Coroutine[Any, Any, asyncio.Future[tuple[int, bytes]]]:
+        """Encode and sign one call and take its turn on its target's connection now; the
+        coroutine writes it, and its future resolves to the HTTP reply."""
         url = self.directory.get(c.target.bytes)
         if url is None:
             raise NoAddress(c.target)
@@ -677,55 +710,93 @@ class HttpRoleServer:
         pipe = self.pipes.get(url)
         if pipe is None:
             pipe = self.pipes[url] = _Pipe(url)
-        return await pipe.send(c.method, body, {"content-type": "application/candid", **headers})
+        return pipe.send(c.method, body, {"content-type": "application/candid", **headers})
 
     async def _sender(self) -> None:
         """Calls leave in the order they were queued. Consecutive calls to the same target and
         method are pipelined (``pipeline`` in flight); any other call waits until every call in
         flight is answered — so a role that tells one role something, then another, still
-        knows the first has handled it before the second hears of it. A call marked
-        ``ordered=False`` (a progress report) leaves at once, behind the calls already written
-        to its target, and holds nothing up."""
+        knows the first has handled it before the second hears of it.
+
+        A call marked ``ordered=False`` (a notification to a subscriber, a progress report)
+        is sent and answered apart (``_unordered``): it holds nothing up and waits for nothing
+        but the calls to its own target queued before it. Why: a subscriber that answered
+        each notification just before ``CALL_TIMEOUT_S`` held every call of its broadcaster,
+        to every other subscriber, that long (and was never stalled: it answered)."""
         while True:
             c = await self.queue.get()
+            if not c.ordered:
+                self._unordered(c)
+                continue
             key = (c.target.bytes, c.method)
-            if c.ordered:
-                while self.inflight_n and (
-                    self.inflight != key or self.inflight_n >= self.pipeline
-                ):
-                    self.settled.clear()
-                    await self.settled.wait()
-                self.inflight, self.inflight_n = key, self.inflight_n + 1
+            while self.inflight_n and (self.inflight != key or self.inflight_n >= self.pipeline):
+                self.settled.clear()
+                await self.settled.wait()
+            self.inflight, self.inflight_n = key, self.inflight_n + 1
             try:
                 fut = await self._post(c)
             except Exception as e:  # the reply is the failure (the replier keeps the order)
-                fut = asyncio.get_running_loop().create_future()
-                fut.set_exception(e)
+                fut = _failed(e)
             self.replies.put_nowait((c, fut))
 
+    def _unordered(self, c: Call) -> None:
+        """Send ``c`` and hand its reply to the core in a task of its own: its request written
+        in its turn on its target's connection, its reply handed over after those of the
+        unordered calls to the same target queued before it."""
+        try:
+            sending = self._post(c)
+        except Exception as e:
+            sending = _returning(_failed(e))
+        key = c.target.bytes
+        before = self.unordered_last.get(key)
+
+        async def run() -> None:
+            try:
+                fut = await sending
+            except Exception as e:
+                fut = _failed(e)
+            if before is not None:
+                await asyncio.wait([before])
+            await self._settle(c, fut)
+
+        def done(t: asyncio.Task[None]) -> None:
+            sending.close()  # a task cancelled before it began (the role stopping) never awaited it
+            self.unordered.discard(t)
+            if self.unordered_last.get(key) is t:
+                del self.unordered_last[key]
+
+        task = self.unordered_last[key] = asyncio.create_task(run())
+        self.unordered.add(task)
+        task.add_done_callback(done)
+
     async def _replier(self) -> None:
-        """Hands replies to the core in the order the calls were sent."""
+        """Hands the ordered calls' replies to the core in the order the calls were sent."""
         while True:
             c, fut = await self.replies.get()
-            try:
-                status, data = await asyncio.wait_for(asyncio.shield(fut), CALL_TIMEOUT_S)
-                if status != 200:
-                    raise CallRefused(c.method, status, data)
-                reply: Any = METHODS[c.method].decode_ret(data)
-            except Exception as e:  # the core decides what a failed call means
-                if isinstance(e, TimeoutError) and not fut.done():
-                    # no reply in time (a call whose bytes the target did not take failed
-                    # as timed out in _Pipe.send, its connection dropped there already)
-                    url = self.directory.get(c.target.bytes)
-                    if url in self.pipes:
-                        self.pipes[url].close()  # fails what is in flight behind it
-                log.warning("call %s to %s failed: %s", c.method, c.target, e)
-                reply = e
-            if c.ordered:
-                self.inflight_n -= 1
-            self.role.on_reply(c, reply, self.clock())
-            self.drain()
-            self.settled.set()
+            await self._settle(c, fut)
+
+    async def _settle(self, c: Call, fut: asyncio.Future[tuple[int, bytes]]) -> None:
+        """Wait for one call's reply (``CALL_TIMEOUT_S``) and hand it, or the failure, to the
+        core."""
+        try:
+            status, data = await asyncio.wait_for(asyncio.shield(fut), CALL_TIMEOUT_S)
+            if status != 200:
+                raise CallRefused(c.method, status, data)
+            reply: Any = METHODS[c.method].decode_ret(data)
+        except Exception as e:  # the core decides what a failed call means
+            if isinstance(e, TimeoutError) and not fut.done():
+                # no reply in time (a call whose bytes the target did not take failed
+                # as timed out in _Pipe.send, its connection dropped there already)
+                url = self.directory.get(c.target.bytes)
+                if url in self.pipes:
+                    self.pipes[url].close()  # fails what is in flight behind it
+            log.warning("call %s to %s failed: %s", c.method, c.target, e)
+            reply = e
+        if c.ordered:
+            self.inflight_n -= 1
+        self.role.on_reply(c, reply, self.clock())
+        self.drain()
+        self.settled.set()
 
     def _jobs_finished(self) -> bool:
         """Hand the ends of the orchestrator's replay jobs to it."""
@@ -746,6 +817,17 @@ class HttpRoleServer:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), timeout=0.05)
+
+
+def _failed(e: BaseException) -> asyncio.Future[Any]:
+    """A call's reply that is ``e`` (a call that could not be sent)."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_exception(e)
+    return fut
+
+
+async def _returning(value: Any) -> Any:
+    return value
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
