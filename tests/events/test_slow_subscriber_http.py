@@ -16,9 +16,12 @@ from loglake.events import sysmsg
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity
-from loglake.events.messages import Event, EventNotification, Ok
+from loglake.events.messages import Event, EventNotification, Ok, Registration
 from loglake.events.server import HttpRoleServer
+from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.events.subscriber import Subscriber
+from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
 from tests.events.served import serve
 from tests.events.wait import wait_until
 from tests.peers import peer_server
@@ -71,6 +74,45 @@ def test_a_subscriber_that_does_not_answer_holds_up_no_other(monkeypatch):
             assert [n.data for n in sub.take()] == [{"Nat": 0}, {"Nat": 1}, {"Nat": 2}]
             assert core.unconfirmed[slow.principal.bytes] == 3  # still held by the slow one
             assert took < 10, took
+    finally:
+        for stop in reversed(stops):
+            stop()
+
+
+def test_a_subscriber_that_does_not_answer_holds_up_no_call_of_the_orchestrator(monkeypatch):
+    """The orchestrator tells a subscriber which broadcaster serves it; one that took the call
+    and never answered held every later call of the orchestrator for the call timeout, and
+    again at each resend (up to 360): here the next publication's broadcaster heard of it only
+    after 30 s."""
+    monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 30.0)
+    me, bc, pub, slow = (Identity.generate() for _ in range(4))
+    store = StreamsStore(LocalStreams(MemoryLog()))
+    orch = open_orchestrator(store, me.principal, [bc.principal], None, open_ledger(store, fee=1))
+    bc_core = Broadcaster(bc.principal, me.principal)
+    directory: dict[bytes, str] = {}
+    stops = []
+    try:
+        with peer_server(_takes_and_never_answers) as slow_url:
+            directory[slow.principal.bytes] = slow_url  # the publisher has no address: dropped
+            for core, ident, st in ((orch, me, store), (bc_core, bc, None)):
+                port, stop = serve(HttpRoleServer(core, ident, directory, st))
+                stops.append(stop)
+                directory[ident.principal.bytes] = f"http://127.0.0.1:{port}"
+            url = directory[me.principal.bytes]
+
+            def register(who: Identity, method: str, ns: str) -> None:
+                got = HttpEventsClient(url, who, timeout=30).call(method, [Registration(ns)])
+                assert type(got[0]) is Ok, got
+
+            register(slow, "icrc72_register_subscription", NS)
+            # the subscription is assigned: the broadcaster, then the subscriber are told
+            register(pub, "icrc72_register_publication", NS)
+            wait_until(lambda: NS in bc_core.routes, 10, what="the broadcaster told of bob")
+            t0 = time.monotonic()
+            other = NS + ".2"
+            register(pub, "icrc72_register_publication", other)
+            wait_until(lambda: other in bc_core.publishers, 10, what="the next publication")
+            assert time.monotonic() - t0 < 10
     finally:
         for stop in reversed(stops):
             stop()

@@ -225,9 +225,15 @@ class Orchestrator(ReplayScheduling, Role):
 
     # -- system messages ---------------------------------------------------------------------
     def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
+        """A system notification to ``target``, its copy kept in ``namespace``'s stream. One
+        to a subscriber is unordered (``Call.ordered``): it still leaves before the calls
+        queued after it, but they do not wait for its answer. Why: a subscriber that took the
+        call and answered slowly, or never (each of the resends then waiting the call timeout),
+        held up every call of the orchestrator, to every role."""
         n = self.sys.notification(namespace, data, now)
         self.outbox.append(AppendEvents(namespace, [icrc16.encode(data)]))  # the audit copy
-        self.outbox.append(Call(target, "icrc72_handle_notification", [n]))
+        ordered = namespace != sysmsg.subscriber_sys(target)
+        self.outbox.append(Call(target, "icrc72_handle_notification", [n], ordered=ordered))
 
     def _rate_ok(self, caller: Principal, now: int) -> bool:
         return self._requests.admit(caller.bytes, now)
