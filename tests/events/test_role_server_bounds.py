@@ -80,6 +80,40 @@ def test_connections_past_the_cap_are_aborted_and_the_cap_frees_as_they_close(mo
     assert not [r for r in caplog.records if "AssertionError" in r.getMessage() + str(r.exc_info)]
 
 
+def test_the_roles_of_a_process_share_its_connection_budget(monkeypatch):
+    """Two roles in one process (as a node runs four): together they keep at most the
+    process's budget of connections (``streams.descriptors.CONNECTIONS``, a quarter of the
+    descriptor limit), each released as it closes. Before, each role had only its own cap, and
+    four of them could take every descriptor the node's log needed."""
+    from loglake.streams import descriptors
+
+    budget = descriptors.Connections()
+    monkeypatch.setattr(srv_mod, "CONNECTIONS", budget)
+    monkeypatch.setattr(descriptors, "soft_limit", lambda: 24)  # a budget of 6
+    (port_a, stop_a), (port_b, stop_b) = _role(), _role()
+    socks = []
+    try:
+        for port in (port_a,) * 4 + (port_b,) * 4:
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.05)  # accepted in this order
+        closed = [_closed_within(s, 0.5) for s in socks]
+        assert closed == [False] * 6 + [True] * 2
+        assert (budget.open, budget.refused) == (6, 2)
+        for s in socks[:4]:
+            s.close()
+        time.sleep(0.3)
+        assert budget.open == 2
+        with socket.create_connection(("127.0.0.1", port_b), timeout=5) as s:
+            s.sendall(b"POST /api/no_such HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            assert _status(s) == 404  # served again
+    finally:
+        for s in socks:
+            s.close()
+        stop_a()
+        stop_b()
+    assert budget.open == 0
+
+
 def test_a_connection_that_sends_nothing_or_half_a_head_is_closed_after_the_keepalive(
     monkeypatch,
 ):

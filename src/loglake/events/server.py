@@ -69,6 +69,7 @@ from loglake.events.resend import CallRefused, NoAddress
 from loglake.events.role import RateLimited, Role
 from loglake.events.store import ReplayJobs, StreamsStore, perform_job
 from loglake.events.subscriber import InboxCursorError, Subscriber
+from loglake.streams.descriptors import CONNECTIONS, raise_soft_limit
 
 log = logging.getLogger("loglake.events.server")
 
@@ -157,8 +158,9 @@ role calls (counts, one short result per item of a batch) are far shorter."""
 
 
 class RoleRunner(web.AppRunner):
-    """``web.AppRunner`` of a role server: at most ``MAX_CONNECTIONS`` open connections (one past
-    it aborted as it is accepted: aiohttp has no option for it), the keep-alive timer at
+    """``web.AppRunner`` of a role server: at most ``MAX_CONNECTIONS`` open connections, each
+    holding a place in the process's budget (``streams.descriptors.CONNECTIONS``; one past either
+    aborted as it is accepted: aiohttp has no option for it), the keep-alive timer at
     ``KEEPALIVE_S``, bodies as sent, no lingering read of a refused request's body. The node's
     roles and ``loglake events serve`` (``serve_role``) run on it."""
 
@@ -174,16 +176,26 @@ class RoleRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        admit = server.connection_made
+        made, lost = server.connection_made, server.connection_lost
+        counted: set[Any] = set()  # the handlers holding a place in CONNECTIONS
 
         def capped(handler: Any, transport: asyncio.Transport) -> None:
-            admit(handler, transport)
-            if len(server.connections) > MAX_CONNECTIONS:
+            made(handler, transport)
+            if len(server.connections) > MAX_CONNECTIONS or not CONNECTIONS.admit():
                 # after the handler has started: aborted at once, its start() found the
                 # connection gone and logged an AssertionError for each one refused
                 asyncio.get_running_loop().call_soon(transport.abort)
+            else:
+                counted.add(handler)
+
+        def released(handler: Any, exc: BaseException | None) -> None:
+            if handler in counted:
+                counted.discard(handler)
+                CONNECTIONS.release()
+            lost(handler, exc)
 
         server.connection_made = capped  # type: ignore[method-assign]
+        server.connection_lost = released  # type: ignore[method-assign,assignment]
         return server
 
 
@@ -191,6 +203,8 @@ def serve_role(app: web.Application, host: str, port: int) -> None:
     """Serve a role's app on ``host:port`` on a ``RoleRunner`` until SIGINT or SIGTERM, then
     stop as ``web.run_app`` does: the requests in flight answered first (the runner's
     ``shutdown_timeout``), then the role's tasks."""
+
+    raise_soft_limit()
 
     async def main() -> None:
         runner = RoleRunner(app)

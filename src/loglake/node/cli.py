@@ -40,6 +40,7 @@ from loglake.log import Durability, Log, LogLocked, StreamConfig, open_log
 from loglake.log.api import RETENTION_BOUNDS
 from loglake.streams import eventloop
 from loglake.streams.client import DEFAULT_PORT, PermissionDenied, StreamClient
+from loglake.streams.descriptors import raise_soft_limit
 from loglake.streams.limits import MAX_MEMORY, LimitError
 from loglake.streams.limits import click_options as limits_options
 from loglake.streams.limits import from_click as limits_from_click
@@ -267,6 +268,7 @@ def serve(
     check_exposure(host, tls=bool(tls_cert), insecure=insecure)
     tls = server_context(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     policy = AccessPolicy.load(access) if access else None
+    raise_soft_limit()  # before the log sizes its share of the descriptors
     data_dir.mkdir(parents=True, exist_ok=True)
     log: Log
     if backend:  # the same service in front of JetStream: a cluster keeps the streams

@@ -2,7 +2,8 @@
 uvicorn does not have: the security headers on the 400 uvicorn answers itself (below), and two
 bounds: a request's head (request line and headers) must arrive within
 ``HEAD_TIMEOUT`` seconds of the connection or of its first byte, and at most
-``MAX_CONNECTIONS`` connections are open at once (one past it is dropped as it is accepted).
+``MAX_CONNECTIONS`` connections are open at once, each holding a place in the process's budget
+(``streams.descriptors.CONNECTIONS``; one past either is dropped as it is accepted).
 
 Why: uvicorn's only timer, ``timeout_keep_alive``, runs between requests and stops at the
 next byte, so a client that connects and sends nothing, or half a request line and headers,
@@ -28,6 +29,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from loglake.node.gate import API_CSP
+from loglake.streams.descriptors import CONNECTIONS
 
 HEAD_TIMEOUT = 10.0
 """Seconds a request's line and headers may take (from the connection, or from the first byte
@@ -40,12 +42,14 @@ class NodeH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._counted = False  # holds a place in the process's CONNECTIONS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > MAX_CONNECTIONS:
+        if len(self.connections) > MAX_CONNECTIONS or not CONNECTIONS.admit():
             transport.abort()
             return
+        self._counted = True
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -74,6 +78,9 @@ class NodeH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._counted:
+            self._counted = False
+            CONNECTIONS.release()
         super().connection_lost(exc)
 
     def _arm(self) -> None:

@@ -42,6 +42,7 @@ from loglake.node.config import NodeConfig
 from loglake.node.gate import LOOPBACK_HOSTS
 from loglake.node.http_protocol import NodeH11Protocol
 from loglake.node.metrics import InstrumentedLog, NodeMetrics
+from loglake.streams.descriptors import raise_soft_limit
 from loglake.streams.server import LoopThread
 from loglake.structured_logging import log_event
 
@@ -449,6 +450,7 @@ async def run_until_signalled(config: NodeConfig, say: Callable[[str], None] = p
     and ends the same way: "stopped", exit code 0."""
     import signal
 
+    raise_soft_limit()  # before the log sizes its share of the descriptors
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

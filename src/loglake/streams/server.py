@@ -80,6 +80,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 from loglake.streams import eventloop
+from loglake.streams.descriptors import CONNECTIONS, soft_limit
 from loglake.streams.limits import ServerLimits
 from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
@@ -614,6 +615,11 @@ class StreamServer:
                 f"{limits.max_connections_per_peer} connections open from {conn.host} "
                 "(max_connections_per_peer)"
             )
+        elif not CONNECTIONS.admit():
+            why = (
+                f"{CONNECTIONS.open} connections open in the process, its share of the "
+                f"descriptor limit ({soft_limit()})"
+            )
         if why is not None:
             self.refused += 1
             self._warn("connection refused", peer=conn.peer, reason=why)
@@ -623,6 +629,8 @@ class StreamServer:
         return None
 
     def _forget(self, conn: _Connection) -> None:
+        if conn in self._conns:
+            CONNECTIONS.release()
         self._conns.discard(conn)
         self._starved.discard(conn)
         n = self._per_host.get(conn.host, 0) - 1
