@@ -72,7 +72,7 @@ def serve_orchestrator(
         try:
             wait_until(
                 lambda: all(
-                    not s.batches and s.queue.empty() and not s.inflight_n and not s.unordered
+                    not s.batches and s.queue.empty() and not s.inflight_n and not s.lanes
                     for s in servers
                 ),
                 30,

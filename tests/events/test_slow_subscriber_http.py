@@ -8,16 +8,20 @@ was never stalled."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
+import pytest
+from aiohttp import web
+
+from loglake.events import identity, sysmsg
 from loglake.events import server as srv_mod
-from loglake.events import sysmsg
 from loglake.events.broadcaster import Broadcaster
 from loglake.events.client import HttpEventsClient
 from loglake.events.identity import Identity
 from loglake.events.messages import Event, EventNotification, Ok, Registration
-from loglake.events.server import HttpRoleServer
+from loglake.events.server import HttpRoleServer, RoleRunner
 from loglake.events.store import StreamsStore, open_ledger, open_orchestrator
 from loglake.events.subscriber import Subscriber
 from loglake.log import MemoryLog
@@ -35,20 +39,34 @@ def _takes_and_never_answers(s: socket.socket) -> None:
         pass
 
 
-def test_a_subscriber_that_does_not_answer_holds_up_no_other(monkeypatch):
-    monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 30.0)  # the slow one answers within it
-    bc, orch, pub = Identity.generate(), Identity.generate(), Identity.generate()
-    slow, fast = Identity.generate(), Identity.generate()
+def _broadcaster(bc: Identity, orch: Identity, pub: Identity, *subs: Identity) -> Broadcaster:
+    """A broadcaster of ``NS``, published by ``pub``, subscribed to by ``subs``, as its
+    orchestrator would have configured it."""
     core = Broadcaster(bc.principal, orch.principal)
     for n, data in enumerate(
         [
             sysmsg.broadcaster_publication_add([(NS, pub.principal)]),
-            sysmsg.broadcaster_subscriber_add([(NS, slow.principal, []), (NS, fast.principal, [])]),
+            sysmsg.broadcaster_subscriber_add([(NS, s.principal, []) for s in subs]),
         ]
-    ):  # what the orchestrator tells it
+    ):
         ns = sysmsg.broadcaster_sys(bc.principal)
         note = EventNotification(n, n, None, 0, ns, data, None, orch.principal, None)
         assert core.handle_notification(orch.principal, [note], 0) == 1
+    return core
+
+
+def _publish(url: str, pub: Identity, n: int) -> None:
+    client = HttpEventsClient(url, pub, timeout=30)
+    for i in range(n):  # a call each: a notification call to each subscriber each
+        ev = Event(i, i - 1 if i else None, 1, NS, {"Nat": i}, pub.principal, None)
+        assert [type(r) for r in client.call("icrc72_publish", [ev])] == [Ok]
+
+
+def test_a_subscriber_that_does_not_answer_holds_up_no_other(monkeypatch):
+    monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 30.0)  # the slow one answers within it
+    bc, orch, pub = Identity.generate(), Identity.generate(), Identity.generate()
+    slow, fast = Identity.generate(), Identity.generate()
+    core = _broadcaster(bc, orch, pub, slow, fast)
     sub = Subscriber(fast.principal, orch.principal)
     sub.valid[NS] = {bc.principal.bytes}
     directory: dict[bytes, str] = {}
@@ -62,11 +80,8 @@ def test_a_subscriber_that_does_not_answer_holds_up_no_other(monkeypatch):
             directory[slow.principal.bytes] = slow_url
             directory[fast.principal.bytes] = f"http://127.0.0.1:{sub_port}"
             directory[bc.principal.bytes] = f"http://127.0.0.1:{bc_port}"
-            client = HttpEventsClient(f"http://127.0.0.1:{bc_port}", pub, timeout=30)
             t0 = time.monotonic()
-            for i in range(3):  # three publish calls: three notification calls to each
-                ev = Event(i, i - 1 if i else None, 1, NS, {"Nat": i}, pub.principal, None)
-                assert [type(r) for r in client.call("icrc72_publish", [ev])] == [Ok]
+            _publish(f"http://127.0.0.1:{bc_port}", pub, 3)
             wait_until(lambda: sub.inbox_seq == 3, 10, what="the fast subscriber's 3 events")
             took = time.monotonic() - t0
             # its confirmations went back too: nothing of it pending at the broadcaster
@@ -116,3 +131,102 @@ def test_a_subscriber_that_does_not_answer_holds_up_no_call_of_the_orchestrator(
     finally:
         for stop in reversed(stops):
             stop()
+
+
+class _SlowSubscriberServer(HttpRoleServer):
+    """Takes ``SLOW_S`` to handle each notification call (one at a time on a connection)."""
+
+    SLOW_S = 0.25
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["method"] == "icrc72_handle_notification":
+            await asyncio.sleep(self.SLOW_S)
+        return await super().handle(request)
+
+
+def test_a_subscriber_slow_to_answer_gets_every_notification(monkeypatch):
+    """24 notification calls to a subscriber that handles one each 0.25 s, calls good for 2 s.
+    Before, every queued unordered call was signed and written at once, so the subscriber
+    reached the later ones after they had expired: refused (401, final), their notifications
+    given up and the subscriber stalled, though it answered every call. Now a few are sent
+    at a time, each signed as it leaves."""
+    monkeypatch.setattr(identity, "MAX_EXPIRY_NS", 4_000_000_000)  # a call is good for 2 s
+    bc, orch, pub, me = (Identity.generate() for _ in range(4))
+    core = _broadcaster(bc, orch, pub, me)
+    sub = Subscriber(me.principal, orch.principal)
+    sub.valid[NS] = {bc.principal.bytes}
+    directory: dict[bytes, str] = {}
+    stops = []
+    try:
+        port, stop = serve(_SlowSubscriberServer(sub, me, directory))
+        stops.append(stop)
+        directory[me.principal.bytes] = f"http://127.0.0.1:{port}"
+        port, stop = serve(HttpRoleServer(core, bc, directory))
+        stops.append(stop)
+        directory[bc.principal.bytes] = f"http://127.0.0.1:{port}"
+        _publish(f"http://127.0.0.1:{port}", pub, 24)
+        wait_until(lambda: sub.inbox_seq == 24, 30, what="every notification handled")
+        wait_until(lambda: not core.unconfirmed.get(me.principal.bytes), 10)
+        assert core.stats.notify_dropped == 0 and me.principal.bytes not in core.stalled
+    finally:
+        for stop in reversed(stops):
+            stop()
+
+
+def test_a_hung_subscriber_is_sent_each_notification_once(monkeypatch):
+    """A subscriber that reads every call and answers none: once a call times out, the calls
+    behind it on its connection fail as timed out too, and none is sent again (a hung
+    subscriber is stalled, not retried). Before, they failed as a closed connection and were
+    sent again, each round: 105 requests for 20 notification calls in 16 s."""
+    monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 1.0)
+    bc, orch, pub, hung = (Identity.generate() for _ in range(4))
+    core = _broadcaster(bc, orch, pub, hung)
+    posts = []
+
+    def count(s: socket.socket) -> None:
+        while data := s.recv(1 << 16):
+            posts.append(data.count(b"POST /api/icrc72_handle_notification"))
+
+    directory: dict[bytes, str] = {}
+    stops = []
+    try:
+        with peer_server(count) as hung_url:
+            directory[hung.principal.bytes] = hung_url
+            port, stop = serve(HttpRoleServer(core, bc, directory))
+            stops.append(stop)
+            directory[bc.principal.bytes] = f"http://127.0.0.1:{port}"
+            _publish(f"http://127.0.0.1:{port}", pub, 12)
+            wait_until(lambda: core.stats.notify_dropped == 12, 20, what="all given up")
+            time.sleep(1.5)  # a resend would have left by now
+            assert sum(posts) == 12
+            assert hung.principal.bytes in core.stalled and not len(core.notify_resender)
+    finally:
+        for stop in reversed(stops):
+            stop()
+
+
+@pytest.mark.timeout(60, method="thread")  # before, the stop hung for good
+def test_a_broadcaster_stops_at_once_with_notifications_pending():
+    """Stopping (what SIGTERM does in ``serve_role``) while notification calls are pending, to
+    a subscriber that never reads and one with no address. A reply already failed when the
+    stop's cancel landed made ``asyncio.wait_for`` (Python 3.11) swallow the cancel; the task
+    then woke the pumper, which swallowed its own, and the stop never ended."""
+    bc, orch, pub, hung, gone = (Identity.generate() for _ in range(5))
+
+    async def stop_with_calls_pending(url: str) -> bool:
+        core = _broadcaster(bc, orch, pub, hung, gone)
+        server = HttpRoleServer(core, bc, {hung.principal.bytes: url})  # `gone`: no address
+        runner = RoleRunner(server.app)
+        await runner.setup()
+        for i in range(8):
+            ev = Event(i, i - 1 if i else None, 1, NS, {"Text": "x" * 900_000}, pub.principal)
+            core.publish(pub.principal, [ev], 0)
+            server.drain()
+        for _ in range(4):
+            await asyncio.sleep(0)
+        stopping = asyncio.ensure_future(runner.cleanup())
+        done, _ = await asyncio.wait([stopping], timeout=10)
+        return bool(done)
+
+    with peer_server() as never_reads:
+        assert all(asyncio.run(stop_with_calls_pending(never_reads)) for _ in range(3))

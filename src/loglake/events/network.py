@@ -14,9 +14,9 @@ call is lost on the way (the caller's reply is a ``ConnectionError``), runs but 
 (the same error, after the callee acted — a timeout), runs twice (a redelivery whose second
 reply nobody reads), or is held back while later calls overtake it. What the HTTP adapter
 guarantees is kept: one sender's ordered calls are delivered in the order it queued them (its
-sender waits for every reply before the next), and its calls to one target in the order it
-queued them (one connection); an unordered call may overtake or be overtaken by its sender's
-calls to other targets.
+sender waits for every reply before the next), and its unordered calls to one target in the
+order it queued them; an unordered call may overtake or be overtaken by its sender's other
+calls.
 """
 
 from __future__ import annotations
@@ -191,22 +191,32 @@ class InProcessNetwork:
 
     def _next(self) -> tuple[Role, Call]:
         """The next call to deliver: the oldest, or with ``delay`` faults a later one the HTTP
-        adapter could deliver first — never one queued behind an earlier call of the same
-        sender to the same target, nor an ordered call behind an earlier ordered call of the
-        same sender (``Call.ordered``)."""
+        adapter could deliver first (``Call.ordered``) — never an ordered call queued behind
+        an earlier ordered call of the same sender, nor an unordered one behind an earlier
+        call of the same sender to the same target, nor anything of a sender queued after an
+        ordered call that waits for an earlier one (the adapter takes nothing more from the
+        sender's queue until that one is answered)."""
         f = self.faults
         if f is None or len(self.queue) < 2 or not f.hit("delay"):
             return self.queue.popleft()
-        held: set[int] = set()  # senders with an earlier ordered call still queued
-        lanes: set[tuple[int, bytes]] = set()  # (sender, target) with an earlier call queued
+        first: dict[int, tuple[bytes, str]] = {}  # a sender's first queued ordered call
+        blocked: set[int] = set()
+        lanes: set[tuple[int, bytes]] = set()  # (sender, target) with a call queued
         movable = []
         for k, (src, c) in enumerate(self.queue):
-            lane = (id(src), c.target.bytes)
-            if lane not in lanes and not (c.ordered and id(src) in held):
+            s, key = id(src), (c.target.bytes, c.method)
+            if s in blocked:
+                continue
+            lane = (s, c.target.bytes)
+            if c.ordered:
+                if s not in first:
+                    movable.append(k)
+                    first[s] = key
+                elif first[s] != key:  # waits for the first one's answer, and so does the rest
+                    blocked.add(s)
+            elif lane not in lanes:
                 movable.append(k)
             lanes.add(lane)
-            if c.ordered:
-                held.add(id(src))
         k = f.rng.choice(movable)
         item = self.queue[k]
         del self.queue[k]

@@ -226,10 +226,12 @@ class Orchestrator(ReplayScheduling, Role):
     # -- system messages ---------------------------------------------------------------------
     def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
         """A system notification to ``target``, its copy kept in ``namespace``'s stream. One
-        to a subscriber is unordered (``Call.ordered``): it still leaves before the calls
-        queued after it, but they do not wait for its answer. Why: a subscriber that took the
-        call and answered slowly, or never (each of the resends then waiting the call timeout),
-        held up every call of the orchestrator, to every role."""
+        to a subscriber is unordered (``Call.ordered``): the calls queued after it do not wait
+        for its answer, and may reach their targets first (a subscriber that answers slowly
+        may hear of its broadcaster after the broadcaster hears of it: it refuses that
+        broadcaster's notifications until then, and they stay unconfirmed). Why: a subscriber
+        that took the call and answered slowly, or never (each of the resends then waiting
+        the call timeout), held up every call of the orchestrator, to every role."""
         n = self.sys.notification(namespace, data, now)
         self.outbox.append(AppendEvents(namespace, [icrc16.encode(data)]))  # the audit copy
         ordered = namespace != sysmsg.subscriber_sys(target)

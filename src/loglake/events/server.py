@@ -42,6 +42,7 @@ import signal
 import ssl
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -247,7 +248,7 @@ class _Pipe:
         self.turn: asyncio.Future[None] | None = None
         """Done when the last send begun has written its request (or failed): each send waits
         for the one begun before it, so requests go out in the order ``send`` was called, though
-        their senders run apart (the role's ordered sender, its unordered calls' tasks)."""
+        their senders run apart (the role's ordered sender, its lanes' senders)."""
 
     async def _open(self) -> None:
         fresh = self.waiting or asyncio.get_running_loop().time() - self.used <= IDLE_S
@@ -454,10 +455,8 @@ class HttpRoleServer:
         """(target, method) of the calls in flight; ``inflight_n`` of them."""
         self.inflight_n = 0
         self.settled = asyncio.Event()
-        self.unordered: set[asyncio.Task[None]] = set()
-        """The tasks of the unordered calls still sent or answered (``_unordered``)."""
-        self.unordered_last: dict[bytes, asyncio.Task[None]] = {}
-        """The last of them to each target."""
+        self.lanes: dict[bytes, _Lane] = {}
+        """The unordered calls to each target still queued, sent or unanswered (``_unordered``)."""
         self.wake = asyncio.Event()
         self.decoder = concurrent.futures.ThreadPoolExecutor(1, "candid-decode")
         """One worker: large bodies decode off the loop, and in the order they arrived."""
@@ -706,7 +705,7 @@ class HttpRoleServer:
 
     async def _stop(self, app: web.Application) -> None:
         self.decoder.shutdown(wait=False, cancel_futures=True)
-        tasks = [*self.tasks, *self.unordered]
+        tasks = [*self.tasks, *(t for lane in self.lanes.values() for t in lane.tasks)]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -733,10 +732,11 @@ class HttpRoleServer:
         knows the first has handled it before the second hears of it.
 
         A call marked ``ordered=False`` (a notification to a subscriber, a progress report)
-        is sent and answered apart (``_unordered``): it holds nothing up and waits for nothing
-        but the calls to its own target queued before it. Why: a subscriber that answered
-        each notification just before ``CALL_TIMEOUT_S`` held every call of its broadcaster,
-        to every other subscriber, that long (and was never stalled: it answered)."""
+        goes to its target's lane (``_unordered``): it holds nothing up and waits for nothing
+        but the unordered calls to its own target queued before it. Why: a subscriber that
+        answered each notification just before ``CALL_TIMEOUT_S`` held every call of its
+        broadcaster, to every other subscriber, that long (and was never stalled: it
+        answered)."""
         while True:
             c = await self.queue.get()
             if not c.ordered:
@@ -754,34 +754,48 @@ class HttpRoleServer:
             self.replies.put_nowait((c, fut))
 
     def _unordered(self, c: Call) -> None:
-        """Send ``c`` and hand its reply to the core in a task of its own: its request written
-        in its turn on its target's connection, its reply handed over after those of the
-        unordered calls to the same target queued before it."""
-        try:
-            sending = self._post(c)
-        except Exception as e:
-            sending = _returning(_failed(e))
+        """Queue ``c`` on its target's lane: the lane's sender sends its calls in order, at
+        most ``pipeline`` unanswered (each signed as it leaves: a call signed long before
+        its target reached it was refused as expired), and its replier hands their replies
+        to the core in order, each waited for ``CALL_TIMEOUT_S``. The lane goes once it has
+        nothing queued or unanswered."""
         key = c.target.bytes
-        before = self.unordered_last.get(key)
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = _Lane()
+            lane.tasks.add(asyncio.create_task(self._lane_replier(key, lane)))
+        lane.queue.append(c)
+        if lane.sender is None:
+            lane.sender = asyncio.create_task(self._lane_sender(lane))
+            lane.tasks.add(lane.sender)
 
-        async def run() -> None:
-            try:
-                fut = await sending
-            except Exception as e:
-                fut = _failed(e)
-            if before is not None:
-                await asyncio.wait([before])
-            await self._settle(c, fut)
+    async def _lane_sender(self, lane: _Lane) -> None:
+        try:
+            while lane.queue:
+                while lane.unanswered >= self.pipeline:
+                    lane.room.clear()
+                    await lane.room.wait()
+                c = lane.queue.popleft()
+                lane.unanswered += 1
+                try:
+                    fut = await self._post(c)
+                except Exception as e:
+                    fut = _failed(e)
+                lane.replies.put_nowait((c, fut))
+        finally:
+            lane.tasks.discard(asyncio.current_task())
+            lane.sender = None
 
-        def done(t: asyncio.Task[None]) -> None:
-            sending.close()  # a task cancelled before it began (the role stopping) never awaited it
-            self.unordered.discard(t)
-            if self.unordered_last.get(key) is t:
-                del self.unordered_last[key]
-
-        task = self.unordered_last[key] = asyncio.create_task(run())
-        self.unordered.add(task)
-        task.add_done_callback(done)
+    async def _lane_replier(self, key: bytes, lane: _Lane) -> None:
+        try:
+            while lane.unanswered or lane.queue or lane.sender is not None:
+                c, fut = await lane.replies.get()
+                await self._settle(c, fut)
+                lane.unanswered -= 1
+                lane.room.set()
+        finally:
+            if self.lanes.get(key) is lane:
+                del self.lanes[key]
 
     async def _replier(self) -> None:
         """Hands the ordered calls' replies to the core in the order the calls were sent."""
@@ -792,20 +806,26 @@ class HttpRoleServer:
     async def _settle(self, c: Call, fut: asyncio.Future[tuple[int, bytes]]) -> None:
         """Wait for one call's reply (``CALL_TIMEOUT_S``) and hand it, or the failure, to the
         core."""
+        reply: Any
+        cm = asyncio.timeout(CALL_TIMEOUT_S)  # not wait_for: on 3.11 it can swallow a cancel
         try:
-            status, data = await asyncio.wait_for(asyncio.shield(fut), CALL_TIMEOUT_S)
+            async with cm:
+                status, data = await asyncio.shield(fut)
             if status != 200:
                 raise CallRefused(c.method, status, data)
-            reply: Any = METHODS[c.method].decode_ret(data)
+            reply = METHODS[c.method].decode_ret(data)
         except Exception as e:  # the core decides what a failed call means
-            if isinstance(e, TimeoutError) and not fut.done():
-                # no reply in time (a call whose bytes the target did not take failed
-                # as timed out in _Pipe.send, its connection dropped there already)
+            reply = e
+            if isinstance(e, TimeoutError) and cm.expired():
+                # no reply in time (a call whose bytes the target did not take failed as
+                # timed out in _Pipe.send, its connection dropped there already): the calls
+                # in flight behind it fail as timed out too (the target is hung: a broadcaster
+                # does not send them again)
+                reply = TimeoutError(f"no reply within {CALL_TIMEOUT_S:g} s")
                 url = self.directory.get(c.target.bytes)
                 if url in self.pipes:
-                    self.pipes[url].close()  # fails what is in flight behind it
-            log.warning("call %s to %s failed: %s", c.method, c.target, e)
-            reply = e
+                    self.pipes[url]._drop(reply)
+            log.warning("call %s to %s failed: %s", c.method, c.target, reply)
         if c.ordered:
             self.inflight_n -= 1
         self.role.on_reply(c, reply, self.clock())
@@ -830,18 +850,32 @@ class HttpRoleServer:
             else:
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout=0.05)
+                    async with asyncio.timeout(0.05):  # (wait_for could swallow a cancel)
+                        await self.wake.wait()
 
 
 def _failed(e: BaseException) -> asyncio.Future[Any]:
     """A call's reply that is ``e`` (a call that could not be sent)."""
     fut = asyncio.get_running_loop().create_future()
+    fut.add_done_callback(_consume)  # a role stopping may never read it
     fut.set_exception(e)
     return fut
 
 
-async def _returning(value: Any) -> Any:
-    return value
+@dataclass
+class _Lane:
+    """The unordered calls to one target (``HttpRoleServer._unordered``)."""
+
+    queue: collections.deque[Call] = field(default_factory=collections.deque)
+    """Not sent yet."""
+    unanswered: int = 0
+    """Taken from ``queue`` and not yet handed to the core."""
+    replies: asyncio.Queue[tuple[Call, asyncio.Future[Any]]] = field(default_factory=asyncio.Queue)
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when an answer makes room under ``pipeline``."""
+    sender: asyncio.Task[None] | None = None
+    """Running while ``queue`` holds calls."""
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
