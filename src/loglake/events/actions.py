@@ -46,10 +46,11 @@ class Call:
     """True: the call leaves once the role's ordered calls to other roles are answered, and
     its reply reaches the core in call order (a role that tells one role something, then
     another, knows the first has handled it). False: the call neither waits for nor holds up
-    any ordered call; it keeps its place only among the unordered calls to its own target
-    (sent in queue order, a few unanswered at a time; its reply reaches the core after
-    theirs, as soon as it comes). For calls nothing else waits on — a notification to a
-    subscriber, a replay's progress — so one slow target stalls no other."""
+    any ordered call (it shares only its target's connection with them); it keeps its place
+    only among the unordered calls to its own target (sent in queue order, two unanswered at
+    a time; its reply reaches the core after theirs, as soon as it comes). For calls nothing
+    else waits on — a notification to a subscriber, a replay's progress — so one slow target
+    stalls no other."""
 
 
 @dataclass(eq=False)

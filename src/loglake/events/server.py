@@ -128,6 +128,13 @@ at once (``ConnectionError``) for this long instead of each waiting ``CONNECT_TI
 the role's sender: the calls queued for it, and their resends, would wait one after the other."""
 IDLE_S = 30.0
 """A connection idle this long is reopened before use (aiohttp closes idle ones after 75 s)."""
+LANE_DEPTH = 2
+"""Unordered calls to one target sent and not yet answered (``HttpRoleServer._unordered``),
+at most. Why so few: each is signed as it leaves, and its target reaches it only once it has
+handled those ahead of it on the connection; with ``LANE_DEPTH - 1`` of them taking up to
+``CALL_TIMEOUT_S`` (120 s) each, the last must still be within its signature's validity
+(``identity.MAX_EXPIRY_NS // 2``, 150 s), or the subscriber refuses it as expired (401, final:
+its notifications given up, the subscriber stalled, though it answered every call)."""
 MAX_CONNECTIONS = 512
 """Connections a role server keeps open at once (``RoleRunner``): one past it is aborted as it
 is accepted. Why: aiohttp has no such bound, and 200 connections of a client sending half a
@@ -755,10 +762,11 @@ class HttpRoleServer:
 
     def _unordered(self, c: Call) -> None:
         """Queue ``c`` on its target's lane: the lane's sender sends its calls in order, at
-        most ``pipeline`` unanswered (each signed as it leaves: a call signed long before
-        its target reached it was refused as expired), and its replier hands their replies
-        to the core in order, each waited for ``CALL_TIMEOUT_S``. The lane goes once it has
-        nothing queued or unanswered."""
+        most ``LANE_DEPTH`` unanswered, each signed as it leaves, and its replier hands their
+        replies to the core in order, each waited for ``CALL_TIMEOUT_S``. Once one times
+        out the target is hung: the calls still queued fail at once, timed out too, unsent
+        (a hung subscriber's calls had gone out a few every ``CALL_TIMEOUT_S`` for as long
+        as they lasted). The lane goes once it has nothing queued or unanswered."""
         key = c.target.bytes
         lane = self.lanes.get(key)
         if lane is None:
@@ -772,15 +780,18 @@ class HttpRoleServer:
     async def _lane_sender(self, lane: _Lane) -> None:
         try:
             while lane.queue:
-                while lane.unanswered >= self.pipeline:
+                while lane.unanswered >= min(self.pipeline, LANE_DEPTH):
                     lane.room.clear()
                     await lane.room.wait()
                 c = lane.queue.popleft()
                 lane.unanswered += 1
-                try:
-                    fut = await self._post(c)
-                except Exception as e:
-                    fut = _failed(e)
+                if lane.hung is not None:
+                    fut = _failed(lane.hung)
+                else:
+                    try:
+                        fut = await self._post(c)
+                    except Exception as e:
+                        fut = _failed(e)
                 lane.replies.put_nowait((c, fut))
         finally:
             lane.tasks.discard(asyncio.current_task())
@@ -790,12 +801,16 @@ class HttpRoleServer:
         try:
             while lane.unanswered or lane.queue or lane.sender is not None:
                 c, fut = await lane.replies.get()
-                await self._settle(c, fut)
+                reply = await self._settle(c, fut)
+                if isinstance(reply, TimeoutError) and lane.hung is None:
+                    lane.hung = reply
                 lane.unanswered -= 1
                 lane.room.set()
         finally:
             if self.lanes.get(key) is lane:
                 del self.lanes[key]
+            if lane.sender is not None:  # (only if the core raised: nobody would answer it)
+                lane.sender.cancel()
 
     async def _replier(self) -> None:
         """Hands the ordered calls' replies to the core in the order the calls were sent."""
@@ -803,9 +818,9 @@ class HttpRoleServer:
             c, fut = await self.replies.get()
             await self._settle(c, fut)
 
-    async def _settle(self, c: Call, fut: asyncio.Future[tuple[int, bytes]]) -> None:
+    async def _settle(self, c: Call, fut: asyncio.Future[tuple[int, bytes]]) -> Any:
         """Wait for one call's reply (``CALL_TIMEOUT_S``) and hand it, or the failure, to the
-        core."""
+        core; returns what it handed over."""
         reply: Any
         cm = asyncio.timeout(CALL_TIMEOUT_S)  # not wait_for: on 3.11 it can swallow a cancel
         try:
@@ -831,6 +846,7 @@ class HttpRoleServer:
         self.role.on_reply(c, reply, self.clock())
         self.drain()
         self.settled.set()
+        return reply
 
     def _jobs_finished(self) -> bool:
         """Hand the ends of the orchestrator's replay jobs to it."""
@@ -875,6 +891,8 @@ class _Lane:
     """Set when an answer makes room under ``pipeline``."""
     sender: asyncio.Task[None] | None = None
     """Running while ``queue`` holds calls."""
+    hung: TimeoutError | None = None
+    """Set once a call timed out: the rest fail with it, unsent."""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 

@@ -277,7 +277,14 @@ class Node:
         self.http_port = sock.getsockname()[1]
         self._uvicorn = _Uvicorn(
             uvicorn.Config(
-                app, log_level="warning", lifespan="off", access_log=False, http=NodeH11Protocol
+                app,
+                log_level="warning",
+                lifespan="off",
+                access_log=False,
+                http=NodeH11Protocol,
+                # no WebSocket route: an upgrade would hand the connection to a protocol that
+                # never gives back its place in the process's connection budget
+                ws="none",
             )
         )
         self._uvicorn_task = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))

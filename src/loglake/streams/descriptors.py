@@ -39,12 +39,17 @@ def raise_soft_limit() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = UNLIMITED if hard == resource.RLIM_INFINITY or hard <= 0 else min(hard, UNLIMITED)
     if soft != resource.RLIM_INFINITY and 0 < soft < want:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-        except (ValueError, OSError) as e:
-            log.warning("descriptor limit kept at %d (raising it to %d failed: %s)", soft, want, e)
+        # macOS refuses more than its OPEN_MAX (10,240) even under an unlimited hard limit
+        for limit in dict.fromkeys((want, min(want, 10_240))):
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            except (ValueError, OSError) as e:
+                error = e
+                continue
+            log.info("descriptor limit raised from %d to %d", soft, limit)
+            break
         else:
-            log.info("descriptor limit raised from %d to %d", soft, want)
+            log.warning("descriptor limit kept at %d (raising it failed: %s)", soft, error)
     return soft_limit()
 
 
