@@ -182,9 +182,10 @@ def test_the_sender_keeps_order_across_roles_and_lets_unordered_calls_through():
     """Calls to one role and method are pipelined; a call to another role waits until those
     are answered. A call marked unordered (a notification to a subscriber, a progress
     report) leaves at once and its reply reaches the core as soon as it comes: it neither
-    waits for nor holds up the ordered calls, and it stays in its place among the calls to
-    its own target. Before, its reply reached the core in call order, so a target that
-    answered slowly held every later call of the role."""
+    waits for nor holds up the ordered calls, and it stays in its place among the unordered
+    calls to its own target (a5 goes out behind a1 and a2, which the sender wrote first).
+    Before, its reply reached the core in call order, so a target that answered slowly held
+    every later call of the role."""
     from loglake.events.actions import Call
     from loglake.events.identity import Identity
     from loglake.events.role import Role

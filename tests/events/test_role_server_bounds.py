@@ -55,6 +55,13 @@ def _head(length: int) -> bytes:
     ).encode()
 
 
+def _served_again(port: int) -> None:
+    """A new connection to the role on ``port`` is taken and its request answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"POST /api/no_such HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        assert _status(s) == 404
+
+
 def test_connections_past_the_cap_are_aborted_and_the_cap_frees_as_they_close(monkeypatch, caplog):
     """Past the cap a connection is aborted once its handler has started (aborted before,
     aiohttp's handler logged an AssertionError traceback for each one refused)."""
@@ -69,9 +76,7 @@ def test_connections_past_the_cap_are_aborted_and_the_cap_frees_as_they_close(mo
         for s in socks[:5]:
             s.close()
         time.sleep(0.3)
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"POST /api/no_such HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            assert _status(s) == 404  # served again
+        _served_again(port)
     finally:
         for s in socks:
             s.close()
@@ -103,9 +108,7 @@ def test_the_roles_of_a_process_share_its_connection_budget(monkeypatch):
             s.close()
         time.sleep(0.3)
         assert budget.open == 2
-        with socket.create_connection(("127.0.0.1", port_b), timeout=5) as s:
-            s.sendall(b"POST /api/no_such HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            assert _status(s) == 404  # served again
+        _served_again(port_b)
     finally:
         for s in socks:
             s.close()

@@ -96,3 +96,26 @@ def test_the_budget_is_a_quarter_of_the_soft_limit(monkeypatch) -> None:
     for _ in range(20):  # more releases than admissions never count below zero
         budget.release()
     assert budget.open == 0
+
+
+def test_a_refused_raise_tries_a_lower_limit_and_never_lowers_the_soft_one(monkeypatch) -> None:
+    """An unlimited hard limit: 2**20 refused (macOS allows 10,240), then 10,240 taken; and a
+    soft limit already above 10,240 is never lowered by the fallback."""
+    calls = []
+    state = {"soft": 256}
+
+    def setrlimit(_which: int, limits: tuple[int, int]) -> None:
+        calls.append(limits[0])
+        if limits[0] > 10_240:
+            raise ValueError("not allowed")
+        state["soft"] = limits[0]
+
+    monkeypatch.setattr(resource, "setrlimit", setrlimit)
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda _which: (state["soft"], resource.RLIM_INFINITY)
+    )
+    assert descriptors.raise_soft_limit() == 10_240
+    assert calls == [descriptors.UNLIMITED, 10_240]
+    state["soft"], calls[:] = 20_000, []
+    assert descriptors.raise_soft_limit() == 20_000
+    assert calls == [descriptors.UNLIMITED]  # refused; 10,240 would have lowered it

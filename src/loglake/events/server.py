@@ -888,7 +888,7 @@ class _Lane:
     """Taken from ``queue`` and not yet handed to the core."""
     replies: asyncio.Queue[tuple[Call, asyncio.Future[Any]]] = field(default_factory=asyncio.Queue)
     room: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when an answer makes room under ``pipeline``."""
+    """Set when an answer makes room under ``LANE_DEPTH``."""
     sender: asyncio.Task[None] | None = None
     """Running while ``queue`` holds calls."""
     hung: TimeoutError | None = None

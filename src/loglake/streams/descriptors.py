@@ -38,18 +38,20 @@ def raise_soft_limit() -> int:
     limit now in force. A system that refuses keeps the old one (logged)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = UNLIMITED if hard == resource.RLIM_INFINITY or hard <= 0 else min(hard, UNLIMITED)
-    if soft != resource.RLIM_INFINITY and 0 < soft < want:
-        # macOS refuses more than its OPEN_MAX (10,240) even under an unlimited hard limit
-        for limit in dict.fromkeys((want, min(want, 10_240))):
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-            except (ValueError, OSError) as e:
-                error = e
-                continue
-            log.info("descriptor limit raised from %d to %d", soft, limit)
-            break
-        else:
-            log.warning("descriptor limit kept at %d (raising it failed: %s)", soft, error)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return soft_limit()
+    # macOS refuses more than its OPEN_MAX (10,240) even under an unlimited hard limit
+    error: Exception | None = None
+    for limit in dict.fromkeys(x for x in (want, min(want, 10_240)) if x > soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        except (ValueError, OSError) as e:
+            error = e
+            continue
+        log.info("descriptor limit raised from %d to %d", soft, limit)
+        return soft_limit()
+    if error is not None:
+        log.warning("descriptor limit kept at %d (raising it failed: %s)", soft, error)
     return soft_limit()
 
 
