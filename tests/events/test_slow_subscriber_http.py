@@ -94,21 +94,23 @@ def test_a_subscriber_that_does_not_answer_holds_up_no_other(monkeypatch):
             stop()
 
 
-def test_a_subscriber_that_does_not_answer_holds_up_no_call_of_the_orchestrator(monkeypatch):
-    """The orchestrator tells a subscriber which broadcaster serves it; one that took the call
-    and never answered held every later call of the orchestrator for the call timeout, and
-    again at each resend (up to 360): here the next publication's broadcaster heard of it only
-    after 30 s."""
+@pytest.mark.parametrize("hung_role", ["subscriber", "publisher"])
+def test_a_role_that_does_not_answer_holds_up_no_call_of_the_orchestrator(monkeypatch, hung_role):
+    """The orchestrator tells a subscriber which broadcaster serves it, and a publisher which
+    broadcaster takes its events; one that took the call and never answered held every later
+    call of the orchestrator for the call timeout, and again at each resend (up to 360): here
+    the broadcaster heard of the subscription, or of the next publication, only after 30 s."""
     monkeypatch.setattr(srv_mod, "CALL_TIMEOUT_S", 30.0)
-    me, bc, pub, slow = (Identity.generate() for _ in range(4))
+    me, bc, pub, sub = (Identity.generate() for _ in range(4))
+    hung = sub if hung_role == "subscriber" else pub
     store = StreamsStore(LocalStreams(MemoryLog()))
     orch = open_orchestrator(store, me.principal, [bc.principal], None, open_ledger(store, fee=1))
     bc_core = Broadcaster(bc.principal, me.principal)
     directory: dict[bytes, str] = {}
     stops = []
     try:
-        with peer_server(_takes_and_never_answers) as slow_url:
-            directory[slow.principal.bytes] = slow_url  # the publisher has no address: dropped
+        with peer_server(_takes_and_never_answers) as hung_url:
+            directory[hung.principal.bytes] = hung_url  # the other has no address: dropped
             for core, ident, st in ((orch, me, store), (bc_core, bc, None)):
                 port, stop = serve(HttpRoleServer(core, ident, directory, st))
                 stops.append(stop)
@@ -119,11 +121,12 @@ def test_a_subscriber_that_does_not_answer_holds_up_no_call_of_the_orchestrator(
                 got = HttpEventsClient(url, who, timeout=30).call(method, [Registration(ns)])
                 assert type(got[0]) is Ok, got
 
-            register(slow, "icrc72_register_subscription", NS)
-            # the subscription is assigned: the broadcaster, then the subscriber are told
+            register(sub, "icrc72_register_subscription", NS)
+            # the broadcaster, then the publisher are told of the publication; then the
+            # subscription is assigned: the broadcaster, then the subscriber are told
+            t0 = time.monotonic()
             register(pub, "icrc72_register_publication", NS)
             wait_until(lambda: NS in bc_core.routes, 10, what="the broadcaster told of bob")
-            t0 = time.monotonic()
             other = NS + ".2"
             register(pub, "icrc72_register_publication", other)
             wait_until(lambda: other in bc_core.publishers, 10, what="the next publication")

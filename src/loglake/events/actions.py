@@ -51,6 +51,11 @@ class Call:
     a time; its reply reaches the core after theirs, as soon as it comes). For calls nothing
     else waits on — a notification to a subscriber, a replay's progress — so one slow target
     stalls no other."""
+    waits: bool = False
+    """For an unordered call: True, it leaves only once the ordered calls queued before it are
+    answered, as an ordered call would, though no call waits for it. For the orchestrator's
+    system notifications to publishers and subscribers: the broadcaster still hears first,
+    and a publisher or subscriber slow to answer holds up nothing."""
 
 
 @dataclass(eq=False)

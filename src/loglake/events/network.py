@@ -150,7 +150,7 @@ class InProcessNetwork:
         ghost = self._ghosts.pop(id(c), None) is c
         f = self.faults
         if f is not None and not ghost and f.hit("duplicate"):
-            copy = Call(c.target, c.method, c.arg, c.token, c.ordered)
+            copy = Call(c.target, c.method, c.arg, c.token, c.ordered, c.waits)
             self._ghosts[id(copy)] = copy
             self.queue.append((src, copy))
         target = self.roles.get(c.target.bytes)
@@ -192,8 +192,9 @@ class InProcessNetwork:
     def _next(self) -> tuple[Role, Call]:
         """The next call to deliver: the oldest, or with ``delay`` faults a later one the HTTP
         adapter could deliver first (``Call.ordered``) — never an ordered call queued behind
-        an earlier ordered call of the same sender, nor an unordered one behind an earlier
-        call of the same sender to the same target, nor anything of a sender queued after an
+        an earlier ordered call of the same sender (nor an unordered one that ``waits``), nor
+        an unordered one behind an earlier call of the same sender to the same target, nor
+        anything of a sender queued after an
         ordered call that waits for an earlier one (the adapter takes nothing more from the
         sender's queue until that one is answered)."""
         f = self.faults
@@ -214,7 +215,7 @@ class InProcessNetwork:
                     first[s] = key
                 elif first[s] != key:  # waits for the first one's answer, and so does the rest
                     blocked.add(s)
-            elif lane not in lanes:
+            elif lane not in lanes and not (c.waits and s in first):
                 movable.append(k)
             lanes.add(lane)
         k = f.rng.choice(movable)

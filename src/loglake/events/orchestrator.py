@@ -226,16 +226,19 @@ class Orchestrator(ReplayScheduling, Role):
     # -- system messages ---------------------------------------------------------------------
     def _emit(self, target: Principal, namespace: str, data: Value, now: int) -> None:
         """A system notification to ``target``, its copy kept in ``namespace``'s stream. One
-        to a subscriber is unordered (``Call.ordered``): the calls queued after it do not wait
-        for its answer, and may reach their targets first (a subscriber that answers slowly
-        may hear of its broadcaster after the broadcaster hears of it: it refuses that
-        broadcaster's notifications until then, and they stay unconfirmed). Why: a subscriber
+        to a publisher or a subscriber is unordered but waits (``Call.waits``): it leaves once
+        the calls before it are answered (the broadcaster first), and the calls queued after
+        it do not wait for its answer, so they may reach their targets first (a subscriber
+        that answers slowly may hear of a replay's relay after the relay's first events: it
+        refuses them until then, and they stay unconfirmed). Why: a publisher or subscriber
         that took the call and answered slowly, or never (each of the resends then waiting
-        the call timeout), held up every call of the orchestrator, to every role."""
+        the call timeout), held up every call of the orchestrator, to every role. Broadcasters
+        (the operator's own) get ordered calls."""
         n = self.sys.notification(namespace, data, now)
         self.outbox.append(AppendEvents(namespace, [icrc16.encode(data)]))  # the audit copy
-        ordered = namespace != sysmsg.subscriber_sys(target)
-        self.outbox.append(Call(target, "icrc72_handle_notification", [n], ordered=ordered))
+        apart = namespace in (sysmsg.subscriber_sys(target), sysmsg.publisher_sys(target))
+        call = Call(target, "icrc72_handle_notification", [n], ordered=not apart, waits=apart)
+        self.outbox.append(call)
 
     def _rate_ok(self, caller: Principal, now: int) -> bool:
         return self._requests.admit(caller.bytes, now)

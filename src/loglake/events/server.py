@@ -747,6 +747,9 @@ class HttpRoleServer:
         while True:
             c = await self.queue.get()
             if not c.ordered:
+                while c.waits and self.inflight_n:  # (``Call.waits``)
+                    self.settled.clear()
+                    await self.settled.wait()
                 self._unordered(c)
                 continue
             key = (c.target.bytes, c.method)
