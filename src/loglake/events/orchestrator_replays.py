@@ -235,7 +235,9 @@ class ReplayScheduling(OrchestratorState):
             self._emit_job_remove(rep, now)
             return
         # Publisher first: it stops enqueuing (ICRC-77 step 8); then the broadcaster drops
-        # whatever is still in flight for this replay.
+        # whatever is still in flight for this replay. (The broadcaster's call does not wait
+        # for the publisher's answer, ``Call.waits``: what the publisher sends meanwhile is
+        # dropped there too.)
         self._emit(
             rep.publisher,
             sysmsg.publisher_sys(rep.publisher),
