@@ -740,8 +740,9 @@ class HttpRoleServer:
 
         A call marked ``ordered=False`` (a notification to a subscriber, a progress report)
         goes to its target's lane (``_unordered``): it holds nothing up and waits for nothing
-        but the unordered calls to its own target queued before it. Why: a subscriber that
-        answered each notification just before ``CALL_TIMEOUT_S`` held every call of its
+        but the unordered calls to its own target queued before it (one that ``waits`` first
+        waits, as an ordered call would, for the ordered calls in flight). Why: a subscriber
+        that answered each notification just before ``CALL_TIMEOUT_S`` held every call of its
         broadcaster, to every other subscriber, that long (and was never stalled: it
         answered)."""
         while True:
