@@ -1,7 +1,9 @@
-"""Reorg and ReorgComplete numbers (spec "Reorg": ``$Number`` is the common ancestor's block
-number; reference ``delivery/types.go``: written as ``AvroInt``, an int32): the producer
-refuses what the wire cannot carry with ``ProducerError``, the consumer refuses a negative
-number with ``CardinalDecodeError`` and its chain is untouched."""
+"""Block numbers on the wire. Reorg and ReorgComplete (spec "Reorg": ``$Number`` is the common
+ancestor's block number; reference ``delivery/types.go``: written as ``AvroInt``, an int32):
+the producer refuses what the wire cannot carry with ``ProducerError``, the consumer refuses a
+negative number with ``CardinalDecodeError`` and its chain is untouched. A Batch's ``num`` (an
+Avro long, the spec's "64 bit unsigned integer"): the same for a negative one, and a consumer
+that was sent one still restarts from its checkpoint."""
 
 from __future__ import annotations
 
@@ -10,9 +12,20 @@ import pytest
 from loglake.cardinal import avro
 from loglake.cardinal.codec import decode, encode
 from loglake.cardinal.errors import CardinalDecodeError, ProducerError
-from loglake.cardinal.messages import ZERO_HASH, Reorg, ReorgComplete, SubBatchHeader, SubBatchMsg
+from loglake.cardinal.messages import (
+    ZERO_HASH,
+    Batch,
+    Reorg,
+    ReorgComplete,
+    SubBatchHeader,
+    SubBatchMsg,
+)
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Producer
+from loglake.cardinal.synthetic import schema_for, synthetic_chain, topics_for
+from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport
+from loglake.log import MemoryLog
+from loglake.streams.api import LocalStreams
 from tests.cardinal.helpers import h
 
 
@@ -74,3 +87,45 @@ def test_consumer_keeps_block_zero_on_a_negative_reorg():
     assert c.head is not None and c.head.hash == h(100)
     assert c.checkpoint().chain == before.chain
     assert isinstance(Checkpoint.from_bytes(c.checkpoint().to_bytes()), Checkpoint)
+
+
+@pytest.mark.parametrize("number", [-1, -1000, avro.INT64_MIN])
+def test_batch_with_a_negative_number_is_refused_both_ways(number):
+    value = avro.encode_batch(number, b"\x01", h(2), {})
+    with pytest.raises(CardinalDecodeError, match=f"negative block number {number}"):
+        decode(b"\x00" + h(1), value)
+    with pytest.raises(ProducerError, match="outside 0"):
+        encode(Batch(h(1), number, 1, h(2), {}))
+
+
+def test_batch_number_bounds_round_trip():
+    for number in (0, avro.INT64_MAX):
+        msg = Batch(h(1), number, 1, h(2), {})
+        assert decode(*encode(msg)) == msg
+
+
+def test_consumer_sent_a_negative_batch_restarts_from_its_checkpoint():
+    """Found from outside: one Batch numbered -1000 (an Avro long the decoder took) was dropped
+    as older than the reorg window but remembered as done, and the checkpoint then written held
+    a number its loader refuses: the restarted consumer failed with ``CheckpointError`` until
+    its state was edited by hand."""
+    streams = LocalStreams(MemoryLog())
+    t = StreamTransport(streams, partitions=1)
+    sp = StreamProducer(t, Producer("chain", schema_for("chain")))
+    sp.send_blocks(synthetic_chain(10, lose_every=0, win_every=0).canonical)
+    c = StreamConsumer(t, topics_for("chain"), "me")
+    for _ in range(5):
+        c.poll(limit=300)
+    head = c.core.head
+    c.commit()
+    hostile = b"\x00" + h(0x66), avro.encode_batch(-1000, b"\x01", h(0x67), {})
+    t.send("chain", [hostile])
+    sp.send_blocks(synthetic_chain(12, lose_every=0, win_every=0).canonical[10:])
+    for _ in range(5):
+        c.poll(limit=300)
+    ck = c.commit()
+    assert c.core.head is not None and head is not None
+    assert c.core.head.number == head.number + 2
+    assert all(n >= 0 for n, _ in ck.done)
+    again = StreamConsumer(StreamTransport(streams, partitions=1), topics_for("chain"), "me")
+    assert again.core.head == c.core.head

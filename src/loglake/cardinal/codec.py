@@ -83,8 +83,8 @@ def encode(msg: Message) -> tuple[bytes, bytes]:
         )
         return key, avro.encode_update(msg.deletes, msg.updates)
     if isinstance(msg, Batch):
-        if not avro.INT64_MIN <= msg.number <= avro.INT64_MAX:
-            raise ProducerError(f"block number {msg.number} does not fit a long")
+        if not 0 <= msg.number <= avro.INT64_MAX:  # unsigned in the spec; decode refuses less
+            raise ProducerError(f"block number {msg.number} is outside 0..{avro.INT64_MAX}")
         for k, r in msg.updates.items():
             _hash(r.subbatch, f"subbatch id of {k!r}")
             if not avro.INT32_MIN <= r.count <= avro.INT32_MAX:
@@ -135,6 +135,10 @@ def decode(key: bytes, value: bytes) -> Message:
         if len(key) != _H1:
             raise CardinalDecodeError(name, f"key must be 33 bytes, got {len(key)}")
         number, weight, parent, records = avro.decode_batch(value)
+        if number < 0:  # the spec's $Number is unsigned; an Avro long is not. The reference
+            # (cardinal-streams, Go) takes it as sent, but a consumer recorded it as a done
+            # block and its checkpoint, which holds block numbers >= 0, no longer loaded
+            raise CardinalDecodeError(name, f"negative block number {number}")
         if len(weight) > 32:
             raise CardinalDecodeError(name, f"weight of {len(weight)} bytes exceeds 256 bits")
         return Batch(key[1:], number, int.from_bytes(weight, "big"), parent, records)
