@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from loglake.errors import LoglakeError, Unavailable
 from loglake.node.api.context import Node, NodeContext, fence_of, part
 from loglake.node.backend import ARCHIVES_CONTROL
+from loglake.node.config import archive_topics
 
 router = APIRouter(tags=["archives"])
 
@@ -148,6 +149,8 @@ class ArchivesHandle:
             if v is not None  # unset: fetch_archives' defaults
         }
         self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
+        self.topics = archive_topics(section)
+        """The community's channel topics (None: unset, inferred and bounded by the builder)."""
         self.control_snapshot: dict[str, Any] | None = None
         self.member_snapshot: dict[str, Any] | None = None
         self.loops: list[_Loop] = []
@@ -195,7 +198,10 @@ class ArchivesHandle:
             root.mkdir(exist_ok=True)
             store = MessageStore(root / f"{self.community}.sqlite")
             self._stores.append(store)
-            self._cnode = ControlNode(root, self.key, self.layout, store, announce=self.trackers)
+            topics = None if self.topics is None else list(self.topics)
+            self._cnode = ControlNode(
+                root, self.key, self.layout, store, topics, announce=self.trackers
+            )
             self._seeder = Seeder(0)
         node = self._cnode
         now = now_ns if now_ns is not None else time.time_ns()
