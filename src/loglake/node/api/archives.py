@@ -272,6 +272,7 @@ class ArchivesHandle:
             "store_messages": node.store.count(),
             "future_records": node.future_count,
             "late_records": node.late_count,
+            "topic_skipped_records": node.topic_skipped_count,
         }
 
     # -- the member (its thread only) -----------------------------------------------------------
@@ -400,6 +401,11 @@ class ArchivesOut(BaseModel):
     late_records: int | None
     """Records that arrived after their window was archived: never archived (retention
     removes them once older than 30 days)."""
+    topic_skipped_records: int | None
+    """Records on topics past an archive's bounds (no ``[archives] topics``): never archived."""
+    topics: list[str] | None
+    """``[archives] topics``, the community's channel topics (None: unset, each archive lists
+    its messages' own topics, bounded)."""
     member: MemberOut | None
     errors: dict[str, str | None]
 
@@ -415,6 +421,11 @@ class BuildOut(BaseModel):
     new_archives: int
     ingested: int
     magnet_index: int | None
+
+
+def _topic_text(topic: bytes | str) -> str:
+    """A topic as configured: the spec layout's text, a status-go topic's hex."""
+    return topic if isinstance(topic, str) else topic.hex()
 
 
 def _archives(node: NodeContext) -> ArchivesHandle:
@@ -438,6 +449,8 @@ def archives(node: Node) -> ArchivesOut:
         store_messages=c.get("store_messages"),
         future_records=c.get("future_records"),
         late_records=c.get("late_records"),
+        topic_skipped_records=c.get("topic_skipped_records"),
+        topics=None if h.topics is None else [_topic_text(t) for t in h.topics],
         member=MemberOut(**h.member_snapshot) if h.member_snapshot else None,
         errors=h.errors(),
     )
