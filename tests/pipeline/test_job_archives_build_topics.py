@@ -60,11 +60,11 @@ def test_strangers_topics_are_bounded_as_by_the_control_node(spark, tmp_path, la
     rep = job(spark, data, tmp_path / "job", layout_name, now)
     out = control_build(data, tmp_path / "ctl", "c", layout, now)
     assert_same(tmp_path / "job", tmp_path / "ctl")
+    entries = layout.decode_index(files(tmp_path / "job")["index"] or b"")
+    assert [len(e.metadata.content_topics) for e in entries] == [MAX_ARCHIVE_TOPICS, 1]
     left_out = (120 + 1 - MAX_ARCHIVE_TOPICS) + 5
     assert rep.communities[0].topic_skipped == out.result.topic_skipped == left_out
     assert rep.to_json()["communities"][0]["topic_skipped"] == left_out
-    entries = layout.decode_index(files(tmp_path / "job")["index"] or b"")
-    assert [len(e.metadata.content_topics) for e in entries] == [MAX_ARCHIVE_TOPICS, 1]
 
 
 def test_topics_past_the_bounds_are_refused_before_spark(tmp_path):
