@@ -14,6 +14,8 @@ but is still consumed.
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 import operator
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
@@ -105,9 +107,8 @@ def bounded_topics(counts: Counter[bytes | str]) -> tuple[bytes | str, ...]:
     the way to have exactly those (status-go reads them from the community's chats,
     manager_archive.go ``GetCommunityChatsTopics``, and builds nothing without them)."""
     ok = [t for t in counts if topic_size(t) <= MAX_TOPIC_BYTES]
-    if len(ok) > MAX_ARCHIVE_TOPICS:
-        ok.sort(key=lambda t: (-counts[t], t))
-        del ok[MAX_ARCHIVE_TOPICS:]
+    if len(ok) > MAX_ARCHIVE_TOPICS:  # a heap, not a sort of a million strangers' topics
+        ok = heapq.nsmallest(MAX_ARCHIVE_TOPICS, ok, key=lambda t: (-counts[t], t))
     return tuple(sorted(ok))
 
 
@@ -260,8 +261,7 @@ class ArchiveBuilder:
                     keep = set(tops)
                     kept = [m for m in window if m[1] in keep]
                     skipped[0] += len(window) - len(kept)
-                    for t in sorted(seen - keep)[: 5 - len(sample)]:
-                        sample.append(t[:64])
+                    sample += [t[:64] for t in itertools.islice(seen - keep, 5 - len(sample))]
                     window = kept
                     if not window:  # only topics past the bounds: no archive
                         continue
