@@ -60,9 +60,11 @@ topics are 4 bytes (``types.TopicType``); Waku content topics
 
 MAX_ARCHIVE_TOPICS = 100
 """The most content topics one archive's metadata lists (spec: "all community channel topics").
-With ``MAX_TOPIC_BYTES`` an index entry stays below 26 KB, so ``MAX_INDEX_BYTES`` holds 1,290
-weekly archives (24 years) even when every topic is a stranger's (no topics configured); a
-community's channels are far fewer (status-go: one topic a chat, plus the community's own)."""
+With ``MAX_TOPIC_BYTES`` an index entry stays about 26 KB (26,006 bytes, measured), so
+``MAX_INDEX_BYTES`` holds 1,290 entries even when every topic is a stranger's (no topics
+configured): 24 years of weekly archives, or, in the status-go layout (an entry per chunk of
+30,000,000 bytes of payload + signatures), 39 GB of posts; a community's channels are far fewer
+(status-go: one topic a chat, plus the community's own)."""
 
 
 def topic_size(topic: bytes | str) -> int:
