@@ -7,9 +7,10 @@ import libtorrent as lt
 import pytest
 
 from loglake.archives.layout import STATUS_GO_TRACKERS, get_layout
+from loglake.log.api import Entry
 from loglake.node.api.archives import ArchivesHandle
 from loglake.node.config import load_config
-from tests.archives.helpers import START, WEEK, fill_weeks, record
+from tests.archives.helpers import SPEC_TOPIC, START, WEEK, fill_weeks, record
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -128,5 +129,44 @@ def _member_error_for_a_signed_link(api_node, options: dict, magnet: str) -> str
             timeout=10,
             what="the member's failed fetch",
         )
+    finally:
+        handle.close()
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_the_control_loop_archives_the_configured_channel_topics_only(api_node, configured):
+    # the node's control loop always built with no topics: every topic a poster used was in
+    # every archive's metadata (60 KB topics: an index no member decodes). Now
+    # ``[archives] topics`` are the only ones exported and listed; unset, each archive's own
+    # topics are bounded and what was left out is counted
+    layout = get_layout("spec")
+    quiet = "/status/1/quiet/proto"
+    section = {"enabled": True, "member": False, "wait": 0.0, "check_every": 3600.0}
+    if configured:
+        section["topics"] = [SPEC_TOPIC, quiet]
+    cfg = load_config(data={"archives": section}, env={})
+    fill_weeks(api_node.log, "community", layout, range(2), 10)
+    api_node.log.append_many(
+        "community",
+        [
+            Entry(
+                layout.make_record(
+                    payload=b"", topic=f"{i:03d}" + "x" * 5000, timestamp_ns=START + i
+                )
+            )
+            for i in range(5)
+        ],
+    )
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+        assert api_node.client.post("/api/archives/build", json={}).status_code == 200
+        got = api_node.client.get("/api/archives").json()
+        assert got["topics"] == ([SPEC_TOPIC, quiet] if configured else None)
+        assert got["topic_skipped_records"] == (0 if configured else 5)
+        index = (handle.folder / "control" / handle.community / "index").read_bytes()
+        entries = layout.decode_index(index)
+        want = (SPEC_TOPIC, quiet) if configured else (SPEC_TOPIC,)
+        assert [e.metadata.content_topics for e in entries] == [want] * len(entries) != []
     finally:
         handle.close()

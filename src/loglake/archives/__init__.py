@@ -12,7 +12,8 @@ What a user needs is exported here. The nodes do the I/O (files, BitTorrent, str
 channel, fetch, hydrate; ``fetch_archives`` for a one-off fetch), each over a ``MessageStore``.
 The sans-I/O cores they drive: ``ArchiveBuilder`` and ``MemberCore``. What the pipeline's build job
 runs in Spark: ``decode_waku_batch`` and ``frame_records`` (columnar), ``plan_windows``, the
-layout, ``PieceHashes``. Names are imported on first use: a Spark task that decodes a batch
+layout, ``PieceHashes``, the bounds of an archive's topics (``check_topics``,
+``topics_within_bounds``). Names are imported on first use: a Spark task that decodes a batch
 does not load libtorrent or the storage engine that the nodes need.
 """
 
@@ -23,7 +24,13 @@ from typing import TYPE_CHECKING
 from loglake.faces import lazy_face
 
 if TYPE_CHECKING:
-    from loglake.archives.builder import WINDOW_NS, ArchiveBuilder, plan_windows
+    from loglake.archives.builder import (
+        WINDOW_NS,
+        ArchiveBuilder,
+        check_topics,
+        plan_windows,
+        topics_within_bounds,
+    )
     from loglake.archives.columnar import decode_waku_batch, frame_records
     from loglake.archives.control import BuildOutcome, ControlNode, Pruned
     from loglake.archives.errors import (
@@ -62,6 +69,7 @@ _FACE = {
     "Pruned": "loglake.archives.control",
     "TorrentTimeout": "loglake.archives.errors",
     "WINDOW_NS": "loglake.archives.builder",
+    "check_topics": "loglake.archives.builder",
     "check_trackers": "loglake.archives.torrent",
     "community_id": "loglake.archives.signing",
     "decode_waku_batch": "loglake.archives.columnar",
@@ -72,6 +80,7 @@ _FACE = {
     "load_private_key": "loglake.archives.signing",
     "padding_field": "loglake.archives.layout",
     "plan_windows": "loglake.archives.builder",
+    "topics_within_bounds": "loglake.archives.builder",
 }
 """Each public name and the module that defines it, imported on first use: a Spark task that
 needs one decoder does not pay for the nodes, BitTorrent or the storage engine."""
@@ -100,6 +109,7 @@ __all__ = [
     "PieceHashes",
     "Pruned",
     "TorrentTimeout",
+    "check_topics",
     "check_trackers",
     "community_id",
     "decode_waku_batch",
@@ -110,4 +120,5 @@ __all__ = [
     "load_private_key",
     "padding_field",
     "plan_windows",
+    "topics_within_bounds",
 ]

@@ -14,10 +14,14 @@ but is still consumed.
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 import operator
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import (
     NS,
     ArchiveMetadata,
@@ -44,6 +48,70 @@ window must hold its messages' own timestamps (a member refuses one that does no
 record's bytes are what the archive carries), so a message of the year 2200 can only be
 archived in 2200; kept, it held every record after it in the live stream until then, and
 retention stopped (one such record in 71: one record truncated)."""
+
+
+MAX_TOPIC_BYTES = 256
+"""The longest content topic an archive's metadata lists (UTF-8 bytes for the spec layout's
+strings). Neither the spec nor status-go bounds it, and every archive's metadata repeats its
+topics in the append-only index: found from outside, 600 posts on distinct 60 KB topics made an
+index of 36 MB, past ``MAX_INDEX_BYTES``, which every member then refused for good. status-go's
+topics are 4 bytes (``types.TopicType``); Waku content topics
+(``/{application}/{version}/{name}/{encoding}``, spec "special channel") are tens of bytes."""
+
+MAX_ARCHIVE_TOPICS = 100
+"""The most content topics one archive's metadata lists (spec: "all community channel topics").
+With ``MAX_TOPIC_BYTES`` an index entry stays about 26 KB (26,006 bytes, measured), so
+``MAX_INDEX_BYTES`` holds 1,290 entries even when every topic is a stranger's (no topics
+configured): 24 years of weekly archives, or, in the status-go layout (an entry per chunk of
+30,000,000 bytes of payload + signatures), 39 GB of posts; a community's channels are far fewer
+(status-go: one topic a chat, plus the community's own)."""
+
+
+def topic_size(topic: bytes | str) -> int:
+    """A topic's size in the metadata: its bytes (status-go) or its UTF-8 bytes (spec)."""
+    return len(topic.encode("utf-8", "surrogatepass")) if isinstance(topic, str) else len(topic)
+
+
+def check_topics(topics: Iterable[bytes | str] | None) -> tuple[bytes | str, ...] | None:
+    """The community's channel topics as configured (``--topic``, ``[archives] topics``), held
+    to the bounds every archive's metadata keeps (``MAX_TOPIC_BYTES``, ``MAX_ARCHIVE_TOPICS``):
+    a list past them made every archive's index entry that big. None stays None (no topics
+    configured: ``ArchiveBuilder.build`` infers them, bounded)."""
+    if topics is None:
+        return None
+    out = tuple(topics)
+    if len(out) > MAX_ARCHIVE_TOPICS:
+        raise ArchiveConfigError(
+            f"{len(out)} channel topics: an archive lists at most {MAX_ARCHIVE_TOPICS}"
+        )
+    for t in out:
+        if topic_size(t) > MAX_TOPIC_BYTES:
+            raise ArchiveConfigError(
+                f"channel topic {str(t)[:40]!r}… is {topic_size(t)} bytes: at most "
+                f"{MAX_TOPIC_BYTES}"
+            )
+    return out
+
+
+def topics_within_bounds(seen: Collection[bytes | str]) -> bool:
+    """Whether a window's topics (no topics configured) are all listed as they are: at most
+    ``MAX_ARCHIVE_TOPICS`` of at most ``MAX_TOPIC_BYTES`` (else ``bounded_topics`` picks)."""
+    return len(seen) <= MAX_ARCHIVE_TOPICS and all(topic_size(t) <= MAX_TOPIC_BYTES for t in seen)
+
+
+def bounded_topics(counts: Counter[bytes | str]) -> tuple[bytes | str, ...]:
+    """The topics an archive lists when none are configured: the window's topics (``counts``:
+    its messages per topic), those longer than ``MAX_TOPIC_BYTES`` left out, and of more than
+    ``MAX_ARCHIVE_TOPICS`` the ones with the most messages (ties: the smaller topic), sorted.
+    Messages on the others are not exported (the caller counts them). Why by messages: a
+    stranger's many one-message topics cannot push out a channel the community uses; the spec
+    (a MUST) and status-go export the community's channel topics only, and a configured list is
+    the way to have exactly those (status-go reads them from the community's chats,
+    manager_archive.go ``GetCommunityChatsTopics``, and builds nothing without them)."""
+    ok = [t for t in counts if topic_size(t) <= MAX_TOPIC_BYTES]
+    if len(ok) > MAX_ARCHIVE_TOPICS:  # a heap, not a sort of a million strangers' topics
+        ok = heapq.nsmallest(MAX_ARCHIVE_TOPICS, ok, key=lambda t: (-counts[t], t))
+    return tuple(sorted(ok))
 
 
 def plan_windows(
@@ -81,6 +149,11 @@ class BuildResult:
     torrent: Torrent | None
     end_ns: int | None
     """End of the last window consumed (the next build starts here)."""
+    topic_skipped: int = 0
+    """Messages of the windows built left out because no topics were configured and theirs
+    was past the bounds of an archive's metadata (``bounded_topics``)."""
+    topic_sample: tuple[bytes | str, ...] = ()
+    """The first few such topics (each cut to 64 characters), for the log."""
 
     @property
     def appended(self) -> int:
@@ -118,7 +191,10 @@ class ArchiveBuilder:
         """Export ``messages`` into one archive (or status-go chunks) per window.
 
         ``topics``: the community's channel topics (metadata ``contentTopic``, and only
-        messages on them are exported); None = the topics seen in each window, sorted.
+        messages on them are exported; ``check_topics`` bounds them); None = the topics seen
+        in each window, bounded (``bounded_topics``: a topic past ``MAX_TOPIC_BYTES``, or past
+        ``MAX_ARCHIVE_TOPICS`` in one window, is not listed and its messages are not exported,
+        but counted: ``BuildResult.topic_skipped``), sorted.
         ``presorted``: the caller guarantees time order (the store's query sorts), which saves
         a sort of every message (a tenth of the build).
 
@@ -136,12 +212,15 @@ class ArchiveBuilder:
         # positional access: DecodedMessage or a store row laid out like it (ts, topic, raw, cap)
         ts = operator.itemgetter(0)
         msgs = messages if presorted else sorted(messages, key=ts)
+        topics = check_topics(topics)
         wanted = None if topics is None else set(topics)
         # all or nothing: a build that raises leaves the builder as it was (its end moved, a
         # retry skipped the windows it had failed on)
         before = self.end_ns, len(self.entries), len(self.hashes.hashes)
+        skipped: list[int] = [0]
+        sample: list[bytes | str] = []
         try:
-            out = self._build(windows, msgs, topics, wanted)
+            out = self._build(windows, msgs, topics, wanted, skipped, sample)
         except BaseException:
             self.end_ns = before[0]
             del self.entries[before[1] :]
@@ -149,7 +228,7 @@ class ArchiveBuilder:
             raise
         index = self.layout.encode_index(self.entries) if self.entries else b""
         torrent = self.torrent(index) if self.entries else None
-        return BuildResult(out, index, torrent, self.end_ns)
+        return BuildResult(out, index, torrent, self.end_ns, skipped[0], tuple(sample))
 
     def _build(
         self,
@@ -157,6 +236,8 @@ class ArchiveBuilder:
         msgs: Sequence[MessageRow],
         topics: Sequence[bytes | str] | None,
         wanted: set[bytes | str] | None,
+        skipped: list[int],
+        sample: list[bytes | str],
     ) -> list[EncodedArchive]:
         ts = operator.itemgetter(0)
         out: list[EncodedArchive] = []
@@ -171,11 +252,21 @@ class ArchiveBuilder:
             self.end_ns = to
             if not window:
                 continue
-            tops = (
-                tuple(topics)
-                if topics is not None
-                else tuple(sorted(set(map(operator.itemgetter(1), window))))
-            )
+            if topics is not None:
+                tops = tuple(topics)
+            else:
+                seen = set(map(operator.itemgetter(1), window))
+                if topics_within_bounds(seen):
+                    tops = tuple(sorted(seen))  # the honest case: no count of each topic
+                else:
+                    tops = bounded_topics(Counter(map(operator.itemgetter(1), window)))
+                    keep = set(tops)
+                    kept = [m for m in window if m[1] in keep]
+                    skipped[0] += len(window) - len(kept)
+                    sample += [t[:64] for t in itertools.islice(seen - keep, 5 - len(sample))]
+                    window = kept
+                    if not window:  # only topics past the bounds: no archive
+                        continue
             meta = ArchiveMetadata(frm, to, tops, self.layout.archive_version)
             for chunk in self.layout.chunk(window):
                 raws = [m[2] for m in chunk]

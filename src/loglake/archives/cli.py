@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from coincurve import PrivateKey
 
     from loglake.archives.bt import Progress as FetchProgress
-    from loglake.archives.control import ControlNode
+    from loglake.archives.control import BuildOutcome, ControlNode
     from loglake.streams.api import Streams
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,6 +87,32 @@ def _report_unarchived(node: ControlNode, since: tuple[int, int] = (0, 0)) -> tu
             where = f" (first at index {first[0]}, dated {_ts(first[1])})" if first else ""
             console.print(f"[yellow]{what.format(count - n)}[/yellow]{where}: {then}")
     return node.future_count, node.late_count
+
+
+def _topics_opt(f: F) -> F:
+    return click.option(
+        "--topic",
+        "topics",
+        multiple=True,
+        help="Community channel topic (repeatable; hex for status-go): only messages on these "
+        "are archived, and every archive lists them all, as the spec requires. Without one, "
+        "each archive lists the topics its messages carry, at most 100 of at most 256 bytes "
+        "(messages on others are not archived): anyone who can post picks them.",
+    )(f)
+
+
+def _report_topic_skipped(out: BuildOutcome) -> None:
+    """A line on the messages a build left out as their topic was past the bounds of an
+    archive's metadata (no --topic): a user who sees them missing must know why."""
+    from loglake.archives.builder import MAX_ARCHIVE_TOPICS, MAX_TOPIC_BYTES
+
+    if n := out.result.topic_skipped:
+        shown = ", ".join(repr(t) for t in out.result.topic_sample)
+        console.print(
+            f"[yellow]{n} record(s) on topics past an archive's bounds (at most "
+            f"{MAX_ARCHIVE_TOPICS} topics of at most {MAX_TOPIC_BYTES} bytes) were not "
+            f"archived[/yellow] (e.g. {shown}): give the community's channels with --topic"
+        )
 
 
 def _trackers_opt(f: F) -> F:
@@ -172,7 +198,7 @@ def keygen(out: str) -> None:
     "--now", type=TIME, help="Build as of this time (Unix seconds or ISO 8601); default now."
 )
 @click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
-@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@_topics_opt
 @click.option("--publish", "channel", help="Push the signed magnet link to this stream.")
 @click.option("--peer", "peers", multiple=True, help="host:port hint put in the magnet (x.pe).")
 @_trackers_opt
@@ -226,6 +252,7 @@ def build(
             )
         _report_unarchived(node)
         out = node.build(time.time_ns() if now is None else now, partial=partial)
+        _report_topic_skipped(out)
         table = Table(title=f"archives of {cid[:18]}… ({layout})")
         for col in ("id", "from", "to", "offset", "size", "pieces"):
             table.add_column(col)
@@ -438,7 +465,7 @@ def _source(f: F) -> F:
 @click.option("--root", type=click.Path(file_okay=False), required=True, help="Archive folder.")
 @click.option("--key-file", type=click.Path(dir_okay=False), help="Control node key (hex).")
 @_layout_opt
-@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@_topics_opt
 @click.option("--port", type=PORT, default=0, help="Seeder port on 127.0.0.1 (0: any).")
 @click.option(
     "--check-every", type=POSITIVE_SECONDS, default=60.0, show_default=True, help="Seconds."
@@ -490,6 +517,7 @@ def run(
                 n = 0  # no community message yet
             reported = _report_unarchived(node, reported)
             out = node.build(now)
+            _report_topic_skipped(out)
             if node.entries and (out.new or seeded is None):
                 seeder.seed(node.torrent().metainfo(), root)
                 seeded = node.torrent().info_hash

@@ -45,6 +45,7 @@ from loglake.archives.builder import (
     RETENTION_NS,
     ArchiveBuilder,
     BuildResult,
+    check_topics,
     plan_windows,
 )
 from loglake.archives.errors import ArchiveConfigError, BadRecord
@@ -93,13 +94,26 @@ class ControlNode:
         topics: list[bytes | str] | None = None,
         announce: tuple[str, ...] | None = None,
     ) -> None:
-        """``announce``: the torrent's tracker URLs (None: the layout's default trackers, which
+        """``topics``: the community's channel topics, the only ones exported and what every
+        archive's metadata lists (spec "Exporting messages for bundling"); None: inferred from
+        each window's messages, bounded (``builder.bounded_topics``), with a warning: anyone
+        who can post to the stream then picks topics the archives list, up to the bounds.
+        ``announce``: the torrent's tracker URLs (None: the layout's default trackers, which
         for status-go are status-go's own ``defaultAnnounceList``; ``()``: none)."""
         self.root = Path(root)
         self.key = key
         self.layout = layout
         self.store = store
-        self.topics = topics
+        checked = check_topics(topics)  # ArchiveConfigError before any file is touched
+        self.topics: list[bytes | str] | None = None if checked is None else list(checked)
+        if self.topics is None:
+            log_event(
+                logger,
+                logging.WARNING,
+                "no channel topics configured: each archive lists the topics its messages "
+                "carry, bounded (configure the community's channel topics: --topic, "
+                "[archives] topics)",
+            )
         self.community_id = community_id(key)
         self.folder = self.root / self.community_id
         fs.makedirs_durable(self.folder)  # a created folder must not vanish in a crash
@@ -124,6 +138,10 @@ class ControlNode:
         after their window was archived (never exported: retention truncates them once older
         than 30 days, unarchived); ``late_count`` counts them all."""
         self.late_count = 0
+        self.topic_skipped_count = 0
+        """Messages of built windows left out as their topic was past the bounds of an
+        archive's metadata (no topics configured: ``builder.bounded_topics``). A build counts
+        them; a later build of other windows does not see them again."""
         self.builder = self._load(announce)
         on_disk = {e.archive_id for e in self.builder.entries}
         stored = self.store.archive_ids()
@@ -366,7 +384,19 @@ class ControlNode:
                     self._reload_due = True
                 raise
         new = self.builder.entries[before:]
-        # the rows this build exported (its windows, its topics, status-go's size cap)
+        if result.topic_skipped:
+            log_event(
+                logger,
+                logging.WARNING,
+                "records on topics past the archive metadata's bounds: not archived",
+                count=result.topic_skipped,
+                topics=[repr(t) for t in result.topic_sample],
+            )
+            self.topic_skipped_count += result.topic_skipped
+        # the rows this build exported (its windows, its topics, status-go's size cap); with
+        # no topics configured, those ``bounded_topics`` left out too: the store's filter has
+        # no per-window topics, and what prune and ``late`` do with a row of a built window
+        # does not depend on it (it is in an archive or never will be)
         try:
             self.store.record_archives(
                 new,

@@ -140,6 +140,35 @@ def _trackers(v: Any) -> tuple[str, ...]:
         raise ValueError(str(e)) from None
 
 
+def _topics(v: Any) -> tuple[str, ...]:
+    """The community's channel topics: a TOML array, or comma-separated in a flag or env
+    variable; read by the layout (hex for status-go) and bounded in ``_check_rules``, which
+    knows the layout."""
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    if not isinstance(v, list | tuple) or not all(isinstance(x, str) and x for x in v):
+        raise ValueError("expected a list of topics")
+    if len(set(v)) != len(v):
+        raise ValueError("topics must not repeat")
+    return tuple(v)
+
+
+def archive_topics(section: Any) -> tuple[bytes | str, ...] | None:
+    """``[archives] topics`` read by ``[archives] layout`` and held to an archive's bounds
+    (``archives.builder.check_topics``); a ``ConfigError`` names the key. None: unset."""
+    from loglake.archives.builder import check_topics
+    from loglake.archives.errors import ArchiveConfigError
+    from loglake.archives.layout import get_layout
+
+    if section.topics is None:
+        return None
+    layout = get_layout(section.layout)
+    try:
+        return check_topics(layout.parse_topic(t) for t in section.topics)
+    except ArchiveConfigError as e:
+        raise ConfigError(f"[archives] topics: {e}") from None
+
+
 def _nats_url(v: Any) -> str:
     """``nats://h1:4222,h2:4222`` (``tls://`` too): the servers of one NATS cluster."""
     from loglake.streams.jetstream import JetStreamOptions
@@ -347,6 +376,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("archives", "stream", _stream(), "community", "Community stream."),
     Option("archives", "channel", _stream(), "community-archives", "Special channel stream."),
     Option("archives", "layout", _choice(*LAYOUTS), "spec", "Archive byte layout."),
+    Option(
+        "archives",
+        "topics",
+        _topics,
+        None,
+        "The community's channel topics (hex for status-go): only messages on them are "
+        "archived, and every archive lists them all (the spec's rule). Unset: each archive "
+        "lists the topics its messages carry, at most 100 of at most 256 bytes, which anyone "
+        "who can post to the stream picks.",
+    ),
     Option("archives", "check_every", _float(0.1), 60.0, "Control loop period, s."),
     Option("archives", "wait", _float(0.0), 20.0, "Member quiet period after a magnet, s."),
     Option(
@@ -576,6 +615,8 @@ def _check_together(cfg: NodeConfig) -> None:
             raise ConfigError("[events] namespaces: registering namespaces needs 'publisher'")
     if cfg.archives.enabled and not (cfg.archives.control or cfg.archives.member):
         raise ConfigError("[archives] control: enable the control loop, the member, or both")
+    if cfg.archives.topics is not None:
+        archive_topics(cfg.archives)  # ConfigError naming the key, before the node starts
     if cfg.sds.enabled and len(cfg.sds.participants) < 1:
         raise ConfigError("[sds] participants: at least one participant")
     if cfg.streams.replicas > 1 and not cfg.streams.backend:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from loglake.errors import LoglakeError, Unavailable
 from loglake.node.api.context import Node, NodeContext, fence_of, part
 from loglake.node.backend import ARCHIVES_CONTROL
+from loglake.node.config import archive_topics
 
 router = APIRouter(tags=["archives"])
 
@@ -148,6 +149,8 @@ class ArchivesHandle:
             if v is not None  # unset: fetch_archives' defaults
         }
         self.trackers: tuple[str, ...] | None = section.trackers  # None: the layout's defaults
+        self.topics = archive_topics(section)
+        """The community's channel topics (None: unset, inferred and bounded by the builder)."""
         self.control_snapshot: dict[str, Any] | None = None
         self.member_snapshot: dict[str, Any] | None = None
         self.loops: list[_Loop] = []
@@ -195,7 +198,10 @@ class ArchivesHandle:
             root.mkdir(exist_ok=True)
             store = MessageStore(root / f"{self.community}.sqlite")
             self._stores.append(store)
-            self._cnode = ControlNode(root, self.key, self.layout, store, announce=self.trackers)
+            topics = None if self.topics is None else list(self.topics)
+            self._cnode = ControlNode(
+                root, self.key, self.layout, store, topics, announce=self.trackers
+            )
             self._seeder = Seeder(0)
         node = self._cnode
         now = now_ns if now_ns is not None else time.time_ns()
@@ -266,6 +272,7 @@ class ArchivesHandle:
             "store_messages": node.store.count(),
             "future_records": node.future_count,
             "late_records": node.late_count,
+            "topic_skipped_records": node.topic_skipped_count,
         }
 
     # -- the member (its thread only) -----------------------------------------------------------
@@ -394,6 +401,11 @@ class ArchivesOut(BaseModel):
     late_records: int | None
     """Records that arrived after their window was archived: never archived (retention
     removes them once older than 30 days)."""
+    topic_skipped_records: int | None
+    """Records on topics past an archive's bounds (no ``[archives] topics``): never archived."""
+    topics: list[str] | None
+    """``[archives] topics``, the community's channel topics (None: unset, each archive lists
+    its messages' own topics, bounded)."""
     member: MemberOut | None
     errors: dict[str, str | None]
 
@@ -409,6 +421,11 @@ class BuildOut(BaseModel):
     new_archives: int
     ingested: int
     magnet_index: int | None
+
+
+def _topic_text(topic: bytes | str) -> str:
+    """A topic as configured: the spec layout's text, a status-go topic's hex."""
+    return topic if isinstance(topic, str) else topic.hex()
 
 
 def _archives(node: NodeContext) -> ArchivesHandle:
@@ -432,6 +449,8 @@ def archives(node: Node) -> ArchivesOut:
         store_messages=c.get("store_messages"),
         future_records=c.get("future_records"),
         late_records=c.get("late_records"),
+        topic_skipped_records=c.get("topic_skipped_records"),
+        topics=None if h.topics is None else [_topic_text(t) for t in h.topics],
         member=MemberOut(**h.member_snapshot) if h.member_snapshot else None,
         errors=h.errors(),
     )

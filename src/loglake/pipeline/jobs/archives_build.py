@@ -111,6 +111,7 @@ from loglake.archives import (
     IndexEntry,
     Layout,
     PieceHashes,
+    check_topics,
     check_trackers,
     decode_waku_batch,
     frame_records,
@@ -191,6 +192,7 @@ class ArchivesBuildOptions:
             # at a time up to now, so a now of 10^39 ns never finished planning
             raise BadOption("now_ns", self.now_ns, "expected 0..2^63-1 (int64 nanoseconds)")
         get_layout(self.layout)  # ArchiveConfigError for an unknown layout
+        check_topics(self.topics)  # an archive's bounds, before any Spark work
         if self.announce is not None:  # before any Spark work: ArchiveConfigError naming it
             check_trackers(self.announce)
         ids = [c.community_id for c in self.communities]
@@ -249,6 +251,10 @@ class CommunityReport:
     copy of an earlier record is not counted: ``_copies``)."""
     bad_records: int = 0
     bad_sample: list[tuple[int, str]] = field(default_factory=list)
+    topic_skipped: int = 0
+    """Records of the windows built left out as their topic was past the bounds of an
+    archive's metadata (no topics given: ``archives.builder.bounded_topics``), as
+    ``ControlNode`` leaves them out."""
     appended_bytes: int = 0
     data_bytes: int = 0
     info_hash: str | None = None
@@ -806,7 +812,7 @@ def _plan_direct(
     ``data`` made that long (``_open_stage``). The tasks come back with their ``_Place``;
     a community whose head is not the shape this assumes keeps the part files."""
 
-    from loglake.archives import ArchiveMetadata, padding_field
+    from loglake.archives import ArchiveMetadata, padding_field, topics_within_bounds
 
     staged: dict[int, Path] = {}
     out: list[_BuildTask] = []
@@ -840,6 +846,10 @@ def _plan_direct(
                 topics[k].update(names[c] for c in np.flatnonzero(held).tolist())
         sizes: dict[int, tuple[Any, int]] = {}
         for k in np.flatnonzero(count).tolist():
+            if not topics_within_bounds(topics[k]):
+                # a topic past an archive's bounds: some records are left out, which the
+                # sized path cannot do (it writes every record of a window): part files
+                break
             meta = ArchiveMetadata(
                 ws[k][0], ws[k][1], tuple(sorted(topics[k])), layout.archive_version
             )
@@ -1031,6 +1041,7 @@ def _build_window(
         "hashes": b"".join(builder.hashes.hashes),
         "entries": pickle.dumps(entries),
         "records": len(rows),
+        "topic_skipped": result.topic_skipped,
     }
 
 
@@ -1719,6 +1730,7 @@ def _scan_build_stage(
     for r in rows:
         by_sid.setdefault(r["sid"], []).append(r)
         report.communities[r["sid"]].records += r["records"]
+        report.communities[r["sid"]].topic_skipped += r.get("topic_skipped", 0)
 
     # driver: prefix sums, index, torrent, magnet; stage every community, then commit
     t2 = time.perf_counter()

@@ -50,7 +50,15 @@ def parse_time_ns(text: str | None, option: str = "--now") -> int | None:
 )
 @click.option("--now", help="Build as of this time (Unix seconds or ISO 8601); default now.")
 @click.option("--partial", is_flag=True, help="Also export the unfinished last window.")
-@click.option("--topic", "topics", multiple=True, help="Community channel topic (repeatable).")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    help="Community channel topic (repeatable; hex for status-go): only messages on these are "
+    "archived, and every archive lists them all, as the spec requires. Without one, each "
+    "archive lists the topics its messages carry, at most 100 of at most 256 bytes (messages "
+    "on others are not archived, counted as 'past topic bounds'), as `loglake archives build`.",
+)
 @click.option(
     "--announce",
     multiple=True,
@@ -151,7 +159,8 @@ def archives_build_command(
         click.echo(json.dumps(report.to_json()))
         return
     table = Table(title=f"archives-build ({layout})")
-    for col in ("stream", "community", "windows", "new", "records", "bad skipped", "data bytes"):
+    cols = ("stream", "community", "windows", "new", "records", "bad skipped", "past topic bounds")
+    for col in (*cols, "data bytes"):
         table.add_column(col, justify="left" if col in ("stream", "community") else "right")
     for c in report.communities:
         table.add_row(
@@ -161,6 +170,7 @@ def archives_build_command(
             str(c.new_archives),
             f"{c.records:,}",
             f"{c.bad_records:,}",
+            f"{c.topic_skipped:,}",
             f"{c.data_bytes:,}",
         )
     Console().print(table)

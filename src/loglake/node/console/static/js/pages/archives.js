@@ -25,7 +25,7 @@ export function ArchivesPage() {
             · <a href=${"#/records?stream=" + encodeURIComponent(a.stream) + "&view=waku"} data-testid="browse-community">messages</a></dd>
           <dt>special channel</dt><dd>${a.channel}</dd>
           <dt>store messages</dt><dd>${fmtInt(a.store_messages)}</dd>
-          <dt>never archived</dt><dd data-testid="never-archived">${fmtInt(a.future_records)} dated ahead · ${fmtInt(a.late_records)} late</dd>
+          <dt>never archived</dt><dd data-testid="never-archived">${fmtInt(a.future_records)} dated ahead · ${fmtInt(a.late_records)} late · ${fmtInt(a.topic_skipped_records)} past topic bounds</dd>
           <dt>last round</dt><dd>${fmtTime(a.last_round_ns)}</dd>
           <dt>uploaded</dt><dd>${fmtBytes(a.uploaded_bytes)}</dd>
         </dl>
