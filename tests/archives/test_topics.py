@@ -17,6 +17,7 @@ from loglake.archives.builder import (
     MAX_ARCHIVE_TOPICS,
     MAX_TOPIC_BYTES,
     ArchiveBuilder,
+    check_topics,
     plan_windows,
 )
 from loglake.archives.cli import command as archives_cli
@@ -140,7 +141,7 @@ def test_configured_channel_topics_are_the_only_ones_exported_and_all_listed(tmp
     [
         (["x" * (MAX_TOPIC_BYTES + 1)], "bytes"),
         (["é" * (MAX_TOPIC_BYTES // 2 + 1)], "bytes"),  # UTF-8 bytes, not characters
-        ([f"/t/{i}" for i in range(MAX_ARCHIVE_TOPICS + 1)], "at most"),
+        ([f"/{i:03d}/" + "t" * 250 for i in range(MAX_ARCHIVE_TOPICS + 1)], "bytes in all"),
     ],
 )
 def test_configured_topics_past_the_bounds_are_refused(tmp_path, topics, why):
@@ -200,3 +201,11 @@ def test_node_config_topics_are_read_by_the_layout_and_bounded():
         load_config(data={"archives": {"topics": ["x" * 300]}}, env={})
     flags = load_config(flags={"archives.topics": "/a/1/b/proto, /c/1/d/proto"}, env={})
     assert archive_topics(flags.archives) == ("/a/1/b/proto", "/c/1/d/proto")
+
+
+def test_a_community_of_many_chats_may_configure_them_all(tmp_path):
+    """A count bound of 100 would have refused a community of 150 chats; what is bounded is
+    the bytes an index entry repeats (status-go topics are 4 bytes)."""
+    topics = [bytes([0, 0, i // 256, i % 256]) for i in range(1_000)]
+    assert check_topics(topics) == tuple(topics)
+    ControlNode(tmp_path / "root", KEY, SG, MessageStore(), topics)

@@ -72,24 +72,33 @@ def topic_size(topic: bytes | str) -> int:
     return len(topic.encode("utf-8", "surrogatepass")) if isinstance(topic, str) else len(topic)
 
 
+MAX_CONFIGURED_TOPICS_BYTES = MAX_ARCHIVE_TOPICS * MAX_TOPIC_BYTES
+"""The most bytes of configured channel topics (all together): the same room in an index entry
+as ``MAX_ARCHIVE_TOPICS`` topics of ``MAX_TOPIC_BYTES``. Why bytes, not a count: a community
+with more than 100 chats is real, and status-go's topics are 4 bytes (6,400 of them fit)."""
+
+
 def check_topics(topics: Iterable[bytes | str] | None) -> tuple[bytes | str, ...] | None:
     """The community's channel topics as configured (``--topic``, ``[archives] topics``), held
-    to the bounds every archive's metadata keeps (``MAX_TOPIC_BYTES``, ``MAX_ARCHIVE_TOPICS``):
-    a list past them made every archive's index entry that big. None stays None (no topics
-    configured: ``ArchiveBuilder.build`` infers them, bounded)."""
+    to the bounds every archive's metadata keeps (``MAX_TOPIC_BYTES`` each,
+    ``MAX_CONFIGURED_TOPICS_BYTES`` in all): a list past them made every archive's index entry
+    that big. None stays None (no topics configured: ``ArchiveBuilder.build`` infers them,
+    bounded)."""
     if topics is None:
         return None
     out = tuple(topics)
-    if len(out) > MAX_ARCHIVE_TOPICS:
-        raise ArchiveConfigError(
-            f"{len(out)} channel topics: an archive lists at most {MAX_ARCHIVE_TOPICS}"
-        )
     for t in out:
         if topic_size(t) > MAX_TOPIC_BYTES:
             raise ArchiveConfigError(
                 f"channel topic {str(t)[:40]!r}… is {topic_size(t)} bytes: at most "
                 f"{MAX_TOPIC_BYTES}"
             )
+    total = sum(map(topic_size, out))
+    if total > MAX_CONFIGURED_TOPICS_BYTES:
+        raise ArchiveConfigError(
+            f"{len(out)} channel topics of {total:,} bytes in all: an archive lists at most "
+            f"{MAX_CONFIGURED_TOPICS_BYTES:,} bytes of topics"
+        )
     return out
 
 
