@@ -27,6 +27,8 @@ from starlette.types import ASGIApp
 from loglake import __version__
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, Unavailable
 from loglake.log import (
+    CorruptSegment,
+    CorruptStore,
     InvalidStreamName,
     LogClosed,
     ReadOnlyLog,
@@ -50,6 +52,10 @@ BAD_REQUEST: tuple[type[BaseException], ...] = (
     DecodeError,
     ValueError,
 )
+DAMAGED: tuple[type[BaseException], ...] = (CorruptSegment, CorruptStore)
+"""500, named: damage on disk the log will not repair (``loglake log verify --repair``), not the
+caller's fault (``CorruptStore`` is a ``DecodeError``, which was a 400) and not cured by a
+retry; the message names the file (and byte)."""
 UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed, Unavailable)
 """503: retry later (or elsewhere): a failed disk, a cluster without quorum, work another
 node holds the lease of."""
@@ -64,6 +70,7 @@ def status_of(e: BaseException) -> int:
     if isinstance(e, KeyError):  # the parts' "no such thing" errors (UnknownStream, ...)
         return 404
     for classes, status in (
+        (DAMAGED, 500),
         (NOT_FOUND, 404),
         (CONFLICT, 409),
         (UNAVAILABLE, 503),
