@@ -85,6 +85,31 @@ def test_connections_past_the_cap_are_aborted_and_the_cap_frees_as_they_close(mo
     assert not [r for r in caplog.records if "AssertionError" in r.getMessage() + str(r.exc_info)]
 
 
+def test_one_peer_cannot_hold_every_connection_of_a_role(monkeypatch):
+    """Past ``MAX_CONNECTIONS_PER_PEER`` from one address a connection is aborted as it comes;
+    another address is still taken. Found from outside on the node's HTTP server: one client's
+    512 connections locked every other client out."""
+    monkeypatch.setattr(srv_mod, "MAX_CONNECTIONS_PER_PEER", 3, raising=False)
+    port, stop = _role()
+    socks = []
+    try:
+        for _ in range(4):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.05)  # accepted in this order
+        other = socket.create_connection(("127.0.0.1", port), 5, ("127.0.0.2", 0))
+        socks.append(other)
+        time.sleep(0.3)
+        closed = [_closed_within(s, 0.5) for s in socks]
+        assert closed == [False, False, False, True, False]
+        socks[0].close()
+        time.sleep(0.3)
+        _served_again(port)  # a place from 127.0.0.1 came back as one closed
+    finally:
+        for s in socks:
+            s.close()
+        stop()
+
+
 def test_the_roles_of_a_process_share_its_connection_budget(monkeypatch):
     """Two roles in one process (as a node runs four): together they keep at most the
     process's budget of connections (``streams.descriptors.CONNECTIONS``, a quarter of the

@@ -140,6 +140,13 @@ MAX_CONNECTIONS = 512
 is accepted. Why: aiohttp has no such bound, and 200 connections of a client sending half a
 request each took a role's (or a node's, whose stream server and log share the process's
 descriptors) last descriptors: a signed call of another client timed out."""
+MAX_CONNECTIONS_PER_PEER = 128
+"""Connections from one IP address a role server keeps open at once (``RoleRunner``; one past
+it is aborted as it is accepted): a quarter of ``MAX_CONNECTIONS``, as the stream server's and
+the node's HTTP server's caps are, so one client cannot hold every connection. Roles call each
+other over one connection per target (``_Pipe``), so the roles of a node, all on loopback, use
+a handful. Found from outside on the node's HTTP server: 512 connections from one client that
+sent a head and no body locked every other client out."""
 KEEPALIVE_S = 75.0
 """A role server's connection idle, or with a request head unfinished, this long is closed
 (aiohttp's keep-alive timer, which runs from the connection's start since aiohttp 3.14.4,
@@ -166,9 +173,10 @@ role calls (counts, one short result per item of a batch) are far shorter."""
 
 
 class RoleRunner(web.AppRunner):
-    """``web.AppRunner`` of a role server: at most ``MAX_CONNECTIONS`` open connections, each
-    holding a place in the process's budget (``streams.descriptors.CONNECTIONS``; one past either
-    aborted as it is accepted: aiohttp has no option for it), the keep-alive timer at
+    """``web.AppRunner`` of a role server: at most ``MAX_CONNECTIONS`` open connections,
+    ``MAX_CONNECTIONS_PER_PEER`` of them from one IP address, each holding a place in the
+    process's budget (``streams.descriptors.CONNECTIONS``; one past any aborted as it is
+    accepted: aiohttp has no option for it), the keep-alive timer at
     ``KEEPALIVE_S``, bodies as sent, no lingering read of a refused request's body. The node's
     roles and ``loglake events serve`` (``serve_role``) run on it."""
 
@@ -185,20 +193,31 @@ class RoleRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         made, lost = server.connection_made, server.connection_lost
-        counted: set[Any] = set()  # the handlers holding a place in CONNECTIONS
+        counted: dict[Any, str] = {}  # the handlers holding a place in CONNECTIONS: their peer
+        per_peer: collections.Counter[str] = collections.Counter()
 
         def capped(handler: Any, transport: asyncio.Transport) -> None:
             made(handler, transport)
-            if len(server.connections) > MAX_CONNECTIONS or not CONNECTIONS.admit():
+            peername = transport.get_extra_info("peername")
+            peer = str(peername[0]) if peername else "?"
+            if (
+                len(server.connections) > MAX_CONNECTIONS
+                or per_peer[peer] >= MAX_CONNECTIONS_PER_PEER
+                or not CONNECTIONS.admit()
+            ):
                 # after the handler has started: aborted at once, its start() found the
                 # connection gone and logged an AssertionError for each one refused
                 asyncio.get_running_loop().call_soon(transport.abort)
             else:
-                counted.add(handler)
+                counted[handler] = peer
+                per_peer[peer] += 1
 
         def released(handler: Any, exc: BaseException | None) -> None:
-            if handler in counted:
-                counted.discard(handler)
+            peer = counted.pop(handler, None)
+            if peer is not None:
+                per_peer[peer] -= 1
+                if per_peer[peer] <= 0:
+                    del per_peer[peer]
                 CONNECTIONS.release()
             lost(handler, exc)
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import html
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,6 +27,8 @@ from starlette.types import ASGIApp
 from loglake import __version__
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, Unavailable
 from loglake.log import (
+    CorruptSegment,
+    CorruptStore,
     InvalidStreamName,
     LogClosed,
     ReadOnlyLog,
@@ -51,6 +52,10 @@ BAD_REQUEST: tuple[type[BaseException], ...] = (
     DecodeError,
     ValueError,
 )
+DAMAGED: tuple[type[BaseException], ...] = (CorruptSegment, CorruptStore)
+"""500, named: damage on disk the log will not repair (``loglake log verify --repair``), not the
+caller's fault (``CorruptStore`` is a ``DecodeError``, which was a 400) and not cured by a
+retry; the message names the file (and byte)."""
 UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed, Unavailable)
 """503: retry later (or elsewhere): a failed disk, a cluster without quorum, work another
 node holds the lease of."""
@@ -65,6 +70,7 @@ def status_of(e: BaseException) -> int:
     if isinstance(e, KeyError):  # the parts' "no such thing" errors (UnknownStream, ...)
         return 404
     for classes, status in (
+        (DAMAGED, 500),
         (NOT_FOUND, 404),
         (CONFLICT, 409),
         (UNAVAILABLE, 503),
@@ -205,6 +211,57 @@ def _mount_console(app: FastAPI) -> None:
     mount_console(app)
 
 
+MAX_DETAILS = 20
+"""Validation errors listed in a 422's ``detail`` (the message says how many there were)."""
+MAX_DETAIL_CHARS = 100
+"""The most characters of a caller's value a 422 quotes back (``input``, ``ctx``)."""
+
+
+def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """A 422's ``detail``: each error's ``type``, ``loc`` and ``msg``, with the value it refused
+    (``input``) only when it is a scalar, a string cut at ``MAX_DETAIL_CHARS``.
+
+    Why not FastAPI's list: each of its errors holds the caller's whole value, and
+    ``jsonable_encoder`` walked it on the event loop the stream service shares. Found from
+    outside: one unauthenticated 32 MiB JSON body (``{"code": [0, 0, ...]}`` to
+    ``/console/login``) froze the node's loop ~26 s, and a 2 MB body got a 2 MB answer."""
+    out = []
+    for e in errors[:MAX_DETAILS]:
+        d: dict[str, Any] = {
+            "type": str(e.get("type", "")),
+            "loc": [x if isinstance(x, int | str) else str(x) for x in e.get("loc", ())],
+            "msg": _cut(str(e.get("msg", ""))),
+        }
+        if _is_scalar(value := e.get("input")):
+            d["input"] = _brief(value)
+        if isinstance(ctx := e.get("ctx"), dict):  # the rule's bounds (max_length, pattern…)
+            d["ctx"] = {str(k): _brief(v) for k, v in list(ctx.items())[:5]}
+        out.append(d)
+    return out
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | bool | float) or _small_int(value)
+
+
+def _small_int(value: Any) -> bool:
+    return isinstance(value, int) and abs(value) < 2**64
+
+
+def _brief(value: Any) -> Any:
+    """A scalar as it is (a string cut at ``MAX_DETAIL_CHARS``); anything else as a cut
+    ``str`` (an exception in ``ctx``)."""
+    if value is None or isinstance(value, bool | float) or _small_int(value):
+        return value
+    if isinstance(value, BaseException):
+        return _cut(str(value))
+    return _cut(value if isinstance(value, str) else type(value).__name__)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + "…"
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -215,10 +272,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        errors = jsonable_encoder(e.errors(), custom_encoder={BaseException: str})
+        raw = e.errors()
+        errors = validation_details(raw)
         first = errors[0] if errors else {}
         where = ".".join(str(x) for x in first.get("loc", ()))
         message = f"{where}: {first.get('msg', 'invalid request')}" if first else "invalid"
+        if len(raw) > 1:
+            message += f" (and {len(raw) - 1} more)"
         return error_body("ValidationError", message, 422, detail=errors)
 
     @app.exception_handler(LoglakeError)

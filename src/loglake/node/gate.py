@@ -6,9 +6,16 @@ caller without the token could make the node read and parse a body of any size b
 401 (64 MiB read in full, measured; a 100 MiB JSON body took about 512 MiB at its peak). A
 ``text/plain`` POST is a "simple" cross-origin request: any web page the operator has open
 could send one. Here the bearer token is checked from the headers alone, and a body past
-``max_body`` bytes is refused (413) from its ``Content-Length``, or as it arrives when it has
-none. The dependency stays on the routes: it is what the OpenAPI document shows, and it guards
-an app served without this gate.
+``max_body`` bytes (``OPEN_MAX_BODY`` on a path that needs no token) is refused (413) from its
+``Content-Length``, or as it arrives. The dependency stays on the routes: it is what the
+OpenAPI document shows, and it guards an app served without this gate.
+
+The bytes are counted as they arrive whatever the headers say, and a request with both
+``Content-Length`` and ``Transfer-Encoding`` is refused (400, as RFC 9112 §6.3 allows: such a
+message "ought to be handled as an error"; it is the shape of request smuggling). Found from
+outside: with both, the gate checked only the ``Content-Length`` (5) and stopped counting while
+h11 framed the body by its chunks, so 256 MiB were read whole by ``/console/login`` (open, no
+token), the node grew to ~1 GiB, and its 422 echoed the whole input back.
 
 ``allowed_hosts``: on a loopback address the node answers only requests addressed to it by a
 loopback name (the ``Host`` header), so a web page that rebinds its own DNS name to 127.0.0.1
@@ -45,6 +52,12 @@ MAX_BODY = 32 * 1024 * 1024
 """The largest request body the API takes: its largest request is a publish of 1,000 texts of
 4,096 characters (at most ~25 MB of JSON); a record browser's decode sends one page of a range
 read (4 MiB of records, base64)."""
+
+OPEN_MAX_BODY = 64 * 1024
+"""The largest body of a request on a path that needs no token: only ``POST /console/login``
+takes one (a code of at most 200 characters). Why: without the token, a caller could make the
+node read and parse 32 MiB of JSON (found from outside: ``{"code": [0, 0, ...]}`` took ~2 s
+of ``json.loads`` on the event loop the stream service shares, before the 422)."""
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
@@ -97,6 +110,7 @@ class Gate:
         token: str | None,
         guarded: Callable[[str], bool],
         max_body: int = MAX_BODY,
+        open_max_body: int = OPEN_MAX_BODY,
         allowed_hosts: Iterable[str] | None = None,
     ) -> None:
         self.app = app
@@ -104,6 +118,7 @@ class Gate:
         self.guarded = guarded
         """Whether a path needs the token (``/api/…``, and ``/metrics`` unless public)."""
         self.max_body = max_body
+        self.open_max_body = open_max_body
         self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -111,16 +126,14 @@ class Gate:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
-        refusal = self._refusal(scope["path"], headers)
+        limit = self.max_body if self.guarded(scope["path"]) else self.open_max_body
+        refusal = self._refusal(scope["path"], headers, limit)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        if b"content-length" in headers:  # checked above: at most max_body
-            await self.app(scope, receive, send)
-            return
-        await self.app(scope, self._counted(receive), send)
+        await self.app(scope, self._counted(receive, limit), send)
 
-    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> JSONResponse | None:
+    def _refusal(self, path: str, headers: dict[bytes, bytes], limit: int) -> JSONResponse | None:
         if self.allowed_hosts is not None:
             host = headers.get(b"host", b"").decode("latin-1").lower()
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
@@ -131,20 +144,23 @@ class Gate:
             if scheme.lower() != "bearer" or not token_matches(given.strip(), self.token):
                 return _json(401, "HTTPError", UNAUTHORIZED, **{"WWW-Authenticate": "Bearer"})
         length = headers.get(b"content-length")
+        if length is not None and b"transfer-encoding" in headers:
+            return _json(
+                400, "HTTPError", "a request with both Content-Length and Transfer-Encoding"
+            )
         if length is not None:
             try:
                 n = int(length)
             except ValueError:
                 return _json(400, "HTTPError", "Content-Length is not a number")
-            if n > self.max_body:
-                return _json(
-                    413, "HTTPError", f"request body of {n} bytes: at most {self.max_body}"
-                )
+            if n > limit:
+                return _json(413, "HTTPError", f"request body of {n} bytes: at most {limit}")
         return None
 
-    def _counted(self, receive: Receive) -> Receive:
-        """``receive`` that refuses a body (sent without ``Content-Length``) once it passes
-        ``max_body``: the route reading it gets a 413."""
+    def _counted(self, receive: Receive, limit: int) -> Receive:
+        """``receive`` that refuses a body once the bytes that arrived pass ``limit``: the
+        route reading it gets a 413. Counted whatever the headers declared: what h11 frames
+        the body by is what counts."""
         seen = 0
 
         async def counted() -> Message:
@@ -152,8 +168,8 @@ class Gate:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    raise HTTPException(413, f"request body past {self.max_body} bytes")
+                if seen > limit:
+                    raise HTTPException(413, f"request body past {limit} bytes")
             return message
 
         return counted

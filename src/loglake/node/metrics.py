@@ -374,6 +374,7 @@ class NodeCollector(Collector):
     def _log(self, node: NodeContext) -> Iterator[Any]:
         from loglake.log.lake import list_lake_files, visible_lake_files
         from loglake.log.lake_schema import lake_partition_dir
+        from loglake.node.api.streams import Unreadable, stream_infos
 
         log = node.log
         records = GaugeMetricFamily(
@@ -401,10 +402,20 @@ class NodeCollector(Collector):
             "1 when a partition has a storage failure, a seal being retried or a failed retention.",
             labels=["stream", "partition", "kind"],
         )
+        unreadable = GaugeMetricFamily(
+            "loglake_stream_unreadable",
+            "1 when a stream's stats cannot be read for damage on disk (CorruptSegment: the "
+            "node's log and GET /api/streams name the file and byte); its partitions are left "
+            "out of the other families.",
+            labels=["stream"],
+        )
         fsync_count = getattr(log, "fsync_count", None)
         data_dir = getattr(unwrap(log), "data_dir", None)
-        for name in sorted(log.streams()):
-            info = log.stream_info(name)
+        for info in stream_infos(log):
+            name = info.name
+            unreadable.add_metric([name], 1 if isinstance(info, Unreadable) else 0)
+            if isinstance(info, Unreadable):
+                continue
             for p in info.partitions:
                 labels = [name, str(p.partition)]
                 records.add_metric(labels, p.next_index - p.first_index)
@@ -438,7 +449,7 @@ class NodeCollector(Collector):
                 failure = h.storage_failure
                 reopens.add_metric(labels, h.reopens)
                 reopen_attempts.add_metric(labels, failure.reopen_attempts if failure else 0)
-        yield from (records, nbytes, next_index, fsyncs, lake_files, sealed, unhealthy)
+        yield from (records, nbytes, next_index, fsyncs, lake_files, sealed, unhealthy, unreadable)
         yield from (reopens, reopen_attempts)
 
     def _consumers(self, node: NodeContext) -> Iterator[Any]:
@@ -450,5 +461,6 @@ class NodeCollector(Collector):
             labels=["consumer", "stream", "partition"],
         )
         for row in consumer_rows(node):
-            lag.add_metric([row.client_id, row.stream, str(row.partition)], row.lag)
+            if row.lag is not None:  # None: its stream is unreadable (loglake_stream_unreadable)
+                lag.add_metric([row.client_id, row.stream, str(row.partition)], row.lag)
         yield lag

@@ -3,20 +3,43 @@
 Records come back raw: ``data`` (and ``key``, header values) base64, with index, timestamp and
 size; decoding a protocol's bytes is the console's job. A range read is bounded twice (``limit``
 records, ``MAX_RANGE_BYTES`` of data) so one request cannot pull a partition into memory.
+
+A stream whose stats cannot be read for damage on disk (``DAMAGED``) is listed with its
+``error`` (and, in ``/metrics``, ``loglake_stream_unreadable``), not left out and not failing the
+rest. Found from outside: one partition with a bad record inside its fsynced bytes turned
+``GET /api/streams`` and the whole ``/metrics`` scrape into 500s (the first ``CorruptSegment``
+of a ``stream_info`` aborted both), hiding every healthy stream.
 """
 
 from __future__ import annotations
 
 import base64
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, Field
 
-from loglake.log import Log, StreamConfig, StreamExists, StreamInfo, UnknownPartition
+from loglake.log import (
+    CorruptSegment,
+    CorruptStore,
+    Log,
+    StreamConfig,
+    StreamExists,
+    StreamInfo,
+    UnknownPartition,
+    UnknownStream,
+)
 from loglake.log.api import INT64_MAX, MAX_RETENTION_MS, STREAM_NAME_RE
 from loglake.node.api.context import Node, NodeContext
+from loglake.structured_logging import log_event
+
+_logger = logging.getLogger(__name__)
+
+DAMAGED: tuple[type[BaseException], ...] = (CorruptSegment, CorruptStore)
+"""Damage on disk the log will not repair (not a torn tail): the stream's stats cannot be read
+until an operator repairs it (``loglake log verify --repair``), whoever asks."""
 
 router = APIRouter(tags=["streams"])
 
@@ -56,9 +79,13 @@ class PartitionStats(BaseModel):
 class StreamSummary(BaseModel):
     name: str
     partitions: int
-    records: int
-    bytes: int
-    durability: str
+    records: int | None
+    """None: unreadable (``error``)."""
+    bytes: int | None
+    durability: str | None
+    error: str | None = None
+    """Why the stream's stats could not be read: damage on disk (``CorruptSegment``, naming
+    the file and byte). None: readable."""
     pushed_records: int | None = None
     """Records pushed through this node since it started (None: metrics off)."""
     pulled_records: int | None = None
@@ -119,9 +146,10 @@ class ConsumerOut(BaseModel):
     partition: int
     index: int
     """The saved index: the next record this consumer will read."""
-    next_index: int
-    lag: int
-    """Records between the saved index and the partition's end."""
+    next_index: int | None
+    lag: int | None
+    """Records between the saved index and the partition's end (None: the stream is
+    unreadable, see ``GET /api/streams``)."""
     owner: str | None = None
     """The identity that owns the consumer (the first to save it under the stream service's
     access file); None: nobody."""
@@ -213,9 +241,64 @@ def _detail(node: NodeContext, info: StreamInfo) -> StreamDetail:
     return StreamDetail(**_summary(node, info), config=config, partition_stats=stats)
 
 
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stream whose ``stream_info`` failed with damage (``DAMAGED``)."""
+
+    name: str
+    partitions: int
+    error: str
+
+
+_reported: dict[str, str] = {}
+"""The damage last logged per stream: each is logged once, not at every poll and scrape."""
+
+
+def info_or_damage(log: Log, name: str) -> StreamInfo | Unreadable:
+    """``log.stream_info(name)``, or what makes it unreadable (logged once per stream and
+    error). Any other error propagates (``UnknownStream``, a closed log)."""
+    try:
+        info = log.stream_info(name)
+    except DAMAGED as e:
+        error = f"{type(e).__name__}: {e}"
+        if _reported.get(name) != error:
+            _reported[name] = error
+            log_event(_logger, logging.ERROR, "stream unreadable", stream=name, error=error)
+        try:
+            partitions = log.partition_count(name)
+        except DAMAGED:
+            partitions = 0
+        return Unreadable(name, partitions, error)
+    _reported.pop(name, None)
+    return info
+
+
+def stream_infos(log: Log) -> list[StreamInfo | Unreadable]:
+    """Every stream's info, a damaged one as ``Unreadable``: one damaged partition does not
+    hide the others (a stream gone since ``streams()`` is left out)."""
+    out: list[StreamInfo | Unreadable] = []
+    for name in sorted(log.streams()):
+        try:
+            out.append(info_or_damage(log, name))
+        except UnknownStream:
+            continue
+    return out
+
+
 @router.get("/streams", response_model=list[StreamSummary], summary="All streams")
 def list_streams(node: Node) -> list[dict]:
-    return [_summary(node, node.log.stream_info(name)) for name in sorted(node.log.streams())]
+    return [
+        _summary(node, x) if isinstance(x, StreamInfo) else _unreadable(node, x)
+        for x in stream_infos(node.log)
+    ]
+
+
+def _unreadable(node: NodeContext, x: Unreadable) -> dict:
+    out = {"name": x.name, "partitions": x.partitions, "records": None, "bytes": None}
+    out.update(durability=None, error=x.error)
+    if node.metrics is not None:
+        out.update(node.metrics.stream_activity(x.name))
+    return out
 
 
 @router.post(
@@ -306,7 +389,7 @@ def read_range(
 
 def consumer_rows(node: NodeContext, stream: str | None = None) -> list[ConsumerOut]:
     """Every saved consumer index (of ``stream``), with its lag behind the partition's end."""
-    infos: dict[str, StreamInfo] = {}
+    infos: dict[str, StreamInfo | Unreadable] = {}
     out = []
     for (client, name, partition), index in sorted(node.log.consumer_indexes().items()):
         if stream is not None and name != stream:
@@ -314,11 +397,11 @@ def consumer_rows(node: NodeContext, stream: str | None = None) -> list[Consumer
         if name not in infos:
             if not node.log.has_stream(name):
                 continue
-            infos[name] = node.log.stream_info(name)
-        parts = infos[name].partitions
-        if partition >= len(parts):
+            infos[name] = info_or_damage(node.log, name)
+        info = infos[name]
+        if partition >= (info.partitions if isinstance(info, Unreadable) else len(info.partitions)):
             continue
-        end = parts[partition].next_index
+        end = None if isinstance(info, Unreadable) else info.partitions[partition].next_index
         out.append(
             ConsumerOut(
                 client_id=client,
@@ -326,7 +409,7 @@ def consumer_rows(node: NodeContext, stream: str | None = None) -> list[Consumer
                 partition=partition,
                 index=index,
                 next_index=end,
-                lag=max(0, end - index),
+                lag=None if end is None else max(0, end - index),
                 owner=node.log.index_owner(client, name, partition=partition),
             )
         )

@@ -35,7 +35,8 @@ function useRates(streams, at) {
     let push = s.push_rate;
     if (push === null || push === undefined) {
       const before = prev.current.records[s.name];
-      push = dt > 0 && before !== undefined ? Math.max(0, (s.records - before) / dt) : null;
+      const known = s.records !== null && before !== undefined && before !== null;
+      push = dt > 0 && known ? Math.max(0, (s.records - before) / dt) : null;
     }
     rates[s.name] = { push, pull: s.pull_rate ?? null };
     hist.current[s.name] = [...(hist.current[s.name] || []), push || 0].slice(-HISTORY);
@@ -72,7 +73,9 @@ export function StreamsPage() {
             ${shown.map((s) => {
               const r = rates[s.name] || {};
               return html`<tr data-stream=${s.name}>
-                <td class="name"><a href=${href("/streams", { stream: s.name })}>${s.name}</a></td>
+                <td class="name"><a href=${href("/streams", { stream: s.name })}>${s.name}</a>${s.error
+                  ? html` <span class="error" data-testid="stream-error" title=${s.error}>unreadable</span>`
+                  : null}</td>
                 <td class="num">${s.partitions}</td>
                 <td class="num" data-testid="records">${fmtInt(s.records)}</td>
                 <td class="num">${fmtBytes(s.bytes)}</td>

@@ -1,0 +1,218 @@
+"""The node's HTTP server against requests built to hold or overload it, found from outside: a
+body framed two ways, a body that never comes or trickles, one client holding every
+connection, a large invalid body without the token. Each runs against a real node on loopback
+(or the app through ASGI), with timers scaled down and bounded sizes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from loglake.node import http_protocol
+from loglake.node.config import load_config
+from loglake.node.gate import MAX_BODY
+from loglake.node.runner import BackgroundNode
+from tests.node.test_gate import QUIET, asgi_post
+from tests.node.test_gate import app as app  # the fixture
+from tests.streams.test_hostile_clients import closed_by_server
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[tuple[BackgroundNode, int]]:
+    cfg = load_config(data={"data_dir": str(tmp_path), **QUIET}, env={})
+    with BackgroundNode(cfg, say=lambda _: None) as n:
+        yield n, int(n.url.rsplit(":", 1)[1])
+
+
+def head(path: str, *fields: str, token: str | None = None) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+    lines += [*fields, *([f"Authorization: Bearer {token}"] if token else [])]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def status_within(s: socket.socket, seconds: float) -> int | None:
+    """The status of the first answer on ``s`` if one comes within ``seconds``."""
+    s.settimeout(0.2)
+    got, deadline = b"", time.monotonic() + seconds
+    while b"\r\n" not in got and time.monotonic() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return int(got.split()[1]) if got.startswith(b"HTTP/1.1 ") else None
+
+
+# -- 1. a body framed by Transfer-Encoding beside a Content-Length -----------------------------
+
+
+def test_a_request_with_both_content_length_and_chunked_is_refused(node) -> None:
+    # Found from outside: `Content-Length: 5` and `Transfer-Encoding: chunked` to
+    # /console/login (no token): the gate took the 5 and stopped counting, h11 read the chunks,
+    # and 256 MiB were read whole (~1 GiB of RSS) and echoed back in the 422.
+    _, port = node
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head("/console/login", "Content-Length: 5", "Transfer-Encoding: chunked"))
+        s.sendall(b"%x\r\n" % MiB + b"a" * MiB + b"\r\n")
+        assert status_within(s, 10) == 400  # RFC 9112 §6.3: such a message is an error
+
+
+def test_the_gate_counts_the_bytes_that_arrive_not_the_declared_length(app: Any) -> None:
+    auth = (b"authorization", b"Bearer secret")
+    chunks = MAX_BODY // MiB + 8
+    status, taken = asgi_post(app, "/api/console/decode", [auth, (b"content-length", b"5")], chunks)
+    assert status == 413 and taken <= MAX_BODY + MiB, (status, taken)
+
+
+def test_a_request_that_needs_no_token_brings_a_small_body_only(app: Any) -> None:
+    # /console/login takes a code of at most 200 characters: without the token, nobody may make
+    # the node read (and json.loads on its event loop) 32 MiB
+    with TestClient(app) as anon:
+        big = json.dumps({"code": [0] * (MiB // 2)})
+        r = anon.post("/console/login", content=big, headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["error"]) == (413, "HTTPError")
+        assert len(r.content) < 1000
+        small = anon.post("/console/login", json={"code": "nope"})
+        assert small.status_code == 401  # a small one is still read, and the code refused
+    status, taken = asgi_post(app, "/console/login", [(b"content-type", b"application/json")], 8)
+    assert status == 413 and taken <= 2 * MiB, (status, taken)
+
+
+# -- 2. bodies that do not come, and one peer holding every connection -------------------------
+
+
+def test_a_body_that_stalls_or_trickles_is_answered_408_and_dropped(node, monkeypatch) -> None:
+    # Found from outside: a head with `Content-Length` and no body held its connection for good
+    # (the head's timer stops at the head); 512 of them, no token needed, locked out every client
+    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT", 1.0, raising=False)
+    n, port = node
+    token = n.node.token.value
+    socks = {
+        "login, no body": head("/console/login", "Content-Length: 100"),
+        "api with the token, no body": head("/api/streams", "Content-Length: 100", token=token),
+        "login, a byte at a time": head("/console/login", "Content-Length: 1000"),
+    }
+    opened = {k: socket.create_connection(("127.0.0.1", port)) for k in socks}
+    try:
+        for k, s in opened.items():
+            s.sendall(socks[k])
+        t0 = time.monotonic()
+        statuses: dict[str, int | None] = {}
+        while time.monotonic() - t0 < 6 and len(statuses) < len(opened):
+            opened["login, a byte at a time"].send(b" ")
+            for k, s in opened.items():
+                if k not in statuses:
+                    status = status_within(s, 0.1)
+                    if status is not None:
+                        statuses[k] = status
+            time.sleep(0.1)
+        assert statuses == {k: 408 for k in socks}, statuses
+        assert all(closed_by_server(s, 3) for s in opened.values())
+    finally:
+        for s in opened.values():
+            s.close()
+
+
+def test_a_body_that_keeps_coming_is_not_cut(node, monkeypatch) -> None:
+    # a slow link: a second for the head's body, and one more per MiB that arrives
+    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT", 1.0, raising=False)
+    n, port = node
+    body = json.dumps({"format": "sds", "records": ["AAAA" * 1000] * 500}).encode()  # ~2 MB
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head("/api/console/decode", f"Content-Length: {len(body)}", token=n.token))
+        step = 256 * 1024
+        for i in range(0, len(body), step):  # ~2 MiB over ~2 s: past BODY_TIMEOUT
+            s.sendall(body[i : i + step])
+            time.sleep(0.25)
+        assert status_within(s, 20) == 200
+
+
+def test_the_rest_of_an_answered_body_is_not_read_for_long(node, monkeypatch) -> None:
+    # the gate answers 401 (or 413) from the head; h11 then read the declared body to its end
+    # (any length, or an endless chunked one) before the connection could close
+    monkeypatch.setattr(http_protocol, "LINGER", 0.5, raising=False)
+    _, port = node
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head("/api/streams", f"Content-Length: {10 * MiB}"))
+        s.sendall(b" " * MiB)
+        assert status_within(s, 5) == 401
+        assert closed_by_server(s, 3)
+
+
+def test_a_connection_idle_after_an_answered_body_is_dropped(node, monkeypatch) -> None:
+    # uvicorn cancels its keep-alive timer at every byte: the body of a request answered from
+    # its head (401) cancelled it, and the connection, idle once that body was in, was held for
+    # good (found with the 256 MiB chunked body: no close 120 s after its 400)
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT", 0.5)
+    _, port = node
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(head("/api/streams", f"Content-Length: {MiB}"))
+        assert status_within(s, 5) == 401
+        s.sendall(b" " * MiB)
+        assert closed_by_server(s, 5)
+
+
+def test_one_peer_cannot_hold_every_connection(node, monkeypatch) -> None:
+    # Found from outside: 512 connections of one client (no token) took every place; with a
+    # descriptor limit of 1,024, 300 took the process's budget and the stream service's too
+    monkeypatch.setattr(http_protocol, "MAX_CONNECTIONS_PER_PEER", 3, raising=False)
+    n, port = node
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    extra = socket.create_connection(("127.0.0.1", port))
+    other = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0))
+    try:
+        assert closed_by_server(extra, 3)
+        assert not any(closed_by_server(s, 0.2) for s in (*held, other))
+        other.sendall(b"GET /api/node HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        other.sendall(f"Authorization: Bearer {n.token}\r\n\r\n".encode())
+        assert status_within(other, 10) == 200  # another address is served
+    finally:
+        for s in (*held, extra, other):
+            s.close()
+    with httpx.Client(timeout=30) as c:  # the places come back as they close
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                r = c.get(f"{n.url}/api/node", headers={"Authorization": f"Bearer {n.token}"})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert r.status_code == 200
+
+
+# -- 3. a validation error is cheap and does not echo the input --------------------------------
+
+
+def test_a_validation_error_names_the_field_and_does_not_echo_the_input(app: Any) -> None:
+    # Found from outside: FastAPI's 422 carries each error's whole input, run through
+    # jsonable_encoder on the event loop: 32 MiB of {"code": [0, 0, ...]} froze the node ~26 s
+    # (stream service included), and a 2 MB body got a 2 MB answer
+    with TestClient(app, headers={"Authorization": "Bearer secret"}) as c:
+        for name in ("x" * 2_000_000, [0] * 500_000, {"k": "v" * 1_000_000}):
+            t = time.monotonic()
+            r = c.post("/api/streams", json={"name": name, "partitions": 1})
+            assert r.status_code == 422, r.text[:200]
+            assert len(r.content) < 2000, len(r.content)
+            body = r.json()
+            assert body["error"] == "ValidationError" and body["message"].startswith("body.name")
+            (first,) = body["detail"]
+            assert first["loc"] == ["body", "name"] and first["msg"]
+            assert time.monotonic() - t < 10
+        r = c.post("/api/streams", json={"name": "ok", "partitions": "many"})
+        (first,) = r.json()["detail"]
+        assert (first["loc"], first["input"]) == (["body", "partitions"], "many")  # short: kept
