@@ -101,15 +101,17 @@ def _pread_range(path: str, start: int, end: int) -> bytes:
     """Bytes ``start..end`` of a file (fewer at its end), through ``fs``."""
     fd = fs.open(path, os.O_RDONLY)
     try:
-        return _pread_fd(fd, start, end)
+        return _pread_fd(fd, start, end, path)
     finally:
         fs.close(fd)
 
 
-def _pread_fd(fd: int, start: int, end: int) -> bytes:
+def _pread_fd(fd: int, start: int, end: int, path: str) -> bytes:
+    """Bytes ``start..end`` of ``path`` through its descriptor ``fd`` (an error names
+    ``path``: ``fs.pread_named``)."""
     out = bytearray()
     while start + len(out) < end:
-        chunk = fs.pread(fd, end - start - len(out), start + len(out))
+        chunk = fs.pread_named(fd, end - start - len(out), start + len(out), path)
         if not chunk:
             break
         out += chunk
@@ -366,7 +368,7 @@ class Segment:
         err: RecordDecodeError | None = None
         while st.st_size > self.size:
             start = self.size
-            buf = fs.pread(fd, min(want, st.st_size - start), start)
+            buf = fs.pread_named(fd, min(want, st.st_size - start), start, self.path)
             records, end, err = self._scan_checked_at(buf, start)
             if records:
                 self._adopt(records, end)
@@ -425,7 +427,7 @@ class Segment:
 
     def _rebuild_index(self) -> SparseIndex:
         fd = self._rfd  # a pinned segment may be unlinked already (retention): use its fd
-        buf = fs.read_file(self.path) if fd is None else _pread_fd(fd, 0, self.size)
+        buf = fs.read_file(self.path) if fd is None else _pread_fd(fd, 0, self.size, self.path)
         records, end, err = self._scan_checked(buf, 0)
         if err is not None:
             raise CorruptSegment(self.path, err.offset, err.reason)
@@ -651,7 +653,7 @@ class Segment:
             stop, chunk_end = positions[j], idx.indexes[j]
         else:
             stop, chunk_end = size, end
-        buf = fs.pread(self._read_fd(), stop - pos, pos) if stop > pos else b""
+        buf = fs.pread_named(self._read_fd(), stop - pos, pos, self.path) if stop > pos else b""
         if not buf or len(buf) != stop - pos:
             return chunk_end, None
         try:
@@ -739,7 +741,11 @@ class Segment:
             if n - off >= FRAME_HEAD.size:
                 need += unpack_frame(buf, off)[0]
             at = bpos + n
-            more = fs.pread(fd, min(max(READ_CHUNK, need), size - at), at) if at < size else b""
+            more = (
+                fs.pread_named(fd, min(max(READ_CHUNK, need), size - at), at, self.path)
+                if at < size
+                else b""
+            )
             if not more:
                 if first and suspect:
                     return None
