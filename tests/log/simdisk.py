@@ -102,8 +102,8 @@ SIMULATED = (
     "stat",
 )
 """Every primitive of ``loglake.log.fs`` this module replaces. The helpers built on them
-(``read_file``, ``write_all``, ``pwrite_all``, ``writev_all``, ``fsync_file``, ``fsync_dir``,
-``makedirs_durable``, ``replace_file_atomic``, ``create_exclusive``, ``lock_file``)
+(``read_file``, ``pread_named``, ``write_all``, ``pwrite_all``, ``writev_all``, ``fsync_file``,
+``fsync_dir``, ``makedirs_durable``, ``replace_file_atomic``, ``create_exclusive``, ``lock_file``)
 look them up at call time, so they run on the simulated disk unchanged. ``lock_file``'s
 ``flock`` is the real one, outside this module's lock (a blocking wait must not stop every
 other simulated call): the lock file is a real file, and ``restart`` closes the fds of the
@@ -111,6 +111,7 @@ dead process, which releases its locks as a process exit does."""
 
 HELPERS = {
     "read_file",
+    "pread_named",
     "write_all",
     "pwrite_all",
     "writev_all",

@@ -72,3 +72,30 @@ def test_an_absent_data_dir_is_an_error_not_an_empty_log(tmp_path, sub):
     res = run(sub, "--data-dir", tmp_path / "nonexistent")
     assert res.exit_code == 2
     assert "does not exist" in res.output
+
+
+@pytest.mark.parametrize(
+    "args", [["info"], ["read", "s"], ["verify"]], ids=["info", "read", "verify"]
+)
+def test_a_file_system_refusal_in_the_log_is_one_line_naming_the_path(data_dir, args):
+    """Found from outside: a segment that was a directory (``open`` of one succeeds, its first
+    read fails) printed ``Error: Is a directory``: an error of a read on a descriptor names no
+    file. The main command prints it as one line with the path."""
+    from loglake.cli import main
+
+    seg = sorted((data_dir / "streams" / "s" / "0").glob("*.seg"))[-1]
+    seg.unlink()
+    seg.mkdir()
+    res = CliRunner().invoke(main, ["log", *args, "--data-dir", str(data_dir)])
+    assert res.exit_code == 1
+    assert res.output == f"Error: Is a directory: {seg}\n"
+
+
+def test_a_read_error_of_a_segment_names_it(data_dir):
+    seg = sorted((data_dir / "streams" / "s" / "0").glob("*.seg"))[-1]
+    seg.unlink()
+    seg.mkdir()
+    for readonly in (True, False):
+        with pytest.raises(IsADirectoryError) as e, open_log(data_dir, readonly=readonly) as log:
+            log.read("s", 0)
+        assert e.value.filename == str(seg)

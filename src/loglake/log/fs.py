@@ -39,17 +39,31 @@ listdir = os.listdir
 stat = os.stat
 
 
+def pread_named(fd: int, n: int, offset: int, path: str | Path) -> bytes:
+    """``pread`` of ``fd``, the descriptor of ``path``, whose error names ``path``.
+
+    Why: an error of a call on a descriptor names no file. Found from outside: a segment that
+    was a directory made ``loglake log info`` print ``Error: Is a directory`` (``open`` of a
+    directory succeeds; its first read fails) — one line, but not which file."""
+    try:
+        return pread(fd, n, offset)
+    except OSError as e:
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
 def read_file(path: str | Path) -> bytes:
     """The whole file, through ``fs.open``/``fs.pread`` so a simulated disk can serve it."""
     fd = open(path, os.O_RDONLY)
     try:
         size = stat(path).st_size
-        first = pread(fd, size, 0)
+        first = pread_named(fd, size, 0, path)
         if len(first) == size:  # the usual case: no copy (a sealed segment is 64 MiB)
             return first
         out = bytearray(first)
         while first and len(out) < size:
-            chunk = pread(fd, size - len(out), len(out))
+            chunk = pread_named(fd, size - len(out), len(out), path)
             if not chunk:
                 break
             out += chunk

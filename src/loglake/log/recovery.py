@@ -47,15 +47,15 @@ def list_bases(p: Partition) -> list[int]:
 
 
 def open_partition(p: Partition) -> None:
+    if p.readonly:
+        p._reader_mark = watermark.read(p.dir)  # before the files: see ``follow_writer``
     bases = list_bases(p)
     if not bases and not p.readonly:
         fs.makedirs_durable(p.dir)
         Segment.create(p.dir, 0).close()
         p._fsync(lambda: fs.fsync_dir(p.dir))
         bases = [0]
-    if p.readonly:
-        p._reader_mark = watermark.read(p.dir)
-    else:
+    if not p.readonly:
         p._mark = watermark.MarkWriter(p.dir)
     for i, b in enumerate(bases[:-1]):
         p.segments.append(Segment.sealed(p.dir, b, bases[i + 1], p.readonly))
@@ -71,6 +71,8 @@ def open_partition(p: Partition) -> None:
             )
         )
     p.lake = visible_lake_files(list_lake_files(p.lake_dir))
+    if p.readonly and p._reader_mark is None:
+        p._reader_mark = watermark.read(p.dir)  # see ``follow_writer``
     if not p.readonly:
         # what recovery kept is now the acknowledged history: make it durable and say so
         # (nothing to do after a clean close: the watermark already says exactly this)
@@ -136,8 +138,21 @@ def drop_resurrected(p: Partition) -> None:
 
 
 def follow_writer(p: Partition) -> None:
-    """Readers only: follow the writer (new segments, new records, deleted files)."""
+    """Readers only: follow the writer (new segments, new records, deleted files).
+
+    The watermark is read first, then the files. Why: the active segment's records must reach
+    the watermark's bytes, or acknowledged data was lost (``CorruptSegment``, as the writer's
+    open says); the writer writes and fsyncs bytes before it publishes a watermark over them,
+    so bytes named by a watermark read earlier are in the file when it is read, while one read
+    after the segment could name bytes written since (a false alarm under a live writer).
+
+    The same earlier watermark caps what the reader shows (``Partition.visible_next``): it can
+    only show less than a later one would. Except when there was none yet: no watermark means
+    "show every whole record" (a data dir from before it existed), and a writer opening the
+    partition meanwhile publishes one before its first append, so the reader looks again after
+    the segments, as it always did; the records it found were there when that one was read."""
     with p._lock:
+        p._reader_mark = watermark.read(p.dir)
         bases = list_bases(p)
         known = {s.base: s for s in p.segments}
         segs: list[Segment] = []
@@ -147,11 +162,13 @@ def follow_writer(p: Partition) -> None:
             try:
                 if seg is None:
                     if last:
-                        seg = Segment.recover_active(p.dir, b, readonly=True)
+                        seg = Segment.recover_active(
+                            p.dir, b, readonly=True, durable_size=durable_size_of(p, b)
+                        )
                     else:
                         seg = Segment.sealed(p.dir, b, bases[i + 1], readonly=True)
                 elif last:
-                    seg.refresh_tail()
+                    seg = _refresh_active(p, seg)
                 elif not seg.is_sealed:
                     seg.close()
                     seg = Segment.sealed(p.dir, b, bases[i + 1], readonly=True)
@@ -163,7 +180,26 @@ def follow_writer(p: Partition) -> None:
         p.segments = segs
         drop_resurrected(p)
         p.lake = visible_lake_files(list_lake_files(p.lake_dir))
-        p._reader_mark = watermark.read(p.dir)
+        if p._reader_mark is None:
+            p._reader_mark = watermark.read(p.dir)
+
+
+def _refresh_active(p: Partition, seg: Segment) -> Segment:
+    """The reader's active segment with the records appended since the last look; damage
+    below the watermark is ``CorruptSegment``.
+
+    What this reader learned on earlier looks is trusted only while it agrees with the
+    watermark: an append that failed part way (a full disk) is cut off by the writer and its
+    indexes written again, so a reader that read its whole frames before the cut stops inside
+    the new ones. Before damage is reported the segment is read again as on a first look
+    (``recover_active``), which finds what the file holds now."""
+    durable = durable_size_of(p, seg.base)
+    try:
+        seg.refresh_tail(durable)
+    except CorruptSegment:
+        seg.close()  # (its read descriptor stays open while a read has it pinned)
+        return Segment.recover_active(p.dir, seg.base, readonly=True, durable_size=durable)
+    return seg
 
 
 def durable_size_of(p: Partition, base: int) -> int:

@@ -29,8 +29,10 @@ How a rewrite stays safe:
   writer's own encoder; the frame format is deterministic), so a repaired segment is the
   original file byte for byte.
 
-The active (newest) segment of a partition is not looked at here: it has no lake copy, and
-recovery on open handles its torn tail. ``SegmentLog.verify`` reads it.
+The active (newest) segment of a partition has no lake copy, and recovery on open handles its
+torn tail. Its bytes below the durable watermark are checked (read-only, as a reader does:
+``Segment.recover_active``) and damage there is listed as unrecoverable. Found from outside:
+``loglake log verify`` failed on such damage but listed nothing (``--json``: ``{"damage": []}``).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from loglake.log import fs
-from loglake.log.api import CorruptSegment, Entry, LogLocked, Record, ascii_digits
+from loglake.log import fs, watermark
+from loglake.log.api import CorruptSegment, CorruptStore, Entry, LogLocked, Record, ascii_digits
 from loglake.log.lake import (
     LakeFile,
     check_lake_file,
@@ -128,6 +130,11 @@ class _Partition:
     sealed: list[tuple[int, int]]
     """``(base, next_index)`` of every sealed segment (all but the newest)."""
     lake: list[LakeFile]
+    active: int | None = None
+    """The newest segment's first index (None: no segment)."""
+    mark: watermark.Mark | None = None
+    """The durable watermark, read before the segments were listed (``recovery.follow_writer``
+    says why that order)."""
 
     def seg_path(self, base: int) -> Path:
         return self.seg_dir / segment_name(base)
@@ -147,6 +154,10 @@ def _partitions(data_dir: Path) -> Iterator[_Partition]:
             if not ascii_digits(name) or not (sdir / name).is_dir():
                 continue
             p = int(name)
+            try:
+                mark = watermark.read(sdir / name)
+            except CorruptStore:
+                mark = None  # opening the log says so; the sealed history is checked still
             bases = _bases(sdir / name)
             lake_dir = lake_partition_dir(data_dir, stream, p)
             yield _Partition(
@@ -156,6 +167,8 @@ def _partitions(data_dir: Path) -> Iterator[_Partition]:
                 lake_dir,
                 list(itertools.pairwise(bases)),
                 visible_lake_files(list_lake_files(lake_dir)),
+                bases[-1] if bases else None,
+                mark,
             )
 
 
@@ -188,6 +201,31 @@ def _check_segment(part: _Partition, base: int, nxt: int) -> CorruptSegment | No
     return None
 
 
+def _check_active(part: _Partition) -> Damage | None:
+    """Damage below the watermark in the active segment (unrecoverable: it has no lake copy).
+    Past the watermark a bad frame is a torn tail, which the writer's open cuts."""
+    mark, base = part.mark, part.active
+    if mark is None or base is None or mark.base != base:
+        return None  # nothing of the newest segment is known fsynced
+    try:
+        Segment.recover_active(part.seg_dir, base, True, mark.size).close()
+    except CorruptSegment as e:
+        return Damage(
+            part.stream,
+            part.partition,
+            "segment",
+            e.path,
+            base,
+            mark.next_index - 1,
+            e.offset,
+            e.reason,
+            (),
+        )
+    except FileNotFoundError:
+        pass  # deleted since listed: retention rolled and removed it under a live writer
+    return None
+
+
 def _check_lake(lf: LakeFile) -> CorruptSegment | None:
     if not Path(lf.path).exists():
         return None  # removed since listed (compaction, lake retention)
@@ -216,6 +254,9 @@ def scan_damage(data_dir: Path | str, progress: Progress | None = None) -> Repor
     report = Report()
     parts = list(_partitions(data_dir))
     for part in parts:
+        active = _check_active(part)
+        if active is not None:
+            report.damage.append(active)
         bad_segs: dict[int, CorruptSegment] = {}
         bad_lake: dict[str, CorruptSegment] = {}
         for base, nxt in part.sealed:

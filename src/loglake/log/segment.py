@@ -101,15 +101,17 @@ def _pread_range(path: str, start: int, end: int) -> bytes:
     """Bytes ``start..end`` of a file (fewer at its end), through ``fs``."""
     fd = fs.open(path, os.O_RDONLY)
     try:
-        return _pread_fd(fd, start, end)
+        return _pread_fd(fd, start, end, path)
     finally:
         fs.close(fd)
 
 
-def _pread_fd(fd: int, start: int, end: int) -> bytes:
+def _pread_fd(fd: int, start: int, end: int, path: str) -> bytes:
+    """Bytes ``start..end`` of ``path`` through its descriptor ``fd`` (an error names
+    ``path``: ``fs.pread_named``)."""
     out = bytearray()
     while start + len(out) < end:
-        chunk = fs.pread(fd, end - start - len(out), start + len(out))
+        chunk = fs.pread_named(fd, end - start - len(out), start + len(out), path)
         if not chunk:
             break
         out += chunk
@@ -178,7 +180,8 @@ class Segment:
         ``durable_size`` is how many bytes of this segment an fsync is known to have covered
         (the partition's durable watermark, ``watermark.py``). A torn tail can only be what no
         fsync covered, so only bytes at or past it are cut. A bad record below it, or a file
-        shorter than it, lost acknowledged data: ``CorruptSegment`` (file, offset), nothing cut.
+        shorter than it, lost acknowledged data: ``CorruptSegment`` (file, offset), nothing cut,
+        for a reader as for the writer (``_check_durable``).
 
         The scan starts at the newest sparse-index entry below ``durable_size`` that points at
         a record with the entry's index (Kafka's recovery point; the index file is never
@@ -186,21 +189,16 @@ class Segment:
         one it starts at byte 0. Damage before that point is found when read."""
         seg = cls(directory, base, readonly)
         file_size = fs.stat(seg.path).st_size
-        trusted = None if readonly else durable_size
+        # (a reader with no watermark to go by starts at the newest entry: a full scan of a
+        # live segment on every look would cost what the watermark exists to save)
+        trusted = None if readonly and not durable_size else durable_size
         start_pos, start_index, idx = seg._resume_point(file_size, trusted)
         buf = _pread_range(seg.path, start_pos, file_size)
         seg.index = idx
         seg.size, seg.next_index = start_pos, start_index
         seg.max_ts_complete = start_pos == 0
         records, end, err = seg._scan_checked_at(buf, start_pos)
-        if not readonly and end < durable_size:
-            if err is not None and err.offset < durable_size:
-                raise CorruptSegment(
-                    seg.path, err.offset, f"{err.reason} (inside the {durable_size} fsynced bytes)"
-                )
-            raise CorruptSegment(
-                seg.path, end, f"segment ends before its {durable_size} fsynced bytes"
-            )
+        seg._check_durable(end, err, durable_size)
         seg._adopt(records, end)
         if err is not None and not readonly:
             at = end - start_pos
@@ -232,6 +230,29 @@ class Segment:
                 seg.close()  # an open that fails (a full disk) is retried: leak nothing
                 raise
         return seg
+
+    def _check_durable(self, end: int, err: RecordDecodeError | None, durable_size: int) -> None:
+        """``CorruptSegment`` (file, offset) when the records read end at ``end``, before the
+        ``durable_size`` bytes an fsync covered: a bad record there, or a file that ends there,
+        lost acknowledged data. The same rule for the writer's open and a reader's look.
+
+        Found from outside: a read-only view (``loglake log verify``, ``log read``, ``log
+        info``, the Spark source) used to stop at such a record as at a torn tail, so ``verify``
+        printed "ok, no damage found" over a lost range and a read past it returned nothing,
+        while the writer refused to open. A reader may apply it because the writer publishes
+        ``DURABLE`` only after the bytes it names are written and fsynced, and never cuts or
+        rewrites a byte below it; a reader that reads the watermark before the segment
+        (``recovery.follow_writer``) therefore finds them in the file, whatever the writer does
+        meanwhile: past the watermark, a torn or zero tail is still just where reading stops."""
+        if end >= durable_size:
+            return
+        if err is not None and err.offset < durable_size:
+            raise CorruptSegment(
+                self.path, err.offset, f"{err.reason} (inside the {durable_size} fsynced bytes)"
+            )
+        raise CorruptSegment(
+            self.path, end, f"segment ends before its {durable_size} fsynced bytes"
+        )
 
     def _rewrite(self, data: bytes, offset: int) -> None:
         """Write ``data`` (just read from the file) back at ``offset``, so that the next fsync
@@ -330,22 +351,24 @@ class Segment:
             self.next_index = records[-1].index + 1
         self.size = end
 
-    def refresh_tail(self) -> bool:
+    def refresh_tail(self, durable_size: int = 0) -> bool:
         """Readers only: pick up whole records a writer appended since the last look.
 
         Read a chunk at a time and stop at the first frame that is not whole and valid: the
         file may run on in zeros filled ahead of the records (a live writer's active
-        segment), which must not be read on every look."""
+        segment), which must not be read on every look. Stopping before ``durable_size`` (the
+        watermark, read before this look) is damage: ``CorruptSegment`` (``_check_durable``)."""
         try:
             st = fs.stat(self.path)
         except FileNotFoundError:
-            return False
+            return False  # deleted by the writer's retention: nothing more to find
         fd = self._read_fd()
         found = False
         want = READ_CHUNK
+        err: RecordDecodeError | None = None
         while st.st_size > self.size:
             start = self.size
-            buf = fs.pread(fd, min(want, st.st_size - start), start)
+            buf = fs.pread_named(fd, min(want, st.st_size - start), start, self.path)
             records, end, err = self._scan_checked_at(buf, start)
             if records:
                 self._adopt(records, end)
@@ -359,6 +382,7 @@ class Segment:
             at = end - start
             need = frame_length_at(buf, at) if len(buf) - at >= FRAME_HEAD.size else 0
             want = max(READ_CHUNK, need)
+        self._check_durable(self.size, err, durable_size)
         return found
 
     def _scan_checked_at(
@@ -403,7 +427,7 @@ class Segment:
 
     def _rebuild_index(self) -> SparseIndex:
         fd = self._rfd  # a pinned segment may be unlinked already (retention): use its fd
-        buf = fs.read_file(self.path) if fd is None else _pread_fd(fd, 0, self.size)
+        buf = fs.read_file(self.path) if fd is None else _pread_fd(fd, 0, self.size, self.path)
         records, end, err = self._scan_checked(buf, 0)
         if err is not None:
             raise CorruptSegment(self.path, err.offset, err.reason)
@@ -629,7 +653,7 @@ class Segment:
             stop, chunk_end = positions[j], idx.indexes[j]
         else:
             stop, chunk_end = size, end
-        buf = fs.pread(self._read_fd(), stop - pos, pos) if stop > pos else b""
+        buf = fs.pread_named(self._read_fd(), stop - pos, pos, self.path) if stop > pos else b""
         if not buf or len(buf) != stop - pos:
             return chunk_end, None
         try:
@@ -717,7 +741,11 @@ class Segment:
             if n - off >= FRAME_HEAD.size:
                 need += unpack_frame(buf, off)[0]
             at = bpos + n
-            more = fs.pread(fd, min(max(READ_CHUNK, need), size - at), at) if at < size else b""
+            more = (
+                fs.pread_named(fd, min(max(READ_CHUNK, need), size - at), at, self.path)
+                if at < size
+                else b""
+            )
             if not more:
                 if first and suspect:
                     return None
