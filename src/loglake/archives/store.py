@@ -308,12 +308,12 @@ class MessageStore:
         else:
             # a time's rows all go in the second statement, in their order: the store's order
             # (time, then rowid) is the one a plain insert gives
-            self.db.executemany(insert, [r for r in rows if r[0] not in seen])
+            self.db.executemany(insert, (r for r in rows if r[0] not in seen))
             self.db.executemany(
                 f"INSERT INTO messages (ts_ns, topic, raw, cap, {last}, dig)"
                 " SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS (SELECT 1 FROM messages"
                 " INDEXED BY messages_dig WHERE ts_ns = ?1 AND dig = ?6 AND raw = ?3)",
-                [(*r, _digest(r[2])) for r in rows if r[0] in seen],
+                ((*r, _digest(r[2])) for r in rows if r[0] in seen),  # not a list: memory
             )
         return int(self.db.total_changes() - before)
 
