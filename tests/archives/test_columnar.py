@@ -455,3 +455,37 @@ def test_a_spec_timestamp_before_1970_is_bad_on_every_path():
     with pytest.MonkeyPatch.context() as m:  # the numpy path, where no kernel was built
         m.setattr(columnar, "_waku", None)
         _agrees("spec", recs)
+
+
+def _with_nulls(recs: list[bytes], nulls: set[int], typ: pa.DataType) -> pa.Array:
+    """``recs`` as a ``typ`` column whose rows ``nulls`` are null, their slots still spanning
+    their record's bytes (Arrow allows a null any span; pyarrow's own nulls span none)."""
+    col = pa.array(recs, type=typ)
+    valid = pa.array([i not in nulls for i in range(len(recs))]).buffers()[1]
+    return pa.Array.from_buffers(typ, len(recs), [valid, *col.buffers()[1:]])
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["c", "numpy"])
+@pytest.mark.parametrize("typ", [pa.binary(), pa.large_binary()], ids=str)
+@pytest.mark.parametrize("layout_name", LAYOUTS)
+def test_a_null_record_is_a_bad_record_of_its_own_row(layout_name, typ, kernel, monkeypatch):
+    # Found from outside: a binary column with a null made decode_waku_batch raise a bare
+    # TypeError (decode_record(None)) for the whole batch; a bad record of its own row now, on
+    # every path, even where the null's slot spans a good record's bytes
+    if not kernel:
+        monkeypatch.setattr(columnar, "_waku", None)
+    layout = get_layout(layout_name)
+    recs = [_good(layout_name, i) for i in range(6)]
+    for col in (
+        _with_nulls(recs, {1, 4}, typ),
+        pa.array([None if i in (1, 4) else r for i, r in enumerate(recs)], type=typ),
+    ):
+        ts, topics, cap, bads = decode_waku_batch(layout_name, col)
+        assert bads == [columnar.NULL_RECORD if i in (1, 4) else None for i in range(6)]
+        got = topics.to_pylist()
+        for i, raw in enumerate(recs):
+            m = layout.decode_record(raw)
+            want = (0, None, 0) if i in (1, 4) else (m[0], m[1], m[3])
+            assert (int(ts[i]), got[i], int(cap[i])) == want, i
+    only = pa.array([None, None], type=typ)
+    assert decode_waku_batch(layout_name, only)[3] == [columnar.NULL_RECORD] * 2

@@ -266,6 +266,10 @@ class Fetcher:
         # the torrent is the seeder's: its fault, not the caller's configuration
         raise CorruptIndex(f"torrent has no {name!r} file (malformed archive torrent)")
 
+    def piece_length(self) -> int:
+        """The torrent's own piece length (the seeder's choice, not necessarily the layout's)."""
+        return int(self._info().piece_length())
+
     def pieces_of(self, offset: int, size: int) -> range:
         p = self._info().piece_length()
         return range(offset // p, (offset + size + p - 1) // p)
@@ -281,6 +285,13 @@ class Fetcher:
         h = self._handle()
         want = sorted(set(pieces))
         info = self._info()
+        if want and (want[0] < 0 or want[-1] >= info.num_pieces()):
+            # libtorrent raises a bare IndexError for a piece past the end; the pieces asked
+            # for come from the seeder's index, so it is the seeder's fault
+            raise CorruptIndex(
+                f"piece {want[-1] if want[-1] >= 0 else want[0]} asked for, the torrent has "
+                f"{info.num_pieces()}"
+            )
         fetch = sum(info.piece_size(i) for i in want if not h.have_piece(i))
         expected = h.status().total_payload_download + fetch
         for i in want:

@@ -30,6 +30,23 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+NULL_RECORD = "record is null (a null in the column), not a WakuMessage"
+"""The error of a null record. Found from outside: a null reached ``decode_record`` and was
+a bare ``TypeError`` ("expected bytes, NoneType found") that stopped the whole batch, where any
+other record the layout does not take is a ``BadRecord`` of its own row."""
+
+
+def _nullable(decode: Callable[[bytes], Any]) -> Callable[[bytes | None], Any]:
+    """``decode``, with a null record a ``BadRecord`` (``NULL_RECORD``)."""
+
+    def decode_or_null(raw: bytes | None) -> Any:
+        if raw is None:
+            raise BadRecord(NULL_RECORD)
+        return decode(raw)
+
+    return decode_or_null
+
+
 def decode_all(decode: Callable[[bytes], Any], raws: list[bytes]) -> tuple[list[Any], list[Any]]:
     """``decode`` of every record (the layout's ``decode_record``): a fast path for batches
     without a bad record; otherwise each bad one becomes ``(0, None, raw, 0)`` with its error
@@ -161,19 +178,23 @@ def decode_waku_batch(
     another string field, a missing spec timestamp, an over-long varint, bad UTF-8...) goes
     through ``decode_record`` itself, so the result is the layout's, record for record. The
     topics come dictionary-encoded where the C kernel could (``_topic_codes``), else plain:
-    the same values either way."""
+    the same values either way. A null is a bad record (``NULL_RECORD``) on every path: the
+    fast one reads a null's slot (whatever bytes its offsets span) and does not vouch for
+    it, so the C kernel and numpy agree on it as on any record."""
     import pyarrow as pa
 
     f = _waku_fields(layout_name)
     layout = get_layout(layout_name)
     topic_type = pa.string() if f.topic_utf8 else pa.binary()
     n = len(column)
-    if column.type != pa.binary() or column.null_count:
+    if column.type != pa.binary():
         return _decode_slow(layout, column.to_pylist(), topic_type)
     bufs = column.buffers()
     offs = np.frombuffer(bufs[1], dtype=np.int32, count=column.offset + n + 1)[column.offset :]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     ok, cols = _read_fields(f, data, offs)
+    if column.null_count:
+        ok &= column.is_valid().to_numpy(zero_copy_only=False)
     for num in f.strings:
         if num in cols.seen:
             ok &= ~cols.seen[num]
@@ -203,10 +224,11 @@ def decode_waku_batch(
         return ts, topics, cap, []
     bads: list[str | None] = [None] * n
     topic_list = topics.to_pylist()
+    decode = _nullable(layout.decode_record)
     for i in slow.tolist():
         raw = column[i].as_py()
         try:
-            msg = layout.decode_record(raw)
+            msg = decode(raw)
         except BadRecord as e:
             bads[i] = str(e)
             ts[i], cap[i], topic_list[i] = 0, 0, None
@@ -446,7 +468,7 @@ def _decode_slow(
     """``decode_waku_batch`` record by record (a column that is not plain binary)."""
     import pyarrow as pa
 
-    msgs, bads = decode_all(layout.decode_record, raws)
+    msgs, bads = decode_all(_nullable(layout.decode_record), raws)
     return (
         np.fromiter((m[0] for m in msgs), dtype=np.int64, count=len(msgs)),
         pa.array([m[1] for m in msgs], type=topic_type),

@@ -70,13 +70,29 @@ MAX_ARCHIVE_SIZE = 30_000_000
 MAX_FETCHED_ARCHIVE_BYTES = 128 * 1024 * 1024
 """The largest archive a member fetches by default (``fetch_archives``' ``max_archive_bytes``,
 ``--max-archive-bytes``). Neither the spec nor status-go's member bounds it, and a member reads
-an archive whole into memory to verify and decode it (about 3 times its size at the peak): an
-index naming one archive of 100 GB, within a torrent's ``data``, took the member's disk and
-then its memory. status-go's builder caps an archive's payload + signatures at
+an archive whole into memory to verify and decode it: an index naming one archive of 100 GB,
+within a torrent's ``data``, took the member's disk and then its memory. What an archive costs
+at the peak (read, parsed by protobuf, decoded, hydrated): about ``3 x`` its bytes plus
+``MEMBER_PEAK_BYTES_PER_MESSAGE`` a message, so it depends on the messages' size. Measured
+(8 MiB archives): 3.2-3.5x for messages of 300 bytes or more, 6x for status-go's signed empty
+messages, 12.5x for spec messages of an empty payload, 58-66x for the smallest records a
+control node can put in an archive (4 framed bytes, a timestamp only), so a hostile archive at
+the default bound could take about 10 GB (it was documented as "about 3 times", found from
+outside). A member that must stay under M bytes whatever the control node sends sets
+``--max-archive-bytes`` to M / 80 (12.8 MiB for 1 GiB). The default is not that low, as it
+would refuse status-go's own archives: its builder caps an archive's payload + signatures at
 ``MAX_ARCHIVE_SIZE``, so its archives of signed messages (65-byte ``sig``) stay below 81 MiB even
-of empty payloads (461,538 messages of 183 framed bytes with ``hash`` and ``thirdPartyId``); the
-spec layout has one archive a week, whatever its size: 128 MiB holds a week of about 400,000
-messages of 300 bytes. A busier community's member raises it."""
+of empty payloads (461,538 messages of 183 framed bytes with ``hash`` and ``thirdPartyId``; 3.5-6x
+at the peak, under 0.5 GB); the spec layout has one archive a week, whatever its size: 128 MiB
+holds a week of about 400,000 messages of 300 bytes. A busier community's member raises it.
+Bounding the peak itself (walking the archive's records and hydrating them in chunks, rather
+than parsing it whole) is not done yet."""
+
+MEMBER_PEAK_BYTES_PER_MESSAGE = 300
+"""A member's peak memory per message of an archive it hydrates, beyond ``3 x`` the archive's
+bytes (``MAX_FETCHED_ARCHIVE_BYTES``): protobuf's parsed ``WakuMessage``, the record written
+again, its ``DecodedMessage`` and its store row, held at once (measured 230-270 bytes, both
+layouts; ``tests/archives/test_fetch_hostile.py`` holds the bound)."""
 
 STATUS_GO_TRACKERS = (
     "udp://tracker.opentrackr.org:1337/announce",
