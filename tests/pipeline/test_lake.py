@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -131,3 +133,60 @@ def test_a_damaged_page_whose_footer_is_whole_is_corrupt_segment_naming_it(tmp_p
     opts = parse_options({"data_dir": str(tmp_path), "stream": "s"})
     with pytest.raises(CorruptSegment, match=bad.name):  # the loglake source, cardinal-blocks
         list(read_range(opts, RangeSplit(0, 0, 20)))
+
+
+def _rewrite_rows(path: pathlib.Path, how: str) -> None:
+    """A lake file rewritten whole (schema, page checksums and all) with rows that do not
+    match its name: what the footer-only checks let through."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    n = t.num_rows
+    at = t.schema.get_field_index("index")
+    if how == "fewer":
+        t = t.slice(0, n // 2)
+    elif how == "twice":
+        t = pa.concat_tables([t, t])
+    elif how == "shifted":
+        t = t.set_column(at, t.schema.field("index"), pc.add(t["index"], 1000))
+    elif how == "reversed":
+        t = t.take(list(range(n - 1, -1, -1)))
+    elif how == "swapped":  # one row in place of another: same count, same bounds
+        t = t.take([0, 1, 1, *range(3, n)])
+    elif how == "null":
+        schema = pa.schema([f.with_nullable(True) for f in t.schema])
+        idx = t["index"].to_pylist()
+        idx[3] = None
+        t = t.cast(schema).set_column(at, schema.field("index"), pa.array(idx, pa.int64()))
+    pq.write_table(t, path, write_page_checksum=True)
+
+
+@pytest.mark.parametrize("how", ["fewer", "twice", "shifted", "reversed", "swapped", "null"])
+def test_a_lake_file_whose_rows_do_not_match_its_name_is_corrupt_segment(tmp_path, how):
+    """Found from outside: a lake file under its name holding half its rows, each row twice,
+    other indexes, its rows in another order or a null index was read as it was by every
+    reader the jobs use (only the storage engine's own ``check_lake_file`` refused it):
+    ``sds-audit`` and ``archives-build`` reported success over lost or duplicated records,
+    ``compact`` wrote the damage into its output and deleted the sources, the ``loglake``
+    source skipped or repeated indexes. Now each is ``CorruptSegment`` naming the file."""
+    from loglake.pipeline.datasource import RangeSplit, read_range
+    from loglake.pipeline.options import parse_options
+    from loglake.pipeline.units import Unit, read_unit_columns, read_unit_pieces
+
+    write_lake(tmp_path, "s", 0, 0, 9)
+    bad = write_lake(tmp_path, "s", 0, 10, 19)
+    _rewrite_rows(bad, how)
+    unit = Unit("s", str(bad), 10, 20)
+    for lo in (10, 12):  # the protocol jobs' reader (pipeline/units.py): whole file, a range
+        with pytest.raises(CorruptSegment, match=bad.name):
+            list(read_unit_columns(str(tmp_path), unit, lo=lo))
+    with pytest.raises(CorruptSegment, match=bad.name):  # archives-build's and sds-audit's
+        list(read_unit_pieces(str(tmp_path), unit, ["index", "data"], 4, 2))
+    opts = parse_options({"data_dir": str(tmp_path), "stream": "s"})
+    with pytest.raises(CorruptSegment, match=bad.name):  # the loglake source, cardinal-blocks
+        list(read_range(opts, RangeSplit(0, 0, 20)))
+    if how in ("fewer", "twice", "shifted", "null"):  # Spark's reader and compact: the footer
+        with pytest.raises(CorruptSegment, match=bad.name):
+            lake_file_rows(bad)

@@ -333,6 +333,64 @@ def check_lake_schema(
         )
 
 
+def check_lake_footer(path: str | Path, meta: pq.FileMetaData) -> None:
+    """``CorruptSegment`` naming the file unless its footer agrees with its name
+    (``first-last.parquet``): ``last - first + 1`` rows, and where the row groups carry
+    statistics of ``index``, none null and ``first``..``last`` their bounds. A file whose name
+    is not a lake file's is not judged here.
+
+    Why: the Spark jobs read a lake file whole or hand it to Spark's reader, trusting its name;
+    found from outside, a file under a lake name holding half its rows, or each row twice, was
+    read as it was: ``sds-audit`` and ``archives-build`` reported success over lost or
+    duplicated records, and ``compact`` wrote the damage into its output and deleted the
+    sources. The footer is read anyway; the rows' order is checked where they are read
+    (``pipeline.units``, ``pipeline.datasource``)."""
+    named = parse_lake_file_name(Path(path).name)
+    if named is None:
+        return
+    first, last = named
+    if meta.num_rows != last - first + 1:
+        raise CorruptSegment(
+            str(path), 0, f"{meta.num_rows} rows where its name says {first}..{last}"
+        )
+    lo = hi = None
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        col = next(
+            (rg.column(i) for i in range(rg.num_columns) if rg.column(i).path_in_schema == "index"),
+            None,
+        )
+        st = None if col is None else col.statistics
+        if st is not None and st.has_null_count and st.null_count:
+            raise CorruptSegment(str(path), 0, "index column holds nulls")
+        if st is None or not st.has_min_max:
+            return  # no statistics to go by: the readers check the rows themselves
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+    if meta.num_rows and (lo, hi) != (first, last):
+        raise CorruptSegment(
+            str(path), 0, f"index column spans {lo}..{hi} where its name says {first}..{last}"
+        )
+
+
+def check_index_run(path: str | Path, index: pa.Array | pa.ChunkedArray, expect: int) -> int:
+    """``CorruptSegment`` naming the file unless ``index`` is ``expect``, ``expect + 1``, …
+    (a lake file's rows, read in order); returns the index after them. Why: see
+    ``check_lake_footer`` (a file with its rows in another order, or one row in place of
+    another, passes the footer)."""
+    n = len(index)
+    if not n:
+        return expect
+    if index.null_count:
+        raise CorruptSegment(str(path), 0, "index column holds nulls")
+    got = np.asarray(index.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if got[0] != expect or (n > 1 and not (np.diff(got) == 1).all()):
+        raise CorruptSegment(
+            str(path), 0, f"index column is not {expect}..{expect + n - 1} in order"
+        )
+    return expect + n
+
+
 def _nullable(t: pa.DataType) -> pa.DataType:
     """``t`` with every nested field nullable: types compared by shape alone."""
     if pa.types.is_struct(t):

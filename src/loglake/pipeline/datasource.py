@@ -26,6 +26,7 @@ needs ``spark.sql.python.filterPushdown.enabled``, which ``register`` sets), ``p
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -63,8 +64,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from loglake.log.lake import LakeFile, typed_lake_errors
-from loglake.log.lake_schema import LAKE_SCHEMA
+from loglake.log.api import CorruptSegment
+from loglake.log.lake import LakeFile, check_index_run, typed_lake_errors
+from loglake.log.lake_schema import LAKE_SCHEMA, parse_lake_file_name
 from loglake.pipeline.errors import (
     BadOption,
     LiveHistoryGone,
@@ -176,6 +178,11 @@ def _read_lake_file(path: str, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
             filters=[("index", ">=", lo), ("index", "<", hi)],
             page_checksum_verification=True,
         )
+    named = parse_lake_file_name(os.path.basename(path))
+    if named is not None:  # the rows themselves agree with the name (``check_lake_footer``)
+        start, end = max(lo, named[0]), min(hi, named[1] + 1)
+        if check_index_run(path, table.column("index"), start) != end:
+            raise CorruptSegment(path, 0, f"index column does not hold {start}..{end - 1}")
     yield from table.to_batches(max_chunksize=8192)
 
 

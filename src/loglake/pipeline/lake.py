@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from loglake.log import lake as log_lake
 from loglake.log.api import CorruptStore, ascii_digits
-from loglake.log.lake import LakeFile, check_lake_schema, typed_lake_errors
+from loglake.log.lake import LakeFile, check_lake_footer, check_lake_schema, typed_lake_errors
 from loglake.log.lake_schema import (
     LAKE_DIR,
     lake_partition_dir,
@@ -152,11 +152,13 @@ def visible_lake_files(data_dir: Path | str, stream: str, partition: int) -> lis
 
 def lake_file_rows(path: str | Path) -> int:
     """Rows of the lake file at ``path``, from its footer, once it is checked to be one
-    (``check_lake_schema``); a truncated or non-Parquet file is ``CorruptSegment`` naming it,
-    as the storage engine's own reads say, not a pyarrow or JVM trace."""
+    (``check_lake_schema``, ``check_lake_footer``); a truncated or non-Parquet file is
+    ``CorruptSegment`` naming it, as the storage engine's own reads say, not a pyarrow or JVM
+    trace."""
     with typed_lake_errors(path):
         pf = pq.ParquetFile(path)
     check_lake_schema(path, pf.schema_arrow)
+    check_lake_footer(path, pf.metadata)  # its rows agree with its name
     return int(pf.metadata.num_rows)
 
 

@@ -27,13 +27,16 @@ that ``job compact`` removed after the plan is read from what covers it now
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loglake.log.lake import check_lake_schema
+from loglake.log.api import CorruptSegment
+from loglake.log.lake import check_index_run, check_lake_footer, check_lake_schema
+from loglake.log.lake_schema import parse_lake_file_name
 from loglake.pipeline.errors import BadOption, JobFailed
 from loglake.pipeline.lake import plan_partition, subtract, visible_lake_files
 from loglake.pipeline.livelog import NatsSource
@@ -256,6 +259,7 @@ def _open_lake_file(path: str, columns: list[str], verify: bool = True) -> pq.Pa
         # whose footer is whole is ``CorruptSegment`` too, not other rows
         f = pq.ParquetFile(path, page_checksum_verification=verify)
     check_lake_schema(path, f.schema_arrow, [*columns, "index"])
+    check_lake_footer(path, f.metadata)
     return f
 
 
@@ -270,18 +274,29 @@ def _lake_file_batches(
     Spark task is one core's work already, and waking a pool thread per row group showed in
     the scan's profile (``pthread_cond_signal``, a fifth of its main thread's samples)."""
     f = _open_lake_file(path, columns, verify)
+    named = parse_lake_file_name(os.path.basename(path))
     return _typed_batches(
-        path, f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+        path,
+        f.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False),
+        named[0] if named is not None and "index" in columns else None,
     )
 
 
-def _typed_batches(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _typed_batches(
+    path: str, batches: Iterator[pa.RecordBatch], first: int | None = None
+) -> Iterator[pa.RecordBatch]:
     """``batches`` of the lake file at ``path``, a damaged page among them ``CorruptSegment``
-    naming the file (pyarrow reads a row group's pages when its batches are asked for)."""
+    naming the file (pyarrow reads a row group's pages when its batches are asked for), and
+    so is an ``index`` column that is not ``first``, ``first + 1``, … (``check_index_run``:
+    the footer agreed with the name, the rows may still not)."""
     from loglake.log.lake import typed_lake_errors
 
     with typed_lake_errors(path):
-        yield from batches
+        expect = first
+        for b in batches:
+            if expect is not None:
+                expect = check_index_run(path, b.column("index"), expect)
+            yield b
 
 
 def _read_lake_file(
@@ -298,6 +313,8 @@ def _read_lake_file(
     at = f.schema_arrow.get_field_index("index")
     want = columns if "index" in columns else [*columns, "index"]
     out = []
+    named = parse_lake_file_name(os.path.basename(path))
+    expect = max(lo, named[0]) if named is not None else None
     for g in range(f.metadata.num_row_groups):
         stats = f.metadata.row_group(g).column(at).statistics
         if stats is not None and stats.has_min_max and (stats.max < lo or stats.min >= hi):
@@ -308,7 +325,11 @@ def _read_lake_file(
         keep = (idx >= lo) & (idx < hi)
         if not keep.all():
             t = t.filter(keep)
+        if expect is not None:
+            expect = check_index_run(path, t.column("index"), expect)
         out.append(t.select(columns))
+    if named is not None and expect != min(hi, named[1] + 1):  # a row group pruned wrongly
+        raise CorruptSegment(path, 0, f"index column does not hold {lo}..{hi - 1}")
     return out
 
 
