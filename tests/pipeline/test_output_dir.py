@@ -40,6 +40,12 @@ def run_job(dest: Path) -> None:
         write_tree(stage, NEW)  # as Spark or pyarrow write: not through fs, never fsynced
 
 
+def _beside(folder: Path) -> list[str]:
+    """What is in ``folder`` but the empty file of ``staged_output``'s lock (which stays:
+    removing it would let two jobs lock two files of one name)."""
+    return sorted(n for n in os.listdir(folder) if not n.endswith(output_dir.LOCK_TAG))
+
+
 def test_the_new_output_replaces_the_old_and_nothing_is_left_beside_it(tmp_path):
     dest = tmp_path / "out"
     run_job(dest)
@@ -47,7 +53,24 @@ def test_the_new_output_replaces_the_old_and_nothing_is_left_beside_it(tmp_path)
     write_tree(dest, OLD)
     run_job(dest)
     assert read_tree(dest) == NEW
-    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert sorted(os.listdir(tmp_path)) == [".out.lock", "out"]  # the lock's empty file stays
+
+
+def test_a_second_job_on_the_same_output_fails_and_touches_nothing(tmp_path):
+    """Found from outside: two sds-audit runs on one --out, 4 s apart; the second's recovery
+    removed the staging folder the first was writing (which then failed on a vanished file of
+    its own, and could have committed a partly deleted output). Now the second fails at once
+    with ``JobFailed``, and the first commits whole."""
+    from loglake.pipeline.errors import JobFailed
+
+    dest = tmp_path / "out"
+    with staged_output(dest) as stage:
+        write_tree(stage, NEW)
+        with pytest.raises(JobFailed, match="another job is writing"), staged_output(dest):
+            pass
+        assert read_tree(stage) == NEW
+    assert read_tree(dest) == NEW
+    run_job(dest)  # the lock was let go
 
 
 def test_a_failing_job_leaves_the_old_output(tmp_path):
@@ -57,7 +80,7 @@ def test_a_failing_job_leaves_the_old_output(tmp_path):
         write_tree(stage, {"part-0.parquet": b"half"})
         raise RuntimeError("the Spark job failed")
     assert read_tree(dest) == OLD
-    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert _beside(tmp_path) == ["out"]
 
 
 def _killed_after(tmp_path: Path, n: int, exchange: bool) -> bool:
@@ -108,7 +131,7 @@ def test_killed_after_any_call_the_output_is_old_or_new(tmp_path, exchange):
         got = read_tree(case / "out")
         assert got in (OLD, NEW), f"killed after call {n}"
         seen.add("new" if got == NEW else "old")
-        assert sorted(os.listdir(case)) == ["out"]
+        assert _beside(case) == ["out"]
         run_job(case / "out")  # and the next run commits as usual
         assert read_tree(case / "out") == NEW
         if not killed:
@@ -170,7 +193,7 @@ def test_files_that_are_not_the_jobs_are_carried_over(tmp_path):
         write_tree(st, {**NEW, "summary.json": b'{"new": 1}'})
     got = read_tree(dest)
     assert got == {**NEW, "summary.json": b'{"new": 1}', "notes.txt": b"mine", "mine/a.txt": b"a"}
-    assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert _beside(tmp_path) == ["out"]
 
 
 def test_a_finished_output_part_is_handed_to_the_disk_before_its_rename(tmp_path, monkeypatch):

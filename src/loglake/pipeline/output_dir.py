@@ -38,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from loglake.log import fs
+from loglake.pipeline.errors import JobFailed
 
 STAGING_TAG = ".staging-"
 OLD_TAG = ".old-"
+LOCK_TAG = ".lock"  # ``.<dest>.lock``, beside it: ``staged_output``'s one job at a time
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _NO_EXCHANGE = frozenset({errno.EINVAL, errno.ENOSYS, errno.ENOTSUP})
@@ -166,23 +168,35 @@ def _link(src: Path, dst: Path) -> None:
 def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
     """A fresh staging folder beside ``dest`` to write the job's output into; on a normal exit
     it replaces ``dest`` (``commit_dir``), on an exception it is removed and ``dest`` is left
-    as it was. What a crashed earlier run left is cleared first (``recover_dir``).
+    as it was. What a crashed earlier run left is cleared first (``recover_dir``). One job at a
+    time writes ``dest`` (an ``flock`` beside it); another fails at once with ``JobFailed``.
 
     ``keep``: which names in ``dest`` are not the job's (carried over, ``carry_over``); by
     default the job owns the whole folder."""
     dest = Path(dest).absolute()
     fs.makedirs_durable(dest.parent)
-    recover_dir(dest)
-    stage = dest.parent / f".{dest.name}{STAGING_TAG}{secrets.token_hex(4)}"
-    fs.mkdir(stage)
     try:
-        yield stage
-        if keep is not None:
-            carry_over(dest, stage, keep)
-    except BaseException:
-        remove_tree(stage)
-        raise
-    commit_dir(stage, dest)
+        # one job per output folder: the next one's recover_dir removed the staging folder of
+        # a run still writing it (found from outside: two sds-audit runs on one --out, 4 s
+        # apart; the first failed on a file of its own that had vanished, and between its
+        # rename and the other's removal it could have committed a partly deleted output)
+        lock = fs.lock_file(dest.parent / f".{dest.name}{LOCK_TAG}")
+    except fs.LockHeld:
+        raise JobFailed(f"another job is writing {dest}: wait for it to end") from None
+    try:
+        recover_dir(dest)
+        stage = dest.parent / f".{dest.name}{STAGING_TAG}{secrets.token_hex(4)}"
+        fs.mkdir(stage)
+        try:
+            yield stage
+            if keep is not None:
+                carry_over(dest, stage, keep)
+        except BaseException:
+            remove_tree(stage)
+            raise
+        commit_dir(stage, dest)
+    finally:
+        fs.close(lock)
 
 
 def write_part(
