@@ -257,3 +257,16 @@ def test_a_part_the_hint_cannot_open_is_still_written(tmp_path, monkeypatch):
     table = pa.table({"x": [1, 2, 3]})
     path, rows = output_dir.write_part(str(tmp_path), "p.parquet", table.schema, table.to_batches())
     assert rows == 3 and pq.read_table(path).equals(table)
+
+
+def test_the_output_lock_is_one_job_at_a_time_and_let_go_at_the_end(tmp_path):
+    """``cardinal-blocks`` holds it for its whole run (found from outside: a second run on the
+    same --out failed with ~100 lines of Spark's SparkConcurrentModificationException)."""
+    from loglake.pipeline.errors import JobFailed
+
+    dest = tmp_path / "deep" / "out"
+    busy = pytest.raises(JobFailed, match="another job is writing")
+    with output_dir.output_lock(dest), busy, output_dir.output_lock(dest):
+        pass
+    with output_dir.output_lock(dest):
+        pass

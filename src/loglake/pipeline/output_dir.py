@@ -174,16 +174,11 @@ def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -
     ``keep``: which names in ``dest`` are not the job's (carried over, ``carry_over``); by
     default the job owns the whole folder."""
     dest = Path(dest).absolute()
-    fs.makedirs_durable(dest.parent)
-    try:
-        # one job per output folder: the next one's recover_dir removed the staging folder of
-        # a run still writing it (found from outside: two sds-audit runs on one --out, 4 s
-        # apart; the first failed on a file of its own that had vanished, and between its
-        # rename and the other's removal it could have committed a partly deleted output)
-        lock = fs.lock_file(dest.parent / f".{dest.name}{LOCK_TAG}")
-    except fs.LockHeld:
-        raise JobFailed(f"another job is writing {dest}: wait for it to end") from None
-    try:
+    # one job per output folder: the next one's recover_dir removed the staging folder of a
+    # run still writing it (found from outside: two sds-audit runs on one --out, 4 s apart;
+    # the first failed on a file of its own that had vanished, and between its rename and the
+    # other's removal it could have committed a partly deleted output)
+    with output_lock(dest):
         recover_dir(dest)
         stage = dest.parent / f".{dest.name}{STAGING_TAG}{secrets.token_hex(4)}"
         fs.mkdir(stage)
@@ -195,6 +190,22 @@ def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -
             remove_tree(stage)
             raise
         commit_dir(stage, dest)
+
+
+@contextlib.contextmanager
+def output_lock(dest: Path | str) -> Iterator[None]:
+    """One job at a time writes the folder ``dest``: an ``flock`` on ``.<dest>.lock`` beside
+    it (its parent made first), held until the block ends; another job fails at once with
+    ``JobFailed``. The empty file stays (removing it would let two jobs lock two files of one
+    name)."""
+    dest = Path(dest).absolute()
+    fs.makedirs_durable(dest.parent)
+    try:
+        lock = fs.lock_file(dest.parent / f".{dest.name}{LOCK_TAG}")
+    except fs.LockHeld:
+        raise JobFailed(f"another job is writing {dest}: wait for it to end") from None
+    try:
+        yield
     finally:
         fs.close(lock)
 

@@ -869,16 +869,21 @@ def run(
 ) -> JobSummary:
     """Validate, run to the end (``availableNow``) or until ``timeout``/interrupted (``follow``),
     and summarise every micro-batch written so far."""
+    from loglake.pipeline.output_dir import output_lock
+
     opts = opts.validate()
-    q = build_query(spark, opts)
-    try:
-        if timeout is None:
-            q.awaitTermination()
-        else:
-            q.awaitTermination(max(1, math.ceil(timeout)))  # whole seconds
-    finally:
-        if q.isActive:
-            q.stop()
+    # one job per --out: found from outside, a second run on the same --out failed with ~100
+    # lines of Spark's SparkConcurrentModificationException (two queries on one checkpoint)
+    with output_lock(opts.out_dir):
+        q = build_query(spark, opts)
+        try:
+            if timeout is None:
+                q.awaitTermination()
+            else:
+                q.awaitTermination(max(1, math.ceil(timeout)))  # whole seconds
+        finally:
+            if q.isActive:
+                q.stop()
     exc = q.exception()
     if exc is not None:
         from loglake.pipeline.errors import JobFailed
