@@ -80,6 +80,7 @@ class Partition:
         readonly: bool,
         sealer: Sealer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sweep_lake_temps: bool = True,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -122,6 +123,11 @@ class Partition:
         self._mark_synced_at = 0.0
         self._reader_mark: watermark.Mark | None = None
         """Readers: the writer's durable watermark as last read (``refresh``)."""
+        self.sweep_lake_temps = sweep_lake_temps
+        """The writer's open removes the lake folder's ``.tmp-`` files: True only where no
+        seal of this process can be writing one (``SegmentLog``: its first open of the
+        partition; not after an eviction or a failed partition's reopen, while the sealer may
+        still be writing this partition's next lake file)."""
         try:
             recovery.open_partition(self)
         except BaseException:

@@ -96,7 +96,8 @@ def open_partition(p: Partition) -> None:
         for stale in (retention.SEAL_FAILED_FILE, STORAGE_FAILED_FILE):  # recovered; seals are
             with contextlib.suppress(FileNotFoundError):  # scheduled again below
                 fs.unlink(p.dir / stale)
-        remove_temp_files(p.lake_dir)
+        if p.sweep_lake_temps:
+            remove_temp_files(p.lake_dir)
         if p.config.seal_to_lake:
             for seg in p.segments[:-1]:
                 retention.schedule_seal(p, seg)
