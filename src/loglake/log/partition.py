@@ -508,6 +508,10 @@ class Partition:
             self._check_open()
             if self.readonly:
                 self.refresh()
+                if self.segments and not self.segments[-1].is_sealed:
+                    # read as on a first look: an earlier look of this reader may hold frames
+                    # the writer has cut since (a full disk), which are not damage
+                    recovery.reread_active(self, self.segments[-1])
             records = 0
             for seg in self.segments:
                 records += len(seg.iter_all())

@@ -195,12 +195,40 @@ def _refresh_active(p: Partition, seg: Segment) -> Segment:
     the new ones. Before damage is reported the segment is read again as on a first look
     (``recover_active``), which finds what the file holds now."""
     durable = durable_size_of(p, seg.base)
+    mark = p._reader_mark
+    if (
+        mark is not None
+        and mark.base == seg.base
+        and seg.size > mark.size
+        and mark.next_index >= seg.next_index
+    ):
+        # The reader's records end past the watermark's bytes, yet the watermark vouches for
+        # as many records or more: in one file the writer's records below ``mark.next_index``
+        # end at ``mark.size``, so the reader's end cannot be there unless it read bytes the
+        # writer has since cut and replaced by shorter records (a full disk). Never true of a
+        # view that matches the file, so a live writer costs no re-read. Found from outside:
+        # such a reader stayed at its stale end (records past it invisible while the writer
+        # idled) or raised ``CorruptSegment`` on a read over its stale index entries.
+        return reread_active(p, seg)
     try:
         seg.refresh_tail(durable)
     except CorruptSegment:
-        seg.close()  # (its read descriptor stays open while a read has it pinned)
-        return Segment.recover_active(p.dir, seg.base, readonly=True, durable_size=durable)
+        return reread_active(p, seg)
     return seg
+
+
+def reread_active(p: Partition, seg: Segment) -> Segment:
+    """Readers (caller holds the lock): the active segment ``seg`` read again as on a first
+    look (``recover_active``: what the file holds now below and past the watermark), in
+    place of ``seg`` in ``p.segments``. Used where the reader's earlier look no longer
+    matches the file (a full disk made the writer cut an append it had read), before
+    anything is reported as damage."""
+    seg.close()  # (its read descriptor stays open while a read has it pinned)
+    new = Segment.recover_active(
+        p.dir, seg.base, readonly=True, durable_size=durable_size_of(p, seg.base)
+    )
+    p.segments = [new if s is seg else s for s in p.segments]
+    return new
 
 
 def durable_size_of(p: Partition, base: int) -> int:
