@@ -319,3 +319,41 @@ def test_a_reader_that_read_longer_frames_the_writer_cut_off_sees_the_shorter_on
             assert reader.verify()[0][3] == RECORDS + kept
         finally:
             reader.close()
+
+
+@pytest.mark.parametrize("lost", ["the active segment", "every segment"])
+def test_a_missing_segment_the_watermark_names_is_damage_for_readers_too(tmp_path, lost):
+    """Found from outside: with the segment the watermark names gone, the writer refused to
+    open ("... is missing") while every read-only view reported a healthy, shorter partition:
+    ``next_index`` 250 of 300 acknowledged, ``read`` from 290 ``[]``, ``loglake log verify`` and
+    ``log info`` exit 0. A live writer creates a segment and fsyncs its folder before it
+    publishes a watermark naming it, and a reader reads the watermark first: no race."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=4096))
+        for b in range(0, 300, 10):
+            log.append_many("s", [Entry(b"r%03d" % i + b"." * 40) for i in range(b, b + 10)])
+    pdir = tmp_path / "streams" / "s" / "0"
+    segs = sorted(pdir.glob("*.seg"))
+    assert len(segs) > 2
+    for seg in segs[-1:] if lost == "the active segment" else segs:
+        seg.unlink()
+        seg.with_suffix(".idx").unlink(missing_ok=True)
+    expected = writer_error(tmp_path)
+    assert "is missing" in expected.reason
+    for call in (
+        lambda r: r.next_index("s"),
+        lambda r: r.read("s", 290),
+        lambda r: r.verify(),
+        lambda r: r.stream_info("s"),
+    ):
+        with SegmentLog(tmp_path, readonly=True) as reader, pytest.raises(CorruptSegment) as e:
+            call(reader)
+        assert (e.value.path, e.value.offset) == (expected.path, 0)
+    res = run("verify", "--data-dir", tmp_path, "--json")
+    assert res.exit_code == 1
+    (damage,) = json.loads(res.output)["damage"]
+    assert (damage["path"], damage["first"], damage["last"]) == (expected.path, 250, 299)
+    assert damage["recoverable"] is False
+    for args in (("read", "s", "--from", "290", "--json"), ("info", "--json")):
+        res = run(*args, "--data-dir", tmp_path)
+        assert res.exit_code == 1 and isinstance(res.exception, CorruptSegment), args

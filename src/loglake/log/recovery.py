@@ -50,6 +50,8 @@ def open_partition(p: Partition) -> None:
     if p.readonly:
         p._reader_mark = watermark.read(p.dir)  # before the files: see ``follow_writer``
     bases = list_bases(p)
+    if p.readonly:
+        check_newest(p, bases)
     if not bases and not p.readonly:
         fs.makedirs_durable(p.dir)
         Segment.create(p.dir, 0).close()
@@ -155,6 +157,7 @@ def follow_writer(p: Partition) -> None:
     with p._lock:
         p._reader_mark = watermark.read(p.dir)
         bases = list_bases(p)
+        check_newest(p, bases)
         known = {s.base: s for s in p.segments}
         segs: list[Segment] = []
         for i, b in enumerate(bases):
@@ -232,17 +235,39 @@ def reread_active(p: Partition, seg: Segment) -> Segment:
 
 
 def durable_size_of(p: Partition, base: int) -> int:
-    """Bytes of segment ``base`` (the newest) that the watermark says are fsynced."""
+    """Bytes of segment ``base`` (the newest) that the watermark says are fsynced.
+
+    A watermark naming a segment newer than the newest on disk is ``CorruptSegment``, for a
+    reader as for the writer (``check_newest``)."""
     mark = p._mark.mark if p._mark is not None else p._reader_mark
     if mark is None or mark.base < base:
         return 0  # no watermark (older data dir) or none since this segment was created
-    if mark.base > base and not p.readonly:
-        raise CorruptSegment(
-            str(p.dir / segment_name(mark.base)),
-            0,
-            f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
-        )
-    return mark.size if mark.base == base else 0
+    if mark.base > base:
+        raise missing_segment(p, mark)
+    return mark.size
+
+
+def check_newest(p: Partition, bases: list[int]) -> None:
+    """Readers: the segment the watermark names must be on disk (``durable_size_of`` checks
+    it when there is a newest segment; this, when there is none at all).
+
+    Why a reader may say so: the writer creates a segment and fsyncs the folder before it
+    publishes a watermark naming it (``Partition._roll``, ``_publish_durable``, the open),
+    never deletes the segment a watermark names (retention and truncation keep the active
+    one), and a reader reads the watermark before it lists the folder. So a missing one lost
+    acknowledged records. Found from outside: the writer refused to open, while ``loglake log
+    verify`` and ``log info`` exited 0 with fewer records and ``read`` returned ``[]``."""
+    mark = p._reader_mark
+    if mark is not None and not bases:
+        raise missing_segment(p, mark)
+
+
+def missing_segment(p: Partition, mark: watermark.Mark) -> CorruptSegment:
+    return CorruptSegment(
+        str(p.dir / segment_name(mark.base)),
+        0,
+        f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
+    )
 
 
 def release(p: Partition) -> None:
