@@ -165,10 +165,28 @@ class Partition:
             return
         active = self.segments[-1]
         with self._sync_lock:
+            self._make_name_durable(active)
             self._put_mark(active.base, active.size, active.next_index)
             if sync:
                 self._fsync(self._mark.sync)
                 self._mark_synced_at = time.monotonic()
+
+    def _make_name_durable(self, active: Segment) -> None:
+        """Before the first watermark naming ``active`` (caller holds ``_sync_lock``): fsync
+        the folder, so the name is durable. The watermark may name a segment only then, or a
+        power loss can take the file away from under acknowledged records. A roll does it
+        before it publishes, except for ``durability="none"`` (no folder fsync on its append
+        path), whose watermark then still names an older segment: the folder is fsynced here,
+        before ``flush`` or ``close`` publishes one naming the new segment. So is it after a
+        roll whose folder fsync failed in this process (the open: only the cache may hold the
+        name). No watermark yet: the open made the segment (or found it) and fsyncs the
+        folder. Found from outside: after a clean close of a ``none`` stream that had rolled,
+        a power loss made the writer refuse to open ("segment holding acknowledged records up
+        to index 200 is missing")."""
+        assert self._mark is not None
+        mark = self._mark.mark
+        if mark is not None and mark.base != active.base:
+            self._fsync(lambda: fs.fsync_dir(self.dir))
 
     # -- state ------------------------------------------------------------------------------
     @property

@@ -86,10 +86,8 @@ def open_partition(p: Partition) -> None:
             active.size,
             active.next_index,
         ):
-            if mark is not None and mark.base != active.base:
-                # the mark may name a segment only once its name is durable (as in
-                # _roll): after a failed roll in this process only the cache may hold it
-                p._fsync(lambda: fs.fsync_dir(p.dir))
+            # (a mark naming an older segment: ``_publish_durable`` fsyncs the folder first,
+            # as the name may be in the cache only, after a failed roll in this process)
             p._fsync(active.sync)
             p._publish_durable(sync=True)
         if new_file:
