@@ -141,7 +141,7 @@ def read_tables(
                 with p._lock:
                     view[0][0].unpin()
         table = None if fast is None else plain_table(*fast, p.stream, p.partition)
-        if fast is not None and table is not None:
+        if fast is not None and table is not None and int(fast[1].index[0]) + len(table) > pos:
             first = int(fast[1].index[0])
             hi = min(stop, first + table.num_rows)
             yield table.slice(pos - first, hi - pos)

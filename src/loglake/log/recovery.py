@@ -106,18 +106,36 @@ def open_partition(p: Partition) -> None:
 def drop_resurrected(p: Partition) -> None:
     """Retention deletes the oldest segments first; if a crash came before the folder was
     fsynced, some of them can reappear. Such a segment ends before the next file's first
-    index, and deriving its end from that name would skip records. So a sealed segment
-    that ends before its successor starts marks a gap: it and every older one are leftovers
-    of a deletion (removed by a writer, ignored by a reader). A damaged tail is left for
-    reads to report."""
+    index, and deriving its end from that name would skip records. So a sealed segment that
+    ends before its successor starts is looked at: below the base retention recorded before
+    its unlinks (``retention.deleted_below``), it and every older one are leftovers of a
+    deletion (removed by a writer, ignored by a reader); at or above it, it lost records at a
+    frame boundary: damage, kept, and every read of its missing records raises
+    ``CorruptSegment`` naming it (``Segment.read``; served from a lake copy if one verifies).
+    Found from outside: such damage was taken for a leftover, dropped silently by readers and
+    ``verify`` (exit 0) and deleted by the writer with every older segment. A damaged tail
+    (``ends_at`` None) is left for reads to report."""
     cut = 0
+    below: int | None = None  # read only when a segment ends early (a file read per look)
     for i, seg in enumerate(p.segments):
         if not seg.is_sealed or seg.checked_end:
             continue
         end = seg.ends_at()
         seg.checked_end = True
         if end is not None and end < seg.next_index:
-            cut = i + 1
+            if below is None:
+                below = retention.deleted_below(p)
+            if seg.base < below:
+                cut = i + 1
+            else:
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "sealed segment ends before the next one starts: records lost",
+                    file=seg.path,
+                    ends_at=end,
+                    next_file_starts_at=seg.next_index,
+                )
     if not cut:
         return
     gone, p.segments = p.segments[:cut], p.segments[cut:]
