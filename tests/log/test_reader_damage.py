@@ -357,3 +357,35 @@ def test_a_missing_segment_the_watermark_names_is_damage_for_readers_too(tmp_pat
     for args in (("read", "s", "--from", "290", "--json"), ("info", "--json")):
         res = run(*args, "--data-dir", tmp_path)
         assert res.exit_code == 1 and isinstance(res.exception, CorruptSegment), args
+
+
+def test_a_readers_verify_skips_segments_retention_deleted_since_it_listed_them(
+    tmp_path, monkeypatch
+):
+    """Found from outside: ``Partition.verify`` read each segment by its path, so a reader's
+    ``verify`` raised ``FileNotFoundError`` when the writer's retention deleted a segment
+    between the reader's listing and its read. Such a segment is gone, not damaged: skipped.
+    (The writer's retention runs here right after the reader has listed the files.)"""
+    from loglake.log.partition import Partition
+
+    cfg = StreamConfig(segment_bytes=1024, retention_records=10, seal_to_lake=False)
+    with open_log(tmp_path) as writer:
+        writer.create_stream("s", cfg)
+        for b in range(0, 200, 10):
+            writer.append_many("s", [Entry(b"r%03d" % i + b"." * 40) for i in range(b, b + 10)])
+        with open_log(tmp_path, readonly=True) as reader:
+            assert reader.next_index("s") == 200
+            real_refresh = Partition.refresh
+            trimmed = []
+
+            def refresh(self):
+                real_refresh(self)
+                if self.readonly and not trimmed:
+                    trimmed.append(writer.enforce_retention())
+
+            monkeypatch.setattr(Partition, "refresh", refresh)
+            ((_, _, segments, records, _),) = reader.verify()
+            assert trimmed[0] > 0
+            assert 0 < segments and 10 <= records < 200
+            monkeypatch.setattr(Partition, "refresh", real_refresh)
+            assert reader.verify()[0][3] == records

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import json
 import logging
 import threading
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.log import fs, reads, recovery, retention, watermark
 from loglake.log.api import (
+    CorruptSegment,
     Durability,
     Entry,
     LogClosed,
@@ -529,13 +531,30 @@ class Partition:
                 if self.segments and not self.segments[-1].is_sealed:
                     # read as on a first look: an earlier look of this reader may hold frames
                     # the writer has cut since (a full disk), which are not damage
-                    recovery.reread_active(self, self.segments[-1])
-            records = 0
+                    with contextlib.suppress(FileNotFoundError):  # (rolled and deleted since)
+                        recovery.reread_active(self, self.segments[-1])
+            # A reader's listing can be older than the files: the writer's retention (or a
+            # compaction, for lake files) deletes them meanwhile. One gone since is skipped,
+            # not an error (found from outside: ``FileNotFoundError`` from a reader's
+            # ``verify`` under live retention). The writer holds the lock: no segment goes.
+            segments = records = lake_files = 0
             for seg in self.segments:
-                records += len(seg.iter_all())
+                try:
+                    records += len(seg.iter_all())
+                except FileNotFoundError:
+                    if not self.readonly:
+                        raise
+                    continue
+                segments += 1
             for lf in self.lake:
-                check_lake_file(lf)
-            return len(self.segments), records, len(self.lake)
+                try:
+                    check_lake_file(lf)
+                except CorruptSegment:
+                    if not Path(lf.path).exists():  # (compaction: for the writer too)
+                        continue
+                    raise
+                lake_files += 1
+            return segments, records, lake_files
 
     def close(self) -> None:
         """fsync and release the files. Appends racing it get ``LogClosed``; an fsync failure
