@@ -386,6 +386,6 @@ def test_a_readers_verify_skips_segments_retention_deleted_since_it_listed_them(
             monkeypatch.setattr(Partition, "refresh", refresh)
             ((_, _, segments, records, _),) = reader.verify()
             assert trimmed[0] > 0
-            assert 0 < segments and 10 <= records < 200
+            assert segments > 0 and 10 <= records < 200
             monkeypatch.setattr(Partition, "refresh", real_refresh)
             assert reader.verify()[0][3] == records
