@@ -388,6 +388,49 @@ def test_a_segment_resurrected_after_retention_is_not_read_as_reaching_the_next_
     assert not first.exists()
 
 
+@pytest.mark.parametrize("seal_to_lake", [False, True])
+def test_a_sealed_segment_cut_at_a_record_boundary_is_damage_not_a_leftover(tmp_path, seal_to_lake):
+    """Found from outside: a sealed segment that lost its last record at a frame boundary ends
+    before its successor starts, as a leftover of an interrupted retention delete does; it was
+    taken for one: readers and ``loglake log verify`` dropped it and every older segment
+    silently (exit 0, first_index 150 of 0), and the writer deleted them. Retention now records
+    what it deletes before the unlinks (``RETAINED``), so only a segment below that is a
+    leftover; this one is damage, reported naming the file (or served from a verified lake
+    copy) and never deleted."""
+    from click.testing import CliRunner
+
+    from loglake.log.cli import command
+
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=4096, seal_to_lake=seal_to_lake))
+        for b in range(0, 300, 10):
+            log.append_many("s", [Entry(b"r%03d" % i + b"." * 40) for i in range(b, b + 10)])
+    segs = seg_files(tmp_path)
+    victim = segs[2]
+    assert victim.name == "00000000000000000100.seg"
+    raw = victim.read_bytes()
+    victim.write_bytes(raw[: len(raw) - len(raw) // 50])  # record 149 gone, cut at its frame
+    data = [b"r%03d" % i + b"." * 40 for i in range(300)]
+    with open_log(tmp_path, readonly=True) as reader:
+        assert reader.stream_info("s").partitions[0].first_index == 0
+        if seal_to_lake:  # the lake copy verifies: served from it
+            assert [r.data for r in reader.read("s", 0)] == data
+        else:
+            with pytest.raises(CorruptSegment) as e:
+                reader.read("s", 140)
+            assert e.value.path == str(victim)
+            assert [r.data for r in reader.read("s", 0, limit=149)] == data[:149]
+        with pytest.raises(CorruptSegment) as e:
+            reader.verify()
+        assert e.value.path == str(victim)
+    res = CliRunner().invoke(command, ["verify", "--data-dir", str(tmp_path)])
+    assert res.exit_code == 1 and str(victim.name) in res.output
+    with open_log(tmp_path) as log:
+        assert log.stream_info("s").partitions[0].first_index == 0
+        assert [r.data for r in log.read("s", 0, limit=100)] == data[:100]
+    assert seg_files(tmp_path) == segs  # nothing deleted
+
+
 # -- §3 a failing seal is retried and reported; retention resumes without a restart --------
 
 

@@ -4,7 +4,10 @@ bounds how many are open, and ``create_stream`` refuses or undoes a stream atomi
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +102,63 @@ def test_a_create_that_fails_on_the_disk_leaves_no_folder(tmp_path, monkeypatch)
 def test_max_open_partitions_below_one_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="max_open_partitions"):
         open_log(tmp_path, max_open_partitions=0)
+
+
+def test_reopening_an_evicted_partition_leaves_its_seal_in_progress_alone(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """Found from outside: with ``max_open_partitions`` and ``seal_to_lake``, reopening an
+    evicted partition removed the lake's ``.tmp-`` files while the sealer was writing that
+    partition's next lake file: the seal failed (and ``SEAL_FAILED`` stayed), or the race
+    reached the append that reopened the partition as ``FileNotFoundError``. The seal here is
+    held just before its rename until the partition has been evicted and opened again."""
+    at_rename, go = threading.Event(), threading.Event()
+    real_replace = logfs.replace
+
+    def replace(src, dst) -> None:
+        if Path(src).name.startswith(".tmp-") and not go.is_set():
+            at_rename.set()
+            go.wait(10)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(logfs, "replace", replace)
+    caplog.set_level(logging.ERROR, logger="loglake")
+    cfg = StreamConfig(segment_bytes=4096)
+    with open_log(tmp_path, max_open_partitions=1) as log:
+        log.create_stream("a", cfg)
+        log.create_stream("b", cfg)
+        log.append_payloads("a", [b"x" * 1000] * 3)
+        log.append_payloads("a", [b"y" * 1000] * 3)  # rolls: the first segment is sealed
+        assert at_rename.wait(10)
+        log.append_payloads("b", [b"b"])  # evicts a
+        log.append_payloads("a", [b"z"])  # opens a again, its seal still writing
+        go.set()
+        log.wait_for_seals()
+        assert [i for i, _ in log.read_payloads("a", 0)] == list(range(7))
+        assert not [r for r in caplog.records if "seal" in r.getMessage()]
+        assert not (tmp_path / "streams" / "a" / "0" / "SEAL_FAILED").exists()
+        lake = tmp_path / "lake" / "a" / "partition=0"
+        assert sorted(f.name for f in lake.iterdir() if f.suffix == ".parquet") == [
+            "00000000000000000000-00000000000000000002.parquet"
+        ]
+
+
+def test_a_lake_temp_file_gone_before_its_unlink_is_not_an_error(tmp_path, monkeypatch) -> None:
+    """The first open removes a crashed writer's lake temp files; one that is gone between
+    the listing and the unlink is what it wanted (was: ``FileNotFoundError`` from the open)."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig())
+        log.append_payloads("s", [b"a"])
+    lake = tmp_path / "lake" / "s" / "partition=0"
+    lake.mkdir(parents=True)
+    (lake / ".tmp-left-over.parquet").write_bytes(b"PAR1 half")
+    real_listdir = logfs.listdir
+
+    def listdir(path):
+        names = real_listdir(path)
+        return [*names, ".tmp-gone.parquet"] if Path(path) == lake else names
+
+    monkeypatch.setattr(logfs, "listdir", listdir)
+    with open_log(tmp_path) as log:
+        assert log.read_payloads("s", 0) == [(0, b"a")]
+    assert not (lake / ".tmp-left-over.parquet").exists()

@@ -917,6 +917,37 @@ def test_reopening_after_a_failed_fsync_makes_the_unsynced_tail_durable_before_t
             assert [r.data for r in log.read(STREAM, 0)] == [b"first", b"x" * 300, b"y" * 700]
 
 
+@pytest.mark.parametrize("how", ["close", "flush"])
+def test_a_none_stream_that_rolled_keeps_its_records_after_close_or_flush(tmp_path, how):
+    """Found from outside: a ``durability="none"`` roll fsyncs no folder (its append path waits
+    for no disk), and ``close``/``flush`` then fsynced a watermark naming the new segment,
+    whose name was never made durable: a power loss right after a clean close made the writer
+    refuse to open ("segment holding acknowledged records up to index 200 is missing"). What
+    ``close``/``flush`` made durable survives the loss of every folder change after it."""
+    with SimDisk(tmp_path) as disk:
+        with open_log(disk.root / "data") as log:
+            log.create_stream("s", StreamConfig(durability="none", segment_bytes=4096))
+            log.append_many("s", [Entry(b"first")])
+        disk.restart(random.Random(0), entries="all", file_mode="all")  # all of it durable
+        log = open_log(disk.root / "data")
+        try:
+            for i in range(200):
+                log.append_many("s", [Entry(b"r%03d" % i + b"." * 40)])
+            getattr(log, how)()
+        finally:
+            if how == "flush":
+                disk.restart(random.Random(0), entries="none", file_mode="all")
+                with contextlib.suppress(PowerLoss, StorageFailed, OSError):
+                    log.close()
+        if how == "close":
+            disk.restart(random.Random(0), entries="none", file_mode="all")
+        with open_log(disk.root / "data") as log:
+            assert log.next_index("s") == 201
+            assert [r.data for r in log.read("s", 1)] == [
+                b"r%03d" % i + b"." * 40 for i in range(200)
+            ]
+
+
 def test_a_reader_in_another_process_is_served_only_durable_records(tmp_path):
     """Issue 17 §8: a read-only reader (the Spark source, ``loglake log read``) reading while
     appends are in flight must not be served a record a power loss can still take back (its

@@ -187,10 +187,22 @@ def test_the_watermark_is_read_before_the_segments(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("durability", ["batch", "always"])
-def test_readers_racing_a_live_writer_never_see_false_damage(tmp_path, durability):
+def test_readers_racing_a_live_writer_never_see_false_damage(tmp_path, durability, monkeypatch):
     """Readers (threads, each its own read-only log) look as fast as they can while a writer
-    appends small batches (zero-filled tail, group commits, rolls): bounded to ~1.5 s."""
+    appends small batches (zero-filled tail, group commits, rolls): bounded to ~1.5 s. Nor
+    do they read the active segment again from its start (a cost per look): that is only for
+    a reader whose look the writer has cut off since (``recovery.reread_active``)."""
     config = StreamConfig(durability=durability, segment_bytes=64 * 1024)
+    rereads: list[int] = []
+    in_verify = threading.local()
+    real_reread = recovery.reread_active
+
+    def reread_active(p, seg):
+        if not getattr(in_verify, "on", False):  # (verify reads it again on purpose)
+            rereads.append(seg.base)
+        return real_reread(p, seg)
+
+    monkeypatch.setattr(recovery, "reread_active", reread_active)
     with open_log(tmp_path) as writer:
         writer.create_stream("s", config)
         stop = threading.Event()
@@ -209,6 +221,7 @@ def test_readers_racing_a_live_writer_never_see_false_damage(tmp_path, durabilit
                         assert got[: nxt - start] == list(range(start, nxt))
                         assert got == list(range(start, start + len(got)))
                         last = start + len(got)
+                    in_verify.on = True
                     reader.verify()
                 except BaseException as e:  # reported by the test thread
                     errors.append(e)
@@ -226,6 +239,7 @@ def test_readers_racing_a_live_writer_never_see_false_damage(tmp_path, durabilit
             t.join(30)
         assert not errors, errors
         assert len(seen) == 2 and all(s > 0 for s in seen)
+        assert rereads == []
     with open_log(tmp_path, readonly=True) as reader:
         assert reader.next_index("s") == n
         assert reader.verify()[0][3] == n
@@ -263,3 +277,115 @@ def test_a_reader_that_read_an_append_the_writer_cut_off_follows_what_replaced_i
             reader.verify()
         finally:
             reader.close()
+
+
+@pytest.mark.parametrize(("lost", "kept"), [(100, 100), (10, 20), (100, 50)])
+def test_a_reader_that_read_longer_frames_the_writer_cut_off_sees_the_shorter_ones(
+    tmp_path, monkeypatch, lost, kept
+):
+    """Found from outside: the records that replace a cut-off append can be shorter than the
+    frames a reader read, so the new watermark lies below the reader's end and its next look
+    found nothing wrong: it stayed at its stale end (``next_index`` 110 with 120 records
+    acknowledged, ``read`` returning ``[]``), or ``read``/``verify`` rebuilt its index up to
+    that end and raised ``CorruptSegment 'implausible body length 0'`` over acknowledged
+    records. ``(100, 50)``: fewer records than the reader had seen, so the watermark does not
+    tell; the read that finds its index wrong reads the segment again."""
+    import errno
+
+    make(tmp_path)
+    with open_log(tmp_path) as writer:
+        reader = SegmentLog(tmp_path, readonly=True)
+        try:
+            assert reader.next_index("s") == RECORDS
+            real = fs.writev_all
+
+            def write_then_fail(fd, parts, size=None):
+                real(fd, parts, size)
+                reader.next_index("s")  # the reader reads the frames before the writer cuts
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(fs, "writev_all", write_then_fail)
+            with pytest.raises(OSError):
+                writer.append_many("s", [Entry(b"lost %d " % i + b"L" * 120) for i in range(lost)])
+            monkeypatch.setattr(fs, "writev_all", real)
+            data = [b"kept %d" % i for i in range(kept)]
+            assert writer.append_many("s", [Entry(d) for d in data])[0] == RECORDS
+            writer.flush()
+            assert reader.next_index("s") == RECORDS + kept
+            for start in range(RECORDS, RECORDS + kept, 7):
+                got = [r.data for r in reader.read("s", start, limit=5)]
+                assert got == data[start - RECORDS : start - RECORDS + 5], start
+            assert [r.data for r in reader.read("s", RECORDS)] == data
+            assert reader.verify()[0][3] == RECORDS + kept
+        finally:
+            reader.close()
+
+
+@pytest.mark.parametrize("lost", ["the active segment", "every segment"])
+def test_a_missing_segment_the_watermark_names_is_damage_for_readers_too(tmp_path, lost):
+    """Found from outside: with the segment the watermark names gone, the writer refused to
+    open ("... is missing") while every read-only view reported a healthy, shorter partition:
+    ``next_index`` 250 of 300 acknowledged, ``read`` from 290 ``[]``, ``loglake log verify`` and
+    ``log info`` exit 0. A live writer creates a segment and fsyncs its folder before it
+    publishes a watermark naming it, and a reader reads the watermark first: no race."""
+    with open_log(tmp_path) as log:
+        log.create_stream("s", StreamConfig(segment_bytes=4096))
+        for b in range(0, 300, 10):
+            log.append_many("s", [Entry(b"r%03d" % i + b"." * 40) for i in range(b, b + 10)])
+    pdir = tmp_path / "streams" / "s" / "0"
+    segs = sorted(pdir.glob("*.seg"))
+    assert len(segs) > 2
+    for seg in segs[-1:] if lost == "the active segment" else segs:
+        seg.unlink()
+        seg.with_suffix(".idx").unlink(missing_ok=True)
+    expected = writer_error(tmp_path)
+    assert "is missing" in expected.reason
+    for call in (
+        lambda r: r.next_index("s"),
+        lambda r: r.read("s", 290),
+        lambda r: r.verify(),
+        lambda r: r.stream_info("s"),
+    ):
+        with SegmentLog(tmp_path, readonly=True) as reader, pytest.raises(CorruptSegment) as e:
+            call(reader)
+        assert (e.value.path, e.value.offset) == (expected.path, 0)
+    res = run("verify", "--data-dir", tmp_path, "--json")
+    assert res.exit_code == 1
+    (damage,) = json.loads(res.output)["damage"]
+    assert (damage["path"], damage["first"], damage["last"]) == (expected.path, 250, 299)
+    assert damage["recoverable"] is False
+    for args in (("read", "s", "--from", "290", "--json"), ("info", "--json")):
+        res = run(*args, "--data-dir", tmp_path)
+        assert res.exit_code == 1 and isinstance(res.exception, CorruptSegment), args
+
+
+def test_a_readers_verify_skips_segments_retention_deleted_since_it_listed_them(
+    tmp_path, monkeypatch
+):
+    """Found from outside: ``Partition.verify`` read each segment by its path, so a reader's
+    ``verify`` raised ``FileNotFoundError`` when the writer's retention deleted a segment
+    between the reader's listing and its read. Such a segment is gone, not damaged: skipped.
+    (The writer's retention runs here right after the reader has listed the files.)"""
+    from loglake.log.partition import Partition
+
+    cfg = StreamConfig(segment_bytes=1024, retention_records=10, seal_to_lake=False)
+    with open_log(tmp_path) as writer:
+        writer.create_stream("s", cfg)
+        for b in range(0, 200, 10):
+            writer.append_many("s", [Entry(b"r%03d" % i + b"." * 40) for i in range(b, b + 10)])
+        with open_log(tmp_path, readonly=True) as reader:
+            assert reader.next_index("s") == 200
+            real_refresh = Partition.refresh
+            trimmed = []
+
+            def refresh(self):
+                real_refresh(self)
+                if self.readonly and not trimmed:
+                    trimmed.append(writer.enforce_retention())
+
+            monkeypatch.setattr(Partition, "refresh", refresh)
+            ((_, _, segments, records, _),) = reader.verify()
+            assert trimmed[0] > 0
+            assert segments > 0 and 10 <= records < 200
+            monkeypatch.setattr(Partition, "refresh", real_refresh)
+            assert reader.verify()[0][3] == records

@@ -139,14 +139,19 @@ def lake_lock(directory: Path | str) -> Iterator[None]:
 
 
 def remove_temp_files(directory: Path) -> None:
-    """Leftovers of a crash during sealing (writer only)."""
+    """Leftovers of a crash during sealing (writer only, and only where no seal of this
+    process can be writing: ``SegmentLog`` calls it at the first open of a partition, see
+    ``Partition(sweep_lake_temps=...)``). A file that is gone between the listing and its
+    unlink is what this wanted (found from outside: the race raised ``FileNotFoundError``
+    into the append that opened the partition)."""
     try:
         names = fs.listdir(directory)
     except FileNotFoundError:
         return
     for name in names:
         if name.startswith(TMP_PREFIX):
-            fs.unlink(directory / name)
+            with contextlib.suppress(FileNotFoundError):
+                fs.unlink(directory / name)
 
 
 MAX_FAST_DATA = (1 << 31) - 1

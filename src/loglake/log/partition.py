@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import contextlib
 import json
 import logging
 import threading
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.log import fs, reads, recovery, retention, watermark
 from loglake.log.api import (
+    CorruptSegment,
     Durability,
     Entry,
     LogClosed,
@@ -80,6 +82,7 @@ class Partition:
         readonly: bool,
         sealer: Sealer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sweep_lake_temps: bool = True,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -122,6 +125,11 @@ class Partition:
         self._mark_synced_at = 0.0
         self._reader_mark: watermark.Mark | None = None
         """Readers: the writer's durable watermark as last read (``refresh``)."""
+        self.sweep_lake_temps = sweep_lake_temps
+        """The writer's open removes the lake folder's ``.tmp-`` files: True only where no
+        seal of this process can be writing one (``SegmentLog``: its first open of the
+        partition; not after an eviction or a failed partition's reopen, while the sealer may
+        still be writing this partition's next lake file)."""
         try:
             recovery.open_partition(self)
         except BaseException:
@@ -159,10 +167,28 @@ class Partition:
             return
         active = self.segments[-1]
         with self._sync_lock:
+            self._make_name_durable(active)
             self._put_mark(active.base, active.size, active.next_index)
             if sync:
                 self._fsync(self._mark.sync)
                 self._mark_synced_at = time.monotonic()
+
+    def _make_name_durable(self, active: Segment) -> None:
+        """Before the first watermark naming ``active`` (caller holds ``_sync_lock``): fsync
+        the folder, so the name is durable. The watermark may name a segment only then, or a
+        power loss can take the file away from under acknowledged records. A roll does it
+        before it publishes, except for ``durability="none"`` (no folder fsync on its append
+        path), whose watermark then still names an older segment: the folder is fsynced here,
+        before ``flush`` or ``close`` publishes one naming the new segment. So is it after a
+        roll whose folder fsync failed in this process (the open: only the cache may hold the
+        name). No watermark yet: the open made the segment (or found it) and fsyncs the
+        folder. Found from outside: after a clean close of a ``none`` stream that had rolled,
+        a power loss made the writer refuse to open ("segment holding acknowledged records up
+        to index 200 is missing")."""
+        assert self._mark is not None
+        mark = self._mark.mark
+        if mark is not None and mark.base != active.base:
+            self._fsync(lambda: fs.fsync_dir(self.dir))
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -502,12 +528,33 @@ class Partition:
             self._check_open()
             if self.readonly:
                 self.refresh()
-            records = 0
+                if self.segments and not self.segments[-1].is_sealed:
+                    # read as on a first look: an earlier look of this reader may hold frames
+                    # the writer has cut since (a full disk), which are not damage
+                    with contextlib.suppress(FileNotFoundError):  # (rolled and deleted since)
+                        recovery.reread_active(self, self.segments[-1])
+            # A reader's listing can be older than the files: the writer's retention (or a
+            # compaction, for lake files) deletes them meanwhile. One gone since is skipped,
+            # not an error (found from outside: ``FileNotFoundError`` from a reader's
+            # ``verify`` under live retention). The writer holds the lock: no segment goes.
+            segments = records = lake_files = 0
             for seg in self.segments:
-                records += len(seg.iter_all())
+                try:
+                    records += len(seg.iter_all())
+                except FileNotFoundError:
+                    if not self.readonly:
+                        raise
+                    continue
+                segments += 1
             for lf in self.lake:
-                check_lake_file(lf)
-            return len(self.segments), records, len(self.lake)
+                try:
+                    check_lake_file(lf)
+                except CorruptSegment:
+                    if not Path(lf.path).exists():  # (compaction: for the writer too)
+                        continue
+                    raise
+                lake_files += 1
+            return segments, records, lake_files
 
     def close(self) -> None:
         """fsync and release the files. Appends racing it get ``LogClosed``; an fsync failure

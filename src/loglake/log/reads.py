@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from loglake.log import retention
+from loglake.log import recovery, retention
 from loglake.log.api import CorruptSegment, Record
 from loglake.log.lake import (
     list_lake_files,
@@ -141,7 +141,7 @@ def read_tables(
                 with p._lock:
                     view[0][0].unpin()
         table = None if fast is None else plain_table(*fast, p.stream, p.partition)
-        if fast is not None and table is not None:
+        if fast is not None and table is not None and int(fast[1].index[0]) + len(table) > pos:
             first = int(fast[1].index[0])
             hi = min(stop, first + table.num_rows)
             yield table.slice(pos - first, hi - pos)
@@ -205,13 +205,20 @@ def read_segments(
         try:
             got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
         except CorruptSegment as e:
-            copy = _lake_copy_read(p, seg, e, pos, end, want, pairs)
-            out += copy
-            if remaining is not None:
-                remaining -= len(copy)
-            pos = max(pos, seg.next_index)
-            continue
-        if got is None:  # the writer's active segment has a wrong index entry
+            if p.readonly and not seg.is_sealed:
+                got = None  # a reader's look may be stale: read again before reporting it
+            else:
+                copy = _lake_copy_read(p, seg, e, pos, end, want, pairs)
+                out += copy
+                if remaining is not None:
+                    remaining -= len(copy)
+                pos = max(pos, seg.next_index)
+                continue
+        if got is None and p.readonly:  # a reader's active segment disagrees with the file
+            got = _reread_and_read(p, seg, pos, end, want, pairs)
+            if got is None:
+                break  # the segment rolled and went to retention meanwhile
+        elif got is None:  # the writer's active segment has a wrong index entry
             with p._lock:
                 seg.rebuild_index()
                 got = seg.read(pos, end, want, pairs, size)
@@ -225,6 +232,34 @@ def read_segments(
             remaining -= len(got)
         pos = max(pos, seg.next_index)
     return out
+
+
+def _reread_and_read(
+    p: Partition, seg: Segment, pos: int, end: int, want: int, pairs: bool
+) -> list | None:
+    """A reader's active segment whose index entry points at another record, or whose read
+    failed: the writer may have cut frames this reader had read (a full disk) and written
+    others over them. Its index and size are from that earlier look, so rebuilding the index
+    up to that size would report the zeros past the writer's records as damage (found from
+    outside: ``CorruptSegment 'implausible body length 0'`` for acknowledged records). The
+    segment is read again as on a first look (``recovery.reread_active``) and the read runs
+    on that; damage it still finds is reported. None: the segment is gone."""
+    with p._lock:
+        fresh = next((s for s in p.segments if s.base == seg.base), None)
+        try:
+            if fresh is seg:
+                fresh = recovery.reread_active(p, seg)
+        except FileNotFoundError:
+            fresh = None
+        if fresh is None:
+            return None
+        fresh.pin()
+        size = fresh.size
+    try:
+        return fresh.read(pos, end, want, pairs, size)
+    finally:
+        with p._lock:
+            fresh.unpin()
 
 
 def _lake_copy_read(

@@ -50,6 +50,8 @@ def open_partition(p: Partition) -> None:
     if p.readonly:
         p._reader_mark = watermark.read(p.dir)  # before the files: see ``follow_writer``
     bases = list_bases(p)
+    if p.readonly:
+        check_newest(p, bases)
     if not bases and not p.readonly:
         fs.makedirs_durable(p.dir)
         Segment.create(p.dir, 0).close()
@@ -84,10 +86,8 @@ def open_partition(p: Partition) -> None:
             active.size,
             active.next_index,
         ):
-            if mark is not None and mark.base != active.base:
-                # the mark may name a segment only once its name is durable (as in
-                # _roll): after a failed roll in this process only the cache may hold it
-                p._fsync(lambda: fs.fsync_dir(p.dir))
+            # (a mark naming an older segment: ``_publish_durable`` fsyncs the folder first,
+            # as the name may be in the cache only, after a failed roll in this process)
             p._fsync(active.sync)
             p._publish_durable(sync=True)
         if new_file:
@@ -96,7 +96,8 @@ def open_partition(p: Partition) -> None:
         for stale in (retention.SEAL_FAILED_FILE, STORAGE_FAILED_FILE):  # recovered; seals are
             with contextlib.suppress(FileNotFoundError):  # scheduled again below
                 fs.unlink(p.dir / stale)
-        remove_temp_files(p.lake_dir)
+        if p.sweep_lake_temps:
+            remove_temp_files(p.lake_dir)
         if p.config.seal_to_lake:
             for seg in p.segments[:-1]:
                 retention.schedule_seal(p, seg)
@@ -105,18 +106,36 @@ def open_partition(p: Partition) -> None:
 def drop_resurrected(p: Partition) -> None:
     """Retention deletes the oldest segments first; if a crash came before the folder was
     fsynced, some of them can reappear. Such a segment ends before the next file's first
-    index, and deriving its end from that name would skip records. So a sealed segment
-    that ends before its successor starts marks a gap: it and every older one are leftovers
-    of a deletion (removed by a writer, ignored by a reader). A damaged tail is left for
-    reads to report."""
+    index, and deriving its end from that name would skip records. So a sealed segment that
+    ends before its successor starts is looked at: below the base retention recorded before
+    its unlinks (``retention.deleted_below``), it and every older one are leftovers of a
+    deletion (removed by a writer, ignored by a reader); at or above it, it lost records at a
+    frame boundary: damage, kept, and every read of its missing records raises
+    ``CorruptSegment`` naming it (``Segment.read``; served from a lake copy if one verifies).
+    Found from outside: such damage was taken for a leftover, dropped silently by readers and
+    ``verify`` (exit 0) and deleted by the writer with every older segment. A damaged tail
+    (``ends_at`` None) is left for reads to report."""
     cut = 0
+    below: int | None = None  # read only when a segment ends early (a file read per look)
     for i, seg in enumerate(p.segments):
         if not seg.is_sealed or seg.checked_end:
             continue
         end = seg.ends_at()
         seg.checked_end = True
         if end is not None and end < seg.next_index:
-            cut = i + 1
+            if below is None:
+                below = retention.deleted_below(p)
+            if seg.base < below:
+                cut = i + 1
+            else:
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "sealed segment ends before the next one starts: records lost",
+                    file=seg.path,
+                    ends_at=end,
+                    next_file_starts_at=seg.next_index,
+                )
     if not cut:
         return
     gone, p.segments = p.segments[:cut], p.segments[cut:]
@@ -154,6 +173,7 @@ def follow_writer(p: Partition) -> None:
     with p._lock:
         p._reader_mark = watermark.read(p.dir)
         bases = list_bases(p)
+        check_newest(p, bases)
         known = {s.base: s for s in p.segments}
         segs: list[Segment] = []
         for i, b in enumerate(bases):
@@ -194,26 +214,76 @@ def _refresh_active(p: Partition, seg: Segment) -> Segment:
     the new ones. Before damage is reported the segment is read again as on a first look
     (``recover_active``), which finds what the file holds now."""
     durable = durable_size_of(p, seg.base)
+    mark = p._reader_mark
+    if (
+        mark is not None
+        and mark.base == seg.base
+        and seg.size > mark.size
+        and mark.next_index >= seg.next_index
+    ):
+        # The reader's records end past the watermark's bytes, yet the watermark vouches for
+        # as many records or more: in one file the writer's records below ``mark.next_index``
+        # end at ``mark.size``, so the reader's end cannot be there unless it read bytes the
+        # writer has since cut and replaced by shorter records (a full disk). Never true of a
+        # view that matches the file, so a live writer costs no re-read. Found from outside:
+        # such a reader stayed at its stale end (records past it invisible while the writer
+        # idled) or raised ``CorruptSegment`` on a read over its stale index entries.
+        return reread_active(p, seg)
     try:
         seg.refresh_tail(durable)
     except CorruptSegment:
-        seg.close()  # (its read descriptor stays open while a read has it pinned)
-        return Segment.recover_active(p.dir, seg.base, readonly=True, durable_size=durable)
+        return reread_active(p, seg)
     return seg
 
 
+def reread_active(p: Partition, seg: Segment) -> Segment:
+    """Readers (caller holds the lock): the active segment ``seg`` read again as on a first
+    look (``recover_active``: what the file holds now below and past the watermark), in
+    place of ``seg`` in ``p.segments``. Used where the reader's earlier look no longer
+    matches the file (a full disk made the writer cut an append it had read), before
+    anything is reported as damage."""
+    seg.close()  # (its read descriptor stays open while a read has it pinned)
+    new = Segment.recover_active(
+        p.dir, seg.base, readonly=True, durable_size=durable_size_of(p, seg.base)
+    )
+    p.segments = [new if s is seg else s for s in p.segments]
+    return new
+
+
 def durable_size_of(p: Partition, base: int) -> int:
-    """Bytes of segment ``base`` (the newest) that the watermark says are fsynced."""
+    """Bytes of segment ``base`` (the newest) that the watermark says are fsynced.
+
+    A watermark naming a segment newer than the newest on disk is ``CorruptSegment``, for a
+    reader as for the writer (``check_newest``)."""
     mark = p._mark.mark if p._mark is not None else p._reader_mark
     if mark is None or mark.base < base:
         return 0  # no watermark (older data dir) or none since this segment was created
-    if mark.base > base and not p.readonly:
-        raise CorruptSegment(
-            str(p.dir / segment_name(mark.base)),
-            0,
-            f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
-        )
-    return mark.size if mark.base == base else 0
+    if mark.base > base:
+        raise missing_segment(p, mark)
+    return mark.size
+
+
+def check_newest(p: Partition, bases: list[int]) -> None:
+    """Readers: the segment the watermark names must be on disk (``durable_size_of`` checks
+    it when there is a newest segment; this, when there is none at all).
+
+    Why a reader may say so: the writer creates a segment and fsyncs the folder before it
+    publishes a watermark naming it (``Partition._roll``, ``_publish_durable``, the open),
+    never deletes the segment a watermark names (retention and truncation keep the active
+    one), and a reader reads the watermark before it lists the folder. So a missing one lost
+    acknowledged records. Found from outside: the writer refused to open, while ``loglake log
+    verify`` and ``log info`` exited 0 with fewer records and ``read`` returned ``[]``."""
+    mark = p._reader_mark
+    if mark is not None and not bases:
+        raise missing_segment(p, mark)
+
+
+def missing_segment(p: Partition, mark: watermark.Mark) -> CorruptSegment:
+    return CorruptSegment(
+        str(p.dir / segment_name(mark.base)),
+        0,
+        f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
+    )
 
 
 def release(p: Partition) -> None:

@@ -205,6 +205,19 @@ def _check_active(part: _Partition) -> Damage | None:
     """Damage below the watermark in the active segment (unrecoverable: it has no lake copy).
     Past the watermark a bad frame is a torn tail, which the writer's open cuts."""
     mark, base = part.mark, part.active
+    if mark is not None and (base is None or mark.base > base):
+        # the segment the watermark names is gone (see ``recovery.check_newest``)
+        return Damage(
+            part.stream,
+            part.partition,
+            "segment",
+            str(part.seg_path(mark.base)),
+            mark.base,
+            mark.next_index - 1,
+            0,
+            f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
+            (),
+        )
     if mark is None or base is None or mark.base != base:
         return None  # nothing of the newest segment is known fsynced
     try:

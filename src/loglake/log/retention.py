@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loglake.log import fs
-from loglake.log.api import SealFailure
+from loglake.log import fs, watermark
+from loglake.log.api import CorruptStore, SealFailure
 from loglake.log.lake import (
     lake_file_max_timestamp,
     lake_lock,
@@ -35,6 +35,12 @@ from loglake.log.segment import Segment, segment_name
 
 if TYPE_CHECKING:
     from loglake.log.partition import Partition
+
+RETAINED_FILE = "RETAINED"
+"""Two-slot file (``watermark.py``'s format; ``next_index``: the first kept segment's base):
+every segment below it was deleted by retention or truncation. Written and fsynced before the
+unlinks (``record_deletion``), so a segment a crash brought back is known for a leftover by
+its base, never by its shape (``recovery.drop_resurrected``)."""
 
 SEAL_FAILED_FILE = "SEAL_FAILED"
 """JSON of the partition's current ``SealFailure`` (written by the writer, removed once the
@@ -111,6 +117,37 @@ def seal(p: Partition, seg: Segment) -> None:
             p.lake = visible_lake_files(sorted([*p.lake, lf], key=lambda f: (f.first, -f.last)))
 
 
+def deleted_below(p: Partition) -> int:
+    """Every segment below this index was deleted by retention or truncation (0: none known;
+    an unreadable file proves nothing, so it is 0 too)."""
+    try:
+        mark = watermark.read(p.dir, RETAINED_FILE)
+    except (CorruptStore, OSError):
+        return 0
+    return 0 if mark is None else mark.next_index
+
+
+def record_deletion(p: Partition, keep_from: int) -> None:
+    """Before unlinking the segments below ``keep_from`` (caller holds the partition lock):
+    say so durably. Why: an unlink whose folder fsync a crash forestalled can come back, and
+    retention deletes oldest first, so a leftover ends before its successor starts, as does
+    a sealed segment that lost its last records at a frame boundary. Found from outside:
+    recovery took such damage for a leftover, and the writer deleted it and every older
+    segment (readers and ``verify`` dropped them, exit 0). The file's slots are rewritten in
+    place (no new block: a full disk must not stop retention, which frees it)."""
+    marks = watermark.MarkWriter(p.dir, RETAINED_FILE)
+    try:
+        new_file = marks.mark is None
+        if marks.mark is not None and marks.mark.next_index >= keep_from:
+            return
+        marks.put(keep_from, 0, keep_from)
+        p._fsync(marks.sync)
+        if new_file:
+            p._fsync(lambda: fs.fsync_dir(p.dir))  # its name, before any unlink is durable
+    finally:
+        marks.close()
+
+
 def enforce(p: Partition, now_ns: int) -> int:
     """Delete sealed segments (and expired lake files); return how many records stopped
     being readable (how far ``first_index`` moved)."""
@@ -121,9 +158,9 @@ def enforce(p: Partition, now_ns: int) -> int:
         horizon = None if cfg.retention_ms is None else now_ns - cfg.retention_ms * 1_000_000
         total = p.bytes
         nxt = p.next_index
-        deleted = False
-        while len(p.segments) > 1:
-            seg = p.segments[0]
+        n = 0  # the oldest n segments go
+        while len(p.segments) - n > 1:
+            seg = p.segments[n]
             newer_records = nxt - seg.next_index
             newer_bytes = total - seg.size
             out = (
@@ -134,12 +171,10 @@ def enforce(p: Partition, now_ns: int) -> int:
             sealed = lake_has(p, seg) or seg.next_index <= p.lake_expired_to
             if not out or (cfg.seal_to_lake and not sealed):
                 break  # an unsealed segment waits for the sealer
-            seg.delete()
-            p.segments.pop(0)
             total -= seg.size
-            deleted = True
-        if deleted:  # or a crash can bring the segment back (see _drop_resurrected)
-            p._fsync(lambda: fs.fsync_dir(p.dir))
+            n += 1
+        if n:
+            delete_oldest(p, n)
         if cfg.lake_retention_ms is not None and p.lake_dir.exists():
             lake_horizon = now_ns - cfg.lake_retention_ms * 1_000_000
             # under the lake lock, so a compaction never commits over sources removed
@@ -158,6 +193,19 @@ def enforce(p: Partition, now_ns: int) -> int:
                                 fs.unlink(f.path)
                     p._fsync(lambda: fs.fsync_dir(p.lake_dir))
         return p.first_index - before
+
+
+def delete_oldest(p: Partition, n: int) -> None:
+    """Delete the oldest ``n`` segments (never the active one; caller holds the lock): the
+    record of it first, then the unlinks oldest first, then a folder fsync (or a crash can
+    bring a segment back: ``recovery.drop_resurrected``)."""
+    assert 0 < n < len(p.segments)
+    record_deletion(p, p.segments[n].base)
+    gone = p.segments[:n]
+    del p.segments[:n]
+    for seg in gone:
+        seg.delete()
+    p._fsync(lambda: fs.fsync_dir(p.dir))
 
 
 def truncate_before(p: Partition, index: int) -> int:
@@ -180,16 +228,14 @@ def truncate_before(p: Partition, index: int) -> int:
         active = p.segments[-1]
         if not cfg.seal_to_lake and active.size and active.next_index <= index:
             p._roll(cfg.durability)
-        dropped = 0
-        while len(p.segments) > 1 and p.segments[0].next_index <= index:
-            seg = p.segments[0]
-            if cfg.seal_to_lake and not lake_has(p, seg):
+        n = 0
+        while len(p.segments) - n > 1 and p.segments[n].next_index <= index:
+            if cfg.seal_to_lake and not lake_has(p, p.segments[n]):
                 break  # not in the lake yet: keep it rather than lose it
-            seg.delete()
-            p.segments.pop(0)
-            dropped += seg.next_index - seg.base
-        if dropped:
-            p._fsync(lambda: fs.fsync_dir(p.dir))
+            n += 1
+        dropped = sum(seg.next_index - seg.base for seg in p.segments[:n])
+        if n:
+            delete_oldest(p, n)
         if cfg.seal_to_lake:
             return dropped
         keep_from = p.segments[0].base if p.segments else p.next_index

@@ -693,6 +693,7 @@ class Segment:
         unpack_frame = FRAME_HEAD.unpack_from
         unpack_body = BODY_HEAD_NO_KEY.unpack_from
         head = PLAIN_HEAD_SIZE
+        reached = entry_index if entry_index >= 0 else self.base  # one past the last parsed
         while len(out) < limit:
             n = len(buf)
             while len(out) < limit and n - off >= FRAME_HEAD.size:
@@ -728,6 +729,7 @@ class Segment:
                         )
                 if index >= end:
                     return out
+                reached = index + 1
                 if index >= start:
                     if row is None:
                         data = buf[off + head : e]
@@ -755,6 +757,12 @@ class Segment:
             mv = memoryview(buf)
             bpos += off
             off = 0
+        if len(out) < limit and reached < end and self.is_sealed:
+            # a sealed segment that lost its last records at a frame boundary (its end is
+            # its successor's name): never skip them silently (``recovery.drop_resurrected``)
+            raise CorruptSegment(
+                self.path, bpos + off, f"sealed segment ends at index {reached}, before {end}"
+            )
         return out
 
     def iter_all(self, yield_every: int = 0) -> list[StoredRecord]:

@@ -194,6 +194,13 @@ class SegmentLog(Log):
         past this (``QuotaExceeded``); None: no quota."""
         self._open_lru: OrderedDict[tuple[str, int], Partition] = OrderedDict()
         """Open partitions, least recently used first (``_slot``, ``_touch``)."""
+        self._opened_once: set[tuple[str, int]] = set()
+        """Partitions this log has opened (writer): only the first open removes lake temp
+        files. Why: the temp files of a crashed writer are all there before this log opens a
+        partition, while a later open (after an LRU eviction or a failed partition's reopen)
+        can run while the sealer writes the partition's ``.tmp-`` file. Found from outside:
+        with ``max_open_partitions`` and ``seal_to_lake``, reopening an evicted partition
+        unlinked it mid-seal (~20 failed seals and a failed append in 20 s)."""
         self.readonly = readonly
         self.default_config = default_config or StreamConfig()
         self._clock = clock
@@ -312,7 +319,7 @@ class SegmentLog(Log):
         return True
 
     def _open_partition(self, name: str, config: StreamConfig, p: int) -> Partition:
-        return Partition(
+        part = Partition(
             name,
             p,
             self._stream_dir(name) / str(p),
@@ -321,7 +328,10 @@ class SegmentLog(Log):
             self.readonly,
             self._sealer,
             self._clock,
+            sweep_lake_temps=(name, p) not in self._opened_once,
         )
+        self._opened_once.add((name, p))
+        return part
 
     def _load_streams(self) -> None:
         root = self.data_dir / STREAMS_DIR
