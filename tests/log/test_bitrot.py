@@ -64,6 +64,7 @@ KINDS = {
     "active segment": lambda d: sorted((d / "streams/s/0").glob("*.seg"))[-1:],
     "sparse index": lambda d: sorted((d / "streams").glob("*/0/*.idx")),
     "durable watermark": lambda d: sorted((d / "streams").glob("*/0/DURABLE")),
+    "retention marker": lambda d: sorted((d / "streams").glob("*/0/RETAINED")),
     "consumer store": lambda d: [d / "consumers.log"],
     "lake file": lambda d: sorted((d / "lake/t/partition=0").glob("*.parquet")),
 }
@@ -113,7 +114,7 @@ def test_a_flipped_byte_is_reported_with_its_file_or_harmless(tmp_path, pristine
         shutil.rmtree(data)
     if kind in ("sealed segment", "active segment", "consumer store"):
         assert reported == FLIPS, "every flip of primary data is reported"
-    if kind in ("sparse index", "durable watermark"):
+    if kind in ("sparse index", "durable watermark", "retention marker"):
         assert harmless == FLIPS, "derived data is rebuilt or falls back, never an error"
 
 
