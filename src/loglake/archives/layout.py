@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -44,6 +44,7 @@ from loglake.archives.errors import (
     CorruptIndex,
     MisalignedArchive,
 )
+from loglake.archives.framing import CHUNK_FIELDS, walk_archive
 from loglake.archives.messages import (
     NS,
     PIECE_LENGTH,
@@ -204,10 +205,78 @@ class Layout(ABC):
     ) -> EncodedArchive:
         """The archive's bytes for ``data`` at ``offset`` and its index entry."""
 
-    @abstractmethod
     def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
         """The raw ``WakuMessage`` records of the archive occupying ``region`` (``entry.size``
         bytes read at ``entry.offset``), or ``CorruptArchive``."""
+        return [r for chunk in self.archive_records(region, entry) for r in chunk]
+
+    @abstractmethod
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
+        """``decode_archive``'s records a chunk at a time (at most ``CHUNK_FIELDS`` records,
+        about ``CHUNK_BYTES``), for a member to hydrate without holding the archive's messages
+        at once. Every error ``decode_archive`` raises is raised by this call, before any
+        chunk: the whole archive is parsed (chunk by chunk, let go) before it is decoded."""
+
+    _archive_cls: Any
+    """The layout's generated ``WakuMessageArchive`` class."""
+
+    def _records_of(
+        self, region: bytes, end: int, entry: IndexEntry, padding_field: int | None
+    ) -> Iterator[list[bytes]]:
+        """The records of the archive ``region[:end]`` in chunks (``framing.walk_archive``),
+        after checking that all of it parses (``CorruptArchive``, as protobuf's parse of the
+        whole did) and that its ``padding`` field, if the layout has one, holds only zeros.
+
+        Each chunk is parsed into a message of its own: upb's arena of a message grows with
+        every parse into it until the message goes, so reusing one would hold them all."""
+        framing = walk_archive(region, end, _ARCHIVE_PARSED_FIELDS, padding_field)
+        view = memoryview(region)
+        for s, e in framing.chunks:
+            self._parse_archive(view[s:e], entry)
+        padding_ok = True
+        if framing.tail is not None:
+            # the rest is protobuf's alone; merged into an archive holding the padding seen so
+            # far, its ``padding`` is the last one of the whole archive, as a parse of it says
+            last = framing.last_skipped
+            before = bytes(view[last[0] : last[1]]) if last else b""
+            tail = self._parse_archive(view[framing.tail : end], entry, before, padding_field)
+            if padding_field is not None:
+                padding_ok = not tail.padding.strip(b"\x00")
+            del tail
+        elif framing.last_skipped is not None:
+            s, e = framing.last_skipped
+            padding_ok = region.count(0, s, e) == e - s
+        if not padding_ok:
+            raise CorruptArchive("archive padding holds non-zero bytes")
+        return self._chunk_records(view, end, framing.chunks, framing.tail)
+
+    def _parse_archive(
+        self, data: memoryview, entry: IndexEntry, padding: bytes = b"", field: int | None = None
+    ) -> Any:
+        a = self._archive_cls()
+        try:
+            if padding and field is not None:
+                a.padding = padding
+                a.MergeFromString(data)
+            else:
+                a.ParseFromString(data)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
+        return a
+
+    def _chunk_records(
+        self, view: memoryview, end: int, chunks: list[tuple[int, int]], tail: int | None
+    ) -> Iterator[list[bytes]]:
+        # each record parsed and written again by protobuf (deterministic), as ``as_decoded``
+        for s, e in chunks:
+            a = self._archive_cls.FromString(view[s:e])
+            yield [m.SerializeToString(deterministic=True) for m in a.messages]
+            del a
+        if tail is not None:
+            a = self._archive_cls.FromString(view[tail:end])
+            for i in range(0, len(a.messages), CHUNK_FIELDS):
+                part = a.messages[i : i + CHUNK_FIELDS]
+                yield [m.SerializeToString(deterministic=True) for m in part]
 
     @abstractmethod
     def _index_metadata_pb(
@@ -310,10 +379,19 @@ class Layout(ABC):
         return chunks or [[]]
 
 
+_ARCHIVE_PARSED_FIELDS = frozenset({1, 2, 3})
+"""``version``, ``metadata`` and ``messages`` of ``WakuMessageArchive``, in both layouts: the
+fields protobuf parses chunk by chunk (``framing.walk_archive``). Any other field is the spec
+layout's ``padding`` or an unknown field, which no parse can fail once its framing is whole."""
+_SPEC_PADDING_FIELD = 4
+"""``bytes padding = 4`` of the spec's ``WakuMessageArchive``."""
+
+
 class SpecLayout(Layout):
     name = "spec"
     archive_version = 1
     _record_cls = spec_pb.WakuMessage
+    _archive_cls = spec_pb.WakuMessageArchive
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = spec_pb.WakuMessage()
@@ -369,16 +447,9 @@ class SpecLayout(Layout):
         entry = self.make_entry(meta, offset, body_len + len(pad), 0)
         return EncodedArchive(parts, body_len + len(pad), 0, entry, lens)
 
-    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
         self.check_alignment(entry.offset, len(region))
-        a = spec_pb.WakuMessageArchive()
-        try:
-            a.ParseFromString(region)
-        except (PbDecodeError, RuntimeError, ValueError) as e:
-            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
-        if a.padding.strip(b"\x00"):
-            raise CorruptArchive("archive padding holds non-zero bytes")
-        return [m.SerializeToString(deterministic=True) for m in a.messages]
+        return self._records_of(region, len(region), entry, _SPEC_PADDING_FIELD)
 
     def _index_metadata_pb(
         self, meta: ArchiveMetadata, offset: int, size: int, padding: int
@@ -431,6 +502,7 @@ class StatusGoLayout(Layout):
     time_unit_ns = NS  # from/to in seconds
     archive_version = 0  # status-go never sets WakuMessageArchive.version
     _record_cls = sg_pb.WakuMessage
+    _archive_cls = sg_pb.WakuMessageArchive
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = sg_pb.WakuMessage()
@@ -501,19 +573,14 @@ class StatusGoLayout(Layout):
         entry = self.make_entry(meta, offset, size, padding)
         return EncodedArchive(parts, raw, padding, entry, lens)
 
-    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
         self.check_alignment(entry.offset, len(region))
         if entry.padding > len(region):
             raise CorruptArchive(f"archive {entry.archive_id[:18]}… padding exceeds its size")
-        body = region[: len(region) - entry.padding]
-        if region[len(body) :].strip(b"\x00"):
+        end = len(region) - entry.padding
+        if region.count(0, end) != entry.padding:  # (no copy of the padding)
             raise CorruptArchive("archive padding holds non-zero bytes")
-        a = sg_pb.WakuMessageArchive()
-        try:
-            a.ParseFromString(body)
-        except (PbDecodeError, RuntimeError, ValueError) as e:
-            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
-        return [m.SerializeToString(deterministic=True) for m in a.messages]
+        return self._records_of(region, end, entry, None)
 
     def _index_metadata_pb(
         self, meta: ArchiveMetadata, offset: int, size: int, padding: int
