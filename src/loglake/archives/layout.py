@@ -71,29 +71,32 @@ MAX_ARCHIVE_SIZE = 30_000_000
 MAX_FETCHED_ARCHIVE_BYTES = 128 * 1024 * 1024
 """The largest archive a member fetches by default (``fetch_archives``' ``max_archive_bytes``,
 ``--max-archive-bytes``). Neither the spec nor status-go's member bounds it, and a member reads
-an archive whole into memory to verify and decode it: an index naming one archive of 100 GB,
-within a torrent's ``data``, took the member's disk and then its memory. What an archive costs
-at the peak (read, parsed by protobuf, decoded, hydrated): about ``3 x`` its bytes plus
-``MEMBER_PEAK_BYTES_PER_MESSAGE`` a message, so it depends on the messages' size. Measured
-(8 MiB archives): 3.2-3.5x for messages of 300 bytes or more, 6x for status-go's signed empty
-messages, 12.5x for spec messages of an empty payload, 58-66x for the smallest records a
-control node can put in an archive (4 framed bytes, a timestamp only), so a hostile archive at
-the default bound could take about 10 GB (it was documented as "about 3 times", found from
-outside). A member that must stay under M bytes whatever the control node sends sets
-``--max-archive-bytes`` to M / 80 (12.8 MiB for 1 GiB). The default is not that low, as it
-would refuse status-go's own archives: its builder caps an archive's payload + signatures at
-``MAX_ARCHIVE_SIZE``, so its archives of signed messages (65-byte ``sig``) stay below 81 MiB even
-of empty payloads (461,538 messages of 183 framed bytes with ``hash`` and ``thirdPartyId``; 3.5-6x
-at the peak, under 0.5 GB); the spec layout has one archive a week, whatever its size: 128 MiB
-holds a week of about 400,000 messages of 300 bytes. A busier community's member raises it.
-Bounding the peak itself (walking the archive's records and hydrating them in chunks, rather
-than parsing it whole) is not done yet."""
+an archive whole into memory to check its pieces' SHA-1s: an index naming one archive of 100
+GB, within a torrent's ``data``, took the member's disk and then its memory. What an archive
+costs at the peak: its bytes, plus one chunk of it decoded and hydrated
+(``MEMBER_PEAK_CHUNK_BYTES``), plus about 5x its largest message if that is over
+``framing.CHUNK_BYTES``. Found from outside: decoded and hydrated whole, it cost about ``3 x``
+its bytes plus 230-270 bytes a message (protobuf's parsed ``WakuMessage``, the record written
+again, its ``DecodedMessage`` and its store row, all held at once): 58-66x its bytes for the
+smallest records a control node can put in an archive (4 framed bytes, a timestamp only), about
+10 GB for a hostile archive at the default bound. Now the archive is walked field by field
+(``framing.walk_archive``) and hydrated a chunk at a time, in the same transaction: measured
++1 MB beyond its bytes for the smallest records, whatever the archive's size (8 and 24 MiB).
+The default holds status-go's own archives (its builder caps an archive's payload + signatures
+at ``MAX_ARCHIVE_SIZE``: below 81 MiB framed, even of signed empty messages) and a spec-layout
+week of about 400,000 messages of 300 bytes; a busier community's member raises it, a member
+that must stay under M bytes sets it to about (M - 32 MiB) / 6 if the control node may send one
+huge message, else M - 32 MiB."""
 
-MEMBER_PEAK_BYTES_PER_MESSAGE = 300
-"""A member's peak memory per message of an archive it hydrates, beyond ``3 x`` the archive's
-bytes (``MAX_FETCHED_ARCHIVE_BYTES``): protobuf's parsed ``WakuMessage``, the record written
-again, its ``DecodedMessage`` and its store row, held at once (measured 230-270 bytes, both
-layouts; ``tests/archives/test_fetch_hostile.py`` holds the bound)."""
+MEMBER_PEAK_CHUNK_BYTES = 32 * 1024 * 1024
+"""The most a member holds beyond an archive's own bytes while it decodes and hydrates it, for
+messages up to ``framing.CHUNK_BYTES`` (4 MiB): one chunk (``framing.CHUNK_FIELDS`` messages, or
+about ``CHUNK_BYTES``) parsed by protobuf, its records, ``DecodedMessage``s and store rows, and
+the store's cache. Measured: +1 MB for the smallest records (4 framed bytes), +4 to +9 MB for
+messages of 0-300 bytes, +17 MB for 30 KB ones, +24 MB for 2 MB ones. A larger message is a
+chunk of its own, and costs about 5x its bytes at the peak (protobuf's parse, the record,
+SQLite's copy and pages: 287 MB for an archive of two 60 MB messages, 285 MB decoded whole).
+``tests/archives/test_fetch_hostile.py`` holds the bound for the smallest records."""
 
 STATUS_GO_TRACKERS = (
     "udp://tracker.opentrackr.org:1337/announce",
@@ -267,16 +270,20 @@ class Layout(ABC):
     def _chunk_records(
         self, view: memoryview, end: int, chunks: list[tuple[int, int]], tail: int | None
     ) -> Iterator[list[bytes]]:
-        # each record parsed and written again by protobuf (deterministic), as ``as_decoded``
         for s, e in chunks:
-            a = self._archive_cls.FromString(view[s:e])
-            yield [m.SerializeToString(deterministic=True) for m in a.messages]
-            del a
+            yield self._records_in(view[s:e])
         if tail is not None:
             a = self._archive_cls.FromString(view[tail:end])
             for i in range(0, len(a.messages), CHUNK_FIELDS):
                 part = a.messages[i : i + CHUNK_FIELDS]
                 yield [m.SerializeToString(deterministic=True) for m in part]
+
+    def _records_in(self, data: memoryview) -> list[bytes]:
+        """Each record of a chunk parsed and written again by protobuf (deterministic), as
+        ``as_decoded``; a function of its own so that the parsed chunk (upb's arena: as large
+        as the chunk) is let go before the records are decoded and stored."""
+        a = self._archive_cls.FromString(data)
+        return [m.SerializeToString(deterministic=True) for m in a.messages]
 
     @abstractmethod
     def _index_metadata_pb(
