@@ -145,8 +145,8 @@ _max_archive_opt = click.option(
     default=MAX_FETCHED_ARCHIVE_BYTES,
     show_default=True,
     help="Refuse a fetch whose index names a missing archive bigger than this, before "
-    "downloading it (an archive is read whole into memory: about 3x its bytes plus 300 bytes "
-    "a message at the peak; up to ~80x for the smallest messages).",
+    "downloading it (an archive is read whole into memory and hydrated a chunk at a time: at "
+    "the peak its bytes plus up to 32 MiB, plus about 5x its largest message over 4 MiB).",
 )
 
 _deadline_opt = click.option(

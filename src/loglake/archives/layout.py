@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -44,6 +44,7 @@ from loglake.archives.errors import (
     CorruptIndex,
     MisalignedArchive,
 )
+from loglake.archives.framing import CHUNK_FIELDS, walk_archive
 from loglake.archives.messages import (
     NS,
     PIECE_LENGTH,
@@ -70,29 +71,32 @@ MAX_ARCHIVE_SIZE = 30_000_000
 MAX_FETCHED_ARCHIVE_BYTES = 128 * 1024 * 1024
 """The largest archive a member fetches by default (``fetch_archives``' ``max_archive_bytes``,
 ``--max-archive-bytes``). Neither the spec nor status-go's member bounds it, and a member reads
-an archive whole into memory to verify and decode it: an index naming one archive of 100 GB,
-within a torrent's ``data``, took the member's disk and then its memory. What an archive costs
-at the peak (read, parsed by protobuf, decoded, hydrated): about ``3 x`` its bytes plus
-``MEMBER_PEAK_BYTES_PER_MESSAGE`` a message, so it depends on the messages' size. Measured
-(8 MiB archives): 3.2-3.5x for messages of 300 bytes or more, 6x for status-go's signed empty
-messages, 12.5x for spec messages of an empty payload, 58-66x for the smallest records a
-control node can put in an archive (4 framed bytes, a timestamp only), so a hostile archive at
-the default bound could take about 10 GB (it was documented as "about 3 times", found from
-outside). A member that must stay under M bytes whatever the control node sends sets
-``--max-archive-bytes`` to M / 80 (12.8 MiB for 1 GiB). The default is not that low, as it
-would refuse status-go's own archives: its builder caps an archive's payload + signatures at
-``MAX_ARCHIVE_SIZE``, so its archives of signed messages (65-byte ``sig``) stay below 81 MiB even
-of empty payloads (461,538 messages of 183 framed bytes with ``hash`` and ``thirdPartyId``; 3.5-6x
-at the peak, under 0.5 GB); the spec layout has one archive a week, whatever its size: 128 MiB
-holds a week of about 400,000 messages of 300 bytes. A busier community's member raises it.
-Bounding the peak itself (walking the archive's records and hydrating them in chunks, rather
-than parsing it whole) is not done yet."""
+an archive whole into memory to check its pieces' SHA-1s: an index naming one archive of 100
+GB, within a torrent's ``data``, took the member's disk and then its memory. What an archive
+costs at the peak: its bytes, plus one chunk of it decoded and hydrated
+(``MEMBER_PEAK_CHUNK_BYTES``), plus about 5x its largest message if that is over
+``framing.CHUNK_BYTES``. Found from outside: decoded and hydrated whole, it cost about ``3 x``
+its bytes plus 230-270 bytes a message (protobuf's parsed ``WakuMessage``, the record written
+again, its ``DecodedMessage`` and its store row, all held at once): 58-66x its bytes for the
+smallest records a control node can put in an archive (4 framed bytes, a timestamp only), about
+10 GB for a hostile archive at the default bound. Now the archive is walked field by field
+(``framing.walk_archive``) and hydrated a chunk at a time, in the same transaction: measured
++1 MB beyond its bytes for the smallest records, whatever the archive's size (8 and 24 MiB).
+The default holds status-go's own archives (its builder caps an archive's payload + signatures
+at ``MAX_ARCHIVE_SIZE``: below 81 MiB framed, even of signed empty messages) and a spec-layout
+week of about 400,000 messages of 300 bytes; a busier community's member raises it, a member
+that must stay under M bytes sets it to about (M - 32 MiB) / 6 if the control node may send one
+huge message, else M - 32 MiB."""
 
-MEMBER_PEAK_BYTES_PER_MESSAGE = 300
-"""A member's peak memory per message of an archive it hydrates, beyond ``3 x`` the archive's
-bytes (``MAX_FETCHED_ARCHIVE_BYTES``): protobuf's parsed ``WakuMessage``, the record written
-again, its ``DecodedMessage`` and its store row, held at once (measured 230-270 bytes, both
-layouts; ``tests/archives/test_fetch_hostile.py`` holds the bound)."""
+MEMBER_PEAK_CHUNK_BYTES = 32 * 1024 * 1024
+"""The most a member holds beyond an archive's own bytes while it decodes and hydrates it, for
+messages up to ``framing.CHUNK_BYTES`` (4 MiB): one chunk (``framing.CHUNK_FIELDS`` messages, or
+about ``CHUNK_BYTES``) parsed by protobuf, its records, ``DecodedMessage``s and store rows, and
+the store's cache. Measured: +1 MB for the smallest records (4 framed bytes), +4 to +9 MB for
+messages of 0-300 bytes, +17 MB for 30 KB ones, +24 MB for 2 MB ones. A larger message is a
+chunk of its own, and costs about 5x its bytes at the peak (protobuf's parse, the record,
+SQLite's copy and pages: 287 MB for an archive of two 60 MB messages, 285 MB decoded whole).
+``tests/archives/test_fetch_hostile.py`` holds the bound for the smallest records."""
 
 STATUS_GO_TRACKERS = (
     "udp://tracker.opentrackr.org:1337/announce",
@@ -204,10 +208,82 @@ class Layout(ABC):
     ) -> EncodedArchive:
         """The archive's bytes for ``data`` at ``offset`` and its index entry."""
 
-    @abstractmethod
     def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
         """The raw ``WakuMessage`` records of the archive occupying ``region`` (``entry.size``
         bytes read at ``entry.offset``), or ``CorruptArchive``."""
+        return [r for chunk in self.archive_records(region, entry) for r in chunk]
+
+    @abstractmethod
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
+        """``decode_archive``'s records a chunk at a time (at most ``CHUNK_FIELDS`` records,
+        about ``CHUNK_BYTES``), for a member to hydrate without holding the archive's messages
+        at once. Every error ``decode_archive`` raises is raised by this call, before any
+        chunk: the whole archive is parsed (chunk by chunk, let go) before it is decoded."""
+
+    _archive_cls: Any
+    """The layout's generated ``WakuMessageArchive`` class."""
+
+    def _records_of(
+        self, region: bytes, end: int, entry: IndexEntry, padding_field: int | None
+    ) -> Iterator[list[bytes]]:
+        """The records of the archive ``region[:end]`` in chunks (``framing.walk_archive``),
+        after checking that all of it parses (``CorruptArchive``, as protobuf's parse of the
+        whole did) and that its ``padding`` field, if the layout has one, holds only zeros.
+
+        Each chunk is parsed into a message of its own: upb's arena of a message grows with
+        every parse into it until the message goes, so reusing one would hold them all."""
+        framing = walk_archive(region, end, _ARCHIVE_PARSED_FIELDS, padding_field)
+        view = memoryview(region)
+        for s, e in framing.chunks:
+            self._parse_archive(view[s:e], entry)
+        padding_ok = True
+        if framing.tail is not None:
+            # the rest is protobuf's alone; merged into an archive holding the padding seen so
+            # far, its ``padding`` is the last one of the whole archive, as a parse of it says
+            last = framing.last_skipped
+            before = bytes(view[last[0] : last[1]]) if last else b""
+            tail = self._parse_archive(view[framing.tail : end], entry, before, padding_field)
+            if padding_field is not None:
+                padding_ok = not tail.padding.strip(b"\x00")
+            del tail
+        elif framing.last_skipped is not None:
+            s, e = framing.last_skipped
+            padding_ok = region.count(0, s, e) == e - s
+        if not padding_ok:
+            raise CorruptArchive("archive padding holds non-zero bytes")
+        return self._chunk_records(view, end, framing.chunks, framing.tail)
+
+    def _parse_archive(
+        self, data: memoryview, entry: IndexEntry, padding: bytes = b"", field: int | None = None
+    ) -> Any:
+        a = self._archive_cls()
+        try:
+            if padding and field is not None:
+                a.padding = padding
+                a.MergeFromString(data)
+            else:
+                a.ParseFromString(data)
+        except (PbDecodeError, RuntimeError, ValueError) as e:
+            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
+        return a
+
+    def _chunk_records(
+        self, view: memoryview, end: int, chunks: list[tuple[int, int]], tail: int | None
+    ) -> Iterator[list[bytes]]:
+        for s, e in chunks:
+            yield self._records_in(view[s:e])
+        if tail is not None:
+            a = self._archive_cls.FromString(view[tail:end])
+            for i in range(0, len(a.messages), CHUNK_FIELDS):
+                part = a.messages[i : i + CHUNK_FIELDS]
+                yield [m.SerializeToString(deterministic=True) for m in part]
+
+    def _records_in(self, data: memoryview) -> list[bytes]:
+        """Each record of a chunk parsed and written again by protobuf (deterministic), as
+        ``as_decoded``; a function of its own so that the parsed chunk (upb's arena: as large
+        as the chunk) is let go before the records are decoded and stored."""
+        a = self._archive_cls.FromString(data)
+        return [m.SerializeToString(deterministic=True) for m in a.messages]
 
     @abstractmethod
     def _index_metadata_pb(
@@ -310,10 +386,19 @@ class Layout(ABC):
         return chunks or [[]]
 
 
+_ARCHIVE_PARSED_FIELDS = frozenset({1, 2, 3})
+"""``version``, ``metadata`` and ``messages`` of ``WakuMessageArchive``, in both layouts: the
+fields protobuf parses chunk by chunk (``framing.walk_archive``). Any other field is the spec
+layout's ``padding`` or an unknown field, which no parse can fail once its framing is whole."""
+_SPEC_PADDING_FIELD = 4
+"""``bytes padding = 4`` of the spec's ``WakuMessageArchive``."""
+
+
 class SpecLayout(Layout):
     name = "spec"
     archive_version = 1
     _record_cls = spec_pb.WakuMessage
+    _archive_cls = spec_pb.WakuMessageArchive
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = spec_pb.WakuMessage()
@@ -369,16 +454,9 @@ class SpecLayout(Layout):
         entry = self.make_entry(meta, offset, body_len + len(pad), 0)
         return EncodedArchive(parts, body_len + len(pad), 0, entry, lens)
 
-    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
         self.check_alignment(entry.offset, len(region))
-        a = spec_pb.WakuMessageArchive()
-        try:
-            a.ParseFromString(region)
-        except (PbDecodeError, RuntimeError, ValueError) as e:
-            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
-        if a.padding.strip(b"\x00"):
-            raise CorruptArchive("archive padding holds non-zero bytes")
-        return [m.SerializeToString(deterministic=True) for m in a.messages]
+        return self._records_of(region, len(region), entry, _SPEC_PADDING_FIELD)
 
     def _index_metadata_pb(
         self, meta: ArchiveMetadata, offset: int, size: int, padding: int
@@ -431,6 +509,7 @@ class StatusGoLayout(Layout):
     time_unit_ns = NS  # from/to in seconds
     archive_version = 0  # status-go never sets WakuMessageArchive.version
     _record_cls = sg_pb.WakuMessage
+    _archive_cls = sg_pb.WakuMessageArchive
 
     def decode_record(self, raw: bytes) -> DecodedMessage:
         m = sg_pb.WakuMessage()
@@ -501,19 +580,14 @@ class StatusGoLayout(Layout):
         entry = self.make_entry(meta, offset, size, padding)
         return EncodedArchive(parts, raw, padding, entry, lens)
 
-    def decode_archive(self, region: bytes, entry: IndexEntry) -> list[bytes]:
+    def archive_records(self, region: bytes, entry: IndexEntry) -> Iterator[list[bytes]]:
         self.check_alignment(entry.offset, len(region))
         if entry.padding > len(region):
             raise CorruptArchive(f"archive {entry.archive_id[:18]}… padding exceeds its size")
-        body = region[: len(region) - entry.padding]
-        if region[len(body) :].strip(b"\x00"):
+        end = len(region) - entry.padding
+        if region.count(0, end) != entry.padding:  # (no copy of the padding)
             raise CorruptArchive("archive padding holds non-zero bytes")
-        a = sg_pb.WakuMessageArchive()
-        try:
-            a.ParseFromString(body)
-        except (PbDecodeError, RuntimeError, ValueError) as e:
-            raise CorruptArchive(f"archive {entry.archive_id[:18]}… does not decode: {e}") from e
-        return [m.SerializeToString(deterministic=True) for m in a.messages]
+        return self._records_of(region, end, entry, None)
 
     def _index_metadata_pb(
         self, meta: ArchiveMetadata, offset: int, size: int, padding: int

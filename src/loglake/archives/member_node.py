@@ -43,7 +43,7 @@ from loglake.archives.member import (
     MemberCore,
     missing_archives,
     refuse_oversized,
-    unpack,
+    unpack_chunks,
 )
 from loglake.archives.store import MessageStore
 from loglake.streams.api import Streams, warn_gap
@@ -163,9 +163,9 @@ follows it for good, and the node counted them all again every tick."""
 
 def _archives(
     data: Path, missing: list[IndexEntry], layout: Layout, fetcher: Fetcher
-) -> Iterator[tuple[IndexEntry, list[DecodedMessage]]]:
-    """Each missing archive's messages, read from ``data`` when asked for; ``CorruptArchive``
-    for one whose bytes on disk do not match the torrent's piece hashes."""
+) -> Iterator[tuple[IndexEntry, Iterator[list[DecodedMessage]]]]:
+    """Each missing archive's messages in chunks, read from ``data`` when asked for;
+    ``CorruptArchive`` for one whose bytes on disk do not match the torrent's piece hashes."""
     if not missing:
         return
     with open(data, "rb") as f:
@@ -175,15 +175,16 @@ def _archives(
 
 def _read_archive(
     f: BinaryIO, e: IndexEntry, layout: Layout, fetcher: Fetcher
-) -> list[DecodedMessage]:
-    """A function of its own so that the region read is freed once decoded."""
+) -> Iterator[list[DecodedMessage]]:
+    """A function of its own so that the region read is freed once hydrated (the chunks'
+    iterator holds it)."""
     f.seek(e.offset)
     region = f.read(e.size)
     if len(region) != e.size or not fetcher.verify(e.offset, region):
         raise CorruptArchive(
             f"archive {e.archive_id[:18]}… on disk does not match the torrent's piece hashes"
         )
-    return unpack(layout, e, region)
+    return unpack_chunks(layout, e, region)
 
 
 class MemberNode:

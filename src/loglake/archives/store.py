@@ -51,6 +51,10 @@ from loglake.archives.layout import DecodedMessage, IndexEntry
 from loglake.archives.messages import MessageRow
 from loglake.structured_logging import log_event
 
+ArchiveMessages = Sequence[DecodedMessage] | Iterator[Sequence[DecodedMessage]]
+"""An archive's messages for ``hydrate``/``hydrate_many``: all of them, or an iterator of
+chunks (``member.unpack_chunks``) stored one at a time."""
+
 logger = logging.getLogger(__name__)
 
 _SCHEMA = """
@@ -492,7 +496,7 @@ class MessageStore:
             self._hydrate(entry, messages)
             return self._count_from([entry.archive_id])
 
-    def _hydrate(self, entry: IndexEntry, messages: Sequence[DecodedMessage]) -> None:
+    def _hydrate(self, entry: IndexEntry, messages: ArchiveMessages) -> None:
         """Replace the window's messages with the archive's, except those hydrated from
         *another archive of the same window*.
 
@@ -530,11 +534,16 @@ class MessageStore:
         # ("Don't process duplicates": ``messageExists``, the batch's ids and the database);
         # the id is a function of the message's bytes, so here the key is the record itself,
         # and the first copy stays
-        self._insert_once(
-            [(x.timestamp_ns, x.topic, x.raw, x.cap_size, origin) for x in messages], "origin"
-        )
+        # a chunk at a time when given in chunks (a member's fetch, ``unpack_chunks``): each
+        # chunk's copies are looked for among the rows of the chunks before it as well, so the
+        # rows stored, and their order (time, then rowid), are those of one batch
+        chunks = [messages] if isinstance(messages, Sequence) else messages
+        for chunk in chunks:
+            self._insert_once(
+                [(x.timestamp_ns, x.topic, x.raw, x.cap_size, origin) for x in chunk], "origin"
+            )
 
-    def hydrate_many(self, items: Iterable[tuple[IndexEntry, Sequence[DecodedMessage]]]) -> int:
+    def hydrate_many(self, items: Iterable[tuple[IndexEntry, ArchiveMessages]]) -> int:
         """``hydrate`` several archives in one transaction (all or nothing). Returns how many
         messages of these archives the store holds afterwards (counted, not summed: the
         figure a report shows is what a reader of the store will find).
@@ -542,7 +551,9 @@ class MessageStore:
         ``items`` is taken one archive at a time, inside the transaction, and each archive's
         messages let go once stored: a fetch passes a generator that decodes an archive only
         when it is asked for, so a member holds one archive in memory, not every one it
-        fetched; an error the generator raises rolls back the archives before it."""
+        fetched; an error the generator raises rolls back the archives before it. An archive's
+        messages may come as an iterator of chunks (``member.unpack_chunks``): then it holds
+        one chunk at a time, and an error the chunks raise rolls back the archive too."""
         ids: list[str] = []
         with self._tx():
             for entry, messages in items:
