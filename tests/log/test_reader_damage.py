@@ -245,46 +245,18 @@ def test_readers_racing_a_live_writer_never_see_false_damage(tmp_path, durabilit
         assert reader.verify()[0][3] == n
 
 
+@pytest.mark.parametrize(
+    ("lost", "lost_pad", "kept", "kept_pad"),
+    [(BATCH, 0, BATCH, 50), (100, 120, 100, 0), (10, 120, 20, 0), (100, 120, 50, 0)],
+)
 def test_a_reader_that_read_an_append_the_writer_cut_off_follows_what_replaced_it(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, lost, lost_pad, kept, kept_pad
 ):
     """An append that fails part way (a full disk) is cut off by the writer, and the next one
-    takes its indexes with other bytes. A reader that read the cut-off frames first stops inside
-    the new ones, below the watermark once they are fsynced: it reads the segment again rather
-    than report damage that is not there."""
-    import errno
-
-    make(tmp_path)
-    with open_log(tmp_path) as writer:
-        reader = SegmentLog(tmp_path, readonly=True)
-        try:
-            assert reader.next_index("s") == RECORDS
-            real = fs.writev_all
-
-            def write_then_fail(fd, parts, size=None):
-                real(fd, parts, size)
-                reader.next_index("s")  # the reader reads the frames before the writer cuts
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-            monkeypatch.setattr(fs, "writev_all", write_then_fail)
-            with pytest.raises(OSError):
-                writer.append_many("s", [Entry(b"lost %d" % i) for i in range(BATCH)])
-            monkeypatch.setattr(fs, "writev_all", real)
-            kept = [b"kept %d " % i + b"k" * 50 for i in range(BATCH)]
-            assert writer.append_many("s", [Entry(d) for d in kept])[0] == RECORDS
-            assert reader.next_index("s") == RECORDS + BATCH
-            assert [r.data for r in reader.read("s", RECORDS)] == kept
-            reader.verify()
-        finally:
-            reader.close()
-
-
-@pytest.mark.parametrize(("lost", "kept"), [(100, 100), (10, 20), (100, 50)])
-def test_a_reader_that_read_longer_frames_the_writer_cut_off_sees_the_shorter_ones(
-    tmp_path, monkeypatch, lost, kept
-):
-    """Found from outside: the records that replace a cut-off append can be shorter than the
-    frames a reader read, so the new watermark lies below the reader's end and its next look
+    takes its indexes with other bytes; a reader that read the cut-off frames first must follow
+    what replaced them. Longer replacements: it stops inside them, below the watermark once
+    they are fsynced, and reads the segment again rather than report damage. Shorter ones
+    (found from outside): the new watermark lies below the reader's end and its next look
     found nothing wrong: it stayed at its stale end (``next_index`` 110 with 120 records
     acknowledged, ``read`` returning ``[]``), or ``read``/``verify`` rebuilt its index up to
     that end and raised ``CorruptSegment 'implausible body length 0'`` over acknowledged
@@ -306,9 +278,11 @@ def test_a_reader_that_read_longer_frames_the_writer_cut_off_sees_the_shorter_on
 
             monkeypatch.setattr(fs, "writev_all", write_then_fail)
             with pytest.raises(OSError):
-                writer.append_many("s", [Entry(b"lost %d " % i + b"L" * 120) for i in range(lost)])
+                writer.append_many(
+                    "s", [Entry(b"lost %d " % i + b"L" * lost_pad) for i in range(lost)]
+                )
             monkeypatch.setattr(fs, "writev_all", real)
-            data = [b"kept %d" % i for i in range(kept)]
+            data = [b"kept %d " % i + b"k" * kept_pad for i in range(kept)]
             assert writer.append_many("s", [Entry(d) for d in data])[0] == RECORDS
             writer.flush()
             assert reader.next_index("s") == RECORDS + kept

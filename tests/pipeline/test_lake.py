@@ -111,28 +111,34 @@ def test_a_damaged_or_foreign_lake_file_is_corrupt_segment_naming_it(tmp_path, h
             list(read_unit_columns(str(tmp_path), Unit("s", str(bad), 10, 20), lo=lo))
 
 
+def _every_jobs_reader_refuses(data_dir: pathlib.Path, bad: pathlib.Path) -> None:
+    """``bad`` (the lake file of indexes 10..19 of stream ``s``) is ``CorruptSegment`` naming it
+    for each reader of lake files the jobs use."""
+    from loglake.pipeline.datasource import RangeSplit, read_range
+    from loglake.pipeline.options import parse_options
+    from loglake.pipeline.units import Unit, read_unit_columns, read_unit_pieces
+
+    unit = Unit("s", str(bad), 10, 20)
+    for lo in (10, 12):  # the protocol jobs' reader (pipeline/units.py): whole file, a range
+        with pytest.raises(CorruptSegment, match=bad.name):
+            list(read_unit_columns(str(data_dir), unit, lo=lo))
+    with pytest.raises(CorruptSegment, match=bad.name):  # archives-build's and sds-audit's
+        list(read_unit_pieces(str(data_dir), unit, ["index", "data"], 4, 2))
+    opts = parse_options({"data_dir": str(data_dir), "stream": "s"})
+    with pytest.raises(CorruptSegment, match=bad.name):  # the loglake source, cardinal-blocks
+        list(read_range(opts, RangeSplit(0, 0, 20)))
+
+
 @pytest.mark.parametrize("how", DAMAGED_PAGE)
 def test_a_damaged_page_whose_footer_is_whole_is_corrupt_segment_naming_it(tmp_path, how):
     # the footer reads, so the check on opening passes; pyarrow did not check the pages' CRCs:
     # flipped data bytes came back as other records, a flipped page header was a pyarrow
     # OSError from the task (not typed, so the jobs printed its traceback)
-    from loglake.pipeline.datasource import RangeSplit, read_range
-    from loglake.pipeline.options import parse_options
-    from loglake.pipeline.units import Unit, read_unit_columns, read_unit_pieces
-
     write_lake(tmp_path, "s", 0, 0, 9)
     bad = write_lake(tmp_path, "s", 0, 10, 19)
     damage_lake_file(bad, how)
     assert lake_file_rows(bad) == 10  # the footer is whole
-    unit = Unit("s", str(bad), 10, 20)
-    for lo in (10, 12):  # the protocol jobs' reader (pipeline/units.py): whole file, a range
-        with pytest.raises(CorruptSegment, match=bad.name):
-            list(read_unit_columns(str(tmp_path), unit, lo=lo))
-    with pytest.raises(CorruptSegment, match=bad.name):  # archives-build's and sds-audit's
-        list(read_unit_pieces(str(tmp_path), unit, ["index", "data"], 4, 2))
-    opts = parse_options({"data_dir": str(tmp_path), "stream": "s"})
-    with pytest.raises(CorruptSegment, match=bad.name):  # the loglake source, cardinal-blocks
-        list(read_range(opts, RangeSplit(0, 0, 20)))
+    _every_jobs_reader_refuses(tmp_path, bad)
 
 
 def _rewrite_rows(path: pathlib.Path, how: str) -> None:
@@ -171,22 +177,10 @@ def test_a_lake_file_whose_rows_do_not_match_its_name_is_corrupt_segment(tmp_pat
     ``sds-audit`` and ``archives-build`` reported success over lost or duplicated records,
     ``compact`` wrote the damage into its output and deleted the sources, the ``loglake``
     source skipped or repeated indexes. Now each is ``CorruptSegment`` naming the file."""
-    from loglake.pipeline.datasource import RangeSplit, read_range
-    from loglake.pipeline.options import parse_options
-    from loglake.pipeline.units import Unit, read_unit_columns, read_unit_pieces
-
     write_lake(tmp_path, "s", 0, 0, 9)
     bad = write_lake(tmp_path, "s", 0, 10, 19)
     _rewrite_rows(bad, how)
-    unit = Unit("s", str(bad), 10, 20)
-    for lo in (10, 12):  # the protocol jobs' reader (pipeline/units.py): whole file, a range
-        with pytest.raises(CorruptSegment, match=bad.name):
-            list(read_unit_columns(str(tmp_path), unit, lo=lo))
-    with pytest.raises(CorruptSegment, match=bad.name):  # archives-build's and sds-audit's
-        list(read_unit_pieces(str(tmp_path), unit, ["index", "data"], 4, 2))
-    opts = parse_options({"data_dir": str(tmp_path), "stream": "s"})
-    with pytest.raises(CorruptSegment, match=bad.name):  # the loglake source, cardinal-blocks
-        list(read_range(opts, RangeSplit(0, 0, 20)))
+    _every_jobs_reader_refuses(tmp_path, bad)
     if how in ("fewer", "twice", "shifted", "null"):  # Spark's reader and compact: the footer
         with pytest.raises(CorruptSegment, match=bad.name):
             lake_file_rows(bad)
