@@ -29,6 +29,8 @@ from loglake.log.segment import Segment, parse_segment_name, segment_name
 from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from loglake.log.partition import Partition
 
 logger = logging.getLogger(__name__)
@@ -259,7 +261,7 @@ def durable_size_of(p: Partition, base: int) -> int:
     if mark is None or mark.base < base:
         return 0  # no watermark (older data dir) or none since this segment was created
     if mark.base > base:
-        raise missing_segment(p, mark)
+        raise missing_segment(p.dir, mark)
     return mark.size
 
 
@@ -275,12 +277,14 @@ def check_newest(p: Partition, bases: list[int]) -> None:
     verify`` and ``log info`` exited 0 with fewer records and ``read`` returned ``[]``."""
     mark = p._reader_mark
     if mark is not None and not bases:
-        raise missing_segment(p, mark)
+        raise missing_segment(p.dir, mark)
 
 
-def missing_segment(p: Partition, mark: watermark.Mark) -> CorruptSegment:
+def missing_segment(directory: Path, mark: watermark.Mark) -> CorruptSegment:
+    """The damage of a partition (its folder ``directory``) whose watermark names a segment
+    that is not there: the writer's open, a reader's look and ``log verify`` say the same."""
     return CorruptSegment(
-        str(p.dir / segment_name(mark.base)),
+        str(directory / segment_name(mark.base)),
         0,
         f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
     )

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from loglake.log import fs, watermark
+from loglake.log import fs, recovery, watermark
 from loglake.log.api import CorruptSegment, CorruptStore, Entry, LogLocked, Record, ascii_digits
 from loglake.log.lake import (
     LakeFile,
@@ -205,22 +205,13 @@ def _check_active(part: _Partition) -> Damage | None:
     """Damage below the watermark in the active segment (unrecoverable: it has no lake copy).
     Past the watermark a bad frame is a torn tail, which the writer's open cuts."""
     mark, base = part.mark, part.active
-    if mark is not None and (base is None or mark.base > base):
-        # the segment the watermark names is gone (see ``recovery.check_newest``)
-        return Damage(
-            part.stream,
-            part.partition,
-            "segment",
-            str(part.seg_path(mark.base)),
-            mark.base,
-            mark.next_index - 1,
-            0,
-            f"segment holding acknowledged records up to index {mark.next_index - 1} is missing",
-            (),
-        )
-    if mark is None or base is None or mark.base != base:
+    if mark is None:
         return None  # nothing of the newest segment is known fsynced
     try:
+        if base is None or mark.base > base:  # gone (see ``recovery.check_newest``)
+            raise recovery.missing_segment(part.seg_dir, mark)
+        if mark.base != base:
+            return None  # the watermark is older than the newest segment
         Segment.recover_active(part.seg_dir, base, True, mark.size).close()
     except CorruptSegment as e:
         return Damage(
@@ -228,7 +219,7 @@ def _check_active(part: _Partition) -> Damage | None:
             part.partition,
             "segment",
             e.path,
-            base,
+            mark.base,
             mark.next_index - 1,
             e.offset,
             e.reason,
