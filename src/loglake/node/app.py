@@ -27,8 +27,6 @@ from starlette.types import ASGIApp
 from loglake import __version__
 from loglake.errors import DecodeError, LocalProtocolError, LoglakeError, Unavailable
 from loglake.log import (
-    CorruptSegment,
-    CorruptStore,
     InvalidStreamName,
     LogClosed,
     ReadOnlyLog,
@@ -38,6 +36,7 @@ from loglake.log import (
     UnknownStream,
 )
 from loglake.node.api.context import NodeContext, PartDisabled
+from loglake.node.api.streams import DAMAGED
 from loglake.node.auth import LoginCodes, require_token
 from loglake.node.gate import Gate, SecurityHeaders, csp_hash
 from loglake.structured_logging import log_event
@@ -52,10 +51,6 @@ BAD_REQUEST: tuple[type[BaseException], ...] = (
     DecodeError,
     ValueError,
 )
-DAMAGED: tuple[type[BaseException], ...] = (CorruptSegment, CorruptStore)
-"""500, named: damage on disk the log will not repair (``loglake log verify --repair``), not the
-caller's fault (``CorruptStore`` is a ``DecodeError``, which was a 400) and not cured by a
-retry; the message names the file (and byte)."""
 UNAVAILABLE: tuple[type[BaseException], ...] = (StorageFailed, LogClosed, Unavailable)
 """503: retry later (or elsewhere): a failed disk, a cluster without quorum, work another
 node holds the lease of."""
@@ -70,6 +65,8 @@ def status_of(e: BaseException) -> int:
     if isinstance(e, KeyError):  # the parts' "no such thing" errors (UnknownStream, ...)
         return 404
     for classes, status in (
+        # damage on disk (``api.streams.DAMAGED``), named: not the caller's fault
+        # (``CorruptStore`` is a ``DecodeError``, which was a 400), not cured by a retry
         (DAMAGED, 500),
         (NOT_FOUND, 404),
         (CONFLICT, 409),
@@ -251,11 +248,11 @@ def _small_int(value: Any) -> bool:
 def _brief(value: Any) -> Any:
     """A scalar as it is (a string cut at ``MAX_DETAIL_CHARS``); anything else as a cut
     ``str`` (an exception in ``ctx``)."""
-    if value is None or isinstance(value, bool | float) or _small_int(value):
+    if isinstance(value, str):
+        return _cut(value)
+    if _is_scalar(value):
         return value
-    if isinstance(value, BaseException):
-        return _cut(str(value))
-    return _cut(value if isinstance(value, str) else type(value).__name__)
+    return _cut(str(value) if isinstance(value, BaseException) else type(value).__name__)
 
 
 def _cut(text: str) -> str:
