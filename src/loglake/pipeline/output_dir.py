@@ -194,20 +194,29 @@ def staged_output(dest: Path | str, keep: Callable[[str], bool] | None = None) -
 
 @contextlib.contextmanager
 def output_lock(dest: Path | str) -> Iterator[None]:
-    """One job at a time writes the folder ``dest``: an ``flock`` on ``.<dest>.lock`` beside
-    it (its parent made first), held until the block ends; another job fails at once with
-    ``JobFailed``. The empty file stays (removing it would let two jobs lock two files of one
-    name)."""
+    """One job at a time writes the folder ``dest``: ``one_job`` on ``.<dest>.lock`` beside it
+    (its parent made first). The empty file stays (removing it would let two jobs lock two
+    files of one name)."""
     dest = Path(dest).absolute()
     fs.makedirs_durable(dest.parent)
+    busy = f"another job is writing {dest}: wait for it to end"
+    with one_job(dest.parent / f".{dest.name}{LOCK_TAG}", busy):
+        yield
+
+
+@contextlib.contextmanager
+def one_job(lock: Path, busy: str) -> Iterator[None]:
+    """An ``flock`` on the file ``lock`` held until the block ends; taken already (another job
+    holds it), ``JobFailed(busy)`` at once. The jobs' locks (an output folder, archives-build's
+    root, compact's stream) are this one."""
     try:
-        lock = fs.lock_file(dest.parent / f".{dest.name}{LOCK_TAG}")
+        fd = fs.lock_file(lock)
     except fs.LockHeld:
-        raise JobFailed(f"another job is writing {dest}: wait for it to end") from None
+        raise JobFailed(busy) from None
     try:
         yield
     finally:
-        fs.close(lock)
+        fs.close(fd)
 
 
 def write_part(

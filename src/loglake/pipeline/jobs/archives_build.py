@@ -120,6 +120,7 @@ from loglake.archives import (
 )
 from loglake.log import fs
 from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
+from loglake.pipeline.output_dir import one_job
 from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
 from loglake.wire import value_offsets
@@ -1439,14 +1440,8 @@ def recover(root: Path) -> int:
 @contextlib.contextmanager
 def job_lock(root: Path) -> Iterator[None]:
     """One archives-build job per ``root`` at a time (``flock``); a second fails at once."""
-    try:
-        fd = fs.lock_file(root / LOCK)
-    except fs.LockHeld:
-        raise JobFailed(f"archives-build: another job is running on {root}") from None
-    try:
+    with one_job(root / LOCK, f"archives-build: another job is running on {root}"):
         yield
-    finally:
-        fs.close(fd)
 
 
 def _open_stage(root: Path, st: _State, size: int | None = None) -> Path:

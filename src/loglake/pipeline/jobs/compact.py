@@ -58,6 +58,7 @@ from loglake.pipeline.lake import (
     split_covered,
     stream_lake_dir,
 )
+from loglake.pipeline.output_dir import one_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -207,16 +208,9 @@ def job_lock(data_dir: str, stream: str) -> Iterator[None]:
     """One ``compact`` job per stream at a time (``flock`` on ``lake/<stream>/_compact.lock``):
     a second job would take the first one's unfinished staging for a crash leftover and
     remove it. A second job fails at once with ``JobFailed``."""
-    root = stream_lake_dir(data_dir, stream)
-    try:
-        fd = fs.lock_file(root / JOB_LOCK)
-    except fs.LockHeld:
-        msg = f"compact: another compact job is running on stream {stream!r}"
-        raise JobFailed(msg) from None
-    try:
+    busy = f"compact: another compact job is running on stream {stream!r}"
+    with one_job(stream_lake_dir(data_dir, stream) / JOB_LOCK, busy):
         yield
-    finally:
-        fs.close(fd)
 
 
 def commit(job_dir: Path, data_dir: str, stream: str) -> int:
