@@ -9,7 +9,7 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loglake.cardinal.blocks import Block
+from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate
 from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.ordering import OrderedProcessor
 
@@ -67,27 +67,82 @@ def hostile_trees(draw) -> list[tuple[str, Block | int]]:
     return ops
 
 
+class _Application:
+    """What an application holds after applying each ``ChainUpdate`` as ``blocks.py`` says:
+    the removed blocks taken off its head (newest last), then the added ones put on. The
+    updates must keep it a chain (every block's parent the one before it), the processor's.
+    Blocks below the first one it got (a fork's root's ancestors come later, ``_extend_down``)
+    it is taken to have had, as after a checkpoint."""
+
+    def __init__(self) -> None:
+        self.chain: list[BlockRef] = []
+
+    def apply(self, updates: list[ChainUpdate], p: OrderedProcessor) -> None:
+        for u in updates:
+            for r in reversed(u.removed):
+                if self.chain:  # else below the first block it got: it had those already
+                    assert self.chain[-1].hash == r.hash, "removed is not the head"
+                    self.chain.pop()
+            for b in u.added:
+                if self.chain:
+                    assert b.parent == self.chain[-1].hash, "added block not on the head"
+                self.chain.append(b.ref)
+        tail = p.chain[-len(self.chain) :] if self.chain else ()
+        assert [b.hash for b in tail] == [b.hash for b in self.chain[-len(p.chain) :]]
+
+
 @settings(max_examples=600, deadline=None)
 @given(hostile_trees(), st.integers(1, 6), st.integers(1, 12))
 def test_shortcuts_equal_the_general_steps_on_hostile_trees(ops, threshold, max_held):
     """The direct path, the fork-root memo and the light-fork bound (``OrderedProcessor.add``)
-    against the general steps: same updates, errors and state, for any weights and numbers."""
+    against the general steps: same updates, errors and state, for any weights and numbers;
+    and the updates keep the application's chain a chain."""
     direct = OrderedProcessor(threshold, max_held=max_held)
     general = OrderedProcessor(threshold, max_held=max_held)
     general.direct = False
+    app = _Application()
     for op, arg in ops:
         if op == "add":
             assert isinstance(arg, Block)
-            assert direct.add(arg) == general.add(arg)
+            updates = direct.add(arg)
+            assert updates == general.add(arg)
         else:
             chain = direct.chain
             if not chain:
                 continue
             target = chain[int(arg) % len(chain)]
-            assert direct.reorg(target.number, target.hash) == general.reorg(
-                target.number, target.hash
-            )
+            updates = direct.reorg(target.number, target.hash)
+            assert updates == general.reorg(target.number, target.hash)
+        app.apply(updates, direct)
         assert _snap(direct) == _snap(general)
+
+
+def test_a_fork_taken_after_a_reorg_replaces_the_head_whatever_the_numbers() -> None:
+    """Found by replaying the differential test's hostile trees in an application: after a
+    Reorg back to ``a``, ``d`` extended the new head and then ``e`` made the held fork ``c``
+    (heavier) win; the switch cut the chain back by block *number*, and with every number 0
+    (a hostile producer's numbers need not grow) it cut nothing: the update added ``c`` on
+    top of ``d`` (its parent is ``a``), and the application held both. The switch now cuts
+    back to the fork's anchor block itself. Also the case a mutation dropping the light-fork
+    bound (``_bound``) gets wrong (the differential test found it only at ~5,000 examples)."""
+    a = Block(0, _h("a"), ZERO_HASH, 0)
+    b, c = Block(0, _h("b"), a.hash, 1), Block(0, _h("c"), a.hash, 1)
+    d, e = Block(0, _h("d"), a.hash, 0), Block(0, _h("e"), c.hash, 0)
+    p = OrderedProcessor(1, max_held=2)
+    app = _Application()
+    for blk in (a, b, c):
+        app.apply(p.add(blk), p)
+    app.apply(p.reorg(a.number, a.hash), p)
+    app.apply(p.add(d), p)
+    assert p.chain == (a.ref, d.ref)
+    update = p.add(e)  # c's fork (weight 1) outweighs the head d (weight 0)
+    assert update == [ChainUpdate((c,), (d,))]
+    app.apply(update, p)
+    assert p.chain == (a.ref, c.ref) and [x.hash for x in app.chain] == [a.hash, c.hash]
+
+
+def _h(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
 
 
 def test_a_long_light_fork_costs_little_a_block() -> None:

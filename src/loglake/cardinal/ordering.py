@@ -439,8 +439,10 @@ class OrderedProcessor:
         if anchor is not None and head is not None and anchor != head.hash:
             if weight <= head.weight:
                 return []  # a lighter (or equal) fork: keep it for later
-            anchor_n = self._on_chain[anchor]
-            while self._chain and self._chain[-1].number > anchor_n:
+            # Back to the anchor block itself, not to its number: a hostile producer's numbers
+            # need not grow along the chain (all 0: a cut by number kept the old head under
+            # the fork, and the application held both branches).
+            while self._chain and self._chain[-1].hash != anchor:
                 old = self._chain.pop()
                 del self._on_chain[old.hash]
                 removed.append(old)
