@@ -33,6 +33,28 @@ def test_build_without_key_is_a_readable_error(tmp_path, monkeypatch):
     assert r.exit_code != 0 and "--key-file" in r.output and "Traceback" not in r.output
 
 
+def test_keygen_never_replaces_a_key_and_writes_it_private(tmp_path):
+    """Found from outside: ``keygen --out`` naming the community's live control key replaced
+    it silently (rc 0, a new community id), and the secret was written world-readable before
+    its chmod. Now an existing file is refused, untouched, and a new one is 0600 from its
+    creation (checked with a umask that would leave it readable)."""
+    import os
+    import stat
+
+    key = tmp_path / "key"
+    old = os.umask(0)
+    try:
+        r = CliRunner().invoke(command, ["keygen", "--out", str(key)])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    before = key.read_bytes()
+    r = CliRunner().invoke(command, ["keygen", "--out", str(key)])
+    assert r.exit_code != 0 and "exists" in r.output and "Traceback" not in r.output
+    assert key.read_bytes() == before
+
+
 @pytest.mark.slow
 def test_keygen_build_publish_ls_seed_fetch(tmp_path):
     runner = CliRunner()

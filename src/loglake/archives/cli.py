@@ -176,14 +176,19 @@ def command() -> None:
 @command.command()
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="Key file to write.")
 def keygen(out: str) -> None:
-    """Create a control node key; print the community id (its compressed public key)."""
+    """Create a control node key; print the community id (its compressed public key).
+
+    An existing file is never replaced (a community's control key lost is the community
+    lost), and the secret is created 0600, never readable by others between its write and a
+    chmod. Found from outside: ``--out`` naming the live key replaced it silently."""
     from coincurve import PrivateKey
 
     from loglake.archives.signing import community_id
+    from loglake.log.fs import create_exclusive
 
     key = PrivateKey()
-    Path(out).write_text(key.to_hex() + "\n")
-    os.chmod(out, 0o600)
+    if not create_exclusive(out, (key.to_hex() + "\n").encode()):
+        raise click.ClickException(f"{out} exists: not replacing a key (move it away first)")
     click.echo(community_id(key))
 
 
