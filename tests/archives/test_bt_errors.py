@@ -96,3 +96,13 @@ def test_a_magnet_with_an_all_zero_info_hash_is_a_bad_magnet_not_a_runtime_error
     )
     assert isinstance(r.exception, SystemExit) and r.exit_code == 1, repr(r.exception)
     assert r.output.strip().splitlines()[-1].startswith("Error: bad magnet link"), r.output
+
+
+def test_an_unparsable_magnet_is_refused_before_the_fetch_leaves_anything(tmp_path):
+    """Found from outside: ``archives fetch --magnet garbage`` created its member folder and
+    store and drew the metadata progress bar before its error. Now the link is read first:
+    the one-line error, and nothing written."""
+    root = tmp_path / "m"
+    r = CliRunner().invoke(command, ["fetch", "--magnet", "garbage", "--root", str(root)])
+    assert r.exit_code == 1 and r.output.startswith("Error: bad magnet link"), r.output
+    assert "metadata" not in r.output and not root.exists()

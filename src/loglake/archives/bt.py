@@ -81,6 +81,16 @@ def load_torrent(metainfo: bytes, source: str = "metainfo") -> lt.torrent_info:
         raise CorruptTorrent(f"{source} is not a valid torrent: {e}") from e
 
 
+
+def parse_magnet(magnet: str) -> lt.add_torrent_params:
+    """libtorrent's reading of ``magnet``, or ``BadMagnetLink``: checked before a fetch creates
+    its folder and store or draws its progress (a typo left both, and a bar, behind its
+    error)."""
+    try:
+        return lt.parse_magnet_uri(magnet)
+    except RuntimeError as e:
+        raise BadMagnetLink(f"bad magnet link: {e}") from e
+
 class Seeder:
     """Seeds one community torrent at a time (spec "Seeding message history archives": only the
     newest torrent is seeded; status-go ``SeedHistoryArchiveTorrent`` unseeds the previous)."""
@@ -194,10 +204,7 @@ class Fetcher:
         self, magnet: str, timeout: float = METADATA_TIMEOUT_S, retries: int = 1
     ) -> lt.torrent_info:
         """Resolve the magnet to its info dict without downloading any piece."""
-        try:
-            atp = lt.parse_magnet_uri(magnet)
-        except RuntimeError as e:
-            raise BadMagnetLink(f"bad magnet link: {e}") from e
+        atp = parse_magnet(magnet)
         self.magnet_peers = [(str(host), int(port)) for host, port in atp.peers]
         self.trackers = list(atp.trackers)
         tmp = tempfile.mkdtemp(prefix="loglake-meta-")

@@ -366,9 +366,11 @@ def fetch(
     as_json: bool,
 ) -> None:
     """Fetch the index and the missing archives, then hydrate the member store."""
+    from loglake.archives.bt import parse_magnet
     from loglake.archives.member_node import fetch_archives
     from loglake.archives.store import MessageStore
 
+    parse_magnet(magnet)
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(store_path or Path(root) / "member.sqlite")
     lay = get_layout(layout)
