@@ -394,6 +394,7 @@ def test_job_numbers(job: str, option: str, value: str) -> None:
 
 def test_log_read_from_negative_is_refused_by_the_real_command(tmp_path: Path) -> None:
     # read as 0: the table said "from -1" and showed records from index 0
+    (tmp_path / "streams").mkdir()  # a data dir with no streams
     r = _loglake("log", "read", "--data-dir", str(tmp_path), "s", "--from", "-1")
     _refused(r.returncode, r.stderr, "--from")
 

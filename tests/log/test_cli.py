@@ -99,3 +99,14 @@ def test_a_read_error_of_a_segment_names_it(data_dir):
         with pytest.raises(IsADirectoryError) as e, open_log(data_dir, readonly=readonly) as log:
             log.read("s", 0)
         assert e.value.filename == str(seg)
+
+
+@pytest.mark.parametrize("sub", ["info", "verify", "retention"])
+def test_a_folder_that_is_no_log_is_refused_and_left_alone(tmp_path, sub):
+    """Found from outside: any existing folder was taken for a data dir: ``verify`` of a wrong
+    folder said "ok: 0 records", ``retention`` wrote a lock, index files and ``streams/`` into
+    it. Now a one-line error naming it, and the folder as it was."""
+    (tmp_path / "notes.txt").write_text("mine")
+    r = CliRunner().invoke(command, [sub, "--data-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "not a loglake data directory" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

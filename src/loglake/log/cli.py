@@ -31,9 +31,23 @@ from loglake.log.segment_log import SegmentLog
 DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 
 # exists=True: an absent data dir is a typo, not an empty log (it used to print an empty table)
+
+
+def _a_log(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """Found from outside: any existing folder was taken for a log, so ``verify`` of a wrong
+    folder said "ok: 0 records" and ``retention`` wrote a lock, index files and ``streams/``
+    into it. A data dir holds ``streams/`` from its first open (``SegmentLog``)."""
+    if not (value / "streams").is_dir():
+        raise click.BadParameter(
+            f"{value} is not a loglake data directory (no streams/ folder in it)", ctx, param
+        )
+    return value
+
+
 data_dir_option = click.option(
     "--data-dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
+    callback=_a_log,
     default=DEFAULT_DATA_DIR,
     show_default=True,
     help="The log's data directory (as given to `loglake serve`).",
