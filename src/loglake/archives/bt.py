@@ -81,7 +81,6 @@ def load_torrent(metainfo: bytes, source: str = "metainfo") -> lt.torrent_info:
         raise CorruptTorrent(f"{source} is not a valid torrent: {e}") from e
 
 
-
 def parse_magnet(magnet: str) -> lt.add_torrent_params:
     """libtorrent's reading of ``magnet``, or ``BadMagnetLink``: checked before a fetch creates
     its folder and store or draws its progress (a typo left both, and a bar, behind its
@@ -90,6 +89,7 @@ def parse_magnet(magnet: str) -> lt.add_torrent_params:
         return lt.parse_magnet_uri(magnet)
     except RuntimeError as e:
         raise BadMagnetLink(f"bad magnet link: {e}") from e
+
 
 class Seeder:
     """Seeds one community torrent at a time (spec "Seeding message history archives": only the
