@@ -473,6 +473,8 @@ class HttpRoleServer:
         if role.principal != identity.principal:
             raise ValueError("the role's principal must be the identity's")
         self.role, self.identity, self.directory, self.clock = role, identity, directory, clock
+        if isinstance(role, Orchestrator):  # a replay for a subscriber not listed is refused
+            role.reachable = self._listed
         self.queue: asyncio.Queue[Call] = asyncio.Queue()
         self.tasks: list[asyncio.Task[Any]] = []
         self.pipeline = pipeline
@@ -501,6 +503,9 @@ class HttpRoleServer:
         self.app.router.add_post("/api/{method}", self.handle)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
+
+    def _listed(self, p: Principal) -> bool:
+        return p.bytes in self.directory
 
     # -- serving ---------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.Response:
