@@ -14,13 +14,15 @@ import tracemalloc
 
 import pytest
 
+from loglake.events import Registration
 from loglake.events.client import CallRejected, HttpEventsClient, InboxReader, post_raw
 from loglake.events.codec import METHODS
 from loglake.events.identity import Identity
 from loglake.events.server import HttpRoleServer
 from loglake.events.subscriber import Subscriber
 from loglake.wire.varint import encode_uleb
-from tests.events.served import serve
+from tests.events.served import serve, serve_orchestrator
+from tests.wire.test_candid_cost import nested_opt_failures
 
 _LEB = b"\xff" * 500_000 + b"\x01"
 HOSTILE_NAT = b"DIDL\x01\x6c\x02\x00\x7d\x01\x7d\x01\x00" + _LEB + b"\x00"
@@ -144,5 +146,68 @@ def test_a_large_skipped_argument_does_not_hold_other_clients_up():
         latency = time.perf_counter() - t
         th.join(60)
         assert latency < 1.0, f"an ordinary call waited {latency:.1f} s"
+    finally:
+        stop()
+
+
+def _timed_call(url: str, who: Identity, body: bytes, out: dict) -> None:
+    """Post ``body`` as ``icrc72_register_subscription`` signed by ``who``; its rejection (or
+    None) and seconds into ``out``."""
+    t = time.perf_counter()
+    try:
+        headers = who.sign_call("icrc72_register_subscription", body, time.time_ns())
+        post_raw(url, "icrc72_register_subscription", body, headers, 90)
+        out["rejected"] = None
+    except CallRejected as e:
+        out["rejected"] = e
+    out["took"] = time.perf_counter() - t
+
+
+def _small_call_latency(url: str) -> float:
+    honest = HttpEventsClient(url, Identity.generate(), timeout=60)
+    t = time.perf_counter()
+    honest.call("icrc72_register_subscription", [Registration("orders")])
+    return time.perf_counter() - t
+
+
+def test_a_nested_opt_decode_bomb_is_refused_and_holds_no_one_up():
+    # Found from outside: one signed call from a fresh key whose config nests 31 ICRC-16
+    # #Option levels that each fail to coerce (tests/wire/test_candid_cost.py) took 17.75 s to
+    # decode at 400 KB (1 MB: 60 s live), on the one decode worker every small call queued
+    # behind while it was busy.
+    _, url, stop = serve_orchestrator()
+    try:
+        bomb = nested_opt_failures(31, 200_000)
+        got: dict = {}
+        th = threading.Thread(target=_timed_call, args=(url, Identity.generate(), bomb, got))
+        th.start()
+        time.sleep(0.1)  # the bomb is being read and decoded
+        latency = _small_call_latency(url)
+        th.join(120)
+        assert latency < 1.0, f"an ordinary call waited {latency:.1f} s"
+        r = got["rejected"]
+        assert r is not None and r.status == 400, r
+        assert "malformed Candid" in r.reason and "exceeds the limit" in r.reason, r.reason
+        assert got["took"] < 3.0, got
+    finally:
+        stop()
+
+
+def test_another_callers_large_decode_holds_no_small_call_up():
+    # A large valid body (a 3 MB ICRC-16 array: seconds to decode) from one caller; another
+    # caller's small call is decoded on the event loop meanwhile, not queued behind it.
+    _, url, stop = serve_orchestrator()
+    try:
+        big = nested_opt_failures(0, 1_500_000)
+        got: dict = {}
+        th = threading.Thread(target=_timed_call, args=(url, Identity.generate(), big, got))
+        th.start()
+        time.sleep(0.2)  # the body is being decoded
+        latency = _small_call_latency(url)
+        th.join(120)
+        assert "took" in got, got  # the large call was answered
+        assert latency < 1.0, (
+            f"an ordinary call waited {latency:.1f} s (the large one took {got['took']:.1f} s)"
+        )
     finally:
         stop()

@@ -99,9 +99,14 @@ class InProcessNetwork:
         """Route calls to ``role``; ``store`` performs its storage actions (a role without
         one must not queue any)."""
         self.roles[role.principal.bytes] = role
+        if isinstance(role, Orchestrator):  # a replay for a subscriber not added is refused
+            role.reachable = self._added
         if store is not None:
             self.stores[role.principal.bytes] = store
         return role
+
+    def _added(self, p: Principal) -> bool:
+        return p.bytes in self.roles
 
     def call(self, caller: Principal, target: Principal, method: str, arg: Any) -> Any:
         """A call from outside (a user or a test), through the codec. Calls it causes stay

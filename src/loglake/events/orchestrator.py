@@ -44,6 +44,7 @@ over the request rate          ``GenericError`` code 2
 unknown namespace              ``PublicationNotFound``
 caller denied by allow/deny    ``UnauthorizedSubscriber``
 caller has no subscription     ``SubscriptionNotFound``
+caller has no address          ``GenericError`` code 5
 memo > 32 B, bad config,       ``ImproperConfig``
 from > to
 no icrc77-capable publisher    ``GenericError`` code 3
@@ -55,6 +56,7 @@ price not covered              ``PaymentRequired``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from icp_principal import Principal
@@ -95,6 +97,7 @@ from loglake.events.orchestrator_replays import (
 from loglake.events.orchestrator_state import (
     DEFAULT_JOB_THRESHOLD,
     E_LEDGER,
+    E_NO_ADDRESS,
     E_NOT_CAPABLE,
     E_QUOTA,
     E_RATE,
@@ -131,6 +134,10 @@ __all__ = [
     "next_replays_cursor",
     "replay_cursor",
 ]
+
+
+def _anyone(p: Principal) -> bool:
+    return True
 
 
 class Orchestrator(ReplayScheduling, Role):
@@ -183,6 +190,11 @@ class Orchestrator(ReplayScheduling, Role):
         self.resender = Resender()
         """System notifications whose call failed, sent again (a lost replay add would leave
         the replay pending for good)."""
+        self.reachable: Callable[[Principal], bool] = _anyone
+        """Whether the adapter can call a principal (the HTTP server: its directory lists it;
+        the in-process network: it was added). A replay is refused for a subscriber it cannot
+        reach (``_register_replay``). Anyone by default, as on the IC, where a principal is
+        its own address."""
         self.methods = {
             "icrc72_register_publication": self.register_publication,
             "icrc72_register_subscription": self.register_subscription,
@@ -460,6 +472,20 @@ class Orchestrator(ReplayScheduling, Role):
             return Err("UnauthorizedSubscriber", {"namespace": r.namespace})
         if (r.namespace, caller.bytes) not in self.subscriptions:
             return Err("SubscriptionNotFound")
+        if not self.reachable(caller):
+            # Found from outside: four fresh keys, in no directory, each subscribed and took 4
+            # replays of [0, null) on a 300,100-event namespace: its 16 concurrent replays were
+            # theirs for 30-40 s, an honest subscriber refused ("too many concurrent replays
+            # for this namespace"), and the Publisher read and sent 4.8 M events nobody could
+            # receive. ICRC-77 ("Authorization and Policy") is silent on where a subscriber is
+            # reached (on the IC a principal is its address, so the reference never asks);
+            # here a subscriber the directory does not list receives nothing, so its replay is
+            # pure waste and is refused.
+            return _generic(
+                E_NO_ADDRESS,
+                f"no delivery address for subscriber {caller}: the orchestrator's directory "
+                "does not list it, so no replayed event could reach it",
+            )
         if len(r.memo) > 32:
             return Err("ImproperConfig", "memo is at most 32 bytes")
         try:

@@ -42,7 +42,7 @@ from loglake.events.role import SysEmitter, check_positive
 from loglake.wire import icrc16
 from loglake.wire.icrc16 import Value
 
-E_QUOTA, E_RATE, E_NOT_CAPABLE, E_LEDGER = 1, 2, 3, 4
+E_QUOTA, E_RATE, E_NOT_CAPABLE, E_LEDGER, E_NO_ADDRESS = 1, 2, 3, 4, 5
 E_NOT_ASSIGNED, E_NOT_FOUND, E_TRANSITION, E_BATCH = 401, 404, 409, 413
 HEAD_KEY = "loglake:publication:head"
 """Config key a Publisher sends with ``icrc72_update_publication``: the namespace's next event

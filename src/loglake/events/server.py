@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from icp_principal import Principal
 
 from loglake.errors import DecodeError, LoglakeError, shown
 from loglake.events import fastcodec
@@ -472,6 +473,8 @@ class HttpRoleServer:
         if role.principal != identity.principal:
             raise ValueError("the role's principal must be the identity's")
         self.role, self.identity, self.directory, self.clock = role, identity, directory, clock
+        if isinstance(role, Orchestrator):  # a replay for a subscriber not listed is refused
+            role.reachable = self._listed
         self.queue: asyncio.Queue[Call] = asyncio.Queue()
         self.tasks: list[asyncio.Task[Any]] = []
         self.pipeline = pipeline
@@ -486,8 +489,13 @@ class HttpRoleServer:
         self.wake = asyncio.Event()
         self.decoder = concurrent.futures.ThreadPoolExecutor(1, "candid-decode")
         """One worker: large bodies decode off the loop, and in the order they arrived."""
-        self.decoding = 0
-        """Decodes queued on ``decoder``; while any is, small bodies queue behind them too."""
+        self.decoding: collections.Counter[Principal] = collections.Counter()
+        """Decodes queued on ``decoder``, by caller; while a caller has any, its small bodies
+        queue behind them too (its calls reach the core in the order they arrived). Another
+        caller's small bodies do not: found from outside, one signed 1 MB body from a fresh key
+        held the single decode queue 60 s and every small call of every client behind it. The
+        decoder's work is bounded by a body's size (``candid.RESKIP_FACTOR``); calls from two
+        callers have no order between them to keep."""
         self.max_body_bytes = max_body_bytes
         self.reading = 0
         """Bytes of request bodies held now (``MAX_READING_BYTES``)."""
@@ -495,6 +503,9 @@ class HttpRoleServer:
         self.app.router.add_post("/api/{method}", self.handle)
         self.app.on_startup.append(self._start)
         self.app.on_cleanup.append(self._stop)
+
+    def _listed(self, p: Principal) -> bool:
+        return p.bytes in self.directory
 
     # -- serving ---------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.Response:
@@ -555,13 +566,15 @@ class HttpRoleServer:
         except ReplayCacheFull as e:
             return web.Response(status=503, text=str(e), headers={"retry-after": "5"})
         try:
-            if len(body) >= DECODE_OFF_LOOP_BYTES or self.decoding:
-                self.decoding += 1
+            if len(body) >= DECODE_OFF_LOOP_BYTES or self.decoding[caller]:
+                self.decoding[caller] += 1
                 try:
                     loop = asyncio.get_running_loop()
                     arg = await loop.run_in_executor(self.decoder, m.decode_arg, body)
                 finally:
-                    self.decoding -= 1
+                    self.decoding[caller] -= 1
+                    if not self.decoding[caller]:
+                        del self.decoding[caller]
             else:
                 arg = m.decode_arg(body)
         except DecodeError as e:

@@ -40,7 +40,9 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
 - loglake's own bounds, where the spec sets none: LEB128 of at most ``varint.CANDID_MAX_OCTETS``;
   at most ``MAX_TYPE_ENTRIES`` table entries; values nested at most ``MAX_NESTING`` deep; no
   ``vec`` of a zero-sized element type (a few bytes could declare 2**60 elements); principals of
-  at most ``MAX_PRINCIPAL_BYTES``.
+  at most ``MAX_PRINCIPAL_BYTES``; work bounded by the message's size: bytes skipped again after
+  a failed coercion at most ``RESKIP_FACTOR`` times the message (plus ``RESKIP_SLACK``), and a
+  record's zero-sized fields skipped at no cost per value.
 
 Where the reference @dfinity/candid (3.4.3, ``idl.js``) differs from the spec, this module
 follows the spec and says so: it reads a wire ``nat`` as an expected ``int`` (the reference
@@ -88,6 +90,7 @@ several in one message (the replay batches' kernels).
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -113,6 +116,20 @@ always encodes again."""
 MAX_PLANS: Final = 256
 """Compiled plans kept (by header bytes): a client sending ever new type tables cannot grow
 memory; loglake's own headers stay hot."""
+RESKIP_FACTOR: Final = 2
+RESKIP_SLACK: Final = 64 * 1024
+"""Bytes skipped *again* in one message, after the value under an ``opt`` did not coerce (the
+spec's "Coercion" → "Options": null), at most ``RESKIP_FACTOR * len(message) + RESKIP_SLACK``;
+past that the message is refused ("decoding cost exceeds the limit"). Found from outside: the
+``opt`` rule is applied to values here, so a value that fails is read up to the failure and
+then skipped whole; 31 nested ``opt vec {<child>; <a tag the type lacks>}`` levels over a
+vector made each level skip its whole child again — work depth × size, a 400 KB body 17.75 s
+(an honest 1 MB one 1.04 s), holding a server's decode thread for every caller. A value that
+fails once is skipped once (at most the message's size), so valid messages read as before;
+only failures nested inside failures add up. dfinity/candid's Rust decoder bounds the same
+work the same way (``DecoderConfig::set_skipping_quota``, "mismatched option values" counted;
+its ``set_decoding_quota`` charges a skipped value 50 times its cost), by a caller's fixed
+number rather than by the message's size."""
 
 # Candid spec, "Binary format" → "Types": the type opcodes (sleb128).
 NULL, BOOL, NAT, INT = -1, -2, -3, -4
@@ -141,6 +158,32 @@ _STRUCTS: Final = {
 
 class CandidError(ValueError):
     """Bytes that are not a valid Candid message of the expected type; the text says what."""
+
+
+class _Reskips(threading.local):
+    """The re-skipping budget of the message being decoded on this thread (see
+    :data:`RESKIP_FACTOR`): per thread, as the role servers decode on worker threads."""
+
+    msg: bytes | None = None
+    left: int = 0
+
+
+_RESKIPS = _Reskips()
+
+
+def _reskipped(b: bytes, i: int, j: int) -> int:
+    """Charge ``b[i:j]``, skipped again after a failed coercion, to ``b``'s budget; ``j``."""
+    r = _RESKIPS
+    if r.msg is not b:
+        r.msg, r.left = b, RESKIP_FACTOR * len(b) + RESKIP_SLACK
+    r.left -= j - i
+    if r.left < 0:
+        raise CandidError(
+            f"Candid decoding cost exceeds the limit: values that did not coerce under an opt "
+            f"skipped again for more than {RESKIP_FACTOR * len(b) + RESKIP_SLACK} bytes in a "
+            f"{len(b)}-byte message (nested failed coercions)"
+        )
+    return j
 
 
 class _Mismatch(Exception):
@@ -461,15 +504,23 @@ def _func_annotations(data: bytes, i: int, results: int, reference_quirks: bool)
     return i
 
 
-def _check_no_zero_sized_vec(table: list[Entry]) -> None:
-    zero = {NULL, RESERVED}
+def _zero_sized(table: list[Entry]) -> dict[int, int]:
+    """The wire types whose values take no bytes (``null``, ``reserved``, records of only
+    those), each with its *height*: how many record levels deep its values go (0 for the
+    primitives). Such a type is never recursive (the fixpoint starts from the primitives)."""
+    zero = {NULL: 0, RESERVED: 0}
     changed = True
     while changed:  # records whose fields are all zero-sized (fixpoint over recursion)
         changed = False
         for idx, (op, payload) in enumerate(table):
             if op == RECORD and idx not in zero and all(t in zero for _, t in payload):
-                zero.add(idx)
+                zero[idx] = 1 + max((zero[t] for _, t in payload), default=0)
                 changed = True
+    return zero
+
+
+def _check_no_zero_sized_vec(table: list[Entry]) -> None:
+    zero = _zero_sized(table)
     for op, payload in table:
         if op == VEC and payload in zero:
             raise CandidError("Candid vec of a zero-sized type is not accepted")
@@ -601,6 +652,7 @@ class _Compiler:
         self.skippers: dict[int, Skipper] = {}
         self.wire_nodes: dict[int, Node] = {}
         self.exact: dict[tuple[int, int], bool] = {}
+        self.zero = _zero_sized(table)
 
     # -- skipping a value by its wire type: every byte checked as its own type reads it --
     def skipper(self, w: int) -> Skipper:
@@ -624,6 +676,8 @@ class _Compiler:
         return got
 
     def _skipper(self, w: int) -> Skipper:
+        if w in self.zero:
+            return _skip_zero(self.zero[w])
         if w < 0:
             return self._dropped(w)
         op, payload = self.table[w]
@@ -667,7 +721,8 @@ class _Compiler:
 
             return vec
         if op == RECORD:
-            fields = [self.skipper(t) for _, t in payload]
+            fields = self._zero_fields([t for _, t in payload])
+            fields += [self.skipper(t) for _, t in payload if t not in self.zero]
 
             def record(b: bytes, i: int, d: int) -> int:
                 if d > limit:
@@ -692,6 +747,14 @@ class _Compiler:
 
             return variant
         return self._dropped(w)
+
+    def _zero_fields(self, types: list[int]) -> list[Skipper]:
+        """One skipper for all the zero-sized types among a record's fields ``types``, or none.
+        Found from outside: a record of 10,000 ``null`` fields and a ``nat8``, in a vector of
+        3,000 (a 33 KB extra argument), took 3.6 s, a step per field per item for no byte;
+        their values take no bytes and cannot fail, only their nesting is checked."""
+        height = max((self.zero[t] for t in types if t in self.zero), default=0)
+        return [_skip_zero(height)] if height else []
 
     def _dropped(self, w: int) -> Skipper:
         """A primitive (its value is small), a reference, quirks' fixed-width vec: read,
@@ -872,7 +935,8 @@ class _Compiler:
                         v, j = inner(b, i + 1, d + step)
                         return v if optional else [v], j
                     except _Mismatch:
-                        pass
+                        j = _reskipped(b, i + 1, skip(b, i + 1, d + step))
+                        return None if optional else [], j
                 # the value does not coerce: null
                 return None if optional else [], skip(b, i + 1, d + step)
 
@@ -896,7 +960,7 @@ class _Compiler:
                     v, j = inner(b, i, d)
                     return v if optional else [v], j
                 except _Mismatch:
-                    pass
+                    return None if optional else [], _reskipped(b, i, skip(b, i, d))
             return None if optional else [], skip(b, i, d)
 
         return lift
@@ -904,12 +968,14 @@ class _Compiler:
     def _record(self, wire: list[tuple[int, int]], e: Node) -> Reader | None:
         expected = {h: (name, t) for h, name, t in e.fields}
         steps: list[tuple[str | None, Any]] = []
+        extra_zero = [t for h, t in wire if h not in expected and t in self.zero]
+        steps += [(None, skip) for skip in self._zero_fields(extra_zero)]  # see _zero_fields
         for h, t in wire:
             if h in expected:
                 name, et = expected[h]
                 r = self.reader(t, et)
                 steps.append((name, r or _mismatch(f"record field {name!r} of another type")))
-            else:
+            elif t not in self.zero:
                 steps.append((None, self.skipper(t)))
         on_wire = {h for h, _ in wire}
         defaults: list[tuple[str, Any]] = []
@@ -1075,6 +1141,25 @@ def _no_lift(w: int, optional: bool, skip: Skipper) -> Reader:
     return lambda b, i, d: (None if optional else [], skip(b, i, d))
 
 
+def _skip_nothing(b: bytes, i: int, d: int) -> int:
+    return i
+
+
+def _skip_zero(height: int) -> Skipper:
+    """The skipper of a zero-sized wire type (see :func:`_zero_sized`) of ``height`` record
+    levels: nothing to read; too deep where its records, skipped one by one, would be."""
+    if height == 0:
+        return _skip_nothing
+    limit = MAX_NESTING - height + 1
+
+    def zero(b: bytes, i: int, d: int) -> int:
+        if d > limit:
+            raise _too_deep(MAX_NESTING)
+        return i
+
+    return zero
+
+
 def _lacking(k: int) -> Reader:
     def lacking(b: bytes, i: int, d: int) -> tuple[Any, int]:
         raise _Mismatch(f"variant index {k} before byte {i}: a tag the type lacks")
@@ -1184,6 +1269,9 @@ class Plan:
 
     def run(self, data: bytes) -> list[Any]:
         i, out = self.start, []
+        # a fresh budget (the same bytes may be decoded again); one store, ~50 ns: a message
+        # that failed a coercion stays referenced until this thread's next decode
+        _RESKIPS.msg = None
         for r in self.readers:
             v, i = r(data, i, 0)
             out.append(v)
