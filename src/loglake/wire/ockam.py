@@ -33,13 +33,15 @@ before, n) + payload + frame_tail(None)``, checked with those same functions.
 The frame size limit is loglake's (the reference has none): a peer announcing a larger frame is a
 protocol error and the connection should be closed.
 
-CBOR is ``cbor2`` (a kept library), not hand-written; only the byte-string head of RFC 8949
-§3.1 is written here, to frame a payload without copying it (tested against ``cbor2``).
+Encoding CBOR is ``cbor2`` (a kept library), but for the byte-string head of RFC 8949 §3.1,
+written here to frame a payload without copying it (tested against ``cbor2``). Decoding is
+written here, for the one fixed shape only (``_decode_body``): a general decoder builds whatever
+the peer declares before the shape can be checked (see "decoding" below); reading the shape head
+by head refuses a wrong count before building anything. Differential tests hold it to ``cbor2``.
 """
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import itertools
 import struct
@@ -172,6 +174,12 @@ def tcp_address(host: str, port: int) -> Address:
 
 _ROUTE_CACHE: dict[Route, bytes] = {}
 _ROUTE_CACHE_MAX = 8192
+_CACHED_VALUE_MAX = 256
+"""The longest address value (and route encoding, ``encode_route``) kept in a cache. Found from
+outside: both caches kept any size, 8,192 entries each; 300 requests each with a distinct 1 MiB
+return address left the server at 708 MB after the client had gone. Longer values are decoded
+or encoded each time (real ones are a few dozen bytes), so a cache holds at most
+8,192 × ~0.5 KB."""
 
 
 def encode_route(r: Route) -> bytes:
@@ -180,6 +188,8 @@ def encode_route(r: Route) -> bytes:
     b = _ROUTE_CACHE.get(r)
     if b is None:
         b = cbor2.dumps([[a.type, a.value] for a in r])
+        if len(b) > _CACHED_VALUE_MAX:  # see _CACHED_VALUE_MAX: only small routes are kept
+            return b
         if len(_ROUTE_CACHE) >= _ROUTE_CACHE_MAX:
             _ROUTE_CACHE.clear()
         _ROUTE_CACHE[r] = b
@@ -321,59 +331,268 @@ def encode_frames(msgs: Sequence[RoutingMessage | MessageRun]) -> bytes:
 
 
 # -- decoding ---------------------------------------------------------------------------------
+# Found from outside (review 5): ``cbor2`` built the whole term before its shape was checked, and
+# a frame of one 0x84, then an onward route declared as 33.5 M items each the empty array 0x80,
+# made ~70 bytes of Python objects per input byte: 2.4 GB and 11.7 s on the event loop for one
+# 32 MiB frame, every other client waiting. So the fixed shape is read here by hand, head by head
+# (RFC 8949 §3), and a count or a length is checked against the shape and the limits below before
+# anything is built: no input makes more objects than the shape has (at most
+# ``MAX_ROUTE_ADDRESSES`` addresses a route) nor copies more than the frame. What it takes is what
+# ``cbor2`` takes for that shape, item for item (non-minimal heads, indefinite-length arrays and
+# strings), and decodes to the same message (differential tests against ``cbor2`` and the
+# reference-shaped peer, tests/wire/test_ockam_decode.py), but for ``OckamWireLimit``: CBOR tags
+# and what is over the limits.
+
+MAX_ROUTE_ADDRESSES = 32
+"""Addresses in one route. The reference has no limit (``ockam_core`` ``Route`` is a
+``VecDeque<Address>``; Elixir ``{:list, AddressSchema}``), only its 16 MB message size
+(``ockam_transport_tcp/src/lib.rs`` ``MAX_MESSAGE_SIZE``), so the bound is loglake's judgement:
+real routes are a few hops (a TCP connection, a secure channel, a relay, a worker; a return route
+grows by one address a hop), and 32 leaves room for chains of relays. Found from outside: a
+return route is copied into the head of every reply frame (a CREATE of 4,096 partitions on a
+256 KiB route queued 1.07 GB of replies)."""
+MAX_ADDRESS_BYTES = 512
+"""Bytes in one address value. The reference has no limit (Rust ``Address {tt, inner}``, Elixir
+``:binary``). The longest real values are TCP addresses, the text ``"host:port"``
+(``transport/tcp/address.ex``): a DNS name of up to 253 characters (RFC 1035 §2.3.4) and the port
+make 259, so 255 would refuse real hosts; worker addresses are names or short random hex
+strings."""
+MAX_ROUTE_BYTES = 4096
+"""Bytes of address values in one route, all addresses together: what a reply frame's head can
+carry of a peer's route (15 TCP addresses of the longest host names fit)."""
+MAX_STRING_CHUNKS = 64
+"""Chunks of one indefinite-length string (RFC 8949 §3.2.3). No reference encoder writes them
+(minicbor and Elixir's CBOR write definite lengths); ``cbor2`` reads them, so they are read, but
+33 M one-byte chunks in a 32 MiB frame would be a 33 M-step loop."""
+
+
+class OckamWireLimit(OckamWireError):
+    """A ``TCPMessage`` that loglake refuses on purpose where a plain CBOR decoder (``cbor2``, the
+    reference-shaped peer) would take it: a route over ``MAX_ROUTE_ADDRESSES`` or
+    ``MAX_ROUTE_BYTES``, an address over ``MAX_ADDRESS_BYTES``, a string in more than
+    ``MAX_STRING_CHUNKS`` chunks, or a CBOR tag (no reference encoder writes one in a
+    ``TCPMessage``, and ``cbor2``'s tags build arbitrary objects: bignums, shared references)."""
+
+
+_KIND = ("an unsigned integer", "a negative integer", "a byte string", "a text string", "an array",
+         "a map", "a tag", "a simple value or float")  # fmt: skip
+"""RFC 8949 §3.1: the major types, for error messages."""
+_ARG_SIZE = {24: 1, 25: 2, 26: 4, 27: 8}
+"""Additional information 24..27: the argument follows in 1, 2, 4 or 8 bytes (RFC 8949 §3)."""
+_INDEFINITE = -1
+_NO_LIMIT = 2**64
+"""A string with no limit of its own: the frame's length bounds it."""
+_BREAK = 0xFF
+
+
+def _truncated() -> OckamWireError:
+    return OckamWireError("frame is not valid CBOR: truncated")
+
+
+def _head(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """The data item head at ``pos`` (RFC 8949 §3): ``(major type, argument, position after the
+    head)``; the argument is ``_INDEFINITE`` for an indefinite length (§3.2.1, §3.2.3). Refuses
+    what is not well-formed CBOR (§3: additional information 28..30; 31 on a type with no
+    indefinite form; a break where an item must be) and tags (``OckamWireLimit``)."""
+    if pos >= end:
+        raise _truncated()
+    b = buf[pos]
+    major, ai = b >> 5, b & 0x1F
+    if major == 6:
+        raise OckamWireLimit("CBOR tags are not read in a TCPMessage")
+    if ai < 24:
+        return major, ai, pos + 1
+    size = _ARG_SIZE.get(ai)
+    if size is not None:
+        pos += 1
+        if pos + size > end:
+            raise _truncated()
+        return major, int.from_bytes(buf[pos : pos + size], "big"), pos + size
+    if ai == 31 and 2 <= major <= 5:
+        return major, _INDEFINITE, pos + 1
+    what = "an unexpected break" if b == _BREAK else f"the malformed head 0x{b:02x}"
+    raise OckamWireError(f"frame is not valid CBOR: {what}")
+
+
+def _string(buf: bytes, pos: int, end: int, major: int, n: int, limit: int) -> tuple[bytes, int]:
+    """The content of the byte or text string (``major``) whose head gave ``n``, and the position
+    after it; at most ``limit`` bytes, else ``OckamWireLimit``. An indefinite-length string is the
+    concatenation of definite-length chunks of the same major type (RFC 8949 §3.2.3)."""
+    if n != _INDEFINITE:
+        if n > limit:
+            raise OckamWireLimit(f"a string of {n} bytes is over the limit of {limit}")
+        stop = pos + n
+        if stop > end:
+            raise _truncated()
+        return buf[pos:stop], stop
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        if pos < end and buf[pos] == _BREAK:
+            return b"".join(chunks), pos + 1
+        if len(chunks) >= MAX_STRING_CHUNKS:
+            raise OckamWireLimit(f"a string in more than {MAX_STRING_CHUNKS} chunks")
+        m, k, pos = _head(buf, pos, end)
+        if m != major or k == _INDEFINITE:
+            raise OckamWireError(f"frame is not valid CBOR: {_KIND[m]} inside {_KIND[major]}")
+        total += k
+        if total > limit:
+            raise OckamWireLimit(f"a string of over {limit} bytes is over the limit")
+        chunk, pos = _string(buf, pos, end, major, k, limit)
+        chunks.append(chunk)
+
+
+def _text(buf: bytes, pos: int, end: int, n: int) -> tuple[str, int]:
+    """A text string's content as ``str``: each chunk must be valid UTF-8 by itself, as
+    ``cbor2`` reads it (RFC 8949 §3.2.3: a chunk is a text string in its own right)."""
+    try:
+        if n != _INDEFINITE:
+            raw, pos = _string(buf, pos, end, 3, n, _NO_LIMIT)
+            return raw.decode(), pos
+        parts: list[str] = []
+        pos_ = pos
+        while True:
+            if pos_ < end and buf[pos_] == _BREAK:
+                return "".join(parts), pos_ + 1
+            if len(parts) >= MAX_STRING_CHUNKS:
+                raise OckamWireLimit(f"a string in more than {MAX_STRING_CHUNKS} chunks")
+            m, k, pos_ = _head(buf, pos_, end)
+            if m != 3 or k == _INDEFINITE:
+                raise OckamWireError(f"frame is not valid CBOR: {_KIND[m]} inside a text string")
+            raw, pos_ = _string(buf, pos_, end, 3, k, _NO_LIMIT)
+            parts.append(raw.decode())
+    except UnicodeDecodeError as e:
+        raise OckamWireError(f"frame is not valid CBOR: a text string is not UTF-8: {e}") from None
+
 
 _ADDRESS_CACHE: dict[tuple[int, bytes], Address] = {}
 
 
-def _address(term: object) -> Address:
+def _address(buf: bytes, pos: int, end: int) -> tuple[Address, int]:
     """``AddressSchema.from_cbor_term``: ``[type, value]``, type an integer 0..255 (the
     ``Ockam.Address`` type guard; Rust's ``TransportType(u8)``), value a byte string."""
-    if type(term) is not list or len(term) != 2:
-        raise OckamWireError(f"address must be an array [type, value], got {term!r:.80}")
-    t, v = term
-    if type(t) is not int or not 0 <= t <= 255:
-        raise OckamWireError(f"address type must be an integer 0..255, got {t!r:.40}")
-    if type(v) is not bytes:
-        raise OckamWireError(f"address value must be a byte string, got {type(v).__name__}")
+    h = buf[pos + 2] if pos + 4 <= end and buf[pos] == 0x82 and buf[pos + 1] < 24 else 0
+    if 0x40 <= h <= 0x58:
+        # the shortest heads of a type below 24 and a value below 256 bytes, as the reference
+        # encoders write a real address: read without a call per head
+        t = buf[pos + 1]
+        if h < 0x58:
+            pos += 3
+            stop = pos + h - 0x40
+        else:
+            stop = pos + 4 + buf[pos + 3]
+            pos += 4
+        if stop > end:
+            raise _truncated()
+        v = buf[pos:stop]
+        pos = stop
+        n = 2
+    else:
+        t, v, n, pos = _address_any(buf, pos, end)
+    if n == _INDEFINITE:
+        if pos >= end:
+            raise _truncated()
+        if buf[pos] != _BREAK:
+            raise OckamWireError("address must be an array [type, value], got more items")
+        pos += 1
+    if len(v) > _CACHED_VALUE_MAX:
+        return Address(t, v), pos
     key = (t, v)
     a = _ADDRESS_CACHE.get(key)
     if a is None:
         if len(_ADDRESS_CACHE) >= _ROUTE_CACHE_MAX:
             _ADDRESS_CACHE.clear()
         a = _ADDRESS_CACHE[key] = Address(t, v)
-    return a
+    return a, pos
 
 
-def _route(term: object, what: str) -> Route:
-    if type(term) is not list:
-        raise OckamWireError(f"{what} must be an array, got {type(term).__name__}")
-    return tuple(_address(a) for a in term)
+def _address_any(buf: bytes, pos: int, end: int) -> tuple[int, bytes, int, int]:
+    """An address's head, type and value in any encoding ``cbor2`` reads: ``(type, value, the
+    array's count, position)``; the caller reads the break of an indefinite-length array."""
+    major, n, pos = _head(buf, pos, end)
+    if major != 4 or not (n == 2 or n == _INDEFINITE):
+        what = f"an array of {n}" if major == 4 else _KIND[major]
+        raise OckamWireError(f"address must be an array [type, value], got {what}")
+    major, t, pos = _head(buf, pos, end)
+    if major != 0 or t > 255:
+        got = t if major == 0 else _KIND[major]
+        raise OckamWireError(f"address type must be an integer 0..255, got {got}")
+    major, k, pos = _head(buf, pos, end)
+    if major != 2:
+        raise OckamWireError(f"address value must be a byte string, got {_KIND[major]}")
+    if k > MAX_ADDRESS_BYTES:
+        raise OckamWireLimit(f"an address of {k} bytes is over the limit of {MAX_ADDRESS_BYTES}")
+    v, pos = _string(buf, pos, end, 2, k, MAX_ADDRESS_BYTES)
+    return t, v, n, pos
+
+
+def _route(buf: bytes, pos: int, end: int, what: str) -> tuple[Route, int]:
+    """``{:list, AddressSchema}``: an array of addresses, at most ``MAX_ROUTE_ADDRESSES`` of
+    them with at most ``MAX_ROUTE_BYTES`` of values, checked from the head (a definite count)
+    or as they come (an indefinite one) — before any address is built past the limit."""
+    major, n, pos = _head(buf, pos, end)
+    if major != 4:
+        raise OckamWireError(f"{what} must be an array, got {_KIND[major]}")
+    if n > MAX_ROUTE_ADDRESSES:
+        raise OckamWireLimit(f"{what} of {n} addresses is over the limit of {MAX_ROUTE_ADDRESSES}")
+    out: list[Address] = []
+    total = 0
+    while True:
+        if n == _INDEFINITE:
+            if pos < end and buf[pos] == _BREAK:
+                pos += 1
+                break
+            if len(out) >= MAX_ROUTE_ADDRESSES:
+                raise OckamWireLimit(f"{what} over the limit of {MAX_ROUTE_ADDRESSES} addresses")
+        elif len(out) == n:
+            break
+        a, pos = _address(buf, pos, end)
+        total += len(a.value)
+        if total > MAX_ROUTE_BYTES:
+            raise OckamWireLimit(f"{what} over the limit of {MAX_ROUTE_BYTES} bytes of addresses")
+        out.append(a)
+    return tuple(out), pos
+
+
+def _decode_body(buf: bytes, pos: int, end: int) -> RoutingMessage:
+    """``decode_transport_message`` of ``buf[pos:end]``, without slicing it out first."""
+    major, n, pos = _head(buf, pos, end)
+    if major != 4:
+        raise OckamWireError(f"TCPMessage must be an array, got {_KIND[major]}")
+    if n != 4 and n != _INDEFINITE:
+        raise OckamWireError(f"TCPMessage: expected 4 fields, got {n}")
+    onward, pos = _route(buf, pos, end, "onward_route")
+    ret, pos = _route(buf, pos, end, "return_route")
+    major, k, pos = _head(buf, pos, end)
+    if major != 2:
+        raise OckamWireError(f"payload must be a byte string, got {_KIND[major]}")
+    payload, pos = _string(buf, pos, end, 2, k, _NO_LIMIT)
+    tracing: str | None = None
+    if pos < end and buf[pos] == 0xF6:  # null
+        pos += 1
+    else:
+        major, k, pos = _head(buf, pos, end)
+        if major != 3:
+            raise OckamWireError(
+                f"tracing_context must be a text string or null, got {_KIND[major]}"
+            )
+        tracing, pos = _text(buf, pos, end, k)
+    if n == _INDEFINITE:
+        if pos >= end:
+            raise _truncated()
+        if buf[pos] != _BREAK:
+            raise OckamWireError("TCPMessage: expected 4 fields, got more")
+        pos += 1
+    if pos != end:
+        raise OckamWireError(f"{end - pos} trailing bytes after the TCPMessage")
+    return RoutingMessage(onward, ret, payload, tracing)
 
 
 def decode_transport_message(body: bytes) -> RoutingMessage:
     """``TransportMessage.decode`` (``TCPMessage.decode_strict``): one CBOR array of exactly
-    four items and nothing after it; anything else → ``OckamWireError``."""
-    stream = io.BytesIO(body)
-    try:
-        term = cbor2.CBORDecoder(stream).decode()
-    except Exception as e:  # cbor2 raises CBORDecodeError, and others on odd tags
-        raise OckamWireError(f"frame is not valid CBOR: {e}") from None
-    if stream.tell() != len(body):
-        raise OckamWireError(f"{len(body) - stream.tell()} trailing bytes after the TCPMessage")
-    if type(term) is not list:
-        raise OckamWireError(f"TCPMessage must be an array, got {type(term).__name__}")
-    if len(term) != 4:
-        raise OckamWireError(f"TCPMessage: expected 4 fields, got {len(term)}")
-    onward = _route(term[0], "onward_route")
-    ret = _route(term[1], "return_route")
-    payload, tracing = term[2], term[3]
-    if type(payload) is not bytes:
-        raise OckamWireError(f"payload must be a byte string, got {type(payload).__name__}")
-    if tracing is not None and type(tracing) is not str:
-        raise OckamWireError(
-            f"tracing_context must be a text string or null, got {type(tracing).__name__}"
-        )
-    return RoutingMessage(onward, ret, payload, tracing)
+    four items and nothing after it; anything else → ``OckamWireError`` (``OckamWireLimit``
+    past loglake's limits), in time and memory bounded by the frame's length."""
+    return _decode_body(body, 0, len(body))
 
 
 Frame = tuple[Route, Route, bytes, str | None]
@@ -431,13 +650,14 @@ class TcpConnection:
         """Whether the peer's (valid) version byte has arrived."""
         return self._version_ok
 
-    def _decode(self, body: bytes) -> RoutingMessage:
-        """``decode_transport_message``; remembers the routes of a message without tracing
-        context whose body starts with their canonical encoding, for ``receive_frames``."""
-        msg = decode_transport_message(body)
+    def _decode(self, buf: bytes, start: int, end: int) -> RoutingMessage:
+        """``decode_transport_message(buf[start:end])``; remembers the routes of a message
+        without tracing context whose body starts with their canonical encoding, for
+        ``receive_frames``."""
+        msg = _decode_body(buf, start, end)
         if msg.tracing_context is None:
             prefix = routes_prefix(msg.onward_route, msg.return_route)
-            if body.startswith(prefix):
+            if buf.startswith(prefix, start, end):
                 self._last = (prefix, msg.onward_route, msg.return_route)
         return msg
 
@@ -498,7 +718,7 @@ class TcpConnection:
                     if ph and buf.startswith(ph, p):
                         add((last[1], last[2], buf[p + len(ph) : end - 1], None))
                         continue
-                msg = self._decode(buf[start:end])
+                msg = self._decode(buf, start, end)
                 last = self._last
                 add((msg.onward_route, msg.return_route, msg.payload, msg.tracing_context))
         except (RemoteProtocolError, DecodeError) as e:
