@@ -489,13 +489,16 @@ class HttpRoleServer:
         self.wake = asyncio.Event()
         self.decoder = concurrent.futures.ThreadPoolExecutor(1, "candid-decode")
         """One worker: large bodies decode off the loop, and in the order they arrived."""
-        self.decoding: collections.Counter[Principal] = collections.Counter()
-        """Decodes queued on ``decoder``, by caller; while a caller has any, its small bodies
-        queue behind them too (its calls reach the core in the order they arrived). Another
-        caller's small bodies do not: found from outside, one signed 1 MB body from a fresh key
-        held the single decode queue 60 s and every small call of every client behind it. The
-        decoder's work is bounded by a body's size (``candid.RESKIP_FACTOR``); calls from two
-        callers have no order between them to keep."""
+        self.decoding = 0
+        """Decodes queued on ``decoder``; while any is, small bodies queue behind them too: a
+        role's calls reach its core in the order they arrived, whoever sent them. Callers can
+        be causally related: the orchestrator's subscription assignment to a broadcaster
+        follows the publisher's events it has seen; decoded ahead of the publisher's large
+        batches still queued here, it made the broadcaster send the new subscriber every older
+        event (a change that let other callers' small bodies pass failed the end-to-end test
+        8 times in 10). What one body can hold the others up is bounded by its size instead
+        (``candid.RESKIP_FACTOR``: a hostile body costs about what an honest one of its size
+        does)."""
         self.max_body_bytes = max_body_bytes
         self.reading = 0
         """Bytes of request bodies held now (``MAX_READING_BYTES``)."""
@@ -566,15 +569,13 @@ class HttpRoleServer:
         except ReplayCacheFull as e:
             return web.Response(status=503, text=str(e), headers={"retry-after": "5"})
         try:
-            if len(body) >= DECODE_OFF_LOOP_BYTES or self.decoding[caller]:
-                self.decoding[caller] += 1
+            if len(body) >= DECODE_OFF_LOOP_BYTES or self.decoding:
+                self.decoding += 1
                 try:
                     loop = asyncio.get_running_loop()
                     arg = await loop.run_in_executor(self.decoder, m.decode_arg, body)
                 finally:
-                    self.decoding[caller] -= 1
-                    if not self.decoding[caller]:
-                        del self.decoding[caller]
+                    self.decoding -= 1
             else:
                 arg = m.decode_arg(body)
         except DecodeError as e:
