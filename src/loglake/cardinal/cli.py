@@ -7,6 +7,9 @@ lives in ``produce_chain``/``consume_topic`` so tests drive it without a termina
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,6 +63,26 @@ def open_streams(host: str | None, port: int | None, data_dir: str | None) -> It
         yield client
     finally:
         client.close()
+
+
+@contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Ctrl-C (SIGINT) inside: raised as ``KeyboardInterrupt`` on the way out, not midway.
+    Only where Python's own handler is in place, on the main thread (signals go nowhere else)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    hit: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: hit.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if hit:
+            raise KeyboardInterrupt
 
 
 def produce_chain(
@@ -127,27 +150,46 @@ def consume_topic(
         if on_commit is not None:
             on_commit(consumer)
 
-    while clock() - start < max_seconds:
-        if not fence.holds():
-            return consumer  # another member holds it now: nothing more is ours to commit
-        before = dict(consumer.positions)
-        events = consumer.poll()
-        for ev in events:
-            if on_event:
-                on_event(ev)
-        if consumer.positions != before or consumer.paused:
-            dirty = True
-            last_new = clock()
-            if last_new - last_commit >= commit_seconds:
+    # Found from outside: Ctrl-C (or any error) in this loop skipped the last commit, so a
+    # restart emitted again every block handed over since the previous one (497 duplicate
+    # lines in one run). Now the way out commits what ``on_event`` was handed. Ctrl-C while a
+    # round is handed over takes effect once the round is (``_interrupt_after``), so that is
+    # exact; an update ``on_event`` did not take (it raised) goes back to the consumer
+    # (``give_back``), whose ``commit`` then saves the checkpoint from before the round that
+    # assembled it: the restart hands that round again, never skips it.
+    try:
+        while clock() - start < max_seconds:
+            if not fence.holds():
+                return consumer  # another member holds it now: nothing more is ours to commit
+            before = dict(consumer.positions)
+            events = consumer.poll()
+            handed = 0
+            try:
+                with _interrupt_after():
+                    for ev in events:
+                        if on_event:
+                            on_event(ev)
+                        handed += 1
+            finally:
+                consumer.give_back(events[handed:])
+            if consumer.positions != before or consumer.paused:
+                dirty = True
+                last_new = clock()
+                if last_new - last_commit >= commit_seconds:
+                    commit()
+                    dirty, last_commit = False, last_new
+                continue
+            if dirty:
                 commit()
-                dirty, last_commit = False, last_new
-            continue
-        if dirty:
-            commit()
-            dirty, last_commit = False, clock()
-        if clock() - last_new >= idle_seconds:
-            break
-        sleep(min(0.2, idle_seconds))
+                dirty, last_commit = False, clock()
+            if clock() - last_new >= idle_seconds:
+                break
+            sleep(min(0.2, idle_seconds))
+    except BaseException:
+        if fence.holds():
+            with contextlib.suppress(Exception):  # the error on its way out is the one to tell
+                commit()
+        raise
     if dirty:
         commit()
     return consumer

@@ -45,7 +45,7 @@ from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message, Reorg
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
-from loglake.log.api import UnknownStream
+from loglake.log.api import UnknownPartition, UnknownStream
 from loglake.streams.api import Streams, warn_gap
 from loglake.streams.fence import UNFENCED, Fence
 from loglake.structured_logging import log_event
@@ -207,9 +207,18 @@ class StreamTransport(Transport):
         return [source_name(topic, p) for p in range(n or 0)]
 
     def fetch(self, source: str, offset: int, limit: int) -> list[Delivery]:
+        """An absent stream or partition reads as no deliveries. Found from outside: one
+        well-formed Reorg naming a reorg channel nobody created made this raise
+        ``UnknownStream``, so ``cardinal consume`` stopped for good (the Reorg sat before the
+        committed offset, read again at every restart), and the "no channel: apply the Reorg
+        itself" path never ran. A topic deleted under a consumer likewise just brings
+        nothing."""
         topic, part = split_source(source)
         out = []
-        got = self.streams.pull(topic, offset, limit, part)
+        try:
+            got = self.streams.pull(topic, offset, limit, part)
+        except (UnknownStream, UnknownPartition):
+            return []
         warn_gap(log, offset, got, source=source)
         for m in got:
             try:
@@ -286,7 +295,21 @@ class StreamTransport(Transport):
             self.fence.claim()  # before the read: a former holder's commit cannot follow it
         idx = self.streams.get_index(client_id, name)
         if idx == 0:
-            return None
+            first, end = self.streams.bounds(name)
+            if end == 0:
+                return None  # never committed: a fresh consumer
+            # Found from outside: with the index service's files lost (consumers.* deleted
+            # or truncated) index 0 read as "never committed", and the consumer re-emitted
+            # the whole chain although this stream held its committed records. The newest
+            # record here is not necessarily the committed one (a record is appended before
+            # its index is saved: a crash between them leaves one never committed), so
+            # resuming from it could skip blocks; refusing is the only safe answer, as when
+            # the committed record itself is gone.
+            raise CheckpointError(
+                f"{name}: holds checkpoint records #{first}..#{end - 1} but the index service "
+                f"has no committed one for {client_id!r} (its consumer indexes were lost?); "
+                "restore them, or start this consumer under another client id"
+            )
         msgs = self.streams.pull(name, idx - 1, 1)
         if not msgs or msgs[0].index != idx - 1:
             # the committed record is gone (a node's retention, a truncation): the next one
@@ -304,7 +327,10 @@ class StreamTransport(Transport):
         offsets = {}
         for source, offset in ckpt.offsets.items():
             topic, part = split_source(source)
-            offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
+            try:
+                offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
+            except (UnknownStream, UnknownPartition):  # gone since: nothing to read there
+                offsets[source] = offset
         return replace(ckpt, offsets=offsets)  # reverted and done kept as stored
 
 
@@ -388,6 +414,8 @@ class StreamConsumer:
         self._discover()
         self.errors = 0
         self._paused: dict[str, Delivery] = {}
+        self._undelivered: list[ChainUpdate | ReorgEvent] = []
+        self._handed: Checkpoint | None = None
 
     def _discover(self) -> None:
         """Add the partitions of topics that exist now (their count is the stream's)."""
@@ -475,10 +503,24 @@ class StreamConsumer:
     def poll(self, limit: int = 64) -> list[ChainUpdate | ReorgEvent]:
         """One round over every source, at most ``limit`` messages from each, so partitions
         advance together (the reference bounds their spread with a drumline); returns what the
-        application must apply, in order. A source stops at a Reorg until it can be applied."""
+        application must apply, in order. A source stops at a Reorg until it can be applied.
+
+        What a round assembles is kept on the consumer until it is returned: if the round
+        raises partway (a broker error, a stream gone), the updates already assembled — the
+        core moved its head past them — come first from the next ``poll``. Found from outside:
+        they were lost (the application's head stayed at #5 while the core's was #10; the next
+        block came as #11 on top of #5, and a later commit checkpointed past #6..#10)."""
+        if not self._undelivered:
+            # what the application holds now: ``commit`` saves this while updates are held
+            self._handed = self.core.checkpoint()
+        out = self._undelivered
+        self._round(out, limit)  # if it raises, ``out`` stays on the consumer
+        self._undelivered = []
+        return out
+
+    def _round(self, out: list[ChainUpdate | ReorgEvent], limit: int) -> None:
         if self._missing:
             self._discover()
-        out: list[ChainUpdate | ReorgEvent] = []
         progressed = False
         for source in list(self.positions):
             waiting = self._paused.get(source)
@@ -503,7 +545,12 @@ class StreamConsumer:
             source, d = next(iter(self._paused.items()))
             del self._paused[source]
             out += self._take_reorg(d, limit)
-        return out
+
+    def give_back(self, updates: Sequence[ChainUpdate | ReorgEvent]) -> None:
+        """Hand back updates ``poll`` returned that the application did not apply (it was
+        interrupted while applying them): the next ``poll`` returns them first, and until then
+        ``commit`` saves the checkpoint from before the round that made them."""
+        self._undelivered[:0] = list(updates)
 
     def run(self, max_rounds: int = 1_000_000) -> list[ChainUpdate | ReorgEvent]:
         """Poll until a round brings nothing new (bounded by ``max_rounds``)."""
@@ -521,6 +568,9 @@ class StreamConsumer:
         return len(self._paused)
 
     def commit(self) -> Checkpoint:
-        ckpt = self.core.checkpoint()
+        """Save the checkpoint of what the application was handed: while updates are held
+        back (a round that raised, or ``give_back``), the one from before the round that made
+        them, so a restart assembles them again instead of skipping them."""
+        ckpt = self._handed if self._undelivered and self._handed else self.core.checkpoint()
         self.transport.save_checkpoint(self.client_id, ckpt)
         return ckpt
