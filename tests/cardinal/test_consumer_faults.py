@@ -5,17 +5,21 @@ index-service record was lost."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from loglake.cardinal.avro import int_bytes
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
-from loglake.cardinal.cli import consume_topic
-from loglake.cardinal.errors import CheckpointError
-from loglake.cardinal.messages import ZERO_HASH
+from loglake.cardinal.cli import command, consume_topic
+from loglake.cardinal.codec import encode
+from loglake.cardinal.errors import CheckpointError, UndeliveredUpdates
+from loglake.cardinal.messages import ZERO_HASH, Batch, BatchRecord
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.producer import BlockPayload, Producer
 from loglake.cardinal.transport import (
@@ -110,13 +114,15 @@ def test_updates_assembled_before_a_round_fails_come_with_the_next_poll():
     send(streams, blocks[:5])
     c = StreamConsumer(FailingChannel(streams), ["chain"], "app", start=START)
     events = c.run()
+    c.commit()
     send(streams, blocks[5:10])
     hostile_reorg(streams, b"\x05", b"", partition=3)  # the last source, after the blocks
     with pytest.raises(StreamServiceError):
         c.poll()
     assert c.core.head is not None and c.core.head.number == 9  # assembled, not handed over
-    # a commit now must not checkpoint past what the application has not seen
-    c.commit()
+    # a commit now would checkpoint past what the application has not seen
+    with pytest.raises(UndeliveredUpdates):
+        c.commit()
     again = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
     resumed = again.run()
     assert [b.number for ev in resumed if isinstance(ev, ChainUpdate) for b in ev.added] == [
@@ -141,10 +147,12 @@ def test_updates_given_back_come_first_and_hold_the_commit_back():
     first = c.poll()
     assert first
     c.give_back(first)
+    with pytest.raises(UndeliveredUpdates):
+        c.commit()
+    assert applied(c.poll()).chain == [b.hash for b in blocks]
     c.commit()
     again = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=start)
-    assert applied(again.run()).chain == [b.hash for b in blocks]
-    assert applied(c.poll()).chain == [b.hash for b in blocks]
+    assert again.run() == []
 
 
 def test_ctrl_c_in_consume_commits_what_it_handed_over(tmp_path):
@@ -202,7 +210,7 @@ def test_an_update_the_application_refused_is_handed_again_after_a_restart(tmp_p
     assert sorted(set(added) | set(again)) == list(range(300))
 
 
-def test_an_interrupt_inside_a_round_commits_only_what_was_handed(tmp_path):
+def test_an_interrupt_inside_a_round_leaves_the_last_commit_standing(tmp_path):
     blocks = linear(300)
     with open_log(tmp_path / "d") as log:
         send(LocalStreams(log), blocks)
@@ -224,7 +232,8 @@ def test_an_interrupt_inside_a_round_commits_only_what_was_handed(tmp_path):
         c.commit()
         with pytest.raises(KeyboardInterrupt):
             c.poll()
-        c.commit()
+        with pytest.raises(UndeliveredUpdates):
+            c.commit()
     with open_log(tmp_path / "d") as log:
         consume_topic(LocalStreams(log), "chain", "app", on_event=seen.append)
     assert applied(seen).chain == [b.hash for b in blocks]
@@ -257,3 +266,62 @@ def test_a_lost_index_service_is_an_error_not_a_fresh_start(tmp_path, damage):
     with open_log(d) as log:
         c = consume_topic(LocalStreams(log), "chain", "other")
     assert c.core.head is not None and c.core.head.number == 49
+
+
+def test_a_conflicting_batch_for_a_pending_block_is_reported(caplog, tmp_path):
+    # Found from outside: a forged Batch (an honest block's hash, count 3 per prefix) sent
+    # before the honest one held the chain at #5 of 300 for good, and nothing said so.
+    blocks = linear(40)
+    forged_for = blocks[5]
+    (batch,) = [
+        m for m in Producer("chain").block_messages(forged_for)["chain"] if isinstance(m, Batch)
+    ]
+    forged = replace(batch, updates={k: BatchRecord(count=3) for k in batch.updates})
+    with open_log(tmp_path / "d") as log:
+        streams = LocalStreams(log)
+        send(streams, blocks[:5])
+        k, v = encode(forged)
+        streams.push_many("chain", [envelope(k, v)], 0)
+        send(streams, blocks[5:])
+    with caplog.at_level(logging.ERROR, logger="loglake.cardinal.consumer"):
+        r = CliRunner().invoke(
+            command, ["consume", "--topic", "chain", "--data-dir", str(tmp_path / "d"), "--quiet"]
+        )
+    assert r.exit_code == 0, r.output
+    assert "head #4 " in r.output  # the first Batch is kept, as in the reference
+    assert "1 Batch(es) conflicted with a pending block's first Batch" in r.output
+    assert any(
+        "conflicting Batch" in rec.getMessage() and rec.fields["hash"] == forged_for.hash.hex()
+        for rec in caplog.records
+    )
+
+
+def test_identical_batch_copies_are_no_conflict():
+    streams = LocalStreams(MemoryLog())
+    blocks = linear(20)
+    send(streams, blocks)
+    send(streams, blocks)  # a redundant producer
+    c = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
+    assert applied(c.run()).chain == [b.hash for b in blocks]
+    assert c.core.consumer.stats.conflicting == 0
+
+
+def test_consume_refuses_a_data_dir_that_does_not_exist(tmp_path):
+    # Found from outside: a mistyped --data-dir made a fresh log and printed "head #-1 0000…"
+    typo = tmp_path / "typo"
+    r = CliRunner().invoke(command, ["consume", "--topic", "chain", "--data-dir", str(typo)])
+    assert r.exit_code == 2
+    assert "is not a data directory" in r.output
+    assert not typo.exists()
+
+
+def test_consume_says_no_blocks_yet_and_names_an_unknown_topic(tmp_path):
+    d = tmp_path / "d"
+    with open_log(d) as log:
+        send(LocalStreams(log), linear(3))
+    r = CliRunner().invoke(command, ["consume", "--topic", "nosuch", "--data-dir", str(d)])
+    assert r.exit_code == 0, r.output
+    assert "no blocks yet" in r.output and "#-1" not in r.output
+    assert "topic 'nosuch' does not exist (yet)" in r.output
+    r = CliRunner().invoke(command, ["consume", "--topic", "chain", "--data-dir", str(d)])
+    assert "head #2 " in r.output and "does not exist" not in r.output

@@ -8,6 +8,7 @@ lives in ``produce_chain``/``consume_topic`` so tests drive it without a termina
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -66,9 +67,11 @@ def open_streams(host: str | None, port: int | None, data_dir: str | None) -> It
 
 
 @contextmanager
-def _interrupt_after() -> Iterator[None]:
-    """Ctrl-C (SIGINT) inside: raised as ``KeyboardInterrupt`` on the way out, not midway.
-    Only where Python's own handler is in place, on the main thread (signals go nowhere else)."""
+def _interrupt_between_rounds() -> Iterator[None]:
+    """A first Ctrl-C (SIGINT) inside is raised as ``KeyboardInterrupt`` on the way out, once the
+    round is read and handed over, so the commit after it is exact; a second one at once (a
+    round waiting on a node that does not answer). Only where Python's own handler is in
+    place, on the main thread (signals go nowhere else)."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -76,7 +79,13 @@ def _interrupt_after() -> Iterator[None]:
         yield
         return
     hit: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: hit.append(signum))
+
+    def defer(signum: int, frame: object) -> None:
+        if hit:
+            raise KeyboardInterrupt
+        hit.append(signum)
+
+    previous = signal.signal(signal.SIGINT, defer)
     try:
         yield
     finally:
@@ -152,26 +161,26 @@ def consume_topic(
 
     # Found from outside: Ctrl-C (or any error) in this loop skipped the last commit, so a
     # restart emitted again every block handed over since the previous one (497 duplicate
-    # lines in one run). Now the way out commits what ``on_event`` was handed. Ctrl-C while a
-    # round is handed over takes effect once the round is (``_interrupt_after``), so that is
-    # exact; an update ``on_event`` did not take (it raised) goes back to the consumer
-    # (``give_back``), whose ``commit`` then saves the checkpoint from before the round that
-    # assembled it: the restart hands that round again, never skips it.
+    # lines in one run). Now the way out commits what ``on_event`` was handed: Ctrl-C takes
+    # effect between rounds (``_interrupt_between_rounds``), so that commit is exact. Where a
+    # round was cut short (an error, a second Ctrl-C) updates are left undelivered, the
+    # consumer refuses the commit (``UndeliveredUpdates``) and the previous one stands: the
+    # restart hands those blocks again, never skips them.
     try:
         while clock() - start < max_seconds:
             if not fence.holds():
                 return consumer  # another member holds it now: nothing more is ours to commit
             before = dict(consumer.positions)
-            events = consumer.poll()
-            handed = 0
-            try:
-                with _interrupt_after():
+            with _interrupt_between_rounds():
+                events = consumer.poll()
+                handed = 0
+                try:
                     for ev in events:
                         if on_event:
                             on_event(ev)
                         handed += 1
-            finally:
-                consumer.give_back(events[handed:])
+                finally:
+                    consumer.give_back(events[handed:])
             if consumer.positions != before or consumer.paused:
                 dirty = True
                 last_new = clock()
@@ -382,6 +391,13 @@ def consume(
     partitions: int | None,
 ) -> None:
     """Print blocks and reorgs as they complete; resume from the saved checkpoint."""
+    if data_dir and not os.path.isdir(data_dir):
+        # Found from outside: a mistyped --data-dir made a fresh, empty log and reported
+        # "head #-1"; reading never creates one (``produce`` does)
+        raise click.BadParameter(
+            f"{data_dir!r} is not a data directory (`loglake cardinal produce` creates one)",
+            param_hint="'--data-dir'",
+        )
     console = Console()
     counts = {"added": 0, "removed": 0, "reorgs": 0}
 
@@ -443,5 +459,19 @@ def consume(
     head = c.core.head
     console.print(
         f"added {counts['added']}, removed {counts['removed']}, deep reorgs {counts['reorgs']}; "
-        + (f"head #{head.number} {head.hash.hex()[:16]}" if head else "no blocks yet")
+        # the start checkpoint is the chain before block 0 (#-1): no block has come yet
+        + (
+            f"head #{head.number} {head.hash.hex()[:16]}"
+            if head and head.number >= 0
+            else "no blocks yet"
+        )
     )
+    if topic in c.missing_topics:
+        console.print(f"[yellow]topic {topic!r} does not exist (yet)[/]: nothing to read")
+    conflicting = c.core.consumer.stats.conflicting
+    if conflicting:
+        console.print(
+            f"[red]{conflicting} Batch(es) conflicted with a pending block's first Batch[/]: "
+            f"{c.core.consumer.pending} block(s) still incomplete; a forged Batch can hold the "
+            "chain there (see the error lines in the log)"
+        )
