@@ -325,3 +325,14 @@ def test_consume_says_no_blocks_yet_and_names_an_unknown_topic(tmp_path):
     assert "topic 'nosuch' does not exist (yet)" in r.output
     r = CliRunner().invoke(command, ["consume", "--topic", "chain", "--data-dir", str(d)])
     assert "head #2 " in r.output and "does not exist" not in r.output
+
+
+def test_run_keeps_the_rounds_before_the_one_that_failed():
+    streams = LocalStreams(MemoryLog())
+    blocks = linear(200)
+    send(streams, blocks)
+    hostile_reorg(streams, b"\x05", b"", partition=3)  # read in a later round than the first
+    c = StreamConsumer(FailingChannel(streams), ["chain"], "app", start=START)
+    with pytest.raises(StreamServiceError):
+        c.run()
+    assert applied(c.run()).chain == [b.hash for b in blocks]

@@ -277,7 +277,10 @@ class StreamTransport(Transport):
             raise LeaseLost(self.fence.name, "its ttl ran out before this commit; nothing saved")
         for source, offset in checkpoint.offsets.items():
             topic, part = split_source(source)
-            self.streams.save_index(client_id, topic, offset, part)
+            # a topic deleted since it was read (JetStream: from outside loglake): nothing to
+            # resume there
+            with contextlib.suppress(UnknownStream, UnknownPartition):
+                self.streams.save_index(client_id, topic, offset, part)
         return appended
 
     def _truncate(self, name: str, keep_from: int) -> None:
@@ -330,7 +333,7 @@ class StreamTransport(Transport):
             topic, part = split_source(source)
             try:
                 offsets[source] = min(offset, self.streams.get_index(client_id, topic, part))
-            except (UnknownStream, UnknownPartition):  # gone since: nothing to read there
+            except (UnknownStream, UnknownPartition):  # deleted since (JetStream: from outside)
                 offsets[source] = offset
         return replace(ckpt, offsets=offsets)  # reverted and done kept as stored
 
@@ -552,11 +555,15 @@ class StreamConsumer:
     def run(self, max_rounds: int = 1_000_000) -> list[ChainUpdate | ReorgEvent]:
         """Poll until a round brings nothing new (bounded by ``max_rounds``)."""
         out: list[ChainUpdate | ReorgEvent] = []
-        for _ in range(max_rounds):
-            before = dict(self.positions)
-            out += self.poll()
-            if self.positions == before and not self._paused:
-                break
+        try:
+            for _ in range(max_rounds):
+                before = dict(self.positions)
+                out += self.poll()
+                if self.positions == before and not self._paused:
+                    break
+        except BaseException:
+            self.give_back(out)  # the rounds before the one that failed: not lost either
+            raise
         return out
 
     @property
