@@ -48,12 +48,15 @@ from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_ch
 from loglake.errors import LoglakeError
 from loglake.log.api import UnknownPartition, UnknownStream
 from loglake.streams.api import Streams, warn_gap
-from loglake.streams.fence import UNFENCED, Fence
+from loglake.streams.fence import UNFENCED, Fence, is_claim
 from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 4
+CLAIMS_LOOKED_AT = 256
+"""Records of a checkpoint stream ``load_checkpoint`` reads, at most, to tell a consumer that
+never committed (only lease claims stored) from one whose committed index was lost."""
 FNV32_OFFSET, FNV32_PRIME = 0x811C9DC5, 0x01000193
 
 
@@ -291,6 +294,18 @@ class StreamTransport(Transport):
         with contextlib.suppress(NotImplementedError):
             self.streams.truncate_before(name, keep_from)
 
+    def _holds_checkpoints(self, name: str, first: int, end: int) -> bool:
+        """Whether checkpoint stream ``name`` holds a checkpoint record, not only the claim
+        records a fenced member appends as it takes the lease (``Fence.claim``). Bounded: the
+        first ``CLAIMS_LOOKED_AT`` records kept (the committed one is the first kept where
+        the stream is truncated) and the last one."""
+        if end <= first:
+            return False
+        got = self.streams.pull(name, first, min(CLAIMS_LOOKED_AT, end - first))
+        if end - first > CLAIMS_LOOKED_AT:
+            got += self.streams.pull(name, end - 1, 1)
+        return any(not is_claim(m.data) for m in got)
+
     def load_checkpoint(self, client_id: str) -> Checkpoint | None:
         name = self._ckpt_stream(client_id)
         self._ensure(name, 1)
@@ -300,8 +315,8 @@ class StreamTransport(Transport):
         idx = self.streams.get_index(client_id, name)
         if idx == 0:
             first, end = self.streams.bounds(name)
-            if end == 0:
-                return None  # never committed: a fresh consumer
+            if not self._holds_checkpoints(name, first, end):
+                return None  # never committed: a fresh consumer (lease claims aside)
             # Found from outside: with the index service's files lost (consumers.* deleted
             # or truncated) index 0 read as "never committed", and the consumer re-emitted
             # the whole chain although this stream held its committed records. The newest
