@@ -18,7 +18,7 @@ from loglake.cardinal.avro import int_bytes
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
 from loglake.cardinal.cli import command, consume_topic
 from loglake.cardinal.codec import encode
-from loglake.cardinal.errors import CheckpointError, UndeliveredUpdates
+from loglake.cardinal.errors import UndeliveredUpdates
 from loglake.cardinal.messages import ZERO_HASH, Batch, BatchRecord
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.producer import BlockPayload, Producer
@@ -249,9 +249,9 @@ def _consumed_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["deleted", "emptied"])
-def test_a_lost_index_service_is_an_error_not_a_fresh_start(tmp_path, damage):
+def test_a_lost_index_service_resumes_from_the_checkpoint_records(tmp_path, damage):
     # Found from outside: with consumers.* gone the consumer read "no checkpoint" and
-    # re-emitted the whole chain, though cardinal.ckpt.<client> held its committed records.
+    # re-emitted the whole chain, though cardinal.ckpt.<client> held its checkpoints.
     d = _consumed_dir(tmp_path)
     files = [p for p in d.iterdir() if p.name.startswith("consumers.")]
     assert files
@@ -260,12 +260,28 @@ def test_a_lost_index_service_is_an_error_not_a_fresh_start(tmp_path, damage):
             p.unlink()
         else:
             p.write_bytes(b"")
-    with open_log(d) as log, pytest.raises(CheckpointError, match="index service"):
-        consume_topic(LocalStreams(log), "chain", "app")
-    # another client id starts afresh, as the message says
     with open_log(d) as log:
-        c = consume_topic(LocalStreams(log), "chain", "other")
-    assert c.core.head is not None and c.core.head.number == 49
+        streams = LocalStreams(log)
+        send(streams, linear(3, start=50, parent=linear(50)[-1].hash))
+        events: list[ChainUpdate | ReorgEvent] = []
+        c = consume_topic(streams, "chain", "app", on_event=events.append)
+    added = [b.number for ev in events if isinstance(ev, ChainUpdate) for b in ev.added]
+    assert added == [50, 51, 52]  # only what came after the last checkpoint
+    assert c.core.head is not None and c.core.head.number == 52
+
+
+def test_a_crash_before_the_first_index_save_resumes_from_that_record():
+    streams = LocalStreams(MemoryLog())
+    blocks = linear(10)
+    send(streams, blocks)
+    c = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
+    got = c.run()
+    # the record of a first commit, appended; the process died before its index was saved
+    streams.create_stream("cardinal.ckpt.app", 1)
+    streams.push("cardinal.ckpt.app", c.core.checkpoint().to_bytes())
+    again = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
+    assert applied(got).chain == [b.hash for b in blocks]
+    assert again.run() == []  # handed over before the crash: not again
 
 
 def test_a_conflicting_batch_for_a_pending_block_is_reported(caplog, tmp_path):

@@ -47,7 +47,7 @@ from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
 from loglake.log.api import UnknownPartition, UnknownStream
-from loglake.streams.api import Streams, warn_gap
+from loglake.streams.api import StreamMessage, Streams, warn_gap
 from loglake.streams.fence import UNFENCED, Fence, is_claim
 from loglake.structured_logging import log_event
 
@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 4
 CLAIMS_LOOKED_AT = 256
-"""Records of a checkpoint stream ``load_checkpoint`` reads, at most, to tell a consumer that
-never committed (only lease claims stored) from one whose committed index was lost."""
+"""Records of a checkpoint stream ``load_checkpoint`` reads, at most, to find its newest
+checkpoint record when no index was committed (lease claims stored after it are skipped)."""
 FNV32_OFFSET, FNV32_PRIME = 0x811C9DC5, 0x01000193
 
 
@@ -294,17 +294,30 @@ class StreamTransport(Transport):
         with contextlib.suppress(NotImplementedError):
             self.streams.truncate_before(name, keep_from)
 
-    def _holds_checkpoints(self, name: str, first: int, end: int) -> bool:
-        """Whether checkpoint stream ``name`` holds a checkpoint record, not only the claim
-        records a fenced member appends as it takes the lease (``Fence.claim``). Bounded: the
-        first ``CLAIMS_LOOKED_AT`` records kept (the committed one is the first kept where
-        the stream is truncated) and the last one."""
-        if end <= first:
-            return False
-        got = self.streams.pull(name, first, min(CLAIMS_LOOKED_AT, end - first))
-        if end - first > CLAIMS_LOOKED_AT:
-            got += self.streams.pull(name, end - 1, 1)
-        return any(not is_claim(m.data) for m in got)
+    def _newest_record(self, name: str) -> StreamMessage | None:
+        """The newest checkpoint record of stream ``name`` among its last ``CLAIMS_LOOKED_AT``
+        records, skipping the claim records a fenced member appends as it takes the lease
+        (``Fence.claim``); None if the stream holds only claims (or nothing).
+        ``CheckpointError`` if those are all claims and older records are kept (which they
+        are could not be told without reading them all)."""
+        first, end = self.streams.bounds(name)
+        start = max(first, end - CLAIMS_LOOKED_AT)
+        got: list[StreamMessage] = []
+        while start < end:
+            batch = self.streams.pull(name, start, end - start)
+            if not batch:
+                break
+            got += batch
+            start = batch[-1].index + 1
+        for m in reversed(got):
+            if not is_claim(m.data):
+                return m
+        if first < end - CLAIMS_LOOKED_AT:
+            raise CheckpointError(
+                f"{name}: no committed checkpoint, and its last {CLAIMS_LOOKED_AT} records are "
+                "lease claims; start this consumer under another client id"
+            )
+        return None
 
     def load_checkpoint(self, client_id: str) -> Checkpoint | None:
         name = self._ckpt_stream(client_id)
@@ -314,21 +327,27 @@ class StreamTransport(Transport):
             self.fence.claim()  # before the read: a former holder's commit cannot follow it
         idx = self.streams.get_index(client_id, name)
         if idx == 0:
-            first, end = self.streams.bounds(name)
-            if not self._holds_checkpoints(name, first, end):
+            # Found from outside: with the index service's files lost (consumers.* deleted or
+            # emptied) index 0 read as "never committed", and the consumer re-emitted the whole
+            # chain although this stream held its checkpoints. Its newest record is resumed
+            # from: every record holds what the application had been handed when it was
+            # written (``StreamConsumer.commit`` refuses while updates are undelivered), so it
+            # skips nothing, and it is the newest such state, so it repeats nothing — also
+            # when a crash came between the record and its index (a first commit).
+            newest = self._newest_record(name)
+            if newest is None:
                 return None  # never committed: a fresh consumer (lease claims aside)
-            # Found from outside: with the index service's files lost (consumers.* deleted
-            # or truncated) index 0 read as "never committed", and the consumer re-emitted
-            # the whole chain although this stream held its committed records. The newest
-            # record here is not necessarily the committed one (a record is appended before
-            # its index is saved: a crash between them leaves one never committed), so
-            # resuming from it could skip blocks; refusing is the only safe answer, as when
-            # the committed record itself is gone.
-            raise CheckpointError(
-                f"{name}: holds checkpoint records #{first}..#{end - 1} but the index service "
-                f"has no committed one for {client_id!r} (its consumer indexes were lost?); "
-                "restore them, or start this consumer under another client id"
+            ckpt = Checkpoint.from_bytes(newest.data)
+            log_event(
+                log,
+                logging.WARNING,
+                "no committed checkpoint index: resuming from the newest checkpoint record",
+                stream=name,
+                record=newest.index,
+                client_id=client_id,
             )
+            self._last_shape[client_id] = (ckpt.chain, frozenset(ckpt.offsets), ckpt.reorgs)
+            return ckpt  # the index service's offsets went with its index: the record's hold
         msgs = self.streams.pull(name, idx - 1, 1)
         if not msgs or msgs[0].index != idx - 1:
             # the committed record is gone (a node's retention, a truncation): the next one
