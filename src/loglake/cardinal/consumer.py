@@ -117,6 +117,7 @@ class _Pending:
     offsets: dict[str, int] = field(default_factory=dict)
     seq: int = 0  # order of arrival among pending batches (``BlockAssembler._by_number``)
     raw: bytes | None = None  # the Batch's value as received, when it came as bytes
+    conflicted: bool = False  # another Batch for this hash, with other contents, was seen
 
 
 @dataclass(slots=True)
@@ -189,7 +190,8 @@ class BlockAssembler:
             self.next_offsets[source] = offset + 1
         if len(key) >= 33 and key[0] <= BATCH_DELETE_MSG:
             # A copy of a block already complete (or of a Batch already tracked) is discarded
-            # from its key alone: decoding its value could change nothing.
+            # from its key alone: decoding its value could change nothing. A Batch copy whose
+            # bytes differ from the tracked one's is reported (``_conflict``).
             h = key[1:33]
             pb = self._pending.get(h) if key[0] == BATCH else None
             if h in self._completed or pb is not None:
@@ -353,6 +355,9 @@ class BlockAssembler:
         dropped as under no prefix, too) to replay into a later candidate; so here the stall
         is made visible instead (an error line, ``stats.conflicting``, the CLI's summary)."""
         self.stats.conflicting += 1
+        if pb.conflicted:
+            return  # one error line a block: copies may come by the thousand
+        pb.conflicted = True
         log_event(
             log,
             logging.ERROR,
@@ -653,26 +658,6 @@ class _ReportingAssembler(BlockAssembler):
     """A ``BlockAssembler`` that remembers why it last dropped a message."""
 
     problem: str | None = None
-
-    def _conflict(self, pb: _Pending) -> None:
-        """A second Batch for a pending block, with other contents: the first one stays, as in
-        the reference (``MessageProcessor`` keeps the first ``PendingBatch`` for a hash), and
-        this is reported. Found from outside: a forged Batch (an honest block's hash, a count
-        of 3 per prefix) sent before the honest one held the chain at that block for good,
-        silently (``app head #5 of 300``). Keeping every candidate and completing whichever
-        finishes first would need every message of the block kept (those the forged Batch
-        dropped as under no prefix, too) to replay into a later candidate; so here the stall
-        is made visible instead (an error line, ``stats.conflicting``, the CLI's summary)."""
-        self.stats.conflicting += 1
-        log_event(
-            log,
-            logging.ERROR,
-            "conflicting Batch for a pending block: the first one is kept, the block may "
-            "never complete if it was forged",
-            hash=pb.batch.hash.hex(),
-            number=pb.batch.number,
-            remaining=pb.remaining,
-        )
 
     def _drop(self, pb: _Pending, why: str, **fields: object) -> None:
         super()._drop(pb, why, **fields)
