@@ -79,6 +79,38 @@ def test_history_dropped_before_sealing_is_reported(lake_log, tmp_path, caplog) 
     assert "history lost before sealing" in caplog.text
 
 
+def _lost(caplog) -> list[tuple[int, int]]:
+    return [
+        (r.fields["missing_from"], r.fields["missing_to"])
+        for r in caplog.records
+        if "history lost before sealing" in r.getMessage()
+    ]
+
+
+def test_records_truncated_on_purpose_are_not_reported_lost(lake_log, tmp_path, caplog) -> None:
+    # Found from outside: Cardinal's checkpoint stream, whose old records the consumer drops
+    # with truncate_before, made `serve` log "jetstream history lost before sealing
+    # stream=cardinal.ckpt.rs ... missing_from=0 missing_to=2" at every round.
+    lake_log.create_stream("cardinal.ckpt.rs", StreamConfig())
+    lake_log.push_many("cardinal.ckpt.rs", 0, [payload(i) for i in range(4)])
+    lake_log.truncate_before("cardinal.ckpt.rs", 3)
+    with caplog.at_level(logging.ERROR, logger="loglake.streams.jetstream_seal"):
+        files = JetStreamSealer(lake_log, tmp_path).seal(["cardinal.ckpt.rs"])
+    assert [(f.first, f.last) for f in files] == [(3, 3)]
+    assert _lost(caplog) == []
+
+
+def test_loss_past_a_truncation_is_still_reported(lake_log, tmp_path, caplog) -> None:
+    lake_log.create_stream("mixed", StreamConfig(retention_records=10))
+    lake_log.push_many("mixed", 0, [payload(i) for i in range(12)])
+    lake_log.truncate_before("mixed", 5)  # 0..4 on purpose
+    lake_log.push_many("mixed", 0, [payload(i) for i in range(12, 30)])  # retention: 5..19 lost
+    with caplog.at_level(logging.ERROR, logger="loglake.streams.jetstream_seal"):
+        files = JetStreamSealer(lake_log, tmp_path).seal(["mixed"])
+    assert [(f.first, f.last) for f in files] == [(20, 29)]
+    assert _lost(caplog) == [(5, 19)]
+
+
 def test_job_seal_command(nats_single, tmp_path) -> None:
     from loglake.pipeline.cli import command
 

@@ -7,6 +7,10 @@ lives in ``produce_chain``/``consume_topic`` so tests drive it without a termina
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +18,14 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 from loglake.cardinal.blocks import Block, BlockRef, ChainUpdate, ReorgEvent
 from loglake.cardinal.consumer import DEFAULT_REORG_THRESHOLD, MAX_REORG_THRESHOLD
@@ -62,6 +74,34 @@ def open_streams(host: str | None, port: int | None, data_dir: str | None) -> It
         client.close()
 
 
+@contextmanager
+def _interrupt_between_rounds() -> Iterator[None]:
+    """A first Ctrl-C (SIGINT) inside is raised as ``KeyboardInterrupt`` on the way out, once the
+    round is read and handed over, so the commit after it is exact; a second one at once (a
+    round waiting on a node that does not answer). Only where Python's own handler is in
+    place, on the main thread (signals go nowhere else)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    hit: list[int] = []
+
+    def defer(signum: int, frame: object) -> None:
+        if hit:
+            raise KeyboardInterrupt
+        hit.append(signum)
+
+    previous = signal.signal(signal.SIGINT, defer)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if hit:
+            raise KeyboardInterrupt
+
+
 def produce_chain(
     streams: Streams,
     topic: str,
@@ -71,15 +111,20 @@ def produce_chain(
     sub_items: int = 2,
     reorg_threshold: int = DEFAULT_REORG_THRESHOLD,
     on_step: Callable[[BlockPayload | ReorgStep], None] | None = None,
+    on_steps: Callable[[int], None] | None = None,
 ) -> tuple[int, list[BlockPayload]]:
     """Send a synthetic chain; return (messages sent, the canonical chain). The producer
-    decides which branches are reorgs past ``reorg_threshold`` (``ChainProducer``). A missing
+    decides which branches are reorgs past ``reorg_threshold`` (``ChainProducer``). ``on_steps``
+    is told how many steps (blocks, or reorg branches) there are, ``on_step`` of each once sent.
+    A missing
     topic is created with ``partitions`` (default ``DEFAULT_PARTITIONS``); an existing one keeps
     its count (``PartitionMismatch`` if ``partitions`` is given and differs)."""
     chain = synthetic_chain(blocks, deep_reorg=deep_reorg, sub_items=sub_items)
     producer = Producer(topic, schema_for(topic))
     cp = StreamProducer(StreamTransport(streams, partitions), producer)
     planner = ChainProducer(producer, reorg_threshold)
+    if on_steps:
+        on_steps(len(chain.steps))
     for step in chain.steps:
         branch = list(step.blocks) if isinstance(step, ReorgStep) else [step]
         cp.send_emission(planner.branch(branch))
@@ -127,27 +172,46 @@ def consume_topic(
         if on_commit is not None:
             on_commit(consumer)
 
-    while clock() - start < max_seconds:
-        if not fence.holds():
-            return consumer  # another member holds it now: nothing more is ours to commit
-        before = dict(consumer.positions)
-        events = consumer.poll()
-        for ev in events:
-            if on_event:
-                on_event(ev)
-        if consumer.positions != before or consumer.paused:
-            dirty = True
-            last_new = clock()
-            if last_new - last_commit >= commit_seconds:
+    # Found from outside: Ctrl-C (or any error) in this loop skipped the last commit, so a
+    # restart emitted again every block handed over since the previous one (497 duplicate
+    # lines in one run). Now the way out commits what ``on_event`` was handed: Ctrl-C takes
+    # effect between rounds (``_interrupt_between_rounds``), so that commit is exact. Where a
+    # round was cut short (an error, a second Ctrl-C) updates are left undelivered, the
+    # consumer refuses the commit (``UndeliveredUpdates``) and the previous one stands: the
+    # restart hands those blocks again, never skips them.
+    try:
+        while clock() - start < max_seconds:
+            if not fence.holds():
+                return consumer  # another member holds it now: nothing more is ours to commit
+            before = dict(consumer.positions)
+            with _interrupt_between_rounds():
+                events = consumer.poll()
+                handed = 0
+                try:
+                    for ev in events:
+                        if on_event:
+                            on_event(ev)
+                        handed += 1
+                finally:
+                    consumer.give_back(events[handed:])
+            if consumer.positions != before or consumer.paused:
+                dirty = True
+                last_new = clock()
+                if last_new - last_commit >= commit_seconds:
+                    commit()
+                    dirty, last_commit = False, last_new
+                continue
+            if dirty:
                 commit()
-                dirty, last_commit = False, last_new
-            continue
-        if dirty:
-            commit()
-            dirty, last_commit = False, clock()
-        if clock() - last_new >= idle_seconds:
-            break
-        sleep(min(0.2, idle_seconds))
+                dirty, last_commit = False, clock()
+            if clock() - last_new >= idle_seconds:
+                break
+            sleep(min(0.2, idle_seconds))
+    except BaseException:
+        if fence.holds():
+            with contextlib.suppress(Exception):  # the error on its way out is the one to tell
+                commit()
+        raise
     if dirty:
         commit()
     return consumer
@@ -256,9 +320,32 @@ def produce(
             param_hint="'--sub-items'",
         )
     console = Console()
-    with open_streams(host, port, data_dir) as streams:
+    err = Console(stderr=True)
+    # Found from outside: 20,000 blocks took 39 s with nothing on the screen. The bar goes to
+    # stderr and only to a terminal, so piped output stays the one summary line.
+    with (
+        Progress(
+            TextColumn(f"producing [bold]{escape(topic)}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as bar,
+        open_streams(host, port, data_dir) as streams,
+    ):
+        task = bar.add_task("produce", total=None)
         sent, canonical = produce_chain(
-            streams, topic, blocks, partitions, deep_reorg, sub_items, reorg_threshold
+            streams,
+            topic,
+            blocks,
+            partitions,
+            deep_reorg,
+            sub_items,
+            reorg_threshold,
+            on_step=lambda _step: bar.advance(task),
+            on_steps=lambda n: bar.update(task, total=n),
         )
     head = canonical[-1]
     console.print(
@@ -340,6 +427,13 @@ def consume(
     partitions: int | None,
 ) -> None:
     """Print blocks and reorgs as they complete; resume from the saved checkpoint."""
+    if data_dir and not os.path.isdir(data_dir):
+        # Found from outside: a mistyped --data-dir made a fresh, empty log and reported
+        # "head #-1"; reading never creates one (``produce`` does)
+        raise click.BadParameter(
+            f"{data_dir!r} is not a data directory (`loglake cardinal produce` creates one)",
+            param_hint="'--data-dir'",
+        )
     console = Console()
     counts = {"added": 0, "removed": 0, "reorgs": 0}
 
@@ -401,5 +495,19 @@ def consume(
     head = c.core.head
     console.print(
         f"added {counts['added']}, removed {counts['removed']}, deep reorgs {counts['reorgs']}; "
-        + (f"head #{head.number} {head.hash.hex()[:16]}" if head else "no blocks yet")
+        # the start checkpoint is the chain before block 0 (#-1): no block has come yet
+        + (
+            f"head #{head.number} {head.hash.hex()[:16]}"
+            if head and head.number >= 0
+            else "no blocks yet"
+        )
     )
+    if topic in c.missing_topics:
+        console.print(f"[yellow]topic {topic!r} does not exist (yet)[/]: nothing to read")
+    conflicting = c.core.consumer.stats.conflicting
+    if conflicting:
+        console.print(
+            f"[red]{conflicting} Batch(es) conflicted with a pending block's first Batch[/]: "
+            f"{c.core.consumer.pending} block(s) still incomplete; a forged Batch can hold the "
+            "chain there (see the error lines in the log)"
+        )

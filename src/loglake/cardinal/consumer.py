@@ -116,6 +116,8 @@ class _Pending:
     remaining: int = 0
     offsets: dict[str, int] = field(default_factory=dict)
     seq: int = 0  # order of arrival among pending batches (``BlockAssembler._by_number``)
+    raw: bytes | None = None  # the Batch's value as received, when it came as bytes
+    conflicted: bool = False  # another Batch for this hash, with other contents, was seen
 
 
 @dataclass(slots=True)
@@ -126,6 +128,8 @@ class ConsumerStats:
     ignored: int = 0
     evicted: int = 0
     blocks: int = 0
+    conflicting: int = 0
+    """Batches for a pending block whose contents differ from the Batch it was started from."""
 
 
 def _note_offset(offsets: dict[str, int], source: str, offset: int) -> None:
@@ -186,12 +190,22 @@ class BlockAssembler:
             self.next_offsets[source] = offset + 1
         if len(key) >= 33 and key[0] <= BATCH_DELETE_MSG:
             # A copy of a block already complete (or of a Batch already tracked) is discarded
-            # from its key alone: decoding its value could change nothing.
+            # from its key alone: decoding its value could change nothing. A Batch copy whose
+            # bytes differ from the tracked one's is reported (``_conflict``).
             h = key[1:33]
-            if h in self._completed or (key[0] == BATCH and h in self._pending):
+            pb = self._pending.get(h) if key[0] == BATCH else None
+            if h in self._completed or pb is not None:
                 self.stats.messages += 1
                 self.stats.duplicates += 1
+                if pb is not None and pb.raw is not None and pb.raw != value:
+                    self._conflict(pb)
                 return []
+            out = self.handle(decode(key, value), source, offset)
+            if key[0] == BATCH:
+                pb = self._pending.get(h)
+                if pb is not None:
+                    pb.raw = bytes(value)  # what a later copy is compared with
+            return out
         return self.handle(decode(key, value), source, offset)
 
     def note_offset(self, source: str, offset: int) -> None:
@@ -224,6 +238,8 @@ class BlockAssembler:
             if TYPE_CHECKING:
                 assert isinstance(msg, Batch)
             if pb is not None:
+                if msg != pb.batch:
+                    self._conflict(pb)
                 self.stats.duplicates += 1
                 return []
             return self._start(msg, source, offset)
@@ -328,6 +344,29 @@ class BlockAssembler:
             _note_offset(self._early_offsets[h], source, offset)
         if self._queued > self.max_queued:
             self._shed_early()
+
+    def _conflict(self, pb: _Pending) -> None:
+        """A second Batch for a pending block, with other contents: the first one stays, as in
+        the reference (``MessageProcessor`` keeps the first ``PendingBatch`` for a hash), and
+        this is reported. Found from outside: a forged Batch (an honest block's hash, a count
+        of 3 per prefix) sent before the honest one held the chain at that block for good,
+        silently (``app head #5 of 300``). Keeping every candidate and completing whichever
+        finishes first would need every message of the block kept (those the forged Batch
+        dropped as under no prefix, too) to replay into a later candidate; so here the stall
+        is made visible instead (an error line, ``stats.conflicting``, the CLI's summary)."""
+        self.stats.conflicting += 1
+        if pb.conflicted:
+            return  # one error line a block: copies may come by the thousand
+        pb.conflicted = True
+        log_event(
+            log,
+            logging.ERROR,
+            "conflicting Batch for a pending block: the first one is kept, the block may "
+            "never complete if it was forged",
+            hash=pb.batch.hash.hex(),
+            number=pb.batch.number,
+            remaining=pb.remaining,
+        )
 
     def _drop(self, pb: _Pending, why: str, **fields: object) -> None:
         self.stats.dropped += 1

@@ -47,3 +47,15 @@ class PartitionMismatch(LocalProtocolError):
             "(leave --partitions out to use the topic's own count)"
         )
         self.topic, self.configured, self.actual = topic, configured, actual
+
+
+class UndeliveredUpdates(LocalProtocolError):
+    """``commit`` while updates the consumer assembled were not handed to the application (a
+    ``poll`` that raised partway, or updates given back): the checkpoint would lie past them,
+    so a restart would never deliver them. ``poll`` again first."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(
+            f"{count} update(s) assembled but not handed over yet: poll before committing"
+        )
+        self.count = count

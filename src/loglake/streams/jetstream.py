@@ -1833,7 +1833,34 @@ class JetStreamLog(Log):
         body = json.loads(resp.data)
         if "error" in body:
             raise JetStreamError(f"purge {name}: {body['error']}")
+        await self._mark_truncated(stream, partition, seq - 1)
         return int(body.get("purged", 0))
+
+    @staticmethod
+    def _truncation_key(stream: str, partition: int) -> str:
+        # "t…" never parses as a consumer index key ("c….s….<p>", ``_parse_key``), so the
+        # index bucket's listings skip it
+        return f"t{_b64(stream)}.{partition}"
+
+    async def _mark_truncated(self, stream: str, partition: int, before: int) -> None:
+        """Note in the index bucket that records below ``before`` were dropped on purpose.
+        Found from outside: the sealer (another process: ``serve``) reported the checkpoint
+        records Cardinal's consumer truncates as "jetstream history lost before sealing", an
+        error line at every round. A racing lower mark can only make the sealer report too
+        much as lost, never hide a loss."""
+        if before <= await self._truncated_before(stream, partition):
+            return
+        key, data = self._truncation_key(stream, partition), str(before).encode()
+        await self._retry("truncation mark", lambda: self.kv.put(key, data))
+
+    def truncated_before(self, stream: str, *, partition: int = 0) -> int:
+        """Records below this index were dropped by ``truncate_before`` (0: none were)."""
+        return self._call(self._truncated_before(stream, partition))
+
+    async def _truncated_before(self, stream: str, partition: int) -> int:
+        entry = await self._kv_get(self._truncation_key(stream, partition))
+        value = bytes(entry.value or b"") if entry is not None else b""
+        return int(value) if ascii_digits(value.decode("ascii", "replace")) else 0
 
 
 async def _iter_streams(js: Any) -> Any:

@@ -9,7 +9,9 @@ what JetStream holds, in files of at most ``file_records`` records, written atom
 again, and two sealers racing on one range write the same file name with the same rows (a
 reader sees either). History JetStream dropped before it was sealed cannot be recovered: the
 sealer logs it (``"jetstream history lost before sealing"``) and seals from the first retained
-index; run it more often than the streams' ``max_age`` (``serve --seal-interval``).
+index; run it more often than the streams' ``max_age`` (``serve --seal-interval``). Records
+dropped on purpose (``truncate_before``, which leaves a mark in the index bucket) are not
+reported.
 
 Runs in ``loglake serve --backend … --data-dir D`` and as ``loglake job seal``.
 """
@@ -85,15 +87,19 @@ class JetStreamSealer:
         info = self.log.stream_info(stream).partitions[partition]
         start = sealed_next(self.data_dir, stream, partition)
         if start < info.first_index:
-            log_event(
-                logger,
-                logging.ERROR,
-                "jetstream history lost before sealing",
-                stream=stream,
-                partition=partition,
-                missing_from=start,
-                missing_to=info.first_index - 1,
-            )
+            # Records an explicit ``truncate_before`` dropped (Cardinal's old checkpoint
+            # records) were not lost: only what lies past the truncation mark is reported.
+            truncated = self.log.truncated_before(stream, partition=partition)
+            if max(start, truncated) < info.first_index:
+                log_event(
+                    logger,
+                    logging.ERROR,
+                    "jetstream history lost before sealing",
+                    stream=stream,
+                    partition=partition,
+                    missing_from=max(start, truncated),
+                    missing_to=info.first_index - 1,
+                )
             start = info.first_index
         if info.next_index - start < self.min_records:
             return []
