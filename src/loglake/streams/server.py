@@ -113,6 +113,10 @@ READS_PER_CONNECTION = 2
 ``max_pull_bytes``: a connection must not hold the reader threads, or memory, for a backlog)."""
 STARVED_RETRY = 0.01
 """Seconds before pulls held back by the output budget are tried again."""
+EVICT_IDLE_AFTER = 1.0
+"""Seconds a connection must have been silent (and owed nothing) before a new connection at a
+cap may take its place (``StreamServer._evict_idlest``): a flood of new connections cannot
+push out clients that are talking."""
 META_THREADS = 2
 """Stream service requests (CREATE, stream info) performed at the same time, off the loop."""
 FRAME_CHUNK = 64
@@ -691,7 +695,22 @@ class StreamServer:
 
     def _admit(self, conn: _Connection) -> str | None:
         """Count a new connection in, or say why it is refused (then it is closed at once:
-        its descriptor is not kept, and nothing is read from it)."""
+        its descriptor is not kept, and nothing is read from it). At a cap, the connection
+        idle the longest may make room (``_evict_idlest``)."""
+        why = self._refusal(conn)
+        if why is not None and not self._stopping and self._evict_idlest(conn, why):
+            why = self._refusal(conn)
+        if why is not None:
+            self.refused += 1
+            self._warn("connection refused", peer=conn.peer, reason=why)
+            return why
+        self._conns.add(conn)
+        self._per_host[conn.host] = self._per_host.get(conn.host, 0) + 1
+        return None
+
+    def _refusal(self, conn: _Connection) -> str | None:
+        """Why ``conn`` cannot be let in now, or None (then it is counted in the process's
+        descriptor budget)."""
         limits = self.limits
         why = None
         if self._stopping:
@@ -708,13 +727,50 @@ class StreamServer:
                 f"{CONNECTIONS.open} connections open in the process, its share of the "
                 f"descriptor limit ({soft_limit()})"
             )
-        if why is not None:
-            self.refused += 1
-            self._warn("connection refused", peer=conn.peer, reason=why)
-            return why
-        self._conns.add(conn)
-        self._per_host[conn.host] = self._per_host.get(conn.host, 0) + 1
-        return None
+        return why
+
+    def _evict_idlest(self, new: _Connection, why: str) -> bool:
+        """At a connection cap, close the connection idle the longest (nothing sent for at
+        least ``EVICT_IDLE_AFTER`` s, nothing owed to it, no frame begun) to make room for
+        ``new``; at the per-peer cap, one of the same peer's. False: none is idle, ``new`` is
+        refused as before.
+
+        Found from outside: 4 × 256 connections from 127.0.0.2-.5 (around the per-peer cap)
+        that sent their version byte and nothing else kept an honest client out for 50 s and
+        more ("1024 connections open (max_connections)"), with no idle timeout by default.
+        Why not a default idle timeout instead: loglake's ``StreamClient`` neither pings nor
+        reconnects, so an application holding a quiet client (between batches, waiting for
+        input) would find it closed; eviction only costs an idle client its connection while
+        the server is full."""
+        now = time.monotonic()
+        per_peer = "max_connections_per_peer" in why
+        victim = None
+        for c in self._conns:
+            if (
+                (per_peer and c.host != new.host)
+                or c.closing
+                or now - c.last_active < EVICT_IDLE_AFTER
+                or c.queued
+                or c.reads
+                or c.reads_running
+                or c.partial_since is not None
+                or c.backlog
+                or c.meta_busy
+                or c.slots is not None
+            ):
+                continue
+            if victim is None or c.last_active < victim.last_active:
+                victim = c
+        if victim is None:
+            return False
+        self.dropped += 1
+        victim.close_for(
+            "evicted at the connection cap",
+            f"idle {now - victim.last_active:.1f} s, the longest, while {why}",
+        )
+        victim.accepted = False  # its place is taken now, not when the loop sees it closed
+        self._forget(victim)
+        return True
 
     def _forget(self, conn: _Connection) -> None:
         if conn in self._conns:
