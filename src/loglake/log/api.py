@@ -464,13 +464,22 @@ class Log(ABC):
         NOT start at the requested one, but MUST NOT be lower). Past the end → ``[]``."""
 
     def read_payloads(
-        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
+        self,
+        stream: str,
+        start: int,
+        limit: int | None = None,
+        *,
+        partition: int = 0,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, bytes]]:
         """``(index, data)`` of what ``read`` returns (the stream service's pull, which carries
-        nothing else): a backend may skip building a ``Record`` per row."""
-        return [
+        nothing else): a backend may skip building a ``Record`` per row. ``max_bytes``: only
+        the first rows whose data fits in it (the first row always): the stream service's
+        ``max_pull_bytes``, which a backend should stop reading at (``SegmentLog`` does)."""
+        rows = [
             (r.index, r.data) for r in self.read(stream, start, limit=limit, partition=partition)
         ]
+        return rows if max_bytes is None else cap_bytes(rows, max_bytes)
 
     def iter_records(
         self,
@@ -585,3 +594,14 @@ class Log(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cap_bytes(rows: list[tuple[int, bytes]], max_bytes: int) -> list[tuple[int, bytes]]:
+    """The first of ``(index, data)`` ``rows`` whose data fits in ``max_bytes`` together (the
+    first always): what a pull capped at ``max_bytes`` sends (``Log.read_payloads``)."""
+    size = 0
+    for k, (_, data) in enumerate(rows):
+        size += len(data)
+        if size > max_bytes and k:
+            return rows[:k]
+    return rows

@@ -498,10 +498,17 @@ class Partition:
 
     # -- reading ----------------------------------------------------------------------------
     # -- reading: reads.py --------------------------------------------------------------------
-    def read(self, start: int, limit: int | None, end: int | None, pairs: bool = False) -> list:
-        """Records ``start <= index < end`` (at most ``limit``), or ``(index, data)`` pairs
-        (``reads.read``)."""
-        return reads.read(self, start, limit, end, pairs)
+    def read(
+        self,
+        start: int,
+        limit: int | None,
+        end: int | None,
+        pairs: bool = False,
+        max_bytes: int | None = None,
+    ) -> list:
+        """Records ``start <= index < end`` (at most ``limit``, and about ``max_bytes`` of
+        data), or ``(index, data)`` pairs (``reads.read``)."""
+        return reads.read(self, start, limit, end, pairs, max_bytes)
 
     def read_tables(self, start: int, end: int, max_bytes: int = TABLE_BYTES) -> Iterator[pa.Table]:
         """``read(start, None, end)`` as tables in the lake's schema (``reads.read_tables``)."""

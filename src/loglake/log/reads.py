@@ -42,9 +42,21 @@ TABLE_BYTES = 8 * 1024 * 1024
 """Records per table of ``read_tables``, in bytes (about; whole index entries)."""
 
 
-def read(p: Partition, start: int, limit: int | None, end: int | None, pairs: bool = False) -> list:
+def read(
+    p: Partition,
+    start: int,
+    limit: int | None,
+    end: int | None,
+    pairs: bool = False,
+    max_bytes: int | None = None,
+) -> list:
     """Records ``start <= index < end`` (at most ``limit``) from the lake below the first
     live segment and from segments above it.
+
+    ``max_bytes``: stop before a record whose data would take the records' data past it (the
+    first is always returned). Found from outside: a pull read every message up to its
+    ``limit`` and only then cut its reply to ``max_pull_bytes``; 4 pulls of 100,000 over
+    2,400 records of 256 KiB took 4.2 s each and the server 2.4 GB, to send 8 MiB each.
 
     Reads do not hold the partition lock while they touch the disk, so a cold read never
     stalls appends: under the lock a read only takes a view (which segments,
@@ -62,7 +74,10 @@ def read(p: Partition, start: int, limit: int | None, end: int | None, pairs: bo
     remaining = None if limit is None else max(0, limit)
     out: list = []  # records, or (index, data) pairs
     misses = 0
-    while (remaining is None or remaining > 0) and pos < end:
+    room = max_bytes
+    while (
+        (remaining is None or remaining > 0) and pos < end and (room is None or room > 0 or not out)
+    ):
         with p._lock:
             p._check_open()  # a closed partition's segments must not be pinned again
             pos = max(pos, p.first_index)
@@ -77,7 +92,7 @@ def read(p: Partition, start: int, limit: int | None, end: int | None, pairs: bo
             lf = None if view is not None else p._lake_file_at(pos)
         if view is not None:
             try:
-                out += read_segments(p, view, pos, end, remaining, pairs)
+                out += read_segments(p, view, pos, end, remaining, pairs, room, bool(out))
             finally:
                 with p._lock:
                     for seg, _ in view:
@@ -97,11 +112,28 @@ def read(p: Partition, start: int, limit: int | None, end: int | None, pairs: bo
             with p._lock:
                 misses = _missed(p, misses)
             continue
-        out += [(r.index, r.data) for r in got] if pairs else got
+        rows = [(r.index, r.data) for r in got] if pairs else got
+        if room is not None:
+            rows, room = _within(rows, room, bool(out), pairs)
+            if len(rows) < len(got):
+                out += rows
+                break
+        out += rows
         if remaining is not None:
             remaining -= len(got)
         pos = max(pos, lf.first) + want
     return out
+
+
+def _within(rows: list, room: int, taken: bool, pairs: bool) -> tuple[list, int]:
+    """The first of ``rows`` whose data fits in ``room`` bytes (one at least, unless rows were
+    ``taken`` before), and the room left (negative: past it)."""
+    for k, row in enumerate(rows):
+        n = len(row[1] if pairs else row[-1] if isinstance(row, tuple) else row.data)
+        if n > room and (taken or k):
+            return rows[:k], room
+        room -= n
+    return rows, room
 
 
 def read_tables(
@@ -196,14 +228,20 @@ def read_segments(
     end: int,
     remaining: int | None,
     pairs: bool = False,
+    room: int | None = None,
+    taken: bool = False,
 ) -> list:
+    """The records of ``view`` from ``pos``; ``room``: at most that many bytes of data (one
+    record at least unless records were ``taken`` before: ``read``'s ``max_bytes``)."""
     out: list = []
     for seg, size in view:
         if (remaining is not None and remaining <= 0) or pos >= end:
             break
+        if room is not None and room <= 0 and (out or taken):
+            break
         want = end - pos if remaining is None else remaining
         try:
-            got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed)
+            got = seg.read(pos, end, want, pairs, size, may_rebuild=seg.is_sealed, max_bytes=room)
         except CorruptSegment as e:
             if p.readonly and not seg.is_sealed:
                 got = None  # a reader's look may be stale: read again before reporting it
@@ -223,6 +261,13 @@ def read_segments(
                 seg.rebuild_index()
                 got = seg.read(pos, end, want, pairs, size)
             assert got is not None
+        short = False
+        if room is not None:
+            # the segment stops at the cap itself, but takes one record even when rows were
+            # taken before it (from an earlier segment or the lake): that one may not fit
+            n = len(got)
+            got, room = _within(got, room, taken or bool(out), pairs)
+            short = len(got) < n or (bool(got) and got[-1][0] + 1 < min(end, seg.next_index))
         if pairs:
             out += got
         else:
@@ -230,6 +275,8 @@ def read_segments(
             out += [Record(stream, partition, *row) for row in got]
         if remaining is not None:
             remaining -= len(got)
+        if short:
+            break
         pos = max(pos, seg.next_index)
     return out
 

@@ -605,6 +605,7 @@ class Segment:
         pairs: bool = False,
         size: int | None = None,
         may_rebuild: bool = True,
+        max_bytes: int | None = None,
     ) -> list[tuple] | None:
         """Rows ``(index, timestamp_ns, key, headers, data)`` with ``start <= index < end``, at
         most ``limit``; with ``pairs``, ``(index, data)`` only. A binary search on the sparse
@@ -613,20 +614,23 @@ class Segment:
         ``size``: read no byte at or past it (the segment's size when the caller looked, under
         the partition lock: whole records only, though an append may be writing past it). None
         when the index proved wrong and ``may_rebuild`` is False (the writer's active segment:
-        the caller rebuilds under the partition lock)."""
+        the caller rebuilds under the partition lock).
+
+        ``max_bytes``: stop before a record whose data would take the rows' data past it (the
+        first row is always taken), so a pull capped in bytes reads no further than it sends."""
         start = max(start, self.base)
         end = min(end, self.next_index)
         if start >= end or limit <= 0:
             return []
         idx = self.ensure_index()
         entry_index, pos = idx.floor(start)
-        out = self._read_from(pos, start, end, limit, entry_index, pairs, size)
+        out = self._read_from(pos, start, end, limit, entry_index, pairs, size, max_bytes)
         if out is None:  # the index pointed at the wrong record: rebuild and retry
             if not may_rebuild:
                 return None
             self.rebuild_index()
             entry_index, pos = self.ensure_index().floor(start)
-            out = self._read_from(pos, start, end, limit, entry_index, pairs, size)
+            out = self._read_from(pos, start, end, limit, entry_index, pairs, size, max_bytes)
             if out is None:
                 raise CorruptSegment(self.path, pos, "sparse index disagrees with the segment")
         return out
@@ -671,6 +675,7 @@ class Segment:
         entry_index: int,
         pairs: bool = False,
         size: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[tuple] | None:
         """Parse forward from file position ``pos`` (the record ``entry_index``, or the segment
         start when it is -1). None when the first record is not the one the sparse index
@@ -694,6 +699,8 @@ class Segment:
         unpack_body = BODY_HEAD_NO_KEY.unpack_from
         head = PLAIN_HEAD_SIZE
         reached = entry_index if entry_index >= 0 else self.base  # one past the last parsed
+        capped = max_bytes is not None
+        room = max_bytes or 0  # data bytes left under the cap (negative: past it)
         while len(out) < limit:
             n = len(buf)
             while len(out) < limit and n - off >= FRAME_HEAD.size:
@@ -731,6 +738,11 @@ class Segment:
                     return out
                 reached = index + 1
                 if index >= start:
+                    if capped:
+                        n_data = e - off - head if row is None else len(row[4])
+                        if n_data > room and out:
+                            return out  # the byte cap: this row is for the next read
+                        room -= n_data
                     if row is None:
                         data = buf[off + head : e]
                         add((index, data) if pairs else (index, ts, None, (), data))

@@ -660,9 +660,17 @@ class SegmentLog(Log):
         return self._on(stream, partition, lambda p: p.read(start, limit, end), False)
 
     def read_payloads(
-        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
+        self,
+        stream: str,
+        start: int,
+        limit: int | None = None,
+        *,
+        partition: int = 0,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, bytes]]:
-        return self._on(stream, partition, lambda p: p.read(start, limit, None, True), False)
+        return self._on(
+            stream, partition, lambda p: p.read(start, limit, None, True, max_bytes), False
+        )
 
     def read_tables(
         self, stream: str, start: int = 0, end: int | None = None, *, partition: int = 0

@@ -260,10 +260,18 @@ class InstrumentedLog(Log):
         return out
 
     def read_payloads(
-        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
+        self,
+        stream: str,
+        start: int,
+        limit: int | None = None,
+        *,
+        partition: int = 0,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, bytes]]:
         t0 = time.perf_counter()
-        out = self.inner.read_payloads(stream, start, limit, partition=partition)
+        out = self.inner.read_payloads(
+            stream, start, limit, partition=partition, max_bytes=max_bytes
+        )
         dt = time.perf_counter() - t0
         self.metrics.pulled(stream, len(out), sum(len(d) for _, d in out), dt)
         return out

@@ -84,6 +84,7 @@ from loglake.log.api import (
     UnknownPartition,
     UnknownStream,
     ascii_digits,
+    cap_bytes,
     check_index,
     check_stream_name,
     check_timestamps,
@@ -1452,14 +1453,22 @@ class JetStreamLog(Log):
         return out
 
     def read_payloads(
-        self, stream: str, start: int, limit: int | None = None, *, partition: int = 0
+        self,
+        stream: str,
+        start: int,
+        limit: int | None = None,
+        *,
+        partition: int = 0,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, bytes]]:
         n = 1 << 62 if limit is None else limit
-        rows = self._call(self._read(stream, partition, start, n, False))
+        rows = self._call(self._read(stream, partition, start, n, False, max_bytes))
         if self.options.lake_dir and n > 0 and (not rows or rows[0][0] > max(start, 0)):
             live = [Record(stream, partition, r[0], 0, None, (), r[1]) for r in rows]
-            return [(r.index, r.data) for r in self._with_lake(stream, partition, start, n, live)]
-        return [(r[0], r[1]) for r in rows]
+            out = [(r.index, r.data) for r in self._with_lake(stream, partition, start, n, live)]
+        else:
+            out = [(r[0], r[1]) for r in rows]
+        return out if max_bytes is None else cap_bytes(out, max_bytes)
 
     def _with_lake(
         self, stream: str, partition: int, start: int, limit: int, live: list[Record]
@@ -1490,8 +1499,16 @@ class JetStreamLog(Log):
         return out
 
     async def _read(
-        self, stream: str, partition: int, start: int, limit: int, full: bool
+        self,
+        stream: str,
+        partition: int,
+        start: int,
+        limit: int,
+        full: bool,
+        max_bytes: int | None = None,
     ) -> list[tuple[Any, ...]]:
+        """``max_bytes``: no further batch once the data read passes it (each batch is at most
+        ``MAX_PULL_BYTES``; ``read_payloads`` cuts the rows to it)."""
         name = await self._check(stream, partition)
         if limit <= 0:
             return []
@@ -1502,6 +1519,7 @@ class JetStreamLog(Log):
         acked = self._acked.get(name, 0)
         probe: asyncio.Future[bool] | None = None  # ``_deleted``, once a read went unanswered
         pause = READ_RETRY_FIRST  # between unanswered attempts (``READ_RETRY_FIRST``)
+        got_bytes = 0
         try:
             while len(out) < limit:
                 batch, pending = await self._direct_batch(name, seq, min(limit - len(out), 100_000))
@@ -1537,6 +1555,9 @@ class JetStreamLog(Log):
                         seq = got  # retention dropped the head: start at the first index
                     out.append(self._row(m, full))
                     seq += 1
+                    got_bytes += len(m.data)
+                if max_bytes is not None and got_bytes > max_bytes:
+                    break  # a pull's reply is full: what it cannot carry is not read
                 if batch and pending:
                     continue  # the reply was cut (max_bytes): read on
                 if (

@@ -86,6 +86,8 @@ from loglake.streams.permissions import ANONYMOUS, Peer, peer_from_certificate
 from loglake.streams.service import Append, Batch, Outcome, PendingRead, StreamService, perform
 from loglake.structured_logging import log_event
 from loglake.wire.ockam import (
+    ADDRESS_TYPE_LOCAL,
+    Address,
     MessageRun,
     RoutingMessage,
     TcpConnection,
@@ -111,6 +113,15 @@ READS_PER_CONNECTION = 2
 ``max_pull_bytes``: a connection must not hold the reader threads, or memory, for a backlog)."""
 STARVED_RETRY = 0.01
 """Seconds before pulls held back by the output budget are tried again."""
+EVICT_IDLE_AFTER = 1.0
+"""Seconds a connection must have been silent (and owed nothing) before a new connection at a
+cap may take its place (``StreamServer._evict_idlest``): a flood of new connections cannot
+push out clients that are talking."""
+META_THREADS = 2
+"""Stream service requests (CREATE, stream info) performed at the same time, off the loop."""
+FRAME_CHUNK = 64
+"""Replies framed at a time (``_Connection.send``): a connection goes at most this many frames
+past ``connection_output`` (each carries its routes, which ``wire.ockam`` bounds at decode)."""
 SMALL_PARTIAL = 64 * 1024
 """An incomplete frame up to this size is never held up by the input budget: a client sending
 ordinary frames has at most this much of one between two reads."""
@@ -176,6 +187,14 @@ class _Connection(asyncio.BufferedProtocol):
         self.held = 0
         """Slots answered but not sent: a later pull's reply waiting for an earlier one on the
         same return route (the read threads finish out of order)."""
+        self.meta_busy = False
+        """A request to the stream service (CREATE, stream info) of this connection is being
+        performed off the loop; what it sent after it waits in ``held_msgs``, in order."""
+        self.held_msgs: list[RoutingMessage] = []
+        self.backlog: deque[RoutingMessage | MessageRun] = deque()
+        """Replies not framed yet: the connection was over ``connection_output`` (``send``)."""
+        self.backlog_bytes = 0
+        """Payload bytes in ``backlog`` (their frames' route bytes are not made yet)."""
         self.reads: deque[tuple[PendingRead, list]] = deque()
         """Pulls answered by the core and not yet read: ``(pending read, its slot)``."""
         self.reads_running = 0
@@ -291,7 +310,7 @@ class _Connection(asyncio.BufferedProtocol):
             t.abort()
             return
         self.closing_since = time.monotonic()
-        if self.queued == 0:
+        if self.queued == 0 and not self.backlog:
             t.close()
 
     def _release(self, drop_reads: bool = True) -> None:
@@ -305,6 +324,9 @@ class _Connection(asyncio.BufferedProtocol):
         server._input_waiting.discard(self)
         if drop_reads:
             self.reads.clear()
+            self.held_msgs.clear()
+            self.backlog.clear()
+            self.backlog_bytes = 0
         if server._input_waiting:
             server._resume_input()
 
@@ -327,6 +349,10 @@ class _Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if self.backlog:
+            self._drain()
+            if self.write_paused:  # the held replies filled it again: nothing else yet
+                return
         self._update_reading()
         self.pump_reads()
 
@@ -366,6 +392,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.reads
             and not self.held
             and not self.write_paused
+            and not self.backlog
             and self.transport is not None
             and not self.transport.is_closing()
             and self.reads_running < READS_PER_CONNECTION
@@ -421,16 +448,70 @@ class _Connection(asyncio.BufferedProtocol):
         self.send(out, sent)
 
     def send(self, msgs: Sequence[RoutingMessage | MessageRun], handled: int) -> None:
+        """Frame and write ``msgs`` while the peer reads; what the transport cannot take now
+        waits unframed in ``backlog`` (``_drain`` on ``resume_writing``).
+
+        Found from outside: a CREATE of 4,096 partitions is answered with 4,096 INIT frames
+        (the reference sends one from each partition's worker), each carrying the request's
+        whole return route, and all of them were framed and written at once: a 262 KB request
+        queued 1.07 GB of output for a client that did not read (RSS 1,128 MB). A reply batch
+        is now framed ``FRAME_CHUNK`` messages at a time, and only while the connection is
+        under ``connection_output``; the rest costs its message objects (no frame bytes)."""
         self.queued -= handled
         t = self.transport
         if t is None or t.is_closing():
             return
         if msgs:
-            t.writelines(frame_parts(msgs))  # heads and payloads, no per-frame concatenation
-        if self.closing and self.queued == 0:
+            if self.backlog or self.write_paused:
+                self._hold(msgs, 0)
+            elif len(msgs) <= FRAME_CHUNK:
+                t.writelines(frame_parts(msgs))  # heads and payloads, no per-frame concatenation
+            else:
+                self._write_chunks(msgs)
+        if self.closing and self.queued == 0 and not self.backlog:
             t.close()
         elif self.paused:
             self._update_reading()
+
+    def _write_chunks(self, msgs: Sequence[RoutingMessage | MessageRun]) -> None:
+        """Write ``msgs`` ``FRAME_CHUNK`` at a time until the transport passes its high-water
+        mark (``pause_writing`` is called from inside ``writelines``); hold the rest."""
+        t = self.transport
+        assert t is not None
+        for k in range(0, len(msgs), FRAME_CHUNK):
+            if self.write_paused:
+                self._hold(msgs, k)
+                return
+            t.writelines(frame_parts(msgs[k : k + FRAME_CHUNK]))
+
+    def _hold(self, msgs: Sequence[RoutingMessage | MessageRun], start: int) -> None:
+        """Keep ``msgs[start:]`` unframed until the peer reads (counted in ``backlog_bytes``,
+        which the output budget sums with the transport's unsent bytes)."""
+        for m in itertools.islice(msgs, start, None):
+            self.backlog.append(m)
+            if isinstance(m, MessageRun):
+                self.backlog_bytes += sum(map(len, m.payloads))
+            else:
+                self.backlog_bytes += len(m.payload)
+
+    def _drain(self) -> None:
+        """Frame and write held replies, in order, while the peer reads them."""
+        t = self.transport
+        backlog = self.backlog
+        if t is None or t.is_closing():
+            backlog.clear()
+            self.backlog_bytes = 0
+            return
+        while backlog and not self.write_paused:
+            chunk = [backlog.popleft() for _ in range(min(FRAME_CHUNK, len(backlog)))]
+            for m in chunk:
+                if isinstance(m, MessageRun):
+                    self.backlog_bytes -= sum(map(len, m.payloads))
+                else:
+                    self.backlog_bytes -= len(m.payload)
+            t.writelines(frame_parts(chunk))
+        if not backlog and self.closing and self.queued == 0:
+            t.close()
 
 
 class _InFlight:
@@ -442,6 +523,7 @@ class _InFlight:
         "conns",
         "failed",
         "indexes",
+        "meta",
         "msgs",
         "outcomes",
         "peers",
@@ -464,6 +546,8 @@ class _InFlight:
         self.replies: list | None = None
         self.complete = False
         self.failed = False
+        self.meta: _Connection | None = None
+        """The connection whose stream service request this batch is, alone (``_meta_step``)."""
 
     def settle(self, i: int, outcome: Outcome) -> bool:
         """Action ``i`` of the step in progress has its outcome; True once all have."""
@@ -548,11 +632,19 @@ class StreamServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gathered: list[tuple[_Connection, list[RoutingMessage]]] | None = None
         """What connections sent in this loop iteration, while an inline batch is gathered."""
+        self._meta_running = 0
+        """Stream service requests started and not answered (``stop`` waits for them)."""
+        self._meta_queue: list[tuple[_Connection, RoutingMessage]] = []
+        """Stream service requests that came in this loop iteration (``_start_meta``)."""
+        self.service_address_value = Address.local(service.service_address).value
+        """The stream service's address: requests to it run off the loop (``_enqueue``)."""
         self._stopping = False
         # appends to different partitions of one batch run side by side (their fsyncs overlap)
         self._appenders = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "loglake-append")
         # pulls run here, beside the appends, never in front of them
         self._readers = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "loglake-read")
+        # stream service requests (CREATE, stream info) run here, never on the loop
+        self._meta = concurrent.futures.ThreadPoolExecutor(META_THREADS, "loglake-meta")
         self._server: asyncio.Server | None = None
 
     async def start(self) -> StreamServer:
@@ -603,7 +695,22 @@ class StreamServer:
 
     def _admit(self, conn: _Connection) -> str | None:
         """Count a new connection in, or say why it is refused (then it is closed at once:
-        its descriptor is not kept, and nothing is read from it)."""
+        its descriptor is not kept, and nothing is read from it). At a cap, the connection
+        idle the longest may make room (``_evict_idlest``)."""
+        why = self._refusal(conn)
+        if why is not None and not self._stopping and self._evict_idlest(conn, why):
+            why = self._refusal(conn)
+        if why is not None:
+            self.refused += 1
+            self._warn("connection refused", peer=conn.peer, reason=why)
+            return why
+        self._conns.add(conn)
+        self._per_host[conn.host] = self._per_host.get(conn.host, 0) + 1
+        return None
+
+    def _refusal(self, conn: _Connection) -> str | None:
+        """Why ``conn`` cannot be let in now, or None (then it is counted in the process's
+        descriptor budget)."""
         limits = self.limits
         why = None
         if self._stopping:
@@ -620,13 +727,50 @@ class StreamServer:
                 f"{CONNECTIONS.open} connections open in the process, its share of the "
                 f"descriptor limit ({soft_limit()})"
             )
-        if why is not None:
-            self.refused += 1
-            self._warn("connection refused", peer=conn.peer, reason=why)
-            return why
-        self._conns.add(conn)
-        self._per_host[conn.host] = self._per_host.get(conn.host, 0) + 1
-        return None
+        return why
+
+    def _evict_idlest(self, new: _Connection, why: str) -> bool:
+        """At a connection cap, close the connection idle the longest (nothing sent for at
+        least ``EVICT_IDLE_AFTER`` s, nothing owed to it, no frame begun) to make room for
+        ``new``; at the per-peer cap, one of the same peer's. False: none is idle, ``new`` is
+        refused as before.
+
+        Found from outside: 4 × 256 connections from 127.0.0.2-.5 (around the per-peer cap)
+        that sent their version byte and nothing else kept an honest client out for 50 s and
+        more ("1024 connections open (max_connections)"), with no idle timeout by default.
+        Why not a default idle timeout instead: loglake's ``StreamClient`` neither pings nor
+        reconnects, so an application holding a quiet client (between batches, waiting for
+        input) would find it closed; eviction only costs an idle client its connection while
+        the server is full."""
+        now = time.monotonic()
+        per_peer = "max_connections_per_peer" in why
+        victim = None
+        for c in self._conns:
+            if (
+                (per_peer and c.host != new.host)
+                or c.closing
+                or now - c.last_active < EVICT_IDLE_AFTER
+                or c.queued
+                or c.reads
+                or c.reads_running
+                or c.partial_since is not None
+                or c.backlog
+                or c.meta_busy
+                or c.slots is not None
+            ):
+                continue
+            if victim is None or c.last_active < victim.last_active:
+                victim = c
+        if victim is None:
+            return False
+        self.dropped += 1
+        victim.close_for(
+            "evicted at the connection cap",
+            f"idle {now - victim.last_active:.1f} s, the longest, while {why}",
+        )
+        victim.accepted = False  # its place is taken now, not when the loop sees it closed
+        self._forget(victim)
+        return True
 
     def _forget(self, conn: _Connection) -> None:
         if conn in self._conns:
@@ -708,7 +852,7 @@ class StreamServer:
         for c in self._conns:
             t = c.transport
             if t is not None:
-                n = t.get_write_buffer_size()
+                n = t.get_write_buffer_size() + c.backlog_bytes
                 unsent += n
                 if c.write_paused:  # closing ones first: their replies are a parting gift
                     held.append((c.closing, n, c.serial, c))
@@ -792,7 +936,32 @@ class StreamServer:
     def _enqueue(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
         """On the event loop: gather what the connections send in this loop iteration into one
         batch (one ``call_soon``; at once when only one connection is open, as no other could
-        add to it). A lone push on an idle server takes ``_run_lone``."""
+        add to it). A lone push on an idle server takes ``_run_lone``.
+
+        A request to the stream service (CREATE, stream info) is a batch of its own, performed
+        off the loop (``_meta_step``); what its connection sent after it waits until it is done
+        (``held_msgs``: one such request in flight per connection, and the connection's order
+        kept). Found from outside: these ran on the loop, so one CREATE of 4,096 partitions on
+        JetStream held every client ~20 s, and 50 pipelined ``stream_info`` of 15 streams of
+        4,096 partitions held the server 14.7 s."""
+        if conn.meta_busy:
+            conn.held_msgs += msgs
+            return
+        service = self.service_address_value
+        for k, m in enumerate(msgs):
+            route = m.onward_route
+            if route and route[0].type == ADDRESS_TYPE_LOCAL and route[0].value == service:
+                conn.meta_busy = True
+                conn.held_msgs = msgs[k + 1 :]
+                if k:
+                    self._gather(conn, msgs[:k])
+                self._meta_queue.append((conn, m))
+                if self._gathered is None:  # nothing gathered runs it: run it now
+                    self._start_meta()
+                return
+        self._gather(conn, msgs)
+
+    def _gather(self, conn: _Connection, msgs: list[RoutingMessage]) -> None:
         gathered = self._gathered
         if gathered is not None:
             gathered.append((conn, msgs))
@@ -804,10 +973,49 @@ class StreamServer:
             assert self._loop is not None
             self._loop.call_soon(self._run_gathered)
 
+    def _start_meta(self) -> None:
+        """Start the stream service requests that came (after the batch gathered with them,
+        which holds what their connections sent before them)."""
+        queue, self._meta_queue = self._meta_queue, []
+        for conn, msg in queue:
+            fl = self._in_flight([(conn, [msg])])
+            fl.meta = conn
+            self._meta_running += 1
+            try:
+                fl.batch = self.service.batch(fl.msgs, peers=fl.peers, runs=True)
+            except Exception as e:
+                self._crashed(fl, e)
+            else:
+                self._advance(fl)
+            if fl.complete:
+                self._meta_answer(fl)
+
+    def _meta_answer(self, fl: _InFlight) -> None:
+        """Send a finished stream service request's reply. Not through ``_fifo``: it has no
+        append to wait for, and the batches behind it are not held up by it (a CREATE taking
+        seconds must not delay everyone's confirms)."""
+        assert fl.meta is not None
+        self._meta_running -= 1
+        try:
+            self._send_replies(fl, self._finish(fl))
+        except Exception:  # e.g. the connection went meanwhile: never end the server
+            logger.exception("stream service: answering a request failed")
+        self._meta_done(fl.meta)
+
+    def _meta_done(self, conn: _Connection) -> None:
+        """A connection's stream service request is answered: what it sent after it goes on."""
+        conn.meta_busy = False
+        held, conn.held_msgs = conn.held_msgs, []
+        if held and not conn.closing and not self._stopping:
+            self._enqueue(conn, held)
+        elif held:
+            conn.send([], len(held))  # dropped with the connection: nothing waits for them
+
     def _run_gathered(self) -> None:
         """On the event loop, after every connection's reads of the iteration: the batch."""
         arrived, self._gathered = self._gathered or [], None
         if not arrived:
+            self._start_meta()
             return
         if (
             not self._fifo
@@ -816,8 +1024,10 @@ class StreamServer:
             and not self._stopping
             and self._run_lone(*arrived[0])
         ):
+            self._start_meta()
             return
         self._start(self._in_flight(arrived))
+        self._start_meta()
         self._answer_ready()
 
     def _run_lone(self, conn: _Connection, msgs: list[RoutingMessage]) -> bool:
@@ -880,6 +1090,9 @@ class StreamServer:
         assert batch is not None
         log = self.service.log
         run = functools.partial(perform, log)
+        if fl.meta is not None and batch.actions and not fl.failed:
+            self._meta_step(fl, run)
+            return
         while batch.actions and not fl.failed:
             actions = batch.actions
             # pipelined for a burst, or behind an earlier batch whose fsync runs (waiting for
@@ -910,6 +1123,36 @@ class StreamServer:
                 self._feed(fl, fl.outcomes)
             return  # the appends' outcomes come back through _synced
         fl.complete = True
+
+    def _meta_step(self, fl: _InFlight, run: Callable[[Any], Outcome]) -> None:
+        """A stream service request's next actions (log metadata, a CREATE: each may take
+        seconds on a large or remote log), on a ``loglake-meta`` thread; the outcomes come back
+        to the loop (``_fed_later``), which goes on serving everyone else meanwhile."""
+        assert self._loop is not None and fl.batch is not None
+        actions = list(fl.batch.actions)
+
+        def work() -> list[Outcome]:
+            return [run(a) for a in actions]
+
+        try:
+            cf = self._meta.submit(work)
+        except RuntimeError as e:  # the pool was shut down: the server has stopped
+            self._crashed(fl, e)
+            return
+        fut = asyncio.wrap_future(cf, loop=self._loop)
+        fut.add_done_callback(functools.partial(self._fed_later, fl))
+
+    def _fed_later(self, fl: _InFlight, fut: asyncio.Future) -> None:
+        """On the event loop: a stream service request's actions were performed."""
+        if fut.cancelled():  # the server stops
+            fl.failed = fl.complete = True
+            fl.replies = [[]]
+        elif (e := fut.exception()) is not None:
+            self._crashed(fl, e)
+        else:
+            self._feed(fl, fut.result())
+        if fl.complete:
+            self._meta_answer(fl)
 
     def _perform_step(self, fl: _InFlight, run: Callable[[Any], Outcome]) -> None:
         """Perform the batch's next actions here and now (appends to several partitions side
@@ -1025,7 +1268,7 @@ class StreamServer:
             if c.transport is not None:
                 with contextlib.suppress(Exception):  # already paused, or closing
                     c.transport.pause_reading()
-        while (self._fifo or self._reads_running) and loop.time() < deadline:
+        while (self._fifo or self._reads_running or self._meta_running) and loop.time() < deadline:
             await asyncio.sleep(0.01)
         for c in list(self._conns):
             if c.transport is not None:
@@ -1038,6 +1281,7 @@ class StreamServer:
         if self._server is not None:
             await self._server.wait_closed()
         self._readers.shutdown(wait=True, cancel_futures=True)
+        self._meta.shutdown(wait=True, cancel_futures=True)
         self._appenders.shutdown(wait=True)
         if self._gc_threshold is not None:
             gc.set_threshold(*self._gc_threshold)

@@ -181,6 +181,9 @@ class Read:
     partition: int
     start: int
     limit: int
+    max_bytes: int | None = None
+    """Stop reading once the messages' data would pass this (the first is always read): the
+    reply's cap, ``max_pull_bytes``, so a pull reads no more than it sends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +220,11 @@ def perform(log: Log, action: Action) -> Outcome:
         if isinstance(action, Read):
             return Outcome(
                 log.read_payloads(
-                    action.stream, action.start, action.limit, partition=action.partition
+                    action.stream,
+                    action.start,
+                    action.limit,
+                    partition=action.partition,
+                    max_bytes=action.max_bytes,
                 )
             )
         call = getattr(log, action.method)
@@ -881,7 +888,12 @@ class StreamService:
         messages: list[tuple[int, bytes]] = []
         if limit > 0:
             try:
-                rows = yield Read(target.stream, target.partition, req.index, limit)
+                # the byte cap goes down to the read (found from outside: read up to ``limit``
+                # and cut after, 4 pulls of 100,000 over 2,400 records of 256 KiB took 4.2 s
+                # each and 2.4 GB of the server to send 8 MiB each)
+                rows = yield Read(
+                    target.stream, target.partition, req.index, limit, self.max_pull_bytes
+                )
             except LoglakeError as e:
                 # The reference answers an empty PullResponse on storage errors; loglake answers
                 # ``error``: an empty answer reads as the end of the stream, and a client could
