@@ -19,7 +19,9 @@ from loglake.wire.ockam import Address, RoutingMessage, TcpConnection, encode_fr
 from tests.streams.test_hostile_clients import attacker, on_loop, serving, unsent
 
 PARTITIONS = 4096
-ROUTE = 2000  # bytes of return route: an address a multi-hop route could hold
+BACK = tuple(Address.local(c * 500) for c in "RSTU")
+"""A 2,000-byte return route of four hops, within the decoder's route bounds (512 bytes an
+address, 4,096 in all: ``wire/ockam.py``)."""
 BUDGET = 16 * KiB  # connection_output
 
 
@@ -27,8 +29,7 @@ def _create_frame() -> bytes:
     payload = codec.encode_payload(
         CreatePartitionedStreamRequest("fan", PARTITIONS), "stream_create_partitioned"
     )
-    back = (Address.local("R" * ROUTE),)
-    return encode_frame(RoutingMessage(route("stream_service"), back, payload))
+    return encode_frame(RoutingMessage(route("stream_service"), BACK, payload))
 
 
 def test_a_create_of_4096_partitions_is_framed_as_the_client_reads(tmp_path) -> None:
@@ -55,7 +56,7 @@ def test_a_create_of_4096_partitions_is_framed_as_the_client_reads(tmp_path) -> 
                 data = s.recv(1 << 20)
                 assert data, f"closed after {len(got)} replies"
                 for m in wire.receive_data(data):
-                    assert m.onward_route == (Address.local("R" * ROUTE),)
+                    assert m.onward_route == BACK
                     r = codec.decode_response(m.payload, CreatePartitionedStreamResponse)
                     assert isinstance(r, CreatePartitionedStreamResponse), r
                     got.append(r.partition)
