@@ -591,7 +591,10 @@ def _decode_body(buf: bytes, pos: int, end: int) -> RoutingMessage:
 def decode_transport_message(body: bytes) -> RoutingMessage:
     """``TransportMessage.decode`` (``TCPMessage.decode_strict``): one CBOR array of exactly
     four items and nothing after it; anything else → ``OckamWireError`` (``OckamWireLimit``
-    past loglake's limits), in time and memory bounded by the frame's length."""
+    past loglake's limits), in time and memory bounded by the frame's length. Any bytes-like
+    ``body`` (a ``bytearray`` one raised ``TypeError`` from the address cache)."""
+    if type(body) is not bytes:
+        body = bytes(body)
     return _decode_body(body, 0, len(body))
 
 
