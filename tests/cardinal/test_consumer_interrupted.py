@@ -1,27 +1,37 @@
 """A consumer cut short in the middle of a round — a broker error while it follows a reorg
-channel, an interrupt while it applies a message — neither loses nor skips a block. Found by an
-outside review of the round-keeping fix (a raise inside the reorg channel's follow, a second
-Ctrl-C between the core's state change and the round's list)."""
+channel, an interrupt while it applies a message — neither loses nor skips a block, and a
+redundant producer's Batch copy in another map order is no conflict. Found by an outside review
+of the round-keeping fix (a raise inside the reorg channel's follow, a second Ctrl-C between the
+core's state change and the round's list, a byte comparison of Avro maps)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import logging
+from pathlib import Path
 
+import fastavro
 import pytest
 
 from loglake.cardinal.blocks import ChainUpdate, ReorgEvent
 from loglake.cardinal.cli import consume_topic
+from loglake.cardinal.codec import encode
 from loglake.cardinal.errors import UndeliveredUpdates, UpdatesLost
-from loglake.cardinal.messages import ZERO_HASH
+from loglake.cardinal.messages import ZERO_HASH, Batch
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Producer
-from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport
+from loglake.cardinal.transport import StreamConsumer, StreamProducer, StreamTransport, envelope
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
 from loglake.streams.client import StreamServiceError
 from tests.cardinal.helpers import ChainModel
 
 START = Checkpoint.starting_at(-1, ZERO_HASH, 0)
+BATCH_SCHEMA = fastavro.parse_schema(
+    json.loads((Path(__file__).parents[2] / "src/loglake/cardinal/batch.avsc").read_text())
+)
 
 
 def chain(n: int, start: int, parent: bytes, tag: str, w0: int) -> list[BlockPayload]:
@@ -202,3 +212,46 @@ def test_a_consumer_interrupted_while_applying_refuses_to_commit_or_poll(
         c.poll()
     again = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
     assert applied(again.run()).chain == [b.hash for b in blocks]
+
+
+def go_map_order(batch: Batch) -> bytes:
+    """The Batch as the reference (Go) producer may write it: the same record, its
+    ``updates`` map in another order (Go's map iteration order varies run to run), written
+    here by fastavro from a dict in reverse key order."""
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(
+        buf,
+        BATCH_SCHEMA,
+        {
+            "num": batch.number,
+            "weight": batch.weight.to_bytes((batch.weight.bit_length() + 7) // 8, "big"),
+            "parent": batch.parent,
+            "updates": {
+                k: {"value": r.value, "count": r.count, "delete": r.delete, "subbatch": r.subbatch}
+                for k, r in sorted(batch.updates.items(), reverse=True)
+            },
+        },
+    )
+    return buf.getvalue()
+
+
+def test_a_batch_copy_with_its_map_in_another_order_is_no_conflict(caplog):
+    # Found from outside: two redundant producers' equal Batches were compared as bytes, so
+    # the copy counted as a conflicting Batch and logged an ERROR.
+    streams = LocalStreams(MemoryLog())
+    blocks = chain(20, 0, ZERO_HASH, "a", 0)
+    producer = Producer("chain", {"k/": "chain", "x/": "chain"})  # counted: kept pending
+    msgs = producer.block_messages(blocks[7])
+    (batch,) = [m for ms in msgs.values() for m in ms if isinstance(m, Batch)]
+    key, ours = encode(batch)
+    theirs = go_map_order(batch)
+    assert theirs != ours  # the premise: other bytes, the same record
+    sp = StreamProducer(StreamTransport(streams), producer)
+    sp.send_blocks(blocks[:7])
+    streams.push_many("chain", [envelope(key, ours), envelope(key, theirs)], 0)
+    sp.send_blocks(blocks[7:])  # with its own Batch copy too
+    c = StreamConsumer(StreamTransport(streams), ["chain"], "app", start=START)
+    with caplog.at_level(logging.ERROR, logger="loglake.cardinal.consumer"):
+        assert applied(c.run()).chain == [x.hash for x in blocks]
+    assert c.core.consumer.stats.conflicting == 0
+    assert not [r for r in caplog.records if "conflicting Batch" in r.getMessage()]
