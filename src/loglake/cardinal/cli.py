@@ -176,9 +176,10 @@ def consume_topic(
     # restart emitted again every block handed over since the previous one (497 duplicate
     # lines in one run). Now the way out commits what ``on_event`` was handed: Ctrl-C takes
     # effect between rounds (``_interrupt_between_rounds``), so that commit is exact. Where a
-    # round was cut short (an error, a second Ctrl-C) updates are left undelivered, the
-    # consumer refuses the commit (``UndeliveredUpdates``) and the previous one stands: the
-    # restart hands those blocks again, never skips them.
+    # round was cut short (an error, a second Ctrl-C) updates are left undelivered or a reorg
+    # channel half read, the consumer refuses the commit (``UndeliveredUpdates``; ``UpdatesLost``
+    # if the cut came while a message was applied) and the previous one stands: the restart
+    # hands those blocks again, never skips them.
     try:
         while clock() - start < max_seconds:
             if not fence.holds():

@@ -52,10 +52,27 @@ class PartitionMismatch(LocalProtocolError):
 class UndeliveredUpdates(LocalProtocolError):
     """``commit`` while updates the consumer assembled were not handed to the application (a
     ``poll`` that raised partway, or updates given back): the checkpoint would lie past them,
-    so a restart would never deliver them. ``poll`` again first."""
+    so a restart would never deliver them; or while a reorg channel is half read (``channel``:
+    a round raised while following it), as the checkpoint would hold the Reorg as read and the
+    rest of its channel as followed. ``poll`` again first."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, channel: str | None = None) -> None:
+        half = f"; reorg channel {channel!r} is half read" if channel else ""
         super().__init__(
-            f"{count} update(s) assembled but not handed over yet: poll before committing"
+            f"{count} update(s) assembled but not handed over yet{half}: poll before committing"
         )
         self.count = count
+        self.channel = channel
+
+
+class UpdatesLost(LocalProtocolError):
+    """An exception (a second Ctrl-C, any ``BaseException``) escaped while the consumer applied
+    a message: updates the core assembled may never have reached the application, and nothing
+    can hand them again in this process. ``commit`` and ``poll`` refuse from then on; a new
+    consumer resumes from the last commit and hands them again (nothing skipped)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a round was interrupted while a message was being applied: updates may not have "
+            "been handed over; start a new consumer (it resumes from the last commit)"
+        )

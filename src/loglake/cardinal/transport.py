@@ -41,6 +41,7 @@ from loglake.cardinal.errors import (
     PartitionMismatch,
     UndeliveredUpdates,
     UnknownAncestor,
+    UpdatesLost,
 )
 from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message, Reorg
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
@@ -96,6 +97,19 @@ class Delivery:
     offset: int
     key: bytes
     value: bytes
+
+
+@dataclass(slots=True)
+class _Follow:
+    """A reorg channel being read to its ReorgComplete (``StreamConsumer._follow_reorg``)."""
+
+    source: str
+    """The channel's one ``topic:partition``."""
+    pos: int
+    """The next offset to read."""
+    reorg: Delivery | None
+    """The default topic's Reorg that named the channel, applied from itself if the channel
+    does not exist; None when resumed from a checkpoint (the Reorg was applied before it)."""
 
 
 def source_name(topic: str, partition: int) -> str:
@@ -441,18 +455,46 @@ class StreamConsumer:
         self.core = OrderedConsumer(reorg_threshold, tracked_prefixes, ckpt)
         self.positions: dict[str, int] = {}
         self._start: dict[str, int] = {}  # checkpoint offsets of topic partitions
-        self._channels: dict[str, int] = {}  # reorg channel source -> next offset
+        self._channels: dict[str, int] = {}
+        """Reorg channel source -> the offset after its end: channels followed (to their
+        ReorgComplete, or to their end), not read again for another producer's Reorg."""
+        self._following: _Follow | None = None
+        """A reorg channel half read: a round raised while following it (a broker error), or
+        the checkpoint resumed from was taken in the middle of one. The next round reads the
+        rest first; ``commit`` refuses until then."""
         if ckpt:
             for source, offset in ckpt.offsets.items():
                 if source.startswith(f"{self.default_topic}-re-"):
                     self._channels[source] = offset
                 else:
                     self._start[source] = offset
+            self._resume_follow(ckpt)
         self._missing = list(topics)
         self._discover()
         self.errors = 0
         self._paused: dict[str, Delivery] = {}
         self._undelivered: list[ChainUpdate | ReorgEvent] = []
+        self._lost = False
+        """An exception escaped while the core applied a message (an interrupt between its
+        state change and the round's list): what it assembled may never reach the
+        application, so this consumer neither commits nor polls any more (``UpdatesLost``)."""
+
+    def _resume_follow(self, ckpt: Checkpoint) -> None:
+        """Found from outside: a checkpoint taken while a reorg channel was half read (its
+        Reorg applied, its ReorgComplete not yet: the newest of ``ckpt.reorgs`` not complete,
+        its channel among the offsets) counted the channel as followed, so a restart never
+        read the rest of it (a 200-block branch that read as ending at its 64th message: the
+        app's head stayed at #66 for good). Such checkpoints come from a channel that read as
+        ending before its ReorgComplete (a replica behind, a channel still being written), and
+        came, before ``commit`` refused mid-follow, from a round that raised inside one. The
+        channel is read on from its offset (blocks on the stored chain are recognised, as on a
+        topic), before anything else."""
+        if not ckpt.reorgs:
+            return
+        _number, ancestor, complete = ckpt.reorgs[-1]
+        source = source_name(reorg_channel_name(self.default_topic, ancestor), 0)
+        if not complete and source in self._channels:
+            self._following = _Follow(source, self._channels.pop(source), None)
 
     def _discover(self) -> None:
         """Add the partitions of topics that exist now (their count is the stream's)."""
@@ -465,10 +507,15 @@ class StreamConsumer:
                 self.positions[s] = self._start.get(s, 0)
         self._missing = still
 
-    def _feed(self, d: Delivery) -> list[ChainUpdate | ReorgEvent]:
+    def _feed(self, d: Delivery, out: list[ChainUpdate | ReorgEvent]) -> None:
+        """Apply one delivery, its updates onto ``out`` (the round's list). Found from outside:
+        an interrupt (a second Ctrl-C) landing after the core applied a message but before its
+        updates reached the round's list lost them, and the commit on ``consume``'s way out,
+        seeing nothing undelivered, checkpointed past them (the restart skipped block #20).
+        Any exception that escapes here now marks the consumer (``UpdatesLost``)."""
         try:
-            return self.core.receive(d.key, d.value, d.source, d.offset)
-        except (CardinalDecodeError, UnknownAncestor) as e:
+            out += self.core.receive(d.key, d.value, d.source, d.offset)
+        except (CardinalDecodeError, UnknownAncestor) as e:  # the core's state is unchanged
             self.errors += 1
             log_event(
                 log,
@@ -478,38 +525,43 @@ class StreamConsumer:
                 offset=d.offset,
                 error=str(e),
             )
-            return []
+        except BaseException:
+            self._lost = True
+            raise
 
-    def _follow_reorg(self, d: Delivery, limit: int) -> list[ChainUpdate | ReorgEvent]:
-        """Read a reorg channel to its ReorgComplete (spec "Reorg/Consumers")."""
-        channel = reorg_channel_name(self.default_topic, d.key[1:])
-        source = source_name(channel, 0)
-        out: list[ChainUpdate | ReorgEvent] = []
-        pos = self._channels.get(source, 0)
+    def _follow_reorg(self, out: list[ChainUpdate | ReorgEvent], limit: int) -> None:
+        """Read the reorg channel ``_following`` to its ReorgComplete (spec "Reorg/Consumers"),
+        its updates onto the round's list ``out``. Found from outside: they went to a list of
+        its own, lost when a fetch raised, and the channel counted as followed after its first
+        batch, so its rest was never read (a 200-block branch: the app's head stayed on the
+        old chain, and a commit then checkpointed the core's #66 the app never saw). Now the
+        follow stays in ``_following`` until the channel's end, and the next round resumes it."""
+        f = self._following
+        assert f is not None
         while True:
-            batch = self.transport.fetch(source, pos, limit)
+            batch = self.transport.fetch(f.source, f.pos, limit)
             if not batch:
-                if pos == 0:  # no channel: apply the Reorg itself
-                    out += self._feed(d)
+                if f.pos == 0 and f.reorg is not None:  # no channel: apply the Reorg itself
+                    self._feed(f.reorg, out)
                 else:
                     log_event(
                         log,
                         logging.WARNING,
                         "reorg channel ended before ReorgComplete",
-                        channel=channel,
+                        channel=split_source(f.source)[0],
                     )
                 break
             done = False
             for m in batch:
-                out += self._feed(m)
-                pos = m.offset + 1
+                self._feed(m, out)
+                f.pos = m.offset + 1
                 if m.key[:1] == bytes((REORG_COMPLETE,)):
                     done = True  # a redundant producer may have appended its own copy after
                     break
-            self._channels[source] = pos
             if done:
                 break
-        return out
+        self._channels[f.source] = f.pos
+        self._following = None
 
     def _is_main_reorg(self, d: Delivery) -> bool:
         return d.key[:1] == bytes((REORG,)) and not d.source.startswith(f"{self.default_topic}-re-")
@@ -529,13 +581,16 @@ class StreamConsumer:
             head is not None and head.number - self.core.ordering.reorg_threshold > msg.number
         )
 
-    def _take_reorg(self, d: Delivery, limit: int) -> list[ChainUpdate | ReorgEvent]:
+    def _take_reorg(self, d: Delivery, limit: int, out: list[ChainUpdate | ReorgEvent]) -> None:
+        channel = source_name(reorg_channel_name(self.default_topic, d.key[1:]), 0)
+        if channel not in self._channels:  # else followed already (another producer's Reorg)
+            # noted before the Reorg's offset counts as read: a round cut short past this
+            # point resumes the channel, and commit refuses until it is read
+            self._following = _Follow(channel, 0, d)
         self.positions[d.source] = d.offset + 1
         self.core.consumer.note_offset(d.source, d.offset)
-        channel = source_name(reorg_channel_name(self.default_topic, d.key[1:]), 0)
-        if self._channels.get(channel, 0) > 0:  # followed already (another producer's Reorg)
-            return []
-        return self._follow_reorg(d, limit)
+        if self._following is not None:
+            self._follow_reorg(out, limit)
 
     def poll(self, limit: int = 64) -> list[ChainUpdate | ReorgEvent]:
         """One round over every source, at most ``limit`` messages from each, so partitions
@@ -546,13 +601,19 @@ class StreamConsumer:
         raises partway (a broker error, a stream gone), the updates already assembled — the
         core moved its head past them — come first from the next ``poll``. Found from outside:
         they were lost (the application's head stayed at #5 while the core's was #10; the next
-        block came as #11 on top of #5, and a later commit checkpointed past #6..#10)."""
+        block came as #11 on top of #5, and a later commit checkpointed past #6..#10). A reorg
+        channel the round was following is read on first (``_following``). After an exception
+        that escaped while a message was applied, ``UpdatesLost``: make a new consumer."""
+        if self._lost:
+            raise UpdatesLost()
         out = self._undelivered
         self._round(out, limit)  # if it raises, ``out`` stays on the consumer
         self._undelivered = []
         return out
 
     def _round(self, out: list[ChainUpdate | ReorgEvent], limit: int) -> None:
+        if self._following is not None:  # a channel half read comes before anything else
+            self._follow_reorg(out, limit)
         if self._missing:
             self._discover()
         progressed = False
@@ -562,7 +623,7 @@ class StreamConsumer:
                 if not self._reorg_ready(waiting):
                     continue
                 del self._paused[source]
-                out += self._take_reorg(waiting, limit)
+                self._take_reorg(waiting, limit, out)
                 progressed = True
             batch = self.transport.fetch(source, self.positions[source], limit)
             for d in batch:
@@ -571,14 +632,14 @@ class StreamConsumer:
                     if not self._reorg_ready(d):
                         self._paused[source] = d
                         break
-                    out += self._take_reorg(d, limit)
+                    self._take_reorg(d, limit, out)
                     continue
                 self.positions[source] = d.offset + 1
-                out += self._feed(d)
+                self._feed(d, out)
         if not progressed and self._paused:  # nothing else will come: apply the oldest
             source, d = next(iter(self._paused.items()))
             del self._paused[source]
-            out += self._take_reorg(d, limit)
+            self._take_reorg(d, limit, out)
 
     def give_back(self, updates: Sequence[ChainUpdate | ReorgEvent]) -> None:
         """Hand back updates ``poll`` returned that the application did not apply (it failed
@@ -612,12 +673,20 @@ class StreamConsumer:
 
     def commit(self) -> Checkpoint:
         """Save the checkpoint; ``UndeliveredUpdates`` while updates assembled are not handed
-        over (a round that raised, or ``give_back``): the checkpoint would lie past them, and a
-        restart would skip them. The previous commit then stands (a restart hands the blocks
-        since it again). Why not save the checkpoint from before that round instead: taking
-        one every round cost 14% of a consume's time (measured: 0.39 s of 2.8 s)."""
-        if self._undelivered:
-            raise UndeliveredUpdates(len(self._undelivered))
+        over (a round that raised, or ``give_back``) or a reorg channel is half read (a round
+        that raised while following it): the checkpoint would lie past them, and a restart
+        would skip them; ``UpdatesLost`` for good once an exception escaped while a message was
+        applied (its updates may be gone). The previous commit then stands (a restart hands
+        the blocks since it again). Why not save the checkpoint from before that round instead:
+        taking one every round cost 14% of a consume's time (measured: 0.39 s of 2.8 s)."""
+        if self._lost:
+            raise UpdatesLost()
+        if self._undelivered or self._following is not None:
+            # mid-follow the checkpoint holds the Reorg as read, and the channel's rest unread
+            raise UndeliveredUpdates(
+                len(self._undelivered),
+                None if self._following is None else split_source(self._following.source)[0],
+            )
         ckpt = self.core.checkpoint()
         self.transport.save_checkpoint(self.client_id, ckpt)
         return ckpt
