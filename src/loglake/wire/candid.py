@@ -675,7 +675,7 @@ class _Compiler:
         self.entries: dict[tuple[int, int], Reader | None] = {}
         self.readers: dict[tuple[int, int], Reader | None] = {}
         self.skippers: dict[int, Skipper] = {}
-        self.reskippers: dict[int, Reskipper] = {}
+        self.later = _Reskippers(self)
         self.wire_nodes: dict[int, Node] = {}
         self.exact: dict[tuple[int, int], bool] = {}
         self.zero = _zero_sized(table)
@@ -775,54 +775,41 @@ class _Compiler:
         return self._dropped(w)
 
     # -- skipping again, after a failed coercion: each byte walked once a message (_Skips) --
-    def reskip(self, w: int) -> Skipper:
-        """The skipper of a value of wire type ``w`` that did not coerce under an ``opt``: it
-        jumps over the values its message's earlier re-skips recorded, and records its own.
-        Only the two ``except _Mismatch`` sites call it: the readers and the skippers of a
-        message that fails no coercion never look at the record."""
-        if w < 0 or w in self.zero:  # a primitive never fails to coerce; zero-sized: no walk
-            return self.skipper(w)
-        walk = self.reskipper(w)
-        key_w = w
+    def reskippers(self) -> dict[int, Reskipper]:
+        """:meth:`skipper` of every table entry (and of the primitives among their parts),
+        through the record of :class:`_Skips`: each constructed value's start is looked up
+        (both ``except _Mismatch`` sites record a value by its own start and wire type, and a
+        walk meets it there: an ``opt``'s content, a record's field, a variant's case, a
+        vector's element). Made in a loop, each entry's parts filled in after: no recursion,
+        as it runs from however deep a failure was read."""
+        walks: dict[int, Reskipper] = {}
+        parts: list[list[Reskipper]] = []
+        for w in range(len(self.table)):
+            parts.append([])
+            walks[w] = self._reskipper(w, parts[-1])
+        for w, (op, payload) in enumerate(self.table):
+            if op in (OPT, VEC):
+                types = [payload]
+            elif op == RECORD:
+                types = [t for _, t in payload if t not in self.zero]  # _zero_fields: the rest
+            elif op == VARIANT:
+                types = [t for _, t in payload]
+            else:
+                types = []
+            for t in types:
+                if t not in walks:
+                    walks[t] = self._walked(t)  # a primitive
+                parts[w].append(walks[t])
+        return walks
 
-        def reskip(b: bytes, i: int, d: int) -> int:
-            s = _THIS_THREAD.skips
-            if s is None or s.msg is not b:
-                s = _THIS_THREAD.skips = _Skips(b)
-            s.reach = _NO_REACH  # a re-skip never runs inside another's walk
-            j = walk(b, i, d, s)
-            s.ends[_at(i, key_w)] = (j, s.reach - d)
-            return j
-
-        return reskip
-
-    def reskipper(self, w: int) -> Reskipper:
-        """:meth:`skipper`, through the record of :class:`_Skips`: each constructed value's
-        start is looked up (both ``except _Mismatch`` sites record a value by its own start and
-        wire type, and a walk meets it there: through an ``opt``'s content, a record's field,
-        a variant's case, a vector's element)."""
-        got = self.reskippers.get(w)
-        if got is not None:
-            return got
-        slot: list[Reskipper] = []
-
-        def lazy(b: bytes, i: int, d: int, s: _Skips) -> int:  # a recursive type
-            return slot[0](b, i, d, s)
-
-        self.reskippers[w] = lazy
-        got = self._reskipper(w)
-        slot.append(got)
-        self.reskippers[w] = got
-        return got
-
-    def _reskipper(self, w: int) -> Reskipper:
-        """The same checks, in the same order, as :meth:`_skipper`'s, and ``s.reach`` kept."""
-        plain = self.skipper(w)
-        entry: Entry = (w, None) if w < 0 or w in self.zero else self.table[w]
-        op, payload = entry
+    def _reskipper(self, w: int, parts: list[Reskipper]) -> Reskipper:
+        """The same checks, in the same order, as :meth:`_skipper`'s, ``s.reach`` kept;
+        ``parts``: the re-skippers of its parts, filled in once every entry has one."""
+        op, payload = self.table[w]
         limit = MAX_NESTING
+        if w in self.zero:
+            return self._walked(w)
         if op == OPT:
-            inner = self.reskipper(payload)
 
             def opt(b: bytes, i: int, d: int, s: _Skips) -> int:
                 got = s.ends.get(_at(i, w))
@@ -837,11 +824,10 @@ class _Compiler:
                     raise _too_deep(limit)
                 if d > s.reach:
                     s.reach = d
-                return inner(b, i + 1, d + 1, s)
+                return parts[0](b, i + 1, d + 1, s)
 
             return opt
         if op == VEC and payload != NAT8 and not (self.quirks and NAT8 >= payload >= INT64):
-            elem = self.reskipper(payload)
 
             def vec(b: bytes, i: int, d: int, s: _Skips) -> int:
                 got = s.ends.get(_at(i, w))
@@ -855,15 +841,15 @@ class _Compiler:
                 if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
                     raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
                 d += 1
+                elem = parts[0]
                 for _ in range(n):
                     i = elem(b, i, d, s)
                 return i
 
             return vec
         if op == RECORD:
-            zero = self._zero_fields([t for _, t in payload])  # checked at d + height - 1
+            zero = self._zero_fields([t for _, t in payload])
             height = max((self.zero[t] for _, t in payload if t in self.zero), default=0)
-            fields = [self.reskipper(t) for _, t in payload if t not in self.zero]
 
             def record(b: bytes, i: int, d: int, s: _Skips) -> int:
                 got = s.ends.get(_at(i, w))
@@ -877,14 +863,13 @@ class _Compiler:
                 deepest = d - 1 + height  # the record at d - 1, its zero fields' below
                 if deepest > s.reach:
                     s.reach = deepest
-                for skip in fields:
+                for skip in parts:
                     i = skip(b, i, d, s)
                 return i
 
             return record
         if op == VARIANT:
-            cases = [self.reskipper(t) for _, t in payload]
-            n = len(cases)
+            n = len(payload)
 
             def variant(b: bytes, i: int, d: int, s: _Skips) -> int:
                 got = s.ends.get(_at(i, w))
@@ -897,12 +882,17 @@ class _Compiler:
                 k, i = _leb(b, i)
                 if k >= n:
                     raise CandidError(f"variant index {k} before byte {i} out of range")
-                return cases[k](b, i, d + 1, s)
+                return parts[k](b, i, d + 1, s)
 
             return variant
-        # a primitive, a zero-sized type, a blob, a reference, quirks' fixed-width vec: walked
-        # as the plain skipper walks it; only a zero-sized type's records check their nesting
-        checked = self.zero.get(w, 0) - 1  # its innermost record is checked at d + height - 1
+        return self._walked(w)
+
+    def _walked(self, w: int) -> Reskipper:
+        """A primitive, a zero-sized type, a blob, a reference, quirks' fixed-width vec: walked
+        as the plain skipper walks it (never long); only a zero-sized type's records check
+        their nesting, its innermost at ``d + height - 1``."""
+        plain = self.skipper(w)
+        checked = self.zero.get(w, 0) - 1
 
         def walked(b: bytes, i: int, d: int, s: _Skips) -> int:
             j = plain(b, i, d)
@@ -1084,7 +1074,7 @@ class _Compiler:
             wi = self.table[w][1]
             inner = self.reader(wi, e.inner)
             skip = self.skipper(wi)
-            reskip = self.reskip(wi)
+            later = self.later
             limit, step = _nesting(e)
 
             def opt(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -1100,7 +1090,7 @@ class _Compiler:
                         v, j = inner(b, i + 1, d + step)
                         return v if optional else [v], j
                     except _Mismatch:
-                        return None if optional else [], reskip(b, i + 1, d + step)
+                        return None if optional else [], later.skip(wi, b, i + 1, d + step)
                 # the value does not coerce: null
                 return None if optional else [], skip(b, i + 1, d + step)
 
@@ -1117,7 +1107,7 @@ class _Compiler:
         if _endless_opt(e):
             return _endless_lift
         inner = self.reader(w, e.inner)
-        reskip = self.reskip(w)
+        later = self.later
 
         def lift(b: bytes, i: int, d: int) -> tuple[Any, int]:
             if inner is not None:
@@ -1125,7 +1115,7 @@ class _Compiler:
                     v, j = inner(b, i, d)
                     return v if optional else [v], j
                 except _Mismatch:
-                    return None if optional else [], reskip(b, i, d)
+                    return None if optional else [], later.skip(w, b, i, d)
             return None if optional else [], skip(b, i, d)
 
         return lift
@@ -1205,6 +1195,44 @@ class _Compiler:
             return {name: v}, i
 
         return variant
+
+
+class _Reskippers:
+    """The re-skippers of one plan (:meth:`_Compiler.reskippers`), compiled at its first
+    failed coercion: a plan whose messages never fail one pays nothing for them (a closure a
+    failure site, made with every plan, cost a foreign ICRC-16 header's compile 8%)."""
+
+    def __init__(self, comp: _Compiler) -> None:
+        self.comp = comp
+        self.walks: dict[int, Reskipper] = {}
+
+    def skip(self, w: int, b: bytes, i: int, d: int) -> int:
+        """Skip again the value of wire type ``w`` at ``b[i:]`` that did not coerce under an
+        ``opt``: jump over the values the message's earlier re-skips recorded, record this
+        one. Only the two ``except _Mismatch`` sites call it: the readers and the skippers of a
+        message that fails no coercion never look at the record."""
+        walk = (self.walks or self.compile())[w]
+        s = _THIS_THREAD.skips
+        if s is None or s.msg is not b:
+            s = _THIS_THREAD.skips = _Skips(b)
+        s.reach = _NO_REACH  # a re-skip never runs inside another's walk
+        j = walk(b, i, d, s)
+        if w >= 0:  # a primitive never fails to coerce (and is never long)
+            s.ends[_at(i, w)] = (j, s.reach - d)
+        return j
+
+    def compile(self) -> dict[int, Reskipper]:
+        with _COMPILING:  # the compiler's caches are not for two threads at once
+            if not self.walks:
+                walks = self.comp.reskippers()
+                for w in list(self.comp.skippers):  # every wire type a site may skip
+                    if w not in walks:
+                        walks[w] = self.comp._walked(w)
+                self.walks = walks  # whole, then published
+        return self.walks
+
+
+_COMPILING = threading.Lock()
 
 
 def _exact_record(
@@ -1468,6 +1496,7 @@ def _compile_plan(data: bytes, expected: list[Node], reference_quirks: bool) -> 
         readers.append(r or _mismatch(f"argument {k} is of another type"))
     for w in args[len(expected) :]:  # extra arguments: checked and dropped
         readers.append(_dropping(comp.skipper(w)))
+    del comp.later  # the sites hold it, it holds the compiler: no cycle left for the collector
     return Plan(start, readers)
 
 
