@@ -170,12 +170,13 @@ def _small_call_latency(url: str) -> float:
     return time.perf_counter() - t
 
 
-def test_a_nested_opt_decode_bomb_is_refused_and_holds_no_one_up():
+def test_a_nested_opt_decode_bomb_is_read_in_linear_time_and_holds_no_one_up():
     # Found from outside: one signed call from a fresh key whose config nests 31 ICRC-16
     # #Option levels that each fail to coerce (tests/wire/test_candid_cost.py) took 17.75 s to
     # decode at 400 KB (1 MB: 60 s live), on the one decode worker every small call queued
     # behind while it was busy. Calls still reach the role in arrival order (the worker's
-    # docstring says why), so what it holds others up is what its own bounded decode costs.
+    # docstring says why), so what it holds others up is what its own decode costs: now about
+    # an honest body's of its size (each level reads as #Option(null), as the spec says).
     _, url, stop = serve_orchestrator()
     try:
         bomb = nested_opt_failures(31, 200_000)
@@ -186,8 +187,7 @@ def test_a_nested_opt_decode_bomb_is_refused_and_holds_no_one_up():
         latency = _small_call_latency(url)
         th.join(120)
         r = got["rejected"]
-        assert r is not None and r.status == 400, r
-        assert "malformed Candid" in r.reason and "exceeds the limit" in r.reason, r.reason
+        assert r is None or "malformed Candid" not in r.reason, r.reason
         assert got["took"] < 3.0, got
         assert latency < 3.0, f"an ordinary call waited {latency:.1f} s"
     finally:

@@ -497,8 +497,8 @@ class HttpRoleServer:
         batches still queued here, it made the broadcaster send the new subscriber every older
         event (a change that let other callers' small bodies pass failed the end-to-end test
         8 times in 10). What one body can hold the others up is bounded by its size instead
-        (``candid.RESKIP_FACTOR``: a hostile body costs about what an honest one of its size
-        does)."""
+        (the decoder's work is linear in the body's size, ``candid._Skips``: a hostile body
+        costs about what an honest one of its size does)."""
         self.max_body_bytes = max_body_bytes
         self.reading = 0
         """Bytes of request bodies held now (``MAX_READING_BYTES``)."""

@@ -40,9 +40,11 @@ Rules (Candid spec, "Binary format" → "Deserialisation", and "Coercion"):
 - loglake's own bounds, where the spec sets none: LEB128 of at most ``varint.CANDID_MAX_OCTETS``;
   at most ``MAX_TYPE_ENTRIES`` table entries; values nested at most ``MAX_NESTING`` deep; no
   ``vec`` of a zero-sized element type (a few bytes could declare 2**60 elements); principals of
-  at most ``MAX_PRINCIPAL_BYTES``; work bounded by the message's size: bytes skipped again after
-  a failed coercion at most ``RESKIP_FACTOR`` times the message (plus ``RESKIP_SLACK``), and a
-  record's zero-sized fields skipped at no cost per value.
+  at most ``MAX_PRINCIPAL_BYTES``. Work linear in the message's size: a value that fails to
+  coerce under an ``opt`` is skipped again, and nested failures meet the values inner ones
+  skipped again instead of walking them again (:class:`_Skips`: no budget, every valid message
+  read as the spec says; dfinity/candid's Rust decoder refuses past a fixed skipping quota
+  instead); a record's zero-sized fields are skipped at no cost per value.
 
 Where the reference @dfinity/candid (3.4.3, ``idl.js``) differs from the spec, this module
 follows the spec and says so: it reads a wire ``nat`` as an expected ``int`` (the reference
@@ -116,21 +118,6 @@ always encodes again."""
 MAX_PLANS: Final = 256
 """Compiled plans kept (by header bytes): a client sending ever new type tables cannot grow
 memory; loglake's own headers stay hot."""
-RESKIP_FACTOR: Final = 2
-RESKIP_SLACK: Final = 64 * 1024
-"""Bytes skipped *again* in one message, after the value under an ``opt`` did not coerce (the
-spec's "Coercion" → "Options": null), at most ``RESKIP_FACTOR * len(message) + RESKIP_SLACK``;
-past that the message is refused ("decoding cost exceeds the limit"). Found from outside: the
-``opt`` rule is applied to values here, so a value that fails is read up to the failure and
-then skipped whole; 31 nested ``opt vec {<child>; <a tag the type lacks>}`` levels over a
-vector made each level skip its whole child again — work depth × size, a 400 KB body 17.75 s
-(an honest 1 MB one 1.04 s), holding a server's decode thread for every caller. A value that
-fails once is skipped once (at most the message's size), so valid messages read as before;
-only failures nested inside failures add up. dfinity/candid's Rust decoder bounds the same
-work the same way (``DecoderConfig::set_skipping_quota``, "mismatched option values" counted;
-its ``set_decoding_quota`` charges a skipped value 50 times its cost), by a caller's fixed
-number rather than by the message's size."""
-
 # Candid spec, "Binary format" → "Types": the type opcodes (sleb128).
 NULL, BOOL, NAT, INT = -1, -2, -3, -4
 NAT8, NAT16, NAT32, NAT64 = -5, -6, -7, -8
@@ -160,30 +147,66 @@ class CandidError(ValueError):
     """Bytes that are not a valid Candid message of the expected type; the text says what."""
 
 
-class _Reskips(threading.local):
-    """The re-skipping budget of the message being decoded on this thread (see
-    :data:`RESKIP_FACTOR`): per thread, as the role servers decode on worker threads."""
+class _Skips:
+    """What the re-skips of one message found: where each value skipped again after a failed
+    coercion ends, and how deep its skip went, by (start, wire type) (:func:`_at`).
 
-    msg: bytes | None = None
-    left: int = 0
+    Found from outside: the ``opt`` rule is applied to values here, so a value under an ``opt``
+    that fails to coerce (the spec's "Coercion" → "Options": null) is read up to the failure,
+    then skipped whole; 31 nested ``opt vec {<child>; <a tag the type lacks>}`` levels over a
+    vector made each level skip its whole child again — work depth × size, a 400 KB body
+    17.75 s (an honest 1 MB one 1.04 s), holding a server's decode thread for every caller. A
+    budget on the bytes skipped again (twice the message plus 64 KiB) bounded that, but refused
+    valid messages: three such levels over 200 KB, four over 50 KB, six over 30 KB (each read
+    as null, 0.16 s, before). Now each re-skip is recorded, and a later re-skip that meets it
+    (the failing level around it: the same start and wire type, as a value's start and wire
+    type do not depend on who skips it) jumps to its end, so the re-skips of a message walk
+    each byte at most once: linear work, every valid message read as before, no budget.
+    (dfinity/candid's Rust decoder refuses such messages instead, by a caller's fixed
+    ``DecoderConfig::set_skipping_quota``.) ``reach``: the deepest nesting check of the walk
+    under way, so a jump is refused exactly where walking the value would have been too deep
+    (its depth may differ from the first skip's: readers count a family's levels, skippers
+    every level). Memory: an entry per value skipped again, each a value a reader had begun;
+    dropped at the thread's next decode."""
+
+    __slots__ = ("ends", "msg", "reach")
+
+    def __init__(self, msg: bytes) -> None:
+        self.msg = msg
+        self.ends: dict[int, tuple[int, int]] = {}
+        """``_at(start, w)`` -> (end, deepest check - depth it was skipped at)."""
+        self.reach = _NO_REACH
 
 
-_RESKIPS = _Reskips()
+_NO_REACH: Final = -(1 << 62)
+_W_BITS: Final = MAX_TYPE_ENTRIES.bit_length()
 
 
-def _reskipped(b: bytes, i: int, j: int) -> int:
-    """Charge ``b[i:j]``, skipped again after a failed coercion, to ``b``'s budget; ``j``."""
-    r = _RESKIPS
-    if r.msg is not b:
-        r.msg, r.left = b, RESKIP_FACTOR * len(b) + RESKIP_SLACK
-    r.left -= j - i
-    if r.left < 0:
-        raise CandidError(
-            f"Candid decoding cost exceeds the limit: values that did not coerce under an opt "
-            f"skipped again for more than {RESKIP_FACTOR * len(b) + RESKIP_SLACK} bytes in a "
-            f"{len(b)}-byte message (nested failed coercions)"
-        )
-    return j
+def _at(i: int, w: int) -> int:
+    """The key of a value of wire type ``w`` (a table index) starting at byte ``i``."""
+    return i << _W_BITS | w
+
+
+class _ThisThread(threading.local):
+    """The :class:`_Skips` of the message decoded on this thread, made at its first failed
+    coercion: per thread, as the role servers decode on worker threads; per message, as
+    :meth:`Plan.run` drops it (one store) and a re-skip checks it is its message's."""
+
+    skips: _Skips | None = None
+
+
+_THIS_THREAD = _ThisThread()
+
+
+def _jump(got: tuple[int, int], d: int, s: _Skips) -> int:
+    """A value already re-skipped, met again at depth ``d``: its end, or too deep where its
+    walk would have been."""
+    end, rel = got
+    if d + rel > s.reach:
+        s.reach = d + rel
+        if s.reach > MAX_NESTING:
+            raise _too_deep()
+    return end
 
 
 class _Mismatch(Exception):
@@ -194,6 +217,8 @@ class _Mismatch(Exception):
 Reader = Callable[[bytes, int, int], tuple[Any, int]]
 """``(message, offset, depth) -> (value, next offset)``."""
 Skipper = Callable[[bytes, int, int], int]
+Reskipper = Callable[[bytes, int, int, "_Skips"], int]
+"""A skipper that meets the values its message's earlier re-skips recorded (:class:`_Skips`)."""
 
 
 # --- expected types ------------------------------------------------------------------------------
@@ -650,6 +675,7 @@ class _Compiler:
         self.entries: dict[tuple[int, int], Reader | None] = {}
         self.readers: dict[tuple[int, int], Reader | None] = {}
         self.skippers: dict[int, Skipper] = {}
+        self.later = _Reskippers(self)
         self.wire_nodes: dict[int, Node] = {}
         self.exact: dict[tuple[int, int], bool] = {}
         self.zero = _zero_sized(table)
@@ -747,6 +773,134 @@ class _Compiler:
 
             return variant
         return self._dropped(w)
+
+    # -- skipping again, after a failed coercion: each byte walked once a message (_Skips) --
+    def reskippers(self) -> dict[int, Reskipper]:
+        """:meth:`skipper` of every table entry (and of the primitives among their parts),
+        through the record of :class:`_Skips`: each constructed value's start is looked up
+        (both ``except _Mismatch`` sites record a value by its own start and wire type, and a
+        walk meets it there: an ``opt``'s content, a record's field, a variant's case, a
+        vector's element). Made in a loop, each entry's parts filled in after: no recursion,
+        as it runs from however deep a failure was read."""
+        walks: dict[int, Reskipper] = {}
+        parts: list[list[Reskipper]] = []
+        for w in range(len(self.table)):
+            parts.append([])
+            walks[w] = self._reskipper(w, parts[-1])
+        for w, (op, payload) in enumerate(self.table):
+            if op in (OPT, VEC):
+                types = [payload]
+            elif op == RECORD:
+                types = [t for _, t in payload if t not in self.zero]  # _zero_fields: the rest
+            elif op == VARIANT:
+                types = [t for _, t in payload]
+            else:
+                types = []
+            for t in types:
+                if t not in walks:
+                    walks[t] = self._walked(t)  # a primitive
+                parts[w].append(walks[t])
+        return walks
+
+    def _reskipper(self, w: int, parts: list[Reskipper]) -> Reskipper:
+        """The same checks, in the same order, as :meth:`_skipper`'s, ``s.reach`` kept;
+        ``parts``: the re-skippers of its parts, filled in once every entry has one."""
+        op, payload = self.table[w]
+        limit = MAX_NESTING
+        if w in self.zero:
+            return self._walked(w)
+        if op == OPT:
+
+            def opt(b: bytes, i: int, d: int, s: _Skips) -> int:
+                got = s.ends.get(_at(i, w))
+                if got is not None:
+                    return _jump(got, d, s)
+                flag = b[i]
+                if flag == 0:
+                    return i + 1
+                if flag != 1:
+                    raise CandidError(f"opt flag {flag} at byte {i} (must be 0 or 1)")
+                if d > limit:
+                    raise _too_deep(limit)
+                if d > s.reach:
+                    s.reach = d
+                return parts[0](b, i + 1, d + 1, s)
+
+            return opt
+        if op == VEC and payload != NAT8 and not (self.quirks and NAT8 >= payload >= INT64):
+
+            def vec(b: bytes, i: int, d: int, s: _Skips) -> int:
+                got = s.ends.get(_at(i, w))
+                if got is not None:
+                    return _jump(got, d, s)
+                if d > limit:
+                    raise _too_deep(limit)
+                if d > s.reach:
+                    s.reach = d
+                n, i = _leb(b, i)
+                if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
+                    raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
+                d += 1
+                elem = parts[0]
+                for _ in range(n):
+                    i = elem(b, i, d, s)
+                return i
+
+            return vec
+        if op == RECORD:
+            zero = self._zero_fields([t for _, t in payload])
+            height = max((self.zero[t] for _, t in payload if t in self.zero), default=0)
+
+            def record(b: bytes, i: int, d: int, s: _Skips) -> int:
+                got = s.ends.get(_at(i, w))
+                if got is not None:
+                    return _jump(got, d, s)
+                if d > limit:
+                    raise _too_deep(limit)
+                d += 1
+                for skip_zero in zero:
+                    skip_zero(b, i, d)
+                deepest = d - 1 + height  # the record at d - 1, its zero fields' below
+                if deepest > s.reach:
+                    s.reach = deepest
+                for skip in parts:
+                    i = skip(b, i, d, s)
+                return i
+
+            return record
+        if op == VARIANT:
+            n = len(payload)
+
+            def variant(b: bytes, i: int, d: int, s: _Skips) -> int:
+                got = s.ends.get(_at(i, w))
+                if got is not None:
+                    return _jump(got, d, s)
+                if d > limit:
+                    raise _too_deep(limit)
+                if d > s.reach:
+                    s.reach = d
+                k, i = _leb(b, i)
+                if k >= n:
+                    raise CandidError(f"variant index {k} before byte {i} out of range")
+                return parts[k](b, i, d + 1, s)
+
+            return variant
+        return self._walked(w)
+
+    def _walked(self, w: int) -> Reskipper:
+        """A primitive, a zero-sized type, a blob, a reference, quirks' fixed-width vec: walked
+        as the plain skipper walks it (never long); only a zero-sized type's records check
+        their nesting, its innermost at ``d + height - 1``."""
+        plain = self.skipper(w)
+        checked = self.zero.get(w, 0) - 1
+
+        def walked(b: bytes, i: int, d: int, s: _Skips) -> int:
+            j = plain(b, i, d)
+            if checked >= 0 and d + checked > s.reach:
+                s.reach = d + checked
+            return j
+
+        return walked
 
     def _zero_fields(self, types: list[int]) -> list[Skipper]:
         """One skipper for all the zero-sized types among a record's fields ``types``, or none.
@@ -920,6 +1074,7 @@ class _Compiler:
             wi = self.table[w][1]
             inner = self.reader(wi, e.inner)
             skip = self.skipper(wi)
+            later = self.later
             limit, step = _nesting(e)
 
             def opt(b: bytes, i: int, d: int) -> tuple[Any, int]:
@@ -935,8 +1090,7 @@ class _Compiler:
                         v, j = inner(b, i + 1, d + step)
                         return v if optional else [v], j
                     except _Mismatch:
-                        j = _reskipped(b, i + 1, skip(b, i + 1, d + step))
-                        return None if optional else [], j
+                        return None if optional else [], later.skip(wi, b, i + 1, d + step)
                 # the value does not coerce: null
                 return None if optional else [], skip(b, i + 1, d + step)
 
@@ -953,6 +1107,7 @@ class _Compiler:
         if _endless_opt(e):
             return _endless_lift
         inner = self.reader(w, e.inner)
+        later = self.later
 
         def lift(b: bytes, i: int, d: int) -> tuple[Any, int]:
             if inner is not None:
@@ -960,7 +1115,7 @@ class _Compiler:
                     v, j = inner(b, i, d)
                     return v if optional else [v], j
                 except _Mismatch:
-                    return None if optional else [], _reskipped(b, i, skip(b, i, d))
+                    return None if optional else [], later.skip(w, b, i, d)
             return None if optional else [], skip(b, i, d)
 
         return lift
@@ -1040,6 +1195,44 @@ class _Compiler:
             return {name: v}, i
 
         return variant
+
+
+class _Reskippers:
+    """The re-skippers of one plan (:meth:`_Compiler.reskippers`), compiled at its first
+    failed coercion: a plan whose messages never fail one pays nothing for them (a closure a
+    failure site, made with every plan, cost a foreign ICRC-16 header's compile 8%)."""
+
+    def __init__(self, comp: _Compiler) -> None:
+        self.comp = comp
+        self.walks: dict[int, Reskipper] = {}
+
+    def skip(self, w: int, b: bytes, i: int, d: int) -> int:
+        """Skip again the value of wire type ``w`` at ``b[i:]`` that did not coerce under an
+        ``opt``: jump over the values the message's earlier re-skips recorded, record this
+        one. Only the two ``except _Mismatch`` sites call it: the readers and the skippers of a
+        message that fails no coercion never look at the record."""
+        walk = (self.walks or self.compile())[w]
+        s = _THIS_THREAD.skips
+        if s is None or s.msg is not b:
+            s = _THIS_THREAD.skips = _Skips(b)
+        s.reach = _NO_REACH  # a re-skip never runs inside another's walk
+        j = walk(b, i, d, s)
+        if w >= 0:  # a primitive never fails to coerce (and is never long)
+            s.ends[_at(i, w)] = (j, s.reach - d)
+        return j
+
+    def compile(self) -> dict[int, Reskipper]:
+        with _COMPILING:  # the compiler's caches are not for two threads at once
+            if not self.walks:
+                walks = self.comp.reskippers()
+                for w in list(self.comp.skippers):  # every wire type a site may skip
+                    if w not in walks:
+                        walks[w] = self.comp._walked(w)
+                self.walks = walks  # whole, then published
+        return self.walks
+
+
+_COMPILING = threading.Lock()
 
 
 def _exact_record(
@@ -1269,9 +1462,10 @@ class Plan:
 
     def run(self, data: bytes) -> list[Any]:
         i, out = self.start, []
-        # a fresh budget (the same bytes may be decoded again); one store, ~50 ns: a message
-        # that failed a coercion stays referenced until this thread's next decode
-        _RESKIPS.msg = None
+        # a fresh record of re-skips (the same bytes may be decoded again, under another plan):
+        # one store, ~50 ns; a message that failed a coercion stays referenced until this
+        # thread's next decode
+        _THIS_THREAD.skips = None
         for r in self.readers:
             v, i = r(data, i, 0)
             out.append(v)
@@ -1302,6 +1496,7 @@ def _compile_plan(data: bytes, expected: list[Node], reference_quirks: bool) -> 
         readers.append(r or _mismatch(f"argument {k} is of another type"))
     for w in args[len(expected) :]:  # extra arguments: checked and dropped
         readers.append(_dropping(comp.skipper(w)))
+    del comp.later  # the sites hold it, it holds the compiler: no cycle left for the collector
     return Plan(start, readers)
 
 
