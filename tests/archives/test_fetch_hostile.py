@@ -337,9 +337,12 @@ def test_a_seeder_that_trickles_is_cut_off_by_the_fetch_deadline(tmp_path, seede
         fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10, deadline=4)
     assert time.monotonic() - t0 < 5.5
     assert store.snapshot() == before
-    got = (tmp_path / "m" / CID / "data").read_bytes()
+    part = tmp_path / "m" / CID / "data"
+    # no data file: the deadline came before any archive piece (a loaded CI machine, where
+    # metadata and index took the 4 s)
+    got = part.read_bytes() if part.exists() else b""
     kept = sum(got[i : i + p] == data[i : i + p] for i in range(0, len(data), p))
-    assert kept < 6  # (2 in every run seen: the first archive's)
+    assert kept < 6  # (2 in most runs seen: the first archive's)
     seeder.handle.set_upload_limit(0)  # no limit: the retry takes what is missing
     report = fetch_archives(magnet, tmp_path / "m", store, layout, CID, timeout=10)
     assert report.hydrated_messages == 180 and store.count() == 180
