@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loglake.sds import errors
 from loglake.sds.codec import UINT64_MAX, decode, encode, encode_message_fast
-from loglake.sds.errors import DropReason
+from loglake.sds.errors import DropReason, SdsLocalError
 from loglake.sds.events import (
     EphemeralReceived,
     MessageAcknowledged,
@@ -333,6 +334,39 @@ def test_resend_unacknowledged_after_period(make, clock) -> None:
     # @waku/sds: sending the same payload again while unacked resends the same bytes
     (o2,) = a.send(b"x").to_send
     assert o2.data == d.data
+
+
+def test_sending_content_already_in_the_log_raises_and_changes_nothing(make, clock) -> None:
+    """The spec: a message id MUST be globally unique; ids are the content's SHA-256, so a
+    second message with content someone already sent is dropped by every peer that has the
+    first (``DropReason.DUPLICATE``). Sending it raises instead of emitting it."""
+    a, b, c = make("a"), make("b"), make("c")
+    x = a.send(b"ok").to_send[0]
+    b.receive(x.data)
+    c.receive(x.data)
+    before = (b.lamport, b.log_ids(), b.outgoing_ids(), b.bloom.to_bytes())
+    clock.advance(1)
+    with pytest.raises(SdsLocalError) as raised:
+        b.send(b"ok")  # someone else's content
+    assert isinstance(raised.value, errors.DuplicateContent)
+    assert (raised.value.message_id, raised.value.sender_id) == (x.message_id, "a")
+    assert (b.lamport, b.log_ids(), b.outgoing_ids(), b.bloom.to_bytes()) == before
+    # a's own message, once acknowledged, is no retry either
+    a.receive(b.send(b"seen").to_send[0].data)
+    assert not a.outgoing_ids()
+    with pytest.raises(errors.DuplicateContent):
+        a.send(b"ok")
+    # content waiting in the incoming buffer (its dependency absent) is known too
+    dep = content("d", b"dep", clock.t)
+    c.receive(encode(content("d", b"waits", clock.t + 1, (HistoryEntry(dep.message_id),))))
+    assert mid(b"waits") in c.pending
+    with pytest.raises(errors.DuplicateContent) as raised:
+        c.send(b"waits")
+    assert raised.value.sender_id == "d"
+    # what stays possible: a retry of an own unacknowledged message (the same bytes)
+    first = c.send(b"mine").to_send[0]
+    (again,) = c.send(b"mine").to_send
+    assert (again.data, again.reason) == (first.data, "resend")
 
 
 def test_set_retrieval_hint_flows_into_next_history(make) -> None:

@@ -34,7 +34,13 @@ if TYPE_CHECKING:
         history_lists,
         value_indices,
     )
-    from loglake.sds.errors import DropReason, SdsDecodeError, SdsError, SdsLocalError
+    from loglake.sds.errors import (
+        DropReason,
+        DuplicateContent,
+        SdsDecodeError,
+        SdsError,
+        SdsLocalError,
+    )
     from loglake.sds.events import (
         EphemeralReceived,
         Event,
@@ -57,6 +63,7 @@ _FACE = {
     "HISTORY_DICTIONARY": "loglake.sds.columnar",
     "HISTORY_RUN_COLUMNS": "loglake.sds.columnar",
     "DropReason": "loglake.sds.errors",
+    "DuplicateContent": "loglake.sds.errors",
     "EphemeralReceived": "loglake.sds.events",
     "IdIndex": "loglake.sds.columnar",
     "first_rows": "loglake.sds.columnar",
@@ -100,6 +107,7 @@ __all__ = [
     "HISTORY_RUN_COLUMNS",
     "BloomFilter",
     "DropReason",
+    "DuplicateContent",
     "EphemeralReceived",
     "Event",
     "IdIndex",

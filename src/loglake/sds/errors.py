@@ -35,6 +35,21 @@ class SdsLocalError(SdsError, LocalProtocolError):
     """The caller asked the participant for something SDS forbids."""
 
 
+class DuplicateContent(SdsLocalError):
+    """``Participant.send`` of content whose message id (its SHA-256) is already in the local
+    log, from anyone: every peer that has the message would drop the new one as a duplicate
+    (the spec: a message id MUST be globally unique). Make each payload unique (the chat puts a
+    random nonce in its envelope, ``loglake.sds.chat``)."""
+
+    def __init__(self, message_id: str, sender_id: str) -> None:
+        super().__init__(
+            f"content with message id {message_id} is already in the local log "
+            f"(sent by {sender_id!r}); peers would drop it as a duplicate"
+        )
+        self.message_id = message_id
+        self.sender_id = sender_id
+
+
 class SdsDecodeError(SdsError, DecodeError):
     """Bytes from a peer are not a valid SDS message; ``reason`` says why."""
 

@@ -66,6 +66,14 @@ off the wire and noted where they happen:
     alone is 18,752 bytes with the defaults) for ~70 bytes of request; 19 syncs of 100
     entries (143 KB) had one participant rebroadcast 5.3 MB. The spec says how many entries
     to send, not how many to read; nothing is lost for @waku/sds peers, which send 3.
+13. ``send`` of content whose id is already in the local log (or the incoming buffer), from
+    anyone, raises ``DuplicateContent`` and changes nothing; @waku/sds sends a new message
+    under that id (only content still in its outgoing buffer is a retry: the same bytes
+    again, as here, and what ``tests/sds/test_participant.py`` checks). Why: the spec says a
+    message id MUST be globally unique, and the id is the content's SHA-256 (difference 8),
+    so every peer holding the earlier message drops the new one as a duplicate: a second
+    "ok" in a chat was silently lost, and any member could block a predictable payload by
+    sending it first. Nothing changes on the wire: that message was never delivered anyway.
 """
 
 from __future__ import annotations
@@ -94,7 +102,7 @@ from loglake.sds.codec import (
     parse,
     parse_entry,
 )
-from loglake.sds.errors import DropReason, SdsDecodeError, SdsLocalError
+from loglake.sds.errors import DropReason, DuplicateContent, SdsDecodeError, SdsLocalError
 from loglake.sds.events import (
     EphemeralReceived,
     MessageAcknowledged,
@@ -248,11 +256,17 @@ class Participant:
         """Spec "Send Message": a content message, added to the log and the outgoing buffer."""
         if not content:
             raise SdsLocalError("only messages with content can be sent (use make_sync)")
+        mid = message_id_of(bytes(content))
+        retry = self.unacked.get(mid) or self.possibly_acked.get(mid)
+        if retry is None:  # difference 13: not a message every peer drops as a duplicate
+            known = self.log.records.get(mid)
+            if known is None and mid in self.pending:
+                known = self.pending[mid].record
+            if known is not None:
+                raise DuplicateContent(mid, known.sender_id)
         now = self._now()
         out = Output()
         lamport = self._increment_lamport(now)
-        mid = message_id_of(bytes(content))
-        retry = self.unacked.get(mid) or self.possibly_acked.get(mid)
         if retry is not None:
             # message_channel.ts: the same id in the outgoing buffer is a retry; resend the
             # same bytes rather than make a new message.
