@@ -91,8 +91,8 @@ def chat(
             )
         )
         console.print(
-            f"[bold]sds chat[/] channel [bold]{channel}[/] as [bold]{participant_id}[/] "
-            f"on {host}; /quit to leave"
+            f"[bold]sds chat[/] channel [bold]{_safe(channel)}[/] as "
+            f"[bold]{_safe(participant_id)}[/] on {_safe(host)}; /quit to leave"
         )
         while True:
             session.step()
@@ -112,18 +112,27 @@ def chat(
             _show(console, session)
 
 
+def _safe(text: str) -> str:
+    """A peer-supplied string as printed: its terminal controls made visible
+    (``chat.printable``: ``rich``'s ``escape`` escapes only markup), then its markup escaped."""
+    from loglake.sds.chat import printable
+
+    return escape(printable(text))
+
+
 def _show(console: Console, session: ChatSession) -> None:
     """Print the rows that changed since the last call (each with its state now) and the
-    notices."""
+    notices; every string a peer chose (ids, text, notices) goes through ``_safe``."""
     for row in session.take_changes():
         style = STATE_STYLE.get(row.state.split(" ")[0], "magenta")
+        plain = " [dim](plain)[/]" if row.plain else ""
         console.print(
-            f"[dim]{row.message_id[:8]}[/] [bold]{escape(row.sender)}[/]: "
-            f"{escape(row.text)} [{style}]({row.state})[/]",
+            f"[dim]{_safe(row.message_id[:8])}[/] [bold]{_safe(row.sender)}[/]: "
+            f"{_safe(row.text)}{plain} [{style}]({row.state})[/]",
             soft_wrap=True,
         )
     for notice in session.notices:
-        console.print(f"[dim]* {escape(notice)}[/]", soft_wrap=True)
+        console.print(f"[dim]* {_safe(notice)}[/]", soft_wrap=True)
     session.notices.clear()
 
 
