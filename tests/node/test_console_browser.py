@@ -418,9 +418,9 @@ def test_record_browser_decodes_sds_messages(page: Any, node: Node, tmp_path: Pa
     expect(first).to_contain_text("SdsMessage (content)")
     expect(field(first, "sender_id")).to_have_text("alice")
     expect(field(first, "channel_id")).to_have_text(CHANNEL)
-    expect(field(first, "content")).to_have_text('"hi bob"')
+    expect(field(field(first, "chat"), "text")).to_have_text("hi bob")  # the envelope's line
     third = table.locator("tr[data-index='2'] [data-testid='decoded']")
-    expect(field(third, "content")).to_have_text('"did you get that?"')
+    expect(field(field(third, "chat"), "text")).to_have_text("did you get that?")
     # the third message names the two before it, and each hint points at its stream position
     history = field(third, "causal_history")
     expect(history.locator('dd[data-field="hint_points_to"]')).to_have_count(2)

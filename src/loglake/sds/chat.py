@@ -101,7 +101,7 @@ def printable(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _text_of(sender_id: str, content: bytes) -> tuple[str, bool]:
+def text_of(sender_id: str, content: bytes) -> tuple[str, bool]:
     """(the text to show, whether it is plain: not a chat envelope of ``sender_id``)."""
     env = decode_envelope(content)
     if env is not None and env.sender_id == sender_id:
@@ -133,12 +133,12 @@ class ChatSession:
     def apply(self, out: Output, texts: dict[str, bytes] | None = None) -> None:
         for e in out.events:
             if isinstance(e, MessageSent):
-                text, plain = _text_of(self.me, (texts or {}).get(e.message_id, b""))
+                text, plain = text_of(self.me, (texts or {}).get(e.message_id, b""))
                 self.rows[e.message_id] = ChatRow(
                     e.message_id, self.me, text, "sent", e.lamport_timestamp, plain
                 )
             elif isinstance(e, MessageDelivered):
-                text, plain = _text_of(e.sender_id, e.content)
+                text, plain = text_of(e.sender_id, e.content)
                 self.rows[e.message_id] = ChatRow(
                     e.message_id, e.sender_id, text, "delivered", e.lamport_timestamp, plain
                 )
@@ -149,7 +149,7 @@ class ChatSession:
                 if e.message_id in self.rows:
                     self.rows[e.message_id].state = "acknowledged"
             elif isinstance(e, EphemeralReceived):
-                self.notices.append(f"{e.sender_id}: {_text_of(e.sender_id, e.content)[0]}")
+                self.notices.append(f"{e.sender_id}: {text_of(e.sender_id, e.content)[0]}")
                 continue
             elif isinstance(e, MessagesMissing):
                 self.notices.append(f"missing {len(e.entries)} message(s); fetching")

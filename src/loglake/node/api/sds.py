@@ -198,6 +198,7 @@ class SdsHandle:
             MessagesLost,
             MessagesMissing,
         )
+        from loglake.sds.chat import text_of
 
         st = self.stats[pid]
         now = time.monotonic()
@@ -215,7 +216,7 @@ class SdsHandle:
                         "message_id": e.message_id,
                         "sender": e.sender_id,
                         "lamport": e.lamport_timestamp,
-                        "text": e.content.decode("utf-8", "replace")[:200],
+                        "text": text_of(e.sender_id, e.content)[0][:200],
                     }
                 )
                 del st.recent[:-20]
@@ -232,6 +233,8 @@ class SdsHandle:
     def send(self, sender: str, text: str, lose_for: list[str]) -> tuple[str, int]:
         """``sender`` sends ``text``; ``lose_for`` skip it (a lost broadcast). Returns the
         message id and its stream index."""
+        from loglake.sds.chat import encode_envelope
+
         with self.lock:
             self._need_here(sender)
             ch = self._participant(sender)
@@ -243,7 +246,10 @@ class SdsHandle:
                 other = self.channels[p]
                 self._account(p, other.poll())
             index = self.ctx.log.next_index(self.stream)
-            out = ch.send(text.encode())
+            # the chat's envelope (``sds.chat``): a fresh nonce per text, so a text said
+            # twice is two messages (the id is the content's SHA-256), and ``sds chat``
+            # members of the channel show the API's texts as their own lines
+            out = ch.send(encode_envelope(sender, text, int(ch.clock())))
             self._account(sender, out)
             for p in lose_for:
                 other = self.channels[p]

@@ -44,6 +44,7 @@ from loglake.errors import DecodeError
 from loglake.events.publisher import event_of
 from loglake.sds import codec as sds_codec
 from loglake.sds.channel import decode_hint
+from loglake.sds.chat import decode_envelope
 from loglake.wire.icrc16 import Property, RawValue
 from loglake.wire.pb import archives_spec_pb2 as spec_pb
 from loglake.wire.pb import archives_statusgo_pb2 as sg_pb
@@ -129,6 +130,11 @@ def _sds(data: bytes) -> dict[str, Any]:
                     "partition": where[1],
                     "index": where[2],
                 }
+    # a line of ``loglake sds chat`` (or the node's SDS API): its envelope read out beside
+    # the content's bytes (sds.chat), so the page shows the line's text
+    env = decode_envelope(msg.content) if msg.content else None
+    if env is not None and env.sender_id == msg.sender_id:
+        fields["chat"] = {"sent_ms": env.sent_ms, "text": env.text}
     return {"type": f"SdsMessage ({kind.value if kind else 'no kind'})", "fields": fields}
 
 
