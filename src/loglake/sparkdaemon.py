@@ -28,6 +28,7 @@ import importlib
 import importlib.machinery
 import os
 import sys
+from collections.abc import Callable
 
 PRELOAD = ("numpy", "pyarrow", "pandas", "loglake.log", "loglake.pipeline.datasource")
 """What loglake's tasks import: imported once here, before the workers fork."""
@@ -74,7 +75,26 @@ def main() -> None:
     # the workers share them with the daemon)
     gc.freeze()
 
+    daemon.worker = quiet_when_cut_off(daemon.worker)
     daemon.manager()
+
+
+def quiet_when_cut_off(worker: Callable[..., int]) -> Callable[..., int]:
+    """``pyspark.daemon.worker`` that ends its forked worker without a word when the JVM has
+    closed the task's socket: a task cancelled (a job cancelled, Ctrl-C, ``spark.stop()``, a
+    streaming query stopped) whose worker then writes its result or flushes gets a broken pipe,
+    and the stock daemon printed a traceback per worker (``traceback.print_exc`` in
+    ``manager``) to the user's terminal for what is a normal end. The exit status is the
+    stock one (1: the worker is not reused); any other failure is the stock daemon's to
+    report."""
+
+    def run(*args: object) -> int:
+        try:
+            return worker(*args)
+        except (BrokenPipeError, ConnectionResetError):
+            os._exit(1)
+
+    return run
 
 
 if __name__ == "__main__":
