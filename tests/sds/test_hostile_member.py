@@ -3,18 +3,31 @@ sends a few forged messages and checks the honest participant's state afterwards
 
 from __future__ import annotations
 
-from loglake.sds.codec import UINT64_MAX, decode, encode
+import gc
+import tracemalloc
+
+from loglake.sds.codec import (
+    DEFAULT_LIMITS,
+    TAG_REPAIR_REQUEST,
+    UINT64_MAX,
+    decode,
+    encode,
+    encode_fast,
+    encode_history_entry,
+)
 from loglake.sds.errors import DropReason
 from loglake.sds.events import (
     MessageAcknowledged,
     MessageDelivered,
     MessageDropped,
     MessagePossiblyAcknowledged,
+    MessagesLost,
     RepairRequestQueued,
     RepairResponseQueued,
     RepairResponseSent,
 )
 from loglake.sds.messages import HistoryEntry, SdsMessage, message_id_of
+from loglake.wire.varint import encode_uleb
 
 
 def test_content_under_another_messages_id_is_dropped_and_the_real_one_delivered(
@@ -173,3 +186,120 @@ def test_what_one_members_repair_requests_make_a_participant_send_is_bounded(mak
     asked = (HistoryEntry(ids[190], None, "alice"),)
     ask = SdsMessage("carol", "ask", "chan", clock.t, (), None, asked)
     assert alice.receive(encode(ask)).of(RepairResponseQueued)
+
+
+def test_the_incoming_buffers_byte_bound_counts_what_waiting_for_each_dependency_costs(
+    make, clock
+) -> None:
+    # ``max_pending_bytes`` counted each held message's wire bytes and content only, not its
+    # waiting set nor its place in the index of who waits for each id: a member's messages,
+    # each naming the same 1,000 made-up 3-byte ids (~6 KB a message), held ~113 bytes of
+    # bookkeeping per (message, id): 5,000 messages grew RSS by 1 GB with 29 MiB counted.
+    # Now each waiting dependency counts (``WAITING_COST``, measured), the bound gives up the
+    # oldest message as before, and what is held stays near what is counted.
+    bound = 6 * 2**20
+    a = make("a", max_pending_bytes=bound)
+    history = b"".join(encode_history_entry(HistoryEntry(f"{i:03d}")) for i in range(1000))
+    wire = []
+    for i in range(150):
+        body = b"m%d" % i
+        wire.append(
+            encode_fast("mallory", message_id_of(body), "chan", clock.t, history, None, b"", body)
+        )
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for data in wire[:40]:  # each a copy, as bytes from a socket are
+            a.receive(bytes(bytearray(data)))
+        gc.collect()
+        held, counted = tracemalloc.get_traced_memory()[0], a._pending_bytes
+        assert len(a.pending) == 40  # under the bound so far: nothing given up
+        # (held: also the 1,000 ids sought, counted by ``max_missing``; and set tables grow
+        # in steps, so a set's bytes per entry vary about twofold)
+        assert 0.5 < counted / held < 2, (counted, held)
+        lost = 0
+        for data in wire[40:]:
+            lost += len(a.receive(bytes(bytearray(data))).of(MessagesLost))
+            assert a._pending_bytes <= bound
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lost  # given up past the bound, as the count bound does
+    # the bound, plus the 1,000 ids sought and the messages delivered into the log
+    assert peak < 2 * bound, f"{peak / 2**20:.1f} MiB held for a {bound / 2**20:.0f} MiB bound"
+
+
+def _padded(content: bytes, lamport: int, size: int, sender: str = "mallory") -> bytes:
+    """A valid content message grown to ``size`` bytes by an unknown field (number 99), which
+    the parser keeps and the message id (the content's hash) does not cover."""
+    body = encode_fast(sender, message_id_of(content), "chan", lamport, b"", None, b"", content)
+    tag = encode_uleb((99 << 3) | 2)
+    pad = size - len(body) - len(tag)
+    pad -= len(encode_uleb(pad))
+    data = body + tag + encode_uleb(pad) + bytes(pad)
+    assert len(data) == size
+    return data
+
+
+def test_the_repair_cache_is_bounded_in_bytes(make, clock) -> None:
+    # The SDS-R repair cache kept the wire bytes of the newest ``repair_cache_messages``
+    # (1,000) messages, however long: messages padded to ``Limits.max_message_bytes`` (4 MiB)
+    # made every participant hold ~4 GiB. Now they are at most ``repair_cache_bytes``
+    # together, oldest out first, and one longer than that is not kept at all.
+    a = make("a", repair_cache_bytes=1_000_000)
+    ids = []
+    for i in range(30):
+        content = b"padded %d" % i
+        (got,) = a.receive(_padded(content, clock.t + i, 150_000)).of(MessageDelivered)
+        assert got.message_id == message_id_of(content)  # ids are what they were
+        ids.append(got.message_id)
+        kept = [r for r in a.log.records.values() if r.raw is not None]
+        assert sum(len(r.raw) for r in kept) == a.log.raw_bytes <= 1_000_000
+    assert [r.message_id for r in kept] == ids[-6:]  # the newest
+    # what is kept is still answered, what is not is not offered
+    asks = (HistoryEntry(ids[-1], None, "mallory"), HistoryEntry(ids[0], None, "mallory"))
+    ask = encode(SdsMessage("carol", "ask", "chan", clock.t, (), None, asks))
+    assert [q.message_id for q in a.receive(ask).of(RepairResponseQueued)] == [ids[-1]]
+    # longer than the whole budget: delivered, not kept, the others stay
+    (big,) = a.receive(_padded(b"huge", clock.t + 99, 1_000_001)).of(MessageDelivered)
+    assert a.log.get(big.message_id).raw is None and a.log.raw_bytes > 800_000
+    # honest messages are kept as before
+    bob = make("bob")
+    mine = bob.send(b"hello").to_send[0].data
+    assert a.receive(mine).of(MessageDelivered) and a.log.get(message_id_of(b"hello")).raw == mine
+
+
+def test_repair_answers_are_bounded_in_bytes_whoever_asks(make, clock) -> None:
+    # Repair answers rebroadcast a cached message whole, and the bounds counted answers, not
+    # bytes, per requester, whose id is any sender_id a sync names: syncs of 3 entries from a
+    # fresh id each (13 KB for 150 entries) had one participant rebroadcast 150 messages
+    # padded to 4 MiB, 600 MiB. Now at most ``max_response_bytes`` (16 MiB) go out per T_min
+    # window (the others wait for the next one) and one requester's answers are at most
+    # ``max_response_bytes_per_requester`` (4 MiB) a window.
+    victim = make("victim")
+    cfg = victim.repair.config
+    size = DEFAULT_LIMITS.max_message_bytes
+    ids = []
+    for i in range(12):
+        content = b"padded %d" % i
+        victim.receive(_padded(content, clock.t + i, size))
+        ids.append(message_id_of(content))
+    request_bytes = 0
+    for k in range(0, 12, 2):  # a fresh requester for each pair
+        asks = b"".join(
+            encode_history_entry(HistoryEntry(m, None, "mallory"), TAG_REPAIR_REQUEST)
+            for m in ids[k : k + 2]
+        )
+        sync = encode_fast(f"sybil{k}", f"sync-{k}", "chan", clock.t, b"", None, asks, None)
+        request_bytes += len(sync)
+        queued = victim.receive(sync).of(RepairResponseQueued)
+        assert len(queued) * size <= 4 * 2**20  # max_response_bytes_per_requester
+    windows = []
+    for _ in range(3):
+        clock.advance(cfg.t_max_ms)  # every T_resp has passed
+        out = victim.tick()
+        windows.append(sum(len(o.data) for o in out.to_send if o.reason == "repair"))
+        assert len(out.of(RepairResponseSent)) * size == windows[-1]
+    # one per requester (its 4 MiB), not two; 16 MiB in the first window, the rest next
+    assert windows == [4 * size, 2 * size, 0] and 4 * size <= 16 * 2**20  # max_response_bytes
+    assert request_bytes < 2000  # for 24 MiB

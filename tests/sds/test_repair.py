@@ -178,6 +178,34 @@ def test_a_requesters_budget_renews_after_t_min_and_few_are_remembered() -> None
     assert len(rm._requesters) <= 4
 
 
+def test_response_bytes_are_bounded_per_requester_and_per_window() -> None:
+    # Counts bounded answers, not bytes: a padded message is as long as Limits allows (4 MiB).
+    # A requester's answers are at most max_response_bytes_per_requester a T_min window
+    # (queued or not when asked); what goes out is at most max_response_bytes a window, the
+    # rest put back to the next window, and one longer than a whole window never.
+    cfg = RepairConfig(max_response_bytes_per_requester=250, max_response_bytes=300)
+    rm = RepairManager("a", cfg)
+    sizes = {"m0": 100, "m1": 200, "m2": 100, "m3": 260, "m4": 301}.get
+
+    def answered(ids: str, requester: str, now: int) -> list[str]:
+        asks = [HistoryEntry(m, None, "a") for m in ids.split()]
+        return [
+            m for m, _ in rm.on_repair_requests(asks, requester, lambda m: "a", now, None, sizes)
+        ]
+
+    assert answered("m0 m1 m2", "r1", 0) == ["m0", "m2"]  # m1 would be 400 bytes for r1
+    assert answered("m1 m3", "r2", 0) == ["m1"]  # m3 is over any one requester's budget
+    assert answered("m1", "r1", cfg.t_min_ms) == []  # queued already
+    # the sender answers at once (distance 0): all due now, earliest first
+    assert [e.message_id for e in rm.responses_due(1_000, sizes)] == ["m0", "m2"]
+    assert rm.responses_due(1_000 + cfg.t_min_ms - 1, sizes) == []
+    assert [e.message_id for e in rm.responses_due(1_000 + cfg.t_min_ms, sizes)] == ["m1"]
+    # longer than a window's budget: dropped, not put back
+    big = RepairManager("a", RepairConfig(max_response_bytes=300))
+    big.on_repair_requests([HistoryEntry("m4", None, "a")], "r", lambda m: "a", 0, None, sizes)
+    assert big.responses_due(0, sizes) == [] and "m4" not in big.incoming
+
+
 def test_entries_past_the_answered_ones_still_cancel_own_requests(make, clock) -> None:
     # Only a message's first max_repair_requests_per_message entries are answered, but the
     # spec's MUST holds for every entry: one naming a message we are about to ask for

@@ -9,8 +9,9 @@ used here. Records arrive nearly in order, so inserting with ``bisect`` on a key
 append in the common case (amortised O(1) moves) and O(log n) to find the spot.
 
 Each record keeps what SDS-R needs to answer a repair ("Augmented local history log": the full
-message, here its original bytes, for the newest ``raw_cache`` messages) and its causal-history
-encoding (so a send concatenates cached bytes).
+message, here its original bytes, for the newest ``raw_cache`` messages, at most
+``raw_cache_bytes`` of them) and its causal-history encoding (so a send concatenates cached
+bytes).
 """
 
 from __future__ import annotations
@@ -40,14 +41,23 @@ class LogRecord:
 
 
 class LocalLog:
-    def __init__(self, tail: int = 200, raw_cache: int = 1000) -> None:
+    def __init__(
+        self, tail: int = 200, raw_cache: int = 1000, raw_cache_bytes: int = 64 * 1024 * 1024
+    ) -> None:
         self._keys: list[tuple[int, str]] = []
         self.records: dict[str, LogRecord] = {}
         # Original bytes are kept for the newest ``raw_cache`` inserted messages only: SDS-R is
         # for recent gaps (spec: "repairing relatively recent missed dependencies"), and a
-        # message is ~37 KB with @waku/sds's defaults (most of it the bloom filter).
+        # message is ~37 KB with @waku/sds's defaults (most of it the bloom filter). They are
+        # at most ``raw_cache_bytes`` together (the oldest go first), and a message longer
+        # than that is not kept at all. Why: a count alone let a member's messages, padded
+        # with an unknown protobuf field to ``Limits.max_message_bytes`` (4 MiB, valid, and
+        # delivered), hold ~4 GiB in every participant's 1,000 entries.
         self.raw_cache = raw_cache
-        self._raw_order: deque[str] = deque()
+        self.raw_cache_bytes = raw_cache_bytes
+        self._raw_order: deque[tuple[str, int]] = deque()  # (message id, bytes), oldest first
+        self.raw_bytes = 0
+        """Bytes of the messages whose ``raw`` is kept."""
         # The encoded causal history of the newest ``tail`` records, kept incrementally: an
         # append drops the oldest entry from the front (O(1) on a bytearray) and adds one.
         self.tail = tail
@@ -76,11 +86,19 @@ class LocalLog:
         keys = self._keys
         self.records[rec.message_id] = rec
         if rec.raw is not None:
-            self._raw_order.append(rec.message_id)
-            if len(self._raw_order) > self.raw_cache:
-                old = self.records.get(self._raw_order.popleft())
-                if old is not None:
-                    old.raw = None
+            size = len(rec.raw)
+            if size > self.raw_cache_bytes:
+                rec.raw = None  # would evict every other one and still not fit
+            else:
+                order = self._raw_order
+                order.append((rec.message_id, size))
+                self.raw_bytes += size
+                while len(order) > self.raw_cache or self.raw_bytes > self.raw_cache_bytes:
+                    old_id, old_size = order.popleft()
+                    self.raw_bytes -= old_size
+                    old = self.records.get(old_id)
+                    if old is not None:
+                        old.raw = None
         if not keys or keys[-1] < key:
             keys.append(key)
             if self._tail_valid and self.tail > 0:

@@ -60,12 +60,17 @@ off the wire and noted where they happen:
 12. Of a received ``repair_request`` only the first ``max_repair_requests_per_message`` (3,
     the spec's RECOMMENDed maximum per message, what @waku/sds sends) entries are answered
     (every entry still cancels this participant's own request for it: the spec's MUST), and
-    one requester has at most ``RepairConfig.max_responses_per_requester`` responses queued
-    per ``T_min``; @waku/sds reads every entry (up to ``Limits.max_repair_request`` here) and
-    answers them all. Why: each answered entry rebroadcasts a whole message (its bloom filter
-    alone is 18,752 bytes with the defaults) for ~70 bytes of request; 19 syncs of 100
-    entries (143 KB) had one participant rebroadcast 5.3 MB. The spec says how many entries
-    to send, not how many to read; nothing is lost for @waku/sds peers, which send 3.
+    one requester has at most ``RepairConfig.max_responses_per_requester`` responses, of
+    ``max_response_bytes_per_requester`` bytes, queued per ``T_min``, and at most
+    ``RepairConfig.max_response_bytes`` are rebroadcast per ``T_min`` whoever asked (the rest
+    wait for the next window); @waku/sds reads every entry (up to
+    ``Limits.max_repair_request`` here) and answers them all. Why: each answered entry
+    rebroadcasts a whole message (its bloom filter alone is 18,752 bytes with the defaults, and
+    an unknown field can pad it to ``Limits.max_message_bytes``) for ~70 bytes of request; 19
+    syncs of 100 entries (143 KB) had one participant rebroadcast 5.3 MB, and 13 KB of syncs
+    from made-up requesters 600 MiB of padded messages. The spec says how many entries to
+    send, not how many to read, nor how much to rebroadcast; nothing is lost for @waku/sds
+    peers, which send 3.
 13. ``send`` of content whose id is already in the local log (or the incoming buffer), from
     anyone, raises ``DuplicateContent`` and changes nothing; @waku/sds sends a new message
     under that id (only content still in its outgoing buffer is a retry: the same bytes
@@ -74,6 +79,10 @@ off the wire and noted where they happen:
     so every peer holding the earlier message drops the new one as a duplicate: a second
     "ok" in a chat was silently lost, and any member could block a predictable payload by
     sending it first. Nothing changes on the wire: that message was never delivered anyway.
+14. The incoming buffer's ``max_pending_bytes`` counts what each held message costs beyond
+    its bytes (``WAITING_COST`` per dependency it waits for, ``PENDING_MESSAGE_COST``), and
+    the SDS-R repair cache keeps at most ``repair_cache_bytes`` of messages (besides
+    ``repair_cache_messages``); neither the spec nor @waku/sds bounds either.
 """
 
 from __future__ import annotations
@@ -128,6 +137,14 @@ from loglake.sds.repair import MAX_REPAIR_REQUESTS_PER_MESSAGE, RepairConfig, Re
 
 DEFAULT_CAUSAL_HISTORY_SIZE = 200  # message_channel.ts (the spec recommends 2)
 DEFAULT_POSSIBLE_ACKS_THRESHOLD = 2  # message_channel.ts
+# What ``max_pending_bytes`` counts for a message in the incoming buffer besides its bytes,
+# measured with tracemalloc (a member's messages each naming the same 1,000 ids, 10 to 1,000
+# of them): 68-118 bytes for each dependency it waits for (a slot in its ``waiting`` set and
+# one in the id's set in ``_waiters``, tables that grow 4x at a time), ~1,400 for the message
+# (its ``_Pending``, record and sets). Why: counting its bytes only, 5,000 such messages of
+# 6 KB held 1 GB with 29 MiB counted.
+WAITING_COST = 120
+PENDING_MESSAGE_COST = 1500
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +163,7 @@ class ParticipantOptions:
     resend_possibly_acked_ms: int | None = None
     limits: Limits = DEFAULT_LIMITS
     repair_cache_messages: int = 1000  # newest messages kept whole to answer SDS-R requests
+    repair_cache_bytes: int = 64 * 1024 * 1024  # and at most their bytes (history.LocalLog)
     max_pending: int = 10_000  # messages in the incoming buffer (past it the oldest is given up)
     max_pending_bytes: int = 64 * 1024 * 1024  # and their bytes
     max_missing: int = 100_000  # dependencies sought (past it the oldest is reported lost)
@@ -172,7 +190,8 @@ class _Pending:
     waiting: set[str]
     received_at: int
     size: int
-    """Bytes it holds (its wire bytes and its content): ``max_pending_bytes``."""
+    """Bytes it holds, counted in ``max_pending_bytes``: its wire bytes, its content,
+    ``PENDING_MESSAGE_COST`` and ``WAITING_COST`` for each dependency it still waits for."""
 
 
 class Participant:
@@ -194,7 +213,9 @@ class Participant:
         self.bloom = BloomFilter(opts.bloom_capacity, opts.bloom_error_rate)
         self._max_bloom_bits = max_honest_bits(opts.bloom_capacity, opts.bloom_error_rate)
         self._bloom_ids: deque[tuple[str, tuple[int, ...]]] = deque()
-        self.log = LocalLog(opts.causal_history_size, opts.repair_cache_messages)
+        self.log = LocalLog(
+            opts.causal_history_size, opts.repair_cache_messages, opts.repair_cache_bytes
+        )
         # outgoing buffer, split by state; each dict is ordered by last send time
         self.unacked: dict[str, _Unacked] = {}
         self.possibly_acked: dict[str, _Unacked] = {}
@@ -425,24 +446,33 @@ class Participant:
                 )
                 answered = self.options.max_repair_requests_per_message  # difference 12
                 for rid, due in repair.on_repair_requests(
-                    requests, sender, self._sender_of, now, answered
+                    requests, sender, self._sender_of, now, answered, self._raw_size
                 ):
                     out.events.append(RepairResponseQueued(rid, due))
         self._review_acks(ids, bloom, out)
         if is_content:
             self._bloom_insert(mid, self.bloom.positions(mid))
             self.missing.pop(mid, None)
-        # dependencies: missing (to fetch/repair) or still in the incoming buffer (wait)
+        # dependencies: missing (to fetch/repair) or still in the incoming buffer (wait).
+        # ``waiting`` holds the one str object the participant already keeps for each id (the
+        # pending message's, or the one first sought), not this message's copy: a member's
+        # messages naming the same ids would otherwise each keep a copy of every id.
         waiting = set()
         newly_missing = []
+        pending, missing = self.pending, self.missing
         for entry in absent_entries:
             dep = entry.message_id
-            waiting.add(dep)
-            if dep in self.pending:
+            held = pending.get(dep)
+            if held is not None:
+                waiting.add(held.record.message_id)
                 continue
             newly_missing.append(entry)
-            if dep not in self.missing:
-                self.missing[dep] = (entry, now)
+            sought = missing.get(dep)
+            if sought is None:
+                missing[dep] = (entry, now)
+            else:
+                dep = sought[0].message_id
+            waiting.add(dep)
         if newly_missing:
             out.events.append(MessagesMissing(tuple(newly_missing)))
             if repair is not None:
@@ -453,11 +483,17 @@ class Participant:
             return out
         rec = LogRecord(pb.lamport_timestamp, mid, sender, retrieval_hint, bytes(data))
         if waiting:
-            held = _Pending(rec, content, waiting, now, len(data) + len(content))
-            self.pending[mid] = held
-            self._pending_bytes += held.size
+            size = len(data) + len(content) + PENDING_MESSAGE_COST + WAITING_COST * len(waiting)
+            held = _Pending(rec, content, waiting, now, size)
+            pending[mid] = held
+            self._pending_bytes += size
+            waiters = self._waiters
             for dep in waiting:
-                self._waiters.setdefault(dep, set()).add(mid)
+                who = waiters.get(dep)
+                if who is None:
+                    waiters[dep] = {mid}
+                else:
+                    who.add(mid)
         else:
             self._deliver(rec, content, out)
         self._bound_buffers(out)
@@ -557,6 +593,11 @@ class Participant:
         rec = self.log.records.get(message_id)
         return None if rec is None or rec.raw is None else rec.sender_id
 
+    def _raw_size(self, message_id: str) -> int | None:
+        """The bytes a repair of ``message_id`` rebroadcasts, None if it cannot be sent."""
+        rec = self.log.records.get(message_id)
+        return None if rec is None or rec.raw is None else len(rec.raw)
+
     def _lose(self, entries: list[HistoryEntry], out: Output) -> None:
         """Spec: missing dependencies "MAY [be marked] as irretrievably lost"; the messages
         that waited only for them are delivered."""
@@ -625,6 +666,8 @@ class Participant:
             if p is None:
                 continue
             p.waiting.discard(dep)
+            p.size -= WAITING_COST
+            self._pending_bytes -= WAITING_COST
             if not p.waiting:
                 del self.pending[pid]
                 self._pending_bytes -= p.size
@@ -654,7 +697,7 @@ class Participant:
             for pid in stuck:
                 self._give_up(pid, out)
         if self.repair is not None:
-            for entry in self.repair.responses_due(now):
+            for entry in self.repair.responses_due(now, self._raw_size):
                 logged = self.log.get(entry.message_id)
                 if logged is None or logged.raw is None:
                     continue

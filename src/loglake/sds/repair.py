@@ -21,8 +21,10 @@ open this follows @waku/sds 0.0.8 (``src/message_channel/repair/utils.ts`` and `
 Bounds on what others' requests make this participant send, which neither the spec nor
 @waku/sds sets (@waku/sds answers every entry of every request): a message's first 3 entries
 are answered (the spec's number for what a message carries; all still cancel our own), a
-message rebroadcast less than ``T_min`` ago is not sent again, and one requester has at most
-``max_responses_per_requester`` responses queued per ``T_min`` window.
+message rebroadcast less than ``T_min`` ago is not sent again, one requester has at most
+``max_responses_per_requester`` responses, of at most ``max_response_bytes_per_requester``
+bytes together, queued per ``T_min`` window, and at most ``max_response_bytes`` are
+rebroadcast per ``T_min`` window whoever asked (the rest wait for the next window).
 
 @waku/sds keeps its buffers as arrays it re-sorts on every insert; here each buffer is a dict
 plus two heaps (earliest due first, for the sweep; furthest first, for the eviction), so insert,
@@ -59,6 +61,21 @@ class RepairConfig:
     partitions, participants offline for a third of the run) had at most 17 queued per
     window."""
 
+    max_response_bytes_per_requester: int = 4 * 1024 * 1024
+    """Bytes of the responses queued for one requester's requests per ``t_min_ms`` window (not
+    in the spec nor @waku/sds). Why: the count above bounds answers, not bytes, and a message
+    may be padded with an unknown protobuf field up to ``Limits.max_message_bytes`` (4 MiB, the
+    default here: one such message a window): 30 answers were 120 MiB. An honest message is
+    ~37 KB with @waku/sds's defaults, so the count binds first (30 are ~1.1 MB)."""
+    max_response_bytes: int = 16 * 1024 * 1024
+    """Bytes rebroadcast as repairs per ``t_min_ms`` window, whoever asked; a due response
+    past it waits for the next window, one larger than it is never sent. Why: a requester id
+    is any ``sender_id`` a member puts in a sync, so budgets per requester add up without
+    bound: 13 KB of syncs from fresh ids had one participant rebroadcast 600 MiB of padded
+    messages. 16 MiB is ~450 honest messages (~37 KB) a window; honest peers in
+    ``loglake sds sim`` runs without a store node (30% loss, partitions, a third of them
+    offline for a third of the run; 30-100 participants) sent at most 26 repairs in one."""
+
     def __post_init__(self) -> None:
         if self.t_max_ms <= self.t_min_ms or self.t_min_ms < 0:
             raise ValueError("SDS-R needs 0 <= T_min < T_max")
@@ -66,6 +83,8 @@ class RepairConfig:
             raise ValueError("num_response_groups and buffer_size must be >= 1")
         if self.max_responses_per_requester < 1:
             raise ValueError("max_responses_per_requester must be >= 1")
+        if self.max_response_bytes_per_requester < 1 or self.max_response_bytes < 1:
+            raise ValueError("max_response_bytes_per_requester and max_response_bytes must be >= 1")
 
 
 def num_response_groups_for(num_participants: int) -> int:
@@ -224,16 +243,25 @@ class RepairManager:
         """message id -> when this participant last rebroadcast it (the newest
         ``buffer_size``): a request for it within ``t_min_ms`` of that is not answered."""
         self._requesters: OrderedDict[str, list[int]] = OrderedDict()
-        """requester -> [start of its window, responses queued in it], oldest window first,
-        at most ``buffer_size`` (``max_responses_per_requester``). An ``OrderedDict``: it is
+        """requester -> [start of its window, responses queued in it, their bytes], oldest
+        window first, at most ``buffer_size`` (``max_responses_per_requester``,
+        ``max_response_bytes_per_requester``). An ``OrderedDict``: it is
         swept from its oldest key, which a plain dict finds by skipping the slots its
         deletions left (under churn a new requester's request took 2.7 µs at the default 1,000
         windows, 10.4 at 10,000; 1.1 at either now)."""
+        self._sent_since: int | None = None
+        """Start of the current window of ``max_response_bytes``: the first sweep with a
+        response due ``t_min_ms`` or more after the last window's start."""
+        self._sent_bytes = 0
+        """Bytes rebroadcast in that window."""
 
     def mark_missing(self, entries: list[HistoryEntry], now: int) -> list[tuple[str, int]]:
         """Queue missing dependencies; return (message_id, T_req) for each newly queued."""
         queued = []
+        outgoing = self.outgoing.items
         for e in entries:
+            if e.message_id in outgoing:
+                continue  # queued already (add keeps the first T_req); no hash to compute
             due = t_req(self.participant_id, e.message_id, now, self.config)
             if self.outgoing.add(e, due):
                 queued.append((e.message_id, due))
@@ -256,11 +284,13 @@ class RepairManager:
         sender_of: Callable[[str], str | None],
         now: int,
         answered: int | None = None,
+        size_of: Callable[[str], int | None] | None = None,
     ) -> list[tuple[str, int]]:
         """Process a received ``repair_request`` from ``requester``; return (message_id, T_resp)
         newly queued. Every entry cancels our own request for it; only the first ``answered``
         (all if None) are answered. ``sender_of(id)``: who sent the message, where this
-        participant can rebroadcast it, else None.
+        participant can rebroadcast it, else None; ``size_of(id)``: its bytes (None: no byte
+        budget).
 
         The spec computes ``T_resp`` and the response group from the ``sender_id`` the request
         names, which a peer may make up: naming this participant (distance 0) made it answer
@@ -270,18 +300,23 @@ class RepairManager:
         ago is not sent again (a peer that still lacks it asks again no sooner: its own
         ``T_req`` backoff is at least ``t_min_ms``). Past ``max_responses_per_requester`` in
         the requester's window the entries still cancel our own requests for them (spec: MUST)
-        but are not answered."""
+        but are not answered; nor are those past ``max_response_bytes_per_requester`` (the spec
+        says which requests to answer and when, not how many: the bounds are ours)."""
         queued = []
+        cfg = self.config
         budget = self._requester_window(requester, now)
         for i, r in enumerate(requests):
             self.outgoing.remove(r.message_id)  # someone else asks: we need not
-            if budget[1] >= self.config.max_responses_per_requester or (
+            if budget[1] >= cfg.max_responses_per_requester or (
                 answered is not None and i >= answered
             ):
                 continue
             sender = sender_of(r.message_id)
             if sender is None:
                 continue
+            size = (size_of(r.message_id) or 0) if size_of is not None else 0
+            if budget[2] + size > cfg.max_response_bytes_per_requester:
+                continue  # a smaller one further on may still fit
             last = self._answered.get(r.message_id)
             if last is not None and now - last < self.config.t_min_ms:
                 continue
@@ -292,6 +327,7 @@ class RepairManager:
             due = t_resp(self.participant_id, sender, r.message_id, now, self.config)
             if self.incoming.add(HistoryEntry(r.message_id, r.retrieval_hint, sender), due):
                 budget[1] += 1
+                budget[2] += size
                 queued.append((r.message_id, due))
         return queued
 
@@ -309,11 +345,21 @@ class RepairManager:
             del windows[oldest]
         window = windows.get(requester)
         if window is None:
-            window = windows[requester] = [now, 0]
+            window = windows[requester] = [now, 0, 0]
         return window
 
-    def responses_due(self, now: int) -> list[HistoryEntry]:
+    def responses_due(
+        self, now: int, size_of: Callable[[str], int | None] | None = None
+    ) -> list[HistoryEntry]:
+        """Spec "SDS-R incoming repair request buffer sweep": the responses due (``T_resp <=
+        now``), earliest first. With ``size_of`` (a message's bytes, None when it can no longer
+        be sent), at most ``max_response_bytes`` a ``t_min_ms`` window: a due response past
+        it is put back, due when the next window starts (another participant's answer may
+        still cancel it meanwhile), and one larger than the whole budget is dropped, as is one
+        that can no longer be sent. The spec sends every due response; the bound is ours."""
         ready = self.incoming.take_ready(now)
+        if size_of is not None and ready:
+            ready = self._within_byte_budget(ready, now, size_of)
         answered = self._answered
         for e in ready:
             answered.pop(e.message_id, None)
@@ -321,3 +367,22 @@ class RepairManager:
         while len(answered) > self.config.buffer_size:
             del answered[next(iter(answered))]
         return ready
+
+    def _within_byte_budget(
+        self, ready: list[HistoryEntry], now: int, size_of: Callable[[str], int | None]
+    ) -> list[HistoryEntry]:
+        cfg = self.config
+        if self._sent_since is None or now - self._sent_since >= cfg.t_min_ms:
+            self._sent_since, self._sent_bytes = now, 0
+        limit = cfg.max_response_bytes
+        send = []
+        for e in ready:
+            size = size_of(e.message_id)
+            if size is None or size > limit:
+                continue
+            if self._sent_bytes + size <= limit:
+                self._sent_bytes += size
+                send.append(e)
+            else:
+                self.incoming.add(e, self._sent_since + cfg.t_min_ms)
+        return send
