@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
@@ -83,8 +83,47 @@ class NodeApp(FastAPI):
     middleware added the usual way (``add_middleware``) runs inside Starlette's error
     middleware, whose 500 answers would go out without the headers."""
 
+    _openapi_bytes: tuple[dict[str, Any], bytes] | None = None
+
     def build_middleware_stack(self) -> ASGIApp:
         return SecurityHeaders(super().build_middleware_stack())
+
+    def setup(self) -> None:
+        """FastAPI's routes, with ``/openapi.json`` answered from ``openapi_json``."""
+        url, self.openapi_url = self.openapi_url, None
+        try:
+            super().setup()
+        finally:
+            self.openapi_url = url
+        if url:
+            self.add_route(url, self._openapi_route, include_in_schema=False)
+
+    def openapi_json(self) -> bytes:
+        """The OpenAPI document as FastAPI's ``/openapi.json`` answers it (``JSONResponse``'s
+        bytes), serialized once for each document FastAPI builds (it builds one again when
+        the routes change). Why: it is open (no token), 44 KB, and ``json.dumps`` took ~2 ms
+        of the event loop the stream service shares at every request; found from outside,
+        pipelined requests for it from 512 connections kept the node's CPU at 40-100%."""
+        schema = self.openapi()
+        if self._openapi_bytes is None or self._openapi_bytes[0] is not schema:
+            self._openapi_bytes = (schema, JSONResponse(schema).body)
+        return self._openapi_bytes[1]
+
+    async def _openapi_route(self, request: Request) -> Response:
+        if request.scope.get("root_path", "").rstrip("/") and self.root_path_in_servers:
+            return await _fastapi_openapi(self, request)  # (a document naming its root path)
+        return Response(self.openapi_json(), media_type="application/json")
+
+
+async def _fastapi_openapi(app: FastAPI, request: Request) -> Response:
+    """FastAPI's own ``/openapi.json`` answer (a server mounted under a root path)."""
+    root_path = request.scope.get("root_path", "").rstrip("/")
+    schema = app.openapi()
+    server_urls = {s.get("url") for s in schema.get("servers", [])}
+    if root_path not in server_urls:
+        schema = dict(schema)
+        schema["servers"] = [{"url": root_path}, *schema.get("servers", [])]
+    return JSONResponse(schema)
 
 
 def create_app(
@@ -150,11 +189,14 @@ def _add_front_pages(app: FastAPI, *, console: bool) -> None:
     async def root() -> RedirectResponse:
         return RedirectResponse("/console/" if console else "/docs")
 
+    page: list[Any] = [None, b""]  # the document it was rendered from, the page
+
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return HTMLResponse(
-            api_docs_html(app.openapi()), headers={"Content-Security-Policy": DOCS_CSP}
-        )
+        spec = app.openapi()
+        if page[0] is not spec:  # rendered once for each document (as ``openapi_json``)
+            page[:] = [spec, api_docs_html(spec)]
+        return HTMLResponse(page[1], headers={"Content-Security-Policy": DOCS_CSP})
 
 
 DOCS_STYLE = (

@@ -8,7 +8,7 @@ checked at start and an error names the key and where the bad value came from::
     [http] port: expected an integer 0-65535, got 'eighty' (from LOGLAKE_HTTP_PORT)
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
-metrics, metrics_public; ``[streams]`` enabled, host, port, durability, segment_bytes,
+metrics, metrics_public, send_timeout; ``[streams]`` enabled, host, port, durability, segment_bytes,
 retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, lease_ttl,
 seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
@@ -300,6 +300,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("http", "port", _int(0, 65535), 8080, "HTTP API port (0: any free port)."),
     Option("http", "metrics", _bool, True, "Serve /metrics (and count pushes and pulls)."),
     Option("http", "metrics_public", _bool, False, "/metrics without the bearer token."),
+    Option(
+        "http",
+        "send_timeout",
+        _float(0.1, 86400.0),
+        30.0,
+        "Seconds a client may take none of its answers before its connection is dropped.",
+    ),
     Option("streams", "enabled", _bool, True, "Run the Ockam stream service (TCP)."),
     Option("streams", "host", _str, "127.0.0.1", "Stream service address."),
     Option("streams", "port", _int(0, 65535), 4000, "Stream service port (0: any)."),

@@ -281,7 +281,7 @@ class Node:
                 log_level="warning",
                 lifespan="off",
                 access_log=False,
-                http=NodeH11Protocol,
+                http=NodeH11Protocol.configured(send_timeout=cfg.http.send_timeout),
                 # no WebSocket route: an upgrade would hand the connection to a protocol that
                 # never gives back its place in the process's connection budget
                 ws="none",
