@@ -4,6 +4,7 @@ process whose stream service a real client uses — a consumer stuck at 2^64-1 i
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,8 @@ def test_consumer_lists_are_paged_with_a_total(api_node: ApiNode) -> None:
     assert [row["client_id"] for row in r.json()] == ids[0:50:10]
     nxt = c.get("/api/consumers", params={"order": "lag", "after": r.headers["X-Next-After"]})
     assert nxt.json()[0]["client_id"] == ids[50]
-    for bad in ("nope", "WzFd", "!!"):
+    deep = base64.urlsafe_b64encode(b"[" * 12_000).decode()
+    for bad in ("nope", "WzFd", "!!", deep):
         r = c.get("/api/consumers", params={"after": bad})
         assert r.status_code == 400, (bad, r.text)
     for bad_limit in (0, 5001):

@@ -501,7 +501,7 @@ def _cursor(key: tuple[Any, ...]) -> str:
 def _uncursor(after: str) -> tuple[Any, ...]:
     try:
         key = json.loads(base64.urlsafe_b64decode(after.encode("ascii")))
-    except (ValueError, UnicodeError, binascii.Error):
+    except (ValueError, UnicodeError, binascii.Error, RecursionError):  # "[[[[…": deep JSON
         key = None
     if not isinstance(key, list):
         raise HTTPException(400, "after: not a cursor this list gave (its X-Next-After header)")
