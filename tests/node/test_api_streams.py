@@ -170,3 +170,22 @@ def test_root_redirects_to_the_console_when_the_node_serves_one(tmp_path) -> Non
         with TestClient(app) as c:
             r = c.get("/", follow_redirects=False)
             assert r.status_code == 307 and r.headers["location"] == "/console/"
+
+
+def test_the_stream_list_is_paged_with_a_total(api_node: ApiNode) -> None:
+    """Anyone on the stream service may create streams, and the console polls the list every
+    second: it answers a page (500 by default), stats read for that page only, with the total
+    and the next page's start in headers. Before: every stream in each answer."""
+    names = sorted(f"s{i:04d}" for i in range(505))
+    for name in names:
+        api_node.log.create_stream(name)
+    c = api_node.client
+    r = c.get("/api/streams")
+    assert r.status_code == 200 and len(r.json()) == 500, len(r.json())
+    assert r.headers["X-Total-Count"] == "505" and r.headers["X-Next-After"] == names[499]
+    rest = c.get("/api/streams", params={"after": r.headers["X-Next-After"]})
+    assert [s["name"] for s in r.json() + rest.json()] == names
+    assert "X-Next-After" not in rest.headers and rest.headers["X-Total-Count"] == "505"
+    r = c.get("/api/streams", params={"limit": 2, "after": "s0100"})
+    assert [s["name"] for s in r.json()] == ["s0101", "s0102"]
+    assert c.get("/api/streams", params={"limit": 0}).status_code == 422

@@ -159,6 +159,70 @@ def test_bytes_json_shows_text_only_when_printable() -> None:
     assert "text" not in bytes_json(b"\xff")
 
 
+# -- bounds: one record, one request ---------------------------------------------------------
+# the numbers of docs/console.md (decode.RECORD_VALUES, REQUEST_VALUES, MAX_TEXT)
+RECORD_VALUES, REQUEST_VALUES, MAX_TEXT = 10_000, 100_000, 4096
+
+
+def _values(v: object) -> int:
+    """JSON values in ``v`` (containers included)."""
+    if isinstance(v, list):
+        return 1 + sum(_values(x) for x in v)
+    if isinstance(v, dict):
+        return 1 + sum(_values(x) for x in v.values())
+    return 1
+
+
+def test_a_large_icrc_value_is_cut_where_the_budget_ends() -> None:
+    """An array of 20,000 values (40 KB): shown up to the record's budget, then a marker of how
+    many are left out (before: all 20,000, about 40,000 JSON values)."""
+    (out,) = decode_many("icrc", [stored_event({"Array": [icrc16.nat(0)] * 20_000}, None, 0)])
+    assert out["ok"], out
+    items = out["fields"]["data"]["Array"]
+    assert items[0] == {"Nat": 0} and set(items[-1]) == {"truncated"}
+    assert len(items) - 1 + items[-1]["truncated"] == 20_000
+    assert _values(out) <= RECORD_VALUES + 100
+
+
+def test_an_icrc_value_of_too_many_elements_is_refused_before_it_is_built() -> None:
+    """200,000 values (400 KB, what anyone may push over the stream service): before, the decode
+    built every one (~70 MB for this size; 815 MiB for the reviewer's 4.4 MB record) and the
+    reply held them all; now it stops at ``MAX_ELEMENTS``, the reply says why."""
+    import tracemalloc
+
+    rec = stored_event({"Array": [{"Array": [icrc16.nat(0)] * 1000}] * 200}, None, 0)
+    tracemalloc.start()
+    try:
+        (out,) = decode_many("icrc", [rec])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not out["ok"] and "too large to show decoded" in out["error"], str(out)[:200]
+    assert "view it as hex" in out["error"]
+    assert peak < 30 * 2**20, peak
+
+
+def test_a_request_shows_at_most_its_budget_and_skips_the_rest() -> None:
+    rec = stored_event({"Array": [icrc16.nat(0)] * 20_000}, None, 0)
+    out = decode_many("icrc", [rec] * 40)
+    shown = [r for r in out if r["ok"]]
+    skipped = [r for r in out if r.get("skipped")]
+    assert len(shown) + len(skipped) == 40 and skipped, [r.get("error") for r in out][:3]
+    assert "budget" in skipped[0]["error"]
+    assert _values(out) <= REQUEST_VALUES + 40 * 100
+
+
+def test_long_text_is_cut() -> None:
+    long = b"a" * 100_000
+    got = bytes_json(long)
+    assert got["len"] == 100_000 and got["text"] == "a" * MAX_TEXT and got["text_truncated"]
+    assert len(got["hex"]) == 2 * MAX_HEX_BYTES and got["truncated"]
+    (out,) = decode_many("icrc", [stored_event(icrc16.text("b" * 100_000), None, 0)])
+    assert out["fields"]["data"]["Text"] == "b" * MAX_TEXT + "…"
+    # what an honest record shows is unchanged
+    assert bytes_json(b"abc") == {"len": 3, "hex": "616263", "text": "abc"}
+
+
 # -- the route and the static files, through the node's app ---------------------------------
 
 
@@ -205,6 +269,20 @@ def test_decode_route_rejects_bad_requests_with_4xx_json(client: TestClient) -> 
     assert r.status_code == 400 and "records[0]" in r.json()["message"]
     r = post({"format": "sds", "records": ["AA=="] * 1001})
     assert r.status_code == 422
+
+
+def test_decode_route_reply_is_bounded(client: TestClient) -> None:
+    """50 records of 20,000 values each (2 MB of base64): before, a 12 MB reply of 2,000,000
+    values; now at most the request's budget, the records past it skipped."""
+    rec = b64(stored_event({"Array": [icrc16.nat(0)] * 20_000}, None, 0))
+    r = client.post(
+        "/api/console/decode", json={"format": "icrc", "records": [rec] * 50}, headers=AUTH
+    )
+    assert r.status_code == 200
+    assert len(r.content) < 2 * 2**20, len(r.content)
+    rows = r.json()["records"]
+    assert len(rows) == 50 and rows[0]["ok"] and not rows[0]["skipped"]
+    assert rows[-1]["skipped"] and not rows[-1]["ok"]
 
 
 def test_console_files_are_served_from_the_package(client: TestClient) -> None:

@@ -165,3 +165,45 @@ def test_values_read_straight_into_loglakes_form():
     got = icrc16.decode(data)
     assert got == v and type(got["Map"][0]) is tuple
     assert got == icrc16.from_candid(icp_decode(data, [icrc16.ICRC16])[0]["value"])
+
+
+# -- decode_bounded: a value is refused before more than its budget of elements is built -------
+
+
+def test_decode_bounded_reads_what_decode_reads_within_its_budget() -> None:
+    v = icrc16.validate(
+        {
+            "Map": [
+                ("a", {"Array": [icrc16.nat(i) for i in range(50)]}),
+                ("b", {"Class": [Property("p", icrc16.text("x"), True)]}),
+                ("c", {"ValueMap": [(icrc16.nat(1), {"Set": [icrc16.text("s")]})]}),
+                ("d", {"Blob": b"\x00" * 10_000}),  # bytes: one value, however long
+            ]
+        }
+    )
+    data = icrc16.encode(v)
+    # 4 map items + 50 + 1 + 1 + 1 elements
+    assert icrc16.decode_bounded(data, 57) == icrc16.decode(data) == v
+    with pytest.raises(icrc16.ICRC16TooLarge, match="more than 56 elements"):
+        icrc16.decode_bounded(data, 56)
+    m = [("k", {"Array": [icrc16.nat(1)] * 3})]
+    assert icrc16.decode_bounded(icrc16.encode_map(m), 4, as_map=True) == m
+    with pytest.raises(icrc16.ICRC16TooLarge):
+        icrc16.decode_bounded(icrc16.encode_map(m), 3, as_map=True)
+    assert icrc16.decode(data) == v  # the ordinary decode has no budget, after a refusal too
+
+
+def test_decode_bounded_refuses_a_nested_value_before_building_it() -> None:
+    """200,000 tiny values nested in arrays of 1,000 (400 KB): the plain decode builds them all
+    (tens of MB); the bounded one stops at its budget."""
+    import tracemalloc
+
+    data = icrc16.encode({"Array": [{"Array": [icrc16.nat(0)] * 1000}] * 200})
+    tracemalloc.start()
+    try:
+        with pytest.raises(icrc16.ICRC16TooLarge):
+            icrc16.decode_bounded(data, 5_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, peak

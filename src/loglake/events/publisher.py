@@ -110,8 +110,9 @@ def stored_event(data: Value, headers: ICRC16Map | None, timestamp: int) -> byte
     return bytes([STORED_WITH_HEADERS]) + _TS.pack(timestamp) + _HLEN.pack(len(hdrs)) + hdrs + value
 
 
-def _split(data: bytes) -> tuple[int, ICRC16Map | None, bytes]:
-    """``(timestamp, headers, icrc16.encode(value) bytes)`` of a stored event."""
+def stored_parts(data: bytes) -> tuple[int, bytes | None, bytes]:
+    """``(timestamp, icrc16.encode_map(headers) bytes or None, icrc16.encode(value) bytes)``
+    of a stored event, nothing decoded (a caller that bounds the decode: the console)."""
     try:
         kind = data[0]
         (ts,) = _TS.unpack_from(data, 1)
@@ -119,10 +120,16 @@ def _split(data: bytes) -> tuple[int, ICRC16Map | None, bytes]:
             return ts, None, data[9:]
         if kind == STORED_WITH_HEADERS:
             (hlen,) = _HLEN.unpack_from(data, 9)
-            return ts, icrc16.decode_map(data[13 : 13 + hlen]), data[13 + hlen :]
+            return ts, data[13 : 13 + hlen], data[13 + hlen :]
     except (IndexError, struct.error) as e:
         raise StoredEventError(f"truncated stored event ({len(data)} bytes)") from e
     raise StoredEventError(f"unknown stored event kind {kind}")
+
+
+def _split(data: bytes) -> tuple[int, ICRC16Map | None, bytes]:
+    """``(timestamp, headers, icrc16.encode(value) bytes)`` of a stored event."""
+    ts, headers, value = stored_parts(data)
+    return ts, None if headers is None else icrc16.decode_map(headers), value
 
 
 def event_of(

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import http.client
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -203,7 +204,17 @@ class ClusterView:
             except Exception as e:  # no quorum, no server, log closed: say so, do not raise
                 infos, lease_msgs = [], {}
                 errors.append(_why(e))
-            meta = meta_future.result()
+            try:
+                meta = meta_future.result()
+            except Exception as e:  # read_meta's own failure: the monitors' part, not the page's
+                why = f"not read: {_why(e)}"
+                meta = MetaStatus(
+                    cluster=None,
+                    leader=None,
+                    size=None,
+                    peers=[],
+                    monitors={url: why for url in self.cfg.nats_monitor},
+                )
         me = self._holder_name()
         leases = []
         for name, here in sorted(held.items()):
@@ -574,7 +585,50 @@ def _jsz(url: str) -> dict | str:
         return f"not a NATS monitoring endpoint (answer is not JSON: {e})"
     if not isinstance(body, dict) or not isinstance(body.get("meta_cluster", {}), dict):
         return "not a NATS monitoring endpoint (no meta_cluster in /jsz)"
+    bad = meta_shape_error(body.get("meta_cluster") or {})
+    if bad is not None:
+        return f"not a NATS monitoring endpoint ({bad})"
     return body
+
+
+_INT64 = 2**63
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64
+
+
+def meta_shape_error(mc: dict) -> str | None:
+    """Why ``/jsz``'s ``meta_cluster`` is not of the shape a NATS server gives (None: it is):
+    names are strings, ``replicas`` a list of objects, numbers finite and within int64.
+    Found from outside: valid JSON of another shape (``leader: ["n1"]``, ``lag: 1e400``,
+    ``replicas: 5``, a replica ``name: {}``) from one monitoring URL failed ``read_meta``, so
+    ``GET /api/cluster`` and the whole ``/metrics`` scrape were 500s."""
+    for key in ("leader", "name"):
+        if mc.get(key) is not None and not isinstance(mc[key], str):
+            return f"meta_cluster.{key} is not a string"
+    if mc.get("cluster_size") is not None and not _is_int(mc["cluster_size"]):
+        return "meta_cluster.cluster_size is not an integer"
+    replicas = mc.get("replicas")
+    if replicas is None:
+        return None
+    if not isinstance(replicas, list) or not all(isinstance(r, dict) for r in replicas):
+        return "meta_cluster.replicas is not a list of objects"
+    for r in replicas:
+        if r.get("name") is not None and not isinstance(r["name"], str):
+            return "a meta_cluster replica's name is not a string"
+        for key in ("current", "offline"):
+            if r.get(key) is not None and not isinstance(r[key], bool):
+                return f"a meta_cluster replica's {key} is not a boolean"
+        lag = r.get("lag")
+        if lag is not None and not (_is_int(lag) and lag >= 0):
+            return "a meta_cluster replica's lag is not an integer ≥ 0"
+        active = r.get("active")
+        if active is not None and not (
+            _is_int(active) or (isinstance(active, float) and math.isfinite(active))
+        ):
+            return "a meta_cluster replica's active is not a finite number"
+    return None
 
 
 def _why(e: BaseException) -> str:

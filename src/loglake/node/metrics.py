@@ -468,7 +468,7 @@ class NodeCollector(Collector):
             "Records between a consumer's saved index and its partition's end.",
             labels=["consumer", "stream", "partition"],
         )
-        for row in consumer_rows(node):
+        for row in consumer_rows(node)[0]:
             if row.lag is not None:  # None: its stream is unreadable (loglake_stream_unreadable)
                 lag.add_metric([row.client_id, row.stream, str(row.partition)], row.lag)
         yield lag

@@ -91,9 +91,10 @@ several in one message (the replay batches' kernels).
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -193,9 +194,32 @@ class _ThisThread(threading.local):
     :meth:`Plan.run` drops it (one store) and a re-skip checks it is its message's."""
 
     skips: _Skips | None = None
+    elements: int = 1 << 62
+    """Elements the ``counted`` vecs of the decode running on this thread may still build
+    (:func:`element_budget`)."""
 
 
 _THIS_THREAD = _ThisThread()
+
+
+class CandidTooLarge(CandidError):
+    """A decode under :func:`element_budget` met more ``vec`` elements than it allows."""
+
+
+@contextlib.contextmanager
+def element_budget(n: int) -> Iterator[None]:
+    """Decodes on this thread inside the block build at most ``n`` elements of ``counted``
+    vecs together (:class:`Node`); the one past it raises :class:`CandidTooLarge` before
+    its vec is built. Why: a vec's length is bounded only by the message's bytes (a byte an
+    element), and a few MB of tiny elements decoded into Python objects cost hundreds of MB;
+    a caller that shows a value (the console) charges a budget instead. Only graphs whose
+    shape marks vecs ``counted`` pay the check (their plans are their own)."""
+    before = _THIS_THREAD.elements
+    _THIS_THREAD.elements = n
+    try:
+        yield
+    finally:
+        _THIS_THREAD.elements = before
 
 
 def _jump(got: tuple[int, int], d: int, s: _Skips) -> int:
@@ -254,6 +278,7 @@ class Node:
         "alias",
         "as_tuple",
         "blob",
+        "counted",
         "fields",
         "flat",
         "form",
@@ -272,6 +297,7 @@ class Node:
         self.fields: list[tuple[int, str, Node]] = []  # record, variant: (hash, name, type)
         self.as_tuple = False  # a record with fields 0..n-1: its value is a list
         self.blob = False  # vec nat8: its value is bytes
+        self.counted = False  # a vec whose elements are charged to ``element_budget``
         self.raw = False  # icrc16.ICRC16_RAW_AWARE: kept as bytes when the wire type is exact
         self.alias: Node | None = None  # a raw node: the type it is (one type table entry)
         self.optional = False
@@ -1036,7 +1062,8 @@ class _Compiler:
             if e.blob and payload == NAT8:
                 return _r_blob
             elem = self.reader(payload, e.inner)
-            return _vec(elem or _mismatch("vec elements of another type"), *_nesting(e))
+            make = _counted_vec if e.counted else _vec
+            return make(elem or _mismatch("vec elements of another type"), *_nesting(e))
         if eop == RECORD:
             return self._record(payload, e)
         if eop == VARIANT:
@@ -1440,6 +1467,30 @@ def _vec(elem: Reader, limit: int = MAX_NESTING, step: int = 1) -> Reader:
             n, i = _leb(b, i)
         if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
             raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
+        out = []
+        d += step
+        for _ in range(n):
+            v, i = elem(b, i, d)
+            out.append(v)
+        return out, i
+
+    return vec
+
+
+def _counted_vec(elem: Reader, limit: int = MAX_NESTING, step: int = 1) -> Reader:
+    """:func:`_vec` whose elements are charged to this thread's :func:`element_budget`
+    before any is built."""
+
+    def vec(b: bytes, i: int, d: int) -> tuple[Any, int]:
+        if d > limit:
+            raise _too_deep(limit)
+        n, i = _leb(b, i)
+        if n > len(b) - i:  # every element takes a byte (zero-sized: refused)
+            raise CandidError(f"vec of {n} elements in {len(b) - i} bytes: truncated")
+        left = _THIS_THREAD.elements - n
+        if left < 0:
+            raise CandidTooLarge(f"vec of {n} elements at byte {i}: past the element budget")
+        _THIS_THREAD.elements = left
         out = []
         d += step
         for _ in range(n):

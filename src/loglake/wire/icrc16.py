@@ -48,6 +48,10 @@ class ICRC16DecodeError(DecodeError):
     """Bytes are not a Candid-encoded value of the expected type (the peer's fault)."""
 
 
+class ICRC16TooLarge(ICRC16DecodeError):
+    """A value with more elements than :func:`decode_bounded` was given (it was not built)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Property:
     """``ICRC16Property = record { name : text; value : ICRC16; immutable : bool }`` (ICRC-16)."""
@@ -130,6 +134,27 @@ VALUE = candid.shaped(ICRC16, loglake_form)
 through the one Candid codec (same type table as :data:`ICRC16`)."""
 MAP = candid.shaped(ICRC16Map, loglake_form)
 """ICRC16Map in loglake's form (a list of ``(str, value)``)."""
+
+
+def _counted_form(find: Any) -> None:
+    loglake_form(find)
+    find(ICRC16).counted = False  # the variant itself; its vecs below are marked by the walk
+    seen: set[int] = set()
+    stack = [find(ICRC16)]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op == candid.VEC and not n.blob:
+            n.counted = True
+        stack += [k for k in (n.inner, n.alias, *(t for _, _, t in n.fields)) if k is not None]
+
+
+VALUE_COUNTED = candid.shaped(ICRC16, _counted_form)
+""":data:`VALUE` whose vecs (arrays, sets, maps, classes) are charged to
+``candid.element_budget`` (:func:`decode_bounded`); same form and type table."""
+MAP_COUNTED = candid.shaped(ICRC16Map, _counted_form)
 _INT_RANGES = {
     "Int8": (-(2**7), 2**7 - 1),
     "Int16": (-(2**15), 2**15 - 1),
@@ -297,6 +322,19 @@ def decode(data: bytes) -> Value:
     return candid_decode(data, [VALUE])[0]
 
 
+def decode_bounded(data: bytes, max_elements: int, *, as_map: bool = False) -> Any:
+    """:func:`decode` (or :func:`decode_map`) building at most ``max_elements`` elements of
+    arrays, sets, maps and classes, all levels together; :class:`ICRC16TooLarge` before the
+    vec that would pass it is built. For a caller that shows values (the node's console): a
+    few MB of ``{"Array": [{"Nat": 0}, …]}`` is millions of values, hundreds of MB decoded."""
+    with candid.element_budget(max_elements):
+        try:
+            return candid_decode(data, [MAP_COUNTED if as_map else VALUE_COUNTED])[0]
+        except ICRC16TooLarge:
+            why = f"an ICRC-16 value of more than {max_elements:,} elements"
+            raise ICRC16TooLarge(why) from None
+
+
 def encode_map(m: list[tuple[str, Value]]) -> bytes:
     return candid.encode([MAP], [m])
 
@@ -313,6 +351,8 @@ def candid_decode(data: bytes | bytearray | memoryview, types: list[Any]) -> lis
         raise ICRC16DecodeError("Candid input must be bytes")
     try:
         return candid.decode(data, types)
+    except candid.CandidTooLarge as e:
+        raise ICRC16TooLarge(str(e)) from None
     except CandidError as e:
         raise ICRC16DecodeError(f"malformed Candid: {e}") from None
 

@@ -14,11 +14,14 @@ of a ``stream_info`` aborted both), hiding every healthy stream.
 from __future__ import annotations
 
 import base64
+import binascii
+import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from loglake.log import (
@@ -47,6 +50,27 @@ MAX_RANGE_RECORDS = 1000
 MAX_RANGE_BYTES = 4 * 1024 * 1024
 """A range read stops once this much record data is collected (at least one record)."""
 MAX_PARTITIONS = 256
+PAGE_ROWS = 500
+"""Rows a list (streams, consumers) answers when ``limit`` is not given."""
+MAX_PAGE_ROWS = 5000
+"""The largest ``limit`` of a list."""
+TOTAL_HEADER = "X-Total-Count"
+NEXT_HEADER = "X-Next-After"
+
+Limit = Annotated[
+    int, Query(ge=1, le=MAX_PAGE_ROWS, description=f"Rows at most (default {PAGE_ROWS})")
+]
+PAGE_HEADERS = {
+    TOTAL_HEADER: {
+        "description": "Rows in the whole list (every page)",
+        "schema": {"type": "integer"},
+    },
+    NEXT_HEADER: {
+        "description": "Pass as `after` for the next page; absent on the last page",
+        "schema": {"type": "string"},
+    },
+}
+"""The paged lists' headers, in the OpenAPI document."""
 
 StreamName = Annotated[str, Path(description="Stream name", max_length=200)]
 PartitionNo = Annotated[int, Path(ge=0, le=2**31 - 1, description="Partition number")]
@@ -285,12 +309,45 @@ def stream_infos(log: Log) -> list[StreamInfo | Unreadable]:
     return out
 
 
-@router.get("/streams", response_model=list[StreamSummary], summary="All streams")
-def list_streams(node: Node) -> list[dict]:
-    return [
-        _summary(node, x) if isinstance(x, StreamInfo) else _unreadable(node, x)
-        for x in stream_infos(node.log)
-    ]
+def _page_headers(response: Response, total: int, more: bool, last: str | None) -> None:
+    response.headers[TOTAL_HEADER] = str(total)
+    if more and last is not None:
+        response.headers[NEXT_HEADER] = last
+
+
+@router.get(
+    "/streams",
+    response_model=list[StreamSummary],
+    summary="Streams, by name, a page at a time (total and next page in headers)",
+    responses={200: {"headers": PAGE_HEADERS}},
+)
+def list_streams(
+    node: Node,
+    response: Response,
+    limit: Limit = PAGE_ROWS,
+    after: Annotated[
+        str | None, Query(max_length=200, description="Only streams named after this one")
+    ] = None,
+) -> list[dict]:
+    """Stats are read for the page's streams only. Found from outside: anyone on the stream
+    service may create streams, and the console polls this every second."""
+    names = sorted(node.log.streams())
+    total = len(names)
+    if after is not None:
+        names = [n for n in names if n > after]
+    out: list[dict] = []
+    rest = 0
+    for i, name in enumerate(names):
+        if len(out) == limit:
+            rest = len(names) - i
+            break
+        try:
+            x = info_or_damage(node.log, name)
+        except UnknownStream:  # gone since streams()
+            continue
+        out.append(_summary(node, x) if isinstance(x, StreamInfo) else _unreadable(node, x))
+    _page_headers(response, total, rest > 0, out[-1]["name"] if out else None)
+    return out
 
 
 def _unreadable(node: NodeContext, x: Unreadable) -> dict:
@@ -387,11 +444,16 @@ def read_range(
     )
 
 
-def consumer_rows(node: NodeContext, stream: str | None = None) -> list[ConsumerOut]:
-    """Every saved consumer index (of ``stream``), with its lag behind the partition's end."""
+Candidate = tuple[str, str, int, int, int | None]
+"""(client, stream, partition, index, partition end or None) of one saved consumer index."""
+
+
+def _consumer_candidates(node: NodeContext, stream: str | None) -> list[Candidate]:
+    """Every saved consumer index (of ``stream``) on a partition that exists, with its
+    partition's end (None: the stream is unreadable); owners are not read here."""
     infos: dict[str, StreamInfo | Unreadable] = {}
-    out = []
-    for (client, name, partition), index in sorted(node.log.consumer_indexes().items()):
+    out: list[Candidate] = []
+    for (client, name, partition), index in node.log.consumer_indexes().items():
         if stream is not None and name != stream:
             continue
         if name not in infos:
@@ -402,33 +464,112 @@ def consumer_rows(node: NodeContext, stream: str | None = None) -> list[Consumer
         if partition >= (info.partitions if isinstance(info, Unreadable) else len(info.partitions)):
             continue
         end = None if isinstance(info, Unreadable) else info.partitions[partition].next_index
-        out.append(
-            ConsumerOut(
-                client_id=client,
-                stream=name,
-                partition=partition,
-                index=index,
-                next_index=end,
-                lag=None if end is None else max(0, end - index),
-                owner=node.log.index_owner(client, name, partition=partition),
-            )
-        )
+        out.append((client, name, partition, index, end))
     return out
 
 
-@router.get("/consumers", response_model=list[ConsumerOut], summary="All consumers and lag")
-def list_consumers(node: Node) -> list[ConsumerOut]:
-    return consumer_rows(node)
+def _lag(c: Candidate) -> int | None:
+    return None if c[4] is None else max(0, c[4] - c[3])
+
+
+def _row(node: NodeContext, c: Candidate) -> ConsumerOut:
+    client, name, partition, index, end = c
+    return ConsumerOut(
+        client_id=client,
+        stream=name,
+        partition=partition,
+        index=index,
+        next_index=end,
+        lag=_lag(c),
+        owner=node.log.index_owner(client, name, partition=partition),
+    )
+
+
+ConsumerOrder = Literal["client", "lag"]
+AFTER_CURSOR = "The X-Next-After header of the page before (with the same order)"
+_ORDER_KEYS: dict[str, Callable[[Candidate], tuple[Any, ...]]] = {
+    "client": lambda c: (c[0], c[1], c[2]),
+    # most behind first; an unreadable stream's (lag unknown) after every known lag
+    "lag": lambda c: (-(lag if (lag := _lag(c)) is not None else -1), c[0], c[1], c[2]),
+}
+
+
+def _cursor(key: tuple[Any, ...]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
+
+
+def _uncursor(after: str) -> tuple[Any, ...]:
+    try:
+        key = json.loads(base64.urlsafe_b64decode(after.encode("ascii")))
+    except (ValueError, UnicodeError, binascii.Error, RecursionError):  # "[[[[…": deep JSON
+        key = None
+    if not isinstance(key, list):
+        raise HTTPException(400, "after: not a cursor this list gave (its X-Next-After header)")
+    return tuple(key)
+
+
+def consumer_rows(
+    node: NodeContext,
+    stream: str | None = None,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+    order: ConsumerOrder = "client",
+) -> tuple[list[ConsumerOut], int, str | None]:
+    """Saved consumer indexes (of ``stream``) with their lag behind the partition's end, in
+    ``order`` (client, stream, partition; or most lag first): ``(the rows after the cursor
+    ``after``, at most ``limit``; how many there are in all; the next page's cursor or None)``.
+    Owners are read for the page's rows only."""
+    key = _ORDER_KEYS[order]
+    cands = sorted(_consumer_candidates(node, stream), key=key)
+    total = len(cands)
+    if after is not None:
+        start = _uncursor(after)
+        try:
+            cands = [c for c in cands if list(key(c)) > list(start)]
+        except TypeError:  # a cursor of another order (or a forged one): its parts compare
+            raise HTTPException(400, "after: not a cursor of this order") from None
+    page: Sequence[Candidate] = cands if limit is None else cands[:limit]
+    nxt = _cursor(key(page[-1])) if page and len(page) < len(cands) else None
+    return [_row(node, c) for c in page], total, nxt
+
+
+@router.get(
+    "/consumers",
+    response_model=list[ConsumerOut],
+    summary="Consumers and lag, a page at a time (total and next page in headers)",
+    responses={200: {"headers": PAGE_HEADERS}},
+)
+def list_consumers(
+    node: Node,
+    response: Response,
+    limit: Limit = PAGE_ROWS,
+    after: Annotated[str | None, Query(max_length=16384, description=AFTER_CURSOR)] = None,
+    order: Annotated[ConsumerOrder, Query(description="client id, or most lag first")] = "client",
+) -> list[ConsumerOut]:
+    rows, total, nxt = consumer_rows(node, limit=limit, after=after, order=order)
+    _page_headers(response, total, nxt is not None, nxt)
+    return rows
 
 
 @router.get(
     "/streams/{stream}/consumers",
     response_model=list[ConsumerOut],
-    summary="A stream's consumers and their lag",
+    summary="A stream's consumers and their lag, a page at a time",
+    responses={200: {"headers": PAGE_HEADERS}},
 )
-def stream_consumers(stream: StreamName, node: Node) -> list[ConsumerOut]:
+def stream_consumers(
+    stream: StreamName,
+    node: Node,
+    response: Response,
+    limit: Limit = PAGE_ROWS,
+    after: Annotated[str | None, Query(max_length=16384, description=AFTER_CURSOR)] = None,
+    order: Annotated[ConsumerOrder, Query(description="client id, or most lag first")] = "client",
+) -> list[ConsumerOut]:
     node.log.stream_info(stream)  # 404 for an unknown stream
-    return consumer_rows(node, stream)
+    rows, total, nxt = consumer_rows(node, stream, limit=limit, after=after, order=order)
+    _page_headers(response, total, nxt is not None, nxt)
+    return rows
 
 
 # An operator's way out for a consumer stuck too high (indexes otherwise only go up: a bug or a

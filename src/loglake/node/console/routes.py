@@ -45,11 +45,16 @@ class DecodedRecord(BaseModel):
     """The decoded fields; bytes as ``{"len", "hex", "text"?}``."""
     error: str | None = None
     """Why the record is not of ``format`` (the codec's reason), when ``ok`` is false."""
+    skipped: bool = False
+    """Not decoded: the request's budget of values was spent on the records before it."""
 
 
 class DecodeResponse(BaseModel):
     format: Format
     records: list[DecodedRecord]
+    """One a record asked for, in order. Each shows at most ``RECORD_VALUES`` values (lists
+    and dicts cut there end with ``{"truncated": N}``, under the key ``"…"`` in a dict),
+    and the request ``REQUEST_VALUES`` (``node.console.decode``)."""
 
 
 class BadBase64(DecodeError):

@@ -66,7 +66,12 @@ export function clearToken() {
 }
 
 /** Call `/api` + `path`; JSON in and out; errors as ApiError with the node's message. */
-export async function api(path, { method = "GET", body } = {}) {
+export async function api(path, options) {
+  return (await apiPage(path, options)).data;
+}
+
+/** `api`, with the total of a paged list (its `X-Total-Count` header; null on other routes). */
+export async function apiPage(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   const token = getToken();
   if (token) headers.Authorization = "Bearer " + token;
@@ -96,7 +101,8 @@ export async function api(path, { method = "GET", body } = {}) {
     const message = (data && data.message) || res.statusText;
     throw new ApiError(res.status, kind, message);
   }
-  return data;
+  const total = res.headers.get("X-Total-Count");
+  return { data, total: total === null ? null : Number(total) };
 }
 
 /** Base64 (the API's form of bytes) → Uint8Array. */

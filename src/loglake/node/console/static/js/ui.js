@@ -4,7 +4,7 @@ import { h } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import htm from "htm";
 
-import { ApiError, api } from "./api.js";
+import { ApiError, api, apiPage } from "./api.js";
 
 export const html = htm.bind(h);
 
@@ -15,17 +15,18 @@ export function href(path, params = {}) {
 }
 
 /** Poll `path` every `ms` while the component is mounted (the page updates without reload).
- *  Returns {data, error, at}; a 401 is raised to the app (it shows the login form). */
+ *  Returns {data, error, at, total}: `total`, a paged list's row count in all (null when the
+ *  route does not page); a 401 is raised to the app (it shows the login form). */
 export function usePoll(path, ms = 1000, deps = []) {
-  const [state, setState] = useState({ data: null, error: null, at: 0 });
+  const [state, setState] = useState({ data: null, error: null, at: 0, total: null });
   useEffect(() => {
     if (path === null) return undefined;
     let alive = true;
     let timer = null;
     const tick = async () => {
       try {
-        const data = await api(path);
-        if (alive) setState({ data, error: null, at: Date.now() });
+        const { data, total } = await apiPage(path);
+        if (alive) setState({ data, error: null, at: Date.now(), total });
       } catch (e) {
         if (e instanceof ApiError && e.status === 401) unauthorized(e.message);
         if (alive) setState((s) => ({ ...s, error: e }));

@@ -130,6 +130,7 @@ function content(view, record, decoded) {
   if (view === "hex") return html`<pre class="hex">${hexdump(bytes)}</pre>`;
   if (view === "text") return html`<pre class="text">${asText(bytes)}</pre>`;
   if (!decoded) return html`<span class="muted">…</span>`;
+  if (decoded.skipped) return html`<span class="muted" data-testid="decode-skipped">${decoded.error}</span>`;
   if (!decoded.ok) return html`<span class="bad" data-testid="decode-error">not a ${viewName(view)}: ${decoded.error}</span>`;
   return html`<div class="decoded" data-testid="decoded">
     <div class="dtype">${decoded.type}</div>
@@ -160,11 +161,23 @@ function isBytes(v) {
   return v && typeof v === "object" && !Array.isArray(v) && "hex" in v && "len" in v;
 }
 
+/** What the node puts in place of the items of a list (or dict) past its budget. */
+function isCut(v) {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return false;
+  const keys = Object.keys(v);
+  return keys.length === 1 && keys[0] === "truncated" && typeof v.truncated === "number";
+}
+
 /** Decoded fields as nested key/value rows; bytes show their text, else hex. */
 export function Fields({ value }) {
   if (value === null || value === undefined) return html`<span class="muted">null</span>`;
+  if (isCut(value))
+    return html`<span class="muted" data-testid="truncated">… ${fmtInt(value.truncated)} more not shown</span>`;
   if (isBytes(value)) {
-    if (value.text !== undefined) return html`<span class="str" title=${value.hex}>"${value.text}"</span>`;
+    if (value.text !== undefined)
+      return html`<span class="str" title=${value.hex}>"${value.text}${value.text_truncated ? "…" : ""}"</span>${value.text_truncated
+        ? html`<span class="muted"> (${fmtInt(value.len)} B)</span>`
+        : null}`;
     const size = html`<span class="muted"> (${fmtInt(value.len)} B)</span>`;
     if (value.hex.length <= SHORT_HEX) return html`<code class="hexval">${value.hex}</code>${size}`;
     return html`<details class="hexval"><summary><code>${value.hex.slice(0, SHORT_HEX)}…</code>${size}</summary>
@@ -178,7 +191,11 @@ export function Fields({ value }) {
     const keys = Object.keys(value);
     if (!keys.length) return html`<span class="muted">{}</span>`;
     return html`<dl class="fields">
-      ${keys.map((k) => html`<dt>${k}</dt><dd data-field=${k}><${Fields} value=${value[k]} /></dd>`)}
+      ${keys.map((k) =>
+        k === "…" && isCut(value[k])
+          ? html`<dt></dt><dd><${Fields} value=${value[k]} /></dd>`
+          : html`<dt>${k}</dt><dd data-field=${k}><${Fields} value=${value[k]} /></dd>`,
+      )}
     </dl>`;
   }
   return html`<span class=${typeof value}>${String(value)}</span>`;

@@ -15,6 +15,7 @@ import {
 } from "../ui.js";
 
 const HISTORY = 60;
+const CONSUMER_ROWS = 200; // the consumers shown: the most behind first (the node pages lists)
 
 /** Streams the parts keep for their own bookkeeping (ICRC system namespaces and journals,
  *  Cardinal checkpoints): hidden from the list unless asked for. */
@@ -47,8 +48,8 @@ function useRates(streams, at) {
 }
 
 export function StreamsPage() {
-  const { data, error, at } = usePoll("/streams", 1000);
-  const consumers = usePoll("/consumers", 2000);
+  const { data, error, at, total } = usePoll("/streams", 1000);
+  const consumers = usePoll(`/consumers?order=lag&limit=${CONSUMER_ROWS}`, 2000);
   const { rates, hist } = useRates(data, at);
   const [showSystem, setShowSystem] = useState(false);
   const hidden = data ? data.filter((s) => isSystemStream(s.name)).length : 0;
@@ -57,6 +58,10 @@ export function StreamsPage() {
     <h1>Streams</h1>
     <${ErrorBox} error=${error} what="streams" />
     ${data && data.length === 0 ? html`<p class="muted">No streams yet.</p>` : null}
+    ${data && total !== null && total > data.length
+      ? html`<p class="notice" data-testid="streams-shown">Showing the first ${fmtInt(data.length)} of
+          ${fmtInt(total)} streams (by name).</p>`
+      : null}
     ${hidden
       ? html`<p><label class="toggle"><input type="checkbox" data-testid="show-system" checked=${showSystem}
           onChange=${(e) => setShowSystem(e.target.checked)} /> show ${hidden} system streams
@@ -90,15 +95,19 @@ export function StreamsPage() {
       : null}
     <h2>Consumers</h2>
     <${ErrorBox} error=${consumers.error} what="consumers" />
-    <${ConsumerTable} rows=${consumers.data} showStream=${true} />
+    <${ConsumerTable} rows=${consumers.data} total=${consumers.total} showStream=${true} />
   </section>`;
 }
 
-function ConsumerTable({ rows, showStream }) {
+function ConsumerTable({ rows, total, showStream }) {
   const [message, setMessage] = useState(null);
   if (!rows) return null;
   if (rows.length === 0) return html`<p class="muted">No saved consumer indexes.</p>`;
-  return html`${message
+  return html`${total !== null && total !== undefined && total > rows.length
+      ? html`<p class="notice" data-testid="consumers-shown">Showing the ${fmtInt(rows.length)} most behind
+          of ${fmtInt(total)} consumers.</p>`
+      : null}
+    ${message
       ? html`<div class=${message.bad ? "error" : "notice"} data-testid="consumer-message">${message.text}</div>`
       : null}
     <table data-testid="consumers-table">
@@ -164,7 +173,7 @@ function ConsumerActions({ c, say }) {
 export function StreamPage({ name }) {
   const enc = encodeURIComponent(name);
   const { data, error } = usePoll("/streams/" + enc, 1000, [name]);
-  const consumers = usePoll("/streams/" + enc + "/consumers", 2000, [name]);
+  const consumers = usePoll(`/streams/${enc}/consumers?order=lag&limit=${CONSUMER_ROWS}`, 2000, [name]);
   return html`<section>
     <p><a href="#/streams">← all streams</a></p>
     <h1>Stream <code data-testid="stream-name">${name}</code></h1>
@@ -207,7 +216,7 @@ export function StreamPage({ name }) {
       : null}
     <h2>Consumers and lag</h2>
     <${ErrorBox} error=${consumers.error} what="consumers" />
-    <${ConsumerTable} rows=${consumers.data} showStream=${false} />
+    <${ConsumerTable} rows=${consumers.data} total=${consumers.total} showStream=${false} />
   </section>`;
 }
 
