@@ -88,6 +88,31 @@ def test_the_member_refuses_an_archive_past_the_configured_max_archive_bytes(api
         handle.close()
 
 
+def test_the_member_fetches_the_newest_archives_within_the_configured_max_fetch_bytes(api_node):
+    # [archives] max_fetch_bytes reaches the member loop's fetch: of two weeks of one 100 KiB
+    # piece each, a bound of one piece takes the newest week, and the fetch shows the older
+    section = {"enabled": True, "wait": 0.0, "check_every": 3600.0, "max_fetch_bytes": 102400}
+    cfg = load_config(data={"archives": section}, env={})
+    fill_weeks(api_node.log, "community", get_layout("spec"), range(2), 10)
+    handle = ArchivesHandle.start(api_node.node, cfg.archives)
+    api_node.node.archives = handle
+    try:
+
+        def fetched() -> dict | None:
+            member = api_node.client.get("/api/archives").json()["member"]
+            return member if member and member["fetches"] else None
+
+        member = wait_until(fetched, what="the member's fetch")
+        archives = api_node.client.get("/api/archives").json()["archives"]
+        old, new = (a["archive_id"] for a in archives)
+        [fetch] = member["fetches"]
+        assert (fetch["missing"], fetch["left"]) == ([new], [old])
+        assert [a["archive_id"] for a in member["archives"]] == [new]
+        assert member["messages"] == 10
+    finally:
+        handle.close()
+
+
 def test_the_member_fetch_is_bounded_by_the_configured_fetch_deadline(api_node):
     # [archives] fetch_deadline reaches the member loop: a signed link nobody seeds failed
     # after 2 x 20 s of waiting for its metadata, the member loop stuck in it

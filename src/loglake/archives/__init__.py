@@ -39,7 +39,9 @@ if TYPE_CHECKING:
         ArchiveTooLarge,
         BadRecord,
         CorruptArchive,
+        FetchTooLarge,
         TorrentTimeout,
+        UndecodableArchive,
     )
     from loglake.archives.layout import Layout, frame_parts, get_layout, padding_field
     from loglake.archives.member import MemberCore
@@ -60,6 +62,7 @@ _FACE = {
     "ControlNode": "loglake.archives.control",
     "CorruptArchive": "loglake.archives.errors",
     "FetchReport": "loglake.archives.member_node",
+    "FetchTooLarge": "loglake.archives.errors",
     "IndexEntry": "loglake.archives.messages",
     "Layout": "loglake.archives.layout",
     "MemberCore": "loglake.archives.member",
@@ -68,6 +71,7 @@ _FACE = {
     "PieceHashes": "loglake.archives.torrent",
     "Pruned": "loglake.archives.control",
     "TorrentTimeout": "loglake.archives.errors",
+    "UndecodableArchive": "loglake.archives.errors",
     "WINDOW_NS": "loglake.archives.builder",
     "check_topics": "loglake.archives.builder",
     "check_trackers": "loglake.archives.torrent",
@@ -101,6 +105,7 @@ __all__ = [
     "ControlNode",
     "CorruptArchive",
     "FetchReport",
+    "FetchTooLarge",
     "IndexEntry",
     "Layout",
     "MemberCore",
@@ -109,6 +114,7 @@ __all__ = [
     "PieceHashes",
     "Pruned",
     "TorrentTimeout",
+    "UndecodableArchive",
     "check_topics",
     "check_trackers",
     "community_id",

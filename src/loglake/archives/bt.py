@@ -3,7 +3,10 @@
 Loopback-only settings, from FIELD-NOTES "BitTorrent" / "More on archives and BitTorrent": DHT,
 LSD, UPnP and NAT-PMP off; uTP off (slow on loopback); several connections per IP allowed (every
 peer is 127.0.0.1); ``min_reconnect_time`` low, because libtorrent drops the seed once the wanted
-pieces are done and would wait 60 s to dial it again when more pieces are wanted.
+pieces are done and would wait 60 s to dial it again when more pieces are wanted. The fetcher
+also keeps "redundant" connections (``close_redundant_connections`` off): a member hydrates an
+archive before it wants the next one's pieces, and libtorrent 2.1 then closed the connection to
+the seed and did not dial it again.
 
 Selective fetch uses piece priorities only, never file priorities (file priorities are applied
 asynchronously, override piece priorities, and park pieces of priority-0 files in a ``.parts``
@@ -175,6 +178,12 @@ class Fetcher:
         self.deadline = deadline
         self._end = None if deadline is None else time.monotonic() + deadline
         self.session = session(port)
+        # keep the seeder's connection while every piece asked for so far is had: a fetch
+        # hydrates an archive before it asks for the next one's pieces, and libtorrent (2.1)
+        # closed the "redundant" connection to the seed once the torrent was finished, then
+        # never dialed it again when pieces were wanted anew (0 peers until the stall timeout;
+        # ``connect_peer``, a pause and resume did not bring it back)
+        self.session.apply_settings({"close_redundant_connections": False})
         self.handle: lt.torrent_handle | None = None
         self.info: lt.torrent_info | None = None
         self.downloaded = 0
@@ -186,6 +195,12 @@ class Fetcher:
         """When a wait of ``timeout`` seconds starting now ends: at the deadline if sooner."""
         end = time.monotonic() + timeout
         return end if self._end is None else min(end, self._end)
+
+    def extend_deadline(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later: time spent on local work between two waits
+        (hydrating an archive before the next is downloaded) is not waiting on peers."""
+        if self._end is not None:
+            self._end += seconds
 
     def _overdue(self) -> bool:
         return self._end is not None and time.monotonic() >= self._end

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from loglake.archives.errors import ArchiveConfigError
 from loglake.archives.layout import INT64_MAX, MAX_FETCHED_ARCHIVE_BYTES, NS, get_layout
-from loglake.archives.member import FETCH_DEADLINE_S
+from loglake.archives.member import FETCH_DEADLINE_S, MAX_FETCH_BYTES
 from loglake.clitools import (
     CONTEXT_SETTINGS,
     HOST_PORT,
@@ -147,6 +147,15 @@ _max_archive_opt = click.option(
     help="Refuse a fetch whose index names a missing archive bigger than this, before "
     "downloading it (an archive is read whole into memory and hydrated a chunk at a time: at "
     "the peak its bytes plus up to 32 MiB, plus about 5x its largest message over 4 MiB).",
+)
+
+_max_fetch_opt = click.option(
+    "--max-fetch-bytes",
+    type=click.IntRange(1, INT64_MAX),
+    default=MAX_FETCH_BYTES,
+    show_default=True,
+    help="Download at most this many bytes of archives in one fetch: the newest windows that "
+    "fit, the older ones left for a later fetch (an error if the newest window does not fit).",
 )
 
 _deadline_opt = click.option(
@@ -350,6 +359,7 @@ def seed(
 )
 @click.option("--until", type=TIME, help="End of that range (default: open).")
 @_max_archive_opt
+@_max_fetch_opt
 @_deadline_opt
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout.")
 def fetch(
@@ -362,6 +372,7 @@ def fetch(
     since: int | None,
     until: int | None,
     max_archive_bytes: int,
+    max_fetch_bytes: int,
     fetch_deadline: float,
     as_json: bool,
 ) -> None:
@@ -409,6 +420,7 @@ def fetch(
                 until_ns=until,
                 max_archive_bytes=max_archive_bytes,
                 deadline=fetch_deadline,
+                max_fetch_bytes=max_fetch_bytes,
             )
         finally:
             store.close()
@@ -420,6 +432,8 @@ def fetch(
         "bytes_downloaded": report.bytes_downloaded,
         "pieces": report.pieces,
     }
+    if report.left:  # the key only when some were left: a report otherwise as before
+        out["left"] = [e.archive_id for e in report.left]
     if as_json:
         click.echo(json.dumps(out))
     else:
@@ -427,6 +441,17 @@ def fetch(
             f"{report.archives} archive(s) in the index, {len(report.missing)} fetched, "
             f"{report.hydrated_messages} messages hydrated, {report.bytes_downloaded} B downloaded"
         )
+    if report.left:
+        console.print(_left_line(report.left, max_fetch_bytes))
+
+
+def _left_line(left: list[Any], max_fetch_bytes: int) -> str:
+    """The line a fetch that left older archives prints (``FetchReport.left``)."""
+    return (
+        f"[yellow]left[/yellow] {len(left)} older archive(s) ({sum(e.size for e in left)} B, "
+        f"up to {_ts(left[-1].metadata.to_ns)}): over --max-fetch-bytes {max_fetch_bytes} with "
+        "the newer ones; the next fetch takes the newest of them"
+    )
 
 
 def _open_streams(
@@ -563,6 +588,7 @@ def run(
     "--timeout", type=POSITIVE_SECONDS, default=20.0, show_default=True, help="Metadata wait, s."
 )
 @_max_archive_opt
+@_max_fetch_opt
 @_deadline_opt
 @click.option("--duration", type=SECONDS, help="Stop after this many seconds (default: never).")
 @click.option("--once", is_flag=True, help="Stop after the first fetch.")
@@ -578,13 +604,14 @@ def follow(
     poll: float,
     timeout: float,
     max_archive_bytes: int,
+    max_fetch_bytes: int,
     fetch_deadline: float,
     duration: float | None,
     once: bool,
 ) -> None:
     """Member loop: follow the special channel, ignore unsigned or foreign messages, wait the
     quiet period after the last magnet link, fetch missing archives, hydrate the store."""
-    from loglake.archives.errors import ArchiveError
+    from loglake.archives.errors import ArchiveError, UndecodableArchive
     from loglake.archives.member import Accepted
     from loglake.archives.member_node import MemberNode
     from loglake.archives.store import MessageStore
@@ -612,22 +639,28 @@ def follow(
                     timeout=timeout,
                     max_archive_bytes=max_archive_bytes,
                     deadline=fetch_deadline,
+                    max_fetch_bytes=max_fetch_bytes,
                 )
-            except ArchiveError as e:  # no peer in time, a corrupt archive: try again later
+            except UndecodableArchive as e:  # the same bytes would fail again: a new link only
+                console.print(
+                    f"[yellow]fetch failed[/yellow]: {e}; waiting for the control node's next link"
+                )
+                report = None
+            except ArchiveError as e:  # no peer in time, a corrupt index: try again later
                 console.print(f"[yellow]fetch failed[/yellow]: {e}; trying again in {wait:g} s")
                 report = None
             if report is not None:
-                click.echo(
-                    json.dumps(
-                        {
-                            "community": report.community,
-                            "archives": report.archives,
-                            "missing": [e.archive_id for e in report.missing],
-                            "hydrated_messages": report.hydrated_messages,
-                            "bytes_downloaded": report.bytes_downloaded,
-                        }
-                    )
-                )
+                line = {
+                    "community": report.community,
+                    "archives": report.archives,
+                    "missing": [e.archive_id for e in report.missing],
+                    "hydrated_messages": report.hydrated_messages,
+                    "bytes_downloaded": report.bytes_downloaded,
+                }
+                if report.left:
+                    line["left"] = [e.archive_id for e in report.left]
+                    console.print(_left_line(report.left, max_fetch_bytes))
+                click.echo(json.dumps(line))
                 if once:
                     return
             time.sleep(poll)

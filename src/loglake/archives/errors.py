@@ -19,8 +19,26 @@ class ArchiveTooLarge(CorruptIndex):
     index over ``MAX_INDEX_BYTES`` is: the seeder's torrent, not the member's configuration."""
 
 
+class FetchTooLarge(ArchiveTooLarge):
+    """Even the newest window's missing archives together are more than the member takes in one
+    fetch (``fetch_archives``' ``max_fetch_bytes``, ``--max-fetch-bytes``): refused on the
+    index, before any archive is downloaded. A fetch whose missing archives are more than that
+    takes the newest windows that fit and leaves the older ones (``FetchReport.left``)."""
+
+
 class CorruptArchive(ArchiveError, DecodeError):
     """An archive region of ``data`` does not decode as the layout's ``WakuMessageArchive``."""
+
+
+class UndecodableArchive(CorruptArchive):
+    """An archive whose bytes match the torrent's piece hashes does not decode (or holds a bad
+    record, or a message outside its time range): the same bytes would fail again, so the fetch
+    removed its pieces, and ``MemberNode`` does not fetch this magnet link again (only a new
+    one). Raised from the decoding error; ``archive_id`` names the archive."""
+
+    def __init__(self, message: str, archive_id: str) -> None:
+        super().__init__(message)
+        self.archive_id = archive_id
 
 
 class MisalignedArchive(ArchiveError, DecodeError):

@@ -23,6 +23,7 @@ from loglake.archives.errors import (
     ArchiveTooLarge,
     BadMagnetMessage,
     CorruptArchive,
+    FetchTooLarge,
 )
 from loglake.archives.layout import NS, DecodedMessage, IndexEntry, Layout
 from loglake.archives.signing import MagnetLinkMessage, decode_magnet_message
@@ -41,6 +42,15 @@ had 120 s, and 30 s without a piece, so a seeder that trickles a piece every 29 
 N x 120 s for N archives (its loop stuck in that fetch). Ten minutes move gigabytes on a LAN;
 a fetch cut short keeps the pieces it got, and the next one (the member's retry) starts from
 them."""
+
+MAX_FETCH_BYTES = 1 << 30
+"""How many bytes of archives one fetch downloads at most, by default (``fetch_archives``'
+``max_fetch_bytes``, ``--max-fetch-bytes``): 1 GiB, eight archives at the per-archive bound
+(``MAX_FETCHED_ARCHIVE_BYTES``). Neither the spec nor status-go bounds the total (status-go's
+member downloads every missing archive). Found from outside: each archive was bounded, not their
+sum, so a signed index of 8 archives of 128 MiB had the member write 1 GiB in 15 s (the 32 MiB
+index bound admits ~47,000 archives). Over the bound, a fetch takes the newest windows that fit
+and leaves the older ones (``select_within``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,10 @@ class MemberCore:
     fetched: set[str] = field(default_factory=set)
     last_fetched: str | None = None
     """status-go's ``lastSeenMagnetlink``: the link whose download finished last."""
+    refused: str | None = None
+    """The link whose fetch found an archive that does not decode, its pieces matching the
+    torrent's hashes (``UndecodableArchive``): the same bytes fail again, so it is not fetched
+    again, nor taken when sent again; a new link is."""
 
     def on_message(self, raw: bytes, now_ns: int) -> Accepted | Ignored:
         try:
@@ -78,6 +92,8 @@ class MemberCore:
             return Ignored(f"clock {msg.clock} is older than {self.last_clock}")
         if msg.magnet_uri == self.last_fetched:
             return Ignored("magnet link already fetched")
+        if msg.magnet_uri == self.refused:
+            return Ignored("magnet link whose archive does not decode")
         if msg.clock == self.last_clock and msg.magnet_uri == self.magnet:
             # a repeat of the pending link (status-go restarts its download for it; here the
             # fetch it asks for is pending already, and the quiet period is not restarted)
@@ -87,7 +103,9 @@ class MemberCore:
 
     def due(self, now_ns: int) -> str | None:
         """The magnet to fetch now, if the quiet period after the last one has passed."""
-        if self.magnet is None or self.magnet == self.last_fetched or self.last_at_ns is None:
+        if self.magnet is None or self.last_at_ns is None:
+            return None
+        if self.magnet in (self.last_fetched, self.refused):
             return None
         return self.magnet if now_ns - self.last_at_ns >= self.wait_ns else None
 
@@ -100,12 +118,18 @@ class MemberCore:
         if self.magnet is not None:
             self.last_at_ns = now_ns
 
-    STATE_FIELDS = ("last_clock", "magnet", "last_at_ns", "last_fetched")
+    def refuse(self, magnet: str) -> None:
+        """The fetch of ``magnet`` found an archive that does not decode (its bytes those the
+        torrent names): not tried again after the quiet period, as a timeout is, since the same
+        bytes would fail again; only a new link is fetched."""
+        self.refused = magnet
+
+    STATE_FIELDS = ("last_clock", "magnet", "last_at_ns", "last_fetched", "refused")
 
     def state(self) -> dict[str, Any]:
         """What a member must keep across a restart: the pending link and when it came, the
         newest clock (an older signed link replayed later stays refused), the link fetched
-        last."""
+        last, the link refused."""
         return {k: getattr(self, k) for k in self.STATE_FIELDS}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -146,6 +170,44 @@ def refuse_oversized(missing: list[IndexEntry], max_bytes: int) -> None:
                 f"archive {e.archive_id[:18]}… is {e.size} bytes (padding {e.padding}): more than "
                 f"the {max_bytes} bytes this member takes (--max-archive-bytes)"
             )
+
+
+def select_within(
+    missing: list[IndexEntry], max_bytes: int
+) -> tuple[list[IndexEntry], list[IndexEntry]]:
+    """The ``missing`` archives (oldest first) one fetch takes within ``max_bytes`` in all, and
+    those it leaves: the newest windows whose archives fit together, whole windows only (the
+    several archives status-go makes of one window over 30 MB come together, or the window's
+    live messages would be replaced by part of its archives), and no window older than one
+    left (the history hydrated has no gap). A later fetch finds the older ones missing and
+    takes the newest of them: a member behind by more than the bound catches up a bound per
+    fetch, newest first (what the spec's options 2 and 3 want: "Download only the latest
+    archive", "archives of a specific time range").
+
+    Why not refuse the fetch: an honest community whose history is over the bound would give a
+    new member nothing, on every link, until its operator raised the bound; a hostile index
+    gets ``max_bytes`` downloaded either way. ``FetchTooLarge`` when not even the newest
+    window fits."""
+    take: list[IndexEntry] = []
+    total = 0
+    i = len(missing)
+    while i > 0:
+        window = (missing[i - 1].metadata.from_ns, missing[i - 1].metadata.to_ns)
+        j = i
+        while j > 0 and (missing[j - 1].metadata.from_ns, missing[j - 1].metadata.to_ns) == window:
+            j -= 1
+        size = sum(e.size for e in missing[j:i])
+        if total + size > max_bytes:
+            if not take:
+                raise FetchTooLarge(
+                    f"the newest window's {i - j} missing archive(s) are {size} bytes: more "
+                    f"than the {max_bytes} bytes this member fetches at once (--max-fetch-bytes)"
+                )
+            break
+        take[:0] = missing[j:i]
+        total += size
+        i = j
+    return take, missing[:i]
 
 
 def unpack(layout: Layout, entry: IndexEntry, region: bytes) -> list[DecodedMessage]:

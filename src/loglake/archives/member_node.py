@@ -3,20 +3,25 @@
 ``fetch_archives`` follows status-go manager_archive.go ``DownloadHistoryArchivesByMagnetlink``:
 resolve the magnet (20 s, one retry), download ``index`` first, then each missing archive's
 pieces, oldest first. It checks more than status-go: every archive region read back must match
-the torrent's piece SHA-1s. Every missing archive is downloaded first; then all are hydrated in
-one transaction, each read, verified and decoded only when its turn comes (one archive in memory
-at a time), so bad input leaves the store unchanged. ``MemberNode`` feeds the special channel
-to ``member.MemberCore`` and fetches when the core says so.
+the torrent's piece SHA-1s, and it takes at most ``max_fetch_bytes`` of archives (the newest).
+The missing archives are hydrated in one transaction, each downloaded, read, verified and
+decoded only when its turn comes (one archive on the way and in memory at a time), so bad input
+leaves the store unchanged and stops the fetch before the archives after it are downloaded.
+``MemberNode`` feeds the special channel to ``member.MemberCore`` and fetches when the core
+says so.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,8 +30,11 @@ from loglake.archives.errors import (
     ArchiveError,
     BadMagnetLink,
     BadMagnetMessage,
+    BadRecord,
     CorruptArchive,
     CorruptIndex,
+    MisalignedArchive,
+    UndecodableArchive,
 )
 from loglake.archives.layout import (
     MAX_FETCHED_ARCHIVE_BYTES,
@@ -37,17 +45,20 @@ from loglake.archives.layout import (
 )
 from loglake.archives.member import (
     FETCH_DEADLINE_S,
+    MAX_FETCH_BYTES,
     MEMBER_WAIT_NS,
     Accepted,
     Ignored,
     MemberCore,
     missing_archives,
     refuse_oversized,
+    select_within,
     unpack_chunks,
 )
 from loglake.archives.store import MessageStore
 from loglake.streams.api import Streams, warn_gap
 from loglake.streams.fence import is_claim
+from loglake.structured_logging import log_event
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +71,9 @@ class FetchReport:
     hydrated_messages: int
     bytes_downloaded: int
     pieces: int
+    left: list[IndexEntry] = field(default_factory=list)
+    """Missing archives left for a later fetch, older than every one fetched: over
+    ``max_fetch_bytes`` with them (``member.select_within``)."""
 
 
 def fetch_archives(
@@ -76,14 +90,25 @@ def fetch_archives(
     until_ns: int | None = None,
     max_archive_bytes: int = MAX_FETCHED_ARCHIVE_BYTES,
     deadline: float | None = FETCH_DEADLINE_S,
+    max_fetch_bytes: int = MAX_FETCH_BYTES,
 ) -> FetchReport:
     """Resolve ``magnet``, fetch ``index`` then the missing archives' pieces (optionally only
     those overlapping ``[since_ns, until_ns)``), hydrate. A missing archive over
     ``max_archive_bytes`` fails the fetch (``ArchiveTooLarge``) before any is downloaded.
-    ``deadline``: seconds the fetch may wait on the network in all (``TorrentTimeout`` once
-    they pass; ``timeout`` still bounds the metadata, each archive its own 120 s); None: no
-    overall bound. Hydrating what arrived is local work, after it."""
+    Missing archives over ``max_fetch_bytes`` together: the newest windows that fit are
+    fetched, the older ones left (``FetchReport.left``; ``FetchTooLarge`` if the newest window
+    does not fit). ``deadline``: seconds the fetch may wait on the network in all
+    (``TorrentTimeout`` once they pass; ``timeout`` still bounds the metadata, each archive its
+    own 120 s); None: no overall bound. Hydrating what arrived is local work, not counted in
+    it.
+
+    An archive whose pieces match the torrent's hashes but do not decode stops the fetch
+    (nothing hydrated, the archives after it not downloaded) with ``UndecodableArchive``, and
+    its pieces are removed from ``data``: the same bytes would fail again."""
     fetcher = Fetcher(root, deadline=deadline)
+    decoding = _Decoding()
+    folder: Path | None = None
+    undecodable: IndexEntry | None = None
     try:
         info = fetcher.metadata(magnet, timeout=timeout)
         name = info.name()
@@ -134,15 +159,39 @@ def fetch_archives(
         entries = layout.decode_index(index, data_size)
         missing = missing_archives(entries, store.archive_ids(), since_ns, until_ns)
         refuse_oversized(missing, max_archive_bytes)
+        missing, left = select_within(missing, max_fetch_bytes)
+        if left:
+            log_event(
+                log,
+                logging.WARNING,
+                "older archives left over the fetch's bound",
+                fetched=len(missing),
+                fetched_bytes=sum(e.size for e in missing),
+                left=len(left),
+                left_bytes=sum(e.size for e in left),
+                max_fetch_bytes=max_fetch_bytes,
+            )
         if on_index:
             on_index(entries, missing)
         wanted = sorted({p for e in missing for p in e.pieces})
-        for e in missing:  # oldest first, as status-go
-            fetcher.download(e.pieces, progress=progress)
-        # read, verified and decoded one archive at a time inside the hydrate's transaction (a
-        # bad one rolls back those before it): decoded all first, a fetch held every archive
-        # it fetched in memory at once (8 archives of 2 MB: a 19 MB peak, growing with each)
-        hydrated = store.hydrate_many(_archives(folder / "data", missing, layout, fetcher))
+        # downloaded, read, verified and decoded one archive at a time (oldest first, as
+        # status-go) inside the hydrate's transaction (a bad one rolls back those before it).
+        # Decoded all first, a fetch held every archive in memory at once (8 archives of 2 MB:
+        # a 19 MB peak); downloaded all first, a corrupt first archive was found only once
+        # every other one was on disk (8 x 128 MiB of zeros: 1 GiB in 15 s, for nothing)
+        try:
+            hydrated = store.hydrate_many(
+                _archives(folder / "data", missing, layout, fetcher, progress, decoding)
+            )
+        except (CorruptArchive, BadRecord, MisalignedArchive) as e:
+            undecodable = decoding.entry
+            if undecodable is None:  # not a decoding error of verified bytes
+                raise
+            raise UndecodableArchive(
+                f"{e} (its pieces match the torrent's hashes: removed, and this magnet link is "
+                "not fetched again)",
+                undecodable.archive_id,
+            ) from e
         return FetchReport(
             name,
             len(entries),
@@ -150,9 +199,13 @@ def fetch_archives(
             hydrated,
             fetcher.downloaded,
             len(wanted) + len(index_pieces),
+            left,
         )
     finally:
         fetcher.close()
+        if undecodable is not None and folder is not None:
+            # after close: libtorrent no longer has the file open for this torrent
+            discard_region(folder / "data", undecodable.offset, undecodable.size)
 
 
 RECENT_EVENTS = 100
@@ -161,20 +214,44 @@ messages on the special channel, which anyone can post to, held 11 MB in a membe
 follows it for good, and the node counted them all again every tick."""
 
 
+@dataclass
+class _Decoding:
+    entry: IndexEntry | None = None
+    """The archive being decoded, once its bytes matched the torrent's piece hashes; None
+    before and after."""
+
+
 def _archives(
-    data: Path, missing: list[IndexEntry], layout: Layout, fetcher: Fetcher
+    data: Path,
+    missing: list[IndexEntry],
+    layout: Layout,
+    fetcher: Fetcher,
+    progress: ProgressFn | None,
+    decoding: _Decoding,
 ) -> Iterator[tuple[IndexEntry, Iterator[list[DecodedMessage]]]]:
-    """Each missing archive's messages in chunks, read from ``data`` when asked for;
-    ``CorruptArchive`` for one whose bytes on disk do not match the torrent's piece hashes."""
-    if not missing:
-        return
-    with open(data, "rb") as f:
+    """Each missing archive's messages in chunks, downloaded and read from ``data`` when asked
+    for (so an archive that does not decode stops the fetch before the next is downloaded);
+    ``CorruptArchive`` for one whose bytes on disk do not match the torrent's piece hashes.
+    The time the caller spends hydrating an archive does not count in the fetch's deadline
+    (it is local work; every archive was downloaded before any was hydrated, until the
+    archives came one at a time)."""
+    f: BinaryIO | None = None
+    try:
         for e in missing:
-            yield e, _read_archive(f, e, layout, fetcher)
+            fetcher.download(e.pieces, progress=progress)
+            if f is None:
+                f = open(data, "rb")  # noqa: SIM115 (closed below, across the yields)
+            local = time.monotonic()
+            yield e, _read_archive(f, e, layout, fetcher, decoding)
+            decoding.entry = None  # hydrated: the next error is not this archive's
+            fetcher.extend_deadline(time.monotonic() - local)
+    finally:
+        if f is not None:
+            f.close()
 
 
 def _read_archive(
-    f: BinaryIO, e: IndexEntry, layout: Layout, fetcher: Fetcher
+    f: BinaryIO, e: IndexEntry, layout: Layout, fetcher: Fetcher, decoding: _Decoding
 ) -> Iterator[list[DecodedMessage]]:
     """A function of its own so that the region read is freed once hydrated (the chunks'
     iterator holds it)."""
@@ -184,7 +261,51 @@ def _read_archive(
         raise CorruptArchive(
             f"archive {e.archive_id[:18]}… on disk does not match the torrent's piece hashes"
         )
+    decoding.entry = e
     return unpack_chunks(layout, e, region)
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+"""``fallocate`` mode flags (linux/falloc.h)."""
+
+
+@functools.cache
+def _fallocate() -> Callable[..., int] | None:
+    """libc's ``fallocate`` through ``ctypes`` (the standard library binds only
+    ``posix_fallocate``, which cannot punch a hole), or None where libc has none."""
+    import ctypes
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "fallocate", None)
+    if fn is None:
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def discard_region(path: Path, offset: int, size: int) -> None:
+    """Remove the bytes ``[offset, offset + size)`` of ``path`` (as far as the file goes): a
+    hole punched where the file system makes one (the disk space is freed), else zeros written
+    over them. Either way the pieces there no longer match the torrent's hashes, so libtorrent
+    does not count them as had: a later fetch downloads them again if it wants them."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        end = min(offset + size, os.fstat(fd).st_size)
+        if end <= offset:
+            return
+        fn = _fallocate()
+        mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+        if fn is not None and fn(fd, mode, offset, end - offset) == 0:
+            return
+        zeros = bytes(1 << 20)
+        pos = offset
+        while pos < end:
+            pos += os.pwrite(fd, zeros[: min(len(zeros), end - pos)], pos)
+    finally:
+        os.close(fd)
 
 
 class MemberNode:
@@ -235,8 +356,9 @@ class MemberNode:
 
     def step(self, now_ns: int, **kw: Any) -> FetchReport | None:
         """Fetch the pending link if its quiet period is over. A fetch that fails (no peer in
-        time, a corrupt archive) raises, and the link is tried again after another quiet
-        period."""
+        time, a corrupt index) raises, and the link is tried again after another quiet
+        period; one that found an archive that does not decode (``UndecodableArchive``: the
+        same bytes would fail again) is not tried again, only a new link is."""
         magnet = self.core.due(now_ns)
         if magnet is None:
             return None
@@ -251,6 +373,10 @@ class MemberNode:
                 raise BadMagnetMessage(
                     f"the control node's signed magnet link is not one libtorrent takes: {e}"
                 ) from e
+        except UndecodableArchive:
+            self.core.refuse(magnet)
+            self.store.set_metas(self._state())
+            raise
         except ArchiveError:
             self.core.postpone(now_ns)
             self.store.set_metas(self._state())

@@ -13,8 +13,9 @@ retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, le
 seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
 enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
-check_every, wait, trackers, max_archive_bytes, fetch_deadline; ``[sds]`` enabled, channel,
-participants, sync_interval; ``[jobs]`` enabled. docs/node.md has the table with defaults.
+check_every, wait, trackers, max_archive_bytes, max_fetch_bytes, fetch_deadline; ``[sds]``
+enabled, channel, participants, sync_interval; ``[jobs]`` enabled. docs/node.md has the table
+with defaults.
 """
 
 from __future__ import annotations
@@ -402,6 +403,15 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "The member refuses a fetch whose index names a missing archive bigger than this "
         "(default: 128 MiB, loglake.archives' MAX_FETCHED_ARCHIVE_BYTES).",
+    ),
+    Option(
+        "archives",
+        "max_fetch_bytes",
+        _int(1, 2**62),
+        None,
+        "Bytes of archives the member downloads in one fetch at most: the newest windows that "
+        "fit, the older ones left for a later fetch (default: 1 GiB, loglake.archives.member's "
+        "MAX_FETCH_BYTES).",
     ),
     Option(
         "archives",

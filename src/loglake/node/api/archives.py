@@ -144,6 +144,7 @@ class ArchivesHandle:
             k: v
             for k, v in (
                 ("max_archive_bytes", section.max_archive_bytes),
+                ("max_fetch_bytes", section.max_fetch_bytes),
                 ("deadline", section.fetch_deadline),
             )
             if v is not None  # unset: fetch_archives' defaults
@@ -300,6 +301,7 @@ class ArchivesHandle:
                     "missing": [e.archive_id for e in report.missing],
                     "hydrated_messages": report.hydrated_messages,
                     "bytes_downloaded": report.bytes_downloaded,
+                    "left": [e.archive_id for e in report.left],
                 }
             )
             del self._fetches[:-20]
