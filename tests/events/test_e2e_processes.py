@@ -250,7 +250,9 @@ def test_cli_replay_shows_progress_until_completed_and_lists_replays(cluster):
         r = run(command, ["replay-status", *base, str(missing)])
         assert r.exit_code == 1 and f"no replay {missing} visible" in r.output, r.output
     r = run(command, ["cancel", *base, str(rid)])
-    assert r.exit_code == 0 and "CannotCancel" in r.output
+    # refused (the replay has completed): printed, and exit status 1
+    assert r.exit_code == 1 and "CannotCancel" in r.output
+    assert "Error: 1 of 1 cancel(s) refused" in r.output
     r = run(command, ["replay", *base, "no.such.ns", "--from", "0"])
     # a typed error is one readable line, not a traceback (clitools.TypedErrorGroup)
     assert r.exit_code == 1 and r.output.startswith("Error: ") and "PublicationNotFound" in r.output

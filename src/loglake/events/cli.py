@@ -37,7 +37,7 @@ from loglake.clitools import (
     TypedErrorGroup,
 )
 from loglake.errors import LoglakeError
-from loglake.events.client import HttpEventsClient, InboxReader
+from loglake.events.client import URL_FORM, HttpEventsClient, InboxReader, url_problem
 from loglake.events.identity import Identity, principal_from_text
 from loglake.events.messages import (
     C_SUB_STOPPED,
@@ -159,8 +159,24 @@ key_opt = click.option(
     envvar="LOGLAKE_EVENTS_KEY",
     help="Ed25519 key file (keygen).",
 )
+
+
+class RoleUrl(click.ParamType):
+    """A role's URL, ``http(s)://host:port`` (``client.url_problem``), kept as given; else
+    click's usage error naming the option (exit 2). ``--url notaurl`` and ``--url
+    'http://[::1'`` were urllib ``ValueError`` tracebacks."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if url_problem(str(value)) is not None:
+            self.fail(f"{str(value)!r}: expected {URL_FORM}", param, ctx)
+        return str(value)
+
+
 url_opt = click.option(
     "--url",
+    type=RoleUrl(),
     required=True,
     envvar="LOGLAKE_EVENTS_URL",
     help="The role to call, e.g. http://127.0.0.1:8701 (the orchestrator for most commands).",
@@ -206,7 +222,7 @@ def keygen(path: str) -> None:
 
 
 @command.command()
-@click.option("--key", "key", required=True, help="Ed25519 key file.")
+@key_opt
 def whoami(key: str) -> None:
     """Print the principal of a key file."""
     console.print(load_identity(key).principal.to_str())
@@ -394,8 +410,9 @@ def serve(
             throttle_s=throttle_ms / 1000,
             max_body_bytes=max_body_bytes,
         )
-        console.print(f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}; streams: {where}")
-        serve_role(server.app, host, port)
+        banner = f"[bold]{role}[/] {me.to_str()} on http://{host}:{port}; streams: {where}"
+        # the banner once the port is bound: a taken port is one line (CannotListen), exit 1
+        serve_role(server.app, host, port, listening=lambda: console.print(banner))
 
 
 def _open_streams(
@@ -748,13 +765,19 @@ def _row(s: ReplayStatus) -> dict:
 @key_opt
 @click.argument("replay_ids", type=NAT, nargs=-1, required=True)
 def cancel(url: str, key: str, replay_ids: tuple[int, ...]) -> None:
-    """Cancel replays (sent notifications stay sent)."""
+    """Cancel replays (sent notifications stay sent). Prints one line per id, ``canceled`` or
+    why not (``NotFound``, ``Unauthorized``, ``CannotCancel: …``); exit status 0 when every
+    cancel was accepted, 1 when any was refused."""
+    refused = 0
     for rid, r in zip(
         replay_ids,
         _client(url, load_identity(key)).call("icrc77_cancel_replay", list(replay_ids)),
         strict=True,
     ):
         console.print(f"{rid}: {'canceled' if isinstance(r, Ok) else r}")
+        refused += not isinstance(r, Ok)
+    if refused:  # a script must not read a refusal as done
+        raise CliError(f"{refused} of {len(replay_ids)} cancel(s) refused")
 
 
 @command.command()

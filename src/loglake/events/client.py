@@ -3,10 +3,11 @@
 Wire: ``POST <url>/api/<method>``, body = the Candid argument, ``content-type:
 application/candid``, signature headers from :meth:`Identity.sign_call`. Replies: 200 with the
 Candid result; 4xx/5xx with a text reason, raised as :class:`CallRejected`. A role that cannot
-be reached (connection refused, no answer within the timeout, a name that does not resolve), or
-that drops the connection before its reply ends, is :class:`RoleUnreachable`, naming the URL and
-the reason. Something that answers but not with a reply (not HTTP, a 200 whose body is not the
-method's Candid result, a body over :data:`MAX_REPLY_BYTES`) is :class:`BadReply`.
+be reached (connection refused, no answer within the timeout, a name that does not resolve, a
+URL that is not ``http(s)://host:port``), or that drops the connection before its reply ends,
+is :class:`RoleUnreachable`, naming the URL and the reason. Something that answers but not
+with a reply (not HTTP, a 200 whose body is not the method's Candid result, a body over
+:data:`MAX_REPLY_BYTES`) is :class:`BadReply`.
 :class:`InboxReader` reads a subscriber's inbox at least once (``loglake_inbox``'s cursor).
 """
 
@@ -19,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 from loglake.errors import DecodeError, RemoteProtocolError, Unavailable
 from loglake.events.codec import METHODS
@@ -90,6 +92,28 @@ def _reason(e: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
+URL_FORM = "http(s)://host:port"
+"""What a role's URL looks like (a path after it is kept: calls go to ``<url>/api/<method>``)."""
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a role's URL (``URL_FORM``), or None: no http or https scheme, no
+    host, a port that is not 1-65535, a bracketed IPv6 host left open. The one check of
+    ``post_raw`` and of the CLI's ``--url``."""
+    try:
+        u = urlsplit(url)
+        port = u.port  # a ValueError for a port that is not a number from 0 to 65535
+    except ValueError as e:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        return str(e)
+    if u.scheme not in ("http", "https"):
+        return f"the scheme is {u.scheme!r}, not http or https" if u.scheme else "no scheme"
+    if not u.hostname:
+        return "no host"
+    if port == 0:
+        return "port 0"
+    return None
+
+
 def post_raw(
     url: str,
     method: str,
@@ -98,13 +122,19 @@ def post_raw(
     timeout: float,
     max_reply_bytes: int = MAX_REPLY_BYTES,
 ) -> bytes:
-    req = urllib.request.Request(
-        f"{url.rstrip('/')}/api/{method}",
-        data=body,
-        headers={"content-type": "application/candid", **headers},
-        method="POST",
-    )
+    """``body`` posted to ``<url>/api/<method>``: the reply's body, else one of this module's
+    typed errors. A ``url`` that is not ``URL_FORM`` is :class:`RoleUnreachable` (urllib's
+    ``ValueError`` reached the CLI user as a traceback)."""
+    why = url_problem(url)
+    if why is not None:
+        raise RoleUnreachable(url, f"not an {URL_FORM} URL ({why})")
     try:
+        req = urllib.request.Request(
+            f"{url.rstrip('/')}/api/{method}",
+            data=body,
+            headers={"content-type": "application/candid", **headers},
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return _read_reply(resp, url, max_reply_bytes)
     except urllib.error.HTTPError as e:
@@ -117,6 +147,8 @@ def post_raw(
         raise RoleUnreachable(url, why) from None
     except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out, not resolved
         raise RoleUnreachable(url, _reason(e)) from None
+    except (http.client.InvalidURL, ValueError) as e:  # a host with a space, a control byte
+        raise RoleUnreachable(url, f"not an {URL_FORM} URL ({e})") from None
     except http.client.HTTPException as e:  # BadStatusLine, LineTooLong, ...: not HTTP
         raise BadReply(url, f"not an HTTP reply ({type(e).__name__}: {str(e)[:80]!r})") from None
 

@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import ssl
 import time
@@ -227,10 +228,30 @@ class RoleRunner(web.AppRunner):
         return server
 
 
-def serve_role(app: web.Application, host: str, port: int) -> None:
+class CannotListen(LoglakeError):
+    """``serve_role`` could not listen on its address: the port taken, a port below 1024
+    without the right, an address not on this machine. Why typed: the ``OSError`` of the bind
+    reached ``loglake events serve``'s user as a 30-line traceback, after a banner that said
+    the role was serving."""
+
+    def __init__(self, host: str, port: int, e: OSError) -> None:
+        # asyncio's message repeats the address ("error while attempting to bind on ..."); a
+        # name that does not resolve is a gaierror, whose negative errno os.strerror lacks
+        errno = e.errno if isinstance(e.errno, int) and e.errno > 0 else None
+        reason = os.strerror(errno) if errno else e.strerror or str(e)
+        reason = reason[:1].lower() + reason[1:]
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host, self.port, self.errno = host, port, e.errno
+
+
+def serve_role(
+    app: web.Application, host: str, port: int, listening: Callable[[], None] | None = None
+) -> None:
     """Serve a role's app on ``host:port`` on a ``RoleRunner`` until SIGINT or SIGTERM, then
     stop as ``web.run_app`` does: the requests in flight answered first (the runner's
-    ``shutdown_timeout``), then the role's tasks."""
+    ``shutdown_timeout``), then the role's tasks. ``listening`` is called once the port is
+    bound (``events serve`` prints its banner then); an address it cannot listen on is
+    :class:`CannotListen`."""
 
     raise_soft_limit()
 
@@ -242,7 +263,12 @@ def serve_role(app: web.Application, host: str, port: int) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            await web.TCPSite(runner, host, port).start()
+            try:
+                await web.TCPSite(runner, host, port).start()
+            except OSError as e:
+                raise CannotListen(host, port, e) from None
+            if listening is not None:
+                listening()
             await stop.wait()
         finally:
             await runner.cleanup()
