@@ -145,6 +145,15 @@ def test_payloads_that_are_not_our_envelope_show_as_plain_text(
     assert plain(alice) == [True, False]
 
 
+def test_printable_shows_bidi_overrides_and_line_separators() -> None:
+    # a right-to-left override makes "exe.txt" read as "txt.exe" on a terminal that honours it
+    assert chat.printable("a\u202etxt.exe\u2066b\u2069\u2028c\u200f") == (
+        "a\\u202etxt.exe\\u2066b\\u2069\\u2028c\\u200f"
+    )
+    hebrew = "\u05e9\u05dc\u05d5\u05dd"
+    assert chat.printable(hebrew) == hebrew  # right-to-left text itself shows as is
+
+
 def test_printable_shows_terminal_controls_and_keeps_text() -> None:
     assert chat.printable("a\tb é € 😀 \u00a0[x]") == "a\tb é € 😀 \u00a0[x]"
     assert chat.printable("\x1bc\x1b[2J\n\r\x07\x00\x7f\u0085\u009b2J") == (

@@ -91,14 +91,22 @@ def decode_envelope(payload: bytes) -> Envelope | None:
     return Envelope(sender, sent_ms, nonce, text)
 
 
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
     """``text`` with every C0 control but tab, DEL and every C1 control (U+0080–U+009F)
-    written as a visible ``\\xNN``: what a terminal would act on (ESC sequences, the 8-bit CSI
-    U+009B, newlines that fake a row) shown instead. Apply before any markup escaping."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    written as a visible ``\\xNN``, and the bidirectional controls (U+200E, U+200F,
+    U+202A–U+202E, U+2066–U+2069) and line and paragraph separators (U+2028, U+2029) as
+    ``\\uNNNN``: what a terminal would act on (ESC sequences, the 8-bit CSI U+009B, newlines
+    that fake a row, a right-to-left override that reverses how a line reads) shown instead.
+    Apply before any markup escaping."""
+    return _CONTROLS.sub(_visible, text)
+
+
+def _visible(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}"
 
 
 def text_of(sender_id: str, content: bytes) -> tuple[str, bool]:
