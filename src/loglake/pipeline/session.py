@@ -328,6 +328,9 @@ def cancel_jobs(timeout: float = INTERRUPT_WAIT) -> None:
 
     def work() -> None:
         with contextlib.suppress(Exception):  # the JVM may be gone already
+            # the tasks cancelled log their end as errors with JVM stack traces (``Utils:
+            # Aborting task``, ``TaskKilledException``): not news after Ctrl-C
+            sc.setLogLevel("OFF")
             sc.cancelAllJobs()
             while _running_tasks(sc) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -365,6 +368,7 @@ def stop_after_interrupt() -> None:
 
     def work() -> None:
         with contextlib.suppress(Exception):
+            sc.setLogLevel("OFF")  # as in ``cancel_jobs``
             sc.cancelAllJobs()
         with contextlib.suppress(Exception):
             sc.stop()
