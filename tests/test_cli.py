@@ -231,3 +231,54 @@ def test_stream_connection_options_go_before_or_after_the_subcommand(tmp_path):
     old = runner.invoke(main, ["stream", "pull", "s", "--port", str(port), "--index", "3"])
     for r in (before, after, old):
         assert r.exit_code == 1 and str(port) in r.output, r.output
+
+
+def test_job_compact_on_a_file_says_it_is_not_a_directory(tmp_path):
+    """``--data-dir /etc/passwd`` said "no such directory"."""
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = CliRunner().invoke(main, ["job", "compact", "--data-dir", str(f), "--stream", "orders"])
+    assert r.exit_code == 1 and r.output == (
+        f"Error: option --data-dir={str(f)!r}: not a directory\n"
+    ), r.output
+    r = CliRunner().invoke(
+        main, ["job", "compact", "--data-dir", str(tmp_path / "no"), "--stream", "orders"]
+    )
+    assert r.exit_code == 1 and "no such directory" in r.output
+
+
+def test_job_compact_of_a_stream_with_nothing_sealed_is_nothing_to_do(tmp_path):
+    """The README's ``job compact`` on a new stream failed "no lake folder for it", exit 1;
+    a stream the log does not know still fails (a typo), and no Spark starts for either."""
+    from loglake.log import StreamConfig, open_log
+
+    with open_log(tmp_path / "d") as log:
+        log.create_stream("orders", StreamConfig(partitions=2))
+        log.append("orders", b"x")
+    args = ["job", "compact", "--data-dir", str(tmp_path / "d")]
+    r = CliRunner().invoke(main, [*args, "--stream", "orders"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert r.output == "stream 'orders' has nothing sealed to compact yet\n"
+    assert not (tmp_path / "d" / "lake").exists()
+    r = CliRunner().invoke(main, [*args, "--stream", "typo"])
+    assert r.exit_code == 1 and "no lake folder for it" in r.output
+
+
+def test_docs_say_what_make_run_runs():
+    """docs/streams.md said ``make run`` = ``loglake demo``; it runs ``loglake node
+    walkthrough`` (the Makefile, the README)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = (root / "Makefile").read_text().split("\nrun:", 1)[1].splitlines()[1]
+    runs = re.search(r"loglake ([a-z ]+?)\s*(\$|$)", recipe)
+    assert runs is not None, recipe
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            # "make run   # = loglake X: ...", "`make run` starts a loglake node (`loglake X`)"
+            said = re.search(
+                r"make run`?\s+(?:# = |starts a loglake node \(`)loglake ([a-z ]+)", line
+            )
+            if said:
+                assert said.group(1).strip() == runs.group(1), f"{doc.name}: {line}"

@@ -9,14 +9,21 @@ user fixes the machine, not the code, so one line naming the path helps and a tr
 not (``-vv`` still logs it). Either error raised inside a Spark task reaches the driver wrapped
 in Spark's exception; it is read back from there (``loglake.errors.task_error``) and printed the
 same. Anything else is a bug and keeps its traceback.
+
+Ctrl-C (SIGINT), which reaches a command as ``KeyboardInterrupt``, ends it with the one line
+``interrupted`` and exit status 130 (``INTERRUPTED_EXIT``), after the clean-ups registered with
+``on_interrupt`` (a Spark session stopped). click's own handling was ``Aborted!`` and status 1,
+a failure's. The servers (``serve``, ``node``, ``events serve``) catch SIGINT themselves and end
+with ``stopped`` and status 0: for them it is the way to stop.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -73,11 +80,61 @@ class Renamed(click.Option):
             self.opts = shown
 
 
+INTERRUPTED_EXIT = 130
+"""The exit status of a command ended by Ctrl-C: 128 + SIGINT, what a shell reports for a
+process SIGINT ended, so a script can tell an interrupted run from a failed one (1)."""
+
+_INTERRUPT_CLEANUPS: list[Callable[[], None]] = []
+
+
+def on_interrupt(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup()`` when a command ends on Ctrl-C, before ``interrupted`` is printed (once
+    however often it is registered). Its errors are ignored: the command is ending anyway. Why:
+    what the command left running must stop before the process reports and exits (a Spark
+    session: ``loglake.pipeline.session``)."""
+    if cleanup not in _INTERRUPT_CLEANUPS:
+        _INTERRUPT_CLEANUPS.append(cleanup)
+
+
+def interrupted() -> NoReturn:
+    """End the command on Ctrl-C: the ``on_interrupt`` cleanups, the line ``interrupted`` on
+    stderr, exit status ``INTERRUPTED_EXIT``. A second Ctrl-C skips the cleanups left."""
+    for cleanup in list(_INTERRUPT_CLEANUPS):
+        try:
+            cleanup()
+        except KeyboardInterrupt:
+            break
+        except Exception:
+            logging.getLogger("loglake").debug("cleanup after Ctrl-C failed", exc_info=True)
+    click.echo("interrupted", err=True)
+    raise click.exceptions.Exit(INTERRUPTED_EXIT)
+
+
+def _unwinding_an_interrupt(e: BaseException) -> bool:
+    """``e`` was raised while a ``KeyboardInterrupt`` unwound the command (a ``finally`` or an
+    ``except`` on its way): Ctrl-C is what happened, whatever broke after it."""
+    seen: set[int] = set()
+    cause = e.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
+
+
 class TypedErrorGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            interrupted()
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own: a message and a status already (an inner group's interrupted)
         except Exception as e:
+            if _unwinding_an_interrupt(e):  # a clean-up failed on the way out of a Ctrl-C
+                logging.getLogger("loglake").debug("error after Ctrl-C", exc_info=True)
+                interrupted()
             # a Spark task's typed error arrives wrapped in Spark's exception: read back
             err = e if isinstance(e, (LoglakeError, OSError)) else task_error(e)
             if isinstance(err, LoglakeError):

@@ -309,3 +309,27 @@ def test_after_a_build_in_the_wrong_layout_the_right_one_archives_every_record(
         raw for e in entries for raw in layout.decode_archive(data[e.offset : e.offset + e.size], e)
     ]
     assert len(held) == 40
+
+
+@pytest.mark.parametrize("sub", ["build", "run", "follow"])
+def test_a_mistyped_data_dir_is_refused_and_not_made(tmp_path, sub):
+    """Found from outside: ``build --data-dir <typo> --publish special`` made ``<typo>/`` a new
+    log (LOCK, consumers.*, streams/) and the archive folder before failing "unknown stream";
+    the command reads streams of an existing log, so a folder that is not one is refused
+    first, and nothing is made."""
+    key = tmp_path / "key"
+    assert CliRunner().invoke(command, ["keygen", "--out", str(key)]).exit_code == 0
+    typo = tmp_path / "typo"
+    args = {
+        "build": ["--key-file", str(key), "--publish", "special"],
+        "run": ["--key-file", str(key), "--duration", "1"],
+        "follow": ["--community", "0x02" + "11" * 32, "--duration", "1"],
+    }[sub]
+    r = CliRunner().invoke(
+        command, [sub, "--data-dir", str(typo), "--root", str(tmp_path / "arch"), *args]
+    )
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert r.output == (
+        f"Error: {typo} is not a loglake data directory (no streams/ folder in it)\n"
+    )
+    assert not typo.exists() and not (tmp_path / "arch").exists()

@@ -60,9 +60,15 @@ def test_verify_passes_then_names_the_damaged_file(data_dir):
 
 
 def test_retention_needs_the_writer_lock(data_dir):
+    """Found from outside: beside a running writer it said "... locked by another writer; open
+    it with readonly=True to read it", an API's hint; now the words of ``verify --repair``."""
     with open_log(data_dir):
         res = run("retention", "--data-dir", data_dir)
-        assert isinstance(res.exception, LogLocked)
+        assert res.exit_code == 1 and not isinstance(res.exception, LogLocked)
+        assert res.output == (
+            f"Error: data directory {data_dir} is in use by a writer (a running `loglake "
+            "serve`?): stop it, then run `loglake log retention` again\n"
+        )
     res = run("retention", "--data-dir", data_dir)
     assert res.exit_code == 0 and "retention applied: 0" in res.output  # the lake keeps it
 

@@ -10,6 +10,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from loglake.cli import main
 from loglake.node.cli import command
 from loglake.streams.client import StreamClient
 from tests.procs import process
@@ -174,3 +175,47 @@ def test_serve_with_nats_creds_but_no_nkeys_says_what_to_install(tmp_path, monke
     r = CliRunner().invoke(command, [*args, "--backend", "nats://x:1", "--nats-creds", str(creds)])
     assert r.exit_code == 2, r.output + repr(r.exception)
     assert "Invalid value for '--nats-creds': a .creds file needs the nkeys package" in r.output
+
+
+def test_serve_with_a_backend_that_is_no_url_is_a_usage_error(tmp_path) -> None:
+    """Found from outside: ``--backend notaurl`` was dialled as ``nats://notaurl`` for 5 s and
+    then reported ``TimeoutError()``."""
+    for bad in ("notaurl", "http://h:4222", "nats://:4222", "nats://h:99999"):
+        t0 = time.monotonic()
+        args = ["serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--backend", bad]
+        r = CliRunner().invoke(command, args)
+        assert r.exit_code == 2, r.output + repr(r.exception)
+        assert "Invalid value for '--backend'" in r.output and "expected nats://" in r.output
+        assert time.monotonic() - t0 < 2 and not (tmp_path / "d").exists()
+
+
+def test_serve_with_an_unreachable_backend_says_why_not_timeout(tmp_path) -> None:
+    """The last connect attempt's error (connection refused), not the deadline's
+    ``TimeoutError()``; and the data dir the failed start made is not left behind."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{s.getsockname()[1]}"
+    args = ["serve", "--data-dir", str(tmp_path / "d"), "--port", "0", "--backend", url]
+    r = CliRunner().invoke(main, args)  # the typed error as the `loglake` command prints it
+    assert r.exit_code == 1, r.output + repr(r.exception)
+    assert "last attempt: Connection refused" in r.output and "TimeoutError" not in r.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_serve_on_a_busy_port_leaves_no_new_data_dir(tmp_path) -> None:
+    """Found from outside: the failed start left LOCK, consumers.* and streams/ in the new
+    folder (and its parents); an existing data dir is kept as it was."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = str(busy.getsockname()[1])
+        new = tmp_path / "new" / "d"
+        r = CliRunner().invoke(main, ["serve", "--data-dir", str(new), "--port", port])
+        assert r.exit_code == 1 and "cannot listen on" in r.output, r.output
+        assert not (tmp_path / "new").exists()
+        old = tmp_path / "old"
+        old.mkdir()
+        r = CliRunner().invoke(main, ["serve", "--data-dir", str(old), "--port", port])
+        assert r.exit_code == 1 and (old / "streams").is_dir()

@@ -128,3 +128,34 @@ def test_server_max_frame_is_validated(value: str, says: str) -> None:
         r = CliRunner().invoke(command, args)
         assert r.exit_code == 2, r.output
         assert "Invalid value for '--server-max-frame'" in r.output and says in r.output
+
+
+def test_create_of_an_existing_stream_lists_every_partition(run) -> None:
+    """Found from outside: ``create orders --partitions 2`` of a 5-partition stream listed
+    partitions 0-1 only; now all five, and a note says how many it has."""
+    run("create", "orders", "--partitions", "5")
+    doc = json.loads(run("create", "orders", "--partitions", "2", "--json").output)
+    assert set(doc["addresses"]) == {"0", "1", "2", "3", "4"} and doc["partitions"] == 5
+    assert "stream has 5 partitions" in run("create", "orders", "--partitions", "2").output
+    # asked as it is, the output is as it was: no note
+    doc = json.loads(run("create", "orders", "--partitions", "5", "--json").output)
+    assert doc == {"stream": "orders", "addresses": doc["addresses"]}
+
+
+def test_timeout_bounds_the_wait_for_a_silent_service() -> None:
+    """A peer that accepts and never answers held every command for a hard-coded 30 s."""
+    import socket
+    import time
+
+    from loglake.cli import main
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = str(silent.getsockname()[1])
+        for args in (["--port", port, "--timeout", "0.5", "list"],
+                     ["list", "--port", port, "--timeout", "0.5"]):  # fmt: skip
+            t0 = time.monotonic()
+            r = CliRunner().invoke(main, ["stream", *args])
+            assert r.exit_code == 1 and "timed out" in r.output, r.output
+            assert time.monotonic() - t0 < 10
+    r = CliRunner().invoke(command, ["--timeout", "0", "list"])
+    assert r.exit_code == 2 and "--timeout" in r.output

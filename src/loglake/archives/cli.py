@@ -32,7 +32,7 @@ from loglake.clitools import (
     Renamed,
     TypedErrorGroup,
 )
-from loglake.log.api import UnknownStream
+from loglake.log.api import UnknownStream, check_data_dir
 
 if TYPE_CHECKING:
     from coincurve import PrivateKey
@@ -242,6 +242,7 @@ def build(
     lay = get_layout(layout)
     cid = community_id(key)
     announce = _announce(trackers, no_trackers)
+    check_data_dir(data_dir)  # before anything is made: a mistyped one became a new log
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(Path(root) / f"{cid}.sqlite")
     node = ControlNode(
@@ -454,13 +455,21 @@ def _left_line(left: list[Any], max_fetch_bytes: int) -> str:
     )
 
 
+def _check_source(data_dir: str | None, connect: tuple[str, int] | None) -> None:
+    """Exactly one of ``--data-dir`` and ``--connect``, and the data dir an existing log
+    (``check_data_dir``): ``run`` and ``follow`` ingest from and publish to streams of it."""
+    if (data_dir is None) == (connect is None):
+        raise ArchiveConfigError("give exactly one of --data-dir and --connect")
+    if data_dir is not None:
+        check_data_dir(data_dir)
+
+
 def _open_streams(
     data_dir: str | None, connect: tuple[str, int] | None, readonly: bool
 ) -> tuple[Streams, Callable[[], None]]:
     """A ``Streams`` on the embedded log (``--data-dir``) or on ``loglake serve``
     (``--connect host:port``), and a function that closes it."""
-    if (data_dir is None) == (connect is None):
-        raise ArchiveConfigError("give exactly one of --data-dir and --connect")
+    _check_source(data_dir, connect)
     if connect is not None:
         from loglake.streams.client import StreamClient
         from loglake.streams.retry import RetryingStreams
@@ -531,6 +540,7 @@ def run(
     lay = get_layout(layout)
     cid = community_id(key)
     announce = _announce(trackers, no_trackers)
+    _check_source(data_dir, connect)  # before anything is made
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(Path(root) / f"{cid}.sqlite")
     node = ControlNode(
@@ -616,6 +626,7 @@ def follow(
     from loglake.archives.member_node import MemberNode
     from loglake.archives.store import MessageStore
 
+    _check_source(data_dir, connect)  # before anything is made
     Path(root).mkdir(parents=True, exist_ok=True)
     store = MessageStore(store_path or Path(root) / "member.sqlite")
     member = MemberNode(root, store, get_layout(layout), community, wait_ns=int(wait * NS))

@@ -13,6 +13,7 @@ backend must show.
 from __future__ import annotations
 
 import operator
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -100,6 +101,41 @@ class LogLocked(LogError):
             "open it with readonly=True to read it"
         )
         self.data_dir = data_dir
+
+
+STREAMS_DIR = "streams"
+"""The folder of a data dir's streams, made by the first writer that opens it (``SegmentLog``):
+what tells a loglake data dir from any other folder."""
+
+
+class NotADataDir(LogError):
+    """A command that reads a data dir, or publishes to a stream in one, was given a folder that
+    is not one (a typo, most often): refused rather than made into a new, empty log."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not a loglake data directory (no {STREAMS_DIR}/ folder in it)")
+        self.path = path
+
+
+def check_data_dir(path: str | os.PathLike[str]) -> None:
+    """``NotADataDir`` unless ``path`` holds a loglake data dir. Why: a command that only reads
+    (``loglake log info``, ``archives follow``) or publishes to an existing stream (``archives
+    build --publish``) opened a mistyped ``--data-dir`` as a new log: a writer left ``LOCK``,
+    ``consumers.*`` and ``streams/`` behind before failing "unknown stream", a reader printed
+    an empty log. Commands that create streams (``serve``, ``cardinal produce``) do not ask."""
+    if not os.path.isdir(os.path.join(path, STREAMS_DIR)):
+        raise NotADataDir(str(path))
+
+
+def in_use_by_writer(data_dir: str, command: str) -> str:
+    """What a ``loglake log`` command that needs the writer lock says when a writer holds the
+    data dir: ``LogLocked``'s own text speaks to a programmer (``readonly=True``), the user
+    needs to know who has it and what to do (``verify --repair``'s ``RepairRefused``,
+    ``retention``)."""
+    return (
+        f"data directory {data_dir} is in use by a writer (a running `loglake serve`?): "
+        f"stop it, then run `{command}` again"
+    )
 
 
 class CorruptStore(LogError, DecodeError):

@@ -22,7 +22,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from loglake.clitools import INT64_MAX
-from loglake.log.api import CorruptSegment
+from loglake.log.api import (
+    CorruptSegment,
+    LogLocked,
+    NotADataDir,
+    check_data_dir,
+    in_use_by_writer,
+)
 from loglake.log.lake_schema import MAX_PARTITION
 from loglake.log.repair import Damage, planned_bytes, scan_damage
 from loglake.log.repair import repair as repair_damage
@@ -36,11 +42,11 @@ DEFAULT_DATA_DIR = platformdirs.user_data_dir("loglake")
 def _a_log(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
     """Found from outside: any existing folder was taken for a log, so ``verify`` of a wrong
     folder said "ok: 0 records" and ``retention`` wrote a lock, index files and ``streams/``
-    into it. A data dir holds ``streams/`` from its first open (``SegmentLog``)."""
-    if not (value / "streams").is_dir():
-        raise click.BadParameter(
-            f"{value} is not a loglake data directory (no streams/ folder in it)", ctx, param
-        )
+    into it (``check_data_dir``, which the archives commands ask too)."""
+    try:
+        check_data_dir(value)
+    except NotADataDir as e:
+        raise click.BadParameter(str(e), ctx, param) from None
     return value
 
 
@@ -292,6 +298,12 @@ def _repair(data_dir: Path, as_json: bool) -> None:
 @data_dir_option
 def retention(data_dir: Path) -> None:
     """Apply every stream's retention now (needs the writer lock: stop the server first)."""
-    with SegmentLog(data_dir) as log:
+    try:
+        log = SegmentLog(data_dir)
+    except LogLocked:
+        raise click.ClickException(
+            in_use_by_writer(str(data_dir), "loglake log retention")
+        ) from None
+    with log:
         dropped = log.enforce_retention()
     Console().print(f"retention applied: {dropped:,} records no longer readable")

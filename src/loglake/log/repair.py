@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Literal
 
 from loglake.log import fs, recovery, watermark
-from loglake.log.api import CorruptSegment, CorruptStore, Entry, LogLocked, Record, ascii_digits
+from loglake.log.api import (
+    CorruptSegment,
+    CorruptStore,
+    Entry,
+    LogLocked,
+    Record,
+    ascii_digits,
+    in_use_by_writer,
+)
 from loglake.log.lake import (
     LakeFile,
     check_lake_file,
@@ -71,11 +79,7 @@ class RepairRefused(LogLocked):
     """A writer (``loglake serve``) holds the data dir: repair swaps files a writer has open."""
 
     def __init__(self, data_dir: str) -> None:
-        Exception.__init__(
-            self,
-            f"data directory {data_dir} is in use by a writer (a running `loglake serve`?): "
-            "stop it, then run `loglake log verify --repair` again",
-        )
+        Exception.__init__(self, in_use_by_writer(data_dir, "loglake log verify --repair"))
 
 
 @dataclass(frozen=True, slots=True)

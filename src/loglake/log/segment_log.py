@@ -51,6 +51,7 @@ from loglake.errors import LoglakeError
 from loglake.log import fs, recovery
 from loglake.log.api import (
     RETENTION_BOUNDS,
+    STREAMS_DIR,
     CorruptStore,
     CreateFailed,
     Entry,
@@ -85,7 +86,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STREAMS_DIR = "streams"
 CONFIG_FILE = "config.json"
 LOCK_FILE = "LOCK"
 

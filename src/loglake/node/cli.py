@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import shutil
 import signal
 import socket
 import ssl
@@ -88,6 +89,19 @@ def data_dir_in_use(data_dir: Path, key: str) -> str:
         "`loglake serve`, or a `loglake log` command; one writer per data dir): stop it, or "
         f"give this one another {key}"
     )
+
+
+def _backend_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--backend`` checked before anything starts (``jetstream.check_url``): a usage error
+    for what is no NATS URL, rather than 5 s of dialling it."""
+    if value is None:
+        return None
+    from loglake.streams.jetstream import check_url
+
+    try:
+        return check_url(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
 
 
 def _checked_prefix(prefix: str) -> str:
@@ -165,6 +179,7 @@ def command() -> None:
 @click.option(
     "--backend",
     metavar="nats://H1:4222,H2:4222,...",
+    callback=_backend_url,
     help="Keep streams in a NATS JetStream cluster instead of the embedded log "
     "(docs/jetstream.md); the data dir then holds only the lake the sealer writes.",
 )
@@ -269,7 +284,17 @@ def serve(
     tls = server_context(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     policy = AccessPolicy.load(access) if access else None
     raise_soft_limit()  # before the log sizes its share of the descriptors
+    started = False  # "stopped" after a bind error read as if the service had run
+    made = _first_missing(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    if made is not None:
+        # a start that fails leaves no new data dir behind (found from outside: a port in use
+        # left LOCK, consumers.* and streams/ in a new folder). Why not bind before the log
+        # opens: the server is made from the service, which needs the log, and it binds what
+        # the host resolves to (more than one socket for a name), not a socket given to it
+        click.get_current_context().call_on_close(
+            lambda: None if started else shutil.rmtree(made, ignore_errors=True)
+        )
     log: Log
     if backend:  # the same service in front of JetStream: a cluster keeps the streams
         from loglake.streams.jetstream import JetStreamLog
@@ -301,14 +326,19 @@ def serve(
         f", access {access}" if policy is not None else ""
     )
 
-    started = False  # "stopped" after a bind error read as if the service had run
-
     async def main() -> None:
         nonlocal started
         try:
             server = await StreamServer(service, host, port, tls=tls, limits=limits).start()
         except OSError as e:
             raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        # the handlers before the banner: a Ctrl-C the moment "Ctrl-C to stop" showed was a
+        # KeyboardInterrupt, "stopped" then "interrupted" and status 130 (found by a test)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
         console.print(
             f"[bold green]loglake[/] stream service on [bold]{host}:{server.port}[/] "
             + f"({trust}) "
@@ -322,11 +352,6 @@ def serve(
         if policy is None:
             console.print(f"[yellow]warning:[/] {NO_OWNERS_BANNER}", highlight=False)
         started = True
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
         if policy is not None and access:
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signal.SIGHUP, reload_access, policy, Path(access))
@@ -354,6 +379,17 @@ def serve(
         log.close()
         if started:
             console.print("stopped")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (``path`` itself or one of its
+    parents), or None if it exists."""
+    missing = None
+    for p in (path.absolute(), *path.absolute().parents):
+        if p.exists():
+            return missing
+        missing = p
+    return missing
 
 
 def reload_access(policy: AccessPolicy, path: Path) -> None:
@@ -541,8 +577,13 @@ def _demo_spark(console: Console, data_dir: Path, stream: str) -> None:
     try:
         df = read(session, str(data_dir), stream)
         rows = df.groupBy("partition").count().orderBy("partition").collect()
-    finally:
-        session.stop()
+    except BaseException as e:
+        # Ctrl-C: stopped by the command's clean-up, off this thread, whose connection to the
+        # JVM the interrupted call may have left unusable (pipeline.session)
+        if not isinstance(e, KeyboardInterrupt):
+            session.stop()
+        raise
+    session.stop()
     console.print(f"     read(spark, data_dir, {stream!r}).groupBy('partition').count():")
     table = Table("partition", "records")
     for r in rows:

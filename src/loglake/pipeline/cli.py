@@ -6,6 +6,7 @@ top-level ones). Options are checked, and typed errors raised, before Spark star
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from loglake.clitools import SECONDS
+from loglake.errors import LoglakeError
 from loglake.pipeline.errors import BadOption
 from loglake.pipeline.jobs.archives_build_cli import archives_build_command
 from loglake.pipeline.jobs.cardinal_blocks_cli import cardinal_blocks_command
@@ -94,6 +96,24 @@ def _spark_master_option(f: F) -> F:
     )(f)
 
 
+def _nothing_sealed(data_dir: str, stream: str) -> bool:
+    """``stream`` is one of the log's in ``data_dir`` but has no lake folder yet: none of its
+    segments has rolled and been sealed. Why: the README's first ``job compact`` on a new
+    stream failed "no lake folder for it", exit 1, for a stream with nothing to do yet. A stream
+    the log does not know keeps that error (a typo). The log is opened read-only: safe beside
+    a running ``loglake serve``, and it writes nothing."""
+    from loglake.log import open_log
+    from loglake.pipeline.lake import stream_lake_dir
+
+    if not os.path.isdir(data_dir) or stream_lake_dir(data_dir, stream).is_dir():
+        return False
+    try:
+        with open_log(data_dir, readonly=True) as log:
+            return stream in log.streams()
+    except LoglakeError:  # not a log (or a damaged one): CompactOptions says what is wrong
+        return False
+
+
 @job.command("compact")
 @click.option("--data-dir", required=True, help="The loglake data directory.")
 @click.option("--stream", required=True, help="The stream whose sealed history to compact.")
@@ -126,8 +146,12 @@ def compact_command(
         parts = tuple(int(p) for p in partitions.split(",")) if partitions else None
     except ValueError:
         raise BadOption("--partitions", partitions, "expected numbers like 0,2") from None
+    data = str(Path(data_dir).expanduser().resolve())
+    if _nothing_sealed(data, stream):
+        click.echo(f"stream {stream!r} has nothing sealed to compact yet")
+        return
     opts = CompactOptions(
-        data_dir=str(Path(data_dir).expanduser().resolve()),
+        data_dir=data,
         stream=stream,
         target_bytes=parse_size(target_size),
         partitions=parts,

@@ -11,6 +11,7 @@ them as messages, not tracebacks.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -46,6 +47,15 @@ class BadOption(PipelineError, LocalProtocolError, ValueError):
     def __init__(self, option: str, value: object, reason: str) -> None:
         super().__init__(f"option {option}={value!r}: {reason}")
         self.option, self.value, self.reason = option, value, reason
+
+
+def check_dir(option: str, value: object, path: str | os.PathLike[str]) -> None:
+    """``BadOption`` naming ``option`` unless ``path`` is a folder: ``no such directory``, or
+    ``not a directory`` for a file there (``--data-dir /etc/passwd`` said "no such directory")."""
+    if os.path.isdir(path):
+        return
+    reason = "not a directory" if os.path.exists(path) else "no such directory"
+    raise BadOption(option, value, reason)
 
 
 class SchemaMismatch(PipelineError, LocalProtocolError, ValueError):

@@ -38,7 +38,7 @@ import pyarrow as pa
 from loglake.log import open_log
 from loglake.log.api import Log, UnknownStream
 from loglake.log.lake_schema import LAKE_SCHEMA
-from loglake.pipeline.errors import BadOption, LiveHistoryGone
+from loglake.pipeline.errors import BadOption, LiveHistoryGone, check_dir
 
 if TYPE_CHECKING:
     from loglake.streams import JetStreamLog, StreamClient, StreamMessage
@@ -327,6 +327,5 @@ def data_dir_option(value: str | None) -> str:
     if not value:
         raise BadOption("data_dir", value, "required (the loglake data directory)")
     path = Path(value).expanduser()
-    if not path.is_dir():
-        raise BadOption("data_dir", value, "no such directory")
+    check_dir("data_dir", value, path)
     return str(path.resolve())

@@ -12,14 +12,19 @@ default in Spark 4.3 (``spark.sql.python.filterPushdown.enabled``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
+import logging
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import MutableMapping
+import threading
+import time
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +34,7 @@ import platformdirs
 from loglake.pipeline.errors import BadOption, JavaNotFound, SparkStartFailed
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 MASTER_ENV = "LOGLAKE_SPARK_MASTER"
@@ -265,6 +271,172 @@ def _stop_at_exit() -> None:
             sc.stop()
 
 
+INTERRUPT_WAIT = 15.0
+"""Seconds Ctrl-C waits for the cancelled Spark tasks to end before the command unwinds."""
+
+STOP_WAIT = 30.0
+"""Seconds the stop after Ctrl-C waits for Spark to stop before the process exits anyway."""
+
+_PY4J_DIR = os.sep + "py4j" + os.sep
+_quiet_py4j = False  # set by the first Ctrl-C: py4j's logging is noise from then on
+_cancelling = False  # a Ctrl-C is waiting for Spark's tasks to end
+
+
+def _py4j_quiet(record: logging.LogRecord) -> bool:
+    """A filter on the root logger: py4j logs a Ctrl-C inside a call to the JVM as an error
+    with its traceback (``logging.exception("KeyboardInterrupt while sending command.")``, on
+    the root logger), and the connections a stopping session breaks as more; after Ctrl-C
+    (``_quiet_py4j``) none of them is news to the user."""
+    return not (_quiet_py4j and _PY4J_DIR in record.pathname)
+
+
+def _quiet() -> None:
+    """py4j's logging silenced for the rest of the process (``_py4j_quiet``)."""
+    global _quiet_py4j
+    _quiet_py4j = True
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+
+
+def _in_thread(work: Callable[[], None], timeout: float) -> None:
+    """``work()`` on a thread of its own, waited for at most ``timeout`` seconds. Why: a call
+    to the JVM from the main thread after Ctrl-C would go over the main thread's own py4j
+    connection, the one the interrupted call was reading (pyspark's handler did: ``RuntimeError:
+    reentrant call inside <_io.BufferedReader>``, then two py4j tracebacks); a new thread gets
+    a connection of its own."""
+    t = threading.Thread(target=work, name="loglake-spark-interrupt", daemon=True)
+    t.start()
+    t.join(timeout)
+
+
+def _running_tasks(sc: SparkContext) -> int:
+    """Tasks running on any executor (the driver's own in local mode)."""
+    infos = sc._jsc.sc().statusTracker().getExecutorInfos()
+    return sum(int(i.numRunningTasks()) for i in infos)
+
+
+def cancel_jobs(timeout: float = INTERRUPT_WAIT) -> None:
+    """Cancel every job of the process's SparkContext and wait (at most ``timeout``) until no
+    task runs any more. Why wait: the command then unwinds through its clean-ups (a job's
+    staging folder removed, ``compact``'s and ``staged_output``'s) with no task still writing
+    into the folder being removed."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return
+    deadline = time.monotonic() + timeout
+
+    def work() -> None:
+        with contextlib.suppress(Exception):  # the JVM may be gone already
+            # the tasks cancelled log their end as errors with JVM stack traces (``Utils:
+            # Aborting task``, ``TaskKilledException``): not news after Ctrl-C
+            sc.setLogLevel("OFF")
+            sc.cancelAllJobs()
+            while _running_tasks(sc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    _in_thread(work, timeout)
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    """The SIGINT handler while a session is up: Spark's jobs cancelled (``cancel_jobs``), then
+    ``KeyboardInterrupt`` as Python's own handler raises it. A second Ctrl-C while waiting
+    raises at once. In place of pyspark's handler, which called the JVM from inside the
+    interrupted call (``_in_thread`` says what that printed)."""
+    global _cancelling
+    if _cancelling:
+        raise KeyboardInterrupt
+    _cancelling = True
+    _quiet()
+    try:
+        cancel_jobs()
+    finally:
+        _cancelling = False
+    raise KeyboardInterrupt
+
+
+def stop_after_interrupt() -> None:
+    """Stop the process's SparkContext after Ctrl-C, quietly and on a thread of its own
+    (``_in_thread``), waiting at most ``STOP_WAIT``: the ``on_interrupt`` cleanup of the
+    commands (``loglake.clitools.interrupted``)."""
+    from pyspark import SparkContext
+
+    _quiet()
+    sc = SparkContext._active_spark_context
+    if sc is None or _starting is not None:  # a second Ctrl-C while it starts: let it be
+        return
+
+    def work() -> None:
+        with contextlib.suppress(Exception):
+            sc.setLogLevel("OFF")  # as in ``cancel_jobs``
+            sc.cancelAllJobs()
+        with contextlib.suppress(Exception):
+            sc.stop()
+
+    _in_thread(work, STOP_WAIT)
+
+
+def _handle_interrupts() -> None:
+    """Ctrl-C while a session is up: ``_on_sigint`` in place of pyspark's handler (only on the
+    main thread, the one Python delivers signals to, where pyspark set its own), the py4j
+    noise filtered (``_py4j_quiet``), and the session stopped before a command reports
+    ``interrupted`` (``stop_after_interrupt``)."""
+    from loglake.clitools import on_interrupt
+
+    root = logging.getLogger()
+    if _py4j_quiet not in root.filters:
+        root.addFilter(_py4j_quiet)
+    on_interrupt(stop_after_interrupt)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+_starting: threading.Thread | None = None
+"""The thread starting Spark for ``_start`` while it runs."""
+
+
+def _start(builder: SparkSession.Builder) -> SparkSession:
+    """``builder.getOrCreate()``; on the main thread, run on a thread of its own while a first
+    Ctrl-C waits for it (the session is then stopped as after any Ctrl-C), a second one at
+    once. Why: a session half started when the process exits had the JVM print a stack trace
+    ("Error initializing SparkContext ... Shutdown hooks cannot be modified during
+    shutdown"), and ``SparkContext`` installs its own SIGINT handler on the main thread only
+    (``_on_sigint`` says what it printed), which it then does not."""
+    global _starting
+    if threading.current_thread() is not threading.main_thread():
+        return builder.getOrCreate()
+    out: list[SparkSession] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            out.append(builder.getOrCreate())
+        except BaseException as e:
+            failed.append(e)
+
+    hit: list[int] = []
+
+    def defer(signum: int, frame: object) -> None:
+        if hit:
+            raise KeyboardInterrupt
+        hit.append(signum)
+
+    previous = signal.signal(signal.SIGINT, defer)
+    _starting = threading.Thread(target=start, name="loglake-spark-start", daemon=True)
+    try:
+        _starting.start()
+        _starting.join()
+        _starting = None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if failed:
+        raise failed[0]
+    if hit:
+        _quiet()
+        raise KeyboardInterrupt
+    return out[0]
+
+
 def build_session(
     master: str | None = None,
     app_name: str = "loglake",
@@ -294,7 +466,8 @@ def build_session(
     from loglake.pipeline import register
 
     try:
-        spark = builder.getOrCreate()
+        _handle_interrupts()
+        spark = _start(builder)
         atexit.unregister(_stop_at_exit)  # once, however many sessions are built
         atexit.register(_stop_at_exit)
         spark.sparkContext.setLogLevel("ERROR")

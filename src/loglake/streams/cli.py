@@ -22,12 +22,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from loglake.clitools import PORT, Renamed
+from loglake.clitools import PORT, POSITIVE_SECONDS, Renamed
 from loglake.streams.client import DEFAULT_PORT, SERVER_MAX_FRAME, PushTooLarge, StreamClient
 from loglake.streams.limits import ServerLimits, limit_fields, parse_limit
 from loglake.streams.service import MAX_PARTITIONS
 from loglake.streams.tls import client_context
 from loglake.wire.ockam import route_text
+
+DEFAULT_TIMEOUT = 30.0
+TIMEOUT_HELP = "Seconds to wait for the service to connect and to answer each request."
 
 
 def _client(ctx: click.Context) -> StreamClient:
@@ -41,6 +44,7 @@ def _client(ctx: click.Context) -> StreamClient:
         tls=tls,
         server_hostname=obj.get("server_name"),
         server_max_frame=obj.get("server_max_frame") or SERVER_MAX_FRAME,
+        timeout=obj.get("timeout") or DEFAULT_TIMEOUT,
     )
     ctx.call_on_close(client.close)
     return client
@@ -134,12 +138,26 @@ def _with_connection(cmd: click.Command) -> None:
         click.Option(
             ["--port"], type=PORT, callback=_override, expose_value=False, help="Its port."
         ),
+        click.Option(
+            ["--timeout"],
+            type=POSITIVE_SECONDS,
+            callback=_override,
+            expose_value=False,
+            help=TIMEOUT_HELP,
+        ),
     ]
 
 
 @click.group(cls=ConnectionGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Stream service host.")
 @click.option("--port", type=PORT, default=DEFAULT_PORT, show_default=True, help="Its port.")
+@click.option(
+    "--timeout",
+    type=POSITIVE_SECONDS,
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help=TIMEOUT_HELP,
+)
 @click.option("--tls", is_flag=True, help="Connect over TLS (trusting the system's CAs).")
 @click.option(
     "--tls-ca",
@@ -174,6 +192,7 @@ def command(
     tls_key: str | None = None,
     server_name: str | None = None,
     server_max_frame: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> None:
     """Create, push to, pull from and inspect streams of a running stream service."""
     if bool(tls_cert) != bool(tls_key):
@@ -187,6 +206,7 @@ def command(
         tls_key=tls_key,
         server_name=server_name,
         server_max_frame=server_max_frame,
+        timeout=timeout,
     )
 
 
@@ -205,11 +225,24 @@ def create(ctx: click.Context, name: str | None, partitions: int, as_json: bool)
     """Create stream NAME (a random name if omitted), or open it if it exists."""
     c = _client(ctx)
     name = c.create_stream(name, partitions)
+    # an existing stream keeps its partitions: found from outside, one of 5 opened with
+    # --partitions 2 listed partitions 0-1 only. Opened again with its own count, every
+    # partition's address is listed, and a note says the count differs from --partitions
+    [info] = c.info(name)
+    have = len(info.partitions)
+    if have > partitions:
+        c.create_stream(name, have)
     addrs = {p: route_text(a) for (s, p), a in sorted(c.addresses.map.items()) if s == name}
     table = Table("partition", "worker address", title=f"stream {name}")
     for p, a in addrs.items():
         table.add_row(str(p), a)
-    _out(ctx, as_json, {"stream": name, "addresses": addrs}, table)
+    doc: dict[str, Any] = {"stream": name, "addresses": addrs}
+    if have != partitions:
+        doc["partitions"] = have
+        table.caption = (
+            f"stream has {have} partitions (it existed: --partitions {partitions} ignored)"
+        )
+    _out(ctx, as_json, doc, table)
 
 
 @command.command()

@@ -55,6 +55,7 @@ import logging
 import os
 import threading
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -449,10 +450,45 @@ def decode_index_value(value: bytes | None) -> tuple[int, str | None] | None:
     return int(digits), who
 
 
+def _connect_error(e: BaseException) -> str:
+    """A failed connect attempt's error as a reader wants it: ``connection refused (ECONNREFUSED)
+    …`` rather than its ``repr``."""
+    if isinstance(e, OSError) and (e.strerror or e.errno):
+        code = e.errno if isinstance(e.errno, int) and e.errno > 0 else None  # gaierror: < 0
+        return f"last attempt: {e.strerror if code is None else os.strerror(code)}"
+    return f"last attempt: {e!r}"
+
+
 async def _log_nats_error(e: Exception) -> None:
     """nats-py's connection errors (a refused reconnect while a node is down): logged, not
     printed."""
     log_event(logger, logging.DEBUG, "nats connection error", error=repr(e))
+
+
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+"""The schemes nats-py dials."""
+
+
+def check_url(url: str) -> str:
+    """``url`` if it names NATS servers as ``--backend`` takes them (``nats://h1:4222,h2:4222``:
+    the first with its scheme, one of ``URL_SCHEMES``, each with a host and a port from 1 to
+    65535 if given); else ``ValueError`` saying what is expected. Why: ``--backend notaurl``
+    was dialled as ``nats://notaurl`` for 5 s before failing with ``TimeoutError()``."""
+    expected = "expected nats://HOST[:PORT][,HOST[:PORT]...] (or tls://, ws://, wss://)"
+    first = url.split(",", 1)[0].strip()
+    if "://" not in first:
+        raise ValueError(f"{url!r}: {expected}")
+    for server in JetStreamOptions.from_url(url).servers:
+        try:
+            parsed = urllib.parse.urlsplit(server)
+            good = parsed.scheme in URL_SCHEMES and bool(parsed.hostname)
+            good = good and parsed.port != 0  # ValueError outside 0-65535 or not a number
+        except ValueError:
+            good = False
+        if not good:
+            where = repr(server) if server == url.strip() else f"{server!r} in {url!r}"
+            raise ValueError(f"{where}: {expected}")
+    return url
 
 
 class NatsUnavailable(Unavailable):
@@ -662,11 +698,24 @@ class JetStreamLog(Log):
         kw.setdefault("ping_interval", o.ping_interval)
         kw.setdefault("max_outstanding_pings", 2)
         limit = o.connect_timeout * max(2, len(o.servers)) + 1
+        last: list[BaseException] = []  # the latest error of the attempts, for the message
+        report = kw["error_cb"]
+
+        async def remember(e: Exception) -> None:
+            last[:] = [e]
+            await report(e)
+
+        kw["error_cb"] = remember
         try:  # nats-py retries a first connect forever when reconnects are unlimited
             self.nc = await asyncio.wait_for(nats.connect(**kw), limit)
         except Exception as e:
             where = ",".join(o.servers)
-            raise ClusterUnavailable(f"connect to {where}", limit, e) from e
+            # the deadline's TimeoutError says nothing: the attempts' own error says why
+            # (connection refused, no such host), found from outside
+            cause = _connect_error(last[0]) if isinstance(e, TimeoutError) and last else e
+            raise ClusterUnavailable(f"connect to {where}", limit, cause) from e
+        finally:
+            kw["error_cb"] = report
         self.js = self.nc.jetstream(timeout=o.request_timeout)
         self.kv = await self._bucket()
 

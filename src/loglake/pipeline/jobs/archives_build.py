@@ -119,7 +119,7 @@ from loglake.archives import (
     plan_windows,
 )
 from loglake.log import fs
-from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
+from loglake.pipeline.errors import BadOption, JobFailed, check_dir, raises_task_errors
 from loglake.pipeline.output_dir import one_job
 from loglake.pipeline.scratch import MODES, Scratch, clear_stale, open_scratch, scratch_key
 from loglake.pipeline.units import Unit, plan_units, read_unit, require_visible
@@ -178,8 +178,7 @@ class ArchivesBuildOptions:
     machine's ``/dev/shm``), ``disk``."""
 
     def __post_init__(self) -> None:
-        if not Path(self.data_dir).is_dir():
-            raise BadOption("data_dir", self.data_dir, "no such directory")
+        check_dir("data_dir", self.data_dir, self.data_dir)
         if not self.communities:
             raise BadOption("streams", "", "no community stream to build")
         if self.on_bad_record not in ON_BAD_RECORD:

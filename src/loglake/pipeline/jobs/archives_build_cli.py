@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from loglake.clitools import Renamed, time_ns
-from loglake.pipeline.errors import BadOption
+from loglake.pipeline.errors import BadOption, check_dir
 from loglake.pipeline.session import MASTER_ENV
 
 
@@ -120,8 +120,7 @@ def archives_build_command(
     from loglake.pipeline.session import build_session
 
     data = str(Path(data_dir).expanduser().resolve())
-    if not Path(data).is_dir():
-        raise BadOption("--data-dir", data_dir, "no such directory")
+    check_dir("--data-dir", data_dir, data)
     lay = get_layout(layout)
     if no_trackers and announce:
         raise BadOption("--no-trackers", "", "give --announce or --no-trackers, not both")

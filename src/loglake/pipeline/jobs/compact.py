@@ -49,7 +49,7 @@ from loglake.log import fs
 from loglake.log.api import STREAM_NAME_RE
 from loglake.log.lake import LakeFile, lake_lock
 from loglake.log.lake_schema import lake_file_name, lake_partition_dir
-from loglake.pipeline.errors import BadOption, JobFailed, raises_task_errors
+from loglake.pipeline.errors import BadOption, JobFailed, check_dir, raises_task_errors
 from loglake.pipeline.lake import (
     VERIFY_PAGES,
     all_lake_files,
@@ -81,8 +81,7 @@ class CompactOptions:
     row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
 
     def __post_init__(self) -> None:
-        if not Path(self.data_dir).is_dir():
-            raise BadOption("data_dir", self.data_dir, "no such directory")
+        check_dir("data_dir", self.data_dir, self.data_dir)
         if not STREAM_NAME_RE.fullmatch(self.stream):  # ``../x`` named a folder outside the lake
             raise BadOption("stream", self.stream, "not a valid stream name")
         if not stream_lake_dir(self.data_dir, self.stream).is_dir():
