@@ -17,7 +17,7 @@ import pytest
 from loglake.archives.bt import Fetcher
 from loglake.archives.errors import CorruptArchive, FetchTooLarge, UndecodableArchive
 from loglake.archives.layout import NS, PIECE_LENGTH, get_layout
-from loglake.archives.member import select_within
+from loglake.archives.member import MemberCore, missing_archives, select_within
 from loglake.archives.member_node import MemberNode, fetch_archives
 from loglake.archives.messages import ArchiveMetadata
 from loglake.archives.signing import encode_magnet_message
@@ -209,3 +209,116 @@ def test_the_fetcher_keeps_the_seeder_while_an_archive_is_hydrated(tmp_path, see
         assert all(h.have_piece(i) for i in second.pieces)
     finally:
         fetcher.close()
+
+
+def test_a_member_node_fetches_the_same_link_again_until_no_archive_is_left(tmp_path, seeder):
+    # MemberNode marked a link done after a fetch that left older archives over the bound, and
+    # the control node publishes a link only for a new archive (weekly) or at its start: a
+    # member behind by more than the bound caught up a bound per week. It fetches the same link
+    # again after the quiet period now, a bound at a time, newest first, across a restart too
+    control = built_weeks(tmp_path, 3)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    magnet, layout = control.magnet((seeder.peer,)), control.layout
+    w1, w2, w3 = control.entries
+    index = (tmp_path / "control" / CID / "index").stat().st_size
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("special")
+    streams.push("special", encode_magnet_message(1, magnet, KEY))
+    store = MessageStore(tmp_path / "member.sqlite")
+    member = MemberNode(tmp_path / "member", store, layout, CID, wait_ns=10 * NS)
+    member.poll(streams, "special", now_ns=10 * NS)
+    kw = {"timeout": 10, "max_fetch_bytes": P}
+    report = member.step(20 * NS, **kw)
+    assert report is not None and (report.missing, report.left) == ([w3], [w1, w2])
+    assert member.step(29 * NS, **kw) is None  # a pause of one quiet period first
+    report = member.step(30 * NS, **kw)
+    assert report is not None and (report.missing, report.left) == ([w2], [w1])
+    assert report.bytes_downloaded <= P + index  # only the next week's piece
+    member = MemberNode(tmp_path / "member", store, layout, CID, wait_ns=10 * NS)  # a restart
+    assert member.step(39 * NS, **kw) is None
+    report = member.step(40 * NS, **kw)
+    assert report is not None and (report.missing, report.left) == ([w1], [])
+    assert store.archive_ids() == {w1.archive_id, w2.archive_id, w3.archive_id}
+    assert store.count() == 150
+    assert member.step(1000 * NS, **kw) is None  # nothing left: the link is done
+    streams.push("special", encode_magnet_message(2, magnet, KEY))
+    [ignored] = member.poll(streams, "special", now_ns=2000 * NS)
+    assert ignored.reason == "magnet link already fetched"  # type: ignore[union-attr]
+
+
+def test_a_member_node_stops_fetching_a_link_whose_older_window_alone_is_over_the_bound(
+    tmp_path, seeder
+):
+    # fetched again for the archives left, a link whose next window is over the bound alone
+    # would be refused (FetchTooLarge) after every quiet period, the index downloaded each time:
+    # the newer windows are kept, the link done, and the next link fetched as usual
+    layout = get_layout("spec")
+    big = layout.encode_archive(
+        ArchiveMetadata(START, START + WEEK, ()),
+        [record(layout, START + i * 1000, b"x" * 300) for i in range(400)],
+        0,
+    )
+    assert big.size == 2 * P
+    weeks = [big]
+    for w in (1, 2):
+        weeks.append(
+            layout.encode_archive(
+                ArchiveMetadata(START + w * WEEK, START + (w + 1) * WEEK, ()),
+                [record(layout, START + w * WEEK + DAY)],
+                weeks[-1].entry.offset + weeks[-1].size,
+            )
+        )
+    assert [a.size for a in weeks] == [2 * P, P, P]
+    data = b"".join(a.data_bytes() for a in weeks)
+    index = layout.encode_index([a.entry for a in weeks])
+    files = [{"length": len(data), "path": ["data"]}, {"length": len(index), "path": ["index"]}]
+    magnet = seed_files(seeder, tmp_path / "seed", files, [data, index])
+    streams = LocalStreams(MemoryLog())
+    streams.create_stream("special")
+    streams.push("special", encode_magnet_message(1, magnet, KEY))
+    store = MessageStore(tmp_path / "member.sqlite")
+    member = MemberNode(tmp_path / "member", store, layout, CID, wait_ns=1 * NS)
+    member.poll(streams, "special", now_ns=10 * NS)
+    kw = {"timeout": 10, "max_fetch_bytes": P}
+    report = member.step(11 * NS, **kw)
+    assert report is not None and len(report.left) == 2
+    report = member.step(12 * NS, **kw)
+    assert report is not None and report.left == [weeks[0].entry]
+    with pytest.raises(FetchTooLarge, match="not fetched again with this bound"):
+        member.step(13 * NS, **kw)
+    assert store.archive_ids() == {weeks[1].entry.archive_id, weeks[2].entry.archive_id}
+    assert member.step(100 * NS, **kw) is None  # not after the quiet period
+    assert not member.core.pending()
+    # a larger bound and the control node's next link take it
+    control = built_weeks(tmp_path, 1)
+    seeder.seed(control.torrent().metainfo(), tmp_path / "control")
+    streams.push("special", encode_magnet_message(2, control.magnet((seeder.peer,)), KEY))
+    member.poll(streams, "special", now_ns=200 * NS)
+    assert member.core.left is None
+    report = member.step(202 * NS, timeout=10)
+    assert report is not None and report.left == []
+
+
+def test_a_fetch_of_the_same_link_that_leaves_no_fewer_archives_ends_it():
+    # each fetch of a link for the archives left must leave fewer: one that does not (nothing
+    # it took was kept) would come again after every quiet period, for ever
+    core = MemberCore(CID, wait_ns=1 * NS)
+    core.magnet, core.last_at_ns = "magnet:?xt=urn:btih:" + "ab" * 20, 0
+    assert core.leave(core.magnet, 3, 5 * NS) and core.due(5 * NS) is None
+    assert core.due(6 * NS) == core.magnet
+    assert core.leave(core.magnet, 2, 6 * NS)
+    assert not core.leave(core.magnet, 2, 7 * NS)
+    assert core.last_fetched == core.magnet and core.due(100 * NS) is None
+    assert core.left is None
+
+
+def test_max_fetch_bytes_takes_a_window_whole_when_a_signed_index_interleaves_windows():
+    # the windows were grouped by adjacency in the list sorted by (from, offset): windows
+    # sharing a `from`, interleaved by offset (A1, B, A2), had window A split, A2 taken, A1 left
+    layout = get_layout("status-go")
+    a, b = ArchiveMetadata(0, WEEK // NS * NS, ()), ArchiveMetadata(0, 2 * WEEK // NS * NS, ())
+    a1, bb, a2 = (layout.make_entry(m, i * P, P, 0) for i, m in enumerate((a, b, a)))
+    missing = missing_archives([a1, bb, a2], set())
+    assert missing == [a1, bb, a2]
+    assert select_within(missing, 2 * P) == ([bb], [a1, a2])
+    assert select_within(missing, 3 * P) == (missing, [])

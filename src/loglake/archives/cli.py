@@ -658,7 +658,12 @@ def follow(
                 )
                 report = None
             except ArchiveError as e:  # no peer in time, a corrupt index: try again later
-                console.print(f"[yellow]fetch failed[/yellow]: {e}; trying again in {wait:g} s")
+                again = (
+                    f"trying again in {wait:g} s"
+                    if member.core.pending()
+                    else "waiting for the control node's next link"  # left over the bound
+                )
+                console.print(f"[yellow]fetch failed[/yellow]: {e}; {again}")
                 report = None
             if report is not None:
                 line = {
@@ -671,6 +676,8 @@ def follow(
                 if report.left:
                     line["left"] = [e.archive_id for e in report.left]
                     console.print(_left_line(report.left, max_fetch_bytes))
+                    if member.core.pending():
+                        console.print(f"fetching the same link again in {wait:g} s for them")
                 click.echo(json.dumps(line))
                 if once:
                     return

@@ -77,6 +77,9 @@ class MemberCore:
     """The link whose fetch found an archive that does not decode, its pieces matching the
     torrent's hashes (``UndecodableArchive``): the same bytes fail again, so it is not fetched
     again, nor taken when sent again; a new link is."""
+    left: int | None = None
+    """How many missing archives the last fetch of the pending link left over the fetch's bound
+    (``FetchReport.left``; ``leave``); None before a fetch of it left any."""
 
     def on_message(self, raw: bytes, now_ns: int) -> Accepted | Ignored:
         try:
@@ -98,6 +101,8 @@ class MemberCore:
             # a repeat of the pending link (status-go restarts its download for it; here the
             # fetch it asks for is pending already, and the quiet period is not restarted)
             return Ignored("the same magnet link again")
+        if msg.magnet_uri != self.magnet:
+            self.left = None  # counted for the pending link: a new one starts afresh
         self.last_clock, self.magnet, self.last_at_ns = msg.clock, msg.magnet_uri, now_ns
         return Accepted(msg)
 
@@ -109,9 +114,38 @@ class MemberCore:
             return None
         return self.magnet if now_ns - self.last_at_ns >= self.wait_ns else None
 
+    def pending(self) -> bool:
+        """A link waits to be fetched (now or after its quiet period)."""
+        return self.magnet is not None and self.magnet not in (self.last_fetched, self.refused)
+
     def done(self, magnet: str) -> None:
         self.fetched.add(magnet)
         self.last_fetched = magnet
+        self.left = None
+
+    def leave(self, magnet: str, left: int, now_ns: int) -> bool:
+        """A fetch of ``magnet`` left ``left`` older archives over its bound: keep the link
+        pending and fetch it again after another quiet period (the pause keeps a member from
+        asking the seeder again at once), which takes the newest of them. True if so; False
+        (the link done, a warning logged) if this fetch left as many as the last one of this
+        link, or more: no progress, so the same fetch would come again and again. (The control
+        node publishes a link only when it builds a new archive, weekly, or starts: a link done
+        after its first fetch had a member behind by more than the bound catch up a bound per
+        week.)"""
+        if self.left is not None and left >= self.left:
+            log_event(
+                logger,
+                logging.WARNING,
+                "a fetch of the same link left as many older archives as the last: not fetched "
+                "again, the next link is",
+                left=left,
+                before=self.left,
+            )
+            self.done(magnet)
+            return False
+        self.left = left
+        self.postpone(now_ns)
+        return True
 
     def postpone(self, now_ns: int) -> None:
         """The fetch of the pending magnet failed: try it again after another quiet period."""
@@ -124,12 +158,12 @@ class MemberCore:
         bytes would fail again; only a new link is fetched."""
         self.refused = magnet
 
-    STATE_FIELDS = ("last_clock", "magnet", "last_at_ns", "last_fetched", "refused")
+    STATE_FIELDS = ("last_clock", "magnet", "last_at_ns", "last_fetched", "refused", "left")
 
     def state(self) -> dict[str, Any]:
         """What a member must keep across a restart: the pending link and when it came, the
         newest clock (an older signed link replayed later stays refused), the link fetched
-        last, the link refused."""
+        last, the link refused, how many archives its last fetch left."""
         return {k: getattr(self, k) for k in self.STATE_FIELDS}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -182,32 +216,36 @@ def select_within(
     left (the history hydrated has no gap). A later fetch finds the older ones missing and
     takes the newest of them: a member behind by more than the bound catches up a bound per
     fetch, newest first (what the spec's options 2 and 3 want: "Download only the latest
-    archive", "archives of a specific time range").
+    archive", "archives of a specific time range"). ``MemberNode`` fetches the same link again
+    after the quiet period while a fetch leaves some (``MemberCore.leave``).
 
     Why not refuse the fetch: an honest community whose history is over the bound would give a
     new member nothing, on every link, until its operator raised the bound; a hostile index
     gets ``max_bytes`` downloaded either way. ``FetchTooLarge`` when not even the newest
     window fits."""
-    take: list[IndexEntry] = []
+    # grouped by window, not by adjacency: the list is sorted by (from, offset), so a signed
+    # index whose windows share a ``from`` and interleave by offset (A1, B, A2) had window A
+    # split, its newest archive taken without the other
+    windows: dict[tuple[int, int], list[IndexEntry]] = {}
+    for e in missing:
+        windows.setdefault((e.metadata.from_ns, e.metadata.to_ns), []).append(e)
+    taken: set[tuple[int, int]] = set()
     total = 0
-    i = len(missing)
-    while i > 0:
-        window = (missing[i - 1].metadata.from_ns, missing[i - 1].metadata.to_ns)
-        j = i
-        while j > 0 and (missing[j - 1].metadata.from_ns, missing[j - 1].metadata.to_ns) == window:
-            j -= 1
-        size = sum(e.size for e in missing[j:i])
+    for key in sorted(windows, reverse=True):  # newest first
+        size = sum(e.size for e in windows[key])
         if total + size > max_bytes:
-            if not take:
+            if not taken:
                 raise FetchTooLarge(
-                    f"the newest window's {i - j} missing archive(s) are {size} bytes: more "
-                    f"than the {max_bytes} bytes this member fetches at once (--max-fetch-bytes)"
+                    f"the newest window's {len(windows[key])} missing archive(s) are {size} bytes: "
+                    f"more than the {max_bytes} bytes this member fetches at once "
+                    "(--max-fetch-bytes)"
                 )
             break
-        take[:0] = missing[j:i]
+        taken.add(key)
         total += size
-        i = j
-    return take, missing[:i]
+    take = [e for e in missing if (e.metadata.from_ns, e.metadata.to_ns) in taken]
+    left = [e for e in missing if (e.metadata.from_ns, e.metadata.to_ns) not in taken]
+    return take, left
 
 
 def unpack(layout: Layout, entry: IndexEntry, region: bytes) -> list[DecodedMessage]:

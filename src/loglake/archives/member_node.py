@@ -33,12 +33,14 @@ from loglake.archives.errors import (
     BadRecord,
     CorruptArchive,
     CorruptIndex,
+    FetchTooLarge,
     MisalignedArchive,
     UndecodableArchive,
 )
 from loglake.archives.layout import (
     MAX_FETCHED_ARCHIVE_BYTES,
     MAX_INDEX_BYTES,
+    NS,
     DecodedMessage,
     IndexEntry,
     Layout,
@@ -358,7 +360,16 @@ class MemberNode:
         """Fetch the pending link if its quiet period is over. A fetch that fails (no peer in
         time, a corrupt index) raises, and the link is tried again after another quiet
         period; one that found an archive that does not decode (``UndecodableArchive``: the
-        same bytes would fail again) is not tried again, only a new link is."""
+        same bytes would fail again) is not tried again, only a new link is.
+
+        A fetch that left older archives over ``max_fetch_bytes`` (``FetchReport.left``) keeps
+        the link pending: it is fetched again after another quiet period (``wait_ns``, 20 s by
+        default: the seeder is not asked again at once), taking the newest of those left, until
+        none is left (``MemberCore.leave``). Each such fetch must leave fewer than the last, or
+        the link is done (a warning); one whose newest window left is over the bound alone
+        (``FetchTooLarge``) makes the link done too, as the same index and bound would refuse
+        it after every quiet period. The control node publishes a link only for a new archive
+        or at its start: done after the first fetch, a member caught up a bound per week."""
         magnet = self.core.due(now_ns)
         if magnet is None:
             return None
@@ -377,10 +388,32 @@ class MemberNode:
             self.core.refuse(magnet)
             self.store.set_metas(self._state())
             raise
+        except FetchTooLarge as e:
+            if self.core.left is None:  # the link's first fetch: tried again, as before
+                self.core.postpone(now_ns)
+                self.store.set_metas(self._state())
+                raise
+            # a window left by this link's last fetch is over the bound alone: the same
+            # index, the same bound, the same refusal after every quiet period
+            self.core.done(magnet)
+            self.store.set_metas(self._state())
+            raise FetchTooLarge(
+                f"{e}; the newer windows of this magnet link were fetched, the older ones are "
+                "not fetched again with this bound (the next link is fetched as usual)"
+            ) from e
         except ArchiveError:
             self.core.postpone(now_ns)
             self.store.set_metas(self._state())
             raise
-        self.core.done(magnet)
+        if report.left and self.core.leave(magnet, len(report.left), now_ns):
+            log_event(
+                log,
+                logging.INFO,
+                "fetching the same link again after the quiet period for the older archives left",
+                left=len(report.left),
+                wait_s=self.core.wait_ns / NS,
+            )
+        elif not report.left:
+            self.core.done(magnet)
         self.store.set_metas(self._state())
         return report
