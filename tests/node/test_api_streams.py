@@ -189,3 +189,33 @@ def test_the_stream_list_is_paged_with_a_total(api_node: ApiNode) -> None:
     r = c.get("/api/streams", params={"limit": 2, "after": "s0100"})
     assert [s["name"] for s in r.json()] == ["s0101", "s0102"]
     assert c.get("/api/streams", params={"limit": 0}).status_code == 422
+
+
+def test_the_stream_list_filters_by_part_of_the_name(api_node: ApiNode) -> None:
+    """``contains`` finds a stream however many others sort before it: anyone on the stream
+    service made 505 streams named ``0…``, and the real one was on no page the console showed
+    (it polled the first page only). The total and the pages are of the filtered list."""
+    for i in range(505):
+        api_node.log.create_stream(f"0{i:04d}")
+    for name in ("orders", "Orders-EU", "returns"):
+        api_node.log.create_stream(name)
+    c = api_node.client
+    r = c.get("/api/streams", params={"contains": "ORDER"})
+    assert r.status_code == 200, r.text
+    assert [s["name"] for s in r.json()] == ["Orders-EU", "orders"]  # case-insensitive
+    assert r.headers["X-Total-Count"] == "2" and "X-Next-After" not in r.headers
+    r = c.get("/api/streams", params={"contains": "order", "limit": 1})
+    assert [s["name"] for s in r.json()] == ["Orders-EU"] and r.headers["X-Next-After"]
+    nxt = c.get(
+        "/api/streams", params={"contains": "order", "limit": 1, "after": r.headers["X-Next-After"]}
+    )
+    assert [s["name"] for s in nxt.json()] == ["orders"] and "X-Next-After" not in nxt.headers
+    r = c.get("/api/streams", params={"contains": "049"})
+    assert [s["name"] for s in r.json()] == [f"0{i:04d}" for i in range(505) if "049" in f"{i:04d}"]
+    r = c.get("/api/streams", params={"contains": "nothing-like-it"})
+    assert r.json() == [] and r.headers["X-Total-Count"] == "0"
+    assert c.get("/api/streams", params={"contains": ""}).headers["X-Total-Count"] == "508"
+    assert c.get("/api/streams", params={"contains": "x" * 201}).status_code == 422
+    doc = c.get("/openapi.json").json()
+    params = {p["name"] for p in doc["paths"]["/api/streams"]["get"]["parameters"]}
+    assert "contains" in params

@@ -71,6 +71,16 @@ PAGE_HEADERS = {
     },
 }
 """The paged lists' headers, in the OpenAPI document."""
+MAX_FILTER = 200
+"""The longest ``contains`` filter of a list (a stream name is at most 200 characters)."""
+Contains = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_FILTER,
+        description="Only rows whose name holds this text (case-insensitive); the total and "
+        "the pages are of the filtered list",
+    ),
+]
 
 StreamName = Annotated[str, Path(description="Stream name", max_length=200)]
 PartitionNo = Annotated[int, Path(ge=0, le=2**31 - 1, description="Partition number")]
@@ -328,10 +338,15 @@ def list_streams(
     after: Annotated[
         str | None, Query(max_length=200, description="Only streams named after this one")
     ] = None,
+    contains: Contains = None,
 ) -> list[dict]:
     """Stats are read for the page's streams only. Found from outside: anyone on the stream
-    service may create streams, and the console polls this every second."""
+    service may create streams, and the console polls this every second; ``contains`` finds a
+    stream however many others sort before it (500 named ``0…`` hid every real one from the
+    console's first page)."""
     names = sorted(node.log.streams())
+    if contains:
+        names = [n for n in names if _holds(n, contains)]
     total = len(names)
     if after is not None:
         names = [n for n in names if n > after]
@@ -348,6 +363,11 @@ def list_streams(
         out.append(_summary(node, x) if isinstance(x, StreamInfo) else _unreadable(node, x))
     _page_headers(response, total, rest > 0, out[-1]["name"] if out else None)
     return out
+
+
+def _holds(text: str, part: str) -> bool:
+    """``part`` in ``text``, case-insensitive: a console filter."""
+    return part.casefold() in text.casefold()
 
 
 def _unreadable(node: NodeContext, x: Unreadable) -> dict:
@@ -448,13 +468,20 @@ Candidate = tuple[str, str, int, int, int | None]
 """(client, stream, partition, index, partition end or None) of one saved consumer index."""
 
 
-def _consumer_candidates(node: NodeContext, stream: str | None) -> list[Candidate]:
-    """Every saved consumer index (of ``stream``) on a partition that exists, with its
-    partition's end (None: the stream is unreadable); owners are not read here."""
+def _consumer_candidates(
+    node: NodeContext, stream: str | None, contains: str | None = None
+) -> list[Candidate]:
+    """Every saved consumer index (of ``stream``; whose client id, or stream name when no
+    ``stream`` is given, holds ``contains``) on a partition that exists, with its partition's
+    end (None: the stream is unreadable); owners are not read here."""
     infos: dict[str, StreamInfo | Unreadable] = {}
     out: list[Candidate] = []
     for (client, name, partition), index in node.log.consumer_indexes().items():
         if stream is not None and name != stream:
+            continue
+        if contains and not (
+            _holds(client, contains) or (stream is None and _holds(name, contains))
+        ):
             continue
         if name not in infos:
             if not node.log.has_stream(name):
@@ -486,7 +513,16 @@ def _row(node: NodeContext, c: Candidate) -> ConsumerOut:
 
 
 ConsumerOrder = Literal["client", "lag"]
-AFTER_CURSOR = "The X-Next-After header of the page before (with the same order)"
+AFTER_CURSOR = "The X-Next-After header of the page before (order=client only)"
+ORDER_DOC = (
+    "client: by client id, stream, partition, paged with `after`; lag: the most behind first, "
+    "one page (a top-N view: lags move between two requests, so a cursor would skip rows; "
+    "`after` with it is a 400)"
+)
+LAG_AFTER = (
+    "after: order=lag is one page, the most behind (lags move between two requests, so a "
+    "cursor in lag order skips or repeats rows); page through every consumer with order=client"
+)
 _ORDER_KEYS: dict[str, Callable[[Candidate], tuple[Any, ...]]] = {
     "client": lambda c: (c[0], c[1], c[2]),
     # most behind first; an unreadable stream's (lag unknown) after every known lag
@@ -515,13 +551,21 @@ def consumer_rows(
     limit: int | None = None,
     after: str | None = None,
     order: ConsumerOrder = "client",
+    contains: str | None = None,
 ) -> tuple[list[ConsumerOut], int, str | None]:
-    """Saved consumer indexes (of ``stream``) with their lag behind the partition's end, in
-    ``order`` (client, stream, partition; or most lag first): ``(the rows after the cursor
-    ``after``, at most ``limit``; how many there are in all; the next page's cursor or None)``.
-    Owners are read for the page's rows only."""
+    """Saved consumer indexes (of ``stream``; whose client id or stream name holds
+    ``contains``) with their lag behind the partition's end, in ``order`` (client, stream,
+    partition; or most lag first): ``(the rows after the cursor ``after``, at most ``limit``;
+    how many there are in all; the next page's cursor or None)``. Owners are read for the
+    page's rows only.
+
+    ``order="lag"`` is a top-N view, one page: no cursor is given and ``after`` is refused
+    (400). Found from outside: its key (the lag) moves as records are pushed and indexes saved,
+    so a keyset cursor skipped the rows whose lag rose past it between two pages."""
+    if order == "lag" and after is not None:
+        raise HTTPException(400, LAG_AFTER)
     key = _ORDER_KEYS[order]
-    cands = sorted(_consumer_candidates(node, stream), key=key)
+    cands = sorted(_consumer_candidates(node, stream, contains), key=key)
     total = len(cands)
     if after is not None:
         start = _uncursor(after)
@@ -530,7 +574,8 @@ def consumer_rows(
         except TypeError:  # a cursor of another order (or a forged one): its parts compare
             raise HTTPException(400, "after: not a cursor of this order") from None
     page: Sequence[Candidate] = cands if limit is None else cands[:limit]
-    nxt = _cursor(key(page[-1])) if page and len(page) < len(cands) else None
+    more = bool(page) and len(page) < len(cands) and order == "client"
+    nxt = _cursor(key(page[-1])) if more else None
     return [_row(node, c) for c in page], total, nxt
 
 
@@ -545,9 +590,10 @@ def list_consumers(
     response: Response,
     limit: Limit = PAGE_ROWS,
     after: Annotated[str | None, Query(max_length=16384, description=AFTER_CURSOR)] = None,
-    order: Annotated[ConsumerOrder, Query(description="client id, or most lag first")] = "client",
+    order: Annotated[ConsumerOrder, Query(description=ORDER_DOC)] = "client",
+    contains: Contains = None,
 ) -> list[ConsumerOut]:
-    rows, total, nxt = consumer_rows(node, limit=limit, after=after, order=order)
+    rows, total, nxt = consumer_rows(node, limit=limit, after=after, order=order, contains=contains)
     _page_headers(response, total, nxt is not None, nxt)
     return rows
 
@@ -564,10 +610,13 @@ def stream_consumers(
     response: Response,
     limit: Limit = PAGE_ROWS,
     after: Annotated[str | None, Query(max_length=16384, description=AFTER_CURSOR)] = None,
-    order: Annotated[ConsumerOrder, Query(description="client id, or most lag first")] = "client",
+    order: Annotated[ConsumerOrder, Query(description=ORDER_DOC)] = "client",
+    contains: Contains = None,
 ) -> list[ConsumerOut]:
     node.log.stream_info(stream)  # 404 for an unknown stream
-    rows, total, nxt = consumer_rows(node, stream, limit=limit, after=after, order=order)
+    rows, total, nxt = consumer_rows(
+        node, stream, limit=limit, after=after, order=order, contains=contains
+    )
     _page_headers(response, total, nxt is not None, nxt)
     return rows
 

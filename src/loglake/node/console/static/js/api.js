@@ -70,7 +70,8 @@ export async function api(path, options) {
   return (await apiPage(path, options)).data;
 }
 
-/** `api`, with the total of a paged list (its `X-Total-Count` header; null on other routes). */
+/** `api`, with the total of a paged list (its `X-Total-Count` header; null on other routes)
+ *  and the next page's `after` (its `X-Next-After` header; null on the last page). */
 export async function apiPage(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   const token = getToken();
@@ -102,7 +103,7 @@ export async function apiPage(path, { method = "GET", body } = {}) {
     throw new ApiError(res.status, kind, message);
   }
   const total = res.headers.get("X-Total-Count");
-  return { data, total: total === null ? null : Number(total) };
+  return { data, total: total === null ? null : Number(total), next: res.headers.get("X-Next-After") };
 }
 
 /** Base64 (the API's form of bytes) → Uint8Array. */

@@ -15,18 +15,19 @@ export function href(path, params = {}) {
 }
 
 /** Poll `path` every `ms` while the component is mounted (the page updates without reload).
- *  Returns {data, error, at, total}: `total`, a paged list's row count in all (null when the
- *  route does not page); a 401 is raised to the app (it shows the login form). */
+ *  Returns {data, error, at, total, next}: `total`, a paged list's row count in all (null when
+ *  the route does not page), `next` the next page's `after` (null on the last page); a 401 is
+ *  raised to the app (it shows the login form). */
 export function usePoll(path, ms = 1000, deps = []) {
-  const [state, setState] = useState({ data: null, error: null, at: 0, total: null });
+  const [state, setState] = useState({ data: null, error: null, at: 0, total: null, next: null });
   useEffect(() => {
     if (path === null) return undefined;
     let alive = true;
     let timer = null;
     const tick = async () => {
       try {
-        const { data, total } = await apiPage(path);
-        if (alive) setState({ data, error: null, at: Date.now(), total });
+        const { data, total, next } = await apiPage(path);
+        if (alive) setState({ data, error: null, at: Date.now(), total, next });
       } catch (e) {
         if (e instanceof ApiError && e.status === 401) unauthorized(e.message);
         if (alive) setState((s) => ({ ...s, error: e }));
@@ -40,6 +41,67 @@ export function usePoll(path, ms = 1000, deps = []) {
     };
   }, [path, ms, ...deps]);
   return state;
+}
+
+export const MAX_FILTER = 200; // the node's longest `contains`
+
+/** Poll a paged list (`path` with `params`) a page at a time: a name filter (the node's
+ *  `contains`) and next/previous pages by the node's `X-Next-After` cursor (the cursors of the
+ *  pages before are kept here: the node's pages only go forward). A new filter or `params`
+ *  starts again at the first page. */
+export function usePaged(path, params, ms) {
+  const [filter, setFilterState] = useState("");
+  const q = new URLSearchParams(params);
+  const key = q.toString();
+  const [nav, setNav] = useState({ key, cursors: [] });
+  const pages = nav.key === key ? nav.cursors : [];
+  const setCursors = (cursors) => setNav({ key, cursors });
+  if (filter) q.set("contains", filter);
+  if (pages.length) q.set("after", pages[pages.length - 1]);
+  const state = usePoll(path + "?" + q.toString(), ms);
+  return {
+    ...state,
+    filter,
+    page: pages.length,
+    setFilter: (f) => {
+      setFilterState(f.slice(0, MAX_FILTER));
+      setCursors([]);
+    },
+    onNext: state.next ? () => setCursors([...pages, state.next]) : null,
+    onPrev: pages.length ? () => setCursors(pages.slice(0, -1)) : null,
+  };
+}
+
+/** A paged list's filter box and previous/next buttons (`testid`-filter, -prev, -next). */
+export function Pager({ list, testid, what, paged = true }) {
+  return html`<div class="pager">
+    <label>filter <input type="search" data-testid=${testid + "-filter"} maxlength=${MAX_FILTER}
+      placeholder=${"part of a " + what} value=${list.filter}
+      onInput=${(e) => list.setFilter(e.target.value)} /></label>
+    ${paged
+      ? html`<button type="button" data-testid=${testid + "-prev"} disabled=${!list.onPrev}
+            onClick=${list.onPrev}>← previous</button>
+          <button type="button" data-testid=${testid + "-next"} disabled=${!list.onNext}
+            onClick=${list.onNext}>next →</button>`
+      : null}
+  </div>`;
+}
+
+/** A stream chooser: a filter box (the node's `contains`) and a dropdown of the first 500
+ *  streams that match; the chosen stream stays in the dropdown whatever the filter. */
+export function StreamSelect({ value, onChange, streams }) {
+  const names = (streams.data || []).map((s) => s.name);
+  if (value && !names.includes(value)) names.unshift(value);
+  return html`<label>stream
+      <input type="search" name="stream-filter" data-testid="stream-filter" maxlength=${MAX_FILTER}
+        placeholder="filter" size="10" value=${streams.filter}
+        onInput=${(e) => streams.setFilter(e.target.value)} />
+      <select name="stream" value=${value} onChange=${(e) => onChange(e.target.value)}>
+        ${names.map((n) => html`<option value=${n}>${n}</option>`)}
+      </select>
+    </label>${streams.total !== null && streams.total > (streams.data || []).length
+      ? html` <span class="muted" data-testid="stream-choices">${`the first ${fmtInt((streams.data || []).length)} of ${fmtInt(streams.total)}: filter to find another`}</span>`
+      : null}`;
 }
 
 /** Tell the app the node refused the token. */

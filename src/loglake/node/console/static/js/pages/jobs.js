@@ -2,14 +2,26 @@
 
 import { useState } from "preact/hooks";
 
-import { Badge, DataTable, PartSection, Progress, act, fmtInt, fmtTime, html, usePoll } from "../ui.js";
+import {
+  Badge,
+  DataTable,
+  PartSection,
+  Progress,
+  StreamSelect,
+  act,
+  fmtInt,
+  fmtTime,
+  html,
+  usePaged,
+  usePoll,
+} from "../ui.js";
 
 const JOBS = ["compact", "sds-audit"];
 const KIND = { queued: "", running: "run", succeeded: "ok", failed: "bad" };
 
 export function JobsPage() {
   const jobs = usePoll("/jobs", 1000);
-  const streams = usePoll("/streams", 0);
+  const streams = usePaged("/streams", { limit: 500 }, 0);
   const [form, setForm] = useState({ name: JOBS[0], stream: "" });
   const [message, setMessage] = useState(null);
   const start = async (e) => {
@@ -41,11 +53,8 @@ export function JobsPage() {
               ${JOBS.map((j) => html`<option value=${j}>${j}</option>`)}
             </select>
           </label>
-          <label>stream
-            <select name="stream" value=${form.stream} onChange=${(e) => setForm({ ...form, stream: e.target.value })}>
-              ${(streams.data || []).map((s) => html`<option value=${s.name}>${s.name}</option>`)}
-            </select>
-          </label>
+          <${StreamSelect} value=${form.stream} streams=${streams}
+            onChange=${(name) => setForm({ ...form, stream: name })} />
           <button type="submit">Start</button>
         </form>
         <${DataTable} rows=${[...rows].reverse()} columns=${cols} testid="jobs-table" rowKey="id" />`}

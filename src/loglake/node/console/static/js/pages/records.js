@@ -4,7 +4,7 @@
 import { useEffect, useState } from "preact/hooks";
 
 import { fromBase64 } from "../api.js";
-import { ErrorBox, act, fmtInt, fmtTime, href, html, usePoll } from "../ui.js";
+import { ErrorBox, StreamSelect, act, fmtInt, fmtTime, href, html, usePaged, usePoll } from "../ui.js";
 
 export const VIEWS = [
   ["text", "text"],
@@ -23,8 +23,10 @@ function go(params) {
 }
 
 export function RecordsPage({ params }) {
-  const streams = usePoll("/streams", 0);
+  const streams = usePaged("/streams", { limit: 500 }, 0);
   const stream = params.stream || (streams.data && streams.data[0] && streams.data[0].name) || "";
+  // the stream's own info (its partitions): it may be none of the streams the dropdown lists
+  const chosen = usePoll(stream ? "/streams/" + encodeURIComponent(stream) : null, 0);
   const partition = Number(params.partition || 0);
   const start = Number(params.start || 0);
   const limit = Number(params.limit || 50);
@@ -59,18 +61,15 @@ export function RecordsPage({ params }) {
     };
   }, [stream, partition, start, limit, view]);
 
-  const info = streams.data && streams.data.find((s) => s.name === stream);
+  const info = chosen.data && chosen.data.name === stream ? chosen.data : null;
   const nparts = info ? info.partitions : partition + 1;
   const d = range.data;
   return html`<section>
     <h1>Records</h1>
     <${ErrorBox} error=${streams.error} what="streams" />
     <form class="controls" data-testid="records-form" onSubmit=${(e) => e.preventDefault()}>
-      <label>stream
-        <select name="stream" value=${stream} onChange=${(e) => set({ stream: e.target.value, partition: 0, start: 0 })}>
-          ${(streams.data || []).map((s) => html`<option value=${s.name}>${s.name}</option>`)}
-        </select>
-      </label>
+      <${StreamSelect} value=${stream} streams=${streams}
+        onChange=${(name) => set({ stream: name, partition: 0, start: 0 })} />
       <label>partition
         <select name="partition" value=${partition} onChange=${(e) => set({ partition: e.target.value, start: 0 })}>
           ${Array.from({ length: nparts }, (_, i) => html`<option value=${i}>${i}</option>`)}
@@ -90,7 +89,7 @@ export function RecordsPage({ params }) {
         </select>
       </label>
     </form>
-    ${!stream && streams.data ? html`<p class="muted">No streams yet.</p>` : null}
+    ${!stream && streams.data && !streams.filter ? html`<p class="muted">No streams yet.</p>` : null}
     <${ErrorBox} error=${range.error} what="records" />
     ${d
       ? html`<p class="muted" data-testid="range-info">

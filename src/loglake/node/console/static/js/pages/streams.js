@@ -4,6 +4,7 @@ import { useRef, useState } from "preact/hooks";
 
 import {
   ErrorBox,
+  Pager,
   Sparkline,
   act,
   fmtBytes,
@@ -11,11 +12,13 @@ import {
   fmtRate,
   href,
   html,
+  usePaged,
   usePoll,
 } from "../ui.js";
 
 const HISTORY = 60;
-const CONSUMER_ROWS = 200; // the consumers shown: the most behind first (the node pages lists)
+const STREAM_ROWS = 500; // streams a page shows (by name; a filter and next/previous for the rest)
+const CONSUMER_ROWS = 200; // consumers a page shows: the most behind, or a page by client id
 
 /** Streams the parts keep for their own bookkeeping (ICRC system namespaces and journals,
  *  Cardinal checkpoints): hidden from the list unless asked for. */
@@ -48,8 +51,8 @@ function useRates(streams, at) {
 }
 
 export function StreamsPage() {
-  const { data, error, at, total } = usePoll("/streams", 1000);
-  const consumers = usePoll(`/consumers?order=lag&limit=${CONSUMER_ROWS}`, 2000);
+  const streams = usePaged("/streams", { limit: STREAM_ROWS }, 1000);
+  const { data, error, at, total } = streams;
   const { rates, hist } = useRates(data, at);
   const [showSystem, setShowSystem] = useState(false);
   const hidden = data ? data.filter((s) => isSystemStream(s.name)).length : 0;
@@ -57,10 +60,16 @@ export function StreamsPage() {
   return html`<section>
     <h1>Streams</h1>
     <${ErrorBox} error=${error} what="streams" />
-    ${data && data.length === 0 ? html`<p class="muted">No streams yet.</p>` : null}
-    ${data && total !== null && total > data.length
-      ? html`<p class="notice" data-testid="streams-shown">Showing the first ${fmtInt(data.length)} of
-          ${fmtInt(total)} streams (by name).</p>`
+    ${data && data.length === 0 && !streams.filter && !streams.page
+      ? html`<p class="muted">No streams yet.</p>`
+      : html`<${Pager} list=${streams} testid="streams" what="stream name" />`}
+    ${data && data.length === 0 && streams.filter
+      ? html`<p class="muted" data-testid="streams-none">No stream name holds “${streams.filter}”.</p>`
+      : null}
+    ${data && total !== null && (total > data.length || streams.page > 0)
+      ? html`<p class="notice" data-testid="streams-shown">Showing ${data.length
+          ? `${fmtInt(streams.page * STREAM_ROWS + 1)}–${fmtInt(streams.page * STREAM_ROWS + data.length)}`
+          : "none"} of ${fmtInt(total)} streams${streams.filter ? " matching the filter" : ""} (by name).</p>`
       : null}
     ${hidden
       ? html`<p><label class="toggle"><input type="checkbox" data-testid="show-system" checked=${showSystem}
@@ -94,19 +103,45 @@ export function StreamsPage() {
         </table>`
       : null}
     <h2>Consumers</h2>
-    <${ErrorBox} error=${consumers.error} what="consumers" />
-    <${ConsumerTable} rows=${consumers.data} total=${consumers.total} showStream=${true} />
+    <${Consumers} path="/consumers" showStream=${true} />
   </section>`;
 }
 
-function ConsumerTable({ rows, total, showStream }) {
-  const [message, setMessage] = useState(null);
-  if (!rows) return null;
-  if (rows.length === 0) return html`<p class="muted">No saved consumer indexes.</p>`;
-  return html`${total !== null && total !== undefined && total > rows.length
-      ? html`<p class="notice" data-testid="consumers-shown">Showing the ${fmtInt(rows.length)} most behind
-          of ${fmtInt(total)} consumers.</p>`
+/** A consumer list: the most behind (one page: lags move between two requests, so the node
+ *  pages only by client id), or every consumer by client id, a page at a time; a filter on
+ *  the client id (and the stream, on the streams page). */
+function Consumers({ path, showStream }) {
+  const [order, setOrder] = useState("lag");
+  const list = usePaged(path, { order, limit: CONSUMER_ROWS }, 2000);
+  const paged = order === "client";
+  const { data: rows, total } = list;
+  return html`<${ErrorBox} error=${list.error} what="consumers" />
+    ${rows && (rows.length || list.filter || list.page || order !== "lag")
+      ? html`<div class="controls">
+          <label>show <select data-testid="consumers-order" value=${order}
+            onChange=${(e) => setOrder(e.target.value)}>
+            <option value="lag">the ${CONSUMER_ROWS} most behind</option>
+            <option value="client">all, by client id</option>
+          </select></label>
+          <${Pager} list=${list} testid="consumers" what=${showStream ? "client id or stream" : "client id"}
+            paged=${paged} />
+        </div>`
       : null}
+    ${rows && rows.length === 0
+      ? html`<p class="muted">${list.filter ? `No consumer matches “${list.filter}”.` : "No saved consumer indexes."}</p>`
+      : null}
+    ${rows && rows.length && total !== null && (total > rows.length || list.page > 0)
+      ? html`<p class="notice" data-testid="consumers-shown">${paged
+          ? `Showing ${fmtInt(list.page * CONSUMER_ROWS + 1)}–${fmtInt(list.page * CONSUMER_ROWS + rows.length)} of ${fmtInt(total)} consumers (by client id).`
+          : `Showing the ${fmtInt(rows.length)} most behind of ${fmtInt(total)} consumers.`}</p>`
+      : null}
+    <${ConsumerTable} rows=${rows} showStream=${showStream} />`;
+}
+
+function ConsumerTable({ rows, showStream }) {
+  const [message, setMessage] = useState(null);
+  if (!rows || rows.length === 0) return null;
+  return html`
     ${message
       ? html`<div class=${message.bad ? "error" : "notice"} data-testid="consumer-message">${message.text}</div>`
       : null}
@@ -173,7 +208,6 @@ function ConsumerActions({ c, say }) {
 export function StreamPage({ name }) {
   const enc = encodeURIComponent(name);
   const { data, error } = usePoll("/streams/" + enc, 1000, [name]);
-  const consumers = usePoll(`/streams/${enc}/consumers?order=lag&limit=${CONSUMER_ROWS}`, 2000, [name]);
   return html`<section>
     <p><a href="#/streams">← all streams</a></p>
     <h1>Stream <code data-testid="stream-name">${name}</code></h1>
@@ -215,8 +249,7 @@ export function StreamPage({ name }) {
           </table>`
       : null}
     <h2>Consumers and lag</h2>
-    <${ErrorBox} error=${consumers.error} what="consumers" />
-    <${ConsumerTable} rows=${consumers.data} total=${consumers.total} showStream=${false} />
+    <${Consumers} key=${name} path=${`/streams/${enc}/consumers`} showStream=${false} />
   </section>`;
 }
 
