@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -262,8 +263,9 @@ def honest_get(port: int, token: str, within: float) -> tuple[int | None, float]
 
 @pytest.fixture
 def send_node(request, tmp_path: Path, monkeypatch) -> Iterator[tuple[BackgroundNode, int]]:
-    """A node whose answers may stall 1 s ([http] send_timeout; an indirect parameter sets
-    another) and which keeps at most 40 HTTP connections (10 from one address)."""
+    """A node whose answers' clock has a period of 1 s ([http] send_timeout; an indirect
+    parameter sets another: they may stall ``SEND_PERIODS`` of them) and which keeps at most 40
+    HTTP connections (10 from one address)."""
     monkeypatch.setattr(http_protocol, "MAX_CONNECTIONS", 40)
     monkeypatch.setattr(http_protocol, "MAX_CONNECTIONS_PER_PEER", 10)
     http = {"port": 0, "send_timeout": getattr(request, "param", 1.0)}
@@ -286,7 +288,7 @@ def test_connections_whose_answers_are_never_read_are_dropped(send_node) -> None
         assert status == 200 and took < 5, (status, took)
         while any(tcp_open(s) for s in attackers) and time.monotonic() - t0 < 10:
             time.sleep(0.1)
-        assert not any(tcp_open(s) for s in attackers)  # 1 s of no progress, then dropped
+        assert not any(tcp_open(s) for s in attackers)  # 4 x 1 s of no progress, then dropped
         status, took = honest_get(port, n.token, 5)
         assert status == 200 and took < 1, (status, took)
     finally:
@@ -294,10 +296,10 @@ def test_connections_whose_answers_are_never_read_are_dropped(send_node) -> None
             s.close()
 
 
-@pytest.mark.parametrize("send_node", [3600.0], indirect=True)
+@pytest.mark.parametrize("send_node", [2.0], indirect=True)
 def test_at_the_cap_a_stalled_connection_gives_its_place(send_node) -> None:
-    # without the deadline (an hour here), a new connection at the cap takes the place of the
-    # one stalled the longest, rather than being refused
+    # before the deadline (8 s here), a new connection at the cap takes the place of the one
+    # stalled the longest (no progress for half a period, 1 s), rather than being refused
     n, port = send_node
     attackers = [non_reader(port, f"127.0.0.{2 + i // 10}", 50) for i in range(40)]
     try:
@@ -345,16 +347,17 @@ def test_pipelined_answers_read_slowly_but_steadily_all_come(send_node) -> None:
         assert got.count(b"HTTP/1.1 200 OK") == 20
 
 
-def big_answer(n: BackgroundNode, port: int) -> socket.socket:
+def big_answer(n: BackgroundNode, port: int, rcvbuf: int | None = 4096) -> socket.socket:
     """A connection that asked for a 4 MiB range of records (~5.6 MB of JSON) and reads
-    nothing yet."""
+    nothing yet (``rcvbuf``: its receive buffer; None: the system's)."""
     auth = {"Authorization": f"Bearer {n.token}"}
     r = httpx.post(f"{n.url}/api/streams", json={"name": "big", "partitions": 1}, headers=auth)
     assert r.status_code in (200, 201), r.text
     if n.node.context.log.stream_info("big").partitions[0].next_index == 0:
         n.node.context.log.append_payloads("big", [b"x" * 65536] * 64, partition=0)
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.connect(("127.0.0.1", port))
     s.sendall(
         b"GET /api/streams/big/partitions/0/records?limit=64 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -381,6 +384,86 @@ def test_a_large_answer_never_read_is_dropped_at_the_deadline(send_node) -> None
             got += chunk
             time.sleep(0.002)
         assert len(got) > 5_000_000 and b"HTTP/1.1 200 OK" in got[:20]
+
+
+class SteadyReader:
+    """Reads ``chunk`` bytes of ``s`` every ``period`` s in a thread, until closed or stopped:
+    what it read, and how it ended (None: still reading)."""
+
+    def __init__(self, s: socket.socket, chunk: int, period: float) -> None:
+        self.s, self.chunk, self.period = s, chunk, period
+        self.got = 0
+        self.end: str | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.s.settimeout(10)
+        while not self.stop.is_set():
+            try:
+                data = self.s.recv(self.chunk)
+            except OSError as e:
+                self.end = repr(e)
+                return
+            if not data:
+                self.end = "closed"
+                return
+            self.got += len(data)
+            self.stop.wait(self.period)
+
+    def __enter__(self) -> SteadyReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(15)
+
+
+def test_a_slow_steady_reader_below_the_window_step_is_not_cut(send_node) -> None:
+    # Found from outside: with send_timeout = 10, a client reading 1 KiB every 250 ms was reset
+    # at 31.8 s: the node sees a read only when the client's kernel re-opens its window, every
+    # ~128 KiB read on loopback (here ~2 s at 64 KiB/s, longer than the 1 s period)
+    n, port = send_node
+    s = big_answer(n, port, rcvbuf=None)
+    with s, SteadyReader(s, 4096, 1 / 16) as reader:
+        t0 = time.monotonic()
+        while reader.end is None and time.monotonic() - t0 < 8:  # twice the deadline
+            time.sleep(0.1)
+        assert reader.end is None, (reader.end, reader.got, time.monotonic() - t0)
+        assert 100_000 < reader.got < 5_000_000  # it took some, and was still owed more
+
+
+@pytest.mark.parametrize("send_node", [30.0], indirect=True)
+def test_at_the_cap_an_idle_connection_goes_before_a_steady_reader(send_node) -> None:
+    # Found from outside: at the cap, a new connection evicted a client downloading at 64 KiB/s
+    # ahead of 511 idle ones: its writes paused, it was ranked "stalled" from its first pause
+    n, port = send_node
+    s = big_answer(n, port, rcvbuf=None)
+    idle: list[socket.socket] = []
+    with s, SteadyReader(s, 16384, 0.25) as reader:
+        try:
+            time.sleep(1.5)  # (its writes have paused, for longer than EVICT_IDLE_AFTER)
+            for i in range(39):  # the cap with the reader: 10, 10, 10, 9 from 4 addresses
+                c = socket.socket()
+                c.bind((f"127.0.0.{2 + i // 10}", 0))
+                c.connect(("127.0.0.1", port))
+                idle.append(c)
+            time.sleep(1.5)  # idle for longer than EVICT_IDLE_AFTER (and within HEAD_TIMEOUT)
+            assert reader.end is None and all(tcp_open(c) for c in idle)
+            got = reader.got
+            idle.append(socket.create_connection(("127.0.0.1", port)))  # one past the cap
+            deadline = time.monotonic() + 5
+            while all(tcp_open(c) for c in idle[:-1]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sum(tcp_open(c) for c in idle[:-1]) == 38  # an idle one gave its place
+            assert tcp_open(idle[-1])
+            while reader.got < got + 65536 and reader.end is None:  # (bounded: 10 s recv)
+                time.sleep(0.05)
+            assert reader.end is None, (reader.end, reader.got)  # the reader was not evicted
+        finally:
+            for c in idle:
+                c.close()
 
 
 def test_the_openapi_document_is_serialized_once(app: Any) -> None:

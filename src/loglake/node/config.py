@@ -306,7 +306,7 @@ OPTIONS: tuple[Option, ...] = (
         "send_timeout",
         _float(0.1, 86400.0),
         30.0,
-        "Seconds a client may take none of its answers before its connection is dropped.",
+        "Period (s) of the answers' clock: a client taking none for 4 of them is dropped.",
     ),
     Option("streams", "enabled", _bool, True, "Run the Ockam stream service (TCP)."),
     Option("streams", "host", _str, "127.0.0.1", "Stream service address."),

@@ -7,8 +7,9 @@ what is left of a body the app answered without reading is dropped within ``LING
 at most ``MAX_CONNECTIONS`` connections are open at once, ``MAX_CONNECTIONS_PER_PEER`` of them
 from one IP address, each holding a place in the process's budget
 (``streams.descriptors.CONNECTIONS``; one past any of these is dropped as it is accepted,
-unless a stalled or idle connection can make room: ``_make_room``). Answers: a connection whose
-client takes none of what is sent to it for ``SEND_TIMEOUT`` seconds is dropped; a client that
+unless an idle or stalled connection can make room: ``_make_room``). Answers: a connection whose
+client takes none of what is sent to it for ``SEND_PERIODS`` x ``SEND_TIMEOUT`` seconds is
+dropped; a client that
 pipelines requests gets the next one answered only while it holds at most ``MAX_UNREAD`` bytes
 of answers it has not read (``_hold_pipeline``).
 
@@ -38,11 +39,24 @@ as long as they stayed (75 s measured; every client with the token timed out, th
 comes; uvicorn's keep-alive timer starts only once an answer is complete: an answer stuck in
 ``flow.drain()`` (the client's window shut) had no clock at all, and each such connection had
 ~65 answers of 44 KB computed into the kernel's buffers (2.8 MB, ~2 ms of the event loop each)
-before its writes paused. Now its writes may make no progress for ``SEND_TIMEOUT`` s (a client
-reading slowly but steadily is not cut: any byte it takes restarts the clock), the next
-pipelined request waits while more than ``MAX_UNREAD`` bytes are unread, and at the connection
-cap the connection stalled or idle the longest gives its place to a new one, as the stream
-server's ``_evict_idlest`` does.
+before its writes paused. Now its writes may make no progress for ``SEND_PERIODS`` x
+``SEND_TIMEOUT`` s (a client reading slowly but steadily is not cut: any progress restarts the
+clock), the next pipelined request waits while more than ``MAX_UNREAD`` bytes are unread, and at
+the connection cap the connection idle the longest, or else the one stalled the longest (no
+progress for half of ``SEND_TIMEOUT``), gives its place to a new one, as the stream server's
+``_evict_idlest`` does.
+
+Progress, and why ``SEND_PERIODS``: the node sees a client read only as a drop of the bytes it
+holds unacknowledged (``_unread``), and the client's kernel re-opens a shut TCP window only once
+its reader has freed about two segments (measured on loopback, MSS 64 KiB: a drop every ~128 KiB
+read; at 4 KiB/s one every 32 s). Cut after one ``SEND_TIMEOUT`` (as first written), a reader
+steady at 1 KiB every 250 ms was reset at 31.8 s with ``send_timeout = 10``; and at the cap a
+client downloading at 64 KiB/s was evicted as "stalled" ahead of 511 idle connections, since the
+stall clock moved only at a ``_send_check``. Now the clock moves at every look (``_progress``,
+also when a new connection looks for room), idle connections go first, and the deadline is
+``SEND_PERIODS`` periods: a client reading at least ``WINDOW_STEP`` bytes per
+``SEND_PERIODS * SEND_TIMEOUT`` s (~1.1 KiB/s with the defaults) is never cut, and one that
+reads nothing is cut ``SEND_PERIODS * SEND_TIMEOUT`` s (2 min) after its answers stalled.
 """
 
 from __future__ import annotations
@@ -82,9 +96,17 @@ LINGER = 2.0
 it (a 401, a 413): h11 must read a body to its end before the connection can serve again, and
 a declared 10 GB, or an endless chunked body, kept it reading."""
 SEND_TIMEOUT = 30.0
-"""Seconds the answers on a connection may wait with no progress at all (its writes paused, its
-next pipelined request held, or its last answer unsent at close, and not a byte of them taken
-by the client): then it is dropped. ``[http] send_timeout`` sets it for a node."""
+"""The period of the answers' clock: answers that wait (the writes paused, the next pipelined
+request held, or the last answer unsent at close) with no progress at all for ``SEND_PERIODS``
+of them are dropped. ``[http] send_timeout`` sets it for a node."""
+SEND_PERIODS = 4
+"""Periods of ``SEND_TIMEOUT`` with no progress before a connection is dropped: progress shows
+only in steps of the client's TCP window (``WINDOW_STEP``), so a steady reader slower than a step
+per period must not be cut (see the module's docstring)."""
+WINDOW_STEP = 128 * 1024
+"""Bytes a client reads between two drops of what the node holds unacknowledged, at most
+(measured on loopback; over Ethernet a few KB): with ``SEND_PERIODS``, the floor of a reader's
+rate that is never cut is ``WINDOW_STEP / (SEND_PERIODS * send_timeout)``."""
 MAX_UNREAD = 256 * 1024
 """Bytes of answers a client may leave unread (in the transport's buffer and, on Linux, the
 kernel's send queue) before its next pipelined request waits: a client that pipelines requests
@@ -235,14 +257,15 @@ class NodeH11Protocol(H11Protocol):
 
     # -- making room at a cap -----------------------------------------------------------------
     def _make_room(self, why: str, per_peer: bool) -> bool:
-        """At a cap, drop the connection stalled the longest (its answers untaken for at least
-        a second), or else the one idle the longest (owed nothing, no byte of a next request,
-        for ``EVICT_IDLE_AFTER`` s), to let this one in; at the per-peer cap, one of the same
-        peer's. False: none is, this one is refused as before. A flood of new connections
-        cannot push out a client whose request is being read, run or answered."""
+        """At a cap, drop the connection idle the longest (owed nothing, no byte of a next
+        request, for ``EVICT_IDLE_AFTER`` s), or else the one stalled the longest (its answers
+        not moved for half of ``send_timeout``, and at least ``EVICT_IDLE_AFTER`` s), to let
+        this one in; at the per-peer cap, one of the same peer's. False: none is, this one is
+        refused as before. A flood of new connections cannot push out a client whose request is
+        being read or run, nor one taking its answers (progress within the half period)."""
         now = self.loop.time()
         peer = self._peer() if per_peer else None
-        victim, best = None, (2, 0.0)
+        victim, best = None, (2, 0.0)  # (rank, -seconds): lower goes first
         for c in self._admitted():
             if c is self or (peer is not None and c._peer() != peer):
                 continue
@@ -251,7 +274,7 @@ class NodeH11Protocol(H11Protocol):
                 victim, best = c, rank
         if victim is None:
             return False
-        _evicted(f"{'stalled' if best[0] == 0 else 'idle'} {-best[1]:.1f} s, the longest: {why}")
+        _evicted(f"{'idle' if best[0] == 0 else 'stalled'} {-best[1]:.1f} s, the longest: {why}")
         victim._counted = False  # its place is this one's now, not when the loop sees it gone
         CONNECTIONS.release()
         victim._stop_send_timer()
@@ -259,11 +282,18 @@ class NodeH11Protocol(H11Protocol):
         return True
 
     def _evictable(self, now: float) -> tuple[int, float] | None:
-        """(0, -seconds) stalled, (1, -seconds) idle, None: busy (lower goes first)."""
+        """(0, -seconds) idle, (1, -seconds) stalled, None: busy (lower goes first)."""
         if self.transport is None:
             return None
-        if self._send_timer is not None and now - self._stalled_since >= EVICT_IDLE_AFTER:
-            return (0, -(now - self._stalled_since))
+        if self._send_timer is not None:
+            self._progress(now)  # (its clock otherwise moves once a period)
+            stalled = now - self._stalled_since
+            if (
+                stalled >= max(EVICT_IDLE_AFTER, self._timeout() / 2)
+                and self.conn.their_state is not h11.SEND_BODY  # (a request still coming)
+            ):
+                return (1, -stalled)
+            return None
         idle = (
             not self.transport.is_closing()
             and self.conn.their_state is h11.IDLE
@@ -273,12 +303,21 @@ class NodeH11Protocol(H11Protocol):
             and not self.transport.get_write_buffer_size()
         )
         if idle and now - self._idle_since >= EVICT_IDLE_AFTER:
-            return (1, -(now - self._idle_since))
+            return (0, -(now - self._idle_since))
         return None
 
     # -- the answers' clock -------------------------------------------------------------------
     def _timeout(self) -> float:
         return SEND_TIMEOUT if self.send_timeout is None else self.send_timeout
+
+    def _progress(self, now: float) -> None:
+        """Look at the unread bytes: if they dropped since the last look, the client took some
+        and the stall's clock starts over. (They rise only as the app writes, which it does not
+        while the writes are paused; a rise is taken as the new level.)"""
+        level = self._unread()
+        if level < self._send_level:
+            self._stalled_since = now
+        self._send_level = level
 
     def _unread(self) -> int:
         """Bytes sent to the client and not taken by it: the transport's buffer, and on Linux
@@ -342,20 +381,20 @@ class NodeH11Protocol(H11Protocol):
         self._send_timer = None
         if self.transport is None or not self._stalled():
             return
-        now, level = self.loop.time(), self._unread()
-        if level < self._send_level:  # the client took some: its clock starts over
-            self._stalled_since, self._send_level = now, level
-        if self._held and level <= MAX_UNREAD:
+        now = self.loop.time()
+        self._progress(now)
+        if self._held and self._send_level <= MAX_UNREAD:
             self._held = False
             self._response_done()  # the next pipelined request goes
             return
-        left = self._stalled_since + self._timeout() - now
+        allowed = SEND_PERIODS * self._timeout()
+        left = self._stalled_since + allowed - now
         if left <= 0:
-            _dropped(self._peer(), self._timeout())
+            _dropped(self._peer(), allowed)
             self._reset()
             return
         self._send_timer = self.loop.call_later(
-            min(left, HOLD_POLL) if self._held else left, self._send_check
+            min(left, HOLD_POLL if self._held else self._timeout()), self._send_check
         )
 
     def _arm(self) -> None:
@@ -445,5 +484,5 @@ def _dropped(peer: str | None, timeout: float) -> None:
     _log_rarely(
         "HTTP connection dropped",
         peer=peer,
-        reason=f"its answers untaken for {timeout:g} s (send_timeout)",
+        reason=f"its answers untaken for {timeout:g} s ({SEND_PERIODS} x send_timeout)",
     )
