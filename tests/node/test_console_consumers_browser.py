@@ -5,16 +5,14 @@ from the consumers view, the client's next save lands, and the consumer is then 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loglake.streams.client import StreamClient
+from tests.node.lightnode import LightNode, light_node
 from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by name
     browser,
     expect,
@@ -24,31 +22,15 @@ from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by 
     row,
     shot,
 )
-from tests.procs import free_port, process
 from tests.waiting import wait_until
 
 TOP = 2**64 - 1
 
 
-@dataclass
-class LightNode:
-    url: str
-    token: str
-    streams_port: int
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LightNode]:
-    base = tmp_path_factory.mktemp("console-consumers")
-    http, streams = free_port(), free_port()
-    cfg = base / "loglake.toml"
-    cfg.write_text(
-        f'data_dir = "{base / "data"}"\n[http]\nport = {http}\n[streams]\nport = {streams}\n'
-    )
-    cmd = [sys.executable, "-m", "loglake.cli", "node", "--config", str(cfg)]
-    with process(cmd, http, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-        token = (base / "data" / "node.token").read_text().strip()
-        yield LightNode(f"http://127.0.0.1:{http}", token, streams)
+    with light_node(tmp_path_factory.mktemp("console-consumers")) as n:
+        yield n
 
 
 def test_a_stuck_consumer_is_reset_then_deleted_from_the_console(

@@ -6,10 +6,7 @@ than a page shows say how many there are in all."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import pytest
 from loglake.events.publisher import stored_event
 from loglake.streams.client import StreamClient
 from loglake.wire import icrc16
+from tests.node.lightnode import LightNode, light_node
 from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by name
     browser,
     expect,
@@ -26,28 +24,12 @@ from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by 
     pytestmark,
     shot,
 )
-from tests.procs import free_port, process
-
-
-@dataclass
-class LightNode:
-    url: str
-    token: str
-    streams_port: int
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LightNode]:
-    base = tmp_path_factory.mktemp("console-limits")
-    http, streams = free_port(), free_port()
-    cfg = base / "loglake.toml"
-    cfg.write_text(
-        f'data_dir = "{base / "data"}"\n[http]\nport = {http}\n[streams]\nport = {streams}\n'
-    )
-    cmd = [sys.executable, "-m", "loglake.cli", "node", "--config", str(cfg)]
-    with process(cmd, http, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-        token = (base / "data" / "node.token").read_text().strip()
-        yield LightNode(f"http://127.0.0.1:{http}", token, streams)
+    with light_node(tmp_path_factory.mktemp("console-limits")) as n:
+        yield n
 
 
 def test_a_large_icrc_event_is_shown_cut_with_what_is_left_out(

@@ -10,16 +10,14 @@ behind, with no filter and no next page: neither ``orders`` nor ``billing`` coul
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loglake.streams.client import StreamClient
+from tests.node.lightnode import LightNode, light_node
 from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by name
     browser,
     expect,
@@ -29,31 +27,15 @@ from tests.node.test_console_browser import (  # noqa: F401 -- fixtures used by 
     row,
     shot,
 )
-from tests.procs import free_port, process
 
 JUNK_STREAMS = 505
 JUNK_CONSUMERS = 250
 
 
-@dataclass
-class CrowdedNode:
-    url: str
-    token: str
-    streams_port: int
-
-
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrowdedNode]:
-    base = tmp_path_factory.mktemp("console-paging")
-    http, streams = free_port(), free_port()
-    cfg = base / "loglake.toml"
-    cfg.write_text(
-        f'data_dir = "{base / "data"}"\n[http]\nport = {http}\n[streams]\nport = {streams}\n'
-    )
-    cmd = [sys.executable, "-m", "loglake.cli", "node", "--config", str(cfg)]
-    with process(cmd, http, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-        token = (base / "data" / "node.token").read_text().strip()
-        with StreamClient(port=streams, timeout=10) as c:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LightNode]:
+    with light_node(tmp_path_factory.mktemp("console-paging")) as n:
+        with StreamClient(port=n.streams_port, timeout=10) as c:
             c.create_stream("orders")  # the operator's
             c.push_many("orders", [f"order {i}".encode() for i in range(3)])
             c.save_index("billing", "orders", 1)  # lag 2
@@ -63,12 +45,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrowdedNode]:
             c.push_many("0junk", [b"y"] * 20)
             for i in range(JUNK_CONSUMERS):  # lag 20 each: the most behind
                 c.save_index(f"0fake-{i:03d}", "0junk", 0)
-        yield CrowdedNode(f"http://127.0.0.1:{http}", token, streams)
+        yield n
 
 
 def test_a_stream_past_the_first_page_is_found_by_filter_and_next_page(
     page: Any,  # noqa: F811 -- the imported fixture, requested by name
-    node: CrowdedNode,
+    node: LightNode,
     tmp_path: Path,
 ) -> None:
     open_console(page, node, "/streams")
@@ -97,7 +79,7 @@ def test_a_stream_past_the_first_page_is_found_by_filter_and_next_page(
 
 def test_a_consumer_left_out_of_the_most_behind_is_found_by_filter_and_next_page(
     page: Any,  # noqa: F811
-    node: CrowdedNode,
+    node: LightNode,
     tmp_path: Path,
 ) -> None:
     open_console(page, node, "/streams")
@@ -137,7 +119,7 @@ def test_a_consumer_left_out_of_the_most_behind_is_found_by_filter_and_next_page
 
 def test_the_record_browser_finds_a_stream_past_the_first_page_by_its_filter(
     page: Any,  # noqa: F811
-    node: CrowdedNode,
+    node: LightNode,
     tmp_path: Path,
 ) -> None:
     open_console(page, node, "/records?stream=00000&partition=0&start=0")
