@@ -425,16 +425,7 @@ def fetch(
             )
         finally:
             store.close()
-    out = {
-        "community": report.community,
-        "archives": report.archives,
-        "missing": [e.archive_id for e in report.missing],
-        "hydrated_messages": report.hydrated_messages,
-        "bytes_downloaded": report.bytes_downloaded,
-        "pieces": report.pieces,
-    }
-    if report.left:  # the key only when some were left: a report otherwise as before
-        out["left"] = [e.archive_id for e in report.left]
+    out = _report_json(report, pieces=True)
     if as_json:
         click.echo(json.dumps(out))
     else:
@@ -666,15 +657,8 @@ def follow(
                 console.print(f"[yellow]fetch failed[/yellow]: {e}; {again}")
                 report = None
             if report is not None:
-                line = {
-                    "community": report.community,
-                    "archives": report.archives,
-                    "missing": [e.archive_id for e in report.missing],
-                    "hydrated_messages": report.hydrated_messages,
-                    "bytes_downloaded": report.bytes_downloaded,
-                }
+                line = _report_json(report)
                 if report.left:
-                    line["left"] = [e.archive_id for e in report.left]
                     console.print(_left_line(report.left, max_fetch_bytes))
                     if member.core.pending():
                         console.print(f"fetching the same link again in {wait:g} s for them")
@@ -733,6 +717,23 @@ def ls(root: str, community: str | None, store_path: str | None, layout: str) ->
             "yes" if e.archive_id in have else "no",
         )
     Console().print(table)
+
+
+def _report_json(report: Any, pieces: bool = False) -> dict[str, Any]:
+    """A fetch report as ``fetch --json`` (with ``pieces``) and ``follow`` print it (``left``
+    only when some archives were left: a report otherwise as before)."""
+    out: dict[str, Any] = {
+        "community": report.community,
+        "archives": report.archives,
+        "missing": [e.archive_id for e in report.missing],
+        "hydrated_messages": report.hydrated_messages,
+        "bytes_downloaded": report.bytes_downloaded,
+    }
+    if pieces:
+        out["pieces"] = report.pieces
+    if report.left:
+        out["left"] = [e.archive_id for e in report.left]
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover
