@@ -19,6 +19,7 @@ from playwright import sync_api as playwright_sync
 from loglake.node.config import embedded_default
 from loglake.node.runner import BackgroundNode
 from loglake.streams.jetstream import JetStreamLog
+from loglake.streams.jetstream_seal import sealed_next
 from tests.conftest import require_peer
 from tests.nats_cluster import NATS_HINT, NatsCluster, have_nats_server
 from tests.node.conftest import background_node
@@ -56,18 +57,29 @@ def test_the_cluster_page_shows_leases_leaders_and_the_sealer_lag(
     errors: list[str] = []
     with NatsCluster(3) as nats3:
         mon = nats3.monitor_urls
-        a = background_node(nats3.url, tmp_path / "a", prefix, nats_monitor=mon, seal_interval=3600)
-        b = background_node(nats3.url, tmp_path / "b", prefix, nats_monitor=mon, seal_interval=3600)
+        # The holder seals as soon as it takes the lease, so the stream and 3 records are there
+        # first: that round seals them (waited for below), and the 7 appended after it are the
+        # lag the page shows until the next round (an hour away). Appended while the lease was
+        # still being taken, the 7 were sealed by that first round on a loaded machine (lag 0).
         log = JetStreamLog(nats3.url, prefix=prefix)
+        log.create_stream_replicated("orders", None, 3)
+        log.append_payloads("orders", [b"early%d" % i for i in range(3)], partition=0)
+        # Leases of 30 s, not the fixture's 2 s: this test is not about failover, and on a loaded
+        # machine a 2 s lease changed hands between the two pages (a CI run saw it).
+        opts = {"nats_monitor": mon, "seal_interval": 3600, "lease_ttl": 30}
+        a = background_node(nats3.url, tmp_path / "a", prefix, **opts)
+        b = background_node(nats3.url, tmp_path / "b", prefix, **opts)
         try:
-            log.create_stream_replicated("orders", None, 3)
-            log.append_payloads("orders", [b"x%d" % i for i in range(7)], partition=0)
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 30
             while not (a.node.leases.holds("sealer") or b.node.leases.holds("sealer")):
                 assert time.monotonic() < deadline, "no node took the sealer's lease"
                 time.sleep(0.1)
             holder, other = (a, b) if a.node.leases.holds("sealer") else (b, a)
             name = holder.node.leases.holder
+            while sealed_next(tmp_path / ("a" if holder is a else "b"), "orders", 0) < 3:
+                assert time.monotonic() < deadline, "the holder did not seal on taking the lease"
+                time.sleep(0.1)
+            log.append_payloads("orders", [b"x%d" % i for i in range(7)], partition=0)
 
             pg = open_page(browser, holder, errors)
             expect(pg.locator('[data-testid="nav-cluster"]')).to_have_class("active")
