@@ -282,3 +282,22 @@ def test_docs_say_what_make_run_runs():
             )
             if said:
                 assert said.group(1).strip() == runs.group(1), f"{doc.name}: {line}"
+
+
+def test_every_backend_option_refuses_what_is_no_nats_url_before_it_starts(tmp_path):
+    """Found from outside: only ``serve`` checked ``--backend``; ``job seal --backend notaurl``
+    and ``cardinal consume --backend notaurl`` dialled ``nats://notaurl`` for 5 s and then
+    reported ``TimeoutError()``. Every command with the option is walked, so a new one is held
+    to the same rule (a usage error, exit 2, before anything is dialled)."""
+    found = []
+    for path, cmd in _walk(main):
+        if not any("--backend" in p.opts for p in cmd.params):
+            continue
+        found.append(" ".join(path))
+        for bad in ("notaurl", "nats://h:99999"):
+            r = CliRunner().invoke(main, [*path, "--backend", bad])
+            # 2: click's usage error; 1: the node's ConfigError naming the option (``node``)
+            assert r.exit_code in (1, 2), (path, bad, r.output, repr(r.exception))
+            assert "backend" in r.output and "expected nats://" in r.output, (path, r.output)
+            assert "unavailable" not in r.output, (path, r.output)  # not dialled
+    assert {"serve", "job seal", "cardinal consume"} <= set(found), found

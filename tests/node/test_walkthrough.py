@@ -33,3 +33,21 @@ def test_walkthrough_runs_every_protocol_against_the_node(tmp_path: Path, capsys
     assert out.rstrip().endswith("(or `make run RUN_ARGS=--keep`)")
     token = (tmp_path / "node.token").read_text().strip()
     assert token and token not in out.replace(" ", "")  # the console link holds a login code
+
+
+@pytest.mark.parametrize(
+    "before",
+    [["--backend", "nats://127.0.0.1:1"], ["--http-port", "8080"], ["--no-sds-enabled"]],
+)
+def test_node_options_before_the_walkthrough_are_a_usage_error_not_ignored(before) -> None:
+    """Found from outside: ``loglake node --backend nats://… walkthrough`` walked through on the
+    embedded log: the options of ``loglake node`` itself were dropped without a word when a
+    subcommand followed them."""
+    from click.testing import CliRunner
+
+    from loglake.cli import main
+
+    r = CliRunner().invoke(main, ["node", *before, "walkthrough"])
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert "options of `loglake node` itself, not of `walkthrough`" in r.output, r.output
+    assert before[0] in r.output and "0. starting a node" not in r.output

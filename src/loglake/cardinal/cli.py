@@ -43,6 +43,7 @@ from loglake.clitools import PORT, SECONDS
 from loglake.errors import LocalProtocolError
 from loglake.streams.api import LocalStreams, Streams
 from loglake.streams.fence import UNFENCED, Fence
+from loglake.streams.nats_url import backend_url
 from loglake.streams.service import MAX_PARTITIONS
 
 
@@ -384,6 +385,7 @@ def produce(
 @click.option(
     "--backend",
     default=None,
+    callback=backend_url,
     metavar="nats://H1,H2,...",
     help="Consume from NATS JetStream directly, as one member of a group held by a lease: "
     "start several for one --client-id; one consumes, the others stand by and take over "

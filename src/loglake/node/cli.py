@@ -45,6 +45,7 @@ from loglake.streams.descriptors import raise_soft_limit
 from loglake.streams.limits import MAX_MEMORY, LimitError
 from loglake.streams.limits import click_options as limits_options
 from loglake.streams.limits import from_click as limits_from_click
+from loglake.streams.nats_url import backend_url
 from loglake.streams.permissions import NO_OWNERS_BANNER, AccessConfigError, AccessPolicy
 from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService
@@ -89,19 +90,6 @@ def data_dir_in_use(data_dir: Path, key: str) -> str:
         "`loglake serve`, or a `loglake log` command; one writer per data dir): stop it, or "
         f"give this one another {key}"
     )
-
-
-def _backend_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--backend`` checked before anything starts (``jetstream.check_url``): a usage error
-    for what is no NATS URL, rather than 5 s of dialling it."""
-    if value is None:
-        return None
-    from loglake.streams.jetstream import check_url
-
-    try:
-        return check_url(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e), ctx, param) from None
 
 
 def _checked_prefix(prefix: str) -> str:
@@ -179,7 +167,7 @@ def command() -> None:
 @click.option(
     "--backend",
     metavar="nats://H1:4222,H2:4222,...",
-    callback=_backend_url,
+    callback=backend_url,
     help="Keep streams in a NATS JetStream cluster instead of the embedded log "
     "(docs/jetstream.md); the data dir then holds only the lake the sealer writes.",
 )

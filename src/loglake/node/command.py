@@ -21,9 +21,16 @@ from loglake.node.config import (
     unknown_variables,
 )
 from loglake.streams import eventloop
+from loglake.streams.nats_url import backend_url
 
 SHORT_FLAGS = {"streams.backend": "--backend", "streams.replicas": "--replicas"}
 """Flags that also go by the name ``loglake serve`` gives the same setting."""
+
+
+def _flags_of(o: Option) -> list[str]:
+    if o.is_bool:
+        return [o.flag, f"--no-{o.flag[2:]}"]
+    return [o.flag, *([SHORT_FLAGS[o.name]] if o.name in SHORT_FLAGS else [])]
 
 
 def _flag(o: Option) -> Any:
@@ -37,10 +44,12 @@ def _flag(o: Option) -> Any:
     help_ = f"{o.help} [{o.where}; env {o.env}; default {default}]"
     param = o.name.replace(".", "__")
     if o.is_bool:
-        name = o.flag[2:]
-        return click.option(f"--{name}/--no-{name}", param, default=None, help=help_)
-    flags = [o.flag, *([SHORT_FLAGS[o.name]] if o.name in SHORT_FLAGS else [])]
-    return click.option(*flags, param, default=None, metavar="VALUE", help=help_)
+        return click.option("/".join(_flags_of(o)), param, default=None, help=help_)
+    return click.option(*_flags_of(o), param, default=None, metavar="VALUE", help=help_)
+
+
+_FLAG_OF = {o.name.replace(".", "__"): "/".join(_flags_of(o)) for o in OPTIONS}
+"""A flag's parameter name → its flags, for the error naming it."""
 
 
 def _with_option_flags(f: Any) -> Any:
@@ -72,6 +81,17 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
     walks through all five protocols against it.
     """
     if ctx.invoked_subcommand is not None:
+        given = [n for n, v in flags.items() if v is not None]
+        if given or config_path is not None:
+            # they would be silently ignored: `loglake node --backend X walkthrough` walked
+            # through on the embedded log
+            names = ["--config"] if config_path is not None else []
+            names += [_FLAG_OF[n] for n in given]
+            raise click.UsageError(
+                f"{', '.join(names)}: options of `loglake node` itself, not of "
+                f"`{ctx.invoked_subcommand}`; give its own after it "
+                f"(`loglake node {ctx.invoked_subcommand} --help`)"
+            )
         return
     from loglake.node.runner import run_until_signalled
 
@@ -94,6 +114,7 @@ def command(ctx: click.Context, config_path: Path | None, **flags: Any) -> None:
     metavar="[nats://H1,H2,H3]",
     is_flag=False,
     flag_value="local",
+    callback=lambda ctx, p, v: v if v == "local" else backend_url(ctx, p, v),
     help="Keep the node's streams in this NATS JetStream cluster (default: the embedded log); "
     "--backend alone starts a local 3-node cluster (loopback, temp dirs, R3) for the "
     "walkthrough and stops it at the end.",

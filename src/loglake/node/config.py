@@ -172,17 +172,14 @@ def archive_topics(section: Any) -> tuple[bytes | str, ...] | None:
 
 def _nats_url(v: Any) -> str:
     """``nats://h1:4222,h2:4222`` (``tls://`` too): the servers of one NATS cluster."""
-    from loglake.streams.jetstream import JetStreamOptions
+    from loglake.streams.nats_url import check_url
 
     url = _str(v).strip()
+    # the rule of every --backend (``notaurl`` was taken here and dialled as nats://notaurl)
     try:
-        servers = JetStreamOptions.from_url(url).servers
-    except ValueError as e:
-        raise ValueError(str(e)) from None
-    bad = [x for x in servers if not x.startswith(("nats://", "tls://"))]
-    if bad:
-        raise ValueError("expected nats://host:port[,host:port…] (or tls://…)")
-    return url
+        return check_url(url)
+    except ValueError as e:  # the whole URL is named once, by the ", got ..." of the error
+        raise ValueError(str(e).removeprefix(f"{url!r}: ")) from None
 
 
 def _stream(prefix: str = "") -> Check:

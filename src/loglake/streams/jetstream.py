@@ -55,7 +55,6 @@ import logging
 import os
 import threading
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -91,6 +90,7 @@ from loglake.log.api import (
     check_timestamps,
 )
 from loglake.streams.api import LocalStreams
+from loglake.streams.nats_url import split_servers
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -279,18 +279,7 @@ class JetStreamOptions:
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> JetStreamOptions:
         """``nats://h1:4222,h2:4222,h3:4222`` (``nats://user:pass@h…`` and ``tls://`` kept)."""
-        parts = [p.strip() for p in url.split(",") if p.strip()]
-        scheme = "nats://"
-        servers = []
-        for p in parts:
-            if "://" in p:
-                scheme = p.split("://", 1)[0] + "://"
-            else:
-                p = scheme + p
-            servers.append(p)
-        if not servers:
-            raise ValueError(f"no NATS server in {url!r}")
-        return cls(servers=tuple(servers), **kw)
+        return cls(servers=split_servers(url), **kw)
 
 
 MAX_JS_NAME = 255
@@ -463,32 +452,6 @@ async def _log_nats_error(e: Exception) -> None:
     """nats-py's connection errors (a refused reconnect while a node is down): logged, not
     printed."""
     log_event(logger, logging.DEBUG, "nats connection error", error=repr(e))
-
-
-URL_SCHEMES = ("nats", "tls", "ws", "wss")
-"""The schemes nats-py dials."""
-
-
-def check_url(url: str) -> str:
-    """``url`` if it names NATS servers as ``--backend`` takes them (``nats://h1:4222,h2:4222``:
-    the first with its scheme, one of ``URL_SCHEMES``, each with a host and a port from 1 to
-    65535 if given); else ``ValueError`` saying what is expected. Why: ``--backend notaurl``
-    was dialled as ``nats://notaurl`` for 5 s before failing with ``TimeoutError()``."""
-    expected = "expected nats://HOST[:PORT][,HOST[:PORT]...] (or tls://, ws://, wss://)"
-    first = url.split(",", 1)[0].strip()
-    if "://" not in first:
-        raise ValueError(f"{url!r}: {expected}")
-    for server in JetStreamOptions.from_url(url).servers:
-        try:
-            parsed = urllib.parse.urlsplit(server)
-            good = parsed.scheme in URL_SCHEMES and bool(parsed.hostname)
-            good = good and parsed.port != 0  # ValueError outside 0-65535 or not a number
-        except ValueError:
-            good = False
-        if not good:
-            where = repr(server) if server == url.strip() else f"{server!r} in {url!r}"
-            raise ValueError(f"{where}: {expected}")
-    return url
 
 
 class NatsUnavailable(Unavailable):

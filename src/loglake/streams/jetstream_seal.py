@@ -35,6 +35,7 @@ from loglake.log.lake import LakeFile, list_lake_files, records_table, visible_l
 from loglake.log.lake import write_lake_table as _write
 from loglake.log.lake_schema import BACKEND_NOTE, lake_partition_dir
 from loglake.streams.jetstream import JetStreamLog, check_creds_readable
+from loglake.streams.nats_url import backend_url
 from loglake.structured_logging import log_event
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,13 @@ class JetStreamSealer:
 
 
 @click.command("seal")
-@click.option("--backend", required=True, metavar="nats://H1:4222,...", help="The NATS cluster.")
+@click.option(
+    "--backend",
+    required=True,
+    callback=backend_url,
+    metavar="nats://H1:4222,...",
+    help="The NATS cluster.",
+)
 @click.option(
     "--data-dir",
     required=True,
