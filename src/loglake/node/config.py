@@ -8,9 +8,9 @@ checked at start and an error names the key and where the bad value came from::
     [http] port: expected an integer 0-65535, got 'eighty' (from LOGLAKE_HTTP_PORT)
 
 Keys (section ``""`` is the top level): ``data_dir``, ``console``; ``[http]`` host, port,
-metrics, metrics_public, send_timeout; ``[streams]`` enabled, host, port, durability, segment_bytes,
-retention_interval, backend, replicas, nats_prefix, nats_creds, nats_monitor, lease_ttl,
-seal_interval;
+metrics, metrics_public, metrics_consumers, send_timeout; ``[streams]`` enabled, host, port,
+durability, segment_bytes, retention_interval, backend, replicas, nats_prefix, nats_creds,
+nats_monitor, lease_ttl, seal_interval;
 ``[limits]`` the stream server's bounds on clients (``streams/limits.py``); ``[events]``
 enabled, roles, namespaces; ``[archives]`` enabled, control, member, stream, channel, layout,
 check_every, wait, trackers, max_archive_bytes, max_fetch_bytes, fetch_deadline; ``[sds]``
@@ -37,6 +37,11 @@ from loglake.errors import PATH_CHARS, LoglakeError, cut, shown
 from loglake.streams.limits import describe, limit_fields, parse_limit
 
 ROLES = ("orchestrator", "broadcaster", "publisher", "subscriber")
+CONSUMER_SERIES = 100
+"""``[http] metrics_consumers``' default: the most behind consumers that get their own
+``loglake_consumer_lag`` series (``node/metrics.py``). Why a bound: any client may save an index
+under any id, and one series per index made 20,000 ids of 1 KB a 20 MB scrape."""
+MAX_CONSUMER_SERIES = 100_000
 LAYOUTS = ("spec", "status-go")
 DURABILITIES = ("always", "batch", "none")
 
@@ -298,6 +303,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("http", "port", _int(0, 65535), 8080, "HTTP API port (0: any free port)."),
     Option("http", "metrics", _bool, True, "Serve /metrics (and count pushes and pulls)."),
     Option("http", "metrics_public", _bool, False, "/metrics without the bearer token."),
+    Option(
+        "http",
+        "metrics_consumers",
+        _int(0, MAX_CONSUMER_SERIES),
+        CONSUMER_SERIES,
+        "Consumers with their own loglake_consumer_lag series in /metrics: the most behind "
+        "(every consumer is counted in the loglake_consumers* aggregates).",
+    ),
     Option(
         "http",
         "send_timeout",

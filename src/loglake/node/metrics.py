@@ -13,6 +13,14 @@ Two sources, each at the cheapest place:
   and SDS figures) is read at scrape time by ``NodeCollector`` from the log and the parts'
   handles: nothing is kept up to date between scrapes.
 
+Consumer lag is bounded: any client may save an index under any id (up to ``[limits]
+max_client_id`` bytes), so one ``loglake_consumer_lag`` series per index let a client make every
+scrape as large as it liked (an earlier review measured 20,000 ids of ~1 KB: over 20 MB a scrape,
+and as many series kept by Prometheus). Only the ``consumer_series`` most behind consumers
+(``[http] metrics_consumers``) get their own series, with ids cut to
+``CONSUMER_LABEL_CHARS``; ``loglake_consumers*`` count, sum and take the maximum over every
+consumer, and say how many were left out, so alerts on lag still see them all.
+
 Names follow Prometheus conventions (``loglake_`` prefix, ``_total`` counters, base units:
 seconds, bytes). ``docs/operations.md`` lists them, and a test keeps that list equal to
 the series registered here.
@@ -21,6 +29,8 @@ the series registered here.
 from __future__ import annotations
 
 import collections
+import hashlib
+import heapq
 import logging
 import threading
 import time
@@ -34,6 +44,7 @@ from starlette.responses import Response
 
 from loglake.errors import Unavailable
 from loglake.log import Entry, Log, Record, StreamConfig, StreamInfo
+from loglake.node.config import CONSUMER_SERIES
 from loglake.structured_logging import log_event
 
 if TYPE_CHECKING:
@@ -59,6 +70,11 @@ LATENCY_BUCKETS = (
 )
 """Seconds: a group commit on this kind of disk takes ~0.1 ms; a slow one, tens of ms."""
 
+CONSUMER_LABEL_CHARS = 128
+"""Longest ``consumer`` label of ``loglake_consumer_lag``: a longer client id is shown as its
+first characters, ``…`` and 16 hex digits of its SHA-256 (``consumer_label``), so a cut id stays
+its own series and ``GET /api/consumers?contains=`` with the shown start finds the whole id."""
+
 RATE_WINDOW_S = 10.0
 """``push_rate``/``pull_rate`` in the API are averaged over at most this many seconds."""
 
@@ -77,7 +93,10 @@ class NodeMetrics:
     """The node's registry: traffic counted by ``InstrumentedLog``, state read by
     ``NodeCollector`` at scrape time, and histograms parts' adapters feed (``sds_ack``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, consumer_series: int | None = None) -> None:
+        """``consumer_series``: consumers with their own ``loglake_consumer_lag`` series, the
+        most behind (``[http] metrics_consumers``; None: its default)."""
+        self.consumer_series = CONSUMER_SERIES if consumer_series is None else consumer_series
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._traffic: dict[str, _Traffic] = {}
@@ -461,14 +480,53 @@ class NodeCollector(Collector):
         yield from (reopens, reopen_attempts)
 
     def _consumers(self, node: NodeContext) -> Iterator[Any]:
-        from loglake.node.api.streams import consumer_rows
+        """``loglake_consumer_lag`` of the most behind consumers (ties: by client, stream,
+        partition, so the same consumers keep their series), listed by client as before the
+        bound; and the ``loglake_consumers*`` aggregates over every consumer."""
+        from loglake.node.api.streams import consumer_lags
 
+        # None: its stream is unreadable (loglake_stream_unreadable), left out of every family
+        known = [(lag, c, s, p) for c, s, p, lag in consumer_lags(node) if lag is not None]
+        top = heapq.nsmallest(
+            self.metrics.consumer_series, known, key=lambda k: (-k[0], k[1], k[2], k[3])
+        )
         lag = GaugeMetricFamily(
             "loglake_consumer_lag",
-            "Records between a consumer's saved index and its partition's end.",
+            "Records between a consumer's saved index and its partition's end (the most "
+            "behind consumers only: loglake_consumers_omitted counts the others).",
             labels=["consumer", "stream", "partition"],
         )
-        for row in consumer_rows(node)[0]:
-            if row.lag is not None:  # None: its stream is unreadable (loglake_stream_unreadable)
-                lag.add_metric([row.client_id, row.stream, str(row.partition)], row.lag)
+        shown: set[tuple[str, str, str]] = set()
+        for behind, client, stream, partition in sorted(top, key=lambda k: k[1:]):
+            labels = (consumer_label(client), stream, str(partition))
+            if labels not in shown:  # an id of CONSUMER_LABEL_CHARS made to equal a cut one
+                shown.add(labels)
+                lag.add_metric(list(labels), behind)
         yield lag
+        count = GaugeMetricFamily(
+            "loglake_consumers", "Saved consumer indexes whose lag is known (every one)."
+        )
+        count.add_metric([], len(known))
+        most = GaugeMetricFamily(
+            "loglake_consumers_lag_max", "The largest lag of any consumer (0: none)."
+        )
+        most.add_metric([], max((k[0] for k in known), default=0))
+        total = GaugeMetricFamily(
+            "loglake_consumers_lag", "Records all consumers are behind, together."
+        )
+        total.add_metric([], sum(k[0] for k in known))
+        omitted = GaugeMetricFamily(
+            "loglake_consumers_omitted",
+            "Consumers without a loglake_consumer_lag series ([http] metrics_consumers).",
+        )
+        omitted.add_metric([], len(known) - len(shown))
+        yield from (count, most, total, omitted)
+
+
+def consumer_label(client_id: str) -> str:
+    """``client_id`` as the ``consumer`` label shows it: as it is up to
+    ``CONSUMER_LABEL_CHARS`` characters, else cut to that many with its hash at the end."""
+    if len(client_id) <= CONSUMER_LABEL_CHARS:
+        return client_id
+    digest = hashlib.sha256(client_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{client_id[: CONSUMER_LABEL_CHARS - 17]}…{digest}"

@@ -207,7 +207,7 @@ class Node:
 
     async def _start_parts(self, raw: Log, stream_config: StreamConfig) -> None:
         cfg = self.config
-        metrics = NodeMetrics() if cfg.http.metrics else None
+        metrics = NodeMetrics(cfg.http.metrics_consumers) if cfg.http.metrics else None
         log: Log = InstrumentedLog(raw, metrics) if metrics is not None else raw
         ctx = NodeContext(log=log, data_dir=cfg.data_dir, metrics=metrics)
         self.context = ctx

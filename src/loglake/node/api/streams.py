@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
@@ -497,6 +497,14 @@ def _consumer_candidates(
 
 def _lag(c: Candidate) -> int | None:
     return None if c[4] is None else max(0, c[4] - c[3])
+
+
+def consumer_lags(node: NodeContext) -> Iterator[tuple[str, str, int, int | None]]:
+    """(client, stream, partition, lag) of every saved consumer index on a partition that
+    exists (lag None: its stream is unreadable), in no order and without owners: ``/metrics``
+    reads them all at every scrape, and keeps a bounded number (``node/metrics.py``)."""
+    for c in _consumer_candidates(node, None):
+        yield c[0], c[1], c[2], _lag(c)
 
 
 def _row(node: NodeContext, c: Candidate) -> ConsumerOut:
