@@ -19,9 +19,12 @@ Rules, as the reference applies them:
 - a Reorg message (a reorg deeper than the threshold, on its own channel) reverts to the
   common ancestor: it must be on the chain, or older than the window (then everything held is
   removed); otherwise ``UnknownAncestor`` and nothing changes. The reorg channel's blocks then
-  extend the ancestor; ReorgComplete is passed on. A Reorg/ReorgComplete whose ancestor hash was
-  applied already (a redundant producer's copy, or read again after a restart) changes nothing:
-  the applied reorgs are kept (at most ``MAX_REORGS``) and checkpointed.
+  extend the ancestor (those the Reorg removed too, when the channel re-sends them); the
+  ReorgComplete of the pending Reorg, read on its channel, is passed on (any other is ignored).
+  A Reorg/ReorgComplete whose ancestor hash was applied already (a redundant producer's copy,
+  or read again after a restart) changes nothing, unless the transport found it starts a new
+  reorg to the same ancestor (``expect_new_reorg``): the applied reorgs are kept (at most
+  ``MAX_REORGS``) and checkpointed.
 
 Deviation (documented in docs/cardinal.md): the reference's ``ChainUpdate.removed`` always has
 full blocks; after a restart we hold only ``BlockRef``s of the blocks emitted before it.

@@ -498,8 +498,8 @@ class StreamConsumer:
         self.positions: dict[str, int] = {}
         self._start: dict[str, int] = {}  # checkpoint offsets of topic partitions
         self._channels: dict[str, int] = {}
-        """Reorg channel source -> the offset after its end: channels followed (to their
-        ReorgComplete, or to their end), not read again for another producer's Reorg."""
+        """Reorg channel source -> the offset after the last ReorgComplete read there (or
+        where a later Reorg superseded it): a Reorg naming it again reads on from there."""
         self._following: _Follow | None = None
         """A reorg channel half read: a round raised while following it (a broker error), or
         the checkpoint resumed from was taken in the middle of one. The next round reads the
@@ -577,7 +577,8 @@ class StreamConsumer:
         its own, lost when a fetch raised, and the channel counted as followed after its first
         batch, so its rest was never read (a 200-block branch: the app's head stayed on the
         old chain, and a commit then checkpointed the core's #66 the app never saw). Now the
-        follow stays in ``_following`` until the channel's end, and the next round resumes it."""
+        follow stays in ``_following`` until its ReorgComplete, and the next round resumes it
+        (``waiting`` when it read to the channel's end)."""
         f = self._following
         assert f is not None
         was_waiting, f.waiting = f.waiting, False
