@@ -230,3 +230,44 @@ def test_a_channel_still_being_written_is_read_on(tmp_path):
     st = w.load_state(2)
     assert st.core.head is not None and st.core.head.hash == tail[-1].hash, st.core.head
     assert st.open_follow is None
+
+
+def test_a_reorg_to_an_older_common_ancestor(tmp_path):
+    """A Reorg naming an older common ancestor than the fork point (an honest ``ChainProducer``
+    given the new chain from below the fork): its channel re-sends the blocks both branches
+    share, and they go back on the chain (they were dropped as done: the chain stayed cut back
+    at the ancestor)."""
+    from loglake.cardinal.producer import ChainProducer
+    from loglake.cardinal.synthetic import make_block, schema_for, topics_for
+    from loglake.cardinal.transport import StreamProducer, StreamTransport
+    from loglake.log import open_log
+    from loglake.streams.api import LocalStreams
+
+    def seg(parent, n, tag, w0, dw):
+        out = []
+        for i in range(n):
+            b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
+            out.append(b)
+            parent = b
+        return out
+
+    data = tmp_path / "data"
+    base = seg(None, 10, "g", 0, 1)
+    a = seg(base[-1], 20, "A", base[-1].weight, 1)  # #10..#29
+    b = seg(a[14], 25, "B", a[14].weight, 2)  # forks at #24
+    tail = seg(b[-1], 5, "tail", b[-1].weight, 1)
+    log = open_log(data)
+    try:
+        planner = ChainProducer(Producer("chain", schema_for("chain")), 8)
+        sp = StreamProducer(StreamTransport(LocalStreams(log), 3), planner.producer)
+        for branch in (base, a, a[:15] + b, tail):  # the third names #9, not the fork #24
+            sp.send_emission(planner.branch(branch))
+    finally:
+        log.close()
+    topics = tuple(topics_for("chain"))
+    opts = CardinalBlocksOptions(str(data), topics, str(tmp_path / "out"), reorg_threshold=8)
+    w = BatchWriter(opts)
+    w.process(_table(sorted(_topic_records(data, topics), key=lambda r: r[3])), 0)
+    st = w.load_state(1)
+    assert st.core.head is not None and st.core.head.hash == tail[-1].hash, st.core.head
+    assert st.core.ordering.held == 0

@@ -873,6 +873,7 @@ class _Output:
             if key[:1] in (bytes((REORG,)), bytes((REORG_COMPLETE,))):
                 self.chain(core.receive(key, value, source, offset))
                 return
+            core.readmit(key, source)  # a block a Reorg removed, re-sent by its channel
             for ev in core.consumer.receive(key, value, source, offset):
                 if isinstance(ev, Block):
                     self.new_block(ev, -1)
