@@ -539,6 +539,10 @@ class BlockAssembler:
         """Note block ``h`` as done: its messages are dropped on sight (``_remember``)."""
         self._remember(h, number)
 
+    def forget_done(self, h: bytes) -> None:
+        """Assemble block ``h`` again (a reorg channel re-sends it: ``OrderedConsumer``)."""
+        self._completed.pop(h, None)
+
     def _remember(self, h: bytes, number: int) -> None:
         """Note ``h`` as done (complete, or too old to assemble): its messages are dropped on
         sight. Bounded: over the cap, the hash noted longest ago goes (a dict keeps insertion

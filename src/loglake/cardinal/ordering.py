@@ -19,9 +19,12 @@ Rules, as the reference applies them:
 - a Reorg message (a reorg deeper than the threshold, on its own channel) reverts to the
   common ancestor: it must be on the chain, or older than the window (then everything held is
   removed); otherwise ``UnknownAncestor`` and nothing changes. The reorg channel's blocks then
-  extend the ancestor; ReorgComplete is passed on. A Reorg/ReorgComplete whose ancestor hash was
-  applied already (a redundant producer's copy, or read again after a restart) changes nothing:
-  the applied reorgs are kept (at most ``MAX_REORGS``) and checkpointed.
+  extend the ancestor (those the Reorg removed too, when the channel re-sends them); the
+  ReorgComplete of the pending Reorg, read on its channel, is passed on (any other is ignored).
+  A Reorg/ReorgComplete whose ancestor hash was applied already (a redundant producer's copy,
+  or read again after a restart) changes nothing, unless the transport found it starts a new
+  reorg to the same ancestor (``expect_new_reorg``): the applied reorgs are kept (at most
+  ``MAX_REORGS``) and checkpointed.
 
 Deviation (documented in docs/cardinal.md): the reference's ``ChainUpdate.removed`` always has
 full blocks; after a restart we hold only ``BlockRef``s of the blocks emitted before it.
@@ -542,8 +545,13 @@ class OrderedConsumer:
             h: (n, done) for n, h, done in (checkpoint.reorgs if checkpoint else ())
         }
         self.repeated_reorgs = 0
+        self.ignored_reorg_completes = 0
+        """ReorgCompletes ignored: no Reorg of theirs pending, or read off its reorg channel."""
         # blocks removed by a Reorg whose ReorgComplete has not come yet (insertion-ordered)
         self._reverted: dict[bytes, None] = dict.fromkeys(checkpoint.reverted if checkpoint else ())
+        self._again: tuple[bytes, str, int] | None = None
+        """A Reorg (ancestor hash, source, offset) to apply though its ancestor hash was applied
+        before: a new segment of an already followed reorg channel (``expect_new_reorg``)."""
 
     def receive(
         self, key: bytes, value: bytes, source: str = "", offset: int = -1
@@ -553,7 +561,41 @@ class OrderedConsumer:
         if key[:1] in (b"\x05", b"\x06"):  # Reorg(Complete): applied once, checked first
             self.consumer.note_offset(source, offset)
             return self.handle(decode(key, value), source, offset)
+        if self._reverted:
+            self.readmit(key, source)
         return self._route(self.consumer.receive(key, value, source, offset))
+
+    def pending_reorg(self) -> bytes | None:
+        """The ancestor hash of the newest Reorg applied whose ReorgComplete has not come."""
+        if not self._reorgs:
+            return None
+        h = next(reversed(self._reorgs))
+        return None if self._reorgs[h][1] else h
+
+    def _on_channel(self, source: str, hash_: bytes) -> bool:
+        """Whether ``source`` (``topic:partition``) is the reorg channel of ancestor ``hash_``
+        (``<default topic>-re-<hash hex>``, ``producer.reorg_channel_name``)."""
+        return source.rpartition(":")[0].endswith("-re-" + hash_.hex())
+
+    def readmit(self, key: bytes, source: str) -> None:
+        """A block message read on the pending reorg's channel for a block that Reorg removed:
+        the channel re-sends every block after the ancestor (spec "Reorg/Producers"), those
+        the old and new branch share included (a producer that names an older common ancestor
+        than the fork point). Found from outside: they were dropped as done, and as the old
+        branch in ``_route``, so the new branch never connected (the chain stayed cut back at
+        the ancestor). The assembler forgets it as done; ``_route`` lets it through."""
+        h = key[1:33]
+        if key[:1] <= b"\x04" and h in self._reverted:
+            pending = self.pending_reorg()
+            if pending is not None and self._on_channel(source, pending):
+                self.consumer.forget_done(h)
+
+    def expect_new_reorg(self, hash_: bytes, source: str, offset: int) -> None:
+        """The Reorg at ``offset`` of reorg channel ``source`` starts a new reorg to ancestor
+        ``hash_``, though a reorg to it was applied before: a later segment of the same
+        channel (the name is keyed by the ancestor only) that is not a copy of the branch the
+        channel installed (``transport.channel_segment``). It is applied when it is read."""
+        self._again = (hash_, source, offset)
 
     def handle(
         self, msg: Message, source: str = "", offset: int = -1
@@ -568,6 +610,21 @@ class OrderedConsumer:
         if isinstance(msg, (Reorg, ReorgComplete)):
             seen = self._reorgs.get(msg.hash)
             complete = isinstance(msg, ReorgComplete)
+            if not complete and self._again == (msg.hash, source, offset):
+                self._again = None
+                seen = None  # a new reorg to the same ancestor: applied again
+            if complete and (seen is None or not seen[1]) and not self._completes(msg, source):
+                self.consumer.note_offset(source, offset)
+                self.ignored_reorg_completes += 1
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "ignoring ReorgComplete: no Reorg of its pending, or not on its channel",
+                    number=msg.number,
+                    hash=msg.hash.hex(),
+                    source=source,
+                )
+                return []
             if seen is not None and (not complete or seen[1]):
                 self.consumer.note_offset(source, offset)
                 self.repeated_reorgs += 1
@@ -600,12 +657,26 @@ class OrderedConsumer:
             return updates
         return self._route(self.consumer.handle(msg, source, offset))
 
+    def _completes(self, msg: Reorg | ReorgComplete, source: str) -> bool:
+        """Whether ReorgComplete ``msg`` ends the pending reorg: it names the newest Reorg
+        applied, and comes on that reorg's channel (or from nowhere in particular: ``source``
+        empty, a caller of this sans-I/O core that does not say). Found from outside: a copy
+        put on the default topic, read before its Reorg (another partition), was applied as
+        complete and emitted, and the real Reorg then counted as a repeat (the chain stayed
+        on the old branch, every later block an orphan)."""
+        return self.pending_reorg() == msg.hash and (
+            not source or self._on_channel(source, msg.hash)
+        )
+
     def _route(self, events: list[Block | ReorgEvent]) -> list[ChainUpdate | ReorgEvent]:
         out: list[ChainUpdate | ReorgEvent] = []
         for ev in events:
             if isinstance(ev, Block):
-                if ev.hash in self._reverted:  # the old branch, read again mid-reorg
-                    continue
+                if ev.hash in self._reverted:  # the old branch, read again mid-reorg ...
+                    pending = self.pending_reorg()
+                    if pending is None or not any(self._on_channel(s, pending) for s in ev.offsets):
+                        continue
+                    del self._reverted[ev.hash]  # ... or a block the channel re-sends
                 updates = self.ordering.add(ev)
                 if updates:
                     out.extend(updates)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from loglake.cardinal import avro
@@ -43,7 +43,7 @@ from loglake.cardinal.errors import (
     UnknownAncestor,
     UpdatesLost,
 )
-from loglake.cardinal.messages import REORG, REORG_COMPLETE, Message, Reorg
+from loglake.cardinal.messages import REORG, REORG_COMPLETE, Batch, Message, Reorg
 from loglake.cardinal.ordering import Checkpoint, OrderedConsumer
 from loglake.cardinal.producer import BlockPayload, Emission, Producer, reorg_channel_name
 from loglake.errors import LoglakeError
@@ -110,6 +110,48 @@ class _Follow:
     reorg: Delivery | None
     """The default topic's Reorg that named the channel, applied from itself if the channel
     does not exist; None when resumed from a checkpoint (the Reorg was applied before it)."""
+    waiting: bool = False
+    """Read to the channel's end without a ReorgComplete: the next round reads on (``commit``
+    may go ahead: a checkpoint taken now resumes the channel, ``_resume_follow``)."""
+    checked: bool = False
+    """A later segment of a channel followed before was told apart (``channel_segment``)."""
+
+
+BATCH_KEY, REORG_KEY, REORG_COMPLETE_KEY = b"\x00", bytes((REORG,)), bytes((REORG_COMPLETE,))
+
+
+def heaviest_batch(records: Iterable[tuple[bytes, bytes]]) -> int:
+    """The greatest weight of the Batches among a reorg channel's (key, value)s; -1 if none
+    (an undecodable one counts for nothing)."""
+    heaviest = -1
+    for k, v in records:
+        if k[:1] == BATCH_KEY:
+            try:
+                msg = decode(k, v)
+            except CardinalDecodeError:
+                continue
+            assert isinstance(msg, Batch)
+            heaviest = max(heaviest, msg.weight)
+    return heaviest
+
+
+def channel_segment(heaviest: int, records: Iterable[tuple[int, bytes, bytes]]) -> str | int:
+    """A later segment of a reorg channel (the name is keyed by the ancestor only, so every
+    reorg to that ancestor goes there), its (offset, key, value)s from its Reorg on, against
+    ``heaviest``, the heaviest Batch of the channel before it: ``"new"`` once it brings a block
+    heavier than that (a new reorg: the spec's producer sends blocks "up to the block with a
+    Weight heavier than the heaviest block on the removed chain", and weights grow along a
+    chain), the offset after its ReorgComplete if it brings none (a redundant producer's copy
+    of a segment before it, maybe one it replaced since: A→B→A′ then B again from a producer
+    lagging behind), ``"open"`` if the records end before either (still being written). A
+    function of the channel alone: a restarted consumer, and the Spark job, decide alike."""
+    for offset, k, v in records:
+        t = k[:1]
+        if t == BATCH_KEY and heaviest_batch(((k, v),)) > heaviest:
+            return "new"
+        if t == REORG_COMPLETE_KEY:
+            return offset + 1
+    return "open"
 
 
 def source_name(topic: str, partition: int) -> str:
@@ -456,8 +498,8 @@ class StreamConsumer:
         self.positions: dict[str, int] = {}
         self._start: dict[str, int] = {}  # checkpoint offsets of topic partitions
         self._channels: dict[str, int] = {}
-        """Reorg channel source -> the offset after its end: channels followed (to their
-        ReorgComplete, or to their end), not read again for another producer's Reorg."""
+        """Reorg channel source -> the offset after the last ReorgComplete read there (or
+        where a later Reorg superseded it): a Reorg naming it again reads on from there."""
         self._following: _Follow | None = None
         """A reorg channel half read: a round raised while following it (a broker error), or
         the checkpoint resumed from was taken in the middle of one. The next round reads the
@@ -535,22 +577,43 @@ class StreamConsumer:
         its own, lost when a fetch raised, and the channel counted as followed after its first
         batch, so its rest was never read (a 200-block branch: the app's head stayed on the
         old chain, and a commit then checkpointed the core's #66 the app never saw). Now the
-        follow stays in ``_following`` until the channel's end, and the next round resumes it."""
+        follow stays in ``_following`` until its ReorgComplete, and the next round resumes it
+        (``waiting`` when it read to the channel's end)."""
         f = self._following
         assert f is not None
+        was_waiting, f.waiting = f.waiting, False
+        if f.reorg is not None and f.pos > 0 and not f.checked:
+            verdict = self._later_segment(f, limit)
+            if verdict == "open":
+                f.waiting = True
+                return
+            if isinstance(verdict, int):  # a copy of the installed branch: nothing to apply
+                f.pos = verdict
+                self._channels[f.source] = f.pos
+                self._following = None
+                return
+        f.checked = True
         while True:
             batch = self.transport.fetch(f.source, f.pos, limit)
             if not batch:
                 if f.pos == 0 and f.reorg is not None:  # no channel: apply the Reorg itself
                     self._feed(f.reorg, out)
-                else:
+                    break
+                # Found from outside: the follow ended here, so the rest of a channel still
+                # being written (the spec's own order: Reorg, then the batches, then
+                # ReorgComplete) was never read by this process. It stays open: every round
+                # reads on from here first, then the topics as usual (their blocks that build
+                # on the new branch wait as orphans until the channel brings it).
+                if not was_waiting:
                     log_event(
                         log,
                         logging.WARNING,
-                        "reorg channel ended before ReorgComplete",
+                        "reorg channel read to its end before ReorgComplete: reading on",
                         channel=split_source(f.source)[0],
+                        offset=f.pos,
                     )
-                break
+                f.waiting = True
+                return
             done = False
             for m in batch:
                 self._feed(m, out)
@@ -562,6 +625,35 @@ class StreamConsumer:
                 break
         self._channels[f.source] = f.pos
         self._following = None
+
+    def _later_segment(self, f: _Follow, limit: int) -> str | int:
+        """A Reorg named channel ``f.source``, followed before up to ``f.pos``: what comes
+        there. Found from outside: a second deep reorg to the same ancestor (A→B→A′, from an
+        honest ``ChainProducer``) goes on the same channel (its name is keyed by the ancestor
+        only, as the reference's ``%s-re-%x``) and was never read: the chain stayed on B.
+        A segment (Reorg … ReorgComplete) there is a new reorg, applied again
+        (``OrderedConsumer.expect_new_reorg``), when it brings a block heavier than any before
+        it on the channel, else a redundant producer's copy (``channel_segment``); anything
+        else (the rest of a segment, after a restart) is read on as it is."""
+        first = self.transport.fetch(f.source, f.pos, 1)
+        if not first or first[0].key[:1] != REORG_KEY:
+            return "new" if first else f.pos
+
+        def records(start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
+            at = start
+            while end is None or at < end:
+                n = limit if end is None else min(limit, end - at)
+                got = self.transport.fetch(f.source, at, n)
+                if not got:
+                    return
+                yield from ((d.offset, d.key, d.value) for d in got)
+                at = got[-1].offset + 1
+
+        heaviest = heaviest_batch((k, v) for o, k, v in records(0, f.pos) if o < f.pos)
+        verdict = channel_segment(heaviest, records(f.pos, None))
+        if verdict == "new":
+            self.core.expect_new_reorg(first[0].key[1:], f.source, f.pos)
+        return verdict
 
     def _is_main_reorg(self, d: Delivery) -> bool:
         return d.key[:1] == bytes((REORG,)) and not d.source.startswith(f"{self.default_topic}-re-")
@@ -583,10 +675,25 @@ class StreamConsumer:
 
     def _take_reorg(self, d: Delivery, limit: int, out: list[ChainUpdate | ReorgEvent]) -> None:
         channel = source_name(reorg_channel_name(self.default_topic, d.key[1:]), 0)
-        if channel not in self._channels:  # else followed already (another producer's Reorg)
+        f = self._following
+        if f is not None and f.source != channel:
+            # a channel read to its end before its ReorgComplete: a later Reorg on the default
+            # topic means its producer moved on, so the rest will not come
+            log_event(
+                log,
+                logging.WARNING,
+                "reorg channel ended before ReorgComplete: a later Reorg supersedes it",
+                channel=split_source(f.source)[0],
+                offset=f.pos,
+            )
+            self._channels[f.source] = f.pos
+            f = self._following = None
+        if f is None:  # (else: another producer's Reorg for the channel being read)
             # noted before the Reorg's offset counts as read: a round cut short past this
-            # point resumes the channel, and commit refuses until it is read
-            self._following = _Follow(channel, 0, d)
+            # point resumes the channel, and commit refuses until it is read. A channel
+            # followed before is read on from where it was left: a later segment there is
+            # another producer's copy, or a new reorg to the same ancestor
+            self._following = _Follow(channel, self._channels.get(channel, 0), d)
         self.positions[d.source] = d.offset + 1
         self.core.consumer.note_offset(d.source, d.offset)
         if self._following is not None:
@@ -681,7 +788,7 @@ class StreamConsumer:
         taking one every round cost 14% of a consume's time (measured: 0.39 s of 2.8 s)."""
         if self._lost:
             raise UpdatesLost()
-        if self._undelivered or self._following is not None:
+        if self._undelivered or (self._following is not None and not self._following.waiting):
             # mid-follow the checkpoint holds the Reorg as read, and the channel's rest unread
             raise UndeliveredUpdates(
                 len(self._undelivered),

@@ -78,7 +78,9 @@ from loglake.cardinal import (
     UnknownAncestor,
     assemble_block,
     assemble_blocks,
+    channel_segment,
     decode,
+    heaviest_batch,
     open_envelope,
     reorg_channel_name,
     source_name,
@@ -485,7 +487,14 @@ class OrderingState:
     """Reorgs read on a topic whose ancestor the chain has not reached: (topic, partition,
     offset, key, value), oldest first."""
     followed: list[str] = field(default_factory=list)
-    """Reorg channels read already (at most ``MAX_PENDING_REORGS``)."""
+    """Reorg channels read to their first ReorgComplete by states written before
+    ``channel_ends`` (kept to read those)."""
+    channel_ends: dict[str, int] = field(default_factory=dict)
+    """Reorg channel -> the index after the last ReorgComplete read there (at most
+    ``MAX_PENDING_REORGS``): a Reorg naming it again reads on from there."""
+    open_follow: tuple[tuple[str, int, int, bytes, bytes], int] | None = None
+    """A reorg channel read to its end before its ReorgComplete: (its Reorg, the next index);
+    the next micro-batch reads on from there first."""
     emitted: dict[bytes, int] = field(default_factory=dict)
     """Blocks written to ``blocks`` (hash → number), within the window's reach."""
     assembly: AssemblyState = field(default_factory=AssemblyState)
@@ -519,6 +528,8 @@ class BatchWriter:
             with open(self._state_path(before[-1]), "rb") as f:
                 state = pickle.load(f)
             assert isinstance(state, OrderingState)
+            if not hasattr(state, "channel_ends"):  # written before they existed
+                state.channel_ends, state.open_follow = {}, None
             return state
         start = Checkpoint.starting_at(-1, ZERO_HASH, 0)  # as `loglake cardinal consume`
         return OrderingState(OrderedConsumer(self.opts.reorg_threshold, self.opts.prefixes, start))
@@ -623,6 +634,9 @@ class BatchWriter:
     def _reorgs(self, st: OrderingState, out: _Output, rejects: list[dict]) -> None:
         """Apply every pending Reorg whose ancestor the chain has reached, oldest ready first,
         until none is ready (one may make the next ready)."""
+        if st.open_follow is not None:  # a channel read to its end: read on first
+            reorg, pos = st.open_follow
+            self._follow(st, out, reorg, rejects, pos)
         progress = True
         while progress and st.pending:
             progress = False
@@ -632,7 +646,7 @@ class BatchWriter:
                 if not st.core.reorg_ready(msg.number, msg.hash):
                     continue
                 del st.pending[i]
-                self._follow(st, out, (topic, part, offset, key, value), rejects)
+                self._take(st, out, (topic, part, offset, key, value), rejects)
                 progress = True
                 break
         while len(st.pending) > MAX_PENDING_REORGS:
@@ -641,20 +655,67 @@ class BatchWriter:
                 self._reject(topic, part, offset, "Reorg whose ancestor never came: dropped")
             )
 
-    def _follow(self, st: OrderingState, out: _Output, reorg: tuple, rejects: list[dict]) -> None:
-        """Read the reorg channel to its first ReorgComplete (spec "Reorg/Consumers")."""
+    def _take(self, st: OrderingState, out: _Output, reorg: tuple, rejects: list[dict]) -> None:
+        """A Reorg read on the default topic is ready: follow its channel (as
+        ``StreamConsumer._take_reorg``). While a channel is open (read to its end before its
+        ReorgComplete), another producer's Reorg for it changes nothing, and a Reorg for
+        another channel means its producer moved on: the open one is left where it is."""
+        channel = reorg_channel_name(self.opts.topics[0], reorg[3][1:])
+        if st.open_follow is not None:
+            (_t, _p, _o, open_key, _v), pos = st.open_follow
+            open_channel = reorg_channel_name(self.opts.topics[0], open_key[1:])
+            if open_channel == channel:
+                return
+            st.channel_ends[open_channel] = pos
+            st.open_follow = None
+        self._follow(st, out, reorg, rejects)
+
+    def _follow(
+        self,
+        st: OrderingState,
+        out: _Output,
+        reorg: tuple,
+        rejects: list[dict],
+        resume: int | None = None,
+    ) -> None:
+        """Read the reorg channel to its next ReorgComplete (spec "Reorg/Consumers"), from
+        where it was left (``channel_ends``; ``resume``: an open channel). A later segment of a
+        channel read before is told apart as ``StreamConsumer`` does
+        (``transport.channel_segment``: by its heaviest block): a redundant producer's copy is
+        skipped, a new reorg to the same ancestor applied. Read to its end before the
+        ReorgComplete, the channel stays open (``open_follow``)."""
         topic, part, offset, key, value = reorg
         channel = reorg_channel_name(self.opts.topics[0], key[1:])
-        if channel in st.followed:  # another producer's copy of the same Reorg
-            return
         records = self._channel(channel)
-        if not records:  # no channel: apply the Reorg itself
-            out.receive(key, value, source_name(topic, part), offset, topic, rejects)
-            return
-        st.followed.append(channel)
-        del st.followed[:-MAX_PENDING_REORGS]
+        start = resume if resume is not None else st.channel_ends.get(channel)
+        if start is None and channel in st.followed:  # a state from before channel_ends
+            start = next(
+                (i + 1 for i, d in records if d[: len(_RC_ENVELOPE)] == _RC_ENVELOPE), None
+            )
+        if start is None:
+            if not records:  # no channel: apply the Reorg itself
+                out.receive(key, value, source_name(topic, part), offset, topic, rejects)
+                return
+            start = 0
         src = source_name(channel, 0)
-        for index, data in records:
+        rest = [(i, d) for i, d in records if i >= start]
+        if resume is None and start > 0:
+            if not rest:
+                return
+            first = _opened(rest[0][1])[0]
+            if first[:1] == bytes((REORG,)):
+                heaviest = heaviest_batch(_opened(d) for i, d in records if i < start)
+                verdict = channel_segment(heaviest, ((i, *_opened(d)) for i, d in rest))
+                if verdict == "open":
+                    st.open_follow = (reorg, start)
+                    return
+                if isinstance(verdict, int):  # a copy of a segment before it
+                    self._ended(st, channel, verdict)
+                    return
+                st.core.expect_new_reorg(first[1:], src, rest[0][0])
+        pos = start
+        for index, data in rest:
+            pos = index + 1
             try:
                 k, v = open_envelope(data)
             except CardinalDecodeError as e:
@@ -662,7 +723,17 @@ class BatchWriter:
                 continue
             out.receive(k, v, src, index, channel, rejects)
             if k[:1] == bytes((REORG_COMPLETE,)):
-                break
+                self._ended(st, channel, pos)
+                return
+        st.open_follow = (reorg, pos)
+
+    @staticmethod
+    def _ended(st: OrderingState, channel: str, pos: int) -> None:
+        st.open_follow = None
+        st.channel_ends.pop(channel, None)
+        st.channel_ends[channel] = pos
+        while len(st.channel_ends) > MAX_PENDING_REORGS:
+            del st.channel_ends[next(iter(st.channel_ends))]
 
     def _channel(self, channel: str) -> list[tuple[int, bytes]]:
         """The channel's records (index, data), read on the driver with the source's reader."""
@@ -683,6 +754,19 @@ class BatchWriter:
         for b in read_range(opts, RangeSplit(0, first, nxt)):
             out += zip(b.column("index").to_pylist(), b.column("data").to_pylist(), strict=True)
         return out
+
+
+_RC_ENVELOPE = bytes((66, REORG_COMPLETE))
+"""A ReorgComplete record's first bytes: the envelope's key length (33, an Avro long) and the
+key's type."""
+
+
+def _opened(data: bytes) -> tuple[bytes, bytes]:
+    """A channel record's key and value; empty if its envelope does not open."""
+    try:
+        return open_envelope(data)
+    except CardinalDecodeError:
+        return b"", b""
 
 
 class _Columns:
@@ -789,6 +873,7 @@ class _Output:
             if key[:1] in (bytes((REORG,)), bytes((REORG_COMPLETE,))):
                 self.chain(core.receive(key, value, source, offset))
                 return
+            core.readmit(key, source)  # a block a Reorg removed, re-sent by its channel
             for ev in core.consumer.receive(key, value, source, offset):
                 if isinstance(ev, Block):
                     self.new_block(ev, -1)
