@@ -36,7 +36,8 @@ oldest queued blocks' messages go, with a log line). SubBatchMsgs of a pending b
 before their SubBatchHeader (which sets how many there are): at most ``max_queued`` in all too,
 beyond which they are dropped with a log line (the block then completes only if another copy
 comes, as for any message the window evicts). At most ``max_pending`` incomplete batches
-are held (beyond it, the highest-numbered goes), and at most ``max_done`` done hashes
+are held (beyond it, the highest-numbered goes, and its sources are to be read again from its
+first message: ``take_rewinds``), and at most ``max_done`` done hashes
 (``max(8 * reorg_threshold + 16, MIN_DONE)``, the one noted longest ago goes first).
 Protocol violations with well-formed bytes (index past ItemCount, a
 SubBatchHeader or message for nothing announced, more messages than a prefix's count) are
@@ -179,6 +180,15 @@ class BlockAssembler:
         self._driven = False  # True once advance() sets the window from the chain head
         self.next_offsets: dict[str, int] = {}
         self.stats = ConsumerStats()
+        self.batch_front: dict[str, int] = {}
+        """Source -> number of the last new Batch read there: how far that source has read, in
+        blocks (``StreamConsumer`` holds back sources read ahead while many batches wait)."""
+        self._rewind: dict[str, int] = {}
+        """Source -> lowest offset to read again: messages of pending batches shed over
+        ``max_pending`` (``take_rewinds``)."""
+        self._shed_at: OrderedDict[bytes, int] = OrderedDict()
+        """Shed batch hash -> the window's top (``_high``) when it was shed to be read again;
+        shed again at the same top (no progress since), it is dropped for good."""
 
     # -- input --------------------------------------------------------------------------------
     def receive(
@@ -312,17 +322,19 @@ class BlockAssembler:
                 pb.deletes.add(k)
             if rec.value or (not rec.count and not rec.delete and rec.subbatch == ZERO_HASH):
                 pb.values[k] = rec.value
+        if offset >= 0:
+            self.batch_front[source] = b.number
+        early_offsets = self._early_offsets.get(b.hash)
+        if early_offsets:  # before a shed: its queued messages are read again with it
+            for s, o in early_offsets.items():
+                _note_offset(pb.offsets, s, o)
         self._pend(pb)
         if len(self._pending) > self.max_pending:
             self._shed_pending()
             if b.hash not in self._pending:  # it was the highest: its queued messages go too
                 self._drop_early(b.hash)
                 return []
-        early_offsets = self._early_offsets.get(b.hash)
         early = self._drop_early(b.hash)
-        if early_offsets:
-            for s, o in early_offsets.items():
-                _note_offset(pb.offsets, s, o)
         if early:
             for msg, _s, _o in early.values():
                 self._apply(pb, msg)
@@ -526,14 +538,62 @@ class BlockAssembler:
                 break
         pb = self._unpend(h)
         self.stats.evicted += 1
+        number = pb.batch.number
+        if (
+            pb.offsets
+            and self._shed_at.get(h) != self._high
+            and number <= self._high + 2 * self.max_pending
+        ):
+            # Found from outside: an honest backlog where one topic carries ten times the
+            # messages a block of the Batch topic ran the Batch partitions thousands of blocks
+            # ahead; the Batches shed here were read and forgotten, their other messages then
+            # queued for good, and the consumer stopped (head #11105 of #12999). Now what it
+            # read of the block is read again: its sources go back to their lowest offset
+            # (``take_rewinds``), committed offsets too. Not a far-future Batch (no honest
+            # block is that far ahead of a window this many batches wide), nor one shed again
+            # before the window moved (a flood of forged Batches would be read over and over).
+            self._shed_at[h] = self._high
+            self._shed_at.move_to_end(h)
+            while len(self._shed_at) > self.max_pending:
+                self._shed_at.popitem(last=False)
+            for s, o in pb.offsets.items():
+                _note_offset(self._rewind, s, o)
+                if o < self.next_offsets.get(s, o):
+                    self.next_offsets[s] = o
+            log_event(
+                log,
+                logging.WARNING,
+                "too many incomplete batches: dropping the highest, to be read again",
+                hash=h.hex(),
+                number=number,
+                pending=len(self._pending),
+                rewind=dict(pb.offsets),
+            )
+            return
         log_event(
             log,
             logging.WARNING,
             "too many incomplete batches: dropping the highest",
             hash=h.hex(),
-            number=pb.batch.number,
+            number=number,
             pending=len(self._pending),
         )
+
+    def take_rewinds(self) -> dict[str, int]:
+        """Sources to read again from an earlier offset (source -> offset), cleared: the
+        messages of the pending batches shed since the last call (``_shed_pending``). Their
+        committed offsets (``next_offsets``) went back there already."""
+        out, self._rewind = self._rewind, {}
+        return out
+
+    @property
+    def rewinds(self) -> bool:
+        """Whether ``take_rewinds`` has anything."""
+        return bool(self._rewind)
+
+    def knows(self, hash_: bytes) -> bool:
+        """Whether block ``hash_``'s Batch was read: it is pending or done."""
+        return hash_ in self._pending or hash_ in self._completed
 
     def remember_done(self, h: bytes, number: int) -> None:
         """Note block ``h`` as done: its messages are dropped on sight (``_remember``)."""

@@ -58,6 +58,9 @@ DEFAULT_PARTITIONS = 4
 CLAIMS_LOOKED_AT = 256
 """Records of a checkpoint stream ``load_checkpoint`` reads, at most, to find its newest
 checkpoint record when no index was committed (lease claims stored after it are skipped)."""
+PAUSED_ROUNDS = 16
+"""Rounds a Reorg out of every source's reach waits for its ancestor while the others move
+(``StreamConsumer._give_up_reorgs``)."""
 FNV32_OFFSET, FNV32_PRIME = 0x811C9DC5, 0x01000193
 
 
@@ -515,7 +518,13 @@ class StreamConsumer:
         self._discover()
         self.errors = 0
         self._paused: dict[str, Delivery] = {}
+        self._paused_rounds: dict[str, int] = {}
+        """Paused source -> rounds its Reorg waited for an ancestor nothing has read, while the
+        other sources made progress (``_give_up_reorgs``)."""
         self._undelivered: list[ChainUpdate | ReorgEvent] = []
+        self.read_any = False
+        """Whether the last round read anything (a round that read and then went back to read
+        a shed block again can end where it began)."""
         self._lost = False
         """An exception escaped while the core applied a message (an interrupt between its
         state change and the round's list): what it assembled may never reach the
@@ -703,6 +712,8 @@ class StreamConsumer:
         """One round over every source, at most ``limit`` messages from each, so partitions
         advance together (the reference bounds their spread with a drumline); returns what the
         application must apply, in order. A source stops at a Reorg until it can be applied.
+        Past half of the assembler's caps, sources read ahead wait (``_held_back``), and a
+        source whose Batch was shed goes back to read it again (``_rewind``).
 
         What a round assembles is kept on the consumer until it is returned: if the round
         raises partway (a broker error, a stream gone), the updates already assembled — the
@@ -723,30 +734,148 @@ class StreamConsumer:
             self._follow_reorg(out, limit)
         if self._missing:
             self._discover()
+        held = self._held_back()
         progressed = False
         for source in list(self.positions):
-            waiting = self._paused.get(source)
-            if waiting is not None:
-                if not self._reorg_ready(waiting):
-                    continue
-                del self._paused[source]
-                self._take_reorg(waiting, limit, out)
-                progressed = True
-            batch = self.transport.fetch(source, self.positions[source], limit)
-            for d in batch:
-                progressed = True
-                if self._is_main_reorg(d):
-                    if not self._reorg_ready(d):
-                        self._paused[source] = d
-                        break
-                    self._take_reorg(d, limit, out)
-                    continue
-                self.positions[source] = d.offset + 1
-                self._feed(d, out)
+            if source not in held:
+                progressed |= self._read_source(source, limit, out)
+        if held and not progressed:  # held back, but nothing else moves: read them too
+            for source in list(self.positions):
+                if source in held:
+                    progressed |= self._read_source(source, limit, out)
         if not progressed and self._paused:  # nothing else will come: apply the oldest
             source, d = next(iter(self._paused.items()))
             del self._paused[source]
             self._take_reorg(d, limit, out)
+            self._rewind()
+        elif self._paused:
+            self._give_up_reorgs(limit, out)
+        self.read_any = progressed
+
+    def _read_source(self, source: str, limit: int, out: list[ChainUpdate | ReorgEvent]) -> bool:
+        """One source's turn in a round: whether it read anything."""
+        progressed = False
+        waiting = self._paused.get(source)
+        if waiting is not None:
+            if not self._reorg_ready(waiting):
+                return False
+            del self._paused[source]
+            self._paused_rounds.pop(source, None)
+            self._take_reorg(waiting, limit, out)
+            progressed = True
+        batch = self.transport.fetch(source, self.positions[source], limit)
+        for d in batch:
+            progressed = True
+            if self._is_main_reorg(d):
+                if not self._reorg_ready(d):
+                    self._paused[source] = d
+                    break
+                self._take_reorg(d, limit, out)
+                continue
+            self.positions[source] = d.offset + 1
+            self._feed(d, out)
+        self._rewind()
+        return progressed
+
+    def _held_back(self) -> set[str]:
+        """Sources not read this round (unless nothing else moves): those read ahead of the
+        others while the assembler holds many blocks. Found from outside: every source was read
+        ``limit`` messages a round, so with ten messages a block on one topic and one (the
+        Batch) on the default topic, the Batch partitions ran thousands of blocks ahead until
+        the pending batches passed ``max_pending``, and the mirror case (the default topic
+        the heavy one) queued messages past ``max_queued``: both shed, and the consumer
+        stopped for good. Past half of a cap:
+
+        - pending batches: a source whose last Batch is above the block after the head has
+          read (an in-order producer writes a partition block by block) every message of
+          its own the next block needs; it waits while the others bring the rest.
+        - messages waiting for their Batch: only the default topic's partitions (where
+          Batches are) are read.
+
+        Below both marks nothing is held back: a round reads as it always did."""
+        asm = self.core.consumer
+        held: set[str] = set()
+        if asm.pending >= asm.max_pending // 2:
+            head = self.core.head
+            nxt = (head.number if head is not None else -1) + 1
+            front = asm.batch_front
+            held.update(s for s in self.positions if front.get(s, nxt) > nxt)
+        if asm.queued >= asm.max_queued // 2:
+            held.update(s for s in self.positions if split_source(s)[0] != self.default_topic)
+        return held
+
+    def _rewind(self) -> None:
+        """Read again what the assembler shed after reading it (``take_rewinds``): each such
+        source goes back to the lowest offset of a shed block's messages. A Reorg it was
+        stopped at, at or past that offset, is read again there too."""
+        asm = self.core.consumer
+        if not asm.rewinds:
+            return
+        for source, offset in asm.take_rewinds().items():
+            pos = self.positions.get(source)
+            if pos is None or offset >= pos:
+                continue  # a reorg channel (followed once), or not read that far
+            self.positions[source] = offset
+            waiting = self._paused.get(source)
+            if waiting is not None and waiting.offset >= offset:
+                del self._paused[source]
+                self._paused_rounds.pop(source, None)
+
+    def _give_up_reorgs(self, limit: int, out: list[ChainUpdate | ReorgEvent]) -> None:
+        """A paused Reorg whose ancestor nothing has read, numbered above every Batch read and
+        the head by more than the window (plus a block per source read, of slack)
+        (no honest producer sends one there: blocks up to its ancestor came before it, some
+        on its own partition): after ``PAUSED_ROUNDS`` rounds in which the other sources
+        moved, it is given up on (taken as when nothing else
+        moves: ``UnknownAncestor`` drops it unless its channel says otherwise), with a
+        warning, and its partition goes on. Found from outside: one Reorg naming an unknown
+        ancestor at #1,000,000 stopped its partition as long as a steady producer kept the
+        others moving (round 400 of a 27,000-block backlog), while the rest was read ahead."""
+        for source, d in list(self._paused.items()):
+            try:
+                msg = decode(d.key, d.value)
+            except CardinalDecodeError:  # pragma: no cover - _reorg_ready let it through
+                continue
+            assert isinstance(msg, Reorg)
+            if self._ancestor_in_reach(msg):
+                self._paused_rounds.pop(source, None)
+                continue
+            n = self._paused_rounds.get(source, 0) + 1
+            if n < PAUSED_ROUNDS:
+                self._paused_rounds[source] = n
+                continue
+            log_event(
+                log,
+                logging.WARNING,
+                "giving up waiting for a Reorg's ancestor: nothing read reaches it",
+                source=source,
+                offset=d.offset,
+                ancestor=msg.hash.hex(),
+                number=msg.number,
+                rounds=n,
+            )
+            del self._paused[source]
+            self._paused_rounds.pop(source, None)
+            self._take_reorg(d, limit, out)
+            self._rewind()
+
+    def _ancestor_in_reach(self, msg: Reorg) -> bool:
+        """Whether the chain may still reach the Reorg's ancestor: its Batch was read (pending,
+        done, held or on the chain), or its number is within the window (plus slack) of the
+        head or of a Batch read on some source."""
+        core = self.core
+        if (
+            core.consumer.knows(msg.hash)
+            or core.ordering.on_chain(msg.hash)
+            or core.ordering.holds(msg.hash)
+        ):
+            return True
+        head = core.head
+        top = max(core.consumer.batch_front.values(), default=-1)
+        if head is not None:
+            top = max(top, head.number)
+        slack = core.ordering.reorg_threshold + len(self.positions)
+        return msg.number <= top + slack
 
     def give_back(self, updates: Sequence[ChainUpdate | ReorgEvent]) -> None:
         """Hand back updates ``poll`` returned that the application did not apply (it failed
@@ -761,7 +890,7 @@ class StreamConsumer:
             for _ in range(max_rounds):
                 before = dict(self.positions)
                 out += self.poll()
-                if self.positions == before and not self._paused:
+                if self.positions == before and not self._paused and not self.read_any:
                     break
         except BaseException:
             self.give_back(out)  # the rounds before the one that failed: not lost either
