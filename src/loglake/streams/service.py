@@ -604,13 +604,13 @@ class StreamService:
                     group.append((i, handler, first, msg))
                     continue
             taken[0] = i
+            if group:
+                yield from self._flush_index(group, out)
+                group = []
             if pending:
                 yield from self._flush(pending, out, runs)
                 pending = {}
                 last_onward = None
-            if group:
-                yield from self._flush_index(group, out)
-                group = []
             if first is None:
                 handler = self._dispatch(msg, peers[i] if peers else ANONYMOUS)
             try:
@@ -624,10 +624,14 @@ class StreamService:
             else:
                 out[i] = replies
         taken[0] = len(msgs)
-        if pending:
-            yield from self._flush(pending, out, runs)
+        # the index requests before the pushes: the pushes' append may be the batch's last
+        # step, written while the loop goes on (server.py) and its outcome fed back after the
+        # fsync; an index step after it would then run after the next batches' index steps,
+        # and a connection's get sent after a save would not see it
         if group:
             yield from self._flush_index(group, out)
+        if pending:
+            yield from self._flush(pending, out, runs)
 
     def _flush_index(
         self, group: list[tuple[int, _Handler, IndexOp, RoutingMessage]], out: _Replies
