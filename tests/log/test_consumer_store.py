@@ -237,3 +237,86 @@ def test_a_short_watermark_slot_write_is_an_error_not_a_publish(tmp_path, monkey
     assert writer.mark == before
     monkeypatch.undo()
     writer.close()
+
+
+def test_a_group_of_saves_answers_as_one_by_one_and_is_durable(tmp_path):
+    """``apply`` (the index service's group commit): each get and save answered as it would be
+    alone, in order — monotonic, a get after a save in the group sees it, owners checked per
+    save — with the group's saves in one write; all of it there after a reopen."""
+    from loglake.log.api import IndexOp, NotOwner
+
+    store = ConsumerStore(tmp_path, readonly=False)
+    store.save("a", "s", 0, 10)
+    size = (tmp_path / FILE_NAME).stat().st_size
+    got = store.apply(
+        [
+            IndexOp("a", "s", 0, 4),  # lower: the stored 10, nothing written
+            IndexOp("b", "s", 0),  # never saved
+            IndexOp("b", "s", 0, 3),
+            IndexOp("b", "s", 0),  # sees the save before it
+            IndexOp("b", "s", 0, 2),  # lower than the save before it in the group
+            IndexOp("b", "s", 1, 7, owner="cn:bob"),
+            IndexOp("b", "s", 1, 8, owner="cn:eve"),  # owned by bob since the save before
+            IndexOp("b", "s", 1, 9, owner="cn:eve", override=True),
+            IndexOp("c", "s", 0, -1),
+        ]
+    )
+    assert got[:6] == [10, None, 3, 3, 3, 7]
+    assert isinstance(got[6], NotOwner) and got[7] == 9 and isinstance(got[8], ValueError)
+    written = [("b", "s", 0, 3, ""), ("b", "s", 1, 7, "cn:bob"), ("b", "s", 1, 9, "")]
+    tail = b"".join(encode_entry(c, s, p, i, 0, o) for c, s, p, i, o in written)
+    assert (tmp_path / FILE_NAME).read_bytes()[size:] == tail  # one entry per stored change
+    store.close()
+    store = ConsumerStore(tmp_path, readonly=False)
+    assert store.all() == {("a", "s", 0): 10, ("b", "s", 0): 3, ("b", "s", 1): 9}
+    assert store.owner("b", "s", 1) == "cn:bob"
+    store.close()
+
+
+def _crashed_in_a_group(tmp_path, raw: bytes, start: int, end: int) -> None:
+    """The files as a power loss during a group's write leaves them: the store's bytes, and the
+    durable mark announcing the write from ``start`` to ``end`` (``_write_entries``)."""
+    from loglake.log import watermark
+    from loglake.log.consumer_store import DURABLE_FILE
+
+    (tmp_path / FILE_NAME).write_bytes(raw)
+    mark = watermark.MarkWriter(tmp_path, DURABLE_FILE)
+    mark.put(0, start, end)
+    mark.sync()
+    mark.close()
+
+
+def test_a_group_torn_anywhere_is_dropped_and_damage_outside_it_is_refused(tmp_path):
+    """A power loss may keep any sectors of a group's write and not others: a lost sector
+    leaves a bad entry with valid ones after it. Inside the write the mark announced, with
+    nothing past it, that is the torn write (dropped from the first bad entry: none of it was
+    acknowledged); a bad entry before it, or bytes past its end, are damage (``CorruptStore``)."""
+    from loglake.log import CorruptStore
+    from loglake.log.api import IndexOp
+
+    store = ConsumerStore(tmp_path, readonly=False)
+    store.save("a", "s", 0, 5)
+    start = (tmp_path / FILE_NAME).stat().st_size
+    assert store.apply([IndexOp(f"g{i:02d}-" + "x" * 100, "s", 0, i + 1) for i in range(40)])
+    store.close()
+    whole = (tmp_path / FILE_NAME).read_bytes()
+    end = len(whole)
+    entry = len(encode_entry("g00-" + "x" * 100, "s", 0, 1))
+    for hole in range(start, end, 512):
+        raw = whole[:hole] + bytes(min(512, end - hole)) + whole[hole + 512 :]
+        _crashed_in_a_group(tmp_path, raw, start, end)
+        store = ConsumerStore(tmp_path, readonly=False)
+        kept = store.all()
+        store.close()
+        assert kept[("a", "s", 0)] == 5
+        groups = sorted(v for (c, _, _), v in kept.items() if c != "a")
+        assert groups == list(range(1, len(groups) + 1))  # the entries before the hole
+        assert len(groups) == (hole - start) // entry
+    raw = whole[:start] + bytes(512) + whole[start + 512 :]
+    for damaged, _why in [
+        (b"\xff" + whole[1:], "before the announced write"),
+        (raw + encode_entry("late", "s", 0, 1), "a write past its end"),
+    ]:
+        _crashed_in_a_group(tmp_path, damaged, start, end)
+        with pytest.raises(CorruptStore):
+            ConsumerStore(tmp_path, readonly=False)

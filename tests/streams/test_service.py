@@ -273,12 +273,13 @@ def test_pull_response_is_capped_in_bytes(log) -> None:
 
 
 # -- Index service -----------------------------------------------------------------------------
-def test_get_index_of_a_new_client_creates_index_0(svc) -> None:
+def test_get_index_of_a_new_client_answers_0_and_writes_nothing(svc) -> None:
     create(svc)
     reply, idx = one(svc, "stream_index_service", GetIndex("c1", "orders"), Index)
-    assert idx == Index("c1", "orders", 0)
+    assert idx == Index("c1", "orders", 0)  # the spec's "new record ... with an index 0"
     assert reply.return_route == route("stream_index_service")
-    assert svc.log.get_index("c1", "orders") == 0  # the record was created
+    # nothing written: a record of 0 answers as no record does (docs/streams.md, deviation 4)
+    assert svc.log.get_index("c1", "orders") is None
 
 
 def get(svc, client: str = "c", stream: str = "orders") -> int:

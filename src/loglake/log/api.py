@@ -393,6 +393,19 @@ class PartitionHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexOp:
+    """One consumer-index request of a group (``Log.index_ops``): a get when ``index`` is
+    None, else a save (by ``owner`` when it is not None: ``save_index_as``)."""
+
+    client_id: str
+    stream: str
+    partition: int = 0
+    index: int | None = None
+    owner: str | None = None
+    override: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StreamInfo:
     name: str
     config: StreamConfig
@@ -559,8 +572,8 @@ class Log(ABC):
     # One vocabulary with ``loglake.streams.Streams``: ``get_index`` / ``save_index(client_id,
     # stream, index, partition=0)``, and one rule for a lower save: the stored index is not
     # changed and is returned (Ockam: "it MUST NOT be changed"; the index service answers with
-    # the stored value). ``get_index`` returns None where ``Streams.get_index`` creates the
-    # record with 0 (the service's job, not the storage's).
+    # the stored value). ``get_index`` returns None where ``Streams.get_index`` answers 0
+    # (the service's job, not the storage's; no record is written for it).
     @abstractmethod
     def get_index(self, client_id: str, stream: str, *, partition: int = 0) -> int | None:
         """The stored index, or None if this client never saved one."""
@@ -604,6 +617,36 @@ class Log(ABC):
         """An operator's reset: set the consumer's index to ``index`` even if lower (its owner
         stays), or with None delete the consumer and its owner. Returns the index before."""
         raise UnsupportedByBackend(f"{type(self).__name__} cannot reset consumer indexes")
+
+    def index_ops(self, ops: Sequence[IndexOp]) -> list[int | Exception | None]:
+        """Perform ``ops`` in order, as ``get_index`` / ``save_index`` / ``save_index_as``
+        would one by one, and give each one's value or the exception it raised (the others
+        go on). A backend that writes to disk makes the group one write and one fsync (the
+        index service's group commit: a client's thousands of pipelined saves are not
+        thousands of fsyncs); no save is visible to a get outside the group before that fsync."""
+        out: list[int | Exception | None] = []
+        for op in ops:
+            try:
+                if op.index is None:
+                    out.append(self.get_index(op.client_id, op.stream, partition=op.partition))
+                elif op.owner is None:
+                    out.append(
+                        self.save_index(op.client_id, op.stream, op.index, partition=op.partition)
+                    )
+                else:
+                    out.append(
+                        self.save_index_as(
+                            op.client_id,
+                            op.stream,
+                            op.index,
+                            op.owner,
+                            op.override,
+                            partition=op.partition,
+                        )
+                    )
+            except Exception as e:
+                out.append(e)
+        return out
 
     # -- maintenance ----------------------------------------------------------------------
     def enforce_retention(self, now_ns: int | None = None) -> int:

@@ -2,10 +2,11 @@
 
 Why this shape: a save must be durable when it returns and must survive a crash at any byte.
 The store is an append-only file ``consumers.log`` of CRC32C-framed entries (the same framing
-idea as segments: ``length:u32le crc:u32le body``), fsynced per save. On open, a writer reads
-the entries up to the first bad or torn one, keeps the latest value per key, and compacts them
-into a new file (temp name, fsync, rename, fsync the folder), so the file never grows without
-bound and a torn tail disappears. Readers (``readonly``) only read it.
+idea as segments: ``length:u32le crc:u32le body``), fsynced per save — or per group of saves
+(``apply``: the index service's requests of one batch, one write and one fsync). On open, a
+writer reads the entries up to the first bad or torn one, keeps the latest value per key, and
+compacts them into a new file (temp name, fsync, rename, fsync the folder), so the file never
+grows without bound and a torn tail disappears. Readers (``readonly``) only read it.
 
 Body: ``index:u64le partition:u32le client_len:u16le client(UTF-8) stream_len:u16le stream``,
 optionally followed by ``kind:u8 owner_len:u16le owner(UTF-8)``. Without that tail an entry is
@@ -31,7 +32,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from crc32c import crc32c
@@ -40,6 +41,7 @@ from loglake.errors import LoglakeError
 from loglake.log import fs, watermark
 from loglake.log.api import (
     CorruptStore,
+    IndexOp,
     LogClosed,
     NotOwner,
     PartitionHealth,
@@ -135,6 +137,16 @@ def _torn_tail(buf: bytes, pos: int) -> bool:
     return _HEAD.size + length >= len(rest)
 
 
+def _torn_group(mark: watermark.Mark | None, pos: int, buf: bytes) -> bool:
+    """Whether the bad bytes from ``pos`` lie in the group of saves whose write the durable
+    mark announced (``[mark.size, mark.next_index)``, ``ConsumerStore._write_entries``) and
+    nothing was written after it: that write was never fsynced, so no save in it was
+    acknowledged, and a power loss may have kept any of its pages and not others."""
+    if mark is None or mark.next_index <= mark.size:
+        return False
+    return mark.size <= pos < mark.next_index and len(buf) <= mark.next_index
+
+
 class ConsumerStore:
     def __init__(
         self, data_dir: Path, readonly: bool, clock: Callable[[], float] = time.monotonic
@@ -202,15 +214,17 @@ class ConsumerStore:
         self.owners = {}
         self.values, used = decode_entries(buf, self.owners)
         self._used = used
-        durable = self._mark.mark.size if self._mark is not None and self._mark.mark else 0
+        mark = self._mark.mark if self._mark is not None else None
+        durable = mark.size if mark else 0
         if used < durable:  # the writer only: a reader may race a compaction
             raise CorruptStore(
                 str(self.path), f"bad entry at byte {used}, inside the {durable} fsynced bytes"
             )
-        if used != len(buf) and not _torn_tail(buf, used):
+        if used != len(buf) and not _torn_tail(buf, used) and not _torn_group(mark, used, buf):
             # One save is one write of one entry: a crash tears at most the last one. A bad
             # entry with bytes after it is damage, and dropping them would move consumer
-            # indexes back.
+            # indexes back — unless it is inside a group's write the mark announced, and the
+            # file ends within that write (``_write_entries``).
             raise CorruptStore(str(self.path), f"bad entry at byte {used}, not at the tail")
         if used != len(buf) and not self.readonly:
             log_event(
@@ -311,14 +325,98 @@ class ConsumerStore:
                 self._write(key, index, RESET, "")
             return before
 
+    def apply(self, ops: Sequence[IndexOp]) -> list[int | Exception | None]:
+        """Gets and saves in order, as ``get``/``save`` one by one would answer them, with one
+        write and one fsync for every entry the group's saves make (group commit). A save is
+        applied — seen by a ``get`` of another caller — only after that fsync, as ``save``'s
+        are; a get inside the group sees the saves before it (it is answered after the fsync
+        too). If the write or the fsync fails, every save of the group gets the error and
+        the gets the values as they were."""
+        if self.readonly:
+            self._load()  # another process writes it
+        out: list[int | Exception | None] = []
+        with self._lock:
+            values, owners = self.values, self.owners
+            new: dict[Key, int] = {}
+            claims: dict[Key, str] = {}
+            entries: list[bytes] = []
+            saves: list[int] = []
+            for op in ops:
+                key = (op.client_id, op.stream, op.partition)
+                stored = new.get(key, values.get(key))
+                if op.index is None:
+                    out.append(stored)
+                    continue
+                index = op.index
+                if self.readonly:
+                    out.append(PermissionError("consumer indexes are read-only in this log"))
+                    continue
+                if index < 0:
+                    out.append(ValueError(f"consumer index must be >= 0, got {index}"))
+                    continue
+                saves.append(len(out))
+                owner = op.owner
+                had = claims.get(key) or owners.get(key)
+                if owner is not None and had is not None and had != owner and not op.override:
+                    out.append(NotOwner(key, had, owner))
+                    continue
+                claim = owner if owner and had is None else ""
+                if stored is not None and index <= stored and not claim:
+                    out.append(stored)
+                    continue
+                index = index if stored is None else max(index, stored)
+                entries.append(encode_entry(key[0], key[1], key[2], index, SAVE, claim))
+                new[key] = index
+                if claim:
+                    claims[key] = claim
+                out.append(index)
+            if not entries:
+                return out
+            try:
+                self._write_entries(b"".join(entries), group=len(entries) > 1)
+            except Exception as e:
+                for k in saves:
+                    out[k] = e
+                for k, op in enumerate(ops):
+                    if op.index is None:
+                        out[k] = values.get((op.client_id, op.stream, op.partition))
+                return out
+            values.update(new)
+            owners.update(claims)
+        return out
+
     def _write(self, key: Key, index: int, kind: int, owner: str) -> int:
         """Append one entry and fsync it, then apply it (caller holds ``_lock``)."""
         client_id, stream, partition = key
+        self._write_entries(encode_entry(client_id, stream, partition, index, kind, owner))
+        if kind == DELETE:
+            self.values.pop(key, None)
+            self.owners.pop(key, None)
+        else:
+            self.values[key] = index
+            if owner:
+                self.owners[key] = owner
+        return index
+
+    def _write_entries(self, entry: bytes, group: bool = False) -> None:
+        """Append whole entries with one write and fsync them (caller holds ``_lock``).
+
+        ``group`` (more than one entry): the durable mark is first set to say that a write
+        from the file's end to ``end`` is in flight (``Mark.next_index``), and fsynced. A power
+        loss can tear such a write anywhere — pages land in any order, so a bad entry may have
+        valid ones after it — and recovery must tell that apart from damage (``_load``): a bad
+        entry inside the announced write, with nothing after the write, is its torn tail."""
         if self.reopen.error is not None:
             self._reopen_from_disk()
         if self._fd is None:
             raise LogClosed("the log is closed")
-        entry = encode_entry(client_id, stream, partition, index, kind, owner)
+        if group:
+            assert self._mark is not None
+            try:
+                self._mark.put(0, self._size, self._size + len(entry))
+                self._mark.sync()
+            except OSError as e:
+                raise self._fail(f"the durable mark before a group of saves: {e}") from e
         try:
             fs.write_all(self._fd, entry)
         except OSError as e:
@@ -339,14 +437,6 @@ class ConsumerStore:
             # A failed fsync is never retried (the page cache may have dropped the entry):
             # refuse further saves (they would follow it) until the store reopens
             raise self._fail(str(e)) from e
-        if kind == DELETE:
-            self.values.pop(key, None)
-            self.owners.pop(key, None)
-        else:
-            self.values[key] = index
-            if owner:
-                self.owners[key] = owner
-        return index
 
     def _fail(self, why: str) -> StorageFailed:
         """Fail the store (caller holds ``_lock``) until ``_reopen_from_disk``."""

@@ -55,6 +55,7 @@ from loglake.log.api import (
     CorruptStore,
     CreateFailed,
     Entry,
+    IndexOp,
     Log,
     LogClosed,
     LogLocked,
@@ -726,6 +727,28 @@ class SegmentLog(Log):
         with self._lock:
             self._partition(stream, partition)
         return self._consumers.save(client_id, stream, partition, index, owner, override)
+
+    def index_ops(self, ops: Sequence[IndexOp]) -> list[int | Exception | None]:
+        """The group's saves in one write and one fsync (``ConsumerStore.apply``)."""
+        out: list[int | Exception | None] = [None] * len(ops)
+        valid: list[int] = []
+        for k, op in enumerate(ops):
+            try:
+                if op.index is not None:
+                    check_index(op.index)
+                    if self.readonly:
+                        raise ReadOnlyLog("cannot save a consumer index: the log is read-only")
+                with self._lock:
+                    self._partition(op.stream, op.partition)
+            except Exception as e:
+                out[k] = e
+                continue
+            valid.append(k)
+        if valid:
+            done = self._consumers.apply(ops if len(valid) == len(ops) else [ops[k] for k in valid])
+            for k, value in zip(valid, done, strict=True):
+                out[k] = value
+        return out
 
     def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         return self._consumers.owner(client_id, stream, partition)

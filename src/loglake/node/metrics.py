@@ -44,6 +44,7 @@ from starlette.responses import Response
 
 from loglake.errors import Unavailable
 from loglake.log import Entry, Log, Record, StreamConfig, StreamInfo
+from loglake.log.api import IndexOp
 from loglake.node.config import CONSUMER_SERIES
 from loglake.structured_logging import log_event
 
@@ -320,6 +321,9 @@ class InstrumentedLog(Log):
         return self.inner.save_index_as(
             client_id, stream, index, owner, override, partition=partition
         )
+
+    def index_ops(self, ops: Sequence[IndexOp]) -> list[int | Exception | None]:
+        return self.inner.index_ops(ops)
 
     def index_owner(self, client_id: str, stream: str, *, partition: int = 0) -> str | None:
         return self.inner.index_owner(client_id, stream, partition=partition)

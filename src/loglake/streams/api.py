@@ -77,7 +77,8 @@ class Streams(Protocol):
 
     def get_index(self, client_id: str, stream: str, partition: int = 0) -> int:
         """The consumer's saved index; 0 when it never saved one (Ockam: "a new record MUST be
-        created with an index 0")."""
+        created with an index 0": a record of 0 answers every get and save as no record does,
+        so none is written — docs/streams.md, deviation 4)."""
         ...
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
@@ -155,9 +156,8 @@ class LocalStreams:
         if not self.log.has_stream(stream):
             raise UnknownStream(stream)
         stored = self.log.get_index(client_id, stream, partition=partition)
-        if stored is None:
-            return self.log.save_index(client_id, stream, 0, partition=partition)
-        return stored
+        # never saved: 0, and no record written (as the index service answers it)
+        return 0 if stored is None else stored
 
     def save_index(self, client_id: str, stream: str, index: int, partition: int = 0) -> int:
         return self.log.save_index(client_id, stream, index, partition=partition)
