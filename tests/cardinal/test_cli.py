@@ -141,3 +141,17 @@ def test_checkpoints_are_committed_at_most_once_per_interval_and_on_exit():
     assert streams.log.next_index("cardinal.ckpt.me") == 1  # many rounds, one record
     assert streams.get_index("me", "cardinal.ckpt.me") == 1
     assert c.core.head is not None
+
+
+@pytest.mark.parametrize("backend", [[], ["--backend", "nats://127.0.0.1:1"]])
+def test_a_prefix_that_is_not_a_regex_is_a_usage_error(tmp_path, backend):
+    """Found from outside: ``cardinal consume --prefix '('`` ended in a 61-line ``re.error``
+    traceback from inside the consumer. Now a usage error naming the option, before anything
+    is opened or connected (the data directory is empty, the NATS URL has no server)."""
+    where = backend or ["--data-dir", str(tmp_path)]
+    r = CliRunner().invoke(
+        main, ["cardinal", "consume", "--topic", "t", *where, "--prefix", "a/", "--prefix", "("]
+    )
+    assert r.exit_code == 2, r.output
+    assert "Invalid value for '--prefix': '(' is not a regular expression" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)

@@ -47,13 +47,15 @@ def test_direct_path_equals_the_general_steps(blocks, threshold, max_held):
 
 @st.composite
 def hostile_trees(draw) -> list[tuple[str, Block | int]]:
-    """Blocks of any weight and number (lighter and heavier forks, numbers that need not grow
-    along a fork, long light forks), in any order, with reorgs to a chain block between."""
+    """Blocks of any weight (lighter and heavier forks, long light forks), numbered their
+    parent's + 1 or, one in six, any number (refused once the parent is known), in any order,
+    with reorgs to a chain block between."""
     blocks: list[Block] = []
     ops: list[tuple[str, Block | int]] = []
     for i in range(draw(st.integers(1, 40))):
         parent = draw(st.sampled_from(blocks)) if blocks and draw(st.integers(0, 6)) else None
-        number = draw(st.integers(0, 12))
+        wrong = parent is None or draw(st.integers(0, 5)) == 0
+        number = draw(st.integers(0, 12)) if wrong else parent.number + 1
         weight = draw(st.integers(0, 30))
         h = hashlib.sha256(b"h%d" % i).digest()
         b = Block(number, h, parent.hash if parent else ZERO_HASH, weight)
@@ -117,28 +119,32 @@ def test_shortcuts_equal_the_general_steps_on_hostile_trees(ops, threshold, max_
         assert _snap(direct) == _snap(general)
 
 
-def test_a_fork_taken_after_a_reorg_replaces_the_head_whatever_the_numbers() -> None:
+def test_a_fork_taken_after_a_reorg_replaces_the_head() -> None:
     """Found by replaying the differential test's hostile trees in an application: after a
     Reorg back to ``a``, ``d`` extended the new head and then ``e`` made the held fork ``c``
     (heavier) win; the switch cut the chain back by block *number*, and with every number 0
-    (a hostile producer's numbers need not grow) it cut nothing: the update added ``c`` on
-    top of ``d`` (its parent is ``a``), and the application held both. The switch now cuts
-    back to the fork's anchor block itself. Also the case a mutation dropping the light-fork
-    bound (``_bound``) gets wrong (the differential test found it only at ~5,000 examples)."""
-    a = Block(0, _h("a"), ZERO_HASH, 0)
-    b, c = Block(0, _h("b"), a.hash, 1), Block(0, _h("c"), a.hash, 1)
-    d, e = Block(0, _h("d"), a.hash, 0), Block(0, _h("e"), c.hash, 0)
-    p = OrderedProcessor(1, max_held=2)
+    it cut nothing: the update added ``c`` on top of ``d``, and the application held both.
+    The switch now cuts back to the fork's anchor block itself (and blocks numbered other than
+    their parent's + 1 are refused: ``test_a_block_numbered_out_of_line_is_refused``). Also
+    the case a mutation dropping the light-fork bound (``_bound``) gets wrong (the
+    differential test found it only at ~5,000 examples): ``c`` (weight 3) hangs from ``z``,
+    below the Reorg's ancestor, and outweighs the head from the Reorg on."""
+    z = Block(0, _h("z"), ZERO_HASH, 0)
+    a, c = Block(1, _h("a"), z.hash, 0), Block(1, _h("c"), z.hash, 3)
+    b = Block(2, _h("b"), a.hash, 5)
+    d, e = Block(2, _h("d"), a.hash, 0), Block(2, _h("e"), c.hash, 0)
+    p = OrderedProcessor(8, max_held=2)
     app = _Application()
-    for blk in (a, b, c):
+    for blk in (z, a, b, c):
         app.apply(p.add(blk), p)
+    assert p.chain == (z.ref, a.ref, b.ref) and p.holds(c.hash)  # c is lighter than b
     app.apply(p.reorg(a.number, a.hash), p)
     app.apply(p.add(d), p)
-    assert p.chain == (a.ref, d.ref)
-    update = p.add(e)  # c's fork (weight 1) outweighs the head d (weight 0)
-    assert update == [ChainUpdate((c,), (d,))]
+    assert p.chain == (z.ref, a.ref, d.ref)
+    update = p.add(e)  # c's fork (weight 3) outweighs the head d (weight 0)
+    assert update == [ChainUpdate((c,), (a, d))]
     app.apply(update, p)
-    assert p.chain == (a.ref, c.ref) and [x.hash for x in app.chain] == [a.hash, c.hash]
+    assert p.chain == (z.ref, c.ref) and [x.hash for x in app.chain] == [z.hash, c.hash]
 
 
 def _h(name: str) -> bytes:
@@ -162,10 +168,10 @@ def test_a_long_light_fork_costs_little_a_block() -> None:
     t0 = time.process_time()
     for i in range(5000):
         h = hashlib.sha256(b"f%d" % i).digest()
-        assert p.add(Block(6, h, parent, 1)) == []
+        assert p.add(Block(6 + i, h, parent, 1)) == []
         parent = h
     assert time.process_time() - t0 < 1.0
     assert p.head == head and p.held == 5000
-    heavy = Block(7, hashlib.sha256(b"heavy").digest(), parent, 10**6)
+    heavy = Block(5006, hashlib.sha256(b"heavy").digest(), parent, 10**6)
     (update,) = p.add(heavy)  # the fork's tip outweighs the head: the whole fork is taken
     assert len(update.added) == 5001 and p.head == heavy.ref

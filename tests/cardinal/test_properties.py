@@ -49,8 +49,16 @@ def chains(draw, linear: bool = False) -> list[BlockPayload]:
                 tuple(f"state/{i}/gone{k}" for k in range(draw(st.integers(0, 2)))),
                 {f"state/{i}/{j}/{k}": b"s" for k in range(draw(st.integers(0, 3)))},
             )
-        blocks.append(
-            BlockPayload(i, _hash(i, parent.hash), parent.hash, weight, updates, deletes, batches)
+        blocks.append(  # numbered as a chain numbers them: its parent's + 1
+            BlockPayload(
+                parent.number + 1,
+                _hash(i, parent.hash),
+                parent.hash,
+                weight,
+                updates,
+                deletes,
+                batches,
+            )
         )
     return blocks
 

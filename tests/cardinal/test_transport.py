@@ -192,3 +192,42 @@ def test_fetch_past_records_retention_removed_says_so(caplog):
     assert [d.offset for d in got] == [4, 5]
     [r] = [r for r in caplog.records if "no longer kept" in r.getMessage()]
     assert r.fields == {"source": "blocks:0", "first_missing": 1, "next_kept": 4}
+
+
+def test_a_chain_whose_start_retention_removed_says_which_parent_it_waits_for(caplog):
+    """Found from outside: a fresh consumer on topics whose first records retention removed
+    held every block (none of their parents would ever come), emitted nothing and logged
+    nothing. Now, with blocks waiting for a parent and the head still for ``STALL_ROUNDS``
+    rounds, a warning names the parent the lowest of them waits for; again after twice as many
+    rounds, and so on (4 lines in 64 idle rounds)."""
+    import hashlib
+    import logging
+
+    from loglake.cardinal.producer import BlockPayload
+    from loglake.cardinal.transport import STALL_ROUNDS
+
+    def bh(n: int) -> bytes:
+        return hashlib.sha256(b"block %d" % n).digest()
+
+    streams = LocalStreams(MemoryLog())
+    sp = StreamProducer(StreamTransport(streams, 1), Producer("chain", {"foo/": "chain"}))
+    for n in range(30):
+        if n == 10:  # retention removes blocks 0..9: all the topic held before block 10
+            cut = len(streams.pull("chain", 0, 10**6))
+        sp.send_block(BlockPayload(n, bh(n), bh(n - 1) if n else ZERO_HASH, n + 1, {"foo/x": b"v"}))
+    streams.truncate_before("chain", cut)
+    caplog.set_level(logging.WARNING, logger="loglake.cardinal.transport")
+    c = StreamConsumer(
+        StreamTransport(streams, 1),
+        ["chain"],
+        "fresh",
+        start=Checkpoint.starting_at(-1, ZERO_HASH, 0),
+    )
+    assert c.run() == []
+    for _ in range(64):  # idle rounds: nothing more comes
+        assert c.poll() == []
+    stalls = [r for r in caplog.records if r.getMessage().startswith("the chain is not moving")]
+    assert [r.fields["rounds"] for r in stalls] == [STALL_ROUNDS * 2**i for i in range(4)]
+    fields = stalls[0].fields
+    assert fields["missing_parent"] == bh(9).hex() and fields["child"] == 10
+    assert fields["head"] == -1 and fields["waiting"] == 20

@@ -55,6 +55,9 @@ from loglake.structured_logging import log_event
 log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 4
+STALL_ROUNDS = 8
+"""Rounds in a row with blocks waiting for a parent and the head not moving before
+``StreamConsumer`` says so (then after twice as many, and so on, while it lasts)."""
 CLAIMS_LOOKED_AT = 256
 """Records of a checkpoint stream ``load_checkpoint`` reads, at most, to find its newest
 checkpoint record when no index was committed (lease claims stored after it are skipped)."""
@@ -525,6 +528,8 @@ class StreamConsumer:
         self.read_any = False
         """Whether the last round read anything (a round that read and then went back to read
         a shed block again can end where it began)."""
+        self._stall = (self.core.head, 0, STALL_ROUNDS)
+        """(head, rounds it has not moved with orphans held, the count to warn at next)."""
         self._lost = False
         """An exception escaped while the core applied a message (an interrupt between its
         state change and the round's list): what it assembled may never reach the
@@ -727,7 +732,37 @@ class StreamConsumer:
         out = self._undelivered
         self._round(out, limit)  # if it raises, ``out`` stays on the consumer
         self._undelivered = []
+        self._watch_stall()
         return out
+
+    def _watch_stall(self) -> None:
+        """Warn when blocks wait for a parent and the head has not moved for ``STALL_ROUNDS``
+        rounds (again after twice as many, and so on: a log line per doubling). Found from
+        outside: a fresh consumer on topics whose start retention removed held 481 blocks, none
+        of whose parents would ever come, emitted nothing and said nothing."""
+        head, rounds, warn_at = self._stall
+        ordering = self.core.ordering
+        if self.core.head != head or not ordering.orphans:
+            self._stall = (self.core.head, 0, STALL_ROUNDS)
+            return
+        rounds += 1
+        if rounds >= warn_at:
+            warn_at *= 2
+            missing = ordering.missing_parent()
+            log_event(
+                log,
+                logging.WARNING,
+                "the chain is not moving: held blocks wait for a parent that has not come "
+                "(removed by retention, lost, or refused)",
+                head=-1 if head is None else head.number,
+                head_hash=None if head is None else head.hash.hex(),
+                rounds=rounds,
+                waiting=ordering.orphans,
+                missing_parent=None if missing is None else missing[0].hex(),
+                child=None if missing is None else missing[1].number,
+                child_hash=None if missing is None else missing[1].hash.hex(),
+            )
+        self._stall = (head, rounds, warn_at)
 
     def _round(self, out: list[ChainUpdate | ReorgEvent], limit: int) -> None:
         if self._following is not None:  # a channel half read comes before anything else
