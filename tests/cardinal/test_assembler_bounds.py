@@ -227,20 +227,23 @@ def test_batches_past_max_pending_cost_what_the_first_ones_do():
     10,000. Now the second 10,000 cost no more than three times the first."""
     import time
 
-    asm = BlockAssembler(128)
     msgs = [
         encode(Batch(h(i + 1), 10**6 + i, 1, h(0), {"a/": BatchRecord(count=1)}))
         for i in range(20_000)
     ]
-    t0 = time.process_time()
-    for key, value in msgs[:10_000]:
-        asm.receive(key, value, "t:0", 0)
-    t1 = time.process_time()
-    for key, value in msgs[10_000:]:
-        asm.receive(key, value, "t:0", 0)
-    t2 = time.process_time()
-    assert asm.pending == 10_000
-    assert t2 - t1 < 3 * (t1 - t0) + 0.2, (t1 - t0, t2 - t1)
+    first = second = float("inf")  # the fewest of 3 tries: one on a loaded machine was 3.6×
+    for _ in range(3):
+        asm = BlockAssembler(128)
+        t0 = time.process_time()
+        for key, value in msgs[:10_000]:
+            asm.receive(key, value, "t:0", 0)
+        t1 = time.process_time()
+        for key, value in msgs[10_000:]:
+            asm.receive(key, value, "t:0", 0)
+        t2 = time.process_time()
+        assert asm.pending == 10_000
+        first, second = min(first, t1 - t0), min(second, t2 - t1)
+    assert second < 3 * first + 0.2, (first, second)
 
 
 def _many_prefixes_cost(accounts: int, simple: bool) -> float:
