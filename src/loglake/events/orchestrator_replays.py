@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from icp_principal import Principal
 
+from loglake.errors import LocalProtocolError
 from loglake.events import sysmsg
 from loglake.events.actions import (
     Call,
@@ -47,8 +49,57 @@ from loglake.wire.icrc16 import Value
 DEFAULT_TAKE = 100
 MAX_TAKE = 1000
 """``icrc77_get_replays`` answers at most this many a call; ``prev`` pages through the rest."""
+MAX_FILTER_SLICES = 16
+"""``icrc77_get_replays``: the most slices a filter may hold (:class:`FilterTooLarge` beyond).
+A listed replay is in every slice: it has one subscriber, publisher and namespace and at most
+two broadcasters, so a filter of more distinct slices lists nothing anyway."""
+MAX_FILTER_STATISTICS = 64
+"""``icrc77_get_replays``: the most statistics names a filter may ask for (a status carries
+fewer than ten)."""
 _CURSOR_TAG = b"loglake:replay:"
 _OPAQUE = b"\x01"  # the IC's opaque-id principal class (its last byte)
+
+
+class FilterTooLarge(LocalProtocolError):
+    """An ``icrc77_get_replays`` filter with more slices than :data:`MAX_FILTER_SLICES` or
+    statistics names than :data:`MAX_FILTER_STATISTICS` (the method's result has no error
+    variant: an HTTP adapter answers it 400)."""
+
+
+def _check_filter(flt: OrchestrationFilter | None) -> None:
+    """:class:`FilterTooLarge` for a filter over the limits. ICRC-77 types ``filter : opt
+    OrchestrationFilter`` and says nothing of its size; a filter of 20,000 slices, each
+    checked against each listed replay (through a dict of four new lambdas a check), and as
+    many statistics names, made a set of for each replay, held the event loop 8 s."""
+    if flt is None:
+        return
+    n, k = len(flt.slices), len(flt.statistics_list)
+    if n > MAX_FILTER_SLICES or k > MAX_FILTER_STATISTICS:
+        raise FilterTooLarge(
+            f"a replay filter holds at most {MAX_FILTER_SLICES} slices and "
+            f"{MAX_FILTER_STATISTICS} statistics names; this one has {n} and {k}"
+        )
+
+
+def _slice_predicates(flt: OrchestrationFilter | None) -> list[Callable[[Replay], bool]]:
+    """One test per distinct slice of ``flt`` (a replay is listed when it passes all), made
+    once per call."""
+    out: list[Callable[[Replay], bool]] = []
+    for kind, v in () if flt is None else dict.fromkeys(flt.slices):
+        out.append(_slice_test(kind, v))
+    return out
+
+
+def _slice_test(kind: str, v: Any) -> Callable[[Replay], bool]:
+    if kind == "BySubscriber":
+        return lambda rep: bool(rep.subscriber == v)
+    if kind == "ByPublisher":
+        return lambda rep: bool(rep.publisher == v)
+    if kind == "ByBroadcaster":
+        return lambda rep: v in (rep.broadcaster, rep.relay)
+    if kind == "ByNamespace":
+        return lambda rep: bool(rep.namespace == v)
+    return lambda rep: False
 
 
 class ReplayScheduling(OrchestratorState):
@@ -297,6 +348,9 @@ class ReplayScheduling(OrchestratorState):
         many replays the orchestrator holds; it counts toward the caller's
         ``max_queries_per_window`` (:class:`~loglake.events.role.RateLimited` beyond)."""
         self._query_rate(caller, now)
+        _check_filter(args.filter)
+        tests = _slice_predicates(args.filter)
+        keep = _statistics_kept(args.filter)
         take = min(DEFAULT_TAKE if args.take is None else args.take, MAX_TAKE)
         if take == 0:  # asked for none (it gave the default page)
             return []
@@ -312,11 +366,10 @@ class ReplayScheduling(OrchestratorState):
             rep = self.replays[ids[k]]
             if caller not in (rep.subscriber, rep.publisher, rep.broadcaster, rep.relay):
                 continue
-            if args.filter is not None and not all(
-                self._slice_ok(rep, kind, v) for kind, v in args.filter.slices
-            ):
+            if not all(t(rep) for t in tests):
                 continue
-            out.append(_with_statistics(rep.to_status(), args.filter))
+            st = rep.to_status()
+            out.append(st if keep is None else _with_statistics(st, keep))
             if len(out) >= take:
                 break
         return out
@@ -335,15 +388,6 @@ class ReplayScheduling(OrchestratorState):
             else:
                 return []
         return min(lists, key=len)
-
-    @staticmethod
-    def _slice_ok(rep: Replay, kind: str, v: Any) -> bool:
-        return {
-            "BySubscriber": lambda: rep.subscriber == v,
-            "ByPublisher": lambda: rep.publisher == v,
-            "ByBroadcaster": lambda: v in (rep.broadcaster, rep.relay),
-            "ByNamespace": lambda: rep.namespace == v,
-        }.get(kind, lambda: False)()
 
 
 def replay_cursor(replay_id: int) -> Principal:
@@ -365,10 +409,14 @@ def next_replays_cursor(page: list[Any]) -> Principal | None:
     return replay_cursor(max(ids)) if ids else None
 
 
-def _with_statistics(st: ReplayStatus, flt: OrchestrationFilter | None) -> ReplayStatus:
+def _statistics_kept(flt: OrchestrationFilter | None) -> set[str] | None:
     """ICRC-72's ``OrchestrationFilter.statistics``: ``None`` no stats, ``All`` every one,
-    ``List`` only those named. Without a filter a status carries every stat."""
+    ``List`` only those named; the names a status keeps (None: every stat, as without a
+    filter), made once per call."""
     if flt is None or flt.statistics == "All":
-        return st
-    keep = set(flt.statistics_list) if flt.statistics == "List" else set()
+        return None
+    return set(flt.statistics_list) if flt.statistics == "List" else set()
+
+
+def _with_statistics(st: ReplayStatus, keep: set[str]) -> ReplayStatus:
     return dataclasses.replace(st, stats=[(k, v) for k, v in st.stats if k in keep])
