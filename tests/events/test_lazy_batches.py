@@ -240,7 +240,7 @@ def test_subscriber_batch_same_as_one_by_one(seen, eids):
     s = Subscriber(P[3], P[2])
     s.valid["ns"] = {P[1].bytes}
     for ns, eid in seen:
-        s.seen.setdefault(ns, set()).add(eid)
+        s._delivered(ns).add(eid)
     hs = [(H_REPLAY_ID, {"Nat": 7}), ("icrc77:replay:end_id", {"Nat": 9})]
     notes = [
         EventNotification(50 + k, i, None, 1, "ns", {"Nat": i}, hs, P[0])

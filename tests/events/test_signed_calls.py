@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from loglake.events.broadcaster import Broadcaster
 from loglake.events.client import CallRejected, HttpEventsClient, InboxReader, post_raw
 from loglake.events.codec import METHODS
 from loglake.events.identity import (
@@ -97,6 +98,63 @@ def test_one_sender_cannot_fill_the_cache_for_everyone():
     guard.accept(b"flood", "m", b"y" * 16, NOW + 30 * S, NOW + 10 * S + 1)  # one of its expired
     with pytest.raises(ReplayedCall):  # its unexpired calls are still remembered
         guard.accept(b"flood", "m", bytes([2]) * 16, NOW + 30 * S, NOW + 10 * S + 1)
+
+
+def test_several_keys_at_the_cap_hold_off_only_themselves():
+    """Ten keys, each within its share, filled the cap: every other caller got 503 for up to
+    5 minutes. At the cap a sender holding fewer calls than the largest holder now gets in,
+    the largest holder's earliest calls dropped and its floor raised, so none of its dropped
+    nonces is ever accepted again while valid."""
+    guard = ReplayGuard(capacity=100, per_sender=10)
+    flood = [bytes([k]) * 29 for k in range(10)]
+    sent = []
+    for i in range(10):
+        for who in flood:
+            nonce = bytes([i]) * 16
+            guard.accept(who, "m", nonce, NOW + (100 + i) * S, NOW)
+            sent.append((who, nonce, NOW + (100 + i) * S))
+    assert len(guard) == 100
+    for k in range(20):  # honest callers: each gets in (they got "the cap" before)
+        guard.accept(b"honest%d" % k, "m", b"h" * 16, NOW + 150 * S, NOW + S)
+    for who in flood:  # the flooders, at the largest share, do not
+        with pytest.raises(ReplayCacheFull):
+            guard.accept(who, "m", b"z" * 16, NOW + 300 * S, NOW + S)
+    assert len(guard) + len(guard.floors) <= guard.capacity
+    dropped = 0
+    for who, nonce, expiry in sent:  # none of the flood's calls is accepted twice
+        with pytest.raises((ReplayedCall, ReplayCacheFull)) as e:
+            guard.accept(who, "m", nonce, expiry, NOW + 2 * S)
+        dropped += e.type is ReplayCacheFull
+    assert dropped > 0  # (some were dropped from the cache, and their floor refused them)
+    # a floor passes with the calls it stands for: the key may call again after
+    guard.accept(flood[0], "m", b"y" * 16, NOW + 400 * S, NOW + 200 * S)
+
+
+def test_a_full_guard_still_lets_an_honest_caller_through_a_real_server():
+    """Over HTTP, the review's attack scaled down: ten fresh keys sign calls up to their share
+    until the guard is full; an honest caller's call goes through (it was refused 503)."""
+    me = Identity.generate()
+    guard = ReplayGuard(capacity=60, per_sender=6)
+    core = Broadcaster(me.principal, Identity.generate().principal)
+    port, stop = serve(HttpRoleServer(core, me, {}, replays=guard))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        m = "icrc72_confirm_notifications"
+        body = METHODS[m].encode_arg([])
+        for _k in range(10):
+            key = Identity.generate()
+            for _ in range(6):
+                h = key.sign_call(m, body, time.time_ns())
+                post_raw(url, m, body, h, 10)
+        assert len(guard) == 60
+        with pytest.raises(CallRejected) as e:  # a flooder is at the cap's largest share
+            post_raw(url, m, body, key.sign_call(m, body, time.time_ns()), 10)
+        assert e.value.status == 503
+        honest = HttpEventsClient(url, Identity.generate(), timeout=10)
+        assert honest.call(m, []) is None  # answered (not 503)
+        assert len(guard) + len(guard.floors) <= 60
+    finally:
+        stop()
 
 
 def test_the_same_nonce_from_another_sender_or_method_is_another_call():

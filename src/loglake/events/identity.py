@@ -22,11 +22,15 @@ anyway — so its memory is bounded by the calls accepted in 5 minutes, and a ha
 still valid: forgetting would reopen exactly the replay this guards against. One sender may
 hold at most ``per_sender`` of those entries (``ReplayCacheFull`` for it alone past that), so a
 single busy or hostile key cannot fill the cap and hold every other caller off for 5 minutes.
+Several keys can (ten at the defaults' ratio), so at the cap the guard is fair rather than
+shut: a sender holding fewer calls than the largest holder gets a slot taken from that holder,
+whose earliest-expiring calls are dropped and whose calls expiring at or before them are
+refused from then on (its *floor*), so no dropped nonce is ever accepted again while valid
+(``ReplayGuard``).
 """
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import heapq
 import os
@@ -139,7 +143,15 @@ def call_digest(method: str, arg: bytes, expiry_ns: int, nonce: bytes) -> bytes:
 
 class ReplayGuard:
     """The calls accepted and not yet expired, by (sender, method, nonce): refuses a second
-    use. Not thread-safe (one event loop calls it). See the module docstring for the cap."""
+    use. Not thread-safe (one event loop calls it). See the module docstring for the cap.
+
+    At the cap, room is made for a sender holding fewer calls than the largest holder (by
+    two or more): that holder's earliest-expiring calls are dropped and its *floor* rises to
+    the latest expiry dropped, so every call of that holder expiring at or before its floor is
+    refused from then on (``ReplayCacheFull``) — a dropped nonce can never be accepted again
+    while its call is valid. A floor takes a slot of the cap until it passes. Why: ten fresh
+    keys, each within ``per_sender``, filled the cap and every other caller got 503 for up
+    to 5 minutes."""
 
     def __init__(
         self,
@@ -150,23 +162,82 @@ class ReplayGuard:
             raise ValueError("capacity and per_sender must be >= 1")
         self.capacity = capacity
         self.per_sender = per_sender
-        self._seen: set[tuple[bytes, str, bytes]] = set()
-        self._of_sender: collections.Counter[bytes] = collections.Counter()
-        self._by_expiry: list[tuple[int, tuple[bytes, str, bytes]]] = []  # a heap
+        self._seen: dict[tuple[bytes, str, bytes], int] = {}
+        """Each remembered call's expiry."""
+        self._of_sender: dict[bytes, list[tuple[int, str, bytes]]] = {}
+        """Each sender's remembered calls, a heap by expiry (exactly the live ones)."""
+        self._by_expiry: list[tuple[int, bytes, str, bytes]] = []
+        """All calls by expiry, a heap; an item whose call was dropped early is stale."""
+        self._holders: dict[int, set[bytes]] = {}
+        """Senders by how many calls they hold, so the largest holder is found in O(1)."""
+        self._most = 0
+        self.floors: dict[bytes, int] = {}
+        """Sender → the latest expiry of its calls dropped at the cap: its calls expiring at
+        or before it are refused until it passes."""
+        self._floor_heap: list[tuple[int, bytes]] = []
 
     def __len__(self) -> int:
         return len(self._seen)
 
+    def held(self, sender: bytes) -> int:
+        """Calls of ``sender`` remembered."""
+        calls = self._of_sender.get(sender)
+        return 0 if calls is None else len(calls)
+
+    def _move(self, sender: bytes, old: int, new: int) -> None:
+        """Re-file ``sender`` from holding ``old`` calls to ``new``."""
+        if old:
+            group = self._holders[old]
+            group.discard(sender)
+            if not group:
+                del self._holders[old]
+                if self._most == old:
+                    self._most = max(self._holders, default=0) if new < old else new
+        if new:
+            self._holders.setdefault(new, set()).add(sender)
+            self._most = max(self._most, new)
+
+    def _drop_first(self, sender: bytes) -> int:
+        """Forget ``sender``'s earliest-expiring call; its expiry."""
+        calls = self._of_sender[sender]
+        expiry, method, nonce = heapq.heappop(calls)
+        del self._seen[(sender, method, nonce)]
+        if not calls:
+            del self._of_sender[sender]
+        self._move(sender, len(calls) + 1, len(calls))
+        return expiry
+
     def _evict(self, now_ns: int) -> None:
         heap = self._by_expiry
         while heap and heap[0][0] < now_ns:  # expired: the expiry check refuses it from now on
-            key = heapq.heappop(heap)[1]
-            self._seen.discard(key)
-            left = self._of_sender[key[0]] - 1
-            if left:
-                self._of_sender[key[0]] = left
-            else:
-                del self._of_sender[key[0]]
+            expiry, sender, method, nonce = heapq.heappop(heap)
+            if self._seen.get((sender, method, nonce)) == expiry:  # else dropped at the cap
+                self._drop_first(sender)  # its sender's earliest too (the same order)
+        floors, fheap = self.floors, self._floor_heap
+        while fheap and fheap[0][0] < now_ns:
+            expiry, sender = heapq.heappop(fheap)
+            if floors.get(sender) == expiry:
+                del floors[sender]
+        if len(heap) > 2 * len(self._seen) + 64:  # mostly stale: rebuilt, amortised O(1)
+            self._by_expiry = [(e, *k) for k, e in self._seen.items()]
+            heapq.heapify(self._by_expiry)
+
+    def _make_room(self, sender: bytes) -> bool:
+        """At the cap: free a slot from the largest holder if ``sender`` holds at least two
+        fewer calls than it; False if not."""
+        most = self._most
+        mine = self.held(sender)
+        if most < mine + 2:
+            return False
+        victim = next(iter(self._holders[most]))
+        floor = self.floors.get(victim)
+        top = self._drop_first(victim)
+        if floor is None:  # the floor takes a slot: drop one more call to free one
+            top = self._drop_first(victim)
+        top = max(top, floor or 0)
+        self.floors[victim] = top
+        heapq.heappush(self._floor_heap, (top, victim))
+        return True
 
     def accept(self, sender: bytes, method: str, nonce: bytes, expiry_ns: int, now_ns: int) -> None:
         """Record a verified call; ``ReplayedCall`` if it was recorded before and has not
@@ -179,19 +250,27 @@ class ReplayGuard:
                 f"replayed call: {method} with this nonce was already accepted from this "
                 "sender; sign a new call (a fresh nonce) to call again"
             )
-        if len(self._seen) >= self.capacity:
+        floor = self.floors.get(sender)
+        if floor is not None and expiry_ns <= floor:
             raise ReplayCacheFull(
-                f"{len(self._seen)} signed calls remembered (the cap): try again once some "
-                "expire (at most 5 minutes)"
+                "calls of this sender expiring by its latest call dropped from the full cache "
+                "are refused (one of them may be a replay): sign the call again"
             )
-        if self._of_sender[sender] >= self.per_sender:
+        held = self.held(sender)
+        if held >= self.per_sender:
             raise ReplayCacheFull(
-                f"{self._of_sender[sender]} signed calls of this sender remembered (its share "
+                f"{held} signed calls of this sender remembered (its share "
                 f"of the cache): try again once some expire (at most 5 minutes)"
             )
-        self._of_sender[sender] += 1
-        self._seen.add(key)
-        heapq.heappush(self._by_expiry, (expiry_ns, key))
+        if len(self._seen) + len(self.floors) >= self.capacity and not self._make_room(sender):
+            raise ReplayCacheFull(
+                f"{len(self._seen)} signed calls remembered (the cap), this sender's share "
+                "among them: try again once some expire (at most 5 minutes)"
+            )
+        self._seen[key] = expiry_ns
+        heapq.heappush(self._of_sender.setdefault(sender, []), (expiry_ns, method, nonce))
+        self._move(sender, held, held + 1)
+        heapq.heappush(self._by_expiry, (expiry_ns, sender, method, nonce))
 
 
 def verify_call(

@@ -137,6 +137,10 @@ __all__ = [
 ]
 
 
+MAX_HEAD = 2**64
+"""The largest head a Publisher may report: one past the last u64 stream index."""
+
+
 def _anyone(p: Principal) -> bool:
     return True
 
@@ -373,26 +377,35 @@ class Orchestrator(ReplayScheduling, Role):
         return per["Nat"], cur["Text"]
 
     def update_publication(self, caller: Principal, updates: list[Any], now: int) -> list[Any]:
-        """``icrc72_update_publication``: :data:`HEAD_KEY` and :data:`PROGRESS_KEY` only."""
+        """``icrc72_update_publication``: :data:`HEAD_KEY` and :data:`PROGRESS_KEY` only. A
+        call journals at most one record per namespace (its head) and per replay (its sent
+        count), the last value: one record per item let a call of 100 ever-larger heads write
+        100 records. A head is a stream index: past 2**64 it is ``ImproperConfig`` (a head of
+        ~1,000 octets made each record that long)."""
         if len(updates) > self.quotas.max_batch:  # as every other batch method
             return [Err("GenericBatchError", "batch too large")] * len(updates)
         out: list[Any] = []
+        heads: dict[str, int] = {}
+        sent: dict[int, Replay] = {}
         for ns, key, value in updates:
             pub = self.publications.get(ns)
             if pub is None or pub.publisher != caller:
                 out.append(Err("Unauthorized"))
-            elif key == HEAD_KEY and "Nat" in value:
+            elif key == HEAD_KEY and "Nat" in value and value["Nat"] <= MAX_HEAD:
                 if value["Nat"] > pub.head:
-                    self.journal.append({"op": "head", "ns": ns, "head": value["Nat"]}, now)
-                    pub.head = value["Nat"]
+                    heads[ns] = pub.head = value["Nat"]
                 out.append(Ok(True))
-            elif key == PROGRESS_KEY and self._progress(caller, ns, value, now):
+            elif key == PROGRESS_KEY and self._progress(caller, ns, value, sent):
                 out.append(Ok(True))
             else:
                 out.append(Err("ImproperConfig", f"unsupported update key {key!r}"))
+        for ns, head in heads.items():
+            self.journal.append({"op": "head", "ns": ns, "head": head}, now)
+        for rep in sent.values():
+            self.journal.append({"op": "sent", "id": rep.id, "sent": rep.sent}, now)
         return out
 
-    def _progress(self, caller: Principal, ns: str, value: Value, now: int) -> bool:
+    def _progress(self, caller: Principal, ns: str, value: Value, sent: dict[int, Replay]) -> bool:
         items = value.get("Array") if isinstance(value, dict) else None
         if not items or len(items) != 2 or not all("Nat" in i for i in items):
             return False
@@ -400,8 +413,8 @@ class Orchestrator(ReplayScheduling, Role):
         if rep is None or rep.publisher != caller or rep.namespace != ns:
             return False
         if items[1]["Nat"] > rep.sent:
-            self.journal.append({"op": "sent", "id": rep.id, "sent": items[1]["Nat"]}, now)
             rep.sent = items[1]["Nat"]
+            sent[rep.id] = rep
         return True
 
     def register_subscription(
