@@ -472,7 +472,7 @@ def test_replies_finished_out_of_order_wait_without_more_reads(big_log) -> None:
         time.sleep(0.7)  # the first read still asleep
 
         def held(server: StreamServer) -> int:
-            return sum(sum(r is not None for _, r in (c.slots or ())) for c in server._conns)
+            return sum(c.held for c in server._conns)
 
         waiting = on_loop(srv, held)
         peak = 0

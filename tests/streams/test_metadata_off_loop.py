@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 from loglake.log.memory import MemoryLog
 from loglake.streams import codec
 from loglake.streams.client import StreamClient
 from loglake.streams.messages import PushConfirm, PushRequest, StreamInfoRequest, StreamInfoResponse
-from loglake.streams.server import BackgroundServer
+from loglake.streams.server import BackgroundServer, StreamServer
 from loglake.streams.service import StreamService, worker_address
 from loglake.wire.ockam import RoutingMessage, TcpConnection, encode_frame, route
+from tests.streams.test_hostile_clients import on_loop
 
 WAIT = 20.0
 INFOS = 5
@@ -90,6 +92,89 @@ def test_a_slow_stream_info_holds_up_neither_the_loop_nor_other_clients() -> Non
             assert codec.decode_response(got[-1].payload, PushConfirm) == PushConfirm(7, "OK", 2)
         # one stream service request of a connection at a time
         assert log.peak == 1
+    finally:
+        log.gate.set()
+        if a is not None:
+            a.close()
+        srv.stop()
+
+
+PUSHES = 64
+RECORD = 256 * 1024
+
+
+def test_pushes_sent_behind_a_slow_stream_service_request_wait_in_the_socket() -> None:
+    """Found from outside (review 9): 400 pushes of 4 MiB sent behind 15 slow CREATEs on one
+    connection were all read and kept until the CREATEs were done (server RSS peak 1,062 MiB;
+    the limits' design bound is ~512): what a connection sends behind its stream service
+    request was counted by neither budget, only by ``max_queued_requests`` (20,000 messages).
+    Now past ``HELD_INPUT`` bytes of it the connection is not read until the request is
+    answered, and what is held counts in ``input_budget``. Scaled down: 64 pushes of 256 KiB
+    (16 MiB) behind a ``stream_info`` the test holds."""
+    log = SlowInfoLog()
+    srv = BackgroundServer(StreamService(log)).start()
+    server = srv.server
+    assert server is not None
+    a = None
+    try:
+        with StreamClient(port=srv.port, timeout=5) as b:
+            b.create_stream("s")
+        log.armed = True
+        back = route("app")
+        to = route(worker_address("s", 0))
+        info = encode_frame(
+            RoutingMessage(
+                route("stream_service"), back, codec.encode_payload(StreamInfoRequest(None))
+            )
+        )
+        data = [bytes([i]) * RECORD for i in range(PUSHES)]
+        pushes = b"".join(
+            encode_frame(RoutingMessage(to, back, codec.encode_push_request(i, d)))
+            for i, d in enumerate(data)
+        )
+        a = socket.socket()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        a.settimeout(WAIT * 2)
+        a.connect(("127.0.0.1", srv.port))
+        a.sendall(TcpConnection.initial_bytes() + info)
+        assert log.entered.wait(WAIT)
+        sender = threading.Thread(target=a.sendall, args=(pushes,), daemon=True)
+        sender.start()
+
+        def held(server: StreamServer) -> tuple[bool, int, int] | None:
+            c = next((c for c in server._conns if c.meta_busy), None)
+            if c is None:
+                return None
+            return c.paused, sum(len(m.payload) for m in c.held_msgs), server._input_bytes
+
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:  # until it is no longer read, or all is read
+            st = on_loop(srv, held)
+            if st is not None and (st[0] or not sender.is_alive()):
+                break
+            time.sleep(0.02)
+        assert st is not None
+        paused, kept, budgeted = st
+        # before: all 16 MiB read and kept in memory, not counted
+        assert kept <= 2 * RECORD, kept
+        assert paused
+        assert budgeted >= kept
+        log.gate.set()
+        sender.join(WAIT)
+        assert not sender.is_alive()
+        wire = TcpConnection(1 << 20)
+        got: list[RoutingMessage] = []
+        while len(got) < 1 + PUSHES:
+            chunk = a.recv(1 << 16)
+            assert chunk, f"closed after {len(got)} replies"
+            got += wire.receive_data(chunk)
+        assert isinstance(
+            codec.decode_response(got[0].payload, StreamInfoResponse), StreamInfoResponse
+        )
+        confirms = [codec.decode_response(m.payload, PushConfirm) for m in got[1:]]
+        assert confirms == [PushConfirm(i, "OK", i) for i in range(PUSHES)]
+        assert [m.data for m in log.read("s", 0, PUSHES)] == data
+        assert on_loop(srv, lambda s: s._input_bytes) == 0
     finally:
         log.gate.set()
         if a is not None:

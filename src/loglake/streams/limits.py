@@ -9,9 +9,10 @@ range and a sentence saying what it bounds (``field.metadata``), and the same ta
 both the ``LOGLAKE_LIMITS_*`` environment variables, and docs/security.md its table.
 
 Defaults keep the server under about 512 MiB whatever the clients do: at most twice
-``input_budget`` of partial frames (connections starting large frames in the same instant may
-pass it once before they wait) and ``output_budget`` of unsent replies across all connections,
-plus the pulls being read (a few threads, ``max_pull_bytes`` each).
+``input_budget`` of partial frames and of requests waiting behind stream service requests
+(connections starting large frames in the same instant may pass it once before they wait) and
+``output_budget`` of unsent replies across all connections, plus the pulls being read (a few
+threads, ``max_pull_bytes`` each).
 
 The storage side's bounds are here too (``max_open_partitions``, the partition quotas): the
 server hands them to the embedded log it opens (``log_options``), which enforces them —
@@ -95,9 +96,10 @@ class ServerLimits:
         "bytes",
         64 * KiB,
         MAX_MEMORY,
-        "Bytes of incomplete frames held across all connections; over it, connections with "
-        "an incomplete frame over 64 KiB stop being read until there is room (their frame "
-        "timeout runs on); over twice it, the connections holding the most are closed (logged).",
+        "Bytes of incomplete frames, and of requests waiting behind a stream service request, "
+        "held across all connections; over it, connections with an incomplete frame over 64 KiB "
+        "stop being read until there is room (their frame timeout runs on); over twice it, the "
+        "connections holding the most are closed (logged).",
     )
     output_budget: int = _limit(
         128 * MiB,

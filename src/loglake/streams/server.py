@@ -135,6 +135,21 @@ past ``connection_output`` (each carries its routes, which ``wire.ockam`` bounds
 SMALL_PARTIAL = 64 * 1024
 """An incomplete frame up to this size is never held up by the input budget: a client sending
 ordinary frames has at most this much of one between two reads."""
+HELD_COST = 256
+"""Bytes a message kept as an object (an unframed reply in ``backlog``, a request in
+``held_msgs``) costs beyond its payload and its routes' address bytes: its ``RoutingMessage``,
+its payload's and its return route's objects, a deque slot. Measured with ``tracemalloc`` on
+the 4,096 INIT replies of a CREATE: 288 bytes each, of which 33 payload and 30 route bytes;
+RSS grew ~340 bytes a reply. Counted as payload bytes alone (33), a client that never read
+held 262 MiB where the output budget saw 25.7 MB."""
+HELD_RUN_PAYLOAD_COST = 48
+"""Bytes each payload of a ``MessageRun`` costs beyond its length (its ``bytes`` object and
+list slot)."""
+HELD_INPUT = 64 * 1024
+"""Bytes of requests a connection may have waiting behind its stream service request
+(``held_msgs``) before it is no longer read until that request is answered. Found from outside:
+400 pushes of 4 MiB sent behind 15 slow CREATEs were all read and kept (server RSS peak
+1,062 MiB against a ~512 MiB design bound). They are counted in ``input_budget`` too."""
 OUTPUT_RECOUNT = 0.005
 """Seconds a sum of all connections' unsent bytes is reused (``output_budget``)."""
 READ_BUFFER = 256 * 1024
@@ -154,6 +169,18 @@ measured about 90 young and 7 middle collections per 60,000 pushes (0.01-0.03 s 
 server's 0.6-0.8 s of CPU for them). Those objects are freed by their
 reference counts; at 100,000 a young collection is rare (none in that run) and the cyclic
 garbage it would find stays small."""
+
+
+def _route_bytes(r: tuple[Address, ...]) -> int:
+    return sum(len(a.value) for a in r)
+
+
+def held_cost(m: RoutingMessage | MessageRun) -> int:
+    """Bytes of memory ``m`` holds while it waits as an object (``HELD_COST``)."""
+    routes = _route_bytes(m.onward_route) + _route_bytes(m.return_route) + HELD_COST
+    if isinstance(m, MessageRun):
+        return routes + sum(map(len, m.payloads)) + HELD_RUN_PAYLOAD_COST * len(m.payloads)
+    return routes + len(m.payload)
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -191,23 +218,34 @@ class _Connection(asyncio.BufferedProtocol):
         """Reading is paused (too many queued requests, or unsent replies)."""
         self.write_paused = False
         """The transport said its unsent bytes passed the high-water mark."""
-        self.slots: deque[list] | None = None
-        """While a deferred reply of this connection is outstanding: ``[return route, replies
-        or None]`` per request not yet answered, in request order."""
+        self.slots: dict[tuple[Address, ...], deque[list]] | None = None
+        """While a deferred reply of this connection is outstanding: per return route, the
+        requests to it not yet sent, in request order, as ``[return route, replies or None]``;
+        the head of each is unanswered (a pull being read). Found from outside: one list of all
+        of them, rescanned whenever a pull finished, cost the loop time quadratic in the pulls
+        pipelined (8,000 pulls of one record: 39.9 s, 44 of 54 s of CPU in the rescans)."""
         self.held = 0
         """Slots answered but not sent: a later pull's reply waiting for an earlier one on the
         same return route (the read threads finish out of order)."""
         self.meta_busy = False
         """A request to the stream service (CREATE, stream info) of this connection is being
-        performed off the loop; what it sent after it waits in ``held_msgs``, in order."""
-        self.held_msgs: list[RoutingMessage] = []
+        performed off the loop, or is answered and its replies wait for the client to read them
+        (``meta_waits``); what it sent after it waits in ``held_msgs``, in order."""
+        self.meta_waits = False
+        """The stream service request is answered, and what came after it waits until the
+        client has read its replies (``StreamServer._meta_done``, ``_go_on``)."""
+        self.held_msgs: deque[RoutingMessage] = deque()
+        self.held_bytes = 0
+        """What ``held_msgs`` costs (``held_cost``), counted in the server's ``input_budget``;
+        over ``HELD_INPUT`` the connection is not read."""
         self.next_turn: list[RoutingMessage] = []
         """What it sent after its first ``INDEX_TURN`` index requests of a read: taken up on
         the loop's next turn (``StreamServer._take_turn``); it is not read meanwhile."""
         self.backlog: deque[RoutingMessage | MessageRun] = deque()
         """Replies not framed yet: the connection was over ``connection_output`` (``send``)."""
         self.backlog_bytes = 0
-        """Payload bytes in ``backlog`` (their frames' route bytes are not made yet)."""
+        """What ``backlog`` costs (``held_cost``: payloads, routes and objects; the output
+        budget sums it with the transport's unsent bytes)."""
         self.reads: deque[tuple[PendingRead, list]] = deque()
         """Pulls answered by the core and not yet read: ``(pending read, its slot)``."""
         self.reads_running = 0
@@ -337,7 +375,7 @@ class _Connection(asyncio.BufferedProtocol):
         server._input_waiting.discard(self)
         if drop_reads:
             self.reads.clear()
-            self.held_msgs.clear()
+            self.take_held()
             self.backlog.clear()
             self.backlog_bytes = 0
         if server._input_waiting:
@@ -368,6 +406,51 @@ class _Connection(asyncio.BufferedProtocol):
                 return
         self._update_reading()
         self.pump_reads()
+        self._go_on()
+
+    def owes_output(self) -> bool:
+        """Replies of this connection wait for its client to read, or for an earlier pull."""
+        return self.write_paused or bool(self.backlog) or self.held > 0
+
+    def _go_on(self) -> None:
+        """Go on with what came after an answered stream service request, once nothing of
+        this connection waits to be sent (``StreamServer._meta_done``)."""
+        if self.meta_waits and not self.owes_output():
+            self.server._meta_done(self)
+
+    def hold_msgs(self, msgs: list[RoutingMessage]) -> None:
+        """Keep ``msgs`` until the connection's stream service request is answered (counted in
+        ``input_budget``; over ``HELD_INPUT`` the connection is not read meanwhile)."""
+        n = sum(map(held_cost, msgs))
+        self.held_msgs += msgs
+        self.held_bytes += n
+        self.server._input_bytes += n
+        if self.held_bytes > HELD_INPUT:
+            self._update_reading()
+
+    def take_held(
+        self, until: Callable[[RoutingMessage], bool] | None = None
+    ) -> list[RoutingMessage]:
+        """The held messages — all, or the first up to and including one that is ``until`` —
+        given back with their share of ``input_budget``."""
+        held = self.held_msgs
+        if until is None:
+            out, n = list(held), self.held_bytes
+            held.clear()
+        else:
+            out, n = [], 0
+            while held:
+                m = held.popleft()
+                out.append(m)
+                n += held_cost(m)
+                if until(m):
+                    break
+        server = self.server
+        server._input_bytes -= n
+        self.held_bytes -= n
+        if out and server._input_waiting:
+            server._resume_input()
+        return out
 
     def _update_reading(self) -> None:
         """Read the connection unless it has too many requests waiting or too many unsent
@@ -376,7 +459,13 @@ class _Connection(asyncio.BufferedProtocol):
         if t is None or self.closing:
             return
         limit = self.server.limits.max_queued_requests
-        if self.write_paused or self.queued > limit or self.input_paused or self.next_turn:
+        if (
+            self.write_paused
+            or self.queued > limit
+            or self.input_paused
+            or self.held_bytes > HELD_INPUT
+            or self.next_turn
+        ):
             if not self.paused:
                 self.paused = True
                 t.pause_reading()
@@ -396,14 +485,16 @@ class _Connection(asyncio.BufferedProtocol):
         """Start waiting pulls while the client reads its replies and the server's output
         budget has room; the rest wait (``resume_writing``, a read finishing, the server's
         retry) — unread, so they hold no reply bytes. None starts while a finished reply waits
-        for an earlier one (``held``): such replies are in no write buffer, so neither the
-        connection's flow control nor the output budget saw them, and they went out at once
-        when the earlier reply came (a client that never read held 5.6 MB where its bound was
-        5.0, once, under load)."""
+        for an earlier one (``held``) and a pull is being read: such replies are in no write
+        buffer, so neither the connection's flow control nor the output budget saw them, and
+        they went out at once when the earlier reply came (a client that never read held 5.6 MB
+        where its bound was 5.0, once, under load). With none being read, the oldest waiting
+        pull starts: the reply held may wait for it (a pull, then a push to the same return
+        route, in one batch: the push's confirm waited for the pull, which never started)."""
         server = self.server
         while (
             self.reads
-            and not self.held
+            and (not self.held or not self.reads_running)
             and not self.write_paused
             and not self.backlog
             and self.transport is not None
@@ -420,45 +511,58 @@ class _Connection(asyncio.BufferedProtocol):
 
     def answer(self, ms: list[RoutingMessage], replies: list, pending: list[int]) -> list[list]:
         """Send the replies of ``ms`` (one list per message, None where ``pending``: a deferred
-        read); return the slots the deferred replies will fill (``fill``)."""
+        read) — each at once unless an earlier request to its return route is unanswered, then
+        after it (``fill``) — and return the slots the deferred replies will fill."""
         if self.slots is None and not pending:  # the push path: nothing to wait for
             self.send(list(itertools.chain.from_iterable(replies)), len(ms))
             return []
-        slots = self.slots if self.slots is not None else deque()
+        slots = self.slots if self.slots is not None else {}
         waiting = []
+        out: list[RoutingMessage | MessageRun] = []
+        sent = 0
         for m, r in zip(ms, replies, strict=True):
-            slot = [m.return_route, r]
-            slots.append(slot)
+            route = m.return_route
+            queue = slots.get(route)
+            if queue is None and r is not None:  # nothing earlier on its route waits
+                out += r
+                sent += 1
+                continue
+            slot = [route, r]
+            if queue is None:
+                slots[route] = deque((slot,))
+            else:
+                queue.append(slot)
             if r is None:
                 waiting.append(slot)
-        self.slots = slots
-        self._flush_slots()
+            else:
+                self.held += 1
+        self.slots = slots or None
+        self.send(out, sent)
         return waiting
 
     def fill(self, slot: list, replies: list[RoutingMessage]) -> None:
+        """A deferred reply is ready: send it, and the answered ones behind it on its return
+        route, if no earlier request to that route is unanswered (else it waits, ``held``)."""
         slot[1] = replies
-        self._flush_slots()
-
-    def _flush_slots(self) -> None:
-        """Send every answered request whose return route has no earlier unanswered one."""
-        if self.slots is None:
+        slots = self.slots
+        assert slots is not None
+        route = slot[0]
+        queue = slots[route]
+        if queue[0] is not slot:
+            self.held += 1
             return
         out: list[RoutingMessage | MessageRun] = []
-        keep: deque[list] = deque()
-        blocked: set = set()
         sent = 0
-        for slot in self.slots:
-            route, replies = slot
-            if replies is not None and route not in blocked:
-                out += replies
-                sent += 1
-            else:
-                if replies is None:
-                    blocked.add(route)
-                keep.append(slot)
-        self.slots = keep or None
-        self.held = sum(1 for _, replies in keep if replies is not None)
+        while queue and queue[0][1] is not None:
+            out += queue.popleft()[1]
+            sent += 1
+        self.held -= sent - 1  # the head was not counted
+        if not queue:
+            del slots[route]
+            if not slots:
+                self.slots = None
         self.send(out, sent)
+        self._go_on()
 
     def send(self, msgs: Sequence[RoutingMessage | MessageRun], handled: int) -> None:
         """Frame and write ``msgs`` while the peer reads; what the transport cannot take now
@@ -500,12 +604,9 @@ class _Connection(asyncio.BufferedProtocol):
     def _hold(self, msgs: Sequence[RoutingMessage | MessageRun], start: int) -> None:
         """Keep ``msgs[start:]`` unframed until the peer reads (counted in ``backlog_bytes``,
         which the output budget sums with the transport's unsent bytes)."""
-        for m in itertools.islice(msgs, start, None):
-            self.backlog.append(m)
-            if isinstance(m, MessageRun):
-                self.backlog_bytes += sum(map(len, m.payloads))
-            else:
-                self.backlog_bytes += len(m.payload)
+        rest = msgs[start:] if start else msgs
+        self.backlog.extend(rest)
+        self.backlog_bytes += sum(map(held_cost, rest))
 
     def _drain(self) -> None:
         """Frame and write held replies, in order, while the peer reads them."""
@@ -517,11 +618,7 @@ class _Connection(asyncio.BufferedProtocol):
             return
         while backlog and not self.write_paused:
             chunk = [backlog.popleft() for _ in range(min(FRAME_CHUNK, len(backlog)))]
-            for m in chunk:
-                if isinstance(m, MessageRun):
-                    self.backlog_bytes -= sum(map(len, m.payloads))
-                else:
-                    self.backlog_bytes -= len(m.payload)
+            self.backlog_bytes -= sum(map(held_cost, chunk))
             t.writelines(frame_parts(chunk))
         if not backlog and self.closing and self.queued == 0:
             t.close()
@@ -619,7 +716,8 @@ class StreamServer:
         """Open connections per peer IP address (``max_connections_per_peer``)."""
         self._serials = itertools.count()
         self._input_bytes = 0
-        """Bytes of incomplete frames held by all connections (``input_budget``)."""
+        """Bytes of incomplete frames, and of requests waiting behind a stream service request
+        (``held_bytes``), held by all connections (``input_budget``)."""
         self._input_waiting: set[_Connection] = set()
         """Connections not read until the input budget has room (``_resume_input``)."""
         self._reads_running = 0
@@ -799,8 +897,9 @@ class StreamServer:
             self._per_host.pop(conn.host, None)
 
     def _over_input_budget(self, conn: _Connection) -> None:
-        """The incomplete frames of all connections hold more than ``input_budget`` and
-        ``conn`` holds a large one: it is not read until there is room (new work waits; its
+        """The incomplete frames (and held requests) of all connections hold more than
+        ``input_budget`` and ``conn`` holds a large one: it is not read until there is room (new
+        work waits; its
         ``frame_timeout`` runs on, so a client that never completes it is closed then). A
         client sending ordinary frames holds almost nothing between them (at most
         ``SMALL_PARTIAL``) and is never held up. Past twice the budget (many connections each
@@ -809,8 +908,8 @@ class StreamServer:
         budget = self.limits.input_budget
         while self._input_bytes > 2 * budget:
             victim = max(
-                (c for c in self._conns if c.input_held and not c.closing),
-                key=lambda c: (c.input_held, c.serial),
+                (c for c in self._conns if (c.input_held or c.held_bytes) and not c.closing),
+                key=lambda c: (c.input_held + c.held_bytes, c.serial),
                 default=None,
             )
             if victim is None:
@@ -818,8 +917,8 @@ class StreamServer:
             self.dropped += 1
             victim.close_for(
                 "input budget",
-                f"incomplete frames of all connections passed twice {budget} bytes "
-                f"(input_budget); this one held {victim.input_held}",
+                f"incomplete frames and held requests of all connections passed twice {budget} "
+                f"bytes (input_budget); this one held {victim.input_held + victim.held_bytes}",
             )
         if conn.closing or conn.input_paused:
             return
@@ -999,14 +1098,15 @@ class StreamServer:
         JetStream held every client ~20 s, and 50 pipelined ``stream_info`` of 15 streams of
         4,096 partitions held the server 14.7 s."""
         if conn.meta_busy:
-            conn.held_msgs += msgs
+            conn.hold_msgs(msgs)
             return
         service = self.service_address_value
         for k, m in enumerate(msgs):
             route = m.onward_route
             if route and route[0].type == ADDRESS_TYPE_LOCAL and route[0].value == service:
                 conn.meta_busy = True
-                conn.held_msgs = msgs[k + 1 :]
+                if k + 1 < len(msgs):
+                    conn.hold_msgs(msgs[k + 1 :])
                 if k:
                     self._gather(conn, msgs[:k])
                 self._meta_queue.append((conn, m))
@@ -1057,13 +1157,36 @@ class StreamServer:
         self._meta_done(fl.meta)
 
     def _meta_done(self, conn: _Connection) -> None:
-        """A connection's stream service request is answered: what it sent after it goes on."""
-        conn.meta_busy = False
-        held, conn.held_msgs = conn.held_msgs, []
-        if held and not conn.closing and not self._stopping:
-            self._enqueue(conn, held)
-        elif held:
-            conn.send([], len(held))  # dropped with the connection: nothing waits for them
+        """A connection's stream service request is answered: what it sent after it goes on —
+        once its replies are sent (``_Connection._go_on``), not while they wait for the client
+        to read them. Found from outside: a client that never read pipelined 3,000 CREATEs of a
+        stream of 4,096 partitions (210 KB); reading it stopped at ``connection_output``, but
+        the CREATEs already read went on being performed one after the other, each adding
+        4,096 replies to its backlog: RSS 83 → 739 MiB in 52 s, and climbing."""
+        if conn.owes_output() and not conn.closing and not self._stopping:
+            conn.meta_waits = True
+            return
+        conn.meta_waits = conn.meta_busy = False
+        if conn.closing or self._stopping:
+            held = conn.take_held()
+            if held:  # dropped with the connection: nothing waits for them
+                conn.send([], len(held))
+            return
+        # what came after it up to its next stream service request, which the rest waits for
+        # still (taken out and held again, the rest would cost each request all of it)
+        msgs = conn.take_held(until=self._to_service)
+        if msgs:
+            self._enqueue(conn, msgs)
+        conn._update_reading()
+
+    def _to_service(self, m: RoutingMessage) -> bool:
+        """``m`` is a request to the stream service (``_enqueue``)."""
+        route = m.onward_route
+        return (
+            bool(route)
+            and route[0].type == ADDRESS_TYPE_LOCAL
+            and route[0].value == self.service_address_value
+        )
 
     def _run_gathered(self) -> None:
         """On the event loop, after every connection's reads of the iteration: the batch."""
