@@ -873,3 +873,43 @@ def test_a_replay_answered_busy_backs_off_instead_of_spinning():
         w.clock.now += 5_000_000_000
         w.net.run(max_steps=10_000)
     assert w.bc.stats.busy <= 20 * 8  # a try of its 20 events each back-off, not a spin
+
+
+def test_a_replay_publish_answered_short_sends_the_unanswered_events_again():
+    """Found from outside: a broadcaster's reply shorter than the publish call (results for the
+    first events only) left the rest of the replay's events neither counted nor sent again
+    (``zip`` stopped at the reply's end): the replay ended short, or never. The live path
+    already sent them again; the replay path does now too."""
+    from loglake.events.broadcaster import Broadcaster
+    from loglake.events.fastcodec import PublishResults
+
+    short: list[int] = []
+
+    class ShortBroadcaster(Broadcaster):
+        def dispatch(self, caller, method, arg, now):
+            out = super().dispatch(caller, method, arg, now)
+            if method == "icrc72_publish" and len(short) < 3 and len(arg) > 1:
+                short.append(len(arg))
+                if isinstance(out, PublishResults):
+                    out = list(out)
+                return out[: len(out) // 2]  # the other half unanswered
+            return out
+
+    class ShortWorld(World):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            p = self.p
+            self.bc = self.net.add(
+                ShortBroadcaster(p["bc"], p["orch"], self.max_unconfirmed, self.relay_window)
+            )
+
+    w = ShortWorld(batch_size=10)
+    w.register_publication()
+    w.publish(100)
+    w.subscribe("bob")
+    rid = w.replay("bob", 0, 100).value
+    w.settle()
+    assert short, "no publish call was answered short"
+    st = w.status("bob", rid).status
+    assert (st.tag, st.value) == ("completed", 100), st
+    assert sorted(n.event_id for n in w.bob.take()) == list(range(100))  # each once

@@ -752,7 +752,10 @@ class Publisher(Role):
             self.outbox.append(Call(r.broadcaster, "icrc72_publish", chunk, token=("replay", r.id)))
 
     def _replied(self, r: ActiveReplay, call: Call, reply: Any) -> bool:
-        """A publish call's results one by one; False: the replay errored."""
+        """A publish call's results one by one; False: the replay errored. Events the reply
+        has no result for (a reply shorter than the call) are sent again, as ``Busy`` ones and
+        as the live path does. Found from outside: they were neither counted nor sent again,
+        so the replay ended short."""
         for e, res in zip(call.arg, reply, strict=False):
             if isinstance(res, Ok):
                 r.sent += 1
@@ -761,6 +764,7 @@ class Publisher(Role):
             else:
                 self._finish(r, ReplayState("errored", f"broadcaster refused event: {res}"))
                 return False
+        r.retry.extend(call.arg[len(reply) :])
         return True
 
     def busy(self) -> bool:
@@ -796,8 +800,9 @@ class Publisher(Role):
         if isinstance(reply, PublishResults):  # Ok… then Busy…: no result object each
             ok = min(reply.delivered, len(call.arg))
             r.sent += ok
-            if ok < len(reply):  # Busy: resend those (a lazy batch builds its events now)
-                r.retry.extend(call.arg[ok : len(reply)])
+            # Busy, or no result (a reply shorter than the call): resend those (a lazy batch
+            # builds its events now)
+            r.retry.extend(call.arg[ok:])
         elif not self._replied(r, call, reply):
             return
         if len(r.retry) > held and r.sent == sent:
