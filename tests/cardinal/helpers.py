@@ -61,3 +61,16 @@ def run(consumer: OrderedConsumer, deliveries) -> list:
     for source, offset, key, value in deliveries:
         out += consumer.receive(key, value, source, offset)
     return out
+
+
+def seg(parent: BlockPayload | None, n: int, tag: str, w0: int, dw: int) -> list[BlockPayload]:
+    """``n`` blocks on ``parent`` (a chain from #0 if None), weights ``w0 + dw``, ``+ 2·dw``, …
+    (``tag`` names their content): a branch for reorg tests."""
+    from loglake.cardinal.synthetic import make_block
+
+    out = []
+    for i in range(n):
+        b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
+        out.append(b)
+        parent = b
+    return out

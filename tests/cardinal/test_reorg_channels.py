@@ -19,7 +19,7 @@ from loglake.cardinal.codec import encode
 from loglake.cardinal.messages import ZERO_HASH, ReorgComplete
 from loglake.cardinal.ordering import Checkpoint
 from loglake.cardinal.producer import BlockPayload, ChainProducer, Producer
-from loglake.cardinal.synthetic import make_block, schema_for, topics_for
+from loglake.cardinal.synthetic import schema_for, topics_for
 from loglake.cardinal.transport import (
     StreamConsumer,
     StreamProducer,
@@ -28,19 +28,10 @@ from loglake.cardinal.transport import (
 )
 from loglake.log import MemoryLog
 from loglake.streams.api import LocalStreams
-from tests.cardinal.helpers import ChainModel
+from tests.cardinal.helpers import ChainModel, seg
 
 T = 8
 ROUNDS = 50
-
-
-def seg(parent: BlockPayload | None, n: int, tag: str, w0: int, dw: int) -> list[BlockPayload]:
-    out = []
-    for i in range(n):
-        b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
-        out.append(b)
-        parent = b
-    return out
 
 
 def consumer(streams) -> StreamConsumer:

@@ -17,6 +17,7 @@ from loglake.cardinal.messages import ZERO_HASH
 from loglake.cardinal.producer import BlockPayload, Producer
 from loglake.cardinal.transport import envelope
 from loglake.pipeline.jobs.cardinal_blocks import BatchWriter, CardinalBlocksOptions
+from tests.cardinal.helpers import seg
 
 THR = 2
 
@@ -77,18 +78,10 @@ def _flipflop_input(data_dir, producers: int):
     """A→B→A′ (both deeper than the threshold, to the same ancestor: one reorg channel) sent
     by ``producers`` redundant ``ChainProducer``s into an embedded log; returns the chain."""
     from loglake.cardinal.producer import ChainProducer
-    from loglake.cardinal.synthetic import make_block, schema_for
+    from loglake.cardinal.synthetic import schema_for
     from loglake.cardinal.transport import StreamProducer, StreamTransport
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams
-
-    def seg(parent, n, tag, w0, dw):
-        out = []
-        for i in range(n):
-            b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
-            out.append(b)
-            parent = b
-        return out
 
     base = seg(None, 10, "g", 0, 1)
     x = base[-1]
@@ -170,18 +163,10 @@ def test_a_channel_still_being_written_is_read_on(tmp_path):
     """A reorg channel read (in a micro-batch) before its producer has written it all stays
     open: the next micro-batch reads on to its ReorgComplete (as ``StreamConsumer``). Before,
     it was followed once, to where it then ended, and the chain stopped there."""
-    from loglake.cardinal.synthetic import make_block, schema_for, topics_for
+    from loglake.cardinal.synthetic import schema_for, topics_for
     from loglake.cardinal.transport import StreamProducer, StreamTransport
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams
-
-    def seg(parent, n, tag, w0, dw):
-        out = []
-        for i in range(n):
-            b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
-            out.append(b)
-            parent = b
-        return out
 
     data = tmp_path / "data"
     base = seg(None, 10, "g", 0, 1)
@@ -238,18 +223,10 @@ def test_a_reorg_to_an_older_common_ancestor(tmp_path):
     share, and they go back on the chain (they were dropped as done: the chain stayed cut back
     at the ancestor)."""
     from loglake.cardinal.producer import ChainProducer
-    from loglake.cardinal.synthetic import make_block, schema_for, topics_for
+    from loglake.cardinal.synthetic import schema_for, topics_for
     from loglake.cardinal.transport import StreamProducer, StreamTransport
     from loglake.log import open_log
     from loglake.streams.api import LocalStreams
-
-    def seg(parent, n, tag, w0, dw):
-        out = []
-        for i in range(n):
-            b = make_block(parent.number + 1 if parent else 0, parent, w0 + dw * (i + 1), tag)
-            out.append(b)
-            parent = b
-        return out
 
     data = tmp_path / "data"
     base = seg(None, 10, "g", 0, 1)
