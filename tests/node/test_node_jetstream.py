@@ -140,6 +140,8 @@ def test_node_keys_live_in_the_cluster_one_per_name_a_legacy_file_kept_bad_value
         ({"backend": "http://x:1"}, r"\[streams\] backend: expected nats://"),
         ({"backend": ""}, r"\[streams\] backend: expected a non-empty string"),
         ({"backend": " , "}, r"\[streams\] backend: no NATS server"),
+        ({"backend": "notaurl"}, r"\[streams\] backend: expected nats://"),  # not dialled
+        ({"backend": "h1:4222,h2"}, r"\[streams\] backend: 'h2' in 'h1:4222,h2': expected"),
         ({"replicas": 3}, r"\[streams\] replicas: replicas are JetStream's"),
         ({"backend": "nats://a:1", "replicas": 0}, r"\[streams\] replicas: expected an integer"),
         ({"backend": "nats://a:1", "seal_interval": 0}, r"\[streams\] seal_interval"),

@@ -177,12 +177,14 @@ def archive_topics(section: Any) -> tuple[bytes | str, ...] | None:
 
 def _nats_url(v: Any) -> str:
     """``nats://h1:4222,h2:4222`` (``tls://`` too): the servers of one NATS cluster."""
-    from loglake.streams.nats_url import check_url
+    from loglake.streams.nats_url import check_url, split_servers
 
     url = _str(v).strip()
-    # the rule of every --backend (``notaurl`` was taken here and dialled as nats://notaurl)
+    split_servers(url)  # "no NATS server in ' , '"
+    # the rule of every --backend (``notaurl`` was taken here and dialled as nats://notaurl),
+    # with the scheme-less ``h1:4222,h2:4222`` this key has always taken
     try:
-        return check_url(url)
+        return check_url(url, bare=True)
     except ValueError as e:  # the whole URL is named once, by the ", got ..." of the error
         raise ValueError(str(e).removeprefix(f"{url!r}: ")) from None
 

@@ -33,24 +33,31 @@ def split_servers(url: str) -> tuple[str, ...]:
     return tuple(servers)
 
 
-def check_url(url: str) -> str:
+def check_url(url: str, bare: bool = False) -> str:
     """``url`` if it names NATS servers as ``--backend`` takes them (``nats://h1:4222,h2:4222``:
     the first with its scheme, one of ``URL_SCHEMES``, each with a host and a port from 1 to
     65535 if given); else ``ValueError`` saying what is expected. Why: ``--backend notaurl``
-    was dialled as ``nats://notaurl`` for 5 s before failing with ``TimeoutError()``."""
+    was dialled as ``nats://notaurl`` for 5 s before failing with ``TimeoutError()``. With
+    ``bare`` (the node's ``[streams] backend``, which has always taken ``h1:4222,h2:4222``),
+    servers without a scheme are ``nats://`` ones, each with its port: a bare word is refused."""
     expected = "expected nats://HOST[:PORT][,HOST[:PORT]...] (or tls://, ws://, wss://)"
     first = url.split(",", 1)[0].strip()
-    if "://" not in first:
+    scheme_less = "://" not in first
+    if scheme_less and not bare:
         raise ValueError(f"{url!r}: {expected}")
+    if scheme_less:
+        expected += " or HOST:PORT[,HOST:PORT...]"
     for server in split_servers(url):
         try:
             parsed = urllib.parse.urlsplit(server)
             good = parsed.scheme in URL_SCHEMES and bool(parsed.hostname)
             good = good and parsed.port != 0  # ValueError outside 0-65535 or not a number
+            good = good and not (scheme_less and parsed.port is None)
         except ValueError:
             good = False
         if not good:
-            where = repr(server) if server == url.strip() else f"{server!r} in {url!r}"
+            shown = server.removeprefix("nats://") if scheme_less else server  # as written
+            where = repr(shown) if shown == url.strip() else f"{shown!r} in {url!r}"
             raise ValueError(f"{where}: {expected}")
     return url
 
