@@ -85,7 +85,9 @@ class App:
             assert self.model.added.get(h, 0) >= 1 or h == hashes[0]
 
 
-def test_a_channel_still_being_written_is_read_on_to_its_reorg_complete():
+def _forked():
+    """Blocks 0–9 then branch A (20 blocks) sent on ``chain``; branch B (25, heavier) on the same
+    ancestor not sent yet: (streams, transport, producer, stream producer, base, ancestor, B)."""
     streams = LocalStreams(MemoryLog())
     tr = StreamTransport(streams, 3)
     prod = Producer("chain", schema_for("chain"))
@@ -96,6 +98,11 @@ def test_a_channel_still_being_written_is_read_on_to_its_reorg_complete():
     b = seg(x, 25, "B", x.weight, 2)
     for blk in base + a:
         sp.send_block(blk)
+    return streams, tr, prod, sp, base, x, b
+
+
+def test_a_channel_still_being_written_is_read_on_to_its_reorg_complete():
+    streams, tr, prod, sp, base, x, b = _forked()
     ch, msgs = prod.reorg_channel(x.number, x.hash, b)
     half = len(msgs) // 2
     tr.send_channel(ch, [encode(m) for m in msgs[:half]])  # the Reorg and the first blocks
@@ -116,16 +123,7 @@ def test_a_channel_still_being_written_is_read_on_to_its_reorg_complete():
 
 
 def test_a_checkpoint_taken_while_waiting_resumes_the_channel():
-    streams = LocalStreams(MemoryLog())
-    tr = StreamTransport(streams, 3)
-    prod = Producer("chain", schema_for("chain"))
-    sp = StreamProducer(tr, prod)
-    base = seg(None, 10, "g", 0, 1)
-    x = base[-1]
-    a = seg(x, 20, "A", x.weight, 1)
-    b = seg(x, 25, "B", x.weight, 2)
-    for blk in base + a:
-        sp.send_block(blk)
+    streams, tr, prod, _, base, x, b = _forked()
     ch, msgs = prod.reorg_channel(x.number, x.hash, b)
     tr.send_channel(ch, [encode(m) for m in msgs[:40]])
     tr.send("chain", [encode(msgs[0])])
